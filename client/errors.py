@@ -1,0 +1,83 @@
+"""Exceptions raised by the Mnemosyne client.
+
+Every failed call raises a subclass of :class:`MnemosyneClientError` chosen by the gRPC status
+code; ``reason`` is the stable ``google.rpc.ErrorInfo`` reason the server sent (e.g.
+``GENERATION_MISMATCH``), ``code`` the ``grpc.StatusCode``::
+
+    MnemosyneClientError
+    ├── InvalidArgumentError      INVALID_ARGUMENT
+    ├── NotFoundError             NOT_FOUND
+    ├── FailedPreconditionError   FAILED_PRECONDITION
+    ├── AbortedError              ABORTED (stale generation, reused request id)
+    ├── PermissionDeniedError     PERMISSION_DENIED
+    ├── UnauthenticatedError      UNAUTHENTICATED
+    ├── ResourceExhaustedError    RESOURCE_EXHAUSTED
+    ├── DeadlineExceededError     DEADLINE_EXCEEDED
+    ├── UnavailableError          UNAVAILABLE (retried for reads and for writes with a request_id)
+    └── ServerError               anything else (INTERNAL, UNKNOWN, UNIMPLEMENTED, ...)
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+
+class MnemosyneClientError(Exception):
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str, metadata: dict[str, str]) -> None:
+        super().__init__(f"{code.name} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.metadata = metadata
+
+
+class InvalidArgumentError(MnemosyneClientError): ...
+class NotFoundError(MnemosyneClientError): ...
+class FailedPreconditionError(MnemosyneClientError): ...
+class AbortedError(MnemosyneClientError): ...
+class PermissionDeniedError(MnemosyneClientError): ...
+class UnauthenticatedError(MnemosyneClientError): ...
+class ResourceExhaustedError(MnemosyneClientError): ...
+class DeadlineExceededError(MnemosyneClientError): ...
+class UnavailableError(MnemosyneClientError): ...
+class ServerError(MnemosyneClientError): ...
+
+
+_BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.ABORTED: AbortedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+}
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo detail of a failed call, if the server sent one."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None
+
+
+def from_rpc_error(error: grpc.RpcError) -> MnemosyneClientError:
+    code = error.code()  # type: ignore[attr-defined]
+    try:
+        info = error_info(error)
+    except ValueError:  # a malformed status from something that is not our server
+        info = None
+    reason = info.reason if info is not None else code.name
+    metadata = dict(info.metadata) if info is not None else {}
+    cls = _BY_CODE.get(code, ServerError)
+    return cls(code, reason, error.details() or "", metadata)  # type: ignore[attr-defined]

@@ -1,0 +1,213 @@
+"""``MemoryClient``: the Python client of a Mnemosyne server.
+
+Methods are named after the seed (retain, recall, retain_batch, ...) and return plain dataclasses
+from ``mnemosyne.client.types``; failures raise ``mnemosyne.client.errors`` exceptions. Calls
+that fail with UNAVAILABLE are retried with backoff when repeating them is safe: reads, and
+writes that carry a request id (every write gets one unless the caller passes its own).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+import grpc
+
+from mnemosyne.client import types
+from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc, types_pb2
+
+T = TypeVar("T")
+
+_STATUS = {
+    types_pb2.RetainResult.CREATED: "created",
+    types_pb2.RetainResult.DUPLICATE: "duplicate",
+    types_pb2.RetainResult.ENQUEUED: "enqueued",
+    types_pb2.RetainResult.INVALID: "invalid",
+}
+_MODES = {
+    "hybrid": memory_pb2.RECALL_MODE_HYBRID,
+    "vector": memory_pb2.RECALL_MODE_VECTOR,
+    "text": memory_pb2.RECALL_MODE_TEXT,
+}
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
+    return types.Memory(
+        id=m.id,
+        scope=m.scope,
+        text=m.text,
+        metadata=dict(m.metadata),
+        created_at=m.created_at.ToNanoseconds() / 1e9,
+        facts=[types.Fact(f.kind, f.value, f.normalized) for f in m.facts],
+        triples=[types.Triple(t.subject, t.predicate, t.object) for t in m.triples],
+        forgotten=m.forgotten,
+    )
+
+
+def retain_result_from_proto(r: types_pb2.RetainResult) -> types.RetainResult:
+    return types.RetainResult(
+        status=_STATUS.get(r.status, "unspecified"),
+        memory_id=r.memory_id,
+        event_id=r.event_id,
+        error_reason=r.error_reason,
+        error_message=r.error_message,
+        near_duplicate_of=tuple(r.near_duplicate_of),
+    )
+
+
+class MemoryClient:
+    """A connection to one Mnemosyne server.
+
+    ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata);
+    ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
+    server; ``timeout`` the per-call deadline in seconds.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = (
+            grpc.secure_channel(target, credentials, options=options)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=options)
+        )
+        self._timeout = timeout
+        self._retries = retries
+        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    @property
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "MemoryClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, method: Callable[..., T], request: Any, *, retry: bool, metadata: Iterable[tuple[str, str]] = ()) -> T:
+        """Invoke a stub method with auth metadata, deadline, retries and typed errors."""
+        delay = 0.1
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata))
+            except grpc.RpcError as exc:
+                if retry and attempt < self._retries and exc.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                    attempt += 1
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise from_rpc_error(exc) from exc
+
+    # -- memories -------------------------------------------------------------------------------
+
+    def retain(
+        self,
+        tenant: str,
+        text: str,
+        scope: str = "global",
+        metadata: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+        *,
+        fast: bool = False,
+    ) -> types.RetainResult:
+        request = memory_pb2.RetainRequest(
+            tenant=tenant, text=text, scope=scope, metadata=dict(metadata or {}),
+            request_id=request_id or new_request_id(), fast=fast,
+        )
+        return retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
+
+    def retain_batch(
+        self,
+        tenant: str,
+        items: Sequence[types.RetainItem | str],
+        request_id: str | None = None,
+        *,
+        fast: bool = False,
+    ) -> list[types.RetainResult]:
+        proto_items = [
+            memory_pb2.RetainItem(text=i) if isinstance(i, str)
+            else memory_pb2.RetainItem(text=i.text, scope=i.scope, metadata=dict(i.metadata))
+            for i in items
+        ]
+        request = memory_pb2.RetainBatchRequest(
+            tenant=tenant, items=proto_items, request_id=request_id or new_request_id(), fast=fast
+        )
+        return [retain_result_from_proto(r) for r in self.call(self.memory.RetainBatch, request, retry=True).results]
+
+    def recall(
+        self,
+        tenant: str,
+        query: str,
+        k: int = 5,
+        scopes: Sequence[str] | None = None,
+        filters: Mapping[str, str] | None = None,
+        *,
+        mode: str = "hybrid",
+    ) -> list[types.Hit]:
+        request = memory_pb2.RecallRequest(
+            tenant=tenant, query=query, k=k, scopes=list(scopes or ()), metadata_equals=dict(filters or {}),
+            mode=_MODES[mode],
+        )
+        response = self.call(self.memory.Recall, request, retry=True)
+        return [types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.hits]
+
+    def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
+        response = self.call(self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True)
+        return memory_from_proto(response.memory)
+
+    def list_memories(
+        self, tenant: str, scope: str = "", page_size: int = 100, page_token: str = "", include_forgotten: bool = False
+    ) -> types.MemoryPage:
+        request = memory_pb2.ListMemoriesRequest(
+            tenant=tenant, scope=scope, page_size=page_size, page_token=page_token, include_forgotten=include_forgotten
+        )
+        response = self.call(self.memory.ListMemories, request, retry=True)
+        return types.MemoryPage([memory_from_proto(m) for m in response.memories], response.next_page_token)
+
+    def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
+        request = memory_pb2.ForgetMemoryRequest(tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id())
+        return self.call(self.memory.ForgetMemory, request, retry=True).forgotten
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    def verify_integrity(self, tenant: str) -> types.IntegrityReport:
+        r = self.call(self.admin.VerifyIntegrity, admin_pb2.VerifyIntegrityRequest(tenant=tenant), retry=True)
+        return types.IntegrityReport(
+            valid=r.valid,
+            first_broken_at=r.first_broken_at,
+            checked=r.checked,
+            head_hash=r.head_hash,
+            problems=[types.IntegrityProblem(p.ledger_seq, p.memory_id, p.kind, p.detail) for p in r.problems],
+        )
+
+    def stats(self, tenant: str) -> types.Stats:
+        r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
+        return types.Stats(r.memories, r.forgotten, r.writes, r.model_calls, r.embed_calls, r.duplicates, r.ledger_entries, r.file_bytes)
+
+    def ping(self) -> None:
+        self.call(self.admin.Ping, admin_pb2.PingRequest(), retry=True)

@@ -1,0 +1,93 @@
+"""Plain values returned by the client (independent of the server's own types)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str
+    value: str
+    normalized: str
+
+
+@dataclass(frozen=True)
+class Triple:
+    subject: str
+    predicate: str
+    object: str
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: int
+    scope: str
+    text: str
+    metadata: dict[str, str]
+    created_at: float
+    facts: list[Fact] = field(default_factory=list)
+    triples: list[Triple] = field(default_factory=list)
+    forgotten: bool = False
+
+
+@dataclass(frozen=True)
+class RetainResult:
+    """status is one of "created", "duplicate", "enqueued", "invalid"."""
+
+    status: str
+    memory_id: int = 0
+    event_id: int = 0
+    error_reason: str = ""
+    error_message: str = ""
+    near_duplicate_of: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hit:
+    memory: Memory
+    score: float
+    vector_score: float
+    text_score: float
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    memories: list[Memory]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class IntegrityProblem:
+    ledger_seq: int
+    memory_id: int
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class IntegrityReport:
+    valid: bool
+    first_broken_at: int
+    checked: int
+    head_hash: str
+    problems: list[IntegrityProblem]
+
+
+@dataclass(frozen=True)
+class Stats:
+    memories: int
+    forgotten: int
+    writes: int
+    model_calls: int
+    embed_calls: int
+    duplicates: int
+    ledger_entries: int
+    file_bytes: int
+
+
+@dataclass(frozen=True)
+class RetainItem:
+    text: str
+    scope: str = "global"
+    metadata: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,139 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VerifyIntegrityRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class IntegrityProblem(_message.Message):
+    __slots__ = ("ledger_seq", "memory_id", "kind", "detail")
+    LEDGER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ledger_seq: int
+    memory_id: int
+    kind: str
+    detail: str
+    def __init__(self, ledger_seq: _Optional[int] = ..., memory_id: _Optional[int] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class VerifyIntegrityResponse(_message.Message):
+    __slots__ = ("valid", "first_broken_at", "checked", "head_hash", "problems")
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BROKEN_AT_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    valid: bool
+    first_broken_at: int
+    checked: int
+    head_hash: str
+    problems: _containers.RepeatedCompositeFieldContainer[IntegrityProblem]
+    def __init__(self, valid: _Optional[bool] = ..., first_broken_at: _Optional[int] = ..., checked: _Optional[int] = ..., head_hash: _Optional[str] = ..., problems: _Optional[_Iterable[_Union[IntegrityProblem, _Mapping]]] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("memories", "forgotten", "writes", "model_calls", "embed_calls", "duplicates", "ledger_entries", "file_bytes")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    EMBED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    memories: int
+    forgotten: int
+    writes: int
+    model_calls: int
+    embed_calls: int
+    duplicates: int
+    ledger_entries: int
+    file_bytes: int
+    def __init__(self, memories: _Optional[int] = ..., forgotten: _Optional[int] = ..., writes: _Optional[int] = ..., model_calls: _Optional[int] = ..., embed_calls: _Optional[int] = ..., duplicates: _Optional[int] = ..., ledger_entries: _Optional[int] = ..., file_bytes: _Optional[int] = ...) -> None: ...
+
+class DedupRequest(_message.Message):
+    __slots__ = ("tenant", "merge", "threshold", "request_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MERGE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    merge: bool
+    threshold: float
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., merge: _Optional[bool] = ..., threshold: _Optional[float] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class DuplicateGroup(_message.Message):
+    __slots__ = ("keep_memory_id", "duplicate_memory_ids")
+    KEEP_MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    keep_memory_id: int
+    duplicate_memory_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keep_memory_id: _Optional[int] = ..., duplicate_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DedupResponse(_message.Message):
+    __slots__ = ("groups", "merged")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[DuplicateGroup]
+    merged: bool
+    def __init__(self, groups: _Optional[_Iterable[_Union[DuplicateGroup, _Mapping]]] = ..., merged: _Optional[bool] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants", "next_page_token")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    next_page_token: str
+    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class AggregateStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AggregateStatsChunk(_message.Message):
+    __slots__ = ("tenants", "total", "not_a_snapshot")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NOT_A_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantStats]
+    total: StatsResponse
+    not_a_snapshot: bool
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ...) -> None: ...
+
+class TenantStats(_message.Message):
+    __slots__ = ("tenant", "stats")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    stats: StatsResponse
+    def __init__(self, tenant: _Optional[str] = ..., stats: _Optional[_Union[StatsResponse, _Mapping]] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PingResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,181 @@
+from mnemosyne.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RecallMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECALL_MODE_UNSPECIFIED: _ClassVar[RecallMode]
+    RECALL_MODE_HYBRID: _ClassVar[RecallMode]
+    RECALL_MODE_VECTOR: _ClassVar[RecallMode]
+    RECALL_MODE_TEXT: _ClassVar[RecallMode]
+RECALL_MODE_UNSPECIFIED: RecallMode
+RECALL_MODE_HYBRID: RecallMode
+RECALL_MODE_VECTOR: RecallMode
+RECALL_MODE_TEXT: RecallMode
+
+class RetainRequest(_message.Message):
+    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FAST_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    text: str
+    scope: str
+    metadata: _containers.ScalarMap[str, str]
+    request_id: str
+    fast: bool
+    messages: _containers.RepeatedCompositeFieldContainer[_types_pb2.ConversationMessage]
+    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ...) -> None: ...
+
+class RetainResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _types_pb2.RetainResult
+    def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ...) -> None: ...
+
+class RetainItem(_message.Message):
+    __slots__ = ("text", "scope", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    scope: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RetainBatchRequest(_message.Message):
+    __slots__ = ("tenant", "items", "request_id", "fast")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FAST_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    items: _containers.RepeatedCompositeFieldContainer[RetainItem]
+    request_id: str
+    fast: bool
+    def __init__(self, tenant: _Optional[str] = ..., items: _Optional[_Iterable[_Union[RetainItem, _Mapping]]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ...) -> None: ...
+
+class RetainBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[_types_pb2.RetainResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[_types_pb2.RetainResult, _Mapping]]] = ...) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("tenant", "query", "k", "scopes", "metadata_equals", "mode")
+    class MetadataEqualsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    query: str
+    k: int
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    metadata_equals: _containers.ScalarMap[str, str]
+    mode: RecallMode
+    def __init__(self, tenant: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., scopes: _Optional[_Iterable[str]] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[RecallMode, str]] = ...) -> None: ...
+
+class RecallHit(_message.Message):
+    __slots__ = ("memory", "score", "vector_score", "text_score")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SCORE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_SCORE_FIELD_NUMBER: _ClassVar[int]
+    memory: _types_pb2.Memory
+    score: float
+    vector_score: float
+    text_score: float
+    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., score: _Optional[float] = ..., vector_score: _Optional[float] = ..., text_score: _Optional[float] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("hits",)
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[RecallHit]
+    def __init__(self, hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ...) -> None: ...
+
+class GetMemoryRequest(_message.Message):
+    __slots__ = ("tenant", "memory_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    memory_id: int
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ...) -> None: ...
+
+class GetMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: _types_pb2.Memory
+    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ...) -> None: ...
+
+class ListMemoriesRequest(_message.Message):
+    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: str
+    page_size: int
+    page_token: str
+    include_forgotten: bool
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ...) -> None: ...
+
+class ListMemoriesResponse(_message.Message):
+    __slots__ = ("memories", "next_page_token")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[_types_pb2.Memory]
+    next_page_token: str
+    def __init__(self, memories: _Optional[_Iterable[_Union[_types_pb2.Memory, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ForgetMemoryRequest(_message.Message):
+    __slots__ = ("tenant", "memory_id", "request_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    memory_id: int
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ForgetMemoryResponse(_message.Message):
+    __slots__ = ("memory_id", "forgotten")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    memory_id: int
+    forgotten: bool
+    def __init__(self, memory_id: _Optional[int] = ..., forgotten: _Optional[bool] = ...) -> None: ...

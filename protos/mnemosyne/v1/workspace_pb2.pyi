@@ -1,0 +1,167 @@
+from mnemosyne.v1 import memory_pb2 as _memory_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Record(_message.Message):
+    __slots__ = ("key", "content")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    content: str
+    def __init__(self, key: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class RecordChange(_message.Message):
+    __slots__ = ("op", "key", "content")
+    class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OP_UNSPECIFIED: _ClassVar[RecordChange.Op]
+        PUT: _ClassVar[RecordChange.Op]
+        DELETE: _ClassVar[RecordChange.Op]
+    OP_UNSPECIFIED: RecordChange.Op
+    PUT: RecordChange.Op
+    DELETE: RecordChange.Op
+    OP_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    op: RecordChange.Op
+    key: str
+    content: str
+    def __init__(self, op: _Optional[_Union[RecordChange.Op, str]] = ..., key: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class AssembleContextRequest(_message.Message):
+    __slots__ = ("tenant", "workspace", "query", "k")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    workspace: str
+    query: str
+    k: int
+    def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ...) -> None: ...
+
+class AssembleContextResponse(_message.Message):
+    __slots__ = ("global_records", "workspace_records", "memories")
+    GLOBAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    global_records: _containers.RepeatedCompositeFieldContainer[Record]
+    workspace_records: _containers.RepeatedCompositeFieldContainer[Record]
+    memories: _containers.RepeatedCompositeFieldContainer[_memory_pb2.RecallHit]
+    def __init__(self, global_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., workspace_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[_memory_pb2.RecallHit, _Mapping]]] = ...) -> None: ...
+
+class UpdateGlobalRequest(_message.Message):
+    __slots__ = ("tenant", "content", "request_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    content: str
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., content: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class UpdateGlobalResponse(_message.Message):
+    __slots__ = ("updated",)
+    UPDATED_FIELD_NUMBER: _ClassVar[int]
+    updated: bool
+    def __init__(self, updated: _Optional[bool] = ...) -> None: ...
+
+class UpdateWorkspaceRequest(_message.Message):
+    __slots__ = ("tenant", "workspace", "changes", "request_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    workspace: str
+    changes: _containers.RepeatedCompositeFieldContainer[RecordChange]
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class UpdateWorkspaceResponse(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: int
+    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+
+class GetRecordRequest(_message.Message):
+    __slots__ = ("tenant", "scope", "key")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: str
+    key: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class GetRecordResponse(_message.Message):
+    __slots__ = ("record", "generation")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    generation: int
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class ListRecordsRequest(_message.Message):
+    __slots__ = ("tenant", "scope")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class ListRecordsResponse(_message.Message):
+    __slots__ = ("records", "generation")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    generation: int
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class EditRecordsRequest(_message.Message):
+    __slots__ = ("tenant", "scope", "expected_generation", "changes", "request_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: str
+    expected_generation: int
+    changes: _containers.RepeatedCompositeFieldContainer[RecordChange]
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., expected_generation: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class EditRecordsResponse(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+
+class ConsolidateRequest(_message.Message):
+    __slots__ = ("tenant", "scope", "expected_generation", "changes", "receipt_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: str
+    expected_generation: int
+    changes: _containers.RepeatedCompositeFieldContainer[RecordChange]
+    receipt_id: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., expected_generation: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., receipt_id: _Optional[str] = ...) -> None: ...
+
+class ConsolidateResponse(_message.Message):
+    __slots__ = ("generation", "already_applied")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    already_applied: bool
+    def __init__(self, generation: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...

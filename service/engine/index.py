@@ -1,0 +1,69 @@
+"""The in-memory vector matrix of one tenant: a cache of the ``embeddings`` table.
+
+It is brought up to date inside each recall's own read transaction: rows above its high-water
+mark are appended; a forget (seen as a new forget epoch) drops and reloads it. It never holds
+anything that is not in the file, so ranking is the same before and after a restart. Rows live in
+one contiguous float32 buffer that grows by doubling, so appends are amortised O(1) and a query
+is one matrix-vector product.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from mnemosyne.store.tenant_store import ReadTxn
+
+
+class VectorIndex:
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._lock = threading.Lock()
+        self._buffer = np.zeros((0, dim), dtype=np.float32)
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._count = 0
+        self.high_water = 0
+        self.epoch = -1
+
+    def sync(self, txn: ReadTxn) -> tuple[np.ndarray, np.ndarray]:
+        """Bring the cache up to (at least) the snapshot of ``txn``; return (ids, matrix) views.
+
+        The views may include rows newer than ``txn``'s snapshot (another recall synced later);
+        callers resolve hits inside their own transaction, which drops rows it cannot see.
+        """
+        high, epoch = txn.index_state()
+        with self._lock:
+            if epoch != self.epoch:
+                if epoch < self.epoch:
+                    # Our snapshot is older than the cache's; the cache is already newer: use it.
+                    return self._ids[: self._count], self._buffer[: self._count]
+                self._count = 0
+                self.high_water = 0
+                self.epoch = epoch
+            if high > self.high_water:
+                rows = txn.embeddings_after(self.high_water, high)
+                self._append(rows)
+                self.high_water = high
+            return self._ids[: self._count], self._buffer[: self._count]
+
+    def _append(self, rows: list[tuple[int, str, bytes]]) -> None:
+        if not rows:
+            return
+        needed = self._count + len(rows)
+        if needed > len(self._buffer):
+            capacity = max(needed, 2 * len(self._buffer), 256)
+            buffer = np.zeros((capacity, self.dim), dtype=np.float32)
+            buffer[: self._count] = self._buffer[: self._count]
+            ids = np.zeros(capacity, dtype=np.int64)
+            ids[: self._count] = self._ids[: self._count]
+            # Replace, never resize in place: a concurrent reader keeps its old, still-valid view.
+            self._buffer, self._ids = buffer, ids
+        vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), self.dim)
+        self._buffer[self._count : needed] = vectors
+        self._ids[self._count : needed] = [r[0] for r in rows]
+        self._count = needed
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._buffer.nbytes + self._ids.nbytes)

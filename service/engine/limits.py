@@ -1,0 +1,114 @@
+"""Input limits and validation of everything a client sends.
+
+Every string from a client is hostile until checked here: sizes, counts, scope names, metadata.
+Each violation is an ``InvalidArgument`` whose message names the limit and the value allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from mnemosyne.errors import InvalidArgument
+
+SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_text_chars: int = 32_768
+    max_query_chars: int = 4_096
+    max_batch_items: int = 1_000
+    max_k: int = 100
+    max_metadata_pairs: int = 32
+    max_metadata_key_chars: int = 128
+    max_metadata_value_chars: int = 1_024
+    max_page_size: int = 1_000
+
+
+def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
+    if not text or not text.strip():
+        raise InvalidArgument(f"{field} is empty; give the text to remember", reason="TEXT_EMPTY")
+    if len(text) > limits.max_text_chars:
+        raise InvalidArgument(
+            f"{field} has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)",
+            reason="TEXT_TOO_LONG",
+        )
+    if "\x00" in text:
+        raise InvalidArgument(f"{field} contains a NUL character", reason="TEXT_INVALID")
+    return text
+
+
+def validate_scope(scope: str) -> str:
+    scope = scope or "global"
+    if not SCOPE_PATTERN.fullmatch(scope):
+        raise InvalidArgument(
+            f"scope {scope[:80]!r} is not valid: use 'global' or 'workspace/<name>' where name is 1-64 "
+            "characters of letters, digits, '.', '_' and '-'",
+            reason="SCOPE_INVALID",
+        )
+    return scope
+
+
+def validate_metadata(metadata: Mapping[str, str], limits: Limits, *, field: str = "metadata") -> dict[str, str]:
+    if len(metadata) > limits.max_metadata_pairs:
+        raise InvalidArgument(
+            f"{field} has {len(metadata)} pairs; the limit is {limits.max_metadata_pairs} (max_metadata_pairs)",
+            reason="METADATA_TOO_LARGE",
+        )
+    for key, value in metadata.items():
+        if not key or len(key) > limits.max_metadata_key_chars or "\x00" in key:
+            raise InvalidArgument(
+                f"{field} key {key[:80]!r} must be 1-{limits.max_metadata_key_chars} characters without NUL",
+                reason="METADATA_INVALID",
+            )
+        if len(value) > limits.max_metadata_value_chars or "\x00" in value:
+            raise InvalidArgument(
+                f"{field} value of {key[:80]!r} must be at most {limits.max_metadata_value_chars} characters "
+                "without NUL (max_metadata_value_chars)",
+                reason="METADATA_INVALID",
+            )
+    return dict(metadata)
+
+
+def validate_request_id(request_id: str | None) -> str | None:
+    if not request_id:
+        return None
+    if not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise InvalidArgument(
+            "request_id must be 1-128 printable ASCII characters without spaces (a UUID is ideal)",
+            reason="REQUEST_ID_INVALID",
+        )
+    return request_id
+
+
+def validate_k(k: int, limits: Limits) -> int:
+    if k == 0:
+        return 5
+    if k < 0 or k > limits.max_k:
+        raise InvalidArgument(f"k is {k}; it must be between 1 and {limits.max_k} (max_k)", reason="K_OUT_OF_RANGE")
+    return k
+
+
+def validate_query(query: str, limits: Limits) -> str:
+    if not query or not query.strip():
+        raise InvalidArgument("query is empty; give the text to search for", reason="QUERY_EMPTY")
+    if len(query) > limits.max_query_chars:
+        raise InvalidArgument(
+            f"query has {len(query)} characters; the limit is {limits.max_query_chars} (max_query_chars)",
+            reason="QUERY_TOO_LONG",
+        )
+    return query
+
+
+def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> int:
+    if page_size == 0:
+        return default
+    if page_size < 0 or page_size > limits.max_page_size:
+        raise InvalidArgument(
+            f"page_size is {page_size}; it must be between 1 and {limits.max_page_size}",
+            reason="PAGE_SIZE_OUT_OF_RANGE",
+        )
+    return page_size

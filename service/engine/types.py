@@ -1,0 +1,101 @@
+"""Domain values passed between the engine and its callers (the transport, MemoryBrain)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class RetainStatus(str, enum.Enum):
+    CREATED = "created"
+    DUPLICATE = "duplicate"
+    ENQUEUED = "enqueued"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class RetainItem:
+    text: str
+    scope: str = "global"
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetainOutcome:
+    status: RetainStatus
+    memory_id: int = 0
+    event_id: int = 0
+    error_reason: str = ""
+    error_message: str = ""
+    near_duplicate_of: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["near_duplicate_of"] = list(self.near_duplicate_of)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RetainOutcome":
+        return cls(
+            status=RetainStatus(data["status"]),
+            memory_id=int(data.get("memory_id", 0)),
+            event_id=int(data.get("event_id", 0)),
+            error_reason=data.get("error_reason", ""),
+            error_message=data.get("error_message", ""),
+            near_duplicate_of=tuple(data.get("near_duplicate_of", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: int
+    scope: str
+    text: str
+    metadata: dict[str, str]
+    created_at: float
+    facts: list[tuple[str, str, str]]
+    triples: list[tuple[str, str, str]]
+    forgotten: bool = False
+
+
+@dataclass(frozen=True)
+class Hit:
+    memory: Memory
+    score: float
+    vector_score: float
+    text_score: float
+
+
+class RecallMode(str, enum.Enum):
+    HYBRID = "hybrid"
+    VECTOR = "vector"
+    TEXT = "text"
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    memories: list[Memory]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class TenantStats:
+    memories: int = 0
+    forgotten: int = 0
+    writes: int = 0
+    model_calls: int = 0
+    embed_calls: int = 0
+    duplicates: int = 0
+    ledger_entries: int = 0
+    file_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class IntegrityReport:
+    valid: bool
+    first_broken_at: int
+    checked: int
+    head_hash: str
+    problems: list[tuple[int, int, str, str]]  # (ledger_seq, memory_id, kind, detail)

@@ -1,0 +1,231 @@
+"""The audit ledger: an append-only SHA-256 chain, one per tenant file.
+
+Entry ``n`` stores ``hash_n = SHA-256(hash_{n-1} ‖ canonical_entry_n)`` with ``hash_0`` 64 zeros.
+Entries hold hashes of content, never the text, so forgetting a memory erases its text while the
+chain stays verifiable. Every mutation appends its entry in the same transaction as the mutation,
+so a chain and the data it describes can only be torn by editing the file.
+
+The chain is unkeyed and lives in the same file: it catches torn writes and stray edits, not
+someone able to rewrite the whole file. ``head_hash`` exists so an operator can record it elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+GENESIS_HASH = "0" * 64
+
+
+def canonical_json(value: Any) -> str:
+    """One byte-exact JSON form for hashing: sorted keys, no spaces, UTF-8 text kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(data: str | bytes) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def chain_hash(previous_hash: str, entry_json: str) -> str:
+    return sha256_hex(previous_hash.encode("ascii") + entry_json.encode("utf-8"))
+
+
+def facts_digest(facts: Sequence[tuple[str, str, str]]) -> str:
+    return sha256_hex(canonical_json([list(f) for f in facts]))
+
+
+def triples_digest(triples: Sequence[tuple[str, str, str]]) -> str:
+    return sha256_hex(canonical_json([list(t) for t in triples]))
+
+
+@dataclass(frozen=True)
+class MemoryDigest:
+    """What the ledger remembers of one retained memory: hashes of every stored part."""
+
+    scope: str
+    body: str
+    metadata: str
+    facts: str
+    triples: str
+    embedding: str
+    fingerprint: str
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        scope: str,
+        body: str,
+        metadata_json: str,
+        facts: Sequence[tuple[str, str, str]],
+        triples: Sequence[tuple[str, str, str]],
+        embedding: bytes,
+        fingerprint: str,
+    ) -> "MemoryDigest":
+        return cls(
+            scope=scope,
+            body=sha256_hex(body),
+            metadata=sha256_hex(metadata_json),
+            facts=facts_digest(facts),
+            triples=triples_digest(triples),
+            embedding=sha256_hex(embedding),
+            fingerprint=fingerprint,
+        )
+
+    def as_entry_fields(self) -> dict[str, str]:
+        return {
+            "scope": self.scope,
+            "body": self.body,
+            "metadata": self.metadata,
+            "facts": self.facts,
+            "triples": self.triples,
+            "embedding": self.embedding,
+            "fingerprint": self.fingerprint,
+        }
+
+    def differences(self, other: "MemoryDigest") -> list[str]:
+        """Names of the parts that differ, e.g. ["body", "facts"]."""
+        mine, theirs = self.as_entry_fields(), other.as_entry_fields()
+        return [name for name in mine if mine[name] != theirs[name]]
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    seq: int
+    entry: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class StoredMemory:
+    """One memory row as found in the file, with digests recomputed from what is stored."""
+
+    memory_id: int
+    forgotten: bool
+    digest: MemoryDigest
+    leftovers: bool  # a forgotten memory that still has facts, triples, embedding or body text
+
+
+@dataclass(frozen=True)
+class Problem:
+    ledger_seq: int
+    memory_id: int
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    valid: bool
+    first_broken_at: int
+    checked: int
+    head_hash: str
+    problems: list[Problem]
+
+
+@dataclass
+class _Expected:
+    retain_seq: int
+    digest: MemoryDigest
+    forget_seq: int = 0
+
+
+def verify(
+    ledger: Iterable[LedgerRow],
+    memories: Iterable[StoredMemory],
+    *,
+    max_problems: int = 100,
+) -> Verdict:
+    """Recompute the chain, then check completeness both ways.
+
+    Every live memory must match its retain entry part by part; every entry's memory must exist
+    (and be erased if a forget entry follows); a memory with no entry is attributed to the position
+    its entry should have had: the first retain entry of a later memory id, or the head + 1.
+    Other entry kinds (records, merges) are checked by the chain only.
+    """
+    problems: list[Problem] = []
+    expected: dict[int, _Expected] = {}
+    retain_seqs: list[tuple[int, int]] = []  # (memory_id, seq) in chain order
+    previous = GENESIS_HASH
+    checked = 0
+    last_seq = 0
+    for row in ledger:
+        checked += 1
+        if row.seq != last_seq + 1:
+            problems.append(
+                Problem(last_seq + 1, 0, "CHAIN_GAP", f"ledger entries {last_seq + 1}..{row.seq - 1} are missing")
+            )
+        last_seq = row.seq
+        if chain_hash(previous, row.entry) != row.hash:
+            problems.append(
+                Problem(row.seq, 0, "CHAIN_BROKEN", f"entry {row.seq} does not hash to its stored hash")
+            )
+        previous = row.hash
+        try:
+            entry = json.loads(row.entry)
+        except ValueError:
+            problems.append(Problem(row.seq, 0, "ENTRY_UNREADABLE", f"entry {row.seq} is not JSON"))
+            continue
+        op = entry.get("op")
+        memory_id = int(entry.get("memory_id") or 0)
+        if op == "retain":
+            fields = {k: str(entry.get(k, "")) for k in MemoryDigest.__dataclass_fields__}
+            expected[memory_id] = _Expected(row.seq, MemoryDigest(**fields))
+            retain_seqs.append((memory_id, row.seq))
+        elif op == "forget":
+            if memory_id in expected:
+                expected[memory_id].forget_seq = row.seq
+            else:
+                problems.append(
+                    Problem(row.seq, memory_id, "FORGET_UNKNOWN", f"entry {row.seq} forgets memory {memory_id}, which was never retained")
+                )
+
+    retain_seqs.sort()
+    seen: set[int] = set()
+    for memory in memories:
+        seen.add(memory.memory_id)
+        want = expected.get(memory.memory_id)
+        if want is None:
+            seq = next((s for mid, s in retain_seqs if mid > memory.memory_id), last_seq + 1)
+            problems.append(
+                Problem(seq, memory.memory_id, "UNRECORDED_MEMORY", f"memory {memory.memory_id} has no ledger entry")
+            )
+            continue
+        if want.forget_seq:
+            if not memory.forgotten or memory.leftovers:
+                problems.append(
+                    Problem(want.forget_seq, memory.memory_id, "FORGET_NOT_APPLIED",
+                            f"memory {memory.memory_id} was forgotten at entry {want.forget_seq} but still holds content")
+                )
+            continue
+        if memory.forgotten:
+            problems.append(
+                Problem(want.retain_seq, memory.memory_id, "FORGET_UNRECORDED",
+                        f"memory {memory.memory_id} is erased but the ledger never forgot it")
+            )
+            continue
+        differing = want.digest.differences(memory.digest)
+        if differing:
+            problems.append(
+                Problem(want.retain_seq, memory.memory_id, "CONTENT_MISMATCH",
+                        f"memory {memory.memory_id} differs from its ledger entry in: {', '.join(differing)}")
+            )
+    for memory_id, want in expected.items():
+        if memory_id not in seen:
+            problems.append(
+                Problem(want.retain_seq, memory_id, "MEMORY_MISSING", f"memory {memory_id} is in the ledger but not in the file")
+            )
+
+    problems.sort(key=lambda p: (p.ledger_seq, p.memory_id))
+    first = problems[0].ledger_seq if problems else 0
+    return Verdict(
+        valid=not problems,
+        first_broken_at=first,
+        checked=checked,
+        head_hash=previous,
+        problems=problems[:max_problems],
+    )

@@ -1,0 +1,94 @@
+"""Schema of a tenant file, versioned with ``PRAGMA user_version``.
+
+``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``; each runs inside one transaction
+with the version bump, so a crash mid-migration leaves the old version intact. A file whose
+version is newer than the code is refused rather than guessed at. ``APPLICATION_ID`` marks the
+file as ours ("MNEM"), so a stray SQLite file in the data directory is never mistaken for a tenant.
+"""
+
+from __future__ import annotations
+
+APPLICATION_ID = 0x4D4E454D  # "MNEM"
+
+_V1 = """
+CREATE TABLE meta(
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- Persisted counters (writes, model calls, ...), updated in the transaction of the work they count.
+CREATE TABLE counters(
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- A memory's id is never reused (AUTOINCREMENT) and its row is never deleted: forgetting erases
+-- the body and the derived rows, and clears the fingerprint so the same text can be retained again.
+CREATE TABLE memories(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  scope TEXT NOT NULL,
+  body TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  fingerprint TEXT,
+  created_at REAL NOT NULL,
+  forgotten_at REAL,
+  ledger_seq INTEGER NOT NULL
+);
+-- Exact duplicates are refused by the file itself, across threads and processes alike.
+CREATE UNIQUE INDEX memories_fingerprint ON memories(fingerprint);
+CREATE INDEX memories_scope ON memories(scope, id);
+
+CREATE TABLE facts(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  ord INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  value TEXT NOT NULL,
+  normalized TEXT NOT NULL,
+  PRIMARY KEY (memory_id, ord)
+) WITHOUT ROWID;
+
+CREATE TABLE triples(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  ord INTEGER NOT NULL,
+  subject TEXT NOT NULL,
+  predicate TEXT NOT NULL,
+  object TEXT NOT NULL,
+  PRIMARY KEY (memory_id, ord)
+) WITHOUT ROWID;
+CREATE INDEX triples_subject_predicate ON triples(subject, predicate);
+
+-- float32 little-endian vectors; the in-memory matrix is only a cache of this table.
+CREATE TABLE embeddings(
+  memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+  vector BLOB NOT NULL
+);
+
+-- Contentless full-text index keyed by memory id: the text lives once, in memories.body.
+CREATE VIRTUAL TABLE memories_fts USING fts5(
+  body,
+  content='',
+  contentless_delete=1,
+  tokenize='porter unicode61 remove_diacritics 2'
+);
+
+CREATE TABLE ledger(
+  seq INTEGER PRIMARY KEY,
+  at REAL NOT NULL,
+  entry TEXT NOT NULL,
+  hash TEXT NOT NULL
+);
+
+-- Idempotency keys and the result they produced, written in the transaction of the write.
+CREATE TABLE requests(
+  request_id TEXT PRIMARY KEY,
+  method TEXT NOT NULL,
+  payload_hash TEXT NOT NULL,
+  result TEXT NOT NULL,
+  created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX requests_created_at ON requests(created_at);
+"""
+
+MIGRATIONS: list[str] = [_V1]
+
+SCHEMA_VERSION = len(MIGRATIONS)

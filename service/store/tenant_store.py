@@ -1,0 +1,514 @@
+"""One tenant's SQLite file: connections, migrations and every SQL statement on it.
+
+Concurrency contract:
+
+* Writes: one writer connection per file, used under the tenant's write lock (from the
+  ``LockManager``), every write one ``BEGIN IMMEDIATE`` transaction. Every check that decides a
+  write (fingerprint, request id, generation) must run inside that transaction; slow work
+  (extraction, embedding) must happen before it.
+* Reads: a small pool of reader connections, each read one deferred transaction, so a read sees
+  one snapshot and never waits for the writer (WAL).
+* The store knows nothing of the engine's policies. ``cache`` is a slot where the engine keeps
+  derived state (the vector matrix); it lives and dies with this open store.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import apsw
+import apsw.bestpractice
+
+from mnemosyne.errors import FailedPrecondition, ResourceExhausted
+from mnemosyne.store import ledger
+from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS = 10_000
+_CONNECTION_HOOKS = [
+    hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")
+]
+
+
+class InjectedFault(Exception):
+    """Raised by a store test seam inside a write transaction (never in production)."""
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """Everything one retain writes, prepared before the transaction starts."""
+
+    scope: str
+    body: str
+    metadata_json: str
+    fingerprint: str
+    facts: Sequence[tuple[str, str, str]]  # (kind, value, normalized)
+    triples: Sequence[tuple[str, str, str]]  # (subject, predicate, object)
+    embedding: bytes
+    fts_text: str
+    created_at: float
+
+
+@dataclass
+class MemoryRow:
+    id: int
+    scope: str
+    body: str
+    metadata: dict[str, str]
+    created_at: float
+    forgotten: bool
+    facts: list[tuple[str, str, str]] = field(default_factory=list)
+    triples: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    connection = apsw.Connection(str(path), flags=flags)
+    for hook in _CONNECTION_HOOKS:
+        hook(connection)
+    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+    if not readonly:
+        connection.pragma("synchronous", synchronous)
+    return connection
+
+
+def _migrate(connection: apsw.Connection, path: Path) -> None:
+    version = connection.pragma("user_version")
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        raise FailedPrecondition(
+            f"{path.name} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
+            "upgrade the server instead of opening the file with an older one",
+            reason="SCHEMA_TOO_NEW",
+        )
+    application_id = connection.pragma("application_id")
+    if version > 0 and application_id != APPLICATION_ID:
+        raise FailedPrecondition(f"{path.name} is not a Mnemosyne tenant file", reason="NOT_A_TENANT_FILE")
+    # One transaction: the schema change and its version bump land together or not at all.
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        version = connection.pragma("user_version")  # re-read under the write lock
+        for step in range(version, SCHEMA_VERSION):
+            connection.execute(MIGRATIONS[step])
+        connection.pragma("user_version", SCHEMA_VERSION)
+        connection.pragma("application_id", APPLICATION_ID)
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _translate_sqlite_error(exc: apsw.Error) -> Exception:
+    if isinstance(exc, apsw.FullError):
+        return ResourceExhausted(
+            "the disk holding the tenant file is full; nothing of this write was kept",
+            reason="DISK_FULL",
+        )
+    return exc
+
+
+class TenantStore:
+    """An open tenant file. Create through ``TenantPool``, which owns its lifetime."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        write_lock: threading.Lock | threading.RLock,
+        synchronous: str = "FULL",
+        max_readers: int = 4,
+        faults: frozenset[str] = frozenset(),
+    ) -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._write_lock = write_lock
+        self._max_readers = max_readers
+        self._faults = faults
+        self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
+        try:
+            _migrate(self._writer, path)
+        except BaseException:
+            self._writer.close()
+            raise
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self.cache: dict[str, Any] = {}
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for connection in readers:
+            connection.close()
+        with self._write_lock:
+            self._writer.close()
+        self.cache.clear()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator["WriteTxn"]:
+        """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success."""
+        with self._write_lock:
+            connection = self._writer
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except apsw.Error as exc:
+                raise _translate_sqlite_error(exc) from exc
+            try:
+                yield WriteTxn(connection, self._faults)
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+            try:
+                connection.execute("COMMIT")
+            except apsw.Error as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise _translate_sqlite_error(exc) from exc
+
+    @contextmanager
+    def read(self) -> Iterator["ReadTxn"]:
+        """One read transaction on a pooled reader connection: a single consistent snapshot."""
+        connection = self._take_reader()
+        connection.execute("BEGIN")
+        try:
+            yield ReadTxn(connection)
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")
+            self._return_reader(connection)
+
+    def _take_reader(self) -> apsw.Connection:
+        with self._readers_lock:
+            if self._readers:
+                return self._readers.pop()
+        return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
+
+    def _return_reader(self, connection: apsw.Connection) -> None:
+        with self._readers_lock:
+            if not self._closed and len(self._readers) < self._max_readers:
+                self._readers.append(connection)
+                return
+        connection.close()
+
+    def file_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += Path(str(self.path) + suffix).stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
+
+
+def _metadata(text: str) -> dict[str, str]:
+    return json.loads(text) if text else {}
+
+
+class ReadTxn:
+    """Queries valid inside one transaction (read or write)."""
+
+    def __init__(self, connection: apsw.Connection) -> None:
+        self.connection = connection
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.connection.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    # -- meta and counters ----------------------------------------------------------------------
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
+        return default if value is None else value
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.connection.execute("SELECT name, value FROM counters"))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(live memories, forgotten memories, ledger entries)."""
+        live, forgotten = self.connection.execute(
+            "SELECT count(*) FILTER (WHERE forgotten_at IS NULL), count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
+        ).fetchone()
+        return live, forgotten, self._one("SELECT count(*) FROM ledger")
+
+    # -- idempotency and dedup ------------------------------------------------------------------
+
+    def find_request(self, request_id: str) -> tuple[str, str, str] | None:
+        """(method, payload_hash, result_json) stored for a request id, if any."""
+        row = self.connection.execute(
+            "SELECT method, payload_hash, result FROM requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def find_by_fingerprint(self, fingerprint: str) -> int | None:
+        return self._one("SELECT id FROM memories WHERE fingerprint = ?", (fingerprint,))
+
+    # -- memories -------------------------------------------------------------------------------
+
+    def memories_by_ids(self, ids: Sequence[int], *, with_details: bool = True) -> dict[int, MemoryRow]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = {
+            r[0]: MemoryRow(r[0], r[1], r[2], _metadata(r[3]), r[4], r[5] is not None)
+            for r in self.connection.execute(
+                f"SELECT id, scope, body, metadata, created_at, forgotten_at FROM memories WHERE id IN ({marks})",
+                tuple(ids),
+            )
+        }
+        if with_details and rows:
+            for memory_id, kind, value, normalized in self.connection.execute(
+                f"SELECT memory_id, kind, value, normalized FROM facts WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+                tuple(ids),
+            ):
+                rows[memory_id].facts.append((kind, value, normalized))
+            for memory_id, subject, predicate, obj in self.connection.execute(
+                f"SELECT memory_id, subject, predicate, object FROM triples WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+                tuple(ids),
+            ):
+                rows[memory_id].triples.append((subject, predicate, obj))
+        return rows
+
+    def list_memory_ids(
+        self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool
+    ) -> list[int]:
+        sql = "SELECT id FROM memories WHERE id > ?"
+        params: list[Any] = [after_id]
+        if scope:
+            sql += " AND scope = ?"
+            params.append(scope)
+        if not include_forgotten:
+            sql += " AND forgotten_at IS NULL"
+        sql += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        return [r[0] for r in self.connection.execute(sql, params)]
+
+    def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
+        """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
+        sql, params = self._filter_sql("m", scopes, metadata_equals)
+        return [r[0] for r in self.connection.execute(f"SELECT m.id FROM memories m WHERE {sql}", params)]
+
+    @staticmethod
+    def _filter_sql(alias: str, scopes: Sequence[str], metadata_equals: dict[str, str]) -> tuple[str, list[Any]]:
+        clauses = [f"{alias}.forgotten_at IS NULL"]
+        params: list[Any] = []
+        if scopes:
+            clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
+            params.extend(scopes)
+        for key, value in sorted(metadata_equals.items()):
+            # json_each with bound parameters: keys from clients never become JSON path syntax.
+            clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)")
+            params.extend((key, value))
+        return " AND ".join(clauses), params
+
+    def fts_search(
+        self, match: str, *, limit: int, scopes: Sequence[str], metadata_equals: dict[str, str]
+    ) -> list[tuple[int, float]]:
+        """(memory id, bm25 relevance — higher is better) for an already-safe FTS5 expression."""
+        if scopes or metadata_equals:
+            where, params = self._filter_sql("m", scopes, metadata_equals)
+            sql = (
+                "SELECT f.rowid, bm25(memories_fts) AS r FROM memories_fts f JOIN memories m ON m.id = f.rowid "
+                f"WHERE memories_fts MATCH ? AND {where} ORDER BY r LIMIT ?"
+            )
+            rows = self.connection.execute(sql, [match, *params, limit])
+        else:
+            rows = self.connection.execute(
+                "SELECT rowid, bm25(memories_fts) AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY r LIMIT ?",
+                (match, limit),
+            )
+        return [(rowid, -rank) for rowid, rank in rows]
+
+    def index_state(self) -> tuple[int, int]:
+        """(highest memory id, forget epoch): what the vector cache compares itself with."""
+        high = self._one("SELECT seq FROM sqlite_sequence WHERE name = 'memories'") or 0
+        epoch = int(self.meta("forget_epoch", "0") or 0)
+        return high, epoch
+
+    def embeddings_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str, bytes]]:
+        """(id, scope, vector) of live memories with after_id < id <= up_to_id, in id order."""
+        return list(
+            self.connection.execute(
+                "SELECT e.memory_id, m.scope, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id "
+                "WHERE e.memory_id > ? AND e.memory_id <= ? AND m.forgotten_at IS NULL ORDER BY e.memory_id",
+                (after_id, up_to_id),
+            )
+        )
+
+    def fts_row_exists(self, memory_id: int) -> bool:
+        return self._one("SELECT count(*) FROM memories_fts WHERE rowid = ?", (memory_id,)) > 0
+
+    # -- integrity ------------------------------------------------------------------------------
+
+    def ledger_rows(self) -> Iterator[ledger.LedgerRow]:
+        for seq, entry, digest in self.connection.execute("SELECT seq, entry, hash FROM ledger ORDER BY seq"):
+            yield ledger.LedgerRow(seq, entry, digest)
+
+    def ledger_head(self) -> tuple[int, str]:
+        row = self.connection.execute("SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        return (0, ledger.GENESIS_HASH) if row is None else (row[0], row[1])
+
+    def stored_memories(self) -> Iterator[ledger.StoredMemory]:
+        """Every memory row with digests recomputed from what is actually stored."""
+        facts: dict[int, list[tuple[str, str, str]]] = {}
+        for memory_id, kind, value, normalized in self.connection.execute(
+            "SELECT memory_id, kind, value, normalized FROM facts ORDER BY memory_id, ord"
+        ):
+            facts.setdefault(memory_id, []).append((kind, value, normalized))
+        triples: dict[int, list[tuple[str, str, str]]] = {}
+        for memory_id, subject, predicate, obj in self.connection.execute(
+            "SELECT memory_id, subject, predicate, object FROM triples ORDER BY memory_id, ord"
+        ):
+            triples.setdefault(memory_id, []).append((subject, predicate, obj))
+        embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
+        for memory_id, scope, body, metadata_json, fingerprint, forgotten_at in self.connection.execute(
+            "SELECT id, scope, body, metadata, fingerprint, forgotten_at FROM memories ORDER BY id"
+        ):
+            my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
+            vector = embeddings.get(memory_id)
+            forgotten = forgotten_at is not None
+            yield ledger.StoredMemory(
+                memory_id=memory_id,
+                forgotten=forgotten,
+                digest=ledger.MemoryDigest.of(
+                    scope=scope,
+                    body=body,
+                    metadata_json=metadata_json,
+                    facts=my_facts,
+                    triples=my_triples,
+                    embedding=vector if vector is not None else b"",
+                    fingerprint=fingerprint or "",
+                ),
+                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None),
+            )
+
+
+class WriteTxn(ReadTxn):
+    """Mutations; valid only inside ``TenantStore.write()``."""
+
+    def __init__(self, connection: apsw.Connection, faults: frozenset[str]) -> None:
+        super().__init__(connection)
+        self._faults = faults
+
+    def _fault_point(self, name: str) -> None:
+        if name in self._faults:
+            raise InjectedFault(f"injected fault at {name}")
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.connection.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def add_counters(self, deltas: dict[str, int]) -> None:
+        for name, delta in deltas.items():
+            if delta:
+                self.connection.execute(
+                    "INSERT INTO counters(name, value) VALUES(?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                    (name, delta),
+                )
+
+    def save_request(self, request_id: str, method: str, payload_hash: str, result_json: str) -> None:
+        self.connection.execute(
+            "INSERT INTO requests(request_id, method, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
+            (request_id, method, payload_hash, result_json, time.time()),
+        )
+
+    def prune_requests(self, older_than: float) -> int:
+        self.connection.execute("DELETE FROM requests WHERE created_at < ?", (older_than,))
+        return self.connection.changes()
+
+    def append_ledger(self, entry: dict[str, Any]) -> int:
+        """Append one chained entry; returns its sequence number."""
+        head_seq, head_hash = self.ledger_head()
+        seq = head_seq + 1
+        entry_json = ledger.canonical_json({**entry, "seq": seq})
+        self.connection.execute(
+            "INSERT INTO ledger(seq, at, entry, hash) VALUES(?, ?, ?, ?)",
+            (seq, time.time(), entry_json, ledger.chain_hash(head_hash, entry_json)),
+        )
+        return seq
+
+    def insert_memory(self, memory: NewMemory) -> int:
+        """Body, facts, triples, embedding, full-text row and ledger entry: all or nothing with
+        the enclosing transaction. Raises ``apsw.ConstraintError`` on a duplicate fingerprint."""
+        c = self.connection
+        c.execute(
+            "INSERT INTO memories(scope, body, metadata, fingerprint, created_at, ledger_seq) VALUES(?, ?, ?, ?, ?, 0)",
+            (memory.scope, memory.body, memory.metadata_json, memory.fingerprint, memory.created_at),
+        )
+        memory_id = c.last_insert_rowid()
+        self._fault_point("after_body")
+        c.executemany(
+            "INSERT INTO facts(memory_id, ord, kind, value, normalized) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *fact) for i, fact in enumerate(memory.facts)],
+        )
+        self._fault_point("after_facts")
+        c.executemany(
+            "INSERT INTO triples(memory_id, ord, subject, predicate, object) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *triple) for i, triple in enumerate(memory.triples)],
+        )
+        self._fault_point("after_triples")
+        c.execute("INSERT INTO embeddings(memory_id, vector) VALUES(?, ?)", (memory_id, memory.embedding))
+        self._fault_point("after_embedding")
+        c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, memory.fts_text))
+        self._fault_point("after_fts")
+        digest = ledger.MemoryDigest.of(
+            scope=memory.scope,
+            body=memory.body,
+            metadata_json=memory.metadata_json,
+            facts=memory.facts,
+            triples=memory.triples,
+            embedding=memory.embedding,
+            fingerprint=memory.fingerprint,
+        )
+        seq = self.append_ledger({"op": "retain", "memory_id": memory_id, **digest.as_entry_fields()})
+        c.execute("UPDATE memories SET ledger_seq = ? WHERE id = ?", (seq, memory_id))
+        self._fault_point("after_ledger")
+        return memory_id
+
+    def forget_memory(self, memory_id: int) -> bool:
+        """Erase text and derived rows, keep the row and its id. False if already forgotten."""
+        c = self.connection
+        row = c.execute("SELECT forgotten_at FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        if row is None or row[0] is not None:
+            return False
+        c.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
+        c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
+        c.execute(
+            "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
+            (time.time(), memory_id),
+        )
+        self.append_ledger({"op": "forget", "memory_id": memory_id})
+        epoch = int(self.meta("forget_epoch", "0") or 0)
+        self.set_meta("forget_epoch", str(epoch + 1))
+        return True
+
+    @contextmanager
+    def savepoint(self, name: str = "item") -> Iterator[None]:
+        """A nested unit inside the transaction: rolled back alone if its block raises."""
+        self.connection.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.connection.execute(f"ROLLBACK TO {name}")
+            self.connection.execute(f"RELEASE {name}")
+            raise
+        self.connection.execute(f"RELEASE {name}")

@@ -1,0 +1,91 @@
+"""Conversion between protobuf messages and engine values: a flat list of to_/from_ functions."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+
+from mnemosyne.engine import types
+from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2
+
+_RETAIN_STATUS = {
+    types.RetainStatus.CREATED: types_pb2.RetainResult.CREATED,
+    types.RetainStatus.DUPLICATE: types_pb2.RetainResult.DUPLICATE,
+    types.RetainStatus.ENQUEUED: types_pb2.RetainResult.ENQUEUED,
+    types.RetainStatus.INVALID: types_pb2.RetainResult.INVALID,
+}
+_RECALL_MODE = {
+    memory_pb2.RECALL_MODE_UNSPECIFIED: types.RecallMode.HYBRID,
+    memory_pb2.RECALL_MODE_HYBRID: types.RecallMode.HYBRID,
+    memory_pb2.RECALL_MODE_VECTOR: types.RecallMode.VECTOR,
+    memory_pb2.RECALL_MODE_TEXT: types.RecallMode.TEXT,
+}
+
+
+def to_timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def from_retain_item(text: str, scope: str, metadata: object) -> types.RetainItem:
+    return types.RetainItem(text=text, scope=scope or "global", metadata=dict(metadata))  # type: ignore[call-overload]
+
+
+def from_recall_mode(mode: int) -> types.RecallMode:
+    return _RECALL_MODE.get(mode, types.RecallMode.HYBRID)
+
+
+def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
+    return types_pb2.RetainResult(
+        status=_RETAIN_STATUS[outcome.status],
+        memory_id=outcome.memory_id,
+        event_id=outcome.event_id,
+        error_reason=outcome.error_reason,
+        error_message=outcome.error_message,
+        near_duplicate_of=list(outcome.near_duplicate_of),
+    )
+
+
+def to_memory(memory: types.Memory) -> types_pb2.Memory:
+    return types_pb2.Memory(
+        id=memory.id,
+        scope=memory.scope,
+        text=memory.text,
+        metadata=memory.metadata,
+        created_at=to_timestamp(memory.created_at),
+        facts=[types_pb2.Fact(kind=k, value=v, normalized=n) for k, v, n in memory.facts],
+        triples=[types_pb2.Triple(subject=s, predicate=p, object=o) for s, p, o in memory.triples],
+        forgotten=memory.forgotten,
+    )
+
+
+def to_recall_hit(hit: types.Hit) -> memory_pb2.RecallHit:
+    return memory_pb2.RecallHit(
+        memory=to_memory(hit.memory), score=hit.score, vector_score=hit.vector_score, text_score=hit.text_score
+    )
+
+
+def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResponse:
+    return admin_pb2.VerifyIntegrityResponse(
+        valid=report.valid,
+        first_broken_at=report.first_broken_at,
+        checked=report.checked,
+        head_hash=report.head_hash,
+        problems=[
+            admin_pb2.IntegrityProblem(ledger_seq=seq, memory_id=mid, kind=kind, detail=detail)
+            for seq, mid, kind, detail in report.problems
+        ],
+    )
+
+
+def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
+    return admin_pb2.StatsResponse(
+        memories=stats.memories,
+        forgotten=stats.forgotten,
+        writes=stats.writes,
+        model_calls=stats.model_calls,
+        embed_calls=stats.embed_calls,
+        duplicates=stats.duplicates,
+        ledger_entries=stats.ledger_entries,
+        file_bytes=stats.file_bytes,
+    )

@@ -1,0 +1,99 @@
+"""The server interceptor at the edge: authentication, tenant authorisation, error mapping.
+
+Health checking and reflection are exempt (Kubernetes probes carry no credentials). For every
+other call the token is checked first, then the request's ``tenant`` against the token's
+tenants (before any handler runs, so nothing about a forbidden tenant is ever looked up), then
+the handler runs and any ``MnemosyneError`` becomes a rich status; anything else becomes INTERNAL
+with no detail leaked to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterator
+
+import grpc
+
+from mnemosyne.errors import MnemosyneError
+from mnemosyne.transport.auth import Principal, TokenAuthenticator
+from mnemosyne.transport.errors import rich_status
+
+log = logging.getLogger("mnemosyne.rpc")
+
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+ADMIN_METHODS = frozenset({"/mnemosyne.v1.AdminService/ListTenants", "/mnemosyne.v1.AdminService/AggregateStats"})
+
+
+def _authorization(details: grpc.HandlerCallDetails) -> str | None:
+    for key, value in details.invocation_metadata or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+class EdgeInterceptor(grpc.ServerInterceptor):
+    def __init__(self, authenticator: TokenAuthenticator | None) -> None:
+        self._authenticator = authenticator
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        method = details.method
+        if handler is None or method.startswith(EXEMPT_PREFIXES):
+            return handler
+        principal: Principal | None = None
+        auth_error: MnemosyneError | None = None
+        if self._authenticator is not None:
+            try:
+                principal = self._authenticator.authenticate(_authorization(details))
+            except MnemosyneError as exc:
+                auth_error = exc
+
+        def admit(request: Any) -> None:
+            if auth_error is not None:
+                raise auth_error
+            if principal is None:
+                return
+            if method in ADMIN_METHODS:
+                principal.check_admin()
+            tenant = getattr(request, "tenant", None)
+            if tenant is not None:
+                principal.check_tenant(tenant)
+
+        def fail(context: grpc.ServicerContext, exc: BaseException) -> None:
+            # Servicers raise domain errors and never call context.abort themselves, so every
+            # exception seen here is either a domain error or a fault of ours.
+            if isinstance(exc, MnemosyneError):
+                context.abort_with_status(rich_status(exc))
+            if isinstance(exc, NotImplementedError):  # generated base class of a pending service
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
+            log.exception("unhandled error in %s", method)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
+
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                try:
+                    admit(request)
+                    return inner(request, context)
+                except Exception as exc:
+                    fail(context, exc)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            )
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                try:
+                    admit(request)
+                    yield from inner_stream(request, context)
+                except Exception as exc:
+                    fail(context, exc)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            )
+        return handler
+

@@ -1,0 +1,85 @@
+"""gRPC servicers: validate the shape, convert, call the engine. No domain logic lives here."""
+
+from __future__ import annotations
+
+import grpc
+
+from mnemosyne.engine.engine import Engine
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.transport import convert
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
+
+
+def _retain_text(request: memory_pb2.RetainRequest) -> str:
+    if request.messages and request.text:
+        raise InvalidArgument("give either text or messages, not both", reason="TEXT_AND_MESSAGES")
+    if request.messages:
+        return "\n".join(f"{m.role}: {m.content}" for m in request.messages)
+    return request.text
+
+
+class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def Retain(self, request: memory_pb2.RetainRequest, context: grpc.ServicerContext) -> memory_pb2.RetainResponse:
+        item = convert.from_retain_item(_retain_text(request), request.scope, request.metadata)
+        outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None)
+        return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
+
+    def RetainBatch(
+        self, request: memory_pb2.RetainBatchRequest, context: grpc.ServicerContext
+    ) -> memory_pb2.RetainBatchResponse:
+        items = [convert.from_retain_item(i.text, i.scope, i.metadata) for i in request.items]
+        outcomes = self._engine.retain_batch(request.tenant, items, request_id=request.request_id or None)
+        return memory_pb2.RetainBatchResponse(results=[convert.to_retain_result(o) for o in outcomes])
+
+    def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:
+        hits = self._engine.recall(
+            request.tenant,
+            request.query,
+            k=request.k,
+            scopes=list(request.scopes),
+            metadata_equals=dict(request.metadata_equals),
+            mode=convert.from_recall_mode(request.mode),
+        )
+        return memory_pb2.RecallResponse(hits=[convert.to_recall_hit(h) for h in hits])
+
+    def GetMemory(self, request: memory_pb2.GetMemoryRequest, context: grpc.ServicerContext) -> memory_pb2.GetMemoryResponse:
+        return memory_pb2.GetMemoryResponse(memory=convert.to_memory(self._engine.get_memory(request.tenant, request.memory_id)))
+
+    def ListMemories(
+        self, request: memory_pb2.ListMemoriesRequest, context: grpc.ServicerContext
+    ) -> memory_pb2.ListMemoriesResponse:
+        page = self._engine.list_memories(
+            request.tenant,
+            scope=request.scope,
+            page_size=request.page_size,
+            page_token=request.page_token,
+            include_forgotten=request.include_forgotten,
+        )
+        return memory_pb2.ListMemoriesResponse(
+            memories=[convert.to_memory(m) for m in page.memories], next_page_token=page.next_page_token
+        )
+
+    def ForgetMemory(
+        self, request: memory_pb2.ForgetMemoryRequest, context: grpc.ServicerContext
+    ) -> memory_pb2.ForgetMemoryResponse:
+        forgotten = self._engine.forget(request.tenant, request.memory_id, request_id=request.request_id or None)
+        return memory_pb2.ForgetMemoryResponse(memory_id=request.memory_id, forgotten=forgotten)
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def VerifyIntegrity(
+        self, request: admin_pb2.VerifyIntegrityRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.VerifyIntegrityResponse:
+        return convert.to_integrity(self._engine.verify_integrity(request.tenant))
+
+    def Stats(self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext) -> admin_pb2.StatsResponse:
+        return convert.to_stats(self._engine.stats(request.tenant))
+
+    def Ping(self, request: admin_pb2.PingRequest, context: grpc.ServicerContext) -> admin_pb2.PingResponse:
+        return admin_pb2.PingResponse()

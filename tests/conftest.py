@@ -1,0 +1,75 @@
+"""Test fixtures: real servers on loopback ports, real files under tmp_path.
+
+``server`` is one server process for the session (tests isolate themselves with the ``tenant``
+fixture's unique tenant ids); ``server_factory`` starts private server processes for tests that
+kill or restart them. Set MNEMOSYNE_TEST_TARGET=host:port to run the shared-server tests against
+an external server instead. With MNEMOSYNE_NO_SKIP=1 (CI) a skipped test counts as a failure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from mnemosyne.client import MemoryClient
+from tests.support import ServerProcess
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("MNEMOSYNE_NO_SKIP") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under MNEMOSYNE_NO_SKIP=1: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess | str]:
+    external = os.environ.get("MNEMOSYNE_TEST_TARGET")
+    if external:
+        yield external
+        return
+    process = ServerProcess(tmp_path_factory.mktemp("shared-server"))
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def target(server: ServerProcess | str) -> str:
+    return server if isinstance(server, str) else server.target
+
+
+@pytest.fixture(scope="session")
+def client(target: str) -> Iterator[MemoryClient]:
+    with MemoryClient(target) as c:
+        yield c
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant id no other test uses."""
+    return f"t{next(_counter)}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+    started: list[ServerProcess] = []
+
+    def make(data_dir: Path | None = None, **kwargs: object) -> ServerProcess:
+        process = ServerProcess(data_dir or tmp_path / f"data{len(started)}", **kwargs)  # type: ignore[arg-type]
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()
