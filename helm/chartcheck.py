@@ -179,6 +179,9 @@ def validate_k8s(docs: list[dict[str, Any]], versions: Iterable[str] = KUBE_VERS
     import kubernetes_validate
 
     for doc in docs:
+        nulls = list(_null_paths(doc))
+        if nulls:  # an empty `env:` or similar: legal but a template slip
+            raise CheckError(f"{doc['kind']}/{doc['metadata']['name']} has null fields: {nulls}")
         if doc.get("apiVersion", "").startswith("monitoring.coreos.com/"):
             check_servicemonitor(doc)
             continue
@@ -188,6 +191,17 @@ def validate_k8s(docs: list[dict[str, Any]], versions: Iterable[str] = KUBE_VERS
             except kubernetes_validate.ValidationError as exc:
                 raise CheckError(f"{doc['kind']}/{doc['metadata']['name']} invalid for k8s {version}: "
                                  f"{exc.message} at {list(exc.path)}") from None
+
+
+def _null_paths(obj: Any, path: str = "") -> Iterable[str]:
+    if obj is None:
+        yield path
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _null_paths(value, f"{path}.{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _null_paths(value, f"{path}[{i}]")
 
 
 def check_servicemonitor(doc: dict[str, Any]) -> None:
