@@ -36,8 +36,9 @@ def _require_tools():
 
 
 @pytest.fixture(autouse=True)
-def _chart_tools():
-    _require_tools()
+def _chart_tools(request):
+    if not request.node.name.startswith("test_dockerfile"):  # plain-text checks need no tools
+        _require_tools()
 
 
 FULLNAME = f"{cc.RELEASE}-mnemosyne"
@@ -354,6 +355,17 @@ def test_monitoring(minimal_docs, full_docs):
     assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
 
 
+@pytest.mark.parametrize("pdb, expected", [
+    ({}, {"minAvailable": 1}),
+    ({"minAvailable": 0}, {"minAvailable": 0}),
+    ({"maxUnavailable": 1}, {"maxUnavailable": 1}),
+], ids=["default", "min0", "max1"])
+def test_pdb_budget(pdb, expected):
+    values = cc.deep_merge(cc.MINIMAL_OVERRIDES, {"podDisruptionBudget": {"enabled": True, **pdb}})
+    spec = cc.one(_docs(values), "PodDisruptionBudget")["spec"]
+    assert {k: spec[k] for k in ("minAvailable", "maxUnavailable") if k in spec} == expected
+
+
 def test_pdb_and_networkpolicy(minimal_docs, full_docs):
     assert not cc.find(minimal_docs, "PodDisruptionBudget")
     assert not cc.find(minimal_docs, "NetworkPolicy")
@@ -382,3 +394,29 @@ def test_helm_test_pod(minimal_docs, full_docs):
     # with TLS the plaintext health client can't connect: /readyz on the metrics port instead
     tls_cmd = cc.one(full_docs, "Pod")["spec"]["containers"][0]["command"]
     assert "/readyz" in tls_cmd[-1] and f"{HEADLESS}.{cc.NAMESPACE}.svc:9464" in tls_cmd[-1]
+
+
+# ------------------------------------------------------------------ image (static: no docker here)
+
+
+def test_dockerfile_matches_the_chart():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    froms = [line for line in lines if line.startswith("FROM ")]
+    assert len(froms) == 2 and froms[0].endswith("AS builder")
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in lines
+    assert any(line.startswith("RUN pip wheel") for line in lines)
+    assert "USER 10001:10001" in lines
+    assert 'VOLUME ["/data"]' in lines
+    assert "MNEMOSYNE_DATA_DIR=/data" in text
+    assert "EXPOSE 50051 9464" in lines
+    assert 'ENTRYPOINT ["mnemosyne", "serve"]' in lines
+    healthcheck = next(i for i, line in enumerate(lines) if line.startswith("HEALTHCHECK"))
+    assert "mnemosyne health --target" in lines[healthcheck + 1]
+    # the chart relies on the entrypoint and the uid
+    values = (cc.CHART_DIR / "values.yaml").read_text()
+    assert "runAsUser: 10001" in values and "command:" not in values
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert ignore[[i for i, line in enumerate(ignore) if not line.startswith("#")][0]] == "*"
+    for needed in ("!pyproject.toml", "!service/", "!client/", "!protos/"):
+        assert needed in ignore
