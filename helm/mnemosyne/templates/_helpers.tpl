@@ -1,0 +1,120 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "mnemosyne.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name. Kept to 52 characters: the StatefulSet controller
+adds a revision hash label "<name>-<hash>" that must fit in 63.
+*/}}
+{{- define "mnemosyne.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mnemosyne.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mnemosyne.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mnemosyne.labels" -}}
+helm.sh/chart: {{ include "mnemosyne.chart" . }}
+{{ include "mnemosyne.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mnemosyne
+{{- end }}
+
+{{- define "mnemosyne.headlessName" -}}
+{{- printf "%s-headless" (include "mnemosyne.fullname" .) }}
+{{- end }}
+
+{{/* Label a client pod needs to pass the NetworkPolicy. */}}
+{{- define "mnemosyne.clientLabel" -}}
+{{- printf "%s-client" (include "mnemosyne.fullname" .) }}
+{{- end }}
+
+{{- define "mnemosyne.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mnemosyne.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.tokensSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else }}
+{{- printf "%s-tokens" (include "mnemosyne.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.tokensSecretKey" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecretKey }}
+{{- else }}
+{{- "tokens.json" }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.clientCASecretName" -}}
+{{- .Values.tls.clientCA.existingSecret | default .Values.tls.existingSecret }}
+{{- end }}
+
+{{/* "http" when the gRPC port speaks TLS (kubelet gRPC probes are plaintext only). */}}
+{{- define "mnemosyne.probeKind" -}}
+{{- if .Values.tls.enabled }}http{{ else }}grpc{{ end }}
+{{- end }}
+
+{{/*
+Refuse to render unsafe or contradictory settings. Included at the top of the
+StatefulSet so that every render goes through it.
+*/}}
+{{- define "mnemosyne.validate" -}}
+{{- if ne (int .Values.replicas) 1 }}
+{{- fail "replicas must be 1: a tenant's SQLite file lives on exactly one pod and tenant routing does not exist yet" }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+{{- if and (not .Values.auth.existingSecret) (not .Values.auth.tokens) }}
+{{- fail "auth.enabled=true needs a tokens file: set auth.existingSecret (Secret with the tokens JSON) or auth.tokens (list of {name, sha256, tenants}). To run WITHOUT authentication (insecure) set auth.enabled=false." }}
+{{- end }}
+{{- if and .Values.auth.existingSecret (not .Values.auth.existingSecretKey) }}
+{{- fail "auth.existingSecretKey must name the key of the tokens file in auth.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- fail "tls.enabled=true needs tls.existingSecret (Secret with the server certificate and key)" }}
+{{- end }}
+{{- if and .Values.tls.clientCA.enabled (not .Values.tls.enabled) }}
+{{- fail "tls.clientCA.enabled (mutual TLS) needs tls.enabled=true" }}
+{{- end }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.server.graceSeconds) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed server.graceSeconds (%d) so the server can drain before SIGKILL" (int .Values.terminationGracePeriodSeconds) (int .Values.server.graceSeconds)) }}
+{{- end }}
+{{- if .Values.podDisruptionBudget.enabled }}
+{{- if and (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
+{{- fail "podDisruptionBudget: set only one of minAvailable and maxUnavailable (null the other)" }}
+{{- end }}
+{{- end }}
+{{- end }}
