@@ -1,13 +1,13 @@
 """Hybrid recall: vector similarity and FTS5 BM25, fused by reciprocal rank.
 
 User text never reaches FTS5 as syntax: the query is cut into words (Unicode letters and digits
-only), each chunk between spaces becomes one quoted phrase, and the phrases are joined with OR.
-Quotes, ``*``, ``AND``/``NEAR(``, ``:`` and parentheses are thus searched as the words they
-contain, or dropped when they contain none.
+only), each quoted, and joined with OR. Quotes, ``*``, ``AND``/``NEAR(``, ``:`` and parentheses
+are thus searched as the words they contain, or dropped when they contain none.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -16,25 +16,33 @@ import numpy as np
 from mnemosyne.engine.embedder import words
 
 RRF_K = 60.0
-MAX_QUERY_PHRASES = 64
+MAX_QUERY_TERMS = 64
+
+
+_IDENTIFIER_CHUNK = re.compile(r"\w+(?:[-./@+]\w+)+")
+_EDGE_PUNCTUATION = "\"'()[]{}<>,;:!?*^~`"
 
 
 def fts_match_expression(query: str) -> str | None:
-    """A safe FTS5 MATCH expression for free text, or None when the text has no words."""
-    phrases: list[str] = []
+    """A safe FTS5 MATCH expression for free text, or None when the text has no words.
+
+    Identifier-like chunks (RF-88213, alice@example.com, v1.2) become one phrase, so their parts
+    must appear together; every other word is its own term. Terms are ORed: BM25 ranks documents
+    matching more (and rarer) terms first.
+    """
+    terms: list[str] = []
     seen: set[str] = set()
     for chunk in query.split():
-        chunk_words = words(chunk)
-        if not chunk_words:
-            continue
-        phrase = " ".join(chunk_words)
-        if phrase not in seen:
-            seen.add(phrase)
-            # Each word is made of \w characters only, so it cannot contain a double quote.
-            phrases.append('"' + phrase + '"')
-        if len(phrases) >= MAX_QUERY_PHRASES:
+        chunk = chunk.strip(_EDGE_PUNCTUATION)
+        parts = [" ".join(words(chunk))] if _IDENTIFIER_CHUNK.fullmatch(chunk) else words(chunk)
+        for term in parts:
+            if term and term not in seen:
+                seen.add(term)
+                # Terms are made of \w characters and spaces only, so they cannot contain a quote.
+                terms.append('"' + term + '"')
+        if len(terms) >= MAX_QUERY_TERMS:
             break
-    return " OR ".join(phrases) if phrases else None
+    return " OR ".join(terms[:MAX_QUERY_TERMS]) if terms else None
 
 
 @dataclass

@@ -404,9 +404,13 @@ class WriteTxn(ReadTxn):
         super().__init__(connection)
         self._faults = faults
 
-    def _fault_point(self, name: str) -> None:
-        if name in self._faults:
-            raise InjectedFault(f"injected fault at {name}")
+    def _fault_point(self, name: str, body: str) -> None:
+        """Test seam: a fault spec is a step name, or "step:marker" to fail only bodies
+        containing the marker."""
+        for spec in self._faults:
+            step, _, marker = spec.partition(":")
+            if step == name and marker in body:
+                raise InjectedFault(f"injected fault at {name}")
 
     def set_meta(self, key: str, value: str) -> None:
         self.connection.execute(
@@ -453,21 +457,21 @@ class WriteTxn(ReadTxn):
             (memory.scope, memory.body, memory.metadata_json, memory.fingerprint, memory.created_at),
         )
         memory_id = c.last_insert_rowid()
-        self._fault_point("after_body")
+        self._fault_point("after_body", memory.body)
         c.executemany(
             "INSERT INTO facts(memory_id, ord, kind, value, normalized) VALUES(?, ?, ?, ?, ?)",
             [(memory_id, i, *fact) for i, fact in enumerate(memory.facts)],
         )
-        self._fault_point("after_facts")
+        self._fault_point("after_facts", memory.body)
         c.executemany(
             "INSERT INTO triples(memory_id, ord, subject, predicate, object) VALUES(?, ?, ?, ?, ?)",
             [(memory_id, i, *triple) for i, triple in enumerate(memory.triples)],
         )
-        self._fault_point("after_triples")
+        self._fault_point("after_triples", memory.body)
         c.execute("INSERT INTO embeddings(memory_id, vector) VALUES(?, ?)", (memory_id, memory.embedding))
-        self._fault_point("after_embedding")
+        self._fault_point("after_embedding", memory.body)
         c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, memory.fts_text))
-        self._fault_point("after_fts")
+        self._fault_point("after_fts", memory.body)
         digest = ledger.MemoryDigest.of(
             scope=memory.scope,
             body=memory.body,
@@ -479,7 +483,7 @@ class WriteTxn(ReadTxn):
         )
         seq = self.append_ledger({"op": "retain", "memory_id": memory_id, **digest.as_entry_fields()})
         c.execute("UPDATE memories SET ledger_seq = ? WHERE id = ?", (seq, memory_id))
-        self._fault_point("after_ledger")
+        self._fault_point("after_ledger", memory.body)
         return memory_id
 
     def forget_memory(self, memory_id: int) -> bool:

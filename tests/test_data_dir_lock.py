@@ -1,0 +1,46 @@
+"""One process owns a data directory; read-only inspection works beside it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.errors import FailedPrecondition
+
+
+def test_second_server_on_the_same_directory_refuses_to_start(server_factory) -> None:
+    first = server_factory().start()
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(first.data_dir), "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "already in use" in result.stderr and "DATA_DIR_LOCKED" in result.stderr
+    with pytest.raises(FailedPrecondition) as info:
+        Engine(EngineConfig(first.data_dir))
+    assert info.value.reason == "DATA_DIR_LOCKED"
+
+
+def test_inspect_reads_a_locked_directory_without_the_lock(server_factory) -> None:
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        client.retain_batch("acme", ["one", "two", "three"])
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", "inspect", "--data-dir", str(server.data_dir), "--tenant", "acme"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    summary = json.loads(result.stdout)
+    assert summary["memories"] == 3 and summary["integrity"]["valid"] is True
+
+
+def test_directory_is_released_after_a_kill(server_factory) -> None:
+    server = server_factory().start()
+    server.kill()
+    engine = Engine(EngineConfig(server.data_dir))  # the OS dropped the dead process's lock
+    engine.close()
+    engine.close()  # idempotent
