@@ -195,17 +195,8 @@ class Engine:
         return result
 
     def _prior_result(self, txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
-        prior = txn.find_request(request_id)
-        if prior is None:
-            return None
-        prior_method, prior_hash, result_json = prior
-        if prior_method != method or prior_hash != payload_hash:
-            raise Conflict(
-                f"request_id {request_id!r} was already used for a different request; use a new request_id "
-                "for new content",
-                reason="IDEMPOTENCY_KEY_REUSED",
-            )
-        return [RetainOutcome.from_json(o) for o in json.loads(result_json)]
+        result_json = replayed_result(txn, request_id, method, payload_hash)
+        return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
 
     def _extract_missing(self, store: TenantStore, prepared: list[_Prepared]) -> None:
         """Extract and embed, outside any transaction, the items that are not known duplicates."""
@@ -321,14 +312,9 @@ class Engine:
                 raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
             with store.write() as txn:
                 if request_id:
-                    prior = txn.find_request(request_id)
+                    prior = replayed_result(txn, request_id, "forget", payload_hash)
                     if prior is not None:
-                        if prior[1] != payload_hash:
-                            raise Conflict(
-                                f"request_id {request_id!r} was already used for a different request",
-                                reason="IDEMPOTENCY_KEY_REUSED",
-                            )
-                        return bool(json.loads(prior[2]))
+                        return bool(json.loads(prior))
                 if not txn.memories_by_ids([memory_id], with_details=False):
                     raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
                 forgotten = txn.forget_memory(memory_id)
@@ -450,6 +436,23 @@ class Engine:
                 ledger_entries=entries,
                 file_bytes=store.file_bytes(),
             )
+
+
+def replayed_result(txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> str | None:
+    """The stored result JSON of an earlier call with this request id, or None if there was none.
+
+    The same id with another method or payload is a client bug, not a retry: refuse it."""
+    prior = txn.find_request(request_id)
+    if prior is None:
+        return None
+    prior_method, prior_hash, result_json = prior
+    if prior_method != method or prior_hash != payload_hash:
+        raise Conflict(
+            f"request_id {request_id!r} was already used for a different request; use a new request_id "
+            "for new content",
+            reason="IDEMPOTENCY_KEY_REUSED",
+        )
+    return result_json
 
 
 def _encode_page_token(after_id: int) -> str:
