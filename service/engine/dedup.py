@@ -17,8 +17,10 @@ memories); atoms are computed only for the few candidates above the threshold.
 from __future__ import annotations
 
 import re
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -153,3 +155,39 @@ def group_pairs(pairs: Sequence[tuple[int, int, float]], known: Mapping[int, Can
         assigned.update(members)
         groups.append(DedupGroup(memory_id, tuple(members)))
     return groups
+
+
+class InFlight:
+    """In-process single flight of identical content, so racing writers of the same text in one
+    server make ONE extraction call: the first claims the (tenant, fingerprint) and the others wait
+    for it, then find an exact duplicate without extracting. Across processes correctness still
+    rests on the store's unique fingerprint; this only saves model calls.
+
+    Claims are taken in sorted order, so two batches sharing fingerprints cannot deadlock.
+    """
+
+    WAIT_SECONDS = 60.0  # a stuck owner never blocks the others forever; they go on unclaimed
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owners: dict[tuple[str, str], threading.Event] = {}
+
+    @contextmanager
+    def claim(self, tenant: str, fingerprints: Iterable[str]) -> Iterator[None]:
+        mine: list[tuple[str, str]] = []
+        try:
+            for key in sorted({(tenant, f) for f in fingerprints}):
+                while True:
+                    with self._lock:
+                        owner = self._owners.get(key)
+                        if owner is None:
+                            self._owners[key] = threading.Event()
+                            mine.append(key)
+                            break
+                    if not owner.wait(self.WAIT_SECONDS):
+                        break
+            yield
+        finally:
+            with self._lock:
+                for key in mine:
+                    self._owners.pop(key).set()

@@ -128,6 +128,7 @@ class Engine:
             synchronous=config.synchronous,
             faults=config.store_faults,
         )
+        self._in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
 
     def close(self) -> None:
         self.pool.close()
@@ -206,15 +207,16 @@ class Engine:
                     prior = self._prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
-            for _attempt in range(3):
-                self._extract_missing(store, prepared)
-                try:
-                    result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
-                except _ExtractionMissing:
-                    continue
-                break
-            else:  # pragma: no cover - needs three forget/retain races in a row
-                raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")
+            with self._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+                for _attempt in range(3):
+                    self._extract_missing(store, prepared)
+                    try:
+                        result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
+                    except _ExtractionMissing:
+                        continue
+                    break
+                else:  # pragma: no cover - needs three forget/retain races in a row
+                    raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")
         if method in self.config.crash_after_commit:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: the reply is lost after the commit
         return result
