@@ -18,13 +18,18 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mnemosyne.store.tenant_store import WriteTxn
+from mnemosyne.store.tenant_store import MemoryRow, WriteTxn
 
 # Predicates whose subject has one current value at a time.
 NON_FUNCTIONAL_PREDICATES = frozenset({"is", "are", "was", "were"})
 # Recall multiplies a superseded memory's fused score by this, so current facts come first while
 # the history stays reachable.
 SUPERSEDED_WEIGHT = 0.5
+
+
+def is_current(row: MemoryRow) -> bool:
+    """Live, not merged away and not superseded: what Recall ranks first."""
+    return not row.forgotten and not row.merged_into and not row.superseded_by
 
 
 def is_attribute(triple: tuple[str, str, str]) -> bool:

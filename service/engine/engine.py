@@ -527,8 +527,18 @@ class Engine:
                     vector_hits = top_vector_hits(query_vector, ids, matrix, limit=depth, allowed=allowed)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                ranked = fuse(vector_hits, text_hits)[: 2 * k]
-                rows = txn.memories_by_ids([c.memory_id for c in ranked])
+                fused = fuse(vector_hits, text_hits)
+                # CONFLICTS: widen the window until it holds k current memories (superseded ones
+                # rank after them, merged ones never appear) or the fused list is exhausted.
+                window, fetched, rows = 2 * k, 0, {}
+                while True:
+                    rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
+                    fetched = window
+                    current = sum(1 for r in rows.values() if conflicts.is_current(r))
+                    if current >= k or window >= len(fused):
+                        break
+                    window *= 2
+                ranked = fused[:window]
         hits = []
         for candidate in ranked:
             row = rows.get(candidate.memory_id)
