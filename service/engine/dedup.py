@@ -78,7 +78,9 @@ def similar_rows(
     best first, at most ``limit``. One matrix product for all of them."""
     if len(ids) == 0 or len(vectors) == 0:
         return [[] for _ in range(len(vectors))]
-    scores = vectors @ matrix.T  # (new, stored)
+    # (stored, new) then transposed: one pass over the stored matrix in its row-major order, the
+    # same product Recall makes, for every new vector at once.
+    scores = (matrix @ vectors.T).T
     out: list[list[tuple[int, float]]] = []
     for row in scores:
         hits = np.flatnonzero(row >= threshold)
