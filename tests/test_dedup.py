@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from mnemosyne.client import InvalidArgumentError, MemoryClient, AbortedError
+from mnemosyne.client import AbortedError, InvalidArgumentError, MemoryClient, RetainItem
 
 REFUND = "The customer requested a refund for ticket RF-88213"
 REFUND_YESTERDAY = "The customer requested a refund for ticket RF-88213 yesterday"
@@ -65,6 +65,14 @@ def test_near_duplicate_named_at_write_time_not_merged(client: MemoryClient, ten
     # An exact duplicate is still a duplicate, never a near duplicate.
     again = client.retain(tenant, REFUND_YESTERDAY)
     assert again.status == "duplicate" and again.memory_id == second.memory_id
+
+
+def test_near_duplicates_within_one_batch_are_named(client: MemoryClient, tenant: str) -> None:
+    results = client.retain_batch(
+        tenant, [RetainItem(REFUND), RetainItem(FIVE_DAYS), RetainItem(REFUND_YESTERDAY), RetainItem(FIFTEEN_DAYS)]
+    )
+    assert [r.status for r in results] == ["created"] * 4
+    assert [r.near_duplicate_of for r in results] == [(), (), (results[0].memory_id,), ()]
 
 
 def test_dedup_reports_then_merges_with_valid_chain(client: MemoryClient, tenant: str) -> None:

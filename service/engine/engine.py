@@ -108,6 +108,7 @@ class _Prepared:
     vector: bytes | None = None
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
+    near_batch: list["_Prepared"] = field(default_factory=list)  # earlier items of the same commit
 
 
 class Engine:
@@ -259,7 +260,8 @@ class Engine:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
         >= the threshold and the same atoms (engine/dedup.py). Outside any write transaction: one
         matrix product against the tenant's vector cache, atoms only for the candidates found.
-        Items of the same batch are not compared with each other."""
+        Items committed together (a batch, or a worker's group of operations) are also compared
+        with the earlier ones among them; those are named once their ids exist, in the commit."""
         threshold = self.config.near_duplicate_threshold
         todo = [p for p in prepared if p.vector is not None]
         if not todo or threshold > 1.0:
@@ -274,6 +276,12 @@ class Engine:
         known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
         for p, hits in zip(todo, similar):
             p.near_duplicate_of = dedup.same_atoms_filter(p.item.scope, p.item.text, [i for i, _ in hits], known)
+        if len(todo) > 1:
+            batch = {j: dedup.Candidate(q.item.scope, q.item.text) for j, q in enumerate(todo)}
+            inner = dedup.similar_rows(vectors, np.arange(len(todo)), vectors, threshold, limit=len(todo))
+            for j, (p, hits) in enumerate(zip(todo, inner)):
+                earlier = [i for i, _ in hits if i < j]
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, earlier, batch)]
 
     def _vector_index(self, store: TenantStore) -> VectorIndex:
         index = store.cache.get(_VECTOR_CACHE)
@@ -299,6 +307,7 @@ class Engine:
             self._check_embedder(txn, write=True)
             results = list(outcomes)
             created = duplicates = 0
+            created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
             for p in prepared:
                 existing = txn.find_by_fingerprint(p.fingerprint)
                 if existing is not None:
@@ -340,10 +349,14 @@ class Engine:
                     RetainStatus.CREATED,
                     memory_id=memory_id,
                     # DEDUP: named only if still live now (a forget or merge may have raced us).
-                    near_duplicate_of=tuple(self._still_live(txn, p.near_duplicate_of)),
+                    near_duplicate_of=tuple(
+                        self._still_live(txn, p.near_duplicate_of)
+                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
+                    ),
                     supersedes=tuple(supersedes),
                 )
                 created += 1
+                created_ids[id(p)] = memory_id
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
