@@ -4,7 +4,12 @@ current fact."""
 
 from __future__ import annotations
 
+import sqlite3
+
+import apsw
+
 from mnemosyne.client import MemoryClient, RetainItem
+from mnemosyne.store.schema import _V2_CONSOLIDATION, APPLICATION_ID, MIGRATIONS
 
 OLD = "ticket RF-88213 status: awaiting review"
 NEW = "ticket RF-88213 status: refunded"
@@ -64,3 +69,39 @@ def test_conflict_inside_one_batch_follows_item_order(client: MemoryClient, tena
     assert back.supersedes == (results[1].memory_id,)
     assert client.recall(tenant, "RF-88213 status", k=1)[0].memory.id == back.memory_id
     assert client.verify_integrity(tenant).valid
+
+
+def test_verify_catches_a_supersession_the_ledger_never_recorded(server_factory) -> None:
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        old = client.retain("t1", OLD).memory_id
+        new = client.retain("t1", NEW).memory_id
+        assert client.verify_integrity("t1").valid
+    server.stop()
+    # Make the old fact current again behind the ledger's back.
+    with sqlite3.connect(server.tenant_file("t1")) as db:
+        db.execute("UPDATE memories SET superseded_by = NULL WHERE id = ?", (old,))
+    server.restart()
+    with MemoryClient(server.target) as client:
+        report = client.verify_integrity("t1")
+    assert not report.valid and new != old
+    assert [(p.memory_id, p.kind) for p in report.problems] == [(old, "SUPERSEDE_MISMATCH")]
+
+
+def test_a_file_from_before_consolidation_is_migrated(server_factory, tmp_path) -> None:
+    data = tmp_path / "data"
+    (data / "tenants").mkdir(parents=True)
+    # A tenant file with the schema as it was before the consolidation migration.
+    connection = apsw.Connection(str(data / "tenants" / "t1.sqlite"))
+    connection.pragma("journal_mode", "wal")
+    before = MIGRATIONS.index(_V2_CONSOLIDATION)
+    for step in MIGRATIONS[:before]:
+        connection.execute(step)
+    connection.pragma("user_version", before)
+    connection.pragma("application_id", APPLICATION_ID)
+    connection.close()
+    server = server_factory(data).start()
+    with MemoryClient(server.target) as client:
+        old = client.retain("t1", OLD).memory_id
+        assert client.retain("t1", NEW).supersedes == (old,)
+        assert client.verify_integrity("t1").valid

@@ -241,10 +241,12 @@ class Engine:
             known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
         batch_seen: set[str] = set()
         todo = []
+        new = []
         for p in prepared:
             if p.fingerprint in known or p.fingerprint in batch_seen:
                 continue
             batch_seen.add(p.fingerprint)
+            new.append(p)
             if p.extraction is None:
                 todo.append(p)
         for p in todo:
@@ -253,8 +255,9 @@ class Engine:
             vectors = self.embedder.embed([p.item.text for p in todo])
             for p, vector in zip(todo, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
-            # DEDUP: near duplicates are looked up here, outside the write transaction.
-            self._find_near_duplicates(store, todo)
+        # DEDUP: near duplicates of every new item (also one whose extraction and vector were
+        # restored, e.g. from an operation log), looked up here outside the write transaction.
+        self._find_near_duplicates(store, new)
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[_Prepared]) -> None:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
