@@ -272,6 +272,7 @@ class Engine:
         vectors = np.stack([np.frombuffer(p.vector, dtype="<f4") for p in todo])  # type: ignore[arg-type]
         index = self._vector_index(store)
         with store.read() as txn:
+            self._check_embedder(txn, write=False)  # another embedder's vectors are not comparable
             ids, matrix = index.sync(txn)
             similar = dedup.similar_rows(vectors, ids, matrix, threshold)
             wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
