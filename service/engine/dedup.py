@@ -30,7 +30,9 @@ from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _IS
 DEFAULT_THRESHOLD = 0.85
 # Candidates kept per new memory at write time; more would only lengthen the result.
 MAX_NAMED = 8
-_BLOCK = 1024  # rows per block of the all-pairs product in Dedup: bounds memory to BLOCK x n floats
+# The all-pairs product in Dedup runs in blocks of rows holding at most this many scores (64 MB of
+# float32), so its memory stays bounded however large the tenant.
+_BLOCK_SCORES = 1 << 24
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
 
@@ -94,18 +96,24 @@ def similar_rows(
 def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
     """Every pair (lower id, higher id, cosine) of stored rows with cosine >= threshold.
 
-    Computed in blocks of rows against the whole matrix, so memory stays at BLOCK x n floats; the
-    cost is n^2/2 dot products, which is why this runs only on an explicit Dedup call.
+    Computed in blocks of rows against the rest of the matrix, so memory stays bounded
+    (``_BLOCK_SCORES``); the cost is n^2/2 dot products, which is why this runs only on an
+    explicit Dedup call.
     """
     pairs: list[tuple[int, int, float]] = []
     n = len(ids)
-    for start in range(0, n, _BLOCK):
-        block = matrix[start : start + _BLOCK] @ matrix.T  # (block, n)
+    step = max(1, min(1024, _BLOCK_SCORES // max(n, 1)))
+    for start in range(0, n, step):
+        # Only the rows from ``start`` on: the pairs with earlier rows were found by earlier blocks.
+        block = matrix[start : start + step] @ matrix[start:].T  # (step, n - start)
         rows, cols = np.nonzero(block >= threshold)
-        keep = cols > rows + start  # each unordered pair once, never a row with itself
-        for r, c in zip(rows[keep], cols[keep]):
-            a, b = int(ids[start + r]), int(ids[c])
-            pairs.append((min(a, b), max(a, b), float(block[r, c])))
+        keep = cols > rows  # each unordered pair once, never a row with itself
+        rows, cols = rows[keep], cols[keep]
+        first, second = ids[start + rows], ids[start + cols]
+        scores = block[rows, cols]
+        pairs.extend(
+            zip(np.minimum(first, second).tolist(), np.maximum(first, second).tolist(), scores.tolist())
+        )
     return pairs
 
 
