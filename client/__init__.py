@@ -15,12 +15,15 @@ from mnemosyne.client.errors import (
 )
 from mnemosyne.client.memory_client import MemoryClient
 from mnemosyne.client.types import (
+    DedupResult,
+    DuplicateGroup,
     Fact,
     Hit,
     IntegrityProblem,
     IntegrityReport,
     Memory,
     MemoryPage,
+    Message,
     RetainItem,
     RetainResult,
     Stats,
@@ -30,6 +33,8 @@ from mnemosyne.client.types import (
 __all__ = [
     "AbortedError",
     "DeadlineExceededError",
+    "DedupResult",
+    "DuplicateGroup",
     "FailedPreconditionError",
     "Fact",
     "Hit",
@@ -39,6 +44,7 @@ __all__ = [
     "Memory",
     "MemoryClient",
     "MemoryPage",
+    "Message",
     "MnemosyneClientError",
     "NotFoundError",
     "PermissionDeniedError",

@@ -47,6 +47,9 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         facts=[types.Fact(f.kind, f.value, f.normalized) for f in m.facts],
         triples=[types.Triple(t.subject, t.predicate, t.object) for t in m.triples],
         forgotten=m.forgotten,
+        superseded_by=m.superseded_by,
+        superseded_at=m.superseded_at.ToNanoseconds() / 1e9 if m.HasField("superseded_at") else 0.0,
+        merged_into=m.merged_into,
     )
 
 
@@ -58,6 +61,7 @@ def retain_result_from_proto(r: types_pb2.RetainResult) -> types.RetainResult:
         error_reason=r.error_reason,
         error_message=r.error_message,
         near_duplicate_of=tuple(r.near_duplicate_of),
+        supersedes=tuple(r.supersedes),
     )
 
 
@@ -211,3 +215,42 @@ class MemoryClient:
 
     def ping(self) -> None:
         self.call(self.admin.Ping, admin_pb2.PingRequest(), retry=True)
+
+    # -- conversations and dedup ----------------------------------------------------------------
+
+    def retain_conversation(
+        self,
+        tenant: str,
+        messages: Sequence[types.Message | Mapping[str, str] | tuple[str, str]],
+        scope: str = "global",
+        metadata: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+    ) -> types.RetainResult:
+        """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
+        conversation submitted again is reported as a duplicate of the first."""
+        proto = []
+        for m in messages:
+            if isinstance(m, types.Message):
+                role, content = m.role, m.content
+            elif isinstance(m, Mapping):
+                role, content = m["role"], m["content"]
+            else:
+                role, content = m
+            proto.append(types_pb2.ConversationMessage(role=role, content=content))
+        request = memory_pb2.RetainRequest(
+            tenant=tenant, messages=proto, scope=scope, metadata=dict(metadata or {}),
+            request_id=request_id or new_request_id(),
+        )
+        return retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
+
+    def dedup(
+        self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
+    ) -> types.DedupResult:
+        """Report near-duplicate groups; with ``merge=True`` merge each into its kept memory."""
+        request = admin_pb2.DedupRequest(
+            tenant=tenant, merge=merge, threshold=threshold, request_id=request_id or new_request_id()
+        )
+        r = self.call(self.admin.Dedup, request, retry=True)
+        return types.DedupResult(
+            [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
+        )

@@ -29,6 +29,9 @@ class Memory:
     facts: list[Fact] = field(default_factory=list)
     triples: list[Triple] = field(default_factory=list)
     forgotten: bool = False
+    superseded_by: int = 0  # the newer memory that replaced this one's facts (0: current)
+    superseded_at: float = 0.0
+    merged_into: int = 0  # the memory Dedup merged this one into (0: not merged)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class RetainResult:
     error_reason: str = ""
     error_message: str = ""
     near_duplicate_of: tuple[int, ...] = ()
+    supersedes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,24 @@ class RetainItem:
     text: str
     scope: str = "global"
     metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn of a conversation for ``MemoryClient.retain_conversation``."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    keep: int
+    duplicates: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DedupResult:
+    groups: list[DuplicateGroup]
+    merged: bool
+    threshold: float

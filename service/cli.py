@@ -48,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
         synchronous=args.synchronous.upper(),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
+        near_duplicate_threshold=args.near_duplicate_threshold,
     )
     running = create_server(config)
     stop = threading.Event()
@@ -114,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how long SIGTERM waits for in-flight calls")
     serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"], default=_env("SYNCHRONOUS", "full"),
                        help="SQLite synchronous setting: full survives power loss, normal only process kills")
+    serve.add_argument("--near-duplicate-threshold", type=float,
+                       default=float(_env("NEAR_DUPLICATE_THRESHOLD", "0.85") or 0.85),
+                       help="embedding cosine at or above which a memory with the same numbers, dates and "
+                            "identifiers is named a near duplicate (and Dedup's default); above 1 = off")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

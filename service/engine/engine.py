@@ -24,13 +24,17 @@ from typing import Mapping, Sequence
 import apsw
 import numpy as np
 
+from mnemosyne.engine import conflicts, dedup
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.conversation import Message, conversation_item
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.extractor import Extraction, Extractor, RulesExtractor
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.recall import fts_match_expression, fuse, top_vector_hits
 from mnemosyne.engine.types import (
+    DedupGroup,
+    DedupReport,
     Hit,
     IntegrityReport,
     Memory,
@@ -61,6 +65,8 @@ class EngineConfig:
     # process kills itself (to test a reply lost after a commit).
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
+    near_duplicate_threshold: float = dedup.DEFAULT_THRESHOLD
 
 
 def normalise_text(text: str) -> str:
@@ -82,6 +88,9 @@ def _memory(row: MemoryRow) -> Memory:
         facts=row.facts,
         triples=row.triples,
         forgotten=row.forgotten,
+        superseded_by=row.superseded_by,
+        superseded_at=row.superseded_at,
+        merged_into=row.merged_into,
     )
 
 
@@ -98,6 +107,8 @@ class _Prepared:
     extraction: Extraction | None = None
     vector: bytes | None = None
     counted: bool = False  # its model call is already in the persisted counters
+    near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
+    near_batch: list["_Prepared"] = field(default_factory=list)  # earlier items of the same commit
 
 
 class Engine:
@@ -118,6 +129,7 @@ class Engine:
             synchronous=config.synchronous,
             faults=config.store_faults,
         )
+        self._in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
 
     def close(self) -> None:
         self.pool.close()
@@ -141,6 +153,21 @@ class Engine:
                 reason="BATCH_TOO_LARGE",
             )
         return self._retain(tenant, list(items), request_id=request_id, method="retain_batch", per_item_errors=True)
+
+    def retain_conversation(
+        self,
+        tenant: str,
+        messages: Sequence[Message],
+        *,
+        scope: str = "global",
+        metadata: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+    ) -> RetainOutcome:
+        """Retain a conversation as ONE operation: one memory (its transcript), one fingerprint,
+        one idempotency unit, one extraction call (engine/conversation.py). Submitting the same
+        conversation again is a DUPLICATE of the first and costs no model call."""
+        item = self._validate_item(conversation_item(messages, scope, metadata or {}, self.limits))
+        return self._retain(tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False)[0]
 
     def _validate_item(self, item: RetainItem) -> RetainItem:
         check.validate_text(item.text, self.limits)
@@ -181,15 +208,16 @@ class Engine:
                     prior = self._prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
-            for _attempt in range(3):
-                self._extract_missing(store, prepared)
-                try:
-                    result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
-                except _ExtractionMissing:
-                    continue
-                break
-            else:  # pragma: no cover - needs three forget/retain races in a row
-                raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")
+            with self._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+                for _attempt in range(3):
+                    self._extract_missing(store, prepared)
+                    try:
+                        result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
+                    except _ExtractionMissing:
+                        continue
+                    break
+                else:  # pragma: no cover - needs three forget/retain races in a row
+                    raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")
         if method in self.config.crash_after_commit:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: the reply is lost after the commit
         return result
@@ -204,10 +232,12 @@ class Engine:
             known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
         batch_seen: set[str] = set()
         todo = []
+        new = []
         for p in prepared:
             if p.fingerprint in known or p.fingerprint in batch_seen:
                 continue
             batch_seen.add(p.fingerprint)
+            new.append(p)
             if p.extraction is None:
                 todo.append(p)
         for p in todo:
@@ -216,6 +246,43 @@ class Engine:
             vectors = self.embedder.embed([p.item.text for p in todo])
             for p, vector in zip(todo, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+        # DEDUP: near duplicates of every new item (also one whose extraction and vector were
+        # restored, e.g. from an operation log), looked up here outside the write transaction.
+        self._find_near_duplicates(store, new)
+
+    def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[_Prepared]) -> None:
+        """Name, for each prepared item with a vector, the stored memories of its scope with cosine
+        >= the threshold and the same atoms (engine/dedup.py). Outside any write transaction: one
+        matrix product against the tenant's vector cache, atoms only for the candidates found.
+        Items committed together (a batch, or a worker's group of operations) are also compared
+        with the earlier ones among them; those are named once their ids exist, in the commit."""
+        threshold = self.config.near_duplicate_threshold
+        todo = [p for p in prepared if p.vector is not None]
+        if not todo or threshold > 1.0:
+            return
+        vectors = np.stack([np.frombuffer(p.vector, dtype="<f4") for p in todo])  # type: ignore[arg-type]
+        index = self._vector_index(store)
+        with store.read() as txn:
+            self._check_embedder(txn, write=False)  # another embedder's vectors are not comparable
+            ids, matrix = index.sync(txn)
+            similar = dedup.similar_rows(vectors, ids, matrix, threshold)
+            wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
+            rows = txn.memories_by_ids(wanted, with_details=False) if wanted else {}
+        known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
+        for p, hits in zip(todo, similar):
+            p.near_duplicate_of = dedup.same_atoms_filter(p.item.scope, p.item.text, [i for i, _ in hits], known)
+        if len(todo) > 1:
+            batch = {j: dedup.Candidate(q.item.scope, q.item.text) for j, q in enumerate(todo)}
+            inner = dedup.similar_rows(vectors, np.arange(len(todo)), vectors, threshold, limit=len(todo))
+            for j, (p, hits) in enumerate(zip(todo, inner)):
+                earlier = [i for i, _ in hits if i < j]
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, earlier, batch)]
+
+    def _vector_index(self, store: TenantStore) -> VectorIndex:
+        index = store.cache.get(_VECTOR_CACHE)
+        if index is None:
+            index = store.cache.setdefault(_VECTOR_CACHE, VectorIndex(self.embedder.dim))
+        return index
 
     def _commit_items(
         self,
@@ -235,6 +302,7 @@ class Engine:
             self._check_embedder(txn, write=True)
             results = list(outcomes)
             created = duplicates = 0
+            created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
             for p in prepared:
                 existing = txn.find_by_fingerprint(p.fingerprint)
                 if existing is not None:
@@ -245,6 +313,7 @@ class Engine:
                     raise _ExtractionMissing()
                 try:
                     with txn.savepoint():
+                        now = time.time()
                         memory_id = txn.insert_memory(
                             NewMemory(
                                 scope=p.item.scope,
@@ -255,8 +324,12 @@ class Engine:
                                 triples=p.extraction.triples,
                                 embedding=p.vector,
                                 fts_text=p.item.text,
-                                created_at=time.time(),
+                                created_at=now,
                             )
+                        )
+                        # CONFLICTS: the newer fact supersedes older ones in this same transaction.
+                        supersedes = conflicts.adjudicate(
+                            txn, memory_id=memory_id, scope=p.item.scope, triples=p.extraction.triples, at=now
                         )
                 except (apsw.Error, InjectedFault) as exc:
                     if not per_item_errors:
@@ -267,8 +340,18 @@ class Engine:
                         error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
                     )
                     continue
-                results[p.position] = RetainOutcome(RetainStatus.CREATED, memory_id=memory_id)
+                results[p.position] = RetainOutcome(
+                    RetainStatus.CREATED,
+                    memory_id=memory_id,
+                    # DEDUP: named only if still live now (a forget or merge may have raced us).
+                    near_duplicate_of=tuple(
+                        self._still_live(txn, p.near_duplicate_of)
+                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
+                    ),
+                    supersedes=tuple(supersedes),
+                )
                 created += 1
+                created_ids[id(p)] = memory_id
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
@@ -286,6 +369,13 @@ class Engine:
         for p in extracted:
             p.counted = True
         return final
+
+    @staticmethod
+    def _still_live(txn: ReadTxn, ids: Sequence[int]) -> list[int]:
+        if not ids:
+            return []
+        rows = txn.memories_by_ids(list(ids), with_details=False)
+        return [i for i in ids if i in rows and not rows[i].forgotten and not rows[i].merged_into]
 
     def _check_embedder(self, txn: ReadTxn, *, write: bool) -> None:
         """A tenant's vectors are made by one embedder; mixing two would corrupt similarity."""
@@ -318,9 +408,92 @@ class Engine:
                 if not txn.memories_by_ids([memory_id], with_details=False):
                     raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
                 forgotten = txn.forget_memory(memory_id)
+                # Memories Dedup merged into this one hold the same content: forget them too.
+                for merged_id in txn.merged_into_ids(memory_id):
+                    txn.forget_memory(merged_id)
                 if request_id:
                     txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
         return forgotten
+
+    def dedup(
+        self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
+    ) -> DedupReport:
+        """Report near-duplicate groups (same scope, cosine >= threshold, same atoms; see
+        engine/dedup.py) and, with ``merge``, retire each group's duplicates into its kept (oldest)
+        memory: one ``merge`` ledger entry per group, in one write transaction that re-checks every
+        member is still live. Similarity is computed before that transaction, never inside it.
+        A request id makes a retried merge return the first call's groups."""
+        request_id = check.validate_request_id(request_id)
+        threshold = float(threshold or self.config.near_duplicate_threshold)
+        if not 0.0 < threshold <= 1.0:
+            raise InvalidArgument(
+                f"threshold {threshold} is out of range; give a cosine similarity in (0, 1], or 0 for the "
+                f"server default ({self.config.near_duplicate_threshold})",
+                reason="THRESHOLD_INVALID",
+            )
+        payload_hash = ledger.sha256_hex(ledger.canonical_json(["dedup", merge, threshold]))
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return DedupReport([], False, threshold)
+            if merge and request_id:
+                with store.read() as txn:
+                    prior = self._prior_dedup(txn, request_id, payload_hash, threshold)
+                if prior is not None:
+                    return prior
+            index = self._vector_index(store)
+            with store.read() as txn:
+                self._check_embedder(txn, write=False)
+                ids, matrix = index.sync(txn)
+                pairs = dedup.similar_pairs(ids, matrix, threshold)
+                involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
+                rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
+            # Superseded memories are history, never a merge target nor merged into a current one.
+            known = {
+                i: dedup.Candidate(r.scope, r.body)
+                for i, r in rows.items()
+                if not r.forgotten and not r.merged_into and not r.superseded_by
+            }
+            groups = dedup.group_pairs(pairs, known)
+            if not merge:
+                return DedupReport(groups, False, threshold)
+            with store.write() as txn:
+                if request_id:
+                    prior = self._prior_dedup(txn, request_id, payload_hash, threshold)
+                    if prior is not None:
+                        return prior
+                applied: list[DedupGroup] = []
+                now = time.time()
+                for group in groups:
+                    current = txn.memories_by_ids([group.keep, *group.duplicates], with_details=False)
+
+                    def live(i: int) -> bool:
+                        r = current.get(i)
+                        return r is not None and not r.forgotten and not r.merged_into
+
+                    members = tuple(d for d in group.duplicates if live(d))
+                    if not live(group.keep) or not members:
+                        continue  # a forget or another merge got there first
+                    txn.merge_memories(group.keep, members, at=now)
+                    applied.append(DedupGroup(group.keep, members))
+                txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
+                report = DedupReport(applied, True, threshold)
+                if request_id:
+                    result = [[g.keep, list(g.duplicates)] for g in applied]
+                    txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
+        return report
+
+    @staticmethod
+    def _prior_dedup(txn: ReadTxn, request_id: str, payload_hash: str, threshold: float) -> DedupReport | None:
+        prior = txn.find_request(request_id)
+        if prior is None:
+            return None
+        if prior[0] != "dedup" or prior[1] != payload_hash:
+            raise Conflict(
+                f"request_id {request_id!r} was already used for a different request; use a new request_id",
+                reason="IDEMPOTENCY_KEY_REUSED",
+            )
+        groups = [DedupGroup(int(keep), tuple(int(d) for d in dups)) for keep, dups in json.loads(prior[2])]
+        return DedupReport(groups, True, threshold)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -344,9 +517,7 @@ class Engine:
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return []
-            index = store.cache.get(_VECTOR_CACHE)
-            if index is None:
-                index = store.cache.setdefault(_VECTOR_CACHE, VectorIndex(self.embedder.dim))
+            index = self._vector_index(store)
             with store.read() as txn:
                 self._check_embedder(txn, write=False)
                 vector_hits: list[tuple[int, float]] = []
@@ -359,17 +530,30 @@ class Engine:
                     vector_hits = top_vector_hits(query_vector, ids, matrix, limit=depth, allowed=allowed)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                ranked = fuse(vector_hits, text_hits)[: 2 * k]
-                rows = txn.memories_by_ids([c.memory_id for c in ranked])
+                fused = fuse(vector_hits, text_hits)
+                # CONFLICTS: widen the window until it holds k current memories (superseded ones
+                # rank after them, merged ones never appear) or the fused list is exhausted.
+                window, fetched, rows = 2 * k, 0, {}
+                while True:
+                    rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
+                    fetched = window
+                    current = sum(1 for r in rows.values() if conflicts.is_current(r))
+                    if current >= k or window >= len(fused):
+                        break
+                    window *= 2
+                ranked = fused[:window]
         hits = []
         for candidate in ranked:
             row = rows.get(candidate.memory_id)
-            if row is None or row.forgotten:  # newer than this snapshot, or forgotten
+            # Newer than this snapshot, forgotten, or merged away by Dedup.
+            if row is None or row.forgotten or row.merged_into:
                 continue
-            hits.append(Hit(_memory(row), candidate.score, candidate.vector_score, candidate.text_score))
-            if len(hits) == k:
-                break
-        return hits
+            score = candidate.score
+            if row.superseded_by:  # CONFLICTS: current facts rank before superseded ones
+                score *= conflicts.SUPERSEDED_WEIGHT
+            hits.append(Hit(_memory(row), score, candidate.vector_score, candidate.text_score))
+        hits.sort(key=lambda h: (-h.score, h.memory.id))
+        return hits[:k]
 
     def get_memory(self, tenant: str, memory_id: int) -> Memory:
         with self.pool.tenant(tenant, create=False) as store:

@@ -61,6 +61,8 @@ _QUANTITY = re.compile(rf"(?<![\w.-])([$€£]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 _POSSESSIVE = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)'s\s+(?P<p>[\w][\w -]{0,40}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I)
 _COPULA = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I)
+# A conversation transcript line starts with its speaker ("user: ..."); see engine/conversation.py.
+_SPEAKER = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}:\s+(?P<rest>.+)$")
 _COLON = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?P<p>status|state|owner|priority|email|phone|address|name)\s*:\s*(?P<o>.{1,120}?)\s*$", re.I)
 
 
@@ -116,8 +118,18 @@ class RulesExtractor(Extractor):
                 add("statement", sentence.strip(), " | ".join(triple))
         return Extraction(facts=facts, triples=triples)
 
+    @classmethod
+    def _statement(cls, sentence: str) -> Triple | None:
+        triple = cls._plain_statement(sentence)
+        if triple is None:
+            # "user: ticket RF-88213 status: refunded" -> read the line without its speaker.
+            speaker = _SPEAKER.match(sentence)
+            if speaker:
+                triple = cls._plain_statement(speaker["rest"])
+        return triple
+
     @staticmethod
-    def _statement(sentence: str) -> Triple | None:
+    def _plain_statement(sentence: str) -> Triple | None:
         for pattern in (_COLON, _POSSESSIVE):
             match = pattern.match(sentence)
             if match:

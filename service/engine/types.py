@@ -29,11 +29,14 @@ class RetainOutcome:
     error_reason: str = ""
     error_message: str = ""
     near_duplicate_of: tuple[int, ...] = ()
+    # Older memories this write made wholly superseded (conflict adjudication, engine/conflicts.py).
+    supersedes: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
         data["near_duplicate_of"] = list(self.near_duplicate_of)
+        data["supersedes"] = list(self.supersedes)
         return data
 
     @classmethod
@@ -45,6 +48,7 @@ class RetainOutcome:
             error_reason=data.get("error_reason", ""),
             error_message=data.get("error_message", ""),
             near_duplicate_of=tuple(data.get("near_duplicate_of", ())),
+            supersedes=tuple(data.get("supersedes", ())),
         )
 
 
@@ -58,6 +62,22 @@ class Memory:
     facts: list[tuple[str, str, str]]
     triples: list[tuple[str, str, str]]
     forgotten: bool = False
+    superseded_by: int = 0  # a newer memory replaced all of this one's attribute facts
+    superseded_at: float = 0.0
+    merged_into: int = 0  # Dedup merged this memory into that one; Recall never returns it
+
+
+@dataclass(frozen=True)
+class DedupGroup:
+    keep: int
+    duplicates: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DedupReport:
+    groups: list[DedupGroup]
+    merged: bool
+    threshold: float
 
 
 @dataclass(frozen=True)

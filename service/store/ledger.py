@@ -108,6 +108,8 @@ class StoredMemory:
     forgotten: bool
     digest: MemoryDigest
     leftovers: bool  # a forgotten memory that still has facts, triples, embedding or body text
+    merged_into: int = 0  # the memory a Dedup merge retired this one into (0: not merged)
+    superseded_by: int = 0  # the newer memory that superseded this one (0: current)
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,10 @@ class _Expected:
     retain_seq: int
     digest: MemoryDigest
     forget_seq: int = 0
+    merge_seq: int = 0
+    merged_into: int = 0
+    supersede_seq: int = 0
+    superseded_by: int = 0
 
 
 def verify(
@@ -145,7 +151,10 @@ def verify(
     Every live memory must match its retain entry part by part; every entry's memory must exist
     (and be erased if a forget entry follows); a memory with no entry is attributed to the position
     its entry should have had: the first retain entry of a later memory id, or the head + 1.
-    Other entry kinds (records, merges) are checked by the chain only.
+    A ``merge`` entry retires the listed memories into ``memory_id``: each must name it as
+    ``merged_into`` and have lost its embedding, its other parts unchanged. A ``supersede`` entry
+    must match the memory's ``superseded_by``. Other entry kinds (records) are checked by the chain
+    only.
     """
     problems: list[Problem] = []
     expected: dict[int, _Expected] = {}
@@ -183,7 +192,36 @@ def verify(
                 problems.append(
                     Problem(row.seq, memory_id, "FORGET_UNKNOWN", f"entry {row.seq} forgets memory {memory_id}, which was never retained")
                 )
+        elif op == "merge":
+            for merged_id in entry.get("merged") or []:
+                want = expected.get(int(merged_id))
+                if want is None:
+                    problems.append(
+                        Problem(row.seq, int(merged_id), "MERGE_UNKNOWN",
+                                f"entry {row.seq} merges memory {merged_id}, which was never retained")
+                    )
+                    continue
+                want.merge_seq, want.merged_into = row.seq, memory_id
+        elif op == "supersede":
+            if memory_id in expected:
+                expected[memory_id].supersede_seq = row.seq
+                expected[memory_id].superseded_by = int(entry.get("by") or 0)
+            else:
+                problems.append(
+                    Problem(row.seq, memory_id, "SUPERSEDE_UNKNOWN",
+                            f"entry {row.seq} supersedes memory {memory_id}, which was never retained")
+                )
 
+    # A later merge of the kept memory re-points the earlier ones (see merge_memories): follow the
+    # chain to the memory that was never merged itself (a merged memory is never a merge target).
+    for want in expected.values():
+        hops = 0
+        while want.merged_into and hops < len(expected):
+            nxt = expected.get(want.merged_into)
+            if nxt is None or not nxt.merged_into:
+                break
+            want.merged_into = nxt.merged_into
+            hops += 1
     retain_seqs.sort()
     seen: set[int] = set()
     for memory in memories:
@@ -208,7 +246,25 @@ def verify(
                         f"memory {memory.memory_id} is erased but the ledger never forgot it")
             )
             continue
-        differing = want.digest.differences(memory.digest)
+        if memory.superseded_by != want.superseded_by:
+            problems.append(
+                Problem(want.supersede_seq or want.retain_seq, memory.memory_id, "SUPERSEDE_MISMATCH",
+                        f"memory {memory.memory_id} is superseded by {memory.superseded_by or 'nothing'} but the "
+                        f"ledger says {want.superseded_by or 'nothing'}")
+            )
+        if memory.merged_into != want.merged_into:
+            problems.append(
+                Problem(want.merge_seq or want.retain_seq, memory.memory_id,
+                        "MERGE_NOT_APPLIED" if want.merge_seq else "MERGE_UNRECORDED",
+                        f"memory {memory.memory_id} is merged into {memory.merged_into or 'nothing'} but the "
+                        f"ledger says {want.merged_into or 'nothing'}")
+            )
+            continue
+        expected_digest = want.digest
+        if want.merge_seq:
+            # A merged memory keeps every part except its embedding.
+            expected_digest = MemoryDigest(**{**want.digest.as_entry_fields(), "embedding": sha256_hex(b"")})
+        differing = expected_digest.differences(memory.digest)
         if differing:
             problems.append(
                 Problem(want.retain_seq, memory.memory_id, "CONTENT_MISMATCH",

@@ -89,6 +89,31 @@ CREATE TABLE requests(
 CREATE INDEX requests_created_at ON requests(created_at);
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Consolidation (dedup merges) and conflict adjudication (superseded facts). A merged memory keeps
+# its row, body, facts and fingerprint (history), loses its embedding and full-text row (so no
+# recall path finds it) and names the memory it was merged into. A superseded memory is kept whole
+# and names the newer memory whose facts replaced its own.
+_V2_CONSOLIDATION = """
+ALTER TABLE memories ADD COLUMN merged_into INTEGER;
+ALTER TABLE memories ADD COLUMN merged_at REAL;
+ALTER TABLE memories ADD COLUMN superseded_by INTEGER;
+ALTER TABLE memories ADD COLUMN superseded_at REAL;
+CREATE INDEX memories_merged_into ON memories(merged_into) WHERE merged_into IS NOT NULL;
+
+-- One row per (older memory, subject, predicate) whose value a newer memory replaced.
+CREATE TABLE supersessions(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  subject TEXT NOT NULL,
+  predicate TEXT NOT NULL,
+  object TEXT NOT NULL,
+  superseded_by INTEGER NOT NULL REFERENCES memories(id),
+  new_object TEXT NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY (memory_id, subject, predicate)
+) WITHOUT ROWID;
+CREATE INDEX supersessions_by ON supersessions(superseded_by);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -64,6 +64,9 @@ class MemoryRow:
     forgotten: bool
     facts: list[tuple[str, str, str]] = field(default_factory=list)
     triples: list[tuple[str, str, str]] = field(default_factory=list)
+    merged_into: int = 0  # set when Dedup merged this memory into another (then never recalled)
+    superseded_by: int = 0  # set when a newer memory replaced all of this one's facts
+    superseded_at: float = 0.0
 
 
 def _open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:
@@ -241,7 +244,9 @@ class ReadTxn:
     def counts(self) -> tuple[int, int, int]:
         """(live memories, forgotten memories, ledger entries)."""
         live, forgotten = self.connection.execute(
-            "SELECT count(*) FILTER (WHERE forgotten_at IS NULL), count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
+            # Merged memories are retired: neither live nor forgotten.
+            "SELECT count(*) FILTER (WHERE forgotten_at IS NULL AND merged_into IS NULL), "
+            "count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
         ).fetchone()
         return live, forgotten, self._one("SELECT count(*) FROM ledger")
 
@@ -255,7 +260,8 @@ class ReadTxn:
         return None if row is None else (row[0], row[1], row[2])
 
     def find_by_fingerprint(self, fingerprint: str) -> int | None:
-        return self._one("SELECT id FROM memories WHERE fingerprint = ?", (fingerprint,))
+        """The memory holding this content; for a merged memory, the one it was merged into."""
+        return self._one("SELECT coalesce(merged_into, id) FROM memories WHERE fingerprint = ?", (fingerprint,))
 
     # -- memories -------------------------------------------------------------------------------
 
@@ -264,9 +270,13 @@ class ReadTxn:
             return {}
         marks = ",".join("?" * len(ids))
         rows = {
-            r[0]: MemoryRow(r[0], r[1], r[2], _metadata(r[3]), r[4], r[5] is not None)
+            r[0]: MemoryRow(
+                r[0], r[1], r[2], _metadata(r[3]), r[4], r[5] is not None,
+                merged_into=r[6] or 0, superseded_by=r[7] or 0, superseded_at=r[8] or 0.0,
+            )
             for r in self.connection.execute(
-                f"SELECT id, scope, body, metadata, created_at, forgotten_at FROM memories WHERE id IN ({marks})",
+                "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at "
+                f"FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -375,8 +385,8 @@ class ReadTxn:
         ):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
-        for memory_id, scope, body, metadata_json, fingerprint, forgotten_at in self.connection.execute(
-            "SELECT id, scope, body, metadata, fingerprint, forgotten_at FROM memories ORDER BY id"
+        for memory_id, scope, body, metadata_json, fingerprint, forgotten_at, merged_into, superseded_by in self.connection.execute(
+            "SELECT id, scope, body, metadata, fingerprint, forgotten_at, merged_into, superseded_by FROM memories ORDER BY id"
         ):
             my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
             vector = embeddings.get(memory_id)
@@ -394,6 +404,8 @@ class ReadTxn:
                     fingerprint=fingerprint or "",
                 ),
                 leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None),
+                merged_into=merged_into or 0,
+                superseded_by=superseded_by or 0,
             )
 
 
@@ -516,3 +528,73 @@ class WriteTxn(ReadTxn):
             self.connection.execute(f"RELEASE {name}")
             raise
         self.connection.execute(f"RELEASE {name}")
+
+    # -- consolidation (dedup merges) and conflict adjudication ----------------------------------
+
+    def merged_into_ids(self, memory_id: int) -> list[int]:
+        """Memories Dedup merged into ``memory_id`` and not yet forgotten."""
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT id FROM memories WHERE merged_into = ? AND forgotten_at IS NULL ORDER BY id", (memory_id,)
+            )
+        ]
+
+    def merge_memories(self, keep_id: int, merged_ids: Sequence[int], *, at: float) -> None:
+        """Retire ``merged_ids`` into ``keep_id``: keep their rows, bodies, facts and fingerprints
+        (so their text is still known as a duplicate of the kept one), drop their embeddings and
+        full-text rows (so no recall path finds them), append ONE ledger entry for the whole merge.
+        The caller checked that every id is live and unmerged inside this transaction."""
+        c = self.connection
+        ids = list(merged_ids)
+        marks = ",".join("?" * len(ids))
+        c.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", ids)
+        c.execute(f"DELETE FROM embeddings WHERE memory_id IN ({marks})", ids)
+        c.execute(f"UPDATE memories SET merged_into = ?, merged_at = ? WHERE id IN ({marks})", [keep_id, at, *ids])
+        # Memories merged earlier into one of these now point at the kept one, so a duplicate of
+        # their text is reported against a live memory.
+        c.execute(f"UPDATE memories SET merged_into = ? WHERE merged_into IN ({marks})", [keep_id, *ids])
+        self.append_ledger({"op": "merge", "memory_id": keep_id, "merged": ids})
+        # The vector cache reloads on a new epoch, dropping the merged rows.
+        epoch = int(self.meta("forget_epoch", "0") or 0)
+        self.set_meta("forget_epoch", str(epoch + 1))
+
+    def conflicting_triples(
+        self, *, scope: str, memory_id: int, subject: str, predicate: str, obj: str
+    ) -> list[tuple[int, str]]:
+        """(memory id, object) of current triples of OTHER live memories in ``scope`` with the same
+        subject and predicate but another object, not yet superseded."""
+        return list(
+            self.connection.execute(
+                "SELECT t.memory_id, t.object FROM triples t JOIN memories m ON m.id = t.memory_id "
+                "WHERE t.subject = ? AND t.predicate = ? AND t.object <> ? AND t.memory_id <> ? "
+                "AND m.scope = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM supersessions s WHERE s.memory_id = t.memory_id "
+                "AND s.subject = t.subject AND s.predicate = t.predicate) ORDER BY t.memory_id",
+                (subject, predicate, obj, memory_id, scope),
+            )
+        )
+
+    def record_supersession(
+        self, *, memory_id: int, subject: str, predicate: str, obj: str, by: int, new_obj: str, at: float
+    ) -> None:
+        self.connection.execute(
+            "INSERT OR IGNORE INTO supersessions(memory_id, subject, predicate, object, superseded_by, new_object, at) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (memory_id, subject, predicate, obj, by, new_obj, at),
+        )
+
+    def superseded_pairs(self, memory_id: int) -> set[tuple[str, str]]:
+        return {
+            (r[0], r[1])
+            for r in self.connection.execute(
+                "SELECT subject, predicate FROM supersessions WHERE memory_id = ?", (memory_id,)
+            )
+        }
+
+    def mark_superseded(self, memory_id: int, *, by: int, at: float) -> None:
+        """Mark a whole memory superseded (kept, never erased) with its own ledger entry."""
+        self.connection.execute(
+            "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ?", (by, at, memory_id)
+        )
+        self.append_ledger({"op": "supersede", "memory_id": memory_id, "by": by})

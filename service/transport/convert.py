@@ -5,6 +5,7 @@ from __future__ import annotations
 from google.protobuf import timestamp_pb2
 
 from mnemosyne.engine import types
+from mnemosyne.engine.conversation import Message
 from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2
 
 _RETAIN_STATUS = {
@@ -43,6 +44,7 @@ def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
         error_reason=outcome.error_reason,
         error_message=outcome.error_message,
         near_duplicate_of=list(outcome.near_duplicate_of),
+        supersedes=list(outcome.supersedes),
     )
 
 
@@ -56,6 +58,9 @@ def to_memory(memory: types.Memory) -> types_pb2.Memory:
         facts=[types_pb2.Fact(kind=k, value=v, normalized=n) for k, v, n in memory.facts],
         triples=[types_pb2.Triple(subject=s, predicate=p, object=o) for s, p, o in memory.triples],
         forgotten=memory.forgotten,
+        superseded_by=memory.superseded_by,
+        superseded_at=to_timestamp(memory.superseded_at) if memory.superseded_at else None,
+        merged_into=memory.merged_into,
     )
 
 
@@ -88,4 +93,16 @@ def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
         duplicates=stats.duplicates,
         ledger_entries=stats.ledger_entries,
         file_bytes=stats.file_bytes,
+    )
+
+
+def from_messages(messages: object) -> list[Message]:
+    return [Message(role=m.role, content=m.content) for m in messages]  # type: ignore[attr-defined]
+
+
+def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
+    return admin_pb2.DedupResponse(
+        groups=[admin_pb2.DuplicateGroup(keep_memory_id=g.keep, duplicate_memory_ids=list(g.duplicates)) for g in report.groups],
+        merged=report.merged,
+        threshold=report.threshold,
     )

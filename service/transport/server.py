@@ -59,6 +59,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    near_duplicate_threshold: float = 0.85
 
 
 @dataclass
@@ -101,6 +102,7 @@ def create_server(config: ServerConfig) -> RunningServer:
             limits=config.limits,
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
+            near_duplicate_threshold=config.near_duplicate_threshold,
         )
     )
     try:

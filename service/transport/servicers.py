@@ -10,20 +10,24 @@ from mnemosyne.transport import convert
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 
-def _retain_text(request: memory_pb2.RetainRequest) -> str:
-    if request.messages and request.text:
-        raise InvalidArgument("give either text or messages, not both", reason="TEXT_AND_MESSAGES")
-    if request.messages:
-        return "\n".join(f"{m.role}: {m.content}" for m in request.messages)
-    return request.text
-
-
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     def Retain(self, request: memory_pb2.RetainRequest, context: grpc.ServicerContext) -> memory_pb2.RetainResponse:
-        item = convert.from_retain_item(_retain_text(request), request.scope, request.metadata)
+        if request.messages:
+            if request.text:
+                raise InvalidArgument("give either text or messages, not both", reason="TEXT_AND_MESSAGES")
+            # A conversation is one engine operation (engine/conversation.py).
+            outcome = self._engine.retain_conversation(
+                request.tenant,
+                convert.from_messages(request.messages),
+                scope=request.scope,
+                metadata=dict(request.metadata),
+                request_id=request.request_id or None,
+            )
+            return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
+        item = convert.from_retain_item(request.text, request.scope, request.metadata)
         outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None)
         return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
 
@@ -80,6 +84,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def Stats(self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext) -> admin_pb2.StatsResponse:
         return convert.to_stats(self._engine.stats(request.tenant))
+
+    def Dedup(self, request: admin_pb2.DedupRequest, context: grpc.ServicerContext) -> admin_pb2.DedupResponse:
+        report = self._engine.dedup(
+            request.tenant, merge=request.merge, threshold=request.threshold, request_id=request.request_id or None
+        )
+        return convert.to_dedup_response(report)
 
     def Ping(self, request: admin_pb2.PingRequest, context: grpc.ServicerContext) -> admin_pb2.PingResponse:
         return admin_pb2.PingResponse()

@@ -86,7 +86,12 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Dedup(self, request, context):
-        """Report near-duplicate groups, and merge them when asked.
+        """Report near-duplicate groups, and merge them when asked. Near duplicates are memories of the
+        same scope whose embedding cosine is at least the threshold AND whose atoms (numbers, dates,
+        identifiers, e-mail addresses) are identical, so "5 days" never groups with "15 days". Each
+        group keeps its oldest memory; merging retires the others into it (they keep their text as
+        history, name it in Memory.merged_into, and are never returned by Recall) with ONE audit
+        ledger entry per group. Superseded memories are never grouped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -31,7 +31,7 @@ class Triple(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., predicate: _Optional[str] = ..., object: _Optional[str] = ...) -> None: ...
 
 class Memory(_message.Message):
-    __slots__ = ("id", "scope", "text", "metadata", "created_at", "facts", "triples", "forgotten")
+    __slots__ = ("id", "scope", "text", "metadata", "created_at", "facts", "triples", "forgotten", "superseded_by", "superseded_at", "merged_into")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,9 @@ class Memory(_message.Message):
     FACTS_FIELD_NUMBER: _ClassVar[int]
     TRIPLES_FIELD_NUMBER: _ClassVar[int]
     FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_AT_FIELD_NUMBER: _ClassVar[int]
+    MERGED_INTO_FIELD_NUMBER: _ClassVar[int]
     id: int
     scope: str
     text: str
@@ -55,7 +58,10 @@ class Memory(_message.Message):
     facts: _containers.RepeatedCompositeFieldContainer[Fact]
     triples: _containers.RepeatedCompositeFieldContainer[Triple]
     forgotten: bool
-    def __init__(self, id: _Optional[int] = ..., scope: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., triples: _Optional[_Iterable[_Union[Triple, _Mapping]]] = ..., forgotten: _Optional[bool] = ...) -> None: ...
+    superseded_by: int
+    superseded_at: _timestamp_pb2.Timestamp
+    merged_into: int
+    def __init__(self, id: _Optional[int] = ..., scope: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., triples: _Optional[_Iterable[_Union[Triple, _Mapping]]] = ..., forgotten: _Optional[bool] = ..., superseded_by: _Optional[int] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., merged_into: _Optional[int] = ...) -> None: ...
 
 class ConversationMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -66,7 +72,7 @@ class ConversationMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class RetainResult(_message.Message):
-    __slots__ = ("status", "memory_id", "event_id", "error_reason", "error_message", "near_duplicate_of")
+    __slots__ = ("status", "memory_id", "event_id", "error_reason", "error_message", "near_duplicate_of", "supersedes")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[RetainResult.Status]
@@ -85,10 +91,12 @@ class RetainResult(_message.Message):
     ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NEAR_DUPLICATE_OF_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
     status: RetainResult.Status
     memory_id: int
     event_id: int
     error_reason: str
     error_message: str
     near_duplicate_of: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[RetainResult.Status, str]] = ..., memory_id: _Optional[int] = ..., event_id: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ...) -> None: ...
+    supersedes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[RetainResult.Status, str]] = ..., memory_id: _Optional[int] = ..., event_id: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., supersedes: _Optional[_Iterable[int]] = ...) -> None: ...

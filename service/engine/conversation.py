@@ -1,0 +1,69 @@
+"""Conversations: a list of {role, content} messages retained as ONE operation.
+
+Design (documented in docs/readme/dedup.md): a conversation becomes ONE memory whose body is its
+transcript, one ``role: content`` line per message in order. So:
+
+* one idempotency unit: a request id covers the whole conversation (method
+  ``retain_conversation``, payload hash over the transcript, scope and metadata);
+* one fingerprint: scope + normalised transcript. The same conversation submitted again under any
+  request id is an exact duplicate (DUPLICATE, the first memory's id) and costs no model call,
+  which is what drill 3 of seed 001 §9.6 counts ("2 duplicates" for three submissions);
+* one extraction call over the transcript (the rules extractor reads each line without its
+  speaker prefix, so "user: ticket RF-88213 status: refunded" yields the status triple).
+
+Roles are short labels without ':' or line breaks, so the transcript reads back unambiguously.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.types import RetainItem
+from mnemosyne.errors import InvalidArgument
+
+MAX_MESSAGES = 1_000
+ROLE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """The canonical body of a conversation: ``role: content`` per message, newline-separated."""
+    return "\n".join(f"{m.role.strip().lower()}: {m.content.strip()}" for m in messages)
+
+
+def validate_messages(messages: Sequence[Message], limits: Limits) -> None:
+    if not messages:
+        raise InvalidArgument("messages is empty; send at least one {role, content}", reason="MESSAGES_EMPTY")
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidArgument(
+            f"the conversation has {len(messages)} messages; the limit is {MAX_MESSAGES}",
+            reason="MESSAGES_TOO_MANY",
+        )
+    for position, message in enumerate(messages):
+        if not ROLE_PATTERN.fullmatch(message.role.strip()):
+            raise InvalidArgument(
+                f"messages[{position}].role {message.role[:40]!r} is not valid: use 1-64 letters, digits, "
+                "spaces, '.', '_' or '-' (e.g. 'user', 'assistant')",
+                reason="MESSAGE_ROLE_INVALID",
+            )
+        if not message.content or not message.content.strip():
+            raise InvalidArgument(f"messages[{position}].content is empty", reason="MESSAGE_EMPTY")
+
+
+def conversation_item(
+    messages: Sequence[Message], scope: str, metadata: Mapping[str, str], limits: Limits
+) -> RetainItem:
+    """Validate a conversation and turn it into the one item it is retained as."""
+    validate_messages(messages, limits)
+    text = transcript(messages)
+    check.validate_text(text, limits, field="the conversation transcript")
+    return RetainItem(text=text, scope=scope or "global", metadata=dict(metadata))

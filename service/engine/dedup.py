@@ -1,0 +1,203 @@
+"""Near duplicates: similar embeddings AND the same atoms.
+
+Exact duplicates (same scope, same normalised text) are refused by the store's unique fingerprint.
+A *near* duplicate is a memory of the same scope whose embedding cosine with another's is at least
+a threshold and whose **atoms** are identical. Atoms are what two texts must agree on to say the
+same thing however they are worded: numbers, dates, identifiers and e-mail addresses. They are read
+from the text itself by regular expressions (never by the extractor, so finding them costs no model
+call and works on stored bodies): "refund in 5 days" and "refund in 15 days" are close in vector
+space but their atoms ({5} vs {15}) differ, so they are never near duplicates.
+
+At write time near duplicates are only named (``RetainOutcome.near_duplicate_of``); the Dedup admin
+call reports groups and merges them only when asked. Similarity is computed with the tenant's
+in-memory vector matrix (one matrix product per batch of vectors, never a Python loop over stored
+memories); atoms are computed only for the few candidates above the threshold.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from mnemosyne.engine.types import DedupGroup
+from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
+
+DEFAULT_THRESHOLD = 0.85
+# Candidates kept per new memory at write time; more would only lengthen the result.
+MAX_NAMED = 8
+# The all-pairs product in Dedup runs in blocks of rows holding at most this many scores (64 MB of
+# float32), so its memory stays bounded however large the tenant.
+_BLOCK_SCORES = 1 << 24
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def atoms(text: str) -> frozenset[str]:
+    """Numbers, dates, identifiers and e-mail addresses in ``text``, normalised.
+
+    Dates are normalised to ISO form ("8 May 2023" = "2023-05-08") and their digits are not counted
+    again as numbers; identifiers are upper-cased ("rf-88213" = "RF-88213"); numbers lose thousands
+    separators ("1,000" = "1000") and are compared whole, so 5 never equals 15.
+    """
+    found: set[str] = set()
+    spans: list[tuple[int, int]] = []
+
+    def claim(match: re.Match[str], atom: str) -> None:
+        found.add(atom)
+        spans.append(match.span())
+
+    for m in _EMAIL.finditer(text):
+        claim(m, "email:" + m.group(0).lower())
+    for m in _ISO_DATE.finditer(text):
+        claim(m, "date:" + m.group(0))
+    for m in _DAY_MONTH_YEAR.finditer(text):
+        day, month, year = m.groups()
+        claim(m, f"date:{int(year):04d}-{_MONTHS[month.lower().rstrip('.')]:02d}-{int(day):02d}")
+    for m in _MONTH_DAY_YEAR.finditer(text):
+        month, day, year = m.groups()
+        claim(m, f"date:{int(year):04d}-{_MONTHS[month.lower().rstrip('.')]:02d}-{int(day):02d}")
+    for m in _IDENTIFIER.finditer(text):
+        if not _inside(m.span(), spans):
+            claim(m, "id:" + m.group(0).upper())
+    for m in _NUMBER.finditer(text):
+        if not _inside(m.span(), spans):
+            found.add("num:" + m.group(0).replace(",", ""))
+    return frozenset(found)
+
+
+def _inside(span: tuple[int, int], spans: Sequence[tuple[int, int]]) -> bool:
+    return any(start <= span[0] and span[1] <= end for start, end in spans)
+
+
+def similar_rows(
+    vectors: np.ndarray, ids: np.ndarray, matrix: np.ndarray, threshold: float, *, limit: int = MAX_NAMED
+) -> list[list[tuple[int, float]]]:
+    """For each row of ``vectors``: (memory id, cosine) of stored rows with cosine >= threshold,
+    best first, at most ``limit``. One matrix product for all of them."""
+    if len(ids) == 0 or len(vectors) == 0:
+        return [[] for _ in range(len(vectors))]
+    # (stored, new) then transposed: one pass over the stored matrix in its row-major order, the
+    # same product Recall makes, for every new vector at once.
+    scores = (matrix @ vectors.T).T
+    out: list[list[tuple[int, float]]] = []
+    for row in scores:
+        hits = np.flatnonzero(row >= threshold)
+        if len(hits) > limit:
+            hits = hits[np.argpartition(-row[hits], limit - 1)[:limit]]
+        hits = hits[np.argsort(-row[hits], kind="stable")]
+        out.append([(int(ids[i]), float(row[i])) for i in hits])
+    return out
+
+
+def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
+    """Every pair (lower id, higher id, cosine) of stored rows with cosine >= threshold.
+
+    Computed in blocks of rows against the rest of the matrix, so memory stays bounded
+    (``_BLOCK_SCORES``); the cost is n^2/2 dot products, which is why this runs only on an
+    explicit Dedup call.
+    """
+    pairs: list[tuple[int, int, float]] = []
+    n = len(ids)
+    step = max(1, min(1024, _BLOCK_SCORES // max(n, 1)))
+    for start in range(0, n, step):
+        # Only the rows from ``start`` on: the pairs with earlier rows were found by earlier blocks.
+        block = matrix[start : start + step] @ matrix[start:].T  # (step, n - start)
+        rows, cols = np.nonzero(block >= threshold)
+        keep = cols > rows  # each unordered pair once, never a row with itself
+        rows, cols = rows[keep], cols[keep]
+        first, second = ids[start + rows], ids[start + cols]
+        scores = block[rows, cols]
+        pairs.extend(
+            zip(np.minimum(first, second).tolist(), np.maximum(first, second).tolist(), scores.tolist())
+        )
+    return pairs
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the atoms rule needs to know of a stored memory."""
+
+    scope: str
+    body: str
+
+
+def same_atoms_filter(
+    scope: str, text: str, candidates: Iterable[int], known: Mapping[int, Candidate]
+) -> list[int]:
+    """The candidates in ``scope`` whose atoms equal those of ``text`` (order kept)."""
+    mine = atoms(text)
+    return [c for c in candidates if c in known and known[c].scope == scope and atoms(known[c].body) == mine]
+
+
+def group_pairs(pairs: Sequence[tuple[int, int, float]], known: Mapping[int, Candidate]) -> list[DedupGroup]:
+    """Star groups: the oldest memory of a cluster is kept and every memory merged into it is
+    itself a near duplicate of it (same scope, cosine >= threshold, same atoms). Similarity is not
+    transitive, so a memory only close to another duplicate is left for a later Dedup run rather
+    than merged into something it does not resemble."""
+    atom_cache: dict[int, frozenset[str]] = {}
+
+    def atoms_of(memory_id: int) -> frozenset[str]:
+        if memory_id not in atom_cache:
+            atom_cache[memory_id] = atoms(known[memory_id].body)
+        return atom_cache[memory_id]
+
+    neighbours: dict[int, list[int]] = {}
+    for a, b, _score in pairs:
+        if a not in known or b not in known or known[a].scope != known[b].scope:
+            continue
+        if atoms_of(a) != atoms_of(b):
+            continue
+        neighbours.setdefault(a, []).append(b)
+        neighbours.setdefault(b, []).append(a)
+    assigned: set[int] = set()
+    groups: list[DedupGroup] = []
+    for memory_id in sorted(neighbours):
+        if memory_id in assigned:
+            continue
+        members = sorted(n for n in neighbours[memory_id] if n not in assigned and n > memory_id)
+        if not members:
+            continue
+        assigned.add(memory_id)
+        assigned.update(members)
+        groups.append(DedupGroup(memory_id, tuple(members)))
+    return groups
+
+
+class InFlight:
+    """In-process single flight of identical content, so racing writers of the same text in one
+    server make ONE extraction call: the first claims the (tenant, fingerprint) and the others wait
+    for it, then find an exact duplicate without extracting. Across processes correctness still
+    rests on the store's unique fingerprint; this only saves model calls.
+
+    Claims are taken in sorted order, so two batches sharing fingerprints cannot deadlock.
+    """
+
+    WAIT_SECONDS = 60.0  # a stuck owner never blocks the others forever; they go on unclaimed
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owners: dict[tuple[str, str], threading.Event] = {}
+
+    @contextmanager
+    def claim(self, tenant: str, fingerprints: Iterable[str]) -> Iterator[None]:
+        mine: list[tuple[str, str]] = []
+        try:
+            for key in sorted({(tenant, f) for f in fingerprints}):
+                while True:
+                    with self._lock:
+                        owner = self._owners.get(key)
+                        if owner is None:
+                            self._owners[key] = threading.Event()
+                            mine.append(key)
+                            break
+                    if not owner.wait(self.WAIT_SECONDS):
+                        break
+            yield
+        finally:
+            with self._lock:
+                for key in mine:
+                    self._owners.pop(key).set()
