@@ -91,3 +91,45 @@ class RetainItem:
     text: str
     scope: str = "global"
     metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A named record of a scope: a complete document."""
+
+    key: str
+    content: str
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One change of a record batch: op "put" (with the complete content) or "delete"."""
+
+    op: str
+    key: str
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class ScopeRecords:
+    """A scope's records and the generation they were read at (browser editing)."""
+
+    records: list[Record]
+    generation: int
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    """What AssembleContext returned. The generations are host-only: never show them to a model."""
+
+    global_records: list[Record]
+    workspace_records: list[Record]
+    memories: list[Hit]
+    global_generation: int
+    workspace_generation: int
+
+
+@dataclass(frozen=True)
+class ConsolidateResult:
+    generation: int
+    already_applied: bool
