@@ -40,6 +40,10 @@ from mnemosyne.client.memory_client import MemoryClient, new_request_id
 MEMORY_UPDATE = "memory_update"
 UPDATE_WORKSPACE = "update_workspace"
 
+# Reasons in tool results are for the host's code and visible to the model, so they name the
+# situation, not the mechanism (no "generation" word that would send a model hunting for one).
+STALE_REASON = "STALE_CONTEXT"
+MISSING_REASON = "CONTEXT_NOT_ASSEMBLED"
 STALE_MESSAGE = "memory changed since your context was assembled; assemble context again"
 MISSING_MESSAGE = "no memory context has been assembled for this agent yet; assemble context again before writing memory"
 UNAVAILABLE_MESSAGE = (
@@ -213,7 +217,7 @@ class MemoryHost:
         except _ModelError as exc:
             return _error(str(exc), "ARGUMENTS_INVALID")
         if observation is None:
-            return _error(MISSING_MESSAGE, "OBSERVATION_MISSING")
+            return _error(MISSING_MESSAGE, MISSING_REASON)
         request_id = new_request_id()  # fresh per tool call: a transport retry replays, never re-applies
         try:
             if name == MEMORY_UPDATE:
@@ -230,17 +234,17 @@ class MemoryHost:
             return {"ok": True, "result": f"{len(parsed)} change(s) applied to workspace {observation.workspace}."}
         except AbortedError as exc:
             if exc.reason == "GENERATION_MISMATCH":
-                return _error(STALE_MESSAGE, exc.reason)
+                return _error(STALE_MESSAGE, STALE_REASON)
             raise
         except FailedPreconditionError as exc:
             if exc.reason == "OBSERVATION_MISSING":
-                return _error(MISSING_MESSAGE, exc.reason)
+                return _error(MISSING_MESSAGE, MISSING_REASON)
             raise
         except (InvalidArgumentError, NotFoundError, ResourceExhaustedError) as exc:
             # The server's message is about the model's arguments (a key, a size); it names no generation.
             return _error(exc.message, exc.reason)
         except (UnavailableError, DeadlineExceededError) as exc:
-            return _error(UNAVAILABLE_MESSAGE, exc.reason)
+            return _error(UNAVAILABLE_MESSAGE, "MEMORY_UNAVAILABLE")
 
 
 def _parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> Any:
@@ -256,9 +260,9 @@ def _parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> An
     if not isinstance(arguments, Mapping):
         raise _ModelError(f"the arguments of {name} must be a JSON object")
     allowed = set(_PARAMETERS[name]["properties"])
-    extra = sorted(str(k)[:40] for k in arguments if k not in allowed)
-    if extra:
-        raise _ModelError(f"{name} does not take {', '.join(extra)}; its only argument is {', '.join(sorted(allowed))}")
+    # Unknown names are not echoed back: the reply names only what the tool takes.
+    if any(k not in allowed for k in arguments):
+        raise _ModelError(f"{name} takes exactly one argument, {', '.join(sorted(allowed))}, and nothing else")
     if name == MEMORY_UPDATE:
         content = arguments.get("content")
         if not isinstance(content, str):
@@ -271,10 +275,9 @@ def _parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> An
     for position, change in enumerate(changes):
         if not isinstance(change, Mapping):
             raise _ModelError(f"change {position} must be an object with op, key and (for put) content")
-        extra = sorted(str(k)[:40] for k in change if k not in ("op", "key", "content"))
         op, key, content = change.get("op"), change.get("key"), change.get("content", "")
-        if extra:
-            raise _ModelError(f"change {position} has unknown field(s) {', '.join(extra)}; use op, key and content")
+        if any(k not in ("op", "key", "content") for k in change):
+            raise _ModelError(f"change {position} may only have op, key and content")
         if op not in ("put", "delete"):
             raise _ModelError(f'change {position}: op must be "put" or "delete"')
         if not isinstance(key, str) or not key:
