@@ -447,3 +447,48 @@ def test_mismatch_details_never_carry_the_current_generation(big_client: MemoryC
                            *(f"{k}={v!r}" for k, v in error.trailing_metadata() or ())])
     assert str(current) not in everything and not BIG_NUMBER.search(everything)
     assert _global(big_client, tenant) == ("version 2", current)
+
+
+# -- the documents say what the code does ---------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _code_blocks(path: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def test_readme_host_flow_example_runs(target: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (example,) = _code_blocks(DOCS / "readme" / "host-generations.md", "python")
+    code = example.replace('"127.0.0.1:50051"', repr(target)).replace('"acme"', repr(tenant))
+    exec(compile(code, "host-generations.md", "exec"), {"__name__": "readme_example"})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "{'ok': True, 'result': 'MEMORY.md was replaced.'}",
+        "{'ok': False, 'error': '" + STALE_MESSAGE + "', 'reason': 'STALE_CONTEXT'}",
+        "{'ok': True, 'result': '2 change(s) applied to workspace launch.'}",
+    ]
+
+
+def test_protocol_page_matches_the_reference_stub() -> None:
+    from mnemosyne.client import host as reference
+
+    page = DOCS / "host-protocol.md"
+    (schemas,) = _code_blocks(page, "json")
+    assert json.loads(schemas) == {t["name"]: t["input_schema"] for t in MemoryHost.tool_schemas("anthropic")}
+    text = " ".join(page.read_text(encoding="utf-8").split())
+    for phrase in (
+        GLOBAL_KEY, WORKSPACE_KEY, reference.STALE_MESSAGE, reference.MISSING_MESSAGE, reference.UNAVAILABLE_MESSAGE,
+        reference.STALE_REASON, reference.MISSING_REASON, "OBSERVATION_MISSING", "OBSERVATION_INVALID",
+        "GENERATION_MISMATCH", "IDEMPOTENCY_KEY_REUSED", "RECEIPT_REUSED", *reference._DESCRIPTIONS.values(),
+    ):
+        assert phrase in text, phrase
+    for method in workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].methods:
+        assert f"`{method.name}" in text, method.name
+    # Every reason the workspace engine and servicer can raise is in the error table.
+    import mnemosyne.engine.workspace as engine_module
+    import mnemosyne.transport.workspace_servicer as servicer_module
+
+    for module in (engine_module, servicer_module):
+        for reason in re.findall(r'reason="([A-Z_]+)"', Path(module.__file__).read_text(encoding="utf-8")):
+            assert reason in text, reason
