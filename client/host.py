@@ -23,7 +23,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import (
@@ -114,7 +114,9 @@ class HostObservations:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a garbage collection inside a locked section may run an agent's removal
+        # callback on this same thread (it only ever removes that dead agent's own entry).
+        self._lock = threading.RLock()
         self._entries: dict[int, tuple[weakref.ref[Any], Observation]] = {}
 
     def __len__(self) -> int:
@@ -151,14 +153,25 @@ class HostObservations:
             if entry is not None and entry[0]() is agent:
                 del self._entries[id(agent)]
 
-    def compare_and_set(self, agent: object, expected: Observation, update: Callable[[Observation], Observation]) -> bool:
-        """Apply ``update`` to the agent's observation only if it is still ``expected`` (the value
-        the calling tool call read at entry). False, and nothing changed, otherwise."""
+    def advance(self, agent: object, read: Observation, *, scope: str, new_generation: int) -> bool:
+        """Compare-and-set after a successful write of ``scope`` ("global" or "workspace"): set that
+        scope's generation to ``new_generation`` only if the agent's observation of that scope is
+        still the one ``read`` at the tool call's entry. False, and nothing changed, otherwise
+        (a concurrent call or a reassembly replaced it; never move it backwards or sideways)."""
         with self._lock:
             entry = self._entries.get(id(agent))
-            if entry is None or entry[0]() is not agent or entry[1] != expected:
+            if entry is None or entry[0]() is not agent:
                 return False
-            self._entries[id(agent)] = (entry[0], update(entry[1]))
+            current = entry[1]
+            if scope == "global":
+                if current.global_generation != read.global_generation:
+                    return False
+                updated = replace(current, global_generation=new_generation)
+            else:
+                if (current.workspace, current.workspace_generation) != (read.workspace, read.workspace_generation):
+                    return False
+                updated = replace(current, workspace_generation=new_generation)
+            self._entries[id(agent)] = (entry[0], updated)
             return True
 
 
@@ -224,13 +237,13 @@ class MemoryHost:
                 new = self.client.update_global(
                     self.tenant, parsed, observed_generation=observation.global_generation, request_id=request_id
                 )
-                self.observations.compare_and_set(agent, observation, lambda o: replace(o, global_generation=new))
+                self.observations.advance(agent, observation, scope="global", new_generation=new)
                 return {"ok": True, "result": "MEMORY.md was replaced."}
             new = self.client.update_workspace(
                 self.tenant, observation.workspace, parsed,
                 observed_generation=observation.workspace_generation, request_id=request_id,
             )
-            self.observations.compare_and_set(agent, observation, lambda o: replace(o, workspace_generation=new))
+            self.observations.advance(agent, observation, scope="workspace", new_generation=new)
             return {"ok": True, "result": f"{len(parsed)} change(s) applied to workspace {observation.workspace}."}
         except AbortedError as exc:
             if exc.reason == "GENERATION_MISMATCH":

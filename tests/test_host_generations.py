@@ -9,14 +9,18 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from mnemosyne.client import HostObservations, MemoryClient, MemoryHost, Observation
+from mnemosyne.client import HostObservations, MemoryClient, MemoryHost, Observation, RecordChange
 from mnemosyne.client.errors import error_info
 from mnemosyne.client.host import STALE_MESSAGE
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
@@ -341,6 +345,66 @@ def test_one_agent_on_eight_threads_races_memory_update(client: MemoryClient, te
     assert host.call_tool(agent, "memory_update", {"content": "next write from the same agent"})["ok"]
 
 
+class PausingObservations(HostObservations):
+    """Holds a successful tool call between its commit and its advance, so the test can change
+    the agent's observation in that window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed = threading.Event()
+        self.proceed = threading.Event()
+        self.armed = True
+
+    def advance(self, agent: object, read: Observation, *, scope: str, new_generation: int) -> bool:
+        if self.armed:
+            self.armed = False
+            self.committed.set()
+            assert self.proceed.wait(timeout=60)
+        return super().advance(agent, read, scope=scope, new_generation=new_generation)
+
+
+def _paused_call(host: MemoryHost, agent: Agent, name: str, arguments: dict[str, Any]) -> tuple[Any, Any]:
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(host.call_tool, agent, name, arguments)
+    observations = host.observations
+    assert isinstance(observations, PausingObservations)
+    assert observations.committed.wait(timeout=60)
+    return pool, future
+
+
+def test_advance_never_moves_an_observation_backwards(client: MemoryClient, tenant: str) -> None:
+    host = MemoryHost(client, tenant, observations=PausingObservations())
+    agent, other = Agent("agent"), Agent("other")
+    host.assemble_context(agent, "w")
+    pool, call = _paused_call(host, agent, "memory_update", {"content": "first, by the agent"})
+    # Between the agent's commit and its advance: another agent writes, the agent reassembles.
+    host.assemble_context(other, "w")
+    assert host.call_tool(other, "memory_update", {"content": "second, by the other agent"})["ok"]
+    assert "second, by the other agent" in host.assemble_context(agent, "w")
+    host.observations.proceed.set()  # type: ignore[attr-defined]
+    assert call.result(timeout=60)["ok"]
+    pool.shutdown()
+    # The late advance did not overwrite the newer observation with its older result.
+    observation = host.observations.read(agent)
+    assert observation is not None and observation.global_generation == 2
+    assert host.call_tool(agent, "memory_update", {"content": "third, from the newest context"})["ok"]
+
+
+def test_advance_of_one_scope_keeps_the_other(client: MemoryClient, tenant: str) -> None:
+    host = MemoryHost(client, tenant, observations=PausingObservations())
+    agent = Agent()
+    host.assemble_context(agent, "w")
+    pool, call = _paused_call(host, agent, "memory_update", {"content": "global change"})
+    # A concurrent workspace call of the same agent advances the workspace side meanwhile.
+    assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "a"}]})["ok"]
+    host.observations.proceed.set()  # type: ignore[attr-defined]
+    assert call.result(timeout=60)["ok"]
+    pool.shutdown()
+    assert host.observations.read(agent) == Observation(1, "w", 1)
+    assert host.call_tool(agent, "memory_update", {"content": "again"})["ok"]
+    assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "delete", "key": "a.md"}]})["ok"]
+
+
 CHILD = r"""
 import json, sys
 from mnemosyne.client import MemoryClient, MemoryHost
@@ -492,3 +556,99 @@ def test_protocol_page_matches_the_reference_stub() -> None:
     for module in (engine_module, servicer_module):
         for reason in re.findall(r'reason="([A-Z_]+)"', Path(module.__file__).read_text(encoding="utf-8")):
             assert reason in text, reason
+
+
+# -- a state machine against a simple model -------------------------------------------------
+
+@pytest.fixture
+def host_machine(client: MemoryClient) -> type[RuleBasedStateMachine]:
+    """Random assemblies, tool calls, retains and browser edits by a few agents: a tool call
+    succeeds exactly when the agent's last assembly saw the scope's current state, and memory
+    always holds what the model of the store says."""
+
+    class HostMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tenant = f"sm-{uuid.uuid4().hex[:12]}"
+            self.host = MemoryHost(client, self.tenant)
+            self.agents = [Agent(f"agent-{i}") for i in range(3)]
+            self.global_text: str | None = None
+            self.global_changes = 0
+            self.workspace: dict[str, str] = {}
+            self.workspace_changes = 0
+            self.seen: dict[int, tuple[int, int]] = {}  # agent index -> (global, workspace) changes seen
+            self.counter = 0
+
+        def _content(self) -> str:
+            self.counter += 1
+            return f"content {self.counter}"
+
+        @rule(i=st.integers(0, 2))
+        def assemble(self, i: int) -> None:
+            context = self.host.assemble_context(self.agents[i], "w")
+            if self.global_text is not None:
+                assert self.global_text in context
+            self.seen[i] = (self.global_changes, self.workspace_changes)
+
+        @rule(i=st.integers(0, 2))
+        def memory_update(self, i: int) -> None:
+            content = self._content()
+            result = self.host.call_tool(self.agents[i], "memory_update", {"content": content})
+            seen = self.seen.get(i)
+            if seen is None:
+                assert result["reason"] == "CONTEXT_NOT_ASSEMBLED"
+            elif seen[0] != self.global_changes:
+                assert result["reason"] == "STALE_CONTEXT"
+            else:
+                assert result["ok"], result
+                self.global_text, self.global_changes = content, self.global_changes + 1
+                self.seen[i] = (self.global_changes, seen[1])
+
+        @rule(i=st.integers(0, 2), key=st.sampled_from(["a.md", "b.md", "notes/c.md"]), delete=st.booleans())
+        def update_workspace(self, i: int, key: str, delete: bool) -> None:
+            change = {"op": "delete", "key": key} if delete else {"op": "put", "key": key, "content": self._content()}
+            result = self.host.call_tool(self.agents[i], "update_workspace", {"changes": [change]})
+            seen = self.seen.get(i)
+            if seen is None:
+                assert result["reason"] == "CONTEXT_NOT_ASSEMBLED"
+            elif seen[1] != self.workspace_changes:
+                assert result["reason"] == "STALE_CONTEXT"
+            elif delete and key not in self.workspace:
+                assert result["reason"] == "RECORD_NOT_FOUND"
+            else:
+                assert result["ok"], result
+                if delete:
+                    del self.workspace[key]
+                else:
+                    self.workspace[key] = change["content"]
+                self.workspace_changes += 1
+                self.seen[i] = (seen[0], self.workspace_changes)
+
+        @rule()
+        def retain(self) -> None:  # never changes a generation
+            client.retain(self.tenant, self._content(), scope="workspace/w")
+
+        @rule()
+        def browser_edit(self) -> None:
+            content = self._content()
+            generation = client.list_records(self.tenant, "global").generation
+            assert client.edit_records(self.tenant, "global", [RecordChange("put", "MEMORY.md", content)], generation) == generation + 1
+            self.global_text, self.global_changes = content, self.global_changes + 1
+
+        @invariant()
+        def store_matches_model(self) -> None:
+            if not self.counter:
+                return
+            assert _global(client, self.tenant) == (self.global_text, self.global_changes)
+            listed = client.list_records(self.tenant, "workspace/w")
+            assert ({r.key: r.content for r in listed.records}, listed.generation) == (self.workspace, self.workspace_changes)
+
+    return HostMachine
+
+
+def test_host_state_machine(host_machine: type[RuleBasedStateMachine]) -> None:
+    run_state_machine_as_test(
+        host_machine,
+        settings=settings(max_examples=12, stateful_step_count=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]),
+    )
