@@ -13,6 +13,7 @@ from mnemosyne.client.errors import (
     AbortedError,
     InvalidArgumentError,
     NotFoundError,
+    ServerError,
     UnavailableError,
 )
 
@@ -244,3 +245,22 @@ def test_tampering_a_record_breaks_integrity(server_factory: Any, tenant: str) -
         connection.execute("DELETE FROM records WHERE key IN ('sneaky.md', 'b.md')")
         assert [p.kind for p in client.verify_integrity(tenant).problems] == ["RECORD_MISSING"]
         connection.close()
+
+
+def test_a_fault_inside_the_write_leaves_records_and_generation_unchanged(server_factory: Any, tenant: str) -> None:
+    process = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "after_records:BOOM"}).start()
+    with MemoryClient(process.target) as client:
+        host = MemoryHost(client, tenant)
+        agent = Agent()
+        host.assemble_context(agent, "w")
+        assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "fine"}]})["ok"]
+        entries = client.stats(tenant).ledger_entries
+        # The store fails after writing the records, before the generation: nothing of it stays.
+        with pytest.raises(ServerError):  # a fault of ours, not of the model: the host raises
+            host.call_tool(agent, "update_workspace", {"changes": [
+                {"op": "delete", "key": "a.md"}, {"op": "put", "key": "b.md", "content": "BOOM"},
+            ]})
+        assert _records(client, tenant, "workspace/w") == ({"a.md": "fine"}, 1)
+        assert client.stats(tenant).ledger_entries == entries
+        assert client.verify_integrity(tenant).valid
+        assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "b.md", "content": "ok"}]})["ok"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.engine import Engine, replayed_result
 from mnemosyne.engine.types import Hit
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import ledger
@@ -346,16 +346,8 @@ class Workspaces:
         payload = _payload_hash(method, scope, expected, changes)
 
         def known(txn: ReadTxn) -> WriteResult | None:
-            prior = txn.find_request(request_id) if request_id else None
-            if prior is None:
-                return None
-            if prior[0] != method or prior[1] != payload:
-                raise Conflict(
-                    f"request_id {request_id!r} was already used for a different request; use a new request_id "
-                    "for new content",
-                    reason="IDEMPOTENCY_KEY_REUSED",
-                )
-            return WriteResult.from_json(prior[2], already_applied=True)
+            prior = replayed_result(txn, request_id, method, payload) if request_id else None
+            return None if prior is None else WriteResult.from_json(prior, already_applied=True)
 
         def remember(txn: WriteTxn, result: WriteResult) -> None:
             if request_id:

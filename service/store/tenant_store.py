@@ -579,7 +579,7 @@ class WriteTxn(ReadTxn):
                 )
             else:
                 c.execute("DELETE FROM records WHERE scope = ? AND key = ?", (scope, key))
-        self._fault_point("after_records")
+        self._fault_point("after_records", "\n".join(content for op, _key, content in changes if op == "put"))
         c.execute(
             "INSERT INTO scopes(scope, generation) VALUES(?, ?) "
             "ON CONFLICT(scope) DO UPDATE SET generation = excluded.generation",
