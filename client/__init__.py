@@ -13,10 +13,16 @@ from mnemosyne.client.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from mnemosyne.client.host import HostObservations, MemoryHost, Observation
 from mnemosyne.client.memory_client import MemoryClient
 from mnemosyne.client.types import (
     DedupResult,
     DuplicateGroup,
+    AssembledContext,
+    ConsolidateResult,
+    Record,
+    RecordChange,
+    ScopeRecords,
     Fact,
     Hit,
     IntegrityProblem,
@@ -31,6 +37,14 @@ from mnemosyne.client.types import (
 )
 
 __all__ = [
+    "AssembledContext",
+    "ConsolidateResult",
+    "HostObservations",
+    "MemoryHost",
+    "Observation",
+    "Record",
+    "RecordChange",
+    "ScopeRecords",
     "AbortedError",
     "DeadlineExceededError",
     "DedupResult",

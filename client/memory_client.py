@@ -16,7 +16,8 @@ import grpc
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import from_rpc_error
-from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc, types_pb2
+from mnemosyne.client.errors import ServerError
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc, types_pb2, workspace_pb2, workspace_pb2_grpc
 
 T = TypeVar("T")
 
@@ -31,6 +32,12 @@ _MODES = {
     "vector": memory_pb2.RECALL_MODE_VECTOR,
     "text": memory_pb2.RECALL_MODE_TEXT,
 }
+
+
+# Metadata keys of host-owned generations (docs/host-protocol.md).
+GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
+WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
+_CHANGE_OPS = {"put": workspace_pb2.RecordChange.PUT, "delete": workspace_pb2.RecordChange.DELETE}
 
 
 def new_request_id() -> str:
@@ -94,6 +101,7 @@ class MemoryClient:
         self._retries = retries
         self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
 
     @property
     def channel(self) -> grpc.Channel:
@@ -254,3 +262,104 @@ class MemoryClient:
         return types.DedupResult(
             [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
         )
+    # -- records (host-owned generations; see docs/host-protocol.md) ------------------------------
+    #
+    # The generation arguments and results below are for host code only. A model gets its tools
+    # from ``MemoryHost``, which keeps generations out of everything the model sees.
+
+    def assemble_context(self, tenant: str, workspace: str, query: str | None = None, k: int = 5) -> types.AssembledContext:
+        """Records of Global and ``workspace`` (+ recalled memories for ``query``), with the exact
+        generations read in the same snapshot (from the response metadata)."""
+        request = workspace_pb2.AssembleContextRequest(tenant=tenant, workspace=workspace, query=query or "", k=k)
+        response, call = self.call(self.workspace.AssembleContext.with_call, request, retry=True)
+        metadata = call.initial_metadata()
+        return types.AssembledContext(
+            global_records=[types.Record(r.key, r.content) for r in response.global_records],
+            workspace_records=[types.Record(r.key, r.content) for r in response.workspace_records],
+            memories=[types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.memories],
+            global_generation=_generation_from(metadata, GLOBAL_GENERATION_KEY),
+            workspace_generation=_generation_from(metadata, WORKSPACE_GENERATION_KEY),
+        )
+
+    def update_global(self, tenant: str, content: str, observed_generation: int, request_id: str | None = None) -> int:
+        """Replace MEMORY.md if the Global generation is still ``observed_generation``; returns the
+        new generation. Raises AbortedError (GENERATION_MISMATCH) otherwise."""
+        request = workspace_pb2.UpdateGlobalRequest(tenant=tenant, content=content, request_id=request_id or new_request_id())
+        _, call = self.call(
+            self.workspace.UpdateGlobal.with_call, request, retry=True,
+            metadata=((GLOBAL_GENERATION_KEY, str(observed_generation)),),
+        )
+        return _generation_from(call.trailing_metadata(), GLOBAL_GENERATION_KEY)
+
+    def update_workspace(
+        self,
+        tenant: str,
+        workspace: str,
+        changes: Sequence[types.RecordChange],
+        observed_generation: int,
+        request_id: str | None = None,
+    ) -> int:
+        """Apply puts and deletes as one generation if the workspace is still at
+        ``observed_generation``; returns the new generation."""
+        request = workspace_pb2.UpdateWorkspaceRequest(
+            tenant=tenant, workspace=workspace, changes=_changes_to_proto(changes), request_id=request_id or new_request_id()
+        )
+        _, call = self.call(
+            self.workspace.UpdateWorkspace.with_call, request, retry=True,
+            metadata=((WORKSPACE_GENERATION_KEY, str(observed_generation)),),
+        )
+        return _generation_from(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
+
+    def list_records(self, tenant: str, scope: str) -> types.ScopeRecords:
+        """A scope's records and generation (browser editing)."""
+        r = self.call(self.workspace.ListRecords, workspace_pb2.ListRecordsRequest(tenant=tenant, scope=scope), retry=True)
+        return types.ScopeRecords([types.Record(x.key, x.content) for x in r.records], r.generation)
+
+    def get_record(self, tenant: str, scope: str, key: str) -> tuple[types.Record, int]:
+        """One record and its scope's generation, read together (browser editing)."""
+        r = self.call(self.workspace.GetRecord, workspace_pb2.GetRecordRequest(tenant=tenant, scope=scope, key=key), retry=True)
+        return types.Record(r.record.key, r.record.content), r.generation
+
+    def edit_records(
+        self,
+        tenant: str,
+        scope: str,
+        changes: Sequence[types.RecordChange],
+        expected_generation: int,
+        request_id: str | None = None,
+    ) -> int:
+        """Browser edit with an explicit precondition; returns the new generation."""
+        request = workspace_pb2.EditRecordsRequest(
+            tenant=tenant, scope=scope, expected_generation=expected_generation, changes=_changes_to_proto(changes),
+            request_id=request_id or new_request_id(),
+        )
+        return self.call(self.workspace.EditRecords, request, retry=True).generation
+
+    def consolidate(
+        self, tenant: str, scope: str, changes: Sequence[types.RecordChange], expected_generation: int, receipt_id: str
+    ) -> types.ConsolidateResult:
+        """Apply a session consolidation exactly once per ``receipt_id`` (safe to retry)."""
+        request = workspace_pb2.ConsolidateRequest(
+            tenant=tenant, scope=scope, expected_generation=expected_generation, changes=_changes_to_proto(changes),
+            receipt_id=receipt_id,
+        )
+        r = self.call(self.workspace.Consolidate, request, retry=True)
+        return types.ConsolidateResult(r.generation, r.already_applied)
+
+
+def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:
+    return [
+        workspace_pb2.RecordChange(op=_CHANGE_OPS.get(c.op, workspace_pb2.RecordChange.OP_UNSPECIFIED), key=c.key, content=c.content)
+        for c in changes
+    ]
+
+
+def _generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: str) -> int:
+    """The decimal generation under ``key``; a reply without it is a server fault (fail closed)."""
+    values = [v for k, v in metadata or () if k == key]
+    if len(values) != 1 or not isinstance(values[0], str) or not values[0].isascii() or not values[0].isdigit():
+        raise ServerError(
+            grpc.StatusCode.INTERNAL, "OBSERVATION_NOT_SENT",
+            f"the server's reply did not carry exactly one decimal {key!r} metadata value", {},
+        )
+    return int(values[0])

@@ -106,6 +106,14 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Record:
+    """A named record of a scope: a complete document."""
+
+    key: str
+    content: str
+
+
+@dataclass(frozen=True)
 class DuplicateGroup:
     keep: int
     duplicates: tuple[int, ...]
@@ -116,3 +124,37 @@ class DedupResult:
     groups: list[DuplicateGroup]
     merged: bool
     threshold: float
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One change of a record batch: op "put" (with the complete content) or "delete"."""
+
+    op: str
+    key: str
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class ScopeRecords:
+    """A scope's records and the generation they were read at (browser editing)."""
+
+    records: list[Record]
+    generation: int
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    """What AssembleContext returned. The generations are host-only: never show them to a model."""
+
+    global_records: list[Record]
+    workspace_records: list[Record]
+    memories: list[Hit]
+    global_generation: int
+    workspace_generation: int
+
+
+@dataclass(frozen=True)
+class ConsolidateResult:
+    generation: int
+    already_applied: bool

@@ -49,6 +49,8 @@ def _serve(args: argparse.Namespace) -> int:
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         near_duplicate_threshold=args.near_duplicate_threshold,
+        generation_base=int(_env("TEST_GENERATION_BASE") or 0),
+        commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
     )
     running = create_server(config)
     stop = threading.Event()

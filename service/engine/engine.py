@@ -67,6 +67,11 @@ class EngineConfig:
     crash_after_commit: frozenset[str] = frozenset()
     # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
     near_duplicate_threshold: float = dedup.DEFAULT_THRESHOLD
+    # Test seams of host-owned generations (engine/workspace.py): the generation a scope has
+    # before its first record change (0 in production; e.g. 9_000_000 to make generations
+    # recognisable in output), and a Global commit made while AssembleContext's read is open.
+    generation_base: int = 0
+    commit_during_assemble: bool = False
 
 
 def normalise_text(text: str) -> str:
@@ -594,7 +599,9 @@ class Engine:
             if store is None:
                 return IntegrityReport(True, 0, 0, ledger.GENESIS_HASH, [])
             with store.read() as txn:
-                verdict = ledger.verify(txn.ledger_rows(), txn.stored_memories())
+                verdict = ledger.verify(
+                    txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
+                )
         return IntegrityReport(
             valid=verdict.valid,
             first_broken_at=verdict.first_broken_at,

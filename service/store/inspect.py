@@ -30,7 +30,9 @@ def inspect_tenant(data_dir: Path, tenant: str) -> dict[str, Any]:
         connection.execute("BEGIN")
         txn = ReadTxn(connection)
         live, forgotten, entries = txn.counts()
-        verdict = ledger.verify(txn.ledger_rows(), txn.stored_memories())
+        verdict = ledger.verify(
+            txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
+        )
         result: dict[str, Any] = {
             "tenant": tenant,
             "memories": live,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 GENESIS_HASH = "0" * 64
 
@@ -113,6 +113,16 @@ class StoredMemory:
 
 
 @dataclass(frozen=True)
+class StoredRecord:
+    """One record as found in the file: the hash of its stored content and its ledger entry."""
+
+    scope: str
+    key: str
+    content: str  # SHA-256 of the stored content
+    ledger_seq: int
+
+
+@dataclass(frozen=True)
 class Problem:
     ledger_seq: int
     memory_id: int
@@ -144,6 +154,8 @@ def verify(
     ledger: Iterable[LedgerRow],
     memories: Iterable[StoredMemory],
     *,
+    records: Iterable[StoredRecord] = (),
+    generations: Mapping[str, int] | None = None,
     max_problems: int = 100,
 ) -> Verdict:
     """Recompute the chain, then check completeness both ways.
@@ -153,12 +165,15 @@ def verify(
     its entry should have had: the first retain entry of a later memory id, or the head + 1.
     A ``merge`` entry retires the listed memories into ``memory_id``: each must name it as
     ``merged_into`` and have lost its embedding, its other parts unchanged. A ``supersede`` entry
-    must match the memory's ``superseded_by``. Other entry kinds (records) are checked by the chain
-    only.
+    must match the memory's ``superseded_by``. ``records`` entries are replayed into the record
+    state they describe: every stored record must equal (by content hash) the last entry that wrote
+    it, every record the entries leave must exist, and each scope's stored generation must be the
+    one its last entry published (entries of one scope advance it by exactly one).
     """
     problems: list[Problem] = []
     expected: dict[int, _Expected] = {}
     retain_seqs: list[tuple[int, int]] = []  # (memory_id, seq) in chain order
+    replay = _RecordReplay()
     previous = GENESIS_HASH
     checked = 0
     last_seq = 0
@@ -180,6 +195,9 @@ def verify(
             problems.append(Problem(row.seq, 0, "ENTRY_UNREADABLE", f"entry {row.seq} is not JSON"))
             continue
         op = entry.get("op")
+        if op == "records":
+            problems.extend(replay.apply(row.seq, entry))
+            continue
         memory_id = int(entry.get("memory_id") or 0)
         if op == "retain":
             fields = {k: str(entry.get(k, "")) for k in MemoryDigest.__dataclass_fields__}
@@ -276,6 +294,7 @@ def verify(
                 Problem(want.retain_seq, memory_id, "MEMORY_MISSING", f"memory {memory_id} is in the ledger but not in the file")
             )
 
+    problems.extend(replay.compare(records, generations or {}, last_seq))
     problems.sort(key=lambda p: (p.ledger_seq, p.memory_id))
     first = problems[0].ledger_seq if problems else 0
     return Verdict(
@@ -285,3 +304,65 @@ def verify(
         head_hash=previous,
         problems=problems[:max_problems],
     )
+
+
+class _RecordReplay:
+    """The record state and scope generations that the ledger's "records" entries describe."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], tuple[str, int]] = {}  # (scope, key) -> (hash, seq)
+        self.generations: dict[str, tuple[int, int]] = {}  # scope -> (generation, seq)
+
+    def apply(self, seq: int, entry: dict[str, Any]) -> list[Problem]:
+        problems = []
+        scope = str(entry.get("scope", ""))
+        try:
+            generation = int(entry.get("generation"))  # type: ignore[arg-type]
+            changes = list(entry.get("changes") or ())
+        except (TypeError, ValueError):
+            return [Problem(seq, 0, "ENTRY_UNREADABLE", f"entry {seq} is not a readable records entry")]
+        previous = self.generations.get(scope)
+        if previous is not None and generation != previous[0] + 1:
+            problems.append(
+                Problem(seq, 0, "GENERATION_GAP",
+                        f"entry {seq} publishes a generation of {scope} that does not follow the previous entry's by one")
+            )
+        self.generations[scope] = (generation, seq)
+        for change in changes:
+            key = str(change.get("key", ""))
+            if change.get("op") == "put":
+                self.records[(scope, key)] = (str(change.get("content", "")), seq)
+            else:
+                self.records.pop((scope, key), None)
+        return problems
+
+    def compare(self, stored: Iterable[StoredRecord], generations: Mapping[str, int], last_seq: int) -> list[Problem]:
+        problems = []
+        seen: set[tuple[str, str]] = set()
+        for record in stored:
+            where = (record.scope, record.key)
+            seen.add(where)
+            want = self.records.get(where)
+            if want is None:
+                problems.append(
+                    Problem(last_seq + 1, 0, "UNRECORDED_RECORD",
+                            f"record {record.key!r} of {record.scope} has no ledger entry")
+                )
+            elif want[0] != record.content or want[1] != record.ledger_seq:
+                problems.append(
+                    Problem(want[1], 0, "RECORD_MISMATCH",
+                            f"record {record.key!r} of {record.scope} differs from its ledger entry {want[1]}")
+                )
+        for where, (_digest, seq) in self.records.items():
+            if where not in seen:
+                problems.append(
+                    Problem(seq, 0, "RECORD_MISSING", f"record {where[1]!r} of {where[0]} is in the ledger but not in the file")
+                )
+        for scope in sorted(set(generations) | set(self.generations)):
+            want_generation = self.generations.get(scope)
+            if want_generation is None or generations.get(scope) != want_generation[0]:
+                problems.append(
+                    Problem(want_generation[1] if want_generation else last_seq + 1, 0, "GENERATION_UNRECORDED",
+                            f"the stored generation of {scope} is not the one its last ledger entry published")
+                )
+        return problems

@@ -114,6 +114,34 @@ CREATE TABLE supersessions(
 CREATE INDEX supersessions_by ON supersessions(superseded_by);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION]
+# Host-owned generations (seed 000): scopes with a generation, their records (complete documents)
+# and the receipts of applied consolidations. Only record changes advance a generation; retained
+# memories never touch this table.
+_V3_WORKSPACE = """
+CREATE TABLE scopes(
+  scope TEXT PRIMARY KEY,
+  generation INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The current content of every record; ledger_seq names the audit entry that wrote it.
+CREATE TABLE records(
+  scope TEXT NOT NULL,
+  key TEXT NOT NULL,
+  content TEXT NOT NULL,
+  ledger_seq INTEGER NOT NULL,
+  PRIMARY KEY (scope, key)
+) WITHOUT ROWID;
+
+-- Applied consolidation receipts: kept forever (never pruned), so a receipt applies exactly once.
+CREATE TABLE receipts(
+  receipt_id TEXT PRIMARY KEY,
+  scope TEXT NOT NULL,
+  payload_hash TEXT NOT NULL,
+  result TEXT NOT NULL,
+  created_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE]
 
 SCHEMA_VERSION = len(MIGRATIONS)

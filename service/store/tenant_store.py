@@ -409,6 +409,43 @@ class ReadTxn:
             )
 
 
+    # -- records and generations (host-owned generations, seed 000) ----------------------------
+
+    def scope_generation(self, scope: str) -> int | None:
+        """The scope's generation, or None for a scope whose records were never written."""
+        return self._one("SELECT generation FROM scopes WHERE scope = ?", (scope,))
+
+    def scope_records(self, scope: str) -> list[tuple[str, str]]:
+        """(key, content) of every record of a scope, by key."""
+        return list(self.connection.execute("SELECT key, content FROM records WHERE scope = ? ORDER BY key", (scope,)))
+
+    def record_keys(self, scope: str) -> list[str]:
+        return [r[0] for r in self.connection.execute("SELECT key FROM records WHERE scope = ? ORDER BY key", (scope,))]
+
+    def record(self, scope: str, key: str) -> str | None:
+        return self._one("SELECT content FROM records WHERE scope = ? AND key = ?", (scope, key))
+
+    def record_count(self, scope: str) -> int:
+        return self._one("SELECT count(*) FROM records WHERE scope = ?", (scope,))
+
+    def find_receipt(self, receipt_id: str) -> tuple[str, str, str] | None:
+        """(scope, payload_hash, result_json) of an applied consolidation receipt, if any."""
+        row = self.connection.execute(
+            "SELECT scope, payload_hash, result FROM receipts WHERE receipt_id = ?", (receipt_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def stored_records(self) -> Iterator[ledger.StoredRecord]:
+        """Every record with the hash of what is actually stored, for verification."""
+        for scope, key, content, seq in self.connection.execute(
+            "SELECT scope, key, content, ledger_seq FROM records ORDER BY scope, key"
+        ):
+            yield ledger.StoredRecord(scope, key, ledger.sha256_hex(content), seq)
+
+    def scope_generations(self) -> dict[str, int]:
+        return dict(self.connection.execute("SELECT scope, generation FROM scopes"))
+
+
 class WriteTxn(ReadTxn):
     """Mutations; valid only inside ``TenantStore.write()``."""
 
@@ -598,3 +635,41 @@ class WriteTxn(ReadTxn):
             "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ?", (by, at, memory_id)
         )
         self.append_ledger({"op": "supersede", "memory_id": memory_id, "by": by})
+    def apply_record_changes(
+        self, scope: str, changes: Sequence[tuple[str, str, str]], generation: int, entry: dict[str, Any]
+    ) -> int:
+        """Apply (op, key, content) changes ("put" or "delete") to a scope, set its generation and
+        append ONE ledger entry naming every change by content hash (never text). The caller
+        decided the generation under this same transaction; returns the ledger sequence number."""
+        c = self.connection
+        ledger_changes = []
+        for op, key, content in changes:
+            if op == "put":
+                ledger_changes.append({"op": "put", "key": key, "content": ledger.sha256_hex(content)})
+            else:
+                ledger_changes.append({"op": "delete", "key": key})
+        seq = self.append_ledger(
+            {**entry, "op": "records", "scope": scope, "generation": generation, "changes": ledger_changes}
+        )
+        for op, key, content in changes:
+            if op == "put":
+                c.execute(
+                    "INSERT INTO records(scope, key, content, ledger_seq) VALUES(?, ?, ?, ?) "
+                    "ON CONFLICT(scope, key) DO UPDATE SET content = excluded.content, ledger_seq = excluded.ledger_seq",
+                    (scope, key, content, seq),
+                )
+            else:
+                c.execute("DELETE FROM records WHERE scope = ? AND key = ?", (scope, key))
+        self._fault_point("after_records", "\n".join(content for op, _key, content in changes if op == "put"))
+        c.execute(
+            "INSERT INTO scopes(scope, generation) VALUES(?, ?) "
+            "ON CONFLICT(scope) DO UPDATE SET generation = excluded.generation",
+            (scope, generation),
+        )
+        return seq
+
+    def save_receipt(self, receipt_id: str, scope: str, payload_hash: str, result_json: str) -> None:
+        self.connection.execute(
+            "INSERT INTO receipts(receipt_id, scope, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
+            (receipt_id, scope, payload_hash, result_json, time.time()),
+        )

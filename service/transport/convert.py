@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from google.protobuf import timestamp_pb2
 
-from mnemosyne.engine import types
+from mnemosyne.engine import types, workspace
 from mnemosyne.engine.conversation import Message
-from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2
+from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
     types.RetainStatus.CREATED: types_pb2.RetainResult.CREATED,
@@ -105,4 +107,27 @@ def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
         groups=[admin_pb2.DuplicateGroup(keep_memory_id=g.keep, duplicate_memory_ids=list(g.duplicates)) for g in report.groups],
         merged=report.merged,
         threshold=report.threshold,
+    )
+
+
+# -- workspace records (host-owned generations) ------------------------------------------------
+
+_CHANGE_OP = {workspace_pb2.RecordChange.PUT: "put", workspace_pb2.RecordChange.DELETE: "delete"}
+
+
+def from_record_changes(changes: Iterable[workspace_pb2.RecordChange]) -> list[workspace.RecordChange]:
+    # An unset or unknown op becomes "unspecified", which the engine rejects with CHANGE_OP_INVALID.
+    return [workspace.RecordChange(_CHANGE_OP.get(c.op, "unspecified"), c.key, c.content) for c in changes]
+
+
+def to_records(records: Iterable[tuple[str, str]]) -> list[workspace_pb2.Record]:
+    return [workspace_pb2.Record(key=key, content=content) for key, content in records]
+
+
+def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.AssembleContextResponse:
+    # The generations are deliberately absent: they travel in response metadata only.
+    return workspace_pb2.AssembleContextResponse(
+        global_records=to_records(context.global_records),
+        workspace_records=to_records(context.workspace_records),
+        memories=[to_recall_hit(h) for h in context.memories],
     )

@@ -14,10 +14,12 @@ from grpc_reflection.v1alpha import reflection
 
 from mnemosyne.engine.engine import Engine, EngineConfig
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
+from mnemosyne.transport.workspace_servicer import WorkspaceServicer
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -60,6 +62,8 @@ class ServerConfig:
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
     near_duplicate_threshold: float = 0.85
+    generation_base: int = 0
+    commit_during_assemble: bool = False
 
 
 @dataclass
@@ -103,6 +107,8 @@ def create_server(config: ServerConfig) -> RunningServer:
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
             near_duplicate_threshold=config.near_duplicate_threshold,
+            generation_base=config.generation_base,
+            commit_during_assemble=config.commit_during_assemble,
         )
     )
     try:
@@ -118,7 +124,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(engine), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(engine), server)
         # Declared services whose issues have not landed answer UNIMPLEMENTED.
-        workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(workspace_pb2_grpc.WorkspaceServiceServicer(), server)
+        workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(Workspaces(engine)), server)
         hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(hot_path_pb2_grpc.HotPathServiceServicer(), server)
         events_pb2_grpc.add_EventsServiceServicer_to_server(events_pb2_grpc.EventsServiceServicer(), server)
 

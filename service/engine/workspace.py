@@ -1,0 +1,403 @@
+"""Records of the Global and Workspace scopes under host-owned generations (seed 000).
+
+Each scope (``global``, ``workspace/<name>``) has a generation — 0 before its first record change,
++1 for each — and a set of named records (complete documents). Only record changes advance a
+generation; retained memories live in the same scopes but never touch it, so background memory
+work never makes an agent's observation stale.
+
+Contracts:
+
+* ``assemble_context`` reads the records of both scopes and both generations in ONE read
+  transaction, so content and generation always belong together.
+* Every write (``update_global``, ``update_workspace``, ``edit_records``, ``consolidate``) runs one
+  ``BEGIN IMMEDIATE`` transaction under the tenant's write lock (which serialises every scope of
+  the tenant). Inside it, in this order: a known ``request_id`` (or ``receipt_id``) returns its
+  first result; the expected generation is compared with the current one — ``None`` fails with
+  ``OBSERVATION_MISSING``, a difference with ``GENERATION_MISMATCH``, and the current value is
+  never put in the error; the changes are applied all or nothing, the generation advances by
+  exactly one, ONE ledger entry is appended, the result is stored with the request id.
+* No code path falls back to the latest generation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.engine import Engine, replayed_result
+from mnemosyne.engine.types import Hit
+from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from mnemosyne.store import ledger
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
+
+GLOBAL_SCOPE = "global"
+MAIN_RECORD = "MEMORY.md"
+MAX_KEY_CHARS = 256
+MAX_RECORD_CHARS = 256 * 1024
+MAX_CHANGES = 100
+MAX_RECORDS_PER_SCOPE = 1_000
+RECEIPT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
+# Printable characters only: no NUL, no control characters (they hide in logs and file names).
+_KEY_CHARS = re.compile(r"[^\x00-\x1f\x7f]+")
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One change of a batch: ``op`` is "put" (create or replace with ``content``) or "delete"."""
+
+    op: str
+    key: str
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    global_records: list[tuple[str, str]]
+    workspace_records: list[tuple[str, str]]
+    global_generation: int
+    workspace_generation: int
+    memories: list[Hit] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScopeRecords:
+    records: list[tuple[str, str]]
+    generation: int
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a record write produced: the new generation and how many changes it applied."""
+
+    generation: int
+    applied: int
+    already_applied: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps({"generation": self.generation, "applied": self.applied})
+
+    @classmethod
+    def from_json(cls, text: str, *, already_applied: bool) -> "WriteResult":
+        data = json.loads(text)
+        return cls(int(data["generation"]), int(data["applied"]), already_applied)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def workspace_scope(name: str) -> str:
+    """``workspace/<name>`` for a valid workspace name."""
+    if not name or "/" in name or not check.SCOPE_PATTERN.fullmatch(f"workspace/{name}"):
+        raise InvalidArgument(
+            f"workspace {name[:80]!r} is not valid: use 1-64 characters of letters, digits, '.', '_' and '-'",
+            reason="WORKSPACE_INVALID",
+        )
+    return f"workspace/{name}"
+
+
+def validate_record_key(key: str) -> str:
+    if not key or len(key) > MAX_KEY_CHARS or not _KEY_CHARS.fullmatch(key):
+        raise InvalidArgument(
+            f"record key {key[:80]!r} must be 1-{MAX_KEY_CHARS} printable characters (no NUL or control characters)",
+            reason="RECORD_KEY_INVALID",
+        )
+    if key.startswith("/") or "\\" in key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidArgument(
+            f"record key {key[:80]!r} must be a relative path like 'notes/plan.md': no leading '/', no '\\\\', "
+            "no empty, '.' or '..' parts",
+            reason="RECORD_KEY_INVALID",
+        )
+    return key
+
+
+def validate_content(content: str, key: str) -> str:
+    if len(content) > MAX_RECORD_CHARS:
+        raise InvalidArgument(
+            f"record {key[:80]!r} has {len(content)} characters; the limit is {MAX_RECORD_CHARS}",
+            reason="RECORD_TOO_LARGE",
+        )
+    if "\x00" in content:
+        raise InvalidArgument(f"record {key[:80]!r} contains a NUL character", reason="RECORD_CONTENT_INVALID")
+    return content
+
+
+def validate_changes(changes: Sequence[RecordChange]) -> list[RecordChange]:
+    if not changes:
+        raise InvalidArgument("changes is empty; send at least one put or delete", reason="CHANGES_EMPTY")
+    if len(changes) > MAX_CHANGES:
+        raise InvalidArgument(
+            f"{len(changes)} changes in one batch; the limit is {MAX_CHANGES}", reason="CHANGES_TOO_MANY"
+        )
+    seen: set[str] = set()
+    for change in changes:
+        if change.op not in ("put", "delete"):
+            raise InvalidArgument(
+                f"change op {str(change.op)[:20]!r} is not valid: use 'put' or 'delete'", reason="CHANGE_OP_INVALID"
+            )
+        validate_record_key(change.key)
+        if change.op == "put":
+            validate_content(change.content, change.key)
+        elif change.content:
+            raise InvalidArgument(f"delete of {change.key[:80]!r} must not carry content", reason="CHANGE_OP_INVALID")
+        if change.key in seen:
+            raise InvalidArgument(
+                f"record {change.key[:80]!r} appears twice in one batch; send one change per record",
+                reason="RECORD_KEY_DUPLICATE",
+            )
+        seen.add(change.key)
+    return list(changes)
+
+
+def validate_receipt_id(receipt_id: str) -> str:
+    if not receipt_id or not RECEIPT_ID_PATTERN.fullmatch(receipt_id):
+        raise InvalidArgument(
+            "receipt_id is required: 1-128 printable ASCII characters without spaces, the consolidation's durable id",
+            reason="RECEIPT_ID_INVALID",
+        )
+    return receipt_id
+
+
+def stale(scope: str) -> Conflict:
+    # Never name the current generation: a host must re-assemble, not adopt the latest value.
+    return Conflict(
+        f"the {scope} records changed since the generation this request observed; nothing was written. "
+        "Assemble context (or read the records) again and redo the change from what you see then",
+        reason="GENERATION_MISMATCH",
+        metadata={"scope": scope},
+    )
+
+
+def _payload_hash(method: str, scope: str, expected: int, changes: Sequence[RecordChange]) -> str:
+    return ledger.sha256_hex(
+        ledger.canonical_json([method, scope, expected, [[c.op, c.key, c.content] for c in changes]])
+    )
+
+
+# -- the service -----------------------------------------------------------------------------
+
+
+class Workspaces:
+    """Record reads and writes of one engine: same tenant pool, same recall, same test seams."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+
+    def _generation(self, txn: ReadTxn, scope: str) -> int:
+        generation = txn.scope_generation(scope)
+        return self.config.generation_base if generation is None else generation
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def assemble_context(self, tenant: str, workspace: str, *, query: str = "", k: int = 5) -> AssembledContext:
+        scope = workspace_scope(workspace)
+        if query:
+            check.validate_query(query, self.engine.limits)
+            check.validate_k(k, self.engine.limits)
+        base = self.config.generation_base
+        with self.engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                global_records, workspace_records, global_gen, workspace_gen = [], [], base, base
+            else:
+                with store.read() as txn:
+                    # Records first, generations second, one snapshot: a commit between the two
+                    # reads (see the seam) cannot pair this content with a newer generation.
+                    global_records = txn.scope_records(GLOBAL_SCOPE)
+                    workspace_records = txn.scope_records(scope)
+                    if self.config.commit_during_assemble:
+                        self._seam_commit(store)
+                    global_gen = self._generation(txn, GLOBAL_SCOPE)
+                    workspace_gen = self._generation(txn, scope)
+        memories: list[Hit] = []
+        if query:
+            memories = self.engine.recall(tenant, query, k=k, scopes=[GLOBAL_SCOPE, scope])
+        return AssembledContext(global_records, workspace_records, global_gen, workspace_gen, memories)
+
+    def _seam_commit(self, store: TenantStore) -> None:
+        """Test seam: another writer commits a Global change while an assembly's read is open."""
+        with store.write() as txn:
+            generation = self._generation(txn, GLOBAL_SCOPE) + 1
+            txn.apply_record_changes(
+                GLOBAL_SCOPE, [("put", MAIN_RECORD, "written by the test seam during assembly")], generation,
+                {"source": "test_seam"},
+            )
+
+    def list_records(self, tenant: str, scope: str) -> ScopeRecords:
+        scope = check.validate_scope(scope)
+        with self.engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return ScopeRecords([], self.config.generation_base)
+            with store.read() as txn:
+                return ScopeRecords(txn.scope_records(scope), self._generation(txn, scope))
+
+    def get_record(self, tenant: str, scope: str, key: str) -> tuple[str, int]:
+        """(content, generation of the scope in the same snapshot)."""
+        scope = check.validate_scope(scope)
+        validate_record_key(key)
+        content = None
+        with self.engine.pool.tenant(tenant, create=False) as store:
+            if store is not None:
+                with store.read() as txn:
+                    content = txn.record(scope, key)
+                    generation = self._generation(txn, scope)
+        if content is None:
+            raise NotFound(f"record {key[:80]!r} does not exist in {scope}", reason="RECORD_NOT_FOUND")
+        return content, generation
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def update_global(
+        self, tenant: str, content: str, *, observed: int | None, request_id: str | None = None
+    ) -> WriteResult:
+        """Replace MEMORY.md (and nothing else) if ``observed`` is the Global generation."""
+        validate_content(content, MAIN_RECORD)
+        return self._write(
+            tenant, GLOBAL_SCOPE, [RecordChange("put", MAIN_RECORD, content)], observed,
+            method="update_global", request_id=request_id,
+        )
+
+    def update_workspace(
+        self,
+        tenant: str,
+        workspace: str,
+        changes: Sequence[RecordChange],
+        *,
+        observed: int | None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Apply a batch of puts and deletes as ONE generation if ``observed`` is current."""
+        scope = workspace_scope(workspace)
+        return self._write(
+            tenant, scope, validate_changes(changes), observed, method="update_workspace", request_id=request_id
+        )
+
+    def edit_records(
+        self,
+        tenant: str,
+        scope: str,
+        changes: Sequence[RecordChange],
+        *,
+        expected_generation: int,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Browser edit: the durable precondition is an explicit request field."""
+        scope = check.validate_scope(scope)
+        return self._write(
+            tenant, scope, validate_changes(changes), expected_generation, method="edit_records", request_id=request_id
+        )
+
+    def consolidate(
+        self,
+        tenant: str,
+        scope: str,
+        changes: Sequence[RecordChange],
+        *,
+        expected_generation: int,
+        receipt_id: str,
+    ) -> WriteResult:
+        """Apply a session consolidation exactly once per ``receipt_id``; a receipt already
+        applied returns its original result (``already_applied``) and changes nothing."""
+        scope = check.validate_scope(scope)
+        receipt_id = validate_receipt_id(receipt_id)
+        changes = validate_changes(changes)
+        payload = _payload_hash("consolidate", scope, expected_generation, changes)
+
+        def known(txn: ReadTxn) -> WriteResult | None:
+            prior = txn.find_receipt(receipt_id)
+            if prior is None:
+                return None
+            if prior[0] != scope or prior[1] != payload:
+                raise Conflict(
+                    f"receipt_id {receipt_id!r} was already applied with different changes; a receipt names one "
+                    "consolidation",
+                    reason="RECEIPT_REUSED",
+                )
+            return WriteResult.from_json(prior[2], already_applied=True)
+
+        def remember(txn: WriteTxn, result: WriteResult) -> None:
+            txn.save_receipt(receipt_id, scope, payload, result.to_json())
+
+        return self._commit(tenant, scope, changes, expected_generation, "consolidate", known, remember)
+
+    def _write(
+        self,
+        tenant: str,
+        scope: str,
+        changes: list[RecordChange],
+        expected: int | None,
+        *,
+        method: str,
+        request_id: str | None,
+    ) -> WriteResult:
+        request_id = check.validate_request_id(request_id)
+        if expected is None:
+            raise FailedPrecondition(
+                f"no observed {scope} generation was sent; a host must assemble context before it writes, "
+                "and send the generation it observed (it never uses the latest one)",
+                reason="OBSERVATION_MISSING",
+                metadata={"scope": scope},
+            )
+        payload = _payload_hash(method, scope, expected, changes)
+
+        def known(txn: ReadTxn) -> WriteResult | None:
+            prior = replayed_result(txn, request_id, method, payload) if request_id else None
+            return None if prior is None else WriteResult.from_json(prior, already_applied=True)
+
+        def remember(txn: WriteTxn, result: WriteResult) -> None:
+            if request_id:
+                txn.save_request(request_id, method, payload, result.to_json())
+                txn.prune_requests(time.time() - self.config.request_ttl_seconds)
+
+        return self._commit(tenant, scope, changes, expected, method, known, remember)
+
+    def _commit(
+        self,
+        tenant: str,
+        scope: str,
+        changes: list[RecordChange],
+        expected: int,
+        method: str,
+        known: Callable[[ReadTxn], WriteResult | None],
+        remember: Callable[[WriteTxn, WriteResult], None],
+    ) -> WriteResult:
+        with self.engine.pool.tenant(tenant, create=True) as store:
+            assert store is not None
+            with store.write() as txn:
+                prior = known(txn)
+                if prior is not None:
+                    return prior  # a retry after a lost reply: the first result, nothing written
+                current = self._generation(txn, scope)
+                if expected != current:
+                    raise stale(scope)
+                self._check_changes(txn, scope, changes)
+                result = WriteResult(current + 1, len(changes))
+                txn.apply_record_changes(
+                    scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
+                )
+                remember(txn, result)
+        if method in self.config.crash_after_commit:
+            os.kill(os.getpid(), signal.SIGKILL)  # test seam: the reply is lost after the commit
+        return result
+
+    @staticmethod
+    def _check_changes(txn: ReadTxn, scope: str, changes: list[RecordChange]) -> None:
+        existing = set(txn.record_keys(scope))
+        for change in changes:
+            if change.op == "delete" and change.key not in existing:
+                raise NotFound(
+                    f"record {change.key[:80]!r} does not exist in {scope}; nothing of this batch was written",
+                    reason="RECORD_NOT_FOUND",
+                )
+        after = existing | {c.key for c in changes if c.op == "put"}
+        after -= {c.key for c in changes if c.op == "delete"}
+        if len(after) > MAX_RECORDS_PER_SCOPE:
+            raise ResourceExhausted(
+                f"{scope} would hold {len(after)} records; the limit is {MAX_RECORDS_PER_SCOPE}",
+                reason="RECORDS_LIMIT",
+            )

@@ -1,0 +1,120 @@
+"""The WorkspaceService servicer: generations travel in gRPC metadata, never in message fields.
+
+* AssembleContext sends both generations in its initial (response) metadata.
+* UpdateGlobal / UpdateWorkspace take the observed generation of the scope they write ONLY from
+  request metadata (no message field carries it) and return the new one in trailing metadata.
+* EditRecords / Consolidate (browser, consolidator) carry ``expected_generation`` as a field.
+
+The keys and their format are specified in docs/host-protocol.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+
+from mnemosyne.engine.workspace import Workspaces
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.transport import convert
+from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
+
+GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
+WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+_MAX_GENERATION = 2**63 - 1
+
+
+def observed_generation(context: grpc.ServicerContext, key: str) -> int | None:
+    """The generation the host sent under ``key``: None when absent, never a default."""
+    values = [v for k, v in context.invocation_metadata() or () if k == key]
+    if not values:
+        return None
+    value = values[0] if isinstance(values[0], str) else values[0].decode("ascii", "replace")
+    if len(values) > 1 or not _DECIMAL.fullmatch(value) or int(value) > _MAX_GENERATION:
+        raise InvalidArgument(
+            f"metadata {key!r} must appear once, as a decimal integer between 0 and 2^63-1 (ASCII digits only)",
+            reason="OBSERVATION_INVALID",
+            metadata={"metadata_key": key},
+        )
+    return int(value)
+
+
+class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
+    def __init__(self, workspaces: Workspaces) -> None:
+        self._workspaces = workspaces
+
+    def AssembleContext(
+        self, request: workspace_pb2.AssembleContextRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.AssembleContextResponse:
+        assembled = self._workspaces.assemble_context(request.tenant, request.workspace, query=request.query, k=request.k)
+        context.send_initial_metadata(
+            (
+                (GLOBAL_GENERATION_KEY, str(assembled.global_generation)),
+                (WORKSPACE_GENERATION_KEY, str(assembled.workspace_generation)),
+            )
+        )
+        return convert.to_assemble_context(assembled)
+
+    def UpdateGlobal(
+        self, request: workspace_pb2.UpdateGlobalRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.UpdateGlobalResponse:
+        result = self._workspaces.update_global(
+            request.tenant,
+            request.content,
+            observed=observed_generation(context, GLOBAL_GENERATION_KEY),
+            request_id=request.request_id or None,
+        )
+        context.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
+        return workspace_pb2.UpdateGlobalResponse(updated=True)
+
+    def UpdateWorkspace(
+        self, request: workspace_pb2.UpdateWorkspaceRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.UpdateWorkspaceResponse:
+        result = self._workspaces.update_workspace(
+            request.tenant,
+            request.workspace,
+            convert.from_record_changes(request.changes),
+            observed=observed_generation(context, WORKSPACE_GENERATION_KEY),
+            request_id=request.request_id or None,
+        )
+        context.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
+        return workspace_pb2.UpdateWorkspaceResponse(applied=result.applied)
+
+    def GetRecord(
+        self, request: workspace_pb2.GetRecordRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.GetRecordResponse:
+        content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
+        return workspace_pb2.GetRecordResponse(
+            record=workspace_pb2.Record(key=request.key, content=content), generation=generation
+        )
+
+    def ListRecords(
+        self, request: workspace_pb2.ListRecordsRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.ListRecordsResponse:
+        listed = self._workspaces.list_records(request.tenant, request.scope)
+        return workspace_pb2.ListRecordsResponse(records=convert.to_records(listed.records), generation=listed.generation)
+
+    def EditRecords(
+        self, request: workspace_pb2.EditRecordsRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.EditRecordsResponse:
+        result = self._workspaces.edit_records(
+            request.tenant,
+            request.scope,
+            convert.from_record_changes(request.changes),
+            expected_generation=request.expected_generation,
+            request_id=request.request_id or None,
+        )
+        return workspace_pb2.EditRecordsResponse(generation=result.generation)
+
+    def Consolidate(
+        self, request: workspace_pb2.ConsolidateRequest, context: grpc.ServicerContext
+    ) -> workspace_pb2.ConsolidateResponse:
+        result = self._workspaces.consolidate(
+            request.tenant,
+            request.scope,
+            convert.from_record_changes(request.changes),
+            expected_generation=request.expected_generation,
+            receipt_id=request.receipt_id,
+        )
+        return workspace_pb2.ConsolidateResponse(generation=result.generation, already_applied=result.already_applied)
