@@ -29,6 +29,7 @@ def _seams(name: str) -> frozenset[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.transport.server import ServerConfig, create_server
 
     logging.basicConfig(
@@ -51,6 +52,10 @@ def _serve(args: argparse.Namespace) -> int:
         near_duplicate_threshold=args.near_duplicate_threshold,
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+        extractor=extractor_from_settings(
+            args.extractor, base_url=args.llm_base_url, model=args.llm_model, timeout=args.llm_timeout,
+            retries=args.llm_retries, fallback=args.llm_fallback,
+        ),
     )
     running = create_server(config)
     stop = threading.Event()
@@ -121,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
                        default=float(_env("NEAR_DUPLICATE_THRESHOLD", "0.85") or 0.85),
                        help="embedding cosine at or above which a memory with the same numbers, dates and "
                             "identifiers is named a near duplicate (and Dedup's default); above 1 = off")
+    serve.add_argument("--extractor", choices=["rules", "openai"], default=_env("EXTRACTOR", "rules"),
+                       help="facts/triples extractor: rules (offline) or openai (an OpenAI-compatible chat API)")
+    # The LLM settings default to MNEMOSYNE_LLM_* (read in llm_extractor); the API key is read
+    # from MNEMOSYNE_LLM_API_KEY only, never a flag, so it does not show in the process list.
+    serve.add_argument("--llm-base-url", help="chat API base incl. version, e.g. https://api.openai.com/v1 (MNEMOSYNE_LLM_BASE_URL)")
+    serve.add_argument("--llm-model", help="model name (MNEMOSYNE_LLM_MODEL)")
+    serve.add_argument("--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)")
+    serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
+    serve.add_argument("--llm-fallback", choices=["rules", "none"],
+                       help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

@@ -36,7 +36,7 @@ def test_every_serve_flag_is_in_the_readme() -> None:
     for action in serve._actions:
         for flag in action.option_strings:
             if flag.startswith("--") and flag != "--help":
-                assert f"`{flag}`" in README, flag
+                assert f"`{flag}`" in README, f"serve flag {flag} is not documented in README.md"
 
 
 def test_readme_python_example_runs(target: str, tenant: str) -> None:

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.extractor import Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import FailedPrecondition
@@ -64,6 +65,8 @@ class ServerConfig:
     near_duplicate_threshold: float = 0.85
     generation_base: int = 0
     commit_during_assemble: bool = False
+    # The extractor of new memories; None = the rules extractor (see --extractor).
+    extractor: Extractor | None = None
 
 
 @dataclass
@@ -109,7 +112,8 @@ def create_server(config: ServerConfig) -> RunningServer:
             near_duplicate_threshold=config.near_duplicate_threshold,
             generation_base=config.generation_base,
             commit_during_assemble=config.commit_during_assemble,
-        )
+        ),
+        extractor=config.extractor,
     )
     try:
         server = grpc.server(

@@ -1,0 +1,233 @@
+'use strict';
+// MemoryHost: the agent-runtime side of host-owned generations, for Node.js.
+//
+// Implemented from the protocol (docs/host-protocol.md, and the header of
+// protos/mnemosyne/v1/workspace.proto):
+// - an observation (the exact Global and Workspace generations of one assembly) exists only after
+//   assembleContext() for that live agent object, and is held in a WeakMap keyed by the object, so
+//   it goes with the agent; a new host or a resumed agent must assemble before it can write;
+// - a tool call reads the agent's observation ONCE, at entry, and sends exactly that generation as
+//   request metadata; missing observation -> an `error` result, nothing sent;
+// - the new generation comes from the trailing metadata; the written scope's observation advances
+//   only if it is still the value that call read (compare-and-set per scope), so a concurrent call
+//   whose content came from the old snapshot is never carried forward, and an advance of one scope
+//   never undoes the other's;
+// - GENERATION_MISMATCH (read from the ErrorInfo in the status details) -> an `error` result
+//   (reason STALE_CONTEXT) asking the model to assemble again; the host never fetches the latest generation to retry by itself;
+// - nothing the model sees (context text, tool schemas, tool results) contains a generation.
+const grpc = require('@grpc/grpc-js');
+const { newRequestId } = require('./client');
+const { MnemosyneError } = require('./errors');
+
+const MEMORY_UPDATE = 'memory_update';
+const UPDATE_WORKSPACE = 'update_workspace';
+// Reasons in tool results are visible to the model, so they name the situation, not the
+// mechanism (docs/host-protocol.md section 6: no "generation" word).
+const STALE_REASON = 'STALE_CONTEXT';
+const MISSING_REASON = 'CONTEXT_NOT_ASSEMBLED';
+const UNAVAILABLE_REASON = 'MEMORY_UNAVAILABLE';
+const STALE_MESSAGE = 'memory changed since your context was assembled; assemble context again';
+const MISSING_MESSAGE = 'no memory context has been assembled for this agent yet; assemble context again before writing memory';
+const UNAVAILABLE_MESSAGE = 'the memory service did not answer, so this change may not have been saved; '
+  + 'assemble context again and check before repeating it';
+
+const PARAMETERS = {
+  [MEMORY_UPDATE]: {
+    type: 'object',
+    properties: {
+      content: {
+        type: 'string',
+        description: 'The complete new text of the global memory document MEMORY.md. It replaces the whole '
+          + 'document, so include everything that should remain.',
+      },
+    },
+    required: ['content'],
+    additionalProperties: false,
+  },
+  [UPDATE_WORKSPACE]: {
+    type: 'object',
+    properties: {
+      changes: {
+        type: 'array',
+        minItems: 1,
+        maxItems: 100,
+        description: 'Changes applied together, all or nothing.',
+        items: {
+          type: 'object',
+          properties: {
+            op: { type: 'string', enum: ['put', 'delete'], description: 'put: create or replace the record; delete: remove it.' },
+            key: { type: 'string', description: 'Record name, a relative path such as plan.md or notes/plan.md.' },
+            content: { type: 'string', description: 'The complete new text of the record (put only).' },
+          },
+          required: ['op', 'key'],
+          additionalProperties: false,
+        },
+      },
+    },
+    required: ['changes'],
+    additionalProperties: false,
+  },
+};
+const DESCRIPTIONS = {
+  [MEMORY_UPDATE]: 'Replace the global memory document (MEMORY.md) shown in your context with new complete content.',
+  [UPDATE_WORKSPACE]: 'Create, replace or delete records of the current workspace shown in your context. '
+    + 'All changes of one call are applied together.',
+};
+
+class ModelArgumentError extends Error {}
+
+function errorResult(message, reason) {
+  return { ok: false, error: message, reason };
+}
+
+function parseArguments(name, args) {
+  if (!(name in PARAMETERS)) {
+    // Names the model invented are never echoed back (they may be revision-like).
+    throw new ModelArgumentError(`unknown tool; the memory tools are ${MEMORY_UPDATE} and ${UPDATE_WORKSPACE}`);
+  }
+  if (typeof args === 'string') {
+    try {
+      args = JSON.parse(args || '{}');
+    } catch {
+      throw new ModelArgumentError(`the arguments of ${name} are not valid JSON`);
+    }
+  }
+  if (args == null) args = {};
+  if (typeof args !== 'object' || Array.isArray(args)) throw new ModelArgumentError(`the arguments of ${name} must be a JSON object`);
+  const allowed = Object.keys(PARAMETERS[name].properties);
+  if (Object.keys(args).some((k) => !allowed.includes(k))) {
+    throw new ModelArgumentError(`${name} takes exactly one argument, ${allowed.join(', ')}, and nothing else`);
+  }
+  if (name === MEMORY_UPDATE) {
+    if (typeof args.content !== 'string') throw new ModelArgumentError('memory_update needs content: the complete new text of MEMORY.md, as a string');
+    return args.content;
+  }
+  const { changes } = args;
+  if (!Array.isArray(changes) || changes.length === 0) {
+    throw new ModelArgumentError('update_workspace needs changes: a non-empty list like [{"op": "put", "key": "plan.md", "content": "..."}]');
+  }
+  return changes.map((change, i) => {
+    if (change == null || typeof change !== 'object' || Array.isArray(change)) throw new ModelArgumentError(`change ${i} must be an object with op, key and (for put) content`);
+    if (Object.keys(change).some((k) => !['op', 'key', 'content'].includes(k))) throw new ModelArgumentError(`change ${i} may only have op, key and content`);
+    const { op, key } = change;
+    const content = change.content ?? '';
+    if (op !== 'put' && op !== 'delete') throw new ModelArgumentError(`change ${i}: op must be "put" or "delete"`);
+    if (typeof key !== 'string' || !key) throw new ModelArgumentError(`change ${i}: key must be a record name such as plan.md`);
+    if (typeof content !== 'string' || (op === 'put' && !('content' in change))) throw new ModelArgumentError(`change ${i}: a put needs content, the complete text of the record, as a string`);
+    if (op === 'delete' && content) throw new ModelArgumentError(`change ${i}: a delete takes no content`);
+    return { op, key, content: op === 'put' ? content : '' };
+  });
+}
+
+function renderRecords(records) {
+  if (!records.length) return ['(empty)'];
+  return records.flatMap((r) => ['', `## ${r.key}`, r.content.replace(/\n+$/, '')]);
+}
+
+/** Prompt text of an assembly: records and memories only (no generation, by construction). */
+function renderContext(assembled, workspace) {
+  const lines = ['# Global memory', ...renderRecords(assembled.globalRecords), '', `# Workspace ${workspace}`,
+    ...renderRecords(assembled.workspaceRecords)];
+  if (assembled.memories.length) lines.push('', '# Recalled memories', ...assembled.memories.map((h) => `- ${h.memory.text}`));
+  return `${lines.join('\n')}\n`;
+}
+
+class MemoryHost {
+  /**
+   * @param {import('./client').MemoryClient} client
+   * @param {string} tenant
+   * @param {{observations?: WeakMap<object, object>}} [options] share `observations` between hosts
+   *   of one process if they serve the same agents; by default each host has its own.
+   */
+  constructor(client, tenant, options = {}) {
+    this.client = client;
+    this.tenant = tenant;
+    this.observations = options.observations ?? new WeakMap();
+  }
+
+  /** The memory part of the agent's prompt; records the generations it was read at. */
+  async assembleContext(agent, workspace, { query = '', k = 5 } = {}) {
+    if (agent === null || (typeof agent !== 'object' && typeof agent !== 'function')) {
+      throw new TypeError('an agent must be an object (observations are held per live agent object)');
+    }
+    const assembled = await this.client.assembleContext(this.tenant, workspace, { query, k });
+    this.observations.set(agent, Object.freeze({
+      globalGeneration: assembled.globalGeneration,
+      workspace,
+      workspaceGeneration: assembled.workspaceGeneration,
+    }));
+    return renderContext(assembled, workspace);
+  }
+
+  /** Function-calling schemas (`openai` or `anthropic`); no revision/generation/hash/etag field. */
+  static toolSchemas(format = 'openai') {
+    const names = [MEMORY_UPDATE, UPDATE_WORKSPACE];
+    if (format === 'openai') {
+      return names.map((n) => ({ type: 'function', function: { name: n, description: DESCRIPTIONS[n], parameters: PARAMETERS[n] } }));
+    }
+    if (format === 'anthropic') return names.map((n) => ({ name: n, description: DESCRIPTIONS[n], input_schema: PARAMETERS[n] }));
+    throw new RangeError(`format must be 'openai' or 'anthropic', not ${JSON.stringify(format)}`);
+  }
+
+  /**
+   * Run one model tool call. Resolves {ok: true, result} or {ok: false, error, reason}; never a
+   * generation, never a rejection for what the model sent.
+   */
+  async callTool(agent, name, args) {
+    const observation = this.observations.get(agent); // once, at entry: this call's precondition
+    let parsed;
+    try {
+      parsed = parseArguments(name, args);
+    } catch (err) {
+      if (err instanceof ModelArgumentError) return errorResult(err.message, 'ARGUMENTS_INVALID');
+      throw err;
+    }
+    if (observation === undefined) return errorResult(MISSING_MESSAGE, MISSING_REASON);
+    const requestId = newRequestId(); // fresh per tool call
+    try {
+      if (name === MEMORY_UPDATE) {
+        const generation = await this.client.updateGlobal(this.tenant, parsed,
+          { observedGeneration: observation.globalGeneration, requestId });
+        this._advance(agent, observation, 'global', generation);
+        return { ok: true, result: 'MEMORY.md was replaced.' };
+      }
+      const { generation } = await this.client.updateWorkspace(this.tenant, observation.workspace, parsed,
+        { observedGeneration: observation.workspaceGeneration, requestId });
+      this._advance(agent, observation, 'workspace', generation);
+      return { ok: true, result: `${parsed.length} change(s) applied to workspace ${observation.workspace}.` };
+    } catch (err) {
+      if (!(err instanceof MnemosyneError)) throw err;
+      if (err.code === grpc.status.ABORTED && err.reason === 'GENERATION_MISMATCH') return errorResult(STALE_MESSAGE, STALE_REASON);
+      if (err.code === grpc.status.FAILED_PRECONDITION && err.reason === 'OBSERVATION_MISSING') return errorResult(MISSING_MESSAGE, MISSING_REASON);
+      // Anything else (e.g. GENERATION_METADATA_INVALID: a success without the trailing key) is a
+      // host or server fault, thrown to the host's code; the observation was not advanced, so the
+      // agent's next write fails stale rather than guessing a generation.
+      if ([grpc.status.INVALID_ARGUMENT, grpc.status.NOT_FOUND, grpc.status.RESOURCE_EXHAUSTED].includes(err.code)) {
+        return errorResult(err.details, err.reason); // about the model's arguments; names no generation
+      }
+      if ([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED].includes(err.code)) return errorResult(UNAVAILABLE_MESSAGE, UNAVAILABLE_REASON);
+      throw err;
+    }
+  }
+
+  /**
+   * Compare-and-set per scope (docs/host-protocol.md section 5 rule 6): advance the written
+   * scope only if the agent's current observation of that scope is still the value this call read
+   * at entry; the other scope's value is never touched. JavaScript runs this synchronously, so
+   * the read-compare-write cannot interleave with another call's.
+   */
+  _advance(agent, read, scope, generation) {
+    const current = this.observations.get(agent);
+    if (current === undefined) return;
+    if (scope === 'global' && current.globalGeneration === read.globalGeneration) {
+      this.observations.set(agent, Object.freeze({ ...current, globalGeneration: generation }));
+    } else if (scope === 'workspace' && current.workspace === read.workspace
+      && current.workspaceGeneration === read.workspaceGeneration) {
+      this.observations.set(agent, Object.freeze({ ...current, workspaceGeneration: generation }));
+    }
+  }
+}
+
+module.exports = {
+  MemoryHost, renderContext, MEMORY_UPDATE, UPDATE_WORKSPACE, STALE_MESSAGE, MISSING_MESSAGE, STALE_REASON, MISSING_REASON,
+};

@@ -1,0 +1,10 @@
+'use strict';
+// Mnemosyne for Node.js: a promise-based client and the host side of host-owned generations.
+const { MemoryClient, newRequestId, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY } = require('./client');
+const { MnemosyneError, fromServiceError } = require('./errors');
+const { MemoryHost, renderContext } = require('./host');
+
+module.exports = {
+  MemoryClient, MemoryHost, MnemosyneError, fromServiceError, renderContext, newRequestId,
+  GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY,
+};

@@ -1,0 +1,57 @@
+'use strict';
+// Loading the service definitions straight from the repository's protos/ (no copied or
+// hand-written message definitions), and the google.rpc error-detail messages from the
+// google-proto-files package, decoded with protobufjs.
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const protobuf = require('protobufjs');
+
+const PROTO_ROOT = path.resolve(__dirname, '..', '..', '..', 'protos');
+const GOOGLE_PROTO_ROOT = path.dirname(require.resolve('google-proto-files/package.json'));
+
+// int64 as strings (exact; JavaScript numbers lose precision above 2^53), enums as names, and
+// default values filled in so a missing field reads as proto3 would.
+const LOADER_OPTIONS = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+  includeDirs: [PROTO_ROOT],
+};
+
+let services;
+/** The grpc-js service constructors of MemoryService, WorkspaceService and AdminService. */
+function loadServices() {
+  if (!services) {
+    const definition = protoLoader.loadSync(
+      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto'],
+      LOADER_OPTIONS,
+    );
+    const v1 = grpc.loadPackageDefinition(definition).mnemosyne.v1;
+    services = { MemoryService: v1.MemoryService, WorkspaceService: v1.WorkspaceService, AdminService: v1.AdminService };
+  }
+  return services;
+}
+
+let statusTypes;
+/** google.rpc.Status and google.rpc.ErrorInfo as protobufjs types. */
+function loadStatusTypes() {
+  if (!statusTypes) {
+    const root = new protobuf.Root();
+    root.resolvePath = (_origin, target) => {
+      // Imports resolve against google-proto-files; google/protobuf/*.proto are protobufjs built-ins.
+      if (target.startsWith('google/protobuf/')) return target;
+      return path.isAbsolute(target) ? target : path.join(GOOGLE_PROTO_ROOT, target);
+    };
+    root.loadSync(['google/rpc/status.proto', 'google/rpc/error_details.proto'], { keepCase: true });
+    statusTypes = {
+      Status: root.lookupType('google.rpc.Status'),
+      ErrorInfo: root.lookupType('google.rpc.ErrorInfo'),
+    };
+  }
+  return statusTypes;
+}
+
+module.exports = { PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes };

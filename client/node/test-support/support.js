@@ -1,0 +1,52 @@
+'use strict';
+// The real Python server in a child process, for the Node tests. The interpreter is
+// $MNEMOSYNE_PYTHON (tests/test_node_host.py passes its own), else python3 on PATH.
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const readline = require('node:readline');
+
+const PYTHON = process.env.MNEMOSYNE_PYTHON || 'python3';
+
+/** Start `python -m mnemosyne.cli serve --port 0`; resolves {target, port, stop()} after its "serving" line. */
+function startServer({ env = {}, args = [] } = {}) {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-'));
+  const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', '0', '--metrics-port', '0', ...args], {
+    env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000); });
+  return new Promise((resolve, reject) => {
+    const lines = readline.createInterface({ input: child.stdout });
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`server did not start in 60s: ${stderr}`)); }, 60000);
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited with ${code}: ${stderr}`)); });
+    lines.once('line', (line) => {
+      clearTimeout(timer);
+      const { port } = JSON.parse(line);
+      resolve({
+        port,
+        target: `127.0.0.1:${port}`,
+        async stop() {
+          if (child.exitCode !== null) return;
+          const exited = new Promise((done) => child.once('exit', done));
+          child.kill('SIGTERM');
+          const killer = setTimeout(() => child.kill('SIGKILL'), 20000);
+          await exited;
+          clearTimeout(killer);
+          fs.rmSync(dataDir, { recursive: true, force: true });
+        },
+      });
+    });
+  });
+}
+
+let counter = 0;
+/** A tenant id no other test uses. */
+function uniqueTenant() {
+  counter += 1;
+  return `node${counter}-${process.pid}-${Math.random().toString(16).slice(2, 10)}`;
+}
+
+module.exports = { PYTHON, startServer, uniqueTenant };

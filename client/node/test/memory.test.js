@@ -1,0 +1,46 @@
+'use strict';
+// The Node client against the real Python server: retain/recall round trip, and the error reason
+// read from the google.rpc.ErrorInfo in the status details.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const grpc = require('@grpc/grpc-js');
+const { MemoryClient, MnemosyneError } = require('../src');
+const { startServer, uniqueTenant } = require('../test-support/support');
+
+let server;
+let client;
+test.before(async () => {
+  server = await startServer();
+  client = new MemoryClient(server.target);
+});
+test.after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+test('retain then recall round trip', async () => {
+  const tenant = uniqueTenant();
+  const retained = await client.retain(tenant, 'The customer requested a refund, ticket number RF-88213');
+  assert.equal(retained.status, 'created');
+  assert.ok(BigInt(retained.memoryId) > 0n);
+  const other = await client.retain(tenant, 'Lunch is at noon in the blue room');
+  assert.equal(other.status, 'created');
+  const hits = await client.recall(tenant, 'refund ticket', { k: 1 });
+  assert.deepEqual(hits.map((h) => h.memory.id), [retained.memoryId]);
+  assert.equal(hits[0].memory.text, 'The customer requested a refund, ticket number RF-88213');
+  assert.ok(hits[0].memory.facts.some((f) => f.kind === 'identifier' && f.normalized === 'RF-88213'));
+  const again = await client.retain(tenant, 'The customer requested a refund, ticket number RF-88213');
+  assert.equal(again.status, 'duplicate');
+  assert.equal(again.memoryId, retained.memoryId);
+});
+
+test('an invalid request fails with its reason from the status details', async () => {
+  await assert.rejects(client.retain(uniqueTenant(), '   '), (err) => {
+    assert.ok(err instanceof MnemosyneError);
+    assert.equal(err.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(err.reason, 'TEXT_EMPTY');
+    assert.equal(err.domain, 'mnemosyne.v1');
+    return true;
+  });
+  await assert.rejects(client.retain('../etc/passwd', 'x'), (err) => err.code === grpc.status.INVALID_ARGUMENT && err.reason !== '');
+});

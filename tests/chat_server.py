@@ -1,0 +1,132 @@
+"""A local HTTP server speaking the OpenAI chat-completions protocol, for the LLM extractor.
+
+It stands in for a real model endpoint (the project replaces unreachable models by a local server
+speaking their real protocol, never by patching our code). Each POST to ``/v1/chat/completions``
+takes the next scripted behaviour from ``script`` (answer, HTTP status, hang, raw content); with
+an empty script it answers like a well-behaved model: the facts and triples of the user's text
+(computed with the rules extractor, so they depend on the input), as JSON in
+``choices[0].message.content``. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from mnemosyne.engine.extractor import RulesExtractor
+
+
+@dataclass
+class Behaviour:
+    """``kind``: "answer" (default model answer), "content" (this raw message content),
+    "status" (this HTTP status, optional Retry-After), "hang" (answer nothing until released)."""
+
+    kind: str = "answer"
+    content: str = ""
+    status: int = 200
+    retry_after: str | None = None
+    finish_reason: str = "stop"
+
+
+def model_answer(text: str) -> dict[str, Any]:
+    extraction = RulesExtractor().extract(text)
+    return {
+        "facts": [{"kind": k, "value": v, "normalized": n} for k, v, n in extraction.facts],
+        "triples": [{"subject": s, "predicate": p, "object": o} for s, p, o in extraction.triples],
+    }
+
+
+@dataclass
+class ChatServer:
+    script: list[Behaviour] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.release = threading.Event()  # set to end every hanging request
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def __enter__(self) -> "ChatServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Behaviour:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            return self.script.pop(0) if self.script else Behaviour()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server API)
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                if self.path != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                body = json.loads(raw)
+                behaviour = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                if behaviour.kind == "hang":
+                    server.release.wait(60)
+                    return  # the client timed out long ago; close without an answer
+                if behaviour.kind == "status":
+                    extra = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
+                    self._send(behaviour.status, {"error": {"message": "scripted", "code": behaviour.status}}, extra)
+                    return
+                if behaviour.kind == "content":
+                    content = behaviour.content
+                else:
+                    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+                    answer = model_answer(user)
+                    with server._lock:
+                        server.answers.append(answer)
+                    content = json.dumps(answer)
+                self._send(200, {
+                    "id": f"chatcmpl-{len(server.requests)}",
+                    "object": "chat.completion",
+                    "model": body.get("model", ""),
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                 "finish_reason": behaviour.finish_reason}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                })
+
+            def _send(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for key, value in (extra or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        return Handler
