@@ -91,3 +91,21 @@ class RetainItem:
     text: str
     scope: str = "global"
     metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TenantPage:
+    tenants: list[str]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class AggregateStats:
+    """Stats of every tenant and their total. NOT one snapshot: ``files_read`` files were read in
+    as many transactions while writes went on (``consistency`` says so in words)."""
+
+    tenants: dict[str, "Stats"]
+    total: "Stats"
+    files_read: int
+    consistency: str
+    not_a_snapshot: bool = True

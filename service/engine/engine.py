@@ -19,7 +19,7 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import apsw
 import numpy as np
@@ -29,8 +29,11 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.extractor import Extraction, Extractor, RulesExtractor
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver, SafeObserver
+from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.recall import fts_match_expression, fuse, top_vector_hits
 from mnemosyne.engine.types import (
+    AggregateChunk,
     Hit,
     IntegrityReport,
     Memory,
@@ -39,11 +42,12 @@ from mnemosyne.engine.types import (
     RetainItem,
     RetainOutcome,
     RetainStatus,
+    TenantPage,
     TenantStats,
 )
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
@@ -107,8 +111,10 @@ class Engine:
         *,
         extractor: Extractor | None = None,
         embedder: Embedder | None = None,
+        observer: EngineObserver | None = None,
     ) -> None:
         self.config = config
+        self.observer: EngineObserver = SafeObserver(observer or EngineObserver())
         self.limits = config.limits
         self.extractor = extractor or RulesExtractor()
         self.embedder = embedder or HashingEmbedder()
@@ -242,6 +248,7 @@ class Engine:
                 if prior is not None:
                     return prior
             self._check_embedder(txn, write=True)
+            check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
             results = list(outcomes)
             created = duplicates = 0
             for p in prepared:
@@ -267,6 +274,8 @@ class Engine:
                                 created_at=time.time(),
                             )
                         )
+                except apsw.FullError:
+                    raise  # the disk is full: no later item fits either; the whole write fails
                 except (apsw.Error, InjectedFault) as exc:
                     if not per_item_errors:
                         raise
@@ -278,6 +287,7 @@ class Engine:
                     continue
                 results[p.position] = RetainOutcome(RetainStatus.CREATED, memory_id=memory_id)
                 created += 1
+            check_bytes_quota(txn, self.limits)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
@@ -294,6 +304,9 @@ class Engine:
                 txn.prune_requests(time.time() - self.config.request_ttl_seconds)
         for p in extracted:
             p.counted = True
+        self.observer.retained(
+            created=created, duplicates=duplicates, model_calls=len(extracted), embed_calls=1 if extracted else 0
+        )
         return final
 
     def _check_embedder(self, txn: ReadTxn, *, write: bool) -> None:
@@ -450,6 +463,76 @@ class Engine:
                 ledger_entries=entries,
                 file_bytes=store.file_bytes(),
             )
+
+    # -- operations: live figures and cross-tenant administration -------------------------------
+
+    def open_tenants(self) -> int:
+        """Tenant files open right now (the LRU's size)."""
+        return self.pool.open_count
+
+    def queue_depth(self) -> int:
+        """Accepted asynchronous writes not yet applied, summed over open tenants.
+
+        0 until the hot path (issue 4) lands: it replaces this method's body. The metrics module
+        reads it on every scrape, so it must be cheap and must not open tenant files."""
+        return 0
+
+    def oldest_pending_seconds(self) -> float:
+        """Age in seconds of the oldest accepted-but-unapplied write (0 when none). See queue_depth."""
+        return 0.0
+
+    def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
+        """Tenant ids with a file, in lexical order, one page at a time."""
+        page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
+        after = _decode_tenant_token(page_token)
+        # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
+        names = [t for t in self.pool.tenant_ids() if t > after]
+        page = names[:page_size]
+        token = _encode_tenant_token(page[-1]) if len(names) > page_size else ""
+        return TenantPage(page, token)
+
+    def aggregate_stats(self, *, chunk_size: int = 100) -> Iterator[AggregateChunk]:
+        """Stats of every tenant, ``chunk_size`` tenants per chunk, then a total in the last one.
+
+        NOT a snapshot: N files read in N separate transactions while writes go on."""
+        chunk_size = max(1, min(chunk_size or 100, 1_000))
+        totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
+        files_read = 0
+        page_token = ""
+        while True:
+            page = self.list_tenants(page_size=chunk_size, page_token=page_token)
+            rows = []
+            for tenant in page.tenants:
+                stats = self.stats(tenant)
+                files_read += 1
+                for name in totals:
+                    totals[name] += getattr(stats, name)
+                rows.append((tenant, stats))
+            page_token = page.next_page_token
+            if not page_token:
+                yield AggregateChunk(rows, TenantStats(**totals), files_read)
+                return
+            yield AggregateChunk(rows, None, files_read)
+
+
+def _encode_tenant_token(tenant: str) -> str:
+    return base64.urlsafe_b64encode(f"tenant:{tenant}".encode()).decode().rstrip("=")
+
+
+def _decode_tenant_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        prefix, _, tenant = text.partition(":")
+        if prefix != "tenant":
+            raise ValueError(prefix)
+        return validate_tenant(tenant)
+    except (ValueError, UnicodeDecodeError, InvalidArgument):
+        raise InvalidArgument(
+            "page_token is not one this server issued; pass next_page_token from the previous page unchanged",
+            reason="PAGE_TOKEN_INVALID",
+        ) from None
 
 
 def _encode_page_token(after_id: int) -> str:

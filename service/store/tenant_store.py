@@ -104,6 +104,15 @@ def _migrate(connection: apsw.Connection, path: Path) -> None:
     connection.execute("COMMIT")
 
 
+def _apply_size_seam(connection: apsw.Connection, faults: frozenset[str]) -> None:
+    """Test seam ``max_page_count=N``: SQLite itself refuses to grow the file past N pages and
+    raises its real disk-full error (SQLITE_FULL), as on a full filesystem."""
+    for fault in faults:
+        name, _, value = fault.partition("=")
+        if name == "max_page_count":
+            connection.pragma("max_page_count", int(value))
+
+
 def _translate_sqlite_error(exc: apsw.Error) -> Exception:
     if isinstance(exc, apsw.FullError):
         return ResourceExhausted(
@@ -133,6 +142,7 @@ class TenantStore:
         self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
         try:
             _migrate(self._writer, path)
+            _apply_size_seam(self._writer, faults)
         except BaseException:
             self._writer.close()
             raise
@@ -169,6 +179,10 @@ class TenantStore:
                 raise _translate_sqlite_error(exc) from exc
             try:
                 yield WriteTxn(connection, self._faults)
+            except apsw.FullError as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise _translate_sqlite_error(exc) from exc
             except BaseException:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
@@ -244,6 +258,14 @@ class ReadTxn:
             "SELECT count(*) FILTER (WHERE forgotten_at IS NULL), count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
         ).fetchone()
         return live, forgotten, self._one("SELECT count(*) FROM ledger")
+
+    def live_memory_count(self) -> int:
+        return self._one("SELECT count(*) FROM memories WHERE forgotten_at IS NULL")
+
+    def used_bytes(self) -> int:
+        """Bytes of database pages in use as this transaction sees them (free pages excluded)."""
+        page_size = self._one("PRAGMA page_size")
+        return (self._one("PRAGMA page_count") - self._one("PRAGMA freelist_count")) * page_size
 
     # -- idempotency and dedup ------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +17,13 @@ from grpc_reflection.v1alpha import reflection
 from mnemosyne.engine.engine import Engine, EngineConfig
 from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import FailedPrecondition
+from mnemosyne.observability.http import SideServer
+from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
+from mnemosyne.transport.telemetry import TelemetryInterceptor
+from mnemosyne.transport.tls import server_credentials
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -59,6 +65,16 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
+    metrics_port: int = 0
+    metrics_host: str | None = None
+    # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
+    # and readiness probes take the server out of rotation) before the grace period starts.
+    drain_delay_seconds: float = 0.0
 
 
 @dataclass
@@ -68,12 +84,32 @@ class RunningServer:
     engine: Engine
     health: health.HealthServicer
     grace_seconds: float
+    drain_delay_seconds: float = 0.0
+    metrics: ServerMetrics | None = None
+    side: SideServer | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def metrics_port(self) -> int:
+        return self.side.port if self.side is not None else 0
+
+    def ready(self) -> bool:
+        return not self.stopping.is_set()
 
     def stop(self) -> None:
-        """Graceful stop: NOT_SERVING first, then drain in-flight calls, then close the files."""
+        """Graceful stop: NOT_SERVING (gRPC health and /readyz) first, keep serving for the drain
+        delay, then refuse new calls and give in-flight ones the grace period, then close the
+        files. /healthz answers until the very end."""
+        self.stopping.set()
         self.health.enter_graceful_shutdown()
+        log.info("health NOT_SERVING; serving %.1fs more before draining", self.drain_delay_seconds)
+        if self.drain_delay_seconds > 0:
+            time.sleep(self.drain_delay_seconds)
         self.server.stop(self.grace_seconds).wait()
         self.engine.close()
+        log.info("stopped: in-flight calls drained, tenant files closed")
+        if self.side is not None:
+            self.side.stop()
 
 
 def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
@@ -93,6 +129,8 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
 
 def create_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
+    credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    metrics = ServerMetrics()
     engine = Engine(
         EngineConfig(
             data_dir=config.data_dir,
@@ -101,12 +139,22 @@ def create_server(config: ServerConfig) -> RunningServer:
             limits=config.limits,
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
-        )
+        ),
+        observer=metrics,
     )
+    metrics.read_gauges_from(
+        {
+            "mnemosyne_open_tenants": engine.open_tenants,
+            "mnemosyne_queue_depth": engine.queue_depth,
+            "mnemosyne_oldest_pending_seconds": engine.oldest_pending_seconds,
+        }
+    )
+    side: SideServer | None = None
+    running: RunningServer | None = None
     try:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-            interceptors=[EdgeInterceptor(authenticator)],
+            interceptors=[TelemetryInterceptor(metrics), EdgeInterceptor(authenticator)],
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
@@ -127,12 +175,35 @@ def create_server(config: ServerConfig) -> RunningServer:
         reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
         address = f"[{config.host}]:{config.port}" if ":" in config.host and not config.host.startswith("[") else f"{config.host}:{config.port}"
-        port = server.add_insecure_port(address)
+        if credentials is not None:
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
         if port == 0:
             raise FailedPrecondition(f"cannot listen on {address}: is the port in use?", reason="LISTEN_FAILED")
+        running = RunningServer(
+            server, port, engine, health_servicer, config.grace_seconds, config.drain_delay_seconds, metrics
+        )
+        if config.metrics_port:
+            metrics_host = config.metrics_host or config.host
+            try:
+                side = SideServer(metrics_host, config.metrics_port, metrics=metrics.exposition, ready=running.ready)
+            except OSError as exc:
+                raise FailedPrecondition(
+                    f"cannot listen for metrics on {metrics_host}:{config.metrics_port} ({exc.strerror}): "
+                    "is the port in use? (--metrics-port 0 turns the side port off)",
+                    reason="LISTEN_FAILED",
+                ) from None
+            running.side = side
         server.start()
     except BaseException:
+        if side is not None:
+            side.stop()
         engine.close()
         raise
-    log.info("listening on %s:%d (pid %d, data %s)", config.host, port, os.getpid(), config.data_dir)
-    return RunningServer(server, port, engine, health_servicer, config.grace_seconds)
+    log.info(
+        "listening on %s:%d (%s, pid %d, data %s, metrics port %s)", config.host, port,
+        "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
+        os.getpid(), config.data_dir, running.metrics_port or "off",
+    )
+    return running
