@@ -277,7 +277,7 @@ class Engine:
                 except apsw.FullError:
                     raise  # the disk is full: no later item fits either; the whole write fails
                 except (apsw.Error, InjectedFault) as exc:
-                    if not per_item_errors:
+                    if not per_item_errors or not txn.alive:
                         raise
                     results[p.position] = RetainOutcome(
                         RetainStatus.INVALID,

@@ -523,6 +523,12 @@ class WriteTxn(ReadTxn):
         self.set_meta("forget_epoch", str(epoch + 1))
         return True
 
+    @property
+    def alive(self) -> bool:
+        """False once SQLite has rolled the whole transaction back by itself (after SQLITE_FULL,
+        SQLITE_IOERR...): nothing more may be written through this transaction."""
+        return self.connection.in_transaction
+
     @contextmanager
     def savepoint(self, name: str = "item") -> Iterator[None]:
         """A nested unit inside the transaction: rolled back alone if its block raises."""
@@ -530,7 +536,10 @@ class WriteTxn(ReadTxn):
         try:
             yield
         except BaseException:
-            self.connection.execute(f"ROLLBACK TO {name}")
-            self.connection.execute(f"RELEASE {name}")
+            # SQLite rolls back the whole transaction by itself on some errors (SQLITE_FULL,
+            # SQLITE_IOERR...): then there is no savepoint left to roll back to.
+            if self.connection.in_transaction:
+                self.connection.execute(f"ROLLBACK TO {name}")
+                self.connection.execute(f"RELEASE {name}")
             raise
         self.connection.execute(f"RELEASE {name}")
