@@ -86,7 +86,7 @@ def _health(args: argparse.Namespace) -> int:
     from mnemosyne.transport.tls import channel_credentials
 
     options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
-    if args.tls:
+    if args.tls or args.tls_ca or args.tls_cert:
         channel = grpc.secure_channel(
             args.target, channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)), options
         )
