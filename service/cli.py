@@ -73,7 +73,10 @@ def _serve(args: argparse.Namespace) -> int:
     # A machine-readable line that tests and supervisors can wait for.
     print(json.dumps({"event": "serving", "port": running.port, "metrics_port": running.metrics_port,
                       "pid": os.getpid()}), flush=True)
-    stop.wait()
+    # Poll: a signal delivered to one of the server's threads only runs its Python handler when
+    # the main thread wakes up, and a bare wait() might never wake.
+    while not stop.wait(0.1):
+        pass
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
     running.stop()
     return 0

@@ -19,6 +19,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
@@ -87,6 +88,7 @@ class RunningServer:
     drain_delay_seconds: float = 0.0
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
+    admission: Admission = field(default_factory=Admission)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -97,15 +99,23 @@ class RunningServer:
         return not self.stopping.is_set()
 
     def stop(self) -> None:
-        """Graceful stop: NOT_SERVING (gRPC health and /readyz) first, keep serving for the drain
-        delay, then refuse new calls and give in-flight ones the grace period, then close the
-        files. /healthz answers until the very end."""
+        """Graceful stop, in this order:
+
+        1. health NOT_SERVING (gRPC health and /readyz), calls still served for the drain delay,
+           so load balancers and readiness probes take the server out of rotation;
+        2. new calls refused with UNAVAILABLE/SHUTTING_DOWN, in-flight ones get the grace period;
+        3. the gRPC server stops (what still runs after the grace period is cancelled);
+        4. tenant files close. /healthz answers until the very end.
+        """
         self.stopping.set()
         self.health.enter_graceful_shutdown()
         log.info("health NOT_SERVING; serving %.1fs more before draining", self.drain_delay_seconds)
         if self.drain_delay_seconds > 0:
             time.sleep(self.drain_delay_seconds)
-        self.server.stop(self.grace_seconds).wait()
+        started = time.monotonic()
+        drained = self.admission.close_and_wait(self.grace_seconds)
+        log.info("refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period")
+        self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started))).wait()
         self.engine.close()
         log.info("stopped: in-flight calls drained, tenant files closed")
         if self.side is not None:
@@ -131,6 +141,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
+    admission = Admission()
     engine = Engine(
         EngineConfig(
             data_dir=config.data_dir,
@@ -154,7 +165,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     try:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-            interceptors=[TelemetryInterceptor(metrics), EdgeInterceptor(authenticator)],
+            interceptors=[TelemetryInterceptor(metrics), EdgeInterceptor(authenticator, admission)],
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
@@ -182,7 +193,8 @@ def create_server(config: ServerConfig) -> RunningServer:
         if port == 0:
             raise FailedPrecondition(f"cannot listen on {address}: is the port in use?", reason="LISTEN_FAILED")
         running = RunningServer(
-            server, port, engine, health_servicer, config.grace_seconds, config.drain_delay_seconds, metrics
+            server, port, engine, health_servicer, config.grace_seconds, config.drain_delay_seconds, metrics,
+            admission=admission,
         )
         if config.metrics_port:
             metrics_host = config.metrics_host or config.host
