@@ -2,8 +2,8 @@
 
 It runs around the edge interceptor (auth, errors), so it sees the final status code of every
 call, including refused ones. The request id is the client's ``x-request-id`` metadata when it is
-a sane token, else a fresh one; it is echoed in the initial metadata and attached to every log
-record of the call. The access line carries method, code, duration and request id only, never a
+a sane token, else a fresh one; it is attached to every log record of the call, and echoed in
+the initial metadata when the client sent it. The access line carries method, code, duration and request id only, never a
 tenant's data or a token. Unknown methods (no handler) are neither timed nor labelled, so a
 client cannot grow the metric's label set.
 """
@@ -38,7 +38,11 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         method = details.method
-        request_id = logs.request_id_from(_metadata_value(details, "x-request-id"))
+        sent_id = _metadata_value(details, "x-request-id")
+        request_id = logs.request_id_from(sent_id)
+        # Echo the id only to a client that sent one (it wants to correlate); an extra metadata
+        # send costs every call some microseconds otherwise.
+        echo = request_id == sent_id
 
         def finish(context: grpc.ServicerContext, started: float, failed: bool) -> None:
             code = context.code()  # set by abort(); None when the handler returned normally
@@ -47,17 +51,19 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
             if self._metrics is not None:
                 self._metrics.observe_rpc(method, name, seconds)
             # Successful calls at DEBUG (one per call is a lot); refusals and failures at INFO.
-            log.log(
-                logging.DEBUG if name == "OK" else logging.INFO,
-                "rpc %s %s %.1fms", method, name, seconds * 1000,
-                extra={"event": "rpc", "method": method, "code": name, "duration_ms": round(seconds * 1000, 3)},
-            )
+            level = logging.DEBUG if name == "OK" else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(
+                    level, "rpc %s %s %.1fms", method, name, seconds * 1000,
+                    extra={"event": "rpc", "method": method, "code": name, "duration_ms": round(seconds * 1000, 3)},
+                )
 
         def begin(context: grpc.ServicerContext) -> Any:
-            try:
-                context.send_initial_metadata((("x-request-id", request_id),))
-            except (RuntimeError, ValueError):  # pragma: no cover - the call is already over
-                pass
+            if echo:
+                try:
+                    context.send_initial_metadata((("x-request-id", request_id),))
+                except (RuntimeError, ValueError):  # pragma: no cover - the call is already over
+                    pass
             return logs.set_request_id(request_id)
 
         if handler.unary_unary:
