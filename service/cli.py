@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--tls-ca", default=_env("HEALTH_TLS_CA"), help="PEM CA bundle to trust (default: system roots)")
     health.add_argument("--tls-cert", default=_env("HEALTH_TLS_CERT"), help="client certificate, for mutual TLS")
     health.add_argument("--tls-key", default=_env("HEALTH_TLS_KEY"), help="key of --tls-cert")
-    health.add_argument("--tls-server-name", default=None, help="name to check the server certificate against")
+    health.add_argument("--tls-server-name", default=_env("HEALTH_TLS_SERVER_NAME"),
+                        help="name to check the server certificate against (default: the target's host)")
     health.set_defaults(run=_health)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")

@@ -89,6 +89,7 @@ class RunningServer:
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
     admission: Admission = field(default_factory=Admission)
+    started: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -96,7 +97,8 @@ class RunningServer:
         return self.side.port if self.side is not None else 0
 
     def ready(self) -> bool:
-        return not self.stopping.is_set()
+        """What /readyz reports: the gRPC server is started and not shutting down."""
+        return self.started.is_set() and not self.stopping.is_set()
 
     def stop(self) -> None:
         """Graceful stop, in this order:
@@ -208,6 +210,7 @@ def create_server(config: ServerConfig) -> RunningServer:
                 ) from None
             running.side = side
         server.start()
+        running.started.set()
     except BaseException:
         if side is not None:
             side.stop()
