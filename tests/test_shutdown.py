@@ -29,7 +29,7 @@ from tests.support import ServerProcess
 
 THREADS = 20
 TENANTS = 4
-DRAIN_DELAY = 2.0
+DRAIN_DELAY = 3.0
 GRACE = 15.0
 
 
