@@ -119,3 +119,14 @@ def test_http_probes(metered: ServerProcess) -> None:
 def test_metrics_port_off_by_zero(server_factory) -> None:  # type: ignore[no-untyped-def]
     process = server_factory().start()  # ServerProcess passes --metrics-port 0
     assert process.metrics_port == 0
+
+
+def test_open_tenants_gauge_follows_the_lru(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(metrics=True, args=["--max-open-tenants", "2"]).start()
+    with MemoryClient(server.target) as client:
+        client.retain(tenant, "first tenant's memory")
+        assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 1
+        for n in range(4):
+            client.retain(f"{tenant}-{n}", "another tenant's memory")
+    # Idle files beyond --max-open-tenants are closed: the gauge never exceeds it.
+    assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 2
