@@ -262,6 +262,7 @@ class MemoryClient:
         return types.DedupResult(
             [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
         )
+
     # -- records (host-owned generations; see docs/host-protocol.md) ------------------------------
     #
     # The generation arguments and results below are for host code only. A model gets its tools
@@ -346,6 +347,32 @@ class MemoryClient:
         r = self.call(self.workspace.Consolidate, request, retry=True)
         return types.ConsolidateResult(r.generation, r.already_applied)
 
+    # -- cross-tenant administration (admin token) ---------------------------------------------
+
+    def list_tenants(self, page_size: int = 0, page_token: str = "") -> types.TenantPage:
+        r = self.call(
+            self.admin.ListTenants, admin_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token), retry=True
+        )
+        return types.TenantPage(list(r.tenants), r.next_page_token)
+
+    def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
+        """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
+        tenants: dict[str, types.Stats] = {}
+        total = types.Stats(0, 0, 0, 0, 0, 0, 0, 0)
+        files_read, consistency = 0, ""
+        try:
+            for chunk in self.admin.AggregateStats(
+                admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
+            ):
+                for row in chunk.tenants:
+                    tenants[row.tenant] = _stats_from_proto(row.stats)
+                if chunk.HasField("total"):
+                    total = _stats_from_proto(chunk.total)
+                    files_read, consistency = chunk.files_read, chunk.consistency
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return types.AggregateStats(tenants, total, files_read, consistency)
+
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:
     return [
@@ -363,3 +390,7 @@ def _generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: st
             f"the server's reply did not carry exactly one decimal {key!r} metadata value", {},
         )
     return int(values[0])
+
+
+def _stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
+    return types.Stats(r.memories, r.forgotten, r.writes, r.model_calls, r.embed_calls, r.duplicates, r.ledger_entries, r.file_bytes)

@@ -158,3 +158,21 @@ class AssembledContext:
 class ConsolidateResult:
     generation: int
     already_applied: bool
+
+
+@dataclass(frozen=True)
+class TenantPage:
+    tenants: list[str]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class AggregateStats:
+    """Stats of every tenant and their total. NOT one snapshot: ``files_read`` files were read in
+    as many transactions while writes went on (``consistency`` says so in words)."""
+
+    tenants: dict[str, "Stats"]
+    total: "Stats"
+    files_read: int
+    consistency: str
+    not_a_snapshot: bool = True

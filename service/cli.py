@@ -13,9 +13,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from mnemosyne.errors import MnemosyneError
+
+if TYPE_CHECKING:
+    from mnemosyne.engine.limits import Limits
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -28,15 +31,22 @@ def _seams(name: str) -> frozenset[str]:
     return frozenset(filter(None, (_env(name) or "").split(",")))
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    from mnemosyne.engine.limits import Limits
+
+    return Limits(**{name: getattr(args, name) for name in Limits.__dataclass_fields__})
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from mnemosyne.engine.llm_extractor import extractor_from_settings
+    from mnemosyne.observability import logs
     from mnemosyne.transport.server import ServerConfig, create_server
 
-    logging.basicConfig(
-        level=os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_format, os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"))
     config = ServerConfig(
         data_dir=Path(args.data_dir),
         host=args.host,
@@ -47,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_open_tenants=args.max_open_tenants,
         grace_seconds=args.grace_seconds,
         synchronous=args.synchronous.upper(),
+        limits=_limits(args),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         near_duplicate_threshold=args.near_duplicate_threshold,
@@ -56,14 +67,24 @@ def _serve(args: argparse.Namespace) -> int:
             args.extractor, base_url=args.llm_base_url, model=args.llm_model, timeout=args.llm_timeout,
             retries=args.llm_retries, fallback=args.llm_fallback,
         ),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        tls_cert=_path(args.tls_cert),
+        tls_key=_path(args.tls_key),
+        tls_client_ca=_path(args.tls_client_ca),
+        drain_delay_seconds=args.drain_delay_seconds,
     )
     running = create_server(config)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     # A machine-readable line that tests and supervisors can wait for.
-    print(json.dumps({"event": "serving", "port": running.port, "pid": os.getpid()}), flush=True)
-    stop.wait()
+    print(json.dumps({"event": "serving", "port": running.port, "metrics_port": running.metrics_port,
+                      "pid": os.getpid()}), flush=True)
+    # Poll: a signal delivered to one of the server's threads only runs its Python handler when
+    # the main thread wakes up, and a bare wait() might never wake.
+    while not stop.wait(0.1):
+        pass
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
     running.stop()
     return 0
@@ -73,7 +94,16 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(args.target) as channel:
+    from mnemosyne.transport.tls import channel_credentials
+
+    options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
+    if args.tls or args.tls_ca or args.tls_cert:
+        channel = grpc.secure_channel(
+            args.target, channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)), options
+        )
+    else:
+        channel = grpc.insecure_channel(args.target, options)
+    with channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
@@ -103,6 +133,32 @@ def _inspect(args: argparse.Namespace) -> int:
 
     print(json.dumps(inspect_tenant(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
     return 0
+
+
+LIMIT_HELP = {
+    "max_text_chars": "characters of one memory's text",
+    "max_query_chars": "characters of a recall query",
+    "max_batch_items": "items of one RetainBatch",
+    "max_k": "largest k of a recall",
+    "max_metadata_pairs": "metadata pairs of one memory",
+    "max_metadata_key_chars": "characters of a metadata key",
+    "max_metadata_value_chars": "characters of a metadata value",
+    "max_page_size": "largest page of a list call",
+    "max_records_per_workspace": "records one workspace may hold",
+    "max_record_bytes": "bytes of one workspace record",
+    "max_tenant_memories": "quota: live memories per tenant (0 = unlimited)",
+    "max_tenant_bytes": "quota: database bytes per tenant (0 = unlimited)",
+}
+
+
+def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag (and MNEMOSYNE_ variable) per field of Limits: --max-text-chars, MNEMOSYNE_MAX_TEXT_CHARS..."""
+    from mnemosyne.engine.limits import Limits
+
+    for name, spec in Limits.__dataclass_fields__.items():
+        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=default,
+                            help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,12 +192,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
     serve.add_argument("--llm-fallback", choices=["rules", "none"],
                        help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)")
+    serve.add_argument("--metrics-host", default=_env("METRICS_HOST"),
+                       help="address of the metrics port (default: the gRPC --host)")
+    serve.add_argument("--tls-cert", default=_env("TLS_CERT"), help="PEM certificate chain: serve gRPC over TLS")
+    serve.add_argument("--tls-key", default=_env("TLS_KEY"), help="PEM private key of --tls-cert")
+    serve.add_argument("--tls-client-ca", default=_env("TLS_CLIENT_CA"),
+                       help="PEM CA bundle: require client certificates signed by it (mutual TLS)")
+    serve.add_argument("--drain-delay-seconds", type=float, default=float(_env("DRAIN_DELAY_SECONDS", "0") or 0),
+                       help="after SIGTERM, keep serving this long while health reports NOT_SERVING")
+    serve.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
+                       help="stderr log lines as text or JSON (one object per line)")
+    _add_limit_flags(serve)
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
     health.add_argument("--target", default="127.0.0.1:50051")
     health.add_argument("--service", default="")
     health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument("--tls", action="store_true", default=bool(_env("HEALTH_TLS")),
+                        help="connect with TLS (implied by the other --tls-* flags)")
+    health.add_argument("--tls-ca", default=_env("HEALTH_TLS_CA"), help="PEM CA bundle to trust (default: system roots)")
+    health.add_argument("--tls-cert", default=_env("HEALTH_TLS_CERT"), help="client certificate, for mutual TLS")
+    health.add_argument("--tls-key", default=_env("HEALTH_TLS_KEY"), help="key of --tls-cert")
+    health.add_argument("--tls-server-name", default=_env("HEALTH_TLS_SERVER_NAME"),
+                        help="name to check the server certificate against (default: the target's host)")
     health.set_defaults(run=_health)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,28 +18,47 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 class ServerProcess:
     """``mnemosyne serve`` in a child process on a free loopback port.
 
-    ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags.
+    ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags;
+    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``).
     ``start()`` returns when the server printed its port and answers health checks.
     """
 
-    def __init__(self, data_dir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        metrics: bool = False,
+        health_credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.env = dict(env or {})
         self.args = list(args or [])
+        self.metrics = metrics
+        self.health_credentials = health_credentials  # for a TLS server's start-up health check
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
+        self.metrics_port = 0
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        assert self.metrics_port, "start the ServerProcess with metrics=True"
+        return f"http://127.0.0.1:{self.metrics_port}"
+
     def start(self, timeout: float = 30.0, port: int = 0) -> "ServerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # 0 turns the side port off, so a free port is picked here (kept across restarts).
+        metrics_port = (self.metrics_port or _free_port()) if self.metrics else 0
         command = [
             sys.executable, "-m", "mnemosyne.cli", "serve",
-            "--data-dir", str(self.data_dir), "--port", str(port or self.port), "--metrics-port", "0",
+            "--data-dir", str(self.data_dir), "--port", str(port or self.port), "--metrics-port", str(metrics_port),
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
@@ -50,8 +70,15 @@ class ServerProcess:
         if not line:
             self.process.wait(timeout=5)
             raise RuntimeError(f"server exited with {self.process.returncode}: {self.stderr_path.read_text()[-2000:]}")
-        self.port = json.loads(line)["port"]
-        with grpc.insecure_channel(self.target) as channel:
+        serving = json.loads(line)
+        self.port = serving["port"]
+        self.metrics_port = serving.get("metrics_port", 0)
+        channel = (
+            grpc.secure_channel(self.target, self.health_credentials, options=[("grpc.ssl_target_name_override", "localhost")])
+            if self.health_credentials is not None
+            else grpc.insecure_channel(self.target)
+        )
+        with channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 try:
@@ -91,3 +118,19 @@ class ServerProcess:
 
     def tenant_file(self, tenant: str) -> Path:
         return self.data_dir / "tenants" / f"{tenant}.sqlite"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tokens_json(tokens: dict[str, list[str]]) -> str:
+    """A tokens document (for MNEMOSYNE_TOKENS) granting each token (its own name) the tenants
+    listed; ``["*"]`` makes an admin token."""
+    from mnemosyne.transport.auth import hash_token
+
+    return json.dumps(
+        {"tokens": [{"name": f"tok{i}", "sha256": hash_token(t), "tenants": ts} for i, (t, ts) in enumerate(tokens.items())]}
+    )

@@ -132,8 +132,9 @@ def test_auth_enabled_without_secret_refuses_to_render():
     ({"tls": {"enabled": True}}, "tls.existingSecret"),
     ({"tls": {"clientCA": {"enabled": True}}}, "needs tls.enabled"),
     ({"terminationGracePeriodSeconds": 20}, "must exceed server.graceSeconds"),
+    ({"terminationGracePeriodSeconds": 25}, "server.graceSeconds + server.drainDelaySeconds (25)"),
     ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}, "only one of"),
-], ids=["tls-no-secret", "mtls-without-tls", "grace-period", "pdb-both"])
+], ids=["tls-no-secret", "mtls-without-tls", "grace-period", "grace-plus-drain-delay", "pdb-both"])
 def test_unsafe_settings_refuse_to_render(values, fragment):
     assert fragment in cc.render_error(cc.deep_merge(cc.MINIMAL_OVERRIDES, values))
 
@@ -420,3 +421,9 @@ def test_dockerfile_matches_the_chart():
     assert ignore[[i for i, line in enumerate(ignore) if not line.startswith("#")][0]] == "*"
     for needed in ("!pyproject.toml", "!service/", "!client/", "!protos/"):
         assert needed in ignore
+
+
+def test_drain_delay_reaches_the_server():
+    cm = _configmap_env(cc.manifests(cc.render(cc.MINIMAL_OVERRIDES)))
+    assert cm["MNEMOSYNE_DRAIN_DELAY_SECONDS"] == "5"
+    assert cm["MNEMOSYNE_GRACE_SECONDS"] == "20"

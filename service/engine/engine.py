@@ -19,7 +19,7 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import apsw
 import numpy as np
@@ -31,8 +31,11 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.extractor import Extraction, Extractor, RulesExtractor
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver, SafeObserver
+from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.recall import fts_match_expression, fuse, top_vector_hits
 from mnemosyne.engine.types import (
+    AggregateChunk,
     DedupGroup,
     DedupReport,
     Hit,
@@ -43,11 +46,12 @@ from mnemosyne.engine.types import (
     RetainItem,
     RetainOutcome,
     RetainStatus,
+    TenantPage,
     TenantStats,
 )
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
@@ -123,8 +127,10 @@ class Engine:
         *,
         extractor: Extractor | None = None,
         embedder: Embedder | None = None,
+        observer: EngineObserver | None = None,
     ) -> None:
         self.config = config
+        self.observer: EngineObserver = SafeObserver(observer or EngineObserver())
         self.limits = config.limits
         self.extractor = extractor or RulesExtractor()
         self.embedder = embedder or HashingEmbedder()
@@ -305,6 +311,7 @@ class Engine:
                 if prior is not None:
                     return prior
             self._check_embedder(txn, write=True)
+            check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
             results = list(outcomes)
             created = duplicates = 0
             created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
@@ -336,8 +343,10 @@ class Engine:
                         supersedes = conflicts.adjudicate(
                             txn, memory_id=memory_id, scope=p.item.scope, triples=p.extraction.triples, at=now
                         )
+                except apsw.FullError:
+                    raise  # the disk is full: no later item fits either; the whole write fails
                 except (apsw.Error, InjectedFault) as exc:
-                    if not per_item_errors:
+                    if not per_item_errors or not txn.alive:
                         raise
                     results[p.position] = RetainOutcome(
                         RetainStatus.INVALID,
@@ -357,6 +366,7 @@ class Engine:
                 )
                 created += 1
                 created_ids[id(p)] = memory_id
+            check_bytes_quota(txn, self.limits)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
@@ -373,6 +383,9 @@ class Engine:
                 txn.prune_requests(time.time() - self.config.request_ttl_seconds)
         for p in extracted:
             p.counted = True
+        self.observer.retained(
+            created=created, duplicates=duplicates, model_calls=len(extracted), embed_calls=1 if extracted else 0
+        )
         return final
 
     @staticmethod
@@ -627,6 +640,72 @@ class Engine:
                 ledger_entries=entries,
                 file_bytes=store.file_bytes(),
             )
+
+    # -- operations: live figures and cross-tenant administration -------------------------------
+
+    def open_tenants(self) -> int:
+        """Tenant files open right now (the LRU's size)."""
+        return self.pool.open_count
+
+    def queue_depth(self) -> int:
+        """Accepted asynchronous writes not yet applied, summed over open tenants.
+
+        0 until the hot path (issue 4) lands: it replaces this method's body. The metrics module
+        reads it on every scrape, so it must be cheap and must not open tenant files."""
+        return 0
+
+    def oldest_pending_seconds(self) -> float:
+        """Age in seconds of the oldest accepted-but-unapplied write (0 when none). See queue_depth."""
+        return 0.0
+
+    def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
+        """Tenant ids with a file, in lexical order, one page at a time."""
+        page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
+        after = _decode_tenant_token(page_token)
+        # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
+        names = [t for t in self.pool.tenant_ids() if t > after]
+        page = names[:page_size]
+        token = _encode_tenant_token(page[-1]) if len(names) > page_size else ""
+        return TenantPage(page, token)
+
+    def aggregate_stats(self, *, chunk_size: int = 100) -> Iterator[AggregateChunk]:
+        """Stats of every tenant, ``chunk_size`` tenants per chunk, then a total in the last one.
+
+        NOT a snapshot: N files read in N separate transactions while writes go on."""
+        chunk_size = max(1, min(chunk_size or 100, 1_000))
+        tenants = self.pool.tenant_ids()  # the list as of now; a tenant made later is not included
+        totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
+        files_read = 0
+        for start in range(0, max(len(tenants), 1), chunk_size):
+            rows = []
+            for tenant in tenants[start : start + chunk_size]:
+                stats = self.stats(tenant)  # its own read transaction
+                files_read += 1
+                for name in totals:
+                    totals[name] += getattr(stats, name)
+                rows.append((tenant, stats))
+            last = start + chunk_size >= len(tenants)
+            yield AggregateChunk(rows, TenantStats(**totals) if last else None, files_read)
+
+
+def _encode_tenant_token(tenant: str) -> str:
+    return base64.urlsafe_b64encode(f"tenant:{tenant}".encode()).decode().rstrip("=")
+
+
+def _decode_tenant_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        prefix, _, tenant = text.partition(":")
+        if prefix != "tenant":
+            raise ValueError(prefix)
+        return validate_tenant(tenant)
+    except (ValueError, UnicodeDecodeError, InvalidArgument):
+        raise InvalidArgument(
+            "page_token is not one this server issued; pass next_page_token from the previous page unchanged",
+            reason="PAGE_TOKEN_INVALID",
+        ) from None
 
 
 def replayed_result(txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> str | None:

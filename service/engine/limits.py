@@ -26,6 +26,12 @@ class Limits:
     max_metadata_key_chars: int = 128
     max_metadata_value_chars: int = 1_024
     max_page_size: int = 1_000
+    # Workspace records (enforced by the workspace service).
+    max_records_per_workspace: int = 1_000
+    max_record_bytes: int = 262_144
+    # Per-tenant quotas, checked inside the write transaction (engine/quotas.py); 0 = unlimited.
+    max_tenant_memories: int = 0
+    max_tenant_bytes: int = 0
 
 
 def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:

@@ -119,3 +119,19 @@ class IntegrityReport:
     checked: int
     head_hash: str
     problems: list[tuple[int, int, str, str]]  # (ledger_seq, memory_id, kind, detail)
+
+
+@dataclass(frozen=True)
+class TenantPage:
+    tenants: list[str]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class AggregateChunk:
+    """Part of a cross-tenant aggregate. NOT one snapshot: each tenant's stats come from its own
+    file read in its own transaction, at a slightly different moment (seed 001 §9.5)."""
+
+    tenants: list[tuple[str, TenantStats]]
+    total: TenantStats | None = None  # set in the last chunk only
+    files_read: int = 0  # tenant files read so far (== transactions); final in the last chunk

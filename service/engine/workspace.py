@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine, replayed_result
+from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.types import Hit
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import ledger
@@ -39,9 +40,7 @@ from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
 GLOBAL_SCOPE = "global"
 MAIN_RECORD = "MEMORY.md"
 MAX_KEY_CHARS = 256
-MAX_RECORD_CHARS = 256 * 1024
 MAX_CHANGES = 100
-MAX_RECORDS_PER_SCOPE = 1_000
 RECEIPT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
 # Printable characters only: no NUL, no control characters (they hide in logs and file names).
 _KEY_CHARS = re.compile(r"[^\x00-\x1f\x7f]+")
@@ -116,10 +115,11 @@ def validate_record_key(key: str) -> str:
     return key
 
 
-def validate_content(content: str, key: str) -> str:
-    if len(content) > MAX_RECORD_CHARS:
+def validate_content(content: str, key: str, limits: Limits) -> str:
+    size = len(content.encode("utf-8"))
+    if size > limits.max_record_bytes:
         raise InvalidArgument(
-            f"record {key[:80]!r} has {len(content)} characters; the limit is {MAX_RECORD_CHARS}",
+            f"record {key[:80]!r} has {size} bytes; the limit is {limits.max_record_bytes} (max_record_bytes)",
             reason="RECORD_TOO_LARGE",
         )
     if "\x00" in content:
@@ -127,7 +127,7 @@ def validate_content(content: str, key: str) -> str:
     return content
 
 
-def validate_changes(changes: Sequence[RecordChange]) -> list[RecordChange]:
+def validate_changes(changes: Sequence[RecordChange], limits: Limits) -> list[RecordChange]:
     if not changes:
         raise InvalidArgument("changes is empty; send at least one put or delete", reason="CHANGES_EMPTY")
     if len(changes) > MAX_CHANGES:
@@ -142,7 +142,7 @@ def validate_changes(changes: Sequence[RecordChange]) -> list[RecordChange]:
             )
         validate_record_key(change.key)
         if change.op == "put":
-            validate_content(change.content, change.key)
+            validate_content(change.content, change.key, limits)
         elif change.content:
             raise InvalidArgument(f"delete of {change.key[:80]!r} must not carry content", reason="CHANGE_OP_INVALID")
         if change.key in seen:
@@ -256,7 +256,7 @@ class Workspaces:
         self, tenant: str, content: str, *, observed: int | None, request_id: str | None = None
     ) -> WriteResult:
         """Replace MEMORY.md (and nothing else) if ``observed`` is the Global generation."""
-        validate_content(content, MAIN_RECORD)
+        validate_content(content, MAIN_RECORD, self.engine.limits)
         return self._write(
             tenant, GLOBAL_SCOPE, [RecordChange("put", MAIN_RECORD, content)], observed,
             method="update_global", request_id=request_id,
@@ -274,7 +274,7 @@ class Workspaces:
         """Apply a batch of puts and deletes as ONE generation if ``observed`` is current."""
         scope = workspace_scope(workspace)
         return self._write(
-            tenant, scope, validate_changes(changes), observed, method="update_workspace", request_id=request_id
+            tenant, scope, validate_changes(changes, self.engine.limits), observed, method="update_workspace", request_id=request_id
         )
 
     def edit_records(
@@ -289,7 +289,7 @@ class Workspaces:
         """Browser edit: the durable precondition is an explicit request field."""
         scope = check.validate_scope(scope)
         return self._write(
-            tenant, scope, validate_changes(changes), expected_generation, method="edit_records", request_id=request_id
+            tenant, scope, validate_changes(changes, self.engine.limits), expected_generation, method="edit_records", request_id=request_id
         )
 
     def consolidate(
@@ -305,7 +305,7 @@ class Workspaces:
         applied returns its original result (``already_applied``) and changes nothing."""
         scope = check.validate_scope(scope)
         receipt_id = validate_receipt_id(receipt_id)
-        changes = validate_changes(changes)
+        changes = validate_changes(changes, self.engine.limits)
         payload = _payload_hash("consolidate", scope, expected_generation, changes)
 
         def known(txn: ReadTxn) -> WriteResult | None:
@@ -337,6 +337,7 @@ class Workspaces:
     ) -> WriteResult:
         request_id = check.validate_request_id(request_id)
         if expected is None:
+            self.engine.observer.cas_rejected("OBSERVATION_MISSING")
             raise FailedPrecondition(
                 f"no observed {scope} generation was sent; a host must assemble context before it writes, "
                 "and send the generation it observed (it never uses the latest one)",
@@ -374,8 +375,9 @@ class Workspaces:
                     return prior  # a retry after a lost reply: the first result, nothing written
                 current = self._generation(txn, scope)
                 if expected != current:
+                    self.engine.observer.cas_rejected("GENERATION_MISMATCH")
                     raise stale(scope)
-                self._check_changes(txn, scope, changes)
+                self._check_changes(txn, scope, changes, self.engine.limits.max_records_per_workspace)
                 result = WriteResult(current + 1, len(changes))
                 txn.apply_record_changes(
                     scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
@@ -386,7 +388,7 @@ class Workspaces:
         return result
 
     @staticmethod
-    def _check_changes(txn: ReadTxn, scope: str, changes: list[RecordChange]) -> None:
+    def _check_changes(txn: ReadTxn, scope: str, changes: list[RecordChange], max_records: int) -> None:
         existing = set(txn.record_keys(scope))
         for change in changes:
             if change.op == "delete" and change.key not in existing:
@@ -396,8 +398,8 @@ class Workspaces:
                 )
         after = existing | {c.key for c in changes if c.op == "put"}
         after -= {c.key for c in changes if c.op == "delete"}
-        if len(after) > MAX_RECORDS_PER_SCOPE:
+        if len(after) > max_records:
             raise ResourceExhausted(
-                f"{scope} would hold {len(after)} records; the limit is {MAX_RECORDS_PER_SCOPE}",
+                f"{scope} would hold {len(after)} records; the limit is {max_records} (max_records_per_workspace)",
                 reason="RECORDS_LIMIT",
             )

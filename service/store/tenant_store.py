@@ -107,6 +107,15 @@ def _migrate(connection: apsw.Connection, path: Path) -> None:
     connection.execute("COMMIT")
 
 
+def _apply_size_seam(connection: apsw.Connection, faults: frozenset[str]) -> None:
+    """Test seam ``max_page_count=N``: SQLite itself refuses to grow the file past N pages and
+    raises its real disk-full error (SQLITE_FULL), as on a full filesystem."""
+    for fault in faults:
+        name, _, value = fault.partition("=")
+        if name == "max_page_count":
+            connection.pragma("max_page_count", int(value))
+
+
 def _translate_sqlite_error(exc: apsw.Error) -> Exception:
     if isinstance(exc, apsw.FullError):
         return ResourceExhausted(
@@ -136,6 +145,7 @@ class TenantStore:
         self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
         try:
             _migrate(self._writer, path)
+            _apply_size_seam(self._writer, faults)
         except BaseException:
             self._writer.close()
             raise
@@ -172,6 +182,10 @@ class TenantStore:
                 raise _translate_sqlite_error(exc) from exc
             try:
                 yield WriteTxn(connection, self._faults)
+            except apsw.FullError as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise _translate_sqlite_error(exc) from exc
             except BaseException:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
@@ -249,6 +263,14 @@ class ReadTxn:
             "count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
         ).fetchone()
         return live, forgotten, self._one("SELECT count(*) FROM ledger")
+
+    def live_memory_count(self) -> int:
+        return self._one("SELECT count(*) FROM memories WHERE forgotten_at IS NULL")
+
+    def used_bytes(self) -> int:
+        """Bytes of database pages in use as this transaction sees them (free pages excluded)."""
+        page_size = self._one("PRAGMA page_size")
+        return (self._one("PRAGMA page_count") - self._one("PRAGMA freelist_count")) * page_size
 
     # -- idempotency and dedup ------------------------------------------------------------------
 
@@ -554,6 +576,12 @@ class WriteTxn(ReadTxn):
         self.set_meta("forget_epoch", str(epoch + 1))
         return True
 
+    @property
+    def alive(self) -> bool:
+        """False once SQLite has rolled the whole transaction back by itself (after SQLITE_FULL,
+        SQLITE_IOERR...): nothing more may be written through this transaction."""
+        return self.connection.in_transaction
+
     @contextmanager
     def savepoint(self, name: str = "item") -> Iterator[None]:
         """A nested unit inside the transaction: rolled back alone if its block raises."""
@@ -561,8 +589,11 @@ class WriteTxn(ReadTxn):
         try:
             yield
         except BaseException:
-            self.connection.execute(f"ROLLBACK TO {name}")
-            self.connection.execute(f"RELEASE {name}")
+            # SQLite rolls back the whole transaction by itself on some errors (SQLITE_FULL,
+            # SQLITE_IOERR...): then there is no savepoint left to roll back to.
+            if self.connection.in_transaction:
+                self.connection.execute(f"ROLLBACK TO {name}")
+                self.connection.execute(f"RELEASE {name}")
             raise
         self.connection.execute(f"RELEASE {name}")
 

@@ -131,3 +131,16 @@ def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.As
         workspace_records=to_records(context.workspace_records),
         memories=[to_recall_hit(h) for h in context.memories],
     )
+def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsChunk:
+    message = admin_pb2.AggregateStatsChunk(
+        tenants=[admin_pb2.TenantStats(tenant=t, stats=to_stats(s)) for t, s in chunk.tenants],
+        not_a_snapshot=True,
+        files_read=chunk.files_read,
+    )
+    if chunk.total is not None:
+        message.total.CopyFrom(to_stats(chunk.total))
+        message.consistency = (
+            f"not one snapshot: {chunk.files_read} tenant files read in {chunk.files_read} separate "
+            "transactions while writes continued"
+        )
+    return message

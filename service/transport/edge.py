@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import grpc
 
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.errors import rich_status
 
@@ -32,14 +33,17 @@ def _authorization(details: grpc.HandlerCallDetails) -> str | None:
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):
-    def __init__(self, authenticator: TokenAuthenticator | None) -> None:
+    def __init__(self, authenticator: TokenAuthenticator | None, admission: Admission | None = None) -> None:
         self._authenticator = authenticator
+        self._admission = admission or Admission()
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         method = details.method
         if handler is None or method.startswith(EXEMPT_PREFIXES):
             return handler
+        self._admission.note_arrival()
+        admission = self._admission
         principal: Principal | None = None
         auth_error: MnemosyneError | None = None
         if self._authenticator is not None:
@@ -74,10 +78,16 @@ class EdgeInterceptor(grpc.ServerInterceptor):
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 try:
+                    admission.enter()
+                except Exception as exc:
+                    fail(context, exc)
+                try:
                     admit(request)
                     return inner(request, context)
                 except Exception as exc:
                     fail(context, exc)
+                finally:
+                    admission.leave()
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
@@ -87,10 +97,16 @@ class EdgeInterceptor(grpc.ServerInterceptor):
 
             def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
                 try:
+                    admission.enter()
+                except Exception as exc:
+                    fail(context, exc)
+                try:
                     admit(request)
                     yield from inner_stream(request, context)
                 except Exception as exc:
                     fail(context, exc)
+                finally:
+                    admission.leave()
 
             return grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +19,15 @@ from mnemosyne.engine.extractor import Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import FailedPrecondition
+from mnemosyne.observability.http import SideServer
+from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.workspace_servicer import WorkspaceServicer
+from mnemosyne.transport.telemetry import TelemetryInterceptor
+from mnemosyne.transport.tls import server_credentials
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -67,6 +74,16 @@ class ServerConfig:
     commit_during_assemble: bool = False
     # The extractor of new memories; None = the rules extractor (see --extractor).
     extractor: Extractor | None = None
+    # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
+    metrics_port: int = 0
+    metrics_host: str | None = None
+    # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
+    # and readiness probes take the server out of rotation) before the grace period starts.
+    drain_delay_seconds: float = 0.0
 
 
 @dataclass
@@ -76,12 +93,43 @@ class RunningServer:
     engine: Engine
     health: health.HealthServicer
     grace_seconds: float
+    drain_delay_seconds: float = 0.0
+    metrics: ServerMetrics | None = None
+    side: SideServer | None = None
+    admission: Admission = field(default_factory=Admission)
+    started: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def metrics_port(self) -> int:
+        return self.side.port if self.side is not None else 0
+
+    def ready(self) -> bool:
+        """What /readyz reports: the gRPC server is started and not shutting down."""
+        return self.started.is_set() and not self.stopping.is_set()
 
     def stop(self) -> None:
-        """Graceful stop: NOT_SERVING first, then drain in-flight calls, then close the files."""
+        """Graceful stop, in this order:
+
+        1. health NOT_SERVING (gRPC health and /readyz), calls still served for the drain delay,
+           so load balancers and readiness probes take the server out of rotation;
+        2. new calls refused with UNAVAILABLE/SHUTTING_DOWN, in-flight ones get the grace period;
+        3. the gRPC server stops (what still runs after the grace period is cancelled);
+        4. tenant files close. /healthz answers until the very end.
+        """
+        self.stopping.set()
         self.health.enter_graceful_shutdown()
-        self.server.stop(self.grace_seconds).wait()
+        log.info("health NOT_SERVING; serving %.1fs more before draining", self.drain_delay_seconds)
+        if self.drain_delay_seconds > 0:
+            time.sleep(self.drain_delay_seconds)
+        started = time.monotonic()
+        drained = self.admission.close_and_wait(self.grace_seconds)
+        log.info("refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period")
+        self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started))).wait()
         self.engine.close()
+        log.info("stopped: in-flight calls drained, tenant files closed")
+        if self.side is not None:
+            self.side.stop()
 
 
 def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
@@ -101,6 +149,9 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
 
 def create_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
+    credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    metrics = ServerMetrics()
+    admission = Admission()
     engine = Engine(
         EngineConfig(
             data_dir=config.data_dir,
@@ -114,11 +165,21 @@ def create_server(config: ServerConfig) -> RunningServer:
             commit_during_assemble=config.commit_during_assemble,
         ),
         extractor=config.extractor,
+        observer=metrics,
     )
+    metrics.read_gauges_from(
+        {
+            "mnemosyne_open_tenants": engine.open_tenants,
+            "mnemosyne_queue_depth": engine.queue_depth,
+            "mnemosyne_oldest_pending_seconds": engine.oldest_pending_seconds,
+        }
+    )
+    side: SideServer | None = None
+    running: RunningServer | None = None
     try:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-            interceptors=[EdgeInterceptor(authenticator)],
+            interceptors=[TelemetryInterceptor(metrics), EdgeInterceptor(authenticator, admission)],
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
@@ -139,12 +200,37 @@ def create_server(config: ServerConfig) -> RunningServer:
         reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
         address = f"[{config.host}]:{config.port}" if ":" in config.host and not config.host.startswith("[") else f"{config.host}:{config.port}"
-        port = server.add_insecure_port(address)
+        if credentials is not None:
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
         if port == 0:
             raise FailedPrecondition(f"cannot listen on {address}: is the port in use?", reason="LISTEN_FAILED")
+        running = RunningServer(
+            server, port, engine, health_servicer, config.grace_seconds, config.drain_delay_seconds, metrics,
+            admission=admission,
+        )
+        if config.metrics_port:
+            metrics_host = config.metrics_host or config.host
+            try:
+                side = SideServer(metrics_host, config.metrics_port, metrics=metrics.exposition, ready=running.ready)
+            except OSError as exc:
+                raise FailedPrecondition(
+                    f"cannot listen for metrics on {metrics_host}:{config.metrics_port} ({exc.strerror}): "
+                    "is the port in use? (--metrics-port 0 turns the side port off)",
+                    reason="LISTEN_FAILED",
+                ) from None
+            running.side = side
         server.start()
+        running.started.set()
     except BaseException:
+        if side is not None:
+            side.stop()
         engine.close()
         raise
-    log.info("listening on %s:%d (pid %d, data %s)", config.host, port, os.getpid(), config.data_dir)
-    return RunningServer(server, port, engine, health_servicer, config.grace_seconds)
+    log.info(
+        "listening on %s:%d (%s, pid %d, data %s, metrics port %s)", config.host, port,
+        "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
+        os.getpid(), config.data_dir, running.metrics_port or "off",
+    )
+    return running

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import grpc
 
 from mnemosyne.engine.engine import Engine
@@ -90,6 +92,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             request.tenant, merge=request.merge, threshold=request.threshold, request_id=request.request_id or None
         )
         return convert.to_dedup_response(report)
+    def ListTenants(
+        self, request: admin_pb2.ListTenantsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ListTenantsResponse:
+        page = self._engine.list_tenants(page_size=request.page_size, page_token=request.page_token)
+        return admin_pb2.ListTenantsResponse(tenants=page.tenants, next_page_token=page.next_page_token)
+
+    def AggregateStats(
+        self, request: admin_pb2.AggregateStatsRequest, context: grpc.ServicerContext
+    ) -> Iterator[admin_pb2.AggregateStatsChunk]:
+        for chunk in self._engine.aggregate_stats(chunk_size=request.chunk_size):
+            yield convert.to_aggregate_chunk(chunk)
 
     def Ping(self, request: admin_pb2.PingRequest, context: grpc.ServicerContext) -> admin_pb2.PingResponse:
         return admin_pb2.PingResponse()

@@ -109,8 +109,9 @@ StatefulSet so that every render goes through it.
 {{- if and .Values.tls.clientCA.enabled (not .Values.tls.enabled) }}
 {{- fail "tls.clientCA.enabled (mutual TLS) needs tls.enabled=true" }}
 {{- end }}
-{{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.server.graceSeconds) }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed server.graceSeconds (%d) so the server can drain before SIGKILL" (int .Values.terminationGracePeriodSeconds) (int .Values.server.graceSeconds)) }}
+{{- $drain := add (int .Values.server.graceSeconds) (int .Values.server.drainDelaySeconds) }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed server.graceSeconds + server.drainDelaySeconds (%d) so the server can drain before SIGKILL" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
 {{- end }}
 {{- if .Values.podDisruptionBudget.enabled }}
 {{- if and (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}

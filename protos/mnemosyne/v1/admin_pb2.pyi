@@ -111,18 +111,24 @@ class ListTenantsResponse(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AggregateStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("chunk_size",)
+    CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    chunk_size: int
+    def __init__(self, chunk_size: _Optional[int] = ...) -> None: ...
 
 class AggregateStatsChunk(_message.Message):
-    __slots__ = ("tenants", "total", "not_a_snapshot")
+    __slots__ = ("tenants", "total", "not_a_snapshot", "files_read", "consistency")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     NOT_A_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    FILES_READ_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedCompositeFieldContainer[TenantStats]
     total: StatsResponse
     not_a_snapshot: bool
-    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ...) -> None: ...
+    files_read: int
+    consistency: str
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ..., files_read: _Optional[int] = ..., consistency: _Optional[str] = ...) -> None: ...
 
 class TenantStats(_message.Message):
     __slots__ = ("tenant", "stats")

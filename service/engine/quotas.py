@@ -1,0 +1,47 @@
+"""Per-tenant quotas: how much one tenant may keep.
+
+Checked inside the write transaction (so two concurrent writers cannot both slip under the
+limit) against what the transaction itself sees: live memories, and database pages in use.
+Exceeding a quota fails the whole write with RESOURCE_EXHAUSTED naming the quota; nothing of it
+is kept. A quota of 0 means unlimited.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from mnemosyne.engine.limits import Limits
+from mnemosyne.errors import ResourceExhausted
+from mnemosyne.store.tenant_store import ReadTxn
+
+
+def check_memory_quota(txn: ReadTxn, limits: Limits, fingerprints: Iterable[str]) -> None:
+    """Before inserting memories with these fingerprints (the ones already stored are duplicates
+    and add nothing): would the tenant hold more than its quota?"""
+    if limits.max_tenant_memories <= 0:
+        return
+    adding = sum(1 for f in set(fingerprints) if txn.find_by_fingerprint(f) is None)
+    if adding == 0:
+        return
+    live = txn.live_memory_count()
+    if live + adding > limits.max_tenant_memories:
+        raise ResourceExhausted(
+            f"tenant quota max_tenant_memories is {limits.max_tenant_memories}; the tenant holds {live} "
+            f"and this write adds {adding}: forget memories or ask the operator to raise the quota",
+            reason="QUOTA_MEMORIES",
+            metadata={"quota": "max_tenant_memories", "limit": str(limits.max_tenant_memories)},
+        )
+
+
+def check_bytes_quota(txn: ReadTxn, limits: Limits) -> None:
+    """After the inserts, before the commit: does the tenant's database exceed its byte quota?"""
+    if limits.max_tenant_bytes <= 0:
+        return
+    used = txn.used_bytes()
+    if used > limits.max_tenant_bytes:
+        raise ResourceExhausted(
+            f"tenant quota max_tenant_bytes is {limits.max_tenant_bytes}; this write would bring the "
+            f"tenant's database to {used} bytes: forget memories or ask the operator to raise the quota",
+            reason="QUOTA_BYTES",
+            metadata={"quota": "max_tenant_bytes", "limit": str(limits.max_tenant_bytes)},
+        )

@@ -1,0 +1,1 @@
+"""Operations: Prometheus metrics, the HTTP side port (/metrics, /healthz, /readyz), logs."""

@@ -1,0 +1,97 @@
+"""Prometheus metrics of one server, in a registry of its own (several servers may share a
+process, e.g. in tests).
+
+Every label takes values from a small fixed set: gRPC method names of the services this server
+registered, status code names, error reasons. No label ever takes a tenant id, a request id or
+any other client-chosen value (unbounded cardinality, and a leak of tenant names).
+
+Figures the engine owns (open tenant files, queue depth, oldest pending write) are read on each
+scrape through callbacks bound by ``read_gauges_from`` (the server binds them to Engine methods:
+``open_tenants``, ``queue_depth``, ``oldest_pending_seconds``); the engine never sets a gauge.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import gc_collector, platform_collector, process_collector
+from prometheus_client.exposition import generate_latest
+
+from mnemosyne.engine.observer import EngineObserver
+
+# gRPC latency buckets: from sub-millisecond reads to multi-second batches with a real model.
+RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# name -> help of the gauges read from the engine on each scrape.
+GAUGES = {
+    "mnemosyne_open_tenants": "Tenant files open now (bounded by --max-open-tenants).",
+    "mnemosyne_queue_depth": "Accepted asynchronous writes not yet applied, summed over tenants.",
+    "mnemosyne_oldest_pending_seconds": "Age of the oldest accepted but not yet applied write (0 when none).",
+}
+
+
+class ServerMetrics(EngineObserver):
+    """The metrics of one server and the engine observer that feeds its counters."""
+
+    def __init__(self) -> None:
+        # No `*_created` series (one more series per counter, of no use to Prometheus' rate()).
+        # The switch is process-wide; the server process only holds our registries.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=True)
+        process_collector.ProcessCollector(registry=self.registry)
+        platform_collector.PlatformCollector(registry=self.registry)
+        gc_collector.GCCollector(registry=self.registry)
+        self.rpc_duration = Histogram(
+            "mnemosyne_rpc_duration_seconds",
+            "Time to answer a gRPC call, by method and final status code.",
+            ["method", "code"],
+            buckets=RPC_BUCKETS,
+            registry=self.registry,
+        )
+        self.writes = Counter(
+            "mnemosyne_writes", "Memories written (committed, not duplicates).", registry=self.registry
+        )
+        self.model_calls = Counter(
+            "mnemosyne_model_calls", "Extraction (model) calls made for committed writes.", registry=self.registry
+        )
+        self.embed_calls = Counter(
+            "mnemosyne_embed_calls", "Embedding calls made for committed writes.", registry=self.registry
+        )
+        self.duplicates = Counter(
+            "mnemosyne_duplicates", "Writes answered as exact duplicates of a stored memory.", registry=self.registry
+        )
+        self.cas_rejections = Counter(
+            "mnemosyne_cas_rejections",
+            "Compare-and-set writes rejected (stale workspace generation), by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._gauges = {name: Gauge(name, help_text, registry=self.registry) for name, help_text in GAUGES.items()}
+        for gauge in self._gauges.values():
+            gauge.set_function(lambda: 0.0)
+
+    def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
+        """Bind gauges of ``GAUGES`` to zero-argument functions, called on every scrape (so
+        they must be cheap and thread-safe). Unbound gauges read 0."""
+        for name, source in sources.items():
+            self._gauges[name].set_function(source)
+
+    # -- EngineObserver -------------------------------------------------------------------------
+
+    def retained(self, *, created: int, duplicates: int, model_calls: int, embed_calls: int) -> None:
+        self.writes.inc(created)
+        self.duplicates.inc(duplicates)
+        self.model_calls.inc(model_calls)
+        self.embed_calls.inc(embed_calls)
+
+    def cas_rejected(self, reason: str) -> None:
+        self.cas_rejections.labels(reason=reason).inc()
+
+    # -- transport ------------------------------------------------------------------------------
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        self.rpc_duration.labels(method=method, code=code).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,128 @@
+"""Per-server limits and per-tenant quotas give clear statuses naming the limit; a full disk
+gives RESOURCE_EXHAUSTED, keeps what was committed, and reads go on."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import MnemosyneClientError
+from tests.support import ServerProcess
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneClientError:  # type: ignore[no-untyped-def]
+    with pytest.raises(MnemosyneClientError) as exc:
+        call()
+    assert (exc.value.code, exc.value.reason) == (code, reason), exc.value
+    assert names in str(exc.value)
+    return exc.value
+
+
+@pytest.fixture
+def limited(server_factory) -> ServerProcess:  # type: ignore[no-untyped-def]
+    return server_factory(
+        args=["--max-text-chars", "100", "--max-batch-items", "3", "--max-metadata-pairs", "2",
+              "--max-metadata-value-chars", "10", "--max-query-chars", "20", "--max-page-size", "5"],
+        env={"MNEMOSYNE_MAX_K": "4"},  # the environment configures limits too
+    ).start()
+
+
+def test_each_request_limit_names_itself(limited: ServerProcess, tenant: str) -> None:
+    with MemoryClient(limited.target, retries=0) as c:
+        _refused(lambda: c.retain(tenant, "x" * 101), INVALID, "TEXT_TOO_LONG", "max_text_chars")
+        _refused(lambda: c.retain_batch(tenant, ["a", "b", "c", "d"]), INVALID, "BATCH_TOO_LARGE", "max_batch_items")
+        _refused(lambda: c.retain(tenant, "ok", metadata={"a": "1", "b": "2", "c": "3"}), INVALID,
+                 "METADATA_TOO_LARGE", "max_metadata_pairs")
+        _refused(lambda: c.retain(tenant, "ok", metadata={"a": "x" * 11}), INVALID, "METADATA_INVALID",
+                 "max_metadata_value_chars")
+        _refused(lambda: c.recall(tenant, "q" * 21), INVALID, "QUERY_TOO_LONG", "max_query_chars")
+        _refused(lambda: c.recall(tenant, "refund", k=5), INVALID, "K_OUT_OF_RANGE", "max_k")
+        _refused(lambda: c.list_memories(tenant, page_size=6), INVALID, "PAGE_SIZE_OUT_OF_RANGE", "5")
+        # Within every limit the same calls work.
+        assert c.retain(tenant, "x" * 100, metadata={"a": "x" * 10, "b": "y"}).status == "created"
+        assert [r.status for r in c.retain_batch(tenant, ["one thing", "another thing", "third thing"])] == ["created"] * 3
+        assert len(c.recall(tenant, "thing", k=4)) >= 3  # k=4 accepted (the xxx memory may not match)
+
+
+def test_memory_quota(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(args=["--max-tenant-memories", "3"]).start()
+    with MemoryClient(server.target, retries=0) as c:
+        ids = [c.retain(tenant, f"fact number {n} about the quota").memory_id for n in range(3)]
+        error = _refused(lambda: c.retain(tenant, "one too many"), EXHAUSTED, "QUOTA_MEMORIES", "max_tenant_memories")
+        assert error.metadata.get("quota") == "max_tenant_memories"
+        # A batch that would cross the quota is refused whole; a duplicate adds nothing and passes.
+        _refused(lambda: c.retain_batch(tenant, ["new a", "new b"]), EXHAUSTED, "QUOTA_MEMORIES", "max_tenant_memories")
+        assert c.retain(tenant, "fact number 0 about the quota").status == "duplicate"
+        assert c.stats(tenant).memories == 3
+        # Forgetting frees room.
+        assert c.forget(tenant, ids[0])
+        assert c.retain(tenant, "room again").status == "created"
+        # Another tenant has its own quota.
+        assert c.retain(tenant + "-other", "unrelated").status == "created"
+
+
+def test_bytes_quota(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(args=["--max-tenant-bytes", "300000"]).start()
+    stored = []
+    with MemoryClient(server.target, retries=0) as c:
+        for n in range(40):
+            text = f"document {n} " + " ".join(f"word{n}x{i}" for i in range(3000))
+            try:
+                stored.append(c.retain(tenant, text[:32_000]).memory_id)
+            except MnemosyneClientError as exc:
+                assert (exc.code, exc.reason) == (EXHAUSTED, "QUOTA_BYTES"), exc
+                assert "max_tenant_bytes" in str(exc)
+                break
+        else:
+            pytest.fail("the byte quota never refused a write")
+        assert stored, "the first write should fit in 300 kB"
+        assert c.stats(tenant).memories == len(stored)
+        assert all(c.get_memory(tenant, i).text.startswith("document") for i in stored)
+        assert c.verify_integrity(tenant).valid
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:  # type: ignore[no-untyped-def]
+    # SQLite's own SQLITE_FULL, raised when the file would grow past 60 pages (test seam).
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=60"}).start()
+    committed: dict[int, str] = {}
+    with MemoryClient(server.target, retries=0) as c:
+        for n in range(200):
+            texts = [f"note {n}.{j}: " + " ".join(f"tok{n}q{j}q{i}" for i in range(150)) for j in range(3 if batch else 1)]
+            try:
+                if batch:
+                    results = c.retain_batch(tenant, texts)
+                else:
+                    results = [c.retain(tenant, texts[0])]
+            except MnemosyneClientError as exc:
+                assert (exc.code, exc.reason) == (EXHAUSTED, "DISK_FULL"), exc
+                failed_texts = texts
+                break
+            assert [r.status for r in results] == ["created"] * len(texts)
+            committed.update({r.memory_id: t for r, t in zip(results, texts)})
+        else:
+            pytest.fail("the disk never filled")
+        assert committed
+        # Reads keep working and everything committed is intact.
+        assert {i: c.get_memory(tenant, i).text for i in committed} == committed
+        assert c.recall(tenant, "note", k=3)
+        assert c.stats(tenant).memories == len(committed)
+        assert c.verify_integrity(tenant).valid
+        # The server keeps answering the next write with the same clear status.
+        # Repeating the write that did not fit fails the same way.
+        if batch:
+            _refused(lambda: c.retain_batch(tenant, failed_texts), EXHAUSTED, "DISK_FULL", "disk")
+        else:
+            _refused(lambda: c.retain(tenant, failed_texts[0]), EXHAUSTED, "DISK_FULL", "disk")
+    # After a restart without the seam (space freed), the data is all there and writes resume.
+    server.stop()
+    server.env.pop("MNEMOSYNE_TEST_FAULTS")
+    server.restart()
+    with MemoryClient(server.target, retries=0) as c:
+        assert {i: c.get_memory(tenant, i).text for i in committed} == committed
+        assert c.verify_integrity(tenant).valid
+        assert c.retain(tenant, "space again").status == "created"

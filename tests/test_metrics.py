@@ -1,0 +1,150 @@
+"""Prometheus metrics on the HTTP side port, and /healthz, /readyz."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import MnemosyneClientError
+from tests.support import ServerProcess, tokens_json
+
+TOKEN = "metrics-test-token-5b1f"
+ADMIN = "metrics-admin-token-77aa"
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    return {f.name: [(s.name, s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
+
+
+def _value(families: dict, family: str, sample: str | None = None, **labels: str) -> float:
+    sample = sample or family
+    found = [v for name, lab, v in families[family] if name == sample and all(lab.get(k) == x for k, x in labels.items())]
+    assert len(found) == 1, (family, sample, labels, families[family])
+    return found[0]
+
+
+@pytest.fixture
+def metered(server_factory, tenant: str) -> ServerProcess:  # type: ignore[no-untyped-def]
+    return server_factory(
+        metrics=True, env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant], ADMIN: ["*"]})}
+    ).start()
+
+
+def test_metrics_after_traffic(metered: ServerProcess, tenant: str) -> None:
+    texts = [f"Order {n} shipped to warehouse {n * 7} on monday" for n in range(7)]
+    with MemoryClient(metered.target, TOKEN) as client:
+        created = [client.retain(tenant, t) for t in texts]
+        duplicates = [client.retain(tenant, texts[0]), client.retain(tenant, texts[1])]
+        client.recall(tenant, "warehouse", k=3)
+        with pytest.raises(MnemosyneClientError):
+            client.retain(tenant, "   ")  # INVALID_ARGUMENT
+        stats = client.stats(tenant)
+    assert [r.status for r in created] == ["created"] * 7
+    assert [r.status for r in duplicates] == ["duplicate"] * 2
+
+    status, text = _get(metered.metrics_url + "/metrics")
+    assert status == 200
+    families = _families(text)
+
+    assert _value(families, "mnemosyne_writes", "mnemosyne_writes_total") == 7 == stats.writes
+    assert _value(families, "mnemosyne_duplicates", "mnemosyne_duplicates_total") == 2 == stats.duplicates
+    assert _value(families, "mnemosyne_model_calls", "mnemosyne_model_calls_total") == 7 == stats.model_calls
+    assert _value(families, "mnemosyne_embed_calls", "mnemosyne_embed_calls_total") == 7 == stats.embed_calls
+    assert "mnemosyne_cas_rejections" in families  # declared; no workspace conflicts happened
+    assert _value(families, "mnemosyne_open_tenants") >= 1
+    assert _value(families, "mnemosyne_queue_depth") == 0
+    assert _value(families, "mnemosyne_oldest_pending_seconds") == 0
+
+    histogram = "mnemosyne_rpc_duration_seconds"
+    retain = "/mnemosyne.v1.MemoryService/Retain"
+    assert _value(families, histogram, histogram + "_count", method=retain, code="OK") == 9
+    assert _value(families, histogram, histogram + "_count", method=retain, code="INVALID_ARGUMENT") == 1
+    assert _value(families, histogram, histogram + "_count", method="/mnemosyne.v1.MemoryService/Recall", code="OK") == 1
+    assert _value(families, histogram, histogram + "_bucket", method=retain, code="OK", le="+Inf") == 9
+    assert _value(families, histogram, histogram + "_sum", method=retain, code="OK") > 0
+    # Labels take values from fixed sets only.
+    for _name, labels, _v in families[histogram]:
+        assert set(labels) <= {"method", "code", "le"}
+        assert labels["method"].startswith(("/mnemosyne.v1.", "/grpc.health.v1."))
+    # Default process metrics.
+    assert _value(families, "process_cpu_seconds", "process_cpu_seconds_total") > 0
+    assert "python_info" in families
+    # No tenant id anywhere in the exposition.
+    assert tenant not in text
+
+
+def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, tenant: str) -> None:
+    with MemoryClient(metered.target, "wrong-token") as client:
+        with pytest.raises(MnemosyneClientError) as refused:
+            client.stats(tenant)
+    assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+    with grpc.insecure_channel(metered.target) as channel:
+        unknown = channel.unary_unary(f"/mnemosyne.v1.{tenant}/Steal")
+        with pytest.raises(grpc.RpcError) as exc:
+            unknown(b"", timeout=10)
+        assert exc.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    _status, text = _get(metered.metrics_url + "/metrics")
+    families = _families(text)
+    histogram = "mnemosyne_rpc_duration_seconds"
+    assert _value(families, histogram, histogram + "_count", method="/mnemosyne.v1.AdminService/Stats", code="UNAUTHENTICATED") == 1
+    assert tenant not in text
+
+
+def test_health_without_token_on_authenticated_server(metered: ServerProcess) -> None:
+    with grpc.insecure_channel(metered.target) as channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_http_probes(metered: ServerProcess) -> None:
+    assert _get(metered.metrics_url + "/healthz") == (200, "ok\n")
+    assert _get(metered.metrics_url + "/readyz") == (200, "ready\n")
+    assert _get(metered.metrics_url + "/nothing-here")[0] == 404
+
+
+def test_metrics_port_off_by_zero(server_factory) -> None:  # type: ignore[no-untyped-def]
+    process = server_factory().start()  # ServerProcess passes --metrics-port 0
+    assert process.metrics_port == 0
+
+
+def test_open_tenants_gauge_follows_the_lru(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(metrics=True, args=["--max-open-tenants", "2"]).start()
+    with MemoryClient(server.target) as client:
+        client.retain(tenant, "first tenant's memory")
+        assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 1
+        for n in range(4):
+            client.retain(f"{tenant}-{n}", "another tenant's memory")
+    # Idle files beyond --max-open-tenants are closed: the gauge never exceeds it.
+    assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 2
+
+
+def test_cas_rejections_are_counted_by_reason(metered: ServerProcess, tenant: str) -> None:
+    from mnemosyne.client import AbortedError
+    from mnemosyne.v1 import workspace_pb2
+
+    with MemoryClient(metered.target, TOKEN) as client:
+        client.update_global(tenant, "first", observed_generation=0)
+        for _ in range(2):
+            with pytest.raises(AbortedError):
+                client.update_global(tenant, "stale", observed_generation=0)
+        with pytest.raises(grpc.RpcError):  # a raw call without the observation metadata
+            client.workspace.UpdateGlobal(
+                workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="blind"), metadata=client.call_metadata, timeout=10
+            )
+    families = _families(_get(metered.metrics_url + "/metrics")[1])
+    assert _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="GENERATION_MISMATCH") == 2
+    assert _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="OBSERVATION_MISSING") == 1
