@@ -523,9 +523,11 @@ def _code_blocks(path: Path, language: str) -> list[str]:
 
 
 def test_readme_host_flow_example_runs(target: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
-    (example,) = _code_blocks(DOCS / "readme" / "host-generations.md", "python")
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The host flow (runnable)", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     code = example.replace('"127.0.0.1:50051"', repr(target)).replace('"acme"', repr(tenant))
-    exec(compile(code, "host-generations.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
     printed = capsys.readouterr().out.splitlines()
     assert printed == [
         "{'ok': True, 'result': 'MEMORY.md was replaced.'}",

@@ -15,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _docs() -> str:
-    # The section lives in docs/readme/operations.md until it is merged into README.md.
-    return "\n".join(p.read_text() for p in (ROOT / "docs/readme/operations.md", ROOT / "README.md") if p.exists())
+    return (ROOT / "README.md").read_text()
 
 
 def _serve_flags() -> list[str]:

@@ -1,6 +1,6 @@
 """Conversations: a list of {role, content} messages retained as ONE operation.
 
-Design (documented in docs/readme/dedup.md): a conversation becomes ONE memory whose body is its
+Design (documented in docs/dedup.md): a conversation becomes ONE memory whose body is its
 transcript, one ``role: content`` line per message in order. So:
 
 * one idempotency unit: a request id covers the whole conversation (method
