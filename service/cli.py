@@ -48,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
         synchronous=args.synchronous.upper(),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
+        embedder=args.embedder,
     )
     running = create_server(config)
     stop = threading.Event()
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how long SIGTERM waits for in-flight calls")
     serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"], default=_env("SYNCHRONOUS", "full"),
                        help="SQLite synchronous setting: full survives power loss, normal only process kills")
+    serve.add_argument("--embedder", choices=["hashing", "minilm"], default=_env("EMBEDDER", "hashing"),
+                       help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

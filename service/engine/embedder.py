@@ -68,3 +68,20 @@ class HashingEmbedder(Embedder):
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
+
+
+EMBEDDERS = ("hashing", "minilm")
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder a server runs, by its configuration name (``--embedder``/MNEMOSYNE_EMBEDDER)."""
+    if name == "hashing":
+        return HashingEmbedder()
+    if name == "minilm":
+        # Imported here: the model stack is an optional extra, never loaded by default.
+        from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+
+        return MiniLMEmbedder()
+    from mnemosyne.errors import InvalidArgument
+
+    raise InvalidArgument(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN")

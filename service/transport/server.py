@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mnemosyne.engine.embedder import make_embedder
 from mnemosyne.engine.engine import Engine, EngineConfig
 from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import FailedPrecondition
@@ -59,6 +60,8 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
+    embedder: str = "hashing"
 
 
 @dataclass
@@ -101,7 +104,8 @@ def create_server(config: ServerConfig) -> RunningServer:
             limits=config.limits,
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
-        )
+        ),
+        embedder=make_embedder(config.embedder),
     )
     try:
         server = grpc.server(
