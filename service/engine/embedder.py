@@ -1,20 +1,26 @@
 """Embedding: text to a unit-length float32 vector.
 
-The default ``HashingEmbedder`` needs no model and no network: hashed word, word-pair and
-character n-gram features (feature hashing with a sign bit), log-scaled and L2-normalised. Its
-hash is a fixed function of the bytes (CRC-32), never Python's salted ``hash()``, so the same text
-gets the same vector in every process and after every restart.
+The default ``HashingEmbedder`` needs no model and no network: hashed features (feature hashing
+with a sign bit) of the text's content words (stop words dropped, light stems), pairs of adjacent
+content words and character trigrams, log-scaled and L2-normalised. Its hash is a fixed function of
+the bytes (CRC-32), never Python's salted ``hash()``, so the same text gets the same vector in every
+process and after every restart.
+
+Each embedder also says how recall should weigh it against BM25 (``text_weight``) and whether to
+refine the query vector with pseudo-relevance feedback (``feedback``): a bag-of-features vector is
+weak alone and gains from the best first hits; a sentence model is strong alone.
 """
 
 from __future__ import annotations
 
 import abc
-import re
 import zlib
 
 import numpy as np
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+from mnemosyne.engine.terms import content_words, stem, words
+
+__all__ = ["EMBEDDERS", "Embedder", "HashingEmbedder", "make_embedder", "words"]
 
 
 class Embedder(abc.ABC):
@@ -24,17 +30,20 @@ class Embedder(abc.ABC):
 
     name: str = "embedder"
     dim: int = 0
+    # Recall's fusion: score = text_weight * BM25/max(BM25) + (1 - text_weight) * cosine; then, if
+    # feedback > 0, the query vector plus feedback x the mean of the top hits' vectors re-scores them.
+    text_weight: float = 0.5
+    feedback: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
-def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
 class HashingEmbedder(Embedder):
-    name = "hashing-v1"
+    # v2: stop words dropped and words stemmed before hashing (v1 vectors are not comparable).
+    name = "hashing-v2"
+    text_weight = 0.5
+    feedback = 1.0
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
@@ -49,7 +58,7 @@ class HashingEmbedder(Embedder):
             sign = 1.0 if (h >> 31) & 1 else -1.0
             features[index] = features.get(index, 0.0) + sign * weight
 
-        tokens = words(text)
+        tokens = [stem(t) for t in content_words(words(text))]
         for i, token in enumerate(tokens):
             add("w:" + token, 1.0)
             if i + 1 < len(tokens):

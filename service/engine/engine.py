@@ -29,7 +29,7 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.extractor import Extraction, Extractor, RulesExtractor
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.recall import fts_match_expression, fuse, top_vector_hits
+from mnemosyne.engine.recall import fts_match_expression, fuse, top_rows, vector_scores
 from mnemosyne.engine.types import (
     Hit,
     IntegrityReport,
@@ -363,17 +363,24 @@ class Engine:
                 index = store.cache.setdefault(_VECTOR_CACHE, VectorIndex(self.embedder.dim))
             with store.read() as txn:
                 self._check_embedder(txn, write=False)
-                vector_hits: list[tuple[int, float]] = []
+                ids = np.zeros(0, dtype=np.int64)
+                matrix = np.zeros((0, self.embedder.dim), dtype=np.float32)
+                scores: np.ndarray | None = None
+                vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []
                 if mode is not RecallMode.TEXT:
                     ids, matrix = index.sync(txn)
                     allowed = None
                     if scopes or filters:
                         allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
-                    vector_hits = top_vector_hits(query_vector, ids, matrix, limit=depth, allowed=allowed)
+                    scores = vector_scores(query_vector, matrix, allowed)
+                    vector_rows = top_rows(scores, depth)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                ranked = fuse(vector_hits, text_hits)[: 2 * k]
+                ranked = fuse(
+                    query_vector, ids, matrix, scores, vector_rows, text_hits,
+                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback,
+                )[: 2 * k]
                 rows = txn.memories_by_ids([c.memory_id for c in ranked])
         hits = []
         for candidate in ranked:
