@@ -29,6 +29,10 @@ def _seams(name: str) -> frozenset[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Before numpy loads: one BLAS thread per call. Recall's matrix-vector product is bound by
+    # memory bandwidth, and the server already runs calls in parallel; BLAS threads spinning on
+    # a shared 2-core machine made it 1.5-3x slower (bench/latency.py). An explicit setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from mnemosyne.transport.server import ServerConfig, create_server
 
     logging.basicConfig(

@@ -39,6 +39,9 @@ class Embedder(abc.ABC):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+_TOKEN_CACHE_SIZE = 1 << 16
+
+
 class HashingEmbedder(Embedder):
     # v2: stop words dropped and words stemmed before hashing (v1 vectors are not comparable).
     name = "hashing-v2"
@@ -48,36 +51,59 @@ class HashingEmbedder(Embedder):
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
 
-    def _features(self, text: str) -> dict[int, float]:
-        features: dict[int, float] = {}
-        dim = self.dim
+    def _hashed(self, feature: str, weight: float) -> tuple[int, float]:
+        h = zlib.crc32(feature.encode("utf-8"))
+        return h % self.dim, (weight if (h >> 31) & 1 else -weight)
 
-        def add(feature: str, weight: float) -> None:
-            h = zlib.crc32(feature.encode("utf-8"))
-            index = h % dim
-            sign = 1.0 if (h >> 31) & 1 else -1.0
-            features[index] = features.get(index, 0.0) + sign * weight
-
-        tokens = [stem(t) for t in content_words(words(text))]
-        for i, token in enumerate(tokens):
-            add("w:" + token, 1.0)
-            if i + 1 < len(tokens):
-                add("b:" + token + " " + tokens[i + 1], 0.5)
+    def _token_features(self, token: str) -> tuple[list[int], list[float]]:
+        """Index and signed weight of a token's word and character-trigram features (cached:
+        words repeat, so most of a text's features are looked up, not hashed)."""
+        cached = self._cache.get(token)
+        if cached is None:
+            pairs = [self._hashed("w:" + token, 1.0)]
             padded = f"<{token}>"
             if len(padded) > 4:
-                for j in range(len(padded) - 2):
-                    add("c:" + padded[j : j + 3], 0.25)
-        return features
+                pairs += [self._hashed("c:" + padded[j : j + 3], 0.25) for j in range(len(padded) - 2)]
+            cached = ([i for i, _ in pairs], [w for _, w in pairs])
+            if len(self._cache) >= _TOKEN_CACHE_SIZE:
+                self._cache.clear()
+            self._cache[token] = cached
+        return cached
+
+    @property
+    def _cache(self) -> dict[str, tuple[list[int], list[float]]]:
+        cache = self.__dict__.get("_token_cache")
+        if cache is None:
+            cache = self.__dict__["_token_cache"] = {}
+        return cache
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for index, value in self._features(text).items():
-                out[row, index] = np.sign(value) * np.log1p(abs(value))
+        # All features of all texts go into flat arrays, summed per (row, index) by one bincount:
+        # no per-feature numpy call and no Python loop over vector cells.
+        indices: list[int] = []
+        values: list[float] = []
+        counts: list[int] = []
+        dim = self.dim
+        for text in texts:
+            before = len(indices)
+            tokens = [stem(t) for t in content_words(words(text))]
+            for i, token in enumerate(tokens):
+                token_indices, token_weights = self._token_features(token)
+                indices.extend(token_indices)
+                values.extend(token_weights)
+                if i + 1 < len(tokens):
+                    j, w = self._hashed("b:" + token + " " + tokens[i + 1], 0.5)
+                    indices.append(j)
+                    values.append(w)
+            counts.append(len(indices) - before)
+        positions = np.asarray(indices, dtype=np.int64) + np.repeat(np.arange(len(texts), dtype=np.int64) * dim, counts)
+        summed = np.bincount(
+            positions, weights=np.asarray(values, dtype=np.float64), minlength=len(texts) * dim
+        ).reshape(len(texts), dim)
+        out = (np.sign(summed) * np.log1p(np.abs(summed))).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
-
 
 EMBEDDERS = ("hashing", "minilm")
 
