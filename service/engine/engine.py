@@ -17,7 +17,6 @@ import os
 import signal
 import time
 import unicodedata
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -48,8 +47,6 @@ from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
-# Below this many rows the matrix product takes less time than handing it to another thread.
-PARALLEL_MIN_ROWS = 4096
 _VECTOR_CACHE = "vectors"
 
 
@@ -73,14 +70,6 @@ def normalise_text(text: str) -> str:
 def fingerprint(scope: str, text: str) -> str:
     """Identity of content for exact dedup: scope and normalised text (never metadata)."""
     return ledger.sha256_hex(scope + "\n" + normalise_text(text))
-
-
-def _vector_path(
-    query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndarray | None, depth: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Cosine of every row and the best ``depth`` rows: pure numpy, no store access."""
-    scores = vector_scores(query_vector, matrix, allowed)
-    return scores, top_rows(scores, depth)
 
 
 def _memory(row: MemoryRow) -> Memory:
@@ -129,10 +118,8 @@ class Engine:
             synchronous=config.synchronous,
             faults=config.store_faults,
         )
-        self._recall_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-vector")
 
     def close(self) -> None:
-        self._recall_pool.shutdown(wait=True)
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -381,22 +368,15 @@ class Engine:
                 scores: np.ndarray | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []
-                vector_job = None
                 if mode is not RecallMode.TEXT:
                     ids, matrix = index.sync(txn)
                     allowed = None
                     if scopes or filters:
                         allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
-                    if mode is RecallMode.HYBRID and match and len(ids) >= PARALLEL_MIN_ROWS:
-                        # The matrix product (numpy) and the BM25 query (SQLite) both release the
-                        # GIL: run them side by side so their times overlap instead of adding up.
-                        vector_job = self._recall_pool.submit(_vector_path, query_vector, matrix, allowed, depth)
-                    else:
-                        scores, vector_rows = _vector_path(query_vector, matrix, allowed, depth)
+                    scores = vector_scores(query_vector, matrix, allowed)
+                    vector_rows = top_rows(scores, depth)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                if vector_job is not None:
-                    scores, vector_rows = vector_job.result()
                 ranked = fuse(
                     query_vector, ids, matrix, scores, vector_rows, text_hits,
                     text_weight=self.embedder.text_weight, feedback=self.embedder.feedback,

@@ -24,6 +24,8 @@ import numpy as np
 from mnemosyne.engine.terms import STOP_WORDS, words
 
 MAX_QUERY_TERMS = 64
+# Multiply dimension by dimension when at most 1/4 of the query's dimensions are non-zero.
+SPARSE_QUERY_FRACTION = 4
 FEEDBACK_DOCS = 3
 
 _IDENTIFIER_CHUNK = re.compile(r"\w+(?:[-./@+]\w+)+")
@@ -57,8 +59,22 @@ class Candidate:
 
 
 def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
-    """Cosine of every row (rows and query are unit vectors); -inf where ``allowed`` is False."""
-    scores = matrix @ query_vector
+    """Cosine of every row (rows and query are unit vectors); -inf where ``allowed`` is False.
+
+    A query vector with few non-zero dimensions, over a dimension-major matrix (index.py), is
+    multiplied one used dimension at a time: it reads those dimensions' rows of the buffer only.
+    The loop is over the query's dimensions (tens), never over memories.
+    """
+    nonzero = np.flatnonzero(query_vector)
+    columns = matrix.T
+    if len(nonzero) <= len(query_vector) // SPARSE_QUERY_FRACTION and columns.strides[1] == columns.itemsize:
+        scores = np.zeros(len(matrix), dtype=np.float32)
+        term = np.empty_like(scores)
+        for j in nonzero:
+            np.multiply(columns[j], query_vector[j], out=term)
+            scores += term
+    else:
+        scores = matrix @ query_vector
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)
     return scores
