@@ -50,32 +50,29 @@ class HashingEmbedder(Embedder):
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
+        # word -> (stem, its features); bounded (cleared when full). Concurrent calls may race on
+        # it harmlessly: a miss only recomputes the same value.
+        self._cache: dict[str, tuple[str, list[int], list[float]]] = {}
 
     def _hashed(self, feature: str, weight: float) -> tuple[int, float]:
         h = zlib.crc32(feature.encode("utf-8"))
         return h % self.dim, (weight if (h >> 31) & 1 else -weight)
 
-    def _token_features(self, token: str) -> tuple[list[int], list[float]]:
-        """Index and signed weight of a token's word and character-trigram features (cached:
-        words repeat, so most of a text's features are looked up, not hashed)."""
-        cached = self._cache.get(token)
+    def _token_features(self, word: str) -> tuple[str, list[int], list[float]]:
+        """A word's stem, and the index and signed weight of its stem's word and character-trigram
+        features (cached: words repeat, so most of a text's features are looked up, not hashed)."""
+        cached = self._cache.get(word)
         if cached is None:
+            token = stem(word)
             pairs = [self._hashed("w:" + token, 1.0)]
             padded = f"<{token}>"
             if len(padded) > 4:
                 pairs += [self._hashed("c:" + padded[j : j + 3], 0.25) for j in range(len(padded) - 2)]
-            cached = ([i for i, _ in pairs], [w for _, w in pairs])
+            cached = (token, [i for i, _ in pairs], [w for _, w in pairs])
             if len(self._cache) >= _TOKEN_CACHE_SIZE:
                 self._cache.clear()
-            self._cache[token] = cached
+            self._cache[word] = cached
         return cached
-
-    @property
-    def _cache(self) -> dict[str, tuple[list[int], list[float]]]:
-        cache = self.__dict__.get("_token_cache")
-        if cache is None:
-            cache = self.__dict__["_token_cache"] = {}
-        return cache
 
     def embed(self, texts: list[str]) -> np.ndarray:
         # All features of all texts go into flat arrays, summed per (row, index) by one bincount:
@@ -86,15 +83,16 @@ class HashingEmbedder(Embedder):
         dim = self.dim
         for text in texts:
             before = len(indices)
-            tokens = [stem(t) for t in content_words(words(text))]
-            for i, token in enumerate(tokens):
-                token_indices, token_weights = self._token_features(token)
+            previous = None
+            for word in content_words(words(text)):
+                token, token_indices, token_weights = self._token_features(word)
                 indices.extend(token_indices)
                 values.extend(token_weights)
-                if i + 1 < len(tokens):
-                    j, w = self._hashed("b:" + token + " " + tokens[i + 1], 0.5)
+                if previous is not None:
+                    j, w = self._hashed("b:" + previous + " " + token, 0.5)
                     indices.append(j)
                     values.append(w)
+                previous = token
             counts.append(len(indices) - before)
         positions = np.asarray(indices, dtype=np.int64) + np.repeat(np.arange(len(texts), dtype=np.int64) * dim, counts)
         summed = np.bincount(
