@@ -74,9 +74,12 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[objec
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
 
+# Taken when a benchmark command starts (it imports this module first): the load it ran under.
+_STARTED = machine()
+
+
 def write_json(path: str | Path, payload: dict[str, object]) -> None:
-    payload = {"machine": machine(), **payload}
-    payload["machine"]["load_avg_1m_at_end"] = os.getloadavg()[0]  # type: ignore[index]
+    payload = {"machine": {**_STARTED, "load_avg_1m_at_end": os.getloadavg()[0]}, **payload}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {path}")
