@@ -379,9 +379,13 @@ class Engine:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
                 ranked = fuse(
                     query_vector, ids, matrix, scores, vector_rows, text_hits,
-                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback,
-                )[: 2 * k]
-                rows = txn.memories_by_ids([c.memory_id for c in ranked])
+                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback, limit=2 * k,
+                )
+                # The first k are nearly always live and visible: read those, and the spares only
+                # when some of them were forgotten or are newer than this snapshot.
+                rows = txn.memories_by_ids([c.memory_id for c in ranked[:k]])
+                if sum(1 for r in rows.values() if not r.forgotten) < min(k, len(ranked)):
+                    rows.update(txn.memories_by_ids([c.memory_id for c in ranked[k:]]))
         hits = []
         for candidate in ranked:
             row = rows.get(candidate.memory_id)

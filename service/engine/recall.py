@@ -103,14 +103,16 @@ def fuse(
     *,
     text_weight: float,
     feedback: float,
+    limit: int,
 ) -> list[Candidate]:
     """Score fusion of the vector candidates (row numbers) and the BM25 hits (memory ids).
 
     ``scores`` holds the cosine of every row (None when the vector path is off); ``ids`` is sorted
-    ascending, so a BM25 hit's row is found by binary search. Best first, ties by lower id.
+    ascending, so a BM25 hit's row is found by binary search. The best ``limit``, best first, ties
+    by lower id.
     """
     if scores is None:  # text only
-        return sorted((Candidate(m, r, 0.0, r) for m, r in text_hits), key=lambda c: (-c.score, c.memory_id))
+        return sorted((Candidate(m, r, 0.0, r) for m, r in text_hits), key=lambda c: (-c.score, c.memory_id))[:limit]
     text_ids = np.fromiter((m for m, _ in text_hits), dtype=np.int64, count=len(text_hits))
     relevance = np.fromiter((r for _, r in text_hits), dtype=np.float64, count=len(text_hits))
     text_rows = np.searchsorted(ids, text_ids)
@@ -133,10 +135,11 @@ def fuse(
             refined_cosine = (matrix[rows] @ (refined / norm)).astype(np.float64)
             fused = text_weight * normalised + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
     # A vector candidate scores above 0 (top_rows); a text hit has bm25 > 0.
-    keep = (fused > 0) & np.isfinite(cosine)
-    candidates = [
-        Candidate(int(ids[r]), float(f), float(c), float(b))
-        for r, f, c, b, k in zip(rows, fused, cosine, bm25, keep)
-        if k
+    keep = np.flatnonzero((fused > 0) & np.isfinite(cosine))
+    memory_ids = ids[rows[keep]]
+    # Best first, ties by lower id; only the first ``limit`` become Python objects.
+    order = keep[np.lexsort((memory_ids, -fused[keep]))][:limit]
+    return [
+        Candidate(m, f, c, b)
+        for m, f, c, b in zip(ids[rows[order]].tolist(), fused[order].tolist(), cosine[order].tolist(), bm25[order].tolist())
     ]
-    return sorted(candidates, key=lambda c: (-c.score, c.memory_id))
