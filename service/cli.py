@@ -42,6 +42,10 @@ def _path(value: str | None) -> Path | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Before numpy loads: one BLAS thread per call. Recall's matrix-vector product is bound by
+    # memory bandwidth, and the server already runs calls in parallel; BLAS threads spinning on
+    # a shared 2-core machine made it 1.5-3x slower (bench/latency.py). An explicit setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
     from mnemosyne.transport.server import ServerConfig, create_server
@@ -73,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
+        embedder=args.embedder,
     )
     running = create_server(config)
     stop = threading.Event()
@@ -203,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
                        help="stderr log lines as text or JSON (one object per line)")
     _add_limit_flags(serve)
+    serve.add_argument("--embedder", choices=["hashing", "minilm"], default=_env("EMBEDDER", "hashing"),
+                       help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

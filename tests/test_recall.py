@@ -55,3 +55,11 @@ def test_ranking_is_the_same_after_a_restart(server_factory) -> None:
     with MemoryClient(server.target) as client:
         after = [(h.memory.id, round(h.score, 9)) for h in client.recall("acme", "refund ticket booth policy", k=10)]
     assert after == before and len(before) == 10
+
+
+def test_memories_holding_every_query_word_rank_first_in_text_mode(client: MemoryClient, tenant: str) -> None:
+    # "ticket" is in most distractors, so BM25 alone gives it no weight (FTS5 clamps the IDF of a
+    # term found in over half the rows); coordination still ranks the memory with both words first.
+    client.retain_batch(tenant, [RetainItem(t) for t in _distractors(400)])
+    target_id = client.retain(tenant, TARGET).memory_id
+    assert client.recall(tenant, "refund ticket", k=1, mode="text")[0].memory.id == target_id

@@ -33,7 +33,7 @@ from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
-from mnemosyne.engine.recall import fts_match_expression, fuse, top_vector_hits
+from mnemosyne.engine.recall import coordinate, fts_match_expression, fuse, query_terms, top_rows, vector_scores
 from mnemosyne.engine.types import (
     AggregateChunk,
     DedupGroup,
@@ -531,6 +531,8 @@ class Engine:
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
         query_vector = self.embedder.embed([query])[0]
         match = fts_match_expression(query)
+        # Coordination needs at least two terms; past six, hardly any memory holds them all.
+        match_all = fts_match_expression(query, operator="AND") if 2 <= len(query_terms(query)) <= 6 else None
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
@@ -538,20 +540,32 @@ class Engine:
             index = self._vector_index(store)
             with store.read() as txn:
                 self._check_embedder(txn, write=False)
-                vector_hits: list[tuple[int, float]] = []
+                ids = np.zeros(0, dtype=np.int64)
+                matrix = np.zeros((0, self.embedder.dim), dtype=np.float32)
+                scores: np.ndarray | None = None
+                vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []
                 if mode is not RecallMode.TEXT:
                     ids, matrix = index.sync(txn)
                     allowed = None
                     if scopes or filters:
                         allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
-                    vector_hits = top_vector_hits(query_vector, ids, matrix, limit=depth, allowed=allowed)
+                    scores = vector_scores(query_vector, matrix, allowed)
+                    vector_rows = top_rows(scores, depth)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                fused = fuse(vector_hits, text_hits)
-                # CONFLICTS: widen the window until it holds k current memories (superseded ones
-                # rank after them, merged ones never appear) or the fused list is exhausted.
-                window, fetched, rows = 2 * k, 0, {}
+                    if match_all:
+                        text_hits = coordinate(
+                            text_hits, txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
+                        )
+                fused = fuse(
+                    query_vector, ids, matrix, scores, vector_rows, text_hits,
+                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback, limit=2 * depth,
+                )
+                # Read the first k memories; widen the window (CONFLICTS) only until it holds k
+                # current ones (superseded ones rank after them, merged and forgotten ones never
+                # appear, rows newer than this snapshot are invisible) or the candidates run out.
+                window, fetched, rows = k, 0, {}
                 while True:
                     rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
                     fetched = window

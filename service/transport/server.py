@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mnemosyne.engine.embedder import make_embedder
 from mnemosyne.engine.engine import Engine, EngineConfig
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.engine.limits import Limits
@@ -84,6 +85,8 @@ class ServerConfig:
     # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
     # and readiness probes take the server out of rotation) before the grace period starts.
     drain_delay_seconds: float = 0.0
+    # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
+    embedder: str = "hashing"
 
 
 @dataclass
@@ -166,6 +169,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         ),
         extractor=config.extractor,
         observer=metrics,
+        embedder=make_embedder(config.embedder),
     )
     metrics.read_gauges_from(
         {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import grpc
@@ -10,6 +11,18 @@ from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
+
+SERVER_TIME_KEY = "mnemosyne-server-time-us"
+
+
+def _report_server_time(context: grpc.ServicerContext, started: float) -> None:
+    """Time spent in the handler (engine and response building), as trailing metadata.
+
+    Cheap (one clock read and one header), so it is always on; bench/latency.py reads it to
+    separate the server's own time from the gRPC and network floor.
+    """
+    elapsed_us = (time.perf_counter() - started) * 1e6
+    context.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
@@ -41,6 +54,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return memory_pb2.RetainBatchResponse(results=[convert.to_retain_result(o) for o in outcomes])
 
     def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:
+        started = time.perf_counter()
         hits = self._engine.recall(
             request.tenant,
             request.query,
@@ -49,7 +63,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             mode=convert.from_recall_mode(request.mode),
         )
-        return memory_pb2.RecallResponse(hits=[convert.to_recall_hit(h) for h in hits])
+        response = memory_pb2.RecallResponse(hits=[convert.to_recall_hit(h) for h in hits])
+        _report_server_time(context, started)
+        return response
 
     def GetMemory(self, request: memory_pb2.GetMemoryRequest, context: grpc.ServicerContext) -> memory_pb2.GetMemoryResponse:
         return memory_pb2.GetMemoryResponse(memory=convert.to_memory(self._engine.get_memory(request.tenant, request.memory_id)))
@@ -105,4 +121,5 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             yield convert.to_aggregate_chunk(chunk)
 
     def Ping(self, request: admin_pb2.PingRequest, context: grpc.ServicerContext) -> admin_pb2.PingResponse:
+        _report_server_time(context, time.perf_counter())
         return admin_pb2.PingResponse()

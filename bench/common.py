@@ -1,0 +1,85 @@
+"""Shared helpers of the benchmark commands: a real server, percentiles, tables, JSON, machine facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+# The benchmarks drive the same real server process as the tests (a child on a loopback port).
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tests.support import ServerProcess  # noqa: E402
+
+
+@contextmanager
+def running_server(*, embedder: str = "hashing", args: Sequence[str] = (), data_dir: Path | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
+        server = ServerProcess(data_dir or Path(tmp) / "data", args=["--embedder", embedder, *args],
+                               env={"HF_HUB_OFFLINE": "1", **(env or {})})
+        server.start(timeout=180)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def percentiles(samples_s: Sequence[float]) -> dict[str, float]:
+    """p50/p99/mean in milliseconds."""
+    a = np.asarray(samples_s, dtype=np.float64) * 1e3
+    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean()),
+            "n": int(len(a))}
+
+
+def machine() -> dict[str, object]:
+    cpu = platform.processor() or ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_avg_1m_at_start": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    def fmt(v: object) -> str:
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    cells = [[fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in cells:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+# Taken when a benchmark command starts (it imports this module first): the load it ran under.
+_STARTED = machine()
+
+
+def write_json(path: str | Path, payload: dict[str, object]) -> None:
+    payload = {"machine": {**_STARTED, "load_avg_1m_at_end": os.getloadavg()[0]}, **payload}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    print(f"\nwrote {path}")

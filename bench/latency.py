@@ -1,0 +1,166 @@
+"""Recall latency at 1k / 10k / 100k memories in one tenant, beside Chroma on the same vectors.
+
+    python -m bench.latency --out results/latency.json [--sizes 1000,10000,100000] [--queries 300]
+
+One tenant grows through the sizes (RetainBatch through the real client). At each size:
+
+* ``server``: time inside the Recall handler (engine + response), read from the trailing metadata
+  ``mnemosyne-server-time-us``; per recall mode (hybrid is the default; vector and text show the
+  two paths alone);
+* ``e2e``: ``MemoryClient.recall`` wall time in this process (gRPC over loopback included);
+* ``ping``: the no-op ``AdminService.Ping`` through the same client: the gRPC floor;
+* ``chroma``: ``collection.query`` of an embedded ``chromadb.PersistentClient`` (cosine HNSW,
+  ``ef_search`` from ``--chroma-ef``) holding the same documents with the same vectors, passed
+  explicitly (made by the server's embedder, a deterministic function); ``chroma_recall`` is its
+  top-10 overlap with exact (numpy) search on those vectors.
+
+Also records the server's RSS and the tenant file size at each size (``bench.memory`` reports
+them per memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import percentiles, print_table, running_server, write_json
+from bench.corpus import Corpus
+
+TENANT = "bench-latency"
+K = 10
+
+
+def server_rss_bytes(pid: int) -> int:
+    import psutil
+
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def tenant_bytes(data_dir: Path, tenant: str) -> int:
+    return sum(p.stat().st_size for p in (data_dir / "tenants").glob(f"{tenant}.sqlite*"))
+
+
+def timed_server_calls(call, requests, metadata) -> tuple[list[float], list[float]]:
+    """(server-side seconds, wall seconds) of ``call.with_call`` for each request."""
+    server, wall = [], []
+    for request in requests:
+        t0 = time.perf_counter()
+        _, rpc = call.with_call(request, metadata=metadata, timeout=60)
+        wall.append(time.perf_counter() - t0)
+        trailing = dict(rpc.trailing_metadata() or ())
+        server.append(float(trailing["mnemosyne-server-time-us"]) / 1e6)
+    return server, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--chroma-ef", type=int, default=1000, help="Chroma hnsw ef_search")
+    parser.add_argument("--no-chroma", action="store_true")
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.engine.embedder import HashingEmbedder
+    from mnemosyne.v1 import admin_pb2, memory_pb2
+
+    corpus = Corpus()
+    embedder = HashingEmbedder()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="chroma-bench-") as chroma_dir, running_server() as server, \
+            MemoryClient(server.target, timeout=600) as client:
+        collection = None
+        if not args.no_chroma:
+            import chromadb
+
+            chroma = chromadb.PersistentClient(path=chroma_dir, settings=chromadb.Settings(anonymized_telemetry=False))
+            collection = chroma.create_collection(
+                "bench-latency", configuration={"hnsw": {"space": "cosine", "ef_search": args.chroma_ef}}
+            )
+        vectors = np.zeros((0, embedder.dim), dtype=np.float32)
+        have = 0
+        for size in sizes:
+            t0 = time.perf_counter()
+            for start in range(have, size, 1000):
+                texts = corpus.memories(start, min(1000, size - start))
+                client.retain_batch(TENANT, texts)
+                batch_vectors = embedder.embed(texts)
+                vectors = np.concatenate([vectors, batch_vectors])
+                if collection is not None:
+                    collection.add(ids=[str(start + i) for i in range(len(texts))], embeddings=batch_vectors, documents=texts)
+            have = size
+            print(f"{size} memories loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+
+            queries = corpus.queries(size, args.queries)
+            for q in queries[:20]:  # warm-up: the first recall loads the vector cache
+                client.recall(TENANT, q, k=K)
+            row: dict[str, object] = {"memories": size}
+            for mode_name, mode in (("hybrid", memory_pb2.RECALL_MODE_HYBRID), ("vector", memory_pb2.RECALL_MODE_VECTOR),
+                                    ("text", memory_pb2.RECALL_MODE_TEXT)):
+                requests = [memory_pb2.RecallRequest(tenant=TENANT, query=q, k=K, mode=mode) for q in queries]
+                server_s, _ = timed_server_calls(client.memory.Recall, requests, client.call_metadata)
+                row[f"server_{mode_name}"] = percentiles(server_s)
+            e2e = []
+            for q in queries:
+                t0 = time.perf_counter()
+                client.recall(TENANT, q, k=K)
+                e2e.append(time.perf_counter() - t0)
+            row["e2e_hybrid"] = percentiles(e2e)
+            ping_wall = []
+            for _ in queries:
+                t0 = time.perf_counter()
+                client.ping()
+                ping_wall.append(time.perf_counter() - t0)
+            row["ping_e2e"] = percentiles(ping_wall)
+            row["ping_server"] = percentiles(
+                timed_server_calls(client.admin.Ping, [admin_pb2.PingRequest()] * 50, client.call_metadata)[0]
+            )
+            if collection is not None:
+                query_vectors = embedder.embed(queries)
+                chroma_s, overlap = [], []
+                exact = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :K]
+                for qv, truth in zip(query_vectors, exact):
+                    t0 = time.perf_counter()
+                    answer = collection.query(query_embeddings=[qv], n_results=K)
+                    chroma_s.append(time.perf_counter() - t0)
+                    overlap.append(len({int(i) for i in answer["ids"][0]} & set(truth.tolist())) / K)
+                row["chroma_query"] = percentiles(chroma_s)
+                row["chroma_recall_vs_exact"] = float(np.mean(overlap))
+                row["chroma_ef_search"] = args.chroma_ef
+            row["server_rss_bytes"] = server_rss_bytes(server.process.pid)
+            row["tenant_file_bytes"] = tenant_bytes(server.data_dir, TENANT)
+            results.append(row)
+            print(f"  done {size}", flush=True)
+
+    table = []
+    for r in results:
+        chroma = r.get("chroma_query", {})
+        table.append([
+            r["memories"],
+            r["server_hybrid"]["p50_ms"], r["server_hybrid"]["p99_ms"],
+            r["server_vector"]["p50_ms"], r["server_text"]["p50_ms"],
+            r["e2e_hybrid"]["p50_ms"], r["e2e_hybrid"]["p99_ms"], r["ping_e2e"]["p50_ms"],
+            chroma.get("p50_ms", float("nan")), chroma.get("p99_ms", float("nan")),
+            r.get("chroma_recall_vs_exact", float("nan")),
+            r["server_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
+            r["e2e_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
+        ])
+    print_table(
+        "Recall latency, k=10, ms (server = in the Recall handler; e2e = through MemoryClient; ping = no-op RPC)",
+        ["memories", "server p50", "server p99", "vector-only p50", "text-only p50", "e2e p50", "e2e p99",
+         "ping p50", "chroma p50", "chroma p99", "chroma recall", "server/chroma", "e2e/chroma"],
+        table,
+    )
+    write_json(args.out, {"benchmark": "recall-latency", "k": K, "queries": args.queries, "embedder": embedder.name,
+                          "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

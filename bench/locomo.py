@@ -1,0 +1,199 @@
+"""Recall quality on LoCoMo (Maharana et al., ACL 2024, arXiv 2402.17753): evidence recall@5/@10.
+
+    python -m bench.locomo --data ../shared/data/locomo-dev.json --embedder hashing --out results/locomo-hashing.json
+    python -m bench.locomo --data ... --embedder minilm --out ...
+    python -m bench.locomo --data ... --embedder chroma-minilm --out ...   # the plain dense baseline
+
+Each conversation goes into its own tenant through a real server and the real client
+(RetainBatch); every turn is exactly one memory: ``"<speaker> (<session date>): <text>"``, plus
+``" [shares a photo: <blip_caption>]"`` when the turn shared an image (the caption is what a
+reader of the conversation would see in place of the image; the image search ``query`` field of
+the data set is not used), and metadata ``dia_id``. Each question of categories 1-4 with evidence
+is recalled once with k = 10; recall@k counts the distinct ``dia_id``s among the first k hits that
+are evidence, over the number of evidence turns, averaged over questions.
+
+``chroma-minilm`` puts the same turn texts, embedded by the same MiniLM embedder, into an embedded
+Chroma collection (cosine HNSW) and queries it with the question's embedding: dense search alone.
+The data file is evaluation data only: never commit or ship it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import print_table, running_server, write_json
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (5, 10)
+_EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
+
+
+@dataclass
+class Turn:
+    dia_id: str
+    text: str
+
+
+@dataclass
+class Question:
+    text: str
+    evidence: frozenset[str]
+    category: int
+
+
+def normalise_evidence(raw: list[str]) -> frozenset[str]:
+    """``"D8:6; D9:17"``, ``"D:11:26"``, ``"D30:05"`` -> {"D8:6", "D9:17"}, {"D11:26"}, {"D30:5"}."""
+    out = set()
+    for item in raw:
+        for part in re.split(r"[;\s]+", str(item)):
+            m = _EVIDENCE.fullmatch(part.strip())
+            if m:
+                out.add(f"D{int(m.group(1))}:{int(m.group(2))}")
+    return frozenset(out)
+
+
+def turn_text(turn: dict, date: str) -> str:
+    text = f"{turn['speaker']} ({date}): {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return text
+
+
+def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
+    conversations = []
+    for sample in json.loads(path.read_text()):
+        conv = sample["conversation"]
+        sessions = sorted((int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k)))
+        turns = []
+        for n in sessions:
+            date = conv.get(f"session_{n}_date_time", "")
+            for turn in conv[f"session_{n}"]:
+                m = _EVIDENCE.fullmatch(turn["dia_id"])
+                dia_id = f"D{int(m.group(1))}:{int(m.group(2))}" if m else turn["dia_id"]
+                turns.append(Turn(dia_id, turn_text(turn, date)))
+        questions = [
+            Question(q["question"], normalise_evidence(q.get("evidence") or []), int(q["category"]))
+            for q in sample["qa"]
+            if int(q.get("category", 0)) in CATEGORIES
+        ]
+        conversations.append((sample["sample_id"], turns, [q for q in questions if q.evidence]))
+    return conversations
+
+
+def score(evidence: frozenset[str], ranked_dia_ids: list[str], k: int) -> float:
+    return len(evidence & set(ranked_dia_ids[:k])) / len(evidence)
+
+
+def run_mnemosyne(conversations, embedder: str, mode: str, server_args: list[str]) -> tuple[list, dict]:
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.client.types import RetainItem
+
+    results = []
+    timing = {"ingest_s": 0.0, "recall_s": 0.0}
+    with running_server(embedder=embedder, args=server_args) as server, MemoryClient(server.target, timeout=600) as client:
+        for sample_id, turns, questions in conversations:
+            tenant = f"locomo-{sample_id}"
+            t0 = time.perf_counter()
+            for start in range(0, len(turns), 500):
+                chunk = turns[start : start + 500]
+                outcomes = client.retain_batch(tenant, [RetainItem(t.text, "global", {"dia_id": t.dia_id}) for t in chunk])
+                assert all(o.status == "created" for o in outcomes), [o for o in outcomes if o.status != "created"][:3]
+            timing["ingest_s"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for q in questions:
+                hits = client.recall(tenant, q.text, k=max(KS), mode=mode)
+                results.append((q, [h.memory.metadata.get("dia_id", "") for h in hits]))
+            timing["recall_s"] += time.perf_counter() - t0
+    return results, timing
+
+
+def run_chroma(conversations) -> tuple[list, dict]:
+    import chromadb
+
+    from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder()
+    results = []
+    timing = {"ingest_s": 0.0, "recall_s": 0.0}
+    with tempfile.TemporaryDirectory(prefix="chroma-locomo-") as tmp:
+        chroma = chromadb.PersistentClient(path=tmp, settings=chromadb.Settings(anonymized_telemetry=False))
+        for sample_id, turns, questions in conversations:
+            t0 = time.perf_counter()
+            collection = chroma.create_collection(f"locomo-{sample_id}", metadata={"hnsw:space": "cosine"})
+            vectors = embedder.embed([t.text for t in turns])
+            collection.add(ids=[t.dia_id for t in turns], embeddings=vectors, documents=[t.text for t in turns])
+            timing["ingest_s"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            query_vectors = embedder.embed([q.text for q in questions])
+            for q, qv in zip(questions, query_vectors):
+                answer = collection.query(query_embeddings=[qv], n_results=max(KS))
+                results.append((q, list(answer["ids"][0])))
+            timing["recall_s"] += time.perf_counter() - t0
+    return results, timing
+
+
+def summarise(results) -> dict[str, object]:
+    by_cat: dict[int, list] = defaultdict(list)
+    for q, ranked in results:
+        # Distinct dia_ids among the first k hits only (a hit list never repeats a memory).
+        by_cat[q.category].append([score(q.evidence, ranked, k) for k in KS])
+    everything = [s for scores in by_cat.values() for s in scores]
+
+    def mean(rows, i):
+        return sum(r[i] for r in rows) / len(rows) if rows else 0.0
+
+    summary: dict[str, object] = {"questions": len(everything)}
+    for i, k in enumerate(KS):
+        summary[f"recall@{k}"] = mean(everything, i)
+    summary["by_category"] = {
+        f"{c} {CATEGORIES[c]}": {"questions": len(by_cat[c]), **{f"recall@{k}": mean(by_cat[c], i) for i, k in enumerate(KS)}}
+        for c in sorted(by_cat)
+    }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, type=Path, help="a LoCoMo-format JSON file (e.g. locomo10.json)")
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm", "chroma-minilm"])
+    parser.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "text"], help="Mnemosyne recall mode")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra flag for mnemosyne serve")
+    parser.add_argument("--out", required=True, type=Path, help="JSON result file")
+    args = parser.parse_args(argv)
+
+    conversations = load(args.data)
+    if args.embedder == "chroma-minilm":
+        results, timing = run_chroma(conversations)
+        system = "chroma (PersistentClient, cosine HNSW) + all-MiniLM-L6-v2"
+    else:
+        results, timing = run_mnemosyne(conversations, args.embedder, args.mode, args.server_arg)
+        system = f"mnemosyne --embedder {args.embedder}, recall mode {args.mode}"
+    summary = summarise(results)
+    rows = [["all", summary["questions"], summary["recall@5"], summary["recall@10"]]]
+    for name, cat in summary["by_category"].items():  # type: ignore[union-attr]
+        rows.append([name, cat["questions"], cat["recall@5"], cat["recall@10"]])
+    print_table(f"LoCoMo evidence recall: {system} ({args.data.name})", ["category", "questions", "recall@5", "recall@10"], rows)
+    print(f"ingest {timing['ingest_s']:.1f} s, recall {timing['recall_s']:.1f} s")
+    write_json(args.out, {
+        "benchmark": "locomo-evidence-recall",
+        "data": args.data.name,
+        "conversations": [c[0] for c in conversations],
+        "turns": sum(len(c[1]) for c in conversations),
+        "system": system,
+        "embedder": args.embedder,
+        "mode": args.mode,
+        "timing": timing,
+        **summary,
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
