@@ -15,6 +15,10 @@ from mnemosyne.client.errors import (
 )
 from mnemosyne.client.memory_client import MemoryClient
 from mnemosyne.client.types import (
+    Event,
+    EventPage,
+    FlushResult,
+    HotPathStatus,
     Fact,
     Hit,
     IntegrityProblem,
@@ -30,9 +34,13 @@ from mnemosyne.client.types import (
 __all__ = [
     "AbortedError",
     "DeadlineExceededError",
+    "Event",
+    "EventPage",
     "FailedPreconditionError",
     "Fact",
+    "FlushResult",
     "Hit",
+    "HotPathStatus",
     "IntegrityProblem",
     "IntegrityReport",
     "InvalidArgumentError",

@@ -48,6 +48,12 @@ def _serve(args: argparse.Namespace) -> int:
         synchronous=args.synchronous.upper(),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
+        hot_path_workers=args.hot_path_workers,
+        hot_path_batch=args.hot_path_batch,
+        # Hot-path test seams: workers hold before committing while this file exists; extraction
+        # fails on texts containing the marker (a poison operation).
+        test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
+        test_poison_marker=_env("TEST_POISON_MARKER") or "",
     )
     running = create_server(config)
     stop = threading.Event()
@@ -114,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how long SIGTERM waits for in-flight calls")
     serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"], default=_env("SYNCHRONOUS", "full"),
                        help="SQLite synchronous setting: full survives power loss, normal only process kills")
+    serve.add_argument("--hot-path-workers", type=int, default=int(_env("HOT_PATH_WORKERS", "2") or 2),
+                       help="background workers shared by all tenants for asynchronous (fast) writes")
+    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "64") or 64),
+                       help="queued operations a worker applies per transaction")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

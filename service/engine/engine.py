@@ -61,6 +61,15 @@ class EngineConfig:
     # process kills itself (to test a reply lost after a commit).
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    # The hot path (asynchronous writes): worker threads shared by all tenants, operations per
+    # commit, and failed attempts before an operation is failed for good.
+    hot_path_workers: int = 2
+    hot_path_batch: int = 64
+    hot_path_max_failures: int = 3
+    # Hot-path test seams: workers hold before committing while this file exists; extraction
+    # fails for any text containing this marker (a poison operation).
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
 
 
 def normalise_text(text: str) -> str:
@@ -85,12 +94,12 @@ def _memory(row: MemoryRow) -> Memory:
     )
 
 
-class _ExtractionMissing(Exception):
+class ExtractionMissing(Exception):
     """A memory believed duplicate vanished before the write: extract it and try again."""
 
 
 @dataclass
-class _Prepared:
+class PreparedItem:
     position: int
     item: RetainItem
     fingerprint: str
@@ -118,19 +127,32 @@ class Engine:
             synchronous=config.synchronous,
             faults=config.store_faults,
         )
+        from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
+
+        if config.test_poison_marker:
+            self.extractor = PoisonedExtractor(self.extractor, config.test_poison_marker)
+        self.hot_path = HotPath(self)
+        self.hot_path.start()
 
     def close(self) -> None:
+        self.hot_path.stop()
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def retain(self, tenant: str, item: RetainItem, *, request_id: str | None = None) -> RetainOutcome:
-        """Retain one item synchronously: on return it is committed and recallable."""
+    def retain(
+        self, tenant: str, item: RetainItem, *, request_id: str | None = None, fast: bool = False
+    ) -> RetainOutcome:
+        """Retain one item. Synchronous (on return it is committed and recallable) unless
+        ``fast`` is set and the tenant's hot path is enabled: then it is only appended to the
+        durable operation log and the outcome is ENQUEUED with an event id."""
         self._validate_item(item)
-        return self._retain(tenant, [item], request_id=request_id, method="retain", per_item_errors=False)[0]
+        return self._retain(
+            tenant, [item], request_id=request_id, method="retain", per_item_errors=False, fast=fast
+        )[0]
 
     def retain_batch(
-        self, tenant: str, items: Sequence[RetainItem], *, request_id: str | None = None
+        self, tenant: str, items: Sequence[RetainItem], *, request_id: str | None = None, fast: bool = False
     ) -> list[RetainOutcome]:
         """Retain items independently in one transaction; each gets its own outcome."""
         if not items:
@@ -140,7 +162,9 @@ class Engine:
                 f"batch has {len(items)} items; the limit is {self.limits.max_batch_items} (max_batch_items)",
                 reason="BATCH_TOO_LARGE",
             )
-        return self._retain(tenant, list(items), request_id=request_id, method="retain_batch", per_item_errors=True)
+        return self._retain(
+            tenant, list(items), request_id=request_id, method="retain_batch", per_item_errors=True, fast=fast
+        )
 
     def _validate_item(self, item: RetainItem) -> RetainItem:
         check.validate_text(item.text, self.limits)
@@ -156,10 +180,11 @@ class Engine:
         request_id: str | None,
         method: str,
         per_item_errors: bool,
+        fast: bool = False,
     ) -> list[RetainOutcome]:
         request_id = check.validate_request_id(request_id)
         outcomes: list[RetainOutcome | None] = [None] * len(items)
-        prepared: list[_Prepared] = []
+        prepared: list[PreparedItem] = []
         for position, item in enumerate(items):
             try:
                 self._validate_item(item)
@@ -169,7 +194,7 @@ class Engine:
             scope = check.validate_scope(item.scope)
             item = RetainItem(item.text, scope, dict(item.metadata))
             prepared.append(
-                _Prepared(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
+                PreparedItem(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
             )
         payload_hash = ledger.sha256_hex(
             ledger.canonical_json([method, [[i.text, i.scope or "global", i.metadata] for i in items]])
@@ -181,11 +206,15 @@ class Engine:
                     prior = self._prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
+            if fast and prepared:
+                enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, payload_hash)
+                if enqueued is not None:
+                    return enqueued
             for _attempt in range(3):
                 self._extract_missing(store, prepared)
                 try:
                     result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
-                except _ExtractionMissing:
+                except ExtractionMissing:
                     continue
                 break
             else:  # pragma: no cover - needs three forget/retain races in a row
@@ -207,29 +236,53 @@ class Engine:
             )
         return [RetainOutcome.from_json(o) for o in json.loads(result_json)]
 
-    def _extract_missing(self, store: TenantStore, prepared: list[_Prepared]) -> None:
-        """Extract and embed, outside any transaction, the items that are not known duplicates."""
-        with store.read() as txn:
-            known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
+    def _extract_missing(
+        self,
+        store: TenantStore,
+        prepared: list[PreparedItem],
+        errors: dict[int, Exception] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Extract and embed, outside any transaction, the items that are not known duplicates.
+
+        With ``errors`` (the hot path), a failing extraction is recorded per item position and
+        the others go on; without it the first failure raises. ``force`` extracts every item
+        still lacking an extraction, even one that looked like a duplicate."""
+        known: set[str] = set()
+        if not force:
+            with store.read() as txn:
+                known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
         batch_seen: set[str] = set()
         todo = []
         for p in prepared:
-            if p.fingerprint in known or p.fingerprint in batch_seen:
+            if errors is not None and p.position in errors:
+                continue
+            if not force and (p.fingerprint in known or p.fingerprint in batch_seen):
                 continue
             batch_seen.add(p.fingerprint)
             if p.extraction is None:
                 todo.append(p)
+        extracted = []
         for p in todo:
-            p.extraction = self.extractor.extract(p.item.text)
-        if todo:
-            vectors = self.embedder.embed([p.item.text for p in todo])
-            for p, vector in zip(todo, vectors):
+            if errors is None:
+                p.extraction = self.extractor.extract(p.item.text)
+                extracted.append(p)
+                continue
+            try:
+                p.extraction = self.extractor.extract(p.item.text)
+                extracted.append(p)
+            except Exception as exc:  # the model failed on this item; the others go on
+                errors[p.position] = exc
+        if extracted:
+            vectors = self.embedder.embed([p.item.text for p in extracted])
+            for p, vector in zip(extracted, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
     def _commit_items(
         self,
         store: TenantStore,
-        prepared: list[_Prepared],
+        prepared: list[PreparedItem],
         outcomes: list[RetainOutcome | None],
         request_id: str | None,
         method: str,
@@ -243,41 +296,7 @@ class Engine:
                     return prior
             self._check_embedder(txn, write=True)
             results = list(outcomes)
-            created = duplicates = 0
-            for p in prepared:
-                existing = txn.find_by_fingerprint(p.fingerprint)
-                if existing is not None:
-                    results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
-                    duplicates += 1
-                    continue
-                if p.extraction is None or p.vector is None:
-                    raise _ExtractionMissing()
-                try:
-                    with txn.savepoint():
-                        memory_id = txn.insert_memory(
-                            NewMemory(
-                                scope=p.item.scope,
-                                body=p.item.text,
-                                metadata_json=p.metadata_json,
-                                fingerprint=p.fingerprint,
-                                facts=p.extraction.facts,
-                                triples=p.extraction.triples,
-                                embedding=p.vector,
-                                fts_text=p.item.text,
-                                created_at=time.time(),
-                            )
-                        )
-                except (apsw.Error, InjectedFault) as exc:
-                    if not per_item_errors:
-                        raise
-                    results[p.position] = RetainOutcome(
-                        RetainStatus.INVALID,
-                        error_reason="ITEM_NOT_STORED",
-                        error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
-                    )
-                    continue
-                results[p.position] = RetainOutcome(RetainStatus.CREATED, memory_id=memory_id)
-                created += 1
+            created, duplicates = self.apply_prepared(txn, prepared, results, per_item_errors=per_item_errors)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
@@ -295,6 +314,56 @@ class Engine:
         for p in extracted:
             p.counted = True
         return final
+
+    def apply_prepared(
+        self,
+        txn: WriteTxn,
+        prepared: Sequence[PreparedItem],
+        results: list[RetainOutcome | None],
+        *,
+        per_item_errors: bool,
+    ) -> tuple[int, int]:
+        """THE write of prepared items, shared by synchronous Retain and the hot-path workers:
+        inside the caller's write transaction, re-check each fingerprint (exact dedup) and insert
+        each new memory (body, facts, triples, embedding, full-text row, audit entry) in its own
+        savepoint. Fills ``results[p.position]``; returns (created, duplicates). Counters are
+        the caller's, so each path counts its own work in its own transaction."""
+        created = duplicates = 0
+        for p in prepared:
+            existing = txn.find_by_fingerprint(p.fingerprint)
+            if existing is not None:
+                results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
+                duplicates += 1
+                continue
+            if p.extraction is None or p.vector is None:
+                raise ExtractionMissing()
+            try:
+                with txn.savepoint():
+                    memory_id = txn.insert_memory(
+                        NewMemory(
+                            scope=p.item.scope,
+                            body=p.item.text,
+                            metadata_json=p.metadata_json,
+                            fingerprint=p.fingerprint,
+                            facts=p.extraction.facts,
+                            triples=p.extraction.triples,
+                            embedding=p.vector,
+                            fts_text=p.item.text,
+                            created_at=time.time(),
+                        )
+                    )
+            except (apsw.Error, InjectedFault) as exc:
+                if not per_item_errors:
+                    raise
+                results[p.position] = RetainOutcome(
+                    RetainStatus.INVALID,
+                    error_reason="ITEM_NOT_STORED",
+                    error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
+                )
+                continue
+            results[p.position] = RetainOutcome(RetainStatus.CREATED, memory_id=memory_id)
+            created += 1
+        return created, duplicates
 
     def _check_embedder(self, txn: ReadTxn, *, write: bool) -> None:
         """A tenant's vectors are made by one embedder; mixing two would corrupt similarity."""

@@ -17,6 +17,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
+from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.v1 import (
     admin_pb2,
@@ -59,6 +60,10 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    hot_path_workers: int = 2
+    hot_path_batch: int = 64
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
 
 
 @dataclass
@@ -101,6 +106,10 @@ def create_server(config: ServerConfig) -> RunningServer:
             limits=config.limits,
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
+            hot_path_workers=config.hot_path_workers,
+            hot_path_batch=config.hot_path_batch,
+            test_hold_workers_file=config.test_hold_workers_file,
+            test_poison_marker=config.test_poison_marker,
         )
     )
     try:
@@ -117,8 +126,8 @@ def create_server(config: ServerConfig) -> RunningServer:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(engine), server)
         # Declared services whose issues have not landed answer UNIMPLEMENTED.
         workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(workspace_pb2_grpc.WorkspaceServiceServicer(), server)
-        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(hot_path_pb2_grpc.HotPathServiceServicer(), server)
-        events_pb2_grpc.add_EventsServiceServicer_to_server(events_pb2_grpc.EventsServiceServicer(), server)
+        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(HotPathServicer(engine), server)
+        events_pb2_grpc.add_EventsServiceServicer_to_server(EventsServicer(engine), server)
 
         health_servicer = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
