@@ -1,4 +1,4 @@
-"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``.
+"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``.
 
 Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLAG>`` (flags win).
 """
@@ -103,6 +103,21 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _oplog(args: argparse.Namespace) -> int:
+    """Read-only look at a tenant's operation log (no lock, no workers): what is still open."""
+    from mnemosyne.store.oplog_inspect import inspect_oplog
+
+    print(json.dumps(inspect_oplog(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
+    return 0
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from mnemosyne.drills import run_drills
+
+    results = run_drills(Path(args.data_dir), out=print)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--data-dir", required=True)
     inspect.add_argument("--tenant", required=True)
     inspect.set_defaults(run=_inspect)
+
+    oplog = commands.add_parser("oplog", help="read-only view of a tenant's operation log (no lock, no workers)")
+    oplog.add_argument("--data-dir", required=True)
+    oplog.add_argument("--tenant", required=True)
+    oplog.set_defaults(run=_oplog)
+
+    drill = commands.add_parser("drill", help="run the five recovery drills (seed 001 §9.6) against fresh servers")
+    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.set_defaults(run=_drill)
     return parser
 
 
