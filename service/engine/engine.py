@@ -131,8 +131,12 @@ class Engine:
 
         if config.test_poison_marker:
             self.extractor = PoisonedExtractor(self.extractor, config.test_poison_marker)
-        self.hot_path = HotPath(self)
-        self.hot_path.start()
+        try:
+            self.hot_path = HotPath(self)
+            self.hot_path.start()
+        except BaseException:
+            self.pool.close()  # release the directory lock for the next attempt
+            raise
 
     def close(self) -> None:
         self.hot_path.stop()
