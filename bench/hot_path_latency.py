@@ -1,6 +1,6 @@
 """Hot-path numbers: enqueue latency (server side) and flush latency under a 5,000-write backlog.
 
-    python bench/hot_path_latency.py [--enqueues 2000] [--backlog 5000] [--synchronous full|normal]
+    python bench/hot_path_latency.py [--enqueues 2000] [--backlog 5000] [--synchronous full|normal] [--worker-batch N]
 
 Runs the server's Engine in process, so the enqueue figures are the server-side cost of a fast
 Retain (validation, request-id check, one short BEGIN IMMEDIATE transaction appending to the
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--enqueues", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=5000)
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    parser.add_argument("--worker-batch", type=int, default=0, help="operations per worker commit (0: default)")
     args = parser.parse_args()
 
     from mnemosyne.engine.engine import Engine, EngineConfig
@@ -32,7 +33,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         hold = Path(d) / "hold"
         engine = Engine(
-            EngineConfig(data_dir=Path(d) / "data", synchronous=args.synchronous.upper(), test_hold_workers_file=hold)
+            EngineConfig(data_dir=Path(d) / "data", synchronous=args.synchronous.upper(), test_hold_workers_file=hold,
+                        **({"hot_path_batch": args.worker_batch} if args.worker_batch else {}))
         )
         try:
             engine.hot_path.set_enabled("latency", True)
