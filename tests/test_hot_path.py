@@ -190,3 +190,22 @@ def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_fa
         assert len(c.list_memories("busy").memories) == 5
     server.terminate()
     assert _indexed_tenants(server.data_dir) == set()
+
+
+def test_workers_take_tenants_round_robin() -> None:
+    from mnemosyne.engine.hot_path import _Scheduler
+
+    scheduler = _Scheduler()
+    for tenant in ("busy", "quiet", "busy"):
+        scheduler.notify(tenant)
+    order = []
+    for _ in range(4):
+        tenant = scheduler.take()
+        assert tenant is not None
+        order.append(tenant)
+        scheduler.done(tenant, more=tenant == "busy")  # "busy" always has more work
+    # A tenant with a long backlog goes to the back after each round: the quiet one is not starved.
+    assert order == ["busy", "quiet", "busy", "busy"]
+    scheduler.notify("busy")  # already queued or busy: never twice in the queue
+    scheduler.stop()
+    assert scheduler.take() is None

@@ -258,6 +258,7 @@ class HotPath:
         self._scheduler = _Scheduler()
         self._changed = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._streams_ended = False
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -271,7 +272,13 @@ class HotPath:
         for tenant in self.index.tenants():
             self._scheduler.notify(tenant)
 
+    def end_streams(self) -> None:
+        """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
+        self._streams_ended = True
+        self._signal()
+
     def stop(self) -> None:
+        self._streams_ended = True
         self._scheduler.stop()
         self._signal()
         for thread in self._threads:
@@ -592,7 +599,7 @@ class HotPath:
         """Every status transition after ``after_sequence`` of events after ``after_event_id``,
         replayed from the durable log, then live, until ``active()`` turns false."""
         sequence = max(0, after_sequence)
-        while active() and not self._scheduler.stopping:
+        while active() and not self._streams_ended:
             transitions: list[Transition] = []
             rows: dict[int, OpRow] = {}
             with self._engine.pool.tenant(tenant, create=False) as store:

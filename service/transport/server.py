@@ -77,6 +77,7 @@ class RunningServer:
     def stop(self) -> None:
         """Graceful stop: NOT_SERVING first, then drain in-flight calls, then close the files."""
         self.health.enter_graceful_shutdown()
+        self.engine.hot_path.end_streams()  # open WatchEvents streams end; clients resume by sequence
         self.server.stop(self.grace_seconds).wait()
         self.engine.close()
 
