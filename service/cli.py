@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="SQLite synchronous setting: full survives power loss, normal only process kills")
     serve.add_argument("--hot-path-workers", type=int, default=int(_env("HOT_PATH_WORKERS", "2") or 2),
                        help="background workers shared by all tenants for asynchronous (fast) writes")
-    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "64") or 64),
+    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
                        help="queued operations a worker applies per transaction")
     serve.set_defaults(run=_serve)
 

@@ -64,7 +64,7 @@ class EngineConfig:
     # The hot path (asynchronous writes): worker threads shared by all tenants, operations per
     # commit, and failed attempts before an operation is failed for good.
     hot_path_workers: int = 2
-    hot_path_batch: int = 64
+    hot_path_batch: int = 16
     hot_path_max_failures: int = 3
     # Hot-path test seams: workers hold before committing while this file exists; extraction
     # fails for any text containing this marker (a poison operation).

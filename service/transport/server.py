@@ -61,7 +61,7 @@ class ServerConfig:
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
     hot_path_workers: int = 2
-    hot_path_batch: int = 64
+    hot_path_batch: int = 16
     test_hold_workers_file: Path | None = None
     test_poison_marker: str = ""
 
