@@ -1,4 +1,4 @@
-"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``.
+"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``.
 
 Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLAG>`` (flags win).
 """
@@ -49,6 +49,12 @@ def _serve(args: argparse.Namespace) -> int:
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         near_duplicate_threshold=args.near_duplicate_threshold,
+        hot_path_workers=args.hot_path_workers,
+        hot_path_batch=args.hot_path_batch,
+        # Hot-path test seams: workers hold before committing while this file exists; extraction
+        # fails on texts containing the marker (a poison operation).
+        test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
+        test_poison_marker=_env("TEST_POISON_MARKER") or "",
     )
     running = create_server(config)
     stop = threading.Event()
@@ -98,6 +104,21 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _oplog(args: argparse.Namespace) -> int:
+    """Read-only look at a tenant's operation log (no lock, no workers): what is still open."""
+    from mnemosyne.store.oplog_inspect import inspect_oplog
+
+    print(json.dumps(inspect_oplog(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
+    return 0
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from mnemosyne.drills import run_drills
+
+    results = run_drills(Path(args.data_dir), out=print)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                        default=float(_env("NEAR_DUPLICATE_THRESHOLD", "0.85") or 0.85),
                        help="embedding cosine at or above which a memory with the same numbers, dates and "
                             "identifiers is named a near duplicate (and Dedup's default); above 1 = off")
+    serve.add_argument("--hot-path-workers", type=int, default=int(_env("HOT_PATH_WORKERS", "2") or 2),
+                       help="background workers shared by all tenants for asynchronous (fast) writes")
+    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
+                       help="queued operations a worker applies per transaction")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
@@ -134,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--data-dir", required=True)
     inspect.add_argument("--tenant", required=True)
     inspect.set_defaults(run=_inspect)
+
+    oplog = commands.add_parser("oplog", help="read-only view of a tenant's operation log (no lock, no workers)")
+    oplog.add_argument("--data-dir", required=True)
+    oplog.add_argument("--tenant", required=True)
+    oplog.set_defaults(run=_oplog)
+
+    drill = commands.add_parser("drill", help="run the five recovery drills (seed 001 §9.6) against fresh servers")
+    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.set_defaults(run=_drill)
     return parser
 
 

@@ -17,6 +17,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
+from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.v1 import (
     admin_pb2,
@@ -60,6 +61,10 @@ class ServerConfig:
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
     near_duplicate_threshold: float = 0.85
+    hot_path_workers: int = 2
+    hot_path_batch: int = 16
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
 
 
 @dataclass
@@ -73,6 +78,7 @@ class RunningServer:
     def stop(self) -> None:
         """Graceful stop: NOT_SERVING first, then drain in-flight calls, then close the files."""
         self.health.enter_graceful_shutdown()
+        self.engine.hot_path.end_streams()  # open WatchEvents streams end; clients resume by sequence
         self.server.stop(self.grace_seconds).wait()
         self.engine.close()
 
@@ -103,6 +109,10 @@ def create_server(config: ServerConfig) -> RunningServer:
             store_faults=config.store_faults,
             crash_after_commit=config.crash_after_commit,
             near_duplicate_threshold=config.near_duplicate_threshold,
+            hot_path_workers=config.hot_path_workers,
+            hot_path_batch=config.hot_path_batch,
+            test_hold_workers_file=config.test_hold_workers_file,
+            test_poison_marker=config.test_poison_marker,
         )
     )
     try:
@@ -119,8 +129,8 @@ def create_server(config: ServerConfig) -> RunningServer:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(engine), server)
         # Declared services whose issues have not landed answer UNIMPLEMENTED.
         workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(workspace_pb2_grpc.WorkspaceServiceServicer(), server)
-        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(hot_path_pb2_grpc.HotPathServiceServicer(), server)
-        events_pb2_grpc.add_EventsServiceServicer_to_server(events_pb2_grpc.EventsServiceServicer(), server)
+        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(HotPathServicer(engine), server)
+        events_pb2_grpc.add_EventsServiceServicer_to_server(EventsServicer(engine), server)
 
         health_servicer = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
