@@ -7,17 +7,8 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 (per-tenant SQLite files).
 """
 
+from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
 
-
-def __getattr__(name: str) -> object:
-    # MemoryBrain pulls in the engine (numpy, SQLite); load it only when asked for, so importing
-    # the client stays light.
-    if name == "MemoryBrain":
-        from mnemosyne.brain import MemoryBrain
-
-        return MemoryBrain
-    raise AttributeError(f"module 'mnemosyne' has no attribute {name!r}")
-__version__ = "0.1.0"
