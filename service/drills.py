@@ -8,8 +8,8 @@ line, ``PASS`` or ``FAIL`` with the numbers behind it:
 2. queue loss surface: hot path on, 50 fast writes accepted, SIGKILL while workers are provably
    holding work (a test seam, not luck). The log, read offline, has open operations and they are
    exactly accepted minus committed; after restart all 50 are present exactly once;
-3. repeated submission: one conversation submitted three times with three request ids: two
-   duplicates, stored once;
+3. repeated submission: one multi-turn conversation (messages) submitted three times with three
+   request ids: two duplicates, stored once, one model call;
 4. audit chain: VerifyIntegrity valid, no first_broken_at, for every drilled tenant;
 5. no double billing: the model calls recovery added equal the open operations that had no
    stored extraction at the kill, and model calls never exceed accepted operations.
@@ -33,12 +33,12 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
-CONVERSATION = (
-    "user: I was charged twice for order ORD-55120 and want a refund.\n"
-    "assistant: I opened refund ticket RF-88213 for the duplicate charge of $49.90.\n"
-    "user: How long will it take?\n"
-    "assistant: Finance reviews refunds within 5 days; the ticket status is awaiting review."
-)
+CONVERSATION = [
+    ("user", "I was charged twice for order ORD-55120 and want a refund."),
+    ("assistant", "I opened refund ticket RF-88213 for the duplicate charge of $49.90."),
+    ("user", "How long will it take?"),
+    ("assistant", "Finance reviews refunds within 5 days; the ticket status is awaiting review."),
+]
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,10 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         tenant = tenants[3]
         client.hot_path(tenant, "enable")
         calls_before = client.stats(tenant).model_calls
-        events = [client.retain(tenant, CONVERSATION, request_id=f"drill3-{run}-{i}", fast=True).event_id for i in range(3)]
+        events = [
+            client.retain_conversation(tenant, CONVERSATION, request_id=f"drill3-{run}-{i}", fast=True).event_id
+            for i in range(3)
+        ]
         flushed = client.hot_path(tenant, "flush", timeout_seconds=60)
         finished = [client.get_event(tenant, e) for e in events]
         duplicates = sum(1 for e in finished if e.duplicate_of_memory_ids)

@@ -115,3 +115,25 @@ def test_watch_runs_beside_writers(client: MemoryClient, tenant: str) -> None:
     seen = _watch_until(client, tenant, lambda s: len([e for e in s if e.status == "succeeded"]) >= 40)
     writer.join()
     assert {e.event_id for e in seen if e.status == "succeeded"} == accepted
+
+
+def test_a_near_duplicate_is_named_on_its_event(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    first = client.retain(tenant, "The customer requested a refund for ticket RF-88213", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    second = client.retain(tenant, "The customer requested a refund for ticket RF-88213 yesterday", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    original = client.get_event(tenant, first).created_memory_ids
+    near = client.get_event(tenant, second)
+    assert near.status == "succeeded" and near.created_memory_ids != original
+    assert near.near_duplicate_of == original
+
+
+def test_a_fast_conversation_is_one_operation(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    messages = [("user", "My parcel PX-77 never arrived."), ("assistant", "I reopened claim CL-4410 for parcel PX-77.")]
+    events = [client.retain_conversation(tenant, messages, request_id=f"conv-{i}", fast=True) for i in range(2)]
+    assert [e.status for e in events] == ["enqueued", "enqueued"]
+    client.hot_path(tenant, "flush")
+    first, second = (client.get_event(tenant, e.event_id) for e in events)
+    assert len(first.created_memory_ids) == 1 and second.duplicate_of_memory_ids == first.created_memory_ids
