@@ -410,18 +410,21 @@ class HotPath:
                 by_position[position] = op
             errors: dict[int, Exception] = {}
             force = False
-            for _attempt in range(3):
-                engine._extract_missing(store, prepared, errors, force=force)
-                self._persist_extractions(store, prepared, by_position)
-                self._hold()
-                try:
-                    finished = self._commit(store, prepared, by_position, errors)
-                except ExtractionMissing:
-                    force = True  # a duplicate's original vanished or failed: extract it too
-                    continue
-                break
-            else:  # pragma: no cover - needs repeated forget races
-                raise RuntimeError("operations kept losing their duplicate originals")
+            # Single flight with synchronous writers of the same content (engine/dedup.py): one
+            # extraction, the later writer finds an exact duplicate.
+            with engine._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+                for _attempt in range(3):
+                    engine._extract_missing(store, prepared, errors, force=force)
+                    self._persist_extractions(store, prepared, by_position)
+                    self._hold()
+                    try:
+                        finished = self._commit(store, prepared, by_position, errors)
+                    except ExtractionMissing:
+                        force = True  # a duplicate's original vanished or failed: extract it too
+                        continue
+                    break
+                else:  # pragma: no cover - needs repeated forget races
+                    raise RuntimeError("operations kept losing their duplicate originals")
             self._signal()
             if not finished:
                 return True
