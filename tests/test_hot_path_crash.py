@@ -13,14 +13,21 @@ from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
 
-def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(20261130)
-    server = server_factory(args=["--hot-path-batch", "8"])
+    hold = tmp_path / "hold"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--hot-path-batch", "8"])
     accepted: dict[int, str] = {}  # event id -> text, for every enqueue whose reply arrived
     sent: set[str] = set()
     rounds = 20
     open_at_kills: list[int] = []  # operations pending or running in the file at each kill
     for round_number in range(rounds):
+        # Every fourth round the workers are held (claimed and extracted, not committed), so some
+        # kills surely find work in flight whatever the machine's speed; the others die anywhere.
+        if round_number % 4 == 0:
+            hold.touch()
+        else:
+            hold.unlink(missing_ok=True)
         server.start() if round_number == 0 else server.restart()
         client = MemoryClient(server.target, timeout=10, retries=0)
         if round_number == 0:
@@ -50,6 +57,7 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
         client.close()
         if server.tenant_file("crashy").exists():
             open_at_kills.append(len(inspect_oplog(server.data_dir, "crashy")["open"]))
+    hold.unlink(missing_ok=True)
     server.restart()
     with MemoryClient(server.target, timeout=120) as client:
         client.hot_path("crashy", "flush", timeout_seconds=120)
@@ -63,7 +71,7 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
                 break
         counts = collections.Counter(stored)
         assert len(accepted) > rounds, "the drill accepted too little work to mean anything"
-        assert sum(1 for n in open_at_kills if n) >= 3, f"too few kills caught work in flight: {open_at_kills}"
+        assert sum(1 for n in open_at_kills if n) >= rounds // 4, f"too few kills caught work in flight: {open_at_kills}"
         missing = [t for t in accepted.values() if counts[t] != 1]
         assert not missing, f"{len(missing)} accepted writes lost: {missing[:3]}"
         assert max(counts.values()) == 1, "a write was stored twice"
