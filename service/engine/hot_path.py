@@ -426,8 +426,8 @@ class HotPath:
                 else:  # pragma: no cover - needs repeated forget races
                     raise RuntimeError("operations kept losing their duplicate originals")
             self._signal()
-            if not finished:
-                return True
+            if not finished or len(ops) == self._batch:
+                return True  # more is likely: skip the idle check, the next round will tell
             return not self._unindex_if_idle(tenant, store)
 
     def _persist_extractions(self, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow]) -> None:
