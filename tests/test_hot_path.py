@@ -150,9 +150,9 @@ def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory
         before = c.retain("poisoned", "good write before the poison", fast=True).event_id
         poison = c.retain("poisoned", "this one is POISON for the model", fast=True).event_id
         after = c.retain("poisoned", "good write after the poison", fast=True).event_id
+        # Failed attempts back off (0.5 s, then 1 s) before the third and last, so the poison is
+        # still open when the barrier is called; the barrier covers it and names it.
         flushed = c.hot_path("poisoned", "flush", timeout_seconds=60)
-        # The barrier covers what was still open when it was called (the good writes may have
-        # finished already); the poison is among them and is named.
         assert (flushed.failed, flushed.failed_event_ids) == (1, [poison])
         assert flushed.succeeded == flushed.flushed - 1
         failed = c.get_event("poisoned", poison)
@@ -224,3 +224,13 @@ def test_workers_take_tenants_round_robin() -> None:
     scheduler.notify("busy")  # already queued or busy: never twice in the queue
     scheduler.stop()
     assert scheduler.take() is None
+
+
+def test_a_backed_off_tenant_is_taken_when_its_retry_time_comes() -> None:
+    from mnemosyne.engine.hot_path import _Scheduler
+
+    scheduler = _Scheduler()
+    scheduler.notify_at("retrying", time.time() - 1)  # its backoff already ended
+    scheduler.notify("fresh")
+    assert {scheduler.take(), scheduler.take()} == {"retrying", "fresh"}
+    scheduler.stop()

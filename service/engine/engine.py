@@ -70,6 +70,7 @@ class EngineConfig:
     hot_path_workers: int = 2
     hot_path_batch: int = 16
     hot_path_max_failures: int = 3
+    hot_path_retry_seconds: float = 0.5  # backoff after a failed attempt, doubling each time
     # Hot-path test seams: workers hold before committing while this file exists; extraction
     # fails for any text containing this marker (a poison operation).
     test_hold_workers_file: Path | None = None

@@ -25,6 +25,7 @@ exactly those without opening every tenant file, and readiness never waits for i
 from __future__ import annotations
 
 import collections
+import heapq
 import json
 import logging
 import threading
@@ -205,21 +206,36 @@ class _Scheduler:
         self._queued: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
+        self._delayed: list[tuple[float, str]] = []  # (wall-clock time, tenant), a heap
         self.stopping = False
 
     def notify(self, tenant: str) -> None:
         with self._cond:
-            if tenant in self._busy:
-                self._again.add(tenant)
-            elif tenant not in self._queued:
-                self._ready.append(tenant)
-                self._queued.add(tenant)
-                self._cond.notify()
+            self._notify_locked(tenant)
+
+    def _notify_locked(self, tenant: str) -> None:
+        if tenant in self._busy:
+            self._again.add(tenant)
+        elif tenant not in self._queued:
+            self._ready.append(tenant)
+            self._queued.add(tenant)
+            self._cond.notify()
+
+    def notify_at(self, tenant: str, when: float) -> None:
+        """Schedule the tenant at wall-clock ``when`` (an operation's retry backoff ends)."""
+        with self._cond:
+            heapq.heappush(self._delayed, (when, tenant))
+            self._cond.notify()
 
     def take(self) -> str | None:
         with self._cond:
-            while not self._ready and not self.stopping:
-                self._cond.wait()
+            while not self.stopping:
+                now = time.time()
+                while self._delayed and self._delayed[0][0] <= now:
+                    self._notify_locked(heapq.heappop(self._delayed)[1])
+                if self._ready:
+                    break
+                self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
             if self.stopping:
                 return None
             tenant = self._ready.popleft()
@@ -253,6 +269,7 @@ class HotPath:
         self._workers = max(1, config.hot_path_workers)
         self._batch = max(1, config.hot_path_batch)
         self._max_failures = max(1, config.hot_path_max_failures)
+        self._retry_seconds = max(0.0, config.hot_path_retry_seconds)
         self._hold_file = config.test_hold_workers_file
         self.index = PendingIndex(engine.pool.data_dir)
         self._scheduler = _Scheduler()
@@ -282,7 +299,9 @@ class HotPath:
         self._scheduler.stop()
         self._signal()
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=10)
+            if thread.is_alive():  # a daemon thread: it dies with the process
+                log.warning("hot-path worker %s did not stop within 10s", thread.name)
         self.index.close()
 
     def _signal(self) -> None:
@@ -379,10 +398,14 @@ class HotPath:
                 self.index.remove(tenant)
                 return False
             with store.write() as txn:
-                ops = txn.oplog_next_open(self._batch)
+                ops = txn.oplog_next_open(self._batch, time.time())
                 txn.oplog_claim([op.event_id for op in ops], time.time())
             if not ops:
-                self._unindex_if_idle(tenant, store)
+                if not self._unindex_if_idle(tenant, store):
+                    with store.read() as txn:
+                        retry_at = txn.oplog_next_retry()
+                    if retry_at is not None:  # only backed-off operations are left: come back then
+                        self._scheduler.notify_at(tenant, retry_at)
                 return False
             self._signal()
             prepared: list[PreparedItem] = []
@@ -475,7 +498,8 @@ class HotPath:
                         )
                         failed += 1
                     else:
-                        txn.oplog_retry_later(op.event_id, reason, message, now)
+                        backoff = self._retry_seconds * (2**op.failures)
+                        txn.oplog_retry_later(op.event_id, reason, message, now, now + backoff)
                         all_finished = False
                     continue
                 txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))

@@ -17,7 +17,7 @@ OPEN_STATUSES = ("pending", "running")
 TERMINAL_STATUSES = ("succeeded", "failed")
 _COLUMNS = (
     "event_id, kind, status, payload, request_id, attempts, failures, extraction, embedding, result, "
-    "error_reason, error_message, accepted_at, started_at, finished_at"
+    "error_reason, error_message, accepted_at, started_at, finished_at, retry_after"
 )
 
 
@@ -38,6 +38,7 @@ class OpRow:
     accepted_at: float
     started_at: float | None
     finished_at: float | None
+    retry_after: float | None  # a failed attempt's backoff: not taken again before this time
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,21 @@ class OplogReads:
             params.append(accepted_after)
         return self._ops(f"WHERE {' AND '.join(clauses)} ORDER BY event_id LIMIT ?", (*params, limit))
 
-    def oplog_next_open(self, limit: int) -> list[OpRow]:
-        """The oldest pending (or crash-orphaned running) operations, in acceptance order."""
-        return self._ops("WHERE status IN ('pending', 'running') ORDER BY event_id LIMIT ?", (limit,))
+    def oplog_next_open(self, limit: int, now: float) -> list[OpRow]:
+        """The oldest pending (or crash-orphaned running) operations not in a retry backoff, in
+        acceptance order."""
+        return self._ops(
+            "WHERE status IN ('pending', 'running') AND (retry_after IS NULL OR retry_after <= ?) "
+            "ORDER BY event_id LIMIT ?",
+            (now, limit),
+        )
+
+    def oplog_next_retry(self) -> float | None:
+        """When the earliest operation in a retry backoff may be taken again."""
+        row = self.connection.execute(
+            "SELECT min(retry_after) FROM oplog WHERE status = 'pending' AND retry_after IS NOT NULL"
+        ).fetchone()
+        return row[0]
 
     def oplog_depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
         """(operations pending or running [with id <= up_to_id], oldest acceptance time)."""
@@ -164,11 +177,14 @@ class OplogWrites(OplogReads):
         )
         self._transition(event_id, status, now)
 
-    def oplog_retry_later(self, event_id: int, error_reason: str, error_message: str, now: float) -> None:
-        """A failed attempt that is not yet terminal: back to pending, failure counted."""
+    def oplog_retry_later(
+        self, event_id: int, error_reason: str, error_message: str, now: float, retry_after: float
+    ) -> None:
+        """A failed attempt that is not yet terminal: back to pending, failure counted, not taken
+        again before ``retry_after``."""
         self.connection.execute(
-            "UPDATE oplog SET status = 'pending', failures = failures + 1, error_reason = ?, error_message = ? "
-            "WHERE event_id = ?",
-            (error_reason, error_message, event_id),
+            "UPDATE oplog SET status = 'pending', failures = failures + 1, error_reason = ?, error_message = ?, "
+            "retry_after = ? WHERE event_id = ?",
+            (error_reason, error_message, retry_after, event_id),
         )
         self._transition(event_id, "pending", now)

@@ -134,7 +134,8 @@ CREATE TABLE oplog(
   error_message TEXT,
   accepted_at REAL NOT NULL,
   started_at REAL,
-  finished_at REAL
+  finished_at REAL,
+  retry_after REAL
 );
 CREATE INDEX oplog_open ON oplog(status, event_id) WHERE status IN ('pending', 'running');
 CREATE INDEX oplog_status ON oplog(status, event_id);

@@ -81,6 +81,7 @@ class RunningServer:
         self.engine.hot_path.end_streams()  # open WatchEvents streams end; clients resume by sequence
         self.server.stop(self.grace_seconds).wait()
         self.engine.close()
+        log.info("stopped")
 
 
 def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
