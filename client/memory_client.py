@@ -10,14 +10,26 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.client.errors import ServerError
-from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc, types_pb2, workspace_pb2, workspace_pb2_grpc
+from mnemosyne.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    events_pb2,
+    events_pb2_grpc,
+    hot_path_pb2,
+    hot_path_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    types_pb2,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
 
 T = TypeVar("T")
 
@@ -57,6 +69,42 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         superseded_by=m.superseded_by,
         superseded_at=m.superseded_at.ToNanoseconds() / 1e9 if m.HasField("superseded_at") else 0.0,
         merged_into=m.merged_into,
+    )
+
+
+_EVENT_STATUS = {
+    events_pb2.PENDING: "pending",
+    events_pb2.RUNNING: "running",
+    events_pb2.SUCCEEDED: "succeeded",
+    events_pb2.FAILED: "failed",
+}
+_EVENT_STATUS_BY_NAME = {v: k for k, v in _EVENT_STATUS.items()}
+
+
+def event_from_proto(e: events_pb2.Event) -> types.Event:
+    return types.Event(
+        event_id=e.event_id,
+        status=_EVENT_STATUS.get(e.status, "unspecified"),
+        kind=e.kind,
+        accepted_at=e.accepted_at.ToNanoseconds() / 1e9,
+        finished_at=e.finished_at.ToNanoseconds() / 1e9 if e.HasField("finished_at") else None,
+        created_memory_ids=tuple(e.created_memory_ids),
+        duplicate_of_memory_ids=tuple(e.duplicate_of_memory_ids),
+        merged_into_memory_ids=tuple(e.merged_into_memory_ids),
+        near_duplicate_of=tuple(e.near_duplicate_of),
+        error_reason=e.error_reason,
+        error_message=e.error_message,
+        attempts=e.attempts,
+        latency_ms=e.latency_ms,
+        sequence=e.sequence,
+        extracted=e.extracted,
+    )
+
+
+def hot_path_status_from_proto(s: hot_path_pb2.HotPathStatus) -> types.HotPathStatus:
+    return types.HotPathStatus(
+        s.enabled, s.queue_depth, s.oldest_pending_seconds, s.accepted, s.succeeded, s.failed, s.duplicates,
+        s.writes, s.model_calls,
     )
 
 
@@ -102,6 +150,8 @@ class MemoryClient:
         self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
+        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)
+        self.events = events_pb2_grpc.EventsServiceStub(self._channel)
 
     @property
     def channel(self) -> grpc.Channel:
@@ -233,9 +283,12 @@ class MemoryClient:
         scope: str = "global",
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        *,
+        fast: bool = False,
     ) -> types.RetainResult:
         """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
-        conversation submitted again is reported as a duplicate of the first."""
+        conversation submitted again is reported as a duplicate of the first. ``fast`` takes the
+        hot path as for ``retain``."""
         proto = []
         for m in messages:
             if isinstance(m, types.Message):
@@ -247,7 +300,7 @@ class MemoryClient:
             proto.append(types_pb2.ConversationMessage(role=role, content=content))
         request = memory_pb2.RetainRequest(
             tenant=tenant, messages=proto, scope=scope, metadata=dict(metadata or {}),
-            request_id=request_id or new_request_id(),
+            request_id=request_id or new_request_id(), fast=fast,
         )
         return retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
@@ -372,6 +425,83 @@ class MemoryClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
         return types.AggregateStats(tenants, total, files_read, consistency)
+
+    # -- hot path and events --------------------------------------------------------------------
+
+    def hot_path(
+        self, tenant: str, action: str, timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus | types.FlushResult:
+        """``action`` is "enable", "disable", "status" or "flush" (the seed's memory_hot_path).
+
+        "flush" blocks until every fast write accepted before it has finished and returns a
+        ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
+        most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
+        metadata names the remaining depth. The others return the ``HotPathStatus``."""
+        # The call's own deadline must outlast the server-side wait.
+        wait = timeout_seconds or 30.0
+        if action == "flush":
+            request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
+            r = self._call_waiting(self.hot_path_stub.Flush, request, wait)
+            return types.FlushResult(r.flushed, r.succeeded, r.failed, list(r.failed_event_ids))
+        methods = {
+            "enable": self.hot_path_stub.Enable,
+            "disable": self.hot_path_stub.Disable,
+            "status": self.hot_path_stub.Status,
+        }
+        if action not in methods:
+            raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
+        request = hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=timeout_seconds)
+        return hot_path_status_from_proto(self._call_waiting(methods[action], request, wait))
+
+    def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
+        try:
+            return method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def get_event(self, tenant: str, event_id: int) -> types.Event:
+        request = events_pb2.GetEventRequest(tenant=tenant, event_id=event_id)
+        return event_from_proto(self.call(self.events.GetEvent, request, retry=True))
+
+    def list_events(
+        self,
+        tenant: str,
+        status: str | None = None,
+        accepted_after: float | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> types.EventPage:
+        request = events_pb2.ListEventsRequest(
+            tenant=tenant,
+            status=_EVENT_STATUS_BY_NAME[status] if status else events_pb2.EVENT_STATUS_UNSPECIFIED,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        if accepted_after is not None:
+            request.accepted_after.FromNanoseconds(int(accepted_after * 1e9))
+        response = self.call(self.events.ListEvents, request, retry=True)
+        return types.EventPage([event_from_proto(e) for e in response.events], response.next_page_token)
+
+    def watch_events(
+        self, tenant: str, after_event_id: int = 0, after_sequence: int = 0, timeout: float | None = None
+    ) -> Iterator[types.Event]:
+        """Every status transition, replayed from the durable log then live. To resume a dropped
+        stream without missing a transition, pass the last received ``Event.sequence`` as
+        ``after_sequence``. The stream runs until ``timeout`` (None: forever) or ``cancel()``
+        on the returned iterator's underlying call."""
+        request = events_pb2.WatchEventsRequest(
+            tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence
+        )
+        call = self.events.WatchEvents(request, timeout=timeout, metadata=self._metadata)
+        try:
+            for message in call:
+                yield event_from_proto(message)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                return
+            raise from_rpc_error(exc) from exc
+        finally:
+            call.cancel()
 
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:

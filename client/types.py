@@ -176,3 +176,55 @@ class AggregateStats:
     files_read: int
     consistency: str
     not_a_snapshot: bool = True
+
+
+@dataclass(frozen=True)
+class HotPathStatus:
+    """A tenant's asynchronous write mode: the flag, the queue and the persisted counters."""
+
+    enabled: bool
+    queue_depth: int
+    oldest_pending_seconds: float
+    accepted: int
+    succeeded: int
+    failed: int
+    duplicates: int
+    writes: int
+    model_calls: int
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What the operations covered by a flush barrier did."""
+
+    flushed: int
+    succeeded: int
+    failed: int
+    failed_event_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One operation of the log; status is "pending", "running", "succeeded" or "failed"."""
+
+    event_id: int
+    status: str
+    kind: str
+    accepted_at: float
+    finished_at: float | None
+    created_memory_ids: tuple[int, ...]
+    duplicate_of_memory_ids: tuple[int, ...]
+    merged_into_memory_ids: tuple[int, ...]
+    near_duplicate_of: tuple[int, ...]
+    error_reason: str
+    error_message: str
+    attempts: int
+    latency_ms: float
+    sequence: int = 0
+    extracted: bool = False
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    next_page_token: str

@@ -1,12 +1,14 @@
 """Mnemosyne: a memory service for AI agents.
 
-The public surface is deliberately small: the client (``MemoryClient``) and its error base.
+The public surface is deliberately small: the client (``MemoryClient``), its error base, and
+``MemoryBrain`` (the seed's API, in process on a directory or against a server).
 The server is started with the ``mnemosyne serve`` command; its parts live in
 ``mnemosyne.transport`` (gRPC), ``mnemosyne.engine`` (memory logic) and ``mnemosyne.store``
 (per-tenant SQLite files).
 """
 
+from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 
-__all__ = ["MemoryClient", "MnemosyneClientError"]
-__version__ = "0.1.0"
+__all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
+

@@ -1,4 +1,4 @@
-"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``.
+"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``.
 
 Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLAG>`` (flags win).
 """
@@ -78,6 +78,12 @@ def _serve(args: argparse.Namespace) -> int:
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
         embedder=args.embedder,
+        hot_path_workers=args.hot_path_workers,
+        hot_path_batch=args.hot_path_batch,
+        # Hot-path test seams: workers hold before committing while this file exists; extraction
+        # fails on texts containing the marker (a poison operation).
+        test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
+        test_poison_marker=_env("TEST_POISON_MARKER") or "",
     )
     running = create_server(config)
     stop = threading.Event()
@@ -166,6 +172,21 @@ def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
                             help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})")
 
 
+def _oplog(args: argparse.Namespace) -> int:
+    """Read-only look at a tenant's operation log (no lock, no workers): what is still open."""
+    from mnemosyne.store.oplog_inspect import inspect_oplog
+
+    print(json.dumps(inspect_oplog(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
+    return 0
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from mnemosyne.drills import run_drills
+
+    results = run_drills(Path(args.data_dir), out=print)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -210,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limit_flags(serve)
     serve.add_argument("--embedder", choices=["hashing", "minilm"], default=_env("EMBEDDER", "hashing"),
                        help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
+
+
+    serve.add_argument("--hot-path-workers", type=int, default=int(_env("HOT_PATH_WORKERS", "2") or 2),
+                       help="background workers shared by all tenants for asynchronous (fast) writes")
+    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
+                       help="queued operations a worker applies per transaction")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
@@ -232,6 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--data-dir", required=True)
     inspect.add_argument("--tenant", required=True)
     inspect.set_defaults(run=_inspect)
+
+    oplog = commands.add_parser("oplog", help="read-only view of a tenant's operation log (no lock, no workers)")
+    oplog.add_argument("--data-dir", required=True)
+    oplog.add_argument("--tenant", required=True)
+    oplog.set_defaults(run=_oplog)
+
+    drill = commands.add_parser("drill", help="run the five recovery drills (seed 001 §9.6) against fresh servers")
+    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.set_defaults(run=_drill)
     return parser
 
 

@@ -51,14 +51,24 @@ def test_readme_python_example_runs(target: str, tenant: str) -> None:
     assert lines[-1] == "True"
 
 
-def test_client_has_a_method_for_every_implemented_rpc() -> None:
-    implemented = {
-        "Retain": "retain", "RetainBatch": "retain_batch", "Recall": "recall", "GetMemory": "get_memory",
-        "ListMemories": "list_memories", "ForgetMemory": "forget", "VerifyIntegrity": "verify_integrity",
-        "Stats": "stats", "Ping": "ping",
-    }
-    for rpc, method in implemented.items():
-        assert callable(getattr(MemoryClient, method, None)), rpc
+CLIENT_METHOD_OF_RPC = {
+    "Retain": "retain", "RetainBatch": "retain_batch", "Recall": "recall", "GetMemory": "get_memory",
+    "ListMemories": "list_memories", "ForgetMemory": "forget", "VerifyIntegrity": "verify_integrity",
+    "Stats": "stats", "Ping": "ping", "Dedup": "dedup", "ListTenants": "list_tenants",
+    "AggregateStats": "aggregate_stats", "AssembleContext": "assemble_context", "UpdateGlobal": "update_global",
+    "UpdateWorkspace": "update_workspace", "GetRecord": "get_record", "ListRecords": "list_records",
+    "EditRecords": "edit_records", "Consolidate": "consolidate", "Enable": "hot_path", "Disable": "hot_path",
+    "Status": "hot_path", "Flush": "hot_path", "GetEvent": "get_event", "ListEvents": "list_events",
+    "WatchEvents": "watch_events",
+}
+
+
+def test_client_has_a_method_for_every_rpc() -> None:
+    for module in PROTO_MODULES:
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                name = CLIENT_METHOD_OF_RPC.get(method.name)
+                assert name and callable(getattr(MemoryClient, name, None)), f"no client method for {method.full_name}"
 
 
 def test_public_exports_are_complete() -> None:

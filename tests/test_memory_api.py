@@ -250,15 +250,6 @@ def test_fts_syntax_in_queries_is_searched_as_text(client: MemoryClient, tenant:
         assert client.recall(tenant, query, k=1, mode="text") == []
 
 
-def test_declared_but_pending_services_answer_unimplemented(target: str, tenant: str) -> None:
-    from mnemosyne.v1 import events_pb2, events_pb2_grpc
-
-    with grpc.insecure_channel(target) as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            events_pb2_grpc.EventsServiceStub(channel).GetEvent(events_pb2.GetEventRequest(tenant=tenant, event_id=1))
-    assert info.value.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND)
-
-
 def test_raw_grpc_errors_carry_error_info_reason(target: str) -> None:
     from mnemosyne.client.errors import error_info
 

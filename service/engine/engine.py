@@ -69,6 +69,16 @@ class EngineConfig:
     # process kills itself (to test a reply lost after a commit).
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
+    # The hot path (asynchronous writes): worker threads shared by all tenants, operations per
+    # commit, and failed attempts before an operation is failed for good.
+    hot_path_workers: int = 2
+    hot_path_batch: int = 16
+    hot_path_max_failures: int = 3
+    hot_path_retry_seconds: float = 0.5  # backoff after a failed attempt, doubling each time
+    # Hot-path test seams: workers hold before committing while this file exists; extraction
+    # fails for any text containing this marker (a poison operation).
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
     # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
     near_duplicate_threshold: float = dedup.DEFAULT_THRESHOLD
     # Test seams of host-owned generations (engine/workspace.py): the generation a scope has
@@ -141,19 +151,36 @@ class Engine:
             faults=config.store_faults,
         )
         self._in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
+        from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
+
+        if config.test_poison_marker:
+            self.extractor = PoisonedExtractor(self.extractor, config.test_poison_marker)
+        try:
+            self.hot_path = HotPath(self)
+            self.hot_path.start()
+        except BaseException:
+            self.pool.close()  # release the directory lock for the next attempt
+            raise
 
     def close(self) -> None:
+        self.hot_path.stop()
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def retain(self, tenant: str, item: RetainItem, *, request_id: str | None = None) -> RetainOutcome:
-        """Retain one item synchronously: on return it is committed and recallable."""
+    def retain(
+        self, tenant: str, item: RetainItem, *, request_id: str | None = None, fast: bool = False
+    ) -> RetainOutcome:
+        """Retain one item. Synchronous (on return it is committed and recallable) unless
+        ``fast`` is set and the tenant's hot path is enabled: then it is only appended to the
+        durable operation log and the outcome is ENQUEUED with an event id."""
         self._validate_item(item)
-        return self._retain(tenant, [item], request_id=request_id, method="retain", per_item_errors=False)[0]
+        return self._retain(
+            tenant, [item], request_id=request_id, method="retain", per_item_errors=False, fast=fast
+        )[0]
 
     def retain_batch(
-        self, tenant: str, items: Sequence[RetainItem], *, request_id: str | None = None
+        self, tenant: str, items: Sequence[RetainItem], *, request_id: str | None = None, fast: bool = False
     ) -> list[RetainOutcome]:
         """Retain items independently in one transaction; each gets its own outcome."""
         if not items:
@@ -163,7 +190,9 @@ class Engine:
                 f"batch has {len(items)} items; the limit is {self.limits.max_batch_items} (max_batch_items)",
                 reason="BATCH_TOO_LARGE",
             )
-        return self._retain(tenant, list(items), request_id=request_id, method="retain_batch", per_item_errors=True)
+        return self._retain(
+            tenant, list(items), request_id=request_id, method="retain_batch", per_item_errors=True, fast=fast
+        )
 
     def retain_conversation(
         self,
@@ -173,12 +202,15 @@ class Engine:
         scope: str = "global",
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        fast: bool = False,
     ) -> RetainOutcome:
         """Retain a conversation as ONE operation: one memory (its transcript), one fingerprint,
         one idempotency unit, one extraction call (engine/conversation.py). Submitting the same
         conversation again is a DUPLICATE of the first and costs no model call."""
         item = self._validate_item(conversation_item(messages, scope, metadata or {}, self.limits))
-        return self._retain(tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False)[0]
+        return self._retain(
+            tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False, fast=fast
+        )[0]
 
     def _validate_item(self, item: RetainItem) -> RetainItem:
         check.validate_text(item.text, self.limits)
@@ -194,6 +226,7 @@ class Engine:
         request_id: str | None,
         method: str,
         per_item_errors: bool,
+        fast: bool = False,
     ) -> list[RetainOutcome]:
         request_id = check.validate_request_id(request_id)
         outcomes: list[RetainOutcome | None] = [None] * len(items)
@@ -219,6 +252,10 @@ class Engine:
                     prior = self._prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
+            if fast and prepared:
+                enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, payload_hash)
+                if enqueued is not None:
+                    return enqueued
             with self._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
                 for _attempt in range(3):
                     self._extract_missing(store, prepared)
@@ -237,26 +274,52 @@ class Engine:
         result_json = replayed_result(txn, request_id, method, payload_hash)
         return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
 
-    def _extract_missing(self, store: TenantStore, prepared: list[_Prepared]) -> None:
-        """Extract and embed, outside any transaction, the items that are not known duplicates."""
-        with store.read() as txn:
-            known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
+    def _extract_missing(
+        self,
+        store: TenantStore,
+        prepared: list[_Prepared],
+        errors: dict[int, Exception] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Extract and embed, outside any transaction, the items that are not known duplicates.
+
+        With ``errors`` (the hot path), a failing extraction is recorded per item position and
+        the others go on; without it the first failure raises. ``force`` extracts every item
+        still lacking an extraction, even one that looked like a duplicate."""
+        known: set[str] = set()
+        if not force:
+            with store.read() as txn:
+                known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
         batch_seen: set[str] = set()
         todo = []
         new = []
         for p in prepared:
-            if p.fingerprint in known or p.fingerprint in batch_seen:
+            if errors is not None and p.position in errors:
+                continue
+            if not force and (p.fingerprint in known or p.fingerprint in batch_seen):
                 continue
             batch_seen.add(p.fingerprint)
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
+        extracted = []
         for p in todo:
-            p.extraction = self.extractor.extract(p.item.text)
-        if todo:
-            vectors = self.embedder.embed([p.item.text for p in todo])
-            for p, vector in zip(todo, vectors):
+            if errors is None:
+                p.extraction = self.extractor.extract(p.item.text)
+                extracted.append(p)
+                continue
+            try:
+                p.extraction = self.extractor.extract(p.item.text)
+                extracted.append(p)
+            except Exception as exc:  # the model failed on this item; the others go on
+                errors[p.position] = exc
+        if extracted:
+            vectors = self.embedder.embed([p.item.text for p in extracted])
+            for p, vector in zip(extracted, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+        if errors:
+            new = [p for p in new if p.position not in errors]
         # DEDUP: near duplicates of every new item (also one whose extraction and vector were
         # restored, e.g. from an operation log), looked up here outside the write transaction.
         self._find_near_duplicates(store, new)
@@ -311,62 +374,8 @@ class Engine:
                 if prior is not None:
                     return prior
             self._check_embedder(txn, write=True)
-            check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
             results = list(outcomes)
-            created = duplicates = 0
-            created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
-            for p in prepared:
-                existing = txn.find_by_fingerprint(p.fingerprint)
-                if existing is not None:
-                    results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
-                    duplicates += 1
-                    continue
-                if p.extraction is None or p.vector is None:
-                    raise _ExtractionMissing()
-                try:
-                    with txn.savepoint():
-                        now = time.time()
-                        memory_id = txn.insert_memory(
-                            NewMemory(
-                                scope=p.item.scope,
-                                body=p.item.text,
-                                metadata_json=p.metadata_json,
-                                fingerprint=p.fingerprint,
-                                facts=p.extraction.facts,
-                                triples=p.extraction.triples,
-                                embedding=p.vector,
-                                fts_text=p.item.text,
-                                created_at=now,
-                            )
-                        )
-                        # CONFLICTS: the newer fact supersedes older ones in this same transaction.
-                        supersedes = conflicts.adjudicate(
-                            txn, memory_id=memory_id, scope=p.item.scope, triples=p.extraction.triples, at=now
-                        )
-                except apsw.FullError:
-                    raise  # the disk is full: no later item fits either; the whole write fails
-                except (apsw.Error, InjectedFault) as exc:
-                    if not per_item_errors or not txn.alive:
-                        raise
-                    results[p.position] = RetainOutcome(
-                        RetainStatus.INVALID,
-                        error_reason="ITEM_NOT_STORED",
-                        error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
-                    )
-                    continue
-                results[p.position] = RetainOutcome(
-                    RetainStatus.CREATED,
-                    memory_id=memory_id,
-                    # DEDUP: named only if still live now (a forget or merge may have raced us).
-                    near_duplicate_of=tuple(
-                        self._still_live(txn, p.near_duplicate_of)
-                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
-                    ),
-                    supersedes=tuple(supersedes),
-                )
-                created += 1
-                created_ids[id(p)] = memory_id
-            check_bytes_quota(txn, self.limits)
+            created, duplicates = self.apply_prepared(txn, prepared, results, per_item_errors=per_item_errors)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
             txn.add_counters(
                 {
@@ -387,6 +396,77 @@ class Engine:
             created=created, duplicates=duplicates, model_calls=len(extracted), embed_calls=1 if extracted else 0
         )
         return final
+
+    def apply_prepared(
+        self,
+        txn: WriteTxn,
+        prepared: Sequence[_Prepared],
+        results: list[RetainOutcome | None],
+        *,
+        per_item_errors: bool,
+    ) -> tuple[int, int]:
+        """THE write of prepared items, shared by synchronous Retain and the hot-path workers:
+        inside the caller's write transaction, re-check each fingerprint (exact dedup) and insert
+        each new memory (body, facts, triples, embedding, full-text row, audit entry, conflict
+        adjudication, near duplicates) in its own savepoint. Fills ``results[p.position]``;
+        returns (created, duplicates). Counters are the caller's, so each path counts its own
+        work in its own transaction."""
+        check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
+        created = duplicates = 0
+        created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
+        for p in prepared:
+            existing = txn.find_by_fingerprint(p.fingerprint)
+            if existing is not None:
+                results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
+                duplicates += 1
+                continue
+            if p.extraction is None or p.vector is None:
+                raise _ExtractionMissing()
+            try:
+                with txn.savepoint():
+                    now = time.time()
+                    memory_id = txn.insert_memory(
+                        NewMemory(
+                            scope=p.item.scope,
+                            body=p.item.text,
+                            metadata_json=p.metadata_json,
+                            fingerprint=p.fingerprint,
+                            facts=p.extraction.facts,
+                            triples=p.extraction.triples,
+                            embedding=p.vector,
+                            fts_text=p.item.text,
+                            created_at=now,
+                        )
+                    )
+                    # CONFLICTS: the newer fact supersedes older ones in this same transaction.
+                    supersedes = conflicts.adjudicate(
+                        txn, memory_id=memory_id, scope=p.item.scope, triples=p.extraction.triples, at=now
+                    )
+            except apsw.FullError:
+                raise  # the disk is full: no later item fits either; the whole write fails
+            except (apsw.Error, InjectedFault) as exc:
+                if not per_item_errors or not txn.alive:
+                    raise
+                results[p.position] = RetainOutcome(
+                    RetainStatus.INVALID,
+                    error_reason="ITEM_NOT_STORED",
+                    error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
+                )
+                continue
+            results[p.position] = RetainOutcome(
+                RetainStatus.CREATED,
+                memory_id=memory_id,
+                # DEDUP: named only if still live now (a forget or merge may have raced us).
+                near_duplicate_of=tuple(
+                    self._still_live(txn, p.near_duplicate_of)
+                    + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
+                ),
+                supersedes=tuple(supersedes),
+            )
+            created += 1
+            created_ids[id(p)] = memory_id
+        check_bytes_quota(txn, self.limits)
+        return created, duplicates
 
     @staticmethod
     def _still_live(txn: ReadTxn, ids: Sequence[int]) -> list[int]:
@@ -662,15 +742,13 @@ class Engine:
         return self.pool.open_count
 
     def queue_depth(self) -> int:
-        """Accepted asynchronous writes not yet applied, summed over open tenants.
-
-        0 until the hot path (issue 4) lands: it replaces this method's body. The metrics module
-        reads it on every scrape, so it must be cheap and must not open tenant files."""
-        return 0
+        """Accepted asynchronous writes not yet applied, summed over tenants (hot_path.py keeps
+        the figures; read on every scrape, so it opens no file)."""
+        return self.hot_path.queue_depth()[0]
 
     def oldest_pending_seconds(self) -> float:
-        """Age in seconds of the oldest accepted-but-unapplied write (0 when none). See queue_depth."""
-        return 0.0
+        """Age in seconds of the oldest accepted-but-unapplied write (0 when none)."""
+        return self.hot_path.queue_depth()[1]
 
     def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
         """Tenant ids with a file, in lexical order, one page at a time."""

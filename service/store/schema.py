@@ -142,6 +142,42 @@ CREATE TABLE receipts(
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE]
+# The hot path's durable operation log (seed 001 §9.3): one row per accepted fast write, its
+# persisted extraction (so a replay makes no second model call) and its result; every status
+# change is also appended to oplog_transitions, which WatchEvents replays. Written in the same
+# transactions as the work, so the log and the memories never disagree.
+_V4_OPLOG = """
+CREATE TABLE oplog(
+  event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
+  payload TEXT NOT NULL,
+  request_id TEXT,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  failures INTEGER NOT NULL DEFAULT 0,
+  extraction TEXT,
+  embedding BLOB,
+  result TEXT,
+  error_reason TEXT,
+  error_message TEXT,
+  accepted_at REAL NOT NULL,
+  started_at REAL,
+  finished_at REAL,
+  retry_after REAL
+);
+CREATE INDEX oplog_open ON oplog(status, event_id) WHERE status IN ('pending', 'running');
+CREATE INDEX oplog_status ON oplog(status, event_id);
+CREATE INDEX oplog_accepted ON oplog(accepted_at);
+
+CREATE TABLE oplog_transitions(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id INTEGER NOT NULL REFERENCES oplog(event_id),
+  status TEXT NOT NULL,
+  at REAL NOT NULL
+);
+CREATE INDEX oplog_transitions_event ON oplog_transitions(event_id, seq);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -27,6 +27,7 @@ import apsw.bestpractice
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted
 from mnemosyne.store import ledger
+from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
@@ -236,7 +237,7 @@ def _metadata(text: str) -> dict[str, str]:
     return json.loads(text) if text else {}
 
 
-class ReadTxn:
+class ReadTxn(OplogReads):
     """Queries valid inside one transaction (read or write)."""
 
     def __init__(self, connection: apsw.Connection) -> None:
@@ -468,7 +469,7 @@ class ReadTxn:
         return dict(self.connection.execute("SELECT scope, generation FROM scopes"))
 
 
-class WriteTxn(ReadTxn):
+class WriteTxn(ReadTxn, OplogWrites):
     """Mutations; valid only inside ``TenantStore.write()``."""
 
     def __init__(self, connection: apsw.Connection, faults: frozenset[str]) -> None:

@@ -6,9 +6,9 @@ from typing import Iterable
 
 from google.protobuf import timestamp_pb2
 
-from mnemosyne.engine import types, workspace
+from mnemosyne.engine import hot_path, types, workspace
 from mnemosyne.engine.conversation import Message
-from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
     types.RetainStatus.CREATED: types_pb2.RetainResult.CREATED,
@@ -131,6 +131,8 @@ def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.As
         workspace_records=to_records(context.workspace_records),
         memories=[to_recall_hit(h) for h in context.memories],
     )
+
+
 def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsChunk:
     message = admin_pb2.AggregateStatsChunk(
         tenants=[admin_pb2.TenantStats(tenant=t, stats=to_stats(s)) for t, s in chunk.tenants],
@@ -144,3 +146,68 @@ def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsC
             "transactions while writes continued"
         )
     return message
+
+
+# -- hot path and events ------------------------------------------------------------------------
+
+_EVENT_STATUS_TO_PROTO = {
+    "pending": events_pb2.PENDING,
+    "running": events_pb2.RUNNING,
+    "succeeded": events_pb2.SUCCEEDED,
+    "failed": events_pb2.FAILED,
+}
+_EVENT_STATUS_FROM_PROTO = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
+
+
+def from_event_status(status: int) -> str | None:
+    """None (any status) for EVENT_STATUS_UNSPECIFIED."""
+    return _EVENT_STATUS_FROM_PROTO.get(status)
+
+
+def from_timestamp(stamp: timestamp_pb2.Timestamp, present: bool) -> float | None:
+    return stamp.ToNanoseconds() / 1e9 if present else None
+
+
+def to_event(event: hot_path.Event) -> events_pb2.Event:
+    message = events_pb2.Event(
+        event_id=event.event_id,
+        status=_EVENT_STATUS_TO_PROTO[event.status],
+        kind=event.kind,
+        accepted_at=to_timestamp(event.accepted_at),
+        created_memory_ids=list(event.created_memory_ids),
+        duplicate_of_memory_ids=list(event.duplicate_of_memory_ids),
+        merged_into_memory_ids=list(event.merged_into_memory_ids),
+        near_duplicate_of=list(event.near_duplicate_of),
+        error_reason=event.error_reason,
+        error_message=event.error_message,
+        attempts=event.attempts,
+        latency_ms=event.latency_ms,
+        sequence=event.sequence,
+        extracted=event.extracted,
+    )
+    if event.finished_at is not None:
+        message.finished_at.CopyFrom(to_timestamp(event.finished_at))
+    return message
+
+
+def to_hot_path_status(state: hot_path.HotPathState) -> hot_path_pb2.HotPathStatus:
+    return hot_path_pb2.HotPathStatus(
+        enabled=state.enabled,
+        queue_depth=state.queue_depth,
+        oldest_pending_seconds=state.oldest_pending_seconds,
+        accepted=state.accepted,
+        succeeded=state.succeeded,
+        failed=state.failed,
+        duplicates=state.duplicates,
+        writes=state.writes,
+        model_calls=state.model_calls,
+    )
+
+
+def to_flush_response(outcome: hot_path.FlushOutcome) -> hot_path_pb2.FlushResponse:
+    return hot_path_pb2.FlushResponse(
+        flushed=outcome.flushed,
+        succeeded=outcome.succeeded,
+        failed=outcome.failed,
+        failed_event_ids=list(outcome.failed_event_ids),
+    )

@@ -25,6 +25,7 @@ from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import EdgeInterceptor
+from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.workspace_servicer import WorkspaceServicer
 from mnemosyne.transport.telemetry import TelemetryInterceptor
@@ -87,6 +88,10 @@ class ServerConfig:
     drain_delay_seconds: float = 0.0
     # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
     embedder: str = "hashing"
+    hot_path_workers: int = 2
+    hot_path_batch: int = 16
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
 
 
 @dataclass
@@ -126,6 +131,7 @@ class RunningServer:
         if self.drain_delay_seconds > 0:
             time.sleep(self.drain_delay_seconds)
         started = time.monotonic()
+        self.engine.hot_path.end_streams()  # open WatchEvents streams end; clients resume by sequence
         drained = self.admission.close_and_wait(self.grace_seconds)
         log.info("refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period")
         self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started))).wait()
@@ -166,6 +172,10 @@ def create_server(config: ServerConfig) -> RunningServer:
             near_duplicate_threshold=config.near_duplicate_threshold,
             generation_base=config.generation_base,
             commit_during_assemble=config.commit_during_assemble,
+            hot_path_workers=config.hot_path_workers,
+            hot_path_batch=config.hot_path_batch,
+            test_hold_workers_file=config.test_hold_workers_file,
+            test_poison_marker=config.test_poison_marker,
         ),
         extractor=config.extractor,
         observer=metrics,
@@ -194,8 +204,8 @@ def create_server(config: ServerConfig) -> RunningServer:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(engine), server)
         # Declared services whose issues have not landed answer UNIMPLEMENTED.
         workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(Workspaces(engine)), server)
-        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(hot_path_pb2_grpc.HotPathServiceServicer(), server)
-        events_pb2_grpc.add_EventsServiceServicer_to_server(events_pb2_grpc.EventsServiceServicer(), server)
+        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(HotPathServicer(engine), server)
+        events_pb2_grpc.add_EventsServiceServicer_to_server(EventsServicer(engine), server)
 
         health_servicer = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

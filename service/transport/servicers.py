@@ -40,17 +40,20 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 scope=request.scope,
                 metadata=dict(request.metadata),
                 request_id=request.request_id or None,
+                fast=request.fast,
             )
             return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
         item = convert.from_retain_item(request.text, request.scope, request.metadata)
-        outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None)
+        outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None, fast=request.fast)
         return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
 
     def RetainBatch(
         self, request: memory_pb2.RetainBatchRequest, context: grpc.ServicerContext
     ) -> memory_pb2.RetainBatchResponse:
         items = [convert.from_retain_item(i.text, i.scope, i.metadata) for i in request.items]
-        outcomes = self._engine.retain_batch(request.tenant, items, request_id=request.request_id or None)
+        outcomes = self._engine.retain_batch(
+            request.tenant, items, request_id=request.request_id or None, fast=request.fast
+        )
         return memory_pb2.RetainBatchResponse(results=[convert.to_retain_result(o) for o in outcomes])
 
     def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:

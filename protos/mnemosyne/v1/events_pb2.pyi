@@ -24,7 +24,7 @@ SUCCEEDED: EventStatus
 FAILED: EventStatus
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "status", "kind", "accepted_at", "finished_at", "created_memory_ids", "duplicate_of_memory_ids", "merged_into_memory_ids", "near_duplicate_of", "error_reason", "error_message", "attempts", "latency_ms")
+    __slots__ = ("event_id", "status", "kind", "accepted_at", "finished_at", "created_memory_ids", "duplicate_of_memory_ids", "merged_into_memory_ids", "near_duplicate_of", "error_reason", "error_message", "attempts", "latency_ms", "sequence", "extracted")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,8 @@ class Event(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EXTRACTED_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     status: EventStatus
     kind: str
@@ -51,7 +53,9 @@ class Event(_message.Message):
     error_message: str
     attempts: int
     latency_ms: float
-    def __init__(self, event_id: _Optional[int] = ..., status: _Optional[_Union[EventStatus, str]] = ..., kind: _Optional[str] = ..., accepted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_memory_ids: _Optional[_Iterable[int]] = ..., duplicate_of_memory_ids: _Optional[_Iterable[int]] = ..., merged_into_memory_ids: _Optional[_Iterable[int]] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., attempts: _Optional[int] = ..., latency_ms: _Optional[float] = ...) -> None: ...
+    sequence: int
+    extracted: bool
+    def __init__(self, event_id: _Optional[int] = ..., status: _Optional[_Union[EventStatus, str]] = ..., kind: _Optional[str] = ..., accepted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_memory_ids: _Optional[_Iterable[int]] = ..., duplicate_of_memory_ids: _Optional[_Iterable[int]] = ..., merged_into_memory_ids: _Optional[_Iterable[int]] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., attempts: _Optional[int] = ..., latency_ms: _Optional[float] = ..., sequence: _Optional[int] = ..., extracted: _Optional[bool] = ...) -> None: ...
 
 class GetEventRequest(_message.Message):
     __slots__ = ("tenant", "event_id")
@@ -84,9 +88,11 @@ class ListEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
-    __slots__ = ("tenant", "after_event_id")
+    __slots__ = ("tenant", "after_event_id", "after_sequence")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     after_event_id: int
-    def __init__(self, tenant: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+    after_sequence: int
+    def __init__(self, tenant: _Optional[str] = ..., after_event_id: _Optional[int] = ..., after_sequence: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,75 @@
+"""Hot-path numbers: enqueue latency (server side) and flush latency under a 5,000-write backlog.
+
+    python bench/hot_path_latency.py [--enqueues 2000] [--backlog 5000] [--synchronous full|normal] [--worker-batch N]
+
+Runs the server's Engine in process, so the enqueue figures are the server-side cost of a fast
+Retain (validation, request-id check, one short BEGIN IMMEDIATE transaction appending to the
+durable log, commit), without network. The backlog is built with the workers held (the
+MNEMOSYNE_TEST_HOLD_WORKERS seam), so the flush starts with exactly ``--backlog`` open
+operations; the figure is the time from the flush call until every one of them is committed and
+recallable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--enqueues", type=int, default=2000)
+    parser.add_argument("--backlog", type=int, default=5000)
+    parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    parser.add_argument("--worker-batch", type=int, default=0, help="operations per worker commit (0: default)")
+    args = parser.parse_args()
+
+    from mnemosyne.engine.engine import Engine, EngineConfig
+    from mnemosyne.engine.types import RetainItem
+
+    with tempfile.TemporaryDirectory() as d:
+        hold = Path(d) / "hold"
+        engine = Engine(
+            EngineConfig(data_dir=Path(d) / "data", synchronous=args.synchronous.upper(), test_hold_workers_file=hold,
+                        **({"hot_path_batch": args.worker_batch} if args.worker_batch else {}))
+        )
+        try:
+            engine.hot_path.set_enabled("latency", True)
+            samples = []
+            for i in range(args.enqueues):
+                item = RetainItem(f"enqueue sample {i}: tote TT-{i:06d}")
+                start = time.perf_counter()
+                outcome = engine.retain("latency", item, request_id=f"r{i}", fast=True)
+                samples.append((time.perf_counter() - start) * 1e6)
+                assert outcome.event_id
+            samples.sort()
+            p50 = statistics.median(samples)
+            p99 = samples[int(len(samples) * 0.99) - 1]
+            print(f"enqueue (server side, synchronous={args.synchronous}): p50 {p50:.0f} us, p99 {p99:.0f} us, n={len(samples)}")
+
+            engine.hot_path.set_enabled("backlog", True)
+            hold.touch()
+            for i in range(0, args.backlog, 1000):
+                engine.retain_batch(
+                    "backlog", [RetainItem(f"backlog {j}: shelf SH-{j:06d}") for j in range(i, min(i + 1000, args.backlog))],
+                    fast=True,
+                )
+            depth = engine.hot_path.status("backlog").queue_depth
+            hold.unlink()
+            start = time.perf_counter()
+            flushed = engine.hot_path.flush("backlog", timeout=600)
+            seconds = time.perf_counter() - start
+            print(
+                f"flush under a {depth}-write backlog (synchronous={args.synchronous}): {seconds:.2f} s "
+                f"({seconds / max(1, flushed.flushed) * 1e6:.0f} us per operation), "
+                f"{flushed.succeeded} succeeded, {flushed.failed} failed"
+            )
+        finally:
+            engine.close()
+
+
+if __name__ == "__main__":
+    main()

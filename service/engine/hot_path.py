@@ -1,0 +1,680 @@
+"""The hot path: asynchronous writes through a durable per-tenant operation log (seed 001 §9.1–9.4).
+
+While a tenant's hot path is enabled (a flag in its file), a Retain marked ``fast`` only appends
+its items to the ``oplog`` table in one short write transaction and returns their event ids.
+Background workers — a bounded pool shared by every tenant, taking tenants round-robin so a busy
+tenant never starves a quiet one, and one tenant at a time per worker so its operations are
+applied in acceptance order — then process each tenant's log in rounds:
+
+1. claim: one short transaction marks up to ``batch`` oldest open operations ``running``;
+2. extract and embed OUTSIDE any transaction (skipping known duplicates), then PERSIST what
+   extraction produced on the log rows, with the ``model_calls`` counter, in one transaction —
+   so a replay after a crash reuses it and makes no second model call;
+3. commit: one transaction applies every claimed operation through the Engine's own write path
+   (``Engine.apply_prepared``: exact dedup, memory + facts + triples + embedding + full-text row +
+   audit entry) AND marks each operation succeeded or failed, with the counters. An operation is
+   therefore never ``succeeded`` before its memory is visible to both recall paths.
+
+A failed attempt goes back to ``pending`` (behind nothing: the round still commits the others);
+after ``max_failures`` failed attempts it ends ``failed`` for good, so a poison operation never
+blocks the ones behind it. A crash simply leaves operations ``pending``/``running`` in the file;
+the recovery index (``PendingIndex``) names the tenants that have any, so start-up resumes
+exactly those without opening every tenant file, and readiness never waits for it.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+import apsw
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.extractor import Extraction, Extractor
+from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.errors import DeadlineExceeded, InvalidArgument, NotFound
+from mnemosyne.store import ledger
+from mnemosyne.store.oplog import OpRow, Transition
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+
+if TYPE_CHECKING:
+    from mnemosyne.engine.engine import Engine
+
+log = logging.getLogger("mnemosyne.hot_path")
+
+HOT_PATH_META = "hot_path"
+INDEX_FILE_NAME = "hot_path_pending.sqlite"
+EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
+_STREAM_CHUNK = 500
+
+
+class ModelError(Exception):
+    """The extraction model failed on an item."""
+
+
+class PoisonedExtractor(Extractor):
+    """Test seam (MNEMOSYNE_TEST_POISON_MARKER): fails on every text containing the marker."""
+
+    def __init__(self, inner: Extractor, marker: str) -> None:
+        self._inner = inner
+        self._marker = marker
+        self.name = inner.name
+
+    def extract(self, text: str) -> Extraction:
+        if self._marker in text:
+            raise ModelError("the extractor failed on this text (poison marker)")
+        return self._inner.extract(text)
+
+
+# -- domain values -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: int
+    status: str
+    kind: str
+    accepted_at: float
+    finished_at: float | None
+    created_memory_ids: tuple[int, ...] = ()
+    duplicate_of_memory_ids: tuple[int, ...] = ()
+    merged_into_memory_ids: tuple[int, ...] = ()
+    near_duplicate_of: tuple[int, ...] = ()
+    error_reason: str = ""
+    error_message: str = ""
+    attempts: int = 0
+    latency_ms: float = 0.0
+    extracted: bool = False
+    sequence: int = 0  # the transition's position (WatchEvents); 0 elsewhere
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class HotPathState:
+    enabled: bool
+    queue_depth: int
+    oldest_pending_seconds: float
+    accepted: int
+    succeeded: int
+    failed: int
+    duplicates: int
+    writes: int
+    model_calls: int
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    flushed: int
+    succeeded: int
+    failed: int
+    failed_event_ids: list[int] = field(default_factory=list)
+
+
+def event_from_row(row: OpRow, *, status: str | None = None, sequence: int = 0) -> Event:
+    """An Event from a log row; ``status`` overrides it for a replayed transition (whose result
+    fields are shown only when the transition itself is terminal)."""
+    shown = status or row.status
+    terminal = shown in ("succeeded", "failed")
+    outcome = RetainOutcome.from_json(json.loads(row.result)) if (row.result and terminal) else None
+    created = (outcome.memory_id,) if outcome and outcome.status is RetainStatus.CREATED else ()
+    duplicate = (outcome.memory_id,) if outcome and outcome.status is RetainStatus.DUPLICATE else ()
+    finished = row.finished_at if terminal else None
+    return Event(
+        event_id=row.event_id,
+        status=shown,
+        kind=row.kind,
+        accepted_at=row.accepted_at,
+        finished_at=finished,
+        created_memory_ids=created,
+        duplicate_of_memory_ids=duplicate,
+        near_duplicate_of=tuple(outcome.near_duplicate_of) if outcome else (),
+        error_reason=(row.error_reason or "") if shown == "failed" else "",
+        error_message=(row.error_message or "") if shown == "failed" else "",
+        attempts=row.attempts,
+        latency_ms=((finished - row.accepted_at) * 1000.0) if finished else 0.0,
+        extracted=row.extraction is not None,
+        sequence=sequence,
+    )
+
+
+# -- the recovery index --------------------------------------------------------------------------
+
+
+class PendingIndex:
+    """Tenants that may have open operations, in a small SQLite file of the data directory.
+
+    A tenant is added (durably) BEFORE its first enqueue commits and removed only after a commit
+    left it with no open operation, under the tenant's write lock, so the index can name a
+    tenant with nothing to do (harmless: start-up looks and removes it) but never miss one.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self._connection = apsw.Connection(str(data_dir / INDEX_FILE_NAME))
+        self._connection.set_busy_timeout(10_000)
+        self._connection.pragma("journal_mode", "wal")
+        self._connection.pragma("synchronous", "FULL")
+        self._connection.execute("CREATE TABLE IF NOT EXISTS pending(tenant TEXT PRIMARY KEY, since REAL NOT NULL)")
+        self._lock = threading.Lock()
+        self._known = {row[0] for row in self._connection.execute("SELECT tenant FROM pending")}
+
+    def tenants(self) -> list[str]:
+        with self._lock:
+            return sorted(self._known)
+
+    def add(self, tenant: str) -> None:
+        with self._lock:
+            if tenant in self._known:
+                return
+            self._connection.execute(
+                "INSERT OR IGNORE INTO pending(tenant, since) VALUES(?, ?)", (tenant, time.time())
+            )
+            self._known.add(tenant)
+
+    def remove(self, tenant: str) -> None:
+        with self._lock:
+            if tenant not in self._known:
+                return
+            self._connection.execute("DELETE FROM pending WHERE tenant = ?", (tenant,))
+            self._known.discard(tenant)
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+# -- fair scheduling -----------------------------------------------------------------------------
+
+
+class _Scheduler:
+    """Round-robin over tenants with work; a tenant is processed by one worker at a time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._ready: collections.deque[str] = collections.deque()
+        self._queued: set[str] = set()
+        self._busy: set[str] = set()
+        self._again: set[str] = set()
+        self._delayed: list[tuple[float, str]] = []  # (wall-clock time, tenant), a heap
+        self.stopping = False
+
+    def notify(self, tenant: str) -> None:
+        with self._cond:
+            self._notify_locked(tenant)
+
+    def _notify_locked(self, tenant: str) -> None:
+        if tenant in self._busy:
+            self._again.add(tenant)
+        elif tenant not in self._queued:
+            self._ready.append(tenant)
+            self._queued.add(tenant)
+            self._cond.notify()
+
+    def notify_at(self, tenant: str, when: float) -> None:
+        """Schedule the tenant at wall-clock ``when`` (an operation's retry backoff ends)."""
+        with self._cond:
+            heapq.heappush(self._delayed, (when, tenant))
+            self._cond.notify()
+
+    def take(self) -> str | None:
+        with self._cond:
+            while not self.stopping:
+                now = time.time()
+                while self._delayed and self._delayed[0][0] <= now:
+                    self._notify_locked(heapq.heappop(self._delayed)[1])
+                if self._ready:
+                    break
+                self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
+            if self.stopping:
+                return None
+            tenant = self._ready.popleft()
+            self._queued.discard(tenant)
+            self._busy.add(tenant)
+            return tenant
+
+    def done(self, tenant: str, more: bool) -> None:
+        with self._cond:
+            self._busy.discard(tenant)
+            if more or tenant in self._again:
+                self._again.discard(tenant)
+                if tenant not in self._queued:
+                    self._ready.append(tenant)  # to the back: the other tenants go first
+                    self._queued.add(tenant)
+                    self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self.stopping = True
+            self._cond.notify_all()
+
+
+# -- the hot path ----------------------------------------------------------------------------------
+
+
+class HotPath:
+    def __init__(self, engine: "Engine") -> None:
+        self._engine = engine
+        config = engine.config
+        self._workers = max(1, config.hot_path_workers)
+        self._batch = max(1, config.hot_path_batch)
+        self._max_failures = max(1, config.hot_path_max_failures)
+        self._retry_seconds = max(0.0, config.hot_path_retry_seconds)
+        self._hold_file = config.test_hold_workers_file
+        self.index = PendingIndex(engine.pool.data_dir)
+        self._scheduler = _Scheduler()
+        self._changed = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._streams_ended = False
+        # tenant -> (open operations, oldest acceptance time), refreshed in the transactions that
+        # change it; read by the metrics gauges on every scrape without opening any file.
+        self._depths: dict[str, tuple[int, float | None]] = {}
+        self._depths_lock = threading.Lock()
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for number in range(self._workers):
+            thread = threading.Thread(target=self._work, name=f"hot-path-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        # Recovery: resume exactly the tenants the index names. Only names are queued here; the
+        # files are opened by the workers, so readiness never waits for recovery.
+        for tenant in self.index.tenants():
+            self._scheduler.notify(tenant)
+
+    def _note_depth(self, tenant: str, txn: ReadTxn) -> None:
+        depth = txn.oplog_depth()
+        with self._depths_lock:
+            if depth[0]:
+                self._depths[tenant] = depth
+            else:
+                self._depths.pop(tenant, None)
+
+    def queue_depth(self) -> tuple[int, float]:
+        """(open operations over the tenants this process has seen, age in seconds of the
+        oldest). A tenant recovered at start-up counts from its first worker round."""
+        with self._depths_lock:
+            depths = list(self._depths.values())
+        oldest = min((t for _, t in depths if t is not None), default=None)
+        return sum(n for n, _ in depths), (time.time() - oldest if oldest is not None else 0.0)
+
+    def end_streams(self) -> None:
+        """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
+        self._streams_ended = True
+        self._signal()
+
+    def stop(self) -> None:
+        self._streams_ended = True
+        self._scheduler.stop()
+        self._signal()
+        for thread in self._threads:
+            thread.join(timeout=10)
+            if thread.is_alive():  # a daemon thread: it dies with the process
+                log.warning("hot-path worker %s did not stop within 10s", thread.name)
+        self.index.close()
+
+    def _signal(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _wait_change(self, seconds: float) -> None:
+        with self._changed:
+            self._changed.wait(max(0.0, seconds))
+
+    # -- the flag --------------------------------------------------------------------------------
+
+    def set_enabled(self, tenant: str, enabled: bool) -> None:
+        with self._engine.pool.tenant(tenant, create=True) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
+
+    # -- enqueue ---------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        tenant: str,
+        store: TenantStore,
+        prepared: Sequence,
+        outcomes: list[RetainOutcome | None],
+        request_id: str | None,
+        method: str,
+        payload_hash: str,
+    ) -> list[RetainOutcome] | None:
+        """Append prepared items to the log in one transaction; None when the hot path is off
+        (the caller then writes synchronously)."""
+        with store.read() as txn:
+            if txn.meta(HOT_PATH_META) != "on":
+                return None
+        with self._engine.pool.locks.for_tenant(tenant):
+            self.index.add(tenant)  # durable before the operations are
+            with store.write() as txn:
+                if request_id:
+                    prior = self._engine._prior_result(txn, request_id, method, payload_hash)
+                    if prior is not None:
+                        return prior
+                if txn.meta(HOT_PATH_META) != "on":  # disabled since the read above
+                    return None
+                results = list(outcomes)
+                now = time.time()
+                for p in prepared:
+                    payload = ledger.canonical_json(
+                        {"text": p.item.text, "scope": p.item.scope, "metadata": p.item.metadata}
+                    )
+                    event_id = txn.oplog_append("retain", payload, request_id, now)
+                    results[p.position] = RetainOutcome(RetainStatus.ENQUEUED, event_id=event_id)
+                txn.add_counters({"accepted": len(prepared)})
+                self._note_depth(tenant, txn)
+                final = [r for r in results if r is not None]
+                if request_id:
+                    txn.save_request(request_id, method, payload_hash, json.dumps([r.to_json() for r in final]))
+        self._scheduler.notify(tenant)
+        self._signal()
+        return final
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            tenant = self._scheduler.take()
+            if tenant is None:
+                return
+            more = False
+            try:
+                more = self._round(tenant)
+            except Exception:
+                if self._scheduler.stopping:
+                    return
+                log.exception("hot-path round failed for tenant %s; retrying shortly", tenant)
+                time.sleep(0.5)
+                more = True
+            finally:
+                self._scheduler.done(tenant, more)
+
+    def _hold(self) -> None:
+        """Test seam: hold here while the hold file exists (work is then provably in flight)."""
+        while self._hold_file is not None and self._hold_file.exists() and not self._scheduler.stopping:
+            time.sleep(0.05)
+
+    def _round(self, tenant: str) -> bool:
+        """Process up to ``batch`` open operations of one tenant; True if more may remain."""
+        from mnemosyne.engine.engine import _ExtractionMissing as ExtractionMissing
+        from mnemosyne.engine.engine import _Prepared as PreparedItem
+        from mnemosyne.engine.engine import fingerprint
+
+        engine = self._engine
+        with engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                self.index.remove(tenant)
+                return False
+            with store.write() as txn:
+                ops = txn.oplog_next_open(self._batch, time.time())
+                txn.oplog_claim([op.event_id for op in ops], time.time())
+            if not ops:
+                if not self._unindex_if_idle(tenant, store):
+                    with store.read() as txn:
+                        retry_at = txn.oplog_next_retry()
+                    if retry_at is not None:  # only backed-off operations are left: come back then
+                        self._scheduler.notify_at(tenant, retry_at)
+                return False
+            self._signal()
+            prepared: list[PreparedItem] = []
+            by_position: dict[int, OpRow] = {}
+            for position, op in enumerate(ops):
+                payload = json.loads(op.payload)
+                item = RetainItem(payload["text"], payload["scope"], dict(payload["metadata"]))
+                extraction = None
+                if op.extraction is not None:
+                    stored = json.loads(op.extraction)
+                    extraction = Extraction(
+                        facts=[tuple(f) for f in stored["facts"]], triples=[tuple(t) for t in stored["triples"]]
+                    )
+                prepared.append(
+                    PreparedItem(
+                        position,
+                        item,
+                        fingerprint(item.scope, item.text),
+                        ledger.canonical_json(item.metadata),
+                        extraction=extraction,
+                        vector=op.embedding,
+                        counted=extraction is not None,
+                    )
+                )
+                by_position[position] = op
+            errors: dict[int, Exception] = {}
+            force = False
+            # Single flight with synchronous writers of the same content (engine/dedup.py): one
+            # extraction, the later writer finds an exact duplicate.
+            with engine._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+                for _attempt in range(3):
+                    engine._extract_missing(store, prepared, errors, force=force)
+                    self._persist_extractions(store, prepared, by_position)
+                    self._hold()
+                    try:
+                        finished = self._commit(tenant, store, prepared, by_position, errors)
+                    except ExtractionMissing:
+                        force = True  # a duplicate's original vanished or failed: extract it too
+                        continue
+                    break
+                else:  # pragma: no cover - needs repeated forget races
+                    raise RuntimeError("operations kept losing their duplicate originals")
+            self._signal()
+            if not finished or len(ops) == self._batch:
+                return True  # more is likely: skip the idle check, the next round will tell
+            return not self._unindex_if_idle(tenant, store)
+
+    def _persist_extractions(self, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow]) -> None:
+        fresh = [p for p in prepared if p.extraction is not None and p.vector is not None and not p.counted]
+        if not fresh:
+            return
+        with store.write() as txn:
+            for p in fresh:
+                extraction = ledger.canonical_json(
+                    {"facts": [list(f) for f in p.extraction.facts], "triples": [list(t) for t in p.extraction.triples]}
+                )
+                txn.oplog_store_extraction(by_position[p.position].event_id, extraction, p.vector)
+            # Counted with the stored result: a replay finds it and calls the model no more.
+            txn.add_counters({"model_calls": len(fresh), "embed_calls": 1})
+        self._engine.observer.retained(created=0, duplicates=0, model_calls=len(fresh), embed_calls=1)
+        for p in fresh:
+            p.counted = True
+
+    def _commit(
+        self, tenant: str, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow], errors: dict[int, Exception]
+    ) -> bool:
+        """Apply and finish every claimed operation in ONE transaction. Returns True when every
+        operation ended (none went back to pending for another attempt)."""
+        engine = self._engine
+        all_finished = True
+        with store.write() as txn:
+            engine._check_embedder(txn, write=True)
+            results: list[RetainOutcome | None] = [None] * len(prepared)
+            writable = [p for p in prepared if p.position not in errors]
+            created, duplicates = engine.apply_prepared(txn, writable, results, per_item_errors=True)
+            now = time.time()
+            succeeded = failed = 0
+            for p in prepared:
+                op = by_position[p.position]
+                outcome = results[p.position]
+                if p.position in errors or outcome is None or outcome.status is RetainStatus.INVALID:
+                    if p.position in errors:
+                        reason, message = "EXTRACTION_FAILED", f"extraction failed: {errors[p.position]}"
+                    else:
+                        reason = outcome.error_reason if outcome else "NOT_APPLIED"
+                        message = outcome.error_message if outcome else "the operation was not applied"
+                    if op.failures + 1 >= self._max_failures:
+                        txn.oplog_finish(
+                            op.event_id, "failed", now, error_reason=reason,
+                            error_message=f"{message} (after {op.failures + 1} failed attempts)",
+                        )
+                        failed += 1
+                    else:
+                        backoff = self._retry_seconds * (2**op.failures)
+                        txn.oplog_retry_later(op.event_id, reason, message, now, now + backoff)
+                        all_finished = False
+                    continue
+                txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))
+                succeeded += 1
+            txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
+            self._note_depth(tenant, txn)
+        engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
+        return all_finished
+
+    def _unindex_if_idle(self, tenant: str, store: TenantStore) -> bool:
+        """Drop the tenant from the recovery index if it has no open operation. Under the
+        tenant's write lock, which every enqueue holds across its index add and its commit."""
+        with self._engine.pool.locks.for_tenant(tenant):
+            with store.read() as txn:
+                depth, _ = txn.oplog_depth()
+            if depth == 0:
+                self.index.remove(tenant)
+                return True
+        return False
+
+    # -- barrier and status ----------------------------------------------------------------------
+
+    def _wait_drained(self, tenant: str, store: TenantStore, up_to_id: int, timeout: float, what: str) -> None:
+        self._scheduler.notify(tenant)  # it is surely scheduled, even if a notify was lost
+        deadline = time.monotonic() + timeout
+        while True:
+            with store.read() as txn:
+                remaining, _ = txn.oplog_depth(up_to_id=up_to_id)
+            if remaining == 0:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(
+                    f"{what} gave up after {timeout:g}s with {remaining} operations still pending or running; "
+                    "call it again (nothing was lost) or give a longer timeout_seconds",
+                    reason="HOT_PATH_DEADLINE_EXCEEDED",
+                    metadata={"remaining_depth": str(remaining)},
+                )
+            self._wait_change(min(0.2, left))
+
+    def flush(self, tenant: str, timeout: float) -> FlushOutcome:
+        """Block until every operation accepted before the call has finished."""
+        timeout = _timeout(timeout)
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return FlushOutcome(0, 0, 0, [])
+            with store.read() as txn:
+                last = txn.oplog_last_event_id()
+                covered = txn.oplog_open_ids(last)
+            self._wait_drained(tenant, store, last, timeout, "flush")
+            with store.read() as txn:
+                statuses = txn.oplog_statuses(covered)
+        failed_ids = sorted(i for i, s in statuses.items() if s == "failed")
+        return FlushOutcome(len(covered), len(covered) - len(failed_ids), len(failed_ids), failed_ids)
+
+    def disable(self, tenant: str, timeout: float) -> HotPathState:
+        """Stop queueing new fast writes, then wait until the queue is drained."""
+        timeout = _timeout(timeout)
+        self.set_enabled(tenant, False)
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            assert store is not None
+            with store.read() as txn:
+                last = txn.oplog_last_event_id()
+            self._wait_drained(tenant, store, last, timeout, "disable")
+        return self.status(tenant)
+
+    def status(self, tenant: str) -> HotPathState:
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return HotPathState(False, 0, 0.0, 0, 0, 0, 0, 0, 0)
+            with store.read() as txn:
+                enabled = txn.meta(HOT_PATH_META) == "on"
+                depth, oldest = txn.oplog_depth()
+                counters = txn.counters()
+        return HotPathState(
+            enabled=enabled,
+            queue_depth=depth,
+            oldest_pending_seconds=max(0.0, time.time() - oldest) if oldest else 0.0,
+            accepted=counters.get("accepted", 0),
+            succeeded=counters.get("succeeded", 0),
+            failed=counters.get("failed", 0),
+            duplicates=counters.get("duplicates", 0),
+            writes=counters.get("writes", 0),
+            model_calls=counters.get("model_calls", 0),
+        )
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def get_event(self, tenant: str, event_id: int) -> Event:
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            row = None
+            if store is not None:
+                with store.read() as txn:
+                    row = txn.oplog_get(event_id)
+        if row is None:
+            raise NotFound(f"event {event_id} does not exist in this tenant's operation log", reason="EVENT_NOT_FOUND")
+        return event_from_row(row)
+
+    def list_events(
+        self,
+        tenant: str,
+        *,
+        status: str | None = None,
+        accepted_after: float | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> EventPage:
+        from mnemosyne.engine.engine import _decode_page_token, _encode_page_token
+
+        if status is not None and status not in EVENT_STATUSES:
+            raise InvalidArgument(f"status must be one of {', '.join(EVENT_STATUSES)}", reason="EVENT_STATUS_INVALID")
+        page_size = check.validate_page_size(page_size, self._engine.limits)
+        # Pages are cut by event id, which only grows: new events land on later pages and never
+        # shift or repeat what an earlier page returned.
+        after_id = _decode_page_token(page_token)
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return EventPage([], "")
+            with store.read() as txn:
+                rows = txn.oplog_page(status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1)
+        events = [event_from_row(r) for r in rows[:page_size]]
+        token = _encode_page_token(rows[page_size - 1].event_id) if len(rows) > page_size else ""
+        return EventPage(events, token)
+
+    def watch(
+        self, tenant: str, *, after_event_id: int = 0, after_sequence: int = 0, active: Callable[[], bool]
+    ) -> Iterator[Event]:
+        """Every status transition after ``after_sequence`` of events after ``after_event_id``,
+        replayed from the durable log, then live, until ``active()`` turns false."""
+        sequence = max(0, after_sequence)
+        while active() and not self._streams_ended:
+            transitions: list[Transition] = []
+            rows: dict[int, OpRow] = {}
+            with self._engine.pool.tenant(tenant, create=False) as store:
+                if store is not None:
+                    with store.read() as txn:
+                        transitions = txn.oplog_transitions(
+                            after_seq=sequence, after_event_id=max(0, after_event_id), limit=_STREAM_CHUNK
+                        )
+                        for t in transitions:
+                            if t.event_id not in rows:
+                                row = txn.oplog_get(t.event_id)
+                                if row is not None:
+                                    rows[t.event_id] = row
+            for t in transitions:
+                yield event_from_row(rows[t.event_id], status=t.status, sequence=t.seq)
+                sequence = t.seq
+            if len(transitions) < _STREAM_CHUNK:
+                self._wait_change(0.5)
+
+
+def _timeout(seconds: float) -> float:
+    if seconds < 0:
+        raise InvalidArgument("timeout_seconds must not be negative", reason="TIMEOUT_INVALID")
+    return seconds or 30.0
+

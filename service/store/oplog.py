@@ -1,0 +1,190 @@
+"""SQL of the hot path's operation log (``oplog`` and ``oplog_transitions``).
+
+Mixed into ``ReadTxn``/``WriteTxn`` so the log's statements live in the store layer, run inside
+the caller's transaction, and commit together with the memories they describe. Every status
+change appends one ``oplog_transitions`` row: that table is what WatchEvents replays, so a
+dropped stream can resume from a sequence number and miss nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import apsw
+
+OPEN_STATUSES = ("pending", "running")
+TERMINAL_STATUSES = ("succeeded", "failed")
+_COLUMNS = (
+    "event_id, kind, status, payload, request_id, attempts, failures, extraction, embedding, result, "
+    "error_reason, error_message, accepted_at, started_at, finished_at, retry_after"
+)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    event_id: int
+    kind: str
+    status: str
+    payload: str
+    request_id: str | None
+    attempts: int
+    failures: int
+    extraction: str | None
+    embedding: bytes | None
+    result: str | None
+    error_reason: str | None
+    error_message: str | None
+    accepted_at: float
+    started_at: float | None
+    finished_at: float | None
+    retry_after: float | None  # a failed attempt's backoff: not taken again before this time
+
+
+@dataclass(frozen=True)
+class Transition:
+    seq: int
+    event_id: int
+    status: str
+    at: float
+
+
+class OplogReads:
+    connection: apsw.Connection
+
+    def _ops(self, sql: str, params: Sequence[Any] = ()) -> list[OpRow]:
+        return [OpRow(*row) for row in self.connection.execute(f"SELECT {_COLUMNS} FROM oplog {sql}", params)]
+
+    def oplog_get(self, event_id: int) -> OpRow | None:
+        rows = self._ops("WHERE event_id = ?", (event_id,))
+        return rows[0] if rows else None
+
+    def oplog_page(self, *, status: str | None, accepted_after: float | None, after_id: int, limit: int) -> list[OpRow]:
+        clauses, params = ["event_id > ?"], [after_id]
+        if status:
+            clauses.append("status = ?")
+            params.append(status)
+        if accepted_after is not None:
+            clauses.append("accepted_at >= ?")
+            params.append(accepted_after)
+        return self._ops(f"WHERE {' AND '.join(clauses)} ORDER BY event_id LIMIT ?", (*params, limit))
+
+    def oplog_next_open(self, limit: int, now: float) -> list[OpRow]:
+        """The oldest pending (or crash-orphaned running) operations not in a retry backoff, in
+        acceptance order."""
+        return self._ops(
+            "WHERE status IN ('pending', 'running') AND (retry_after IS NULL OR retry_after <= ?) "
+            "ORDER BY event_id LIMIT ?",
+            (now, limit),
+        )
+
+    def oplog_next_retry(self) -> float | None:
+        """When the earliest operation in a retry backoff may be taken again."""
+        row = self.connection.execute(
+            "SELECT min(retry_after) FROM oplog WHERE status = 'pending' AND retry_after IS NOT NULL"
+        ).fetchone()
+        return row[0]
+
+    def oplog_depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
+        """(operations pending or running [with id <= up_to_id], oldest acceptance time)."""
+        sql = "SELECT count(*), min(accepted_at) FROM oplog WHERE status IN ('pending', 'running')"
+        params: tuple[Any, ...] = ()
+        if up_to_id is not None:
+            sql += " AND event_id <= ?"
+            params = (up_to_id,)
+        count, oldest = self.connection.execute(sql, params).fetchone()
+        return int(count), oldest
+
+    def oplog_open_ids(self, up_to_id: int) -> list[int]:
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT event_id FROM oplog WHERE status IN ('pending', 'running') AND event_id <= ? ORDER BY event_id",
+                (up_to_id,),
+            )
+        ]
+
+    def oplog_statuses(self, ids: Sequence[int]) -> dict[int, str]:
+        result: dict[int, str] = {}
+        for start in range(0, len(ids), 500):
+            chunk = tuple(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            result.update(self.connection.execute(f"SELECT event_id, status FROM oplog WHERE event_id IN ({marks})", chunk))
+        return result
+
+    def oplog_last_event_id(self) -> int:
+        row = self.connection.execute("SELECT max(event_id) FROM oplog").fetchone()
+        return int(row[0] or 0)
+
+    def oplog_transitions(self, *, after_seq: int, after_event_id: int, limit: int) -> list[Transition]:
+        return [
+            Transition(*row)
+            for row in self.connection.execute(
+                "SELECT seq, event_id, status, at FROM oplog_transitions WHERE seq > ? AND event_id > ? "
+                "ORDER BY seq LIMIT ?",
+                (after_seq, after_event_id, limit),
+            )
+        ]
+
+    def oplog_last_seq(self) -> int:
+        row = self.connection.execute("SELECT max(seq) FROM oplog_transitions").fetchone()
+        return int(row[0] or 0)
+
+
+class OplogWrites(OplogReads):
+    def _transition(self, event_id: int, status: str, now: float) -> None:
+        self.connection.execute(
+            "INSERT INTO oplog_transitions(event_id, status, at) VALUES(?, ?, ?)", (event_id, status, now)
+        )
+
+    def oplog_append(self, kind: str, payload: str, request_id: str | None, now: float) -> int:
+        self.connection.execute(
+            "INSERT INTO oplog(kind, status, payload, request_id, accepted_at) VALUES(?, 'pending', ?, ?, ?)",
+            (kind, payload, request_id, now),
+        )
+        event_id = self.connection.last_insert_rowid()
+        self._transition(event_id, "pending", now)
+        return event_id
+
+    def oplog_claim(self, ids: Sequence[int], now: float) -> None:
+        for event_id in ids:
+            self.connection.execute(
+                "UPDATE oplog SET status = 'running', attempts = attempts + 1, started_at = ? WHERE event_id = ?",
+                (now, event_id),
+            )
+            self._transition(event_id, "running", now)
+
+    def oplog_store_extraction(self, event_id: int, extraction_json: str, embedding: bytes) -> None:
+        self.connection.execute(
+            "UPDATE oplog SET extraction = ?, embedding = ? WHERE event_id = ?", (extraction_json, embedding, event_id)
+        )
+
+    def oplog_finish(
+        self,
+        event_id: int,
+        status: str,
+        now: float,
+        *,
+        result_json: str | None = None,
+        error_reason: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        assert status in TERMINAL_STATUSES
+        self.connection.execute(
+            "UPDATE oplog SET status = ?, result = ?, error_reason = ?, error_message = ?, finished_at = ? "
+            "WHERE event_id = ?",
+            (status, result_json, error_reason, error_message, now, event_id),
+        )
+        self._transition(event_id, status, now)
+
+    def oplog_retry_later(
+        self, event_id: int, error_reason: str, error_message: str, now: float, retry_after: float
+    ) -> None:
+        """A failed attempt that is not yet terminal: back to pending, failure counted, not taken
+        again before ``retry_after``."""
+        self.connection.execute(
+            "UPDATE oplog SET status = 'pending', failures = failures + 1, error_reason = ?, error_message = ?, "
+            "retry_after = ? WHERE event_id = ?",
+            (error_reason, error_message, retry_after, event_id),
+        )
+        self._transition(event_id, "pending", now)

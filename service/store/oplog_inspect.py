@@ -1,0 +1,53 @@
+"""Read-only view of a tenant's operation log (``mnemosyne oplog``), for operators and drills.
+
+Like ``inspect``, it opens the tenant file read-only without the data-directory lock and starts
+no worker, so after a crash it shows exactly what the log holds: which accepted operations are
+still open (pending or running), which committed, and which already have their extraction stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mnemosyne.store.inspect import open_readonly
+from mnemosyne.store.tenant_store import ReadTxn
+
+_ALL = 1 << 62
+
+
+def inspect_oplog(data_dir: Path, tenant: str) -> dict[str, Any]:
+    connection = open_readonly(data_dir, tenant)
+    try:
+        connection.execute("BEGIN")
+        txn = ReadTxn(connection)
+        ops = txn.oplog_page(status=None, accepted_after=None, after_id=0, limit=_ALL)
+        by_status: dict[str, list[int]] = {"pending": [], "running": [], "succeeded": [], "failed": []}
+        for op in ops:
+            by_status[op.status].append(op.event_id)
+        open_ops = [
+            {
+                "event_id": op.event_id,
+                "status": op.status,
+                "attempts": op.attempts,
+                "failures": op.failures,
+                "extracted": op.extraction is not None,
+                "accepted_at": op.accepted_at,
+            }
+            for op in ops
+            if op.status in ("pending", "running")
+        ]
+        result = {
+            "tenant": tenant,
+            "hot_path_enabled": txn.meta("hot_path") == "on",
+            "accepted": [op.event_id for op in ops],
+            "committed": by_status["succeeded"],
+            "failed": by_status["failed"],
+            "open": open_ops,
+            "open_without_extraction": sum(1 for o in open_ops if not o["extracted"]),
+            "counters": txn.counters(),
+        }
+        connection.execute("COMMIT")
+        return result
+    finally:
+        connection.close()

@@ -1,0 +1,139 @@
+"""Events (seed 001 §9.3): GetEvent, ListEvents pagination and filters, and WatchEvents streams
+that deliver every transition and resume from the durable log without missing one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from mnemosyne.client import Event, MemoryClient
+
+ORDER = ["pending", "running", "succeeded"]
+
+
+def _watch_until(client: MemoryClient, tenant: str, done, *, after_sequence: int = 0, limit: int | None = None) -> list[Event]:  # type: ignore[no-untyped-def]
+    """Collect streamed transitions until ``done(collected)`` or ``limit`` of them (60 s cap)."""
+    seen: list[Event] = []
+    for event in client.watch_events(tenant, after_sequence=after_sequence, timeout=60):
+        seen.append(event)
+        if (limit is not None and len(seen) >= limit) or done(seen):
+            break
+    return seen
+
+
+def _finished(ids: set[int]):  # type: ignore[no-untyped-def]
+    return lambda seen: ids <= {e.event_id for e in seen if e.status in ("succeeded", "failed")}
+
+
+def test_watch_events_delivers_every_transition_of_a_batch(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    results = client.retain_batch(tenant, [f"watched batch item {i}: bin B-{i}" for i in range(20)], fast=True)
+    ids = {r.event_id for r in results}
+    assert len(ids) == 20
+    seen = _watch_until(client, tenant, _finished(ids))
+    by_event: dict[int, list[str]] = defaultdict(list)
+    for e in seen:
+        by_event[e.event_id].append(e.status)
+    assert set(by_event) == ids
+    assert all(statuses == ORDER for statuses in by_event.values()), by_event
+    sequences = [e.sequence for e in seen]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences) == 60
+    assert all(e.created_memory_ids for e in seen if e.status == "succeeded")
+    assert not any(e.created_memory_ids for e in seen if e.status != "succeeded")
+
+
+def test_a_resumed_watch_misses_no_transition(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    first = {r.event_id for r in client.retain_batch(tenant, [f"first wave {i}" for i in range(10)], fast=True)}
+    head = _watch_until(client, tenant, lambda seen: False, limit=7)  # the stream drops here
+    # While nobody watches, more work is accepted and processed.
+    second = {r.event_id for r in client.retain_batch(tenant, [f"second wave {i}" for i in range(10)], fast=True)}
+    client.hot_path(tenant, "flush")
+    tail = _watch_until(client, tenant, _finished(first | second), after_sequence=head[-1].sequence)
+    resumed = head + tail
+    full = _watch_until(client, tenant, _finished(first | second))  # a replay from the start
+    assert [(e.sequence, e.event_id, e.status) for e in resumed] == [(e.sequence, e.event_id, e.status) for e in full]
+    assert [e.sequence for e in resumed] == list(range(1, len(resumed) + 1))
+    assert len(resumed) == 3 * 20
+
+
+def test_list_events_pagination_is_stable_while_new_events_arrive(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    client.retain_batch(tenant, [f"paged event {i}" for i in range(25)], fast=True)
+    collected: list[int] = []
+    token = ""
+    wave = 0
+    while True:
+        page = client.list_events(tenant, page_size=7, page_token=token)
+        collected.extend(e.event_id for e in page.events)
+        if wave < 3:  # new events arrive between pages; statuses change as workers run
+            wave += 1
+            client.retain_batch(tenant, [f"late event {wave}-{i}" for i in range(5)], fast=True)
+        token = page.next_page_token
+        if not token:
+            break
+    assert collected == sorted(set(collected)), "an event repeated or went backwards"
+    assert collected == list(range(1, 25 + 15 + 1)), "an event was skipped"
+
+
+def test_list_events_filters_by_status_and_time(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    early = client.retain(tenant, "early event", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    cut = time.time()
+    time.sleep(0.01)
+    late = client.retain(tenant, "late event", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    assert [e.event_id for e in client.list_events(tenant, accepted_after=cut).events] == [late]
+    assert [e.event_id for e in client.list_events(tenant, status="succeeded").events] == [early, late]
+    assert client.list_events(tenant, status="pending").events == []
+
+
+def test_get_event_reports_duplicates_with_the_original(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    original = client.retain(tenant, "the same fact twice", fast=True).event_id
+    copy = client.retain(tenant, "The  same fact TWICE", fast=True).event_id  # same after normalising
+    client.hot_path(tenant, "flush")
+    created = client.get_event(tenant, original)
+    duplicate = client.get_event(tenant, copy)
+    assert duplicate.status == "succeeded" and duplicate.created_memory_ids == ()
+    assert duplicate.duplicate_of_memory_ids == created.created_memory_ids
+    assert client.hot_path(tenant, "status").duplicates == 1
+
+
+def test_watch_runs_beside_writers(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    accepted: set[int] = set()
+
+    def produce() -> None:
+        for n in range(5):
+            accepted.update(r.event_id for r in client.retain_batch(tenant, [f"live {n}-{i}" for i in range(8)], fast=True))
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    seen = _watch_until(client, tenant, lambda s: len([e for e in s if e.status == "succeeded"]) >= 40)
+    writer.join()
+    assert {e.event_id for e in seen if e.status == "succeeded"} == accepted
+
+
+def test_a_near_duplicate_is_named_on_its_event(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    first = client.retain(tenant, "The customer requested a refund for ticket RF-88213", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    second = client.retain(tenant, "The customer requested a refund for ticket RF-88213 yesterday", fast=True).event_id
+    client.hot_path(tenant, "flush")
+    original = client.get_event(tenant, first).created_memory_ids
+    near = client.get_event(tenant, second)
+    assert near.status == "succeeded" and near.created_memory_ids != original
+    assert near.near_duplicate_of == original
+
+
+def test_a_fast_conversation_is_one_operation(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    messages = [("user", "My parcel PX-77 never arrived."), ("assistant", "I reopened claim CL-4410 for parcel PX-77.")]
+    events = [client.retain_conversation(tenant, messages, request_id=f"conv-{i}", fast=True) for i in range(2)]
+    assert [e.status for e in events] == ["enqueued", "enqueued"]
+    client.hot_path(tenant, "flush")
+    first, second = (client.get_event(tenant, e.event_id) for e in events)
+    assert len(first.created_memory_ids) == 1 and second.duplicate_of_memory_ids == first.created_memory_ids

@@ -1,0 +1,238 @@
+"""The hot path (seed 001 §9.1–9.2): per-tenant asynchronous writes, the flush barrier, Disable,
+Status, poison operations and the recovery index — against real server processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from mnemosyne.client import AbortedError, DeadlineExceededError, MemoryClient, NotFoundError, RetainItem
+from mnemosyne.engine.hot_path import INDEX_FILE_NAME
+
+
+def _indexed_tenants(data_dir: Path) -> set[str]:
+    with sqlite3.connect(f"file:{data_dir / INDEX_FILE_NAME}?mode=ro", uri=True) as db:
+        return {row[0] for row in db.execute("SELECT tenant FROM pending")}
+
+
+def test_unmarked_retain_on_an_enabled_tenant_is_readable_on_return(client: MemoryClient, tenant: str) -> None:
+    assert client.hot_path(tenant, "enable").enabled
+    result = client.retain(tenant, "Synchronous write on an enabled tenant: locker L-4471")
+    assert result.status == "created" and result.memory_id > 0
+    hits = client.recall(tenant, "locker L-4471", k=3)
+    assert [h.memory.id for h in hits][:1] == [result.memory_id]
+    assert client.hot_path(tenant, "status").accepted == 0  # nothing went through the log
+
+
+def test_fast_retain_enqueues_and_flush_makes_it_readable(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    result = client.retain(tenant, "Fast write: the courier code is CX-9921", fast=True)
+    assert result.status == "enqueued" and result.event_id > 0 and result.memory_id == 0
+    flushed = client.hot_path(tenant, "flush")
+    assert flushed.failed == 0 and flushed.failed_event_ids == []
+    event = client.get_event(tenant, result.event_id)
+    assert event.status == "succeeded" and len(event.created_memory_ids) == 1 and event.extracted
+    assert event.finished_at is not None and event.latency_ms >= 0
+    hits = client.recall(tenant, "courier code CX-9921", k=3)
+    assert hits and hits[0].memory.id == event.created_memory_ids[0]
+    status = client.hot_path(tenant, "status")
+    assert (status.accepted, status.succeeded, status.failed, status.queue_depth) == (1, 1, 0, 0)
+    assert status.writes == 1 and status.model_calls == 1
+
+
+def test_fast_is_synchronous_while_the_hot_path_is_disabled(client: MemoryClient, tenant: str) -> None:
+    result = client.retain(tenant, "Fast flag on a tenant without hot path", fast=True)
+    assert result.status == "created"
+    assert client.recall(tenant, "fast flag tenant without hot path", k=1)[0].memory.id == result.memory_id
+
+
+def test_enqueue_is_idempotent_by_request_id(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    first = client.retain(tenant, "Idempotent enqueue of parcel PX-1", request_id="enqueue-1", fast=True)
+    again = client.retain(tenant, "Idempotent enqueue of parcel PX-1", request_id="enqueue-1", fast=True)
+    assert again == first and first.status == "enqueued"
+    with pytest.raises(AbortedError) as caught:
+        client.retain(tenant, "another text", request_id="enqueue-1", fast=True)
+    assert caught.value.reason == "IDEMPOTENCY_KEY_REUSED"
+    client.hot_path(tenant, "flush")
+    assert client.hot_path(tenant, "status").accepted == 1
+    assert len(client.list_memories(tenant).memories) == 1
+
+
+def test_fast_batch_items_are_independent_events(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    results = client.retain_batch(tenant, ["batch item one", "", RetainItem("batch item two", scope="bad scope")], fast=True)
+    assert [r.status for r in results] == ["enqueued", "invalid", "invalid"]
+    assert results[1].error_reason and results[2].error_reason
+    assert client.hot_path(tenant, "flush").succeeded == 1
+
+
+def test_get_event_of_unknown_id_is_not_found(client: MemoryClient, tenant: str) -> None:
+    client.hot_path(tenant, "enable")
+    with pytest.raises(NotFoundError) as caught:
+        client.get_event(tenant, 424242)
+    assert caught.value.reason == "EVENT_NOT_FOUND"
+
+
+def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The promise the hot path does NOT make (seed §9.2): read-after-write without a barrier."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("stale", "enable")
+        event_id = c.retain("stale", "Refund ticket RF-88213 awaits finance review", fast=True).event_id
+        assert c.recall("stale", "refund ticket RF-88213", k=3) == []  # accepted, not yet on disk
+        assert c.get_event("stale", event_id).status in ("pending", "running")
+        hold.unlink()
+        c.hot_path("stale", "flush", timeout_seconds=60)  # the barrier
+        assert c.recall("stale", "refund ticket RF-88213", k=3)[0].memory.text.startswith("Refund ticket RF-88213")
+
+
+def test_enabled_flag_survives_a_restart(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory().start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("flagged", "enable")
+    server.kill()
+    server.restart()
+    with MemoryClient(server.target) as c:
+        assert c.hot_path("flagged", "status").enabled
+        assert c.retain("flagged", "after restart the fast path still queues", fast=True).status == "enqueued"
+        c.hot_path("flagged", "disable")
+    server.terminate()
+    server.restart()
+    with MemoryClient(server.target) as c:
+        assert not c.hot_path("flagged", "status").enabled
+
+
+def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--synchronous", "normal"]).start()
+    texts = [f"Backlog entry {i}: shelf SH-{i:05d} holds {i % 97} boxes" for i in range(5000)]
+    with MemoryClient(server.target, timeout=120) as c:
+        c.hot_path("backlog", "enable")
+        for start in range(0, 5000, 1000):
+            results = c.retain_batch("backlog", texts[start : start + 1000], fast=True)
+            assert {r.status for r in results} == {"enqueued"}
+        status = c.hot_path("backlog", "status")
+        assert status.queue_depth == 5000 and status.accepted == 5000 and status.oldest_pending_seconds > 0
+        # Held workers: the barrier gives up at its deadline, naming what remains; never hangs.
+        with pytest.raises(DeadlineExceededError) as caught:
+            c.hot_path("backlog", "flush", timeout_seconds=0.5)
+        assert int(caught.value.metadata["remaining_depth"]) > 0
+        assert "still pending or running" in caught.value.message
+        hold.unlink()
+        flushed = c.hot_path("backlog", "flush", timeout_seconds=120)
+        assert (flushed.flushed, flushed.succeeded, flushed.failed) == (5000, 5000, 0)
+        # Readable the moment flush returned: every memory is stored, and a sample is recalled.
+        token, stored = "", 0
+        while True:
+            page = c.list_memories("backlog", page_size=1000, page_token=token)
+            stored += len(page.memories)
+            token = page.next_page_token
+            if not token:
+                break
+        assert stored == 5000
+        for i in (0, 1234, 4999):
+            assert c.recall("backlog", f"shelf SH-{i:05d}", k=1)[0].memory.text == texts[i]
+        status = c.hot_path("backlog", "status")
+        assert (status.queue_depth, status.succeeded, status.writes, status.model_calls) == (0, 5000, 5000, 5000)
+
+
+def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(env={"MNEMOSYNE_TEST_POISON_MARKER": "POISON"}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("poisoned", "enable")
+        before = c.retain("poisoned", "good write before the poison", fast=True).event_id
+        poison = c.retain("poisoned", "this one is POISON for the model", fast=True).event_id
+        after = c.retain("poisoned", "good write after the poison", fast=True).event_id
+        # Failed attempts back off (0.5 s, then 1 s) before the third and last, so the poison is
+        # still open when the barrier is called; the barrier covers it and names it.
+        flushed = c.hot_path("poisoned", "flush", timeout_seconds=60)
+        assert (flushed.failed, flushed.failed_event_ids) == (1, [poison])
+        assert flushed.succeeded == flushed.flushed - 1
+        failed = c.get_event("poisoned", poison)
+        assert failed.status == "failed" and failed.error_reason == "EXTRACTION_FAILED"
+        assert failed.attempts == 3 and "3 failed attempts" in failed.error_message
+        assert {c.get_event("poisoned", e).status for e in (before, after)} == {"succeeded"}
+        assert [e.event_id for e in c.list_events("poisoned", status="failed").events] == [poison]
+        status = c.hot_path("poisoned", "status")
+        assert (status.failed, status.succeeded, status.queue_depth) == (1, 2, 0)
+        # ("after" and "before" are stop words, so both good writes match the query equally.)
+        recalled = {h.memory.text for h in c.recall("poisoned", "good write after the poison", k=2)}
+        assert recalled == {"good write before the poison", "good write after the poison"}
+
+
+def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("draining", "enable")
+        c.retain_batch("draining", [f"queued before disable {i}" for i in range(10)], fast=True)
+        with pytest.raises(DeadlineExceededError) as caught:
+            c.hot_path("draining", "disable", timeout_seconds=0.3)
+        assert int(caught.value.metadata["remaining_depth"]) == 10
+        # Disabled already: a fast write is now synchronous and readable on return.
+        assert c.retain("draining", "written after disable", fast=True).status == "created"
+        hold.unlink()
+        status = c.hot_path("draining", "disable", timeout_seconds=60)
+        assert not status.enabled and status.queue_depth == 0 and status.succeeded == 10
+
+
+def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("busy", "enable")
+        c.hot_path("idle", "enable")
+        c.retain("idle", "a synchronous write leaves no open operation")
+        c.retain_batch("busy", [f"pending at the crash {i}" for i in range(5)], fast=True)
+    server.kill()
+    assert _indexed_tenants(server.data_dir) == {"busy"}
+    hold.unlink()
+    server.restart()  # recovery resumes "busy" without being asked
+    with MemoryClient(server.target) as c:
+        # No flush here (a flush would schedule the tenant itself): only Status, which never does.
+        deadline = time.monotonic() + 60
+        while c.hot_path("busy", "status").queue_depth and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = c.hot_path("busy", "status")
+        assert (status.queue_depth, status.succeeded) == (0, 5)
+        assert len(c.list_memories("busy").memories) == 5
+    server.terminate()
+    assert _indexed_tenants(server.data_dir) == set()
+
+
+def test_workers_take_tenants_round_robin() -> None:
+    from mnemosyne.engine.hot_path import _Scheduler
+
+    scheduler = _Scheduler()
+    for tenant in ("busy", "quiet", "busy"):
+        scheduler.notify(tenant)
+    order = []
+    for _ in range(4):
+        tenant = scheduler.take()
+        assert tenant is not None
+        order.append(tenant)
+        scheduler.done(tenant, more=tenant == "busy")  # "busy" always has more work
+    # A tenant with a long backlog goes to the back after each round: the quiet one is not starved.
+    assert order == ["busy", "quiet", "busy", "busy"]
+    scheduler.notify("busy")  # already queued or busy: never twice in the queue
+    scheduler.stop()
+    assert scheduler.take() is None
+
+
+def test_a_backed_off_tenant_is_taken_when_its_retry_time_comes() -> None:
+    from mnemosyne.engine.hot_path import _Scheduler
+
+    scheduler = _Scheduler()
+    scheduler.notify_at("retrying", time.time() - 1)  # its backoff already ended
+    scheduler.notify("fresh")
+    assert {scheduler.take(), scheduler.take()} == {"retrying", "fresh"}
+    scheduler.stop()
