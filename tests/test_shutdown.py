@@ -5,8 +5,9 @@ served for --drain-delay-seconds; then new calls are refused and in-flight ones 
 period; then the files close. Every write that returned success is there after a restart,
 nothing is half-written (VerifyIntegrity), and no call was cut off (CANCELLED/INTERNAL).
 
-The writer is a parameter: the hot-path half (``fast=True`` writes, accepted = committed or
-pending in the durable log) is one more entry in ``WRITERS`` when the hot path lands.
+The writer is a parameter: synchronous writes (accepted = committed), and hot-path writes
+(``fast=True`` on enabled tenants: accepted = in the durable operation log, committed by the
+workers before or after the restart).
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ def _sync_write(client: MemoryClient, tenant: str, text: str) -> int:
     return result.memory_id
 
 
-# name -> function performing one write and returning its memory id once accepted.
-WRITERS: dict[str, Callable[[MemoryClient, str, str], int]] = {"sync": _sync_write}
+def _fast_write(client: MemoryClient, tenant: str, text: str) -> int:
+    result = client.retain(tenant, text, fast=True)
+    assert result.status == "enqueued", result
+    return 0  # the memory id is decided later, by a worker
+
+
+# name -> function performing one write and returning its memory id once accepted (0: not yet known).
+WRITERS: dict[str, Callable[[MemoryClient, str, str], int]] = {"sync": _sync_write, "fast": _fast_write}
 
 
 @dataclass
@@ -109,6 +116,10 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:  # type: ignore[
         args=["--drain-delay-seconds", str(DRAIN_DELAY), "--grace-seconds", str(GRACE)], metrics=True
     ).start()
     load = Load()
+    if mode == "fast":
+        with MemoryClient(server.target) as client:
+            for n in range(TENANTS):
+                client.hot_path(f"shutdown-{n}", "enable")
     threads = [threading.Thread(target=_writer, args=(server, WRITERS[mode], n, load)) for n in range(THREADS)]
     threads.append(threading.Thread(target=_health_poller, args=(server, load)))
     for t in threads:
@@ -143,19 +154,26 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:  # type: ignore[
     server.restart()
     with MemoryClient(server.target, retries=3, timeout=60) as client:
         stored: dict[str, tuple[str, int]] = {}
+        copies = 0
         for n in range(TENANTS):
             tenant = f"shutdown-{n}"
+            if mode == "fast":  # accepted operations still in the log are applied after the restart
+                assert client.hot_path(tenant, "flush", timeout_seconds=60).failed == 0
             report = client.verify_integrity(tenant)
             assert report.valid, report
             token = ""
             while True:
                 page = client.list_memories(tenant, page_size=1000, page_token=token)
                 stored.update({m.text: (tenant, m.id) for m in page.memories})
+                copies += len(page.memories)
                 token = page.next_page_token
                 if not token:
                     break
-        for text, where in load.accepted.items():
-            assert stored.get(text) == where, f"accepted write lost: {text!r}"
+        for text, (tenant, memory_id) in load.accepted.items():
+            got = stored.get(text)
+            assert got is not None and got[0] == tenant, f"accepted write lost: {text!r}"
+            assert memory_id in (0, got[1]), f"accepted write changed id: {text!r}"
+        assert copies == len(stored), "a write was stored twice"
         assert set(stored) <= load.attempted
     # No call was cut off (CANCELLED): refused calls got UNAVAILABLE, safe to retry.
     assert all(code == grpc.StatusCode.UNAVAILABLE for _t, code in load.refusals), load.messages
