@@ -129,8 +129,11 @@ def same_atoms_filter(
     scope: str, text: str, candidates: Iterable[int], known: Mapping[int, Candidate]
 ) -> list[int]:
     """The candidates in ``scope`` whose atoms equal those of ``text`` (order kept)."""
+    in_scope = [c for c in candidates if c in known and known[c].scope == scope]
+    if not in_scope:  # the common case: no similar memory at all, so no regex work
+        return []
     mine = atoms(text)
-    return [c for c in candidates if c in known and known[c].scope == scope and atoms(known[c].body) == mine]
+    return [c for c in in_scope if atoms(known[c].body) == mine]
 
 
 def group_pairs(pairs: Sequence[tuple[int, int, float]], known: Mapping[int, Candidate]) -> list[DedupGroup]:
