@@ -10,7 +10,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +33,16 @@ def running_server(*, embedder: str = "hashing", args: Sequence[str] = (), data_
             yield server
         finally:
             server.stop()
+
+
+def timed(fn: Callable[[int], object], n: int) -> list[float]:
+    """Seconds taken by each of ``n`` calls of ``fn(i)``."""
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - start)
+    return out
 
 
 def percentiles(samples_s: Sequence[float]) -> dict[str, float]:
