@@ -78,3 +78,16 @@ def test_public_exports_are_complete() -> None:
         assert exported <= public
         for name in public - exported - {"annotations"}:
             assert name in {"errors", "types", "memory_client"} or name.startswith("__"), f"{module.__name__}.{name} not in __all__"
+
+
+def test_every_python_example_in_the_readme_runs(target: str, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import uuid
+
+    blocks = _python_blocks(README)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)  # MemoryBrain("./mem") makes its directory here
+    for number, block in enumerate(blocks):
+        tenant = f"readme-{number}-{uuid.uuid4().hex[:8]}"
+        code = block.replace("127.0.0.1:50051", target).replace('"acme"', repr(tenant))
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, f"README.md python block {number}", "exec"), {"__name__": "readme_example"})
