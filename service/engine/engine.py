@@ -634,7 +634,9 @@ class Engine:
                     vector_rows = top_rows(scores, depth)
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                    if match_all:
+                    # Coordination matters only when more memories match than BM25's cut keeps
+                    # (then its clamped IDF decides which get in); it costs a second query.
+                    if match_all and len(text_hits) >= depth:
                         text_hits = coordinate(
                             text_hits, txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
                         )
