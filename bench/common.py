@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -14,11 +13,8 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-# The benchmarks drive the same real server process as the tests (a child on a loopback port).
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from tests.support import ServerProcess  # noqa: E402
+# The benchmarks drive the same real server process as the tests and the drills.
+from mnemosyne.server_process import ServerProcess
 
 
 @contextmanager

@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mnemosyne.client import MemoryClient
+from mnemosyne.server_process import ServerProcess
 
-from mnemosyne.client import MemoryClient  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' local chat-completions server
 from tests.chat_server import ChatServer  # noqa: E402
-from tests.support import ServerProcess  # noqa: E402
 
 
 def measure(target: str, texts: list[str]) -> tuple[list[float], int]:

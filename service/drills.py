@@ -18,11 +18,6 @@ line, ``PASS`` or ``FAIL`` with the numbers behind it:
 from __future__ import annotations
 
 import collections
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import MnemosyneClientError
+from mnemosyne.server_process import ServerProcess
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
 CONVERSATION = [
@@ -52,55 +47,6 @@ class DrillResult:
         return f"{'PASS' if self.passed else 'FAIL'} drill {self.number} {self.name}: {self.detail}"
 
 
-class DrillServer:
-    """``mnemosyne serve`` as a child process on a free loopback port (killable with SIGKILL)."""
-
-    def __init__(self, data_dir: Path, *, env: dict[str, str], args: list[str]) -> None:
-        self.data_dir = data_dir
-        self.env = env
-        self.args = args
-        self.process: subprocess.Popen[str] | None = None
-        self.target = ""
-
-    def start(self, timeout: float = 60.0) -> MemoryClient:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.data_dir.parent / "drill-server.log", "a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(self.data_dir), "--port", "0",
-             "--metrics-port", "0", *self.args],
-            stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-        )
-        log.close()
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the drill server exited with {self.process.wait(timeout=10)}; see drill-server.log")
-        self.target = f"127.0.0.1:{json.loads(line)['port']}"
-        client = MemoryClient(self.target, timeout=max(timeout, 60.0))
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.ping()
-                return client
-            except MnemosyneClientError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
 def _all_memories(client: MemoryClient, tenant: str) -> list[str]:
     texts, token = [], ""
     while True:
@@ -120,7 +66,11 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
     run = uuid.uuid4().hex[:8]
     tenants = {n: f"drill{n}-{run}" for n in (1, 2, 3)}
     # Small worker batches, so a kill can catch operations in each state (extracted or not).
-    server = DrillServer(server_dir, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--hot-path-batch", "16"])
+    server = ServerProcess(server_dir, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--hot-path-batch", "16"])
+
+    def start() -> MemoryClient:
+        return MemoryClient(server.start(timeout=60).target, timeout=60)
+
     results: list[DrillResult] = []
 
     def report(result: DrillResult) -> None:
@@ -130,13 +80,13 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
     try:
         # -- 1: hard kill during synchronous writes ------------------------------------------------
         tenant = tenants[1]
-        client = server.start()
+        client = start()
         texts = [f"Drill one record {i}: order ORD-{10000 + i} shipped from warehouse W{i % 7}" for i in range(100)]
         for text in texts:
             client.retain(tenant, text)
         server.kill()
         client.close()
-        client = server.start()
+        client = start()
         recalled = sum(
             1 for text in texts if any(h.memory.text == text for h in client.recall(tenant, text, k=3))
         )
@@ -168,7 +118,7 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         without_extraction = offline["open_without_extraction"]
         calls_at_kill = offline["counters"].get("model_calls", 0)
         hold.unlink()
-        client = server.start()
+        client = start()
         client.hot_path(tenant, "flush", timeout_seconds=120)
         present = collections.Counter(_all_memories(client, tenant))
         all_once = all(present[t] == 1 for t in texts2) and sum(present.values()) == 50

@@ -113,12 +113,12 @@ def _memory(row: MemoryRow) -> Memory:
     )
 
 
-class _ExtractionMissing(Exception):
+class ExtractionMissing(Exception):
     """A memory believed duplicate vanished before the write: extract it and try again."""
 
 
 @dataclass
-class _Prepared:
+class PreparedItem:
     position: int
     item: RetainItem
     fingerprint: str
@@ -127,7 +127,7 @@ class _Prepared:
     vector: bytes | None = None
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
-    near_batch: list["_Prepared"] = field(default_factory=list)  # earlier items of the same commit
+    near_batch: list["PreparedItem"] = field(default_factory=list)  # earlier items of the same commit
 
 
 class Engine:
@@ -150,7 +150,7 @@ class Engine:
             synchronous=config.synchronous,
             faults=config.store_faults,
         )
-        self._in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
+        self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
         from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
 
         if config.test_poison_marker:
@@ -230,7 +230,7 @@ class Engine:
     ) -> list[RetainOutcome]:
         request_id = check.validate_request_id(request_id)
         outcomes: list[RetainOutcome | None] = [None] * len(items)
-        prepared: list[_Prepared] = []
+        prepared: list[PreparedItem] = []
         for position, item in enumerate(items):
             try:
                 self._validate_item(item)
@@ -240,7 +240,7 @@ class Engine:
             scope = check.validate_scope(item.scope)
             item = RetainItem(item.text, scope, dict(item.metadata))
             prepared.append(
-                _Prepared(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
+                PreparedItem(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
             )
         payload_hash = ledger.sha256_hex(
             ledger.canonical_json([method, [[i.text, i.scope or "global", i.metadata] for i in items]])
@@ -249,19 +249,19 @@ class Engine:
             assert store is not None
             if request_id:
                 with store.read() as txn:
-                    prior = self._prior_result(txn, request_id, method, payload_hash)
+                    prior = self.prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
             if fast and prepared:
                 enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, payload_hash)
                 if enqueued is not None:
                     return enqueued
-            with self._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
                 for _attempt in range(3):
-                    self._extract_missing(store, prepared)
+                    self.extract_missing(store, prepared)
                     try:
                         result = self._commit_items(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
-                    except _ExtractionMissing:
+                    except ExtractionMissing:
                         continue
                     break
                 else:  # pragma: no cover - needs three forget/retain races in a row
@@ -270,14 +270,14 @@ class Engine:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: the reply is lost after the commit
         return result
 
-    def _prior_result(self, txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
+    def prior_result(self, txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
         result_json = replayed_result(txn, request_id, method, payload_hash)
         return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
 
-    def _extract_missing(
+    def extract_missing(
         self,
         store: TenantStore,
-        prepared: list[_Prepared],
+        prepared: list[PreparedItem],
         errors: dict[int, Exception] | None = None,
         *,
         force: bool = False,
@@ -324,7 +324,7 @@ class Engine:
         # restored, e.g. from an operation log), looked up here outside the write transaction.
         self._find_near_duplicates(store, new)
 
-    def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[_Prepared]) -> None:
+    def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
         >= the threshold and the same atoms (engine/dedup.py). Outside any write transaction: one
         matrix product against the tenant's vector cache, atoms only for the candidates found.
@@ -337,7 +337,7 @@ class Engine:
         vectors = np.stack([np.frombuffer(p.vector, dtype="<f4") for p in todo])  # type: ignore[arg-type]
         index = self._vector_index(store)
         with store.read() as txn:
-            self._check_embedder(txn, write=False)  # another embedder's vectors are not comparable
+            self.check_embedder(txn, write=False)  # another embedder's vectors are not comparable
             ids, matrix = index.sync(txn)
             similar = dedup.similar_rows(vectors, ids, matrix, threshold)
             wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
@@ -361,7 +361,7 @@ class Engine:
     def _commit_items(
         self,
         store: TenantStore,
-        prepared: list[_Prepared],
+        prepared: list[PreparedItem],
         outcomes: list[RetainOutcome | None],
         request_id: str | None,
         method: str,
@@ -370,10 +370,10 @@ class Engine:
     ) -> list[RetainOutcome]:
         with store.write() as txn:
             if request_id:
-                prior = self._prior_result(txn, request_id, method, payload_hash)
+                prior = self.prior_result(txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
-            self._check_embedder(txn, write=True)
+            self.check_embedder(txn, write=True)
             results = list(outcomes)
             created, duplicates = self.apply_prepared(txn, prepared, results, per_item_errors=per_item_errors)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
@@ -400,7 +400,7 @@ class Engine:
     def apply_prepared(
         self,
         txn: WriteTxn,
-        prepared: Sequence[_Prepared],
+        prepared: Sequence[PreparedItem],
         results: list[RetainOutcome | None],
         *,
         per_item_errors: bool,
@@ -413,7 +413,7 @@ class Engine:
         work in its own transaction."""
         check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
         created = duplicates = 0
-        created_ids: dict[int, int] = {}  # id(_Prepared) -> memory id created in this commit
+        created_ids: dict[int, int] = {}  # id(PreparedItem) -> memory id created in this commit
         for p in prepared:
             existing = txn.find_by_fingerprint(p.fingerprint)
             if existing is not None:
@@ -421,7 +421,7 @@ class Engine:
                 duplicates += 1
                 continue
             if p.extraction is None or p.vector is None:
-                raise _ExtractionMissing()
+                raise ExtractionMissing()
             try:
                 with txn.savepoint():
                     now = time.time()
@@ -475,7 +475,7 @@ class Engine:
         rows = txn.memories_by_ids(list(ids), with_details=False)
         return [i for i in ids if i in rows and not rows[i].forgotten and not rows[i].merged_into]
 
-    def _check_embedder(self, txn: ReadTxn, *, write: bool) -> None:
+    def check_embedder(self, txn: ReadTxn, *, write: bool) -> None:
         """A tenant's vectors are made by one embedder; mixing two would corrupt similarity."""
         recorded = txn.meta("embedder")
         mine = f"{self.embedder.name}/{self.embedder.dim}"
@@ -540,7 +540,7 @@ class Engine:
                     return prior
             index = self._vector_index(store)
             with store.read() as txn:
-                self._check_embedder(txn, write=False)
+                self.check_embedder(txn, write=False)
                 ids, matrix = index.sync(txn)
                 pairs = dedup.similar_pairs(ids, matrix, threshold)
                 involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
@@ -619,7 +619,7 @@ class Engine:
                 return []
             index = self._vector_index(store)
             with store.read() as txn:
-                self._check_embedder(txn, write=False)
+                self.check_embedder(txn, write=False)
                 ids = np.zeros(0, dtype=np.int64)
                 matrix = np.zeros((0, self.embedder.dim), dtype=np.float32)
                 scores: np.ndarray | None = None

@@ -361,7 +361,7 @@ class HotPath:
             self.index.add(tenant)  # durable before the operations are
             with store.write() as txn:
                 if request_id:
-                    prior = self._engine._prior_result(txn, request_id, method, payload_hash)
+                    prior = self._engine.prior_result(txn, request_id, method, payload_hash)
                     if prior is not None:
                         return prior
                 if txn.meta(HOT_PATH_META) != "on":  # disabled since the read above
@@ -409,9 +409,8 @@ class HotPath:
 
     def _round(self, tenant: str) -> bool:
         """Process up to ``batch`` open operations of one tenant; True if more may remain."""
-        from mnemosyne.engine.engine import _ExtractionMissing as ExtractionMissing
-        from mnemosyne.engine.engine import _Prepared as PreparedItem
-        from mnemosyne.engine.engine import fingerprint
+        # Imported here: engine.py imports this module (the Engine owns its HotPath).
+        from mnemosyne.engine.engine import ExtractionMissing, PreparedItem, fingerprint
 
         engine = self._engine
         with engine.pool.tenant(tenant, create=False) as store:
@@ -456,9 +455,9 @@ class HotPath:
             force = False
             # Single flight with synchronous writers of the same content (engine/dedup.py): one
             # extraction, the later writer finds an exact duplicate.
-            with engine._in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            with engine.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
                 for _attempt in range(3):
-                    engine._extract_missing(store, prepared, errors, force=force)
+                    engine.extract_missing(store, prepared, errors, force=force)
                     self._persist_extractions(store, prepared, by_position)
                     self._hold()
                     try:
@@ -498,7 +497,7 @@ class HotPath:
         engine = self._engine
         all_finished = True
         with store.write() as txn:
-            engine._check_embedder(txn, write=True)
+            engine.check_embedder(txn, write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]
             created, duplicates = engine.apply_prepared(txn, writable, results, per_item_errors=True)

@@ -1,0 +1,127 @@
+"""``mnemosyne serve`` in a child process on a loopback port: what the recovery drills, the tests
+and the benchmarks all start, kill with SIGKILL and restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+class ServerProcess:
+    """``mnemosyne serve`` in a child process on a free loopback port.
+
+    ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags;
+    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``).
+    ``start()`` returns when the server printed its port and answers health checks.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        metrics: bool = False,
+        health_credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.env = dict(env or {})
+        self.args = list(args or [])
+        self.metrics = metrics
+        self.health_credentials = health_credentials  # for a TLS server's start-up health check
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.metrics_port = 0
+        self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        assert self.metrics_port, "start the ServerProcess with metrics=True"
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def start(self, timeout: float = 30.0, port: int = 0) -> "ServerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # 0 turns the side port off, so a free port is picked here (kept across restarts).
+        metrics_port = (self.metrics_port or _free_port()) if self.metrics else 0
+        command = [
+            sys.executable, "-m", "mnemosyne.cli", "serve",
+            "--data-dir", str(self.data_dir), "--port", str(port or self.port), "--metrics-port", str(metrics_port),
+            *self.args,
+        ]
+        stderr = open(self.stderr_path, "a")
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        stderr.close()
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(timeout=5)
+            raise RuntimeError(f"server exited with {self.process.returncode}: {self.stderr_path.read_text()[-2000:]}")
+        serving = json.loads(line)
+        self.port = serving["port"]
+        self.metrics_port = serving.get("metrics_port", 0)
+        channel = (
+            grpc.secure_channel(self.target, self.health_credentials, options=[("grpc.ssl_target_name_override", "localhost")])
+            if self.health_credentials is not None
+            else grpc.insecure_channel(self.target)
+        )
+        with channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        return self
+
+    def restart(self, timeout: float = 30.0) -> "ServerProcess":
+        """Start again on the same port and data directory (after a kill or stop)."""
+        return self.start(timeout, port=self.port)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no flush — a crash."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            return self.process.wait(timeout=timeout)
+        return self.process.returncode if self.process else 0
+
+    def wait_exit(self, timeout: float = 10.0) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        try:
+            self.terminate(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tenant_file(self, tenant: str) -> Path:
+        return self.data_dir / "tenants" / f"{tenant}.sqlite"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
