@@ -131,7 +131,9 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
         assert "still pending or running" in caught.value.message
         hold.unlink()
         flushed = c.hot_path("backlog", "flush", timeout_seconds=120)
-        assert (flushed.flushed, flushed.succeeded, flushed.failed) == (5000, 5000, 0)
+        # Flush counts what was still open when it was called; released workers may already have
+        # finished some of the 5000 by then, so the count is at most the backlog, and none failed.
+        assert 0 < flushed.flushed <= 5000 and (flushed.succeeded, flushed.failed) == (flushed.flushed, 0)
         # Readable the moment flush returned: every memory is stored, and a sample is recalled.
         token, stored = "", 0
         while True:
