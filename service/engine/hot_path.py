@@ -51,6 +51,10 @@ log = logging.getLogger("mnemosyne.hot_path")
 
 HOT_PATH_META = "hot_path"
 INDEX_FILE_NAME = "hot_path_pending.sqlite"
+# A drained tenant leaves the recovery index only after staying idle this long: a busy tenant's
+# queue drains and refills constantly, and each re-add costs the enqueue that makes it an fsync.
+UNINDEX_AFTER_IDLE_SECONDS = 30.0
+_FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 _STREAM_CHUNK = 500
 
@@ -280,6 +284,9 @@ class HotPath:
         # change it; read by the metrics gauges on every scrape without opening any file.
         self._depths: dict[str, tuple[int, float | None]] = {}
         self._depths_lock = threading.Lock()
+        # tenant -> monotonic time its queue was last seen drained; changed only under the
+        # tenant's write lock, so "still here" means "nothing was enqueued since".
+        self._idle_since: dict[str, float] = {}
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -300,6 +307,16 @@ class HotPath:
                 self._depths[tenant] = depth
             else:
                 self._depths.pop(tenant, None)
+
+    def _note_enqueued(self, tenant: str, txn: ReadTxn, count: int, now: float) -> None:
+        """Add to a known depth instead of counting the log again (a count over a long backlog
+        would cost every enqueue a scan); both run inside write transactions, so in order."""
+        with self._depths_lock:
+            known = self._depths.get(tenant)
+            if known is not None:
+                self._depths[tenant] = (known[0] + count, known[1] if known[1] is not None else now)
+                return
+        self._note_depth(tenant, txn)
 
     def queue_depth(self) -> tuple[int, float]:
         """(open operations over the tenants this process has seen, age in seconds of the
@@ -322,6 +339,7 @@ class HotPath:
             thread.join(timeout=10)
             if thread.is_alive():  # a daemon thread: it dies with the process
                 log.warning("hot-path worker %s did not stop within 10s", thread.name)
+        self._unindex_idle_now()
         self.index.close()
 
     def _signal(self) -> None:
@@ -339,6 +357,16 @@ class HotPath:
             assert store is not None
             with store.write() as txn:
                 txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
+            store.cache[_FLAG_CACHE_KEY] = enabled
+
+    def _enabled(self, store: TenantStore) -> bool:
+        """The flag, cached on the open store (only ``set_enabled`` changes it, and this process
+        owns the data directory); the enqueue re-reads it inside its write transaction."""
+        enabled = store.cache.get(_FLAG_CACHE_KEY)
+        if enabled is None:
+            with store.read() as txn:
+                enabled = store.cache[_FLAG_CACHE_KEY] = txn.meta(HOT_PATH_META) == "on"
+        return enabled
 
     # -- enqueue ---------------------------------------------------------------------------------
 
@@ -354,10 +382,10 @@ class HotPath:
     ) -> list[RetainOutcome] | None:
         """Append prepared items to the log in one transaction; None when the hot path is off
         (the caller then writes synchronously)."""
-        with store.read() as txn:
-            if txn.meta(HOT_PATH_META) != "on":
-                return None
+        if not self._enabled(store):
+            return None
         with self._engine.pool.locks.for_tenant(tenant):
+            self._idle_since.pop(tenant, None)
             self.index.add(tenant)  # durable before the operations are
             with store.write() as txn:
                 if request_id:
@@ -375,7 +403,7 @@ class HotPath:
                     event_id = txn.oplog_append("retain", payload, request_id, now)
                     results[p.position] = RetainOutcome(RetainStatus.ENQUEUED, event_id=event_id)
                 txn.add_counters({"accepted": len(prepared)})
-                self._note_depth(tenant, txn)
+                self._note_enqueued(tenant, txn, len(prepared), now)
                 final = [r for r in results if r is not None]
                 if request_id:
                     txn.save_request(request_id, method, payload_hash, json.dumps([r.to_json() for r in final]))
@@ -417,7 +445,8 @@ class HotPath:
             if store is None:
                 self.index.remove(tenant)
                 return False
-            with store.write() as txn:
+            # Not synced: a claim lost to a power cut only leaves the operations to be taken again.
+            with store.write(sync=False) as txn:
                 ops = txn.oplog_next_open(self._batch, time.time())
                 txn.oplog_claim([op.event_id for op in ops], time.time())
             if not ops:
@@ -477,7 +506,8 @@ class HotPath:
         fresh = [p for p in prepared if p.extraction is not None and p.vector is not None and not p.counted]
         if not fresh:
             return
-        with store.write() as txn:
+        # Not synced: lost only to a power cut, and then the replay extracts (and counts) again.
+        with store.write(sync=False) as txn:
             for p in fresh:
                 extraction = ledger.canonical_json(
                     {"facts": [list(f) for f in p.extraction.facts], "triples": [list(t) for t in p.extraction.triples]}
@@ -531,15 +561,29 @@ class HotPath:
         return all_finished
 
     def _unindex_if_idle(self, tenant: str, store: TenantStore) -> bool:
-        """Drop the tenant from the recovery index if it has no open operation. Under the
+        """True if the tenant has no open operation; it then leaves the recovery index once it
+        stayed idle for UNINDEX_AFTER_IDLE_SECONDS (the worker comes back to check). Under the
         tenant's write lock, which every enqueue holds across its index add and its commit."""
         with self._engine.pool.locks.for_tenant(tenant):
             with store.read() as txn:
                 depth, _ = txn.oplog_depth()
-            if depth == 0:
+            if depth:
+                return False
+            now = time.monotonic()
+            idle = now - self._idle_since.setdefault(tenant, now)
+            if idle >= UNINDEX_AFTER_IDLE_SECONDS:
                 self.index.remove(tenant)
-                return True
-        return False
+                del self._idle_since[tenant]
+            else:
+                self._scheduler.notify_at(tenant, time.time() + UNINDEX_AFTER_IDLE_SECONDS - idle)
+        return True
+
+    def _unindex_idle_now(self) -> None:
+        """At shutdown: drop every tenant seen drained with nothing enqueued since."""
+        for tenant in list(self._idle_since):
+            with self._engine.pool.locks.for_tenant(tenant):
+                if self._idle_since.pop(tenant, None) is not None:
+                    self.index.remove(tenant)
 
     # -- barrier and status ----------------------------------------------------------------------
 

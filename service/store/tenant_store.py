@@ -20,13 +20,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import apsw
 import apsw.bestpractice
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted
 from mnemosyne.store import ledger
+from mnemosyne.store.checkpointer import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -137,7 +138,11 @@ class TenantStore:
         synchronous: str = "FULL",
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
+        on_wal_growth: Callable[[], None] | None = None,
     ) -> None:
+        """``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
+        called after a commit each time the WAL has grown by ``CHECKPOINT_PAGES`` more pages, and
+        the caller runs ``checkpoint()`` from another thread (store/checkpointer.py)."""
         self.path = path
         self._synchronous = synchronous
         self._write_lock = write_lock
@@ -150,6 +155,10 @@ class TenantStore:
         except BaseException:
             self._writer.close()
             raise
+        self._on_wal_growth = on_wal_growth
+        self._wal_pages_announced = 0
+        if on_wal_growth is not None:
+            self._writer.set_wal_hook(self._wal_hook)  # also turns SQLite's own autocheckpoint off
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
@@ -170,33 +179,69 @@ class TenantStore:
             self._writer.close()
         self.cache.clear()
 
+    def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
+        # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
+        if pages < self._wal_pages_announced:
+            self._wal_pages_announced = 0  # a checkpoint completed and the WAL started again
+        if pages >= self._wal_pages_announced + CHECKPOINT_PAGES and self._on_wal_growth is not None:
+            self._wal_pages_announced = pages
+            self._on_wal_growth()
+        return apsw.SQLITE_OK
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
+        connection go on meanwhile. Returns (frames in the WAL, frames checkpointed)."""
+        # A bare connection: the usual open hooks run statements (PRAGMA optimize) that would
+        # wait for the write lock, and PASSIVE needs none of them (WAL mode is in the file).
+        connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            connection.pragma("synchronous", self._synchronous)
+            return connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        finally:
+            connection.close()
+
     # -- transactions ---------------------------------------------------------------------------
 
     @contextmanager
-    def write(self) -> Iterator["WriteTxn"]:
-        """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success."""
+    def write(self, *, sync: bool = True) -> Iterator["WriteTxn"]:
+        """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success.
+
+        ``sync=False`` commits with ``synchronous=NORMAL`` whatever the store's setting: in WAL
+        mode that still survives a process crash (SIGKILL), and only an OS crash or power loss
+        may roll back such a transaction — for bookkeeping a replay redoes anyway (a hot-path
+        claim), never for an acknowledged write. The next synced commit makes it durable too."""
         with self._write_lock:
             connection = self._writer
+            relaxed = not sync and self._synchronous.upper() not in ("NORMAL", "OFF")
+            if relaxed:
+                connection.pragma("synchronous", "NORMAL")
             try:
-                connection.execute("BEGIN IMMEDIATE")
-            except apsw.Error as exc:
-                raise _translate_sqlite_error(exc) from exc
-            try:
-                yield WriteTxn(connection, self._faults)
-            except apsw.FullError as exc:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise _translate_sqlite_error(exc) from exc
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
-            try:
-                connection.execute("COMMIT")
-            except apsw.Error as exc:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise _translate_sqlite_error(exc) from exc
+                yield from self._transaction(connection)
+            finally:
+                if relaxed:
+                    connection.pragma("synchronous", self._synchronous)
+
+    def _transaction(self, connection: apsw.Connection) -> Iterator["WriteTxn"]:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            raise _translate_sqlite_error(exc) from exc
+        try:
+            yield WriteTxn(connection, self._faults)
+        except apsw.FullError as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise _translate_sqlite_error(exc) from exc
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        try:
+            connection.execute("COMMIT")
+        except apsw.Error as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise _translate_sqlite_error(exc) from exc
 
     @contextmanager
     def read(self) -> Iterator["ReadTxn"]:

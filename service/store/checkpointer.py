@@ -1,0 +1,79 @@
+"""WAL checkpoints in the background, off every writer's path.
+
+SQLite's automatic checkpoint runs inside the COMMIT that crosses the threshold, so one write in
+a few hundred pays for copying the whole WAL into the database file and syncing it: that write's
+latency, and the p99 of every short write (a hot-path enqueue above all), is the checkpoint's.
+Instead, the writer connection's WAL hook (called after each commit with the WAL's size) only
+names the tenant here, and one thread runs PASSIVE checkpoints on a connection of its own.
+PASSIVE never takes the write lock nor waits for readers: writers keep committing meanwhile, and
+the next write transaction after a complete checkpoint starts the WAL again from its beginning,
+so the file stays about ``CHECKPOINT_PAGES`` pages long.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger("mnemosyne.store.checkpointer")
+
+# The same threshold as SQLite's default wal_autocheckpoint.
+CHECKPOINT_PAGES = 1000
+
+
+class Checkpointer:
+    """One daemon thread checkpointing the tenants named by ``request``, each at most once per
+    request burst. ``checkpoint(tenant)`` is supplied by the pool: it opens the tenant's store (if
+    it is still open) and checkpoints it."""
+
+    def __init__(self, checkpoint: Callable[[str], None]) -> None:
+        self._checkpoint = checkpoint
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}  # insertion-ordered set
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.completed = 0
+
+    def request(self, tenant: str) -> None:
+        """Called from the WAL hook inside a commit: must stay cheap and never raise."""
+        with self._cond:
+            if self._stopping:
+                return
+            self._pending[tenant] = None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wal-checkpointer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every requested checkpoint has run (tests, benchmarks)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._pending.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._pending or self._stopping)
+                if self._stopping:
+                    return
+                tenant = next(iter(self._pending))
+                del self._pending[tenant]
+                self._busy = True
+            try:
+                self._checkpoint(tenant)
+                self.completed += 1
+            except Exception:  # a failed checkpoint loses nothing: the frames stay in the WAL
+                log.exception("background WAL checkpoint failed for tenant %s", tenant)

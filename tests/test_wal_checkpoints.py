@@ -1,0 +1,69 @@
+"""WAL checkpoints run on a background thread, never inside a writer's COMMIT, and keep the WAL
+bounded; relaxed (sync=False) transactions leave the store's durability setting as it was."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from mnemosyne.store.checkpointer import CHECKPOINT_PAGES
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import TenantStore
+
+PAGE = 4096
+_BLOB = "x" * (40 * PAGE)  # about 40 pages of WAL per transaction
+
+
+def _wal_pages(path: Path) -> int:
+    wal = Path(str(path) + "-wal")
+    return wal.stat().st_size // PAGE if wal.exists() else 0
+
+
+def test_a_commit_crossing_the_threshold_only_announces_it(tmp_path: Path) -> None:
+    announced: list[int] = []
+    store = TenantStore(
+        tmp_path / "t.sqlite", write_lock=threading.RLock(), on_wal_growth=lambda: announced.append(1)
+    )
+    try:
+        for i in range(2 * CHECKPOINT_PAGES // 40 + 5):
+            with store.write() as txn:
+                txn.set_meta(f"blob-{i}", _BLOB)
+        # SQLite's own checkpoint would have reset the WAL at 1000 pages inside a COMMIT; here
+        # nothing checkpointed, and the growth was announced once per threshold crossed.
+        assert _wal_pages(store.path) > 2 * CHECKPOINT_PAGES
+        assert len(announced) == 2
+        frames, done = store.checkpoint()
+        assert frames > 2 * CHECKPOINT_PAGES and done == frames
+    finally:
+        store.close()
+
+
+def test_background_checkpoints_keep_the_wal_bounded(tmp_path: Path) -> None:
+    pool = TenantPool(tmp_path)
+    try:
+        with pool.tenant("busy", create=True) as store:
+            assert store is not None
+            for i in range(4 * CHECKPOINT_PAGES // 40):
+                with store.write() as txn:
+                    txn.set_meta(f"blob-{i % 10}", _BLOB)
+                assert pool.checkpointer.wait_idle(timeout=30)
+            # 4,000 pages were written; the WAL was restarted after each background checkpoint.
+            assert pool.checkpointer.completed >= 3
+            assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 2 * 40
+            with store.read() as txn:
+                assert txn.meta("blob-3") == _BLOB
+    finally:
+        pool.close()
+
+
+def test_an_unsynced_transaction_restores_the_durability_setting(tmp_path: Path) -> None:
+    store = TenantStore(tmp_path / "t.sqlite", write_lock=threading.RLock(), synchronous="FULL")
+    try:
+        with store.write(sync=False) as txn:
+            assert txn.connection.pragma("synchronous") == 1  # NORMAL for this one
+            txn.set_meta("claim", "1")
+        with store.write() as txn:
+            assert txn.connection.pragma("synchronous") == 2  # FULL again
+            assert txn.meta("claim") == "1"
+    finally:
+        store.close()
