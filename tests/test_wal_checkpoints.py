@@ -3,6 +3,7 @@ bounded; relaxed (sync=False) transactions leave the store's durability setting 
 
 from __future__ import annotations
 
+import secrets
 import threading
 from pathlib import Path
 
@@ -11,7 +12,11 @@ from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 
 PAGE = 4096
-_BLOB = "x" * (40 * PAGE)  # about 40 pages of WAL per transaction
+
+
+def _blob() -> str:
+    """About 40 pages of WAL per transaction (fresh bytes: SQLite skips unchanged pages)."""
+    return secrets.token_hex(20 * PAGE)
 
 
 def _wal_pages(path: Path) -> int:
@@ -27,7 +32,7 @@ def test_a_commit_crossing_the_threshold_only_announces_it(tmp_path: Path) -> No
     try:
         for i in range(2 * CHECKPOINT_PAGES // 40 + 5):
             with store.write() as txn:
-                txn.set_meta(f"blob-{i}", _BLOB)
+                txn.set_meta(f"blob-{i}", _blob())
         # SQLite's own checkpoint would have reset the WAL at 1000 pages inside a COMMIT; here
         # nothing checkpointed, and the growth was announced once per threshold crossed.
         assert _wal_pages(store.path) > 2 * CHECKPOINT_PAGES
@@ -44,14 +49,15 @@ def test_background_checkpoints_keep_the_wal_bounded(tmp_path: Path) -> None:
         with pool.tenant("busy", create=True) as store:
             assert store is not None
             for i in range(4 * CHECKPOINT_PAGES // 40):
+                last = _blob()
                 with store.write() as txn:
-                    txn.set_meta(f"blob-{i % 10}", _BLOB)
+                    txn.set_meta(f"blob-{i % 10}", last)
                 assert pool.checkpointer.wait_idle(timeout=30)
             # 4,000 pages were written; the WAL was restarted after each background checkpoint.
             assert pool.checkpointer.completed >= 3
             assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 2 * 40
             with store.read() as txn:
-                assert txn.meta("blob-3") == _BLOB
+                assert txn.meta(f"blob-{i % 10}") == last
     finally:
         pool.close()
 
