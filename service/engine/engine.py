@@ -621,12 +621,12 @@ class Engine:
             with store.read() as txn:
                 self.check_embedder(txn, write=False)
                 ids = np.zeros(0, dtype=np.int64)
-                matrix = np.zeros((0, self.embedder.dim), dtype=np.float32)
+                vectors = np.zeros((0, self.embedder.dim), dtype=np.float16)
                 scores: np.ndarray | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []
                 if mode is not RecallMode.TEXT:
-                    ids, matrix = index.sync(txn)
+                    ids, matrix, vectors = index.sync_view(txn)
                     allowed = None
                     if scopes or filters:
                         allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
@@ -641,7 +641,7 @@ class Engine:
                             text_hits, txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
                         )
                 fused = fuse(
-                    query_vector, ids, matrix, scores, vector_rows, text_hits,
+                    query_vector, ids, vectors, scores, vector_rows, text_hits,
                     text_weight=self.embedder.text_weight, feedback=self.embedder.feedback, limit=2 * depth,
                 )
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
