@@ -33,7 +33,15 @@ from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
-from mnemosyne.engine.recall import coordinate, fts_match_expression, fuse, query_terms, top_rows, vector_scores
+from mnemosyne.engine.recall import (
+    coordinate,
+    fts_match_expression,
+    fuse,
+    query_terms,
+    soften_length_normalisation,
+    top_rows,
+    vector_scores,
+)
 from mnemosyne.engine.types import (
     AggregateChunk,
     DedupGroup,
@@ -633,12 +641,17 @@ class Engine:
                     scores = vector_scores(query_vector, matrix, allowed)
                     vector_rows = top_rows(scores, depth)
                 if mode is not RecallMode.VECTOR and match:
-                    text_hits = txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
+                    text_hits = soften_length_normalisation(
+                        txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
+                    )
                     # Coordination matters only when more memories match than BM25's cut keeps
                     # (then its clamped IDF decides which get in); it costs a second query.
                     if match_all and len(text_hits) >= depth:
                         text_hits = coordinate(
-                            text_hits, txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
+                            text_hits,
+                            soften_length_normalisation(
+                                txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
+                            ),
                         )
                 fused = fuse(
                     query_vector, ids, vectors, scores, vector_rows, text_hits,

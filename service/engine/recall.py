@@ -4,7 +4,8 @@ User text never reaches FTS5 as syntax: the query is cut into words (Unicode let
 only), each quoted, and joined with OR. Quotes, ``*``, ``AND``/``NEAR(``, ``:`` and parentheses
 are thus searched as the words they contain, or dropped when they contain none. Stop words are
 left out of the full-text query (unless the query has nothing else): ORed, they match nearly
-every memory and drown the words that matter.
+every memory and drown the words that matter. BM25 is FTS5's, re-weighed to a milder length
+normalisation (b = 0.4 instead of FTS5's fixed 0.75; ``soften_length_normalisation``).
 
 Fusion (measured on LoCoMo by ``bench/locomo.py``, where it beat reciprocal-rank fusion): the
 candidates are the best rows of each path; each gets ``w * bm25 / max(bm25) + (1 - w) * cosine``
@@ -23,6 +24,7 @@ from typing import Sequence, overload
 import numpy as np
 
 from mnemosyne.engine.terms import STOP_WORDS, words
+from mnemosyne.store.fts_stats import TextHits
 
 MAX_QUERY_TERMS = 64
 # Multiply dimension by dimension when at most 1/4 of the query's dimensions are non-zero.
@@ -31,6 +33,10 @@ SPARSE_QUERY_FRACTION = 4
 # cache for the product that reads it.
 SPARSE_BLOCK = 16384
 FEEDBACK_DOCS = 3
+# BM25's k1 and b: FTS5's k1, and b = 0.4 (Anserini's default for passages) instead of FTS5's 0.75.
+BM25_K1 = 1.2
+FTS5_B = 0.75
+BM25_B = 0.4
 
 _IDENTIFIER_CHUNK = re.compile(r"\w+(?:[-./@+]\w+)+")
 _EDGE_PUNCTUATION = "\"'()[]{}<>,;:!?*^~`"
@@ -57,6 +63,30 @@ def fts_match_expression(query: str, *, operator: str = "OR") -> str | None:
     terms = query_terms(query)
     # Terms are made of \w characters and spaces only, so they cannot contain a quote.
     return f" {operator} ".join('"' + t + '"' for t in terms) if terms else None
+
+
+def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> list[tuple[int, float]]:
+    """FTS5's hits re-weighted from its fixed length normalisation (b = 0.75) to ``b``, best first.
+
+    BM25 divides a term's weight by ``tf + k1 * (1 - b + b * length / mean length)``. FTS5 fixes
+    b = 0.75, tuned for long documents; a memory is a short passage, where the longer ones are not
+    padded but hold more (a turn with a shared photo's caption, a detailed answer), and b = 0.75
+    pushed them below short turns sharing one word with the query. For a term found once in a row
+    (most terms of a short memory) multiplying by the ratio of the two denominators gives BM25 with
+    ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (a loop
+    over at most the search depth, never over all memories). A row of unknown length is left as is.
+    """
+    average = text.average_length
+    if average <= 0 or b == FTS5_B:
+        return list(text.hits)
+    rescored = []
+    for (memory_id, relevance), length in zip(text.hits, text.lengths):
+        if length > 0:
+            ratio = length / average
+            relevance *= (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
+        rescored.append((memory_id, relevance))
+    rescored.sort(key=lambda hit: -hit[1])
+    return rescored
 
 
 def coordinate(any_hits: Sequence[tuple[int, float]], all_hits: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:

@@ -28,6 +28,7 @@ import apsw.bestpractice
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted
 from mnemosyne.store import ledger
 from mnemosyne.store.checkpointer import CHECKPOINT_PAGES
+from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -395,21 +396,34 @@ class ReadTxn(OplogReads):
 
     def fts_search(
         self, match: str, *, limit: int, scopes: Sequence[str], metadata_equals: dict[str, str]
-    ) -> list[tuple[int, float]]:
-        """(memory id, bm25 relevance — higher is better) for an already-safe FTS5 expression."""
+    ) -> TextHits:
+        """The best ``limit`` rows by FTS5's bm25 for an already-safe FTS5 expression, with each
+        row's length and the index's mean length (FTS5's own token counts, read in the same
+        statement from its ``docsize`` table and averages record), so recall can re-weigh length."""
         if scopes or metadata_equals:
             where, params = self._filter_sql("m", scopes, metadata_equals)
-            sql = (
-                "SELECT f.rowid, bm25(memories_fts) AS r FROM memories_fts f JOIN memories m ON m.id = f.rowid "
+            best = (
+                "SELECT f.rowid AS id, bm25(memories_fts) AS r FROM memories_fts f JOIN memories m ON m.id = f.rowid "
                 f"WHERE memories_fts MATCH ? AND {where} ORDER BY r LIMIT ?"
             )
-            rows = self.connection.execute(sql, [match, *params, limit])
+            args: list[Any] = [match, *params, limit]
         else:
-            rows = self.connection.execute(
-                "SELECT rowid, bm25(memories_fts) AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY r LIMIT ?",
-                (match, limit),
+            best = "SELECT rowid AS id, bm25(memories_fts) AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY r LIMIT ?"
+            args = [match, limit]
+        # Lengths are looked up for the ``limit`` best rows only (primary-key lookups); the
+        # averages record (rowid 1 of %_data) by an uncorrelated subquery, once per statement.
+        rows = list(
+            self.connection.execute(
+                "SELECT h.id, h.r, d.sz, (SELECT block FROM memories_fts_data WHERE id = 1) "
+                f"FROM ({best}) h LEFT JOIN memories_fts_docsize d ON d.id = h.id ORDER BY h.r",
+                args,
             )
-        return [(rowid, -rank) for rowid, rank in rows]
+        )
+        return TextHits(
+            [(rowid, -rank) for rowid, rank, _, _ in rows],
+            [fts5_row_length(size) for _, _, size, _ in rows],
+            fts5_average_length(rows[0][3]) if rows else 0.0,
+        )
 
     def index_state(self) -> tuple[int, int]:
         """(highest memory id, forget epoch): what the vector cache compares itself with."""
