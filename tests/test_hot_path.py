@@ -147,6 +147,9 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
             assert c.recall("backlog", f"shelf SH-{i:05d}", k=1)[0].memory.text == texts[i]
         status = c.hot_path("backlog", "status")
         assert (status.queue_depth, status.succeeded, status.writes, status.model_calls) == (0, 5000, 5000, 5000)
+    # A finished operation keeps its event, not a second copy of its memory's vector.
+    with sqlite3.connect(f"file:{server.tenant_file('backlog')}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT count(*), count(embedding) FROM oplog").fetchone() == (5000, 0)
 
 
 def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory) -> None:  # type: ignore[no-untyped-def]

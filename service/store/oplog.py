@@ -170,9 +170,10 @@ class OplogWrites(OplogReads):
         error_message: str | None = None,
     ) -> None:
         assert status in TERMINAL_STATUSES
+        # The stored vector served only a replay; a finished operation's memory holds its own.
         self.connection.execute(
-            "UPDATE oplog SET status = ?, result = ?, error_reason = ?, error_message = ?, finished_at = ? "
-            "WHERE event_id = ?",
+            "UPDATE oplog SET status = ?, result = ?, error_reason = ?, error_message = ?, finished_at = ?, "
+            "embedding = NULL WHERE event_id = ?",
             (status, result_json, error_reason, error_message, now, event_id),
         )
         self._transition(event_id, status, now)
