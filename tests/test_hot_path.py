@@ -3,13 +3,21 @@ Status, poison operations and the recovery index — against real server process
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
-from mnemosyne.client import AbortedError, DeadlineExceededError, MemoryClient, NotFoundError, RetainItem
+from mnemosyne.client import (
+    AbortedError,
+    DeadlineExceededError,
+    MemoryClient,
+    MnemosyneClientError,
+    NotFoundError,
+    RetainItem,
+)
 from mnemosyne.engine.hot_path import INDEX_FILE_NAME
 
 
@@ -150,6 +158,49 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
     # A finished operation keeps its event, not a second copy of its memory's vector.
     with sqlite3.connect(f"file:{server.tenant_file('backlog')}?mode=ro", uri=True) as db:
         assert db.execute("SELECT count(*), count(embedding) FROM oplog").fetchone() == (5000, 0)
+
+
+def test_a_store_fault_in_the_workers_backs_off_and_loses_nothing(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()
+    # The tenant file may not grow past 80 pages (SQLite's own SQLITE_FULL): fill it with queued
+    # writes while the workers are held, so applying them cannot fit.
+    server = server_factory(
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold), "MNEMOSYNE_TEST_FAULTS": "max_page_count=80"}
+    ).start()
+    accepted = 0
+    with MemoryClient(server.target, retries=0) as c:
+        c.hot_path("cramped", "enable")
+        for n in range(400):
+            try:
+                c.retain("cramped", f"queued {n}: " + " ".join(f"word{n}x{i}" for i in range(120)), fast=True)
+            except MnemosyneClientError as exc:
+                assert exc.reason == "DISK_FULL"
+                break
+            accepted += 1
+        else:
+            pytest.fail("the file never filled")
+        hold.unlink()
+        # Each failed round is retried after a doubling delay, never in a tight loop.
+        deadline = time.monotonic() + 60
+        delays: list[str] = []
+        while len(delays) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            delays = re.findall(r"retrying in ([0-9.]+)s", server.stderr_path.read_text())
+        assert delays[:3] == ["0.5", "1.0", "2.0"]
+        status = c.hot_path("cramped", "status")
+        # Nothing failed for good or went missing (a first write may have fit in the last pages).
+        assert status.queue_depth > 0 and status.failed == 0
+        assert status.queue_depth + status.succeeded == accepted
+    # Space freed (restarted without the limit): every accepted write is applied.
+    server.stop()
+    server.env.pop("MNEMOSYNE_TEST_FAULTS")
+    server.restart()
+    with MemoryClient(server.target) as c:
+        flushed = c.hot_path("cramped", "flush", timeout_seconds=60)
+        assert c.hot_path("cramped", "status").succeeded == accepted
+        assert flushed.failed == 0
+        assert len(c.list_memories("cramped", page_size=1000).memories) == accepted
 
 
 def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory) -> None:  # type: ignore[no-untyped-def]

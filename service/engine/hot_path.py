@@ -54,6 +54,9 @@ INDEX_FILE_NAME = "hot_path_pending.sqlite"
 # A drained tenant leaves the recovery index only after staying idle this long: a busy tenant's
 # queue drains and refills constantly, and each re-add costs the enqueue that makes it an fsync.
 UNINDEX_AFTER_IDLE_SECONDS = 30.0
+# A round that fails in the store (not an operation's own failure) is retried after this, doubling.
+ROUND_RETRY_SECONDS = 0.5
+ROUND_RETRY_MAX_SECONDS = 30.0
 _FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 _STREAM_CHUNK = 500
@@ -287,6 +290,7 @@ class HotPath:
         # tenant -> monotonic time its queue was last seen drained; changed only under the
         # tenant's write lock, so "still here" means "nothing was enqueued since".
         self._idle_since: dict[str, float] = {}
+        self._round_failures: dict[str, int] = {}  # tenant -> store failures in a row
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -421,12 +425,18 @@ class HotPath:
             more = False
             try:
                 more = self._round(tenant)
+                self._round_failures.pop(tenant, None)
             except Exception:
                 if self._scheduler.stopping:
                     return
-                log.exception("hot-path round failed for tenant %s; retrying shortly", tenant)
-                time.sleep(0.5)
-                more = True
+                # The store itself failed (a full disk, say): the operations stay pending and the
+                # tenant is taken again after a backoff doubling up to a limit, so a lasting
+                # fault neither spins a worker nor floods the log; the other tenants go on.
+                failures = self._round_failures.get(tenant, 0) + 1
+                self._round_failures[tenant] = failures
+                delay = min(ROUND_RETRY_MAX_SECONDS, ROUND_RETRY_SECONDS * 2 ** (failures - 1))
+                log.exception("hot-path round failed for tenant %s (%d in a row); retrying in %.1fs", tenant, failures, delay)
+                self._scheduler.notify_at(tenant, time.time() + delay)
             finally:
                 self._scheduler.done(tenant, more)
 
