@@ -83,13 +83,19 @@ def similar_rows(
     # (stored, new) then transposed: one pass over the stored matrix in its row-major order, the
     # same product Recall makes, for every new vector at once.
     scores = (matrix @ vectors.T).T
-    out: list[list[tuple[int, float]]] = []
-    for row in scores:
-        hits = np.flatnonzero(row >= threshold)
+    out: list[list[tuple[int, float]]] = [[] for _ in range(len(vectors))]
+    # One comparison and one nonzero for the whole (new, stored) block; Python work only for the
+    # few rows that have a hit (most new memories have none). ``cols`` ascend within each row, as
+    # a per-row flatnonzero would give them.
+    rows, cols = np.nonzero(scores >= threshold)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else rows
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(rows)]):
+        r = int(rows[start])
+        row, hits = scores[r], cols[start:end]
         if len(hits) > limit:
             hits = hits[np.argpartition(-row[hits], limit - 1)[:limit]]
         hits = hits[np.argsort(-row[hits], kind="stable")]
-        out.append([(int(ids[i]), float(row[i])) for i in hits])
+        out[r] = [(int(ids[i]), float(row[i])) for i in hits]
     return out
 
 
@@ -188,13 +194,16 @@ class InFlight:
     @contextmanager
     def claim(self, tenant: str, fingerprints: Iterable[str]) -> Iterator[None]:
         mine: list[tuple[str, str]] = []
+        # One event for all of this claim's keys (they are released together): a batch of 500
+        # costs one Event, not 500.
+        released = threading.Event()
         try:
             for key in sorted({(tenant, f) for f in fingerprints}):
                 while True:
                     with self._lock:
                         owner = self._owners.get(key)
                         if owner is None:
-                            self._owners[key] = threading.Event()
+                            self._owners[key] = released
                             mine.append(key)
                             break
                     if not owner.wait(self.WAIT_SECONDS):
@@ -203,4 +212,5 @@ class InFlight:
         finally:
             with self._lock:
                 for key in mine:
-                    self._owners.pop(key).set()
+                    del self._owners[key]
+            released.set()

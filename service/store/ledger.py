@@ -19,9 +19,14 @@ from typing import Any, Iterable, Mapping, Sequence
 GENESIS_HASH = "0" * 64
 
 
+# What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on
+# every call, built once (the same bytes; several calls per retained memory).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """One byte-exact JSON form for hashing: sorted keys, no spaces, UTF-8 text kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(data: str | bytes) -> str:
@@ -35,11 +40,11 @@ def chain_hash(previous_hash: str, entry_json: str) -> str:
 
 
 def facts_digest(facts: Sequence[tuple[str, str, str]]) -> str:
-    return sha256_hex(canonical_json([list(f) for f in facts]))
+    return sha256_hex(canonical_json(list(facts)))  # tuples encode as JSON arrays, like lists
 
 
 def triples_digest(triples: Sequence[tuple[str, str, str]]) -> str:
-    return sha256_hex(canonical_json([list(t) for t in triples]))
+    return sha256_hex(canonical_json(list(triples)))
 
 
 @dataclass(frozen=True)
