@@ -243,7 +243,7 @@ class Engine:
             except InvalidArgument as exc:
                 outcomes[position] = RetainOutcome(RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message)
                 continue
-            scope = check.validate_scope(item.scope)
+            scope = item.scope or "global"  # validated just above
             item = RetainItem(item.text, scope, dict(item.metadata))
             prepared.append(
                 PreparedItem(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))

@@ -72,6 +72,21 @@ _COPULA_VERB = re.compile(r"\s(?:is|are|was|were)\s", re.I)
 _COLON = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?P<p>status|state|owner|priority|email|phone|address|name)\s*:\s*(?P<o>.{1,120}?)\s*$", re.I)
 
 
+def _sentences(text: str) -> list[str]:
+    """``_SENTENCE_BREAK.split(text)``, without running the regex on the common text that has no
+    line break and no ".", "!" or "?" followed by white space (``str.isspace`` is ``\\s``)."""
+    if "\n" in text:
+        return _SENTENCE_BREAK.split(text)
+    last = len(text) - 1
+    for mark in ".!?":
+        at = text.find(mark)
+        while 0 <= at < last:
+            if text[at + 1].isspace():
+                return _SENTENCE_BREAK.split(text)
+            at = text.find(mark, at + 1)
+    return [text]
+
+
 def _clean(text: str) -> str:
     return " ".join(text.strip().strip("\"'").split()).lower()
 
@@ -116,7 +131,7 @@ class RulesExtractor(Extractor):
                 add("quantity", value, " ".join(value.lower().replace(",", "").split()))
 
         triples: list[Triple] = []
-        for sentence in _SENTENCE_BREAK.split(text):
+        for sentence in _sentences(text):
             sentence = sentence.strip().rstrip(".!?")
             if len(sentence) > 240:
                 continue
