@@ -99,6 +99,27 @@ def similar_rows(
     return out
 
 
+def similar_earlier(vectors: np.ndarray, threshold: float, *, block: int = 128) -> list[list[int]]:
+    """For each row j of ``vectors``: the rows i < j with cosine >= threshold, best first (equal
+    cosines: lower i first), as ``similar_rows(vectors, arange, vectors, threshold)`` filtered to
+    i < j would give them, computing only the lower triangle (blocks of rows against the rows
+    before their end: about half the products) and touching in Python only the pairs found."""
+    n = len(vectors)
+    out: list[list[int]] = [[] for _ in range(n)]
+    for start in range(0, n, block):
+        end = min(n, start + block)
+        scores = vectors[start:end] @ vectors[:end].T  # (rows of this block, every row up to its end)
+        rows, cols = np.nonzero(scores >= threshold)
+        keep = cols < rows + start  # earlier rows only: never itself, never a later one
+        rows, cols = rows[keep], cols[keep]
+        if len(rows) == 0:
+            continue
+        order = np.lexsort((cols, -scores[rows, cols], rows))  # by row, then best first, then i
+        for r, c in zip(rows[order].tolist(), cols[order].tolist()):
+            out[start + r].append(c)
+    return out
+
+
 def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
     """Every pair (lower id, higher id, cosine) of stored rows with cosine >= threshold.
 

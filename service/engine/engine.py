@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import unicodedata
+from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
+# From this many items to extract, a write looks for near duplicates on a helper thread while it
+# extracts (engine.extract_missing); below it, the thread would cost more than it hides.
+_OVERLAP_MIN_ITEMS = 32
 _VECTOR_CACHE = "vectors"
 
 
@@ -157,6 +161,8 @@ class Engine:
             faults=config.store_faults,
         )
         self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
+        # Threads start on first use; see extract_missing.
+        self._helper = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="near-duplicates")
         from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
 
         if config.test_poison_marker:
@@ -165,11 +171,13 @@ class Engine:
             self.hot_path = HotPath(self)
             self.hot_path.start()
         except BaseException:
+            self._helper.shutdown()
             self.pool.close()  # release the directory lock for the next attempt
             raise
 
     def close(self) -> None:
         self.hot_path.stop()
+        self._helper.shutdown()
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -309,6 +317,29 @@ class Engine:
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
+        if len(todo) < _OVERLAP_MIN_ITEMS:
+            extracted = self._extract(todo, errors)
+            self._embed(extracted)
+            if errors:
+                new = [p for p in new if p.position not in errors]
+            # DEDUP: near duplicates of every new item (also one whose extraction and vector were
+            # restored, e.g. from an operation log), looked up here outside the write transaction.
+            self._find_near_duplicates(store, new)
+            return
+        # A large batch: embed first, then look for near duplicates on a helper thread (its matrix
+        # products run without the GIL, on another core) while this thread extracts. Outcomes are
+        # the sequential ones: an item whose extraction fails (hot path) is never written, and
+        # apply_prepared names only items of the batch that were created.
+        self._embed(todo)
+        lookup = self._helper.submit(self._find_near_duplicates, store, new)
+        try:
+            self._extract(todo, errors)
+        finally:
+            futures.wait([lookup])  # never leave the helper reading a store we may release
+        lookup.result()
+
+    def _extract(self, todo: Sequence[PreparedItem], errors: dict[int, Exception] | None) -> list[PreparedItem]:
+        """Extract each item; with ``errors``, a failure is recorded and the others go on."""
         extracted = []
         for p in todo:
             if errors is None:
@@ -320,15 +351,13 @@ class Engine:
                 extracted.append(p)
             except Exception as exc:  # the model failed on this item; the others go on
                 errors[p.position] = exc
-        if extracted:
-            vectors = self.embedder.embed([p.item.text for p in extracted])
-            for p, vector in zip(extracted, vectors):
+        return extracted
+
+    def _embed(self, items: Sequence[PreparedItem]) -> None:
+        if items:
+            vectors = self.embedder.embed([p.item.text for p in items])
+            for p, vector in zip(items, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
-        if errors:
-            new = [p for p in new if p.position not in errors]
-        # DEDUP: near duplicates of every new item (also one whose extraction and vector were
-        # restored, e.g. from an operation log), looked up here outside the write transaction.
-        self._find_near_duplicates(store, new)
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
@@ -352,11 +381,11 @@ class Engine:
         for p, hits in zip(todo, similar):
             p.near_duplicate_of = dedup.same_atoms_filter(p.item.scope, p.item.text, [i for i, _ in hits], known)
         if len(todo) > 1:
-            batch = {j: dedup.Candidate(q.item.scope, q.item.text) for j, q in enumerate(todo)}
-            inner = dedup.similar_rows(vectors, np.arange(len(todo)), vectors, threshold, limit=len(todo))
-            for j, (p, hits) in enumerate(zip(todo, inner)):
-                earlier = [i for i, _ in hits if i < j]
-                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, earlier, batch)]
+            earlier = dedup.similar_earlier(vectors, threshold)
+            named = {i for hits in earlier for i in hits}
+            batch = {i: dedup.Candidate(todo[i].item.scope, todo[i].item.text) for i in named}
+            for p, hits in zip(todo, earlier):
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, hits, batch)]
 
     def _vector_index(self, store: TenantStore) -> VectorIndex:
         index = store.cache.get(_VECTOR_CACHE)
