@@ -535,16 +535,13 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         return seq
 
-    def insert_memory(self, memory: NewMemory) -> int:
-        """Body, facts, triples, embedding, full-text row and ledger entry: all or nothing with
-        the enclosing transaction. Raises ``apsw.ConstraintError`` on a duplicate fingerprint."""
-        return self.insert_memories([memory])[0]
-
     def insert_memories(self, memories: Sequence[NewMemory]) -> list[int]:
-        """``insert_memory`` for several memories, in order, with one statement per table (not per
-        memory): the same ids (the AUTOINCREMENT ones SQLite would give), rows and ledger entries
-        (one ``retain`` entry per memory, chained in order) as inserting them one by one. The
-        caller isolates failures (a savepoint); a failure leaves a partial insert behind."""
+        """Body, facts, triples, embedding, full-text row and ledger entry of each memory, in
+        order, with one statement per table (not per memory): the same ids (the AUTOINCREMENT ones
+        SQLite would give), rows and ledger entries (one ``retain`` entry per memory, chained in
+        order) as inserting them one by one. All or nothing with the enclosing transaction; the
+        caller isolates a failure with a savepoint (a failure leaves a partial insert behind).
+        Raises ``apsw.ConstraintError`` on a duplicate fingerprint."""
         if not memories:
             return []
         c = self.connection
