@@ -83,13 +83,40 @@ def similar_rows(
     # (stored, new) then transposed: one pass over the stored matrix in its row-major order, the
     # same product Recall makes, for every new vector at once.
     scores = (matrix @ vectors.T).T
-    out: list[list[tuple[int, float]]] = []
-    for row in scores:
-        hits = np.flatnonzero(row >= threshold)
+    out: list[list[tuple[int, float]]] = [[] for _ in range(len(vectors))]
+    # One comparison and one nonzero for the whole (new, stored) block; Python work only for the
+    # few rows that have a hit (most new memories have none). ``cols`` ascend within each row, as
+    # a per-row flatnonzero would give them.
+    rows, cols = np.nonzero(scores >= threshold)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else rows
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(rows)]):
+        r = int(rows[start])
+        row, hits = scores[r], cols[start:end]
         if len(hits) > limit:
             hits = hits[np.argpartition(-row[hits], limit - 1)[:limit]]
         hits = hits[np.argsort(-row[hits], kind="stable")]
-        out.append([(int(ids[i]), float(row[i])) for i in hits])
+        out[r] = [(int(ids[i]), float(row[i])) for i in hits]
+    return out
+
+
+def similar_earlier(vectors: np.ndarray, threshold: float, *, block: int = 128) -> list[list[int]]:
+    """For each row j of ``vectors``: the rows i < j with cosine >= threshold, best first (equal
+    cosines: lower i first), as ``similar_rows(vectors, arange, vectors, threshold)`` filtered to
+    i < j would give them, computing only the lower triangle (blocks of rows against the rows
+    before their end: about half the products) and touching in Python only the pairs found."""
+    n = len(vectors)
+    out: list[list[int]] = [[] for _ in range(n)]
+    for start in range(0, n, block):
+        end = min(n, start + block)
+        scores = vectors[start:end] @ vectors[:end].T  # (rows of this block, every row up to its end)
+        rows, cols = np.nonzero(scores >= threshold)
+        keep = cols < rows + start  # earlier rows only: never itself, never a later one
+        rows, cols = rows[keep], cols[keep]
+        if len(rows) == 0:
+            continue
+        order = np.lexsort((cols, -scores[rows, cols], rows))  # by row, then best first, then i
+        for r, c in zip(rows[order].tolist(), cols[order].tolist()):
+            out[start + r].append(c)
     return out
 
 
@@ -188,13 +215,16 @@ class InFlight:
     @contextmanager
     def claim(self, tenant: str, fingerprints: Iterable[str]) -> Iterator[None]:
         mine: list[tuple[str, str]] = []
+        # One event for all of this claim's keys (they are released together): a batch of 500
+        # costs one Event, not 500.
+        released = threading.Event()
         try:
             for key in sorted({(tenant, f) for f in fingerprints}):
                 while True:
                     with self._lock:
                         owner = self._owners.get(key)
                         if owner is None:
-                            self._owners[key] = threading.Event()
+                            self._owners[key] = released
                             mine.append(key)
                             break
                     if not owner.wait(self.WAIT_SECONDS):
@@ -203,4 +233,5 @@ class InFlight:
         finally:
             with self._lock:
                 for key in mine:
-                    self._owners.pop(key).set()
+                    del self._owners[key]
+            released.set()

@@ -17,6 +17,8 @@ import os
 import signal
 import time
 import unicodedata
+from concurrent import futures
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -63,6 +65,9 @@ from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
+# From this many items to extract, a write looks for near duplicates on a helper thread while it
+# extracts (engine.extract_missing); below it, the thread would cost more than it hides.
+_OVERLAP_MIN_ITEMS = 32
 _VECTOR_CACHE = "vectors"
 
 
@@ -103,6 +108,11 @@ def normalise_text(text: str) -> str:
 def fingerprint(scope: str, text: str) -> str:
     """Identity of content for exact dedup: scope and normalised text (never metadata)."""
     return ledger.sha256_hex(scope + "\n" + normalise_text(text))
+
+
+@contextmanager
+def _no_savepoint() -> Iterator[None]:
+    yield
 
 
 def _memory(row: MemoryRow) -> Memory:
@@ -159,6 +169,8 @@ class Engine:
             faults=config.store_faults,
         )
         self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
+        # Threads start on first use; see extract_missing.
+        self._helper = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="near-duplicates")
         from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
 
         if config.test_poison_marker:
@@ -167,11 +179,13 @@ class Engine:
             self.hot_path = HotPath(self)
             self.hot_path.start()
         except BaseException:
+            self._helper.shutdown()
             self.pool.close()  # release the directory lock for the next attempt
             raise
 
     def close(self) -> None:
         self.hot_path.stop()
+        self._helper.shutdown()
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -245,7 +259,7 @@ class Engine:
             except InvalidArgument as exc:
                 outcomes[position] = RetainOutcome(RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message)
                 continue
-            scope = check.validate_scope(item.scope)
+            scope = item.scope or "global"  # validated just above
             item = RetainItem(item.text, scope, dict(item.metadata))
             prepared.append(
                 PreparedItem(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
@@ -298,7 +312,7 @@ class Engine:
         known: set[str] = set()
         if not force:
             with store.read() as txn:
-                known = {p.fingerprint for p in prepared if txn.find_by_fingerprint(p.fingerprint) is not None}
+                known = set(txn.find_by_fingerprints([p.fingerprint for p in prepared]))
         batch_seen: set[str] = set()
         todo = []
         new = []
@@ -311,6 +325,29 @@ class Engine:
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
+        if len(todo) < _OVERLAP_MIN_ITEMS:
+            extracted = self._extract(todo, errors)
+            self._embed(extracted)
+            if errors:
+                new = [p for p in new if p.position not in errors]
+            # DEDUP: near duplicates of every new item (also one whose extraction and vector were
+            # restored, e.g. from an operation log), looked up here outside the write transaction.
+            self._find_near_duplicates(store, new)
+            return
+        # A large batch: embed first, then look for near duplicates on a helper thread (its matrix
+        # products run without the GIL, on another core) while this thread extracts. Outcomes are
+        # the sequential ones: an item whose extraction fails (hot path) is never written, and
+        # apply_prepared names only items of the batch that were created.
+        self._embed(todo)
+        lookup = self._helper.submit(self._find_near_duplicates, store, new)
+        try:
+            self._extract(todo, errors)
+        finally:
+            futures.wait([lookup])  # never leave the helper reading a store we may release
+        lookup.result()
+
+    def _extract(self, todo: Sequence[PreparedItem], errors: dict[int, Exception] | None) -> list[PreparedItem]:
+        """Extract each item; with ``errors``, a failure is recorded and the others go on."""
         extracted = []
         for p in todo:
             if errors is None:
@@ -322,15 +359,13 @@ class Engine:
                 extracted.append(p)
             except Exception as exc:  # the model failed on this item; the others go on
                 errors[p.position] = exc
-        if extracted:
-            vectors = self.embedder.embed([p.item.text for p in extracted])
-            for p, vector in zip(extracted, vectors):
+        return extracted
+
+    def _embed(self, items: Sequence[PreparedItem]) -> None:
+        if items:
+            vectors = self.embedder.embed([p.item.text for p in items])
+            for p, vector in zip(items, vectors):
                 p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
-        if errors:
-            new = [p for p in new if p.position not in errors]
-        # DEDUP: near duplicates of every new item (also one whose extraction and vector were
-        # restored, e.g. from an operation log), looked up here outside the write transaction.
-        self._find_near_duplicates(store, new)
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
@@ -354,11 +389,11 @@ class Engine:
         for p, hits in zip(todo, similar):
             p.near_duplicate_of = dedup.same_atoms_filter(p.item.scope, p.item.text, [i for i, _ in hits], known)
         if len(todo) > 1:
-            batch = {j: dedup.Candidate(q.item.scope, q.item.text) for j, q in enumerate(todo)}
-            inner = dedup.similar_rows(vectors, np.arange(len(todo)), vectors, threshold, limit=len(todo))
-            for j, (p, hits) in enumerate(zip(todo, inner)):
-                earlier = [i for i, _ in hits if i < j]
-                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, earlier, batch)]
+            earlier = dedup.similar_earlier(vectors, threshold)
+            named = {i for hits in earlier for i in hits}
+            batch = {i: dedup.Candidate(todo[i].item.scope, todo[i].item.text) for i in named}
+            for p, hits in zip(todo, earlier):
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, hits, batch)]
 
     def _vector_index(self, store: TenantStore) -> VectorIndex:
         index = store.cache.get(_VECTOR_CACHE)
@@ -416,64 +451,128 @@ class Engine:
         """THE write of prepared items, shared by synchronous Retain and the hot-path workers:
         inside the caller's write transaction, re-check each fingerprint (exact dedup) and insert
         each new memory (body, facts, triples, embedding, full-text row, audit entry, conflict
-        adjudication, near duplicates) in its own savepoint. Fills ``results[p.position]``;
-        returns (created, duplicates). Counters are the caller's, so each path counts its own
-        work in its own transaction."""
-        check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared))
+        adjudication, near duplicates). Fills ``results[p.position]``; returns (created,
+        duplicates). Counters are the caller's, so each path counts its own work in its own
+        transaction.
+
+        The outcome is that of inserting the items one by one, each in its own savepoint (an item
+        that fails with ``per_item_errors`` is INVALID and the others go on), but the work is done
+        in runs: consecutive new memories are inserted with one statement per table. A run ends at
+        an item with attribute triples (conflict adjudication must see exactly the memories
+        before it) or before an item repeating a pending one's content. If anything in the runs
+        fails, the whole attempt is rolled back to a savepoint and redone item by item, so a
+        failure has exactly its one-by-one effect."""
+        stored = txn.find_by_fingerprints([p.fingerprint for p in prepared])
+        check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared), stored=stored)
+        # DEDUP: named only if still live now (a forget or merge may have raced us); nothing in
+        # this write forgets or merges, so one look serves every item.
+        named = sorted({i for p in prepared for i in p.near_duplicate_of})
+        live = set(self._still_live(txn, named))
+        if not per_item_errors:
+            # One failure fails the whole transaction anyway: no savepoint needed.
+            counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+        else:
+            try:
+                with txn.savepoint("runs"):
+                    counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+            except apsw.FullError:
+                raise  # the disk is full: no later item fits either; the whole write fails
+            except (apsw.Error, InjectedFault):
+                if not txn.alive:
+                    raise
+                counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=True)
+        check_bytes_quota(txn, self.limits)
+        return counts
+
+    def _apply_runs(
+        self,
+        txn: WriteTxn,
+        prepared: Sequence[PreparedItem],
+        results: list[RetainOutcome | None],
+        stored: Mapping[str, int],
+        live: set[int],
+        *,
+        one_by_one: bool,
+    ) -> tuple[int, int]:
         created = duplicates = 0
         created_ids: dict[int, int] = {}  # id(PreparedItem) -> memory id created in this commit
+        known = dict(stored)  # fingerprint -> memory id, as a one-by-one find_by_fingerprint sees it
+        run: list[PreparedItem] = []
+        pending: set[str] = set()
+
+        def flush() -> None:
+            nonlocal created
+            if not run:
+                return
+            now = time.time()
+            memories = [
+                NewMemory(
+                    scope=p.item.scope,
+                    body=p.item.text,
+                    metadata_json=p.metadata_json,
+                    fingerprint=p.fingerprint,
+                    facts=p.extraction.facts,  # type: ignore[union-attr]
+                    triples=p.extraction.triples,  # type: ignore[union-attr]
+                    embedding=p.vector,  # type: ignore[arg-type]
+                    fts_text=p.item.text,
+                    created_at=now,
+                )
+                for p in run
+            ]
+            last = run[-1]
+            try:
+                with txn.savepoint() if one_by_one else _no_savepoint():
+                    ids = txn.insert_memories(memories)
+                    # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only
+                    # a run's last item can have attribute triples, so it sees exactly the memories
+                    # inserted before it.
+                    supersedes = conflicts.adjudicate(
+                        txn, memory_id=ids[-1], scope=last.item.scope, triples=last.extraction.triples, at=now  # type: ignore[union-attr]
+                    )
+            except apsw.FullError:
+                raise
+            except (apsw.Error, InjectedFault) as exc:
+                if not one_by_one or not txn.alive:
+                    raise
+                results[last.position] = RetainOutcome(
+                    RetainStatus.INVALID,
+                    error_reason="ITEM_NOT_STORED",
+                    error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
+                )
+                run.clear()
+                pending.clear()
+                return
+            for p, memory_id in zip(run, ids):
+                created_ids[id(p)] = memory_id
+                known[p.fingerprint] = memory_id
+                results[p.position] = RetainOutcome(
+                    RetainStatus.CREATED,
+                    memory_id=memory_id,
+                    near_duplicate_of=tuple(
+                        [i for i in p.near_duplicate_of if i in live]
+                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
+                    ),
+                    supersedes=tuple(supersedes) if p is last else (),
+                )
+            created += len(run)
+            run.clear()
+            pending.clear()
+
         for p in prepared:
-            existing = txn.find_by_fingerprint(p.fingerprint)
+            if p.fingerprint in pending:
+                flush()  # it repeats a memory of the run: name that memory's id
+            existing = known.get(p.fingerprint)
             if existing is not None:
                 results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
                 duplicates += 1
                 continue
             if p.extraction is None or p.vector is None:
-                raise ExtractionMissing()
-            try:
-                with txn.savepoint():
-                    now = time.time()
-                    memory_id = txn.insert_memory(
-                        NewMemory(
-                            scope=p.item.scope,
-                            body=p.item.text,
-                            metadata_json=p.metadata_json,
-                            fingerprint=p.fingerprint,
-                            facts=p.extraction.facts,
-                            triples=p.extraction.triples,
-                            embedding=p.vector,
-                            fts_text=p.item.text,
-                            created_at=now,
-                        )
-                    )
-                    # CONFLICTS: the newer fact supersedes older ones in this same transaction.
-                    supersedes = conflicts.adjudicate(
-                        txn, memory_id=memory_id, scope=p.item.scope, triples=p.extraction.triples, at=now
-                    )
-            except apsw.FullError:
-                raise  # the disk is full: no later item fits either; the whole write fails
-            except (apsw.Error, InjectedFault) as exc:
-                if not per_item_errors or not txn.alive:
-                    raise
-                results[p.position] = RetainOutcome(
-                    RetainStatus.INVALID,
-                    error_reason="ITEM_NOT_STORED",
-                    error_message=f"this item could not be stored ({type(exc).__name__}); the others were",
-                )
-                continue
-            results[p.position] = RetainOutcome(
-                RetainStatus.CREATED,
-                memory_id=memory_id,
-                # DEDUP: named only if still live now (a forget or merge may have raced us).
-                near_duplicate_of=tuple(
-                    self._still_live(txn, p.near_duplicate_of)
-                    + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
-                ),
-                supersedes=tuple(supersedes),
-            )
-            created += 1
-            created_ids[id(p)] = memory_id
-        check_bytes_quota(txn, self.limits)
+                raise ExtractionMissing()  # the whole attempt fails (rolled back) and is retried
+            run.append(p)
+            pending.add(p.fingerprint)
+            if one_by_one or any(conflicts.is_attribute(t) for t in p.extraction.triples):
+                flush()
+        flush()
         return created, duplicates
 
     @staticmethod

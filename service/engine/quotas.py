@@ -8,19 +8,25 @@ is kept. A quota of 0 means unlimited.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import ResourceExhausted
 from mnemosyne.store.tenant_store import ReadTxn
 
 
-def check_memory_quota(txn: ReadTxn, limits: Limits, fingerprints: Iterable[str]) -> None:
+def check_memory_quota(
+    txn: ReadTxn, limits: Limits, fingerprints: Iterable[str], *, stored: Mapping[str, int] | None = None
+) -> None:
     """Before inserting memories with these fingerprints (the ones already stored are duplicates
-    and add nothing): would the tenant hold more than its quota?"""
+    and add nothing): would the tenant hold more than its quota? ``stored`` is the caller's
+    ``find_by_fingerprints`` of them in this transaction, if it has it."""
     if limits.max_tenant_memories <= 0:
         return
-    adding = sum(1 for f in set(fingerprints) if txn.find_by_fingerprint(f) is None)
+    unique = set(fingerprints)
+    if stored is None:
+        stored = txn.find_by_fingerprints(list(unique))
+    adding = sum(1 for f in unique if f not in stored)
     if adding == 0:
         return
     live = txn.live_memory_count()

@@ -19,9 +19,16 @@ from typing import Any, Iterable, Mapping, Sequence
 GENESIS_HASH = "0" * 64
 
 
+# What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on
+# every call, built once (the same bytes; several calls per retained memory).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """One byte-exact JSON form for hashing: sorted keys, no spaces, UTF-8 text kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if not value and type(value) in (dict, list):  # most metadata, facts and triples are empty
+        return "{}" if type(value) is dict else "[]"
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(data: str | bytes) -> str:
@@ -34,12 +41,17 @@ def chain_hash(previous_hash: str, entry_json: str) -> str:
     return sha256_hex(previous_hash.encode("ascii") + entry_json.encode("utf-8"))
 
 
+_EMPTY_LIST_SHA = sha256_hex("[]")
+_EMPTY_OBJECT_SHA = sha256_hex("{}")
+
+
 def facts_digest(facts: Sequence[tuple[str, str, str]]) -> str:
-    return sha256_hex(canonical_json([list(f) for f in facts]))
+    # Tuples encode as JSON arrays, like lists; most memories have no facts.
+    return sha256_hex(canonical_json(list(facts))) if facts else _EMPTY_LIST_SHA
 
 
 def triples_digest(triples: Sequence[tuple[str, str, str]]) -> str:
-    return sha256_hex(canonical_json([list(t) for t in triples]))
+    return sha256_hex(canonical_json(list(triples))) if triples else _EMPTY_LIST_SHA
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,7 @@ class MemoryDigest:
         return cls(
             scope=scope,
             body=sha256_hex(body),
-            metadata=sha256_hex(metadata_json),
+            metadata=_EMPTY_OBJECT_SHA if metadata_json == "{}" else sha256_hex(metadata_json),
             facts=facts_digest(facts),
             triples=triples_digest(triples),
             embedding=sha256_hex(embedding),

@@ -33,6 +33,8 @@ from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
+# Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
+_IN_CHUNK = 500
 _CONNECTION_HOOKS = [
     hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")
 ]
@@ -332,6 +334,21 @@ class ReadTxn(OplogReads):
         """The memory holding this content; for a merged memory, the one it was merged into."""
         return self._one("SELECT coalesce(merged_into, id) FROM memories WHERE fingerprint = ?", (fingerprint,))
 
+    def find_by_fingerprints(self, fingerprints: Sequence[str]) -> dict[str, int]:
+        """``find_by_fingerprint`` for many at once: {fingerprint: memory id} of those stored."""
+        found: dict[str, int] = {}
+        unique = list(dict.fromkeys(fingerprints))
+        for start in range(0, len(unique), _IN_CHUNK):
+            chunk = unique[start : start + _IN_CHUNK]
+            found.update(
+                self.connection.execute(
+                    "SELECT fingerprint, coalesce(merged_into, id) FROM memories "
+                    f"WHERE fingerprint IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
+        return found
+
     # -- memories -------------------------------------------------------------------------------
 
     def memories_by_ids(self, ids: Sequence[int], *, with_details: bool = True) -> dict[int, MemoryRow]:
@@ -550,13 +567,11 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
 
     def add_counters(self, deltas: dict[str, int]) -> None:
-        for name, delta in deltas.items():
-            if delta:
-                self.connection.execute(
-                    "INSERT INTO counters(name, value) VALUES(?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                    (name, delta),
-                )
+        self.connection.executemany(
+            "INSERT INTO counters(name, value) VALUES(?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            [(name, delta) for name, delta in deltas.items() if delta],
+        )
 
     def save_request(self, request_id: str, method: str, payload_hash: str, result_json: str) -> None:
         self.connection.execute(
@@ -579,43 +594,76 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         return seq
 
-    def insert_memory(self, memory: NewMemory) -> int:
-        """Body, facts, triples, embedding, full-text row and ledger entry: all or nothing with
-        the enclosing transaction. Raises ``apsw.ConstraintError`` on a duplicate fingerprint."""
+    def insert_memories(self, memories: Sequence[NewMemory]) -> list[int]:
+        """Body, facts, triples, embedding, full-text row and ledger entry of each memory, in
+        order, with one statement per table (not per memory): the same ids (the AUTOINCREMENT ones
+        SQLite would give), rows and ledger entries (one ``retain`` entry per memory, chained in
+        order) as inserting them one by one. All or nothing with the enclosing transaction; the
+        caller isolates a failure with a savepoint (a failure leaves a partial insert behind).
+        Raises ``apsw.ConstraintError`` on a duplicate fingerprint."""
+        if not memories:
+            return []
         c = self.connection
-        c.execute(
-            "INSERT INTO memories(scope, body, metadata, fingerprint, created_at, ledger_seq) VALUES(?, ?, ?, ?, ?, 0)",
-            (memory.scope, memory.body, memory.metadata_json, memory.fingerprint, memory.created_at),
+        # The ids SQLite would assign one by one: past the largest ever used (AUTOINCREMENT).
+        first_id = 1 + self._one(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0), "
+            "coalesce((SELECT max(id) FROM memories), 0))"
         )
-        memory_id = c.last_insert_rowid()
-        self._fault_point("after_body", memory.body)
+        ids = list(range(first_id, first_id + len(memories)))
+        head_seq, head_hash = self.ledger_head()
+        # Each memory row names its ledger entry, whose sequence number is known before either
+        # exists (entries are appended in this order), so no UPDATE afterwards.
+        c.executemany(
+            "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            [
+                (memory_id, m.scope, m.body, m.metadata_json, m.fingerprint, m.created_at, head_seq + 1 + i)
+                for i, (memory_id, m) in enumerate(zip(ids, memories))
+            ],
+        )
+        self._fault_points("after_body", memories)
         c.executemany(
             "INSERT INTO facts(memory_id, ord, kind, value, normalized) VALUES(?, ?, ?, ?, ?)",
-            [(memory_id, i, *fact) for i, fact in enumerate(memory.facts)],
+            [(memory_id, i, *fact) for memory_id, m in zip(ids, memories) for i, fact in enumerate(m.facts)],
         )
-        self._fault_point("after_facts", memory.body)
+        self._fault_points("after_facts", memories)
         c.executemany(
             "INSERT INTO triples(memory_id, ord, subject, predicate, object) VALUES(?, ?, ?, ?, ?)",
-            [(memory_id, i, *triple) for i, triple in enumerate(memory.triples)],
+            [(memory_id, i, *triple) for memory_id, m in zip(ids, memories) for i, triple in enumerate(m.triples)],
         )
-        self._fault_point("after_triples", memory.body)
-        c.execute("INSERT INTO embeddings(memory_id, vector) VALUES(?, ?)", (memory_id, memory.embedding))
-        self._fault_point("after_embedding", memory.body)
-        c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, memory.fts_text))
-        self._fault_point("after_fts", memory.body)
-        digest = ledger.MemoryDigest.of(
-            scope=memory.scope,
-            body=memory.body,
-            metadata_json=memory.metadata_json,
-            facts=memory.facts,
-            triples=memory.triples,
-            embedding=memory.embedding,
-            fingerprint=memory.fingerprint,
+        self._fault_points("after_triples", memories)
+        c.executemany(
+            "INSERT INTO embeddings(memory_id, vector) VALUES(?, ?)", [(i, m.embedding) for i, m in zip(ids, memories)]
         )
-        seq = self.append_ledger({"op": "retain", "memory_id": memory_id, **digest.as_entry_fields()})
-        c.execute("UPDATE memories SET ledger_seq = ? WHERE id = ?", (seq, memory_id))
-        self._fault_point("after_ledger", memory.body)
-        return memory_id
+        self._fault_points("after_embedding", memories)
+        c.executemany(
+            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", [(i, m.fts_text) for i, m in zip(ids, memories)]
+        )
+        self._fault_points("after_fts", memories)
+        now = time.time()
+        rows = []
+        for i, (memory_id, m) in enumerate(zip(ids, memories)):
+            digest = ledger.MemoryDigest.of(
+                scope=m.scope,
+                body=m.body,
+                metadata_json=m.metadata_json,
+                facts=m.facts,
+                triples=m.triples,
+                embedding=m.embedding,
+                fingerprint=m.fingerprint,
+            )
+            seq = head_seq + 1 + i
+            entry_json = ledger.canonical_json({"op": "retain", "memory_id": memory_id, **digest.as_entry_fields(), "seq": seq})
+            head_hash = ledger.chain_hash(head_hash, entry_json)
+            rows.append((seq, now, entry_json, head_hash))
+        c.executemany("INSERT INTO ledger(seq, at, entry, hash) VALUES(?, ?, ?, ?)", rows)
+        self._fault_points("after_ledger", memories)
+        return ids
+
+    def _fault_points(self, name: str, memories: Sequence[NewMemory]) -> None:
+        if self._faults:  # test seams only; nothing to check in production
+            for m in memories:
+                self._fault_point(name, m.body)
 
     def forget_memory(self, memory_id: int) -> bool:
         """Erase text and derived rows, keep the row and its id. False if already forgotten."""

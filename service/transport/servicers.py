@@ -54,7 +54,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         outcomes = self._engine.retain_batch(
             request.tenant, items, request_id=request.request_id or None, fast=request.fast
         )
-        return memory_pb2.RetainBatchResponse(results=[convert.to_retain_result(o) for o in outcomes])
+        return convert.to_retain_batch_response(outcomes)
 
     def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:
         started = time.perf_counter()
