@@ -200,6 +200,8 @@ class TenantStore:
         try:
             connection.pragma("synchronous", self._synchronous)
             return connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return 0, 0  # another connection is checkpointing (a closing writer): it does the work
         finally:
             connection.close()
 
