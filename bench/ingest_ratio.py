@@ -44,24 +44,24 @@ def bench_engine(items: int, batch: int, synchronous: str) -> tuple[float, float
 
 
 def bench_grpc(items: int, batch: int, synchronous: str) -> tuple[float, float]:
-    from mnemosyne.drills import DrillServer
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.server_process import ServerProcess
 
     with tempfile.TemporaryDirectory() as d:
-        server = DrillServer(Path(d) / "data", env={}, args=["--synchronous", synchronous])
-        client = server.start()
+        server = ServerProcess(Path(d) / "data", args=["--synchronous", synchronous]).start()
         try:
-            single = texts(items, "single")
-            start = time.perf_counter()
-            for text in single:
-                client.retain("single", text, request_id=uuid.uuid4().hex)
-            single_us = (time.perf_counter() - start) / items * 1e6
-            batched = texts(items, "batched")
-            start = time.perf_counter()
-            for i in range(0, items, batch):
-                client.retain_batch("batched", batched[i : i + batch])
-            batch_us = (time.perf_counter() - start) / items * 1e6
+            with MemoryClient(server.target, timeout=600) as client:
+                single = texts(items, "single")
+                start = time.perf_counter()
+                for text in single:
+                    client.retain("single", text, request_id=uuid.uuid4().hex)
+                single_us = (time.perf_counter() - start) / items * 1e6
+                batched = texts(items, "batched")
+                start = time.perf_counter()
+                for i in range(0, items, batch):
+                    client.retain_batch("batched", batched[i : i + batch])
+                batch_us = (time.perf_counter() - start) / items * 1e6
         finally:
-            client.close()
             server.stop()
     return single_us, batch_us
 
