@@ -81,7 +81,9 @@ class VectorIndex:
             return
         needed = self._count + len(rows)
         if needed > self._buffer.shape[1]:
-            capacity = max(needed, 2 * self._buffer.shape[1], 256)
+            # Small first: a tenant of a few memories keeps a few KB (its buffer is fully resident:
+            # every dimension row is written), and doubling keeps appends amortised O(1).
+            capacity = max(needed, 2 * self._buffer.shape[1], 16)
             buffer = np.zeros((self.dim, capacity), dtype=np.float32)
             buffer[:, : self._count] = self._buffer[:, : self._count]
             row_copy = np.zeros((capacity, self.dim), dtype=np.float16)
