@@ -259,3 +259,16 @@ def test_raw_grpc_errors_carry_error_info_reason(target: str) -> None:
         detail = error_info(info.value)
         assert detail is not None and detail.reason == "TENANT_INVALID" and detail.domain == "mnemosyne.v1"
         admin_pb2_grpc.AdminServiceStub(channel).Ping(admin_pb2.PingRequest())
+
+
+def test_recall_retain_and_ping_report_their_server_side_time(client: MemoryClient, tenant: str) -> None:
+    """The benchmarks separate the server's own time from the gRPC floor with this header."""
+    calls = [
+        (client.memory.Retain, memory_pb2.RetainRequest(tenant=tenant, text="timed write: crate CR-1", request_id="t1")),
+        (client.memory.Recall, memory_pb2.RecallRequest(tenant=tenant, query="crate CR-1", k=3)),
+        (client.admin.Ping, admin_pb2.PingRequest()),
+    ]
+    for method, request in calls:
+        _, call = method.with_call(request, metadata=client.call_metadata, timeout=30)
+        micros = float(dict(call.trailing_metadata())["mnemosyne-server-time-us"])
+        assert 0 < micros < 30e6

@@ -18,8 +18,9 @@ SERVER_TIME_KEY = "mnemosyne-server-time-us"
 def _report_server_time(context: grpc.ServicerContext, started: float) -> None:
     """Time spent in the handler (engine and response building), as trailing metadata.
 
-    Cheap (one clock read and one header), so it is always on; bench/latency.py reads it to
-    separate the server's own time from the gRPC and network floor.
+    Cheap (one clock read and one header), so it is always on (Recall, Retain, Ping);
+    bench/latency.py and bench/ingest.py read it to separate the server's own time from the gRPC
+    and network floor.
     """
     elapsed_us = (time.perf_counter() - started) * 1e6
     context.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
@@ -30,6 +31,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self._engine = engine
 
     def Retain(self, request: memory_pb2.RetainRequest, context: grpc.ServicerContext) -> memory_pb2.RetainResponse:
+        started = time.perf_counter()
+        response = self._retain(request)
+        _report_server_time(context, started)
+        return response
+
+    def _retain(self, request: memory_pb2.RetainRequest) -> memory_pb2.RetainResponse:
         if request.messages:
             if request.text:
                 raise InvalidArgument("give either text or messages, not both", reason="TEXT_AND_MESSAGES")
