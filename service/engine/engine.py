@@ -728,7 +728,7 @@ class Engine:
             with store.read() as txn:
                 self.check_embedder(txn, write=False)
                 ids = np.zeros(0, dtype=np.int64)
-                vectors = np.zeros((0, self.embedder.dim), dtype=np.float16)
+                vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
                 scores: np.ndarray | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []

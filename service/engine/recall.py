@@ -213,10 +213,10 @@ def fuse(
     # drifts (vector-only -0.040).
     if feedback > 0 and query_vector is not None and len(text_hits) and len(rows) > FEEDBACK_DOCS:
         best = rows[np.argsort(-fused, kind="stable")[:FEEDBACK_DOCS]]
-        refined = query_vector + feedback * vectors[best].astype(np.float32).mean(axis=0)
+        refined = query_vector + feedback * vectors[best].mean(axis=0)
         norm = float(np.linalg.norm(refined))
         if norm > 0:
-            refined_cosine = (vectors[rows].astype(np.float32) @ (refined / norm)).astype(np.float64)
+            refined_cosine = (vectors[rows] @ (refined / norm)).astype(np.float64)
             fused = text_weight * normalised + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
     # A vector candidate scores above 0 (top_rows); a text hit has bm25 > 0.
     keep = np.flatnonzero((fused > 0) & np.isfinite(cosine))
