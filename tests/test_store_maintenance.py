@@ -1,5 +1,7 @@
-"""WAL checkpoints run on a background thread, never inside a writer's COMMIT, and keep the WAL
-bounded; relaxed (sync=False) transactions leave the store's durability setting as it was."""
+"""Background store maintenance (store/maintenance.py): WAL checkpoints run on a background
+thread, never inside a writer's COMMIT, and keep the WAL bounded; the full-text index's segments
+are merged without changing any answer; relaxed (sync=False) transactions leave the store's
+durability setting as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import secrets
 import threading
 from pathlib import Path
 
-from mnemosyne.store.checkpointer import CHECKPOINT_PAGES
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 
@@ -52,9 +54,9 @@ def test_background_checkpoints_keep_the_wal_bounded(tmp_path: Path) -> None:
                 last = _blob()
                 with store.write() as txn:
                     txn.set_meta(f"blob-{i % 10}", last)
-                assert pool.checkpointer.wait_idle(timeout=30)
+                assert pool.maintainer.wait_idle(timeout=30)
             # 4,000 pages were written; the WAL was restarted after each background checkpoint.
-            assert pool.checkpointer.completed >= 3
+            assert pool.maintainer.completed >= 3
             assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 2 * 40
             with store.read() as txn:
                 assert txn.meta(f"blob-{i % 10}") == last
@@ -73,3 +75,49 @@ def test_an_unsynced_transaction_restores_the_durability_setting(tmp_path: Path)
             assert txn.meta("claim") == "1"
     finally:
         store.close()
+
+
+def _index_one_by_one(store: TenantStore, count: int) -> None:
+    """One full-text row per transaction: each commit adds a segment to the FTS5 index."""
+    for i in range(count):
+        with store.write() as txn:
+            txn.connection.execute(
+                "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)",
+                (i + 1, f"note {i} about crate CR-{i % 37} and shelf {i % 11} " + "filler " * (i % 5)),
+            )
+
+
+def _answers(store: TenantStore) -> list[list[int]]:
+    with store.read() as txn:
+        return [
+            [r[0] for r in txn.connection.execute(
+                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts), rowid",
+                (query,),
+            )]
+            for query in ('"crate" OR "cr 5"', '"shelf" AND "3"', '"filler"', '"note" OR "7"')
+        ]
+
+
+def test_merging_the_fulltext_index_changes_no_answer_and_finishes(tmp_path: Path) -> None:
+    store = TenantStore(tmp_path / "t.sqlite", write_lock=threading.RLock())
+    try:
+        _index_one_by_one(store, 300)
+        before = _answers(store)
+        assert store.merge_fulltext() > 0  # 300 commits left segments to merge
+        assert _answers(store) == before
+        assert store.merge_fulltext() == 0  # nothing left
+    finally:
+        store.close()
+
+
+def test_a_maintenance_pass_merges_the_fulltext_index(tmp_path: Path) -> None:
+    pool = TenantPool(tmp_path)
+    try:
+        with pool.tenant("busy", create=True) as store:
+            assert store is not None
+            _index_one_by_one(store, 300)
+            pool.maintainer.request("busy")
+            assert pool.maintainer.wait_idle(timeout=30)
+            assert store.merge_fulltext() == 0
+    finally:
+        pool.close()

@@ -1,13 +1,19 @@
-"""WAL checkpoints in the background, off every writer's path.
+"""Background store maintenance: full-text index merges and WAL checkpoints, off every writer's path.
 
 SQLite's automatic checkpoint runs inside the COMMIT that crosses the threshold, so one write in
 a few hundred pays for copying the whole WAL into the database file and syncing it: that write's
 latency, and the p99 of every short write (a hot-path enqueue above all), is the checkpoint's.
 Instead, the writer connection's WAL hook (called after each commit with the WAL's size) only
-names the tenant here, and one thread runs PASSIVE checkpoints on a connection of its own.
-PASSIVE never takes the write lock nor waits for readers: writers keep committing meanwhile, and
-the next write transaction after a complete checkpoint starts the WAL again from its beginning,
-so the file stays about ``CHECKPOINT_PAGES`` pages long.
+names the tenant here, and one thread maintains it:
+
+1. merges the full-text index's segments (FTS5 ``'merge'``, a few dozen pages per short
+   transaction, until nothing is left to merge). Every commit adds a segment; FTS5's own
+   automerge keeps them in levels, but a query still reads every segment: a tenant of 3,000
+   single writes answered a BM25 query in 331 us before a full merge and 76 us after;
+2. runs a PASSIVE checkpoint on a connection of its own. PASSIVE never takes the write lock nor
+   waits for readers: writers keep committing meanwhile, and the next write transaction after a
+   complete checkpoint starts the WAL again from its beginning, so the file stays about
+   ``CHECKPOINT_PAGES`` pages long.
 """
 
 from __future__ import annotations
@@ -16,19 +22,19 @@ import logging
 import threading
 from typing import Callable
 
-log = logging.getLogger("mnemosyne.store.checkpointer")
+log = logging.getLogger("mnemosyne.store.maintenance")
 
-# The same threshold as SQLite's default wal_autocheckpoint.
+# The same threshold as SQLite's default wal_autocheckpoint: one pass per ~4 MB of writes.
 CHECKPOINT_PAGES = 1000
 
 
-class Checkpointer:
-    """One daemon thread checkpointing the tenants named by ``request``, each at most once per
-    request burst. ``checkpoint(tenant)`` is supplied by the pool: it opens the tenant's store (if
-    it is still open) and checkpoints it."""
+class Maintainer:
+    """One daemon thread maintaining the tenants named by ``request``, each once per request
+    burst. ``maintain(tenant)`` is supplied by the pool: it maintains the tenant's store if it is
+    still open."""
 
-    def __init__(self, checkpoint: Callable[[str], None]) -> None:
-        self._checkpoint = checkpoint
+    def __init__(self, maintain: Callable[[str], None]) -> None:
+        self._maintain = maintain
         self._cond = threading.Condition()
         self._pending: dict[str, None] = {}  # insertion-ordered set
         self._busy = False
@@ -43,12 +49,12 @@ class Checkpointer:
                 return
             self._pending[tenant] = None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="wal-checkpointer", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="store-maintenance", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Block until every requested checkpoint has run (tests, benchmarks)."""
+        """Block until every requested pass has run (tests, benchmarks)."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
@@ -73,7 +79,7 @@ class Checkpointer:
                 del self._pending[tenant]
                 self._busy = True
             try:
-                self._checkpoint(tenant)
+                self._maintain(tenant)
                 self.completed += 1
-            except Exception:  # a failed checkpoint loses nothing: the frames stay in the WAL
-                log.exception("background WAL checkpoint failed for tenant %s", tenant)
+            except Exception:  # a failed pass loses nothing: the next one does the work
+                log.exception("background maintenance failed for tenant %s", tenant)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
-from mnemosyne.store.checkpointer import Checkpointer
+from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.tenant_store import TenantStore
 
@@ -105,7 +105,7 @@ class TenantPool:
         self._guard = threading.Lock()
         self._opening: dict[str, threading.Lock] = {}
         self._closed = False
-        self.checkpointer = Checkpointer(self._checkpoint)
+        self.maintainer = Maintainer(self._maintain)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -170,7 +170,7 @@ class TenantPool:
                     synchronous=self._synchronous,
                     max_readers=self._max_readers,
                     faults=self._faults,
-                    on_wal_growth=lambda: self.checkpointer.request(tenant),
+                    on_wal_growth=lambda: self.maintainer.request(tenant),
                 )
                 with self._guard:
                     self._opening.pop(tenant, None)
@@ -200,21 +200,23 @@ class TenantPool:
         for victim in victims:
             victim.close()
 
-    def _checkpoint(self, tenant: str) -> None:
-        """Checkpoint a tenant if its store is still open (closing a store checkpoints it)."""
+    def _maintain(self, tenant: str) -> None:
+        """Merge a tenant's full-text segments, then checkpoint it, if its store is still open
+        (closing a store checkpoints it; the next pass after it reopens merges)."""
         with self._guard:
             entry = self._open.get(tenant)
             if entry is None:
                 return
             entry.users += 1
         try:
+            entry.store.merge_fulltext()
             entry.store.checkpoint()
         finally:
             self._release(entry)
 
     def close(self) -> None:
         """Close every tenant file and release the directory. Idempotent."""
-        self.checkpointer.stop()
+        self.maintainer.stop()
         with self._guard:
             if self._closed:
                 return

@@ -27,12 +27,15 @@ import apsw.bestpractice
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted
 from mnemosyne.store import ledger
-from mnemosyne.store.checkpointer import CHECKPOINT_PAGES
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
+# Pages of full-text index merged per background transaction (store/maintenance.py).
+FULLTEXT_MERGE_PAGES = 32
+FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
 _CONNECTION_HOOKS = [
@@ -145,7 +148,8 @@ class TenantStore:
     ) -> None:
         """``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
         called after a commit each time the WAL has grown by ``CHECKPOINT_PAGES`` more pages, and
-        the caller runs ``checkpoint()`` from another thread (store/checkpointer.py)."""
+        the caller runs ``merge_fulltext()`` and ``checkpoint()`` from another thread
+        (store/maintenance.py)."""
         self.path = path
         self._synchronous = synchronous
         self._write_lock = write_lock
@@ -190,6 +194,25 @@ class TenantStore:
             self._wal_pages_announced = pages
             self._on_wal_growth()
         return apsw.SQLITE_OK
+
+    def merge_fulltext(self) -> int:
+        """Merge the full-text index's segments in short transactions of about
+        ``FULLTEXT_MERGE_PAGES`` pages each, until FTS5 finds nothing left to merge. Each holds
+        the write lock for a few milliseconds at most; none changes content, so none is synced
+        (a merge lost to a power cut is only done again). Returns the steps that did work."""
+        steps = 0
+        while steps < FULLTEXT_MERGE_MAX_STEPS:  # bounded: writers may keep adding segments
+            with self.write(sync=False) as txn:
+                before = txn.connection.total_changes()
+                # Negative: merge any segments, not only a level holding ``automerge`` of them.
+                txn.connection.execute(
+                    "INSERT INTO memories_fts(memories_fts, rank) VALUES('merge', ?)", (-FULLTEXT_MERGE_PAGES,)
+                )
+                worked = txn.connection.total_changes() - before >= 2  # FTS5's documented signal
+            if not worked:
+                break
+            steps += 1
+        return steps
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
