@@ -4,8 +4,8 @@
 
 Loads the tenant through RetainBatch, then reads: the tenant's files (database + WAL) per memory;
 the server's RSS before any tenant, after the load, and after the first recall (which builds the
-vector cache), per memory. The vector cache alone is ``dim * 4`` bytes of float32, ``dim * 2`` of
-its row-major float16 copy and an 8-byte id per memory (its buffers grow by doubling, so up to
+vector cache), per memory. The vector cache alone is ``dim * 4`` bytes of float32, as much again
+for its row-major copy, and an 8-byte id per memory (its buffers grow by doubling, so up to
 twice that is reserved).
 """
 
@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         "disk_bytes": disk, "disk_bytes_per_memory": disk / n,
         "rss_start": start_rss, "rss_loaded": loaded_rss, "rss_after_recall": recalled_rss,
         "ram_bytes_per_memory": (recalled_rss - start_rss) / n,
-        "vector_cache_bytes_per_memory": 384 * 4 + 384 * 2 + 8,
+        "vector_cache_bytes_per_memory": 384 * 4 * 2 + 8,
     }
     print_table(f"Memory at {n} memories in one tenant (mean text {text_bytes / n:.0f} bytes)", ["measure", "bytes per memory"], [
         ["disk (database + WAL)", round(disk / n)],
         ["RAM: server RSS growth, load + first recall", round((recalled_rss - start_rss) / n)],
-        ["RAM: of which vector cache (float32 x 384, float16 x 384 copy, id)", 384 * 4 + 384 * 2 + 8],
+        ["RAM: of which vector cache (float32 x 384, its row-major copy, id)", 384 * 4 * 2 + 8],
     ])
     write_json(args.out, result)
     return 0
