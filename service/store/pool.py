@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
-from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.locks import LockManager
+from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.tenant_store import TenantStore
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
