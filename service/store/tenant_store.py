@@ -27,8 +27,8 @@ import apsw.bestpractice
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted
 from mnemosyne.store import ledger
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
