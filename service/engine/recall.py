@@ -27,7 +27,7 @@ from mnemosyne.engine.terms import STOP_WORDS, words
 from mnemosyne.store.fts_stats import TextHits
 
 MAX_QUERY_TERMS = 64
-# Multiply dimension by dimension when at most 1/4 of the query's dimensions are non-zero.
+# The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
 SPARSE_QUERY_FRACTION = 4
 # Memories per block of the sparse product: the gathered block (used dimensions x block) stays in
 # cache for the product that reads it.
