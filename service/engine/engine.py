@@ -18,7 +18,7 @@ import signal
 import time
 import unicodedata
 from concurrent import futures
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -108,11 +108,6 @@ def normalise_text(text: str) -> str:
 def fingerprint(scope: str, text: str) -> str:
     """Identity of content for exact dedup: scope and normalised text (never metadata)."""
     return ledger.sha256_hex(scope + "\n" + normalise_text(text))
-
-
-@contextmanager
-def _no_savepoint() -> Iterator[None]:
-    yield
 
 
 def _memory(row: MemoryRow) -> Memory:
@@ -521,7 +516,7 @@ class Engine:
             ]
             last = run[-1]
             try:
-                with txn.savepoint() if one_by_one else _no_savepoint():
+                with txn.savepoint() if one_by_one else nullcontext():
                     ids = txn.insert_memories(memories)
                     # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only
                     # a run's last item can have attribute triples, so it sees exactly the memories
