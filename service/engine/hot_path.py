@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import apsw
 
+from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
@@ -322,6 +323,12 @@ class HotPath:
                 return
         self._note_depth(tenant, txn)
 
+    def _lag(self, tenant: str) -> float:
+        """Seconds the tenant's oldest open operation has waited (0 when none is known)."""
+        with self._depths_lock:
+            known = self._depths.get(tenant)
+        return time.time() - known[1] if known is not None and known[1] is not None else 0.0
+
     def queue_depth(self) -> tuple[int, float]:
         """(open operations over the tenants this process has seen, age in seconds of the
         oldest). A tenant recovered at start-up counts from its first worker round."""
@@ -418,11 +425,13 @@ class HotPath:
     # -- workers ---------------------------------------------------------------------------------
 
     def _work(self) -> None:
+        become_background_thread()
         while True:
             tenant = self._scheduler.take()
             if tenant is None:
                 return
             more = False
+            keep_up(self._lag(tenant))
             try:
                 more = self._round(tenant)
                 self._round_failures.pop(tenant, None)

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
+
+from mnemosyne.background import become_background_thread, keep_up
 
 log = logging.getLogger("mnemosyne.store.maintenance")
 
@@ -36,7 +39,7 @@ class Maintainer:
     def __init__(self, maintain: Callable[[str], None]) -> None:
         self._maintain = maintain
         self._cond = threading.Condition()
-        self._pending: dict[str, None] = {}  # insertion-ordered set
+        self._pending: dict[str, float] = {}  # tenant -> monotonic time of its first request, in order
         self._busy = False
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -47,7 +50,7 @@ class Maintainer:
         with self._cond:
             if self._stopping:
                 return
-            self._pending[tenant] = None
+            self._pending.setdefault(tenant, time.monotonic())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="store-maintenance", daemon=True)
                 self._thread.start()
@@ -68,6 +71,7 @@ class Maintainer:
             thread.join(timeout=10)
 
     def _run(self) -> None:
+        become_background_thread()
         while True:
             with self._cond:
                 self._busy = False
@@ -76,8 +80,9 @@ class Maintainer:
                 if self._stopping:
                     return
                 tenant = next(iter(self._pending))
-                del self._pending[tenant]
+                requested_at = self._pending.pop(tenant)
                 self._busy = True
+            keep_up(time.monotonic() - requested_at)
             try:
                 self._maintain(tenant)
                 self.completed += 1

@@ -1,0 +1,67 @@
+"""Background threads yield the processor to request threads (mnemosyne/background.py): the
+hot-path workers and store maintenance run under Linux's SCHED_IDLE policy, request threads keep
+the normal one, and a background thread that falls behind competes as an equal until it has
+caught up."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mnemosyne.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up
+from mnemosyne.client import MemoryClient
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+
+
+def _policies(pid: int) -> list[int]:
+    policies = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            policies.append(os.sched_getscheduler(int(tid)))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return policies
+
+
+def test_a_background_thread_idles_and_competes_again_once_behind() -> None:
+    seen: list[int] = []
+
+    def background() -> None:
+        become_background_thread()
+        seen.append(os.sched_getscheduler(0))
+        keep_up(URGENT_AFTER_SECONDS / 2)  # a little behind: stays idle
+        seen.append(os.sched_getscheduler(0))
+        keep_up(URGENT_AFTER_SECONDS * 2)  # far behind: normal policy until caught up
+        seen.append(os.sched_getscheduler(0))
+        keep_up(0.0)
+        seen.append(os.sched_getscheduler(0))
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    assert seen == [os.SCHED_IDLE, os.SCHED_IDLE, os.SCHED_OTHER, os.SCHED_IDLE]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # only the calling thread changed
+
+
+def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory().start()
+    assert server.process is not None
+    pid = server.process.pid
+    with MemoryClient(server.target, timeout=60) as c:
+        # Over 4 MB of writes: the WAL crosses its threshold and the maintenance thread starts.
+        for batch in range(8):
+            c.retain_batch("busy", [f"entry {batch}-{i} " + os.urandom(8000).hex() for i in range(40)])
+        deadline = time.monotonic() + 10
+        while _policies(pid).count(os.SCHED_IDLE) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        policies = _policies(pid)
+        assert c.recall("busy", "entry 7-7", k=1)  # still serving
+    # Two hot-path workers and the maintenance thread; the main and gRPC threads stay normal.
+    assert policies.count(os.SCHED_IDLE) == 3, policies
+    assert policies.count(os.SCHED_OTHER) >= 2, policies
