@@ -3,6 +3,8 @@ feedback, and the hashing-v2 embedder. Rankings are checked through the real ser
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from mnemosyne.client import MemoryClient
@@ -73,3 +75,13 @@ def test_hashing_v2_vectors_are_stable_unit_vectors_matching_word_forms() -> Non
     assert abs(float(np.linalg.norm(painted)) - 1.0) < 1e-5 and not empty.any()
     assert float(painted @ painting) > float(painted @ printer)
     np.testing.assert_array_equal(HashingEmbedder().embed(["She painted it"])[0], painted)
+
+
+def test_hashing_v2_is_a_fixed_function_of_the_text() -> None:
+    """Tenant files store hashing-v2 vectors: a faster implementation must give the very same
+    bytes (this digest is of the vectors of the implementation that first shipped), or the
+    embedder needs a new name so old tenants fail with EMBEDDER_MISMATCH instead of drifting."""
+    texts = ["Caroline painted a sunrise over the lake in 2022", "ticket RF-88213 status: refunded",
+             "Ünïcödé café 東京 naïve", "the of and", ""]
+    digest = hashlib.sha256(HashingEmbedder().embed(texts).tobytes()).hexdigest()
+    assert digest == "c4dba5728c98c120a17e6ccd0f167de02fde650daa8fd801973d4c0b028b26eb"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import abc
 import zlib
+from array import array
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,7 +41,17 @@ class Embedder(abc.ABC):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
-_TOKEN_CACHE_SIZE = 1 << 16
+_CACHE_SIZE = 1 << 16
+
+
+class _Token(NamedTuple):
+    """What the embedder needs of one word, computed once per distinct word."""
+
+    indices: bytes  # its stem's word and character-trigram features, packed int64 vector indices,
+    weights: bytes  # and packed float64 signed weights: a text's features are then one join
+    count: int
+    stem: bytes
+    pair_prefix: int  # CRC-32 of "b:<stem> ": a pair's hash continues it with the next stem
 
 
 class HashingEmbedder(Embedder):
@@ -50,58 +62,88 @@ class HashingEmbedder(Embedder):
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim
-        # word -> (stem, its features); bounded (cleared when full). Concurrent calls may race on
-        # it harmlessly: a miss only recomputes the same value.
-        self._cache: dict[str, tuple[str, list[int], list[float]]] = {}
+        # Bounded caches (cleared when full). Concurrent calls may race on them harmlessly: a
+        # miss only recomputes the same value.
+        self._tokens: dict[str, _Token] = {}
+        self._trigrams: dict[str, tuple[int, float]] = {}
 
     def _hashed(self, feature: str, weight: float) -> tuple[int, float]:
         h = zlib.crc32(feature.encode("utf-8"))
         return h % self.dim, (weight if (h >> 31) & 1 else -weight)
 
-    def _token_features(self, word: str) -> tuple[str, list[int], list[float]]:
-        """A word's stem, and the index and signed weight of its stem's word and character-trigram
-        features (cached: words repeat, so most of a text's features are looked up, not hashed)."""
-        cached = self._cache.get(word)
-        if cached is None:
-            token = stem(word)
-            pairs = [self._hashed("w:" + token, 1.0)]
-            padded = f"<{token}>"
-            if len(padded) > 4:
-                pairs += [self._hashed("c:" + padded[j : j + 3], 0.25) for j in range(len(padded) - 2)]
-            cached = (token, [i for i, _ in pairs], [w for _, w in pairs])
-            if len(self._cache) >= _TOKEN_CACHE_SIZE:
-                self._cache.clear()
-            self._cache[word] = cached
-        return cached
+    def _trigram(self, trigram: str) -> tuple[int, float]:
+        pair = self._trigrams.get(trigram)
+        if pair is None:
+            if len(self._trigrams) >= _CACHE_SIZE:
+                self._trigrams.clear()
+            pair = self._trigrams[trigram] = self._hashed("c:" + trigram, 0.25)
+        return pair
+
+    def _token(self, word: str) -> _Token:
+        token = stem(word)
+        index, weight = self._hashed("w:" + token, 1.0)
+        indices, weights = [index], [weight]
+        padded = f"<{token}>"
+        if len(padded) > 4:
+            known = self._trigrams
+            for j in range(len(padded) - 2):
+                trigram = padded[j : j + 3]
+                index, weight = known.get(trigram) or self._trigram(trigram)
+                indices.append(index)
+                weights.append(weight)
+        encoded = token.encode("utf-8")
+        entry = _Token(
+            array("q", indices).tobytes(), array("d", weights).tobytes(), len(indices), encoded,
+            zlib.crc32(b"b:" + encoded + b" "),
+        )
+        if len(self._tokens) >= _CACHE_SIZE:
+            self._tokens.clear()
+        self._tokens[word] = entry
+        return entry
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        # All features of all texts go into flat arrays, summed per (row, index) by one bincount:
-        # no per-feature numpy call and no Python loop over vector cells.
-        indices: list[int] = []
-        values: list[float] = []
+        # Per word, only cached bytes are appended (its packed features); they are joined once and
+        # summed per (row, index) by one bincount: no per-feature Python object and no Python
+        # loop over vector cells. A pair of adjacent stems hashes as CRC-32("b:<first> <second>"),
+        # computed by continuing the first's cached CRC of "b:<first> " over the second's bytes:
+        # one C call per pair. (All weights are sums of 1, 1/2 and 1/4: exact in float64 in any
+        # order, so the vectors are bit for bit those of the first, feature-by-feature version.)
+        tokens, make = self._tokens, self._token
+        crc32 = zlib.crc32
+        indices: list[bytes] = []
+        weights: list[bytes] = []
+        pair_hashes: list[int] = []
         counts: list[int] = []
-        dim = self.dim
+        pair_counts: list[int] = []
         for text in texts:
-            before = len(indices)
+            count, pairs_before = 0, len(pair_hashes)
             previous = None
             for word in content_words(words(text)):
-                token, token_indices, token_weights = self._token_features(word)
-                indices.extend(token_indices)
-                values.extend(token_weights)
+                token = tokens.get(word) or make(word)
+                indices.append(token.indices)
+                weights.append(token.weights)
+                count += token.count
                 if previous is not None:
-                    j, w = self._hashed("b:" + previous + " " + token, 0.5)
-                    indices.append(j)
-                    values.append(w)
-                previous = token
-            counts.append(len(indices) - before)
-        positions = np.asarray(indices, dtype=np.int64) + np.repeat(np.arange(len(texts), dtype=np.int64) * dim, counts)
-        summed = np.bincount(
-            positions, weights=np.asarray(values, dtype=np.float64), minlength=len(texts) * dim
-        ).reshape(len(texts), dim)
-        out = (np.sign(summed) * np.log1p(np.abs(summed))).astype(np.float32)
+                    pair_hashes.append(crc32(token.stem, previous))
+                previous = token.pair_prefix
+            counts.append(count)
+            pair_counts.append(len(pair_hashes) - pairs_before)
+        dim, rows = self.dim, np.arange(len(texts), dtype=np.int64) * self.dim
+        hashes = np.asarray(pair_hashes, dtype=np.int64)
+        positions = np.concatenate(
+            (np.frombuffer(b"".join(indices), dtype=np.int64) + np.repeat(rows, counts), hashes % dim + np.repeat(rows, pair_counts))
+        )
+        values = np.concatenate((np.frombuffer(b"".join(weights), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5)))
+        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim).reshape(len(texts), dim)
+        # sign(x) * log(1 + |x|), in place
+        scaled = np.abs(summed)
+        np.log1p(scaled, out=scaled)
+        np.copysign(scaled, summed, out=scaled)
+        out = scaled.astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
+
 
 EMBEDDERS = ("hashing", "minilm")
 
