@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         embedder=args.embedder,
         hot_path_workers=args.hot_path_workers,
         hot_path_batch=args.hot_path_batch,
+        event_retention_seconds=args.event_retention_seconds,
         # Hot-path test seams: workers hold before committing while this file exists; extraction
         # fails on texts containing the marker (a poison operation).
         test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
@@ -237,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="background workers shared by all tenants for asynchronous (fast) writes")
     serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
                        help="queued operations a worker applies per transaction")
+    serve.add_argument("--event-retention-seconds", type=float,
+                       default=float(_env("EVENT_RETENTION_SECONDS", "604800") or 604800),
+                       help="delete finished hot-path events this long after they finished (0: keep forever)")
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")

@@ -7,7 +7,10 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
+
 from mnemosyne.client import Event, MemoryClient
+from mnemosyne.client.errors import FailedPreconditionError, NotFoundError
 
 ORDER = ["pending", "running", "succeeded"]
 
@@ -137,3 +140,53 @@ def test_a_fast_conversation_is_one_operation(client: MemoryClient, tenant: str)
     client.hot_path(tenant, "flush")
     first, second = (client.get_event(tenant, e.event_id) for e in events)
     assert len(first.created_memory_ids) == 1 and second.duplicate_of_memory_ids == first.created_memory_ids
+
+
+def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_never(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    server = server_factory(
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--event-retention-seconds", "1"]
+    ).start()
+    with MemoryClient(server.target, timeout=60) as c:
+        c.hot_path("kept", "enable")
+        old = [r.event_id for r in c.retain_batch("kept", [f"old event {i}: crate C-{i}" for i in range(30)], fast=True)]
+        c.hot_path("kept", "flush", timeout_seconds=30)
+        watched = _watch_until(c, "kept", _finished(set(old)))
+        resume_from = watched[0].sequence  # a watcher that stopped at its first transition
+        hold.touch()  # this one stays pending, however old it gets
+        (pending,) = [r.event_id for r in c.retain_batch("kept", ["open event: crate C-999"], fast=True)]
+        time.sleep(2.5)  # past the 1 s limit for the finished ones
+        hold.unlink()
+        # The worker deletes expired events as it works on the tenant; new writes bring it back.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            c.retain_batch("kept", [f"new event {time.monotonic()}"], fast=True)
+            c.hot_path("kept", "flush", timeout_seconds=30)
+            listed = {e.event_id for e in c.list_events("kept", page_size=1000).events}
+            if not listed & set(old):
+                break
+            time.sleep(0.2)
+        assert not listed & set(old), "expired events are still listed"
+        assert pending in listed and c.get_event("kept", pending).status == "succeeded"
+        with pytest.raises(NotFoundError) as missing:
+            c.get_event("kept", old[0])
+        assert "kept for 1s" in missing.value.message
+        # Resuming a watch below what was deleted would silently skip transitions: refused.
+        with pytest.raises(FailedPreconditionError) as refused:
+            next(iter(c.watch_events("kept", after_sequence=resume_from, timeout=10)))
+        assert refused.value.reason == "EVENTS_PRUNED"
+        pruned_through = int(refused.value.metadata["pruned_through_sequence"])
+        assert pruned_through > resume_from
+        # From where it says, or from 0 (everything kept), the stream works and has no old event.
+        replay = _watch_until(c, "kept", lambda seen: False, after_sequence=pruned_through, limit=1)
+        assert replay and replay[0].sequence > pruned_through
+        assert not {e.event_id for e in _watch_until(c, "kept", lambda seen: False, limit=3)} & set(old)
+    # The memories themselves are untouched: only the log's record of how they were written goes.
+    with MemoryClient(server.target) as c:
+        assert c.recall("kept", "old event 7 crate C-7", k=1)[0].memory.text == "old event 7: crate C-7"
+
+
+def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mnemosyne.cli import main
+
+    assert main(["serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--event-retention-seconds", "-1"]) == 2

@@ -65,6 +65,7 @@ from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
 REQUEST_TTL_SECONDS = 24 * 3600
+EVENT_RETENTION_SECONDS = 7 * 24 * 3600.0  # finished hot-path events (cli.py repeats it as text)
 # From this many items to extract, a write looks for near duplicates on a helper thread while it
 # extracts (engine.extract_missing); below it, the thread would cost more than it hides.
 _OVERLAP_MIN_ITEMS = 32
@@ -88,6 +89,9 @@ class EngineConfig:
     hot_path_batch: int = 16
     hot_path_max_failures: int = 3
     hot_path_retry_seconds: float = 0.5  # backoff after a failed attempt, doubling each time
+    # Finished (succeeded or failed) hot-path events are deleted this long after they finished;
+    # 0 keeps them forever. Open operations are never deleted.
+    event_retention_seconds: float = EVENT_RETENTION_SECONDS
     # Hot-path test seams: workers hold before committing while this file exists; extraction
     # fails for any text containing this marker (a poison operation).
     test_hold_workers_file: Path | None = None

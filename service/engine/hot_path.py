@@ -40,7 +40,7 @@ from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
-from mnemosyne.errors import DeadlineExceeded, InvalidArgument, NotFound
+from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.oplog import OpRow, Transition
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
@@ -58,6 +58,12 @@ UNINDEX_AFTER_IDLE_SECONDS = 30.0
 # A round that fails in the store (not an operation's own failure) is retried after this, doubling.
 ROUND_RETRY_SECONDS = 0.5
 ROUND_RETRY_MAX_SECONDS = 30.0
+# Event retention: a worker deletes a tenant's expired events at most this often, in
+# transactions of PRUNE_BATCH events (a few milliseconds of the tenant's write lock each), at
+# most PRUNE_MAX_BATCHES per pass: up to 5,000 events per 10 s per tenant.
+PRUNE_INTERVAL_SECONDS = 10.0
+PRUNE_BATCH = 100
+PRUNE_MAX_BATCHES = 50
 _FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 _STREAM_CHUNK = 500
@@ -292,6 +298,12 @@ class HotPath:
         # tenant's write lock, so "still here" means "nothing was enqueued since".
         self._idle_since: dict[str, float] = {}
         self._round_failures: dict[str, int] = {}  # tenant -> store failures in a row
+        if config.event_retention_seconds < 0:
+            raise InvalidArgument(
+                "--event-retention-seconds must be 0 (keep events forever) or more", reason="EVENT_RETENTION_INVALID"
+            )
+        self._retention = config.event_retention_seconds
+        self._pruned_at: dict[str, float] = {}  # tenant -> monotonic time of its last prune pass
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -468,6 +480,7 @@ class HotPath:
             with store.write(sync=False) as txn:
                 ops = txn.oplog_next_open(self._batch, time.time())
                 txn.oplog_claim([op.event_id for op in ops], time.time())
+            self._prune_expired_events(tenant, store)
             if not ops:
                 if not self._unindex_if_idle(tenant, store):
                     with store.read() as txn:
@@ -520,6 +533,22 @@ class HotPath:
             if not finished or len(ops) == self._batch:
                 return True  # more is likely: skip the idle check, the next round will tell
             return not self._unindex_if_idle(tenant, store)
+
+    def _prune_expired_events(self, tenant: str, store: TenantStore) -> None:
+        """Delete the tenant's finished events older than the retention limit, oldest first (at
+        most every PRUNE_INTERVAL_SECONDS, or half the limit when that is shorter). Not synced:
+        a deletion lost to a power cut is only done again."""
+        if not self._retention:
+            return
+        now = time.monotonic()
+        if now - self._pruned_at.get(tenant, float("-inf")) < min(PRUNE_INTERVAL_SECONDS, self._retention / 2):
+            return
+        self._pruned_at[tenant] = now
+        for _ in range(PRUNE_MAX_BATCHES):
+            with store.write(sync=False) as txn:
+                deleted = txn.oplog_prune(time.time() - self._retention, PRUNE_BATCH)
+            if deleted < PRUNE_BATCH:
+                return
 
     def _persist_extractions(self, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow]) -> None:
         fresh = [p for p in prepared if p.extraction is not None and p.vector is not None and not p.counted]
@@ -593,6 +622,7 @@ class HotPath:
             if idle >= UNINDEX_AFTER_IDLE_SECONDS:
                 self.index.remove(tenant)
                 del self._idle_since[tenant]
+                self._pruned_at.pop(tenant, None)
             else:
                 self._scheduler.notify_at(tenant, time.time() + UNINDEX_AFTER_IDLE_SECONDS - idle)
         return True
@@ -679,7 +709,10 @@ class HotPath:
                 with store.read() as txn:
                     row = txn.oplog_get(event_id)
         if row is None:
-            raise NotFound(f"event {event_id} does not exist in this tenant's operation log", reason="EVENT_NOT_FOUND")
+            kept = f"finished events are kept for {self._retention:g}s" if self._retention else "events are kept forever"
+            raise NotFound(
+                f"event {event_id} does not exist in this tenant's operation log ({kept})", reason="EVENT_NOT_FOUND"
+            )
         return event_from_row(row)
 
     def list_events(
@@ -720,6 +753,15 @@ class HotPath:
             with self._engine.pool.tenant(tenant, create=False) as store:
                 if store is not None:
                     with store.read() as txn:
+                        pruned = txn.oplog_pruned_through_seq()
+                        if sequence and sequence < pruned:
+                            raise FailedPrecondition(
+                                f"transitions up to sequence {pruned} were deleted by the event retention limit "
+                                f"({self._retention:g}s), so a watch resuming after {sequence} would miss some; "
+                                f"resume with after_sequence >= {pruned}, or 0 for everything kept",
+                                reason="EVENTS_PRUNED",
+                                metadata={"pruned_through_sequence": str(pruned)},
+                            )
                         transitions = txn.oplog_transitions(
                             after_seq=sequence, after_event_id=max(0, after_event_id), limit=_STREAM_CHUNK
                         )

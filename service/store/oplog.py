@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import apsw
 
 OPEN_STATUSES = ("pending", "running")
+PRUNED_THROUGH_META = "oplog_pruned_through_seq"
 TERMINAL_STATUSES = ("succeeded", "failed")
 _COLUMNS = (
     "event_id, kind, status, payload, request_id, attempts, failures, extraction, embedding, result, "
@@ -130,6 +131,12 @@ class OplogReads:
         row = self.connection.execute("SELECT max(seq) FROM oplog_transitions").fetchone()
         return int(row[0] or 0)
 
+    def oplog_pruned_through_seq(self) -> int:
+        """The highest transition sequence the retention limit deleted (0: none): a watcher
+        resuming below it would miss transitions."""
+        row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (PRUNED_THROUGH_META,)).fetchone()
+        return int(row[0]) if row else 0
+
 
 class OplogWrites(OplogReads):
     def _transition(self, event_id: int, status: str, now: float) -> None:
@@ -177,6 +184,34 @@ class OplogWrites(OplogReads):
             (status, result_json, error_reason, error_message, now, event_id),
         )
         self._transition(event_id, status, now)
+
+    def oplog_prune(self, finished_before: float, limit: int) -> int:
+        """Delete up to ``limit`` finished (succeeded or failed) operations that finished before
+        ``finished_before``, oldest first, with their transitions; never an open one. Returns how
+        many were deleted."""
+        ids = [
+            row[0]
+            for row in self.connection.execute(
+                "SELECT event_id FROM oplog WHERE status IN ('succeeded', 'failed') AND finished_at < ? "
+                "ORDER BY event_id LIMIT ?",
+                (finished_before, limit),
+            )
+        ]
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        (highest_seq,) = self.connection.execute(
+            f"SELECT max(seq) FROM oplog_transitions WHERE event_id IN ({marks})", ids
+        ).fetchone()
+        self.connection.execute(f"DELETE FROM oplog_transitions WHERE event_id IN ({marks})", ids)
+        self.connection.execute(f"DELETE FROM oplog WHERE event_id IN ({marks})", ids)
+        if highest_seq is not None:
+            self.connection.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), excluded.value)",
+                (PRUNED_THROUGH_META, highest_seq),
+            )
+        return len(ids)
 
     def oplog_retry_later(
         self, event_id: int, error_reason: str, error_message: str, now: float, retry_after: float

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mnemosyne.engine.embedder import make_embedder
-from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.engine import EVENT_RETENTION_SECONDS, Engine, EngineConfig
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.workspace import Workspaces
@@ -90,6 +90,7 @@ class ServerConfig:
     embedder: str = "hashing"
     hot_path_workers: int = 2
     hot_path_batch: int = 16
+    event_retention_seconds: float = EVENT_RETENTION_SECONDS
     test_hold_workers_file: Path | None = None
     test_poison_marker: str = ""
 
@@ -174,6 +175,7 @@ def create_server(config: ServerConfig) -> RunningServer:
             commit_during_assemble=config.commit_during_assemble,
             hot_path_workers=config.hot_path_workers,
             hot_path_batch=config.hot_path_batch,
+            event_retention_seconds=config.event_retention_seconds,
             test_hold_workers_file=config.test_hold_workers_file,
             test_poison_marker=config.test_poison_marker,
         ),
