@@ -85,3 +85,6 @@ def test_hashing_v2_is_a_fixed_function_of_the_text() -> None:
              "Ünïcödé café 東京 naïve", "the of and", ""]
     digest = hashlib.sha256(HashingEmbedder().embed(texts).tobytes()).hexdigest()
     assert digest == "c4dba5728c98c120a17e6ccd0f167de02fde650daa8fd801973d4c0b028b26eb"
+    # A call where no text has any feature at all gives zero rows, not an error.
+    nothing = HashingEmbedder().embed(['""', "", "()"])
+    assert nothing.shape == (3, 384) and nothing.dtype == np.float32 and not nothing.any()

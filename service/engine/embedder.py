@@ -134,7 +134,9 @@ class HashingEmbedder(Embedder):
             (np.frombuffer(b"".join(indices), dtype=np.int64) + np.repeat(rows, counts), hashes % dim + np.repeat(rows, pair_counts))
         )
         values = np.concatenate((np.frombuffer(b"".join(weights), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5)))
-        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim).reshape(len(texts), dim)
+        # (float64 even when no text has a feature: bincount of nothing counts in integers)
+        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim).astype(np.float64, copy=False)
+        summed = summed.reshape(len(texts), dim)
         # sign(x) * log(1 + |x|), in place
         scaled = np.abs(summed)
         np.log1p(scaled, out=scaled)
