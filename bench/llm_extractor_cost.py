@@ -6,7 +6,11 @@ and prints the median and p95 Retain latency, the model HTTP requests per write 
 Stats.model_calls. The difference is the extractor's own overhead (HTTP round trip, JSON
 encoding and strict parsing); a real model adds its generation time on top.
 
-    python bench/llm_extractor_cost.py --writes 200
+Then one RetainBatch of ``--batch`` items with the model answering after ``--model-latency``
+seconds, at ``--llm-concurrency`` 1 and 8: the batch's wall time, one model call per item either
+way, made one after the other or eight at a time.
+
+    python bench/llm_extractor_cost.py --writes 200 [--batch 64 --model-latency 0.2]
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def summary(latencies: list[float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--writes", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--model-latency", type=float, default=0.2)
     args = parser.parse_args()
     texts = [f"Ticket RF-{10000 + i} was opened by user{i}@example.com on 2024-03-{1 + i % 28:02d}. "
              f"The refund status: pending {i}." for i in range(args.writes)]
@@ -64,6 +70,20 @@ def main() -> None:
             finally:
                 process.stop()
         results["openai_overhead_median_ms"] = round(results["openai"]["median_ms"] - results["rules"]["median_ms"], 3)
+        chat.delay = args.model_latency
+        batch = [f"Batch item {i}: crate CR-{i:05d} holds {i % 40 + 1} units." for i in range(args.batch)]
+        for concurrency in (1, 8):
+            process = ServerProcess(Path(tmp) / f"batch{concurrency}", args=[
+                "--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "bench-model",
+                "--llm-concurrency", str(concurrency)]).start()
+            try:
+                with MemoryClient(process.target, timeout=600) as client:
+                    start = time.perf_counter()
+                    assert {r.status for r in client.retain_batch("batch", batch)} == {"created"}
+                    results[f"retain_batch_{args.batch}_items_{args.model_latency:g}s_model_concurrency_{concurrency}_s"] = round(
+                        time.perf_counter() - start, 2)
+            finally:
+                process.stop()
         print(json.dumps({"writes": args.writes, **results}, indent=2))
 
 

@@ -69,7 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
         extractor=extractor_from_settings(
             args.extractor, base_url=args.llm_base_url, model=args.llm_model, timeout=args.llm_timeout,
-            retries=args.llm_retries, fallback=args.llm_fallback,
+            retries=args.llm_retries, concurrency=args.llm_concurrency, fallback=args.llm_fallback,
         ),
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--llm-model", help="model name (MNEMOSYNE_LLM_MODEL)")
     serve.add_argument("--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)")
     serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
+    serve.add_argument("--llm-concurrency", type=int,
+                       help="model calls in flight at once for the items of one write (MNEMOSYNE_LLM_CONCURRENCY, default 8)")
     serve.add_argument("--llm-fallback", choices=["rules", "none"],
                        help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)")
     serve.add_argument("--metrics-host", default=_env("METRICS_HOST"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,9 +46,12 @@ class ChatServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
+    delay: float = 0.0  # seconds every request takes, like a real model's latency
+    max_in_flight: int = 0  # the most requests it was answering at once
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._in_flight = 0
         self.release = threading.Event()  # set to end every hanging request
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -92,6 +96,18 @@ class ChatServer:
                     return
                 body = json.loads(raw)
                 behaviour = server._next(body, {k.lower(): v for k, v in self.headers.items()})
+                with server._lock:
+                    server._in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server._in_flight)
+                try:
+                    if server.delay:
+                        time.sleep(server.delay)
+                    self._answer(body, behaviour)
+                finally:
+                    with server._lock:
+                        server._in_flight -= 1
+
+            def _answer(self, body: dict[str, Any], behaviour: Behaviour) -> None:
                 if behaviour.kind == "hang":
                     server.release.wait(60)
                     return  # the client timed out long ago; close without an answer

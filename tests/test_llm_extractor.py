@@ -211,3 +211,37 @@ def test_server_refuses_to_start_without_llm_settings(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "MNEMOSYNE_LLM_BASE_URL" in result.stderr and "LLM_CONFIG_INVALID" in result.stderr
+
+
+def test_a_batch_calls_the_model_concurrently_and_keeps_each_answer_with_its_item(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    process = serve_with(server_factory, chat, MNEMOSYNE_LLM_CONCURRENCY="4")
+    chat.delay = 0.2  # a model's latency: one after the other, 12 items would take 2.4 s
+    texts = [f"Order ORD-{7000 + i} ships {i + 1} boxes on 2024-05-{i + 1:02d}." for i in range(12)]
+    with MemoryClient(process.target) as client:
+        results = client.retain_batch(tenant, texts)
+        memories = [client.get_memory(tenant, r.memory_id) for r in results]
+        assert client.stats(tenant).model_calls == 12
+    assert [r.status for r in results] == ["created"] * 12
+    assert chat.calls == 12 and chat.max_in_flight == 4  # bounded by --llm-concurrency, and reached
+    for text, memory in zip(texts, memories):  # answers of concurrent calls never swap items
+        assert memory.text == text
+        assert [(f.kind, f.value, f.normalized) for f in memory.facts] == RulesExtractor().extract(text).facts
+
+
+def test_one_bad_answer_in_a_concurrent_batch_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    process = serve_with(server_factory, chat)
+    chat.script = [Behaviour()] * 3 + [Behaviour("content", content="not JSON")]
+    texts = [f"Parcel PK-{i:04d} left depot D{i} on 2024-06-0{i + 1}." for i in range(8)]
+    with MemoryClient(process.target) as client:
+        with pytest.raises(FailedPreconditionError) as caught:
+            client.retain_batch(tenant, texts)
+        assert caught.value.reason == "EXTRACTION_FAILED"
+        assert client.list_memories(tenant).memories == [] and client.stats(tenant).model_calls == 0
+    assert chat.calls == 8  # the other calls in flight ended before the write was refused
+
+
+def test_llm_concurrency_out_of_range_is_refused() -> None:
+    with pytest.raises(FailedPrecondition) as caught:
+        extractor_from_settings("openai", {"MNEMOSYNE_LLM_BASE_URL": "http://127.0.0.1:1/v1", "MNEMOSYNE_LLM_MODEL": "m",
+                                           "MNEMOSYNE_LLM_CONCURRENCY": "0"})
+    assert caught.value.reason == "LLM_CONFIG_INVALID" and "CONCURRENCY" in caught.value.message

@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import signal
+import threading
 import time
 import unicodedata
 from concurrent import futures
@@ -114,6 +115,16 @@ def fingerprint(scope: str, text: str) -> str:
     return ledger.sha256_hex(scope + "\n" + normalise_text(text))
 
 
+def _outcome(call: "futures.Future[Extraction]") -> Extraction | Exception:
+    """A finished extraction call's answer, or its error as a value."""
+    failure = call.exception()
+    if failure is None:
+        return call.result()
+    if isinstance(failure, Exception):
+        return failure
+    raise failure
+
+
 def _memory(row: MemoryRow) -> Memory:
     return Memory(
         id=row.id,
@@ -170,6 +181,8 @@ class Engine:
         self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
         # Threads start on first use; see extract_missing.
         self._helper = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="near-duplicates")
+        self._extract_pool: futures.ThreadPoolExecutor | None = None  # a remote model's calls (_extract)
+        self._extract_pool_lock = threading.Lock()
         from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
 
         if config.test_poison_marker:
@@ -185,6 +198,8 @@ class Engine:
     def close(self) -> None:
         self.hot_path.stop()
         self._helper.shutdown()
+        if self._extract_pool is not None:
+            self._extract_pool.shutdown()
         self.pool.close()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -346,18 +361,40 @@ class Engine:
         lookup.result()
 
     def _extract(self, todo: Sequence[PreparedItem], errors: dict[int, Exception] | None) -> list[PreparedItem]:
-        """Extract each item; with ``errors``, a failure is recorded and the others go on."""
+        """Extract each item; with ``errors``, a failure is recorded and the others go on;
+        without, the first failing item's error is raised (after every call made has ended).
+
+        A remote model's calls for the items of one write run ``extractor.concurrency`` at a
+        time: they mostly wait on the network, and one after the other a batch of 500 would take
+        500 round trips."""
+        texts = [p.item.text for p in todo]
+        if self.extractor.concurrency > 1 and len(todo) > 1:
+            with self._extract_pool_lock:
+                if self._extract_pool is None:
+                    self._extract_pool = futures.ThreadPoolExecutor(
+                        max_workers=self.extractor.concurrency, thread_name_prefix="extract"
+                    )
+            calls = [self._extract_pool.submit(self.extractor.extract, text) for text in texts]
+            futures.wait(calls)
+            answers: list[Extraction | Exception] = [_outcome(call) for call in calls]
+        else:
+            answers = []
+            for text in texts:
+                try:
+                    answers.append(self.extractor.extract(text))
+                except Exception as exc:  # the model failed on this item
+                    if errors is None:
+                        raise
+                    answers.append(exc)
         extracted = []
-        for p in todo:
-            if errors is None:
-                p.extraction = self.extractor.extract(p.item.text)
-                extracted.append(p)
+        for p, answer in zip(todo, answers):
+            if isinstance(answer, Exception):
+                if errors is None:
+                    raise answer
+                errors[p.position] = answer  # the others go on
                 continue
-            try:
-                p.extraction = self.extractor.extract(p.item.text)
-                extracted.append(p)
-            except Exception as exc:  # the model failed on this item; the others go on
-                errors[p.position] = exc
+            p.extraction = answer
+            extracted.append(p)
         return extracted
 
     def _embed(self, items: Sequence[PreparedItem]) -> None:

@@ -28,6 +28,10 @@ class Extractor(abc.ABC):
     any store transaction. Each call counts as exactly one model call."""
 
     name: str = "extractor"
+    # How many ``extract`` calls the engine may run at once for the items of one write. 1 for
+    # work done in this process (the GIL makes threads useless); more for a remote model, whose
+    # calls mostly wait on the network.
+    concurrency: int = 1
 
     @abc.abstractmethod
     def extract(self, text: str) -> Extraction: ...

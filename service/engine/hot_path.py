@@ -80,6 +80,7 @@ class PoisonedExtractor(Extractor):
         self._inner = inner
         self._marker = marker
         self.name = inner.name
+        self.concurrency = inner.concurrency
 
     def extract(self, text: str) -> Extraction:
         if self._marker in text:

@@ -68,6 +68,7 @@ class LLMSettings:
     retries: int = 2  # further attempts after the first, for timeouts, 429, 5xx, connection errors
     backoff: float = 0.5  # first backoff in seconds; doubles each retry, with jitter, capped
     max_backoff: float = 8.0
+    concurrency: int = 8  # model calls in flight at once for the items of one write
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -77,9 +78,10 @@ class LLMSettings:
             )
         if not self.model:
             raise FailedPrecondition("MNEMOSYNE_LLM_MODEL is empty; name the model to call", reason="LLM_CONFIG_INVALID")
-        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0:
+        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or not 1 <= self.concurrency <= 256:
             raise FailedPrecondition(
-                "MNEMOSYNE_LLM_TIMEOUT must be > 0, MNEMOSYNE_LLM_RETRIES and MNEMOSYNE_LLM_BACKOFF >= 0",
+                "MNEMOSYNE_LLM_TIMEOUT must be > 0, MNEMOSYNE_LLM_RETRIES and MNEMOSYNE_LLM_BACKOFF >= 0, "
+                "MNEMOSYNE_LLM_CONCURRENCY from 1 to 256",
                 reason="LLM_CONFIG_INVALID",
             )
 
@@ -117,6 +119,7 @@ class OpenAIExtractor(Extractor):
         self.settings = settings
         self.fallback = fallback
         self._sleep = sleep
+        self.concurrency = settings.concurrency
 
     def extract(self, text: str) -> Extraction:
         try:
@@ -293,6 +296,7 @@ def extractor_from_settings(kind: str, env: Mapping[str, str] | None = None, **o
             timeout=float(setting("TIMEOUT", "30") or 30),
             retries=int(setting("RETRIES", "2") or 2),
             backoff=float(setting("BACKOFF", "0.5") or 0.5),
+            concurrency=int(setting("CONCURRENCY", "8") or 8),
         )
     except ValueError as exc:
         raise FailedPrecondition(f"MNEMOSYNE_LLM_* setting is not a number: {exc}", reason="LLM_CONFIG_INVALID") from None
