@@ -14,6 +14,11 @@ priority): they get every cycle the request threads leave, and a woken request t
 them at once. They must not starve under a load that keeps every core busy, though, so a thread
 that has fallen behind (``URGENT_AFTER_SECONDS`` of lag: the hot path's oldest open operation,
 a maintenance request's wait) goes back to the normal policy until it has caught up.
+
+Nor may an idle-priority thread be starved while a request waits for it: while it holds a
+tenant's write lock (store/locks.py) it runs under the normal policy (a priority ceiling), so a
+request queued behind one of its transactions waits for that transaction only, not for a time
+slice the busy cores would never give it.
 """
 
 from __future__ import annotations
@@ -32,23 +37,42 @@ _this_thread = threading.local()
 
 def become_background_thread() -> None:
     """Run the calling thread at idle priority from now on (until ``keep_up``)."""
-    _set_policy(urgent=False)
+    _this_thread.background = True
+    _this_thread.urgent = False
+    _this_thread.locks_held = 0
+    _apply()
 
 
 def keep_up(lag_seconds: float) -> None:
     """A background thread reports how far behind it is: past ``URGENT_AFTER_SECONDS`` it
     competes with request threads as an equal, below it goes back to idle priority."""
     urgent = lag_seconds > URGENT_AFTER_SECONDS
-    if getattr(_this_thread, "urgent", None) != urgent:
-        _set_policy(urgent)
+    if _this_thread.urgent != urgent:
+        _this_thread.urgent = urgent
+        _apply()
 
 
-def _set_policy(urgent: bool) -> None:
-    _this_thread.urgent = urgent
+def lock_taken() -> None:
+    """The calling thread took a lock request threads may wait for (a tenant's write lock)."""
+    if getattr(_this_thread, "background", False):
+        _this_thread.locks_held += 1
+        if _this_thread.locks_held == 1:
+            _apply()
+
+
+def lock_released() -> None:
+    if getattr(_this_thread, "background", False):
+        _this_thread.locks_held -= 1
+        if _this_thread.locks_held == 0:
+            _apply()
+
+
+def _apply() -> None:
+    normal = _this_thread.urgent or _this_thread.locks_held > 0
     if not _LINUX:  # SCHED_IDLE is Linux's; elsewhere every thread keeps the default
         return
     try:
         # pid 0 is the calling thread on Linux (the scheduler works on threads).
-        os.sched_setscheduler(0, os.SCHED_OTHER if urgent else os.SCHED_IDLE, os.sched_param(0))
+        os.sched_setscheduler(0, os.SCHED_OTHER if normal else os.SCHED_IDLE, os.sched_param(0))
     except OSError as exc:  # a refusal (a seccomp profile, say) only leaves the default
         log.debug("could not change the scheduling policy of %s: %s", threading.current_thread().name, exc)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import weakref
 
+from mnemosyne import background
+
 
 class TenantLock:
     """A re-entrant lock for one tenant (re-entrant so a writer can nest engine helpers)."""
@@ -23,15 +25,11 @@ class TenantLock:
 
     def __enter__(self) -> "TenantLock":
         self._lock.acquire()
+        background.lock_taken()  # a background holder runs at normal priority meanwhile
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
+        background.lock_released()
         self._lock.release()
 
 
