@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)")
     serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
     serve.add_argument("--llm-concurrency", type=int,
-                       help="model calls in flight at once for the items of one write (MNEMOSYNE_LLM_CONCURRENCY, default 8)")
+                       help="threads extracting the items of multi-item writes, shared by the server (MNEMOSYNE_LLM_CONCURRENCY, default 8)")
     serve.add_argument("--llm-fallback", choices=["rules", "none"],
                        help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)")
     serve.add_argument("--metrics-host", default=_env("METRICS_HOST"),

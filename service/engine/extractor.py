@@ -28,9 +28,9 @@ class Extractor(abc.ABC):
     any store transaction. Each call counts as exactly one model call."""
 
     name: str = "extractor"
-    # How many ``extract`` calls the engine may run at once for the items of one write. 1 for
-    # work done in this process (the GIL makes threads useless); more for a remote model, whose
-    # calls mostly wait on the network.
+    # Threads the engine may use to extract the items of multi-item writes (a pool shared by
+    # the server, engine._extract). 1 for work done in this process (the GIL makes threads
+    # useless); more for a remote model, whose calls mostly wait on the network.
     concurrency: int = 1
 
     @abc.abstractmethod

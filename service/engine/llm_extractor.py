@@ -68,7 +68,7 @@ class LLMSettings:
     retries: int = 2  # further attempts after the first, for timeouts, 429, 5xx, connection errors
     backoff: float = 0.5  # first backoff in seconds; doubles each retry, with jitter, capped
     max_backoff: float = 8.0
-    concurrency: int = 8  # model calls in flight at once for the items of one write
+    concurrency: int = 8  # threads extracting multi-item writes (engine._extract), shared by the server
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
