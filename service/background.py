@@ -5,9 +5,9 @@ workers can keep both cores busy; a request thread that wakes up then waits in t
 queue for a time slice: milliseconds that land directly on a request's p99. Measured
 (`bench/hot_path_latency.py --synchronous normal`, enqueues while the workers drain the same
 tenant): a reader's BEGIN, microseconds of work, waited up to 4 ms in the run queue while a
-full-text merge and a worker ran, and the enqueue p99 was 4.9-5.8 ms; a raised nice value only
-brought it to 3.5 ms (Linux's EEVDF scheduler lets the running thread finish its slice), while
-``SCHED_IDLE`` for the background threads brought it to 0.84-1.09 ms.
+full-text merge and a worker ran; the enqueue p99 was 4.9-5.6 ms, a raised nice value only
+brought it to 3.5 ms (Linux's EEVDF scheduler lets the running thread finish its slice), and
+``SCHED_IDLE`` for the background threads brought it to 0.3-0.6 ms.
 
 So background threads run under ``SCHED_IDLE`` (Linux; no privilege needed to lower one's own
 priority): they get every cycle the request threads leave, and a woken request thread preempts

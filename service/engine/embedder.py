@@ -130,13 +130,15 @@ class HashingEmbedder(Embedder):
             pair_counts.append(len(pair_hashes) - pairs_before)
         dim, rows = self.dim, np.arange(len(texts), dtype=np.int64) * self.dim
         hashes = np.asarray(pair_hashes, dtype=np.int64)
-        positions = np.concatenate(
-            (np.frombuffer(b"".join(indices), dtype=np.int64) + np.repeat(rows, counts), hashes % dim + np.repeat(rows, pair_counts))
+        word_positions = np.frombuffer(b"".join(indices), dtype=np.int64) + np.repeat(rows, counts)
+        pair_positions = hashes % dim + np.repeat(rows, pair_counts)
+        positions = np.concatenate((word_positions, pair_positions))
+        values = np.concatenate(
+            (np.frombuffer(b"".join(weights), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5))
         )
-        values = np.concatenate((np.frombuffer(b"".join(weights), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5)))
-        # (float64 even when no text has a feature: bincount of nothing counts in integers)
-        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim).astype(np.float64, copy=False)
-        summed = summed.reshape(len(texts), dim)
+        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim)
+        # float64 even when no text has a feature (bincount of nothing counts in integers)
+        summed = summed.astype(np.float64, copy=False).reshape(len(texts), dim)
         # sign(x) * log(1 + |x|), in place
         scaled = np.abs(summed)
         np.log1p(scaled, out=scaled)

@@ -364,9 +364,9 @@ class Engine:
         """Extract each item; with ``errors``, a failure is recorded and the others go on;
         without, the first failing item's error is raised (after every call made has ended).
 
-        A remote model's calls for the items of one write run ``extractor.concurrency`` at a
-        time: they mostly wait on the network, and one after the other a batch of 500 would take
-        500 round trips."""
+        A remote model's calls for several items run on a pool of ``extractor.concurrency``
+        threads shared by every write: they mostly wait on the network, and one after the other a
+        batch of 500 would take 500 round trips."""
         texts = [p.item.text for p in todo]
         if self.extractor.concurrency > 1 and len(todo) > 1:
             with self._extract_pool_lock:
