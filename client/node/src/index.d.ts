@@ -1,0 +1,143 @@
+// Type declarations of @mnemosyne/node-host (src/index.js), for TypeScript hosts.
+// test/types.test.js compiles test/types/usage.ts against them with `tsc --strict` and checks that
+// every class method and export declared here exists at runtime, and the other way round.
+import type { ChannelCredentials } from '@grpc/grpc-js';
+
+export declare const GLOBAL_GENERATION_KEY: 'mnemosyne-global-generation';
+export declare const WORKSPACE_GENERATION_KEY: 'mnemosyne-workspace-generation';
+
+/** A fresh idempotency key (32 hex characters). */
+export declare function newRequestId(): string;
+
+export interface ClientOptions {
+  /** Bearer token sent as `authorization` metadata. */
+  token?: string;
+  /** Default: insecure (plaintext) credentials. */
+  credentials?: ChannelCredentials;
+  /** Deadline of each call, in milliseconds (default 30000). */
+  timeoutMs?: number;
+}
+
+export type RetainStatus = 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified';
+
+export interface RetainResult {
+  status: RetainStatus;
+  memoryId: number;
+  eventId: number;
+  errorReason: string;
+  errorMessage: string;
+}
+
+export interface Fact {
+  kind: string;
+  value: string;
+  normalized: string;
+}
+
+export interface Triple {
+  subject: string;
+  predicate: string;
+  object: string;
+}
+
+export interface Memory {
+  id: number;
+  scope: string;
+  text: string;
+  metadata: Record<string, string>;
+  facts: Fact[];
+  triples: Triple[];
+  forgotten: boolean;
+}
+
+export interface RecallHit {
+  memory: Memory;
+  score: number;
+}
+
+export interface WorkspaceRecord {
+  key: string;
+  content: string;
+}
+
+export interface AssembledContext {
+  globalRecords: WorkspaceRecord[];
+  workspaceRecords: WorkspaceRecord[];
+  memories: RecallHit[];
+  /** Exact int64 generations from the response metadata. */
+  globalGeneration: bigint;
+  workspaceGeneration: bigint;
+}
+
+export type WorkspaceChange =
+  | { op: 'put'; key: string; content: string }
+  | { op: 'delete'; key: string; content?: string };
+
+export interface WriteOptions {
+  /** The generation this write was decided on; omitted, the server refuses with OBSERVATION_MISSING. */
+  observedGeneration?: bigint | number | null;
+  requestId?: string;
+}
+
+export declare class MemoryClient {
+  constructor(target: string, options?: ClientOptions);
+  close(): void;
+  retain(
+    tenant: string,
+    text: string,
+    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string },
+  ): Promise<RetainResult>;
+  recall(
+    tenant: string,
+    query: string,
+    options?: { k?: number; scopes?: string[]; metadataEquals?: Record<string, string> },
+  ): Promise<RecallHit[]>;
+  /** AdminService.Stats, as the proto-loader object (snake_case fields). */
+  stats(tenant: string): Promise<Record<string, unknown>>;
+  assembleContext(tenant: string, workspace: string, options?: { query?: string; k?: number }): Promise<AssembledContext>;
+  /** Resolves the new Global generation. */
+  updateGlobal(tenant: string, content: string, options?: WriteOptions): Promise<bigint>;
+  updateWorkspace(
+    tenant: string,
+    workspace: string,
+    changes: WorkspaceChange[],
+    options?: WriteOptions,
+  ): Promise<{ applied: number; generation: bigint }>;
+}
+
+/** A failed call: the gRPC status plus the ErrorInfo reason. Branch on `reason`, never on text. */
+export declare class MnemosyneError extends Error {
+  constructor(code: number, reason: string, message: string, metadata?: Record<string, string>, domain?: string);
+  readonly name: 'MnemosyneError';
+  /** gRPC status code (grpc.status.*). */
+  code: number;
+  codeName: string;
+  /** ErrorInfo reason, e.g. GENERATION_MISMATCH ('' when the server sent none). */
+  reason: string;
+  /** The server's message for people. */
+  details: string;
+  metadata: Record<string, string>;
+  domain: string;
+}
+
+/** A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status. */
+export declare function fromServiceError(err: unknown): MnemosyneError | unknown;
+
+/** The memory part of an agent's prompt from an assembly; names no generation. */
+export declare function renderContext(assembled: AssembledContext, workspace: string): string;
+
+export type ToolResult = { ok: true; result: string } | { ok: false; error: string; reason: string };
+
+export declare class MemoryHost {
+  /** `observations` may be shared between hosts of one process that serve the same agents. */
+  constructor(client: MemoryClient, tenant: string, options?: { observations?: WeakMap<object, object> });
+  readonly client: MemoryClient;
+  readonly tenant: string;
+  readonly observations: WeakMap<object, object>;
+  /** The agent's memory context; records the generations it was read at, for that agent object. */
+  assembleContext(agent: object, workspace: string, options?: { query?: string; k?: number }): Promise<string>;
+  /** Function-calling schemas for `memory_update` and `update_workspace`. */
+  static toolSchemas(format?: 'openai' | 'anthropic'): object[];
+  /** Runs one model tool call; resolves an error result (never rejects) for what the model sent. */
+  callTool(agent: object, name: string, args: string | Record<string, unknown>): Promise<ToolResult>;
+}

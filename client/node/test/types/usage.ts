@@ -1,0 +1,33 @@
+// Compiled (never run) by test/types.test.js with `tsc --strict`: a TypeScript host's use of the
+// package type-checks against src/index.d.ts.
+import {
+  GLOBAL_GENERATION_KEY, MemoryClient, MemoryHost, MnemosyneError, newRequestId, renderContext,
+  type AssembledContext, type RecallHit, type RetainResult, type ToolResult,
+} from '../../src/index.js';
+
+export async function host(target: string): Promise<string> {
+  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000 });
+  const retained: RetainResult = await client.retain('acme', 'Order ORD-1 shipped', { scope: 'orders', requestId: newRequestId() });
+  const status: 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified' = retained.status;
+  const hits: RecallHit[] = await client.recall('acme', 'order', { k: 3, metadataEquals: { team: 'ops' } });
+  const texts: string[] = hits.map((h) => h.memory.text + h.memory.facts.map((f) => f.normalized).join());
+  const assembled: AssembledContext = await client.assembleContext('acme', 'ws', { query: 'plan' });
+  const next: bigint = await client.updateGlobal('acme', '# MEMORY', { observedGeneration: assembled.globalGeneration });
+  const { applied, generation } = await client.updateWorkspace('acme', 'ws', [
+    { op: 'put', key: 'plan.md', content: 'ship it' },
+    { op: 'delete', key: 'old.md' },
+  ], { observedGeneration: assembled.workspaceGeneration });
+  const memoryHost = new MemoryHost(client, 'acme');
+  const agent = {};
+  const prompt: string = await memoryHost.assembleContext(agent, 'ws');
+  const result: ToolResult = await memoryHost.callTool(agent, 'memory_update', '{"content": "x"}');
+  const summary = result.ok ? result.result : `${result.reason}: ${result.error}`;
+  try {
+    await client.stats('acme');
+  } catch (err) {
+    if (err instanceof MnemosyneError && err.reason === 'TENANT_NOT_FOUND') return err.codeName;
+  }
+  client.close();
+  return [status, texts.join(), String(next + generation), String(applied), prompt, summary,
+    renderContext(assembled, 'ws'), GLOBAL_GENERATION_KEY, JSON.stringify(MemoryHost.toolSchemas('anthropic'))].join('\n');
+}
