@@ -43,6 +43,13 @@ def become_background_thread() -> None:
     _apply()
 
 
+def request_thread() -> None:
+    """Thread-pool initializer for threads that serve requests: a new thread inherits its
+    creator's policy, and a pool started lazily by a background thread would otherwise idle."""
+    _this_thread.background = False
+    _set_policy(normal=True)
+
+
 def keep_up(lag_seconds: float) -> None:
     """A background thread reports how far behind it is: past ``URGENT_AFTER_SECONDS`` it
     competes with request threads as an equal, below it goes back to idle priority."""
@@ -68,7 +75,10 @@ def lock_released() -> None:
 
 
 def _apply() -> None:
-    normal = _this_thread.urgent or _this_thread.locks_held > 0
+    _set_policy(normal=_this_thread.urgent or _this_thread.locks_held > 0)
+
+
+def _set_policy(*, normal: bool) -> None:
     if not _LINUX:  # SCHED_IDLE is Linux's; elsewhere every thread keeps the default
         return
     try:

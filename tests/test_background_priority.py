@@ -9,11 +9,12 @@ import os
 import sys
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
 
 import pytest
 
-from mnemosyne.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up
+from mnemosyne.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up, request_thread
 from mnemosyne.client import MemoryClient
 from mnemosyne.store.locks import LockManager
 
@@ -71,6 +72,24 @@ def test_a_background_thread_holding_a_tenant_lock_runs_at_normal_priority() -> 
     assert seen == [os.SCHED_OTHER, os.SCHED_OTHER, os.SCHED_OTHER, os.SCHED_IDLE]
     with lock:  # a request thread's use changes nothing
         assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+def test_a_request_pool_started_by_a_background_thread_runs_at_normal_priority() -> None:
+    """A new thread inherits its creator's policy: the engine's pools (near-duplicate search,
+    model calls), started lazily by whichever thread first needs them, reset theirs."""
+    seen: dict[str, int] = {}
+
+    def background() -> None:
+        become_background_thread()
+        with futures.ThreadPoolExecutor(max_workers=1) as inherited:
+            seen["without initializer"] = inherited.submit(os.sched_getscheduler, 0).result()
+        with futures.ThreadPoolExecutor(max_workers=1, initializer=request_thread) as pool:
+            seen["request_thread"] = pool.submit(os.sched_getscheduler, 0).result()
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    thread.join()
+    assert seen == {"without initializer": os.SCHED_IDLE, "request_thread": os.SCHED_OTHER}
 
 
 def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ from typing import Iterator, Mapping, Sequence
 import apsw
 import numpy as np
 
+from mnemosyne import background
 from mnemosyne.engine import conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.conversation import Message, conversation_item
@@ -180,7 +181,9 @@ class Engine:
         )
         self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
         # Threads start on first use; see extract_missing.
-        self._helper = futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="near-duplicates")
+        self._helper = futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="near-duplicates", initializer=background.request_thread
+        )
         self._extract_pool: futures.ThreadPoolExecutor | None = None  # a remote model's calls (_extract)
         self._extract_pool_lock = threading.Lock()
         from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor  # imports this module
@@ -372,7 +375,8 @@ class Engine:
             with self._extract_pool_lock:
                 if self._extract_pool is None:
                     self._extract_pool = futures.ThreadPoolExecutor(
-                        max_workers=self.extractor.concurrency, thread_name_prefix="extract"
+                        max_workers=self.extractor.concurrency, thread_name_prefix="extract",
+                        initializer=background.request_thread,
                     )
             calls = [self._extract_pool.submit(self.extractor.extract, text) for text in texts]
             futures.wait(calls)
