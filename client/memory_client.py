@@ -15,8 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import grpc
 
 from mnemosyne.client import types
-from mnemosyne.client.errors import from_rpc_error
-from mnemosyne.client.errors import ServerError
+from mnemosyne.client.errors import ServerError, from_rpc_error
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
