@@ -1,6 +1,7 @@
 """Hot-path numbers: enqueue latency (server side) and flush latency under a 5,000-write backlog.
 
-    python bench/hot_path_latency.py [--enqueues 2000] [--warm-up 500] [--backlog 5000] [--synchronous full|normal] [--worker-batch N]
+    python bench/hot_path_latency.py [--enqueues 2000] [--warm-up 500] [--backlog 5000] [--synchronous full|normal]
+                                     [--hot-path-sync round|enqueue] [--worker-batch N]
 
 Runs the server's Engine in process, so the enqueue figures are the server-side cost of a fast
 Retain (validation, request-id check, one short BEGIN IMMEDIATE transaction appending to the
@@ -24,6 +25,8 @@ def main() -> None:
     parser.add_argument("--enqueues", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=5000)
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    parser.add_argument("--hot-path-sync", choices=["round", "enqueue"], default="round",
+                        help="when a fast write is fsynced with synchronous=full (the server's --hot-path-sync)")
     parser.add_argument("--worker-batch", type=int, default=0, help="operations per worker commit (0: default)")
     parser.add_argument("--warm-up", type=int, default=500, help="writes to each tenant before its timed enqueues")
     args = parser.parse_args()
@@ -35,6 +38,7 @@ def main() -> None:
         hold = Path(d) / "hold"
         engine = Engine(
             EngineConfig(data_dir=Path(d) / "data", synchronous=args.synchronous.upper(), test_hold_workers_file=hold,
+                        hot_path_sync=args.hot_path_sync,
                         **({"hot_path_batch": args.worker_batch} if args.worker_batch else {}))
         )
         try:
@@ -62,7 +66,7 @@ def main() -> None:
                 p50 = statistics.median(samples)
                 p99 = samples[int(len(samples) * 0.99) - 1]
                 print(
-                    f"enqueue (server side, synchronous={args.synchronous}, {phase}, after {args.warm_up} warm-up writes): "
+                    f"enqueue (server side, synchronous={args.synchronous}, hot-path-sync={args.hot_path_sync}, {phase}, after {args.warm_up} warm-up writes): "
                     f"p50 {p50:.0f} us, p99 {p99:.0f} us, n={len(samples)}"
                 )
 
@@ -79,7 +83,7 @@ def main() -> None:
             flushed = engine.hot_path.flush("backlog", timeout=600)
             seconds = time.perf_counter() - start
             print(
-                f"flush under a {depth}-write backlog (synchronous={args.synchronous}): {seconds:.2f} s "
+                f"flush under a {depth}-write backlog (synchronous={args.synchronous}, hot-path-sync={args.hot_path_sync}): {seconds:.2f} s "
                 f"({seconds / max(1, flushed.flushed) * 1e6:.0f} us per operation), "
                 f"{flushed.succeeded} succeeded, {flushed.failed} failed"
             )

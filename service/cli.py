@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         embedder=args.embedder,
         hot_path_workers=args.hot_path_workers,
         hot_path_batch=args.hot_path_batch,
+        hot_path_sync=args.hot_path_sync,
         event_retention_seconds=args.event_retention_seconds,
         # Hot-path test seams: workers hold before committing while this file exists; extraction
         # fails on texts containing the marker (a poison operation).
@@ -240,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="background workers shared by all tenants for asynchronous (fast) writes")
     serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
                        help="queued operations a worker applies per transaction")
+    serve.add_argument("--hot-path-sync", choices=["round", "enqueue"], default=_env("HOT_PATH_SYNC", "round"),
+                       help="with --synchronous full, fsync an accepted fast write after the worker applies it "
+                       "(round: enqueues take no fsync) or before the enqueue returns (enqueue)")
     serve.add_argument("--event-retention-seconds", type=float,
                        default=float(_env("EVENT_RETENTION_SECONDS", "604800") or 604800),
                        help="delete finished hot-path events this long after they finished (0: keep forever)")

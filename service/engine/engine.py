@@ -91,6 +91,10 @@ class EngineConfig:
     hot_path_batch: int = 16
     hot_path_max_failures: int = 3
     hot_path_retry_seconds: float = 0.5  # backoff after a failed attempt, doubling each time
+    # When an accepted fast write becomes durable against power loss (with synchronous=FULL):
+    # "round" (the worker's fsync after applying it, or the next Flush) or "enqueue" (before the
+    # enqueue returns: an fsync per enqueue, with the worker's commits synced inside the lock).
+    hot_path_sync: str = "round"
     # Finished (succeeded or failed) hot-path events are deleted this long after they finished;
     # 0 keeps them forever. Open operations are never deleted.
     event_retention_seconds: float = EVENT_RETENTION_SECONDS

@@ -15,6 +15,13 @@ applied in acceptance order — then process each tenant's log in rounds:
    audit entry) AND marks each operation succeeded or failed, with the counters. An operation is
    therefore never ``succeeded`` before its memory is visible to both recall paths.
 
+Durability (``--hot-path-sync``): an accepted operation survives a process kill at once (WAL).
+Against power loss, by default ("round") it is durable once the worker that applied it has synced
+the log after its commit, or once a ``Flush`` returned: enqueues and worker commits take no fsync
+inside the tenant's write lock, so an enqueue never waits for the disk (seed 001 §9.2: a
+successful enqueue is not a disk write; the flush is the barrier that reaches disk). "enqueue"
+syncs every enqueue before it returns instead.
+
 A failed attempt goes back to ``pending`` (behind nothing: the round still commits the others);
 after ``max_failures`` failed attempts it ends ``failed`` for good, so a poison operation never
 blocks the ones behind it. A crash simply leaves operations ``pending``/``running`` in the file;
@@ -64,6 +71,7 @@ ROUND_RETRY_MAX_SECONDS = 30.0
 PRUNE_INTERVAL_SECONDS = 10.0
 PRUNE_BATCH = 100
 PRUNE_MAX_BATCHES = 50
+HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 _FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 _STREAM_CHUNK = 500
@@ -304,6 +312,16 @@ class HotPath:
                 "--event-retention-seconds must be 0 (keep events forever) or more", reason="EVENT_RETENTION_INVALID"
             )
         self._retention = config.event_retention_seconds
+        if config.hot_path_sync not in HOT_PATH_SYNC_CHOICES:
+            raise InvalidArgument(
+                f"--hot-path-sync must be one of {', '.join(HOT_PATH_SYNC_CHOICES)}, not {config.hot_path_sync!r}",
+                reason="HOT_PATH_SYNC_INVALID",
+            )
+        # "enqueue": each enqueue commits with the store's synchronous setting (an fsync with
+        # FULL) and so does each worker commit. "round": neither fsyncs inside the write lock; the
+        # worker syncs the log after each commit, outside it (store.sync_log), and so do the
+        # barriers. Enqueues then never wait for the disk, nor for a worker waiting for it.
+        self._sync_each_enqueue = config.hot_path_sync == "enqueue"
         self._pruned_at: dict[str, float] = {}  # tenant -> monotonic time of its last prune pass
 
     # -- lifetime --------------------------------------------------------------------------------
@@ -411,7 +429,7 @@ class HotPath:
         with self._engine.pool.locks.for_tenant(tenant):
             self._idle_since.pop(tenant, None)
             self.index.add(tenant)  # durable before the operations are
-            with store.write() as txn:
+            with store.write(sync=self._sync_each_enqueue) as txn:
                 if request_id:
                     prior = self._engine.prior_result(txn, request_id, method, payload_hash)
                     if prior is not None:
@@ -575,7 +593,7 @@ class HotPath:
         operation ended (none went back to pending for another attempt)."""
         engine = self._engine
         all_finished = True
-        with store.write() as txn:
+        with store.write(sync=self._sync_each_enqueue) as txn:
             engine.check_embedder(txn, write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]
@@ -606,6 +624,8 @@ class HotPath:
                 succeeded += 1
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
             self._note_depth(tenant, txn)
+        if not self._sync_each_enqueue:
+            store.sync_log()  # these operations and every enqueue before them: power-safe now
         engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
         return all_finished
 
@@ -644,6 +664,7 @@ class HotPath:
             with store.read() as txn:
                 remaining, _ = txn.oplog_depth(up_to_id=up_to_id)
             if remaining == 0:
+                store.sync_log()  # a barrier returns once what it waited for is on disk
                 return
             left = deadline - time.monotonic()
             if left <= 0:

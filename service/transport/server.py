@@ -90,6 +90,7 @@ class ServerConfig:
     embedder: str = "hashing"
     hot_path_workers: int = 2
     hot_path_batch: int = 16
+    hot_path_sync: str = "round"
     event_retention_seconds: float = EVENT_RETENTION_SECONDS
     test_hold_workers_file: Path | None = None
     test_poison_marker: str = ""
@@ -175,6 +176,7 @@ def create_server(config: ServerConfig) -> RunningServer:
             commit_during_assemble=config.commit_during_assemble,
             hot_path_workers=config.hot_path_workers,
             hot_path_batch=config.hot_path_batch,
+            hot_path_sync=config.hot_path_sync,
             event_retention_seconds=config.event_retention_seconds,
             test_hold_workers_file=config.test_hold_workers_file,
             test_poison_marker=config.test_poison_marker,
