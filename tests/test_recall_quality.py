@@ -4,6 +4,7 @@ feedback, and the hashing-v2 embedder. Rankings are checked through the real ser
 from __future__ import annotations
 
 import hashlib
+import random
 
 import numpy as np
 
@@ -88,3 +89,18 @@ def test_hashing_v2_is_a_fixed_function_of_the_text() -> None:
     # A call where no text has any feature at all gives zero rows, not an error.
     nothing = HashingEmbedder().embed(['""', "", "()"])
     assert nothing.shape == (3, 384) and nothing.dtype == np.float32 and not nothing.any()
+
+
+def test_hashing_v2_builds_many_new_words_at_once_to_the_same_vectors() -> None:
+    """Past 32 new words in one call the embedder builds their features with array operations
+    instead of word by word: the digest below is of the word-by-word implementation's vectors
+    for 300 texts of ~2,500 new words (with a non-ASCII word, taken word by word, in each)."""
+    rnd = random.Random(7)
+    syllables = ["ka", "lo", "mi", "ru", "te", "sha", "bo", "ne", "vi", "qu", "ing", "ies", "ed", "ly", "s"]
+
+    def word() -> str:
+        return "".join(rnd.choice(syllables) for _ in range(rnd.randint(1, 5)))
+
+    texts = [" ".join(word() for _ in range(rnd.randint(3, 20))) + f" CODE-{i} café" for i in range(300)]
+    digest = hashlib.sha256(HashingEmbedder().embed(texts).tobytes()).hexdigest()
+    assert digest == "31169d9cd966c7b22355b60edd751208d0906903ce543c3442d0f321f9a9e5c1"

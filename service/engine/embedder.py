@@ -14,6 +14,8 @@ weak alone and gains from the best first hits; a sentence model is strong alone.
 from __future__ import annotations
 
 import abc
+import itertools
+import operator
 import zlib
 from array import array
 from typing import NamedTuple
@@ -42,6 +44,21 @@ class Embedder(abc.ABC):
 
 
 _CACHE_SIZE = 1 << 16
+# From this many new ASCII words in one call, their tokens are built by array operations
+# (_ascii_tokens) instead of word by word (_token): same bytes, a fixed numpy cost to amortise.
+_VECTORISE_FROM = 32
+
+
+def _crc32_table() -> np.ndarray:
+    """zlib's CRC-32 (reflected polynomial 0xEDB88320) byte table, to continue CRCs in arrays."""
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _crc32_table()
+_WORD_CRC, _TRIGRAM_CRC, _PAIR_CRC = zlib.crc32(b"w:"), zlib.crc32(b"c:"), zlib.crc32(b"b:")
 
 
 class _Token(NamedTuple):
@@ -92,53 +109,85 @@ class HashingEmbedder(Embedder):
                 indices.append(index)
                 weights.append(weight)
         encoded = token.encode("utf-8")
-        entry = _Token(
+        return _Token(
             array("q", indices).tobytes(), array("d", weights).tobytes(), len(indices), encoded,
             zlib.crc32(b"b:" + encoded + b" "),
         )
-        if len(self._tokens) >= _CACHE_SIZE:
-            self._tokens.clear()
-        self._tokens[word] = entry
-        return entry
+
+    def _ascii_tokens(self, words: list[str]) -> list[_Token]:
+        """``_token`` of many ASCII words at once (bit for bit: tests/test_recall_quality.py). Each
+        CRC continues a cached prefix CRC (zlib.crc32(data, crc_of_prefix)); the trigrams' CRCs
+        (three bytes each after "c:") are stepped through the CRC table for all of them at once."""
+        dim = self.dim
+        stems = [stem(word).encode("ascii") for word in words]
+        lengths = np.fromiter(map(len, stems), dtype=np.int64, count=len(stems))
+        word_hashes = np.fromiter(map(zlib.crc32, stems, itertools.repeat(_WORD_CRC)), dtype=np.int64, count=len(stems))
+        # The padded stems "<stem>" end to end; a stem of three or more letters has len(stem)
+        # trigrams, one starting at each of its padded positions but the last two.
+        joined = np.frombuffer(b"<" + b"><".join(stems) + b">", dtype=np.uint8)
+        trigram_counts = np.where(lengths >= 3, lengths, 0)
+        padded_starts = np.concatenate(([0], np.cumsum(lengths + 2)[:-1]))
+        first_trigram = np.cumsum(trigram_counts) - trigram_counts
+        starts = np.repeat(padded_starts - first_trigram, trigram_counts) + np.arange(int(trigram_counts.sum()))
+        state = np.full(len(starts), _TRIGRAM_CRC ^ 0xFFFFFFFF, dtype=np.uint32)
+        for offset in range(3):
+            state = _CRC_TABLE[(state ^ joined[starts + offset]) & 0xFF] ^ (state >> 8)
+        trigram_hashes = (state ^ np.uint32(0xFFFFFFFF)).astype(np.int64)
+        # Per word: its word feature, then its trigrams, as _token lays them out.
+        counts = 1 + trigram_counts
+        word_slots = np.cumsum(counts) - counts
+        indices = np.empty(int(counts.sum()), dtype=np.int64)
+        weights = np.empty(len(indices), dtype=np.float64)
+        indices[word_slots] = word_hashes % dim
+        weights[word_slots] = np.where((word_hashes >> 31) & 1, 1.0, -1.0)
+        trigram_slots = np.ones(len(indices), dtype=bool)
+        trigram_slots[word_slots] = False
+        indices[trigram_slots] = trigram_hashes % dim
+        weights[trigram_slots] = np.where((trigram_hashes >> 31) & 1, 0.25, -0.25)
+        index_bytes, weight_bytes = indices.tobytes(), weights.tobytes()
+        pair_prefixes = map(zlib.crc32, itertools.repeat(b" "), map(zlib.crc32, stems, itertools.repeat(_PAIR_CRC)))
+        return [
+            _Token(index_bytes[8 * a : 8 * (a + n)], weight_bytes[8 * a : 8 * (a + n)], n, word_stem, prefix)
+            for a, n, word_stem, prefix in zip(word_slots.tolist(), counts.tolist(), stems, pair_prefixes)
+        ]
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        # Per word, only cached bytes are appended (its packed features); they are joined once and
-        # summed per (row, index) by one bincount: no per-feature Python object and no Python
-        # loop over vector cells. A pair of adjacent stems hashes as CRC-32("b:<first> <second>"),
-        # computed by continuing the first's cached CRC of "b:<first> " over the second's bytes:
-        # one C call per pair. (All weights are sums of 1, 1/2 and 1/4: exact in float64 in any
-        # order, so the vectors are bit for bit those of the first, feature-by-feature version.)
-        tokens, make = self._tokens, self._token
-        crc32 = zlib.crc32
-        indices: list[bytes] = []
-        weights: list[bytes] = []
-        pair_hashes: list[int] = []
-        counts: list[int] = []
-        pair_counts: list[int] = []
+        # No Python loop per word: the words' cached tokens come from one C-level map, their
+        # packed features are joined once, and every (row, index) is summed by one bincount. A
+        # pair of adjacent stems hashes as CRC-32("b:<first> <second>"), computed by continuing
+        # the first's cached CRC of "b:<first> " over the second's bytes: one C call per adjacent
+        # pair of the flattened words (those spanning two texts are dropped). All weights are
+        # sums of 1, 1/2 and 1/4: exact in float64 in any order, so the vectors are bit for bit
+        # those of the first, feature-by-feature version.
+        flat: list[str] = []
+        lengths: list[int] = []
         for text in texts:
-            count, pairs_before = 0, len(pair_hashes)
-            previous = None
-            for word in content_words(words(text)):
-                token = tokens.get(word) or make(word)
-                indices.append(token.indices)
-                weights.append(token.weights)
-                count += token.count
-                if previous is not None:
-                    pair_hashes.append(crc32(token.stem, previous))
-                previous = token.pair_prefix
-            counts.append(count)
-            pair_counts.append(len(pair_hashes) - pairs_before)
-        dim, rows = self.dim, np.arange(len(texts), dtype=np.int64) * self.dim
-        hashes = np.asarray(pair_hashes, dtype=np.int64)
-        word_positions = np.frombuffer(b"".join(indices), dtype=np.int64) + np.repeat(rows, counts)
-        pair_positions = hashes % dim + np.repeat(rows, pair_counts)
-        positions = np.concatenate((word_positions, pair_positions))
-        values = np.concatenate(
-            (np.frombuffer(b"".join(weights), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5))
+            kept = content_words(words(text))
+            flat.extend(kept)
+            lengths.append(len(kept))
+        tokens = self._tokens_of(flat)
+        dim, n = self.dim, len(texts)
+        word_rows = np.repeat(np.arange(n, dtype=np.int64) * dim, lengths)
+        feature_counts = np.fromiter(map(_COUNT, tokens), dtype=np.int64, count=len(tokens))
+        word_positions = np.frombuffer(b"".join(map(_INDICES, tokens)), dtype=np.int64) + np.repeat(
+            word_rows, feature_counts
         )
-        summed = np.bincount(positions, weights=values, minlength=len(texts) * dim)
+        hashes = np.fromiter(
+            map(zlib.crc32, map(_STEM, tokens[1:]), map(_PAIR_PREFIX, tokens)),
+            dtype=np.int64,
+            count=max(len(tokens) - 1, 0),
+        )
+        pair_rows = word_rows[1:]
+        if n > 1:  # drop the pairs that span two texts
+            same_text = pair_rows == word_rows[:-1]
+            hashes, pair_rows = hashes[same_text], pair_rows[same_text]
+        positions = np.concatenate((word_positions, hashes % dim + pair_rows))
+        values = np.concatenate(
+            (np.frombuffer(b"".join(map(_WEIGHTS, tokens)), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5))
+        )
+        summed = np.bincount(positions, weights=values, minlength=n * dim)
         # float64 even when no text has a feature (bincount of nothing counts in integers)
-        summed = summed.astype(np.float64, copy=False).reshape(len(texts), dim)
+        summed = summed.astype(np.float64, copy=False).reshape(n, dim)
         # sign(x) * log(1 + |x|), in place
         scaled = np.abs(summed)
         np.log1p(scaled, out=scaled)
@@ -147,6 +196,27 @@ class HashingEmbedder(Embedder):
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
+
+    def _tokens_of(self, flat: list[str]) -> list[_Token]:
+        """The token of each word: cached, or computed once per call for each word not cached."""
+        cache = self._tokens
+        missing = set(flat).difference(cache)
+        if len(cache) + len(missing) > _CACHE_SIZE:
+            cache.clear()
+        plain = [word for word in missing if word.isascii()] if len(missing) >= _VECTORISE_FROM else []
+        if plain:
+            cache.update(zip(plain, self._ascii_tokens(plain)))
+            missing.difference_update(plain)
+        for word in missing:
+            cache[word] = self._token(word)
+        tokens = list(map(cache.get, flat))
+        if None in tokens:  # a concurrent call cleared the cache meanwhile
+            local = {word: cache.get(word) or self._token(word) for word in set(flat)}
+            tokens = list(map(local.__getitem__, flat))
+        return tokens  # type: ignore[return-value]
+
+
+_INDICES, _WEIGHTS, _COUNT, _STEM, _PAIR_PREFIX = (operator.itemgetter(i) for i in range(5))
 
 
 EMBEDDERS = ("hashing", "minilm")
