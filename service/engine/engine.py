@@ -421,7 +421,7 @@ class Engine:
         todo = [p for p in prepared if p.vector is not None]
         if not todo or threshold > 1.0:
             return
-        vectors = np.stack([np.frombuffer(p.vector, dtype="<f4") for p in todo])  # type: ignore[arg-type]
+        vectors = np.frombuffer(b"".join(p.vector for p in todo), dtype="<f4").reshape(len(todo), -1)  # type: ignore[misc]
         index = self._vector_index(store)
         with store.read() as txn:
             self.check_embedder(txn, write=False)  # another embedder's vectors are not comparable

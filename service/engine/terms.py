@@ -25,6 +25,7 @@ STOP_WORDS = frozenset(
 
 # Longest first; a stem keeps at least three letters, so "sing" or "red" are never cut.
 _SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("ly", ""))
+_ENDINGS = tuple(suffix for suffix, _ in _SUFFIXES)
 
 
 def words(text: str) -> list[str]:
@@ -40,6 +41,8 @@ def content_words(tokens: list[str]) -> list[str]:
 
 def stem(word: str) -> str:
     """A light suffix-stripping stem (plurals, -ing, -ed, -ly): "painted", "painting" -> "paint"."""
+    if not word.endswith(_ENDINGS):  # one C call for the many words without any of them
+        return word
     for suffix, replacement in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)] + replacement
