@@ -1,7 +1,7 @@
 """Hot-path numbers: enqueue latency (server side) and flush latency under a 5,000-write backlog.
 
     python bench/hot_path_latency.py [--enqueues 2000] [--warm-up 500] [--backlog 5000] [--synchronous full|normal]
-                                     [--hot-path-sync round|enqueue] [--worker-batch N]
+                                     [--hot-path-sync round|enqueue] [--rate 200] [--worker-batch N]
 
 Runs the server's Engine in process, so the enqueue figures are the server-side cost of a fast
 Retain (validation, request-id check, one short BEGIN IMMEDIATE transaction appending to the
@@ -28,6 +28,8 @@ def main() -> None:
     parser.add_argument("--hot-path-sync", choices=["round", "enqueue"], default="round",
                         help="when a fast write is fsynced with synchronous=full (the server's --hot-path-sync)")
     parser.add_argument("--worker-batch", type=int, default=0, help="operations per worker commit (0: default)")
+    parser.add_argument("--rate", type=float, default=200.0,
+                        help="enqueues per second of the paced draining phase (0: skip it)")
     parser.add_argument("--warm-up", type=int, default=500, help="writes to each tenant before its timed enqueues")
     args = parser.parse_args()
 
@@ -43,8 +45,13 @@ def main() -> None:
         )
         try:
             # Held workers: the enqueue's own cost. Draining workers: the same enqueues while the
-            # workers apply the operations as they arrive (their commits take the same write lock).
-            for phase, tenant in (("workers held", "held"), ("workers draining", "draining")):
+            # workers apply the operations as they arrive (their commits take the same write lock),
+            # back to back (the workers never catch up: the worst case), then paced at --rate per
+            # second (the workers keep up, as with an agent writing between its turns).
+            phases = [("workers held", "held", 0.0), ("workers draining, back to back", "draining", 0.0)]
+            if args.rate > 0:
+                phases.append((f"workers draining, paced at {args.rate:g}/s", "paced", args.rate))
+            for phase, tenant, rate in phases:
                 engine.hot_path.set_enabled(tenant, True)
                 # A fresh tenant's first few hundred writes also grow its WAL file to its working
                 # size; --warm-up writes (applied and flushed) measure the steady state after that.
@@ -54,8 +61,11 @@ def main() -> None:
                 if tenant == "held":
                     hold.touch()
                 samples = []
+                began = time.perf_counter()
                 for i in range(args.enqueues):
                     item = RetainItem(f"enqueue sample {i}: tote TT-{i:06d}")
+                    if rate:
+                        time.sleep(max(0.0, began + i / rate - time.perf_counter()))
                     start = time.perf_counter()
                     outcome = engine.retain(tenant, item, request_id=f"r{i}", fast=True)
                     samples.append((time.perf_counter() - start) * 1e6)
