@@ -45,7 +45,7 @@ def _events(log: Path, file: str) -> list[DiskEvent]:
     return events
 
 
-def _enqueue_window(server, c: MemoryClient, tenant: str, log: Path) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
+def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
     """Enable the tenant's hot path, enqueue once (the tenant then has its log and its place in
     the recovery index), then time ENQUEUES more enqueues. Returns the window and the WAL's name."""
     c.hot_path(tenant, "enable")
@@ -61,7 +61,7 @@ def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_di
     hold.touch()  # workers hold before committing: the enqueues' own disk work stands alone
     server = server_factory(env=_probed(log, hold)).start()
     with MemoryClient(server.target) as c:
-        started, ended, wal = _enqueue_window(server, c, "synced", log)
+        started, ended, wal = _enqueue_window(server, c, "synced")
         during = [e for e in _events(log, wal) if started <= e.started and e.ended <= ended]
         assert sum(e.kind == "write" for e in during) >= ENQUEUES  # the probe sees each commit
         assert [e for e in during if e.kind == "sync"] == []
@@ -82,7 +82,7 @@ def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_fact
     hold.touch()
     server = server_factory(env=_probed(log, hold), args=["--hot-path-sync", "enqueue"]).start()
     with MemoryClient(server.target) as c:
-        started, ended, wal = _enqueue_window(server, c, "each", log)
+        started, ended, wal = _enqueue_window(server, c, "each")
         during = [e for e in _events(log, wal) if started <= e.started and e.ended <= ended]
         assert sum(e.kind == "sync" and e.source == "sqlite" for e in during) >= ENQUEUES
         hold.unlink()
