@@ -39,8 +39,8 @@ from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.recall import (
     coordinate,
-    fts_match_expression,
     fuse,
+    match_expression,
     query_terms,
     soften_length_normalisation,
     top_rows,
@@ -761,9 +761,10 @@ class Engine:
         scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
         query_vector = self.embedder.embed([query])[0]
-        match = fts_match_expression(query)
+        terms = query_terms(query)
+        match = match_expression(terms)
         # Coordination needs at least two terms; past six, hardly any memory holds them all.
-        match_all = fts_match_expression(query, operator="AND") if 2 <= len(query_terms(query)) <= 6 else None
+        match_all = match_expression(terms, operator="AND") if 2 <= len(terms) <= 6 else None
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:

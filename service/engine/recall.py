@@ -60,7 +60,11 @@ def fts_match_expression(query: str, *, operator: str = "OR") -> str | None:
     With ``OR`` (the default) BM25 ranks documents matching more (and rarer) terms first; ``AND``
     matches only documents holding every term (see ``coordinate``).
     """
-    terms = query_terms(query)
+    return match_expression(query_terms(query), operator=operator)
+
+
+def match_expression(terms: Sequence[str], *, operator: str = "OR") -> str | None:
+    """``fts_match_expression`` of terms already taken from the text by ``query_terms``."""
     # Terms are made of \w characters and spaces only, so they cannot contain a quote.
     return f" {operator} ".join('"' + t + '"' for t in terms) if terms else None
 

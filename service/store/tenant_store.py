@@ -325,7 +325,7 @@ class TenantStore:
 
 
 def _metadata(text: str) -> dict[str, str]:
-    return json.loads(text) if text else {}
+    return json.loads(text) if text and text != "{}" else {}  # most memories have none
 
 
 class ReadTxn(OplogReads):
