@@ -8,6 +8,9 @@ from __future__ import annotations
 import secrets
 import threading
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.pool import TenantPool
@@ -19,6 +22,13 @@ PAGE = 4096
 def _blob() -> str:
     """About 40 pages of WAL per transaction (fresh bytes: SQLite skips unchanged pages)."""
     return secrets.token_hex(20 * PAGE)
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[TenantPool]:
+    pool = TenantPool(tmp_path)
+    yield pool
+    pool.close()
 
 
 def _wal_pages(path: Path) -> int:
@@ -45,23 +55,19 @@ def test_a_commit_crossing_the_threshold_only_announces_it(tmp_path: Path) -> No
         store.close()
 
 
-def test_background_checkpoints_keep_the_wal_bounded(tmp_path: Path) -> None:
-    pool = TenantPool(tmp_path)
-    try:
-        with pool.tenant("busy", create=True) as store:
-            assert store is not None
-            for i in range(4 * CHECKPOINT_PAGES // 40):
-                last = _blob()
-                with store.write() as txn:
-                    txn.set_meta(f"blob-{i % 10}", last)
-                assert pool.maintainer.wait_idle(timeout=30)
-            # 4,000 pages were written; the WAL was restarted after each background checkpoint.
-            assert pool.maintainer.completed >= 3
-            assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 2 * 40
-            with store.read() as txn:
-                assert txn.meta(f"blob-{i % 10}") == last
-    finally:
-        pool.close()
+def test_background_checkpoints_keep_the_wal_bounded(pool: TenantPool) -> None:
+    with pool.tenant("busy", create=True) as store:
+        assert store is not None
+        for i in range(4 * CHECKPOINT_PAGES // 40):
+            last = _blob()
+            with store.write() as txn:
+                txn.set_meta(f"blob-{i % 10}", last)
+            assert pool.maintainer.wait_idle(timeout=30)
+        # 4,000 pages were written; the WAL was restarted after each background checkpoint.
+        assert pool.maintainer.completed >= 3
+        assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 2 * 40
+        with store.read() as txn:
+            assert txn.meta(f"blob-{i % 10}") == last
 
 
 def test_an_unsynced_transaction_restores_the_durability_setting(tmp_path: Path) -> None:
@@ -110,14 +116,10 @@ def test_merging_the_fulltext_index_changes_no_answer_and_finishes(tmp_path: Pat
         store.close()
 
 
-def test_a_maintenance_pass_merges_the_fulltext_index(tmp_path: Path) -> None:
-    pool = TenantPool(tmp_path)
-    try:
-        with pool.tenant("busy", create=True) as store:
-            assert store is not None
-            _index_one_by_one(store, 300)
-            pool.maintainer.request("busy")
-            assert pool.maintainer.wait_idle(timeout=30)
-            assert store.merge_fulltext() == 0
-    finally:
-        pool.close()
+def test_a_maintenance_pass_merges_the_fulltext_index(pool: TenantPool) -> None:
+    with pool.tenant("busy", create=True) as store:
+        assert store is not None
+        _index_one_by_one(store, 300)
+        pool.maintainer.request("busy")
+        assert pool.maintainer.wait_idle(timeout=30)
+        assert store.merge_fulltext() == 0

@@ -373,12 +373,9 @@ class ReadTxn(OplogReads):
         ).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
-    def find_by_fingerprint(self, fingerprint: str) -> int | None:
-        """The memory holding this content; for a merged memory, the one it was merged into."""
-        return self._one("SELECT coalesce(merged_into, id) FROM memories WHERE fingerprint = ?", (fingerprint,))
-
     def find_by_fingerprints(self, fingerprints: Sequence[str]) -> dict[str, int]:
-        """``find_by_fingerprint`` for many at once: {fingerprint: memory id} of those stored."""
+        """{fingerprint: memory id} of the stored memories holding these contents; for a merged
+        memory, the one it was merged into."""
         found: dict[str, int] = {}
         unique = list(dict.fromkeys(fingerprints))
         for start in range(0, len(unique), _IN_CHUNK):
