@@ -2,10 +2,10 @@
 server process really makes: tests/sync_probe records every WAL write and every sync of the
 server's files on their way to the real file system.
 
-Default ("round"): an enqueue commits without an fsync (it survives a process kill: WAL), so it
-never waits for the disk; the worker syncs the log after applying, and a Flush returns only once
-a sync that started after the last write to the tenant's log has finished. "enqueue": every
-enqueue is synced before it returns."""
+Default ("round"): an enqueue commits to the tenant's inbox without an fsync (it survives a
+process kill: WAL), so it never waits for the disk; the worker syncs the tenant's log after
+applying, and a Flush returns only once a sync that started after the last write to the tenant's
+log has finished. "enqueue": every enqueue is synced before it returns."""
 
 from __future__ import annotations
 
@@ -45,15 +45,18 @@ def _events(log: Path, file: str) -> list[DiskEvent]:
     return events
 
 
-def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
-    """Enable the tenant's hot path, enqueue once (the tenant then has its log and its place in
-    the recovery index), then time ENQUEUES more enqueues. Returns the window and the WAL's name."""
+def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float, str, str]:  # type: ignore[no-untyped-def]
+    """Enable the tenant's hot path, enqueue once (the tenant then has its inbox and its place in
+    the recovery index), then time ENQUEUES more enqueues. Returns the window and the names of
+    the inbox's WAL and of the tenant log's WAL."""
     c.hot_path(tenant, "enable")
     assert c.retain(tenant, "first fast write: crate CR-0", fast=True).status == "enqueued"
     started = time.time()
     for i in range(1, ENQUEUES + 1):
         assert c.retain(tenant, f"fast write {i}: crate CR-{i}", fast=True).status == "enqueued"
-    return started, time.time(), server.tenant_file(tenant).name + "-wal"
+    inbox_wal = f"{tenant}.inbox.sqlite-wal"
+    assert (server.data_dir / "inbox" / inbox_wal).exists()
+    return started, time.time(), inbox_wal, server.tenant_file(tenant).name + "-wal"
 
 
 def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_disk(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -61,10 +64,12 @@ def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_di
     hold.touch()  # workers hold before committing: the enqueues' own disk work stands alone
     server = server_factory(env=_probed(log, hold)).start()
     with MemoryClient(server.target) as c:
-        started, ended, wal = _enqueue_window(server, c, "synced")
-        during = [e for e in _events(log, wal) if started <= e.started and e.ended <= ended]
+        started, ended, inbox_wal, wal = _enqueue_window(server, c, "synced")
+        during = [e for e in _events(log, inbox_wal) if started <= e.started and e.ended <= ended]
         assert sum(e.kind == "write" for e in during) >= ENQUEUES  # the probe sees each commit
         assert [e for e in during if e.kind == "sync"] == []
+        # Nor does the worker's move of them into the tenant's log sync it (still held).
+        assert [e for e in _events(log, wal) if started <= e.started and e.ended <= ended and e.kind == "sync"] == []
         hold.unlink()
         flushed = c.hot_path("synced", "flush", timeout_seconds=30)
         returned = time.time()
@@ -82,8 +87,8 @@ def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_fact
     hold.touch()
     server = server_factory(env=_probed(log, hold), args=["--hot-path-sync", "enqueue"]).start()
     with MemoryClient(server.target) as c:
-        started, ended, wal = _enqueue_window(server, c, "each")
-        during = [e for e in _events(log, wal) if started <= e.started and e.ended <= ended]
+        started, ended, inbox_wal, _ = _enqueue_window(server, c, "each")
+        during = [e for e in _events(log, inbox_wal) if started <= e.started and e.ended <= ended]
         assert sum(e.kind == "sync" and e.source == "sqlite" for e in during) >= ENQUEUES
         hold.unlink()
         assert c.hot_path("each", "flush", timeout_seconds=30).failed == 0

@@ -63,6 +63,7 @@ from mnemosyne.engine.types import (
 )
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.inbox import InboxTxn
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import InjectedFault, MemoryRow, NewMemory, ReadTxn, TenantStore, WriteTxn
 
@@ -291,8 +292,7 @@ class Engine:
         with self.pool.tenant(tenant, create=True) as store:
             assert store is not None
             if request_id:
-                with store.read() as txn:
-                    prior = self.prior_result(txn, request_id, method, payload_hash)
+                prior = self._prior_anywhere(store, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
             if fast and prepared:
@@ -313,9 +313,23 @@ class Engine:
             os.kill(os.getpid(), signal.SIGKILL)  # test seam: the reply is lost after the commit
         return result
 
-    def prior_result(self, txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
+    def prior_result(
+        self, txn: ReadTxn | InboxTxn, request_id: str, method: str, payload_hash: str
+    ) -> list[RetainOutcome] | None:
         result_json = replayed_result(txn, request_id, method, payload_hash)
         return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
+
+    def _prior_anywhere(self, store: TenantStore, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
+        """An earlier result of this request id, in the tenant file or, for a fast write not yet
+        taken by a worker, in its inbox (read first: a key moving meanwhile is then still found)."""
+        inbox = store.inbox(create=False)
+        if inbox is not None:
+            with inbox.read() as inbox_txn:
+                prior = self.prior_result(inbox_txn, request_id, method, payload_hash)
+            if prior is not None:
+                return prior
+        with store.read() as txn:
+            return self.prior_result(txn, request_id, method, payload_hash)
 
     def extract_missing(
         self,
@@ -455,9 +469,15 @@ class Engine:
         payload_hash: str,
         per_item_errors: bool,
     ) -> list[RetainOutcome]:
-        with store.write() as txn:
+        # With a request id, the inbox lock too (after the tenant's: store/inbox.py's order), so a
+        # fast write of the same id cannot be accepted between this check and this commit.
+        inbox = store.inbox(create=False) if request_id else None
+        with store.write() as txn, (inbox.lock if inbox is not None else nullcontext()):
             if request_id:
                 prior = self.prior_result(txn, request_id, method, payload_hash)
+                if prior is None and inbox is not None:
+                    with inbox.read() as inbox_txn:
+                        prior = self.prior_result(inbox_txn, request_id, method, payload_hash)
                 if prior is not None:
                     return prior
             self.check_embedder(txn, write=True)
@@ -959,7 +979,7 @@ def _decode_tenant_token(token: str) -> str:
         ) from None
 
 
-def replayed_result(txn: ReadTxn, request_id: str, method: str, payload_hash: str) -> str | None:
+def replayed_result(txn: ReadTxn | InboxTxn, request_id: str, method: str, payload_hash: str) -> str | None:
     """The stored result JSON of an earlier call with this request id, or None if there was none.
 
     The same id with another method or payload is a client bug, not a retry: refuse it."""

@@ -32,6 +32,7 @@ exactly those without opening every tenant file, and readiness never waits for i
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import json
 import logging
@@ -49,6 +50,7 @@ from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.inbox import Inbox, InboxOp, InboxRequest
 from mnemosyne.store.oplog import OpRow, Transition
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
@@ -72,6 +74,8 @@ PRUNE_INTERVAL_SECONDS = 10.0
 PRUNE_BATCH = 100
 PRUNE_MAX_BATCHES = 50
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
+# Inbox operations a worker adopts into the tenant's log per round (one tenant transaction).
+MOVE_LIMIT = 1000
 _FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 _STREAM_CHUNK = 500
@@ -336,23 +340,35 @@ class HotPath:
         for tenant in self.index.tenants():
             self._scheduler.notify(tenant)
 
-    def _note_depth(self, tenant: str, txn: ReadTxn) -> None:
-        depth = txn.oplog_depth()
-        with self._depths_lock:
-            if depth[0]:
-                self._depths[tenant] = depth
-            else:
-                self._depths.pop(tenant, None)
+    def _note_depth(self, tenant: str, store: TenantStore, txn: ReadTxn) -> None:
+        """Count the tenant's open operations: the log's (as ``txn`` sees it) and the inbox's,
+        under the inbox lock so no enqueue's own count slips between the two."""
+        inbox = store.inbox(create=False)
+        with inbox.lock if inbox is not None else contextlib.nullcontext():
+            depth = _add_depths(txn.oplog_depth(), self._inbox_depth(inbox))
+            with self._depths_lock:
+                if depth[0]:
+                    self._depths[tenant] = depth
+                else:
+                    self._depths.pop(tenant, None)
 
-    def _note_enqueued(self, tenant: str, txn: ReadTxn, count: int, now: float) -> None:
+    @staticmethod
+    def _inbox_depth(inbox: Inbox | None, up_to_id: int | None = None) -> tuple[int, float | None]:
+        if inbox is None:
+            return 0, None
+        with inbox.read() as txn:
+            return txn.depth(up_to_id)
+
+    def _note_enqueued(self, tenant: str, store: TenantStore, count: int, now: float) -> None:
         """Add to a known depth instead of counting the log again (a count over a long backlog
-        would cost every enqueue a scan); both run inside write transactions, so in order."""
+        would cost every enqueue a scan). Under the inbox lock, like every change of the depth."""
         with self._depths_lock:
             known = self._depths.get(tenant)
             if known is not None:
                 self._depths[tenant] = (known[0] + count, known[1] if known[1] is not None else now)
                 return
-        self._note_depth(tenant, txn)
+        with store.read() as txn:
+            self._note_depth(tenant, store, txn)
 
     def _lag(self, tenant: str) -> float:
         """Seconds the tenant's oldest open operation has waited (0 when none is known)."""
@@ -399,11 +415,13 @@ class HotPath:
             assert store is not None
             with store.write() as txn:
                 txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
-            store.cache[_FLAG_CACHE_KEY] = enabled
+                # Under the inbox lock: an enqueue re-reads the flag under it before appending.
+                with self._engine.pool.locks.for_inbox(tenant):
+                    store.cache[_FLAG_CACHE_KEY] = enabled
 
     def _enabled(self, store: TenantStore) -> bool:
         """The flag, cached on the open store (only ``set_enabled`` changes it, and this process
-        owns the data directory); the enqueue re-reads it inside its write transaction."""
+        owns the data directory); the enqueue re-reads it under the inbox lock."""
         enabled = store.cache.get(_FLAG_CACHE_KEY)
         if enabled is None:
             with store.read() as txn:
@@ -426,29 +444,33 @@ class HotPath:
         (the caller then writes synchronously)."""
         if not self._enabled(store):
             return None
-        with self._engine.pool.locks.for_tenant(tenant):
+        inbox = store.inbox(create=True)
+        assert inbox is not None
+        # The inbox's lock, not the tenant's: an enqueue never waits for a worker's commit.
+        with inbox.lock:
+            if not self._enabled(store):  # disabled since the read above (set_enabled holds this lock)
+                return None
             self._idle_since.pop(tenant, None)
             self.index.add(tenant)  # durable before the operations are
-            with store.write(sync=self._sync_each_enqueue) as txn:
+            with inbox.write(sync=self._sync_each_enqueue) as txn:
                 if request_id:
                     prior = self._engine.prior_result(txn, request_id, method, payload_hash)
                     if prior is not None:
                         return prior
-                if txn.meta(HOT_PATH_META) != "on":  # disabled since the read above
-                    return None
                 results = list(outcomes)
                 now = time.time()
+                event_id = 0
                 for p in prepared:
                     payload = ledger.canonical_json(
                         {"text": p.item.text, "scope": p.item.scope, "metadata": p.item.metadata}
                     )
-                    event_id = txn.oplog_append("retain", payload, request_id, now)
+                    event_id = txn.append("retain", payload, request_id, now)
                     results[p.position] = RetainOutcome(RetainStatus.ENQUEUED, event_id=event_id)
-                txn.add_counters({"accepted": len(prepared)})
-                self._note_enqueued(tenant, txn, len(prepared), now)
                 final = [r for r in results if r is not None]
                 if request_id:
-                    txn.save_request(request_id, method, payload_hash, json.dumps([r.to_json() for r in final]))
+                    result_json = json.dumps([r.to_json() for r in final])
+                    txn.save_request(InboxRequest(request_id, method, payload_hash, result_json, now), event_id)
+            self._note_enqueued(tenant, store, len(prepared), now)
         self._scheduler.notify(tenant)
         self._signal()
         return final
@@ -495,6 +517,7 @@ class HotPath:
             if store is None:
                 self.index.remove(tenant)
                 return False
+            self._move_inbox(store)
             # Not synced: a claim lost to a power cut only leaves the operations to be taken again.
             with store.write(sync=False) as txn:
                 ops = txn.oplog_next_open(self._batch, time.time())
@@ -552,6 +575,26 @@ class HotPath:
             if not finished or len(ops) == self._batch:
                 return True  # more is likely: skip the idle check, the next round will tell
             return not self._unindex_if_idle(tenant, store)
+
+    def _move_inbox(self, store: TenantStore) -> None:
+        """Adopt what waits in the tenant's inbox into its log, then remove it from the inbox
+        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed)."""
+        inbox = store.inbox(create=False)
+        if inbox is None:
+            return
+        with inbox.read() as txn:
+            ops = txn.ops(limit=MOVE_LIMIT)
+            requests = txn.requests_through(ops[-1].event_id) if ops else []
+        if not ops:
+            return
+        # Synced in "enqueue" mode: an enqueue acknowledged power-safe must stay so once it left
+        # the inbox. Otherwise the round's sync (or a Flush) covers it with what was applied.
+        with store.write(sync=self._sync_each_enqueue) as log_txn:
+            adopted = log_txn.oplog_adopt(ops, requests)
+            log_txn.add_counters({"accepted": adopted})
+        with inbox.write(sync=False) as txn:
+            txn.remove_through(ops[-1].event_id)
+        inbox.checkpoint_if_grown()
 
     def _prune_expired_events(self, tenant: str, store: TenantStore) -> None:
         """Delete the tenant's finished events older than the retention limit, oldest first (at
@@ -623,7 +666,7 @@ class HotPath:
                 txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))
                 succeeded += 1
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
-            self._note_depth(tenant, txn)
+            self._note_depth(tenant, store, txn)
         if not self._sync_each_enqueue:
             store.sync_log()  # these operations and every enqueue before them: power-safe now
         engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
@@ -632,10 +675,10 @@ class HotPath:
     def _unindex_if_idle(self, tenant: str, store: TenantStore) -> bool:
         """True if the tenant has no open operation; it then leaves the recovery index once it
         stayed idle for UNINDEX_AFTER_IDLE_SECONDS (the worker comes back to check). Under the
-        tenant's write lock, which every enqueue holds across its index add and its commit."""
-        with self._engine.pool.locks.for_tenant(tenant):
+        inbox lock, which every enqueue holds across its index add and its commit."""
+        with self._engine.pool.locks.for_inbox(tenant):
             with store.read() as txn:
-                depth, _ = txn.oplog_depth()
+                depth, _ = _add_depths(txn.oplog_depth(), self._inbox_depth(store.inbox(create=False)))
             if depth:
                 return False
             now = time.monotonic()
@@ -651,7 +694,7 @@ class HotPath:
     def _unindex_idle_now(self) -> None:
         """At shutdown: drop every tenant seen drained with nothing enqueued since."""
         for tenant in list(self._idle_since):
-            with self._engine.pool.locks.for_tenant(tenant):
+            with self._engine.pool.locks.for_inbox(tenant):
                 if self._idle_since.pop(tenant, None) is not None:
                     self.index.remove(tenant)
 
@@ -661,8 +704,10 @@ class HotPath:
         self._scheduler.notify(tenant)  # it is surely scheduled, even if a notify was lost
         deadline = time.monotonic() + timeout
         while True:
+            # The inbox first: an operation moving meanwhile is then counted twice, never missed.
+            waiting, _ = self._inbox_depth(store.inbox(create=False), up_to_id)
             with store.read() as txn:
-                remaining, _ = txn.oplog_depth(up_to_id=up_to_id)
+                remaining = waiting + txn.oplog_depth(up_to_id=up_to_id)[0]
             if remaining == 0:
                 store.sync_log()  # a barrier returns once what it waited for is on disk
                 return
@@ -682,14 +727,25 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return FlushOutcome(0, 0, 0, [])
-            with store.read() as txn:
-                last = txn.oplog_last_event_id()
-                covered = txn.oplog_open_ids(last)
+            last, covered = self._open_ids(store)
             self._wait_drained(tenant, store, last, timeout, "flush")
             with store.read() as txn:
                 statuses = txn.oplog_statuses(covered)
         failed_ids = sorted(i for i, s in statuses.items() if s == "failed")
         return FlushOutcome(len(covered), len(covered) - len(failed_ids), len(failed_ids), failed_ids)
+
+    @staticmethod
+    def _open_ids(store: TenantStore) -> tuple[int, list[int]]:
+        """(the last accepted event id, the open operations up to it), inbox and log together."""
+        inbox = store.inbox(create=False)
+        waiting: list[InboxOp] = []
+        if inbox is not None:  # first: an operation moving meanwhile is then seen twice, never missed
+            with inbox.read() as txn:
+                waiting = txn.ops()
+        with store.read() as txn:
+            last = max(txn.oplog_last_event_id(), waiting[-1].event_id if waiting else 0)
+            open_ids = set(txn.oplog_open_ids(last))
+        return last, sorted(open_ids.union(op.event_id for op in waiting))
 
     def disable(self, tenant: str, timeout: float) -> HotPathState:
         """Stop queueing new fast writes, then wait until the queue is drained."""
@@ -697,8 +753,7 @@ class HotPath:
         self.set_enabled(tenant, False)
         with self._engine.pool.tenant(tenant, create=False) as store:
             assert store is not None
-            with store.read() as txn:
-                last = txn.oplog_last_event_id()
+            last, _ = self._open_ids(store)
             self._wait_drained(tenant, store, last, timeout, "disable")
         return self.status(tenant)
 
@@ -706,15 +761,17 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return HotPathState(False, 0, 0.0, 0, 0, 0, 0, 0, 0)
+            waiting = self._inbox_depth(store.inbox(create=False))
             with store.read() as txn:
                 enabled = txn.meta(HOT_PATH_META) == "on"
-                depth, oldest = txn.oplog_depth()
+                depth, oldest = _add_depths(txn.oplog_depth(), waiting)
                 counters = txn.counters()
         return HotPathState(
             enabled=enabled,
             queue_depth=depth,
             oldest_pending_seconds=max(0.0, time.time() - oldest) if oldest else 0.0,
-            accepted=counters.get("accepted", 0),
+            # An operation is counted accepted when it leaves the inbox; those still in it are.
+            accepted=counters.get("accepted", 0) + waiting[0],
             succeeded=counters.get("succeeded", 0),
             failed=counters.get("failed", 0),
             duplicates=counters.get("duplicates", 0),
@@ -728,8 +785,9 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             row = None
             if store is not None:
+                waiting = _inbox_rows(store, after_id=event_id - 1, up_to_id=event_id)
                 with store.read() as txn:
-                    row = txn.oplog_get(event_id)
+                    row = txn.oplog_get(event_id) or (waiting[0] if waiting else None)
         if row is None:
             kept = f"finished events are kept for {self._retention:g}s" if self._retention else "events are kept forever"
             raise NotFound(
@@ -757,8 +815,18 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return EventPage([], "")
+            waiting = []
+            if status in (None, "pending"):
+                waiting = [
+                    r for r in _inbox_rows(store, after_id=after_id, limit=page_size + 1)
+                    if accepted_after is None or r.accepted_at >= accepted_after
+                ]
             with store.read() as txn:
                 rows = txn.oplog_page(status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1)
+            # Inbox ids are above every id already in the log; one moved meanwhile is in both.
+            adopted = {r.event_id for r in rows}
+            rows += [r for r in waiting if r.event_id not in adopted]
+            rows.sort(key=lambda r: r.event_id)
         events = [event_from_row(r) for r in rows[:page_size]]
         token = _encode_page_token(rows[page_size - 1].event_id) if len(rows) > page_size else ""
         return EventPage(events, token)
@@ -797,6 +865,25 @@ class HotPath:
                 sequence = t.seq
             if len(transitions) < _STREAM_CHUNK:
                 self._wait_change(0.5)
+
+
+def _add_depths(a: tuple[int, float | None], b: tuple[int, float | None]) -> tuple[int, float | None]:
+    oldest = [t for t in (a[1], b[1]) if t is not None]
+    return a[0] + b[0], min(oldest) if oldest else None
+
+
+def pending_row(op: InboxOp) -> OpRow:
+    """An inbox operation as the log row it will become: pending, never attempted."""
+    return OpRow(op.event_id, op.kind, "pending", op.payload, op.request_id, 0, 0, None, None, None, None, None,
+                 op.accepted_at, None, None, None)
+
+
+def _inbox_rows(store: TenantStore, *, after_id: int, up_to_id: int | None = None, limit: int = -1) -> list[OpRow]:
+    inbox = store.inbox(create=False)
+    if inbox is None:
+        return []
+    with inbox.read() as txn:
+        return [pending_row(op) for op in txn.ops(after_id=after_id, up_to_id=up_to_id, limit=limit)]
 
 
 def _timeout(seconds: float) -> float:

@@ -39,9 +39,17 @@ class LockManager:
         self._guard = threading.Lock()
 
     def for_tenant(self, tenant: str) -> TenantLock:
+        return self._lock(tenant)
+
+    def for_inbox(self, tenant: str) -> TenantLock:
+        """The writer lock of the tenant's hot-path inbox file (store/inbox.py). A holder of the
+        tenant's lock may take it; a holder of this one must not take the tenant's."""
+        return self._lock(f"inbox/{tenant}")  # '/' never occurs in a tenant id
+
+    def _lock(self, key: str) -> TenantLock:
         with self._guard:
-            lock = self._locks.get(tenant)
+            lock = self._locks.get(key)
             if lock is None:
                 lock = TenantLock()
-                self._locks[tenant] = lock
+                self._locks[key] = lock
             return lock

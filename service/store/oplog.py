@@ -117,6 +117,12 @@ class OplogReads:
         row = self.connection.execute("SELECT max(event_id) FROM oplog").fetchone()
         return int(row[0] or 0)
 
+    def oplog_highest_event_id(self) -> int:
+        """The highest event id this log ever held, pruned ones included (AUTOINCREMENT's
+        sequence also follows explicitly given ids): new ids must start above it."""
+        row = self.connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'oplog'").fetchone()
+        return max(int(row[0]) if row else 0, self.oplog_last_event_id())
+
     def oplog_transitions(self, *, after_seq: int, after_event_id: int, limit: int) -> list[Transition]:
         return [
             Transition(*row)
@@ -144,14 +150,26 @@ class OplogWrites(OplogReads):
             "INSERT INTO oplog_transitions(event_id, status, at) VALUES(?, ?, ?)", (event_id, status, now)
         )
 
-    def oplog_append(self, kind: str, payload: str, request_id: str | None, now: float) -> int:
-        self.connection.execute(
-            "INSERT INTO oplog(kind, status, payload, request_id, accepted_at) VALUES(?, 'pending', ?, ?, ?)",
-            (kind, payload, request_id, now),
-        )
-        event_id = self.connection.last_insert_rowid()
-        self._transition(event_id, "pending", now)
-        return event_id
+    def oplog_adopt(self, ops: Sequence[Any], requests: Sequence[Any]) -> int:
+        """Take operations (and their idempotency keys) over from the inbox, keeping their event
+        ids and acceptance times; one already adopted is skipped (a move repeated after a crash).
+        Returns how many were new."""
+        adopted = 0
+        for op in ops:
+            self.connection.execute(
+                "INSERT OR IGNORE INTO oplog(event_id, kind, status, payload, request_id, accepted_at) "
+                "VALUES(?, ?, 'pending', ?, ?, ?)",
+                (op.event_id, op.kind, op.payload, op.request_id, op.accepted_at),
+            )
+            if self.connection.changes():
+                self._transition(op.event_id, "pending", op.accepted_at)
+                adopted += 1
+        for r in requests:
+            self.connection.execute(
+                "INSERT OR IGNORE INTO requests(request_id, method, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
+                (r.request_id, r.method, r.payload_hash, r.result, r.created_at),
+            )
+        return adopted
 
     def oplog_claim(self, ids: Sequence[int], now: float) -> None:
         for event_id in ids:

@@ -2,7 +2,8 @@
 
 Like ``inspect``, it opens the tenant file read-only without the data-directory lock and starts
 no worker, so after a crash it shows exactly what the log holds: which accepted operations are
-still open (pending or running), which committed, and which already have their extraction stored.
+still open (pending or running; those still in the tenant's inbox are pending), which committed,
+and which already have their extraction stored.
 """
 
 from __future__ import annotations
@@ -10,18 +11,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mnemosyne.store import inbox
 from mnemosyne.store.inspect import open_readonly
+from mnemosyne.store.pool import INBOX_DIR_NAME, INBOX_FILE_SUFFIX
 from mnemosyne.store.tenant_store import ReadTxn
 
 _ALL = 1 << 62
 
 
 def inspect_oplog(data_dir: Path, tenant: str) -> dict[str, Any]:
+    from mnemosyne.engine.hot_path import pending_row  # the engine's view of an inbox row
+
     connection = open_readonly(data_dir, tenant)
+    waiting: list[Any] = []
+    inbox_connection = inbox.open_readonly(data_dir / INBOX_DIR_NAME / f"{tenant}{INBOX_FILE_SUFFIX}")
+    if inbox_connection is not None:  # read first: an operation moving meanwhile is seen twice, never missed
+        try:
+            waiting = [pending_row(op) for op in inbox.read_ops(inbox_connection)]
+        finally:
+            inbox_connection.close()
     try:
         connection.execute("BEGIN")
         txn = ReadTxn(connection)
         ops = txn.oplog_page(status=None, accepted_after=None, after_id=0, limit=_ALL)
+        adopted = {op.event_id for op in ops}
+        ops += [op for op in waiting if op.event_id not in adopted]
         by_status: dict[str, list[int]] = {"pending": [], "running": [], "succeeded": [], "failed": []}
         for op in ops:
             by_status[op.status].append(op.event_id)

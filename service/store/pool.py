@@ -5,6 +5,7 @@ Layout::
 
     DATA_DIR/.mnemosyne.lock        held (flock) by the one process that owns the directory
     DATA_DIR/tenants/<tenant>.sqlite (+ -wal, -shm)
+    DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
 open; the least recently used idle one is closed when another is needed. A tenant in use is never
@@ -30,6 +31,8 @@ from mnemosyne.store.tenant_store import TenantStore
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 TENANT_FILE_SUFFIX = ".sqlite"
 LOCK_FILE_NAME = ".mnemosyne.lock"
+INBOX_DIR_NAME = "inbox"
+INBOX_FILE_SUFFIX = ".inbox.sqlite"
 
 
 def validate_tenant(tenant: str) -> str:
@@ -110,6 +113,9 @@ class TenantPool:
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
 
+    def inbox_path_for(self, tenant: str) -> Path:
+        return self.data_dir / INBOX_DIR_NAME / f"{validate_tenant(tenant)}{INBOX_FILE_SUFFIX}"
+
     def exists(self, tenant: str) -> bool:
         return self.path_for(tenant).exists()
 
@@ -171,6 +177,8 @@ class TenantPool:
                     max_readers=self._max_readers,
                     faults=self._faults,
                     on_wal_growth=lambda: self.maintainer.request(tenant),
+                    inbox_path=self.inbox_path_for(tenant),
+                    inbox_lock=self.locks.for_inbox(tenant),
                 )
                 with self._guard:
                     self._opening.pop(tenant, None)

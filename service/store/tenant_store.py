@@ -26,12 +26,14 @@ from typing import Any, Callable, Iterator, Sequence
 import apsw
 import apsw.bestpractice
 
-from mnemosyne.errors import FailedPrecondition, ResourceExhausted
+from mnemosyne.errors import FailedPrecondition
 from mnemosyne.store import ledger
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
+from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from mnemosyne.store.transactions import write_transaction
 
 BUSY_TIMEOUT_MS = 10_000
 # Pages of full-text index merged per background transaction (store/maintenance.py).
@@ -125,15 +127,6 @@ def _apply_size_seam(connection: apsw.Connection, faults: frozenset[str]) -> Non
             connection.pragma("max_page_count", int(value))
 
 
-def _translate_sqlite_error(exc: apsw.Error) -> Exception:
-    if isinstance(exc, apsw.FullError):
-        return ResourceExhausted(
-            "the disk holding the tenant file is full; nothing of this write was kept",
-            reason="DISK_FULL",
-        )
-    return exc
-
-
 class TenantStore:
     """An open tenant file. Create through ``TenantPool``, which owns its lifetime."""
 
@@ -146,8 +139,11 @@ class TenantStore:
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
         on_wal_growth: Callable[[], None] | None = None,
+        inbox_path: Path | None = None,
+        inbox_lock: Any = None,
     ) -> None:
-        """``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
+        """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
+        ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
         called after a commit each time the WAL has grown by ``CHECKPOINT_PAGES`` more pages, and
         the caller runs ``merge_fulltext()`` and ``checkpoint()`` from another thread
         (store/maintenance.py)."""
@@ -171,6 +167,10 @@ class TenantStore:
         self._readers_lock = threading.Lock()
         self._closed = False
         self.cache: dict[str, Any] = {}
+        self._inbox_path = inbox_path or path.with_name(f"{path.stem}.inbox{path.suffix}")
+        self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
+        self._inbox: Inbox | None = None
+        self._inbox_opening = threading.Lock()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -183,9 +183,32 @@ class TenantStore:
             readers, self._readers = self._readers, []
         for connection in readers:
             connection.close()
+        if self._inbox is not None:
+            self._inbox.close()
         with self._write_lock:
             self._writer.close()
         self.cache.clear()
+
+    def inbox(self, *, create: bool) -> Inbox | None:
+        """The tenant's hot-path inbox, opened on first use; None when it has none and
+        ``create`` is false (a tenant that never queued a fast write has no inbox file)."""
+        if self._inbox is not None or (not create and not self._inbox_path.exists()):
+            return self._inbox
+        with self._inbox_opening:
+            if self._inbox is None:
+                with self.read() as txn:
+                    floor = txn.oplog_highest_event_id()
+
+                def configure(connection: apsw.Connection) -> None:
+                    for hook in _CONNECTION_HOOKS:
+                        hook(connection)
+                    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+                    _apply_size_seam(connection, self._faults)
+
+                self._inbox = Inbox(
+                    self._inbox_path, lock=self._inbox_lock, synchronous=self._synchronous, floor=floor, configure=configure
+                )
+        return self._inbox
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
@@ -240,15 +263,9 @@ class TenantStore:
         may roll back such a transaction — for bookkeeping a replay redoes anyway (a hot-path
         claim), never for an acknowledged write. The next synced commit makes it durable too."""
         with self._write_lock:
-            connection = self._writer
-            relaxed = not sync and self._synchronous.upper() not in ("NORMAL", "OFF")
-            if relaxed:
-                connection.pragma("synchronous", "NORMAL")
-            try:
-                yield from self._transaction(connection)
-            finally:
-                if relaxed:
-                    connection.pragma("synchronous", self._synchronous)
+            yield from write_transaction(
+                self._writer, lambda: WriteTxn(self._writer, self._faults), synchronous=self._synchronous, sync=sync
+            )
 
     def sync_log(self) -> None:
         """Make every transaction committed so far durable against power loss: one fdatasync of
@@ -266,28 +283,6 @@ class TenantStore:
             getattr(os, "fdatasync", os.fsync)(fd)  # macOS has no fdatasync
         finally:
             os.close(fd)
-
-    def _transaction(self, connection: apsw.Connection) -> Iterator["WriteTxn"]:
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-        except apsw.Error as exc:
-            raise _translate_sqlite_error(exc) from exc
-        try:
-            yield WriteTxn(connection, self._faults)
-        except apsw.FullError as exc:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise _translate_sqlite_error(exc) from exc
-        except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise
-        try:
-            connection.execute("COMMIT")
-        except apsw.Error as exc:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise _translate_sqlite_error(exc) from exc
 
     @contextmanager
     def read(self) -> Iterator["ReadTxn"]:

@@ -1,0 +1,231 @@
+"""A tenant's inbox: fast writes accepted but not yet taken by a hot-path worker, in a small
+SQLite file of their own (``DATA_DIR/inbox/<tenant>.inbox.sqlite``).
+
+Why a second file: SQLite has one writer per file. With the operation log in the tenant file,
+an enqueue waited for whatever the tenant's worker was committing — a round of memories with
+their full-text rows, 1-3 ms — and the enqueue p99 was that commit's. The inbox has its own
+writer lock (``LockManager.for_inbox``), so an enqueue waits only for other enqueues and for the
+worker's one-statement removal of what it took.
+
+The worker moves inbox rows into the tenant's ``oplog`` (same event ids) in one tenant
+transaction, and only then removes them here; the move inserts with ``OR IGNORE``, so a crash
+between the two only repeats a move that changes nothing. A row is never processed before it
+has left the inbox (one worker per tenant, and processing follows the removal in its round).
+
+Event ids stay unique and increasing across both files: the inbox's AUTOINCREMENT sequence is
+raised at open to the highest id the tenant file has ever seen (``floor``), in case the inbox
+lost its tail to a power cut after the tenant file durably adopted it.
+
+Every access runs under the inbox lock on the one connection (a second thread's statement
+must never land inside another's open transaction). Lock order: a tenant's write lock may be
+held when taking its inbox lock, never the reverse.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import apsw
+
+from mnemosyne.store.transactions import write_transaction
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ops(
+  event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  request_id TEXT,
+  accepted_at REAL NOT NULL
+);
+-- Idempotency keys of fast writes still here; they move with their last operation.
+CREATE TABLE IF NOT EXISTS requests(
+  request_id TEXT PRIMARY KEY,
+  method TEXT NOT NULL,
+  payload_hash TEXT NOT NULL,
+  result TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  through_event_id INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+# WAL pages after which the worker checkpoints the inbox (off every enqueue's commit).
+CHECKPOINT_PAGES = 1000
+
+
+@dataclass(frozen=True)
+class InboxOp:
+    event_id: int
+    kind: str
+    payload: str
+    request_id: str | None
+    accepted_at: float
+
+
+@dataclass(frozen=True)
+class InboxRequest:
+    request_id: str
+    method: str
+    payload_hash: str
+    result: str
+    created_at: float
+
+
+class InboxTxn:
+    def __init__(self, connection: apsw.Connection) -> None:
+        self.connection = connection
+
+    def append(self, kind: str, payload: str, request_id: str | None, now: float) -> int:
+        self.connection.execute(
+            "INSERT INTO ops(kind, payload, request_id, accepted_at) VALUES(?, ?, ?, ?)", (kind, payload, request_id, now)
+        )
+        return self.connection.last_insert_rowid()
+
+    def save_request(self, request: InboxRequest, through_event_id: int) -> None:
+        self.connection.execute(
+            "INSERT INTO requests(request_id, method, payload_hash, result, created_at, through_event_id) "
+            "VALUES(?, ?, ?, ?, ?, ?)",
+            (request.request_id, request.method, request.payload_hash, request.result, request.created_at, through_event_id),
+        )
+
+    def find_request(self, request_id: str) -> tuple[str, str, str] | None:
+        """(method, payload hash, result JSON): the tenant store's ``find_request`` shape."""
+        row = self.connection.execute(
+            "SELECT method, payload_hash, result FROM requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def ops(self, *, after_id: int = 0, up_to_id: int | None = None, limit: int = -1) -> list[InboxOp]:
+        return [
+            InboxOp(*row)
+            for row in self.connection.execute(
+                "SELECT event_id, kind, payload, request_id, accepted_at FROM ops WHERE event_id > ? AND event_id <= ? "
+                "ORDER BY event_id LIMIT ?",
+                (after_id, up_to_id if up_to_id is not None else 1 << 62, limit),
+            )
+        ]
+
+    def get(self, event_id: int) -> InboxOp | None:
+        rows = self.ops(after_id=event_id - 1, up_to_id=event_id)
+        return rows[0] if rows else None
+
+    def requests_through(self, event_id: int) -> list[InboxRequest]:
+        return [
+            InboxRequest(*row)
+            for row in self.connection.execute(
+                "SELECT request_id, method, payload_hash, result, created_at FROM requests WHERE through_event_id <= ?",
+                (event_id,),
+            )
+        ]
+
+    def depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
+        """(operations waiting here [with id <= up_to_id], oldest acceptance time)."""
+        count, oldest = self.connection.execute(
+            "SELECT count(*), min(accepted_at) FROM ops WHERE event_id <= ?",
+            (up_to_id if up_to_id is not None else 1 << 62,),
+        ).fetchone()
+        return int(count), oldest
+
+    def last_event_id(self) -> int:
+        row = self.connection.execute("SELECT max(event_id) FROM ops").fetchone()
+        return int(row[0] or 0)
+
+    def remove_through(self, event_id: int) -> None:
+        self.connection.execute("DELETE FROM ops WHERE event_id <= ?", (event_id,))
+        self.connection.execute("DELETE FROM requests WHERE through_event_id <= ?", (event_id,))
+
+
+class Inbox:
+    """One tenant's open inbox file. Owned by its ``TenantStore``, closed with it."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        lock: Any,
+        synchronous: str,
+        floor: int,
+        configure: Callable[[apsw.Connection], None],
+    ) -> None:
+        self.path = path
+        self.lock = lock
+        self._synchronous = synchronous
+        self._wal_pages = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            self._connection = apsw.Connection(str(path))
+            try:
+                configure(self._connection)
+                self._connection.pragma("journal_mode", "wal")
+                self._connection.pragma("synchronous", synchronous)
+                # Checkpoints run in the worker (``checkpoint_if_grown``), never inside an enqueue.
+                self._connection.set_wal_hook(self._wal_hook)
+                self._connection.execute("BEGIN IMMEDIATE")
+                self._connection.execute(_SCHEMA)
+                self._connection.execute(
+                    "INSERT INTO sqlite_sequence(name, seq) SELECT 'ops', 0 "
+                    "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'ops')"
+                )
+                self._connection.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'ops'", (floor,))
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._connection.close()
+                raise
+
+    def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
+        self._wal_pages = pages
+        return apsw.SQLITE_OK
+
+    @contextmanager
+    def write(self, *, sync: bool) -> Iterator[InboxTxn]:
+        """One ``BEGIN IMMEDIATE`` transaction under the inbox lock (store/transactions.py)."""
+        with self.lock:
+            connection = self._connection
+            yield from write_transaction(
+                connection, lambda: InboxTxn(connection), synchronous=self._synchronous, sync=sync
+            )
+
+    @contextmanager
+    def read(self) -> Iterator[InboxTxn]:
+        with self.lock:
+            self._connection.execute("BEGIN")
+            try:
+                yield InboxTxn(self._connection)
+            finally:
+                if self._connection.in_transaction:
+                    self._connection.execute("COMMIT")
+
+    def checkpoint_if_grown(self) -> None:
+        """A PASSIVE checkpoint on a connection of its own once the WAL passed CHECKPOINT_PAGES:
+        the inbox holds a few rows, so it copies a few pages, and enqueues go on meanwhile."""
+        if self._wal_pages < CHECKPOINT_PAGES:
+            return
+        connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            connection.pragma("synchronous", self._synchronous)
+            connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            self._wal_pages = 0
+        except apsw.BusyError:
+            pass  # another checkpoint is running: it does the work
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        with self.lock:
+            self._connection.close()
+
+
+def open_readonly(path: Path) -> apsw.Connection | None:
+    """The inbox file read-only, or None when the tenant never had one (offline inspection)."""
+    if not path.exists():
+        return None
+    return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+
+
+def read_ops(connection: apsw.Connection) -> Sequence[InboxOp]:
+    connection.execute("BEGIN")
+    try:
+        return InboxTxn(connection).ops()
+    finally:
+        connection.execute("COMMIT")
