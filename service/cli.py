@@ -6,7 +6,6 @@ Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLA
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.runtime import tune_interpreter
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
@@ -43,15 +43,7 @@ def _path(value: str | None) -> Path | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # Before numpy loads: one BLAS thread per call. Recall's matrix-vector product is bound by
-    # memory bandwidth, and the server already runs calls in parallel; BLAS threads spinning on
-    # a shared 2-core machine made it 1.5-3x slower (bench/latency.py). An explicit setting wins.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # A young-generation collection every 20,000 allocations instead of Python's 700: request
-    # paths allocate in bulk (a RetainBatch of 500 items makes ~100k objects) and spent ~4% of
-    # their time in the collector (bench.ingest, 16 runs alternated: 129.4 -> 123.9 us per batch
-    # item; recall latency at 10k unchanged). Older generations keep their default ratios.
-    gc.set_threshold(20_000, 10, 10)
+    tune_interpreter()  # before numpy loads (runtime.py)
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
     from mnemosyne.transport.server import ServerConfig, create_server

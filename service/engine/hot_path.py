@@ -502,9 +502,12 @@ class HotPath:
             finally:
                 self._scheduler.done(tenant, more)
 
-    def _hold(self) -> None:
-        """Test seam: hold here while the hold file exists (work is then provably in flight)."""
+    def _hold(self, stage: str = "commit") -> None:
+        """Test seam: hold here while the hold file exists (work is then provably in flight):
+        before the round's commit, or before it takes the inbox when the file says "inbox"."""
         while self._hold_file is not None and self._hold_file.exists() and not self._scheduler.stopping:
+            if stage == "inbox" and self._hold_file.read_text().strip() != "inbox":
+                return
             time.sleep(0.05)
 
     def _round(self, tenant: str) -> bool:
@@ -517,6 +520,7 @@ class HotPath:
             if store is None:
                 self.index.remove(tenant)
                 return False
+            self._hold("inbox")
             self._move_inbox(store)
             # Not synced: a claim lost to a power cut only leaves the operations to be taken again.
             with store.write(sync=False) as txn:
@@ -590,8 +594,7 @@ class HotPath:
         # Synced in "enqueue" mode: an enqueue acknowledged power-safe must stay so once it left
         # the inbox. Otherwise the round's sync (or a Flush) covers it with what was applied.
         with store.write(sync=self._sync_each_enqueue) as log_txn:
-            adopted = log_txn.oplog_adopt(ops, requests)
-            log_txn.add_counters({"accepted": adopted})
+            log_txn.oplog_adopt(ops, requests)
         with inbox.write(sync=False) as txn:
             txn.remove_through(ops[-1].event_id)
         inbox.checkpoint_if_grown()

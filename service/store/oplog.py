@@ -145,6 +145,9 @@ class OplogReads:
 
 
 class OplogWrites(OplogReads):
+    def add_counters(self, deltas: dict[str, int]) -> None:
+        raise NotImplementedError  # WriteTxn's, which this is mixed into
+
     def _transition(self, event_id: int, status: str, now: float) -> None:
         self.connection.execute(
             "INSERT INTO oplog_transitions(event_id, status, at) VALUES(?, ?, ?)", (event_id, status, now)
@@ -152,8 +155,8 @@ class OplogWrites(OplogReads):
 
     def oplog_adopt(self, ops: Sequence[Any], requests: Sequence[Any]) -> int:
         """Take operations (and their idempotency keys) over from the inbox, keeping their event
-        ids and acceptance times; one already adopted is skipped (a move repeated after a crash).
-        Returns how many were new."""
+        ids and acceptance times, counting them accepted; one already adopted is skipped (a move
+        repeated after a crash). Returns how many were new."""
         adopted = 0
         for op in ops:
             self.connection.execute(
@@ -169,6 +172,7 @@ class OplogWrites(OplogReads):
                 "INSERT OR IGNORE INTO requests(request_id, method, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
                 (r.request_id, r.method, r.payload_hash, r.result, r.created_at),
             )
+        self.add_counters({"accepted": adopted})
         return adopted
 
     def oplog_claim(self, ids: Sequence[int], now: float) -> None:

@@ -1,0 +1,29 @@
+"""Interpreter settings of a serving process (``mnemosyne serve``; the in-process benchmarks call
+the same function so they measure what the server runs)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+# How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
+SWITCH_INTERVAL_SECONDS = 0.0005
+
+
+def tune_interpreter() -> None:
+    # Before numpy loads: one BLAS thread per call. Recall's matrix-vector product is bound by
+    # memory bandwidth, and the server already runs calls in parallel; BLAS threads spinning on
+    # a shared 2-core machine made it 1.5-3x slower (bench/latency.py). An explicit setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # A young-generation collection every 20,000 allocations instead of Python's 700: request
+    # paths allocate in bulk (a RetainBatch of 500 items makes ~100k objects) and spent ~4% of
+    # their time in the collector (bench.ingest, 16 runs alternated: 129.4 -> 123.9 us per batch
+    # item; recall latency at 10k unchanged). Older generations keep their default ratios.
+    gc.set_threshold(20_000, 10, 10)
+    # A request thread waiting for the GIL while a hot-path worker runs Python between its
+    # SQLite calls waited up to the whole interval: a fast write's p99 while the workers drain
+    # its tenant was 1.07-1.26 ms at 5 ms and 0.80-0.82 ms at 0.5 ms
+    # (bench/hot_path_latency.py); recall at 10k and RetainBatch showed no change (bench.latency,
+    # bench.ingest, alternated runs).
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)

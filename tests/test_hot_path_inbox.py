@@ -1,0 +1,114 @@
+"""The tenant's inbox (store/inbox.py): fast writes wait in a file of their own until a worker
+adopts them into the tenant's log. While there they are still events (GetEvent, ListEvents,
+Status, the offline ``mnemosyne oplog`` view) and still answer a retried request id; a move
+repeated after a crash applies nothing twice; event ids never go back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mnemosyne.client import MemoryClient, RetainItem
+from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.hot_path import HOT_PATH_META
+from mnemosyne.store.oplog_inspect import inspect_oplog
+from mnemosyne.store.pool import TenantPool
+
+
+def _inbox_ids(data_dir: Path, tenant: str) -> list[int]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{data_dir / 'inbox' / f'{tenant}.inbox.sqlite'}?mode=ro", uri=True) as db:
+        return [row[0] for row in db.execute("SELECT event_id FROM ops ORDER BY event_id")]
+
+
+def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.write_text("inbox")  # workers stop before taking anything from the inbox
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("waiting", "enable")
+        first = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1")
+        ids = [r.event_id for r in first]
+        assert [r.status for r in first] == ["enqueued"] * 3 and ids == sorted(ids)
+        time.sleep(0.3)  # a worker had the time to take them, were it not held
+        assert _inbox_ids(server.data_dir, "waiting") == ids
+
+        assert c.get_event("waiting", ids[1]).status == "pending"
+        assert [e.event_id for e in c.list_events("waiting").events] == ids
+        assert [e.event_id for e in c.list_events("waiting", status="pending").events] == ids
+        assert c.list_events("waiting", status="succeeded").events == []
+        status = c.hot_path("waiting", "status")
+        assert (status.queue_depth, status.accepted, status.succeeded) == (3, 3, 0)
+        offline = inspect_oplog(server.data_dir, "waiting")
+        assert [o["event_id"] for o in offline["open"]] == ids and offline["accepted"] == ids
+
+        # A retry finds its first answer in the inbox, on either path; a reused key is refused.
+        again = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1")
+        assert [r.event_id for r in again] == ids
+        slow_retry = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], request_id="batch-1")
+        assert [r.event_id for r in slow_retry] == ids and all(r.memory_id == 0 for r in slow_retry)
+
+        hold.unlink()
+        flushed = c.hot_path("waiting", "flush", timeout_seconds=30)
+        assert (flushed.flushed, flushed.succeeded, flushed.failed) == (3, 3, 0)
+        assert _inbox_ids(server.data_dir, "waiting") == []
+        assert [e.status for e in c.list_events("waiting").events] == ["succeeded"] * 3  # each once
+        assert [r.event_id for r in c.retain_batch(
+            "waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1"
+        )] == ids  # the key moved to the tenant file with its operations
+        assert len(c.list_memories("waiting", page_size=10).memories) == 3
+
+
+def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> None:
+    """A crash between the adoption (tenant file) and the removal (inbox) leaves the same
+    operations in both files: built here with the store's own calls, on real files."""
+    data = tmp_path / "data"
+    pool = TenantPool(data)
+    try:
+        with pool.tenant("moved", create=True) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.set_meta(HOT_PATH_META, "on")
+            inbox = store.inbox(create=True)
+            assert inbox is not None
+            with inbox.write(sync=True) as itxn:
+                for i in range(4):
+                    itxn.append("retain", f'{{"metadata":{{}},"scope":"global","text":"moved twice {i}: bay MB-{i}"}}', None, time.time())
+            with inbox.read() as itxn:
+                ops = itxn.ops()
+            with store.write() as txn:  # adopted, and then the process "dies" before the removal
+                assert txn.oplog_adopt(ops, []) == 4
+    finally:
+        pool.close()
+    assert len(_inbox_ids(data, "moved")) == 4
+
+    engine = Engine(EngineConfig(data_dir=data))
+    try:
+        outcome = engine.hot_path.flush("moved", timeout=30)
+        assert (outcome.flushed, outcome.succeeded, outcome.failed) == (4, 4, 0)
+        assert engine.hot_path.status("moved").accepted == 4
+        events = engine.hot_path.list_events("moved", page_size=100).events
+        assert [e.status for e in events] == ["succeeded"] * 4
+        assert len({e.created_memory_ids for e in events}) == 4
+        assert _inbox_ids(data, "moved") == []
+    finally:
+        engine.close()
+
+
+def test_event_ids_never_go_back_even_if_the_inbox_file_is_lost(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory().start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("ids", "enable")
+        before = [r.event_id for r in c.retain_batch("ids", [f"id check {i}" for i in range(5)], fast=True)]
+        c.hot_path("ids", "flush", timeout_seconds=30)
+    server.stop()
+    for suffix in ("", "-wal", "-shm"):  # e.g. a power cut took its unsynced tail
+        (server.data_dir / "inbox" / f"ids.inbox.sqlite{suffix}").unlink(missing_ok=True)
+    server.restart()
+    with MemoryClient(server.target) as c:
+        after = c.retain("ids", "id check after the loss", fast=True).event_id
+        assert after > max(before)
+        assert c.hot_path("ids", "flush", timeout_seconds=30).failed == 0
+        assert c.get_event("ids", after).status == "succeeded"
+        assert c.get_event("ids", before[0]).status == "succeeded"
