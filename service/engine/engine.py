@@ -291,14 +291,14 @@ class Engine:
         )
         with self.pool.tenant(tenant, create=True) as store:
             assert store is not None
-            if request_id:
-                prior = self._prior_anywhere(store, request_id, method, payload_hash)
-                if prior is not None:
-                    return prior
-            if fast and prepared:
+            if fast and prepared:  # the enqueue answers a known request id itself
                 enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, payload_hash)
                 if enqueued is not None:
                     return enqueued
+            if request_id:  # before extracting: a retry is answered without that work
+                prior = self._prior_anywhere(store, request_id, method, payload_hash)
+                if prior is not None:
+                    return prior
             with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
                 for _attempt in range(3):
                     self.extract_missing(store, prepared)

@@ -151,6 +151,7 @@ class Inbox:
         self.path = path
         self.lock = lock
         self._synchronous = synchronous
+        self._current_synchronous = synchronous
         self._wal_pages = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock:
@@ -179,12 +180,17 @@ class Inbox:
 
     @contextmanager
     def write(self, *, sync: bool) -> Iterator[InboxTxn]:
-        """One ``BEGIN IMMEDIATE`` transaction under the inbox lock (store/transactions.py)."""
+        """One ``BEGIN IMMEDIATE`` transaction under the inbox lock (store/transactions.py);
+        ``sync=False`` commits with ``synchronous=NORMAL``. The setting is changed only when it
+        differs from the last write's: enqueues all ask the same, and each pragma is one more
+        release and re-acquisition of the GIL on an enqueue's path."""
         with self.lock:
             connection = self._connection
-            yield from write_transaction(
-                connection, lambda: InboxTxn(connection), synchronous=self._synchronous, sync=sync
-            )
+            wanted = self._synchronous if sync else "NORMAL"
+            if wanted != self._current_synchronous:
+                connection.pragma("synchronous", wanted)
+                self._current_synchronous = wanted
+            yield from write_transaction(connection, lambda: InboxTxn(connection), synchronous=wanted, sync=True)
 
     @contextmanager
     def read(self) -> Iterator[InboxTxn]:
