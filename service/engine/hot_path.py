@@ -322,10 +322,10 @@ class HotPath:
                 f"--hot-path-sync must be one of {', '.join(HOT_PATH_SYNC_CHOICES)}, not {config.hot_path_sync!r}",
                 reason="HOT_PATH_SYNC_INVALID",
             )
-        # "enqueue": each enqueue commits with the store's synchronous setting (an fsync with
-        # FULL) and so does each worker commit. "round": neither fsyncs inside the write lock; the
-        # worker syncs the log after each commit, outside it (store.sync_log), and so do the
-        # barriers. Enqueues then never wait for the disk, nor for a worker waiting for it.
+        # "enqueue": each enqueue commits to the inbox with the store's synchronous setting (an
+        # fsync with FULL). "round": an enqueue does not fsync. In both, no worker transaction
+        # fsyncs under a write lock: the worker syncs the tenant's log after its commits, outside
+        # the lock (store.sync_log), and so do the barriers.
         self._sync_each_enqueue = config.hot_path_sync == "enqueue"
         self._pruned_at: dict[str, float] = {}  # tenant -> monotonic time of its last prune pass
 
@@ -597,10 +597,12 @@ class HotPath:
             requests = txn.requests_through(ops[-1].event_id) if ops else []
         if not ops:
             return
-        # Synced in "enqueue" mode: an enqueue acknowledged power-safe must stay so once it left
-        # the inbox. Otherwise the round's sync (or a Flush) covers it with what was applied.
-        with store.write(sync=self._sync_each_enqueue) as log_txn:
+        with store.write(sync=False) as log_txn:
             log_txn.oplog_adopt(ops, requests)
+        if self._sync_each_enqueue:
+            # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
+            # the round's sync (or a Flush) covers it together with what was applied.
+            store.sync_log()
         with inbox.write(sync=False) as txn:
             txn.remove_through(ops[-1].event_id)
         inbox.checkpoint_if_grown()
@@ -645,7 +647,7 @@ class HotPath:
         operation ended (none went back to pending for another attempt)."""
         engine = self._engine
         all_finished = True
-        with store.write(sync=self._sync_each_enqueue) as txn:
+        with store.write(sync=False) as txn:
             engine.check_embedder(txn, write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]
@@ -676,8 +678,7 @@ class HotPath:
                 succeeded += 1
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
             self._note_depth(tenant, store, txn)
-        if not self._sync_each_enqueue:
-            store.sync_log()  # these operations and every enqueue before them: power-safe now
+        store.sync_log()  # these operations and every one adopted before them: power-safe now
         engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
         return all_finished
 

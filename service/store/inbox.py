@@ -153,6 +153,7 @@ class Inbox:
         self._synchronous = synchronous
         self._current_synchronous = synchronous
         self._wal_pages = 0
+        self._wal_pages_checkpointed = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock:
             self._connection = apsw.Connection(str(path))
@@ -175,6 +176,8 @@ class Inbox:
                 raise
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
+        if pages < self._wal_pages_checkpointed:
+            self._wal_pages_checkpointed = 0  # a checkpoint completed and the WAL started again
         self._wal_pages = pages
         return apsw.SQLITE_OK
 
@@ -203,15 +206,17 @@ class Inbox:
                     self._connection.execute("COMMIT")
 
     def checkpoint_if_grown(self) -> None:
-        """A PASSIVE checkpoint on a connection of its own once the WAL passed CHECKPOINT_PAGES:
-        the inbox holds a few rows, so it copies a few pages, and enqueues go on meanwhile."""
-        if self._wal_pages < CHECKPOINT_PAGES:
+        """A PASSIVE checkpoint on a connection of its own once the WAL grew by CHECKPOINT_PAGES
+        since the last one: the inbox holds a few rows, so it copies a few pages, and enqueues go
+        on meanwhile. (A checkpoint that a reader kept from finishing leaves the WAL long; it is
+        not retried on every round, each one's syncs would slow the enqueues' own.)"""
+        if self._wal_pages < self._wal_pages_checkpointed + CHECKPOINT_PAGES:
             return
         connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
         try:
             connection.pragma("synchronous", self._synchronous)
+            self._wal_pages_checkpointed = self._wal_pages
             connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-            self._wal_pages = 0
         except apsw.BusyError:
             pass  # another checkpoint is running: it does the work
         finally:
