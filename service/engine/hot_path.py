@@ -1,11 +1,14 @@
 """The hot path: asynchronous writes through a durable per-tenant operation log (seed 001 §9.1–9.4).
 
 While a tenant's hot path is enabled (a flag in its file), a Retain marked ``fast`` only appends
-its items to the ``oplog`` table in one short write transaction and returns their event ids.
-Background workers — a bounded pool shared by every tenant, taking tenants round-robin so a busy
-tenant never starves a quiet one, and one tenant at a time per worker so its operations are
-applied in acceptance order — then process each tenant's log in rounds:
+its items to the tenant's inbox (store/inbox.py: a file of its own, so an enqueue never waits
+for a worker's commit) in one short write transaction and returns their event ids. Background
+workers — a bounded pool shared by every tenant, taking tenants round-robin so a busy tenant
+never starves a quiet one, and one tenant at a time per worker so its operations are applied in
+acceptance order — then process each tenant's log in rounds:
 
+0. adopt: what waits in the inbox moves into the tenant's ``oplog`` (same event ids), then
+   leaves the inbox;
 1. claim: one short transaction marks up to ``batch`` oldest open operations ``running``;
 2. extract and embed OUTSIDE any transaction (skipping known duplicates), then PERSIST what
    extraction produced on the log rows, with the ``model_calls`` counter, in one transaction —

@@ -3,9 +3,9 @@ SQLite file of their own (``DATA_DIR/inbox/<tenant>.inbox.sqlite``).
 
 Why a second file: SQLite has one writer per file. With the operation log in the tenant file,
 an enqueue waited for whatever the tenant's worker was committing — a round of memories with
-their full-text rows, 1-3 ms — and the enqueue p99 was that commit's. The inbox has its own
+their full-text rows, 1-5 ms — and the enqueue p99 was that commit's. The inbox has its own
 writer lock (``LockManager.for_inbox``), so an enqueue waits only for other enqueues and for the
-worker's one-statement removal of what it took.
+worker's two short visits: reading what it takes (a bounded number of rows) and removing it.
 
 The worker moves inbox rows into the tenant's ``oplog`` (same event ids) in one tenant
 transaction, and only then removes them here; the move inserts with ``OR IGNORE``, so a crash
@@ -106,10 +106,6 @@ class InboxTxn:
             )
         ]
 
-    def get(self, event_id: int) -> InboxOp | None:
-        rows = self.ops(after_id=event_id - 1, up_to_id=event_id)
-        return rows[0] if rows else None
-
     def requests_through(self, event_id: int) -> list[InboxRequest]:
         return [
             InboxRequest(*row)
@@ -126,10 +122,6 @@ class InboxTxn:
             (up_to_id if up_to_id is not None else 1 << 62,),
         ).fetchone()
         return int(count), oldest
-
-    def last_event_id(self) -> int:
-        row = self.connection.execute("SELECT max(event_id) FROM ops").fetchone()
-        return int(row[0] or 0)
 
     def remove_through(self, event_id: int) -> None:
         self.connection.execute("DELETE FROM ops WHERE event_id <= ?", (event_id,))
