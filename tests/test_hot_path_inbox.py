@@ -112,3 +112,38 @@ def test_event_ids_never_go_back_even_if_the_inbox_file_is_lost(server_factory) 
         assert c.hot_path("ids", "flush", timeout_seconds=30).failed == 0
         assert c.get_event("ids", after).status == "succeeded"
         assert c.get_event("ids", before[0]).status == "succeeded"
+
+
+def test_one_request_id_sent_fast_and_slow_at_once_is_applied_once(client: MemoryClient, tenant: str) -> None:
+    """The same key from several threads at the same moment, half of them fast: every call gets
+    the same answer and the content is stored once (the synchronous path checks the inbox under
+    its lock, through its commit)."""
+    import threading
+
+    client.hot_path(tenant, "enable")
+    client.retain(tenant, "opens the inbox", fast=True)
+    keys = [f"race-{n}" for n in range(20)]
+    answers: dict[str, list[tuple[str, int, int]]] = {k: [] for k in keys}
+    errors: list[BaseException] = []
+    for key in keys:
+        barrier = threading.Barrier(6)
+
+        def send(fast: bool, key: str = key, barrier: threading.Barrier = barrier) -> None:
+            try:
+                barrier.wait(timeout=10)
+                r = client.retain(tenant, f"raced content for {key}: crate RC-{key}", fast=fast, request_id=key)
+                answers[key].append((r.status, r.event_id, r.memory_id))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=send, args=(i % 2 == 0,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    for key in keys:
+        assert len(answers[key]) == 6 and len(set(answers[key])) == 1, answers[key]
+    client.hot_path(tenant, "flush", timeout_seconds=30)
+    texts = [m.text for m in client.list_memories(tenant, page_size=100).memories]
+    assert sorted(t for t in texts if t.startswith("raced")) == sorted(f"raced content for {k}: crate RC-{k}" for k in keys)

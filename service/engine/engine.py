@@ -469,10 +469,11 @@ class Engine:
         payload_hash: str,
         per_item_errors: bool,
     ) -> list[RetainOutcome]:
-        # With a request id, the inbox lock too (after the tenant's: store/inbox.py's order), so a
-        # fast write of the same id cannot be accepted between this check and this commit.
+        # With a request id, the inbox lock too, held until this commit has ended (taken before
+        # the tenant's: store/inbox.py's order), so a fast write of the same id cannot be
+        # accepted between this check and this commit.
         inbox = store.inbox(create=False) if request_id else None
-        with store.write() as txn, (inbox.lock if inbox is not None else nullcontext()):
+        with inbox.lock if inbox is not None else nullcontext(), store.write() as txn:
             if request_id:
                 prior = self.prior_result(txn, request_id, method, payload_hash)
                 if prior is None and inbox is not None:

@@ -344,12 +344,14 @@ class HotPath:
         for tenant in self.index.tenants():
             self._scheduler.notify(tenant)
 
-    def _note_depth(self, tenant: str, store: TenantStore, txn: ReadTxn) -> None:
-        """Count the tenant's open operations: the log's (as ``txn`` sees it) and the inbox's,
-        under the inbox lock so no enqueue's own count slips between the two."""
+    def _note_depth(self, tenant: str, store: TenantStore) -> None:
+        """Count the tenant's open operations, the log's and the inbox's, under the inbox lock so
+        no enqueue's own count slips between the two. Never called under the tenant's write lock
+        (the lock order is inbox, then tenant: store/inbox.py)."""
         inbox = store.inbox(create=False)
         with inbox.lock if inbox is not None else contextlib.nullcontext():
-            depth = _add_depths(txn.oplog_depth(), self._inbox_depth(inbox))
+            with store.read() as txn:
+                depth = _add_depths(txn.oplog_depth(), self._inbox_depth(inbox))
             with self._depths_lock:
                 if depth[0]:
                     self._depths[tenant] = depth
@@ -371,8 +373,7 @@ class HotPath:
             if known is not None:
                 self._depths[tenant] = (known[0] + count, known[1] if known[1] is not None else now)
                 return
-        with store.read() as txn:
-            self._note_depth(tenant, store, txn)
+        self._note_depth(tenant, store)
 
     def _lag(self, tenant: str) -> float:
         """Seconds the tenant's oldest open operation has waited (0 when none is known)."""
@@ -417,11 +418,10 @@ class HotPath:
     def set_enabled(self, tenant: str, enabled: bool) -> None:
         with self._engine.pool.tenant(tenant, create=True) as store:
             assert store is not None
-            with store.write() as txn:
+            # Under the inbox lock: an enqueue re-reads the flag under it before appending.
+            with self._engine.pool.locks.for_inbox(tenant), store.write() as txn:
                 txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
-                # Under the inbox lock: an enqueue re-reads the flag under it before appending.
-                with self._engine.pool.locks.for_inbox(tenant):
-                    store.cache[_FLAG_CACHE_KEY] = enabled
+                store.cache[_FLAG_CACHE_KEY] = enabled
 
     def _enabled(self, store: TenantStore) -> bool:
         """The flag, cached on the open store (only ``set_enabled`` changes it, and this process
@@ -680,7 +680,7 @@ class HotPath:
                 txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))
                 succeeded += 1
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
-            self._note_depth(tenant, store, txn)
+        self._note_depth(tenant, store)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
         engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
         return all_finished

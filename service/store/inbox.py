@@ -17,8 +17,9 @@ raised at open to the highest id the tenant file has ever seen (``floor``), in c
 lost its tail to a power cut after the tenant file durably adopted it.
 
 Every access runs under the inbox lock on the one connection (a second thread's statement
-must never land inside another's open transaction). Lock order: a tenant's write lock may be
-held when taking its inbox lock, never the reverse.
+must never land inside another's open transaction). Lock order: the inbox lock may be held when
+taking the tenant's write lock (a synchronous write with a request id holds it until its commit
+has ended), never the reverse.
 """
 
 from __future__ import annotations

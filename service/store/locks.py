@@ -42,8 +42,8 @@ class LockManager:
         return self._lock(tenant)
 
     def for_inbox(self, tenant: str) -> TenantLock:
-        """The writer lock of the tenant's hot-path inbox file (store/inbox.py). A holder of the
-        tenant's lock may take it; a holder of this one must not take the tenant's."""
+        """The writer lock of the tenant's hot-path inbox file (store/inbox.py). A holder of this
+        lock may take the tenant's; a holder of the tenant's must not take this one."""
         return self._lock(f"inbox/{tenant}")  # '/' never occurs in a tenant id
 
     def _lock(self, key: str) -> TenantLock:
