@@ -42,6 +42,10 @@ def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(serv
         assert (status.queue_depth, status.accepted, status.succeeded) == (3, 3, 0)
         offline = inspect_oplog(server.data_dir, "waiting")
         assert [o["event_id"] for o in offline["open"]] == ids and offline["accepted"] == ids
+        # The tenant's size on disk counts its inbox too.
+        tenant_files = sum(p.stat().st_size for p in (server.data_dir / "tenants").glob("waiting.sqlite*"))
+        inbox_files = sum(p.stat().st_size for p in (server.data_dir / "inbox").glob("waiting.inbox.sqlite*"))
+        assert inbox_files > 0 and c.stats("waiting").file_bytes == tenant_files + inbox_files
 
         # A retry finds its first answer in the inbox, on either path; a reused key is refused.
         again = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1")

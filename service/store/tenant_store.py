@@ -310,12 +310,15 @@ class TenantStore:
         connection.close()
 
     def file_bytes(self) -> int:
+        """Bytes on disk of the tenant's files: its database, WAL and shared memory, and its
+        hot-path inbox's."""
         total = 0
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                total += Path(str(self.path) + suffix).stat().st_size
-            except FileNotFoundError:
-                pass
+        for base in (self.path, self._inbox_path):
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    total += Path(str(base) + suffix).stat().st_size
+                except FileNotFoundError:
+                    pass
         return total
 
 
