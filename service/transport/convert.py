@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from google.protobuf import timestamp_pb2
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import hot_path, types, workspace
 from mnemosyne.engine.conversation import Message
@@ -70,26 +71,44 @@ def to_retain_batch_response(outcomes: Iterable[types.RetainOutcome]) -> memory_
     return response
 
 
-def to_memory(memory: types.Memory) -> types_pb2.Memory:
-    return types_pb2.Memory(
-        id=memory.id,
-        scope=memory.scope,
-        text=memory.text,
-        metadata=memory.metadata,
-        created_at=to_timestamp(memory.created_at),
-        facts=[types_pb2.Fact(kind=k, value=v, normalized=n) for k, v, n in memory.facts],
-        triples=[types_pb2.Triple(subject=s, predicate=p, object=o) for s, p, o in memory.triples],
-        forgotten=memory.forgotten,
-        superseded_by=memory.superseded_by,
-        superseded_at=to_timestamp(memory.superseded_at) if memory.superseded_at else None,
-        merged_into=memory.merged_into,
-    )
+def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
+    """Write a memory into a message in place. Messages are filled where they live (a response's
+    repeated field, ``add()``) rather than built and passed to a parent's constructor, which
+    copies them: ten recall hits 72-85 -> 30-36 us."""
+    target.id = memory.id
+    target.scope = memory.scope
+    target.text = memory.text
+    if memory.metadata:
+        target.metadata.update(memory.metadata)
+    target.created_at.FromNanoseconds(int(memory.created_at * 1e9))
+    for k, v, n in memory.facts:
+        target.facts.add(kind=k, value=v, normalized=n)
+    for s, p, o in memory.triples:
+        target.triples.add(subject=s, predicate=p, object=o)
+    if memory.forgotten:
+        target.forgotten = True
+    if memory.superseded_by:
+        target.superseded_by = memory.superseded_by
+    if memory.superseded_at:
+        target.superseded_at.FromNanoseconds(int(memory.superseded_at * 1e9))
+    if memory.merged_into:
+        target.merged_into = memory.merged_into
 
 
-def to_recall_hit(hit: types.Hit) -> memory_pb2.RecallHit:
-    return memory_pb2.RecallHit(
-        memory=to_memory(hit.memory), score=hit.score, vector_score=hit.vector_score, text_score=hit.text_score
-    )
+def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:
+    """Append memories to a repeated ``Memory`` field."""
+    for memory in memories:
+        fill_memory(target.add(), memory)
+
+
+def add_recall_hits(target: RepeatedCompositeFieldContainer[memory_pb2.RecallHit], hits: Iterable[types.Hit]) -> None:
+    """Append hits to a repeated ``RecallHit`` field."""
+    for hit in hits:
+        message = target.add()
+        message.score = hit.score
+        message.vector_score = hit.vector_score
+        message.text_score = hit.text_score
+        fill_memory(message.memory, hit.memory)
 
 
 def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResponse:
@@ -146,11 +165,12 @@ def to_records(records: Iterable[tuple[str, str]]) -> list[workspace_pb2.Record]
 
 def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.AssembleContextResponse:
     # The generations are deliberately absent: they travel in response metadata only.
-    return workspace_pb2.AssembleContextResponse(
+    response = workspace_pb2.AssembleContextResponse(
         global_records=to_records(context.global_records),
         workspace_records=to_records(context.workspace_records),
-        memories=[to_recall_hit(h) for h in context.memories],
     )
+    add_recall_hits(response.memories, context.memories)
+    return response
 
 
 def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsChunk:

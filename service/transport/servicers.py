@@ -73,12 +73,15 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             mode=convert.from_recall_mode(request.mode),
         )
-        response = memory_pb2.RecallResponse(hits=[convert.to_recall_hit(h) for h in hits])
+        response = memory_pb2.RecallResponse()
+        convert.add_recall_hits(response.hits, hits)
         _report_server_time(context, started)
         return response
 
     def GetMemory(self, request: memory_pb2.GetMemoryRequest, context: grpc.ServicerContext) -> memory_pb2.GetMemoryResponse:
-        return memory_pb2.GetMemoryResponse(memory=convert.to_memory(self._engine.get_memory(request.tenant, request.memory_id)))
+        response = memory_pb2.GetMemoryResponse()
+        convert.fill_memory(response.memory, self._engine.get_memory(request.tenant, request.memory_id))
+        return response
 
     def ListMemories(
         self, request: memory_pb2.ListMemoriesRequest, context: grpc.ServicerContext
@@ -90,9 +93,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             page_token=request.page_token,
             include_forgotten=request.include_forgotten,
         )
-        return memory_pb2.ListMemoriesResponse(
-            memories=[convert.to_memory(m) for m in page.memories], next_page_token=page.next_page_token
-        )
+        response = memory_pb2.ListMemoriesResponse(next_page_token=page.next_page_token)
+        convert.add_memories(response.memories, page.memories)
+        return response
 
     def ForgetMemory(
         self, request: memory_pb2.ForgetMemoryRequest, context: grpc.ServicerContext
