@@ -14,6 +14,9 @@ One tenant grows through the sizes (RetainBatch through the real client). At eac
   explicitly (made by the server's embedder, a deterministic function); ``chroma_recall`` is its
   top-10 overlap with exact (numpy) search on those vectors.
 
+The phases (each mode's server time, end to end, Ping, Chroma) take turns in ``ROUNDS`` rounds,
+each over its share of the queries, so a drift of the machine's speed reaches every column alike.
+
 Also records the server's RSS and the tenant file size at each size (``bench.memory`` reports
 them per memory).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +36,7 @@ from bench.corpus import Corpus
 
 TENANT = "bench-latency"
 K = 10
+ROUNDS = 6
 
 
 def server_rss_bytes(pid: int) -> int:
@@ -101,36 +106,40 @@ def main(argv: list[str] | None = None) -> int:
             for q in queries[:20]:  # warm-up: the first recall loads the vector cache
                 client.recall(TENANT, q, k=K)
             row: dict[str, object] = {"memories": size}
-            for mode_name, mode in (("hybrid", memory_pb2.RECALL_MODE_HYBRID), ("vector", memory_pb2.RECALL_MODE_VECTOR),
-                                    ("text", memory_pb2.RECALL_MODE_TEXT)):
-                requests = [memory_pb2.RecallRequest(tenant=TENANT, query=q, k=K, mode=mode) for q in queries]
-                server_s, _ = timed_server_calls(client.memory.Recall, requests, client.call_metadata)
-                row[f"server_{mode_name}"] = percentiles(server_s)
-            e2e = []
-            for q in queries:
-                t0 = time.perf_counter()
-                client.recall(TENANT, q, k=K)
-                e2e.append(time.perf_counter() - t0)
-            row["e2e_hybrid"] = percentiles(e2e)
-            ping_wall = []
-            for _ in queries:
-                t0 = time.perf_counter()
-                client.ping()
-                ping_wall.append(time.perf_counter() - t0)
-            row["ping_e2e"] = percentiles(ping_wall)
+            modes = (("hybrid", memory_pb2.RECALL_MODE_HYBRID), ("vector", memory_pb2.RECALL_MODE_VECTOR),
+                     ("text", memory_pb2.RECALL_MODE_TEXT))
+            query_vectors = embedder.embed(queries)
+            exact = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :K]
+            samples: dict[str, list[float]] = defaultdict(list)
+            overlap: list[float] = []
+            # The phases take turns, ROUNDS times over a slice of the queries each: the machine's
+            # speed drifts by tens of percent within a minute, and a ratio of two phases measured
+            # one after the other measured the drift as much as the systems.
+            for turn in range(ROUNDS):
+                share = queries[turn::ROUNDS]
+                for mode_name, mode in modes:
+                    requests = [memory_pb2.RecallRequest(tenant=TENANT, query=q, k=K, mode=mode) for q in share]
+                    samples[f"server_{mode_name}"] += timed_server_calls(client.memory.Recall, requests, client.call_metadata)[0]
+                for q in share:
+                    t0 = time.perf_counter()
+                    client.recall(TENANT, q, k=K)
+                    samples["e2e_hybrid"].append(time.perf_counter() - t0)
+                for _ in share:
+                    t0 = time.perf_counter()
+                    client.ping()
+                    samples["ping_e2e"].append(time.perf_counter() - t0)
+                if collection is not None:
+                    for qv, truth in zip(query_vectors[turn::ROUNDS], exact[turn::ROUNDS]):
+                        t0 = time.perf_counter()
+                        answer = collection.query(query_embeddings=[qv], n_results=K)
+                        samples["chroma_query"].append(time.perf_counter() - t0)
+                        overlap.append(len({int(i) for i in answer["ids"][0]} & set(truth.tolist())) / K)
+            for name, values in samples.items():
+                row[name] = percentiles(values)
             row["ping_server"] = percentiles(
                 timed_server_calls(client.admin.Ping, [admin_pb2.PingRequest()] * 50, client.call_metadata)[0]
             )
             if collection is not None:
-                query_vectors = embedder.embed(queries)
-                chroma_s, overlap = [], []
-                exact = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :K]
-                for qv, truth in zip(query_vectors, exact):
-                    t0 = time.perf_counter()
-                    answer = collection.query(query_embeddings=[qv], n_results=K)
-                    chroma_s.append(time.perf_counter() - t0)
-                    overlap.append(len({int(i) for i in answer["ids"][0]} & set(truth.tolist())) / K)
-                row["chroma_query"] = percentiles(chroma_s)
                 row["chroma_recall_vs_exact"] = float(np.mean(overlap))
                 row["chroma_ef_search"] = args.chroma_ef
             row["server_rss_bytes"] = server_rss_bytes(server.process.pid)
