@@ -186,6 +186,34 @@ def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_nev
         assert c.recall("kept", "old event 7 crate C-7", k=1)[0].memory.text == "old event 7: crate C-7"
 
 
+def _listed_within(c: MemoryClient, tenant: str, gone: set[int], seconds: float) -> set[int]:
+    """The tenant's listed event ids once none of ``gone`` is among them, or at the deadline.
+    Only reads: nothing here gives the workers a reason to look at the tenant."""
+    deadline = time.monotonic() + seconds
+    while True:
+        listed = {e.event_id for e in c.list_events(tenant, page_size=1000).events}
+        if not listed & gone or time.monotonic() > deadline:
+            return listed
+        time.sleep(0.2)
+
+
+def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_restart(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(args=["--event-retention-seconds", "2"]).start()
+    with MemoryClient(server.target, timeout=60) as c:
+        c.hot_path("idle", "enable")
+        first = {r.event_id for r in c.retain_batch("idle", [f"idle event {i}: bin I-{i}" for i in range(10)], fast=True)}
+        c.hot_path("idle", "flush", timeout_seconds=30)
+        assert first <= {e.event_id for e in c.list_events("idle", page_size=1000).events}
+        assert not _listed_within(c, "idle", first, 20) & first, "an idle tenant kept its expired events"
+        second = {r.event_id for r in c.retain_batch("idle", [f"second event {i}: bin J-{i}" for i in range(10)], fast=True)}
+        c.hot_path("idle", "flush", timeout_seconds=30)
+    server.stop()  # before they expire: the restarted server must still delete them on time
+    server.restart()
+    with MemoryClient(server.target, timeout=60) as c:
+        assert not _listed_within(c, "idle", second, 20) & second, "expired events survived the restart"
+        assert len(c.list_memories("idle", page_size=100).memories) == 20  # only the records went
+
+
 def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from mnemosyne.cli import main
 

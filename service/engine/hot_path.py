@@ -55,7 +55,7 @@ from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgume
 from mnemosyne.store import ledger
 from mnemosyne.store.inbox import Inbox, InboxOp, InboxRequest
 from mnemosyne.store.oplog import OpRow, Transition
-from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import TenantStore
 
 if TYPE_CHECKING:
     from mnemosyne.engine.engine import Engine
@@ -187,8 +187,11 @@ class PendingIndex:
     """Tenants that may have open operations, in a small SQLite file of the data directory.
 
     A tenant is added (durably) BEFORE its first enqueue commits and removed only after a commit
-    left it with no open operation, under the tenant's write lock, so the index can name a
+    left it with no open operation, under the tenant's inbox lock, so the index can name a
     tenant with nothing to do (harmless: start-up looks and removes it) but never miss one.
+
+    The same file keeps, per idle tenant with finished events, when the oldest of them expires
+    (``expiring``), so a restart still deletes them on time without opening every tenant file.
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -197,8 +200,10 @@ class PendingIndex:
         self._connection.pragma("journal_mode", "wal")
         self._connection.pragma("synchronous", "FULL")
         self._connection.execute("CREATE TABLE IF NOT EXISTS pending(tenant TEXT PRIMARY KEY, since REAL NOT NULL)")
+        self._connection.execute("CREATE TABLE IF NOT EXISTS expiring(tenant TEXT PRIMARY KEY, due REAL NOT NULL)")
         self._lock = threading.Lock()
         self._known = {row[0] for row in self._connection.execute("SELECT tenant FROM pending")}
+        self._due: dict[str, float] = dict(self._connection.execute("SELECT tenant, due FROM expiring"))
 
     def tenants(self) -> list[str]:
         with self._lock:
@@ -219,6 +224,27 @@ class PendingIndex:
                 return
             self._connection.execute("DELETE FROM pending WHERE tenant = ?", (tenant,))
             self._known.discard(tenant)
+
+    def expiries(self) -> list[tuple[str, float]]:
+        with self._lock:
+            return sorted(self._due.items())
+
+    def set_expiry(self, tenant: str, due: float | None) -> bool:
+        """Record when the tenant's oldest finished event expires (None: it has none). Returns
+        True if that changed."""
+        with self._lock:
+            if self._due.get(tenant) == due:
+                return False
+            if due is None:
+                self._connection.execute("DELETE FROM expiring WHERE tenant = ?", (tenant,))
+                del self._due[tenant]
+            else:
+                self._connection.execute(
+                    "INSERT INTO expiring(tenant, due) VALUES(?, ?) ON CONFLICT(tenant) DO UPDATE SET due = excluded.due",
+                    (tenant, due),
+                )
+                self._due[tenant] = due
+            return True
 
     def close(self) -> None:
         with self._lock:
@@ -343,6 +369,8 @@ class HotPath:
         # files are opened by the workers, so readiness never waits for recovery.
         for tenant in self.index.tenants():
             self._scheduler.notify(tenant)
+        for tenant, due in self.index.expiries():  # idle tenants whose finished events expire
+            self._scheduler.notify_at(tenant, due)
 
     def _note_depth(self, tenant: str, store: TenantStore) -> None:
         """Count the tenant's open operations, the log's and the inbox's, under the inbox lock so
@@ -528,6 +556,7 @@ class HotPath:
         with engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 self.index.remove(tenant)
+                self.index.set_expiry(tenant, None)
                 return False
             self._hold("inbox")
             self._move_inbox(store)
@@ -702,7 +731,23 @@ class HotPath:
                 self._pruned_at.pop(tenant, None)
             else:
                 self._scheduler.notify_at(tenant, time.time() + UNINDEX_AFTER_IDLE_SECONDS - idle)
+        self._schedule_expiry(tenant, store)  # outside the inbox lock: it may fsync the index
         return True
+
+    def _schedule_expiry(self, tenant: str, store: TenantStore) -> None:
+        """Come back to an idle tenant when its oldest finished event expires, so events are
+        deleted on time even if the tenant gets no more fast writes (recorded in the recovery
+        index's file: a restart schedules it again). Not before the prune interval has passed,
+        so a round that could not delete everything yet never makes the worker spin."""
+        if not self._retention:
+            return
+        with store.read() as txn:
+            oldest = txn.oplog_oldest_finished_at()
+        due = None
+        if oldest is not None:
+            due = max(oldest + self._retention, time.time() + min(PRUNE_INTERVAL_SECONDS, self._retention / 2))
+        if self.index.set_expiry(tenant, due) and due is not None:
+            self._scheduler.notify_at(tenant, due)
 
     def _unindex_idle_now(self) -> None:
         """At shutdown: drop every tenant seen drained with nothing enqueued since."""

@@ -123,6 +123,18 @@ class OplogReads:
         row = self.connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'oplog'").fetchone()
         return max(int(row[0]) if row else 0, self.oplog_last_event_id())
 
+    def oplog_oldest_finished_at(self) -> float | None:
+        """When the lowest-numbered finished operation finished: the next the retention limit
+        deletes (operations finish nearly in id order; a retried one may be seconds later)."""
+        finished = [
+            row[0]
+            for status in TERMINAL_STATUSES
+            for row in self.connection.execute(
+                "SELECT finished_at FROM oplog WHERE status = ? ORDER BY event_id LIMIT 1", (status,)
+            )
+        ]
+        return min(finished) if finished else None
+
     def oplog_transitions(self, *, after_seq: int, after_event_id: int, limit: int) -> list[Transition]:
         return [
             Transition(*row)
