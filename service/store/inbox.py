@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import apsw
 
-from mnemosyne.store.transactions import write_transaction
+from mnemosyne.store.transactions import translate_sqlite_error, write_transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ops(
@@ -164,6 +164,9 @@ class Inbox:
                 )
                 self._connection.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'ops'", (floor,))
                 self._connection.execute("COMMIT")
+            except apsw.Error as exc:  # closing rolls the bootstrap back; a full disk is DISK_FULL
+                self._connection.close()
+                raise translate_sqlite_error(exc) from exc
             except BaseException:
                 self._connection.close()
                 raise
