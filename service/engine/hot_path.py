@@ -543,8 +543,12 @@ class HotPath:
         """Test seam: hold here while the hold file exists (work is then provably in flight):
         before the round's commit, or before it takes the inbox when the file says "inbox"."""
         while self._hold_file is not None and self._hold_file.exists() and not self._scheduler.stopping:
-            if stage == "inbox" and self._hold_file.read_text().strip() != "inbox":
-                return
+            if stage == "inbox":
+                try:
+                    if self._hold_file.read_text().strip() != "inbox":
+                        return
+                except FileNotFoundError:
+                    return  # removed since exists(): released
             time.sleep(0.05)
 
     def _round(self, tenant: str) -> bool:
