@@ -89,6 +89,10 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
 
     engine = Engine(EngineConfig(data_dir=data))
     try:
+        # Before any round: each operation counted once, though it is in both files.
+        status = engine.hot_path.status("moved")
+        assert (status.queue_depth, status.accepted) == (4, 4)
+        assert [e.event_id for e in engine.hot_path.list_events("moved", page_size=100).events] == [op.event_id for op in ops]
         outcome = engine.hot_path.flush("moved", timeout=30)
         assert (outcome.flushed, outcome.succeeded, outcome.failed) == (4, 4, 0)
         assert engine.hot_path.status("moved").accepted == 4

@@ -53,9 +53,9 @@ from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.inbox import Inbox, InboxOp, InboxRequest
+from mnemosyne.store.inbox import InboxOp, InboxRequest, InboxTxn
 from mnemosyne.store.oplog import OpRow, Transition
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 if TYPE_CHECKING:
     from mnemosyne.engine.engine import Engine
@@ -373,25 +373,15 @@ class HotPath:
             self._scheduler.notify_at(tenant, due)
 
     def _note_depth(self, tenant: str, store: TenantStore) -> None:
-        """Count the tenant's open operations, the log's and the inbox's, under the inbox lock so
-        no enqueue's own count slips between the two. Never called under the tenant's write lock
-        (the lock order is inbox, then tenant: store/inbox.py)."""
-        inbox = store.inbox(create=False)
-        with inbox.lock if inbox is not None else contextlib.nullcontext():
-            with store.read() as txn:
-                depth = _add_depths(txn.oplog_depth(), self._inbox_depth(inbox))
+        """Count the tenant's open operations, the log's and the inbox's, in one snapshot (under
+        the inbox lock, so no enqueue's own count slips between the two either)."""
+        with _snapshot(store) as (txn, waiting):
+            depth = _add_depths(txn.oplog_depth(), waiting.depth())
             with self._depths_lock:
                 if depth[0]:
                     self._depths[tenant] = depth
                 else:
                     self._depths.pop(tenant, None)
-
-    @staticmethod
-    def _inbox_depth(inbox: Inbox | None, up_to_id: int | None = None) -> tuple[int, float | None]:
-        if inbox is None:
-            return 0, None
-        with inbox.read() as txn:
-            return txn.depth(up_to_id)
 
     def _note_enqueued(self, tenant: str, store: TenantStore, count: int, now: float) -> None:
         """Add to a known depth instead of counting the log again (a count over a long backlog
@@ -722,9 +712,8 @@ class HotPath:
         """True if the tenant has no open operation; it then leaves the recovery index once it
         stayed idle for UNINDEX_AFTER_IDLE_SECONDS (the worker comes back to check). Under the
         inbox lock, which every enqueue holds across its index add and its commit."""
-        with self._engine.pool.locks.for_inbox(tenant):
-            with store.read() as txn:
-                depth, _ = _add_depths(txn.oplog_depth(), self._inbox_depth(store.inbox(create=False)))
+        with self._engine.pool.locks.for_inbox(tenant), _snapshot(store) as (txn, waiting):
+            depth, _ = _add_depths(txn.oplog_depth(), waiting.depth())
             if depth:
                 return False
             now = time.monotonic()
@@ -766,10 +755,8 @@ class HotPath:
         self._scheduler.notify(tenant)  # it is surely scheduled, even if a notify was lost
         deadline = time.monotonic() + timeout
         while True:
-            # The inbox first: an operation moving meanwhile is then counted twice, never missed.
-            waiting, _ = self._inbox_depth(store.inbox(create=False), up_to_id)
-            with store.read() as txn:
-                remaining = waiting + txn.oplog_depth(up_to_id=up_to_id)[0]
+            with _snapshot(store) as (txn, waiting):
+                remaining = txn.oplog_depth(up_to_id=up_to_id)[0] + waiting.depth(up_to_id)[0]
             if remaining == 0:
                 store.sync_log()  # a barrier returns once what it waited for is on disk
                 return
@@ -799,15 +786,10 @@ class HotPath:
     @staticmethod
     def _open_ids(store: TenantStore) -> tuple[int, list[int]]:
         """(the last accepted event id, the open operations up to it), inbox and log together."""
-        inbox = store.inbox(create=False)
-        waiting: list[InboxOp] = []
-        if inbox is not None:  # first: an operation moving meanwhile is then seen twice, never missed
-            with inbox.read() as txn:
-                waiting = txn.ops()
-        with store.read() as txn:
-            last = max(txn.oplog_last_event_id(), waiting[-1].event_id if waiting else 0)
-            open_ids = set(txn.oplog_open_ids(last))
-        return last, sorted(open_ids.union(op.event_id for op in waiting))
+        with _snapshot(store) as (txn, waiting):
+            in_log = txn.oplog_open_ids(waiting.log_last_id)
+            in_inbox = waiting.ids()
+        return (in_inbox[-1] if in_inbox else waiting.log_last_id), in_log + in_inbox
 
     def disable(self, tenant: str, timeout: float) -> HotPathState:
         """Stop queueing new fast writes, then wait until the queue is drained."""
@@ -823,17 +805,17 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return HotPathState(False, 0, 0.0, 0, 0, 0, 0, 0, 0)
-            waiting = self._inbox_depth(store.inbox(create=False))
-            with store.read() as txn:
+            with _snapshot(store) as (txn, waiting):
                 enabled = txn.meta(HOT_PATH_META) == "on"
-                depth, oldest = _add_depths(txn.oplog_depth(), waiting)
+                in_inbox = waiting.depth()
+                depth, oldest = _add_depths(txn.oplog_depth(), in_inbox)
                 counters = txn.counters()
         return HotPathState(
             enabled=enabled,
             queue_depth=depth,
             oldest_pending_seconds=max(0.0, time.time() - oldest) if oldest else 0.0,
             # An operation is counted accepted when it leaves the inbox; those still in it are.
-            accepted=counters.get("accepted", 0) + waiting[0],
+            accepted=counters.get("accepted", 0) + in_inbox[0],
             succeeded=counters.get("succeeded", 0),
             failed=counters.get("failed", 0),
             duplicates=counters.get("duplicates", 0),
@@ -927,6 +909,38 @@ class HotPath:
                 sequence = t.seq
             if len(transitions) < _STREAM_CHUNK:
                 self._wait_change(0.5)
+
+
+class _Waiting:
+    """The inbox's operations the log does not hold yet, as seen inside ``_snapshot``."""
+
+    def __init__(self, txn: InboxTxn | None, log_last_id: int) -> None:
+        self._txn = txn
+        self.log_last_id = log_last_id
+
+    def depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
+        return self._txn.depth(after_id=self.log_last_id, up_to_id=up_to_id) if self._txn else (0, None)
+
+    def ids(self) -> list[int]:
+        return [op.event_id for op in self._txn.ops(after_id=self.log_last_id)] if self._txn else []
+
+
+@contextlib.contextmanager
+def _snapshot(store: TenantStore) -> Iterator[tuple[ReadTxn, _Waiting]]:
+    """One read of the tenant's log together with its inbox, counting every operation once.
+
+    Under the inbox lock nothing leaves the inbox, and the log is read first: an operation
+    adopted after the log's snapshot is still in the inbox, and one the log already holds
+    (adopted meanwhile, or before a crash and not yet removed) has an id up to the log's last,
+    so only the inbox's operations above that id are the inbox's own."""
+    inbox = store.inbox(create=False)
+    with inbox.lock if inbox is not None else contextlib.nullcontext(), store.read() as txn:
+        last = txn.oplog_last_event_id()
+        if inbox is None:
+            yield txn, _Waiting(None, last)
+            return
+        with inbox.read() as inbox_txn:
+            yield txn, _Waiting(inbox_txn, last)
 
 
 def _add_depths(a: tuple[int, float | None], b: tuple[int, float | None]) -> tuple[int, float | None]:

@@ -116,11 +116,11 @@ class InboxTxn:
             )
         ]
 
-    def depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
-        """(operations waiting here [with id <= up_to_id], oldest acceptance time)."""
+    def depth(self, *, after_id: int = 0, up_to_id: int | None = None) -> tuple[int, float | None]:
+        """(operations waiting here with after_id < id [<= up_to_id], oldest acceptance time)."""
         count, oldest = self.connection.execute(
-            "SELECT count(*), min(accepted_at) FROM ops WHERE event_id <= ?",
-            (up_to_id if up_to_id is not None else 1 << 62,),
+            "SELECT count(*), min(accepted_at) FROM ops WHERE event_id > ? AND event_id <= ?",
+            (after_id, up_to_id if up_to_id is not None else 1 << 62),
         ).fetchone()
         return int(count), oldest
 
