@@ -788,7 +788,7 @@ class HotPath:
         """(the last accepted event id, the open operations up to it), inbox and log together."""
         with _snapshot(store) as (txn, waiting):
             in_log = txn.oplog_open_ids(waiting.log_last_id)
-            in_inbox = waiting.ids()
+            in_inbox = [row.event_id for row in waiting.rows()]
         return (in_inbox[-1] if in_inbox else waiting.log_last_id), in_log + in_inbox
 
     def disable(self, tenant: str, timeout: float) -> HotPathState:
@@ -829,9 +829,9 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             row = None
             if store is not None:
-                waiting = _inbox_rows(store, after_id=event_id - 1, up_to_id=event_id)
-                with store.read() as txn:
-                    row = txn.oplog_get(event_id) or (waiting[0] if waiting else None)
+                with _snapshot(store) as (txn, waiting):
+                    waiting_row = waiting.rows(after_id=event_id - 1, up_to_id=event_id)
+                    row = txn.oplog_get(event_id) or (waiting_row[0] if waiting_row else None)
         if row is None:
             kept = f"finished events are kept for {self._retention:g}s" if self._retention else "events are kept forever"
             raise NotFound(
@@ -859,18 +859,13 @@ class HotPath:
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return EventPage([], "")
-            waiting = []
-            if status in (None, "pending"):
-                waiting = [
-                    r for r in _inbox_rows(store, after_id=after_id, limit=page_size + 1)
-                    if accepted_after is None or r.accepted_at >= accepted_after
-                ]
-            with store.read() as txn:
+            with _snapshot(store) as (txn, waiting):
                 rows = txn.oplog_page(status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1)
-            # Inbox ids are above every id already in the log; one moved meanwhile is in both.
-            adopted = {r.event_id for r in rows}
-            rows += [r for r in waiting if r.event_id not in adopted]
-            rows.sort(key=lambda r: r.event_id)
+                if status in (None, "pending"):  # inbox ids follow every id in the log: still in order
+                    rows += [
+                        r for r in waiting.rows(after_id=after_id, limit=page_size + 1)
+                        if accepted_after is None or r.accepted_at >= accepted_after
+                    ]
         events = [event_from_row(r) for r in rows[:page_size]]
         token = _encode_page_token(rows[page_size - 1].event_id) if len(rows) > page_size else ""
         return EventPage(events, token)
@@ -921,8 +916,12 @@ class _Waiting:
     def depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
         return self._txn.depth(after_id=self.log_last_id, up_to_id=up_to_id) if self._txn else (0, None)
 
-    def ids(self) -> list[int]:
-        return [op.event_id for op in self._txn.ops(after_id=self.log_last_id)] if self._txn else []
+    def rows(self, *, after_id: int = 0, up_to_id: int | None = None, limit: int = -1) -> list[OpRow]:
+        """These operations as the pending log rows they will become."""
+        if self._txn is None:
+            return []
+        ops = self._txn.ops(after_id=max(after_id, self.log_last_id), up_to_id=up_to_id, limit=limit)
+        return [pending_row(op) for op in ops]
 
 
 @contextlib.contextmanager
@@ -952,14 +951,6 @@ def pending_row(op: InboxOp) -> OpRow:
     """An inbox operation as the log row it will become: pending, never attempted."""
     return OpRow(op.event_id, op.kind, "pending", op.payload, op.request_id, 0, 0, None, None, None, None, None,
                  op.accepted_at, None, None, None)
-
-
-def _inbox_rows(store: TenantStore, *, after_id: int, up_to_id: int | None = None, limit: int = -1) -> list[OpRow]:
-    inbox = store.inbox(create=False)
-    if inbox is None:
-        return []
-    with inbox.read() as txn:
-        return [pending_row(op) for op in txn.ops(after_id=after_id, up_to_id=up_to_id, limit=limit)]
 
 
 def _timeout(seconds: float) -> float:

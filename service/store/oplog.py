@@ -121,7 +121,7 @@ class OplogReads:
         """The highest event id this log ever held, pruned ones included (AUTOINCREMENT's
         sequence also follows explicitly given ids): new ids must start above it."""
         row = self.connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'oplog'").fetchone()
-        return max(int(row[0]) if row else 0, self.oplog_last_event_id())
+        return int(row[0]) if row else 0
 
     def oplog_oldest_finished_at(self) -> float | None:
         """When the lowest-numbered finished operation finished: the next the retention limit
