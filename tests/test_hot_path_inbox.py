@@ -155,3 +155,30 @@ def test_one_request_id_sent_fast_and_slow_at_once_is_applied_once(client: Memor
     client.hot_path(tenant, "flush", timeout_seconds=30)
     texts = [m.text for m in client.list_memories(tenant, page_size=100).memories]
     assert sorted(t for t in texts if t.startswith("raced")) == sorted(f"raced content for {k}: crate RC-{k}" for k in keys)
+
+
+def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """While another connection holds the tenant file's write lock (as a worker's commit does),
+    fast writes are still accepted: they only write to the inbox."""
+    import sqlite3
+
+    server = server_factory().start()
+    with MemoryClient(server.target, timeout=30) as c:
+        c.hot_path("busy", "enable")
+        c.retain("busy", "first fast write: tray T-0", fast=True, request_id="busy-0")
+        c.hot_path("busy", "flush", timeout_seconds=30)
+        writer = sqlite3.connect(server.tenant_file("busy"), isolation_level=None, timeout=0)
+        writer.execute("BEGIN IMMEDIATE")  # the tenant file's one writer, held
+        try:
+            accepted = [
+                c.retain("busy", f"fast write {i}: tray T-{i}", fast=True, request_id=f"busy-{i}").status
+                for i in range(1, 6)
+            ]
+            still_held = writer.in_transaction
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        assert accepted == ["enqueued"] * 5 and still_held
+        flushed = c.hot_path("busy", "flush", timeout_seconds=60)
+        assert (flushed.flushed, flushed.failed) == (5, 0)
+        assert len(c.list_memories("busy", page_size=10).memories) == 6
