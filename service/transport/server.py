@@ -144,10 +144,15 @@ class RunningServer:
 
 
 def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
+    authenticator = None
     if config.tokens_file is not None:
-        return TokenAuthenticator.from_file(config.tokens_file)
-    if config.tokens_json:
-        return TokenAuthenticator.from_json(config.tokens_json, source="MNEMOSYNE_TOKENS")
+        authenticator = TokenAuthenticator.from_file(config.tokens_file)
+    elif config.tokens_json:
+        authenticator = TokenAuthenticator.from_json(config.tokens_json, source="MNEMOSYNE_TOKENS")
+    if authenticator is not None:
+        admins = sorted(p.name for p in authenticator.principals if p.is_admin)
+        log.info("tokens: %d, of which admin (every tenant): %s", len(authenticator.principals), ", ".join(admins) or "none")
+        return authenticator
     if config.host not in LOOPBACK_HOSTS and not config.allow_unauthenticated:
         raise FailedPrecondition(
             f"refusing to serve {config.host} without authentication: give --tokens-file (or "
