@@ -2,6 +2,7 @@
 
 from mnemosyne.client.errors import (
     AbortedError,
+    DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -50,6 +51,7 @@ __all__ = [
     "RecordChange",
     "ScopeRecords",
     "AbortedError",
+    "DataLossError",
     "DeadlineExceededError",
     "DedupResult",
     "DuplicateGroup",

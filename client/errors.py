@@ -14,6 +14,7 @@ code; ``reason`` is the stable ``google.rpc.ErrorInfo`` reason the server sent (
     ├── ResourceExhaustedError    RESOURCE_EXHAUSTED
     ├── DeadlineExceededError     DEADLINE_EXCEEDED
     ├── UnavailableError          UNAVAILABLE (retried for reads and for writes with a request_id)
+    ├── DataLossError             DATA_LOSS (the tenant's file is damaged: reason TENANT_CORRUPT)
     └── ServerError               anything else (INTERNAL, UNKNOWN, UNIMPLEMENTED, ...)
 """
 
@@ -42,6 +43,7 @@ class UnauthenticatedError(MnemosyneClientError): ...
 class ResourceExhaustedError(MnemosyneClientError): ...
 class DeadlineExceededError(MnemosyneClientError): ...
 class UnavailableError(MnemosyneClientError): ...
+class DataLossError(MnemosyneClientError): ...
 class ServerError(MnemosyneClientError): ...
 
 
@@ -55,6 +57,7 @@ _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DATA_LOSS: DataLossError,
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import grpc
 
 from mnemosyne.client import types
-from mnemosyne.client.errors import ServerError, from_rpc_error
+from mnemosyne.client.errors import AbortedError, InvalidArgumentError, NotFoundError, ServerError, from_rpc_error
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -31,6 +31,13 @@ from mnemosyne.v1 import (
 )
 
 T = TypeVar("T")
+
+# The server's default max_request_bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
+# before it is sent, with the reason the server would give.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
+# server whose limits were raised.
+_CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
 
 _STATUS = {
     types_pb2.RetainResult.CREATED: "created",
@@ -141,6 +148,8 @@ class MemoryClient:
     ) -> None:
         self.target = target
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        given = {name for name, _ in options}
+        options = [*(o for o in _CHANNEL_OPTIONS if o[0] not in given), *options]
         self._channel = (
             grpc.secure_channel(target, credentials, options=options)
             if credentials is not None
@@ -173,6 +182,13 @@ class MemoryClient:
 
     def call(self, method: Callable[..., T], request: Any, *, retry: bool, metadata: Iterable[tuple[str, str]] = ()) -> T:
         """Invoke a stub method with auth metadata, deadline, retries and typed errors."""
+        size = request.ByteSize()
+        if size > MAX_REQUEST_BYTES:
+            raise InvalidArgumentError(
+                grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_TOO_LARGE",
+                f"the request has {size} bytes; the limit is {MAX_REQUEST_BYTES} (max_request_bytes): split it, "
+                "e.g. a large batch into several", {},
+            )
         delay = 0.1
         attempt = 0
         while True:
@@ -324,17 +340,59 @@ class MemoryClient:
 
     def assemble_context(self, tenant: str, workspace: str, query: str | None = None, k: int = 5) -> types.AssembledContext:
         """Records of Global and ``workspace`` (+ recalled memories for ``query``), with the exact
-        generations read in the same snapshot (from the response metadata)."""
+        generations read in the same snapshot (from the response metadata).
+
+        Records the server left out to keep its response small (``omitted_records``) are fetched
+        one by one and must carry the same generation; if one changed meanwhile, the context is
+        assembled again (up to three times), so records and generations always belong together.
+        Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each)."""
         request = workspace_pb2.AssembleContextRequest(tenant=tenant, workspace=workspace, query=query or "", k=k)
-        response, call = self.call(self.workspace.AssembleContext.with_call, request, retry=True)
-        metadata = call.initial_metadata()
-        return types.AssembledContext(
-            global_records=[types.Record(r.key, r.content) for r in response.global_records],
-            workspace_records=[types.Record(r.key, r.content) for r in response.workspace_records],
-            memories=[types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.memories],
-            global_generation=_generation_from(metadata, GLOBAL_GENERATION_KEY),
-            workspace_generation=_generation_from(metadata, WORKSPACE_GENERATION_KEY),
+        for _attempt in range(3):
+            response, call = self.call(self.workspace.AssembleContext.with_call, request, retry=True)
+            metadata = call.initial_metadata()
+            generations = {
+                "global": _generation_from(metadata, GLOBAL_GENERATION_KEY),
+                f"workspace/{workspace}": _generation_from(metadata, WORKSPACE_GENERATION_KEY),
+            }
+            records = {
+                "global": [types.Record(r.key, r.content) for r in response.global_records],
+                f"workspace/{workspace}": [types.Record(r.key, r.content) for r in response.workspace_records],
+            }
+            if not self._complete_records(tenant, response.omitted_records, generations, records):
+                continue
+            return types.AssembledContext(
+                global_records=records["global"],
+                workspace_records=records[f"workspace/{workspace}"],
+                memories=[types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.memories],
+                global_generation=generations["global"],
+                workspace_generation=generations[f"workspace/{workspace}"],
+                omitted_memory_ids=tuple(response.omitted_memory_ids),
+            )
+        raise AbortedError(
+            grpc.StatusCode.ABORTED, "RECORDS_CHANGED",
+            "the records kept changing while their context was assembled; assemble it again", {},
         )
+
+    def _complete_records(
+        self,
+        tenant: str,
+        omitted: Iterable[workspace_pb2.OmittedRecord],
+        generations: Mapping[str, int],
+        records: dict[str, list[types.Record]],
+    ) -> bool:
+        """Fetch the records an assembly left out into ``records``; False if one was read at
+        another generation than the assembly's (it changed meanwhile)."""
+        for o in omitted:
+            try:
+                record, generation = self.get_record(tenant, o.scope, o.key)
+            except NotFoundError:
+                return False  # deleted since the assembly
+            if generation != generations[o.scope]:
+                return False
+            records[o.scope].append(record)
+        for scoped in records.values():
+            scoped.sort(key=lambda r: r.key.encode("utf-8"))  # the server's order (SQLite's binary collation)
+        return True
 
     def update_global(self, tenant: str, content: str, observed_generation: int, request_id: str | None = None) -> int:
         """Replace MEMORY.md if the Global generation is still ``observed_generation``; returns the
@@ -366,9 +424,28 @@ class MemoryClient:
         return _generation_from(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
 
     def list_records(self, tenant: str, scope: str) -> types.ScopeRecords:
-        """A scope's records and generation (browser editing)."""
-        r = self.call(self.workspace.ListRecords, workspace_pb2.ListRecordsRequest(tenant=tenant, scope=scope), retry=True)
-        return types.ScopeRecords([types.Record(x.key, x.content) for x in r.records], r.generation)
+        """All of a scope's records and their generation (browser editing), following the pages
+        the server returns; a listing the records changed during is started again."""
+        for _attempt in range(3):
+            records: list[types.Record] = []
+            token = ""
+            try:
+                while True:
+                    r = self.call(
+                        self.workspace.ListRecords,
+                        workspace_pb2.ListRecordsRequest(tenant=tenant, scope=scope, page_token=token),
+                        retry=True,
+                    )
+                    records.extend(types.Record(x.key, x.content) for x in r.records)
+                    token = r.next_page_token
+                    if not token:
+                        return types.ScopeRecords(records, r.generation)
+            except AbortedError as exc:
+                if exc.reason != "RECORDS_CHANGED":
+                    raise
+        raise AbortedError(
+            grpc.StatusCode.ABORTED, "RECORDS_CHANGED", f"the {scope} records kept changing while they were listed", {}
+        )
 
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[types.Record, int]:
         """One record and its scope's generation, read together (browser editing)."""

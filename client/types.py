@@ -152,6 +152,8 @@ class AssembledContext:
     memories: list[Hit]
     global_generation: int
     workspace_generation: int
+    # Recalled memories the server left out to keep its response under ~3 MiB (get_memory each).
+    omitted_memory_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -113,13 +113,13 @@ class MemoryBrain:
             return self._client.recall(self.tenant, query, k, scopes, filters, mode=mode)
         from mnemosyne.engine.types import RecallMode
 
-        hits = self._local(
+        recalled = self._local(
             lambda: self._engine.recall(
                 self.tenant, query, k=k, scopes=list(scopes or ()), metadata_equals=dict(filters or {}),
                 mode=RecallMode(mode),
             )
         )
-        return [types.Hit(_memory(h.memory), h.score, h.vector_score, h.text_score) for h in hits]
+        return [types.Hit(_memory(h.memory), h.score, h.vector_score, h.text_score) for h in recalled.hits]
 
     def hot_path(self, action: str = "status", timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult:
         """``enable`` | ``disable`` | ``status`` | ``flush`` (see ``MemoryClient.hot_path``)."""

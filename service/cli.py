@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from mnemosyne.errors import MnemosyneError
-from mnemosyne.runtime import tune_interpreter
+from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
@@ -49,6 +49,8 @@ def _serve(args: argparse.Namespace) -> int:
     from mnemosyne.transport.server import ServerConfig, create_server
 
     logs.configure(args.log_format, os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"))
+    soft, hard = raise_open_file_limit()
+    logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
     config = ServerConfig(
         data_dir=Path(args.data_dir),
         host=args.host,
@@ -159,6 +161,7 @@ LIMIT_HELP = {
     "max_record_bytes": "bytes of one workspace record",
     "max_tenant_memories": "quota: live memories per tenant (0 = unlimited)",
     "max_tenant_bytes": "quota: database bytes per tenant (0 = unlimited)",
+    "max_request_bytes": "bytes of one encoded request (the gRPC transport accepts twice this)",
 }
 
 

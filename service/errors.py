@@ -15,6 +15,7 @@ below the transport knows about gRPC::
     ├── ResourceExhausted    a limit, quota or the disk is full
     ├── DeadlineExceeded     a bounded wait ran out
     ├── Unavailable          the service is shutting down or briefly cannot serve
+    ├── DataLoss             a tenant's file is damaged (not ours, wrong schema, corrupt)
     └── InternalError        a fault of ours, never of the caller
 """
 
@@ -74,6 +75,10 @@ class DeadlineExceeded(MnemosyneError):
 
 class Unavailable(MnemosyneError):
     default_reason = "UNAVAILABLE"
+
+
+class DataLoss(MnemosyneError):
+    default_reason = "DATA_LOSS"
 
 
 class InternalError(MnemosyneError):

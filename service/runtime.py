@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
 
 # How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
@@ -27,3 +28,16 @@ def tune_interpreter() -> None:
     # (bench/hot_path_latency.py); recall at 10k and RetainBatch showed no change (bench.latency,
     # bench.ingest, alternated runs).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft limit of open files to the hard one (a tenant holds several; the common soft
+    default of 1024 would otherwise cap a server at a few hundred open tenants). Returns
+    (soft, hard) as they are now; the tenant pool sizes its cache from them (store/pool.py)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # e.g. macOS refuses RLIM_INFINITY: keep the soft limit
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -20,7 +21,8 @@ class ServerProcess:
     """``mnemosyne serve`` in a child process on a free loopback port.
 
     ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags;
-    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``).
+    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``); ``open_files``
+    (soft, hard) sets the child's open-file limit before it starts (as a shell's ``ulimit -n``).
     ``start()`` returns when the server printed its port and answers health checks.
     """
 
@@ -32,12 +34,14 @@ class ServerProcess:
         args: list[str] | None = None,
         metrics: bool = False,
         health_credentials: grpc.ChannelCredentials | None = None,
+        open_files: tuple[int, int] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.env = dict(env or {})
         self.args = list(args or [])
         self.metrics = metrics
         self.health_credentials = health_credentials  # for a TLS server's start-up health check
+        self.open_files = open_files
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.metrics_port = 0
@@ -63,7 +67,15 @@ class ServerProcess:
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        limit = self.open_files
+
+        def before_exec() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, preexec_fn=before_exec
+        )
         stderr.close()
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout

@@ -20,19 +20,31 @@ def _count(path, sql: str) -> int:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_retain_failing_half_way_leaves_nothing(server_factory, step: str) -> None:
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": step}).start()
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": f"{step}:Alice"}).start()
     text = "Alice's ticket RF-1 is open. Alice's email is a@b.io"  # facts and triples at every step
     with MemoryClient(server.target, retries=0) as client:
+        assert client.retain("acme", "an earlier memory").status == "created"  # the tenant exists
+        path = server.tenant_file("acme")
+        tables = ("memories", "facts", "triples", "embeddings", "ledger", "requests")
+        before = {table: _count(path, f"SELECT count(*) FROM {table}") for table in tables}
         with pytest.raises(ServerError) as info:
             client.retain("acme", text)
         assert info.value.reason == "INTERNAL"
-        path = server.tenant_file("acme")
-        for table in ("memories", "facts", "triples", "embeddings", "ledger", "requests"):
-            assert _count(path, f"SELECT count(*) FROM {table}") == 0, table
+        assert {table: _count(path, f"SELECT count(*) FROM {table}") for table in tables} == before
         assert _count(path, "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'alice'") == 0
-        assert _count(path, "SELECT coalesce(sum(value), 0) FROM counters WHERE name = 'writes'") == 0
+        assert _count(path, "SELECT coalesce(sum(value), 0) FROM counters WHERE name = 'writes'") == 1
         assert client.recall("acme", "alice ticket") == []
         assert client.verify_integrity("acme").valid
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_new_tenant_s_first_retain_failing_half_way_leaves_no_file(server_factory, step: str) -> None:
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": step}).start()
+    with MemoryClient(server.target, retries=0) as client:
+        with pytest.raises(ServerError):
+            client.retain("acme", "Alice's ticket RF-1 is open")
+        assert client.list_tenants().tenants == []
+    assert sorted(p.name for p in (server.data_dir / "tenants").iterdir()) == []
 
 
 def test_batch_item_failing_half_way_loses_only_that_item(server_factory) -> None:

@@ -20,6 +20,7 @@ import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -99,11 +100,14 @@ def similar_rows(
     return out
 
 
-def similar_earlier(vectors: np.ndarray, threshold: float, *, block: int = 128) -> list[list[int]]:
+def similar_earlier(
+    vectors: np.ndarray, threshold: float, *, block: int = 128, limit: int = MAX_NAMED
+) -> list[list[int]]:
     """For each row j of ``vectors``: the rows i < j with cosine >= threshold, best first (equal
-    cosines: lower i first), as ``similar_rows(vectors, arange, vectors, threshold)`` filtered to
-    i < j would give them, computing only the lower triangle (blocks of rows against the rows
-    before their end: about half the products) and touching in Python only the pairs found."""
+    cosines: lower i first), at most ``limit``, as ``similar_rows(vectors, arange, vectors,
+    threshold)`` filtered to i < j would give them, computing only the lower triangle (blocks of
+    rows against the rows before their end: about half the products) and touching in Python only
+    the pairs found."""
     n = len(vectors)
     out: list[list[int]] = [[] for _ in range(n)]
     for start in range(0, n, block):
@@ -116,7 +120,8 @@ def similar_earlier(vectors: np.ndarray, threshold: float, *, block: int = 128) 
             continue
         order = np.lexsort((cols, -scores[rows, cols], rows))  # by row, then best first, then i
         for r, c in zip(rows[order].tolist(), cols[order].tolist()):
-            out[start + r].append(c)
+            if len(out[start + r]) < limit:
+                out[start + r].append(c)
     return out
 
 
@@ -146,21 +151,24 @@ def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list
 
 @dataclass(frozen=True)
 class Candidate:
-    """What the atoms rule needs to know of a stored memory."""
+    """What the atoms rule needs to know of a memory (stored, or an item being written). Its
+    atoms are computed on first use and kept, so comparing one item with many others, or many
+    with one, reads each text once: a batch of n look-alikes costs n atom scans, not n^2."""
 
     scope: str
     body: str
 
+    @cached_property
+    def atoms(self) -> frozenset[str]:
+        return atoms(self.body)
 
-def same_atoms_filter(
-    scope: str, text: str, candidates: Iterable[int], known: Mapping[int, Candidate]
-) -> list[int]:
-    """The candidates in ``scope`` whose atoms equal those of ``text`` (order kept)."""
-    in_scope = [c for c in candidates if c in known and known[c].scope == scope]
+
+def same_atoms_filter(item: Candidate, candidates: Iterable[int], known: Mapping[int, Candidate]) -> list[int]:
+    """The candidates in ``item``'s scope whose atoms equal its atoms (order kept)."""
+    in_scope = [c for c in candidates if c in known and known[c].scope == item.scope]
     if not in_scope:  # the common case: no similar memory at all, so no regex work
         return []
-    mine = atoms(text)
-    return [c for c in in_scope if atoms(known[c].body) == mine]
+    return [c for c in in_scope if known[c].atoms == item.atoms]
 
 
 def group_pairs(pairs: Sequence[tuple[int, int, float]], known: Mapping[int, Candidate]) -> list[DedupGroup]:
@@ -168,18 +176,11 @@ def group_pairs(pairs: Sequence[tuple[int, int, float]], known: Mapping[int, Can
     itself a near duplicate of it (same scope, cosine >= threshold, same atoms). Similarity is not
     transitive, so a memory only close to another duplicate is left for a later Dedup run rather
     than merged into something it does not resemble."""
-    atom_cache: dict[int, frozenset[str]] = {}
-
-    def atoms_of(memory_id: int) -> frozenset[str]:
-        if memory_id not in atom_cache:
-            atom_cache[memory_id] = atoms(known[memory_id].body)
-        return atom_cache[memory_id]
-
     neighbours: dict[int, list[int]] = {}
     for a, b, _score in pairs:
         if a not in known or b not in known or known[a].scope != known[b].scope:
             continue
-        if atoms_of(a) != atoms_of(b):
+        if known[a].atoms != known[b].atoms:
             continue
         neighbours.setdefault(a, []).append(b)
         neighbours.setdefault(b, []).append(a)

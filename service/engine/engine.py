@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import threading
@@ -28,7 +29,7 @@ import apsw
 import numpy as np
 
 from mnemosyne import background
-from mnemosyne.engine import conflicts, dedup
+from mnemosyne.engine import conflicts, dedup, page_tokens
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.conversation import Message, conversation_item
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
@@ -55,13 +56,14 @@ from mnemosyne.engine.types import (
     Memory,
     MemoryPage,
     RecallMode,
+    Recalled,
     RetainItem,
     RetainOutcome,
     RetainStatus,
     TenantPage,
     TenantStats,
 )
-from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.inbox import InboxTxn
 from mnemosyne.store.pool import TenantPool, validate_tenant
@@ -73,6 +75,9 @@ EVENT_RETENTION_SECONDS = 7 * 24 * 3600.0  # finished hot-path events (cli.py re
 # extracts (engine.extract_missing); below it, the thread would cost more than it hides.
 _OVERLAP_MIN_ITEMS = 32
 _VECTOR_CACHE = "vectors"
+# Tenant files an aggregate reads at once (SQLite releases the GIL while it reads).
+AGGREGATE_CONCURRENCY = 4
+log = logging.getLogger("mnemosyne.engine")
 
 
 @dataclass(frozen=True)
@@ -286,6 +291,8 @@ class Engine:
             prepared.append(
                 PreparedItem(position, item, fingerprint(scope, item.text), ledger.canonical_json(item.metadata))
             )
+        if not prepared:  # every item is invalid: nothing to write, and no file to make for it
+            return [o for o in outcomes if o is not None]
         payload_hash = ledger.sha256_hex(
             ledger.canonical_json([method, [[i.text, i.scope or "global", i.metadata] for i in items]])
         )
@@ -444,14 +451,15 @@ class Engine:
             wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
             rows = txn.memories_by_ids(wanted, with_details=False) if wanted else {}
         known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
-        for p, hits in zip(todo, similar):
-            p.near_duplicate_of = dedup.same_atoms_filter(p.item.scope, p.item.text, [i for i, _ in hits], known)
+        # One Candidate per item, compared with the stored memories and with the items before it:
+        # its atoms are read once however many it is compared with.
+        items = [dedup.Candidate(p.item.scope, p.item.text) for p in todo]
+        for p, item, hits in zip(todo, items, similar):
+            p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
         if len(todo) > 1:
-            earlier = dedup.similar_earlier(vectors, threshold)
-            named = {i for hits in earlier for i in hits}
-            batch = {i: dedup.Candidate(todo[i].item.scope, todo[i].item.text) for i in named}
-            for p, hits in zip(todo, earlier):
-                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(p.item.scope, p.item.text, hits, batch)]
+            batch = dict(enumerate(items))
+            for p, item, hits in zip(todo, items, dedup.similar_earlier(vectors, threshold)):
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, hits, batch)]
 
     def _vector_index(self, store: TenantStore) -> VectorIndex:
         index = store.cache.get(_VECTOR_CACHE)
@@ -776,7 +784,7 @@ class Engine:
         scopes: Sequence[str] = (),
         metadata_equals: Mapping[str, str] | None = None,
         mode: RecallMode = RecallMode.HYBRID,
-    ) -> list[Hit]:
+    ) -> Recalled:
         check.validate_query(query, self.limits)
         k = check.validate_k(k, self.limits)
         scopes = sorted({check.validate_scope(s) for s in scopes})
@@ -789,7 +797,7 @@ class Engine:
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
-                return []
+                return Recalled([])
             index = self._vector_index(store)
             with store.read() as txn:
                 self.check_embedder(txn, write=False)
@@ -845,7 +853,9 @@ class Engine:
                 score *= conflicts.SUPERSEDED_WEIGHT
             hits.append(Hit(_memory(row), score, candidate.vector_score, candidate.text_score))
         hits.sort(key=lambda h: (-h.score, h.memory.id))
-        return hits[:k]
+        hits = hits[:k]
+        kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
+        return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
 
     def get_memory(self, tenant: str, memory_id: int) -> Memory:
         with self.pool.tenant(tenant, create=False) as store:
@@ -866,19 +876,27 @@ class Engine:
         page_token: str = "",
         include_forgotten: bool = False,
     ) -> MemoryPage:
+        """Memories in id order, a page at a time: ``page_size`` of them at most, fewer when their
+        encoded size would pass the response budget (check.RESPONSE_BUDGET_BYTES)."""
         page_size = check.validate_page_size(page_size, self.limits)
         scope = check.validate_scope(scope) if scope else ""
-        after_id = _decode_page_token(page_token)
+        query = f"memories\x1f{scope}\x1f{int(include_forgotten)}"
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
+                page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
                 return MemoryPage([], "")
             with store.read() as txn:
+                secret = txn.page_token_secret()
+                after_id = page_tokens.decode_int(secret, tenant, query, page_token)
                 ids = txn.list_memory_ids(
                     scope=scope or None, after_id=after_id, limit=page_size + 1, include_forgotten=include_forgotten
                 )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [_memory(rows[i]) for i in ids[:page_size]]
-        token = _encode_page_token(ids[page_size - 1]) if len(ids) > page_size else ""
+        kept = check.within_budget([check.memory_bytes(m) for m in memories])
+        more = kept < len(memories) or len(ids) > page_size
+        memories = memories[:kept]
+        token = page_tokens.encode(secret, tenant, query, str(memories[-1].id)) if more and memories else ""
         return MemoryPage(memories, token)
 
     def verify_integrity(self, tenant: str) -> IntegrityReport:
@@ -902,18 +920,21 @@ class Engine:
             if store is None:
                 return TenantStats()
             with store.read() as txn:
-                counters = txn.counters()
-                live, forgotten, entries = txn.counts()
-            return TenantStats(
-                memories=live,
-                forgotten=forgotten,
-                writes=counters.get("writes", 0),
-                model_calls=counters.get("model_calls", 0),
-                embed_calls=counters.get("embed_calls", 0),
-                duplicates=counters.get("duplicates", 0),
-                ledger_entries=entries,
-                file_bytes=store.file_bytes(),
-            )
+                return self._stats(txn, tenant)
+
+    def _stats(self, txn: ReadTxn, tenant: str) -> TenantStats:
+        counters = txn.counters()
+        live, forgotten, entries = txn.counts()
+        return TenantStats(
+            memories=live,
+            forgotten=forgotten,
+            writes=counters.get("writes", 0),
+            model_calls=counters.get("model_calls", 0),
+            embed_calls=counters.get("embed_calls", 0),
+            duplicates=counters.get("duplicates", 0),
+            ledger_entries=entries,
+            file_bytes=self.pool.file_bytes(tenant),
+        )
 
     # -- operations: live figures and cross-tenant administration -------------------------------
 
@@ -933,51 +954,51 @@ class Engine:
     def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
         """Tenant ids with a file, in lexical order, one page at a time."""
         page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
-        after = _decode_tenant_token(page_token)
+        after = page_tokens.decode(self.pool.secret, "", "tenants", page_token) or ""
         # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
         names = [t for t in self.pool.tenant_ids() if t > after]
         page = names[:page_size]
-        token = _encode_tenant_token(page[-1]) if len(names) > page_size else ""
-        return TenantPage(page, token)
+        token = page_tokens.encode(self.pool.secret, "", "tenants", page[-1]) if len(names) > page_size else ""
+        return TenantPage(page, token, self.pool.damaged(page))
 
-    def aggregate_stats(self, *, chunk_size: int = 100) -> Iterator[AggregateChunk]:
+    def aggregate_stats(self, *, chunk_size: int = 0) -> Iterator[AggregateChunk]:
         """Stats of every tenant, ``chunk_size`` tenants per chunk, then a total in the last one.
 
-        NOT a snapshot: N files read in N separate transactions while writes go on."""
-        chunk_size = max(1, min(chunk_size or 100, 1_000))
+        NOT a snapshot: N files read in N separate transactions while writes go on. Tenants are
+        read AGGREGATE_CONCURRENCY at a time, each through a connection of its own unless it is
+        open already (so an aggregate never pushes the busy tenants out of the pool of open
+        files). A tenant that cannot be read (a damaged file) is a row with its error reason,
+        left out of the total; it never stops the aggregate."""
+        if chunk_size < 0 or chunk_size > 1_000:
+            raise InvalidArgument(f"chunk_size is {chunk_size}; give 1-1000, or 0 for 100", reason="CHUNK_SIZE_INVALID")
+        chunk_size = chunk_size or 100
         tenants = self.pool.tenant_ids()  # the list as of now; a tenant made later is not included
         totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
-        files_read = 0
-        for start in range(0, max(len(tenants), 1), chunk_size):
-            rows = []
-            for tenant in tenants[start : start + chunk_size]:
-                stats = self.stats(tenant)  # its own read transaction
-                files_read += 1
-                for name in totals:
-                    totals[name] += getattr(stats, name)
-                rows.append((tenant, stats))
-            last = start + chunk_size >= len(tenants)
-            yield AggregateChunk(rows, TenantStats(**totals) if last else None, files_read)
+        files_read = unreadable = 0
+        with futures.ThreadPoolExecutor(AGGREGATE_CONCURRENCY, thread_name_prefix="aggregate") as readers:
+            for start in range(0, max(len(tenants), 1), chunk_size):
+                rows = list(readers.map(self._aggregate_row, tenants[start : start + chunk_size]))
+                files_read += len(rows)
+                for _tenant, stats, error in rows:
+                    if error:
+                        unreadable += 1
+                        continue
+                    for name in totals:
+                        totals[name] += getattr(stats, name)
+                last = start + chunk_size >= len(tenants)
+                yield AggregateChunk(rows, TenantStats(**totals) if last else None, files_read, unreadable)
 
-
-def _encode_tenant_token(tenant: str) -> str:
-    return base64.urlsafe_b64encode(f"tenant:{tenant}".encode()).decode().rstrip("=")
-
-
-def _decode_tenant_token(token: str) -> str:
-    if not token:
-        return ""
-    try:
-        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        prefix, _, tenant = text.partition(":")
-        if prefix != "tenant":
-            raise ValueError(prefix)
-        return validate_tenant(tenant)
-    except (ValueError, UnicodeDecodeError, InvalidArgument):
-        raise InvalidArgument(
-            "page_token is not one this server issued; pass next_page_token from the previous page unchanged",
-            reason="PAGE_TOKEN_INVALID",
-        ) from None
+    def _aggregate_row(self, tenant: str) -> tuple[str, TenantStats, str]:
+        try:
+            with self.pool.glance(tenant) as txn:
+                return tenant, self._stats(txn, tenant), ""
+        except FileNotFoundError:
+            return tenant, TenantStats(), ""  # removed since the listing
+        except MnemosyneError as exc:
+            return tenant, TenantStats(), exc.reason
+        except Exception:  # a fault of ours in one tenant must not end everyone's aggregate
+            log.exception("aggregate: reading tenant %s failed", tenant)
+            return tenant, TenantStats(), "INTERNAL"
 
 
 def replayed_result(txn: ReadTxn | InboxTxn, request_id: str, method: str, payload_hash: str) -> str | None:
@@ -995,24 +1016,3 @@ def replayed_result(txn: ReadTxn | InboxTxn, request_id: str, method: str, paylo
             reason="IDEMPOTENCY_KEY_REUSED",
         )
     return result_json
-
-
-def _encode_page_token(after_id: int) -> str:
-    return base64.urlsafe_b64encode(f"after:{after_id}".encode()).decode().rstrip("=")
-
-
-def _decode_page_token(token: str) -> int:
-    if not token:
-        return 0
-    try:
-        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        prefix, _, number = text.partition(":")
-        if prefix != "after":
-            raise ValueError(prefix)
-        return int(number)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidArgument(
-            "page_token is not one this server issued; pass next_page_token from the previous page unchanged",
-            reason="PAGE_TOKEN_INVALID",
-        ) from None
-

@@ -49,6 +49,7 @@ import apsw
 
 from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
+from mnemosyne.engine import page_tokens
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
@@ -433,13 +434,17 @@ class HotPath:
 
     # -- the flag --------------------------------------------------------------------------------
 
-    def set_enabled(self, tenant: str, enabled: bool) -> None:
-        with self._engine.pool.tenant(tenant, create=True) as store:
-            assert store is not None
+    def set_enabled(self, tenant: str, enabled: bool) -> bool:
+        """Set the flag; enabling creates the tenant, disabling never does. False when the tenant
+        has no file (then nothing was to be disabled)."""
+        with self._engine.pool.tenant(tenant, create=enabled) as store:
+            if store is None:
+                return False
             # Under the inbox lock: an enqueue re-reads the flag under it before appending.
             with self._engine.pool.locks.for_inbox(tenant), store.write() as txn:
                 txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
                 store.cache[_FLAG_CACHE_KEY] = enabled
+        return True
 
     def _enabled(self, store: TenantStore) -> bool:
         """The flag, cached on the open store (only ``set_enabled`` changes it, and this process
@@ -772,7 +777,7 @@ class HotPath:
 
     def flush(self, tenant: str, timeout: float) -> FlushOutcome:
         """Block until every operation accepted before the call has finished."""
-        timeout = _timeout(timeout)
+        timeout = check.validate_wait_seconds(timeout)
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return FlushOutcome(0, 0, 0, [])
@@ -793,8 +798,9 @@ class HotPath:
 
     def disable(self, tenant: str, timeout: float) -> HotPathState:
         """Stop queueing new fast writes, then wait until the queue is drained."""
-        timeout = _timeout(timeout)
-        self.set_enabled(tenant, False)
+        timeout = check.validate_wait_seconds(timeout)
+        if not self.set_enabled(tenant, False):
+            return self.status(tenant)  # no file: nothing to disable, and none is made
         with self._engine.pool.tenant(tenant, create=False) as store:
             assert store is not None
             last, _ = self._open_ids(store)
@@ -848,18 +854,19 @@ class HotPath:
         page_size: int = 0,
         page_token: str = "",
     ) -> EventPage:
-        from mnemosyne.engine.engine import _decode_page_token, _encode_page_token
-
         if status is not None and status not in EVENT_STATUSES:
             raise InvalidArgument(f"status must be one of {', '.join(EVENT_STATUSES)}", reason="EVENT_STATUS_INVALID")
         page_size = check.validate_page_size(page_size, self._engine.limits)
+        query = f"events\x1f{status or ''}\x1f{accepted_after!r}"
         # Pages are cut by event id, which only grows: new events land on later pages and never
         # shift or repeat what an earlier page returned.
-        after_id = _decode_page_token(page_token)
         with self._engine.pool.tenant(tenant, create=False) as store:
             if store is None:
+                page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
                 return EventPage([], "")
             with _snapshot(store) as (txn, waiting):
+                secret = txn.page_token_secret()
+                after_id = page_tokens.decode_int(secret, tenant, query, page_token)
                 rows = txn.oplog_page(status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1)
                 if status in (None, "pending"):  # inbox ids follow every id in the log: still in order
                     rows += [
@@ -867,7 +874,7 @@ class HotPath:
                         if accepted_after is None or r.accepted_at >= accepted_after
                     ]
         events = [event_from_row(r) for r in rows[:page_size]]
-        token = _encode_page_token(rows[page_size - 1].event_id) if len(rows) > page_size else ""
+        token = page_tokens.encode(secret, tenant, query, str(rows[page_size - 1].event_id)) if len(rows) > page_size else ""
         return EventPage(events, token)
 
     def watch(
@@ -951,10 +958,3 @@ def pending_row(op: InboxOp) -> OpRow:
     """An inbox operation as the log row it will become: pending, never attempted."""
     return OpRow(op.event_id, op.kind, "pending", op.payload, op.request_id, 0, 0, None, None, None, None, None,
                  op.accepted_at, None, None, None)
-
-
-def _timeout(seconds: float) -> float:
-    if seconds < 0:
-        raise InvalidArgument("timeout_seconds must not be negative", reason="TIMEOUT_INVALID")
-    return seconds or 30.0
-

@@ -6,14 +6,28 @@ Each violation is an ``InvalidArgument`` whose message names the limit and the v
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from mnemosyne.engine.types import Memory
 from mnemosyne.errors import InvalidArgument
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
+# A call that waits (Flush, Disable) waits this long when the caller gives 0, and never longer
+# than the maximum, whatever it asks: every wait ends.
+DEFAULT_WAIT_SECONDS = 30.0
+MAX_WAIT_SECONDS = 3600.0
+# A response stops adding items (memories, hits, records) before its encoded size would pass this,
+# always keeping at least one: every response then fits the 4 MiB that gRPC clients accept by
+# default, whatever the documented limits let the items be (a memory of 32,768 four-byte
+# characters with full metadata is ~0.3 MB). What was left out is said: a next_page_token, or the
+# ids and keys to fetch one by one.
+RESPONSE_BUDGET_BYTES = 3 * 1024 * 1024
+# Per field or map entry: tag, length prefix and nesting, generously.
+_FIELD_OVERHEAD = 12
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,10 @@ class Limits:
     # Per-tenant quotas, checked inside the write transaction (engine/quotas.py); 0 = unlimited.
     max_tenant_memories: int = 0
     max_tenant_bytes: int = 0
+    # Bytes of one encoded request. A request within every other limit can pass it (1,000 items
+    # of 32,768 four-byte characters are 131 MB): split such a batch. Refused with
+    # REQUEST_TOO_LARGE; the gRPC transport accepts twice this, so the refusal carries its reason.
+    max_request_bytes: int = 16 * 1024 * 1024
 
 
 def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
@@ -118,3 +136,42 @@ def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> in
             reason="PAGE_SIZE_OUT_OF_RANGE",
         )
     return page_size
+
+
+def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> float:
+    """A finite wait between 0 (the default, DEFAULT_WAIT_SECONDS) and MAX_WAIT_SECONDS."""
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_WAIT_SECONDS:
+        raise InvalidArgument(
+            f"{field} is {seconds!r}; give a number of seconds from 0 (the default, {DEFAULT_WAIT_SECONDS:g}) "
+            f"to {MAX_WAIT_SECONDS:g}",
+            reason="TIMEOUT_INVALID",
+        )
+    return seconds or DEFAULT_WAIT_SECONDS
+
+
+def _text_bytes(text: str) -> int:
+    return len(text.encode("utf-8")) + _FIELD_OVERHEAD
+
+
+def memory_bytes(memory: Memory) -> int:
+    """An upper bound of a memory's encoded size in a response."""
+    size = 64 + _text_bytes(memory.text) + _text_bytes(memory.scope)
+    size += sum(_text_bytes(k) + _text_bytes(v) for k, v in memory.metadata.items())
+    size += sum(_text_bytes(a) + _text_bytes(b) + _text_bytes(c) for a, b, c in memory.facts)
+    size += sum(_text_bytes(a) + _text_bytes(b) + _text_bytes(c) for a, b, c in memory.triples)
+    return size
+
+
+def record_bytes(key: str, content: str) -> int:
+    """An upper bound of a record's encoded size in a response."""
+    return _text_bytes(key) + _text_bytes(content) + _FIELD_OVERHEAD
+
+
+def within_budget(sizes: list[int], budget: int = RESPONSE_BUDGET_BYTES) -> int:
+    """How many of the leading items fit the budget together (at least one, if there is one)."""
+    used = 0
+    for count, size in enumerate(sizes):
+        used += size
+        if used > budget and count:
+            return count
+    return len(sizes)

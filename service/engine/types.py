@@ -94,6 +94,14 @@ class Hit:
     text_score: float
 
 
+@dataclass(frozen=True)
+class Recalled:
+    """Recall's answer: the hits that fit the response budget, and the ids of those that did not."""
+
+    hits: list[Hit]
+    omitted_memory_ids: tuple[int, ...] = ()
+
+
 class RecallMode(str, enum.Enum):
     HYBRID = "hybrid"
     VECTOR = "vector"
@@ -131,6 +139,7 @@ class IntegrityReport:
 class TenantPage:
     tenants: list[str]
     next_page_token: str
+    damaged: list[str] = field(default_factory=list)  # of ``tenants``, those whose file is damaged
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,7 @@ class AggregateChunk:
     """Part of a cross-tenant aggregate. NOT one snapshot: each tenant's stats come from its own
     file read in its own transaction, at a slightly different moment (seed 001 §9.5)."""
 
-    tenants: list[tuple[str, TenantStats]]
-    total: TenantStats | None = None  # set in the last chunk only
+    tenants: list[tuple[str, TenantStats, str]]  # (tenant, stats, error reason: "" when read)
+    total: TenantStats | None = None  # set in the last chunk only (the tenants read)
     files_read: int = 0  # tenant files read so far (== transactions); final in the last chunk
+    unreadable: int = 0  # of those, how many could not be read (their rows carry the reason)

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine import page_tokens
 from mnemosyne.engine.engine import Engine, replayed_result
 from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.types import Hit
+from mnemosyne.engine.types import Hit, Recalled
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import ledger
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
@@ -56,18 +57,31 @@ class RecordChange:
 
 
 @dataclass(frozen=True)
+class OmittedRecord:
+    """A record an assembled context had no room for (fetch it with GetRecord)."""
+
+    scope: str
+    key: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class AssembledContext:
     global_records: list[tuple[str, str]]
     workspace_records: list[tuple[str, str]]
     global_generation: int
     workspace_generation: int
     memories: list[Hit] = field(default_factory=list)
+    # What did not fit the response budget (check.RESPONSE_BUDGET_BYTES), to be fetched one by one.
+    omitted_records: list[OmittedRecord] = field(default_factory=list)
+    omitted_memory_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class ScopeRecords:
     records: list[tuple[str, str]]
     generation: int
+    next_page_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -214,10 +228,40 @@ class Workspaces:
                         self._seam_commit(store)
                     global_gen = self._generation(txn, GLOBAL_SCOPE)
                     workspace_gen = self._generation(txn, scope)
-        memories: list[Hit] = []
+        recalled = Recalled([])
         if query:
-            memories = self.engine.recall(tenant, query, k=k, scopes=[GLOBAL_SCOPE, scope])
-        return AssembledContext(global_records, workspace_records, global_gen, workspace_gen, memories)
+            recalled = self.engine.recall(tenant, query, k=k, scopes=[GLOBAL_SCOPE, scope])
+        # Within the response budget: Global records first, then the workspace's, then the
+        # memories, each kept if it still fits; what does not is named.
+        room = check.RESPONSE_BUDGET_BYTES
+        omitted: list[OmittedRecord] = []
+        kept: dict[str, list[tuple[str, str]]] = {GLOBAL_SCOPE: [], scope: []}
+        for record_scope, records in ((GLOBAL_SCOPE, global_records), (scope, workspace_records)):
+            for key, content in records:
+                size = check.record_bytes(key, content)
+                if size <= room:
+                    kept[record_scope].append((key, content))
+                    room -= size
+                else:
+                    omitted.append(OmittedRecord(record_scope, key, len(content.encode("utf-8"))))
+        hits: list[Hit] = []
+        omitted_ids = []
+        for hit in recalled.hits:
+            size = check.memory_bytes(hit.memory)
+            if size <= room:
+                hits.append(hit)
+                room -= size
+            else:
+                omitted_ids.append(hit.memory.id)
+        return AssembledContext(
+            global_records=kept[GLOBAL_SCOPE],
+            workspace_records=kept[scope],
+            global_generation=global_gen,
+            workspace_generation=workspace_gen,
+            memories=hits,
+            omitted_records=omitted,
+            omitted_memory_ids=(*omitted_ids, *recalled.omitted_memory_ids),
+        )
 
     def _seam_commit(self, store: TenantStore) -> None:
         """Test seam: another writer commits a Global change while an assembly's read is open."""
@@ -228,13 +272,38 @@ class Workspaces:
                 {"source": "test_seam"},
             )
 
-    def list_records(self, tenant: str, scope: str) -> ScopeRecords:
+    def list_records(self, tenant: str, scope: str, *, page_size: int = 0, page_token: str = "") -> ScopeRecords:
+        """A scope's records by key, a page at a time (``page_size`` at most, fewer when their size
+        would pass the response budget), each page with the scope's generation. A token names
+        the generation of the listing's first page: if the records changed since, the listing
+        fails with RECORDS_CHANGED (ABORTED) rather than mixing two generations."""
         scope = check.validate_scope(scope)
+        page_size = check.validate_page_size(page_size, self.engine.limits)
+        query = f"records\x1f{scope}"
         with self.engine.pool.tenant(tenant, create=False) as store:
             if store is None:
+                page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
                 return ScopeRecords([], self.config.generation_base)
             with store.read() as txn:
-                return ScopeRecords(txn.scope_records(scope), self._generation(txn, scope))
+                secret = txn.page_token_secret()
+                position = page_tokens.decode(secret, tenant, query, page_token)
+                generation = self._generation(txn, scope)
+                after_key = None
+                if position is not None:
+                    listed_at, _, after_key = position.partition("\x1f")
+                    if int(listed_at) != generation:
+                        raise Conflict(
+                            f"the {scope} records changed since this listing's first page; list them again from "
+                            "the first page (no page_token)",
+                            reason="RECORDS_CHANGED",
+                            metadata={"scope": scope},
+                        )
+                records = txn.scope_records(scope, after_key=after_key, limit=page_size + 1)
+        page = records[:page_size]
+        page = page[: check.within_budget([check.record_bytes(key, content) for key, content in page])]
+        more = len(page) < len(records)
+        token = page_tokens.encode(secret, tenant, query, f"{generation}\x1f{page[-1][0]}") if more else ""
+        return ScopeRecords(page, generation, token)
 
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[str, int]:
         """(content, generation of the scope in the same snapshot)."""

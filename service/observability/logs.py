@@ -8,15 +8,21 @@ request id. ``MNEMOSYNE_LOG_FORMAT=json`` gives one JSON object per line (for lo
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import json
 import logging
+import os
 import re
 import sys
+import threading
 import time
 import uuid
+from typing import TextIO
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("mnemosyne_request_id", default="")
+# The ErrorInfo reason a failing call answered with, for its access record.
+_failure_reason: contextvars.ContextVar[str] = contextvars.ContextVar("mnemosyne_failure_reason", default="")
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # LogRecord attributes that are not "extra" fields given by the caller.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id"}
@@ -32,6 +38,18 @@ def request_id_from(value: str | None) -> str:
 
 def set_request_id(value: str) -> contextvars.Token[str]:
     return _request_id.set(value)
+
+
+def note_failure_reason(reason: str) -> None:
+    _failure_reason.set(reason)
+
+
+def take_failure_reason() -> str:
+    """The reason noted for the call that just ended ("" when none), cleared for the next."""
+    reason = _failure_reason.get()
+    if reason:
+        _failure_reason.set("")
+    return reason
 
 
 def reset_request_id(token: contextvars.Token[str]) -> None:
@@ -75,11 +93,52 @@ class TextFormatter(logging.Formatter):
         return f"{line} request_id={request_id}" if request_id else line
 
 
+# gRPC core (C++) writes its own lines to file descriptor 2, e.g.
+# "I1201 08:00:00.000000 1234 ssl_transport_security.cc:1234] Handshake failed ...".
+_NATIVE_LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+_NATIVE_LINE = re.compile(r"([IWEF])\d{4} [\d:.]+\s+\d+ (\S+?)\] ?(.*)")
+
+
+def route_native_stderr() -> TextIO:
+    """Make every line on stderr a log record: file descriptor 2 becomes a pipe read by a thread
+    that logs each line written to it — by gRPC core, SQLite, or Python itself (a traceback) —
+    through the ``native`` logger; returns a stream on the original stderr for our handler."""
+    original = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    native = logging.getLogger("mnemosyne.native")
+
+    def pump() -> None:
+        with os.fdopen(read_end, "r", encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                line = line.rstrip("\n")
+                if not line.strip():
+                    continue
+                match = _NATIVE_LINE.match(line)
+                if match:
+                    native.log(_NATIVE_LEVELS[match[1]], match[3], extra={"source": match[2]})
+                else:
+                    native.warning(line)
+
+    pumping = threading.Thread(target=pump, name="native-stderr", daemon=True)
+    pumping.start()
+
+    def drain() -> None:  # at exit: the last lines (a final error message) are logged too
+        sys.stderr.flush()
+        os.dup2(original, 2)  # closes the pipe's last write end: the pump reads to its end
+        pumping.join(timeout=2)
+
+    atexit.register(drain)
+    return os.fdopen(os.dup(original), "w", buffering=1, encoding="utf-8", errors="replace")
+
+
 def configure(log_format: str = "text", level: str = "INFO") -> None:
-    """Send the ``mnemosyne`` loggers' records (and grpc's) to stderr in the chosen format."""
+    """Send the ``mnemosyne`` loggers' records (and grpc's) to stderr in the chosen format. With
+    ``json`` every line on stderr is one JSON object, native code's lines included."""
     if log_format not in ("text", "json"):
         raise ValueError(f"log format must be 'text' or 'json', not {log_format!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(route_native_stderr() if log_format == "json" else sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_RequestIdFilter())
     root = logging.getLogger()

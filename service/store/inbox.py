@@ -148,6 +148,7 @@ class Inbox:
         self._wal_pages = 0
         self._wal_pages_checkpointed = 0
         path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
         with self.lock:
             self._connection = apsw.Connection(str(path))
             try:
@@ -164,11 +165,13 @@ class Inbox:
                 )
                 self._connection.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'ops'", (floor,))
                 self._connection.execute("COMMIT")
-            except apsw.Error as exc:  # closing rolls the bootstrap back; a full disk is DISK_FULL
+            except BaseException as exc:  # closing rolls the bootstrap back; a full disk is DISK_FULL
                 self._connection.close()
-                raise translate_sqlite_error(exc) from exc
-            except BaseException:
-                self._connection.close()
+                if new:  # a file this failed creation made is not left behind
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{path}{suffix}").unlink(missing_ok=True)
+                if isinstance(exc, apsw.Error):
+                    raise translate_sqlite_error(exc, path.name) from exc
                 raise
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:

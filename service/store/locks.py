@@ -46,6 +46,12 @@ class LockManager:
         lock may take the tenant's; a holder of the tenant's must not take this one."""
         return self._lock(f"inbox/{tenant}")  # '/' never occurs in a tenant id
 
+    def for_opening(self, tenant: str) -> TenantLock:
+        """Held while the tenant's file is opened or created, so one thread does it. The same lock
+        object for as long as anyone holds or waits for it (weakly kept), so a second creator of
+        a new tenant always waits for the first."""
+        return self._lock(f"open/{tenant}")
+
     def _lock(self, key: str) -> TenantLock:
         with self._guard:
             lock = self._locks.get(key)

@@ -8,31 +8,61 @@ Layout::
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
-open; the least recently used idle one is closed when another is needed. A tenant in use is never
-closed under its user: it is closed when the last user releases it.
+open (fewer when the process's open-file limit cannot hold that many: ``open_tenant_budget``); the
+least recently used idle one is closed when another is needed, and idle ones are closed early when
+the process runs out of file descriptors. A tenant in use is never closed under its user: it is
+closed when the last user releases it.
+
+A tenant's file exists only once a write to it succeeded: the first write of a new tenant is made
+in a complete file built under a temporary name (``.new-<tenant>.<random>.sqlite``), which is
+renamed into place after that write committed and only then; a failed first write (a full disk, a
+stale generation) leaves nothing. Reads of a tenant without a file never create one.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
+import resource
 import threading
+import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mnemosyne.errors import FailedPrecondition, InvalidArgument
+import apsw
+
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 TENANT_FILE_SUFFIX = ".sqlite"
 LOCK_FILE_NAME = ".mnemosyne.lock"
+SECRET_FILE_NAME = ".mnemosyne.secret"  # the key of page tokens that span tenants
 INBOX_DIR_NAME = "inbox"
 INBOX_FILE_SUFFIX = ".inbox.sqlite"
+NEW_FILE_PREFIX = ".new-"
+# File descriptors one open tenant holds in the common case: its writer's database and WAL, the
+# shared-memory file, one pooled reader's database and WAL, and its hot-path inbox's three.
+FILES_PER_OPEN_TENANT = 8
+# Descriptors kept free for everything else: sockets, the recovery index, logs, libraries.
+RESERVED_FILES = 128
+
+log = logging.getLogger("mnemosyne.store")
+
+
+def open_tenant_budget(requested: int) -> int:
+    """How many tenants may stay open: ``requested``, or fewer when the open-file limit cannot
+    hold that many (FILES_PER_OPEN_TENANT each, after RESERVED_FILES)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return requested
+    return max(1, min(requested, (soft - RESERVED_FILES) // FILES_PER_OPEN_TENANT))
 
 
 def validate_tenant(tenant: str) -> str:
@@ -75,12 +105,50 @@ class DataDirLock:
 
 
 class _Entry:
-    __slots__ = ("store", "users", "evicted")
+    __slots__ = ("store", "users")
 
     def __init__(self, store: TenantStore) -> None:
         self.store = store
         self.users = 0
-        self.evicted = False
+
+
+def _remove_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def _server_secret(path: Path) -> bytes:
+    """The data directory's own random key, made once (atomically, readable by its owner only)."""
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(32).hex().encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        return bytes.fromhex(path.read_text().strip())
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class TenantPool:
@@ -99,16 +167,24 @@ class TenantPool:
         self.tenants_dir = self.data_dir / "tenants"
         self.tenants_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(self.data_dir)
+        for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
+            _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
         self.locks = LockManager()
-        self._max_open = max_open
+        self.max_open = open_tenant_budget(max_open)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        log.info(
+            "open-tenant cache: %d tenant files (asked %d; open-file limit %s, hard %s: %d per open tenant + %d reserved)",
+            self.max_open, max_open, soft, hard, FILES_PER_OPEN_TENANT, RESERVED_FILES,
+        )
         self._synchronous = synchronous
         self._max_readers = max_readers
         self._faults = faults
         self._open: "OrderedDict[str, _Entry]" = OrderedDict()
+        self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         self._guard = threading.Lock()
-        self._opening: dict[str, threading.Lock] = {}
         self._closed = False
         self.maintainer = Maintainer(self._maintain)
+        self.secret = _server_secret(self.data_dir / SECRET_FILE_NAME)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -137,19 +213,24 @@ class TenantPool:
     def tenant(self, tenant: str, *, create: bool) -> Iterator[TenantStore | None]:
         """The open store of a tenant for the duration of the block.
 
-        With ``create=False`` a tenant that has no file yields None and no file is created, so
-        reads of unknown tenants never litter the directory.
-        """
-        entry = self._acquire(tenant, create)
-        if entry is None:
+        A tenant that has no file yields None with ``create=False``, and no file is created, so
+        reads of unknown tenants never litter the directory. With ``create=True`` it yields a
+        new, complete tenant file under a temporary name, which becomes the tenant's only if the
+        block ends without an exception (the block is the tenant's first write)."""
+        entry = self._acquire(tenant)
+        if entry is not None:
+            try:
+                yield entry.store
+            finally:
+                self._release(entry)
+        elif not create:
             yield None
-            return
-        try:
-            yield entry.store
-        finally:
-            self._release(entry)
+        else:
+            with self._new_tenant(tenant) as store:
+                yield store
 
-    def _acquire(self, tenant: str, create: bool) -> _Entry | None:
+    def _acquire(self, tenant: str) -> _Entry | None:
+        """The tenant's open entry (opened if need be), or None when it has no file."""
         path = self.path_for(tenant)
         while True:
             with self._guard:
@@ -160,17 +241,72 @@ class TenantPool:
                     entry.users += 1
                     self._open.move_to_end(tenant)
                     return entry
-                opening = self._opening.setdefault(tenant, threading.Lock())
+            if not path.exists():
+                return None  # without waiting: a tenant being created does not exist until it is
             # Open outside the pool guard (opening a file may migrate it), one opener per tenant.
-            with opening:
+            with self.locks.for_opening(tenant):
                 with self._guard:
                     if tenant in self._open:
                         continue
-                if not create and not path.exists():
-                    with self._guard:
-                        self._opening.pop(tenant, None)
+                if not path.exists():
                     return None
-                store = TenantStore(
+                return self._admit(tenant, self._open_store(tenant, path))
+
+    def _admit(self, tenant: str, store: TenantStore) -> _Entry:
+        """Put a store just opened into the LRU, in use by the caller."""
+        entry = _Entry(store)
+        entry.users = 1
+        with self._guard:
+            self._open[tenant] = entry
+            victims = self._evict_locked(self.max_open)
+        for victim in victims:
+            victim.close()
+        return entry
+
+    @contextmanager
+    def _new_tenant(self, tenant: str) -> Iterator[TenantStore]:
+        path = self.path_for(tenant)
+        with self.locks.for_opening(tenant):  # re-entrant: the _acquire below takes it again
+            entry = self._acquire(tenant)
+            if entry is not None:  # another first write won the race: this one is a second write
+                try:
+                    yield entry.store
+                finally:
+                    self._release(entry)
+                return
+            temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
+            try:
+                store = self._open_store(tenant, temporary)
+            except BaseException:
+                _remove_files(temporary)
+                raise
+            try:
+                yield store
+                store.close()
+                if Path(f"{temporary}-wal").exists():  # the close could not checkpoint: a full disk
+                    raise ResourceExhausted(
+                        "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
+                    )
+                fd = os.open(temporary, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(temporary, path)
+                _fsync_directory(self.tenants_dir)
+            except BaseException:
+                store.close()
+                _remove_files(temporary)
+                raise
+            # Kept open, as any tenant just used (its next call need not open it).
+            self._release(self._admit(tenant, self._open_store(tenant, path)))
+
+    def _open_store(self, tenant: str, path: Path) -> TenantStore:
+        """A TenantStore on ``path``; when the process is out of file descriptors, idle tenants
+        are closed and the open is tried again."""
+        for attempt in range(2):
+            try:
+                return TenantStore(
                     path,
                     write_lock=self.locks.for_tenant(tenant),  # type: ignore[arg-type]
                     synchronous=self._synchronous,
@@ -179,21 +315,36 @@ class TenantPool:
                     on_wal_growth=lambda: self.maintainer.request(tenant),
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
+                    make_room=self.make_room,
                 )
-                with self._guard:
-                    self._opening.pop(tenant, None)
-                    entry = _Entry(store)
-                    entry.users = 1
-                    self._open[tenant] = entry
-                    victims = self._evict_locked()
-                for victim in victims:
-                    victim.close()
-                return entry
+            except DataLoss:
+                with self._guard:  # for ListTenants, until the file changes
+                    self._damaged[tenant] = _modified(path)
+                raise
+            except apsw.CantOpenError:
+                if attempt or not self.make_room():
+                    raise Unavailable(
+                        "the server cannot open another file right now (its open-file limit is reached and every "
+                        "open tenant is in use); retry shortly",
+                        reason="FILE_LIMIT",
+                    ) from None
+        raise AssertionError("unreachable")
 
-    def _evict_locked(self) -> list[TenantStore]:
+    def make_room(self) -> bool:
+        """Close the idle half of the open tenants (the least recently used), as when the process
+        runs out of file descriptors. True if any was closed."""
+        with self._guard:
+            victims = self._evict_locked(len(self._open) // 2)
+        for victim in victims:
+            victim.close()
+        if victims:
+            log.warning("out of file descriptors: closed %d idle tenant files", len(victims))
+        return bool(victims)
+
+    def _evict_locked(self, keep: int) -> list[TenantStore]:
         victims = []
         for name in list(self._open):
-            if len(self._open) <= self._max_open:
+            if len(self._open) <= keep:
                 break
             entry = self._open[name]
             if entry.users == 0:
@@ -204,9 +355,49 @@ class TenantPool:
     def _release(self, entry: _Entry) -> None:
         with self._guard:
             entry.users -= 1
-            victims = self._evict_locked()
+            victims = self._evict_locked(self.max_open)
         for victim in victims:
             victim.close()
+
+    @contextmanager
+    def glance(self, tenant: str) -> Iterator[ReadTxn]:
+        """One read transaction of a tenant that has a file: on its open store if it is open,
+        otherwise on a connection of its own that does not enter (or evict from) the pool."""
+        with self._guard:
+            entry = self._open.get(tenant)
+            if entry is not None:
+                entry.users += 1
+        if entry is None:
+            with read_file(self.path_for(tenant)) as txn:
+                yield txn
+            return
+        try:
+            with entry.store.read() as txn:
+                yield txn
+        finally:
+            self._release(entry)
+
+    def file_bytes(self, tenant: str) -> int:
+        """Bytes on disk of the tenant's files: its database, WAL and shared memory, and its
+        hot-path inbox's."""
+        total = 0
+        for base in (self.path_for(tenant), self.inbox_path_for(tenant)):
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    total += os.stat(f"{base}{suffix}").st_size
+                except FileNotFoundError:
+                    pass
+        return total
+
+    def damaged(self, tenants: list[str]) -> list[str]:
+        """Those of ``tenants`` whose file is not a usable tenant file: its header says so
+        (store/tenant_store.py ``damage_of``), or opening it failed so and it has not changed since."""
+        with self._guard:
+            noted = dict(self._damaged)
+        return [
+            t for t in tenants
+            if (t in noted and noted[t] == _modified(self.path_for(t))) or damage_of(self.path_for(t)) is not None
+        ]
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

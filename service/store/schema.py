@@ -178,6 +178,17 @@ CREATE TABLE oplog_transitions(
 CREATE INDEX oplog_transitions_event ON oplog_transitions(event_id, seq);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG]
+# The tenant's own secret: page tokens are authenticated with it (engine/page_tokens.py), so a
+# token survives a restart and one made up by a client, or issued for another tenant, is refused.
+_V5_SECRET = """
+INSERT OR IGNORE INTO meta(key, value) VALUES('page_token_secret', lower(hex(randomblob(32))));
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET]
+# What a tenant file at the current version holds; a file lacking any of these is damaged.
+REQUIRED_TABLES = frozenset({
+    "meta", "counters", "memories", "facts", "triples", "embeddings", "memories_fts", "ledger", "requests",
+    "supersessions", "scopes", "records", "receipts", "oplog", "oplog_transitions",
+})
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -32,8 +32,8 @@ from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_le
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
-from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from mnemosyne.store.transactions import write_transaction
+from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION
+from mnemosyne.store.transactions import damaged, translate_sqlite_error, write_transaction
 
 BUSY_TIMEOUT_MS = 10_000
 # Pages of full-text index merged per background transaction (store/maintenance.py).
@@ -91,31 +91,99 @@ def _open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Co
     return connection
 
 
-def _migrate(connection: apsw.Connection, path: Path) -> None:
+def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
+    """Refuse a file that is not a Mnemosyne tenant file (another program's database, a wrong
+    schema) with TENANT_CORRUPT, refuse one newer than this code, and bring an older one (or an
+    empty new one) to the current schema in one transaction."""
+    application_id = connection.pragma("application_id")
     version = connection.pragma("user_version")
-    if version == SCHEMA_VERSION:
-        return
-    if version > SCHEMA_VERSION:
+    if version > SCHEMA_VERSION and application_id == APPLICATION_ID:
         raise FailedPrecondition(
             f"{path.name} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
             "upgrade the server instead of opening the file with an older one",
             reason="SCHEMA_TOO_NEW",
         )
-    application_id = connection.pragma("application_id")
-    if version > 0 and application_id != APPLICATION_ID:
-        raise FailedPrecondition(f"{path.name} is not a Mnemosyne tenant file", reason="NOT_A_TENANT_FILE")
-    # One transaction: the schema change and its version bump land together or not at all.
-    connection.execute("BEGIN IMMEDIATE")
+    if application_id != APPLICATION_ID and (version or _tables(connection)):
+        raise damaged(path.name, f"it is another program's SQLite database (application id {application_id:#x})")
+    if version != SCHEMA_VERSION:
+        # One transaction: the schema change and its version bump land together or not at all.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            version = connection.pragma("user_version")  # re-read under the write lock
+            for step in range(version, SCHEMA_VERSION):
+                connection.execute(MIGRATIONS[step])
+            connection.pragma("user_version", SCHEMA_VERSION)
+            connection.pragma("application_id", APPLICATION_ID)
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+    missing = REQUIRED_TABLES - _tables(connection)
+    if missing:
+        raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing))}")
+
+
+def _tables(connection: apsw.Connection) -> set[str]:
+    return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def damage_of(path: Path) -> str | None:
+    """Why the file at ``path`` is not a usable tenant file, or None. Cheap: it reads the file's
+    header, and opens the file only when the header is in doubt (a header still in the WAL)."""
     try:
-        version = connection.pragma("user_version")  # re-read under the write lock
-        for step in range(version, SCHEMA_VERSION):
-            connection.execute(MIGRATIONS[step])
-        connection.pragma("user_version", SCHEMA_VERSION)
-        connection.pragma("application_id", APPLICATION_ID)
-    except BaseException:
-        connection.execute("ROLLBACK")
+        with open(path, "rb") as file:
+            head = file.read(100)
+    except FileNotFoundError:
+        return None
+    if not head:
+        return None  # an empty file becomes a tenant file on its first write
+    if len(head) < 100 or head[:16] != _SQLITE_MAGIC:
+        return "it is not an SQLite database"
+    if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
+        return None
+    try:
+        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            application_id = connection.pragma("application_id")
+            version = connection.pragma("user_version")
+            tables = _tables(connection)
+        finally:
+            connection.close()
+    except apsw.Error as exc:
+        return str(exc)
+    if application_id != APPLICATION_ID and (version or tables):
+        return f"it is another program's SQLite database (application id {application_id:#x})"
+    return None
+
+
+@contextmanager
+def read_file(path: Path) -> Iterator["ReadTxn"]:
+    """One read transaction on a tenant file through a connection of its own, closed after it:
+    for a glance at a tenant that is not open (an aggregate over every tenant), without taking a
+    place in the pool of open files. Refuses a file that is not a tenant file (TENANT_CORRUPT)."""
+    problem = damage_of(path)
+    if problem is not None:
+        raise damaged(path.name, problem)
+    try:
+        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.CantOpenError:
+        if not path.exists():
+            raise FileNotFoundError(path) from None
         raise
-    connection.execute("COMMIT")
+    try:
+        missing = REQUIRED_TABLES - _tables(connection)
+        if missing:
+            raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing))}")
+        connection.execute("BEGIN")
+        yield ReadTxn(connection)
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        raise translate_sqlite_error(exc, path.name) from exc
+    finally:
+        connection.close()
 
 
 def _apply_size_seam(connection: apsw.Connection, faults: frozenset[str]) -> None:
@@ -141,21 +209,36 @@ class TenantStore:
         on_wal_growth: Callable[[], None] | None = None,
         inbox_path: Path | None = None,
         inbox_lock: Any = None,
+        make_room: Callable[[], bool] | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
         called after a commit each time the WAL has grown by ``CHECKPOINT_PAGES`` more pages, and
         the caller runs ``merge_fulltext()`` and ``checkpoint()`` from another thread
-        (store/maintenance.py)."""
+        (store/maintenance.py). ``make_room`` is called when a connection cannot be opened (the
+        process is out of file descriptors): it closes idle tenants and says whether any was."""
         self.path = path
+        self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
         self._write_lock = write_lock
         self._max_readers = max_readers
         self._faults = faults
-        self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
+        # Before any connection of ours touches it (opening one sets WAL mode and may optimize):
+        # another program's database must stay as it is.
+        problem = damage_of(path)
+        if problem is not None:
+            raise damaged(path.name, problem)
         try:
-            _migrate(self._writer, path)
+            self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
+        except apsw.Error as exc:  # the open itself reads the header (WAL mode): not a database
+            raise translate_sqlite_error(exc, path.name) from exc
+        try:
+            # The size seam first: a new file's schema must fit as well (a full disk at creation).
             _apply_size_seam(self._writer, faults)
+            _check_and_migrate(self._writer, path)
+        except apsw.Error as exc:
+            self._writer.close()
+            raise translate_sqlite_error(exc, path.name) from exc
         except BaseException:
             self._writer.close()
             raise
@@ -264,7 +347,8 @@ class TenantStore:
         claim), never for an acknowledged write. The next synced commit makes it durable too."""
         with self._write_lock:
             yield from write_transaction(
-                self._writer, lambda: WriteTxn(self._writer, self._faults), synchronous=self._synchronous, sync=sync
+                self._writer, lambda: WriteTxn(self._writer, self._faults), synchronous=self._synchronous, sync=sync,
+                path=self.path.name,
             )
 
     def sync_log(self) -> None:
@@ -288,9 +372,11 @@ class TenantStore:
     def read(self) -> Iterator["ReadTxn"]:
         """One read transaction on a pooled reader connection: a single consistent snapshot."""
         connection = self._take_reader()
-        connection.execute("BEGIN")
         try:
+            connection.execute("BEGIN")
             yield ReadTxn(connection)
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            raise translate_sqlite_error(exc, self.path.name) from exc
         finally:
             if connection.in_transaction:
                 connection.execute("COMMIT")
@@ -300,7 +386,12 @@ class TenantStore:
         with self._readers_lock:
             if self._readers:
                 return self._readers.pop()
-        return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        try:
+            return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        except apsw.CantOpenError:
+            if not self._make_room():
+                raise
+            return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
 
     def _return_reader(self, connection: apsw.Connection) -> None:
         with self._readers_lock:
@@ -308,18 +399,6 @@ class TenantStore:
                 self._readers.append(connection)
                 return
         connection.close()
-
-    def file_bytes(self) -> int:
-        """Bytes on disk of the tenant's files: its database, WAL and shared memory, and its
-        hot-path inbox's."""
-        total = 0
-        for base in (self.path, self._inbox_path):
-            for suffix in ("", "-wal", "-shm"):
-                try:
-                    total += Path(str(base) + suffix).stat().st_size
-                except FileNotFoundError:
-                    pass
-        return total
 
 
 def _metadata(text: str) -> dict[str, str]:
@@ -341,6 +420,10 @@ class ReadTxn(OplogReads):
     def meta(self, key: str, default: str | None = None) -> str | None:
         value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return default if value is None else value
+
+    def page_token_secret(self) -> bytes:
+        """The tenant's own key for its page tokens (written when the file was made or migrated)."""
+        return bytes.fromhex(self.meta("page_token_secret") or "")
 
     def counters(self) -> dict[str, int]:
         return dict(self.connection.execute("SELECT name, value FROM counters"))
@@ -552,9 +635,14 @@ class ReadTxn(OplogReads):
         """The scope's generation, or None for a scope whose records were never written."""
         return self._one("SELECT generation FROM scopes WHERE scope = ?", (scope,))
 
-    def scope_records(self, scope: str) -> list[tuple[str, str]]:
-        """(key, content) of every record of a scope, by key."""
-        return list(self.connection.execute("SELECT key, content FROM records WHERE scope = ? ORDER BY key", (scope,)))
+    def scope_records(self, scope: str, *, after_key: str | None = None, limit: int = -1) -> list[tuple[str, str]]:
+        """(key, content) of a scope's records by key: every one, or ``limit`` after ``after_key``."""
+        return list(
+            self.connection.execute(
+                "SELECT key, content FROM records WHERE scope = ? AND (? IS NULL OR key > ?) ORDER BY key LIMIT ?",
+                (scope, after_key, after_key, limit),
+            )
+        )
 
     def record_keys(self, scope: str) -> list[str]:
         return [r[0] for r in self.connection.execute("SELECT key FROM records WHERE scope = ? ORDER BY key", (scope,))]

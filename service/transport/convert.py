@@ -9,6 +9,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import hot_path, types, workspace
 from mnemosyne.engine.conversation import Message
+from mnemosyne.errors import InvalidArgument
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
@@ -36,7 +37,13 @@ def from_retain_item(text: str, scope: str, metadata: object) -> types.RetainIte
 
 
 def from_recall_mode(mode: int) -> types.RecallMode:
-    return _RECALL_MODE.get(mode, types.RecallMode.HYBRID)
+    if mode not in _RECALL_MODE:
+        raise InvalidArgument(
+            f"mode {mode} is not a RecallMode; use RECALL_MODE_HYBRID (1), RECALL_MODE_VECTOR (2) or "
+            "RECALL_MODE_TEXT (3), or leave it unset for hybrid",
+            reason="RECALL_MODE_INVALID",
+        )
+    return _RECALL_MODE[mode]
 
 
 def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
@@ -168,6 +175,8 @@ def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.As
     response = workspace_pb2.AssembleContextResponse(
         global_records=to_records(context.global_records),
         workspace_records=to_records(context.workspace_records),
+        omitted_records=[workspace_pb2.OmittedRecord(scope=o.scope, key=o.key, bytes=o.bytes) for o in context.omitted_records],
+        omitted_memory_ids=context.omitted_memory_ids,
     )
     add_recall_hits(response.memories, context.memories)
     return response
@@ -175,7 +184,7 @@ def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.As
 
 def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsChunk:
     message = admin_pb2.AggregateStatsChunk(
-        tenants=[admin_pb2.TenantStats(tenant=t, stats=to_stats(s)) for t, s in chunk.tenants],
+        tenants=[admin_pb2.TenantStats(tenant=t, stats=to_stats(s), error_reason=e) for t, s, e in chunk.tenants],
         not_a_snapshot=True,
         files_read=chunk.files_read,
     )
@@ -185,6 +194,10 @@ def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsC
             f"not one snapshot: {chunk.files_read} tenant files read in {chunk.files_read} separate "
             "transactions while writes continued"
         )
+        if chunk.unreadable:
+            message.consistency += (
+                f"; {chunk.unreadable} could not be read and are not in the total (their rows carry the reason)"
+            )
     return message
 
 
@@ -201,11 +214,30 @@ _EVENT_STATUS_FROM_PROTO = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
 
 def from_event_status(status: int) -> str | None:
     """None (any status) for EVENT_STATUS_UNSPECIFIED."""
-    return _EVENT_STATUS_FROM_PROTO.get(status)
+    if status == events_pb2.EVENT_STATUS_UNSPECIFIED:
+        return None
+    if status not in _EVENT_STATUS_FROM_PROTO:
+        raise InvalidArgument(
+            f"status {status} is not an EventStatus; use PENDING (1), RUNNING (2), SUCCEEDED (3) or FAILED (4), "
+            "or leave it unset for every status",
+            reason="EVENT_STATUS_INVALID",
+        )
+    return _EVENT_STATUS_FROM_PROTO[status]
 
 
-def from_timestamp(stamp: timestamp_pb2.Timestamp, present: bool) -> float | None:
-    return stamp.ToNanoseconds() / 1e9 if present else None
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_TIMESTAMP_SECONDS = range(-62_135_596_800, 253_402_300_800)
+
+
+def from_timestamp(stamp: timestamp_pb2.Timestamp, present: bool, *, field: str) -> float | None:
+    if not present:
+        return None
+    if stamp.seconds not in _TIMESTAMP_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
+        raise InvalidArgument(
+            f"{field} is outside google.protobuf.Timestamp's range (years 1 to 9999, nanos 0 to 999,999,999)",
+            reason="TIMESTAMP_INVALID",
+        )
+    return stamp.seconds + stamp.nanos / 1e9
 
 
 def to_event(event: hot_path.Event) -> events_pb2.Event:

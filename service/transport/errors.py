@@ -26,6 +26,7 @@ STATUS_BY_ERROR: dict[type[errors.MnemosyneError], grpc.StatusCode] = {
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
     errors.InternalError: grpc.StatusCode.INTERNAL,
 }
 

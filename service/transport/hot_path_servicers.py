@@ -6,6 +6,7 @@ from typing import Iterator
 
 import grpc
 
+from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
@@ -16,6 +17,7 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
         self._hot_path = engine.hot_path
 
     def Enable(self, request: hot_path_pb2.HotPathRequest, context: grpc.ServicerContext) -> hot_path_pb2.HotPathStatus:
+        check.validate_wait_seconds(request.timeout_seconds)  # not used here, but never a NaN either
         self._hot_path.set_enabled(request.tenant, True)
         return convert.to_hot_path_status(self._hot_path.status(request.tenant))
 
@@ -23,6 +25,7 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
         return convert.to_hot_path_status(self._hot_path.disable(request.tenant, request.timeout_seconds))
 
     def Status(self, request: hot_path_pb2.HotPathRequest, context: grpc.ServicerContext) -> hot_path_pb2.HotPathStatus:
+        check.validate_wait_seconds(request.timeout_seconds)
         return convert.to_hot_path_status(self._hot_path.status(request.tenant))
 
     def Flush(self, request: hot_path_pb2.FlushRequest, context: grpc.ServicerContext) -> hot_path_pb2.FlushResponse:
@@ -42,7 +45,9 @@ class EventsServicer(events_pb2_grpc.EventsServiceServicer):
         page = self._hot_path.list_events(
             request.tenant,
             status=convert.from_event_status(request.status),
-            accepted_after=convert.from_timestamp(request.accepted_after, request.HasField("accepted_after")),
+            accepted_after=convert.from_timestamp(
+                request.accepted_after, request.HasField("accepted_after"), field="accepted_after"
+            ),
             page_size=request.page_size,
             page_token=request.page_token,
         )

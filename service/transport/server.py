@@ -66,7 +66,6 @@ class ServerConfig:
     max_open_tenants: int = 1024
     grace_seconds: float = 20.0
     max_workers: int = 32
-    max_message_bytes: int = 16 * 1024 * 1024
     synchronous: str = "FULL"
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
@@ -202,10 +201,16 @@ def create_server(config: ServerConfig) -> RunningServer:
     try:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-            interceptors=[TelemetryInterceptor(metrics), EdgeInterceptor(authenticator, admission)],
+            interceptors=[
+                TelemetryInterceptor(metrics),
+                EdgeInterceptor(authenticator, admission, max_request_bytes=config.limits.max_request_bytes),
+            ],
             options=[
-                ("grpc.max_receive_message_length", config.max_message_bytes),
-                ("grpc.max_send_message_length", config.max_message_bytes),
+                # Twice the documented request limit, so a request above it reaches the edge and
+                # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
+                ("grpc.max_receive_message_length", 2 * config.limits.max_request_bytes),
+                # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
+                ("grpc.max_send_message_length", 2 * config.limits.max_request_bytes),
                 ("grpc.so_reuseport", 0),
             ],
         )

@@ -65,7 +65,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
     def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:
         started = time.perf_counter()
-        hits = self._engine.recall(
+        recalled = self._engine.recall(
             request.tenant,
             request.query,
             k=request.k,
@@ -73,8 +73,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             mode=convert.from_recall_mode(request.mode),
         )
-        response = memory_pb2.RecallResponse()
-        convert.add_recall_hits(response.hits, hits)
+        response = memory_pb2.RecallResponse(omitted_memory_ids=recalled.omitted_memory_ids)
+        convert.add_recall_hits(response.hits, recalled.hits)
         _report_server_time(context, started)
         return response
 
@@ -125,7 +125,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ListTenantsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ListTenantsResponse:
         page = self._engine.list_tenants(page_size=request.page_size, page_token=request.page_token)
-        return admin_pb2.ListTenantsResponse(tenants=page.tenants, next_page_token=page.next_page_token)
+        return admin_pb2.ListTenantsResponse(
+            tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged
+        )
 
     def AggregateStats(
         self, request: admin_pb2.AggregateStatsRequest, context: grpc.ServicerContext

@@ -84,13 +84,15 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
             seconds = time.perf_counter() - started
             if self._metrics is not None:
                 self._metrics.observe_rpc(method, name, seconds)
-            # Successful calls at DEBUG (one per call is a lot); refusals and failures at INFO.
+            # Successful calls at DEBUG (one per call is a lot); refusals and failures at INFO,
+            # with the ErrorInfo reason they answered with.
+            reason = logs.take_failure_reason() if name != "OK" else ""
             level = logging.DEBUG if name == "OK" else logging.INFO
             if log.isEnabledFor(level):
-                log.log(
-                    level, "rpc %s %s %.1fms", method, name, seconds * 1000,
-                    extra={"event": "rpc", "method": method, "code": name, "duration_ms": round(seconds * 1000, 3)},
-                )
+                extra = {"event": "rpc", "method": method, "code": name, "duration_ms": round(seconds * 1000, 3)}
+                if reason:
+                    extra["reason"] = reason
+                log.log(level, "rpc %s %s%s %.1fms", method, name, f" {reason}" if reason else "", seconds * 1000, extra=extra)
 
         def begin(context: grpc.ServicerContext) -> Any:
             return logs.set_request_id(request_id)

@@ -92,8 +92,12 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
     def ListRecords(
         self, request: workspace_pb2.ListRecordsRequest, context: grpc.ServicerContext
     ) -> workspace_pb2.ListRecordsResponse:
-        listed = self._workspaces.list_records(request.tenant, request.scope)
-        return workspace_pb2.ListRecordsResponse(records=convert.to_records(listed.records), generation=listed.generation)
+        listed = self._workspaces.list_records(
+            request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token
+        )
+        return workspace_pb2.ListRecordsResponse(
+            records=convert.to_records(listed.records), generation=listed.generation, next_page_token=listed.next_page_token
+        )
 
     def EditRecords(
         self, request: workspace_pb2.EditRecordsRequest, context: grpc.ServicerContext

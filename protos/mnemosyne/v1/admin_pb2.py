@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"?\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"I\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse2\xe1\x03\n\x0c\x41\x64minService\x12^\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\x12@\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\x12@\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\x12R\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\x12Z\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk0\x01\x12=\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61maged\x18\x03 \x03(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"_\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x14\n\x0c\x65rror_reason\x18\x03 \x01(\t\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse2\xe1\x03\n\x0c\x41\x64minService\x12^\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\x12@\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\x12@\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\x12R\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\x12Z\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk0\x01\x12=\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,17 +51,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTENANTSREQUEST']._serialized_start=792
   _globals['_LISTTENANTSREQUEST']._serialized_end=851
   _globals['_LISTTENANTSRESPONSE']._serialized_start=853
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=916
-  _globals['_AGGREGATESTATSREQUEST']._serialized_start=918
-  _globals['_AGGREGATESTATSREQUEST']._serialized_end=961
-  _globals['_AGGREGATESTATSCHUNK']._serialized_start=964
-  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1138
-  _globals['_TENANTSTATS']._serialized_start=1140
-  _globals['_TENANTSTATS']._serialized_end=1213
-  _globals['_PINGREQUEST']._serialized_start=1215
-  _globals['_PINGREQUEST']._serialized_end=1228
-  _globals['_PINGRESPONSE']._serialized_start=1230
-  _globals['_PINGRESPONSE']._serialized_end=1244
-  _globals['_ADMINSERVICE']._serialized_start=1247
-  _globals['_ADMINSERVICE']._serialized_end=1728
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=933
+  _globals['_AGGREGATESTATSREQUEST']._serialized_start=935
+  _globals['_AGGREGATESTATSREQUEST']._serialized_end=978
+  _globals['_AGGREGATESTATSCHUNK']._serialized_start=981
+  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1155
+  _globals['_TENANTSTATS']._serialized_start=1157
+  _globals['_TENANTSTATS']._serialized_end=1252
+  _globals['_PINGREQUEST']._serialized_start=1254
+  _globals['_PINGREQUEST']._serialized_end=1267
+  _globals['_PINGRESPONSE']._serialized_start=1269
+  _globals['_PINGRESPONSE']._serialized_end=1283
+  _globals['_ADMINSERVICE']._serialized_start=1286
+  _globals['_ADMINSERVICE']._serialized_end=1767
 # @@protoc_insertion_point(module_scope)

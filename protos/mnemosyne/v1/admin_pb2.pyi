@@ -103,12 +103,14 @@ class ListTenantsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTenantsResponse(_message.Message):
-    __slots__ = ("tenants", "next_page_token")
+    __slots__ = ("tenants", "next_page_token", "damaged")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedScalarFieldContainer[str]
     next_page_token: str
-    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    damaged: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., damaged: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AggregateStatsRequest(_message.Message):
     __slots__ = ("chunk_size",)
@@ -131,12 +133,14 @@ class AggregateStatsChunk(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ..., files_read: _Optional[int] = ..., consistency: _Optional[str] = ...) -> None: ...
 
 class TenantStats(_message.Message):
-    __slots__ = ("tenant", "stats")
+    __slots__ = ("tenant", "stats", "error_reason")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     stats: StatsResponse
-    def __init__(self, tenant: _Optional[str] = ..., stats: _Optional[_Union[StatsResponse, _Mapping]] = ...) -> None: ...
+    error_reason: str
+    def __init__(self, tenant: _Optional[str] = ..., stats: _Optional[_Union[StatsResponse, _Mapping]] = ..., error_reason: _Optional[str] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ()

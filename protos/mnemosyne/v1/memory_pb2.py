@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mnemosyne.v1 import types_pb2 as mnemosyne_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/memory.proto\x12\x0cmnemosyne.v1\x1a\x18mnemosyne/v1/types.proto\"\x81\x02\n\rRetainRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).mnemosyne.v1.RetainRequest.MetadataEntry\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x06 \x01(\x08\x12\x33\n\x08messages\x18\x07 \x03(\x0b\x32!.mnemosyne.v1.ConversationMessage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x0eRetainResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\x94\x01\n\nRetainItem\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.mnemosyne.v1.RetainItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x12RetainBatchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x05items\x18\x02 \x03(\x0b\x32\x18.mnemosyne.v1.RetainItem\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x04 \x01(\x08\"B\n\x13RetainBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\xf2\x01\n\rRecallRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12H\n\x0fmetadata_equals\x18\x05 \x03(\x0b\x32/.mnemosyne.v1.RecallRequest.MetadataEqualsEntry\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.mnemosyne.v1.RecallMode\x1a\x35\n\x13MetadataEqualsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\tRecallHit\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x14\n\x0cvector_score\x18\x03 \x01(\x01\x12\x12\n\ntext_score\x18\x04 \x01(\x01\"7\n\x0eRecallResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\"5\n\x10GetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\"9\n\x11GetMemoryResponse\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\"v\n\x13ListMemoriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x19\n\x11include_forgotten\x18\x05 \x01(\x08\"W\n\x14ListMemoriesResponse\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"L\n\x13\x46orgetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"<\n\x14\x46orgetMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x08*o\n\nRecallMode\x12\x1b\n\x17RECALL_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12RECALL_MODE_HYBRID\x10\x01\x12\x16\n\x12RECALL_MODE_VECTOR\x10\x02\x12\x14\n\x10RECALL_MODE_TEXT\x10\x03\x32\xe9\x03\n\rMemoryService\x12\x43\n\x06Retain\x12\x1b.mnemosyne.v1.RetainRequest\x1a\x1c.mnemosyne.v1.RetainResponse\x12R\n\x0bRetainBatch\x12 .mnemosyne.v1.RetainBatchRequest\x1a!.mnemosyne.v1.RetainBatchResponse\x12\x43\n\x06Recall\x12\x1b.mnemosyne.v1.RecallRequest\x1a\x1c.mnemosyne.v1.RecallResponse\x12L\n\tGetMemory\x12\x1e.mnemosyne.v1.GetMemoryRequest\x1a\x1f.mnemosyne.v1.GetMemoryResponse\x12U\n\x0cListMemories\x12!.mnemosyne.v1.ListMemoriesRequest\x1a\".mnemosyne.v1.ListMemoriesResponse\x12U\n\x0c\x46orgetMemory\x12!.mnemosyne.v1.ForgetMemoryRequest\x1a\".mnemosyne.v1.ForgetMemoryResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/memory.proto\x12\x0cmnemosyne.v1\x1a\x18mnemosyne/v1/types.proto\"\x81\x02\n\rRetainRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).mnemosyne.v1.RetainRequest.MetadataEntry\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x06 \x01(\x08\x12\x33\n\x08messages\x18\x07 \x03(\x0b\x32!.mnemosyne.v1.ConversationMessage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x0eRetainResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\x94\x01\n\nRetainItem\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.mnemosyne.v1.RetainItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x12RetainBatchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x05items\x18\x02 \x03(\x0b\x32\x18.mnemosyne.v1.RetainItem\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x04 \x01(\x08\"B\n\x13RetainBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\xf2\x01\n\rRecallRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12H\n\x0fmetadata_equals\x18\x05 \x03(\x0b\x32/.mnemosyne.v1.RecallRequest.MetadataEqualsEntry\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.mnemosyne.v1.RecallMode\x1a\x35\n\x13MetadataEqualsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\tRecallHit\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x14\n\x0cvector_score\x18\x03 \x01(\x01\x12\x12\n\ntext_score\x18\x04 \x01(\x01\"S\n\x0eRecallResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x1a\n\x12omitted_memory_ids\x18\x02 \x03(\x03\"5\n\x10GetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\"9\n\x11GetMemoryResponse\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\"v\n\x13ListMemoriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x19\n\x11include_forgotten\x18\x05 \x01(\x08\"W\n\x14ListMemoriesResponse\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"L\n\x13\x46orgetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"<\n\x14\x46orgetMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x08*o\n\nRecallMode\x12\x1b\n\x17RECALL_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12RECALL_MODE_HYBRID\x10\x01\x12\x16\n\x12RECALL_MODE_VECTOR\x10\x02\x12\x14\n\x10RECALL_MODE_TEXT\x10\x03\x32\xe9\x03\n\rMemoryService\x12\x43\n\x06Retain\x12\x1b.mnemosyne.v1.RetainRequest\x1a\x1c.mnemosyne.v1.RetainResponse\x12R\n\x0bRetainBatch\x12 .mnemosyne.v1.RetainBatchRequest\x1a!.mnemosyne.v1.RetainBatchResponse\x12\x43\n\x06Recall\x12\x1b.mnemosyne.v1.RecallRequest\x1a\x1c.mnemosyne.v1.RecallResponse\x12L\n\tGetMemory\x12\x1e.mnemosyne.v1.GetMemoryRequest\x1a\x1f.mnemosyne.v1.GetMemoryResponse\x12U\n\x0cListMemories\x12!.mnemosyne.v1.ListMemoriesRequest\x1a\".mnemosyne.v1.ListMemoriesResponse\x12U\n\x0c\x46orgetMemory\x12!.mnemosyne.v1.ForgetMemoryRequest\x1a\".mnemosyne.v1.ForgetMemoryResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,8 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RETAINITEM_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._loaded_options = None
   _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._serialized_options = b'8\001'
-  _globals['_RECALLMODE']._serialized_start=1596
-  _globals['_RECALLMODE']._serialized_end=1707
+  _globals['_RECALLMODE']._serialized_start=1624
+  _globals['_RECALLMODE']._serialized_end=1735
   _globals['_RETAINREQUEST']._serialized_start=70
   _globals['_RETAINREQUEST']._serialized_end=327
   _globals['_RETAINREQUEST_METADATAENTRY']._serialized_start=280
@@ -62,19 +62,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECALLHIT']._serialized_start=968
   _globals['_RECALLHIT']._serialized_end=1074
   _globals['_RECALLRESPONSE']._serialized_start=1076
-  _globals['_RECALLRESPONSE']._serialized_end=1131
-  _globals['_GETMEMORYREQUEST']._serialized_start=1133
-  _globals['_GETMEMORYREQUEST']._serialized_end=1186
-  _globals['_GETMEMORYRESPONSE']._serialized_start=1188
-  _globals['_GETMEMORYRESPONSE']._serialized_end=1245
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1247
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1365
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1367
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1454
-  _globals['_FORGETMEMORYREQUEST']._serialized_start=1456
-  _globals['_FORGETMEMORYREQUEST']._serialized_end=1532
-  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1534
-  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1594
-  _globals['_MEMORYSERVICE']._serialized_start=1710
-  _globals['_MEMORYSERVICE']._serialized_end=2199
+  _globals['_RECALLRESPONSE']._serialized_end=1159
+  _globals['_GETMEMORYREQUEST']._serialized_start=1161
+  _globals['_GETMEMORYREQUEST']._serialized_end=1214
+  _globals['_GETMEMORYRESPONSE']._serialized_start=1216
+  _globals['_GETMEMORYRESPONSE']._serialized_end=1273
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1275
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1393
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1395
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1482
+  _globals['_FORGETMEMORYREQUEST']._serialized_start=1484
+  _globals['_FORGETMEMORYREQUEST']._serialized_end=1560
+  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1562
+  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1622
+  _globals['_MEMORYSERVICE']._serialized_start=1738
+  _globals['_MEMORYSERVICE']._serialized_end=2227
 # @@protoc_insertion_point(module_scope)

@@ -121,10 +121,12 @@ class RecallHit(_message.Message):
     def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., score: _Optional[float] = ..., vector_score: _Optional[float] = ..., text_score: _Optional[float] = ...) -> None: ...
 
 class RecallResponse(_message.Message):
-    __slots__ = ("hits",)
+    __slots__ = ("hits", "omitted_memory_ids")
     HITS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[RecallHit]
-    def __init__(self, hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ...) -> None: ...
+    omitted_memory_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetMemoryRequest(_message.Message):
     __slots__ = ("tenant", "memory_id")

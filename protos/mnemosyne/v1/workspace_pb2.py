@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mnemosyne.v1 import memory_pb2 as mnemosyne_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmnemosyne/v1/workspace.proto\x12\x0cmnemosyne.v1\x1a\x19mnemosyne/v1/memory.proto\"&\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x86\x01\n\x0cRecordChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.mnemosyne.v1.RecordChange.Op\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"-\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03PUT\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\"U\n\x16\x41ssembleContextRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\t\n\x01k\x18\x04 \x01(\x05\"\xa3\x01\n\x17\x41ssembleContextResponse\x12,\n\x0eglobal_records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12/\n\x11workspace_records\x18\x02 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12)\n\x08memories\x18\x03 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\"J\n\x13UpdateGlobalRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x14UpdateGlobalResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"|\n\x16UpdateWorkspaceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12+\n\x07\x63hanges\x18\x03 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"*\n\x17UpdateWorkspaceResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x05\">\n\x10GetRecordRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"M\n\x11GetRecordResponse\x12$\n\x06record\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"3\n\x12ListRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\"P\n\x13ListRecordsResponse\x12%\n\x07records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"\x91\x01\n\x12\x45\x64itRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x05 \x01(\t\")\n\x13\x45\x64itRecordsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x91\x01\n\x12\x43onsolidateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nreceipt_id\x18\x05 \x01(\t\"B\n\x13\x43onsolidateResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x17\n\x0f\x61lready_applied\x18\x02 \x01(\x08\x32\xf3\x04\n\x10WorkspaceService\x12^\n\x0f\x41ssembleContext\x12$.mnemosyne.v1.AssembleContextRequest\x1a%.mnemosyne.v1.AssembleContextResponse\x12U\n\x0cUpdateGlobal\x12!.mnemosyne.v1.UpdateGlobalRequest\x1a\".mnemosyne.v1.UpdateGlobalResponse\x12^\n\x0fUpdateWorkspace\x12$.mnemosyne.v1.UpdateWorkspaceRequest\x1a%.mnemosyne.v1.UpdateWorkspaceResponse\x12L\n\tGetRecord\x12\x1e.mnemosyne.v1.GetRecordRequest\x1a\x1f.mnemosyne.v1.GetRecordResponse\x12R\n\x0bListRecords\x12 .mnemosyne.v1.ListRecordsRequest\x1a!.mnemosyne.v1.ListRecordsResponse\x12R\n\x0b\x45\x64itRecords\x12 .mnemosyne.v1.EditRecordsRequest\x1a!.mnemosyne.v1.EditRecordsResponse\x12R\n\x0b\x43onsolidate\x12 .mnemosyne.v1.ConsolidateRequest\x1a!.mnemosyne.v1.ConsolidateResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmnemosyne/v1/workspace.proto\x12\x0cmnemosyne.v1\x1a\x19mnemosyne/v1/memory.proto\"&\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x86\x01\n\x0cRecordChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.mnemosyne.v1.RecordChange.Op\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"-\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03PUT\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\"U\n\x16\x41ssembleContextRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\t\n\x01k\x18\x04 \x01(\x05\"\xf5\x01\n\x17\x41ssembleContextResponse\x12,\n\x0eglobal_records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12/\n\x11workspace_records\x18\x02 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12)\n\x08memories\x18\x03 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x34\n\x0fomitted_records\x18\x04 \x03(\x0b\x32\x1b.mnemosyne.v1.OmittedRecord\x12\x1a\n\x12omitted_memory_ids\x18\x05 \x03(\x03\":\n\rOmittedRecord\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"J\n\x13UpdateGlobalRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x14UpdateGlobalResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"|\n\x16UpdateWorkspaceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12+\n\x07\x63hanges\x18\x03 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"*\n\x17UpdateWorkspaceResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x05\">\n\x10GetRecordRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"M\n\x11GetRecordResponse\x12$\n\x06record\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"Z\n\x12ListRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"i\n\x13ListRecordsResponse\x12%\n\x07records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\x91\x01\n\x12\x45\x64itRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x05 \x01(\t\")\n\x13\x45\x64itRecordsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x91\x01\n\x12\x43onsolidateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nreceipt_id\x18\x05 \x01(\t\"B\n\x13\x43onsolidateResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x17\n\x0f\x61lready_applied\x18\x02 \x01(\x08\x32\xf3\x04\n\x10WorkspaceService\x12^\n\x0f\x41ssembleContext\x12$.mnemosyne.v1.AssembleContextRequest\x1a%.mnemosyne.v1.AssembleContextResponse\x12U\n\x0cUpdateGlobal\x12!.mnemosyne.v1.UpdateGlobalRequest\x1a\".mnemosyne.v1.UpdateGlobalResponse\x12^\n\x0fUpdateWorkspace\x12$.mnemosyne.v1.UpdateWorkspaceRequest\x1a%.mnemosyne.v1.UpdateWorkspaceResponse\x12L\n\tGetRecord\x12\x1e.mnemosyne.v1.GetRecordRequest\x1a\x1f.mnemosyne.v1.GetRecordResponse\x12R\n\x0bListRecords\x12 .mnemosyne.v1.ListRecordsRequest\x1a!.mnemosyne.v1.ListRecordsResponse\x12R\n\x0b\x45\x64itRecords\x12 .mnemosyne.v1.EditRecordsRequest\x1a!.mnemosyne.v1.EditRecordsResponse\x12R\n\x0b\x43onsolidate\x12 .mnemosyne.v1.ConsolidateRequest\x1a!.mnemosyne.v1.ConsolidateResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,31 +42,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=250
   _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=335
   _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=338
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=501
-  _globals['_UPDATEGLOBALREQUEST']._serialized_start=503
-  _globals['_UPDATEGLOBALREQUEST']._serialized_end=577
-  _globals['_UPDATEGLOBALRESPONSE']._serialized_start=579
-  _globals['_UPDATEGLOBALRESPONSE']._serialized_end=618
-  _globals['_UPDATEWORKSPACEREQUEST']._serialized_start=620
-  _globals['_UPDATEWORKSPACEREQUEST']._serialized_end=744
-  _globals['_UPDATEWORKSPACERESPONSE']._serialized_start=746
-  _globals['_UPDATEWORKSPACERESPONSE']._serialized_end=788
-  _globals['_GETRECORDREQUEST']._serialized_start=790
-  _globals['_GETRECORDREQUEST']._serialized_end=852
-  _globals['_GETRECORDRESPONSE']._serialized_start=854
-  _globals['_GETRECORDRESPONSE']._serialized_end=931
-  _globals['_LISTRECORDSREQUEST']._serialized_start=933
-  _globals['_LISTRECORDSREQUEST']._serialized_end=984
-  _globals['_LISTRECORDSRESPONSE']._serialized_start=986
-  _globals['_LISTRECORDSRESPONSE']._serialized_end=1066
-  _globals['_EDITRECORDSREQUEST']._serialized_start=1069
-  _globals['_EDITRECORDSREQUEST']._serialized_end=1214
-  _globals['_EDITRECORDSRESPONSE']._serialized_start=1216
-  _globals['_EDITRECORDSRESPONSE']._serialized_end=1257
-  _globals['_CONSOLIDATEREQUEST']._serialized_start=1260
-  _globals['_CONSOLIDATEREQUEST']._serialized_end=1405
-  _globals['_CONSOLIDATERESPONSE']._serialized_start=1407
-  _globals['_CONSOLIDATERESPONSE']._serialized_end=1473
-  _globals['_WORKSPACESERVICE']._serialized_start=1476
-  _globals['_WORKSPACESERVICE']._serialized_end=2103
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=583
+  _globals['_OMITTEDRECORD']._serialized_start=585
+  _globals['_OMITTEDRECORD']._serialized_end=643
+  _globals['_UPDATEGLOBALREQUEST']._serialized_start=645
+  _globals['_UPDATEGLOBALREQUEST']._serialized_end=719
+  _globals['_UPDATEGLOBALRESPONSE']._serialized_start=721
+  _globals['_UPDATEGLOBALRESPONSE']._serialized_end=760
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_start=762
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_end=886
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_start=888
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_end=930
+  _globals['_GETRECORDREQUEST']._serialized_start=932
+  _globals['_GETRECORDREQUEST']._serialized_end=994
+  _globals['_GETRECORDRESPONSE']._serialized_start=996
+  _globals['_GETRECORDRESPONSE']._serialized_end=1073
+  _globals['_LISTRECORDSREQUEST']._serialized_start=1075
+  _globals['_LISTRECORDSREQUEST']._serialized_end=1165
+  _globals['_LISTRECORDSRESPONSE']._serialized_start=1167
+  _globals['_LISTRECORDSRESPONSE']._serialized_end=1272
+  _globals['_EDITRECORDSREQUEST']._serialized_start=1275
+  _globals['_EDITRECORDSREQUEST']._serialized_end=1420
+  _globals['_EDITRECORDSRESPONSE']._serialized_start=1422
+  _globals['_EDITRECORDSRESPONSE']._serialized_end=1463
+  _globals['_CONSOLIDATEREQUEST']._serialized_start=1466
+  _globals['_CONSOLIDATEREQUEST']._serialized_end=1611
+  _globals['_CONSOLIDATERESPONSE']._serialized_start=1613
+  _globals['_CONSOLIDATERESPONSE']._serialized_end=1679
+  _globals['_WORKSPACESERVICE']._serialized_start=1682
+  _globals['_WORKSPACESERVICE']._serialized_end=2309
 # @@protoc_insertion_point(module_scope)

@@ -47,14 +47,28 @@ class AssembleContextRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ...) -> None: ...
 
 class AssembleContextResponse(_message.Message):
-    __slots__ = ("global_records", "workspace_records", "memories")
+    __slots__ = ("global_records", "workspace_records", "memories", "omitted_records", "omitted_memory_ids")
     GLOBAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
     global_records: _containers.RepeatedCompositeFieldContainer[Record]
     workspace_records: _containers.RepeatedCompositeFieldContainer[Record]
     memories: _containers.RepeatedCompositeFieldContainer[_memory_pb2.RecallHit]
-    def __init__(self, global_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., workspace_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[_memory_pb2.RecallHit, _Mapping]]] = ...) -> None: ...
+    omitted_records: _containers.RepeatedCompositeFieldContainer[OmittedRecord]
+    omitted_memory_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, global_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., workspace_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[_memory_pb2.RecallHit, _Mapping]]] = ..., omitted_records: _Optional[_Iterable[_Union[OmittedRecord, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OmittedRecord(_message.Message):
+    __slots__ = ("scope", "key", "bytes")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    key: str
+    bytes: int
+    def __init__(self, scope: _Optional[str] = ..., key: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class UpdateGlobalRequest(_message.Message):
     __slots__ = ("tenant", "content", "request_id")
@@ -109,20 +123,26 @@ class GetRecordResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ListRecordsRequest(_message.Message):
-    __slots__ = ("tenant", "scope")
+    __slots__ = ("tenant", "scope", "page_size", "page_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     scope: str
-    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListRecordsResponse(_message.Message):
-    __slots__ = ("records", "generation")
+    __slots__ = ("records", "generation", "next_page_token")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[Record]
     generation: int
-    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., generation: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class EditRecordsRequest(_message.Message):
     __slots__ = ("tenant", "scope", "expected_generation", "changes", "request_id")
