@@ -1,4 +1,5 @@
-"""Many tenants in one server: open files, RSS, first-touch and warm recall latency.
+"""Many tenants in one server: open files, RSS, first-touch and warm recall latency, and
+``AggregateStats`` over every tenant.
 
     python -m bench.scale --out results/scale.json [--tenants 10000] [--per-tenant 3] [--max-open-tenants 1024]
 
@@ -6,7 +7,9 @@ Creates ``--tenants`` tenants of ``--per-tenant`` memories each (one RetainBatch
 client threads), then measures the server process: open file descriptors (``/proc/<pid>/fd``) and
 RSS, and the Recall latency of a tenant touched for the first time since its file was closed by the
 LRU (first touch: open + schema check + vector cache load) against the same tenant recalled again
-(warm). The server runs ``--synchronous normal`` by default here (the fsync per tenant creation
+(warm), and the time of ``AggregateStats`` (admin) over every tenant, read the way the Python client
+reads it (the whole stream; its default deadline is 30 s), run ``--aggregate-runs`` times. The server
+runs ``--synchronous normal`` by default here (the fsync per tenant creation
 measures the disk, not the server); ``--synchronous full`` is accepted.
 """
 
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-open-tenants", type=int, default=1024)
     parser.add_argument("--synchronous", default="normal", choices=["full", "normal"])
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--aggregate-runs", type=int, default=3)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
@@ -71,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             warm.append(time.perf_counter() - t1)
         time.sleep(1.0)  # idle
         idle = {"rss_bytes": process.memory_info().rss, "open_fds": open_fds(process.pid)}
+        aggregate = []
+        for _ in range(args.aggregate_runs):
+            t1 = time.perf_counter()
+            totals = client.aggregate_stats()
+            aggregate.append(time.perf_counter() - t1)
+            assert len(totals.tenants) == args.tenants and totals.total.memories == args.tenants * args.per_tenant
         files = len(list((server.data_dir / "tenants").glob("*.sqlite")))
 
     result = {
@@ -78,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_open_tenants": args.max_open_tenants, "synchronous": args.synchronous.upper(), "tenant_files": files,
         "ingest_seconds": ingest_s, "baseline": baseline, "loaded": loaded, "idle_after_recalls": idle,
         "first_touch_recall": percentiles(first), "warm_recall": percentiles(warm),
+        "aggregate_stats_seconds": aggregate,
     }
     print_table(
         f"{args.tenants} tenants x {args.per_tenant} memories, LRU {args.max_open_tenants} open tenants",
@@ -90,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             ["first-touch recall p50 / p99 ms", f"{result['first_touch_recall']['p50_ms']:.2f} / {result['first_touch_recall']['p99_ms']:.2f}"],
             ["warm recall p50 / p99 ms", f"{result['warm_recall']['p50_ms']:.2f} / {result['warm_recall']['p99_ms']:.2f}"],
             ["create (one RetainBatch each) s", f"{ingest_s:.1f}"],
+            ["AggregateStats over every tenant s (each run)", " / ".join(f"{s:.1f}" for s in aggregate)],
         ],
     )
     write_json(args.out, result)
