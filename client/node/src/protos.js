@@ -1,13 +1,19 @@
 'use strict';
-// Loading the service definitions straight from the repository's protos/ (no copied or
-// hand-written message definitions), and the google.rpc error-detail messages from the
-// google-proto-files package, decoded with protobufjs.
+// Loading the service definitions from the .proto files themselves (no hand-written message
+// definitions): the package's own protos/ when installed from a packed tarball (`npm pack` copies
+// them in, scripts/bundle-protos.js), else the repository's protos/ when running from
+// client/node; and the google.rpc error-detail messages from the google-proto-files package,
+// decoded with protobufjs.
+const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const protobuf = require('protobufjs');
 
-const PROTO_ROOT = path.resolve(__dirname, '..', '..', '..', 'protos');
+const BUNDLED_PROTO_ROOT = path.resolve(__dirname, '..', 'protos');
+const REPOSITORY_PROTO_ROOT = path.resolve(__dirname, '..', '..', '..', 'protos');
+const PROTO_ROOT = fs.existsSync(path.join(BUNDLED_PROTO_ROOT, 'mnemosyne', 'v1'))
+  ? BUNDLED_PROTO_ROOT : REPOSITORY_PROTO_ROOT;
 const GOOGLE_PROTO_ROOT = path.dirname(require.resolve('google-proto-files/package.json'));
 
 // int64 as strings (exact; JavaScript numbers lose precision above 2^53), enums as names, and
@@ -54,4 +60,6 @@ function loadStatusTypes() {
   return statusTypes;
 }
 
-module.exports = { PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes };
+module.exports = {
+  PROTO_ROOT, BUNDLED_PROTO_ROOT, REPOSITORY_PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes,
+};
