@@ -20,10 +20,13 @@ export interface ClientOptions {
 
 export type RetainStatus = 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified';
 
+/** int64 ids arrive as decimal strings (exact above 2^53): pass them back as they are. */
+export type Id = string;
+
 export interface RetainResult {
   status: RetainStatus;
-  memoryId: number;
-  eventId: number;
+  memoryId: Id;
+  eventId: Id;
   errorReason: string;
   errorMessage: string;
 }
@@ -41,7 +44,7 @@ export interface Triple {
 }
 
 export interface Memory {
-  id: number;
+  id: Id;
   scope: string;
   text: string;
   metadata: Record<string, string>;
