@@ -1,8 +1,17 @@
 'use strict';
 // MemoryClient: promise-based calls of MemoryService, WorkspaceService and AdminService.
 // Generations (WorkspaceService) travel only in gRPC metadata, as decimal strings; this client
-// returns them as BigInt (they are int64 on the server, exact above 2^53).
+// returns them as BigInt (they are int64 on the server, exact above 2^53). Ids (int64) are
+// decimal strings, exact as well.
+//
+// Retries, as in the Python client: a call is repeated only when repeating it is safe (reads,
+// and writes that carry a request id, which every write gets unless the caller passes ''), at
+// most `retries` times, when it failed with UNAVAILABLE (after 100 ms, then twice as long each
+// time) or with RESOURCE_EXHAUSTED whose status details carry a google.rpc.RetryInfo (after its
+// retry_delay, capped at `maxRetryDelayMs`). RESOURCE_EXHAUSTED without RetryInfo (a quota) is
+// final.
 const crypto = require('node:crypto');
+const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError } = require('./errors');
@@ -11,6 +20,9 @@ const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
 const MAX_GENERATION = (1n << 63n) - 1n;
+const RETRY_BACKOFF_MS = 100;
+const DEFAULT_RETRIES = 3;
+const DEFAULT_MAX_RETRY_DELAY_MS = 5000;
 
 function newRequestId() {
   return crypto.randomUUID().replaceAll('-', '');
@@ -46,6 +58,18 @@ function retainResult(r) {
   };
 }
 
+/**
+ * How long to wait before repeating a call that failed with `err`, or null when that failure is
+ * final: UNAVAILABLE waits `backoffMs`, RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (at
+ * most `maxRetryDelayMs`).
+ */
+function retryDelay(err, backoffMs, maxRetryDelayMs) {
+  if (!(err instanceof MnemosyneError)) return null;
+  if (err.code === grpc.status.UNAVAILABLE) return backoffMs;
+  if (err.code === grpc.status.RESOURCE_EXHAUSTED && err.retryDelayMs !== null) return Math.min(err.retryDelayMs, maxRetryDelayMs);
+  return null;
+}
+
 function memory(m) {
   return {
     id: m.id,
@@ -61,7 +85,8 @@ function memory(m) {
 class MemoryClient {
   /**
    * @param {string} target host:port
-   * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number}} [options]
+   * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number, retries?: number,
+   *   maxRetryDelayMs?: number}} [options]
    */
   constructor(target, options = {}) {
     const { MemoryService, WorkspaceService, AdminService } = loadServices();
@@ -73,20 +98,42 @@ class MemoryClient {
     this.admin = new AdminService(target, credentials, channelOverride);
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 30000;
+    this.retries = options.retries ?? DEFAULT_RETRIES;
+    this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
   }
 
   close() {
     this.memory.close();
   }
 
-  /**
-   * One unary call. Resolves {response, initialMetadata, trailingMetadata}; rejects with a
-   * MnemosyneError carrying the ErrorInfo reason.
-   */
-  _call(stub, method, request, extraMetadata = {}) {
+  _metadata(extraMetadata = {}) {
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
     for (const [key, value] of Object.entries(extraMetadata)) metadata.set(key, value);
+    return metadata;
+  }
+
+  /**
+   * One unary call, repeated under the rules in this file's header when `retry` (the caller says
+   * repeating it is safe). Resolves {response, initialMetadata, trailingMetadata}; rejects with a
+   * MnemosyneError carrying the ErrorInfo reason.
+   */
+  async _call(stub, method, request, { metadata = {}, retry = false, timeoutMs = this.timeoutMs } = {}) {
+    let backoffMs = RETRY_BACKOFF_MS;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await this._callOnce(stub, method, request, metadata, timeoutMs);
+      } catch (err) {
+        const delay = retry && attempt < this.retries ? retryDelay(err, backoffMs, this.maxRetryDelayMs) : null;
+        if (delay === null) throw err;
+        await sleep(delay);
+        backoffMs *= 2;
+      }
+    }
+  }
+
+  _callOnce(stub, method, request, extraMetadata, timeoutMs) {
+    const metadata = this._metadata(extraMetadata);
     return new Promise((resolve, reject) => {
       let initialMetadata = new grpc.Metadata();
       let response;
@@ -96,7 +143,7 @@ class MemoryClient {
       const finish = () => {
         if (!failed && settledCallback && trailing) resolve({ response, initialMetadata, trailingMetadata: trailing });
       };
-      const call = stub[method](request, metadata, { deadline: Date.now() + this.timeoutMs }, (err, value) => {
+      const call = stub[method](request, metadata, { deadline: Date.now() + timeoutMs }, (err, value) => {
         if (err) {
           failed = true;
           reject(fromServiceError(err));
@@ -116,20 +163,21 @@ class MemoryClient {
 
   // -- memories ---------------------------------------------------------------------------------
 
+  /** `requestId: ''` sends none: the write is then never repeated. */
   async retain(tenant, text, { scope = '', metadata = {}, requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.memory, 'Retain',
-      { tenant, text, scope, metadata, request_id: requestId });
+      { tenant, text, scope, metadata, request_id: requestId ?? '' }, { retry: Boolean(requestId) });
     return retainResult(response.result);
   }
 
   async recall(tenant, query, { k = 5, scopes = [], metadataEquals = {} } = {}) {
     const { response } = await this._call(this.memory, 'Recall',
-      { tenant, query, k, scopes, metadata_equals: metadataEquals });
+      { tenant, query, k, scopes, metadata_equals: metadataEquals }, { retry: true });
     return response.hits.map((h) => ({ memory: memory(h.memory), score: h.score }));
   }
 
   async stats(tenant) {
-    const { response } = await this._call(this.admin, 'Stats', { tenant });
+    const { response } = await this._call(this.admin, 'Stats', { tenant }, { retry: true });
     return response;
   }
 
@@ -138,7 +186,7 @@ class MemoryClient {
   /** Records and recalled memories, with both generations from the response metadata. */
   async assembleContext(tenant, workspace, { query = '', k = 5 } = {}) {
     const { response, initialMetadata } = await this._call(this.workspace, 'AssembleContext',
-      { tenant, workspace, query, k });
+      { tenant, workspace, query, k }, { retry: true });
     return {
       globalRecords: response.global_records.map((r) => ({ key: r.key, content: r.content })),
       workspaceRecords: response.workspace_records.map((r) => ({ key: r.key, content: r.content })),
@@ -156,7 +204,7 @@ class MemoryClient {
   async updateGlobal(tenant, content, { observedGeneration, requestId = newRequestId() } = {}) {
     const extra = observedGeneration == null ? {} : { [GLOBAL_GENERATION_KEY]: generationString(observedGeneration) };
     const { trailingMetadata } = await this._call(this.workspace, 'UpdateGlobal',
-      { tenant, content, request_id: requestId }, extra);
+      { tenant, content, request_id: requestId ?? '' }, { metadata: extra, retry: Boolean(requestId) });
     return generationFrom(trailingMetadata, GLOBAL_GENERATION_KEY);
   }
 
@@ -167,8 +215,8 @@ class MemoryClient {
       tenant,
       workspace,
       changes: changes.map((c) => ({ op: c.op === 'put' ? 'PUT' : 'DELETE', key: c.key, content: c.content ?? '' })),
-      request_id: requestId,
-    }, extra);
+      request_id: requestId ?? '',
+    }, { metadata: extra, retry: Boolean(requestId) });
     return { applied: response.applied, generation: generationFrom(trailingMetadata, WORKSPACE_GENERATION_KEY) };
   }
 }

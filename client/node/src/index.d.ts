@@ -16,6 +16,13 @@ export interface ClientOptions {
   credentials?: ChannelCredentials;
   /** Deadline of each call, in milliseconds (default 30000). */
   timeoutMs?: number;
+  /**
+   * How many times a call that is safe to repeat (a read, or a write with a request id) is
+   * repeated after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo (default 3).
+   */
+  retries?: number;
+  /** The longest RetryInfo retry_delay waited before a repeat, in milliseconds (default 5000). */
+  maxRetryDelayMs?: number;
 }
 
 export type RetainStatus = 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified';
@@ -85,6 +92,7 @@ export interface WriteOptions {
 export declare class MemoryClient {
   constructor(target: string, options?: ClientOptions);
   close(): void;
+  /** `requestId: ''` sends none (never repeated). */
   retain(
     tenant: string,
     text: string,
@@ -121,6 +129,8 @@ export declare class MnemosyneError extends Error {
   details: string;
   metadata: Record<string, string>;
   domain: string;
+  /** The google.rpc.RetryInfo retry_delay in milliseconds, null when the server sent none. */
+  retryDelayMs: number | null;
 }
 
 /** A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status. */

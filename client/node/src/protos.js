@@ -42,7 +42,7 @@ function loadServices() {
 }
 
 let statusTypes;
-/** google.rpc.Status and google.rpc.ErrorInfo as protobufjs types. */
+/** google.rpc.Status, ErrorInfo and RetryInfo as protobufjs types. */
 function loadStatusTypes() {
   if (!statusTypes) {
     const root = new protobuf.Root();
@@ -55,6 +55,7 @@ function loadStatusTypes() {
     statusTypes = {
       Status: root.lookupType('google.rpc.Status'),
       ErrorInfo: root.lookupType('google.rpc.ErrorInfo'),
+      RetryInfo: root.lookupType('google.rpc.RetryInfo'),
     };
   }
   return statusTypes;

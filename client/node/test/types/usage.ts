@@ -6,7 +6,7 @@ import {
 } from '../../src/index.js';
 
 export async function host(target: string): Promise<string> {
-  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000 });
+  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000, retries: 2, maxRetryDelayMs: 1000 });
   const retained: RetainResult = await client.retain('acme', 'Order ORD-1 shipped', { scope: 'orders', requestId: newRequestId() });
   const status: 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified' = retained.status;
   const hits: RecallHit[] = await client.recall('acme', 'order', { k: 3, metadataEquals: { team: 'ops' } });
@@ -26,6 +26,7 @@ export async function host(target: string): Promise<string> {
     await client.stats('acme');
   } catch (err) {
     if (err instanceof MnemosyneError && err.reason === 'TENANT_NOT_FOUND') return err.codeName;
+    if (err instanceof MnemosyneError && err.retryDelayMs !== null) return `retry after ${err.retryDelayMs} ms`;
   }
   client.close();
   return [status, texts.join(), String(next + generation), String(applied), prompt, summary,
