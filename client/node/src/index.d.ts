@@ -79,6 +79,57 @@ export interface AssembledContext {
   workspaceGeneration: bigint;
 }
 
+export type HotPathAction = 'enable' | 'disable' | 'status' | 'flush';
+
+/** HotPathService.Status (and what Enable and Disable resolve). */
+export interface HotPathStatus {
+  enabled: boolean;
+  queueDepth: number;
+  oldestPendingSeconds: number;
+  accepted: number;
+  succeeded: number;
+  failed: number;
+  duplicates: number;
+  writes: number;
+  modelCalls: number;
+}
+
+/** What a flush covered. */
+export interface FlushResult {
+  flushed: number;
+  succeeded: number;
+  failed: number;
+  failedEventIds: Id[];
+}
+
+export type EventStatus = 'pending' | 'running' | 'succeeded' | 'failed';
+
+/** One operation of the tenant's log (EventsService). */
+export interface MemoryEvent {
+  eventId: Id;
+  status: EventStatus | 'unspecified';
+  kind: string;
+  acceptedAt: Date;
+  finishedAt: Date | null;
+  createdMemoryIds: Id[];
+  duplicateOfMemoryIds: Id[];
+  mergedIntoMemoryIds: Id[];
+  nearDuplicateOf: Id[];
+  errorReason: string;
+  errorMessage: string;
+  attempts: number;
+  latencyMs: number;
+  /** In watchEvents: pass the last one as `afterSequence` to resume exactly there; '0' otherwise. */
+  sequence: Id;
+  extracted: boolean;
+}
+
+export interface EventPage {
+  events: MemoryEvent[];
+  /** '' on the last page. */
+  nextPageToken: string;
+}
+
 export type WorkspaceChange =
   | { op: 'put'; key: string; content: string }
   | { op: 'delete'; key: string; content?: string };
@@ -92,11 +143,11 @@ export interface WriteOptions {
 export declare class MemoryClient {
   constructor(target: string, options?: ClientOptions);
   close(): void;
-  /** `requestId: ''` sends none (never repeated). */
+  /** `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated). */
   retain(
     tenant: string,
     text: string,
-    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string },
+    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string; fast?: boolean },
   ): Promise<RetainResult>;
   recall(
     tenant: string,
@@ -105,6 +156,20 @@ export declare class MemoryClient {
   ): Promise<RecallHit[]>;
   /** AdminService.Stats, as the proto-loader object (snake_case fields). */
   stats(tenant: string): Promise<Record<string, unknown>>;
+  /** Flush waits for the fast writes accepted before it; Disable for the queue to drain. */
+  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number }): Promise<FlushResult>;
+  hotPath(tenant: string, action: 'enable' | 'disable' | 'status', options?: { timeoutSeconds?: number }): Promise<HotPathStatus>;
+  hotPath(tenant: string, action: HotPathAction, options?: { timeoutSeconds?: number }): Promise<HotPathStatus | FlushResult>;
+  getEvent(tenant: string, eventId: Id | number | bigint): Promise<MemoryEvent>;
+  listEvents(
+    tenant: string,
+    options?: { status?: EventStatus; acceptedAfter?: Date; pageSize?: number; pageToken?: string },
+  ): Promise<EventPage>;
+  /** Status transitions, replayed then live; leaving the `for await` loop cancels the stream. */
+  watchEvents(
+    tenant: string,
+    options?: { afterEventId?: Id | number | bigint; afterSequence?: Id | number | bigint; timeoutMs?: number },
+  ): AsyncGenerator<MemoryEvent, void, undefined>;
   assembleContext(tenant: string, workspace: string, options?: { query?: string; k?: number }): Promise<AssembledContext>;
   /** Resolves the new Global generation. */
   updateGlobal(tenant: string, content: string, options?: WriteOptions): Promise<bigint>;

@@ -28,15 +28,22 @@ const LOADER_OPTIONS = {
 };
 
 let services;
-/** The grpc-js service constructors of MemoryService, WorkspaceService and AdminService. */
+/** The grpc-js service constructors of every service: Memory, Workspace, Admin, Events, HotPath. */
 function loadServices() {
   if (!services) {
     const definition = protoLoader.loadSync(
-      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto'],
+      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto',
+        'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto'],
       LOADER_OPTIONS,
     );
     const v1 = grpc.loadPackageDefinition(definition).mnemosyne.v1;
-    services = { MemoryService: v1.MemoryService, WorkspaceService: v1.WorkspaceService, AdminService: v1.AdminService };
+    services = {
+      MemoryService: v1.MemoryService,
+      WorkspaceService: v1.WorkspaceService,
+      AdminService: v1.AdminService,
+      EventsService: v1.EventsService,
+      HotPathService: v1.HotPathService,
+    };
   }
   return services;
 }
