@@ -3,6 +3,7 @@
 // ../../protos/mnemosyne/**/*.proto into ./protos, so the tarball works outside the repository)
 // and with --remove as `postpack` (delete the copy again, so that in the repository the loader
 // always reads protos/ itself and a stale copy cannot linger; the copy is also in .gitignore).
+// It reports on stderr, so that `npm pack --json` prints only JSON on stdout.
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
@@ -30,4 +31,4 @@ for (const file of files) {
   fs.mkdirSync(path.dirname(path.join(BUNDLE, file)), { recursive: true });
   fs.copyFileSync(path.join(SOURCE, file), path.join(BUNDLE, file));
 }
-process.stdout.write(`bundle-protos: copied ${files.length} files into ${path.relative(process.cwd(), BUNDLE) || '.'}: ${files.join(', ')}\n`);
+process.stderr.write(`bundle-protos: copied ${files.length} files into ${path.relative(process.cwd(), BUNDLE) || '.'}: ${files.join(', ')}\n`);
