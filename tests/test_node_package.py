@@ -1,7 +1,8 @@
 """The Node package as its users get it: ``npm pack`` in client/node, the tarball installed into an
 empty folder outside the repository (with ``--engine-strict``, so a dependency that excludes the
-running Node fails the install), and a script there that ``require``s it by its name and uses
-every service it adds to the host protocol against a real server.
+running Node fails the install), and scripts there that ``require`` it by its name, against a real
+server: one that uses every service it adds to the host protocol, and the README's Node example
+exactly as printed.
 
 Outside the repository the package can only work with the protos it carries: from its installed
 location the repository's ``protos/`` is not reachable. Skips only when node/npm are missing (a
@@ -12,6 +13,8 @@ install (``--prefer-offline``).
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -25,6 +28,7 @@ from tests.node_support import NODE_PACKAGE, node_package
 from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_NAME = "@mnemosyne/node-host"
 NPM_FLAGS = ["--prefer-offline", "--no-audit", "--no-fund"]
 
 # retain -> recall -> hot path enable -> fast retain -> flush -> getEvent -> listEvents, with the
@@ -68,8 +72,8 @@ main().catch((err) => { console.error(err); process.exitCode = 1; });
 """
 
 
-def _run(command: list[str], cwd: Path, timeout: float = 120) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def _run(command: list[str], cwd: Path, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert result.returncode == 0, f"{' '.join(command)} failed in {cwd}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     return result.stdout
 
@@ -96,7 +100,7 @@ def tarball(outside: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def app(outside: Path, tarball: Path) -> Path:
-    """A folder with only package.json and the installed tarball."""
+    """A folder with only package.json and the installed tarball (as the README's steps make it)."""
     folder = outside / "my-agent"
     folder.mkdir()
     npm = shutil.which("npm")
@@ -141,3 +145,26 @@ def test_the_installed_tarball_works_outside_the_repository(app: Path, package_s
     assert out["listed"] == [[out["queued"]["eventId"], "succeeded"]]
     assert out["fastRecalled"] == out["event"]["createdMemoryIds"]
 
+
+def _node_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Hosts in other languages", 1)[1]
+    return section.split("\n## ", 1)[0]
+
+
+def test_the_readme_node_example_runs_as_printed(app: Path, tarball: Path, package_server: ServerProcess) -> None:
+    section = _node_section()
+    install = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
+    example = re.findall(r"```js\n(.*?)```", section, flags=re.S)[0]
+    # The install step is the one this test's fixtures take: npm ci, npm pack, the tarball of this
+    # version installed into a fresh package.
+    for step in ("npm ci", "npm pack", "npm init -y", 'npm install "$TARBALL"', f"client/node/{tarball.name}"):
+        assert step in install, f"the README's install step lacks {step!r}:\n{install}"
+    assert f"require('{PACKAGE_NAME}')" in example
+    (app / "agent.js").write_text(example)
+    env = {**os.environ, "MNEMOSYNE_TARGET": package_server.target}
+    env.pop("MNEMOSYNE_TOKEN", None)
+    lines = _run(["node", "agent.js"], cwd=app, timeout=60, env=env).splitlines()
+    assert lines[0] == "The customer requested a refund, ticket number RF-88213"
+    assert lines[1] == "{ ok: true, result: 'MEMORY.md was replaced.' }"
+    assert lines[-1] == "succeeded"
