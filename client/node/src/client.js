@@ -1,8 +1,17 @@
 'use strict';
-// MemoryClient: promise-based calls of MemoryService, WorkspaceService and AdminService.
+// MemoryClient: promise-based calls of every service (Memory, Workspace, Admin, Events, HotPath).
 // Generations (WorkspaceService) travel only in gRPC metadata, as decimal strings; this client
-// returns them as BigInt (they are int64 on the server, exact above 2^53).
+// returns them as BigInt (they are int64 on the server, exact above 2^53). Ids (int64) are
+// decimal strings, exact as well.
+//
+// Retries, as in the Python client: a call is repeated only when repeating it is safe (reads,
+// and writes that carry a request id, which every write gets unless the caller passes ''), at
+// most `retries` times, when it failed with UNAVAILABLE (after 100 ms, then twice as long each
+// time) or with RESOURCE_EXHAUSTED whose status details carry a google.rpc.RetryInfo (after its
+// retry_delay, capped at `maxRetryDelayMs`). RESOURCE_EXHAUSTED without RetryInfo (a quota) is
+// final.
 const crypto = require('node:crypto');
+const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError } = require('./errors');
@@ -11,6 +20,9 @@ const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
 const MAX_GENERATION = (1n << 63n) - 1n;
+const RETRY_BACKOFF_MS = 100;
+const DEFAULT_RETRIES = 3;
+const DEFAULT_MAX_RETRY_DELAY_MS = 5000;
 
 function newRequestId() {
   return crypto.randomUUID().replaceAll('-', '');
@@ -46,6 +58,18 @@ function retainResult(r) {
   };
 }
 
+/**
+ * How long to wait before repeating a call that failed with `err`, or null when that failure is
+ * final: UNAVAILABLE waits `backoffMs`, RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (at
+ * most `maxRetryDelayMs`).
+ */
+function retryDelay(err, backoffMs, maxRetryDelayMs) {
+  if (!(err instanceof MnemosyneError)) return null;
+  if (err.code === grpc.status.UNAVAILABLE) return backoffMs;
+  if (err.code === grpc.status.RESOURCE_EXHAUSTED && err.retryDelayMs !== null) return Math.min(err.retryDelayMs, maxRetryDelayMs);
+  return null;
+}
+
 function memory(m) {
   return {
     id: m.id,
@@ -58,35 +82,118 @@ function memory(m) {
   };
 }
 
+const EVENT_STATUS_NAMES = { PENDING: 'pending', RUNNING: 'running', SUCCEEDED: 'succeeded', FAILED: 'failed' };
+const EVENT_STATUS_BY_NAME = Object.fromEntries(Object.entries(EVENT_STATUS_NAMES).map(([proto, name]) => [name, proto]));
+
+/** A google.protobuf.Timestamp (seconds as a string) as a Date; null when absent. */
+function dateFrom(t) {
+  return t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : null;
+}
+
+function timestampFrom(date) {
+  const ms = date.getTime();
+  if (Number.isNaN(ms)) throw new RangeError('acceptedAfter is not a valid Date');
+  const seconds = Math.floor(ms / 1000);
+  return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1e6 };
+}
+
+function event(e) {
+  return {
+    eventId: e.event_id,
+    status: EVENT_STATUS_NAMES[e.status] ?? 'unspecified',
+    kind: e.kind,
+    acceptedAt: dateFrom(e.accepted_at) ?? new Date(0),
+    finishedAt: dateFrom(e.finished_at),
+    createdMemoryIds: [...e.created_memory_ids],
+    duplicateOfMemoryIds: [...e.duplicate_of_memory_ids],
+    mergedIntoMemoryIds: [...e.merged_into_memory_ids],
+    nearDuplicateOf: [...e.near_duplicate_of],
+    errorReason: e.error_reason,
+    errorMessage: e.error_message,
+    attempts: e.attempts,
+    latencyMs: e.latency_ms,
+    sequence: e.sequence,
+    extracted: e.extracted,
+  };
+}
+
+// Counts are int64 on the wire but far below 2^53: numbers.
+function hotPathStatus(s) {
+  return {
+    enabled: s.enabled,
+    queueDepth: Number(s.queue_depth),
+    oldestPendingSeconds: s.oldest_pending_seconds,
+    accepted: Number(s.accepted),
+    succeeded: Number(s.succeeded),
+    failed: Number(s.failed),
+    duplicates: Number(s.duplicates),
+    writes: Number(s.writes),
+    modelCalls: Number(s.model_calls),
+  };
+}
+
+function flushResult(r) {
+  return {
+    flushed: Number(r.flushed), succeeded: Number(r.succeeded), failed: Number(r.failed), failedEventIds: [...r.failed_event_ids],
+  };
+}
+
+const HOT_PATH_METHODS = { enable: 'Enable', disable: 'Disable', status: 'Status', flush: 'Flush' };
+
 class MemoryClient {
   /**
    * @param {string} target host:port
-   * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number}} [options]
+   * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number, retries?: number,
+   *   maxRetryDelayMs?: number}} [options]
    */
   constructor(target, options = {}) {
-    const { MemoryService, WorkspaceService, AdminService } = loadServices();
+    const { MemoryService, WorkspaceService, AdminService, EventsService, HotPathService } = loadServices();
     const credentials = options.credentials ?? grpc.credentials.createInsecure();
     this.memory = new MemoryService(target, credentials);
     // The same channel for every service.
     const channelOverride = { channelOverride: this.memory.getChannel() };
     this.workspace = new WorkspaceService(target, credentials, channelOverride);
     this.admin = new AdminService(target, credentials, channelOverride);
+    this.events = new EventsService(target, credentials, channelOverride);
+    this.hotPathStub = new HotPathService(target, credentials, channelOverride);
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 30000;
+    this.retries = options.retries ?? DEFAULT_RETRIES;
+    this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
   }
 
   close() {
     this.memory.close();
   }
 
-  /**
-   * One unary call. Resolves {response, initialMetadata, trailingMetadata}; rejects with a
-   * MnemosyneError carrying the ErrorInfo reason.
-   */
-  _call(stub, method, request, extraMetadata = {}) {
+  _metadata(extraMetadata = {}) {
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
     for (const [key, value] of Object.entries(extraMetadata)) metadata.set(key, value);
+    return metadata;
+  }
+
+  /**
+   * One unary call, repeated under the rules in this file's header when `retry` (the caller says
+   * repeating it is safe). Resolves {response, initialMetadata, trailingMetadata}; rejects with a
+   * MnemosyneError carrying the ErrorInfo reason.
+   */
+  async _call(stub, method, request, { metadata = {}, retry = false, timeoutMs = this.timeoutMs } = {}) {
+    let backoffMs = RETRY_BACKOFF_MS;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await this._callOnce(stub, method, request, metadata, timeoutMs);
+      } catch (err) {
+        const delay = retry && attempt < this.retries ? retryDelay(err, backoffMs, this.maxRetryDelayMs) : null;
+        if (delay === null) throw err;
+        await sleep(delay);
+        backoffMs *= 2;
+      }
+    }
+  }
+
+  _callOnce(stub, method, request, extraMetadata, timeoutMs) {
+    const metadata = this._metadata(extraMetadata);
     return new Promise((resolve, reject) => {
       let initialMetadata = new grpc.Metadata();
       let response;
@@ -96,7 +203,7 @@ class MemoryClient {
       const finish = () => {
         if (!failed && settledCallback && trailing) resolve({ response, initialMetadata, trailingMetadata: trailing });
       };
-      const call = stub[method](request, metadata, { deadline: Date.now() + this.timeoutMs }, (err, value) => {
+      const call = stub[method](request, metadata, { deadline: Date.now() + timeoutMs }, (err, value) => {
         if (err) {
           failed = true;
           reject(fromServiceError(err));
@@ -116,21 +223,91 @@ class MemoryClient {
 
   // -- memories ---------------------------------------------------------------------------------
 
-  async retain(tenant, text, { scope = '', metadata = {}, requestId = newRequestId() } = {}) {
+  /**
+   * `fast` takes the hot path when the tenant's is enabled (status 'enqueued', an eventId).
+   * `requestId: ''` sends none: the write is then never repeated.
+   */
+  async retain(tenant, text, { scope = '', metadata = {}, requestId = newRequestId(), fast = false } = {}) {
     const { response } = await this._call(this.memory, 'Retain',
-      { tenant, text, scope, metadata, request_id: requestId });
+      { tenant, text, scope, metadata, request_id: requestId ?? '', fast }, { retry: Boolean(requestId) });
     return retainResult(response.result);
   }
 
   async recall(tenant, query, { k = 5, scopes = [], metadataEquals = {} } = {}) {
     const { response } = await this._call(this.memory, 'Recall',
-      { tenant, query, k, scopes, metadata_equals: metadataEquals });
+      { tenant, query, k, scopes, metadata_equals: metadataEquals }, { retry: true });
     return response.hits.map((h) => ({ memory: memory(h.memory), score: h.score }));
   }
 
   async stats(tenant) {
-    const { response } = await this._call(this.admin, 'Stats', { tenant });
+    const { response } = await this._call(this.admin, 'Stats', { tenant }, { retry: true });
     return response;
+  }
+
+  // -- hot path and events ----------------------------------------------------------------------
+
+  /**
+   * `action` is 'enable', 'disable', 'status' or 'flush' (the Python client's hot_path). 'flush'
+   * waits until every fast write accepted before it has finished and resolves a FlushResult;
+   * 'disable' stops queueing and waits for the queue to drain. Both wait at most `timeoutSeconds`
+   * (server default 30), then fail with DEADLINE_EXCEEDED. The others resolve the HotPathStatus.
+   * Status and Flush only read, so they are repeated like reads; Enable and Disable carry no
+   * request id and are not.
+   */
+  async hotPath(tenant, action, { timeoutSeconds = 0 } = {}) {
+    if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
+      throw new RangeError(`action must be one of enable, disable, status, flush; got ${JSON.stringify(action)}`);
+    }
+    // The call's own deadline must outlast the server-side wait.
+    const timeoutMs = Math.max(this.timeoutMs, ((timeoutSeconds || 30) + 10) * 1000);
+    const { response } = await this._call(this.hotPathStub, HOT_PATH_METHODS[action],
+      { tenant, timeout_seconds: timeoutSeconds }, { retry: action === 'status' || action === 'flush', timeoutMs });
+    return action === 'flush' ? flushResult(response) : hotPathStatus(response);
+  }
+
+  async getEvent(tenant, eventId) {
+    const { response } = await this._call(this.events, 'GetEvent', { tenant, event_id: String(eventId) }, { retry: true });
+    return event(response);
+  }
+
+  /** One page of events in id order; `status` one of 'pending', 'running', 'succeeded', 'failed'. */
+  async listEvents(tenant, { status, acceptedAfter, pageSize = 100, pageToken = '' } = {}) {
+    if (status != null && !Object.hasOwn(EVENT_STATUS_BY_NAME, status)) {
+      throw new RangeError(`status must be one of ${Object.keys(EVENT_STATUS_BY_NAME).join(', ')}; got ${JSON.stringify(status)}`);
+    }
+    const request = {
+      tenant,
+      status: status == null ? 'EVENT_STATUS_UNSPECIFIED' : EVENT_STATUS_BY_NAME[status],
+      page_size: pageSize,
+      page_token: pageToken,
+    };
+    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter);
+    const { response } = await this._call(this.events, 'ListEvents', request, { retry: true });
+    return { events: response.events.map(event), nextPageToken: response.next_page_token };
+  }
+
+  /**
+   * Every status transition, replayed from the durable log then live, as an async iterable:
+   * `for await (const e of client.watchEvents(tenant)) ...`; leaving the loop cancels the
+   * stream. To resume a dropped stream without missing a transition, pass the last received
+   * event's `sequence` as `afterSequence`. It runs until `timeoutMs` (default: no deadline).
+   * A stream is not repeated by itself: resume it with `afterSequence`.
+   */
+  async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
+    const call = this.events.WatchEvents(
+      { tenant, after_event_id: String(afterEventId), after_sequence: String(afterSequence) },
+      this._metadata(), timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs },
+    );
+    // The status that follows our own cancel() must not become an unhandled 'error' event.
+    call.on('error', () => {});
+    try {
+      for await (const message of call) yield event(message);
+    } catch (err) {
+      if (err && err.code === grpc.status.CANCELLED) return;
+      throw fromServiceError(err);
+    } finally {
+      call.cancel();
+    }
   }
 
   // -- workspace (host-owned generations) ---------------------------------------------------------
@@ -138,7 +315,7 @@ class MemoryClient {
   /** Records and recalled memories, with both generations from the response metadata. */
   async assembleContext(tenant, workspace, { query = '', k = 5 } = {}) {
     const { response, initialMetadata } = await this._call(this.workspace, 'AssembleContext',
-      { tenant, workspace, query, k });
+      { tenant, workspace, query, k }, { retry: true });
     return {
       globalRecords: response.global_records.map((r) => ({ key: r.key, content: r.content })),
       workspaceRecords: response.workspace_records.map((r) => ({ key: r.key, content: r.content })),
@@ -156,7 +333,7 @@ class MemoryClient {
   async updateGlobal(tenant, content, { observedGeneration, requestId = newRequestId() } = {}) {
     const extra = observedGeneration == null ? {} : { [GLOBAL_GENERATION_KEY]: generationString(observedGeneration) };
     const { trailingMetadata } = await this._call(this.workspace, 'UpdateGlobal',
-      { tenant, content, request_id: requestId }, extra);
+      { tenant, content, request_id: requestId ?? '' }, { metadata: extra, retry: Boolean(requestId) });
     return generationFrom(trailingMetadata, GLOBAL_GENERATION_KEY);
   }
 
@@ -167,8 +344,8 @@ class MemoryClient {
       tenant,
       workspace,
       changes: changes.map((c) => ({ op: c.op === 'put' ? 'PUT' : 'DELETE', key: c.key, content: c.content ?? '' })),
-      request_id: requestId,
-    }, extra);
+      request_id: requestId ?? '',
+    }, { metadata: extra, retry: Boolean(requestId) });
     return { applied: response.applied, generation: generationFrom(trailingMetadata, WORKSPACE_GENERATION_KEY) };
   }
 }

@@ -1,11 +1,13 @@
 'use strict';
 // Typed errors of the Node client: the gRPC status code plus the stable reason the server puts in
 // the google.rpc.ErrorInfo of the google.rpc.Status carried by the `grpc-status-details-bin`
-// trailer (AIP-193). Branch on `reason`, never on the message text.
+// trailer (AIP-193). Branch on `reason`, never on the message text. A google.rpc.RetryInfo in the
+// same details (the server's "try again after") is kept as `retryDelayMs`.
 const grpc = require('@grpc/grpc-js');
 const { loadStatusTypes } = require('./protos');
 
 const ERROR_INFO_TYPE = 'type.googleapis.com/google.rpc.ErrorInfo';
+const RETRY_INFO_TYPE = 'type.googleapis.com/google.rpc.RetryInfo';
 const STATUS_DETAILS_KEY = 'grpc-status-details-bin';
 
 class MnemosyneError extends Error {
@@ -25,38 +27,63 @@ class MnemosyneError extends Error {
     this.details = message;
     this.metadata = metadata;
     this.domain = domain;
+    /** The RetryInfo retry_delay in milliseconds, or null when the server sent none. */
+    this.retryDelayMs = null;
   }
+}
+
+/** A google.protobuf.Duration ({seconds, nanos}, seconds as a string or Long) in milliseconds. */
+function durationMs(duration) {
+  if (!duration) return 0;
+  return Number(duration.seconds ?? 0) * 1000 + Number(duration.nanos ?? 0) / 1e6;
+}
+
+/**
+ * The ErrorInfo and RetryInfo in a `grpc-status-details-bin` value: {errorInfo, retryDelayMs},
+ * each null when absent.
+ */
+function statusDetails(bytes) {
+  const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
+  const status = Status.decode(bytes);
+  let errorInfo = null;
+  let retryDelayMs = null;
+  for (const detail of status.details || []) {
+    if (detail.type_url === ERROR_INFO_TYPE && errorInfo === null) {
+      const info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
+      errorInfo = { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
+    } else if (detail.type_url === RETRY_INFO_TYPE && retryDelayMs === null) {
+      const info = RetryInfo.toObject(RetryInfo.decode(detail.value), { longs: String });
+      retryDelayMs = Math.max(0, durationMs(info.retry_delay));
+    }
+  }
+  return { errorInfo, retryDelayMs };
 }
 
 /** The ErrorInfo in a `grpc-status-details-bin` value, or null when there is none. */
 function errorInfoFromStatusDetails(bytes) {
-  const { Status, ErrorInfo } = loadStatusTypes();
-  const status = Status.decode(bytes);
-  for (const detail of status.details || []) {
-    if (detail.type_url === ERROR_INFO_TYPE) {
-      const info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
-      return { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
-    }
-  }
-  return null;
+  return statusDetails(bytes).errorInfo;
 }
 
 /** A grpc-js ServiceError as a MnemosyneError, reading the reason from the status details. */
 function fromServiceError(err) {
   if (!err || typeof err.code !== 'number') return err;
   const values = err.metadata ? err.metadata.get(STATUS_DETAILS_KEY) : [];
-  let info = null;
+  let details = { errorInfo: null, retryDelayMs: null };
   if (values.length > 0) {
     try {
-      info = errorInfoFromStatusDetails(Buffer.isBuffer(values[0]) ? values[0] : Buffer.from(values[0]));
+      details = statusDetails(Buffer.isBuffer(values[0]) ? values[0] : Buffer.from(values[0]));
     } catch {
-      info = null; // undecodable details: keep the code, no reason
+      // undecodable details: keep the code, no reason, no retry delay
     }
   }
+  const info = details.errorInfo;
   const error = new MnemosyneError(err.code, info ? info.reason : '', err.details ?? err.message,
     info ? info.metadata : {}, info ? info.domain : '');
+  error.retryDelayMs = details.retryDelayMs;
   error.cause = err;
   return error;
 }
 
-module.exports = { MnemosyneError, fromServiceError, errorInfoFromStatusDetails, STATUS_DETAILS_KEY };
+module.exports = {
+  MnemosyneError, fromServiceError, errorInfoFromStatusDetails, statusDetails, STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE,
+};

@@ -16,14 +16,24 @@ export interface ClientOptions {
   credentials?: ChannelCredentials;
   /** Deadline of each call, in milliseconds (default 30000). */
   timeoutMs?: number;
+  /**
+   * How many times a call that is safe to repeat (a read, or a write with a request id) is
+   * repeated after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo (default 3).
+   */
+  retries?: number;
+  /** The longest RetryInfo retry_delay waited before a repeat, in milliseconds (default 5000). */
+  maxRetryDelayMs?: number;
 }
 
 export type RetainStatus = 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified';
 
+/** int64 ids arrive as decimal strings (exact above 2^53): pass them back as they are. */
+export type Id = string;
+
 export interface RetainResult {
   status: RetainStatus;
-  memoryId: number;
-  eventId: number;
+  memoryId: Id;
+  eventId: Id;
   errorReason: string;
   errorMessage: string;
 }
@@ -41,7 +51,7 @@ export interface Triple {
 }
 
 export interface Memory {
-  id: number;
+  id: Id;
   scope: string;
   text: string;
   metadata: Record<string, string>;
@@ -69,6 +79,57 @@ export interface AssembledContext {
   workspaceGeneration: bigint;
 }
 
+export type HotPathAction = 'enable' | 'disable' | 'status' | 'flush';
+
+/** HotPathService.Status (and what Enable and Disable resolve). */
+export interface HotPathStatus {
+  enabled: boolean;
+  queueDepth: number;
+  oldestPendingSeconds: number;
+  accepted: number;
+  succeeded: number;
+  failed: number;
+  duplicates: number;
+  writes: number;
+  modelCalls: number;
+}
+
+/** What a flush covered. */
+export interface FlushResult {
+  flushed: number;
+  succeeded: number;
+  failed: number;
+  failedEventIds: Id[];
+}
+
+export type EventStatus = 'pending' | 'running' | 'succeeded' | 'failed';
+
+/** One operation of the tenant's log (EventsService). */
+export interface MemoryEvent {
+  eventId: Id;
+  status: EventStatus | 'unspecified';
+  kind: string;
+  acceptedAt: Date;
+  finishedAt: Date | null;
+  createdMemoryIds: Id[];
+  duplicateOfMemoryIds: Id[];
+  mergedIntoMemoryIds: Id[];
+  nearDuplicateOf: Id[];
+  errorReason: string;
+  errorMessage: string;
+  attempts: number;
+  latencyMs: number;
+  /** In watchEvents: pass the last one as `afterSequence` to resume exactly there; '0' otherwise. */
+  sequence: Id;
+  extracted: boolean;
+}
+
+export interface EventPage {
+  events: MemoryEvent[];
+  /** '' on the last page. */
+  nextPageToken: string;
+}
+
 export type WorkspaceChange =
   | { op: 'put'; key: string; content: string }
   | { op: 'delete'; key: string; content?: string };
@@ -82,10 +143,11 @@ export interface WriteOptions {
 export declare class MemoryClient {
   constructor(target: string, options?: ClientOptions);
   close(): void;
+  /** `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated). */
   retain(
     tenant: string,
     text: string,
-    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string },
+    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string; fast?: boolean },
   ): Promise<RetainResult>;
   recall(
     tenant: string,
@@ -94,6 +156,20 @@ export declare class MemoryClient {
   ): Promise<RecallHit[]>;
   /** AdminService.Stats, as the proto-loader object (snake_case fields). */
   stats(tenant: string): Promise<Record<string, unknown>>;
+  /** Flush waits for the fast writes accepted before it; Disable for the queue to drain. */
+  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number }): Promise<FlushResult>;
+  hotPath(tenant: string, action: 'enable' | 'disable' | 'status', options?: { timeoutSeconds?: number }): Promise<HotPathStatus>;
+  hotPath(tenant: string, action: HotPathAction, options?: { timeoutSeconds?: number }): Promise<HotPathStatus | FlushResult>;
+  getEvent(tenant: string, eventId: Id | number | bigint): Promise<MemoryEvent>;
+  listEvents(
+    tenant: string,
+    options?: { status?: EventStatus; acceptedAfter?: Date; pageSize?: number; pageToken?: string },
+  ): Promise<EventPage>;
+  /** Status transitions, replayed then live; leaving the `for await` loop cancels the stream. */
+  watchEvents(
+    tenant: string,
+    options?: { afterEventId?: Id | number | bigint; afterSequence?: Id | number | bigint; timeoutMs?: number },
+  ): AsyncGenerator<MemoryEvent, void, undefined>;
   assembleContext(tenant: string, workspace: string, options?: { query?: string; k?: number }): Promise<AssembledContext>;
   /** Resolves the new Global generation. */
   updateGlobal(tenant: string, content: string, options?: WriteOptions): Promise<bigint>;
@@ -118,6 +194,8 @@ export declare class MnemosyneError extends Error {
   details: string;
   metadata: Record<string, string>;
   domain: string;
+  /** The google.rpc.RetryInfo retry_delay in milliseconds, null when the server sent none. */
+  retryDelayMs: number | null;
 }
 
 /** A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status. */

@@ -1,13 +1,19 @@
 'use strict';
-// Loading the service definitions straight from the repository's protos/ (no copied or
-// hand-written message definitions), and the google.rpc error-detail messages from the
-// google-proto-files package, decoded with protobufjs.
+// Loading the service definitions from the .proto files themselves (no hand-written message
+// definitions): the package's own protos/ when installed from a packed tarball (`npm pack` copies
+// them in, scripts/bundle-protos.js), else the repository's protos/ when running from
+// client/node; and the google.rpc error-detail messages from the google-proto-files package,
+// decoded with protobufjs.
+const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const protobuf = require('protobufjs');
 
-const PROTO_ROOT = path.resolve(__dirname, '..', '..', '..', 'protos');
+const BUNDLED_PROTO_ROOT = path.resolve(__dirname, '..', 'protos');
+const REPOSITORY_PROTO_ROOT = path.resolve(__dirname, '..', '..', '..', 'protos');
+const PROTO_ROOT = fs.existsSync(path.join(BUNDLED_PROTO_ROOT, 'mnemosyne', 'v1'))
+  ? BUNDLED_PROTO_ROOT : REPOSITORY_PROTO_ROOT;
 const GOOGLE_PROTO_ROOT = path.dirname(require.resolve('google-proto-files/package.json'));
 
 // int64 as strings (exact; JavaScript numbers lose precision above 2^53), enums as names, and
@@ -22,21 +28,28 @@ const LOADER_OPTIONS = {
 };
 
 let services;
-/** The grpc-js service constructors of MemoryService, WorkspaceService and AdminService. */
+/** The grpc-js service constructors of every service: Memory, Workspace, Admin, Events, HotPath. */
 function loadServices() {
   if (!services) {
     const definition = protoLoader.loadSync(
-      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto'],
+      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto',
+        'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto'],
       LOADER_OPTIONS,
     );
     const v1 = grpc.loadPackageDefinition(definition).mnemosyne.v1;
-    services = { MemoryService: v1.MemoryService, WorkspaceService: v1.WorkspaceService, AdminService: v1.AdminService };
+    services = {
+      MemoryService: v1.MemoryService,
+      WorkspaceService: v1.WorkspaceService,
+      AdminService: v1.AdminService,
+      EventsService: v1.EventsService,
+      HotPathService: v1.HotPathService,
+    };
   }
   return services;
 }
 
 let statusTypes;
-/** google.rpc.Status and google.rpc.ErrorInfo as protobufjs types. */
+/** google.rpc.Status, ErrorInfo and RetryInfo as protobufjs types. */
 function loadStatusTypes() {
   if (!statusTypes) {
     const root = new protobuf.Root();
@@ -49,9 +62,12 @@ function loadStatusTypes() {
     statusTypes = {
       Status: root.lookupType('google.rpc.Status'),
       ErrorInfo: root.lookupType('google.rpc.ErrorInfo'),
+      RetryInfo: root.lookupType('google.rpc.RetryInfo'),
     };
   }
   return statusTypes;
 }
 
-module.exports = { PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes };
+module.exports = {
+  PROTO_ROOT, BUNDLED_PROTO_ROOT, REPOSITORY_PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes,
+};

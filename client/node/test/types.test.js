@@ -47,7 +47,8 @@ test('declared exports and class members are the runtime ones', () => {
     const cls = api[name];
     const publicNames = (o) => Object.getOwnPropertyNames(o)
       .filter((n) => typeof o[n] === 'function' && n !== 'constructor' && !n.startsWith('_')).sort();
-    assert.deepEqual(declared.instance.sort(), publicNames(cls.prototype), `${name} instance methods`);
+    // An overloaded method is declared once per signature.
+    assert.deepEqual([...new Set(declared.instance)].sort(), publicNames(cls.prototype), `${name} instance methods`);
     const statics = Object.getOwnPropertyNames(cls).filter((n) => typeof cls[n] === 'function').sort();
     assert.deepEqual(declared.static.sort(), statics, `${name} static methods`);
   }

@@ -2,15 +2,29 @@
 // package type-checks against src/index.d.ts.
 import {
   GLOBAL_GENERATION_KEY, MemoryClient, MemoryHost, MnemosyneError, newRequestId, renderContext,
-  type AssembledContext, type RecallHit, type RetainResult, type ToolResult,
+  type AssembledContext, type EventPage, type FlushResult, type HotPathStatus, type Id, type MemoryEvent, type RecallHit,
+  type RetainResult, type ToolResult,
 } from '../../src/index.js';
 
 export async function host(target: string): Promise<string> {
-  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000 });
+  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000, retries: 2, maxRetryDelayMs: 1000 });
   const retained: RetainResult = await client.retain('acme', 'Order ORD-1 shipped', { scope: 'orders', requestId: newRequestId() });
   const status: 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified' = retained.status;
   const hits: RecallHit[] = await client.recall('acme', 'order', { k: 3, metadataEquals: { team: 'ops' } });
   const texts: string[] = hits.map((h) => h.memory.text + h.memory.facts.map((f) => f.normalized).join());
+  const enabled: HotPathStatus = await client.hotPath('acme', 'enable');
+  const fast: RetainResult = await client.retain('acme', 'queued', { fast: enabled.enabled, requestId: '' });
+  const flushed: FlushResult = await client.hotPath('acme', 'flush', { timeoutSeconds: 10 });
+  const depth: number = (await client.hotPath('acme', 'status')).queueDepth + flushed.failedEventIds.length;
+  const one: MemoryEvent = await client.getEvent('acme', fast.eventId);
+  const finished: Date | null = one.finishedAt;
+  const page: EventPage = await client.listEvents('acme', { status: 'succeeded', acceptedAfter: new Date(0), pageSize: 10 });
+  const created: Id[] = page.events.flatMap((e) => e.createdMemoryIds);
+  let lastSequence: Id = '0';
+  for await (const e of client.watchEvents('acme', { afterEventId: 0n, afterSequence: lastSequence, timeoutMs: 1000 })) {
+    lastSequence = e.sequence;
+    if (e.status === 'succeeded') break;
+  }
   const assembled: AssembledContext = await client.assembleContext('acme', 'ws', { query: 'plan' });
   const next: bigint = await client.updateGlobal('acme', '# MEMORY', { observedGeneration: assembled.globalGeneration });
   const { applied, generation } = await client.updateWorkspace('acme', 'ws', [
@@ -26,8 +40,9 @@ export async function host(target: string): Promise<string> {
     await client.stats('acme');
   } catch (err) {
     if (err instanceof MnemosyneError && err.reason === 'TENANT_NOT_FOUND') return err.codeName;
+    if (err instanceof MnemosyneError && err.retryDelayMs !== null) return `retry after ${err.retryDelayMs} ms`;
   }
   client.close();
-  return [status, texts.join(), String(next + generation), String(applied), prompt, summary,
+  return [status, texts.join(), String(depth), String(finished?.getTime()), created.join(), lastSequence, String(next + generation), String(applied), prompt, summary,
     renderContext(assembled, 'ws'), GLOBAL_GENERATION_KEY, JSON.stringify(MemoryHost.toolSchemas('anthropic'))].join('\n');
 }

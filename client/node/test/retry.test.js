@@ -1,0 +1,153 @@
+'use strict';
+// When the client repeats a call, against a tiny grpc-js server that answers the first call(s)
+// with a chosen status: UNAVAILABLE, and RESOURCE_EXHAUSTED whose google.rpc.Status details carry
+// an ErrorInfo and a RetryInfo (what the server sends when an admission limit is hit). Only calls
+// that are safe to repeat are repeated: reads, and writes that carry a request id.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const grpc = require('@grpc/grpc-js');
+const { MemoryClient, MnemosyneError } = require('../src');
+const { STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE } = require('../src/errors');
+const { loadServices, loadStatusTypes } = require('../src/protos');
+
+/** Trailing metadata with a google.rpc.Status of ErrorInfo(reason) and, if given, RetryInfo. */
+function statusMetadata(code, message, reason, retryDelayMs) {
+  const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
+  const details = [{
+    type_url: ERROR_INFO_TYPE,
+    value: ErrorInfo.encode(ErrorInfo.fromObject({ reason, domain: 'mnemosyne.v1', metadata: { limit: 'admission' } })).finish(),
+  }];
+  if (retryDelayMs != null) {
+    const seconds = Math.floor(retryDelayMs / 1000);
+    details.push({
+      type_url: RETRY_INFO_TYPE,
+      value: RetryInfo.encode(RetryInfo.fromObject({ retry_delay: { seconds, nanos: (retryDelayMs - seconds * 1000) * 1e6 } })).finish(),
+    });
+  }
+  const metadata = new grpc.Metadata();
+  metadata.set(STATUS_DETAILS_KEY, Buffer.from(Status.encode(Status.fromObject({ code, message, details })).finish()));
+  return metadata;
+}
+
+const ADMISSION = (retryDelayMs) => ({
+  code: grpc.status.RESOURCE_EXHAUSTED,
+  details: 'too many writes in flight for this tenant',
+  metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'too many writes in flight for this tenant', 'ADMISSION_LIMIT', retryDelayMs),
+});
+
+/**
+ * A MemoryService whose Retain and Recall answer `failures` (a list of grpc errors) first, one
+ * per call, then succeed. Resolves {target, calls, stop()}; `calls` records each request.
+ */
+async function fakeServer(failures) {
+  const { MemoryService } = loadServices();
+  const calls = [];
+  const answer = (success) => (call, callback) => {
+    calls.push({ at: Date.now(), request: call.request });
+    const failure = failures[calls.length - 1];
+    if (failure) callback(failure);
+    else callback(null, success(call.request));
+  };
+  const server = new grpc.Server();
+  server.addService(MemoryService.service, {
+    Retain: answer(() => ({ result: { status: 'CREATED', memory_id: '7' } })),
+    Recall: answer(() => ({ hits: [] })),
+  });
+  const port = await new Promise((resolve, reject) => {
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
+  });
+  return { target: `127.0.0.1:${port}`, calls, stop: () => server.forceShutdown() };
+}
+
+async function withServer(failures, options, body) {
+  const server = await fakeServer(failures);
+  const client = new MemoryClient(server.target, options);
+  try {
+    await body(client, server.calls);
+  } finally {
+    client.close();
+    server.stop();
+  }
+}
+
+test('RESOURCE_EXHAUSTED with RetryInfo: a write with a request id is repeated after retry_delay', async () => {
+  await withServer([ADMISSION(300)], {}, async (client, calls) => {
+    const started = Date.now();
+    const result = await client.retain('acme', 'Order ORD-1 shipped', { requestId: 'req-1' });
+    assert.deepEqual([result.status, result.memoryId], ['created', '7']);
+    assert.equal(calls.length, 2);
+    assert.deepEqual(calls.map((c) => c.request.request_id), ['req-1', 'req-1']); // the same write, deduplicated by the server
+    assert.ok(calls[1].at - calls[0].at >= 290, `repeated after ${calls[1].at - calls[0].at} ms`);
+    assert.ok(Date.now() - started < 3000);
+  });
+});
+
+test('RESOURCE_EXHAUSTED with RetryInfo: a read is repeated too', async () => {
+  await withServer([ADMISSION(50), ADMISSION(50)], {}, async (client, calls) => {
+    assert.deepEqual(await client.recall('acme', 'order'), []);
+    assert.equal(calls.length, 3);
+  });
+});
+
+test('a write without a request id is not repeated; the error keeps its reason and retry delay', async () => {
+  await withServer([ADMISSION(300)], {}, async (client, calls) => {
+    await assert.rejects(client.retain('acme', 'Order ORD-2 shipped', { requestId: '' }), (err) => {
+      assert.ok(err instanceof MnemosyneError);
+      assert.equal(err.code, grpc.status.RESOURCE_EXHAUSTED);
+      assert.equal(err.reason, 'ADMISSION_LIMIT');
+      assert.equal(err.domain, 'mnemosyne.v1');
+      assert.deepEqual(err.metadata, { limit: 'admission' });
+      assert.equal(err.retryDelayMs, 300);
+      return true;
+    });
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].request.request_id, '');
+  });
+});
+
+test('RESOURCE_EXHAUSTED without RetryInfo (a quota) is final, even for a read', async () => {
+  const quota = {
+    code: grpc.status.RESOURCE_EXHAUSTED,
+    details: 'tenant quota of memories reached',
+    metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'tenant quota of memories reached', 'QUOTA_MEMORIES', null),
+  };
+  await withServer([quota], {}, async (client, calls) => {
+    await assert.rejects(client.recall('acme', 'order'), (err) => err.reason === 'QUOTA_MEMORIES' && err.retryDelayMs === null);
+    assert.equal(calls.length, 1);
+  });
+});
+
+test('retry_delay is capped at maxRetryDelayMs (default 5 s)', async () => {
+  assert.equal(new MemoryClient('127.0.0.1:1').maxRetryDelayMs, 5000);
+  await withServer([ADMISSION(3600 * 1000)], { maxRetryDelayMs: 200 }, async (client, calls) => {
+    const started = Date.now();
+    assert.equal((await client.retain('acme', 'Order ORD-3 shipped')).status, 'created');
+    assert.equal(calls.length, 2);
+    const waited = calls[1].at - calls[0].at;
+    assert.ok(waited >= 190 && Date.now() - started < 3000, `repeated after ${waited} ms`);
+  });
+});
+
+test('at most `retries` repeats, then the last error', async () => {
+  await withServer(Array(10).fill(ADMISSION(10)), { retries: 2 }, async (client, calls) => {
+    await assert.rejects(client.retain('acme', 'Order ORD-4 shipped'), (err) => err.reason === 'ADMISSION_LIMIT');
+    assert.equal(calls.length, 3);
+    assert.equal(new Set(calls.map((c) => c.request.request_id)).size, 1);
+  });
+});
+
+test('UNAVAILABLE: a read and a write with a request id are repeated, a write without one is not', async () => {
+  const unavailable = { code: grpc.status.UNAVAILABLE, details: 'shutting down' };
+  await withServer([unavailable], {}, async (client, calls) => {
+    assert.deepEqual(await client.recall('acme', 'order'), []);
+    assert.equal(calls.length, 2);
+  });
+  await withServer([unavailable], {}, async (client, calls) => {
+    assert.equal((await client.retain('acme', 'Order ORD-5 shipped')).status, 'created');
+    assert.equal(calls.length, 2);
+  });
+  await withServer([unavailable], {}, async (client, calls) => {
+    await assert.rejects(client.retain('acme', 'Order ORD-6 shipped', { requestId: '' }), (err) => err.code === grpc.status.UNAVAILABLE);
+    assert.equal(calls.length, 1);
+  });
+});
