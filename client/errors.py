@@ -26,12 +26,21 @@ from grpc_status import rpc_status
 
 
 class MnemosyneClientError(Exception):
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str, metadata: dict[str, str]) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: str,
+        message: str,
+        metadata: dict[str, str],
+        retry_after_seconds: float | None = None,
+    ) -> None:
         super().__init__(f"{code.name} {reason}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
         self.metadata = metadata
+        # The server's google.rpc.RetryInfo: retrying the same call makes sense after this long.
+        self.retry_after_seconds = retry_after_seconds
 
 
 class InvalidArgumentError(MnemosyneClientError): ...
@@ -61,26 +70,38 @@ _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
 }
 
 
+def _details(error: grpc.RpcError) -> list[object]:
+    try:
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except ValueError:  # a malformed status from something that is not our server
+        return []
+    return list(status.details) if status is not None else []
+
+
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo detail of a failed call, if the server sent one."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+    for detail in _details(error):
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):  # type: ignore[attr-defined]
             info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
+            detail.Unpack(info)  # type: ignore[attr-defined]
             return info
+    return None
+
+
+def retry_delay(error: grpc.RpcError) -> float | None:
+    """The RetryInfo delay of a failed call in seconds, if the server sent one."""
+    for detail in _details(error):
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[attr-defined]
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)  # type: ignore[attr-defined]
+            return retry.retry_delay.ToNanoseconds() / 1e9
     return None
 
 
 def from_rpc_error(error: grpc.RpcError) -> MnemosyneClientError:
     code = error.code()  # type: ignore[attr-defined]
-    try:
-        info = error_info(error)
-    except ValueError:  # a malformed status from something that is not our server
-        info = None
+    info = error_info(error)
     reason = info.reason if info is not None else code.name
     metadata = dict(info.metadata) if info is not None else {}
     cls = _BY_CODE.get(code, ServerError)
-    return cls(code, reason, error.details() or "", metadata)  # type: ignore[attr-defined]
+    return cls(code, reason, error.details() or "", metadata, retry_delay(error))  # type: ignore[attr-defined]

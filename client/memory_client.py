@@ -35,6 +35,8 @@ T = TypeVar("T")
 # The server's default max_request_bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
 # before it is sent, with the reason the server would give.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# The longest wait a server's RetryInfo may impose before a call is repeated.
+MAX_RETRY_DELAY_SECONDS = 5.0
 # Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
 # server whose limits were raised.
 _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
@@ -189,18 +191,31 @@ class MemoryClient:
                 f"the request has {size} bytes; the limit is {MAX_REQUEST_BYTES} (max_request_bytes): split it, "
                 "e.g. a large batch into several", {},
             )
-        delay = 0.1
-        attempt = 0
-        while True:
+        return self._retrying(
+            lambda: method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata)), retry=retry
+        )
+
+    def _retrying(self, attempt: Callable[[], T], *, retry: bool) -> T:
+        """``attempt()`` until it succeeds; when ``retry`` (the call is safe to repeat: a read, or
+        a write carrying a request id), repeated after UNAVAILABLE (backoff from 0.1 s, doubling)
+        and after RESOURCE_EXHAUSTED that names a retry delay (google.rpc.RetryInfo: the server's
+        admission limits), at most ``retries`` times."""
+        backoff = 0.1
+        for tried in range(self._retries + 1):
             try:
-                return method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata))
+                return attempt()
             except grpc.RpcError as exc:
-                if retry and attempt < self._retries and exc.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
-                    attempt += 1
-                    time.sleep(delay)
-                    delay *= 2
-                    continue
-                raise from_rpc_error(exc) from exc
+                error = from_rpc_error(exc)
+                if not retry or tried == self._retries:
+                    raise error from exc
+                if error.code == grpc.StatusCode.UNAVAILABLE:
+                    time.sleep(backoff)
+                    backoff *= 2
+                elif error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after_seconds is not None:
+                    time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
+                else:
+                    raise error from exc
+        raise AssertionError("unreachable")
 
     # -- memories -------------------------------------------------------------------------------
 
@@ -532,10 +547,10 @@ class MemoryClient:
         return hot_path_status_from_proto(self._call_waiting(methods[action], request, wait))
 
     def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
-        try:
-            return method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+        # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
+        return self._retrying(
+            lambda: method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata), retry=True
+        )
 
     def get_event(self, tenant: str, event_id: int) -> types.Event:
         request = events_pb2.GetEventRequest(tenant=tenant, event_id=event_id)
@@ -566,20 +581,28 @@ class MemoryClient:
         """Every status transition, replayed from the durable log then live. To resume a dropped
         stream without missing a transition, pass the last received ``Event.sequence`` as
         ``after_sequence``. The stream runs until ``timeout`` (None: forever) or ``cancel()``
-        on the returned iterator's underlying call."""
+        on the returned iterator's underlying call. A stream refused for a limit before its first
+        event (RESOURCE_EXHAUSTED with a retry delay) is opened again after that delay."""
         request = events_pb2.WatchEventsRequest(
             tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence
         )
-        call = self.events.WatchEvents(request, timeout=timeout, metadata=self._metadata)
-        try:
-            for message in call:
-                yield event_from_proto(message)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+        for tried in range(self._retries + 1):
+            call = self.events.WatchEvents(request, timeout=timeout, metadata=self._metadata)
+            received = False
+            try:
+                for message in call:
+                    received = True
+                    yield event_from_proto(message)
                 return
-            raise from_rpc_error(exc) from exc
-        finally:
-            call.cancel()
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                    return
+                error = from_rpc_error(exc)
+                if received or tried == self._retries or error.retry_after_seconds is None:
+                    raise error from exc
+                time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
+            finally:
+                call.cancel()
 
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:

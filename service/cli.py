@@ -6,12 +6,13 @@ Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLA
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
+import resource
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -20,6 +21,7 @@ from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
+    from mnemosyne.transport.server import ServerConfig
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -46,9 +48,13 @@ def _serve(args: argparse.Namespace) -> int:
     tune_interpreter()  # before numpy loads (runtime.py)
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
-    from mnemosyne.transport.server import ServerConfig, create_server
+    from mnemosyne.transport.admission import AdmissionLimits
+    from mnemosyne.transport.server import ServerConfig
 
     logs.configure(args.log_format, os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"))
+    if _env("TEST_OPEN_FILES"):  # test seam: start as under `ulimit -n` (soft:hard)
+        soft, _, hard = (_env("TEST_OPEN_FILES") or "").partition(":")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(soft), int(hard)))
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
     config = ServerConfig(
@@ -86,20 +92,27 @@ def _serve(args: argparse.Namespace) -> int:
         # fails on texts containing the marker (a poison operation).
         test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
         test_poison_marker=_env("TEST_POISON_MARKER") or "",
+        admission=AdmissionLimits(**{name: getattr(args, name) for name in AdmissionLimits.__dataclass_fields__}),
+        test_park_tenant=_env("TEST_PARK_TENANT") or "",
+        test_park_file=_path(_env("TEST_PARK_FILE")),
     )
-    running = create_server(config)
-    stop = threading.Event()
+    return asyncio.run(_run_server(config))
+
+
+async def _run_server(config: ServerConfig) -> int:
+    from mnemosyne.transport.server import start_server
+
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        loop.add_signal_handler(signum, stop.set)
     # A machine-readable line that tests and supervisors can wait for.
     print(json.dumps({"event": "serving", "port": running.port, "metrics_port": running.metrics_port,
                       "pid": os.getpid()}), flush=True)
-    # Poll: a signal delivered to one of the server's threads only runs its Python handler when
-    # the main thread wakes up, and a bare wait() might never wake.
-    while not stop.wait(0.1):
-        pass
+    await stop.wait()
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
-    running.stop()
+    await running.stop()
     return 0
 
 
@@ -175,6 +188,28 @@ def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
                             help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})")
 
 
+ADMISSION_HELP = {
+    "worker_threads": "threads running the engine's blocking work, shared by every tenant",
+    "calls_per_tenant": "of the worker threads, how many one tenant's calls may occupy at once (its fair share)",
+    "queued_calls_per_tenant": "calls of one tenant waiting for a worker thread; past it RESOURCE_EXHAUSTED",
+    "queued_calls": "calls of every tenant waiting for a worker thread; past it RESOURCE_EXHAUSTED",
+    "streams_per_tenant": "open server streams (WatchEvents, AggregateStats) of one tenant",
+    "streams": "open server streams of every tenant",
+    "waiting_calls_per_tenant": "Flush and Disable calls of one tenant waiting for its queue",
+    "waiting_calls": "Flush and Disable calls of every tenant waiting",
+}
+
+
+def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag (and MNEMOSYNE_ variable) per field of AdmissionLimits: --worker-threads..."""
+    from mnemosyne.transport.admission import AdmissionLimits
+
+    for name, spec in AdmissionLimits.__dataclass_fields__.items():
+        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=default,
+                            help=f"{ADMISSION_HELP[name]} (default {spec.default})")
+
+
 def _oplog(args: argparse.Namespace) -> int:
     """Read-only look at a tenant's operation log (no lock, no workers): what is still open."""
     from mnemosyne.store.oplog_inspect import inspect_oplog
@@ -234,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
                        help="stderr log lines as text or JSON (one object per line)")
     _add_limit_flags(serve)
+    _add_admission_flags(serve)
     serve.add_argument("--embedder", choices=["hashing", "minilm"], default=_env("EMBEDDER", "hashing"),
                        help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
 

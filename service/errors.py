@@ -30,12 +30,19 @@ class MnemosyneError(Exception):
     default_reason = "INTERNAL"
 
     def __init__(
-        self, message: str, *, reason: str | None = None, metadata: Mapping[str, str] | None = None
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        retry_after_seconds: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason or self.default_reason
         self.metadata: dict[str, str] = dict(metadata or {})
+        # When retrying the same call makes sense, after how long (sent as google.rpc.RetryInfo).
+        self.retry_after_seconds = retry_after_seconds
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.reason}: {self.message})"

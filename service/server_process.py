@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -22,7 +21,8 @@ class ServerProcess:
 
     ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags;
     ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``); ``open_files``
-    (soft, hard) sets the child's open-file limit before it starts (as a shell's ``ulimit -n``).
+    (soft, hard) is the open-file limit the server sets itself first thing (as a shell's ``ulimit -n``
+    would have), through the MNEMOSYNE_TEST_OPEN_FILES seam.
     ``start()`` returns when the server printed its port and answers health checks.
     """
 
@@ -41,7 +41,8 @@ class ServerProcess:
         self.args = list(args or [])
         self.metrics = metrics
         self.health_credentials = health_credentials  # for a TLS server's start-up health check
-        self.open_files = open_files
+        if open_files is not None:
+            self.env["MNEMOSYNE_TEST_OPEN_FILES"] = f"{open_files[0]}:{open_files[1]}"
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.metrics_port = 0
@@ -67,15 +68,7 @@ class ServerProcess:
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
-        limit = self.open_files
-
-        def before_exec() -> None:
-            if limit is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
-
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, preexec_fn=before_exec
-        )
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         stderr.close()
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout

@@ -36,7 +36,7 @@ def test_every_metric_is_documented() -> None:
     docs = _docs()
     families = list(text_string_to_metric_families(ServerMetrics().exposition().decode()))
     names = [f.name for f in families if f.name.startswith("mnemosyne_")]
-    assert len(names) == 9
+    assert len(names) == 14
     for family in families:
         if family.name.startswith("mnemosyne_"):
             shown = family.name + ("_total" if family.type == "counter" else "")

@@ -83,7 +83,7 @@ HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 MOVE_BATCHES = 4
 _FLAG_CACHE_KEY = "hot_path_enabled"
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
-_STREAM_CHUNK = 500
+STREAM_CHUNK = 500  # transitions a WatchEvents stream reads at a time
 
 
 class ModelError(Exception):
@@ -317,6 +317,73 @@ class _Scheduler:
             self._cond.notify_all()
 
 
+# -- who waits for a tenant's changes ------------------------------------------------------------
+
+
+class Changes:
+    """The tenants whose hot path changed (an operation accepted, taken, finished), told to whoever
+    waits for them: a Flush, a WatchEvents stream. Callbacks run on the thread that made the change
+    and must only hand the news on (set an event, schedule a wake-up)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, set[Callable[[], None]]] = {}
+
+    def subscribe(self, tenant: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` on each change of ``tenant`` until the returned function is called."""
+        with self._lock:
+            self._waiting.setdefault(tenant, set()).add(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._waiting.get(tenant)
+                if callbacks is not None:
+                    callbacks.discard(callback)
+                    if not callbacks:
+                        del self._waiting[tenant]
+
+        return unsubscribe
+
+    def notify(self, tenant: str) -> None:
+        with self._lock:
+            callbacks = list(self._waiting.get(tenant, ()))
+        for callback in callbacks:
+            callback()
+
+    def notify_all(self) -> None:
+        with self._lock:
+            callbacks = [c for callbacks in self._waiting.values() for c in callbacks]
+        for callback in callbacks:
+            callback()
+
+    @contextlib.contextmanager
+    def waiter(self, tenant: str) -> Iterator[threading.Event]:
+        """A threading.Event set on each change of ``tenant`` while the block lasts."""
+        changed = threading.Event()
+        unsubscribe = self.subscribe(tenant, changed.set)
+        try:
+            yield changed
+        finally:
+            unsubscribe()
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """A chunk of a tenant's event transitions, for WatchEvents."""
+
+    events: list[Event]
+    through_sequence: int  # resume after this one
+    more: bool  # a full chunk: read again at once
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """What a Flush (or a Disable) waits for: every operation accepted up to ``up_to_id``."""
+
+    up_to_id: int
+    covered: list[int]  # the operations open when it began
+
+
 # -- the hot path ----------------------------------------------------------------------------------
 
 
@@ -331,7 +398,7 @@ class HotPath:
         self._hold_file = config.test_hold_workers_file
         self.index = PendingIndex(engine.pool.data_dir)
         self._scheduler = _Scheduler()
-        self._changed = threading.Condition()
+        self.changes = Changes()
         self._threads: list[threading.Thread] = []
         self._streams_ended = False
         # tenant -> (open operations, oldest acceptance time), refreshed in the transactions that
@@ -408,15 +475,19 @@ class HotPath:
         oldest = min((t for _, t in depths if t is not None), default=None)
         return sum(n for n, _ in depths), (time.time() - oldest if oldest is not None else 0.0)
 
+    @property
+    def streams_ended(self) -> bool:
+        return self._streams_ended
+
     def end_streams(self) -> None:
         """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
         self._streams_ended = True
-        self._signal()
+        self.changes.notify_all()
 
     def stop(self) -> None:
         self._streams_ended = True
         self._scheduler.stop()
-        self._signal()
+        self.changes.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
             if thread.is_alive():  # a daemon thread: it dies with the process
@@ -424,13 +495,6 @@ class HotPath:
         self._unindex_idle_now()
         self.index.close()
 
-    def _signal(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
-
-    def _wait_change(self, seconds: float) -> None:
-        with self._changed:
-            self._changed.wait(max(0.0, seconds))
 
     # -- the flag --------------------------------------------------------------------------------
 
@@ -504,7 +568,7 @@ class HotPath:
                     txn.save_request(InboxRequest(request_id, method, payload_hash, result_json, now), event_id)
             self._note_enqueued(tenant, store, len(prepared), now)
         self._scheduler.notify(tenant)
-        self._signal()
+        self.changes.notify(tenant)
         return final
 
     # -- workers ---------------------------------------------------------------------------------
@@ -571,7 +635,7 @@ class HotPath:
                     if retry_at is not None:  # only backed-off operations are left: come back then
                         self._scheduler.notify_at(tenant, retry_at)
                 return False
-            self._signal()
+            self.changes.notify(tenant)
             prepared: list[PreparedItem] = []
             by_position: dict[int, OpRow] = {}
             for position, op in enumerate(ops):
@@ -612,7 +676,7 @@ class HotPath:
                     break
                 else:  # pragma: no cover - needs repeated forget races
                     raise RuntimeError("operations kept losing their duplicate originals")
-            self._signal()
+            self.changes.notify(tenant)
             if not finished or len(ops) == self._batch:
                 return True  # more is likely: skip the idle check, the next round will tell
             return not self._unindex_if_idle(tenant, store)
@@ -756,55 +820,90 @@ class HotPath:
 
     # -- barrier and status ----------------------------------------------------------------------
 
-    def _wait_drained(self, tenant: str, store: TenantStore, up_to_id: int, timeout: float, what: str) -> None:
-        self._scheduler.notify(tenant)  # it is surely scheduled, even if a notify was lost
-        deadline = time.monotonic() + timeout
-        while True:
+    # The barrier in steps that never wait, so a caller may wait between them on a thread
+    # (``flush``, ``disable``: MemoryBrain in process) or on an event loop holding no thread (the
+    # server: transport/waits.py), and give up at its own deadline.
+
+    def flush_barrier(self, tenant: str) -> Barrier | None:
+        """What a Flush of the tenant, beginning now, waits for; None when it has no file."""
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return None
+            self._scheduler.notify(tenant)  # surely scheduled, even if a notify was lost
+            return self._barrier(store)
+
+    def disable_barrier(self, tenant: str) -> Barrier | None:
+        """Stop queueing the tenant's fast writes; what its Disable then waits for (None: no file,
+        nothing to disable, and none is made)."""
+        if not self.set_enabled(tenant, False):
+            return None
+        return self.flush_barrier(tenant)
+
+    @staticmethod
+    def _barrier(store: TenantStore) -> Barrier:
+        """The last accepted event id and the open operations up to it, inbox and log together."""
+        with _snapshot(store) as (txn, waiting):
+            in_log = txn.oplog_open_ids(waiting.log_last_id)
+            in_inbox = [row.event_id for row in waiting.rows()]
+        return Barrier(in_inbox[-1] if in_inbox else waiting.log_last_id, in_log + in_inbox)
+
+    def remaining(self, tenant: str, barrier: Barrier) -> int:
+        """Operations the barrier still waits for (0: all have finished). When 0, what finished is
+        made durable first (a barrier returns once what it waited for is on disk)."""
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return 0
             with _snapshot(store) as (txn, waiting):
-                remaining = txn.oplog_depth(up_to_id=up_to_id)[0] + waiting.depth(up_to_id)[0]
-            if remaining == 0:
-                store.sync_log()  # a barrier returns once what it waited for is on disk
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded(
-                    f"{what} gave up after {timeout:g}s with {remaining} operations still pending or running; "
-                    "call it again (nothing was lost) or give a longer timeout_seconds",
-                    reason="HOT_PATH_DEADLINE_EXCEEDED",
-                    metadata={"remaining_depth": str(remaining)},
-                )
-            self._wait_change(min(0.2, left))
+                left = txn.oplog_depth(up_to_id=barrier.up_to_id)[0] + waiting.depth(barrier.up_to_id)[0]
+            if left == 0:
+                store.sync_log()
+            return left
+
+    def flush_outcome(self, tenant: str, barrier: Barrier) -> FlushOutcome:
+        """What the operations a finished barrier covered did."""
+        statuses: dict[int, str] = {}
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is not None:
+                with store.read() as txn:
+                    statuses = txn.oplog_statuses(barrier.covered)
+        failed_ids = sorted(i for i, s in statuses.items() if s == "failed")
+        return FlushOutcome(len(barrier.covered), len(barrier.covered) - len(failed_ids), len(failed_ids), failed_ids)
+
+    @staticmethod
+    def gave_up(what: str, seconds: float, remaining: int) -> DeadlineExceeded:
+        return DeadlineExceeded(
+            f"{what} gave up after {seconds:g}s with {remaining} operations still pending or running; "
+            "call it again (nothing was lost) or give a longer timeout_seconds",
+            reason="HOT_PATH_DEADLINE_EXCEEDED",
+            metadata={"remaining_depth": str(remaining)},
+        )
+
+    def _wait(self, tenant: str, barrier: Barrier, timeout: float, what: str) -> None:
+        """Block until the barrier is passed, or raise ``gave_up`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        with self.changes.waiter(tenant) as changed:
+            while (left := self.remaining(tenant, barrier)) > 0:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise self.gave_up(what, timeout, left)
+                changed.wait(min(1.0, wait))
+                changed.clear()
 
     def flush(self, tenant: str, timeout: float) -> FlushOutcome:
         """Block until every operation accepted before the call has finished."""
         timeout = check.validate_wait_seconds(timeout)
-        with self._engine.pool.tenant(tenant, create=False) as store:
-            if store is None:
-                return FlushOutcome(0, 0, 0, [])
-            last, covered = self._open_ids(store)
-            self._wait_drained(tenant, store, last, timeout, "flush")
-            with store.read() as txn:
-                statuses = txn.oplog_statuses(covered)
-        failed_ids = sorted(i for i, s in statuses.items() if s == "failed")
-        return FlushOutcome(len(covered), len(covered) - len(failed_ids), len(failed_ids), failed_ids)
-
-    @staticmethod
-    def _open_ids(store: TenantStore) -> tuple[int, list[int]]:
-        """(the last accepted event id, the open operations up to it), inbox and log together."""
-        with _snapshot(store) as (txn, waiting):
-            in_log = txn.oplog_open_ids(waiting.log_last_id)
-            in_inbox = [row.event_id for row in waiting.rows()]
-        return (in_inbox[-1] if in_inbox else waiting.log_last_id), in_log + in_inbox
+        barrier = self.flush_barrier(tenant)
+        if barrier is None:
+            return FlushOutcome(0, 0, 0, [])
+        self._wait(tenant, barrier, timeout, "flush")
+        return self.flush_outcome(tenant, barrier)
 
     def disable(self, tenant: str, timeout: float) -> HotPathState:
         """Stop queueing new fast writes, then wait until the queue is drained."""
         timeout = check.validate_wait_seconds(timeout)
-        if not self.set_enabled(tenant, False):
-            return self.status(tenant)  # no file: nothing to disable, and none is made
-        with self._engine.pool.tenant(tenant, create=False) as store:
-            assert store is not None
-            last, _ = self._open_ids(store)
-            self._wait_drained(tenant, store, last, timeout, "disable")
+        barrier = self.disable_barrier(tenant)
+        if barrier is not None:
+            self._wait(tenant, barrier, timeout, "disable")
         return self.status(tenant)
 
     def status(self, tenant: str) -> HotPathState:
@@ -877,40 +976,33 @@ class HotPath:
         token = page_tokens.encode(secret, tenant, query, str(rows[page_size - 1].event_id)) if len(rows) > page_size else ""
         return EventPage(events, token)
 
-    def watch(
-        self, tenant: str, *, after_event_id: int = 0, after_sequence: int = 0, active: Callable[[], bool]
-    ) -> Iterator[Event]:
-        """Every status transition after ``after_sequence`` of events after ``after_event_id``,
-        replayed from the durable log, then live, until ``active()`` turns false."""
+    def transitions(self, tenant: str, *, after_event_id: int = 0, after_sequence: int = 0) -> Transitions:
+        """The next status transitions (up to a chunk) after ``after_sequence`` of events after
+        ``after_event_id``, from the durable log; the caller waits for ``changes`` when there were
+        no more (WatchEvents: transport/waits.py)."""
         sequence = max(0, after_sequence)
-        while active() and not self._streams_ended:
-            transitions: list[Transition] = []
-            rows: dict[int, OpRow] = {}
-            with self._engine.pool.tenant(tenant, create=False) as store:
-                if store is not None:
-                    with store.read() as txn:
-                        pruned = txn.oplog_pruned_through_seq()
-                        if sequence and sequence < pruned:
-                            raise FailedPrecondition(
-                                f"transitions up to sequence {pruned} were deleted by the event retention limit "
-                                f"({self._retention:g}s), so a watch resuming after {sequence} would miss some; "
-                                f"resume with after_sequence >= {pruned}, or 0 for everything kept",
-                                reason="EVENTS_PRUNED",
-                                metadata={"pruned_through_sequence": str(pruned)},
-                            )
-                        transitions = txn.oplog_transitions(
-                            after_seq=sequence, after_event_id=max(0, after_event_id), limit=_STREAM_CHUNK
-                        )
-                        for t in transitions:
-                            if t.event_id not in rows:
-                                row = txn.oplog_get(t.event_id)
-                                if row is not None:
-                                    rows[t.event_id] = row
-            for t in transitions:
-                yield event_from_row(rows[t.event_id], status=t.status, sequence=t.seq)
-                sequence = t.seq
-            if len(transitions) < _STREAM_CHUNK:
-                self._wait_change(0.5)
+        with self._engine.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return Transitions([], sequence, more=False)
+            with store.read() as txn:
+                pruned = txn.oplog_pruned_through_seq()
+                if sequence and sequence < pruned:
+                    raise FailedPrecondition(
+                        f"transitions up to sequence {pruned} were deleted by the event retention limit "
+                        f"({self._retention:g}s), so a watch resuming after {sequence} would miss some; "
+                        f"resume with after_sequence >= {pruned}, or 0 for everything kept",
+                        reason="EVENTS_PRUNED",
+                        metadata={"pruned_through_sequence": str(pruned)},
+                    )
+                found = txn.oplog_transitions(after_seq=sequence, after_event_id=max(0, after_event_id), limit=STREAM_CHUNK)
+                rows: dict[int, OpRow] = {}
+                for t in found:
+                    if t.event_id not in rows:
+                        row = txn.oplog_get(t.event_id)
+                        if row is not None:
+                            rows[t.event_id] = row
+        events = [event_from_row(rows[t.event_id], status=t.status, sequence=t.seq) for t in found if t.event_id in rows]
+        return Transitions(events, found[-1].seq if found else sequence, more=len(found) == STREAM_CHUNK)
 
 
 class _Waiting:

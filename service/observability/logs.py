@@ -21,8 +21,6 @@ import uuid
 from typing import TextIO
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("mnemosyne_request_id", default="")
-# The ErrorInfo reason a failing call answered with, for its access record.
-_failure_reason: contextvars.ContextVar[str] = contextvars.ContextVar("mnemosyne_failure_reason", default="")
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # LogRecord attributes that are not "extra" fields given by the caller.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id"}
@@ -38,18 +36,6 @@ def request_id_from(value: str | None) -> str:
 
 def set_request_id(value: str) -> contextvars.Token[str]:
     return _request_id.set(value)
-
-
-def note_failure_reason(reason: str) -> None:
-    _failure_reason.set(reason)
-
-
-def take_failure_reason() -> str:
-    """The reason noted for the call that just ended ("" when none), cleared for the next."""
-    reason = _failure_reason.get()
-    if reason:
-        _failure_reason.set("")
-    return reason
 
 
 def reset_request_id(token: contextvars.Token[str]) -> None:

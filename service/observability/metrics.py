@@ -12,11 +12,13 @@ scrape through callbacks bound by ``read_gauges_from`` (the server binds them to
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client import gc_collector, platform_collector, process_collector
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from mnemosyne.engine.observer import EngineObserver
 
@@ -28,6 +30,10 @@ GAUGES = {
     "mnemosyne_open_tenants": "Tenant files open now (bounded by --max-open-tenants).",
     "mnemosyne_queue_depth": "Accepted asynchronous writes not yet applied, summed over tenants.",
     "mnemosyne_oldest_pending_seconds": "Age of the oldest accepted but not yet applied write (0 when none).",
+    "mnemosyne_worker_threads_busy": "Worker threads running a call's blocking work now (of --worker-threads).",
+    "mnemosyne_queued_calls": "Calls waiting for a worker thread (their tenant at its share, or every thread busy).",
+    "mnemosyne_open_streams": "Server streams open now (WatchEvents, AggregateStats).",
+    "mnemosyne_waiting_calls": "Flush and Disable calls waiting for their tenant's queue now.",
 }
 
 
@@ -70,12 +76,19 @@ class ServerMetrics(EngineObserver):
         self._gauges = {name: Gauge(name, help_text, registry=self.registry) for name, help_text in GAUGES.items()}
         for gauge in self._gauges.values():
             gauge.set_function(lambda: 0.0)
+        self._refusals = _Refusals()
+        self.registry.register(self._refusals)
 
     def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
         """Bind gauges of ``GAUGES`` to zero-argument functions, called on every scrape (so
         they must be cheap and thread-safe). Unbound gauges read 0."""
         for name, source in sources.items():
             self._gauges[name].set_function(source)
+
+    def count_refusals_from(self, counts: Mapping[str, int]) -> None:
+        """``mnemosyne_admission_refusals{reason}``: calls refused by an admission limit, read
+        from ``counts`` (reason -> calls) on each scrape."""
+        self._refusals.counts = counts
 
     # -- EngineObserver -------------------------------------------------------------------------
 
@@ -95,3 +108,16 @@ class ServerMetrics(EngineObserver):
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Refusals(Collector):
+    def __init__(self) -> None:
+        self.counts: Mapping[str, int] = {}
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "mnemosyne_admission_refusals", "Calls refused by an admission limit, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(dict(self.counts).items()):
+            family.add_metric([reason], count)
+        yield family

@@ -1,36 +1,44 @@
-"""The server interceptor at the edge: authentication, tenant authorisation, error mapping.
+"""The edge of the gRPC surface: every call of our services passes here, in this order.
 
-Health checking and reflection are exempt (Kubernetes probes carry no credentials). For every
-other call the token is checked first, then the request's ``tenant`` against the token's
-tenants (before any handler runs, so nothing about a forbidden tenant is ever looked up), then
-the handler runs and any ``MnemosyneError`` becomes a rich status; anything else becomes INTERNAL
-with no detail leaked to the caller.
+1. telemetry: the request id (the client's ``x-request-id`` when sane, else a fresh one) is set
+   for every log record of the call and echoed in its initial metadata when the client sent one;
+2. the shutdown gate (admission): UNAVAILABLE / SHUTTING_DOWN once shutdown began;
+3. authentication, then a request that could not be decoded is refused (REQUEST_UNDECODABLE,
+   REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
+   — before any handler runs, so nothing about a forbidden tenant is ever looked up;
+4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
+   fair share, or on the event loop as a waiting call or a stream, each counted by admission;
+5. errors: a ``MnemosyneError`` becomes its rich status (transport/errors.py: the one table), with
+   its reason in the access record; anything else is INTERNAL with no detail leaked;
+6. telemetry again: the latency histogram by method and code, and the access record.
+
+Health checking and reflection are registered without this edge: Kubernetes probes carry no
+credentials. The handlers are wrapped once, when the services are registered (no interceptor
+runs per call).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from typing import Any, Callable, Iterator
+import time
+from typing import Any, AsyncIterator, Callable
 
 import grpc
+from google.protobuf import descriptor, message_factory
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.observability import logs
+from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission
-from mnemosyne.transport.auth import Principal, TokenAuthenticator
+from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.call import Call
 from mnemosyne.transport.errors import rich_status
 
 log = logging.getLogger("mnemosyne.rpc")
 
-EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 ADMIN_METHODS = frozenset({"/mnemosyne.v1.AdminService/ListTenants", "/mnemosyne.v1.AdminService/AggregateStats"})
-
-
-def _authorization(details: grpc.HandlerCallDetails) -> str | None:
-    for key, value in details.invocation_metadata or ():
-        if key == "authorization":
-            return value if isinstance(value, str) else value.decode()
-    return None
+SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
 
 
 class _Undecodable:
@@ -43,9 +51,9 @@ class _Undecodable:
 
 
 def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_bytes: int) -> Callable[[bytes], Any]:
-    """gRPC's request deserializer, turning what it cannot decode (a truncated message, invalid
+    """The request deserializer, turning what it cannot decode (a truncated message, invalid
     UTF-8 in a string field) or a request above the size limit into a refusal with a reason
-    instead of gRPC's own INTERNAL "Exception deserializing request!"."""
+    instead of gRPC's own error."""
 
     def decode(data: bytes) -> Any:
         if len(data) > max_request_bytes:
@@ -70,92 +78,164 @@ def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_byte
     return decode
 
 
-class EdgeInterceptor(grpc.ServerInterceptor):
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("ascii", "replace")
+
+
+class _Outcome:
+    """How a call ended, for the histogram and the access record."""
+
+    __slots__ = ("code", "reason")
+
+    def __init__(self) -> None:
+        self.code = "OK"
+        self.reason = ""
+
+
+class Edge:
     def __init__(
-        self, authenticator: TokenAuthenticator | None, admission: Admission | None = None, *, max_request_bytes: int
+        self,
+        authenticator: TokenAuthenticator | None,
+        admission: Admission,
+        *,
+        max_request_bytes: int,
+        recorder: telemetry.Recorder,
     ) -> None:
         self._authenticator = authenticator
-        self._admission = admission or Admission()
+        self._admission = admission
         self._max_request_bytes = max_request_bytes
+        self._recorder = recorder
 
-    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
-        handler = continuation(details)
-        method = details.method
-        if handler is None or method.startswith(EXEMPT_PREFIXES):
-            return handler
-        self._admission.note_arrival()
-        admission = self._admission
-        principal: Principal | None = None
-        auth_error: MnemosyneError | None = None
-        if self._authenticator is not None:
-            try:
-                principal = self._authenticator.authenticate(_authorization(details))
-            except MnemosyneError as exc:
-                auth_error = exc
+    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
+        """The handlers of every method of ``service``, each wrapped by the edge."""
+        handlers = {}
+        for method in service.methods:
+            path = f"/{service.full_name}/{method.name}"
+            request_type = message_factory.GetMessageClass(method.input_type)
+            response_type = message_factory.GetMessageClass(method.output_type)
+            decode = _decoder(request_type.FromString, path, self._max_request_bytes)
+            implementation = getattr(servicer, method.name)
+            if method.server_streaming:
+                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._stream(path, implementation), request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(path, implementation), request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
-        def admit(request: Any) -> None:
-            if auth_error is not None:
-                raise auth_error
+    # -- the steps every call takes ------------------------------------------------------------
+
+    def _begin(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Call:
+        """Steps 2 and 3: admit the call and authorise it; its Call. Raises the refusal."""
+        metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
+        self._admission.enter()
+        try:
+            principal = None
+            if self._authenticator is not None:
+                principal = self._authenticator.authenticate(next((v for k, v in metadata if k == "authorization"), None))
             if isinstance(request, _Undecodable):
                 raise request.error
-            if principal is None:
-                return
-            if method in ADMIN_METHODS:
-                principal.check_admin()
-            tenant = getattr(request, "tenant", None)
-            if tenant is not None:
-                principal.check_tenant(tenant)
+            if principal is not None:
+                if method in ADMIN_METHODS:
+                    principal.check_admin()
+                if hasattr(request, "tenant"):
+                    principal.check_tenant(request.tenant)
+            tenant = getattr(request, "tenant", SERVER)
+        except BaseException:
+            self._admission.leave()
+            raise
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + remaining if remaining is not None else None
+        return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
 
-        def fail(context: grpc.ServicerContext, exc: BaseException) -> None:
-            # Servicers raise domain errors and never call context.abort themselves, so every
-            # exception seen here is either a domain error or a fault of ours.
-            if isinstance(exc, MnemosyneError):
-                logs.note_failure_reason(exc.reason)
-                context.abort_with_status(rich_status(exc))
-            if isinstance(exc, NotImplementedError):  # generated base class of a pending service
-                context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
-            log.exception("unhandled error in %s", method)
-            logs.note_failure_reason("INTERNAL")
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
+    async def _fail(self, context: grpc.aio.ServicerContext, exc: BaseException, outcome: _Outcome, method: str) -> None:
+        """Step 5: answer with the error's status (abort raises, ending the call)."""
+        if isinstance(exc, MnemosyneError):
+            status = rich_status(exc)
+            outcome.code, outcome.reason = status.code.name, exc.reason
+        else:
+            log.error("unhandled error in %s", method, exc_info=exc)
+            status = rich_status(MnemosyneError("internal error; the server log has the details", reason="INTERNAL"))
+            outcome.code, outcome.reason = "INTERNAL", "INTERNAL"
+        await context.abort(status.code, status.details, status.trailing_metadata)
 
-        decode = _decoder(handler.request_deserializer, method, self._max_request_bytes)
-        if handler.unary_unary:
-            inner = handler.unary_unary
+    @staticmethod
+    async def _send_initial(context: grpc.aio.ServicerContext, call: Call | None, echo: tuple[tuple[str, str], ...]) -> None:
+        metadata = (*(call.initial_metadata if call else ()), *echo)
+        if metadata:
+            await context.send_initial_metadata(metadata)
 
-            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+    def _unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
+        on_loop = inspect.iscoroutinefunction(implementation)
+        waits = getattr(implementation, "waits", False)
+        admission, recorder = self._admission, self._recorder
+
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.perf_counter()
+            echo, token = recorder.begin(context)
+            outcome = _Outcome()
+            try:
+                call = self._begin(method, request, context)
                 try:
-                    admission.enter()
-                except Exception as exc:
-                    fail(context, exc)
-                try:
-                    admit(request)
-                    return inner(request, context)
-                except Exception as exc:
-                    fail(context, exc)
+                    if not on_loop:
+                        response = await admission.run(call.tenant, implementation, request, call)
+                    elif waits:
+                        with admission.waiting(call.tenant):
+                            call.holds_place = True
+                            response = await implementation(request, call)
+                    else:
+                        response = await implementation(request, call)
                 finally:
                     admission.leave()
+                await self._send_initial(context, call, echo)
+                if call.trailing_metadata:
+                    context.set_trailing_metadata(tuple(call.trailing_metadata))
+                return response
+            except asyncio.CancelledError:
+                outcome.code = "CANCELLED"  # the client went away
+                raise
+            except Exception as exc:
+                await self._send_initial(context, None, echo)
+                await self._fail(context, exc, outcome, method)
+            finally:
+                recorder.end(method, outcome.code, outcome.reason, started, token)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=decode, response_serializer=handler.response_serializer
-            )
-        if handler.unary_stream:
-            inner_stream = handler.unary_stream
+        return handle
 
-            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _stream(self, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+        admission, recorder = self._admission, self._recorder
+
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter()
+            echo, token = recorder.begin(context)
+            outcome = _Outcome()
+            sent = False
+            try:
+                call = self._begin(method, request, context)
                 try:
-                    admission.enter()
-                except Exception as exc:
-                    fail(context, exc)
-                try:
-                    admit(request)
-                    yield from inner_stream(request, context)
-                except Exception as exc:
-                    fail(context, exc)
+                    with admission.stream(call.tenant):
+                        call.holds_place = True
+                        async for message in implementation(request, call):
+                            if not sent:
+                                await self._send_initial(context, call, echo)
+                                sent = True
+                            yield message
                 finally:
                     admission.leave()
+                if not sent:
+                    await self._send_initial(context, call, echo)
+            except (asyncio.CancelledError, GeneratorExit):
+                outcome.code = "CANCELLED"  # the client went away
+                raise
+            except Exception as exc:
+                if not sent:
+                    await self._send_initial(context, None, echo)
+                await self._fail(context, exc, outcome, method)
+            finally:
+                recorder.end(method, outcome.code, outcome.reason, started, token)
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=decode, response_serializer=handler.response_serializer
-            )
-        return handler
-
+        return handle

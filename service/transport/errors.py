@@ -38,11 +38,19 @@ def status_code_for(error: errors.MnemosyneError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def rich_status(error: errors.MnemosyneError) -> grpc.Status:
-    code = status_code_for(error)
+def to_status_proto(error: errors.MnemosyneError) -> status_pb2.Status:
+    """The ``google.rpc.Status`` of an error: its code, message, ``ErrorInfo`` and, when a retry
+    makes sense, ``RetryInfo`` with the delay to wait."""
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
-    detail = any_pb2.Any()
-    detail.Pack(info)
-    return rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
-    )
+    details = [any_pb2.Any()]
+    details[0].Pack(info)
+    if error.retry_after_seconds is not None:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromNanoseconds(int(error.retry_after_seconds * 1e9))
+        details.append(any_pb2.Any())
+        details[1].Pack(retry)
+    return status_pb2.Status(code=status_code_for(error).value[0], message=error.message, details=details)
+
+
+def rich_status(error: errors.MnemosyneError) -> grpc.Status:
+    return rpc_status.to_status(to_status_proto(error))

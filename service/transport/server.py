@@ -1,12 +1,17 @@
-"""Building and running the gRPC server: ``create_server(config) -> RunningServer``."""
+"""Building and running the gRPC server: ``await start_server(config) -> RunningServer``.
+
+The server is grpc.aio's: one asyncio event loop answers every call, and the engine's blocking
+work runs on admission's worker threads (transport/admission.py), so a call that waits — a stream,
+a flush — holds no thread. Thread-pool server and asyncio server measured side by side before the
+switch: docs (bench/fairness.py).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,36 +27,26 @@ from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
-from mnemosyne.transport.admission import Admission
+from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
-from mnemosyne.transport.edge import EdgeInterceptor
+from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
-from mnemosyne.transport.workspace_servicer import WorkspaceServicer
-from mnemosyne.transport.telemetry import TelemetryInterceptor
+from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
-from mnemosyne.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    events_pb2,
-    events_pb2_grpc,
-    hot_path_pb2,
-    hot_path_pb2_grpc,
-    memory_pb2,
-    memory_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
-)
+from mnemosyne.transport.workspace_servicer import WorkspaceServicer
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 
 log = logging.getLogger("mnemosyne.server")
 
-SERVICE_NAMES = [
-    memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
-    workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
-    hot_path_pb2.DESCRIPTOR.services_by_name["HotPathService"].full_name,
-    events_pb2.DESCRIPTOR.services_by_name["EventsService"].full_name,
-    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+SERVICES = [
+    memory_pb2.DESCRIPTOR.services_by_name["MemoryService"],
+    workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"],
+    hot_path_pb2.DESCRIPTOR.services_by_name["HotPathService"],
+    events_pb2.DESCRIPTOR.services_by_name["EventsService"],
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
 ]
+SERVICE_NAMES = [service.full_name for service in SERVICES]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
@@ -65,7 +60,8 @@ class ServerConfig:
     allow_unauthenticated: bool = False
     max_open_tenants: int = 1024
     grace_seconds: float = 20.0
-    max_workers: int = 32
+    # Worker threads, per-tenant shares and the stream, queue and waiting limits (admission.py).
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     synchronous: str = "FULL"
     limits: Limits = field(default_factory=Limits)
     store_faults: frozenset[str] = frozenset()
@@ -93,21 +89,24 @@ class ServerConfig:
     event_retention_seconds: float = EVENT_RETENTION_SECONDS
     test_hold_workers_file: Path | None = None
     test_poison_marker: str = ""
+    # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
+    test_park_tenant: str = ""
+    test_park_file: Path | None = None
 
 
 @dataclass
 class RunningServer:
-    server: grpc.Server
+    server: grpc.aio.Server
     port: int
     engine: Engine
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
+    admission: Admission
     grace_seconds: float
     drain_delay_seconds: float = 0.0
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
-    admission: Admission = field(default_factory=Admission)
-    started: threading.Event = field(default_factory=threading.Event)
-    stopping: threading.Event = field(default_factory=threading.Event)
+    started: bool = False
+    stopping: bool = False
 
     @property
     def metrics_port(self) -> int:
@@ -115,28 +114,30 @@ class RunningServer:
 
     def ready(self) -> bool:
         """What /readyz reports: the gRPC server is started and not shutting down."""
-        return self.started.is_set() and not self.stopping.is_set()
+        return self.started and not self.stopping
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         """Graceful stop, in this order:
 
         1. health NOT_SERVING (gRPC health and /readyz), calls still served for the drain delay,
            so load balancers and readiness probes take the server out of rotation;
-        2. new calls refused with UNAVAILABLE/SHUTTING_DOWN, in-flight ones get the grace period;
+        2. open WatchEvents streams end (clients resume by sequence); new calls are refused with
+           UNAVAILABLE/SHUTTING_DOWN, in-flight ones get the grace period;
         3. the gRPC server stops (what still runs after the grace period is cancelled);
-        4. tenant files close. /healthz answers until the very end.
+        4. tenant files close and the worker threads stop. /healthz answers until the very end.
         """
-        self.stopping.set()
-        self.health.enter_graceful_shutdown()
+        self.stopping = True
+        await self.health.enter_graceful_shutdown()
         log.info("health NOT_SERVING; serving %.1fs more before draining", self.drain_delay_seconds)
         if self.drain_delay_seconds > 0:
-            time.sleep(self.drain_delay_seconds)
+            await asyncio.sleep(self.drain_delay_seconds)
         started = time.monotonic()
-        self.engine.hot_path.end_streams()  # open WatchEvents streams end; clients resume by sequence
-        drained = self.admission.close_and_wait(self.grace_seconds)
+        self.engine.hot_path.end_streams()
+        drained = await self.admission.close_and_wait(self.grace_seconds)
         log.info("refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period")
-        self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started))).wait()
-        self.engine.close()
+        await self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started)))
+        await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
+        self.admission.stop()
         log.info("stopped: in-flight calls drained, tenant files closed")
         if self.side is not None:
             self.side.stop()
@@ -162,11 +163,10 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
     return None
 
 
-def create_server(config: ServerConfig) -> RunningServer:
+async def start_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
-    admission = Admission()
     engine = Engine(
         EngineConfig(
             data_dir=config.data_dir,
@@ -189,22 +189,23 @@ def create_server(config: ServerConfig) -> RunningServer:
         observer=metrics,
         embedder=make_embedder(config.embedder),
     )
+    admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
+    log.info("admission limits: %s", admission.describe())
     metrics.read_gauges_from(
         {
             "mnemosyne_open_tenants": engine.open_tenants,
             "mnemosyne_queue_depth": engine.queue_depth,
             "mnemosyne_oldest_pending_seconds": engine.oldest_pending_seconds,
+            "mnemosyne_worker_threads_busy": lambda: admission.running,
+            "mnemosyne_queued_calls": lambda: admission.queued,
+            "mnemosyne_open_streams": lambda: admission.open_streams,
+            "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
         }
     )
+    metrics.count_refusals_from(admission.refusals)
     side: SideServer | None = None
-    running: RunningServer | None = None
     try:
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-            interceptors=[
-                TelemetryInterceptor(metrics),
-                EdgeInterceptor(authenticator, admission, max_request_bytes=config.limits.max_request_bytes),
-            ],
+        server = grpc.aio.server(
             options=[
                 # Twice the documented request limit, so a request above it reaches the edge and
                 # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
@@ -212,31 +213,44 @@ def create_server(config: ServerConfig) -> RunningServer:
                 # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
                 ("grpc.max_send_message_length", 2 * config.limits.max_request_bytes),
                 ("grpc.so_reuseport", 0),
+                # Calls that arrived faster than the event loop takes them wait in gRPC core; past
+                # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
+                # Admission bounds what may be open; this only lets a burst reach admission.
+                ("grpc.server.max_pending_requests", 4 * (config.admission.streams + config.admission.queued_calls)),
+                ("grpc.server.max_pending_requests_hard_limit", 8 * (config.admission.streams + config.admission.queued_calls)),
             ],
         )
-        memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(engine), server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(engine), server)
-        # Declared services whose issues have not landed answer UNIMPLEMENTED.
-        workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(Workspaces(engine)), server)
-        hot_path_pb2_grpc.add_HotPathServiceServicer_to_server(HotPathServicer(engine), server)
-        events_pb2_grpc.add_EventsServiceServicer_to_server(EventsServicer(engine), server)
+        edge = Edge(
+            authenticator, admission, max_request_bytes=config.limits.max_request_bytes, recorder=Recorder(metrics)
+        )
+        servicers = {
+            "MemoryService": MemoryServicer(engine),
+            "WorkspaceService": WorkspaceServicer(Workspaces(engine)),
+            "HotPathService": HotPathServicer(engine),
+            "EventsService": EventsServicer(engine),
+            "AdminService": AdminServicer(engine),
+        }
+        server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
 
-        health_servicer = health.HealthServicer(experimental_non_blocking=True)
+        health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         for name in ["", *SERVICE_NAMES]:
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
         address = f"[{config.host}]:{config.port}" if ":" in config.host and not config.host.startswith("[") else f"{config.host}:{config.port}"
-        if credentials is not None:
-            port = server.add_secure_port(address, credentials)
-        else:
-            port = server.add_insecure_port(address)
+        try:
+            port = server.add_secure_port(address, credentials) if credentials is not None else server.add_insecure_port(address)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise FailedPrecondition(f"cannot listen on {address}: is the port in use?", reason="LISTEN_FAILED")
+            raise FailedPrecondition(
+                f"cannot listen on {address}: the port is in use or the address is not this machine's "
+                "(choose another --port, or 0 for any free port)",
+                reason="LISTEN_FAILED",
+            )
         running = RunningServer(
-            server, port, engine, health_servicer, config.grace_seconds, config.drain_delay_seconds, metrics,
-            admission=admission,
+            server, port, engine, health_servicer, admission, config.grace_seconds, config.drain_delay_seconds, metrics
         )
         if config.metrics_port:
             metrics_host = config.metrics_host or config.host
@@ -249,12 +263,13 @@ def create_server(config: ServerConfig) -> RunningServer:
                     reason="LISTEN_FAILED",
                 ) from None
             running.side = side
-        server.start()
-        running.started.set()
+        await server.start()
+        running.started = True
     except BaseException:
         if side is not None:
             side.stop()
         engine.close()
+        admission.stop()
         raise
     log.info(
         "listening on %s:%d (%s, pid %d, data %s, metrics port %s)", config.host, port,

@@ -1,21 +1,21 @@
-"""gRPC servicers: validate the shape, convert, call the engine. No domain logic lives here."""
+"""gRPC servicers of MemoryService and AdminService: validate the shape, convert, call the engine.
+No domain logic lives here; how each method runs is its kind (transport/call.py)."""
 
 from __future__ import annotations
 
 import time
-from typing import Iterator
-
-import grpc
+from typing import AsyncIterator
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
+from mnemosyne.transport.call import Call
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
 
 
-def _report_server_time(context: grpc.ServicerContext, started: float) -> None:
+def _report_server_time(call: Call, started: float) -> None:
     """Time spent in the handler (engine and response building), as trailing metadata.
 
     Cheap (one clock read and one header), so it is always on (Recall, Retain, Ping);
@@ -23,17 +23,17 @@ def _report_server_time(context: grpc.ServicerContext, started: float) -> None:
     and network floor.
     """
     elapsed_us = (time.perf_counter() - started) * 1e6
-    context.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
+    call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def Retain(self, request: memory_pb2.RetainRequest, context: grpc.ServicerContext) -> memory_pb2.RetainResponse:
+    def Retain(self, request: memory_pb2.RetainRequest, call: Call) -> memory_pb2.RetainResponse:
         started = time.perf_counter()
         response = self._retain(request)
-        _report_server_time(context, started)
+        _report_server_time(call, started)
         return response
 
     def _retain(self, request: memory_pb2.RetainRequest) -> memory_pb2.RetainResponse:
@@ -55,7 +55,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
 
     def RetainBatch(
-        self, request: memory_pb2.RetainBatchRequest, context: grpc.ServicerContext
+        self, request: memory_pb2.RetainBatchRequest, call: Call
     ) -> memory_pb2.RetainBatchResponse:
         items = [convert.from_retain_item(i.text, i.scope, i.metadata) for i in request.items]
         outcomes = self._engine.retain_batch(
@@ -63,7 +63,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return convert.to_retain_batch_response(outcomes)
 
-    def Recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> memory_pb2.RecallResponse:
+    def Recall(self, request: memory_pb2.RecallRequest, call: Call) -> memory_pb2.RecallResponse:
         started = time.perf_counter()
         recalled = self._engine.recall(
             request.tenant,
@@ -75,16 +75,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         response = memory_pb2.RecallResponse(omitted_memory_ids=recalled.omitted_memory_ids)
         convert.add_recall_hits(response.hits, recalled.hits)
-        _report_server_time(context, started)
+        _report_server_time(call, started)
         return response
 
-    def GetMemory(self, request: memory_pb2.GetMemoryRequest, context: grpc.ServicerContext) -> memory_pb2.GetMemoryResponse:
+    def GetMemory(self, request: memory_pb2.GetMemoryRequest, call: Call) -> memory_pb2.GetMemoryResponse:
         response = memory_pb2.GetMemoryResponse()
         convert.fill_memory(response.memory, self._engine.get_memory(request.tenant, request.memory_id))
         return response
 
     def ListMemories(
-        self, request: memory_pb2.ListMemoriesRequest, context: grpc.ServicerContext
+        self, request: memory_pb2.ListMemoriesRequest, call: Call
     ) -> memory_pb2.ListMemoriesResponse:
         page = self._engine.list_memories(
             request.tenant,
@@ -98,7 +98,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return response
 
     def ForgetMemory(
-        self, request: memory_pb2.ForgetMemoryRequest, context: grpc.ServicerContext
+        self, request: memory_pb2.ForgetMemoryRequest, call: Call
     ) -> memory_pb2.ForgetMemoryResponse:
         forgotten = self._engine.forget(request.tenant, request.memory_id, request_id=request.request_id or None)
         return memory_pb2.ForgetMemoryResponse(memory_id=request.memory_id, forgotten=forgotten)
@@ -109,32 +109,37 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self._engine = engine
 
     def VerifyIntegrity(
-        self, request: admin_pb2.VerifyIntegrityRequest, context: grpc.ServicerContext
+        self, request: admin_pb2.VerifyIntegrityRequest, call: Call
     ) -> admin_pb2.VerifyIntegrityResponse:
         return convert.to_integrity(self._engine.verify_integrity(request.tenant))
 
-    def Stats(self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext) -> admin_pb2.StatsResponse:
+    def Stats(self, request: admin_pb2.StatsRequest, call: Call) -> admin_pb2.StatsResponse:
         return convert.to_stats(self._engine.stats(request.tenant))
 
-    def Dedup(self, request: admin_pb2.DedupRequest, context: grpc.ServicerContext) -> admin_pb2.DedupResponse:
+    def Dedup(self, request: admin_pb2.DedupRequest, call: Call) -> admin_pb2.DedupResponse:
         report = self._engine.dedup(
             request.tenant, merge=request.merge, threshold=request.threshold, request_id=request.request_id or None
         )
         return convert.to_dedup_response(report)
+
     def ListTenants(
-        self, request: admin_pb2.ListTenantsRequest, context: grpc.ServicerContext
+        self, request: admin_pb2.ListTenantsRequest, call: Call
     ) -> admin_pb2.ListTenantsResponse:
         page = self._engine.list_tenants(page_size=request.page_size, page_token=request.page_token)
         return admin_pb2.ListTenantsResponse(
             tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged
         )
 
-    def AggregateStats(
-        self, request: admin_pb2.AggregateStatsRequest, context: grpc.ServicerContext
-    ) -> Iterator[admin_pb2.AggregateStatsChunk]:
-        for chunk in self._engine.aggregate_stats(chunk_size=request.chunk_size):
+    async def AggregateStats(
+        self, request: admin_pb2.AggregateStatsRequest, call: Call
+    ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
+        # A chunk at a time on a worker thread (each reads up to 1,000 tenant files). A stream its
+        # client left is dropped with the generator, whose readers then stop.
+        chunks = self._engine.aggregate_stats(chunk_size=request.chunk_size)
+        while (chunk := await call.run(next, chunks, None)) is not None:
             yield convert.to_aggregate_chunk(chunk)
 
-    def Ping(self, request: admin_pb2.PingRequest, context: grpc.ServicerContext) -> admin_pb2.PingResponse:
-        _report_server_time(context, time.perf_counter())
+    async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
+        # Answered on the event loop: nothing to wait for, nothing that blocks.
+        _report_server_time(call, time.perf_counter())
         return admin_pb2.PingResponse()

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import re
 
-import grpc
-
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
+from mnemosyne.transport.call import Call
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
@@ -25,12 +24,12 @@ _DECIMAL = re.compile(r"[0-9]{1,19}")
 _MAX_GENERATION = 2**63 - 1
 
 
-def observed_generation(context: grpc.ServicerContext, key: str) -> int | None:
+def observed_generation(call: Call, key: str) -> int | None:
     """The generation the host sent under ``key``: None when absent, never a default."""
-    values = [v for k, v in context.invocation_metadata() or () if k == key]
+    values = call.metadata_values(key)
     if not values:
         return None
-    value = values[0] if isinstance(values[0], str) else values[0].decode("ascii", "replace")
+    value = values[0]
     if len(values) > 1 or not _DECIMAL.fullmatch(value) or int(value) > _MAX_GENERATION:
         raise InvalidArgument(
             f"metadata {key!r} must appear once, as a decimal integer between 0 and 2^63-1 (ASCII digits only)",
@@ -45,10 +44,10 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         self._workspaces = workspaces
 
     def AssembleContext(
-        self, request: workspace_pb2.AssembleContextRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.AssembleContextRequest, call: Call
     ) -> workspace_pb2.AssembleContextResponse:
         assembled = self._workspaces.assemble_context(request.tenant, request.workspace, query=request.query, k=request.k)
-        context.send_initial_metadata(
+        call.send_initial_metadata(
             (
                 (GLOBAL_GENERATION_KEY, str(assembled.global_generation)),
                 (WORKSPACE_GENERATION_KEY, str(assembled.workspace_generation)),
@@ -57,32 +56,32 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         return convert.to_assemble_context(assembled)
 
     def UpdateGlobal(
-        self, request: workspace_pb2.UpdateGlobalRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.UpdateGlobalRequest, call: Call
     ) -> workspace_pb2.UpdateGlobalResponse:
         result = self._workspaces.update_global(
             request.tenant,
             request.content,
-            observed=observed_generation(context, GLOBAL_GENERATION_KEY),
+            observed=observed_generation(call, GLOBAL_GENERATION_KEY),
             request_id=request.request_id or None,
         )
-        context.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
+        call.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
         return workspace_pb2.UpdateGlobalResponse(updated=True)
 
     def UpdateWorkspace(
-        self, request: workspace_pb2.UpdateWorkspaceRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.UpdateWorkspaceRequest, call: Call
     ) -> workspace_pb2.UpdateWorkspaceResponse:
         result = self._workspaces.update_workspace(
             request.tenant,
             request.workspace,
             convert.from_record_changes(request.changes),
-            observed=observed_generation(context, WORKSPACE_GENERATION_KEY),
+            observed=observed_generation(call, WORKSPACE_GENERATION_KEY),
             request_id=request.request_id or None,
         )
-        context.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
+        call.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
         return workspace_pb2.UpdateWorkspaceResponse(applied=result.applied)
 
     def GetRecord(
-        self, request: workspace_pb2.GetRecordRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.GetRecordRequest, call: Call
     ) -> workspace_pb2.GetRecordResponse:
         content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
         return workspace_pb2.GetRecordResponse(
@@ -90,7 +89,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
 
     def ListRecords(
-        self, request: workspace_pb2.ListRecordsRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.ListRecordsRequest, call: Call
     ) -> workspace_pb2.ListRecordsResponse:
         listed = self._workspaces.list_records(
             request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token
@@ -100,7 +99,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
 
     def EditRecords(
-        self, request: workspace_pb2.EditRecordsRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.EditRecordsRequest, call: Call
     ) -> workspace_pb2.EditRecordsResponse:
         result = self._workspaces.edit_records(
             request.tenant,
@@ -112,7 +111,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         return workspace_pb2.EditRecordsResponse(generation=result.generation)
 
     def Consolidate(
-        self, request: workspace_pb2.ConsolidateRequest, context: grpc.ServicerContext
+        self, request: workspace_pb2.ConsolidateRequest, call: Call
     ) -> workspace_pb2.ConsolidateResponse:
         result = self._workspaces.consolidate(
             request.tenant,

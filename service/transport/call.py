@@ -1,0 +1,75 @@
+"""What a servicer knows of, and may do to, the call it answers — the same for every surface.
+
+A servicer method is one of three kinds, and the edge runs each its way:
+
+* a plain function ``(request, call) -> response``: validates, converts, calls the engine. The
+  engine blocks (SQLite, numpy), so it runs on a worker thread, through admission's fair share;
+* ``async def`` marked ``@waits``: waits on the event loop for something (a flush), holding no
+  thread; its blocking steps go through ``call.run``. Counted as a waiting call;
+* an ``async def`` generator: a server stream, on the event loop, counted as an open stream.
+
+``async def`` without ``@waits`` answers on the event loop directly: only for work that never
+blocks (Ping).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence, TypeVar
+
+from mnemosyne.transport.admission import Admission
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# How much earlier than the client's deadline a wait gives up, so that its own answer (with the
+# remaining depth) reaches the client before the client's deadline fires.
+_ANSWER_MARGIN_SECONDS = 0.25
+
+
+def waits(method: F) -> F:
+    """Mark an ``async def`` servicer method as one that waits (Flush, Disable)."""
+    method.waits = True  # type: ignore[attr-defined]
+    return method
+
+
+class Call:
+    def __init__(
+        self,
+        metadata: Sequence[tuple[str, str]],
+        *,
+        tenant: str,
+        admission: Admission,
+        deadline: float | None,
+    ) -> None:
+        self.metadata = metadata
+        self.tenant = tenant
+        self.initial_metadata: list[tuple[str, str]] = []
+        self.trailing_metadata: list[tuple[str, str]] = []
+        self._admission = admission
+        self._deadline = deadline  # time.monotonic() value, None without a deadline
+        # Set by the edge for a stream or a waiting call, counted (and bounded) as such: its steps
+        # are never refused for a full queue (admission.run ``admitted``).
+        self.holds_place = False
+
+    def metadata_values(self, key: str) -> list[str]:
+        return [value for k, value in self.metadata if k == key]
+
+    def send_initial_metadata(self, metadata: Sequence[tuple[str, str]]) -> None:
+        """Sent before the response (or the first streamed message)."""
+        self.initial_metadata.extend(metadata)
+
+    def set_trailing_metadata(self, metadata: Sequence[tuple[str, str]]) -> None:
+        self.trailing_metadata.extend(metadata)
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Blocking work for this call, on a worker thread in the tenant's fair share."""
+        return await self._admission.run(self.tenant, work, *args, admitted=self.holds_place)
+
+    def seconds_to_answer(self, wanted: float) -> float:
+        """How long a wait may last: ``wanted``, or less so that its answer arrives before the
+        client's deadline."""
+        if self._deadline is None:
+            return wanted
+        left = self._deadline - time.monotonic()
+        return max(0.0, min(wanted, left - min(_ANSWER_MARGIN_SECONDS, left / 4)))

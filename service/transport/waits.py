@@ -1,0 +1,87 @@
+"""The calls that wait — Flush, Disable, WatchEvents — waiting on the event loop, holding no thread.
+
+Each step that reads the store is a short job through ``Call.run`` (a worker thread in the
+tenant's fair share); between steps the call awaits the tenant's next change (the hot path's
+``changes``, handed to the loop), its timeout, or its client's deadline — whichever comes first.
+A client that cancels or goes away ends the wait at once (the event loop cancels the call).
+Surface-independent: the gRPC servicers call these, and so will the HTTP routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import AsyncIterator, Iterator
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.hot_path import Barrier, Event, FlushOutcome, HotPath, HotPathState
+from mnemosyne.transport.call import Call
+
+# A stream with nothing new re-reads the log this often anyway (a change is normally announced).
+WATCH_REREAD_SECONDS = 30.0
+
+
+@contextlib.contextmanager
+def _changes(hot_path: HotPath, tenant: str) -> Iterator[asyncio.Event]:
+    """An asyncio.Event set (on this loop) whenever the tenant's hot path changes."""
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+    unsubscribe = hot_path.changes.subscribe(tenant, lambda: loop.call_soon_threadsafe(changed.set))
+    try:
+        yield changed
+    finally:
+        unsubscribe()
+
+
+async def _until(changed: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(changed.wait(), seconds)
+    changed.clear()
+
+
+async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float, what: str) -> None:
+    """Wait until ``barrier`` is passed; past ``timeout`` (or just before the client's deadline)
+    raise DEADLINE_EXCEEDED with the remaining depth."""
+    allowed = call.seconds_to_answer(timeout)
+    deadline = time.monotonic() + allowed
+    with _changes(hot_path, call.tenant) as changed:
+        while (left := await call.run(hot_path.remaining, call.tenant, barrier)) > 0:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise hot_path.gave_up(what, allowed, left)
+            await _until(changed, min(1.0, wait))
+
+
+async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushOutcome:
+    timeout = check.validate_wait_seconds(timeout_seconds)
+    barrier = await call.run(hot_path.flush_barrier, call.tenant)
+    if barrier is None:
+        return FlushOutcome(0, 0, 0, [])
+    await _pass(hot_path, call, barrier, timeout, "flush")
+    return await call.run(hot_path.flush_outcome, call.tenant, barrier)
+
+
+async def disable(hot_path: HotPath, call: Call, timeout_seconds: float) -> HotPathState:
+    timeout = check.validate_wait_seconds(timeout_seconds)
+    barrier = await call.run(hot_path.disable_barrier, call.tenant)
+    if barrier is not None:
+        await _pass(hot_path, call, barrier, timeout, "disable")
+    return await call.run(hot_path.status, call.tenant)
+
+
+async def watch(hot_path: HotPath, call: Call, *, after_event_id: int, after_sequence: int) -> AsyncIterator[Event]:
+    """Every status transition after ``after_sequence`` of events after ``after_event_id``,
+    replayed from the durable log, then live, until the client goes or the server stops."""
+    sequence = max(0, after_sequence)
+    with _changes(hot_path, call.tenant) as changed:
+        while not hot_path.streams_ended:
+            changed.clear()  # a change from here on is seen by the next read or wakes the wait
+            chunk = await call.run(
+                lambda s=sequence: hot_path.transitions(call.tenant, after_event_id=after_event_id, after_sequence=s)
+            )
+            for event in chunk.events:
+                yield event
+            sequence = chunk.through_sequence
+            if not chunk.more and not hot_path.streams_ended:
+                await _until(changed, WATCH_REREAD_SECONDS)

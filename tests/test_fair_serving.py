@@ -1,0 +1,198 @@
+"""Fair serving: a call that waits holds no thread, and no tenant can slow the others.
+
+Real servers on loopback, real clients: thousands of idle or unread streams cost no thread and
+leave another tenant's calls answering; a tenant past its limits is refused with a reason and a
+retry delay while another is admitted; a tenant whose calls are parked on the worker threads
+keeps only its share of them; abandoned flushes free their places; a wait ends at its deadline
+with the remaining depth.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mnemosyne.client import DeadlineExceededError, MemoryClient, ResourceExhaustedError
+from mnemosyne.client.errors import from_rpc_error, retry_delay
+from mnemosyne.v1 import events_pb2, hot_path_pb2
+from tests.support import ServerProcess
+
+
+def _threads(server: ServerProcess) -> int:
+    for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no thread count in /proc")
+
+
+def _gauge(server: ServerProcess, name: str) -> float:
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return family.samples[0].value
+    raise AssertionError(f"{name} is not exposed")
+
+
+def _watch(client: MemoryClient, tenant: str, after_event_id: int = 0, timeout: float | None = 120) -> grpc.Future:
+    request = events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id)
+    return client.events.WatchEvents(request, timeout=timeout)
+
+
+def _wait_until(predicate, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: ServerProcess = server_factory(args=["--streams-per-tenant", "2000"], metrics=True).start()
+    with MemoryClient(server.target) as client, MemoryClient(server.target) as other:
+        client.hot_path("noisy", "enable")
+        client.retain_batch("noisy", [f"event backlog {i}" for i in range(400)], fast=True)
+        client.hot_path("noisy", "flush")
+        newest = max(e.event_id for e in client.list_events("noisy", page_size=1000).events)
+        other.recall("quiet", "warm up")
+        before = _threads(server)
+        idle = [_watch(client, "noisy", after_event_id=newest) for _ in range(1000)]  # nothing to send yet
+        unread = [_watch(client, "noisy") for _ in range(100)]  # ~1,200 transitions each, never read
+        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 1100)
+        assert _threads(server) <= before + 2
+        for i in range(200):
+            other.retain("quiet", f"quiet memory {i}", request_id=f"quiet-{i}")
+        with MemoryClient(server.target, timeout=10, retries=0) as deadline_10s:
+            for i in range(200):
+                assert deadline_10s.recall("quiet", f"quiet memory {i}", k=1)[0].memory.text == f"quiet memory {i}"
+        assert _threads(server) <= before + 2
+        for call in idle + unread:
+            call.cancel()
+        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 0)
+
+
+def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_another_tenant_s_is_admitted(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: ServerProcess = server_factory(metrics=True).start()  # the default: 100 streams per tenant
+    with MemoryClient(server.target) as client:
+        streams = [_watch(client, "noisy") for _ in range(100)]
+        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 100)
+        refused = _watch(client, "noisy", timeout=10)
+        with pytest.raises(grpc.RpcError) as info:
+            next(refused)
+        error = from_rpc_error(info.value)
+        assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "STREAMS_PER_TENANT_REACHED")
+        assert error.metadata == {"limit": "streams-per-tenant", "value": "100"}
+        assert retry_delay(info.value) == 1.0
+        accepted = _watch(client, "quiet", timeout=3)
+        with pytest.raises(grpc.RpcError) as ended:  # nothing to send: it stays open until its deadline
+            next(accepted)
+        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        streams[0].cancel()  # a place frees up: the client's own retry gets in after the delay
+        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 99)
+        with pytest.raises(DeadlineExceededError):  # admitted this time: open until its deadline
+            list(client.watch_events("noisy", timeout=2))
+        for call in streams[1:]:
+            call.cancel()
+
+
+def test_a_tenant_parked_on_the_worker_threads_keeps_only_its_share(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    park = tmp_path / "park"
+    server: ServerProcess = server_factory(
+        env={"MNEMOSYNE_TEST_PARK_TENANT": "noisy", "MNEMOSYNE_TEST_PARK_FILE": str(park)}, metrics=True,
+    ).start()
+    with MemoryClient(server.target) as client:
+        client.retain("noisy", "a memory of the noisy tenant")
+        client.retain("quiet", "a memory of the quiet tenant")
+        park.touch()
+        with ThreadPoolExecutor(80) as pool:
+            parked = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
+            _wait_until(lambda: _gauge(server, "mnemosyne_queued_calls") == 32)
+            assert _gauge(server, "mnemosyne_worker_threads_busy") == 8  # --calls-per-tenant
+            with MemoryClient(server.target, timeout=5, retries=0) as quiet:
+                for _ in range(50):
+                    assert quiet.recall("quiet", "memory")[0].memory.text == "a memory of the quiet tenant"
+                # Past its queue (64 calls waiting), the noisy tenant is refused, not queued without end.
+                flood = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
+                _wait_until(lambda: _gauge(server, "mnemosyne_queued_calls") >= 64)
+                with MemoryClient(server.target, timeout=5, retries=0) as once:
+                    with pytest.raises(ResourceExhaustedError) as info:
+                        once.recall("noisy", "memory")
+                assert info.value.reason == "QUEUED_CALLS_PER_TENANT_REACHED" and info.value.retry_after_seconds == 0.25
+            park.unlink()
+            assert all(f.result(timeout=60) for f in parked + flood)  # the client's retries got the rest in
+        _wait_until(lambda: _gauge(server, "mnemosyne_worker_threads_busy") == 0)
+
+
+def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()  # the workers hold: the queue never drains while the flushes wait
+    server: ServerProcess = server_factory(
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--waiting-calls-per-tenant", "200"], metrics=True,
+    ).start()
+    try:
+        with MemoryClient(server.target) as client:
+            client.hot_path("busy", "enable")
+            client.retain_batch("busy", [f"backlog {i}" for i in range(300)], fast=True)
+            before = _threads(server)
+            request = hot_path_pb2.FlushRequest(tenant="busy", timeout_seconds=600)
+            flushes = [client.hot_path_stub.Flush.future(request, timeout=600) for _ in range(100)]
+            _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 100)
+            assert _threads(server) <= before + 2
+            for flush in flushes:
+                flush.cancel()
+            _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 0)
+            _wait_until(lambda: _gauge(server, "mnemosyne_worker_threads_busy") == 0)
+            assert client.hot_path("busy", "status").queue_depth == 300  # nothing was lost either
+    finally:
+        hold.unlink()
+
+
+@pytest.mark.parametrize("action", ["flush", "disable"])
+def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tmp_path: Path, action: str) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()
+    server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    try:
+        with MemoryClient(server.target) as client:
+            client.hot_path("busy", "enable")
+            for start in range(0, 3000, 1000):
+                client.retain_batch("busy", [f"backlog {i}" for i in range(start, start + 1000)], fast=True)
+            method = client.hot_path_stub.Flush if action == "flush" else client.hot_path_stub.Disable
+            request_type = hot_path_pb2.FlushRequest if action == "flush" else hot_path_pb2.HotPathRequest
+            for deadline, timeout_seconds in ((1.0, 600.0), (1.5, 0.5)):  # the client's deadline first, then its timeout
+                started = time.monotonic()
+                with pytest.raises(grpc.RpcError) as info:
+                    method(request_type(tenant="busy", timeout_seconds=timeout_seconds), timeout=deadline)
+                took = time.monotonic() - started
+                error = from_rpc_error(info.value)
+                assert (error.code, error.reason) == (grpc.StatusCode.DEADLINE_EXCEEDED, "HOT_PATH_DEADLINE_EXCEEDED")
+                assert 2900 <= int(error.metadata["remaining_depth"]) <= 3000
+                assert took <= min(deadline, timeout_seconds) + 0.3, took
+            with pytest.raises(DeadlineExceededError) as seen:  # the Python client says the same
+                client.hot_path("busy", action, timeout_seconds=0.3)
+            assert int(seen.value.metadata["remaining_depth"]) >= 2900
+    finally:
+        hold.unlink()
+
+
+def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: ServerProcess = server_factory().start()
+    stop = threading.Event()
+    with MemoryClient(server.target) as client:
+        streams = [_watch(client, f"tenant-{i}") for i in range(20) for _ in range(30)]  # 600 streams, 20 tenants
+        client.retain("quiet", "still answered")
+        latencies = []
+        for _ in range(50):
+            started = time.perf_counter()
+            assert client.recall("quiet", "answered", k=1)
+            latencies.append(time.perf_counter() - started)
+        stop.set()
+        for call in streams:
+            call.cancel()
+    assert sorted(latencies)[len(latencies) // 2] < 0.05
