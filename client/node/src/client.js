@@ -314,15 +314,57 @@ class MemoryClient {
 
   /** Records and recalled memories, with both generations from the response metadata. */
   async assembleContext(tenant, workspace, { query = '', k = 5 } = {}) {
-    const { response, initialMetadata } = await this._call(this.workspace, 'AssembleContext',
-      { tenant, workspace, query, k }, { retry: true });
-    return {
-      globalRecords: response.global_records.map((r) => ({ key: r.key, content: r.content })),
-      workspaceRecords: response.workspace_records.map((r) => ({ key: r.key, content: r.content })),
-      memories: response.memories.map((h) => ({ memory: memory(h.memory), score: h.score })),
-      globalGeneration: generationFrom(initialMetadata, GLOBAL_GENERATION_KEY),
-      workspaceGeneration: generationFrom(initialMetadata, WORKSPACE_GENERATION_KEY),
-    };
+    // Records the server left out to keep its response under ~3 MiB (omitted_records) are read
+    // one by one and must carry the assembly's generation; if one changed meanwhile, the context
+    // is assembled again (at most three times), so records and generations always belong together.
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      const { response, initialMetadata } = await this._call(this.workspace, 'AssembleContext',
+        { tenant, workspace, query, k }, { retry: true });
+      const generations = {
+        global: generationFrom(initialMetadata, GLOBAL_GENERATION_KEY),
+        [`workspace/${workspace}`]: generationFrom(initialMetadata, WORKSPACE_GENERATION_KEY),
+      };
+      const records = {
+        global: response.global_records.map((r) => ({ key: r.key, content: r.content })),
+        [`workspace/${workspace}`]: response.workspace_records.map((r) => ({ key: r.key, content: r.content })),
+      };
+      if (!(await this._completeRecords(tenant, response.omitted_records, generations, records))) continue;
+      return {
+        globalRecords: records.global,
+        workspaceRecords: records[`workspace/${workspace}`],
+        memories: response.memories.map((h) => ({ memory: memory(h.memory), score: h.score })),
+        omittedMemoryIds: [...response.omitted_memory_ids],
+        globalGeneration: generations.global,
+        workspaceGeneration: generations[`workspace/${workspace}`],
+      };
+    }
+    throw new MnemosyneError(grpc.status.ABORTED, 'RECORDS_CHANGED',
+      'the records kept changing while their context was assembled; assemble it again');
+  }
+
+  /** Read the records an assembly left out into `records`; false if one changed since. */
+  async _completeRecords(tenant, omitted, generations, records) {
+    for (const o of omitted) {
+      let found;
+      try {
+        found = await this.getRecord(tenant, o.scope, o.key);
+      } catch (err) {
+        if (err instanceof MnemosyneError && err.reason === 'RECORD_NOT_FOUND') return false;
+        throw err;
+      }
+      if (found.generation !== generations[o.scope]) return false;
+      records[o.scope].push(found.record);
+    }
+    // The server's order: SQLite's binary collation, i.e. by UTF-8 bytes.
+    const byBytes = (a, b) => Buffer.compare(Buffer.from(a.key, 'utf8'), Buffer.from(b.key, 'utf8'));
+    for (const scoped of Object.values(records)) scoped.sort(byBytes);
+    return true;
+  }
+
+  /** One record and its scope's generation (BigInt), read together. */
+  async getRecord(tenant, scope, key) {
+    const { response } = await this._call(this.workspace, 'GetRecord', { tenant, scope, key }, { retry: true });
+    return { record: { key: response.record.key, content: response.record.content }, generation: BigInt(response.generation) };
   }
 
   /**

@@ -74,6 +74,8 @@ export interface AssembledContext {
   globalRecords: WorkspaceRecord[];
   workspaceRecords: WorkspaceRecord[];
   memories: RecallHit[];
+  /** Recalled memories the server left out to keep its response under ~3 MiB. */
+  omittedMemoryIds: Id[];
   /** Exact int64 generations from the response metadata. */
   globalGeneration: bigint;
   workspaceGeneration: bigint;
@@ -171,6 +173,7 @@ export declare class MemoryClient {
     options?: { afterEventId?: Id | number | bigint; afterSequence?: Id | number | bigint; timeoutMs?: number },
   ): AsyncGenerator<MemoryEvent, void, undefined>;
   assembleContext(tenant: string, workspace: string, options?: { query?: string; k?: number }): Promise<AssembledContext>;
+  getRecord(tenant: string, scope: string, key: string): Promise<{ record: WorkspaceRecord; generation: bigint }>;
   /** Resolves the new Global generation. */
   updateGlobal(tenant: string, content: string, options?: WriteOptions): Promise<bigint>;
   updateWorkspace(

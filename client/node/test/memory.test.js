@@ -44,3 +44,17 @@ test('an invalid request fails with its reason from the status details', async (
   });
   await assert.rejects(client.retain('../etc/passwd', 'x'), (err) => err.code === grpc.status.INVALID_ARGUMENT && err.reason !== '');
 });
+
+test('an assembled context larger than a response holds is read back whole, at one generation', async () => {
+  const tenant = uniqueTenant();
+  const record = '\u{1F600}'.repeat(262144 / 4); // the largest record: 262,144 bytes of four-byte characters
+  const changes = Array.from({ length: 20 }, (_, i) => ({ op: 'put', key: `notes/${String(i).padStart(2, '0')}.md`, content: record }));
+  const { generation } = await client.updateWorkspace(tenant, 'big', changes, { observedGeneration: 0n });
+  const context = await client.assembleContext(tenant, 'big');
+  assert.equal(context.workspaceGeneration, generation);
+  assert.deepEqual(context.workspaceRecords.map((r) => r.key), changes.map((c) => c.key));
+  assert.ok(context.workspaceRecords.every((r) => r.content === record));
+  const { record: one, generation: at } = await client.getRecord(tenant, 'workspace/big', 'notes/07.md');
+  assert.equal(one.content, record);
+  assert.equal(at, generation);
+});
