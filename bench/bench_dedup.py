@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
-from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 
 WORDS = "refund ticket order customer shipping invoice account payment delivery status review card bank email phone address".split()

@@ -36,15 +36,20 @@ def main() -> None:
     from mnemosyne.runtime import tune_interpreter
 
     tune_interpreter()  # the server's interpreter settings, before numpy loads
-    from mnemosyne.engine.engine import Engine, EngineConfig
+    from mnemosyne.engine.config import EngineConfig, HotPathConfig
+    from mnemosyne.engine.engine import Engine
     from mnemosyne.engine.types import RetainItem
 
     with tempfile.TemporaryDirectory() as d:
         hold = Path(d) / "hold"
         engine = Engine(
-            EngineConfig(data_dir=Path(d) / "data", synchronous=args.synchronous.upper(), test_hold_workers_file=hold,
-                        hot_path_sync=args.hot_path_sync,
-                        **({"hot_path_batch": args.worker_batch} if args.worker_batch else {}))
+            EngineConfig(
+                data_dir=Path(d) / "data", synchronous=args.synchronous.upper(),
+                hot_path=HotPathConfig(
+                    test_hold_workers_file=hold, sync=args.hot_path_sync,
+                    **({"batch": args.worker_batch} if args.worker_batch else {}),
+                ),
+            )
         )
         try:
             # Held workers: the enqueue's own cost. Draining workers: the same enqueues while the

@@ -37,7 +37,8 @@ def per_item_us(retain: Callable[[str], object], retain_batch: Callable[[list[st
 
 
 def bench_engine(items: int, batch: int, synchronous: str) -> tuple[float, float]:
-    from mnemosyne.engine.engine import Engine, EngineConfig
+    from mnemosyne.engine.config import EngineConfig
+    from mnemosyne.engine.engine import Engine
     from mnemosyne.engine.types import RetainItem
 
     with tempfile.TemporaryDirectory() as d:

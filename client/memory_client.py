@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
-from mnemosyne.client import types
+from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, NotFoundError, ServerError, from_rpc_error
 from mnemosyne.v1 import (
     admin_pb2,
@@ -41,19 +41,11 @@ MAX_RETRY_DELAY_SECONDS = 5.0
 # server whose limits were raised.
 _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
 
-_STATUS = {
-    types_pb2.RetainResult.CREATED: "created",
-    types_pb2.RetainResult.DUPLICATE: "duplicate",
-    types_pb2.RetainResult.ENQUEUED: "enqueued",
-    types_pb2.RetainResult.INVALID: "invalid",
-}
 _MODES = {
     "hybrid": memory_pb2.RECALL_MODE_HYBRID,
     "vector": memory_pb2.RECALL_MODE_VECTOR,
     "text": memory_pb2.RECALL_MODE_TEXT,
 }
-
-
 # Metadata keys of host-owned generations (docs/host-protocol.md).
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
 WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
@@ -62,72 +54,6 @@ _CHANGE_OPS = {"put": workspace_pb2.RecordChange.PUT, "delete": workspace_pb2.Re
 
 def new_request_id() -> str:
     return uuid.uuid4().hex
-
-
-def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
-    # Empty maps and lists (most memories' metadata, facts and triples) are not iterated: a
-    # recall's ten hits convert in ~45 instead of ~60 us.
-    return types.Memory(
-        id=m.id,
-        scope=m.scope,
-        text=m.text,
-        metadata=dict(m.metadata) if m.metadata else {},
-        created_at=m.created_at.ToNanoseconds() / 1e9,
-        facts=[types.Fact(f.kind, f.value, f.normalized) for f in m.facts] if m.facts else [],
-        triples=[types.Triple(t.subject, t.predicate, t.object) for t in m.triples] if m.triples else [],
-        forgotten=m.forgotten,
-        superseded_by=m.superseded_by,
-        superseded_at=m.superseded_at.ToNanoseconds() / 1e9 if m.HasField("superseded_at") else 0.0,
-        merged_into=m.merged_into,
-    )
-
-
-_EVENT_STATUS = {
-    events_pb2.PENDING: "pending",
-    events_pb2.RUNNING: "running",
-    events_pb2.SUCCEEDED: "succeeded",
-    events_pb2.FAILED: "failed",
-}
-_EVENT_STATUS_BY_NAME = {v: k for k, v in _EVENT_STATUS.items()}
-
-
-def event_from_proto(e: events_pb2.Event) -> types.Event:
-    return types.Event(
-        event_id=e.event_id,
-        status=_EVENT_STATUS.get(e.status, "unspecified"),
-        kind=e.kind,
-        accepted_at=e.accepted_at.ToNanoseconds() / 1e9,
-        finished_at=e.finished_at.ToNanoseconds() / 1e9 if e.HasField("finished_at") else None,
-        created_memory_ids=tuple(e.created_memory_ids),
-        duplicate_of_memory_ids=tuple(e.duplicate_of_memory_ids),
-        merged_into_memory_ids=tuple(e.merged_into_memory_ids),
-        near_duplicate_of=tuple(e.near_duplicate_of),
-        error_reason=e.error_reason,
-        error_message=e.error_message,
-        attempts=e.attempts,
-        latency_ms=e.latency_ms,
-        sequence=e.sequence,
-        extracted=e.extracted,
-    )
-
-
-def hot_path_status_from_proto(s: hot_path_pb2.HotPathStatus) -> types.HotPathStatus:
-    return types.HotPathStatus(
-        s.enabled, s.queue_depth, s.oldest_pending_seconds, s.accepted, s.succeeded, s.failed, s.duplicates,
-        s.writes, s.model_calls,
-    )
-
-
-def retain_result_from_proto(r: types_pb2.RetainResult) -> types.RetainResult:
-    return types.RetainResult(
-        status=_STATUS.get(r.status, "unspecified"),
-        memory_id=r.memory_id,
-        event_id=r.event_id,
-        error_reason=r.error_reason,
-        error_message=r.error_message,
-        near_duplicate_of=tuple(r.near_duplicate_of),
-        supersedes=tuple(r.supersedes),
-    )
 
 
 class MemoryClient:
@@ -233,7 +159,7 @@ class MemoryClient:
             tenant=tenant, text=text, scope=scope, metadata=dict(metadata or {}),
             request_id=request_id or new_request_id(), fast=fast,
         )
-        return retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
+        return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
         self,
@@ -251,7 +177,7 @@ class MemoryClient:
         request = memory_pb2.RetainBatchRequest(
             tenant=tenant, items=proto_items, request_id=request_id or new_request_id(), fast=fast
         )
-        return [retain_result_from_proto(r) for r in self.call(self.memory.RetainBatch, request, retry=True).results]
+        return [convert.retain_result_from_proto(r) for r in self.call(self.memory.RetainBatch, request, retry=True).results]
 
     def recall(
         self,
@@ -268,11 +194,11 @@ class MemoryClient:
             mode=_MODES[mode],
         )
         response = self.call(self.memory.Recall, request, retry=True)
-        return [types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.hits]
+        return convert.hits_from_proto(response.hits)
 
     def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
         response = self.call(self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True)
-        return memory_from_proto(response.memory)
+        return convert.memory_from_proto(response.memory)
 
     def list_memories(
         self, tenant: str, scope: str = "", page_size: int = 100, page_token: str = "", include_forgotten: bool = False
@@ -281,7 +207,7 @@ class MemoryClient:
             tenant=tenant, scope=scope, page_size=page_size, page_token=page_token, include_forgotten=include_forgotten
         )
         response = self.call(self.memory.ListMemories, request, retry=True)
-        return types.MemoryPage([memory_from_proto(m) for m in response.memories], response.next_page_token)
+        return convert.memory_page_from_proto(response)
 
     def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
         request = memory_pb2.ForgetMemoryRequest(tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id())
@@ -291,13 +217,7 @@ class MemoryClient:
 
     def verify_integrity(self, tenant: str) -> types.IntegrityReport:
         r = self.call(self.admin.VerifyIntegrity, admin_pb2.VerifyIntegrityRequest(tenant=tenant), retry=True)
-        return types.IntegrityReport(
-            valid=r.valid,
-            first_broken_at=r.first_broken_at,
-            checked=r.checked,
-            head_hash=r.head_hash,
-            problems=[types.IntegrityProblem(p.ledger_seq, p.memory_id, p.kind, p.detail) for p in r.problems],
-        )
+        return convert.integrity_from_proto(r)
 
     def stats(self, tenant: str) -> types.Stats:
         r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
@@ -334,7 +254,7 @@ class MemoryClient:
             tenant=tenant, messages=proto, scope=scope, metadata=dict(metadata or {}),
             request_id=request_id or new_request_id(), fast=fast,
         )
-        return retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
+        return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(
         self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
@@ -343,10 +263,7 @@ class MemoryClient:
         request = admin_pb2.DedupRequest(
             tenant=tenant, merge=merge, threshold=threshold, request_id=request_id or new_request_id()
         )
-        r = self.call(self.admin.Dedup, request, retry=True)
-        return types.DedupResult(
-            [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
-        )
+        return convert.dedup_from_proto(self.call(self.admin.Dedup, request, retry=True))
 
     # -- records (host-owned generations; see docs/host-protocol.md) ------------------------------
     #
@@ -378,7 +295,7 @@ class MemoryClient:
             return types.AssembledContext(
                 global_records=records["global"],
                 workspace_records=records[f"workspace/{workspace}"],
-                memories=[types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in response.memories],
+                memories=convert.hits_from_proto(response.memories),
                 global_generation=generations["global"],
                 workspace_generation=generations[f"workspace/{workspace}"],
                 omitted_memory_ids=tuple(response.omitted_memory_ids),
@@ -511,9 +428,9 @@ class MemoryClient:
                 admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
             ):
                 for row in chunk.tenants:
-                    tenants[row.tenant] = _stats_from_proto(row.stats)
+                    tenants[row.tenant] = convert.stats_from_proto(row.stats)
                 if chunk.HasField("total"):
-                    total = _stats_from_proto(chunk.total)
+                    total = convert.stats_from_proto(chunk.total)
                     files_read, consistency = chunk.files_read, chunk.consistency
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
@@ -535,7 +452,7 @@ class MemoryClient:
         if action == "flush":
             request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)
-            return types.FlushResult(r.flushed, r.succeeded, r.failed, list(r.failed_event_ids))
+            return convert.flush_from_proto(r)
         methods = {
             "enable": self.hot_path_stub.Enable,
             "disable": self.hot_path_stub.Disable,
@@ -544,7 +461,7 @@ class MemoryClient:
         if action not in methods:
             raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
         request = hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=timeout_seconds)
-        return hot_path_status_from_proto(self._call_waiting(methods[action], request, wait))
+        return convert.hot_path_status_from_proto(self._call_waiting(methods[action], request, wait))
 
     def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
         # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
@@ -554,7 +471,7 @@ class MemoryClient:
 
     def get_event(self, tenant: str, event_id: int) -> types.Event:
         request = events_pb2.GetEventRequest(tenant=tenant, event_id=event_id)
-        return event_from_proto(self.call(self.events.GetEvent, request, retry=True))
+        return convert.event_from_proto(self.call(self.events.GetEvent, request, retry=True))
 
     def list_events(
         self,
@@ -566,14 +483,14 @@ class MemoryClient:
     ) -> types.EventPage:
         request = events_pb2.ListEventsRequest(
             tenant=tenant,
-            status=_EVENT_STATUS_BY_NAME[status] if status else events_pb2.EVENT_STATUS_UNSPECIFIED,
+            status=convert.EVENT_STATUS_BY_NAME[status] if status else events_pb2.EVENT_STATUS_UNSPECIFIED,
             page_size=page_size,
             page_token=page_token,
         )
         if accepted_after is not None:
             request.accepted_after.FromNanoseconds(int(accepted_after * 1e9))
         response = self.call(self.events.ListEvents, request, retry=True)
-        return types.EventPage([event_from_proto(e) for e in response.events], response.next_page_token)
+        return convert.event_page_from_proto(response)
 
     def watch_events(
         self, tenant: str, after_event_id: int = 0, after_sequence: int = 0, timeout: float | None = None
@@ -592,7 +509,7 @@ class MemoryClient:
             try:
                 for message in call:
                     received = True
-                    yield event_from_proto(message)
+                    yield convert.event_from_proto(message)
                 return
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
@@ -622,6 +539,3 @@ def _generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: st
         )
     return int(values[0])
 
-
-def _stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
-    return types.Stats(r.memories, r.forgotten, r.writes, r.model_calls, r.embed_calls, r.duplicates, r.ledger_entries, r.file_bytes)

@@ -4,7 +4,10 @@
 write path, hot path and workers, no second implementation — and takes the directory's lock, so
 a server and an in-process brain never share a directory. ``MemoryBrain("host:port",
 tenant=...)`` talks to a server through ``MemoryClient``. Both return the client's plain values
-and raise the client's typed errors, so code written against one runs unchanged on the other.
+and raise the client's typed errors, so code written against one runs unchanged on the other:
+in process, the engine's values are converted exactly as the server converts them (the
+transport's ``convert``, then the client's), so no field can differ between the two
+(tests/test_memory_brain.py compares every method of both on the same inputs).
 
 ``retain(text, fast=True)`` takes the asynchronous hot path only when the tenant's hot path is
 enabled (``hot_path(action="enable")``): it returns status "enqueued" with an event id, and the
@@ -16,30 +19,44 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from mnemosyne.client import MemoryClient, types
+from mnemosyne.client import convert as client_convert
 from mnemosyne.client.errors import _BY_CODE, ServerError
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.transport import convert
+from mnemosyne.transport.errors import status_code_for
 
 T = TypeVar("T")
 _ADDRESS = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}")
+_HOT_PATH_ACTIONS = ("enable", "disable", "status", "flush")
 
 
 def _is_address(location: str | Path) -> bool:
     return isinstance(location, str) and bool(_ADDRESS.fullmatch(location)) and not Path(location).exists()
 
 
+def _translated(work: Callable[[], T]) -> T:
+    """Run engine work, raising the client's error types (the same as the remote mode)."""
+    try:
+        return work()
+    except MnemosyneError as exc:
+        code = status_code_for(exc)
+        raise _BY_CODE.get(code, ServerError)(code, exc.reason, exc.message, exc.metadata, exc.retry_after_seconds) from exc
+
+
 class MemoryBrain:
     def __init__(self, location: str | Path, tenant: str = "default", *, token: str | None = None) -> None:
         self.tenant = tenant
         self._client: MemoryClient | None = None
-        self._engine: Any = None
+        self._engine: Engine | None = None
         if _is_address(location):
             self._client = MemoryClient(str(location), token)
         else:
-            from mnemosyne.engine.engine import Engine, EngineConfig
-
             self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location))))
 
     # -- lifetime -----------------------------------------------------------------------------------
@@ -56,8 +73,10 @@ class MemoryBrain:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _local(self, work: Callable[[], T]) -> T:
-        return _translated(work)
+    def _local(self, work: Callable[[Engine], T]) -> T:
+        assert self._engine is not None
+        engine = self._engine
+        return _translated(lambda: work(engine))
 
     # -- the seed's API -----------------------------------------------------------------------------
 
@@ -67,8 +86,8 @@ class MemoryBrain:
             self._client.ping()
             return
 
-        def create() -> None:
-            with self._engine.pool.tenant(self.tenant, create=True):
+        def create(engine: Engine) -> None:
+            with engine.pool.tenant(self.tenant, create=True):
                 pass
 
         self._local(create)
@@ -78,32 +97,24 @@ class MemoryBrain:
         text: str,
         *,
         fast: bool = False,
-        scope: str = "global",
+        scope: str = "",
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> types.RetainResult:
         if self._client is not None:
             return self._client.retain(self.tenant, text, scope, metadata, request_id, fast=fast)
-        from mnemosyne.engine.types import RetainItem
-
-        item = RetainItem(text, scope or "global", dict(metadata or {}))
-        outcome = self._local(lambda: self._engine.retain(self.tenant, item, request_id=request_id, fast=fast))
-        return _retain_result(outcome)
+        item = RetainItem(text, scope, dict(metadata or {}))
+        outcome = self._local(lambda e: e.retain(self.tenant, item, request_id=request_id, fast=fast))
+        return client_convert.retain_result_from_proto(convert.to_retain_result(outcome))
 
     def retain_batch(
         self, items: Sequence[types.RetainItem | str], *, fast: bool = False, request_id: str | None = None
     ) -> list[types.RetainResult]:
         if self._client is not None:
             return self._client.retain_batch(self.tenant, items, request_id, fast=fast)
-        from mnemosyne.engine.types import RetainItem
-
-        engine_items = [
-            RetainItem(i) if isinstance(i, str) else RetainItem(i.text, i.scope or "global", dict(i.metadata)) for i in items
-        ]
-        outcomes = self._local(
-            lambda: self._engine.retain_batch(self.tenant, engine_items, request_id=request_id, fast=fast)
-        )
-        return [_retain_result(o) for o in outcomes]
+        engine_items = [RetainItem(i) if isinstance(i, str) else RetainItem(i.text, i.scope, dict(i.metadata)) for i in items]
+        outcomes = self._local(lambda e: e.retain_batch(self.tenant, engine_items, request_id=request_id, fast=fast))
+        return [client_convert.retain_result_from_proto(r) for r in convert.to_retain_batch_response(outcomes).results]
 
     def recall(
         self, query: str, k: int = 5, *, scopes: Sequence[str] | None = None, filters: Mapping[str, str] | None = None,
@@ -111,88 +122,72 @@ class MemoryBrain:
     ) -> list[types.Hit]:
         if self._client is not None:
             return self._client.recall(self.tenant, query, k, scopes, filters, mode=mode)
-        from mnemosyne.engine.types import RecallMode
-
+        if mode not in RecallMode._value2member_map_:
+            raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
         recalled = self._local(
-            lambda: self._engine.recall(
+            lambda e: e.recall(
                 self.tenant, query, k=k, scopes=list(scopes or ()), metadata_equals=dict(filters or {}),
                 mode=RecallMode(mode),
             )
         )
-        return [types.Hit(_memory(h.memory), h.score, h.vector_score, h.text_score) for h in recalled.hits]
+        return client_convert.hits_from_proto(convert.to_recall_response(recalled).hits)
+
+    def get_memory(self, memory_id: int) -> types.Memory:
+        if self._client is not None:
+            return self._client.get_memory(self.tenant, memory_id)
+        memory = self._local(lambda e: e.memories.get(self.tenant, memory_id))
+        return client_convert.memory_from_proto(convert.to_get_memory_response(memory).memory)
+
+    def forget(self, memory_id: int, *, request_id: str | None = None) -> bool:
+        if self._client is not None:
+            return self._client.forget(self.tenant, memory_id, request_id)
+        return self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
+
+    def dedup(self, *, merge: bool = False, threshold: float = 0.0) -> types.DedupResult:
+        """Near-duplicate groups; with ``merge=True`` merged into each group's kept memory."""
+        if self._client is not None:
+            return self._client.dedup(self.tenant, merge=merge, threshold=threshold)
+        report = self._local(lambda e: e.dedup(self.tenant, merge=merge, threshold=threshold))
+        return client_convert.dedup_from_proto(convert.to_dedup_response(report))
 
     def hot_path(self, action: str = "status", timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult:
         """``enable`` | ``disable`` | ``status`` | ``flush`` (see ``MemoryClient.hot_path``)."""
         if self._client is not None:
             return self._client.hot_path(self.tenant, action, timeout_seconds)
-        hot = self._engine.hot_path
-        if action == "flush":
-            f = self._local(lambda: hot.flush(self.tenant, timeout_seconds))
-            return types.FlushResult(f.flushed, f.succeeded, f.failed, list(f.failed_event_ids))
-        if action == "enable":
-            self._local(lambda: hot.set_enabled(self.tenant, True))
-            state = self._local(lambda: hot.status(self.tenant))
-        elif action == "disable":
-            state = self._local(lambda: hot.disable(self.tenant, timeout_seconds))
-        elif action == "status":
-            state = self._local(lambda: hot.status(self.tenant))
-        else:
+        if action not in _HOT_PATH_ACTIONS:
             raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
-        return types.HotPathStatus(
-            state.enabled, state.queue_depth, state.oldest_pending_seconds, state.accepted, state.succeeded,
-            state.failed, state.duplicates, state.writes, state.model_calls,
-        )
+        if action == "flush":
+            outcome = self._local(lambda e: e.hot_path.flush(self.tenant, timeout_seconds))
+            return client_convert.flush_from_proto(convert.to_flush_response(outcome))
+        if action == "enable":
+            self._local(lambda e: e.hot_path.set_enabled(self.tenant, True))
+            state = self._local(lambda e: e.hot_path.status(self.tenant))
+        elif action == "disable":
+            state = self._local(lambda e: e.hot_path.disable(self.tenant, timeout_seconds))
+        else:
+            state = self._local(lambda e: e.hot_path.status(self.tenant))
+        return client_convert.hot_path_status_from_proto(convert.to_hot_path_status(state))
 
     def get_event(self, event_id: int) -> types.Event:
         if self._client is not None:
             return self._client.get_event(self.tenant, event_id)
-        e = self._local(lambda: self._engine.hot_path.get_event(self.tenant, event_id))
-        return types.Event(
-            e.event_id, e.status, e.kind, e.accepted_at, e.finished_at, e.created_memory_ids,
-            e.duplicate_of_memory_ids, e.merged_into_memory_ids, e.near_duplicate_of, e.error_reason,
-            e.error_message, e.attempts, e.latency_ms, e.sequence, e.extracted,
-        )
+        event = self._local(lambda e: e.hot_path.get_event(self.tenant, event_id))
+        return client_convert.event_from_proto(convert.to_event(event))
+
+    def list_events(self, *, status: str | None = None, page_size: int = 100, page_token: str = "") -> types.EventPage:
+        if self._client is not None:
+            return self._client.list_events(self.tenant, status, page_size=page_size, page_token=page_token)
+        page = self._local(lambda e: e.hot_path.list_events(self.tenant, status=status, page_size=page_size, page_token=page_token))
+        return client_convert.event_page_from_proto(convert.to_list_events_response(page))
 
     def verify_integrity(self) -> types.IntegrityReport:
         if self._client is not None:
             return self._client.verify_integrity(self.tenant)
-        r = self._local(lambda: self._engine.verify_integrity(self.tenant))
-        return types.IntegrityReport(
-            r.valid, r.first_broken_at, r.checked, r.head_hash, [types.IntegrityProblem(*p) for p in r.problems]
-        )
+        report = self._local(lambda e: e.memories.verify_integrity(self.tenant))
+        return client_convert.integrity_from_proto(convert.to_integrity(report))
 
     def stats(self) -> types.Stats:
         if self._client is not None:
             return self._client.stats(self.tenant)
-        s = self._local(lambda: self._engine.stats(self.tenant))
-        return types.Stats(s.memories, s.forgotten, s.writes, s.model_calls, s.embed_calls, s.duplicates,
-                           s.ledger_entries, s.file_bytes)
+        return client_convert.stats_from_proto(convert.to_stats(self._local(lambda e: e.tenants.stats(self.tenant))))
 
-
-def _translated(work: Callable[[], T]) -> T:
-    """Run engine work, raising the client's error types (the same as the remote mode)."""
-    try:
-        return work()
-    except MnemosyneError as exc:
-        from mnemosyne.transport.errors import status_code_for
-
-        code = status_code_for(exc)
-        raise _BY_CODE.get(code, ServerError)(code, exc.reason, exc.message, exc.metadata) from exc
-
-
-def _retain_result(outcome: Any) -> types.RetainResult:
-    return types.RetainResult(
-        status=outcome.status.value,
-        memory_id=outcome.memory_id,
-        event_id=outcome.event_id,
-        error_reason=outcome.error_reason,
-        error_message=outcome.error_message,
-        near_duplicate_of=tuple(outcome.near_duplicate_of),
-    )
-
-
-def _memory(m: Any) -> types.Memory:
-    return types.Memory(
-        id=m.id, scope=m.scope, text=m.text, metadata=dict(m.metadata), created_at=m.created_at,
-        facts=[types.Fact(*f) for f in m.facts], triples=[types.Triple(*t) for t in m.triples], forgotten=m.forgotten,
-    )

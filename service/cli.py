@@ -45,7 +45,7 @@ def _path(value: str | None) -> Path | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    tune_interpreter()  # before numpy loads (runtime.py)
+    from mnemosyne.engine.config import EngineConfig, HotPathConfig
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
     from mnemosyne.transport.admission import AdmissionLimits
@@ -57,42 +57,47 @@ def _serve(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(soft), int(hard)))
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
-    config = ServerConfig(
+    engine = EngineConfig(
         data_dir=Path(args.data_dir),
-        host=args.host,
-        port=args.port,
-        tokens_file=Path(args.tokens_file) if args.tokens_file else None,
-        tokens_json=_env("TOKENS"),
-        allow_unauthenticated=_env("ALLOW_UNAUTHENTICATED") == "1",
         max_open_tenants=args.max_open_tenants,
-        grace_seconds=args.grace_seconds,
         synchronous=args.synchronous.upper(),
         limits=_limits(args),
+        near_duplicate_threshold=args.near_duplicate_threshold,
+        hot_path=HotPathConfig(
+            workers=args.hot_path_workers,
+            batch=args.hot_path_batch,
+            sync=args.hot_path_sync,
+            event_retention_seconds=args.event_retention_seconds,
+            # Test seams: workers hold before committing while this file exists; extraction
+            # fails on texts containing the marker (a poison operation).
+            test_hold_workers_file=_path(_env("TEST_HOLD_WORKERS")),
+            test_poison_marker=_env("TEST_POISON_MARKER") or "",
+        ),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
-        near_duplicate_threshold=args.near_duplicate_threshold,
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+    )
+    config = ServerConfig(
+        engine=engine,
+        host=args.host,
+        port=args.port,
+        tokens_file=_path(args.tokens_file),
+        tokens_json=_env("TOKENS"),
+        allow_unauthenticated=_env("ALLOW_UNAUTHENTICATED") == "1",
+        grace_seconds=args.grace_seconds,
+        admission=AdmissionLimits(**{name: getattr(args, name) for name in AdmissionLimits.__dataclass_fields__}),
         extractor=extractor_from_settings(
             args.extractor, base_url=args.llm_base_url, model=args.llm_model, timeout=args.llm_timeout,
             retries=args.llm_retries, concurrency=args.llm_concurrency, fallback=args.llm_fallback,
         ),
+        embedder=args.embedder,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         tls_cert=_path(args.tls_cert),
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
-        embedder=args.embedder,
-        hot_path_workers=args.hot_path_workers,
-        hot_path_batch=args.hot_path_batch,
-        hot_path_sync=args.hot_path_sync,
-        event_retention_seconds=args.event_retention_seconds,
-        # Hot-path test seams: workers hold before committing while this file exists; extraction
-        # fails on texts containing the marker (a poison operation).
-        test_hold_workers_file=Path(_env("TEST_HOLD_WORKERS")) if _env("TEST_HOLD_WORKERS") else None,
-        test_poison_marker=_env("TEST_POISON_MARKER") or "",
-        admission=AdmissionLimits(**{name: getattr(args, name) for name in AdmissionLimits.__dataclass_fields__}),
         test_park_tenant=_env("TEST_PARK_TENANT") or "",
         test_park_file=_path(_env("TEST_PARK_FILE")),
     )
@@ -225,25 +230,31 @@ def _drill(args: argparse.Namespace) -> int:
     return 0 if results and all(r.passed for r in results) else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """The flags of ``serve``; each default is the configuration's own (engine/config.py,
+    transport/server.py, engine/limits.py, transport/admission.py), unless MNEMOSYNE_<FLAG> is set."""
+    from mnemosyne.engine.config import EngineConfig, HotPathConfig
+    from mnemosyne.transport.server import ServerConfig
 
-    serve = commands.add_parser("serve", help="run the gRPC server")
+    def default(cls: type, name: str, variable: str) -> str:
+        value = _env(variable)
+        return value if value is not None else str(cls.__dataclass_fields__[name].default)  # type: ignore[attr-defined]
+
     serve.add_argument("--data-dir", default=_env("DATA_DIR", "./mnemosyne-data"), help="directory of tenant files")
-    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind (default loopback)")
-    serve.add_argument("--port", type=int, default=int(_env("PORT", "50051") or 50051), help="gRPC port (0 = any free)")
-    serve.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", "9464") or 9464),
+    serve.add_argument("--host", default=default(ServerConfig, "host", "HOST"), help="address to bind (default loopback)")
+    serve.add_argument("--port", type=int, default=default(ServerConfig, "port", "PORT"), help="gRPC port (0 = any free)")
+    serve.add_argument("--metrics-port", type=int, default=default(ServerConfig, "metrics_port", "METRICS_PORT"),
                        help="HTTP port for /metrics, /healthz, /readyz (0 = off)")
     serve.add_argument("--tokens-file", default=_env("TOKENS_FILE"), help="JSON file of token hashes and their tenants")
-    serve.add_argument("--max-open-tenants", type=int, default=int(_env("MAX_OPEN_TENANTS", "1024") or 1024),
-                       help="tenant files kept open at most (LRU)")
-    serve.add_argument("--grace-seconds", type=float, default=float(_env("GRACE_SECONDS", "20") or 20),
+    serve.add_argument("--max-open-tenants", type=int, default=default(EngineConfig, "max_open_tenants", "MAX_OPEN_TENANTS"),
+                       help="tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)")
+    serve.add_argument("--grace-seconds", type=float, default=default(ServerConfig, "grace_seconds", "GRACE_SECONDS"),
                        help="how long SIGTERM waits for in-flight calls")
-    serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"], default=_env("SYNCHRONOUS", "full"),
+    serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"],
+                       default=default(EngineConfig, "synchronous", "SYNCHRONOUS").lower(),
                        help="SQLite synchronous setting: full survives power loss, normal only process kills")
     serve.add_argument("--near-duplicate-threshold", type=float,
-                       default=float(_env("NEAR_DUPLICATE_THRESHOLD", "0.85") or 0.85),
+                       default=default(EngineConfig, "near_duplicate_threshold", "NEAR_DUPLICATE_THRESHOLD"),
                        help="embedding cosine at or above which a memory with the same numbers, dates and "
                             "identifiers is named a near duplicate (and Dedup's default); above 1 = off")
     serve.add_argument("--extractor", choices=["rules", "openai"], default=_env("EXTRACTOR", "rules"),
@@ -264,26 +275,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", default=_env("TLS_KEY"), help="PEM private key of --tls-cert")
     serve.add_argument("--tls-client-ca", default=_env("TLS_CLIENT_CA"),
                        help="PEM CA bundle: require client certificates signed by it (mutual TLS)")
-    serve.add_argument("--drain-delay-seconds", type=float, default=float(_env("DRAIN_DELAY_SECONDS", "0") or 0),
+    serve.add_argument("--drain-delay-seconds", type=float, default=default(ServerConfig, "drain_delay_seconds", "DRAIN_DELAY_SECONDS"),
                        help="after SIGTERM, keep serving this long while health reports NOT_SERVING")
     serve.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
                        help="stderr log lines as text or JSON (one object per line)")
     _add_limit_flags(serve)
     _add_admission_flags(serve)
-    serve.add_argument("--embedder", choices=["hashing", "minilm"], default=_env("EMBEDDER", "hashing"),
+    serve.add_argument("--embedder", choices=["hashing", "minilm"], default=default(ServerConfig, "embedder", "EMBEDDER"),
                        help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
-
-
-    serve.add_argument("--hot-path-workers", type=int, default=int(_env("HOT_PATH_WORKERS", "2") or 2),
+    serve.add_argument("--hot-path-workers", type=int, default=default(HotPathConfig, "workers", "HOT_PATH_WORKERS"),
                        help="background workers shared by all tenants for asynchronous (fast) writes")
-    serve.add_argument("--hot-path-batch", type=int, default=int(_env("HOT_PATH_BATCH", "16") or 16),
+    serve.add_argument("--hot-path-batch", type=int, default=default(HotPathConfig, "batch", "HOT_PATH_BATCH"),
                        help="queued operations a worker applies per transaction")
-    serve.add_argument("--hot-path-sync", choices=["round", "enqueue"], default=_env("HOT_PATH_SYNC", "round"),
+    serve.add_argument("--hot-path-sync", choices=["round", "enqueue"], default=default(HotPathConfig, "sync", "HOT_PATH_SYNC"),
                        help="with --synchronous full, fsync an accepted fast write after the worker applies it "
                        "(round: enqueues take no fsync) or before the enqueue returns (enqueue)")
     serve.add_argument("--event-retention-seconds", type=float,
-                       default=float(_env("EVENT_RETENTION_SECONDS", "604800") or 604800),
+                       default=default(HotPathConfig, "event_retention_seconds", "EVENT_RETENTION_SECONDS"),
                        help="delete finished hot-path events this long after they finished (0: keep forever)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gRPC server")
+    _add_serve_flags(serve)
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
@@ -319,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    tune_interpreter()  # before numpy loads (runtime.py): the serve flags' defaults load the engine
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
 
 

@@ -31,7 +31,8 @@ from mnemosyne.client import (
 )
 from mnemosyne.client.errors import error_info, from_rpc_error
 from mnemosyne.engine import dedup
-from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 from tests.support import ServerProcess

@@ -18,7 +18,7 @@ from mnemosyne.client import (
     NotFoundError,
     RetainItem,
 )
-from mnemosyne.engine.hot_path import INDEX_FILE_NAME
+from mnemosyne.store.pending_index import INDEX_FILE_NAME
 
 
 def _indexed_tenants(data_dir: Path) -> set[str]:

@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.engine.engine import Engine, EngineConfig
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 
 

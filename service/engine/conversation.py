@@ -22,17 +22,13 @@ from typing import Mapping, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.types import RetainItem
+from mnemosyne.engine.types import Message, RetainItem
 from mnemosyne.errors import InvalidArgument
 
 MAX_MESSAGES = 1_000
 ROLE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}")
 
 
-@dataclass(frozen=True)
-class Message:
-    role: str
-    content: str
 
 
 def transcript(messages: Sequence[Message]) -> str:
@@ -62,8 +58,7 @@ def validate_messages(messages: Sequence[Message], limits: Limits) -> None:
 def conversation_item(
     messages: Sequence[Message], scope: str, metadata: Mapping[str, str], limits: Limits
 ) -> RetainItem:
-    """Validate a conversation and turn it into the one item it is retained as."""
+    """Validate a conversation's messages and turn them into the one item it is retained as (whose
+    text, the transcript, is validated with every item's on the write path)."""
     validate_messages(messages, limits)
-    text = transcript(messages)
-    check.validate_text(text, limits, field="the conversation transcript")
-    return RetainItem(text=text, scope=scope or "global", metadata=dict(metadata))
+    return RetainItem(text=transcript(messages), scope=scope, metadata=dict(metadata))

@@ -16,8 +16,10 @@ memories); atoms are computed only for the few candidates above the threshold.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +27,15 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from mnemosyne.engine.types import DedupGroup
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.requests import replayed_result
+from mnemosyne.engine.types import DedupGroup, DedupReport
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.store import ledger
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import ReadTxn
 from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
 
 DEFAULT_THRESHOLD = 0.85
@@ -236,3 +246,87 @@ class InFlight:
                 for key in mine:
                     del self._owners[key]
             released.set()
+
+
+class Deduplicator:
+    """The Dedup operation over a tenant's stored memories (AdminService.Dedup)."""
+
+    def __init__(self, *, pool: TenantPool, embedder: Embedder, default_threshold: float) -> None:
+        self._pool = pool
+        self._embedder = embedder
+        self._default_threshold = default_threshold
+
+    def __call__(
+        self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
+    ) -> DedupReport:
+        """Report near-duplicate groups (same scope, cosine >= threshold, same atoms; see
+        engine/dedup.py) and, with ``merge``, retire each group's duplicates into its kept (oldest)
+        memory: one ``merge`` ledger entry per group, in one write transaction that re-checks every
+        member is still live. Similarity is computed before that transaction, never inside it.
+        A request id makes a retried merge return the first call's groups."""
+        request_id = check.validate_request_id(request_id)
+        threshold = float(threshold or self._default_threshold)
+        if not 0.0 < threshold <= 1.0:
+            raise InvalidArgument(
+                f"threshold {threshold} is out of range; give a cosine similarity in (0, 1], or 0 for the "
+                f"server default ({self._default_threshold})",
+                reason="THRESHOLD_INVALID",
+            )
+        payload_hash = ledger.sha256_hex(ledger.canonical_json(["dedup", merge, threshold]))
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return DedupReport([], False, threshold)
+            if merge and request_id:
+                with store.read() as txn:
+                    prior = _prior_dedup(txn, request_id, payload_hash, threshold)
+                if prior is not None:
+                    return prior
+            index = vector_index(store, self._embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self._embedder, write=False)
+                ids, matrix = index.sync(txn)
+                pairs = similar_pairs(ids, matrix, threshold)
+                involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
+                rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
+            # Superseded memories are history, never a merge target nor merged into a current one.
+            known = {
+                i: Candidate(r.scope, r.body)
+                for i, r in rows.items()
+                if not r.forgotten and not r.merged_into and not r.superseded_by
+            }
+            groups = group_pairs(pairs, known)
+            if not merge:
+                return DedupReport(groups, False, threshold)
+            with store.write() as txn:
+                if request_id:
+                    prior = _prior_dedup(txn, request_id, payload_hash, threshold)
+                    if prior is not None:
+                        return prior
+                applied: list[DedupGroup] = []
+                now = time.time()
+                for group in groups:
+                    current = txn.memories_by_ids([group.keep, *group.duplicates], with_details=False)
+
+                    def live(i: int) -> bool:
+                        r = current.get(i)
+                        return r is not None and not r.forgotten and not r.merged_into
+
+                    members = tuple(d for d in group.duplicates if live(d))
+                    if not live(group.keep) or not members:
+                        continue  # a forget or another merge got there first
+                    txn.merge_memories(group.keep, members, at=now)
+                    applied.append(DedupGroup(group.keep, members))
+                txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
+                report = DedupReport(applied, True, threshold)
+                if request_id:
+                    result = [[g.keep, list(g.duplicates)] for g in applied]
+                    txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
+        return report
+
+
+def _prior_dedup(txn: ReadTxn, request_id: str, payload_hash: str, threshold: float) -> DedupReport | None:
+    prior = replayed_result(txn, request_id, "dedup", payload_hash)
+    if prior is None:
+        return None
+    groups = [DedupGroup(int(keep), tuple(int(d) for d in dups)) for keep, dups in json.loads(prior)]
+    return DedupReport(groups, True, threshold)

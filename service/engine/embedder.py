@@ -23,6 +23,8 @@ from typing import NamedTuple
 import numpy as np
 
 from mnemosyne.engine.terms import content_words, stem, words
+from mnemosyne.errors import FailedPrecondition
+from mnemosyne.store.tenant_store import ReadTxn, WriteTxn
 
 __all__ = ["EMBEDDERS", "Embedder", "HashingEmbedder", "make_embedder", "words"]
 
@@ -234,3 +236,21 @@ def make_embedder(name: str) -> Embedder:
     from mnemosyne.errors import InvalidArgument
 
     raise InvalidArgument(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN")
+
+
+def check_tenant_embedder(txn: ReadTxn, embedder: Embedder, *, write: bool) -> None:
+    """A tenant's vectors are made by one embedder; mixing two would corrupt similarity. The
+    first write records this one; any other later is EMBEDDER_MISMATCH."""
+    recorded = txn.meta("embedder")
+    mine = f"{embedder.name}/{embedder.dim}"
+    if recorded is None:
+        if write:
+            assert isinstance(txn, WriteTxn)
+            txn.set_meta("embedder", mine)
+        return
+    if recorded != mine:
+        raise FailedPrecondition(
+            f"this tenant's vectors were made by embedder {recorded}, but the server runs {mine}; "
+            "start the server with the tenant's embedder",
+            reason="EMBEDDER_MISMATCH",
+        )

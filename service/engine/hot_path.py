@@ -13,8 +13,8 @@ acceptance order — then process each tenant's log in rounds:
 2. extract and embed OUTSIDE any transaction (skipping known duplicates), then PERSIST what
    extraction produced on the log rows, with the ``model_calls`` counter, in one transaction —
    so a replay after a crash reuses it and makes no second model call;
-3. commit: one transaction applies every claimed operation through the Engine's own write path
-   (``Engine.apply_prepared``: exact dedup, memory + facts + triples + embedding + full-text row +
+3. commit: one transaction applies every claimed operation through the synchronous writes' own
+   path (``WritePath.apply``: exact dedup, memory + facts + triples + embedding + full-text row +
    audit entry) AND marks each operation succeeded or failed, with the counters. An operation is
    therefore never ``succeeded`` before its memory is visible to both recall paths.
 
@@ -43,28 +43,43 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import apsw
 
 from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
+from mnemosyne.engine.config import HOT_PATH_SYNC_CHOICES, HotPathConfig
+from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
-from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.requests import prior_outcomes
+from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
+from mnemosyne.engine.types import (
+    Barrier,
+    Event,
+    EventPage,
+    FlushOutcome,
+    HotPathState,
+    RetainItem,
+    RetainOutcome,
+    RetainStatus,
+    Transitions,
+)
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.inbox import InboxOp, InboxRequest, InboxTxn
+from mnemosyne.store.inbox import InboxRequest, InboxTxn
 from mnemosyne.store.oplog import OpRow, Transition
+from mnemosyne.store.pending_index import PendingIndex
+from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
-if TYPE_CHECKING:
-    from mnemosyne.engine.engine import Engine
 
 log = logging.getLogger("mnemosyne.hot_path")
 
 HOT_PATH_META = "hot_path"
-INDEX_FILE_NAME = "hot_path_pending.sqlite"
 # A drained tenant leaves the recovery index only after staying idle this long: a busy tenant's
 # queue drains and refills constantly, and each re-add costs the enqueue that makes it an fsync.
 UNINDEX_AFTER_IDLE_SECONDS = 30.0
@@ -77,7 +92,6 @@ ROUND_RETRY_MAX_SECONDS = 30.0
 PRUNE_INTERVAL_SECONDS = 10.0
 PRUNE_BATCH = 100
 PRUNE_MAX_BATCHES = 50
-HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 # Inbox operations a worker adopts into the tenant's log per round, in batches: ahead of what a
 # round applies, while reading them holds the inbox lock (every enqueue's) only for microseconds.
 MOVE_BATCHES = 4
@@ -108,50 +122,12 @@ class PoisonedExtractor(Extractor):
 # -- domain values -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Event:
-    event_id: int
-    status: str
-    kind: str
-    accepted_at: float
-    finished_at: float | None
-    created_memory_ids: tuple[int, ...] = ()
-    duplicate_of_memory_ids: tuple[int, ...] = ()
-    merged_into_memory_ids: tuple[int, ...] = ()
-    near_duplicate_of: tuple[int, ...] = ()
-    error_reason: str = ""
-    error_message: str = ""
-    attempts: int = 0
-    latency_ms: float = 0.0
-    extracted: bool = False
-    sequence: int = 0  # the transition's position (WatchEvents); 0 elsewhere
 
 
-@dataclass(frozen=True)
-class EventPage:
-    events: list[Event]
-    next_page_token: str
 
 
-@dataclass(frozen=True)
-class HotPathState:
-    enabled: bool
-    queue_depth: int
-    oldest_pending_seconds: float
-    accepted: int
-    succeeded: int
-    failed: int
-    duplicates: int
-    writes: int
-    model_calls: int
 
 
-@dataclass(frozen=True)
-class FlushOutcome:
-    flushed: int
-    succeeded: int
-    failed: int
-    failed_event_ids: list[int] = field(default_factory=list)
 
 
 def event_from_row(row: OpRow, *, status: str | None = None, sequence: int = 0) -> Event:
@@ -179,77 +155,6 @@ def event_from_row(row: OpRow, *, status: str | None = None, sequence: int = 0) 
         extracted=row.extraction is not None,
         sequence=sequence,
     )
-
-
-# -- the recovery index --------------------------------------------------------------------------
-
-
-class PendingIndex:
-    """Tenants that may have open operations, in a small SQLite file of the data directory.
-
-    A tenant is added (durably) BEFORE its first enqueue commits and removed only after a commit
-    left it with no open operation, under the tenant's inbox lock, so the index can name a
-    tenant with nothing to do (harmless: start-up looks and removes it) but never miss one.
-
-    The same file keeps, per idle tenant with finished events, when the oldest of them expires
-    (``expiring``), so a restart still deletes them on time without opening every tenant file.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self._connection = apsw.Connection(str(data_dir / INDEX_FILE_NAME))
-        self._connection.set_busy_timeout(10_000)
-        self._connection.pragma("journal_mode", "wal")
-        self._connection.pragma("synchronous", "FULL")
-        self._connection.execute("CREATE TABLE IF NOT EXISTS pending(tenant TEXT PRIMARY KEY, since REAL NOT NULL)")
-        self._connection.execute("CREATE TABLE IF NOT EXISTS expiring(tenant TEXT PRIMARY KEY, due REAL NOT NULL)")
-        self._lock = threading.Lock()
-        self._known = {row[0] for row in self._connection.execute("SELECT tenant FROM pending")}
-        self._due: dict[str, float] = dict(self._connection.execute("SELECT tenant, due FROM expiring"))
-
-    def tenants(self) -> list[str]:
-        with self._lock:
-            return sorted(self._known)
-
-    def add(self, tenant: str) -> None:
-        with self._lock:
-            if tenant in self._known:
-                return
-            self._connection.execute(
-                "INSERT OR IGNORE INTO pending(tenant, since) VALUES(?, ?)", (tenant, time.time())
-            )
-            self._known.add(tenant)
-
-    def remove(self, tenant: str) -> None:
-        with self._lock:
-            if tenant not in self._known:
-                return
-            self._connection.execute("DELETE FROM pending WHERE tenant = ?", (tenant,))
-            self._known.discard(tenant)
-
-    def expiries(self) -> list[tuple[str, float]]:
-        with self._lock:
-            return sorted(self._due.items())
-
-    def set_expiry(self, tenant: str, due: float | None) -> bool:
-        """Record when the tenant's oldest finished event expires (None: it has none). Returns
-        True if that changed."""
-        with self._lock:
-            if self._due.get(tenant) == due:
-                return False
-            if due is None:
-                self._connection.execute("DELETE FROM expiring WHERE tenant = ?", (tenant,))
-                del self._due[tenant]
-            else:
-                self._connection.execute(
-                    "INSERT INTO expiring(tenant, due) VALUES(?, ?) ON CONFLICT(tenant) DO UPDATE SET due = excluded.due",
-                    (tenant, due),
-                )
-                self._due[tenant] = due
-            return True
-
-    def close(self) -> None:
-        with self._lock:
-            self._connection.close()
 
 
 # -- fair scheduling -----------------------------------------------------------------------------
@@ -367,36 +272,27 @@ class Changes:
             unsubscribe()
 
 
-@dataclass(frozen=True)
-class Transitions:
-    """A chunk of a tenant's event transitions, for WatchEvents."""
-
-    events: list[Event]
-    through_sequence: int  # resume after this one
-    more: bool  # a full chunk: read again at once
 
 
-@dataclass(frozen=True)
-class Barrier:
-    """What a Flush (or a Disable) waits for: every operation accepted up to ``up_to_id``."""
-
-    up_to_id: int
-    covered: list[int]  # the operations open when it began
 
 
 # -- the hot path ----------------------------------------------------------------------------------
 
 
 class HotPath:
-    def __init__(self, engine: "Engine") -> None:
-        self._engine = engine
-        config = engine.config
-        self._workers = max(1, config.hot_path_workers)
-        self._batch = max(1, config.hot_path_batch)
-        self._max_failures = max(1, config.hot_path_max_failures)
-        self._retry_seconds = max(0.0, config.hot_path_retry_seconds)
+    def __init__(
+        self, *, write_path: WritePath, pool: TenantPool, config: HotPathConfig, limits: Limits, observer: EngineObserver
+    ) -> None:
+        self._write_path = write_path
+        self._pool = pool
+        self._limits = limits
+        self._observer = observer
+        self._workers = max(1, config.workers)
+        self._batch = max(1, config.batch)
+        self._max_failures = max(1, config.max_failures)
+        self._retry_seconds = max(0.0, config.retry_seconds)
         self._hold_file = config.test_hold_workers_file
-        self.index = PendingIndex(engine.pool.data_dir)
+        self.index = PendingIndex(pool.data_dir)
         self._scheduler = _Scheduler()
         self.changes = Changes()
         self._threads: list[threading.Thread] = []
@@ -414,16 +310,16 @@ class HotPath:
                 "--event-retention-seconds must be 0 (keep events forever) or more", reason="EVENT_RETENTION_INVALID"
             )
         self._retention = config.event_retention_seconds
-        if config.hot_path_sync not in HOT_PATH_SYNC_CHOICES:
+        if config.sync not in HOT_PATH_SYNC_CHOICES:
             raise InvalidArgument(
-                f"--hot-path-sync must be one of {', '.join(HOT_PATH_SYNC_CHOICES)}, not {config.hot_path_sync!r}",
+                f"--hot-path-sync must be one of {', '.join(HOT_PATH_SYNC_CHOICES)}, not {config.sync!r}",
                 reason="HOT_PATH_SYNC_INVALID",
             )
         # "enqueue": each enqueue commits to the inbox with the store's synchronous setting (an
         # fsync with FULL). "round": an enqueue does not fsync. In both, no worker transaction
         # fsyncs under a write lock: the worker syncs the tenant's log after its commits, outside
         # the lock (store.sync_log), and so do the barriers.
-        self._sync_each_enqueue = config.hot_path_sync == "enqueue"
+        self._sync_each_enqueue = config.sync == "enqueue"
         self._pruned_at: dict[str, float] = {}  # tenant -> monotonic time of its last prune pass
 
     # -- lifetime --------------------------------------------------------------------------------
@@ -501,11 +397,11 @@ class HotPath:
     def set_enabled(self, tenant: str, enabled: bool) -> bool:
         """Set the flag; enabling creates the tenant, disabling never does. False when the tenant
         has no file (then nothing was to be disabled)."""
-        with self._engine.pool.tenant(tenant, create=enabled) as store:
+        with self._pool.tenant(tenant, create=enabled) as store:
             if store is None:
                 return False
             # Under the inbox lock: an enqueue re-reads the flag under it before appending.
-            with self._engine.pool.locks.for_inbox(tenant), store.write() as txn:
+            with self._pool.locks.for_inbox(tenant), store.write() as txn:
                 txn.set_meta(HOT_PATH_META, "on" if enabled else "off")
                 store.cache[_FLAG_CACHE_KEY] = enabled
         return True
@@ -525,7 +421,7 @@ class HotPath:
         self,
         tenant: str,
         store: TenantStore,
-        prepared: Sequence,
+        prepared: Sequence[PreparedItem],
         outcomes: list[RetainOutcome | None],
         request_id: str | None,
         method: str,
@@ -547,20 +443,17 @@ class HotPath:
                 if request_id:
                     # The inbox, then the tenant file: while this lock is held no key can leave
                     # the inbox, so one not here either never came or was adopted before.
-                    prior = self._engine.prior_result(txn, request_id, method, payload_hash)
+                    prior = prior_outcomes(txn, request_id, method, payload_hash)
                     if prior is None:
                         with store.read() as log_txn:
-                            prior = self._engine.prior_result(log_txn, request_id, method, payload_hash)
+                            prior = prior_outcomes(log_txn, request_id, method, payload_hash)
                     if prior is not None:
                         return prior
                 results = list(outcomes)
                 now = time.time()
                 event_id = 0
                 for p in prepared:
-                    payload = ledger.canonical_json(
-                        {"text": p.item.text, "scope": p.item.scope, "metadata": p.item.metadata}
-                    )
-                    event_id = txn.append("retain", payload, request_id, now)
+                    event_id = txn.append("retain", p.to_payload(), request_id, now)
                     results[p.position] = RetainOutcome(RetainStatus.ENQUEUED, event_id=event_id)
                 final = [r for r in results if r is not None]
                 if request_id:
@@ -612,11 +505,7 @@ class HotPath:
 
     def _round(self, tenant: str) -> bool:
         """Process up to ``batch`` open operations of one tenant; True if more may remain."""
-        # Imported here: engine.py imports this module (the Engine owns its HotPath).
-        from mnemosyne.engine.engine import ExtractionMissing, PreparedItem, fingerprint
-
-        engine = self._engine
-        with engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 self.index.remove(tenant)
                 self.index.set_expiry(tenant, None)
@@ -639,33 +528,21 @@ class HotPath:
             prepared: list[PreparedItem] = []
             by_position: dict[int, OpRow] = {}
             for position, op in enumerate(ops):
-                payload = json.loads(op.payload)
-                item = RetainItem(payload["text"], payload["scope"], dict(payload["metadata"]))
                 extraction = None
                 if op.extraction is not None:
                     stored = json.loads(op.extraction)
                     extraction = Extraction(
                         facts=[tuple(f) for f in stored["facts"]], triples=[tuple(t) for t in stored["triples"]]
                     )
-                prepared.append(
-                    PreparedItem(
-                        position,
-                        item,
-                        fingerprint(item.scope, item.text),
-                        ledger.canonical_json(item.metadata),
-                        extraction=extraction,
-                        vector=op.embedding,
-                        counted=extraction is not None,
-                    )
-                )
+                prepared.append(PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding))
                 by_position[position] = op
             errors: dict[int, Exception] = {}
             force = False
             # Single flight with synchronous writers of the same content (engine/dedup.py): one
             # extraction, the later writer finds an exact duplicate.
-            with engine.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            with self._write_path.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
                 for _attempt in range(3):
-                    engine.extract_missing(store, prepared, errors, force=force)
+                    self._write_path.extract_missing(store, prepared, errors, force=force)
                     self._persist_extractions(store, prepared, by_position)
                     self._hold()
                     try:
@@ -731,7 +608,7 @@ class HotPath:
                 txn.oplog_store_extraction(by_position[p.position].event_id, extraction, p.vector)
             # Counted with the stored result: a replay finds it and calls the model no more.
             txn.add_counters({"model_calls": len(fresh), "embed_calls": 1})
-        self._engine.observer.retained(created=0, duplicates=0, model_calls=len(fresh), embed_calls=1)
+        self._observer.retained(created=0, duplicates=0, model_calls=len(fresh), embed_calls=1)
         for p in fresh:
             p.counted = True
 
@@ -740,13 +617,12 @@ class HotPath:
     ) -> bool:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
-        engine = self._engine
         all_finished = True
         with store.write(sync=False) as txn:
-            engine.check_embedder(txn, write=True)
+            check_tenant_embedder(txn, self._write_path.embedder, write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]
-            created, duplicates = engine.apply_prepared(txn, writable, results, per_item_errors=True)
+            created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
             now = time.time()
             succeeded = failed = 0
             for p in prepared:
@@ -774,14 +650,14 @@ class HotPath:
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
         self._note_depth(tenant, store)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
-        engine.observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
+        self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
         return all_finished
 
     def _unindex_if_idle(self, tenant: str, store: TenantStore) -> bool:
         """True if the tenant has no open operation; it then leaves the recovery index once it
         stayed idle for UNINDEX_AFTER_IDLE_SECONDS (the worker comes back to check). Under the
         inbox lock, which every enqueue holds across its index add and its commit."""
-        with self._engine.pool.locks.for_inbox(tenant), _snapshot(store) as (txn, waiting):
+        with self._pool.locks.for_inbox(tenant), _snapshot(store) as (txn, waiting):
             depth, _ = _add_depths(txn.oplog_depth(), waiting.depth())
             if depth:
                 return False
@@ -814,7 +690,7 @@ class HotPath:
     def _unindex_idle_now(self) -> None:
         """At shutdown: drop every tenant seen drained with nothing enqueued since."""
         for tenant in list(self._idle_since):
-            with self._engine.pool.locks.for_inbox(tenant):
+            with self._pool.locks.for_inbox(tenant):
                 if self._idle_since.pop(tenant, None) is not None:
                     self.index.remove(tenant)
 
@@ -826,7 +702,7 @@ class HotPath:
 
     def flush_barrier(self, tenant: str) -> Barrier | None:
         """What a Flush of the tenant, beginning now, waits for; None when it has no file."""
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return None
             self._scheduler.notify(tenant)  # surely scheduled, even if a notify was lost
@@ -850,7 +726,7 @@ class HotPath:
     def remaining(self, tenant: str, barrier: Barrier) -> int:
         """Operations the barrier still waits for (0: all have finished). When 0, what finished is
         made durable first (a barrier returns once what it waited for is on disk)."""
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return 0
             with _snapshot(store) as (txn, waiting):
@@ -862,7 +738,7 @@ class HotPath:
     def flush_outcome(self, tenant: str, barrier: Barrier) -> FlushOutcome:
         """What the operations a finished barrier covered did."""
         statuses: dict[int, str] = {}
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is not None:
                 with store.read() as txn:
                     statuses = txn.oplog_statuses(barrier.covered)
@@ -907,7 +783,7 @@ class HotPath:
         return self.status(tenant)
 
     def status(self, tenant: str) -> HotPathState:
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return HotPathState(False, 0, 0.0, 0, 0, 0, 0, 0, 0)
             with _snapshot(store) as (txn, waiting):
@@ -931,7 +807,7 @@ class HotPath:
     # -- events ----------------------------------------------------------------------------------
 
     def get_event(self, tenant: str, event_id: int) -> Event:
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             row = None
             if store is not None:
                 with _snapshot(store) as (txn, waiting):
@@ -955,11 +831,11 @@ class HotPath:
     ) -> EventPage:
         if status is not None and status not in EVENT_STATUSES:
             raise InvalidArgument(f"status must be one of {', '.join(EVENT_STATUSES)}", reason="EVENT_STATUS_INVALID")
-        page_size = check.validate_page_size(page_size, self._engine.limits)
+        page_size = check.validate_page_size(page_size, self._limits)
         query = f"events\x1f{status or ''}\x1f{accepted_after!r}"
         # Pages are cut by event id, which only grows: new events land on later pages and never
         # shift or repeat what an earlier page returned.
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
                 return EventPage([], "")
@@ -981,7 +857,7 @@ class HotPath:
         ``after_event_id``, from the durable log; the caller waits for ``changes`` when there were
         no more (WatchEvents: transport/waits.py)."""
         sequence = max(0, after_sequence)
-        with self._engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return Transitions([], sequence, more=False)
             with store.read() as txn:
@@ -1020,7 +896,7 @@ class _Waiting:
         if self._txn is None:
             return []
         ops = self._txn.ops(after_id=max(after_id, self.log_last_id), up_to_id=up_to_id, limit=limit)
-        return [pending_row(op) for op in ops]
+        return [OpRow.pending(op) for op in ops]
 
 
 @contextlib.contextmanager
@@ -1045,8 +921,3 @@ def _add_depths(a: tuple[int, float | None], b: tuple[int, float | None]) -> tup
     oldest = [t for t in (a[1], b[1]) if t is not None]
     return a[0] + b[0], min(oldest) if oldest else None
 
-
-def pending_row(op: InboxOp) -> OpRow:
-    """An inbox operation as the log row it will become: pending, never attempted."""
-    return OpRow(op.event_id, op.kind, "pending", op.payload, op.request_id, 0, 0, None, None, None, None, None,
-                 op.accepted_at, None, None, None)

@@ -26,7 +26,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.store.tenant_store import ReadTxn
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+
+_CACHE_KEY = "vectors"
+
+
+def vector_index(store: TenantStore, dim: int) -> "VectorIndex":
+    """The tenant's vector cache, kept on its open store (made on first use)."""
+    index = store.cache.get(_CACHE_KEY)
+    if index is None:
+        index = store.cache.setdefault(_CACHE_KEY, VectorIndex(dim))
+    return index
 
 
 class VectorView(NamedTuple):

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from mnemosyne.engine.types import Memory
+from mnemosyne.engine.types import GLOBAL_SCOPE, Memory
 from mnemosyne.errors import InvalidArgument
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -66,7 +66,8 @@ def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
 
 
 def validate_scope(scope: str) -> str:
-    scope = scope or "global"
+    """A valid scope; GLOBAL_SCOPE for none."""
+    scope = scope or GLOBAL_SCOPE
     if not SCOPE_PATTERN.fullmatch(scope):
         raise InvalidArgument(
             f"scope {scope[:80]!r} is not valid: use 'global' or 'workspace/<name>' where name is 1-64 "

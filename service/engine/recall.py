@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence, overload
+from typing import Mapping, Sequence, overload
 
 import numpy as np
 
+from mnemosyne.engine import conflicts
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.terms import STOP_WORDS, words
+from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
+from mnemosyne.store.pool import TenantPool
 
 MAX_QUERY_TERMS = 64
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
@@ -228,3 +236,99 @@ def fuse(
     # Best first, ties by lower id.
     order = keep[np.lexsort((memory_ids, -fused[keep]))][:limit]
     return Ranking(ids[rows[order]], fused[order], cosine[order], bm25[order])
+
+
+class Recall:
+    """The whole recall algorithm, start to end: validation, the two paths over one read
+    snapshot, fusion, supersession, and the response budget."""
+
+    def __init__(self, *, pool: TenantPool, embedder: Embedder, limits: Limits) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.limits = limits
+
+    def __call__(
+        self,
+        tenant: str,
+        query: str,
+        *,
+        k: int = 5,
+        scopes: Sequence[str] = (),
+        metadata_equals: Mapping[str, str] | None = None,
+        mode: RecallMode = RecallMode.HYBRID,
+    ) -> Recalled:
+        """The best ``k`` memories for ``query`` (hybrid by default), current facts first, within
+        the response budget (what does not fit is named in ``omitted_memory_ids``). One read
+        transaction: a memory committed before the call began is a candidate, a forgotten or
+        merged one never appears."""
+        check.validate_query(query, self.limits)
+        k = check.validate_k(k, self.limits)
+        scopes = sorted({check.validate_scope(s) for s in scopes})
+        filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
+        query_vector = self.embedder.embed([query])[0]
+        terms = query_terms(query)
+        match = match_expression(terms)
+        # Coordination needs at least two terms; past six, hardly any memory holds them all.
+        match_all = match_expression(terms, operator="AND") if 2 <= len(terms) <= 6 else None
+        depth = max(4 * k, 50)
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return Recalled([])
+            index = vector_index(store, self.embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self.embedder, write=False)
+                ids = np.zeros(0, dtype=np.int64)
+                vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
+                scores: np.ndarray | None = None
+                vector_rows = np.zeros(0, dtype=np.int64)
+                text_hits: list[tuple[int, float]] = []
+                if mode is not RecallMode.TEXT:
+                    ids, matrix, vectors = index.sync_view(txn)
+                    allowed = None
+                    if scopes or filters:
+                        allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
+                    scores = vector_scores(query_vector, matrix, allowed)
+                    vector_rows = top_rows(scores, depth)
+                if mode is not RecallMode.VECTOR and match:
+                    text_hits = soften_length_normalisation(
+                        txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
+                    )
+                    # Coordination matters only when more memories match than BM25's cut keeps
+                    # (then its clamped IDF decides which get in); it costs a second query.
+                    if match_all and len(text_hits) >= depth:
+                        text_hits = coordinate(
+                            text_hits,
+                            soften_length_normalisation(
+                                txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
+                            ),
+                        )
+                fused = fuse(
+                    query_vector, ids, vectors, scores, vector_rows, text_hits,
+                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback, limit=2 * depth,
+                )
+                # Read the first k memories; widen the window (CONFLICTS) only until it holds k
+                # current ones (superseded ones rank after them, merged and forgotten ones never
+                # appear, rows newer than this snapshot are invisible) or the candidates run out.
+                window, fetched, rows = k, 0, {}
+                while True:
+                    rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
+                    fetched = window
+                    current = sum(1 for r in rows.values() if conflicts.is_current(r))
+                    if current >= k or window >= len(fused):
+                        break
+                    window *= 2
+                ranked = fused[:window]
+        hits = []
+        for candidate in ranked:
+            row = rows.get(candidate.memory_id)
+            # Newer than this snapshot, forgotten, or merged away by Dedup.
+            if row is None or row.forgotten or row.merged_into:
+                continue
+            score = candidate.score
+            if row.superseded_by:  # CONFLICTS: current facts rank before superseded ones
+                score *= conflicts.SUPERSEDED_WEIGHT
+            hits.append(Hit(memory_from_row(row), score, candidate.vector_score, candidate.text_score))
+        hits.sort(key=lambda h: (-h.score, h.memory.id))
+        hits = hits[:k]
+        kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
+        return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))

@@ -1,10 +1,16 @@
-"""Domain values passed between the engine and its callers (the transport, MemoryBrain)."""
+"""Every domain value passed between the engine and its callers (the transport, MemoryBrain):
+memories and their writes, recall, events and the hot path, workspace records, administration."""
 
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
+
+
+# The scope of Global memory: a memory or record without a scope is in it.
+GLOBAL_SCOPE = "global"
 
 
 class RetainStatus(str, enum.Enum):
@@ -17,7 +23,7 @@ class RetainStatus(str, enum.Enum):
 @dataclass(frozen=True)
 class RetainItem:
     text: str
-    scope: str = "global"
+    scope: str = GLOBAL_SCOPE
     metadata: dict[str, str] = field(default_factory=dict)
 
 
@@ -151,3 +157,135 @@ class AggregateChunk:
     total: TenantStats | None = None  # set in the last chunk only (the tenants read)
     files_read: int = 0  # tenant files read so far (== transactions); final in the last chunk
     unreadable: int = 0  # of those, how many could not be read (their rows carry the reason)
+
+
+# -- conversations ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+# -- events and the hot path ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: int
+    status: str
+    kind: str
+    accepted_at: float
+    finished_at: float | None
+    created_memory_ids: tuple[int, ...] = ()
+    duplicate_of_memory_ids: tuple[int, ...] = ()
+    merged_into_memory_ids: tuple[int, ...] = ()
+    near_duplicate_of: tuple[int, ...] = ()
+    error_reason: str = ""
+    error_message: str = ""
+    attempts: int = 0
+    latency_ms: float = 0.0
+    extracted: bool = False
+    sequence: int = 0  # the transition's position (WatchEvents); 0 elsewhere
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class HotPathState:
+    enabled: bool
+    queue_depth: int
+    oldest_pending_seconds: float
+    accepted: int
+    succeeded: int
+    failed: int
+    duplicates: int
+    writes: int
+    model_calls: int
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    flushed: int
+    succeeded: int
+    failed: int
+    failed_event_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """A chunk of a tenant's event transitions, for WatchEvents."""
+
+    events: list[Event]
+    through_sequence: int  # resume after this one
+    more: bool  # a full chunk: read again at once
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """What a Flush (or a Disable) waits for: every operation accepted up to ``up_to_id``."""
+
+    up_to_id: int
+    covered: list[int]  # the operations open when it began
+
+
+# -- workspace records (host-owned generations) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One change of a batch: ``op`` is "put" (create or replace with ``content``) or "delete"."""
+
+    op: str
+    key: str
+    content: str = ""
+
+
+@dataclass(frozen=True)
+class OmittedRecord:
+    """A record an assembled context had no room for (fetch it with GetRecord)."""
+
+    scope: str
+    key: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    global_records: list[tuple[str, str]]
+    workspace_records: list[tuple[str, str]]
+    global_generation: int
+    workspace_generation: int
+    memories: list[Hit] = field(default_factory=list)
+    # What did not fit the response budget (check.RESPONSE_BUDGET_BYTES), to be fetched one by one.
+    omitted_records: list[OmittedRecord] = field(default_factory=list)
+    omitted_memory_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScopeRecords:
+    records: list[tuple[str, str]]
+    generation: int
+    next_page_token: str = ""
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a record write produced: the new generation and how many changes it applied."""
+
+    generation: int
+    applied: int
+    already_applied: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps({"generation": self.generation, "applied": self.applied})
+
+    @classmethod
+    def from_json(cls, text: str, *, already_applied: bool) -> "WriteResult":
+        data = json.loads(text)
+        return cls(int(data["generation"]), int(data["applied"]), already_applied)

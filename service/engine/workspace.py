@@ -31,14 +31,26 @@ from typing import Callable, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
-from mnemosyne.engine.engine import Engine, replayed_result
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.recall import Recall
+from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.types import Hit, Recalled
+from mnemosyne.engine.types import (
+    GLOBAL_SCOPE,
+    AssembledContext,
+    Hit,
+    OmittedRecord,
+    Recalled,
+    RecordChange,
+    ScopeRecords,
+    WriteResult,
+)
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import ledger
+from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
 
-GLOBAL_SCOPE = "global"
 MAIN_RECORD = "MEMORY.md"
 MAX_KEY_CHARS = 256
 MAX_CHANGES = 100
@@ -47,58 +59,14 @@ RECEIPT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
 _KEY_CHARS = re.compile(r"[^\x00-\x1f\x7f]+")
 
 
-@dataclass(frozen=True)
-class RecordChange:
-    """One change of a batch: ``op`` is "put" (create or replace with ``content``) or "delete"."""
-
-    op: str
-    key: str
-    content: str = ""
 
 
-@dataclass(frozen=True)
-class OmittedRecord:
-    """A record an assembled context had no room for (fetch it with GetRecord)."""
-
-    scope: str
-    key: str
-    bytes: int
 
 
-@dataclass(frozen=True)
-class AssembledContext:
-    global_records: list[tuple[str, str]]
-    workspace_records: list[tuple[str, str]]
-    global_generation: int
-    workspace_generation: int
-    memories: list[Hit] = field(default_factory=list)
-    # What did not fit the response budget (check.RESPONSE_BUDGET_BYTES), to be fetched one by one.
-    omitted_records: list[OmittedRecord] = field(default_factory=list)
-    omitted_memory_ids: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class ScopeRecords:
-    records: list[tuple[str, str]]
-    generation: int
-    next_page_token: str = ""
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What a record write produced: the new generation and how many changes it applied."""
-
-    generation: int
-    applied: int
-    already_applied: bool = False
-
-    def to_json(self) -> str:
-        return json.dumps({"generation": self.generation, "applied": self.applied})
-
-    @classmethod
-    def from_json(cls, text: str, *, already_applied: bool) -> "WriteResult":
-        data = json.loads(text)
-        return cls(int(data["generation"]), int(data["applied"]), already_applied)
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -197,11 +165,15 @@ def _payload_hash(method: str, scope: str, expected: int, changes: Sequence[Reco
 
 
 class Workspaces:
-    """Record reads and writes of one engine: same tenant pool, same recall, same test seams."""
+    """Record reads and writes of a tenant's scopes: the same tenant pool, the same recall, the
+    same test seams as the memory calls."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.config = engine.config
+    def __init__(self, *, pool: TenantPool, recall: Recall, observer: EngineObserver, config: EngineConfig) -> None:
+        self._pool = pool
+        self._recall = recall
+        self._observer = observer
+        self._limits = config.limits
+        self.config = config
 
     def _generation(self, txn: ReadTxn, scope: str) -> int:
         generation = txn.scope_generation(scope)
@@ -212,10 +184,10 @@ class Workspaces:
     def assemble_context(self, tenant: str, workspace: str, *, query: str = "", k: int = 5) -> AssembledContext:
         scope = workspace_scope(workspace)
         if query:
-            check.validate_query(query, self.engine.limits)
-            check.validate_k(k, self.engine.limits)
+            check.validate_query(query, self._limits)
+            check.validate_k(k, self._limits)
         base = self.config.generation_base
-        with self.engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 global_records, workspace_records, global_gen, workspace_gen = [], [], base, base
             else:
@@ -230,7 +202,7 @@ class Workspaces:
                     workspace_gen = self._generation(txn, scope)
         recalled = Recalled([])
         if query:
-            recalled = self.engine.recall(tenant, query, k=k, scopes=[GLOBAL_SCOPE, scope])
+            recalled = self._recall(tenant, query, k=k, scopes=[GLOBAL_SCOPE, scope])
         # Within the response budget: Global records first, then the workspace's, then the
         # memories, each kept if it still fits; what does not is named.
         room = check.RESPONSE_BUDGET_BYTES
@@ -278,9 +250,9 @@ class Workspaces:
         the generation of the listing's first page: if the records changed since, the listing
         fails with RECORDS_CHANGED (ABORTED) rather than mixing two generations."""
         scope = check.validate_scope(scope)
-        page_size = check.validate_page_size(page_size, self.engine.limits)
+        page_size = check.validate_page_size(page_size, self._limits)
         query = f"records\x1f{scope}"
-        with self.engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
                 return ScopeRecords([], self.config.generation_base)
@@ -310,7 +282,7 @@ class Workspaces:
         scope = check.validate_scope(scope)
         validate_record_key(key)
         content = None
-        with self.engine.pool.tenant(tenant, create=False) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is not None:
                 with store.read() as txn:
                     content = txn.record(scope, key)
@@ -325,7 +297,7 @@ class Workspaces:
         self, tenant: str, content: str, *, observed: int | None, request_id: str | None = None
     ) -> WriteResult:
         """Replace MEMORY.md (and nothing else) if ``observed`` is the Global generation."""
-        validate_content(content, MAIN_RECORD, self.engine.limits)
+        validate_content(content, MAIN_RECORD, self._limits)
         return self._write(
             tenant, GLOBAL_SCOPE, [RecordChange("put", MAIN_RECORD, content)], observed,
             method="update_global", request_id=request_id,
@@ -343,7 +315,7 @@ class Workspaces:
         """Apply a batch of puts and deletes as ONE generation if ``observed`` is current."""
         scope = workspace_scope(workspace)
         return self._write(
-            tenant, scope, validate_changes(changes, self.engine.limits), observed, method="update_workspace", request_id=request_id
+            tenant, scope, validate_changes(changes, self._limits), observed, method="update_workspace", request_id=request_id
         )
 
     def edit_records(
@@ -358,7 +330,7 @@ class Workspaces:
         """Browser edit: the durable precondition is an explicit request field."""
         scope = check.validate_scope(scope)
         return self._write(
-            tenant, scope, validate_changes(changes, self.engine.limits), expected_generation, method="edit_records", request_id=request_id
+            tenant, scope, validate_changes(changes, self._limits), expected_generation, method="edit_records", request_id=request_id
         )
 
     def consolidate(
@@ -374,7 +346,7 @@ class Workspaces:
         applied returns its original result (``already_applied``) and changes nothing."""
         scope = check.validate_scope(scope)
         receipt_id = validate_receipt_id(receipt_id)
-        changes = validate_changes(changes, self.engine.limits)
+        changes = validate_changes(changes, self._limits)
         payload = _payload_hash("consolidate", scope, expected_generation, changes)
 
         def known(txn: ReadTxn) -> WriteResult | None:
@@ -406,7 +378,7 @@ class Workspaces:
     ) -> WriteResult:
         request_id = check.validate_request_id(request_id)
         if expected is None:
-            self.engine.observer.cas_rejected("OBSERVATION_MISSING")
+            self._observer.cas_rejected("OBSERVATION_MISSING")
             raise FailedPrecondition(
                 f"no observed {scope} generation was sent; a host must assemble context before it writes, "
                 "and send the generation it observed (it never uses the latest one)",
@@ -436,7 +408,7 @@ class Workspaces:
         known: Callable[[ReadTxn], WriteResult | None],
         remember: Callable[[WriteTxn, WriteResult], None],
     ) -> WriteResult:
-        with self.engine.pool.tenant(tenant, create=True) as store:
+        with self._pool.tenant(tenant, create=True) as store:
             assert store is not None
             with store.write() as txn:
                 prior = known(txn)
@@ -444,9 +416,9 @@ class Workspaces:
                     return prior  # a retry after a lost reply: the first result, nothing written
                 current = self._generation(txn, scope)
                 if expected != current:
-                    self.engine.observer.cas_rejected("GENERATION_MISMATCH")
+                    self._observer.cas_rejected("GENERATION_MISMATCH")
                     raise stale(scope)
-                self._check_changes(txn, scope, changes, self.engine.limits.max_records_per_workspace)
+                self._check_changes(txn, scope, changes, self._limits.max_records_per_workspace)
                 result = WriteResult(current + 1, len(changes))
                 txn.apply_record_changes(
                     scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}

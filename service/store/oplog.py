@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import apsw
 
+from mnemosyne.store.inbox import InboxOp
+
 OPEN_STATUSES = ("pending", "running")
 PRUNED_THROUGH_META = "oplog_pruned_through_seq"
 TERMINAL_STATUSES = ("succeeded", "failed")
@@ -40,6 +42,15 @@ class OpRow:
     started_at: float | None
     finished_at: float | None
     retry_after: float | None  # a failed attempt's backoff: not taken again before this time
+
+    @classmethod
+    def pending(cls, op: InboxOp) -> "OpRow":
+        """An inbox operation as the log row it will become: pending, never attempted."""
+        return cls(
+            event_id=op.event_id, kind=op.kind, status="pending", payload=op.payload, request_id=op.request_id,
+            attempts=0, failures=0, extraction=None, embedding=None, result=None, error_reason=None,
+            error_message=None, accepted_at=op.accepted_at, started_at=None, finished_at=None, retry_after=None,
+        )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mnemosyne.store import inbox
 from mnemosyne.store.inspect import open_readonly
+from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.pool import INBOX_DIR_NAME, INBOX_FILE_SUFFIX
 from mnemosyne.store.tenant_store import ReadTxn
 
@@ -20,14 +21,12 @@ _ALL = 1 << 62
 
 
 def inspect_oplog(data_dir: Path, tenant: str) -> dict[str, Any]:
-    from mnemosyne.engine.hot_path import pending_row  # the engine's view of an inbox row
-
     connection = open_readonly(data_dir, tenant)
     waiting: list[Any] = []
     inbox_connection = inbox.open_readonly(data_dir / INBOX_DIR_NAME / f"{tenant}{INBOX_FILE_SUFFIX}")
     if inbox_connection is not None:  # read first: an operation moving meanwhile is seen twice, never missed
         try:
-            waiting = [pending_row(op) for op in inbox.read_ops(inbox_connection)]
+            waiting = [OpRow.pending(op) for op in inbox.read_ops(inbox_connection)]
         finally:
             inbox_connection.close()
     try:

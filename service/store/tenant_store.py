@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import apsw
-import apsw.bestpractice
 
 from mnemosyne.errors import FailedPrecondition
-from mnemosyne.store import ledger
+from mnemosyne.store import connections, ledger
+from mnemosyne.store.connections import open_connection
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
@@ -35,19 +35,24 @@ from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, write_transaction
 
-BUSY_TIMEOUT_MS = 10_000
 # Pages of full-text index merged per background transaction (store/maintenance.py).
 FULLTEXT_MERGE_PAGES = 32
 FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
-_CONNECTION_HOOKS = [
-    hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")
-]
 
 
 class InjectedFault(Exception):
     """Raised by a store test seam inside a write transaction (never in production)."""
+
+
+class NotStored(Exception):
+    """What a savepoint's block could not store (a statement failed, not the disk): the block was
+    rolled back; the transaction may go on with other work (``WriteTxn.alive``)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -78,17 +83,6 @@ class MemoryRow:
     merged_into: int = 0  # set when Dedup merged this memory into another (then never recalled)
     superseded_by: int = 0  # set when a newer memory replaced all of this one's facts
     superseded_at: float = 0.0
-
-
-def _open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:
-    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-    connection = apsw.Connection(str(path), flags=flags)
-    for hook in _CONNECTION_HOOKS:
-        hook(connection)
-    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
-    if not readonly:
-        connection.pragma("synchronous", synchronous)
-    return connection
 
 
 def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
@@ -229,7 +223,7 @@ class TenantStore:
         if problem is not None:
             raise damaged(path.name, problem)
         try:
-            self._writer = _open_connection(path, readonly=False, synchronous=synchronous)
+            self._writer = open_connection(path, readonly=False, synchronous=synchronous)
         except apsw.Error as exc:  # the open itself reads the header (WAL mode): not a database
             raise translate_sqlite_error(exc, path.name) from exc
         try:
@@ -283,9 +277,7 @@ class TenantStore:
                     floor = txn.oplog_highest_event_id()
 
                 def configure(connection: apsw.Connection) -> None:
-                    for hook in _CONNECTION_HOOKS:
-                        hook(connection)
-                    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+                    connections.configure(connection)
                     _apply_size_seam(connection, self._faults)
 
                 self._inbox = Inbox(
@@ -387,11 +379,11 @@ class TenantStore:
             if self._readers:
                 return self._readers.pop()
         try:
-            return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
+            return open_connection(self.path, readonly=True, synchronous=self._synchronous)
         except apsw.CantOpenError:
             if not self._make_room():
                 raise
-            return _open_connection(self.path, readonly=True, synchronous=self._synchronous)
+            return open_connection(self.path, readonly=True, synchronous=self._synchronous)
 
     def _return_reader(self, connection: apsw.Connection) -> None:
         with self._readers_lock:
@@ -818,16 +810,22 @@ class WriteTxn(ReadTxn, OplogWrites):
 
     @contextmanager
     def savepoint(self, name: str = "item") -> Iterator[None]:
-        """A nested unit inside the transaction: rolled back alone if its block raises."""
+        """A nested unit inside the transaction: rolled back alone if its block raises. A
+        statement that failed is ``NotStored``; a full disk is DISK_FULL (the whole write fails:
+        nothing later fits either); any other exception passes unchanged."""
         self.connection.execute(f"SAVEPOINT {name}")
         try:
             yield
-        except BaseException:
+        except BaseException as exc:
             # SQLite rolls back the whole transaction by itself on some errors (SQLITE_FULL,
             # SQLITE_IOERR...): then there is no savepoint left to roll back to.
             if self.connection.in_transaction:
                 self.connection.execute(f"ROLLBACK TO {name}")
                 self.connection.execute(f"RELEASE {name}")
+            if isinstance(exc, (apsw.FullError, apsw.CorruptError, apsw.NotADBError)):
+                raise translate_sqlite_error(exc) from exc
+            if isinstance(exc, (apsw.Error, InjectedFault)):
+                raise NotStored(type(exc).__name__) from exc
             raise
         self.connection.execute(f"RELEASE {name}")
 

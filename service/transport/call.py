@@ -4,11 +4,11 @@ A servicer method is one of three kinds, and the edge runs each its way:
 
 * a plain function ``(request, call) -> response``: validates, converts, calls the engine. The
   engine blocks (SQLite, numpy), so it runs on a worker thread, through admission's fair share;
-* ``async def`` marked ``@waits``: waits on the event loop for something (a flush), holding no
+* ``async def`` marked ``@waiting``: waits on the event loop for something (a flush), holding no
   thread; its blocking steps go through ``call.run``. Counted as a waiting call;
 * an ``async def`` generator: a server stream, on the event loop, counted as an open stream.
 
-``async def`` without ``@waits`` answers on the event loop directly: only for work that never
+``async def`` without ``@waiting`` answers on the event loop directly: only for work that never
 blocks (Ping).
 """
 
@@ -27,9 +27,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ANSWER_MARGIN_SECONDS = 0.25
 
 
-def waits(method: F) -> F:
+def waiting(method: F) -> F:
     """Mark an ``async def`` servicer method as one that waits (Flush, Disable)."""
-    method.waits = True  # type: ignore[attr-defined]
+    method.waiting = True  # type: ignore[attr-defined]
     return method
 
 

@@ -7,8 +7,7 @@ from typing import Iterable
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from mnemosyne.engine import hot_path, types, workspace
-from mnemosyne.engine.conversation import Message
+from mnemosyne.engine import types
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
@@ -32,8 +31,9 @@ def to_timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def from_retain_item(text: str, scope: str, metadata: object) -> types.RetainItem:
-    return types.RetainItem(text=text, scope=scope or "global", metadata=dict(metadata))  # type: ignore[call-overload]
+def from_retain_item(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.RetainItem:
+    """A request's text, scope and metadata, as sent (the engine validates and applies defaults)."""
+    return types.RetainItem(text=item.text, scope=item.scope, metadata=dict(item.metadata))
 
 
 def from_recall_mode(mode: int) -> types.RecallMode:
@@ -56,6 +56,10 @@ def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
         near_duplicate_of=list(outcome.near_duplicate_of),
         supersedes=list(outcome.supersedes),
     )
+
+
+def to_retain_response(outcome: types.RetainOutcome) -> memory_pb2.RetainResponse:
+    return memory_pb2.RetainResponse(result=to_retain_result(outcome))
 
 
 def to_retain_batch_response(outcomes: Iterable[types.RetainOutcome]) -> memory_pb2.RetainBatchResponse:
@@ -118,6 +122,36 @@ def add_recall_hits(target: RepeatedCompositeFieldContainer[memory_pb2.RecallHit
         fill_memory(message.memory, hit.memory)
 
 
+def to_recall_response(recalled: types.Recalled) -> memory_pb2.RecallResponse:
+    response = memory_pb2.RecallResponse(omitted_memory_ids=recalled.omitted_memory_ids)
+    add_recall_hits(response.hits, recalled.hits)
+    return response
+
+
+def to_get_memory_response(memory: types.Memory) -> memory_pb2.GetMemoryResponse:
+    response = memory_pb2.GetMemoryResponse()
+    fill_memory(response.memory, memory)
+    return response
+
+
+def to_list_memories_response(page: types.MemoryPage) -> memory_pb2.ListMemoriesResponse:
+    response = memory_pb2.ListMemoriesResponse(next_page_token=page.next_page_token)
+    add_memories(response.memories, page.memories)
+    return response
+
+
+def to_forget_response(memory_id: int, forgotten: bool) -> memory_pb2.ForgetMemoryResponse:
+    return memory_pb2.ForgetMemoryResponse(memory_id=memory_id, forgotten=forgotten)
+
+
+def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
+    return admin_pb2.ListTenantsResponse(tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged)
+
+
+def to_ping_response() -> admin_pb2.PingResponse:
+    return admin_pb2.PingResponse()
+
+
 def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResponse:
     return admin_pb2.VerifyIntegrityResponse(
         valid=report.valid,
@@ -144,8 +178,8 @@ def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
     )
 
 
-def from_messages(messages: object) -> list[Message]:
-    return [Message(role=m.role, content=m.content) for m in messages]  # type: ignore[attr-defined]
+def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[types.Message]:
+    return [types.Message(role=m.role, content=m.content) for m in messages]
 
 
 def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
@@ -161,16 +195,42 @@ def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
 _CHANGE_OP = {workspace_pb2.RecordChange.PUT: "put", workspace_pb2.RecordChange.DELETE: "delete"}
 
 
-def from_record_changes(changes: Iterable[workspace_pb2.RecordChange]) -> list[workspace.RecordChange]:
+def from_record_changes(changes: Iterable[workspace_pb2.RecordChange]) -> list[types.RecordChange]:
     # An unset or unknown op becomes "unspecified", which the engine rejects with CHANGE_OP_INVALID.
-    return [workspace.RecordChange(_CHANGE_OP.get(c.op, "unspecified"), c.key, c.content) for c in changes]
+    return [types.RecordChange(_CHANGE_OP.get(c.op, "unspecified"), c.key, c.content) for c in changes]
 
 
 def to_records(records: Iterable[tuple[str, str]]) -> list[workspace_pb2.Record]:
     return [workspace_pb2.Record(key=key, content=content) for key, content in records]
 
 
-def to_assemble_context(context: workspace.AssembledContext) -> workspace_pb2.AssembleContextResponse:
+def to_update_global_response() -> workspace_pb2.UpdateGlobalResponse:
+    return workspace_pb2.UpdateGlobalResponse(updated=True)  # the new generation is trailing metadata
+
+
+def to_update_workspace_response(result: types.WriteResult) -> workspace_pb2.UpdateWorkspaceResponse:
+    return workspace_pb2.UpdateWorkspaceResponse(applied=result.applied)
+
+
+def to_get_record_response(key: str, content: str, generation: int) -> workspace_pb2.GetRecordResponse:
+    return workspace_pb2.GetRecordResponse(record=workspace_pb2.Record(key=key, content=content), generation=generation)
+
+
+def to_list_records_response(listed: types.ScopeRecords) -> workspace_pb2.ListRecordsResponse:
+    return workspace_pb2.ListRecordsResponse(
+        records=to_records(listed.records), generation=listed.generation, next_page_token=listed.next_page_token
+    )
+
+
+def to_edit_records_response(result: types.WriteResult) -> workspace_pb2.EditRecordsResponse:
+    return workspace_pb2.EditRecordsResponse(generation=result.generation)
+
+
+def to_consolidate_response(result: types.WriteResult) -> workspace_pb2.ConsolidateResponse:
+    return workspace_pb2.ConsolidateResponse(generation=result.generation, already_applied=result.already_applied)
+
+
+def to_assemble_context(context: types.AssembledContext) -> workspace_pb2.AssembleContextResponse:
     # The generations are deliberately absent: they travel in response metadata only.
     response = workspace_pb2.AssembleContextResponse(
         global_records=to_records(context.global_records),
@@ -240,7 +300,7 @@ def from_timestamp(stamp: timestamp_pb2.Timestamp, present: bool, *, field: str)
     return stamp.seconds + stamp.nanos / 1e9
 
 
-def to_event(event: hot_path.Event) -> events_pb2.Event:
+def to_event(event: types.Event) -> events_pb2.Event:
     message = events_pb2.Event(
         event_id=event.event_id,
         status=_EVENT_STATUS_TO_PROTO[event.status],
@@ -262,7 +322,11 @@ def to_event(event: hot_path.Event) -> events_pb2.Event:
     return message
 
 
-def to_hot_path_status(state: hot_path.HotPathState) -> hot_path_pb2.HotPathStatus:
+def to_list_events_response(page: types.EventPage) -> events_pb2.ListEventsResponse:
+    return events_pb2.ListEventsResponse(events=[to_event(e) for e in page.events], next_page_token=page.next_page_token)
+
+
+def to_hot_path_status(state: types.HotPathState) -> hot_path_pb2.HotPathStatus:
     return hot_path_pb2.HotPathStatus(
         enabled=state.enabled,
         queue_depth=state.queue_depth,
@@ -276,7 +340,7 @@ def to_hot_path_status(state: hot_path.HotPathState) -> hot_path_pb2.HotPathStat
     )
 
 
-def to_flush_response(outcome: hot_path.FlushOutcome) -> hot_path_pb2.FlushResponse:
+def to_flush_response(outcome: types.FlushOutcome) -> hot_path_pb2.FlushResponse:
     return hot_path_pb2.FlushResponse(
         flushed=outcome.flushed,
         succeeded=outcome.succeeded,

@@ -171,7 +171,7 @@ class Edge:
 
     def _unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
         on_loop = inspect.iscoroutinefunction(implementation)
-        waits = getattr(implementation, "waits", False)
+        waits = getattr(implementation, "waiting", False)
         admission, recorder = self._admission, self._recorder
 
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:

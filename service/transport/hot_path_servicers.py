@@ -8,7 +8,7 @@ from typing import AsyncIterator
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert, waits
-from mnemosyne.transport.call import Call, waits as waiting
+from mnemosyne.transport.call import Call, waiting
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
 
 
@@ -51,9 +51,7 @@ class EventsServicer(events_pb2_grpc.EventsServiceServicer):
             page_size=request.page_size,
             page_token=request.page_token,
         )
-        return events_pb2.ListEventsResponse(
-            events=[convert.to_event(e) for e in page.events], next_page_token=page.next_page_token
-        )
+        return convert.to_list_events_response(page)
 
     async def WatchEvents(self, request: events_pb2.WatchEventsRequest, call: Call) -> AsyncIterator[events_pb2.Event]:
         async for event in waits.watch(

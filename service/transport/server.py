@@ -20,10 +20,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from mnemosyne.engine.embedder import make_embedder
-from mnemosyne.engine.engine import EVENT_RETENTION_SECONDS, Engine, EngineConfig
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
-from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
@@ -52,27 +51,23 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 @dataclass(frozen=True)
 class ServerConfig:
-    data_dir: Path
+    """The server's configuration, nesting the engine's (each default given once, there or here)."""
+
+    engine: EngineConfig
     host: str = "127.0.0.1"
     port: int = 50051
     tokens_file: Path | None = None
     tokens_json: str | None = None
     allow_unauthenticated: bool = False
-    max_open_tenants: int = 1024
     grace_seconds: float = 20.0
     # Worker threads, per-tenant shares and the stream, queue and waiting limits (admission.py).
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
-    synchronous: str = "FULL"
-    limits: Limits = field(default_factory=Limits)
-    store_faults: frozenset[str] = frozenset()
-    crash_after_commit: frozenset[str] = frozenset()
-    near_duplicate_threshold: float = 0.85
-    generation_base: int = 0
-    commit_during_assemble: bool = False
     # The extractor of new memories; None = the rules extractor (see --extractor).
     extractor: Extractor | None = None
+    # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
+    embedder: str = "hashing"
     # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
-    metrics_port: int = 0
+    metrics_port: int = 9464
     metrics_host: str | None = None
     # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
     tls_cert: Path | None = None
@@ -81,14 +76,6 @@ class ServerConfig:
     # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
     # and readiness probes take the server out of rotation) before the grace period starts.
     drain_delay_seconds: float = 0.0
-    # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
-    embedder: str = "hashing"
-    hot_path_workers: int = 2
-    hot_path_batch: int = 16
-    hot_path_sync: str = "round"
-    event_retention_seconds: float = EVENT_RETENTION_SECONDS
-    test_hold_workers_file: Path | None = None
-    test_poison_marker: str = ""
     # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
     test_park_tenant: str = ""
     test_park_file: Path | None = None
@@ -167,28 +154,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
-    engine = Engine(
-        EngineConfig(
-            data_dir=config.data_dir,
-            max_open_tenants=config.max_open_tenants,
-            synchronous=config.synchronous,
-            limits=config.limits,
-            store_faults=config.store_faults,
-            crash_after_commit=config.crash_after_commit,
-            near_duplicate_threshold=config.near_duplicate_threshold,
-            generation_base=config.generation_base,
-            commit_during_assemble=config.commit_during_assemble,
-            hot_path_workers=config.hot_path_workers,
-            hot_path_batch=config.hot_path_batch,
-            hot_path_sync=config.hot_path_sync,
-            event_retention_seconds=config.event_retention_seconds,
-            test_hold_workers_file=config.test_hold_workers_file,
-            test_poison_marker=config.test_poison_marker,
-        ),
-        extractor=config.extractor,
-        observer=metrics,
-        embedder=make_embedder(config.embedder),
-    )
+    engine = Engine(config.engine, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder))
     admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
     log.info("admission limits: %s", admission.describe())
     metrics.read_gauges_from(
@@ -209,9 +175,9 @@ async def start_server(config: ServerConfig) -> RunningServer:
             options=[
                 # Twice the documented request limit, so a request above it reaches the edge and
                 # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
-                ("grpc.max_receive_message_length", 2 * config.limits.max_request_bytes),
+                ("grpc.max_receive_message_length", 2 * config.engine.limits.max_request_bytes),
                 # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
-                ("grpc.max_send_message_length", 2 * config.limits.max_request_bytes),
+                ("grpc.max_send_message_length", 2 * config.engine.limits.max_request_bytes),
                 ("grpc.so_reuseport", 0),
                 # Calls that arrived faster than the event loop takes them wait in gRPC core; past
                 # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
@@ -221,11 +187,11 @@ async def start_server(config: ServerConfig) -> RunningServer:
             ],
         )
         edge = Edge(
-            authenticator, admission, max_request_bytes=config.limits.max_request_bytes, recorder=Recorder(metrics)
+            authenticator, admission, max_request_bytes=config.engine.limits.max_request_bytes, recorder=Recorder(metrics)
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
-            "WorkspaceService": WorkspaceServicer(Workspaces(engine)),
+            "WorkspaceService": WorkspaceServicer(engine.workspaces),
             "HotPathService": HotPathServicer(engine),
             "EventsService": EventsServicer(engine),
             "AdminService": AdminServicer(engine),
@@ -274,6 +240,6 @@ async def start_server(config: ServerConfig) -> RunningServer:
     log.info(
         "listening on %s:%d (%s, pid %d, data %s, metrics port %s)", config.host, port,
         "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
-        os.getpid(), config.data_dir, running.metrics_port or "off",
+        os.getpid(), config.engine.data_dir, running.metrics_port or "off",
     )
     return running

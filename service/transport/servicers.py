@@ -32,11 +32,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
     def Retain(self, request: memory_pb2.RetainRequest, call: Call) -> memory_pb2.RetainResponse:
         started = time.perf_counter()
-        response = self._retain(request)
-        _report_server_time(call, started)
-        return response
-
-    def _retain(self, request: memory_pb2.RetainRequest) -> memory_pb2.RetainResponse:
         if request.messages:
             if request.text:
                 raise InvalidArgument("give either text or messages, not both", reason="TEXT_AND_MESSAGES")
@@ -49,18 +44,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 request_id=request.request_id or None,
                 fast=request.fast,
             )
-            return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
-        item = convert.from_retain_item(request.text, request.scope, request.metadata)
-        outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None, fast=request.fast)
-        return memory_pb2.RetainResponse(result=convert.to_retain_result(outcome))
+        else:
+            item = convert.from_retain_item(request)
+            outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None, fast=request.fast)
+        response = convert.to_retain_response(outcome)
+        _report_server_time(call, started)
+        return response
 
-    def RetainBatch(
-        self, request: memory_pb2.RetainBatchRequest, call: Call
-    ) -> memory_pb2.RetainBatchResponse:
-        items = [convert.from_retain_item(i.text, i.scope, i.metadata) for i in request.items]
-        outcomes = self._engine.retain_batch(
-            request.tenant, items, request_id=request.request_id or None, fast=request.fast
-        )
+    def RetainBatch(self, request: memory_pb2.RetainBatchRequest, call: Call) -> memory_pb2.RetainBatchResponse:
+        items = [convert.from_retain_item(i) for i in request.items]
+        outcomes = self._engine.retain_batch(request.tenant, items, request_id=request.request_id or None, fast=request.fast)
         return convert.to_retain_batch_response(outcomes)
 
     def Recall(self, request: memory_pb2.RecallRequest, call: Call) -> memory_pb2.RecallResponse:
@@ -73,48 +66,37 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             mode=convert.from_recall_mode(request.mode),
         )
-        response = memory_pb2.RecallResponse(omitted_memory_ids=recalled.omitted_memory_ids)
-        convert.add_recall_hits(response.hits, recalled.hits)
+        response = convert.to_recall_response(recalled)
         _report_server_time(call, started)
         return response
 
     def GetMemory(self, request: memory_pb2.GetMemoryRequest, call: Call) -> memory_pb2.GetMemoryResponse:
-        response = memory_pb2.GetMemoryResponse()
-        convert.fill_memory(response.memory, self._engine.get_memory(request.tenant, request.memory_id))
-        return response
+        return convert.to_get_memory_response(self._engine.memories.get(request.tenant, request.memory_id))
 
-    def ListMemories(
-        self, request: memory_pb2.ListMemoriesRequest, call: Call
-    ) -> memory_pb2.ListMemoriesResponse:
-        page = self._engine.list_memories(
+    def ListMemories(self, request: memory_pb2.ListMemoriesRequest, call: Call) -> memory_pb2.ListMemoriesResponse:
+        page = self._engine.memories.page(
             request.tenant,
             scope=request.scope,
             page_size=request.page_size,
             page_token=request.page_token,
             include_forgotten=request.include_forgotten,
         )
-        response = memory_pb2.ListMemoriesResponse(next_page_token=page.next_page_token)
-        convert.add_memories(response.memories, page.memories)
-        return response
+        return convert.to_list_memories_response(page)
 
-    def ForgetMemory(
-        self, request: memory_pb2.ForgetMemoryRequest, call: Call
-    ) -> memory_pb2.ForgetMemoryResponse:
-        forgotten = self._engine.forget(request.tenant, request.memory_id, request_id=request.request_id or None)
-        return memory_pb2.ForgetMemoryResponse(memory_id=request.memory_id, forgotten=forgotten)
+    def ForgetMemory(self, request: memory_pb2.ForgetMemoryRequest, call: Call) -> memory_pb2.ForgetMemoryResponse:
+        forgotten = self._engine.memories.forget(request.tenant, request.memory_id, request_id=request.request_id or None)
+        return convert.to_forget_response(request.memory_id, forgotten)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def VerifyIntegrity(
-        self, request: admin_pb2.VerifyIntegrityRequest, call: Call
-    ) -> admin_pb2.VerifyIntegrityResponse:
-        return convert.to_integrity(self._engine.verify_integrity(request.tenant))
+    def VerifyIntegrity(self, request: admin_pb2.VerifyIntegrityRequest, call: Call) -> admin_pb2.VerifyIntegrityResponse:
+        return convert.to_integrity(self._engine.memories.verify_integrity(request.tenant))
 
     def Stats(self, request: admin_pb2.StatsRequest, call: Call) -> admin_pb2.StatsResponse:
-        return convert.to_stats(self._engine.stats(request.tenant))
+        return convert.to_stats(self._engine.tenants.stats(request.tenant))
 
     def Dedup(self, request: admin_pb2.DedupRequest, call: Call) -> admin_pb2.DedupResponse:
         report = self._engine.dedup(
@@ -122,24 +104,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         return convert.to_dedup_response(report)
 
-    def ListTenants(
-        self, request: admin_pb2.ListTenantsRequest, call: Call
-    ) -> admin_pb2.ListTenantsResponse:
-        page = self._engine.list_tenants(page_size=request.page_size, page_token=request.page_token)
-        return admin_pb2.ListTenantsResponse(
-            tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged
-        )
+    def ListTenants(self, request: admin_pb2.ListTenantsRequest, call: Call) -> admin_pb2.ListTenantsResponse:
+        return convert.to_tenant_page(self._engine.tenants.page(page_size=request.page_size, page_token=request.page_token))
 
     async def AggregateStats(
         self, request: admin_pb2.AggregateStatsRequest, call: Call
     ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
         # A chunk at a time on a worker thread (each reads up to 1,000 tenant files). A stream its
         # client left is dropped with the generator, whose readers then stop.
-        chunks = self._engine.aggregate_stats(chunk_size=request.chunk_size)
+        chunks = self._engine.tenants.aggregate_stats(chunk_size=request.chunk_size)
         while (chunk := await call.run(next, chunks, None)) is not None:
             yield convert.to_aggregate_chunk(chunk)
 
     async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
         # Answered on the event loop: nothing to wait for, nothing that blocks.
         _report_server_time(call, time.perf_counter())
-        return admin_pb2.PingResponse()
+        return convert.to_ping_response()

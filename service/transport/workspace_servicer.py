@@ -65,7 +65,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request_id=request.request_id or None,
         )
         call.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
-        return workspace_pb2.UpdateGlobalResponse(updated=True)
+        return convert.to_update_global_response()
 
     def UpdateWorkspace(
         self, request: workspace_pb2.UpdateWorkspaceRequest, call: Call
@@ -78,15 +78,13 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request_id=request.request_id or None,
         )
         call.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
-        return workspace_pb2.UpdateWorkspaceResponse(applied=result.applied)
+        return convert.to_update_workspace_response(result)
 
     def GetRecord(
         self, request: workspace_pb2.GetRecordRequest, call: Call
     ) -> workspace_pb2.GetRecordResponse:
         content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
-        return workspace_pb2.GetRecordResponse(
-            record=workspace_pb2.Record(key=request.key, content=content), generation=generation
-        )
+        return convert.to_get_record_response(request.key, content, generation)
 
     def ListRecords(
         self, request: workspace_pb2.ListRecordsRequest, call: Call
@@ -94,9 +92,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         listed = self._workspaces.list_records(
             request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token
         )
-        return workspace_pb2.ListRecordsResponse(
-            records=convert.to_records(listed.records), generation=listed.generation, next_page_token=listed.next_page_token
-        )
+        return convert.to_list_records_response(listed)
 
     def EditRecords(
         self, request: workspace_pb2.EditRecordsRequest, call: Call
@@ -108,7 +104,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             expected_generation=request.expected_generation,
             request_id=request.request_id or None,
         )
-        return workspace_pb2.EditRecordsResponse(generation=result.generation)
+        return convert.to_edit_records_response(result)
 
     def Consolidate(
         self, request: workspace_pb2.ConsolidateRequest, call: Call
@@ -120,4 +116,4 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             expected_generation=request.expected_generation,
             receipt_id=request.receipt_id,
         )
-        return workspace_pb2.ConsolidateResponse(generation=result.generation, already_applied=result.already_applied)
+        return convert.to_consolidate_response(result)

@@ -1,0 +1,119 @@
+"""Conversion of server responses to the client's types: a flat list of ``*_from_proto``
+functions, the only place that reads response messages (MemoryClient, and the in-process
+MemoryBrain, which converts the engine's values to these same messages first: one conversion)."""
+
+from __future__ import annotations
+
+from mnemosyne.client import types
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2
+
+_STATUS = {
+    types_pb2.RetainResult.CREATED: "created",
+    types_pb2.RetainResult.DUPLICATE: "duplicate",
+    types_pb2.RetainResult.ENQUEUED: "enqueued",
+    types_pb2.RetainResult.INVALID: "invalid",
+}
+EVENT_STATUS = {
+    events_pb2.PENDING: "pending",
+    events_pb2.RUNNING: "running",
+    events_pb2.SUCCEEDED: "succeeded",
+    events_pb2.FAILED: "failed",
+}
+EVENT_STATUS_BY_NAME = {v: k for k, v in EVENT_STATUS.items()}
+
+
+def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
+    # Empty maps and lists (most memories' metadata, facts and triples) are not iterated: a
+    # recall's ten hits convert in ~45 instead of ~60 us.
+    return types.Memory(
+        id=m.id,
+        scope=m.scope,
+        text=m.text,
+        metadata=dict(m.metadata) if m.metadata else {},
+        created_at=m.created_at.ToNanoseconds() / 1e9,
+        facts=[types.Fact(f.kind, f.value, f.normalized) for f in m.facts] if m.facts else [],
+        triples=[types.Triple(t.subject, t.predicate, t.object) for t in m.triples] if m.triples else [],
+        forgotten=m.forgotten,
+        superseded_by=m.superseded_by,
+        superseded_at=m.superseded_at.ToNanoseconds() / 1e9 if m.HasField("superseded_at") else 0.0,
+        merged_into=m.merged_into,
+    )
+
+
+def hits_from_proto(hits: "list[memory_pb2.RecallHit]") -> list[types.Hit]:
+    return [types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in hits]
+
+
+def memory_page_from_proto(r: memory_pb2.ListMemoriesResponse) -> types.MemoryPage:
+    return types.MemoryPage([memory_from_proto(m) for m in r.memories], r.next_page_token)
+
+
+def retain_result_from_proto(r: types_pb2.RetainResult) -> types.RetainResult:
+    return types.RetainResult(
+        status=_STATUS.get(r.status, "unspecified"),
+        memory_id=r.memory_id,
+        event_id=r.event_id,
+        error_reason=r.error_reason,
+        error_message=r.error_message,
+        near_duplicate_of=tuple(r.near_duplicate_of),
+        supersedes=tuple(r.supersedes),
+    )
+
+
+def event_from_proto(e: events_pb2.Event) -> types.Event:
+    return types.Event(
+        event_id=e.event_id,
+        status=EVENT_STATUS.get(e.status, "unspecified"),
+        kind=e.kind,
+        accepted_at=e.accepted_at.ToNanoseconds() / 1e9,
+        finished_at=e.finished_at.ToNanoseconds() / 1e9 if e.HasField("finished_at") else None,
+        created_memory_ids=tuple(e.created_memory_ids),
+        duplicate_of_memory_ids=tuple(e.duplicate_of_memory_ids),
+        merged_into_memory_ids=tuple(e.merged_into_memory_ids),
+        near_duplicate_of=tuple(e.near_duplicate_of),
+        error_reason=e.error_reason,
+        error_message=e.error_message,
+        attempts=e.attempts,
+        latency_ms=e.latency_ms,
+        sequence=e.sequence,
+        extracted=e.extracted,
+    )
+
+
+def event_page_from_proto(r: events_pb2.ListEventsResponse) -> types.EventPage:
+    return types.EventPage([event_from_proto(e) for e in r.events], r.next_page_token)
+
+
+def hot_path_status_from_proto(s: hot_path_pb2.HotPathStatus) -> types.HotPathStatus:
+    return types.HotPathStatus(
+        enabled=s.enabled, queue_depth=s.queue_depth, oldest_pending_seconds=s.oldest_pending_seconds,
+        accepted=s.accepted, succeeded=s.succeeded, failed=s.failed, duplicates=s.duplicates, writes=s.writes,
+        model_calls=s.model_calls,
+    )
+
+
+def flush_from_proto(r: hot_path_pb2.FlushResponse) -> types.FlushResult:
+    return types.FlushResult(r.flushed, r.succeeded, r.failed, list(r.failed_event_ids))
+
+
+def integrity_from_proto(r: admin_pb2.VerifyIntegrityResponse) -> types.IntegrityReport:
+    return types.IntegrityReport(
+        valid=r.valid,
+        first_broken_at=r.first_broken_at,
+        checked=r.checked,
+        head_hash=r.head_hash,
+        problems=[types.IntegrityProblem(p.ledger_seq, p.memory_id, p.kind, p.detail) for p in r.problems],
+    )
+
+
+def stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
+    return types.Stats(
+        memories=r.memories, forgotten=r.forgotten, writes=r.writes, model_calls=r.model_calls,
+        embed_calls=r.embed_calls, duplicates=r.duplicates, ledger_entries=r.ledger_entries, file_bytes=r.file_bytes,
+    )
+
+
+def dedup_from_proto(r: admin_pb2.DedupResponse) -> types.DedupResult:
+    return types.DedupResult(
+        [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
+    )

@@ -1,0 +1,60 @@
+"""The engine's configuration: one object (``EngineConfig``) nesting the hot path's, each default
+given once, here. The server's configuration nests this one (transport/server.py), and the
+``serve`` flags take their defaults from these fields (cli.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
+
+HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
+
+
+@dataclass(frozen=True)
+class HotPathConfig:
+    """The hot path (asynchronous writes, engine/hot_path.py)."""
+
+    # Worker threads shared by every tenant, and operations applied per commit.
+    workers: int = 2
+    batch: int = 16
+    # Failed attempts before an operation is failed for good, and the backoff after the first
+    # (doubling each time).
+    max_failures: int = 3
+    retry_seconds: float = 0.5
+    # When an accepted fast write becomes durable against power loss (with synchronous=FULL):
+    # "round" (the worker's fsync after applying it, or the next Flush) or "enqueue" (before the
+    # enqueue returns: an fsync per enqueue).
+    sync: str = "round"
+    # Finished (succeeded or failed) events are deleted this long after they finished; 0 keeps
+    # them forever. Open operations are never deleted.
+    event_retention_seconds: float = 7 * 24 * 3600.0
+    # Test seams, empty in production: workers hold before committing while this file exists;
+    # extraction fails for any text containing this marker (a poison operation).
+    test_hold_workers_file: Path | None = None
+    test_poison_marker: str = ""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    data_dir: Path
+    max_open_tenants: int = 1024
+    # SQLite's synchronous setting: FULL survives power loss, NORMAL process kills only.
+    synchronous: str = "FULL"
+    limits: Limits = field(default_factory=Limits)
+    # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
+    near_duplicate_threshold: float = DEFAULT_THRESHOLD
+    request_ttl_seconds: float = REQUEST_TTL_SECONDS
+    hot_path: HotPathConfig = field(default_factory=HotPathConfig)
+    # Test seams, empty in production: store fault points (store/tenant_store.py), and methods
+    # after whose commit the process kills itself (a reply lost after a commit).
+    store_faults: frozenset[str] = frozenset()
+    crash_after_commit: frozenset[str] = frozenset()
+    # Test seams of host-owned generations (engine/workspace.py): the generation a scope has
+    # before its first record change (0 in production; e.g. 9_000_000 to make generations
+    # recognisable in output), and a Global commit made while AssembleContext's read is open.
+    generation_base: int = 0
+    commit_during_assemble: bool = False

@@ -1,0 +1,118 @@
+"""Reading and forgetting memories, and checking a tenant's audit chain."""
+
+from __future__ import annotations
+
+import json
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine import page_tokens
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.requests import replayed_result
+from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage
+from mnemosyne.errors import NotFound
+from mnemosyne.store import ledger
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import MemoryRow
+
+
+def memory_from_row(row: MemoryRow) -> Memory:
+    """A stored memory as the engine's value."""
+    return Memory(
+        id=row.id,
+        scope=row.scope,
+        text=row.body,
+        metadata=row.metadata,
+        created_at=row.created_at,
+        facts=row.facts,
+        triples=row.triples,
+        forgotten=row.forgotten,
+        superseded_by=row.superseded_by,
+        superseded_at=row.superseded_at,
+        merged_into=row.merged_into,
+    )
+
+
+class Memories:
+    def __init__(self, *, pool: TenantPool, limits: Limits) -> None:
+        self.pool = pool
+        self.limits = limits
+
+    def get(self, tenant: str, memory_id: int) -> Memory:
+        with self.pool.tenant(tenant, create=False) as store:
+            rows: dict[int, MemoryRow] = {}
+            if store is not None:
+                with store.read() as txn:
+                    rows = txn.memories_by_ids([memory_id])
+        if memory_id not in rows:
+            raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+        return memory_from_row(rows[memory_id])
+
+    def page(
+        self,
+        tenant: str,
+        *,
+        scope: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        include_forgotten: bool = False,
+    ) -> MemoryPage:
+        """Memories in id order, a page at a time: ``page_size`` of them at most, fewer when their
+        encoded size would pass the response budget (check.RESPONSE_BUDGET_BYTES)."""
+        page_size = check.validate_page_size(page_size, self.limits)
+        scope = check.validate_scope(scope) if scope else ""
+        query = f"memories\x1f{scope}\x1f{int(include_forgotten)}"
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
+                return MemoryPage([], "")
+            with store.read() as txn:
+                secret = txn.page_token_secret()
+                after_id = page_tokens.decode_int(secret, tenant, query, page_token)
+                ids = txn.list_memory_ids(
+                    scope=scope or None, after_id=after_id, limit=page_size + 1, include_forgotten=include_forgotten
+                )
+                rows = txn.memories_by_ids(ids[:page_size])
+        memories = [memory_from_row(rows[i]) for i in ids[:page_size]]
+        kept = check.within_budget([check.memory_bytes(m) for m in memories])
+        more = kept < len(memories) or len(ids) > page_size
+        memories = memories[:kept]
+        token = page_tokens.encode(secret, tenant, query, str(memories[-1].id)) if more and memories else ""
+        return MemoryPage(memories, token)
+
+    def verify_integrity(self, tenant: str) -> IntegrityReport:
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return IntegrityReport(True, 0, 0, ledger.GENESIS_HASH, [])
+            with store.read() as txn:
+                verdict = ledger.verify(
+                    txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
+                )
+        return IntegrityReport(
+            valid=verdict.valid,
+            first_broken_at=verdict.first_broken_at,
+            checked=verdict.checked,
+            head_hash=verdict.head_hash,
+            problems=[(p.ledger_seq, p.memory_id, p.kind, p.detail) for p in verdict.problems],
+        )
+
+    def forget(self, tenant: str, memory_id: int, *, request_id: str | None = None) -> bool:
+        """Erase a memory's text and derived rows. False if it was already forgotten."""
+        request_id = check.validate_request_id(request_id)
+        payload_hash = ledger.sha256_hex(f"forget:{memory_id}")
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+            with store.write() as txn:
+                if request_id:
+                    prior = replayed_result(txn, request_id, "forget", payload_hash)
+                    if prior is not None:
+                        return bool(json.loads(prior))
+                if not txn.memories_by_ids([memory_id], with_details=False):
+                    raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+                forgotten = txn.forget_memory(memory_id)
+                # Memories Dedup merged into this one hold the same content: forget them too.
+                for merged_id in txn.merged_into_ids(memory_id):
+                    txn.forget_memory(merged_id)
+                if request_id:
+                    txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
+        return forgotten

@@ -1,0 +1,64 @@
+"""Idempotency: the result a request id already had, wherever it is kept.
+
+A write that carries a ``request_id`` stores its result with it, in the same transaction as the
+write: in the tenant file (``requests``) or, for a fast write not yet taken by a worker, in the
+tenant's inbox. A retry with the same id gets that first result, whatever happened to the reply;
+the same id with another method or payload is a client bug, not a retry, and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+from mnemosyne.engine.types import RetainOutcome
+from mnemosyne.errors import Conflict
+from mnemosyne.store.tenant_store import TenantStore
+
+# How long a request id is remembered (a retry after this is a new request).
+REQUEST_TTL_SECONDS = 24 * 3600
+
+
+class RequestReader(Protocol):
+    """A transaction that can look a request id up (the tenant file's, or the inbox's)."""
+
+    def find_request(self, request_id: str) -> tuple[str, str, str] | None: ...
+
+
+def replayed_result(txn: RequestReader, request_id: str, method: str, payload_hash: str) -> str | None:
+    """The stored result JSON of an earlier call with this request id, or None if there was none.
+
+    The same id with another method or payload is a client bug, not a retry: refuse it."""
+    prior = txn.find_request(request_id)
+    if prior is None:
+        return None
+    prior_method, prior_hash, result_json = prior
+    if prior_method != method or prior_hash != payload_hash:
+        raise Conflict(
+            f"request_id {request_id!r} was already used for a different request; use a new request_id "
+            "for new content",
+            reason="IDEMPOTENCY_KEY_REUSED",
+        )
+    return result_json
+
+
+def prior_outcomes(txn: RequestReader, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
+    """The outcomes an earlier retain with this request id answered, or None."""
+    result_json = replayed_result(txn, request_id, method, payload_hash)
+    return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
+
+
+def prior_outcomes_anywhere(
+    store: TenantStore, request_id: str, method: str, payload_hash: str
+) -> list[RetainOutcome] | None:
+    """An earlier retain's outcomes for this request id, in the tenant file or, for a fast write
+    not yet taken by a worker, in its inbox (read first: a key moving meanwhile is then still
+    found)."""
+    inbox = store.inbox(create=False)
+    if inbox is not None:
+        with inbox.read() as inbox_txn:
+            prior = prior_outcomes(inbox_txn, request_id, method, payload_hash)
+        if prior is not None:
+            return prior
+    with store.read() as txn:
+        return prior_outcomes(txn, request_id, method, payload_hash)

@@ -1,0 +1,93 @@
+"""Tenants as a whole: their counters, the list of them, and aggregates across them (admin)."""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Iterator
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine import page_tokens
+from mnemosyne.engine.types import AggregateChunk, TenantPage, TenantStats
+from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import ReadTxn
+
+# Tenant files an aggregate reads at once (SQLite releases the GIL while it reads).
+AGGREGATE_CONCURRENCY = 4
+log = logging.getLogger("mnemosyne.engine")
+
+
+class Tenants:
+    def __init__(self, *, pool: TenantPool) -> None:
+        self.pool = pool
+
+    def stats(self, tenant: str) -> TenantStats:
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return TenantStats()
+            with store.read() as txn:
+                return self._stats(txn, tenant)
+
+    def _stats(self, txn: ReadTxn, tenant: str) -> TenantStats:
+        counters = txn.counters()
+        live, forgotten, entries = txn.counts()
+        return TenantStats(
+            memories=live,
+            forgotten=forgotten,
+            writes=counters.get("writes", 0),
+            model_calls=counters.get("model_calls", 0),
+            embed_calls=counters.get("embed_calls", 0),
+            duplicates=counters.get("duplicates", 0),
+            ledger_entries=entries,
+            file_bytes=self.pool.file_bytes(tenant),
+        )
+
+    def page(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
+        """Tenant ids with a file, in lexical order, one page at a time."""
+        page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
+        after = page_tokens.decode(self.pool.secret, "", "tenants", page_token) or ""
+        # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
+        names = [t for t in self.pool.tenant_ids() if t > after]
+        page = names[:page_size]
+        token = page_tokens.encode(self.pool.secret, "", "tenants", page[-1]) if len(names) > page_size else ""
+        return TenantPage(page, token, self.pool.damaged(page))
+
+    def aggregate_stats(self, *, chunk_size: int = 0) -> Iterator[AggregateChunk]:
+        """Stats of every tenant, ``chunk_size`` tenants per chunk, then a total in the last one.
+
+        NOT a snapshot: N files read in N separate transactions while writes go on. Tenants are
+        read AGGREGATE_CONCURRENCY at a time, each through a connection of its own unless it is
+        open already (so an aggregate never pushes the busy tenants out of the pool of open
+        files). A tenant that cannot be read (a damaged file) is a row with its error reason,
+        left out of the total; it never stops the aggregate."""
+        if chunk_size < 0 or chunk_size > 1_000:
+            raise InvalidArgument(f"chunk_size is {chunk_size}; give 1-1000, or 0 for 100", reason="CHUNK_SIZE_INVALID")
+        chunk_size = chunk_size or 100
+        tenants = self.pool.tenant_ids()  # the list as of now; a tenant made later is not included
+        totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
+        files_read = unreadable = 0
+        with futures.ThreadPoolExecutor(AGGREGATE_CONCURRENCY, thread_name_prefix="aggregate") as readers:
+            for start in range(0, max(len(tenants), 1), chunk_size):
+                rows = list(readers.map(self._aggregate_row, tenants[start : start + chunk_size]))
+                files_read += len(rows)
+                for _tenant, stats, error in rows:
+                    if error:
+                        unreadable += 1
+                        continue
+                    for name in totals:
+                        totals[name] += getattr(stats, name)
+                last = start + chunk_size >= len(tenants)
+                yield AggregateChunk(rows, TenantStats(**totals) if last else None, files_read, unreadable)
+
+    def _aggregate_row(self, tenant: str) -> tuple[str, TenantStats, str]:
+        try:
+            with self.pool.glance(tenant) as txn:
+                return tenant, self._stats(txn, tenant), ""
+        except FileNotFoundError:
+            return tenant, TenantStats(), ""  # removed since the listing
+        except MnemosyneError as exc:
+            return tenant, TenantStats(), exc.reason
+        except Exception:  # a fault of ours in one tenant must not end everyone's aggregate
+            log.exception("aggregate: reading tenant %s failed", tenant)
+            return tenant, TenantStats(), "INTERNAL"

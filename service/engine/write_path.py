@@ -1,0 +1,521 @@
+"""The write path of memories, shared by Retain, RetainBatch, conversations and the hot path.
+
+``prepare`` validates each item once, applies the defaults once and computes what the write
+needs of it (its fingerprint, its canonical metadata), which then travels with the item — to the
+synchronous commit, or through the hot path's inbox and log to a worker — and is never computed
+again. Then, for the items that are not known duplicates:
+
+1. ``extract_missing``: extraction (the "model call") and embedding OUTSIDE any transaction, and
+   the near duplicates among the stored memories (engine/dedup.py), read outside it too;
+2. ``apply``, inside the caller's ONE write transaction: the request id and every fingerprint are
+   checked again (exact dedup: the store's unique fingerprint decides, across processes too), then
+   each new memory is inserted — body, facts, triples, embedding, full-text row, audit entry —
+   with conflict adjudication and the near duplicates still live.
+
+``write`` is the synchronous commit built from them; the hot path (engine/hot_path.py) builds its
+own commit from the same two steps, marking its log in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import unicodedata
+from concurrent import futures
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from mnemosyne import background
+from mnemosyne.engine import conflicts, dedup
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.extractor import Extraction, Extractor
+from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
+from mnemosyne.engine.requests import prior_outcomes, prior_outcomes_anywhere
+from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.errors import Conflict, InvalidArgument
+from mnemosyne.store import ledger
+from mnemosyne.store.tenant_store import NewMemory, NotStored, ReadTxn, TenantStore, WriteTxn
+
+# From this many items to extract, a write looks for near duplicates on a helper thread while it
+# extracts (extract_missing); below it, the thread would cost more than it hides.
+_OVERLAP_MIN_ITEMS = 32
+
+
+def normalise_text(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def fingerprint(scope: str, text: str) -> str:
+    """Identity of content for exact dedup: scope and normalised text (never metadata)."""
+    return ledger.sha256_hex(scope + "\n" + normalise_text(text))
+
+
+def payload_hash(method: str, items: Sequence[RetainItem]) -> str:
+    """What a request id stands for: the method and every item as sent."""
+    return ledger.sha256_hex(
+        ledger.canonical_json([method, [[i.text, i.scope or check.GLOBAL_SCOPE, i.metadata] for i in items]])
+    )
+
+
+class ExtractionMissing(Exception):
+    """A memory believed duplicate vanished before the write: extract it and try again."""
+
+
+@dataclass
+class PreparedItem:
+    """An item on its way to the store, with what was computed for it once."""
+
+    position: int
+    item: RetainItem  # validated, defaults applied
+    fingerprint: str
+    metadata_json: str  # canonical
+    extraction: Extraction | None = None
+    vector: bytes | None = None
+    counted: bool = False  # its model call is already in the persisted counters
+    near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
+    near_batch: list["PreparedItem"] = field(default_factory=list)  # earlier items of the same commit
+
+    def to_payload(self) -> str:
+        """The item as a fast write's operation keeps it (inbox, then log), with what was computed
+        for it: the worker takes it from there as it is."""
+        return ledger.canonical_json(
+            {"text": self.item.text, "scope": self.item.scope, "metadata": self.item.metadata,
+             "fingerprint": self.fingerprint, "metadata_json": self.metadata_json}
+        )
+
+    @classmethod
+    def from_payload(
+        cls, position: int, payload_json: str, *, extraction: Extraction | None, vector: bytes | None
+    ) -> "PreparedItem":
+        """An operation's item as it was prepared at enqueue (an operation accepted by an older
+        version lacks the fingerprint and canonical metadata: they are computed once here)."""
+        payload = json.loads(payload_json)
+        item = RetainItem(payload["text"], payload["scope"], dict(payload["metadata"]))
+        return cls(
+            position=position,
+            item=item,
+            fingerprint=payload.get("fingerprint") or fingerprint(item.scope, item.text),
+            metadata_json=payload.get("metadata_json") or ledger.canonical_json(item.metadata),
+            extraction=extraction,
+            vector=vector,
+            counted=extraction is not None,  # its model call was counted when it was stored
+        )
+
+
+def _answer(call: "futures.Future[Extraction]") -> Extraction | Exception:
+    """A finished extraction call's answer, or its error as a value."""
+    failure = call.exception()
+    if failure is None:
+        return call.result()
+    if isinstance(failure, Exception):
+        return failure
+    raise failure
+
+
+class WritePath:
+    def __init__(
+        self,
+        *,
+        extractor: Extractor,
+        embedder: Embedder,
+        limits: Limits,
+        observer: EngineObserver,
+        near_duplicate_threshold: float,
+        request_ttl_seconds: float,
+    ) -> None:
+        self.extractor = extractor
+        self.embedder = embedder
+        self.limits = limits
+        self.observer = observer
+        self._threshold = near_duplicate_threshold
+        self._request_ttl = request_ttl_seconds
+        self.in_flight = dedup.InFlight()  # DEDUP: one extraction for racing identical writes
+        # Threads start on first use (extract_missing; a remote model's calls, _extract).
+        self._helper = futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="near-duplicates", initializer=background.request_thread
+        )
+        self._extract_pool: futures.ThreadPoolExecutor | None = None
+        self._extract_pool_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._helper.shutdown()
+        if self._extract_pool is not None:
+            self._extract_pool.shutdown()
+
+    # -- preparing -------------------------------------------------------------------------------
+
+    def prepare(
+        self, items: Sequence[RetainItem], *, per_item_errors: bool
+    ) -> tuple[list[RetainOutcome | None], list[PreparedItem]]:
+        """Validate every item once (an invalid one is an INVALID outcome with
+        ``per_item_errors``, else the call's error) and prepare the others."""
+        outcomes: list[RetainOutcome | None] = [None] * len(items)
+        prepared: list[PreparedItem] = []
+        for position, item in enumerate(items):
+            try:
+                check.validate_text(item.text, self.limits)
+                scope = check.validate_scope(item.scope)
+                metadata = check.validate_metadata(item.metadata, self.limits)
+            except InvalidArgument as exc:
+                if not per_item_errors:
+                    raise
+                outcomes[position] = RetainOutcome(RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message)
+                continue
+            prepared.append(
+                PreparedItem(
+                    position=position,
+                    item=RetainItem(item.text, scope, metadata),
+                    fingerprint=fingerprint(scope, item.text),
+                    metadata_json=ledger.canonical_json(metadata),
+                )
+            )
+        return outcomes, prepared
+
+    # -- the synchronous write -------------------------------------------------------------------
+
+    def write(
+        self,
+        tenant: str,
+        store: TenantStore,
+        prepared: list[PreparedItem],
+        outcomes: list[RetainOutcome | None],
+        *,
+        request_id: str | None,
+        method: str,
+        payload_hash: str,
+        per_item_errors: bool,
+    ) -> list[RetainOutcome]:
+        """Extract, then commit, the prepared items in one transaction; a known request id
+        answers its first result without that work."""
+        if request_id:
+            prior = prior_outcomes_anywhere(store, request_id, method, payload_hash)
+            if prior is not None:
+                return prior
+        with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            for _attempt in range(3):
+                self.extract_missing(store, prepared)
+                try:
+                    return self._commit(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
+                except ExtractionMissing:
+                    continue
+        raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")  # pragma: no cover
+
+    def _commit(
+        self,
+        store: TenantStore,
+        prepared: list[PreparedItem],
+        outcomes: list[RetainOutcome | None],
+        request_id: str | None,
+        method: str,
+        payload_hash: str,
+        per_item_errors: bool,
+    ) -> list[RetainOutcome]:
+        # With a request id, the inbox lock too, held until this commit has ended (taken before
+        # the tenant's: store/inbox.py's order), so a fast write of the same id cannot be
+        # accepted between this check and this commit.
+        inbox = store.inbox(create=False) if request_id else None
+        with inbox.lock if inbox is not None else nullcontext(), store.write() as txn:
+            if request_id:
+                prior = prior_outcomes(txn, request_id, method, payload_hash)
+                if prior is None and inbox is not None:
+                    with inbox.read() as inbox_txn:
+                        prior = prior_outcomes(inbox_txn, request_id, method, payload_hash)
+                if prior is not None:
+                    return prior
+            check_tenant_embedder(txn, self.embedder, write=True)
+            results = list(outcomes)
+            created, duplicates = self.apply(txn, prepared, results, per_item_errors=per_item_errors)
+            extracted = [p for p in prepared if p.extraction is not None and not p.counted]
+            txn.add_counters(
+                {
+                    "writes": created,
+                    "duplicates": duplicates,
+                    "model_calls": len(extracted),
+                    "embed_calls": 1 if extracted else 0,
+                }
+            )
+            final = [r for r in results if r is not None]
+            assert len(final) == len(results)
+            if request_id:
+                txn.save_request(request_id, method, payload_hash, json.dumps([r.to_json() for r in final]))
+                txn.prune_requests(time.time() - self._request_ttl)
+        for p in extracted:
+            p.counted = True
+        self.observer.retained(
+            created=created, duplicates=duplicates, model_calls=len(extracted), embed_calls=1 if extracted else 0
+        )
+        return final
+
+    # -- outside the transaction: extraction, embedding, near duplicates ---------------------------
+
+    def extract_missing(
+        self,
+        store: TenantStore,
+        prepared: list[PreparedItem],
+        errors: dict[int, Exception] | None = None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Extract and embed, outside any transaction, the items that are not known duplicates.
+
+        With ``errors`` (the hot path), a failing extraction is recorded per item position and
+        the others go on; without it the first failure raises. ``force`` extracts every item
+        still lacking an extraction, even one that looked like a duplicate."""
+        known: set[str] = set()
+        if not force:
+            with store.read() as txn:
+                known = set(txn.find_by_fingerprints([p.fingerprint for p in prepared]))
+        batch_seen: set[str] = set()
+        todo = []
+        new = []
+        for p in prepared:
+            if errors is not None and p.position in errors:
+                continue
+            if not force and (p.fingerprint in known or p.fingerprint in batch_seen):
+                continue
+            batch_seen.add(p.fingerprint)
+            new.append(p)
+            if p.extraction is None:
+                todo.append(p)
+        if len(todo) < _OVERLAP_MIN_ITEMS:
+            self._extract(todo, errors)
+            self._embed([p for p in todo if p.extraction is not None])
+            if errors:
+                new = [p for p in new if p.position not in errors]
+            # DEDUP: near duplicates of every new item (also one whose extraction and vector were
+            # restored, e.g. from an operation log), looked up here outside the write transaction.
+            self._find_near_duplicates(store, new)
+            return
+        # A large batch: embed first, then look for near duplicates on a helper thread (its matrix
+        # products run without the GIL, on another core) while this thread extracts. Outcomes are
+        # the sequential ones: an item whose extraction fails (hot path) is never written, and
+        # apply names only items of the batch that were created.
+        self._embed(todo)
+        lookup = self._helper.submit(self._find_near_duplicates, store, new)
+        try:
+            self._extract(todo, errors)
+        finally:
+            futures.wait([lookup])  # never leave the helper reading a store we may release
+        lookup.result()
+
+    def _extract(self, todo: Sequence[PreparedItem], errors: dict[int, Exception] | None) -> None:
+        """Extract each item; with ``errors``, a failure is recorded and the others go on;
+        without, the first failing item's error is raised (after every call made has ended).
+
+        A remote model's calls for several items run on a pool of ``extractor.concurrency``
+        threads shared by every write: they mostly wait on the network, and one after the other a
+        batch of 500 would take 500 round trips."""
+        texts = [p.item.text for p in todo]
+        if self.extractor.concurrency > 1 and len(todo) > 1:
+            with self._extract_pool_lock:
+                if self._extract_pool is None:
+                    self._extract_pool = futures.ThreadPoolExecutor(
+                        max_workers=self.extractor.concurrency, thread_name_prefix="extract",
+                        initializer=background.request_thread,
+                    )
+            calls = [self._extract_pool.submit(self.extractor.extract, text) for text in texts]
+            futures.wait(calls)
+            answers: list[Extraction | Exception] = [_answer(call) for call in calls]
+        else:
+            answers = []
+            for text in texts:
+                try:
+                    answers.append(self.extractor.extract(text))
+                except Exception as exc:  # the model failed on this item
+                    if errors is None:
+                        raise
+                    answers.append(exc)
+        for p, answer in zip(todo, answers):
+            if isinstance(answer, Exception):
+                if errors is None:
+                    raise answer
+                errors[p.position] = answer  # the others go on
+                continue
+            p.extraction = answer
+
+    def _embed(self, items: Sequence[PreparedItem]) -> None:
+        """Embed the items that have no vector yet (a failed extraction's item too: harmless)."""
+        todo = [p for p in items if p.vector is None]
+        if todo:
+            vectors = self.embedder.embed([p.item.text for p in todo])
+            for p, vector in zip(todo, vectors):
+                p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+    def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
+        """Name, for each prepared item with a vector, the stored memories of its scope with cosine
+        >= the threshold and the same atoms (engine/dedup.py). Outside any write transaction: one
+        matrix product against the tenant's vector cache, atoms only for the candidates found.
+        Items committed together (a batch, or a worker's group of operations) are also compared
+        with the earlier ones among them; those are named once their ids exist, in the commit."""
+        todo = [p for p in prepared if p.vector is not None]
+        if not todo or self._threshold > 1.0:
+            return
+        vectors = np.frombuffer(b"".join(p.vector for p in todo if p.vector is not None), dtype="<f4").reshape(len(todo), -1)
+        index = vector_index(store, self.embedder.dim)
+        with store.read() as txn:
+            check_tenant_embedder(txn, self.embedder, write=False)  # another embedder's vectors are not comparable
+            ids, matrix = index.sync(txn)
+            similar = dedup.similar_rows(vectors, ids, matrix, self._threshold)
+            wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
+            rows = txn.memories_by_ids(wanted, with_details=False) if wanted else {}
+        known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
+        # One Candidate per item, compared with the stored memories and with the items before it:
+        # its atoms are read once however many it is compared with.
+        items = [dedup.Candidate(p.item.scope, p.item.text) for p in todo]
+        for p, item, hits in zip(todo, items, similar):
+            p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
+        if len(todo) > 1:
+            batch = dict(enumerate(items))
+            for p, item, hits in zip(todo, items, dedup.similar_earlier(vectors, self._threshold)):
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, hits, batch)]
+
+    # -- inside the transaction ----------------------------------------------------------------
+
+    def apply(
+        self,
+        txn: WriteTxn,
+        prepared: Sequence[PreparedItem],
+        results: list[RetainOutcome | None],
+        *,
+        per_item_errors: bool,
+    ) -> tuple[int, int]:
+        """THE write of prepared items, shared by synchronous Retain and the hot-path workers:
+        inside the caller's write transaction, re-check each fingerprint (exact dedup) and insert
+        each new memory (body, facts, triples, embedding, full-text row, audit entry, conflict
+        adjudication, near duplicates). Fills ``results[p.position]``; returns (created,
+        duplicates). Counters are the caller's, so each path counts its own work in its own
+        transaction.
+
+        The outcome is that of inserting the items one by one, each in its own savepoint (an item
+        that fails with ``per_item_errors`` is INVALID and the others go on), but the work is done
+        in runs: consecutive new memories are inserted with one statement per table. A run ends at
+        an item with attribute triples (conflict adjudication must see exactly the memories
+        before it) or before an item repeating a pending one's content. If anything in the runs
+        fails, the whole attempt is rolled back to a savepoint and redone item by item, so a
+        failure has exactly its one-by-one effect. A full disk fails the whole write (DISK_FULL):
+        no later item fits either."""
+        stored = txn.find_by_fingerprints([p.fingerprint for p in prepared])
+        check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared), stored=stored)
+        # DEDUP: named only if still live now (a forget or merge may have raced us); nothing in
+        # this write forgets or merges, so one look serves every item.
+        named = sorted({i for p in prepared for i in p.near_duplicate_of})
+        live = set(_still_live(txn, named))
+        if not per_item_errors:
+            # One failure fails the whole transaction anyway: no savepoint needed.
+            counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+        else:
+            try:
+                with txn.savepoint("runs"):
+                    counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+            except NotStored:
+                if not txn.alive:
+                    raise
+                counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=True)
+        check_bytes_quota(txn, self.limits)
+        return counts
+
+    def _apply_runs(
+        self,
+        txn: WriteTxn,
+        prepared: Sequence[PreparedItem],
+        results: list[RetainOutcome | None],
+        stored: Mapping[str, int],
+        live: set[int],
+        *,
+        one_by_one: bool,
+    ) -> tuple[int, int]:
+        created = duplicates = 0
+        created_ids: dict[int, int] = {}  # id(PreparedItem) -> memory id created in this commit
+        known = dict(stored)  # fingerprint -> memory id, as a one-by-one find_by_fingerprint sees it
+        run: list[PreparedItem] = []
+        pending: set[str] = set()
+
+        def flush() -> None:
+            nonlocal created
+            if not run:
+                return
+            now = time.time()
+            memories = []
+            for p in run:
+                assert p.extraction is not None and p.vector is not None  # checked when the run was formed
+                memories.append(
+                    NewMemory(
+                        scope=p.item.scope,
+                        body=p.item.text,
+                        metadata_json=p.metadata_json,
+                        fingerprint=p.fingerprint,
+                        facts=p.extraction.facts,
+                        triples=p.extraction.triples,
+                        embedding=p.vector,
+                        fts_text=p.item.text,
+                        created_at=now,
+                    )
+                )
+            last = run[-1]
+            try:
+                with txn.savepoint() if one_by_one else nullcontext():
+                    ids = txn.insert_memories(memories)
+                    # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only
+                    # a run's last item can have attribute triples, so it sees exactly the memories
+                    # inserted before it.
+                    supersedes = conflicts.adjudicate(
+                        txn, memory_id=ids[-1], scope=last.item.scope, triples=memories[-1].triples, at=now
+                    )
+            except NotStored as exc:
+                if not one_by_one or not txn.alive:
+                    raise
+                results[last.position] = RetainOutcome(
+                    RetainStatus.INVALID,
+                    error_reason="ITEM_NOT_STORED",
+                    error_message=f"this item could not be stored ({exc.cause}); the others were",
+                )
+                run.clear()
+                pending.clear()
+                return
+            for p, memory_id in zip(run, ids):
+                created_ids[id(p)] = memory_id
+                known[p.fingerprint] = memory_id
+                results[p.position] = RetainOutcome(
+                    RetainStatus.CREATED,
+                    memory_id=memory_id,
+                    near_duplicate_of=tuple(
+                        [i for i in p.near_duplicate_of if i in live]
+                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
+                    ),
+                    supersedes=tuple(supersedes) if p is last else (),
+                )
+            created += len(run)
+            run.clear()
+            pending.clear()
+
+        for p in prepared:
+            if p.fingerprint in pending:
+                flush()  # it repeats a memory of the run: name that memory's id
+            existing = known.get(p.fingerprint)
+            if existing is not None:
+                results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
+                duplicates += 1
+                continue
+            if p.extraction is None or p.vector is None:
+                raise ExtractionMissing()  # the whole attempt fails (rolled back) and is retried
+            run.append(p)
+            pending.add(p.fingerprint)
+            if one_by_one or any(conflicts.is_attribute(t) for t in p.extraction.triples):
+                flush()
+        flush()
+        return created, duplicates
+
+
+def _still_live(txn: ReadTxn, ids: Sequence[int]) -> list[int]:
+    if not ids:
+        return []
+    rows = txn.memories_by_ids(list(ids), with_details=False)
+    return [i for i in ids if i in rows and not rows[i].forgotten and not rows[i].merged_into]
