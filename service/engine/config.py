@@ -8,10 +8,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
+from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
+from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+from mnemosyne.errors import InvalidArgument
 
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
+EMBEDDERS = ("hashing", "minilm")
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder a server runs, by its configuration name (``--embedder``/MNEMOSYNE_EMBEDDER).
+    MiniLM needs the ``minilm`` extra, loaded only when chosen (FailedPrecondition without it)."""
+    if name == "hashing":
+        return HashingEmbedder()
+    if name == "minilm":
+        return MiniLMEmbedder()
+    raise InvalidArgument(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN")
 
 
 @dataclass(frozen=True)

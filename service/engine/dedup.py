@@ -306,13 +306,9 @@ class Deduplicator:
                 now = time.time()
                 for group in groups:
                     current = txn.memories_by_ids([group.keep, *group.duplicates], with_details=False)
-
-                    def live(i: int) -> bool:
-                        r = current.get(i)
-                        return r is not None and not r.forgotten and not r.merged_into
-
-                    members = tuple(d for d in group.duplicates if live(d))
-                    if not live(group.keep) or not members:
+                    live = {i for i, r in current.items() if not r.forgotten and not r.merged_into}
+                    members = tuple(d for d in group.duplicates if d in live)
+                    if group.keep not in live or not members:
                         continue  # a forget or another merge got there first
                     txn.merge_memories(group.keep, members, at=now)
                     applied.append(DedupGroup(group.keep, members))

@@ -26,7 +26,7 @@ from mnemosyne.engine.terms import content_words, stem, words
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.store.tenant_store import ReadTxn, WriteTxn
 
-__all__ = ["EMBEDDERS", "Embedder", "HashingEmbedder", "make_embedder", "words"]
+__all__ = ["Embedder", "HashingEmbedder", "check_tenant_embedder", "words"]
 
 
 class Embedder(abc.ABC):
@@ -219,23 +219,6 @@ class HashingEmbedder(Embedder):
 
 
 _INDICES, _WEIGHTS, _COUNT, _STEM, _PAIR_PREFIX = (operator.itemgetter(i) for i in range(5))
-
-
-EMBEDDERS = ("hashing", "minilm")
-
-
-def make_embedder(name: str) -> Embedder:
-    """The embedder a server runs, by its configuration name (``--embedder``/MNEMOSYNE_EMBEDDER)."""
-    if name == "hashing":
-        return HashingEmbedder()
-    if name == "minilm":
-        # Imported here: the model stack is an optional extra, never loaded by default.
-        from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
-
-        return MiniLMEmbedder()
-    from mnemosyne.errors import InvalidArgument
-
-    raise InvalidArgument(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN")
 
 
 def check_tenant_embedder(txn: ReadTxn, embedder: Embedder, *, write: bool) -> None:

