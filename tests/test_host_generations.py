@@ -24,6 +24,7 @@ from mnemosyne.client import HostObservations, MemoryClient, MemoryHost, Observa
 from mnemosyne.client.errors import error_info
 from mnemosyne.client.host import STALE_MESSAGE
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
+from tests.docs_support import code_blocks, section
 from tests.support import ServerProcess
 
 GENERATION_BASE = 9_000_000
@@ -522,12 +523,11 @@ def _code_blocks(path: Path, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.DOTALL)
 
 
-def test_readme_host_flow_example_runs(target: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The host flow (runnable)", 1)[1].split("\n## ", 1)[0]
-    (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+def test_host_flow_example_runs(target: str, tenant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    page = (DOCS / "host-generations.md").read_text(encoding="utf-8")
+    (example,) = code_blocks(section(page, "The host flow (runnable)"), "python")
     code = example.replace('"127.0.0.1:50051"', repr(target)).replace('"acme"', repr(tenant))
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "docs/host-generations.md", "exec"), {"__name__": "docs_example"})
     printed = capsys.readouterr().out.splitlines()
     assert printed == [
         "{'ok': True, 'result': 'MEMORY.md was replaced.'}",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -24,6 +23,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.docs_support import code_blocks, section
 from tests.node_support import NODE_PACKAGE, node_package
 from tests.support import ServerProcess
 
@@ -147,15 +147,14 @@ def test_the_installed_tarball_works_outside_the_repository(app: Path, package_s
 
 
 def _node_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Hosts in other languages", 1)[1]
-    return section.split("\n## ", 1)[0]
+    """The README's first calls from Node: its install step and its example."""
+    return section((ROOT / "README.md").read_text(), "Node")
 
 
 def test_the_readme_node_example_runs_as_printed(app: Path, tarball: Path, package_server: ServerProcess) -> None:
-    section = _node_section()
-    install = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
-    example = re.findall(r"```js\n(.*?)```", section, flags=re.S)[0]
+    node = _node_section()
+    (install,) = code_blocks(node, "sh")
+    (example,) = code_blocks(node, "js")
     # The install step is the one this test's fixtures take: npm ci, npm pack, the tarball of this
     # version installed into a fresh package.
     for step in ("npm ci", "npm pack", "npm init -y", 'npm install "$TARBALL"', f"client/node/{tarball.name}"):
