@@ -238,7 +238,10 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
     def default(cls: type, name: str, variable: str) -> str:
         value = _env(variable)
-        return value if value is not None else str(cls.__dataclass_fields__[name].default)  # type: ignore[attr-defined]
+        if value is not None:
+            return value
+        given = cls.__dataclass_fields__[name].default  # type: ignore[attr-defined]  # every config class is a dataclass
+        return f"{given:g}" if isinstance(given, float) else str(given)
 
     serve.add_argument("--data-dir", default=_env("DATA_DIR", "./mnemosyne-data"), help="directory of tenant files")
     serve.add_argument("--host", default=default(ServerConfig, "host", "HOST"), help="address to bind (default loopback)")
