@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 
@@ -46,8 +46,10 @@ def main() -> None:
             if threshold <= 1.0:
                 began = time.perf_counter()
                 report = engine.dedup("bench")
-                print(f"Dedup report over {n + args.retains} memories: {time.perf_counter() - began:.2f} s, "
-                      f"{len(report.groups)} groups")
+                print(
+                    f"Dedup report over {n + args.retains} memories: {time.perf_counter() - began:.2f} s, "
+                    f"{len(report.groups)} groups"
+                )
             engine.close()
 
 

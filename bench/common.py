@@ -7,9 +7,9 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -18,12 +18,20 @@ from mnemosyne.server_process import ServerProcess
 
 
 @contextmanager
-def running_server(*, embedder: str = "hashing", args: Sequence[str] = (), data_dir: Path | None = None,
-                   env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+def running_server(
+    *,
+    embedder: str = "hashing",
+    args: Sequence[str] = (),
+    data_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[ServerProcess]:
     """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards)."""
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
-        server = ServerProcess(data_dir or Path(tmp) / "data", args=["--embedder", embedder, *args],
-                               env={"HF_HUB_OFFLINE": "1", **(env or {})})
+        server = ServerProcess(
+            data_dir or Path(tmp) / "data",
+            args=["--embedder", embedder, *args],
+            env={"HF_HUB_OFFLINE": "1", **(env or {})},
+        )
         server.start(timeout=180)
         try:
             yield server
@@ -44,8 +52,12 @@ def timed(fn: Callable[[int], object], n: int) -> list[float]:
 def percentiles(samples_s: Sequence[float]) -> dict[str, float]:
     """p50/p99/mean in milliseconds."""
     a = np.asarray(samples_s, dtype=np.float64) * 1e3
-    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean()),
-            "n": int(len(a))}
+    return {
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "mean_ms": float(a.mean()),
+        "n": int(len(a)),
+    }
 
 
 def machine() -> dict[str, object]:

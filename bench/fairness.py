@@ -78,10 +78,12 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -135,7 +137,7 @@ class Settings:
     recovery_limit_s: float
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Settings":
+    def from_args(cls, args: argparse.Namespace) -> Settings:
         quick = args.quick
         return cls(
             phase_seconds=args.phase_seconds or (2.0 if quick else 6.0),
@@ -177,17 +179,35 @@ class Server:
 
     def start(self, timeout: float = 120.0) -> None:
         self.workdir.mkdir(parents=True)
-        command = [self.python, "-m", "mnemosyne.cli", "serve", "--data-dir", str(self.workdir / "data"),
-                   "--port", "0", "--metrics-port", "0", *self.args]
+        command = [
+            self.python,
+            "-m",
+            "mnemosyne.cli",
+            "serve",
+            "--data-dir",
+            str(self.workdir / "data"),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            *self.args,
+        ]
         with open(self.stderr_path, "w") as stderr:
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=self.workdir,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
+            self.process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                cwd=self.workdir,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
+            )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
             self.process.wait(timeout=10)
-            raise RuntimeError(f"the {self.name} server exited with {self.process.returncode}: "
-                               f"{self.stderr_path.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"the {self.name} server exited with {self.process.returncode}: {self.stderr_path.read_text()[-2000:]}"
+            )
         self.port = json.loads(line)["port"]
         with connect(self.target, timeout=1.0) as client:
             deadline = time.monotonic() + timeout
@@ -222,8 +242,13 @@ class Server:
 
     def mnemosyne_path(self) -> str:
         """Where the server's Python imports ``mnemosyne`` from: which code this server runs."""
-        return subprocess.run([self.python, "-c", "import mnemosyne; print(mnemosyne.__file__)"], capture_output=True,
-                              text=True, cwd=self.workdir, timeout=60).stdout.strip()
+        return subprocess.run(
+            [self.python, "-c", "import mnemosyne; print(mnemosyne.__file__)"],
+            capture_output=True,
+            text=True,
+            cwd=self.workdir,
+            timeout=60,
+        ).stdout.strip()
 
 
 @contextmanager
@@ -323,7 +348,9 @@ class Outcomes:
 
 
 @contextmanager
-def hammering(target: str, threads: int, work: Callable[[MemoryClient, int], None], pause: float = 0.0) -> Iterator[None]:
+def hammering(
+    target: str, threads: int, work: Callable[[MemoryClient, int], None], pause: float = 0.0
+) -> Iterator[None]:
     """``threads`` threads, each on its own connection, calling ``work(client, i)`` back to back
     (each call after a ``pause`` s sleep) until the block ends."""
     stop = threading.Event()
@@ -389,15 +416,20 @@ def abandoning_flushes(target: str, settings: Settings, corpus: Corpus, outcomes
         if status is None or status.queue_depth >= BACKLOG:
             time.sleep(0.05)
             return
-        items = [memory_pb2.RetainItem(text=f"{texts[(i * ENQUEUE_BATCH + j) % len(texts)]} #{i}-{j}")
-                 for j in range(ENQUEUE_BATCH)]
-        request = memory_pb2.RetainBatchRequest(tenant=TENANT_A, items=items, request_id=f"enqueue-{i}-{time.time_ns()}",
-                                                fast=True)
+        items = [
+            memory_pb2.RetainItem(text=f"{texts[(i * ENQUEUE_BATCH + j) % len(texts)]} #{i}-{j}")
+            for j in range(ENQUEUE_BATCH)
+        ]
+        request = memory_pb2.RetainBatchRequest(
+            tenant=TENANT_A, items=items, request_id=f"enqueue-{i}-{time.time_ns()}", fast=True
+        )
         outcomes.call("RetainBatch (fast)", client.memory.RetainBatch, request, A_DEADLINE)
 
     def abandon(client: MemoryClient, _: int) -> None:
         request = hot_path_pb2.FlushRequest(tenant=TENANT_A, timeout_seconds=FLUSH_SERVER_WAIT)
-        calls = [client.hot_path_stub.Flush.future(request, timeout=FLUSH_CLIENT_DEADLINE) for _ in range(settings.flushes)]
+        calls = [
+            client.hot_path_stub.Flush.future(request, timeout=FLUSH_CLIENT_DEADLINE) for _ in range(settings.flushes)
+        ]
         for call in calls:
             outcomes.finished("Flush", call)
 
@@ -419,8 +451,12 @@ def lookalike_batches(target: str, corpus: Corpus, outcomes: Outcomes) -> Contex
     base = " ".join(corpus.memories(3 * MEMORIES, 400))[:LOOKALIKE_CHARS]
 
     def retain(client: MemoryClient, i: int) -> None:
-        items = [memory_pb2.RetainItem(text=f"look-alike {i}-{j}: {base}"[:LOOKALIKE_CHARS]) for j in range(LOOKALIKE_ITEMS)]
-        request = memory_pb2.RetainBatchRequest(tenant=TENANT_A, items=items, request_id=f"lookalike-{i}-{time.time_ns()}")
+        items = [
+            memory_pb2.RetainItem(text=f"look-alike {i}-{j}: {base}"[:LOOKALIKE_CHARS]) for j in range(LOOKALIKE_ITEMS)
+        ]
+        request = memory_pb2.RetainBatchRequest(
+            tenant=TENANT_A, items=items, request_id=f"lookalike-{i}-{time.time_ns()}"
+        )
         outcomes.call("RetainBatch (look-alike)", client.memory.RetainBatch, request, BATCH_DEADLINE)
 
     return hammering(target, LOOKALIKE_THREADS, retain)
@@ -437,8 +473,9 @@ def noise(phase: str, target: str, settings: Settings, after_event_id: int, outc
     return loads[phase]()
 
 
-def noise_main(phase: str, target: str, settings: Settings, after_event_id: int, ready: Any, stop: Any,
-               results: Any) -> None:
+def noise_main(
+    phase: str, target: str, settings: Settings, after_event_id: int, ready: Any, stop: Any, results: Any
+) -> None:
     """The child process of a noisy phase: A's load runs from ``ready`` until ``stop``."""
     outcomes = Outcomes()
     with noise(phase, target, settings, after_event_id, outcomes):
@@ -456,8 +493,11 @@ def tenant_a(phase: str, server: Server, settings: Settings) -> Iterator[dict[st
         return
     context = multiprocessing.get_context("spawn")
     ready, stop, results = context.Event(), context.Event(), context.Queue()
-    child = context.Process(target=noise_main, args=(phase, server.target, settings, server.last_event_id, ready, stop,
-                                                     results), daemon=True)
+    child = context.Process(
+        target=noise_main,
+        args=(phase, server.target, settings, server.last_event_id, ready, stop, results),
+        daemon=True,
+    )
     child.start()
     try:
         if not ready.wait(120):
@@ -500,11 +540,17 @@ def quiet_tenant(client: MemoryClient, queries: Sequence[str], seconds: float, r
         time.sleep(max(0.0, start + i / rate - time.perf_counter()))
         request = memory_pb2.RecallRequest(tenant=TENANT_B, query=queries[i % len(queries)], k=K)
         began = time.perf_counter()
-        client.memory.Recall.future(request, timeout=B_DEADLINE).add_done_callback(lambda f, began=began: done(f, began))
+        client.memory.Recall.future(request, timeout=B_DEADLINE).add_done_callback(
+            lambda f, began=began: done(f, began)
+        )
     with finished:
         finished.wait_for(lambda: len(latencies) == calls, timeout=B_DEADLINE + 30)
-        return {**percentiles(latencies), "calls": calls, "failed": sum(failures.values()) + calls - len(latencies),
-                "failures": dict(failures)}
+        return {
+            **percentiles(latencies),
+            "calls": calls,
+            "failed": sum(failures.values()) + calls - len(latencies),
+            "failures": dict(failures),
+        }
 
 
 @contextmanager
@@ -549,18 +595,23 @@ def recover(server: Server, limit: float) -> float | None:
     return time.perf_counter() - began
 
 
-def run_phase(phase: str, server: Server, client: MemoryClient, queries: Sequence[str],
-              settings: Settings) -> dict[str, object]:
+def run_phase(
+    phase: str, server: Server, client: MemoryClient, queries: Sequence[str], settings: Settings
+) -> dict[str, object]:
     with sampling_threads(server) as threads, tenant_a(phase, server, settings) as outcomes_a:
         b = quiet_tenant(client, queries, settings.phase_seconds, settings.rate)
     recovery = recover(server, settings.recovery_limit_s)
-    print(f"  {server.name} {phase}: B p50 {b['p50_ms']:.1f} ms p99 {b['p99_ms']:.1f} ms, failed {b['failed']}"
-          f"/{b['calls']}; recovered in {'-' if recovery is None else f'{recovery:.1f} s'}", flush=True)
-    return {"b": b, "a": outcomes_a, "threads_start": threads[0], "threads_max": max(threads),
-            "recovery_s": recovery}
+    print(
+        f"  {server.name} {phase}: B p50 {b['p50_ms']:.1f} ms p99 {b['p99_ms']:.1f} ms, failed {b['failed']}"
+        f"/{b['calls']}; recovered in {'-' if recovery is None else f'{recovery:.1f} s'}",
+        flush=True,
+    )
+    return {"b": b, "a": outcomes_a, "threads_start": threads[0], "threads_max": max(threads), "recovery_s": recovery}
 
 
-def measure_phases(servers: Sequence[Server], queries: Sequence[str], settings: Settings) -> dict[str, dict[str, object]]:
+def measure_phases(
+    servers: Sequence[Server], queries: Sequence[str], settings: Settings
+) -> dict[str, dict[str, object]]:
     """Each phase on each server, the servers taking turns (the first one alternating)."""
     results: dict[str, dict[str, object]] = {s.name: {} for s in servers}
     with ExitStack() as stack:
@@ -574,8 +625,9 @@ def measure_phases(servers: Sequence[Server], queries: Sequence[str], settings: 
 # -- the serving floor ----------------------------------------------------------------------------
 
 
-def floor_cell(clients: Sequence[MemoryClient], work: Callable[[MemoryClient, int], object],
-               seconds: float) -> dict[str, object]:
+def floor_cell(
+    clients: Sequence[MemoryClient], work: Callable[[MemoryClient, int], object], seconds: float
+) -> dict[str, object]:
     """Each client in its own thread calls ``work`` back to back for ``seconds``."""
     latencies: list[list[float]] = [[] for _ in clients]
     errors = Counter[str]()
@@ -600,14 +652,19 @@ def floor_cell(clients: Sequence[MemoryClient], work: Callable[[MemoryClient, in
     for thread in pool:
         thread.join()
     samples = [x for per_client in latencies for x in per_client]
-    return {**percentiles(samples), "calls_per_s": len(samples) / seconds, "calls": len(samples) + sum(errors.values()),
-            "errors": dict(errors)}
+    return {
+        **percentiles(samples),
+        "calls_per_s": len(samples) / seconds,
+        "calls": len(samples) + sum(errors.values()),
+        "errors": dict(errors),
+    }
 
 
 def median_of(rounds: Sequence[dict[str, Any]]) -> dict[str, object]:
     return {
         **{key: float(np.median([r[key] for r in rounds])) for key in ("p50_ms", "p99_ms", "calls_per_s")},
-        "calls": sum(r["calls"] for r in rounds), "errors": sum(sum(r["errors"].values()) for r in rounds),
+        "calls": sum(r["calls"] for r in rounds),
+        "errors": sum(sum(r["errors"].values()) for r in rounds),
         "rounds": list(rounds),
     }
 
@@ -620,8 +677,9 @@ def measure_floor(servers: Sequence[Server], queries: Sequence[str], settings: S
     }
     rounds: dict[tuple[str, str, int], list[dict[str, object]]] = defaultdict(list)
     with ExitStack() as stack:
-        clients = {s.name: [stack.enter_context(connect(s.target, timeout=10)) for _ in range(max(LEVELS))]
-                   for s in servers}
+        clients = {
+            s.name: [stack.enter_context(connect(s.target, timeout=10)) for _ in range(max(LEVELS))] for s in servers
+        }
         for pool in clients.values():
             for client in pool:
                 client.ping()  # connected before the timing starts
@@ -630,7 +688,8 @@ def measure_floor(servers: Sequence[Server], queries: Sequence[str], settings: S
                 for server in servers[::-1] if r % 2 else servers:
                     for name, work in calls.items():
                         rounds[server.name, name, level].append(
-                            floor_cell(clients[server.name][:level], work, settings.cell_seconds))
+                            floor_cell(clients[server.name][:level], work, settings.cell_seconds)
+                        )
             print(f"  floor round {r + 1}/{settings.rounds} done", flush=True)
     floor: dict[str, dict[str, Any]] = defaultdict(dict)
     for (server_name, name, level), per_round in rounds.items():
@@ -646,7 +705,9 @@ def a_summary(outcomes: dict[str, Any]) -> tuple[str, str]:
     calls: dict[str, dict[str, int]] = outcomes.get("calls", {})
     if not calls:
         return "-", "-"
-    text = "; ".join(f"{rpc}: " + ", ".join(f"{o} {n}" for o, n in sorted(c.items())) for rpc, c in sorted(calls.items()))
+    text = "; ".join(
+        f"{rpc}: " + ", ".join(f"{o} {n}" for o, n in sorted(c.items())) for rpc, c in sorted(calls.items())
+    )
     refused = Counter[str]()
     for c in calls.values():
         refused.update({o.split("/", 1)[-1]: n for o, n in c.items() if o.startswith("RESOURCE_EXHAUSTED")})
@@ -654,32 +715,63 @@ def a_summary(outcomes: dict[str, Any]) -> tuple[str, str]:
     return text, (f"{refusals} (RetryInfo {outcomes['with_retry_info']})" if refusals else "0")
 
 
-def print_report(servers: Sequence[Server], identities: dict[str, dict[str, Any]], floor: dict[str, dict[str, Any]],
-                 phases: dict[str, dict[str, Any]], ratio: float | None) -> None:
+def print_report(
+    servers: Sequence[Server],
+    identities: dict[str, dict[str, Any]],
+    floor: dict[str, dict[str, Any]],
+    phases: dict[str, dict[str, Any]],
+    ratio: float | None,
+) -> None:
     print_table(
         "Serving floor: median over rounds of each round's figure (ms; calls/s)",
         ["server", "call", "clients", "p50", "p99", "calls/s", "errors"],
-        [[s.name, *key.split("@"), cell["p50_ms"], cell["p99_ms"], cell["calls_per_s"], cell["errors"]]
-         for s in servers for key, cell in floor[s.name].items()],
+        [
+            [s.name, *key.split("@"), cell["p50_ms"], cell["p99_ms"], cell["calls_per_s"], cell["errors"]]
+            for s in servers
+            for key, cell in floor[s.name].items()
+        ],
     )
     if ratio is not None:
         print(f"\nnew/old Ping p50 at 1 client: {ratio:.3f} (switch criterion: within 10%, <= 1.10)")
     print_table(
         "Tenant A during each phase: its calls by outcome, its refusals by reason",
         ["server", "phase", "A calls by outcome", "A refused (RESOURCE_EXHAUSTED)"],
-        [[s.name, phase, *a_summary(r["a"])] for s in servers for phase, r in phases[s.name].items() if phase != "quiet"],
+        [
+            [s.name, phase, *a_summary(r["a"])]
+            for s in servers
+            for phase, r in phases[s.name].items()
+            if phase != "quiet"
+        ],
     )
     for s in servers:
         rows: list[list[object]] = [["tenants loaded", "", "", "", identities[s.name]["threads_after_load"], ""]]
-        rows += [[f"floor {name.replace('@', ', ')} client", cell["p50_ms"], cell["p99_ms"],
-                  f"{cell['errors']}/{cell['calls']}", "", ""]
-                 for name, cell in floor[s.name].items() if name.endswith("@1")]
-        rows += [[f"B during {phase}", r["b"]["p50_ms"], r["b"]["p99_ms"], f"{r['b']['failed']}/{r['b']['calls']}",
-                  f"{r['threads_start']} -> {r['threads_max']}", "-" if r["recovery_s"] is None else r["recovery_s"]]
-                 for phase, r in phases[s.name].items()]
+        rows += [
+            [
+                f"floor {name.replace('@', ', ')} client",
+                cell["p50_ms"],
+                cell["p99_ms"],
+                f"{cell['errors']}/{cell['calls']}",
+                "",
+                "",
+            ]
+            for name, cell in floor[s.name].items()
+            if name.endswith("@1")
+        ]
+        rows += [
+            [
+                f"B during {phase}",
+                r["b"]["p50_ms"],
+                r["b"]["p99_ms"],
+                f"{r['b']['failed']}/{r['b']['calls']}",
+                f"{r['threads_start']} -> {r['threads_max']}",
+                "-" if r["recovery_s"] is None else r["recovery_s"],
+            ]
+            for phase, r in phases[s.name].items()
+        ]
         print_table(
             f"Summary, {s.name} server ({s.python} {shlex.join(s.args)})".replace(" )", ")"),
-            ["measure", "p50 ms", "p99 ms", "failed/calls", "server threads", "recovery s"], rows,
+            ["measure", "p50 ms", "p99 ms", "failed/calls", "server threads", "recovery s"],
+            rows,
         )
 
 
@@ -699,16 +791,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     settings = Settings.from_args(args)
-    specs = ([("old", args.old_python, args.old_args)] if args.old_python else []) + [("new", args.new_python, args.new_args)]
+    specs = ([("old", args.old_python, args.old_args)] if args.old_python else []) + [
+        ("new", args.new_python, args.new_args)
+    ]
 
     corpus = Corpus()
     queries = corpus.queries(MEMORIES, 500)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemo-fairness-") as tmp, ExitStack() as stack:
-        servers = [stack.enter_context(started(name, python, shlex.split(extra), Path(tmp) / name))
-                   for name, python, extra in specs]
-        identities = {s.name: {"python": s.python, "args": s.args, "mnemosyne": s.mnemosyne_path(), "pid": s.pid}
-                      for s in servers}
+        servers = [
+            stack.enter_context(started(name, python, shlex.split(extra), Path(tmp) / name))
+            for name, python, extra in specs
+        ]
+        identities = {
+            s.name: {"python": s.python, "args": s.args, "mnemosyne": s.mnemosyne_path(), "pid": s.pid} for s in servers
+        }
         for server in servers:
             load_tenants(server, corpus)
             identities[server.name]["threads_after_load"] = server.threads()
@@ -717,14 +814,29 @@ def main(argv: list[str] | None = None) -> int:
         phases = measure_phases(servers, queries, settings)
     ratio = (floor["new"]["ping@1"]["p50_ms"] / floor["old"]["ping@1"]["p50_ms"]) if args.old_python else None
     print_report(servers, identities, floor, phases, ratio)
-    write_json(args.out, {
-        "benchmark": "fairness", "settings": asdict(settings), "servers": identities, "floor": floor,
-        "phases": phases, "ping_p50_new_over_old_1_client": ratio, "seconds": time.perf_counter() - began,
-        "constants": {"memories": MEMORIES, "k": K, "b_deadline_s": B_DEADLINE, "flush_client_deadline_s":
-                      FLUSH_CLIENT_DEADLINE, "flush_server_wait_s": FLUSH_SERVER_WAIT, "flood_threads": FLOOD_THREADS,
-                      "lookalike_items": LOOKALIKE_ITEMS, "lookalike_chars": LOOKALIKE_CHARS,
-                      "streams_per_channel": STREAMS_PER_CHANNEL},
-    })
+    write_json(
+        args.out,
+        {
+            "benchmark": "fairness",
+            "settings": asdict(settings),
+            "servers": identities,
+            "floor": floor,
+            "phases": phases,
+            "ping_p50_new_over_old_1_client": ratio,
+            "seconds": time.perf_counter() - began,
+            "constants": {
+                "memories": MEMORIES,
+                "k": K,
+                "b_deadline_s": B_DEADLINE,
+                "flush_client_deadline_s": FLUSH_CLIENT_DEADLINE,
+                "flush_server_wait_s": FLUSH_SERVER_WAIT,
+                "flood_threads": FLOOD_THREADS,
+                "lookalike_items": LOOKALIKE_ITEMS,
+                "lookalike_chars": LOOKALIKE_CHARS,
+                "streams_per_channel": STREAMS_PER_CHANNEL,
+            },
+        },
+    )
     return 0
 
 

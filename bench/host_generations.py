@@ -26,7 +26,9 @@ def main() -> None:
     args = parser.parse_args()
     with running_server() as server, MemoryClient(server.target) as client:
         body = "line of notes about the project\n" * 64
-        client.edit_records("bench", "workspace/w", [RecordChange("put", f"r{i}.md", body) for i in range(args.records)], 0)
+        client.edit_records(
+            "bench", "workspace/w", [RecordChange("put", f"r{i}.md", body) for i in range(args.records)], 0
+        )
         client.edit_records("bench", "global", [RecordChange("put", "MEMORY.md", body)], 0)
         host = MemoryHost(client, "bench")
         agent = Agent()
@@ -35,10 +37,18 @@ def main() -> None:
         update = timed(lambda i: host.call_tool(agent, "memory_update", {"content": f"{body}{i}"}), args.samples)
 
         def batch(i: int) -> None:
-            result = host.call_tool(agent, "update_workspace", {"changes": [
-                {"op": "put", "key": f"n{i}.md", "content": body}, {"op": "delete", "key": f"r{i % args.records}.md"}
-                if i < args.records else {"op": "delete", "key": f"n{i - 1}.md"},
-            ]})
+            result = host.call_tool(
+                agent,
+                "update_workspace",
+                {
+                    "changes": [
+                        {"op": "put", "key": f"n{i}.md", "content": body},
+                        {"op": "delete", "key": f"r{i % args.records}.md"}
+                        if i < args.records
+                        else {"op": "delete", "key": f"n{i - 1}.md"},
+                    ]
+                },
+            )
             assert result["ok"], result
 
         workspace = timed(batch, args.samples)

@@ -25,11 +25,16 @@ def main() -> None:
     parser.add_argument("--enqueues", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=5000)
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
-    parser.add_argument("--hot-path-sync", choices=["round", "enqueue"], default="round",
-                        help="when a fast write is fsynced with synchronous=full (the server's --hot-path-sync)")
+    parser.add_argument(
+        "--hot-path-sync",
+        choices=["round", "enqueue"],
+        default="round",
+        help="when a fast write is fsynced with synchronous=full (the server's --hot-path-sync)",
+    )
     parser.add_argument("--worker-batch", type=int, default=0, help="operations per worker commit (0: default)")
-    parser.add_argument("--rate", type=float, default=200.0,
-                        help="enqueues per second of the paced draining phase (0: skip it)")
+    parser.add_argument(
+        "--rate", type=float, default=200.0, help="enqueues per second of the paced draining phase (0: skip it)"
+    )
     parser.add_argument("--warm-up", type=int, default=500, help="writes to each tenant before its timed enqueues")
     args = parser.parse_args()
 
@@ -44,9 +49,11 @@ def main() -> None:
         hold = Path(d) / "hold"
         engine = Engine(
             EngineConfig(
-                data_dir=Path(d) / "data", synchronous=args.synchronous.upper(),
+                data_dir=Path(d) / "data",
+                synchronous=args.synchronous.upper(),
                 hot_path=HotPathConfig(
-                    test_hold_workers_file=hold, sync=args.hot_path_sync,
+                    test_hold_workers_file=hold,
+                    sync=args.hot_path_sync,
                     **({"batch": args.worker_batch} if args.worker_batch else {}),
                 ),
             )
@@ -92,7 +99,8 @@ def main() -> None:
             hold.touch()
             for i in range(0, args.backlog, 1000):
                 engine.retain_batch(
-                    "backlog", [RetainItem(f"backlog {j}: shelf SH-{j:06d}") for j in range(i, min(i + 1000, args.backlog))],
+                    "backlog",
+                    [RetainItem(f"backlog {j}: shelf SH-{j:06d}") for j in range(i, min(i + 1000, args.backlog))],
                     fast=True,
                 )
             depth = engine.hot_path.status("backlog").queue_depth

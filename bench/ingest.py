@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import grpc
 import numpy as np
@@ -58,11 +58,19 @@ def main(argv: list[str] | None = None) -> int:
             rows[name] = extra
             return
         elapsed = time.perf_counter() - t0
-        rows[name] = {"items": items, "seconds": elapsed, "items_per_s": items / elapsed,
-                      "us_per_item": elapsed / items * 1e6, **(extra or {})}
+        rows[name] = {
+            "items": items,
+            "seconds": elapsed,
+            "items_per_s": items / elapsed,
+            "us_per_item": elapsed / items * 1e6,
+            **(extra or {}),
+        }
 
-    with running_server(args=["--synchronous", args.synchronous]) as server, \
-            MemoryClient(server.target, timeout=600) as client:
+    with (
+        running_server(args=["--synchronous", args.synchronous]) as server,
+        MemoryClient(server.target, timeout=600) as client,
+    ):
+
         def single() -> None:
             for text in texts[: args.single_items]:
                 client.retain("ingest-single", text)
@@ -88,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
             def chroma_add() -> None:
                 for start in range(0, len(texts), args.batch):
-                    collection.add(ids=[str(i) for i in range(start, min(start + args.batch, len(texts)))],
-                                   embeddings=vectors[start : start + args.batch], documents=texts[start : start + args.batch])
+                    collection.add(
+                        ids=[str(i) for i in range(start, min(start + args.batch, len(texts)))],
+                        embeddings=vectors[start : start + args.batch],
+                        documents=texts[start : start + args.batch],
+                    )
 
             measure("chroma_add", len(texts), chroma_add)
 
@@ -101,11 +112,22 @@ def main(argv: list[str] | None = None) -> int:
             continue
         note = row.get("note", "")
         table.append([name, row["items"], row["items_per_s"], row["us_per_item"], single_us / row["us_per_item"], note])  # type: ignore[operator]
-    print_table(f"Ingest (server synchronous={args.synchronous.upper()}, batches of {args.batch})",
-                ["path", "items", "items/s", "µs/item", "× single Retain", "note"], table)
-    write_json(args.out, {"benchmark": "ingest", "synchronous": args.synchronous.upper(), "batch": args.batch,
-                          "chroma_durability": "chromadb PersistentClient defaults (SQLite WAL)", "rows": rows,
-                          "batch_over_single": single_us / rows["retain_batch"]["us_per_item"]})  # type: ignore[operator]
+    print_table(
+        f"Ingest (server synchronous={args.synchronous.upper()}, batches of {args.batch})",
+        ["path", "items", "items/s", "µs/item", "× single Retain", "note"],
+        table,
+    )
+    write_json(
+        args.out,
+        {
+            "benchmark": "ingest",
+            "synchronous": args.synchronous.upper(),
+            "batch": args.batch,
+            "chroma_durability": "chromadb PersistentClient defaults (SQLite WAL)",
+            "rows": rows,
+            "batch_over_single": single_us / rows["retain_batch"]["us_per_item"],
+        },
+    )  # type: ignore[operator]
     return 0
 
 
@@ -132,10 +154,16 @@ def _hot_path(client, texts: list[str]) -> dict[str, object]:
         if "mnemosyne-server-time-us" in trailing:
             server.append(float(trailing["mnemosyne-server-time-us"]) / 1e6)
     t0 = time.perf_counter()
-    stub.Flush(hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=600), metadata=client.call_metadata, timeout=660)
+    stub.Flush(
+        hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=600), metadata=client.call_metadata, timeout=660
+    )
     flush_s = time.perf_counter() - t0
-    return {"enqueue": percentiles(enqueue), "enqueue_server": percentiles(server) if server else None,
-            "flush_seconds": flush_s, "note": f"enqueue p50 {np.percentile(enqueue, 50) * 1e3:.2f} ms, flush {flush_s:.2f} s"}
+    return {
+        "enqueue": percentiles(enqueue),
+        "enqueue_server": percentiles(server) if server else None,
+        "flush_seconds": flush_s,
+        "note": f"enqueue p50 {np.percentile(enqueue, 50) * 1e3:.2f} ms, flush {flush_s:.2f} s",
+    }
 
 
 if __name__ == "__main__":

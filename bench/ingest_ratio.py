@@ -14,16 +14,17 @@ import argparse
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def texts(n: int, tag: str) -> list[str]:
     return [f"{tag} item {i}: order ORD-{i:06d} ships {i % 9 + 1} boxes to depot D{i % 13}" for i in range(n)]
 
 
-def per_item_us(retain: Callable[[str], object], retain_batch: Callable[[list[str]], object], items: int,
-                batch: int) -> tuple[float, float]:
+def per_item_us(
+    retain: Callable[[str], object], retain_batch: Callable[[list[str]], object], items: int, batch: int
+) -> tuple[float, float]:
     """(µs per item one by one, µs per item in batches), each into its own tenant's texts."""
     start = time.perf_counter()
     for text in texts(items, "single"):
@@ -47,7 +48,8 @@ def bench_engine(items: int, batch: int, synchronous: str) -> tuple[float, float
             return per_item_us(
                 lambda text: engine.retain("single", RetainItem(text)),
                 lambda chunk: engine.retain_batch("batched", [RetainItem(t) for t in chunk]),
-                items, batch,
+                items,
+                batch,
             )
         finally:
             engine.close()
@@ -64,7 +66,8 @@ def bench_grpc(items: int, batch: int, synchronous: str) -> tuple[float, float]:
                 return per_item_us(
                     lambda text: client.retain("single", text, request_id=uuid.uuid4().hex),
                     lambda chunk: client.retain_batch("batched", chunk),
-                    items, batch,
+                    items,
+                    batch,
                 )
         finally:
             server.stop()

@@ -78,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     corpus = Corpus()
     embedder = HashingEmbedder()
     results = []
-    with tempfile.TemporaryDirectory(prefix="chroma-bench-") as chroma_dir, running_server() as server, \
-            MemoryClient(server.target, timeout=600) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="chroma-bench-") as chroma_dir,
+        running_server() as server,
+        MemoryClient(server.target, timeout=600) as client,
+    ):
         collection = None
         if not args.no_chroma:
             import chromadb
@@ -98,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                 batch_vectors = embedder.embed(texts)
                 vectors = np.concatenate([vectors, batch_vectors])
                 if collection is not None:
-                    collection.add(ids=[str(start + i) for i in range(len(texts))], embeddings=batch_vectors, documents=texts)
+                    collection.add(
+                        ids=[str(start + i) for i in range(len(texts))], embeddings=batch_vectors, documents=texts
+                    )
             have = size
             print(f"{size} memories loaded in {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -106,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             for q in queries[:20]:  # warm-up: the first recall loads the vector cache
                 client.recall(TENANT, q, k=K)
             row: dict[str, object] = {"memories": size}
-            modes = (("hybrid", memory_pb2.RECALL_MODE_HYBRID), ("vector", memory_pb2.RECALL_MODE_VECTOR),
-                     ("text", memory_pb2.RECALL_MODE_TEXT))
+            modes = (
+                ("hybrid", memory_pb2.RECALL_MODE_HYBRID),
+                ("vector", memory_pb2.RECALL_MODE_VECTOR),
+                ("text", memory_pb2.RECALL_MODE_TEXT),
+            )
             query_vectors = embedder.embed(queries)
             exact = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :K]
             samples: dict[str, list[float]] = defaultdict(list)
@@ -119,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                 share = queries[turn::ROUNDS]
                 for mode_name, mode in modes:
                     requests = [memory_pb2.RecallRequest(tenant=TENANT, query=q, k=K, mode=mode) for q in share]
-                    samples[f"server_{mode_name}"] += timed_server_calls(client.memory.Recall, requests, client.call_metadata)[0]
+                    samples[f"server_{mode_name}"] += timed_server_calls(
+                        client.memory.Recall, requests, client.call_metadata
+                    )[0]
                 for q in share:
                     t0 = time.perf_counter()
                     client.recall(TENANT, q, k=K)
@@ -150,24 +160,46 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for r in results:
         chroma = r.get("chroma_query", {})
-        table.append([
-            r["memories"],
-            r["server_hybrid"]["p50_ms"], r["server_hybrid"]["p99_ms"],
-            r["server_vector"]["p50_ms"], r["server_text"]["p50_ms"],
-            r["e2e_hybrid"]["p50_ms"], r["e2e_hybrid"]["p99_ms"], r["ping_e2e"]["p50_ms"],
-            chroma.get("p50_ms", float("nan")), chroma.get("p99_ms", float("nan")),
-            r.get("chroma_recall_vs_exact", float("nan")),
-            r["server_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
-            r["e2e_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
-        ])
+        table.append(
+            [
+                r["memories"],
+                r["server_hybrid"]["p50_ms"],
+                r["server_hybrid"]["p99_ms"],
+                r["server_vector"]["p50_ms"],
+                r["server_text"]["p50_ms"],
+                r["e2e_hybrid"]["p50_ms"],
+                r["e2e_hybrid"]["p99_ms"],
+                r["ping_e2e"]["p50_ms"],
+                chroma.get("p50_ms", float("nan")),
+                chroma.get("p99_ms", float("nan")),
+                r.get("chroma_recall_vs_exact", float("nan")),
+                r["server_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
+                r["e2e_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
+            ]
+        )
     print_table(
         "Recall latency, k=10, ms (server = in the Recall handler; e2e = through MemoryClient; ping = no-op RPC)",
-        ["memories", "server p50", "server p99", "vector-only p50", "text-only p50", "e2e p50", "e2e p99",
-         "ping p50", "chroma p50", "chroma p99", "chroma recall", "server/chroma", "e2e/chroma"],
+        [
+            "memories",
+            "server p50",
+            "server p99",
+            "vector-only p50",
+            "text-only p50",
+            "e2e p50",
+            "e2e p99",
+            "ping p50",
+            "chroma p50",
+            "chroma p99",
+            "chroma recall",
+            "server/chroma",
+            "e2e/chroma",
+        ],
         table,
     )
-    write_json(args.out, {"benchmark": "recall-latency", "k": K, "queries": args.queries, "embedder": embedder.name,
-                          "results": results})
+    write_json(
+        args.out,
+        {"benchmark": "recall-latency", "k": K, "queries": args.queries, "embedder": embedder.name, "results": results},
+    )
     return 0
 
 

@@ -55,33 +55,52 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--model-latency", type=float, default=0.2)
     args = parser.parse_args()
-    texts = [f"Ticket RF-{10000 + i} was opened by user{i}@example.com on 2024-03-{1 + i % 28:02d}. "
-             f"The refund status: pending {i}." for i in range(args.writes)]
+    texts = [
+        f"Ticket RF-{10000 + i} was opened by user{i}@example.com on 2024-03-{1 + i % 28:02d}. "
+        f"The refund status: pending {i}."
+        for i in range(args.writes)
+    ]
     with tempfile.TemporaryDirectory() as tmp, ChatServer() as chat:
         results = {}
-        for name, extra in (("rules", []), ("openai", ["--extractor", "openai", "--llm-base-url", chat.base_url,
-                                                        "--llm-model", "bench-model"])):
+        for name, extra in (
+            ("rules", []),
+            ("openai", ["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "bench-model"]),
+        ):
             process = ServerProcess(Path(tmp) / name, args=extra).start()
             try:
                 before = chat.calls
                 latencies, model_calls = measure(process.target, texts)
-                results[name] = {**summary(latencies), "model_calls": model_calls,
-                                 "http_requests_per_write": (chat.calls - before - (1 if name == "openai" else 0)) / len(texts)}
+                results[name] = {
+                    **summary(latencies),
+                    "model_calls": model_calls,
+                    "http_requests_per_write": (chat.calls - before - (1 if name == "openai" else 0)) / len(texts),
+                }
             finally:
                 process.stop()
         results["openai_overhead_median_ms"] = round(results["openai"]["median_ms"] - results["rules"]["median_ms"], 3)
         chat.delay = args.model_latency
         batch = [f"Batch item {i}: crate CR-{i:05d} holds {i % 40 + 1} units." for i in range(args.batch)]
         for concurrency in (1, 8):
-            process = ServerProcess(Path(tmp) / f"batch{concurrency}", args=[
-                "--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "bench-model",
-                "--llm-concurrency", str(concurrency)]).start()
+            process = ServerProcess(
+                Path(tmp) / f"batch{concurrency}",
+                args=[
+                    "--extractor",
+                    "openai",
+                    "--llm-base-url",
+                    chat.base_url,
+                    "--llm-model",
+                    "bench-model",
+                    "--llm-concurrency",
+                    str(concurrency),
+                ],
+            ).start()
             try:
                 with MemoryClient(process.target, timeout=600) as client:
                     start = time.perf_counter()
                     assert {r.status for r in client.retain_batch("batch", batch)} == {"created"}
-                    results[f"retain_batch_{args.batch}_items_{args.model_latency:g}s_model_concurrency_{concurrency}_s"] = round(
-                        time.perf_counter() - start, 2)
+                    results[
+                        f"retain_batch_{args.batch}_items_{args.model_latency:g}s_model_concurrency_{concurrency}_s"
+                    ] = round(time.perf_counter() - start, 2)
             finally:
                 process.stop()
         print(json.dumps({"writes": args.writes, **results}, indent=2))

@@ -70,7 +70,7 @@ def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
     conversations = []
     for sample in json.loads(path.read_text()):
         conv = sample["conversation"]
-        sessions = sorted((int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k)))
+        sessions = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
         turns = []
         for n in sessions:
             date = conv.get(f"session_{n}_date_time", "")
@@ -97,13 +97,18 @@ def run_mnemosyne(conversations, embedder: str, mode: str, server_args: list[str
 
     results = []
     timing = {"ingest_s": 0.0, "recall_s": 0.0}
-    with running_server(embedder=embedder, args=server_args) as server, MemoryClient(server.target, timeout=600) as client:
+    with (
+        running_server(embedder=embedder, args=server_args) as server,
+        MemoryClient(server.target, timeout=600) as client,
+    ):
         for sample_id, turns, questions in conversations:
             tenant = f"locomo-{sample_id}"
             t0 = time.perf_counter()
             for start in range(0, len(turns), 500):
                 chunk = turns[start : start + 500]
-                outcomes = client.retain_batch(tenant, [RetainItem(t.text, "global", {"dia_id": t.dia_id}) for t in chunk])
+                outcomes = client.retain_batch(
+                    tenant, [RetainItem(t.text, "global", {"dia_id": t.dia_id}) for t in chunk]
+                )
                 assert all(o.status == "created" for o in outcomes), [o for o in outcomes if o.status != "created"][:3]
             timing["ingest_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -153,7 +158,10 @@ def summarise(results) -> dict[str, object]:
     for i, k in enumerate(KS):
         summary[f"recall@{k}"] = mean(everything, i)
     summary["by_category"] = {
-        f"{c} {CATEGORIES[c]}": {"questions": len(by_cat[c]), **{f"recall@{k}": mean(by_cat[c], i) for i, k in enumerate(KS)}}
+        f"{c} {CATEGORIES[c]}": {
+            "questions": len(by_cat[c]),
+            **{f"recall@{k}": mean(by_cat[c], i) for i, k in enumerate(KS)},
+        }
         for c in sorted(by_cat)
     }
     return summary
@@ -179,19 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     rows = [["all", summary["questions"], summary["recall@5"], summary["recall@10"]]]
     for name, cat in summary["by_category"].items():  # type: ignore[union-attr]
         rows.append([name, cat["questions"], cat["recall@5"], cat["recall@10"]])
-    print_table(f"LoCoMo evidence recall: {system} ({args.data.name})", ["category", "questions", "recall@5", "recall@10"], rows)
+    print_table(
+        f"LoCoMo evidence recall: {system} ({args.data.name})", ["category", "questions", "recall@5", "recall@10"], rows
+    )
     print(f"ingest {timing['ingest_s']:.1f} s, recall {timing['recall_s']:.1f} s")
-    write_json(args.out, {
-        "benchmark": "locomo-evidence-recall",
-        "data": args.data.name,
-        "conversations": [c[0] for c in conversations],
-        "turns": sum(len(c[1]) for c in conversations),
-        "system": system,
-        "embedder": args.embedder,
-        "mode": args.mode,
-        "timing": timing,
-        **summary,
-    })
+    write_json(
+        args.out,
+        {
+            "benchmark": "locomo-evidence-recall",
+            "data": args.data.name,
+            "conversations": [c[0] for c in conversations],
+            "turns": sum(len(c[1]) for c in conversations),
+            "system": system,
+            "embedder": args.embedder,
+            "mode": args.mode,
+            "timing": timing,
+            **summary,
+        },
+    )
     return 0
 
 

@@ -47,17 +47,27 @@ def main(argv: list[str] | None = None) -> int:
         disk = tenant_bytes(server.data_dir, TENANT)
     n = args.memories
     result = {
-        "benchmark": "memory", "memories": n, "load_seconds": load_s, "mean_text_bytes": text_bytes / n,
-        "disk_bytes": disk, "disk_bytes_per_memory": disk / n,
-        "rss_start": start_rss, "rss_loaded": loaded_rss, "rss_after_recall": recalled_rss,
+        "benchmark": "memory",
+        "memories": n,
+        "load_seconds": load_s,
+        "mean_text_bytes": text_bytes / n,
+        "disk_bytes": disk,
+        "disk_bytes_per_memory": disk / n,
+        "rss_start": start_rss,
+        "rss_loaded": loaded_rss,
+        "rss_after_recall": recalled_rss,
         "ram_bytes_per_memory": (recalled_rss - start_rss) / n,
         "vector_cache_bytes_per_memory": 384 * 4 * 2 + 8,
     }
-    print_table(f"Memory at {n} memories in one tenant (mean text {text_bytes / n:.0f} bytes)", ["measure", "bytes per memory"], [
-        ["disk (database + WAL)", round(disk / n)],
-        ["RAM: server RSS growth, load + first recall", round((recalled_rss - start_rss) / n)],
-        ["RAM: of which vector cache (float32 x 384, its row-major copy, id)", 384 * 4 * 2 + 8],
-    ])
+    print_table(
+        f"Memory at {n} memories in one tenant (mean text {text_bytes / n:.0f} bytes)",
+        ["measure", "bytes per memory"],
+        [
+            ["disk (database + WAL)", round(disk / n)],
+            ["RAM: server RSS growth, load + first recall", round((recalled_rss - start_rss) / n)],
+            ["RAM: of which vector cache (float32 x 384, its row-major copy, id)", 384 * 4 * 2 + 8],
+        ],
+    )
     write_json(args.out, result)
     return 0
 

@@ -84,10 +84,18 @@ def main(argv: list[str] | None = None) -> int:
         files = len(list((server.data_dir / "tenants").glob("*.sqlite")))
 
     result = {
-        "benchmark": "scale", "tenants": args.tenants, "per_tenant": args.per_tenant,
-        "max_open_tenants": args.max_open_tenants, "synchronous": args.synchronous.upper(), "tenant_files": files,
-        "ingest_seconds": ingest_s, "baseline": baseline, "loaded": loaded, "idle_after_recalls": idle,
-        "first_touch_recall": percentiles(first), "warm_recall": percentiles(warm),
+        "benchmark": "scale",
+        "tenants": args.tenants,
+        "per_tenant": args.per_tenant,
+        "max_open_tenants": args.max_open_tenants,
+        "synchronous": args.synchronous.upper(),
+        "tenant_files": files,
+        "ingest_seconds": ingest_s,
+        "baseline": baseline,
+        "loaded": loaded,
+        "idle_after_recalls": idle,
+        "first_touch_recall": percentiles(first),
+        "warm_recall": percentiles(warm),
         "aggregate_stats_seconds": aggregate,
     }
     print_table(
@@ -96,10 +104,18 @@ def main(argv: list[str] | None = None) -> int:
         [
             ["tenant files", files],
             ["open fds (start / loaded / idle)", f"{baseline['open_fds']} / {loaded['open_fds']} / {idle['open_fds']}"],
-            ["RSS MiB (start / loaded / idle)",
-             f"{baseline['rss_bytes'] / 2**20:.0f} / {loaded['rss_bytes'] / 2**20:.0f} / {idle['rss_bytes'] / 2**20:.0f}"],
-            ["first-touch recall p50 / p99 ms", f"{result['first_touch_recall']['p50_ms']:.2f} / {result['first_touch_recall']['p99_ms']:.2f}"],
-            ["warm recall p50 / p99 ms", f"{result['warm_recall']['p50_ms']:.2f} / {result['warm_recall']['p99_ms']:.2f}"],
+            [
+                "RSS MiB (start / loaded / idle)",
+                f"{baseline['rss_bytes'] / 2**20:.0f} / {loaded['rss_bytes'] / 2**20:.0f} / {idle['rss_bytes'] / 2**20:.0f}",
+            ],
+            [
+                "first-touch recall p50 / p99 ms",
+                f"{result['first_touch_recall']['p50_ms']:.2f} / {result['first_touch_recall']['p99_ms']:.2f}",
+            ],
+            [
+                "warm recall p50 / p99 ms",
+                f"{result['warm_recall']['p50_ms']:.2f} / {result['warm_recall']['p99_ms']:.2f}",
+            ],
             ["create (one RetainBatch each) s", f"{ingest_s:.1f}"],
             ["AggregateStats over every tenant s (each run)", " / ".join(f"{s:.1f}" for s in aggregate)],
         ],

@@ -40,7 +40,7 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
     )
 
 
-def hits_from_proto(hits: "list[memory_pb2.RecallHit]") -> list[types.Hit]:
+def hits_from_proto(hits: list[memory_pb2.RecallHit]) -> list[types.Hit]:
     return [types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in hits]
 
 
@@ -86,8 +86,14 @@ def event_page_from_proto(r: events_pb2.ListEventsResponse) -> types.EventPage:
 
 def hot_path_status_from_proto(s: hot_path_pb2.HotPathStatus) -> types.HotPathStatus:
     return types.HotPathStatus(
-        enabled=s.enabled, queue_depth=s.queue_depth, oldest_pending_seconds=s.oldest_pending_seconds,
-        accepted=s.accepted, succeeded=s.succeeded, failed=s.failed, duplicates=s.duplicates, writes=s.writes,
+        enabled=s.enabled,
+        queue_depth=s.queue_depth,
+        oldest_pending_seconds=s.oldest_pending_seconds,
+        accepted=s.accepted,
+        succeeded=s.succeeded,
+        failed=s.failed,
+        duplicates=s.duplicates,
+        writes=s.writes,
         model_calls=s.model_calls,
     )
 
@@ -108,8 +114,14 @@ def integrity_from_proto(r: admin_pb2.VerifyIntegrityResponse) -> types.Integrit
 
 def stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
     return types.Stats(
-        memories=r.memories, forgotten=r.forgotten, writes=r.writes, model_calls=r.model_calls,
-        embed_calls=r.embed_calls, duplicates=r.duplicates, ledger_entries=r.ledger_entries, file_bytes=r.file_bytes,
+        memories=r.memories,
+        forgotten=r.forgotten,
+        writes=r.writes,
+        model_calls=r.model_calls,
+        embed_calls=r.embed_calls,
+        duplicates=r.duplicates,
+        ledger_entries=r.ledger_entries,
+        file_bytes=r.file_bytes,
     )
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import (
@@ -45,7 +46,9 @@ UPDATE_WORKSPACE = "update_workspace"
 STALE_REASON = "STALE_CONTEXT"
 MISSING_REASON = "CONTEXT_NOT_ASSEMBLED"
 STALE_MESSAGE = "memory changed since your context was assembled; assemble context again"
-MISSING_MESSAGE = "no memory context has been assembled for this agent yet; assemble context again before writing memory"
+MISSING_MESSAGE = (
+    "no memory context has been assembled for this agent yet; assemble context again before writing memory"
+)
 UNAVAILABLE_MESSAGE = (
     "the memory service did not answer, so this change may not have been saved; assemble context again "
     "and check before repeating it"
@@ -75,10 +78,15 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
                 "items": {
                     "type": "object",
                     "properties": {
-                        "op": {"type": "string", "enum": ["put", "delete"],
-                               "description": "put: create or replace the record; delete: remove it."},
-                        "key": {"type": "string",
-                                "description": "Record name, a relative path such as plan.md or notes/plan.md."},
+                        "op": {
+                            "type": "string",
+                            "enum": ["put", "delete"],
+                            "description": "put: create or replace the record; delete: remove it.",
+                        },
+                        "key": {
+                            "type": "string",
+                            "description": "Record name, a relative path such as plan.md or notes/plan.md.",
+                        },
                         "content": {"type": "string", "description": "The complete new text of the record (put only)."},
                     },
                     "required": ["op", "key"],
@@ -214,7 +222,10 @@ class MemoryHost:
         names = (MEMORY_UPDATE, UPDATE_WORKSPACE)
         if format == "openai":
             return [
-                {"type": "function", "function": {"name": n, "description": _DESCRIPTIONS[n], "parameters": _PARAMETERS[n]}}
+                {
+                    "type": "function",
+                    "function": {"name": n, "description": _DESCRIPTIONS[n], "parameters": _PARAMETERS[n]},
+                }
                 for n in names
             ]
         if format == "anthropic":
@@ -240,8 +251,11 @@ class MemoryHost:
                 self.observations.advance(agent, observation, scope="global", new_generation=new)
                 return {"ok": True, "result": "MEMORY.md was replaced."}
             new = self.client.update_workspace(
-                self.tenant, observation.workspace, parsed,
-                observed_generation=observation.workspace_generation, request_id=request_id,
+                self.tenant,
+                observation.workspace,
+                parsed,
+                observed_generation=observation.workspace_generation,
+                request_id=request_id,
             )
             self.observations.advance(agent, observation, scope="workspace", new_generation=new)
             return {"ok": True, "result": f"{len(parsed)} change(s) applied to workspace {observation.workspace}."}
@@ -256,13 +270,15 @@ class MemoryHost:
         except (InvalidArgumentError, NotFoundError, ResourceExhaustedError) as exc:
             # The server's message is about the model's arguments (a key, a size); it names no generation.
             return _error(exc.message, exc.reason)
-        except (UnavailableError, DeadlineExceededError) as exc:
+        except (UnavailableError, DeadlineExceededError):
             return _error(UNAVAILABLE_MESSAGE, "MEMORY_UNAVAILABLE")
 
 
 def _parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> Any:
     if name not in _PARAMETERS:
-        raise _ModelError(f"unknown tool {str(name)[:80]!r}; the memory tools are {MEMORY_UPDATE} and {UPDATE_WORKSPACE}")
+        raise _ModelError(
+            f"unknown tool {str(name)[:80]!r}; the memory tools are {MEMORY_UPDATE} and {UPDATE_WORKSPACE}"
+        )
     if isinstance(arguments, (str, bytes)):
         try:
             arguments = json.loads(arguments or "{}")
@@ -283,7 +299,9 @@ def _parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> An
         return content
     changes = arguments.get("changes")
     if not isinstance(changes, list) or not changes:
-        raise _ModelError('update_workspace needs changes: a non-empty list like [{"op": "put", "key": "plan.md", "content": "..."}]')
+        raise _ModelError(
+            'update_workspace needs changes: a non-empty list like [{"op": "put", "key": "plan.md", "content": "..."}]'
+        )
     parsed = []
     for position, change in enumerate(changes):
         if not isinstance(change, Mapping):

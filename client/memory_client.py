@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
@@ -102,20 +103,24 @@ class MemoryClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "MemoryClient":
+    def __enter__(self) -> MemoryClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, method: Callable[..., T], request: Any, *, retry: bool, metadata: Iterable[tuple[str, str]] = ()) -> T:
+    def call(
+        self, method: Callable[..., T], request: Any, *, retry: bool, metadata: Iterable[tuple[str, str]] = ()
+    ) -> T:
         """Invoke a stub method with auth metadata, deadline, retries and typed errors."""
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
             raise InvalidArgumentError(
-                grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_TOO_LARGE",
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "REQUEST_TOO_LARGE",
                 f"the request has {size} bytes; the limit is {MAX_REQUEST_BYTES} (max_request_bytes): split it, "
-                "e.g. a large batch into several", {},
+                "e.g. a large batch into several",
+                {},
             )
         return self._retrying(
             lambda: method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata)), retry=retry
@@ -156,8 +161,12 @@ class MemoryClient:
         fast: bool = False,
     ) -> types.RetainResult:
         request = memory_pb2.RetainRequest(
-            tenant=tenant, text=text, scope=scope, metadata=dict(metadata or {}),
-            request_id=request_id or new_request_id(), fast=fast,
+            tenant=tenant,
+            text=text,
+            scope=scope,
+            metadata=dict(metadata or {}),
+            request_id=request_id or new_request_id(),
+            fast=fast,
         )
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
@@ -170,14 +179,17 @@ class MemoryClient:
         fast: bool = False,
     ) -> list[types.RetainResult]:
         proto_items = [
-            memory_pb2.RetainItem(text=i) if isinstance(i, str)
+            memory_pb2.RetainItem(text=i)
+            if isinstance(i, str)
             else memory_pb2.RetainItem(text=i.text, scope=i.scope, metadata=dict(i.metadata))
             for i in items
         ]
         request = memory_pb2.RetainBatchRequest(
             tenant=tenant, items=proto_items, request_id=request_id or new_request_id(), fast=fast
         )
-        return [convert.retain_result_from_proto(r) for r in self.call(self.memory.RetainBatch, request, retry=True).results]
+        return [
+            convert.retain_result_from_proto(r) for r in self.call(self.memory.RetainBatch, request, retry=True).results
+        ]
 
     def recall(
         self,
@@ -190,14 +202,20 @@ class MemoryClient:
         mode: str = "hybrid",
     ) -> list[types.Hit]:
         request = memory_pb2.RecallRequest(
-            tenant=tenant, query=query, k=k, scopes=list(scopes or ()), metadata_equals=dict(filters or {}),
+            tenant=tenant,
+            query=query,
+            k=k,
+            scopes=list(scopes or ()),
+            metadata_equals=dict(filters or {}),
             mode=_MODES[mode],
         )
         response = self.call(self.memory.Recall, request, retry=True)
         return convert.hits_from_proto(response.hits)
 
     def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
-        response = self.call(self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True)
+        response = self.call(
+            self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True
+        )
         return convert.memory_from_proto(response.memory)
 
     def list_memories(
@@ -210,7 +228,9 @@ class MemoryClient:
         return convert.memory_page_from_proto(response)
 
     def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
-        request = memory_pb2.ForgetMemoryRequest(tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id())
+        request = memory_pb2.ForgetMemoryRequest(
+            tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id()
+        )
         return self.call(self.memory.ForgetMemory, request, retry=True).forgotten
 
     # -- admin ----------------------------------------------------------------------------------
@@ -221,7 +241,16 @@ class MemoryClient:
 
     def stats(self, tenant: str) -> types.Stats:
         r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
-        return types.Stats(r.memories, r.forgotten, r.writes, r.model_calls, r.embed_calls, r.duplicates, r.ledger_entries, r.file_bytes)
+        return types.Stats(
+            r.memories,
+            r.forgotten,
+            r.writes,
+            r.model_calls,
+            r.embed_calls,
+            r.duplicates,
+            r.ledger_entries,
+            r.file_bytes,
+        )
 
     def ping(self) -> None:
         self.call(self.admin.Ping, admin_pb2.PingRequest(), retry=True)
@@ -251,8 +280,12 @@ class MemoryClient:
                 role, content = m
             proto.append(types_pb2.ConversationMessage(role=role, content=content))
         request = memory_pb2.RetainRequest(
-            tenant=tenant, messages=proto, scope=scope, metadata=dict(metadata or {}),
-            request_id=request_id or new_request_id(), fast=fast,
+            tenant=tenant,
+            messages=proto,
+            scope=scope,
+            metadata=dict(metadata or {}),
+            request_id=request_id or new_request_id(),
+            fast=fast,
         )
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
@@ -270,7 +303,9 @@ class MemoryClient:
     # The generation arguments and results below are for host code only. A model gets its tools
     # from ``MemoryHost``, which keeps generations out of everything the model sees.
 
-    def assemble_context(self, tenant: str, workspace: str, query: str | None = None, k: int = 5) -> types.AssembledContext:
+    def assemble_context(
+        self, tenant: str, workspace: str, query: str | None = None, k: int = 5
+    ) -> types.AssembledContext:
         """Records of Global and ``workspace`` (+ recalled memories for ``query``), with the exact
         generations read in the same snapshot (from the response metadata).
 
@@ -301,8 +336,10 @@ class MemoryClient:
                 omitted_memory_ids=tuple(response.omitted_memory_ids),
             )
         raise AbortedError(
-            grpc.StatusCode.ABORTED, "RECORDS_CHANGED",
-            "the records kept changing while their context was assembled; assemble it again", {},
+            grpc.StatusCode.ABORTED,
+            "RECORDS_CHANGED",
+            "the records kept changing while their context was assembled; assemble it again",
+            {},
         )
 
     def _complete_records(
@@ -329,9 +366,13 @@ class MemoryClient:
     def update_global(self, tenant: str, content: str, observed_generation: int, request_id: str | None = None) -> int:
         """Replace MEMORY.md if the Global generation is still ``observed_generation``; returns the
         new generation. Raises AbortedError (GENERATION_MISMATCH) otherwise."""
-        request = workspace_pb2.UpdateGlobalRequest(tenant=tenant, content=content, request_id=request_id or new_request_id())
+        request = workspace_pb2.UpdateGlobalRequest(
+            tenant=tenant, content=content, request_id=request_id or new_request_id()
+        )
         _, call = self.call(
-            self.workspace.UpdateGlobal.with_call, request, retry=True,
+            self.workspace.UpdateGlobal.with_call,
+            request,
+            retry=True,
             metadata=((GLOBAL_GENERATION_KEY, str(observed_generation)),),
         )
         return _generation_from(call.trailing_metadata(), GLOBAL_GENERATION_KEY)
@@ -347,10 +388,15 @@ class MemoryClient:
         """Apply puts and deletes as one generation if the workspace is still at
         ``observed_generation``; returns the new generation."""
         request = workspace_pb2.UpdateWorkspaceRequest(
-            tenant=tenant, workspace=workspace, changes=_changes_to_proto(changes), request_id=request_id or new_request_id()
+            tenant=tenant,
+            workspace=workspace,
+            changes=_changes_to_proto(changes),
+            request_id=request_id or new_request_id(),
         )
         _, call = self.call(
-            self.workspace.UpdateWorkspace.with_call, request, retry=True,
+            self.workspace.UpdateWorkspace.with_call,
+            request,
+            retry=True,
             metadata=((WORKSPACE_GENERATION_KEY, str(observed_generation)),),
         )
         return _generation_from(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
@@ -381,7 +427,9 @@ class MemoryClient:
 
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[types.Record, int]:
         """One record and its scope's generation, read together (browser editing)."""
-        r = self.call(self.workspace.GetRecord, workspace_pb2.GetRecordRequest(tenant=tenant, scope=scope, key=key), retry=True)
+        r = self.call(
+            self.workspace.GetRecord, workspace_pb2.GetRecordRequest(tenant=tenant, scope=scope, key=key), retry=True
+        )
         return types.Record(r.record.key, r.record.content), r.generation
 
     def edit_records(
@@ -394,7 +442,10 @@ class MemoryClient:
     ) -> int:
         """Browser edit with an explicit precondition; returns the new generation."""
         request = workspace_pb2.EditRecordsRequest(
-            tenant=tenant, scope=scope, expected_generation=expected_generation, changes=_changes_to_proto(changes),
+            tenant=tenant,
+            scope=scope,
+            expected_generation=expected_generation,
+            changes=_changes_to_proto(changes),
             request_id=request_id or new_request_id(),
         )
         return self.call(self.workspace.EditRecords, request, retry=True).generation
@@ -404,7 +455,10 @@ class MemoryClient:
     ) -> types.ConsolidateResult:
         """Apply a session consolidation exactly once per ``receipt_id`` (safe to retry)."""
         request = workspace_pb2.ConsolidateRequest(
-            tenant=tenant, scope=scope, expected_generation=expected_generation, changes=_changes_to_proto(changes),
+            tenant=tenant,
+            scope=scope,
+            expected_generation=expected_generation,
+            changes=_changes_to_proto(changes),
             receipt_id=receipt_id,
         )
         r = self.call(self.workspace.Consolidate, request, retry=True)
@@ -524,7 +578,9 @@ class MemoryClient:
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:
     return [
-        workspace_pb2.RecordChange(op=_CHANGE_OPS.get(c.op, workspace_pb2.RecordChange.OP_UNSPECIFIED), key=c.key, content=c.content)
+        workspace_pb2.RecordChange(
+            op=_CHANGE_OPS.get(c.op, workspace_pb2.RecordChange.OP_UNSPECIFIED), key=c.key, content=c.content
+        )
         for c in changes
     ]
 
@@ -534,8 +590,9 @@ def _generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: st
     values = [v for k, v in metadata or () if k == key]
     if len(values) != 1 or not isinstance(values[0], str) or not values[0].isascii() or not values[0].isdigit():
         raise ServerError(
-            grpc.StatusCode.INTERNAL, "OBSERVATION_NOT_SENT",
-            f"the server's reply did not carry exactly one decimal {key!r} metadata value", {},
+            grpc.StatusCode.INTERNAL,
+            "OBSERVATION_NOT_SENT",
+            f"the server's reply did not carry exactly one decimal {key!r} metadata value",
+            {},
         )
     return int(values[0])
-

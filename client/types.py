@@ -173,8 +173,8 @@ class AggregateStats:
     """Stats of every tenant and their total. NOT one snapshot: ``files_read`` files were read in
     as many transactions while writes went on (``consistency`` says so in words)."""
 
-    tenants: dict[str, "Stats"]
-    total: "Stats"
+    tenants: dict[str, Stats]
+    total: Stats
     files_read: int
     consistency: str
     not_a_snapshot: bool = True

@@ -22,8 +22,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 HELM_DIR = Path(__file__).resolve().parent
 CHART_DIR = HELM_DIR / "mnemosyne"
@@ -45,10 +46,16 @@ MINIMAL_OVERRIDES: dict[str, Any] = {"auth": {"existingSecret": "mnemosyne-token
 # pyproject's `test` extra).
 REQUIREMENTS_FILE = HELM_DIR / "requirements-chart.txt"
 REQUIREMENTS = tuple(
-    line.strip() for line in REQUIREMENTS_FILE.read_text(encoding="utf-8").splitlines()
-    if line.strip() and not line.lstrip().startswith("#"))
-_MODULES = {"helm_python": "helm-python-sdk", "kubernetes_validate": "kubernetes-validate",
-            "check_jsonschema": "check-jsonschema", "yaml": "PyYAML"}
+    line.strip()
+    for line in REQUIREMENTS_FILE.read_text(encoding="utf-8").splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+)
+_MODULES = {
+    "helm_python": "helm-python-sdk",
+    "kubernetes_validate": "kubernetes-validate",
+    "check_jsonschema": "check-jsonschema",
+    "yaml": "PyYAML",
+}
 
 
 class CheckError(AssertionError):
@@ -166,8 +173,7 @@ def lint(values: dict[str, Any], kube_version: str = KUBE_VERSIONS[0]) -> None:
     so the refusal cases are covered by render_error instead)."""
     import helm_python
 
-    report = helm_python.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE,
-                              kube_version="v" + kube_version)
+    report = helm_python.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE, kube_version="v" + kube_version)
     # severity 1 = info ("icon is recommended"), 2 = warning, 3 = error.
     bad = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2]
     if bad or report.get("errors"):
@@ -189,8 +195,10 @@ def validate_k8s(docs: list[dict[str, Any]], versions: Iterable[str] = KUBE_VERS
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                raise CheckError(f"{doc['kind']}/{doc['metadata']['name']} invalid for k8s {version}: "
-                                 f"{exc.message} at {list(exc.path)}") from None
+                raise CheckError(
+                    f"{doc['kind']}/{doc['metadata']['name']} invalid for k8s {version}: "
+                    f"{exc.message} at {list(exc.path)}"
+                ) from None
 
 
 def _null_paths(obj: Any, path: str = "") -> Iterable[str]:
@@ -206,6 +214,7 @@ def _null_paths(obj: Any, path: str = "") -> Iterable[str]:
 
 def check_servicemonitor(doc: dict[str, Any]) -> None:
     """Shape of a monitoring.coreos.com/v1 ServiceMonitor (a CRD)."""
+
     def need(cond: bool, what: str) -> None:
         if not cond:
             raise CheckError(f"ServiceMonitor: {what}")
@@ -216,23 +225,55 @@ def check_servicemonitor(doc: dict[str, Any]) -> None:
     need(bool(meta.get("name")) and bool(meta.get("namespace")), "metadata.name/namespace")
     spec = doc.get("spec")
     need(isinstance(spec, dict), "spec must be a map")
-    allowed_spec = {"selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels",
-                    "podTargetLabels", "sampleLimit", "scrapeProtocols", "attachMetadata", "labelLimit"}
+    allowed_spec = {
+        "selector",
+        "namespaceSelector",
+        "endpoints",
+        "jobLabel",
+        "targetLabels",
+        "podTargetLabels",
+        "sampleLimit",
+        "scrapeProtocols",
+        "attachMetadata",
+        "labelLimit",
+    }
     need(set(spec) <= allowed_spec, f"unknown spec keys {set(spec) - allowed_spec}")
     labels = spec.get("selector", {}).get("matchLabels")
-    need(isinstance(labels, dict) and labels and all(isinstance(v, str) for v in labels.values()),
-         "spec.selector.matchLabels must be a non-empty string map")
+    need(
+        isinstance(labels, dict) and labels and all(isinstance(v, str) for v in labels.values()),
+        "spec.selector.matchLabels must be a non-empty string map",
+    )
     names = spec.get("namespaceSelector", {}).get("matchNames", [])
     need(isinstance(names, list) and all(isinstance(n, str) for n in names), "namespaceSelector.matchNames")
     endpoints = spec.get("endpoints")
     need(isinstance(endpoints, list) and endpoints, "spec.endpoints must be a non-empty list")
-    allowed_ep = {"port", "targetPort", "path", "scheme", "interval", "scrapeTimeout", "tlsConfig",
-                  "bearerTokenSecret", "authorization", "honorLabels", "honorTimestamps",
-                  "metricRelabelings", "relabelings", "params", "basicAuth", "oauth2",
-                  "followRedirects", "enableHttp2", "filterRunning", "proxyUrl"}
+    allowed_ep = {
+        "port",
+        "targetPort",
+        "path",
+        "scheme",
+        "interval",
+        "scrapeTimeout",
+        "tlsConfig",
+        "bearerTokenSecret",
+        "authorization",
+        "honorLabels",
+        "honorTimestamps",
+        "metricRelabelings",
+        "relabelings",
+        "params",
+        "basicAuth",
+        "oauth2",
+        "followRedirects",
+        "enableHttp2",
+        "filterRunning",
+        "proxyUrl",
+    }
     import re
 
-    duration = re.compile(r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$")
+    duration = re.compile(
+        r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+    )
     for ep in endpoints:
         need(isinstance(ep, dict) and set(ep) <= allowed_ep, f"unknown endpoint keys {set(ep) - allowed_ep}")
         need(isinstance(ep.get("port"), str) and ep["port"], "endpoint.port must name a Service port")
@@ -254,15 +295,22 @@ def check_jsonschema(instance: Path | dict[str, Any]) -> subprocess.CompletedPro
     try:
         return subprocess.run(
             [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA), str(instance)],
-            capture_output=True, text=True, timeout=120)
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         if tmp:
             os.unlink(tmp)
 
 
 def check_metaschema() -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--check-metaschema", str(SCHEMA)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--check-metaschema", str(SCHEMA)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # --------------------------------------------------------------------------- the suite
@@ -321,11 +369,15 @@ def checks() -> list[tuple[str, Callable[[], None]]]:
         ("values.schema.json is a valid JSON Schema", metaschema),
         ("check-jsonschema: values.yaml", lambda: _schema_ok(DEFAULT_VALUES)),
         ("check-jsonschema: ci/full-values.yaml", lambda: _schema_ok(FULL_VALUES)),
-        ("defaults + auth.existingSecret: schema, lint, render, kubernetes-validate",
-         lambda: _scenario(MINIMAL_OVERRIDES)),
+        (
+            "defaults + auth.existingSecret: schema, lint, render, kubernetes-validate",
+            lambda: _scenario(MINIMAL_OVERRIDES),
+        ),
         ("ci/full-values.yaml: schema, lint, render, kubernetes-validate", lambda: _scenario(full)),
-        ("auth.enabled=false renders (insecure mode)",
-         lambda: validate_k8s(render_manifests({"auth": {"enabled": False}}))),
+        (
+            "auth.enabled=false renders (insecure mode)",
+            lambda: validate_k8s(render_manifests({"auth": {"enabled": False}})),
+        ),
         ("auth enabled without a secret or tokens refuses to render", default_refuses),
         ("other unsafe settings refuse to render", refusals),
         ("replicas=2 fails schema validation", lambda: _schema_rejects({"replicas": 2})),

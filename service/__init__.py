@@ -11,4 +11,3 @@ from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
-

@@ -18,8 +18,9 @@ ignored and the write is synchronous (status "created"/"duplicate", readable on 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
@@ -46,7 +47,9 @@ def _translated(work: Callable[[], T]) -> T:
         return work()
     except MnemosyneError as exc:
         code = status_code_for(exc)
-        raise _BY_CODE.get(code, ServerError)(code, exc.reason, exc.message, exc.metadata, exc.retry_after_seconds) from exc
+        raise _BY_CODE.get(code, ServerError)(
+            code, exc.reason, exc.message, exc.metadata, exc.retry_after_seconds
+        ) from exc
 
 
 class MemoryBrain:
@@ -67,7 +70,7 @@ class MemoryBrain:
         if self._engine is not None:
             self._engine.close()
 
-    def __enter__(self) -> "MemoryBrain":
+    def __enter__(self) -> MemoryBrain:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -112,12 +115,19 @@ class MemoryBrain:
     ) -> list[types.RetainResult]:
         if self._client is not None:
             return self._client.retain_batch(self.tenant, items, request_id, fast=fast)
-        engine_items = [RetainItem(i) if isinstance(i, str) else RetainItem(i.text, i.scope, dict(i.metadata)) for i in items]
+        engine_items = [
+            RetainItem(i) if isinstance(i, str) else RetainItem(i.text, i.scope, dict(i.metadata)) for i in items
+        ]
         outcomes = self._local(lambda e: e.retain_batch(self.tenant, engine_items, request_id=request_id, fast=fast))
         return [client_convert.retain_result_from_proto(r) for r in convert.to_retain_batch_response(outcomes).results]
 
     def recall(
-        self, query: str, k: int = 5, *, scopes: Sequence[str] | None = None, filters: Mapping[str, str] | None = None,
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        scopes: Sequence[str] | None = None,
+        filters: Mapping[str, str] | None = None,
         mode: str = "hybrid",
     ) -> list[types.Hit]:
         if self._client is not None:
@@ -126,7 +136,11 @@ class MemoryBrain:
             raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
         recalled = self._local(
             lambda e: e.recall(
-                self.tenant, query, k=k, scopes=list(scopes or ()), metadata_equals=dict(filters or {}),
+                self.tenant,
+                query,
+                k=k,
+                scopes=list(scopes or ()),
+                metadata_equals=dict(filters or {}),
                 mode=RecallMode(mode),
             )
         )
@@ -177,7 +191,9 @@ class MemoryBrain:
     def list_events(self, *, status: str | None = None, page_size: int = 100, page_token: str = "") -> types.EventPage:
         if self._client is not None:
             return self._client.list_events(self.tenant, status, page_size=page_size, page_token=page_token)
-        page = self._local(lambda e: e.hot_path.list_events(self.tenant, status=status, page_size=page_size, page_token=page_token))
+        page = self._local(
+            lambda e: e.hot_path.list_events(self.tenant, status=status, page_size=page_size, page_token=page_token)
+        )
         return client_convert.event_page_from_proto(convert.to_list_events_response(page))
 
     def verify_integrity(self) -> types.IntegrityReport:
@@ -190,4 +206,3 @@ class MemoryBrain:
         if self._client is not None:
             return self._client.stats(self.tenant)
         return client_convert.stats_from_proto(convert.to_stats(self._local(lambda e: e.tenants.stats(self.tenant))))
-

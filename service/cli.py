@@ -13,8 +13,9 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
@@ -88,8 +89,13 @@ def _serve(args: argparse.Namespace) -> int:
         grace_seconds=args.grace_seconds,
         admission=AdmissionLimits(**{name: getattr(args, name) for name in AdmissionLimits.__dataclass_fields__}),
         extractor=extractor_from_settings(
-            args.extractor, base_url=args.llm_base_url, model=args.llm_model, timeout=args.llm_timeout,
-            retries=args.llm_retries, concurrency=args.llm_concurrency, fallback=args.llm_fallback,
+            args.extractor,
+            base_url=args.llm_base_url,
+            model=args.llm_model,
+            timeout=args.llm_timeout,
+            retries=args.llm_retries,
+            concurrency=args.llm_concurrency,
+            fallback=args.llm_fallback,
         ),
         embedder=args.embedder,
         metrics_port=args.metrics_port,
@@ -113,8 +119,12 @@ async def _run_server(config: ServerConfig) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     # A machine-readable line that tests and supervisors can wait for.
-    print(json.dumps({"event": "serving", "port": running.port, "metrics_port": running.metrics_port,
-                      "pid": os.getpid()}), flush=True)
+    print(
+        json.dumps(
+            {"event": "serving", "port": running.port, "metrics_port": running.metrics_port, "pid": os.getpid()}
+        ),
+        flush=True,
+    )
     await stop.wait()
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
     await running.stop()
@@ -189,8 +199,13 @@ def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
 
     for name, spec in Limits.__dataclass_fields__.items():
         default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=default,
-                            help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=int,
+            default=default,
+            help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})",
+        )
 
 
 ADMISSION_HELP = {
@@ -211,8 +226,13 @@ def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
 
     for name, spec in AdmissionLimits.__dataclass_fields__.items():
         default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=default,
-                            help=f"{ADMISSION_HELP[name]} (default {spec.default})")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=int,
+            default=default,
+            help=f"{ADMISSION_HELP[name]} (default {spec.default})",
+        )
 
 
 def _oplog(args: argparse.Namespace) -> int:
@@ -244,58 +264,125 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         return f"{given:g}" if isinstance(given, float) else str(given)
 
     serve.add_argument("--data-dir", default=_env("DATA_DIR", "./mnemosyne-data"), help="directory of tenant files")
-    serve.add_argument("--host", default=default(ServerConfig, "host", "HOST"), help="address to bind (default loopback)")
-    serve.add_argument("--port", type=int, default=default(ServerConfig, "port", "PORT"), help="gRPC port (0 = any free)")
-    serve.add_argument("--metrics-port", type=int, default=default(ServerConfig, "metrics_port", "METRICS_PORT"),
-                       help="HTTP port for /metrics, /healthz, /readyz (0 = off)")
+    serve.add_argument(
+        "--host", default=default(ServerConfig, "host", "HOST"), help="address to bind (default loopback)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=default(ServerConfig, "port", "PORT"), help="gRPC port (0 = any free)"
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=default(ServerConfig, "metrics_port", "METRICS_PORT"),
+        help="HTTP port for /metrics, /healthz, /readyz (0 = off)",
+    )
     serve.add_argument("--tokens-file", default=_env("TOKENS_FILE"), help="JSON file of token hashes and their tenants")
-    serve.add_argument("--max-open-tenants", type=int, default=default(EngineConfig, "max_open_tenants", "MAX_OPEN_TENANTS"),
-                       help="tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)")
-    serve.add_argument("--grace-seconds", type=float, default=default(ServerConfig, "grace_seconds", "GRACE_SECONDS"),
-                       help="how long SIGTERM waits for in-flight calls")
-    serve.add_argument("--synchronous", choices=["full", "normal", "FULL", "NORMAL"],
-                       default=default(EngineConfig, "synchronous", "SYNCHRONOUS").lower(),
-                       help="SQLite synchronous setting: full survives power loss, normal only process kills")
-    serve.add_argument("--near-duplicate-threshold", type=float,
-                       default=default(EngineConfig, "near_duplicate_threshold", "NEAR_DUPLICATE_THRESHOLD"),
-                       help="embedding cosine at or above which a memory with the same numbers, dates and "
-                            "identifiers is named a near duplicate (and Dedup's default); above 1 = off")
-    serve.add_argument("--extractor", choices=["rules", "openai"], default=_env("EXTRACTOR", "rules"),
-                       help="facts/triples extractor: rules (offline) or openai (an OpenAI-compatible chat API)")
+    serve.add_argument(
+        "--max-open-tenants",
+        type=int,
+        default=default(EngineConfig, "max_open_tenants", "MAX_OPEN_TENANTS"),
+        help="tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)",
+    )
+    serve.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=default(ServerConfig, "grace_seconds", "GRACE_SECONDS"),
+        help="how long SIGTERM waits for in-flight calls",
+    )
+    serve.add_argument(
+        "--synchronous",
+        choices=["full", "normal", "FULL", "NORMAL"],
+        default=default(EngineConfig, "synchronous", "SYNCHRONOUS").lower(),
+        help="SQLite synchronous setting: full survives power loss, normal only process kills",
+    )
+    serve.add_argument(
+        "--near-duplicate-threshold",
+        type=float,
+        default=default(EngineConfig, "near_duplicate_threshold", "NEAR_DUPLICATE_THRESHOLD"),
+        help="embedding cosine at or above which a memory with the same numbers, dates and "
+        "identifiers is named a near duplicate (and Dedup's default); above 1 = off",
+    )
+    serve.add_argument(
+        "--extractor",
+        choices=["rules", "openai"],
+        default=_env("EXTRACTOR", "rules"),
+        help="facts/triples extractor: rules (offline) or openai (an OpenAI-compatible chat API)",
+    )
     # The LLM settings default to MNEMOSYNE_LLM_* (read in llm_extractor); the API key is read
     # from MNEMOSYNE_LLM_API_KEY only, never a flag, so it does not show in the process list.
-    serve.add_argument("--llm-base-url", help="chat API base incl. version, e.g. https://api.openai.com/v1 (MNEMOSYNE_LLM_BASE_URL)")
+    serve.add_argument(
+        "--llm-base-url", help="chat API base incl. version, e.g. https://api.openai.com/v1 (MNEMOSYNE_LLM_BASE_URL)"
+    )
     serve.add_argument("--llm-model", help="model name (MNEMOSYNE_LLM_MODEL)")
-    serve.add_argument("--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)")
+    serve.add_argument(
+        "--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)"
+    )
     serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
-    serve.add_argument("--llm-concurrency", type=int,
-                       help="threads extracting the items of multi-item writes, shared by the server (MNEMOSYNE_LLM_CONCURRENCY, default 8)")
-    serve.add_argument("--llm-fallback", choices=["rules", "none"],
-                       help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)")
-    serve.add_argument("--metrics-host", default=_env("METRICS_HOST"),
-                       help="address of the metrics port (default: the gRPC --host)")
+    serve.add_argument(
+        "--llm-concurrency",
+        type=int,
+        help="threads extracting the items of multi-item writes, shared by the server (MNEMOSYNE_LLM_CONCURRENCY, default 8)",
+    )
+    serve.add_argument(
+        "--llm-fallback",
+        choices=["rules", "none"],
+        help="on a failed model call use the rules extractor instead of failing the write (MNEMOSYNE_LLM_FALLBACK)",
+    )
+    serve.add_argument(
+        "--metrics-host", default=_env("METRICS_HOST"), help="address of the metrics port (default: the gRPC --host)"
+    )
     serve.add_argument("--tls-cert", default=_env("TLS_CERT"), help="PEM certificate chain: serve gRPC over TLS")
     serve.add_argument("--tls-key", default=_env("TLS_KEY"), help="PEM private key of --tls-cert")
-    serve.add_argument("--tls-client-ca", default=_env("TLS_CLIENT_CA"),
-                       help="PEM CA bundle: require client certificates signed by it (mutual TLS)")
-    serve.add_argument("--drain-delay-seconds", type=float, default=default(ServerConfig, "drain_delay_seconds", "DRAIN_DELAY_SECONDS"),
-                       help="after SIGTERM, keep serving this long while health reports NOT_SERVING")
-    serve.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
-                       help="stderr log lines as text or JSON (one object per line)")
+    serve.add_argument(
+        "--tls-client-ca",
+        default=_env("TLS_CLIENT_CA"),
+        help="PEM CA bundle: require client certificates signed by it (mutual TLS)",
+    )
+    serve.add_argument(
+        "--drain-delay-seconds",
+        type=float,
+        default=default(ServerConfig, "drain_delay_seconds", "DRAIN_DELAY_SECONDS"),
+        help="after SIGTERM, keep serving this long while health reports NOT_SERVING",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=_env("LOG_FORMAT", "text"),
+        help="stderr log lines as text or JSON (one object per line)",
+    )
     _add_limit_flags(serve)
     _add_admission_flags(serve)
-    serve.add_argument("--embedder", choices=["hashing", "minilm"], default=default(ServerConfig, "embedder", "EMBEDDER"),
-                       help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)")
-    serve.add_argument("--hot-path-workers", type=int, default=default(HotPathConfig, "workers", "HOT_PATH_WORKERS"),
-                       help="background workers shared by all tenants for asynchronous (fast) writes")
-    serve.add_argument("--hot-path-batch", type=int, default=default(HotPathConfig, "batch", "HOT_PATH_BATCH"),
-                       help="queued operations a worker applies per transaction")
-    serve.add_argument("--hot-path-sync", choices=["round", "enqueue"], default=default(HotPathConfig, "sync", "HOT_PATH_SYNC"),
-                       help="with --synchronous full, fsync an accepted fast write after the worker applies it "
-                       "(round: enqueues take no fsync) or before the enqueue returns (enqueue)")
-    serve.add_argument("--event-retention-seconds", type=float,
-                       default=default(HotPathConfig, "event_retention_seconds", "EVENT_RETENTION_SECONDS"),
-                       help="delete finished hot-path events this long after they finished (0: keep forever)")
+    serve.add_argument(
+        "--embedder",
+        choices=["hashing", "minilm"],
+        default=default(ServerConfig, "embedder", "EMBEDDER"),
+        help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)",
+    )
+    serve.add_argument(
+        "--hot-path-workers",
+        type=int,
+        default=default(HotPathConfig, "workers", "HOT_PATH_WORKERS"),
+        help="background workers shared by all tenants for asynchronous (fast) writes",
+    )
+    serve.add_argument(
+        "--hot-path-batch",
+        type=int,
+        default=default(HotPathConfig, "batch", "HOT_PATH_BATCH"),
+        help="queued operations a worker applies per transaction",
+    )
+    serve.add_argument(
+        "--hot-path-sync",
+        choices=["round", "enqueue"],
+        default=default(HotPathConfig, "sync", "HOT_PATH_SYNC"),
+        help="with --synchronous full, fsync an accepted fast write after the worker applies it "
+        "(round: enqueues take no fsync) or before the enqueue returns (enqueue)",
+    )
+    serve.add_argument(
+        "--event-retention-seconds",
+        type=float,
+        default=default(HotPathConfig, "event_retention_seconds", "EVENT_RETENTION_SECONDS"),
+        help="delete finished hot-path events this long after they finished (0: keep forever)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,13 +397,22 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--target", default="127.0.0.1:50051")
     health.add_argument("--service", default="")
     health.add_argument("--timeout", type=float, default=3.0)
-    health.add_argument("--tls", action="store_true", default=bool(_env("HEALTH_TLS")),
-                        help="connect with TLS (implied by the other --tls-* flags)")
-    health.add_argument("--tls-ca", default=_env("HEALTH_TLS_CA"), help="PEM CA bundle to trust (default: system roots)")
+    health.add_argument(
+        "--tls",
+        action="store_true",
+        default=bool(_env("HEALTH_TLS")),
+        help="connect with TLS (implied by the other --tls-* flags)",
+    )
+    health.add_argument(
+        "--tls-ca", default=_env("HEALTH_TLS_CA"), help="PEM CA bundle to trust (default: system roots)"
+    )
     health.add_argument("--tls-cert", default=_env("HEALTH_TLS_CERT"), help="client certificate, for mutual TLS")
     health.add_argument("--tls-key", default=_env("HEALTH_TLS_KEY"), help="key of --tls-cert")
-    health.add_argument("--tls-server-name", default=_env("HEALTH_TLS_SERVER_NAME"),
-                        help="name to check the server certificate against (default: the target's host)")
+    health.add_argument(
+        "--tls-server-name",
+        default=_env("HEALTH_TLS_SERVER_NAME"),
+        help="name to check the server certificate against (default: the target's host)",
+    )
     health.set_defaults(run=_health)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")

@@ -20,9 +20,9 @@ from __future__ import annotations
 import collections
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.server_process import ServerProcess
@@ -87,12 +87,16 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         server.kill()
         client.close()
         client = start()
-        recalled = sum(
-            1 for text in texts if any(h.memory.text == text for h in client.recall(tenant, text, k=3))
-        )
+        recalled = sum(1 for text in texts if any(h.memory.text == text for h in client.recall(tenant, text, k=3)))
         stored = len(_all_memories(client, tenant))
-        report(DrillResult(1, "hard-kill-sync-writes", recalled == 100 and stored == 100,
-                           f"100 written, SIGKILL, restart: {recalled}/100 recalled, {stored} stored"))
+        report(
+            DrillResult(
+                1,
+                "hard-kill-sync-writes",
+                recalled == 100 and stored == 100,
+                f"100 written, SIGKILL, restart: {recalled}/100 recalled, {stored} stored",
+            )
+        )
 
         # -- 2: queue loss surface -----------------------------------------------------------------
         tenant = tenants[2]
@@ -122,12 +126,23 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         client.hot_path(tenant, "flush", timeout_seconds=120)
         present = collections.Counter(_all_memories(client, tenant))
         all_once = all(present[t] == 1 for t in texts2) and sum(present.values()) == 50
-        ok2 = len(accepted) == 50 and len(open_ids) >= 1 and open_ids == sorted(set(accepted) - set(committed)) and all_once
-        report(DrillResult(2, "queue-loss-surface", ok2,
-                           f"{len(accepted)} accepted, at SIGKILL {len(open_ids)} open ({running} running, "
-                           f"{len(open_ids) - running} pending) = accepted - {len(committed)} committed: "
-                           f"{open_ids == sorted(set(accepted) - set(committed))}; after restart "
-                           f"{sum(1 for t in texts2 if present[t] == 1)}/50 present exactly once"))
+        ok2 = (
+            len(accepted) == 50
+            and len(open_ids) >= 1
+            and open_ids == sorted(set(accepted) - set(committed))
+            and all_once
+        )
+        report(
+            DrillResult(
+                2,
+                "queue-loss-surface",
+                ok2,
+                f"{len(accepted)} accepted, at SIGKILL {len(open_ids)} open ({running} running, "
+                f"{len(open_ids) - running} pending) = accepted - {len(committed)} committed: "
+                f"{open_ids == sorted(set(accepted) - set(committed))}; after restart "
+                f"{sum(1 for t in texts2 if present[t] == 1)}/50 present exactly once",
+            )
+        )
 
         # -- 3: repeated submission ----------------------------------------------------------------
         tenant = tenants[3]
@@ -143,26 +158,46 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         created = sum(1 for e in finished if e.created_memory_ids)
         stats = client.stats(tenant)
         ok3 = duplicates == 2 and created == 1 and stats.memories == 1 and stats.model_calls - calls_before == 1
-        report(DrillResult(3, "repeated-submission", ok3,
-                           f"3 submissions, {flushed.flushed} flushed: {created} created, {duplicates} duplicates, "
-                           f"{stats.memories} stored, {stats.model_calls - calls_before} model call(s)"))
+        report(
+            DrillResult(
+                3,
+                "repeated-submission",
+                ok3,
+                f"3 submissions, {flushed.flushed} flushed: {created} created, {duplicates} duplicates, "
+                f"{stats.memories} stored, {stats.model_calls - calls_before} model call(s)",
+            )
+        )
 
         # -- 4: audit chain after the kills --------------------------------------------------------
         reports = {t: client.verify_integrity(t) for t in tenants.values()}
         ok4 = all(r.valid and r.first_broken_at == 0 for r in reports.values())
-        report(DrillResult(4, "audit-chain", ok4, ", ".join(
-            f"{t}: valid={r.valid} checked={r.checked} first_broken_at={r.first_broken_at or 'none'}"
-            for t, r in reports.items())))
+        report(
+            DrillResult(
+                4,
+                "audit-chain",
+                ok4,
+                ", ".join(
+                    f"{t}: valid={r.valid} checked={r.checked} first_broken_at={r.first_broken_at or 'none'}"
+                    for t, r in reports.items()
+                ),
+            )
+        )
 
         # -- 5: no double billing ------------------------------------------------------------------
         calls_after = client.stats(tenants[2]).model_calls
         added = calls_after - calls_at_kill
         ok5 = added == without_extraction and calls_after <= len(accepted)
-        report(DrillResult(5, "no-double-billing", ok5,
-                           f"model calls {calls_at_kill} at kill -> {calls_after} after recovery: +{added} for "
-                           f"{without_extraction} open operations without stored extraction "
-                           f"({len(open_ids) - without_extraction} extracted before the kill cost nothing); "
-                           f"{calls_after} calls <= {len(accepted)} accepted"))
+        report(
+            DrillResult(
+                5,
+                "no-double-billing",
+                ok5,
+                f"model calls {calls_at_kill} at kill -> {calls_after} after recovery: +{added} for "
+                f"{without_extraction} open operations without stored extraction "
+                f"({len(open_ids) - without_extraction} extracted before the kill cost nothing); "
+                f"{calls_after} calls <= {len(accepted)} accepted",
+            )
+        )
         client.close()
     except Exception as exc:  # a drill that cannot even run is a failure, reported as such
         report(DrillResult(len(results) + 1, "error", False, f"{type(exc).__name__}: {exc}"))

@@ -21,7 +21,7 @@ below the transport knows about gRPC::
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 
 class MnemosyneError(Exception):

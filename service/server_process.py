@@ -57,14 +57,22 @@ class ServerProcess:
         assert self.metrics_port, "start the ServerProcess with metrics=True"
         return f"http://127.0.0.1:{self.metrics_port}"
 
-    def start(self, timeout: float = 30.0, port: int = 0) -> "ServerProcess":
+    def start(self, timeout: float = 30.0, port: int = 0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         # 0 turns the side port off, so a free port is picked here (kept across restarts).
         metrics_port = (self.metrics_port or _free_port()) if self.metrics else 0
         command = [
-            sys.executable, "-m", "mnemosyne.cli", "serve",
-            "--data-dir", str(self.data_dir), "--port", str(port or self.port), "--metrics-port", str(metrics_port),
+            sys.executable,
+            "-m",
+            "mnemosyne.cli",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(port or self.port),
+            "--metrics-port",
+            str(metrics_port),
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
@@ -80,7 +88,9 @@ class ServerProcess:
         self.port = serving["port"]
         self.metrics_port = serving.get("metrics_port", 0)
         channel = (
-            grpc.secure_channel(self.target, self.health_credentials, options=[("grpc.ssl_target_name_override", "localhost")])
+            grpc.secure_channel(
+                self.target, self.health_credentials, options=[("grpc.ssl_target_name_override", "localhost")]
+            )
             if self.health_credentials is not None
             else grpc.insecure_channel(self.target)
         )
@@ -88,7 +98,10 @@ class ServerProcess:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 try:
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    if (
+                        stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                        == health_pb2.HealthCheckResponse.SERVING
+                    ):
                         break
                 except grpc.RpcError:
                     if time.monotonic() > deadline:
@@ -96,7 +109,7 @@ class ServerProcess:
                     time.sleep(0.05)
         return self
 
-    def restart(self, timeout: float = 30.0) -> "ServerProcess":
+    def restart(self, timeout: float = 30.0) -> ServerProcess:
         """Start again on the same port and data directory (after a kill or stop)."""
         return self.start(timeout, port=self.port)
 

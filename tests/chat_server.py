@@ -66,7 +66,7 @@ class ChatServer:
         with self._lock:
             return len(self.requests)
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         self._thread.start()
         return self
 
@@ -123,14 +123,22 @@ class ChatServer:
                     with server._lock:
                         server.answers.append(answer)
                     content = json.dumps(answer)
-                self._send(200, {
-                    "id": f"chatcmpl-{len(server.requests)}",
-                    "object": "chat.completion",
-                    "model": body.get("model", ""),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                 "finish_reason": behaviour.finish_reason}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(server.requests)}",
+                        "object": "chat.completion",
+                        "model": body.get("model", ""),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "finish_reason": behaviour.finish_reason,
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    },
+                )
 
             def _send(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()

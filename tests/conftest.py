@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

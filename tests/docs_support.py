@@ -46,8 +46,8 @@ def section(text: str, title: str) -> str:
     marks = headings(text)
     for i, (level, heading, number) in enumerate(marks):
         if heading == title:
-            end = next((n for lvl, _, n in marks[i + 1:] if lvl <= level), len(lines))
-            return "".join(lines[number + 1:end])
+            end = next((n for lvl, _, n in marks[i + 1 :] if lvl <= level), len(lines))
+            return "".join(lines[number + 1 : end])
     raise AssertionError(f"no heading {title!r}")
 
 

@@ -22,9 +22,18 @@ def compile_descriptor_set(proto_root: Path, out: Path) -> descriptor_pb2.FileDe
     """Compile every ``mnemosyne/v1/*.proto`` under ``proto_root`` with grpc_tools.protoc."""
     protos = sorted(str(p.relative_to(proto_root)) for p in (proto_root / "mnemosyne").rglob("*.proto"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_root}", f"--descriptor_set_out={out}",
-         "--include_imports", *protos],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{proto_root}",
+            f"--descriptor_set_out={out}",
+            "--include_imports",
+            *protos,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return load_descriptor_set(out)
 
@@ -73,7 +82,9 @@ def _field_shape(field: descriptor_pb2.FieldDescriptorProto) -> tuple[str, str, 
     return (_F.Type.Name(field.type), field.type_name, _F.Label.Name(field.label), in_real_oneof)
 
 
-def breaking_changes(released: descriptor_pb2.FileDescriptorSet, current: descriptor_pb2.FileDescriptorSet) -> list[str]:
+def breaking_changes(
+    released: descriptor_pb2.FileDescriptorSet, current: descriptor_pb2.FileDescriptorSet
+) -> list[str]:
     """Every way ``current`` breaks clients of ``released``, as human-readable lines."""
     old_messages, old_enums, old_services = _index(released)
     new_messages, new_enums, new_services = _index(current)

@@ -15,5 +15,9 @@ def tokens_json(tokens: dict[str, list[str]]) -> str:
     from mnemosyne.transport.auth import hash_token
 
     return json.dumps(
-        {"tokens": [{"name": f"tok{i}", "sha256": hash_token(t), "tenants": ts} for i, (t, ts) in enumerate(tokens.items())]}
+        {
+            "tokens": [
+                {"name": f"tok{i}", "sha256": hash_token(t), "tenants": ts} for i, (t, ts) in enumerate(tokens.items())
+            ]
+        }
     )

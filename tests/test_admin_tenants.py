@@ -57,9 +57,11 @@ def test_list_tenants_pages_and_aggregate_streams(admin_server: ServerProcess, t
             assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
         # The stream: several chunks, each flagged as not a snapshot; the total in the last one.
-        chunks = list(admin.admin.AggregateStats(
-            admin_pb2.AggregateStatsRequest(chunk_size=2), metadata=admin.call_metadata, timeout=30
-        ))
+        chunks = list(
+            admin.admin.AggregateStats(
+                admin_pb2.AggregateStatsRequest(chunk_size=2), metadata=admin.call_metadata, timeout=30
+            )
+        )
         assert len(chunks) == 4
         assert all(c.not_a_snapshot for c in chunks)
         assert [c.HasField("total") for c in chunks] == [False, False, False, True]

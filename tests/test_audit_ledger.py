@@ -97,7 +97,9 @@ def test_memory_row_without_ledger_entry_is_caught_after_the_head(tampered) -> N
 
 def test_edited_ledger_entry_breaks_the_chain_there(tampered) -> None:
     server, ids, edit, seq = tampered
-    edit("UPDATE ledger SET entry = replace(entry, '\"op\":\"retain\"', '\"op\":\"retain\" ') WHERE seq = ?", (seq(ids[1]),))
+    edit(
+        'UPDATE ledger SET entry = replace(entry, \'"op":"retain"\', \'"op":"retain" \') WHERE seq = ?', (seq(ids[1]),)
+    )
     report = _verify(server)
     assert not report.valid and report.first_broken_at == seq(ids[1])
     assert report.problems[0].kind == "CHAIN_BROKEN"

@@ -20,10 +20,16 @@ def secured(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("auth")
     tokens_file = root / "tokens.json"
-    tokens_file.write_text(json.dumps({"tokens": [
-        {"name": "svc-acme", "sha256": hash_token(TOKENS["svc-acme"]), "tenants": ["acme"]},
-        {"name": "admin", "sha256": hash_token(TOKENS["admin"]), "tenants": ["*"]},
-    ]}))
+    tokens_file.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "svc-acme", "sha256": hash_token(TOKENS["svc-acme"]), "tenants": ["acme"]},
+                    {"name": "admin", "sha256": hash_token(TOKENS["admin"]), "tenants": ["*"]},
+                ]
+            }
+        )
+    )
     server = ServerProcess(root / "data", args=["--tokens-file", str(tokens_file)]).start()
     yield server
     server.stop()
@@ -76,8 +82,21 @@ def test_unauthenticated_server_refuses_a_non_loopback_bind(tmp_path) -> None:
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "0"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "mnemosyne.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "AUTH_REQUIRED" in result.stderr and "--tokens-file" in result.stderr

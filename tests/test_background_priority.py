@@ -92,7 +92,9 @@ def test_a_request_pool_started_by_a_background_thread_runs_at_normal_priority()
     assert seen == {"without initializer": os.SCHED_IDLE, "request_thread": os.SCHED_OTHER}
 
 
-def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not(
+    server_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     server = server_factory().start()
     assert server.process is not None
     pid = server.process.pid

@@ -120,7 +120,9 @@ def test_failing_item_in_a_large_batch_is_redone_one_by_one(server_factory) -> N
         assert c.recall("acme", "POISON", mode="text") == []
     connection = apsw.Connection(str(server.tenant_file("acme")), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        counts = [connection.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("memories", "embeddings", "ledger")]
+        counts = [
+            connection.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("memories", "embeddings", "ledger")
+        ]
     finally:
         connection.close()
     assert counts == [len(items) - 1, len(items) - 1, len(items) - 1 + 1]  # + the supersede entry

@@ -12,17 +12,28 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mnemosyne import MemoryBrain
 
-TIMES = {"created_at", "superseded_at", "accepted_at", "finished_at", "latency_ms", "oldest_pending_seconds", "file_bytes"}
+TIMES = {
+    "created_at",
+    "superseded_at",
+    "accepted_at",
+    "finished_at",
+    "latency_ms",
+    "oldest_pending_seconds",
+    "file_bytes",
+}
 LIFETIME = {"close"}
 
 
 def _public_methods() -> set[str]:
-    return {name for name, _ in inspect.getmembers(MemoryBrain, inspect.isfunction) if not name.startswith("_")} - LIFETIME
+    return {
+        name for name, _ in inspect.getmembers(MemoryBrain, inspect.isfunction) if not name.startswith("_")
+    } - LIFETIME
 
 
 def _scenario(brain: MemoryBrain) -> dict[str, list[Any]]:
@@ -38,8 +49,13 @@ def _scenario(brain: MemoryBrain) -> dict[str, list[Any]]:
     old = call("retain", "Ticket RF-1 status: awaiting review")
     call("retain", "Ticket RF-1 status: refunded")  # supersedes the first
     first = call("retain", "The customer requested a refund for ticket RF-88213")
-    call("retain", "The customer requested a refund for ticket RF-88213 yesterday", metadata={"source": "chat"})  # near duplicate
-    call("retain_batch", ["The refund takes 5 days to process", "The refund takes 5 days to process now", "", "x" * 40_000])
+    call(
+        "retain", "The customer requested a refund for ticket RF-88213 yesterday", metadata={"source": "chat"}
+    )  # near duplicate
+    call(
+        "retain_batch",
+        ["The refund takes 5 days to process", "The refund takes 5 days to process now", "", "x" * 40_000],
+    )
     call("dedup")  # a report
     call("dedup", merge=True)  # merged_into
     call("get_memory", first.memory_id)
@@ -65,8 +81,10 @@ def _scenario(brain: MemoryBrain) -> dict[str, list[Any]]:
 def _shape(value: Any) -> Any:
     """A value with times and sizes replaced by whether they were set."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: (bool(getattr(value, f.name)) if f.name in TIMES else _shape(getattr(value, f.name)))
-                for f in dataclasses.fields(value)}
+        return {
+            f.name: (bool(getattr(value, f.name)) if f.name in TIMES else _shape(getattr(value, f.name)))
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, (list, tuple)):
         return [_shape(v) for v in value]
     if isinstance(value, dict):
@@ -76,10 +94,13 @@ def _shape(value: Any) -> Any:
 
 def _non_default(results: dict[str, list[Any]], field: str) -> bool:
     """Whether some result, at any depth, has ``field`` set to something other than its default."""
+
     def walk(value: Any) -> bool:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return any((f.name == field and bool(getattr(value, f.name))) or walk(getattr(value, f.name))
-                       for f in dataclasses.fields(value))
+            return any(
+                (f.name == field and bool(getattr(value, f.name))) or walk(getattr(value, f.name))
+                for f in dataclasses.fields(value)
+            )
         if isinstance(value, (list, tuple)):
             return any(walk(v) for v in value)
         return False
@@ -88,8 +109,11 @@ def _non_default(results: dict[str, list[Any]], field: str) -> bool:
 
 
 def _sockets() -> int:
-    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:") for fd in os.listdir("/proc/self/fd")
-               if os.path.exists(f"/proc/self/fd/{fd}"))
+    return sum(
+        os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    )
 
 
 def _run(make: Callable[[], MemoryBrain]) -> dict[str, list[Any]]:
@@ -100,14 +124,25 @@ def _run(make: Callable[[], MemoryBrain]) -> dict[str, list[Any]]:
         brain.close()
 
 
-def test_every_method_gives_the_same_values_in_process_and_against_a_server(tmp_path: Path, target: str, tenant: str) -> None:
+def test_every_method_gives_the_same_values_in_process_and_against_a_server(
+    tmp_path: Path, target: str, tenant: str
+) -> None:
     sockets = _sockets()
     local = _run(lambda: MemoryBrain(tmp_path / "mem", tenant=tenant))
     assert _sockets() <= sockets  # in process: no connection was opened
     remote = _run(lambda: MemoryBrain(target, tenant=tenant))
     assert set(local) == set(remote) == _public_methods(), "the scenario must call every public method"
-    for field in ("supersedes", "superseded_by", "superseded_at", "merged_into", "near_duplicate_of", "created_memory_ids",
-                  "event_id", "attempts", "groups"):
+    for field in (
+        "supersedes",
+        "superseded_by",
+        "superseded_at",
+        "merged_into",
+        "near_duplicate_of",
+        "created_memory_ids",
+        "event_id",
+        "attempts",
+        "groups",
+    ):
         assert _non_default(local, field), f"the scenario never sets {field}: the comparison would prove nothing"
     for method in sorted(local):
         assert _shape(local[method]) == _shape(remote[method]), method

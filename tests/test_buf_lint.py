@@ -38,20 +38,33 @@ _GET_EVENT = "rpc GetEvent(GetEventRequest) returns (Event);"
 _WATCH_EVENTS = "rpc WatchEvents(WatchEventsRequest) returns (stream Event);"
 RELEASED_EXCEPTIONS: Counter[tuple[str, str, str]] = Counter(
     [
-        (f"{V1}/admin.proto", "RPC_RESPONSE_STANDARD_NAME",
-         "rpc AggregateStats(AggregateStatsRequest) returns (stream AggregateStatsChunk);"),
+        (
+            f"{V1}/admin.proto",
+            "RPC_RESPONSE_STANDARD_NAME",
+            "rpc AggregateStats(AggregateStatsRequest) returns (stream AggregateStatsChunk);",
+        ),
         (f"{V1}/events.proto", "RPC_REQUEST_RESPONSE_UNIQUE", _GET_EVENT),
         (f"{V1}/events.proto", "RPC_RESPONSE_STANDARD_NAME", _GET_EVENT),
         (f"{V1}/events.proto", "RPC_REQUEST_RESPONSE_UNIQUE", _WATCH_EVENTS),
         (f"{V1}/events.proto", "RPC_RESPONSE_STANDARD_NAME", _WATCH_EVENTS),
-        *((f"{V1}/events.proto", "ENUM_VALUE_PREFIX", value)
-          for value in ("PENDING = 1;", "RUNNING = 2;", "SUCCEEDED = 3;", "FAILED = 4;")),
-        *((f"{V1}/hot_path.proto", rule, rpc)
-          for rpc in (_ENABLE, _DISABLE, _STATUS)
-          for rule in ("RPC_REQUEST_RESPONSE_UNIQUE", "RPC_REQUEST_RESPONSE_UNIQUE",
-                       "RPC_REQUEST_STANDARD_NAME", "RPC_RESPONSE_STANDARD_NAME")),
-        *((f"{V1}/types.proto", "ENUM_VALUE_PREFIX", value)
-          for value in ("CREATED = 1;", "DUPLICATE = 2;", "ENQUEUED = 3;", "INVALID = 4;")),
+        *(
+            (f"{V1}/events.proto", "ENUM_VALUE_PREFIX", value)
+            for value in ("PENDING = 1;", "RUNNING = 2;", "SUCCEEDED = 3;", "FAILED = 4;")
+        ),
+        *(
+            (f"{V1}/hot_path.proto", rule, rpc)
+            for rpc in (_ENABLE, _DISABLE, _STATUS)
+            for rule in (
+                "RPC_REQUEST_RESPONSE_UNIQUE",
+                "RPC_REQUEST_RESPONSE_UNIQUE",
+                "RPC_REQUEST_STANDARD_NAME",
+                "RPC_RESPONSE_STANDARD_NAME",
+            )
+        ),
+        *(
+            (f"{V1}/types.proto", "ENUM_VALUE_PREFIX", value)
+            for value in ("CREATED = 1;", "DUPLICATE = 2;", "ENQUEUED = 3;", "INVALID = 4;")
+        ),
         *((f"{V1}/workspace.proto", "ENUM_VALUE_PREFIX", value) for value in ("PUT = 1;", "DELETE = 2;")),
     ]
 )
@@ -158,8 +171,11 @@ enum Tone {
 
 def test_new_protos_and_new_elements_are_held_to_the_rules(tmp_path: Path) -> None:
     shutil.copy(CONFIG, tmp_path / "buf.yaml")
-    shutil.copytree(ROOT / "protos" / "mnemosyne", tmp_path / "protos" / "mnemosyne",
-                    ignore=shutil.ignore_patterns("*.py", "*.pyi", "__pycache__"))
+    shutil.copytree(
+        ROOT / "protos" / "mnemosyne",
+        tmp_path / "protos" / "mnemosyne",
+        ignore=shutil.ignore_patterns("*.py", "*.pyi", "__pycache__"),
+    )
     (tmp_path / V1 / "scratch.proto").write_text(BAD_NEW_PROTO)
     events = tmp_path / V1 / "events.proto"
     events.write_text(events.read_text() + BAD_ADDITION_TO_AN_EXCEPTED_FILE)
@@ -167,8 +183,10 @@ def test_new_protos_and_new_elements_are_held_to_the_rules(tmp_path: Path) -> No
     reported = {(f["path"], f["type"]) for f in _findings(tmp_path)}
     scratch = f"{V1}/scratch.proto"
     assert {
-        (scratch, "RPC_REQUEST_RESPONSE_UNIQUE"), (scratch, "RPC_REQUEST_STANDARD_NAME"),
-        (scratch, "RPC_RESPONSE_STANDARD_NAME"), (scratch, "FIELD_LOWER_SNAKE_CASE"),
+        (scratch, "RPC_REQUEST_RESPONSE_UNIQUE"),
+        (scratch, "RPC_REQUEST_STANDARD_NAME"),
+        (scratch, "RPC_RESPONSE_STANDARD_NAME"),
+        (scratch, "FIELD_LOWER_SNAKE_CASE"),
         (scratch, "ENUM_VALUE_PREFIX"),  # the `// buf:lint:ignore` comment is refused
     } <= reported
     # The file-wide exception hides LOUD from buf lint itself ...

@@ -35,14 +35,17 @@ def test_same_conversation_three_times_is_two_duplicates(client: MemoryClient, t
 
 
 def test_conversation_is_one_memory_with_what_extraction_found(client: MemoryClient, tenant: str) -> None:
-    result = client.retain_conversation(tenant, [{"role": "user", "content": m.content} if i == 0 else m
-                                                 for i, m in enumerate(CONVERSATION)])
+    result = client.retain_conversation(
+        tenant, [{"role": "user", "content": m.content} if i == 0 else m for i, m in enumerate(CONVERSATION)]
+    )
     memory = client.get_memory(tenant, result.memory_id)
     assert memory.text.splitlines()[0] == "user: Hi, I was charged twice for order 5521."
     assert len(memory.text.splitlines()) == len(CONVERSATION)
     facts = {(f.kind, f.normalized) for f in memory.facts}
     assert {("identifier", "RF-88213"), ("quantity", "5 days")} <= facts
-    assert ("ticket rf-88213", "status", "awaiting review") in {(t.subject, t.predicate, t.object) for t in memory.triples}
+    assert ("ticket rf-88213", "status", "awaiting review") in {
+        (t.subject, t.predicate, t.object) for t in memory.triples
+    }
     hits = client.recall(tenant, "refund ticket RF-88213", k=3)
     assert hits and hits[0].memory.id == result.memory_id
     # Its facts take part in conflict adjudication like any other memory's.

@@ -18,7 +18,9 @@ def test_second_server_on_the_same_directory_refuses_to_start(server_factory) ->
     first = server_factory().start()
     result = subprocess.run(
         [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(first.data_dir), "--port", "0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "already in use" in result.stderr and "DATA_DIR_LOCKED" in result.stderr
@@ -33,7 +35,10 @@ def test_inspect_reads_a_locked_directory_without_the_lock(server_factory) -> No
         client.retain_batch("acme", ["one", "two", "three"])
     result = subprocess.run(
         [sys.executable, "-m", "mnemosyne.cli", "inspect", "--data-dir", str(server.data_dir), "--tenant", "acme"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     summary = json.loads(result.stdout)
     assert summary["memories"] == 3 and summary["integrity"]["valid"] is True

@@ -45,7 +45,9 @@ def test_every_relative_link_resolves_inside_the_repository() -> None:
             where = f"{path.relative_to(ROOT)} -> {target}"
             if not resolved.is_relative_to(ROOT) or not resolved.exists():
                 broken.append(f"{where}: no such file in the repository")
-            elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved.read_text(encoding="utf-8")):
+            elif (
+                fragment and resolved.suffix == ".md" and fragment not in anchors(resolved.read_text(encoding="utf-8"))
+            ):
                 broken.append(f"{where}: no heading with that anchor")
     assert not broken, "\n".join(broken)
 

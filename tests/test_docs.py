@@ -49,6 +49,7 @@ def _rpcs() -> list[tuple[str, str]]:
 
 # -- the README -------------------------------------------------------------------------------
 
+
 def test_readme_is_at_most_350_lines() -> None:
     lines = len(README_TEXT.splitlines())
     assert lines <= 350, f"README.md has {lines} lines; move detail to docs/"
@@ -95,7 +96,7 @@ def test_readme_grpcurl_examples_run_through_reflection(target: str, tenant: str
         for argv in commands:
             assert argv[0] == "grpcurl" and argv[1] == "-plaintext" and "127.0.0.1:50051" in argv, argv
             address = argv.index("127.0.0.1:50051")
-            what = argv[address + 1:]
+            what = argv[address + 1 :]
             if what == ["list"]:
                 pool = ProtoReflectionDescriptorDatabase(channel)
                 listed = set(pool.get_services())
@@ -106,7 +107,8 @@ def test_readme_grpcurl_examples_run_through_reflection(target: str, tenant: str
             data = argv[argv.index("-d") + 1] if "-d" in argv else "{}"
             request = json_format.Parse(data.replace('"acme"', json.dumps(tenant)), request_class())
             call = channel.unary_unary(
-                f"/{full_method}", request_serializer=lambda m: m.SerializeToString(),
+                f"/{full_method}",
+                request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=response_class.FromString,
             )
             answers[full_method] = json_format.MessageToDict(call(request, timeout=10))
@@ -125,8 +127,12 @@ def test_readme_auth_quick_start_works(tmp_path: Path) -> None:
     (client_code,) = code_blocks(quick_start, "python")
     mnemosyne_command = f"{shlex.quote(sys.executable)} -m mnemosyne.cli"
     assert ".venv/bin/mnemosyne hash-token" in hash_step
-    script = hash_step.replace(".venv/bin/mnemosyne", mnemosyne_command).replace("python3 ", f"{shlex.quote(sys.executable)} ")
-    done = subprocess.run(["bash", "-c", f"set -e\n{script}\necho \"$TOKEN\""], capture_output=True, text=True, timeout=60, check=True)
+    script = hash_step.replace(".venv/bin/mnemosyne", mnemosyne_command).replace(
+        "python3 ", f"{shlex.quote(sys.executable)} "
+    )
+    done = subprocess.run(
+        ["bash", "-c", f'set -e\n{script}\necho "$TOKEN"'], capture_output=True, text=True, timeout=60, check=True
+    )
     digest, token = done.stdout.split()
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
     tokens_file = tmp_path / "tokens.json"
@@ -134,7 +140,7 @@ def test_readme_auth_quick_start_works(tmp_path: Path) -> None:
     (serve_line,) = [line for line in serve_step.splitlines() if line.strip()]
     prefix = ".venv/bin/mnemosyne serve "
     assert serve_line.startswith(prefix)
-    args = shlex.split(serve_line[len(prefix):].replace("tokens.json", str(tokens_file)))
+    args = shlex.split(serve_line[len(prefix) :].replace("tokens.json", str(tokens_file)))
     server = ServerProcess(tmp_path / "data", args=args).start()
     try:
         code = client_code.replace("127.0.0.1:50051", server.target)
@@ -179,6 +185,7 @@ def test_every_python_example_in_the_docs_runs(target: str, tmp_path, monkeypatc
 
 # -- docs/architecture.md ---------------------------------------------------------------------
 
+
 def _architecture_table() -> dict[str, tuple[str, str]]:
     rows = table_rows(section(ARCHITECTURE.read_text(), "RPC → module that serves it"))
     assert rows[0] == ["RPC", "servicer", "engine"], rows[0]
@@ -211,13 +218,31 @@ def test_every_rpc_is_in_the_architecture_table() -> None:
 # -- the public surface -----------------------------------------------------------------------
 
 CLIENT_METHOD_OF_RPC = {
-    "Retain": "retain", "RetainBatch": "retain_batch", "Recall": "recall", "GetMemory": "get_memory",
-    "ListMemories": "list_memories", "ForgetMemory": "forget", "VerifyIntegrity": "verify_integrity",
-    "Stats": "stats", "Ping": "ping", "Dedup": "dedup", "ListTenants": "list_tenants",
-    "AggregateStats": "aggregate_stats", "AssembleContext": "assemble_context", "UpdateGlobal": "update_global",
-    "UpdateWorkspace": "update_workspace", "GetRecord": "get_record", "ListRecords": "list_records",
-    "EditRecords": "edit_records", "Consolidate": "consolidate", "Enable": "hot_path", "Disable": "hot_path",
-    "Status": "hot_path", "Flush": "hot_path", "GetEvent": "get_event", "ListEvents": "list_events",
+    "Retain": "retain",
+    "RetainBatch": "retain_batch",
+    "Recall": "recall",
+    "GetMemory": "get_memory",
+    "ListMemories": "list_memories",
+    "ForgetMemory": "forget",
+    "VerifyIntegrity": "verify_integrity",
+    "Stats": "stats",
+    "Ping": "ping",
+    "Dedup": "dedup",
+    "ListTenants": "list_tenants",
+    "AggregateStats": "aggregate_stats",
+    "AssembleContext": "assemble_context",
+    "UpdateGlobal": "update_global",
+    "UpdateWorkspace": "update_workspace",
+    "GetRecord": "get_record",
+    "ListRecords": "list_records",
+    "EditRecords": "edit_records",
+    "Consolidate": "consolidate",
+    "Enable": "hot_path",
+    "Disable": "hot_path",
+    "Status": "hot_path",
+    "Flush": "hot_path",
+    "GetEvent": "get_event",
+    "ListEvents": "list_events",
     "WatchEvents": "watch_events",
 }
 
@@ -232,8 +257,14 @@ def test_client_has_a_method_for_every_rpc() -> None:
 
 def test_public_exports_are_complete() -> None:
     for module in (mnemosyne, mnemosyne.client):
-        public = {name for name in vars(module) if not name.startswith("_") and not isinstance(getattr(module, name), type(module))}
+        public = {
+            name
+            for name in vars(module)
+            if not name.startswith("_") and not isinstance(getattr(module, name), type(module))
+        }
         exported = set(module.__all__)
         assert exported <= public
         for name in public - exported - {"annotations"}:
-            assert name in {"errors", "types", "memory_client"} or name.startswith("__"), f"{module.__name__}.{name} not in __all__"
+            assert name in {"errors", "types", "memory_client"} or name.startswith("__"), (
+                f"{module.__name__}.{name} not in __all__"
+            )

@@ -22,7 +22,9 @@ def test_the_five_drills_pass(tmp_path: Path) -> None:
 def test_drill_command_prints_one_line_per_drill_and_exits_zero(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mnemosyne.cli", "drill", "--data-dir", str(tmp_path / "cmd")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
@@ -32,7 +34,9 @@ def test_drill_command_prints_one_line_per_drill_and_exits_zero(tmp_path: Path) 
     tenant = next(p.stem for p in (server_dir / "tenants").glob("drill2-*.sqlite"))
     shown = subprocess.run(
         [sys.executable, "-m", "mnemosyne.cli", "oplog", "--data-dir", str(server_dir), "--tenant", tenant],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)

@@ -34,7 +34,11 @@ def test_minilm_gives_unit_vectors_of_384_dimensions(minilm) -> None:
 
 def test_minilm_matches_by_meaning_not_by_shared_words(minilm) -> None:
     query, paraphrase, unrelated = minilm.embed(
-        ["The client wants their money back", "The customer requested a refund", "The client wants their garden watered"]
+        [
+            "The client wants their money back",
+            "The customer requested a refund",
+            "The client wants their garden watered",
+        ]
     )
     # The paraphrase shares no content word with the query; the distractor shares three.
     assert float(query @ paraphrase) > float(query @ unrelated)

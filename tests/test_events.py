@@ -15,7 +15,9 @@ from mnemosyne.client.errors import FailedPreconditionError, NotFoundError
 ORDER = ["pending", "running", "succeeded"]
 
 
-def _watch_until(client: MemoryClient, tenant: str, done, *, after_sequence: int = 0, limit: int | None = None) -> list[Event]:  # type: ignore[no-untyped-def]
+def _watch_until(
+    client: MemoryClient, tenant: str, done, *, after_sequence: int = 0, limit: int | None = None
+) -> list[Event]:  # type: ignore[no-untyped-def]
     """Collect streamed transitions until ``done(collected)`` or ``limit`` of them (60 s cap)."""
     seen: list[Event] = []
     for event in client.watch_events(tenant, after_sequence=after_sequence, timeout=60):
@@ -111,7 +113,9 @@ def test_watch_runs_beside_writers(client: MemoryClient, tenant: str) -> None:
 
     def produce() -> None:
         for n in range(5):
-            accepted.update(r.event_id for r in client.retain_batch(tenant, [f"live {n}-{i}" for i in range(8)], fast=True))
+            accepted.update(
+                r.event_id for r in client.retain_batch(tenant, [f"live {n}-{i}" for i in range(8)], fast=True)
+            )
 
     writer = threading.Thread(target=produce)
     writer.start()
@@ -149,7 +153,9 @@ def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_nev
     ).start()
     with MemoryClient(server.target, timeout=60) as c:
         c.hot_path("kept", "enable")
-        old = [r.event_id for r in c.retain_batch("kept", [f"old event {i}: crate C-{i}" for i in range(30)], fast=True)]
+        old = [
+            r.event_id for r in c.retain_batch("kept", [f"old event {i}: crate C-{i}" for i in range(30)], fast=True)
+        ]
         c.hot_path("kept", "flush", timeout_seconds=30)
         watched = _watch_until(c, "kept", _finished(set(old)))
         resume_from = watched[0].sequence  # a watcher that stopped at its first transition
@@ -201,11 +207,15 @@ def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_rest
     server = server_factory(args=["--event-retention-seconds", "2"]).start()
     with MemoryClient(server.target, timeout=60) as c:
         c.hot_path("idle", "enable")
-        first = {r.event_id for r in c.retain_batch("idle", [f"idle event {i}: bin I-{i}" for i in range(10)], fast=True)}
+        first = {
+            r.event_id for r in c.retain_batch("idle", [f"idle event {i}: bin I-{i}" for i in range(10)], fast=True)
+        }
         c.hot_path("idle", "flush", timeout_seconds=30)
         assert first <= {e.event_id for e in c.list_events("idle", page_size=1000).events}
         assert not _listed_within(c, "idle", first, 20) & first, "an idle tenant kept its expired events"
-        second = {r.event_id for r in c.retain_batch("idle", [f"second event {i}: bin J-{i}" for i in range(10)], fast=True)}
+        second = {
+            r.event_id for r in c.retain_batch("idle", [f"second event {i}: bin J-{i}" for i in range(10)], fast=True)
+        }
         c.hot_path("idle", "flush", timeout_seconds=30)
     server.stop()  # before they expire: the restarted server must still delete them on time
     server.restart()

@@ -77,7 +77,9 @@ def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_fact
         _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 0)
 
 
-def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_another_tenant_s_is_admitted(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_another_tenant_s_is_admitted(
+    server_factory,
+) -> None:  # type: ignore[no-untyped-def]
     server: ServerProcess = server_factory(metrics=True).start()  # the default: 100 streams per tenant
     with MemoryClient(server.target) as client:
         streams = [_watch(client, "noisy") for _ in range(100)]
@@ -104,7 +106,8 @@ def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_anot
 def test_a_tenant_parked_on_the_worker_threads_keeps_only_its_share(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     park = tmp_path / "park"
     server: ServerProcess = server_factory(
-        env={"MNEMOSYNE_TEST_PARK_TENANT": "noisy", "MNEMOSYNE_TEST_PARK_FILE": str(park)}, metrics=True,
+        env={"MNEMOSYNE_TEST_PARK_TENANT": "noisy", "MNEMOSYNE_TEST_PARK_FILE": str(park)},
+        metrics=True,
     ).start()
     with MemoryClient(server.target) as client:
         client.retain("noisy", "a memory of the noisy tenant")
@@ -133,7 +136,9 @@ def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path:
     hold = tmp_path / "hold"
     hold.touch()  # the workers hold: the queue never drains while the flushes wait
     server: ServerProcess = server_factory(
-        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--waiting-calls-per-tenant", "200"], metrics=True,
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)},
+        args=["--waiting-calls-per-tenant", "200"],
+        metrics=True,
     ).start()
     try:
         with MemoryClient(server.target) as client:
@@ -165,7 +170,10 @@ def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tm
                 client.retain_batch("busy", [f"backlog {i}" for i in range(start, start + 1000)], fast=True)
             method = client.hot_path_stub.Flush if action == "flush" else client.hot_path_stub.Disable
             request_type = hot_path_pb2.FlushRequest if action == "flush" else hot_path_pb2.HotPathRequest
-            for deadline, timeout_seconds in ((1.0, 600.0), (1.5, 0.5)):  # the client's deadline first, then its timeout
+            for deadline, timeout_seconds in (
+                (1.0, 600.0),
+                (1.5, 0.5),
+            ):  # the client's deadline first, then its timeout
                 started = time.monotonic()
                 with pytest.raises(grpc.RpcError) as info:
                     method(request_type(tenant="busy", timeout_seconds=timeout_seconds), timeout=deadline)

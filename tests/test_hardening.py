@@ -37,7 +37,7 @@ from mnemosyne.engine.types import RetainItem
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 from tests.support import ServerProcess
 
-FOUR_BYTES = "\U0001F600"  # one character, four bytes of UTF-8
+FOUR_BYTES = "\U0001f600"  # one character, four bytes of UTF-8
 
 
 def _refusal(call) -> MnemosyneClientError:  # type: ignore[no-untyped-def]
@@ -50,19 +50,29 @@ def _refusal(call) -> MnemosyneClientError:  # type: ignore[no-untyped-def]
 
 
 def _files(data_dir: Path) -> list[str]:
-    return sorted(str(p.relative_to(data_dir)) for d in ("tenants", "inbox") if (data_dir / d).exists()
-                  for p in (data_dir / d).iterdir())
+    return sorted(
+        str(p.relative_to(data_dir))
+        for d in ("tenants", "inbox")
+        if (data_dir / d).exists()
+        for p in (data_dir / d).iterdir()
+    )
 
 
 # -- 2. every wait is finite and bounded ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("seconds", [math.nan, math.inf, -math.inf, 1e300, -1.0, 3600.5])
-def test_flush_and_disable_refuse_a_timeout_that_is_not_a_bounded_number(client: MemoryClient, tenant: str, seconds: float) -> None:
+def test_flush_and_disable_refuse_a_timeout_that_is_not_a_bounded_number(
+    client: MemoryClient, tenant: str, seconds: float
+) -> None:
     client.hot_path(tenant, "enable")
     for call in (
-        lambda: client.hot_path_stub.Flush(hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=seconds), timeout=10),
-        lambda: client.hot_path_stub.Disable(hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=seconds), timeout=10),
+        lambda: client.hot_path_stub.Flush(
+            hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=seconds), timeout=10
+        ),
+        lambda: client.hot_path_stub.Disable(
+            hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=seconds), timeout=10
+        ),
     ):
         error = _refusal(call)
         assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "TIMEOUT_INVALID")
@@ -243,7 +253,9 @@ def test_a_workspace_of_large_records_is_read_back_whole_in_pages_that_fit(clien
         if not token:
             break
     assert pages >= 6
-    assembled = client.workspace.AssembleContext(workspace_pb2.AssembleContextRequest(tenant=tenant, workspace="big"), timeout=30)
+    assembled = client.workspace.AssembleContext(
+        workspace_pb2.AssembleContextRequest(tenant=tenant, workspace="big"), timeout=30
+    )
     assert assembled.ByteSize() < 4 * 1024 * 1024
     assert {r.key for r in assembled.omitted_records} | {r.key for r in assembled.workspace_records} == {
         f"notes/{i:03d}.md" for i in range(75)
@@ -259,16 +271,25 @@ def test_a_workspace_of_large_records_is_read_back_whole_in_pages_that_fit(clien
 
 def test_a_later_page_after_the_records_changed_is_refused(client: MemoryClient, tenant: str) -> None:
     client.edit_records(tenant, "global", [RecordChange("put", f"k{i}", "x") for i in range(5)], expected_generation=0)
-    first = client.workspace.ListRecords(workspace_pb2.ListRecordsRequest(tenant=tenant, scope="global", page_size=2), timeout=10)
+    first = client.workspace.ListRecords(
+        workspace_pb2.ListRecordsRequest(tenant=tenant, scope="global", page_size=2), timeout=10
+    )
     client.edit_records(tenant, "global", [RecordChange("put", "k9", "y")], expected_generation=1)
-    error = _refusal(lambda: client.workspace.ListRecords(
-        workspace_pb2.ListRecordsRequest(tenant=tenant, scope="global", page_size=2, page_token=first.next_page_token), timeout=10
-    ))
+    error = _refusal(
+        lambda: client.workspace.ListRecords(
+            workspace_pb2.ListRecordsRequest(
+                tenant=tenant, scope="global", page_size=2, page_token=first.next_page_token
+            ),
+            timeout=10,
+        )
+    )
     assert (error.code, error.reason) == (grpc.StatusCode.ABORTED, "RECORDS_CHANGED")
     assert [r.key for r in client.list_records(tenant, "global").records] == ["k0", "k1", "k2", "k3", "k4", "k9"]
 
 
-def test_memories_of_the_largest_size_are_listed_and_recalled_within_the_response_limit(client: MemoryClient, tenant: str) -> None:
+def test_memories_of_the_largest_size_are_listed_and_recalled_within_the_response_limit(
+    client: MemoryClient, tenant: str
+) -> None:
     text = "recallable " + FOUR_BYTES * 32_000  # near max_text_chars, four bytes each
     metadata = {f"{i:02d}" + "k" * 126: FOUR_BYTES * 1024 for i in range(32)}  # the metadata limits, four-byte values
     for batch in range(4):  # 10 memories of ~0.26 MB a request
@@ -331,8 +352,12 @@ def test_damaged_tenant_files_fail_alone_and_never_stop_an_aggregate(server_fact
     damaged = ["garbage", "half", "other-app"]
     with MemoryClient(server.target, retries=0) as client:
         for tenant in damaged:
-            for call in (lambda: client.recall(tenant, "x"), lambda: client.retain(tenant, "x"), lambda: client.stats(tenant),
-                         lambda: client.verify_integrity(tenant)):
+            for call in (
+                lambda: client.recall(tenant, "x"),
+                lambda: client.retain(tenant, "x"),
+                lambda: client.stats(tenant),
+                lambda: client.verify_integrity(tenant),
+            ):
                 with pytest.raises(DataLossError) as info:
                     call()
                 assert info.value.reason == "TENANT_CORRUPT"
@@ -366,8 +391,12 @@ def test_page_tokens_are_only_those_this_server_issued_for_this_tenant_and_query
         token = client.list_memories("a", page_size=2).next_page_token
         assert token and client.list_memories("a", page_size=2, page_token=token).memories[0].text == "memory 2"
         forged = [
-            _token("after:99999999999999999999999"), _token("after:-1"), "not base64 !!", token[:-2] + "AA",
-            token + "A" * 600, _token("2") + "." + _token("x" * 16),
+            _token("after:99999999999999999999999"),
+            _token("after:-1"),
+            "not base64 !!",
+            token[:-2] + "AA",
+            token + "A" * 600,
+            _token("2") + "." + _token("x" * 16),
         ]
         for bad in forged:
             with pytest.raises(InvalidArgumentError) as info:
@@ -388,15 +417,22 @@ def test_page_tokens_are_only_those_this_server_issued_for_this_tenant_and_query
     server.stop()
     server.restart()
     with MemoryClient(server.target, retries=0) as client:  # tokens survive a restart
-        assert [m.text for m in client.list_memories("a", page_size=2, page_token=token).memories] == ["memory 2", "memory 3"]
+        assert [m.text for m in client.list_memories("a", page_size=2, page_token=token).memories] == [
+            "memory 2",
+            "memory 3",
+        ]
         assert client.list_tenants(page_size=1, page_token=tenants_token).tenants == ["b"]
 
 
-@pytest.mark.parametrize("seconds, nanos", [(-62_135_596_801, 0), (253_402_300_800, 0), (0, -1), (0, 1_000_000_000), (2**62, 0)])
+@pytest.mark.parametrize(
+    "seconds, nanos", [(-62_135_596_801, 0), (253_402_300_800, 0), (0, -1), (0, 1_000_000_000), (2**62, 0)]
+)
 def test_a_timestamp_outside_its_range_is_invalid(client: MemoryClient, tenant: str, seconds: int, nanos: int) -> None:
     client.hot_path(tenant, "enable")
     stamp = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
-    error = _refusal(lambda: client.events.ListEvents(events_pb2.ListEventsRequest(tenant=tenant, accepted_after=stamp), timeout=10))
+    error = _refusal(
+        lambda: client.events.ListEvents(events_pb2.ListEventsRequest(tenant=tenant, accepted_after=stamp), timeout=10)
+    )
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "TIMESTAMP_INVALID")
 
 
@@ -404,15 +440,23 @@ def test_unknown_enum_values_are_invalid_not_ignored(client: MemoryClient, tenan
     client.retain(tenant, "one memory")
     client.hot_path(tenant, "enable")
     for value in (5, 99, -1, 2**31 - 1):
-        error = _refusal(lambda: client.events.ListEvents(events_pb2.ListEventsRequest(tenant=tenant, status=value), timeout=10))
+        error = _refusal(
+            lambda: client.events.ListEvents(events_pb2.ListEventsRequest(tenant=tenant, status=value), timeout=10)
+        )
         assert error.reason == "EVENT_STATUS_INVALID"
     for value in (4, 99, -1):
-        error = _refusal(lambda: client.memory.Recall(memory_pb2.RecallRequest(tenant=tenant, query="memory", mode=value), timeout=10))
+        error = _refusal(
+            lambda: client.memory.Recall(
+                memory_pb2.RecallRequest(tenant=tenant, query="memory", mode=value), timeout=10
+            )
+        )
         assert error.reason == "RECALL_MODE_INVALID"
     change = workspace_pb2.RecordChange(op=7, key="a.md", content="x")
-    error = _refusal(lambda: client.workspace.EditRecords(
-        workspace_pb2.EditRecordsRequest(tenant=tenant, scope="global", changes=[change]), timeout=10
-    ))
+    error = _refusal(
+        lambda: client.workspace.EditRecords(
+            workspace_pb2.EditRecordsRequest(tenant=tenant, scope="global", changes=[change]), timeout=10
+        )
+    )
     assert error.reason == "CHANGE_OP_INVALID"
 
 
@@ -430,8 +474,11 @@ def _raw(client: MemoryClient, method: str):  # type: ignore[no-untyped-def]
     ],
 )
 def test_a_request_that_cannot_be_decoded_is_invalid_argument(client: MemoryClient, payload: bytes) -> None:
-    for method in ("/mnemosyne.v1.MemoryService/Recall", "/mnemosyne.v1.AdminService/Stats",
-                   "/mnemosyne.v1.WorkspaceService/ListRecords"):
+    for method in (
+        "/mnemosyne.v1.MemoryService/Recall",
+        "/mnemosyne.v1.AdminService/Stats",
+        "/mnemosyne.v1.WorkspaceService/ListRecords",
+    ):
         error = _refusal(lambda: _raw(client, method)(payload, timeout=10))
         assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_UNDECODABLE")
     stream = client.channel.unary_stream(
@@ -447,7 +494,9 @@ def test_an_undecodable_request_with_a_bad_token_is_unauthenticated_first(server
     server = server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({"good": ["acme"]})}).start()
     with MemoryClient(server.target, token="bad", retries=0) as client:
         with pytest.raises(grpc.RpcError) as info:
-            _raw(client, "/mnemosyne.v1.MemoryService/Recall")(b"\x0a\x02\xff\xfe", timeout=10, metadata=client.call_metadata)
+            _raw(client, "/mnemosyne.v1.MemoryService/Recall")(
+                b"\x0a\x02\xff\xfe", timeout=10, metadata=client.call_metadata
+            )
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -476,8 +525,13 @@ def test_json_logs_hold_only_json_lines_even_from_grpc_core(server_factory, tmp_
     _c, _k, certificate = _issue(tmp_path, "server", issuer=(ca_cert, ca_key), server=True)
     credentials = grpc.ssl_channel_credentials(root_certificates=_ca.cert.read_bytes())
     server = server_factory(
-        env={"MNEMOSYNE_LOG_FORMAT": "json", "MNEMOSYNE_LOG_LEVEL": "DEBUG", "GRPC_VERBOSITY": "DEBUG",
-             "MNEMOSYNE_TLS_CERT": str(certificate.cert), "MNEMOSYNE_TLS_KEY": str(certificate.key)},
+        env={
+            "MNEMOSYNE_LOG_FORMAT": "json",
+            "MNEMOSYNE_LOG_LEVEL": "DEBUG",
+            "GRPC_VERBOSITY": "DEBUG",
+            "MNEMOSYNE_TLS_CERT": str(certificate.cert),
+            "MNEMOSYNE_TLS_KEY": str(certificate.key),
+        },
         health_credentials=credentials,
     ).start()
     for _ in range(3):

@@ -28,8 +28,10 @@ _MISSING = cc.missing_tools()
 
 def _require_tools():
     if _MISSING:
-        message = (f"chart tools not installed ({', '.join(_MISSING)}); "
-                   f"pip install -r {cc.REQUIREMENTS_FILE.relative_to(ROOT)}")
+        message = (
+            f"chart tools not installed ({', '.join(_MISSING)}); "
+            f"pip install -r {cc.REQUIREMENTS_FILE.relative_to(ROOT)}"
+        )
         if os.environ.get("MNEMOSYNE_NO_SKIP"):
             pytest.fail(message + " [MNEMOSYNE_NO_SKIP is set]")
         pytest.skip(message)
@@ -115,7 +117,9 @@ def test_replicas_pinned_to_one_by_schema():
 
 def test_unknown_value_keys_rejected():
     assert cc.check_jsonschema({"replica": 1}).returncode != 0
-    assert cc.check_jsonschema({"auth": {"tokens": [{"name": "a", "sha256": "nothex", "tenants": ["t"]}]}}).returncode != 0
+    assert (
+        cc.check_jsonschema({"auth": {"tokens": [{"name": "a", "sha256": "nothex", "tenants": ["t"]}]}}).returncode != 0
+    )
 
 
 # ------------------------------------------------------------------ refusals
@@ -128,13 +132,17 @@ def test_auth_enabled_without_secret_refuses_to_render():
     assert "auth.existingSecret" in msg
 
 
-@pytest.mark.parametrize("values, fragment", [
-    ({"tls": {"enabled": True}}, "tls.existingSecret"),
-    ({"tls": {"clientCA": {"enabled": True}}}, "needs tls.enabled"),
-    ({"terminationGracePeriodSeconds": 20}, "must exceed server.graceSeconds"),
-    ({"terminationGracePeriodSeconds": 25}, "server.graceSeconds + server.drainDelaySeconds (25)"),
-    ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}, "only one of"),
-], ids=["tls-no-secret", "mtls-without-tls", "grace-period", "grace-plus-drain-delay", "pdb-both"])
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"tls": {"enabled": True}}, "tls.existingSecret"),
+        ({"tls": {"clientCA": {"enabled": True}}}, "needs tls.enabled"),
+        ({"terminationGracePeriodSeconds": 20}, "must exceed server.graceSeconds"),
+        ({"terminationGracePeriodSeconds": 25}, "server.graceSeconds + server.drainDelaySeconds (25)"),
+        ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}, "only one of"),
+    ],
+    ids=["tls-no-secret", "mtls-without-tls", "grace-period", "grace-plus-drain-delay", "pdb-both"],
+)
 def test_unsafe_settings_refuse_to_render(values, fragment):
     assert fragment in cc.render_error(cc.deep_merge(cc.MINIMAL_OVERRIDES, values))
 
@@ -218,8 +226,9 @@ def test_probes_are_native_grpc_without_tls(minimal_docs):
 
 @pytest.mark.parametrize("mtls", [True, False], ids=["mtls", "tls-only"])
 def test_probes_switch_to_http_with_tls(mtls):
-    values = cc.deep_merge(cc.MINIMAL_OVERRIDES, {"tls": {"enabled": True, "existingSecret": "srv",
-                                                          "clientCA": {"enabled": mtls}}})
+    values = cc.deep_merge(
+        cc.MINIMAL_OVERRIDES, {"tls": {"enabled": True, "existingSecret": "srv", "clientCA": {"enabled": mtls}}}
+    )
     c = _container(_docs(values))
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
@@ -240,8 +249,12 @@ def test_tls_secrets_are_mounted(full_docs):
     assert volumes["tls"]["secret"]["secretName"] == "mnemosyne-server-tls"
     assert volumes["client-ca"]["secret"]["secretName"] == "mnemosyne-client-ca"
     env = _env(c)
-    for name, var in (("tls", "MNEMOSYNE_TLS_CERT"), ("tls", "MNEMOSYNE_TLS_KEY"),
-                      ("client-ca", "MNEMOSYNE_TLS_CLIENT_CA"), ("tokens", "MNEMOSYNE_TOKENS_FILE")):
+    for name, var in (
+        ("tls", "MNEMOSYNE_TLS_CERT"),
+        ("tls", "MNEMOSYNE_TLS_KEY"),
+        ("client-ca", "MNEMOSYNE_TLS_CLIENT_CA"),
+        ("tokens", "MNEMOSYNE_TOKENS_FILE"),
+    ):
         assert mounts[name]["readOnly"] is True
         path = env[var]
         assert path.startswith(mounts[name]["mountPath"] + "/")
@@ -250,8 +263,10 @@ def test_tls_secrets_are_mounted(full_docs):
 
 
 def test_volume_claim_templates_and_retention(minimal_docs, full_docs):
-    for docs, expected in ((minimal_docs, {"whenDeleted": "Retain", "whenScaled": "Retain"}),
-                           (full_docs, {"whenDeleted": "Delete", "whenScaled": "Retain"})):
+    for docs, expected in (
+        (minimal_docs, {"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        (full_docs, {"whenDeleted": "Delete", "whenScaled": "Retain"}),
+    ):
         sts = _sts(docs)
         assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == expected
         (vct,) = sts["spec"]["volumeClaimTemplates"]
@@ -350,17 +365,24 @@ def test_monitoring(minimal_docs, full_docs):
     sm = cc.one(full_docs, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    selected = [s for s in cc.find(full_docs, "Service")
-                if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+    selected = [
+        s
+        for s in cc.find(full_docs, "Service")
+        if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
     assert [s["metadata"]["name"] for s in selected] == [HEADLESS]
     assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
 
 
-@pytest.mark.parametrize("pdb, expected", [
-    ({}, {"minAvailable": 1}),
-    ({"minAvailable": 0}, {"minAvailable": 0}),
-    ({"maxUnavailable": 1}, {"maxUnavailable": 1}),
-], ids=["default", "min0", "max1"])
+@pytest.mark.parametrize(
+    "pdb, expected",
+    [
+        ({}, {"minAvailable": 1}),
+        ({"minAvailable": 0}, {"minAvailable": 0}),
+        ({"maxUnavailable": 1}, {"maxUnavailable": 1}),
+    ],
+    ids=["default", "min0", "max1"],
+)
 def test_pdb_budget(pdb, expected):
     values = cc.deep_merge(cc.MINIMAL_OVERRIDES, {"podDisruptionBudget": {"enabled": True, **pdb}})
     spec = cc.one(_docs(values), "PodDisruptionBudget")["spec"]

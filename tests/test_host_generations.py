@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -91,7 +92,11 @@ def test_model_facing_surface_never_contains_a_generation(big_client: MemoryClie
 
     results = [
         host.call_tool(writer, "memory_update", {"content": "Project Falcon launches in May."}),
-        host.call_tool(writer, "update_workspace", {"changes": [{"op": "put", "key": "plan.md", "content": "Draft the launch plan."}]}),
+        host.call_tool(
+            writer,
+            "update_workspace",
+            {"changes": [{"op": "put", "key": "plan.md", "content": "Draft the launch plan."}]},
+        ),
         host.call_tool(other, "memory_update", {"content": "stale content"}),  # stale
         host.call_tool(fresh, "memory_update", {"content": "never assembled"}),  # missing
         host.call_tool(writer, "update_workspace", {"changes": [{"op": "put", "key": "../escape", "content": "x"}]}),
@@ -119,10 +124,14 @@ def test_model_facing_surface_never_contains_a_generation(big_client: MemoryClie
 def test_generation_lives_in_metadata_only(big_client: MemoryClient, tenant: str) -> None:
     """No message of the model-facing RPCs has a generation field; the value comes in metadata."""
     for message in (
-        workspace_pb2.AssembleContextRequest, workspace_pb2.AssembleContextResponse,
-        workspace_pb2.UpdateGlobalRequest, workspace_pb2.UpdateGlobalResponse,
-        workspace_pb2.UpdateWorkspaceRequest, workspace_pb2.UpdateWorkspaceResponse,
-        workspace_pb2.Record, workspace_pb2.RecordChange,
+        workspace_pb2.AssembleContextRequest,
+        workspace_pb2.AssembleContextResponse,
+        workspace_pb2.UpdateGlobalRequest,
+        workspace_pb2.UpdateGlobalResponse,
+        workspace_pb2.UpdateWorkspaceRequest,
+        workspace_pb2.UpdateWorkspaceResponse,
+        workspace_pb2.Record,
+        workspace_pb2.RecordChange,
     ):
         for field in message.DESCRIPTOR.fields:
             assert not REVISION_WORDS.search(field.name), f"{message.DESCRIPTOR.name}.{field.name}"
@@ -176,7 +185,8 @@ def test_stale_agent_is_rejected_and_succeeds_after_reassembling(client: MemoryC
     context = host.assemble_context(a, "w")
     assert "B: the launch moved to June." in context
     assert host.call_tool(a, "memory_update", {"content": "B said June; A confirms June."}) == {
-        "ok": True, "result": "MEMORY.md was replaced."
+        "ok": True,
+        "result": "MEMORY.md was replaced.",
     }
     assert _global(client, tenant) == ("B said June; A confirms June.", 2)
 
@@ -256,7 +266,10 @@ def test_malformed_model_arguments_become_error_results(client: MemoryClient, te
         ("update_workspace", {"changes": [{"op": "put", "key": 7, "content": "x"}]}),
         ("update_workspace", {"changes": [{"op": "put", "key": "/etc/passwd", "content": "x"}]}),
         ("update_workspace", {"changes": [{"op": "put", "key": "a/../../b", "content": "x"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "x"}, {"op": "put", "key": "a.md", "content": "y"}]}),
+        (
+            "update_workspace",
+            {"changes": [{"op": "put", "key": "a.md", "content": "x"}, {"op": "put", "key": "a.md", "content": "y"}]},
+        ),
         ("update_workspace", {"changes": [{"op": "put", "key": "big.md", "content": "x" * 300_000}]}),
         ("update_workspace", {"changes": [{"op": "delete", "key": "missing.md"}]}),
         ("update_workspace", {"changes": [{"op": "put", "key": "k" * 300, "content": "x"}]}),
@@ -302,6 +315,7 @@ def test_eight_agents_race_memory_update(client: MemoryClient, tenant: str) -> N
         def run() -> dict[str, Any]:
             start.wait()
             return host.call_tool(agents[i], "memory_update", {"content": f"written by agent {i}"})
+
         return run
 
     results = _race([call(i) for i in range(8)])
@@ -332,9 +346,9 @@ def test_one_agent_on_eight_threads_races_memory_update(client: MemoryClient, te
     agent = Agent()
     host.assemble_context(agent, "w")
 
-    results = _race([
-        (lambda i=i: host.call_tool(agent, "memory_update", {"content": f"written by thread {i}"})) for i in range(8)
-    ])
+    results = _race(
+        [(lambda i=i: host.call_tool(agent, "memory_update", {"content": f"written by thread {i}"})) for i in range(8)]
+    )
     observations.barrier = None
     winners = [i for i, r in enumerate(results) if r["ok"]]
     assert len(winners) == 1
@@ -423,11 +437,15 @@ with MemoryClient(target) as client:
 """
 
 
-def test_two_client_processes_race_memory_update(target: str, client: MemoryClient, tenant: str, tmp_path: Path) -> None:
+def test_two_client_processes_race_memory_update(
+    target: str, client: MemoryClient, tenant: str, tmp_path: Path
+) -> None:
     children = [
         subprocess.Popen(
             [sys.executable, "-c", CHILD, target, tenant, f"process {i}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(2)
     ]
@@ -466,7 +484,9 @@ def test_raw_grpc_call_without_metadata_fails_closed(client: MemoryClient, tenan
     stub = workspace_pb2_grpc.WorkspaceServiceStub(client.channel)
     update_global = workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="no observation", request_id="raw-1")
     update_workspace = workspace_pb2.UpdateWorkspaceRequest(
-        tenant=tenant, workspace="w", request_id="raw-2",
+        tenant=tenant,
+        workspace="w",
+        request_id="raw-2",
         changes=[workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="a.md", content="x")],
     )
     for call in (
@@ -479,7 +499,9 @@ def test_raw_grpc_call_without_metadata_fails_closed(client: MemoryClient, tenan
         code, reason, _ = _raw_error(call)
         assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBSERVATION_MISSING")
     for bad in ("", "abc", "-1", "+1", " 1", "1.0", "1e3", "99999999999999999999", "0x1"):
-        code, reason, _ = _raw_error(lambda: stub.UpdateGlobal(update_global, timeout=30, metadata=((GLOBAL_KEY, bad),)))
+        code, reason, _ = _raw_error(
+            lambda: stub.UpdateGlobal(update_global, timeout=30, metadata=((GLOBAL_KEY, bad),))
+        )
         assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "OBSERVATION_INVALID"), bad
     code, reason, _ = _raw_error(
         lambda: stub.UpdateGlobal(update_global, timeout=30, metadata=((GLOBAL_KEY, "0"), (GLOBAL_KEY, "0")))
@@ -508,8 +530,14 @@ def test_mismatch_details_never_carry_the_current_generation(big_client: MemoryC
     assert (code, reason) == (grpc.StatusCode.ABORTED, "GENERATION_MISMATCH")
     info = error_info(error)
     assert info is not None
-    everything = " ".join([error.details(), *info.metadata.keys(), *info.metadata.values(),
-                           *(f"{k}={v!r}" for k, v in error.trailing_metadata() or ())])
+    everything = " ".join(
+        [
+            error.details(),
+            *info.metadata.keys(),
+            *info.metadata.values(),
+            *(f"{k}={v!r}" for k, v in error.trailing_metadata() or ()),
+        ]
+    )
     assert str(current) not in everything and not BIG_NUMBER.search(everything)
     assert _global(big_client, tenant) == ("version 2", current)
 
@@ -544,9 +572,19 @@ def test_protocol_page_matches_the_reference_stub() -> None:
     assert json.loads(schemas) == {t["name"]: t["input_schema"] for t in MemoryHost.tool_schemas("anthropic")}
     text = " ".join(page.read_text(encoding="utf-8").split())
     for phrase in (
-        GLOBAL_KEY, WORKSPACE_KEY, reference.STALE_MESSAGE, reference.MISSING_MESSAGE, reference.UNAVAILABLE_MESSAGE,
-        reference.STALE_REASON, reference.MISSING_REASON, "OBSERVATION_MISSING", "OBSERVATION_INVALID",
-        "GENERATION_MISMATCH", "IDEMPOTENCY_KEY_REUSED", "RECEIPT_REUSED", *reference._DESCRIPTIONS.values(),
+        GLOBAL_KEY,
+        WORKSPACE_KEY,
+        reference.STALE_MESSAGE,
+        reference.MISSING_MESSAGE,
+        reference.UNAVAILABLE_MESSAGE,
+        reference.STALE_REASON,
+        reference.MISSING_REASON,
+        "OBSERVATION_MISSING",
+        "OBSERVATION_INVALID",
+        "GENERATION_MISMATCH",
+        "IDEMPOTENCY_KEY_REUSED",
+        "RECEIPT_REUSED",
+        *reference._DESCRIPTIONS.values(),
     ):
         assert phrase in text, phrase
     for method in workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].methods:
@@ -561,6 +599,7 @@ def test_protocol_page_matches_the_reference_stub() -> None:
 
 
 # -- a state machine against a simple model -------------------------------------------------
+
 
 @pytest.fixture
 def host_machine(client: MemoryClient) -> type[RuleBasedStateMachine]:
@@ -634,7 +673,10 @@ def host_machine(client: MemoryClient) -> type[RuleBasedStateMachine]:
         def browser_edit(self) -> None:
             content = self._content()
             generation = client.list_records(self.tenant, "global").generation
-            assert client.edit_records(self.tenant, "global", [RecordChange("put", "MEMORY.md", content)], generation) == generation + 1
+            assert (
+                client.edit_records(self.tenant, "global", [RecordChange("put", "MEMORY.md", content)], generation)
+                == generation + 1
+            )
             self.global_text, self.global_changes = content, self.global_changes + 1
 
         @invariant()
@@ -643,7 +685,10 @@ def host_machine(client: MemoryClient) -> type[RuleBasedStateMachine]:
                 return
             assert _global(client, self.tenant) == (self.global_text, self.global_changes)
             listed = client.list_records(self.tenant, "workspace/w")
-            assert ({r.key: r.content for r in listed.records}, listed.generation) == (self.workspace, self.workspace_changes)
+            assert ({r.key: r.content for r in listed.records}, listed.generation) == (
+                self.workspace,
+                self.workspace_changes,
+            )
 
     return HostMachine
 
@@ -651,6 +696,10 @@ def host_machine(client: MemoryClient) -> type[RuleBasedStateMachine]:
 def test_host_state_machine(host_machine: type[RuleBasedStateMachine]) -> None:
     run_state_machine_as_test(
         host_machine,
-        settings=settings(max_examples=12, stateful_step_count=25, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]),
+        settings=settings(
+            max_examples=12,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
     )

@@ -42,10 +42,11 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -116,12 +117,22 @@ RPC_BY_PATH = {r.path: r for r in RPCS}
 # RPCs that never create or change a tenant's file. Everything else counts as a write, so a new
 # RPC is a write until listed here (the stray-file check then trusts it to make files).
 READ_ONLY = {
-    "MemoryService/Recall", "MemoryService/GetMemory", "MemoryService/ListMemories",
-    "WorkspaceService/AssembleContext", "WorkspaceService/GetRecord", "WorkspaceService/ListRecords",
-    "HotPathService/Status", "HotPathService/Flush",
-    "EventsService/GetEvent", "EventsService/ListEvents", "EventsService/WatchEvents",
-    "AdminService/VerifyIntegrity", "AdminService/Stats", "AdminService/ListTenants",
-    "AdminService/AggregateStats", "AdminService/Ping",
+    "MemoryService/Recall",
+    "MemoryService/GetMemory",
+    "MemoryService/ListMemories",
+    "WorkspaceService/AssembleContext",
+    "WorkspaceService/GetRecord",
+    "WorkspaceService/ListRecords",
+    "HotPathService/Status",
+    "HotPathService/Flush",
+    "EventsService/GetEvent",
+    "EventsService/ListEvents",
+    "EventsService/WatchEvents",
+    "AdminService/VerifyIntegrity",
+    "AdminService/Stats",
+    "AdminService/ListTenants",
+    "AdminService/AggregateStats",
+    "AdminService/Ping",
 }
 
 # Request metadata an RPC needs to get past its first check (docs/host-protocol.md): the observed
@@ -178,45 +189,159 @@ def b64(data: str | bytes) -> str:
 
 
 STRINGS = [
-    "", " ", "\t\n\r", "\u3000",
+    "",
+    " ",
+    "\t\n\r",
+    "\u3000",
     EMOJI * 40_000,  # 40,000 characters of 4-byte UTF-8: beyond the 32,768-character text limit
-    EMOJI * 32_768, "a" * 32_769, "x" * 300_000,
-    "\x00", "a\x00b", "".join(map(chr, range(1, 32))) + "\x7f\x80\x9f",
-    "\u0085\u2028\u2029\u202e\u200b\ufeff\ufffe\uffff", "\U0010ffff\U000e0001\U0001f468\u200d\U0001f469",
-    "e" + "\u0301" * 50, "\u0130\u00dfA\uff21",
-    "../../etc/passwd", "/etc/passwd", "..", ".", "..\\..\\x", "workspace/../global", "workspace/", "a.sqlite",
-    '"foo" OR bar NEAR(', "*", "foo*", "NEAR(a b, -1)", "AND OR NOT", '"', "^foo", "col:foo", "(", ")", "-",
-    "'; DROP TABLE memories; --", "%", "_", "1' OR '1'='1",
-    '{"a": [1, {"b": null}', "{}", "[", "null", '{"__proto__": {"x": 1}}', "%s%n{0}{}",
-    "-1", "99999999999999999999", "NaN", "1e309",
+    EMOJI * 32_768,
+    "a" * 32_769,
+    "x" * 300_000,
+    "\x00",
+    "a\x00b",
+    "".join(map(chr, range(1, 32))) + "\x7f\x80\x9f",
+    "\u0085\u2028\u2029\u202e\u200b\ufeff\ufffe\uffff",
+    "\U0010ffff\U000e0001\U0001f468\u200d\U0001f469",
+    "e" + "\u0301" * 50,
+    "\u0130\u00dfA\uff21",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "..",
+    ".",
+    "..\\..\\x",
+    "workspace/../global",
+    "workspace/",
+    "a.sqlite",
+    '"foo" OR bar NEAR(',
+    "*",
+    "foo*",
+    "NEAR(a b, -1)",
+    "AND OR NOT",
+    '"',
+    "^foo",
+    "col:foo",
+    "(",
+    ")",
+    "-",
+    "'; DROP TABLE memories; --",
+    "%",
+    "_",
+    "1' OR '1'='1",
+    '{"a": [1, {"b": null}',
+    "{}",
+    "[",
+    "null",
+    '{"__proto__": {"x": 1}}',
+    "%s%n{0}{}",
+    "-1",
+    "99999999999999999999",
+    "NaN",
+    "1e309",
 ]
 TENANT_STRINGS = STRINGS + [
-    "A", "Tenant", "-a", "_a", "a" * 63, "a" * 64, "a" * 1_000, "a b", "a/b", "a.b", "a\n", "a\x00",
-    "tenants", "inbox", "..%2f..%2fx", "\u0131",
+    "A",
+    "Tenant",
+    "-a",
+    "_a",
+    "a" * 63,
+    "a" * 64,
+    "a" * 1_000,
+    "a b",
+    "a/b",
+    "a.b",
+    "a\n",
+    "a\x00",
+    "tenants",
+    "inbox",
+    "..%2f..%2fx",
+    "\u0131",
 ]
 PAGE_TOKENS = [
-    "", b64("after:99999999999999999999999"), b64("after:9223372036854775807"), b64("after:9223372036854775808"),
-    b64("after:-9223372036854775809"), b64("after:-1"), b64("after:0"), b64("after:"), b64("after:abc"),
-    b64("after: 7"), b64("after:1_000"), b64("after:\u0663"), b64("after:" + "9" * 5_000), b64("after:5\x00"),
-    b64("after:1e3"), b64("tenant:../../etc"), b64("tenant:" + "a" * 64), b64("tenant:"), b64("tenant:A"),
-    b64("tenant:\x00"), b64(b"\xff\xfe\xfd"), b64(bytes(range(24))), "after:5", "!!!!", "====", "a",
-    b64("after:5") + "\n", b64("after:5") + "=" * 10, EMOJI, "x" * 300_000,
+    "",
+    b64("after:99999999999999999999999"),
+    b64("after:9223372036854775807"),
+    b64("after:9223372036854775808"),
+    b64("after:-9223372036854775809"),
+    b64("after:-1"),
+    b64("after:0"),
+    b64("after:"),
+    b64("after:abc"),
+    b64("after: 7"),
+    b64("after:1_000"),
+    b64("after:\u0663"),
+    b64("after:" + "9" * 5_000),
+    b64("after:5\x00"),
+    b64("after:1e3"),
+    b64("tenant:../../etc"),
+    b64("tenant:" + "a" * 64),
+    b64("tenant:"),
+    b64("tenant:A"),
+    b64("tenant:\x00"),
+    b64(b"\xff\xfe\xfd"),
+    b64(bytes(range(24))),
+    "after:5",
+    "!!!!",
+    "====",
+    "a",
+    b64("after:5") + "\n",
+    b64("after:5") + "=" * 10,
+    EMOJI,
+    "x" * 300_000,
 ]
 INT64_VALUES = [0, -1, 1, 2**63 - 1, -(2**63), 2**53 + 1, -(2**53 + 1), 2**31 - 1, -(2**31), 2**31, 2**32]
 INT32_VALUES = [0, -1, 1, 2**31 - 1, -(2**31), 101, 1_001, 10_001]
 UINT64_VALUES = [0, 1, 2**64 - 1, 2**63, 2**53 + 1]
 UINT32_VALUES = [0, 1, 2**32 - 1, 2**31]
-DOUBLES = [math.nan, math.inf, -math.inf, 1e300, -1e300, -0.0, 0.0, 5e-324, -5e-324, 1.0, -1.0, 0.5, 1.0000001, 2.0**63, 1e-300]
+DOUBLES = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e300,
+    -1e300,
+    -0.0,
+    0.0,
+    5e-324,
+    -5e-324,
+    1.0,
+    -1.0,
+    0.5,
+    1.0000001,
+    2.0**63,
+    1e-300,
+]
 FLOATS = [math.nan, math.inf, -math.inf, 3.4e38, -3.4e38, -0.0, 1.4e-45, 1.0, -1.0]
 BYTES_VALUES = [b"", b"\x00", b"\xff" * 100, bytes(range(256))]
 TIMESTAMPS = [  # (seconds, nanos); valid range 0001-01-01 .. 9999-12-31, nanos 0..999,999,999
-    (0, 0), (-62_135_596_801, 0), (-62_135_596_800, 0), (253_402_300_799, 999_999_999), (253_402_300_800, 0),
-    (2**63 - 1, 0), (-(2**63), 0), (0, -1), (0, 10**9), (0, 2**31 - 1), (0, -(2**31)), (-1, 999_999_999),
-    (1, -1), (253_402_300_799, 10**9), (1_700_000_000, 0),
+    (0, 0),
+    (-62_135_596_801, 0),
+    (-62_135_596_800, 0),
+    (253_402_300_799, 999_999_999),
+    (253_402_300_800, 0),
+    (2**63 - 1, 0),
+    (-(2**63), 0),
+    (0, -1),
+    (0, 10**9),
+    (0, 2**31 - 1),
+    (0, -(2**31)),
+    (-1, 999_999_999),
+    (1, -1),
+    (253_402_300_799, 10**9),
+    (1_700_000_000, 0),
 ]
 OUT_OF_RANGE_ENUMS = [99, -1, 2**31 - 1, -(2**31)]
 OUT_OF_DOMAIN_DOUBLES = [math.nan, math.inf, -math.inf, 1e300, -1e300]
-GENERATION_VALUES = ["", "-1", "99999999999999999999", "9223372036854775808", "9223372036854775807", "0x1", " 0", "0" * 20, "1e3", "+1"]
+GENERATION_VALUES = [
+    "",
+    "-1",
+    "99999999999999999999",
+    "9223372036854775808",
+    "9223372036854775807",
+    "0x1",
+    " 0",
+    "0" * 20,
+    "1e3",
+    "+1",
+]
 
 
 def enum_values(f: FD) -> list[int]:
@@ -410,8 +535,10 @@ def variants(
                 continue
             key_field = f.message_type.fields_by_name["key"]
             value_field = f.message_type.fields_by_name["value"]
-            benign_value = benign(value_field.message_type, depth=depth + 1) if is_message(value_field) else (
-                "v" if value_field.type == FD.TYPE_STRING else scalar_values(value_field)[0]
+            benign_value = (
+                benign(value_field.message_type, depth=depth + 1)
+                if is_message(value_field)
+                else ("v" if value_field.type == FD.TYPE_STRING else scalar_values(value_field)[0])
             )
             benign_key = "k" if key_field.type == FD.TYPE_STRING else scalar_values(key_field)[1]
             for k in scalar_values(key_field):
@@ -532,7 +659,10 @@ def _fill(message: Message, values: dict[str, Any]) -> Message:
 def tenant_strategy() -> st.SearchStrategy:
     fresh = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,50}", fullmatch=True).map(lambda t: ("fresh", t))
     return st.one_of(
-        fresh, fresh, fresh, fresh,
+        fresh,
+        fresh,
+        fresh,
+        fresh,
         st.just(("seeded", SEEDED)),
         st.one_of(st.sampled_from(TENANT_STRINGS), TEXT).map(lambda t: ("hostile", t)),
     )
@@ -563,7 +693,11 @@ def hypothesis_requests(rpc: Rpc, count: int) -> list[Message]:
     drawn: list[Message] = []
 
     @settings(
-        max_examples=count, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
     @given(message_strategy(rpc.request_desc))
@@ -623,7 +757,9 @@ def raw_payloads(rpc: Rpc, valid: bytes) -> list[tuple[str, bytes]]:
                     out.append(
                         (f"raw {f.name}.{sub.name}=<invalid UTF-8>", tenant_prefix + length_delimited(f.number, inner))
                     )
-            out.append((f"raw {f.name}=<truncated submessage>", tenant_prefix + length_delimited(f.number, b"\x0a\x05ab")))
+            out.append(
+                (f"raw {f.name}=<truncated submessage>", tenant_prefix + length_delimited(f.number, b"\x0a\x05ab"))
+            )
         elif f.type == FD.TYPE_ENUM:
             out.append((f"raw {f.name}=<varint 2**64-1>", tenant_prefix + tag(f.number, 0) + varint(2**64 - 1)))
             out.append((f"raw {f.name}=<varint 2**40>", tenant_prefix + tag(f.number, 0) + varint(2**40)))
@@ -704,7 +840,7 @@ class CaseMaker:
             if tenant == SEEDED:
                 tenant = SEEDED_TENANT
             elif tenant.startswith(FRESH):
-                stem = tenant[len(FRESH):]
+                stem = tenant[len(FRESH) :]
                 tenant = f"{stem[:50]}-{next(self._counter):05d}" if stem else self.fresh_tenant()
             request.tenant = tenant
         self.cases.append(Case(rpc, origin, label, request.SerializeToString(), request, tenant, metadata))
@@ -837,7 +973,12 @@ def execute(channel: grpc.Channel, case: Case) -> Outcome:
     return Outcome(case, code, details, reason, elapsed, ours)
 
 
-FORBIDDEN = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DATA_LOSS}
+FORBIDDEN = {
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.DATA_LOSS,
+}
 TRANSPORT_SIZE_LIMIT = re.compile(r"larger than max|message too large", re.I)
 
 
@@ -880,7 +1021,7 @@ def server_errors_by_request_id(log_path: Path) -> tuple[dict[str, str], list[st
 
 
 def summarize_traceback(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [line for line in text.strip().splitlines() if line.strip()]
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)
     last = lines[-1].strip() if lines else "?"
     where = ""
@@ -932,25 +1073,52 @@ def seed(channel: grpc.Channel) -> dict[str, int]:
     def call(path: str, request: Message, metadata: tuple = ()) -> Any:
         rpc = RPC_BY_PATH[path]
         return channel.unary_unary(
-            path, request_serializer=rpc.request_cls.SerializeToString, response_deserializer=rpc.response_cls.FromString
+            path,
+            request_serializer=rpc.request_cls.SerializeToString,
+            response_deserializer=rpc.response_cls.FromString,
         ).with_call(request, timeout=10, metadata=metadata)
 
     t = SEEDED_TENANT
-    memory, workspace, hot = "/mnemosyne.v1.MemoryService/", "/mnemosyne.v1.WorkspaceService/", "/mnemosyne.v1.HotPathService/"
+    memory, workspace, hot = (
+        "/mnemosyne.v1.MemoryService/",
+        "/mnemosyne.v1.WorkspaceService/",
+        "/mnemosyne.v1.HotPathService/",
+    )
     for i, text in enumerate(
-        ["The sky over Lisbon was blue on 8 May 2023.", "Ticket RF-88213 status: awaiting review.",
-         "Ticket RF-88213 status: refunded.", "Alice prefers tea over coffee.", "The sky over Lisbon was blue on 8 May 2023!"]
+        [
+            "The sky over Lisbon was blue on 8 May 2023.",
+            "Ticket RF-88213 status: awaiting review.",
+            "Ticket RF-88213 status: refunded.",
+            "Alice prefers tea over coffee.",
+            "The sky over Lisbon was blue on 8 May 2023!",
+        ]
     ):
-        call(memory + "Retain", memory_pb2.RetainRequest(tenant=t, text=text, metadata={"n": str(i)}, scope="global" if i % 2 else "workspace/w1"))
+        call(
+            memory + "Retain",
+            memory_pb2.RetainRequest(
+                tenant=t, text=text, metadata={"n": str(i)}, scope="global" if i % 2 else "workspace/w1"
+            ),
+        )
     call(memory + "ForgetMemory", memory_pb2.ForgetMemoryRequest(tenant=t, memory_id=4))
-    call(memory + "Retain", memory_pb2.RetainRequest(tenant=t, messages=[types_pb2.ConversationMessage(role="user", content="hi")]))
+    call(
+        memory + "Retain",
+        memory_pb2.RetainRequest(tenant=t, messages=[types_pb2.ConversationMessage(role="user", content="hi")]),
+    )
     call(hot + "Enable", hot_path_pb2.HotPathRequest(tenant=t))
     for i in range(3):
         call(memory + "Retain", memory_pb2.RetainRequest(tenant=t, text=f"fast write number {i}", fast=True))
     call(hot + "Flush", hot_path_pb2.FlushRequest(tenant=t, timeout_seconds=10))
-    call(workspace + "UpdateGlobal", workspace_pb2.UpdateGlobalRequest(tenant=t, content="# Memory\n"), (("mnemosyne-global-generation", "0"),))
+    call(
+        workspace + "UpdateGlobal",
+        workspace_pb2.UpdateGlobalRequest(tenant=t, content="# Memory\n"),
+        (("mnemosyne-global-generation", "0"),),
+    )
     put = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="notes.md", content="plan")
-    call(workspace + "UpdateWorkspace", workspace_pb2.UpdateWorkspaceRequest(tenant=t, workspace="w1", changes=[put]), (("mnemosyne-workspace-generation", "0"),))
+    call(
+        workspace + "UpdateWorkspace",
+        workspace_pb2.UpdateWorkspaceRequest(tenant=t, workspace="w1", changes=[put]),
+        (("mnemosyne-workspace-generation", "0"),),
+    )
     generations = {}
     for scope in ("global", "workspace/w1"):
         response, _ = call(workspace + "ListRecords", workspace_pb2.ListRecordsRequest(tenant=t, scope=scope))
@@ -973,7 +1141,9 @@ def _normalize(text: str, limit: int = 100) -> str:
 
 def display_request(case: Case, limit: int = 900) -> str:
     if case.request is None:
-        return f"(does not parse) bytes {case.payload[:120]!r}" + (f"... ({len(case.payload)} bytes)" if len(case.payload) > 120 else "")
+        return f"(does not parse) bytes {case.payload[:120]!r}" + (
+            f"... ({len(case.payload)} bytes)" if len(case.payload) > 120 else ""
+        )
     shown = type(case.request)()
     shown.CopyFrom(case.request)
     _shorten(shown)
@@ -1042,7 +1212,7 @@ def group_report(title: str, outcomes: list[Outcome], key: Callable[[Outcome], t
             lines.append(line)
         smallest = min(every, key=lambda o: (o.case.origin == "hypothesis", len(o.case.payload), o.case.rpc.short))
         lines.append(f"    smallest: {smallest.case.rpc.short} ({smallest.case.origin}: {smallest.case.label})")
-        lines += ["      " + l for l in display_request(smallest.case).splitlines()]
+        lines += ["      " + line for line in display_request(smallest.case).splitlines()]
     return lines
 
 
@@ -1074,7 +1244,9 @@ def hostile_server(server_factory: Callable[..., Any]) -> Iterator[Any]:
 
 @pytest.fixture
 def channel(hostile_server: Any) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(hostile_server.target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]) as ch:
+    with grpc.insecure_channel(
+        hostile_server.target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    ) as ch:
         yield ch
 
 
@@ -1098,7 +1270,9 @@ def test_no_hostile_request_gets_internal_or_crashes_the_server(hostile_server: 
     alive = hostile_server.process.poll() is None
     if not alive:
         problems.append(f"== the server DIED (exit {hostile_server.process.returncode}); the end of its log: ==")
-        problems += ["    " + l[:300] for l in hostile_server.stderr_path.read_text(errors="replace").splitlines()[-20:]]
+        problems += [
+            "    " + line[:300] for line in hostile_server.stderr_path.read_text(errors="replace").splitlines()[-20:]
+        ]
     else:
         try:
             ping(channel)
@@ -1111,7 +1285,9 @@ def test_no_hostile_request_gets_internal_or_crashes_the_server(hostile_server: 
     bad = [o for o in outcomes if forbidden(o)]
     missing = [o for o in outcomes if lacks_error_info(o)]
     if bad:
-        problems += group_report("forbidden status codes (INTERNAL/UNKNOWN/UNIMPLEMENTED/DATA_LOSS)", bad, forbidden_key)
+        problems += group_report(
+            "forbidden status codes (INTERNAL/UNKNOWN/UNIMPLEMENTED/DATA_LOSS)", bad, forbidden_key
+        )
     if missing:
         problems += group_report("failures without a google.rpc.ErrorInfo reason", missing, error_info_key)
 
@@ -1131,7 +1307,9 @@ def test_no_hostile_request_gets_internal_or_crashes_the_server(hostile_server: 
         stray_groups: dict[tuple, list[str]] = defaultdict(list)
         for tenant in stray:
             calls = calls_by_tenant.get(tenant, [])
-            signature = tuple(sorted({(o.case.rpc.short, o.code.name, o.reason or _normalize(o.details)) for o in calls}))
+            signature = tuple(
+                sorted({(o.case.rpc.short, o.code.name, o.reason or _normalize(o.details)) for o in calls})
+            )
             stray_groups[signature].append(tenant)
         for signature, tenants in sorted(stray_groups.items()):
             described = ", ".join(f"{rpc} -> {code} {reason}" for rpc, code, reason in signature) or "no call named it"
@@ -1140,8 +1318,12 @@ def test_no_hostile_request_gets_internal_or_crashes_the_server(hostile_server: 
             problems.append(f"    files: {by_tenant[tenants[0]]}")
             if example is not None:
                 labels = sorted({o.case.label for t in tenants for o in calls_by_tenant[t]})
-                problems.append("    triggered by: " + "; ".join(labels[:10]) + (f"; ... +{len(labels) - 10} more" if len(labels) > 10 else ""))
-                problems += ["      " + l for l in display_request(example.case).splitlines()]
+                problems.append(
+                    "    triggered by: "
+                    + "; ".join(labels[:10])
+                    + (f"; ... +{len(labels) - 10} more" if len(labels) > 10 else "")
+                )
+                problems += ["      " + line for line in display_request(example.case).splitlines()]
     if unknown:
         problems.append(f"== files of no known kind in the data directory: {unknown[:20]} ==")
     parent_after = set(p.name for p in hostile_server.data_dir.parent.iterdir())

@@ -72,7 +72,9 @@ def test_enqueue_is_idempotent_by_request_id(client: MemoryClient, tenant: str) 
 
 def test_fast_batch_items_are_independent_events(client: MemoryClient, tenant: str) -> None:
     client.hot_path(tenant, "enable")
-    results = client.retain_batch(tenant, ["batch item one", "", RetainItem("batch item two", scope="bad scope")], fast=True)
+    results = client.retain_batch(
+        tenant, ["batch item one", "", RetainItem("batch item two", scope="bad scope")], fast=True
+    )
     assert [r.status for r in results] == ["enqueued", "invalid", "invalid"]
     assert results[1].error_reason and results[2].error_reason
     # Flush counts only what was still open when it was called (a worker may have been faster),

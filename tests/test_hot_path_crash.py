@@ -34,7 +34,9 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
             client.hot_path("crashy", "enable")
         stop = threading.Event()
 
-        def produce(round_number: int = round_number, client: MemoryClient = client, stop: threading.Event = stop) -> None:
+        def produce(
+            round_number: int = round_number, client: MemoryClient = client, stop: threading.Event = stop
+        ) -> None:
             for i in range(10_000):
                 if stop.is_set():
                     return
@@ -71,7 +73,9 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
                 break
         counts = collections.Counter(stored)
         assert len(accepted) > rounds, "the drill accepted too little work to mean anything"
-        assert sum(1 for n in open_at_kills if n) >= rounds // 4, f"too few kills caught work in flight: {open_at_kills}"
+        assert sum(1 for n in open_at_kills if n) >= rounds // 4, (
+            f"too few kills caught work in flight: {open_at_kills}"
+        )
         missing = [t for t in accepted.values() if counts[t] != 1]
         assert not missing, f"{len(missing)} accepted writes lost: {missing[:3]}"
         assert max(counts.values()) == 1, "a write was stored twice"

@@ -29,7 +29,9 @@ def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(serv
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
     with MemoryClient(server.target) as c:
         c.hot_path("waiting", "enable")
-        first = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1")
+        first = c.retain_batch(
+            "waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1"
+        )
         ids = [r.event_id for r in first]
         assert [r.status for r in first] == ["enqueued"] * 3 and ids == sorted(ids)
         time.sleep(0.3)  # a worker had the time to take them, were it not held
@@ -49,9 +51,13 @@ def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(serv
         assert inbox_files > 0 and c.stats("waiting").file_bytes == tenant_files + inbox_files
 
         # A retry finds its first answer in the inbox, on either path; a reused key is refused.
-        again = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1")
+        again = c.retain_batch(
+            "waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1"
+        )
         assert [r.event_id for r in again] == ids
-        slow_retry = c.retain_batch("waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], request_id="batch-1")
+        slow_retry = c.retain_batch(
+            "waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], request_id="batch-1"
+        )
         assert [r.event_id for r in slow_retry] == ids and all(r.memory_id == 0 for r in slow_retry)
 
         hold.unlink()
@@ -59,9 +65,15 @@ def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(serv
         assert (flushed.flushed, flushed.succeeded, flushed.failed) == (3, 3, 0)
         assert _inbox_ids(server.data_dir, "waiting") == []
         assert [e.status for e in c.list_events("waiting").events] == ["succeeded"] * 3  # each once
-        assert [r.event_id for r in c.retain_batch(
-            "waiting", [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)], fast=True, request_id="batch-1"
-        )] == ids  # the key moved to the tenant file with its operations
+        assert [
+            r.event_id
+            for r in c.retain_batch(
+                "waiting",
+                [RetainItem(f"inbox item {i}: shelf SH-{i}") for i in range(3)],
+                fast=True,
+                request_id="batch-1",
+            )
+        ] == ids  # the key moved to the tenant file with its operations
         assert len(c.list_memories("waiting", page_size=10).memories) == 3
 
 
@@ -79,7 +91,12 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
             assert inbox is not None
             with inbox.write(sync=True) as itxn:
                 for i in range(4):
-                    itxn.append("retain", f'{{"metadata":{{}},"scope":"global","text":"moved twice {i}: bay MB-{i}"}}', None, time.time())
+                    itxn.append(
+                        "retain",
+                        f'{{"metadata":{{}},"scope":"global","text":"moved twice {i}: bay MB-{i}"}}',
+                        None,
+                        time.time(),
+                    )
             with inbox.read() as itxn:
                 ops = itxn.ops()
             with store.write() as txn:  # adopted, and then the process "dies" before the removal
@@ -93,7 +110,9 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
         # Before any round: each operation counted once, though it is in both files.
         status = engine.hot_path.status("moved")
         assert (status.queue_depth, status.accepted) == (4, 4)
-        assert [e.event_id for e in engine.hot_path.list_events("moved", page_size=100).events] == [op.event_id for op in ops]
+        assert [e.event_id for e in engine.hot_path.list_events("moved", page_size=100).events] == [
+            op.event_id for op in ops
+        ]
         outcome = engine.hot_path.flush("moved", timeout=30)
         assert (outcome.flushed, outcome.succeeded, outcome.failed) == (4, 4, 0)
         assert engine.hot_path.status("moved").accepted == 4
@@ -155,7 +174,9 @@ def test_one_request_id_sent_fast_and_slow_at_once_is_applied_once(client: Memor
         assert len(answers[key]) == 6 and len(set(answers[key])) == 1, answers[key]
     client.hot_path(tenant, "flush", timeout_seconds=30)
     texts = [m.text for m in client.list_memories(tenant, page_size=100).memories]
-    assert sorted(t for t in texts if t.startswith("raced")) == sorted(f"raced content for {k}: crate RC-{k}" for k in keys)
+    assert sorted(t for t in texts if t.startswith("raced")) == sorted(
+        f"raced content for {k}: crate RC-{k}" for k in keys
+    )
 
 
 def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -> None:  # type: ignore[no-untyped-def]

@@ -59,7 +59,9 @@ def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float,
     return started, time.time(), inbox_wal, server.tenant_file(tenant).name + "-wal"
 
 
-def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_disk(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_disk(
+    server_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     log, hold = tmp_path / "disk.log", tmp_path / "hold"
     hold.touch()  # workers hold before committing: the enqueues' own disk work stands alone
     server = server_factory(env=_probed(log, hold)).start()
@@ -74,7 +76,10 @@ def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_di
         flushed = c.hot_path("synced", "flush", timeout_seconds=30)
         returned = time.time()
         assert (flushed.succeeded, flushed.failed) == (flushed.flushed, 0)
-        assert c.recall("synced", f"crate CR-{ENQUEUES}", k=1)[0].memory.text == f"fast write {ENQUEUES}: crate CR-{ENQUEUES}"
+        assert (
+            c.recall("synced", f"crate CR-{ENQUEUES}", k=1)[0].memory.text
+            == f"fast write {ENQUEUES}: crate CR-{ENQUEUES}"
+        )
     before_return = [e for e in _events(log, wal) if e.ended <= returned]
     last_write = max(e.ended for e in before_return if e.kind == "write")
     assert any(e.kind == "sync" and e.started >= last_write for e in before_return), (

@@ -15,7 +15,9 @@ def test_retry_after_reply_lost_post_commit_returns_first_result(server_factory,
             if method == "retain":
                 client.retain("acme", "Ticket RF-88213 awaits finance review", request_id="lost-reply-1")
             else:
-                client.retain_batch("acme", [RetainItem("batch one"), RetainItem("batch two")], request_id="lost-reply-1")
+                client.retain_batch(
+                    "acme", [RetainItem("batch one"), RetainItem("batch two")], request_id="lost-reply-1"
+                )
     assert server.wait_exit() != 0
     server.env.pop("MNEMOSYNE_TEST_CRASH_AFTER_COMMIT")
     server.restart()
@@ -25,7 +27,9 @@ def test_retry_after_reply_lost_post_commit_returns_first_result(server_factory,
             assert retry.status == "created" and retry.memory_id == 1
             expected = 1
         else:
-            retry = client.retain_batch("acme", [RetainItem("batch one"), RetainItem("batch two")], request_id="lost-reply-1")
+            retry = client.retain_batch(
+                "acme", [RetainItem("batch one"), RetainItem("batch two")], request_id="lost-reply-1"
+            )
             assert [(r.status, r.memory_id) for r in retry] == [("created", 1), ("created", 2)]
             expected = 2
         stats = client.stats("acme")

@@ -25,8 +25,20 @@ def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneC
 @pytest.fixture
 def limited(server_factory) -> ServerProcess:  # type: ignore[no-untyped-def]
     return server_factory(
-        args=["--max-text-chars", "100", "--max-batch-items", "3", "--max-metadata-pairs", "2",
-              "--max-metadata-value-chars", "10", "--max-query-chars", "20", "--max-page-size", "5"],
+        args=[
+            "--max-text-chars",
+            "100",
+            "--max-batch-items",
+            "3",
+            "--max-metadata-pairs",
+            "2",
+            "--max-metadata-value-chars",
+            "10",
+            "--max-query-chars",
+            "20",
+            "--max-page-size",
+            "5",
+        ],
         env={"MNEMOSYNE_MAX_K": "4"},  # the environment configures limits too
     ).start()
 
@@ -35,16 +47,26 @@ def test_each_request_limit_names_itself(limited: ServerProcess, tenant: str) ->
     with MemoryClient(limited.target, retries=0) as c:
         _refused(lambda: c.retain(tenant, "x" * 101), INVALID, "TEXT_TOO_LONG", "max_text_chars")
         _refused(lambda: c.retain_batch(tenant, ["a", "b", "c", "d"]), INVALID, "BATCH_TOO_LARGE", "max_batch_items")
-        _refused(lambda: c.retain(tenant, "ok", metadata={"a": "1", "b": "2", "c": "3"}), INVALID,
-                 "METADATA_TOO_LARGE", "max_metadata_pairs")
-        _refused(lambda: c.retain(tenant, "ok", metadata={"a": "x" * 11}), INVALID, "METADATA_INVALID",
-                 "max_metadata_value_chars")
+        _refused(
+            lambda: c.retain(tenant, "ok", metadata={"a": "1", "b": "2", "c": "3"}),
+            INVALID,
+            "METADATA_TOO_LARGE",
+            "max_metadata_pairs",
+        )
+        _refused(
+            lambda: c.retain(tenant, "ok", metadata={"a": "x" * 11}),
+            INVALID,
+            "METADATA_INVALID",
+            "max_metadata_value_chars",
+        )
         _refused(lambda: c.recall(tenant, "q" * 21), INVALID, "QUERY_TOO_LONG", "max_query_chars")
         _refused(lambda: c.recall(tenant, "refund", k=5), INVALID, "K_OUT_OF_RANGE", "max_k")
         _refused(lambda: c.list_memories(tenant, page_size=6), INVALID, "PAGE_SIZE_OUT_OF_RANGE", "5")
         # Within every limit the same calls work.
         assert c.retain(tenant, "x" * 100, metadata={"a": "x" * 10, "b": "y"}).status == "created"
-        assert [r.status for r in c.retain_batch(tenant, ["one thing", "another thing", "third thing"])] == ["created"] * 3
+        assert [r.status for r in c.retain_batch(tenant, ["one thing", "another thing", "third thing"])] == [
+            "created"
+        ] * 3
         assert len(c.recall(tenant, "thing", k=4)) >= 3  # k=4 accepted (the xxx memory may not match)
 
 
@@ -92,7 +114,9 @@ def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str,
     committed: dict[int, str] = {}
     with MemoryClient(server.target, retries=0) as c:
         for n in range(200):
-            texts = [f"note {n}.{j}: " + " ".join(f"tok{n}q{j}q{i}" for i in range(150)) for j in range(3 if batch else 1)]
+            texts = [
+                f"note {n}.{j}: " + " ".join(f"tok{n}q{j}q{i}" for i in range(150)) for j in range(3 if batch else 1)
+            ]
             try:
                 if batch:
                     results = c.retain_batch(tenant, texts)

@@ -10,8 +10,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -31,10 +31,17 @@ def chat() -> Iterator[ChatServer]:
         yield server
 
 
-def make_extractor(chat: ChatServer, *, timeout: float = 10.0, retries: int = 2, fallback: bool = False,
-                   sleeps: list[float] | None = None) -> OpenAIExtractor:
-    settings = LLMSettings(base_url=chat.base_url, model="test-model", api_key="sk-test", timeout=timeout,
-                           retries=retries, backoff=0.01)
+def make_extractor(
+    chat: ChatServer,
+    *,
+    timeout: float = 10.0,
+    retries: int = 2,
+    fallback: bool = False,
+    sleeps: list[float] | None = None,
+) -> OpenAIExtractor:
+    settings = LLMSettings(
+        base_url=chat.base_url, model="test-model", api_key="sk-test", timeout=timeout, retries=retries, backoff=0.01
+    )
     recorded = sleeps if sleeps is not None else []
     return OpenAIExtractor(settings, fallback=RulesExtractor() if fallback else None, sleep=recorded.append)
 
@@ -102,10 +109,21 @@ def test_refused_request_is_not_retried(chat: ChatServer) -> None:
         ('[{"kind": "identifier", "value": "RF-88213"}]', "stop", "invalid_answer"),
         ('{"facts": [{"kind": "identifier", "value": "RF-88213"}], "triples": []}', "length", "truncated"),
     ],
-    ids=["truncated-json", "prose", "no-triples", "fact-without-value", "triple-without-object",
-         "fact-not-object", "facts-not-list", "not-an-object", "finish-length"],
+    ids=[
+        "truncated-json",
+        "prose",
+        "no-triples",
+        "fact-without-value",
+        "triple-without-object",
+        "fact-not-object",
+        "facts-not-list",
+        "not-an-object",
+        "finish-length",
+    ],
 )
-def test_malformed_or_partial_answer_is_rejected_whole(chat: ChatServer, content: str, finish_reason: str, cause: str) -> None:
+def test_malformed_or_partial_answer_is_rejected_whole(
+    chat: ChatServer, content: str, finish_reason: str, cause: str
+) -> None:
     chat.script = [Behaviour("content", content=content, finish_reason=finish_reason)]
     with pytest.raises(FailedPrecondition) as caught:
         make_extractor(chat).extract(TEXT)
@@ -127,9 +145,13 @@ def test_fallback_to_rules_on_invalid_answer(chat: ChatServer) -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [{}, {"MNEMOSYNE_LLM_MODEL": "m"}, {"MNEMOSYNE_LLM_BASE_URL": "ftp://x/v1", "MNEMOSYNE_LLM_MODEL": "m"},
-     {"MNEMOSYNE_LLM_BASE_URL": "http://x/v1", "MNEMOSYNE_LLM_MODEL": "m", "MNEMOSYNE_LLM_TIMEOUT": "soon"},
-     {"MNEMOSYNE_LLM_BASE_URL": "http://x/v1", "MNEMOSYNE_LLM_MODEL": "m", "MNEMOSYNE_LLM_FALLBACK": "magic"}],
+    [
+        {},
+        {"MNEMOSYNE_LLM_MODEL": "m"},
+        {"MNEMOSYNE_LLM_BASE_URL": "ftp://x/v1", "MNEMOSYNE_LLM_MODEL": "m"},
+        {"MNEMOSYNE_LLM_BASE_URL": "http://x/v1", "MNEMOSYNE_LLM_MODEL": "m", "MNEMOSYNE_LLM_TIMEOUT": "soon"},
+        {"MNEMOSYNE_LLM_BASE_URL": "http://x/v1", "MNEMOSYNE_LLM_MODEL": "m", "MNEMOSYNE_LLM_FALLBACK": "magic"},
+    ],
     ids=["nothing", "no-url", "bad-scheme", "bad-timeout", "bad-fallback"],
 )
 def test_incomplete_configuration_is_refused(env: dict[str, str]) -> None:
@@ -143,7 +165,16 @@ def test_incomplete_configuration_is_refused(env: dict[str, str]) -> None:
 
 def serve_with(server_factory, chat: ChatServer, **env: str):  # type: ignore[no-untyped-def]
     return server_factory(
-        args=["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "test-model", "--llm-timeout", "10"],
+        args=[
+            "--extractor",
+            "openai",
+            "--llm-base-url",
+            chat.base_url,
+            "--llm-model",
+            "test-model",
+            "--llm-timeout",
+            "10",
+        ],
         env={"MNEMOSYNE_LLM_API_KEY": "sk-server", "MNEMOSYNE_LLM_BACKOFF": "0.01", **env},
     ).start()
 
@@ -164,8 +195,12 @@ def test_server_counts_model_calls_exactly(server_factory, chat: ChatServer, ten
     assert chat.headers[0]["authorization"] == "Bearer sk-server"
     # The stored facts and triples are the model's answer for that text.
     answer = chat.answers[0]
-    assert [(f.kind, f.value, f.normalized) for f in memory.facts] == [(f["kind"], f["value"], f["normalized"]) for f in answer["facts"]]
-    assert [(t.subject, t.predicate, t.object) for t in memory.triples] == [(t["subject"], t["predicate"], t["object"]) for t in answer["triples"]]
+    assert [(f.kind, f.value, f.normalized) for f in memory.facts] == [
+        (f["kind"], f["value"], f["normalized"]) for f in answer["facts"]
+    ]
+    assert [(t.subject, t.predicate, t.object) for t in memory.triples] == [
+        (t["subject"], t["predicate"], t["object"]) for t in answer["triples"]
+    ]
 
 
 def test_server_retries_429_and_counts_one_model_call(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
@@ -179,7 +214,9 @@ def test_server_retries_429_and_counts_one_model_call(server_factory, chat: Chat
 
 def test_server_rejects_invalid_answer_and_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
     process = serve_with(server_factory, chat)
-    chat.script = [Behaviour("content", content='{"facts": [{"kind": "identifier", "value": "RF-88213"}], "triples": [')]
+    chat.script = [
+        Behaviour("content", content='{"facts": [{"kind": "identifier", "value": "RF-88213"}], "triples": [')
+    ]
     with MemoryClient(process.target) as client:
         with pytest.raises(FailedPreconditionError) as caught:
             client.retain(tenant, TEXT)
@@ -204,16 +241,32 @@ def test_server_falls_back_to_rules_when_configured(server_factory, chat: ChatSe
 
 def test_server_refuses_to_start_without_llm_settings(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(tmp_path), "--port", "0",
-         "--metrics-port", "0", "--extractor", "openai"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "mnemosyne.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--extractor",
+            "openai",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith("MNEMOSYNE_LLM_")},
     )
     assert result.returncode == 2
     assert "MNEMOSYNE_LLM_BASE_URL" in result.stderr and "LLM_CONFIG_INVALID" in result.stderr
 
 
-def test_a_batch_calls_the_model_concurrently_and_keeps_each_answer_with_its_item(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_calls_the_model_concurrently_and_keeps_each_answer_with_its_item(
+    server_factory, chat: ChatServer, tenant: str
+) -> None:  # type: ignore[no-untyped-def]
     process = serve_with(server_factory, chat, MNEMOSYNE_LLM_CONCURRENCY="4")
     chat.delay = 0.2  # a model's latency: one after the other, 12 items would take 2.4 s
     texts = [f"Order ORD-{7000 + i} ships {i + 1} boxes on 2024-05-{i + 1:02d}." for i in range(12)]
@@ -242,6 +295,12 @@ def test_one_bad_answer_in_a_concurrent_batch_stores_nothing(server_factory, cha
 
 def test_llm_concurrency_out_of_range_is_refused() -> None:
     with pytest.raises(FailedPrecondition) as caught:
-        extractor_from_settings("openai", {"MNEMOSYNE_LLM_BASE_URL": "http://127.0.0.1:1/v1", "MNEMOSYNE_LLM_MODEL": "m",
-                                           "MNEMOSYNE_LLM_CONCURRENCY": "0"})
+        extractor_from_settings(
+            "openai",
+            {
+                "MNEMOSYNE_LLM_BASE_URL": "http://127.0.0.1:1/v1",
+                "MNEMOSYNE_LLM_MODEL": "m",
+                "MNEMOSYNE_LLM_CONCURRENCY": "0",
+            },
+        )
     assert caught.value.reason == "LLM_CONFIG_INVALID" and "CONCURRENCY" in caught.value.message

@@ -33,7 +33,8 @@ def _traffic(server: ServerProcess, tenant: str) -> None:
         with pytest.raises(grpc.RpcError) as missing:
             c.memory.GetMemory(
                 memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=999_999),
-                metadata=(*c.call_metadata, ("x-request-id", "req-logtest-42")), timeout=10,
+                metadata=(*c.call_metadata, ("x-request-id", "req-logtest-42")),
+                timeout=10,
             )
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
         assert ("x-request-id", "req-logtest-42") in tuple(missing.value.initial_metadata())
@@ -45,11 +46,13 @@ def _traffic(server: ServerProcess, tenant: str) -> None:
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
 def test_logs_carry_request_ids_and_no_secrets(server_factory, tenant: str, log_format: str) -> None:  # type: ignore[no-untyped-def]
-    server: ServerProcess = server_factory(env={
-        "MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant]}),
-        "MNEMOSYNE_LOG_FORMAT": log_format,
-        "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # the most the server ever logs
-    }).start()
+    server: ServerProcess = server_factory(
+        env={
+            "MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant]}),
+            "MNEMOSYNE_LOG_FORMAT": log_format,
+            "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # the most the server ever logs
+        }
+    ).start()
     _traffic(server, tenant)
     server.stop()
     output = server.stderr_path.read_text()
@@ -58,8 +61,17 @@ def test_logs_carry_request_ids_and_no_secrets(server_factory, tenant: str, log_
 
     # Pieces of the text too, but none made of digits alone: a pid or port such as 24417 would
     # match them (a flaky failure seen once).
-    for secret in (SECRET_TEXT, "PIN is 4417", "correct-horse", SECRET_QUERY, SECRET_META, TOKEN, WRONG_TOKEN,
-                   hash_token(TOKEN), hash_token(WRONG_TOKEN)):
+    for secret in (
+        SECRET_TEXT,
+        "PIN is 4417",
+        "correct-horse",
+        SECRET_QUERY,
+        SECRET_META,
+        TOKEN,
+        WRONG_TOKEN,
+        hash_token(TOKEN),
+        hash_token(WRONG_TOKEN),
+    ):
         assert secret not in output, f"{secret!r} leaked into the server log"
 
     if log_format == "json":
@@ -82,7 +94,8 @@ def test_request_id_echo_merges_with_assemble_context_metadata(client, tenant: s
 
     _, call = client.workspace.AssembleContext.with_call(
         workspace_pb2.AssembleContextRequest(tenant=tenant, workspace="w"),
-        metadata=(*client.call_metadata, ("x-request-id", "req-merge-7")), timeout=10,
+        metadata=(*client.call_metadata, ("x-request-id", "req-merge-7")),
+        timeout=10,
     )
     keys = dict(call.initial_metadata())
     assert keys["x-request-id"] == "req-merge-7"

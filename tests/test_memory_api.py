@@ -133,7 +133,9 @@ def test_recall_bad_input_is_invalid_argument(client: MemoryClient, tenant: str,
     assert info.value.reason == reason
 
 
-def test_recall_of_a_tenant_never_written_is_empty_and_creates_no_file(client: MemoryClient, server, tenant: str) -> None:
+def test_recall_of_a_tenant_never_written_is_empty_and_creates_no_file(
+    client: MemoryClient, server, tenant: str
+) -> None:
     assert client.recall(tenant, "anything") == []
     assert client.list_memories(tenant).memories == []
     assert client.stats(tenant).memories == 0
@@ -145,7 +147,11 @@ def test_recall_filters_apply_before_the_top_k_cut(client: MemoryClient, tenant:
     # matches. A filter applied after the cut would return fewer than k hits.
     client.retain_batch(tenant, [RetainItem(f"deploy deploy deploy pipeline run {i}") for i in range(30)])
     wanted = client.retain_batch(
-        tenant, [RetainItem(f"a note that mentions deploy once, number {i}", scope="workspace/ops", metadata={"team": "sre"}) for i in range(3)]
+        tenant,
+        [
+            RetainItem(f"a note that mentions deploy once, number {i}", scope="workspace/ops", metadata={"team": "sre"})
+            for i in range(3)
+        ],
     )
     hits = client.recall(tenant, "deploy", k=3, scopes=["workspace/ops"])
     assert sorted(h.memory.id for h in hits) == sorted(r.memory_id for r in wanted)
@@ -185,7 +191,10 @@ def test_list_memories_pages_in_id_order(client: MemoryClient, tenant: str) -> N
     assert scoped.memories == [] and scoped.next_page_token == ""
 
 
-@pytest.mark.parametrize(("kwargs", "reason"), [({"page_token": "garbage!"}, "PAGE_TOKEN_INVALID"), ({"page_size": 5000}, "PAGE_SIZE_OUT_OF_RANGE")])
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [({"page_token": "garbage!"}, "PAGE_TOKEN_INVALID"), ({"page_size": 5000}, "PAGE_SIZE_OUT_OF_RANGE")],
+)
 def test_list_memories_bad_input(client: MemoryClient, tenant: str, kwargs: dict, reason: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         client.list_memories(tenant, **kwargs)
@@ -241,8 +250,21 @@ def test_fts_syntax_in_queries_is_searched_as_text(client: MemoryClient, tenant:
     memory_id = client.retain(tenant, "The customer requested a refund, ticket number RF-88213").memory_id
     client.retain(tenant, "An unrelated note about gardening")
     # Text-only mode: these hits can only come from BM25, so a silent fallback to vectors fails.
-    for query in ['"refund', "refund*", "refund AND", "NEAR(refund", "ticket: refund", "(refund", "refund)",
-                  "-refund", "^refund", "refund OR", 'NEAR("refund" ticket*) AND :x', "RF-88213", "{refund}"]:
+    for query in [
+        '"refund',
+        "refund*",
+        "refund AND",
+        "NEAR(refund",
+        "ticket: refund",
+        "(refund",
+        "refund)",
+        "-refund",
+        "^refund",
+        "refund OR",
+        'NEAR("refund" ticket*) AND :x',
+        "RF-88213",
+        "{refund}",
+    ]:
         hits = client.recall(tenant, query, k=1, mode="text")
         assert [h.memory.id for h in hits] == [memory_id], query
         assert hits[0].text_score > 0
@@ -264,7 +286,10 @@ def test_raw_grpc_errors_carry_error_info_reason(target: str) -> None:
 def test_recall_retain_and_ping_report_their_server_side_time(client: MemoryClient, tenant: str) -> None:
     """The benchmarks separate the server's own time from the gRPC floor with this header."""
     calls = [
-        (client.memory.Retain, memory_pb2.RetainRequest(tenant=tenant, text="timed write: crate CR-1", request_id="t1")),
+        (
+            client.memory.Retain,
+            memory_pb2.RetainRequest(tenant=tenant, text="timed write: crate CR-1", request_id="t1"),
+        ),
         (client.memory.Recall, memory_pb2.RecallRequest(tenant=tenant, query="crate CR-1", k=3)),
         (client.admin.Ping, admin_pb2.PingRequest()),
     ]

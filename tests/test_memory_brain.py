@@ -10,7 +10,7 @@ import pytest
 from mnemosyne.client import FailedPreconditionError, InvalidArgumentError
 
 # Seed 001 §9.2, verbatim.
-SEED_SNIPPET = '''
+SEED_SNIPPET = """
 from mnemosyne import MemoryBrain
 
 brain = MemoryBrain("./mem")
@@ -23,7 +23,7 @@ brain.retain("The customer requested a refund, ticket number RF-88213", fast=Tru
 hits = brain.recall("refund ticket", k=3)          # may be empty: not yet on disk
 brain.hot_path(action="flush")                    # consistency barrier
 hits = brain.recall("refund ticket", k=3)          # now guaranteed readable
-'''
+"""
 
 
 def _run(snippet: str) -> dict:

@@ -32,16 +32,16 @@ def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
 
 def _value(families: dict, family: str, sample: str | None = None, **labels: str) -> float:
     sample = sample or family
-    found = [v for name, lab, v in families[family] if name == sample and all(lab.get(k) == x for k, x in labels.items())]
+    found = [
+        v for name, lab, v in families[family] if name == sample and all(lab.get(k) == x for k, x in labels.items())
+    ]
     assert len(found) == 1, (family, sample, labels, families[family])
     return found[0]
 
 
 @pytest.fixture
 def metered(server_factory, tenant: str) -> ServerProcess:  # type: ignore[no-untyped-def]
-    return server_factory(
-        metrics=True, env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant], ADMIN: ["*"]})}
-    ).start()
+    return server_factory(metrics=True, env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant], ADMIN: ["*"]})}).start()
 
 
 def test_metrics_after_traffic(metered: ServerProcess, tenant: str) -> None:
@@ -73,7 +73,9 @@ def test_metrics_after_traffic(metered: ServerProcess, tenant: str) -> None:
     retain = "/mnemosyne.v1.MemoryService/Retain"
     assert _value(families, histogram, histogram + "_count", method=retain, code="OK") == 9
     assert _value(families, histogram, histogram + "_count", method=retain, code="INVALID_ARGUMENT") == 1
-    assert _value(families, histogram, histogram + "_count", method="/mnemosyne.v1.MemoryService/Recall", code="OK") == 1
+    assert (
+        _value(families, histogram, histogram + "_count", method="/mnemosyne.v1.MemoryService/Recall", code="OK") == 1
+    )
     assert _value(families, histogram, histogram + "_bucket", method=retain, code="OK", le="+Inf") == 9
     assert _value(families, histogram, histogram + "_sum", method=retain, code="OK") > 0
     # Labels take values from fixed sets only.
@@ -100,7 +102,12 @@ def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, te
     _status, text = _get(metered.metrics_url + "/metrics")
     families = _families(text)
     histogram = "mnemosyne_rpc_duration_seconds"
-    assert _value(families, histogram, histogram + "_count", method="/mnemosyne.v1.AdminService/Stats", code="UNAUTHENTICATED") == 1
+    assert (
+        _value(
+            families, histogram, histogram + "_count", method="/mnemosyne.v1.AdminService/Stats", code="UNAUTHENTICATED"
+        )
+        == 1
+    )
     assert tenant not in text
 
 
@@ -143,8 +150,16 @@ def test_cas_rejections_are_counted_by_reason(metered: ServerProcess, tenant: st
                 client.update_global(tenant, "stale", observed_generation=0)
         with pytest.raises(grpc.RpcError):  # a raw call without the observation metadata
             client.workspace.UpdateGlobal(
-                workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="blind"), metadata=client.call_metadata, timeout=10
+                workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="blind"),
+                metadata=client.call_metadata,
+                timeout=10,
             )
     families = _families(_get(metered.metrics_url + "/metrics")[1])
-    assert _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="GENERATION_MISMATCH") == 2
-    assert _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="OBSERVATION_MISSING") == 1
+    assert (
+        _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="GENERATION_MISMATCH")
+        == 2
+    )
+    assert (
+        _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="OBSERVATION_MISSING")
+        == 1
+    )

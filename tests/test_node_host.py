@@ -17,9 +17,7 @@ from tests.node_support import node_package
 def test_node_client_and_host_suite() -> None:
     package = node_package()
     env = {**os.environ, "MNEMOSYNE_PYTHON": sys.executable}
-    result = subprocess.run(
-        ["node", "--test"], cwd=package, env=env, capture_output=True, text=True, timeout=600
-    )
+    result = subprocess.run(["node", "--test"], cwd=package, env=env, capture_output=True, text=True, timeout=600)
     summary = [line for line in result.stdout.splitlines() if line.startswith("# ")]
     assert result.returncode == 0, f"node --test failed:\n{result.stdout[-12000:]}\n{result.stderr[-4000:]}"
     counts = dict(line[2:].split(" ", 1) for line in summary if line[2:].split(" ", 1)[0] in ("tests", "pass", "fail"))

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -74,7 +74,9 @@ main().catch((err) => { console.error(err); process.exitCode = 1; });
 
 def _run(command: list[str], cwd: Path, timeout: float = 120, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert result.returncode == 0, f"{' '.join(command)} failed in {cwd}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"{' '.join(command)} failed in {cwd}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
     return result.stdout
 
 
@@ -121,7 +123,9 @@ def package_server(outside: Path) -> Iterator[ServerProcess]:
 def test_the_tarball_holds_exactly_the_code_the_types_and_the_protos(tarball: Path) -> None:
     with tarfile.open(tarball) as archive:
         names = sorted(archive.getnames())
-    protos = sorted(f"package/protos/{p.relative_to(ROOT / 'protos')}" for p in (ROOT / "protos" / "mnemosyne").rglob("*.proto"))
+    protos = sorted(
+        f"package/protos/{p.relative_to(ROOT / 'protos')}" for p in (ROOT / "protos" / "mnemosyne").rglob("*.proto")
+    )
     sources = sorted(f"package/src/{p.name}" for p in (NODE_PACKAGE / "src").iterdir())
     assert len(protos) >= 6 and "package/src/index.d.ts" in sources
     assert names == sorted(["package/package.json", *protos, *sources])

@@ -31,10 +31,19 @@ def _generated_files(directory: Path) -> dict[str, bytes]:
 def test_committed_python_code_matches_protoc_output(tmp_path: Path) -> None:
     # The same command as scripts/gen-protos, into a temporary directory.
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}",
-         f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}", f"--pyi_out={tmp_path}",
-         *sorted(str(p) for p in V1.glob("*.proto"))],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTOS}",
+            f"--python_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            *sorted(str(p) for p in V1.glob("*.proto")),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     fresh = _generated_files(tmp_path / "mnemosyne" / "v1")
     committed = _generated_files(V1)
@@ -91,16 +100,43 @@ def _edited_protos(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
     ("file", "edits", "expected"),
     [
         ("memory.proto", [(r"^  string scope = 3;\n", "")], "field .mnemosyne.v1.RetainRequest.scope = 3 was removed"),
-        ("memory.proto", [(r"^  string scope = 3;", "  string scope = 9;")], "RetainRequest.scope = 3 was removed (now number 9)"),
-        ("memory.proto", [(r"^  int32 k = 3;", "  int64 k = 3;")], "field .mnemosyne.v1.RecallRequest.k = 3 changed type"),
-        ("memory.proto", [(r"^  repeated string scopes = 4;", "  string scopes = 4;")], "RecallRequest.scopes = 4 changed type"),
-        ("workspace.proto", [(r"^  rpc Consolidate\(.*\n", "")], "rpc .mnemosyne.v1.WorkspaceService.Consolidate was removed"),
-        ("types.proto", [(r"^    ENQUEUED = 3;", "    ENQUEUED = 7;")], "RetainResult.Status.ENQUEUED changed number 3 -> 7"),
+        (
+            "memory.proto",
+            [(r"^  string scope = 3;", "  string scope = 9;")],
+            "RetainRequest.scope = 3 was removed (now number 9)",
+        ),
+        (
+            "memory.proto",
+            [(r"^  int32 k = 3;", "  int64 k = 3;")],
+            "field .mnemosyne.v1.RecallRequest.k = 3 changed type",
+        ),
+        (
+            "memory.proto",
+            [(r"^  repeated string scopes = 4;", "  string scopes = 4;")],
+            "RecallRequest.scopes = 4 changed type",
+        ),
+        (
+            "workspace.proto",
+            [(r"^  rpc Consolidate\(.*\n", "")],
+            "rpc .mnemosyne.v1.WorkspaceService.Consolidate was removed",
+        ),
+        (
+            "types.proto",
+            [(r"^    ENQUEUED = 3;", "    ENQUEUED = 7;")],
+            "RetainResult.Status.ENQUEUED changed number 3 -> 7",
+        ),
         # Renaming a message (with its users, so the file compiles) removes the old name.
-        ("workspace.proto", [(r"\bRecord\b(?= )", "RecordV2")],
-         "message .mnemosyne.v1.Record was removed"),
+        ("workspace.proto", [(r"\bRecord\b(?= )", "RecordV2")], "message .mnemosyne.v1.Record was removed"),
     ],
-    ids=["field-removed", "field-renumbered", "field-type", "field-label", "rpc-removed", "enum-renumbered", "message-renamed"],
+    ids=[
+        "field-removed",
+        "field-renumbered",
+        "field-type",
+        "field-label",
+        "rpc-removed",
+        "enum-renumbered",
+        "message-renamed",
+    ],
 )
 def test_breaking_changes_are_detected(tmp_path: Path, file: str, edits: list[tuple[str, str]], expected: str) -> None:
     root = _edited_protos(tmp_path, file, *edits)
@@ -110,8 +146,12 @@ def test_breaking_changes_are_detected(tmp_path: Path, file: str, edits: list[tu
 
 def test_additions_are_not_breaking(tmp_path: Path) -> None:
     root = _edited_protos(
-        tmp_path, "memory.proto",
-        (r"^  repeated ConversationMessage messages = 7;", "  repeated ConversationMessage messages = 7;\n  string added_later = 99;"),
+        tmp_path,
+        "memory.proto",
+        (
+            r"^  repeated ConversationMessage messages = 7;",
+            "  repeated ConversationMessage messages = 7;\n  string added_later = 99;",
+        ),
     )
     path = root / "mnemosyne" / "v1" / "memory.proto"
     path.write_text(

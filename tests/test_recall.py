@@ -41,7 +41,9 @@ def test_vector_and_text_paths_each_find_it(client: MemoryClient, tenant: str) -
     client.retain_batch(tenant, [RetainItem(t) for t in _distractors(200)])
     target_id = client.retain(tenant, TARGET).memory_id
     assert client.recall(tenant, "RF-88213 refund", k=1, mode="text")[0].memory.id == target_id
-    assert client.recall(tenant, "customer requested refund ticket number", k=1, mode="vector")[0].memory.id == target_id
+    assert (
+        client.recall(tenant, "customer requested refund ticket number", k=1, mode="vector")[0].memory.id == target_id
+    )
 
 
 def test_ranking_is_the_same_after_a_restart(server_factory) -> None:

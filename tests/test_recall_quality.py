@@ -22,8 +22,7 @@ DISTRACTOR_WORDS = (
 def distractors(n: int) -> list[str]:
     rng = np.random.default_rng(42)
     return [
-        " ".join(rng.choice(DISTRACTOR_WORDS, size=8)) + f" note {i} about the team and what they did"
-        for i in range(n)
+        " ".join(rng.choice(DISTRACTOR_WORDS, size=8)) + f" note {i} about the team and what they did" for i in range(n)
     ]
 
 
@@ -39,10 +38,13 @@ def test_refund_ticket_ranks_first_among_a_thousand_distractors(client: MemoryCl
 
 def test_stop_words_do_not_drown_the_words_that_matter(client: MemoryClient, tenant: str) -> None:
     target = client.retain(tenant, "Customer refund approved by finance").memory_id
-    client.retain_batch(tenant, [
-        "What did they do about it, and what was it that they did when they were there?",
-        "Where was it and who was with them when it was done?",
-    ])
+    client.retain_batch(
+        tenant,
+        [
+            "What did they do about it, and what was it that they did when they were there?",
+            "Where was it and who was with them when it was done?",
+        ],
+    )
     hits = client.recall(tenant, "What did they do about the refund when it was there?", k=3, mode="text")
     assert hits[0].memory.id == target
     assert hits[0].text_score > 0 and hits[0].vector_score == 0.0
@@ -56,7 +58,9 @@ def test_a_query_of_only_stop_words_still_finds_its_memory(client: MemoryClient,
 
 
 def test_fused_hits_carry_both_path_scores(client: MemoryClient, tenant: str) -> None:
-    client.retain_batch(tenant, [RetainItem(t) for t in ["Alice painted a sunrise over the lake", "Bob fixed the printer"]])
+    client.retain_batch(
+        tenant, [RetainItem(t) for t in ["Alice painted a sunrise over the lake", "Bob fixed the printer"]]
+    )
     hit = client.recall(tenant, "who painted the sunrise", k=1)[0]
     assert "sunrise" in hit.memory.text
     assert hit.vector_score > 0 and hit.text_score > 0 and hit.score > 0
@@ -82,8 +86,13 @@ def test_hashing_v2_is_a_fixed_function_of_the_text() -> None:
     """Tenant files store hashing-v2 vectors: a faster implementation must give the very same
     bytes (this digest is of the vectors of the implementation that first shipped), or the
     embedder needs a new name so old tenants fail with EMBEDDER_MISMATCH instead of drifting."""
-    texts = ["Caroline painted a sunrise over the lake in 2022", "ticket RF-88213 status: refunded",
-             "Ünïcödé café 東京 naïve", "the of and", ""]
+    texts = [
+        "Caroline painted a sunrise over the lake in 2022",
+        "ticket RF-88213 status: refunded",
+        "Ünïcödé café 東京 naïve",
+        "the of and",
+        "",
+    ]
     digest = hashlib.sha256(HashingEmbedder().embed(texts).tobytes()).hexdigest()
     assert digest == "c4dba5728c98c120a17e6ccd0f167de02fde650daa8fd801973d4c0b028b26eb"
     # A call where no text has any feature at all gives zero rows, not an error.

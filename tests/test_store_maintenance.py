@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -38,9 +38,7 @@ def _wal_pages(path: Path) -> int:
 
 def test_a_commit_crossing_the_threshold_only_announces_it(tmp_path: Path) -> None:
     announced: list[int] = []
-    store = TenantStore(
-        tmp_path / "t.sqlite", write_lock=threading.RLock(), on_wal_growth=lambda: announced.append(1)
-    )
+    store = TenantStore(tmp_path / "t.sqlite", write_lock=threading.RLock(), on_wal_growth=lambda: announced.append(1))
     try:
         for i in range(2 * CHECKPOINT_PAGES // 40 + 5):
             with store.write() as txn:
@@ -98,10 +96,13 @@ def _index_one_by_one(store: TenantStore, count: int) -> None:
 def _answers(store: TenantStore) -> list[list[int]]:
     with store.read() as txn:
         return [
-            [r[0] for r in txn.connection.execute(
-                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts), rowid",
-                (query,),
-            )]
+            [
+                r[0]
+                for r in txn.connection.execute(
+                    "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts), rowid",
+                    (query,),
+                )
+            ]
             for query in ('"crate" OR "cr 5"', '"shelf" AND "3"', '"filler"', '"note" OR "7"')
         ]
 

@@ -30,11 +30,17 @@ class Pem:
     key: Path
 
 
-def _issue(directory: Path, name: str, *, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
-           server: bool = False, ca: bool = False) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, Pem]:
+def _issue(
+    directory: Path,
+    name: str,
+    *,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    server: bool = False,
+    ca: bool = False,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, Pem]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -55,9 +61,9 @@ def _issue(directory: Path, name: str, *, issuer: tuple[x509.Certificate, ec.Ell
     cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
     pem = Pem(directory / f"{name}.crt", directory / f"{name}.key")
     pem.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.key.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ))
+    pem.key.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert, key, pem
 
 
@@ -103,14 +109,17 @@ def _works(target: str, credentials: grpc.ChannelCredentials | None, tenant: str
 def _health(target: str, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mnemosyne.cli", "health", "--target", target, "--tls-server-name", "localhost", *flags],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TLS_CERT": str(pki.server.cert), "MNEMOSYNE_TLS_KEY": str(pki.server.key)},
-        health_credentials=pki.credentials(), metrics=True,
+        health_credentials=pki.credentials(),
+        metrics=True,
     ).start()
     assert _works(server.target, pki.credentials(), tenant)
     assert not _works(server.target, None, tenant)  # plaintext client
@@ -124,24 +133,55 @@ def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-
 
 def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
     server: ServerProcess = server_factory(
-        args=["--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key), "--tls-client-ca", str(pki.ca.cert)],
+        args=[
+            "--tls-cert",
+            str(pki.server.cert),
+            "--tls-key",
+            str(pki.server.key),
+            "--tls-client-ca",
+            str(pki.ca.cert),
+        ],
         health_credentials=pki.credentials(client=pki.client),
     ).start()
     assert _works(server.target, pki.credentials(client=pki.client), tenant)
     assert not _works(server.target, pki.credentials(), tenant)  # no client certificate
     assert not _works(server.target, pki.credentials(client=pki.rogue_client), tenant)  # signed by another CA
     assert not _works(server.target, None, tenant)
-    ok = _health(server.target, "--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert),
-                 "--tls-key", str(pki.client.key), "--tls")
+    ok = _health(
+        server.target,
+        "--tls-ca",
+        str(pki.ca.cert),
+        "--tls-cert",
+        str(pki.client.cert),
+        "--tls-key",
+        str(pki.client.key),
+        "--tls",
+    )
     assert ok.returncode == 0 and ok.stdout.strip() == "SERVING", ok.stderr
     assert _health(server.target, "--tls", "--tls-ca", str(pki.ca.cert)).returncode == 1
 
 
 def test_tls_configuration_errors_are_clear(tmp_path: Path, pki: Pki) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(tmp_path / "d"), "--port", "0",
-         "--metrics-port", "0", "--tls-cert", str(pki.server.cert), "--tls-client-ca", str(pki.ca.cert)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "mnemosyne.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--tls-cert",
+            str(pki.server.cert),
+            "--tls-client-ca",
+            str(pki.ca.cert),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "--tls-key" in result.stderr

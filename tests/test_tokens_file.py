@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.client import MemoryClient, PermissionDeniedError
+from mnemosyne.errors import PermissionDenied
 from mnemosyne.transport.auth import TokensFileError, hash_token, parse_tokens
 from tests.support import ServerProcess
 
@@ -74,15 +75,25 @@ def test_a_valid_document_grants_exactly_what_it_lists() -> None:
     assert svc.tenants == {"acme", "beta-2"} and not svc.is_admin
     assert ops.is_admin
     svc.check_tenant("acme")
-    with pytest.raises(Exception):
+    with pytest.raises(PermissionDenied):
         svc.check_tenant("a")  # never a character of "acme"
 
 
 @pytest.mark.parametrize("via", ["file", "env"])
 def test_the_server_does_not_start_with_a_string_for_tenants(tmp_path: Path, via: str) -> None:
     text = _doc(_entry(["acme"], name="ok", sha256=OTHER), _entry("team-*", name="team"))
-    command = [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(tmp_path / "d"), "--port", "0",
-               "--metrics-port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "mnemosyne.cli",
+        "serve",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--port",
+        "0",
+        "--metrics-port",
+        "0",
+    ]
     env = dict(__import__("os").environ)
     if via == "file":
         (tmp_path / "tokens.json").write_text(text)
@@ -93,7 +104,9 @@ def test_the_server_does_not_start_with_a_string_for_tenants(tmp_path: Path, via
         source = "MNEMOSYNE_TOKENS"
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2, result.stderr
-    assert source in result.stderr and "tokens[1] ('team')" in result.stderr and "tenants must be a list" in result.stderr
+    assert (
+        source in result.stderr and "tokens[1] ('team')" in result.stderr and "tenants must be a list" in result.stderr
+    )
     assert "TOKENS_FILE_INVALID" in result.stderr
     assert not result.stdout  # it never said it was serving
 

@@ -45,7 +45,9 @@ def test_concurrent_writers_and_readers_of_one_tenant(client: MemoryClient, tena
         except BaseException as exc:  # pragma: no cover
             errors.append(exc)
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)] + [threading.Thread(target=read) for _ in range(4)]
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)] + [
+        threading.Thread(target=read) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

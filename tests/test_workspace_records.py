@@ -31,18 +31,30 @@ def test_put_and_delete_in_one_tool_call_publish_one_generation(client: MemoryCl
     host = MemoryHost(client, tenant)
     agent = Agent()
     host.assemble_context(agent, "w")
-    first = host.call_tool(agent, "update_workspace", {"changes": [
-        {"op": "put", "key": "notes/a.md", "content": "A"},
-        {"op": "put", "key": "old.md", "content": "old"},
-    ]})
+    first = host.call_tool(
+        agent,
+        "update_workspace",
+        {
+            "changes": [
+                {"op": "put", "key": "notes/a.md", "content": "A"},
+                {"op": "put", "key": "old.md", "content": "old"},
+            ]
+        },
+    )
     assert first["ok"]
     assert _records(client, tenant, "workspace/w") == ({"notes/a.md": "A", "old.md": "old"}, 1)
     entries_before = client.stats(tenant).ledger_entries
 
-    second = host.call_tool(agent, "update_workspace", {"changes": [
-        {"op": "put", "key": "plan.md", "content": "the plan"},
-        {"op": "delete", "key": "old.md"},
-    ]})
+    second = host.call_tool(
+        agent,
+        "update_workspace",
+        {
+            "changes": [
+                {"op": "put", "key": "plan.md", "content": "the plan"},
+                {"op": "delete", "key": "old.md"},
+            ]
+        },
+    )
     assert second == {"ok": True, "result": "2 change(s) applied to workspace w."}
     assert _records(client, tenant, "workspace/w") == ({"notes/a.md": "A", "plan.md": "the plan"}, 2)
     assert client.stats(tenant).ledger_entries == entries_before + 1
@@ -53,10 +65,16 @@ def test_a_failing_change_fails_the_whole_batch(client: MemoryClient, tenant: st
     host = MemoryHost(client, tenant)
     agent = Agent()
     host.assemble_context(agent, "w")
-    result = host.call_tool(agent, "update_workspace", {"changes": [
-        {"op": "put", "key": "plan.md", "content": "kept?"},
-        {"op": "delete", "key": "missing.md"},
-    ]})
+    result = host.call_tool(
+        agent,
+        "update_workspace",
+        {
+            "changes": [
+                {"op": "put", "key": "plan.md", "content": "kept?"},
+                {"op": "delete", "key": "missing.md"},
+            ]
+        },
+    )
     assert result["ok"] is False and result["reason"] == "RECORD_NOT_FOUND"
     assert _records(client, tenant, "workspace/w") == ({}, 0)
 
@@ -71,7 +89,9 @@ def test_update_global_replaces_only_memory_md(client: MemoryClient, tenant: str
 
 
 @pytest.mark.parametrize("method", ["update_global", "update_workspace"])
-def test_killed_after_commit_then_retried_returns_the_first_result(server_factory: Any, tenant: str, method: str) -> None:
+def test_killed_after_commit_then_retried_returns_the_first_result(
+    server_factory: Any, tenant: str, method: str
+) -> None:
     process = server_factory(env={"MNEMOSYNE_TEST_CRASH_AFTER_COMMIT": method}).start()
     scope = "global" if method == "update_global" else "workspace/w"
 
@@ -79,8 +99,11 @@ def test_killed_after_commit_then_retried_returns_the_first_result(server_factor
         if method == "update_global":
             return client.update_global(tenant, "committed once", observed_generation=0, request_id="tool-call-1")
         return client.update_workspace(
-            tenant, "w", [RecordChange("put", "a.md", "committed once"), RecordChange("put", "b.md", "too")],
-            observed_generation=0, request_id="tool-call-1",
+            tenant,
+            "w",
+            [RecordChange("put", "a.md", "committed once"), RecordChange("put", "b.md", "too")],
+            observed_generation=0,
+            request_id="tool-call-1",
         )
 
     with MemoryClient(process.target, retries=0) as client:
@@ -97,8 +120,11 @@ def test_killed_after_commit_then_retried_returns_the_first_result(server_factor
         assert client.stats(tenant).ledger_entries == 1
         # A new request with the now-stale observation is rejected, never applied on the latest.
         with pytest.raises(AbortedError) as stale:
-            client.update_global(tenant, "other", observed_generation=0) if method == "update_global" else \
-                client.update_workspace(tenant, "w", [RecordChange("put", "c.md", "x")], observed_generation=0)
+            client.update_global(
+                tenant, "other", observed_generation=0
+            ) if method == "update_global" else client.update_workspace(
+                tenant, "w", [RecordChange("put", "c.md", "x")], observed_generation=0
+            )
         assert stale.value.reason == "GENERATION_MISMATCH"
         # Reusing the request id for different content is refused.
         with pytest.raises(AbortedError) as reused:
@@ -109,7 +135,10 @@ def test_killed_after_commit_then_retried_returns_the_first_result(server_factor
 
 def test_consolidation_receipt_applies_once_across_a_sigkill(server_factory: Any, tenant: str) -> None:
     process = server_factory(env={"MNEMOSYNE_TEST_CRASH_AFTER_COMMIT": "consolidate"}).start()
-    changes = [RecordChange("put", "MEMORY.md", "consolidated session 7"), RecordChange("put", "sessions/7.md", "summary")]
+    changes = [
+        RecordChange("put", "MEMORY.md", "consolidated session 7"),
+        RecordChange("put", "sessions/7.md", "summary"),
+    ]
     with MemoryClient(process.target) as client:
         client.edit_records(tenant, "global", [RecordChange("put", "MEMORY.md", "before")], expected_generation=0)
     with MemoryClient(process.target, retries=0) as client:
@@ -123,7 +152,10 @@ def test_consolidation_receipt_applies_once_across_a_sigkill(server_factory: Any
         for _ in range(2):
             result = client.consolidate(tenant, "global", changes, expected_generation=1, receipt_id="session-7")
             assert (result.generation, result.already_applied) == (2, True)
-        assert _records(client, tenant, "global") == ({"MEMORY.md": "consolidated session 7", "sessions/7.md": "summary"}, 2)
+        assert _records(client, tenant, "global") == (
+            {"MEMORY.md": "consolidated session 7", "sessions/7.md": "summary"},
+            2,
+        )
         assert client.stats(tenant).ledger_entries == 2
         with pytest.raises(AbortedError) as reused:
             client.consolidate(tenant, "global", [RecordChange("put", "MEMORY.md", "other")], 1, "session-7")
@@ -152,13 +184,20 @@ def test_stale_browser_edit_is_rejected_and_changes_nothing(client: MemoryClient
     host = MemoryHost(client, tenant)
     agent = Agent()
     host.assemble_context(agent, "docs")
-    assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "readme.md", "content": "v2 by agent"}]})["ok"]
+    assert host.call_tool(
+        agent, "update_workspace", {"changes": [{"op": "put", "key": "readme.md", "content": "v2 by agent"}]}
+    )["ok"]
 
     with pytest.raises(AbortedError) as stale:
-        client.edit_records(tenant, scope, [RecordChange("put", "readme.md", "v2 by browser")], expected_generation=generation)
+        client.edit_records(
+            tenant, scope, [RecordChange("put", "readme.md", "v2 by browser")], expected_generation=generation
+        )
     assert stale.value.reason == "GENERATION_MISMATCH" and "2" not in stale.value.message
     assert _records(client, tenant, scope) == ({"readme.md": "v2 by agent"}, 2)
-    assert client.edit_records(tenant, scope, [RecordChange("put", "readme.md", "v3 by browser")], expected_generation=2) == 3
+    assert (
+        client.edit_records(tenant, scope, [RecordChange("put", "readme.md", "v3 by browser")], expected_generation=2)
+        == 3
+    )
 
 
 def test_browser_edit_retry_with_the_same_request_id_is_idempotent(client: MemoryClient, tenant: str) -> None:
@@ -224,7 +263,9 @@ def test_tampering_a_record_breaks_integrity(server_factory: Any, tenant: str) -
         client.retain(tenant, "A retained memory next to the records.")
         client.edit_records(tenant, "global", [RecordChange("put", "MEMORY.md", "honest")], expected_generation=0)
         client.edit_records(tenant, "workspace/w", [RecordChange("put", "plan.md", "plan")], expected_generation=0)
-        client.edit_records(tenant, "workspace/w", [RecordChange("delete", "plan.md"), RecordChange("put", "b.md", "b")], 1)
+        client.edit_records(
+            tenant, "workspace/w", [RecordChange("delete", "plan.md"), RecordChange("put", "b.md", "b")], 1
+        )
         report = client.verify_integrity(tenant)
         assert report.valid and report.checked == 4
 
@@ -240,7 +281,9 @@ def test_tampering_a_record_breaks_integrity(server_factory: Any, tenant: str) -
         connection.execute("UPDATE scopes SET generation = 7 WHERE scope = 'workspace/w'")
         assert [p.kind for p in client.verify_integrity(tenant).problems] == ["GENERATION_UNRECORDED"]
         connection.execute("UPDATE scopes SET generation = 2 WHERE scope = 'workspace/w'")
-        connection.execute("INSERT INTO records(scope, key, content, ledger_seq) VALUES('workspace/w', 'sneaky.md', 'x', 0)")
+        connection.execute(
+            "INSERT INTO records(scope, key, content, ledger_seq) VALUES('workspace/w', 'sneaky.md', 'x', 0)"
+        )
         assert [p.kind for p in client.verify_integrity(tenant).problems] == ["UNRECORDED_RECORD"]
         connection.execute("DELETE FROM records WHERE key IN ('sneaky.md', 'b.md')")
         assert [p.kind for p in client.verify_integrity(tenant).problems] == ["RECORD_MISSING"]
@@ -253,14 +296,25 @@ def test_a_fault_inside_the_write_leaves_records_and_generation_unchanged(server
         host = MemoryHost(client, tenant)
         agent = Agent()
         host.assemble_context(agent, "w")
-        assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "fine"}]})["ok"]
+        assert host.call_tool(
+            agent, "update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "fine"}]}
+        )["ok"]
         entries = client.stats(tenant).ledger_entries
         # The store fails after writing the records, before the generation: nothing of it stays.
         with pytest.raises(ServerError):  # a fault of ours, not of the model: the host raises
-            host.call_tool(agent, "update_workspace", {"changes": [
-                {"op": "delete", "key": "a.md"}, {"op": "put", "key": "b.md", "content": "BOOM"},
-            ]})
+            host.call_tool(
+                agent,
+                "update_workspace",
+                {
+                    "changes": [
+                        {"op": "delete", "key": "a.md"},
+                        {"op": "put", "key": "b.md", "content": "BOOM"},
+                    ]
+                },
+            )
         assert _records(client, tenant, "workspace/w") == ({"a.md": "fine"}, 1)
         assert client.stats(tenant).ledger_entries == entries
         assert client.verify_integrity(tenant).valid
-        assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "b.md", "content": "ok"}]})["ok"]
+        assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "b.md", "content": "ok"}]})[
+            "ok"
+        ]

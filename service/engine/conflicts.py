@@ -16,7 +16,7 @@ order is the commit order, and the same code serves synchronous and hot-path wri
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from mnemosyne.store.tenant_store import MemoryRow, WriteTxn
 

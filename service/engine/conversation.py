@@ -17,18 +17,14 @@ Roles are short labels without ':' or line breaks, so the transcript reads back 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from mnemosyne.engine import limits as check
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.types import Message, RetainItem
 from mnemosyne.errors import InvalidArgument
 
 MAX_MESSAGES = 1_000
 ROLE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}")
-
-
 
 
 def transcript(messages: Sequence[Message]) -> str:

@@ -20,15 +20,16 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import DedupGroup, DedupReport
@@ -36,7 +37,6 @@ from mnemosyne.errors import InvalidArgument
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn
-from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
 
 DEFAULT_THRESHOLD = 0.85
 # Candidates kept per new memory at write time; more would only lengthen the result.
@@ -153,9 +153,7 @@ def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list
         rows, cols = rows[keep], cols[keep]
         first, second = ids[start + rows], ids[start + cols]
         scores = block[rows, cols]
-        pairs.extend(
-            zip(np.minimum(first, second).tolist(), np.maximum(first, second).tolist(), scores.tolist())
-        )
+        pairs.extend(zip(np.minimum(first, second).tolist(), np.maximum(first, second).tolist(), scores.tolist()))
     return pairs
 
 

@@ -112,7 +112,10 @@ class HashingEmbedder(Embedder):
                 weights.append(weight)
         encoded = token.encode("utf-8")
         return _Token(
-            array("q", indices).tobytes(), array("d", weights).tobytes(), len(indices), encoded,
+            array("q", indices).tobytes(),
+            array("d", weights).tobytes(),
+            len(indices),
+            encoded,
             zlib.crc32(b"b:" + encoded + b" "),
         )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.config import EngineConfig
@@ -57,11 +57,18 @@ class Engine:
             extractor = PoisonedExtractor(extractor, config.hot_path.test_poison_marker)
         embedder = embedder or HashingEmbedder()
         self.pool = TenantPool(
-            config.data_dir, max_open=config.max_open_tenants, synchronous=config.synchronous, faults=config.store_faults
+            config.data_dir,
+            max_open=config.max_open_tenants,
+            synchronous=config.synchronous,
+            faults=config.store_faults,
         )
         self.write_path = WritePath(
-            extractor=extractor, embedder=embedder, limits=config.limits, observer=observer,
-            near_duplicate_threshold=config.near_duplicate_threshold, request_ttl_seconds=config.request_ttl_seconds,
+            extractor=extractor,
+            embedder=embedder,
+            limits=config.limits,
+            observer=observer,
+            near_duplicate_threshold=config.near_duplicate_threshold,
+            request_ttl_seconds=config.request_ttl_seconds,
         )
         self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits)
         self.memories = Memories(pool=self.pool, limits=config.limits)
@@ -70,7 +77,11 @@ class Engine:
         self.tenants = Tenants(pool=self.pool)
         try:
             self.hot_path = HotPath(
-                write_path=self.write_path, pool=self.pool, config=config.hot_path, limits=config.limits, observer=observer
+                write_path=self.write_path,
+                pool=self.pool,
+                config=config.hot_path,
+                limits=config.limits,
+                observer=observer,
             )
             self.hot_path.start()
         except BaseException:
@@ -104,7 +115,9 @@ class Engine:
                 f"batch has {len(items)} items; the limit is {self.limits.max_batch_items} (max_batch_items)",
                 reason="BATCH_TOO_LARGE",
             )
-        return self._retain(tenant, items, request_id=request_id, method="retain_batch", per_item_errors=True, fast=fast)
+        return self._retain(
+            tenant, items, request_id=request_id, method="retain_batch", per_item_errors=True, fast=fast
+        )
 
     def retain_conversation(
         self,
@@ -142,12 +155,20 @@ class Engine:
         with self.pool.tenant(tenant, create=True) as store:
             assert store is not None
             enqueued = (
-                self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, request_hash) if fast else None
+                self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, request_hash)
+                if fast
+                else None
             )
             if enqueued is not None:  # the enqueue answers a known request id itself
                 return enqueued
             result = self.write_path.write(
-                tenant, store, prepared, outcomes, request_id=request_id, method=method, payload_hash=request_hash,
+                tenant,
+                store,
+                prepared,
+                outcomes,
+                request_id=request_id,
+                method=method,
+                payload_hash=request_hash,
                 per_item_errors=per_item_errors,
             )
         if method in self.config.crash_after_commit:

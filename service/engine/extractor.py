@@ -41,9 +41,18 @@ _MONTHS = {
     m: i
     for i, names in enumerate(
         [
-            ("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"),
-            ("may",), ("jun", "june"), ("jul", "july"), ("aug", "august"),
-            ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"), ("dec", "december"),
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
         ],
         start=1,
     )
@@ -63,7 +72,9 @@ _UNITS = (
 )
 _QUANTITY = re.compile(rf"(?<![\w.-])([$€£]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?{_UNITS})(?![\w])", re.I)
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
-_POSSESSIVE = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)'s\s+(?P<p>[\w][\w -]{0,40}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I)
+_POSSESSIVE = re.compile(
+    r"^\s*(?P<s>[\w][\w .-]{0,60}?)'s\s+(?P<p>[\w][\w -]{0,40}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I
+)
 _COPULA = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I)
 # A conversation transcript line starts with its speaker ("user: ..."); see engine/conversation.py.
 _SPEAKER = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}:\s+(?P<rest>.+)$")
@@ -73,7 +84,10 @@ _SPEAKER = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}:\s+(?P<rest>.+)$")
 # "@", _COLON and _SPEAKER a ":", _POSSESSIVE an apostrophe, _COPULA a verb between blanks.
 _ANY_DIGIT = re.compile(r"\d")
 _COPULA_VERB = re.compile(r"\s(?:is|are|was|were)\s", re.I)
-_COLON = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?P<p>status|state|owner|priority|email|phone|address|name)\s*:\s*(?P<o>.{1,120}?)\s*$", re.I)
+_COLON = re.compile(
+    r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?P<p>status|state|owner|priority|email|phone|address|name)\s*:\s*(?P<o>.{1,120}?)\s*$",
+    re.I,
+)
 
 
 def _sentences(text: str) -> list[str]:

@@ -41,10 +41,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterator, Sequence
-
+from collections.abc import Callable, Iterator, Sequence
 
 from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
@@ -55,26 +52,24 @@ from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.requests import prior_outcomes
-from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
 from mnemosyne.engine.types import (
     Barrier,
     Event,
     EventPage,
     FlushOutcome,
     HotPathState,
-    RetainItem,
     RetainOutcome,
     RetainStatus,
     Transitions,
 )
+from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.inbox import InboxRequest, InboxTxn
-from mnemosyne.store.oplog import OpRow, Transition
+from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
-
 
 log = logging.getLogger("mnemosyne.hot_path")
 
@@ -119,14 +114,6 @@ class PoisonedExtractor(Extractor):
 
 
 # -- domain values -------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
 
 
 def event_from_row(row: OpRow, *, status: str | None = None, sequence: int = 0) -> Event:
@@ -271,16 +258,18 @@ class Changes:
             unsubscribe()
 
 
-
-
-
-
 # -- the hot path ----------------------------------------------------------------------------------
 
 
 class HotPath:
     def __init__(
-        self, *, write_path: WritePath, pool: TenantPool, config: HotPathConfig, limits: Limits, observer: EngineObserver
+        self,
+        *,
+        write_path: WritePath,
+        pool: TenantPool,
+        config: HotPathConfig,
+        limits: Limits,
+        observer: EngineObserver,
     ) -> None:
         self._write_path = write_path
         self._pool = pool
@@ -390,7 +379,6 @@ class HotPath:
         self._unindex_idle_now()
         self.index.close()
 
-
     # -- the flag --------------------------------------------------------------------------------
 
     def set_enabled(self, tenant: str, enabled: bool) -> bool:
@@ -485,7 +473,9 @@ class HotPath:
                 failures = self._round_failures.get(tenant, 0) + 1
                 self._round_failures[tenant] = failures
                 delay = min(ROUND_RETRY_MAX_SECONDS, ROUND_RETRY_SECONDS * 2 ** (failures - 1))
-                log.exception("hot-path round failed for tenant %s (%d in a row); retrying in %.1fs", tenant, failures, delay)
+                log.exception(
+                    "hot-path round failed for tenant %s (%d in a row); retrying in %.1fs", tenant, failures, delay
+                )
                 self._scheduler.notify_at(tenant, time.time() + delay)
             finally:
                 self._scheduler.done(tenant, more)
@@ -533,7 +523,9 @@ class HotPath:
                     extraction = Extraction(
                         facts=[tuple(f) for f in stored["facts"]], triples=[tuple(t) for t in stored["triples"]]
                     )
-                prepared.append(PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding))
+                prepared.append(
+                    PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding)
+                )
                 by_position[position] = op
             errors: dict[int, Exception] = {}
             force = False
@@ -612,7 +604,12 @@ class HotPath:
             p.counted = True
 
     def _commit(
-        self, tenant: str, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow], errors: dict[int, Exception]
+        self,
+        tenant: str,
+        store: TenantStore,
+        prepared: Sequence,
+        by_position: dict[int, OpRow],
+        errors: dict[int, Exception],
     ) -> bool:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
@@ -635,7 +632,10 @@ class HotPath:
                         message = outcome.error_message if outcome else "the operation was not applied"
                     if op.failures + 1 >= self._max_failures:
                         txn.oplog_finish(
-                            op.event_id, "failed", now, error_reason=reason,
+                            op.event_id,
+                            "failed",
+                            now,
+                            error_reason=reason,
                             error_message=f"{message} (after {op.failures + 1} failed attempts)",
                         )
                         failed += 1
@@ -813,7 +813,9 @@ class HotPath:
                     waiting_row = waiting.rows(after_id=event_id - 1, up_to_id=event_id)
                     row = txn.oplog_get(event_id) or (waiting_row[0] if waiting_row else None)
         if row is None:
-            kept = f"finished events are kept for {self._retention:g}s" if self._retention else "events are kept forever"
+            kept = (
+                f"finished events are kept for {self._retention:g}s" if self._retention else "events are kept forever"
+            )
             raise NotFound(
                 f"event {event_id} does not exist in this tenant's operation log ({kept})", reason="EVENT_NOT_FOUND"
             )
@@ -841,14 +843,21 @@ class HotPath:
             with _snapshot(store) as (txn, waiting):
                 secret = txn.page_token_secret()
                 after_id = page_tokens.decode_int(secret, tenant, query, page_token)
-                rows = txn.oplog_page(status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1)
+                rows = txn.oplog_page(
+                    status=status, accepted_after=accepted_after, after_id=after_id, limit=page_size + 1
+                )
                 if status in (None, "pending"):  # inbox ids follow every id in the log: still in order
                     rows += [
-                        r for r in waiting.rows(after_id=after_id, limit=page_size + 1)
+                        r
+                        for r in waiting.rows(after_id=after_id, limit=page_size + 1)
                         if accepted_after is None or r.accepted_at >= accepted_after
                     ]
         events = [event_from_row(r) for r in rows[:page_size]]
-        token = page_tokens.encode(secret, tenant, query, str(rows[page_size - 1].event_id)) if len(rows) > page_size else ""
+        token = (
+            page_tokens.encode(secret, tenant, query, str(rows[page_size - 1].event_id))
+            if len(rows) > page_size
+            else ""
+        )
         return EventPage(events, token)
 
     def transitions(self, tenant: str, *, after_event_id: int = 0, after_sequence: int = 0) -> Transitions:
@@ -869,14 +878,18 @@ class HotPath:
                         reason="EVENTS_PRUNED",
                         metadata={"pruned_through_sequence": str(pruned)},
                     )
-                found = txn.oplog_transitions(after_seq=sequence, after_event_id=max(0, after_event_id), limit=STREAM_CHUNK)
+                found = txn.oplog_transitions(
+                    after_seq=sequence, after_event_id=max(0, after_event_id), limit=STREAM_CHUNK
+                )
                 rows: dict[int, OpRow] = {}
                 for t in found:
                     if t.event_id not in rows:
                         row = txn.oplog_get(t.event_id)
                         if row is not None:
                             rows[t.event_id] = row
-        events = [event_from_row(rows[t.event_id], status=t.status, sequence=t.seq) for t in found if t.event_id in rows]
+        events = [
+            event_from_row(rows[t.event_id], status=t.status, sequence=t.seq) for t in found if t.event_id in rows
+        ]
         return Transitions(events, found[-1].seq if found else sequence, more=len(found) == STREAM_CHUNK)
 
 
@@ -919,4 +932,3 @@ def _snapshot(store: TenantStore) -> Iterator[tuple[ReadTxn, _Waiting]]:
 def _add_depths(a: tuple[int, float | None], b: tuple[int, float | None]) -> tuple[int, float | None]:
     oldest = [t for t in (a[1], b[1]) if t is not None]
     return a[0] + b[0], min(oldest) if oldest else None
-

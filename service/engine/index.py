@@ -31,7 +31,7 @@ from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 _CACHE_KEY = "vectors"
 
 
-def vector_index(store: TenantStore, dim: int) -> "VectorIndex":
+def vector_index(store: TenantStore, dim: int) -> VectorIndex:
     """The tenant's vector cache, kept on its open store (made on first use)."""
     index = store.cache.get(_CACHE_KEY)
     if index is None:

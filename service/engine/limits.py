@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from mnemosyne.engine.types import GLOBAL_SCOPE, Memory
 from mnemosyne.errors import InvalidArgument

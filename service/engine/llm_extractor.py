@@ -29,8 +29,9 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from mnemosyne.engine.extractor import Extraction, Extractor, Fact, RulesExtractor, Triple
 from mnemosyne.errors import FailedPrecondition, MnemosyneError, Unavailable
@@ -77,7 +78,9 @@ class LLMSettings:
                 reason="LLM_CONFIG_INVALID",
             )
         if not self.model:
-            raise FailedPrecondition("MNEMOSYNE_LLM_MODEL is empty; name the model to call", reason="LLM_CONFIG_INVALID")
+            raise FailedPrecondition(
+                "MNEMOSYNE_LLM_MODEL is empty; name the model to call", reason="LLM_CONFIG_INVALID"
+            )
         if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or not 1 <= self.concurrency <= 256:
             raise FailedPrecondition(
                 "MNEMOSYNE_LLM_TIMEOUT must be > 0, MNEMOSYNE_LLM_RETRIES and MNEMOSYNE_LLM_BACKOFF >= 0, "
@@ -127,7 +130,9 @@ class OpenAIExtractor(Extractor):
         except MnemosyneError as exc:
             if self.fallback is None:
                 raise
-            log.warning("model extraction failed (%s: %s); using the %s extractor", exc.reason, exc.message, self.fallback.name)
+            log.warning(
+                "model extraction failed (%s: %s); using the %s extractor", exc.reason, exc.message, self.fallback.name
+            )
             return self.fallback.extract(text)
 
     # -- the HTTP call --------------------------------------------------------------------------
@@ -157,13 +162,15 @@ class OpenAIExtractor(Extractor):
                     raise FailedPrecondition(
                         f"the extraction model refused the request: {exc}; check MNEMOSYNE_LLM_BASE_URL "
                         "(it ends with the API version, e.g. /v1), MNEMOSYNE_LLM_MODEL and MNEMOSYNE_LLM_API_KEY",
-                        reason=REASON, metadata={"cause": exc.cause},
+                        reason=REASON,
+                        metadata={"cause": exc.cause},
                     ) from None
                 if attempt + 1 == attempts:
                     raise Unavailable(
                         f"the extraction model failed {attempts} time(s), last: {exc}; nothing was stored, "
                         "retry the write later (same request_id)",
-                        reason=REASON, metadata={"cause": exc.cause},
+                        reason=REASON,
+                        metadata={"cause": exc.cause},
                     ) from None
                 delay = min(self.settings.max_backoff, self.settings.backoff * 2**attempt)
                 delay = delay / 2 + random.uniform(0, delay / 2)  # jitter: retries of many writers spread out
@@ -185,16 +192,20 @@ class OpenAIExtractor(Extractor):
             retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
             exc.close()
             raise _CallFailed(
-                f"http_{exc.code}", f"HTTP {exc.code} from {self.settings.endpoint}",
-                retryable=exc.code in _RETRYABLE_STATUS, retry_after=retry_after,
+                f"http_{exc.code}",
+                f"HTTP {exc.code} from {self.settings.endpoint}",
+                retryable=exc.code in _RETRYABLE_STATUS,
+                retry_after=retry_after,
             ) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise _CallFailed("timeout", f"no answer within {self.settings.timeout:g}s", retryable=True) from None
         except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, (TimeoutError, socket.timeout)):
                 raise _CallFailed("timeout", f"no answer within {self.settings.timeout:g}s", retryable=True) from None
-            raise _CallFailed("connection", f"cannot reach {self.settings.endpoint}: {reason}", retryable=True) from None
+            raise _CallFailed(
+                "connection", f"cannot reach {self.settings.endpoint}: {reason}", retryable=True
+            ) from None
         try:
             decoded = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -215,7 +226,8 @@ def _bad(cause: str, message: str) -> FailedPrecondition:
     return FailedPrecondition(
         f"the extraction model's answer was rejected ({message}); nothing was stored. Use a model that "
         "follows JSON instructions, or set MNEMOSYNE_LLM_FALLBACK=rules",
-        reason=REASON, metadata={"cause": cause},
+        reason=REASON,
+        metadata={"cause": cause},
     )
 
 
@@ -237,7 +249,11 @@ def parse_answer(response: Mapping[str, Any]) -> Extraction:
         answer = json.loads(content)
     except json.JSONDecodeError as exc:
         raise _bad("invalid_json", f"not JSON: {exc.msg} at character {exc.pos}") from None
-    if not isinstance(answer, dict) or not isinstance(answer.get("facts"), list) or not isinstance(answer.get("triples"), list):
+    if (
+        not isinstance(answer, dict)
+        or not isinstance(answer.get("facts"), list)
+        or not isinstance(answer.get("triples"), list)
+    ):
         raise _bad("invalid_answer", 'expected {"facts": [...], "triples": [...]}')
     if len(answer["facts"]) > MAX_FACTS or len(answer["triples"]) > MAX_TRIPLES:
         raise _bad("invalid_answer", f"more than {MAX_FACTS} facts or {MAX_TRIPLES} triples")
@@ -247,14 +263,20 @@ def parse_answer(response: Mapping[str, Any]) -> Extraction:
             raise _bad("invalid_answer", f"facts[{i}] is not an object")
         kind = _string(fact, "kind", f"facts[{i}]", MAX_KIND_CHARS).lower()
         value = _string(fact, "value", f"facts[{i}]", MAX_VALUE_CHARS)
-        normalized = _string(fact, "normalized", f"facts[{i}]", MAX_VALUE_CHARS) if "normalized" in fact else " ".join(value.lower().split())
+        normalized = (
+            _string(fact, "normalized", f"facts[{i}]", MAX_VALUE_CHARS)
+            if "normalized" in fact
+            else " ".join(value.lower().split())
+        )
         if (kind, value, normalized) not in facts:
             facts.append((kind, value, normalized))
     triples: list[Triple] = []
     for i, triple in enumerate(answer["triples"]):
         if not isinstance(triple, dict):
             raise _bad("invalid_answer", f"triples[{i}] is not an object")
-        parts = tuple(_string(triple, key, f"triples[{i}]", MAX_VALUE_CHARS) for key in ("subject", "predicate", "object"))
+        parts = tuple(
+            _string(triple, key, f"triples[{i}]", MAX_VALUE_CHARS) for key in ("subject", "predicate", "object")
+        )
         if parts not in triples:
             triples.append(parts)  # type: ignore[arg-type]
     return Extraction(facts=facts, triples=triples)
@@ -299,8 +321,12 @@ def extractor_from_settings(kind: str, env: Mapping[str, str] | None = None, **o
             concurrency=int(setting("CONCURRENCY", "8") or 8),
         )
     except ValueError as exc:
-        raise FailedPrecondition(f"MNEMOSYNE_LLM_* setting is not a number: {exc}", reason="LLM_CONFIG_INVALID") from None
+        raise FailedPrecondition(
+            f"MNEMOSYNE_LLM_* setting is not a number: {exc}", reason="LLM_CONFIG_INVALID"
+        ) from None
     fallback_name = setting("FALLBACK", "") or ""
     if fallback_name not in ("", "none", "rules"):
-        raise FailedPrecondition(f"MNEMOSYNE_LLM_FALLBACK must be rules or empty, got {fallback_name!r}", reason="LLM_CONFIG_INVALID")
+        raise FailedPrecondition(
+            f"MNEMOSYNE_LLM_FALLBACK must be rules or empty, got {fallback_name!r}", reason="LLM_CONFIG_INVALID"
+        )
     return OpenAIExtractor(settings, fallback=RulesExtractor() if fallback_name == "rules" else None)

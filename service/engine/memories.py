@@ -85,7 +85,10 @@ class Memories:
                 return IntegrityReport(True, 0, 0, ledger.GENESIS_HASH, [])
             with store.read() as txn:
                 verdict = ledger.verify(
-                    txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
+                    txn.ledger_rows(),
+                    txn.stored_memories(),
+                    records=txn.stored_records(),
+                    generations=txn.scope_generations(),
                 )
         return IntegrityReport(
             valid=verdict.valid,

@@ -13,7 +13,7 @@ broken observer cannot fail a committed write).
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("mnemosyne.observer")
 
@@ -43,9 +43,11 @@ class SafeObserver(EngineObserver):
             log.exception("engine observer failed")
 
     def retained(self, *, created: int, duplicates: int, model_calls: int, embed_calls: int) -> None:
-        self._call(lambda: self._inner.retained(
-            created=created, duplicates=duplicates, model_calls=model_calls, embed_calls=embed_calls
-        ))
+        self._call(
+            lambda: self._inner.retained(
+                created=created, duplicates=duplicates, model_calls=model_calls, embed_calls=embed_calls
+            )
+        )
 
     def cas_rejected(self, reason: str) -> None:
         self._call(lambda: self._inner.cas_rejected(reason))

@@ -8,7 +8,7 @@ is kept. A quota of 0 means unlimited.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from mnemosyne.engine.limits import Limits
 from mnemosyne.errors import ResourceExhausted

@@ -18,8 +18,9 @@ over all rows.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence, overload
+from typing import overload
 
 import numpy as np
 
@@ -209,7 +210,11 @@ def fuse(
     text_ids = np.fromiter((m for m, _ in text_hits), dtype=np.int64, count=len(text_hits))
     relevance = np.fromiter((r for _, r in text_hits), dtype=np.float64, count=len(text_hits))
     text_rows = np.searchsorted(ids, text_ids)
-    found = (text_rows < len(ids)) & (ids[np.minimum(text_rows, len(ids) - 1)] == text_ids) if len(ids) else np.zeros(len(text_ids), bool)
+    found = (
+        (text_rows < len(ids)) & (ids[np.minimum(text_rows, len(ids) - 1)] == text_ids)
+        if len(ids)
+        else np.zeros(len(text_ids), bool)
+    )
     rows = np.unique(np.concatenate([vector_rows, text_rows[found]]))
     bm25 = np.zeros(len(rows))
     if len(text_hits):
@@ -303,8 +308,15 @@ class Recall:
                             ),
                         )
                 fused = fuse(
-                    query_vector, ids, vectors, scores, vector_rows, text_hits,
-                    text_weight=self.embedder.text_weight, feedback=self.embedder.feedback, limit=2 * depth,
+                    query_vector,
+                    ids,
+                    vectors,
+                    scores,
+                    vector_rows,
+                    text_hits,
+                    text_weight=self.embedder.text_weight,
+                    feedback=self.embedder.feedback,
+                    limit=2 * depth,
                 )
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
                 # current ones (superseded ones rank after them, merged and forgotten ones never

@@ -35,8 +35,7 @@ def replayed_result(txn: RequestReader, request_id: str, method: str, payload_ha
     prior_method, prior_hash, result_json = prior
     if prior_method != method or prior_hash != payload_hash:
         raise Conflict(
-            f"request_id {request_id!r} was already used for a different request; use a new request_id "
-            "for new content",
+            f"request_id {request_id!r} was already used for a different request; use a new request_id for new content",
             reason="IDEMPOTENCY_KEY_REUSED",
         )
     return result_json

@@ -35,6 +35,7 @@ def model_directory() -> Path:
         raise FailedPrecondition(f"no model files (modules.json) under {path}", reason="EMBEDDER_UNAVAILABLE")
     return path
 
+
 class MiniLMEmbedder(Embedder):
     name = "minilm-l6-v2"
     dim = 384
@@ -62,7 +63,10 @@ class MiniLMEmbedder(Embedder):
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
             vectors = self._model.encode(
-                texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
                 show_progress_bar=False,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent import futures
-from typing import Iterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens

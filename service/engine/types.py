@@ -8,7 +8,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The scope of Global memory: a memory or record without a scope is in it.
 GLOBAL_SCOPE = "global"
 
@@ -52,7 +51,7 @@ class RetainOutcome:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RetainOutcome":
+    def from_json(cls, data: dict[str, Any]) -> RetainOutcome:
         return cls(
             status=RetainStatus(data["status"]),
             memory_id=int(data.get("memory_id", 0)),
@@ -286,6 +285,6 @@ class WriteResult:
         return json.dumps({"generation": self.generation, "applied": self.applied})
 
     @classmethod
-    def from_json(cls, text: str, *, already_applied: bool) -> "WriteResult":
+    def from_json(cls, text: str, *, already_applied: bool) -> WriteResult:
         data = json.loads(text)
         return cls(int(data["generation"]), int(data["applied"]), already_applied)

@@ -21,21 +21,19 @@ Contracts:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import replayed_result
-from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.types import (
     GLOBAL_SCOPE,
     AssembledContext,
@@ -57,16 +55,6 @@ MAX_CHANGES = 100
 RECEIPT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
 # Printable characters only: no NUL, no control characters (they hide in logs and file names).
 _KEY_CHARS = re.compile(r"[^\x00-\x1f\x7f]+")
-
-
-
-
-
-
-
-
-
-
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -240,7 +228,9 @@ class Workspaces:
         with store.write() as txn:
             generation = self._generation(txn, GLOBAL_SCOPE) + 1
             txn.apply_record_changes(
-                GLOBAL_SCOPE, [("put", MAIN_RECORD, "written by the test seam during assembly")], generation,
+                GLOBAL_SCOPE,
+                [("put", MAIN_RECORD, "written by the test seam during assembly")],
+                generation,
                 {"source": "test_seam"},
             )
 
@@ -299,8 +289,12 @@ class Workspaces:
         """Replace MEMORY.md (and nothing else) if ``observed`` is the Global generation."""
         validate_content(content, MAIN_RECORD, self._limits)
         return self._write(
-            tenant, GLOBAL_SCOPE, [RecordChange("put", MAIN_RECORD, content)], observed,
-            method="update_global", request_id=request_id,
+            tenant,
+            GLOBAL_SCOPE,
+            [RecordChange("put", MAIN_RECORD, content)],
+            observed,
+            method="update_global",
+            request_id=request_id,
         )
 
     def update_workspace(
@@ -315,7 +309,12 @@ class Workspaces:
         """Apply a batch of puts and deletes as ONE generation if ``observed`` is current."""
         scope = workspace_scope(workspace)
         return self._write(
-            tenant, scope, validate_changes(changes, self._limits), observed, method="update_workspace", request_id=request_id
+            tenant,
+            scope,
+            validate_changes(changes, self._limits),
+            observed,
+            method="update_workspace",
+            request_id=request_id,
         )
 
     def edit_records(
@@ -330,7 +329,12 @@ class Workspaces:
         """Browser edit: the durable precondition is an explicit request field."""
         scope = check.validate_scope(scope)
         return self._write(
-            tenant, scope, validate_changes(changes, self._limits), expected_generation, method="edit_records", request_id=request_id
+            tenant,
+            scope,
+            validate_changes(changes, self._limits),
+            expected_generation,
+            method="edit_records",
+            request_id=request_id,
         )
 
     def consolidate(

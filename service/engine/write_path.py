@@ -22,10 +22,10 @@ import json
 import threading
 import time
 import unicodedata
+from collections.abc import Mapping, Sequence
 from concurrent import futures
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -81,20 +81,25 @@ class PreparedItem:
     vector: bytes | None = None
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
-    near_batch: list["PreparedItem"] = field(default_factory=list)  # earlier items of the same commit
+    near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit
 
     def to_payload(self) -> str:
         """The item as a fast write's operation keeps it (inbox, then log), with what was computed
         for it: the worker takes it from there as it is."""
         return ledger.canonical_json(
-            {"text": self.item.text, "scope": self.item.scope, "metadata": self.item.metadata,
-             "fingerprint": self.fingerprint, "metadata_json": self.metadata_json}
+            {
+                "text": self.item.text,
+                "scope": self.item.scope,
+                "metadata": self.item.metadata,
+                "fingerprint": self.fingerprint,
+                "metadata_json": self.metadata_json,
+            }
         )
 
     @classmethod
     def from_payload(
         cls, position: int, payload_json: str, *, extraction: Extraction | None, vector: bytes | None
-    ) -> "PreparedItem":
+    ) -> PreparedItem:
         """An operation's item as it was prepared at enqueue (an operation accepted by an older
         version lacks the fingerprint and canonical metadata: they are computed once here)."""
         payload = json.loads(payload_json)
@@ -110,7 +115,7 @@ class PreparedItem:
         )
 
 
-def _answer(call: "futures.Future[Extraction]") -> Extraction | Exception:
+def _answer(call: futures.Future[Extraction]) -> Extraction | Exception:
     """A finished extraction call's answer, or its error as a value."""
     failure = call.exception()
     if failure is None:
@@ -167,7 +172,9 @@ class WritePath:
             except InvalidArgument as exc:
                 if not per_item_errors:
                     raise
-                outcomes[position] = RetainOutcome(RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message)
+                outcomes[position] = RetainOutcome(
+                    RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
+                )
                 continue
             prepared.append(
                 PreparedItem(
@@ -206,7 +213,9 @@ class WritePath:
                     return self._commit(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
                 except ExtractionMissing:
                     continue
-        raise Conflict("the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED")  # pragma: no cover
+        raise Conflict(
+            "the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED"
+        )  # pragma: no cover
 
     def _commit(
         self,
@@ -318,7 +327,8 @@ class WritePath:
             with self._extract_pool_lock:
                 if self._extract_pool is None:
                     self._extract_pool = futures.ThreadPoolExecutor(
-                        max_workers=self.extractor.concurrency, thread_name_prefix="extract",
+                        max_workers=self.extractor.concurrency,
+                        thread_name_prefix="extract",
                         initializer=background.request_thread,
                     )
             calls = [self._extract_pool.submit(self.extractor.extract, text) for text in texts]
@@ -358,7 +368,9 @@ class WritePath:
         todo = [p for p in prepared if p.vector is not None]
         if not todo or self._threshold > 1.0:
             return
-        vectors = np.frombuffer(b"".join(p.vector for p in todo if p.vector is not None), dtype="<f4").reshape(len(todo), -1)
+        vectors = np.frombuffer(b"".join(p.vector for p in todo if p.vector is not None), dtype="<f4").reshape(
+            len(todo), -1
+        )
         index = vector_index(store, self.embedder.dim)
         with store.read() as txn:
             check_tenant_embedder(txn, self.embedder, write=False)  # another embedder's vectors are not comparable

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -63,8 +64,9 @@ class SideServer:
         return self._reply(start_response, "404 Not Found", b"try /metrics, /healthz or /readyz\n")
 
     @staticmethod
-    def _reply(start_response: Callable[..., Any], status: str, body: bytes,
-               content_type: str = "text/plain; charset=utf-8") -> list[bytes]:
+    def _reply(
+        start_response: Callable[..., Any], status: str, body: bytes, content_type: str = "text/plain; charset=utf-8"
+    ) -> list[bytes]:
         start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
         return [body]
 

@@ -12,10 +12,18 @@ scrape through callbacks bound by ``read_gauges_from`` (the server binds them to
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client import gc_collector, platform_collector, process_collector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    gc_collector,
+    platform_collector,
+    process_collector,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector

@@ -10,9 +10,7 @@ import apsw
 import apsw.bestpractice
 
 BUSY_TIMEOUT_MS = 10_000
-_CONNECTION_HOOKS = [
-    hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")
-]
+_CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")]
 
 
 def configure(connection: apsw.Connection) -> None:

@@ -24,10 +24,11 @@ has ended), never the reverse.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import apsw
 
@@ -79,7 +80,8 @@ class InboxTxn:
 
     def append(self, kind: str, payload: str, request_id: str | None, now: float) -> int:
         self.connection.execute(
-            "INSERT INTO ops(kind, payload, request_id, accepted_at) VALUES(?, ?, ?, ?)", (kind, payload, request_id, now)
+            "INSERT INTO ops(kind, payload, request_id, accepted_at) VALUES(?, ?, ?, ?)",
+            (kind, payload, request_id, now),
         )
         return self.connection.last_insert_rowid()
 
@@ -87,7 +89,14 @@ class InboxTxn:
         self.connection.execute(
             "INSERT INTO requests(request_id, method, payload_hash, result, created_at, through_event_id) "
             "VALUES(?, ?, ?, ?, ?, ?)",
-            (request.request_id, request.method, request.payload_hash, request.result, request.created_at, through_event_id),
+            (
+                request.request_id,
+                request.method,
+                request.payload_hash,
+                request.result,
+                request.created_at,
+                through_event_id,
+            ),
         )
 
     def find_request(self, request_id: str) -> tuple[str, str, str] | None:

@@ -39,7 +39,11 @@ def inspect_tenant(data_dir: Path, tenant: str) -> dict[str, Any]:
             "forgotten": forgotten,
             "ledger_entries": entries,
             "counters": txn.counters(),
-            "integrity": {"valid": verdict.valid, "first_broken_at": verdict.first_broken_at, "head_hash": verdict.head_hash},
+            "integrity": {
+                "valid": verdict.valid,
+                "first_broken_at": verdict.first_broken_at,
+                "head_hash": verdict.head_hash,
+            },
         }
         connection.execute("COMMIT")
         return result

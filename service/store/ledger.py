@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 GENESIS_HASH = "0" * 64
 
@@ -77,7 +78,7 @@ class MemoryDigest:
         triples: Sequence[tuple[str, str, str]],
         embedding: bytes,
         fingerprint: str,
-    ) -> "MemoryDigest":
+    ) -> MemoryDigest:
         return cls(
             scope=scope,
             body=sha256_hex(body),
@@ -99,7 +100,7 @@ class MemoryDigest:
             "fingerprint": self.fingerprint,
         }
 
-    def differences(self, other: "MemoryDigest") -> list[str]:
+    def differences(self, other: MemoryDigest) -> list[str]:
         """Names of the parts that differ, e.g. ["body", "facts"]."""
         mine, theirs = self.as_entry_fields(), other.as_entry_fields()
         return [name for name in mine if mine[name] != theirs[name]]
@@ -197,9 +198,7 @@ def verify(
             )
         last_seq = row.seq
         if chain_hash(previous, row.entry) != row.hash:
-            problems.append(
-                Problem(row.seq, 0, "CHAIN_BROKEN", f"entry {row.seq} does not hash to its stored hash")
-            )
+            problems.append(Problem(row.seq, 0, "CHAIN_BROKEN", f"entry {row.seq} does not hash to its stored hash"))
         previous = row.hash
         try:
             entry = json.loads(row.entry)
@@ -220,15 +219,24 @@ def verify(
                 expected[memory_id].forget_seq = row.seq
             else:
                 problems.append(
-                    Problem(row.seq, memory_id, "FORGET_UNKNOWN", f"entry {row.seq} forgets memory {memory_id}, which was never retained")
+                    Problem(
+                        row.seq,
+                        memory_id,
+                        "FORGET_UNKNOWN",
+                        f"entry {row.seq} forgets memory {memory_id}, which was never retained",
+                    )
                 )
         elif op == "merge":
             for merged_id in entry.get("merged") or []:
                 want = expected.get(int(merged_id))
                 if want is None:
                     problems.append(
-                        Problem(row.seq, int(merged_id), "MERGE_UNKNOWN",
-                                f"entry {row.seq} merges memory {merged_id}, which was never retained")
+                        Problem(
+                            row.seq,
+                            int(merged_id),
+                            "MERGE_UNKNOWN",
+                            f"entry {row.seq} merges memory {merged_id}, which was never retained",
+                        )
                     )
                     continue
                 want.merge_seq, want.merged_into = row.seq, memory_id
@@ -238,8 +246,12 @@ def verify(
                 expected[memory_id].superseded_by = int(entry.get("by") or 0)
             else:
                 problems.append(
-                    Problem(row.seq, memory_id, "SUPERSEDE_UNKNOWN",
-                            f"entry {row.seq} supersedes memory {memory_id}, which was never retained")
+                    Problem(
+                        row.seq,
+                        memory_id,
+                        "SUPERSEDE_UNKNOWN",
+                        f"entry {row.seq} supersedes memory {memory_id}, which was never retained",
+                    )
                 )
 
     # A later merge of the kept memory re-points the earlier ones (see merge_memories): follow the
@@ -266,28 +278,43 @@ def verify(
         if want.forget_seq:
             if not memory.forgotten or memory.leftovers:
                 problems.append(
-                    Problem(want.forget_seq, memory.memory_id, "FORGET_NOT_APPLIED",
-                            f"memory {memory.memory_id} was forgotten at entry {want.forget_seq} but still holds content")
+                    Problem(
+                        want.forget_seq,
+                        memory.memory_id,
+                        "FORGET_NOT_APPLIED",
+                        f"memory {memory.memory_id} was forgotten at entry {want.forget_seq} but still holds content",
+                    )
                 )
             continue
         if memory.forgotten:
             problems.append(
-                Problem(want.retain_seq, memory.memory_id, "FORGET_UNRECORDED",
-                        f"memory {memory.memory_id} is erased but the ledger never forgot it")
+                Problem(
+                    want.retain_seq,
+                    memory.memory_id,
+                    "FORGET_UNRECORDED",
+                    f"memory {memory.memory_id} is erased but the ledger never forgot it",
+                )
             )
             continue
         if memory.superseded_by != want.superseded_by:
             problems.append(
-                Problem(want.supersede_seq or want.retain_seq, memory.memory_id, "SUPERSEDE_MISMATCH",
-                        f"memory {memory.memory_id} is superseded by {memory.superseded_by or 'nothing'} but the "
-                        f"ledger says {want.superseded_by or 'nothing'}")
+                Problem(
+                    want.supersede_seq or want.retain_seq,
+                    memory.memory_id,
+                    "SUPERSEDE_MISMATCH",
+                    f"memory {memory.memory_id} is superseded by {memory.superseded_by or 'nothing'} but the "
+                    f"ledger says {want.superseded_by or 'nothing'}",
+                )
             )
         if memory.merged_into != want.merged_into:
             problems.append(
-                Problem(want.merge_seq or want.retain_seq, memory.memory_id,
-                        "MERGE_NOT_APPLIED" if want.merge_seq else "MERGE_UNRECORDED",
-                        f"memory {memory.memory_id} is merged into {memory.merged_into or 'nothing'} but the "
-                        f"ledger says {want.merged_into or 'nothing'}")
+                Problem(
+                    want.merge_seq or want.retain_seq,
+                    memory.memory_id,
+                    "MERGE_NOT_APPLIED" if want.merge_seq else "MERGE_UNRECORDED",
+                    f"memory {memory.memory_id} is merged into {memory.merged_into or 'nothing'} but the "
+                    f"ledger says {want.merged_into or 'nothing'}",
+                )
             )
             continue
         expected_digest = want.digest
@@ -297,13 +324,22 @@ def verify(
         differing = expected_digest.differences(memory.digest)
         if differing:
             problems.append(
-                Problem(want.retain_seq, memory.memory_id, "CONTENT_MISMATCH",
-                        f"memory {memory.memory_id} differs from its ledger entry in: {', '.join(differing)}")
+                Problem(
+                    want.retain_seq,
+                    memory.memory_id,
+                    "CONTENT_MISMATCH",
+                    f"memory {memory.memory_id} differs from its ledger entry in: {', '.join(differing)}",
+                )
             )
     for memory_id, want in expected.items():
         if memory_id not in seen:
             problems.append(
-                Problem(want.retain_seq, memory_id, "MEMORY_MISSING", f"memory {memory_id} is in the ledger but not in the file")
+                Problem(
+                    want.retain_seq,
+                    memory_id,
+                    "MEMORY_MISSING",
+                    f"memory {memory_id} is in the ledger but not in the file",
+                )
             )
 
     problems.extend(replay.compare(records, generations or {}, last_seq))
@@ -336,8 +372,12 @@ class _RecordReplay:
         previous = self.generations.get(scope)
         if previous is not None and generation != previous[0] + 1:
             problems.append(
-                Problem(seq, 0, "GENERATION_GAP",
-                        f"entry {seq} publishes a generation of {scope} that does not follow the previous entry's by one")
+                Problem(
+                    seq,
+                    0,
+                    "GENERATION_GAP",
+                    f"entry {seq} publishes a generation of {scope} that does not follow the previous entry's by one",
+                )
             )
         self.generations[scope] = (generation, seq)
         for change in changes:
@@ -357,24 +397,41 @@ class _RecordReplay:
             want = self.records.get(where)
             if want is None:
                 problems.append(
-                    Problem(last_seq + 1, 0, "UNRECORDED_RECORD",
-                            f"record {record.key!r} of {record.scope} has no ledger entry")
+                    Problem(
+                        last_seq + 1,
+                        0,
+                        "UNRECORDED_RECORD",
+                        f"record {record.key!r} of {record.scope} has no ledger entry",
+                    )
                 )
             elif want[0] != record.content or want[1] != record.ledger_seq:
                 problems.append(
-                    Problem(want[1], 0, "RECORD_MISMATCH",
-                            f"record {record.key!r} of {record.scope} differs from its ledger entry {want[1]}")
+                    Problem(
+                        want[1],
+                        0,
+                        "RECORD_MISMATCH",
+                        f"record {record.key!r} of {record.scope} differs from its ledger entry {want[1]}",
+                    )
                 )
         for where, (_digest, seq) in self.records.items():
             if where not in seen:
                 problems.append(
-                    Problem(seq, 0, "RECORD_MISSING", f"record {where[1]!r} of {where[0]} is in the ledger but not in the file")
+                    Problem(
+                        seq,
+                        0,
+                        "RECORD_MISSING",
+                        f"record {where[1]!r} of {where[0]} is in the ledger but not in the file",
+                    )
                 )
         for scope in sorted(set(generations) | set(self.generations)):
             want_generation = self.generations.get(scope)
             if want_generation is None or generations.get(scope) != want_generation[0]:
                 problems.append(
-                    Problem(want_generation[1] if want_generation else last_seq + 1, 0, "GENERATION_UNRECORDED",
-                            f"the stored generation of {scope} is not the one its last ledger entry published")
+                    Problem(
+                        want_generation[1] if want_generation else last_seq + 1,
+                        0,
+                        "GENERATION_UNRECORDED",
+                        f"the stored generation of {scope} is not the one its last ledger entry published",
+                    )
                 )
         return problems

@@ -23,7 +23,7 @@ class TenantLock:
     def __init__(self) -> None:
         self._lock = threading.RLock()
 
-    def __enter__(self) -> "TenantLock":
+    def __enter__(self) -> TenantLock:
         self._lock.acquire()
         background.lock_taken()  # a background holder runs at normal priority meanwhile
         return self
@@ -35,7 +35,7 @@ class TenantLock:
 
 class LockManager:
     def __init__(self) -> None:
-        self._locks: "weakref.WeakValueDictionary[str, TenantLock]" = weakref.WeakValueDictionary()
+        self._locks: weakref.WeakValueDictionary[str, TenantLock] = weakref.WeakValueDictionary()
         self._guard = threading.Lock()
 
     def for_tenant(self, tenant: str) -> TenantLock:

@@ -8,8 +8,9 @@ dropped stream can resume from a sequence number and miss nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import apsw
 
@@ -44,12 +45,25 @@ class OpRow:
     retry_after: float | None  # a failed attempt's backoff: not taken again before this time
 
     @classmethod
-    def pending(cls, op: InboxOp) -> "OpRow":
+    def pending(cls, op: InboxOp) -> OpRow:
         """An inbox operation as the log row it will become: pending, never attempted."""
         return cls(
-            event_id=op.event_id, kind=op.kind, status="pending", payload=op.payload, request_id=op.request_id,
-            attempts=0, failures=0, extraction=None, embedding=None, result=None, error_reason=None,
-            error_message=None, accepted_at=op.accepted_at, started_at=None, finished_at=None, retry_after=None,
+            event_id=op.event_id,
+            kind=op.kind,
+            status="pending",
+            payload=op.payload,
+            request_id=op.request_id,
+            attempts=0,
+            failures=0,
+            extraction=None,
+            embedding=None,
+            result=None,
+            error_reason=None,
+            error_message=None,
+            accepted_at=op.accepted_at,
+            started_at=None,
+            finished_at=None,
+            retry_after=None,
         )
 
 
@@ -121,7 +135,9 @@ class OplogReads:
         for start in range(0, len(ids), 500):
             chunk = tuple(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            result.update(self.connection.execute(f"SELECT event_id, status FROM oplog WHERE event_id IN ({marks})", chunk))
+            result.update(
+                self.connection.execute(f"SELECT event_id, status FROM oplog WHERE event_id IN ({marks})", chunk)
+            )
         return result
 
     def oplog_last_event_id(self) -> int:

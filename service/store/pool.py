@@ -29,9 +29,9 @@ import resource
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import apsw
 
@@ -174,12 +174,17 @@ class TenantPool:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         log.info(
             "open-tenant cache: %d tenant files (asked %d; open-file limit %s, hard %s: %d per open tenant + %d reserved)",
-            self.max_open, max_open, soft, hard, FILES_PER_OPEN_TENANT, RESERVED_FILES,
+            self.max_open,
+            max_open,
+            soft,
+            hard,
+            FILES_PER_OPEN_TENANT,
+            RESERVED_FILES,
         )
         self._synchronous = synchronous
         self._max_readers = max_readers
         self._faults = faults
-        self._open: "OrderedDict[str, _Entry]" = OrderedDict()
+        self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         self._guard = threading.Lock()
         self._closed = False
@@ -395,7 +400,8 @@ class TenantPool:
         with self._guard:
             noted = dict(self._damaged)
         return [
-            t for t in tenants
+            t
+            for t in tenants
             if (t in noted and noted[t] == _modified(self.path_for(t))) or damage_of(self.path_for(t)) is not None
         ]
 

@@ -186,9 +186,24 @@ INSERT OR IGNORE INTO meta(key, value) VALUES('page_token_secret', lower(hex(ran
 
 MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET]
 # What a tenant file at the current version holds; a file lacking any of these is damaged.
-REQUIRED_TABLES = frozenset({
-    "meta", "counters", "memories", "facts", "triples", "embeddings", "memories_fts", "ledger", "requests",
-    "supersessions", "scopes", "records", "receipts", "oplog", "oplog_transitions",
-})
+REQUIRED_TABLES = frozenset(
+    {
+        "meta",
+        "counters",
+        "memories",
+        "facts",
+        "triples",
+        "embeddings",
+        "memories_fts",
+        "ledger",
+        "requests",
+        "supersessions",
+        "scopes",
+        "records",
+        "receipts",
+        "oplog",
+        "oplog_transitions",
+    }
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,10 +18,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import apsw
 
@@ -155,7 +156,7 @@ def damage_of(path: Path) -> str | None:
 
 
 @contextmanager
-def read_file(path: Path) -> Iterator["ReadTxn"]:
+def read_file(path: Path) -> Iterator[ReadTxn]:
     """One read transaction on a tenant file through a connection of its own, closed after it:
     for a glance at a tenant that is not open (an aggregate over every tenant), without taking a
     place in the pool of open files. Refuses a file that is not a tenant file (TENANT_CORRUPT)."""
@@ -281,7 +282,11 @@ class TenantStore:
                     _apply_size_seam(connection, self._faults)
 
                 self._inbox = Inbox(
-                    self._inbox_path, lock=self._inbox_lock, synchronous=self._synchronous, floor=floor, configure=configure
+                    self._inbox_path,
+                    lock=self._inbox_lock,
+                    synchronous=self._synchronous,
+                    floor=floor,
+                    configure=configure,
                 )
         return self._inbox
 
@@ -330,7 +335,7 @@ class TenantStore:
     # -- transactions ---------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, *, sync: bool = True) -> Iterator["WriteTxn"]:
+    def write(self, *, sync: bool = True) -> Iterator[WriteTxn]:
         """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success.
 
         ``sync=False`` commits with ``synchronous=NORMAL`` whatever the store's setting: in WAL
@@ -339,7 +344,10 @@ class TenantStore:
         claim), never for an acknowledged write. The next synced commit makes it durable too."""
         with self._write_lock:
             yield from write_transaction(
-                self._writer, lambda: WriteTxn(self._writer, self._faults), synchronous=self._synchronous, sync=sync,
+                self._writer,
+                lambda: WriteTxn(self._writer, self._faults),
+                synchronous=self._synchronous,
+                sync=sync,
                 path=self.path.name,
             )
 
@@ -361,7 +369,7 @@ class TenantStore:
             os.close(fd)
 
     @contextmanager
-    def read(self) -> Iterator["ReadTxn"]:
+    def read(self) -> Iterator[ReadTxn]:
         """One read transaction on a pooled reader connection: a single consistent snapshot."""
         connection = self._take_reader()
         try:
@@ -470,8 +478,15 @@ class ReadTxn(OplogReads):
         marks = ",".join("?" * len(ids))
         rows = {
             r[0]: MemoryRow(
-                r[0], r[1], r[2], _metadata(r[3]), r[4], r[5] is not None,
-                merged_into=r[6] or 0, superseded_by=r[7] or 0, superseded_at=r[8] or 0.0,
+                r[0],
+                r[1],
+                r[2],
+                _metadata(r[3]),
+                r[4],
+                r[5] is not None,
+                merged_into=r[6] or 0,
+                superseded_by=r[7] or 0,
+                superseded_at=r[8] or 0.0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at "
@@ -492,9 +507,7 @@ class ReadTxn(OplogReads):
                 rows[memory_id].triples.append((subject, predicate, obj))
         return rows
 
-    def list_memory_ids(
-        self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool
-    ) -> list[int]:
+    def list_memory_ids(self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool) -> list[int]:
         sql = "SELECT id FROM memories WHERE id > ?"
         params: list[Any] = [after_id]
         if scope:
@@ -524,9 +537,7 @@ class ReadTxn(OplogReads):
             params.extend((key, value))
         return " AND ".join(clauses), params
 
-    def fts_search(
-        self, match: str, *, limit: int, scopes: Sequence[str], metadata_equals: dict[str, str]
-    ) -> TextHits:
+    def fts_search(self, match: str, *, limit: int, scopes: Sequence[str], metadata_equals: dict[str, str]) -> TextHits:
         """The best ``limit`` rows by FTS5's bm25 for an already-safe FTS5 expression, with each
         row's length and the index's mean length (FTS5's own token counts, read in the same
         statement from its ``docsize`` table and averages record), so recall can re-weigh length."""
@@ -597,7 +608,16 @@ class ReadTxn(OplogReads):
         ):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
-        for memory_id, scope, body, metadata_json, fingerprint, forgotten_at, merged_into, superseded_by in self.connection.execute(
+        for (
+            memory_id,
+            scope,
+            body,
+            metadata_json,
+            fingerprint,
+            forgotten_at,
+            merged_into,
+            superseded_by,
+        ) in self.connection.execute(
             "SELECT id, scope, body, metadata, fingerprint, forgotten_at, merged_into, superseded_by FROM memories ORDER BY id"
         ):
             my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
@@ -619,7 +639,6 @@ class ReadTxn(OplogReads):
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
             )
-
 
     # -- records and generations (host-owned generations, seed 000) ----------------------------
 
@@ -771,7 +790,9 @@ class WriteTxn(ReadTxn, OplogWrites):
                 fingerprint=m.fingerprint,
             )
             seq = head_seq + 1 + i
-            entry_json = ledger.canonical_json({"op": "retain", "memory_id": memory_id, **digest.as_entry_fields(), "seq": seq})
+            entry_json = ledger.canonical_json(
+                {"op": "retain", "memory_id": memory_id, **digest.as_entry_fields(), "seq": seq}
+            )
             head_hash = ledger.chain_hash(head_hash, entry_json)
             rows.append((seq, now, entry_json, head_hash))
         c.executemany("INSERT INTO ledger(seq, at, entry, hash) VALUES(?, ?, ?, ?)", rows)
@@ -898,6 +919,7 @@ class WriteTxn(ReadTxn, OplogWrites):
             "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ?", (by, at, memory_id)
         )
         self.append_ledger({"op": "supersede", "memory_id": memory_id, "by": by})
+
     def apply_record_changes(
         self, scope: str, changes: Sequence[tuple[str, str, str]], generation: int, entry: dict[str, Any]
     ) -> int:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import apsw
 

@@ -32,10 +32,11 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from mnemosyne import background
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
@@ -83,10 +84,8 @@ class WorkerPool:
     """A fixed set of threads started up front (their number never changes with the load)."""
 
     def __init__(self, threads: int) -> None:
-        self._jobs: "queue.SimpleQueue[Callable[[], None] | None]" = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"worker-{n}", daemon=True) for n in range(threads)
-        ]
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"worker-{n}", daemon=True) for n in range(threads)]
         for thread in self._threads:
             thread.start()
 
@@ -120,7 +119,9 @@ class _Tenant:
 
 
 class Admission:
-    def __init__(self, limits: AdmissionLimits | None = None, *, park_tenant: str = "", park_file: Path | None = None) -> None:
+    def __init__(
+        self, limits: AdmissionLimits | None = None, *, park_tenant: str = "", park_file: Path | None = None
+    ) -> None:
         """``park_tenant``/``park_file``: a test seam; the jobs of that tenant wait on their worker
         thread while the file exists (so they provably occupy the workers)."""
         self.limits = limits or AdmissionLimits()
@@ -135,7 +136,9 @@ class Admission:
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
 
     def describe(self) -> str:
-        return ", ".join(f"{spec.name.replace('_', '-')}={getattr(self.limits, spec.name)}" for spec in fields(self.limits))
+        return ", ".join(
+            f"{spec.name.replace('_', '-')}={getattr(self.limits, spec.name)}" for spec in fields(self.limits)
+        )
 
     # -- the shutdown gate: every call enters and leaves ----------------------------------------
 
@@ -223,15 +226,27 @@ class Admission:
             self.running += 1
             return
         if not admitted and len(state.queue) >= limits.queued_calls_per_tenant:
-            self._refuse(tenant, state, _refusal(
-                "this tenant has as many calls waiting for a worker as it may", "queued-calls-per-tenant",
-                limits.queued_calls_per_tenant, QUEUE_RETRY_SECONDS,
-            ))
+            self._refuse(
+                tenant,
+                state,
+                _refusal(
+                    "this tenant has as many calls waiting for a worker as it may",
+                    "queued-calls-per-tenant",
+                    limits.queued_calls_per_tenant,
+                    QUEUE_RETRY_SECONDS,
+                ),
+            )
         if not admitted and self.queued >= limits.queued_calls:
-            self._refuse(tenant, state, _refusal(
-                "the server has as many calls waiting for a worker as it may", "queued-calls",
-                limits.queued_calls, QUEUE_RETRY_SECONDS,
-            ))
+            self._refuse(
+                tenant,
+                state,
+                _refusal(
+                    "the server has as many calls waiting for a worker as it may",
+                    "queued-calls",
+                    limits.queued_calls,
+                    QUEUE_RETRY_SECONDS,
+                ),
+            )
         turn: asyncio.Future[None] = loop.create_future()
         state.queue.append(turn)
         self.queued += 1
@@ -286,8 +301,13 @@ class Admission:
     def stream(self, tenant: str) -> Iterator[None]:
         """An open server stream of the tenant, for as long as the block lasts."""
         with self._hold(
-            tenant, ("streams", "open_streams"), self.limits.streams_per_tenant, self.limits.streams,
-            "open streams", "streams-per-tenant", "streams",
+            tenant,
+            ("streams", "open_streams"),
+            self.limits.streams_per_tenant,
+            self.limits.streams,
+            "open streams",
+            "streams-per-tenant",
+            "streams",
         ):
             yield
 
@@ -295,23 +315,42 @@ class Admission:
     def waiting(self, tenant: str) -> Iterator[None]:
         """A call of the tenant waiting for its hot path (Flush, Disable), while the block lasts."""
         with self._hold(
-            tenant, ("waiting", "waiting_calls"), self.limits.waiting_calls_per_tenant, self.limits.waiting_calls,
-            "calls waiting for the hot path", "waiting-calls-per-tenant", "waiting-calls",
+            tenant,
+            ("waiting", "waiting_calls"),
+            self.limits.waiting_calls_per_tenant,
+            self.limits.waiting_calls,
+            "calls waiting for the hot path",
+            "waiting-calls-per-tenant",
+            "waiting-calls",
         ):
             yield
 
     @contextmanager
     def _hold(
-        self, tenant: str, counters: tuple[str, str], per_tenant: int, total: int, what: str, tenant_flag: str,
+        self,
+        tenant: str,
+        counters: tuple[str, str],
+        per_tenant: int,
+        total: int,
+        what: str,
+        tenant_flag: str,
         total_flag: str,
     ) -> Iterator[None]:
         """Count one more of ``counters`` (the tenant's, the server's) while the block lasts."""
         mine, everyone = counters
         state = self._tenant(tenant)
         if getattr(state, mine) >= per_tenant:
-            self._refuse(tenant, state, _refusal(f"this tenant has as many {what} as it may", tenant_flag, per_tenant, HOLD_RETRY_SECONDS))
+            self._refuse(
+                tenant,
+                state,
+                _refusal(f"this tenant has as many {what} as it may", tenant_flag, per_tenant, HOLD_RETRY_SECONDS),
+            )
         if getattr(self, everyone) >= total:
-            self._refuse(tenant, state, _refusal(f"the server has as many {what} as it may", total_flag, total, HOLD_RETRY_SECONDS))
+            self._refuse(
+                tenant,
+                state,
+                _refusal(f"the server has as many {what} as it may", total_flag, total, HOLD_RETRY_SECONDS),
+            )
         setattr(state, mine, getattr(state, mine) + 1)
         setattr(self, everyone, getattr(self, everyone) + 1)
         try:

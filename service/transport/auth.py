@@ -60,7 +60,9 @@ class Principal:
 
     def check_admin(self) -> None:
         if not self.is_admin:
-            raise PermissionDenied(f"token {self.name!r} is not an admin token (tenants: [\"*\"])", reason="ADMIN_REQUIRED")
+            raise PermissionDenied(
+                f'token {self.name!r} is not an admin token (tenants: ["*"])', reason="ADMIN_REQUIRED"
+            )
 
 
 def hash_token(token: str) -> str:
@@ -83,7 +85,9 @@ def _principal(source: str, index: int, entry: Any) -> tuple[str, Principal]:
         where = f"tokens[{index}] ({name!r})"
     unknown = sorted(set(entry) - _ENTRY_KEYS)
     if unknown:
-        raise TokensFileError(source, where, f"unknown key(s) {unknown}; an entry has exactly the keys {sorted(_ENTRY_KEYS)}")
+        raise TokensFileError(
+            source, where, f"unknown key(s) {unknown}; an entry has exactly the keys {sorted(_ENTRY_KEYS)}"
+        )
     missing = sorted(_ENTRY_KEYS - set(entry))
     if missing:
         raise TokensFileError(source, where, f"missing key(s) {missing}")
@@ -91,11 +95,14 @@ def _principal(source: str, index: int, entry: Any) -> tuple[str, Principal]:
         raise TokensFileError(source, where, "name must be 1-128 printable ASCII characters")
     digest = entry["sha256"]
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest.lower()):
-        raise TokensFileError(source, where, "sha256 must be the 64 hex digits of the token's SHA-256 (mnemosyne hash-token)")
+        raise TokensFileError(
+            source, where, "sha256 must be the 64 hex digits of the token's SHA-256 (mnemosyne hash-token)"
+        )
     tenants = entry["tenants"]
     if not isinstance(tenants, list):
         raise TokensFileError(
-            source, where,
+            source,
+            where,
             f'tenants must be a list of tenant ids (e.g. ["acme"]) or ["*"] for an admin, not a {type(tenants).__name__}',
         )
     if not tenants:
@@ -105,7 +112,8 @@ def _principal(source: str, index: int, entry: Any) -> tuple[str, Principal]:
     for tenant in tenants:
         if tenant != ADMIN and (not isinstance(tenant, str) or not TENANT_ID_PATTERN.fullmatch(tenant)):
             raise TokensFileError(
-                source, where,
+                source,
+                where,
                 f"{str(tenant)[:80]!r} in tenants is not a tenant id (1-63 characters of a-z, 0-9, '_' and '-', "
                 'starting with a letter or digit); patterns are not supported, and "*" alone means admin',
             )
@@ -145,11 +153,11 @@ class TokenAuthenticator:
         self._by_hash = principals_by_hash
 
     @classmethod
-    def from_json(cls, text: str, *, source: str) -> "TokenAuthenticator":
+    def from_json(cls, text: str, *, source: str) -> TokenAuthenticator:
         return cls(parse_tokens(text, source=source))
 
     @classmethod
-    def from_file(cls, path: Path) -> "TokenAuthenticator":
+    def from_file(cls, path: Path) -> TokenAuthenticator:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

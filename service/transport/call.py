@@ -15,7 +15,8 @@ blocks (Ping).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from mnemosyne.transport.admission import Admission
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -145,7 +145,9 @@ def to_forget_response(memory_id: int, forgotten: bool) -> memory_pb2.ForgetMemo
 
 
 def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
-    return admin_pb2.ListTenantsResponse(tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged)
+    return admin_pb2.ListTenantsResponse(
+        tenants=page.tenants, next_page_token=page.next_page_token, damaged=page.damaged
+    )
 
 
 def to_ping_response() -> admin_pb2.PingResponse:
@@ -184,7 +186,10 @@ def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[typ
 
 def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
     return admin_pb2.DedupResponse(
-        groups=[admin_pb2.DuplicateGroup(keep_memory_id=g.keep, duplicate_memory_ids=list(g.duplicates)) for g in report.groups],
+        groups=[
+            admin_pb2.DuplicateGroup(keep_memory_id=g.keep, duplicate_memory_ids=list(g.duplicates))
+            for g in report.groups
+        ],
         merged=report.merged,
         threshold=report.threshold,
     )
@@ -235,7 +240,9 @@ def to_assemble_context(context: types.AssembledContext) -> workspace_pb2.Assemb
     response = workspace_pb2.AssembleContextResponse(
         global_records=to_records(context.global_records),
         workspace_records=to_records(context.workspace_records),
-        omitted_records=[workspace_pb2.OmittedRecord(scope=o.scope, key=o.key, bytes=o.bytes) for o in context.omitted_records],
+        omitted_records=[
+            workspace_pb2.OmittedRecord(scope=o.scope, key=o.key, bytes=o.bytes) for o in context.omitted_records
+        ],
         omitted_memory_ids=context.omitted_memory_ids,
     )
     add_recall_hits(response.memories, context.memories)
@@ -323,7 +330,9 @@ def to_event(event: types.Event) -> events_pb2.Event:
 
 
 def to_list_events_response(page: types.EventPage) -> events_pb2.ListEventsResponse:
-    return events_pb2.ListEventsResponse(events=[to_event(e) for e in page.events], next_page_token=page.next_page_token)
+    return events_pb2.ListEventsResponse(
+        events=[to_event(e) for e in page.events], next_page_token=page.next_page_token
+    )
 
 
 def to_hot_path_status(state: types.HotPathState) -> hot_path_pb2.HotPathStatus:

@@ -23,7 +23,8 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from google.protobuf import descriptor, message_factory
@@ -117,12 +118,14 @@ class Edge:
             implementation = getattr(servicer, method.name)
             if method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._stream(path, implementation), request_deserializer=decode,
+                    self._stream(path, implementation),
+                    request_deserializer=decode,
                     response_serializer=response_type.SerializeToString,
                 )
             else:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._unary(path, implementation), request_deserializer=decode,
+                    self._unary(path, implementation),
+                    request_deserializer=decode,
                     response_serializer=response_type.SerializeToString,
                 )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
@@ -136,7 +139,9 @@ class Edge:
         try:
             principal = None
             if self._authenticator is not None:
-                principal = self._authenticator.authenticate(next((v for k, v in metadata if k == "authorization"), None))
+                principal = self._authenticator.authenticate(
+                    next((v for k, v in metadata if k == "authorization"), None)
+                )
             if isinstance(request, _Undecodable):
                 raise request.error
             if principal is not None:
@@ -152,7 +157,9 @@ class Edge:
         deadline = time.monotonic() + remaining if remaining is not None else None
         return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
 
-    async def _fail(self, context: grpc.aio.ServicerContext, exc: BaseException, outcome: _Outcome, method: str) -> None:
+    async def _fail(
+        self, context: grpc.aio.ServicerContext, exc: BaseException, outcome: _Outcome, method: str
+    ) -> None:
         """Step 5: answer with the error's status (abort raises, ending the call)."""
         if isinstance(exc, MnemosyneError):
             status = rich_status(exc)
@@ -164,7 +171,9 @@ class Edge:
         await context.abort(status.code, status.details, status.trailing_metadata)
 
     @staticmethod
-    async def _send_initial(context: grpc.aio.ServicerContext, call: Call | None, echo: tuple[tuple[str, str], ...]) -> None:
+    async def _send_initial(
+        context: grpc.aio.ServicerContext, call: Call | None, echo: tuple[tuple[str, str], ...]
+    ) -> None:
         metadata = (*(call.initial_metadata if call else ()), *echo)
         if metadata:
             await context.send_initial_metadata(metadata)

@@ -3,7 +3,7 @@ calls (Flush, Disable, WatchEvents) through transport/waits.py, holding no threa
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine

@@ -120,7 +120,9 @@ class RunningServer:
         started = time.monotonic()
         self.engine.hot_path.end_streams()
         drained = await self.admission.close_and_wait(self.grace_seconds)
-        log.info("refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period")
+        log.info(
+            "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
+        )
         await self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started)))
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
@@ -137,7 +139,9 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
         authenticator = TokenAuthenticator.from_json(config.tokens_json, source="MNEMOSYNE_TOKENS")
     if authenticator is not None:
         admins = sorted(p.name for p in authenticator.principals if p.is_admin)
-        log.info("tokens: %d, of which admin (every tenant): %s", len(authenticator.principals), ", ".join(admins) or "none")
+        log.info(
+            "tokens: %d, of which admin (every tenant): %s", len(authenticator.principals), ", ".join(admins) or "none"
+        )
         return authenticator
     if config.host not in LOOPBACK_HOSTS and not config.allow_unauthenticated:
         raise FailedPrecondition(
@@ -153,7 +157,9 @@ async def start_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
-    engine = Engine(config.engine, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder))
+    engine = Engine(
+        config.engine, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
+    )
     admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
     log.info("admission limits: %s", admission.describe())
     metrics.read_gauges_from(
@@ -182,11 +188,17 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
                 # Admission bounds what may be open; this only lets a burst reach admission.
                 ("grpc.server.max_pending_requests", 4 * (config.admission.streams + config.admission.queued_calls)),
-                ("grpc.server.max_pending_requests_hard_limit", 8 * (config.admission.streams + config.admission.queued_calls)),
+                (
+                    "grpc.server.max_pending_requests_hard_limit",
+                    8 * (config.admission.streams + config.admission.queued_calls),
+                ),
             ],
         )
         edge = Edge(
-            authenticator, admission, max_request_bytes=config.engine.limits.max_request_bytes, recorder=Recorder(metrics)
+            authenticator,
+            admission,
+            max_request_bytes=config.engine.limits.max_request_bytes,
+            recorder=Recorder(metrics),
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
@@ -203,9 +215,17 @@ async def start_server(config: ServerConfig) -> RunningServer:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
-        address = f"[{config.host}]:{config.port}" if ":" in config.host and not config.host.startswith("[") else f"{config.host}:{config.port}"
+        address = (
+            f"[{config.host}]:{config.port}"
+            if ":" in config.host and not config.host.startswith("[")
+            else f"{config.host}:{config.port}"
+        )
         try:
-            port = server.add_secure_port(address, credentials) if credentials is not None else server.add_insecure_port(address)
+            port = (
+                server.add_secure_port(address, credentials)
+                if credentials is not None
+                else server.add_insecure_port(address)
+            )
         except RuntimeError:
             port = 0
         if port == 0:
@@ -237,8 +257,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
         admission.stop()
         raise
     log.info(
-        "listening on %s:%d (%s, pid %d, data %s, metrics port %s)", config.host, port,
+        "listening on %s:%d (%s, pid %d, data %s, metrics port %s)",
+        config.host,
+        port,
         "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
-        os.getpid(), config.engine.data_dir, running.metrics_port or "off",
+        os.getpid(),
+        config.engine.data_dir,
+        running.metrics_port or "off",
     )
     return running

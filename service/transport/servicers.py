@@ -4,7 +4,7 @@ No domain logic lives here; how each method runs is its kind (transport/call.py)
 from __future__ import annotations
 
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
@@ -46,14 +46,18 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             )
         else:
             item = convert.from_retain_item(request)
-            outcome = self._engine.retain(request.tenant, item, request_id=request.request_id or None, fast=request.fast)
+            outcome = self._engine.retain(
+                request.tenant, item, request_id=request.request_id or None, fast=request.fast
+            )
         response = convert.to_retain_response(outcome)
         _report_server_time(call, started)
         return response
 
     def RetainBatch(self, request: memory_pb2.RetainBatchRequest, call: Call) -> memory_pb2.RetainBatchResponse:
         items = [convert.from_retain_item(i) for i in request.items]
-        outcomes = self._engine.retain_batch(request.tenant, items, request_id=request.request_id or None, fast=request.fast)
+        outcomes = self._engine.retain_batch(
+            request.tenant, items, request_id=request.request_id or None, fast=request.fast
+        )
         return convert.to_retain_batch_response(outcomes)
 
     def Recall(self, request: memory_pb2.RecallRequest, call: Call) -> memory_pb2.RecallResponse:
@@ -84,7 +88,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return convert.to_list_memories_response(page)
 
     def ForgetMemory(self, request: memory_pb2.ForgetMemoryRequest, call: Call) -> memory_pb2.ForgetMemoryResponse:
-        forgotten = self._engine.memories.forget(request.tenant, request.memory_id, request_id=request.request_id or None)
+        forgotten = self._engine.memories.forget(
+            request.tenant, request.memory_id, request_id=request.request_id or None
+        )
         return convert.to_forget_response(request.memory_id, forgotten)
 
 
@@ -92,7 +98,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def VerifyIntegrity(self, request: admin_pb2.VerifyIntegrityRequest, call: Call) -> admin_pb2.VerifyIntegrityResponse:
+    def VerifyIntegrity(
+        self, request: admin_pb2.VerifyIntegrityRequest, call: Call
+    ) -> admin_pb2.VerifyIntegrityResponse:
         return convert.to_integrity(self._engine.memories.verify_integrity(request.tenant))
 
     def Stats(self, request: admin_pb2.StatsRequest, call: Call) -> admin_pb2.StatsResponse:
@@ -105,7 +113,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return convert.to_dedup_response(report)
 
     def ListTenants(self, request: admin_pb2.ListTenantsRequest, call: Call) -> admin_pb2.ListTenantsResponse:
-        return convert.to_tenant_page(self._engine.tenants.page(page_size=request.page_size, page_token=request.page_token))
+        return convert.to_tenant_page(
+            self._engine.tenants.page(page_size=request.page_size, page_token=request.page_token)
+        )
 
     async def AggregateStats(
         self, request: admin_pb2.AggregateStatsRequest, call: Call

@@ -48,5 +48,7 @@ class Recorder:
             extra = {"event": "rpc", "method": method, "code": code, "duration_ms": round(seconds * 1000, 3)}
             if reason:
                 extra["reason"] = reason
-            log.log(level, "rpc %s %s%s %.1fms", method, code, f" {reason}" if reason else "", seconds * 1000, extra=extra)
+            log.log(
+                level, "rpc %s %s%s %.1fms", method, code, f" {reason}" if reason else "", seconds * 1000, extra=extra
+            )
         logs.reset_request_id(token)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.hot_path import Barrier, Event, FlushOutcome, HotPath, HotPathState

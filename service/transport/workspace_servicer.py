@@ -46,7 +46,9 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
     def AssembleContext(
         self, request: workspace_pb2.AssembleContextRequest, call: Call
     ) -> workspace_pb2.AssembleContextResponse:
-        assembled = self._workspaces.assemble_context(request.tenant, request.workspace, query=request.query, k=request.k)
+        assembled = self._workspaces.assemble_context(
+            request.tenant, request.workspace, query=request.query, k=request.k
+        )
         call.send_initial_metadata(
             (
                 (GLOBAL_GENERATION_KEY, str(assembled.global_generation)),
@@ -80,23 +82,17 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         call.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
         return convert.to_update_workspace_response(result)
 
-    def GetRecord(
-        self, request: workspace_pb2.GetRecordRequest, call: Call
-    ) -> workspace_pb2.GetRecordResponse:
+    def GetRecord(self, request: workspace_pb2.GetRecordRequest, call: Call) -> workspace_pb2.GetRecordResponse:
         content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
         return convert.to_get_record_response(request.key, content, generation)
 
-    def ListRecords(
-        self, request: workspace_pb2.ListRecordsRequest, call: Call
-    ) -> workspace_pb2.ListRecordsResponse:
+    def ListRecords(self, request: workspace_pb2.ListRecordsRequest, call: Call) -> workspace_pb2.ListRecordsResponse:
         listed = self._workspaces.list_records(
             request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token
         )
         return convert.to_list_records_response(listed)
 
-    def EditRecords(
-        self, request: workspace_pb2.EditRecordsRequest, call: Call
-    ) -> workspace_pb2.EditRecordsResponse:
+    def EditRecords(self, request: workspace_pb2.EditRecordsRequest, call: Call) -> workspace_pb2.EditRecordsResponse:
         result = self._workspaces.edit_records(
             request.tenant,
             request.scope,
@@ -106,9 +102,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
         return convert.to_edit_records_response(result)
 
-    def Consolidate(
-        self, request: workspace_pb2.ConsolidateRequest, call: Call
-    ) -> workspace_pb2.ConsolidateResponse:
+    def Consolidate(self, request: workspace_pb2.ConsolidateRequest, call: Call) -> workspace_pb2.ConsolidateResponse:
         result = self._workspaces.consolidate(
             request.tenant,
             request.scope,
