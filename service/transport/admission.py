@@ -210,6 +210,7 @@ class Admission:
         def job() -> None:
             while park is not None and park[1].exists():
                 time.sleep(0.02)
+            value: Any
             try:
                 value, ok = context.run(work, *args), True
             except BaseException as exc:  # handed to the caller, whatever it is
@@ -250,14 +251,14 @@ class Admission:
         turn: asyncio.Future[None] = loop.create_future()
         state.queue.append(turn)
         self.queued += 1
-        if len(state.queue) == 1:
+        if tenant not in self._turns:  # a few tenants at most wait at a time: a short scan
             self._turns.append(tenant)
         try:
             await turn  # _dispatch counted the place for us when it set the result
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
+            if not turn.cancelled():
                 self._give_back(tenant, state)  # the place was given just as we were cancelled
-            else:
+            elif turn in state.queue:  # (else _dispatch already dropped it)
                 state.queue.remove(turn)
                 self.queued -= 1
                 self._forget_if_idle(tenant, state)
@@ -284,6 +285,9 @@ class Admission:
             skipped = 0
             turn = state.queue.popleft()
             self.queued -= 1
+            if turn.cancelled():  # its caller was cancelled and has not run yet: no place for it
+                self._turns.appendleft(tenant)
+                continue
             state.running += 1
             self.running += 1
             turn.set_result(None)

@@ -1,0 +1,110 @@
+"""Admission's accounting under cancellation: whatever moment a caller is cancelled at (queued,
+just given its place, running), every place and every queue slot comes back.
+
+The gRPC-level behaviour (limits, refusals, fairness between tenants) is in
+tests/test_fair_serving.py; this drives the module itself with thousands of races that a real
+client cannot time as precisely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+from mnemosyne.transport.admission import Admission, AdmissionLimits
+
+
+def test_cancelled_callers_give_back_every_place_and_slot() -> None:
+    async def scenario() -> None:
+        admission = Admission(AdmissionLimits(worker_threads=4, calls_per_tenant=2, queued_calls_per_tenant=1000))
+        rng = random.Random(7)
+        release = threading.Event()
+        finished = 0
+
+        def work(seconds: float) -> None:
+            nonlocal finished
+            time.sleep(seconds)
+            finished += 1
+
+        try:
+            for _round in range(20):
+                tasks = [
+                    asyncio.ensure_future(admission.run(f"t{rng.randrange(5)}", work, rng.random() / 500))
+                    for _ in range(60)
+                ]
+                # Cancel a random third of them at random moments: queued, just dispatched, running.
+                for _ in range(20):
+                    await asyncio.sleep(rng.random() / 1000)
+                    rng.choice(tasks).cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                for _ in range(200):  # jobs of cancelled callers finish on their threads
+                    if admission.running == 0:
+                        break
+                    await asyncio.sleep(0.01)
+                assert (admission.running, admission.queued) == (0, 0)
+            assert finished > 0
+        finally:
+            release.set()
+            admission.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_tenant_at_its_share_lets_another_tenant_in_at_the_next_free_worker() -> None:
+    async def scenario() -> None:
+        admission = Admission(AdmissionLimits(worker_threads=3, calls_per_tenant=2))
+        gate = threading.Event()
+        order: list[str] = []
+
+        def blocked(name: str) -> None:
+            gate.wait(10)
+            order.append(name)
+
+        try:
+            noisy = [asyncio.ensure_future(admission.run("noisy", blocked, f"noisy-{i}")) for i in range(6)]
+            await asyncio.sleep(0.05)
+            assert (admission.running, admission.queued) == (2, 4)  # its share of the 3 threads
+            quiet = await asyncio.wait_for(admission.run("quiet", lambda: "answered"), 5)
+            assert quiet == "answered"  # the third thread, while noisy waits for its own
+            gate.set()
+            await asyncio.gather(*noisy)
+            assert sorted(order) == sorted(f"noisy-{i}" for i in range(6))
+        finally:
+            gate.set()
+            admission.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_queued_caller_cancelled_as_a_worker_frees_up_takes_no_place() -> None:
+    """The race that leaked a place: the caller is cancelled (its turn cancelled at once, its
+    code resuming later) and, before it resumes, a finishing job hands the free worker on."""
+
+    async def scenario() -> None:
+        admission = Admission(AdmissionLimits(worker_threads=1, calls_per_tenant=1))
+        gate, returned = threading.Event(), threading.Event()
+
+        def first() -> None:
+            gate.wait(10)
+            returned.set()
+
+        try:
+            running = asyncio.ensure_future(admission.run("t", first))
+            queued = asyncio.ensure_future(admission.run("t", lambda: None))
+            await asyncio.sleep(0.05)
+            assert (admission.running, admission.queued) == (1, 1)
+            gate.set()
+            assert returned.wait(5)
+            time.sleep(0.05)  # the worker has handed its finish to the loop (not run yet)
+            queued.cancel()  # now, before the loop runs that finish
+            await asyncio.wait_for(asyncio.gather(running, queued, return_exceptions=True), 5)
+            assert queued.cancelled()
+            assert (admission.running, admission.queued) == (0, 0)
+            assert await asyncio.wait_for(admission.run("t", lambda: "next"), 5) == "next"
+        finally:
+            gate.set()
+            admission.stop()
+
+    asyncio.run(scenario())
