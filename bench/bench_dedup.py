@@ -34,7 +34,7 @@ def main() -> None:
 
     for threshold in (2.0, DEFAULT_THRESHOLD):
         with tempfile.TemporaryDirectory() as data:
-            engine = Engine(EngineConfig(Path(data), synchronous="NORMAL", near_duplicate_threshold=threshold))
+            engine = Engine(EngineConfig(data_dir=Path(data), synchronous="NORMAL", near_duplicate_threshold=threshold))
             n = args.memories
             for start in range(0, n, 1000):
                 engine.retain_batch("bench", [RetainItem(text(i)) for i in range(start, min(n, start + 1000))])

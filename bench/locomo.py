@@ -1,6 +1,6 @@
 """Recall quality on LoCoMo (Maharana et al., ACL 2024, arXiv 2402.17753): evidence recall@5/@10.
 
-    python -m bench.locomo --data ../shared/data/locomo-dev.json --embedder hashing --out results/locomo-hashing.json
+    python -m bench.locomo --data locomo10.json --embedder hashing --out results/locomo-hashing.json
     python -m bench.locomo --data ... --embedder minilm --out ...
     python -m bench.locomo --data ... --embedder chroma-minilm --out ...   # the plain dense baseline
 

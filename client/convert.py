@@ -4,6 +4,8 @@ MemoryBrain, which converts the engine's values to these same messages first: on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mnemosyne.client import types
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2
 
@@ -40,7 +42,7 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
     )
 
 
-def hits_from_proto(hits: list[memory_pb2.RecallHit]) -> list[types.Hit]:
+def hits_from_proto(hits: Iterable[memory_pb2.RecallHit]) -> list[types.Hit]:
     return [types.Hit(memory_from_proto(h.memory), h.score, h.vector_score, h.text_score) for h in hits]
 
 

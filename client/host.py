@@ -1,4 +1,4 @@
-"""``MemoryHost``: the agent-runtime side of host-owned generations (seed 000).
+"""``MemoryHost``: the agent-runtime side of host-owned generations (the agent-memory design, docs/seed-mapping.md).
 
 The model expresses memory intent (``memory_update``, ``update_workspace``) and never sees or
 carries a revision. The host keeps, per live Agent object, the exact Global and Workspace

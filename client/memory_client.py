@@ -1,6 +1,6 @@
 """``MemoryClient``: the Python client of a Mnemosyne server.
 
-Methods are named after the seed (retain, recall, retain_batch, ...) and return plain dataclasses
+Methods are named after the specification's API (retain, recall, retain_batch, ...) and return plain dataclasses
 from ``mnemosyne.client.types``; failures raise ``mnemosyne.client.errors`` exceptions. Calls
 that fail with UNAVAILABLE are retried with backoff when repeating them is safe: reads, and
 writes that carry a request id (every write gets one unless the caller passes its own).
@@ -86,11 +86,11 @@ class MemoryClient:
         )
         self._timeout = timeout
         self._retries = retries
-        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
-        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
-        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)
-        self.events = events_pb2_grpc.EventsServiceStub(self._channel)
+        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.events = events_pb2_grpc.EventsServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
 
     @property
     def channel(self) -> grpc.Channel:
@@ -154,7 +154,7 @@ class MemoryClient:
         self,
         tenant: str,
         text: str,
-        scope: str = "global",
+        scope: str = types.DEFAULT_SCOPE,
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
         *,
@@ -231,7 +231,7 @@ class MemoryClient:
         request = memory_pb2.ForgetMemoryRequest(
             tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id()
         )
-        return self.call(self.memory.ForgetMemory, request, retry=True).forgotten
+        return bool(self.call(self.memory.ForgetMemory, request, retry=True).forgotten)
 
     # -- admin ----------------------------------------------------------------------------------
 
@@ -241,16 +241,7 @@ class MemoryClient:
 
     def stats(self, tenant: str) -> types.Stats:
         r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
-        return types.Stats(
-            r.memories,
-            r.forgotten,
-            r.writes,
-            r.model_calls,
-            r.embed_calls,
-            r.duplicates,
-            r.ledger_entries,
-            r.file_bytes,
-        )
+        return convert.stats_from_proto(r)
 
     def ping(self) -> None:
         self.call(self.admin.Ping, admin_pb2.PingRequest(), retry=True)
@@ -261,7 +252,7 @@ class MemoryClient:
         self,
         tenant: str,
         messages: Sequence[types.Message | Mapping[str, str] | tuple[str, str]],
-        scope: str = "global",
+        scope: str = types.DEFAULT_SCOPE,
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
         *,
@@ -448,7 +439,7 @@ class MemoryClient:
             changes=_changes_to_proto(changes),
             request_id=request_id or new_request_id(),
         )
-        return self.call(self.workspace.EditRecords, request, retry=True).generation
+        return int(self.call(self.workspace.EditRecords, request, retry=True).generation)
 
     def consolidate(
         self, tenant: str, scope: str, changes: Sequence[types.RecordChange], expected_generation: int, receipt_id: str
@@ -475,7 +466,7 @@ class MemoryClient:
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}
-        total = types.Stats(0, 0, 0, 0, 0, 0, 0, 0)
+        total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
         files_read, consistency = 0, ""
         try:
             for chunk in self.admin.AggregateStats(
@@ -488,14 +479,14 @@ class MemoryClient:
                     files_read, consistency = chunk.files_read, chunk.consistency
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
-        return types.AggregateStats(tenants, total, files_read, consistency)
+        return types.AggregateStats(tenants=tenants, total=total, files_read=files_read, consistency=consistency)
 
     # -- hot path and events --------------------------------------------------------------------
 
     def hot_path(
         self, tenant: str, action: str, timeout_seconds: float = 0.0
     ) -> types.HotPathStatus | types.FlushResult:
-        """``action`` is "enable", "disable", "status" or "flush" (the seed's memory_hot_path).
+        """``action`` is "enable", "disable", "status" or "flush" (the specification's memory_hot_path).
 
         "flush" blocks until every fast write accepted before it has finished and returns a
         ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
@@ -514,8 +505,8 @@ class MemoryClient:
         }
         if action not in methods:
             raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
-        request = hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=timeout_seconds)
-        return convert.hot_path_status_from_proto(self._call_waiting(methods[action], request, wait))
+        state = hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=timeout_seconds)
+        return convert.hot_path_status_from_proto(self._call_waiting(methods[action], state, wait))
 
     def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
         # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
@@ -566,7 +557,7 @@ class MemoryClient:
                     yield convert.event_from_proto(message)
                 return
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                if exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = from_rpc_error(exc)
                 if received or tried == self._retries or error.retry_after_seconds is None:

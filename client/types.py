@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The scope a memory goes to when none is named (the server's default too).
+DEFAULT_SCOPE = "global"
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -93,7 +96,7 @@ class Stats:
 @dataclass(frozen=True)
 class RetainItem:
     text: str
-    scope: str = "global"
+    scope: str = DEFAULT_SCOPE
     metadata: dict[str, str] = field(default_factory=dict)
 
 

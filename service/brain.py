@@ -1,4 +1,4 @@
-"""``MemoryBrain``: the seed's API (§9.2), in process or against a server, with one behaviour.
+"""``MemoryBrain``: the specification's API (§9.2), in process or against a server, with one behaviour.
 
 ``MemoryBrain("./mem")`` runs the server's own ``Engine`` on a local directory — the same store,
 write path, hot path and workers, no second implementation — and takes the directory's lock, so
@@ -20,17 +20,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
 from mnemosyne.client.errors import _BY_CODE, ServerError
-from mnemosyne.engine.config import EngineConfig
-from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.transport import convert
 from mnemosyne.transport.errors import status_code_for
+
+if TYPE_CHECKING:
+    from mnemosyne.engine.engine import Engine
 
 T = TypeVar("T")
 _ADDRESS = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}")
@@ -60,6 +61,12 @@ class MemoryBrain:
         if _is_address(location):
             self._client = MemoryClient(str(location), token)
         else:
+            # The engine (numpy, SQLite) loads only for a local directory: `import mnemosyne` and a
+            # MemoryBrain on a server's address stay a client, and the server's command sets the
+            # interpreter up (BLAS threads) before numpy loads.
+            from mnemosyne.engine.config import EngineConfig  # noqa: PLC0415 - loaded only in process
+            from mnemosyne.engine.engine import Engine  # noqa: PLC0415 - loaded only in process
+
             self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location))))
 
     # -- lifetime -----------------------------------------------------------------------------------
@@ -81,7 +88,7 @@ class MemoryBrain:
         engine = self._engine
         return _translated(lambda: work(engine))
 
-    # -- the seed's API -----------------------------------------------------------------------------
+    # -- the specification's API -------------------------------------------------------------------
 
     def ensure_init(self) -> None:
         """Make sure the tenant can be used: its file exists (in process) or the server answers."""

@@ -1,4 +1,4 @@
-"""The five recovery drills of seed 001 §9.6, run against real server processes.
+"""The five recovery drills of the specification (§9.6, docs/seed-mapping.md), run against real server processes.
 
 ``mnemosyne drill --data-dir DIR`` and the test suite run this same code. Each drill prints one
 line, ``PASS`` or ``FAIL`` with the numbers behind it:
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnemosyne.client import MemoryClient
+from mnemosyne.client import FlushResult, MemoryClient
 from mnemosyne.server_process import ServerProcess
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
@@ -48,7 +48,8 @@ class DrillResult:
 
 
 def _all_memories(client: MemoryClient, tenant: str) -> list[str]:
-    texts, token = [], ""
+    texts: list[str] = []
+    token = ""
     while True:
         page = client.list_memories(tenant, page_size=500, page_token=token)
         texts.extend(m.text for m in page.memories)
@@ -153,6 +154,7 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
             for i in range(3)
         ]
         flushed = client.hot_path(tenant, "flush", timeout_seconds=60)
+        assert isinstance(flushed, FlushResult)
         finished = [client.get_event(tenant, e) for e in events]
         duplicates = sum(1 for e in finished if e.duplicate_of_memory_ids)
         created = sum(1 for e in finished if e.created_memory_ids)

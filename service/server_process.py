@@ -99,7 +99,7 @@ class ServerProcess:
             while True:
                 try:
                     if (
-                        stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                        stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
                         == health_pb2.HealthCheckResponse.SERVING
                     ):
                         break

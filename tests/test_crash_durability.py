@@ -1,4 +1,4 @@
-"""Committed writes survive SIGKILL (seed 001 §9.6, first drill, synchronous half)."""
+"""Committed writes survive SIGKILL (the specification's §9.6, first drill, synchronous half)."""
 
 from __future__ import annotations
 

@@ -64,6 +64,16 @@ def test_readme_set_up_is_exactly_two_commands() -> None:
     ]
 
 
+def test_readme_names_the_checks_ci_runs() -> None:
+    # The checks a contributor runs before CI does: named in the README, run by CI.
+    assert "scripts/lint" in section(README_TEXT, "Contributing")
+    ci_steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "scripts/lint" in ci_steps
+    lint = (ROOT / "scripts" / "lint").read_text()
+    for check in ("ruff format --check", "ruff check", "mypy", "lint-imports", "buf"):
+        assert check in lint and check.split()[0] in section(README_TEXT, "Contributing")
+
+
 def test_readme_python_example_runs(target: str, tenant: str) -> None:
     block = code_blocks(section(README_TEXT, "Python"), "python")[0]
     code = block.replace("127.0.0.1:50051", target).replace('"acme"', repr(tenant))

@@ -1,4 +1,4 @@
-"""The five recovery drills of seed 001 §9.6: the exact code ``mnemosyne drill`` runs."""
+"""The five recovery drills of the specification (§9.6, docs/seed-mapping.md): the exact code ``mnemosyne drill`` runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Events (seed 001 §9.3): GetEvent, ListEvents pagination and filters, and WatchEvents streams
+"""Events (the specification's §9.3, docs/seed-mapping.md): GetEvent, ListEvents pagination and filters, and WatchEvents streams
 that deliver every transition and resume from the durable log without missing one."""
 
 from __future__ import annotations

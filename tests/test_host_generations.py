@@ -1,4 +1,4 @@
-"""Host-owned generations (seed 000): the model never sees or carries a generation, and stale
+"""Host-owned generations (the agent-memory design, docs/seed-mapping.md): the model never sees or carries a generation, and stale
 writes are still rejected. Every test runs a real server process and the real client."""
 
 from __future__ import annotations

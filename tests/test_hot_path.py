@@ -1,4 +1,4 @@
-"""The hot path (seed 001 §9.1–9.2): per-tenant asynchronous writes, the flush barrier, Disable,
+"""The hot path (the specification's §9.1–9.2, docs/seed-mapping.md): per-tenant asynchronous writes, the flush barrier, Disable,
 Status, poison operations and the recovery index — against real server processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MemoryBrain: the seed's §9.2 snippet runs unchanged in process, and against a server with only
+"""MemoryBrain: the specification's §9.2 snippet (docs/seed-mapping.md) runs unchanged in process, and against a server with only
 the constructor changed (same Engine code underneath, same results and errors)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ transcript, one ``role: content`` line per message in order. So:
   ``retain_conversation``, payload hash over the transcript, scope and metadata);
 * one fingerprint: scope + normalised transcript. The same conversation submitted again under any
   request id is an exact duplicate (DUPLICATE, the first memory's id) and costs no model call,
-  which is what drill 3 of seed 001 §9.6 counts ("2 duplicates" for three submissions);
+  which is what drill 3 of the specification (§9.6, docs/seed-mapping.md) counts ("2 duplicates" for three submissions);
 * one extraction call over the transcript (the rules extractor reads each line without its
   speaker prefix, so "user: ticket RF-88213 status: refunded" yields the status triple).
 

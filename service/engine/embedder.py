@@ -68,7 +68,7 @@ class _Token(NamedTuple):
 
     indices: bytes  # its stem's word and character-trigram features, packed int64 vector indices,
     weights: bytes  # and packed float64 signed weights: a text's features are then one join
-    count: int
+    features: int  # how many of them
     stem: bytes
     pair_prefix: int  # CRC-32 of "b:<stem> ": a pair's hash continues it with the next stem
 
@@ -112,11 +112,11 @@ class HashingEmbedder(Embedder):
                 weights.append(weight)
         encoded = token.encode("utf-8")
         return _Token(
-            array("q", indices).tobytes(),
-            array("d", weights).tobytes(),
-            len(indices),
-            encoded,
-            zlib.crc32(b"b:" + encoded + b" "),
+            indices=array("q", indices).tobytes(),
+            weights=array("d", weights).tobytes(),
+            features=len(indices),
+            stem=encoded,
+            pair_prefix=zlib.crc32(b"b:" + encoded + b" "),
         )
 
     def _ascii_tokens(self, words: list[str]) -> list[_Token]:
@@ -152,7 +152,13 @@ class HashingEmbedder(Embedder):
         index_bytes, weight_bytes = indices.tobytes(), weights.tobytes()
         pair_prefixes = map(zlib.crc32, itertools.repeat(b" "), map(zlib.crc32, stems, itertools.repeat(_PAIR_CRC)))
         return [
-            _Token(index_bytes[8 * a : 8 * (a + n)], weight_bytes[8 * a : 8 * (a + n)], n, word_stem, prefix)
+            _Token(
+                indices=index_bytes[8 * a : 8 * (a + n)],
+                weights=weight_bytes[8 * a : 8 * (a + n)],
+                features=n,
+                stem=word_stem,
+                pair_prefix=prefix,
+            )
             for a, n, word_stem, prefix in zip(word_slots.tolist(), counts.tolist(), stems, pair_prefixes)
         ]
 
@@ -190,9 +196,9 @@ class HashingEmbedder(Embedder):
         values = np.concatenate(
             (np.frombuffer(b"".join(map(_WEIGHTS, tokens)), dtype=np.float64), np.where((hashes >> 31) & 1, 0.5, -0.5))
         )
-        summed = np.bincount(positions, weights=values, minlength=n * dim)
+        counted = np.bincount(positions, weights=values, minlength=n * dim)
         # float64 even when no text has a feature (bincount of nothing counts in integers)
-        summed = summed.astype(np.float64, copy=False).reshape(n, dim)
+        summed = counted.astype(np.float64, copy=False).reshape(n, dim)
         # sign(x) * log(1 + |x|), in place
         scaled = np.abs(summed)
         np.log1p(scaled, out=scaled)
@@ -218,7 +224,7 @@ class HashingEmbedder(Embedder):
         if None in tokens:  # a concurrent call cleared the cache meanwhile
             local = {word: cache.get(word) or self._token(word) for word in set(flat)}
             tokens = list(map(local.__getitem__, flat))
-        return tokens  # type: ignore[return-value]
+        return tokens  # type: ignore[return-value]  # no None left: every word was filled in just above
 
 
 _INDICES, _WEIGHTS, _COUNT, _STEM, _PAIR_PREFIX = (operator.itemgetter(i) for i in range(5))

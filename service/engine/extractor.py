@@ -1,6 +1,6 @@
 """Extraction: from a memory's text to structured facts and subject–predicate–object triples.
 
-An extractor call is what the seed calls "the model call": it is counted (``model_calls``) and a
+An extractor call is what the specification calls "the model call": it is counted (``model_calls``) and a
 replay of work already extracted must not call it again. The default ``RulesExtractor`` needs no
 network: it finds identifiers (RF-88213), e-mail addresses, dates, numbers with units and simple
 "X is Y" / "X's Y is Z" / "X status: Y" statements.

@@ -1,4 +1,4 @@
-"""The hot path: asynchronous writes through a durable per-tenant operation log (seed 001 §9.1–9.4).
+"""The hot path: asynchronous writes through a durable per-tenant operation log (the specification's §9.1–9.4, docs/seed-mapping.md).
 
 While a tenant's hot path is enabled (a flag in its file), a Retain marked ``fast`` only appends
 its items to the tenant's inbox (store/inbox.py: a file of its own, so an enqueue never waits
@@ -21,7 +21,7 @@ acceptance order — then process each tenant's log in rounds:
 Durability (``--hot-path-sync``): an accepted operation survives a process kill at once (WAL).
 Against power loss, by default ("round") it is durable once the worker that applied it has synced
 the log after its commit, or once a ``Flush`` returned: enqueues and worker commits take no fsync
-inside the tenant's write lock, so an enqueue never waits for the disk (seed 001 §9.2: a
+inside the tenant's write lock, so an enqueue never waits for the disk (the specification's §9.2, docs/seed-mapping.md: a
 successful enqueue is not a disk write; the flush is the barrier that reaches disk). "enqueue"
 syncs every enqueue before it returns instead.
 
@@ -441,11 +441,20 @@ class HotPath:
                 event_id = 0
                 for p in prepared:
                     event_id = txn.append("retain", p.to_payload(), request_id, now)
-                    results[p.position] = RetainOutcome(RetainStatus.ENQUEUED, event_id=event_id)
+                    results[p.position] = RetainOutcome(status=RetainStatus.ENQUEUED, event_id=event_id)
                 final = [r for r in results if r is not None]
                 if request_id:
                     result_json = json.dumps([r.to_json() for r in final])
-                    txn.save_request(InboxRequest(request_id, method, payload_hash, result_json, now), event_id)
+                    txn.save_request(
+                        InboxRequest(
+                            request_id=request_id,
+                            method=method,
+                            payload_hash=payload_hash,
+                            result=result_json,
+                            created_at=now,
+                        ),
+                        event_id,
+                    )
             self._note_enqueued(tenant, store, len(prepared), now)
         self._scheduler.notify(tenant)
         self.changes.notify(tenant)
@@ -586,13 +595,16 @@ class HotPath:
             if deleted < PRUNE_BATCH:
                 return
 
-    def _persist_extractions(self, store: TenantStore, prepared: Sequence, by_position: dict[int, OpRow]) -> None:
+    def _persist_extractions(
+        self, store: TenantStore, prepared: Sequence[PreparedItem], by_position: dict[int, OpRow]
+    ) -> None:
         fresh = [p for p in prepared if p.extraction is not None and p.vector is not None and not p.counted]
         if not fresh:
             return
         # Not synced: lost only to a power cut, and then the replay extracts (and counts) again.
         with store.write(sync=False) as txn:
             for p in fresh:
+                assert p.extraction is not None and p.vector is not None  # as chosen above
                 extraction = ledger.canonical_json(
                     {"facts": [list(f) for f in p.extraction.facts], "triples": [list(t) for t in p.extraction.triples]}
                 )
@@ -607,7 +619,7 @@ class HotPath:
         self,
         tenant: str,
         store: TenantStore,
-        prepared: Sequence,
+        prepared: Sequence[PreparedItem],
         by_position: dict[int, OpRow],
         errors: dict[int, Exception],
     ) -> bool:
@@ -784,7 +796,17 @@ class HotPath:
     def status(self, tenant: str) -> HotPathState:
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
-                return HotPathState(False, 0, 0.0, 0, 0, 0, 0, 0, 0)
+                return HotPathState(
+                    enabled=False,
+                    queue_depth=0,
+                    oldest_pending_seconds=0.0,
+                    accepted=0,
+                    succeeded=0,
+                    failed=0,
+                    duplicates=0,
+                    writes=0,
+                    model_calls=0,
+                )
             with _snapshot(store) as (txn, waiting):
                 enabled = txn.meta(HOT_PATH_META) == "on"
                 in_inbox = waiting.depth()

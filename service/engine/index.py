@@ -36,6 +36,7 @@ def vector_index(store: TenantStore, dim: int) -> VectorIndex:
     index = store.cache.get(_CACHE_KEY)
     if index is None:
         index = store.cache.setdefault(_CACHE_KEY, VectorIndex(dim))
+    assert isinstance(index, VectorIndex)
     return index
 
 

@@ -274,11 +274,11 @@ def parse_answer(response: Mapping[str, Any]) -> Extraction:
     for i, triple in enumerate(answer["triples"]):
         if not isinstance(triple, dict):
             raise _bad("invalid_answer", f"triples[{i}] is not an object")
-        parts = tuple(
+        subject, predicate, obj = (
             _string(triple, key, f"triples[{i}]", MAX_VALUE_CHARS) for key in ("subject", "predicate", "object")
         )
-        if parts not in triples:
-            triples.append(parts)  # type: ignore[arg-type]
+        if (subject, predicate, obj) not in triples:
+            triples.append((subject, predicate, obj))
     return Extraction(facts=facts, triples=triples)
 
 

@@ -82,7 +82,9 @@ class Memories:
     def verify_integrity(self, tenant: str) -> IntegrityReport:
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
-                return IntegrityReport(True, 0, 0, ledger.GENESIS_HASH, [])
+                return IntegrityReport(
+                    valid=True, first_broken_at=0, checked=0, head_hash=ledger.GENESIS_HASH, problems=[]
+                )
             with store.read() as txn:
                 verdict = ledger.verify(
                     txn.ledger_rows(),

@@ -150,7 +150,7 @@ class TenantPage:
 @dataclass(frozen=True)
 class AggregateChunk:
     """Part of a cross-tenant aggregate. NOT one snapshot: each tenant's stats come from its own
-    file read in its own transaction, at a slightly different moment (seed 001 §9.5)."""
+    file read in its own transaction, at a slightly different moment (the specification's §9.5, docs/seed-mapping.md)."""
 
     tenants: list[tuple[str, TenantStats, str]]  # (tenant, stats, error reason: "" when read)
     total: TenantStats | None = None  # set in the last chunk only (the tenants read)

@@ -1,4 +1,4 @@
-"""Records of the Global and Workspace scopes under host-owned generations (seed 000).
+"""Records of the Global and Workspace scopes under host-owned generations (the agent-memory design, docs/seed-mapping.md).
 
 Each scope (``global``, ``workspace/<name>``) has a generation — 0 before its first record change,
 +1 for each — and a set of named records (complete documents). Only record changes advance a

@@ -39,7 +39,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import prior_outcomes, prior_outcomes_anywhere
-from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.engine.types import GLOBAL_SCOPE, RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.store import ledger
 from mnemosyne.store.tenant_store import NewMemory, NotStored, ReadTxn, TenantStore, WriteTxn
@@ -61,7 +61,7 @@ def fingerprint(scope: str, text: str) -> str:
 def payload_hash(method: str, items: Sequence[RetainItem]) -> str:
     """What a request id stands for: the method and every item as sent."""
     return ledger.sha256_hex(
-        ledger.canonical_json([method, [[i.text, i.scope or check.GLOBAL_SCOPE, i.metadata] for i in items]])
+        ledger.canonical_json([method, [[i.text, i.scope or GLOBAL_SCOPE, i.metadata] for i in items]])
     )
 
 
@@ -173,7 +173,7 @@ class WritePath:
                 if not per_item_errors:
                     raise
                 outcomes[position] = RetainOutcome(
-                    RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
+                    status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
                 )
                 continue
             prepared.append(
@@ -386,8 +386,8 @@ class WritePath:
             p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
         if len(todo) > 1:
             batch = dict(enumerate(items))
-            for p, item, hits in zip(todo, items, dedup.similar_earlier(vectors, self._threshold)):
-                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, hits, batch)]
+            for p, item, earlier in zip(todo, items, dedup.similar_earlier(vectors, self._threshold)):
+                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, earlier, batch)]
 
     # -- inside the transaction ----------------------------------------------------------------
 
@@ -485,7 +485,7 @@ class WritePath:
                 if not one_by_one or not txn.alive:
                     raise
                 results[last.position] = RetainOutcome(
-                    RetainStatus.INVALID,
+                    status=RetainStatus.INVALID,
                     error_reason="ITEM_NOT_STORED",
                     error_message=f"this item could not be stored ({exc.cause}); the others were",
                 )
@@ -496,7 +496,7 @@ class WritePath:
                 created_ids[id(p)] = memory_id
                 known[p.fingerprint] = memory_id
                 results[p.position] = RetainOutcome(
-                    RetainStatus.CREATED,
+                    status=RetainStatus.CREATED,
                     memory_id=memory_id,
                     near_duplicate_of=tuple(
                         [i for i in p.near_duplicate_of if i in live]
@@ -513,7 +513,7 @@ class WritePath:
                 flush()  # it repeats a memory of the run: name that memory's id
             existing = known.get(p.fingerprint)
             if existing is not None:
-                results[p.position] = RetainOutcome(RetainStatus.DUPLICATE, memory_id=existing)
+                results[p.position] = RetainOutcome(status=RetainStatus.DUPLICATE, memory_id=existing)
                 duplicates += 1
                 continue
             if p.extraction is None or p.vector is None:

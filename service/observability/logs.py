@@ -60,7 +60,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         if getattr(record, "request_id", ""):
-            entry["request_id"] = record.request_id  # type: ignore[attr-defined]
+            entry["request_id"] = getattr(record, "request_id", "")
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value

@@ -51,7 +51,7 @@ class ServerMetrics(EngineObserver):
     def __init__(self) -> None:
         # No `*_created` series (one more series per counter, of no use to Prometheus' rate()).
         # The switch is process-wide; the server process only holds our registries.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
         self.registry = CollectorRegistry(auto_describe=True)
         process_collector.ProcessCollector(registry=self.registry)
         platform_collector.PlatformCollector(registry=self.registry)

@@ -32,6 +32,7 @@ from typing import Any
 
 import apsw
 
+from mnemosyne.store.queries import Queries
 from mnemosyne.store.transactions import translate_sqlite_error, write_transaction
 
 _SCHEMA = """
@@ -74,7 +75,7 @@ class InboxRequest:
     created_at: float
 
 
-class InboxTxn:
+class InboxTxn(Queries):
     def __init__(self, connection: apsw.Connection) -> None:
         self.connection = connection
 
@@ -127,10 +128,10 @@ class InboxTxn:
 
     def depth(self, *, after_id: int = 0, up_to_id: int | None = None) -> tuple[int, float | None]:
         """(operations waiting here with after_id < id [<= up_to_id], oldest acceptance time)."""
-        count, oldest = self.connection.execute(
+        count, oldest = self._row(
             "SELECT count(*), min(accepted_at) FROM ops WHERE event_id > ? AND event_id <= ?",
             (after_id, up_to_id if up_to_id is not None else 1 << 62),
-        ).fetchone()
+        )
         return int(count), oldest
 
     def remove_through(self, event_id: int) -> None:

@@ -212,7 +212,7 @@ def verify(
         memory_id = int(entry.get("memory_id") or 0)
         if op == "retain":
             fields = {k: str(entry.get(k, "")) for k in MemoryDigest.__dataclass_fields__}
-            expected[memory_id] = _Expected(row.seq, MemoryDigest(**fields))
+            expected[memory_id] = _Expected(retain_seq=row.seq, digest=MemoryDigest(**fields))
             retain_seqs.append((memory_id, row.seq))
         elif op == "forget":
             if memory_id in expected:
@@ -365,9 +365,9 @@ class _RecordReplay:
         problems = []
         scope = str(entry.get("scope", ""))
         try:
-            generation = int(entry.get("generation"))  # type: ignore[arg-type]
+            generation = int(entry["generation"])
             changes = list(entry.get("changes") or ())
-        except (TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             return [Problem(seq, 0, "ENTRY_UNREADABLE", f"entry {seq} is not a readable records entry")]
         previous = self.generations.get(scope)
         if previous is not None and generation != previous[0] + 1:

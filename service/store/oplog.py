@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
-
 from mnemosyne.store.inbox import InboxOp
+from mnemosyne.store.queries import Queries
 
 OPEN_STATUSES = ("pending", "running")
 PRUNED_THROUGH_META = "oplog_pruned_through_seq"
@@ -75,9 +74,7 @@ class Transition:
     at: float
 
 
-class OplogReads:
-    connection: apsw.Connection
-
+class OplogReads(Queries):
     def _ops(self, sql: str, params: Sequence[Any] = ()) -> list[OpRow]:
         return [OpRow(*row) for row in self.connection.execute(f"SELECT {_COLUMNS} FROM oplog {sql}", params)]
 
@@ -86,7 +83,8 @@ class OplogReads:
         return rows[0] if rows else None
 
     def oplog_page(self, *, status: str | None, accepted_after: float | None, after_id: int, limit: int) -> list[OpRow]:
-        clauses, params = ["event_id > ?"], [after_id]
+        clauses: list[str] = ["event_id > ?"]
+        params: list[Any] = [after_id]
         if status:
             clauses.append("status = ?")
             params.append(status)
@@ -106,10 +104,10 @@ class OplogReads:
 
     def oplog_next_retry(self) -> float | None:
         """When the earliest operation in a retry backoff may be taken again."""
-        row = self.connection.execute(
+        retry_at: float | None = self._one(
             "SELECT min(retry_after) FROM oplog WHERE status = 'pending' AND retry_after IS NOT NULL"
-        ).fetchone()
-        return row[0]
+        )
+        return retry_at
 
     def oplog_depth(self, up_to_id: int | None = None) -> tuple[int, float | None]:
         """(operations pending or running [with id <= up_to_id], oldest acceptance time)."""
@@ -118,7 +116,7 @@ class OplogReads:
         if up_to_id is not None:
             sql += " AND event_id <= ?"
             params = (up_to_id,)
-        count, oldest = self.connection.execute(sql, params).fetchone()
+        count, oldest = self._row(sql, params)
         return int(count), oldest
 
     def oplog_open_ids(self, up_to_id: int) -> list[int]:
@@ -141,8 +139,7 @@ class OplogReads:
         return result
 
     def oplog_last_event_id(self) -> int:
-        row = self.connection.execute("SELECT max(event_id) FROM oplog").fetchone()
-        return int(row[0] or 0)
+        return int(self._one("SELECT max(event_id) FROM oplog") or 0)
 
     def oplog_highest_event_id(self) -> int:
         """The highest event id this log ever held, pruned ones included (AUTOINCREMENT's
@@ -173,8 +170,7 @@ class OplogReads:
         ]
 
     def oplog_last_seq(self) -> int:
-        row = self.connection.execute("SELECT max(seq) FROM oplog_transitions").fetchone()
-        return int(row[0] or 0)
+        return int(self._one("SELECT max(seq) FROM oplog_transitions") or 0)
 
     def oplog_pruned_through_seq(self) -> int:
         """The highest transition sequence the retention limit deleted (0: none): a watcher
@@ -261,9 +257,7 @@ class OplogWrites(OplogReads):
         if not ids:
             return 0
         marks = ",".join("?" * len(ids))
-        (highest_seq,) = self.connection.execute(
-            f"SELECT max(seq) FROM oplog_transitions WHERE event_id IN ({marks})", ids
-        ).fetchone()
+        (highest_seq,) = self._row(f"SELECT max(seq) FROM oplog_transitions WHERE event_id IN ({marks})", ids)
         self.connection.execute(f"DELETE FROM oplog_transitions WHERE event_id IN ({marks})", ids)
         self.connection.execute(f"DELETE FROM oplog WHERE event_id IN ({marks})", ids)
         if highest_seq is not None:

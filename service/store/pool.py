@@ -313,7 +313,7 @@ class TenantPool:
             try:
                 return TenantStore(
                     path,
-                    write_lock=self.locks.for_tenant(tenant),  # type: ignore[arg-type]
+                    write_lock=self.locks.for_tenant(tenant),
                     synchronous=self._synchronous,
                     max_readers=self._max_readers,
                     faults=self._faults,

@@ -114,7 +114,7 @@ CREATE TABLE supersessions(
 CREATE INDEX supersessions_by ON supersessions(superseded_by);
 """
 
-# Host-owned generations (seed 000): scopes with a generation, their records (complete documents)
+# Host-owned generations (the agent-memory design, docs/seed-mapping.md): scopes with a generation, their records (complete documents)
 # and the receipts of applied consolidations. Only record changes advance a generation; retained
 # memories never touch this table.
 _V3_WORKSPACE = """
@@ -142,7 +142,7 @@ CREATE TABLE receipts(
 ) WITHOUT ROWID;
 """
 
-# The hot path's durable operation log (seed 001 §9.3): one row per accepted fast write, its
+# The hot path's durable operation log (the specification's §9.3, docs/seed-mapping.md): one row per accepted fast write, its
 # persisted extraction (so a replay makes no second model call) and its result; every status
 # change is also appended to oplog_transitions, which WatchEvents replays. Written in the same
 # transactions as the work, so the log and the memories never disagree.

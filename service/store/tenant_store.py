@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,7 +197,7 @@ class TenantStore:
         self,
         path: Path,
         *,
-        write_lock: threading.Lock | threading.RLock,
+        write_lock: AbstractContextManager[Any],
         synchronous: str = "FULL",
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
@@ -411,10 +411,6 @@ class ReadTxn(OplogReads):
     def __init__(self, connection: apsw.Connection) -> None:
         self.connection = connection
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        row = self.connection.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
     # -- meta and counters ----------------------------------------------------------------------
 
     def meta(self, key: str, default: str | None = None) -> str | None:
@@ -430,20 +426,20 @@ class ReadTxn(OplogReads):
 
     def counts(self) -> tuple[int, int, int]:
         """(live memories, forgotten memories, ledger entries)."""
-        live, forgotten = self.connection.execute(
+        live, forgotten = self._row(
             # Merged memories are retired: neither live nor forgotten.
             "SELECT count(*) FILTER (WHERE forgotten_at IS NULL AND merged_into IS NULL), "
             "count(*) FILTER (WHERE forgotten_at IS NOT NULL) FROM memories"
-        ).fetchone()
-        return live, forgotten, self._one("SELECT count(*) FROM ledger")
+        )
+        return int(live), int(forgotten), int(self._one("SELECT count(*) FROM ledger"))
 
     def live_memory_count(self) -> int:
-        return self._one("SELECT count(*) FROM memories WHERE forgotten_at IS NULL")
+        return int(self._one("SELECT count(*) FROM memories WHERE forgotten_at IS NULL"))
 
     def used_bytes(self) -> int:
         """Bytes of database pages in use as this transaction sees them (free pages excluded)."""
-        page_size = self._one("PRAGMA page_size")
-        return (self._one("PRAGMA page_count") - self._one("PRAGMA freelist_count")) * page_size
+        page_size = int(self._one("PRAGMA page_size"))
+        return (int(self._one("PRAGMA page_count")) - int(self._one("PRAGMA freelist_count"))) * page_size
 
     # -- idempotency and dedup ------------------------------------------------------------------
 
@@ -478,12 +474,12 @@ class ReadTxn(OplogReads):
         marks = ",".join("?" * len(ids))
         rows = {
             r[0]: MemoryRow(
-                r[0],
-                r[1],
-                r[2],
-                _metadata(r[3]),
-                r[4],
-                r[5] is not None,
+                id=r[0],
+                scope=r[1],
+                body=r[2],
+                metadata=_metadata(r[3]),
+                created_at=r[4],
+                forgotten=r[5] is not None,
                 merged_into=r[6] or 0,
                 superseded_by=r[7] or 0,
                 superseded_at=r[8] or 0.0,
@@ -583,7 +579,7 @@ class ReadTxn(OplogReads):
         )
 
     def fts_row_exists(self, memory_id: int) -> bool:
-        return self._one("SELECT count(*) FROM memories_fts WHERE rowid = ?", (memory_id,)) > 0
+        return int(self._one("SELECT count(*) FROM memories_fts WHERE rowid = ?", (memory_id,))) > 0
 
     # -- integrity ------------------------------------------------------------------------------
 
@@ -640,11 +636,12 @@ class ReadTxn(OplogReads):
                 superseded_by=superseded_by or 0,
             )
 
-    # -- records and generations (host-owned generations, seed 000) ----------------------------
+    # -- records and generations (host-owned generations, the agent-memory design) -----------------
 
     def scope_generation(self, scope: str) -> int | None:
         """The scope's generation, or None for a scope whose records were never written."""
-        return self._one("SELECT generation FROM scopes WHERE scope = ?", (scope,))
+        generation = self._one("SELECT generation FROM scopes WHERE scope = ?", (scope,))
+        return None if generation is None else int(generation)
 
     def scope_records(self, scope: str, *, after_key: str | None = None, limit: int = -1) -> list[tuple[str, str]]:
         """(key, content) of a scope's records by key: every one, or ``limit`` after ``after_key``."""
@@ -659,10 +656,11 @@ class ReadTxn(OplogReads):
         return [r[0] for r in self.connection.execute("SELECT key FROM records WHERE scope = ? ORDER BY key", (scope,))]
 
     def record(self, scope: str, key: str) -> str | None:
-        return self._one("SELECT content FROM records WHERE scope = ? AND key = ?", (scope, key))
+        content: str | None = self._one("SELECT content FROM records WHERE scope = ? AND key = ?", (scope, key))
+        return content
 
     def record_count(self, scope: str) -> int:
-        return self._one("SELECT count(*) FROM records WHERE scope = ?", (scope,))
+        return int(self._one("SELECT count(*) FROM records WHERE scope = ?", (scope,)))
 
     def find_receipt(self, receipt_id: str) -> tuple[str, str, str] | None:
         """(scope, payload_hash, result_json) of an applied consolidation receipt, if any."""

@@ -17,7 +17,7 @@ _RETAIN_STATUS = {
     types.RetainStatus.ENQUEUED: types_pb2.RetainResult.ENQUEUED,
     types.RetainStatus.INVALID: types_pb2.RetainResult.INVALID,
 }
-_RECALL_MODE = {
+_RECALL_MODE: dict[int, types.RecallMode] = {
     memory_pb2.RECALL_MODE_UNSPECIFIED: types.RecallMode.HYBRID,
     memory_pb2.RECALL_MODE_HYBRID: types.RecallMode.HYBRID,
     memory_pb2.RECALL_MODE_VECTOR: types.RecallMode.VECTOR,
@@ -276,7 +276,7 @@ _EVENT_STATUS_TO_PROTO = {
     "succeeded": events_pb2.SUCCEEDED,
     "failed": events_pb2.FAILED,
 }
-_EVENT_STATUS_FROM_PROTO = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
+_EVENT_STATUS_FROM_PROTO: dict[int, str] = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
 
 
 def from_event_status(status: int) -> str | None:

@@ -132,7 +132,7 @@ class Edge:
 
     # -- the steps every call takes ------------------------------------------------------------
 
-    def _begin(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Call:
+    def _begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
         """Steps 2 and 3: admit the call and authorise it; its Call. Raises the refusal."""
         metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
         self._admission.enter()
@@ -158,7 +158,7 @@ class Edge:
         return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
 
     async def _fail(
-        self, context: grpc.aio.ServicerContext, exc: BaseException, outcome: _Outcome, method: str
+        self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: _Outcome, method: str
     ) -> None:
         """Step 5: answer with the error's status (abort raises, ending the call)."""
         if isinstance(exc, MnemosyneError):
@@ -172,7 +172,7 @@ class Edge:
 
     @staticmethod
     async def _send_initial(
-        context: grpc.aio.ServicerContext, call: Call | None, echo: tuple[tuple[str, str], ...]
+        context: grpc.aio.ServicerContext[Any, Any], call: Call | None, echo: tuple[tuple[str, str], ...]
     ) -> None:
         metadata = (*(call.initial_metadata if call else ()), *echo)
         if metadata:
@@ -183,7 +183,7 @@ class Edge:
         waits = getattr(implementation, "waiting", False)
         admission, recorder = self._admission, self._recorder
 
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
             echo, token = recorder.begin(context)
             outcome = _Outcome()
@@ -218,7 +218,7 @@ class Edge:
     def _stream(self, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
         admission, recorder = self._admission, self._recorder
 
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started = time.perf_counter()
             echo, token = recorder.begin(context)
             outcome = _Outcome()

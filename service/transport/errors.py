@@ -34,7 +34,7 @@ STATUS_BY_ERROR: dict[type[errors.MnemosyneError], grpc.StatusCode] = {
 def status_code_for(error: errors.MnemosyneError) -> grpc.StatusCode:
     for cls in type(error).__mro__:
         if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+            return STATUS_BY_ERROR[cls]
     return grpc.StatusCode.INTERNAL
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+from typing import Any
 
 import grpc
 
@@ -28,7 +29,9 @@ class Recorder:
         self._metrics = metrics
 
     @staticmethod
-    def begin(context: grpc.aio.ServicerContext) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str]]:
+    def begin(
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str]]:
         """Set the call's request id; (the metadata echoing it, the token to reset it with)."""
         sent = next((v for k, v in context.invocation_metadata() or () if k == "x-request-id"), None)
         sent = sent if isinstance(sent, str) or sent is None else sent.decode("ascii", "replace")

@@ -15,7 +15,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.hot_path import Barrier, Event, FlushOutcome, HotPath, HotPathState
+from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.types import Barrier, Event, FlushOutcome, HotPathState
 from mnemosyne.transport.call import Call
 
 # A stream with nothing new re-reads the log this often anyway (a change is normally announced).
@@ -27,7 +28,11 @@ def _changes(hot_path: HotPath, tenant: str) -> Iterator[asyncio.Event]:
     """An asyncio.Event set (on this loop) whenever the tenant's hot path changes."""
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
-    unsubscribe = hot_path.changes.subscribe(tenant, lambda: loop.call_soon_threadsafe(changed.set))
+
+    def wake() -> None:  # on the thread that made the change
+        loop.call_soon_threadsafe(changed.set)
+
+    unsubscribe = hot_path.changes.subscribe(tenant, wake)
     try:
         yield changed
     finally:
