@@ -21,6 +21,7 @@ code; ``reason`` is the stable ``google.rpc.ErrorInfo`` reason the server sent (
 from __future__ import annotations
 
 import grpc
+from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -34,7 +35,9 @@ class MnemosyneClientError(Exception):
         metadata: dict[str, str],
         retry_after_seconds: float | None = None,
     ) -> None:
-        super().__init__(f"{code.name} {reason}: {message}")
+        # A transport failure carries no ErrorInfo and its reason is the code's name: said once.
+        heading = code.name if reason == code.name else f"{code.name} {reason}"
+        super().__init__(f"{heading}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
@@ -90,9 +93,9 @@ _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
 }
 
 
-def _details(error: grpc.RpcError) -> list[object]:
+def _details(error: grpc.RpcError) -> list[any_pb2.Any]:
     try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a failed call's RpcError is also its grpc.Call
     except ValueError:  # a malformed status from something that is not our server
         return []
     return list(status.details) if status is not None else []
@@ -101,9 +104,9 @@ def _details(error: grpc.RpcError) -> list[object]:
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo detail of a failed call, if the server sent one."""
     for detail in _details(error):
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):  # type: ignore[attr-defined]
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)  # type: ignore[attr-defined]
+            detail.Unpack(info)
             return info
     return None
 
@@ -111,17 +114,17 @@ def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
 def retry_delay(error: grpc.RpcError) -> float | None:
     """The RetryInfo delay of a failed call in seconds, if the server sent one."""
     for detail in _details(error):
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[attr-defined]
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)  # type: ignore[attr-defined]
-            return retry.retry_delay.ToNanoseconds() / 1e9
+            detail.Unpack(retry)
+            return int(retry.retry_delay.ToNanoseconds()) / 1e9
     return None
 
 
 def from_rpc_error(error: grpc.RpcError) -> MnemosyneClientError:
-    code = error.code()  # type: ignore[attr-defined]
+    code = error.code()
     info = error_info(error)
     reason = info.reason if info is not None else code.name
     metadata = dict(info.metadata) if info is not None else {}
     cls = _BY_CODE.get(code, ServerError)
-    return cls(code, reason, error.details() or "", metadata, retry_delay(error))  # type: ignore[attr-defined]
+    return cls(code, reason, error.details() or "", metadata, retry_delay(error))

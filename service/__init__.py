@@ -1,13 +1,20 @@
 """Mnemosyne: a memory service for AI agents.
 
 The public surface is deliberately small: the client (``MemoryClient``), its error base, and
-``MemoryBrain`` (the seed's API, in process on a directory or against a server).
+``MemoryBrain`` (the specification's API, in process on a directory or against a server).
 The server is started with the ``mnemosyne serve`` command; its parts live in
 ``mnemosyne.transport`` (gRPC), ``mnemosyne.engine`` (memory logic) and ``mnemosyne.store``
 (per-tenant SQLite files).
 """
 
+from importlib import metadata as _metadata
+
 from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
+
+try:
+    __version__ = _metadata.version("mnemosyne-memory-service")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]

