@@ -14,8 +14,9 @@ import resource
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import Field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mnemosyne import __version__
 from mnemosyne.errors import MnemosyneError
@@ -194,21 +195,6 @@ LIMIT_HELP = {
 }
 
 
-def _add_limit_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag (and MNEMOSYNE_ variable) per field of Limits: --max-text-chars, MNEMOSYNE_MAX_TEXT_CHARS..."""
-    from mnemosyne.engine.limits import Limits
-
-    for name, spec in Limits.__dataclass_fields__.items():
-        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]  # every field of it is an int
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            type=int,
-            default=default,
-            help=f"{LIMIT_HELP.get(name, name)} (default {spec.default})",
-        )
-
-
 ADMISSION_HELP = {
     "worker_threads": "threads running the engine's blocking work, shared by every tenant",
     "calls_per_tenant": "of the worker threads, how many one tenant's calls may occupy at once (its fair share)",
@@ -221,18 +207,17 @@ ADMISSION_HELP = {
 }
 
 
-def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag (and MNEMOSYNE_ variable) per field of AdmissionLimits: --worker-threads..."""
-    from mnemosyne.transport.admission import AdmissionLimits
-
-    for name, spec in AdmissionLimits.__dataclass_fields__.items():
-        default = int(_env(name.upper(), str(spec.default)) or spec.default)  # type: ignore[arg-type]  # every field of it is an int
+def _add_int_flags(parser: argparse.ArgumentParser, fields: dict[str, Field[Any]], help_of: dict[str, str]) -> None:
+    """One flag (and MNEMOSYNE_ variable) per int field of a limits dataclass: --max-text-chars,
+    MNEMOSYNE_MAX_TEXT_CHARS, --worker-threads..."""
+    for name, spec in fields.items():
+        default = int(_env(name.upper()) or spec.default)  # type: ignore[arg-type]  # every field of them is an int with a default
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             type=int,
             default=default,
-            help=f"{ADMISSION_HELP[name]} (default {spec.default})",
+            help=f"{help_of[name]} (default {spec.default})",
         )
 
 
@@ -255,6 +240,8 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """The flags of ``serve``; each default is the configuration's own (engine/config.py,
     transport/server.py, engine/limits.py, transport/admission.py), unless MNEMOSYNE_<FLAG> is set."""
     from mnemosyne.engine.config import EngineConfig, HotPathConfig
+    from mnemosyne.engine.limits import Limits
+    from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.server import ServerConfig
 
     def default(cls: type, name: str, variable: str) -> str:
@@ -351,8 +338,8 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         default=_env("LOG_FORMAT", "text"),
         help="stderr log lines as text or JSON (one object per line)",
     )
-    _add_limit_flags(serve)
-    _add_admission_flags(serve)
+    _add_int_flags(serve, Limits.__dataclass_fields__, LIMIT_HELP)
+    _add_int_flags(serve, AdmissionLimits.__dataclass_fields__, ADMISSION_HELP)
     serve.add_argument(
         "--embedder",
         choices=["hashing", "minilm"],
