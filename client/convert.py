@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mnemosyne.client import types
-from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _STATUS = {
     types_pb2.RetainResult.CREATED: "created",
@@ -131,3 +131,15 @@ def dedup_from_proto(r: admin_pb2.DedupResponse) -> types.DedupResult:
     return types.DedupResult(
         [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold
     )
+
+
+def record_from_proto(r: workspace_pb2.Record) -> types.Record:
+    return types.Record(key=r.key, content=r.content)
+
+
+def consolidate_from_proto(r: workspace_pb2.ConsolidateResponse) -> types.ConsolidateResult:
+    return types.ConsolidateResult(generation=r.generation, already_applied=r.already_applied)
+
+
+def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage:
+    return types.TenantPage(tenants=list(r.tenants), next_page_token=r.next_page_token, damaged=list(r.damaged))

@@ -313,8 +313,8 @@ class MemoryClient:
                 f"workspace/{workspace}": _generation_from(metadata, WORKSPACE_GENERATION_KEY),
             }
             records = {
-                "global": [types.Record(r.key, r.content) for r in response.global_records],
-                f"workspace/{workspace}": [types.Record(r.key, r.content) for r in response.workspace_records],
+                "global": [convert.record_from_proto(r) for r in response.global_records],
+                f"workspace/{workspace}": [convert.record_from_proto(r) for r in response.workspace_records],
             }
             if not self._complete_records(tenant, response.omitted_records, generations, records):
                 continue
@@ -405,10 +405,10 @@ class MemoryClient:
                         workspace_pb2.ListRecordsRequest(tenant=tenant, scope=scope, page_token=token),
                         retry=True,
                     )
-                    records.extend(types.Record(x.key, x.content) for x in r.records)
+                    records.extend(convert.record_from_proto(x) for x in r.records)
                     token = r.next_page_token
                     if not token:
-                        return types.ScopeRecords(records, r.generation)
+                        return types.ScopeRecords(records=records, generation=r.generation)
             except AbortedError as exc:
                 if exc.reason != "RECORDS_CHANGED":
                     raise
@@ -421,7 +421,7 @@ class MemoryClient:
         r = self.call(
             self.workspace.GetRecord, workspace_pb2.GetRecordRequest(tenant=tenant, scope=scope, key=key), retry=True
         )
-        return types.Record(r.record.key, r.record.content), r.generation
+        return convert.record_from_proto(r.record), r.generation
 
     def edit_records(
         self,
@@ -453,7 +453,7 @@ class MemoryClient:
             receipt_id=receipt_id,
         )
         r = self.call(self.workspace.Consolidate, request, retry=True)
-        return types.ConsolidateResult(r.generation, r.already_applied)
+        return convert.consolidate_from_proto(r)
 
     # -- cross-tenant administration (admin token) ---------------------------------------------
 
@@ -461,11 +461,12 @@ class MemoryClient:
         r = self.call(
             self.admin.ListTenants, admin_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token), retry=True
         )
-        return types.TenantPage(list(r.tenants), r.next_page_token)
+        return convert.tenant_page_from_proto(r)
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}
+        damaged: dict[str, str] = {}
         total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
         files_read, consistency = 0, ""
         try:
@@ -473,13 +474,18 @@ class MemoryClient:
                 admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
             ):
                 for row in chunk.tenants:
-                    tenants[row.tenant] = convert.stats_from_proto(row.stats)
+                    if row.error_reason:
+                        damaged[row.tenant] = row.error_reason
+                    else:
+                        tenants[row.tenant] = convert.stats_from_proto(row.stats)
                 if chunk.HasField("total"):
                     total = convert.stats_from_proto(chunk.total)
                     files_read, consistency = chunk.files_read, chunk.consistency
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
-        return types.AggregateStats(tenants=tenants, total=total, files_read=files_read, consistency=consistency)
+        return types.AggregateStats(
+            tenants=tenants, total=total, files_read=files_read, consistency=consistency, damaged=damaged
+        )
 
     # -- hot path and events --------------------------------------------------------------------
 

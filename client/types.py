@@ -169,6 +169,7 @@ class ConsolidateResult:
 class TenantPage:
     tenants: list[str]
     next_page_token: str
+    damaged: list[str] = field(default_factory=list)  # of ``tenants``, those whose file is damaged
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ class AggregateStats:
     total: Stats
     files_read: int
     consistency: str
+    # Tenants whose stats could not be read, with the reason (e.g. TENANT_CORRUPT): not in the total.
+    damaged: dict[str, str] = field(default_factory=dict)
     not_a_snapshot: bool = True
 
 

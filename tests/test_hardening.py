@@ -368,6 +368,12 @@ def test_damaged_tenant_files_fail_alone_and_never_stop_an_aggregate(server_fact
         assert len(rows) == 203
         assert {t: rows[t].error_reason for t in damaged} == dict.fromkeys(damaged, "TENANT_CORRUPT")
         assert chunks[-1].total.memories == 200 and "3 could not be read" in chunks[-1].consistency
+        # The client's view says the same.
+        page = client.list_tenants(page_size=1000)
+        assert sorted(page.damaged) == damaged and len(page.tenants) == 203
+        aggregate = client.aggregate_stats(chunk_size=50)
+        assert aggregate.damaged == dict.fromkeys(damaged, "TENANT_CORRUPT")
+        assert len(aggregate.tenants) == 200 and aggregate.total.memories == 200
         assert [h.memory.text for h in client.recall("ok-007", "memory")] == ["memory 7"]
     # The other program's database was not touched.
     other = apsw.Connection(str(tenants / "other-app.sqlite"))

@@ -81,7 +81,7 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
     """A crash between the adoption (tenant file) and the removal (inbox) leaves the same
     operations in both files: built here with the store's own calls, on real files."""
     data = tmp_path / "data"
-    pool = TenantPool(data)
+    pool = TenantPool(data, max_open=8, synchronous="FULL")
     try:
         with pool.tenant("moved", create=True) as store:
             assert store is not None

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mnemosyne.client import MemoryClient, RetainItem, UnavailableError
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainItem as EngineItem
+from mnemosyne.engine.write_path import payload_hash
+from mnemosyne.store import ledger
+from mnemosyne.v1 import memory_pb2
 
 
 @pytest.mark.parametrize("method", ["retain", "retain_batch"])
@@ -42,3 +50,40 @@ def test_request_ids_are_per_tenant(client: MemoryClient, tenant: str) -> None:
     a = client.retain(tenant, "same key, tenant a", request_id="shared-key")
     b = client.retain(tenant + "b", "same key, tenant b", request_id="shared-key")
     assert a.status == b.status == "created"
+
+
+def _hash_as_earlier_versions_did(method: str, items: list[EngineItem]) -> str:
+    # The formula request ids were stored with before the hash was assembled from prepared items:
+    # a retry across an upgrade must still match (request ids are remembered for a day).
+    return ledger.sha256_hex(
+        ledger.canonical_json([method, [[i.text, i.scope or "global", i.metadata] for i in items]])
+    )
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [EngineItem("Ticket RF-88213 awaits finance review")],
+        [EngineItem("naïve café ☕ 𝄞", "", {"b": "2", "a": "ü"}), EngineItem("two", "workspace/ops", {})],
+        [EngineItem('quotes " and \\ and \n newlines', "global", {"k": 'v"\\'})],
+    ],
+)
+def test_the_request_hash_is_the_one_earlier_versions_stored(tmp_path: Path, items: list[EngineItem]) -> None:
+    engine = Engine(EngineConfig(data_dir=tmp_path))
+    try:
+        _, prepared = engine.write_path.prepare(items, per_item_errors=True)
+    finally:
+        engine.close()
+    assert len(prepared) == len(items)
+    for method in ("retain", "retain_batch"):
+        assert payload_hash(method, items, prepared) == _hash_as_earlier_versions_did(method, items)
+
+
+def test_a_retry_naming_the_default_scope_is_the_same_request(client: MemoryClient, tenant: str) -> None:
+    first = client.retain(tenant, "Ticket RF-1 closed", scope="global", request_id="scope-spelling")
+    # The same request with the scope left out (the server applies the default): not a reuse.
+    raw = client.memory.Retain(
+        memory_pb2.RetainRequest(tenant=tenant, text="Ticket RF-1 closed", request_id="scope-spelling")
+    )
+    assert raw.result.memory_id == first.memory_id
+    assert client.stats(tenant).writes == 1

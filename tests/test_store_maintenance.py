@@ -26,7 +26,7 @@ def _blob() -> str:
 
 @pytest.fixture
 def pool(tmp_path: Path) -> Iterator[TenantPool]:
-    pool = TenantPool(tmp_path)
+    pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
     yield pool
     pool.close()
 

@@ -4,6 +4,8 @@ given once, here. The server's configuration nests this one (transport/server.py
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,3 +74,8 @@ class EngineConfig:
     # recognisable in output), and a Global commit made while AssembleContext's read is open.
     generation_base: int = 0
     commit_during_assemble: bool = False
+
+    def committed(self, method: str) -> None:
+        """Called after ``method``'s commit, before its reply: the crash-after-commit test seam."""
+        if method in self.crash_after_commit:
+            os.kill(os.getpid(), signal.SIGKILL)

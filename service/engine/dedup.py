@@ -257,8 +257,8 @@ class Deduplicator:
     def __call__(
         self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
     ) -> DedupReport:
-        """Report near-duplicate groups (same scope, cosine >= threshold, same atoms; see
-        engine/dedup.py) and, with ``merge``, retire each group's duplicates into its kept (oldest)
+        """Report near-duplicate groups (same scope, cosine >= threshold, same atoms: the module's
+        docstring) and, with ``merge``, retire each group's duplicates into its kept (oldest)
         memory: one ``merge`` ledger entry per group, in one write transaction that re-checks every
         member is still live. Similarity is computed before that transaction, never inside it.
         A request id makes a retried merge return the first call's groups."""
@@ -303,8 +303,7 @@ class Deduplicator:
                 applied: list[DedupGroup] = []
                 now = time.time()
                 for group in groups:
-                    current = txn.memories_by_ids([group.keep, *group.duplicates], with_details=False)
-                    live = {i for i, r in current.items() if not r.forgotten and not r.merged_into}
+                    live = txn.live_ids([group.keep, *group.duplicates])
                     members = tuple(d for d in group.duplicates if d in live)
                     if group.keep not in live or not members:
                         continue  # a forget or another merge got there first

@@ -29,7 +29,7 @@ class Extractor(abc.ABC):
 
     name: str = "extractor"
     # Threads the engine may use to extract the items of multi-item writes (a pool shared by
-    # the server, engine._extract). 1 for work done in this process (the GIL makes threads
+    # the server, WritePath._extract in engine/write_path.py). 1 for work done in this process (the GIL makes threads
     # useless); more for a remote model, whose calls mostly wait on the network.
     concurrency: int = 1
 

@@ -113,7 +113,7 @@ class PoisonedExtractor(Extractor):
         return self._inner.extract(text)
 
 
-# -- domain values -------------------------------------------------------------------------------
+# -- events from the log's rows -------------------------------------------------------------------
 
 
 def event_from_row(row: OpRow, *, status: str | None = None, sequence: int = 0) -> Event:
@@ -414,8 +414,8 @@ class HotPath:
         method: str,
         payload_hash: str,
     ) -> list[RetainOutcome] | None:
-        """Append prepared items to the log in one transaction; None when the hot path is off
-        (the caller then writes synchronously)."""
+        """Append prepared items to the tenant's inbox in one transaction (a worker moves them into
+        the log); None when the hot path is off (the caller then writes synchronously)."""
         if not self._enabled(store):
             return None
         inbox = store.inbox(create=True)

@@ -69,7 +69,7 @@ class LLMSettings:
     retries: int = 2  # further attempts after the first, for timeouts, 429, 5xx, connection errors
     backoff: float = 0.5  # first backoff in seconds; doubles each retry, with jitter, capped
     max_backoff: float = 8.0
-    concurrency: int = 8  # threads extracting multi-item writes (engine._extract), shared by the server
+    concurrency: int = 8  # threads extracting multi-item writes (WritePath._extract), shared by the server
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -99,12 +99,6 @@ class _CallFailed(Exception):
         self.cause = cause
         self.retryable = retryable
         self.retry_after = retry_after
-
-
-class _BadAnswer(Exception):
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 class OpenAIExtractor(Extractor):

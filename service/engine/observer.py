@@ -2,10 +2,10 @@
 
 The engine calls an ``EngineObserver`` after each committed write (never for a write that rolled
 back), and exposes its live figures (open tenant files, queue depth, oldest pending write) as
-plain methods. The transport's metrics module implements the observer with Prometheus counters;
-the engine never imports Prometheus.
+plain methods. The server's metrics (observability/metrics.py) implement the observer with
+Prometheus counters; the engine never imports Prometheus.
 
-Contract: observer methods are called from RPC worker threads, after the transaction committed
+Contract: observer methods are called from the worker threads of calls and of the hot path, after the transaction committed
 and outside every lock; they must be fast and must not raise (an exception is swallowed so a
 broken observer cannot fail a committed write).
 """

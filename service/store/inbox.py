@@ -100,31 +100,15 @@ class InboxTxn(Queries):
             ),
         )
 
-    def find_request(self, request_id: str) -> tuple[str, str, str] | None:
-        """(method, payload hash, result JSON): the tenant store's ``find_request`` shape."""
-        row = self.connection.execute(
-            "SELECT method, payload_hash, result FROM requests WHERE request_id = ?", (request_id,)
-        ).fetchone()
-        return (row[0], row[1], row[2]) if row else None
-
     def ops(self, *, after_id: int = 0, up_to_id: int | None = None, limit: int = -1) -> list[InboxOp]:
-        return [
-            InboxOp(*row)
-            for row in self.connection.execute(
-                "SELECT event_id, kind, payload, request_id, accepted_at FROM ops WHERE event_id > ? AND event_id <= ? "
-                "ORDER BY event_id LIMIT ?",
-                (after_id, up_to_id if up_to_id is not None else 1 << 62, limit),
-            )
-        ]
+        return self._records(
+            InboxOp,
+            "FROM ops WHERE event_id > ? AND event_id <= ? ORDER BY event_id LIMIT ?",
+            (after_id, up_to_id if up_to_id is not None else 1 << 62, limit),
+        )
 
     def requests_through(self, event_id: int) -> list[InboxRequest]:
-        return [
-            InboxRequest(*row)
-            for row in self.connection.execute(
-                "SELECT request_id, method, payload_hash, result, created_at FROM requests WHERE through_event_id <= ?",
-                (event_id,),
-            )
-        ]
+        return self._records(InboxRequest, "FROM requests WHERE through_event_id <= ?", (event_id,))
 
     def depth(self, *, after_id: int = 0, up_to_id: int | None = None) -> tuple[int, float | None]:
         """(operations waiting here with after_id < id [<= up_to_id], oldest acceptance time)."""

@@ -15,13 +15,8 @@ from typing import Any
 from mnemosyne.store.inbox import InboxOp
 from mnemosyne.store.queries import Queries
 
-OPEN_STATUSES = ("pending", "running")
 PRUNED_THROUGH_META = "oplog_pruned_through_seq"
 TERMINAL_STATUSES = ("succeeded", "failed")
-_COLUMNS = (
-    "event_id, kind, status, payload, request_id, attempts, failures, extraction, embedding, result, "
-    "error_reason, error_message, accepted_at, started_at, finished_at, retry_after"
-)
 
 
 @dataclass(frozen=True)
@@ -76,7 +71,7 @@ class Transition:
 
 class OplogReads(Queries):
     def _ops(self, sql: str, params: Sequence[Any] = ()) -> list[OpRow]:
-        return [OpRow(*row) for row in self.connection.execute(f"SELECT {_COLUMNS} FROM oplog {sql}", params)]
+        return self._records(OpRow, f"FROM oplog {sql}", params)
 
     def oplog_get(self, event_id: int) -> OpRow | None:
         rows = self._ops("WHERE event_id = ?", (event_id,))
@@ -144,8 +139,7 @@ class OplogReads(Queries):
     def oplog_highest_event_id(self) -> int:
         """The highest event id this log ever held, pruned ones included (AUTOINCREMENT's
         sequence also follows explicitly given ids): new ids must start above it."""
-        row = self.connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'oplog'").fetchone()
-        return int(row[0]) if row else 0
+        return int(self._one("SELECT seq FROM sqlite_sequence WHERE name = 'oplog'") or 0)
 
     def oplog_oldest_finished_at(self) -> float | None:
         """When the lowest-numbered finished operation finished: the next the retention limit
@@ -160,23 +154,16 @@ class OplogReads(Queries):
         return min(finished) if finished else None
 
     def oplog_transitions(self, *, after_seq: int, after_event_id: int, limit: int) -> list[Transition]:
-        return [
-            Transition(*row)
-            for row in self.connection.execute(
-                "SELECT seq, event_id, status, at FROM oplog_transitions WHERE seq > ? AND event_id > ? "
-                "ORDER BY seq LIMIT ?",
-                (after_seq, after_event_id, limit),
-            )
-        ]
-
-    def oplog_last_seq(self) -> int:
-        return int(self._one("SELECT max(seq) FROM oplog_transitions") or 0)
+        return self._records(
+            Transition,
+            "FROM oplog_transitions WHERE seq > ? AND event_id > ? ORDER BY seq LIMIT ?",
+            (after_seq, after_event_id, limit),
+        )
 
     def oplog_pruned_through_seq(self) -> int:
         """The highest transition sequence the retention limit deleted (0: none): a watcher
         resuming below it would miss transitions."""
-        row = self.connection.execute("SELECT value FROM meta WHERE key = ?", (PRUNED_THROUGH_META,)).fetchone()
-        return int(row[0]) if row else 0
+        return int(self._one("SELECT value FROM meta WHERE key = ?", (PRUNED_THROUGH_META,)) or 0)
 
 
 class OplogWrites(OplogReads):

@@ -156,8 +156,8 @@ class TenantPool:
         self,
         data_dir: Path | str,
         *,
-        max_open: int = 1024,
-        synchronous: str = "FULL",
+        max_open: int,  # the defaults of these two are the engine's (engine/config.py)
+        synchronous: str,
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
     ) -> None:

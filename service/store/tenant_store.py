@@ -443,13 +443,6 @@ class ReadTxn(OplogReads):
 
     # -- idempotency and dedup ------------------------------------------------------------------
 
-    def find_request(self, request_id: str) -> tuple[str, str, str] | None:
-        """(method, payload_hash, result_json) stored for a request id, if any."""
-        row = self.connection.execute(
-            "SELECT method, payload_hash, result FROM requests WHERE request_id = ?", (request_id,)
-        ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
-
     def find_by_fingerprints(self, fingerprints: Sequence[str]) -> dict[str, int]:
         """{fingerprint: memory id} of the stored memories holding these contents; for a merged
         memory, the one it was merged into."""
@@ -467,6 +460,19 @@ class ReadTxn(OplogReads):
         return found
 
     # -- memories -------------------------------------------------------------------------------
+
+    def live_ids(self, ids: Sequence[int]) -> set[int]:
+        """Of these memory ids, those neither forgotten nor merged into another."""
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        return {
+            row[0]
+            for row in self.connection.execute(
+                f"SELECT id FROM memories WHERE id IN ({marks}) AND forgotten_at IS NULL AND COALESCE(merged_into, 0) = 0",
+                tuple(ids),
+            )
+        }
 
     def memories_by_ids(self, ids: Sequence[int], *, with_details: bool = True) -> dict[int, MemoryRow]:
         if not ids:
@@ -578,9 +584,6 @@ class ReadTxn(OplogReads):
             )
         )
 
-    def fts_row_exists(self, memory_id: int) -> bool:
-        return int(self._one("SELECT count(*) FROM memories_fts WHERE rowid = ?", (memory_id,))) > 0
-
     # -- integrity ------------------------------------------------------------------------------
 
     def ledger_rows(self) -> Iterator[ledger.LedgerRow]:
@@ -658,9 +661,6 @@ class ReadTxn(OplogReads):
     def record(self, scope: str, key: str) -> str | None:
         content: str | None = self._one("SELECT content FROM records WHERE scope = ? AND key = ?", (scope, key))
         return content
-
-    def record_count(self, scope: str) -> int:
-        return int(self._one("SELECT count(*) FROM records WHERE scope = ?", (scope,)))
 
     def find_receipt(self, receipt_id: str) -> tuple[str, str, str] | None:
         """(scope, payload_hash, result_json) of an applied consolidation receipt, if any."""

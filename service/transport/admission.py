@@ -152,10 +152,6 @@ class Admission:
     def leave(self) -> None:
         self._active -= 1
 
-    @property
-    def active(self) -> int:
-        return self._active
-
     async def close_and_wait(self, timeout: float, quiet: float = 0.25) -> bool:
         """Refuse new calls; wait up to ``timeout`` s until no admitted call is left and none has
         arrived for ``quiet`` s. True when that happened within the timeout."""
