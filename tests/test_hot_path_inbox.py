@@ -189,7 +189,9 @@ def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -
         c.hot_path("busy", "enable")
         c.retain("busy", "first fast write: tray T-0", fast=True, request_id="busy-0")
         c.hot_path("busy", "flush", timeout_seconds=30)
-        writer = sqlite3.connect(server.tenant_file("busy"), isolation_level=None, timeout=0)
+        # Taking the lock may wait for the server's own last write after the flush (a worker's
+        # bookkeeping, a checkpoint); once taken it is held for every enqueue below.
+        writer = sqlite3.connect(server.tenant_file("busy"), isolation_level=None, timeout=10)
         writer.execute("BEGIN IMMEDIATE")  # the tenant file's one writer, held
         try:
             accepted = [
