@@ -239,7 +239,7 @@ def _drill(args: argparse.Namespace) -> int:
 def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """The flags of ``serve``; each default is the configuration's own (engine/config.py,
     transport/server.py, engine/limits.py, transport/admission.py), unless MNEMOSYNE_<FLAG> is set."""
-    from mnemosyne.engine.config import EngineConfig, HotPathConfig
+    from mnemosyne.engine.config import EMBEDDERS, EngineConfig, HotPathConfig
     from mnemosyne.engine.limits import Limits
     from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.server import ServerConfig
@@ -342,7 +342,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     _add_int_flags(serve, AdmissionLimits.__dataclass_fields__, ADMISSION_HELP)
     serve.add_argument(
         "--embedder",
-        choices=["hashing", "minilm"],
+        choices=list(EMBEDDERS),
         default=default(ServerConfig, "embedder", "EMBEDDER"),
         help="embedder for new vectors: hashing (built in) or minilm (the minilm extra)",
     )

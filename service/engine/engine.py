@@ -30,6 +30,7 @@ from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall
+from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome
 from mnemosyne.engine.workspace import Workspaces
@@ -149,14 +150,10 @@ class Engine:
         outcomes, prepared = self.write_path.prepare(items, per_item_errors=per_item_errors)
         if not prepared:  # every item is invalid: nothing to write, and no file to make for it
             return [o for o in outcomes if o is not None]
-        request_hash = payload_hash(method, items, prepared) if request_id else ""
+        request = RequestKey(request_id, method, payload_hash(method, items, prepared)) if request_id else None
         with self.pool.tenant(tenant, create=True) as store:
             assert store is not None
-            enqueued = (
-                self.hot_path.enqueue(tenant, store, prepared, outcomes, request_id, method, request_hash)
-                if fast
-                else None
-            )
+            enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
             if enqueued is not None:  # the enqueue answers a known request id itself
                 return enqueued
             result = self.write_path.write(
@@ -164,9 +161,7 @@ class Engine:
                 store,
                 prepared,
                 outcomes,
-                request_id=request_id,
-                method=method,
-                payload_hash=request_hash,
+                request=request,
                 per_item_errors=per_item_errors,
             )
         self.config.committed(method)

@@ -51,7 +51,7 @@ from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
-from mnemosyne.engine.requests import prior_outcomes
+from mnemosyne.engine.requests import RequestKey, prior_outcomes
 from mnemosyne.engine.types import (
     Barrier,
     Event,
@@ -410,9 +410,7 @@ class HotPath:
         store: TenantStore,
         prepared: Sequence[PreparedItem],
         outcomes: list[RetainOutcome | None],
-        request_id: str | None,
-        method: str,
-        payload_hash: str,
+        request: RequestKey | None,
     ) -> list[RetainOutcome] | None:
         """Append prepared items to the tenant's inbox in one transaction (a worker moves them into
         the log); None when the hot path is off (the caller then writes synchronously)."""
@@ -427,29 +425,29 @@ class HotPath:
             self._idle_since.pop(tenant, None)
             self.index.add(tenant)  # durable before the operations are
             with inbox.write(sync=self._sync_each_enqueue) as txn:
-                if request_id:
+                if request:
                     # The inbox, then the tenant file: while this lock is held no key can leave
                     # the inbox, so one not here either never came or was adopted before.
-                    prior = prior_outcomes(txn, request_id, method, payload_hash)
+                    prior = prior_outcomes(txn, request)
                     if prior is None:
                         with store.read() as log_txn:
-                            prior = prior_outcomes(log_txn, request_id, method, payload_hash)
+                            prior = prior_outcomes(log_txn, request)
                     if prior is not None:
                         return prior
                 results = list(outcomes)
                 now = time.time()
                 event_id = 0
                 for p in prepared:
-                    event_id = txn.append("retain", p.to_payload(), request_id, now)
+                    event_id = txn.append("retain", p.to_payload(), request.request_id if request else None, now)
                     results[p.position] = RetainOutcome(status=RetainStatus.ENQUEUED, event_id=event_id)
                 final = [r for r in results if r is not None]
-                if request_id:
+                if request:
                     result_json = json.dumps([r.to_json() for r in final])
                     txn.save_request(
                         InboxRequest(
-                            request_id=request_id,
-                            method=method,
-                            payload_hash=payload_hash,
+                            request_id=request.request_id,
+                            method=request.method,
+                            payload_hash=request.payload_hash,
                             result=result_json,
                             created_at=now,
                         ),

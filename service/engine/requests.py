@@ -9,6 +9,7 @@ the same id with another method or payload is a client bug, not a retry, and is 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Protocol
 
 from mnemosyne.engine.types import RetainOutcome
@@ -17,6 +18,15 @@ from mnemosyne.store.tenant_store import TenantStore
 
 # How long a request id is remembered (a retry after this is a new request).
 REQUEST_TTL_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class RequestKey:
+    """What a write's request id stands for: the id, its method and the hash of its payload."""
+
+    request_id: str
+    method: str
+    payload_hash: str
 
 
 class RequestReader(Protocol):
@@ -41,23 +51,21 @@ def replayed_result(txn: RequestReader, request_id: str, method: str, payload_ha
     return result_json
 
 
-def prior_outcomes(txn: RequestReader, request_id: str, method: str, payload_hash: str) -> list[RetainOutcome] | None:
+def prior_outcomes(txn: RequestReader, key: RequestKey) -> list[RetainOutcome] | None:
     """The outcomes an earlier retain with this request id answered, or None."""
-    result_json = replayed_result(txn, request_id, method, payload_hash)
+    result_json = replayed_result(txn, key.request_id, key.method, key.payload_hash)
     return None if result_json is None else [RetainOutcome.from_json(o) for o in json.loads(result_json)]
 
 
-def prior_outcomes_anywhere(
-    store: TenantStore, request_id: str, method: str, payload_hash: str
-) -> list[RetainOutcome] | None:
+def prior_outcomes_anywhere(store: TenantStore, key: RequestKey) -> list[RetainOutcome] | None:
     """An earlier retain's outcomes for this request id, in the tenant file or, for a fast write
     not yet taken by a worker, in its inbox (read first: a key moving meanwhile is then still
     found)."""
     inbox = store.inbox(create=False)
     if inbox is not None:
         with inbox.read() as inbox_txn:
-            prior = prior_outcomes(inbox_txn, request_id, method, payload_hash)
+            prior = prior_outcomes(inbox_txn, key)
         if prior is not None:
             return prior
     with store.read() as txn:
-        return prior_outcomes(txn, request_id, method, payload_hash)
+        return prior_outcomes(txn, key)

@@ -38,7 +38,7 @@ from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
-from mnemosyne.engine.requests import prior_outcomes, prior_outcomes_anywhere
+from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.store import ledger
@@ -207,22 +207,20 @@ class WritePath:
         prepared: list[PreparedItem],
         outcomes: list[RetainOutcome | None],
         *,
-        request_id: str | None,
-        method: str,
-        payload_hash: str,
+        request: RequestKey | None,
         per_item_errors: bool,
     ) -> list[RetainOutcome]:
         """Extract, then commit, the prepared items in one transaction; a known request id
         answers its first result without that work."""
-        if request_id:
-            prior = prior_outcomes_anywhere(store, request_id, method, payload_hash)
+        if request:
+            prior = prior_outcomes_anywhere(store, request)
             if prior is not None:
                 return prior
         with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
             for _attempt in range(3):
                 self.extract_missing(store, prepared)
                 try:
-                    return self._commit(store, prepared, outcomes, request_id, method, payload_hash, per_item_errors)
+                    return self._commit(store, prepared, outcomes, request, per_item_errors)
                 except ExtractionMissing:
                     continue
         raise Conflict(
@@ -234,21 +232,19 @@ class WritePath:
         store: TenantStore,
         prepared: list[PreparedItem],
         outcomes: list[RetainOutcome | None],
-        request_id: str | None,
-        method: str,
-        payload_hash: str,
+        request: RequestKey | None,
         per_item_errors: bool,
     ) -> list[RetainOutcome]:
         # With a request id, the inbox lock too, held until this commit has ended (taken before
         # the tenant's: store/inbox.py's order), so a fast write of the same id cannot be
         # accepted between this check and this commit.
-        inbox = store.inbox(create=False) if request_id else None
+        inbox = store.inbox(create=False) if request else None
         with inbox.lock if inbox is not None else nullcontext(), store.write() as txn:
-            if request_id:
-                prior = prior_outcomes(txn, request_id, method, payload_hash)
+            if request:
+                prior = prior_outcomes(txn, request)
                 if prior is None and inbox is not None:
                     with inbox.read() as inbox_txn:
-                        prior = prior_outcomes(inbox_txn, request_id, method, payload_hash)
+                        prior = prior_outcomes(inbox_txn, request)
                 if prior is not None:
                     return prior
             check_tenant_embedder(txn, self.embedder, write=True)
@@ -265,8 +261,10 @@ class WritePath:
             )
             final = [r for r in results if r is not None]
             assert len(final) == len(results)
-            if request_id:
-                txn.save_request(request_id, method, payload_hash, json.dumps([r.to_json() for r in final]))
+            if request:
+                txn.save_request(
+                    request.request_id, request.method, request.payload_hash, json.dumps([r.to_json() for r in final])
+                )
                 txn.prune_requests(time.time() - self._request_ttl)
         for p in extracted:
             p.counted = True
