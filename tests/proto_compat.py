@@ -3,7 +3,8 @@
 Wire and generated-code compatibility for clients in every language: anything a released client
 may rely on must still be there with the same number, type and shape. Additions (new messages,
 fields, enum values, services, RPCs) are always allowed. Only files of our own package are
-compared (imports such as google/protobuf/timestamp.proto are not ours to guard).
+compared (imports such as google/protobuf/timestamp.proto are not ours to guard). An RPC's HTTP
+route (its ``google.api.http`` option) is part of the API too: once released, it stays.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
 PACKAGE_PREFIX = "mnemosyne/"
@@ -27,6 +29,7 @@ def compile_descriptor_set(proto_root: Path, out: Path) -> descriptor_pb2.FileDe
             "-m",
             "grpc_tools.protoc",
             f"-I{proto_root}",
+            f"-I{proto_root / 'third_party'}",
             f"--descriptor_set_out={out}",
             "--include_imports",
             *protos,
@@ -140,4 +143,14 @@ def breaking_changes(
             new_sig = (now.input_type, now.output_type, now.client_streaming, now.server_streaming)
             if old_sig != new_sig:
                 problems.append(f"rpc {name}.{method.name} changed signature {old_sig} -> {new_sig}")
+            old_route, new_route = _http_route(method), _http_route(now)
+            if old_route is not None and old_route != new_route:
+                problems.append(f"rpc {name}.{method.name} changed its HTTP route {old_route} -> {new_route}")
     return problems
+
+
+def _http_route(method: descriptor_pb2.MethodDescriptorProto) -> str | None:
+    """The RPC's google.api.http rule in text form, None without one."""
+    if not method.options.HasExtension(annotations_pb2.http):
+        return None
+    return str(method.options.Extensions[annotations_pb2.http]).replace("\n", " ").strip()

@@ -31,17 +31,17 @@ V1 = "protos/mnemosyne/v1"
 
 # (file, rule, the stripped source line buf points at): each released name that breaks a rule.
 # An RPC that shares its request AND its response type is reported twice by RPC_REQUEST_RESPONSE_UNIQUE.
-_ENABLE = "rpc Enable(HotPathRequest) returns (HotPathStatus);"
-_DISABLE = "rpc Disable(HotPathRequest) returns (HotPathStatus);"
-_STATUS = "rpc Status(HotPathRequest) returns (HotPathStatus);"
-_GET_EVENT = "rpc GetEvent(GetEventRequest) returns (Event);"
-_WATCH_EVENTS = "rpc WatchEvents(WatchEventsRequest) returns (stream Event);"
+_ENABLE = "rpc Enable(HotPathRequest) returns (HotPathStatus) {"
+_DISABLE = "rpc Disable(HotPathRequest) returns (HotPathStatus) {"
+_STATUS = "rpc Status(HotPathRequest) returns (HotPathStatus) {"
+_GET_EVENT = "rpc GetEvent(GetEventRequest) returns (Event) {"
+_WATCH_EVENTS = "rpc WatchEvents(WatchEventsRequest) returns (stream Event) {"
 RELEASED_EXCEPTIONS: Counter[tuple[str, str, str]] = Counter(
     [
         (
             f"{V1}/admin.proto",
             "RPC_RESPONSE_STANDARD_NAME",
-            "rpc AggregateStats(AggregateStatsRequest) returns (stream AggregateStatsChunk);",
+            "rpc AggregateStats(AggregateStatsRequest) returns (stream AggregateStatsChunk) {",
         ),
         (f"{V1}/events.proto", "RPC_REQUEST_RESPONSE_UNIQUE", _GET_EVENT),
         (f"{V1}/events.proto", "RPC_RESPONSE_STANDARD_NAME", _GET_EVENT),
@@ -176,6 +176,7 @@ def test_new_protos_and_new_elements_are_held_to_the_rules(tmp_path: Path) -> No
         tmp_path / "protos" / "mnemosyne",
         ignore=shutil.ignore_patterns("*.py", "*.pyi", "__pycache__"),
     )
+    shutil.copytree(ROOT / "protos" / "third_party", tmp_path / "protos" / "third_party")
     (tmp_path / V1 / "scratch.proto").write_text(BAD_NEW_PROTO)
     events = tmp_path / V1 / "events.proto"
     events.write_text(events.read_text() + BAD_ADDITION_TO_AN_EXCEPTED_FILE)

@@ -36,6 +36,7 @@ def test_committed_python_code_matches_protoc_output(tmp_path: Path) -> None:
             "-m",
             "grpc_tools.protoc",
             f"-I{PROTOS}",
+            f"-I{PROTOS / 'third_party'}",
             f"--python_out={tmp_path}",
             f"--grpc_python_out={tmp_path}",
             f"--pyi_out={tmp_path}",
@@ -86,6 +87,7 @@ def _edited_protos(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
     """A copy of protos/ with regex ``edits`` (pattern, replacement) applied to one file."""
     root = tmp_path / "protos"
     shutil.copytree(PROTOS / "mnemosyne", root / "mnemosyne", ignore=shutil.ignore_patterns("*.py", "*.pyi"))
+    shutil.copytree(PROTOS / "third_party", root / "third_party")
     path = root / "mnemosyne" / "v1" / file
     text = path.read_text()
     for old, new in edits:
@@ -117,7 +119,7 @@ def _edited_protos(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
         ),
         (
             "workspace.proto",
-            [(r"^  rpc Consolidate\(.*\n", "")],
+            [(r"^  rpc Consolidate\(.*\n(    .*\n)*  }\n", "")],
             "rpc .mnemosyne.v1.WorkspaceService.Consolidate was removed",
         ),
         (
@@ -142,6 +144,37 @@ def test_breaking_changes_are_detected(tmp_path: Path, file: str, edits: list[tu
     root = _edited_protos(tmp_path, file, *edits)
     problems = breaking_changes(load_descriptor_set(RELEASED), compile_descriptor_set(root, tmp_path / "edited.binpb"))
     assert any(expected in p for p in problems), problems
+
+
+def test_a_changed_http_route_is_breaking(tmp_path: Path) -> None:
+    # The released descriptor predates the HTTP mapping, so the current protos stand in for a
+    # release that has it: a route, once released, may not change.
+    released = compile_descriptor_set(PROTOS, tmp_path / "released.binpb")
+    root = _edited_protos(
+        tmp_path, "memory.proto", (r'post: "/v1/tenants/\{tenant\}/memories:recall"', 'post: "/v1/recall/{tenant}"')
+    )
+    problems = breaking_changes(released, compile_descriptor_set(root, tmp_path / "edited.binpb"))
+    assert problems == [
+        'rpc .mnemosyne.v1.MemoryService.Recall changed its HTTP route post: "/v1/tenants/{tenant}/memories:recall" '
+        'body: "*" -> post: "/v1/recall/{tenant}" body: "*"'
+    ]
+
+
+def test_the_googleapis_copy_declares_what_the_installed_package_declares(tmp_path: Path) -> None:
+    # protos/third_party/google/api is what protoc and buf read; the runtime's annotations_pb2 is
+    # googleapis-common-protos'. Both must describe the same options.
+    from google.api import annotations_pb2, http_pb2
+    from google.protobuf import descriptor_pb2
+
+    copy = compile_descriptor_set(PROTOS, tmp_path / "current.binpb")
+    for module in (annotations_pb2, http_pb2):
+        installed = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+        ours = next(f for f in copy.file if f.name == installed.name)
+        ours.ClearField("source_code_info")
+        # protoc fills in the JSON names that the generated code leaves out.
+        for field in [*ours.extension, *(f for message in ours.message_type for f in message.field)]:
+            field.ClearField("json_name")
+        assert ours == installed, f"protos/third_party/{installed.name} differs from googleapis-common-protos'"
 
 
 def test_additions_are_not_breaking(tmp_path: Path) -> None:

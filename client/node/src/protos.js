@@ -24,7 +24,8 @@ const LOADER_OPTIONS = {
   enums: String,
   defaults: true,
   oneofs: true,
-  includeDirs: [PROTO_ROOT],
+  // google/api/annotations.proto and http.proto (the HTTP mapping's options) from google-proto-files.
+  includeDirs: [PROTO_ROOT, GOOGLE_PROTO_ROOT],
 };
 
 let services;

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/events.proto\x12\x0cmnemosyne.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x03\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.mnemosyne.v1.EventStatus\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63reated_memory_ids\x18\x06 \x03(\x03\x12\x1f\n\x17\x64uplicate_of_memory_ids\x18\x07 \x03(\x03\x12\x1e\n\x16merged_into_memory_ids\x18\x08 \x03(\x03\x12\x19\n\x11near_duplicate_of\x18\t \x03(\x03\x12\x14\n\x0c\x65rror_reason\x18\n \x01(\t\x12\x15\n\rerror_message\x18\x0b \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0c \x01(\x05\x12\x12\n\nlatency_ms\x18\r \x01(\x01\x12\x10\n\x08sequence\x18\x0e \x01(\x03\x12\x11\n\textracted\x18\x0f \x01(\x08\"3\n\x0fGetEventRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\"\xa9\x01\n\x11ListEventsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.mnemosyne.v1.EventStatus\x12\x32\n\x0e\x61\x63\x63\x65pted_after\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"R\n\x12ListEventsResponse\x12#\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x13.mnemosyne.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"T\n\x12WatchEventsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x66ter_sequence\x18\x03 \x01(\x03*`\n\x0b\x45ventStatus\x12\x1c\n\x18\x45VENT_STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\r\n\tSUCCEEDED\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x32\xe8\x01\n\rEventsService\x12>\n\x08GetEvent\x12\x1d.mnemosyne.v1.GetEventRequest\x1a\x13.mnemosyne.v1.Event\x12O\n\nListEvents\x12\x1f.mnemosyne.v1.ListEventsRequest\x1a .mnemosyne.v1.ListEventsResponse\x12\x46\n\x0bWatchEvents\x12 .mnemosyne.v1.WatchEventsRequest\x1a\x13.mnemosyne.v1.Event0\x01\x42T\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/events.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x03\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.mnemosyne.v1.EventStatus\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x63reated_memory_ids\x18\x06 \x03(\x03\x12\x1f\n\x17\x64uplicate_of_memory_ids\x18\x07 \x03(\x03\x12\x1e\n\x16merged_into_memory_ids\x18\x08 \x03(\x03\x12\x19\n\x11near_duplicate_of\x18\t \x03(\x03\x12\x14\n\x0c\x65rror_reason\x18\n \x01(\t\x12\x15\n\rerror_message\x18\x0b \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0c \x01(\x05\x12\x12\n\nlatency_ms\x18\r \x01(\x01\x12\x10\n\x08sequence\x18\x0e \x01(\x03\x12\x11\n\textracted\x18\x0f \x01(\x08\"3\n\x0fGetEventRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\"\xa9\x01\n\x11ListEventsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.mnemosyne.v1.EventStatus\x12\x32\n\x0e\x61\x63\x63\x65pted_after\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"R\n\x12ListEventsResponse\x12#\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x13.mnemosyne.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"T\n\x12WatchEventsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x61\x66ter_sequence\x18\x03 \x01(\x03*`\n\x0b\x45ventStatus\x12\x1c\n\x18\x45VENT_STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\r\n\tSUCCEEDED\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x32\xe8\x02\n\rEventsService\x12n\n\x08GetEvent\x12\x1d.mnemosyne.v1.GetEventRequest\x1a\x13.mnemosyne.v1.Event\".\x82\xd3\xe4\x93\x02(\x12&/v1/tenants/{tenant}/events/{event_id}\x12t\n\nListEvents\x12\x1f.mnemosyne.v1.ListEventsRequest\x1a .mnemosyne.v1.ListEventsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/tenants/{tenant}/events\x12q\n\x0bWatchEvents\x12 .mnemosyne.v1.WatchEventsRequest\x1a\x13.mnemosyne.v1.Event\")\x82\xd3\xe4\x93\x02#\x12!/v1/tenants/{tenant}/events:watch0\x01\x42T\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,18 +34,24 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mnemosyne.v1.events_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.mnemosyne.v1P\001Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1'
-  _globals['_EVENTSTATUS']._serialized_start=894
-  _globals['_EVENTSTATUS']._serialized_end=990
-  _globals['_EVENT']._serialized_start=77
-  _globals['_EVENT']._serialized_end=497
-  _globals['_GETEVENTREQUEST']._serialized_start=499
-  _globals['_GETEVENTREQUEST']._serialized_end=550
-  _globals['_LISTEVENTSREQUEST']._serialized_start=553
-  _globals['_LISTEVENTSREQUEST']._serialized_end=722
-  _globals['_LISTEVENTSRESPONSE']._serialized_start=724
-  _globals['_LISTEVENTSRESPONSE']._serialized_end=806
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=808
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=892
-  _globals['_EVENTSSERVICE']._serialized_start=993
-  _globals['_EVENTSSERVICE']._serialized_end=1225
+  _globals['_EVENTSSERVICE'].methods_by_name['GetEvent']._loaded_options = None
+  _globals['_EVENTSSERVICE'].methods_by_name['GetEvent']._serialized_options = b'\202\323\344\223\002(\022&/v1/tenants/{tenant}/events/{event_id}'
+  _globals['_EVENTSSERVICE'].methods_by_name['ListEvents']._loaded_options = None
+  _globals['_EVENTSSERVICE'].methods_by_name['ListEvents']._serialized_options = b'\202\323\344\223\002\035\022\033/v1/tenants/{tenant}/events'
+  _globals['_EVENTSSERVICE'].methods_by_name['WatchEvents']._loaded_options = None
+  _globals['_EVENTSSERVICE'].methods_by_name['WatchEvents']._serialized_options = b'\202\323\344\223\002#\022!/v1/tenants/{tenant}/events:watch'
+  _globals['_EVENTSTATUS']._serialized_start=924
+  _globals['_EVENTSTATUS']._serialized_end=1020
+  _globals['_EVENT']._serialized_start=107
+  _globals['_EVENT']._serialized_end=527
+  _globals['_GETEVENTREQUEST']._serialized_start=529
+  _globals['_GETEVENTREQUEST']._serialized_end=580
+  _globals['_LISTEVENTSREQUEST']._serialized_start=583
+  _globals['_LISTEVENTSREQUEST']._serialized_end=752
+  _globals['_LISTEVENTSRESPONSE']._serialized_start=754
+  _globals['_LISTEVENTSRESPONSE']._serialized_end=836
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=838
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=922
+  _globals['_EVENTSSERVICE']._serialized_start=1023
+  _globals['_EVENTSSERVICE']._serialized_end=1383
 # @@protoc_insertion_point(module_scope)

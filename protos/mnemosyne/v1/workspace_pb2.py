@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from mnemosyne.v1 import memory_pb2 as mnemosyne_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmnemosyne/v1/workspace.proto\x12\x0cmnemosyne.v1\x1a\x19mnemosyne/v1/memory.proto\"&\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x86\x01\n\x0cRecordChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.mnemosyne.v1.RecordChange.Op\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"-\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03PUT\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\"U\n\x16\x41ssembleContextRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\t\n\x01k\x18\x04 \x01(\x05\"\xf5\x01\n\x17\x41ssembleContextResponse\x12,\n\x0eglobal_records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12/\n\x11workspace_records\x18\x02 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12)\n\x08memories\x18\x03 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x34\n\x0fomitted_records\x18\x04 \x03(\x0b\x32\x1b.mnemosyne.v1.OmittedRecord\x12\x1a\n\x12omitted_memory_ids\x18\x05 \x03(\x03\":\n\rOmittedRecord\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"J\n\x13UpdateGlobalRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x14UpdateGlobalResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"|\n\x16UpdateWorkspaceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12+\n\x07\x63hanges\x18\x03 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"*\n\x17UpdateWorkspaceResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x05\">\n\x10GetRecordRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"M\n\x11GetRecordResponse\x12$\n\x06record\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"Z\n\x12ListRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"i\n\x13ListRecordsResponse\x12%\n\x07records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\x91\x01\n\x12\x45\x64itRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x05 \x01(\t\")\n\x13\x45\x64itRecordsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x91\x01\n\x12\x43onsolidateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nreceipt_id\x18\x05 \x01(\t\"B\n\x13\x43onsolidateResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x17\n\x0f\x61lready_applied\x18\x02 \x01(\x08\x32\xf3\x04\n\x10WorkspaceService\x12^\n\x0f\x41ssembleContext\x12$.mnemosyne.v1.AssembleContextRequest\x1a%.mnemosyne.v1.AssembleContextResponse\x12U\n\x0cUpdateGlobal\x12!.mnemosyne.v1.UpdateGlobalRequest\x1a\".mnemosyne.v1.UpdateGlobalResponse\x12^\n\x0fUpdateWorkspace\x12$.mnemosyne.v1.UpdateWorkspaceRequest\x1a%.mnemosyne.v1.UpdateWorkspaceResponse\x12L\n\tGetRecord\x12\x1e.mnemosyne.v1.GetRecordRequest\x1a\x1f.mnemosyne.v1.GetRecordResponse\x12R\n\x0bListRecords\x12 .mnemosyne.v1.ListRecordsRequest\x1a!.mnemosyne.v1.ListRecordsResponse\x12R\n\x0b\x45\x64itRecords\x12 .mnemosyne.v1.EditRecordsRequest\x1a!.mnemosyne.v1.EditRecordsResponse\x12R\n\x0b\x43onsolidate\x12 .mnemosyne.v1.ConsolidateRequest\x1a!.mnemosyne.v1.ConsolidateResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmnemosyne/v1/workspace.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19mnemosyne/v1/memory.proto\"&\n\x06Record\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x86\x01\n\x0cRecordChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.mnemosyne.v1.RecordChange.Op\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"-\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03PUT\x10\x01\x12\n\n\x06\x44\x45LETE\x10\x02\"U\n\x16\x41ssembleContextRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\t\n\x01k\x18\x04 \x01(\x05\"\xf5\x01\n\x17\x41ssembleContextResponse\x12,\n\x0eglobal_records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12/\n\x11workspace_records\x18\x02 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12)\n\x08memories\x18\x03 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x34\n\x0fomitted_records\x18\x04 \x03(\x0b\x32\x1b.mnemosyne.v1.OmittedRecord\x12\x1a\n\x12omitted_memory_ids\x18\x05 \x03(\x03\":\n\rOmittedRecord\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"J\n\x13UpdateGlobalRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\'\n\x14UpdateGlobalResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"|\n\x16UpdateWorkspaceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12+\n\x07\x63hanges\x18\x03 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"*\n\x17UpdateWorkspaceResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x05\">\n\x10GetRecordRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"M\n\x11GetRecordResponse\x12$\n\x06record\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"Z\n\x12ListRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"i\n\x13ListRecordsResponse\x12%\n\x07records\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Record\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\x91\x01\n\x12\x45\x64itRecordsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nrequest_id\x18\x05 \x01(\t\")\n\x13\x45\x64itRecordsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"\x91\x01\n\x12\x43onsolidateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x1b\n\x13\x65xpected_generation\x18\x03 \x01(\x03\x12+\n\x07\x63hanges\x18\x04 \x03(\x0b\x32\x1a.mnemosyne.v1.RecordChange\x12\x12\n\nreceipt_id\x18\x05 \x01(\t\"B\n\x13\x43onsolidateResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x17\n\x0f\x61lready_applied\x18\x02 \x01(\x08\x32\xb2\x07\n\x10WorkspaceService\x12\x84\x01\n\x0f\x41ssembleContext\x12$.mnemosyne.v1.AssembleContextRequest\x1a%.mnemosyne.v1.AssembleContextResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/tenants/{tenant}/context\x12\x84\x01\n\x0cUpdateGlobal\x12!.mnemosyne.v1.UpdateGlobalRequest\x1a\".mnemosyne.v1.UpdateGlobalResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/tenants/{tenant}/global:update:\x01*\x12\x90\x01\n\x0fUpdateWorkspace\x12$.mnemosyne.v1.UpdateWorkspaceRequest\x1a%.mnemosyne.v1.UpdateWorkspaceResponse\"0\x82\xd3\xe4\x93\x02*\"%/v1/tenants/{tenant}/workspace:update:\x01*\x12v\n\tGetRecord\x12\x1e.mnemosyne.v1.GetRecordRequest\x1a\x1f.mnemosyne.v1.GetRecordResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/tenants/{tenant}/records:get\x12x\n\x0bListRecords\x12 .mnemosyne.v1.ListRecordsRequest\x1a!.mnemosyne.v1.ListRecordsResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/tenants/{tenant}/records\x12\x80\x01\n\x0b\x45\x64itRecords\x12 .mnemosyne.v1.EditRecordsRequest\x1a!.mnemosyne.v1.EditRecordsResponse\",\x82\xd3\xe4\x93\x02&\"!/v1/tenants/{tenant}/records:edit:\x01*\x12\x87\x01\n\x0b\x43onsolidate\x12 .mnemosyne.v1.ConsolidateRequest\x1a!.mnemosyne.v1.ConsolidateResponse\"3\x82\xd3\xe4\x93\x02-\"(/v1/tenants/{tenant}/records:consolidate:\x01*BT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,42 +34,56 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mnemosyne.v1.workspace_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.mnemosyne.v1P\001Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1'
-  _globals['_RECORD']._serialized_start=73
-  _globals['_RECORD']._serialized_end=111
-  _globals['_RECORDCHANGE']._serialized_start=114
-  _globals['_RECORDCHANGE']._serialized_end=248
-  _globals['_RECORDCHANGE_OP']._serialized_start=203
-  _globals['_RECORDCHANGE_OP']._serialized_end=248
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=250
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=335
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=338
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=583
-  _globals['_OMITTEDRECORD']._serialized_start=585
-  _globals['_OMITTEDRECORD']._serialized_end=643
-  _globals['_UPDATEGLOBALREQUEST']._serialized_start=645
-  _globals['_UPDATEGLOBALREQUEST']._serialized_end=719
-  _globals['_UPDATEGLOBALRESPONSE']._serialized_start=721
-  _globals['_UPDATEGLOBALRESPONSE']._serialized_end=760
-  _globals['_UPDATEWORKSPACEREQUEST']._serialized_start=762
-  _globals['_UPDATEWORKSPACEREQUEST']._serialized_end=886
-  _globals['_UPDATEWORKSPACERESPONSE']._serialized_start=888
-  _globals['_UPDATEWORKSPACERESPONSE']._serialized_end=930
-  _globals['_GETRECORDREQUEST']._serialized_start=932
-  _globals['_GETRECORDREQUEST']._serialized_end=994
-  _globals['_GETRECORDRESPONSE']._serialized_start=996
-  _globals['_GETRECORDRESPONSE']._serialized_end=1073
-  _globals['_LISTRECORDSREQUEST']._serialized_start=1075
-  _globals['_LISTRECORDSREQUEST']._serialized_end=1165
-  _globals['_LISTRECORDSRESPONSE']._serialized_start=1167
-  _globals['_LISTRECORDSRESPONSE']._serialized_end=1272
-  _globals['_EDITRECORDSREQUEST']._serialized_start=1275
-  _globals['_EDITRECORDSREQUEST']._serialized_end=1420
-  _globals['_EDITRECORDSRESPONSE']._serialized_start=1422
-  _globals['_EDITRECORDSRESPONSE']._serialized_end=1463
-  _globals['_CONSOLIDATEREQUEST']._serialized_start=1466
-  _globals['_CONSOLIDATEREQUEST']._serialized_end=1611
-  _globals['_CONSOLIDATERESPONSE']._serialized_start=1613
-  _globals['_CONSOLIDATERESPONSE']._serialized_end=1679
-  _globals['_WORKSPACESERVICE']._serialized_start=1682
-  _globals['_WORKSPACESERVICE']._serialized_end=2309
+  _globals['_WORKSPACESERVICE'].methods_by_name['AssembleContext']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['AssembleContext']._serialized_options = b'\202\323\344\223\002\036\022\034/v1/tenants/{tenant}/context'
+  _globals['_WORKSPACESERVICE'].methods_by_name['UpdateGlobal']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['UpdateGlobal']._serialized_options = b'\202\323\344\223\002\'\"\"/v1/tenants/{tenant}/global:update:\001*'
+  _globals['_WORKSPACESERVICE'].methods_by_name['UpdateWorkspace']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['UpdateWorkspace']._serialized_options = b'\202\323\344\223\002*\"%/v1/tenants/{tenant}/workspace:update:\001*'
+  _globals['_WORKSPACESERVICE'].methods_by_name['GetRecord']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['GetRecord']._serialized_options = b'\202\323\344\223\002\"\022 /v1/tenants/{tenant}/records:get'
+  _globals['_WORKSPACESERVICE'].methods_by_name['ListRecords']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['ListRecords']._serialized_options = b'\202\323\344\223\002\036\022\034/v1/tenants/{tenant}/records'
+  _globals['_WORKSPACESERVICE'].methods_by_name['EditRecords']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['EditRecords']._serialized_options = b'\202\323\344\223\002&\"!/v1/tenants/{tenant}/records:edit:\001*'
+  _globals['_WORKSPACESERVICE'].methods_by_name['Consolidate']._loaded_options = None
+  _globals['_WORKSPACESERVICE'].methods_by_name['Consolidate']._serialized_options = b'\202\323\344\223\002-\"(/v1/tenants/{tenant}/records:consolidate:\001*'
+  _globals['_RECORD']._serialized_start=103
+  _globals['_RECORD']._serialized_end=141
+  _globals['_RECORDCHANGE']._serialized_start=144
+  _globals['_RECORDCHANGE']._serialized_end=278
+  _globals['_RECORDCHANGE_OP']._serialized_start=233
+  _globals['_RECORDCHANGE_OP']._serialized_end=278
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=280
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=365
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=368
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=613
+  _globals['_OMITTEDRECORD']._serialized_start=615
+  _globals['_OMITTEDRECORD']._serialized_end=673
+  _globals['_UPDATEGLOBALREQUEST']._serialized_start=675
+  _globals['_UPDATEGLOBALREQUEST']._serialized_end=749
+  _globals['_UPDATEGLOBALRESPONSE']._serialized_start=751
+  _globals['_UPDATEGLOBALRESPONSE']._serialized_end=790
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_start=792
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_end=916
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_start=918
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_end=960
+  _globals['_GETRECORDREQUEST']._serialized_start=962
+  _globals['_GETRECORDREQUEST']._serialized_end=1024
+  _globals['_GETRECORDRESPONSE']._serialized_start=1026
+  _globals['_GETRECORDRESPONSE']._serialized_end=1103
+  _globals['_LISTRECORDSREQUEST']._serialized_start=1105
+  _globals['_LISTRECORDSREQUEST']._serialized_end=1195
+  _globals['_LISTRECORDSRESPONSE']._serialized_start=1197
+  _globals['_LISTRECORDSRESPONSE']._serialized_end=1302
+  _globals['_EDITRECORDSREQUEST']._serialized_start=1305
+  _globals['_EDITRECORDSREQUEST']._serialized_end=1450
+  _globals['_EDITRECORDSRESPONSE']._serialized_start=1452
+  _globals['_EDITRECORDSRESPONSE']._serialized_end=1493
+  _globals['_CONSOLIDATEREQUEST']._serialized_start=1496
+  _globals['_CONSOLIDATEREQUEST']._serialized_end=1641
+  _globals['_CONSOLIDATERESPONSE']._serialized_start=1643
+  _globals['_CONSOLIDATERESPONSE']._serialized_end=1709
+  _globals['_WORKSPACESERVICE']._serialized_start=1712
+  _globals['_WORKSPACESERVICE']._serialized_end=2658
 # @@protoc_insertion_point(module_scope)
