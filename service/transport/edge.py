@@ -1,4 +1,4 @@
-"""The edge of the gRPC surface: every call of our services passes here, in this order.
+"""The edge: every call of our services passes here, over gRPC or HTTP, in this order.
 
 1. telemetry: the request id (the client's ``x-request-id`` when sane, else a fresh one) is set
    for every log record of the call and echoed in its initial metadata when the client sent one;
@@ -8,33 +8,37 @@
    — before any handler runs, so nothing about a forbidden tenant is ever looked up;
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
    fair share, or on the event loop as a waiting call or a stream, each counted by admission;
-5. errors: a ``MnemosyneError`` becomes its rich status (transport/errors.py: the one table), with
-   its reason in the access record; anything else is INTERNAL with no detail leaked;
+5. errors: a ``MnemosyneError`` becomes its ``google.rpc.Status`` (transport/errors.py: the one
+   table), with its reason in the access record; anything else is INTERNAL with no detail leaked;
 6. telemetry again: the latency histogram by method and code, and the access record.
 
-Health checking and reflection are registered without this edge: Kubernetes probes carry no
-credentials. The handlers are wrapped once, when the services are registered (no interceptor
-runs per call).
+Steps 2-5 are the surface-independent methods ``begin``, ``answer``, ``answer_stream`` and
+``failure``; ``service`` wraps them into gRPC handlers and transport/http_api.py into HTTP
+routes, so no rule here is written twice. Health checking and reflection are registered without
+this edge: Kubernetes probes carry no credentials. The handlers are wrapped once, when the
+services are registered (no interceptor runs per call).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import descriptor, message_factory
+from google.rpc import status_pb2
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.errors import rich_status
+from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
 
 log = logging.getLogger("mnemosyne.rpc")
 
@@ -42,13 +46,40 @@ ADMIN_METHODS = frozenset({"/mnemosyne.v1.AdminService/ListTenants", "/mnemosyne
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
 
 
-class _Undecodable:
-    """What the request decoder gives for bytes it cannot take: the refusal, raised after auth."""
+class Kind(enum.Enum):
+    """How a servicer method runs (transport/call.py)."""
+
+    BLOCKING = "blocking"  # a plain function: on a worker thread, in the tenant's fair share
+    WAITING = "waiting"  # an ``async def`` marked @waiting: on the event loop, counted as waiting
+    ON_LOOP = "on_loop"  # an ``async def`` that never blocks (Ping)
+    STREAM = "stream"  # an ``async def`` generator: a server stream
+
+
+def kind_of(implementation: Callable[..., Any]) -> Kind:
+    if inspect.isasyncgenfunction(implementation):
+        return Kind.STREAM
+    if not inspect.iscoroutinefunction(implementation):
+        return Kind.BLOCKING
+    return Kind.WAITING if getattr(implementation, "waiting", False) else Kind.ON_LOOP
+
+
+class Undecodable:
+    """What a request decoder gives for bytes it cannot take: the refusal, raised after auth."""
 
     __slots__ = ("error",)
 
     def __init__(self, error: MnemosyneError) -> None:
         self.error = error
+
+
+def too_large(size: int, max_request_bytes: int) -> Undecodable:
+    return Undecodable(
+        InvalidArgument(
+            f"the request has {size} bytes; the limit is {max_request_bytes} (max_request_bytes): "
+            "split it, e.g. a large RetainBatch into several",
+            reason="REQUEST_TOO_LARGE",
+        )
+    )
 
 
 def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_bytes: int) -> Callable[[bytes], Any]:
@@ -58,17 +89,11 @@ def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_byte
 
     def decode(data: bytes) -> Any:
         if len(data) > max_request_bytes:
-            return _Undecodable(
-                InvalidArgument(
-                    f"the request has {len(data)} bytes; the limit is {max_request_bytes} (max_request_bytes): "
-                    "split it, e.g. a large RetainBatch into several",
-                    reason="REQUEST_TOO_LARGE",
-                )
-            )
+            return too_large(len(data), max_request_bytes)
         try:
             return deserializer(data)
         except Exception as exc:
-            return _Undecodable(
+            return Undecodable(
                 InvalidArgument(
                     f"the request to {method} could not be decoded ({type(exc).__name__}): send a complete, valid "
                     "protobuf message; string fields must be valid UTF-8",
@@ -83,7 +108,7 @@ def _text(value: str | bytes) -> str:
     return value if isinstance(value, str) else value.decode("ascii", "replace")
 
 
-class _Outcome:
+class Outcome:
     """How a call ended, for the histogram and the access record."""
 
     __slots__ = ("code", "reason")
@@ -104,37 +129,14 @@ class Edge:
     ) -> None:
         self._authenticator = authenticator
         self._admission = admission
-        self._max_request_bytes = max_request_bytes
-        self._recorder = recorder
+        self.max_request_bytes = max_request_bytes
+        self.recorder = recorder
 
-    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
-        """The handlers of every method of ``service``, each wrapped by the edge."""
-        handlers = {}
-        for method in service.methods:
-            path = f"/{service.full_name}/{method.name}"
-            request_type = message_factory.GetMessageClass(method.input_type)
-            response_type = message_factory.GetMessageClass(method.output_type)
-            decode = _decoder(request_type.FromString, path, self._max_request_bytes)
-            implementation = getattr(servicer, method.name)
-            if method.server_streaming:
-                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._stream(path, implementation),
-                    request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
-                )
-            else:
-                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._unary(path, implementation),
-                    request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
-                )
-        return grpc.method_handlers_generic_handler(service.full_name, handlers)
+    # -- the steps every call takes, whatever its transport ------------------------------------
 
-    # -- the steps every call takes ------------------------------------------------------------
-
-    def _begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
-        """Steps 2 and 3: admit the call and authorise it; its Call. Raises the refusal."""
-        metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
+    def begin(self, method: str, request: Any, metadata: Sequence[tuple[str, str]], deadline: float | None) -> Call:
+        """Steps 2 and 3: admit the call and authorise it; its Call (pair with ``answer`` or
+        ``answer_stream``, which let it go). Raises the refusal. ``deadline``: time.monotonic()."""
         self._admission.enter()
         try:
             principal = None
@@ -142,7 +144,7 @@ class Edge:
                 principal = self._authenticator.authenticate(
                     next((v for k, v in metadata if k == "authorization"), None)
                 )
-            if isinstance(request, _Undecodable):
+            if isinstance(request, Undecodable):
                 raise request.error
             if principal is not None:
                 if method in ADMIN_METHODS:
@@ -153,21 +155,79 @@ class Edge:
         except BaseException:
             self._admission.leave()
             raise
-        remaining = context.time_remaining()
-        deadline = time.monotonic() + remaining if remaining is not None else None
         return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
 
-    async def _fail(
-        self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: _Outcome, method: str
-    ) -> None:
-        """Step 5: answer with the error's status (abort raises, ending the call)."""
+    async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
+        """Step 4 for a unary method: its response, or its exception."""
+        admission = self._admission
+        try:
+            if kind is Kind.BLOCKING:
+                return await admission.run(call.tenant, implementation, request, call)
+            if kind is Kind.WAITING:
+                with admission.waiting(call.tenant):
+                    call.holds_place = True
+                    return await implementation(request, call)
+            return await implementation(request, call)
+        finally:
+            admission.leave()
+
+    async def answer_stream(
+        self, implementation: Callable[..., AsyncIterator[Any]], request: Any, call: Call
+    ) -> AsyncIterator[Any]:
+        """Step 4 for a server stream: its messages, counted as an open stream while it lasts."""
+        try:
+            with self._admission.stream(call.tenant):
+                call.holds_place = True
+                async for message in implementation(request, call):
+                    yield message
+        finally:
+            self._admission.leave()
+
+    @staticmethod
+    def failure(exc: BaseException, outcome: Outcome, method: str) -> status_pb2.Status:
+        """Step 5: the status an error answers with (noted in ``outcome``)."""
         if isinstance(exc, MnemosyneError):
-            status = rich_status(exc)
-            outcome.code, outcome.reason = status.code.name, exc.reason
-        else:
-            log.error("unhandled error in %s", method, exc_info=exc)
-            status = rich_status(MnemosyneError("internal error; the server log has the details", reason="INTERNAL"))
-            outcome.code, outcome.reason = "INTERNAL", "INTERNAL"
+            outcome.code, outcome.reason = status_code_for(exc).name, exc.reason
+            return to_status_proto(exc)
+        log.error("unhandled error in %s", method, exc_info=exc)
+        outcome.code = outcome.reason = "INTERNAL"
+        return to_status_proto(MnemosyneError("internal error; the server log has the details", reason="INTERNAL"))
+
+    # -- gRPC ------------------------------------------------------------------------------------
+
+    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
+        """The gRPC handlers of every method of ``service``, each wrapped by the edge."""
+        handlers = {}
+        for method in service.methods:
+            path = f"/{service.full_name}/{method.name}"
+            request_type = message_factory.GetMessageClass(method.input_type)
+            response_type = message_factory.GetMessageClass(method.output_type)
+            decode = _decoder(request_type.FromString, path, self.max_request_bytes)
+            implementation = getattr(servicer, method.name)
+            if method.server_streaming:
+                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._grpc_stream(path, implementation),
+                    request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._grpc_unary(path, implementation),
+                    request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+    def _grpc_begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
+        metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
+        remaining = context.time_remaining()
+        return self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+
+    async def _grpc_fail(
+        self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: Outcome, method: str
+    ) -> None:
+        """Answer with the error's status (abort raises, ending the call)."""
+        status = rich_status(self.failure(exc, outcome, method))
         await context.abort(status.code, status.details, status.trailing_metadata)
 
     @staticmethod
@@ -178,28 +238,16 @@ class Edge:
         if metadata:
             await context.send_initial_metadata(metadata)
 
-    def _unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
-        on_loop = inspect.iscoroutinefunction(implementation)
-        waits = getattr(implementation, "waiting", False)
-        admission, recorder = self._admission, self._recorder
+    def _grpc_unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
+        kind, recorder = kind_of(implementation), self.recorder
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
-            echo, token = recorder.begin(context)
-            outcome = _Outcome()
+            echo, token = recorder.begin(_sent_request_id(context))
+            outcome = Outcome()
             try:
-                call = self._begin(method, request, context)
-                try:
-                    if not on_loop:
-                        response = await admission.run(call.tenant, implementation, request, call)
-                    elif waits:
-                        with admission.waiting(call.tenant):
-                            call.holds_place = True
-                            response = await implementation(request, call)
-                    else:
-                        response = await implementation(request, call)
-                finally:
-                    admission.leave()
+                call = self._grpc_begin(method, request, context)
+                response = await self.answer(kind, implementation, request, call)
                 await self._send_initial(context, call, echo)
                 if call.trailing_metadata:
                     context.set_trailing_metadata(tuple(call.trailing_metadata))
@@ -209,32 +257,27 @@ class Edge:
                 raise
             except Exception as exc:
                 await self._send_initial(context, None, echo)
-                await self._fail(context, exc, outcome, method)
+                await self._grpc_fail(context, exc, outcome, method)
             finally:
                 recorder.end(method, outcome.code, outcome.reason, started, token)
 
         return handle
 
-    def _stream(self, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
-        admission, recorder = self._admission, self._recorder
+    def _grpc_stream(self, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+        recorder = self.recorder
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started = time.perf_counter()
-            echo, token = recorder.begin(context)
-            outcome = _Outcome()
+            echo, token = recorder.begin(_sent_request_id(context))
+            outcome = Outcome()
             sent = False
             try:
-                call = self._begin(method, request, context)
-                try:
-                    with admission.stream(call.tenant):
-                        call.holds_place = True
-                        async for message in implementation(request, call):
-                            if not sent:
-                                await self._send_initial(context, call, echo)
-                                sent = True
-                            yield message
-                finally:
-                    admission.leave()
+                call = self._grpc_begin(method, request, context)
+                async for message in self.answer_stream(implementation, request, call):
+                    if not sent:
+                        await self._send_initial(context, call, echo)
+                        sent = True
+                    yield message
                 if not sent:
                     await self._send_initial(context, call, echo)
             except (asyncio.CancelledError, GeneratorExit):
@@ -243,8 +286,13 @@ class Edge:
             except Exception as exc:
                 if not sent:
                     await self._send_initial(context, None, echo)
-                await self._fail(context, exc, outcome, method)
+                await self._grpc_fail(context, exc, outcome, method)
             finally:
                 recorder.end(method, outcome.code, outcome.reason, started, token)
 
         return handle
+
+
+def _sent_request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    sent = next((v for k, v in context.invocation_metadata() or () if k == "x-request-id"), None)
+    return None if sent is None else _text(sent)

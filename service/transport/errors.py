@@ -1,4 +1,5 @@
-"""Domain errors to gRPC statuses: the ONE table, and the rich status every error carries.
+"""Domain errors to gRPC statuses: the ONE table, and the rich status every error carries; and
+each gRPC status's HTTP status (the standard mapping of google/rpc/code.proto) for the JSON API.
 
 Every error leaves the server as a ``google.rpc.Status`` whose details hold a
 ``google.rpc.ErrorInfo`` with a stable ``reason`` and the domain ``mnemosyne.v1``, so a client in
@@ -52,5 +53,40 @@ def to_status_proto(error: errors.MnemosyneError) -> status_pb2.Status:
     return status_pb2.Status(code=status_code_for(error).value[0], message=error.message, details=details)
 
 
-def rich_status(error: errors.MnemosyneError) -> grpc.Status:
-    return rpc_status.to_status(to_status_proto(error))
+def rich_status(status: status_pb2.Status) -> grpc.Status:
+    return rpc_status.to_status(status)
+
+
+# google/rpc/code.proto's HTTP mapping, as grpc-gateway and Envoy's transcoder apply it.
+HTTP_STATUS_BY_CODE: dict[int, int] = {
+    code.value[0]: http
+    for code, http in {
+        grpc.StatusCode.OK: 200,
+        grpc.StatusCode.CANCELLED: 499,
+        grpc.StatusCode.UNKNOWN: 500,
+        grpc.StatusCode.INVALID_ARGUMENT: 400,
+        grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+        grpc.StatusCode.NOT_FOUND: 404,
+        grpc.StatusCode.ALREADY_EXISTS: 409,
+        grpc.StatusCode.PERMISSION_DENIED: 403,
+        grpc.StatusCode.UNAUTHENTICATED: 401,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+        grpc.StatusCode.FAILED_PRECONDITION: 400,
+        grpc.StatusCode.ABORTED: 409,
+        grpc.StatusCode.OUT_OF_RANGE: 400,
+        grpc.StatusCode.UNIMPLEMENTED: 501,
+        grpc.StatusCode.INTERNAL: 500,
+        grpc.StatusCode.UNAVAILABLE: 503,
+        grpc.StatusCode.DATA_LOSS: 500,
+    }.items()
+}
+# Refusals that HTTP has a more precise status for than their gRPC code's (all INVALID_ARGUMENT).
+HTTP_STATUS_BY_REASON: dict[str, int] = {
+    "REQUEST_TOO_LARGE": 413,
+    "CONTENT_TYPE_UNSUPPORTED": 415,
+    "METHOD_NOT_ALLOWED": 405,
+}
+
+
+def http_status(status: status_pb2.Status, reason: str) -> int:
+    return HTTP_STATUS_BY_REASON.get(reason) or HTTP_STATUS_BY_CODE.get(status.code, 500)

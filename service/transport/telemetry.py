@@ -14,9 +14,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from typing import Any
-
-import grpc
 
 from mnemosyne.observability import logs
 from mnemosyne.observability.metrics import ServerMetrics
@@ -29,12 +26,9 @@ class Recorder:
         self._metrics = metrics
 
     @staticmethod
-    def begin(
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str]]:
-        """Set the call's request id; (the metadata echoing it, the token to reset it with)."""
-        sent = next((v for k, v in context.invocation_metadata() or () if k == "x-request-id"), None)
-        sent = sent if isinstance(sent, str) or sent is None else sent.decode("ascii", "replace")
+    def begin(sent: str | None) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str]]:
+        """Set the call's request id from the ``x-request-id`` the client sent (metadata or
+        header); (the metadata echoing it, the token to reset it with)."""
         request_id = logs.request_id_from(sent)
         # Echoed only to a client that sent one (it wants to correlate).
         echo = (("x-request-id", request_id),) if request_id == sent else ()
