@@ -102,6 +102,10 @@ def _serve(args: argparse.Namespace) -> int:
         embedder=args.embedder,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        http_port=args.http_port,
+        http_host=args.http_host,
+        http_allowed_hosts=tuple(args.http_allowed_host),
+        http_cors_origins=tuple(args.http_cors_origin),
         tls_cert=_path(args.tls_cert),
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
@@ -123,7 +127,13 @@ async def _run_server(config: ServerConfig) -> int:
     # A machine-readable line that tests and supervisors can wait for.
     print(
         json.dumps(
-            {"event": "serving", "port": running.port, "metrics_port": running.metrics_port, "pid": os.getpid()}
+            {
+                "event": "serving",
+                "port": running.port,
+                "metrics_port": running.metrics_port,
+                "http_port": running.http_port,
+                "pid": os.getpid(),
+            }
         ),
         flush=True,
     )
@@ -263,6 +273,29 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         type=int,
         default=default(ServerConfig, "metrics_port", "METRICS_PORT"),
         help="HTTP port for /metrics, /healthz, /readyz (0 = off)",
+    )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        default=default(ServerConfig, "http_port", "HTTP_PORT"),
+        help="port of the HTTP/JSON API and /openapi.json (0 = off)",
+    )
+    serve.add_argument(
+        "--http-host", default=_env("HTTP_HOST"), help="address of the HTTP port (default: the gRPC --host)"
+    )
+    serve.add_argument(
+        "--http-allowed-host",
+        action="append",
+        default=[h for h in (_env("HTTP_ALLOWED_HOSTS") or "").split(",") if h],
+        help="a Host name the HTTP port answers to besides loopback and its own address (repeat; '*' = any; "
+        "MNEMOSYNE_HTTP_ALLOWED_HOSTS, comma-separated)",
+    )
+    serve.add_argument(
+        "--http-cors-origin",
+        action="append",
+        default=[o for o in (_env("HTTP_CORS_ORIGINS") or "").split(",") if o],
+        help="a web origin (e.g. https://console.example.com) whose pages may call the HTTP API (repeat; "
+        "MNEMOSYNE_HTTP_CORS_ORIGINS, comma-separated); none by default",
     )
     serve.add_argument("--tokens-file", default=_env("TOKENS_FILE"), help="JSON file of token hashes and their tenants")
     serve.add_argument(

@@ -20,7 +20,8 @@ class ServerProcess:
     """``mnemosyne serve`` in a child process on a free loopback port.
 
     ``env`` adds environment variables (e.g. test seams); ``args`` adds command-line flags;
-    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``); ``open_files``
+    ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``), ``http=True`` the
+    HTTP/JSON API (``http_url``); ``open_files``
     (soft, hard) is the open-file limit the server sets itself first thing (as a shell's ``ulimit -n``
     would have), through the MNEMOSYNE_TEST_OPEN_FILES seam.
     ``start()`` returns when the server printed its port and answers health checks.
@@ -33,6 +34,7 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
         metrics: bool = False,
+        http: bool = False,
         health_credentials: grpc.ChannelCredentials | None = None,
         open_files: tuple[int, int] | None = None,
     ) -> None:
@@ -40,12 +42,14 @@ class ServerProcess:
         self.env = dict(env or {})
         self.args = list(args or [])
         self.metrics = metrics
+        self.http = http
         self.health_credentials = health_credentials  # for a TLS server's start-up health check
         if open_files is not None:
             self.env["MNEMOSYNE_TEST_OPEN_FILES"] = f"{open_files[0]}:{open_files[1]}"
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.metrics_port = 0
+        self.http_port = 0
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
 
     @property
@@ -57,11 +61,17 @@ class ServerProcess:
         assert self.metrics_port, "start the ServerProcess with metrics=True"
         return f"http://127.0.0.1:{self.metrics_port}"
 
+    @property
+    def http_url(self) -> str:
+        assert self.http_port, "start the ServerProcess with http=True"
+        return f"http://127.0.0.1:{self.http_port}"
+
     def start(self, timeout: float = 30.0, port: int = 0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         # 0 turns the side port off, so a free port is picked here (kept across restarts).
         metrics_port = (self.metrics_port or _free_port()) if self.metrics else 0
+        http_port = (self.http_port or _free_port()) if self.http else 0
         command = [
             sys.executable,
             "-m",
@@ -73,6 +83,8 @@ class ServerProcess:
             str(port or self.port),
             "--metrics-port",
             str(metrics_port),
+            "--http-port",
+            str(http_port),
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
@@ -87,6 +99,7 @@ class ServerProcess:
         serving = json.loads(line)
         self.port = serving["port"]
         self.metrics_port = serving.get("metrics_port", 0)
+        self.http_port = serving.get("http_port", 0)
         channel = (
             grpc.secure_channel(
                 self.target, self.health_credentials, options=[("grpc.ssl_target_name_override", "localhost")]

@@ -14,6 +14,7 @@ blocks (Ping).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -52,6 +53,9 @@ class Call:
         # Set by the edge for a stream or a waiting call, counted (and bounded) as such: its steps
         # are never refused for a full queue (admission.run ``admitted``).
         self.holds_place = False
+        # Set after the first step that succeeded, when someone waits for it: the HTTP API starts
+        # a server stream's response only then, so a bad request still gets its error status.
+        self.stepped: asyncio.Event | None = None
 
     def metadata_values(self, key: str) -> list[str]:
         return [value for k, value in self.metadata if k == key]
@@ -65,7 +69,10 @@ class Call:
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Blocking work for this call, on a worker thread in the tenant's fair share."""
-        return await self._admission.run(self.tenant, work, *args, admitted=self.holds_place)
+        result = await self._admission.run(self.tenant, work, *args, admitted=self.holds_place)
+        if self.stepped is not None:
+            self.stepped.set()
+        return result
 
     def seconds_to_answer(self, wanted: float) -> float:
         """How long a wait may last: ``wanted``, or less so that its answer arrives before the

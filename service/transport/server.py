@@ -9,6 +9,7 @@ switch: docs (bench/fairness.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -20,16 +21,21 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mnemosyne import __version__
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.transport import http_mapping, openapi
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
+from mnemosyne.transport.http_api import HttpApi
+from mnemosyne.transport.http_guard import Guard
+from mnemosyne.transport.http_server import HttpServer, HttpTls, bind
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
@@ -69,6 +75,12 @@ class ServerConfig:
     # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
     metrics_port: int = 9464
     metrics_host: str | None = None
+    # The HTTP/JSON API (transport/http_api.py): 0 = off; host None = the gRPC host. Host names
+    # it answers to besides loopback and its own address ("*": any), and web origins allowed by CORS.
+    http_port: int = 8080
+    http_host: str | None = None
+    http_allowed_hosts: tuple[str, ...] = ()
+    http_cors_origins: tuple[str, ...] = ()
     # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -92,12 +104,17 @@ class RunningServer:
     drain_delay_seconds: float = 0.0
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
+    http: HttpServer | None = None
     started: bool = False
     stopping: bool = False
 
     @property
     def metrics_port(self) -> int:
         return self.side.port if self.side is not None else 0
+
+    @property
+    def http_port(self) -> int:
+        return self.http.port if self.http is not None else 0
 
     def ready(self) -> bool:
         """What /readyz reports: the gRPC server is started and not shutting down."""
@@ -110,7 +127,7 @@ class RunningServer:
            so load balancers and readiness probes take the server out of rotation;
         2. open WatchEvents streams end (clients resume by sequence); new calls are refused with
            UNAVAILABLE/SHUTTING_DOWN, in-flight ones get the grace period;
-        3. the gRPC server stops (what still runs after the grace period is cancelled);
+        3. the gRPC server and the HTTP port stop (what still runs after the grace period is cancelled);
         4. tenant files close and the worker threads stop. /healthz answers until the very end.
         """
         self.stopping = True
@@ -124,7 +141,8 @@ class RunningServer:
         log.info(
             "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
         )
-        await self.server.stop(max(0.0, self.grace_seconds - (time.monotonic() - started)))
+        left = max(0.0, self.grace_seconds - (time.monotonic() - started))
+        await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
         log.info("stopped: in-flight calls drained, tenant files closed")
@@ -185,6 +203,43 @@ def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
     )
 
 
+def _bind_http(host: str, port: int) -> socket.socket:
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        raise FailedPrecondition(
+            f"cannot listen for HTTP on {host}:{port} ({exc.strerror}): is the port in use? "
+            "(--http-port 0 turns the HTTP API off)",
+            reason="LISTEN_FAILED",
+        ) from None
+
+
+async def _start_http(
+    config: ServerConfig, host: str, edge: Edge, servicers: dict[str, object], *, tls: bool
+) -> HttpServer:
+    routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
+    document = json.dumps(openapi.document(routes, version=__version__)).encode()
+    own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
+    app = Guard(
+        HttpApi(edge, routes, servicers, openapi=document),
+        allowed_hosts=[*config.http_allowed_hosts, *own],
+        cors_origins=config.http_cors_origins,
+    )
+    sock = _bind_http(host, config.http_port)
+    try:
+        return await HttpServer.start(
+            app,
+            sock,
+            tls=HttpTls(config.tls_cert, config.tls_key, config.tls_client_ca)
+            if tls and config.tls_cert and config.tls_key
+            else None,
+            grace_seconds=config.grace_seconds,
+        )
+    except BaseException:
+        sock.close()
+        raise
+
+
 async def start_server(config: ServerConfig) -> RunningServer:
     _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
     if config.metrics_port:
@@ -193,6 +248,11 @@ async def start_server(config: ServerConfig) -> RunningServer:
             config.metrics_port,
             what="for metrics",
             choose="choose another --metrics-port (0 turns the side port off)",
+        )
+    http_host = config.http_host or config.host
+    if config.http_port:
+        _check_can_listen(
+            http_host, config.http_port, what="for HTTP", choose="choose another --http-port (0 turns the HTTP API off)"
         )
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
@@ -215,6 +275,8 @@ async def start_server(config: ServerConfig) -> RunningServer:
     )
     metrics.count_refusals_from(admission.refusals)
     side: SideServer | None = None
+    running: RunningServer | None = None
+    server: grpc.aio.Server | None = None
     try:
         server = grpc.aio.server(
             options=[
@@ -296,20 +358,27 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 ) from None
             running.side = side
         await server.start()
+        if config.http_port:
+            running.http = await _start_http(config, http_host, edge, servicers, tls=credentials is not None)
         running.started = True
     except BaseException:
+        if running is not None and running.http is not None:
+            await running.http.stop()
+        if server is not None:
+            await server.stop(None)
         if side is not None:
             side.stop()
         engine.close()
         admission.stop()
         raise
     log.info(
-        "listening on %s:%d (%s, pid %d, data %s, metrics port %s)",
+        "listening on %s:%d (%s, pid %d, data %s, metrics port %s, HTTP port %s)",
         config.host,
         port,
         "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
         os.getpid(),
         config.engine.data_dir,
         running.metrics_port or "off",
+        running.http_port or "off",
     )
     return running

@@ -1,0 +1,299 @@
+"""The HTTP/JSON API: every RPC at its ``google.api.http`` route (transport/http_mapping.py),
+answered by the same servicers through the same edge as gRPC (transport/edge.py: admission,
+authentication, authorisation, the error table), so a rule is never written twice.
+
+* Requests: ``Authorization: Bearer <token>`` as over gRPC; the other headers are the call's
+  metadata (``x-request-id``, the observed generations of UpdateGlobal and UpdateWorkspace). A
+  body above twice ``max_request_bytes`` is refused unread (413 REQUEST_TOO_LARGE); the decoded
+  request is held to the gRPC limit.
+* Responses: 200 with the response's proto3 JSON; the call's response and trailing metadata
+  (AssembleContext's generations, ``mnemosyne-server-time-us``) as headers.
+* Errors: ``google.rpc.Status`` JSON (code, message, ``ErrorInfo`` with the reason, ``RetryInfo``)
+  with the HTTP status of the standard table (transport/errors.py); a retryable refusal also
+  carries ``Retry-After`` (whole seconds, rounded up).
+* Server streams (WatchEvents, AggregateStats) are Server-Sent Events: one ``data:`` line of JSON
+  per message, with ``id:`` the message's ``sequence`` when it has one; ``Last-Event-ID`` (the
+  last id a client saw) sets the request's ``after_sequence``, so a reconnect resumes where the
+  dropped connection ended. A comment line every 15 s keeps idle connections open through
+  proxies; an error after the stream started is a last event named ``status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from google.protobuf import message
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.transport.call import Call
+from mnemosyne.transport.edge import Edge, Kind, Outcome, kind_of, too_large
+from mnemosyne.transport.errors import http_status
+from mnemosyne.transport.http_mapping import Route, Router, decode, encode
+
+KEEPALIVE_SECONDS = 15.0
+OPENAPI_PATH = "/openapi.json"
+UNROUTED = "(no route)"  # the metric label of requests that matched no route
+_RESUME_FIELD = "after_sequence"  # set from Last-Event-ID
+_END = object()  # the stream ended
+_GONE = object()  # the client went away
+
+
+def _headers(call: Call | None, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    pairs = (*(call.initial_metadata if call else ()), *(call.trailing_metadata if call else ()), *echo)
+    return dict(pairs)
+
+
+def _error_response(
+    edge: Edge, exc: BaseException, outcome: Outcome, method: str, echo: tuple[tuple[str, str], ...]
+) -> Response:
+    status = edge.failure(exc, outcome, method)
+    headers = dict(echo)
+    if isinstance(exc, MnemosyneError):
+        if exc.retry_after_seconds is not None:
+            headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_seconds)))
+        if "allow" in exc.metadata:
+            headers["allow"] = exc.metadata["allow"]
+    return Response(
+        encode(status), status_code=http_status(status, outcome.reason), headers=headers, media_type="application/json"
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None once it passes ``limit`` bytes (the rest is never read)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class HttpApi:
+    """The ASGI endpoint of every RPC route."""
+
+    def __init__(self, edge: Edge, routes: list[Route], servicers: Mapping[str, object], *, openapi: bytes) -> None:
+        self._edge = edge
+        self._router = Router(routes)
+        self._openapi = openapi
+        self._implementations: dict[str, tuple[Callable[..., Any], Kind]] = {}
+        for route in routes:
+            implementation = getattr(servicers[route.rpc.containing_service.name], route.rpc.name)
+            self._implementations[route.method] = (implementation, kind_of(implementation))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        edge = self._edge
+        started = time.perf_counter()
+        request = Request(scope, receive)
+        echo, token = edge.recorder.begin(request.headers.get("x-request-id"))
+        outcome = Outcome()
+        method = UNROUTED
+        try:
+            try:
+                if scope["path"] == OPENAPI_PATH:
+                    response = self._openapi_document(request.method)
+                    await response(scope, receive, send)
+                    return
+                route, path = self._router.match(request.method, _raw_path(scope))
+                method = route.method
+                response = await self._answer(request, route, path, echo, outcome)
+            except asyncio.CancelledError:
+                outcome.code = "CANCELLED"
+                raise
+            except Exception as exc:
+                response = _error_response(edge, exc, outcome, method, echo)
+            await response(scope, receive, send)
+        finally:
+            edge.recorder.end(method, outcome.code, outcome.reason, started, token)
+
+    def _openapi_document(self, verb: str) -> Response:
+        if verb != "GET":
+            raise InvalidArgument(
+                f"{OPENAPI_PATH} takes GET, not {verb[:16]}", reason="METHOD_NOT_ALLOWED", metadata={"allow": "GET"}
+            )
+        return Response(self._openapi, media_type="application/json")
+
+    async def _answer(
+        self,
+        request: Request,
+        route: Route,
+        path: dict[str, str],
+        echo: tuple[tuple[str, str], ...],
+        outcome: Outcome,
+    ) -> Response | _EventStream:
+        edge = self._edge
+        implementation, kind = self._implementations[route.method]
+        limit = 2 * edge.max_request_bytes
+        body = await _read_body(request, limit) if route.body else b""
+        overrides = {}
+        resume = request.headers.get("last-event-id")
+        if route.streams and resume is not None and _RESUME_FIELD in route.rpc.input_type.fields_by_name:
+            overrides[_RESUME_FIELD] = resume
+        decoded = (
+            too_large(limit + 1, edge.max_request_bytes)
+            if body is None
+            else decode(
+                route,
+                path,
+                request.scope["query_string"],
+                body,
+                overrides=overrides,
+                max_request_bytes=edge.max_request_bytes,
+            )
+        )
+        call = edge.begin(route.method, decoded, list(request.headers.items()), None)
+        if kind is Kind.STREAM:
+            return await _EventStream.open(edge, route.method, implementation, decoded, call, echo, outcome)
+        work = edge.answer(kind, implementation, decoded, call)
+        # A waiting call (Flush) ends when its client leaves, as over gRPC.
+        response = await (_unless_client_leaves(request, work) if kind is Kind.WAITING else work)
+        return Response(encode(response), headers=_headers(call, echo), media_type="application/json")
+
+
+def _raw_path(scope: Scope) -> str:
+    """The path as sent (still percent-encoded, so an encoded "/" stays inside its segment)."""
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    return raw.decode("latin-1").split("?", 1)[0]
+
+
+async def _unless_client_leaves(request: Request, answer: Any) -> Any:
+    work = asyncio.ensure_future(answer)
+    left = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({work, left}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+        return await work
+    finally:
+        left.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class _EventStream:
+    """A server stream as Server-Sent Events. The stream runs in its own task (the pump) feeding a
+    queue, so that the response can send keep-alive comments while the stream waits."""
+
+    def __init__(
+        self,
+        edge: Edge,
+        method: str,
+        pump: asyncio.Task[None],
+        queue: asyncio.Queue[Any],
+        first: Any,
+        headers: dict[str, str],
+        outcome: Outcome,
+    ) -> None:
+        self._edge, self._method, self._pump, self._queue = edge, method, pump, queue
+        self._first, self._headers, self._outcome = first, headers, outcome
+
+    @classmethod
+    async def open(
+        cls,
+        edge: Edge,
+        method: str,
+        implementation: Callable[..., AsyncIterator[Any]],
+        request: message.Message,
+        call: Call,
+        echo: tuple[tuple[str, str], ...],
+        outcome: Outcome,
+    ) -> Response | _EventStream:
+        """The stream once its first step succeeded or its first message came, else (a bad
+        request, a refused stream) the error response with its HTTP status."""
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=16)
+        call.stepped = asyncio.Event()
+        pump = asyncio.ensure_future(cls._run(edge.answer_stream(implementation, request, call), queue))
+        first_message = asyncio.ensure_future(queue.get())
+        stepped = asyncio.ensure_future(call.stepped.wait())
+        try:
+            await asyncio.wait({first_message, stepped}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            pump.cancel()
+            raise
+        finally:
+            stepped.cancel()
+            if not first_message.done():
+                first_message.cancel()
+        first = first_message.result() if first_message.done() and not first_message.cancelled() else None
+        if isinstance(first, BaseException):
+            return _error_response(edge, first, outcome, method, echo)
+        headers = {**_headers(call, echo), "cache-control": "no-store", "x-accel-buffering": "no"}
+        return cls(edge, method, pump, queue, first, headers, outcome)
+
+    @staticmethod
+    async def _run(messages: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
+        try:
+            async for item in messages:
+                await queue.put(item)
+            await queue.put(_END)
+        except Exception as exc:
+            await queue.put(exc)
+
+    async def _next(self, left: asyncio.Future[None]) -> Any:
+        """The next message, _END, an exception, _GONE; None after a quiet keep-alive period."""
+        get = asyncio.ensure_future(self._queue.get())
+        done, _ = await asyncio.wait({get, left}, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        return _GONE if left in done else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        left = asyncio.ensure_future(_disconnected(receive))
+        start = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        start += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._headers.items()]
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": start})
+            item = self._first
+            while True:
+                if item is None:
+                    item = await self._next(left)
+                if item is _GONE:
+                    self._outcome.code = "CANCELLED"  # the client went away
+                    return
+                if item is None:
+                    chunk = b": keep-alive\n\n"
+                elif item is _END:
+                    break
+                elif isinstance(item, BaseException):
+                    status = self._edge.failure(item, self._outcome, self._method)
+                    await send(
+                        {"type": "http.response.body", "body": _event(encode(status), name="status"), "more_body": True}
+                    )
+                    break
+                else:
+                    chunk = _event(encode(item), event_id=getattr(item, "sequence", None))
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                item = None
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (asyncio.CancelledError, OSError):
+            self._outcome.code = "CANCELLED"  # the client went away
+            raise
+        finally:
+            left.cancel()
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pump
+
+
+def _event(data: bytes, *, name: str | None = None, event_id: int | None = None) -> bytes:
+    lines = [b"id: %d" % event_id] if event_id is not None else []
+    if name is not None:
+        lines.append(b"event: " + name.encode())
+    lines.append(b"data: " + data)
+    return b"\n".join(lines) + b"\n\n"

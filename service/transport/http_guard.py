@@ -1,0 +1,143 @@
+"""What makes the HTTP port safe to open: browsers reach loopback, so a web page a user visits
+must not be able to call the API on their machine (DNS rebinding, cross-site requests).
+
+Every request, on every route, before anything else runs:
+
+1. ``Host`` must be in the allow-list (loopback names by default, plus the bound address and what
+   ``--http-allowed-host`` adds; the chart adds the Service's names), else 403 HOST_FORBIDDEN —
+   a rebound DNS name carries the attacker's host name;
+2. an ``Origin`` header must be this server's own origin or one that ``--http-cors-origin`` names,
+   else 403 ORIGIN_FORBIDDEN (a tool without a browser sends none);
+3. a request that may change state (any method but GET, HEAD and OPTIONS) must say
+   ``Content-Type: application/json``, else 415 CONTENT_TYPE_UNSUPPORTED — a cross-site form or
+   ``text/plain`` request cannot, without a CORS preflight that step 2 refuses.
+
+CORS headers are sent only for an origin ``--http-cors-origin`` names, and its preflight
+(``OPTIONS``) is answered here. Refusals are ``google.rpc.Status`` JSON like every other error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mnemosyne.errors import InvalidArgument, MnemosyneError, PermissionDenied
+from mnemosyne.transport.errors import http_status, to_status_proto
+from mnemosyne.transport.http_mapping import encode
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+ANY_HOST = "*"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# What a browser page allowed by CORS may send and read.
+_CORS_REQUEST_HEADERS = (
+    "authorization, content-type, x-request-id, last-event-id, "
+    "mnemosyne-global-generation, mnemosyne-workspace-generation"
+)
+_CORS_EXPOSED_HEADERS = (
+    "x-request-id, retry-after, mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-server-time-us"
+)
+
+
+def host_name(host: str) -> str:
+    """The name part of a Host header ("[::1]:8080" -> "[::1]", "Example.com:80" -> "example.com")."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def send_error(send: Send, error: MnemosyneError, headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Answer with ``error`` as google.rpc.Status JSON and its HTTP status."""
+    status = to_status_proto(error)
+    body = encode(status)
+    raw = _raw([("content-type", "application/json"), ("content-length", str(len(body))), *headers])
+    await send({"type": "http.response.start", "status": http_status(status, error.reason), "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], cors_origins: Iterable[str]) -> None:
+        self._app = app
+        hosts = {host_name(h) for h in allowed_hosts}
+        self._any_host = ANY_HOST in hosts
+        self._hosts = frozenset(hosts | LOOPBACK_NAMES)
+        self._cors = frozenset(origin.rstrip("/") for origin in cors_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan is off; there are no websockets
+            await self._app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if not self._any_host and host_name(host) not in self._hosts:
+            await send_error(
+                send,
+                PermissionDenied(
+                    f"Host {host[:100]!r} is not one this server answers to: add it with --http-allowed-host",
+                    reason="HOST_FORBIDDEN",
+                ),
+            )
+            return
+        origin = headers.get("origin")
+        cors = origin is not None and origin in self._cors
+        if origin is not None and not cors and origin != f"{scope['scheme']}://{host}":
+            await send_error(
+                send,
+                PermissionDenied(
+                    f"requests from the web origin {origin[:100]!r} are refused: name it with --http-cors-origin "
+                    "to allow a page there to call this server",
+                    reason="ORIGIN_FORBIDDEN",
+                ),
+            )
+            return
+        if cors and scope["method"] == "OPTIONS":
+            await self._preflight(send, origin or "")
+            return
+        if scope["method"] not in _SAFE_METHODS:
+            media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if media_type != "application/json":
+                await send_error(
+                    send,
+                    InvalidArgument(
+                        f"a {scope['method'][:16]} request must have Content-Type: application/json "
+                        f"(this one has {media_type[:60]!r})",
+                        reason="CONTENT_TYPE_UNSUPPORTED",
+                    ),
+                    _cors_headers(origin) if cors else (),
+                )
+                return
+        if not cors:
+            await self._app(scope, receive, send)
+            return
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *_raw(_cors_headers(origin or ""))]}
+            await send(message)
+
+        await self._app(scope, receive, send_with_cors)
+
+    @staticmethod
+    async def _preflight(send: Send, origin: str) -> None:
+        headers = [
+            *_cors_headers(origin),
+            ("access-control-allow-methods", "GET, POST"),
+            ("access-control-allow-headers", _CORS_REQUEST_HEADERS),
+            ("access-control-max-age", "600"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": _raw(headers)})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _cors_headers(origin: str) -> list[tuple[str, str]]:
+    return [
+        ("access-control-allow-origin", origin),
+        ("access-control-expose-headers", _CORS_EXPOSED_HEADERS),
+        ("vary", "Origin"),
+    ]
+
+
+def _raw(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]

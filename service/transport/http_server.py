@@ -1,0 +1,89 @@
+"""The HTTP port: the JSON API (transport/http_api.py) behind the guard (transport/http_guard.py),
+served by uvicorn, an ASGI server, on the gRPC server's event loop.
+
+uvicorn runs embedded: the socket is bound here (so a port of 0 picks a free one and a bind
+failure is reported before the data directory is opened, like the gRPC port's), and its own
+signal handling is not installed — the server process's SIGTERM handling stops both ports in
+order (transport/server.py ``RunningServer.stop``). With TLS the HTTP port uses the gRPC port's
+certificate, key and client CA.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+@dataclass(frozen=True)
+class HttpTls:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (OSError when the address cannot be bound)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The server process handles SIGTERM and SIGINT (cli.py); uvicorn must not take them over.
+        yield
+
+
+class HttpServer:
+    def __init__(self, server: uvicorn.Server, serving: asyncio.Task[None], port: int) -> None:
+        self._server, self._serving = server, serving
+        self.port = port
+
+    @classmethod
+    async def start(cls, app: ASGIApp, sock: socket.socket, *, tls: HttpTls | None, grace_seconds: float) -> HttpServer:
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
+            access_log=False,  # the edge writes the access records
+            proxy_headers=False,
+            server_header=False,
+            ws="none",
+            timeout_graceful_shutdown=max(1, math.ceil(grace_seconds)),
+            ssl_certfile=tls.cert if tls else None,
+            ssl_keyfile=tls.key if tls else None,
+            ssl_ca_certs=tls.client_ca if tls and tls.client_ca else None,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if tls and tls.client_ca else ssl.CERT_NONE,
+        )
+        server = _EmbeddedServer(config)
+        port = sock.getsockname()[1]
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started:
+            if serving.done():
+                serving.result()  # raises what stopped it
+                raise RuntimeError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.005)
+        return cls(server, serving, port)
+
+    async def stop(self) -> None:
+        """Stop accepting, let open requests finish (up to the grace period), close."""
+        self._server.should_exit = True
+        await self._serving

@@ -1,0 +1,238 @@
+"""The HTTP/JSON API against the gRPC API of the same real server: every RPC at its
+google.api.http route answers what gRPC answers (the JSON equals MessageToDict of the gRPC
+response), fails as gRPC fails (the same ErrorInfo reason, the standard HTTP status), and the
+cases are driven by the routes in the protos, so a new RPC cannot be left out."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format, message, message_factory
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from mnemosyne.transport.errors import HTTP_STATUS_BY_CODE
+from mnemosyne.transport.http_mapping import GRPC_ONLY, routes
+from mnemosyne.transport.server import SERVICES
+from mnemosyne.v1 import (
+    admin_pb2,
+    events_pb2,
+    hot_path_pb2,
+    memory_pb2,
+    types_pb2,
+    workspace_pb2,
+)
+from tests.http_support import ROUTES, call, request, rpc_request, server_sent_events
+from tests.support import ServerProcess
+
+GLOBAL = "mnemosyne-global-generation"
+WORKSPACE = "mnemosyne-workspace-generation"
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("http-api") / "data", http=True)
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def channel(api: ServerProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(api.target) as channel:
+        yield channel
+
+
+def _grpc(channel: grpc.Channel, rpc: str, request: message.Message, metadata: tuple[tuple[str, str], ...] = ()) -> Any:
+    """(response, initial metadata) of a unary RPC, or the list of messages of a stream."""
+    route = ROUTES[rpc]
+    response_type = message_factory.GetMessageClass(route.rpc.output_type)
+    if route.streams:
+        stream = channel.unary_stream(
+            route.method, request_serializer=type(request).SerializeToString, response_deserializer=response_type.FromString
+        )
+        return stream(request, metadata=metadata, timeout=30)
+    unary = channel.unary_unary(
+        route.method, request_serializer=type(request).SerializeToString, response_deserializer=response_type.FromString
+    )
+    response, outcome = unary.with_call(request, metadata=metadata, timeout=30)
+    return response, dict(outcome.initial_metadata())
+
+
+def _new_tenant() -> str:
+    return f"h{uuid.uuid4().hex[:12]}"
+
+
+def _filled(channel: grpc.Channel) -> str:
+    """A tenant with memories, Global and workspace records and finished hot-path events."""
+    tenant = _new_tenant()
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="The refund ticket is RF-88213"))
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Ada prefers the night train to Lyon"))
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Ada prefers the night train to Lyon!"))
+    change = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="plan.md", content="ship it")
+    _grpc(
+        channel,
+        "UpdateWorkspace",
+        workspace_pb2.UpdateWorkspaceRequest(tenant=tenant, workspace="w1", changes=[change]),
+        ((WORKSPACE, "0"),),
+    )
+    _grpc(channel, "UpdateGlobal", workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="# Memory"), ((GLOBAL, "0"),))
+    _grpc(channel, "Enable", hot_path_pb2.HotPathRequest(tenant=tenant))
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="a fast note about Lisbon", fast=True))
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="a fast note about Porto", fast=True))
+    _grpc(channel, "Flush", hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=30))
+    return tenant
+
+
+@dataclass(frozen=True)
+class Case:
+    request: Callable[[str], message.Message]  # the request for a tenant
+    write: bool = False  # a write: each transport gets its own tenant, prepared alike
+    metadata: tuple[tuple[str, str], ...] = ()
+    tenantless: bool = False
+
+
+_PUT = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="notes.md", content="hello")
+CASES: dict[str, Case] = {
+    "Retain": Case(lambda t: memory_pb2.RetainRequest(tenant=t, text="Bo likes tea", metadata={"k": "v"}), write=True),
+    "RetainBatch": Case(
+        lambda t: memory_pb2.RetainBatchRequest(
+            tenant=t, items=[memory_pb2.RetainItem(text="one thing"), memory_pb2.RetainItem(text="")]
+        ),
+        write=True,
+    ),
+    "Recall": Case(lambda t: memory_pb2.RecallRequest(tenant=t, query="night train", k=3, scopes=["global"])),
+    "GetMemory": Case(lambda t: memory_pb2.GetMemoryRequest(tenant=t, memory_id=2)),
+    "ListMemories": Case(lambda t: memory_pb2.ListMemoriesRequest(tenant=t, page_size=2, include_forgotten=True)),
+    "ForgetMemory": Case(lambda t: memory_pb2.ForgetMemoryRequest(tenant=t, memory_id=1, request_id="f-1"), write=True),
+    "AssembleContext": Case(lambda t: workspace_pb2.AssembleContextRequest(tenant=t, workspace="w1", query="Lyon", k=2)),
+    "UpdateGlobal": Case(
+        lambda t: workspace_pb2.UpdateGlobalRequest(tenant=t, content="# New"), write=True, metadata=((GLOBAL, "1"),)
+    ),
+    "UpdateWorkspace": Case(
+        lambda t: workspace_pb2.UpdateWorkspaceRequest(tenant=t, workspace="w1", changes=[_PUT]),
+        write=True,
+        metadata=((WORKSPACE, "1"),),
+    ),
+    "GetRecord": Case(lambda t: workspace_pb2.GetRecordRequest(tenant=t, scope="workspace/w1", key="plan.md")),
+    "ListRecords": Case(lambda t: workspace_pb2.ListRecordsRequest(tenant=t, scope="workspace/w1")),
+    "EditRecords": Case(
+        lambda t: workspace_pb2.EditRecordsRequest(tenant=t, scope="global", expected_generation=1, changes=[_PUT]),
+        write=True,
+    ),
+    "Consolidate": Case(
+        lambda t: workspace_pb2.ConsolidateRequest(
+            tenant=t, scope="workspace/w1", expected_generation=1, changes=[_PUT], receipt_id="r-1"
+        ),
+        write=True,
+    ),
+    "Enable": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t), write=True),
+    "Disable": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t, timeout_seconds=30), write=True),
+    "Status": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t)),
+    "Flush": Case(lambda t: hot_path_pb2.FlushRequest(tenant=t, timeout_seconds=30), write=True),
+    "GetEvent": Case(lambda t: events_pb2.GetEventRequest(tenant=t, event_id=1)),
+    "ListEvents": Case(
+        lambda t: events_pb2.ListEventsRequest(tenant=t, status=events_pb2.SUCCEEDED, page_size=5)
+    ),
+    "WatchEvents": Case(lambda t: events_pb2.WatchEventsRequest(tenant=t)),
+    "VerifyIntegrity": Case(lambda t: admin_pb2.VerifyIntegrityRequest(tenant=t)),
+    "Stats": Case(lambda t: admin_pb2.StatsRequest(tenant=t)),
+    "Dedup": Case(lambda t: admin_pb2.DedupRequest(tenant=t, threshold=0.9)),
+    "ListTenants": Case(lambda t: admin_pb2.ListTenantsRequest(page_size=1000), tenantless=True),
+    "AggregateStats": Case(lambda t: admin_pb2.AggregateStatsRequest(chunk_size=1000), tenantless=True),
+    "Ping": Case(lambda t: admin_pb2.PingRequest(), tenantless=True),
+}
+
+
+def test_every_rpc_has_a_route_or_a_reason_and_a_case_here() -> None:
+    every = {method.name for service in SERVICES for method in service.methods}
+    routed = {route.rpc.name for route in routes(SERVICES)}
+    assert every == routed | {path.rsplit("/", 1)[1] for path in GRPC_ONLY}
+    assert set(CASES) == routed, "add a case for the new RPC (or list it in GRPC_ONLY with its reason)"
+    assert types_pb2.DESCRIPTOR.services_by_name == {}  # types.proto defines no service to forget
+
+
+def _normalized(document: Any, tenant: str) -> Any:
+    """A twin tenant's answer with its name replaced, so two tenants' answers compare."""
+    return json.loads(json.dumps(document).replace(tenant, "<tenant>"))
+
+
+def _stream_prefix(messages: Any, count: int) -> list[dict[str, Any]]:
+    taken = []
+    for item in messages:
+        taken.append(json_format.MessageToDict(item))
+        if len(taken) == count:
+            break
+    return taken
+
+
+@pytest.mark.parametrize("rpc", sorted(CASES))
+def test_the_json_answer_equals_the_grpc_answer(api: ServerProcess, channel: grpc.Channel, rpc: str) -> None:
+    case = CASES[rpc]
+    route = ROUTES[rpc]
+    grpc_tenant = _filled(channel)
+    http_tenant = _filled(channel) if case.write else grpc_tenant
+    if route.streams:
+        expected = _grpc(channel, rpc, case.request(grpc_tenant))
+        count = 4 if rpc == "WatchEvents" else 10_000
+        wanted = _stream_prefix(expected, count)
+        expected.cancel()
+        verb, path, _ = rpc_request(route, case.request(http_tenant))
+        events = server_sent_events(api.http_port, path)
+        got = [json.loads(event["data"]) for _, event in zip(range(len(wanted)), events)]
+        events.close()
+        assert got == wanted and wanted
+        return
+    response, initial = _grpc(channel, rpc, case.request(grpc_tenant), case.metadata)
+    reply = call(api.http_port, rpc, case.request(http_tenant), dict(case.metadata))
+    assert reply.status == 200, reply.body
+    assert reply.headers["content-type"] == "application/json"
+    assert _normalized(reply.json(), http_tenant) == _normalized(json_format.MessageToDict(response), grpc_tenant)
+    for key, value in initial.items():  # AssembleContext's generations come back as headers
+        if key.startswith("mnemosyne-") and key != "mnemosyne-server-time-us":
+            assert reply.headers[key] == value
+
+
+def _grpc_error(
+    channel: grpc.Channel, rpc: str, request: message.Message, metadata: tuple[tuple[str, str], ...]
+) -> tuple[int, str]:
+    with pytest.raises(grpc.RpcError) as raised:
+        outcome = _grpc(channel, rpc, request, metadata)
+        if ROUTES[rpc].streams:
+            list(outcome)
+    status = rpc_status.from_call(raised.value)
+    assert status is not None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return status.code, info.reason
+    raise AssertionError("no ErrorInfo")
+
+
+@pytest.mark.parametrize("rpc", sorted(CASES))
+def test_the_json_error_is_the_grpc_error(api: ServerProcess, channel: grpc.Channel, rpc: str) -> None:
+    case = CASES[rpc]
+    if case.tenantless:
+        # No tenant to get wrong: a page token or chunk size out of range, or an unknown parameter.
+        bad = {
+            "ListTenants": admin_pb2.ListTenantsRequest(page_token="not-a-token"),
+            "AggregateStats": admin_pb2.AggregateStatsRequest(chunk_size=-5),
+        }.get(rpc)
+        if bad is None:
+            verb, path, _ = rpc_request(ROUTES[rpc], case.request(""))
+            reply = request(api.http_port, verb, path + "?no_such_field=1")
+            assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE")
+            return
+    else:
+        bad = case.request("Bad!Tenant")
+    code, reason = _grpc_error(channel, rpc, bad, case.metadata)
+    reply = call(api.http_port, rpc, bad, dict(case.metadata))
+    assert reply.headers["content-type"] == "application/json"
+    assert (reply.status, reply.reason, reply.json()["code"]) == (HTTP_STATUS_BY_CODE[code], reason, code)
