@@ -7,14 +7,8 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 (per-tenant SQLite files).
 """
 
-from importlib import metadata as _metadata
-
 from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.version import VERSION as __version__
 
-try:
-    __version__ = _metadata.version("mnemosyne-memory-service")
-except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
-
-__all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
+__all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError", "__version__"]

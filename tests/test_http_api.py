@@ -55,7 +55,9 @@ def _grpc(channel: grpc.Channel, rpc: str, request: message.Message, metadata: t
     response_type = message_factory.GetMessageClass(route.rpc.output_type)
     if route.streams:
         stream = channel.unary_stream(
-            route.method, request_serializer=type(request).SerializeToString, response_deserializer=response_type.FromString
+            route.method,
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response_type.FromString,
         )
         return stream(request, metadata=metadata, timeout=30)
     unary = channel.unary_unary(
@@ -82,7 +84,9 @@ def _filled(channel: grpc.Channel) -> str:
         workspace_pb2.UpdateWorkspaceRequest(tenant=tenant, workspace="w1", changes=[change]),
         ((WORKSPACE, "0"),),
     )
-    _grpc(channel, "UpdateGlobal", workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="# Memory"), ((GLOBAL, "0"),))
+    _grpc(
+        channel, "UpdateGlobal", workspace_pb2.UpdateGlobalRequest(tenant=tenant, content="# Memory"), ((GLOBAL, "0"),)
+    )
     _grpc(channel, "Enable", hot_path_pb2.HotPathRequest(tenant=tenant))
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="a fast note about Lisbon", fast=True))
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="a fast note about Porto", fast=True))
@@ -111,7 +115,9 @@ CASES: dict[str, Case] = {
     "GetMemory": Case(lambda t: memory_pb2.GetMemoryRequest(tenant=t, memory_id=2)),
     "ListMemories": Case(lambda t: memory_pb2.ListMemoriesRequest(tenant=t, page_size=2, include_forgotten=True)),
     "ForgetMemory": Case(lambda t: memory_pb2.ForgetMemoryRequest(tenant=t, memory_id=1, request_id="f-1"), write=True),
-    "AssembleContext": Case(lambda t: workspace_pb2.AssembleContextRequest(tenant=t, workspace="w1", query="Lyon", k=2)),
+    "AssembleContext": Case(
+        lambda t: workspace_pb2.AssembleContextRequest(tenant=t, workspace="w1", query="Lyon", k=2)
+    ),
     "UpdateGlobal": Case(
         lambda t: workspace_pb2.UpdateGlobalRequest(tenant=t, content="# New"), write=True, metadata=((GLOBAL, "1"),)
     ),
@@ -137,9 +143,7 @@ CASES: dict[str, Case] = {
     "Status": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t)),
     "Flush": Case(lambda t: hot_path_pb2.FlushRequest(tenant=t, timeout_seconds=30), write=True),
     "GetEvent": Case(lambda t: events_pb2.GetEventRequest(tenant=t, event_id=1)),
-    "ListEvents": Case(
-        lambda t: events_pb2.ListEventsRequest(tenant=t, status=events_pb2.SUCCEEDED, page_size=5)
-    ),
+    "ListEvents": Case(lambda t: events_pb2.ListEventsRequest(tenant=t, status=events_pb2.SUCCEEDED, page_size=5)),
     "WatchEvents": Case(lambda t: events_pb2.WatchEventsRequest(tenant=t)),
     "VerifyIntegrity": Case(lambda t: admin_pb2.VerifyIntegrityRequest(tenant=t)),
     "Stats": Case(lambda t: admin_pb2.StatsRequest(tenant=t)),

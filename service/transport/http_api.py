@@ -27,7 +27,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from google.protobuf import message
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -100,6 +99,7 @@ class HttpApi:
         echo, token = edge.recorder.begin(request.headers.get("x-request-id"))
         outcome = Outcome()
         method = UNROUTED
+        response: Response | _EventStream
         try:
             try:
                 if scope["path"] == OPENAPI_PATH:
@@ -208,7 +208,7 @@ class _EventStream:
         edge: Edge,
         method: str,
         implementation: Callable[..., AsyncIterator[Any]],
-        request: message.Message,
+        request: Any,
         call: Call,
         echo: tuple[tuple[str, str], ...],
         outcome: Outcome,

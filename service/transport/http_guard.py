@@ -105,7 +105,7 @@ class Guard:
                         f"(this one has {media_type[:60]!r})",
                         reason="CONTENT_TYPE_UNSUPPORTED",
                     ),
-                    _cors_headers(origin) if cors else (),
+                    _cors_headers(origin or "") if cors else (),
                 )
                 return
         if not cors:

@@ -49,9 +49,9 @@ class _Schemas:
 
     def scalar(self, field: descriptor.FieldDescriptor) -> dict[str, Any]:
         kind = field.type
-        if kind == _FD.TYPE_MESSAGE:
+        if field.message_type is not None:
             return self.ref(field.message_type)
-        if kind == _FD.TYPE_ENUM:
+        if field.enum_type is not None:
             return {"type": "string", "enum": [value.name for value in field.enum_type.values]}
         if kind == _FD.TYPE_BOOL:
             return {"type": "boolean"}

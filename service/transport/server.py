@@ -21,7 +21,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mnemosyne import __version__
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
@@ -41,6 +40,7 @@ from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
 from mnemosyne.transport.workspace_servicer import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
+from mnemosyne.version import VERSION
 
 log = logging.getLogger("mnemosyne.server")
 
@@ -218,7 +218,7 @@ async def _start_http(
     config: ServerConfig, host: str, edge: Edge, servicers: dict[str, object], *, tls: bool
 ) -> HttpServer:
     routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
-    document = json.dumps(openapi.document(routes, version=__version__)).encode()
+    document = json.dumps(openapi.document(routes, version=VERSION)).encode()
     own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
     app = Guard(
         HttpApi(edge, routes, servicers, openapi=document),

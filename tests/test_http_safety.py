@@ -1,0 +1,255 @@
+"""The HTTP port is safe to open: foreign Hosts, foreign Origins and non-JSON writes are refused
+and write nothing; hostile bodies, parameters and paths get a 4xx with their reason; tokens work
+as over gRPC (PERMISSION_DENIED before any existence check, no file created by a read); the
+OpenAPI document is valid and a property-based run against it finds no 5xx; WatchEvents over
+Server-Sent Events resumes after a dropped connection without missing a transition."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import requests
+import schemathesis
+from google.protobuf import json_format
+from hypothesis import HealthCheck, settings
+from openapi_spec_validator import validate
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.transport import openapi
+from mnemosyne.transport.http_mapping import routes
+from mnemosyne.transport.server import SERVICES
+from mnemosyne.v1 import events_pb2, events_pb2_grpc
+from tests.http_support import request, server_sent_events
+from tests.support import ServerProcess, tokens_json
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("http-safety") / "data",
+        http=True,
+        args=["--http-cors-origin", "https://console.example", "--max-request-bytes", "65536"],
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+def _memories(api: ServerProcess, tenant: str) -> int:
+    reply = request(api.http_port, "GET", f"/v1/tenants/{tenant}/memories")
+    return len(reply.json().get("memories", [])) if reply.status == 200 else -1
+
+
+RETAIN = {"text": "the launch code is 0000"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "reason"),
+    [
+        ({"host": "evil.example"}, 403, "HOST_FORBIDDEN"),
+        ({"host": "evil.example:80"}, 403, "HOST_FORBIDDEN"),
+        ({"host": "127.0.0.1.evil.example"}, 403, "HOST_FORBIDDEN"),
+        ({"origin": "http://evil.example"}, 403, "ORIGIN_FORBIDDEN"),
+        ({"origin": "null"}, 403, "ORIGIN_FORBIDDEN"),
+        ({"content-type": "text/plain"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+        ({"content-type": "application/x-www-form-urlencoded"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+        ({"content-type": "multipart/form-data; boundary=x"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+    ],
+)
+def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_nothing(
+    api: ServerProcess, tenant: str, headers: dict[str, str], status: int, reason: str
+) -> None:
+    reply = request(api.http_port, "POST", f"/v1/tenants/{tenant}/memories", json.dumps(RETAIN).encode(), headers)
+    assert (reply.status, reply.reason) == (status, reason)
+    assert "access-control-allow-origin" not in reply.headers
+    assert not api.tenant_file(tenant).exists()
+    # The same request from this server's own origin, or from the named CORS origin, is taken.
+    own = request(
+        api.http_port,
+        "POST",
+        f"/v1/tenants/{tenant}/memories",
+        json.dumps(RETAIN).encode(),
+        {"origin": f"http://127.0.0.1:{api.http_port}"},
+    )
+    assert own.status == 200 and "access-control-allow-origin" not in own.headers
+    assert _memories(api, tenant) == 1
+
+
+def test_cors_headers_only_for_the_named_origin(api: ServerProcess, tenant: str) -> None:
+    origin = "https://console.example"
+    preflight = request(
+        api.http_port,
+        "OPTIONS",
+        f"/v1/tenants/{tenant}/memories",
+        headers={"origin": origin, "access-control-request-method": "POST"},
+    )
+    assert preflight.status == 204
+    assert preflight.headers["access-control-allow-origin"] == origin
+    assert "authorization" in preflight.headers["access-control-allow-headers"]
+    reply = request(api.http_port, "GET", "/v1/ping", headers={"origin": origin})
+    assert reply.status == 200 and reply.headers["access-control-allow-origin"] == origin
+    plain = request(api.http_port, "GET", "/v1/ping")
+    assert plain.status == 200 and "access-control-allow-origin" not in plain.headers
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "reason"),
+    [
+        ("POST", "/v1/tenants/{t}/memories", b"{not json", 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'["a list"]', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'{"text": 5}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'{"text": "a", "text": "b"}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'{"text": "a", "colour": "red"}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'{"text": "a", "tenant": "someone-else"}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b"\xff\xfe\x00", 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b"[" * 100_000, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories", b'{"text": "' + b"x" * 140_000 + b'"}', 413, "REQUEST_TOO_LARGE"),
+        ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": 1e400}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": "many"}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "mode": "PSYCHIC"}', 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": 100000}', 400, "K_OUT_OF_RANGE"),
+        ("GET", "/v1/tenants/{t}/memories/abc", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories/99999999999999999999999", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories/%FF", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories?page_size=ten", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories?page_size=1&page_size=2", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories?include_forgotten=maybe", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/memories?secret=1", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/events?accepted_after=yesterday", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/..%2F..%2Fetc/stats", None, 400, "TENANT_INVALID"),
+        ("GET", "/v1/tenants/%2E%2E/stats", None, 400, "TENANT_INVALID"),
+        ("GET", "/v1/tenants/{t}/memories/1/extra", None, 404, "ROUTE_NOT_FOUND"),
+        ("DELETE", "/v1/tenants/{t}/memories/1", b"{}", 405, "METHOD_NOT_ALLOWED"),
+        ("POST", "/openapi.json", b"{}", 405, "METHOD_NOT_ALLOWED"),
+        ("POST", "/v1/tenants/{t}/hotPath:flush", b'{"timeoutSeconds": "NaN"}', 400, "TIMEOUT_INVALID"),
+        ("POST", "/v1/tenants/{t}/hotPath:flush", b'{"timeoutSeconds": 1e300}', 400, "TIMEOUT_INVALID"),
+    ],
+)
+def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
+    api: ServerProcess, tenant: str, method: str, path: str, body: bytes | None, status: int, reason: str
+) -> None:
+    reply = request(api.http_port, method, path.replace("{t}", tenant), body, {"content-type": "application/json"})
+    assert (reply.status, reply.reason) == (status, reason), reply.body[:300]
+    assert reply.json()["message"]
+    assert not api.tenant_file(tenant).exists()
+
+
+def test_a_refused_call_carries_retry_after(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    parked = tmp_path / "park"
+    parked.touch()
+    server = server_factory(
+        http=True,
+        args=["--worker-threads", "1", "--calls-per-tenant", "1", "--queued-calls-per-tenant", "1"],
+        env={"MNEMOSYNE_TEST_PARK_TENANT": "busy", "MNEMOSYNE_TEST_PARK_FILE": str(parked)},
+    ).start()
+    threads = [
+        threading.Thread(target=request, args=(server.http_port, "GET", "/v1/tenants/busy/stats")) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)  # one call parked on the only worker, one queued: the queue is full
+        reply = request(server.http_port, "GET", "/v1/tenants/busy/stats")
+        assert (reply.status, reply.reason) == (429, "QUEUED_CALLS_PER_TENANT_REACHED")
+        assert reply.headers["retry-after"] == "1"
+        retry = next(d for d in reply.json()["details"] if d["@type"].endswith("RetryInfo"))
+        assert retry["retryDelay"] == "0.250s"
+    finally:
+        parked.unlink()
+        for thread in threads:
+            thread.join()
+
+
+def test_tokens_work_as_over_grpc_and_a_read_creates_no_file(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(
+        http=True, env={"MNEMOSYNE_TOKENS": tokens_json({"alice-token": ["alice"], "root-token": ["*"]})}
+    ).start()
+    port = server.http_port
+    alice = {"authorization": "Bearer alice-token"}
+    assert request(port, "GET", "/v1/tenants/alice/stats").reason == "TOKEN_MISSING"
+    assert request(port, "GET", "/v1/tenants/alice/stats", headers={"authorization": "Bearer nope"}).status == 401
+    # Forbidden before anything about the tenant is looked up: the same answer whether it exists.
+    forbidden = request(port, "GET", "/v1/tenants/bob/stats", headers=alice)
+    assert (forbidden.status, forbidden.reason) == (403, "TENANT_FORBIDDEN")
+    assert request(port, "GET", "/v1/tenants", headers=alice).reason == "ADMIN_REQUIRED"
+    read = request(port, "GET", "/v1/tenants/alice/memories/1", headers=alice)
+    assert read.status == 404, read.body
+    assert not server.tenant_file("alice").exists()
+    wrote = request(port, "POST", "/v1/tenants/alice/memories", headers=alice, json_body=RETAIN)
+    assert wrote.status == 200
+    listed = request(port, "GET", "/v1/tenants", headers={"authorization": "Bearer root-token"})
+    assert listed.json()["tenants"] == ["alice"]
+
+
+def test_the_openapi_document_is_valid_and_names_every_route(api: ServerProcess) -> None:
+    reply = request(api.http_port, "GET", "/openapi.json")
+    document = reply.json()
+    validate(document)
+    operations = {(verb.upper(), path) for path, item in document["paths"].items() for verb in item}
+    assert operations == {(route.verb, route.template) for route in routes(SERVICES)}
+
+
+SCHEMA = schemathesis.openapi.from_dict(openapi.document(routes(SERVICES), version="test"))
+
+
+@pytest.fixture(scope="module")
+def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("http-fuzz") / "data", http=True)
+    process.start()
+    yield process
+    process.stop()
+
+
+@SCHEMA.parametrize()
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_property_based_requests_never_get_a_server_error(case: schemathesis.Case, fuzz_target: ServerProcess) -> None:
+    # Sent with stream=True: a watch's Server-Sent Events never end; its status is what is checked.
+    with requests.request(
+        **case.as_transport_kwargs(base_url=fuzz_target.http_url), timeout=30, stream=True
+    ) as response:
+        assert response.status_code < 500, (case.method, case.formatted_path, response.status_code, response.text)
+        if response.status_code >= 400:
+            assert response.json()["details"][0]["reason"]
+
+
+def test_watch_events_over_sse_resumes_after_a_dropped_connection(api: ServerProcess, tenant: str) -> None:
+    with MemoryClient(api.target) as client:
+        client.hot_path(tenant, "enable")
+        client.retain(tenant, "first fast note", fast=True)
+        client.hot_path(tenant, "flush")
+        path = f"/v1/tenants/{tenant}/events:watch"
+        seen: list[dict[str, str]] = []
+        stream = server_sent_events(api.http_port, path)
+        seen.append(next(stream))
+        stream.close()  # the connection drops after one event
+        for n in range(3):
+            client.retain(tenant, f"fast note {n} while nobody watched", fast=True)
+        client.hot_path(tenant, "flush")
+        expected = _all_transitions(api, tenant)
+        resumed = server_sent_events(api.http_port, path, {"last-event-id": seen[-1]["id"]})
+        while len(seen) < len(expected):
+            seen.append(next(resumed))
+        resumed.close()
+    assert [json.loads(event["data"]) for event in seen] == expected
+    assert [int(event["id"]) for event in seen] == [int(e["sequence"]) for e in expected]
+
+
+def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, object]]:
+    """Every transition so far, read over gRPC (the reference)."""
+    with grpc.insecure_channel(api.target) as channel:
+        stream = events_pb2_grpc.EventsServiceStub(channel).WatchEvents(
+            events_pb2.WatchEventsRequest(tenant=tenant), timeout=3
+        )
+        found = []
+        try:
+            for event in stream:
+                found.append(json_format.MessageToDict(event))
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # caught up: nothing more came
+    return found
