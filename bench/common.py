@@ -24,6 +24,7 @@ def running_server(
     args: Sequence[str] = (),
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
+    http: bool = False,
 ) -> Iterator[ServerProcess]:
     """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards)."""
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
@@ -31,6 +32,7 @@ def running_server(
             data_dir or Path(tmp) / "data",
             args=["--embedder", embedder, *args],
             env={"HF_HUB_OFFLINE": "1", **(env or {})},
+            http=http,
         )
         server.start(timeout=180)
         try:

@@ -9,6 +9,6 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 
 from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
-from mnemosyne.version import VERSION as __version__
+from mnemosyne.version import VERSION as __version__  # noqa: F401  (the conventional attribute)
 
-__all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError", "__version__"]
+__all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]

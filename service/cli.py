@@ -18,7 +18,7 @@ from dataclasses import Field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemosyne import __version__
+from mnemosyne.version import VERSION
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 
@@ -45,6 +45,13 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _listed(flags: list[str] | None, variable: str) -> tuple[str, ...]:
+    """A repeatable flag's values, else its variable's comma-separated ones (the flag wins)."""
+    if flags is not None:
+        return tuple(flags)
+    return tuple(value.strip() for value in (_env(variable) or "").split(",") if value.strip())
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -104,8 +111,8 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         http_port=args.http_port,
         http_host=args.http_host,
-        http_allowed_hosts=tuple(args.http_allowed_host),
-        http_cors_origins=tuple(args.http_cors_origin),
+        http_allowed_hosts=_listed(args.http_allowed_host, "HTTP_ALLOWED_HOST"),
+        http_cors_origins=_listed(args.http_cors_origin, "HTTP_CORS_ORIGIN"),
         tls_cert=_path(args.tls_cert),
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
@@ -286,16 +293,16 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--http-allowed-host",
         action="append",
-        default=[h for h in (_env("HTTP_ALLOWED_HOSTS") or "").split(",") if h],
+        default=None,
         help="a Host name the HTTP port answers to besides loopback and its own address (repeat; '*' = any; "
-        "MNEMOSYNE_HTTP_ALLOWED_HOSTS, comma-separated)",
+        "MNEMOSYNE_HTTP_ALLOWED_HOST, comma-separated)",
     )
     serve.add_argument(
         "--http-cors-origin",
         action="append",
-        default=[o for o in (_env("HTTP_CORS_ORIGINS") or "").split(",") if o],
+        default=None,
         help="a web origin (e.g. https://console.example.com) whose pages may call the HTTP API (repeat; "
-        "MNEMOSYNE_HTTP_CORS_ORIGINS, comma-separated); none by default",
+        "MNEMOSYNE_HTTP_CORS_ORIGIN, comma-separated); none by default",
     )
     serve.add_argument("--tokens-file", default=_env("TOKENS_FILE"), help="JSON file of token hashes and their tenants")
     serve.add_argument(
@@ -408,7 +415,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gRPC server")

@@ -278,3 +278,23 @@ def test_public_exports_are_complete() -> None:
             assert name in {"errors", "types", "memory_client"} or name.startswith("__"), (
                 f"{module.__name__}.{name} not in __all__"
             )
+
+
+def test_readme_curl_examples_run_as_printed(tmp_path: Path) -> None:
+    """Each curl line of the README, run by curl itself against a real server with the HTTP API
+    (its port in place of the printed 8080, a fresh data directory so ids start at 1)."""
+    (block,) = code_blocks(section(README_TEXT, "curl"), "sh")
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) == 3 and all(line.startswith("curl -s ") for line in lines)
+    server = ServerProcess(tmp_path / "data", http=True).start()
+    try:
+        answers = []
+        for line in lines:
+            argv = shlex.split(line.replace("127.0.0.1:8080", f"127.0.0.1:{server.http_port}"))
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+            answers.append(json.loads(result.stdout))
+    finally:
+        server.stop()
+    assert answers[0] == {"result": {"status": "CREATED", "memoryId": "1"}}
+    assert "INV-7" in answers[1]["hits"][0]["memory"]["text"]
+    assert [m["id"] for m in answers[2]["memories"]] == ["1"]

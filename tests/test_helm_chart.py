@@ -211,7 +211,7 @@ def test_replicas_and_headless_service(minimal_docs):
     assert client["spec"]["ports"][0]["port"] == 50051
     for svc in (headless, client):
         assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
-    assert {p["name"] for p in headless["spec"]["ports"]} == {"grpc", "metrics"}
+    assert {p["name"] for p in headless["spec"]["ports"]} == {"grpc", "metrics", "http"}
 
 
 def test_probes_are_native_grpc_without_tls(minimal_docs):
@@ -310,7 +310,18 @@ def test_settings_reach_the_server_as_env(full_docs):
     c = _container(full_docs)
     assert c["envFrom"] == [{"configMapRef": {"name": FULLNAME}}]
     assert _env(c)["EXTRA_SETTING"] == "1"
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 50051, "metrics": 9464}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 50051, "metrics": 9464, "http": 8080}
+    # The HTTP port answers to the Service's names (its Host check), and no probe uses it.
+    assert cm["MNEMOSYNE_HTTP_PORT"] == "8080"
+    service = f"{FULLNAME}.{cc.NAMESPACE}"
+    assert cm["MNEMOSYNE_HTTP_ALLOWED_HOST"].split(",")[:4] == [
+        FULLNAME,
+        service,
+        f"{service}.svc",
+        f"{service}.svc.cluster.local",
+    ]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert "http" not in json.dumps(c[probe]).replace("httpGet", "")
 
 
 # ------------------------------------------------------------------ secrets / config
@@ -398,7 +409,7 @@ def test_pdb_and_networkpolicy(minimal_docs, full_docs):
     np = cc.one(full_docs, "NetworkPolicy")
     assert np["spec"]["podSelector"]["matchLabels"] == labels
     grpc_rule, metrics_rule = np["spec"]["ingress"]
-    assert grpc_rule["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+    assert grpc_rule["ports"] == [{"port": "grpc", "protocol": "TCP"}, {"port": "http", "protocol": "TCP"}]
     assert {"podSelector": {"matchLabels": {f"{FULLNAME}-client": "true"}}} in grpc_rule["from"]
     assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
 

@@ -28,6 +28,7 @@ from mnemosyne.v1 import (
     types_pb2,
     workspace_pb2,
 )
+from tests.docs_support import DOCS, section, table_rows
 from tests.http_support import ROUTES, call, request, rpc_request, server_sent_events
 from tests.support import ServerProcess
 
@@ -240,3 +241,20 @@ def test_the_json_error_is_the_grpc_error(api: ServerProcess, channel: grpc.Chan
     reply = call(api.http_port, rpc, bad, dict(case.metadata))
     assert reply.headers["content-type"] == "application/json"
     assert (reply.status, reply.reason, reply.json()["code"]) == (HTTP_STATUS_BY_CODE[code], reason, code)
+
+
+def test_the_docs_route_table_is_the_routes_of_the_protos() -> None:
+    rows = table_rows(section((DOCS / "http-api.md").read_text(), "Routes"))
+    documented = {cells[0].strip("`"): cells[1] for cells in rows[2:]}  # below the header
+    expected = {
+        f"{route.rpc.containing_service.name}.{route.rpc.name}": f"`{route.verb} {route.template}`"
+        for route in routes(SERVICES)
+    }
+    for rpc, route in expected.items():
+        assert documented.get(rpc, "").startswith(route), (
+            f"{rpc}: docs/http-api.md says {documented.get(rpc)!r}, not {route}"
+        )
+    for path in GRPC_ONLY:
+        service, method = path.strip("/").split("/")
+        assert documented[f"{service.rsplit('.', 1)[1]}.{method}"].startswith("gRPC only"), path
+    assert len(documented) == len(expected) + len(GRPC_ONLY)

@@ -253,3 +253,14 @@ def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, object]]
         except grpc.RpcError as exc:
             assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # caught up: nothing more came
     return found
+
+
+def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(http=True, env={"MNEMOSYNE_HTTP_ALLOWED_HOST": "mem.example, api.mem.example"}).start()
+    for host, status in [
+        ("mem.example", 200),
+        ("api.mem.example:8080", 200),
+        ("evil.example", 403),
+        ("localhost", 200),
+    ]:
+        assert request(server.http_port, "GET", "/v1/ping", headers={"host": host}).status == status, host

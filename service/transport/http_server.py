@@ -36,6 +36,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by every accepted connection. Without it a response's head and body, written
+        # separately, wait out the client's delayed ACK: 44 ms per call instead of 0.1 ms.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host.strip("[]"), port))
         sock.listen(2048)
         sock.set_inheritable(True)
