@@ -18,9 +18,9 @@ from dataclasses import Field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemosyne.version import VERSION
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
+from mnemosyne.version import VERSION
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
