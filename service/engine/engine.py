@@ -70,7 +70,7 @@ class Engine:
             request_ttl_seconds=config.request_ttl_seconds,
         )
         self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits)
-        self.memories = Memories(pool=self.pool, limits=config.limits)
+        self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
         self.tenants = Tenants(pool=self.pool)

@@ -184,7 +184,17 @@ _V5_SECRET = """
 INSERT OR IGNORE INTO meta(key, value) VALUES('page_token_secret', lower(hex(randomblob(32))));
 """
 
-MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET]
+# Each memory's own key for its ledger hashes (store/ledger.py): deleted when the memory is
+# forgotten, so the ledger's hashes of the erased text confirm no guess afterwards. Memories
+# retained before this version have none (their entries are plain SHA-256).
+_V6_MEMORY_KEYS = """
+CREATE TABLE memory_keys(
+  memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+  key BLOB NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET, _V6_MEMORY_KEYS]
 # What a tenant file at the current version holds; a file lacking any of these is damaged.
 REQUIRED_TABLES = frozenset(
     {
@@ -203,6 +213,7 @@ REQUIRED_TABLES = frozenset(
         "receipts",
         "oplog",
         "oplog_transitions",
+        "memory_keys",
     }
 )
 

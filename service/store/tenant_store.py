@@ -34,13 +34,18 @@ from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION
-from mnemosyne.store.transactions import damaged, translate_sqlite_error, write_transaction
+from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
 FULLTEXT_MERGE_PAGES = 32
 FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
+# What an operation-log row keeps of a fast write whose memory was forgotten.
+ERASED_PAYLOAD = '{"erased":true}'
+# Set in a forget's transaction, cleared once the WAL no longer holds what it erased: a crash in
+# between is finished at the next open (``TenantStore.erase_traces``).
+ERASURE_META = "erasure_pending"
 
 
 class InjectedFault(Exception):
@@ -249,6 +254,8 @@ class TenantStore:
         self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
+        if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
+            self.erase_traces()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -317,6 +324,28 @@ class TenantStore:
                 break
             steps += 1
         return steps
+
+    def erasure_pending(self) -> bool:
+        with self.read() as txn:
+            return txn.meta(ERASURE_META) is not None
+
+    def erase_traces(self) -> None:
+        """Finish an erasure (``WriteTxn.forget_memory``): rewrite the hot-path inbox without its
+        free space, then empty the tenant file's WAL, whose earlier frames still hold the pages as
+        they were before the forget (a TRUNCATE checkpoint: every frame copied into the file,
+        whose deleted bytes are zeros, then the WAL cut to nothing). Clears ``ERASURE_META``.
+        Waits for readers of an older snapshot (short by design) up to
+        WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
+        finishes the work."""
+        inbox = self.inbox(create=False)
+        if inbox is not None:
+            inbox.erase_traces()
+        with self._write_lock:
+            truncate_wal(self._writer, self.path.name)
+            try:
+                self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, self.path.name) from exc
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
@@ -607,6 +636,7 @@ class ReadTxn(OplogReads):
         ):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
+        keys: dict[int, bytes] = dict(self.connection.execute("SELECT memory_id, key FROM memory_keys"))
         for (
             memory_id,
             scope,
@@ -621,6 +651,7 @@ class ReadTxn(OplogReads):
         ):
             my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
             vector = embeddings.get(memory_id)
+            key = keys.get(memory_id)
             forgotten = forgotten_at is not None
             yield ledger.StoredMemory(
                 memory_id=memory_id,
@@ -633,10 +664,13 @@ class ReadTxn(OplogReads):
                     triples=my_triples,
                     embedding=vector if vector is not None else b"",
                     fingerprint=fingerprint or "",
+                    key=key,
                 ),
-                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None),
+                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None or key is not None),
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
+                keyed=key is not None,
+                embedding_absent=vector is None,
             )
 
     # -- records and generations (host-owned generations, the agent-memory design) -----------------
@@ -775,6 +809,8 @@ class WriteTxn(ReadTxn, OplogWrites):
             "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", [(i, m.fts_text) for i, m in zip(ids, memories)]
         )
         self._fault_points("after_fts", memories)
+        keys = [os.urandom(ledger.MEMORY_KEY_BYTES) for _ in ids]
+        c.executemany("INSERT INTO memory_keys(memory_id, key) VALUES(?, ?)", list(zip(ids, keys)))
         now = time.time()
         rows = []
         for i, (memory_id, m) in enumerate(zip(ids, memories)):
@@ -786,10 +822,17 @@ class WriteTxn(ReadTxn, OplogWrites):
                 triples=m.triples,
                 embedding=m.embedding,
                 fingerprint=m.fingerprint,
+                key=keys[i],
             )
             seq = head_seq + 1 + i
             entry_json = ledger.canonical_json(
-                {"op": "retain", "memory_id": memory_id, **digest.as_entry_fields(), "seq": seq}
+                {
+                    "op": "retain",
+                    "memory_id": memory_id,
+                    **digest.as_entry_fields(),
+                    ledger.KEYED_FIELD: ledger.KEYED_VALUE,
+                    "seq": seq,
+                }
             )
             head_hash = ledger.chain_hash(head_hash, entry_json)
             rows.append((seq, now, entry_json, head_hash))
@@ -803,7 +846,14 @@ class WriteTxn(ReadTxn, OplogWrites):
                 self._fault_point(name, m.body)
 
     def forget_memory(self, memory_id: int) -> bool:
-        """Erase text and derived rows, keep the row and its id. False if already forgotten."""
+        """Erase text and derived rows, keep the row and its id. False if already forgotten.
+
+        Everything else that holds the memory's content goes too: its key (so its ledger hashes
+        confirm nothing), the operation-log rows that wrote it or were found duplicates of it
+        (their payload, extraction and vector), and the supersession rows naming its triples.
+        Deleted bytes are overwritten (``secure_delete``, connections.py); the full-text index
+        still holds the memory's terms until ``rewrite_fulltext`` and the WAL its earlier pages
+        until ``TenantStore.erase_traces``: the caller runs both (``ERASURE_META``)."""
         c = self.connection
         row = c.execute("SELECT forgotten_at FROM memories WHERE id = ?", (memory_id,)).fetchone()
         if row is None or row[0] is not None:
@@ -812,14 +862,30 @@ class WriteTxn(ReadTxn, OplogWrites):
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
         c.execute(
             "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),
         )
+        c.execute(
+            "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL "
+            "WHERE result IS NOT NULL AND json_valid(result) AND json_extract(result, '$.memory_id') = ?",
+            (ERASED_PAYLOAD, memory_id),
+        )
+        c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
+        c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
+        self.set_meta(ERASURE_META, "1")
         return True
+
+    def rewrite_fulltext(self) -> None:
+        """Rewrite the full-text index as one new segment without the deleted rows. A contentless
+        index only marks a deleted row (a tombstone) and keeps its terms in the segment until a
+        merge of that segment; 'optimize' merges every segment now. Its cost grows with the index
+        (docs/operations.md has the numbers); it runs only when a forget erased something."""
+        self.connection.execute("INSERT INTO memories_fts(memories_fts) VALUES('optimize')")
 
     @property
     def alive(self) -> bool:
