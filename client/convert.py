@@ -141,5 +141,14 @@ def consolidate_from_proto(r: workspace_pb2.ConsolidateResponse) -> types.Consol
     return types.ConsolidateResult(generation=r.generation, already_applied=r.already_applied)
 
 
+def erasure_receipt_from_proto(r: admin_pb2.ErasureReceipt) -> types.ErasureReceipt:
+    return types.ErasureReceipt(
+        tenant=r.tenant,
+        erased_at=r.erased_at.ToNanoseconds() / 1e9,
+        token_name=r.token_name,
+        head_hash=r.head_hash,
+    )
+
+
 def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage:
     return types.TenantPage(tenants=list(r.tenants), next_page_token=r.next_page_token, damaged=list(r.damaged))

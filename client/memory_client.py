@@ -463,6 +463,12 @@ class MemoryClient:
         )
         return convert.tenant_page_from_proto(r)
 
+    def erase_tenant(self, tenant: str) -> types.ErasureReceipt:
+        """Remove the tenant and everything of it from the server (admin token); the receipt the
+        server's erasure log keeps. Not retried: a second call after a lost reply is NOT_FOUND."""
+        r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
+        return convert.erasure_receipt_from_proto(r.receipt)
+
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}

@@ -166,6 +166,16 @@ class ConsolidateResult:
 
 
 @dataclass(frozen=True)
+class ErasureReceipt:
+    """What the server's erasure log keeps of an erased tenant."""
+
+    tenant: str
+    erased_at: float  # seconds since the epoch
+    token_name: str  # the token that asked ("" when the server runs without tokens)
+    head_hash: str  # its audit chain's head hash before the erasure ("" for a damaged file)
+
+
+@dataclass(frozen=True)
 class TenantPage:
     tenants: list[str]
     next_page_token: str

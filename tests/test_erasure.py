@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import apsw
+import pytest
 
-from mnemosyne.client import MemoryClient, RetainItem, UnavailableError
+from mnemosyne.client import MemoryClient, NotFoundError, PermissionDeniedError, RetainItem, UnavailableError
 from mnemosyne.store import ledger
+from tests.support import tokens_json
 
 # One long token that the full-text tokenizer keeps whole (letters and digits, no stem to strip).
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
@@ -196,3 +199,46 @@ def test_a_live_memory_without_its_key_is_reported(server_factory, tenant: str) 
         report = client.verify_integrity(tenant)
         assert not report.valid and report.problems[0].kind == "KEY_MISSING"
         assert report.problems[0].memory_id == memory_id
+
+
+ADMIN = "admin-token-erasure"
+USER = "user-token-erasure"
+
+
+def test_erase_tenant_removes_every_file_and_leaves_a_receipt(server_factory, tenant: str) -> None:
+    other = f"{tenant}-kept"
+    server = server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}).start()
+    with MemoryClient(server.target, ADMIN, retries=0) as admin, MemoryClient(server.target, USER, retries=0) as user:
+        admin.hot_path(tenant, "enable")
+        admin.retain(tenant, f"Tenant secret {SECRET}")
+        admin.retain(tenant, "another fast note of the tenant", fast=True)
+        admin.hot_path(tenant, "flush")
+        admin.retain(other, "a memory of another tenant")
+        head = admin.verify_integrity(tenant).head_hash
+        assert any(tenant in p.name for p in server.data_dir.rglob("*")), "the tenant must have files first"
+
+        with pytest.raises(PermissionDeniedError):  # the tenant's own token may not erase it
+            user.erase_tenant(tenant)
+        receipt = admin.erase_tenant(tenant)
+        assert (receipt.tenant, receipt.head_hash, receipt.token_name) == (tenant, head, "tok0")
+        assert abs(receipt.erased_at - time.time()) < 60
+
+        assert [p for p in server.data_dir.rglob("*") if tenant in p.name and other not in p.name] == []
+        assert _traces(server.data_dir, _needles([])) == []
+        assert tenant not in admin.list_tenants().tenants and other in admin.list_tenants().tenants
+        log = [json.loads(line) for line in (server.data_dir / "erasures.jsonl").read_text().splitlines()]
+        assert log == [{"tenant": tenant, "erased_at": receipt.erased_at, "token_name": "tok0", "head_hash": head}]
+        with pytest.raises(NotFoundError) as again:
+            admin.erase_tenant(tenant)
+        assert again.value.reason == "TENANT_NOT_FOUND"
+
+        # A new tenant of that name starts empty, its chain from the beginning.
+        assert user.list_memories(tenant).memories == []
+        fresh = user.retain(tenant, "a first memory of the new tenant")
+        assert fresh.memory_id == 1 and user.verify_integrity(tenant).checked == 1
+        assert user.hot_path(tenant, "status").enabled is False
+        assert admin.list_memories(other).memories[0].text == "a memory of another tenant"
+    server.stop()
+    server.start()  # the recovery index no longer names the erased tenant's old work
+    with MemoryClient(server.target, ADMIN) as admin:
+        assert [m.text for m in admin.list_memories(tenant).memories] == ["a first memory of the new tenant"]

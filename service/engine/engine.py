@@ -8,7 +8,8 @@ Each part receives what it uses, not the engine:
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
-* ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates.
+* ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
+* ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt.
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -25,6 +26,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.memories import Memories
@@ -83,6 +85,7 @@ class Engine:
                 observer=observer,
             )
             self.hot_path.start()
+            self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

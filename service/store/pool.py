@@ -6,6 +6,7 @@ Layout::
     DATA_DIR/.mnemosyne.lock        held (flock) by the one process that owns the directory
     DATA_DIR/tenants/<tenant>.sqlite (+ -wal, -shm)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
+    DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
 open (fewer when the process's open-file limit cannot hold that many: ``open_tenant_budget``); the
@@ -27,15 +28,16 @@ import os
 import re
 import resource
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
 
-from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
@@ -186,6 +188,7 @@ class TenantPool:
         self._faults = faults
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
+        self._erasing: set[str] = set()  # tenants whose files are being removed: no new user meanwhile
         self._guard = threading.Lock()
         self._closed = False
         self.maintainer = Maintainer(self._maintain)
@@ -241,6 +244,8 @@ class TenantPool:
             with self._guard:
                 if self._closed:
                     raise FailedPrecondition("the store is closed", reason="STORE_CLOSED")
+                if tenant in self._erasing:
+                    raise Unavailable(f"tenant {tenant} is being erased; retry shortly", reason="TENANT_ERASING")
                 entry = self._open.get(tenant)
                 if entry is not None:
                     entry.users += 1
@@ -404,6 +409,54 @@ class TenantPool:
             for t in tenants
             if (t in noted and noted[t] == _modified(self.path_for(t))) or damage_of(self.path_for(t)) is not None
         ]
+
+    def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
+        """Remove every file of a tenant: its database (with its WAL and shared memory) and its
+        hot-path inbox. New users of the tenant are refused meanwhile (TENANT_ERASING) and those
+        in flight are waited for, up to ``timeout`` seconds (then TENANT_BUSY, and nothing is
+        removed). ``before_removal(head_hash)`` runs once the tenant is closed and before any
+        file goes: the caller's receipt ("" for a damaged file, whose chain cannot be read). The WAL goes before the database, so a crash midway
+        leaves a whole tenant (its WAL was checkpointed when it closed), to be erased again, never
+        a WAL that a new tenant of that name would take for its own."""
+        path = self.path_for(tenant)
+        with self.locks.for_opening(tenant):
+            with self._guard:
+                self._erasing.add(tenant)
+            try:
+                deadline = time.monotonic() + timeout
+                while True:
+                    with self._guard:
+                        entry = self._open.get(tenant)
+                        if entry is None or entry.users == 0:
+                            self._open.pop(tenant, None)
+                            break
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            f"tenant {tenant} stayed in use for {timeout:.0f}s; nothing was erased, retry",
+                            reason="TENANT_BUSY",
+                        )
+                    time.sleep(0.01)
+                if entry is not None:
+                    entry.store.close()
+                if not path.exists():
+                    raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
+                try:
+                    with read_file(path) as txn:
+                        _seq, head_hash = txn.ledger_head()
+                except DataLoss:
+                    head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
+                before_removal(head_hash)
+                for base in (self.inbox_path_for(tenant), path):
+                    for suffix in ("-wal", "-shm", "-journal", ""):
+                        Path(f"{base}{suffix}").unlink(missing_ok=True)
+                for directory in (self.tenants_dir, self.inbox_path_for(tenant).parent):
+                    if directory.exists():
+                        _fsync_directory(directory)
+                with self._guard:
+                    self._damaged.pop(tenant, None)
+            finally:
+                with self._guard:
+                    self._erasing.discard(tenant)
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

@@ -9,6 +9,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import types
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.erasure_log import ErasureReceipt
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
@@ -152,6 +153,17 @@ def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
 
 def to_ping_response() -> admin_pb2.PingResponse:
     return admin_pb2.PingResponse()
+
+
+def to_erase_tenant_response(receipt: ErasureReceipt) -> admin_pb2.EraseTenantResponse:
+    return admin_pb2.EraseTenantResponse(
+        receipt=admin_pb2.ErasureReceipt(
+            tenant=receipt.tenant,
+            erased_at=to_timestamp(receipt.erased_at),
+            token_name=receipt.token_name,
+            head_hash=receipt.head_hash,
+        )
+    )
 
 
 def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResponse:

@@ -38,7 +38,13 @@ from mnemosyne.transport.errors import rich_status
 
 log = logging.getLogger("mnemosyne.rpc")
 
-ADMIN_METHODS = frozenset({"/mnemosyne.v1.AdminService/ListTenants", "/mnemosyne.v1.AdminService/AggregateStats"})
+ADMIN_METHODS = frozenset(
+    {
+        "/mnemosyne.v1.AdminService/ListTenants",
+        "/mnemosyne.v1.AdminService/AggregateStats",
+        "/mnemosyne.v1.AdminService/EraseTenant",
+    }
+)
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
 
 
@@ -155,7 +161,13 @@ class Edge:
             raise
         remaining = context.time_remaining()
         deadline = time.monotonic() + remaining if remaining is not None else None
-        return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
+        return Call(
+            metadata,
+            tenant=tenant,
+            admission=self._admission,
+            deadline=deadline,
+            principal=principal.name if principal is not None else "",
+        )
 
     async def _fail(
         self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: _Outcome, method: str

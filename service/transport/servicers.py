@@ -126,6 +126,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         while (chunk := await call.run(next, chunks, None)) is not None:
             yield convert.to_aggregate_chunk(chunk)
 
+    def EraseTenant(self, request: admin_pb2.EraseTenantRequest, call: Call) -> admin_pb2.EraseTenantResponse:
+        return convert.to_erase_tenant_response(self._engine.erasure.erase(request.tenant, token_name=call.principal))
+
     async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
         # Answered on the event loop: nothing to wait for, nothing that blocks.
         _report_server_time(call, time.perf_counter())

@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61maged\x18\x03 \x03(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"_\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x14\n\x0c\x65rror_reason\x18\x03 \x01(\t\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse2\xe1\x03\n\x0c\x41\x64minService\x12^\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\x12@\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\x12@\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\x12R\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\x12Z\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk0\x01\x12=\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61maged\x18\x03 \x03(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"_\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x14\n\x0c\x65rror_reason\x18\x03 \x01(\t\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse\"$\n\x12\x45raseTenantRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"v\n\x0e\x45rasureReceipt\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12-\n\terased_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ntoken_name\x18\x03 \x01(\t\x12\x11\n\thead_hash\x18\x04 \x01(\t\"D\n\x13\x45raseTenantResponse\x12-\n\x07receipt\x18\x01 \x01(\x0b\x32\x1c.mnemosyne.v1.ErasureReceipt2\xb5\x04\n\x0c\x41\x64minService\x12^\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\x12@\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\x12@\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\x12R\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\x12Z\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk0\x01\x12=\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponse\x12R\n\x0b\x45raseTenant\x12 .mnemosyne.v1.EraseTenantRequest\x1a!.mnemosyne.v1.EraseTenantResponseBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,36 +33,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mnemosyne.v1.admin_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.mnemosyne.v1P\001Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1'
-  _globals['_VERIFYINTEGRITYREQUEST']._serialized_start=42
-  _globals['_VERIFYINTEGRITYREQUEST']._serialized_end=82
-  _globals['_INTEGRITYPROBLEM']._serialized_start=84
-  _globals['_INTEGRITYPROBLEM']._serialized_end=171
-  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_start=174
-  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_end=325
-  _globals['_STATSREQUEST']._serialized_start=327
-  _globals['_STATSREQUEST']._serialized_end=357
-  _globals['_STATSRESPONSE']._serialized_start=360
-  _globals['_STATSRESPONSE']._serialized_end=534
-  _globals['_DEDUPREQUEST']._serialized_start=536
-  _globals['_DEDUPREQUEST']._serialized_end=620
-  _globals['_DUPLICATEGROUP']._serialized_start=622
-  _globals['_DUPLICATEGROUP']._serialized_end=692
-  _globals['_DEDUPRESPONSE']._serialized_start=694
-  _globals['_DEDUPRESPONSE']._serialized_end=790
-  _globals['_LISTTENANTSREQUEST']._serialized_start=792
-  _globals['_LISTTENANTSREQUEST']._serialized_end=851
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=853
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=933
-  _globals['_AGGREGATESTATSREQUEST']._serialized_start=935
-  _globals['_AGGREGATESTATSREQUEST']._serialized_end=978
-  _globals['_AGGREGATESTATSCHUNK']._serialized_start=981
-  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1155
-  _globals['_TENANTSTATS']._serialized_start=1157
-  _globals['_TENANTSTATS']._serialized_end=1252
-  _globals['_PINGREQUEST']._serialized_start=1254
-  _globals['_PINGREQUEST']._serialized_end=1267
-  _globals['_PINGRESPONSE']._serialized_start=1269
-  _globals['_PINGRESPONSE']._serialized_end=1283
-  _globals['_ADMINSERVICE']._serialized_start=1286
-  _globals['_ADMINSERVICE']._serialized_end=1767
+  _globals['_VERIFYINTEGRITYREQUEST']._serialized_start=75
+  _globals['_VERIFYINTEGRITYREQUEST']._serialized_end=115
+  _globals['_INTEGRITYPROBLEM']._serialized_start=117
+  _globals['_INTEGRITYPROBLEM']._serialized_end=204
+  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_start=207
+  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_end=358
+  _globals['_STATSREQUEST']._serialized_start=360
+  _globals['_STATSREQUEST']._serialized_end=390
+  _globals['_STATSRESPONSE']._serialized_start=393
+  _globals['_STATSRESPONSE']._serialized_end=567
+  _globals['_DEDUPREQUEST']._serialized_start=569
+  _globals['_DEDUPREQUEST']._serialized_end=653
+  _globals['_DUPLICATEGROUP']._serialized_start=655
+  _globals['_DUPLICATEGROUP']._serialized_end=725
+  _globals['_DEDUPRESPONSE']._serialized_start=727
+  _globals['_DEDUPRESPONSE']._serialized_end=823
+  _globals['_LISTTENANTSREQUEST']._serialized_start=825
+  _globals['_LISTTENANTSREQUEST']._serialized_end=884
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=886
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=966
+  _globals['_AGGREGATESTATSREQUEST']._serialized_start=968
+  _globals['_AGGREGATESTATSREQUEST']._serialized_end=1011
+  _globals['_AGGREGATESTATSCHUNK']._serialized_start=1014
+  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1188
+  _globals['_TENANTSTATS']._serialized_start=1190
+  _globals['_TENANTSTATS']._serialized_end=1285
+  _globals['_PINGREQUEST']._serialized_start=1287
+  _globals['_PINGREQUEST']._serialized_end=1300
+  _globals['_PINGRESPONSE']._serialized_start=1302
+  _globals['_PINGRESPONSE']._serialized_end=1316
+  _globals['_ERASETENANTREQUEST']._serialized_start=1318
+  _globals['_ERASETENANTREQUEST']._serialized_end=1354
+  _globals['_ERASURERECEIPT']._serialized_start=1356
+  _globals['_ERASURERECEIPT']._serialized_end=1474
+  _globals['_ERASETENANTRESPONSE']._serialized_start=1476
+  _globals['_ERASETENANTRESPONSE']._serialized_end=1544
+  _globals['_ADMINSERVICE']._serialized_start=1547
+  _globals['_ADMINSERVICE']._serialized_end=2112
 # @@protoc_insertion_point(module_scope)

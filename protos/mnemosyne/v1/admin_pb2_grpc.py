@@ -65,6 +65,11 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.PingRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.PingResponse.FromString,
                 _registered_method=True)
+        self.EraseTenant = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/EraseTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -118,6 +123,18 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseTenant(self, request, context):
+        """Remove a tenant completely (admin token): its file, its write-ahead log, its hot-path inbox
+        and its recovery-index entries. A receipt (when, by which token, the last head hash) is
+        written to the server's erasure log before the first file goes, and returned. Afterwards
+        the tenant is not listed and a write to its name starts an empty tenant. Backups taken
+        before still hold its data. NOT_FOUND (TENANT_NOT_FOUND) when it has no data;
+        UNAVAILABLE (TENANT_BUSY) when calls on it did not end within 10 s (nothing was erased).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +167,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Ping,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.PingRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.PingResponse.SerializeToString,
+            ),
+            'EraseTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +337,33 @@ class AdminService:
             '/mnemosyne.v1.AdminService/Ping',
             mnemosyne_dot_v1_dot_admin__pb2.PingRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.PingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/EraseTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,
