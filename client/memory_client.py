@@ -469,6 +469,26 @@ class MemoryClient:
         r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
         return convert.erasure_receipt_from_proto(r.receipt)
 
+    def backup(
+        self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0
+    ) -> Iterator[types.BackupPart]:
+        """The parts of a backup stream (admin token): per tenant its ``TenantBackup`` then its
+        files' ``BackupChunk``s, ``BackupUnchanged`` for a tenant ``known`` already holds
+        (tenant -> (change counter, inbox sequence)), ``SkippedTenant``, and a final
+        ``BackupSummary``. ``mnemosyne backup`` writes a backup directory from it."""
+        request = admin_pb2.BackupRequest(
+            tenants=list(tenants),
+            known=[
+                admin_pb2.BackedUpTenant(tenant=t, change_counter=c, inbox_sequence=i)
+                for t, (c, i) in (known or {}).items()
+            ],
+        )
+        try:
+            for response in self.admin.Backup(request, timeout=timeout, metadata=self._metadata):
+                yield convert.backup_part_from_proto(response)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}

@@ -373,6 +373,39 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _progress(line: str) -> None:
+    """A line per tenant on a terminal; nothing when stderr is a file or a pipe."""
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from mnemosyne.backup_dir import write_backup
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne backup: {exc}", file=sys.stderr)
+            return 2
+    print(
+        f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
+        f"{summary.skipped} skipped, {summary.bytes} bytes received"
+    )
+    return 1 if summary.skipped else 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from mnemosyne.backup_dir import restore
+
+    restored = restore(
+        Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=_progress
+    )
+    print(f"restored {len(restored)} tenants from {args.from_dir} into {args.data_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -416,6 +449,24 @@ def build_parser() -> argparse.ArgumentParser:
     oplog.add_argument("--data-dir", required=True)
     oplog.add_argument("--tenant", required=True)
     oplog.set_defaults(run=_oplog)
+
+    backup = commands.add_parser(
+        "backup", help="copy a running server's tenants into a directory on this machine (admin token)"
+    )
+    backup.add_argument("--target", required=True, help="HOST:PORT of the server")
+    backup.add_argument("--to", required=True, help="the backup directory: new, empty, or an earlier backup's")
+    backup.add_argument("--tenant", action="append", default=[], help="a tenant to copy (repeat; default: all)")
+    backup.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    backup.set_defaults(run=_backup)
+
+    restore = commands.add_parser(
+        "restore", help="put tenants of a backup directory into a data directory no server is using"
+    )
+    restore.add_argument("--from", dest="from_dir", required=True, help="the backup directory")
+    restore.add_argument("--data-dir", required=True, help="the data directory (its server stopped)")
+    restore.add_argument("--tenant", action="append", default=[], help="a tenant to restore (repeat; default: all)")
+    restore.add_argument("--replace", action="store_true", help="overwrite tenants the data directory already has")
+    restore.set_defaults(run=_restore)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")

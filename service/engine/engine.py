@@ -9,7 +9,8 @@ Each part receives what it uses, not the engine:
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
-* ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt.
+* ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
+* ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export).
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
@@ -86,6 +88,7 @@ class Engine:
             )
             self.hot_path.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
+            self.backups = Backups(pool=self.pool)
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

@@ -171,6 +171,7 @@ class TenantPool:
         self._dir_lock = DataDirLock(self.data_dir)
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
             _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+        self._remove_orphan_inboxes()
         self.locks = LockManager()
         self.max_open = open_tenant_budget(max_open)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -193,6 +194,23 @@ class TenantPool:
         self._closed = False
         self.maintainer = Maintainer(self._maintain)
         self.secret = _server_secret(self.data_dir / SECRET_FILE_NAME)
+
+    def _remove_orphan_inboxes(self) -> None:
+        """An inbox whose tenant has no file is no tenant's (an inbox is made only once its tenant
+        file exists): what a restore or an erasure killed midway left, like the inboxes' own
+        temporary names (backup_dir.py). A later tenant of that name must not take it for its own."""
+        inbox_dir = self.data_dir / INBOX_DIR_NAME
+        if not inbox_dir.is_dir():
+            return
+        for path in inbox_dir.iterdir():
+            name = path.name
+            for suffix in ("-wal", "-shm", "-journal"):
+                name = name.removesuffix(suffix)
+            tenant = name.removesuffix(INBOX_FILE_SUFFIX)
+            if name.startswith(NEW_FILE_PREFIX) or (
+                name.endswith(INBOX_FILE_SUFFIX) and not (self.tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}").exists()
+            ):
+                path.unlink(missing_ok=True)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"

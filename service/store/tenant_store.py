@@ -41,6 +41,8 @@ FULLTEXT_MERGE_PAGES = 32
 FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
+# The counter every write transaction on a tenant file increments (``WriteTxn.count_change``).
+CHANGE_COUNTER = "changes"
 # What an operation-log row keeps of a fast write whose memory was forgotten.
 ERASED_PAYLOAD = '{"erased":true}'
 # Set in a forget's transaction, cleared once the WAL no longer holds what it erased: a crash in
@@ -114,6 +116,11 @@ def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
                 connection.execute(MIGRATIONS[step])
             connection.pragma("user_version", SCHEMA_VERSION)
             connection.pragma("application_id", APPLICATION_ID)
+            # A migrated file is a changed file, for an incremental backup as for any write.
+            connection.execute(
+                "INSERT INTO counters(name, value) VALUES(?, 1) ON CONFLICT(name) DO UPDATE SET value = value + 1",
+                (CHANGE_COUNTER,),
+            )
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -297,6 +304,27 @@ class TenantStore:
                 )
         return self._inbox
 
+    @property
+    def inbox_lock(self) -> Any:
+        """The lock of the tenant's inbox: held, no fast write is accepted and none leaves the inbox."""
+        return self._inbox_lock
+
+    @contextmanager
+    def snapshot(self) -> Iterator[ReadTxn]:
+        """A read transaction on a connection of its own (not a pooled reader), held for as long
+        as the block runs: what an online backup copies from (store/snapshot.py), page by page,
+        while writers go on."""
+        connection = open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        try:
+            connection.execute("BEGIN")
+            yield ReadTxn(connection)
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            raise translate_sqlite_error(exc, self.path.name) from exc
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")
+            connection.close()
+
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
         if pages < self._wal_pages_announced:
@@ -313,7 +341,7 @@ class TenantStore:
         (a merge lost to a power cut is only done again). Returns the steps that did work."""
         steps = 0
         while steps < FULLTEXT_MERGE_MAX_STEPS:  # bounded: writers may keep adding segments
-            with self.write(sync=False) as txn:
+            with self.write(sync=False, counted=False) as txn:
                 before = txn.connection.total_changes()
                 # Negative: merge any segments, not only a level holding ``automerge`` of them.
                 txn.connection.execute(
@@ -343,7 +371,9 @@ class TenantStore:
         with self._write_lock:
             truncate_wal(self._writer, self.path.name)
             try:
-                self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                with self._writer:  # one transaction, counted as every write is
+                    self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                    WriteTxn(self._writer, self._faults).count_change()
             except apsw.Error as exc:
                 raise translate_sqlite_error(exc, self.path.name) from exc
 
@@ -364,21 +394,29 @@ class TenantStore:
     # -- transactions ---------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, *, sync: bool = True) -> Iterator[WriteTxn]:
+    def write(self, *, sync: bool = True, counted: bool = True) -> Iterator[WriteTxn]:
         """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success.
 
         ``sync=False`` commits with ``synchronous=NORMAL`` whatever the store's setting: in WAL
         mode that still survives a process crash (SIGKILL), and only an OS crash or power loss
         may roll back such a transaction — for bookkeeping a replay redoes anyway (a hot-path
-        claim), never for an acknowledged write. The next synced commit makes it durable too."""
+        claim), never for an acknowledged write. The next synced commit makes it durable too.
+
+        Every write transaction increments the change counter, except one that changes no content
+        (``counted=False``: a full-text merge only rearranges the index's segments)."""
         with self._write_lock:
             yield from write_transaction(
                 self._writer,
-                lambda: WriteTxn(self._writer, self._faults),
+                self._begin_write if counted else lambda: WriteTxn(self._writer, self._faults),
                 synchronous=self._synchronous,
                 sync=sync,
                 path=self.path.name,
             )
+
+    def _begin_write(self) -> WriteTxn:
+        txn = WriteTxn(self._writer, self._faults)
+        txn.count_change()
+        return txn
 
     def sync_log(self) -> None:
         """Make every transaction committed so far durable against power loss: one fdatasync of
@@ -452,6 +490,9 @@ class ReadTxn(OplogReads):
 
     def counters(self) -> dict[str, int]:
         return dict(self.connection.execute("SELECT name, value FROM counters"))
+
+    def change_counter(self) -> int:
+        return int(self._one("SELECT value FROM counters WHERE name = ?", (CHANGE_COUNTER,)) or 0)
 
     def counts(self) -> tuple[int, int, int]:
         """(live memories, forgotten memories, ledger entries)."""
@@ -728,6 +769,15 @@ class WriteTxn(ReadTxn, OplogWrites):
             step, _, marker = spec.partition(":")
             if step == name and marker in body:
                 raise InjectedFault(f"injected fault at {name}")
+
+    def count_change(self) -> None:
+        """One more write transaction on the file (``CHANGE_COUNTER``): what an incremental
+        backup compares, since a new ledger head alone misses operation-log, counter and flag
+        changes, and SQLite's own data_version is per connection."""
+        self.connection.execute(
+            "INSERT INTO counters(name, value) VALUES(?, 1) ON CONFLICT(name) DO UPDATE SET value = value + 1",
+            (CHANGE_COUNTER,),
+        )
 
     def set_meta(self, key: str, value: str) -> None:
         self.connection.execute(

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from mnemosyne.engine import types
+from mnemosyne.engine import backup, types
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.erasure_log import ErasureReceipt
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
@@ -153,6 +153,39 @@ def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
 
 def to_ping_response() -> admin_pb2.PingResponse:
     return admin_pb2.PingResponse()
+
+
+def to_backup_response(part: backup.BackupPart) -> admin_pb2.BackupResponse:
+    if isinstance(part, backup.FileChunk):
+        return admin_pb2.BackupResponse(chunk=admin_pb2.BackupChunk(file=part.file, data=part.data))
+    if isinstance(part, backup.TenantCopy):
+        return admin_pb2.BackupResponse(tenant=to_tenant_backup(part))
+    if isinstance(part, backup.TenantUnchanged):
+        return admin_pb2.BackupResponse(unchanged=part.tenant)
+    if isinstance(part, backup.TenantSkipped):
+        return admin_pb2.BackupResponse(
+            skipped=admin_pb2.SkippedTenant(tenant=part.tenant, reason=part.reason, message=part.message)
+        )
+    return admin_pb2.BackupResponse(
+        summary=admin_pb2.BackupSummary(
+            copied=part.copied, unchanged=part.unchanged, skipped=part.skipped, bytes=part.bytes
+        )
+    )
+
+
+def to_tenant_backup(copy: backup.TenantCopy) -> admin_pb2.TenantBackup:
+    facts = copy.facts
+    return admin_pb2.TenantBackup(
+        tenant=copy.tenant,
+        change_counter=facts.change_counter,
+        inbox_sequence=facts.inbox_sequence,
+        head_hash=facts.head_hash,
+        ledger_entries=facts.ledger_entries,
+        memories=facts.memories,
+        last_event_id=facts.last_event_id,
+        generations=facts.generations,
+        files=[admin_pb2.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in copy.files],
+    )
 
 
 def to_erase_tenant_response(receipt: ErasureReceipt) -> admin_pb2.EraseTenantResponse:

@@ -43,6 +43,7 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/ListTenants",
         "/mnemosyne.v1.AdminService/AggregateStats",
         "/mnemosyne.v1.AdminService/EraseTenant",
+        "/mnemosyne.v1.AdminService/Backup",
     }
 )
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)

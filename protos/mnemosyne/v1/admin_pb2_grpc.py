@@ -70,6 +70,11 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
                 _registered_method=True)
+        self.Backup = channel.unary_stream(
+                '/mnemosyne.v1.AdminService/Backup',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -135,6 +140,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Backup(self, request, context):
+        """Copy tenants while the server serves (admin token), streamed to the caller, which writes them
+        where it likes (the server never writes to a path a client names): per tenant a
+        TenantBackup (what the copy holds, its files with their sizes and SHA-256), then the files'
+        bytes in chunks. Each tenant file is one snapshot, taken with SQLite's online backup API a
+        few hundred pages per step (writers never wait for it), together with its hot-path inbox
+        under the inbox lock, so the two agree. A tenant named in `known` with the same change
+        counter and inbox sequence is not copied again (incremental). The last message is the
+        summary. `mnemosyne backup` writes a backup directory from this stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +191,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.EraseTenant,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.SerializeToString,
+            ),
+            'Backup': grpc.unary_stream_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -364,6 +388,33 @@ class AdminService:
             '/mnemosyne.v1.AdminService/EraseTenant',
             mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/Backup',
+            mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
             options,
             channel_credentials,
             insecure,
