@@ -155,6 +155,36 @@ def tenant_backup_from_proto(t: admin_pb2.TenantBackup) -> types.TenantBackup:
     )
 
 
+def tenant_backup_to_proto(t: types.TenantBackup) -> admin_pb2.TenantBackup:
+    return admin_pb2.TenantBackup(
+        tenant=t.tenant,
+        change_counter=t.change_counter,
+        inbox_sequence=t.inbox_sequence,
+        head_hash=t.head_hash,
+        ledger_entries=t.ledger_entries,
+        memories=t.memories,
+        last_event_id=t.last_event_id,
+        generations=t.generations,
+        files=[admin_pb2.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in t.files],
+    )
+
+
+def export_part_from_proto(r: admin_pb2.ExportTenantResponse) -> types.TenantBackup | types.BackupChunk:
+    if r.WhichOneof("part") == "chunk":
+        return types.BackupChunk(file=r.chunk.file, data=r.chunk.data)
+    return tenant_backup_from_proto(r.manifest)
+
+
+def import_result_from_proto(r: admin_pb2.ImportTenantResponse) -> types.ImportResult:
+    return types.ImportResult(
+        tenant=r.tenant,
+        head_hash=r.head_hash,
+        ledger_entries=r.ledger_entries,
+        memories=r.memories,
+        replaced=r.replaced,
+    )
+
+
 def backup_part_from_proto(r: admin_pb2.BackupResponse) -> types.BackupPart:
     kind = r.WhichOneof("part")
     if kind == "chunk":

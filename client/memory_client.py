@@ -489,6 +489,42 @@ class MemoryClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
+    def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[types.TenantBackup | types.BackupChunk]:
+        """One tenant as a consistent snapshot (its own token or an admin token): its manifest
+        (``TenantBackup``), then its files' ``BackupChunk``s. ``mnemosyne export`` writes them
+        as a tenant archive."""
+        request = admin_pb2.ExportTenantRequest(tenant=tenant)
+        try:
+            for response in self.admin.ExportTenant(request, timeout=timeout, metadata=self._metadata):
+                yield convert.export_part_from_proto(response)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def import_tenant(
+        self,
+        manifest: types.TenantBackup,
+        chunks: Iterable[types.BackupChunk],
+        *,
+        tenant: str = "",
+        replace: bool = False,
+        timeout: float = 3600.0,
+    ) -> types.ImportResult:
+        """Install an export on this server (admin token) as ``tenant`` (the manifest's when
+        empty); ``replace`` lets it overwrite a tenant of that name. Not retried."""
+
+        def requests() -> Iterator[admin_pb2.ImportTenantRequest]:
+            yield admin_pb2.ImportTenantRequest(
+                tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
+            )
+            for chunk in chunks:
+                yield admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=chunk.file, data=chunk.data))
+
+        try:
+            response = self.admin.ImportTenant(requests(), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return convert.import_result_from_proto(response)
+
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}

@@ -227,6 +227,15 @@ BackupPart = TenantBackup | BackupChunk | BackupUnchanged | SkippedTenant | Back
 
 
 @dataclass(frozen=True)
+class ImportResult:
+    tenant: str
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    replaced: bool  # a tenant of that name was replaced
+
+
+@dataclass(frozen=True)
 class TenantPage:
     tenants: list[str]
     next_page_token: str

@@ -31,6 +31,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -43,7 +44,6 @@ from typing import IO, Any
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
-from mnemosyne.store import ledger
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import (
     INBOX_DIR_NAME,
@@ -53,8 +53,7 @@ from mnemosyne.store.pool import (
     DataDirLock,
     validate_tenant,
 )
-from mnemosyne.store.snapshot import sha256_file
-from mnemosyne.store.tenant_store import read_file
+from mnemosyne.store.snapshot import check_chain, sha256_file
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "mnemosyne-backup"
@@ -63,6 +62,21 @@ LOCK_NAME = ".lock"
 PARTIAL_PREFIX = ".partial-"
 
 Progress = Callable[[str], None]
+_COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
+# Test seam: while the file this names exists and holds a stage's name, that stage waits (work
+# is then provably half done when a test kills the process).
+HOLD_ENV = "MNEMOSYNE_TEST_LIFECYCLE_HOLD"
+
+
+def _hold(stage: str) -> None:
+    hold = os.environ.get(HOLD_ENV)
+    while hold:
+        try:
+            if Path(hold).read_text().strip() != stage:
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.02)
 
 
 def _fsync(path: Path) -> None:
@@ -124,7 +138,14 @@ def _prepare(directory: Path) -> dict[str, Any]:
     if directory.exists() and not directory.is_dir():
         raise FailedPrecondition(f"{directory} is not a directory", reason="BACKUP_DIR_INVALID")
     directory.mkdir(parents=True, exist_ok=True)
-    entries = {p.name for p in directory.iterdir()} - {LOCK_NAME}
+    # What a first backup killed before its manifest left counts as empty: its partial files and
+    # the copies it had renamed (removed once the new manifest is in place).
+    entries = {p.name for p in directory.iterdir() if not p.name.startswith(PARTIAL_PREFIX)} - {LOCK_NAME}
+    entries -= {
+        name
+        for name in ("tenants", INBOX_DIR_NAME)
+        if (directory / name).is_dir() and all(_COPY_NAME.fullmatch(p.name) for p in (directory / name).iterdir())
+    }
     if not entries:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "tenants": {}}
     if MANIFEST_NAME not in entries:
@@ -182,6 +203,8 @@ class _Writer:
         assert current.handle is not None
         current.handle.write(chunk.data)
         current.received += len(chunk.data)
+        current.handle.flush()
+        _hold("backup-receiving")
 
     def _close_file(self) -> None:
         """Check the file just received against what the server announced, sync it, rename it."""
@@ -252,6 +275,8 @@ def write_backup(
     previous = _prepare(directory)
     with _locked(directory):
         previous = _prepare(directory)  # again under the lock: another backup may have written it
+        for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):  # what a killed backup was receiving
+            leftover.unlink()
         known = {
             t: (int(entry["change_counter"]), int(entry["inbox_sequence"]))
             for t, entry in previous["tenants"].items()
@@ -259,6 +284,7 @@ def write_backup(
         }
         writer = _Writer(directory, progress)
         unchanged: set[str] = set()
+        skipped: set[str] = set()  # their previous copy, if any, is kept
         summary: BackupSummary | None = None
         try:
             for part in client.backup(tenants, known):
@@ -272,13 +298,19 @@ def write_backup(
                     progress(f"{part.tenant}: unchanged since the last backup")
                 elif isinstance(part, SkippedTenant):
                     writer.finish_tenant()
+                    skipped.add(part.tenant)
                     progress(f"{part.tenant}: skipped ({part.reason}: {part.message})")
                 else:
                     writer.finish_tenant()
                     summary = part
             if summary is None:
                 raise DataLoss("the backup stream ended before its summary", reason="STREAM_INVALID")
-            kept = {t: e for t, e in previous["tenants"].items() if t in unchanged or (tenants and t not in tenants)}
+            # A full backup drops the tenants the server no longer has (erased ones above all).
+            kept = {
+                t: e
+                for t, e in previous["tenants"].items()
+                if t in unchanged or t in skipped or (tenants and t not in tenants)
+            }
             manifest = {
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
@@ -330,22 +362,13 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> None:
                 f"{file['size']} bytes, {str(file['sha256'])[:12]}…)",
                 reason="BACKUP_FILE_MISMATCH",
             )
-    with read_file(directory / files["database"]["path"]) as txn:
-        verdict = ledger.verify(
-            txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
-        )
-    if not verdict.valid:
-        first = verdict.problems[0]
-        raise DataLoss(
-            f"the audit chain of {tenant} in the backup is broken at entry {verdict.first_broken_at}: {first.detail}",
-            reason="CHAIN_INVALID",
-        )
-    if verdict.head_hash != entry.get("head_hash") or verdict.checked != entry.get("ledger_entries"):
-        raise DataLoss(
-            f"the audit chain of {tenant} ends at {verdict.head_hash[:12]}… after {verdict.checked} entries; the "
-            f"manifest says {str(entry.get('head_hash'))[:12]}… after {entry.get('ledger_entries')}",
-            reason="MANIFEST_MISMATCH",
-        )
+    check_chain(
+        directory / files["database"]["path"],
+        tenant=tenant,
+        head_hash=str(entry.get("head_hash")),
+        entries=int(entry.get("ledger_entries") or 0),
+        error=DataLoss,
+    )
 
 
 def _place(source: Path, target: Path) -> None:
@@ -411,6 +434,7 @@ def restore(
                     Path(f"{base}{suffix}").unlink(missing_ok=True)
             if "inbox" in files:
                 _place(directory / files["inbox"]["path"], inbox_file)
+                _hold("restore-placing")
             _place(directory / files["database"]["path"], tenant_file)
             progress(f"{tenant}: restored")
     except OSError as exc:

@@ -406,6 +406,35 @@ def _restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+    from mnemosyne.tenant_archive import write_archive
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            copy = write_archive(client, args.tenant, Path(args.to))
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne export: {exc}", file=sys.stderr)
+            return 2
+    print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+    from mnemosyne.tenant_archive import import_archive
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne import: {exc}", file=sys.stderr)
+            return 2
+    done = "replaced" if result.replaced else "imported"
+    print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -467,6 +496,23 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--tenant", action="append", default=[], help="a tenant to restore (repeat; default: all)")
     restore.add_argument("--replace", action="store_true", help="overwrite tenants the data directory already has")
     restore.set_defaults(run=_restore)
+
+    export = commands.add_parser("export", help="write one tenant of a running server to an archive file")
+    export.add_argument("--target", required=True, help="HOST:PORT of the server")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--to", required=True, help="the archive to write (a new file)")
+    export.add_argument(
+        "--token", default=_env("TOKEN"), help="the tenant's token or an admin token (env MNEMOSYNE_TOKEN)"
+    )
+    export.set_defaults(run=_export)
+
+    import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
+    import_.add_argument("--target", required=True, help="HOST:PORT of the server")
+    import_.add_argument("--from", dest="from_file", required=True, help="the archive")
+    import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
+    import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
+    import_.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    import_.set_defaults(run=_import)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")

@@ -128,6 +128,14 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     on_disk = {str(p.relative_to(directory)) for p in directory.rglob("*.sqlite")}
     assert on_disk == named  # the replaced copy is gone, nothing else left
 
+    # A full backup after an erasure drops the erased tenant and its files.
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.erase_tenant(tenants[0])
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    third = json.loads((directory / "manifest.json").read_text())
+    assert sorted(third["tenants"]) == tenants[1:]
+    assert not [p for p in directory.rglob("*") if p.name.startswith(tenants[0] + ".")]
+
 
 def _all_memories(client: MemoryClient, tenant: str) -> list:  # type: ignore[type-arg]
     memories, token = [], ""
@@ -187,3 +195,76 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     result = _cli("restore", "--from", str(directory), "--data-dir", str(target))
     assert result.returncode == 2 and "CHAIN_INVALID" in result.stderr
     assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    tenants = [tenant, f"{tenant}-b"]
+    server = _admin_server(server_factory, tenants)
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.hot_path(tenant, "enable")
+        for t in tenants:
+            admin.retain_batch(t, [f"note {i} of {t}" for i in range(20)])
+        admin.retain(tenant, "a fast note", fast=True)
+        admin.hot_path(tenant, "flush")
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    first = (directory / "manifest.json").read_text()
+    with MemoryClient(server.target, ADMIN) as admin:
+        for t in tenants:
+            admin.retain(t, f"a later note of {t}")
+
+    # SIGKILL while the second backup receives a file: the previous manifest and its files stand.
+    hold = tmp_path / "hold"
+    hold.write_text("backup-receiving")
+    env = {**os.environ, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
+    command = [sys.executable, "-m", "mnemosyne.cli"]
+    backup = subprocess.Popen(
+        [*command, "backup", "--target", server.target, "--to", str(directory), "--token", ADMIN], env=env
+    )
+    _wait_for(lambda: any(p.name.startswith(".partial-") for p in directory.iterdir()))
+    backup.kill()
+    backup.wait()
+    assert (directory / "manifest.json").read_text() == first
+    restored = tmp_path / "restored"
+    assert _cli("restore", "--from", str(directory), "--data-dir", str(restored)).returncode == 0
+    # The next backup finishes the work and removes what the killed one left.
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert not any(p.name.startswith(".partial-") for p in directory.iterdir())
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest != json.loads(first)
+
+    # SIGKILL while a restore places the tenant that has an inbox (after its inbox, before its file).
+    target = tmp_path / "target"
+    hold.write_text("restore-placing")
+    restore = subprocess.Popen([*command, "restore", "--from", str(directory), "--data-dir", str(target)], env=env)
+    _wait_for(lambda: (target / "inbox" / f"{tenant}.inbox.sqlite").exists())
+    restore.kill()
+    restore.wait()
+    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+    copy = ServerProcess(target).start()  # the inbox without its tenant file is no tenant's
+    try:
+        with MemoryClient(copy.target) as client:
+            assert client.list_memories(tenant).memories == []
+        assert not (target / "inbox" / f"{tenant}.inbox.sqlite").exists()
+    finally:
+        copy.stop()
+    hold.unlink()
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(target), "--replace")
+    assert result.returncode == 0, result.stderr
+    copy = ServerProcess(target).start()
+    try:
+        with MemoryClient(copy.target) as client:
+            for t in tenants:
+                texts = {m.text for m in client.list_memories(t, page_size=100).memories}
+                assert f"a later note of {t}" in texts and client.verify_integrity(t).valid
+    finally:
+        copy.stop()

@@ -1,4 +1,4 @@
-"""Online backup through the running server (admin): tenants copied one at a time, each a
+"""Online backup and export through the running server: tenants copied one at a time, each a
 consistent snapshot of its file and its hot-path inbox (store/snapshot.py), and streamed to the
 caller in chunks, which writes them on its own machine. The server writes only into its own
 scratch directory (``DATA_DIR/.backup-scratch``, emptied at start-up and after each tenant),
@@ -113,6 +113,27 @@ class Backups:
                 yield from read_chunks(scratch / file.name, file.name)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def export(self, tenant: str) -> Iterator[TenantCopy | FileChunk]:
+        """One tenant's copy, as Backup takes it: its manifest, then its files' chunks. NOT_FOUND
+        when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT)."""
+        validate_tenant(tenant)
+        scratch = self._scratch / uuid.uuid4().hex
+        try:
+            copy = self.copy(tenant, scratch)
+            assert copy is not None  # nothing is known: always copied
+            yield copy
+            for file in copy.files:
+                yield from read_chunks(scratch / file.name, file.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def scratch_directory(self) -> Path:
+        """A new directory of the server's own scratch space (on the data directory's filesystem,
+        so a file made there is put in place by a rename)."""
+        directory = self._scratch / uuid.uuid4().hex
+        directory.mkdir(parents=True)
+        return directory
 
     def copy(self, tenant: str, directory: Path, *, known: tuple[int, int] | None = None) -> TenantCopy | None:
         """A consistent copy of the tenant into ``directory`` (a scratch directory of the

@@ -10,7 +10,8 @@ Each part receives what it uses, not the engine:
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
-* ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export).
+* ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
+* ``imports`` (engine/tenant_import.py): a tenant installed from an export.
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -35,6 +36,7 @@ from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import RequestKey
+from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome
 from mnemosyne.engine.workspace import Workspaces
@@ -89,6 +91,7 @@ class Engine:
             self.hot_path.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
             self.backups = Backups(pool=self.pool)
+            self.imports = TenantImports(pool=self.pool, hot_path=self.hot_path, backups=self.backups)
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

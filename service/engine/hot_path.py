@@ -335,6 +335,10 @@ class HotPath:
         self._round_failures.pop(tenant, None)
         self._pruned_at.pop(tenant, None)
 
+    def resume(self, tenant: str) -> None:
+        """Take the tenant's open operations up, if it has any (a tenant just put in place)."""
+        self._scheduler.notify(tenant)
+
     def _note_depth(self, tenant: str, store: TenantStore) -> None:
         """Count the tenant's open operations, the log's and the inbox's, in one snapshot (under
         the inbox lock, so no enqueue's own count slips between the two either)."""

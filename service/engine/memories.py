@@ -90,12 +90,7 @@ class Memories:
                     valid=True, first_broken_at=0, checked=0, head_hash=ledger.GENESIS_HASH, problems=[]
                 )
             with store.read() as txn:
-                verdict = ledger.verify(
-                    txn.ledger_rows(),
-                    txn.stored_memories(),
-                    records=txn.stored_records(),
-                    generations=txn.scope_generations(),
-                )
+                verdict = txn.audit()
         return IntegrityReport(
             valid=verdict.valid,
             first_broken_at=verdict.first_broken_at,

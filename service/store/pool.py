@@ -189,7 +189,9 @@ class TenantPool:
         self._faults = faults
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
-        self._erasing: set[str] = set()  # tenants whose files are being removed: no new user meanwhile
+        # tenant -> (what is done to it, the refusal's reason) while its files are removed or
+        # replaced: no new user meanwhile (``_closed_for``).
+        self._closed_off: dict[str, tuple[str, str]] = {}
         self._guard = threading.Lock()
         self._closed = False
         self.maintainer = Maintainer(self._maintain)
@@ -262,8 +264,9 @@ class TenantPool:
             with self._guard:
                 if self._closed:
                     raise FailedPrecondition("the store is closed", reason="STORE_CLOSED")
-                if tenant in self._erasing:
-                    raise Unavailable(f"tenant {tenant} is being erased; retry shortly", reason="TENANT_ERASING")
+                closed_off = self._closed_off.get(tenant)
+                if closed_off is not None:
+                    raise Unavailable(f"tenant {tenant} is being {closed_off[0]}; retry shortly", reason=closed_off[1])
                 entry = self._open.get(tenant)
                 if entry is not None:
                     entry.users += 1
@@ -428,18 +431,14 @@ class TenantPool:
             if (t in noted and noted[t] == _modified(self.path_for(t))) or damage_of(self.path_for(t)) is not None
         ]
 
-    def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
-        """Remove every file of a tenant: its database (with its WAL and shared memory) and its
-        hot-path inbox. New users of the tenant are refused meanwhile (TENANT_ERASING) and those
-        in flight are waited for, up to ``timeout`` seconds (then TENANT_BUSY, and nothing is
-        removed). ``before_removal(head_hash)`` runs once the tenant is closed and before any
-        file goes: the caller's receipt ("" for a damaged file, whose chain cannot be read). The WAL goes before the database, so a crash midway
-        leaves a whole tenant (its WAL was checkpointed when it closed), to be erased again, never
-        a WAL that a new tenant of that name would take for its own."""
-        path = self.path_for(tenant)
+    @contextmanager
+    def _closed_for(self, tenant: str, *, doing: str, reason: str, timeout: float) -> Iterator[None]:
+        """For the block, the tenant is closed and no one uses it: new users are refused
+        (UNAVAILABLE ``reason``), those in flight are waited for up to ``timeout`` seconds (then
+        UNAVAILABLE TENANT_BUSY, and the block does not run)."""
         with self.locks.for_opening(tenant):
             with self._guard:
-                self._erasing.add(tenant)
+                self._closed_off[tenant] = (doing, reason)
             try:
                 deadline = time.monotonic() + timeout
                 while True:
@@ -450,31 +449,68 @@ class TenantPool:
                             break
                     if time.monotonic() > deadline:
                         raise Unavailable(
-                            f"tenant {tenant} stayed in use for {timeout:.0f}s; nothing was erased, retry",
+                            f"tenant {tenant} stayed in use for {timeout:.0f}s; it was not {doing}, retry",
                             reason="TENANT_BUSY",
                         )
                     time.sleep(0.01)
                 if entry is not None:
                     entry.store.close()
-                if not path.exists():
-                    raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
-                try:
-                    with read_file(path) as txn:
-                        _seq, head_hash = txn.ledger_head()
-                except DataLoss:
-                    head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
-                before_removal(head_hash)
-                for base in (self.inbox_path_for(tenant), path):
-                    for suffix in ("-wal", "-shm", "-journal", ""):
-                        Path(f"{base}{suffix}").unlink(missing_ok=True)
-                for directory in (self.tenants_dir, self.inbox_path_for(tenant).parent):
-                    if directory.exists():
-                        _fsync_directory(directory)
-                with self._guard:
-                    self._damaged.pop(tenant, None)
+                yield
             finally:
                 with self._guard:
-                    self._erasing.discard(tenant)
+                    self._closed_off.pop(tenant, None)
+                    self._damaged.pop(tenant, None)
+
+    def _remove_tenant_files(self, tenant: str) -> None:
+        """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
+        whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of
+        that name would take for its own (an inbox without its tenant is removed at start-up)."""
+        for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
+            for suffix in ("-wal", "-shm", "-journal", ""):
+                Path(f"{base}{suffix}").unlink(missing_ok=True)
+
+    def _fsync_directories(self) -> None:
+        for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
+            if directory.exists():
+                _fsync_directory(directory)
+
+    def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
+        """Remove every file of a tenant: its database (with its WAL and shared memory) and its
+        hot-path inbox, once it is closed and unused (``_closed_for``: TENANT_ERASING meanwhile).
+        ``before_removal(head_hash)`` runs before any file goes: the caller's receipt ("" for a
+        damaged file, whose chain cannot be read). NOT_FOUND when the tenant has no file."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="erased", reason="TENANT_ERASING", timeout=timeout):
+            if not path.exists():
+                raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
+            try:
+                with read_file(path) as txn:
+                    _seq, head_hash = txn.ledger_head()
+            except DataLoss:
+                head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
+            before_removal(head_hash)
+            self._remove_tenant_files(tenant)
+            self._fsync_directories()
+
+    def install(self, tenant: str, database: Path, inbox: Path | None, *, replace: bool, timeout: float) -> bool:
+        """Put a complete tenant file (and its inbox), made and synced by the caller on this
+        filesystem, in place of the tenant's: FAILED_PRECONDITION TENANT_EXISTS when it has one
+        and ``replace`` is false. The old files go first, the new inbox next, the tenant file
+        last, each by a rename. Returns whether a tenant was replaced."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
+            existed = path.exists()
+            if existed and not replace:
+                raise FailedPrecondition(
+                    f"tenant {tenant} exists on this server; ask to replace it to overwrite it", reason="TENANT_EXISTS"
+                )
+            self._remove_tenant_files(tenant)
+            if inbox is not None:
+                self.inbox_path_for(tenant).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(inbox, self.inbox_path_for(tenant))
+            os.replace(database, path)
+            self._fsync_directories()
+        return existed
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

@@ -195,26 +195,24 @@ CREATE TABLE memory_keys(
 """
 
 MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET, _V6_MEMORY_KEYS]
+# The tables each migration adds: a file at version v holds those of the first v migrations, and
+# one lacking any of them is damaged (and is not migrated further).
+TABLES_ADDED: list[frozenset[str]] = [
+    frozenset({"meta", "counters", "memories", "facts", "triples", "embeddings", "memories_fts", "ledger", "requests"}),
+    frozenset({"supersessions"}),
+    frozenset({"scopes", "records", "receipts"}),
+    frozenset({"oplog", "oplog_transitions"}),
+    frozenset(),
+    frozenset({"memory_keys"}),
+]
+
+
+def tables_at(version: int) -> frozenset[str]:
+    """The tables a tenant file at schema ``version`` holds."""
+    return frozenset().union(*TABLES_ADDED[:version])
+
+
 # What a tenant file at the current version holds; a file lacking any of these is damaged.
-REQUIRED_TABLES = frozenset(
-    {
-        "meta",
-        "counters",
-        "memories",
-        "facts",
-        "triples",
-        "embeddings",
-        "memories_fts",
-        "ledger",
-        "requests",
-        "supersessions",
-        "scopes",
-        "records",
-        "receipts",
-        "oplog",
-        "oplog_transitions",
-        "memory_keys",
-    }
-)
+REQUIRED_TABLES = tables_at(len(MIGRATIONS))
 
 SCHEMA_VERSION = len(MIGRATIONS)

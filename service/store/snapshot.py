@@ -21,7 +21,9 @@ from pathlib import Path
 
 import apsw
 
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.errors import DataLoss, MnemosyneError
+from mnemosyne.store.schema import SCHEMA_VERSION
+from mnemosyne.store.tenant_store import TenantStore, read_file
 from mnemosyne.store.transactions import translate_sqlite_error
 
 PAGES_PER_STEP = 256  # 1 MiB of 4 KiB pages: a step takes a few milliseconds
@@ -92,3 +94,46 @@ def sha256_file(path: Path) -> str:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def check_chain(
+    path: Path, *, tenant: str, head_hash: str, entries: int, error: type[MnemosyneError] = DataLoss
+) -> None:
+    """Refuse (``error``, reason CHAIN_INVALID or MANIFEST_MISMATCH) a tenant file copy whose audit
+    chain does not verify, or ends elsewhere than its manifest says."""
+    try:
+        with read_file(path) as txn:
+            verdict = txn.audit()
+    except DataLoss as exc:
+        raise error(
+            f"the copy of {tenant} is not a usable tenant file: {exc.message}", reason="CHAIN_INVALID"
+        ) from None
+    if not verdict.valid:
+        raise error(
+            f"the audit chain of {tenant} in the copy is broken at entry {verdict.first_broken_at}: "
+            f"{verdict.problems[0].detail}",
+            reason="CHAIN_INVALID",
+        )
+    if verdict.head_hash != head_hash or verdict.checked != entries:
+        raise error(
+            f"the audit chain of {tenant} ends at {verdict.head_hash[:12]}… after {verdict.checked} entries; its "
+            f"manifest says {head_hash[:12]}… after {entries}",
+            reason="MANIFEST_MISMATCH",
+        )
+
+
+def check_schema(path: Path, *, tenant: str, error: type[MnemosyneError] = DataLoss) -> None:
+    """Refuse (``error``, SCHEMA_TOO_NEW) a tenant file copy made by a newer server."""
+    connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        version = int(connection.pragma("user_version"))
+    except apsw.Error as exc:
+        raise error(f"the copy of {tenant} is not an SQLite database ({exc})", reason="CHAIN_INVALID") from None
+    finally:
+        connection.close()
+    if version > SCHEMA_VERSION:
+        raise error(
+            f"the copy of {tenant} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
+            "upgrade this server first",
+            reason="SCHEMA_TOO_NEW",
+        )

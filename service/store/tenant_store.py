@@ -33,7 +33,7 @@ from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_le
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
-from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION
+from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
@@ -107,6 +107,9 @@ def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
         )
     if application_id != APPLICATION_ID and (version or _tables(connection)):
         raise damaged(path.name, f"it is another program's SQLite database (application id {application_id:#x})")
+    missing_before = tables_at(min(version, SCHEMA_VERSION)) - _tables(connection)
+    if version and missing_before:  # a damaged file is reported as it is, never migrated
+        raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing_before))}")
     if version != SCHEMA_VERSION:
         # One transaction: the schema change and its version bump land together or not at all.
         connection.execute("BEGIN IMMEDIATE")
@@ -655,6 +658,15 @@ class ReadTxn(OplogReads):
         )
 
     # -- integrity ------------------------------------------------------------------------------
+
+    def audit(self) -> ledger.Verdict:
+        """The audit chain recomputed and every memory, record and generation checked against it."""
+        return ledger.verify(
+            self.ledger_rows(),
+            self.stored_memories(),
+            records=self.stored_records(),
+            generations=self.scope_generations(),
+        )
 
     def ledger_rows(self) -> Iterator[ledger.LedgerRow]:
         for seq, entry, digest in self.connection.execute("SELECT seq, entry, hash FROM ledger ORDER BY seq"):

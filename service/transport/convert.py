@@ -8,8 +8,10 @@ from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import backup, types
+from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.erasure_log import ErasureReceipt
+from mnemosyne.store.snapshot import SnapshotFacts
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
@@ -185,6 +187,36 @@ def to_tenant_backup(copy: backup.TenantCopy) -> admin_pb2.TenantBackup:
         last_event_id=facts.last_event_id,
         generations=facts.generations,
         files=[admin_pb2.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in copy.files],
+    )
+
+
+def to_export_response(part: backup.TenantCopy | backup.FileChunk) -> admin_pb2.ExportTenantResponse:
+    if isinstance(part, backup.FileChunk):
+        return admin_pb2.ExportTenantResponse(chunk=admin_pb2.BackupChunk(file=part.file, data=part.data))
+    return admin_pb2.ExportTenantResponse(manifest=to_tenant_backup(part))
+
+
+def from_tenant_backup(m: admin_pb2.TenantBackup) -> backup.TenantCopy:
+    facts = SnapshotFacts(
+        change_counter=m.change_counter,
+        inbox_sequence=m.inbox_sequence,
+        head_hash=m.head_hash,
+        ledger_entries=m.ledger_entries,
+        memories=m.memories,
+        last_event_id=m.last_event_id,
+        generations=dict(m.generations),
+    )
+    files = [backup.CopiedFile(name=f.name, size=f.size, sha256=f.sha256) for f in m.files]
+    return backup.TenantCopy(m.tenant, facts, files)
+
+
+def to_import_response(imported: Imported) -> admin_pb2.ImportTenantResponse:
+    return admin_pb2.ImportTenantResponse(
+        tenant=imported.tenant,
+        head_hash=imported.head_hash,
+        ledger_entries=imported.ledger_entries,
+        memories=imported.memories,
+        replaced=imported.replaced,
     )
 
 

@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -44,6 +44,7 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/AggregateStats",
         "/mnemosyne.v1.AdminService/EraseTenant",
         "/mnemosyne.v1.AdminService/Backup",
+        "/mnemosyne.v1.AdminService/ImportTenant",
     }
 )
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
@@ -123,7 +124,13 @@ class Edge:
             response_type = message_factory.GetMessageClass(method.output_type)
             decode = _decoder(request_type.FromString, path, self._max_request_bytes)
             implementation = getattr(servicer, method.name)
-            if method.server_streaming:
+            if method.client_streaming:
+                handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                    self._client_stream(path, implementation, request_type),
+                    request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+            elif method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                     self._stream(path, implementation),
                     request_deserializer=decode,
@@ -211,6 +218,54 @@ class Edge:
                             response = await implementation(request, call)
                     else:
                         response = await implementation(request, call)
+                finally:
+                    admission.leave()
+                await self._send_initial(context, call, echo)
+                if call.trailing_metadata:
+                    context.set_trailing_metadata(tuple(call.trailing_metadata))
+                return response
+            except asyncio.CancelledError:
+                outcome.code = "CANCELLED"  # the client went away
+                raise
+            except Exception as exc:
+                await self._send_initial(context, None, echo)
+                await self._fail(context, exc, outcome, method)
+            finally:
+                recorder.end(method, outcome.code, outcome.reason, started, token)
+
+        return handle
+
+    def _client_stream(
+        self, method: str, implementation: Callable[..., Awaitable[Any]], request_type: Callable[[], Any]
+    ) -> Callable[..., Any]:
+        """A client stream (ImportTenant): its first message is admitted and authorised as a unary
+        call's request is, and the servicer reads the messages (that one first) as an async
+        iterator; a message that cannot be decoded ends the call with its refusal. Counted and
+        bounded as an open stream."""
+        admission, recorder = self._admission, self._recorder
+
+        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            echo, token = recorder.begin(context)
+            outcome = _Outcome()
+            try:
+                stream = requests.__aiter__()
+                first = await anext(stream, None)
+                call = self._begin(method, first if first is not None else request_type(), context)
+
+                async def messages() -> AsyncIterator[Any]:
+                    if first is None:
+                        raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
+                    yield first
+                    async for message in stream:
+                        if isinstance(message, _Undecodable):
+                            raise message.error
+                        yield message
+
+                try:
+                    with admission.stream(call.tenant):
+                        call.holds_place = True
+                        response = await implementation(messages(), call)
                 finally:
                     admission.leave()
                 await self._send_initial(context, call, echo)

@@ -277,3 +277,43 @@ class BackupResponse(_message.Message):
     skipped: SkippedTenant
     summary: BackupSummary
     def __init__(self, tenant: _Optional[_Union[TenantBackup, _Mapping]] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ..., unchanged: _Optional[str] = ..., skipped: _Optional[_Union[SkippedTenant, _Mapping]] = ..., summary: _Optional[_Union[BackupSummary, _Mapping]] = ...) -> None: ...
+
+class ExportTenantRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ExportTenantResponse(_message.Message):
+    __slots__ = ("manifest", "chunk")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    manifest: TenantBackup
+    chunk: BackupChunk
+    def __init__(self, manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
+
+class ImportTenantRequest(_message.Message):
+    __slots__ = ("tenant", "manifest", "replace", "chunk")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    manifest: TenantBackup
+    replace: bool
+    chunk: BackupChunk
+    def __init__(self, tenant: _Optional[str] = ..., manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., replace: _Optional[bool] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
+
+class ImportTenantResponse(_message.Message):
+    __slots__ = ("tenant", "head_hash", "ledger_entries", "memories", "replaced")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    replaced: bool
+    def __init__(self, tenant: _Optional[str] = ..., head_hash: _Optional[str] = ..., ledger_entries: _Optional[int] = ..., memories: _Optional[int] = ..., replaced: _Optional[bool] = ...) -> None: ...

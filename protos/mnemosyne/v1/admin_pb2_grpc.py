@@ -75,6 +75,16 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
                 _registered_method=True)
+        self.ExportTenant = channel.unary_stream(
+                '/mnemosyne.v1.AdminService/ExportTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.FromString,
+                _registered_method=True)
+        self.ImportTenant = channel.stream_unary(
+                '/mnemosyne.v1.AdminService/ImportTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -154,6 +164,30 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportTenant(self, request, context):
+        """One tenant as a consistent snapshot (the tenant's own token or an admin token): first its
+        manifest (a TenantBackup: what the copy holds, its files with sizes and SHA-256), then its
+        files' bytes in chunks, taken as Backup takes a tenant. `mnemosyne export` writes it as a
+        tenant archive (docs/operations.md, "Export and import").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportTenant(self, request_iterator, context):
+        """Install a tenant from an export (admin token), as a client stream: the first message names
+        the tenant, carries the export's manifest and says whether an existing tenant may be
+        replaced; the others carry the files' chunks in the manifest's order. The server checks the
+        files against the manifest and the audit chain against its head hash before the tenant is
+        put in place (in one rename): INVALID_ARGUMENT with ARCHIVE_TRUNCATED, ARCHIVE_MISMATCH,
+        CHAIN_INVALID or MANIFEST_MISMATCH otherwise, and FAILED_PRECONDITION TENANT_EXISTS for an
+        existing tenant without `replace`. Everything that makes the tenant the same tenant moves
+        with it: memories, records and their generations, event ids, request ids, counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +230,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Backup,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.SerializeToString,
+            ),
+            'ExportTenant': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.SerializeToString,
+            ),
+            'ImportTenant': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -415,6 +459,60 @@ class AdminService:
             '/mnemosyne.v1.AdminService/Backup',
             mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ExportTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportTenant(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mnemosyne.v1.AdminService/ImportTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,
