@@ -7,7 +7,8 @@
    REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
    — before any handler runs, so nothing about a forbidden tenant is ever looked up;
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
-   fair share, or on the event loop as a waiting call or a stream, each counted by admission;
+   fair share, or on the event loop as a waiting call or a stream (of responses, or of requests:
+   a client stream is authorised by its first message), each counted by admission;
 5. errors: a ``MnemosyneError`` becomes its rich status (transport/errors.py: the one table), with
    its reason in the access record; anything else is INTERNAL with no detail leaked;
 6. telemetry again: the latency histogram by method and code, and the access record.
