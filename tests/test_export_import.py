@@ -245,3 +245,25 @@ def _wait_for_scratch(data_dir: Path) -> None:
     while not any((data_dir / ".backup-scratch").glob("*/database")):
         assert time.monotonic() < deadline, "the import never began writing"
         time.sleep(0.02)
+
+
+def test_an_operation_open_at_the_export_is_applied_after_the_import(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.write_text("commit")  # the source's workers hold before committing: the write stays open
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}
+    source = server_factory(env={**env, "MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    target = server_factory(env=env).start()
+    with MemoryClient(source.target, ADMIN) as a:
+        a.hot_path(tenant, "enable")
+        accepted = a.retain(tenant, "The courier CX-9 arrives on Friday", fast=True)
+        assert a.get_event(tenant, accepted.event_id).status in ("pending", "running")
+    archive = _archive(tmp_path, source, tenant)
+    with MemoryClient(target.target, ADMIN) as b:
+        import_archive(b, archive)
+        b.hot_path(tenant, "flush")
+        event = b.get_event(tenant, accepted.event_id)
+        assert event.status == "succeeded"
+        assert [m.text for m in b.list_memories(tenant).memories] == ["The courier CX-9 arrives on Friday"]
+    hold.unlink()

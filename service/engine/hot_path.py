@@ -329,6 +329,11 @@ class HotPath:
         recovery index and its figures here (a worker that still takes it finds no file)."""
         self.index.remove(tenant)
         self.index.set_expiry(tenant, None)
+        self.forget_figures(tenant)
+
+    def forget_figures(self, tenant: str) -> None:
+        """Drop the figures kept here of a tenant whose files were replaced (they are the old
+        files'); its recovery-index entries stay."""
         with self._depths_lock:
             self._depths.pop(tenant, None)
         self._idle_since.pop(tenant, None)

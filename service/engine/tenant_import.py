@@ -137,7 +137,7 @@ class TenantImport:
             )
         except OSError as exc:
             raise _disk_error(exc) from None
-        self._hot_path.forget_tenant(self.tenant)  # what it knew of a tenant replaced
+        self._hot_path.forget_figures(self.tenant)  # what it knew of a tenant replaced
         self._hot_path.resume(self.tenant)
         return Imported(self.tenant, facts.head_hash, facts.ledger_entries, facts.memories, replaced)
 
