@@ -141,5 +141,72 @@ def consolidate_from_proto(r: workspace_pb2.ConsolidateResponse) -> types.Consol
     return types.ConsolidateResult(generation=r.generation, already_applied=r.already_applied)
 
 
+def tenant_backup_from_proto(t: admin_pb2.TenantBackup) -> types.TenantBackup:
+    return types.TenantBackup(
+        tenant=t.tenant,
+        change_counter=t.change_counter,
+        inbox_sequence=t.inbox_sequence,
+        head_hash=t.head_hash,
+        ledger_entries=t.ledger_entries,
+        memories=t.memories,
+        last_event_id=t.last_event_id,
+        generations=dict(t.generations),
+        files=[types.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in t.files],
+    )
+
+
+def tenant_backup_to_proto(t: types.TenantBackup) -> admin_pb2.TenantBackup:
+    return admin_pb2.TenantBackup(
+        tenant=t.tenant,
+        change_counter=t.change_counter,
+        inbox_sequence=t.inbox_sequence,
+        head_hash=t.head_hash,
+        ledger_entries=t.ledger_entries,
+        memories=t.memories,
+        last_event_id=t.last_event_id,
+        generations=t.generations,
+        files=[admin_pb2.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in t.files],
+    )
+
+
+def export_part_from_proto(r: admin_pb2.ExportTenantResponse) -> types.TenantBackup | types.BackupChunk:
+    if r.WhichOneof("part") == "chunk":
+        return types.BackupChunk(file=r.chunk.file, data=r.chunk.data)
+    return tenant_backup_from_proto(r.manifest)
+
+
+def import_result_from_proto(r: admin_pb2.ImportTenantResponse) -> types.ImportResult:
+    return types.ImportResult(
+        tenant=r.tenant,
+        head_hash=r.head_hash,
+        ledger_entries=r.ledger_entries,
+        memories=r.memories,
+        replaced=r.replaced,
+    )
+
+
+def backup_part_from_proto(r: admin_pb2.BackupResponse) -> types.BackupPart:
+    kind = r.WhichOneof("part")
+    if kind == "chunk":
+        return types.BackupChunk(file=r.chunk.file, data=r.chunk.data)
+    if kind == "tenant":
+        return tenant_backup_from_proto(r.tenant)
+    if kind == "unchanged":
+        return types.BackupUnchanged(tenant=r.unchanged)
+    if kind == "skipped":
+        return types.SkippedTenant(tenant=r.skipped.tenant, reason=r.skipped.reason, message=r.skipped.message)
+    s = r.summary
+    return types.BackupSummary(copied=s.copied, unchanged=s.unchanged, skipped=s.skipped, bytes=s.bytes)
+
+
+def erasure_receipt_from_proto(r: admin_pb2.ErasureReceipt) -> types.ErasureReceipt:
+    return types.ErasureReceipt(
+        tenant=r.tenant,
+        erased_at=r.erased_at.ToNanoseconds() / 1e9,
+        token_name=r.token_name,
+        head_hash=r.head_hash,
+    )
+
+
 def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage:
     return types.TenantPage(tenants=list(r.tenants), next_page_token=r.next_page_token, damaged=list(r.damaged))

@@ -463,6 +463,68 @@ class MemoryClient:
         )
         return convert.tenant_page_from_proto(r)
 
+    def erase_tenant(self, tenant: str) -> types.ErasureReceipt:
+        """Remove the tenant and everything of it from the server (admin token); the receipt the
+        server's erasure log keeps. Not retried: a second call after a lost reply is NOT_FOUND."""
+        r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
+        return convert.erasure_receipt_from_proto(r.receipt)
+
+    def backup(
+        self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0
+    ) -> Iterator[types.BackupPart]:
+        """The parts of a backup stream (admin token): per tenant its ``TenantBackup`` then its
+        files' ``BackupChunk``s, ``BackupUnchanged`` for a tenant ``known`` already holds
+        (tenant -> (change counter, inbox sequence)), ``SkippedTenant``, and a final
+        ``BackupSummary``. ``mnemosyne backup`` writes a backup directory from it."""
+        request = admin_pb2.BackupRequest(
+            tenants=list(tenants),
+            known=[
+                admin_pb2.BackedUpTenant(tenant=t, change_counter=c, inbox_sequence=i)
+                for t, (c, i) in (known or {}).items()
+            ],
+        )
+        try:
+            for response in self.admin.Backup(request, timeout=timeout, metadata=self._metadata):
+                yield convert.backup_part_from_proto(response)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[types.TenantBackup | types.BackupChunk]:
+        """One tenant as a consistent snapshot (its own token or an admin token): its manifest
+        (``TenantBackup``), then its files' ``BackupChunk``s. ``mnemosyne export`` writes them
+        as a tenant archive."""
+        request = admin_pb2.ExportTenantRequest(tenant=tenant)
+        try:
+            for response in self.admin.ExportTenant(request, timeout=timeout, metadata=self._metadata):
+                yield convert.export_part_from_proto(response)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def import_tenant(
+        self,
+        manifest: types.TenantBackup,
+        chunks: Iterable[types.BackupChunk],
+        *,
+        tenant: str = "",
+        replace: bool = False,
+        timeout: float = 3600.0,
+    ) -> types.ImportResult:
+        """Install an export on this server (admin token) as ``tenant`` (the manifest's when
+        empty); ``replace`` lets it overwrite a tenant of that name. Not retried."""
+
+        def requests() -> Iterator[admin_pb2.ImportTenantRequest]:
+            yield admin_pb2.ImportTenantRequest(
+                tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
+            )
+            for chunk in chunks:
+                yield admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=chunk.file, data=chunk.data))
+
+        try:
+            response = self.admin.ImportTenant(requests(), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return convert.import_result_from_proto(response)
+
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
         tenants: dict[str, types.Stats] = {}

@@ -166,6 +166,76 @@ class ConsolidateResult:
 
 
 @dataclass(frozen=True)
+class ErasureReceipt:
+    """What the server's erasure log keeps of an erased tenant."""
+
+    tenant: str
+    erased_at: float  # seconds since the epoch
+    token_name: str  # the token that asked ("" when the server runs without tokens)
+    head_hash: str  # its audit chain's head hash before the erasure ("" for a damaged file)
+
+
+@dataclass(frozen=True)
+class BackupFile:
+    name: str  # "database" or "inbox"
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TenantBackup:
+    """What a tenant's copy in a backup stream holds; its files' chunks follow."""
+
+    tenant: str
+    change_counter: int
+    inbox_sequence: int
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    last_event_id: int
+    generations: dict[str, int]
+    files: list[BackupFile]
+
+
+@dataclass(frozen=True)
+class BackupChunk:
+    file: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class BackupUnchanged:
+    tenant: str
+
+
+@dataclass(frozen=True)
+class SkippedTenant:
+    tenant: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BackupSummary:
+    copied: int
+    unchanged: int
+    skipped: int
+    bytes: int
+
+
+BackupPart = TenantBackup | BackupChunk | BackupUnchanged | SkippedTenant | BackupSummary
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    tenant: str
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    replaced: bool  # a tenant of that name was replaced
+
+
+@dataclass(frozen=True)
 class TenantPage:
     tenants: list[str]
     next_page_token: str

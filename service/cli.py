@@ -413,6 +413,68 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _progress(line: str) -> None:
+    """A line per tenant on a terminal; nothing when stderr is a file or a pipe."""
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from mnemosyne.backup_dir import write_backup
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne backup: {exc}", file=sys.stderr)
+            return 2
+    print(
+        f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
+        f"{summary.skipped} skipped, {summary.bytes} bytes received"
+    )
+    return 1 if summary.skipped else 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from mnemosyne.backup_dir import restore
+
+    restored = restore(
+        Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=_progress
+    )
+    print(f"restored {len(restored)} tenants from {args.from_dir} into {args.data_dir}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+    from mnemosyne.tenant_archive import write_archive
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            copy = write_archive(client, args.tenant, Path(args.to))
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne export: {exc}", file=sys.stderr)
+            return 2
+    print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+    from mnemosyne.tenant_archive import import_archive
+
+    with MemoryClient(args.target, args.token or None) as client:
+        try:
+            result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne import: {exc}", file=sys.stderr)
+            return 2
+    done = "replaced" if result.replaced else "imported"
+    print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
@@ -456,6 +518,41 @@ def build_parser() -> argparse.ArgumentParser:
     oplog.add_argument("--data-dir", required=True)
     oplog.add_argument("--tenant", required=True)
     oplog.set_defaults(run=_oplog)
+
+    backup = commands.add_parser(
+        "backup", help="copy a running server's tenants into a directory on this machine (admin token)"
+    )
+    backup.add_argument("--target", required=True, help="HOST:PORT of the server")
+    backup.add_argument("--to", required=True, help="the backup directory: new, empty, or an earlier backup's")
+    backup.add_argument("--tenant", action="append", default=[], help="a tenant to copy (repeat; default: all)")
+    backup.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    backup.set_defaults(run=_backup)
+
+    restore = commands.add_parser(
+        "restore", help="put tenants of a backup directory into a data directory no server is using"
+    )
+    restore.add_argument("--from", dest="from_dir", required=True, help="the backup directory")
+    restore.add_argument("--data-dir", required=True, help="the data directory (its server stopped)")
+    restore.add_argument("--tenant", action="append", default=[], help="a tenant to restore (repeat; default: all)")
+    restore.add_argument("--replace", action="store_true", help="overwrite tenants the data directory already has")
+    restore.set_defaults(run=_restore)
+
+    export = commands.add_parser("export", help="write one tenant of a running server to an archive file")
+    export.add_argument("--target", required=True, help="HOST:PORT of the server")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--to", required=True, help="the archive to write (a new file)")
+    export.add_argument(
+        "--token", default=_env("TOKEN"), help="the tenant's token or an admin token (env MNEMOSYNE_TOKEN)"
+    )
+    export.set_defaults(run=_export)
+
+    import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
+    import_.add_argument("--target", required=True, help="HOST:PORT of the server")
+    import_.add_argument("--from", dest="from_file", required=True, help="the archive")
+    import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
+    import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
+    import_.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    import_.set_defaults(run=_import)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")

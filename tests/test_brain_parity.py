@@ -4,7 +4,8 @@ one of its public methods (found by introspection: a new method cannot be left o
 The scenario gives every compared field a non-default value at least once: supersedes,
 superseded_by, superseded_at, merged_into, near_duplicate_of, events and their transitions.
 Only what differs by nature between two runs is compared by presence instead of value: times
-(created_at, superseded_at, accepted_at, finished_at, latency_ms) and file sizes.
+(created_at, superseded_at, accepted_at, finished_at, latency_ms), file sizes, and the audit
+chain's head hash (each memory's ledger hashes are keyed with a random key of its own).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TIMES = {
     "latency_ms",
     "oldest_pending_seconds",
     "file_bytes",
+    "head_hash",
 }
 LIFETIME = {"close"}
 

@@ -678,7 +678,8 @@ def message_strategy(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchS
     cls = message_class(desc)
 
     def build(values: dict[str, Any]) -> Message:
-        tenant = values.pop("tenant", None)
+        # Only the request's own tenant is drawn as (kind, value); a nested message's is plain text.
+        tenant = values.pop("tenant", None) if depth == 0 else None
         message = _fill(cls(), values)
         if tenant is not None:
             kind, value = tenant
@@ -1035,7 +1036,9 @@ def summarize_traceback(text: str) -> str:
 # -- the data directory -----------------------------------------------------------------------
 
 SQLITE_SUFFIX = r"(?:-wal|-shm|-journal)?"
-TOP_LEVEL_FILES = re.compile(rf"\.mnemosyne\.lock|\.mnemosyne\.secret|hot_path_pending\.sqlite{SQLITE_SUFFIX}")
+TOP_LEVEL_FILES = re.compile(
+    rf"\.mnemosyne\.lock|\.mnemosyne\.secret|hot_path_pending\.sqlite{SQLITE_SUFFIX}|erasures\.jsonl"
+)
 TENANT_FILE = re.compile(rf"tenants/([a-z0-9][a-z0-9_-]{{0,62}})\.sqlite{SQLITE_SUFFIX}")
 INBOX_FILE = re.compile(rf"inbox/([a-z0-9][a-z0-9_-]{{0,62}})\.inbox\.sqlite{SQLITE_SUFFIX}")
 
@@ -1046,7 +1049,8 @@ def data_dir_files(data_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
     unknown = []
     for path in sorted(data_dir.rglob("*")):
         if path.is_dir():
-            if path.relative_to(data_dir).as_posix() not in ("tenants", "inbox"):
+            # The backup scratch space may stay, empty (a file left in it is reported below).
+            if path.relative_to(data_dir).as_posix() not in ("tenants", "inbox", ".backup-scratch"):
                 unknown.append(path.relative_to(data_dir).as_posix() + "/")
             continue
         relative = path.relative_to(data_dir).as_posix()

@@ -8,7 +8,10 @@ Each part receives what it uses, not the engine:
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
-* ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates.
+* ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
+* ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
+* ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
+* ``imports`` (engine/tenant_import.py): a tenant installed from an export.
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -21,16 +24,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import RequestKey
+from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome
 from mnemosyne.engine.workspace import Workspaces
@@ -70,7 +76,7 @@ class Engine:
             request_ttl_seconds=config.request_ttl_seconds,
         )
         self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits)
-        self.memories = Memories(pool=self.pool, limits=config.limits)
+        self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
         self.tenants = Tenants(pool=self.pool)
@@ -83,6 +89,9 @@ class Engine:
                 observer=observer,
             )
             self.hot_path.start()
+            self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
+            self.backups = Backups(pool=self.pool)
+            self.imports = TenantImports(pool=self.pool, hot_path=self.hot_path, backups=self.backups)
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

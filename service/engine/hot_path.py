@@ -324,6 +324,26 @@ class HotPath:
         for tenant, due in self.index.expiries():  # idle tenants whose finished events expire
             self._scheduler.notify_at(tenant, due)
 
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop what the hot path knows of a tenant whose files were erased: its entries in the
+        recovery index and its figures here (a worker that still takes it finds no file)."""
+        self.index.remove(tenant)
+        self.index.set_expiry(tenant, None)
+        self.forget_figures(tenant)
+
+    def forget_figures(self, tenant: str) -> None:
+        """Drop the figures kept here of a tenant whose files were replaced (they are the old
+        files'); its recovery-index entries stay."""
+        with self._depths_lock:
+            self._depths.pop(tenant, None)
+        self._idle_since.pop(tenant, None)
+        self._round_failures.pop(tenant, None)
+        self._pruned_at.pop(tenant, None)
+
+    def resume(self, tenant: str) -> None:
+        """Take the tenant's open operations up, if it has any (a tenant just put in place)."""
+        self._scheduler.notify(tenant)
+
     def _note_depth(self, tenant: str, store: TenantStore) -> None:
         """Count the tenant's open operations, the log's and the inbox's, in one snapshot (under
         the inbox lock, so no enqueue's own count slips between the two either)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
@@ -33,9 +34,12 @@ def memory_from_row(row: MemoryRow) -> Memory:
 
 
 class Memories:
-    def __init__(self, *, pool: TenantPool, limits: Limits) -> None:
+    def __init__(
+        self, *, pool: TenantPool, limits: Limits, committed: Callable[[str], None] = lambda _method: None
+    ) -> None:
         self.pool = pool
         self.limits = limits
+        self._committed = committed  # the crash-after-commit test seam (EngineConfig.committed)
 
     def get(self, tenant: str, memory_id: int) -> Memory:
         with self.pool.tenant(tenant, create=False) as store:
@@ -86,12 +90,7 @@ class Memories:
                     valid=True, first_broken_at=0, checked=0, head_hash=ledger.GENESIS_HASH, problems=[]
                 )
             with store.read() as txn:
-                verdict = ledger.verify(
-                    txn.ledger_rows(),
-                    txn.stored_memories(),
-                    records=txn.stored_records(),
-                    generations=txn.scope_generations(),
-                )
+                verdict = txn.audit()
         return IntegrityReport(
             valid=verdict.valid,
             first_broken_at=verdict.first_broken_at,
@@ -101,23 +100,30 @@ class Memories:
         )
 
     def forget(self, tenant: str, memory_id: int, *, request_id: str | None = None) -> bool:
-        """Erase a memory's text and derived rows. False if it was already forgotten."""
+        """Erase a memory's text and everything derived from it, so that on return no byte of it
+        is left in any file of the tenant (docs/operations.md, "Erasure"). False if it was already
+        forgotten (an erasure that an earlier call could not finish is finished then)."""
         request_id = check.validate_request_id(request_id)
         payload_hash = ledger.sha256_hex(f"forget:{memory_id}")
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
             with store.write() as txn:
-                if request_id:
-                    prior = replayed_result(txn, request_id, "forget", payload_hash)
-                    if prior is not None:
-                        return bool(json.loads(prior))
-                if not txn.memories_by_ids([memory_id], with_details=False):
-                    raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
-                forgotten = txn.forget_memory(memory_id)
-                # Memories Dedup merged into this one hold the same content: forget them too.
-                for merged_id in txn.merged_into_ids(memory_id):
-                    txn.forget_memory(merged_id)
-                if request_id:
-                    txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
+                prior = replayed_result(txn, request_id, "forget", payload_hash) if request_id else None
+                if prior is not None:
+                    forgotten = bool(json.loads(prior))
+                else:
+                    if not txn.memories_by_ids([memory_id], with_details=False):
+                        raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+                    forgotten = txn.forget_memory(memory_id)
+                    # Memories Dedup merged into this one hold the same content: forget them too.
+                    for merged_id in txn.merged_into_ids(memory_id):
+                        forgotten = txn.forget_memory(merged_id) or forgotten
+                    if forgotten:
+                        txn.rewrite_fulltext()
+                    if request_id:
+                        txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
+            self._committed("forget")
+            if forgotten or store.erasure_pending():
+                store.erase_traces()
         return forgotten

@@ -14,10 +14,14 @@ _CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__na
 
 
 def configure(connection: apsw.Connection) -> None:
-    """The settings every connection of ours gets, whatever file it opens."""
+    """The settings every connection of ours gets, whatever file it opens. ``secure_delete``
+    overwrites deleted content with zeros (free space in a page and whole free pages alike), so
+    nothing deleted from any of our files (a forgotten memory, a pruned operation, a moved inbox
+    row) stays readable in it: a forget can only erase what is still there to find."""
     for hook in _CONNECTION_HOOKS:
         hook(connection)
     connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+    connection.pragma("secure_delete", True)
 
 
 def open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:

@@ -33,7 +33,7 @@ from typing import Any
 import apsw
 
 from mnemosyne.store.queries import Queries
-from mnemosyne.store.transactions import translate_sqlite_error, write_transaction
+from mnemosyne.store.transactions import translate_sqlite_error, truncate_wal, write_transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ops(
@@ -106,6 +106,10 @@ class InboxTxn(Queries):
             "FROM ops WHERE event_id > ? AND event_id <= ? ORDER BY event_id LIMIT ?",
             (after_id, up_to_id if up_to_id is not None else 1 << 62, limit),
         )
+
+    def sequence(self) -> int:
+        """The event-id sequence: the highest id ever given here (or the floor it was raised to)."""
+        return int(self._one("SELECT seq FROM sqlite_sequence WHERE name = 'ops'") or 0)
 
     def requests_through(self, event_id: int) -> list[InboxRequest]:
         return self._records(InboxRequest, "FROM requests WHERE through_event_id <= ?", (event_id,))
@@ -214,6 +218,36 @@ class Inbox:
             pass  # another checkpoint is running: it does the work
         finally:
             connection.close()
+
+    def copy_to(self, destination: Path) -> int:
+        """The whole inbox into a new file at ``destination`` (SQLite's online backup, in one
+        step: the inbox holds a few rows); the caller holds the inbox lock. Returns the inbox's
+        event-id sequence, which every enqueue advances."""
+        with self.lock:
+            target = apsw.Connection(str(destination))
+            try:
+                with target.backup("main", self._connection, "main") as backup:
+                    backup.step(-1)
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, destination.name) from exc
+            finally:
+                target.close()
+            return self.sequence()
+
+    def sequence(self) -> int:
+        with self.read() as txn:
+            return txn.sequence()
+
+    def erase_traces(self) -> None:
+        """Rewrite the inbox without free space and empty its WAL: an operation that left it for
+        the log (or a request id that moved with it) leaves no page image behind. The inbox holds
+        a few rows, so this copies a few pages; enqueues wait for it."""
+        with self.lock:
+            try:
+                self._connection.execute("VACUUM")
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, self.path.name) from exc
+            truncate_wal(self._connection, self.path.name)
 
     def close(self) -> None:
         with self.lock:

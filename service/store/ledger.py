@@ -5,6 +5,12 @@ Entries hold hashes of content, never the text, so forgetting a memory erases it
 chain stays verifiable. Every mutation appends its entry in the same transaction as the mutation,
 so a chain and the data it describes can only be torn by editing the file.
 
+A memory's hashes are keyed (HMAC-SHA256) with a random key of its own, kept in the tenant file
+(``memory_keys``) while the memory lives and destroyed when it is forgotten: a plain SHA-256 of a
+short text confirms a guess of it for ever, a keyed one only while the text itself is still there.
+Entries of memories retained before keys existed (schema version 5 and older) say nothing of a
+key and hold plain SHA-256 hashes; they stay as they are (rewriting them would break the chain).
+
 The chain is unkeyed and lives in the same file: it catches torn writes and stray edits, not
 someone able to rewrite the whole file. ``head_hash`` exists so an operator can record it elsewhere.
 """
@@ -12,12 +18,17 @@ someone able to rewrite the whole file. ``head_hash`` exists so an operator can 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 GENESIS_HASH = "0" * 64
+# The field of a retain entry whose hashes are keyed with the memory's own key.
+KEYED_FIELD = "digests"
+KEYED_VALUE = "hmac-sha256"
+MEMORY_KEY_BYTES = 32
 
 
 # What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on
@@ -46,18 +57,33 @@ _EMPTY_LIST_SHA = sha256_hex("[]")
 _EMPTY_OBJECT_SHA = sha256_hex("{}")
 
 
-def facts_digest(facts: Sequence[tuple[str, str, str]]) -> str:
+def keyed_hex(key: bytes, data: str | bytes) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def _digester(key: bytes | None) -> Callable[[str | bytes], str]:
+    return sha256_hex if key is None else lambda data: keyed_hex(key, data)
+
+
+def facts_digest(facts: Sequence[tuple[str, str, str]], key: bytes | None = None) -> str:
     # Tuples encode as JSON arrays, like lists; most memories have no facts.
+    if key is not None:
+        return keyed_hex(key, canonical_json(list(facts)))
     return sha256_hex(canonical_json(list(facts))) if facts else _EMPTY_LIST_SHA
 
 
-def triples_digest(triples: Sequence[tuple[str, str, str]]) -> str:
+def triples_digest(triples: Sequence[tuple[str, str, str]], key: bytes | None = None) -> str:
+    if key is not None:
+        return keyed_hex(key, canonical_json(list(triples)))
     return sha256_hex(canonical_json(list(triples))) if triples else _EMPTY_LIST_SHA
 
 
 @dataclass(frozen=True)
 class MemoryDigest:
-    """What the ledger remembers of one retained memory: hashes of every stored part."""
+    """What the ledger remembers of one retained memory: hashes of every stored part (keyed with
+    the memory's own key when it has one). The scope stays plain: it is not erased by a forget."""
 
     scope: str
     body: str
@@ -78,15 +104,22 @@ class MemoryDigest:
         triples: Sequence[tuple[str, str, str]],
         embedding: bytes,
         fingerprint: str,
+        key: bytes | None = None,
     ) -> MemoryDigest:
+        digest = _digester(key)
+        if key is None:
+            metadata = _EMPTY_OBJECT_SHA if metadata_json == "{}" else sha256_hex(metadata_json)
+        else:
+            metadata = digest(metadata_json)
         return cls(
             scope=scope,
-            body=sha256_hex(body),
-            metadata=_EMPTY_OBJECT_SHA if metadata_json == "{}" else sha256_hex(metadata_json),
-            facts=facts_digest(facts),
-            triples=triples_digest(triples),
-            embedding=sha256_hex(embedding),
-            fingerprint=fingerprint,
+            body=digest(body),
+            metadata=metadata,
+            facts=facts_digest(facts, key),
+            triples=triples_digest(triples, key),
+            embedding=digest(embedding),
+            # The fingerprint is itself a hash of the text: kept plain, it would confirm a guess.
+            fingerprint=fingerprint if key is None else digest(fingerprint),
         )
 
     def as_entry_fields(self) -> dict[str, str]:
@@ -120,9 +153,11 @@ class StoredMemory:
     memory_id: int
     forgotten: bool
     digest: MemoryDigest
-    leftovers: bool  # a forgotten memory that still has facts, triples, embedding or body text
+    leftovers: bool  # a forgotten memory that still has facts, triples, embedding, body text or key
     merged_into: int = 0  # the memory a Dedup merge retired this one into (0: not merged)
     superseded_by: int = 0  # the newer memory that superseded this one (0: current)
+    keyed: bool = False  # its key is in the file (digest computed with it)
+    embedding_absent: bool = False  # it has no embedding row (a merged or forgotten memory)
 
 
 @dataclass(frozen=True)
@@ -156,6 +191,7 @@ class Verdict:
 class _Expected:
     retain_seq: int
     digest: MemoryDigest
+    keyed: bool = False
     forget_seq: int = 0
     merge_seq: int = 0
     merged_into: int = 0
@@ -212,7 +248,9 @@ def verify(
         memory_id = int(entry.get("memory_id") or 0)
         if op == "retain":
             fields = {k: str(entry.get(k, "")) for k in MemoryDigest.__dataclass_fields__}
-            expected[memory_id] = _Expected(retain_seq=row.seq, digest=MemoryDigest(**fields))
+            expected[memory_id] = _Expected(
+                retain_seq=row.seq, digest=MemoryDigest(**fields), keyed=entry.get(KEYED_FIELD) == KEYED_VALUE
+            )
             retain_seqs.append((memory_id, row.seq))
         elif op == "forget":
             if memory_id in expected:
@@ -317,11 +355,22 @@ def verify(
                 )
             )
             continue
-        expected_digest = want.digest
+        if want.keyed and not memory.keyed:
+            problems.append(
+                Problem(
+                    want.retain_seq,
+                    memory.memory_id,
+                    "KEY_MISSING",
+                    f"memory {memory.memory_id} is not forgotten but its key is gone, so its content cannot be checked",
+                )
+            )
+            continue
+        differing = want.digest.differences(memory.digest)
         if want.merge_seq:
             # A merged memory keeps every part except its embedding.
-            expected_digest = MemoryDigest(**{**want.digest.as_entry_fields(), "embedding": sha256_hex(b"")})
-        differing = expected_digest.differences(memory.digest)
+            differing = [name for name in differing if name != "embedding"]
+            if not memory.embedding_absent:
+                differing.append("embedding")
         if differing:
             problems.append(
                 Problem(

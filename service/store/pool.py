@@ -6,6 +6,7 @@ Layout::
     DATA_DIR/.mnemosyne.lock        held (flock) by the one process that owns the directory
     DATA_DIR/tenants/<tenant>.sqlite (+ -wal, -shm)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
+    DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
 open (fewer when the process's open-file limit cannot hold that many: ``open_tenant_budget``); the
@@ -27,15 +28,16 @@ import os
 import re
 import resource
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
 
-from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
@@ -169,6 +171,7 @@ class TenantPool:
         self._dir_lock = DataDirLock(self.data_dir)
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
             _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+        self._remove_orphan_inboxes()
         self.locks = LockManager()
         self.max_open = open_tenant_budget(max_open)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -186,10 +189,30 @@ class TenantPool:
         self._faults = faults
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
+        # tenant -> (what is done to it, the refusal's reason) while its files are removed or
+        # replaced: no new user meanwhile (``_closed_for``).
+        self._closed_off: dict[str, tuple[str, str]] = {}
         self._guard = threading.Lock()
         self._closed = False
         self.maintainer = Maintainer(self._maintain)
         self.secret = _server_secret(self.data_dir / SECRET_FILE_NAME)
+
+    def _remove_orphan_inboxes(self) -> None:
+        """An inbox whose tenant has no file is no tenant's (an inbox is made only once its tenant
+        file exists): what a restore or an erasure killed midway left, like the inboxes' own
+        temporary names (backup_dir.py). A later tenant of that name must not take it for its own."""
+        inbox_dir = self.data_dir / INBOX_DIR_NAME
+        if not inbox_dir.is_dir():
+            return
+        for path in inbox_dir.iterdir():
+            name = path.name
+            for suffix in ("-wal", "-shm", "-journal"):
+                name = name.removesuffix(suffix)
+            tenant = name.removesuffix(INBOX_FILE_SUFFIX)
+            if name.startswith(NEW_FILE_PREFIX) or (
+                name.endswith(INBOX_FILE_SUFFIX) and not (self.tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}").exists()
+            ):
+                path.unlink(missing_ok=True)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -241,6 +264,9 @@ class TenantPool:
             with self._guard:
                 if self._closed:
                     raise FailedPrecondition("the store is closed", reason="STORE_CLOSED")
+                closed_off = self._closed_off.get(tenant)
+                if closed_off is not None:
+                    raise Unavailable(f"tenant {tenant} is being {closed_off[0]}; retry shortly", reason=closed_off[1])
                 entry = self._open.get(tenant)
                 if entry is not None:
                     entry.users += 1
@@ -404,6 +430,87 @@ class TenantPool:
             for t in tenants
             if (t in noted and noted[t] == _modified(self.path_for(t))) or damage_of(self.path_for(t)) is not None
         ]
+
+    @contextmanager
+    def _closed_for(self, tenant: str, *, doing: str, reason: str, timeout: float) -> Iterator[None]:
+        """For the block, the tenant is closed and no one uses it: new users are refused
+        (UNAVAILABLE ``reason``), those in flight are waited for up to ``timeout`` seconds (then
+        UNAVAILABLE TENANT_BUSY, and the block does not run)."""
+        with self.locks.for_opening(tenant):
+            with self._guard:
+                self._closed_off[tenant] = (doing, reason)
+            try:
+                deadline = time.monotonic() + timeout
+                while True:
+                    with self._guard:
+                        entry = self._open.get(tenant)
+                        if entry is None or entry.users == 0:
+                            self._open.pop(tenant, None)
+                            break
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            f"tenant {tenant} stayed in use for {timeout:.0f}s; it was not {doing}, retry",
+                            reason="TENANT_BUSY",
+                        )
+                    time.sleep(0.01)
+                if entry is not None:
+                    entry.store.close()
+                yield
+            finally:
+                with self._guard:
+                    self._closed_off.pop(tenant, None)
+                    self._damaged.pop(tenant, None)
+
+    def _remove_tenant_files(self, tenant: str) -> None:
+        """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
+        whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of
+        that name would take for its own (an inbox without its tenant is removed at start-up)."""
+        for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
+            for suffix in ("-wal", "-shm", "-journal", ""):
+                Path(f"{base}{suffix}").unlink(missing_ok=True)
+
+    def _fsync_directories(self) -> None:
+        for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
+            if directory.exists():
+                _fsync_directory(directory)
+
+    def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
+        """Remove every file of a tenant: its database (with its WAL and shared memory) and its
+        hot-path inbox, once it is closed and unused (``_closed_for``: TENANT_ERASING meanwhile).
+        ``before_removal(head_hash)`` runs before any file goes: the caller's receipt ("" for a
+        damaged file, whose chain cannot be read). NOT_FOUND when the tenant has no file."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="erased", reason="TENANT_ERASING", timeout=timeout):
+            if not path.exists():
+                raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
+            try:
+                with read_file(path) as txn:
+                    _seq, head_hash = txn.ledger_head()
+            except DataLoss:
+                head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
+            before_removal(head_hash)
+            self._remove_tenant_files(tenant)
+            self._fsync_directories()
+
+    def install(self, tenant: str, database: Path, inbox: Path | None, *, replace: bool, timeout: float) -> bool:
+        """Put a complete tenant file (and its inbox), made and synced by the caller on this
+        filesystem, in place of the tenant's: FAILED_PRECONDITION TENANT_EXISTS when it has one
+        and ``replace`` is false. The old files go first, the new inbox next, the tenant file
+        last, each by a rename. Returns whether a tenant was replaced."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
+            existed = path.exists()
+            if existed and not replace:
+                raise FailedPrecondition(
+                    f"tenant {tenant} exists on this server; ask to replace it to overwrite it", reason="TENANT_EXISTS"
+                )
+            self._remove_tenant_files(tenant)
+            if inbox is not None:
+                self.inbox_path_for(tenant).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(inbox, self.inbox_path_for(tenant))
+            os.replace(database, path)
+            self._fsync_directories()
+        return existed
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

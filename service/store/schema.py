@@ -184,26 +184,35 @@ _V5_SECRET = """
 INSERT OR IGNORE INTO meta(key, value) VALUES('page_token_secret', lower(hex(randomblob(32))));
 """
 
-MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET]
+# Each memory's own key for its ledger hashes (store/ledger.py): deleted when the memory is
+# forgotten, so the ledger's hashes of the erased text confirm no guess afterwards. Memories
+# retained before this version have none (their entries are plain SHA-256).
+_V6_MEMORY_KEYS = """
+CREATE TABLE memory_keys(
+  memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+  key BLOB NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2_CONSOLIDATION, _V3_WORKSPACE, _V4_OPLOG, _V5_SECRET, _V6_MEMORY_KEYS]
+# The tables each migration adds: a file at version v holds those of the first v migrations, and
+# one lacking any of them is damaged (and is not migrated further).
+TABLES_ADDED: list[frozenset[str]] = [
+    frozenset({"meta", "counters", "memories", "facts", "triples", "embeddings", "memories_fts", "ledger", "requests"}),
+    frozenset({"supersessions"}),
+    frozenset({"scopes", "records", "receipts"}),
+    frozenset({"oplog", "oplog_transitions"}),
+    frozenset(),
+    frozenset({"memory_keys"}),
+]
+
+
+def tables_at(version: int) -> frozenset[str]:
+    """The tables a tenant file at schema ``version`` holds."""
+    return frozenset().union(*TABLES_ADDED[:version])
+
+
 # What a tenant file at the current version holds; a file lacking any of these is damaged.
-REQUIRED_TABLES = frozenset(
-    {
-        "meta",
-        "counters",
-        "memories",
-        "facts",
-        "triples",
-        "embeddings",
-        "memories_fts",
-        "ledger",
-        "requests",
-        "supersessions",
-        "scopes",
-        "records",
-        "receipts",
-        "oplog",
-        "oplog_transitions",
-    }
-)
+REQUIRED_TABLES = tables_at(len(MIGRATIONS))
 
 SCHEMA_VERSION = len(MIGRATIONS)

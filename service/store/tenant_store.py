@@ -33,14 +33,21 @@ from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_le
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.oplog import OplogReads, OplogWrites
-from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION
-from mnemosyne.store.transactions import damaged, translate_sqlite_error, write_transaction
+from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
+from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
 FULLTEXT_MERGE_PAGES = 32
 FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
+# The counter every write transaction on a tenant file increments (``WriteTxn.count_change``).
+CHANGE_COUNTER = "changes"
+# What an operation-log row keeps of a fast write whose memory was forgotten.
+ERASED_PAYLOAD = '{"erased":true}'
+# Set in a forget's transaction, cleared once the WAL no longer holds what it erased: a crash in
+# between is finished at the next open (``TenantStore.erase_traces``).
+ERASURE_META = "erasure_pending"
 
 
 class InjectedFault(Exception):
@@ -100,6 +107,9 @@ def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
         )
     if application_id != APPLICATION_ID and (version or _tables(connection)):
         raise damaged(path.name, f"it is another program's SQLite database (application id {application_id:#x})")
+    missing_before = tables_at(min(version, SCHEMA_VERSION)) - _tables(connection)
+    if version and missing_before:  # a damaged file is reported as it is, never migrated
+        raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing_before))}")
     if version != SCHEMA_VERSION:
         # One transaction: the schema change and its version bump land together or not at all.
         connection.execute("BEGIN IMMEDIATE")
@@ -109,6 +119,11 @@ def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
                 connection.execute(MIGRATIONS[step])
             connection.pragma("user_version", SCHEMA_VERSION)
             connection.pragma("application_id", APPLICATION_ID)
+            # A migrated file is a changed file, for an incremental backup as for any write.
+            connection.execute(
+                "INSERT INTO counters(name, value) VALUES(?, 1) ON CONFLICT(name) DO UPDATE SET value = value + 1",
+                (CHANGE_COUNTER,),
+            )
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -249,6 +264,8 @@ class TenantStore:
         self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
+        if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
+            self.erase_traces()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -290,6 +307,27 @@ class TenantStore:
                 )
         return self._inbox
 
+    @property
+    def inbox_lock(self) -> Any:
+        """The lock of the tenant's inbox: held, no fast write is accepted and none leaves the inbox."""
+        return self._inbox_lock
+
+    @contextmanager
+    def snapshot(self) -> Iterator[ReadTxn]:
+        """A read transaction on a connection of its own (not a pooled reader), held for as long
+        as the block runs: what an online backup copies from (store/snapshot.py), page by page,
+        while writers go on."""
+        connection = open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        try:
+            connection.execute("BEGIN")
+            yield ReadTxn(connection)
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            raise translate_sqlite_error(exc, self.path.name) from exc
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")
+            connection.close()
+
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
         if pages < self._wal_pages_announced:
@@ -306,7 +344,7 @@ class TenantStore:
         (a merge lost to a power cut is only done again). Returns the steps that did work."""
         steps = 0
         while steps < FULLTEXT_MERGE_MAX_STEPS:  # bounded: writers may keep adding segments
-            with self.write(sync=False) as txn:
+            with self.write(sync=False, counted=False) as txn:
                 before = txn.connection.total_changes()
                 # Negative: merge any segments, not only a level holding ``automerge`` of them.
                 txn.connection.execute(
@@ -317,6 +355,30 @@ class TenantStore:
                 break
             steps += 1
         return steps
+
+    def erasure_pending(self) -> bool:
+        with self.read() as txn:
+            return txn.meta(ERASURE_META) is not None
+
+    def erase_traces(self) -> None:
+        """Finish an erasure (``WriteTxn.forget_memory``): rewrite the hot-path inbox without its
+        free space, then empty the tenant file's WAL, whose earlier frames still hold the pages as
+        they were before the forget (a TRUNCATE checkpoint: every frame copied into the file,
+        whose deleted bytes are zeros, then the WAL cut to nothing). Clears ``ERASURE_META``.
+        Waits for readers of an older snapshot (short by design) up to
+        WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
+        finishes the work."""
+        inbox = self.inbox(create=False)
+        if inbox is not None:
+            inbox.erase_traces()
+        with self._write_lock:
+            truncate_wal(self._writer, self.path.name)
+            try:
+                with self._writer:  # one transaction, counted as every write is
+                    self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                    WriteTxn(self._writer, self._faults).count_change()
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, self.path.name) from exc
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
@@ -335,21 +397,29 @@ class TenantStore:
     # -- transactions ---------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, *, sync: bool = True) -> Iterator[WriteTxn]:
+    def write(self, *, sync: bool = True, counted: bool = True) -> Iterator[WriteTxn]:
         """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success.
 
         ``sync=False`` commits with ``synchronous=NORMAL`` whatever the store's setting: in WAL
         mode that still survives a process crash (SIGKILL), and only an OS crash or power loss
         may roll back such a transaction — for bookkeeping a replay redoes anyway (a hot-path
-        claim), never for an acknowledged write. The next synced commit makes it durable too."""
+        claim), never for an acknowledged write. The next synced commit makes it durable too.
+
+        Every write transaction increments the change counter, except one that changes no content
+        (``counted=False``: a full-text merge only rearranges the index's segments)."""
         with self._write_lock:
             yield from write_transaction(
                 self._writer,
-                lambda: WriteTxn(self._writer, self._faults),
+                self._begin_write if counted else lambda: WriteTxn(self._writer, self._faults),
                 synchronous=self._synchronous,
                 sync=sync,
                 path=self.path.name,
             )
+
+    def _begin_write(self) -> WriteTxn:
+        txn = WriteTxn(self._writer, self._faults)
+        txn.count_change()
+        return txn
 
     def sync_log(self) -> None:
         """Make every transaction committed so far durable against power loss: one fdatasync of
@@ -423,6 +493,9 @@ class ReadTxn(OplogReads):
 
     def counters(self) -> dict[str, int]:
         return dict(self.connection.execute("SELECT name, value FROM counters"))
+
+    def change_counter(self) -> int:
+        return int(self._one("SELECT value FROM counters WHERE name = ?", (CHANGE_COUNTER,)) or 0)
 
     def counts(self) -> tuple[int, int, int]:
         """(live memories, forgotten memories, ledger entries)."""
@@ -586,6 +659,15 @@ class ReadTxn(OplogReads):
 
     # -- integrity ------------------------------------------------------------------------------
 
+    def audit(self) -> ledger.Verdict:
+        """The audit chain recomputed and every memory, record and generation checked against it."""
+        return ledger.verify(
+            self.ledger_rows(),
+            self.stored_memories(),
+            records=self.stored_records(),
+            generations=self.scope_generations(),
+        )
+
     def ledger_rows(self) -> Iterator[ledger.LedgerRow]:
         for seq, entry, digest in self.connection.execute("SELECT seq, entry, hash FROM ledger ORDER BY seq"):
             yield ledger.LedgerRow(seq, entry, digest)
@@ -607,6 +689,7 @@ class ReadTxn(OplogReads):
         ):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
+        keys: dict[int, bytes] = dict(self.connection.execute("SELECT memory_id, key FROM memory_keys"))
         for (
             memory_id,
             scope,
@@ -621,6 +704,7 @@ class ReadTxn(OplogReads):
         ):
             my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
             vector = embeddings.get(memory_id)
+            key = keys.get(memory_id)
             forgotten = forgotten_at is not None
             yield ledger.StoredMemory(
                 memory_id=memory_id,
@@ -633,10 +717,13 @@ class ReadTxn(OplogReads):
                     triples=my_triples,
                     embedding=vector if vector is not None else b"",
                     fingerprint=fingerprint or "",
+                    key=key,
                 ),
-                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None),
+                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None or key is not None),
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
+                keyed=key is not None,
+                embedding_absent=vector is None,
             )
 
     # -- records and generations (host-owned generations, the agent-memory design) -----------------
@@ -694,6 +781,15 @@ class WriteTxn(ReadTxn, OplogWrites):
             step, _, marker = spec.partition(":")
             if step == name and marker in body:
                 raise InjectedFault(f"injected fault at {name}")
+
+    def count_change(self) -> None:
+        """One more write transaction on the file (``CHANGE_COUNTER``): what an incremental
+        backup compares, since a new ledger head alone misses operation-log, counter and flag
+        changes, and SQLite's own data_version is per connection."""
+        self.connection.execute(
+            "INSERT INTO counters(name, value) VALUES(?, 1) ON CONFLICT(name) DO UPDATE SET value = value + 1",
+            (CHANGE_COUNTER,),
+        )
 
     def set_meta(self, key: str, value: str) -> None:
         self.connection.execute(
@@ -775,6 +871,8 @@ class WriteTxn(ReadTxn, OplogWrites):
             "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", [(i, m.fts_text) for i, m in zip(ids, memories)]
         )
         self._fault_points("after_fts", memories)
+        keys = [os.urandom(ledger.MEMORY_KEY_BYTES) for _ in ids]
+        c.executemany("INSERT INTO memory_keys(memory_id, key) VALUES(?, ?)", list(zip(ids, keys)))
         now = time.time()
         rows = []
         for i, (memory_id, m) in enumerate(zip(ids, memories)):
@@ -786,10 +884,17 @@ class WriteTxn(ReadTxn, OplogWrites):
                 triples=m.triples,
                 embedding=m.embedding,
                 fingerprint=m.fingerprint,
+                key=keys[i],
             )
             seq = head_seq + 1 + i
             entry_json = ledger.canonical_json(
-                {"op": "retain", "memory_id": memory_id, **digest.as_entry_fields(), "seq": seq}
+                {
+                    "op": "retain",
+                    "memory_id": memory_id,
+                    **digest.as_entry_fields(),
+                    ledger.KEYED_FIELD: ledger.KEYED_VALUE,
+                    "seq": seq,
+                }
             )
             head_hash = ledger.chain_hash(head_hash, entry_json)
             rows.append((seq, now, entry_json, head_hash))
@@ -803,7 +908,14 @@ class WriteTxn(ReadTxn, OplogWrites):
                 self._fault_point(name, m.body)
 
     def forget_memory(self, memory_id: int) -> bool:
-        """Erase text and derived rows, keep the row and its id. False if already forgotten."""
+        """Erase text and derived rows, keep the row and its id. False if already forgotten.
+
+        Everything else that holds the memory's content goes too: its key (so its ledger hashes
+        confirm nothing), the operation-log rows that wrote it or were found duplicates of it
+        (their payload, extraction and vector), and the supersession rows naming its triples.
+        Deleted bytes are overwritten (``secure_delete``, connections.py); the full-text index
+        still holds the memory's terms until ``rewrite_fulltext`` and the WAL its earlier pages
+        until ``TenantStore.erase_traces``: the caller runs both (``ERASURE_META``)."""
         c = self.connection
         row = c.execute("SELECT forgotten_at FROM memories WHERE id = ?", (memory_id,)).fetchone()
         if row is None or row[0] is not None:
@@ -812,14 +924,30 @@ class WriteTxn(ReadTxn, OplogWrites):
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
         c.execute(
             "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),
         )
+        c.execute(
+            "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL "
+            "WHERE result IS NOT NULL AND json_valid(result) AND json_extract(result, '$.memory_id') = ?",
+            (ERASED_PAYLOAD, memory_id),
+        )
+        c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
+        c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
+        self.set_meta(ERASURE_META, "1")
         return True
+
+    def rewrite_fulltext(self) -> None:
+        """Rewrite the full-text index as one new segment without the deleted rows. A contentless
+        index only marks a deleted row (a tombstone) and keeps its terms in the segment until a
+        merge of that segment; 'optimize' merges every segment now. Its cost grows with the index
+        (docs/operations.md has the numbers); it runs only when a forget erased something."""
+        self.connection.execute("INSERT INTO memories_fts(memories_fts) VALUES('optimize')")
 
     @property
     def alive(self) -> bool:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import apsw
 
-from mnemosyne.errors import DataLoss, ResourceExhausted
+from mnemosyne.errors import DataLoss, ResourceExhausted, Unavailable
 
 T = TypeVar("T")
+# How long emptying a WAL waits for readers of an older snapshot (short by design) to finish.
+WAL_TRUNCATE_TIMEOUT_SECONDS = 10.0
 
 
 def damaged(path: str, why: str) -> DataLoss:
@@ -70,3 +73,23 @@ def write_transaction(
     finally:
         if relaxed:
             connection.pragma("synchronous", synchronous)
+
+
+def truncate_wal(connection: apsw.Connection, name: str) -> None:
+    """A TRUNCATE checkpoint on ``connection`` (its owner holds the file's write lock), retried
+    while another checkpoint or a reader of an older snapshot is in the way."""
+    deadline = time.monotonic() + WAL_TRUNCATE_TIMEOUT_SECONDS
+    while True:
+        try:
+            connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+            return
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"the erasure is committed but {name}'s write-ahead log could not be emptied: a reader "
+                    f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; call ForgetMemory again to finish it",
+                    reason="ERASURE_BUSY",
+                ) from None
+            time.sleep(0.005)
+        except apsw.Error as exc:
+            raise translate_sqlite_error(exc, name) from exc

@@ -43,9 +43,11 @@ class Call:
         tenant: str,
         admission: Admission,
         deadline: float | None,
+        principal: str = "",
     ) -> None:
         self.metadata = metadata
         self.tenant = tenant
+        self.principal = principal  # the name of the caller's token ("" without authentication)
         self.initial_metadata: list[tuple[str, str]] = []
         self.trailing_metadata: list[tuple[str, str]] = []
         self._admission = admission

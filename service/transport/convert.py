@@ -7,8 +7,11 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from mnemosyne.engine import types
+from mnemosyne.engine import backup, types
+from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.erasure_log import ErasureReceipt
+from mnemosyne.store.snapshot import SnapshotFacts
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
@@ -152,6 +155,80 @@ def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
 
 def to_ping_response() -> admin_pb2.PingResponse:
     return admin_pb2.PingResponse()
+
+
+def to_backup_response(part: backup.BackupPart) -> admin_pb2.BackupResponse:
+    if isinstance(part, backup.FileChunk):
+        return admin_pb2.BackupResponse(chunk=admin_pb2.BackupChunk(file=part.file, data=part.data))
+    if isinstance(part, backup.TenantCopy):
+        return admin_pb2.BackupResponse(tenant=to_tenant_backup(part))
+    if isinstance(part, backup.TenantUnchanged):
+        return admin_pb2.BackupResponse(unchanged=part.tenant)
+    if isinstance(part, backup.TenantSkipped):
+        return admin_pb2.BackupResponse(
+            skipped=admin_pb2.SkippedTenant(tenant=part.tenant, reason=part.reason, message=part.message)
+        )
+    return admin_pb2.BackupResponse(
+        summary=admin_pb2.BackupSummary(
+            copied=part.copied, unchanged=part.unchanged, skipped=part.skipped, bytes=part.bytes
+        )
+    )
+
+
+def to_tenant_backup(copy: backup.TenantCopy) -> admin_pb2.TenantBackup:
+    facts = copy.facts
+    return admin_pb2.TenantBackup(
+        tenant=copy.tenant,
+        change_counter=facts.change_counter,
+        inbox_sequence=facts.inbox_sequence,
+        head_hash=facts.head_hash,
+        ledger_entries=facts.ledger_entries,
+        memories=facts.memories,
+        last_event_id=facts.last_event_id,
+        generations=facts.generations,
+        files=[admin_pb2.BackupFile(name=f.name, size=f.size, sha256=f.sha256) for f in copy.files],
+    )
+
+
+def to_export_response(part: backup.TenantCopy | backup.FileChunk) -> admin_pb2.ExportTenantResponse:
+    if isinstance(part, backup.FileChunk):
+        return admin_pb2.ExportTenantResponse(chunk=admin_pb2.BackupChunk(file=part.file, data=part.data))
+    return admin_pb2.ExportTenantResponse(manifest=to_tenant_backup(part))
+
+
+def from_tenant_backup(m: admin_pb2.TenantBackup) -> backup.TenantCopy:
+    facts = SnapshotFacts(
+        change_counter=m.change_counter,
+        inbox_sequence=m.inbox_sequence,
+        head_hash=m.head_hash,
+        ledger_entries=m.ledger_entries,
+        memories=m.memories,
+        last_event_id=m.last_event_id,
+        generations=dict(m.generations),
+    )
+    files = [backup.CopiedFile(name=f.name, size=f.size, sha256=f.sha256) for f in m.files]
+    return backup.TenantCopy(m.tenant, facts, files)
+
+
+def to_import_response(imported: Imported) -> admin_pb2.ImportTenantResponse:
+    return admin_pb2.ImportTenantResponse(
+        tenant=imported.tenant,
+        head_hash=imported.head_hash,
+        ledger_entries=imported.ledger_entries,
+        memories=imported.memories,
+        replaced=imported.replaced,
+    )
+
+
+def to_erase_tenant_response(receipt: ErasureReceipt) -> admin_pb2.EraseTenantResponse:
+    return admin_pb2.EraseTenantResponse(
+        receipt=admin_pb2.ErasureReceipt(
+            tenant=receipt.tenant,
+            erased_at=to_timestamp(receipt.erased_at),
+            token_name=receipt.token_name,
+            head_hash=receipt.head_hash,
+        )
+    )
 
 
 def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResponse:

@@ -7,7 +7,8 @@
    REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
    — before any handler runs, so nothing about a forbidden tenant is ever looked up;
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
-   fair share, or on the event loop as a waiting call or a stream, each counted by admission;
+   fair share, or on the event loop as a waiting call or a stream (of responses, or of requests:
+   a client stream is authorised by its first message), each counted by admission;
 5. errors: a ``MnemosyneError`` becomes its ``google.rpc.Status`` (transport/errors.py: the one
    table), with its reason in the access record; anything else is INTERNAL with no detail leaked;
 6. telemetry again: the latency histogram by method and code, and the access record.
@@ -26,7 +27,7 @@ import enum
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -42,7 +43,15 @@ from mnemosyne.transport.errors import rich_status, status_code_for, to_status_p
 
 log = logging.getLogger("mnemosyne.rpc")
 
-ADMIN_METHODS = frozenset({"/mnemosyne.v1.AdminService/ListTenants", "/mnemosyne.v1.AdminService/AggregateStats"})
+ADMIN_METHODS = frozenset(
+    {
+        "/mnemosyne.v1.AdminService/ListTenants",
+        "/mnemosyne.v1.AdminService/AggregateStats",
+        "/mnemosyne.v1.AdminService/EraseTenant",
+        "/mnemosyne.v1.AdminService/Backup",
+        "/mnemosyne.v1.AdminService/ImportTenant",
+    }
+)
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
 
 
@@ -155,7 +164,13 @@ class Edge:
         except BaseException:
             self._admission.leave()
             raise
-        return Call(metadata, tenant=tenant, admission=self._admission, deadline=deadline)
+        return Call(
+            metadata,
+            tenant=tenant,
+            admission=self._admission,
+            deadline=deadline,
+            principal=principal.name if principal is not None else "",
+        )
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
         """Step 4 for a unary method: its response, or its exception."""
@@ -204,7 +219,13 @@ class Edge:
             response_type = message_factory.GetMessageClass(method.output_type)
             decode = _decoder(request_type.FromString, path, self.max_request_bytes)
             implementation = getattr(servicer, method.name)
-            if method.server_streaming:
+            if method.client_streaming:
+                handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                    self._grpc_client_stream(path, implementation, request_type),
+                    request_deserializer=decode,
+                    response_serializer=response_type.SerializeToString,
+                )
+            elif method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                     self._grpc_stream(path, implementation),
                     request_deserializer=decode,
@@ -248,6 +269,54 @@ class Edge:
             try:
                 call = self._grpc_begin(method, request, context)
                 response = await self.answer(kind, implementation, request, call)
+                await self._send_initial(context, call, echo)
+                if call.trailing_metadata:
+                    context.set_trailing_metadata(tuple(call.trailing_metadata))
+                return response
+            except asyncio.CancelledError:
+                outcome.code = "CANCELLED"  # the client went away
+                raise
+            except Exception as exc:
+                await self._send_initial(context, None, echo)
+                await self._grpc_fail(context, exc, outcome, method)
+            finally:
+                recorder.end(method, outcome.code, outcome.reason, started, token)
+
+        return handle
+
+    def _grpc_client_stream(
+        self, method: str, implementation: Callable[..., Awaitable[Any]], request_type: Callable[[], Any]
+    ) -> Callable[..., Any]:
+        """A client stream (ImportTenant): its first message is admitted and authorised as a unary
+        call's request is, and the servicer reads the messages (that one first) as an async
+        iterator; a message that cannot be decoded ends the call with its refusal. Counted and
+        bounded as an open stream. gRPC only (there is no JSON form of a client stream)."""
+        recorder = self.recorder
+
+        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            echo, token = recorder.begin(_sent_request_id(context))
+            outcome = Outcome()
+            try:
+                stream = requests.__aiter__()
+                first = await anext(stream, None)
+                call = self._grpc_begin(method, first if first is not None else request_type(), context)
+
+                async def messages() -> AsyncIterator[Any]:
+                    if first is None:
+                        raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
+                    yield first
+                    async for message in stream:
+                        if isinstance(message, Undecodable):
+                            raise message.error
+                        yield message
+
+                try:
+                    with self._admission.stream(call.tenant):
+                        call.holds_place = True
+                        response = await implementation(messages(), call)
+                finally:
+                    self._admission.leave()
                 await self._send_initial(context, call, echo)
                 if call.trailing_metadata:
                     context.set_trailing_metadata(tuple(call.trailing_metadata))

@@ -45,9 +45,9 @@ _END = object()  # the stream ended
 _GONE = object()  # the client went away
 
 
-def _headers(call: Call | None, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    pairs = (*(call.initial_metadata if call else ()), *(call.trailing_metadata if call else ()), *echo)
-    return dict(pairs)
+def _headers(call: Call, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The call's response and trailing metadata, and the request id's echo, as headers."""
+    return dict((*call.initial_metadata, *call.trailing_metadata, *echo))
 
 
 def _error_response(
@@ -104,14 +104,16 @@ class HttpApi:
             try:
                 if scope["path"] == OPENAPI_PATH:
                     response = self._openapi_document(request.method)
-                    await response(scope, receive, send)
-                    return
-                route, path = self._router.match(request.method, _raw_path(scope))
-                method = route.method
-                response = await self._answer(request, route, path, echo, outcome)
+                else:
+                    route, path = self._router.match(request.method, _raw_path(scope))
+                    method = route.method
+                    response = await self._answer(request, route, path, echo, outcome)
             except asyncio.CancelledError:
                 outcome.code = "CANCELLED"
                 raise
+            except _ClientLeft:
+                outcome.code = "CANCELLED"  # the client went away
+                return
             except Exception as exc:
                 response = _error_response(edge, exc, outcome, method, echo)
             await response(scope, receive, send)
@@ -168,6 +170,10 @@ def _raw_path(scope: Scope) -> str:
     return raw.decode("latin-1").split("?", 1)[0]
 
 
+class _ClientLeft(Exception):
+    """The client disconnected while its call waited; nobody is left to answer."""
+
+
 async def _unless_client_leaves(request: Request, answer: Any) -> Any:
     work = asyncio.ensure_future(answer)
     left = asyncio.ensure_future(_disconnected(request.receive))
@@ -175,7 +181,10 @@ async def _unless_client_leaves(request: Request, answer: Any) -> Any:
         await asyncio.wait({work, left}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
             work.cancel()
-        return await work
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            raise _ClientLeft
+        return work.result()
     finally:
         left.cancel()
 

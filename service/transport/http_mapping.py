@@ -32,8 +32,12 @@ from google.protobuf import descriptor, json_format, message, message_factory
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 
-# "/package.Service/Method" -> why it has no JSON form. Every RPC has one today.
-GRPC_ONLY: dict[str, str] = {}
+# "/package.Service/Method" -> why it has no JSON form.
+GRPC_ONLY: dict[str, str] = {
+    "/mnemosyne.v1.AdminService/Backup": "streams file bytes to a CLI that writes them (mnemosyne backup)",
+    "/mnemosyne.v1.AdminService/ExportTenant": "streams file bytes to a CLI that writes them (mnemosyne export)",
+    "/mnemosyne.v1.AdminService/ImportTenant": "a client stream, which the HTTP mapping has no form for",
+}
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _FD = descriptor.FieldDescriptor

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
@@ -125,6 +126,48 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         chunks = self._engine.tenants.aggregate_stats(chunk_size=request.chunk_size)
         while (chunk := await call.run(next, chunks, None)) is not None:
             yield convert.to_aggregate_chunk(chunk)
+
+    def EraseTenant(self, request: admin_pb2.EraseTenantRequest, call: Call) -> admin_pb2.EraseTenantResponse:
+        return convert.to_erase_tenant_response(self._engine.erasure.erase(request.tenant, token_name=call.principal))
+
+    async def Backup(self, request: admin_pb2.BackupRequest, call: Call) -> AsyncIterator[admin_pb2.BackupResponse]:
+        # A part at a time on a worker thread (a copy step, a chunk read); a stream the client left
+        # is dropped with the generator, whose scratch copy is then removed.
+        known = {k.tenant: (k.change_counter, k.inbox_sequence) for k in request.known}
+        parts = self._engine.backups.backup(list(request.tenants), known)
+        while (part := await call.run(next, parts, None)) is not None:
+            yield convert.to_backup_response(part)
+
+    async def ExportTenant(
+        self, request: admin_pb2.ExportTenantRequest, call: Call
+    ) -> AsyncIterator[admin_pb2.ExportTenantResponse]:
+        parts = self._engine.backups.export(request.tenant)
+        while (part := await call.run(next, parts, None)) is not None:
+            yield convert.to_export_response(part)
+
+    async def ImportTenant(
+        self, requests: AsyncIterator[admin_pb2.ImportTenantRequest], call: Call
+    ) -> admin_pb2.ImportTenantResponse:
+        # Each chunk is written on a worker thread; a stream the client left ends the import with
+        # its scratch files removed, and nothing of it in place.
+        first = await anext(requests)
+        if not first.HasField("manifest"):
+            raise InvalidArgument("the first message of an import carries its manifest", reason="MANIFEST_MISSING")
+        copy = convert.from_tenant_backup(first.manifest)
+        session = await call.run(partial(self._engine.imports.begin, first.tenant, copy, replace=first.replace))
+        try:
+            if first.HasField("chunk"):
+                await call.run(session.write, first.chunk.file, first.chunk.data)
+            async for request in requests:
+                if request.HasField("manifest") or request.tenant:
+                    raise InvalidArgument(
+                        "only the first message of an import names its tenant and manifest", reason="STREAM_INVALID"
+                    )
+                await call.run(session.write, request.chunk.file, request.chunk.data)
+            imported = await call.run(session.finish)
+        finally:
+            session.abort()
+        return convert.to_import_response(imported)
 
     async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
         # Answered on the event loop: nothing to wait for, nothing that blocks.

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61maged\x18\x03 \x03(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"_\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x14\n\x0c\x65rror_reason\x18\x03 \x01(\t\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse2\x99\x05\n\x0c\x41\x64minService\x12\x86\x01\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/tenants/{tenant}/integrity\x12\x64\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/tenants/{tenant}/stats\x12g\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\"%\x82\xd3\xe4\x93\x02\x1f\"\x1a/v1/tenants/{tenant}:dedup:\x01*\x12g\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\x0b/v1/tenants\x12w\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/stats:aggregate0\x01\x12O\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponse\"\x10\x82\xd3\xe4\x93\x02\n\x12\x08/v1/pingBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/admin.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n\x16VerifyIntegrityRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"W\n\x10IntegrityProblem\x12\x12\n\nledger_seq\x18\x01 \x01(\x03\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x97\x01\n\x17VerifyIntegrityResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12\x17\n\x0f\x66irst_broken_at\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hecked\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x30\n\x08problems\x18\x05 \x03(\x0b\x32\x1e.mnemosyne.v1.IntegrityProblem\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xae\x01\n\rStatsResponse\x12\x10\n\x08memories\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x03\x12\x0e\n\x06writes\x18\x03 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x04 \x01(\x03\x12\x13\n\x0b\x65mbed_calls\x18\x05 \x01(\x03\x12\x12\n\nduplicates\x18\x06 \x01(\x03\x12\x16\n\x0eledger_entries\x18\x07 \x01(\x03\x12\x12\n\nfile_bytes\x18\x08 \x01(\x03\"T\n\x0c\x44\x65\x64upRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"F\n\x0e\x44uplicateGroup\x12\x16\n\x0ekeep_memory_id\x18\x01 \x01(\x03\x12\x1c\n\x14\x64uplicate_memory_ids\x18\x02 \x03(\x03\"`\n\rDedupResponse\x12,\n\x06groups\x18\x01 \x03(\x0b\x32\x1c.mnemosyne.v1.DuplicateGroup\x12\x0e\n\x06merged\x18\x02 \x01(\x08\x12\x11\n\tthreshold\x18\x03 \x01(\x01\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61maged\x18\x03 \x03(\t\"+\n\x15\x41ggregateStatsRequest\x12\x12\n\nchunk_size\x18\x01 \x01(\x05\"\xae\x01\n\x13\x41ggregateStatsChunk\x12*\n\x07tenants\x18\x01 \x03(\x0b\x32\x19.mnemosyne.v1.TenantStats\x12*\n\x05total\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x16\n\x0enot_a_snapshot\x18\x03 \x01(\x08\x12\x12\n\nfiles_read\x18\x04 \x01(\x03\x12\x13\n\x0b\x63onsistency\x18\x05 \x01(\t\"_\n\x0bTenantStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12*\n\x05stats\x18\x02 \x01(\x0b\x32\x1b.mnemosyne.v1.StatsResponse\x12\x14\n\x0c\x65rror_reason\x18\x03 \x01(\t\"\r\n\x0bPingRequest\"\x0e\n\x0cPingResponse\"$\n\x12\x45raseTenantRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"v\n\x0e\x45rasureReceipt\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12-\n\terased_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ntoken_name\x18\x03 \x01(\t\x12\x11\n\thead_hash\x18\x04 \x01(\t\"D\n\x13\x45raseTenantResponse\x12-\n\x07receipt\x18\x01 \x01(\x0b\x32\x1c.mnemosyne.v1.ErasureReceipt\"M\n\rBackupRequest\x12\x0f\n\x07tenants\x18\x01 \x03(\t\x12+\n\x05known\x18\x02 \x03(\x0b\x32\x1c.mnemosyne.v1.BackedUpTenant\"P\n\x0e\x42\x61\x63kedUpTenant\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x63hange_counter\x18\x02 \x01(\x03\x12\x16\n\x0einbox_sequence\x18\x03 \x01(\x03\"8\n\nBackupFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\xc1\x02\n\x0cTenantBackup\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x63hange_counter\x18\x02 \x01(\x03\x12\x16\n\x0einbox_sequence\x18\x03 \x01(\x03\x12\x11\n\thead_hash\x18\x04 \x01(\t\x12\x16\n\x0eledger_entries\x18\x05 \x01(\x03\x12\x10\n\x08memories\x18\x06 \x01(\x03\x12\x15\n\rlast_event_id\x18\x07 \x01(\x03\x12@\n\x0bgenerations\x18\x08 \x03(\x0b\x32+.mnemosyne.v1.TenantBackup.GenerationsEntry\x12\'\n\x05\x66iles\x18\t \x03(\x0b\x32\x18.mnemosyne.v1.BackupFile\x1a\x32\n\x10GenerationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\")\n\x0b\x42\x61\x63kupChunk\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"@\n\rSkippedTenant\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"R\n\rBackupSummary\x12\x0e\n\x06\x63opied\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x03\x12\x0f\n\x07skipped\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\"\xe7\x01\n\x0e\x42\x61\x63kupResponse\x12,\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.TenantBackupH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.mnemosyne.v1.BackupChunkH\x00\x12\x13\n\tunchanged\x18\x03 \x01(\tH\x00\x12.\n\x07skipped\x18\x04 \x01(\x0b\x32\x1b.mnemosyne.v1.SkippedTenantH\x00\x12.\n\x07summary\x18\x05 \x01(\x0b\x32\x1b.mnemosyne.v1.BackupSummaryH\x00\x42\x06\n\x04part\"%\n\x13\x45xportTenantRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"z\n\x14\x45xportTenantResponse\x12.\n\x08manifest\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.TenantBackupH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.mnemosyne.v1.BackupChunkH\x00\x42\x06\n\x04part\"\x8e\x01\n\x13ImportTenantRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12,\n\x08manifest\x18\x02 \x01(\x0b\x32\x1a.mnemosyne.v1.TenantBackup\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12(\n\x05\x63hunk\x18\x04 \x01(\x0b\x32\x19.mnemosyne.v1.BackupChunk\"u\n\x14ImportTenantResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\thead_hash\x18\x02 \x01(\t\x12\x16\n\x0eledger_entries\x18\x03 \x01(\x03\x12\x10\n\x08memories\x18\x04 \x01(\x03\x12\x10\n\x08replaced\x18\x05 \x01(\x08\x32\x8d\x08\n\x0c\x41\x64minService\x12\x86\x01\n\x0fVerifyIntegrity\x12$.mnemosyne.v1.VerifyIntegrityRequest\x1a%.mnemosyne.v1.VerifyIntegrityResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/tenants/{tenant}/integrity\x12\x64\n\x05Stats\x12\x1a.mnemosyne.v1.StatsRequest\x1a\x1b.mnemosyne.v1.StatsResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/tenants/{tenant}/stats\x12g\n\x05\x44\x65\x64up\x12\x1a.mnemosyne.v1.DedupRequest\x1a\x1b.mnemosyne.v1.DedupResponse\"%\x82\xd3\xe4\x93\x02\x1f\"\x1a/v1/tenants/{tenant}:dedup:\x01*\x12g\n\x0bListTenants\x12 .mnemosyne.v1.ListTenantsRequest\x1a!.mnemosyne.v1.ListTenantsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\x0b/v1/tenants\x12w\n\x0e\x41ggregateStats\x12#.mnemosyne.v1.AggregateStatsRequest\x1a!.mnemosyne.v1.AggregateStatsChunk\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/stats:aggregate0\x01\x12O\n\x04Ping\x12\x19.mnemosyne.v1.PingRequest\x1a\x1a.mnemosyne.v1.PingResponse\"\x10\x82\xd3\xe4\x93\x02\n\x12\x08/v1/ping\x12y\n\x0b\x45raseTenant\x12 .mnemosyne.v1.EraseTenantRequest\x1a!.mnemosyne.v1.EraseTenantResponse\"%\x82\xd3\xe4\x93\x02\x1f\"\x1a/v1/tenants/{tenant}:erase:\x01*\x12\x45\n\x06\x42\x61\x63kup\x12\x1b.mnemosyne.v1.BackupRequest\x1a\x1c.mnemosyne.v1.BackupResponse0\x01\x12W\n\x0c\x45xportTenant\x12!.mnemosyne.v1.ExportTenantRequest\x1a\".mnemosyne.v1.ExportTenantResponse0\x01\x12W\n\x0cImportTenant\x12!.mnemosyne.v1.ImportTenantRequest\x1a\".mnemosyne.v1.ImportTenantResponse(\x01\x42T\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +34,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mnemosyne.v1.admin_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.mnemosyne.v1P\001Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1'
+  _globals['_TENANTBACKUP_GENERATIONSENTRY']._loaded_options = None
+  _globals['_TENANTBACKUP_GENERATIONSENTRY']._serialized_options = b'8\001'
   _globals['_ADMINSERVICE'].methods_by_name['VerifyIntegrity']._loaded_options = None
   _globals['_ADMINSERVICE'].methods_by_name['VerifyIntegrity']._serialized_options = b'\202\323\344\223\002 \022\036/v1/tenants/{tenant}/integrity'
   _globals['_ADMINSERVICE'].methods_by_name['Stats']._loaded_options = None
@@ -45,36 +48,70 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADMINSERVICE'].methods_by_name['AggregateStats']._serialized_options = b'\202\323\344\223\002\025\022\023/v1/stats:aggregate'
   _globals['_ADMINSERVICE'].methods_by_name['Ping']._loaded_options = None
   _globals['_ADMINSERVICE'].methods_by_name['Ping']._serialized_options = b'\202\323\344\223\002\n\022\010/v1/ping'
-  _globals['_VERIFYINTEGRITYREQUEST']._serialized_start=72
-  _globals['_VERIFYINTEGRITYREQUEST']._serialized_end=112
-  _globals['_INTEGRITYPROBLEM']._serialized_start=114
-  _globals['_INTEGRITYPROBLEM']._serialized_end=201
-  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_start=204
-  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_end=355
-  _globals['_STATSREQUEST']._serialized_start=357
-  _globals['_STATSREQUEST']._serialized_end=387
-  _globals['_STATSRESPONSE']._serialized_start=390
-  _globals['_STATSRESPONSE']._serialized_end=564
-  _globals['_DEDUPREQUEST']._serialized_start=566
-  _globals['_DEDUPREQUEST']._serialized_end=650
-  _globals['_DUPLICATEGROUP']._serialized_start=652
-  _globals['_DUPLICATEGROUP']._serialized_end=722
-  _globals['_DEDUPRESPONSE']._serialized_start=724
-  _globals['_DEDUPRESPONSE']._serialized_end=820
-  _globals['_LISTTENANTSREQUEST']._serialized_start=822
-  _globals['_LISTTENANTSREQUEST']._serialized_end=881
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=883
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=963
-  _globals['_AGGREGATESTATSREQUEST']._serialized_start=965
-  _globals['_AGGREGATESTATSREQUEST']._serialized_end=1008
-  _globals['_AGGREGATESTATSCHUNK']._serialized_start=1011
-  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1185
-  _globals['_TENANTSTATS']._serialized_start=1187
-  _globals['_TENANTSTATS']._serialized_end=1282
-  _globals['_PINGREQUEST']._serialized_start=1284
-  _globals['_PINGREQUEST']._serialized_end=1297
-  _globals['_PINGRESPONSE']._serialized_start=1299
-  _globals['_PINGRESPONSE']._serialized_end=1313
-  _globals['_ADMINSERVICE']._serialized_start=1316
-  _globals['_ADMINSERVICE']._serialized_end=1981
+  _globals['_ADMINSERVICE'].methods_by_name['EraseTenant']._loaded_options = None
+  _globals['_ADMINSERVICE'].methods_by_name['EraseTenant']._serialized_options = b'\202\323\344\223\002\037\"\032/v1/tenants/{tenant}:erase:\001*'
+  _globals['_VERIFYINTEGRITYREQUEST']._serialized_start=105
+  _globals['_VERIFYINTEGRITYREQUEST']._serialized_end=145
+  _globals['_INTEGRITYPROBLEM']._serialized_start=147
+  _globals['_INTEGRITYPROBLEM']._serialized_end=234
+  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_start=237
+  _globals['_VERIFYINTEGRITYRESPONSE']._serialized_end=388
+  _globals['_STATSREQUEST']._serialized_start=390
+  _globals['_STATSREQUEST']._serialized_end=420
+  _globals['_STATSRESPONSE']._serialized_start=423
+  _globals['_STATSRESPONSE']._serialized_end=597
+  _globals['_DEDUPREQUEST']._serialized_start=599
+  _globals['_DEDUPREQUEST']._serialized_end=683
+  _globals['_DUPLICATEGROUP']._serialized_start=685
+  _globals['_DUPLICATEGROUP']._serialized_end=755
+  _globals['_DEDUPRESPONSE']._serialized_start=757
+  _globals['_DEDUPRESPONSE']._serialized_end=853
+  _globals['_LISTTENANTSREQUEST']._serialized_start=855
+  _globals['_LISTTENANTSREQUEST']._serialized_end=914
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=916
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=996
+  _globals['_AGGREGATESTATSREQUEST']._serialized_start=998
+  _globals['_AGGREGATESTATSREQUEST']._serialized_end=1041
+  _globals['_AGGREGATESTATSCHUNK']._serialized_start=1044
+  _globals['_AGGREGATESTATSCHUNK']._serialized_end=1218
+  _globals['_TENANTSTATS']._serialized_start=1220
+  _globals['_TENANTSTATS']._serialized_end=1315
+  _globals['_PINGREQUEST']._serialized_start=1317
+  _globals['_PINGREQUEST']._serialized_end=1330
+  _globals['_PINGRESPONSE']._serialized_start=1332
+  _globals['_PINGRESPONSE']._serialized_end=1346
+  _globals['_ERASETENANTREQUEST']._serialized_start=1348
+  _globals['_ERASETENANTREQUEST']._serialized_end=1384
+  _globals['_ERASURERECEIPT']._serialized_start=1386
+  _globals['_ERASURERECEIPT']._serialized_end=1504
+  _globals['_ERASETENANTRESPONSE']._serialized_start=1506
+  _globals['_ERASETENANTRESPONSE']._serialized_end=1574
+  _globals['_BACKUPREQUEST']._serialized_start=1576
+  _globals['_BACKUPREQUEST']._serialized_end=1653
+  _globals['_BACKEDUPTENANT']._serialized_start=1655
+  _globals['_BACKEDUPTENANT']._serialized_end=1735
+  _globals['_BACKUPFILE']._serialized_start=1737
+  _globals['_BACKUPFILE']._serialized_end=1793
+  _globals['_TENANTBACKUP']._serialized_start=1796
+  _globals['_TENANTBACKUP']._serialized_end=2117
+  _globals['_TENANTBACKUP_GENERATIONSENTRY']._serialized_start=2067
+  _globals['_TENANTBACKUP_GENERATIONSENTRY']._serialized_end=2117
+  _globals['_BACKUPCHUNK']._serialized_start=2119
+  _globals['_BACKUPCHUNK']._serialized_end=2160
+  _globals['_SKIPPEDTENANT']._serialized_start=2162
+  _globals['_SKIPPEDTENANT']._serialized_end=2226
+  _globals['_BACKUPSUMMARY']._serialized_start=2228
+  _globals['_BACKUPSUMMARY']._serialized_end=2310
+  _globals['_BACKUPRESPONSE']._serialized_start=2313
+  _globals['_BACKUPRESPONSE']._serialized_end=2544
+  _globals['_EXPORTTENANTREQUEST']._serialized_start=2546
+  _globals['_EXPORTTENANTREQUEST']._serialized_end=2583
+  _globals['_EXPORTTENANTRESPONSE']._serialized_start=2585
+  _globals['_EXPORTTENANTRESPONSE']._serialized_end=2707
+  _globals['_IMPORTTENANTREQUEST']._serialized_start=2710
+  _globals['_IMPORTTENANTREQUEST']._serialized_end=2852
+  _globals['_IMPORTTENANTRESPONSE']._serialized_start=2854
+  _globals['_IMPORTTENANTRESPONSE']._serialized_end=2971
+  _globals['_ADMINSERVICE']._serialized_start=2974
+  _globals['_ADMINSERVICE']._serialized_end=4011
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,7 @@
+import datetime
+
 from google.api import annotations_pb2 as _annotations_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -150,3 +153,168 @@ class PingRequest(_message.Message):
 class PingResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class EraseTenantRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ErasureReceipt(_message.Message):
+    __slots__ = ("tenant", "erased_at", "token_name", "head_hash")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ERASED_AT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    erased_at: _timestamp_pb2.Timestamp
+    token_name: str
+    head_hash: str
+    def __init__(self, tenant: _Optional[str] = ..., erased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., token_name: _Optional[str] = ..., head_hash: _Optional[str] = ...) -> None: ...
+
+class EraseTenantResponse(_message.Message):
+    __slots__ = ("receipt",)
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    receipt: ErasureReceipt
+    def __init__(self, receipt: _Optional[_Union[ErasureReceipt, _Mapping]] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ("tenants", "known")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    known: _containers.RepeatedCompositeFieldContainer[BackedUpTenant]
+    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., known: _Optional[_Iterable[_Union[BackedUpTenant, _Mapping]]] = ...) -> None: ...
+
+class BackedUpTenant(_message.Message):
+    __slots__ = ("tenant", "change_counter", "inbox_sequence")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    INBOX_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    change_counter: int
+    inbox_sequence: int
+    def __init__(self, tenant: _Optional[str] = ..., change_counter: _Optional[int] = ..., inbox_sequence: _Optional[int] = ...) -> None: ...
+
+class BackupFile(_message.Message):
+    __slots__ = ("name", "size", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class TenantBackup(_message.Message):
+    __slots__ = ("tenant", "change_counter", "inbox_sequence", "head_hash", "ledger_entries", "memories", "last_event_id", "generations", "files")
+    class GenerationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    INBOX_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    change_counter: int
+    inbox_sequence: int
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    last_event_id: int
+    generations: _containers.ScalarMap[str, int]
+    files: _containers.RepeatedCompositeFieldContainer[BackupFile]
+    def __init__(self, tenant: _Optional[str] = ..., change_counter: _Optional[int] = ..., inbox_sequence: _Optional[int] = ..., head_hash: _Optional[str] = ..., ledger_entries: _Optional[int] = ..., memories: _Optional[int] = ..., last_event_id: _Optional[int] = ..., generations: _Optional[_Mapping[str, int]] = ..., files: _Optional[_Iterable[_Union[BackupFile, _Mapping]]] = ...) -> None: ...
+
+class BackupChunk(_message.Message):
+    __slots__ = ("file", "data")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    data: bytes
+    def __init__(self, file: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SkippedTenant(_message.Message):
+    __slots__ = ("tenant", "reason", "message")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    reason: str
+    message: str
+    def __init__(self, tenant: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BackupSummary(_message.Message):
+    __slots__ = ("copied", "unchanged", "skipped", "bytes")
+    COPIED_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    copied: int
+    unchanged: int
+    skipped: int
+    bytes: int
+    def __init__(self, copied: _Optional[int] = ..., unchanged: _Optional[int] = ..., skipped: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("tenant", "chunk", "unchanged", "skipped", "summary")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    tenant: TenantBackup
+    chunk: BackupChunk
+    unchanged: str
+    skipped: SkippedTenant
+    summary: BackupSummary
+    def __init__(self, tenant: _Optional[_Union[TenantBackup, _Mapping]] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ..., unchanged: _Optional[str] = ..., skipped: _Optional[_Union[SkippedTenant, _Mapping]] = ..., summary: _Optional[_Union[BackupSummary, _Mapping]] = ...) -> None: ...
+
+class ExportTenantRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ExportTenantResponse(_message.Message):
+    __slots__ = ("manifest", "chunk")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    manifest: TenantBackup
+    chunk: BackupChunk
+    def __init__(self, manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
+
+class ImportTenantRequest(_message.Message):
+    __slots__ = ("tenant", "manifest", "replace", "chunk")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    manifest: TenantBackup
+    replace: bool
+    chunk: BackupChunk
+    def __init__(self, tenant: _Optional[str] = ..., manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., replace: _Optional[bool] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
+
+class ImportTenantResponse(_message.Message):
+    __slots__ = ("tenant", "head_hash", "ledger_entries", "memories", "replaced")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    replaced: bool
+    def __init__(self, tenant: _Optional[str] = ..., head_hash: _Optional[str] = ..., ledger_entries: _Optional[int] = ..., memories: _Optional[int] = ..., replaced: _Optional[bool] = ...) -> None: ...

@@ -65,6 +65,26 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.PingRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.PingResponse.FromString,
                 _registered_method=True)
+        self.EraseTenant = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/EraseTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
+                _registered_method=True)
+        self.Backup = channel.unary_stream(
+                '/mnemosyne.v1.AdminService/Backup',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
+                _registered_method=True)
+        self.ExportTenant = channel.unary_stream(
+                '/mnemosyne.v1.AdminService/ExportTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.FromString,
+                _registered_method=True)
+        self.ImportTenant = channel.stream_unary(
+                '/mnemosyne.v1.AdminService/ImportTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -118,6 +138,56 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseTenant(self, request, context):
+        """Remove a tenant completely (admin token): its file, its write-ahead log, its hot-path inbox
+        and its recovery-index entries. A receipt (when, by which token, the last head hash) is
+        written to the server's erasure log before the first file goes, and returned. Afterwards
+        the tenant is not listed and a write to its name starts an empty tenant. Backups taken
+        before still hold its data. NOT_FOUND (TENANT_NOT_FOUND) when it has no data;
+        UNAVAILABLE (TENANT_BUSY) when calls on it did not end within 10 s (nothing was erased).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Backup(self, request, context):
+        """Copy tenants while the server serves (admin token), streamed to the caller, which writes them
+        where it likes (the server never writes to a path a client names): per tenant a
+        TenantBackup (what the copy holds, its files with their sizes and SHA-256), then the files'
+        bytes in chunks. Each tenant file is one snapshot, taken with SQLite's online backup API a
+        few hundred pages per step (writers never wait for it), together with its hot-path inbox
+        under the inbox lock, so the two agree. A tenant named in `known` with the same change
+        counter and inbox sequence is not copied again (incremental). The last message is the
+        summary. `mnemosyne backup` writes a backup directory from this stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportTenant(self, request, context):
+        """One tenant as a consistent snapshot (the tenant's own token or an admin token): first its
+        manifest (a TenantBackup: what the copy holds, its files with sizes and SHA-256), then its
+        files' bytes in chunks, taken as Backup takes a tenant. `mnemosyne export` writes it as a
+        tenant archive (docs/operations.md, "Export and import").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportTenant(self, request_iterator, context):
+        """Install a tenant from an export (admin token), as a client stream: the first message names
+        the tenant, carries the export's manifest and says whether an existing tenant may be
+        replaced; the others carry the files' chunks in the manifest's order. The server checks the
+        files against the manifest and the audit chain against its head hash before the tenant is
+        put in place (in one rename): INVALID_ARGUMENT with ARCHIVE_TRUNCATED, ARCHIVE_MISMATCH,
+        CHAIN_INVALID or MANIFEST_MISMATCH otherwise, and FAILED_PRECONDITION TENANT_EXISTS for an
+        existing tenant without `replace`. Everything that makes the tenant the same tenant moves
+        with it: memories, records and their generations, event ids, request ids, counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +220,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Ping,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.PingRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.PingResponse.SerializeToString,
+            ),
+            'EraseTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.SerializeToString,
+            ),
+            'Backup': grpc.unary_stream_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.SerializeToString,
+            ),
+            'ExportTenant': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.SerializeToString,
+            ),
+            'ImportTenant': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +405,114 @@ class AdminService:
             '/mnemosyne.v1.AdminService/Ping',
             mnemosyne_dot_v1_dot_admin__pb2.PingRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.PingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/EraseTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.EraseTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.EraseTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/Backup',
+            mnemosyne_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.BackupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ExportTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ExportTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ExportTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportTenant(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mnemosyne.v1.AdminService/ImportTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,

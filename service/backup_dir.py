@@ -1,0 +1,448 @@
+"""A backup directory: what ``mnemosyne backup`` writes from a server's backup stream, on the
+machine that runs it, and what ``mnemosyne restore`` puts back into a data directory (offline).
+
+Layout::
+
+    DIR/manifest.json                         the manifest (below), replaced atomically
+    DIR/tenants/<tenant>.c<counter>.i<inbox>.sqlite        a tenant file as copied
+    DIR/inbox/<tenant>.c<counter>.i<inbox>.inbox.sqlite    its hot-path inbox, when it had one
+    DIR/.lock                                 held (flock) by the one backup writing DIR
+
+The manifest (``format`` "mnemosyne-backup", ``format_version`` 1) names, per tenant, its files
+(path, size, SHA-256) and what its copy holds: the head hash of its audit chain, its ledger
+entries, live memories, scope generations, last hot-path event id, change counter and inbox
+sequence. Every file is received under a temporary name (``.partial-…``), checked against the
+size and SHA-256 the server announced, synced, and only then renamed; the manifest is written
+last, the same way, so an interrupted backup leaves the previous manifest and every file it names
+as they were. A tenant's file names carry its change counter, so a changed tenant never
+overwrites the copy the previous manifest names. Files no manifest names are removed after the
+new manifest is in place.
+
+A restore checks every selected tenant before it puts any file in place: the files' sizes and
+SHA-256 against the manifest, and each tenant file's audit chain (valid, with the head hash and
+entry count of the manifest). It takes the data directory's lock, so it refuses a directory a
+running server owns, and places each file under a temporary name first (the pool removes those
+left by a kill: store/pool.py), the inbox before the tenant file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
+from mnemosyne.store.pending_index import PendingIndex
+from mnemosyne.store.pool import (
+    INBOX_DIR_NAME,
+    INBOX_FILE_SUFFIX,
+    NEW_FILE_PREFIX,
+    TENANT_FILE_SUFFIX,
+    DataDirLock,
+    validate_tenant,
+)
+from mnemosyne.store.snapshot import check_chain, sha256_file
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = "mnemosyne-backup"
+FORMAT_VERSION = 1
+LOCK_NAME = ".lock"
+PARTIAL_PREFIX = ".partial-"
+
+Progress = Callable[[str], None]
+_COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
+# Test seam: while the file this names exists and holds a stage's name, that stage waits (work
+# is then provably half done when a test kills the process).
+HOLD_ENV = "MNEMOSYNE_TEST_LIFECYCLE_HOLD"
+
+
+def _hold(stage: str) -> None:
+    hold = os.environ.get(HOLD_ENV)
+    while hold:
+        try:
+            if Path(hold).read_text().strip() != stage:
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.02)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _disk_full(where: Path) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"the disk holding {where} is full; the backup directory is as it was before (its manifest and the "
+        "files it names are unchanged)",
+        reason="DISK_FULL",
+    )
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of a backup directory; FAILED_PRECONDITION when there is none or it is not
+    one this code reads."""
+    path = directory / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FailedPrecondition(
+            f"{directory} has no {MANIFEST_NAME}: it is not a backup directory", reason="NOT_A_BACKUP"
+        ) from None
+    except ValueError as exc:
+        raise FailedPrecondition(f"{path} is not readable JSON ({exc})", reason="MANIFEST_INVALID") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise FailedPrecondition(f"{path} is not a Mnemosyne backup manifest", reason="NOT_A_BACKUP")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise FailedPrecondition(
+            f"{path} has format version {manifest.get('format_version')}; this program reads version {FORMAT_VERSION}",
+            reason="MANIFEST_VERSION",
+        )
+    if not isinstance(manifest.get("tenants"), dict):
+        raise FailedPrecondition(f"{path} names no tenants object", reason="MANIFEST_INVALID")
+    return manifest
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FailedPrecondition(f"another backup is writing {directory}", reason="BACKUP_DIR_LOCKED") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _prepare(directory: Path) -> dict[str, Any]:
+    """The previous manifest of ``directory`` (empty for a new or empty directory); refuses a
+    directory that holds anything else."""
+    if directory.exists() and not directory.is_dir():
+        raise FailedPrecondition(f"{directory} is not a directory", reason="BACKUP_DIR_INVALID")
+    directory.mkdir(parents=True, exist_ok=True)
+    # What a first backup killed before its manifest left counts as empty: its partial files and
+    # the copies it had renamed (removed once the new manifest is in place).
+    entries = {p.name for p in directory.iterdir() if not p.name.startswith(PARTIAL_PREFIX)} - {LOCK_NAME}
+    entries -= {
+        name
+        for name in ("tenants", INBOX_DIR_NAME)
+        if (directory / name).is_dir() and all(_COPY_NAME.fullmatch(p.name) for p in (directory / name).iterdir())
+    }
+    if not entries:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "tenants": {}}
+    if MANIFEST_NAME not in entries:
+        raise FailedPrecondition(
+            f"{directory} is not empty and holds no {MANIFEST_NAME}: it is not a backup directory of ours; "
+            "give an empty or new directory",
+            reason="BACKUP_DIR_NOT_OURS",
+        )
+    return read_manifest(directory)
+
+
+@dataclass
+class _Receiving:
+    """The tenant whose files are being received."""
+
+    copy: TenantBackup
+    files: dict[str, dict[str, Any]]  # name -> manifest entry, for those already received
+    name: str = ""
+    partial: Path | None = None
+    handle: IO[bytes] | None = None
+    received: int = 0
+
+
+def _final_path(tenant: str, copy: TenantBackup, file: str) -> str:
+    stem = f"{tenant}.c{copy.change_counter}.i{copy.inbox_sequence}"
+    if file == "database":
+        return f"tenants/{stem}{TENANT_FILE_SUFFIX}"
+    return f"{INBOX_DIR_NAME}/{stem}{INBOX_FILE_SUFFIX}"
+
+
+class _Writer:
+    def __init__(self, directory: Path, progress: Progress) -> None:
+        self.directory = directory
+        self.progress = progress
+        self.current: _Receiving | None = None
+        self.done: dict[str, dict[str, Any]] = {}
+
+    def tenant(self, copy: TenantBackup) -> None:
+        self.finish_tenant()
+        self.current = _Receiving(copy, {})
+
+    def chunk(self, chunk: BackupChunk) -> None:
+        current = self.current
+        if current is None:
+            raise DataLoss("the backup stream sent file bytes before naming their tenant", reason="STREAM_INVALID")
+        if chunk.file != current.name:
+            self._close_file()
+            announced = {f.name for f in current.copy.files}
+            if chunk.file not in announced or chunk.file in current.files:
+                raise DataLoss(f"the backup stream sent an unannounced file {chunk.file!r}", reason="STREAM_INVALID")
+            current.name = chunk.file
+            current.partial = self.directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
+            current.handle = open(current.partial, "wb")
+            current.received = 0
+        assert current.handle is not None
+        current.handle.write(chunk.data)
+        current.received += len(chunk.data)
+        current.handle.flush()
+        _hold("backup-receiving")
+
+    def _close_file(self) -> None:
+        """Check the file just received against what the server announced, sync it, rename it."""
+        current = self.current
+        if current is None or current.handle is None or current.partial is None:
+            return
+        current.handle.flush()
+        os.fsync(current.handle.fileno())
+        current.handle.close()
+        current.handle = None
+        announced = next(f for f in current.copy.files if f.name == current.name)
+        digest = sha256_file(current.partial)
+        if current.received != announced.size or digest != announced.sha256:
+            raise DataLoss(
+                f"the {current.name} file of tenant {current.copy.tenant} arrived with {current.received} bytes "
+                f"(SHA-256 {digest[:12]}…), not the {announced.size} announced (SHA-256 {announced.sha256[:12]}…)",
+                reason="BACKUP_FILE_MISMATCH",
+            )
+        relative = _final_path(current.copy.tenant, current.copy, current.name)
+        target = self.directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(current.partial, target)
+        current.files[current.name] = {"path": relative, "size": announced.size, "sha256": announced.sha256}
+        current.partial = None
+
+    def finish_tenant(self) -> None:
+        current = self.current
+        if current is None:
+            return
+        self._close_file()
+        missing = [f.name for f in current.copy.files if f.name not in current.files]
+        if missing:
+            raise DataLoss(
+                f"the backup stream ended tenant {current.copy.tenant} without its {', '.join(missing)} file",
+                reason="STREAM_INVALID",
+            )
+        copy = current.copy
+        self.done[copy.tenant] = {
+            "change_counter": copy.change_counter,
+            "inbox_sequence": copy.inbox_sequence,
+            "head_hash": copy.head_hash,
+            "ledger_entries": copy.ledger_entries,
+            "memories": copy.memories,
+            "last_event_id": copy.last_event_id,
+            "generations": dict(sorted(copy.generations.items())),
+            "backed_up_at": time.time(),
+            "files": current.files,
+        }
+        self.progress(f"{copy.tenant}: copied ({copy.memories} memories, {sum(f.size for f in copy.files)} bytes)")
+        self.current = None
+
+    def abandon(self) -> None:
+        current = self.current
+        if current is not None and current.handle is not None:
+            current.handle.close()
+        for leftover in self.directory.glob(f"{PARTIAL_PREFIX}*"):
+            leftover.unlink(missing_ok=True)
+
+
+def write_backup(
+    client: MemoryClient, directory: Path, *, tenants: Sequence[str] = (), progress: Progress = lambda _line: None
+) -> BackupSummary:
+    """Back the server's tenants (or those named) up into ``directory``: incremental when it
+    already holds a backup (tenants unchanged since are not copied again)."""
+    for tenant in tenants:
+        validate_tenant(tenant)
+    directory = Path(directory)
+    previous = _prepare(directory)
+    with _locked(directory):
+        previous = _prepare(directory)  # again under the lock: another backup may have written it
+        for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):  # what a killed backup was receiving
+            leftover.unlink()
+        known = {
+            t: (int(entry["change_counter"]), int(entry["inbox_sequence"]))
+            for t, entry in previous["tenants"].items()
+            if not tenants or t in tenants
+        }
+        writer = _Writer(directory, progress)
+        unchanged: set[str] = set()
+        skipped: set[str] = set()  # their previous copy, if any, is kept
+        summary: BackupSummary | None = None
+        try:
+            for part in client.backup(tenants, known):
+                if isinstance(part, BackupChunk):
+                    writer.chunk(part)
+                elif isinstance(part, TenantBackup):
+                    writer.tenant(part)
+                elif isinstance(part, BackupUnchanged):
+                    writer.finish_tenant()
+                    unchanged.add(part.tenant)
+                    progress(f"{part.tenant}: unchanged since the last backup")
+                elif isinstance(part, SkippedTenant):
+                    writer.finish_tenant()
+                    skipped.add(part.tenant)
+                    progress(f"{part.tenant}: skipped ({part.reason}: {part.message})")
+                else:
+                    writer.finish_tenant()
+                    summary = part
+            if summary is None:
+                raise DataLoss("the backup stream ended before its summary", reason="STREAM_INVALID")
+            # A full backup drops the tenants the server no longer has (erased ones above all).
+            kept = {
+                t: e
+                for t, e in previous["tenants"].items()
+                if t in unchanged or t in skipped or (tenants and t not in tenants)
+            }
+            manifest = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "created_at": time.time(),
+                "server": client.target,
+                "tenants": dict(sorted({**kept, **writer.done}.items())),
+            }
+            temporary = directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
+            temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+            _fsync(temporary)
+            os.replace(temporary, directory / MANIFEST_NAME)
+            _fsync(directory)
+        except OSError as exc:
+            writer.abandon()
+            if exc.errno == errno.ENOSPC:
+                raise _disk_full(directory) from None
+            raise
+        except BaseException:
+            writer.abandon()
+            raise
+        _remove_unnamed(directory, manifest)
+        return summary
+
+
+def _remove_unnamed(directory: Path, manifest: dict[str, Any]) -> None:
+    named = {directory / f["path"] for entry in manifest["tenants"].values() for f in entry["files"].values()}
+    for sub in ("tenants", INBOX_DIR_NAME):
+        for path in (directory / sub).glob("*"):
+            if path not in named:
+                path.unlink(missing_ok=True)
+
+
+# -- restore ---------------------------------------------------------------------------------
+
+
+def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> None:
+    """The tenant's files match the manifest and its chain verifies with the manifest's head."""
+    files = entry.get("files") or {}
+    if "database" not in files:
+        raise DataLoss(f"the manifest names no tenant file for {tenant}", reason="MANIFEST_INVALID")
+    for name, file in files.items():
+        path = directory / file["path"]
+        if not path.is_file():
+            raise DataLoss(f"{path} (the {name} file of {tenant}) is missing", reason="BACKUP_FILE_MISSING")
+        size, digest = path.stat().st_size, sha256_file(path)
+        if size != file["size"] or digest != file["sha256"]:
+            raise DataLoss(
+                f"{path} does not match the manifest ({size} bytes, SHA-256 {digest[:12]}…; the manifest says "
+                f"{file['size']} bytes, {str(file['sha256'])[:12]}…)",
+                reason="BACKUP_FILE_MISMATCH",
+            )
+    check_chain(
+        directory / files["database"]["path"],
+        tenant=tenant,
+        head_hash=str(entry.get("head_hash")),
+        entries=int(entry.get("ledger_entries") or 0),
+        error=DataLoss,
+    )
+
+
+def _place(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` through a temporary name in the target's directory."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{target.name}")
+    try:
+        shutil.copyfile(source, temporary)
+        _fsync(temporary)
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
+        os.replace(temporary, target)
+        _fsync(target.parent)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def restore(
+    directory: Path,
+    data_dir: Path,
+    *,
+    tenants: Sequence[str] = (),
+    replace: bool = False,
+    progress: Progress = lambda _line: None,
+) -> list[str]:
+    """Put tenants of a backup directory into a data directory no server is using; returns the
+    tenants restored. Every selected tenant is checked before any file is placed."""
+    directory, data_dir = Path(directory), Path(data_dir)
+    manifest = read_manifest(directory)
+    available: dict[str, dict[str, Any]] = manifest["tenants"]
+    chosen = [validate_tenant(t) for t in tenants] or sorted(available)
+    absent = [t for t in chosen if t not in available]
+    if absent:
+        raise InvalidArgument(f"the backup holds no tenant {', '.join(absent)}", reason="TENANT_NOT_IN_BACKUP")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
+    try:
+        tenants_dir, inbox_dir = data_dir / "tenants", data_dir / INBOX_DIR_NAME
+        present = [t for t in chosen if (tenants_dir / f"{t}{TENANT_FILE_SUFFIX}").exists()]
+        if present and not replace:
+            raise FailedPrecondition(
+                f"{data_dir} already has the tenants {', '.join(present)}; give --replace to overwrite them",
+                reason="TENANT_EXISTS",
+            )
+        for tenant in chosen:
+            _check_tenant(directory, tenant, available[tenant])
+            progress(f"{tenant}: checked (chain valid, head {available[tenant]['head_hash'][:12]}…)")
+        index = PendingIndex(data_dir)
+        try:
+            for tenant in chosen:
+                index.add(tenant)  # its open operations, if any, resume at start-up (a spare name is harmless)
+        finally:
+            index.close()
+        for tenant in chosen:
+            files = available[tenant]["files"]
+            tenant_file = tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"
+            inbox_file = inbox_dir / f"{tenant}{INBOX_FILE_SUFFIX}"
+            # The old tenant file goes first, its inbox next, then the backup's inbox and tenant
+            # file: a kill midway leaves no tenant file with an inbox that is not its own.
+            for base in (tenant_file, inbox_file):
+                for suffix in ("-wal", "-shm", "-journal", ""):
+                    Path(f"{base}{suffix}").unlink(missing_ok=True)
+            if "inbox" in files:
+                _place(directory / files["inbox"]["path"], inbox_file)
+                _hold("restore-placing")
+            _place(directory / files["database"]["path"], tenant_file)
+            progress(f"{tenant}: restored")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ResourceExhausted(
+                f"the disk holding {data_dir} is full; rerun the restore once there is room", reason="DISK_FULL"
+            ) from None
+        raise
+    finally:
+        lock.release()
+    return chosen

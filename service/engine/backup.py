@@ -1,0 +1,157 @@
+"""Online backup and export through the running server: tenants copied one at a time, each a
+consistent snapshot of its file and its hot-path inbox (store/snapshot.py), and streamed to the
+caller in chunks, which writes them on its own machine. The server writes only into its own
+scratch directory (``DATA_DIR/.backup-scratch``, emptied at start-up and after each tenant),
+never to a path a client names.
+
+A tenant the caller already holds with the same change counter and inbox sequence is answered
+``unchanged`` (an incremental backup): the store counts every write transaction, so a change of
+any kind (a memory, the operation log, a counter, a flag) is a new counter, and time plays no part.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mnemosyne.errors import DataLoss, NotFound
+from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.snapshot import SnapshotFacts, change_marks, copy_tenant, sha256_file
+
+SCRATCH_DIR_NAME = ".backup-scratch"
+CHUNK_BYTES = 1 << 20  # a quarter of gRPC's default message limit
+DATABASE_FILE = "database"
+INBOX_FILE = "inbox"
+
+
+@dataclass(frozen=True)
+class CopiedFile:
+    name: str  # DATABASE_FILE or INBOX_FILE
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TenantCopy:
+    tenant: str
+    facts: SnapshotFacts
+    files: list[CopiedFile]
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    file: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class TenantUnchanged:
+    tenant: str
+
+
+@dataclass(frozen=True)
+class TenantSkipped:
+    tenant: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BackupSummary:
+    copied: int
+    unchanged: int
+    skipped: int
+    bytes: int
+
+
+BackupPart = TenantCopy | FileChunk | TenantUnchanged | TenantSkipped | BackupSummary
+
+
+class Backups:
+    def __init__(self, *, pool: TenantPool) -> None:
+        self._pool = pool
+        self._scratch = pool.data_dir / SCRATCH_DIR_NAME
+        shutil.rmtree(self._scratch, ignore_errors=True)  # what a backup killed midway left
+
+    def backup(self, tenants: Sequence[str], known: Mapping[str, tuple[int, int]]) -> Iterator[BackupPart]:
+        """Every part of a backup of ``tenants`` (all when empty), ending with its summary.
+        ``known``: tenant -> (change counter, inbox sequence) the caller already holds."""
+        names = [validate_tenant(t) for t in dict.fromkeys(tenants)]
+        for name in names:
+            if not self._pool.exists(name):
+                raise NotFound(f"tenant {name} has no data on this server", reason="TENANT_NOT_FOUND")
+        copied = unchanged = skipped = sent = 0
+        for tenant in names or self._pool.tenant_ids():
+            for part in self._tenant(tenant, known.get(tenant)):
+                if isinstance(part, TenantCopy):
+                    copied += 1
+                elif isinstance(part, TenantUnchanged):
+                    unchanged += 1
+                elif isinstance(part, TenantSkipped):
+                    skipped += 1
+                elif isinstance(part, FileChunk):
+                    sent += len(part.data)
+                yield part
+        yield BackupSummary(copied=copied, unchanged=unchanged, skipped=skipped, bytes=sent)
+
+    def _tenant(self, tenant: str, known: tuple[int, int] | None) -> Iterator[BackupPart]:
+        scratch = self._scratch / uuid.uuid4().hex
+        try:
+            try:
+                copy = self.copy(tenant, scratch, known=known)
+            except DataLoss as exc:  # a damaged tenant file: the others are still backed up
+                yield TenantSkipped(tenant, exc.reason, str(exc))
+                return
+            if copy is None:
+                yield TenantUnchanged(tenant)
+                return
+            yield copy
+            for file in copy.files:
+                yield from read_chunks(scratch / file.name, file.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def export(self, tenant: str) -> Iterator[TenantCopy | FileChunk]:
+        """One tenant's copy, as Backup takes it: its manifest, then its files' chunks. NOT_FOUND
+        when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT)."""
+        validate_tenant(tenant)
+        scratch = self._scratch / uuid.uuid4().hex
+        try:
+            copy = self.copy(tenant, scratch)
+            assert copy is not None  # nothing is known: always copied
+            yield copy
+            for file in copy.files:
+                yield from read_chunks(scratch / file.name, file.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def scratch_directory(self) -> Path:
+        """A new directory of the server's own scratch space (on the data directory's filesystem,
+        so a file made there is put in place by a rename)."""
+        directory = self._scratch / uuid.uuid4().hex
+        directory.mkdir(parents=True)
+        return directory
+
+    def copy(self, tenant: str, directory: Path, *, known: tuple[int, int] | None = None) -> TenantCopy | None:
+        """A consistent copy of the tenant into ``directory`` (a scratch directory of the
+        server's): None when ``known`` says the caller has it already. NOT_FOUND when the tenant
+        has no data (erased meanwhile)."""
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
+            if known is not None and change_marks(store) == known:
+                return None
+            directory.mkdir(parents=True, exist_ok=True)
+            facts, has_inbox = copy_tenant(store, directory / DATABASE_FILE, directory / INBOX_FILE)
+        names = [DATABASE_FILE, INBOX_FILE] if has_inbox else [DATABASE_FILE]
+        files = [CopiedFile(n, (directory / n).stat().st_size, sha256_file(directory / n)) for n in names]
+        return TenantCopy(tenant, facts, files)
+
+
+def read_chunks(path: Path, name: str) -> Iterator[FileChunk]:
+    with open(path, "rb") as file:
+        while data := file.read(CHUNK_BYTES):
+            yield FileChunk(name, data)

@@ -1,0 +1,185 @@
+"""Installing a tenant from an export (admin): its files arrive in chunks into the server's
+scratch space, are checked against the export's manifest (sizes, SHA-256) and its audit chain
+against the manifest's head hash, and only then replace the tenant's files, by renames
+(store/pool.py ``install``). A file copy keeps everything that makes the tenant the same tenant:
+memories, records and their generations, event ids, request ids within their retention, counters,
+its page-token secret. Its open hot-path operations, if any, resume at once.
+
+A client's mistake is INVALID_ARGUMENT with its reason, never INTERNAL: a stream that ends early
+(ARCHIVE_TRUNCATED), bytes that differ from the manifest (ARCHIVE_MISMATCH), a chain that does not
+verify (CHAIN_INVALID) or ends elsewhere (MANIFEST_MISMATCH), a file of a newer schema
+(SCHEMA_TOO_NEW). Nothing is left where the service reads it until every check passed.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from mnemosyne.engine.backup import DATABASE_FILE, INBOX_FILE, Backups, CopiedFile, TenantCopy
+from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.errors import InvalidArgument, ResourceExhausted
+from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.snapshot import check_chain, check_schema
+
+# How long an import waits for the calls in flight on the tenant it replaces.
+REPLACE_WAIT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Imported:
+    tenant: str
+    head_hash: str
+    ledger_entries: int
+    memories: int
+    replaced: bool
+
+
+def _refuse(message: str, reason: str) -> InvalidArgument:
+    return InvalidArgument(message, reason=reason)
+
+
+class TenantImport:
+    """One import in progress: ``write`` each chunk, then ``finish`` (or ``abort``)."""
+
+    def __init__(
+        self, *, tenant: str, copy: TenantCopy, replace: bool, directory: Path, pool: TenantPool, hot_path: HotPath
+    ) -> None:
+        self.tenant = tenant
+        self._copy = copy
+        self._replace = replace
+        self._directory = directory
+        self._pool = pool
+        self._hot_path = hot_path
+        self._order: Sequence[CopiedFile] = copy.files
+        self._index = -1  # the file being received
+        self._received = 0
+        self._digest = hashlib.sha256()
+        self._handle: IO[bytes] | None = None
+
+    def write(self, file: str, data: bytes) -> None:
+        if self._index < 0 or file != self._order[self._index].name:
+            self._end_file()
+            self._index += 1
+            if self._index >= len(self._order) or self._order[self._index].name != file:
+                expected = self._order[self._index].name if self._index < len(self._order) else "nothing more"
+                raise _refuse(
+                    f"the import sent bytes of {file[:40]!r} where its manifest announces {expected}",
+                    "ARCHIVE_MISMATCH",
+                )
+            self._handle = open(self._directory / file, "wb")
+            self._received, self._digest = 0, hashlib.sha256()
+        announced = self._order[self._index]
+        if self._received + len(data) > announced.size:
+            raise _refuse(
+                f"the {file} file of the import is longer than the {announced.size} bytes its manifest announces",
+                "ARCHIVE_MISMATCH",
+            )
+        assert self._handle is not None
+        try:
+            self._handle.write(data)
+        except OSError as exc:
+            raise _disk_error(exc) from None
+        self._received += len(data)
+        self._digest.update(data)
+
+    def _end_file(self) -> None:
+        if self._handle is None:
+            return
+        announced = self._order[self._index]
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise _disk_error(exc) from None
+        finally:
+            self._handle.close()
+            self._handle = None
+        if self._received != announced.size:
+            raise _refuse(
+                f"the import is truncated: its {announced.name} file has {self._received} of the {announced.size} "
+                "bytes its manifest announces",
+                "ARCHIVE_TRUNCATED",
+            )
+        if self._digest.hexdigest() != announced.sha256:
+            raise _refuse(
+                f"the {announced.name} file of the import does not match its manifest (SHA-256 "
+                f"{self._digest.hexdigest()[:12]}…, the manifest says {announced.sha256[:12]}…)",
+                "ARCHIVE_MISMATCH",
+            )
+
+    def finish(self) -> Imported:
+        self._end_file()
+        if self._index != len(self._order) - 1:
+            missing = ", ".join(f.name for f in self._order[self._index + 1 :])
+            raise _refuse(f"the import is truncated: it ended without its {missing} file", "ARCHIVE_TRUNCATED")
+        database = self._directory / DATABASE_FILE
+        facts = self._copy.facts
+        check_schema(database, tenant=self.tenant, error=InvalidArgument)
+        check_chain(
+            database, tenant=self.tenant, head_hash=facts.head_hash, entries=facts.ledger_entries, error=InvalidArgument
+        )
+        inbox = self._directory / INBOX_FILE
+        self._hot_path.index.add(self.tenant)  # before the files: its open operations are never missed
+        try:
+            replaced = self._pool.install(
+                self.tenant,
+                database,
+                inbox if inbox.exists() else None,
+                replace=self._replace,
+                timeout=REPLACE_WAIT_SECONDS,
+            )
+        except OSError as exc:
+            raise _disk_error(exc) from None
+        self._hot_path.forget_figures(self.tenant)  # what it knew of a tenant replaced
+        self._hot_path.resume(self.tenant)
+        return Imported(self.tenant, facts.head_hash, facts.ledger_entries, facts.memories, replaced)
+
+    def abort(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def _disk_error(exc: OSError) -> Exception:
+    if exc.errno == errno.ENOSPC:
+        return ResourceExhausted(
+            "the disk holding the data directory is full; nothing of the import was kept", reason="DISK_FULL"
+        )
+    return exc
+
+
+class TenantImports:
+    def __init__(self, *, pool: TenantPool, hot_path: HotPath, backups: Backups) -> None:
+        self._pool = pool
+        self._hot_path = hot_path
+        self._backups = backups
+
+    def begin(self, tenant: str, copy: TenantCopy, *, replace: bool) -> TenantImport:
+        """An import of ``copy`` (the export's manifest) as ``tenant`` (its own name when empty)."""
+        tenant = validate_tenant(tenant or copy.tenant)
+        names = [f.name for f in copy.files]
+        if DATABASE_FILE not in names or not set(names) <= {DATABASE_FILE, INBOX_FILE} or len(set(names)) != len(names):
+            shown = ", ".join(repr(n[:40]) for n in names[:4]) + (", …" if len(names) > 4 else "")
+            raise _refuse(
+                f"the import's manifest names {len(names)} files ({shown}); it must name 'database' once, and "
+                "'inbox' at most once",
+                "MANIFEST_INVALID",
+            )
+        if any(f.size < 0 or len(f.sha256) != 64 for f in copy.files):
+            raise _refuse("the import's manifest gives a negative size or a malformed SHA-256", "MANIFEST_INVALID")
+        return TenantImport(
+            tenant=tenant,
+            copy=copy,
+            replace=replace,
+            directory=self._backups.scratch_directory(),
+            pool=self._pool,
+            hot_path=self._hot_path,
+        )

@@ -1,0 +1,139 @@
+"""A consistent copy of one tenant — its file and its hot-path inbox — made while it serves.
+
+The tenant file is copied with SQLite's online backup API, a few hundred pages per step, from a
+connection holding one read transaction from the first step to the last: the copy is that one
+snapshot, writers never wait for it (WAL), and a write committed meanwhile neither restarts the
+copy nor appears in it. The inbox is copied, and the snapshot's read transaction begun, under the
+inbox lock, so the two agree: no fast write is accepted and none moves from the inbox into the
+log while both are taken. (A move the snapshot already holds may still be in the inbox copy too:
+moving it again at start-up changes nothing, store/inbox.py.)
+
+What the copy holds is described by ``SnapshotFacts``, read in the same snapshot: the manifest of
+a backup or an export (engine/backup.py) is made of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from mnemosyne.errors import DataLoss, MnemosyneError
+from mnemosyne.store.schema import SCHEMA_VERSION
+from mnemosyne.store.tenant_store import TenantStore, read_file
+from mnemosyne.store.transactions import translate_sqlite_error
+
+PAGES_PER_STEP = 256  # 1 MiB of 4 KiB pages: a step takes a few milliseconds
+
+
+@dataclass(frozen=True)
+class SnapshotFacts:
+    change_counter: int  # write transactions the tenant file has seen (WriteTxn.count_change)
+    inbox_sequence: int  # the inbox's event-id sequence (every enqueue advances it); 0 without one
+    head_hash: str  # the audit chain's head
+    ledger_entries: int
+    memories: int  # live memories
+    last_event_id: int  # the highest hot-path event id, in the log or the inbox
+    generations: dict[str, int] = field(default_factory=dict)
+
+
+def change_marks(store: TenantStore) -> tuple[int, int]:
+    """(change counter, inbox sequence): what an incremental backup compares, read cheaply."""
+    with store.read() as txn:
+        counter = txn.change_counter()
+    inbox = store.inbox(create=False)
+    return counter, inbox.sequence() if inbox is not None else 0
+
+
+def copy_tenant(
+    store: TenantStore,
+    database: Path,
+    inbox_copy: Path,
+    *,
+    pages_per_step: int = PAGES_PER_STEP,
+    on_step: Callable[[int, int], None] = lambda _remaining, _total: None,
+) -> tuple[SnapshotFacts, bool]:
+    """Copy the tenant into ``database`` and, if it has an inbox, its inbox into ``inbox_copy``.
+    Returns the facts of the copy and whether an inbox was copied. ``on_step(remaining,
+    total)`` is called after each step (pages)."""
+    with store.snapshot() as txn:
+        with store.inbox_lock:
+            txn.connection.execute("SELECT 1 FROM meta LIMIT 1").fetchall()  # the snapshot starts here
+            inbox = store.inbox(create=False)
+            inbox_sequence = inbox.copy_to(inbox_copy) if inbox is not None else 0
+        live, _forgotten, entries = txn.counts()
+        _seq, head_hash = txn.ledger_head()
+        facts = SnapshotFacts(
+            change_counter=txn.change_counter(),
+            inbox_sequence=inbox_sequence,
+            head_hash=head_hash,
+            ledger_entries=entries,
+            memories=live,
+            last_event_id=max(txn.oplog_highest_event_id(), inbox_sequence),
+            generations=txn.scope_generations(),
+        )
+        target = apsw.Connection(str(database))
+        try:
+            with target.backup("main", txn.connection, "main") as backup:
+                while not backup.done:
+                    backup.step(pages_per_step)
+                    on_step(backup.remaining, backup.page_count)
+        except apsw.Error as exc:
+            raise translate_sqlite_error(exc, database.name) from exc
+        finally:
+            target.close()
+    return facts, inbox is not None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_chain(
+    path: Path, *, tenant: str, head_hash: str, entries: int, error: type[MnemosyneError] = DataLoss
+) -> None:
+    """Refuse (``error``, reason CHAIN_INVALID or MANIFEST_MISMATCH) a tenant file copy whose audit
+    chain does not verify, or ends elsewhere than its manifest says."""
+    try:
+        with read_file(path) as txn:
+            verdict = txn.audit()
+    except DataLoss as exc:
+        raise error(
+            f"the copy of {tenant} is not a usable tenant file: {exc.message}", reason="CHAIN_INVALID"
+        ) from None
+    if not verdict.valid:
+        raise error(
+            f"the audit chain of {tenant} in the copy is broken at entry {verdict.first_broken_at}: "
+            f"{verdict.problems[0].detail}",
+            reason="CHAIN_INVALID",
+        )
+    if verdict.head_hash != head_hash or verdict.checked != entries:
+        raise error(
+            f"the audit chain of {tenant} ends at {verdict.head_hash[:12]}… after {verdict.checked} entries; its "
+            f"manifest says {head_hash[:12]}… after {entries}",
+            reason="MANIFEST_MISMATCH",
+        )
+
+
+def check_schema(path: Path, *, tenant: str, error: type[MnemosyneError] = DataLoss) -> None:
+    """Refuse (``error``, SCHEMA_TOO_NEW) a tenant file copy made by a newer server."""
+    connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        version = int(connection.pragma("user_version"))
+    except apsw.Error as exc:
+        raise error(f"the copy of {tenant} is not an SQLite database ({exc})", reason="CHAIN_INVALID") from None
+    finally:
+        connection.close()
+    if version > SCHEMA_VERSION:
+        raise error(
+            f"the copy of {tenant} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
+            "upgrade this server first",
+            reason="SCHEMA_TOO_NEW",
+        )

@@ -1,0 +1,201 @@
+"""A tenant archive: one tenant exported from a server (``mnemosyne export``), to be imported into
+another (``mnemosyne import``), across machines, clusters or versions.
+
+Format (``mnemosyne-tenant-archive``, version 1): an uncompressed POSIX tar file whose members are,
+in this order,
+
+* ``manifest.json``: ``format``, ``format_version``, ``exported_at`` (seconds since the epoch),
+  ``server`` (where it was exported from) and ``tenant``: what the copy holds, as the server
+  described it (``tenant``, ``change_counter``, ``inbox_sequence``, ``head_hash``,
+  ``ledger_entries``, ``memories``, ``last_event_id``, ``generations``) and ``files``, each with
+  ``name`` ("database" or "inbox"), ``size``, ``sha256`` and ``member`` (its name in the tar);
+* ``database.sqlite``: the tenant file, a consistent snapshot (SQLite's own format, schema
+  version in its header);
+* ``inbox.sqlite``: its hot-path inbox, when it had one.
+
+An archive is written under a temporary name beside its destination, each file checked against
+the size and SHA-256 the server announced, and renamed once complete. An import streams the
+members to the server, which checks them against the manifest and the chain against its head hash
+before the tenant is put in place (engine/tenant_import.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument
+from mnemosyne.store.snapshot import sha256_file
+
+FORMAT = "mnemosyne-tenant-archive"
+FORMAT_VERSION = 1
+MANIFEST_MEMBER = "manifest.json"
+MEMBER_OF_FILE = {"database": "database.sqlite", "inbox": "inbox.sqlite"}
+CHUNK_BYTES = 1 << 20
+
+
+def _manifest_json(copy: TenantBackup, server: str) -> bytes:
+    tenant: dict[str, Any] = {
+        "tenant": copy.tenant,
+        "change_counter": copy.change_counter,
+        "inbox_sequence": copy.inbox_sequence,
+        "head_hash": copy.head_hash,
+        "ledger_entries": copy.ledger_entries,
+        "memories": copy.memories,
+        "last_event_id": copy.last_event_id,
+        "generations": dict(sorted(copy.generations.items())),
+        "files": [
+            {"name": f.name, "size": f.size, "sha256": f.sha256, "member": MEMBER_OF_FILE[f.name]} for f in copy.files
+        ],
+    }
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "exported_at": time.time(),
+        "server": server,
+        "tenant": tenant,
+    }
+    return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+
+
+def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup:
+    """Export ``tenant`` from the client's server into a new archive at ``path``."""
+    path = Path(path)
+    if path.exists():
+        raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=path.parent) as scratch:
+        copy: TenantBackup | None = None
+        handles: dict[str, Any] = {}
+        try:
+            for part in client.export_tenant(tenant):
+                if isinstance(part, TenantBackup):
+                    copy = part
+                    continue
+                if copy is None or part.file not in MEMBER_OF_FILE:
+                    raise DataLoss("the export stream sent file bytes before its manifest", reason="STREAM_INVALID")
+                handle = handles.get(part.file)
+                if handle is None:
+                    handle = handles[part.file] = open(Path(scratch) / part.file, "wb")
+                handle.write(part.data)
+        finally:
+            for handle in handles.values():
+                handle.close()
+        if copy is None:
+            raise DataLoss("the export stream ended before its manifest", reason="STREAM_INVALID")
+        for file in copy.files:
+            received = Path(scratch) / file.name
+            if not received.exists() and file.size == 0:
+                received.touch()
+            size = received.stat().st_size if received.exists() else 0
+            if size != file.size or sha256_file(received) != file.sha256:
+                raise DataLoss(
+                    f"the {file.name} file of the export arrived with {size} bytes, not as announced "
+                    f"({file.size} bytes, SHA-256 {file.sha256[:12]}…)",
+                    reason="BACKUP_FILE_MISMATCH",
+                )
+        temporary = path.with_name(f".partial-{uuid.uuid4().hex}-{path.name}")
+        try:
+            with tarfile.open(temporary, "w", format=tarfile.PAX_FORMAT) as archive:
+                manifest = _manifest_json(copy, client.target)
+                info = tarfile.TarInfo(MANIFEST_MEMBER)
+                info.size, info.mtime = len(manifest), int(time.time())
+                archive.addfile(info, io.BytesIO(manifest))
+                for file in copy.files:
+                    archive.add(Path(scratch) / file.name, arcname=MEMBER_OF_FILE[file.name], recursive=False)
+            with open(temporary, "rb") as written:
+                os.fsync(written.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    return copy
+
+
+def _refuse(path: Path, why: str, reason: str) -> InvalidArgument:
+    return InvalidArgument(f"{path} is not a usable tenant archive: {why}", reason=reason)
+
+
+def read_manifest(archive: tarfile.TarFile, path: Path) -> TenantBackup:
+    try:
+        first = archive.next()
+        if first is None or first.name != MANIFEST_MEMBER:
+            raise _refuse(path, f"its first member is not {MANIFEST_MEMBER}", "ARCHIVE_INVALID")
+        extracted = archive.extractfile(first)
+        assert extracted is not None
+        manifest = json.loads(extracted.read())
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise _refuse(path, f"its manifest cannot be read ({exc})", "ARCHIVE_TRUNCATED") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise _refuse(path, "its manifest is not a Mnemosyne tenant archive's", "ARCHIVE_INVALID")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise _refuse(
+            path,
+            f"it has format version {manifest.get('format_version')}; this program reads version {FORMAT_VERSION}",
+            "ARCHIVE_VERSION",
+        )
+    t = manifest.get("tenant") or {}
+    try:
+        return TenantBackup(
+            tenant=str(t["tenant"]),
+            change_counter=int(t["change_counter"]),
+            inbox_sequence=int(t["inbox_sequence"]),
+            head_hash=str(t["head_hash"]),
+            ledger_entries=int(t["ledger_entries"]),
+            memories=int(t["memories"]),
+            last_event_id=int(t["last_event_id"]),
+            generations={str(k): int(v) for k, v in dict(t["generations"]).items()},
+            files=[BackupFile(name=str(f["name"]), size=int(f["size"]), sha256=str(f["sha256"])) for f in t["files"]],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _refuse(path, f"its manifest lacks or garbles {exc}", "ARCHIVE_INVALID") from None
+
+
+def _chunks(archive: tarfile.TarFile, copy: TenantBackup, problems: list[str]) -> Iterator[BackupChunk]:
+    """The members' bytes in chunks. What cannot be read (a truncated archive) ends the stream
+    early, noted in ``problems``: the server then refuses the import as truncated (an exception
+    raised here would reach it only as gRPC's UNKNOWN)."""
+    for file in copy.files:
+        try:
+            member = archive.getmember(MEMBER_OF_FILE.get(file.name, file.name))
+            extracted = archive.extractfile(member)
+            assert extracted is not None
+            while data := extracted.read(CHUNK_BYTES):
+                yield BackupChunk(file=file.name, data=data)
+        except KeyError:
+            problems.append(f"it has no member for its {file.name} file")
+            return
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            problems.append(f"its {file.name} member cannot be read ({exc})")
+            return
+
+
+def import_archive(client: MemoryClient, path: Path, *, tenant: str = "", replace: bool = False) -> ImportResult:
+    """Stream the archive at ``path`` to the client's server, which installs it."""
+    path = Path(path)
+    try:
+        archive = tarfile.open(path, "r:")
+    except FileNotFoundError:
+        raise InvalidArgument(f"{path} does not exist", reason="ARCHIVE_MISSING") from None
+    except (tarfile.TarError, EOFError) as exc:
+        raise _refuse(path, f"it is not a tar file ({exc})", "ARCHIVE_INVALID") from None
+    problems: list[str] = []
+    with archive:
+        copy = read_manifest(archive, path)
+        try:
+            return client.import_tenant(copy, _chunks(archive, copy, problems), tenant=tenant, replace=replace)
+        except MnemosyneClientError as exc:
+            if not problems:
+                raise
+            # The server's refusal, with what was wrong with the file beside it.
+            message = f"{exc.message} ({path}: {problems[0]})"
+            raise type(exc)(exc.code, exc.reason, message, exc.metadata) from exc

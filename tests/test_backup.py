@@ -1,0 +1,270 @@
+"""Online backup through the running server and offline restore: `mnemosyne backup` while clients
+write, `mnemosyne restore` into a fresh data directory, incremental backups, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import apsw
+import pytest
+
+from mnemosyne.client import MemoryClient, PermissionDeniedError
+from mnemosyne.store.snapshot import sha256_file
+from tests.support import ServerProcess, tokens_json
+
+ADMIN = "admin-token-backup"
+USER = "user-token-backup"
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _head(tenant_file: Path) -> tuple[str, int]:
+    connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = connection.execute("SELECT hash, seq FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+        return row[0], row[1]
+    finally:
+        connection.close()
+
+
+def _admin_server(server_factory, tenants: list[str]) -> ServerProcess:  # type: ignore[no-untyped-def]
+    return server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: tenants[:1]})}).start()
+
+
+def test_backup_while_four_clients_write_then_restore(server_factory, tenant: str, tmp_path: Path) -> None:
+    tenants = [f"{tenant}-{i}" for i in range(3)]
+    server = _admin_server(server_factory, tenants)
+    acknowledged: dict[str, list[str]] = {t: [] for t in tenants}
+    lock = threading.Lock()
+    stop = threading.Event()
+    before: dict[str, list[str]] = {}
+
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.hot_path(tenants[1], "enable")
+        for t in tenants:
+            admin.retain_batch(t, [f"seed note {i} of {t}" for i in range(50)])
+            with lock:
+                acknowledged[t].extend(f"seed note {i} of {t}" for i in range(50))
+
+    def write(number: int) -> None:
+        fast = number % 2 == 1  # two writers synchronous, two through the hot path
+        target = tenants[1] if fast else tenants[number % 3]
+        with MemoryClient(server.target, ADMIN) as client:
+            i = 0
+            while not stop.is_set():
+                text = f"writer {number} note {i} for {target}"
+                client.retain(target, text, fast=fast)
+                with lock:
+                    acknowledged[target].append(text)
+                i += 1
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for w in writers:
+        w.start()
+    time.sleep(0.5)
+    with lock:
+        before = {t: list(texts) for t, texts in acknowledged.items()}
+    directory = tmp_path / "backup"
+    result = _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN)
+    time.sleep(0.2)
+    stop.set()
+    for w in writers:
+        w.join()
+    assert result.returncode == 0, result.stderr
+    assert "3 tenants copied, 0 unchanged" in result.stdout
+
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["format"] == "mnemosyne-backup" and manifest["format_version"] == 1
+    assert sorted(manifest["tenants"]) == sorted(tenants)
+    assert "inbox" in manifest["tenants"][tenants[1]]["files"]  # the fast writes' tenant has an inbox
+
+    restored = tmp_path / "restored"
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(restored))
+    assert result.returncode == 0, result.stderr
+    for t in tenants:
+        entry = manifest["tenants"][t]
+        assert _head(restored / "tenants" / f"{t}.sqlite") == (entry["head_hash"], entry["ledger_entries"])
+
+    copy = ServerProcess(restored).start()
+    try:
+        with MemoryClient(copy.target) as client:
+            for t in tenants:
+                client.hot_path(t, "flush")
+                texts = {m.text for m in _all_memories(client, t)}
+                missing = [text for text in before[t] if text not in texts]
+                assert missing == [], f"{t}: {len(missing)} acknowledged writes missing, e.g. {missing[:3]}"
+                assert client.verify_integrity(t).valid
+    finally:
+        copy.stop()
+
+    # Incremental: once the writers are done (and the fast writes applied), a backup copies what
+    # changed since the first; then only the tenant written since is copied again.
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.hot_path(tenants[1], "flush")
+        assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+        manifest = json.loads((directory / "manifest.json").read_text())
+        admin.retain(tenants[2], "one more note after the first backup")
+    result = _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN)
+    assert result.returncode == 0, result.stderr
+    assert "1 tenants copied, 2 unchanged" in result.stdout
+    second = json.loads((directory / "manifest.json").read_text())
+    assert second["tenants"][tenants[0]] == manifest["tenants"][tenants[0]]
+    assert second["tenants"][tenants[2]]["change_counter"] > manifest["tenants"][tenants[2]]["change_counter"]
+    named = {f["path"] for e in second["tenants"].values() for f in e["files"].values()}
+    on_disk = {str(p.relative_to(directory)) for p in directory.rglob("*.sqlite")}
+    assert on_disk == named  # the replaced copy is gone, nothing else left
+
+    # A full backup after an erasure drops the erased tenant and its files.
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.erase_tenant(tenants[0])
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    third = json.loads((directory / "manifest.json").read_text())
+    assert sorted(third["tenants"]) == tenants[1:]
+    assert not [p for p in directory.rglob("*") if p.name.startswith(tenants[0] + ".")]
+
+
+def _all_memories(client: MemoryClient, tenant: str) -> list:  # type: ignore[type-arg]
+    memories, token = [], ""
+    while True:
+        page = client.list_memories(tenant, page_size=1000, page_token=token)
+        memories.extend(page.memories)
+        token = page.next_page_token
+        if not token:
+            return memories
+
+
+def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path) -> None:
+    tenants = [tenant]
+    server = _admin_server(server_factory, tenants)
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain(tenant, "a note worth keeping")
+    with MemoryClient(server.target, USER, retries=0) as user:
+        with pytest.raises(PermissionDeniedError):
+            list(user.backup())
+
+    strange = tmp_path / "strange"
+    strange.mkdir()
+    (strange / "notes.txt").write_text("not a backup")
+    result = _cli("backup", "--target", server.target, "--to", str(strange), "--token", ADMIN)
+    assert result.returncode == 2 and "BACKUP_DIR_NOT_OURS" in result.stderr
+    assert sorted(p.name for p in strange.iterdir()) == ["notes.txt"]
+
+    result = _cli(
+        "backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody", "--token", ADMIN
+    )
+    assert result.returncode == 2 and "TENANT_NOT_FOUND" in result.stderr
+
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+
+    # A restore onto the data directory of a running server is refused.
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
+    assert result.returncode == 2 and "DATA_DIR_LOCKED" in result.stderr
+
+    # A file that does not match the manifest: refused, nothing placed.
+    manifest = json.loads((directory / "manifest.json").read_text())
+    database = directory / manifest["tenants"][tenant]["files"]["database"]["path"]
+    original = database.read_bytes()
+    database.write_bytes(original[:-4096])
+    target = tmp_path / "target"
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(target))
+    assert result.returncode == 2 and "BACKUP_FILE_MISMATCH" in result.stderr
+    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+
+    # A broken chain, with a manifest made to match the edited file: refused.
+    database.write_bytes(original)
+    connection = apsw.Connection(str(database))
+    connection.execute("UPDATE memories SET body = 'a note worth forging'")
+    connection.close()
+    manifest["tenants"][tenant]["files"]["database"].update(size=database.stat().st_size, sha256=sha256_file(database))
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(target))
+    assert result.returncode == 2 and "CHAIN_INVALID" in result.stderr
+    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    tenants = [tenant, f"{tenant}-b"]
+    server = _admin_server(server_factory, tenants)
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.hot_path(tenant, "enable")
+        for t in tenants:
+            admin.retain_batch(t, [f"note {i} of {t}" for i in range(20)])
+        admin.retain(tenant, "a fast note", fast=True)
+        admin.hot_path(tenant, "flush")
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    first = (directory / "manifest.json").read_text()
+    with MemoryClient(server.target, ADMIN) as admin:
+        for t in tenants:
+            admin.retain(t, f"a later note of {t}")
+
+    # SIGKILL while the second backup receives a file: the previous manifest and its files stand.
+    hold = tmp_path / "hold"
+    hold.write_text("backup-receiving")
+    env = {**os.environ, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
+    command = [sys.executable, "-m", "mnemosyne.cli"]
+    backup = subprocess.Popen(
+        [*command, "backup", "--target", server.target, "--to", str(directory), "--token", ADMIN], env=env
+    )
+    _wait_for(lambda: any(p.name.startswith(".partial-") for p in directory.iterdir()))
+    backup.kill()
+    backup.wait()
+    assert (directory / "manifest.json").read_text() == first
+    restored = tmp_path / "restored"
+    assert _cli("restore", "--from", str(directory), "--data-dir", str(restored)).returncode == 0
+    # The next backup finishes the work and removes what the killed one left.
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert not any(p.name.startswith(".partial-") for p in directory.iterdir())
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest != json.loads(first)
+
+    # SIGKILL while a restore places the tenant that has an inbox (after its inbox, before its file).
+    target = tmp_path / "target"
+    hold.write_text("restore-placing")
+    restore = subprocess.Popen([*command, "restore", "--from", str(directory), "--data-dir", str(target)], env=env)
+    _wait_for(lambda: (target / "inbox" / f"{tenant}.inbox.sqlite").exists())
+    restore.kill()
+    restore.wait()
+    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+    copy = ServerProcess(target).start()  # the inbox without its tenant file is no tenant's
+    try:
+        with MemoryClient(copy.target) as client:
+            assert client.list_memories(tenant).memories == []
+        assert not (target / "inbox" / f"{tenant}.inbox.sqlite").exists()
+    finally:
+        copy.stop()
+    hold.unlink()
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(target), "--replace")
+    assert result.returncode == 0, result.stderr
+    copy = ServerProcess(target).start()
+    try:
+        with MemoryClient(copy.target) as client:
+            for t in tenants:
+                texts = {m.text for m in client.list_memories(t, page_size=100).memories}
+                assert f"a later note of {t}" in texts and client.verify_integrity(t).valid
+    finally:
+        copy.stop()

@@ -1,0 +1,269 @@
+"""Export of one tenant and import into another server: the same tenant there (recall results,
+generations, head hash, event ids, request ids, counters), and the refusals of a tampered,
+truncated or broken archive, an existing tenant, a user's token and a kill midway."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from mnemosyne.client import (
+    AbortedError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    MemoryClient,
+    PermissionDeniedError,
+)
+from mnemosyne.client.types import BackupChunk
+from mnemosyne.store.snapshot import sha256_file
+from mnemosyne.tenant_archive import MEMBER_OF_FILE, import_archive, read_manifest
+from tests.support import ServerProcess, tokens_json
+
+ADMIN = "admin-token-export"
+USER = "user-token-export"
+QUERIES = ["refund for ticket RF-88213", "parcel delivered Monday", "status of ticket RF-1"]
+
+
+def _servers(server_factory, tenant: str) -> tuple[ServerProcess, ServerProcess]:  # type: ignore[no-untyped-def]
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}
+    return server_factory(env=env).start(), server_factory(env=env).start()
+
+
+def _populate(client: MemoryClient, tenant: str) -> dict[str, object]:
+    client.retain_batch(
+        tenant,
+        [
+            "The customer requested a refund for ticket RF-88213",
+            "Ticket RF-1 status: awaiting review",
+            "Ticket RF-1 status: refunded",
+            "The parcel PX-77 was delivered on Monday",
+        ],
+    )
+    first = client.retain(tenant, "Dana prefers e-mail over phone calls", request_id="req-export-1")
+    generation = client.update_global(tenant, "# Memory\n- prefers e-mail\n", 0)
+    client.hot_path(tenant, "enable")
+    fast = client.retain(tenant, "The invoice INV-5 was paid in full", fast=True)
+    client.hot_path(tenant, "flush")
+    return {"first": first, "generation": generation, "event_id": fast.event_id}
+
+
+def _archive(tmp_path: Path, server: ServerProcess, tenant: str, name: str = "t.tar") -> Path:
+    path = tmp_path / name
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mnemosyne.cli",
+            "export",
+            "--target",
+            server.target,
+            "--tenant",
+            tenant,
+            "--to",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MNEMOSYNE_TOKEN": USER},  # the tenant's own token may export it
+    )
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_path: Path) -> None:
+    source, target = _servers(server_factory, tenant)
+    with MemoryClient(source.target, ADMIN) as a:
+        seen = _populate(a, tenant)
+        recalled = {q: [(h.memory.id, h.memory.text) for h in a.recall(tenant, q, k=3)] for q in QUERIES}
+        head = a.verify_integrity(tenant).head_hash
+        stats = a.stats(tenant)
+        event = a.get_event(tenant, int(seen["event_id"]))  # type: ignore[arg-type]
+    archive = _archive(tmp_path, source, tenant)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames()[0] == "manifest.json" and "database.sqlite" in tar.getnames()
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", "import", "--target", target.target, "--from", str(archive)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
+    )
+    assert result.returncode == 0, result.stderr
+    with MemoryClient(target.target, ADMIN) as b:
+        assert {q: [(h.memory.id, h.memory.text) for h in b.recall(tenant, q, k=3)] for q in QUERIES} == recalled
+        assert b.verify_integrity(tenant).valid and b.verify_integrity(tenant).head_hash == head
+        moved = b.stats(tenant)
+        assert (moved.memories, moved.writes, moved.model_calls, moved.ledger_entries) == (
+            stats.memories,
+            stats.writes,
+            stats.model_calls,
+            stats.ledger_entries,
+        )
+        assert b.get_event(tenant, event.event_id).status == event.status  # event ids move with it
+        # The request id is still known: a retry answers with the first result, no new memory.
+        again = b.retain(tenant, "Dana prefers e-mail over phone calls", request_id="req-export-1")
+        assert again == seen["first"]
+        # The observation taken before the export lets the agent write after the import.
+        generation = b.update_global(tenant, "# Memory\n- prefers e-mail\n- call after 5pm\n", int(seen["generation"]))  # type: ignore[arg-type]
+        assert generation == int(seen["generation"]) + 1  # type: ignore[arg-type]
+        with pytest.raises(AbortedError):
+            b.update_global(tenant, "# stale\n", int(seen["generation"]))  # type: ignore[arg-type]
+        b.retain(tenant, "a note written after the import")
+
+        # An existing tenant is refused without replace, and replaced with it.
+        with pytest.raises(FailedPreconditionError) as exists:
+            import_archive(b, archive)
+        assert exists.value.reason == "TENANT_EXISTS"
+        assert import_archive(b, archive, replace=True).replaced
+        assert b.verify_integrity(tenant).head_hash == head
+        # Under another name too.
+        copy = import_archive(b, archive, tenant=f"{tenant}-copy")
+        assert copy.tenant == f"{tenant}-copy" and b.verify_integrity(copy.tenant).head_hash == head
+
+
+def _rewrite(archive: Path, out: Path, edit_database, manifest_sha: bool = False) -> Path:  # type: ignore[no-untyped-def]
+    """A copy of the archive whose database member went through ``edit_database(path)``; with
+    ``manifest_sha`` the manifest is made to match the edited file."""
+    work = out.parent / f"{out.name}.d"
+    work.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    edit_database(work / "database.sqlite")
+    if manifest_sha:
+        manifest = json.loads((work / "manifest.json").read_text())
+        entry = next(f for f in manifest["tenant"]["files"] if f["name"] == "database")
+        entry.update(size=(work / "database.sqlite").stat().st_size, sha256=sha256_file(work / "database.sqlite"))
+        (work / "manifest.json").write_text(json.dumps(manifest))
+    with tarfile.open(out, "w") as tar:
+        for name in ("manifest.json", *MEMBER_OF_FILE.values()):
+            if (work / name).exists():
+                tar.add(work / name, arcname=name)
+    return out
+
+
+def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: str, tmp_path: Path) -> None:
+    source, target = _servers(server_factory, tenant)
+    with MemoryClient(source.target, ADMIN) as a:
+        a.retain_batch(tenant, [f"note {i} about the archive" for i in range(30)])
+    archive = _archive(tmp_path, source, tenant)
+
+    def flip(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    def forge(path: Path) -> None:
+        connection = apsw.Connection(str(path))
+        connection.execute("UPDATE memories SET body = 'a forged note' WHERE id = 3")
+        connection.close()
+
+    tampered = _rewrite(archive, tmp_path / "tampered.tar", flip)
+    forged = _rewrite(archive, tmp_path / "forged.tar", forge, manifest_sha=True)
+    truncated = tmp_path / "truncated.tar"
+    truncated.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+
+    with MemoryClient(target.target, ADMIN, retries=0) as b, MemoryClient(target.target, USER, retries=0) as user:
+        with pytest.raises(PermissionDeniedError):
+            import_archive(user, archive)
+        for path, reason in (
+            (tampered, "ARCHIVE_MISMATCH"),
+            (forged, "CHAIN_INVALID"),
+            (truncated, "ARCHIVE_TRUNCATED"),
+        ):
+            with pytest.raises(InvalidArgumentError) as refused:
+                import_archive(b, path)
+            assert refused.value.reason == reason, (path.name, refused.value)
+        # A stream that ends early, past the client's own checks: the server refuses it.
+        with tarfile.open(archive) as tar:
+            manifest = read_manifest(tar, archive)
+            data = tar.extractfile("database.sqlite").read()  # type: ignore[union-attr]
+        with pytest.raises(InvalidArgumentError) as short:
+            b.import_tenant(manifest, [BackupChunk("database", data[: len(data) // 3])])
+        assert short.value.reason == "ARCHIVE_TRUNCATED"
+        assert tenant not in b.list_tenants().tenants
+        # Nothing half-written: the scratch space holds nothing and no file has the tenant's name.
+        assert [p for p in target.data_dir.rglob("*") if tenant in p.name] == []
+        assert not any((target.data_dir / ".backup-scratch").glob("*"))
+        # The export was good all along.
+        assert import_archive(b, archive).tenant == tenant
+
+
+def test_a_server_killed_during_an_import_keeps_nothing_of_it(server_factory, tenant: str, tmp_path: Path) -> None:
+    source, target = _servers(server_factory, tenant)
+    with MemoryClient(source.target, ADMIN) as a:
+        a.retain_batch(tenant, [f"note {i} before the kill" for i in range(30)])
+    archive = _archive(tmp_path, source, tenant)
+    with tarfile.open(archive) as tar:
+        manifest = read_manifest(tar, archive)
+        data = tar.extractfile("database.sqlite").read()  # type: ignore[union-attr]
+    sent, release = threading.Event(), threading.Event()
+
+    def chunks() -> Iterator[BackupChunk]:
+        yield BackupChunk("database", data[:4096])
+        sent.set()
+        release.wait(30)
+        yield BackupChunk("database", data[4096:])
+
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        with MemoryClient(target.target, ADMIN, retries=0) as b:
+            try:
+                b.import_tenant(manifest, chunks())
+            except BaseException as exc:  # the server dies under it
+                failures.append(exc)
+
+    importer = threading.Thread(target=run)
+    importer.start()
+    assert sent.wait(30)
+    _wait_for_scratch(target.data_dir)
+    target.kill()
+    release.set()
+    importer.join(30)
+    assert failures
+    target.start()
+    with MemoryClient(target.target, ADMIN) as b:
+        assert tenant not in b.list_tenants().tenants
+        assert b.list_memories(tenant).memories == []
+    assert not any((target.data_dir / ".backup-scratch").glob("*"))
+
+
+def _wait_for_scratch(data_dir: Path) -> None:
+    deadline = time.monotonic() + 30
+    while not any((data_dir / ".backup-scratch").glob("*/database")):
+        assert time.monotonic() < deadline, "the import never began writing"
+        time.sleep(0.02)
+
+
+def test_an_operation_open_at_the_export_is_applied_after_the_import(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.write_text("commit")  # the source's workers hold before committing: the write stays open
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}
+    source = server_factory(env={**env, "MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    target = server_factory(env=env).start()
+    with MemoryClient(source.target, ADMIN) as a:
+        a.hot_path(tenant, "enable")
+        accepted = a.retain(tenant, "The courier CX-9 arrives on Friday", fast=True)
+        assert a.get_event(tenant, accepted.event_id).status in ("pending", "running")
+    archive = _archive(tmp_path, source, tenant)
+    with MemoryClient(target.target, ADMIN) as b:
+        import_archive(b, archive)
+        b.hot_path(tenant, "flush")
+        event = b.get_event(tenant, accepted.event_id)
+        assert event.status == "succeeded"
+        assert [m.text for m in b.list_memories(tenant).memories] == ["The courier CX-9 arrives on Friday"]
+    hold.unlink()
