@@ -7,8 +7,10 @@ Server-Sent Events resumes after a dropped connection without missing a transiti
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import schemathesis
 from google.protobuf import json_format
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.transport import openapi
@@ -264,3 +267,45 @@ def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) ->
         ("localhost", 200),
     ]:
         assert request(server.http_port, "GET", "/v1/ping", headers={"host": host}).status == status, host
+
+
+def test_a_flush_or_watch_whose_client_leaves_gives_its_place_back(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hold = tmp_path / "hold"
+    hold.touch()  # the workers hold: a flush waits as long as this file exists
+    server = server_factory(http=True, metrics=True, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    port = server.http_port
+    assert request(port, "POST", "/v1/tenants/t1/hotPath:enable", b"{}").status == 200
+    assert request(port, "POST", "/v1/tenants/t1/memories", json_body={"text": "held", "fast": True}).status == 200
+    body = b'{"timeoutSeconds": 60}'
+    flushes = []
+    for _ in range(3):
+        connection = socket.create_connection(("127.0.0.1", port))
+        connection.sendall(
+            b"POST /v1/tenants/t1/hotPath:flush HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        flushes.append(connection)
+    watch = server_sent_events(port, "/v1/tenants/t1/events:watch")
+    next(watch)  # the stream is open
+    _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 3)
+    assert _gauge(server, "mnemosyne_open_streams") == 1
+    for connection in flushes:
+        connection.close()
+    watch.close()
+    # Each place is given back at once, long before the flushes' 60 s.
+    _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 0, seconds=10)
+    _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 0, seconds=10)
+    hold.unlink()
+
+
+def _gauge(server: ServerProcess, name: str) -> float:
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return next(f.samples[0].value for f in text_string_to_metric_families(text) if f.name == name)
+
+
+def _wait_until(predicate, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

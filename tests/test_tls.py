@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import http.client
 import ipaddress
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -115,12 +118,35 @@ def _health(target: str, *flags: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _https_ping(port: int, pki: Pki, client: Pem | None = None) -> int:
+    """The HTTP status of GET /v1/ping over TLS, verifying the server against the test CA (and
+    presenting ``client``); 0 when the handshake fails."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"GET /v1/ping HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                answer = tls.recv(4096)
+    except (ssl.SSLError, ConnectionError):
+        return 0
+    return int(answer.split(b" ", 2)[1]) if answer else 0
+
+
 def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TLS_CERT": str(pki.server.cert), "MNEMOSYNE_TLS_KEY": str(pki.server.key)},
         health_credentials=pki.credentials(),
         metrics=True,
+        http=True,
     ).start()
+    # The HTTP port uses the gRPC port's certificate, and speaks nothing but TLS.
+    assert _https_ping(server.http_port, pki) == 200
+    with pytest.raises((ConnectionError, http.client.HTTPException)):
+        http_connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
+        http_connection.request("GET", "/v1/ping")
+        http_connection.getresponse().read()
     assert _works(server.target, pki.credentials(), tenant)
     assert not _works(server.target, None, tenant)  # plaintext client
     assert not _works(server.target, pki.credentials(ca=pki.rogue_ca), tenant)  # does not trust the server
@@ -142,7 +168,11 @@ def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory
             str(pki.ca.cert),
         ],
         health_credentials=pki.credentials(client=pki.client),
+        http=True,
     ).start()
+    assert _https_ping(server.http_port, pki, client=pki.client) == 200
+    assert _https_ping(server.http_port, pki) == 0  # no client certificate
+    assert _https_ping(server.http_port, pki, client=pki.rogue_client) == 0
     assert _works(server.target, pki.credentials(client=pki.client), tenant)
     assert not _works(server.target, pki.credentials(), tenant)  # no client certificate
     assert not _works(server.target, pki.credentials(client=pki.rogue_client), tenant)  # signed by another CA
