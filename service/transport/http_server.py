@@ -15,12 +15,28 @@ import contextlib
 import math
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp]) -> ASGIApp:
+    """One ASGI app for the port: a request under a mount's path prefix (``/console``, ``/mcp``)
+    goes to that app, everything else to the API (``/v1/…``, ``/openapi.json``)."""
+    prefixes = sorted(mounts, key=len, reverse=True)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        for prefix in prefixes:
+            if path == prefix or path.startswith(prefix + "/"):
+                await mounts[prefix](scope, receive, send)
+                return
+        await api(scope, receive, send)
+
+    return app
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from starlette.types import ASGIApp
 
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
@@ -34,7 +35,7 @@ from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
-from mnemosyne.transport.http_server import HttpServer, HttpTls, bind
+from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
@@ -220,8 +221,9 @@ async def _start_http(
     routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
     document = json.dumps(openapi.document(routes, version=VERSION)).encode()
     own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
+    mounts: dict[str, ASGIApp] = {}  # the console and the MCP endpoint mount here
     app = Guard(
-        HttpApi(edge, routes, servicers, openapi=document),
+        compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
         allowed_hosts=[*config.http_allowed_hosts, *own],
         cors_origins=config.http_cors_origins,
     )
