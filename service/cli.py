@@ -176,6 +176,25 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    """The MCP server over stdio: stdout carries the protocol, so every log line goes to stderr."""
+    import anyio
+
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.client.host import MemoryHost
+    from mnemosyne.client.mcp_host import Agent, Session, build_server
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    token = _env("TOKEN")
+    if args.token_file:
+        token = Path(args.token_file).read_text(encoding="utf-8").strip()
+    with MemoryClient(args.target, token or None) as client:
+        # One process is one session: its agent is this process's.
+        session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
+        anyio.run(build_server(lambda _ctx: session).run_stdio_async)
+    return 0
+
+
 def _hash_token(args: argparse.Namespace) -> int:
     from mnemosyne.transport.auth import hash_token
 
@@ -505,6 +524,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="name to check the server certificate against (default: the target's host)",
     )
     health.set_defaults(run=_health)
+
+    mcp = commands.add_parser("mcp", help="an MCP server of memory tools over stdio, for a model (a host)")
+    mcp.add_argument("--target", required=True, help="HOST:PORT of the Mnemosyne server")
+    mcp.add_argument("--tenant", required=True, help="the tenant the tools read and write")
+    mcp.add_argument("--workspace", default="main", help="the workspace whose records the tools show and edit")
+    mcp.add_argument(
+        "--token-file", help="a file holding the token (default: MNEMOSYNE_TOKEN; never give a token as an argument)"
+    )
+    mcp.set_defaults(run=_mcp)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
     hash_token.set_defaults(run=_hash_token)

@@ -302,3 +302,35 @@ def test_readme_curl_examples_run_as_printed(tmp_path: Path) -> None:
     assert answers[0] == {"result": {"status": "CREATED", "memoryId": "1"}}
     assert "INV-7" in answers[1]["hits"][0]["memory"]["text"]
     assert [m["id"] for m in answers[2]["memories"]] == ["1"]
+
+
+def test_readme_mcp_configuration_and_transcript_run_as_printed(target: str, tenant: str) -> None:
+    """The README's Claude Desktop entry, launched as a desktop agent would (its command from
+    the repository's .venv, this test server as target, a fresh tenant), and its transcript replayed
+    through the MCP SDK's client: each answer starts as printed."""
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    mcp = section(README_TEXT, "MCP")
+    (config,) = code_blocks(mcp, "json")
+    (transcript,) = code_blocks(mcp, "text")
+    entry = json.loads(config)["mcpServers"]["memory"]
+    assert entry["command"] == ".venv/bin/mnemosyne"
+    args = [a.replace("127.0.0.1:50051", target).replace("acme", tenant) for a in entry["args"]]
+    steps = []
+    for line in transcript.splitlines():
+        call, _, answer = line.partition("->")
+        name, _, arguments = call.strip().partition(" ")
+        steps.append((name, json.loads(arguments), answer.strip().split(" ...")[0]))
+    assert [s[0] for s in steps] == ["read_memory", "memory_update", "retain", "recall"]
+
+    async def replay() -> None:
+        server = StdioServerParameters(command=sys.executable, args=["-m", "mnemosyne.cli", *args])
+        async with Client(server) as client:
+            for name, arguments, answer in steps:
+                result = await client.call_tool(name, arguments)
+                text = "\n".join(getattr(part, "text", "") for part in result.content)
+                assert not result.is_error and text.startswith(answer), (name, text)
+
+    anyio.run(replay)

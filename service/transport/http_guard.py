@@ -8,7 +8,7 @@ Every request, on every route, before anything else runs:
    a rebound DNS name carries the attacker's host name;
 2. an ``Origin`` header must be this server's own origin or one that ``--http-cors-origin`` names,
    else 403 ORIGIN_FORBIDDEN (a tool without a browser sends none);
-3. a request that may change state (any method but GET, HEAD and OPTIONS) must say
+3. a request with a body that may change state (POST, PUT, PATCH) must say
    ``Content-Type: application/json``, else 415 CONTENT_TYPE_UNSUPPORTED — a cross-site form or
    ``text/plain`` request cannot, without a CORS preflight that step 2 refuses.
 
@@ -29,7 +29,9 @@ from mnemosyne.transport.http_mapping import encode
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 ANY_HOST = "*"
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Methods whose body a cross-site page can send without a CORS preflight (a form, text/plain)
+# are the ones that must declare JSON; PUT, PATCH and DELETE always need a preflight.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # What a browser page allowed by CORS may send and read.
 _CORS_REQUEST_HEADERS = (
     "authorization, content-type, x-request-id, last-event-id, "
@@ -95,7 +97,7 @@ class Guard:
         if cors and scope["method"] == "OPTIONS":
             await self._preflight(send, origin or "")
             return
-        if scope["method"] not in _SAFE_METHODS:
+        if scope["method"] in _BODY_METHODS:
             media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if media_type != "application/json":
                 await send_error(

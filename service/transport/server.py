@@ -12,7 +12,9 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServic
 from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
 from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
+from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
@@ -106,6 +109,9 @@ class RunningServer:
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
     http: HttpServer | None = None
+    mcp: McpEndpoint | None = None
+    # The private directory of the Unix socket the MCP endpoint calls the gRPC API through.
+    private_dir: Path | None = None
     started: bool = False
     stopping: bool = False
 
@@ -143,7 +149,11 @@ class RunningServer:
             "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
         )
         left = max(0.0, self.grace_seconds - (time.monotonic() - started))
+        if self.mcp is not None:
+            await self.mcp.stop()
         await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
         log.info("stopped: in-flight calls drained, tenant files closed")
@@ -216,12 +226,18 @@ def _bind_http(host: str, port: int) -> socket.socket:
 
 
 async def _start_http(
-    config: ServerConfig, host: str, edge: Edge, servicers: dict[str, object], *, tls: bool
+    config: ServerConfig,
+    host: str,
+    edge: Edge,
+    servicers: dict[str, object],
+    mcp: McpEndpoint,
+    *,
+    tls: bool,
 ) -> HttpServer:
     routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
     document = json.dumps(openapi.document(routes, version=VERSION)).encode()
     own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-    mounts: dict[str, ASGIApp] = {}  # the console and the MCP endpoint mount here
+    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp}  # the console mounts here too
     app = Guard(
         compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
         allowed_hosts=[*config.http_allowed_hosts, *own],
@@ -359,13 +375,27 @@ async def start_server(config: ServerConfig) -> RunningServer:
                     reason="LISTEN_FAILED",
                 ) from None
             running.side = side
-        await server.start()
         if config.http_port:
-            running.http = await _start_http(config, http_host, edge, servicers, tls=credentials is not None)
+            # The MCP endpoint's tools call the gRPC API through a socket only this process can reach.
+            running.private_dir = Path(tempfile.mkdtemp(prefix="mnemosyne-"))
+            internal = f"unix:{running.private_dir / 'grpc.sock'}"
+            if server.add_insecure_port(internal) == 0:
+                raise FailedPrecondition(f"cannot listen on {internal}", reason="LISTEN_FAILED")
+            running.mcp = McpEndpoint(authenticator, internal)
+        await server.start()
+        if running.mcp is not None:
+            running.http = await _start_http(
+                config, http_host, edge, servicers, running.mcp, tls=credentials is not None
+            )
+            await running.mcp.start()
         running.started = True
     except BaseException:
+        if running is not None and running.mcp is not None:
+            await running.mcp.stop()
         if running is not None and running.http is not None:
             await running.http.stop()
+        if running is not None and running.private_dir is not None:
+            shutil.rmtree(running.private_dir, ignore_errors=True)
         if server is not None:
             await server.stop(None)
         if side is not None:

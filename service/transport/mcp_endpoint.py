@@ -1,0 +1,134 @@
+"""The MCP server over streamable HTTP at ``/mcp`` on the HTTP port (client/mcp_host.py's tools).
+
+Every request is authenticated here with the gRPC port's tokens (``Authorization: Bearer``) and
+names its tenant (``/mcp?tenant=T``, optionally ``&workspace=W``); the token must reach the
+tenant. The MCP session is bound to that token, tenant and workspace: the SDK's session manager
+refuses a session id presented with another (404, as for a session it does not know), and a
+session it no longer knows starts without an observation, so its model must read memory before
+it writes. The HTTP guard (transport/http_guard.py) has already checked ``Host`` and ``Origin``,
+the check the MCP specification requires.
+
+The tools call the server through its own gRPC API, over a private Unix socket, with the
+caller's token: the same edge, admission and limits as any client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.mcpserver import Context
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.host import HostObservations, MemoryHost
+from mnemosyne.client.mcp_host import DEFAULT_WORKSPACE, Agent, Session, build_server
+from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.store.pool import TENANT_ID_PATTERN
+from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.http_guard import send_error
+
+MCP_PATH = "/mcp"
+_CLIENTS_KEPT = 64  # gRPC channels kept open, one per token recently used
+_AGENTS_KEPT = 10_000  # sessions remembered (the SDK forgets idle ones; their clients start again)
+
+
+class McpEndpoint:
+    def __init__(self, authenticator: TokenAuthenticator | None, grpc_target: str) -> None:
+        self._authenticator = authenticator
+        self._target = grpc_target
+        self._observations = HostObservations()  # shared by every session's host, keyed by session
+        self._clients: OrderedDict[str, MemoryClient] = OrderedDict()
+        self._agents: OrderedDict[str, Agent] = OrderedDict()  # MCP session id -> its agent
+        self._server = build_server(self._session_of, sessions_only=True)
+        # The guard before this app checks Host and Origin; the SDK's own copy of that check is off.
+        self._app: ASGIApp = self._server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self._running: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        """Run the SDK's session manager (its task group) until ``stop``."""
+        started = asyncio.Event()
+
+        async def run() -> None:
+            async with self._server.session_manager.run():
+                started.set()
+                await self._stop.wait()
+
+        self._running = asyncio.ensure_future(run())
+        await started.wait()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._running is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._running
+        for client in self._clients.values():
+            client.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            user = self._authenticate(scope)
+        except MnemosyneError as error:
+            await send_error(send, error)
+            return
+        await self._app({**scope, "user": user}, receive, send)
+
+    def _authenticate(self, scope: Scope) -> AuthenticatedUser:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        tenant = (query.get("tenant") or [""])[0]
+        workspace = (query.get("workspace") or [DEFAULT_WORKSPACE])[0]
+        if not TENANT_ID_PATTERN.fullmatch(tenant):
+            raise InvalidArgument(
+                "name the tenant in the URL: /mcp?tenant=<tenant id>[&workspace=<name>]", reason="TENANT_INVALID"
+            )
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        authorization = headers.get("authorization")
+        name = ""
+        token = ""
+        if self._authenticator is not None:
+            principal = self._authenticator.authenticate(authorization)
+            principal.check_tenant(tenant)
+            name, token = principal.name, (authorization or "").partition(" ")[2].strip()
+        # The session's owner, compared by the SDK on every request of the session.
+        owner = f"{name}\x1f{tenant}\x1f{workspace}"
+        return AuthenticatedUser(
+            AccessToken(token=token, client_id=owner, scopes=[], claims={"tenant": tenant, "workspace": workspace})
+        )
+
+    def _session_of(self, ctx: Context[Any, Any]) -> Session:
+        request = ctx.request_context.request
+        assert request is not None  # over HTTP every call has its request
+        user: AuthenticatedUser = request.scope["user"]  # set by __call__
+        claims = user.access_token.claims or {}
+        host = MemoryHost(self._client(user.access_token.token), claims["tenant"], observations=self._observations)
+        return Session(host, claims["workspace"], self._agent(request.headers.get(MCP_SESSION_ID_HEADER, "")))
+
+    def _agent(self, session_id: str) -> Agent:
+        """The agent of an MCP session: the same object for every request of the session, so the
+        observation its read_memory recorded is the one its writes send. No session id (a
+        stateless request): a new agent, which has read nothing, so its writes fail closed."""
+        if not session_id:
+            return Agent()
+        agent = self._agents.pop(session_id, None) or Agent()
+        self._agents[session_id] = agent
+        while len(self._agents) > _AGENTS_KEPT:
+            self._agents.popitem(last=False)
+        return agent
+
+    def _client(self, token: str) -> MemoryClient:
+        client = self._clients.pop(token, None) or MemoryClient(self._target, token or None, retries=0)
+        self._clients[token] = client
+        while len(self._clients) > _CLIENTS_KEPT:
+            self._clients.popitem(last=False)[1].close()
+        return client

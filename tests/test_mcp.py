@@ -1,0 +1,260 @@
+"""The MCP server, through the official MCP SDK's own client against real servers: over stdio
+(``mnemosyne mcp``) and over streamable HTTP (``/mcp`` on the HTTP port). The adapter is the host:
+the model never sees a generation, and a write from a session whose reading is stale fails closed.
+
+The servers start their scopes at generation 9,000,000 (a test seam), so a generation that leaked
+into a schema, a result or an error would be visible as one of those numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from mnemosyne.client import MemoryClient
+from tests.http_support import request
+from tests.support import ServerProcess, tokens_json
+
+GENERATION_BASE = 9_000_000
+TOOLS = {
+    "read_memory",
+    "retain",
+    "recall",
+    "memory_update",
+    "update_workspace",
+    "get_event_status",
+    "list_events",
+    "flush",
+}
+REVISION_WORDS = re.compile(r"generation|revision|etag|\bhash\b|version_id", re.IGNORECASE)
+TOKEN, OTHER = "mcp-token-acme", "mcp-token-other"
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("mcp") / "data",
+        http=True,
+        env={
+            "MNEMOSYNE_TEST_GENERATION_BASE": str(GENERATION_BASE),
+            "MNEMOSYNE_TOKENS": tokens_json({TOKEN: ["acme", "beta"], OTHER: ["other"]}),
+        },
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+def _http(
+    server: ServerProcess, tenant: str, token: str | None = TOKEN, headers: dict[str, str] | None = None
+) -> Client:
+    sent = {**({"authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    transport = streamable_http_client(
+        f"{server.http_url}/mcp?tenant={tenant}", http_client=httpx2.AsyncClient(headers=sent, timeout=30)
+    )
+    return Client(transport)
+
+
+def _stdio(server: ServerProcess, tenant: str) -> Client:
+    return Client(
+        StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mnemosyne.cli", "mcp", "--target", server.target, "--tenant", tenant, "--workspace", "main"],
+            env={**os.environ, "MNEMOSYNE_TOKEN": TOKEN},
+        )
+    )
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(part, "text", "") for part in result.content)
+
+
+def _no_generation(text: str) -> None:
+    assert not re.search(r"900000\d", text), text
+    assert not REVISION_WORDS.search(text), text
+
+
+def _global_record(server: ServerProcess, tenant: str) -> str:
+    with MemoryClient(server.target, TOKEN) as client:
+        return client.get_record(tenant, "global", "MEMORY.md")[0].content
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_every_tool_resource_and_prompt_works_and_shows_no_generation(
+    mcp_server: ServerProcess, transport: str
+) -> None:
+    tenant = "acme" if transport == "http" else "beta"
+    with MemoryClient(mcp_server.target, TOKEN) as grpc_client:
+        grpc_client.hot_path(tenant, "enable")  # so that a fast retain is queued
+
+    async def run() -> None:
+        client = _http(mcp_server, tenant) if transport == "http" else _stdio(mcp_server, tenant)
+        async with client as c:
+            tools = await c.list_tools()
+            assert {tool.name for tool in tools.tools} == TOOLS
+            for tool in tools.tools:
+                assert tool.description and len(tool.description) > 40, tool.name  # written for a model
+                _no_generation(json.dumps(tool.input_schema) + tool.description)
+            templates = await c.list_resource_templates()
+            assert [t.uri_template for t in templates.resource_templates] == ["memory://context/{workspace}"]
+            prompts = await c.list_prompts()
+            assert [p.name for p in prompts.prompts] == ["memory_context"]
+
+            outputs = []
+            read = await c.call_tool("read_memory", {})
+            assert not read.is_error and "# Global memory" in _text(read)
+            outputs.append(_text(read))
+            for name, arguments in [
+                ("retain", {"text": f"The {transport} courier delivers on Tuesdays"}),
+                ("memory_update", {"content": f"# Memory\n- {transport} notes"}),
+                ("update_workspace", {"changes": [{"op": "put", "key": "plan.md", "content": "ship it"}]}),
+                ("recall", {"query": "courier Tuesdays", "k": 3}),
+                ("retain", {"text": f"A queued {transport} note about Lisbon", "fast": True}),
+                ("flush", {"timeout_seconds": 30}),
+                ("list_events", {"status": "succeeded"}),
+            ]:
+                result = await c.call_tool(name, arguments)
+                assert not result.is_error, (name, _text(result))
+                outputs.append(_text(result))
+            assert "courier" in outputs[4]
+            event_id = int(re.search(r"event (\d+)", outputs[5]).group(1))  # type: ignore[union-attr]
+            status = await c.call_tool("get_event_status", {"event_id": event_id})
+            assert json.loads(_text(status))["status"] == "succeeded"
+            outputs.append(_text(status))
+            context = await c.read_resource("memory://context/main")
+            assert "plan.md" in context.contents[0].text and f"{transport} notes" in context.contents[0].text
+            outputs.append(context.contents[0].text)
+            prompt = await c.get_prompt("memory_context", {"query": "courier"})
+            outputs.append(json.dumps(prompt.model_dump(mode="json")))
+            # Malformed arguments are a tool error the model reads, never a crash.
+            bad = await c.call_tool("update_workspace", {"changes": "everything"})
+            assert bad.is_error
+            outputs.append(_text(bad))
+            for output in outputs:
+                _no_generation(output)
+
+        assert _global_record(mcp_server, tenant) == f"# Memory\n- {transport} notes"
+
+    anyio.run(run)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_of_two_sessions_that_read_the_same_memory_exactly_one_update_wins(
+    mcp_server: ServerProcess, transport: str
+) -> None:
+    tenant = "acme" if transport == "http" else "beta"
+    make = (lambda: _http(mcp_server, tenant)) if transport == "http" else (lambda: _stdio(mcp_server, tenant))
+
+    async def run() -> None:
+        async with make() as first, make() as second:
+            await first.call_tool("read_memory", {})
+            await second.call_tool("read_memory", {})
+            one = await first.call_tool("memory_update", {"content": "first session's memory"})
+            two = await second.call_tool("memory_update", {"content": "second session's memory"})
+            assert not one.is_error
+            assert two.is_error and "STALE_CONTEXT" in _text(two), _text(two)
+            _no_generation(_text(two))
+            assert _global_record(mcp_server, tenant) == "first session's memory"
+            # A third writer (gRPC) between a reading and a write: the write fails closed ...
+            await first.call_tool("read_memory", {})
+            with MemoryClient(mcp_server.target, TOKEN) as grpc_client:
+                generation = grpc_client.assemble_context(tenant, "main").global_generation
+                grpc_client.update_global(tenant, "the third writer's memory", observed_generation=generation)
+            stale = await first.call_tool("memory_update", {"content": "from a stale reading"})
+            assert stale.is_error
+            assert _global_record(mcp_server, tenant) == "the third writer's memory"
+            # ... and after reading again it succeeds.
+            await first.call_tool("read_memory", {})
+            fresh = await first.call_tool("memory_update", {"content": "read again, then written"})
+            assert not fresh.is_error, _text(fresh)
+        assert _global_record(mcp_server, tenant) == "read again, then written"
+
+    anyio.run(run)
+
+
+def test_a_new_session_must_read_before_it_writes(mcp_server: ServerProcess) -> None:
+    async def run() -> None:
+        async with _http(mcp_server, "acme") as c:
+            result = await c.call_tool("memory_update", {"content": "never read"})
+            assert result.is_error and "CONTEXT_NOT_ASSEMBLED" in _text(result)
+
+    anyio.run(run)
+
+
+def test_http_sessions_without_a_token_for_another_tenant_or_from_a_foreign_origin_are_refused(
+    mcp_server: ServerProcess,
+) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    port = mcp_server.http_port
+    headers = {"accept": "application/json, text/event-stream"}
+    no_token = request(port, "POST", "/mcp?tenant=acme", json_body=initialize, headers=headers)
+    assert (no_token.status, no_token.reason) == (401, "TOKEN_MISSING")
+    other = request(
+        port, "POST", "/mcp?tenant=acme", json_body=initialize, headers={**headers, "authorization": f"Bearer {OTHER}"}
+    )
+    assert (other.status, other.reason) == (403, "TENANT_FORBIDDEN")
+    foreign = request(
+        port,
+        "POST",
+        "/mcp?tenant=acme",
+        json_body=initialize,
+        headers={**headers, "authorization": f"Bearer {TOKEN}", "origin": "https://evil.example"},
+    )
+    assert (foreign.status, foreign.reason) == (403, "ORIGIN_FORBIDDEN")
+    no_tenant = request(
+        port, "POST", "/mcp", json_body=initialize, headers={**headers, "authorization": f"Bearer {TOKEN}"}
+    )
+    assert (no_tenant.status, no_tenant.reason) == (400, "TENANT_INVALID")
+
+    async def sdk_client_is_refused() -> None:
+        with pytest.raises(Exception):  # noqa: B017  (the SDK raises its own transport error)
+            async with _http(mcp_server, "acme", token=None) as c:
+                await c.list_tools()
+
+    anyio.run(sdk_client_is_refused)
+
+
+def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:
+    """The session is bound to its token and tenant: its id with another tenant is a session the
+    server does not know (404), so nothing read in one tenant's session can write another."""
+
+    async def run() -> None:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            base = {
+                "authorization": f"Bearer {TOKEN}",
+                "accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+            }
+            opened = await http.post(
+                f"{mcp_server.http_url}/mcp?tenant=acme",
+                headers=base,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "1"},
+                    },
+                },
+            )
+            session_id = opened.headers["mcp-session-id"]
+            moved = await http.post(
+                f"{mcp_server.http_url}/mcp?tenant=beta",
+                headers={**base, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"},
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            )
+            assert moved.status_code == 404
+
+    anyio.run(run)
