@@ -309,3 +309,24 @@ def _wait_until(predicate, seconds: float = 20.0) -> None:  # type: ignore[no-un
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_http_calls_are_recorded_under_their_rpc_like_grpc_calls(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(http=True, metrics=True).start()
+    assert request(server.http_port, "GET", "/v1/ping").status == 200
+    assert request(server.http_port, "GET", "/v1/tenants/Bad!/stats").status == 400
+    assert request(server.http_port, "GET", "/v1/nowhere").status == 404
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts = {
+        (sample.labels["method"], sample.labels["code"])
+        for family in text_string_to_metric_families(text)
+        if family.name == "mnemosyne_rpc_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+    assert {
+        ("/mnemosyne.v1.AdminService/Ping", "OK"),
+        ("/mnemosyne.v1.AdminService/Stats", "INVALID_ARGUMENT"),
+        ("(no route)", "NOT_FOUND"),
+    } <= counts
