@@ -18,7 +18,7 @@ from dataclasses import Field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemosyne.errors import MnemosyneError
+from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 from mnemosyne.version import VERSION
 
@@ -187,7 +187,12 @@ def _mcp(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     token = _env("TOKEN")
     if args.token_file:
-        token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(
+                f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
+            ) from None
     with MemoryClient(args.target, token or None) as client:
         # One process is one session: its agent is this process's.
         session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
