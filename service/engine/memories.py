@@ -123,8 +123,6 @@ class Memories:
                         if txn.forget_memory(forget_id):
                             erased.append(forget_id)
                     forgotten = bool(erased)
-                    if forgotten:
-                        txn.rewrite_fulltext()
                     _, epoch_after = txn.index_state()
                     if request_id:
                         txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
