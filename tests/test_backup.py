@@ -339,3 +339,37 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
     assert _cli("backup", "--target", server.target, "--to", str(fresh), "--token", ADMIN).returncode == 0
     assert not any(p.name.startswith(".partial-") for p in fresh.iterdir())
     assert _cli("restore", "--from", str(fresh), "--data-dir", str(nowhere)).returncode == 0
+
+
+def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """The disk under the backup directory fills while `mnemosyne backup` writes (the file_bytes
+    seam: a write fails with ENOSPC, as on a full filesystem): exit 2 with DISK_FULL, the previous
+    manifest and its files as they were, no partial file; a first backup leaves no manifest."""
+    server = _admin_server(server_factory, [tenant])
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain_batch(tenant, [f"note {i} with {'padding ' * 20}" for i in range(300)])
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    first = (directory / "manifest.json").read_text()
+    named = sorted(p.name for p in (directory / "tenants").iterdir())
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain(tenant, "a note after the first backup")
+    full = {"MNEMOSYNE_TEST_FAULTS": "file_bytes=65536"}
+    for target, before in ((directory, first), (tmp_path / "fresh", None)):
+        result = _cli("backup", "--target", server.target, "--to", str(target), "--token", ADMIN, env=full)
+        assert result.returncode == 2 and "[DISK_FULL]" in result.stderr, result.stderr
+        assert not any(p.name.startswith(".partial-") for p in target.iterdir())
+        if before is None:
+            assert not (target / "manifest.json").exists()
+            result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "nowhere"))
+            assert result.returncode == 2 and "NOT_A_BACKUP" in result.stderr
+        else:
+            assert (target / "manifest.json").read_text() == before
+            assert sorted(p.name for p in (target / "tenants").iterdir()) == named
+            result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "restored"))
+            assert result.returncode == 0, result.stderr
+    # With room again, the next backup completes.
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert (directory / "manifest.json").read_text() != first
