@@ -12,8 +12,9 @@ Against one real server (hashing embedder), through the real client:
 * ``backup, many small tenants``: ``--small-tenants`` tenants of 3 memories each, backed up the
   same way: tenants/s and MB/s;
 * ``forget``: ``--forgets`` ForgetMemory calls on the large tenant, each timed (the full-text
-  index rewrite and the WAL truncation are in it), with a timed Retain on the same tenant between
-  two of them (it reloads the vector cache the previous forget invalidated).
+  index's secure delete of the memory's entries and the WAL truncation are in it), with a timed
+  Retain on the same tenant between two of them (the forget drops its row from the vector cache in
+  place, so the Retain reloads nothing; earlier versions reloaded all the tenant's vectors there).
 """
 
 from __future__ import annotations

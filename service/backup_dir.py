@@ -44,6 +44,7 @@ from typing import IO, Any
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
+from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import (
     INBOX_DIR_NAME,
@@ -182,6 +183,7 @@ class _Writer:
         self.progress = progress
         self.current: _Receiving | None = None
         self.done: dict[str, dict[str, Any]] = {}
+        self.budget = FileBudget.from_environment()  # the file_bytes test seam (store/file_faults.py)
 
     def tenant(self, copy: TenantBackup) -> None:
         self.finish_tenant()
@@ -201,6 +203,7 @@ class _Writer:
             current.handle = open(current.partial, "wb")
             current.received = 0
         assert current.handle is not None
+        self.budget.take(len(chunk.data))
         current.handle.write(chunk.data)
         current.received += len(chunk.data)
         current.handle.flush()

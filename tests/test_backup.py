@@ -268,3 +268,108 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
                 assert f"a later note of {t}" in texts and client.verify_integrity(t).valid
     finally:
         copy.stop()
+
+
+def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """SIGKILL of the server while it streams a tenant to `mnemosyne backup`: the CLI fails with
+    the reason, the backup directory keeps its previous manifest and the files it names (no
+    partial file), the restarted server's scratch space is empty, and a restore gives the previous
+    backup. A first backup cut short leaves no manifest, and a restore from it is refused."""
+    server = _admin_server(server_factory, [tenant])
+    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+        # Several MB of tenant file: more than the stream's flow-control windows hold, so the
+        # server is still streaming (its scratch copy in place) while the CLI is held.
+        for start in range(0, 12_000, 1000):
+            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    first = (directory / "manifest.json").read_text()
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain(tenant, "a note after the first backup")
+
+    hold = tmp_path / "hold"
+    hold.write_text("backup-receiving")
+    env = {**os.environ, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
+    command = [sys.executable, "-m", "mnemosyne.cli", "backup", "--target", server.target, "--token", ADMIN]
+    scratch = server.data_dir / ".backup-scratch"
+    backup = subprocess.Popen(
+        [*command, "--to", str(directory)], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    _wait_for(lambda: any(p.name.startswith(".partial-") for p in directory.iterdir()))
+    _wait_for(lambda: any(scratch.glob("*/database")))
+    server.kill()
+    server.process.wait(timeout=10)  # type: ignore[union-attr]
+    assert any(scratch.glob("*/database")), "the kill must leave the server's scratch copy behind"
+    hold.unlink()
+    _, stderr = backup.communicate(timeout=60)
+    assert backup.returncode == 2 and "UNAVAILABLE" in stderr, stderr
+    assert (directory / "manifest.json").read_text() == first
+    assert not any(p.name.startswith(".partial-") for p in directory.iterdir())
+
+    server.start()
+    assert not any(scratch.glob("*")), "the restarted server empties its scratch space"
+    restored = tmp_path / "restored"
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(restored))
+    assert result.returncode == 0, result.stderr
+    copy = ServerProcess(restored).start()
+    try:
+        with MemoryClient(copy.target) as client:
+            report = client.verify_integrity(tenant)
+            assert report.valid and report.checked == 12_000, report  # the first backup's 12,000 retains
+            assert "a note after the first backup" not in {h.memory.text for h in client.recall(tenant, "a note after")}
+    finally:
+        copy.stop()
+
+    # A first backup into a new directory, cut short by a SIGKILL of the CLI: no manifest, so a
+    # restore from it is refused and places nothing; the next backup into it completes.
+    fresh = tmp_path / "fresh"
+    hold.write_text("backup-receiving")
+    backup = subprocess.Popen([*command, "--to", str(fresh)], env=env)
+    _wait_for(lambda: fresh.is_dir() and any(p.name.startswith(".partial-") for p in fresh.iterdir()))
+    backup.kill()
+    backup.wait()
+    hold.unlink()
+    assert not (fresh / "manifest.json").exists()
+    nowhere = tmp_path / "nowhere"
+    result = _cli("restore", "--from", str(fresh), "--data-dir", str(nowhere))
+    assert result.returncode == 2 and "NOT_A_BACKUP" in result.stderr, result.stderr
+    assert not (nowhere / "tenants" / f"{tenant}.sqlite").exists()
+    assert _cli("backup", "--target", server.target, "--to", str(fresh), "--token", ADMIN).returncode == 0
+    assert not any(p.name.startswith(".partial-") for p in fresh.iterdir())
+    assert _cli("restore", "--from", str(fresh), "--data-dir", str(nowhere)).returncode == 0
+
+
+def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """The disk under the backup directory fills while `mnemosyne backup` writes (the file_bytes
+    seam: a write fails with ENOSPC, as on a full filesystem): exit 2 with DISK_FULL, the previous
+    manifest and its files as they were, no partial file; a first backup leaves no manifest."""
+    server = _admin_server(server_factory, [tenant])
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain_batch(tenant, [f"note {i} with {'padding ' * 20}" for i in range(300)])
+    directory = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    first = (directory / "manifest.json").read_text()
+    named = sorted(p.name for p in (directory / "tenants").iterdir())
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain(tenant, "a note after the first backup")
+    full = {"MNEMOSYNE_TEST_FAULTS": "file_bytes=65536"}
+    for target, before in ((directory, first), (tmp_path / "fresh", None)):
+        result = _cli("backup", "--target", server.target, "--to", str(target), "--token", ADMIN, env=full)
+        assert result.returncode == 2 and "[DISK_FULL]" in result.stderr, result.stderr
+        assert not any(p.name.startswith(".partial-") for p in target.iterdir())
+        if before is None:
+            assert not (target / "manifest.json").exists()
+            result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "nowhere"))
+            assert result.returncode == 2 and "NOT_A_BACKUP" in result.stderr
+        else:
+            assert (target / "manifest.json").read_text() == before
+            assert sorted(p.name for p in (target / "tenants").iterdir()) == named
+            result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "restored"))
+            assert result.returncode == 0, result.stderr
+    # With room again, the next backup completes.
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert (directory / "manifest.json").read_text() != first

@@ -242,3 +242,75 @@ def test_erase_tenant_removes_every_file_and_leaves_a_receipt(server_factory, te
     server.start()  # the recovery index no longer names the erased tenant's old work
     with MemoryClient(server.target, ADMIN) as admin:
         assert [m.text for m in admin.list_memories(tenant).memories] == ["a first memory of the new tenant"]
+
+
+def _token(i: int) -> str:
+    """A long token of letters the tokenizer keeps whole and the stemmer leaves alone, unique per i."""
+    letters = "bcdfghjkmnpqrstvwxz"
+    word = ""
+    n = i * 7919 + 104729
+    for _ in range(16):
+        n, r = divmod(n * 31 + 17, len(letters))
+        word += letters[r]
+    return f"{word}{letters[i % 19]}q"
+
+
+def test_a_forget_erases_its_terms_from_a_large_index_at_once(server_factory, tenant: str) -> None:
+    """3,000 memories of unique tokens fill the full-text index's segments over many leaf pages
+    (so some forgotten terms are the first of their page, named in the segment's b-tree too);
+    each forget removes its own terms from them, with no index-wide rewrite."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        ids: list[int] = []
+        for start in range(0, 3000, 500):
+            texts = [f"entry {i} holds {_token(i)} and {_token(i + 100_000)}" for i in range(start, start + 500)]
+            ids.extend(r.memory_id for r in client.retain_batch(tenant, texts))
+        victims = list(range(7, 3000, 61))  # 50 memories spread over every segment
+        needles = {w for i in victims for t in (_token(i), _token(i + 100_000)) for w in _windows(t.encode())}
+        assert _traces(server.data_dir, needles), "the search must find the tokens before the forgets"
+        for i in victims:
+            client.forget(tenant, ids[i])
+        assert _traces(server.data_dir, needles) == []
+        # The rest of the index still answers: a neighbour of a forgotten memory is found by its token.
+        assert [h.memory.id for h in client.recall(tenant, _token(8), k=1)] == [ids[8]]
+        assert client.verify_integrity(tenant).valid
+
+
+def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, tenant: str) -> None:
+    """A file whose full-text index is the schema-6 one (contentless_delete: a forget left the
+    terms behind until a rewrite of the index) is rebuilt as it opens: same answers, and a
+    forget then leaves no trace."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        memory_id = client.retain(tenant, f"The vault code is {SECRET} for the north door").memory_id
+        other = client.retain(tenant, "The south door opens with the brass key").memory_id
+    server.stop()
+    connection = apsw.Connection(str(server.tenant_file(tenant)))
+    connection.execute(
+        "DROP TABLE memories_fts; CREATE VIRTUAL TABLE memories_fts USING fts5(body, content='', "
+        "contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'); "
+        "INSERT INTO memories_fts(rowid, body) SELECT id, body FROM memories; DROP INDEX oplog_result_memory; "
+        "PRAGMA user_version = 6"
+    )
+    connection.close()
+    server.start()
+    with MemoryClient(server.target) as client:
+        assert [h.memory.id for h in client.recall(tenant, "brass key south", k=1)] == [other]
+        client.forget(tenant, memory_id)
+        assert _traces(server.data_dir, _needles([])) == []
+        assert [h.memory.id for h in client.recall(tenant, "door", k=5)] == [other]
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert connection.pragma("user_version") == 7
+        assert (
+            "contentless_delete"
+            not in connection.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_fts'").fetchone()[0]
+        )
+        # The operation-log rows of a forgotten memory are found by index, not by a scan of the log.
+        plan = connection.execute(
+            "EXPLAIN QUERY PLAN UPDATE oplog SET payload = '' WHERE result IS NOT NULL AND json_valid(result) "
+            "AND json_extract(result, '$.memory_id') = 1"
+        ).fetchall()
+        assert "USING INDEX oplog_result_memory" in str(plan), plan
+    finally:
+        connection.close()

@@ -23,6 +23,7 @@ from mnemosyne.client import (
     InvalidArgumentError,
     MemoryClient,
     PermissionDeniedError,
+    ResourceExhaustedError,
 )
 from mnemosyne.client.types import BackupChunk
 from mnemosyne.store.snapshot import sha256_file
@@ -267,3 +268,31 @@ def test_an_operation_open_at_the_export_is_applied_after_the_import(
         assert event.status == "succeeded"
         assert [m.text for m in b.list_memories(tenant).memories] == ["The courier CX-9 arrives on Friday"]
     hold.unlink()
+
+
+def test_a_disk_that_fills_during_an_import_keeps_nothing_of_it(server_factory, tenant: str, tmp_path: Path) -> None:
+    """The server's disk fills while an import writes its scratch files (the file_bytes seam: the
+    write fails with ENOSPC, as on a full filesystem): RESOURCE_EXHAUSTED DISK_FULL, no tenant,
+    nothing of it in the scratch space or under the tenant's name; with room again it imports."""
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}
+    source = server_factory(env=env).start()
+    with MemoryClient(source.target, ADMIN) as a:
+        a.retain_batch(tenant, [f"note {i} about the archive and {'padding ' * 20}" for i in range(200)])
+    archive = _archive(tmp_path, source, tenant)
+    with tarfile.open(archive) as tar:
+        size = tar.getmember("database.sqlite").size
+    target = server_factory(env={**env, "MNEMOSYNE_TEST_FAULTS": f"file_bytes={size // 2}"}).start()
+    with MemoryClient(target.target, ADMIN, retries=0) as b:
+        with pytest.raises(ResourceExhaustedError) as full:
+            import_archive(b, archive)
+        assert full.value.reason == "DISK_FULL", full.value
+        assert tenant not in b.list_tenants().tenants
+        assert b.list_memories(tenant).memories == []
+    assert [p for p in target.data_dir.rglob("*") if tenant in p.name] == []
+    assert not any((target.data_dir / ".backup-scratch").glob("*"))
+    target.stop()
+    target.env.pop("MNEMOSYNE_TEST_FAULTS")
+    target.start()
+    with MemoryClient(target.target, ADMIN) as b:
+        assert import_archive(b, archive).tenant == tenant
+        assert b.verify_integrity(tenant).valid

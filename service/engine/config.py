@@ -65,8 +65,9 @@ class EngineConfig:
     near_duplicate_threshold: float = DEFAULT_THRESHOLD
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
-    # Test seams, empty in production: store fault points (store/tenant_store.py), and methods
-    # after whose commit the process kills itself (a reply lost after a commit).
+    # Test seams, empty in production: store fault points (store/tenant_store.py; file_bytes=N, a
+    # disk that fills under an import, store/file_faults.py), and methods after whose commit the
+    # process kills itself (a reply lost after a commit).
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
     # Test seams of host-owned generations (engine/workspace.py): the generation a scope has

@@ -30,7 +30,7 @@ import numpy as np
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
-from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.index import drop_vectors, vector_index
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
@@ -302,6 +302,7 @@ class Deduplicator:
                         return prior
                 applied: list[DedupGroup] = []
                 now = time.time()
+                _, epoch_before = txn.index_state()
                 for group in groups:
                     live = txn.live_ids([group.keep, *group.duplicates])
                     members = tuple(d for d in group.duplicates if d in live)
@@ -314,6 +315,11 @@ class Deduplicator:
                 if request_id:
                     result = [[g.keep, list(g.duplicates)] for g in applied]
                     txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
+                _, epoch_after = txn.index_state()
+            if applied:  # the cache drops the merged rows rather than reloading the tenant's vectors
+                drop_vectors(
+                    store, [d for g in applied for d in g.duplicates], from_epoch=epoch_before, to_epoch=epoch_after
+                )
         return report
 
 

@@ -91,7 +91,9 @@ class Engine:
             self.hot_path.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
             self.backups = Backups(pool=self.pool)
-            self.imports = TenantImports(pool=self.pool, hot_path=self.hot_path, backups=self.backups)
+            self.imports = TenantImports(
+                pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=config.store_faults
+            )
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

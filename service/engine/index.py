@@ -1,8 +1,18 @@
 """The in-memory vector matrix of one tenant: a cache of the ``embeddings`` table.
 
 It is brought up to date inside each recall's own read transaction: rows above its high-water
-mark are appended; a forget (seen as a new forget epoch) drops and reloads it. It never holds
-anything that is not in the file, so ranking is the same before and after a restart.
+mark are appended. A forget or a Dedup merge removes rows and advances the file's forget epoch;
+the engine then tells the cache which rows went (``drop_vectors``), and the cache zeroes them in
+place and takes the new epoch. Only an epoch it was not told about (a race with another
+transaction's sync, a forget it missed) makes it reload, all of it: at 100k memories a reload is
+~350 ms that the next write or recall would pay. A zeroed row scores 0 against any query, which
+no caller counts as a match (``recall.top_rows`` keeps scores above 0, Dedup's thresholds are
+positive), so ranking is the same as after a reload or a restart.
+
+Zeroing happens in the arrays a concurrent reader may be using: that reader sees the row's
+vector either whole or partly zeroed, which moves only the forgotten memory's own score, and the
+reader's transaction drops that memory anyway if its snapshot is newer. Dropped rows are
+squeezed out when the buffer is reallocated (it grows) or when they pass a quarter of it.
 
 Layout: one contiguous float32 buffer, dimension-major (shape ``(dim, capacity)``: each buffer row
 holds one dimension of every memory), growing by doubling so appends are amortised O(1).
@@ -22,6 +32,7 @@ widen, rounded enough to move a LoCoMo answer (recall@10 0.662 -> 0.661).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +40,9 @@ import numpy as np
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 _CACHE_KEY = "vectors"
+# Dropped rows tolerated before the arrays are rebuilt without them: a fraction of the rows, so
+# the rebuild (a copy of both arrays) is amortised over many forgets.
+_DEAD_FRACTION = 4
 
 
 def vector_index(store: TenantStore, dim: int) -> VectorIndex:
@@ -38,6 +52,15 @@ def vector_index(store: TenantStore, dim: int) -> VectorIndex:
         index = store.cache.setdefault(_CACHE_KEY, VectorIndex(dim))
     assert isinstance(index, VectorIndex)
     return index
+
+
+def drop_vectors(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
+    """After a committed forget or merge that moved the forget epoch from ``from_epoch`` to
+    ``to_epoch`` by removing ``memory_ids``' embeddings: remove them from the tenant's vector
+    cache too, if it has one, instead of letting the new epoch reload it."""
+    index = store.cache.get(_CACHE_KEY)
+    if isinstance(index, VectorIndex):
+        index.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
 
 
 class VectorView(NamedTuple):
@@ -55,7 +78,10 @@ class VectorIndex:
         self._buffer = np.zeros((dim, 0), dtype=np.float32)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._ids = np.zeros(0, dtype=np.int64)
+        self._alive = np.zeros(0, dtype=bool)
         self._count = 0
+        self._dead = 0  # zeroed rows still in the arrays
+        self.reloads = 0  # full loads from the file (the first one included)
         self.high_water = 0
         self.epoch = -1
 
@@ -77,13 +103,65 @@ class VectorIndex:
                     # Our snapshot is older than the cache's; the cache is already newer: use it.
                     return self._view()
                 self._count = 0
+                self._dead = 0
                 self.high_water = 0
                 self.epoch = epoch
+                self.reloads += 1
             if high > self.high_water:
                 rows = txn.embeddings_after(self.high_water, high)
                 self._append(rows)
                 self.high_water = high
             return self._view()
+
+    def drop(self, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> bool:
+        """Zero the rows of ``memory_ids`` and take ``to_epoch``, if the cache is at
+        ``from_epoch`` (it holds exactly what the file held before that change); otherwise leave
+        it, and the next sync reloads if its epoch is behind. True when applied."""
+        with self._lock:
+            if self.epoch != from_epoch:
+                return False
+            ids = self._ids[: self._count]
+            wanted = np.asarray(sorted(memory_ids), dtype=np.int64)
+            rows = np.searchsorted(ids, wanted)
+            present = rows < self._count
+            rows = rows[present][ids[rows[present]] == wanted[present]]
+            rows = rows[self._alive[rows]]
+            self._buffer[:, rows] = 0.0
+            self._rows[rows] = 0.0
+            self._alive[rows] = False
+            self._dead += len(rows)
+            self.epoch = to_epoch
+            if self._dead * _DEAD_FRACTION > self._count:
+                self._reallocate(self._count - self._dead)
+            return True
+
+    def _reallocate(self, needed: int) -> None:
+        """New arrays of room for ``needed`` rows, holding the live rows of the old ones (the
+        dropped ones squeezed out). Replaces, never resizes in place: a concurrent reader keeps
+        its old, still-valid view."""
+        # Small first: a tenant of a few memories keeps a few KB (its buffer is fully resident:
+        # every dimension row is written), and doubling keeps appends amortised O(1).
+        capacity = self._buffer.shape[1]
+        if needed > capacity:
+            capacity = max(needed, 2 * capacity, 16)
+        keep = np.flatnonzero(self._alive[: self._count])
+        live = len(keep)
+        buffer = np.zeros((self.dim, capacity), dtype=np.float32)
+        row_copy = np.zeros((capacity, self.dim), dtype=np.float32)
+        ids = np.zeros(capacity, dtype=np.int64)
+        alive = np.zeros(capacity, dtype=bool)
+        if self._dead:
+            buffer[:, :live] = self._buffer[:, keep]
+            row_copy[:live] = self._rows[keep]
+            ids[:live] = self._ids[keep]
+        else:
+            buffer[:, :live] = self._buffer[:, :live]
+            row_copy[:live] = self._rows[:live]
+            ids[:live] = self._ids[:live]
+        alive[:live] = True
+        self._buffer, self._rows, self._ids, self._alive = buffer, row_copy, ids, alive
+        self._count = live
+        self._dead = 0
 
     def _view(self) -> VectorView:
         return VectorView(self._ids[: self._count], self._buffer[:, : self._count].T, self._rows[: self._count])
@@ -91,25 +169,16 @@ class VectorIndex:
     def _append(self, rows: list[tuple[int, str, bytes]]) -> None:
         if not rows:
             return
+        if self._count + len(rows) > self._buffer.shape[1]:
+            self._reallocate(self._count - self._dead + len(rows))
         needed = self._count + len(rows)
-        if needed > self._buffer.shape[1]:
-            # Small first: a tenant of a few memories keeps a few KB (its buffer is fully resident:
-            # every dimension row is written), and doubling keeps appends amortised O(1).
-            capacity = max(needed, 2 * self._buffer.shape[1], 16)
-            buffer = np.zeros((self.dim, capacity), dtype=np.float32)
-            buffer[:, : self._count] = self._buffer[:, : self._count]
-            row_copy = np.zeros((capacity, self.dim), dtype=np.float32)
-            row_copy[: self._count] = self._rows[: self._count]
-            ids = np.zeros(capacity, dtype=np.int64)
-            ids[: self._count] = self._ids[: self._count]
-            # Replace, never resize in place: a concurrent reader keeps its old, still-valid view.
-            self._buffer, self._rows, self._ids = buffer, row_copy, ids
         vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), self.dim)
         self._buffer[:, self._count : needed] = vectors.T
         self._rows[self._count : needed] = vectors
         self._ids[self._count : needed] = [r[0] for r in rows]
+        self._alive[self._count : needed] = True
         self._count = needed
 
     @property
     def nbytes(self) -> int:
-        return int(self._buffer.nbytes + self._rows.nbytes + self._ids.nbytes)
+        return int(self._buffer.nbytes + self._rows.nbytes + self._ids.nbytes + self._alive.nbytes)

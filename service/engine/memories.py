@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
+from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage
@@ -108,6 +109,7 @@ class Memories:
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+            erased: list[int] = []
             with store.write() as txn:
                 prior = replayed_result(txn, request_id, "forget", payload_hash) if request_id else None
                 if prior is not None:
@@ -115,14 +117,17 @@ class Memories:
                 else:
                     if not txn.memories_by_ids([memory_id], with_details=False):
                         raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
-                    forgotten = txn.forget_memory(memory_id)
+                    _, epoch_before = txn.index_state()
                     # Memories Dedup merged into this one hold the same content: forget them too.
-                    for merged_id in txn.merged_into_ids(memory_id):
-                        forgotten = txn.forget_memory(merged_id) or forgotten
-                    if forgotten:
-                        txn.rewrite_fulltext()
+                    for forget_id in [memory_id, *txn.merged_into_ids(memory_id)]:
+                        if txn.forget_memory(forget_id):
+                            erased.append(forget_id)
+                    forgotten = bool(erased)
+                    _, epoch_after = txn.index_state()
                     if request_id:
                         txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
+            if erased:  # the cache drops those rows rather than reloading the tenant's vectors
+                drop_vectors(store, erased, from_epoch=epoch_before, to_epoch=epoch_after)
             self._committed("forget")
             if forgotten or store.erasure_pending():
                 store.erase_traces()

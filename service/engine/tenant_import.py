@@ -25,6 +25,7 @@ from typing import IO
 from mnemosyne.engine.backup import DATABASE_FILE, INBOX_FILE, Backups, CopiedFile, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.errors import InvalidArgument, ResourceExhausted
+from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.snapshot import check_chain, check_schema
 
@@ -49,7 +50,15 @@ class TenantImport:
     """One import in progress: ``write`` each chunk, then ``finish`` (or ``abort``)."""
 
     def __init__(
-        self, *, tenant: str, copy: TenantCopy, replace: bool, directory: Path, pool: TenantPool, hot_path: HotPath
+        self,
+        *,
+        tenant: str,
+        copy: TenantCopy,
+        replace: bool,
+        directory: Path,
+        pool: TenantPool,
+        hot_path: HotPath,
+        budget: FileBudget | None = None,
     ) -> None:
         self.tenant = tenant
         self._copy = copy
@@ -57,6 +66,7 @@ class TenantImport:
         self._directory = directory
         self._pool = pool
         self._hot_path = hot_path
+        self._budget = budget or FileBudget(())  # the file_bytes test seam (store/file_faults.py)
         self._order: Sequence[CopiedFile] = copy.files
         self._index = -1  # the file being received
         self._received = 0
@@ -83,6 +93,7 @@ class TenantImport:
             )
         assert self._handle is not None
         try:
+            self._budget.take(len(data))
             self._handle.write(data)
         except OSError as exc:
             raise _disk_error(exc) from None
@@ -157,10 +168,13 @@ def _disk_error(exc: OSError) -> Exception:
 
 
 class TenantImports:
-    def __init__(self, *, pool: TenantPool, hot_path: HotPath, backups: Backups) -> None:
+    def __init__(
+        self, *, pool: TenantPool, hot_path: HotPath, backups: Backups, faults: frozenset[str] = frozenset()
+    ) -> None:
         self._pool = pool
         self._hot_path = hot_path
         self._backups = backups
+        self._faults = faults  # test seams (EngineConfig.store_faults): file_bytes, store/file_faults.py
 
     def begin(self, tenant: str, copy: TenantCopy, *, replace: bool) -> TenantImport:
         """An import of ``copy`` (the export's manifest) as ``tenant`` (its own name when empty)."""
@@ -182,4 +196,5 @@ class TenantImports:
             directory=self._backups.scratch_directory(),
             pool=self._pool,
             hot_path=self._hot_path,
+            budget=FileBudget(self._faults),
         )

@@ -913,14 +913,16 @@ class WriteTxn(ReadTxn, OplogWrites):
         Everything else that holds the memory's content goes too: its key (so its ledger hashes
         confirm nothing), the operation-log rows that wrote it or were found duplicates of it
         (their payload, extraction and vector), and the supersession rows naming its triples.
-        Deleted bytes are overwritten (``secure_delete``, connections.py); the full-text index
-        still holds the memory's terms until ``rewrite_fulltext`` and the WAL its earlier pages
-        until ``TenantStore.erase_traces``: the caller runs both (``ERASURE_META``)."""
+        Deleted bytes are overwritten (``secure_delete``, connections.py) and the full-text
+        index removes the memory's entries from its segments (``_delete_fulltext``); the WAL
+        still holds the pages as they were until ``TenantStore.erase_traces``, which the caller
+        runs (``ERASURE_META``)."""
         c = self.connection
-        row = c.execute("SELECT forgotten_at FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        row = c.execute("SELECT forgotten_at, merged_into, body FROM memories WHERE id = ?", (memory_id,)).fetchone()
         if row is None or row[0] is not None:
             return False
-        c.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
+        if row[1] is None:  # a merged memory's full-text row went at its merge
+            self._delete_fulltext([(memory_id, row[2])])
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
@@ -929,7 +931,7 @@ class WriteTxn(ReadTxn, OplogWrites):
             "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),
         )
-        c.execute(
+        c.execute(  # the WHERE of the index oplog_result_memory (schema.py), or it is a scan of the log
             "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL "
             "WHERE result IS NOT NULL AND json_valid(result) AND json_extract(result, '$.memory_id') = ?",
             (ERASED_PAYLOAD, memory_id),
@@ -942,12 +944,16 @@ class WriteTxn(ReadTxn, OplogWrites):
         self.set_meta(ERASURE_META, "1")
         return True
 
-    def rewrite_fulltext(self) -> None:
-        """Rewrite the full-text index as one new segment without the deleted rows. A contentless
-        index only marks a deleted row (a tombstone) and keeps its terms in the segment until a
-        merge of that segment; 'optimize' merges every segment now. Its cost grows with the index
-        (docs/operations.md has the numbers); it runs only when a forget erased something."""
-        self.connection.execute("INSERT INTO memories_fts(memories_fts) VALUES('optimize')")
+    def _delete_fulltext(self, rows: Sequence[tuple[int, str]]) -> None:
+        """Remove (memory id, body) rows from the full-text index. The index is contentless with
+        FTS5's 'secure-delete' on (schema.py, version 7): told the text it indexed, it rewrites
+        the leaf pages holding that row's entries without them, and drops a term no other row
+        holds, so the memory's terms leave the file now, at a cost in proportion to the memory,
+        not to the index. The text must be the indexed one (``NewMemory.fts_text``, the body):
+        any other would corrupt the index's counts."""
+        self.connection.executemany(
+            "INSERT INTO memories_fts(memories_fts, rowid, body) VALUES('delete', ?, ?)", list(rows)
+        )
 
     @property
     def alive(self) -> bool:
@@ -995,7 +1001,9 @@ class WriteTxn(ReadTxn, OplogWrites):
         c = self.connection
         ids = list(merged_ids)
         marks = ",".join("?" * len(ids))
-        c.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", ids)
+        self._delete_fulltext(
+            [(int(i), str(b)) for i, b in c.execute(f"SELECT id, body FROM memories WHERE id IN ({marks})", ids)]
+        )
         c.execute(f"DELETE FROM embeddings WHERE memory_id IN ({marks})", ids)
         c.execute(f"UPDATE memories SET merged_into = ?, merged_at = ? WHERE id IN ({marks})", [keep_id, at, *ids])
         # Memories merged earlier into one of these now point at the kept one, so a duplicate of

@@ -1,0 +1,40 @@
+"""Test seam ``file_bytes=N`` (in MNEMOSYNE_TEST_FAULTS, the server's ``EngineConfig.store_faults``):
+a disk that fills while a file outside SQLite is written. The files one backup receives
+(backup_dir.py) or one import writes into the server's scratch space (engine/tenant_import.py)
+may hold N bytes in all; the write that would pass them fails with ENOSPC, as a full filesystem
+fails it, and goes down the same error path. SQLite files have their own seam
+(``max_page_count``, tenant_store.py). Never set in production."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable
+
+FAULTS_ENV = "MNEMOSYNE_TEST_FAULTS"
+_NAME = "file_bytes"
+
+
+class FileBudget:
+    """The bytes left to write under the seam; unlimited (and free) without it."""
+
+    def __init__(self, faults: Iterable[str]) -> None:
+        self._left: int | None = None
+        for fault in faults:
+            name, _, value = fault.partition("=")
+            if name == _NAME:
+                self._left = int(value)
+
+    @classmethod
+    def from_environment(cls) -> FileBudget:
+        """The seam as the process's environment sets it (the CLI has no engine configuration)."""
+        return cls(filter(None, os.environ.get(FAULTS_ENV, "").split(",")))
+
+    def take(self, size: int) -> None:
+        """Room for ``size`` more bytes, or the OSError a full disk raises."""
+        if self._left is None:
+            return
+        if size > self._left:
+            self._left = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._left -= size

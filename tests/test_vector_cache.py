@@ -1,0 +1,87 @@
+"""The in-memory vector cache (engine/index.py) across forgets and Dedup merges: a forget or a
+merge removes its rows from the cache in place, so the next write or recall does not reload the
+tenant's vectors from the file, and the answers are the same as those of a freshly opened
+server. A real engine on real files, in this process, so the cache itself can be looked at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.index import VectorIndex
+from mnemosyne.engine.types import RetainItem
+
+TENANT = "vectors"
+QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near duplicate about the lighthouse keeper"]
+
+
+def _cache(engine: Engine) -> VectorIndex:
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        index = store.cache["vectors"]
+    assert isinstance(index, VectorIndex)
+    return index
+
+
+def _assert_cache_holds_the_file(engine: Engine, cache: VectorIndex) -> None:
+    """Every vector in the file is in the cache, as it is there; any other row is all zeros."""
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        with store.read() as txn:
+            ids, matrix = cache.sync(txn)
+            stored = {i: np.frombuffer(v, dtype="<f4") for i, _, v in txn.embeddings_after(0, txn.index_state()[0])}
+    assert set(stored) <= set(ids.tolist())
+    for row, memory_id in enumerate(ids.tolist()):
+        expected = stored.get(memory_id, np.zeros(matrix.shape[1], dtype=np.float32))
+        assert np.array_equal(matrix[row], expected), memory_id
+
+
+def _answers(engine: Engine) -> list[list[tuple[int, float]]]:
+    return [[(h.memory.id, round(h.score, 5)) for h in engine.recall(TENANT, q, k=10).hits] for q in QUERIES]
+
+
+def test_forgets_and_merges_update_the_vector_cache_in_place(tmp_path: Path) -> None:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        texts = [f"note {i}: customer C-{i % 37} asked about order O-{i} shipped to city {i % 13}" for i in range(300)]
+        ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(t) for t in texts])]
+        twins = [
+            engine.retain(TENANT, RetainItem(f"a near duplicate about the lighthouse keeper{'!' * n}")).memory_id
+            for n in range(3)
+        ]
+        engine.recall(TENANT, QUERIES[0])
+        cache = _cache(engine)
+        assert cache.reloads == 1
+        for n in range(12):
+            assert engine.memories.forget(TENANT, ids[n * 11])
+            engine.retain(TENANT, RetainItem(f"an extra note {n} about order O-{n} shipped"))
+            hits = engine.recall(TENANT, f"order O-{n * 11} customer", k=50).hits
+            assert ids[n * 11] not in {h.memory.id for h in hits}
+        report = engine.dedup(TENANT, merge=True)
+        merged = {d for g in report.groups for d in g.duplicates}
+        assert report.merged and merged & set(twins), report
+        _assert_cache_holds_the_file(engine, cache)
+        # Past a quarter of the rows dropped, the cache squeezes them out (still no reload).
+        for memory_id in ids[200:290]:
+            engine.memories.forget(TENANT, memory_id)
+        with engine.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            with store.read() as txn:
+                # Fewer rows than the 315 vectors it was given: the dropped ones went.
+                assert len(cache.sync(txn)[0]) < len(ids) + len(twins) + 12
+        _assert_cache_holds_the_file(engine, cache)
+        after = _answers(engine)
+        # One load in all: every forget and the merge updated the same cache in place.
+        assert _cache(engine) is cache and cache.reloads == 1
+        assert not merged & {h[0] for answer in after for h in answer}
+        _assert_cache_holds_the_file(engine, cache)
+    finally:
+        engine.close()
+    reopened = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        assert _answers(reopened) == after  # the same ranking as a cache loaded from the file
+    finally:
+        reopened.close()
