@@ -336,7 +336,7 @@ def test_keyboard_alone_signs_in_searches_edits_and_saves(
     _tab_to(page, lambda f: f["text"] == "Records", key="Shift+Tab")
     page.keyboard.press("Enter")
     page.locator('[data-scope="global"]').wait_for()
-    _tab_to(page, lambda f: f["scope"] == "global")
+    page.wait_for_function("document.activeElement.dataset.scope === 'global'")  # the first scope
     page.keyboard.press("Enter")
     _tab_to(page, lambda f: f["key"] == "MEMORY.md")
     page.keyboard.press("Enter")
@@ -430,3 +430,24 @@ def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryCli
     assert page.locator("#integrity-verdict").text_content() == "valid"
     assert page.locator("#head-hash").input_value() == report.head_hash and report.head_hash
     tab.shot("integrity")
+
+
+def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) -> None:
+    """On loopback without a tokens file the caller is an admin with no name: the console opens
+    the tenants without asking for a token (the only test here with a second server)."""
+    open_server = ServerProcess(tmp_path / "data", http=True).start()
+    context = browser.new_context()
+    try:
+        with MemoryClient(open_server.target) as client:
+            me = client.whoami()
+            assert (me.name, me.tenants, me.admin) == ("", [], True)
+            client.retain("alpha", "a memory on a server without tokens")
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"{open_server.http_url}/console/")
+        page.locator('#tenants tr[data-tenant="alpha"]').wait_for()
+        assert page.locator("#token").count() == 0
+        assert page.locator("#who").text_content() == "no tokens on this server (admin)"
+    finally:
+        context.close()
+        open_server.stop()

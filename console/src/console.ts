@@ -773,6 +773,7 @@ async function recordsView(tenant: string): Promise<void> {
         ),
       ),
     );
+    (scopes.querySelector("button") as HTMLElement | null)?.focus();
   } catch (error) {
     replace(scopes, errorBox(error));
   }

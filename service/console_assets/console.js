@@ -566,6 +566,7 @@ async function recordsView(tenant) {
             "data-scope": s.scope,
             "aria-label": `Open ${s.scope}`,
         }))));
+        scopes.querySelector("button")?.focus();
     }
     catch (error) {
         replace(scopes, errorBox(error));
