@@ -281,6 +281,25 @@ def test_a_record_edited_in_two_tabs_gets_the_conflict_view_and_re_applies(
     second.shot("records")
 
 
+def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    admin.edit_records(
+        tenant, "workspace/w1", [RecordChange("put", "plan.md", "ship it"), RecordChange("put", "x", "y")], 0
+    )
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    page.locator('[data-scope="workspace/w1"]').click()
+    page.locator('[data-key="plan.md"]').click()
+    page.click("#delete")
+    page.get_by_role("button", name="Keep it").click()  # nothing is deleted before the confirmation
+    assert admin.list_scopes(tenant)[1].records == 2
+    page.click("#delete")
+    page.click("#confirm-delete")
+    page.locator("#deleted").wait_for()
+    assert page.locator('[data-key="plan.md"]').count() == 0
+    assert [(r.key, r.content) for r in admin.list_records(tenant, "workspace/w1").records] == [("x", "y")]
+
+
 def test_hostile_memory_text_shows_literally_and_runs_nothing(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     hostile = [

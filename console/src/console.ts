@@ -819,15 +819,21 @@ function edit(tenant: string, scope: string, key: string, content: string, gener
   const text = el("textarea", { id: "record-content", "aria-label": `Content of ${key}`, spellcheck: "false" }) as HTMLTextAreaElement;
   text.value = content;
   const outcome = el("div", { id: "save-outcome", "aria-live": "polite" });
-  const save = async (expected: string, mine: string): Promise<void> => {
+  // mine: the content to save, or null to delete the record.
+  const save = async (expected: string, mine: string | null): Promise<void> => {
     try {
       const answer = await post(tenantPath(tenant, "/records:edit"), {
         scope,
         expectedGeneration: expected,
-        changes: [{ op: "PUT", key, content: mine }],
+        changes: [mine === null ? { op: "DELETE", key } : { op: "PUT", key, content: mine }],
         requestId: requestId(),
       });
       generation = String(answer.generation);
+      if (mine === null) {
+        await openScope(tenant, scope, target);
+        target.prepend(el("p", { class: "notice", role: "status", id: "deleted" }, `Deleted ${key}: ${scope} is at generation ${generation}.`));
+        return;
+      }
       edit(tenant, scope, key, mine, generation, target, false);
       const done = target.querySelector("#save-outcome") as HTMLElement;
       replace(done, el("p", { class: "notice", role: "status", id: "saved" }, `Saved: ${scope} is at generation ${generation}.`));
@@ -836,7 +842,7 @@ function edit(tenant: string, scope: string, key: string, content: string, gener
       else replace(outcome, errorBox(error));
     }
   };
-  const conflict = async (mine: string): Promise<void> => {
+  const conflict = async (mine: string | null): Promise<void> => {
     let theirs = "";
     let theirGeneration = generation;
     let gone = false;
@@ -866,7 +872,7 @@ function edit(tenant: string, scope: string, key: string, content: string, gener
         "div",
         { class: "conflict" },
         el("div", {}, el("h2", {}, `Theirs (stored, generation ${theirGeneration})`), el("pre", { id: "theirs" }, gone ? "(deleted)" : theirs)),
-        el("div", {}, el("h2", {}, "Yours (not saved)"), el("pre", { id: "yours" }, mine)),
+        el("div", {}, el("h2", {}, "Yours (not saved)"), el("pre", { id: "yours" }, mine === null ? "(delete this record)" : mine)),
       ),
       el(
         "div",
@@ -886,6 +892,25 @@ function edit(tenant: string, scope: string, key: string, content: string, gener
       "div",
       { class: "row" },
       button("Save", () => void save(generation, text.value), { class: "primary", id: "save" }),
+      fresh
+        ? null
+        : button(
+            "Delete…",
+            () => {
+              const keep = button("Keep it", () => replace(outcome));
+              replace(
+                outcome,
+                el(
+                  "div",
+                  { class: "confirm", role: "alertdialog", "aria-label": "Confirm deleting" },
+                  el("p", {}, `Delete ${key} from ${scope}?`),
+                  el("div", { class: "row" }, button("Delete it", () => void save(generation, null), { class: "danger", id: "confirm-delete" }), keep),
+                ),
+              );
+              keep.focus();
+            },
+            { class: "danger", id: "delete" },
+          ),
       button("Back to the scope", () => void openScope(tenant, scope, target)),
     ),
     outcome,

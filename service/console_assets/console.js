@@ -601,15 +601,21 @@ function edit(tenant, scope, key, content, generation, target, fresh) {
     const text = el("textarea", { id: "record-content", "aria-label": `Content of ${key}`, spellcheck: "false" });
     text.value = content;
     const outcome = el("div", { id: "save-outcome", "aria-live": "polite" });
+    // mine: the content to save, or null to delete the record.
     const save = async (expected, mine) => {
         try {
             const answer = await post(tenantPath(tenant, "/records:edit"), {
                 scope,
                 expectedGeneration: expected,
-                changes: [{ op: "PUT", key, content: mine }],
+                changes: [mine === null ? { op: "DELETE", key } : { op: "PUT", key, content: mine }],
                 requestId: requestId(),
             });
             generation = String(answer.generation);
+            if (mine === null) {
+                await openScope(tenant, scope, target);
+                target.prepend(el("p", { class: "notice", role: "status", id: "deleted" }, `Deleted ${key}: ${scope} is at generation ${generation}.`));
+                return;
+            }
             edit(tenant, scope, key, mine, generation, target, false);
             const done = target.querySelector("#save-outcome");
             replace(done, el("p", { class: "notice", role: "status", id: "saved" }, `Saved: ${scope} is at generation ${generation}.`));
@@ -640,10 +646,16 @@ function edit(tenant, scope, key, content, generation, target, fresh) {
             theirGeneration = String(listed.generation ?? generation);
         }
         const reapply = button("Re-apply mine on top", () => void save(theirGeneration, mine), { class: "primary", id: "reapply" });
-        replace(target, el("h2", { tabindex: "-1", id: "conflict-heading" }, `Conflict: ${key} changed while you edited it`), el("p", { class: "error", role: "alert", id: "conflict" }, `Someone else (another tab, an agent or a consolidator) saved ${scope} since you opened it: it is now at generation ${theirGeneration}. Nothing of yours was written.`), el("div", { class: "conflict" }, el("div", {}, el("h2", {}, `Theirs (stored, generation ${theirGeneration})`), el("pre", { id: "theirs" }, gone ? "(deleted)" : theirs)), el("div", {}, el("h2", {}, "Yours (not saved)"), el("pre", { id: "yours" }, mine))), el("div", { class: "row" }, button("Reload theirs (drop mine)", () => edit(tenant, scope, key, gone ? "" : theirs, theirGeneration, target, gone), { id: "reload" }), reapply));
+        replace(target, el("h2", { tabindex: "-1", id: "conflict-heading" }, `Conflict: ${key} changed while you edited it`), el("p", { class: "error", role: "alert", id: "conflict" }, `Someone else (another tab, an agent or a consolidator) saved ${scope} since you opened it: it is now at generation ${theirGeneration}. Nothing of yours was written.`), el("div", { class: "conflict" }, el("div", {}, el("h2", {}, `Theirs (stored, generation ${theirGeneration})`), el("pre", { id: "theirs" }, gone ? "(deleted)" : theirs)), el("div", {}, el("h2", {}, "Yours (not saved)"), el("pre", { id: "yours" }, mine === null ? "(delete this record)" : mine))), el("div", { class: "row" }, button("Reload theirs (drop mine)", () => edit(tenant, scope, key, gone ? "" : theirs, theirGeneration, target, gone), { id: "reload" }), reapply));
         reapply.focus();
     };
-    replace(target, el("h2", {}, `${scope} / ${key}${fresh ? " (new)" : ""}`), el("p", { class: "meta" }, `Opened at generation ${generation}. Saving never overwrites a newer version.`), text, el("div", { class: "row" }, button("Save", () => void save(generation, text.value), { class: "primary", id: "save" }), button("Back to the scope", () => void openScope(tenant, scope, target))), outcome);
+    replace(target, el("h2", {}, `${scope} / ${key}${fresh ? " (new)" : ""}`), el("p", { class: "meta" }, `Opened at generation ${generation}. Saving never overwrites a newer version.`), text, el("div", { class: "row" }, button("Save", () => void save(generation, text.value), { class: "primary", id: "save" }), fresh
+        ? null
+        : button("Delete…", () => {
+            const keep = button("Keep it", () => replace(outcome));
+            replace(outcome, el("div", { class: "confirm", role: "alertdialog", "aria-label": "Confirm deleting" }, el("p", {}, `Delete ${key} from ${scope}?`), el("div", { class: "row" }, button("Delete it", () => void save(generation, null), { class: "danger", id: "confirm-delete" }), keep)));
+            keep.focus();
+        }, { class: "danger", id: "delete" }), button("Back to the scope", () => void openScope(tenant, scope, target))), outcome);
     text.focus();
 }
 void render();
