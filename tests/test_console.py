@@ -34,6 +34,7 @@ USER = "acme-console-token"
 USER_TENANT = "acme"
 SCREENSHOTS = os.environ.get("MNEMOSYNE_CONSOLE_SCREENSHOTS") == "1"
 WAIT_MS = 15_000
+POISON = "POISON-7f3a"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = ServerProcess(
         tmp_path_factory.mktemp("console") / "data",
         http=True,
-        env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [USER_TENANT]})},
+        # POISON: the extractor fails on a text with the marker (a failed event for the events view).
+        env={
+            "MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [USER_TENANT]}),
+            "MNEMOSYNE_TEST_POISON_MARKER": POISON,
+        },
     )
     process.start()
     yield process
@@ -270,11 +275,17 @@ def test_a_fast_write_appears_live_and_turns_succeeded(tabs: Callable[..., Tab],
     assert row.locator("td").nth(1).text_content() == "succeeded"
     seen = page.evaluate("window.seen")
     assert seen[-1] == "SUCCEEDED" and set(seen) <= {"PENDING", "RUNNING", "SUCCEEDED"}
+    # A write the extractor fails on turns failed, with its reason.
+    poisoned = admin.retain(tenant, f"a fast note the model chokes on {POISON}", fast=True)
+    failed = page.locator(f'#events tr[data-event-id="{poisoned.event_id}"]')
+    failed.and_(page.locator('[data-status="FAILED"]')).wait_for()
+    reason = admin.get_event(tenant, poisoned.event_id).error_reason
+    assert reason and (failed.locator("td").nth(5).text_content() or "").startswith(f"{reason}: ")
     # The status filter hides what is not asked for.
     page.select_option("#event-status", "FAILED")
-    assert row.is_hidden()
+    assert row.is_hidden() and failed.is_visible()
     page.select_option("#event-status", "SUCCEEDED")
-    assert row.is_visible()
+    assert row.is_visible() and failed.is_hidden()
     tab.shot("events")
 
 
@@ -429,8 +440,11 @@ def test_a_bad_token_shows_the_sign_in_error(tabs: Callable[..., Tab]) -> None:
     assert "TOKEN_UNKNOWN" in (error.text_content() or "")
     assert page.evaluate("sessionStorage.getItem('mnemosyne-console-token')") is None
     tab.shot("sign-in")
-    # A token that may not open the tenant says so in words too.
+    # A token that is no admin's sees its own tenants; one it may not open says so in words.
     user = tabs(signed_in=USER)
+    page = user.open()
+    page.locator("#tenants tr[data-tenant]").first.wait_for()
+    assert [r.get_attribute("data-tenant") for r in page.locator("#tenants tr[data-tenant]").all()] == [USER_TENANT]
     page = user.open("?tenant=beta")
     page.locator("#memory-list .error").wait_for()
     assert "Your token may not open this tenant" in (page.locator("#memory-list .error").text_content() or "")
