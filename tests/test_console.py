@@ -286,6 +286,8 @@ def test_a_fast_write_appears_live_and_turns_succeeded(tabs: Callable[..., Tab],
     assert row.is_hidden() and failed.is_visible()
     page.select_option("#event-status", "SUCCEEDED")
     assert row.is_visible() and failed.is_hidden()
+    page.select_option("#event-status", "")
+    assert row.is_visible() and failed.is_visible()
     tab.shot("events")
 
 
