@@ -18,6 +18,7 @@ from mnemosyne.client.host import HostObservations, MemoryHost, Observation
 from mnemosyne.client.memory_client import MemoryClient
 from mnemosyne.client.types import (
     AssembledContext,
+    Caller,
     ConsolidateResult,
     DedupResult,
     DuplicateGroup,
@@ -38,12 +39,14 @@ from mnemosyne.client.types import (
     RetainItem,
     RetainResult,
     ScopeRecords,
+    ScopeSummary,
     Stats,
     Triple,
 )
 
 __all__ = [
     "AssembledContext",
+    "Caller",
     "ConsolidateResult",
     "HostObservations",
     "MemoryHost",
@@ -51,6 +54,7 @@ __all__ = [
     "Record",
     "RecordChange",
     "ScopeRecords",
+    "ScopeSummary",
     "AbortedError",
     "DataLossError",
     "DeadlineExceededError",

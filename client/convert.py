@@ -208,5 +208,13 @@ def erasure_receipt_from_proto(r: admin_pb2.ErasureReceipt) -> types.ErasureRece
     )
 
 
+def caller_from_proto(r: admin_pb2.WhoAmIResponse) -> types.Caller:
+    return types.Caller(name=r.name, tenants=list(r.tenants), admin=r.admin)
+
+
+def scopes_from_proto(r: workspace_pb2.ListScopesResponse) -> list[types.ScopeSummary]:
+    return [types.ScopeSummary(scope=s.scope, generation=s.generation, records=s.records) for s in r.scopes]
+
+
 def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage:
     return types.TenantPage(tenants=list(r.tenants), next_page_token=r.next_page_token, damaged=list(r.damaged))

@@ -416,6 +416,11 @@ class MemoryClient:
             grpc.StatusCode.ABORTED, "RECORDS_CHANGED", f"the {scope} records kept changing while they were listed", {}
         )
 
+    def list_scopes(self, tenant: str) -> list[types.ScopeSummary]:
+        """The tenant's scopes: Global, then each workspace that has records, with generations."""
+        r = self.call(self.workspace.ListScopes, workspace_pb2.ListScopesRequest(tenant=tenant), retry=True)
+        return convert.scopes_from_proto(r)
+
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[types.Record, int]:
         """One record and its scope's generation, read together (browser editing)."""
         r = self.call(
@@ -456,6 +461,10 @@ class MemoryClient:
         return convert.consolidate_from_proto(r)
 
     # -- cross-tenant administration (admin token) ---------------------------------------------
+
+    def whoami(self) -> types.Caller:
+        """The caller as the server sees it: its token's name and the tenants it may reach."""
+        return convert.caller_from_proto(self.call(self.admin.WhoAmI, admin_pb2.WhoAmIRequest(), retry=True))
 
     def list_tenants(self, page_size: int = 0, page_token: str = "") -> types.TenantPage:
         r = self.call(

@@ -236,6 +236,24 @@ class ImportResult:
 
 
 @dataclass(frozen=True)
+class Caller:
+    """Who the server takes the caller for (``MemoryClient.whoami``)."""
+
+    name: str  # the token's name; "" on a server without tokens
+    tenants: list[str]  # the tenants the token names; empty for an admin
+    admin: bool
+
+
+@dataclass(frozen=True)
+class ScopeSummary:
+    """A scope of a tenant with its generation and record count (``MemoryClient.list_scopes``)."""
+
+    scope: str  # "global" or "workspace/<name>"
+    generation: int
+    records: int
+
+
+@dataclass(frozen=True)
 class TenantPage:
     tenants: list[str]
     next_page_token: str

@@ -239,6 +239,8 @@ CLIENT_METHOD_OF_RPC = {
     "Ping": "ping",
     "Dedup": "dedup",
     "ListTenants": "list_tenants",
+    "WhoAmI": "whoami",
+    "ListScopes": "list_scopes",
     "AggregateStats": "aggregate_stats",
     "EraseTenant": "erase_tenant",
     "Backup": "backup",

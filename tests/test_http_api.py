@@ -155,6 +155,8 @@ CASES: dict[str, Case] = {
     "ListTenants": Case(lambda t: admin_pb2.ListTenantsRequest(page_size=1000), tenantless=True),
     "AggregateStats": Case(lambda t: admin_pb2.AggregateStatsRequest(chunk_size=1000), tenantless=True),
     "Ping": Case(lambda t: admin_pb2.PingRequest(), tenantless=True),
+    "WhoAmI": Case(lambda t: admin_pb2.WhoAmIRequest(), tenantless=True),
+    "ListScopes": Case(lambda t: workspace_pb2.ListScopesRequest(tenant=t)),
     "EraseTenant": Case(
         lambda t: admin_pb2.EraseTenantRequest(tenant=t), write=True, volatile=("receipt.erasedAt", "receipt.headHash")
     ),

@@ -274,6 +274,15 @@ class ScopeRecords:
 
 
 @dataclass(frozen=True)
+class ScopeSummary:
+    """A scope of a tenant: its generation and how many records it holds."""
+
+    scope: str
+    generation: int
+    records: int
+
+
+@dataclass(frozen=True)
 class WriteResult:
     """What a record write produced: the new generation and how many changes it applied."""
 

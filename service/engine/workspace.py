@@ -40,6 +40,7 @@ from mnemosyne.engine.types import (
     Recalled,
     RecordChange,
     ScopeRecords,
+    ScopeSummary,
     WriteResult,
 )
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
@@ -264,6 +265,21 @@ class Workspaces:
         more = len(page) < len(records)
         token = page_tokens.encode(secret, tenant, query, f"{generation}\x1f{page[-1][0]}") if more else ""
         return ScopeRecords(page, generation, token)
+
+    def list_scopes(self, tenant: str) -> list[ScopeSummary]:
+        """The Global scope always, then each workspace scope that has records, by name."""
+        counts: dict[str, int] = {}
+        generations: dict[str, int] = {}
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is not None:
+                with store.read() as txn:
+                    counts, generations = txn.scope_record_counts(), txn.scope_generations()
+        base = self.config.generation_base
+        workspaces = sorted(scope for scope in counts if scope != GLOBAL_SCOPE)
+        return [
+            ScopeSummary(scope, generations.get(scope, base), counts.get(scope, 0))
+            for scope in (GLOBAL_SCOPE, *workspaces)
+        ]
 
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[str, int]:
         """(content, generation of the scope in the same snapshot)."""

@@ -766,6 +766,10 @@ class ReadTxn(OplogReads):
     def scope_generations(self) -> dict[str, int]:
         return dict(self.connection.execute("SELECT scope, generation FROM scopes"))
 
+    def scope_record_counts(self) -> dict[str, int]:
+        """How many records each scope that has any holds."""
+        return dict(self.connection.execute("SELECT scope, COUNT(*) FROM records GROUP BY scope"))
+
 
 class WriteTxn(ReadTxn, OplogWrites):
     """Mutations; valid only inside ``TenantStore.write()``."""

@@ -44,10 +44,12 @@ class Call:
         admission: Admission,
         deadline: float | None,
         principal: str = "",
+        reaches: frozenset[str] = frozenset({"*"}),
     ) -> None:
         self.metadata = metadata
         self.tenant = tenant
         self.principal = principal  # the name of the caller's token ("" without authentication)
+        self.reaches = reaches  # the tenants its token names; {"*"} for an admin or without authentication
         self.initial_metadata: list[tuple[str, str]] = []
         self.trailing_metadata: list[tuple[str, str]] = []
         self._admission = admission

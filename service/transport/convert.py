@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -296,6 +296,12 @@ def to_update_workspace_response(result: types.WriteResult) -> workspace_pb2.Upd
 
 def to_get_record_response(key: str, content: str, generation: int) -> workspace_pb2.GetRecordResponse:
     return workspace_pb2.GetRecordResponse(record=workspace_pb2.Record(key=key, content=content), generation=generation)
+
+
+def to_list_scopes_response(scopes: Sequence[types.ScopeSummary]) -> workspace_pb2.ListScopesResponse:
+    return workspace_pb2.ListScopesResponse(
+        scopes=[workspace_pb2.ScopeSummary(scope=s.scope, generation=s.generation, records=s.records) for s in scopes]
+    )
 
 
 def to_list_records_response(listed: types.ScopeRecords) -> workspace_pb2.ListRecordsResponse:

@@ -170,6 +170,7 @@ class Edge:
             admission=self._admission,
             deadline=deadline,
             principal=principal.name if principal is not None else "",
+            reaches=principal.tenants if principal is not None else frozenset({"*"}),
         )
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:

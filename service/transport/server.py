@@ -33,6 +33,7 @@ from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.transport import http_mapping, openapi
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.console import console_app
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.http_api import HttpApi
@@ -237,7 +238,7 @@ async def _start_http(
     routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
     document = json.dumps(openapi.document(routes, version=VERSION)).encode()
     own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp}  # the console mounts here too
+    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp, "/console": console_app()}
     app = Guard(
         compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
         allowed_hosts=[*config.http_allowed_hosts, *own],

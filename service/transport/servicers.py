@@ -10,6 +10,7 @@ from functools import partial
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
+from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
@@ -168,6 +169,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         finally:
             session.abort()
         return convert.to_import_response(imported)
+
+    async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, call: Call) -> admin_pb2.WhoAmIResponse:
+        # Answered on the event loop: the edge authenticated the caller; nothing to look up.
+        admin = call.reaches == frozenset({ADMIN})
+        return admin_pb2.WhoAmIResponse(name=call.principal, tenants=[] if admin else sorted(call.reaches), admin=admin)
 
     async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
         # Answered on the event loop: nothing to wait for, nothing that blocks.

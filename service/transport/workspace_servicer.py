@@ -86,6 +86,9 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
         return convert.to_get_record_response(request.key, content, generation)
 
+    def ListScopes(self, request: workspace_pb2.ListScopesRequest, call: Call) -> workspace_pb2.ListScopesResponse:
+        return convert.to_list_scopes_response(self._workspaces.list_scopes(request.tenant))
+
     def ListRecords(self, request: workspace_pb2.ListRecordsRequest, call: Call) -> workspace_pb2.ListRecordsResponse:
         listed = self._workspaces.list_records(
             request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token

@@ -146,6 +146,20 @@ class TenantStats(_message.Message):
     error_reason: str
     def __init__(self, tenant: _Optional[str] = ..., stats: _Optional[_Union[StatsResponse, _Mapping]] = ..., error_reason: _Optional[str] = ...) -> None: ...
 
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("name", "tenants", "admin")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    admin: bool
+    def __init__(self, name: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., admin: _Optional[bool] = ...) -> None: ...
+
 class PingRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

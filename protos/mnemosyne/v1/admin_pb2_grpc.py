@@ -85,6 +85,11 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/WhoAmI',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -188,6 +193,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the caller is: its token's name and the tenants it may reach (every tenant for an admin
+        token). On a server without tokens (loopback only) the name is empty and the caller is an
+        admin. The console starts with it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -240,6 +254,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ImportTenant,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -513,6 +532,33 @@ class AdminService:
             '/mnemosyne.v1.AdminService/ImportTenant',
             mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/WhoAmI',
+            mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

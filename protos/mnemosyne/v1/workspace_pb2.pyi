@@ -186,3 +186,25 @@ class ConsolidateResponse(_message.Message):
     generation: int
     already_applied: bool
     def __init__(self, generation: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...
+
+class ListScopesRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ScopeSummary(_message.Message):
+    __slots__ = ("scope", "generation", "records")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    generation: int
+    records: int
+    def __init__(self, scope: _Optional[str] = ..., generation: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
+
+class ListScopesResponse(_message.Message):
+    __slots__ = ("scopes",)
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    scopes: _containers.RepeatedCompositeFieldContainer[ScopeSummary]
+    def __init__(self, scopes: _Optional[_Iterable[_Union[ScopeSummary, _Mapping]]] = ...) -> None: ...

@@ -70,6 +70,11 @@ class WorkspaceServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.FromString,
                 _registered_method=True)
+        self.ListScopes = channel.unary_unary(
+                '/mnemosyne.v1.WorkspaceService/ListScopes',
+                request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.FromString,
+                _registered_method=True)
 
 
 class WorkspaceServiceServicer:
@@ -128,6 +133,14 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListScopes(self, request, context):
+        """The tenant's scopes: "global" always, then each "workspace/<name>" that has records, by name,
+        each with its generation and record count (the console's records editor starts from it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +178,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.Consolidate,
                     request_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.SerializeToString,
+            ),
+            'ListScopes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListScopes,
+                    request_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +375,33 @@ class WorkspaceService:
             '/mnemosyne.v1.WorkspaceService/Consolidate',
             mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.SerializeToString,
             mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListScopes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.WorkspaceService/ListScopes',
+            mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,517 @@
+"""The browser console (docs/console.md): its files as the server serves them, its build, and the
+page itself in a real headless Chromium (Debian's, driven by Playwright) against a real server
+with tokens. One server and one browser for the module; each test opens its own browser context
+(its own tabs and session storage).
+
+``MNEMOSYNE_CONSOLE_SCREENSHOTS=1`` makes the browser tests write the screenshots of
+docs/console.md (docs/console-*.png).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemosyne.client import MemoryClient, RecordChange
+from tests.http_support import request
+from tests.support import ServerProcess, tokens_json
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+ADMIN = "admin-console-token"
+USER = "acme-console-token"
+USER_TENANT = "acme"
+SCREENSHOTS = os.environ.get("MNEMOSYNE_CONSOLE_SCREENSHOTS") == "1"
+WAIT_MS = 15_000
+POISON = "POISON-7f3a"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(
+        tmp_path_factory.mktemp("console") / "data",
+        http=True,
+        # POISON: the extractor fails on a text with the marker (a failed event for the events view).
+        env={
+            "MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [USER_TENANT]}),
+            "MNEMOSYNE_TEST_POISON_MARKER": POISON,
+        },
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server: ServerProcess) -> Iterator[MemoryClient]:
+    with MemoryClient(server.target, token=ADMIN) as client:
+        yield client
+
+
+def _tenant() -> str:
+    return f"c{uuid.uuid4().hex[:10]}"
+
+
+# -- the files ------------------------------------------------------------------------------------
+
+
+def test_the_console_is_served_with_a_strict_policy_and_nothing_else(server: ServerProcess) -> None:
+    port = server.http_port
+    moved = request(port, "GET", "/console")
+    assert (moved.status, moved.headers["location"]) == (308, "/console/")
+    page = request(port, "GET", "/console/")
+    assert page.status == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.body == (ROOT / "service" / "console_assets" / "index.html").read_bytes()
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith("default-src 'self'") and "unsafe" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert b"<script>" not in page.body and b" on" not in page.body.lower().replace(b" one", b"")  # no inline script
+    script = request(port, "GET", "/console/console.js")
+    assert script.status == 200 and script.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert script.headers["content-security-policy"] == policy
+    assert request(port, "GET", "/console/console.css").headers["content-type"] == "text/css; charset=utf-8"
+    assert request(port, "HEAD", "/console/console.js").body == b""
+    # No other file, no listing, no way out of the folder, however the path is spelled.
+    for path in (
+        "/console/missing.js",
+        "/console/../pyproject.toml",
+        "/console/%2e%2e/pyproject.toml",
+        "/console/..%2f..%2fpyproject.toml",
+        "/console/%2e%2e%2f__init__.py",
+        "/console/console_assets/index.html",
+        "/console//etc/passwd",
+        "/console/./index.html",
+        "/console/index.html/",
+        "/console/.",
+        "/console/..",
+        "/console/%00index.html",
+    ):
+        reply = request(port, "GET", path)
+        assert (reply.status, reply.reason) == (404, "CONSOLE_FILE_NOT_FOUND"), path
+        assert reply.headers["content-type"] == "application/json", path
+        assert reply.headers["x-content-type-options"] == "nosniff", path
+    refused = request(port, "POST", "/console/", json_body={})
+    assert (refused.status, refused.reason, refused.headers["allow"]) == (405, "METHOD_NOT_ALLOWED", "GET, HEAD")
+    # The port's guard still runs first: a foreign origin is refused before the console answers.
+    foreign = request(port, "GET", "/console/", headers={"origin": "http://evil.example"})
+    assert (foreign.status, foreign.reason) == (403, "ORIGIN_FORBIDDEN")
+
+
+def test_the_committed_assets_are_the_build_of_the_source(tmp_path: Path) -> None:
+    """npm's TypeScript (console/node_modules, `npm ci` in .ci/run) rebuilds the committed files
+    byte for byte."""
+    source = ROOT / "console"
+    tsc = source / "node_modules" / "typescript" / "bin" / "tsc"
+    assert tsc.is_file(), "run `npm ci` in console/ (.ci/run does)"
+    out = tmp_path / "assets"
+    subprocess.run(["node", str(source / "build.mjs"), str(out)], check=True, cwd=source, timeout=120)
+    committed = ROOT / "service" / "console_assets"
+    names = sorted(p.name for p in committed.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names
+    match, mismatch, errors = filecmp.cmpfiles(committed, out, names, shallow=False)
+    assert (mismatch, errors) == ([], []), "rebuild: cd console && npm run build"
+
+
+def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
+    """The package built from a copy of the sources holds every built file, so a server installed
+    from it serves the console without Node."""
+    tree = tmp_path / "src"
+    skip = shutil.ignore_patterns("node_modules", "__pycache__", "build", "*.egg-info")
+    for name in ("service", "client", "protos"):
+        shutil.copytree(ROOT / name, tree / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, tree / name)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(tree),
+        ],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n.removeprefix("mnemosyne/console_assets/") for n in archive.namelist() if "console_assets/" in n}
+    assert shipped == {p.name for p in (ROOT / "service" / "console_assets").iterdir()}
+
+
+def test_whoami_names_the_token_and_its_tenants_and_scopes_list_the_records(server: ServerProcess) -> None:
+    with MemoryClient(server.target, token=USER) as user, MemoryClient(server.target, token=ADMIN) as admin:
+        me = user.whoami()
+        assert (me.name, me.tenants, me.admin) == ("tok1", [USER_TENANT], False)
+        boss = admin.whoami()
+        assert (boss.name, boss.tenants, boss.admin) == ("tok0", [], True)
+        tenant = _tenant()
+        assert [(s.scope, s.generation, s.records) for s in admin.list_scopes(tenant)] == [("global", 0, 0)]
+        admin.edit_records(tenant, "workspace/b", [RecordChange("put", "x.md", "x")], 0)
+        admin.edit_records(tenant, "workspace/a", [RecordChange("put", "y.md", "y"), RecordChange("put", "z", "z")], 0)
+        admin.update_global(tenant, "# Memory", 0)
+        assert [(s.scope, s.generation, s.records) for s in admin.list_scopes(tenant)] == [
+            ("global", 1, 1),
+            ("workspace/a", 1, 2),
+            ("workspace/b", 1, 1),
+        ]
+
+
+# -- the page in a browser ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), "install Debian's chromium (apt-get install -y chromium; .ci/run does)"
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
+        yield chromium
+        chromium.close()
+
+
+class Tab:
+    """A browser tab on the console, recording every dialog and console error it sees."""
+
+    def __init__(self, context: Any, server: ServerProcess) -> None:
+        self.page = context.new_page()
+        self.page.set_default_timeout(WAIT_MS)
+        self.server = server
+        self.dialogs: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
+        self.page.on("request", lambda sent: self.requests.append(sent.url))
+
+    def open(self, query: str = "") -> Any:
+        self.page.goto(f"{self.server.http_url}/console/{query}")
+        return self.page
+
+    def shot(self, name: str) -> None:
+        if SCREENSHOTS:
+            self.page.screenshot(path=str(ROOT / "docs" / f"console-{name}.png"), full_page=False)
+
+
+@pytest.fixture
+def tabs(browser: Any, server: ServerProcess) -> Iterator[Callable[..., Tab]]:
+    """New tabs in one fresh browser context; ``signed_in`` puts the token in the tab's session
+    storage, as the sign-in form does."""
+    context = browser.new_context(viewport={"width": 1100, "height": 760})
+    opened: list[Tab] = []
+
+    def tab(signed_in: str | None = ADMIN) -> Tab:
+        t = Tab(context, server)
+        if signed_in:
+            t.page.add_init_script(f"sessionStorage.setItem('mnemosyne-console-token', {signed_in!r})")
+        opened.append(t)
+        return t
+
+    yield tab
+    for t in opened:
+        origin = t.server.http_url
+        assert all(u.startswith(origin + "/") for u in t.requests), "a request left the server's origin"
+    context.close()
+
+
+def _texts(page: Any, selector: str) -> list[str]:
+    return [str(t) for t in page.locator(selector).all_text_contents()]
+
+
+def test_a_retained_memory_appears_newest_first_and_search_finds_it(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.retain(tenant, "The office plants are watered on Fridays")
+    admin.retain(tenant, "Ada's night train to Lyon leaves at 22:40 from platform 9")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
+    page.locator("#memory-list .memory").first.wait_for()
+    assert _texts(page, "#memory-list .memory .text") == [
+        "Ada's night train to Lyon leaves at 22:40 from platform 9",
+        "The office plants are watered on Fridays",
+    ]
+    page.fill("#search-query", "when does the train to Lyon leave")
+    page.press("#search-query", "Enter")
+    page.locator("#search-results .memory").first.wait_for()
+    first = page.locator("#search-results .memory").first
+    assert first.locator(".text").text_content() == "Ada's night train to Lyon leaves at 22:40 from platform 9"
+    assert re.fullmatch(r"score \d\.\d{3}", first.locator(".score").text_content() or "")
+    tab.shot("memories")
+
+
+def test_a_fast_write_appears_live_and_turns_succeeded(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    admin.hot_path(tenant, "enable")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=events")
+    page.locator("#watch-state", has_text="live").wait_for()
+    # Statuses the row showed, recorded by the page itself as they change (no reload).
+    page.evaluate(
+        """() => { window.seen = [];
+        new MutationObserver(() => document.querySelectorAll('#events tr').forEach(
+          r => { const s = r.dataset.status; if (window.seen[window.seen.length - 1] !== s) window.seen.push(s); }))
+        .observe(document.querySelector('#events'), {childList: true, subtree: true}); }"""
+    )
+    written = admin.retain(tenant, "a fast note: the standup moved to 09:15", fast=True)
+    assert written.status == "enqueued"
+    row = page.locator(f'#events tr[data-event-id="{written.event_id}"]')
+    row.and_(page.locator('[data-status="SUCCEEDED"]')).wait_for()
+    assert row.locator("td").nth(1).text_content() == "succeeded"
+    seen = page.evaluate("window.seen")
+    assert seen[-1] == "SUCCEEDED" and set(seen) <= {"PENDING", "RUNNING", "SUCCEEDED"}
+    # A write the extractor fails on turns failed, with its reason.
+    poisoned = admin.retain(tenant, f"a fast note the model chokes on {POISON}", fast=True)
+    failed = page.locator(f'#events tr[data-event-id="{poisoned.event_id}"]')
+    failed.and_(page.locator('[data-status="FAILED"]')).wait_for()
+    reason = admin.get_event(tenant, poisoned.event_id).error_reason
+    assert reason and (failed.locator("td").nth(5).text_content() or "").startswith(f"{reason}: ")
+    # The status filter hides what is not asked for.
+    page.select_option("#event-status", "FAILED")
+    assert row.is_hidden() and failed.is_visible()
+    page.select_option("#event-status", "SUCCEEDED")
+    assert row.is_visible() and failed.is_hidden()
+    page.select_option("#event-status", "")
+    assert row.is_visible() and failed.is_visible()
+    tab.shot("events")
+
+
+def _open_global_record(page: Any) -> None:
+    page.locator('[data-scope="global"]').click()
+    page.locator('[data-key="MEMORY.md"]').click()
+    page.locator("#record-content").wait_for()
+
+
+def test_a_record_edited_in_two_tabs_gets_the_conflict_view_and_re_applies(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.update_global(tenant, "# Memory\n- first version", 0)
+    first, second = tabs(), tabs()
+    for tab in (first, second):
+        _open_global_record(tab.open(f"?tenant={tenant}&view=records"))
+    first.page.fill("#record-content", "# Memory\n- written in the first tab")
+    first.page.click("#save")
+    first.page.locator("#saved").wait_for()
+    second.page.fill("#record-content", "# Memory\n- written in the second tab")
+    second.page.click("#save")
+    second.page.locator("#conflict").wait_for()
+    assert second.page.locator("#theirs").text_content() == "# Memory\n- written in the first tab"
+    assert second.page.locator("#yours").text_content() == "# Memory\n- written in the second tab"
+    record, generation = admin.get_record(tenant, "global", "MEMORY.md")
+    assert (record.content, generation) == ("# Memory\n- written in the first tab", 2)
+    second.shot("records-conflict")
+    second.page.click("#reapply")
+    second.page.locator("#saved").wait_for()
+    record, generation = admin.get_record(tenant, "global", "MEMORY.md")
+    assert (record.content, generation) == ("# Memory\n- written in the second tab", 3)
+    second.shot("records")
+
+
+def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    admin.edit_records(
+        tenant, "workspace/w1", [RecordChange("put", "plan.md", "ship it"), RecordChange("put", "x", "y")], 0
+    )
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    page.locator('[data-scope="workspace/w1"]').click()
+    page.locator('[data-key="plan.md"]').click()
+    page.click("#delete")
+    page.get_by_role("button", name="Keep it").click()  # nothing is deleted before the confirmation
+    assert admin.list_scopes(tenant)[1].records == 2
+    page.click("#delete")
+    page.click("#confirm-delete")
+    page.locator("#deleted").wait_for()
+    assert page.locator('[data-key="plan.md"]').count() == 0
+    assert [(r.key, r.content) for r in admin.list_records(tenant, "workspace/w1").records] == [("x", "y")]
+
+
+def test_hostile_memory_text_shows_literally_and_runs_nothing(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    hostile = [
+        '<img src=x onerror="window.pwned=1;alert(1)">',
+        "<script>window.pwned=2;alert(2)</script>",
+        '<a href="javascript:alert(3)" id="bad">click</a><style>body{display:none}</style>',
+    ]
+    for text in hostile:
+        admin.retain(tenant, text)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
+    page.locator("#memory-list .memory").nth(2).wait_for()
+    page.fill("#search-query", "img script alert")
+    page.press("#search-query", "Enter")
+    page.locator("#search-results .memory").first.wait_for()
+    assert _texts(page, "#memory-list .memory .text") == hostile[::-1]
+    for element in ("img", "script", "style", "a#bad"):
+        assert page.locator(f"#main {element}").count() == 0, element
+    assert page.evaluate("window.pwned") is None
+    assert tab.dialogs == []
+    assert page.locator("body").is_visible()
+
+
+def _tab_to(page: Any, matches: Callable[[dict[str, str]], bool], key: str = "Tab", limit: int = 40) -> None:
+    for _ in range(limit):
+        page.keyboard.press(key)
+        focused = page.evaluate(
+            "() => ({text: document.activeElement.textContent.trim(), id: document.activeElement.id,"
+            " scope: document.activeElement.dataset.scope || '', key: document.activeElement.dataset.key || ''})"
+        )
+        if matches(focused):
+            return
+    raise AssertionError("never reached by the keyboard")
+
+
+def test_keyboard_alone_signs_in_searches_edits_and_saves(
+    tabs: Callable[..., Tab], server: ServerProcess, admin: MemoryClient
+) -> None:
+    admin.retain(USER_TENANT, "The deploy freeze starts on December 20")
+    admin.update_global(USER_TENANT, "# Memory", admin.list_scopes(USER_TENANT)[0].generation)
+    tab = tabs(signed_in=None)
+    page = tab.open(f"?tenant={USER_TENANT}")
+    page.locator("#token").wait_for()
+    assert page.evaluate("document.activeElement.id") == "token"
+    page.keyboard.type(USER)
+    page.keyboard.press("Enter")
+    page.locator("#search-query").wait_for()
+    assert page.evaluate("document.activeElement.id") == "search-query"
+    page.keyboard.type("deploy freeze")
+    page.keyboard.press("Enter")
+    page.locator("#search-results .memory").first.wait_for()
+    assert "The deploy freeze starts on December 20" in _texts(page, "#search-results .memory .text")
+    _tab_to(page, lambda f: f["text"] == "Records", key="Shift+Tab")
+    page.keyboard.press("Enter")
+    page.locator('[data-scope="global"]').wait_for()
+    page.wait_for_function("document.activeElement.dataset.scope === 'global'")  # the first scope
+    page.keyboard.press("Enter")
+    _tab_to(page, lambda f: f["key"] == "MEMORY.md")
+    page.keyboard.press("Enter")
+    page.locator("#record-content").wait_for()
+    assert page.evaluate("document.activeElement.id") == "record-content"
+    page.keyboard.press("Control+End")
+    page.keyboard.type("\n- typed with the keyboard")
+    _tab_to(page, lambda f: f["id"] == "save")
+    page.keyboard.press("Enter")
+    page.locator("#saved").wait_for()
+    record, _ = admin.get_record(USER_TENANT, "global", "MEMORY.md")
+    assert record.content == "# Memory\n- typed with the keyboard"
+
+
+def test_an_admin_pages_through_two_pages_of_tenants(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    for _ in range(11):
+        admin.retain(_tenant(), "a tenant for paging")
+    expected = admin.list_tenants(page_size=10)
+    second = admin.list_tenants(page_size=10, page_token=expected.next_page_token)
+    tab = tabs()
+    page = tab.open()
+    page.locator("#tenants tr[data-tenant]").first.wait_for()
+    rows = page.locator("#tenants tr[data-tenant]")
+    assert [rows.nth(i).get_attribute("data-tenant") for i in range(rows.count())] == expected.tenants
+    page.locator("#tenants .valid").first.wait_for()
+    tab.shot("tenants")
+    page.click("#next-tenants")
+    page.locator(f'#tenants tr[data-tenant="{second.tenants[0]}"]').wait_for()
+    assert [rows.nth(i).get_attribute("data-tenant") for i in range(rows.count())] == second.tenants
+    page.click("#previous-tenants")
+    page.locator(f'#tenants tr[data-tenant="{expected.tenants[0]}"]').wait_for()
+
+
+def test_a_bad_token_shows_the_sign_in_error(tabs: Callable[..., Tab]) -> None:
+    tab = tabs(signed_in=None)
+    page = tab.open()
+    page.fill("#token", "not-the-token")
+    page.press("#token", "Enter")
+    error = page.locator("#sign-in-error")
+    error.wait_for()
+    assert "The server does not know this token" in (error.text_content() or "")
+    assert "TOKEN_UNKNOWN" in (error.text_content() or "")
+    assert page.evaluate("sessionStorage.getItem('mnemosyne-console-token')") is None
+    tab.shot("sign-in")
+    # A token that is no admin's sees its own tenants; one it may not open says so in words.
+    user = tabs(signed_in=USER)
+    page = user.open()
+    page.locator("#tenants tr[data-tenant]").first.wait_for()
+    assert [r.get_attribute("data-tenant") for r in page.locator("#tenants tr[data-tenant]").all()] == [USER_TENANT]
+    page = user.open("?tenant=beta")
+    page.locator("#memory-list .error").wait_for()
+    assert "Your token may not open this tenant" in (page.locator("#memory-list .error").text_content() or "")
+
+
+def test_forget_removes_a_memory_from_search(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    kept = admin.retain(tenant, "The zebra crossing by the office is repainted")
+    gone = admin.retain(tenant, "The zebra in the logo is striped blue")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
+    page.fill("#search-query", "zebra")
+    page.press("#search-query", "Enter")
+    page.locator(f'#search-results [data-memory-id="{gone.memory_id}"]').wait_for()
+    page.click(f'#search-results [aria-label="Open memory {gone.memory_id}"]')
+    page.click("#forget")
+    page.locator("#confirm-forget").wait_for()
+    tab.shot("memory-forget")
+    page.click("#confirm-forget")
+    page.locator("#forgotten").wait_for()
+    page.locator(f'#search-results [data-memory-id="{gone.memory_id}"]').wait_for(state="detached")
+    assert page.locator(f'#search-results [data-memory-id="{kept.memory_id}"]').count() == 1
+    assert [hit.memory.id for hit in admin.recall(tenant, "zebra", k=5)] == [kept.memory_id]
+
+
+def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    admin.retain(tenant, "something to verify")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=hotpath")
+    page.locator("#hot-path-status dd").first.wait_for()
+    assert page.locator("#hot-path-status dd").first.text_content() == "no"
+    page.get_by_role("button", name="Enable").click()
+    page.locator("#hot-path-status dd", has_text="yes").wait_for()
+    admin.retain(tenant, "a fast one", fast=True)
+    page.get_by_role("button", name="Flush").click()
+    page.locator("#hot-path-result", has_text="Flushed").wait_for()
+    assert re.fullmatch(
+        r"Flushed \d+ event\(s\): \d+ succeeded, 0 failed\.", page.locator("#hot-path-result").text_content() or ""
+    )
+    tab.shot("hot-path")
+    report = admin.verify_integrity(tenant)
+    page = tab.open(f"?tenant={tenant}&view=integrity")
+    page.locator("#integrity-verdict").wait_for()
+    assert page.locator("#integrity-verdict").text_content() == "valid"
+    assert page.locator("#head-hash").input_value() == report.head_hash and report.head_hash
+    tab.shot("integrity")
+
+
+def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) -> None:
+    """On loopback without a tokens file the caller is an admin with no name: the console opens
+    the tenants without asking for a token (the only test here with a second server)."""
+    open_server = ServerProcess(tmp_path / "data", http=True).start()
+    context = browser.new_context()
+    try:
+        with MemoryClient(open_server.target) as client:
+            me = client.whoami()
+            assert (me.name, me.tenants, me.admin) == ("", [], True)
+            client.retain("alpha", "a memory on a server without tokens")
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"{open_server.http_url}/console/")
+        page.locator('#tenants tr[data-tenant="alpha"]').wait_for()
+        assert page.locator("#token").count() == 0
+        assert page.locator("#who").text_content() == "no tokens on this server (admin)"
+    finally:
+        context.close()
+        open_server.stop()
