@@ -176,6 +176,23 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """A client command's token: from --token-file, else MNEMOSYNE_TOKEN — never an argument,
+    which every user of the machine can read in the process list."""
+    if not args.token_file:
+        return _env("TOKEN") or None
+    try:
+        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(
+            f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
+        ) from None
+
+
+def _add_token_flag(parser: argparse.ArgumentParser, who: str) -> None:
+    parser.add_argument("--token-file", help=f"a file holding {who} (default: MNEMOSYNE_TOKEN)")
+
+
 def _mcp(args: argparse.Namespace) -> int:
     """The MCP server over stdio: stdout carries the protocol, so every log line goes to stderr."""
     import anyio
@@ -185,15 +202,7 @@ def _mcp(args: argparse.Namespace) -> int:
     from mnemosyne.client.mcp_host import Agent, Session, build_server
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    token = _env("TOKEN")
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidArgument(
-                f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
-            ) from None
-    with MemoryClient(args.target, token or None) as client:
+    with MemoryClient(args.target, _token(args)) as client:
         # One process is one session: its agent is this process's.
         session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
         anyio.run(build_server(lambda _ctx: session).run_stdio_async)
@@ -447,7 +456,7 @@ def _backup(args: argparse.Namespace) -> int:
     from mnemosyne.backup_dir import write_backup
     from mnemosyne.client import MemoryClient, MnemosyneClientError
 
-    with MemoryClient(args.target, args.token or None) as client:
+    with MemoryClient(args.target, _token(args)) as client:
         try:
             summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
         except MnemosyneClientError as exc:
@@ -474,7 +483,7 @@ def _export(args: argparse.Namespace) -> int:
     from mnemosyne.client import MemoryClient, MnemosyneClientError
     from mnemosyne.tenant_archive import write_archive
 
-    with MemoryClient(args.target, args.token or None) as client:
+    with MemoryClient(args.target, _token(args)) as client:
         try:
             copy = write_archive(client, args.tenant, Path(args.to))
         except MnemosyneClientError as exc:
@@ -488,7 +497,7 @@ def _import(args: argparse.Namespace) -> int:
     from mnemosyne.client import MemoryClient, MnemosyneClientError
     from mnemosyne.tenant_archive import import_archive
 
-    with MemoryClient(args.target, args.token or None) as client:
+    with MemoryClient(args.target, _token(args)) as client:
         try:
             result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
         except MnemosyneClientError as exc:
@@ -534,9 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--target", required=True, help="HOST:PORT of the Mnemosyne server")
     mcp.add_argument("--tenant", required=True, help="the tenant the tools read and write")
     mcp.add_argument("--workspace", default="main", help="the workspace whose records the tools show and edit")
-    mcp.add_argument(
-        "--token-file", help="a file holding the token (default: MNEMOSYNE_TOKEN; never give a token as an argument)"
-    )
+    _add_token_flag(mcp, "the token")
     mcp.set_defaults(run=_mcp)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
@@ -558,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("--target", required=True, help="HOST:PORT of the server")
     backup.add_argument("--to", required=True, help="the backup directory: new, empty, or an earlier backup's")
     backup.add_argument("--tenant", action="append", default=[], help="a tenant to copy (repeat; default: all)")
-    backup.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    _add_token_flag(backup, "an admin token")
     backup.set_defaults(run=_backup)
 
     restore = commands.add_parser(
@@ -574,9 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--target", required=True, help="HOST:PORT of the server")
     export.add_argument("--tenant", required=True)
     export.add_argument("--to", required=True, help="the archive to write (a new file)")
-    export.add_argument(
-        "--token", default=_env("TOKEN"), help="the tenant's token or an admin token (env MNEMOSYNE_TOKEN)"
-    )
+    _add_token_flag(export, "the tenant's token or an admin token")
     export.set_defaults(run=_export)
 
     import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
@@ -584,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument("--from", dest="from_file", required=True, help="the archive")
     import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
     import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
-    import_.add_argument("--token", default=_env("TOKEN"), help="an admin token (env MNEMOSYNE_TOKEN)")
+    _add_token_flag(import_, "an admin token")
     import_.set_defaults(run=_import)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")

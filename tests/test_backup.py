@@ -28,7 +28,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN, **(env or {})},
     )
 
 
@@ -79,7 +79,7 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     with lock:
         before = {t: list(texts) for t, texts in acknowledged.items()}
     directory = tmp_path / "backup"
-    result = _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN)
+    result = _cli("backup", "--target", server.target, "--to", str(directory))
     time.sleep(0.2)
     stop.set()
     for w in writers:
@@ -115,10 +115,10 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     # changed since the first; then only the tenant written since is copied again.
     with MemoryClient(server.target, ADMIN) as admin:
         admin.hot_path(tenants[1], "flush")
-        assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+        assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
         manifest = json.loads((directory / "manifest.json").read_text())
         admin.retain(tenants[2], "one more note after the first backup")
-    result = _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN)
+    result = _cli("backup", "--target", server.target, "--to", str(directory))
     assert result.returncode == 0, result.stderr
     assert "1 tenants copied, 2 unchanged" in result.stdout
     second = json.loads((directory / "manifest.json").read_text())
@@ -131,7 +131,7 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     # A full backup after an erasure drops the erased tenant and its files.
     with MemoryClient(server.target, ADMIN) as admin:
         admin.erase_tenant(tenants[0])
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     third = json.loads((directory / "manifest.json").read_text())
     assert sorted(third["tenants"]) == tenants[1:]
     assert not [p for p in directory.rglob("*") if p.name.startswith(tenants[0] + ".")]
@@ -159,17 +159,15 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     strange = tmp_path / "strange"
     strange.mkdir()
     (strange / "notes.txt").write_text("not a backup")
-    result = _cli("backup", "--target", server.target, "--to", str(strange), "--token", ADMIN)
+    result = _cli("backup", "--target", server.target, "--to", str(strange))
     assert result.returncode == 2 and "BACKUP_DIR_NOT_OURS" in result.stderr
     assert sorted(p.name for p in strange.iterdir()) == ["notes.txt"]
 
-    result = _cli(
-        "backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody", "--token", ADMIN
-    )
+    result = _cli("backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody")
     assert result.returncode == 2 and "TENANT_NOT_FOUND" in result.stderr
 
     directory = tmp_path / "backup"
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
 
     # A restore onto the data directory of a running server is refused.
     result = _cli("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
@@ -216,7 +214,7 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
         admin.retain(tenant, "a fast note", fast=True)
         admin.hot_path(tenant, "flush")
     directory = tmp_path / "backup"
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     first = (directory / "manifest.json").read_text()
     with MemoryClient(server.target, ADMIN) as admin:
         for t in tenants:
@@ -225,11 +223,9 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
     # SIGKILL while the second backup receives a file: the previous manifest and its files stand.
     hold = tmp_path / "hold"
     hold.write_text("backup-receiving")
-    env = {**os.environ, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
+    env = {**os.environ, "MNEMOSYNE_TOKEN": ADMIN, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
     command = [sys.executable, "-m", "mnemosyne.cli"]
-    backup = subprocess.Popen(
-        [*command, "backup", "--target", server.target, "--to", str(directory), "--token", ADMIN], env=env
-    )
+    backup = subprocess.Popen([*command, "backup", "--target", server.target, "--to", str(directory)], env=env)
     _wait_for(lambda: any(p.name.startswith(".partial-") for p in directory.iterdir()))
     backup.kill()
     backup.wait()
@@ -237,7 +233,7 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
     restored = tmp_path / "restored"
     assert _cli("restore", "--from", str(directory), "--data-dir", str(restored)).returncode == 0
     # The next backup finishes the work and removes what the killed one left.
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     assert not any(p.name.startswith(".partial-") for p in directory.iterdir())
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest != json.loads(first)
@@ -284,15 +280,15 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
         for start in range(0, 12_000, 1000):
             admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
     directory = tmp_path / "backup"
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     first = (directory / "manifest.json").read_text()
     with MemoryClient(server.target, ADMIN) as admin:
         admin.retain(tenant, "a note after the first backup")
 
     hold = tmp_path / "hold"
     hold.write_text("backup-receiving")
-    env = {**os.environ, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
-    command = [sys.executable, "-m", "mnemosyne.cli", "backup", "--target", server.target, "--token", ADMIN]
+    env = {**os.environ, "MNEMOSYNE_TOKEN": ADMIN, "MNEMOSYNE_TEST_LIFECYCLE_HOLD": str(hold)}
+    command = [sys.executable, "-m", "mnemosyne.cli", "backup", "--target", server.target]
     scratch = server.data_dir / ".backup-scratch"
     backup = subprocess.Popen(
         [*command, "--to", str(directory)], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
@@ -336,7 +332,7 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
     result = _cli("restore", "--from", str(fresh), "--data-dir", str(nowhere))
     assert result.returncode == 2 and "NOT_A_BACKUP" in result.stderr, result.stderr
     assert not (nowhere / "tenants" / f"{tenant}.sqlite").exists()
-    assert _cli("backup", "--target", server.target, "--to", str(fresh), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(fresh)).returncode == 0
     assert not any(p.name.startswith(".partial-") for p in fresh.iterdir())
     assert _cli("restore", "--from", str(fresh), "--data-dir", str(nowhere)).returncode == 0
 
@@ -351,14 +347,14 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
     with MemoryClient(server.target, ADMIN) as admin:
         admin.retain_batch(tenant, [f"note {i} with {'padding ' * 20}" for i in range(300)])
     directory = tmp_path / "backup"
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     first = (directory / "manifest.json").read_text()
     named = sorted(p.name for p in (directory / "tenants").iterdir())
     with MemoryClient(server.target, ADMIN) as admin:
         admin.retain(tenant, "a note after the first backup")
     full = {"MNEMOSYNE_TEST_FAULTS": "file_bytes=65536"}
     for target, before in ((directory, first), (tmp_path / "fresh", None)):
-        result = _cli("backup", "--target", server.target, "--to", str(target), "--token", ADMIN, env=full)
+        result = _cli("backup", "--target", server.target, "--to", str(target), env=full)
         assert result.returncode == 2 and "[DISK_FULL]" in result.stderr, result.stderr
         assert not any(p.name.startswith(".partial-") for p in target.iterdir())
         if before is None:
@@ -371,5 +367,5 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
             result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "restored"))
             assert result.returncode == 0, result.stderr
     # With room again, the next backup completes.
-    assert _cli("backup", "--target", server.target, "--to", str(directory), "--token", ADMIN).returncode == 0
+    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     assert (directory / "manifest.json").read_text() != first
