@@ -369,3 +369,48 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
     # With room again, the next backup completes.
     assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     assert (directory / "manifest.json").read_text() != first
+
+
+def _on_a_terminal(*args: str) -> tuple[int, str]:
+    """The command run with its stderr on a pseudo-terminal: (exit status, what it printed there)."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mnemosyne.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
+    )
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    return process.wait(timeout=120), output.decode(errors="replace")
+
+
+def test_backup_and_restore_show_a_line_per_tenant_on_a_terminal(server_factory, tenant: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    tenants = [f"{tenant}-a", f"{tenant}-b"]
+    server = _admin_server(server_factory, tenants)
+    with MemoryClient(server.target, ADMIN) as admin:
+        for name in tenants:
+            admin.retain(name, f"a note of {name}")
+    directory = tmp_path / "backup"
+    status, shown = _on_a_terminal("backup", "--target", server.target, "--to", str(directory))
+    assert status == 0
+    for name in tenants:
+        assert f"{name}: copied (1 memories" in shown, shown
+    status, shown = _on_a_terminal("backup", "--target", server.target, "--to", str(directory))
+    assert status == 0 and all(f"{name}: unchanged since the last backup" in shown for name in tenants), shown
+    status, shown = _on_a_terminal("restore", "--from", str(directory), "--data-dir", str(tmp_path / "restored"))
+    assert status == 0 and all(f"{name}: restored" in shown for name in tenants), shown
+    # Not on a terminal (a pipe): no progress lines.
+    piped = _cli("backup", "--target", server.target, "--to", str(directory))
+    assert piped.returncode == 0 and "unchanged" not in piped.stderr
