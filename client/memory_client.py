@@ -219,10 +219,22 @@ class MemoryClient:
         return convert.memory_from_proto(response.memory)
 
     def list_memories(
-        self, tenant: str, scope: str = "", page_size: int = 100, page_token: str = "", include_forgotten: bool = False
+        self,
+        tenant: str,
+        scope: str = "",
+        page_size: int = 100,
+        page_token: str = "",
+        include_forgotten: bool = False,
+        *,
+        newest_first: bool = False,
     ) -> types.MemoryPage:
         request = memory_pb2.ListMemoriesRequest(
-            tenant=tenant, scope=scope, page_size=page_size, page_token=page_token, include_forgotten=include_forgotten
+            tenant=tenant,
+            scope=scope,
+            page_size=page_size,
+            page_token=page_token,
+            include_forgotten=include_forgotten,
+            newest_first=newest_first,
         )
         response = self.call(self.memory.ListMemories, request, retry=True)
         return convert.memory_page_from_proto(response)

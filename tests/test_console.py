@@ -255,6 +255,22 @@ def test_a_retained_memory_appears_newest_first_and_search_finds_it(
     tab.shot("memories")
 
 
+def test_the_memory_list_pages_from_the_newest_to_the_oldest(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    admin.retain_batch(tenant, [f"numbered note {n:02d}" for n in range(25)])  # two pages of twenty
+    page = tabs().open(f"?tenant={tenant}")
+    page.locator("#memory-list .memory").first.wait_for()
+    first_page = _texts(page, "#memory-list .memory .text")
+    assert first_page == [f"numbered note {n:02d}" for n in range(24, 4, -1)]
+    page.click("#older-memories")
+    page.locator("#memory-list .memory .text", has_text="numbered note 00").wait_for()
+    assert _texts(page, "#memory-list .memory .text") == [f"numbered note {n:02d}" for n in range(4, -1, -1)]
+    assert page.locator("#older-memories").count() == 0
+    page.click("#newer-memories")
+    page.locator("#memory-list .memory .text", has_text="numbered note 24").wait_for()
+    assert _texts(page, "#memory-list .memory .text") == first_page
+
+
 def test_a_fast_write_appears_live_and_turns_succeeded(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     admin.hot_path(tenant, "enable")

@@ -191,6 +191,26 @@ def test_list_memories_pages_in_id_order(client: MemoryClient, tenant: str) -> N
     assert scoped.memories == [] and scoped.next_page_token == ""
 
 
+def test_list_memories_newest_first_pages_in_descending_order(client: MemoryClient, tenant: str) -> None:
+    ids = [r.memory_id for r in client.retain_batch(tenant, [f"newest memory {i}" for i in range(7)])]
+    client.forget(tenant, ids[3])
+    seen, token, tokens = [], "", []
+    while True:
+        page = client.list_memories(tenant, page_size=2, page_token=token, newest_first=True)
+        seen += [m.id for m in page.memories]
+        token = page.next_page_token
+        if not token:
+            break
+        tokens.append(token)
+    assert seen == [i for i in reversed(ids) if i != ids[3]]
+    with_forgotten = client.list_memories(tenant, page_size=10, newest_first=True, include_forgotten=True)
+    assert [m.id for m in with_forgotten.memories] == list(reversed(ids))
+    # A token is bound to its order: one from the newest-first listing does not page the other.
+    with pytest.raises(InvalidArgumentError) as info:
+        client.list_memories(tenant, page_size=2, page_token=tokens[0])
+    assert info.value.reason == "PAGE_TOKEN_INVALID"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "reason"),
     [({"page_token": "garbage!"}, "PAGE_TOKEN_INVALID"), ({"page_size": 5000}, "PAGE_SIZE_OUT_OF_RANGE")],

@@ -6,7 +6,6 @@
 const TOKEN_KEY = "mnemosyne-console-token";
 const TENANT_PAGE = 10;
 const MEMORY_PAGE = 20;
-const MAX_LISTED_MEMORIES = 10000;
 // -- the API --------------------------------------------------------------------------------------
 class ApiError extends Error {
     httpStatus;
@@ -373,25 +372,20 @@ async function memoriesView(tenant) {
         event.preventDefault();
         void search();
     });
-    // ListMemories pages in id order; newest first means the last ids first, so the listing is
-    // read whole (up to MAX_LISTED_MEMORIES) and shown a page at a time from its end.
-    const list = async () => {
+    // ListMemories newest first, a page at a time; the tokens of the pages seen so far let
+    // "Newer" go back.
+    const tokens = [""];
+    const list = async (index = 0) => {
         try {
-            const memories = [];
-            let pageToken = "";
-            let cut = false;
-            do {
-                const answer = await get(tenantPath(tenant, "/memories"), { page_size: 1000, page_token: pageToken });
-                memories.push(...(answer.memories ?? []));
-                pageToken = answer.nextPageToken ?? "";
-                cut = memories.length >= MAX_LISTED_MEMORIES && !!pageToken;
-            } while (pageToken && !cut);
-            memories.reverse();
-            const show = (start) => {
-                const page = memories.slice(start, start + MEMORY_PAGE);
-                replace(listing, el("h2", {}, `Memories, newest first (${memories.length}${cut ? "+, the oldest not listed" : ""})`), page.length ? null : el("p", {}, "No memories yet."), ...page.map((memory) => memoryCard(tenant, memory, refresh)), el("div", { class: "row" }, start > 0 ? button("Newer", () => show(Math.max(0, start - MEMORY_PAGE)), { id: "newer-memories" }) : null, start + MEMORY_PAGE < memories.length ? button("Older", () => show(start + MEMORY_PAGE), { id: "older-memories" }) : null));
-            };
-            show(0);
+            const answer = await get(tenantPath(tenant, "/memories"), {
+                page_size: MEMORY_PAGE,
+                page_token: tokens[index],
+                newest_first: true,
+            });
+            const memories = answer.memories ?? [];
+            if (answer.nextPageToken)
+                tokens[index + 1] = answer.nextPageToken;
+            replace(listing, el("h2", {}, `Memories, newest first (page ${index + 1})`), memories.length ? null : el("p", {}, "No memories yet."), ...memories.map((memory) => memoryCard(tenant, memory, refresh)), el("div", { class: "row" }, index > 0 ? button("Newer", () => void list(index - 1), { id: "newer-memories" }) : null, answer.nextPageToken ? button("Older", () => void list(index + 1), { id: "older-memories" }) : null));
         }
         catch (error) {
             replace(listing, errorBox(error));

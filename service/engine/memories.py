@@ -60,12 +60,15 @@ class Memories:
         page_size: int = 0,
         page_token: str = "",
         include_forgotten: bool = False,
+        newest_first: bool = False,
     ) -> MemoryPage:
-        """Memories in id order, a page at a time: ``page_size`` of them at most, fewer when their
-        encoded size would pass the response budget (check.RESPONSE_BUDGET_BYTES)."""
+        """Memories in id order (descending with ``newest_first``), a page at a time: ``page_size``
+        of them at most, fewer when their encoded size would pass the response budget
+        (check.RESPONSE_BUDGET_BYTES)."""
         page_size = check.validate_page_size(page_size, self.limits)
         scope = check.validate_scope(scope) if scope else ""
-        query = f"memories\x1f{scope}\x1f{int(include_forgotten)}"
+        # A token is bound to its listing, the order included.
+        query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
@@ -74,7 +77,11 @@ class Memories:
                 secret = txn.page_token_secret()
                 after_id = page_tokens.decode_int(secret, tenant, query, page_token)
                 ids = txn.list_memory_ids(
-                    scope=scope or None, after_id=after_id, limit=page_size + 1, include_forgotten=include_forgotten
+                    scope=scope or None,
+                    after_id=after_id,
+                    limit=page_size + 1,
+                    include_forgotten=include_forgotten,
+                    newest_first=newest_first,
                 )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [memory_from_row(rows[i]) for i in ids[:page_size]]

@@ -582,15 +582,23 @@ class ReadTxn(OplogReads):
                 rows[memory_id].triples.append((subject, predicate, obj))
         return rows
 
-    def list_memory_ids(self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool) -> list[int]:
-        sql = "SELECT id FROM memories WHERE id > ?"
-        params: list[Any] = [after_id]
+    def list_memory_ids(
+        self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool, newest_first: bool = False
+    ) -> list[int]:
+        """Ids past ``after_id`` in the listing's order (ascending, or descending with
+        ``newest_first``, where 0 means from the newest)."""
+        if newest_first:
+            sql = "SELECT id FROM memories WHERE id < ?"
+            params: list[Any] = [after_id or 2**63 - 1]
+        else:
+            sql = "SELECT id FROM memories WHERE id > ?"
+            params = [after_id]
         if scope:
             sql += " AND scope = ?"
             params.append(scope)
         if not include_forgotten:
             sql += " AND forgotten_at IS NULL"
-        sql += " ORDER BY id LIMIT ?"
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 

@@ -86,6 +86,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             page_size=request.page_size,
             page_token=request.page_token,
             include_forgotten=request.include_forgotten,
+            newest_first=request.newest_first,
         )
         return convert.to_list_memories_response(page)
 

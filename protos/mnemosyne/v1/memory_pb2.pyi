@@ -144,18 +144,20 @@ class GetMemoryResponse(_message.Message):
     def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ...) -> None: ...
 
 class ListMemoriesRequest(_message.Message):
-    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten")
+    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     scope: str
     page_size: int
     page_token: str
     include_forgotten: bool
-    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ...) -> None: ...
+    newest_first: bool
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ...) -> None: ...
 
 class ListMemoriesResponse(_message.Message):
     __slots__ = ("memories", "next_page_token")

@@ -105,7 +105,7 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemories(self, request, context):
-        """Memories in id order, paginated.
+        """Memories in id order (or newest first), paginated.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
