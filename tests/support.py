@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
+from collections.abc import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.server_process import ServerProcess
 
-__all__ = ["ServerProcess", "tokens_json"]
+__all__ = ["ServerProcess", "gauge", "tokens_json", "wait_until"]
 
 
 def tokens_json(tokens: dict[str, list[str]]) -> str:
@@ -21,3 +26,20 @@ def tokens_json(tokens: dict[str, list[str]]) -> str:
             ]
         }
     )
+
+
+def gauge(server: ServerProcess, name: str) -> float:
+    """A gauge's value from the server's /metrics (start it with metrics=True)."""
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return float(family.samples[0].value)
+    raise AssertionError(f"{name} is not exposed")
+
+
+def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

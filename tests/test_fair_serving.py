@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import DeadlineExceededError, MemoryClient, ResourceExhaustedError
 from mnemosyne.client.errors import from_rpc_error, retry_delay
 from mnemosyne.v1 import events_pb2, hot_path_pb2
-from tests.support import ServerProcess
+from tests.support import ServerProcess, gauge, wait_until
 
 
 def _threads(server: ServerProcess) -> int:
@@ -32,25 +30,9 @@ def _threads(server: ServerProcess) -> int:
     raise AssertionError("no thread count in /proc")
 
 
-def _gauge(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        if family.name == name:
-            return family.samples[0].value
-    raise AssertionError(f"{name} is not exposed")
-
-
 def _watch(client: MemoryClient, tenant: str, after_event_id: int = 0, timeout: float | None = 120) -> grpc.Future:
     request = events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id)
     return client.events.WatchEvents(request, timeout=timeout)
-
-
-def _wait_until(predicate, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +46,7 @@ def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_fact
         before = _threads(server)
         idle = [_watch(client, "noisy", after_event_id=newest) for _ in range(1000)]  # nothing to send yet
         unread = [_watch(client, "noisy") for _ in range(100)]  # ~1,200 transitions each, never read
-        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 1100)
+        wait_until(lambda: gauge(server, "mnemosyne_open_streams") == 1100)
         assert _threads(server) <= before + 2
         for i in range(200):
             other.retain("quiet", f"quiet memory {i}", request_id=f"quiet-{i}")
@@ -74,7 +56,7 @@ def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_fact
         assert _threads(server) <= before + 2
         for call in idle + unread:
             call.cancel()
-        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 0)
+        wait_until(lambda: gauge(server, "mnemosyne_open_streams") == 0)
 
 
 def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_another_tenant_s_is_admitted(
@@ -83,7 +65,7 @@ def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_anot
     server: ServerProcess = server_factory(metrics=True).start()  # the default: 100 streams per tenant
     with MemoryClient(server.target) as client:
         streams = [_watch(client, "noisy") for _ in range(100)]
-        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 100)
+        wait_until(lambda: gauge(server, "mnemosyne_open_streams") == 100)
         refused = _watch(client, "noisy", timeout=10)
         with pytest.raises(grpc.RpcError) as info:
             next(refused)
@@ -96,7 +78,7 @@ def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_anot
             next(accepted)
         assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         streams[0].cancel()  # a place frees up: the client's own retry gets in after the delay
-        _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 99)
+        wait_until(lambda: gauge(server, "mnemosyne_open_streams") == 99)
         with pytest.raises(DeadlineExceededError):  # admitted this time: open until its deadline
             list(client.watch_events("noisy", timeout=2))
         for call in streams[1:]:
@@ -115,21 +97,21 @@ def test_a_tenant_parked_on_the_worker_threads_keeps_only_its_share(server_facto
         park.touch()
         with ThreadPoolExecutor(80) as pool:
             parked = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
-            _wait_until(lambda: _gauge(server, "mnemosyne_queued_calls") == 32)
-            assert _gauge(server, "mnemosyne_worker_threads_busy") == 8  # --calls-per-tenant
+            wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 32)
+            assert gauge(server, "mnemosyne_worker_threads_busy") == 8  # --calls-per-tenant
             with MemoryClient(server.target, timeout=5, retries=0) as quiet:
                 for _ in range(50):
                     assert quiet.recall("quiet", "memory")[0].memory.text == "a memory of the quiet tenant"
                 # Past its queue (64 calls waiting), the noisy tenant is refused, not queued without end.
                 flood = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
-                _wait_until(lambda: _gauge(server, "mnemosyne_queued_calls") >= 64)
+                wait_until(lambda: gauge(server, "mnemosyne_queued_calls") >= 64)
                 with MemoryClient(server.target, timeout=5, retries=0) as once:
                     with pytest.raises(ResourceExhaustedError) as info:
                         once.recall("noisy", "memory")
                 assert info.value.reason == "QUEUED_CALLS_PER_TENANT_REACHED" and info.value.retry_after_seconds == 0.25
             park.unlink()
             assert all(f.result(timeout=60) for f in parked + flood)  # the client's retries got the rest in
-        _wait_until(lambda: _gauge(server, "mnemosyne_worker_threads_busy") == 0)
+        wait_until(lambda: gauge(server, "mnemosyne_worker_threads_busy") == 0)
 
 
 def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -147,12 +129,12 @@ def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path:
             before = _threads(server)
             request = hot_path_pb2.FlushRequest(tenant="busy", timeout_seconds=600)
             flushes = [client.hot_path_stub.Flush.future(request, timeout=600) for _ in range(100)]
-            _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 100)
+            wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 100)
             assert _threads(server) <= before + 2
             for flush in flushes:
                 flush.cancel()
-            _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 0)
-            _wait_until(lambda: _gauge(server, "mnemosyne_worker_threads_busy") == 0)
+            wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 0)
+            wait_until(lambda: gauge(server, "mnemosyne_worker_threads_busy") == 0)
             assert client.hot_path("busy", "status").queue_depth == 300  # nothing was lost either
     finally:
         hold.unlink()

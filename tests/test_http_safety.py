@@ -29,7 +29,7 @@ from mnemosyne.transport.http_mapping import routes
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import events_pb2, events_pb2_grpc
 from tests.http_support import request, server_sent_events
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerProcess, gauge, tokens_json, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -287,28 +287,15 @@ def test_a_flush_or_watch_whose_client_leaves_gives_its_place_back(server_factor
         flushes.append(connection)
     watch = server_sent_events(port, "/v1/tenants/t1/events:watch")
     next(watch)  # the stream is open
-    _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 3)
-    assert _gauge(server, "mnemosyne_open_streams") == 1
+    wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 3)
+    assert gauge(server, "mnemosyne_open_streams") == 1
     for connection in flushes:
         connection.close()
     watch.close()
     # Each place is given back at once, long before the flushes' 60 s.
-    _wait_until(lambda: _gauge(server, "mnemosyne_waiting_calls") == 0, seconds=10)
-    _wait_until(lambda: _gauge(server, "mnemosyne_open_streams") == 0, seconds=10)
+    wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 0, seconds=10)
+    wait_until(lambda: gauge(server, "mnemosyne_open_streams") == 0, seconds=10)
     hold.unlink()
-
-
-def _gauge(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return next(f.samples[0].value for f in text_string_to_metric_families(text) if f.name == name)
-
-
-def _wait_until(predicate, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_http_calls_are_recorded_under_their_rpc_like_grpc_calls(server_factory) -> None:  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@
    table), with its reason in the access record; anything else is INTERNAL with no detail leaked;
 6. telemetry again: the latency histogram by method and code, and the access record.
 
-Steps 2-5 are the surface-independent methods ``begin``, ``answer``, ``answer_stream`` and
-``failure``; ``service`` wraps them into gRPC handlers and transport/http_api.py into HTTP
+Steps 2-5 are the surface-independent methods ``begin``, ``answer``, ``answer_stream``,
+``answer_client_stream`` and ``failure``; ``service`` wraps them into gRPC handlers and transport/http_api.py into HTTP
 routes, so no rule here is written twice. Health checking and reflection are registered without
 this edge: Kubernetes probes carry no credentials. The handlers are wrapped once, when the
 services are registered (no interceptor runs per call).
@@ -199,6 +199,17 @@ class Edge:
         finally:
             self._admission.leave()
 
+    async def answer_client_stream(
+        self, implementation: Callable[..., Awaitable[Any]], messages: AsyncIterator[Any], call: Call
+    ) -> Any:
+        """Step 4 for a client stream: its response, counted as an open stream while it lasts."""
+        try:
+            with self._admission.stream(call.tenant):
+                call.holds_place = True
+                return await implementation(messages, call)
+        finally:
+            self._admission.leave()
+
     @staticmethod
     def failure(exc: BaseException, outcome: Outcome, method: str) -> status_pb2.Status:
         """Step 5: the status an error answers with (noted in ``outcome``)."""
@@ -260,6 +271,15 @@ class Edge:
         if metadata:
             await context.send_initial_metadata(metadata)
 
+    @classmethod
+    async def _send_metadata(
+        cls, context: grpc.aio.ServicerContext[Any, Any], call: Call, echo: tuple[tuple[str, str], ...]
+    ) -> None:
+        """A unary answer's initial and trailing metadata."""
+        await cls._send_initial(context, call, echo)
+        if call.trailing_metadata:
+            context.set_trailing_metadata(tuple(call.trailing_metadata))
+
     def _grpc_unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
         kind, recorder = kind_of(implementation), self.recorder
 
@@ -270,9 +290,7 @@ class Edge:
             try:
                 call = self._grpc_begin(method, request, context)
                 response = await self.answer(kind, implementation, request, call)
-                await self._send_initial(context, call, echo)
-                if call.trailing_metadata:
-                    context.set_trailing_metadata(tuple(call.trailing_metadata))
+                await self._send_metadata(context, call, echo)
                 return response
             except asyncio.CancelledError:
                 outcome.code = "CANCELLED"  # the client went away
@@ -312,15 +330,8 @@ class Edge:
                             raise message.error
                         yield message
 
-                try:
-                    with self._admission.stream(call.tenant):
-                        call.holds_place = True
-                        response = await implementation(messages(), call)
-                finally:
-                    self._admission.leave()
-                await self._send_initial(context, call, echo)
-                if call.trailing_metadata:
-                    context.set_trailing_metadata(tuple(call.trailing_metadata))
+                response = await self.answer_client_stream(implementation, messages(), call)
+                await self._send_metadata(context, call, echo)
                 return response
             except asyncio.CancelledError:
                 outcome.code = "CANCELLED"  # the client went away
