@@ -41,6 +41,7 @@ from mnemosyne.client.types import (
     ScopeRecords,
     ScopeSummary,
     Stats,
+    ThreadRef,
     Triple,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "RetainResult",
     "ServerError",
     "Stats",
+    "ThreadRef",
     "Triple",
     "UnauthenticatedError",
     "UnavailableError",

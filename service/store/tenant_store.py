@@ -76,6 +76,9 @@ class NewMemory:
     embedding: bytes
     fts_text: str
     created_at: float
+    occurred_at: int | None = None  # unix microseconds
+    thread_id: str | None = None
+    thread_position: int | None = None
 
 
 @dataclass
@@ -91,6 +94,9 @@ class MemoryRow:
     merged_into: int = 0  # set when Dedup merged this memory into another (then never recalled)
     superseded_by: int = 0  # set when a newer memory replaced all of this one's facts
     superseded_at: float = 0.0
+    occurred_at: int | None = None  # unix microseconds
+    thread_id: str | None = None
+    thread_position: int | None = None
 
 
 def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
@@ -562,10 +568,13 @@ class ReadTxn(OplogReads):
                 merged_into=r[6] or 0,
                 superseded_by=r[7] or 0,
                 superseded_at=r[8] or 0.0,
+                occurred_at=r[9],
+                thread_id=r[10],
+                thread_position=r[11],
             )
             for r in self.connection.execute(
-                "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at "
-                f"FROM memories WHERE id IN ({marks})",
+                "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
+                f"occurred_at, thread_id, thread_position FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -599,6 +608,33 @@ class ReadTxn(OplogReads):
         if not include_forgotten:
             sql += " AND forgotten_at IS NULL"
         sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        params.append(limit)
+        return [r[0] for r in self.connection.execute(sql, params)]
+
+    def list_thread_ids(
+        self,
+        thread_id: str,
+        *,
+        scope: str | None,
+        after: tuple[int, int] | None,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+    ) -> list[int]:
+        """Ids of a thread's memories in thread order (position, then id; both descending with
+        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread)."""
+        sql = "SELECT id FROM memories WHERE thread_id = ?"
+        params: list[Any] = [thread_id]
+        if after is not None:
+            sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
+            params.extend(after)
+        if scope:
+            sql += " AND scope = ?"
+            params.append(scope)
+        if not include_forgotten:
+            sql += " AND forgotten_at IS NULL"
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 
@@ -857,10 +893,21 @@ class WriteTxn(ReadTxn, OplogWrites):
         # Each memory row names its ledger entry, whose sequence number is known before either
         # exists (entries are appended in this order), so no UPDATE afterwards.
         c.executemany(
-            "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq) "
-            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
+            "thread_id, thread_position) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (memory_id, m.scope, m.body, m.metadata_json, m.fingerprint, m.created_at, head_seq + 1 + i)
+                (
+                    memory_id,
+                    m.scope,
+                    m.body,
+                    m.metadata_json,
+                    m.fingerprint,
+                    m.created_at,
+                    head_seq + 1 + i,
+                    m.occurred_at,
+                    m.thread_id,
+                    m.thread_position,
+                )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
         )

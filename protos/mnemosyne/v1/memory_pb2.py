@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from mnemosyne.v1 import types_pb2 as mnemosyne_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/memory.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x18mnemosyne/v1/types.proto\"\x81\x02\n\rRetainRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).mnemosyne.v1.RetainRequest.MetadataEntry\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x06 \x01(\x08\x12\x33\n\x08messages\x18\x07 \x03(\x0b\x32!.mnemosyne.v1.ConversationMessage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x0eRetainResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\x94\x01\n\nRetainItem\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.mnemosyne.v1.RetainItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x12RetainBatchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x05items\x18\x02 \x03(\x0b\x32\x18.mnemosyne.v1.RetainItem\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x04 \x01(\x08\"B\n\x13RetainBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\xf2\x01\n\rRecallRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12H\n\x0fmetadata_equals\x18\x05 \x03(\x0b\x32/.mnemosyne.v1.RecallRequest.MetadataEqualsEntry\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.mnemosyne.v1.RecallMode\x1a\x35\n\x13MetadataEqualsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\tRecallHit\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x14\n\x0cvector_score\x18\x03 \x01(\x01\x12\x12\n\ntext_score\x18\x04 \x01(\x01\"S\n\x0eRecallResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x1a\n\x12omitted_memory_ids\x18\x02 \x03(\x03\"5\n\x10GetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\"9\n\x11GetMemoryResponse\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\"\x8c\x01\n\x13ListMemoriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x19\n\x11include_forgotten\x18\x05 \x01(\x08\x12\x14\n\x0cnewest_first\x18\x06 \x01(\x08\"W\n\x14ListMemoriesResponse\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"L\n\x13\x46orgetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"<\n\x14\x46orgetMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x08*o\n\nRecallMode\x12\x1b\n\x17RECALL_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12RECALL_MODE_HYBRID\x10\x01\x12\x16\n\x12RECALL_MODE_VECTOR\x10\x02\x12\x14\n\x10RECALL_MODE_TEXT\x10\x03\x32\x93\x06\n\rMemoryService\x12m\n\x06Retain\x12\x1b.mnemosyne.v1.RetainRequest\x1a\x1c.mnemosyne.v1.RetainResponse\"(\x82\xd3\xe4\x93\x02\"\"\x1d/v1/tenants/{tenant}/memories:\x01*\x12\x88\x01\n\x0bRetainBatch\x12 .mnemosyne.v1.RetainBatchRequest\x1a!.mnemosyne.v1.RetainBatchResponse\"4\x82\xd3\xe4\x93\x02.\")/v1/tenants/{tenant}/memories:batchRetain:\x01*\x12t\n\x06Recall\x12\x1b.mnemosyne.v1.RecallRequest\x1a\x1c.mnemosyne.v1.RecallResponse\"/\x82\xd3\xe4\x93\x02)\"$/v1/tenants/{tenant}/memories:recall:\x01*\x12\x7f\n\tGetMemory\x12\x1e.mnemosyne.v1.GetMemoryRequest\x1a\x1f.mnemosyne.v1.GetMemoryResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/tenants/{tenant}/memories/{memory_id}\x12|\n\x0cListMemories\x12!.mnemosyne.v1.ListMemoriesRequest\x1a\".mnemosyne.v1.ListMemoriesResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/tenants/{tenant}/memories\x12\x92\x01\n\x0c\x46orgetMemory\x12!.mnemosyne.v1.ForgetMemoryRequest\x1a\".mnemosyne.v1.ForgetMemoryResponse\";\x82\xd3\xe4\x93\x02\x35\"0/v1/tenants/{tenant}/memories/{memory_id}:forget:\x01*BT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mnemosyne/v1/memory.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mnemosyne/v1/types.proto\"\xdb\x02\n\rRetainRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).mnemosyne.v1.RetainRequest.MetadataEntry\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x06 \x01(\x08\x12\x33\n\x08messages\x18\x07 \x03(\x0b\x32!.mnemosyne.v1.ConversationMessage\x12/\n\x0boccurred_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06thread\x18\t \x01(\x0b\x32\x17.mnemosyne.v1.ThreadRef\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x0eRetainResponse\x12*\n\x06result\x18\x01 \x01(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\xee\x01\n\nRetainItem\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x38\n\x08metadata\x18\x03 \x03(\x0b\x32&.mnemosyne.v1.RetainItem.MetadataEntry\x12/\n\x0boccurred_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06thread\x18\x05 \x01(\x0b\x32\x17.mnemosyne.v1.ThreadRef\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x12RetainBatchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x05items\x18\x02 \x03(\x0b\x32\x18.mnemosyne.v1.RetainItem\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04\x66\x61st\x18\x04 \x01(\x08\"B\n\x13RetainBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.mnemosyne.v1.RetainResult\"\xf2\x01\n\rRecallRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\x05\x12\x0e\n\x06scopes\x18\x04 \x03(\t\x12H\n\x0fmetadata_equals\x18\x05 \x03(\x0b\x32/.mnemosyne.v1.RecallRequest.MetadataEqualsEntry\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.mnemosyne.v1.RecallMode\x1a\x35\n\x13MetadataEqualsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\tRecallHit\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x14\n\x0cvector_score\x18\x03 \x01(\x01\x12\x12\n\ntext_score\x18\x04 \x01(\x01\"S\n\x0eRecallResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.mnemosyne.v1.RecallHit\x12\x1a\n\x12omitted_memory_ids\x18\x02 \x03(\x03\"5\n\x10GetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\"9\n\x11GetMemoryResponse\x12$\n\x06memory\x18\x01 \x01(\x0b\x32\x14.mnemosyne.v1.Memory\"\x9c\x01\n\x13ListMemoriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x19\n\x11include_forgotten\x18\x05 \x01(\x08\x12\x14\n\x0cnewest_first\x18\x06 \x01(\x08\x12\x0e\n\x06thread\x18\x07 \x01(\t\"W\n\x14ListMemoriesResponse\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.mnemosyne.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"L\n\x13\x46orgetMemoryRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"<\n\x14\x46orgetMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\x03\x12\x11\n\tforgotten\x18\x02 \x01(\x08*o\n\nRecallMode\x12\x1b\n\x17RECALL_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12RECALL_MODE_HYBRID\x10\x01\x12\x16\n\x12RECALL_MODE_VECTOR\x10\x02\x12\x14\n\x10RECALL_MODE_TEXT\x10\x03\x32\x93\x06\n\rMemoryService\x12m\n\x06Retain\x12\x1b.mnemosyne.v1.RetainRequest\x1a\x1c.mnemosyne.v1.RetainResponse\"(\x82\xd3\xe4\x93\x02\"\"\x1d/v1/tenants/{tenant}/memories:\x01*\x12\x88\x01\n\x0bRetainBatch\x12 .mnemosyne.v1.RetainBatchRequest\x1a!.mnemosyne.v1.RetainBatchResponse\"4\x82\xd3\xe4\x93\x02.\")/v1/tenants/{tenant}/memories:batchRetain:\x01*\x12t\n\x06Recall\x12\x1b.mnemosyne.v1.RecallRequest\x1a\x1c.mnemosyne.v1.RecallResponse\"/\x82\xd3\xe4\x93\x02)\"$/v1/tenants/{tenant}/memories:recall:\x01*\x12\x7f\n\tGetMemory\x12\x1e.mnemosyne.v1.GetMemoryRequest\x1a\x1f.mnemosyne.v1.GetMemoryResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/tenants/{tenant}/memories/{memory_id}\x12|\n\x0cListMemories\x12!.mnemosyne.v1.ListMemoriesRequest\x1a\".mnemosyne.v1.ListMemoriesResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/tenants/{tenant}/memories\x12\x92\x01\n\x0c\x46orgetMemory\x12!.mnemosyne.v1.ForgetMemoryRequest\x1a\".mnemosyne.v1.ForgetMemoryResponse\";\x82\xd3\xe4\x93\x02\x35\"0/v1/tenants/{tenant}/memories/{memory_id}:forget:\x01*BT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,42 +53,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMORYSERVICE'].methods_by_name['ListMemories']._serialized_options = b'\202\323\344\223\002\037\022\035/v1/tenants/{tenant}/memories'
   _globals['_MEMORYSERVICE'].methods_by_name['ForgetMemory']._loaded_options = None
   _globals['_MEMORYSERVICE'].methods_by_name['ForgetMemory']._serialized_options = b'\202\323\344\223\0025\"0/v1/tenants/{tenant}/memories/{memory_id}:forget:\001*'
-  _globals['_RECALLMODE']._serialized_start=1677
-  _globals['_RECALLMODE']._serialized_end=1788
-  _globals['_RETAINREQUEST']._serialized_start=100
-  _globals['_RETAINREQUEST']._serialized_end=357
-  _globals['_RETAINREQUEST_METADATAENTRY']._serialized_start=310
-  _globals['_RETAINREQUEST_METADATAENTRY']._serialized_end=357
-  _globals['_RETAINRESPONSE']._serialized_start=359
-  _globals['_RETAINRESPONSE']._serialized_end=419
-  _globals['_RETAINITEM']._serialized_start=422
-  _globals['_RETAINITEM']._serialized_end=570
-  _globals['_RETAINITEM_METADATAENTRY']._serialized_start=310
-  _globals['_RETAINITEM_METADATAENTRY']._serialized_end=357
-  _globals['_RETAINBATCHREQUEST']._serialized_start=572
-  _globals['_RETAINBATCHREQUEST']._serialized_end=683
-  _globals['_RETAINBATCHRESPONSE']._serialized_start=685
-  _globals['_RETAINBATCHRESPONSE']._serialized_end=751
-  _globals['_RECALLREQUEST']._serialized_start=754
-  _globals['_RECALLREQUEST']._serialized_end=996
-  _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._serialized_start=943
-  _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._serialized_end=996
-  _globals['_RECALLHIT']._serialized_start=998
-  _globals['_RECALLHIT']._serialized_end=1104
-  _globals['_RECALLRESPONSE']._serialized_start=1106
-  _globals['_RECALLRESPONSE']._serialized_end=1189
-  _globals['_GETMEMORYREQUEST']._serialized_start=1191
-  _globals['_GETMEMORYREQUEST']._serialized_end=1244
-  _globals['_GETMEMORYRESPONSE']._serialized_start=1246
-  _globals['_GETMEMORYRESPONSE']._serialized_end=1303
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1306
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1446
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1448
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1535
-  _globals['_FORGETMEMORYREQUEST']._serialized_start=1537
-  _globals['_FORGETMEMORYREQUEST']._serialized_end=1613
-  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1615
-  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1675
-  _globals['_MEMORYSERVICE']._serialized_start=1791
-  _globals['_MEMORYSERVICE']._serialized_end=2578
+  _globals['_RECALLMODE']._serialized_start=1906
+  _globals['_RECALLMODE']._serialized_end=2017
+  _globals['_RETAINREQUEST']._serialized_start=133
+  _globals['_RETAINREQUEST']._serialized_end=480
+  _globals['_RETAINREQUEST_METADATAENTRY']._serialized_start=433
+  _globals['_RETAINREQUEST_METADATAENTRY']._serialized_end=480
+  _globals['_RETAINRESPONSE']._serialized_start=482
+  _globals['_RETAINRESPONSE']._serialized_end=542
+  _globals['_RETAINITEM']._serialized_start=545
+  _globals['_RETAINITEM']._serialized_end=783
+  _globals['_RETAINITEM_METADATAENTRY']._serialized_start=433
+  _globals['_RETAINITEM_METADATAENTRY']._serialized_end=480
+  _globals['_RETAINBATCHREQUEST']._serialized_start=785
+  _globals['_RETAINBATCHREQUEST']._serialized_end=896
+  _globals['_RETAINBATCHRESPONSE']._serialized_start=898
+  _globals['_RETAINBATCHRESPONSE']._serialized_end=964
+  _globals['_RECALLREQUEST']._serialized_start=967
+  _globals['_RECALLREQUEST']._serialized_end=1209
+  _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._serialized_start=1156
+  _globals['_RECALLREQUEST_METADATAEQUALSENTRY']._serialized_end=1209
+  _globals['_RECALLHIT']._serialized_start=1211
+  _globals['_RECALLHIT']._serialized_end=1317
+  _globals['_RECALLRESPONSE']._serialized_start=1319
+  _globals['_RECALLRESPONSE']._serialized_end=1402
+  _globals['_GETMEMORYREQUEST']._serialized_start=1404
+  _globals['_GETMEMORYREQUEST']._serialized_end=1457
+  _globals['_GETMEMORYRESPONSE']._serialized_start=1459
+  _globals['_GETMEMORYRESPONSE']._serialized_end=1516
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1519
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1675
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1677
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1764
+  _globals['_FORGETMEMORYREQUEST']._serialized_start=1766
+  _globals['_FORGETMEMORYREQUEST']._serialized_end=1842
+  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1844
+  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1904
+  _globals['_MEMORYSERVICE']._serialized_start=2020
+  _globals['_MEMORYSERVICE']._serialized_end=2807
 # @@protoc_insertion_point(module_scope)
