@@ -24,6 +24,7 @@ from mnemosyne.version import VERSION
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
+    from mnemosyne.store.membership import Membership
     from mnemosyne.transport.server import ServerConfig
 
 
@@ -87,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+        membership=_membership(args),
     )
     config = ServerConfig(
         engine=engine,
@@ -117,10 +119,27 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
+        forwarding=not args.no_forwarding,
         test_park_tenant=_env("TEST_PARK_TENANT") or "",
         test_park_file=_path(_env("TEST_PARK_FILE")),
     )
     return asyncio.run(_run_server(config))
+
+
+def _membership(args: argparse.Namespace) -> Membership | None:
+    """The member list of --members (``@FILE``: read from a file), or None without one."""
+    from mnemosyne.store.membership import Membership
+
+    listed = args.members or ""
+    if listed.startswith("@"):
+        listed = Path(listed[1:]).read_text()
+    if not listed.strip():
+        if args.member:
+            raise SystemExit("--member needs --members (the whole member list, this member included)")
+        return None
+    if not args.member:
+        raise SystemExit("--members needs --member (the id of this member in the list)")
+    return Membership.parse(args.member, listed, epoch=args.ownership_epoch)
 
 
 async def _run_server(config: ServerConfig) -> int:
@@ -410,6 +429,28 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=["text", "json"],
         default=_env("LOG_FORMAT", "text"),
         help="stderr log lines as text or JSON (one object per line)",
+    )
+    serve.add_argument(
+        "--member",
+        default=_env("MEMBER"),
+        help="this server's id in --members (docs/scale-out.md)",
+    )
+    serve.add_argument(
+        "--members",
+        default=_env("MEMBERS"),
+        help="every member as ID=HOST:PORT,... (or @FILE); each tenant is owned by one (default: one server holds all)",
+    )
+    serve.add_argument(
+        "--ownership-epoch",
+        type=int,
+        default=int(_env("OWNERSHIP_EPOCH") or 1),
+        help="the ownership epoch tenant files are held at (1 until tenants are moved)",
+    )
+    serve.add_argument(
+        "--no-forwarding",
+        action="store_true",
+        default=_env("NO_FORWARDING") == "1",
+        help="refuse (NOT_OWNER) a call for a tenant another member owns instead of forwarding it",
     )
     _add_int_flags(serve, Limits.__dataclass_fields__, LIMIT_HELP)
     _add_int_flags(serve, AdmissionLimits.__dataclass_fields__, ADMISSION_HELP)
