@@ -13,6 +13,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import Field
 from pathlib import Path
@@ -296,6 +297,40 @@ def _oplog(args: argparse.Namespace) -> int:
 
     print(json.dumps(inspect_oplog(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
     return 0
+
+
+def _members(args: argparse.Namespace) -> int:
+    """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
+    from mnemosyne.server_process import LocalMembers
+
+    if not 1 <= args.count <= 64:
+        raise SystemExit("--count: give 1 to 64 members")
+    flags = [flag for flag in args.serve_flags if flag != "--"]
+    deployment = LocalMembers(
+        Path(args.data_dir),
+        args.count,
+        args=flags,
+        base_port=args.port,
+        http_base_port=args.http_port,
+        metrics_base_port=args.metrics_port,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    deployment.start()
+    try:
+        print(json.dumps({"members": deployment.members}), flush=True)
+        for member, process in zip(deployment.ids, deployment.processes):
+            http = f", HTTP http://127.0.0.1:{process.http_port}" if process.http_port else ""
+            print(f"member {member}: gRPC {process.target}{http}, data {process.data_dir}", file=sys.stderr)
+        print(f"clients: MemoryClient('', members={deployment.members!r}); Ctrl-C stops them all", file=sys.stderr)
+        while not stop.wait(1.0):
+            if any(p.process is not None and p.process.poll() is not None for p in deployment.processes):
+                print("a member exited; stopping the others", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        deployment.stop()
 
 
 def _drill(args: argparse.Namespace) -> int:
@@ -632,6 +667,17 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
     _add_token_flag(import_, "an admin token")
     import_.set_defaults(run=_import)
+
+    members = commands.add_parser(
+        "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
+    )
+    members.add_argument("--count", type=int, default=3, help="how many members (m0, m1, ...)")
+    members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
+    members.add_argument("--port", type=int, default=50051, help="gRPC port of m0; each next member the next port")
+    members.add_argument("--http-port", type=int, default=8080, help="HTTP port of m0 (0: off); then the next ones")
+    members.add_argument("--metrics-port", type=int, default=9464, help="metrics port of m0 (0: off); then the next")
+    members.add_argument("serve_flags", nargs=argparse.REMAINDER, help="after --: flags every member's serve takes")
+    members.set_defaults(run=_members)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")

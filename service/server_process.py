@@ -164,7 +164,8 @@ def _free_port() -> int:
 class LocalMembers:
     """A deployment of ``count`` members on loopback (docs/scale-out.md), member ``i`` a
     ``ServerProcess`` with id ``m<i>`` and data directory ``root/m<i>``: ports are chosen up front,
-    since each member is started with the whole list. ``args_of(i)`` / ``env_of(i)`` add one
+    since each member is started with the whole list (``*base_port``: member ``i`` takes base + i,
+    else free ports). ``args_of(i)`` / ``env_of(i)`` add one
     member's flags and environment (``args``/``env``: every member's)."""
 
     def __init__(
@@ -179,6 +180,8 @@ class LocalMembers:
         metrics: bool = False,
         http: bool = False,
         base_port: int = 0,
+        http_base_port: int = 0,
+        metrics_base_port: int = 0,
     ) -> None:
         self.ids = [f"m{i}" for i in range(count)]
         self.ports = [base_port + i if base_port else _free_port() for i in range(count)]
@@ -188,11 +191,14 @@ class LocalMembers:
                 Path(root) / member,
                 args=["--member", member, "--members", self.members, *(args or []), *(args_of(i) if args_of else [])],
                 env={**(env or {}), **(env_of(i) if env_of else {})},
-                metrics=metrics,
-                http=http,
+                metrics=metrics or bool(metrics_base_port),
+                http=http or bool(http_base_port),
             )
             for i, member in enumerate(self.ids)
         ]
+        for i, process in enumerate(self.processes):
+            process.http_port = http_base_port + i if http_base_port else 0
+            process.metrics_port = metrics_base_port + i if metrics_base_port else 0
 
     def start(self, timeout: float = 60.0) -> LocalMembers:
         try:
