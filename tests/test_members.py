@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -505,3 +507,44 @@ def test_one_server_without_members_is_unchanged(tmp_path: Path) -> None:
                 assert txn.meta(HOLDER_KEY) is None
     finally:
         pool.close()
+
+
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports."""
+    for _ in range(50):
+        base = _free_port()
+        if base + count < 65536:
+            try:
+                for port in range(base, base + count):
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", port))
+                return base
+            except OSError:
+                continue
+    raise AssertionError("no run of free ports")
+
+
+def test_the_documented_command_runs_three_members_on_one_machine(tmp_path: Path) -> None:
+    """docs/scale-out.md's `mnemosyne members --count 3` (ports moved off the defaults for the test)."""
+    base = _free_run(3)
+    command = [
+        *(sys.executable, "-m", "mnemosyne.cli", "members", "--count", "3", "--data-dir", str(tmp_path / "members")),
+        *("--port", str(base), "--http-port", "0", "--metrics-port", "0"),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        members = json.loads(process.stdout.readline())["members"]
+        assert members == ",".join(f"m{i}=127.0.0.1:{base + i}" for i in range(3))
+        with MemoryClient("", members=members) as routed, MemoryClient(f"127.0.0.1:{base}") as entry:
+            for tenant in TENANTS[:9]:
+                routed.retain(tenant, "three members on one machine")
+                assert entry.recall(tenant, "three members")
+        for tenant in TENANTS[:9]:
+            held = [
+                m for m in ("m0", "m1", "m2") if (tmp_path / "members" / m / "tenants" / f"{tenant}.sqlite").exists()
+            ]
+            assert held == [owner_of(tenant, ["m0", "m1", "m2"])]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
