@@ -3,12 +3,15 @@ forwarding hop adds.
 
     python -m bench.members --out results/members.json [--rounds 5] [--calls 300] [--tenants 40]
 
-Three servers run side by side for the whole run: one server without members (today's
-deployment) and a deployment of two members (m0, m1). The client is this process; the servers
+Four servers run side by side for the whole run: one server without members (today's
+deployment), a deployment of one member (the sharding code on every call, in one process) and a
+deployment of two members (m0, m1). The client is this process; the servers
 are child processes, whose CPU time (user + system, psutil) is read around each phase. Phases,
 interleaved round by round so that the other load of the machine falls on all of them alike:
 
 * ``single``: Retain and Recall on the single server;
+* ``one member``: the same calls on the deployment of one member (what the ownership check and
+  the routing cost per call, without a second process);
 * ``members``: the same calls on the two members, the client routing by the member list (every
   call straight to its owner): server CPU-seconds per 1,000 calls, both members together;
 * ``direct`` / ``forwarded``: Recall of tenants owned by m1, sent to m1 (its owner) or to m0
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-members-") as tmp:
         single = ServerProcess(Path(tmp) / "single", args=server_args).start(timeout=180)
         members = LocalMembers(Path(tmp) / "members", 2, args=server_args).start(timeout=180)
+        lone = LocalMembers(Path(tmp) / "lone", 1, args=server_args).start(timeout=180)
         pair = members.processes
         try:
             with (
@@ -82,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
                 MemoryClient("", members=members.members) as routed,
                 MemoryClient(pair[0].target) as entry,
                 MemoryClient(pair[1].target) as owner,
+                MemoryClient("", members=lone.members) as one,
             ):
                 for tenant in tenants:  # a few memories each, so that Recall has something to rank
-                    for client in (alone, routed):
+                    for client in (alone, routed, one):
                         client.retain_batch(tenant, texts[:20])
                 written = iter(range(10**9))
 
@@ -97,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                 phases: dict[str, tuple[list[ServerProcess], Callable[[int], object]]] = {
                     "single retain": ([single], retain(alone)),
                     "single recall": ([single], recall(alone, tenants)),
+                    "one member retain": (lone.processes, retain(one)),
+                    "one member recall": (lone.processes, recall(one, tenants)),
                     "members retain": (pair, retain(routed)),
                     "members recall": (pair, recall(routed, tenants)),
                     "direct recall": (pair, recall(owner, theirs)),
@@ -113,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             single.stop()
             members.stop()
+            lone.stop()
 
     def median(name: str, key: str) -> float:
         return statistics.median(r[name][key] for r in rounds)
@@ -126,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "ping_cpu_s_per_1000": median("ping", "cpu_s_per_1000"),
     }
     ratios = {
-        call: result[f"members {call}"]["cpu_s_per_1000"] / result[f"single {call}"]["cpu_s_per_1000"]
+        f"{who} / single {call}": result[f"{who} {call}"]["cpu_s_per_1000"] / result[f"single {call}"]["cpu_s_per_1000"]
+        for who in ("one member", "members")
         for call in ("retain", "recall")
     }
     print_table(
@@ -138,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "sharding and the hop",
         ["measure", "value"],
         [
-            ["members / single CPU per Retain", ratios["retain"]],
-            ["members / single CPU per Recall", ratios["recall"]],
+            *([f"CPU per call: {name}", ratio] for name, ratio in ratios.items()),
             ["hop: added p50 ms", hop["added_p50_ms"]],
             ["hop: added CPU s / 1000", hop["added_cpu_s_per_1000"]],
             ["Ping floor p50 ms", hop["ping_p50_ms"]],

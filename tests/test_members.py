@@ -548,3 +548,13 @@ def test_the_documented_command_runs_three_members_on_one_machine(tmp_path: Path
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
+
+
+def test_the_docs_show_the_test_vectors() -> None:
+    text = (ROOT / "docs" / "scale-out.md").read_text()
+    for vector in VECTORS["weights"]:
+        assert f"| `{vector['tenant']}` | `{vector['member']}` | `{vector['weight']}` |" in text
+    for vector in VECTORS["owners"]:
+        assert f"| `{vector['tenant']}` | `{','.join(vector['members'])}` | `{vector['owner']}` |" in text
+    # The Python of the page is the rule itself.
+    assert client_owner_of("alpha", ["m0", "m1", "m2"]) == "m2"

@@ -64,6 +64,8 @@ class Call:
         # (the edge forwards the call there: transport/forwarding.py).
         self.method = ""
         self.forward_to: str | None = None
+        # Set by gRPC's edge: the response may be the owner's serialized bytes (HTTP needs messages).
+        self.answers_bytes = False
 
     def metadata_values(self, key: str) -> list[str]:
         return [value for k, value in self.metadata if k == key]

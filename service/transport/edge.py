@@ -259,26 +259,28 @@ class Edge:
                 handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                     self._grpc_client_stream(path, implementation, request_type),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
             elif method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                     self._grpc_stream(path, implementation),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
             else:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                     self._grpc_unary(path, implementation),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
     def _grpc_begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
         metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
         remaining = context.time_remaining()
-        return self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+        call = self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+        call.answers_bytes = True  # a forwarded call's response passes through as the owner's bytes
+        return call
 
     async def _grpc_fail(
         self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: Outcome, method: str
@@ -396,6 +398,16 @@ class Edge:
                 recorder.end(method, outcome.code, outcome.reason, started, token)
 
         return handle
+
+
+def _serializer(response_type: Any) -> Callable[[Any], bytes]:
+    """The response serializer, passing through the bytes of a forwarded call's response."""
+    serialize = response_type.SerializeToString
+
+    def serialized(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serialized
 
 
 def _sent_request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:

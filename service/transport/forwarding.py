@@ -210,13 +210,18 @@ class Forwarder:
             )
         return error
 
-    def _channel_for(self, owner: str, method: str, kind: str) -> Any:
-        response = self._responses[method]
+    def _channel_for(self, owner: str, method: str, kind: str, *, raw: bool) -> Any:
+        """The hop's multi-callable; ``raw``: its responses stay the owner's bytes (relayed as they are)."""
         make = getattr(self._channel(owner), kind)
-        return make(method, request_serializer=_serialize, response_deserializer=response.FromString)
+        return make(
+            method,
+            request_serializer=_serialize,
+            response_deserializer=_unchanged if raw else self._responses[method].FromString,
+        )
 
     async def unary(self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False) -> Any:
-        hop = self._channel_for(owner, method, "unary_unary")(request, **self._hop(owner, call, asked=asked))
+        multi = self._channel_for(owner, method, "unary_unary", raw=call.answers_bytes and not asked)
+        hop = multi(request, **self._hop(owner, call, asked=asked))
         try:
             response = await hop
             call.send_initial_metadata(_answered(await hop.initial_metadata()))
@@ -228,7 +233,8 @@ class Forwarder:
             hop.cancel()  # a no-op once it ended; the caller's cancellation ends the hop too
 
     async def client_stream(self, owner: str, method: str, messages: AsyncIterator[Any], call: Call) -> Any:
-        hop = self._channel_for(owner, method, "stream_unary")(messages, **self._hop(owner, call))
+        multi = self._channel_for(owner, method, "stream_unary", raw=call.answers_bytes)
+        hop = multi(messages, **self._hop(owner, call))
         try:
             response = await hop
             call.send_initial_metadata(_answered(await hop.initial_metadata()))
@@ -242,7 +248,8 @@ class Forwarder:
     async def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
     ) -> AsyncIterator[Any]:
-        hop = self._channel_for(owner, method, "unary_stream")(request, **self._hop(owner, call, asked=asked))
+        multi = self._channel_for(owner, method, "unary_stream", raw=call.answers_bytes and not asked)
+        hop = multi(request, **self._hop(owner, call, asked=asked))
         try:
             started = asyncio.ensure_future(hop.initial_metadata())
             await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
@@ -265,6 +272,10 @@ class Forwarder:
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels))
+
+
+def _unchanged(data: bytes) -> bytes:
+    return data
 
 
 def _serialize(message: Any) -> bytes:
