@@ -14,6 +14,9 @@ interleaved round by round so that the other load of the machine falls on all of
   the routing cost per call, without a second process);
 * ``members``: the same calls on the two members, the client routing by the member list (every
   call straight to its owner): server CPU-seconds per 1,000 calls, both members together;
+* ``members grouped``: Recall as ``members``, the tenants taken in order of their owner, so that
+  each member answers runs of calls in a row (the cost of a process woken for every other call,
+  on two cores, apart from the cost of sharding);
 * ``direct`` / ``forwarded``: Recall of tenants owned by m1, sent to m1 (its owner) or to m0
   (which forwards them): the hop's added p50 latency and CPU per call (both members);
 * ``ping``: Ping of m0, the RPC floor of the same run (its p50 and CPU per call).
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     tenants = [f"bench-{i:03d}" for i in range(args.tenants)]
     ids = ["m0", "m1"]
     theirs = [t for t in tenants if owner_of(t, ids) == "m1"]
+    grouped = sorted(tenants, key=lambda t: owner_of(t, ids))
     server_args = ["--synchronous", "normal"]
     rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-members-") as tmp:
@@ -106,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                     "one member recall": (lone.processes, recall(one, tenants)),
                     "members retain": (pair, retain(routed)),
                     "members recall": (pair, recall(routed, tenants)),
+                    # The same, the calls grouped by owner (each member gets runs of calls in a row).
+                    "members grouped recall": (pair, recall(routed, grouped)),
                     "direct recall": (pair, recall(owner, theirs)),
                     "forwarded recall": (pair, recall(entry, theirs)),
                     "ping": (pair, lambda i: entry.ping()),

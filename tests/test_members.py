@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mnemosyne.client import MemoryClient
+from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import FailedPreconditionError, PermissionDeniedError, UnavailableError
 from mnemosyne.client.routing import owner_of as client_owner_of
 from mnemosyne.client.routing import weight as client_weight
@@ -241,6 +241,10 @@ def test_clients_with_the_member_list_never_take_the_hop(written: LocalMembers) 
             client.retain(tenant, f"{tenant} routed straight to its owner")
             assert client.recall(tenant, "routed owner")
             client.assemble_context(tenant, "main")
+        # MemoryHost (the host-owned generations) over the routed client.
+        host, agent = MemoryHost(client, TENANTS[3]), object()
+        assert "Global" in host.assemble_context(agent, "main")
+        assert host.call_tool(agent, "memory_update", {"content": "# routed host"})["ok"]
         client.hot_path(TENANTS[0], "enable")
         accepted = client.retain(TENANTS[0], "a fast note, routed", fast=True)
         client.hot_path(TENANTS[0], "flush")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
 
@@ -75,7 +76,7 @@ class Membership:
             raise InvalidArgument("the ownership epoch starts at 1", reason="CONFIG_INVALID")
         return cls(me, addresses, epoch)
 
-    @property
+    @cached_property
     def ids(self) -> tuple[str, ...]:
         return tuple(sorted(self.addresses))
 

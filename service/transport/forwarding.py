@@ -74,11 +74,7 @@ class Relayed(Exception):
 def _pass_on(metadata: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The caller's metadata the owner needs: its token, request id and ``mnemosyne-*`` keys
     (not the HTTP or HTTP/2 transport's headers, and never member-internal keys)."""
-    return [
-        (k, v)
-        for k, v in metadata
-        if k == "authorization" or k == "x-request-id" or k.startswith("mnemosyne-") or k == ROUTE_KEY
-    ]
+    return [(k, v) for k, v in metadata if k in ("authorization", "x-request-id") or k.startswith("mnemosyne-")]
 
 
 def _answered(metadata: Any) -> list[tuple[str, str]]:
@@ -173,7 +169,7 @@ class Forwarder:
         if self._metrics is not None and not asked:
             self._metrics.forwarded.inc()
         metadata = [
-            *(kv for kv in _pass_on(call.metadata) if kv[0] != ROUTE_KEY),
+            *_pass_on(call.metadata),
             (ROUTE_KEY, owner),
             (FORWARDED_BY_KEY, self.membership.me),
             (MEMBER_KEY_KEY, self._key),
