@@ -192,6 +192,10 @@ def test_every_call_kind_works_through_every_member(written: LocalMembers) -> No
         assert _holders(written, tenant) == [owner_of(tenant, written.ids)]
 
 
+class _Agent:
+    """An agent object of the host (weakly referenced)."""
+
+
 def _watch_until(events: Iterator[Any], event_id: int) -> bool:
     """Whether the watch shows ``event_id`` succeeded before its deadline."""
     try:
@@ -242,7 +246,7 @@ def test_clients_with_the_member_list_never_take_the_hop(written: LocalMembers) 
             assert client.recall(tenant, "routed owner")
             client.assemble_context(tenant, "main")
         # MemoryHost (the host-owned generations) over the routed client.
-        host, agent = MemoryHost(client, TENANTS[3]), object()
+        host, agent = MemoryHost(client, TENANTS[3]), _Agent()
         assert "Global" in host.assemble_context(agent, "main")
         assert host.call_tool(agent, "memory_update", {"content": "# routed host"})["ok"]
         client.hot_path(TENANTS[0], "enable")
