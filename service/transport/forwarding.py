@@ -43,8 +43,11 @@ ROUTE_KEY = "x-mnemosyne-route"
 FORWARDED_BY_KEY = "x-mnemosyne-forwarded-by"
 MEMBER_KEY_KEY = "x-mnemosyne-member-key"
 _INTERNAL = frozenset({FORWARDED_BY_KEY, MEMBER_KEY_KEY})
-# Response metadata that is the transport's own, not the owner's answer.
-_TRANSPORT_KEYS = frozenset({"content-type", "grpc-status", "grpc-message", "grpc-status-details-bin", "date"})
+# Response metadata that is the transport's own, not the owner's answer (the request id's echo
+# is the entry's own, as for any call).
+_TRANSPORT_KEYS = frozenset(
+    {"content-type", "grpc-status", "grpc-message", "grpc-status-details-bin", "date", "x-request-id"}
+)
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -216,8 +219,17 @@ class Forwarder:
         )
 
     async def unary(self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False) -> Any:
-        multi = self._channel_for(owner, method, "unary_unary", raw=call.answers_bytes and not asked)
-        hop = multi(request, **self._hop(owner, call, asked=asked))
+        return await self._one_answer(owner, method, "unary_unary", request, call, asked=asked)
+
+    async def client_stream(self, owner: str, method: str, messages: AsyncIterator[Any], call: Call) -> Any:
+        return await self._one_answer(owner, method, "stream_unary", messages, call)
+
+    async def _one_answer(
+        self, owner: str, method: str, kind: str, sent: Any, call: Call, *, asked: bool = False
+    ) -> Any:
+        """A hop answered by one response (a unary call, a client stream)."""
+        multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
+        hop = multi(sent, **self._hop(owner, call, asked=asked))
         try:
             response = await hop
             call.send_initial_metadata(_answered(await hop.initial_metadata()))
@@ -227,19 +239,6 @@ class Forwarder:
             raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
         finally:
             hop.cancel()  # a no-op once it ended; the caller's cancellation ends the hop too
-
-    async def client_stream(self, owner: str, method: str, messages: AsyncIterator[Any], call: Call) -> Any:
-        multi = self._channel_for(owner, method, "stream_unary", raw=call.answers_bytes)
-        hop = multi(messages, **self._hop(owner, call))
-        try:
-            response = await hop
-            call.send_initial_metadata(_answered(await hop.initial_metadata()))
-            call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
-            return response
-        except grpc.aio.AioRpcError as exc:
-            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
-        finally:
-            hop.cancel()
 
     async def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
