@@ -115,6 +115,15 @@ def test_replicas_above_one_make_members_with_the_whole_list_and_a_volume_each()
     # One claim per pod (a volumeClaimTemplate), never a shared volume.
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # The members reach each other through the NetworkPolicy (the forwarding hop).
+    policy = next(
+        d
+        for d in cc.render_manifests({"replicas": 3, "networkPolicy": {"enabled": True}, **cc.MINIMAL_OVERRIDES})
+        if d["kind"] == "NetworkPolicy"
+    )
+    assert {"podSelector": {"matchLabels": sts["spec"]["selector"]["matchLabels"]}} in policy["spec"]["ingress"][0][
+        "from"
+    ]
     # One replica: no member list, one server holds every tenant (as before).
     single = {
         e["name"]

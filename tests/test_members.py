@@ -263,12 +263,24 @@ const { MemoryClient } = require('./src');
   }
   for await (const e of client.watchEvents(JSON.parse(process.env.TENANTS)[0], { timeoutMs: 10000 })) break;
   client.close();
+  // A stale list (m2 missing): refused NOT_OWNER by the member reached, corrected, sent to the owner.
+  const stale = new MemoryClient('', { token: process.env.TOKEN, members: process.env.STALE });
+  if ((await stale.recall(process.env.MOVED, 'Node')).length === 0) throw new Error('no hit after the correction');
+  if (stale.members.size !== 3) throw new Error(`not corrected: ${[...stale.members.keys()]}`);
+  stale.close();
 })().catch((err) => { console.error(err); process.exit(1); });
 """
     result = subprocess.run(
         ["node", "-e", script],
         cwd=node_package(),
-        env={**os.environ, "TOKEN": ADMIN, "MEMBERS": written.members, "TENANTS": json.dumps(TENANTS)},
+        env={
+            **os.environ,
+            "TOKEN": ADMIN,
+            "MEMBERS": written.members,
+            "TENANTS": json.dumps(TENANTS),
+            "STALE": ",".join(written.members.split(",")[:2]),
+            "MOVED": next(t for t in TENANTS if owner_of(t, written.ids) == "m2"),
+        },
         capture_output=True,
         text=True,
         timeout=120,
