@@ -132,6 +132,7 @@ class _Routed:
     def __init__(self, routing: RoutingChannel, kind: str, method: str, serializer: Any, deserializer: Any) -> None:
         self._routing, self._kind, self._method = routing, kind, method
         self._serializer, self._deserializer = serializer, deserializer
+        self._callables: dict[int, Any] = {}
 
     def _send(self, how: str, request: Any, kwargs: dict[str, Any]) -> Any:
         first = None
@@ -144,9 +145,11 @@ class _Routed:
             tenant = getattr(request, "tenant", "")
         for attempt in range(2):
             member, channel = self._routing._channel(tenant)
-            callable_ = getattr(channel, self._kind)(
-                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
-            )
+            callable_ = self._callables.get(id(channel))
+            if callable_ is None:  # one per member's channel, made once
+                callable_ = self._callables[id(channel)] = getattr(channel, self._kind)(
+                    self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
+                )
             metadata = tuple(kwargs.get("metadata") or ())
             if member:
                 metadata = (*metadata, (ROUTE_KEY, member))
@@ -154,7 +157,7 @@ class _Routed:
             if self._kind.endswith("stream") and how == "__call__":
                 return callable_(request, **sent)  # a stream's refusal surfaces as it is read
             try:
-                return getattr(callable_, how)(request, **sent) if how != "__call__" else callable_(request, **sent)
+                return getattr(callable_, how)(request, **sent)
             except grpc.RpcError as exc:
                 if attempt or first is not None or not self._routing.corrected(exc):
                     raise
