@@ -105,6 +105,7 @@ class Forwarder:
         self._metrics = metrics
         self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._callables: dict[tuple[str, str, bool], Any] = {}
         self._responses: dict[str, Any] = {
             f"/{service.full_name}/{method.name}": message_factory.GetMessageClass(method.output_type)
             for service in services
@@ -210,13 +211,17 @@ class Forwarder:
         return error
 
     def _channel_for(self, owner: str, method: str, kind: str, *, raw: bool) -> Any:
-        """The hop's multi-callable; ``raw``: its responses stay the owner's bytes (relayed as they are)."""
-        make = getattr(self._channel(owner), kind)
-        return make(
-            method,
-            request_serializer=_serialize,
-            response_deserializer=_unchanged if raw else self._responses[method].FromString,
-        )
+        """The hop's multi-callable (made once per member, method and form); ``raw``: its responses
+        stay the owner's bytes (relayed as they are)."""
+        key = (owner, method, raw)
+        multi = self._callables.get(key)
+        if multi is None:
+            multi = self._callables[key] = getattr(self._channel(owner), kind)(
+                method,
+                request_serializer=_serialize,
+                response_deserializer=_unchanged if raw else self._responses[method].FromString,
+            )
+        return multi
 
     async def unary(self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False) -> Any:
         return await self._one_answer(owner, method, "unary_unary", request, call, asked=asked)
@@ -265,7 +270,7 @@ class Forwarder:
             hop.cancel()
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
+        channels, self._channels, self._callables = list(self._channels.values()), {}, {}
         await asyncio.gather(*(channel.close() for channel in channels))
 
 
