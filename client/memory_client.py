@@ -560,7 +560,7 @@ class MemoryClient:
         tenants: dict[str, types.Stats] = {}
         damaged: dict[str, str] = {}
         total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
-        files_read, consistency = 0, ""
+        files_read, consistency, unanswered = 0, "", []
         try:
             for chunk in self.admin.AggregateStats(
                 admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
@@ -573,10 +573,16 @@ class MemoryClient:
                 if chunk.HasField("total"):
                     total = convert.stats_from_proto(chunk.total)
                     files_read, consistency = chunk.files_read, chunk.consistency
+                    unanswered = list(chunk.unanswered_members)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
         return types.AggregateStats(
-            tenants=tenants, total=total, files_read=files_read, consistency=consistency, damaged=damaged
+            tenants=tenants,
+            total=total,
+            files_read=files_read,
+            consistency=consistency,
+            damaged=damaged,
+            unanswered_members=unanswered,
         )
 
     # -- hot path and events --------------------------------------------------------------------

@@ -33,7 +33,7 @@ from mnemosyne.client.routing import weight as client_weight
 from mnemosyne.server_process import LocalMembers, ServerProcess
 from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership, owner_of, weight
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.v1 import admin_pb2, events_pb2, memory_pb2
+from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support
 from tests.node_support import node_package
 from tests.support import gauge, tokens_json
@@ -471,12 +471,9 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
                 client.retain(theirs[2], "nobody home")
             assert down.value.reason == "OWNER_UNAVAILABLE" and down.value.metadata["owner"] == "m1"
             assert not m0.tenant_file(theirs[2]).exists() and not m1.tenant_file(theirs[2]).exists()
-            response = client.admin.ListTenants(admin_pb2.ListTenantsRequest(), metadata=client.call_metadata)
-            assert list(response.unanswered_members) == ["m1"]
-            last = list(client.admin.AggregateStats(admin_pb2.AggregateStatsRequest(), metadata=client.call_metadata))[
-                -1
-            ]
-            assert list(last.unanswered_members) == ["m1"] and "m1 did not answer" in last.consistency
+            assert client.list_tenants().unanswered_members == ["m1"]
+            aggregate = client.aggregate_stats()
+            assert aggregate.unanswered_members == ["m1"] and "m1 did not answer" in aggregate.consistency
     finally:
         members.stop()
         closed.stop()
