@@ -123,6 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
         forwarding=not args.no_forwarding,
         test_park_tenant=_env("TEST_PARK_TENANT") or "",
         test_park_file=_path(_env("TEST_PARK_FILE")),
+        test_move_hold_after=_env("TEST_MOVE_HOLD_AFTER") or "",
     )
     return asyncio.run(_run_server(config))
 
@@ -140,7 +141,10 @@ def _membership(args: argparse.Namespace) -> Membership | None:
         return None
     if not args.member:
         raise SystemExit("--members needs --member (the id of this member in the list)")
-    return Membership.parse(args.member, listed, epoch=args.ownership_epoch)
+    previous = args.previous_members or ""
+    if previous.startswith("@"):
+        previous = Path(previous[1:]).read_text()
+    return Membership.parse(args.member, listed, epoch=args.ownership_epoch, previous=previous)
 
 
 async def _run_server(config: ServerConfig) -> int:
@@ -474,6 +478,12 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--members",
         default=_env("MEMBERS"),
         help="every member as ID=HOST:PORT,... (or @FILE); each tenant is owned by one (default: one server holds all)",
+    )
+    serve.add_argument(
+        "--previous-members",
+        default=_env("PREVIOUS_MEMBERS"),
+        help="during a rebalance: the member list before it (or @FILE); a tenant with no file on this member "
+        "is where that list's owner is until it is moved (docs/scale-out.md#moving-tenants)",
     )
     serve.add_argument(
         "--ownership-epoch",

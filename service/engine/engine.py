@@ -11,7 +11,8 @@ Each part receives what it uses, not the engine:
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
-* ``imports`` (engine/tenant_import.py): a tenant installed from an export.
+* ``imports`` (engine/tenant_import.py): a tenant installed from an export;
+* ``moves`` (engine/moves.py): the steps of a tenant moving between members.
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -33,6 +34,7 @@ from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.memories import Memories
+from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import RequestKey
@@ -95,6 +97,7 @@ class Engine:
             self.imports = TenantImports(
                 pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=config.store_faults
             )
+            self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
         except BaseException:
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt

@@ -440,6 +440,7 @@ class HotPath:
         assert inbox is not None
         # The inbox's lock, not the tenant's: an enqueue never waits for a worker's commit.
         with inbox.lock:
+            store.check_writable()  # a tenant moving between members (fenced under this lock)
             if not self._enabled(store):  # disabled since the read above (set_enabled holds this lock)
                 return None
             self._idle_since.pop(tenant, None)
@@ -529,7 +530,7 @@ class HotPath:
             self._hold("inbox")
             self._move_inbox(store)
             # Not synced: a claim lost to a power cut only leaves the operations to be taken again.
-            with store.write(sync=False) as txn:
+            with store.write(sync=False, internal=True) as txn:
                 ops = txn.oplog_next_open(self._batch, time.time())
                 txn.oplog_claim([op.event_id for op in ops], time.time())
             self._prune_expired_events(tenant, store)
@@ -587,7 +588,7 @@ class HotPath:
             requests = txn.requests_through(ops[-1].event_id) if ops else []
         if not ops:
             return
-        with store.write(sync=False) as log_txn:
+        with store.write(sync=False, internal=True) as log_txn:
             log_txn.oplog_adopt(ops, requests)
         if self._sync_each_enqueue:
             # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
@@ -608,7 +609,7 @@ class HotPath:
             return
         self._pruned_at[tenant] = now
         for _ in range(PRUNE_MAX_BATCHES):
-            with store.write(sync=False) as txn:
+            with store.write(sync=False, internal=True) as txn:
                 deleted = txn.oplog_prune(time.time() - self._retention, PRUNE_BATCH)
             if deleted < PRUNE_BATCH:
                 return
@@ -620,7 +621,7 @@ class HotPath:
         if not fresh:
             return
         # Not synced: lost only to a power cut, and then the replay extracts (and counts) again.
-        with store.write(sync=False) as txn:
+        with store.write(sync=False, internal=True) as txn:
             for p in fresh:
                 assert p.extraction is not None and p.vector is not None  # as chosen above
                 extraction = ledger.canonical_json(
@@ -644,7 +645,7 @@ class HotPath:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
         all_finished = True
-        with store.write(sync=False) as txn:
+        with store.write(sync=False, internal=True) as txn:
             check_tenant_embedder(txn, self._write_path.embedder, write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]

@@ -59,8 +59,10 @@ class TenantImport:
         pool: TenantPool,
         hot_path: HotPath,
         budget: FileBudget | None = None,
+        move: tuple[str, int] | None = None,
     ) -> None:
         self.tenant = tenant
+        self._move = move  # (source, epoch) of a move's step 4 (engine/moves.py)
         self._copy = copy
         self._replace = replace
         self._directory = directory
@@ -145,11 +147,13 @@ class TenantImport:
                 inbox if inbox.exists() else None,
                 replace=self._replace,
                 timeout=REPLACE_WAIT_SECONDS,
+                move=self._move,
             )
         except OSError as exc:
             raise _disk_error(exc) from None
         self._hot_path.forget_figures(self.tenant)  # what it knew of a tenant replaced
-        self._hot_path.resume(self.tenant)
+        if self._move is None:  # a moved tenant's operations resume when it is activated
+            self._hot_path.resume(self.tenant)
         return Imported(self.tenant, facts.head_hash, facts.ledger_entries, facts.memories, replaced)
 
     def abort(self) -> None:
@@ -176,8 +180,11 @@ class TenantImports:
         self._backups = backups
         self._faults = faults  # test seams (EngineConfig.store_faults): file_bytes, store/file_faults.py
 
-    def begin(self, tenant: str, copy: TenantCopy, *, replace: bool) -> TenantImport:
-        """An import of ``copy`` (the export's manifest) as ``tenant`` (its own name when empty)."""
+    def begin(
+        self, tenant: str, copy: TenantCopy, *, replace: bool, move: tuple[str, int] | None = None
+    ) -> TenantImport:
+        """An import of ``copy`` (the export's manifest) as ``tenant`` (its own name when empty);
+        ``move``: (source member, epoch) when a move brings it here (installed inactive)."""
         tenant = validate_tenant(tenant or copy.tenant)
         names = [f.name for f in copy.files]
         if DATABASE_FILE not in names or not set(names) <= {DATABASE_FILE, INBOX_FILE} or len(set(names)) != len(names):
@@ -197,4 +204,5 @@ class TenantImports:
             pool=self._pool,
             hot_path=self._hot_path,
             budget=FileBudget(self._faults),
+            move=move,
         )

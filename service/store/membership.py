@@ -11,7 +11,7 @@ src/routing.js; test vectors in docs/scale-out.md):
                              (compared as UTF-8 bytes)
 
 The order of the list does not matter. Adding a member moves only the tenants the new member
-wins (part 2 moves them; until then the list changes only with a new deployment).
+wins (``mnemosyne rebalance`` moves them, engine/moves.py).
 
 Each tenant file records its holder and an ownership epoch (its ``meta`` table): a member opens
 a tenant only if the hash names it and the file names it at the current epoch
@@ -25,12 +25,27 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
-EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (moves, part 2, raise it)
+EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (a move raises it)
 NOT_OWNER = "NOT_OWNER"  # the refusal's reason; its metadata names the owner and its address
+# A move (engine/moves.py, docs/scale-out.md#moving-tenants) records its progress in the meta
+# table of the tenant files it involves: on the source the last step done, the destination and
+# the epoch the tenant moves at; on the destination the step (``imported``: inactive, then
+# ``active``) and the source. The ownership check of an open honours them.
+MOVE_STEP_KEY = "move_step"
+MOVE_PEER_KEY = "move_peer"  # the source: its destination; the destination: its source
+MOVE_EPOCH_KEY = "move_epoch"
+MOVE_HEAD_KEY = "move_head_hash"  # the head hash of the audit chain the source exported
+SOURCE_STEPS = ("fenced", "flushed", "exported", "imported", "tombstoned")
+FENCED_STEPS = frozenset(SOURCE_STEPS[:4])  # writes refused, reads served
+TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the destination
+INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
+ACTIVE = "active"
+TENANT_MOVING = "TENANT_MOVING"
+MOVE_RETRY_SECONDS = 0.5
 
 
 def weight(tenant: str, member: str) -> int:
@@ -43,6 +58,32 @@ def owner_of(tenant: str, members: list[str] | tuple[str, ...]) -> str:
     return min(members, key=lambda member: (-weight(tenant, member), member.encode()))
 
 
+def parse_list(members: str) -> dict[str, str]:
+    """``ID=HOST:PORT,...`` as a dict, checked."""
+    addresses: dict[str, str] = {}
+    for item in re.split(r"[,\s]+", members.strip()):
+        if not item:
+            continue
+        member, sep, address = item.partition("=")
+        if not sep or not address or not MEMBER_ID_PATTERN.fullmatch(member):
+            raise InvalidArgument(
+                f"member {item!r}: give ID=HOST:PORT, the id of lowercase letters, digits and '-' (at most 63)",
+                reason="CONFIG_INVALID",
+            )
+        if member in addresses:
+            raise InvalidArgument(f"member {member} is listed twice", reason="CONFIG_INVALID")
+        addresses[member] = address
+    return addresses
+
+
+def moving(tenant: str, why: str) -> Unavailable:
+    return Unavailable(
+        f"tenant {tenant} is moving between members: {why}; retry shortly",
+        reason=TENANT_MOVING,
+        retry_after_seconds=MOVE_RETRY_SECONDS,
+    )
+
+
 @dataclass(frozen=True)
 class Membership:
     """This member's id, every member's address, and the current ownership epoch."""
@@ -50,23 +91,15 @@ class Membership:
     me: str
     addresses: dict[str, str]  # member id -> host:port (gRPC)
     epoch: int = 1
+    # During a rebalance (--previous-members): the member ids of the list before it, whose owners
+    # hold the tenants not moved yet (``home``).
+    previous: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, me: str, members: str, *, epoch: int = 1) -> Membership:
-        """``members``: ``ID=HOST:PORT,ID=HOST:PORT,...`` (spaces and newlines allowed)."""
-        addresses: dict[str, str] = {}
-        for item in re.split(r"[,\s]+", members.strip()):
-            if not item:
-                continue
-            member, sep, address = item.partition("=")
-            if not sep or not address or not MEMBER_ID_PATTERN.fullmatch(member):
-                raise InvalidArgument(
-                    f"member {item!r}: give ID=HOST:PORT, the id of lowercase letters, digits and '-' (at most 63)",
-                    reason="CONFIG_INVALID",
-                )
-            if member in addresses:
-                raise InvalidArgument(f"member {member} is listed twice", reason="CONFIG_INVALID")
-            addresses[member] = address
+    def parse(cls, me: str, members: str, *, epoch: int = 1, previous: str = "") -> Membership:
+        """``members``: ``ID=HOST:PORT,ID=HOST:PORT,...`` (spaces and newlines allowed);
+        ``previous``: the list before a change of members, in the same form (addresses ignored)."""
+        addresses = parse_list(members)
         if me not in addresses:
             raise InvalidArgument(
                 f"--member {me!r} is not in the member list ({', '.join(addresses) or 'empty'})",
@@ -74,7 +107,11 @@ class Membership:
             )
         if epoch < 1:
             raise InvalidArgument("the ownership epoch starts at 1", reason="CONFIG_INVALID")
-        return cls(me, addresses, epoch)
+        before = sorted({item.partition("=")[0] for item in re.split(r"[,\s]+", previous.strip()) if item})
+        for member in before:
+            if not MEMBER_ID_PATTERN.fullmatch(member):
+                raise InvalidArgument(f"previous member {member!r} is not a member id", reason="CONFIG_INVALID")
+        return cls(me, addresses, epoch, tuple(before))
 
     @cached_property
     def ids(self) -> tuple[str, ...]:
@@ -82,6 +119,15 @@ class Membership:
 
     def owner(self, tenant: str) -> str:
         return owner_of(tenant, self.ids)
+
+    def home(self, tenant: str) -> str:
+        """Where a tenant that has no file here is (or is created): its owner by the previous
+        list during a rebalance, when that member is still one, else its owner by this list."""
+        if self.previous:
+            before = owner_of(tenant, self.previous)
+            if before in self.addresses:
+                return before
+        return self.owner(tenant)
 
     def describe(self) -> str:
         """The member list as ``--members`` takes it (clients take it too)."""
@@ -95,16 +141,17 @@ class Membership:
             metadata={"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()},
         )
 
-    def check_owner(self, tenant: str) -> None:
-        """Refuse a tenant the hash does not give to this member (before any file is looked at)."""
-        owner = self.owner(tenant)
-        if owner != self.me:
-            raise self.not_owner(tenant, owner, "call its owner (clients with the member list do)")
+    def check_home(self, tenant: str) -> None:
+        """Refuse a tenant that has no file here and whose home is another member."""
+        home = self.home(tenant)
+        if home != self.me:
+            raise self.not_owner(tenant, home, "call its owner (clients with the member list do)")
 
-    def check_held(self, tenant: str, holder: str | None, epoch: int) -> bool:
+    def check_held(self, tenant: str, holder: str | None, epoch: int, *, moved: bool = False) -> bool:
         """Whether a file with this holder and epoch may be served here as it is; False: adopt it
         (a file written before members existed, or by this member at an older epoch: stamp it).
-        Raises for a file another member holds, or one stamped at a newer epoch."""
+        Raises for a file another member holds, or one stamped at a newer epoch (``moved``: one
+        a move brought here, whose epoch the move raised)."""
         if holder is None or (holder == self.me and epoch < self.epoch):
             return False
         if holder != self.me:
@@ -114,7 +161,7 @@ class Membership:
                 reason="TENANT_HELD_ELSEWHERE",
                 metadata={"holder": holder},
             )
-        if epoch > self.epoch:
+        if epoch > self.epoch and not moved:
             raise FailedPrecondition(
                 f"tenant {tenant}'s file is held at ownership epoch {epoch}, newer than this member's {self.epoch}: "
                 "the member list of this process is out of date",

@@ -40,7 +40,21 @@ import apsw
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
-from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership
+from mnemosyne.store.membership import (
+    ACTIVE,
+    EPOCH_KEY,
+    FENCED_STEPS,
+    HOLDER_KEY,
+    INACTIVE,
+    MOVE_EPOCH_KEY,
+    MOVE_HEAD_KEY,
+    MOVE_PEER_KEY,
+    MOVE_STEP_KEY,
+    TENANT_MOVING,
+    TOMBSTONED,
+    Membership,
+    moving,
+)
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -192,6 +206,8 @@ class TenantPool:
         # With members (store/membership.py), a tenant is opened only by its owner, and only from
         # a file naming this member at the current epoch; None: one server holds every tenant.
         self.membership = membership
+        # tenant -> the member its file says serves it (``locate``), for the files read so far
+        self._placements: dict[str, str] = {}
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         # tenant -> (what is done to it, the refusal's reason) while its files are removed or
@@ -251,10 +267,11 @@ class TenantPool:
         new, complete tenant file under a temporary name, which becomes the tenant's only if the
         block ends without an exception (the block is the tenant's first write).
 
-        With members, a tenant the hash gives to another member is refused (NOT_OWNER, naming
-        the owner) before its file is looked at, whether one exists here or not."""
-        if self.membership is not None:
-            self.membership.check_owner(validate_tenant(tenant))
+        With members, a tenant without a file here whose home is another member (its owner by the
+        hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
+        none is created; a file is served by what it records (``_check_holder``)."""
+        if self.membership is not None and not self.path_for(tenant).exists():
+            self.membership.check_home(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
             try:
@@ -381,29 +398,112 @@ class TenantPool:
         raise AssertionError("unreachable")
 
     def _check_holder(self, tenant: str, store: TenantStore, *, new: bool) -> None:
-        """The ownership check of an open: the file must name this member at the current epoch.
-        A file naming no holder (written before members, or by a single server) is adopted by the
-        member the hash names (the only one that gets here): it is stamped with this member and the
-        current epoch, as is a file this member held at an older epoch."""
+        """The ownership check of an open: the file must name this member, and what a move
+        recorded in it decides (docs/scale-out.md#moving-tenants): a source tombstone redirects
+        (NOT_OWNER naming the destination), a destination not yet active serves nothing
+        (UNAVAILABLE TENANT_MOVING), a fenced source serves reads only. A file naming no holder
+        (written before members, or by a single server) is adopted by the member that is its
+        home (the hash's owner): it is stamped with this member and the current epoch, as is a
+        file this member held at an older epoch."""
         if self.membership is None or new:
             return
         with store.read() as txn:
             holder, epoch = txn.meta(HOLDER_KEY), int(txn.meta(EPOCH_KEY, "0") or 0)
-        if not self.membership.check_held(tenant, holder, epoch):
+            step, peer = txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY) or ""
+        membership = self.membership
+        if step == TOMBSTONED:
+            raise membership.not_owner(tenant, peer, "it moved there")
+        if step == INACTIVE:
+            raise moving(tenant, f"it is being moved here from member {peer}")
+        if holder is None and membership.home(tenant) != membership.me:
+            raise membership.not_owner(tenant, membership.home(tenant), "call its owner")
+        if not membership.check_held(tenant, holder, epoch, moved=step is not None):
             log.info(
                 "tenant %s: adopted by member %s at epoch %d (its file named %s)",
                 tenant,
-                self.membership.me,
-                self.membership.epoch,
+                membership.me,
+                membership.epoch,
                 holder or "no holder",
             )
             self._stamp(store)
+        store.fenced = step in FENCED_STEPS
 
-    def _stamp(self, store: TenantStore) -> None:
+    def _stamp(self, store: TenantStore, **move: str) -> None:
+        """Name this member as the file's holder at the current epoch (or at the epoch of the
+        move that brings it here, with what the move records: ``move``)."""
         assert self.membership is not None
-        with store.write() as txn:
+        with store.write(internal=True) as txn:
             txn.set_meta(HOLDER_KEY, self.membership.me)
-            txn.set_meta(EPOCH_KEY, str(self.membership.epoch))
+            txn.set_meta(EPOCH_KEY, move.pop(EPOCH_KEY, str(self.membership.epoch)))
+            for key, value in move.items():
+                txn.set_meta(key, value)
+
+    # -- moves (engine/moves.py) -------------------------------------------------------------------
+
+    def locate(self, tenant: str) -> str:
+        """The member that serves ``tenant`` as this member knows it: where its file here says
+        (this member; a tombstone's destination; a file without a holder: its home), or, without
+        a file, its home (``Membership.home``). Read once per file, then remembered until a move,
+        an import or an erasure changes it."""
+        assert self.membership is not None
+        where = self._placements.get(tenant)
+        if where is not None:
+            return where
+        path = self.path_for(tenant)
+        if not path.exists():
+            return self.membership.home(tenant)
+        try:
+            with self.glance(tenant) as txn:
+                holder, step, peer = txn.meta(HOLDER_KEY), txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY)
+        except (DataLoss, apsw.Error):
+            return self.membership.me  # the open here says what is wrong with it
+        if step == TOMBSTONED and peer:
+            where = peer
+        elif holder is None:
+            where = self.membership.home(tenant)
+        else:
+            where = self.membership.me
+        with self._guard:
+            self._placements[tenant] = where
+        return where
+
+    def move_record(self, tenant: str) -> dict[str, str]:
+        """What the tenant's file records of a move (and its holder and epoch); {} without a file."""
+        path = self.path_for(tenant)
+        if not path.exists():
+            return {}
+        with self.glance(tenant) as txn:
+            keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY)
+            return {key: value for key in keys if (value := txn.meta(key)) is not None}
+
+    def fence(self, tenant: str, **record: str) -> None:
+        """A move's first step on its source: writes refused from now on (reads served), and the
+        fence recorded in the file so that a restarted member keeps it."""
+        with self.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"tenant {tenant} has no data on this member", reason="TENANT_NOT_FOUND")
+            store.fence()
+            with store.write(internal=True) as txn:
+                for key, value in record.items():
+                    txn.set_meta(key, value)
+
+    def record_move(self, tenant: str, *, timeout: float, **record: str) -> None:
+        """Record a step of a move in the tenant's file with it closed and unused (its open then
+        honours the step: a tombstone, an activation). Empty values remove the key."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="moved", reason=TENANT_MOVING, timeout=timeout):
+            if not path.exists():
+                raise NotFound(f"tenant {tenant} has no data on this member", reason="TENANT_NOT_FOUND")
+            store = TenantStore(path, write_lock=threading.Lock(), synchronous=self._synchronous)
+            try:
+                with store.write(internal=True) as txn:
+                    for key, value in record.items():
+                        if value:
+                            txn.set_meta(key, value)
+                        else:
+                            txn.delete_meta(key)
+            finally:
+                store.close()
 
     def make_room(self) -> bool:
         """Close the idle half of the open tenants (the least recently used), as when the process
@@ -504,6 +604,7 @@ class TenantPool:
                 with self._guard:
                     self._closed_off.pop(tenant, None)
                     self._damaged.pop(tenant, None)
+                    self._placements.pop(tenant, None)
 
     def _remove_tenant_files(self, tenant: str) -> None:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
@@ -536,21 +637,49 @@ class TenantPool:
             self._remove_tenant_files(tenant)
             self._fsync_directories()
 
-    def install(self, tenant: str, database: Path, inbox: Path | None, *, replace: bool, timeout: float) -> bool:
+    def install(
+        self,
+        tenant: str,
+        database: Path,
+        inbox: Path | None,
+        *,
+        replace: bool,
+        timeout: float,
+        move: tuple[str, int] | None = None,
+    ) -> bool:
         """Put a complete tenant file (and its inbox), made and synced by the caller on this
         filesystem, in place of the tenant's: FAILED_PRECONDITION TENANT_EXISTS when it has one
         and ``replace`` is false. The old files go first, the new inbox next, the tenant file
-        last, each by a rename. Returns whether a tenant was replaced."""
+        last, each by a rename. Returns whether a tenant was replaced.
+
+        ``move``: (source member, epoch) of a move's step 4: the file is installed inactive at
+        that epoch; it may replace only a file this member no longer serves (a tombstone of an
+        earlier move away, or an inactive copy of this same move)."""
         path = self.path_for(tenant)
         if self.membership is not None:  # an import through the owner: its file is this member's now
-            self.membership.check_owner(tenant)
+            if move is None:
+                self.membership.check_home(tenant)
+                record = {}
+            else:
+                source, epoch = move
+                record = {EPOCH_KEY: str(epoch), MOVE_STEP_KEY: INACTIVE, MOVE_PEER_KEY: source}
             store = TenantStore(database, write_lock=threading.Lock(), synchronous=self._synchronous)
             try:
-                self._stamp(store)
+                self._stamp(store, **record)
             finally:
                 store.close()
         with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
             existed = path.exists()
+            if existed and move is not None:
+                with read_file(path) as txn:
+                    step = txn.meta(MOVE_STEP_KEY)
+                if step not in (TOMBSTONED, INACTIVE):
+                    raise FailedPrecondition(
+                        f"tenant {tenant} is served by this member already ({step or ACTIVE}); it cannot be moved "
+                        "here over it: erase one of the two copies first",
+                        reason="TENANT_EXISTS",
+                    )
+                replace = True
             if existed and not replace:
                 raise FailedPrecondition(
                     f"tenant {tenant} exists on this server; ask to replace it to overwrite it", reason="TENANT_EXISTS"

@@ -32,6 +32,7 @@ from mnemosyne.store.connections import open_connection
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
+from mnemosyne.store.membership import moving
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
@@ -268,6 +269,7 @@ class TenantStore:
         self.cache: dict[str, Any] = {}
         self._inbox_path = inbox_path or path.with_name(f"{path.stem}.inbox{path.suffix}")
         self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
+        self.fenced = False  # a move's step 1 (``fence``)
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
         if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
@@ -402,8 +404,20 @@ class TenantStore:
 
     # -- transactions ---------------------------------------------------------------------------
 
+    def fence(self, fenced: bool = True) -> None:
+        """Refuse (or accept again) every write but the service's own (``write(internal=True)``:
+        the hot path's workers, the ownership stamps, a move's steps): a tenant moving between
+        members (engine/moves.py). Taken under the inbox's lock and the write lock, so a write in
+        progress finishes first and one that begins later sees it."""
+        with self._inbox_lock, self._write_lock:
+            self.fenced = fenced
+
+    def check_writable(self) -> None:
+        if self.fenced:
+            raise moving(self.path.stem, "its writes are refused until it is active on its new member")
+
     @contextmanager
-    def write(self, *, sync: bool = True, counted: bool = True) -> Iterator[WriteTxn]:
+    def write(self, *, sync: bool = True, counted: bool = True, internal: bool = False) -> Iterator[WriteTxn]:
         """One ``BEGIN IMMEDIATE`` transaction under the tenant's write lock; commits on success.
 
         ``sync=False`` commits with ``synchronous=NORMAL`` whatever the store's setting: in WAL
@@ -412,8 +426,11 @@ class TenantStore:
         claim), never for an acknowledged write. The next synced commit makes it durable too.
 
         Every write transaction increments the change counter, except one that changes no content
-        (``counted=False``: a full-text merge only rearranges the index's segments)."""
+        (``counted=False``: a full-text merge only rearranges the index's segments). A fenced
+        store refuses it (UNAVAILABLE TENANT_MOVING) unless it is ``internal``."""
         with self._write_lock:
+            if not internal:
+                self.check_writable()
             yield from write_transaction(
                 self._writer,
                 self._begin_write if counted else lambda: WriteTxn(self._writer, self._faults),
@@ -844,6 +861,9 @@ class WriteTxn(ReadTxn, OplogWrites):
             "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def delete_meta(self, key: str) -> None:
+        self.connection.execute("DELETE FROM meta WHERE key = ?", (key,))
 
     def add_counters(self, deltas: dict[str, int]) -> None:
         self.connection.executemany(

@@ -51,8 +51,12 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/EraseTenant",
         "/mnemosyne.v1.AdminService/Backup",
         "/mnemosyne.v1.AdminService/ImportTenant",
+        "/mnemosyne.v1.AdminService/MoveTenant",
+        "/mnemosyne.v1.AdminService/ActivateTenant",
     }
 )
+# Asked of one member about its own file (a move's steps): answered there, never forwarded.
+MEMBER_LOCAL_METHODS = frozenset({"/mnemosyne.v1.AdminService/MoveTenant", "/mnemosyne.v1.AdminService/ActivateTenant"})
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
 
 
@@ -167,7 +171,7 @@ class Edge:
             forward_to = None
             if self.forwarder is not None:
                 self.forwarder.arrived_by_hop(metadata)
-                if tenant != SERVER:
+                if tenant != SERVER and method not in MEMBER_LOCAL_METHODS and not getattr(request, "move_epoch", 0):
                     forward_to = self.forwarder.owner_elsewhere(tenant, metadata)
         except BaseException:
             self._admission.leave()

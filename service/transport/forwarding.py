@@ -27,7 +27,7 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -98,8 +98,12 @@ class Forwarder:
         key: str,
         metrics: ServerMetrics | None,
         credentials: grpc.ChannelCredentials | None = None,
+        locate: Callable[[str], str] | None = None,
     ) -> None:
         self.membership = membership
+        # Where a tenant is served as this member knows it (store/pool.py ``locate``: its file
+        # here, or its home); None: by the hash alone.
+        self._locate = locate or membership.owner
         self.enabled = enabled
         self._key = key
         self._metrics = metrics
@@ -124,10 +128,14 @@ class Forwarder:
         NOT_OWNER for a tenant owned elsewhere when the call is routed here (by a client with
         the member list, or by a hop) or forwarding is off."""
         membership = self.membership
-        owner = membership.owner(tenant)
+        owner = self._locate(tenant)
         if owner == membership.me:
             return None
         routed_here = self.routed_here(metadata)
+        if routed_here and membership.owner(tenant) == membership.me and self.enabled:
+            # The caller's list is right, the tenant is not here (yet, or still): during a
+            # rebalance it is where its file is; the hop is routed there, so it is not taken twice.
+            return owner
         if routed_here or not self.enabled:
             raise membership.not_owner(
                 tenant,
@@ -266,6 +274,19 @@ class Forwarder:
                 yield message
         except grpc.aio.AioRpcError as exc:
             raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
+        finally:
+            hop.cancel()
+
+    async def ask_member(self, member: str, method: str, kind: str, sent: Any, call: Call, timeout: float) -> Any:
+        """A member-to-member call on the caller's behalf (a move's import and activation): its
+        token, routed to ``member``, within ``timeout``; the member's refusal as it came."""
+        multi = self._channel_for(member, method, kind, raw=False)
+        metadata = self._hop(member, call, asked=True)["metadata"]
+        hop = multi(sent, metadata=metadata, timeout=timeout)
+        try:
+            return await hop
+        except grpc.aio.AioRpcError as exc:
+            raise self._relayed(member, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
         finally:
             hop.cancel()
 

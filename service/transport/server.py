@@ -42,6 +42,7 @@ from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
 from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
+from mnemosyne.transport.moves import MoveDriver
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
@@ -101,6 +102,8 @@ class ServerConfig:
     # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
     test_park_tenant: str = ""
     test_park_file: Path | None = None
+    # Move test seam (transport/moves.py): the first move holds after this step.
+    test_move_hold_after: str = ""
 
 
 @dataclass
@@ -193,7 +196,7 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
 
 
 def _forwarder(
-    config: ServerConfig, authenticator: TokenAuthenticator | None, metrics: ServerMetrics
+    config: ServerConfig, authenticator: TokenAuthenticator | None, metrics: ServerMetrics, engine: Engine
 ) -> Forwarder | None:
     """The forwarding hop of a member of many (transport/forwarding.py); None for a single server."""
     membership = config.engine.membership
@@ -220,6 +223,7 @@ def _forwarder(
         key=member_key(membership, authenticator.token_hashes if authenticator is not None else []),
         metrics=metrics,
         credentials=credentials,
+        locate=engine.pool.locate,
     )
 
 
@@ -354,7 +358,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 ),
             ],
         )
-        forwarder = _forwarder(config, authenticator, metrics)
+        forwarder = _forwarder(config, authenticator, metrics, engine)
         edge = Edge(
             authenticator,
             admission,
@@ -367,7 +371,11 @@ async def start_server(config: ServerConfig) -> RunningServer:
             "WorkspaceService": WorkspaceServicer(engine.workspaces),
             "HotPathService": HotPathServicer(engine),
             "EventsService": EventsServicer(engine),
-            "AdminService": AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None),
+            "AdminService": AdminServicer(
+                engine,
+                FanOut(forwarder) if forwarder is not None else None,
+                MoveDriver(engine, forwarder, hold_after=config.test_move_hold_after),
+            ),
         }
         server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
 

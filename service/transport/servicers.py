@@ -14,6 +14,7 @@ from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, waiting
 from mnemosyne.transport.fanout import FanOut
+from mnemosyne.transport.moves import MoveDriver
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
@@ -103,9 +104,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, engine: Engine, fanout: FanOut | None = None) -> None:
+    def __init__(self, engine: Engine, fanout: FanOut | None = None, moves: MoveDriver | None = None) -> None:
         self._engine = engine
         self._fanout = fanout
+        self._moves = moves or MoveDriver(engine, None)
         if fanout is not None:  # ListTenants waits for the other members (a single server's does not)
             self.ListTenants = self._list_tenants_everywhere  # type: ignore[method-assign,assignment]  # chosen once, as the edge registers it
 
@@ -190,7 +192,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if not first.HasField("manifest"):
             raise InvalidArgument("the first message of an import carries its manifest", reason="MANIFEST_MISSING")
         copy = convert.from_tenant_backup(first.manifest)
-        session = await call.run(partial(self._engine.imports.begin, first.tenant, copy, replace=first.replace))
+        if first.move_epoch:  # a move's step 4, sent by its source (transport/moves.py)
+            begin = partial(
+                self._engine.moves.receive, first.tenant, copy, source=first.move_source, epoch=first.move_epoch
+            )
+        else:
+            begin = partial(self._engine.imports.begin, first.tenant, copy, replace=first.replace)
+        session = await call.run(begin)
         try:
             if first.HasField("chunk"):
                 await call.run(session.write, first.chunk.file, first.chunk.data)
@@ -204,6 +212,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         finally:
             session.abort()
         return convert.to_import_response(imported)
+
+    async def MoveTenant(self, request: admin_pb2.MoveTenantRequest, call: Call) -> admin_pb2.MoveTenantResponse:
+        return await self._moves.move(request, call)
+
+    async def ActivateTenant(
+        self, request: admin_pb2.ActivateTenantRequest, call: Call
+    ) -> admin_pb2.ActivateTenantResponse:
+        return await self._moves.activate(request, call)
 
     async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, call: Call) -> admin_pb2.WhoAmIResponse:
         # Answered on the event loop: the edge authenticated the caller; nothing to look up.

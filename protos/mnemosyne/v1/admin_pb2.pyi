@@ -312,16 +312,68 @@ class ExportTenantResponse(_message.Message):
     def __init__(self, manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
 
 class ImportTenantRequest(_message.Message):
-    __slots__ = ("tenant", "manifest", "replace", "chunk")
+    __slots__ = ("tenant", "manifest", "replace", "chunk", "move_epoch", "move_source")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    MOVE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MOVE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     manifest: TenantBackup
     replace: bool
     chunk: BackupChunk
-    def __init__(self, tenant: _Optional[str] = ..., manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., replace: _Optional[bool] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ...) -> None: ...
+    move_epoch: int
+    move_source: str
+    def __init__(self, tenant: _Optional[str] = ..., manifest: _Optional[_Union[TenantBackup, _Mapping]] = ..., replace: _Optional[bool] = ..., chunk: _Optional[_Union[BackupChunk, _Mapping]] = ..., move_epoch: _Optional[int] = ..., move_source: _Optional[str] = ...) -> None: ...
+
+class MoveTenantRequest(_message.Message):
+    __slots__ = ("tenant", "destination")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    destination: str
+    def __init__(self, tenant: _Optional[str] = ..., destination: _Optional[str] = ...) -> None: ...
+
+class MoveTenantResponse(_message.Message):
+    __slots__ = ("tenant", "source", "destination", "epoch", "head_hash", "bytes", "steps", "memories")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    source: str
+    destination: str
+    epoch: int
+    head_hash: str
+    bytes: int
+    steps: _containers.RepeatedScalarFieldContainer[str]
+    memories: int
+    def __init__(self, tenant: _Optional[str] = ..., source: _Optional[str] = ..., destination: _Optional[str] = ..., epoch: _Optional[int] = ..., head_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., steps: _Optional[_Iterable[str]] = ..., memories: _Optional[int] = ...) -> None: ...
+
+class ActivateTenantRequest(_message.Message):
+    __slots__ = ("tenant", "epoch", "head_hash")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    epoch: int
+    head_hash: str
+    def __init__(self, tenant: _Optional[str] = ..., epoch: _Optional[int] = ..., head_hash: _Optional[str] = ...) -> None: ...
+
+class ActivateTenantResponse(_message.Message):
+    __slots__ = ("tenant", "epoch", "activated")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    epoch: int
+    activated: bool
+    def __init__(self, tenant: _Optional[str] = ..., epoch: _Optional[int] = ..., activated: _Optional[bool] = ...) -> None: ...
 
 class ImportTenantResponse(_message.Message):
     __slots__ = ("tenant", "head_hash", "ledger_entries", "memories", "replaced")

@@ -85,6 +85,16 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
                 _registered_method=True)
+        self.MoveTenant = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/MoveTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.MoveTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.MoveTenantResponse.FromString,
+                _registered_method=True)
+        self.ActivateTenant = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/ActivateTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/mnemosyne.v1.AdminService/WhoAmI',
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
@@ -193,6 +203,28 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MoveTenant(self, request, context):
+        """Move a tenant to another member (admin token; `mnemosyne rebalance` calls it), asked of the
+        member holding its file (the source; never forwarded). A durable sequence of steps, each
+        recorded in the tenant file (docs/scale-out.md, "Moving tenants"): fenced (writes refused
+        UNAVAILABLE TENANT_MOVING with a RetryInfo, reads served), flushed (the hot path), exported,
+        imported on the destination inactive at the next ownership epoch with the head hash
+        compared, tombstoned (the source serves nothing and refuses NOT_OWNER naming the
+        destination), activated on the destination. Asked again after any interruption it finishes
+        the move; asked of a tenant moved there already it finishes nothing and says so.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ActivateTenant(self, request, context):
+        """A move's last step, asked of the destination by the source (admin token): the tenant
+        imported there inactive at `epoch`, with this head hash, is served from now on. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller is: its token's name and the tenants it may reach (every tenant for an admin
         token). On a server without tokens (loopback only) the name is empty and the caller is an
@@ -254,6 +286,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ImportTenant,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.SerializeToString,
+            ),
+            'MoveTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.MoveTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.MoveTenantResponse.SerializeToString,
+            ),
+            'ActivateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.ActivateTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -532,6 +574,60 @@ class AdminService:
             '/mnemosyne.v1.AdminService/ImportTenant',
             mnemosyne_dot_v1_dot_admin__pb2.ImportTenantRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.ImportTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/MoveTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.MoveTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.MoveTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ActivateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ActivateTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,

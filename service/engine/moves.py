@@ -1,0 +1,191 @@
+"""A tenant moving from one member to another: the steps each member takes, each recorded in the
+tenant's file (docs/scale-out.md, "Moving tenants").
+
+On the source (the member holding the file), in order:
+
+1. ``fenced``: writes refused (UNAVAILABLE TENANT_MOVING with a RetryInfo), reads served; the
+   destination and the new epoch (the file's + 1) recorded;
+2. ``flushed``: every fast write accepted before the fence is in the tenant file;
+3. ``exported``: a consistent snapshot taken (its head hash recorded);
+4. ``imported``: the destination installed it inactive at the new epoch and answered the same
+   head hash (the destination's file records ``inactive``);
+5. ``tombstoned``: the source's file is at the new epoch and redirects every call to the
+   destination (NOT_OWNER naming it) — the old owner never serves the tenant again;
+6. ``activated``: the destination's file records ``active`` and it serves the tenant.
+
+The record is in the tenant file itself, not in a journal beside it: it moves, is backed up and
+is removed with the file, it is read by the same open that checks the holder, and a step and its
+record are one SQLite transaction. Each step is idempotent; ``plan`` says where a move stands,
+so running it again after any interruption (a member killed, the rebalancer killed) finishes it.
+The transport (transport/moves.py) strings the steps together and makes the two calls to the
+destination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
+from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.tenant_import import TenantImport, TenantImports
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
+from mnemosyne.store.membership import (
+    ACTIVE,
+    EPOCH_KEY,
+    HOLDER_KEY,
+    INACTIVE,
+    MOVE_EPOCH_KEY,
+    MOVE_HEAD_KEY,
+    MOVE_PEER_KEY,
+    MOVE_STEP_KEY,
+    SOURCE_STEPS,
+    TOMBSTONED,
+    Membership,
+)
+from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.tenant_store import read_file
+
+STEPS = (*SOURCE_STEPS, "activated")
+# How long a step waits for the calls in flight on the tenant (a tombstone, an activation) and
+# for the hot path to take what it accepted.
+STEP_WAIT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class MovePlan:
+    tenant: str
+    destination: str
+    epoch: int  # the epoch on the destination
+    done: str  # the last step done ("" for none)
+    head_hash: str  # as exported ("" before step 3)
+
+    def needs(self, step: str) -> bool:
+        return STEPS.index(step) > (STEPS.index(self.done) if self.done else -1)
+
+
+class Moves:
+    def __init__(self, *, pool: TenantPool, hot_path: HotPath, backups: Backups, imports: TenantImports) -> None:
+        self._pool = pool
+        self._hot_path = hot_path
+        self._backups = backups
+        self._imports = imports
+
+    @property
+    def membership(self) -> Membership:
+        if self._pool.membership is None:
+            raise FailedPrecondition(
+                "this server has no members (--members): there is nowhere to move a tenant", reason="NO_MEMBERS"
+            )
+        return self._pool.membership
+
+    # -- the source ---------------------------------------------------------------------------------
+
+    def plan(self, tenant: str, destination: str) -> MovePlan:
+        """Where a move of ``tenant`` to ``destination`` stands on this member (its source)."""
+        validate_tenant(tenant)
+        membership = self.membership
+        if destination not in membership.addresses or destination == membership.me:
+            raise InvalidArgument(
+                f"destination {destination[:64]!r} is not another member of this member's list "
+                f"({membership.describe()})",
+                reason="DESTINATION_INVALID",
+            )
+        record = self._pool.move_record(tenant)
+        if not record:
+            raise NotFound(f"tenant {tenant} has no file on member {membership.me}", reason="TENANT_NOT_FOUND")
+        holder, step, peer = record.get(HOLDER_KEY), record.get(MOVE_STEP_KEY, ""), record.get(MOVE_PEER_KEY, "")
+        if holder not in (None, membership.me):
+            raise FailedPrecondition(
+                f"tenant {tenant}'s file here names member {holder} as its holder", reason="TENANT_HELD_ELSEWHERE"
+            )
+        if step == INACTIVE:
+            raise FailedPrecondition(
+                f"tenant {tenant} was moved here and is not active yet: finish that move first",
+                reason="MOVE_NOT_ACTIVE",
+            )
+        if step in (ACTIVE, ""):  # held here: a new move
+            return MovePlan(tenant, destination, int(record.get(EPOCH_KEY, "1") or 1) + 1, "", "")
+        if peer != destination:
+            raise FailedPrecondition(
+                f"tenant {tenant} is moving (or moved) from member {membership.me} to member {peer}, not "
+                f"{destination}: finish that move first (rebalance with the list it was started with)",
+                reason="MOVE_ELSEWHERE",
+                metadata={"destination": peer},
+            )
+        return MovePlan(tenant, destination, int(record[MOVE_EPOCH_KEY]), step, record.get(MOVE_HEAD_KEY, ""))
+
+    def fence(self, plan: MovePlan) -> None:
+        """Step 1 (idempotent: a fenced tenant is fenced again with the same record)."""
+        self._pool.fence(
+            plan.tenant,
+            **{MOVE_STEP_KEY: "fenced", MOVE_PEER_KEY: plan.destination, MOVE_EPOCH_KEY: str(plan.epoch)},
+        )
+
+    def flush(self, plan: MovePlan) -> None:
+        """Step 2: what the hot path accepted before the fence is in the tenant file."""
+        self._hot_path.flush(plan.tenant, STEP_WAIT_SECONDS)
+        self._pool.fence(plan.tenant, **{MOVE_STEP_KEY: "flushed"})
+
+    def export(self, plan: MovePlan) -> tuple[TenantCopy, Iterator[TenantCopy | FileChunk]]:
+        """Step 3: a snapshot of the fenced tenant (its manifest and its chunks, read lazily)."""
+        parts = self._backups.export(plan.tenant)
+        copy = next(parts)
+        assert isinstance(copy, TenantCopy)
+        self._pool.fence(plan.tenant, **{MOVE_STEP_KEY: "exported", MOVE_HEAD_KEY: copy.facts.head_hash})
+        return copy, parts  # the rest of the export: its chunks
+
+    def imported(self, plan: MovePlan, head_hash: str) -> None:
+        """Step 4 on the source's side: the destination answered; its head hash must be ours."""
+        if head_hash != plan.head_hash:
+            raise DataLoss(
+                f"tenant {plan.tenant}: member {plan.destination} imported head hash {head_hash[:12]}…, not the "
+                f"exported {plan.head_hash[:12]}…; the move stays fenced here — run it again",
+                reason="MOVE_HEAD_MISMATCH",
+            )
+        self._pool.fence(plan.tenant, **{MOVE_STEP_KEY: "imported"})
+
+    def tombstone(self, plan: MovePlan) -> None:
+        """Step 5: from now on this member redirects the tenant to the destination."""
+        self._pool.record_move(
+            plan.tenant, timeout=STEP_WAIT_SECONDS, **{MOVE_STEP_KEY: TOMBSTONED, EPOCH_KEY: str(plan.epoch)}
+        )
+        self._hot_path.forget_tenant(plan.tenant)
+
+    # -- the destination ----------------------------------------------------------------------------
+
+    def receive(self, tenant: str, copy: TenantCopy, *, source: str, epoch: int) -> TenantImport:
+        """Step 4: an import of the tenant, to be installed inactive at ``epoch``."""
+        membership = self.membership
+        if source not in membership.addresses or source == membership.me or epoch < 2:
+            raise InvalidArgument(
+                f"a move's import names source {source[:64]!r} and epoch {epoch}: the source must be another "
+                "member and the epoch above 1",
+                reason="MOVE_INVALID",
+            )
+        return self._imports.begin(tenant, copy, replace=False, move=(source, epoch))
+
+    def activate(self, tenant: str, epoch: int, head_hash: str) -> bool:
+        """Step 6: the tenant imported inactive at ``epoch`` is served here. False when it was
+        active already (at that epoch)."""
+        validate_tenant(tenant)
+        record = self._pool.move_record(tenant)
+        step, at = record.get(MOVE_STEP_KEY), int(record.get(EPOCH_KEY, "0") or 0)
+        if step == ACTIVE and at == epoch:
+            return False
+        if step != INACTIVE or at != epoch:
+            raise FailedPrecondition(
+                f"tenant {tenant} is not waiting here to be activated at epoch {epoch} (its file: "
+                f"{step or 'no move'}, epoch {at or '-'})",
+                reason="MOVE_NOT_IMPORTED",
+            )
+        with read_file(self._pool.path_for(tenant)) as txn:
+            _seq, head = txn.ledger_head()
+        if head != head_hash:
+            raise DataLoss(
+                f"tenant {tenant}'s imported chain ends at {head[:12]}…, not {head_hash[:12]}…",
+                reason="MOVE_HEAD_MISMATCH",
+            )
+        self._pool.record_move(tenant, timeout=STEP_WAIT_SECONDS, **{MOVE_STEP_KEY: ACTIVE})
+        self._hot_path.resume(tenant)
+        return True
