@@ -17,7 +17,7 @@ import grpc
 
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, NotFoundError, ServerError, from_rpc_error
-from mnemosyne.client.routing import RoutingChannel
+from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -504,6 +504,33 @@ class MemoryClient:
         server's erasure log keeps. Not retried: a second call after a lost reply is NOT_FOUND."""
         r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
         return convert.erasure_receipt_from_proto(r.receipt)
+
+    def move_tenant(
+        self, tenant: str, destination: str, *, member: str = "", timeout: float = 3600.0
+    ) -> types.MoveResult:
+        """Move ``tenant`` to member ``destination`` (admin token), asked of the member holding
+        its file (``member``, the source: the call is routed to it; docs/scale-out.md, "Moving
+        tenants"). Safe to repeat: asked again it finishes an interrupted move."""
+        metadata = ((ROUTE_KEY, member),) if member else ()
+        r = self._retrying(
+            lambda: self.admin.MoveTenant(
+                admin_pb2.MoveTenantRequest(tenant=tenant, destination=destination),
+                timeout=timeout,
+                metadata=(*self._metadata, *metadata),
+            ),
+            retry=True,
+        )
+        return types.MoveResult(
+            r.tenant, r.source, r.destination, r.epoch, r.head_hash, r.bytes, list(r.steps), r.memories
+        )
+
+    def activate_tenant(self, tenant: str, epoch: int, head_hash: str, *, member: str = "") -> bool:
+        """A move's last step, asked of its destination ``member`` (admin token; the source
+        asks it, ``move_tenant`` needs no help): whether the tenant was activated now (False:
+        it was already)."""
+        metadata = ((ROUTE_KEY, member),) if member else ()
+        request = admin_pb2.ActivateTenantRequest(tenant=tenant, epoch=epoch, head_hash=head_hash)
+        return bool(self.call(self.admin.ActivateTenant, request, retry=True, metadata=metadata).activated)
 
     def backup(
         self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0

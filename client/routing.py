@@ -65,25 +65,32 @@ class RoutingChannel(grpc.Channel):
         with self._lock:
             return owner_of(tenant, sorted(self.members))
 
-    def _channel(self, tenant: str) -> tuple[str, grpc.Channel]:
-        """The member a call for ``tenant`` goes to ("" for no tenant: the first) and its channel."""
+    def _channel(self, tenant: str, member: str = "") -> tuple[str, grpc.Channel]:
+        """The member a call for ``tenant`` goes to ("" for no tenant: the first; ``member``: that
+        one) and its channel."""
         with self._lock:
-            member = owner_of(tenant, sorted(self.members)) if tenant else ""
+            if not member:
+                member = owner_of(tenant, sorted(self.members)) if tenant else ""
             address = self.members[member] if member else self.members[min(self.members)]
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = self._make_channel(address)
         return member, channel
 
-    def corrected(self, error: grpc.RpcError) -> bool:
-        """Take the member list a NOT_OWNER refusal carries; whether the call should be sent again."""
+    def corrected(self, error: grpc.RpcError, sent_to: str) -> str | None:
+        """Take the member list a NOT_OWNER refusal carries; the member the call should be sent
+        to again (None: not again): the owner by the new list, or — the list unchanged, while a
+        tenant moves between members — the member the refusal names."""
         refusal = from_rpc_error(error)
         listed = refusal.metadata.get("members", "")
         if refusal.reason != NOT_OWNER or not listed:
-            return False
+            return None
         with self._lock:
             before, self.members = self.members, parse_members(listed)
-        return self.members != before
+            if self.members != before:
+                return ""
+            named = refusal.metadata.get("owner", "")
+            return named if named in self.members and named != sent_to else None
 
     # -- grpc.Channel ---------------------------------------------------------------------------
 
@@ -143,8 +150,9 @@ class _Routed:
             request = _chain(first, messages) if first is not None else iter(())
         else:
             tenant = getattr(request, "tenant", "")
+        send_to = ""
         for attempt in range(2):
-            member, channel = self._routing._channel(tenant)
+            member, channel = self._routing._channel(tenant, send_to)
             callable_ = self._callables.get(id(channel))
             if callable_ is None:  # one per member's channel, made once
                 callable_ = self._callables[id(channel)] = getattr(channel, self._kind)(
@@ -159,8 +167,10 @@ class _Routed:
             try:
                 return getattr(callable_, how)(request, **sent)
             except grpc.RpcError as exc:
-                if attempt or first is not None or not self._routing.corrected(exc):
+                again = None if attempt or first is not None else self._routing.corrected(exc, member)
+                if again is None:
                     raise
+                send_to = again
         raise AssertionError("unreachable")
 
     def __call__(self, request: Any, **kwargs: Any) -> Any:

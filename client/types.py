@@ -248,6 +248,20 @@ class ImportResult:
 
 
 @dataclass(frozen=True)
+class MoveResult:
+    """A tenant moved between members (``MemoryClient.move_tenant``)."""
+
+    tenant: str
+    source: str
+    destination: str
+    epoch: int  # its ownership epoch on the destination
+    head_hash: str
+    bytes: int  # sent by this call (0 when the destination had them already)
+    steps: list[str]  # the steps this call did (empty: the move was done already)
+    memories: int
+
+
+@dataclass(frozen=True)
 class Caller:
     """Who the server takes the caller for (``MemoryClient.whoami``)."""
 

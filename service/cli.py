@@ -579,6 +579,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rebalance(args: argparse.Namespace) -> int:
+    from mnemosyne.rebalance import rebalance
+
+    def listed(value: str) -> str:
+        return Path(value[1:]).read_text() if value.startswith("@") else value
+
+    return rebalance(listed(args.from_members), listed(args.to_members), token=_token(args), parallel=args.parallel)
+
+
 def _import(args: argparse.Namespace) -> int:
     from mnemosyne.client import MemoryClient, MnemosyneClientError
     from mnemosyne.tenant_archive import import_archive
@@ -677,6 +686,18 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
     _add_token_flag(import_, "an admin token")
     import_.set_defaults(run=_import)
+
+    rebalance = commands.add_parser(
+        "rebalance",
+        help="move every tenant whose owner changes from one member list to another (admin token)",
+    )
+    rebalance.add_argument(
+        "--from", dest="from_members", required=True, help="the old list, ID=HOST:PORT,... (or @FILE)"
+    )
+    rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
+    rebalance.add_argument("--parallel", type=int, default=4, help="moves at once (default 4)")
+    _add_token_flag(rebalance, "an admin token")
+    rebalance.set_defaults(run=_rebalance)
 
     members = commands.add_parser(
         "members", help="run a deployment of several members on this machine (docs/scale-out.md)"

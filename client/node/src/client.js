@@ -184,19 +184,25 @@ class MemoryClient {
   }
 
   /** The stub of `stub`'s service at the owner of `tenant`, and the route metadata to send. */
-  _routed(stub, tenant) {
+  _routed(stub, tenant, member = '') {
     if (!this.members || !tenant) return { stub, route: {} };
-    const owner = ownerOf(tenant, [...this.members.keys()].sort());
+    const owner = member || ownerOf(tenant, [...this.members.keys()].sort());
     const name = ['memory', 'workspace', 'admin', 'events', 'hotPathStub'].find((n) => this[n] === stub);
     return { stub: this._stubs(this.members.get(owner))[name], route: { [ROUTE_KEY]: owner } };
   }
 
-  /** Take the member list of a NOT_OWNER refusal; whether it changed (the call is then sent again). */
-  _corrected(err) {
-    if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return false;
+  /**
+   * Take the member list of a NOT_OWNER refusal; the member to send the call to again ('' for the
+   * owner by the new list), or null: the list unchanged, while a tenant moves between members, the
+   * member the refusal names if the call went elsewhere.
+   */
+  _corrected(err, sentTo) {
+    if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return null;
     const before = [...this.members].join();
     this.members = parseMembers(err.metadata.members);
-    return [...this.members].join() !== before;
+    if ([...this.members].join() !== before) return '';
+    const named = err.metadata.owner;
+    return named && this.members.has(named) && named !== sentTo ? named : null;
   }
 
   close() {
@@ -218,13 +224,16 @@ class MemoryClient {
   async _call(stub, method, request, { metadata = {}, retry = false, timeoutMs = this.timeoutMs } = {}) {
     let backoffMs = RETRY_BACKOFF_MS;
     let corrected = false;
+    let sendTo = '';
     for (let attempt = 0; ; attempt += 1) {
-      const routed = this._routed(stub, request.tenant);
+      const routed = this._routed(stub, request.tenant, sendTo);
       try {
         return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs);
       } catch (err) {
-        if (!corrected && this._corrected(err)) {
+        const again = corrected ? null : this._corrected(err, routed.route[ROUTE_KEY]);
+        if (again !== null) {
           corrected = true;
+          sendTo = again;
           attempt -= 1;
           continue;
         }

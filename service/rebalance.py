@@ -1,0 +1,140 @@
+"""``mnemosyne rebalance --from OLD --to NEW``: move every tenant whose owner changes when the
+member list changes from OLD to NEW (docs/scale-out.md, "Moving tenants").
+
+Every member of either list is asked for the tenants whose files it holds (ListTenants routed to
+it: its own part, tombstones of earlier moves included); a tenant held by a member that is not its
+owner by NEW is moved there by MoveTenant, asked of that member (the source drives the move's
+steps and calls the destination). At most ``parallel`` moves run at once. A move that was done
+already finishes at once (its source's tombstone names the destination), and one interrupted
+earlier is finished, so the command can be run again at any time; it exits 1 when a tenant could
+not be moved (run it again) or a member could not be asked.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TextIO
+
+from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.client.routing import ROUTE_KEY, owner_of, parse_members
+from mnemosyne.v1 import admin_pb2
+
+
+@dataclass(frozen=True)
+class Planned:
+    tenant: str
+    source: str
+    destination: str
+    bytes: int  # its files' size on the source (0 when it could not be asked: a tombstone)
+
+
+def _held(client: MemoryClient, member: str) -> Iterator[str]:
+    """The tenants whose files ``member`` holds (its own part of the listing)."""
+    token = ""
+    while True:
+        page = client.call(
+            client.admin.ListTenants,
+            admin_pb2.ListTenantsRequest(page_size=10000, page_token=token),
+            retry=True,
+            metadata=((ROUTE_KEY, member),),
+        )
+        yield from page.tenants
+        if not page.next_page_token:
+            return
+        token = page.next_page_token
+
+
+def _size(client: MemoryClient, tenant: str, member: str) -> int:
+    try:
+        response = client.call(
+            client.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True, metadata=((ROUTE_KEY, member),)
+        )
+    except MnemosyneClientError:
+        return 0  # a tombstone (moved already) or a tenant not served there
+    return int(response.file_bytes)
+
+
+def _human(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def rebalance(
+    old: str,
+    new: str,
+    *,
+    token: str | None,
+    parallel: int = 4,
+    out: TextIO = sys.stdout,
+    client_options: dict[str, object] | None = None,
+) -> int:
+    before, after = parse_members(old), parse_members(new)
+    addresses = {**before, **after}
+    owners = sorted(after)
+    problems: list[str] = []
+    with ExitStack() as stack:
+        clients = {
+            member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]
+            for member, address in addresses.items()
+        }
+        plan: list[Planned] = []
+        for member, client in sorted(clients.items()):
+            try:
+                for tenant in _held(client, member):
+                    owner = owner_of(tenant, owners)
+                    if owner != member:
+                        plan.append(Planned(tenant, member, owner, _size(client, tenant, member)))
+            except MnemosyneClientError as exc:
+                problems.append(f"member {member} ({addresses[member]}) could not be asked for its tenants: {exc}")
+        total_bytes = sum(p.bytes for p in plan)
+        print(
+            f"rebalance: {len(plan)} tenants held elsewhere than their owner by the new list "
+            f"({_human(total_bytes)}), {parallel} at a time",
+            file=out,
+            flush=True,
+        )
+        lock = threading.Lock()
+        done = [0, 0]  # tenants, bytes
+
+        def move(planned: Planned) -> None:
+            started = time.monotonic()
+            try:
+                result = clients[planned.source].move_tenant(planned.tenant, planned.destination, member=planned.source)
+            except MnemosyneClientError as exc:
+                with lock:
+                    problems.append(f"tenant {planned.tenant} ({planned.source} -> {planned.destination}): {exc}")
+                    print(f"  {planned.tenant}: NOT moved: {exc}", file=out, flush=True)
+                return
+            with lock:
+                done[0] += 1
+                done[1] += planned.bytes
+                what = ", ".join(result.steps) if result.steps else "moved already"
+                print(
+                    f"  {planned.tenant}: {planned.source} -> {planned.destination} epoch {result.epoch} "
+                    f"({what}; {_human(result.bytes)} sent, {time.monotonic() - started:.2f} s) "
+                    f"[{done[0]}/{len(plan)} tenants, {_human(done[1])}/{_human(total_bytes)}]",
+                    file=out,
+                    flush=True,
+                )
+
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            list(pool.map(move, plan))
+    for problem in problems:
+        print(f"rebalance: {problem}", file=out, flush=True)
+    print(
+        f"rebalance: {done[0]} of {len(plan)} tenants moved or found moved ({_human(done[1])})"
+        + ("; run it again to finish" if problems else ""),
+        file=out,
+        flush=True,
+    )
+    return 1 if problems else 0
