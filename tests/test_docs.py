@@ -246,6 +246,8 @@ CLIENT_METHOD_OF_RPC = {
     "Backup": "backup",
     "ExportTenant": "export_tenant",
     "ImportTenant": "import_tenant",
+    "MoveTenant": "move_tenant",
+    "ActivateTenant": "activate_tenant",
     "AssembleContext": "assemble_context",
     "UpdateGlobal": "update_global",
     "UpdateWorkspace": "update_workspace",

@@ -50,18 +50,26 @@ class Deployment:
         return ",".join(f"{member}=127.0.0.1:{self.ports[member]}" for member in ids)
 
     def run(
-        self, ids: list[str], *, previous: list[str] | None = None, env: dict[str, dict[str, str]] | None = None
+        self,
+        ids: list[str],
+        *,
+        previous: list[str] | None = None,
+        env: dict[str, dict[str, str]] | None = None,
+        extra: list[str] | None = None,
     ) -> None:
-        """Stop every member, then start ``ids`` with that list (and ``previous``: the list before)."""
+        """Stop every member, then start ``ids`` with that list (and ``previous``: the list before;
+        ``env``: a member's extra environment; ``extra``: every member's extra flags)."""
         for member in self.running:
             self.processes[member].stop()
         for member in ids:
-            self.start(member, ids, previous=previous, env=(env or {}).get(member, {}))
+            self.start(member, ids, previous=previous, env=(env or {}).get(member, {}), extra=extra or [])
         self.running = list(ids)
 
-    def start(self, member: str, ids: list[str], *, previous: list[str] | None = None, env: dict[str, str]) -> None:
+    def start(
+        self, member: str, ids: list[str], *, previous: list[str] | None = None, env: dict[str, str], extra: list[str]
+    ) -> None:
         process = self.processes[member]
-        process.args = ["--member", member, "--members", self.members(ids)]
+        process.args = ["--member", member, "--members", self.members(ids), *extra]
         if previous:
             process.args += ["--previous-members", self.members(previous)]
         process.env = {**ENV, **env}
@@ -169,3 +177,76 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0
     assert "moved already" in out.read_text()
+
+
+def texts_of(client: MemoryClient, tenant: str) -> list[str]:
+    texts, token = [], ""
+    while True:
+        page = client.list_memories(tenant, page_size=500, page_token=token)
+        texts += [m.text for m in page.memories]
+        if not page.next_page_token:
+            return texts
+        token = page.next_page_token
+
+
+STEPS = ["fenced", "flushed", "exported", "imported", "tombstoned", "activated"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
+    deployment: Deployment, step: str, tmp_path: Path
+) -> None:
+    old, new = ["m0", "m1"], ["m0", "m1", "m2"]
+    tenant = next(t for t in (f"k-{i}" for i in range(1000)) if owner_of(t, new) == "m2")
+    source, destination = owner_of(tenant, old), "m2"
+    deployment.run(old)
+    acknowledged = []
+    with deployment.client(old) as client:
+        client.hot_path(tenant, "enable")
+        for i in range(6):
+            text = f"note {i} of {tenant}: the depot in Porto opens at {i} o'clock"
+            client.retain(tenant, text, fast=i % 2 == 1)
+            acknowledged.append(text)
+        client.update_workspace(tenant, "w", [RecordChange("put", "k", "v1")], 0)
+    # Without the hop, so that a member answering a call routed to it is the member serving it.
+    seam = {source: {"MNEMOSYNE_TEST_MOVE_HOLD_AFTER": step}}
+    deployment.run(new, previous=old, env=seam, extra=["--no-forwarding"])
+    env = {**os.environ, "MNEMOSYNE_TOKEN": ADMIN}
+    command = [sys.executable, "-m", "mnemosyne.cli", "rebalance", "--from", deployment.members(old), "--to"]
+    rebalancer = subprocess.Popen([*command, deployment.members(new)], env=env, stdout=subprocess.DEVNULL)
+    try:
+        if step == "activated":
+            wait_until(lambda: record(deployment.processes[destination], tenant).get(MOVE_STEP_KEY) == "active", 60)
+        else:
+            wait_until(lambda: record(deployment.processes[source], tenant).get(MOVE_STEP_KEY) == step, 60)
+        time.sleep(0.2)
+    finally:
+        rebalancer.send_signal(signal.SIGKILL)
+        rebalancer.wait(10)
+    for member in (destination, source):  # each killed, and started again without the seam
+        process = deployment.processes[member]
+        process.kill()
+        process.env = dict(ENV)
+        process.start(60, port=deployment.ports[member])
+    fenced = step in ("fenced", "flushed", "exported", "imported")
+    serving = [m for m in (source, destination) if served_by(deployment, m, tenant)]
+    assert serving == ([source] if fenced else [destination] if step == "activated" else [])
+    if fenced:  # a fenced source stays fenced after its restart: reads served, writes refused
+        with deployment.at(source) as client:
+            with pytest.raises(UnavailableError) as refused:
+                client.call(
+                    client.memory.Retain,
+                    memory_pb2.RetainRequest(tenant=tenant, text="late", request_id=uuid.uuid4().hex),
+                    retry=False,
+                    metadata=((ROUTE, source),),
+                )
+            assert refused.value.reason == "TENANT_MOVING"
+    # Running rebalance again finishes the move: one member serves it, with everything it had.
+    with open(tmp_path / "again.out", "w") as out:
+        assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+    assert [m for m in (source, destination) if served_by(deployment, m, tenant)] == [destination]
+    assert record(deployment.processes[source], tenant)[MOVE_STEP_KEY] == "tombstoned"
+    with deployment.client(new) as client:
+        assert sorted(texts_of(client, tenant)) == sorted(acknowledged)
+        assert client.verify_integrity(tenant).valid
+        assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2

@@ -37,6 +37,10 @@ GRPC_ONLY: dict[str, str] = {
     "/mnemosyne.v1.AdminService/Backup": "streams file bytes to a CLI that writes them (mnemosyne backup)",
     "/mnemosyne.v1.AdminService/ExportTenant": "streams file bytes to a CLI that writes them (mnemosyne export)",
     "/mnemosyne.v1.AdminService/ImportTenant": "a client stream, which the HTTP mapping has no form for",
+    "/mnemosyne.v1.AdminService/MoveTenant": "asked of one member about its own file, routed to it (x-mnemosyne-route) by "
+    "mnemosyne rebalance, which speaks gRPC; it streams the tenant to the destination member over gRPC",
+    "/mnemosyne.v1.AdminService/ActivateTenant": "a move's last step, asked by the source member of the destination "
+    "over gRPC (member-to-member)",
 }
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
