@@ -173,6 +173,20 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
             # The request id still answers: the same result, not a second memory.
             again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
             assert again.memory_id and len(client.recall(tenant, "Lisbon Tuesdays")) == 2
+    # A stale proxy (no list, still sending to the old owner) is served through the hop to the
+    # new owner; a call routed to the old owner is refused NOT_OWNER naming it, never served there.
+    for tenant in tenants:
+        source, destination = owner_of(tenant, old), owner_of(tenant, new)
+        with deployment.at(source) as proxy:
+            assert len(proxy.recall(tenant, "Lisbon Tuesdays")) == 2
+            with pytest.raises(FailedPreconditionError) as refused:
+                proxy.call(
+                    proxy.memory.Recall,
+                    memory_pb2.RecallRequest(tenant=tenant, query="Lisbon"),
+                    retry=False,
+                    metadata=((ROUTE, source),),
+                )
+            assert refused.value.reason == "NOT_OWNER" and refused.value.metadata["owner"] == destination
     # Run again: nothing to do but to find each move done.
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0
@@ -250,3 +264,131 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
         assert sorted(texts_of(client, tenant)) == sorted(acknowledged)
         assert client.verify_integrity(tenant).valid
         assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
+
+
+class Writers:
+    """Writers of every kind, each call repeated with its request id until acknowledged (so a
+    refusal while a tenant moves, or a redirect, is taken as a client would): sync and fast
+    retains, and workspace compare-and-set updates at the generation each writer observed."""
+
+    def __init__(self, deployment: Deployment, lists: list[list[str]], tenants: list[str]) -> None:
+        self.deployment, self.lists, self.tenants = deployment, lists, tenants
+        self.acked: list[tuple[str, str, str, int]] = []  # tenant, text, request id, memory id (0: fast)
+        self.events: list[tuple[str, int]] = []
+        self.generations: dict[tuple[str, str], int] = {}  # (tenant, workspace) -> generation acknowledged
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def _repeat(self, attempt: object) -> object:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return attempt()  # type: ignore[operator]
+            except MnemosyneClientError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                if exc.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION):
+                    raise
+                time.sleep(0.1)
+
+    def _write(self, number: int, ids: list[str]) -> None:
+        workspace = f"agent-{number}"
+        try:
+            with self.deployment.client(ids, retries=3) as client:
+                n = 0
+                while not self._stop.is_set():
+                    tenant = self.tenants[n % len(self.tenants)]
+                    n += 1
+                    kind = n % 3
+                    request_id = uuid.uuid4().hex
+                    if kind in (0, 1):
+                        text = f"writer {number} note {request_id[:10]} for {tenant}: the ferry leaves pier {n}"
+                        result = self._repeat(
+                            lambda: client.retain(tenant, text, request_id=request_id, fast=kind == 1)
+                        )
+                        with self._lock:
+                            self.acked.append((tenant, text, request_id, result.memory_id))  # type: ignore[attr-defined]
+                            if kind == 1 and result.event_id:  # type: ignore[attr-defined]
+                                self.events.append((tenant, result.event_id))  # type: ignore[attr-defined]
+                    else:
+                        observed = self.generations.get((tenant, workspace), 0)
+                        change = [RecordChange("put", f"k{n}", f"v{n}")]
+                        generation = self._repeat(
+                            lambda: client.update_workspace(tenant, workspace, change, observed, request_id)
+                        )
+                        assert generation == observed + 1, (tenant, workspace, observed, generation)
+                        with self._lock:
+                            self.generations[(tenant, workspace)] = generation  # type: ignore[assignment]
+        except BaseException as exc:  # noqa: BLE001  # reported by stop()
+            self.failures.append(repr(exc))
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._write, args=(i, ids), daemon=True) for i, ids in enumerate(self.lists)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(90)
+        assert not self.failures, self.failures
+
+
+def test_rebalance_from_three_to_four_members_and_back_under_a_write_load(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    three, four = ["m0", "m1", "m2"], ["m0", "m1", "m2", "m3"]
+    deployment.run(three)
+    tenants = [f"w-{i}" for i in range(16)]
+    with deployment.client(three) as client:
+        for tenant in tenants:
+            client.hot_path(tenant, "enable")
+    # Scale up: every member restarted with the new list (and the old one), then rebalance.
+    deployment.run(four, previous=three)
+    writers = Writers(deployment, [four, four, three], tenants)  # the third with a stale list
+    writers.start()
+    time.sleep(1.0)
+    log = tmp_path / "rebalance.out"
+    with open(log, "w") as out:
+        assert rebalance(deployment.members(three), deployment.members(four), token=ADMIN, out=out, parallel=3) == 0
+    up = [t for t in tenants if owner_of(t, three) != owner_of(t, four)]
+    assert up and f"{len(up)} of {len(up)} tenants moved" in log.read_text(), log.read_text()
+    time.sleep(1.0)
+    writers.stop()
+    # Scale down: the member that goes is drained first (the members still run the list of four).
+    writers.lists = [four, three, four]
+    writers.start()
+    time.sleep(1.0)
+    with open(log, "w") as out:
+        assert rebalance(deployment.members(four), deployment.members(three), token=ADMIN, out=out, parallel=3) == 0
+    time.sleep(1.0)
+    writers.stop()
+    deployment.run(three)
+    with deployment.client(three) as client:
+        for tenant in tenants:
+            client.hot_path(tenant, "flush", 30)
+            texts = texts_of(client, tenant)
+            mine = [text for t, text, _, _ in writers.acked if t == tenant]
+            assert sorted(text for text in texts if text in set(mine)) == sorted(mine), tenant  # once each
+            report = client.verify_integrity(tenant)
+            assert report.valid, tenant
+        for tenant, event_id in writers.events:
+            assert client.get_event(tenant, event_id).status == "succeeded"
+        for tenant, text, request_id, memory_id in writers.acked[:: max(1, len(writers.acked) // 20)]:
+            again = client.retain(tenant, text, request_id=request_id)
+            assert memory_id == 0 or again.memory_id == memory_id  # the request id still answers
+        for (tenant, workspace), generation in writers.generations.items():
+            # The generation an agent observed before the moves lets it write after them.
+            assert (
+                client.update_workspace(tenant, workspace, [RecordChange("put", "z", "z")], generation)
+                == generation + 1
+            )
+    for tenant in tenants:
+        owner = owner_of(tenant, three)
+        assert record(deployment.processes[owner], tenant).get(HOLDER_KEY) == owner
+    assert len(writers.acked) > 50 and writers.generations
