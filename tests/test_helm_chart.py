@@ -135,14 +135,46 @@ def test_replicas_above_one_make_members_with_the_whole_list_and_a_volume_each()
     assert "SQLite" in prop["description"] and "routing" in prop["description"]
 
 
-def test_a_change_of_replicas_on_an_existing_release_is_refused(tmp_path):
-    """``lookup`` answers nothing offline (``helm template``, this engine), so the refusal is
-    checked on a copy of the chart whose lookup is replaced by the StatefulSet a cluster would
-    return: same replicas render, another number fails with the reason."""
+def _jobs(docs):
+    return [d for d in docs if d["kind"] == "Job"]
+
+
+def test_a_change_of_replicas_moves_tenants_by_a_hook_job(tmp_path):
+    """Scaling down renders a pre-upgrade hook that drains the pods that go; scaling up, a
+    post-upgrade Job after the pods run the new list (with the old one as the previous list).
+    Offline, ``rebalance.previousReplicas`` gives the old count; ``lookup`` (the cluster's
+    StatefulSet) is checked on a copy of the chart whose lookup returns one."""
     import shutil
 
     import helm_python
 
+    token = {"rebalance": {"tokenSecret": {"name": "admin-token"}}}
+
+    def members(count):
+        return ",".join(f"{FULLNAME}-{i}={FULLNAME}-{i}.{HEADLESS}.{cc.NAMESPACE}.svc:50051" for i in range(count))
+
+    for before, after, hook in ((3, 4, "post-upgrade"), (4, 3, "pre-upgrade"), (1, 3, "post-upgrade")):
+        docs = cc.render_manifests(
+            {"replicas": after, **cc.MINIMAL_OVERRIDES, "rebalance": {**token["rebalance"], "previousReplicas": before}}
+        )
+        cc.validate_k8s(docs)
+        (job,) = _jobs(docs)
+        assert job["metadata"]["annotations"]["helm.sh/hook"] == hook
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["mnemosyne", "rebalance"]
+        assert container["args"][:4] == ["--from", members(before), "--to", members(after)]
+        assert container["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "admin-token", "key": "token"}
+        env = {e["name"]: e.get("value") for e in _container(docs).get("env", [])}
+        # Scaling up, the pods know the old list until the tenants are moved; scaling down, the
+        # pods that stay need none (the hook drained the others before).
+        assert env.get("MNEMOSYNE_PREVIOUS_MEMBERS") == (members(before) if after > before else None)
+    # No change: no Job, no previous list.
+    same = cc.render_manifests({"replicas": 3, **cc.MINIMAL_OVERRIDES})
+    assert not _jobs(same) and "MNEMOSYNE_PREVIOUS_MEMBERS" not in {e["name"] for e in _container(same)["env"]}
+    # A change with auth on needs the admin token for the Job.
+    with pytest.raises(Exception, match="rebalance.tokenSecret.name"):
+        cc.render({"replicas": 4, **cc.MINIMAL_OVERRIDES, "rebalance": {"previousReplicas": 3}})
+    # The cluster's StatefulSet (lookup) gives the old count when the value is not set.
     chart = tmp_path / "mnemosyne"
     shutil.copytree(cc.CHART_DIR, chart)
     helpers = chart / "templates" / "_helpers.tpl"
@@ -150,16 +182,11 @@ def test_a_change_of_replicas_on_an_existing_release_is_refused(tmp_path):
     assert lookup in helpers.read_text()
     helpers.write_text(helpers.read_text().replace(lookup, '(dict "spec" (dict "replicas" 3))'))
     copy = helm_python.Chart.load(str(chart))
-
-    def render(replicas):
-        return copy.render({"replicas": replicas, **cc.MINIMAL_OVERRIDES}, name=cc.RELEASE, namespace=cc.NAMESPACE)
-
-    assert render(3)
-    for replicas in (1, 4):
-        with pytest.raises(helm_python.HelmError, match="replicas cannot change on an existing release"):
-            render(replicas)
-    # Without a StatefulSet in the cluster (an install) any number renders.
-    assert cc.render({"replicas": 5, **cc.MINIMAL_OVERRIDES})
+    rendered = copy.render({"replicas": 2, **cc.MINIMAL_OVERRIDES, **token}, name=cc.RELEASE, namespace=cc.NAMESPACE)
+    assert "pre-upgrade" in str(rendered) and members(3) in str(rendered)
+    assert "kind: Job" not in str(
+        copy.render({"replicas": 3, **cc.MINIMAL_OVERRIDES, **token}, name=cc.RELEASE, namespace=cc.NAMESPACE)
+    )
 
 
 def test_unknown_value_keys_rejected():

@@ -92,7 +92,10 @@ Refuse to render unsafe or contradictory settings. Included at the top of the
 StatefulSet so that every render goes through it.
 */}}
 {{- define "mnemosyne.validate" -}}
-{{- include "mnemosyne.replicasUnchanged" (dict "existing" (lookup "apps/v1" "StatefulSet" .Release.Namespace (include "mnemosyne.fullname" .)) "Values" .Values) }}
+{{- $previous := int (include "mnemosyne.previousReplicas" .) }}
+{{- if and (ne $previous (int .Values.replicas)) .Values.auth.enabled (not .Values.rebalance.tokenSecret.name) }}
+{{- fail (printf "replicas change from %d to %d: the tenants whose owner changes are moved by a rebalance Job, which needs an admin token: set rebalance.tokenSecret.name (a Secret holding the token itself under rebalance.tokenSecret.key; docs/scale-out.md#moving-tenants)" $previous (int .Values.replicas)) }}
+{{- end }}
 {{- if .Values.auth.enabled }}
 {{- if and (not .Values.auth.existingSecret) (not .Values.auth.tokens) }}
 {{- fail "auth.enabled=true needs a tokens file: set auth.existingSecret (Secret with the tokens JSON) or auth.tokens (list of {name, sha256, tenants}). To run WITHOUT authentication (insecure) set auth.enabled=false." }}
@@ -123,24 +126,34 @@ The member list of a release of several replicas (docs/scale-out.md): pod <fulln
 <fullname>-N, reached at its stable name through the headless Service.
 */}}
 {{- define "mnemosyne.members" -}}
-{{- $fullname := include "mnemosyne.fullname" . -}}
+{{- include "mnemosyne.membersOf" (dict "count" (int .Values.replicas) "top" .) -}}
+{{- end }}
+
+{{/* The member list of "count" pods ("top": the chart's context). */}}
+{{- define "mnemosyne.membersOf" -}}
+{{- $top := .top -}}
+{{- $fullname := include "mnemosyne.fullname" $top -}}
 {{- $members := list -}}
-{{- range $i := until (int .Values.replicas) -}}
-{{- $members = append $members (printf "%s-%d=%s-%d.%s.%s.svc:%d" $fullname $i $fullname $i (include "mnemosyne.headlessName" $) $.Release.Namespace (int $.Values.server.port)) -}}
+{{- range $i := until (int .count) -}}
+{{- $members = append $members (printf "%s-%d=%s-%d.%s.%s.svc:%d" $fullname $i $fullname $i (include "mnemosyne.headlessName" $top) $top.Release.Namespace (int $top.Values.server.port)) -}}
 {{- end -}}
 {{- join "," $members -}}
 {{- end }}
 
 {{/*
-Refuse a change of replicas on an existing release: each tenant lives on the pod the hash of the
-member list names, and nothing moves tenants yet (part 2). "existing" is the release's StatefulSet
-as the cluster has it (lookup: empty on an install, and always in `helm template` or --dry-run,
-which do not talk to a cluster). tests/test_helm_chart.py renders it with "existing" given.
+The replicas the release had before this upgrade: rebalance.previousReplicas when set, else the
+release's StatefulSet as the cluster has it (lookup: empty on an install, and always in
+`helm template` or --dry-run, which do not talk to a cluster), else this render's replicas.
+A change of replicas moves the tenants whose owner changes (templates/rebalance-job.yaml).
 */}}
-{{- define "mnemosyne.replicasUnchanged" -}}
-{{- with .existing }}
-{{- if ne (int .spec.replicas) (int $.Values.replicas) }}
-{{- fail (printf "replicas cannot change on an existing release (it has %d, asked %d): each tenant lives on the pod the member list names, and moving tenants does not exist yet. Keep replicas at %d; to change it, export the tenants, install a new release and import them (docs/scale-out.md)" (int .spec.replicas) (int $.Values.replicas) (int .spec.replicas)) }}
-{{- end }}
-{{- end }}
+{{- define "mnemosyne.previousReplicas" -}}
+{{- if .Values.rebalance.previousReplicas -}}
+{{- int .Values.rebalance.previousReplicas -}}
+{{- else -}}
+{{- with (lookup "apps/v1" "StatefulSet" .Release.Namespace (include "mnemosyne.fullname" .)) -}}
+{{- int .spec.replicas -}}
+{{- else -}}
+{{- int .Values.replicas -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
