@@ -24,7 +24,7 @@ import pytest
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
-from mnemosyne.client.types import RecordChange
+from mnemosyne.client.types import RecordChange, TenantBackup
 from mnemosyne.rebalance import rebalance
 from mnemosyne.server_process import ServerProcess, _free_port
 from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, MOVE_PEER_KEY, MOVE_STEP_KEY, owner_of
@@ -187,6 +187,14 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
                     metadata=((ROUTE, source),),
                 )
             assert refused.value.reason == "NOT_OWNER" and refused.value.metadata["owner"] == destination
+    # Each member's backup holds the tenants it serves: every tenant once, none from a tombstone.
+    backed_up = []
+    for member in new:
+        with deployment.at(member) as client:
+            backed_up += [p.tenant for p in client.backup() if isinstance(p, TenantBackup)]
+    assert sorted(backed_up) == sorted(tenants)
+    with deployment.client(new) as client:
+        assert client.aggregate_stats().total.memories == 2 * len(tenants)
     # Run again: nothing to do but to find each move done.
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0

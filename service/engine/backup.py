@@ -84,7 +84,9 @@ class Backups:
             if not self._pool.exists(name):
                 raise NotFound(f"tenant {name} has no data on this server", reason="TENANT_NOT_FOUND")
         copied = unchanged = skipped = sent = 0
-        for tenant in names or self._pool.tenant_ids():
+        # Every tenant this member serves (not the tombstones of tenants moved away: their data is
+        # the destination's), or those named.
+        for tenant in names or [t for t in self._pool.tenant_ids() if self._pool.served_here(t)]:
             for part in self._tenant(tenant, known.get(tenant)):
                 if isinstance(part, TenantCopy):
                     copied += 1

@@ -82,7 +82,9 @@ class Tenants:
         if chunk_size < 0 or chunk_size > 1_000:
             raise InvalidArgument(f"chunk_size is {chunk_size}; give 1-1000, or 0 for 100", reason="CHUNK_SIZE_INVALID")
         chunk_size = chunk_size or 100
-        tenants = self.pool.tenant_ids()  # the list as of now; a tenant made later is not included
+        # The list as of now (a tenant made later is not included), without the files of tenants
+        # another member serves (a move's tombstone, or its copy not yet active).
+        tenants = [t for t in self.pool.tenant_ids() if self.pool.served_here(t)]
         totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
         files_read = unreadable = 0
         with futures.ThreadPoolExecutor(AGGREGATE_CONCURRENCY, thread_name_prefix="aggregate") as readers:

@@ -467,6 +467,15 @@ class TenantPool:
             self._placements[tenant] = where
         return where
 
+    def served_here(self, tenant: str) -> bool:
+        """Whether this member serves the tenant whose file it has (not a tombstone of a move
+        away, nor a copy moved here not yet active): what its backups and aggregates cover."""
+        if self.membership is None:
+            return True
+        if self.locate(tenant) != self.membership.me:
+            return False
+        return self.move_record(tenant).get(MOVE_STEP_KEY) != INACTIVE
+
     def move_record(self, tenant: str) -> dict[str, str]:
         """What the tenant's file records of a move (and its holder and epoch); {} without a file."""
         path = self.path_for(tenant)
