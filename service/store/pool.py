@@ -270,7 +270,7 @@ class TenantPool:
         With members, a tenant without a file here whose home is another member (its owner by the
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
         none is created; a file is served by what it records (``_check_holder``)."""
-        if self.membership is not None and not self.path_for(tenant).exists():
+        if self.membership is not None and tenant not in self._open and not self.path_for(tenant).exists():
             self.membership.check_home(tenant)
         entry = self._acquire(tenant)
         if entry is not None:

@@ -352,7 +352,7 @@ class TenantStore:
         (a merge lost to a power cut is only done again). Returns the steps that did work."""
         steps = 0
         while steps < FULLTEXT_MERGE_MAX_STEPS:  # bounded: writers may keep adding segments
-            with self.write(sync=False, counted=False) as txn:
+            with self.write(sync=False, counted=False, internal=True) as txn:  # maintenance, no content
                 before = txn.connection.total_changes()
                 # Negative: merge any segments, not only a level holding ``automerge`` of them.
                 txn.connection.execute(

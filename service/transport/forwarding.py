@@ -124,17 +124,19 @@ class Forwarder:
     # -- deciding ---------------------------------------------------------------------------------
 
     def owner_elsewhere(self, tenant: str, metadata: Sequence[tuple[str, str]]) -> str | None:
-        """The member to forward a call for ``tenant`` to, or None to answer it here. Raises
-        NOT_OWNER for a tenant owned elsewhere when the call is routed here (by a client with
-        the member list, or by a hop) or forwarding is off."""
+        """The member to forward a call for ``tenant`` to, or None to answer it here: where this
+        member knows it is served (its file here, or its home: store/pool.py ``locate``). Raises
+        NOT_OWNER for a tenant served elsewhere when the call is routed here by a stale list or
+        by a hop, or forwarding is off."""
         membership = self.membership
         owner = self._locate(tenant)
         if owner == membership.me:
             return None
         routed_here = self.routed_here(metadata)
-        if routed_here and membership.owner(tenant) == membership.me and self.enabled:
+        if routed_here and membership.owner(tenant) == membership.me and self.enabled and not self._hopped(metadata):
             # The caller's list is right, the tenant is not here (yet, or still): during a
-            # rebalance it is where its file is; the hop is routed there, so it is not taken twice.
+            # rebalance it is where its file is. Only a caller's own call is sent on so: a call
+            # that came by a hop is never forwarded again.
             return owner
         if routed_here or not self.enabled:
             raise membership.not_owner(
@@ -149,6 +151,10 @@ class Forwarder:
     def routed_here(self, metadata: Sequence[tuple[str, str]]) -> bool:
         """Whether the caller meant this very member (a fan-out asks each member for its own part)."""
         return any(k == ROUTE_KEY and v == self.membership.me for k, v in metadata)
+
+    def _hopped(self, metadata: Sequence[tuple[str, str]]) -> bool:
+        sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")
+        return bool(sent) and hmac.compare_digest(sent, self._key)
 
     def arrived_by_hop(self, metadata: Sequence[tuple[str, str]]) -> str:
         """The entry member of a call forwarded here, proven by the member key; "" otherwise
