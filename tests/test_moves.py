@@ -173,12 +173,15 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
             # The request id still answers: the same result, not a second memory.
             again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
             assert again.memory_id and len(client.recall(tenant, "Lisbon Tuesdays")) == 2
-    # A stale proxy (no list, still sending to the old owner) is served through the hop to the
-    # new owner; a call routed to the old owner is refused NOT_OWNER naming it, never served there.
+    # A stale proxy (no list, sending to the old owner, or to any member: one whose home for the
+    # tenant is still the old owner during the rebalance) is served through the hops to the new
+    # owner; a call routed to the old owner is refused NOT_OWNER naming it, never served there.
     for tenant in tenants:
         source, destination = owner_of(tenant, old), owner_of(tenant, new)
+        for member in new:
+            with deployment.at(member) as proxy:
+                assert len(proxy.recall(tenant, "Lisbon Tuesdays")) == 2, (tenant, member)
         with deployment.at(source) as proxy:
-            assert len(proxy.recall(tenant, "Lisbon Tuesdays")) == 2
             with pytest.raises(FailedPreconditionError) as refused:
                 proxy.call(
                     proxy.memory.Recall,

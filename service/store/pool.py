@@ -208,6 +208,7 @@ class TenantPool:
         self.membership = membership
         # tenant -> the member its file says serves it (``locate``), for the files read so far
         self._placements: dict[str, str] = {}
+        self._tombstones: dict[str, str] = {}  # ... those of them a move's tombstone redirects
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         # tenant -> (what is done to it, the refusal's reason) while its files are removed or
@@ -459,6 +460,8 @@ class TenantPool:
             return self.membership.me  # the open here says what is wrong with it
         if step == TOMBSTONED and peer:
             where = peer
+            with self._guard:
+                self._tombstones[tenant] = peer
         elif holder is None:
             where = self.membership.home(tenant)
         else:
@@ -466,6 +469,10 @@ class TenantPool:
         with self._guard:
             self._placements[tenant] = where
         return where
+
+    def moved_to(self, tenant: str) -> str | None:
+        """The destination a tombstone here names (after ``locate`` read it), else None."""
+        return self._tombstones.get(tenant)
 
     def served_here(self, tenant: str) -> bool:
         """Whether this member serves the tenant whose file it has (not a tombstone of a move
@@ -614,6 +621,7 @@ class TenantPool:
                     self._closed_off.pop(tenant, None)
                     self._damaged.pop(tenant, None)
                     self._placements.pop(tenant, None)
+                    self._tombstones.pop(tenant, None)
 
     def _remove_tenant_files(self, tenant: str) -> None:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a

@@ -99,11 +99,13 @@ class Forwarder:
         metrics: ServerMetrics | None,
         credentials: grpc.ChannelCredentials | None = None,
         locate: Callable[[str], str] | None = None,
+        moved_to: Callable[[str], str | None] | None = None,
     ) -> None:
         self.membership = membership
         # Where a tenant is served as this member knows it (store/pool.py ``locate``: its file
         # here, or its home); None: by the hash alone.
         self._locate = locate or membership.owner
+        self._moved_to = moved_to or (lambda tenant: None)  # a move's tombstone here: its destination
         self.enabled = enabled
         self._key = key
         self._metrics = metrics
@@ -133,7 +135,14 @@ class Forwarder:
         if owner == membership.me:
             return None
         routed_here = self.routed_here(metadata)
-        if routed_here and membership.owner(tenant) == membership.me and self.enabled and not self._hopped(metadata):
+        hopped = self._hopped(metadata)
+        if hopped and self.enabled and self._moved_to(tenant) == owner and not self._came_from(metadata, owner):
+            # A tombstone here, and a call another member sent here (its home for the tenant
+            # during a rebalance): on to the destination, which has the tenant's file and never
+            # forwards a call for it — one hop more, at most. A client's call is refused
+            # NOT_OWNER instead, naming the destination, so that it corrects its route.
+            return owner
+        if routed_here and membership.owner(tenant) == membership.me and self.enabled and not hopped:
             # The caller's list is right, the tenant is not here (yet, or still): during a
             # rebalance it is where its file is. Only a caller's own call is sent on so: a call
             # that came by a hop is never forwarded again.
@@ -151,6 +160,9 @@ class Forwarder:
     def routed_here(self, metadata: Sequence[tuple[str, str]]) -> bool:
         """Whether the caller meant this very member (a fan-out asks each member for its own part)."""
         return any(k == ROUTE_KEY and v == self.membership.me for k, v in metadata)
+
+    def _came_from(self, metadata: Sequence[tuple[str, str]], member: str) -> bool:
+        return self._hopped(metadata) and any(k == FORWARDED_BY_KEY and v == member for k, v in metadata)
 
     def _hopped(self, metadata: Sequence[tuple[str, str]]) -> bool:
         sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")

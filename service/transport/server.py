@@ -224,6 +224,7 @@ def _forwarder(
         metrics=metrics,
         credentials=credentials,
         locate=engine.pool.locate,
+        moved_to=engine.pool.moved_to,
     )
 
 
