@@ -489,7 +489,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--ownership-epoch",
         type=int,
         default=int(_env("OWNERSHIP_EPOCH") or 1),
-        help="the ownership epoch tenant files are held at (1 until tenants are moved)",
+        help="the ownership epoch new and adopted tenant files are held at (a move raises a tenant's own)",
     )
     serve.add_argument(
         "--no-forwarding",
