@@ -25,3 +25,23 @@ test('member lists parse as the server takes them', () => {
   assert.throws(() => parseMembers('m0'), RangeError);
   assert.throws(() => parseMembers(''), RangeError);
 });
+
+test('a NOT_OWNER refusal sends the call to the owner of a new list, or to the member it names', () => {
+  const { MemoryClient } = require('../src/client');
+  const { MnemosyneError } = require('../src/errors');
+  const members = 'm0=127.0.0.1:1,m1=127.0.0.1:2';
+  const client = new MemoryClient('', { members });
+  const refusal = (metadata) => new MnemosyneError(9, 'NOT_OWNER', 'owned elsewhere', metadata);
+  try {
+    // The same list, while a tenant moves between members: the member the refusal names, once.
+    assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm0'), 'm1');
+    assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm1'), null);
+    assert.equal(client._corrected(refusal({ members, owner: 'm9' }), 'm0'), null);
+    // A new list: the owner by it.
+    assert.equal(client._corrected(refusal({ members: `${members},m2=127.0.0.1:3`, owner: 'm2' }), 'm0'), '');
+    assert.equal(client.members.size, 3);
+    assert.equal(client._corrected(new MnemosyneError(9, 'TENANT_EXISTS', 'x', {}), 'm0'), null);
+  } finally {
+    client.close();
+  }
+});
