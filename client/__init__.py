@@ -33,6 +33,7 @@ from mnemosyne.client.types import (
     IntegrityReport,
     Memory,
     MemoryPage,
+    MemoryVersion,
     Message,
     Record,
     RecordChange,
@@ -42,6 +43,7 @@ from mnemosyne.client.types import (
     ScopeSummary,
     Stats,
     Triple,
+    UpdateResult,
 )
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "Memory",
     "MemoryClient",
     "MemoryPage",
+    "MemoryVersion",
     "Message",
     "MnemosyneClientError",
     "NotFoundError",
@@ -81,6 +84,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetainItem",
     "RetainResult",
+    "UpdateResult",
     "ServerError",
     "Stats",
     "Triple",

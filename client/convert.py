@@ -39,7 +39,24 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         superseded_by=m.superseded_by,
         superseded_at=m.superseded_at.ToNanoseconds() / 1e9 if m.HasField("superseded_at") else 0.0,
         merged_into=m.merged_into,
+        updated_at=m.updated_at.ToNanoseconds() / 1e9 if m.HasField("updated_at") else 0.0,
     )
+
+
+def update_result_from_proto(r: memory_pb2.UpdateMemoryResponse) -> types.UpdateResult:
+    return types.UpdateResult(
+        memory=memory_from_proto(r.memory),
+        updated=r.updated,
+        near_duplicate_of=list(r.near_duplicate_of),
+        supersedes=list(r.supersedes),
+    )
+
+
+def versions_from_proto(r: memory_pb2.ListMemoryVersionsResponse) -> list[types.MemoryVersion]:
+    return [
+        types.MemoryVersion(v.version, v.text, dict(v.metadata), v.at.ToNanoseconds() / 1e9, v.current)
+        for v in r.versions
+    ]
 
 
 def hits_from_proto(hits: Iterable[memory_pb2.RecallHit]) -> list[types.Hit]:

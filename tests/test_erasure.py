@@ -14,6 +14,7 @@ import pytest
 
 from mnemosyne.client import MemoryClient, NotFoundError, PermissionDeniedError, RetainItem, UnavailableError
 from mnemosyne.store import ledger
+from mnemosyne.store.schema import SCHEMA_VERSION
 from tests.support import tokens_json
 
 # One long token that the full-text tokenizer keeps whole (letters and digits, no stem to strip).
@@ -290,7 +291,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "DROP TABLE memories_fts; CREATE VIRTUAL TABLE memories_fts USING fts5(body, content='', "
         "contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'); "
         "INSERT INTO memories_fts(rowid, body) SELECT id, body FROM memories; DROP INDEX oplog_result_memory; "
-        "PRAGMA user_version = 6"
+        "DROP TABLE memory_versions; ALTER TABLE memories DROP COLUMN updated_at; PRAGMA user_version = 6"
     )
     connection.close()
     server.start()
@@ -301,7 +302,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         assert [h.memory.id for h in client.recall(tenant, "door", k=5)] == [other]
     connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        assert connection.pragma("user_version") == 7
+        assert connection.pragma("user_version") == SCHEMA_VERSION
         assert (
             "contentless_delete"
             not in connection.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_fts'").fetchone()[0]

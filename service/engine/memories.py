@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
@@ -31,6 +31,7 @@ def memory_from_row(row: MemoryRow) -> Memory:
         superseded_by=row.superseded_by,
         superseded_at=row.superseded_at,
         merged_into=row.merged_into,
+        updated_at=row.updated_at,
     )
 
 
@@ -61,14 +62,19 @@ class Memories:
         page_token: str = "",
         include_forgotten: bool = False,
         newest_first: bool = False,
+        metadata_equals: Mapping[str, str] | None = None,
     ) -> MemoryPage:
         """Memories in id order (descending with ``newest_first``), a page at a time: ``page_size``
         of them at most, fewer when their encoded size would pass the response budget
-        (check.RESPONSE_BUDGET_BYTES)."""
+        (check.RESPONSE_BUDGET_BYTES). With ``metadata_equals``, only memories whose metadata
+        has each of its pairs exactly."""
         page_size = check.validate_page_size(page_size, self.limits)
         scope = check.validate_scope(scope) if scope else ""
-        # A token is bound to its listing, the order included.
+        wanted = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
+        # A token is bound to its listing, the order and the filter included.
         query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
+        if wanted:
+            query += "\x1f" + ledger.canonical_json(wanted)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
@@ -82,6 +88,7 @@ class Memories:
                     limit=page_size + 1,
                     include_forgotten=include_forgotten,
                     newest_first=newest_first,
+                    metadata_equals=wanted,
                 )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [memory_from_row(rows[i]) for i in ids[:page_size]]
