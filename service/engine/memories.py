@@ -11,7 +11,7 @@ from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage
-from mnemosyne.errors import NotFound
+from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import MemoryRow
@@ -33,6 +33,11 @@ def memory_from_row(row: MemoryRow) -> Memory:
         merged_into=row.merged_into,
         updated_at=row.updated_at,
     )
+
+
+# The highest page number ``numbered_page`` serves (its offset is read past row by row).
+MAX_PAGE_NUMBER = 100_000
+_RECEIPT = "receipt"  # the list a write receipt belongs to (page_tokens' query)
 
 
 class Memories:
@@ -97,6 +102,58 @@ class Memories:
         memories = memories[:kept]
         token = page_tokens.encode(secret, tenant, query, str(memories[-1].id)) if more and memories else ""
         return MemoryPage(memories, token)
+
+    def numbered_page(
+        self, tenant: str, *, metadata_equals: Mapping[str, str], page: int, page_size: int
+    ) -> tuple[list[Memory], int]:
+        """Page ``page`` (from 1) of the live memories with every pair of ``metadata_equals``,
+        newest first, and how many there are in all: pages by number, for APIs that count them
+        (the mem0-compatible endpoints). Unlike a page token, a number may shift when memories are
+        added or forgotten between two calls."""
+        page_size = check.validate_page_size(page_size, self.limits)
+        if not 1 <= page <= MAX_PAGE_NUMBER:
+            raise InvalidArgument(f"page must be 1-{MAX_PAGE_NUMBER}, not {page}", reason="PAGE_INVALID")
+        wanted = check.validate_metadata(metadata_equals, self.limits, field="filters")
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return [], 0
+            with store.read() as txn:
+                total = txn.count_filtered(wanted)
+                ids = txn.list_memory_ids(
+                    scope=None,
+                    after_id=0,
+                    limit=page_size,
+                    include_forgotten=False,
+                    newest_first=True,
+                    metadata_equals=wanted,
+                    offset=(page - 1) * page_size,
+                )
+                rows = txn.memories_by_ids(ids)
+        memories = [memory_from_row(rows[i]) for i in ids]
+        return memories[: check.within_budget([check.memory_bytes(m) for m in memories])], total
+
+    def receipt(self, tenant: str, memory_id: int) -> str:
+        """An opaque id naming a synchronous write of ``memory_id`` in this tenant (the event id the
+        mem0-compatible add answers when the hot path is off): authenticated with the tenant's
+        own secret, so no other tenant's, and no made-up one, is ever accepted."""
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+            with store.read() as txn:
+                secret = txn.page_token_secret()
+        return page_tokens.encode(secret, tenant, _RECEIPT, str(memory_id))
+
+    def receipt_memory(self, tenant: str, receipt: str) -> int:
+        """The memory id a ``receipt`` of this tenant names; EVENT_NOT_FOUND for any other."""
+        with self.pool.tenant(tenant, create=False) as store:
+            secret = None
+            if store is not None:
+                with store.read() as txn:
+                    secret = txn.page_token_secret()
+        try:
+            return page_tokens.decode_int(secret, tenant, _RECEIPT, receipt)
+        except InvalidArgument:
+            raise NotFound(f"event {receipt[:80]!r} does not exist in this tenant", reason="EVENT_NOT_FOUND") from None
 
     def verify_integrity(self, tenant: str) -> IntegrityReport:
         with self.pool.tenant(tenant, create=False) as store:

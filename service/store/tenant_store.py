@@ -619,6 +619,7 @@ class ReadTxn(OplogReads):
         include_forgotten: bool,
         newest_first: bool = False,
         metadata_equals: dict[str, str] | None = None,
+        offset: int = 0,
     ) -> list[int]:
         """Ids past ``after_id`` in the listing's order (ascending, or descending with
         ``newest_first``, where 0 means from the newest), with every pair of ``metadata_equals``."""
@@ -636,9 +637,14 @@ class ReadTxn(OplogReads):
         for key, value in sorted((metadata_equals or {}).items()):
             sql += f" AND {_METADATA_PAIR.format(alias='m')}"
             params.extend((key, value))
-        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
-        params.append(limit)
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        params.extend((limit, offset))
         return [r[0] for r in self.connection.execute(sql, params)]
+
+    def count_filtered(self, metadata_equals: dict[str, str]) -> int:
+        """How many live memories have every metadata pair."""
+        sql, params = self._filter_sql("m", (), metadata_equals)
+        return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
 
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
