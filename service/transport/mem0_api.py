@@ -92,7 +92,7 @@ class _Tenantless:
     project: str = "*"
 
 
-Handler = Callable[[Mem0Request, Call], Any]
+Handler = Callable[[Any, Call], Any]  # (Mem0Request, or _Tenantless for ping; Call) -> JSON value
 
 
 def _bad(message: str, reason: str = "MEM0_REQUEST_INVALID") -> InvalidArgument:
@@ -336,7 +336,7 @@ class Mem0Api:
             raise _bad("the query string is not valid UTF-8 URL encoding") from None
         base = f"{request.url.scheme}://{request.headers.get('host', 'localhost')}"
         decoded: Mem0Request | _Tenantless
-        if handler == self._ping:
+        if method == "mem0 ping":
             try:
                 decoded = _Tenantless(self._tenant(request, authorization))
             except InvalidArgument:  # a key of several tenants: any of them may be named later
