@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from mnemosyne.engine import conflicts
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import check_tenant_embedder
-from mnemosyne.engine.index import drop_vectors
+from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
@@ -115,6 +115,7 @@ class Updates:
                         metadata={"memory_id": str(holder)},
                     )
                 check_tenant_embedder(txn, self._write_path.embedder, write=True)
+                _, epoch_before = txn.index_state()
                 now = time.time()
                 txn.update_memory(
                     memory_id,
@@ -135,10 +136,13 @@ class Updates:
                 )
                 near_live = sorted(txn.live_ids(near))
                 check_bytes_quota(txn, self._write_path.limits)
+                _, epoch_after = txn.index_state()
                 txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
                 if request_id:
                     result = {"updated": True, "near_duplicate_of": near_live, "supersedes": supersedes}
                     txn.save_request(request_id, "update", payload_hash, json.dumps(result))
+            # The cache takes the new vector in place rather than reloading the tenant's vectors.
+            replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
             self._committed("update")
             return UpdateOutcome(
                 memory=self._get(store, memory_id),

@@ -975,7 +975,8 @@ class WriteTxn(ReadTxn, OplogWrites):
         digests, keyed with the memory's own key) is appended. The facts it had that newer
         memories superseded went with the old content (its ``supersessions`` rows and mark); what
         its old content superseded in others stays recorded. The forget epoch advances (the
-        vector cache reloads). All or nothing with the enclosing transaction. Raises
+        vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
+        reloads). All or nothing with the enclosing transaction. Raises
         ``apsw.ConstraintError`` when another memory holds the new fingerprint."""
         c = self.connection
         row = c.execute(
