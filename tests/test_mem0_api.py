@@ -6,6 +6,7 @@ hostile requests answered with a clear 4xx and mem0's ``detail``."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,10 +17,12 @@ import pytest
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.server_process import ServerProcess
+from tests.docs_support import code_blocks, section
 from tests.http_support import Reply, request
-from tests.mem0_support import Mem0Client
+from tests.mem0_support import Mem0Client, mem0_environment, mem0_python
 from tests.support import tokens_json
 
+ROOT = Path(__file__).resolve().parent.parent
 SYNC, FAST, OTHER = "m0sync", "m0fast", "m0other"
 KEYS = {"key-sync": [SYNC], "key-fast": [FAST], "key-other": [OTHER], "key-two": [SYNC, OTHER], "key-admin": ["*"]}
 
@@ -314,3 +317,37 @@ def test_a_refusal_for_load_carries_retry_after(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
         server.stop()
+
+
+def _run_example(code: str, port: int, home: Path, env: dict[str, str] | None = None) -> list[str]:
+    script = code.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    result = subprocess.run(
+        [str(mem0_python()), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**mem0_environment(home), **(env or {})},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.splitlines()
+
+
+def test_the_readme_mem0_example_runs_as_printed(tmp_path: Path) -> None:
+    (block,) = code_blocks(section((ROOT / "README.md").read_text(), "mem0"), "python")
+    server = ServerProcess(tmp_path / "data", http=True).start()  # no tokens file: any key
+    try:
+        assert _run_example(block, server.http_port, tmp_path) == ["Alice moved to Austin last month"]
+    finally:
+        server.stop()
+
+
+def test_the_docs_page_example_runs_as_printed(tmp_path: Path) -> None:
+    (block,) = code_blocks((ROOT / "docs" / "mem0.md").read_text(), "python")
+    server = ServerProcess(
+        tmp_path / "data", http=True, env={"MNEMOSYNE_TOKENS": tokens_json({"doc-token": ["acme"]})}
+    ).start()
+    try:
+        lines = _run_example(block, server.http_port, tmp_path, {"MNEMOSYNE_TOKEN": "doc-token"})
+    finally:
+        server.stop()
+    assert lines == ["SUCCEEDED", "['Alice moved to Austin last month', 'Alice moved to Denver']"]
