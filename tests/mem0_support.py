@@ -29,12 +29,16 @@ def mem0_python() -> Path:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run(
+    for step in (
+        [sys.executable, "-m", "venv", str(venv)],
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"mem0ai=={MEM0AI_PIN}"],
-        check=True,
-        timeout=600,
-    )
+    ):
+        built = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        if built.returncode != 0:
+            raise AssertionError(
+                f"cannot build the mem0ai venv in {venv} ({' '.join(step[-3:])} failed: is PyPI reachable?):\n"
+                + built.stderr[-2000:]
+            )
     (venv / ".complete").write_text(MEM0AI_PIN)
     return python
 

@@ -467,7 +467,7 @@ class Mem0Api:
         if query.get("metadata"):
             try:
                 metadata = _user_metadata(json.loads(query["metadata"]))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise _bad("metadata must be a JSON object") from None
         wanted = {**metadata, **_entities(query)}
         if not wanted:
