@@ -8,7 +8,9 @@ Each conversation goes into its own tenant through a real server and the real cl
 (RetainBatch); every turn is exactly one memory: ``"<speaker> (<session date>): <text>"``, plus
 ``" [shares a photo: <blip_caption>]"`` when the turn shared an image (the caption is what a
 reader of the conversation would see in place of the image; the image search ``query`` field of
-the data set is not used), and metadata ``dia_id``. Each question of categories 1-4 with evidence
+the data set is not used), and metadata ``dia_id``; its ``occurred_at`` is the session's date and
+time and its ``thread`` the session, at the turn's position in it (only this file reads
+``dia_id`` or the data set's date format). Each question of categories 1-4 with evidence
 is recalled once with k = 10; recall@k counts the distinct ``dia_id``s among the first k hits that
 are evidence, over the number of evidence turns, averaged over questions.
 
@@ -20,6 +22,7 @@ The data file is evaluation data only: never commit or ship it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import tempfile
@@ -39,6 +42,9 @@ _EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
 class Turn:
     dia_id: str
     text: str
+    occurred_at: float | None  # the session's date and time (unix seconds, read as UTC)
+    thread: str  # "<sample_id>/session-<n>": a session is a thread
+    position: int  # the turn's order in its session, from 0
 
 
 @dataclass
@@ -66,6 +72,15 @@ def turn_text(turn: dict, date: str) -> str:
     return text
 
 
+def session_time(text: str) -> float | None:
+    """LoCoMo's ``"1:56 pm on 8 May, 2023"`` as unix seconds (read as UTC), None if unreadable."""
+    try:
+        when = datetime.datetime.strptime(" ".join(text.split()), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=datetime.UTC).timestamp()
+
+
 def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
     conversations = []
     for sample in json.loads(path.read_text()):
@@ -74,10 +89,11 @@ def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
         turns = []
         for n in sessions:
             date = conv.get(f"session_{n}_date_time", "")
-            for turn in conv[f"session_{n}"]:
+            for position, turn in enumerate(conv[f"session_{n}"]):
                 m = _EVIDENCE.fullmatch(turn["dia_id"])
                 dia_id = f"D{int(m.group(1))}:{int(m.group(2))}" if m else turn["dia_id"]
-                turns.append(Turn(dia_id, turn_text(turn, date)))
+                thread = f"{sample['sample_id']}/session-{n}"
+                turns.append(Turn(dia_id, turn_text(turn, date), session_time(date), thread, position))
         questions = [
             Question(q["question"], normalise_evidence(q.get("evidence") or []), int(q["category"]))
             for q in sample["qa"]
@@ -93,7 +109,7 @@ def score(evidence: frozenset[str], ranked_dia_ids: list[str], k: int) -> float:
 
 def run_mnemosyne(conversations, embedder: str, mode: str, server_args: list[str]) -> tuple[list, dict]:
     from mnemosyne.client import MemoryClient
-    from mnemosyne.client.types import RetainItem
+    from mnemosyne.client.types import RetainItem, ThreadRef
 
     results = []
     timing = {"ingest_s": 0.0, "recall_s": 0.0}
@@ -106,9 +122,11 @@ def run_mnemosyne(conversations, embedder: str, mode: str, server_args: list[str
             t0 = time.perf_counter()
             for start in range(0, len(turns), 500):
                 chunk = turns[start : start + 500]
-                outcomes = client.retain_batch(
-                    tenant, [RetainItem(t.text, "global", {"dia_id": t.dia_id}) for t in chunk]
-                )
+                items = [
+                    RetainItem(t.text, "global", {"dia_id": t.dia_id}, t.occurred_at, ThreadRef(t.thread, t.position))
+                    for t in chunk
+                ]
+                outcomes = client.retain_batch(tenant, items)
                 assert all(o.status == "created" for o in outcomes), [o for o in outcomes if o.status != "created"][:3]
             timing["ingest_s"] += time.perf_counter() - t0
             t0 = time.perf_counter()

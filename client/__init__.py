@@ -42,6 +42,7 @@ from mnemosyne.client.types import (
     ScopeRecords,
     ScopeSummary,
     Stats,
+    ThreadRef,
     Triple,
     UpdateResult,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "UpdateResult",
     "ServerError",
     "Stats",
+    "ThreadRef",
     "Triple",
     "UnauthenticatedError",
     "UnavailableError",

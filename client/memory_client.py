@@ -159,7 +159,11 @@ class MemoryClient:
         request_id: str | None = None,
         *,
         fast: bool = False,
+        occurred_at: float | None = None,
+        thread: types.ThreadRef | None = None,
     ) -> types.RetainResult:
+        """Retain one text. ``occurred_at`` (unix seconds) is when it was said or happened;
+        ``thread`` its place in a thread (both optional, docs/recall-quality.md)."""
         request = memory_pb2.RetainRequest(
             tenant=tenant,
             text=text,
@@ -168,6 +172,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
+        convert.place(request, occurred_at, thread)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
@@ -178,12 +183,7 @@ class MemoryClient:
         *,
         fast: bool = False,
     ) -> list[types.RetainResult]:
-        proto_items = [
-            memory_pb2.RetainItem(text=i)
-            if isinstance(i, str)
-            else memory_pb2.RetainItem(text=i.text, scope=i.scope, metadata=dict(i.metadata))
-            for i in items
-        ]
+        proto_items = [convert.retain_item_to_proto(i) for i in items]
         request = memory_pb2.RetainBatchRequest(
             tenant=tenant, items=proto_items, request_id=request_id or new_request_id(), fast=fast
         )
@@ -227,8 +227,10 @@ class MemoryClient:
         include_forgotten: bool = False,
         *,
         newest_first: bool = False,
+        thread: str = "",
         metadata_equals: Mapping[str, str] | None = None,
     ) -> types.MemoryPage:
+        """A page of memories in id order; with ``thread``, only that thread's, in thread order."""
         request = memory_pb2.ListMemoriesRequest(
             tenant=tenant,
             scope=scope,
@@ -236,6 +238,7 @@ class MemoryClient:
             page_token=page_token,
             include_forgotten=include_forgotten,
             newest_first=newest_first,
+            thread=thread,
             metadata_equals=dict(metadata_equals or {}),
         )
         response = self.call(self.memory.ListMemories, request, retry=True)
@@ -303,10 +306,12 @@ class MemoryClient:
         request_id: str | None = None,
         *,
         fast: bool = False,
+        occurred_at: float | None = None,
+        thread: types.ThreadRef | None = None,
     ) -> types.RetainResult:
         """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
         conversation submitted again is reported as a duplicate of the first. ``fast`` takes the
-        hot path as for ``retain``."""
+        hot path as for ``retain``; ``occurred_at`` and ``thread`` are the whole conversation's."""
         proto = []
         for m in messages:
             if isinstance(m, types.Message):
@@ -324,6 +329,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
+        convert.place(request, occurred_at, thread)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(

@@ -23,6 +23,14 @@ class Triple:
 
 
 @dataclass(frozen=True)
+class ThreadRef:
+    """A memory's place in a thread: the thread's id and a position in it (lower first)."""
+
+    id: str
+    position: int = 0
+
+
+@dataclass(frozen=True)
 class Memory:
     id: int
     scope: str
@@ -35,6 +43,8 @@ class Memory:
     superseded_by: int = 0  # the newer memory that replaced this one's facts (0: current)
     superseded_at: float = 0.0
     merged_into: int = 0  # the memory Dedup merged this one into (0: not merged)
+    occurred_at: float | None = None  # when it was said or happened (unix seconds), if the writer said
+    thread: ThreadRef | None = None  # its thread and position, if the writer gave them
     updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
 
 
@@ -120,6 +130,8 @@ class RetainItem:
     text: str
     scope: str = DEFAULT_SCOPE
     metadata: dict[str, str] = field(default_factory=dict)
+    occurred_at: float | None = None  # when it was said or happened, unix seconds (microsecond precision)
+    thread: ThreadRef | None = None
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,7 @@ class MemoryBrain:
     ) -> list[types.RetainResult]:
         if self._client is not None:
             return self._client.retain_batch(self.tenant, items, request_id, fast=fast)
-        engine_items = [
-            RetainItem(i) if isinstance(i, str) else RetainItem(i.text, i.scope, dict(i.metadata)) for i in items
-        ]
+        engine_items = [convert.from_retain_item(client_convert.retain_item_to_proto(i)) for i in items]
         outcomes = self._local(lambda e: e.retain_batch(self.tenant, engine_items, request_id=request_id, fast=fast))
         return [client_convert.retain_result_from_proto(r) for r in convert.to_retain_batch_response(outcomes).results]
 

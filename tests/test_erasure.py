@@ -291,6 +291,9 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "DROP TABLE memories_fts; CREATE VIRTUAL TABLE memories_fts USING fts5(body, content='', "
         "contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'); "
         "INSERT INTO memories_fts(rowid, body) SELECT id, body FROM memories; DROP INDEX oplog_result_memory; "
+        # and without what later versions added (time and thread), so that their migrations run too
+        "DROP INDEX memories_thread; ALTER TABLE memories DROP COLUMN occurred_at; "
+        "ALTER TABLE memories DROP COLUMN thread_id; ALTER TABLE memories DROP COLUMN thread_position; "
         "DROP TABLE memory_versions; ALTER TABLE memories DROP COLUMN updated_at; PRAGMA user_version = 6"
     )
     connection.close()

@@ -25,7 +25,7 @@ from mnemosyne.client import (
     PermissionDeniedError,
     ResourceExhaustedError,
 )
-from mnemosyne.client.types import BackupChunk
+from mnemosyne.client.types import BackupChunk, RetainItem, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.tenant_archive import MEMBER_OF_FILE, import_archive, read_manifest
 from tests.support import ServerProcess, tokens_json
@@ -48,6 +48,8 @@ def _populate(client: MemoryClient, tenant: str) -> dict[str, object]:
             "Ticket RF-1 status: awaiting review",
             "Ticket RF-1 status: refunded",
             "The parcel PX-77 was delivered on Monday",
+            RetainItem("Dana called about the parcel yesterday", occurred_at=1_683_554_160.5, thread=ThreadRef("d", 1)),
+            RetainItem("Dana asked where the parcel is", thread=ThreadRef("d", 0)),
         ],
     )
     first = client.retain(tenant, "Dana prefers e-mail over phone calls", request_id="req-export-1")
@@ -87,6 +89,11 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
     with MemoryClient(source.target, ADMIN) as a:
         seen = _populate(a, tenant)
         recalled = {q: [(h.memory.id, h.memory.text) for h in a.recall(tenant, q, k=3)] for q in QUERIES}
+        thread = a.list_memories(tenant, thread="d").memories
+        assert [(m.thread, m.occurred_at) for m in thread] == [
+            (ThreadRef("d", 0), None),
+            (ThreadRef("d", 1), 1_683_554_160.5),
+        ]
         head = a.verify_integrity(tenant).head_hash
         stats = a.stats(tenant)
         event = a.get_event(tenant, int(seen["event_id"]))  # type: ignore[arg-type]
@@ -104,6 +111,7 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
     assert result.returncode == 0, result.stderr
     with MemoryClient(target.target, ADMIN) as b:
         assert {q: [(h.memory.id, h.memory.text) for h in b.recall(tenant, q, k=3)] for q in QUERIES} == recalled
+        assert b.list_memories(tenant, thread="d").memories == thread  # time and thread moved with it
         assert b.verify_integrity(tenant).valid and b.verify_integrity(tenant).head_hash == head
         moved = b.stats(tenant)
         assert (moved.memories, moved.writes, moved.model_calls, moved.ledger_entries) == (

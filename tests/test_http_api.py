@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, message, message_factory
+from google.protobuf import json_format, message, message_factory, timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -78,6 +78,11 @@ def _filled(channel: grpc.Channel) -> str:
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="The refund ticket is RF-88213"))
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Ada prefers the night train to Lyon"))
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Ada prefers the night train to Lyon!"))
+    for position, text in ((2, "Ada is back from Lyon"), (1, "Ada takes the night train tonight")):
+        threaded = memory_pb2.RetainRequest(
+            tenant=tenant, text=text, occurred_at=_MAY_8, thread=_thread("chat/1", position)
+        )
+        _grpc(channel, "Retain", threaded)
     travel = {"topic": "travel"}
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Bo flies to Oslo", metadata=travel))
     change = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="plan.md", content="ship it")
@@ -108,18 +113,35 @@ class Case:
     volatile: tuple[str, ...] = ()
 
 
+_MAY_8 = timestamp_pb2.Timestamp(seconds=1_683_554_160, nanos=123_456_000)  # 2023-05-08T13:56:00.123456Z
+
+
+def _thread(thread_id: str, position: int) -> types_pb2.ThreadRef:
+    return types_pb2.ThreadRef(id=thread_id, position=position)
+
+
 _PUT = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="notes.md", content="hello")
 CASES: dict[str, Case] = {
-    "Retain": Case(lambda t: memory_pb2.RetainRequest(tenant=t, text="Bo likes tea", metadata={"k": "v"}), write=True),
+    "Retain": Case(
+        lambda t: memory_pb2.RetainRequest(
+            tenant=t, text="Bo likes tea", metadata={"k": "v"}, occurred_at=_MAY_8, thread=_thread("chat/1", 4)
+        ),
+        write=True,
+    ),
     "RetainBatch": Case(
         lambda t: memory_pb2.RetainBatchRequest(
-            tenant=t, items=[memory_pb2.RetainItem(text="one thing"), memory_pb2.RetainItem(text="")]
+            tenant=t,
+            items=[
+                memory_pb2.RetainItem(text="one thing", occurred_at=_MAY_8, thread=_thread("chat/1", 5)),
+                memory_pb2.RetainItem(text=""),
+                memory_pb2.RetainItem(text="bad thread", thread=_thread("chat 1", 0)),
+            ],
         ),
         write=True,
     ),
     "Recall": Case(lambda t: memory_pb2.RecallRequest(tenant=t, query="night train", k=3, scopes=["global"])),
     "GetMemory": Case(lambda t: memory_pb2.GetMemoryRequest(tenant=t, memory_id=2)),
-    "ListMemories": Case(lambda t: memory_pb2.ListMemoriesRequest(tenant=t, page_size=2, include_forgotten=True)),
+    "ListMemories": Case(lambda t: memory_pb2.ListMemoriesRequest(tenant=t, page_size=2, thread="chat/1")),
     "ForgetMemory": Case(lambda t: memory_pb2.ForgetMemoryRequest(tenant=t, memory_id=1, request_id="f-1"), write=True),
     "UpdateMemory": Case(
         lambda t: memory_pb2.UpdateMemoryRequest(tenant=t, memory_id=2, text="Ada prefers the day train to Nice"),
@@ -288,3 +310,33 @@ def test_the_docs_route_table_is_the_routes_of_the_protos() -> None:
         service, method = path.strip("/").split("/")
         assert documented[f"{service.rsplit('.', 1)[1]}.{method}"].startswith("gRPC only"), path
     assert len(documented) == len(expected) + len(GRPC_ONLY)
+
+
+def test_time_and_thread_in_json(api: ServerProcess) -> None:
+    """occurred_at is an RFC 3339 string and thread an object in JSON, both ways; a thread is listed
+    in order by a query parameter; invalid values are 400 with their reason."""
+    tenant = _new_tenant()
+    base = f"/v1/tenants/{tenant}/memories"
+    for position, text in ((7, "Jo said the gym opens at six"), (3, "Jo joined a gym yesterday")):
+        body = {"text": text, "occurredAt": "2023-03-17T10:00:00.250Z", "thread": {"id": "jo/s1", "position": position}}
+        assert request(api.http_port, "POST", base, json_body=body).status == 200
+    assert request(api.http_port, "POST", base, json_body={"text": "no thread at all"}).status == 200
+    listed = request(api.http_port, "GET", f"{base}?thread=jo%2Fs1").json()["memories"]
+    assert [(m["text"], m["thread"], m["occurredAt"]) for m in listed] == [
+        ("Jo joined a gym yesterday", {"id": "jo/s1", "position": "3"}, "2023-03-17T10:00:00.250Z"),
+        ("Jo said the gym opens at six", {"id": "jo/s1", "position": "7"}, "2023-03-17T10:00:00.250Z"),
+    ]
+    plain = request(api.http_port, "GET", base).json()["memories"][-1]
+    assert plain["text"] == "no thread at all" and "thread" not in plain and "occurredAt" not in plain
+    for body, reason in (
+        ({"text": "x", "thread": {"id": "", "position": 1}}, "THREAD_INVALID"),
+        ({"text": "x", "thread": {"id": "a" * 129}}, "THREAD_INVALID"),
+        ({"text": "x", "thread": {"id": "ok", "position": -1}}, "THREAD_INVALID"),
+        ({"text": "x", "thread": {"id": "ok", "position": str(2**53)}}, "THREAD_INVALID"),
+        ({"text": "x", "occurredAt": "0000-12-31T00:00:00Z"}, "REQUEST_UNDECODABLE"),
+        ({"text": "x", "occurredAt": "yesterday"}, "REQUEST_UNDECODABLE"),
+    ):
+        reply = request(api.http_port, "POST", base, json_body=body)
+        assert (reply.status, reply.reason) == (400, reason), body
+    reply = request(api.http_port, "GET", f"{base}?thread=no%20spaces")
+    assert (reply.status, reply.reason) == (400, "THREAD_INVALID")

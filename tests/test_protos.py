@@ -104,8 +104,8 @@ def _edited_protos(tmp_path: Path, file: str, *edits: tuple[str, str]) -> Path:
         ("memory.proto", [(r"^  string scope = 3;\n", "")], "field .mnemosyne.v1.RetainRequest.scope = 3 was removed"),
         (
             "memory.proto",
-            [(r"^  string scope = 3;", "  string scope = 9;")],
-            "RetainRequest.scope = 3 was removed (now number 9)",
+            [(r"^  string scope = 3;", "  string scope = 99;")],
+            "RetainRequest.scope = 3 was removed (now number 99)",
         ),
         (
             "memory.proto",

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from mnemosyne.engine.limits import Limits
-from mnemosyne.engine.types import Message, RetainItem
+from mnemosyne.engine.types import Message, RetainItem, ThreadRef
 from mnemosyne.errors import InvalidArgument
 
 MAX_MESSAGES = 1_000
@@ -52,9 +52,18 @@ def validate_messages(messages: Sequence[Message], limits: Limits) -> None:
 
 
 def conversation_item(
-    messages: Sequence[Message], scope: str, metadata: Mapping[str, str], limits: Limits
+    messages: Sequence[Message],
+    scope: str,
+    metadata: Mapping[str, str],
+    limits: Limits,
+    *,
+    occurred_at: int | None = None,
+    thread: ThreadRef | None = None,
 ) -> RetainItem:
     """Validate a conversation's messages and turn them into the one item it is retained as (whose
-    text, the transcript, is validated with every item's on the write path)."""
+    text, the transcript, is validated with every item's on the write path, as are its time and
+    thread: the whole conversation's)."""
     validate_messages(messages, limits)
-    return RetainItem(text=transcript(messages), scope=scope, metadata=dict(metadata))
+    return RetainItem(
+        text=transcript(messages), scope=scope, metadata=dict(metadata), occurred_at=occurred_at, thread=thread
+    )

@@ -40,7 +40,7 @@ from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
-from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome
+from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome, ThreadRef
 from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
@@ -142,11 +142,14 @@ class Engine:
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
         fast: bool = False,
+        occurred_at: int | None = None,
+        thread: ThreadRef | None = None,
     ) -> RetainOutcome:
         """Retain a conversation as ONE operation: one memory (its transcript), one fingerprint,
         one idempotency unit, one extraction call (engine/conversation.py). Submitting the same
-        conversation again is a DUPLICATE of the first and costs no model call."""
-        item = conversation_item(messages, scope, metadata or {}, self.limits)
+        conversation again is a DUPLICATE of the first and costs no model call. ``occurred_at``
+        and ``thread`` are the whole conversation's."""
+        item = conversation_item(messages, scope, metadata or {}, self.limits, occurred_at=occurred_at, thread=thread)
         return self._retain(
             tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False, fast=fast
         )[0]

@@ -11,11 +11,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mnemosyne.engine.types import GLOBAL_SCOPE, Memory
+from mnemosyne.engine.types import GLOBAL_SCOPE, Memory, ThreadRef
 from mnemosyne.errors import InvalidArgument
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
+THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}")
+# Thread positions stay exact in every JSON reader (a JavaScript number) and in SQLite.
+MAX_THREAD_POSITION = 2**53 - 1
+# occurred_at: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (RFC 3339's years, and
+# google.protobuf.Timestamp's range), in unix microseconds.
+MIN_OCCURRED_AT_US = -62_135_596_800 * 1_000_000
+MAX_OCCURRED_AT_US = 253_402_300_800 * 1_000_000 - 1
 # A call that waits (Flush, Disable) waits this long when the caller gives 0, and never longer
 # than the maximum, whatever it asks: every wait ends.
 DEFAULT_WAIT_SECONDS = 30.0
@@ -98,6 +105,35 @@ def validate_metadata(metadata: Mapping[str, str], limits: Limits, *, field: str
     return dict(metadata)
 
 
+def validate_occurred_at(occurred_at: int | None, *, field: str = "occurred_at") -> int | None:
+    """None (not given) or a time between the years 1 and 9999, in unix microseconds."""
+    if occurred_at is not None and not MIN_OCCURRED_AT_US <= occurred_at <= MAX_OCCURRED_AT_US:
+        raise InvalidArgument(
+            f"{field} is outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z; give when it was said or "
+            "happened within those years, or leave it unset",
+            reason="OCCURRED_AT_INVALID",
+        )
+    return occurred_at
+
+
+def validate_thread(thread: ThreadRef | None, *, field: str = "thread") -> ThreadRef | None:
+    """None (not given) or a thread id of 1-128 safe characters and a position in 0..2^53 - 1."""
+    if thread is None:
+        return None
+    if not THREAD_ID_PATTERN.fullmatch(thread.id):
+        raise InvalidArgument(
+            f"{field}.id {thread.id[:40]!r} is not valid: use 1-128 letters, digits, '.', '_', ':', '@', '/' "
+            "or '-', starting with a letter or digit (e.g. 'chat-42/session-3')",
+            reason="THREAD_INVALID",
+        )
+    if not 0 <= thread.position <= MAX_THREAD_POSITION:
+        raise InvalidArgument(
+            f"{field}.position is {thread.position}; it must be between 0 and {MAX_THREAD_POSITION}",
+            reason="THREAD_INVALID",
+        )
+    return thread
+
+
 def validate_request_id(request_id: str | None) -> str | None:
     if not request_id:
         return None
@@ -160,6 +196,8 @@ def memory_bytes(memory: Memory) -> int:
     size += sum(_text_bytes(k) + _text_bytes(v) for k, v in memory.metadata.items())
     size += sum(_text_bytes(a) + _text_bytes(b) + _text_bytes(c) for a, b, c in memory.facts)
     size += sum(_text_bytes(a) + _text_bytes(b) + _text_bytes(c) for a, b, c in memory.triples)
+    if memory.thread is not None:
+        size += _text_bytes(memory.thread.id) + _FIELD_OVERHEAD
     return size
 
 

@@ -10,7 +10,7 @@ from mnemosyne.engine import page_tokens
 from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import replayed_result
-from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage
+from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
@@ -31,8 +31,20 @@ def memory_from_row(row: MemoryRow) -> Memory:
         superseded_by=row.superseded_by,
         superseded_at=row.superseded_at,
         merged_into=row.merged_into,
+        occurred_at=row.occurred_at,
+        thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
         updated_at=row.updated_at,
     )
+
+
+def _thread_cursor(position: str | None) -> tuple[int, int] | None:
+    """The (thread position, id) a thread listing's token continues after; None for no token."""
+    if position is None:
+        return None
+    thread_position, _, memory_id = position.partition(":")
+    if not thread_position.isdigit() or not memory_id.isdigit():  # pragma: no cover - only we write positions
+        raise page_tokens.invalid()
+    return int(thread_position), int(memory_id)
 
 
 # The highest page number ``numbered_page`` serves (its offset is read past row by row).
@@ -67,17 +79,23 @@ class Memories:
         page_token: str = "",
         include_forgotten: bool = False,
         newest_first: bool = False,
+        thread: str = "",
         metadata_equals: Mapping[str, str] | None = None,
     ) -> MemoryPage:
         """Memories in id order (descending with ``newest_first``), a page at a time: ``page_size``
         of them at most, fewer when their encoded size would pass the response budget
-        (check.RESPONSE_BUDGET_BYTES). With ``metadata_equals``, only memories whose metadata
-        has each of its pairs exactly."""
+        (check.RESPONSE_BUDGET_BYTES). With ``thread``, only that thread's memories, in thread
+        order (position, then id). With ``metadata_equals``, only memories whose metadata has each
+        of its pairs exactly."""
         page_size = check.validate_page_size(page_size, self.limits)
         scope = check.validate_scope(scope) if scope else ""
+        if thread:
+            check.validate_thread(ThreadRef(thread, 0), field="thread")
         wanted = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        # A token is bound to its listing, the order and the filter included.
+        # A token is bound to its listing, the order and the filters included.
         query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
+        if thread:
+            query += f"\x1fthread\x1f{thread}"
         if wanted:
             query += "\x1f" + ledger.canonical_json(wanted)
         with self.pool.tenant(tenant, create=False) as store:
@@ -86,21 +104,36 @@ class Memories:
                 return MemoryPage([], "")
             with store.read() as txn:
                 secret = txn.page_token_secret()
-                after_id = page_tokens.decode_int(secret, tenant, query, page_token)
-                ids = txn.list_memory_ids(
-                    scope=scope or None,
-                    after_id=after_id,
-                    limit=page_size + 1,
-                    include_forgotten=include_forgotten,
-                    newest_first=newest_first,
-                    metadata_equals=wanted,
-                )
+                if thread:
+                    after = _thread_cursor(page_tokens.decode(secret, tenant, query, page_token))
+                    ids = txn.list_thread_ids(
+                        thread,
+                        scope=scope or None,
+                        after=after,
+                        limit=page_size + 1,
+                        include_forgotten=include_forgotten,
+                        newest_first=newest_first,
+                        metadata_equals=wanted,
+                    )
+                else:
+                    ids = txn.list_memory_ids(
+                        scope=scope or None,
+                        after_id=page_tokens.decode_int(secret, tenant, query, page_token),
+                        limit=page_size + 1,
+                        include_forgotten=include_forgotten,
+                        newest_first=newest_first,
+                        metadata_equals=wanted,
+                    )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [memory_from_row(rows[i]) for i in ids[:page_size]]
         kept = check.within_budget([check.memory_bytes(m) for m in memories])
         more = kept < len(memories) or len(ids) > page_size
         memories = memories[:kept]
-        token = page_tokens.encode(secret, tenant, query, str(memories[-1].id)) if more and memories else ""
+        token = ""
+        if more and memories:
+            last = memories[-1]
+            position = f"{last.thread.position}:{last.id}" if thread and last.thread else str(last.id)
+            token = page_tokens.encode(secret, tenant, query, position)
         return MemoryPage(memories, token)
 
     def numbered_page(

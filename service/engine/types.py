@@ -20,10 +20,20 @@ class RetainStatus(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class ThreadRef:
+    """A memory's place in a thread: the thread's id and a position in it (lower first)."""
+
+    id: str
+    position: int
+
+
+@dataclass(frozen=True)
 class RetainItem:
     text: str
     scope: str = GLOBAL_SCOPE
     metadata: dict[str, str] = field(default_factory=dict)
+    occurred_at: int | None = None  # when it was said or happened: unix microseconds
+    thread: ThreadRef | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,8 @@ class Memory:
     superseded_by: int = 0  # a newer memory replaced all of this one's attribute facts
     superseded_at: float = 0.0
     merged_into: int = 0  # Dedup merged this memory into that one; Recall never returns it
+    occurred_at: int | None = None  # unix microseconds, as the writer gave it
+    thread: ThreadRef | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
 
 

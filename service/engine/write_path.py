@@ -39,7 +39,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
-from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus, ThreadRef
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.store import ledger
 from mnemosyne.store.tenant_store import NewMemory, NotStored, TenantStore, WriteTxn
@@ -66,14 +66,47 @@ def payload_hash(method: str, items: Sequence[RetainItem], prepared: Sequence[Pr
     validation counts as it was sent. The bytes are those of hashing that list directly, so request
     ids stored by earlier versions still match (tests/test_idempotency.py)."""
     parts = [
-        f"[{ledger.canonical_json(i.text)},{ledger.canonical_json(i.scope)},{ledger.canonical_json(i.metadata)}]"
+        f"[{ledger.canonical_json(i.text)},{ledger.canonical_json(i.scope)},{ledger.canonical_json(i.metadata)}"
+        f"{_placed(i)}]"
         for i in items
     ]
     for p in prepared:
         parts[p.position] = (
-            f"[{ledger.canonical_json(p.item.text)},{ledger.canonical_json(p.item.scope)},{p.metadata_json}]"
+            f"[{ledger.canonical_json(p.item.text)},{ledger.canonical_json(p.item.scope)},{p.metadata_json}"
+            f"{_placed(p.item)}]"
         )
     return ledger.sha256_hex(f"[{ledger.canonical_json(method)},[{','.join(parts)}]]")
+
+
+def _placed(item: RetainItem) -> str:
+    """An item's time and thread as a fourth element of its payload-hash entry, or nothing when it
+    has neither (so request ids stored before these fields existed still match)."""
+    if item.occurred_at is None and item.thread is None:
+        return ""
+    return "," + ledger.canonical_json(placement(item))
+
+
+def placement(item: RetainItem) -> dict[str, object]:
+    """An item's time and thread as JSON values (only those it has)."""
+    placed: dict[str, object] = {}
+    if item.occurred_at is not None:
+        placed["occurred_at"] = item.occurred_at
+    if item.thread is not None:
+        placed["thread"] = [item.thread.id, item.thread.position]
+    return placed
+
+
+def placed_item(text: str, scope: str, metadata: dict[str, str], payload: dict[str, object]) -> RetainItem:
+    """An item rebuilt from JSON holding ``placement``'s keys (or none of them)."""
+    thread = payload.get("thread")
+    occurred_at = payload.get("occurred_at")
+    return RetainItem(
+        text=text,
+        scope=scope,
+        metadata=metadata,
+        occurred_at=int(occurred_at) if isinstance(occurred_at, int) else None,
+        thread=ThreadRef(str(thread[0]), int(thread[1])) if isinstance(thread, list) else None,
+    )
 
 
 class ExtractionMissing(Exception):
@@ -103,6 +136,7 @@ class PreparedItem:
                 "scope": self.item.scope,
                 "fingerprint": self.fingerprint,
                 "metadata_json": self.metadata_json,
+                **placement(self.item),
             }
         )
 
@@ -115,7 +149,7 @@ class PreparedItem:
         here)."""
         payload = json.loads(payload_json)
         metadata_json = payload.get("metadata_json") or ledger.canonical_json(payload["metadata"])
-        item = RetainItem(text=payload["text"], scope=payload["scope"], metadata=json.loads(metadata_json))
+        item = placed_item(payload["text"], payload["scope"], json.loads(metadata_json), payload)
         return cls(
             position=position,
             item=item,
@@ -181,6 +215,8 @@ class WritePath:
                 check.validate_text(item.text, self.limits)
                 scope = check.validate_scope(item.scope)
                 metadata = check.validate_metadata(item.metadata, self.limits)
+                occurred_at = check.validate_occurred_at(item.occurred_at)
+                thread = check.validate_thread(item.thread)
             except InvalidArgument as exc:
                 if not per_item_errors:
                     raise
@@ -191,7 +227,9 @@ class WritePath:
             prepared.append(
                 PreparedItem(
                     position=position,
-                    item=RetainItem(text=item.text, scope=scope, metadata=metadata),
+                    item=RetainItem(
+                        text=item.text, scope=scope, metadata=metadata, occurred_at=occurred_at, thread=thread
+                    ),
                     fingerprint=fingerprint(scope, item.text),
                     metadata_json=ledger.canonical_json(metadata),
                 )
@@ -479,6 +517,9 @@ class WritePath:
                         embedding=p.vector,
                         fts_text=p.item.text,
                         created_at=now,
+                        occurred_at=p.item.occurred_at,
+                        thread_id=p.item.thread.id if p.item.thread else None,
+                        thread_position=p.item.thread.position if p.item.thread else None,
                     )
                 )
             last = run[-1]

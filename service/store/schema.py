@@ -222,12 +222,24 @@ CREATE INDEX oplog_result_memory ON oplog(json_extract(result, '$.memory_id'))
   WHERE result IS NOT NULL AND json_valid(result);
 """
 
+# Time and order (recall quality, issue 25): when a memory's content was said or happened
+# (unix microseconds, as the writer gave it) and its place in a thread (an id and a position).
+# All NULL for a memory retained without them, and for every memory of an older file (nothing is
+# backfilled). The index lists a thread in order (ListMemories(thread)) and finds a memory's
+# neighbours.
+_V_TIME_AND_THREAD = """
+ALTER TABLE memories ADD COLUMN occurred_at INTEGER;
+ALTER TABLE memories ADD COLUMN thread_id TEXT;
+ALTER TABLE memories ADD COLUMN thread_position INTEGER;
+CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
+"""
+
 # Memory versions (UpdateMemory, the mem0-compatible endpoints): an update replaces a memory in
 # place under the same id and keeps what it replaced here, one row per earlier version with the
 # time it became current, so a memory's history can be listed. A forget deletes them with the rest
 # of the memory (overwritten: secure_delete). ``updated_at`` is when the current version was
 # written (NULL: never updated).
-_V8_MEMORY_VERSIONS = """
+_V_MEMORY_VERSIONS = """
 ALTER TABLE memories ADD COLUMN updated_at REAL;
 CREATE TABLE memory_versions(
   memory_id INTEGER NOT NULL REFERENCES memories(id),
@@ -247,7 +259,8 @@ MIGRATIONS: list[str] = [
     _V5_SECRET,
     _V6_MEMORY_KEYS,
     _V7_ERASURE_IN_PROPORTION,
-    _V8_MEMORY_VERSIONS,
+    _V_TIME_AND_THREAD,
+    _V_MEMORY_VERSIONS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -259,6 +272,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),
     frozenset({"memory_keys"}),
     frozenset(),
+    frozenset(),  # _V_TIME_AND_THREAD
     frozenset({"memory_versions"}),
 ]
 

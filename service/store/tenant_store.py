@@ -77,6 +77,9 @@ class NewMemory:
     embedding: bytes
     fts_text: str
     created_at: float
+    occurred_at: int | None = None  # unix microseconds
+    thread_id: str | None = None
+    thread_position: int | None = None
 
 
 @dataclass
@@ -92,6 +95,9 @@ class MemoryRow:
     merged_into: int = 0  # set when Dedup merged this memory into another (then never recalled)
     superseded_by: int = 0  # set when a newer memory replaced all of this one's facts
     superseded_at: float = 0.0
+    occurred_at: int | None = None  # unix microseconds
+    thread_id: str | None = None
+    thread_position: int | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
 
 
@@ -579,11 +585,14 @@ class ReadTxn(OplogReads):
                 merged_into=r[6] or 0,
                 superseded_by=r[7] or 0,
                 superseded_at=r[8] or 0.0,
-                updated_at=r[9] or 0.0,
+                occurred_at=r[9],
+                thread_id=r[10],
+                thread_position=r[11],
+                updated_at=r[12] or 0.0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"updated_at FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -639,6 +648,38 @@ class ReadTxn(OplogReads):
             params.extend((key, value))
         sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
         params.extend((limit, offset))
+        return [r[0] for r in self.connection.execute(sql, params)]
+
+    def list_thread_ids(
+        self,
+        thread_id: str,
+        *,
+        scope: str | None,
+        after: tuple[int, int] | None,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
+    ) -> list[int]:
+        """Ids of a thread's memories in thread order (position, then id; both descending with
+        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread);
+        with every pair of ``metadata_equals``."""
+        sql = "SELECT id FROM memories m WHERE thread_id = ?"
+        params: list[Any] = [thread_id]
+        if after is not None:
+            sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
+            params.extend(after)
+        if scope:
+            sql += " AND scope = ?"
+            params.append(scope)
+        if not include_forgotten:
+            sql += " AND forgotten_at IS NULL"
+        for key, value in sorted((metadata_equals or {}).items()):
+            sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+            params.extend((key, value))
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
+        params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 
     def count_filtered(self, metadata_equals: dict[str, str]) -> int:
@@ -906,10 +947,21 @@ class WriteTxn(ReadTxn, OplogWrites):
         # Each memory row names its ledger entry, whose sequence number is known before either
         # exists (entries are appended in this order), so no UPDATE afterwards.
         c.executemany(
-            "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq) "
-            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
+            "thread_id, thread_position) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (memory_id, m.scope, m.body, m.metadata_json, m.fingerprint, m.created_at, head_seq + 1 + i)
+                (
+                    memory_id,
+                    m.scope,
+                    m.body,
+                    m.metadata_json,
+                    m.fingerprint,
+                    m.created_at,
+                    head_seq + 1 + i,
+                    m.occurred_at,
+                    m.thread_id,
+                    m.thread_position,
+                )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
         )

@@ -35,8 +35,32 @@ def to_timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 
 
 def from_retain_item(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.RetainItem:
-    """A request's text, scope and metadata, as sent (the engine validates and applies defaults)."""
-    return types.RetainItem(text=item.text, scope=item.scope, metadata=dict(item.metadata))
+    """A request's text, scope, metadata, time and thread, as sent (the engine validates and
+    applies defaults)."""
+    return types.RetainItem(
+        text=item.text,
+        scope=item.scope,
+        metadata=dict(item.metadata),
+        occurred_at=from_occurred_at(item),
+        thread=from_thread(item),
+    )
+
+
+def from_occurred_at(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> int | None:
+    """``occurred_at`` in unix microseconds, None when unset. A Timestamp whose nanos are outside
+    0..999,999,999 is no time at all (OCCURRED_AT_INVALID); the engine checks the range."""
+    if not item.HasField("occurred_at"):
+        return None
+    stamp = item.occurred_at
+    if not 0 <= stamp.nanos < 1_000_000_000:
+        raise InvalidArgument(
+            f"occurred_at.nanos is {stamp.nanos}; it must be between 0 and 999999999", reason="OCCURRED_AT_INVALID"
+        )
+    return stamp.seconds * 1_000_000 + stamp.nanos // 1_000
+
+
+def from_thread(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.ThreadRef | None:
+    return types.ThreadRef(item.thread.id, item.thread.position) if item.HasField("thread") else None
 
 
 def from_recall_mode(mode: int) -> types.RecallMode:
@@ -107,6 +131,11 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
         target.superseded_at.FromNanoseconds(int(memory.superseded_at * 1e9))
     if memory.merged_into:
         target.merged_into = memory.merged_into
+    if memory.occurred_at is not None:
+        target.occurred_at.FromMicroseconds(memory.occurred_at)
+    if memory.thread is not None:
+        target.thread.id = memory.thread.id
+        target.thread.position = memory.thread.position
     if memory.updated_at:
         target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
 

@@ -45,6 +45,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 metadata=dict(request.metadata),
                 request_id=request.request_id or None,
                 fast=request.fast,
+                occurred_at=convert.from_occurred_at(request),
+                thread=convert.from_thread(request),
             )
         else:
             item = convert.from_retain_item(request)
@@ -87,6 +89,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             page_token=request.page_token,
             include_forgotten=request.include_forgotten,
             newest_first=request.newest_first,
+            thread=request.thread,
             metadata_equals=dict(request.metadata_equals),
         )
         return convert.to_list_memories_response(page)

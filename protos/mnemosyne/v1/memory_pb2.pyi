@@ -24,7 +24,7 @@ RECALL_MODE_VECTOR: RecallMode
 RECALL_MODE_TEXT: RecallMode
 
 class RetainRequest(_message.Message):
-    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages")
+    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages", "occurred_at", "thread")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,8 @@ class RetainRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     FAST_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     text: str
     scope: str
@@ -46,7 +48,9 @@ class RetainRequest(_message.Message):
     request_id: str
     fast: bool
     messages: _containers.RepeatedCompositeFieldContainer[_types_pb2.ConversationMessage]
-    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ...) -> None: ...
+    occurred_at: _timestamp_pb2.Timestamp
+    thread: _types_pb2.ThreadRef
+    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ...) -> None: ...
 
 class RetainResponse(_message.Message):
     __slots__ = ("result",)
@@ -55,7 +59,7 @@ class RetainResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ...) -> None: ...
 
 class RetainItem(_message.Message):
-    __slots__ = ("text", "scope", "metadata")
+    __slots__ = ("text", "scope", "metadata", "occurred_at", "thread")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,10 +70,14 @@ class RetainItem(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
     text: str
     scope: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    occurred_at: _timestamp_pb2.Timestamp
+    thread: _types_pb2.ThreadRef
+    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ...) -> None: ...
 
 class RetainBatchRequest(_message.Message):
     __slots__ = ("tenant", "items", "request_id", "fast")
@@ -147,7 +155,7 @@ class GetMemoryResponse(_message.Message):
     def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ...) -> None: ...
 
 class ListMemoriesRequest(_message.Message):
-    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "metadata_equals")
+    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "thread", "metadata_equals")
     class MetadataEqualsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +169,7 @@ class ListMemoriesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
     METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     scope: str
@@ -168,8 +177,9 @@ class ListMemoriesRequest(_message.Message):
     page_token: str
     include_forgotten: bool
     newest_first: bool
+    thread: str
     metadata_equals: _containers.ScalarMap[str, str]
-    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., thread: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListMemoriesResponse(_message.Message):
     __slots__ = ("memories", "next_page_token")
