@@ -31,7 +31,7 @@ from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow, NewMemory, ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
@@ -117,20 +117,7 @@ class Updates:
                 check_tenant_embedder(txn, self._write_path.embedder, write=True)
                 _, epoch_before = txn.index_state()
                 now = time.time()
-                txn.update_memory(
-                    memory_id,
-                    NewMemory(
-                        scope=prepared.item.scope,
-                        body=prepared.item.text,
-                        metadata_json=prepared.metadata_json,
-                        fingerprint=prepared.fingerprint,
-                        facts=prepared.extraction.facts,
-                        triples=prepared.extraction.triples,
-                        embedding=prepared.vector,
-                        fts_text=prepared.item.text,
-                        created_at=now,
-                    ),
-                )
+                txn.update_memory(memory_id, prepared.new_memory(now))  # its time and thread stay
                 supersedes = conflicts.adjudicate(
                     txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
                 )

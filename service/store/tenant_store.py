@@ -81,6 +81,19 @@ class NewMemory:
     thread_id: str | None = None
     thread_position: int | None = None
 
+    def digest(self, key: bytes | None) -> ledger.MemoryDigest:
+        """What the ledger records of this content, keyed with the memory's ``key``."""
+        return ledger.MemoryDigest.of(
+            scope=self.scope,
+            body=self.body,
+            metadata_json=self.metadata_json,
+            facts=self.facts,
+            triples=self.triples,
+            embedding=self.embedding,
+            fingerprint=self.fingerprint,
+            key=key,
+        )
+
 
 @dataclass
 class MemoryRow:
@@ -989,16 +1002,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         now = time.time()
         rows = []
         for i, (memory_id, m) in enumerate(zip(ids, memories)):
-            digest = ledger.MemoryDigest.of(
-                scope=m.scope,
-                body=m.body,
-                metadata_json=m.metadata_json,
-                facts=m.facts,
-                triples=m.triples,
-                embedding=m.embedding,
-                fingerprint=m.fingerprint,
-                key=keys[i],
-            )
+            digest = m.digest(keys[i])
             seq = head_seq + 1 + i
             entry_json = ledger.canonical_json(
                 {
@@ -1062,16 +1066,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, new.fts_text))
         self._fault_points("update_after_fts", [new])
         key = self._one("SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,))
-        digest = ledger.MemoryDigest.of(
-            scope=new.scope,
-            body=new.body,
-            metadata_json=new.metadata_json,
-            facts=new.facts,
-            triples=new.triples,
-            embedding=new.embedding,
-            fingerprint=new.fingerprint,
-            key=key,
-        )
+        digest = new.digest(key)
         fields: dict[str, Any] = {"op": "update", "memory_id": memory_id, **digest.as_entry_fields()}
         if key is not None:
             fields[ledger.KEYED_FIELD] = ledger.KEYED_VALUE
