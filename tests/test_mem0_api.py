@@ -79,6 +79,10 @@ def test_the_official_client_end_to_end_on_a_synchronous_tenant(served: tuple[Se
         (result,) = event["results"]
         memory_id = result["id"]
         assert result["event"] == "ADD" and result["memory"] == "Alice moved to Austin last month"
+        again = mem0.call("add", messages="alice moved to AUSTIN last month", user_id="alice", metadata={"src": "form"})
+        assert _poll_event(server, "key-sync", again["event_id"])["results"] == [
+            {"id": memory_id, "event": "NONE", "memory": "Alice moved to Austin last month"}
+        ]  # the same content again: a duplicate of the first, stored once
         for i in range(4):
             mem0.call("add", messages=f"Alice note {i}: she waters the ferns on day {i}", user_id="alice")
         for who in ("bob", "bob"):

@@ -67,7 +67,9 @@ DEFAULT_TENANT = "default"  # a server without a tokens file, when the header na
 ENTITY_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 ENTITY_PREFIX = "mem0."
 EVENT_STATUS = {"pending": "PENDING", "running": "RUNNING", "succeeded": "SUCCEEDED", "failed": "FAILED"}
-RECEIPT_PREFIX = "s."  # the event id of a synchronous add: "s." + its signed receipt
+# The event id of a synchronous add: a prefix ("s." stored, "d." a duplicate of a stored memory)
+# and the receipt of the memory, signed with the tenant's secret.
+RECEIPT_PREFIXES = {"s.": "ADD", "d.": "NONE"}
 _MEMORY_ID = re.compile(r"[1-9][0-9]{0,17}")
 _QUEUED = "Memory processing has been queued for background execution"
 _STORED = "Memory stored (the tenant's hot path is off: the write was synchronous)"
@@ -399,7 +401,8 @@ class Mem0Api:
         if outcome.status is RetainStatus.ENQUEUED:
             return {"message": _QUEUED, "status": "PENDING", "event_id": str(outcome.event_id)}
         receipt = engine.memories.receipt(request.tenant, outcome.memory_id)
-        return {"message": _STORED, "status": "SUCCEEDED", "event_id": RECEIPT_PREFIX + receipt}
+        prefix = "d." if outcome.status is RetainStatus.DUPLICATE else "s."
+        return {"message": _STORED, "status": "SUCCEEDED", "event_id": prefix + receipt}
 
     def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
@@ -506,8 +509,8 @@ class Mem0Api:
 
     def _event(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         raw = request.path[0]
-        if raw.startswith(RECEIPT_PREFIX):
-            memory_id = self._engine.memories.receipt_memory(request.tenant, raw[len(RECEIPT_PREFIX) :])
+        if raw[:2] in RECEIPT_PREFIXES:
+            memory_id = self._engine.memories.receipt_memory(request.tenant, raw[2:])
             memory = self._engine.memories.get(request.tenant, memory_id)
             at = _iso(memory.created_at)
             return {
@@ -516,7 +519,7 @@ class Mem0Api:
                 "status": "SUCCEEDED",
                 "payload": {},
                 "metadata": {},
-                "results": [{"id": str(memory.id), "event": "ADD", "memory": memory.text}],
+                "results": [{"id": str(memory.id), "event": RECEIPT_PREFIXES[raw[:2]], "memory": memory.text}],
                 "created_at": at,
                 "updated_at": at,
                 "started_at": at,
