@@ -214,6 +214,11 @@ def test_a_bad_key_is_refused_at_construction(served: tuple[ServerProcess, Path]
         client.close()
     reply = _get(server, "/v1/ping/", "not-a-key")
     assert (reply.status, reply.reason) == (401, "TOKEN_UNKNOWN") and reply.json()["detail"]
+    # Authentication comes first: a bad body from an unknown key learns nothing more.
+    garbage = _send(server, "POST", "/v3/memories/add/", b"{not json", key="not-a-key")
+    assert (garbage.status, garbage.reason) == (401, "TOKEN_UNKNOWN")
+    headed = request(server.http_port, "GET", "/v1/events/", headers={"mnemosyne-tenant": SYNC})
+    assert (headed.status, headed.reason) == (401, "TOKEN_MISSING")
 
 
 def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: str = "key-sync") -> Reply:

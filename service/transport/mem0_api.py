@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode
 
@@ -40,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainStatus
-from mnemosyne.errors import InvalidArgument, NotFound, Unimplemented
+from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.edge import Edge, Kind, Outcome
@@ -84,6 +85,7 @@ class Mem0Request:
     query: dict[str, str] = field(default_factory=dict)
     path: tuple[str, ...] = ()
     base_url: str = ""
+    problem: MnemosyneError | None = None  # what could not be decoded: raised once authorised
 
 
 @dataclass(frozen=True)
@@ -323,19 +325,24 @@ class Mem0Api:
             authorization = f"Bearer {key}" if scheme.lower() in ("token", "bearer") else authorization
             headers.append(("authorization", authorization))
         body: dict[str, Any] = {}
-        if request.method in ("POST", "PUT"):
-            raw = await read_body(request, 2 * self._edge.max_request_bytes)
-            if raw is None:
-                raise InvalidArgument(
-                    f"the body is larger than {2 * self._edge.max_request_bytes} bytes", reason="REQUEST_TOO_LARGE"
+        query: dict[str, str] = {}
+        problem: MnemosyneError | None = None
+        try:  # a request that cannot be decoded is refused after authentication, as over gRPC
+            if request.method in ("POST", "PUT"):
+                raw = await read_body(request, 2 * self._edge.max_request_bytes)
+                if raw is None:
+                    raise InvalidArgument(
+                        f"the body is larger than {2 * self._edge.max_request_bytes} bytes", reason="REQUEST_TOO_LARGE"
+                    )
+                body = _json_object(raw)
+            try:
+                query = dict(
+                    parse_qsl(request.scope["query_string"].decode("utf-8"), keep_blank_values=True, errors="strict")
                 )
-            body = _json_object(raw)
-        try:
-            query = dict(
-                parse_qsl(request.scope["query_string"].decode("utf-8"), keep_blank_values=True, errors="strict")
-            )
-        except (UnicodeDecodeError, ValueError):
-            raise _bad("the query string is not valid UTF-8 URL encoding") from None
+            except (UnicodeDecodeError, ValueError):
+                raise _bad("the query string is not valid UTF-8 URL encoding") from None
+        except MnemosyneError as exc:
+            problem = exc
         base = f"{request.url.scheme}://{request.headers.get('host', 'localhost')}"
         decoded: Mem0Request | _Tenantless
         if method == "mem0 ping":
@@ -344,9 +351,9 @@ class Mem0Api:
             except InvalidArgument:  # a key of several tenants: any of them may be named later
                 decoded = _Tenantless()
         else:
-            decoded = Mem0Request(self._tenant(request, authorization), body, query, groups, base)
+            decoded = Mem0Request(self._tenant(request, authorization), body, query, groups, base, problem)
         call = self._edge.begin(method, decoded, headers, None)
-        result = await self._edge.answer(Kind.BLOCKING, handler, decoded, call)
+        result = await self._edge.answer(Kind.BLOCKING, partial(_checked, handler), decoded, call)
         return Response(
             json.dumps(result, ensure_ascii=False),
             headers={**dict(call.trailing_metadata), **dict(echo)},
@@ -579,6 +586,13 @@ class Mem0Api:
             nxt = f"{request.base_url}/v1/events/?{urlencode(args)}"
         events = [self._event_json(request.tenant, e) for e in page.events]
         return {"count": len(events), "next": nxt, "previous": None, "results": events}
+
+
+def _checked(handler: Handler, request: Mem0Request | _Tenantless, call: Call) -> Any:
+    """The handler's answer, or the refusal of what could not be decoded."""
+    if isinstance(request, Mem0Request) and request.problem is not None:
+        raise request.problem
+    return handler(request, call)
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
