@@ -353,6 +353,9 @@ class Mem0Api:
         else:
             decoded = Mem0Request(self._tenant(request, authorization), body, query, groups, base, problem)
         call = self._edge.begin(method, decoded, headers, None)
+        # Not forwarded to another member (the hop speaks gRPC, these are not RPCs): answered
+        # here, where the store refuses a tenant another member owns (NOT_OWNER, naming it).
+        call.forward_to = None
         result = await self._edge.answer(Kind.BLOCKING, partial(_checked, handler), decoded, call)
         return Response(
             json.dumps(result, ensure_ascii=False),
