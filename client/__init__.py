@@ -33,6 +33,7 @@ from mnemosyne.client.types import (
     IntegrityReport,
     Memory,
     MemoryPage,
+    MemoryVersion,
     Message,
     Record,
     RecordChange,
@@ -43,6 +44,7 @@ from mnemosyne.client.types import (
     Stats,
     ThreadRef,
     Triple,
+    UpdateResult,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "Memory",
     "MemoryClient",
     "MemoryPage",
+    "MemoryVersion",
     "Message",
     "MnemosyneClientError",
     "NotFoundError",
@@ -82,6 +85,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetainItem",
     "RetainResult",
+    "UpdateResult",
     "ServerError",
     "Stats",
     "ThreadRef",

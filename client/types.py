@@ -45,6 +45,28 @@ class Memory:
     merged_into: int = 0  # the memory Dedup merged this one into (0: not merged)
     occurred_at: float | None = None  # when it was said or happened (unix seconds), if the writer said
     thread: ThreadRef | None = None  # its thread and position, if the writer gave them
+    updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One version of a memory (list_memory_versions): 1 is the memory as retained."""
+
+    version: int
+    text: str
+    metadata: dict[str, str]
+    at: float
+    current: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What update_memory did: the memory afterwards; ``updated`` is False when nothing changed."""
+
+    memory: Memory
+    updated: bool
+    near_duplicate_of: list[int] = field(default_factory=list)
+    supersedes: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ def _filled(channel: grpc.Channel) -> str:
             tenant=tenant, text=text, occurred_at=_MAY_8, thread=_thread("chat/1", position)
         )
         _grpc(channel, "Retain", threaded)
+    travel = {"topic": "travel"}
+    _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="Bo flies to Oslo", metadata=travel))
     change = workspace_pb2.RecordChange(op=workspace_pb2.RecordChange.PUT, key="plan.md", content="ship it")
     _grpc(
         channel,
@@ -141,6 +143,15 @@ CASES: dict[str, Case] = {
     "GetMemory": Case(lambda t: memory_pb2.GetMemoryRequest(tenant=t, memory_id=2)),
     "ListMemories": Case(lambda t: memory_pb2.ListMemoriesRequest(tenant=t, page_size=2, thread="chat/1")),
     "ForgetMemory": Case(lambda t: memory_pb2.ForgetMemoryRequest(tenant=t, memory_id=1, request_id="f-1"), write=True),
+    "UpdateMemory": Case(
+        lambda t: memory_pb2.UpdateMemoryRequest(tenant=t, memory_id=2, text="Ada prefers the day train to Nice"),
+        write=True,
+        volatile=("memory.createdAt", "memory.updatedAt"),
+    ),
+    "ForgetMemories": Case(
+        lambda t: memory_pb2.ForgetMemoriesRequest(tenant=t, metadata_equals={"topic": "travel"}), write=True
+    ),
+    "ListMemoryVersions": Case(lambda t: memory_pb2.ListMemoryVersionsRequest(tenant=t, memory_id=2)),
     "AssembleContext": Case(
         lambda t: workspace_pb2.AssembleContextRequest(tenant=t, workspace="w1", query="Lyon", k=2)
     ),

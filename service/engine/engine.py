@@ -6,6 +6,8 @@ Each part receives what it uses, not the engine:
 * ``hot_path`` (engine/hot_path.py): asynchronous writes through a durable operation log;
 * ``recall`` (engine/recall.py): the whole recall algorithm;
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
+* ``updates`` (engine/updates.py): memories updated in place (with their versions), and
+  forgotten by filter;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
@@ -39,6 +41,7 @@ from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome, ThreadRef
+from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
@@ -78,6 +81,7 @@ class Engine:
         )
         self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits)
         self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
+        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=config.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
         self.tenants = Tenants(pool=self.pool)

@@ -88,6 +88,28 @@ class Memory:
     merged_into: int = 0  # Dedup merged this memory into that one; Recall never returns it
     occurred_at: int | None = None  # unix microseconds, as the writer gave it
     thread: ThreadRef | None = None
+    updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One version of a memory: its text and metadata and when it became current."""
+
+    version: int  # 1 is the memory as retained
+    text: str
+    metadata: dict[str, str]
+    at: float
+    current: bool = False  # the memory's text now
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """What UpdateMemory did: the memory afterwards, and the rules of a new write applied to it."""
+
+    memory: Memory
+    updated: bool  # False when the text and metadata were already these (nothing written)
+    near_duplicate_of: tuple[int, ...] = ()
+    supersedes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,25 @@ class PreparedItem:
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
     near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit
 
+    def new_memory(self, now: float) -> NewMemory:
+        """What the store writes of this item (it must be extracted and embedded)."""
+        assert self.extraction is not None and self.vector is not None
+        thread = self.item.thread
+        return NewMemory(
+            scope=self.item.scope,
+            body=self.item.text,
+            metadata_json=self.metadata_json,
+            fingerprint=self.fingerprint,
+            facts=self.extraction.facts,
+            triples=self.extraction.triples,
+            embedding=self.vector,
+            fts_text=self.item.text,
+            created_at=now,
+            occurred_at=self.item.occurred_at,
+            thread_id=thread.id if thread else None,
+            thread_position=thread.position if thread else None,
+        )
+
     def to_payload(self) -> str:
         """The item as a fast write's operation keeps it (inbox, then log), with what was computed
         for it: the worker takes it from there as it is."""
@@ -505,23 +524,7 @@ class WritePath:
             now = time.time()
             memories = []
             for p in run:
-                assert p.extraction is not None and p.vector is not None  # checked when the run was formed
-                memories.append(
-                    NewMemory(
-                        scope=p.item.scope,
-                        body=p.item.text,
-                        metadata_json=p.metadata_json,
-                        fingerprint=p.fingerprint,
-                        facts=p.extraction.facts,
-                        triples=p.extraction.triples,
-                        embedding=p.vector,
-                        fts_text=p.item.text,
-                        created_at=now,
-                        occurred_at=p.item.occurred_at,
-                        thread_id=p.item.thread.id if p.item.thread else None,
-                        thread_position=p.item.thread.position if p.item.thread else None,
-                    )
-                )
+                memories.append(p.new_memory(now))  # extracted and embedded: checked when the run was formed
             last = run[-1]
             try:
                 with txn.savepoint() if one_by_one else nullcontext():

@@ -234,6 +234,23 @@ ALTER TABLE memories ADD COLUMN thread_position INTEGER;
 CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
 """
 
+# Memory versions (UpdateMemory, the mem0-compatible endpoints): an update replaces a memory in
+# place under the same id and keeps what it replaced here, one row per earlier version with the
+# time it became current, so a memory's history can be listed. A forget deletes them with the rest
+# of the memory (overwritten: secure_delete). ``updated_at`` is when the current version was
+# written (NULL: never updated).
+_V_MEMORY_VERSIONS = """
+ALTER TABLE memories ADD COLUMN updated_at REAL;
+CREATE TABLE memory_versions(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  version INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY (memory_id, version)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -243,6 +260,7 @@ MIGRATIONS: list[str] = [
     _V6_MEMORY_KEYS,
     _V7_ERASURE_IN_PROPORTION,
     _V_TIME_AND_THREAD,
+    _V_MEMORY_VERSIONS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -255,6 +273,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_keys"}),
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
+    frozenset({"memory_versions"}),
 ]
 
 

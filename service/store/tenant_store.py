@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -80,6 +81,19 @@ class NewMemory:
     thread_id: str | None = None
     thread_position: int | None = None
 
+    def digest(self, key: bytes | None) -> ledger.MemoryDigest:
+        """What the ledger records of this content, keyed with the memory's ``key``."""
+        return ledger.MemoryDigest.of(
+            scope=self.scope,
+            body=self.body,
+            metadata_json=self.metadata_json,
+            facts=self.facts,
+            triples=self.triples,
+            embedding=self.embedding,
+            fingerprint=self.fingerprint,
+            key=key,
+        )
+
 
 @dataclass
 class MemoryRow:
@@ -97,6 +111,17 @@ class MemoryRow:
     occurred_at: int | None = None  # unix microseconds
     thread_id: str | None = None
     thread_position: int | None = None
+    updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One earlier version of an updated memory (table ``memory_versions``)."""
+
+    version: int  # 1 is the memory as retained
+    body: str
+    metadata: dict[str, str]
+    at: float  # when this version became current
 
 
 def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
@@ -477,6 +502,11 @@ class TenantStore:
         connection.close()
 
 
+# One metadata pair of a filter: json_each with bound parameters, so keys from clients never
+# become JSON path syntax.
+_METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
+
+
 def _metadata(text: str) -> dict[str, str]:
     return json.loads(text) if text and text != "{}" else {}  # most memories have none
 
@@ -571,10 +601,11 @@ class ReadTxn(OplogReads):
                 occurred_at=r[9],
                 thread_id=r[10],
                 thread_position=r[11],
+                updated_at=r[12] or 0.0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -591,24 +622,45 @@ class ReadTxn(OplogReads):
                 rows[memory_id].triples.append((subject, predicate, obj))
         return rows
 
+    def memory_versions(self, memory_id: int) -> list[MemoryVersion]:
+        """The earlier versions of a memory, oldest first (none for one never updated)."""
+        return [
+            MemoryVersion(version, body, _metadata(metadata), at)
+            for version, body, metadata, at in self.connection.execute(
+                "SELECT version, body, metadata, at FROM memory_versions WHERE memory_id = ? ORDER BY version",
+                (memory_id,),
+            )
+        ]
+
     def list_memory_ids(
-        self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool, newest_first: bool = False
+        self,
+        *,
+        scope: str | None,
+        after_id: int,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
+        offset: int = 0,
     ) -> list[int]:
         """Ids past ``after_id`` in the listing's order (ascending, or descending with
-        ``newest_first``, where 0 means from the newest)."""
+        ``newest_first``, where 0 means from the newest), with every pair of ``metadata_equals``."""
         if newest_first:
-            sql = "SELECT id FROM memories WHERE id < ?"
+            sql = "SELECT id FROM memories m WHERE id < ?"
             params: list[Any] = [after_id or 2**63 - 1]
         else:
-            sql = "SELECT id FROM memories WHERE id > ?"
+            sql = "SELECT id FROM memories m WHERE id > ?"
             params = [after_id]
         if scope:
             sql += " AND scope = ?"
             params.append(scope)
         if not include_forgotten:
             sql += " AND forgotten_at IS NULL"
-        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
-        params.append(limit)
+        for key, value in sorted((metadata_equals or {}).items()):
+            sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+            params.extend((key, value))
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        params.extend((limit, offset))
         return [r[0] for r in self.connection.execute(sql, params)]
 
     def list_thread_ids(
@@ -620,10 +672,12 @@ class ReadTxn(OplogReads):
         limit: int,
         include_forgotten: bool,
         newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
     ) -> list[int]:
         """Ids of a thread's memories in thread order (position, then id; both descending with
-        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread)."""
-        sql = "SELECT id FROM memories WHERE thread_id = ?"
+        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread);
+        with every pair of ``metadata_equals``."""
+        sql = "SELECT id FROM memories m WHERE thread_id = ?"
         params: list[Any] = [thread_id]
         if after is not None:
             sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
@@ -633,10 +687,18 @@ class ReadTxn(OplogReads):
             params.append(scope)
         if not include_forgotten:
             sql += " AND forgotten_at IS NULL"
+        for key, value in sorted((metadata_equals or {}).items()):
+            sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+            params.extend((key, value))
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
+
+    def count_filtered(self, metadata_equals: dict[str, str]) -> int:
+        """How many live memories have every metadata pair."""
+        sql, params = self._filter_sql("m", (), metadata_equals)
+        return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
 
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
@@ -651,8 +713,7 @@ class ReadTxn(OplogReads):
             clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
             params.extend(scopes)
         for key, value in sorted(metadata_equals.items()):
-            # json_each with bound parameters: keys from clients never become JSON path syntax.
-            clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)")
+            clauses.append(_METADATA_PAIR.format(alias=alias))
             params.extend((key, value))
         return " AND ".join(clauses), params
 
@@ -734,6 +795,7 @@ class ReadTxn(OplogReads):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
         keys: dict[int, bytes] = dict(self.connection.execute("SELECT memory_id, key FROM memory_keys"))
+        versioned = {r[0] for r in self.connection.execute("SELECT DISTINCT memory_id FROM memory_versions")}
         for (
             memory_id,
             scope,
@@ -763,7 +825,10 @@ class ReadTxn(OplogReads):
                     fingerprint=fingerprint or "",
                     key=key,
                 ),
-                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None or key is not None),
+                leftovers=forgotten
+                and bool(
+                    body or my_facts or my_triples or vector is not None or key is not None or memory_id in versioned
+                ),
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
                 keyed=key is not None,
@@ -824,9 +889,11 @@ class WriteTxn(ReadTxn, OplogWrites):
 
     def _fault_point(self, name: str, body: str) -> None:
         """Test seam: a fault spec is a step name, or "step:marker" to fail only bodies
-        containing the marker."""
+        containing the marker; "kill@step" (with or without a marker) kills the process there."""
         for spec in self._faults:
             step, _, marker = spec.partition(":")
+            if step == f"kill@{name}" and marker in body:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash mid-transaction ("kill@step")
             if step == name and marker in body:
                 raise InjectedFault(f"injected fault at {name}")
 
@@ -935,16 +1002,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         now = time.time()
         rows = []
         for i, (memory_id, m) in enumerate(zip(ids, memories)):
-            digest = ledger.MemoryDigest.of(
-                scope=m.scope,
-                body=m.body,
-                metadata_json=m.metadata_json,
-                facts=m.facts,
-                triples=m.triples,
-                embedding=m.embedding,
-                fingerprint=m.fingerprint,
-                key=keys[i],
-            )
+            digest = m.digest(keys[i])
             seq = head_seq + 1 + i
             entry_json = ledger.canonical_json(
                 {
@@ -966,6 +1024,57 @@ class WriteTxn(ReadTxn, OplogWrites):
             for m in memories:
                 self._fault_point(name, m.body)
 
+    def update_memory(self, memory_id: int, new: NewMemory) -> None:
+        """Replace a live, unmerged memory's content under its id: the current body and metadata
+        become its next ``memory_versions`` row, then body, metadata, fingerprint, facts, triples,
+        embedding and full-text row are replaced and one ``update`` ledger entry (the new content's
+        digests, keyed with the memory's own key) is appended. The facts it had that newer
+        memories superseded went with the old content (its ``supersessions`` rows and mark); what
+        its old content superseded in others stays recorded. The forget epoch advances (the
+        vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
+        reloads). All or nothing with the enclosing transaction. Raises
+        ``apsw.ConstraintError`` when another memory holds the new fingerprint."""
+        c = self.connection
+        row = c.execute(
+            "SELECT body, metadata, coalesce(updated_at, created_at) FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
+        assert row is not None
+        version = 1 + int(self._one("SELECT count(*) FROM memory_versions WHERE memory_id = ?", (memory_id,)) or 0)
+        c.execute(
+            "INSERT INTO memory_versions(memory_id, version, body, metadata, at) VALUES(?, ?, ?, ?, ?)",
+            (memory_id, version, row[0], row[1], row[2]),
+        )
+        self._delete_fulltext([(memory_id, row[0])])
+        c.execute(
+            "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL, "
+            "superseded_at = NULL WHERE id = ?",
+            (new.body, new.metadata_json, new.fingerprint, new.created_at, memory_id),
+        )
+        self._fault_points("update_after_body", [new])
+        c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
+        c.executemany(
+            "INSERT INTO facts(memory_id, ord, kind, value, normalized) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *fact) for i, fact in enumerate(new.facts)],
+        )
+        c.executemany(
+            "INSERT INTO triples(memory_id, ord, subject, predicate, object) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *triple) for i, triple in enumerate(new.triples)],
+        )
+        c.execute("UPDATE embeddings SET vector = ? WHERE memory_id = ?", (new.embedding, memory_id))
+        c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, new.fts_text))
+        self._fault_points("update_after_fts", [new])
+        key = self._one("SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,))
+        digest = new.digest(key)
+        fields: dict[str, Any] = {"op": "update", "memory_id": memory_id, **digest.as_entry_fields()}
+        if key is not None:
+            fields[ledger.KEYED_FIELD] = ledger.KEYED_VALUE
+        self.append_ledger(fields)
+        self._fault_points("update_after_ledger", [new])
+        epoch = int(self.meta("forget_epoch", "0") or 0)
+        self.set_meta("forget_epoch", str(epoch + 1))
+
     def forget_memory(self, memory_id: int) -> bool:
         """Erase text and derived rows, keep the row and its id. False if already forgotten.
 
@@ -986,6 +1095,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM memory_versions WHERE memory_id = ?", (memory_id,))
         c.execute(
             "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),

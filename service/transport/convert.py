@@ -136,6 +136,8 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
     if memory.thread is not None:
         target.thread.id = memory.thread.id
         target.thread.position = memory.thread.position
+    if memory.updated_at:
+        target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
 
 
 def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:
@@ -174,6 +176,25 @@ def to_list_memories_response(page: types.MemoryPage) -> memory_pb2.ListMemories
 
 def to_forget_response(memory_id: int, forgotten: bool) -> memory_pb2.ForgetMemoryResponse:
     return memory_pb2.ForgetMemoryResponse(memory_id=memory_id, forgotten=forgotten)
+
+
+def to_update_memory_response(outcome: types.UpdateOutcome) -> memory_pb2.UpdateMemoryResponse:
+    response = memory_pb2.UpdateMemoryResponse(
+        updated=outcome.updated,
+        near_duplicate_of=list(outcome.near_duplicate_of),
+        supersedes=list(outcome.supersedes),
+    )
+    fill_memory(response.memory, outcome.memory)
+    return response
+
+
+def to_memory_versions_response(versions: Iterable[types.MemoryVersion]) -> memory_pb2.ListMemoryVersionsResponse:
+    response = memory_pb2.ListMemoryVersionsResponse()
+    for v in versions:
+        response.versions.add(
+            version=v.version, text=v.text, metadata=v.metadata, at=to_timestamp(v.at), current=v.current
+        )
+    return response
 
 
 def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
