@@ -507,6 +507,22 @@ class TenantStore:
 _METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
 
 
+def _listing_filters(
+    params: list[Any], scope: str | None, include_forgotten: bool, metadata_equals: dict[str, str] | None
+) -> str:
+    """The ``AND`` clauses of a listing of memories ``m`` (their values appended to ``params``)."""
+    sql = ""
+    if scope:
+        sql += " AND m.scope = ?"
+        params.append(scope)
+    if not include_forgotten:
+        sql += " AND m.forgotten_at IS NULL"
+    for key, value in sorted((metadata_equals or {}).items()):
+        sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+        params.extend((key, value))
+    return sql
+
+
 def _metadata(text: str) -> dict[str, str]:
     return json.loads(text) if text and text != "{}" else {}  # most memories have none
 
@@ -651,14 +667,7 @@ class ReadTxn(OplogReads):
         else:
             sql = "SELECT id FROM memories m WHERE id > ?"
             params = [after_id]
-        if scope:
-            sql += " AND scope = ?"
-            params.append(scope)
-        if not include_forgotten:
-            sql += " AND forgotten_at IS NULL"
-        for key, value in sorted((metadata_equals or {}).items()):
-            sql += f" AND {_METADATA_PAIR.format(alias='m')}"
-            params.extend((key, value))
+        sql += _listing_filters(params, scope, include_forgotten, metadata_equals)
         sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
         params.extend((limit, offset))
         return [r[0] for r in self.connection.execute(sql, params)]
@@ -682,14 +691,7 @@ class ReadTxn(OplogReads):
         if after is not None:
             sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
             params.extend(after)
-        if scope:
-            sql += " AND scope = ?"
-            params.append(scope)
-        if not include_forgotten:
-            sql += " AND forgotten_at IS NULL"
-        for key, value in sorted((metadata_equals or {}).items()):
-            sql += f" AND {_METADATA_PAIR.format(alias='m')}"
-            params.extend((key, value))
+        sql += _listing_filters(params, scope, include_forgotten, metadata_equals)
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
         params.append(limit)
