@@ -133,7 +133,13 @@ def score(evidence: frozenset[str], ranked_dia_ids: list[str], k: int) -> float:
 
 
 def run_mnemosyne(
-    conversations, embedder: str, mode: str, server_args: list[str], *, python: str | None = None
+    conversations,
+    embedder: str,
+    mode: str,
+    server_args: list[str],
+    *,
+    python: str | None = None,
+    off: list[str] | None = None,
 ) -> tuple[list, dict]:
     from mnemosyne.client import MemoryClient
     from mnemosyne.client.types import RetainItem, ThreadRef
@@ -141,7 +147,12 @@ def run_mnemosyne(
     results = []
     timing = {"ingest_s": 0.0, "recall_s": 0.0}
     with (
-        running_server(embedder=embedder, args=server_args, python=python) as server,
+        running_server(
+            embedder=embedder,
+            args=server_args,
+            python=python,
+            env={"MNEMOSYNE_TEST_RECALL_OFF": ",".join(off)} if off else None,
+        ) as server,
         MemoryClient(server.target, timeout=600) as client,
     ):
         for sample_id, turns, questions in conversations:
@@ -241,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         "also score on the corrected evidence (evaluation data: never commit it)",
     )
     parser.add_argument(
+        "--off",
+        action="append",
+        default=[],
+        choices=["neighbours", "window", "dates", "relative_time"],
+        help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
+    )
+    parser.add_argument(
         "--server-python",
         help="serve with this interpreter's installation (e.g. main's .venv/bin/python): a baseline in the same run",
     )
@@ -252,11 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         system = "chroma (PersistentClient, cosine HNSW) + all-MiniLM-L6-v2"
     else:
         results, timing = run_mnemosyne(
-            conversations, args.embedder, args.mode, args.server_arg, python=args.server_python
+            conversations, args.embedder, args.mode, args.server_arg, python=args.server_python, off=args.off
         )
         system = f"mnemosyne --embedder {args.embedder}, recall mode {args.mode}"
         if args.server_python:
             system += f", served by {args.server_python}"
+        if args.off:
+            system += f", without {', '.join(args.off)}"
     summary = summarise(results)
     print_summary(f"LoCoMo evidence recall: {system} ({args.data.name})", summary)
     if args.evidence_fixes:
@@ -273,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             "system": system,
             "embedder": args.embedder,
             "mode": args.mode,
+            "off": args.off,
             "timing": timing,
             **summary,
             # Each question's ranked turns, for analysis offline.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mnemosyne import background
-from mnemosyne.engine import conflicts, dedup
+from mnemosyne.engine import conflicts, dedup, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
@@ -181,8 +181,10 @@ class WritePath:
         observer: EngineObserver,
         near_duplicate_threshold: float,
         request_ttl_seconds: float,
+        resolve_relative_time: bool = True,
     ) -> None:
         self.extractor = extractor
+        self._resolve_relative_time = resolve_relative_time  # off only in recall's ablation (a test seam)
         self.embedder = embedder
         self.limits = limits
         self.observer = observer
@@ -506,13 +508,17 @@ class WritePath:
             memories = []
             for p in run:
                 assert p.extraction is not None and p.vector is not None  # checked when the run was formed
+                # Relative times ("yesterday") read against occurred_at: facts, and indexed words.
+                times, index_words = relative_time.resolve(
+                    p.item.text, p.item.occurred_at if self._resolve_relative_time else None
+                )
                 memories.append(
                     NewMemory(
                         scope=p.item.scope,
                         body=p.item.text,
                         metadata_json=p.metadata_json,
                         fingerprint=p.fingerprint,
-                        facts=p.extraction.facts,
+                        facts=[*p.extraction.facts, *times],
                         triples=p.extraction.triples,
                         embedding=p.vector,
                         fts_text=p.item.text,
@@ -520,6 +526,7 @@ class WritePath:
                         occurred_at=p.item.occurred_at,
                         thread_id=p.item.thread.id if p.item.thread else None,
                         thread_position=p.item.thread.position if p.item.thread else None,
+                        index_words=index_words,
                     )
                 )
             last = run[-1]

@@ -226,11 +226,14 @@ CREATE INDEX oplog_result_memory ON oplog(json_extract(result, '$.memory_id'))
 # (unix microseconds, as the writer gave it) and its place in a thread (an id and a position).
 # All NULL for a memory retained without them, and for every memory of an older file (nothing is
 # backfilled). The index lists a thread in order (ListMemories(thread)) and finds a memory's
-# neighbours.
+# neighbours. ``index_words``: words indexed with the body (the full-text row is body, newline,
+# index_words: relative times resolved against occurred_at, engine/relative_time.py), kept so the
+# row can be deleted with exactly the text it indexed; erased by a forget.
 _V_TIME_AND_THREAD = """
 ALTER TABLE memories ADD COLUMN occurred_at INTEGER;
 ALTER TABLE memories ADD COLUMN thread_id TEXT;
 ALTER TABLE memories ADD COLUMN thread_position INTEGER;
+ALTER TABLE memories ADD COLUMN index_words TEXT;
 CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
 """
 
