@@ -131,7 +131,9 @@ def test_resolution_across_year_ends_and_the_calendar_edges() -> None:
         ("date", "last month", "2023-12"),
     ]
     end = int((datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC).timestamp()) * 1e6)
-    assert resolve("tomorrow, yesterday", end)[0] == [("date", "yesterday", "9999-12-30")]  # year 10000 is skipped
+    assert resolve("tomorrow, yesterday, next year", end)[0] == [
+        ("date", "yesterday", "9999-12-30")
+    ]  # year 10000 is skipped
 
 
 def test_a_question_names_one_span_or_none() -> None:

@@ -61,8 +61,6 @@ CONTEXT_DEPTH = 20
 WINDOW_NEIGHBOURS = 0.5
 # A candidate dated inside the question's span gains this share of the best score.
 DATE_BOOST = 0.2
-# The steps a test seam may switch off (MNEMOSYNE_TEST_RECALL_OFF), for the ablation.
-STEPS = frozenset({"neighbours", "window", "dates"})
 # BM25's k1 and b: FTS5's k1, and b = 0.4 (Anserini's default for passages) instead of FTS5's 0.75.
 BM25_K1 = 1.2
 FTS5_B = 0.75

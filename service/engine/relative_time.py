@@ -107,7 +107,7 @@ def _named(m: re.Match[str], anchor: datetime.date) -> tuple[str, str] | None:
             return _week_named(anchor + datetime.timedelta(weeks=n))
         if unit == "month":
             return _month(_shift_months(anchor, n))
-        return str(anchor.year + n), str(anchor.year + n)
+        return _year(anchor.year + n)
     rel, unit = m["rel"].lower(), m["rel_unit"].lower()
     step = {"last": -1, "past": -1, "this": 0, "next": 1}[rel]
     if unit == "week":
@@ -118,7 +118,7 @@ def _named(m: re.Match[str], anchor: datetime.date) -> tuple[str, str] | None:
     if unit == "month":
         return _month(_shift_months(anchor, step))
     if unit == "year":
-        return str(anchor.year + step), str(anchor.year + step)
+        return _year(anchor.year + step)
     # A weekday: "last Friday" is the latest Friday before the anchor's day, "next Friday" the
     # first after it, "this Friday" the one of the anchor's week.
     target = _WEEKDAYS.index(unit)
@@ -131,6 +131,12 @@ def _named(m: re.Match[str], anchor: datetime.date) -> tuple[str, str] | None:
 
 def _day(day: datetime.date) -> tuple[str, str]:
     return day.isoformat(), f"{day.day} {_MONTH_NAMES[day.month - 1]} {day.year}"
+
+
+def _year(year: int) -> tuple[str, str]:
+    if not datetime.MINYEAR <= year <= datetime.MAXYEAR:
+        raise ValueError(f"year {year} is out of range")
+    return f"{year:04d}", str(year)
 
 
 def _month(day: datetime.date) -> tuple[str, str]:
