@@ -226,15 +226,20 @@ CREATE INDEX oplog_result_memory ON oplog(json_extract(result, '$.memory_id'))
 # (unix microseconds, as the writer gave it) and its place in a thread (an id and a position).
 # All NULL for a memory retained without them, and for every memory of an older file (nothing is
 # backfilled). The index lists a thread in order (ListMemories(thread)) and finds a memory's
-# neighbours. ``index_words``: words indexed with the body (the full-text row is body, newline,
-# index_words: relative times resolved against occurred_at, engine/relative_time.py), kept so the
-# row can be deleted with exactly the text it indexed; erased by a forget.
+# neighbours.
 _V_TIME_AND_THREAD = """
 ALTER TABLE memories ADD COLUMN occurred_at INTEGER;
 ALTER TABLE memories ADD COLUMN thread_id TEXT;
 ALTER TABLE memories ADD COLUMN thread_position INTEGER;
-ALTER TABLE memories ADD COLUMN index_words TEXT;
 CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
+"""
+
+# Index words (recall quality, issue 25: relative times resolved against occurred_at,
+# engine/relative_time.py): indexed with the body (the full-text row is the body, a newline and
+# the index words) and kept so the row can be deleted with exactly the text it indexed; erased by
+# a forget. NULL for a memory without any, and for every memory of an older file.
+_V_INDEX_WORDS = """
+ALTER TABLE memories ADD COLUMN index_words TEXT;
 """
 
 MIGRATIONS: list[str] = [
@@ -246,6 +251,7 @@ MIGRATIONS: list[str] = [
     _V6_MEMORY_KEYS,
     _V7_ERASURE_IN_PROPORTION,
     _V_TIME_AND_THREAD,
+    _V_INDEX_WORDS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -258,6 +264,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_keys"}),
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
+    frozenset(),  # _V_INDEX_WORDS
 ]
 
 
