@@ -89,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+        recall_steps_off=_seams("TEST_RECALL_OFF"),
         membership=_membership(args),
     )
     config = ServerConfig(

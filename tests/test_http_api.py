@@ -183,7 +183,9 @@ CASES: dict[str, Case] = {
     "ListEvents": Case(lambda t: events_pb2.ListEventsRequest(tenant=t, status=events_pb2.SUCCEEDED, page_size=5)),
     "WatchEvents": Case(lambda t: events_pb2.WatchEventsRequest(tenant=t)),
     "VerifyIntegrity": Case(lambda t: admin_pb2.VerifyIntegrityRequest(tenant=t)),
-    "Stats": Case(lambda t: admin_pb2.StatsRequest(tenant=t)),
+    # The file's size moves while background maintenance merges the full-text index after the
+    # writes of _filled (store/maintenance.py): present in both answers, compared no further.
+    "Stats": Case(lambda t: admin_pb2.StatsRequest(tenant=t), volatile=("fileBytes",)),
     "Dedup": Case(lambda t: admin_pb2.DedupRequest(tenant=t, threshold=0.9)),
     "ListTenants": Case(lambda t: admin_pb2.ListTenantsRequest(page_size=1000), tenantless=True),
     "AggregateStats": Case(lambda t: admin_pb2.AggregateStatsRequest(chunk_size=1000), tenantless=True),

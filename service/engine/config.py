@@ -78,6 +78,9 @@ class EngineConfig:
     # recognisable in output), and a Global commit made while AssembleContext's read is open.
     generation_base: int = 0
     commit_during_assemble: bool = False
+    # Test seam of recall quality's ablation (bench/locomo.py): steps switched off, of
+    # "neighbours", "window", "dates" (recall.py) and "relative_time" (resolved at write time).
+    recall_steps_off: frozenset[str] = frozenset()
 
     def committed(self, method: str) -> None:
         """Called after ``method``'s commit, before its reply: the crash-after-commit test seam."""

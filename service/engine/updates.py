@@ -26,7 +26,7 @@ from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
-from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, UpdateOutcome
+from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
 from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
@@ -83,8 +83,12 @@ class Updates:
                 raise _not_found(memory_id)
             with store.read() as txn:
                 row = _live_row(txn, memory_id)
-            item = RetainItem(
-                text=text or row.body, scope=row.scope, metadata=dict(row.metadata if metadata is None else metadata)
+            item = RetainItem(  # its time and thread stay: relative times in a new text read against them
+                text=text or row.body,
+                scope=row.scope,
+                metadata=dict(row.metadata if metadata is None else metadata),
+                occurred_at=row.occurred_at,
+                thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
             )
             _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
             payload_hash = ledger.sha256_hex(
@@ -117,7 +121,9 @@ class Updates:
                 check_tenant_embedder(txn, self._write_path.embedder, write=True)
                 _, epoch_before = txn.index_state()
                 now = time.time()
-                txn.update_memory(memory_id, prepared.new_memory(now))  # its time and thread stay
+                txn.update_memory(
+                    memory_id, prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
+                )
                 supersedes = conflicts.adjudicate(
                     txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
                 )

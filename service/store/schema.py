@@ -251,6 +251,14 @@ CREATE TABLE memory_versions(
 ) WITHOUT ROWID;
 """
 
+# Index words (recall quality, issue 25: relative times resolved against occurred_at,
+# engine/relative_time.py): indexed with the body (the full-text row is the body, a newline and
+# the index words) and kept so the row can be deleted with exactly the text it indexed; erased by
+# a forget. NULL for a memory without any, and for every memory of an older file.
+_V_INDEX_WORDS = """
+ALTER TABLE memories ADD COLUMN index_words TEXT;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -261,6 +269,7 @@ MIGRATIONS: list[str] = [
     _V7_ERASURE_IN_PROPORTION,
     _V_TIME_AND_THREAD,
     _V_MEMORY_VERSIONS,
+    _V_INDEX_WORDS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -274,6 +283,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
     frozenset({"memory_versions"}),
+    frozenset(),  # _V_INDEX_WORDS
 ]
 
 

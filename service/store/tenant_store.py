@@ -80,6 +80,7 @@ class NewMemory:
     occurred_at: int | None = None  # unix microseconds
     thread_id: str | None = None
     thread_position: int | None = None
+    index_words: str = ""  # indexed with the text (``indexed_text``), e.g. resolved relative dates
 
     def digest(self, key: bytes | None) -> ledger.MemoryDigest:
         """What the ledger records of this content, keyed with the memory's ``key``."""
@@ -93,6 +94,11 @@ class NewMemory:
             fingerprint=self.fingerprint,
             key=key,
         )
+
+
+def indexed_text(body: str, index_words: str | None) -> str:
+    """What a memory's full-text row indexes: its body, and its index words on a line of their own."""
+    return f"{body}\n{index_words}" if index_words else body
 
 
 @dataclass
@@ -702,6 +708,36 @@ class ReadTxn(OplogReads):
         sql, params = self._filter_sql("m", (), metadata_equals)
         return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
 
+    def date_facts(self, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """(memory id, normalized date) of the ``date`` facts of ``ids`` (primary-key ranges)."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        return list(
+            self.connection.execute(
+                f"SELECT memory_id, normalized FROM facts WHERE memory_id IN ({marks}) AND kind = 'date'", tuple(ids)
+            )
+        )
+
+    def thread_neighbours(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """(memory id, neighbour id) for each of ``ids`` that has a thread: the live memories just
+        before and just after it in thread order (position, then id). Two index seeks per memory
+        (memories_thread), whatever the thread's length."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        live = "n.thread_id = c.thread_id AND n.forgotten_at IS NULL AND n.merged_into IS NULL"
+        rows = self.connection.execute(
+            "SELECT c.id, "
+            f"(SELECT n.id FROM memories n WHERE {live} AND (n.thread_position, n.id) < (c.thread_position, c.id) "
+            "ORDER BY n.thread_position DESC, n.id DESC LIMIT 1), "
+            f"(SELECT n.id FROM memories n WHERE {live} AND (n.thread_position, n.id) > (c.thread_position, c.id) "
+            "ORDER BY n.thread_position, n.id LIMIT 1) "
+            f"FROM memories c WHERE c.id IN ({marks}) AND c.thread_id IS NOT NULL",
+            tuple(ids),
+        )
+        return [(memory_id, n) for memory_id, before, after in rows for n in (before, after) if n is not None]
+
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
         sql, params = self._filter_sql("m", scopes, metadata_equals)
@@ -963,7 +999,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         # exists (entries are appended in this order), so no UPDATE afterwards.
         c.executemany(
             "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
-            "thread_id, thread_position) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "thread_id, thread_position, index_words) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     memory_id,
@@ -976,6 +1012,7 @@ class WriteTxn(ReadTxn, OplogWrites):
                     m.occurred_at,
                     m.thread_id,
                     m.thread_position,
+                    m.index_words or None,
                 )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
@@ -996,7 +1033,8 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         self._fault_points("after_embedding", memories)
         c.executemany(
-            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", [(i, m.fts_text) for i, m in zip(ids, memories)]
+            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)",
+            [(i, indexed_text(m.fts_text, m.index_words)) for i, m in zip(ids, memories)],
         )
         self._fault_points("after_fts", memories)
         keys = [os.urandom(ledger.MEMORY_KEY_BYTES) for _ in ids]
@@ -1038,7 +1076,8 @@ class WriteTxn(ReadTxn, OplogWrites):
         ``apsw.ConstraintError`` when another memory holds the new fingerprint."""
         c = self.connection
         row = c.execute(
-            "SELECT body, metadata, coalesce(updated_at, created_at) FROM memories WHERE id = ?", (memory_id,)
+            "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?",
+            (memory_id,),
         ).fetchone()
         assert row is not None
         version = 1 + int(self._one("SELECT count(*) FROM memory_versions WHERE memory_id = ?", (memory_id,)) or 0)
@@ -1046,11 +1085,11 @@ class WriteTxn(ReadTxn, OplogWrites):
             "INSERT INTO memory_versions(memory_id, version, body, metadata, at) VALUES(?, ?, ?, ?, ?)",
             (memory_id, version, row[0], row[1], row[2]),
         )
-        self._delete_fulltext([(memory_id, row[0])])
+        self._delete_fulltext([(memory_id, indexed_text(row[0], row[3]))])
         c.execute(
-            "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL, "
-            "superseded_at = NULL WHERE id = ?",
-            (new.body, new.metadata_json, new.fingerprint, new.created_at, memory_id),
+            "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, index_words = ?, "
+            "superseded_by = NULL, superseded_at = NULL WHERE id = ?",
+            (new.body, new.metadata_json, new.fingerprint, new.created_at, new.index_words or None, memory_id),
         )
         self._fault_points("update_after_body", [new])
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
@@ -1065,7 +1104,10 @@ class WriteTxn(ReadTxn, OplogWrites):
             [(memory_id, i, *triple) for i, triple in enumerate(new.triples)],
         )
         c.execute("UPDATE embeddings SET vector = ? WHERE memory_id = ?", (new.embedding, memory_id))
-        c.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, new.fts_text))
+        c.execute(
+            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)",
+            (memory_id, indexed_text(new.fts_text, new.index_words)),
+        )
         self._fault_points("update_after_fts", [new])
         key = self._one("SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,))
         digest = new.digest(key)
@@ -1088,18 +1130,20 @@ class WriteTxn(ReadTxn, OplogWrites):
         still holds the pages as they were until ``TenantStore.erase_traces``, which the caller
         runs (``ERASURE_META``)."""
         c = self.connection
-        row = c.execute("SELECT forgotten_at, merged_into, body FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        row = c.execute(
+            "SELECT forgotten_at, merged_into, body, index_words FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
         if row is None or row[0] is not None:
             return False
         if row[1] is None:  # a merged memory's full-text row went at its merge
-            self._delete_fulltext([(memory_id, row[2])])
+            self._delete_fulltext([(memory_id, indexed_text(row[2], row[3]))])
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM memory_versions WHERE memory_id = ?", (memory_id,))
         c.execute(
-            "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
+            "UPDATE memories SET body = '', index_words = NULL, fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),
         )
         c.execute(  # the WHERE of the index oplog_result_memory (schema.py), or it is a scan of the log
@@ -1120,7 +1164,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         FTS5's 'secure-delete' on (schema.py, version 7): told the text it indexed, it rewrites
         the leaf pages holding that row's entries without them, and drops a term no other row
         holds, so the memory's terms leave the file now, at a cost in proportion to the memory,
-        not to the index. The text must be the indexed one (``NewMemory.fts_text``, the body):
+        not to the index. The text must be the indexed one (``indexed_text``: the body and its index words):
         any other would corrupt the index's counts."""
         self.connection.executemany(
             "INSERT INTO memories_fts(memories_fts, rowid, body) VALUES('delete', ?, ?)", list(rows)
@@ -1173,7 +1217,10 @@ class WriteTxn(ReadTxn, OplogWrites):
         ids = list(merged_ids)
         marks = ",".join("?" * len(ids))
         self._delete_fulltext(
-            [(int(i), str(b)) for i, b in c.execute(f"SELECT id, body FROM memories WHERE id IN ({marks})", ids)]
+            [
+                (int(i), indexed_text(str(b), w))
+                for i, b, w in c.execute(f"SELECT id, body, index_words FROM memories WHERE id IN ({marks})", ids)
+            ]
         )
         c.execute(f"DELETE FROM embeddings WHERE memory_id IN ({marks})", ids)
         c.execute(f"UPDATE memories SET merged_into = ?, merged_at = ? WHERE id IN ({marks})", [keep_id, at, *ids])
