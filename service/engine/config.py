@@ -55,6 +55,23 @@ class HotPathConfig:
 
 
 @dataclass(frozen=True)
+class ConsolidationConfig:
+    """Background consolidation (opt-in per tenant) and its idle time."""
+
+    # A thread is finished once its newest memory is this old (seconds).
+    idle_seconds: float = 900.0
+    # Tenants consolidated in the background, every ``interval_seconds``.
+    tenants: tuple[str, ...] = ()
+    # Test seam (MNEMOSYNE_TEST_HOLD_CONSOLIDATION): before each commit of records, wait while this
+    # file exists (at most 30 s), after creating ``<file>.held``.
+    test_hold_file: Path | None = None
+
+    @property
+    def interval_seconds(self) -> float:
+        return max(0.2, min(60.0, self.idle_seconds / 4))
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     data_dir: Path
     max_open_tenants: int = 1024
@@ -65,6 +82,7 @@ class EngineConfig:
     near_duplicate_threshold: float = DEFAULT_THRESHOLD
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     # Test seams, empty in production: store fault points (store/tenant_store.py; file_bytes=N, a
     # disk that fills under an import, store/file_faults.py), and methods after whose commit the
     # process kills itself (a reply lost after a commit).

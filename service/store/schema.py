@@ -234,6 +234,25 @@ ALTER TABLE memories ADD COLUMN thread_position INTEGER;
 CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
 """
 
+# Session consolidation (issue 21, engine/consolidator.py): the section proposed for a receipt not
+# yet applied, journaled BEFORE its commit, so a consolidator killed after the model answered
+# makes no second model call for it. A row goes in the transaction that applies its receipt (the
+# receipts table then remembers it), and with every row of its thread when a memory of that
+# thread is forgotten (its text may be in the section). A row whose section adds nothing new
+# stays (so asking again costs no model call either).
+_V_CONSOLIDATION_JOURNAL = """
+CREATE TABLE consolidation_journal(
+  receipt_id TEXT PRIMARY KEY,
+  thread_id TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  section TEXT NOT NULL,
+  consolidator TEXT NOT NULL,
+  model_calls INTEGER NOT NULL,
+  created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX consolidation_journal_thread ON consolidation_journal(thread_id);
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -243,6 +262,7 @@ MIGRATIONS: list[str] = [
     _V6_MEMORY_KEYS,
     _V7_ERASURE_IN_PROPORTION,
     _V_TIME_AND_THREAD,
+    _V_CONSOLIDATION_JOURNAL,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -255,6 +275,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_keys"}),
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
+    frozenset({"consolidation_journal"}),  # _V_CONSOLIDATION_JOURNAL
 ]
 
 

@@ -638,6 +638,32 @@ class ReadTxn(OplogReads):
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 
+    def idle_threads(self, *, idle_before: float, limit: int) -> list[str]:
+        """Ids of threads with live memories, the newest created before ``idle_before``, by id."""
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT thread_id FROM memories WHERE thread_id IS NOT NULL AND forgotten_at IS NULL "
+                "AND merged_into IS NULL GROUP BY thread_id HAVING max(created_at) < ? ORDER BY thread_id LIMIT ?",
+                (idle_before, limit),
+            )
+        ]
+
+    def thread_newest_created(self, thread_id: str) -> float | None:
+        """When the newest live memory of a thread was committed; None for a thread with none."""
+        newest = self._one(
+            "SELECT max(created_at) FROM memories WHERE thread_id = ? AND forgotten_at IS NULL AND merged_into IS NULL",
+            (thread_id,),
+        )
+        return None if newest is None else float(newest)
+
+    def journaled_proposal(self, receipt_id: str) -> tuple[str, str, int] | None:
+        """(section, consolidator, model calls) journaled for a receipt not yet applied."""
+        row = self.connection.execute(
+            "SELECT section, consolidator, model_calls FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], int(row[2]))
+
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
         sql, params = self._filter_sql("m", scopes, metadata_equals)
@@ -997,6 +1023,12 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
         c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
+        # A consolidation proposed from its thread may quote it: the thread's proposals go (a
+        # later consolidation proposes again from the memories left).
+        c.execute(
+            "DELETE FROM consolidation_journal WHERE thread_id = (SELECT thread_id FROM memories WHERE id = ?)",
+            (memory_id,),
+        )
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
@@ -1151,3 +1183,16 @@ class WriteTxn(ReadTxn, OplogWrites):
             "INSERT INTO receipts(receipt_id, scope, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
             (receipt_id, scope, payload_hash, result_json, time.time()),
         )
+
+    def journal_proposal(
+        self, receipt_id: str, *, thread_id: str, scope: str, section: str, consolidator: str, model_calls: int
+    ) -> None:
+        """Keep a consolidation's proposed section until its receipt is applied (schema.py)."""
+        self.connection.execute(
+            "INSERT INTO consolidation_journal(receipt_id, thread_id, scope, section, consolidator, model_calls, "
+            "created_at) VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (receipt_id, thread_id, scope, section, consolidator, model_calls, time.time()),
+        )
+
+    def drop_proposal(self, receipt_id: str) -> None:
+        self.connection.execute("DELETE FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,))
