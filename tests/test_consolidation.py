@@ -25,6 +25,7 @@ from mnemosyne.client import (
     MnemosyneClientError,
     NotFoundError,
     PermissionDeniedError,
+    RetainItem,
     SessionOutcome,
     ThreadRef,
 )
@@ -419,3 +420,24 @@ def test_the_readme_consolidation_run_prints_what_it_shows(server_factory: Any) 
 
 def test_the_documented_prompt_is_the_one_sent() -> None:
     assert f"```text\n{consolidator.SYSTEM_PROMPT}\n```" in CONSOLIDATION_DOC.read_text()
+
+
+def test_a_call_without_a_thread_takes_only_threads_with_new_memories(server_factory: Any, tenant: str) -> None:
+    """100 threads a call, then the rest; a consolidated thread is not taken again (so old threads
+    never hide new ones) until it has a new memory and is idle again."""
+    server = server_factory(args=["--consolidate-idle-seconds", "1"]).start()
+    with MemoryClient(server.target) as client:
+        items = [RetainItem(f"fact number {i} of thread {i}", thread=ThreadRef(f"t{i:03d}", 0)) for i in range(120)]
+        client.retain_batch(tenant, items)
+        time.sleep(1.2)
+        first = client.consolidate_session(tenant)
+        assert [o.thread for o in first] == [f"t{i:03d}" for i in range(100)]
+        assert {o.outcome for o in first} == {"applied"}
+        assert [o.thread for o in client.consolidate_session(tenant)] == [f"t{i:03d}" for i in range(100, 120)]
+        assert client.consolidate_session(tenant) == []
+        client.retain(tenant, "a late fact of thread 7", thread=ThreadRef("t007", 1))
+        assert client.consolidate_session(tenant) == []  # not idle yet
+        time.sleep(1.2)
+        (late,) = client.consolidate_session(tenant)
+        assert (late.thread, late.outcome, late.generation) == ("t007", "applied", 121)
+        assert client.consolidate_session(tenant) == []

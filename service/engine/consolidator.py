@@ -45,7 +45,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -119,6 +120,7 @@ class Proposer(abc.ABC):
     def propose(self, thread_id: str, memories: Sequence[SessionMemory]) -> tuple[Items, int]: ...
 
 
+_SPEAKERS = frozenset({"user", "assistant", "system", "tool"})  # a conversation's lines (engine/conversation.py)
 _OPEN_MARKS = ("?", "todo", "to do:", "open question", "follow up", "follow-up", "tbd", "not yet", "still need")
 _DECISION_MARKS = ("decided", "decision", "we will ", "we'll ", "agreed", "chose ", "going with", "settled on")
 
@@ -137,7 +139,7 @@ def rules_items(texts: Sequence[str]) -> Items:
     for text in texts:
         for raw in text.splitlines():
             speaker, colon, rest = raw.partition(": ")
-            line = _one_line(rest if colon and speaker.strip().lower() in ("user", "assistant", "system") else raw)
+            line = _one_line(rest if colon and speaker.strip().lower() in _SPEAKERS else raw)
             if not line or line.lower() in seen:
                 continue
             seen.add(line.lower())
@@ -330,14 +332,18 @@ class SessionConsolidator:
             )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._locks_guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
 
     # -- one call -----------------------------------------------------------------------------
 
     def consolidate(self, tenant: str, thread_id: str = "") -> list[ScopeOutcome]:
         """Consolidate one named thread (finished because the caller says so), or, without one,
-        every thread idle for ``idle_seconds`` whose receipts are not all applied (at most
-        MAX_THREADS_PER_CALL). Scopes are done in order (global first); an error stops the call
-        and leaves the scopes done so far done (a re-run goes on from there)."""
+        every thread idle for ``idle_seconds`` that has memories newer than its last completed
+        consolidation (at most MAX_THREADS_PER_CALL). Scopes are done in order (global first); an
+        error stops the call and leaves the scopes done so far done (a re-run goes on from there).
+        A thread whose scopes all ended applied, already applied or with nothing new is marked
+        consolidated through its newest memory."""
         if thread_id:
             validate_thread_id(thread_id)
             threads = [thread_id]
@@ -345,17 +351,19 @@ class SessionConsolidator:
             threads = self._idle_threads(tenant)
         outcomes: list[ScopeOutcome] = []
         for thread in threads:
-            sessions = self._sessions(tenant, thread)
+            sessions, newest = self._sessions(tenant, thread)
             if not sessions and thread_id:
                 raise NotFound(
                     f"thread {thread_id[:80]!r} has no memories in this tenant to consolidate",
                     reason="THREAD_NOT_FOUND",
                 )
-            done = [o for o in (self._applied(tenant, thread, scope, ids) for scope, ids in sessions) if o]
-            if not thread_id and len(done) == len(sessions):
-                continue  # consolidated before: a call without a thread names only the new work
-            for scope, memories in self._session_memories(tenant, thread, sessions):
-                outcomes.append(self._scope(tenant, thread, scope, memories))
+            done = [self._scope(tenant, thread, scope, memories) for scope, memories in sessions]
+            outcomes.extend(done)
+            if all(o.outcome != GAVE_UP for o in done):
+                with self._pool.tenant(tenant, create=False) as store:
+                    assert store is not None
+                    with store.write() as txn:
+                        txn.mark_thread_consolidated(thread, newest)
         return outcomes
 
     def _idle_threads(self, tenant: str) -> list[str]:
@@ -363,44 +371,30 @@ class SessionConsolidator:
             if store is None:
                 return []
             with store.read() as txn:
-                return txn.idle_threads(
+                return txn.threads_to_consolidate(
                     idle_before=time.time() - self.settings.idle_seconds, limit=MAX_THREADS_PER_CALL
                 )
 
-    def _sessions(self, tenant: str, thread: str) -> list[tuple[str, list[int]]]:
-        """(scope, live memory ids) of a thread, global first, then workspaces by name."""
-        by_scope: dict[str, list[int]] = {}
+    def _sessions(self, tenant: str, thread: str) -> tuple[list[tuple[str, list[SessionMemory]]], int]:
+        """The thread's live memories by scope (global first, then workspaces by name), each in
+        thread order, from one snapshot; and the thread's newest memory id (forgotten ones too)."""
+        by_scope: dict[str, list[SessionMemory]] = {}
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
-                return []
+                return [], 0
             with store.read() as txn:
                 ids = txn.list_thread_ids(
                     thread, scope=None, after=None, limit=MAX_SESSION_MEMORIES, include_forgotten=False
                 )
-                live = txn.live_ids(ids)
-                for memory_id, row in txn.memories_by_ids([i for i in ids if i in live], with_details=False).items():
-                    by_scope.setdefault(row.scope, []).append(memory_id)
-        return sorted(by_scope.items(), key=lambda item: (item[0] != GLOBAL_SCOPE, item[0]))
+                for row in txn.memories_by_ids(ids, with_details=False).values():
+                    if not row.forgotten and not row.merged_into:
+                        memory = SessionMemory(row.id, row.scope, row.body, row.thread_position or 0, row.occurred_at)
+                        by_scope.setdefault(row.scope, []).append(memory)
+                newest = txn.thread_newest_id(thread)
+        sessions = [(scope, sorted(ms, key=lambda m: (m.position, m.id))) for scope, ms in by_scope.items()]
+        return sorted(sessions, key=lambda item: (item[0] != GLOBAL_SCOPE, item[0])), newest
 
-    def _session_memories(
-        self, tenant: str, thread: str, sessions: list[tuple[str, list[int]]]
-    ) -> list[tuple[str, list[SessionMemory]]]:
-        result = []
-        with self._pool.tenant(tenant, create=False) as store:
-            assert store is not None
-            with store.read() as txn:
-                for scope, ids in sessions:
-                    rows = txn.memories_by_ids(ids, with_details=False)
-                    memories = [
-                        SessionMemory(r.id, r.scope, r.body, r.thread_position or 0, r.occurred_at)
-                        for r in (rows[i] for i in ids)
-                        if not r.forgotten
-                    ]
-                    result.append((scope, sorted(memories, key=lambda m: (m.position, m.id))))
-        return [(scope, memories) for scope, memories in result if memories]
-
-    def _applied(self, tenant: str, thread: str, scope: str, ids: Sequence[int]) -> ScopeOutcome | None:
-        receipt = receipt_id(thread, scope, ids)
+    def _applied(self, tenant: str, thread: str, scope: str, receipt: str) -> ScopeOutcome | None:
         with self._pool.tenant(tenant, create=False) as store:
             assert store is not None
             with store.read() as txn:
@@ -412,10 +406,11 @@ class SessionConsolidator:
 
     def _scope(self, tenant: str, thread: str, scope: str, memories: list[SessionMemory]) -> ScopeOutcome:
         receipt = receipt_id(thread, scope, [m.id for m in memories])
-        applied = self._applied(tenant, thread, scope, [m.id for m in memories])
-        if applied is not None:
-            return applied
-        section, model_calls = self._proposal(tenant, thread, scope, receipt, memories)
+        with self._proposing(receipt):  # one proposal per receipt in this process at a time
+            applied = self._applied(tenant, thread, scope, receipt)
+            if applied is not None:
+                return applied
+            section, model_calls = self._proposal(tenant, thread, scope, receipt, memories)
         conflicts = 0
         while True:
             record, generation = self._record(tenant, scope)
@@ -441,6 +436,24 @@ class SessionConsolidator:
                 continue  # someone wrote meanwhile: merge on top of what they wrote
             outcome = ALREADY_APPLIED if result.already_applied else APPLIED
             return ScopeOutcome(thread, scope, receipt, outcome, result.generation, model_calls, conflicts)
+
+    @contextmanager
+    def _proposing(self, receipt: str) -> Iterator[None]:
+        """Held from the receipt check to the journal's commit: a concurrent run of the same
+        receipt (the background and a caller) waits, then finds the proposal, calling no model."""
+        with self._locks_guard:
+            lock, users = self._locks.get(receipt, (threading.Lock(), 0))
+            self._locks[receipt] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._locks_guard:
+                lock, users = self._locks[receipt]
+                if users == 1:
+                    del self._locks[receipt]
+                else:
+                    self._locks[receipt] = (lock, users - 1)
 
     def _proposal(
         self, tenant: str, thread: str, scope: str, receipt: str, memories: list[SessionMemory]

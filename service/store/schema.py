@@ -239,7 +239,8 @@ CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE t
 # makes no second model call for it. A row goes in the transaction that applies its receipt (the
 # receipts table then remembers it), and with every row of its thread when a memory of that
 # thread is forgotten (its text may be in the section). A row whose section adds nothing new
-# stays (so asking again costs no model call either).
+# stays (so asking again costs no model call either). And each thread's mark: consolidated
+# through its newest memory id then.
 _V_CONSOLIDATION_JOURNAL = """
 CREATE TABLE consolidation_journal(
   receipt_id TEXT PRIMARY KEY,
@@ -251,6 +252,13 @@ CREATE TABLE consolidation_journal(
   created_at REAL NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX consolidation_journal_thread ON consolidation_journal(thread_id);
+
+-- Threads consolidated (every scope applied, or nothing new) through their newest memory id then:
+-- a call without a thread, and the background, take only threads with newer memories.
+CREATE TABLE consolidated_threads(
+  thread_id TEXT PRIMARY KEY,
+  newest_id INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 
 MIGRATIONS: list[str] = [
@@ -275,7 +283,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_keys"}),
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
-    frozenset({"consolidation_journal"}),  # _V_CONSOLIDATION_JOURNAL
+    frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
 ]
 
 

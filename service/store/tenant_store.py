@@ -638,24 +638,26 @@ class ReadTxn(OplogReads):
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 
-    def idle_threads(self, *, idle_before: float, limit: int) -> list[str]:
-        """Ids of threads with live memories, the newest created before ``idle_before``, by id."""
+    def threads_to_consolidate(self, *, idle_before: float, limit: int) -> list[str]:
+        """Ids of threads whose newest memory was committed before ``idle_before`` and is newer
+        than their last completed consolidation (``consolidated_threads``), by id. The newest
+        memory of each thread comes from the thread index alone; only those newer than their mark
+        are looked up."""
         return [
             r[0]
             for r in self.connection.execute(
-                "SELECT thread_id FROM memories WHERE thread_id IS NOT NULL AND forgotten_at IS NULL "
-                "AND merged_into IS NULL GROUP BY thread_id HAVING max(created_at) < ? ORDER BY thread_id LIMIT ?",
+                "SELECT t.thread_id FROM (SELECT thread_id, max(id) AS newest FROM memories "
+                "WHERE thread_id IS NOT NULL GROUP BY thread_id) t "
+                "LEFT JOIN consolidated_threads c ON c.thread_id = t.thread_id "
+                "JOIN memories m ON m.id = t.newest "
+                "WHERE t.newest > coalesce(c.newest_id, 0) AND m.created_at < ? ORDER BY t.thread_id LIMIT ?",
                 (idle_before, limit),
             )
         ]
 
-    def thread_newest_created(self, thread_id: str) -> float | None:
-        """When the newest live memory of a thread was committed; None for a thread with none."""
-        newest = self._one(
-            "SELECT max(created_at) FROM memories WHERE thread_id = ? AND forgotten_at IS NULL AND merged_into IS NULL",
-            (thread_id,),
-        )
-        return None if newest is None else float(newest)
+    def thread_newest_id(self, thread_id: str) -> int:
+        """The id of the thread's newest memory, forgotten or not (0 for none)."""
+        return int(self._one("SELECT coalesce(max(id), 0) FROM memories WHERE thread_id = ?", (thread_id,)))
 
     def journaled_proposal(self, receipt_id: str) -> tuple[str, str, int] | None:
         """(section, consolidator, model calls) journaled for a receipt not yet applied."""
@@ -1196,3 +1198,11 @@ class WriteTxn(ReadTxn, OplogWrites):
 
     def drop_proposal(self, receipt_id: str) -> None:
         self.connection.execute("DELETE FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,))
+
+    def mark_thread_consolidated(self, thread_id: str, newest_id: int) -> None:
+        """The thread is consolidated through memory ``newest_id`` (never moves back)."""
+        self.connection.execute(
+            "INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?) "
+            "ON CONFLICT(thread_id) DO UPDATE SET newest_id = max(newest_id, excluded.newest_id)",
+            (thread_id, newest_id),
+        )

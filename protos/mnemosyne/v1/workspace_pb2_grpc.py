@@ -142,7 +142,8 @@ class WorkspaceServiceServicer:
         """Consolidate a session — the tenant's memories sharing a thread id — into the MEMORY.md record
         of each scope its memories are in, one receipt per scope, each applied exactly once (also
         across crashes and with a model). Without a thread: every thread idle for the server's
-        --consolidate-idle-seconds whose receipts are not all applied. See docs/consolidation.md.
+        --consolidate-idle-seconds with memories newer than its last completed consolidation. See
+        docs/consolidation.md.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
