@@ -309,8 +309,7 @@ def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_l
         outcomes: list[list[SessionOutcome]] = []
         running = threading.Thread(target=lambda: outcomes.append(client.consolidate_session(tenant, THREAD)))
         running.start()
-        held = tmp_path / "hold.held"
-        wait_until(held.exists)  # the consolidator read generation 1 and waits before its commit
+        wait_until((tmp_path / "hold.held1").exists)  # it read generation 1 and waits before its commit
         host.assemble_context(agent, "w1")
         written = host.call_tool(agent, "memory_update", {"content": "# Memory\n- agent note one\n- agent note two\n"})
         assert written["ok"], written
@@ -322,6 +321,40 @@ def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_l
         assert generation == 3
         assert content.startswith("# Memory\n- agent note one\n- agent note two\n\n## Session chat-42")
         assert "- open: Who owns the rollback plan?" in content
+
+
+def test_after_three_newer_writes_in_a_row_it_gives_up_without_writing(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_CONSOLIDATION": str(hold)}).start()
+
+    class Agent:
+        pass
+
+    agent = Agent()
+    with MemoryClient(server.target) as client:
+        host = MemoryHost(client, tenant)
+        _retain_session(client, tenant, turns=TURNS[:3])
+        hold.touch()
+        command = ["consolidate", "--target", server.target, "--tenant", tenant, "--thread", THREAD]
+        env = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_TOKEN"}
+        running = subprocess.Popen(
+            [sys.executable, "-m", "mnemosyne.cli", *command], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for attempt in (1, 2, 3):
+            wait_until((tmp_path / f"hold.held{attempt}").exists)
+            host.assemble_context(agent, "w1")
+            assert host.call_tool(agent, "memory_update", {"content": f"# Memory\n- agent write {attempt}\n"})["ok"]
+            (tmp_path / f"hold.go{attempt}").touch()
+        printed, _ = running.communicate(timeout=60)
+        assert running.returncode == 1  # the command says a scope gave up
+        assert printed.startswith("chat-42 global: gave up (receipt session-") and "3 newer write(s) kept" in printed
+        assert _record(client, tenant, "global") == ("# Memory\n- agent write 3\n", 3)  # nothing over it
+        hold.unlink()
+        (again,) = client.consolidate_session(tenant, THREAD)  # the journaled proposal, on top
+        assert (again.outcome, again.conflicts, again.generation) == ("applied", 0, 4)
+        assert _record(client, tenant, "global")[0].startswith("# Memory\n- agent write 3\n\n## Session chat-42")
 
 
 # -- the background ---------------------------------------------------------------------------------

@@ -62,8 +62,8 @@ class ConsolidationConfig:
     idle_seconds: float = 900.0
     # Tenants consolidated in the background, every ``interval_seconds``.
     tenants: tuple[str, ...] = ()
-    # Test seam (MNEMOSYNE_TEST_HOLD_CONSOLIDATION): before each commit of records, wait while this
-    # file exists (at most 30 s), after creating ``<file>.held``.
+    # Test seam (MNEMOSYNE_TEST_HOLD_CONSOLIDATION): before commit attempt N of a record, wait while
+    # this file exists and ``<file>.goN`` does not (at most 30 s), after creating ``<file>.heldN``.
     test_hold_file: Path | None = None
 
     @property

@@ -19,7 +19,7 @@ Per scope, in this order (``SessionConsolidator._scope``):
    the lines the record does not hold), and commit through ``Workspaces.consolidate`` with the
    generation just read and the receipt; the same transaction applies the receipt and drops the
    journal row. A ``GENERATION_MISMATCH`` (someone wrote meanwhile) re-reads and merges again on
-   top of the newer record, at most ``MAX_CONFLICTS`` times, then gives up and says so. A
+   top of the newer record; the ``MAX_CONFLICTS``-th conflict gives up and says so. A
    section every line of which the record already holds is ``nothing new``: no write.
 
 A process killed anywhere re-runs to the same end: after step 3 the proposal is on disk (no second
@@ -417,7 +417,7 @@ class SessionConsolidator:
             content = merged(record, section, receipt)
             if content is None:
                 return ScopeOutcome(thread, scope, receipt, NOTHING_NEW, generation, model_calls, conflicts)
-            self._hold()
+            self._hold(attempt=conflicts + 1)
             try:
                 result = self._workspaces.consolidate(
                     tenant,
@@ -430,9 +430,9 @@ class SessionConsolidator:
                 if exc.reason != "GENERATION_MISMATCH":
                     raise
                 conflicts += 1
-                if conflicts > MAX_CONFLICTS:
-                    log.warning("consolidation of a thread gave up after %d conflicts in %s", conflicts - 1, scope)
-                    return ScopeOutcome(thread, scope, receipt, GAVE_UP, generation, model_calls, MAX_CONFLICTS)
+                if conflicts == MAX_CONFLICTS:
+                    log.warning("consolidation of a thread gave up after %d conflicts in %s", conflicts, scope)
+                    return ScopeOutcome(thread, scope, receipt, GAVE_UP, generation, model_calls, conflicts)
                 continue  # someone wrote meanwhile: merge on top of what they wrote
             outcome = ALREADY_APPLIED if result.already_applied else APPLIED
             return ScopeOutcome(thread, scope, receipt, outcome, result.generation, model_calls, conflicts)
@@ -499,13 +499,16 @@ class SessionConsolidator:
                 stored = txn.scope_generation(scope)
         return content, self._config.generation_base if stored is None else stored
 
-    def _hold(self) -> None:
+    def _hold(self, *, attempt: int) -> None:
+        """Test seam: before commit attempt N, while the hold file exists and ``<file>.goN`` does
+        not, wait (after creating ``<file>.heldN``)."""
         hold = self.settings.test_hold_file
         if hold is None or not hold.exists():
             return
-        hold.with_name(hold.name + ".held").touch()
+        hold.with_name(f"{hold.name}.held{attempt}").touch()
+        go = hold.with_name(f"{hold.name}.go{attempt}")
         deadline = time.monotonic() + HOLD_SECONDS
-        while hold.exists() and time.monotonic() < deadline:
+        while hold.exists() and not go.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
 
     # -- the background ---------------------------------------------------------------------------
