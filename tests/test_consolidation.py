@@ -68,6 +68,29 @@ def _model_server(server_factory: Any, chat: ChatServer, **kwargs: Any) -> Serve
     return server_factory(args=args, **kwargs)  # type: ignore[no-any-return]
 
 
+def _mnemosyne(*args: str) -> list[str]:
+    """The command line of ``mnemosyne ARGS`` in this interpreter."""
+    return [sys.executable, "-m", "mnemosyne.cli", *args]
+
+
+# The client commands' environment, without a token (the servers here have none).
+_CLI_ENV = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_TOKEN"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_mnemosyne(*args), capture_output=True, text=True, timeout=60, env=_CLI_ENV)
+
+
+class _Agent:
+    """A live agent of a host (weakly referenced by its observations)."""
+
+
+def _held_server(server_factory: Any, tmp_path: Path) -> tuple[ServerProcess, Path]:
+    """A server whose consolidator holds before each commit while the returned file exists."""
+    hold = tmp_path / "hold"
+    return server_factory(env={"MNEMOSYNE_TEST_HOLD_CONSOLIDATION": str(hold)}).start(), hold
+
+
 def _consolidation_calls(chat: ChatServer) -> int:
     return sum(1 for r in chat.requests if r["messages"][0]["content"] == consolidator.SYSTEM_PROMPT)
 
@@ -171,9 +194,8 @@ def test_the_cli_prints_each_scope_and_exits_zero(server_factory: Any, tenant: s
     server = server_factory().start()
     with MemoryClient(server.target) as client:
         _retain_session(client, tenant)
-    command = [sys.executable, "-m", "mnemosyne.cli", "consolidate", "--target", server.target, "--tenant", tenant]
-    env = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_TOKEN"}
-    ran = subprocess.run([*command, "--thread", THREAD], capture_output=True, text=True, timeout=60, env=env)
+    command = ["consolidate", "--target", server.target, "--tenant", tenant]
+    ran = _cli(*command, "--thread", THREAD)
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
     assert len(lines) == 2
@@ -182,11 +204,11 @@ def test_the_cli_prints_each_scope_and_exits_zero(server_factory: Any, tenant: s
         and "generation 1, 0 model call(s))" in lines[0]
     )
     assert lines[1].startswith("chat-42 workspace/w1: applied (receipt session-")
-    again = subprocess.run([*command, "--thread", THREAD], capture_output=True, text=True, timeout=60, env=env)
+    again = _cli(*command, "--thread", THREAD)
     assert again.stdout.count("already applied") == 2
-    none = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    none = _cli(*command)
     assert none.returncode == 0 and none.stdout == f"{tenant}: no finished session to consolidate\n"
-    bad = subprocess.run([*command, "--thread", "bad thread"], capture_output=True, text=True, timeout=60, env=env)
+    bad = _cli(*command, "--thread", "bad thread")
     assert bad.returncode == 2 and "THREAD_INVALID" in bad.stderr
 
 
@@ -293,13 +315,8 @@ def test_a_malformed_model_answer_writes_and_journals_nothing(
 def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_lands_on_top(
     server_factory: Any, tenant: str, tmp_path: Path
 ) -> None:
-    hold = tmp_path / "hold"
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_CONSOLIDATION": str(hold)}).start()
-
-    class Agent:
-        pass
-
-    agent = Agent()
+    server, hold = _held_server(server_factory, tmp_path)
+    agent = _Agent()
     with MemoryClient(server.target) as client:
         host = MemoryHost(client, tenant)
         host.assemble_context(agent, "w1")
@@ -326,22 +343,14 @@ def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_l
 def test_after_three_newer_writes_in_a_row_it_gives_up_without_writing(
     server_factory: Any, tenant: str, tmp_path: Path
 ) -> None:
-    hold = tmp_path / "hold"
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_CONSOLIDATION": str(hold)}).start()
-
-    class Agent:
-        pass
-
-    agent = Agent()
+    server, hold = _held_server(server_factory, tmp_path)
+    agent = _Agent()
     with MemoryClient(server.target) as client:
         host = MemoryHost(client, tenant)
         _retain_session(client, tenant, turns=TURNS[:3])
         hold.touch()
         command = ["consolidate", "--target", server.target, "--tenant", tenant, "--thread", THREAD]
-        env = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_TOKEN"}
-        running = subprocess.Popen(
-            [sys.executable, "-m", "mnemosyne.cli", *command], stdout=subprocess.PIPE, text=True, env=env
-        )
+        running = subprocess.Popen(_mnemosyne(*command), stdout=subprocess.PIPE, text=True, env=_CLI_ENV)
         for attempt in (1, 2, 3):
             wait_until((tmp_path / f"hold.held{attempt}").exists)
             host.assemble_context(agent, "w1")
@@ -441,10 +450,7 @@ def test_the_readme_consolidation_run_prints_what_it_shows(server_factory: Any) 
     exec(compile(retain.replace("127.0.0.1:50051", server.target), "consolidation.md", "exec"), {})
     argv = shlex.split(command.replace("127.0.0.1:50051", server.target))
     assert argv[0] == ".venv/bin/mnemosyne"
-    env = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_TOKEN"}
-    ran = subprocess.run(
-        [sys.executable, "-m", "mnemosyne.cli", *argv[1:]], capture_output=True, text=True, timeout=60, env=env
-    )
+    ran = _cli(*argv[1:])
     assert (ran.returncode, ran.stdout.splitlines()) == (0, expected), ran.stderr
     record = next(b for b in code_blocks(CONSOLIDATION_DOC.read_text(), "text") if b.startswith("## Session"))
     with MemoryClient(server.target) as client:
