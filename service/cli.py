@@ -87,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
         consolidation=ConsolidationConfig(
             idle_seconds=args.consolidate_idle_seconds,
             tenants=_listed(args.consolidate_tenant, "CONSOLIDATE_TENANT"),
-            # Test seam: before each commit of records, wait while this file exists.
+            # Test seam: hold each commit attempt of a record while this file exists (engine/config.py).
             test_hold_file=_path(_env("TEST_HOLD_CONSOLIDATION")),
         ),
         store_faults=_seams("TEST_FAULTS"),
