@@ -340,6 +340,22 @@ def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_l
         assert "- open: Who owns the rollback plan?" in content
 
 
+def test_a_session_whose_lines_the_record_holds_already_is_nothing_new(server_factory: Any, tenant: str) -> None:
+    server = server_factory().start()
+    agent = _Agent()
+    with MemoryClient(server.target) as client:
+        host = MemoryHost(client, tenant)
+        _retain_session(client, tenant, turns=TURNS[:1])
+        host.assemble_context(agent, "w1")
+        noted = "# Memory\n- learned: The staging database is db-stage-2\n"
+        assert host.call_tool(agent, "memory_update", {"content": noted})["ok"]
+        (outcome,) = client.consolidate_session(tenant, THREAD)
+        assert (outcome.outcome, outcome.generation, outcome.model_calls) == ("nothing_new", 1, 0)
+        assert _record(client, tenant, "global") == (noted, 1)
+        (again,) = client.consolidate_session(tenant, THREAD)
+        assert again.outcome == "nothing_new" and again.receipt_id == outcome.receipt_id
+
+
 def test_after_three_newer_writes_in_a_row_it_gives_up_without_writing(
     server_factory: Any, tenant: str, tmp_path: Path
 ) -> None:
