@@ -254,4 +254,9 @@ def scopes_from_proto(r: workspace_pb2.ListScopesResponse) -> list[types.ScopeSu
 
 
 def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage:
-    return types.TenantPage(tenants=list(r.tenants), next_page_token=r.next_page_token, damaged=list(r.damaged))
+    return types.TenantPage(
+        tenants=list(r.tenants),
+        next_page_token=r.next_page_token,
+        damaged=list(r.damaged),
+        unanswered_members=list(r.unanswered_members),
+    )

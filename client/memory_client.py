@@ -17,6 +17,7 @@ import grpc
 
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, NotFoundError, ServerError, from_rpc_error
+from mnemosyne.client.routing import RoutingChannel
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -62,7 +63,10 @@ class MemoryClient:
 
     ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata);
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
-    server; ``timeout`` the per-call deadline in seconds.
+    server; ``timeout`` the per-call deadline in seconds. ``members``: on a deployment of many
+    members, all of them (``ID=HOST:PORT,...``, as the servers take ``--members``, or a mapping):
+    each call then goes straight to the member owning its tenant (client/routing.py), and
+    ``target`` is not used (``""`` will do).
     """
 
     def __init__(
@@ -74,16 +78,21 @@ class MemoryClient:
         timeout: float = 30.0,
         retries: int = 3,
         options: Sequence[tuple[str, Any]] = (),
+        members: str | Mapping[str, str] | None = None,
     ) -> None:
         self.target = target
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         given = {name for name, _ in options}
         options = [*(o for o in _CHANNEL_OPTIONS if o[0] not in given), *options]
-        self._channel = (
-            grpc.secure_channel(target, credentials, options=options)
-            if credentials is not None
-            else grpc.insecure_channel(target, options=options)
-        )
+
+        def channel_to(address: str) -> grpc.Channel:
+            return (
+                grpc.secure_channel(address, credentials, options=options)
+                if credentials is not None
+                else grpc.insecure_channel(address, options=options)
+            )
+
+        self._channel = RoutingChannel(members, channel_to) if members is not None else channel_to(target)
         self._timeout = timeout
         self._retries = retries
         self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
@@ -564,7 +573,7 @@ class MemoryClient:
         tenants: dict[str, types.Stats] = {}
         damaged: dict[str, str] = {}
         total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
-        files_read, consistency = 0, ""
+        files_read, consistency, unanswered = 0, "", []
         try:
             for chunk in self.admin.AggregateStats(
                 admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
@@ -577,10 +586,16 @@ class MemoryClient:
                 if chunk.HasField("total"):
                     total = convert.stats_from_proto(chunk.total)
                     files_read, consistency = chunk.files_read, chunk.consistency
+                    unanswered = list(chunk.unanswered_members)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
         return types.AggregateStats(
-            tenants=tenants, total=total, files_read=files_read, consistency=consistency, damaged=damaged
+            tenants=tenants,
+            total=total,
+            files_read=files_read,
+            consistency=consistency,
+            damaged=damaged,
+            unanswered_members=unanswered,
         )
 
     # -- hot path and events --------------------------------------------------------------------

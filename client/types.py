@@ -283,6 +283,8 @@ class TenantPage:
     tenants: list[str]
     next_page_token: str
     damaged: list[str] = field(default_factory=list)  # of ``tenants``, those whose file is damaged
+    # A deployment of many members: those that did not answer (their tenants are missing).
+    unanswered_members: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,8 @@ class AggregateStats:
     # Tenants whose stats could not be read, with the reason (e.g. TENANT_CORRUPT): not in the total.
     damaged: dict[str, str] = field(default_factory=dict)
     not_a_snapshot: bool = True
+    # A deployment of many members: those that did not answer (their tenants are missing).
+    unanswered_members: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -380,7 +380,11 @@ def checks() -> list[tuple[str, Callable[[], None]]]:
         ),
         ("auth enabled without a secret or tokens refuses to render", default_refuses),
         ("other unsafe settings refuse to render", refusals),
-        ("replicas=2 fails schema validation", lambda: _schema_rejects({"replicas": 2})),
+        (
+            "replicas=3 (three members): schema, lint, render, kubernetes-validate",
+            lambda: _scenario({"replicas": 3, **MINIMAL_OVERRIDES}),
+        ),
+        ("replicas=0 fails schema validation", lambda: _schema_rejects({"replicas": 0})),
     ]
 
 

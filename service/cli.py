@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import Field
 from pathlib import Path
@@ -25,6 +26,7 @@ from mnemosyne.version import VERSION
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
+    from mnemosyne.store.membership import Membership
     from mnemosyne.transport.server import ServerConfig
 
 
@@ -94,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+        membership=_membership(args),
     )
     config = ServerConfig(
         engine=engine,
@@ -124,10 +127,27 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=_path(args.tls_key),
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
+        forwarding=not args.no_forwarding,
         test_park_tenant=_env("TEST_PARK_TENANT") or "",
         test_park_file=_path(_env("TEST_PARK_FILE")),
     )
     return asyncio.run(_run_server(config))
+
+
+def _membership(args: argparse.Namespace) -> Membership | None:
+    """The member list of --members (``@FILE``: read from a file), or None without one."""
+    from mnemosyne.store.membership import Membership
+
+    listed = args.members or ""
+    if listed.startswith("@"):
+        listed = Path(listed[1:]).read_text()
+    if not listed.strip():
+        if args.member:
+            raise SystemExit("--member needs --members (the whole member list, this member included)")
+        return None
+    if not args.member:
+        raise SystemExit("--members needs --member (the id of this member in the list)")
+    return Membership.parse(args.member, listed, epoch=args.ownership_epoch)
 
 
 async def _run_server(config: ServerConfig) -> int:
@@ -286,6 +306,40 @@ def _oplog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _members(args: argparse.Namespace) -> int:
+    """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
+    from mnemosyne.server_process import LocalMembers
+
+    if not 1 <= args.count <= 64:
+        raise SystemExit("--count: give 1 to 64 members")
+    flags = [flag for flag in args.serve_flags if flag != "--"]
+    deployment = LocalMembers(
+        Path(args.data_dir),
+        args.count,
+        args=flags,
+        base_port=args.port,
+        http_base_port=args.http_port,
+        metrics_base_port=args.metrics_port,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    deployment.start()
+    try:
+        print(json.dumps({"members": deployment.members}), flush=True)
+        for member, process in zip(deployment.ids, deployment.processes):
+            http = f", HTTP http://127.0.0.1:{process.http_port}" if process.http_port else ""
+            print(f"member {member}: gRPC {process.target}{http}, data {process.data_dir}", file=sys.stderr)
+        print(f"clients: MemoryClient('', members={deployment.members!r}); Ctrl-C stops them all", file=sys.stderr)
+        while not stop.wait(1.0):
+            if any(p.process is not None and p.process.poll() is not None for p in deployment.processes):
+                print("a member exited; stopping the others", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        deployment.stop()
+
+
 def _drill(args: argparse.Namespace) -> int:
     from mnemosyne.drills import run_drills
 
@@ -417,6 +471,28 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=["text", "json"],
         default=_env("LOG_FORMAT", "text"),
         help="stderr log lines as text or JSON (one object per line)",
+    )
+    serve.add_argument(
+        "--member",
+        default=_env("MEMBER"),
+        help="this server's id in --members (docs/scale-out.md)",
+    )
+    serve.add_argument(
+        "--members",
+        default=_env("MEMBERS"),
+        help="every member as ID=HOST:PORT,... (or @FILE); each tenant is owned by one (default: one server holds all)",
+    )
+    serve.add_argument(
+        "--ownership-epoch",
+        type=int,
+        default=int(_env("OWNERSHIP_EPOCH") or 1),
+        help="the ownership epoch tenant files are held at (1 until tenants are moved)",
+    )
+    serve.add_argument(
+        "--no-forwarding",
+        action="store_true",
+        default=_env("NO_FORWARDING") == "1",
+        help="refuse (NOT_OWNER) a call for a tenant another member owns instead of forwarding it",
     )
     _add_int_flags(serve, Limits.__dataclass_fields__, LIMIT_HELP)
     _add_int_flags(serve, AdmissionLimits.__dataclass_fields__, ADMISSION_HELP)
@@ -642,6 +718,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_token_flag(consolidate, "the tenant's token or an admin token")
     consolidate.set_defaults(run=_consolidate)
+
+    members = commands.add_parser(
+        "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
+    )
+    members.add_argument("--count", type=int, default=3, help="how many members (m0, m1, ...)")
+    members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
+    members.add_argument("--port", type=int, default=50051, help="gRPC port of m0; each next member the next port")
+    members.add_argument("--http-port", type=int, default=8080, help="HTTP port of m0 (0: off); then the next ones")
+    members.add_argument("--metrics-port", type=int, default=9464, help="metrics port of m0 (0: off); then the next")
+    members.add_argument("serve_flags", nargs=argparse.REMAINDER, help="after --: flags every member's serve takes")
+    members.set_defaults(run=_members)
 
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
     drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")

@@ -10,10 +10,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from mnemosyne.store.membership import owner_of
 
 
 class ServerProcess:
@@ -156,3 +159,60 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class LocalMembers:
+    """A deployment of ``count`` members on loopback (docs/scale-out.md), member ``i`` a
+    ``ServerProcess`` with id ``m<i>`` and data directory ``root/m<i>``: ports are chosen up front,
+    since each member is started with the whole list (``*base_port``: member ``i`` takes base + i,
+    else free ports). ``args_of(i)`` / ``env_of(i)`` add one
+    member's flags and environment (``args``/``env``: every member's)."""
+
+    def __init__(
+        self,
+        root: Path,
+        count: int,
+        *,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        args_of: Callable[[int], list[str]] | None = None,
+        env_of: Callable[[int], dict[str, str]] | None = None,
+        metrics: bool = False,
+        http: bool = False,
+        base_port: int = 0,
+        http_base_port: int = 0,
+        metrics_base_port: int = 0,
+    ) -> None:
+        self.ids = [f"m{i}" for i in range(count)]
+        self.ports = [base_port + i if base_port else _free_port() for i in range(count)]
+        self.members = ",".join(f"{member}=127.0.0.1:{port}" for member, port in zip(self.ids, self.ports))
+        self.processes = [
+            ServerProcess(
+                Path(root) / member,
+                args=["--member", member, "--members", self.members, *(args or []), *(args_of(i) if args_of else [])],
+                env={**(env or {}), **(env_of(i) if env_of else {})},
+                metrics=metrics or bool(metrics_base_port),
+                http=http or bool(http_base_port),
+            )
+            for i, member in enumerate(self.ids)
+        ]
+        for i, process in enumerate(self.processes):
+            process.http_port = http_base_port + i if http_base_port else 0
+            process.metrics_port = metrics_base_port + i if metrics_base_port else 0
+
+    def start(self, timeout: float = 60.0) -> LocalMembers:
+        try:
+            for process, port in zip(self.processes, self.ports):
+                process.start(timeout, port=port)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+    def owner(self, tenant: str) -> ServerProcess:
+        """The member the ownership hash names for ``tenant``."""
+        return self.processes[self.ids.index(owner_of(tenant, self.ids))]

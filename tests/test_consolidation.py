@@ -30,6 +30,7 @@ from mnemosyne.client import (
     ThreadRef,
 )
 from mnemosyne.engine import consolidator
+from mnemosyne.server_process import LocalMembers
 from tests.chat_server import Behaviour, ChatServer
 from tests.docs_support import DOCS, README, code_blocks, section
 from tests.support import ServerProcess, tokens_json, wait_until
@@ -496,3 +497,35 @@ def test_a_call_without_a_thread_takes_only_threads_with_new_memories(server_fac
         (late,) = client.consolidate_session(tenant)
         assert (late.thread, late.outcome, late.generation) == ("t007", "applied", 121)
         assert client.consolidate_session(tenant) == []
+
+
+def test_with_members_each_tenant_is_consolidated_by_its_owner_once(tmp_path: Path) -> None:
+    """Every member given the same tenants: each consolidates those it owns, once; a call through
+    any member is forwarded to the owner."""
+    tenants = ["alpha", "beta", "gamma"]
+    args = ["--consolidate-idle-seconds", "1", *(f"--consolidate-tenant={t}" for t in tenants)]
+    members = LocalMembers(tmp_path / "members", 2, args=args).start()
+    try:
+        with MemoryClient(members.processes[0].target) as client:
+            for tenant in tenants:
+                _retain_session(client, tenant, turns=TURNS[:3])
+
+            def all_consolidated() -> bool:
+                try:
+                    return all(_record(client, t, "global")[1] == 1 for t in tenants)
+                except NotFoundError:
+                    return False
+
+            wait_until(all_consolidated, seconds=30)
+            for tenant in tenants:
+                (outcome,) = client.consolidate_session(tenant, THREAD)  # forwarded when another owns it
+                assert outcome.outcome == "already_applied"
+        time.sleep(1.0)  # more background passes
+        with MemoryClient(members.processes[1].target) as client:
+            assert all(_record(client, t, "global")[1] == 1 for t in tenants)
+    finally:
+        members.stop()
+    owners = {t: members.ids[[p.tenant_file(t).exists() for p in members.processes].index(True)] for t in tenants}
+    assert len(set(owners.values())) == 2, owners  # both members own some (else the test proves less)
+    for process in members.processes:
+        assert "background consolidation failed" not in process.stderr_path.read_text()

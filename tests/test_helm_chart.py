@@ -103,16 +103,63 @@ def test_values_files_match_schema(path):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_replicas_pinned_to_one_by_schema():
+def test_replicas_above_one_make_members_with_the_whole_list_and_a_volume_each():
+    docs = cc.render_manifests({"replicas": 3, **cc.MINIMAL_OVERRIDES})
+    cc.validate_k8s(docs)
+    sts = _sts(docs)
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == HEADLESS
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MNEMOSYNE_MEMBER"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # the pod's name
+    members = env["MNEMOSYNE_MEMBERS"]["value"].split(",")
+    assert members == [f"{FULLNAME}-{i}={FULLNAME}-{i}.{HEADLESS}.{cc.NAMESPACE}.svc:50051" for i in range(3)]
+    # One claim per pod (a volumeClaimTemplate), never a shared volume.
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # The members reach each other through the NetworkPolicy (the forwarding hop).
+    policy = next(
+        d
+        for d in cc.render_manifests({"replicas": 3, "networkPolicy": {"enabled": True}, **cc.MINIMAL_OVERRIDES})
+        if d["kind"] == "NetworkPolicy"
+    )
+    assert {"podSelector": {"matchLabels": sts["spec"]["selector"]["matchLabels"]}} in policy["spec"]["ingress"][0][
+        "from"
+    ]
+    # One replica: no member list, one server holds every tenant (as before).
+    single = {
+        e["name"]
+        for e in _sts(cc.render_manifests(cc.MINIMAL_OVERRIDES))["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert "MNEMOSYNE_MEMBERS" not in single
+    assert cc.check_jsonschema({"replicas": 0}).returncode != 0
+    prop = json.loads(cc.SCHEMA.read_text())["properties"]["replicas"]
+    assert "SQLite" in prop["description"] and "routing" in prop["description"]
+
+
+def test_a_change_of_replicas_on_an_existing_release_is_refused(tmp_path):
+    """``lookup`` answers nothing offline (``helm template``, this engine), so the refusal is
+    checked on a copy of the chart whose lookup is replaced by the StatefulSet a cluster would
+    return: same replicas render, another number fails with the reason."""
+    import shutil
+
     import helm_python
 
-    res = cc.check_jsonschema({"replicas": 2})
-    assert res.returncode != 0 and "replicas" in res.stdout
-    with pytest.raises(helm_python.HelmValuesError):
-        cc.render({"replicas": 2, **cc.MINIMAL_OVERRIDES})
-    prop = json.loads(cc.SCHEMA.read_text())["properties"]["replicas"]
-    assert prop.get("const") == 1 or prop.get("maximum") == 1
-    assert "SQLite" in prop["description"] and "routing" in prop["description"]
+    chart = tmp_path / "mnemosyne"
+    shutil.copytree(cc.CHART_DIR, chart)
+    helpers = chart / "templates" / "_helpers.tpl"
+    lookup = '(lookup "apps/v1" "StatefulSet" .Release.Namespace (include "mnemosyne.fullname" .))'
+    assert lookup in helpers.read_text()
+    helpers.write_text(helpers.read_text().replace(lookup, '(dict "spec" (dict "replicas" 3))'))
+    copy = helm_python.Chart.load(str(chart))
+
+    def render(replicas):
+        return copy.render({"replicas": replicas, **cc.MINIMAL_OVERRIDES}, name=cc.RELEASE, namespace=cc.NAMESPACE)
+
+    assert render(3)
+    for replicas in (1, 4):
+        with pytest.raises(helm_python.HelmError, match="replicas cannot change on an existing release"):
+            render(replicas)
+    # Without a StatefulSet in the cluster (an install) any number renders.
+    assert cc.render({"replicas": 5, **cc.MINIMAL_OVERRIDES})
 
 
 def test_unknown_value_keys_rejected():

@@ -15,6 +15,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.membership import Membership
 
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 EMBEDDERS = ("hashing", "minilm")
@@ -83,6 +84,8 @@ class EngineConfig:
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
+    # The members of a deployment of many (store/membership.py); None: this server holds every tenant.
+    membership: Membership | None = None
     # Test seams, empty in production: store fault points (store/tenant_store.py; file_bytes=N, a
     # disk that fills under an import, store/file_faults.py), and methods after whose commit the
     # process kills itself (a reply lost after a commit).

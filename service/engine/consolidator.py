@@ -527,9 +527,12 @@ class SessionConsolidator:
     def _run(self) -> None:
         background.become_background_thread()
         while not self._stop.wait(self.settings.interval_seconds):
+            membership = self._pool.membership
             for tenant in self.settings.tenants:
                 if self._stop.is_set():
                     return
+                if membership is not None and membership.owner(tenant) != membership.me:
+                    continue  # another member's (each member may be given the same list)
                 try:
                     for outcome in self.consolidate(tenant):
                         log.info(

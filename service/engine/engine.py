@@ -69,6 +69,7 @@ class Engine:
             max_open=config.max_open_tenants,
             synchronous=config.synchronous,
             faults=config.store_faults,
+            membership=config.membership,
         )
         self.write_path = WritePath(
             extractor=extractor,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 
 from mnemosyne.engine import limits as check
@@ -43,15 +43,33 @@ class Tenants:
             file_bytes=self.pool.file_bytes(tenant),
         )
 
-    def page(self, *, page_size: int = 0, page_token: str = "") -> TenantPage:
-        """Tenant ids with a file, in lexical order, one page at a time."""
+    def page(
+        self,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        elsewhere: Mapping[str, bool] | None = None,
+        secret: bytes | None = None,
+    ) -> TenantPage:
+        """Tenant ids with a file, in lexical order, one page at a time. ``elsewhere``: the
+        tenants of the other members of a deployment (tenant -> whether its file is damaged),
+        listed with this member's (the admin fan-out, transport/fanout.py), its page tokens
+        signed with ``secret``, one every member has (its next page may be asked of any member)."""
+        secret = secret or self.pool.secret
         page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
-        after = page_tokens.decode(self.pool.secret, "", "tenants", page_token) or ""
+        after = page_tokens.decode(secret, "", "tenants", page_token) or ""
         # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
-        names = [t for t in self.pool.tenant_ids() if t > after]
+        local = self.pool.tenant_ids()
+        names = sorted(set(local).union(elsewhere)) if elsewhere else local
+        names = [t for t in names if t > after]
         page = names[:page_size]
-        token = page_tokens.encode(self.pool.secret, "", "tenants", page[-1]) if len(names) > page_size else ""
-        return TenantPage(page, token, self.pool.damaged(page))
+        token = page_tokens.encode(secret, "", "tenants", page[-1]) if len(names) > page_size else ""
+        if not elsewhere:
+            return TenantPage(page, token, self.pool.damaged(page))
+        mine = set(local)
+        damaged = self.pool.damaged([t for t in page if t in mine])
+        damaged += [t for t in page if t not in mine and elsewhere[t]]
+        return TenantPage(page, token, sorted(damaged))
 
     def aggregate_stats(self, *, chunk_size: int = 0) -> Iterator[AggregateChunk]:
         """Stats of every tenant, ``chunk_size`` tenants per chunk, then a total in the last one.

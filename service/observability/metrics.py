@@ -91,6 +91,16 @@ class ServerMetrics(EngineObserver):
             ["reason"],
             registry=self.registry,
         )
+        # A deployment of many members (transport/forwarding.py): the clients that route by the
+        # member list never make a member forward (the tests read these).
+        self.forwarded = Counter(
+            "mnemosyne_forwarded_calls", "Calls this member forwarded to the tenant's owner.", registry=self.registry
+        )
+        self.forwarded_in = Counter(
+            "mnemosyne_forwarded_calls_received",
+            "Calls that reached this member by another member's forwarding hop.",
+            registry=self.registry,
+        )
         self._gauges = {name: Gauge(name, help_text, registry=self.registry) for name, help_text in GAUGES.items()}
         for gauge in self._gauges.values():
             gauge.set_function(lambda: 0.0)

@@ -40,6 +40,7 @@ import apsw
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
+from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -162,6 +163,7 @@ class TenantPool:
         synchronous: str,
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
+        membership: Membership | None = None,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
@@ -187,6 +189,9 @@ class TenantPool:
         self._synchronous = synchronous
         self._max_readers = max_readers
         self._faults = faults
+        # With members (store/membership.py), a tenant is opened only by its owner, and only from
+        # a file naming this member at the current epoch; None: one server holds every tenant.
+        self.membership = membership
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         # tenant -> (what is done to it, the refusal's reason) while its files are removed or
@@ -244,7 +249,12 @@ class TenantPool:
         A tenant that has no file yields None with ``create=False``, and no file is created, so
         reads of unknown tenants never litter the directory. With ``create=True`` it yields a
         new, complete tenant file under a temporary name, which becomes the tenant's only if the
-        block ends without an exception (the block is the tenant's first write)."""
+        block ends without an exception (the block is the tenant's first write).
+
+        With members, a tenant the hash gives to another member is refused (NOT_OWNER, naming
+        the owner) before its file is looked at, whether one exists here or not."""
+        if self.membership is not None:
+            self.membership.check_owner(validate_tenant(tenant))
         entry = self._acquire(tenant)
         if entry is not None:
             try:
@@ -308,6 +318,8 @@ class TenantPool:
             temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
             try:
                 store = self._open_store(tenant, temporary)
+                if self.membership is not None:
+                    self._stamp(store)
             except BaseException:
                 _remove_files(temporary)
                 raise
@@ -337,7 +349,7 @@ class TenantPool:
         are closed and the open is tried again."""
         for attempt in range(2):
             try:
-                return TenantStore(
+                store = TenantStore(
                     path,
                     write_lock=self.locks.for_tenant(tenant),
                     synchronous=self._synchronous,
@@ -359,7 +371,39 @@ class TenantPool:
                         "open tenant is in use); retry shortly",
                         reason="FILE_LIMIT",
                     ) from None
+            else:
+                try:
+                    self._check_holder(tenant, store, new=path.name.startswith(NEW_FILE_PREFIX))
+                except BaseException:
+                    store.close()
+                    raise
+                return store
         raise AssertionError("unreachable")
+
+    def _check_holder(self, tenant: str, store: TenantStore, *, new: bool) -> None:
+        """The ownership check of an open: the file must name this member at the current epoch.
+        A file naming no holder (written before members, or by a single server) is adopted by the
+        member the hash names (the only one that gets here): it is stamped with this member and the
+        current epoch, as is a file this member held at an older epoch."""
+        if self.membership is None or new:
+            return
+        with store.read() as txn:
+            holder, epoch = txn.meta(HOLDER_KEY), int(txn.meta(EPOCH_KEY, "0") or 0)
+        if not self.membership.check_held(tenant, holder, epoch):
+            log.info(
+                "tenant %s: adopted by member %s at epoch %d (its file named %s)",
+                tenant,
+                self.membership.me,
+                self.membership.epoch,
+                holder or "no holder",
+            )
+            self._stamp(store)
+
+    def _stamp(self, store: TenantStore) -> None:
+        assert self.membership is not None
+        with store.write() as txn:
+            txn.set_meta(HOLDER_KEY, self.membership.me)
+            txn.set_meta(EPOCH_KEY, str(self.membership.epoch))
 
     def make_room(self) -> bool:
         """Close the idle half of the open tenants (the least recently used), as when the process
@@ -498,6 +542,13 @@ class TenantPool:
         and ``replace`` is false. The old files go first, the new inbox next, the tenant file
         last, each by a rename. Returns whether a tenant was replaced."""
         path = self.path_for(tenant)
+        if self.membership is not None:  # an import through the owner: its file is this member's now
+            self.membership.check_owner(tenant)
+            store = TenantStore(database, write_lock=threading.Lock(), synchronous=self._synchronous)
+            try:
+                self._stamp(store)
+            finally:
+                store.close()
         with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
             existed = path.exists()
             if existed and not replace:

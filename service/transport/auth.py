@@ -165,6 +165,11 @@ class TokenAuthenticator:
         return cls.from_json(text, source=str(path))
 
     @property
+    def token_hashes(self) -> list[str]:
+        """The hashes of the tokens (the members of a deployment derive their shared key from them)."""
+        return sorted(self._by_hash)
+
+    @property
     def principals(self) -> list[Principal]:
         return list(self._by_hash.values())
 

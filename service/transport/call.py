@@ -60,6 +60,12 @@ class Call:
         # Set after the first step that succeeded, when someone waits for it: the HTTP API starts
         # a server stream's response only then, so a bad request still gets its error status.
         self.stepped: asyncio.Event | None = None
+        # The method's path, and the member owning the call's tenant when that is another member
+        # (the edge forwards the call there: transport/forwarding.py).
+        self.method = ""
+        self.forward_to: str | None = None
+        # Set by gRPC's edge: the response may be the owner's serialized bytes (HTTP needs messages).
+        self.answers_bytes = False
 
     def metadata_values(self, key: str) -> list[str]:
         return [value for k, value in self.metadata if k == key]
@@ -77,6 +83,11 @@ class Call:
         if self.stepped is not None:
             self.stepped.set()
         return result
+
+    @property
+    def deadline(self) -> float | None:
+        """The client's deadline (a time.monotonic() value), None without one."""
+        return self._deadline
 
     def seconds_to_answer(self, wanted: float) -> float:
         """How long a wait may last: ``wanted``, or less so that its answer arrives before the

@@ -40,6 +40,7 @@ from mnemosyne.transport.admission import Admission
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
+from mnemosyne.transport.forwarding import Forwarder, Relayed
 
 log = logging.getLogger("mnemosyne.rpc")
 
@@ -135,8 +136,10 @@ class Edge:
         *,
         max_request_bytes: int,
         recorder: telemetry.Recorder,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._authenticator = authenticator
+        self.forwarder = forwarder
         self._admission = admission
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
@@ -161,10 +164,15 @@ class Edge:
                 if hasattr(request, "tenant"):
                     principal.check_tenant(request.tenant)
             tenant = getattr(request, "tenant", SERVER)
+            forward_to = None
+            if self.forwarder is not None:
+                self.forwarder.arrived_by_hop(metadata)
+                if tenant != SERVER:
+                    forward_to = self.forwarder.owner_elsewhere(tenant, metadata)
         except BaseException:
             self._admission.leave()
             raise
-        return Call(
+        call = Call(
             metadata,
             tenant=tenant,
             admission=self._admission,
@@ -172,11 +180,16 @@ class Edge:
             principal=principal.name if principal is not None else "",
             reaches=principal.tenants if principal is not None else frozenset({"*"}),
         )
+        call.method, call.forward_to = method, forward_to
+        return call
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
-        """Step 4 for a unary method: its response, or its exception."""
+        """Step 4 for a unary method: its response, or its exception. A call for a tenant another
+        member owns is forwarded there (on the event loop: the owner's admission counts its work)."""
         admission = self._admission
         try:
+            if call.forward_to is not None and self.forwarder is not None:
+                return await self.forwarder.unary(call.forward_to, call.method, request, call)
             if kind is Kind.BLOCKING:
                 return await admission.run(call.tenant, implementation, request, call)
             if kind is Kind.WAITING:
@@ -194,7 +207,12 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
-                async for message in implementation(request, call):
+                messages = (
+                    self.forwarder.stream(call.forward_to, call.method, request, call)
+                    if call.forward_to is not None and self.forwarder is not None
+                    else implementation(request, call)
+                )
+                async for message in messages:
                     yield message
         finally:
             self._admission.leave()
@@ -206,6 +224,8 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
+                if call.forward_to is not None and self.forwarder is not None:
+                    return await self.forwarder.client_stream(call.forward_to, call.method, messages, call)
                 return await implementation(messages, call)
         finally:
             self._admission.leave()
@@ -213,6 +233,10 @@ class Edge:
     @staticmethod
     def failure(exc: BaseException, outcome: Outcome, method: str) -> status_pb2.Status:
         """Step 5: the status an error answers with (noted in ``outcome``)."""
+        if isinstance(exc, Relayed):  # the owner's answer to a forwarded call, as it came
+            outcome.code = next((c.name for c in grpc.StatusCode if c.value[0] == exc.status.code), "UNKNOWN")
+            outcome.reason = exc.reason
+            return exc.status
         if isinstance(exc, MnemosyneError):
             outcome.code, outcome.reason = status_code_for(exc).name, exc.reason
             return to_status_proto(exc)
@@ -235,26 +259,28 @@ class Edge:
                 handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                     self._grpc_client_stream(path, implementation, request_type),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
             elif method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                     self._grpc_stream(path, implementation),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
             else:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                     self._grpc_unary(path, implementation),
                     request_deserializer=decode,
-                    response_serializer=response_type.SerializeToString,
+                    response_serializer=_serializer(response_type),
                 )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
     def _grpc_begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
         metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
         remaining = context.time_remaining()
-        return self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+        call = self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+        call.answers_bytes = True  # a forwarded call's response passes through as the owner's bytes
+        return call
 
     async def _grpc_fail(
         self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: Outcome, method: str
@@ -372,6 +398,16 @@ class Edge:
                 recorder.end(method, outcome.code, outcome.reason, started, token)
 
         return handle
+
+
+def _serializer(response_type: Any) -> Callable[[Any], bytes]:
+    """The response serializer, passing through the bytes of a forwarded call's response."""
+    serialize = response_type.SerializeToString
+
+    def serialized(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serialized
 
 
 def _sent_request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:

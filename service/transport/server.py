@@ -35,6 +35,8 @@ from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.console import console_app
 from mnemosyne.transport.edge import Edge
+from mnemosyne.transport.fanout import FanOut
+from mnemosyne.transport.forwarding import Forwarder, member_key
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
 from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
@@ -93,6 +95,9 @@ class ServerConfig:
     # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
     # and readiness probes take the server out of rotation) before the grace period starts.
     drain_delay_seconds: float = 0.0
+    # With members (engine.membership): forward a call for a tenant another member owns to it
+    # (False: refuse it, NOT_OWNER).
+    forwarding: bool = True
     # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
     test_park_tenant: str = ""
     test_park_file: Path | None = None
@@ -111,6 +116,7 @@ class RunningServer:
     side: SideServer | None = None
     http: HttpServer | None = None
     mcp: McpEndpoint | None = None
+    forwarder: Forwarder | None = None
     # The private directory of the Unix socket the MCP endpoint calls the gRPC API through.
     private_dir: Path | None = None
     started: bool = False
@@ -152,6 +158,8 @@ class RunningServer:
         left = max(0.0, self.grace_seconds - (time.monotonic() - started))
         if self.mcp is not None:
             await self.mcp.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
         await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
         if self.private_dir is not None:
             shutil.rmtree(self.private_dir, ignore_errors=True)
@@ -182,6 +190,37 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
         )
     log.warning("no tokens configured: serving WITHOUT authentication on %s", config.host)
     return None
+
+
+def _forwarder(
+    config: ServerConfig, authenticator: TokenAuthenticator | None, metrics: ServerMetrics
+) -> Forwarder | None:
+    """The forwarding hop of a member of many (transport/forwarding.py); None for a single server."""
+    membership = config.engine.membership
+    if membership is None:
+        return None
+    log.info(
+        "member %s of %d (%s), ownership epoch %d; forwarding %s",
+        membership.me,
+        len(membership.ids),
+        membership.describe(),
+        membership.epoch,
+        "on" if config.forwarding else "off",
+    )
+    credentials = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        # The members present the same certificate to each other as to clients.
+        chain, key = config.tls_cert.read_bytes(), config.tls_key.read_bytes()
+        ca = config.tls_client_ca.read_bytes() if config.tls_client_ca is not None else chain
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=chain)
+    return Forwarder(
+        membership,
+        SERVICES,
+        enabled=config.forwarding,
+        key=member_key(membership, authenticator.token_hashes if authenticator is not None else []),
+        metrics=metrics,
+        credentials=credentials,
+    )
 
 
 def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
@@ -315,18 +354,20 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 ),
             ],
         )
+        forwarder = _forwarder(config, authenticator, metrics)
         edge = Edge(
             authenticator,
             admission,
             max_request_bytes=config.engine.limits.max_request_bytes,
             recorder=Recorder(metrics),
+            forwarder=forwarder,
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
             "WorkspaceService": WorkspaceServicer(engine.workspaces, engine.consolidator),
             "HotPathService": HotPathServicer(engine),
             "EventsService": EventsServicer(engine),
-            "AdminService": AdminServicer(engine),
+            "AdminService": AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None),
         }
         server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
 
@@ -364,6 +405,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
             grace_seconds=config.grace_seconds,
             drain_delay_seconds=config.drain_delay_seconds,
             metrics=metrics,
+            forwarder=forwarder,
         )
         if config.metrics_port:
             metrics_host = config.metrics_host or config.host
@@ -399,6 +441,8 @@ async def start_server(config: ServerConfig) -> RunningServer:
             shutil.rmtree(running.private_dir, ignore_errors=True)
         if server is not None:
             await server.stop(None)
+        if running is not None and running.forwarder is not None:
+            await running.forwarder.close()
         if side is not None:
             side.stop()
         engine.close()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import Any
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, waiting
+from mnemosyne.transport.fanout import FanOut
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
@@ -101,8 +103,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fanout: FanOut | None = None) -> None:
         self._engine = engine
+        self._fanout = fanout
+        if fanout is not None:  # ListTenants waits for the other members (a single server's does not)
+            self.ListTenants = self._list_tenants_everywhere  # type: ignore[method-assign,assignment]  # chosen once, as the edge registers it
 
     def VerifyIntegrity(
         self, request: admin_pb2.VerifyIntegrityRequest, call: Call
@@ -119,11 +124,37 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return convert.to_dedup_response(report)
 
     def ListTenants(self, request: admin_pb2.ListTenantsRequest, call: Call) -> admin_pb2.ListTenantsResponse:
+        return self._tenant_page(request)
+
+    @waiting
+    async def _list_tenants_everywhere(
+        self, request: admin_pb2.ListTenantsRequest, call: Call
+    ) -> admin_pb2.ListTenantsResponse:
+        assert self._fanout is not None
+        if not self._fanout.wanted(call):  # another member's fan-out asks for this member's part
+            return await call.run(self._tenant_page, request)
+        elsewhere, unanswered = await self._fanout.tenants_elsewhere(call)
+        response = await call.run(
+            partial(self._tenant_page, request, elsewhere=elsewhere, secret=self._fanout.page_secret)
+        )
+        response.unanswered_members.extend(unanswered)
+        return response
+
+    def _tenant_page(self, request: admin_pb2.ListTenantsRequest, **everywhere: Any) -> admin_pb2.ListTenantsResponse:
         return convert.to_tenant_page(
-            self._engine.tenants.page(page_size=request.page_size, page_token=request.page_token)
+            self._engine.tenants.page(page_size=request.page_size, page_token=request.page_token, **everywhere)
         )
 
     async def AggregateStats(
+        self, request: admin_pb2.AggregateStatsRequest, call: Call
+    ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
+        chunks = self._aggregate_here(request, call)
+        if self._fanout is not None and self._fanout.wanted(call):
+            chunks = self._fanout.aggregate(request, call, chunks)
+        async for chunk in chunks:
+            yield chunk
+
+    async def _aggregate_here(
         self, request: admin_pb2.AggregateStatsRequest, call: Call
     ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
         # A chunk at a time on a worker thread (each reads up to 1,000 tenant files). A stream its

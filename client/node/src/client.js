@@ -15,6 +15,7 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError } = require('./errors');
+const { ROUTE_KEY, NOT_OWNER, ownerOf, parseMembers } = require('./routing');
 
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
@@ -147,23 +148,59 @@ class MemoryClient {
    *   maxRetryDelayMs?: number}} [options]
    */
   constructor(target, options = {}) {
-    const { MemoryService, WorkspaceService, AdminService, EventsService, HotPathService } = loadServices();
-    const credentials = options.credentials ?? grpc.credentials.createInsecure();
-    this.memory = new MemoryService(target, credentials);
-    // The same channel for every service.
-    const channelOverride = { channelOverride: this.memory.getChannel() };
-    this.workspace = new WorkspaceService(target, credentials, channelOverride);
-    this.admin = new AdminService(target, credentials, channelOverride);
-    this.events = new EventsService(target, credentials, channelOverride);
-    this.hotPathStub = new HotPathService(target, credentials, channelOverride);
+    this._services = loadServices();
+    this._credentials = options.credentials ?? grpc.credentials.createInsecure();
+    // On a deployment of many members (`members`: 'ID=HOST:PORT,...' or {id: address}), each call
+    // goes straight to the member owning its tenant, with x-mnemosyne-route naming it; a member
+    // that refuses it NOT_OWNER sends the current member list, taken here before the call is
+    // sent once more (docs/scale-out.md). `target` then serves the calls that name no tenant.
+    this.members = options.members == null ? null : parseMembers(options.members);
+    this._byAddress = new Map();
+    Object.assign(this, this._stubs(target || (this.members && this.members.values().next().value)));
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 30000;
     this.retries = options.retries ?? DEFAULT_RETRIES;
     this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
   }
 
+  /** The stubs of every service on one channel to `address` (made once per address). */
+  _stubs(address) {
+    let stubs = this._byAddress.get(address);
+    if (!stubs) {
+      const { MemoryService, WorkspaceService, AdminService, EventsService, HotPathService } = this._services;
+      const memory = new MemoryService(address, this._credentials);
+      // The same channel for every service.
+      const channelOverride = { channelOverride: memory.getChannel() };
+      stubs = {
+        memory,
+        workspace: new WorkspaceService(address, this._credentials, channelOverride),
+        admin: new AdminService(address, this._credentials, channelOverride),
+        events: new EventsService(address, this._credentials, channelOverride),
+        hotPathStub: new HotPathService(address, this._credentials, channelOverride),
+      };
+      this._byAddress.set(address, stubs);
+    }
+    return stubs;
+  }
+
+  /** The stub of `stub`'s service at the owner of `tenant`, and the route metadata to send. */
+  _routed(stub, tenant) {
+    if (!this.members || !tenant) return { stub, route: {} };
+    const owner = ownerOf(tenant, [...this.members.keys()].sort());
+    const name = ['memory', 'workspace', 'admin', 'events', 'hotPathStub'].find((n) => this[n] === stub);
+    return { stub: this._stubs(this.members.get(owner))[name], route: { [ROUTE_KEY]: owner } };
+  }
+
+  /** Take the member list of a NOT_OWNER refusal; whether it changed (the call is then sent again). */
+  _corrected(err) {
+    if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return false;
+    const before = [...this.members].join();
+    this.members = parseMembers(err.metadata.members);
+    return [...this.members].join() !== before;
+  }
+
   close() {
-    this.memory.close();
+    for (const stubs of this._byAddress.values()) stubs.memory.close();
   }
 
   _metadata(extraMetadata = {}) {
@@ -180,10 +217,17 @@ class MemoryClient {
    */
   async _call(stub, method, request, { metadata = {}, retry = false, timeoutMs = this.timeoutMs } = {}) {
     let backoffMs = RETRY_BACKOFF_MS;
+    let corrected = false;
     for (let attempt = 0; ; attempt += 1) {
+      const routed = this._routed(stub, request.tenant);
       try {
-        return await this._callOnce(stub, method, request, metadata, timeoutMs);
+        return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs);
       } catch (err) {
+        if (!corrected && this._corrected(err)) {
+          corrected = true;
+          attempt -= 1;
+          continue;
+        }
         const delay = retry && attempt < this.retries ? retryDelay(err, backoffMs, this.maxRetryDelayMs) : null;
         if (delay === null) throw err;
         await sleep(delay);
@@ -294,9 +338,10 @@ class MemoryClient {
    * A stream is not repeated by itself: resume it with `afterSequence`.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
-    const call = this.events.WatchEvents(
+    const routed = this._routed(this.events, tenant);
+    const call = routed.stub.WatchEvents(
       { tenant, after_event_id: String(afterEventId), after_sequence: String(afterSequence) },
-      this._metadata(), timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs },
+      this._metadata(routed.route), timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs },
     );
     // The status that follows our own cancel() must not become an unhandled 'error' event.
     call.on('error', () => {});

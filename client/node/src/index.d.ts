@@ -17,6 +17,12 @@ export interface ClientOptions {
   /** Deadline of each call, in milliseconds (default 30000). */
   timeoutMs?: number;
   /**
+   * Every member of a deployment of many ('ID=HOST:PORT,...', as `mnemosyne serve --members`
+   * takes it, or {id: address}): each call then goes straight to the member owning its tenant
+   * (docs/scale-out.md); `target` serves the calls that name no tenant ('' = the first member).
+   */
+  members?: string | Record<string, string>;
+  /**
    * How many times a call that is safe to repeat (a read, or a write with a request id) is
    * repeated after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo (default 3).
    */
@@ -144,6 +150,8 @@ export interface WriteOptions {
 
 export declare class MemoryClient {
   constructor(target: string, options?: ClientOptions);
+  /** The member list calls are routed by (null without `members`); a NOT_OWNER refusal updates it. */
+  members: Map<string, string> | null;
   close(): void;
   /** `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated). */
   retain(
@@ -222,3 +230,6 @@ export declare class MemoryHost {
   /** Runs one model tool call; resolves an error result (never rejects) for what the model sent. */
   callTool(agent: object, name: string, args: string | Record<string, unknown>): Promise<ToolResult>;
 }
+
+/** The member owning `tenant` among the member ids (rendezvous hashing, docs/scale-out.md). */
+export declare function ownerOf(tenant: string, members: Iterable<string>): string;

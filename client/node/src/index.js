@@ -3,8 +3,9 @@
 const { MemoryClient, newRequestId, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY } = require('./client');
 const { MnemosyneError, fromServiceError } = require('./errors');
 const { MemoryHost, renderContext } = require('./host');
+const { ownerOf } = require('./routing');
 
 module.exports = {
   MemoryClient, MemoryHost, MnemosyneError, fromServiceError, renderContext, newRequestId,
-  GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY,
+  GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, ownerOf,
 };

@@ -92,9 +92,7 @@ Refuse to render unsafe or contradictory settings. Included at the top of the
 StatefulSet so that every render goes through it.
 */}}
 {{- define "mnemosyne.validate" -}}
-{{- if ne (int .Values.replicas) 1 }}
-{{- fail "replicas must be 1: a tenant's SQLite file lives on exactly one pod and tenant routing does not exist yet" }}
-{{- end }}
+{{- include "mnemosyne.replicasUnchanged" (dict "existing" (lookup "apps/v1" "StatefulSet" .Release.Namespace (include "mnemosyne.fullname" .)) "Values" .Values) }}
 {{- if .Values.auth.enabled }}
 {{- if and (not .Values.auth.existingSecret) (not .Values.auth.tokens) }}
 {{- fail "auth.enabled=true needs a tokens file: set auth.existingSecret (Secret with the tokens JSON) or auth.tokens (list of {name, sha256, tenants}). To run WITHOUT authentication (insecure) set auth.enabled=false." }}
@@ -116,6 +114,33 @@ StatefulSet so that every render goes through it.
 {{- if .Values.podDisruptionBudget.enabled }}
 {{- if and (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set only one of minAvailable and maxUnavailable (null the other)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The member list of a release of several replicas (docs/scale-out.md): pod <fullname>-N is member
+<fullname>-N, reached at its stable name through the headless Service.
+*/}}
+{{- define "mnemosyne.members" -}}
+{{- $fullname := include "mnemosyne.fullname" . -}}
+{{- $members := list -}}
+{{- range $i := until (int .Values.replicas) -}}
+{{- $members = append $members (printf "%s-%d=%s-%d.%s.%s.svc:%d" $fullname $i $fullname $i (include "mnemosyne.headlessName" $) $.Release.Namespace (int $.Values.server.port)) -}}
+{{- end -}}
+{{- join "," $members -}}
+{{- end }}
+
+{{/*
+Refuse a change of replicas on an existing release: each tenant lives on the pod the hash of the
+member list names, and nothing moves tenants yet (part 2). "existing" is the release's StatefulSet
+as the cluster has it (lookup: empty on an install, and always in `helm template` or --dry-run,
+which do not talk to a cluster). tests/test_helm_chart.py renders it with "existing" given.
+*/}}
+{{- define "mnemosyne.replicasUnchanged" -}}
+{{- with .existing }}
+{{- if ne (int .spec.replicas) (int $.Values.replicas) }}
+{{- fail (printf "replicas cannot change on an existing release (it has %d, asked %d): each tenant lives on the pod the member list names, and moving tenants does not exist yet. Keep replicas at %d; to change it, export the tenants, install a new release and import them (docs/scale-out.md)" (int .spec.replicas) (int $.Values.replicas) (int .spec.replicas)) }}
 {{- end }}
 {{- end }}
 {{- end }}

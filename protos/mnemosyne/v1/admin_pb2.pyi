@@ -107,14 +107,16 @@ class ListTenantsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTenantsResponse(_message.Message):
-    __slots__ = ("tenants", "next_page_token", "damaged")
+    __slots__ = ("tenants", "next_page_token", "damaged", "unanswered_members")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DAMAGED_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedScalarFieldContainer[str]
     next_page_token: str
     damaged: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., damaged: _Optional[_Iterable[str]] = ...) -> None: ...
+    unanswered_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., damaged: _Optional[_Iterable[str]] = ..., unanswered_members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AggregateStatsRequest(_message.Message):
     __slots__ = ("chunk_size",)
@@ -123,18 +125,20 @@ class AggregateStatsRequest(_message.Message):
     def __init__(self, chunk_size: _Optional[int] = ...) -> None: ...
 
 class AggregateStatsChunk(_message.Message):
-    __slots__ = ("tenants", "total", "not_a_snapshot", "files_read", "consistency")
+    __slots__ = ("tenants", "total", "not_a_snapshot", "files_read", "consistency", "unanswered_members")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     NOT_A_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     FILES_READ_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedCompositeFieldContainer[TenantStats]
     total: StatsResponse
     not_a_snapshot: bool
     files_read: int
     consistency: str
-    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ..., files_read: _Optional[int] = ..., consistency: _Optional[str] = ...) -> None: ...
+    unanswered_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantStats, _Mapping]]] = ..., total: _Optional[_Union[StatsResponse, _Mapping]] = ..., not_a_snapshot: _Optional[bool] = ..., files_read: _Optional[int] = ..., consistency: _Optional[str] = ..., unanswered_members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TenantStats(_message.Message):
     __slots__ = ("tenant", "stats", "error_reason")

@@ -1,0 +1,178 @@
+"""Calls sent straight to the member that owns their tenant (docs/scale-out.md).
+
+A deployment of many members gives each tenant one owner, by rendezvous hashing of the tenant
+id over the member ids (the server's store/membership.py states the rule; the Node client's
+src/routing.js is the same; the test vectors in docs/scale-out.md hold for all three):
+
+    weight(tenant, member) = first 8 bytes, big-endian unsigned, of SHA-256(UTF-8(tenant) 0x00 UTF-8(member))
+    owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes)
+
+``RoutingChannel`` is a ``grpc.Channel`` over one channel per member: each call goes to the
+owner of its request's ``tenant`` with ``x-mnemosyne-route: OWNER`` (so that member serves it or
+refuses it, never forwards it), and a call naming no tenant goes to the first member. A member
+that refuses a call NOT_OWNER names the owner and sends the current member list: the channel
+takes that list and sends the call once more, to the owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import grpc
+
+from mnemosyne.client.errors import from_rpc_error
+
+ROUTE_KEY = "x-mnemosyne-route"
+NOT_OWNER = "NOT_OWNER"
+
+
+def weight(tenant: str, member: str) -> int:
+    return int.from_bytes(hashlib.sha256(tenant.encode() + b"\x00" + member.encode()).digest()[:8], "big")
+
+
+def owner_of(tenant: str, members: Iterator[str] | list[str] | tuple[str, ...]) -> str:
+    """The member owning ``tenant``: highest weight, then the smallest id."""
+    return min(members, key=lambda member: (-weight(tenant, member), member.encode()))
+
+
+def parse_members(members: str | Mapping[str, str]) -> dict[str, str]:
+    """``ID=HOST:PORT,...`` (as ``mnemosyne serve --members`` takes it), or a mapping id -> address."""
+    if not isinstance(members, str):
+        return dict(members)
+    parsed = {}
+    for item in members.replace("\n", ",").split(","):
+        member, sep, address = item.strip().partition("=")
+        if item.strip():
+            if not sep or not member or not address:
+                raise ValueError(f"member {item.strip()!r}: give ID=HOST:PORT")
+            parsed[member] = address
+    if not parsed:
+        raise ValueError("the member list is empty")
+    return parsed
+
+
+class RoutingChannel(grpc.Channel):
+    def __init__(self, members: str | Mapping[str, str], make_channel: Callable[[str], grpc.Channel]) -> None:
+        self._make_channel = make_channel
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}  # address -> channel
+        self.members = parse_members(members)
+
+    def owner(self, tenant: str) -> str:
+        with self._lock:
+            return owner_of(tenant, sorted(self.members))
+
+    def _channel(self, tenant: str) -> tuple[str, grpc.Channel]:
+        """The member a call for ``tenant`` goes to ("" for no tenant: the first) and its channel."""
+        with self._lock:
+            member = owner_of(tenant, sorted(self.members)) if tenant else ""
+            address = self.members[member] if member else self.members[min(self.members)]
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = self._make_channel(address)
+        return member, channel
+
+    def corrected(self, error: grpc.RpcError) -> bool:
+        """Take the member list a NOT_OWNER refusal carries; whether the call should be sent again."""
+        refusal = from_rpc_error(error)
+        listed = refusal.metadata.get("members", "")
+        if refusal.reason != NOT_OWNER or not listed:
+            return False
+        with self._lock:
+            before, self.members = self.members, parse_members(listed)
+        return self.members != before
+
+    # -- grpc.Channel ---------------------------------------------------------------------------
+
+    def unary_unary(
+        self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
+    ) -> Any:
+        return _Routed(self, "unary_unary", method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
+    ) -> Any:
+        return _Routed(self, "unary_stream", method, request_serializer, response_deserializer)
+
+    def stream_unary(
+        self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
+    ) -> Any:
+        return _Routed(self, "stream_unary", method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
+    ) -> Any:
+        return _Routed(self, "stream_stream", method, request_serializer, response_deserializer)
+
+    def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
+        self._channel("")[1].subscribe(callback, try_to_connect)
+
+    def unsubscribe(self, callback: Any) -> None:
+        self._channel("")[1].unsubscribe(callback)
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def __enter__(self) -> RoutingChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Routed:
+    """A multi-callable that picks its member per call, by the request's tenant."""
+
+    def __init__(self, routing: RoutingChannel, kind: str, method: str, serializer: Any, deserializer: Any) -> None:
+        self._routing, self._kind, self._method = routing, kind, method
+        self._serializer, self._deserializer = serializer, deserializer
+        self._callables: dict[int, Any] = {}
+
+    def _send(self, how: str, request: Any, kwargs: dict[str, Any]) -> Any:
+        first = None
+        if self._kind.startswith("stream"):  # a client stream names its tenant in its first message
+            messages = iter(request)
+            first = next(messages, None)
+            tenant = getattr(first, "tenant", "")
+            request = _chain(first, messages) if first is not None else iter(())
+        else:
+            tenant = getattr(request, "tenant", "")
+        for attempt in range(2):
+            member, channel = self._routing._channel(tenant)
+            callable_ = self._callables.get(id(channel))
+            if callable_ is None:  # one per member's channel, made once
+                callable_ = self._callables[id(channel)] = getattr(channel, self._kind)(
+                    self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
+                )
+            metadata = tuple(kwargs.get("metadata") or ())
+            if member:
+                metadata = (*metadata, (ROUTE_KEY, member))
+            sent = {**kwargs, "metadata": metadata}
+            if self._kind.endswith("stream") and how == "__call__":
+                return callable_(request, **sent)  # a stream's refusal surfaces as it is read
+            try:
+                return getattr(callable_, how)(request, **sent)
+            except grpc.RpcError as exc:
+                if attempt or first is not None or not self._routing.corrected(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        return self._send("__call__", request, kwargs)
+
+    def with_call(self, request: Any, **kwargs: Any) -> Any:
+        return self._send("with_call", request, kwargs)
+
+    def future(self, request: Any, **kwargs: Any) -> Any:
+        return self._send("future", request, kwargs)
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest

@@ -1,0 +1,124 @@
+"""Members: which server process owns which tenant (docs/scale-out.md).
+
+A deployment is a configured list of members, each an id and the address its peers and clients
+reach it at. A tenant's owner is given by rendezvous (highest-random-weight) hashing of the
+tenant id over the member ids, the same in every language (client/routing.py, the Node client's
+src/routing.js; test vectors in docs/scale-out.md):
+
+    weight(tenant, member) = the first 8 bytes, as an unsigned big-endian integer, of
+                             SHA-256(UTF-8(tenant) || 0x00 || UTF-8(member))
+    owner(tenant)          = the member of highest weight; on a tie, the smallest member id
+                             (compared as UTF-8 bytes)
+
+The order of the list does not matter. Adding a member moves only the tenants the new member
+wins (part 2 moves them; until then the list changes only with a new deployment).
+
+Each tenant file records its holder and an ownership epoch (its ``meta`` table): a member opens
+a tenant only if the hash names it and the file names it at the current epoch
+(``Membership.check_held``); it creates a tenant only if the hash names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
+
+MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
+EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (moves, part 2, raise it)
+NOT_OWNER = "NOT_OWNER"  # the refusal's reason; its metadata names the owner and its address
+
+
+def weight(tenant: str, member: str) -> int:
+    digest = hashlib.sha256(tenant.encode() + b"\x00" + member.encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def owner_of(tenant: str, members: list[str] | tuple[str, ...]) -> str:
+    """The member owning ``tenant``: highest weight, then the smallest id."""
+    return min(members, key=lambda member: (-weight(tenant, member), member.encode()))
+
+
+@dataclass(frozen=True)
+class Membership:
+    """This member's id, every member's address, and the current ownership epoch."""
+
+    me: str
+    addresses: dict[str, str]  # member id -> host:port (gRPC)
+    epoch: int = 1
+
+    @classmethod
+    def parse(cls, me: str, members: str, *, epoch: int = 1) -> Membership:
+        """``members``: ``ID=HOST:PORT,ID=HOST:PORT,...`` (spaces and newlines allowed)."""
+        addresses: dict[str, str] = {}
+        for item in re.split(r"[,\s]+", members.strip()):
+            if not item:
+                continue
+            member, sep, address = item.partition("=")
+            if not sep or not address or not MEMBER_ID_PATTERN.fullmatch(member):
+                raise InvalidArgument(
+                    f"member {item!r}: give ID=HOST:PORT, the id of lowercase letters, digits and '-' (at most 63)",
+                    reason="CONFIG_INVALID",
+                )
+            if member in addresses:
+                raise InvalidArgument(f"member {member} is listed twice", reason="CONFIG_INVALID")
+            addresses[member] = address
+        if me not in addresses:
+            raise InvalidArgument(
+                f"--member {me!r} is not in the member list ({', '.join(addresses) or 'empty'})",
+                reason="CONFIG_INVALID",
+            )
+        if epoch < 1:
+            raise InvalidArgument("the ownership epoch starts at 1", reason="CONFIG_INVALID")
+        return cls(me, addresses, epoch)
+
+    @cached_property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self.addresses))
+
+    def owner(self, tenant: str) -> str:
+        return owner_of(tenant, self.ids)
+
+    def describe(self) -> str:
+        """The member list as ``--members`` takes it (clients take it too)."""
+        return ",".join(f"{member}={self.addresses[member]}" for member in self.ids)
+
+    def not_owner(self, tenant: str, owner: str, why: str) -> FailedPrecondition:
+        """The refusal of a call for a tenant this member does not hold: a redirect to ``owner``."""
+        return FailedPrecondition(
+            f"tenant {tenant} is owned by member {owner} ({self.addresses.get(owner, '?')}), not {self.me}: {why}",
+            reason=NOT_OWNER,
+            metadata={"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()},
+        )
+
+    def check_owner(self, tenant: str) -> None:
+        """Refuse a tenant the hash does not give to this member (before any file is looked at)."""
+        owner = self.owner(tenant)
+        if owner != self.me:
+            raise self.not_owner(tenant, owner, "call its owner (clients with the member list do)")
+
+    def check_held(self, tenant: str, holder: str | None, epoch: int) -> bool:
+        """Whether a file with this holder and epoch may be served here as it is; False: adopt it
+        (a file written before members existed, or by this member at an older epoch: stamp it).
+        Raises for a file another member holds, or one stamped at a newer epoch."""
+        if holder is None or (holder == self.me and epoch < self.epoch):
+            return False
+        if holder != self.me:
+            raise FailedPrecondition(
+                f"tenant {tenant}'s file names member {holder} as its holder, not {self.me}: it was copied from "
+                "another member's volume; restore it there, or export and import it through the owner",
+                reason="TENANT_HELD_ELSEWHERE",
+                metadata={"holder": holder},
+            )
+        if epoch > self.epoch:
+            raise FailedPrecondition(
+                f"tenant {tenant}'s file is held at ownership epoch {epoch}, newer than this member's {self.epoch}: "
+                "the member list of this process is out of date",
+                reason="OWNERSHIP_EPOCH_NEWER",
+                metadata={"epoch": str(epoch)},
+            )
+        return True

@@ -1,0 +1,95 @@
+"""The admin fan-outs of a deployment of many members: ``ListTenants`` and ``AggregateStats``
+asked of every member, the answers merged, and the members that did not answer named
+(``unanswered_members``). A member asks each other member for its own part (the call routed to
+that member, so it does not ask again), with the caller's admin token, which each authenticates."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from mnemosyne.transport.call import Call
+from mnemosyne.transport.forwarding import Forwarder
+from mnemosyne.v1 import admin_pb2
+
+log = logging.getLogger("mnemosyne.members")
+
+LIST_TENANTS = "/mnemosyne.v1.AdminService/ListTenants"
+AGGREGATE_STATS = "/mnemosyne.v1.AdminService/AggregateStats"
+_TOTAL_FIELDS = [field.name for field in admin_pb2.StatsResponse.DESCRIPTOR.fields]
+
+
+class FanOut:
+    def __init__(self, forwarder: Forwarder) -> None:
+        self._forwarder = forwarder
+        # The deployment-wide listing's page tokens are signed with a key every member has, so
+        # that the next page may be asked of any member.
+        self.page_secret = forwarder.shared_secret
+        membership = forwarder.membership
+        self._others = [member for member in membership.ids if member != membership.me]
+
+    def wanted(self, call: Call) -> bool:
+        """Whether this call asks for the whole deployment (not one member's part)."""
+        return bool(self._others) and not self._forwarder.routed_here(call.metadata)
+
+    async def tenants_elsewhere(self, call: Call) -> tuple[dict[str, bool], list[str]]:
+        """Every other member's tenants (tenant -> whether its file is damaged), and the members
+        that did not answer."""
+        elsewhere: dict[str, bool] = {}
+        unanswered = []
+        for member in self._others:
+            try:
+                token = ""
+                while True:
+                    request = admin_pb2.ListTenantsRequest(page_size=10_000, page_token=token)
+                    page = await self._forwarder.unary(member, LIST_TENANTS, request, call, asked=True)
+                    damaged = set(page.damaged)
+                    elsewhere.update((tenant, tenant in damaged) for tenant in page.tenants)
+                    if not (token := page.next_page_token):
+                        break
+            except Exception as exc:
+                log.warning("ListTenants: member %s did not answer: %s", member, exc)
+                unanswered.append(member)
+        return elsewhere, unanswered
+
+    async def aggregate(
+        self, request: admin_pb2.AggregateStatsRequest, call: Call, local: AsyncIterator[admin_pb2.AggregateStatsChunk]
+    ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
+        """This member's chunks, then each other member's, with one total across them all."""
+        total = admin_pb2.StatsResponse()
+        files_read = 0
+        unanswered = []
+        sources = [("", local)] + [
+            (member, self._forwarder.stream(member, AGGREGATE_STATS, request, call, asked=True))
+            for member in self._others
+        ]
+        for member, chunks in sources:
+            read_before = files_read
+            try:
+                async for chunk in chunks:
+                    files_read = read_before + chunk.files_read
+                    if chunk.HasField("total"):
+                        for name in _TOTAL_FIELDS:
+                            setattr(total, name, getattr(total, name) + getattr(chunk.total, name))
+                    if chunk.tenants:
+                        yield admin_pb2.AggregateStatsChunk(
+                            tenants=chunk.tenants, not_a_snapshot=True, files_read=files_read
+                        )
+            except Exception as exc:
+                if not member:
+                    raise
+                log.warning("AggregateStats: member %s did not answer: %s", member, exc)
+                unanswered.append(member)
+        consistency = (
+            f"not one snapshot: {files_read} tenant files read in {files_read} separate transactions on "
+            f"{1 + len(self._others) - len(unanswered)} members while writes continued"
+        )
+        if unanswered:
+            consistency += f"; members {', '.join(unanswered)} did not answer: their tenants are not included"
+        yield admin_pb2.AggregateStatsChunk(
+            total=total,
+            not_a_snapshot=True,
+            files_read=files_read,
+            consistency=consistency,
+            unanswered_members=unanswered,
+        )

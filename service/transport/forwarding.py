@@ -1,0 +1,291 @@
+"""The forwarding hop: a call for a tenant another member owns, sent on to that owner.
+
+Any member is an entry point (docs/scale-out.md). The edge (transport/edge.py) admits and
+authenticates every call as usual; a call for a tenant the hash gives to another member is then
+forwarded in one hop as the same gRPC method with the same request message, whether it came over
+gRPC, HTTP/JSON, SSE or MCP (which calls the gRPC API): unary, server-streaming and
+client-streaming alike. Carried: the caller's token (the owner authenticates and authorises it
+again), its request id and the ``mnemosyne-*`` metadata, the deadline, and cancellation (the hop
+is cancelled with the call). The owner's response metadata and status, with its details, come
+back as they were.
+
+Metadata on the hop:
+
+* ``x-mnemosyne-route: OWNER`` — the member the caller means to reach. A member never forwards
+  a call routed to itself: it serves it or refuses it NOT_OWNER (naming the owner and the
+  member list), which is how a client routing by a stale list is corrected, and why a hop is
+  never taken twice;
+* member-internal: ``x-mnemosyne-forwarded-by: ENTRY`` with ``x-mnemosyne-member-key``, a key
+  the members of one deployment share (derived from the member list and the token hashes). The
+  owner believes a call was forwarded only with the right key; a client's own
+  ``x-mnemosyne-*-forwarded-*`` metadata is dropped at the entry and ignored at the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, message_factory
+from google.rpc import error_details_pb2, status_pb2
+
+from mnemosyne.errors import DeadlineExceeded, Unavailable
+from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.store.membership import Membership
+from mnemosyne.transport.call import Call
+
+ROUTE_KEY = "x-mnemosyne-route"
+FORWARDED_BY_KEY = "x-mnemosyne-forwarded-by"
+MEMBER_KEY_KEY = "x-mnemosyne-member-key"
+_INTERNAL = frozenset({FORWARDED_BY_KEY, MEMBER_KEY_KEY})
+# Response metadata that is the transport's own, not the owner's answer (the request id's echo
+# is the entry's own, as for any call).
+_TRANSPORT_KEYS = frozenset(
+    {"content-type", "grpc-status", "grpc-message", "grpc-status-details-bin", "date", "x-request-id"}
+)
+_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+# A forwarded server stream whose owner said nothing yet is taken as accepted after this long
+# (an HTTP client then gets its event stream; a refusal comes well before).
+_STREAM_ACCEPTED_SECONDS = 0.5
+# How long an admin fan-out waits for each member without a deadline of its own.
+ASK_SECONDS = 30.0
+
+
+def member_key(membership: Membership, token_hashes: Sequence[str]) -> str:
+    """The key the members of one deployment share: the same member list and tokens give the same key."""
+    material = "\n".join([membership.describe(), str(membership.epoch), *sorted(token_hashes)]).encode()
+    return hmac.new(b"mnemosyne member key", material, hashlib.sha256).hexdigest()
+
+
+class Relayed(Exception):
+    """The owner's error status, answered to the caller as it came."""
+
+    def __init__(self, status: status_pb2.Status, reason: str) -> None:
+        super().__init__(status.message)
+        self.status = status
+        self.reason = reason
+
+
+def _pass_on(metadata: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The caller's metadata the owner needs: its token, request id and ``mnemosyne-*`` keys
+    (not the HTTP or HTTP/2 transport's headers, and never member-internal keys)."""
+    return [(k, v) for k, v in metadata if k in ("authorization", "x-request-id") or k.startswith("mnemosyne-")]
+
+
+def _answered(metadata: Any) -> list[tuple[str, str]]:
+    return [
+        (k, v)
+        for k, v in metadata or ()
+        if isinstance(v, str) and k not in _TRANSPORT_KEYS and not k.startswith("x-mnemosyne-")
+    ]
+
+
+class Forwarder:
+    def __init__(
+        self,
+        membership: Membership,
+        services: Sequence[descriptor.ServiceDescriptor],
+        *,
+        enabled: bool,
+        key: str,
+        metrics: ServerMetrics | None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.membership = membership
+        self.enabled = enabled
+        self._key = key
+        self._metrics = metrics
+        self._credentials = credentials
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._callables: dict[tuple[str, str, bool], Any] = {}
+        self._responses: dict[str, Any] = {
+            f"/{service.full_name}/{method.name}": message_factory.GetMessageClass(method.output_type)
+            for service in services
+            for method in service.methods
+        }
+
+    @property
+    def shared_secret(self) -> bytes:
+        """A secret every member of the deployment has (the member key's bytes)."""
+        return bytes.fromhex(self._key)
+
+    # -- deciding ---------------------------------------------------------------------------------
+
+    def owner_elsewhere(self, tenant: str, metadata: Sequence[tuple[str, str]]) -> str | None:
+        """The member to forward a call for ``tenant`` to, or None to answer it here. Raises
+        NOT_OWNER for a tenant owned elsewhere when the call is routed here (by a client with
+        the member list, or by a hop) or forwarding is off."""
+        membership = self.membership
+        owner = membership.owner(tenant)
+        if owner == membership.me:
+            return None
+        routed_here = self.routed_here(metadata)
+        if routed_here or not self.enabled:
+            raise membership.not_owner(
+                tenant,
+                owner,
+                "your member list is out of date (the refusal carries the current one)"
+                if routed_here
+                else "this member does not forward (--no-forwarding)",
+            )
+        return owner
+
+    def routed_here(self, metadata: Sequence[tuple[str, str]]) -> bool:
+        """Whether the caller meant this very member (a fan-out asks each member for its own part)."""
+        return any(k == ROUTE_KEY and v == self.membership.me for k, v in metadata)
+
+    def arrived_by_hop(self, metadata: Sequence[tuple[str, str]]) -> str:
+        """The entry member of a call forwarded here, proven by the member key; "" otherwise
+        (member-internal metadata from a client is ignored)."""
+        sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")
+        if not sent or not hmac.compare_digest(sent, self._key):
+            return ""
+        entry = next((v for k, v in metadata if k == FORWARDED_BY_KEY), "")
+        if entry and self._metrics is not None:
+            self._metrics.forwarded_in.inc()
+        return entry
+
+    # -- forwarding -------------------------------------------------------------------------------
+
+    def _channel(self, member: str) -> grpc.aio.Channel:
+        channel = self._channels.get(member)
+        if channel is None:
+            address = self.membership.addresses[member]
+            channel = (
+                grpc.aio.secure_channel(address, self._credentials, options=_CHANNEL_OPTIONS)
+                if self._credentials is not None
+                else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            )
+            self._channels[member] = channel
+        return channel
+
+    def _hop(self, owner: str, call: Call, *, asked: bool = False) -> dict[str, Any]:
+        """The metadata and timeout of the hop to ``owner``; ``asked``: a fan-out's question to
+        each member (not counted as forwarded, and bounded by ASK_SECONDS)."""
+        if self._metrics is not None and not asked:
+            self._metrics.forwarded.inc()
+        metadata = [
+            *_pass_on(call.metadata),
+            (ROUTE_KEY, owner),
+            (FORWARDED_BY_KEY, self.membership.me),
+            (MEMBER_KEY_KEY, self._key),
+        ]
+        deadline = call.deadline
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if asked:
+            timeout = ASK_SECONDS if timeout is None else min(timeout, ASK_SECONDS)
+        if timeout is not None and timeout <= 0:
+            raise DeadlineExceeded("the call's deadline passed before it reached its owner", reason="DEADLINE_PASSED")
+        return {"metadata": tuple(metadata), "timeout": timeout}
+
+    def _relayed(self, owner: str, code: grpc.StatusCode, message: str, trailing: Any) -> Exception:
+        """The owner's refusal as it came; a hop that failed on the way as UNAVAILABLE naming the owner."""
+        details = next((v for k, v in trailing or () if k == "grpc-status-details-bin"), None)
+        if isinstance(details, bytes):
+            status = status_pb2.Status.FromString(details)
+            reason = next((info.reason for info in map(_error_info, status.details) if info is not None), code.name)
+            return Relayed(status, reason)
+        address = self.membership.addresses[owner]
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            error: Exception = DeadlineExceeded(
+                f"the tenant's owner, member {owner} ({address}), did not answer within the call's deadline",
+                reason="DEADLINE_EXCEEDED",
+                metadata={"owner": owner, "owner_address": address},
+            )
+        else:
+            error = Unavailable(
+                f"the tenant's owner, member {owner} ({address}), cannot be reached ({code.name}: "
+                f"{message}); retry shortly — no other member serves its tenants",
+                reason="OWNER_UNAVAILABLE",
+                metadata={"owner": owner, "owner_address": address},
+                retry_after_seconds=1.0,
+            )
+        return error
+
+    def _channel_for(self, owner: str, method: str, kind: str, *, raw: bool) -> Any:
+        """The hop's multi-callable (made once per member, method and form); ``raw``: its responses
+        stay the owner's bytes (relayed as they are)."""
+        key = (owner, method, raw)
+        multi = self._callables.get(key)
+        if multi is None:
+            multi = self._callables[key] = getattr(self._channel(owner), kind)(
+                method,
+                request_serializer=_serialize,
+                response_deserializer=_unchanged if raw else self._responses[method].FromString,
+            )
+        return multi
+
+    async def unary(self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False) -> Any:
+        return await self._one_answer(owner, method, "unary_unary", request, call, asked=asked)
+
+    async def client_stream(self, owner: str, method: str, messages: AsyncIterator[Any], call: Call) -> Any:
+        return await self._one_answer(owner, method, "stream_unary", messages, call)
+
+    async def _one_answer(
+        self, owner: str, method: str, kind: str, sent: Any, call: Call, *, asked: bool = False
+    ) -> Any:
+        """A hop answered by one response (a unary call, a client stream)."""
+        multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
+        hop = multi(sent, **self._hop(owner, call, asked=asked))
+        try:
+            response = await hop
+            call.send_initial_metadata(_answered(await hop.initial_metadata()))
+            call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
+            return response
+        except grpc.aio.AioRpcError as exc:
+            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
+        finally:
+            hop.cancel()  # a no-op once it ended; the caller's cancellation ends the hop too
+
+    async def stream(
+        self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
+    ) -> AsyncIterator[Any]:
+        multi = self._channel_for(owner, method, "unary_stream", raw=call.answers_bytes and not asked)
+        hop = multi(request, **self._hop(owner, call, asked=asked))
+        try:
+            started = asyncio.ensure_future(hop.initial_metadata())
+            await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
+            if started.done():
+                call.send_initial_metadata(_answered(started.result()))
+                code = await hop.code() if hop.done() else grpc.StatusCode.OK
+                if code != grpc.StatusCode.OK:
+                    raise self._relayed(owner, code, await hop.details() or "", await hop.trailing_metadata())
+            else:
+                started.cancel()
+            if call.stepped is not None:  # an HTTP client gets its event stream now
+                call.stepped.set()
+            async for message in hop:
+                yield message
+        except grpc.aio.AioRpcError as exc:
+            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
+        finally:
+            hop.cancel()
+
+    async def close(self) -> None:
+        channels, self._channels, self._callables = list(self._channels.values()), {}, {}
+        await asyncio.gather(*(channel.close() for channel in channels))
+
+
+def _unchanged(data: bytes) -> bytes:
+    return data
+
+
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data
+
+
+def _error_info(detail: Any) -> error_details_pb2.ErrorInfo | None:
+    if not detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+        return None
+    info = error_details_pb2.ErrorInfo()
+    detail.Unpack(info)
+    return info
