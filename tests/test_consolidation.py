@@ -64,8 +64,10 @@ def _by_scope(outcomes: list[SessionOutcome]) -> dict[str, SessionOutcome]:
     return {o.scope: o for o in outcomes}
 
 
-def _model_server(server_factory: Any, chat: ChatServer, **kwargs: Any) -> ServerProcess:
-    args = ["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "test-model"]
+def _model_server(
+    server_factory: Any, chat: ChatServer, *, args_extra: tuple[str, ...] | list[str] = (), **kwargs: Any
+) -> ServerProcess:
+    args = ["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "test-model", *args_extra]
     return server_factory(args=args, **kwargs)  # type: ignore[no-any-return]
 
 
@@ -308,6 +310,30 @@ def test_a_malformed_model_answer_writes_and_journals_nothing(
         outcome = client.consolidate_session(tenant, THREAD)  # not journaled: the model is asked again
         assert [(o.outcome, o.model_calls) for o in outcome] == [("applied", 1)]
         assert _consolidation_calls(chat) == 2
+
+
+def test_with_the_fallback_a_malformed_answer_gives_the_rules_section(
+    server_factory: Any, chat: ChatServer, tenant: str
+) -> None:
+    server = _model_server(server_factory, chat, args_extra=["--llm-fallback", "rules"]).start()
+    with MemoryClient(server.target) as client:
+        _retain_session(client, tenant, turns=TURNS[:3])
+        chat.script.append(Behaviour(kind="content", content="not json at all"))
+        (outcome,) = client.consolidate_session(tenant, THREAD)
+        assert (outcome.outcome, outcome.model_calls) == ("applied", 1)
+        content, _ = _record(client, tenant, "global")
+        assert "- learned: The staging database is db-stage-2" in content and "(model)" not in content
+
+
+def test_a_section_past_the_record_limit_fails_and_writes_nothing(server_factory: Any, tenant: str) -> None:
+    server = server_factory(args=["--max-record-bytes", "100"]).start()
+    with MemoryClient(server.target) as client:
+        _retain_session(client, tenant, turns=TURNS[:3])
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.consolidate_session(tenant, THREAD)
+        assert refused.value.reason == "RECORD_TOO_LARGE"
+        with pytest.raises(NotFoundError):
+            client.get_record(tenant, "global", "MEMORY.md")
 
 
 # -- never over a newer write ----------------------------------------------------------------------
