@@ -175,6 +175,22 @@ def record_from_proto(r: workspace_pb2.Record) -> types.Record:
     return types.Record(key=r.key, content=r.content)
 
 
+def session_outcomes_from_proto(r: workspace_pb2.ConsolidateSessionResponse) -> list[types.SessionOutcome]:
+    outcome_names = workspace_pb2.SessionScopeOutcome.Outcome
+    return [
+        types.SessionOutcome(
+            thread=o.thread,
+            scope=o.scope,
+            receipt_id=o.receipt_id,
+            outcome=outcome_names.Name(o.outcome).removeprefix("OUTCOME_").lower(),
+            generation=o.generation,
+            model_calls=o.model_calls,
+            conflicts=o.conflicts,
+        )
+        for o in r.scopes
+    ]
+
+
 def consolidate_from_proto(r: workspace_pb2.ConsolidateResponse) -> types.ConsolidateResult:
     return types.ConsolidateResult(generation=r.generation, already_applied=r.already_applied)
 

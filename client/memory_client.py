@@ -521,6 +521,13 @@ class MemoryClient:
         r = self.call(self.workspace.Consolidate, request, retry=True)
         return convert.consolidate_from_proto(r)
 
+    def consolidate_session(self, tenant: str, thread: str = "") -> list[types.SessionOutcome]:
+        """Consolidate the session of ``thread`` (finished now), or every finished one without a
+        thread, into the records of its scopes on the server, each receipt exactly once (safe to
+        retry: a receipt already applied is reported ``already_applied``)."""
+        request = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=thread)
+        return convert.session_outcomes_from_proto(self.call(self.workspace.ConsolidateSession, request, retry=True))
+
     # -- cross-tenant administration (admin token) ---------------------------------------------
 
     def whoami(self) -> types.Caller:

@@ -200,6 +200,19 @@ class ConsolidateResult:
 
 
 @dataclass(frozen=True)
+class SessionOutcome:
+    """What consolidating one scope of one session did (``consolidate_session``)."""
+
+    thread: str
+    scope: str
+    receipt_id: str
+    outcome: str  # "applied", "already_applied", "nothing_new" or "gave_up"
+    generation: int  # the scope's generation after it
+    model_calls: int  # model calls this call made for the scope
+    conflicts: int  # newer writes met (and kept) between reading the record and committing
+
+
+@dataclass(frozen=True)
 class ErasureReceipt:
     """What the server's erasure log keeps of an erased tenant."""
 

@@ -259,6 +259,7 @@ CLIENT_METHOD_OF_RPC = {
     "ListRecords": "list_records",
     "EditRecords": "edit_records",
     "Consolidate": "consolidate",
+    "ConsolidateSession": "consolidate_session",
     "Enable": "hot_path",
     "Disable": "hot_path",
     "Status": "hot_path",

@@ -175,6 +175,9 @@ CASES: dict[str, Case] = {
         ),
         write=True,
     ),
+    "ConsolidateSession": Case(
+        lambda t: workspace_pb2.ConsolidateSessionRequest(tenant=t, thread="chat/1"), write=True
+    ),
     "Enable": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t), write=True),
     "Disable": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t, timeout_seconds=30), write=True),
     "Status": Case(lambda t: hot_path_pb2.HotPathRequest(tenant=t)),

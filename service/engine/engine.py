@@ -10,6 +10,7 @@ Each part receives what it uses, not the engine:
   forgotten by filter;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
+* ``consolidator`` (engine/consolidator.py): sessions (threads) consolidated into records, exactly once;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
@@ -28,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
@@ -61,6 +63,7 @@ class Engine:
         self.limits = config.limits
         observer = SafeObserver(observer or EngineObserver())
         extractor = extractor or RulesExtractor()
+        proposer = proposer_for(extractor)
         if config.hot_path.test_poison_marker:
             extractor = PoisonedExtractor(extractor, config.hot_path.test_poison_marker)
         embedder = embedder or HashingEmbedder()
@@ -86,6 +89,9 @@ class Engine:
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
         self.tenants = Tenants(pool=self.pool)
+        self.consolidator = SessionConsolidator(
+            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config
+        )
         try:
             self.hot_path = HotPath(
                 write_path=self.write_path,
@@ -95,17 +101,20 @@ class Engine:
                 observer=observer,
             )
             self.hot_path.start()
+            self.consolidator.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
             self.backups = Backups(pool=self.pool)
             self.imports = TenantImports(
                 pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=config.store_faults
             )
         except BaseException:
+            self.consolidator.stop()
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt
             raise
 
     def close(self) -> None:
+        self.consolidator.stop()
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()

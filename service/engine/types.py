@@ -331,3 +331,23 @@ class WriteResult:
     def from_json(cls, text: str, *, already_applied: bool) -> WriteResult:
         data = json.loads(text)
         return cls(int(data["generation"]), int(data["applied"]), already_applied)
+
+
+# What consolidating one scope of a session did (engine/consolidator.py).
+APPLIED = "applied"
+ALREADY_APPLIED = "already_applied"
+NOTHING_NEW = "nothing_new"
+GAVE_UP = "gave_up"
+
+
+@dataclass(frozen=True)
+class ScopeOutcome:
+    """What consolidating one scope of one session did."""
+
+    thread: str
+    scope: str
+    receipt_id: str
+    outcome: str  # APPLIED, ALREADY_APPLIED, NOTHING_NEW or GAVE_UP
+    generation: int  # the scope's generation after it (the receipt's, when applied)
+    model_calls: int  # model calls made by this run for this scope (0 when journaled or applied)
+    conflicts: int  # newer writes met (and merged on top of, unless it gave up)

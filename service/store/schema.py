@@ -259,6 +259,33 @@ _V_INDEX_WORDS = """
 ALTER TABLE memories ADD COLUMN index_words TEXT;
 """
 
+# Session consolidation (issue 21, engine/consolidator.py): the section proposed for a receipt not
+# yet applied, journaled BEFORE its commit, so a consolidator killed after the model answered
+# makes no second model call for it. A row goes in the transaction that applies its receipt (the
+# receipts table then remembers it), and with every row of its thread when a memory of that
+# thread is forgotten (its text may be in the section). A row whose section adds nothing new
+# stays (so asking again costs no model call either). And each thread's mark: consolidated
+# through its newest memory id then.
+_V_CONSOLIDATION_JOURNAL = """
+CREATE TABLE consolidation_journal(
+  receipt_id TEXT PRIMARY KEY,
+  thread_id TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  section TEXT NOT NULL,
+  consolidator TEXT NOT NULL,
+  model_calls INTEGER NOT NULL,
+  created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX consolidation_journal_thread ON consolidation_journal(thread_id);
+
+-- Threads consolidated (every scope applied, or nothing new) through their newest memory id then:
+-- a call without a thread, and the background, take only threads with newer memories.
+CREATE TABLE consolidated_threads(
+  thread_id TEXT PRIMARY KEY,
+  newest_id INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -270,6 +297,7 @@ MIGRATIONS: list[str] = [
     _V_TIME_AND_THREAD,
     _V_MEMORY_VERSIONS,
     _V_INDEX_WORDS,
+    _V_CONSOLIDATION_JOURNAL,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -284,6 +312,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_TIME_AND_THREAD
     frozenset({"memory_versions"}),
     frozenset(),  # _V_INDEX_WORDS
+    frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
 ]
 
 

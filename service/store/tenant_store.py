@@ -738,6 +738,34 @@ class ReadTxn(OplogReads):
         )
         return [(memory_id, n) for memory_id, before, after in rows for n in (before, after) if n is not None]
 
+    def threads_to_consolidate(self, *, idle_before: float, limit: int) -> list[str]:
+        """Ids of threads whose newest memory was committed before ``idle_before`` and is newer
+        than their last completed consolidation (``consolidated_threads``), by id. The newest
+        memory of each thread comes from the thread index alone; only those newer than their mark
+        are looked up."""
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT t.thread_id FROM (SELECT thread_id, max(id) AS newest FROM memories "
+                "WHERE thread_id IS NOT NULL GROUP BY thread_id) t "
+                "LEFT JOIN consolidated_threads c ON c.thread_id = t.thread_id "
+                "JOIN memories m ON m.id = t.newest "
+                "WHERE t.newest > coalesce(c.newest_id, 0) AND m.created_at < ? ORDER BY t.thread_id LIMIT ?",
+                (idle_before, limit),
+            )
+        ]
+
+    def thread_newest_id(self, thread_id: str) -> int:
+        """The id of the thread's newest memory, forgotten or not (0 for none)."""
+        return int(self._one("SELECT coalesce(max(id), 0) FROM memories WHERE thread_id = ?", (thread_id,)))
+
+    def journaled_proposal(self, receipt_id: str) -> tuple[str, str, int] | None:
+        """(section, consolidator, model calls) journaled for a receipt not yet applied."""
+        row = self.connection.execute(
+            "SELECT section, consolidator, model_calls FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], int(row[2]))
+
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
         sql, params = self._filter_sql("m", scopes, metadata_equals)
@@ -1153,6 +1181,12 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
         c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
+        # A consolidation proposed from its thread may quote it: the thread's proposals go (a
+        # later consolidation proposes again from the memories left).
+        c.execute(
+            "DELETE FROM consolidation_journal WHERE thread_id = (SELECT thread_id FROM memories WHERE id = ?)",
+            (memory_id,),
+        )
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
@@ -1309,4 +1343,25 @@ class WriteTxn(ReadTxn, OplogWrites):
         self.connection.execute(
             "INSERT INTO receipts(receipt_id, scope, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
             (receipt_id, scope, payload_hash, result_json, time.time()),
+        )
+
+    def journal_proposal(
+        self, receipt_id: str, *, thread_id: str, scope: str, section: str, consolidator: str, model_calls: int
+    ) -> None:
+        """Keep a consolidation's proposed section until its receipt is applied (schema.py)."""
+        self.connection.execute(
+            "INSERT INTO consolidation_journal(receipt_id, thread_id, scope, section, consolidator, model_calls, "
+            "created_at) VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (receipt_id, thread_id, scope, section, consolidator, model_calls, time.time()),
+        )
+
+    def drop_proposal(self, receipt_id: str) -> None:
+        self.connection.execute("DELETE FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,))
+
+    def mark_thread_consolidated(self, thread_id: str, newest_id: int) -> None:
+        """The thread is consolidated through memory ``newest_id`` (never moves back)."""
+        self.connection.execute(
+            "INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?) "
+            "ON CONFLICT(thread_id) DO UPDATE SET newest_id = max(newest_id, excluded.newest_id)",
+            (thread_id, newest_id),
         )

@@ -368,6 +368,31 @@ def to_consolidate_response(result: types.WriteResult) -> workspace_pb2.Consolid
     return workspace_pb2.ConsolidateResponse(generation=result.generation, already_applied=result.already_applied)
 
 
+_OUTCOMES = {
+    types.APPLIED: workspace_pb2.SessionScopeOutcome.OUTCOME_APPLIED,
+    types.ALREADY_APPLIED: workspace_pb2.SessionScopeOutcome.OUTCOME_ALREADY_APPLIED,
+    types.NOTHING_NEW: workspace_pb2.SessionScopeOutcome.OUTCOME_NOTHING_NEW,
+    types.GAVE_UP: workspace_pb2.SessionScopeOutcome.OUTCOME_GAVE_UP,
+}
+
+
+def to_consolidate_session_response(outcomes: Sequence[types.ScopeOutcome]) -> workspace_pb2.ConsolidateSessionResponse:
+    return workspace_pb2.ConsolidateSessionResponse(
+        scopes=[
+            workspace_pb2.SessionScopeOutcome(
+                thread=o.thread,
+                scope=o.scope,
+                receipt_id=o.receipt_id,
+                outcome=_OUTCOMES[o.outcome],
+                generation=o.generation,
+                model_calls=o.model_calls,
+                conflicts=o.conflicts,
+            )
+            for o in outcomes
+        ]
+    )
+
+
 def to_assemble_context(context: types.AssembledContext) -> workspace_pb2.AssembleContextResponse:
     # The generations are deliberately absent: they travel in response metadata only.
     response = workspace_pb2.AssembleContextResponse(

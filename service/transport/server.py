@@ -367,7 +367,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
-            "WorkspaceService": WorkspaceServicer(engine.workspaces),
+            "WorkspaceService": WorkspaceServicer(engine.workspaces, engine.consolidator),
             "HotPathService": HotPathServicer(engine),
             "EventsService": EventsServicer(engine),
             "AdminService": AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None),
