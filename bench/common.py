@@ -25,14 +25,17 @@ def running_server(
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
     http: bool = False,
+    python: str | None = None,
 ) -> Iterator[ServerProcess]:
-    """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards)."""
+    """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards); with
+    ``python``, that interpreter's installation serves (e.g. main's, for a baseline in the same run)."""
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
         server = ServerProcess(
             data_dir or Path(tmp) / "data",
             args=["--embedder", embedder, *args],
             env={"HF_HUB_OFFLINE": "1", **(env or {})},
             http=http,
+            python=python,
         )
         server.start(timeout=180)
         try:

@@ -34,6 +34,7 @@ from pathlib import Path
 from bench.common import print_table, running_server, write_json
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+ADVERSARIAL = 5  # no answer in the conversation: only in the all-questions figure
 KS = (5, 10)
 _EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
 
@@ -52,6 +53,8 @@ class Question:
     text: str
     evidence: frozenset[str]
     category: int
+    corrected: frozenset[str]  # the evidence after the fixes file (the same when it has no fix)
+    qa_index: int = 0
 
 
 def normalise_evidence(raw: list[str]) -> frozenset[str]:
@@ -81,7 +84,22 @@ def session_time(text: str) -> float | None:
     return when.replace(tzinfo=datetime.UTC).timestamp()
 
 
-def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
+def load_fixes(path: Path | None) -> dict[tuple[str, int], tuple[str, frozenset[str]]]:
+    """(sample_id, qa_index) -> (question, corrected evidence) from a fixes file (a JSON list of
+    ``{sample_id, qa_index, question, correct_evidence}``, e.g. from dial481/locomo-audit)."""
+    if path is None:
+        return {}
+    return {
+        (f["sample_id"], int(f["qa_index"])): (f["question"], normalise_evidence(f["correct_evidence"]))
+        for f in json.loads(path.read_text())
+    }
+
+
+def load(path: Path, fixes_path: Path | None = None) -> list[tuple[str, list[Turn], list[Question]]]:
+    """Every conversation: its turns and its questions with evidence (category 5 included: it is
+    scored only in the all-questions figure)."""
+    fixes = load_fixes(fixes_path)
+    applied = 0
     conversations = []
     for sample in json.loads(path.read_text()):
         conv = sample["conversation"]
@@ -94,12 +112,19 @@ def load(path: Path) -> list[tuple[str, list[Turn], list[Question]]]:
                 dia_id = f"D{int(m.group(1))}:{int(m.group(2))}" if m else turn["dia_id"]
                 thread = f"{sample['sample_id']}/session-{n}"
                 turns.append(Turn(dia_id, turn_text(turn, date), session_time(date), thread, position))
-        questions = [
-            Question(q["question"], normalise_evidence(q.get("evidence") or []), int(q["category"]))
-            for q in sample["qa"]
-            if int(q.get("category", 0)) in CATEGORIES
-        ]
-        conversations.append((sample["sample_id"], turns, [q for q in questions if q.evidence]))
+        questions = []
+        for index, q in enumerate(sample["qa"]):
+            evidence = normalise_evidence(q.get("evidence") or [])
+            corrected = evidence
+            fix = fixes.get((sample["sample_id"], index))
+            if fix is not None:
+                assert fix[0] == q["question"], f"the fix of {sample['sample_id']} qa[{index}] names another question"
+                corrected, applied = fix[1], applied + 1
+            if evidence and int(q.get("category", 0)) in (*CATEGORIES, ADVERSARIAL):
+                questions.append(Question(q["question"], evidence, int(q["category"]), corrected, index))
+        conversations.append((sample["sample_id"], turns, questions))
+    if fixes:
+        print(f"evidence fixes: {applied} of {len(fixes)} applied")
     return conversations
 
 
@@ -107,14 +132,27 @@ def score(evidence: frozenset[str], ranked_dia_ids: list[str], k: int) -> float:
     return len(evidence & set(ranked_dia_ids[:k])) / len(evidence)
 
 
-def run_mnemosyne(conversations, embedder: str, mode: str, server_args: list[str]) -> tuple[list, dict]:
+def run_mnemosyne(
+    conversations,
+    embedder: str,
+    mode: str,
+    server_args: list[str],
+    *,
+    python: str | None = None,
+    off: list[str] | None = None,
+) -> tuple[list, dict]:
     from mnemosyne.client import MemoryClient
     from mnemosyne.client.types import RetainItem, ThreadRef
 
     results = []
     timing = {"ingest_s": 0.0, "recall_s": 0.0}
     with (
-        running_server(embedder=embedder, args=server_args) as server,
+        running_server(
+            embedder=embedder,
+            args=server_args,
+            python=python,
+            env={"MNEMOSYNE_TEST_RECALL_OFF": ",".join(off)} if off else None,
+        ) as server,
         MemoryClient(server.target, timeout=600) as client,
     ):
         for sample_id, turns, questions in conversations:
@@ -162,12 +200,16 @@ def run_chroma(conversations) -> tuple[list, dict]:
     return results, timing
 
 
-def summarise(results) -> dict[str, object]:
+def summarise(results, *, corrected: bool = False) -> dict[str, object]:
+    """recall@5/@10 over the questions of categories 1-4, overall and per category, on the
+    original (or ``corrected``) evidence; ``all_questions_recall@10`` over every question with
+    evidence, category 5 included (as some published systems report it)."""
     by_cat: dict[int, list] = defaultdict(list)
     for q, ranked in results:
         # Distinct dia_ids among the first k hits only (a hit list never repeats a memory).
-        by_cat[q.category].append([score(q.evidence, ranked, k) for k in KS])
-    everything = [s for scores in by_cat.values() for s in scores]
+        by_cat[q.category].append([score(q.corrected if corrected else q.evidence, ranked, k) for k in KS])
+    everything = [s for c, scores in by_cat.items() if c in CATEGORIES for s in scores]
+    all_questions = [s for scores in by_cat.values() for s in scores]
 
     def mean(rows, i):
         return sum(r[i] for r in rows) / len(rows) if rows else 0.0
@@ -175,14 +217,25 @@ def summarise(results) -> dict[str, object]:
     summary: dict[str, object] = {"questions": len(everything)}
     for i, k in enumerate(KS):
         summary[f"recall@{k}"] = mean(everything, i)
+    summary["all_questions"] = len(all_questions)
+    summary["all_questions_recall@10"] = mean(all_questions, KS.index(10))
     summary["by_category"] = {
         f"{c} {CATEGORIES[c]}": {
             "questions": len(by_cat[c]),
             **{f"recall@{k}": mean(by_cat[c], i) for i, k in enumerate(KS)},
         }
         for c in sorted(by_cat)
+        if c in CATEGORIES
     }
     return summary
+
+
+def print_summary(title: str, summary: dict) -> None:
+    rows = [["all (1-4)", summary["questions"], summary["recall@5"], summary["recall@10"]]]
+    for name, cat in summary["by_category"].items():
+        rows.append([name, cat["questions"], cat["recall@5"], cat["recall@10"]])
+    rows.append(["all with 5", summary["all_questions"], "", summary["all_questions_recall@10"]])
+    print_table(title, ["category", "questions", "recall@5", "recall@10"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,22 +245,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "text"], help="Mnemosyne recall mode")
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for mnemosyne serve")
     parser.add_argument("--out", required=True, type=Path, help="JSON result file")
+    parser.add_argument(
+        "--evidence-fixes",
+        type=Path,
+        help="a JSON list of corrected citations ({sample_id, qa_index, question, correct_evidence}): "
+        "also score on the corrected evidence (evaluation data: never commit it)",
+    )
+    parser.add_argument(
+        "--off",
+        action="append",
+        default=[],
+        choices=["neighbours", "window", "dates", "relative_time"],
+        help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
+    )
+    parser.add_argument(
+        "--server-python",
+        help="serve with this interpreter's installation (e.g. main's .venv/bin/python): a baseline in the same run",
+    )
     args = parser.parse_args(argv)
 
-    conversations = load(args.data)
+    conversations = load(args.data, args.evidence_fixes)
     if args.embedder == "chroma-minilm":
         results, timing = run_chroma(conversations)
         system = "chroma (PersistentClient, cosine HNSW) + all-MiniLM-L6-v2"
     else:
-        results, timing = run_mnemosyne(conversations, args.embedder, args.mode, args.server_arg)
+        results, timing = run_mnemosyne(
+            conversations, args.embedder, args.mode, args.server_arg, python=args.server_python, off=args.off
+        )
         system = f"mnemosyne --embedder {args.embedder}, recall mode {args.mode}"
+        if args.server_python:
+            system += f", served by {args.server_python}"
+        if args.off:
+            system += f", without {', '.join(args.off)}"
     summary = summarise(results)
-    rows = [["all", summary["questions"], summary["recall@5"], summary["recall@10"]]]
-    for name, cat in summary["by_category"].items():  # type: ignore[union-attr]
-        rows.append([name, cat["questions"], cat["recall@5"], cat["recall@10"]])
-    print_table(
-        f"LoCoMo evidence recall: {system} ({args.data.name})", ["category", "questions", "recall@5", "recall@10"], rows
-    )
+    print_summary(f"LoCoMo evidence recall: {system} ({args.data.name})", summary)
+    if args.evidence_fixes:
+        summary["corrected"] = summarise(results, corrected=True)
+        print_summary(f"... on the corrected evidence ({args.evidence_fixes.name})", summary["corrected"])
     print(f"ingest {timing['ingest_s']:.1f} s, recall {timing['recall_s']:.1f} s")
     write_json(
         args.out,
@@ -219,8 +293,14 @@ def main(argv: list[str] | None = None) -> int:
             "system": system,
             "embedder": args.embedder,
             "mode": args.mode,
+            "off": args.off,
             "timing": timing,
             **summary,
+            # Each question's ranked turns, for analysis offline.
+            "ranked": [
+                {"category": q.category, "qa_index": q.qa_index, "question": q.text, "ranked": ranked}
+                for q, ranked in results
+            ],
         },
     )
     return 0

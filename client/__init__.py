@@ -33,6 +33,7 @@ from mnemosyne.client.types import (
     IntegrityReport,
     Memory,
     MemoryPage,
+    MemoryVersion,
     Message,
     Record,
     RecordChange,
@@ -40,9 +41,11 @@ from mnemosyne.client.types import (
     RetainResult,
     ScopeRecords,
     ScopeSummary,
+    SessionOutcome,
     Stats,
     ThreadRef,
     Triple,
+    UpdateResult,
 )
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "Memory",
     "MemoryClient",
     "MemoryPage",
+    "MemoryVersion",
     "Message",
     "MnemosyneClientError",
     "NotFoundError",
@@ -82,7 +86,9 @@ __all__ = [
     "ResourceExhaustedError",
     "RetainItem",
     "RetainResult",
+    "UpdateResult",
     "ServerError",
+    "SessionOutcome",
     "Stats",
     "ThreadRef",
     "Triple",

@@ -41,6 +41,7 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         merged_into=m.merged_into,
         occurred_at=m.occurred_at.ToMicroseconds() / 1e6 if m.HasField("occurred_at") else None,
         thread=types.ThreadRef(m.thread.id, m.thread.position) if m.HasField("thread") else None,
+        updated_at=m.updated_at.ToNanoseconds() / 1e9 if m.HasField("updated_at") else 0.0,
     )
 
 
@@ -61,6 +62,22 @@ def retain_item_to_proto(item: types.RetainItem | str) -> memory_pb2.RetainItem:
     message = memory_pb2.RetainItem(text=item.text, scope=item.scope, metadata=dict(item.metadata))
     place(message, item.occurred_at, item.thread)
     return message
+
+
+def update_result_from_proto(r: memory_pb2.UpdateMemoryResponse) -> types.UpdateResult:
+    return types.UpdateResult(
+        memory=memory_from_proto(r.memory),
+        updated=r.updated,
+        near_duplicate_of=list(r.near_duplicate_of),
+        supersedes=list(r.supersedes),
+    )
+
+
+def versions_from_proto(r: memory_pb2.ListMemoryVersionsResponse) -> list[types.MemoryVersion]:
+    return [
+        types.MemoryVersion(v.version, v.text, dict(v.metadata), v.at.ToNanoseconds() / 1e9, v.current)
+        for v in r.versions
+    ]
 
 
 def hits_from_proto(hits: Iterable[memory_pb2.RecallHit]) -> list[types.Hit]:
@@ -156,6 +173,22 @@ def dedup_from_proto(r: admin_pb2.DedupResponse) -> types.DedupResult:
 
 def record_from_proto(r: workspace_pb2.Record) -> types.Record:
     return types.Record(key=r.key, content=r.content)
+
+
+def session_outcomes_from_proto(r: workspace_pb2.ConsolidateSessionResponse) -> list[types.SessionOutcome]:
+    outcome_names = workspace_pb2.SessionScopeOutcome.Outcome
+    return [
+        types.SessionOutcome(
+            thread=o.thread,
+            scope=o.scope,
+            receipt_id=o.receipt_id,
+            outcome=outcome_names.Name(o.outcome).removeprefix("OUTCOME_").lower(),
+            generation=o.generation,
+            model_calls=o.model_calls,
+            conflicts=o.conflicts,
+        )
+        for o in r.scopes
+    ]
 
 
 def consolidate_from_proto(r: workspace_pb2.ConsolidateResponse) -> types.ConsolidateResult:

@@ -237,6 +237,7 @@ class MemoryClient:
         *,
         newest_first: bool = False,
         thread: str = "",
+        metadata_equals: Mapping[str, str] | None = None,
     ) -> types.MemoryPage:
         """A page of memories in id order; with ``thread``, only that thread's, in thread order."""
         request = memory_pb2.ListMemoriesRequest(
@@ -247,6 +248,7 @@ class MemoryClient:
             include_forgotten=include_forgotten,
             newest_first=newest_first,
             thread=thread,
+            metadata_equals=dict(metadata_equals or {}),
         )
         response = self.call(self.memory.ListMemories, request, retry=True)
         return convert.memory_page_from_proto(response)
@@ -256,6 +258,38 @@ class MemoryClient:
             tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id()
         )
         return bool(self.call(self.memory.ForgetMemory, request, retry=True).forgotten)
+
+    def update_memory(
+        self,
+        tenant: str,
+        memory_id: int,
+        text: str = "",
+        metadata: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+    ) -> types.UpdateResult:
+        """Replace a memory's text (empty keeps it) and metadata (None keeps it) under its id."""
+        request = memory_pb2.UpdateMemoryRequest(
+            tenant=tenant,
+            memory_id=memory_id,
+            text=text,
+            metadata=dict(metadata or {}),
+            replace_metadata=metadata is not None,
+            request_id=request_id or new_request_id(),
+        )
+        return convert.update_result_from_proto(self.call(self.memory.UpdateMemory, request, retry=True))
+
+    def forget_memories(
+        self, tenant: str, metadata_equals: Mapping[str, str], scope: str = "", request_id: str | None = None
+    ) -> int:
+        """Forget every memory whose metadata has each pair, atomically; returns how many."""
+        request = memory_pb2.ForgetMemoriesRequest(
+            tenant=tenant, metadata_equals=dict(metadata_equals), scope=scope, request_id=request_id or new_request_id()
+        )
+        return int(self.call(self.memory.ForgetMemories, request, retry=True).forgotten_count)
+
+    def list_memory_versions(self, tenant: str, memory_id: int) -> list[types.MemoryVersion]:
+        request = memory_pb2.ListMemoryVersionsRequest(tenant=tenant, memory_id=memory_id)
+        return convert.versions_from_proto(self.call(self.memory.ListMemoryVersions, request, retry=True))
 
     # -- admin ----------------------------------------------------------------------------------
 
@@ -486,6 +520,13 @@ class MemoryClient:
         )
         r = self.call(self.workspace.Consolidate, request, retry=True)
         return convert.consolidate_from_proto(r)
+
+    def consolidate_session(self, tenant: str, thread: str = "") -> list[types.SessionOutcome]:
+        """Consolidate the session of ``thread`` (finished now), or every finished one without a
+        thread, into the records of its scopes on the server, each receipt exactly once (safe to
+        retry: a receipt already applied is reported ``already_applied``)."""
+        request = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=thread)
+        return convert.session_outcomes_from_proto(self.call(self.workspace.ConsolidateSession, request, retry=True))
 
     # -- cross-tenant administration (admin token) ---------------------------------------------
 

@@ -45,6 +45,28 @@ class Memory:
     merged_into: int = 0  # the memory Dedup merged this one into (0: not merged)
     occurred_at: float | None = None  # when it was said or happened (unix seconds), if the writer said
     thread: ThreadRef | None = None  # its thread and position, if the writer gave them
+    updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One version of a memory (list_memory_versions): 1 is the memory as retained."""
+
+    version: int
+    text: str
+    metadata: dict[str, str]
+    at: float
+    current: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What update_memory did: the memory afterwards; ``updated`` is False when nothing changed."""
+
+    memory: Memory
+    updated: bool
+    near_duplicate_of: list[int] = field(default_factory=list)
+    supersedes: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -175,6 +197,19 @@ class AssembledContext:
 class ConsolidateResult:
     generation: int
     already_applied: bool
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    """What consolidating one scope of one session did (``consolidate_session``)."""
+
+    thread: str
+    scope: str
+    receipt_id: str
+    outcome: str  # "applied", "already_applied", "nothing_new" or "gave_up"
+    generation: int  # the scope's generation after it
+    model_calls: int  # model calls this call made for the scope
+    conflicts: int  # newer writes met (and kept) between reading the record and committing
 
 
 @dataclass(frozen=True)

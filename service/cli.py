@@ -1,4 +1,5 @@
-"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``.
+"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``,
+the client commands (``mcp``, ``backup``, ``restore``, ``export``, ``import``, ``consolidate``).
 
 Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLAG>`` (flags win).
 """
@@ -57,7 +58,7 @@ def _listed(flags: list[str] | None, variable: str) -> tuple[str, ...]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from mnemosyne.engine.config import EngineConfig, HotPathConfig
+    from mnemosyne.engine.config import ConsolidationConfig, EngineConfig, HotPathConfig
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
     from mnemosyne.transport.admission import AdmissionLimits
@@ -85,10 +86,17 @@ def _serve(args: argparse.Namespace) -> int:
             test_hold_workers_file=_path(_env("TEST_HOLD_WORKERS")),
             test_poison_marker=_env("TEST_POISON_MARKER") or "",
         ),
+        consolidation=ConsolidationConfig(
+            idle_seconds=args.consolidate_idle_seconds,
+            tenants=_listed(args.consolidate_tenant, "CONSOLIDATE_TENANT"),
+            # Test seam: hold each commit attempt of a record while this file exists (engine/config.py).
+            test_hold_file=_path(_env("TEST_HOLD_CONSOLIDATION")),
+        ),
         store_faults=_seams("TEST_FAULTS"),
         crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
         generation_base=int(_env("TEST_GENERATION_BASE") or 0),
         commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
+        recall_steps_off=_seams("TEST_RECALL_OFF"),
         membership=_membership(args),
     )
     config = ServerConfig(
@@ -347,7 +355,7 @@ def _drill(args: argparse.Namespace) -> int:
 def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """The flags of ``serve``; each default is the configuration's own (engine/config.py,
     transport/server.py, engine/limits.py, transport/admission.py), unless MNEMOSYNE_<FLAG> is set."""
-    from mnemosyne.engine.config import EMBEDDERS, EngineConfig, HotPathConfig
+    from mnemosyne.engine.config import EMBEDDERS, ConsolidationConfig, EngineConfig, HotPathConfig
     from mnemosyne.engine.limits import Limits
     from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.server import ServerConfig
@@ -525,6 +533,19 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "(round: enqueues take no fsync) or before the enqueue returns (enqueue)",
     )
     serve.add_argument(
+        "--consolidate-tenant",
+        action="append",
+        default=None,
+        help="consolidate this tenant's finished sessions in the background (repeat; "
+        "MNEMOSYNE_CONSOLIDATE_TENANT, comma-separated); none by default",
+    )
+    serve.add_argument(
+        "--consolidate-idle-seconds",
+        type=float,
+        default=default(ConsolidationConfig, "idle_seconds", "CONSOLIDATE_IDLE_SECONDS"),
+        help="a session (thread) is finished once its newest memory is this old",
+    )
+    serve.add_argument(
         "--event-retention-seconds",
         type=float,
         default=default(HotPathConfig, "event_retention_seconds", "EVENT_RETENTION_SECONDS"),
@@ -601,6 +622,26 @@ def _import(args: argparse.Namespace) -> int:
     done = "replaced" if result.replaced else "imported"
     print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
     return 0
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+
+    with MemoryClient(args.target, _token(args)) as client:
+        try:
+            outcomes = client.consolidate_session(args.tenant, args.thread or "")
+        except MnemosyneClientError as exc:
+            print(f"mnemosyne consolidate: {exc}", file=sys.stderr)
+            return 2
+    if not outcomes:
+        print(f"{args.tenant}: no finished session to consolidate")
+    for o in outcomes:
+        conflicts = f", {o.conflicts} newer write(s) kept" if o.conflicts else ""
+        print(
+            f"{o.thread} {o.scope}: {o.outcome.replace('_', ' ')} (receipt {o.receipt_id}, generation "
+            f"{o.generation}, {o.model_calls} model call(s){conflicts})"
+        )
+    return 1 if any(o.outcome == "gave_up" for o in outcomes) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -698,6 +739,17 @@ def build_parser() -> argparse.ArgumentParser:
     rebalance.add_argument("--parallel", type=int, default=4, help="moves at once (default 4)")
     _add_token_flag(rebalance, "an admin token")
     rebalance.set_defaults(run=_rebalance)
+
+    consolidate = commands.add_parser(
+        "consolidate", help="turn finished sessions (threads) of a tenant into records, each receipt once"
+    )
+    consolidate.add_argument("--target", required=True, help="HOST:PORT of the server")
+    consolidate.add_argument("--tenant", required=True)
+    consolidate.add_argument(
+        "--thread", default="", help="this thread, finished now (default: every thread idle long enough)"
+    )
+    _add_token_flag(consolidate, "the tenant's token or an admin token")
+    consolidate.set_defaults(run=_consolidate)
 
     members = commands.add_parser(
         "members", help="run a deployment of several members on this machine (docs/scale-out.md)"

@@ -88,5 +88,9 @@ class DataLoss(MnemosyneError):
     default_reason = "DATA_LOSS"
 
 
+class Unimplemented(MnemosyneError):
+    default_reason = "UNIMPLEMENTED"
+
+
 class InternalError(MnemosyneError):
     default_reason = "INTERNAL"

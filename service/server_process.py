@@ -26,7 +26,8 @@ class ServerProcess:
     ``metrics=True`` turns the HTTP side port on (a free port; ``metrics_url``), ``http=True`` the
     HTTP/JSON API (``http_url``); ``open_files``
     (soft, hard) is the open-file limit the server sets itself first thing (as a shell's ``ulimit -n``
-    would have), through the MNEMOSYNE_TEST_OPEN_FILES seam.
+    would have), through the MNEMOSYNE_TEST_OPEN_FILES seam; ``python`` runs another installation's
+    server (a benchmark's baseline), this interpreter's by default.
     ``start()`` returns when the server printed its port and answers health checks.
     """
 
@@ -40,8 +41,10 @@ class ServerProcess:
         http: bool = False,
         health_credentials: grpc.ChannelCredentials | None = None,
         open_files: tuple[int, int] | None = None,
+        python: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.python = python or sys.executable  # another installation's interpreter: its server
         self.env = dict(env or {})
         self.args = list(args or [])
         self.metrics = metrics
@@ -76,7 +79,7 @@ class ServerProcess:
         metrics_port = (self.metrics_port or _free_port()) if self.metrics else 0
         http_port = (self.http_port or _free_port()) if self.http else 0
         command = [
-            sys.executable,
+            self.python,
             "-m",
             "mnemosyne.cli",
             "serve",

@@ -5,7 +5,9 @@ speaking their real protocol, never by patching our code). Each POST to ``/v1/ch
 takes the next scripted behaviour from ``script`` (answer, HTTP status, hang, raw content); with
 an empty script it answers like a well-behaved model: the facts and triples of the user's text
 (computed with the rules extractor, so they depend on the input), as JSON in
-``choices[0].message.content``. Every request is recorded.
+``choices[0].message.content`` — or, asked with the session consolidator's prompt, the learned,
+decisions and open items of the session's lines (computed with the rules consolidator). Every
+request is recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from mnemosyne.engine import consolidator
 from mnemosyne.engine.extractor import RulesExtractor
 
 
@@ -37,6 +40,18 @@ def model_answer(text: str) -> dict[str, Any]:
     return {
         "facts": [{"kind": k, "value": v, "normalized": n} for k, v, n in extraction.facts],
         "triples": [{"subject": s, "predicate": p, "object": o} for s, p, o in extraction.triples],
+    }
+
+
+def consolidation_answer(text: str) -> dict[str, Any]:
+    """What a well-behaved model answers the consolidator: the items of the session's lines
+    ("[position] text" each), the rules consolidator's reading of them, marked as the model's."""
+    lines = [line.partition("] ")[2] for line in text.splitlines()]
+    items = consolidator.rules_items(lines)
+    return {
+        "learned": [f"(model) {e}" for e in items.learned],
+        "decisions": [f"(model) {e}" for e in items.decisions],
+        "open_items": [f"(model) {e}" for e in items.open_items],
     }
 
 
@@ -119,7 +134,9 @@ class ChatServer:
                     content = behaviour.content
                 else:
                     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-                    answer = model_answer(user)
+                    system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+                    consolidating = system == consolidator.SYSTEM_PROMPT
+                    answer = consolidation_answer(user) if consolidating else model_answer(user)
                     with server._lock:
                         server.answers.append(answer)
                     content = json.dumps(answer)

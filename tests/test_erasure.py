@@ -294,6 +294,9 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         # and without what later versions added (time and thread), so that their migrations run too
         "DROP INDEX memories_thread; ALTER TABLE memories DROP COLUMN occurred_at; "
         "ALTER TABLE memories DROP COLUMN thread_id; ALTER TABLE memories DROP COLUMN thread_position; "
+        "DROP TABLE memory_versions; ALTER TABLE memories DROP COLUMN updated_at; "
+        "ALTER TABLE memories DROP COLUMN index_words; "
+        "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "PRAGMA user_version = 6"
     )
     connection.close()

@@ -12,7 +12,7 @@ import numpy as np
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.index import VectorIndex
-from mnemosyne.engine.types import RetainItem
+from mnemosyne.engine.types import RecallMode, RetainItem
 
 TENANT = "vectors"
 QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near duplicate about the lighthouse keeper"]
@@ -83,5 +83,28 @@ def test_forgets_and_merges_update_the_vector_cache_in_place(tmp_path: Path) -> 
     reopened = Engine(EngineConfig(data_dir=tmp_path / "data"))
     try:
         assert _answers(reopened) == after  # the same ranking as a cache loaded from the file
+    finally:
+        reopened.close()
+
+
+def test_updates_replace_their_vector_in_the_cache_in_place(tmp_path: Path) -> None:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        texts = [f"note {i}: customer C-{i} asked about order O-{i} shipped to city {i % 13}" for i in range(50)]
+        ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(t) for t in texts])]
+        engine.recall(TENANT, QUERIES[0])
+        cache = _cache(engine)
+        for n in range(5):
+            engine.updates.update(TENANT, ids[n], text=f"the lighthouse keeper {n} logged a storm")
+            hits = engine.recall(TENANT, f"lighthouse keeper {n} storm", k=3, mode=RecallMode.VECTOR).hits
+            assert hits[0].memory.id == ids[n]
+        _assert_cache_holds_the_file(engine, cache)
+        after = _answers(engine)
+        assert _cache(engine) is cache and cache.reloads == 1  # no update reloaded the vectors
+    finally:
+        engine.close()
+    reopened = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        assert _answers(reopened) == after
     finally:
         reopened.close()

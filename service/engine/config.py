@@ -56,6 +56,23 @@ class HotPathConfig:
 
 
 @dataclass(frozen=True)
+class ConsolidationConfig:
+    """Background consolidation (opt-in per tenant) and its idle time."""
+
+    # A thread is finished once its newest memory is this old (seconds).
+    idle_seconds: float = 900.0
+    # Tenants consolidated in the background, every ``interval_seconds``.
+    tenants: tuple[str, ...] = ()
+    # Test seam (MNEMOSYNE_TEST_HOLD_CONSOLIDATION): before commit attempt N of a record, wait while
+    # this file exists and ``<file>.goN`` does not (at most 30 s), after creating ``<file>.heldN``.
+    test_hold_file: Path | None = None
+
+    @property
+    def interval_seconds(self) -> float:
+        return max(0.2, min(60.0, self.idle_seconds / 4))
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     data_dir: Path
     max_open_tenants: int = 1024
@@ -66,6 +83,7 @@ class EngineConfig:
     near_duplicate_threshold: float = DEFAULT_THRESHOLD
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.
     membership: Membership | None = None
     # Test seams, empty in production: store fault points (store/tenant_store.py; file_bytes=N, a
@@ -78,6 +96,9 @@ class EngineConfig:
     # recognisable in output), and a Global commit made while AssembleContext's read is open.
     generation_base: int = 0
     commit_during_assemble: bool = False
+    # Test seam of recall quality's ablation (bench/locomo.py): steps switched off, of
+    # "neighbours", "window", "dates" (recall.py) and "relative_time" (resolved at write time).
+    recall_steps_off: frozenset[str] = frozenset()
 
     def committed(self, method: str) -> None:
         """Called after ``method``'s commit, before its reply: the crash-after-commit test seam."""

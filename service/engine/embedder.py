@@ -40,6 +40,9 @@ class Embedder(abc.ABC):
     # feedback > 0, the query vector plus feedback x the mean of the top hits' vectors re-scores them.
     text_weight: float = 0.5
     feedback: float = 0.0
+    # Recall's second stage: the cosine of each candidate's context window (its vector and its
+    # thread neighbours', recall.window_cosine) added with this weight; 0 turns it off.
+    window_weight: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...

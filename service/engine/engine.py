@@ -6,8 +6,11 @@ Each part receives what it uses, not the engine:
 * ``hot_path`` (engine/hot_path.py): asynchronous writes through a durable operation log;
 * ``recall`` (engine/recall.py): the whole recall algorithm;
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
+* ``updates`` (engine/updates.py): memories updated in place (with their versions), and
+  forgotten by filter;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
+* ``consolidator`` (engine/consolidator.py): sessions (threads) consolidated into records, exactly once;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
@@ -27,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
@@ -41,6 +45,7 @@ from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome, ThreadRef
+from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
@@ -60,6 +65,7 @@ class Engine:
         self.limits = config.limits
         observer = SafeObserver(observer or EngineObserver())
         extractor = extractor or RulesExtractor()
+        proposer = proposer_for(extractor)
         if config.hot_path.test_poison_marker:
             extractor = PoisonedExtractor(extractor, config.hot_path.test_poison_marker)
         embedder = embedder or HashingEmbedder()
@@ -77,12 +83,17 @@ class Engine:
             observer=observer,
             near_duplicate_threshold=config.near_duplicate_threshold,
             request_ttl_seconds=config.request_ttl_seconds,
+            resolve_relative_time="relative_time" not in config.recall_steps_off,
         )
-        self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits)
+        self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits, steps_off=config.recall_steps_off)
         self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
+        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=config.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
         self.tenants = Tenants(pool=self.pool)
+        self.consolidator = SessionConsolidator(
+            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config
+        )
         try:
             self.hot_path = HotPath(
                 write_path=self.write_path,
@@ -92,6 +103,7 @@ class Engine:
                 observer=observer,
             )
             self.hot_path.start()
+            self.consolidator.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
             self.backups = Backups(pool=self.pool)
             self.imports = TenantImports(
@@ -99,11 +111,13 @@ class Engine:
             )
             self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
         except BaseException:
+            self.consolidator.stop()
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt
             raise
 
     def close(self) -> None:
+        self.consolidator.stop()
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()

@@ -63,6 +63,15 @@ def drop_vectors(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: i
         index.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
 
 
+def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_epoch: int, to_epoch: int) -> None:
+    """After a committed update that replaced ``memory_id``'s embedding (moving the forget epoch
+    from ``from_epoch`` to ``to_epoch``): write the new vector into the cache's row in place,
+    instead of letting the new epoch reload the tenant's vectors."""
+    index = store.cache.get(_CACHE_KEY)
+    if isinstance(index, VectorIndex):
+        index.replace(memory_id, np.frombuffer(vector, dtype="<f4"), from_epoch=from_epoch, to_epoch=to_epoch)
+
+
 class VectorView(NamedTuple):
     """One consistent state of the cache: row ``i`` of each array is memory ``ids[i]``."""
 
@@ -133,6 +142,24 @@ class VectorIndex:
             self.epoch = to_epoch
             if self._dead * _DEAD_FRACTION > self._count:
                 self._reallocate(self._count - self._dead)
+            return True
+
+    def replace(self, memory_id: int, vector: np.ndarray, *, from_epoch: int, to_epoch: int) -> bool:
+        """Overwrite the row of ``memory_id`` with ``vector`` and take ``to_epoch``, if the cache
+        is at ``from_epoch`` and holds that row (else the next sync reloads). A concurrent reader
+        sees the row old, new or mixed: only that memory's own score moves, and its transaction
+        resolves the memory as its snapshot has it. True when applied."""
+        with self._lock:
+            if self.epoch != from_epoch or vector.shape != (self.dim,):
+                return False
+            ids = self._ids[: self._count]
+            row = int(np.searchsorted(ids, memory_id))
+            if row < self._count and ids[row] == memory_id and self._alive[row]:
+                self._buffer[:, row] = vector
+                self._rows[row] = vector
+            elif memory_id <= self.high_water:
+                return False  # a row it should hold and does not: reload
+            self.epoch = to_epoch
             return True
 
     def _reallocate(self, needed: int) -> None:

@@ -24,17 +24,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
 from mnemosyne.engine.extractor import Extraction, Extractor, Fact, RulesExtractor, Triple
-from mnemosyne.errors import FailedPrecondition, MnemosyneError, Unavailable
+from mnemosyne.errors import FailedPrecondition, MnemosyneError
+
+__all__ = ["LLMSettings", "OpenAIExtractor", "extractor_from_settings", "parse_answer"]
 
 log = logging.getLogger("mnemosyne.llm_extractor")
 
@@ -43,7 +41,7 @@ MAX_FACTS = 100
 MAX_TRIPLES = 100
 MAX_KIND_CHARS = 64
 MAX_VALUE_CHARS = 2_000
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+PURPOSE = Purpose(REASON, "extraction", "nothing was stored, retry the write later (same request_id)")
 
 SYSTEM_PROMPT = """\
 You extract structured memory from one text. Answer with ONE JSON object and nothing else:
@@ -55,50 +53,6 @@ You extract structured memory from one text. Answer with ONE JSON object and not
   (dates as YYYY-MM-DD, identifiers upper-case, e-mail lower-case, otherwise lower-case).
 - triples: simple subject-predicate-object statements, lower-case.
 Use empty lists when there is nothing to extract. Never invent content that is not in the text."""
-
-
-@dataclass(frozen=True)
-class LLMSettings:
-    """Where and how to call the model. ``base_url`` follows the OpenAI convention and includes
-    the API version (``https://api.openai.com/v1``, ``http://127.0.0.1:8080/v1``)."""
-
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout: float = 30.0  # seconds per attempt
-    retries: int = 2  # further attempts after the first, for timeouts, 429, 5xx, connection errors
-    backoff: float = 0.5  # first backoff in seconds; doubles each retry, with jitter, capped
-    max_backoff: float = 8.0
-    concurrency: int = 8  # threads extracting multi-item writes (WritePath._extract), shared by the server
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise FailedPrecondition(
-                f"MNEMOSYNE_LLM_BASE_URL must be an http(s) URL such as http://127.0.0.1:8080/v1, got {self.base_url!r}",
-                reason="LLM_CONFIG_INVALID",
-            )
-        if not self.model:
-            raise FailedPrecondition(
-                "MNEMOSYNE_LLM_MODEL is empty; name the model to call", reason="LLM_CONFIG_INVALID"
-            )
-        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or not 1 <= self.concurrency <= 256:
-            raise FailedPrecondition(
-                "MNEMOSYNE_LLM_TIMEOUT must be > 0, MNEMOSYNE_LLM_RETRIES and MNEMOSYNE_LLM_BACKOFF >= 0, "
-                "MNEMOSYNE_LLM_CONCURRENCY from 1 to 256",
-                reason="LLM_CONFIG_INVALID",
-            )
-
-    @property
-    def endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
-
-
-class _CallFailed(Exception):
-    def __init__(self, cause: str, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.cause = cause
-        self.retryable = retryable
-        self.retry_after = retry_after
 
 
 class OpenAIExtractor(Extractor):
@@ -115,12 +69,12 @@ class OpenAIExtractor(Extractor):
     ) -> None:
         self.settings = settings
         self.fallback = fallback
-        self._sleep = sleep
+        self.chat = ChatClient(settings, PURPOSE, sleep=sleep)
         self.concurrency = settings.concurrency
 
     def extract(self, text: str) -> Extraction:
         try:
-            return parse_answer(self._complete(text))
+            return parse_answer(self.chat.complete(SYSTEM_PROMPT, text))
         except MnemosyneError as exc:
             if self.fallback is None:
                 raise
@@ -129,116 +83,9 @@ class OpenAIExtractor(Extractor):
             )
             return self.fallback.extract(text)
 
-    # -- the HTTP call --------------------------------------------------------------------------
 
-    def _request_body(self, text: str) -> bytes:
-        return json.dumps(
-            {
-                "model": self.settings.model,
-                "temperature": 0,
-                "response_format": {"type": "json_object"},
-                "messages": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": text},
-                ],
-            }
-        ).encode()
-
-    def _complete(self, text: str) -> Mapping[str, Any]:
-        """The decoded chat-completion response, after retries; raises a domain error."""
-        body = self._request_body(text)
-        attempts = 1 + self.settings.retries
-        for attempt in range(attempts):
-            try:
-                return self._post(body)
-            except _CallFailed as exc:
-                if not exc.retryable:
-                    raise FailedPrecondition(
-                        f"the extraction model refused the request: {exc}; check MNEMOSYNE_LLM_BASE_URL "
-                        "(it ends with the API version, e.g. /v1), MNEMOSYNE_LLM_MODEL and MNEMOSYNE_LLM_API_KEY",
-                        reason=REASON,
-                        metadata={"cause": exc.cause},
-                    ) from None
-                if attempt + 1 == attempts:
-                    raise Unavailable(
-                        f"the extraction model failed {attempts} time(s), last: {exc}; nothing was stored, "
-                        "retry the write later (same request_id)",
-                        reason=REASON,
-                        metadata={"cause": exc.cause},
-                    ) from None
-                delay = min(self.settings.max_backoff, self.settings.backoff * 2**attempt)
-                delay = delay / 2 + random.uniform(0, delay / 2)  # jitter: retries of many writers spread out
-                if exc.retry_after is not None:
-                    delay = min(self.settings.max_backoff, max(delay, exc.retry_after))
-                log.info("model call failed (%s), attempt %d/%d; retrying in %.2fs", exc, attempt + 1, attempts, delay)
-                self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _post(self, body: bytes) -> Mapping[str, Any]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.settings.api_key:
-            headers["Authorization"] = f"Bearer {self.settings.api_key}"
-        request = urllib.request.Request(self.settings.endpoint, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-            exc.close()
-            raise _CallFailed(
-                f"http_{exc.code}",
-                f"HTTP {exc.code} from {self.settings.endpoint}",
-                retryable=exc.code in _RETRYABLE_STATUS,
-                retry_after=retry_after,
-            ) from None
-        except TimeoutError:
-            raise _CallFailed("timeout", f"no answer within {self.settings.timeout:g}s", retryable=True) from None
-        except (urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise _CallFailed("timeout", f"no answer within {self.settings.timeout:g}s", retryable=True) from None
-            raise _CallFailed(
-                "connection", f"cannot reach {self.settings.endpoint}: {reason}", retryable=True
-            ) from None
-        try:
-            decoded = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise _bad("invalid_response", "the endpoint's response body is not JSON") from None
-        if not isinstance(decoded, dict):
-            raise _bad("invalid_response", "the endpoint's response is not a JSON object")
-        return decoded
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: ignore, the exponential backoff applies
-
-
-def _bad(cause: str, message: str) -> FailedPrecondition:
-    return FailedPrecondition(
-        f"the extraction model's answer was rejected ({message}); nothing was stored. Use a model that "
-        "follows JSON instructions, or set MNEMOSYNE_LLM_FALLBACK=rules",
-        reason=REASON,
-        metadata={"cause": cause},
-    )
-
-
-def parse_answer(response: Mapping[str, Any]) -> Extraction:
-    """A chat-completion response to an Extraction, all or nothing."""
-    try:
-        choice = response["choices"][0]
-        content = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise _bad("invalid_response", "no choices[0].message.content in the response") from None
-    if choice.get("finish_reason") not in (None, "stop"):
-        raise _bad("truncated", f"the completion ended with finish_reason={choice.get('finish_reason')!r}")
-    if not isinstance(content, str):
-        raise _bad("invalid_answer", "message content is not text")
-    content = content.strip()
-    if content.startswith("```"):  # some models fence JSON even when told not to
-        content = content.strip("`").removeprefix("json").strip()
+def parse_answer(content: str) -> Extraction:
+    """A chat completion's text to an Extraction, all or nothing."""
     try:
         answer = json.loads(content)
     except json.JSONDecodeError as exc:
@@ -274,6 +121,10 @@ def parse_answer(response: Mapping[str, Any]) -> Extraction:
         if (subject, predicate, obj) not in triples:
             triples.append((subject, predicate, obj))
     return Extraction(facts=facts, triples=triples)
+
+
+def _bad(cause: str, message: str) -> FailedPrecondition:
+    return rejected(PURPOSE, cause, message)
 
 
 def _string(obj: Mapping[str, Any], key: str, where: str, limit: int) -> str:

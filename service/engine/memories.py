@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
@@ -11,7 +11,7 @@ from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
-from mnemosyne.errors import NotFound
+from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import MemoryRow
@@ -33,6 +33,7 @@ def memory_from_row(row: MemoryRow) -> Memory:
         merged_into=row.merged_into,
         occurred_at=row.occurred_at,
         thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
+        updated_at=row.updated_at,
     )
 
 
@@ -44,6 +45,11 @@ def _thread_cursor(position: str | None) -> tuple[int, int] | None:
     if not thread_position.isdigit() or not memory_id.isdigit():  # pragma: no cover - only we write positions
         raise page_tokens.invalid()
     return int(thread_position), int(memory_id)
+
+
+# The highest page number ``numbered_page`` serves (its offset is read past row by row).
+MAX_PAGE_NUMBER = 100_000
+_RECEIPT = "receipt"  # the list a write receipt belongs to (page_tokens' query)
 
 
 class Memories:
@@ -74,19 +80,24 @@ class Memories:
         include_forgotten: bool = False,
         newest_first: bool = False,
         thread: str = "",
+        metadata_equals: Mapping[str, str] | None = None,
     ) -> MemoryPage:
         """Memories in id order (descending with ``newest_first``), a page at a time: ``page_size``
         of them at most, fewer when their encoded size would pass the response budget
         (check.RESPONSE_BUDGET_BYTES). With ``thread``, only that thread's memories, in thread
-        order (position, then id)."""
+        order (position, then id). With ``metadata_equals``, only memories whose metadata has each
+        of its pairs exactly."""
         page_size = check.validate_page_size(page_size, self.limits)
         scope = check.validate_scope(scope) if scope else ""
         if thread:
             check.validate_thread(ThreadRef(thread, 0), field="thread")
-        # A token is bound to its listing, the order included.
+        wanted = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
+        # A token is bound to its listing, the order and the filters included.
         query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
         if thread:
             query += f"\x1fthread\x1f{thread}"
+        if wanted:
+            query += "\x1f" + ledger.canonical_json(wanted)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
@@ -102,6 +113,7 @@ class Memories:
                         limit=page_size + 1,
                         include_forgotten=include_forgotten,
                         newest_first=newest_first,
+                        metadata_equals=wanted,
                     )
                 else:
                     ids = txn.list_memory_ids(
@@ -110,6 +122,7 @@ class Memories:
                         limit=page_size + 1,
                         include_forgotten=include_forgotten,
                         newest_first=newest_first,
+                        metadata_equals=wanted,
                     )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [memory_from_row(rows[i]) for i in ids[:page_size]]
@@ -122,6 +135,58 @@ class Memories:
             position = f"{last.thread.position}:{last.id}" if thread and last.thread else str(last.id)
             token = page_tokens.encode(secret, tenant, query, position)
         return MemoryPage(memories, token)
+
+    def numbered_page(
+        self, tenant: str, *, metadata_equals: Mapping[str, str], page: int, page_size: int
+    ) -> tuple[list[Memory], int]:
+        """Page ``page`` (from 1) of the live memories with every pair of ``metadata_equals``,
+        newest first, and how many there are in all: pages by number, for APIs that count them
+        (the mem0-compatible endpoints). Unlike a page token, a number may shift when memories are
+        added or forgotten between two calls."""
+        page_size = check.validate_page_size(page_size, self.limits)
+        if not 1 <= page <= MAX_PAGE_NUMBER:
+            raise InvalidArgument(f"page must be 1-{MAX_PAGE_NUMBER}, not {page}", reason="PAGE_INVALID")
+        wanted = check.validate_metadata(metadata_equals, self.limits, field="filters")
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return [], 0
+            with store.read() as txn:
+                total = txn.count_filtered(wanted)
+                ids = txn.list_memory_ids(
+                    scope=None,
+                    after_id=0,
+                    limit=page_size,
+                    include_forgotten=False,
+                    newest_first=True,
+                    metadata_equals=wanted,
+                    offset=(page - 1) * page_size,
+                )
+                rows = txn.memories_by_ids(ids)
+        memories = [memory_from_row(rows[i]) for i in ids]
+        return memories[: check.within_budget([check.memory_bytes(m) for m in memories])], total
+
+    def receipt(self, tenant: str, memory_id: int) -> str:
+        """An opaque id naming a synchronous write of ``memory_id`` in this tenant (the event id the
+        mem0-compatible add answers when the hot path is off): authenticated with the tenant's
+        own secret, so no other tenant's, and no made-up one, is ever accepted."""
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
+            with store.read() as txn:
+                secret = txn.page_token_secret()
+        return page_tokens.encode(secret, tenant, _RECEIPT, str(memory_id))
+
+    def receipt_memory(self, tenant: str, receipt: str) -> int:
+        """The memory id a ``receipt`` of this tenant names; EVENT_NOT_FOUND for any other."""
+        with self.pool.tenant(tenant, create=False) as store:
+            secret = None
+            if store is not None:
+                with store.read() as txn:
+                    secret = txn.page_token_secret()
+        try:
+            return page_tokens.decode_int(secret, tenant, _RECEIPT, receipt)
+        except InvalidArgument:
+            raise NotFound(f"event {receipt[:80]!r} does not exist in this tenant", reason="EVENT_NOT_FOUND") from None
 
     def verify_integrity(self, tenant: str) -> IntegrityReport:
         with self.pool.tenant(tenant, create=False) as store:

@@ -25,6 +25,9 @@ class EngineObserver:
         """A write committed: ``created`` new memories, ``duplicates`` exact duplicates answered,
         ``model_calls`` extractions and ``embed_calls`` embedding calls made for it."""
 
+    def consolidation_proposed(self, *, model_calls: int) -> None:
+        """A session consolidation journaled a proposal that cost ``model_calls`` model calls."""
+
     def cas_rejected(self, reason: str) -> None:
         """A compare-and-set (workspace generation check) was rejected; ``reason`` is the error's
         stable UPPER_SNAKE reason (a small fixed set, safe as a metric label)."""
@@ -48,6 +51,9 @@ class SafeObserver(EngineObserver):
                 created=created, duplicates=duplicates, model_calls=model_calls, embed_calls=embed_calls
             )
         )
+
+    def consolidation_proposed(self, *, model_calls: int) -> None:
+        self._call(lambda: self._inner.consolidation_proposed(model_calls=model_calls))
 
     def cas_rejected(self, reason: str) -> None:
         self._call(lambda: self._inner.cas_rejected(reason))

@@ -42,6 +42,9 @@ class MiniLMEmbedder(Embedder):
     # less and pseudo-relevance feedback does not help it.
     text_weight = 0.3
     feedback = 0.0
+    # Context windows re-scored by the sentence vectors: LoCoMo dev recall@10 0.769 -> 0.774 (the
+    # hashing embedder's bag of features loses by it: 0.717 -> 0.710).
+    window_weight = 0.3
 
     def __init__(self, *, batch_size: int = 64) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

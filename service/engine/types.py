@@ -88,6 +88,28 @@ class Memory:
     merged_into: int = 0  # Dedup merged this memory into that one; Recall never returns it
     occurred_at: int | None = None  # unix microseconds, as the writer gave it
     thread: ThreadRef | None = None
+    updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One version of a memory: its text and metadata and when it became current."""
+
+    version: int  # 1 is the memory as retained
+    text: str
+    metadata: dict[str, str]
+    at: float
+    current: bool = False  # the memory's text now
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """What UpdateMemory did: the memory afterwards, and the rules of a new write applied to it."""
+
+    memory: Memory
+    updated: bool  # False when the text and metadata were already these (nothing written)
+    near_duplicate_of: tuple[int, ...] = ()
+    supersedes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -309,3 +331,23 @@ class WriteResult:
     def from_json(cls, text: str, *, already_applied: bool) -> WriteResult:
         data = json.loads(text)
         return cls(int(data["generation"]), int(data["applied"]), already_applied)
+
+
+# What consolidating one scope of a session did (engine/consolidator.py).
+APPLIED = "applied"
+ALREADY_APPLIED = "already_applied"
+NOTHING_NEW = "nothing_new"
+GAVE_UP = "gave_up"
+
+
+@dataclass(frozen=True)
+class ScopeOutcome:
+    """What consolidating one scope of one session did."""
+
+    thread: str
+    scope: str
+    receipt_id: str
+    outcome: str  # APPLIED, ALREADY_APPLIED, NOTHING_NEW or GAVE_UP
+    generation: int  # the scope's generation after it (the receipt's, when applied)
+    model_calls: int  # model calls made by this run for this scope (0 when journaled or applied)
+    conflicts: int  # newer writes met (and merged on top of, unless it gave up)

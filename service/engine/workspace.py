@@ -381,6 +381,7 @@ class Workspaces:
 
         def remember(txn: WriteTxn, result: WriteResult) -> None:
             txn.save_receipt(receipt_id, scope, payload, result.to_json())
+            txn.drop_proposal(receipt_id)  # the consolidator's journal row, if any (engine/consolidator.py)
 
         return self._commit(tenant, scope, changes, expected_generation, "consolidate", known, remember)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mnemosyne import background
-from mnemosyne.engine import conflicts, dedup
+from mnemosyne.engine import conflicts, dedup, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
@@ -127,6 +127,30 @@ class PreparedItem:
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
     near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit
 
+    def new_memory(self, now: float, *, resolve_relative_time: bool) -> NewMemory:
+        """What the store writes of this item (it must be extracted and embedded): with relative
+        times ("yesterday") read against its occurred_at as date facts and indexed words."""
+        assert self.extraction is not None and self.vector is not None
+        thread = self.item.thread
+        times, index_words = relative_time.resolve(
+            self.item.text, self.item.occurred_at if resolve_relative_time else None
+        )
+        return NewMemory(
+            scope=self.item.scope,
+            body=self.item.text,
+            metadata_json=self.metadata_json,
+            fingerprint=self.fingerprint,
+            facts=[*self.extraction.facts, *times],
+            triples=self.extraction.triples,
+            embedding=self.vector,
+            fts_text=self.item.text,
+            created_at=now,
+            occurred_at=self.item.occurred_at,
+            thread_id=thread.id if thread else None,
+            thread_position=thread.position if thread else None,
+            index_words=index_words,
+        )
+
     def to_payload(self) -> str:
         """The item as a fast write's operation keeps it (inbox, then log), with what was computed
         for it: the worker takes it from there as it is."""
@@ -181,8 +205,10 @@ class WritePath:
         observer: EngineObserver,
         near_duplicate_threshold: float,
         request_ttl_seconds: float,
+        resolve_relative_time: bool = True,
     ) -> None:
         self.extractor = extractor
+        self.resolve_relative_time = resolve_relative_time  # off only in recall's ablation (a test seam)
         self.embedder = embedder
         self.limits = limits
         self.observer = observer
@@ -505,23 +531,9 @@ class WritePath:
             now = time.time()
             memories = []
             for p in run:
-                assert p.extraction is not None and p.vector is not None  # checked when the run was formed
                 memories.append(
-                    NewMemory(
-                        scope=p.item.scope,
-                        body=p.item.text,
-                        metadata_json=p.metadata_json,
-                        fingerprint=p.fingerprint,
-                        facts=p.extraction.facts,
-                        triples=p.extraction.triples,
-                        embedding=p.vector,
-                        fts_text=p.item.text,
-                        created_at=now,
-                        occurred_at=p.item.occurred_at,
-                        thread_id=p.item.thread.id if p.item.thread else None,
-                        thread_position=p.item.thread.position if p.item.thread else None,
-                    )
-                )
+                    p.new_memory(now, resolve_relative_time=self.resolve_relative_time)
+                )  # extracted and embedded: checked when the run was formed
             last = run[-1]
             try:
                 with txn.savepoint() if one_by_one else nullcontext():

@@ -69,6 +69,16 @@ class ServerMetrics(EngineObserver):
         self.model_calls = Counter(
             "mnemosyne_model_calls", "Extraction (model) calls made for committed writes.", registry=self.registry
         )
+        self.consolidation_model_calls = Counter(
+            "mnemosyne_consolidation_model_calls",
+            "Session consolidation (model) calls made for journaled proposals.",
+            registry=self.registry,
+        )
+        self.consolidation_proposals = Counter(
+            "mnemosyne_consolidation_proposals",
+            "Session consolidation proposals journaled (one per receipt).",
+            registry=self.registry,
+        )
         self.embed_calls = Counter(
             "mnemosyne_embed_calls", "Embedding calls made for committed writes.", registry=self.registry
         )
@@ -115,6 +125,10 @@ class ServerMetrics(EngineObserver):
         self.duplicates.inc(duplicates)
         self.model_calls.inc(model_calls)
         self.embed_calls.inc(embed_calls)
+
+    def consolidation_proposed(self, *, model_calls: int) -> None:
+        self.consolidation_proposals.inc()
+        self.consolidation_model_calls.inc(model_calls)
 
     def cas_rejected(self, reason: str) -> None:
         self.cas_rejections.labels(reason=reason).inc()

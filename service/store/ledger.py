@@ -252,6 +252,23 @@ def verify(
                 retain_seq=row.seq, digest=MemoryDigest(**fields), keyed=entry.get(KEYED_FIELD) == KEYED_VALUE
             )
             retain_seqs.append((memory_id, row.seq))
+        elif op == "update":
+            # UpdateMemory replaced the memory's content: from here on it must match these digests.
+            want = expected.get(memory_id)
+            if want is None or want.forget_seq or want.merge_seq:
+                problems.append(
+                    Problem(
+                        row.seq,
+                        memory_id,
+                        "UPDATE_UNKNOWN",
+                        f"entry {row.seq} updates memory {memory_id}, which was not live then",
+                    )
+                )
+                continue
+            fields = {k: str(entry.get(k, "")) for k in MemoryDigest.__dataclass_fields__}
+            want.retain_seq, want.digest = row.seq, MemoryDigest(**fields)
+            want.keyed = entry.get(KEYED_FIELD) == KEYED_VALUE
+            want.supersede_seq = want.superseded_by = 0  # its superseded facts went with the old content
         elif op == "forget":
             if memory_id in expected:
                 expected[memory_id].forget_seq = row.seq

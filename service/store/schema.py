@@ -234,6 +234,58 @@ ALTER TABLE memories ADD COLUMN thread_position INTEGER;
 CREATE INDEX memories_thread ON memories(thread_id, thread_position, id) WHERE thread_id IS NOT NULL;
 """
 
+# Memory versions (UpdateMemory, the mem0-compatible endpoints): an update replaces a memory in
+# place under the same id and keeps what it replaced here, one row per earlier version with the
+# time it became current, so a memory's history can be listed. A forget deletes them with the rest
+# of the memory (overwritten: secure_delete). ``updated_at`` is when the current version was
+# written (NULL: never updated).
+_V_MEMORY_VERSIONS = """
+ALTER TABLE memories ADD COLUMN updated_at REAL;
+CREATE TABLE memory_versions(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  version INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY (memory_id, version)
+) WITHOUT ROWID;
+"""
+
+# Index words (recall quality, issue 25: relative times resolved against occurred_at,
+# engine/relative_time.py): indexed with the body (the full-text row is the body, a newline and
+# the index words) and kept so the row can be deleted with exactly the text it indexed; erased by
+# a forget. NULL for a memory without any, and for every memory of an older file.
+_V_INDEX_WORDS = """
+ALTER TABLE memories ADD COLUMN index_words TEXT;
+"""
+
+# Session consolidation (issue 21, engine/consolidator.py): the section proposed for a receipt not
+# yet applied, journaled BEFORE its commit, so a consolidator killed after the model answered
+# makes no second model call for it. A row goes in the transaction that applies its receipt (the
+# receipts table then remembers it), and with every row of its thread when a memory of that
+# thread is forgotten (its text may be in the section). A row whose section adds nothing new
+# stays (so asking again costs no model call either). And each thread's mark: consolidated
+# through its newest memory id then.
+_V_CONSOLIDATION_JOURNAL = """
+CREATE TABLE consolidation_journal(
+  receipt_id TEXT PRIMARY KEY,
+  thread_id TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  section TEXT NOT NULL,
+  consolidator TEXT NOT NULL,
+  model_calls INTEGER NOT NULL,
+  created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX consolidation_journal_thread ON consolidation_journal(thread_id);
+
+-- Threads consolidated (every scope applied, or nothing new) through their newest memory id then:
+-- a call without a thread, and the background, take only threads with newer memories.
+CREATE TABLE consolidated_threads(
+  thread_id TEXT PRIMARY KEY,
+  newest_id INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -243,6 +295,9 @@ MIGRATIONS: list[str] = [
     _V6_MEMORY_KEYS,
     _V7_ERASURE_IN_PROPORTION,
     _V_TIME_AND_THREAD,
+    _V_MEMORY_VERSIONS,
+    _V_INDEX_WORDS,
+    _V_CONSOLIDATION_JOURNAL,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -255,6 +310,9 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_keys"}),
     frozenset(),
     frozenset(),  # _V_TIME_AND_THREAD
+    frozenset({"memory_versions"}),
+    frozenset(),  # _V_INDEX_WORDS
+    frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
 ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -80,6 +81,25 @@ class NewMemory:
     occurred_at: int | None = None  # unix microseconds
     thread_id: str | None = None
     thread_position: int | None = None
+    index_words: str = ""  # indexed with the text (``indexed_text``), e.g. resolved relative dates
+
+    def digest(self, key: bytes | None) -> ledger.MemoryDigest:
+        """What the ledger records of this content, keyed with the memory's ``key``."""
+        return ledger.MemoryDigest.of(
+            scope=self.scope,
+            body=self.body,
+            metadata_json=self.metadata_json,
+            facts=self.facts,
+            triples=self.triples,
+            embedding=self.embedding,
+            fingerprint=self.fingerprint,
+            key=key,
+        )
+
+
+def indexed_text(body: str, index_words: str | None) -> str:
+    """What a memory's full-text row indexes: its body, and its index words on a line of their own."""
+    return f"{body}\n{index_words}" if index_words else body
 
 
 @dataclass
@@ -98,6 +118,17 @@ class MemoryRow:
     occurred_at: int | None = None  # unix microseconds
     thread_id: str | None = None
     thread_position: int | None = None
+    updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One earlier version of an updated memory (table ``memory_versions``)."""
+
+    version: int  # 1 is the memory as retained
+    body: str
+    metadata: dict[str, str]
+    at: float  # when this version became current
 
 
 def _check_and_migrate(connection: apsw.Connection, path: Path) -> None:
@@ -494,6 +525,27 @@ class TenantStore:
         connection.close()
 
 
+# One metadata pair of a filter: json_each with bound parameters, so keys from clients never
+# become JSON path syntax.
+_METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
+
+
+def _listing_filters(
+    params: list[Any], scope: str | None, include_forgotten: bool, metadata_equals: dict[str, str] | None
+) -> str:
+    """The ``AND`` clauses of a listing of memories ``m`` (their values appended to ``params``)."""
+    sql = ""
+    if scope:
+        sql += " AND m.scope = ?"
+        params.append(scope)
+    if not include_forgotten:
+        sql += " AND m.forgotten_at IS NULL"
+    for key, value in sorted((metadata_equals or {}).items()):
+        sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+        params.extend((key, value))
+    return sql
+
+
 def _metadata(text: str) -> dict[str, str]:
     return json.loads(text) if text and text != "{}" else {}  # most memories have none
 
@@ -588,10 +640,11 @@ class ReadTxn(OplogReads):
                 occurred_at=r[9],
                 thread_id=r[10],
                 thread_position=r[11],
+                updated_at=r[12] or 0.0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -608,24 +661,38 @@ class ReadTxn(OplogReads):
                 rows[memory_id].triples.append((subject, predicate, obj))
         return rows
 
+    def memory_versions(self, memory_id: int) -> list[MemoryVersion]:
+        """The earlier versions of a memory, oldest first (none for one never updated)."""
+        return [
+            MemoryVersion(version, body, _metadata(metadata), at)
+            for version, body, metadata, at in self.connection.execute(
+                "SELECT version, body, metadata, at FROM memory_versions WHERE memory_id = ? ORDER BY version",
+                (memory_id,),
+            )
+        ]
+
     def list_memory_ids(
-        self, *, scope: str | None, after_id: int, limit: int, include_forgotten: bool, newest_first: bool = False
+        self,
+        *,
+        scope: str | None,
+        after_id: int,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
+        offset: int = 0,
     ) -> list[int]:
         """Ids past ``after_id`` in the listing's order (ascending, or descending with
-        ``newest_first``, where 0 means from the newest)."""
+        ``newest_first``, where 0 means from the newest), with every pair of ``metadata_equals``."""
         if newest_first:
-            sql = "SELECT id FROM memories WHERE id < ?"
+            sql = "SELECT id FROM memories m WHERE id < ?"
             params: list[Any] = [after_id or 2**63 - 1]
         else:
-            sql = "SELECT id FROM memories WHERE id > ?"
+            sql = "SELECT id FROM memories m WHERE id > ?"
             params = [after_id]
-        if scope:
-            sql += " AND scope = ?"
-            params.append(scope)
-        if not include_forgotten:
-            sql += " AND forgotten_at IS NULL"
-        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
-        params.append(limit)
+        sql += _listing_filters(params, scope, include_forgotten, metadata_equals)
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        params.extend((limit, offset))
         return [r[0] for r in self.connection.execute(sql, params)]
 
     def list_thread_ids(
@@ -637,23 +704,84 @@ class ReadTxn(OplogReads):
         limit: int,
         include_forgotten: bool,
         newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
     ) -> list[int]:
         """Ids of a thread's memories in thread order (position, then id; both descending with
-        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread)."""
-        sql = "SELECT id FROM memories WHERE thread_id = ?"
+        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread);
+        with every pair of ``metadata_equals``."""
+        sql = "SELECT id FROM memories m WHERE thread_id = ?"
         params: list[Any] = [thread_id]
         if after is not None:
             sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
             params.extend(after)
-        if scope:
-            sql += " AND scope = ?"
-            params.append(scope)
-        if not include_forgotten:
-            sql += " AND forgotten_at IS NULL"
+        sql += _listing_filters(params, scope, include_forgotten, metadata_equals)
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
+
+    def count_filtered(self, metadata_equals: dict[str, str]) -> int:
+        """How many live memories have every metadata pair."""
+        sql, params = self._filter_sql("m", (), metadata_equals)
+        return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
+
+    def date_facts(self, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """(memory id, normalized date) of the ``date`` facts of ``ids`` (primary-key ranges)."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        return list(
+            self.connection.execute(
+                f"SELECT memory_id, normalized FROM facts WHERE memory_id IN ({marks}) AND kind = 'date'", tuple(ids)
+            )
+        )
+
+    def thread_neighbours(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """(memory id, neighbour id) for each of ``ids`` that has a thread: the live memories just
+        before and just after it in thread order (position, then id). Two index seeks per memory
+        (memories_thread), whatever the thread's length."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        live = "n.thread_id = c.thread_id AND n.forgotten_at IS NULL AND n.merged_into IS NULL"
+        rows = self.connection.execute(
+            "SELECT c.id, "
+            f"(SELECT n.id FROM memories n WHERE {live} AND (n.thread_position, n.id) < (c.thread_position, c.id) "
+            "ORDER BY n.thread_position DESC, n.id DESC LIMIT 1), "
+            f"(SELECT n.id FROM memories n WHERE {live} AND (n.thread_position, n.id) > (c.thread_position, c.id) "
+            "ORDER BY n.thread_position, n.id LIMIT 1) "
+            f"FROM memories c WHERE c.id IN ({marks}) AND c.thread_id IS NOT NULL",
+            tuple(ids),
+        )
+        return [(memory_id, n) for memory_id, before, after in rows for n in (before, after) if n is not None]
+
+    def threads_to_consolidate(self, *, idle_before: float, limit: int) -> list[str]:
+        """Ids of threads whose newest memory was committed before ``idle_before`` and is newer
+        than their last completed consolidation (``consolidated_threads``), by id. The newest
+        memory of each thread comes from the thread index alone; only those newer than their mark
+        are looked up."""
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT t.thread_id FROM (SELECT thread_id, max(id) AS newest FROM memories "
+                "WHERE thread_id IS NOT NULL GROUP BY thread_id) t "
+                "LEFT JOIN consolidated_threads c ON c.thread_id = t.thread_id "
+                "JOIN memories m ON m.id = t.newest "
+                "WHERE t.newest > coalesce(c.newest_id, 0) AND m.created_at < ? ORDER BY t.thread_id LIMIT ?",
+                (idle_before, limit),
+            )
+        ]
+
+    def thread_newest_id(self, thread_id: str) -> int:
+        """The id of the thread's newest memory, forgotten or not (0 for none)."""
+        return int(self._one("SELECT coalesce(max(id), 0) FROM memories WHERE thread_id = ?", (thread_id,)))
+
+    def journaled_proposal(self, receipt_id: str) -> tuple[str, str, int] | None:
+        """(section, consolidator, model calls) journaled for a receipt not yet applied."""
+        row = self.connection.execute(
+            "SELECT section, consolidator, model_calls FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], int(row[2]))
 
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
@@ -668,8 +796,7 @@ class ReadTxn(OplogReads):
             clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
             params.extend(scopes)
         for key, value in sorted(metadata_equals.items()):
-            # json_each with bound parameters: keys from clients never become JSON path syntax.
-            clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)")
+            clauses.append(_METADATA_PAIR.format(alias=alias))
             params.extend((key, value))
         return " AND ".join(clauses), params
 
@@ -751,6 +878,7 @@ class ReadTxn(OplogReads):
             triples.setdefault(memory_id, []).append((subject, predicate, obj))
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
         keys: dict[int, bytes] = dict(self.connection.execute("SELECT memory_id, key FROM memory_keys"))
+        versioned = {r[0] for r in self.connection.execute("SELECT DISTINCT memory_id FROM memory_versions")}
         for (
             memory_id,
             scope,
@@ -780,7 +908,10 @@ class ReadTxn(OplogReads):
                     fingerprint=fingerprint or "",
                     key=key,
                 ),
-                leftovers=forgotten and bool(body or my_facts or my_triples or vector is not None or key is not None),
+                leftovers=forgotten
+                and bool(
+                    body or my_facts or my_triples or vector is not None or key is not None or memory_id in versioned
+                ),
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
                 keyed=key is not None,
@@ -841,9 +972,11 @@ class WriteTxn(ReadTxn, OplogWrites):
 
     def _fault_point(self, name: str, body: str) -> None:
         """Test seam: a fault spec is a step name, or "step:marker" to fail only bodies
-        containing the marker."""
+        containing the marker; "kill@step" (with or without a marker) kills the process there."""
         for spec in self._faults:
             step, _, marker = spec.partition(":")
+            if step == f"kill@{name}" and marker in body:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash mid-transaction ("kill@step")
             if step == name and marker in body:
                 raise InjectedFault(f"injected fault at {name}")
 
@@ -914,7 +1047,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         # exists (entries are appended in this order), so no UPDATE afterwards.
         c.executemany(
             "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
-            "thread_id, thread_position) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "thread_id, thread_position, index_words) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     memory_id,
@@ -927,6 +1060,7 @@ class WriteTxn(ReadTxn, OplogWrites):
                     m.occurred_at,
                     m.thread_id,
                     m.thread_position,
+                    m.index_words or None,
                 )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
@@ -947,7 +1081,8 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         self._fault_points("after_embedding", memories)
         c.executemany(
-            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", [(i, m.fts_text) for i, m in zip(ids, memories)]
+            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)",
+            [(i, indexed_text(m.fts_text, m.index_words)) for i, m in zip(ids, memories)],
         )
         self._fault_points("after_fts", memories)
         keys = [os.urandom(ledger.MEMORY_KEY_BYTES) for _ in ids]
@@ -955,16 +1090,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         now = time.time()
         rows = []
         for i, (memory_id, m) in enumerate(zip(ids, memories)):
-            digest = ledger.MemoryDigest.of(
-                scope=m.scope,
-                body=m.body,
-                metadata_json=m.metadata_json,
-                facts=m.facts,
-                triples=m.triples,
-                embedding=m.embedding,
-                fingerprint=m.fingerprint,
-                key=keys[i],
-            )
+            digest = m.digest(keys[i])
             seq = head_seq + 1 + i
             entry_json = ledger.canonical_json(
                 {
@@ -986,6 +1112,61 @@ class WriteTxn(ReadTxn, OplogWrites):
             for m in memories:
                 self._fault_point(name, m.body)
 
+    def update_memory(self, memory_id: int, new: NewMemory) -> None:
+        """Replace a live, unmerged memory's content under its id: the current body and metadata
+        become its next ``memory_versions`` row, then body, metadata, fingerprint, facts, triples,
+        embedding and full-text row are replaced and one ``update`` ledger entry (the new content's
+        digests, keyed with the memory's own key) is appended. The facts it had that newer
+        memories superseded went with the old content (its ``supersessions`` rows and mark); what
+        its old content superseded in others stays recorded. The forget epoch advances (the
+        vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
+        reloads). All or nothing with the enclosing transaction. Raises
+        ``apsw.ConstraintError`` when another memory holds the new fingerprint."""
+        c = self.connection
+        row = c.execute(
+            "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?",
+            (memory_id,),
+        ).fetchone()
+        assert row is not None
+        version = 1 + int(self._one("SELECT count(*) FROM memory_versions WHERE memory_id = ?", (memory_id,)) or 0)
+        c.execute(
+            "INSERT INTO memory_versions(memory_id, version, body, metadata, at) VALUES(?, ?, ?, ?, ?)",
+            (memory_id, version, row[0], row[1], row[2]),
+        )
+        self._delete_fulltext([(memory_id, indexed_text(row[0], row[3]))])
+        c.execute(
+            "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, index_words = ?, "
+            "superseded_by = NULL, superseded_at = NULL WHERE id = ?",
+            (new.body, new.metadata_json, new.fingerprint, new.created_at, new.index_words or None, memory_id),
+        )
+        self._fault_points("update_after_body", [new])
+        c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
+        c.executemany(
+            "INSERT INTO facts(memory_id, ord, kind, value, normalized) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *fact) for i, fact in enumerate(new.facts)],
+        )
+        c.executemany(
+            "INSERT INTO triples(memory_id, ord, subject, predicate, object) VALUES(?, ?, ?, ?, ?)",
+            [(memory_id, i, *triple) for i, triple in enumerate(new.triples)],
+        )
+        c.execute("UPDATE embeddings SET vector = ? WHERE memory_id = ?", (new.embedding, memory_id))
+        c.execute(
+            "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)",
+            (memory_id, indexed_text(new.fts_text, new.index_words)),
+        )
+        self._fault_points("update_after_fts", [new])
+        key = self._one("SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,))
+        digest = new.digest(key)
+        fields: dict[str, Any] = {"op": "update", "memory_id": memory_id, **digest.as_entry_fields()}
+        if key is not None:
+            fields[ledger.KEYED_FIELD] = ledger.KEYED_VALUE
+        self.append_ledger(fields)
+        self._fault_points("update_after_ledger", [new])
+        epoch = int(self.meta("forget_epoch", "0") or 0)
+        self.set_meta("forget_epoch", str(epoch + 1))
+
     def forget_memory(self, memory_id: int) -> bool:
         """Erase text and derived rows, keep the row and its id. False if already forgotten.
 
@@ -997,17 +1178,20 @@ class WriteTxn(ReadTxn, OplogWrites):
         still holds the pages as they were until ``TenantStore.erase_traces``, which the caller
         runs (``ERASURE_META``)."""
         c = self.connection
-        row = c.execute("SELECT forgotten_at, merged_into, body FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        row = c.execute(
+            "SELECT forgotten_at, merged_into, body, index_words FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
         if row is None or row[0] is not None:
             return False
         if row[1] is None:  # a merged memory's full-text row went at its merge
-            self._delete_fulltext([(memory_id, row[2])])
+            self._delete_fulltext([(memory_id, indexed_text(row[2], row[3]))])
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
         c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
+        c.execute("DELETE FROM memory_versions WHERE memory_id = ?", (memory_id,))
         c.execute(
-            "UPDATE memories SET body = '', fingerprint = NULL, forgotten_at = ? WHERE id = ?",
+            "UPDATE memories SET body = '', index_words = NULL, fingerprint = NULL, forgotten_at = ? WHERE id = ?",
             (time.time(), memory_id),
         )
         c.execute(  # the WHERE of the index oplog_result_memory (schema.py), or it is a scan of the log
@@ -1017,6 +1201,12 @@ class WriteTxn(ReadTxn, OplogWrites):
         )
         c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
         c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
+        # A consolidation proposed from its thread may quote it: the thread's proposals go (a
+        # later consolidation proposes again from the memories left).
+        c.execute(
+            "DELETE FROM consolidation_journal WHERE thread_id = (SELECT thread_id FROM memories WHERE id = ?)",
+            (memory_id,),
+        )
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
@@ -1028,7 +1218,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         FTS5's 'secure-delete' on (schema.py, version 7): told the text it indexed, it rewrites
         the leaf pages holding that row's entries without them, and drops a term no other row
         holds, so the memory's terms leave the file now, at a cost in proportion to the memory,
-        not to the index. The text must be the indexed one (``NewMemory.fts_text``, the body):
+        not to the index. The text must be the indexed one (``indexed_text``: the body and its index words):
         any other would corrupt the index's counts."""
         self.connection.executemany(
             "INSERT INTO memories_fts(memories_fts, rowid, body) VALUES('delete', ?, ?)", list(rows)
@@ -1081,7 +1271,10 @@ class WriteTxn(ReadTxn, OplogWrites):
         ids = list(merged_ids)
         marks = ",".join("?" * len(ids))
         self._delete_fulltext(
-            [(int(i), str(b)) for i, b in c.execute(f"SELECT id, body FROM memories WHERE id IN ({marks})", ids)]
+            [
+                (int(i), indexed_text(str(b), w))
+                for i, b, w in c.execute(f"SELECT id, body, index_words FROM memories WHERE id IN ({marks})", ids)
+            ]
         )
         c.execute(f"DELETE FROM embeddings WHERE memory_id IN ({marks})", ids)
         c.execute(f"UPDATE memories SET merged_into = ?, merged_at = ? WHERE id IN ({marks})", [keep_id, at, *ids])
@@ -1170,4 +1363,25 @@ class WriteTxn(ReadTxn, OplogWrites):
         self.connection.execute(
             "INSERT INTO receipts(receipt_id, scope, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
             (receipt_id, scope, payload_hash, result_json, time.time()),
+        )
+
+    def journal_proposal(
+        self, receipt_id: str, *, thread_id: str, scope: str, section: str, consolidator: str, model_calls: int
+    ) -> None:
+        """Keep a consolidation's proposed section until its receipt is applied (schema.py)."""
+        self.connection.execute(
+            "INSERT INTO consolidation_journal(receipt_id, thread_id, scope, section, consolidator, model_calls, "
+            "created_at) VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (receipt_id, thread_id, scope, section, consolidator, model_calls, time.time()),
+        )
+
+    def drop_proposal(self, receipt_id: str) -> None:
+        self.connection.execute("DELETE FROM consolidation_journal WHERE receipt_id = ?", (receipt_id,))
+
+    def mark_thread_consolidated(self, thread_id: str, newest_id: int) -> None:
+        """The thread is consolidated through memory ``newest_id`` (never moves back)."""
+        self.connection.execute(
+            "INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?) "
+            "ON CONFLICT(thread_id) DO UPDATE SET newest_id = max(newest_id, excluded.newest_id)",
+            (thread_id, newest_id),
         )

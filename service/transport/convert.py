@@ -136,6 +136,8 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
     if memory.thread is not None:
         target.thread.id = memory.thread.id
         target.thread.position = memory.thread.position
+    if memory.updated_at:
+        target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
 
 
 def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:
@@ -174,6 +176,25 @@ def to_list_memories_response(page: types.MemoryPage) -> memory_pb2.ListMemories
 
 def to_forget_response(memory_id: int, forgotten: bool) -> memory_pb2.ForgetMemoryResponse:
     return memory_pb2.ForgetMemoryResponse(memory_id=memory_id, forgotten=forgotten)
+
+
+def to_update_memory_response(outcome: types.UpdateOutcome) -> memory_pb2.UpdateMemoryResponse:
+    response = memory_pb2.UpdateMemoryResponse(
+        updated=outcome.updated,
+        near_duplicate_of=list(outcome.near_duplicate_of),
+        supersedes=list(outcome.supersedes),
+    )
+    fill_memory(response.memory, outcome.memory)
+    return response
+
+
+def to_memory_versions_response(versions: Iterable[types.MemoryVersion]) -> memory_pb2.ListMemoryVersionsResponse:
+    response = memory_pb2.ListMemoryVersionsResponse()
+    for v in versions:
+        response.versions.add(
+            version=v.version, text=v.text, metadata=v.metadata, at=to_timestamp(v.at), current=v.current
+        )
+    return response
 
 
 def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
@@ -345,6 +366,31 @@ def to_edit_records_response(result: types.WriteResult) -> workspace_pb2.EditRec
 
 def to_consolidate_response(result: types.WriteResult) -> workspace_pb2.ConsolidateResponse:
     return workspace_pb2.ConsolidateResponse(generation=result.generation, already_applied=result.already_applied)
+
+
+_OUTCOMES = {
+    types.APPLIED: workspace_pb2.SessionScopeOutcome.OUTCOME_APPLIED,
+    types.ALREADY_APPLIED: workspace_pb2.SessionScopeOutcome.OUTCOME_ALREADY_APPLIED,
+    types.NOTHING_NEW: workspace_pb2.SessionScopeOutcome.OUTCOME_NOTHING_NEW,
+    types.GAVE_UP: workspace_pb2.SessionScopeOutcome.OUTCOME_GAVE_UP,
+}
+
+
+def to_consolidate_session_response(outcomes: Sequence[types.ScopeOutcome]) -> workspace_pb2.ConsolidateSessionResponse:
+    return workspace_pb2.ConsolidateSessionResponse(
+        scopes=[
+            workspace_pb2.SessionScopeOutcome(
+                thread=o.thread,
+                scope=o.scope,
+                receipt_id=o.receipt_id,
+                outcome=_OUTCOMES[o.outcome],
+                generation=o.generation,
+                model_calls=o.model_calls,
+                conflicts=o.conflicts,
+            )
+            for o in outcomes
+        ]
+    )
 
 
 def to_assemble_context(context: types.AssembledContext) -> workspace_pb2.AssembleContextResponse:

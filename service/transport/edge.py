@@ -37,7 +37,7 @@ from google.rpc import status_pb2
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission
-from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
 from mnemosyne.transport.forwarding import Forwarder, Relayed
@@ -155,11 +155,7 @@ class Edge:
         ``answer_stream``, which let it go). Raises the refusal. ``deadline``: time.monotonic()."""
         self._admission.enter()
         try:
-            principal = None
-            if self._authenticator is not None:
-                principal = self._authenticator.authenticate(
-                    next((v for k, v in metadata if k == "authorization"), None)
-                )
+            principal = self.authenticate(next((v for k, v in metadata if k == "authorization"), None))
             if isinstance(request, Undecodable):
                 raise request.error
             if principal is not None:
@@ -186,6 +182,11 @@ class Edge:
         )
         call.method, call.forward_to = method, forward_to
         return call
+
+    def authenticate(self, authorization: str | None) -> Principal | None:
+        """The caller of an ``authorization`` value (None when the server checks no tokens);
+        raises UNAUTHENTICATED. ``begin`` runs it for every call."""
+        return None if self._authenticator is None else self._authenticator.authenticate(authorization)
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
         """Step 4 for a unary method: its response, or its exception. A call for a tenant another

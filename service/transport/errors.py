@@ -28,6 +28,7 @@ STATUS_BY_ERROR: dict[type[errors.MnemosyneError], grpc.StatusCode] = {
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.DataLoss: grpc.StatusCode.DATA_LOSS,
+    errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     errors.InternalError: grpc.StatusCode.INTERNAL,
 }
 

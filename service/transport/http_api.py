@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from google.rpc import status_pb2
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -50,9 +51,11 @@ def _headers(call: Call, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return dict((*call.initial_metadata, *call.trailing_metadata, *echo))
 
 
-def _error_response(
+def error_parts(
     edge: Edge, exc: BaseException, outcome: Outcome, method: str, echo: tuple[tuple[str, str], ...]
-) -> Response:
+) -> tuple[status_pb2.Status, int, dict[str, str]]:
+    """What an error answers with over HTTP: its status (edge.failure), the HTTP status of the
+    table and the headers (``Retry-After`` in whole seconds, rounded up; ``Allow``)."""
     status = edge.failure(exc, outcome, method)
     headers = dict(echo)
     if isinstance(exc, MnemosyneError):
@@ -60,12 +63,17 @@ def _error_response(
             headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_seconds)))
         if "allow" in exc.metadata:
             headers["allow"] = exc.metadata["allow"]
-    return Response(
-        encode(status), status_code=http_status(status, outcome.reason), headers=headers, media_type="application/json"
-    )
+    return status, http_status(status, outcome.reason), headers
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
+def _error_response(
+    edge: Edge, exc: BaseException, outcome: Outcome, method: str, echo: tuple[tuple[str, str], ...]
+) -> Response:
+    status, code, headers = error_parts(edge, exc, outcome, method, echo)
+    return Response(encode(status), status_code=code, headers=headers, media_type="application/json")
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None once it passes ``limit`` bytes (the rest is never read)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -138,7 +146,7 @@ class HttpApi:
         edge = self._edge
         implementation, kind = self._implementations[route.method]
         limit = 2 * edge.max_request_bytes
-        body = await _read_body(request, limit) if route.body else b""
+        body = await read_body(request, limit) if route.body else b""
         overrides = {}
         resume = request.headers.get("last-event-id")
         if route.streams and resume is not None and _RESUME_FIELD in route.rpc.input_type.fields_by_name:

@@ -24,8 +24,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp]) -> ASGIApp:
-    """One ASGI app for the port: a request under a mount's path prefix (``/console``, ``/mcp``)
-    goes to that app, everything else to the API (``/v1/…``, ``/openapi.json``)."""
+    """One ASGI app for the port: a request under a mount's path prefix (``/console``, ``/mcp``,
+    the mem0-compatible ``/v3``, ``/v1/memories``...) goes to that app, everything else to the API
+    (``/v1/…``, ``/openapi.json``). A prefix ending in ``/`` matches that path only (``/v1/ping/``
+    is mem0's, ``/v1/ping`` ours)."""
     prefixes = sorted(mounts, key=len, reverse=True)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -42,6 +42,7 @@ from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
 from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
+from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api
 from mnemosyne.transport.moves import MoveDriver
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
@@ -275,6 +276,7 @@ async def _start_http(
     host: str,
     edge: Edge,
     servicers: dict[str, object],
+    engine: Engine,
     mcp: McpEndpoint,
     *,
     tls: bool,
@@ -282,7 +284,8 @@ async def _start_http(
     routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
     document = json.dumps(openapi.document(routes, version=VERSION)).encode()
     own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp, "/console": console_app()}
+    mem0 = Mem0Api(edge, engine)
+    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp, "/console": console_app(), **dict.fromkeys(MEM0_PREFIXES, mem0)}
     app = Guard(
         compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
         allowed_hosts=[*config.http_allowed_hosts, *own],
@@ -369,7 +372,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
-            "WorkspaceService": WorkspaceServicer(engine.workspaces),
+            "WorkspaceService": WorkspaceServicer(engine.workspaces, engine.consolidator),
             "HotPathService": HotPathServicer(engine),
             "EventsService": EventsServicer(engine),
             "AdminService": AdminServicer(
@@ -437,7 +440,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
         await server.start()
         if running.mcp is not None:
             running.http = await _start_http(
-                config, http_host, edge, servicers, running.mcp, tls=credentials is not None
+                config, http_host, edge, servicers, engine, running.mcp, tls=credentials is not None
             )
             await running.mcp.start()
         running.started = True

@@ -93,6 +93,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             include_forgotten=request.include_forgotten,
             newest_first=request.newest_first,
             thread=request.thread,
+            metadata_equals=dict(request.metadata_equals),
         )
         return convert.to_list_memories_response(page)
 
@@ -101,6 +102,32 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             request.tenant, request.memory_id, request_id=request.request_id or None
         )
         return convert.to_forget_response(request.memory_id, forgotten)
+
+    def UpdateMemory(self, request: memory_pb2.UpdateMemoryRequest, call: Call) -> memory_pb2.UpdateMemoryResponse:
+        outcome = self._engine.updates.update(
+            request.tenant,
+            request.memory_id,
+            text=request.text,
+            metadata=dict(request.metadata) if request.replace_metadata else None,
+            request_id=request.request_id or None,
+        )
+        return convert.to_update_memory_response(outcome)
+
+    def ForgetMemories(
+        self, request: memory_pb2.ForgetMemoriesRequest, call: Call
+    ) -> memory_pb2.ForgetMemoriesResponse:
+        count = self._engine.updates.forget_matching(
+            request.tenant,
+            scope=request.scope,
+            metadata_equals=dict(request.metadata_equals),
+            request_id=request.request_id or None,
+        )
+        return memory_pb2.ForgetMemoriesResponse(forgotten_count=count)
+
+    def ListMemoryVersions(
+        self, request: memory_pb2.ListMemoryVersionsRequest, call: Call
+    ) -> memory_pb2.ListMemoryVersionsResponse:
+        return convert.to_memory_versions_response(self._engine.updates.versions(request.tenant, request.memory_id))
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):

@@ -4,6 +4,8 @@
 * UpdateGlobal / UpdateWorkspace take the observed generation of the scope they write ONLY from
   request metadata (no message field carries it) and return the new one in trailing metadata.
 * EditRecords / Consolidate (browser, consolidator) carry ``expected_generation`` as a field.
+* ConsolidateSession runs the server's own consolidator (engine/consolidator.py), which commits
+  through Consolidate's engine call.
 
 The keys and their format are specified in docs/host-protocol.md.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
@@ -40,8 +43,9 @@ def observed_generation(call: Call, key: str) -> int | None:
 
 
 class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
-    def __init__(self, workspaces: Workspaces) -> None:
+    def __init__(self, workspaces: Workspaces, consolidator: SessionConsolidator) -> None:
         self._workspaces = workspaces
+        self._consolidator = consolidator
 
     def AssembleContext(
         self, request: workspace_pb2.AssembleContextRequest, call: Call
@@ -114,3 +118,9 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             receipt_id=request.receipt_id,
         )
         return convert.to_consolidate_response(result)
+
+    def ConsolidateSession(
+        self, request: workspace_pb2.ConsolidateSessionRequest, call: Call
+    ) -> workspace_pb2.ConsolidateSessionResponse:
+        outcomes = self._consolidator.consolidate(request.tenant, request.thread)
+        return convert.to_consolidate_session_response(outcomes)

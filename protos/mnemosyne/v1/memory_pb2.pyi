@@ -155,7 +155,14 @@ class GetMemoryResponse(_message.Message):
     def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ...) -> None: ...
 
 class ListMemoriesRequest(_message.Message):
-    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "thread")
+    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "thread", "metadata_equals")
+    class MetadataEqualsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +170,7 @@ class ListMemoriesRequest(_message.Message):
     INCLUDE_FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
+    METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     scope: str
     page_size: int
@@ -170,7 +178,8 @@ class ListMemoriesRequest(_message.Message):
     include_forgotten: bool
     newest_first: bool
     thread: str
-    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., thread: _Optional[str] = ...) -> None: ...
+    metadata_equals: _containers.ScalarMap[str, str]
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., thread: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListMemoriesResponse(_message.Message):
     __slots__ = ("memories", "next_page_token")
@@ -197,3 +206,98 @@ class ForgetMemoryResponse(_message.Message):
     memory_id: int
     forgotten: bool
     def __init__(self, memory_id: _Optional[int] = ..., forgotten: _Optional[bool] = ...) -> None: ...
+
+class UpdateMemoryRequest(_message.Message):
+    __slots__ = ("tenant", "memory_id", "text", "metadata", "replace_metadata", "request_id")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_METADATA_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    memory_id: int
+    text: str
+    metadata: _containers.ScalarMap[str, str]
+    replace_metadata: bool
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., replace_metadata: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class UpdateMemoryResponse(_message.Message):
+    __slots__ = ("memory", "updated", "near_duplicate_of", "supersedes")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_FIELD_NUMBER: _ClassVar[int]
+    NEAR_DUPLICATE_OF_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
+    memory: _types_pb2.Memory
+    updated: bool
+    near_duplicate_of: _containers.RepeatedScalarFieldContainer[int]
+    supersedes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., updated: _Optional[bool] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., supersedes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ForgetMemoriesRequest(_message.Message):
+    __slots__ = ("tenant", "metadata_equals", "scope", "request_id")
+    class MetadataEqualsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    metadata_equals: _containers.ScalarMap[str, str]
+    scope: str
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., scope: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ForgetMemoriesResponse(_message.Message):
+    __slots__ = ("forgotten_count",)
+    FORGOTTEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    forgotten_count: int
+    def __init__(self, forgotten_count: _Optional[int] = ...) -> None: ...
+
+class ListMemoryVersionsRequest(_message.Message):
+    __slots__ = ("tenant", "memory_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    memory_id: int
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ...) -> None: ...
+
+class MemoryVersion(_message.Message):
+    __slots__ = ("version", "text", "metadata", "at", "current")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    text: str
+    metadata: _containers.ScalarMap[str, str]
+    at: _timestamp_pb2.Timestamp
+    current: bool
+    def __init__(self, version: _Optional[int] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., current: _Optional[bool] = ...) -> None: ...
+
+class ListMemoryVersionsResponse(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[MemoryVersion]
+    def __init__(self, versions: _Optional[_Iterable[_Union[MemoryVersion, _Mapping]]] = ...) -> None: ...

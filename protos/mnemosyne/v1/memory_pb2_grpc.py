@@ -65,6 +65,21 @@ class MemoryServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryResponse.FromString,
                 _registered_method=True)
+        self.UpdateMemory = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/UpdateMemory',
+                request_serializer=mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryResponse.FromString,
+                _registered_method=True)
+        self.ForgetMemories = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/ForgetMemories',
+                request_serializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryVersions = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/ListMemoryVersions',
+                request_serializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -119,6 +134,33 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMemory(self, request, context):
+        """Replace a memory's text and/or metadata under the same id, as a new write would make it
+        (extraction, embedding, near duplicates, conflict adjudication), in one transaction with one
+        audit entry; the text it had is kept as an earlier version (ListMemoryVersions). New text
+        that another memory already holds fails with reason MEMORY_DUPLICATE (naming it in the
+        ErrorInfo metadata `memory_id`); a forgotten or unknown memory is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetMemories(self, request, context):
+        """Forget every memory matching a filter (at least one metadata pair), atomically within the
+        tenant: in one transaction, all of them or none. At most 10,000 per call (FORGET_TOO_MANY).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemoryVersions(self, request, context):
+        """A memory's versions, oldest first, each with the time it became current; the last is the
+        current one. A forgotten memory has none (NOT_FOUND): its forget erased them all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +193,21 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ForgetMemory,
                     request_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryResponse.SerializeToString,
+            ),
+            'UpdateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemory,
+                    request_deserializer=mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryResponse.SerializeToString,
+            ),
+            'ForgetMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetMemories,
+                    request_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesResponse.SerializeToString,
+            ),
+            'ListMemoryVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryVersions,
+                    request_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -316,6 +373,87 @@ class MemoryService:
             '/mnemosyne.v1.MemoryService/ForgetMemory',
             mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryRequest.SerializeToString,
             mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/UpdateMemory',
+            mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_memory__pb2.UpdateMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/ForgetMemories',
+            mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_memory__pb2.ForgetMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/ListMemoryVersions',
+            mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

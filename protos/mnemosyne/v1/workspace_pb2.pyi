@@ -187,6 +187,50 @@ class ConsolidateResponse(_message.Message):
     already_applied: bool
     def __init__(self, generation: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...
 
+class ConsolidateSessionRequest(_message.Message):
+    __slots__ = ("tenant", "thread")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    thread: str
+    def __init__(self, tenant: _Optional[str] = ..., thread: _Optional[str] = ...) -> None: ...
+
+class SessionScopeOutcome(_message.Message):
+    __slots__ = ("thread", "scope", "receipt_id", "outcome", "generation", "model_calls", "conflicts")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[SessionScopeOutcome.Outcome]
+        OUTCOME_APPLIED: _ClassVar[SessionScopeOutcome.Outcome]
+        OUTCOME_ALREADY_APPLIED: _ClassVar[SessionScopeOutcome.Outcome]
+        OUTCOME_NOTHING_NEW: _ClassVar[SessionScopeOutcome.Outcome]
+        OUTCOME_GAVE_UP: _ClassVar[SessionScopeOutcome.Outcome]
+    OUTCOME_UNSPECIFIED: SessionScopeOutcome.Outcome
+    OUTCOME_APPLIED: SessionScopeOutcome.Outcome
+    OUTCOME_ALREADY_APPLIED: SessionScopeOutcome.Outcome
+    OUTCOME_NOTHING_NEW: SessionScopeOutcome.Outcome
+    OUTCOME_GAVE_UP: SessionScopeOutcome.Outcome
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    thread: str
+    scope: str
+    receipt_id: str
+    outcome: SessionScopeOutcome.Outcome
+    generation: int
+    model_calls: int
+    conflicts: int
+    def __init__(self, thread: _Optional[str] = ..., scope: _Optional[str] = ..., receipt_id: _Optional[str] = ..., outcome: _Optional[_Union[SessionScopeOutcome.Outcome, str]] = ..., generation: _Optional[int] = ..., model_calls: _Optional[int] = ..., conflicts: _Optional[int] = ...) -> None: ...
+
+class ConsolidateSessionResponse(_message.Message):
+    __slots__ = ("scopes",)
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    scopes: _containers.RepeatedCompositeFieldContainer[SessionScopeOutcome]
+    def __init__(self, scopes: _Optional[_Iterable[_Union[SessionScopeOutcome, _Mapping]]] = ...) -> None: ...
+
 class ListScopesRequest(_message.Message):
     __slots__ = ("tenant",)
     TENANT_FIELD_NUMBER: _ClassVar[int]

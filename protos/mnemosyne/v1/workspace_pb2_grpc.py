@@ -70,6 +70,11 @@ class WorkspaceServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.FromString,
                 _registered_method=True)
+        self.ConsolidateSession = channel.unary_unary(
+                '/mnemosyne.v1.WorkspaceService/ConsolidateSession',
+                request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionResponse.FromString,
+                _registered_method=True)
         self.ListScopes = channel.unary_unary(
                 '/mnemosyne.v1.WorkspaceService/ListScopes',
                 request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.SerializeToString,
@@ -133,6 +138,17 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsolidateSession(self, request, context):
+        """Consolidate a session — the tenant's memories sharing a thread id — into the MEMORY.md record
+        of each scope its memories are in, one receipt per scope, each applied exactly once (also
+        across crashes and with a model). Without a thread: every thread idle for the server's
+        --consolidate-idle-seconds with memories newer than its last completed consolidation. See
+        docs/consolidation.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListScopes(self, request, context):
         """The tenant's scopes: "global" always, then each "workspace/<name>" that has records, by name,
         each with its generation and record count (the console's records editor starts from it).
@@ -178,6 +194,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.Consolidate,
                     request_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.SerializeToString,
+            ),
+            'ConsolidateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsolidateSession,
+                    request_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionResponse.SerializeToString,
             ),
             'ListScopes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListScopes,
@@ -375,6 +396,33 @@ class WorkspaceService:
             '/mnemosyne.v1.WorkspaceService/Consolidate',
             mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateRequest.SerializeToString,
             mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsolidateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.WorkspaceService/ConsolidateSession',
+            mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_workspace__pb2.ConsolidateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,44 @@
+"""Runs INSIDE the separate mem0ai virtual environment (tests/mem0_support.py): the official
+``mem0.MemoryClient``, driven line by line. Argument: a JSON object {"host", "api_key", "headers"}.
+Then each line of standard input is a JSON [method, kwargs]; each answer is one line of JSON,
+{"ok": result} or {"error": exception class, "message": ..., "status": HTTP status or null}.
+The first line answered is the construction's ({"ok": "ready"} or its error)."""
+
+import json
+import sys
+
+
+def _error(exc):
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    debug = getattr(exc, "debug_info", None) or {}
+    return {
+        "error": type(exc).__name__,
+        "message": str(exc),
+        "status": status if status is not None else debug.get("status_code"),
+        "retry_after": debug.get("retry_after"),
+    }
+
+
+def main():
+    settings = json.loads(sys.argv[1])
+    try:
+        import httpx
+        from mem0 import MemoryClient
+
+        http = httpx.Client(headers=settings.get("headers") or {}, timeout=60) if settings.get("headers") else None
+        client = MemoryClient(api_key=settings["api_key"], host=settings["host"], client=http)
+        print(json.dumps({"ok": "ready"}), flush=True)
+    except Exception as exc:  # the construction's own error (ping refused, a bad key...)
+        print(json.dumps(_error(exc)), flush=True)
+        return
+    for line in sys.stdin:
+        method, kwargs = json.loads(line)
+        try:
+            answer = {"ok": getattr(client, method)(**kwargs)}
+        except Exception as exc:
+            answer = _error(exc)
+        print(json.dumps(answer), flush=True)
+
+
+main()

@@ -1,0 +1,184 @@
+"""Recall's use of time and threads (issue 25): a turn gains part of its thread neighbours' score,
+relative times are resolved against ``occurred_at`` at write time (facts, and indexed), a question
+naming a date ranks memories dated inside it first; each shown against the same memories without
+the fields, through a real server. Pure functions (resolution, the window's cosine) directly."""
+
+from __future__ import annotations
+
+import datetime
+
+import apsw
+import numpy as np
+import pytest
+
+from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
+from mnemosyne.engine.recall import window_cosine
+from mnemosyne.engine.relative_time import fact_span, query_span, resolve
+
+MARCH_17 = datetime.datetime(2023, 3, 17, 14, 0, tzinfo=datetime.UTC).timestamp()
+DISTRACTORS = [
+    "I love hiking in the mountains near the lake",
+    "Hiking boots are on sale at the store this month",
+    "My brother went hiking once and hated it",
+    "We watched a film about hiking the Appalachian trail",
+]
+
+
+def _conversation(client: MemoryClient, tenant: str, *, threaded: bool) -> dict[str, int]:
+    turns = [
+        ("s1", "Where did you go hiking last weekend, Jo?"),
+        ("s1", "Up Mount Tamalpais with the dog, the views were amazing."),
+        ("s1", "Sounds lovely."),
+    ] + [(f"d{i}", text) for i, text in enumerate(DISTRACTORS)]
+    items = [
+        RetainItem(text, thread=ThreadRef(thread, i) if threaded else None, occurred_at=MARCH_17)
+        for i, (thread, text) in enumerate(turns)
+    ]
+    return {text: r.memory_id for (_, text), r in zip(turns, client.retain_batch(tenant, items))}
+
+
+def test_the_answer_beside_the_matching_turn_is_recalled_through_its_thread(client: MemoryClient, tenant: str) -> None:
+    query = "where did Jo go hiking"
+    answer = "Up Mount Tamalpais with the dog, the views were amazing."
+    plain = _conversation(client, f"{tenant}-plain", threaded=False)
+    assert plain[answer] not in [h.memory.id for h in client.recall(f"{tenant}-plain", query, k=3)]
+    threaded = _conversation(client, tenant, threaded=True)
+    hits = [h.memory.id for h in client.recall(tenant, query, k=3)]
+    assert threaded[answer] in hits and hits[0] == threaded["Where did you go hiking last weekend, Jo?"]
+
+
+def test_a_neighbour_outside_the_filters_is_neither_returned_nor_lends_its_score(
+    client: MemoryClient, tenant: str
+) -> None:
+    client.retain(tenant, "Where did you go hiking last weekend, Jo?", thread=ThreadRef("s", 0))
+    answer = client.retain(tenant, "Up Mount Tamalpais with the dog", scope="workspace/a", thread=ThreadRef("s", 1))
+    for text in DISTRACTORS:
+        client.retain(tenant, text, scope="workspace/a")
+    hits = client.recall(tenant, "where did Jo go hiking", k=10, scopes=["workspace/a"])
+    assert all(h.memory.scope == "workspace/a" for h in hits)
+    assert answer.memory_id not in [h.memory.id for h in hits]  # nothing of it matches; its neighbour is filtered out
+
+
+def test_a_relative_time_is_resolved_against_occurred_at_and_found_by_its_date(
+    client: MemoryClient, tenant: str
+) -> None:
+    said = client.retain(tenant, "I finally tried the pottery class yesterday", occurred_at=MARCH_17)
+    undated = client.retain(tenant, "My sister tried the pottery class yesterday")
+    for day in range(1, 15):
+        client.retain(tenant, f"On {day} March 2023 I went to the pottery class again", occurred_at=MARCH_17)
+    memory = client.get_memory(tenant, said.memory_id)
+    assert ("date", "yesterday", "2023-03-16") in [(f.kind, f.value, f.normalized) for f in memory.facts]
+    assert memory.text == "I finally tried the pottery class yesterday"  # the text is never rewritten
+    assert not [f for f in client.get_memory(tenant, undated.memory_id).facts if f.kind == "date"]
+    hits = client.recall(tenant, "What did I try on March 16, 2023?", k=3)
+    assert hits[0].memory.id == said.memory_id
+    assert client.recall(tenant, "16 March 2023", k=1, mode="text")[0].memory.id == said.memory_id
+
+
+def test_a_forget_takes_the_resolved_words_out_of_the_index(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        kept = client.retain(tenant, "The boiler was serviced", occurred_at=MARCH_17).memory_id
+        gone = client.retain(tenant, "The roof was fixed yesterday", occurred_at=MARCH_17 + 14 * 365 * 86400).memory_id
+        assert [h.memory.id for h in client.recall(tenant, "2037", k=5, mode="text")] == [gone]
+        client.forget(tenant, gone)
+        assert client.recall(tenant, "2037", k=5, mode="text") == []
+        assert client.verify_integrity(tenant).valid
+        assert [h.memory.id for h in client.recall(tenant, "boiler", k=5)] == [kept]
+    server.stop()
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        connection.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, memories_fts, row)")
+        terms = {t for (t,) in connection.execute("SELECT term FROM temp.vocab")}
+        assert "2037" not in terms and "roof" not in terms and "boiler" in terms
+    finally:
+        connection.close()
+
+
+def test_an_update_resolves_the_new_text_against_the_memory_s_time_and_unindexes_the_old_words(
+    server_factory,
+    tenant: str,  # type: ignore[no-untyped-def]
+) -> None:
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        memory_id = client.retain(tenant, "The roof was fixed yesterday", occurred_at=MARCH_17).memory_id
+        assert [h.memory.id for h in client.recall(tenant, "16 March 2023", k=5, mode="text")] == [memory_id]
+        client.update_memory(tenant, memory_id, "The gutter was cleaned two days ago")
+        memory = client.get_memory(tenant, memory_id)
+        assert [(f.value, f.normalized) for f in memory.facts if f.kind == "date"] == [("two days ago", "2023-03-15")]
+        assert client.recall(tenant, "16", k=5, mode="text") == []  # the old day's words left the index
+        assert [h.memory.id for h in client.recall(tenant, "15", k=5, mode="text")] == [memory_id]
+        assert client.verify_integrity(tenant).valid
+    server.stop()
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        connection.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, memories_fts, row)")
+        terms = {t for (t,) in connection.execute("SELECT term FROM temp.vocab")}
+        assert "16" not in terms and "roof" not in terms and "15" in terms and "gutter" in terms
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("we met yesterday", [("yesterday", "2023-03-16")]),
+        (
+            "last night and the day before yesterday",
+            [("last night", "2023-03-16"), ("the day before yesterday", "2023-03-15")],
+        ),
+        ("Tonight!", [("Tonight", "2023-03-17")]),
+        ("two days ago, in 3 days", [("two days ago", "2023-03-15"), ("in 3 days", "2023-03-20")]),
+        ("last week", [("last week", "2023-03-06/2023-03-12")]),
+        ("next weekend", [("next weekend", "2023-03-25")]),
+        (
+            "last Friday, this Friday, next Friday",
+            [("last Friday", "2023-03-10"), ("this Friday", "2023-03-17"), ("next Friday", "2023-03-24")],
+        ),
+        ("a few months ago", [("a few months ago", "2022-12")]),
+        ("next month and last year", [("next month", "2023-04"), ("last year", "2022")]),
+        ("nothing relative here, 5 days of rain", []),
+    ],
+)
+def test_relative_times_resolve_against_the_anchor(text: str, expected: list[tuple[str, str]]) -> None:
+    facts, words = resolve(text, int(MARCH_17 * 1e6))  # a Friday
+    assert [(value, normalized) for _, value, normalized in facts] == expected
+    assert all(kind == "date" for kind, _, _ in facts)
+    assert bool(words) == bool(expected)
+    assert resolve(text, None) == ([], "")  # no anchor, nothing resolved
+
+
+def test_resolution_across_year_ends_and_the_calendar_edges() -> None:
+    new_year = int(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC).timestamp() * 1e6)
+    assert resolve("yesterday, last month", new_year)[0] == [
+        ("date", "yesterday", "2023-12-31"),
+        ("date", "last month", "2023-12"),
+    ]
+    end = int((datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC).timestamp()) * 1e6)
+    assert resolve("tomorrow, yesterday, next year", end)[0] == [
+        ("date", "yesterday", "9999-12-30")
+    ]  # year 10000 is skipped
+
+
+def test_a_question_names_one_span_or_none() -> None:
+    day = datetime.date(2022, 3, 16)
+    assert query_span("Which activity was James pursuing on March 16, 2022?") == (day, day)
+    assert query_span("what happened on 16th March 2022") == (day, day)
+    assert query_span("What did Mel paint in July 2023?") == (datetime.date(2023, 7, 1), datetime.date(2023, 7, 31))
+    assert query_span("beach trips in 2023") == (datetime.date(2023, 1, 1), datetime.date(2023, 12, 31))
+    assert query_span("camping in June") is None
+    assert query_span("on 7 July, 2023 and on 8 July 2023") is None  # two spans: not one constraint
+    assert query_span("on 31 February 2023") is None
+    assert fact_span("2023-03-06/2023-03-12") == (datetime.date(2023, 3, 6), datetime.date(2023, 3, 12))
+    assert fact_span("2023-02") == (datetime.date(2023, 2, 1), datetime.date(2023, 2, 28))
+    assert fact_span("RF-1") is None
+
+
+def test_the_window_of_a_candidate_includes_its_neighbours() -> None:
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    alone = window_cosine(query, vectors, np.zeros((0, 2), dtype=np.int64))
+    assert alone.tolist() == [1.0, 0.0, 0.0]
+    # Row 1 is row 0's neighbour: its window now leans toward the query; row 2's does not.
+    paired = window_cosine(query, vectors, np.array([[1, 0], [0, 1]]))
+    assert paired[1] > 0.4 and paired[2] == 0.0 and 0.8 < paired[0] < 1.0
