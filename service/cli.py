@@ -76,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
         synchronous=args.synchronous.upper(),
         limits=_limits(args),
         near_duplicate_threshold=args.near_duplicate_threshold,
+        ann_threshold=args.ann_threshold,
         hot_path=HotPathConfig(
             workers=args.hot_path_workers,
             batch=args.hot_path_batch,
@@ -428,6 +429,12 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         default=default(EngineConfig, "near_duplicate_threshold", "NEAR_DUPLICATE_THRESHOLD"),
         help="embedding cosine at or above which a memory with the same numbers, dates and "
         "identifiers is named a near duplicate (and Dedup's default); above 1 = off",
+    )
+    serve.add_argument(
+        "--ann-threshold",
+        type=int,
+        default=default(EngineConfig, "ann_threshold", "ANN_THRESHOLD"),
+        help="memories in a tenant from which recall uses an approximate vector index (exact scan below)",
     )
     serve.add_argument(
         "--extractor",

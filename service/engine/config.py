@@ -9,6 +9,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mnemosyne.engine.ann import DEFAULT_THRESHOLD as ANN_THRESHOLD
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.limits import Limits
@@ -82,6 +83,9 @@ class EngineConfig:
     # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
     near_duplicate_threshold: float = DEFAULT_THRESHOLD
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
+    # Memories in a tenant from which recall's vector candidates come from its approximate
+    # nearest-neighbour index instead of an exact scan (engine/ann.py; docs/performance.md).
+    ann_threshold: int = ANN_THRESHOLD
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.

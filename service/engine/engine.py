@@ -85,7 +85,13 @@ class Engine:
             request_ttl_seconds=config.request_ttl_seconds,
             resolve_relative_time="relative_time" not in config.recall_steps_off,
         )
-        self.recall = Recall(pool=self.pool, embedder=embedder, limits=config.limits, steps_off=config.recall_steps_off)
+        self.recall = Recall(
+            pool=self.pool,
+            embedder=embedder,
+            limits=config.limits,
+            steps_off=config.recall_steps_off,
+            ann_threshold=config.ann_threshold,
+        )
         self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
         self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=config.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mnemosyne.engine.ann import RowScores, Source, ann_index, on_vectors_changed
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 _CACHE_KEY = "vectors"
@@ -61,6 +62,7 @@ def drop_vectors(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: i
     index = store.cache.get(_CACHE_KEY)
     if isinstance(index, VectorIndex):
         index.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
+    on_vectors_changed(store, (), from_epoch=from_epoch, to_epoch=to_epoch)
 
 
 def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_epoch: int, to_epoch: int) -> None:
@@ -70,6 +72,27 @@ def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_ep
     index = store.cache.get(_CACHE_KEY)
     if isinstance(index, VectorIndex):
         index.replace(memory_id, np.frombuffer(vector, dtype="<f4"), from_epoch=from_epoch, to_epoch=to_epoch)
+    on_vectors_changed(store, (memory_id,), from_epoch=from_epoch, to_epoch=to_epoch)
+
+
+def approximate_candidates(
+    store: TenantStore, index: VectorIndex, view: VectorView, query_vector: np.ndarray, depth: int, threshold: int
+) -> tuple[RowScores, np.ndarray] | None:
+    """The vector candidates of a recall from the tenant's approximate index (engine/ann.py):
+    (exact scores of rows, the best ``depth`` rows), or None below ``threshold`` memories or
+    while the index is being made (the caller scans exactly)."""
+    if len(view.ids) < threshold:
+        return None
+    return ann_index(store, index.dim, threshold).candidates(
+        view.ids,
+        view.matrix,
+        view.rows,
+        epoch=index.epoch,
+        high_water=index.high_water,
+        query_vector=query_vector,
+        depth=depth,
+        source=index.snapshot,
+    )
 
 
 class VectorView(NamedTuple):
@@ -121,6 +144,14 @@ class VectorIndex:
                 self._append(rows)
                 self.high_water = high
             return self._view()
+
+    def snapshot(self) -> Source:
+        """The cache's current state, for a build of the approximate index (engine/ann.py): views
+        of its arrays (a later append or reallocation leaves them as they are; a later drop zeroes
+        rows in them, which the build skips, and moves the epoch, which makes it rebuild)."""
+        with self._lock:
+            view = self._view()
+            return Source(view.ids, view.rows, self.high_water, self.epoch)
 
     def drop(self, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> bool:
         """Zero the rows of ``memory_ids`` and take ``to_epoch``, if the cache is at

@@ -35,8 +35,9 @@ import numpy as np
 
 from mnemosyne.engine import conflicts, relative_time
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.ann import DEFAULT_THRESHOLD, RowScores
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
-from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.index import approximate_candidates, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.terms import STOP_WORDS, words
@@ -214,7 +215,7 @@ def fuse(
     query_vector: np.ndarray | None,
     ids: np.ndarray,
     vectors: np.ndarray,
-    scores: np.ndarray | None,
+    scores: np.ndarray | RowScores | None,
     vector_rows: np.ndarray,
     text_hits: Sequence[tuple[int, float]],
     *,
@@ -359,9 +360,16 @@ class Recall:
     snapshot, fusion, supersession, and the response budget."""
 
     def __init__(
-        self, *, pool: TenantPool, embedder: Embedder, limits: Limits, steps_off: frozenset[str] = frozenset()
+        self,
+        *,
+        pool: TenantPool,
+        embedder: Embedder,
+        limits: Limits,
+        steps_off: frozenset[str] = frozenset(),
+        ann_threshold: int = DEFAULT_THRESHOLD,
     ) -> None:
         self.pool = pool
+        self.ann_threshold = ann_threshold  # memories from which the approximate index serves (engine/ann.py)
         self.embedder = embedder
         self.limits = limits
         # Steps switched off (a test seam, for the ablation; none in production).
@@ -401,16 +409,25 @@ class Recall:
                 check_tenant_embedder(txn, self.embedder, write=False)
                 ids = np.zeros(0, dtype=np.int64)
                 vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
-                scores: np.ndarray | None = None
+                scores: np.ndarray | RowScores | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits: list[tuple[int, float]] = []
                 if mode is not RecallMode.TEXT:
-                    ids, matrix, vectors = index.sync_view(txn)
+                    view = index.sync_view(txn)
+                    ids, matrix, vectors = view
                     allowed = None
                     if scopes or filters:
                         allowed = np.isin(ids, np.array(txn.filtered_ids(scopes, filters), dtype=np.int64))
-                    scores = vector_scores(query_vector, matrix, allowed)
-                    vector_rows = top_rows(scores, depth)
+                    # A large tenant's candidates come from its approximate index (a filtered
+                    # recall, or one while the index is made, scans exactly).
+                    found = None
+                    if allowed is None:
+                        found = approximate_candidates(store, index, view, query_vector, depth, self.ann_threshold)
+                    if found is None:
+                        scores = vector_scores(query_vector, matrix, allowed)
+                        vector_rows = top_rows(scores, depth)
+                    else:
+                        scores, vector_rows = found
                 if mode is not RecallMode.VECTOR and match:
                     text_hits = soften_length_normalisation(
                         txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)

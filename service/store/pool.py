@@ -5,6 +5,7 @@ Layout::
 
     DATA_DIR/.mnemosyne.lock        held (flock) by the one process that owns the directory
     DATA_DIR/tenants/<tenant>.sqlite (+ -wal, -shm)
+    DATA_DIR/tenants/<tenant>.ann     its approximate vector index, a cache (engine/ann.py)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
     DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
 
@@ -55,7 +56,7 @@ from mnemosyne.store.membership import (
     Membership,
     moving,
 )
-from mnemosyne.store.tenant_store import ReadTxn, TenantStore, damage_of, read_file
+from mnemosyne.store.tenant_store import ANN_FILE_SUFFIX, ReadTxn, TenantStore, damage_of, read_file
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 TENANT_FILE_SUFFIX = ".sqlite"
@@ -520,6 +521,8 @@ class TenantPool:
                             txn.delete_meta(key)
             finally:
                 store.close()
+            if record.get(MOVE_STEP_KEY) == TOMBSTONED:  # its data is served elsewhere now
+                path.with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)
 
     def make_room(self) -> bool:
         """Close the idle half of the open tenants (the least recently used), as when the process
@@ -627,6 +630,7 @@ class TenantPool:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
         whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of
         that name would take for its own (an inbox without its tenant is removed at start-up)."""
+        self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
         for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
             for suffix in ("-wal", "-shm", "-journal", ""):
                 Path(f"{base}{suffix}").unlink(missing_ok=True)

@@ -50,6 +50,9 @@ ERASED_PAYLOAD = '{"erased":true}'
 # Set in a forget's transaction, cleared once the WAL no longer holds what it erased: a crash in
 # between is finished at the next open (``TenantStore.erase_traces``).
 ERASURE_META = "erasure_pending"
+# The tenant's approximate nearest-neighbour index beside its file (engine/ann.py): a cache,
+# never copied by a backup or an export, removed with the tenant.
+ANN_FILE_SUFFIX = ".ann"
 
 
 class InjectedFault(Exception):
@@ -298,6 +301,9 @@ class TenantStore:
         self._readers_lock = threading.Lock()
         self._closed = False
         self.cache: dict[str, Any] = {}
+        # Called when the store closes, before its files may go (the engine's caches on disk:
+        # engine/ann.py stops writing its index file).
+        self.on_close: list[Callable[[], None]] = []
         self._inbox_path = inbox_path or path.with_name(f"{path.stem}.inbox{path.suffix}")
         self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
         self.fenced = False  # a move's step 1 (``fence``)
@@ -321,6 +327,8 @@ class TenantStore:
             self._inbox.close()
         with self._write_lock:
             self._writer.close()
+        for hook in self.on_close:
+            hook()
         self.cache.clear()
 
     def inbox(self, *, create: bool) -> Inbox | None:
@@ -345,6 +353,11 @@ class TenantStore:
                     configure=configure,
                 )
         return self._inbox
+
+    @property
+    def ann_path(self) -> Path:
+        """Where the engine keeps the tenant's approximate index (engine/ann.py)."""
+        return self.path.with_suffix(ANN_FILE_SUFFIX)
 
     @property
     def inbox_lock(self) -> Any:

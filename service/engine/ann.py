@@ -1,0 +1,402 @@
+"""The approximate nearest-neighbour index of a large tenant: a usearch HNSW graph, a cache.
+
+Below ``threshold`` memories (``--ann-threshold``) a recall scans every vector exactly
+(recall.py ``vector_scores``). Above it, the vector candidates come from this index: the graph
+gives its ``depth + ANN_SLACK`` nearest memories, the rows the graph does not hold yet (memories
+added since it was built: ids above its high-water mark, and memories whose vector an update
+replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector
+cache (engine/index.py). So the graph only proposes: a score is always the exact cosine, a
+forgotten memory (zeroed or gone in the cache, and dropped by the recall's own transaction) never
+returns, and a memory committed before the recall began is in the graph or in the scanned rest.
+
+Building: in the background, on first need. The first recall that finds a tenant above the
+threshold without a usable graph starts one build thread (at most one per process at a time:
+``_BUILDS``) and scans exactly, as every recall does until the graph is published. The build adds
+the rows in id order on one thread (usearch's single-threaded add is deterministic: the same rows
+give the same graph, byte for byte, whether added at once or in steps), so the same query gives
+the same hits before and after a restart and after a rebuild. Once more than
+``CATCH_UP_ROWS`` rows wait outside the graph, a copy of it takes them in the background and
+replaces it (a published graph is never changed: searches need no lock).
+
+On disk: ``tenants/<tenant>.ann`` (store/pool.py ``ann_path_for``), a header (the high-water mark
+and forget epoch of the tenant file it reflects, its dimension, a CRC of the graph) then the graph
+as usearch serialises it. It is loaded on first need and rejected -- deleted and rebuilt from the
+tenant file -- when it is corrupt (CRC, usearch's own checks), of another dimension, of another
+epoch (a forget, merge or update it does not reflect), or ahead of the file. A loaded graph
+behind the file is caught up like a live one. The tenant file stays the truth: the index file is
+left out of backups and exports (they copy the database), removed with the tenant (EraseTenant,
+an import over it) and by a move's tombstone.
+
+Forget, merge, update (``on_vectors_changed``): the index file is deleted at once, so a
+forgotten memory's vector does not stay on disk in it; the graph in memory keeps serving (its
+candidates are re-scored from the cache, where the forgotten row is zeroed, and the updated rows
+are scanned exactly), and a rebuild in the background makes a graph without them, then writes
+it. A filtered recall (scopes, metadata) scans exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from usearch.index import Index
+
+from mnemosyne.store.tenant_store import TenantStore
+
+log = logging.getLogger("mnemosyne.ann")
+
+DEFAULT_THRESHOLD = 50_000
+# The graph: usearch's int8 scalars (a quarter of float32's memory; candidates are re-scored
+# exactly anyway), 16 links per node, 128 candidates kept while adding, EXPANSION_SEARCH while
+# searching (bench/latency_large.py measured these on the hashing embedder).
+DTYPE = "i8"
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 256
+# Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in
+# the cache until the rebuild) without losing live candidates.
+ANN_SLACK = 16
+# Rows outside the graph (scanned exactly) before a background copy of it takes them in.
+CATCH_UP_ROWS = 4096
+# Rows added to the graph since the file was written before it is written again.
+RESAVE_FRACTION = 4
+# Rows per usearch add call of a build: between two, a closed tenant stops the build.
+BUILD_CHUNK = 4096
+
+_CACHE_KEY = "ann"
+_MAGIC = b"MNEMOSYNE-ANN\n"
+_HEADER_BYTES = 512
+_BUILDS = threading.Semaphore(1)
+
+
+class RowScores:
+    """The exact cosine of the rows asked for (``scores[rows]``), from the cache's row-major
+    vectors: a recall with the graph scores its candidates only, never every row."""
+
+    def __init__(self, vectors: np.ndarray, query_vector: np.ndarray) -> None:
+        self._vectors = vectors
+        self._query = query_vector
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        scores: np.ndarray = self._vectors[rows] @ self._query
+        return scores
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One published graph: every live row with id <= ``high_water`` at forget epoch
+    ``epoch``, except ``changed`` (ids whose vectors were replaced since: scanned exactly)."""
+
+    index: Index
+    high_water: int
+    epoch: int
+    changed: frozenset[int] = frozenset()
+    rebuild: bool = False  # a forget, merge or update since it was built: a new one is due
+    saved_rows: int = 0  # rows in the index file written last (0: none written for this graph)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a build reads: a consistent state of the vector cache."""
+
+    ids: np.ndarray
+    rows: np.ndarray  # row-major float32 vectors of ``ids``
+    high_water: int
+    epoch: int
+
+
+class AnnIndex:
+    """The tenant's graph, its index file, and its background builds."""
+
+    def __init__(self, path: Path, dim: int, threshold: int) -> None:
+        self.path = path
+        self.dim = dim
+        self.threshold = threshold
+        self.graph: Graph | None = None
+        self._file_lock = threading.Lock()  # a write of the file against its deletion
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        self._latest: Callable[[], Source] | None = None
+        self._loaded_file = False
+
+    # -- recall ---------------------------------------------------------------------------------
+
+    def candidates(
+        self,
+        ids: np.ndarray,
+        matrix: np.ndarray,
+        vectors: np.ndarray,
+        *,
+        epoch: int,
+        high_water: int,
+        query_vector: np.ndarray,
+        depth: int,
+        source: Callable[[], Source],
+    ) -> tuple[RowScores, np.ndarray] | None:
+        """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
+        lower row), or None when the recall must scan exactly: the tenant is below the threshold,
+        or no graph of the cache's epoch is published yet (then one is being made)."""
+        if len(ids) < self.threshold:
+            return None
+        graph = self.graph
+        if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
+            self._start(source)
+            if graph is None or graph.epoch != epoch:
+                return None
+        scores = RowScores(vectors, query_vector)
+        found = graph.index.search(query_vector, depth + ANN_SLACK).keys.astype(np.int64)
+        rows = _present(ids, found)
+        # The rows the graph lacks: ids above its high-water mark, a contiguous tail (ids ascend).
+        tail = int(np.searchsorted(ids, graph.high_water, side="right"))
+        extra = [rows]
+        if tail < len(ids):
+            extra.append(tail + _top_tail(matrix[tail:], query_vector, depth))
+        if graph.changed:
+            extra.append(_present(ids, np.fromiter(graph.changed, dtype=np.int64)))
+        candidates = np.unique(np.concatenate(extra)) if len(extra) > 1 else np.sort(rows)
+        exact = scores[candidates]
+        order = np.argsort(-exact, kind="stable")[:depth]
+        best = candidates[order]
+        return scores, best[exact[order] > 0]
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    def vectors_changed(self, replaced: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
+        """A forget, merge or update moved the epoch: the file goes now; the graph serves on (the
+        replaced ids scanned exactly) until the rebuild that follows replaces it."""
+        self.delete_file()
+        with self._state_lock:
+            graph = self.graph
+            if graph is not None and graph.epoch == from_epoch:
+                changed = graph.changed | set(replaced)
+                self.graph = replace(graph, epoch=to_epoch, changed=changed, rebuild=True, saved_rows=0)
+            latest = self._latest
+        if latest is not None:
+            self._start(latest)
+
+    def delete_file(self) -> None:
+        with self._file_lock:
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """The tenant closed (evicted, erased, moved): no file is written after this returns,
+        and a running build stops at its next chunk."""
+        with self._file_lock:
+            self._closed = True
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _start(self, source: Callable[[], Source]) -> None:
+        with self._state_lock:
+            self._latest = source
+            if self._closed or (self._worker is not None and self._worker.is_alive()):
+                return
+            self._worker = threading.Thread(target=self._work, name=f"ann-{self.path.stem}", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        with _BUILDS:
+            try:
+                while not self._closed and self._step():
+                    pass
+            except Exception:
+                log.exception("approximate index of %s: build failed; recalls scan exactly", self.path.stem)
+
+    def _step(self) -> bool:
+        """One build, load or catch-up toward the latest source; True when another may be due."""
+        get = self._latest
+        if get is None:
+            return False
+        want = get()
+        graph = self.graph
+        if graph is None and not self._loaded_file:
+            self._loaded_file = True
+            graph = self._load(want)
+            if graph is not None:
+                log.info("approximate index of %s: loaded, %d rows", self.path.stem, len(graph.index))
+                self._publish(graph)
+                return True
+        if graph is not None and want.epoch < graph.epoch:
+            return False  # the cache is behind the graph: the next recall's sync starts this again
+        started = time.monotonic()
+        if graph is None or graph.epoch != want.epoch or graph.rebuild:
+            built = self._build(None, want)
+            if built is None:
+                return False
+            log.info(
+                "approximate index of %s: built, %d rows in %.1f s",
+                self.path.stem,
+                len(built.index),
+                time.monotonic() - started,
+            )
+        elif want.high_water - graph.high_water > CATCH_UP_ROWS:
+            built = self._build(graph, want)
+            if built is None:
+                return False
+        else:
+            return False
+        self._publish(built)
+        if built.saved_rows == 0 or len(built.index) > built.saved_rows * (1 + 1 / RESAVE_FRACTION):
+            self._save(built)
+        return True
+
+    def _publish(self, graph: Graph) -> None:
+        with self._state_lock:
+            current = self.graph
+            # A change that came while building: the graph is of an older epoch, serve it only
+            # if nothing newer is published (the next step rebuilds).
+            if current is None or current.epoch <= graph.epoch:
+                self.graph = graph
+
+    def _build(self, base: Graph | None, source: Source) -> Graph | None:
+        """A graph of ``source``: ``base``'s copy plus the rows above its high-water mark, or a
+        new one of every row. Live rows only (a zeroed row is a forgotten one), in id order, one
+        thread. None when the tenant closed meanwhile."""
+        start = 0 if base is None else int(np.searchsorted(source.ids, base.high_water, side="right"))
+        if base is None:
+            index = Index(
+                ndim=self.dim,
+                metric="ip",
+                dtype=DTYPE,
+                connectivity=CONNECTIVITY,
+                expansion_add=EXPANSION_ADD,
+                expansion_search=EXPANSION_SEARCH,
+            )
+        else:
+            index = base.index.copy()
+        for at in range(start, len(source.ids), BUILD_CHUNK):
+            if self._closed:
+                return None
+            rows = source.rows[at : at + BUILD_CHUNK]
+            live = np.flatnonzero(rows.any(axis=1))
+            if len(live):
+                index.add(source.ids[at : at + BUILD_CHUNK][live].astype(np.uint64), rows[live], threads=1)
+        saved = 0 if base is None else base.saved_rows
+        return Graph(index, source.high_water, source.epoch, saved_rows=saved)
+
+    # -- the file --------------------------------------------------------------------------------
+
+    def _save(self, graph: Graph) -> None:
+        payload = graph.index.save()
+        assert payload is not None
+        header = json.dumps(
+            {
+                "dim": self.dim,
+                "high_water": graph.high_water,
+                "epoch": graph.epoch,
+                "rows": len(graph.index),
+                "crc32": zlib.crc32(payload),
+                "bytes": len(payload),
+            }
+        ).encode()
+        temporary = self.path.with_name(f".new-{self.path.stem}.{secrets.token_hex(4)}.ann")
+        try:
+            with open(temporary, "wb") as out:
+                out.write(_MAGIC + header.ljust(_HEADER_BYTES - len(_MAGIC)))
+                out.write(payload)
+                out.flush()
+                os.fsync(out.fileno())
+            with self._file_lock:
+                # Not after a close (the tenant may be erased next), nor for a graph that a
+                # change made stale since (its file was deleted for a reason).
+                current = self.graph
+                if self._closed or current is None or current.epoch != graph.epoch or current.rebuild:
+                    return
+                os.replace(temporary, self.path)
+                with self._state_lock:
+                    if self.graph is not None and self.graph.index is graph.index:
+                        self.graph = replace(self.graph, saved_rows=len(graph.index))
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def _load(self, want: Source) -> Graph | None:
+        """The graph in the index file, if it reflects the tenant file's state (its epoch, not
+        ahead of it); else the file is deleted (None: build)."""
+        state = read_index_file(self.path, self.dim)
+        if state is None:
+            if self.path.exists():
+                log.warning("approximate index of %s: unreadable; rebuilding it", self.path.stem)
+                self.delete_file()
+            return None
+        header, index = state
+        if header["epoch"] != want.epoch or header["high_water"] > want.high_water:
+            log.info("approximate index of %s: stale (epoch %s); rebuilding it", self.path.stem, header["epoch"])
+            self.delete_file()
+            return None
+        return Graph(index, int(header["high_water"]), int(header["epoch"]), saved_rows=len(index))
+
+
+def read_index_file(path: Path, dim: int) -> tuple[dict[str, int], Index] | None:
+    """(header, graph) of an index file, or None if it is missing or not a whole one of ``dim``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data.startswith(_MAGIC) or len(data) < _HEADER_BYTES:
+        return None
+    try:
+        header = json.loads(data[len(_MAGIC) : _HEADER_BYTES])
+        payload = memoryview(data)[_HEADER_BYTES:]
+        if header["dim"] != dim or header["bytes"] != len(payload) or header["crc32"] != zlib.crc32(payload):
+            return None
+        index = Index.restore(payload)
+    except (ValueError, KeyError, TypeError, RuntimeError):
+        return None
+    if index is None or index.ndim != dim or len(index) != header["rows"]:
+        return None
+    return header, index
+
+
+def ann_index(store: TenantStore, dim: int, threshold: int) -> AnnIndex:
+    """The tenant's approximate index, kept on its open store (made on first use; it stops
+    writing its file when the store closes)."""
+    index = store.cache.get(_CACHE_KEY)
+    if index is None:
+        made = AnnIndex(store.ann_path, dim, threshold)
+        index = store.cache.setdefault(_CACHE_KEY, made)
+        if index is made:
+            store.on_close.append(made.close)
+    assert isinstance(index, AnnIndex)
+    return index
+
+
+def on_vectors_changed(store: TenantStore, replaced: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
+    """After a committed forget, merge or update: the tenant's index file is deleted (whether or
+    not a graph is in memory) and the graph in memory told (``AnnIndex.vectors_changed``)."""
+    index = store.cache.get(_CACHE_KEY)
+    if isinstance(index, AnnIndex):
+        index.vectors_changed(replaced, from_epoch=from_epoch, to_epoch=to_epoch)
+    else:
+        store.ann_path.unlink(missing_ok=True)
+
+
+def _present(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Rows of those ``wanted`` ids that ``ids`` (ascending) holds."""
+    if not len(ids) or not len(wanted):
+        return np.zeros(0, dtype=np.int64)
+    rows = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+    present: np.ndarray = rows[ids[rows] == wanted]
+    return present
+
+
+def _top_tail(matrix: np.ndarray, query_vector: np.ndarray, depth: int) -> np.ndarray:
+    """Rows of the best ``depth`` of a few rows by exact cosine (sparse query: only its
+    dimensions of the dimension-major buffer are read)."""
+    nonzero = np.flatnonzero(query_vector)
+    scores = query_vector[nonzero] @ matrix.T[nonzero]
+    if len(scores) <= depth:
+        return np.arange(len(scores))
+    return np.argpartition(-scores, depth)[:depth]

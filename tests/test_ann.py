@@ -1,0 +1,105 @@
+"""The approximate index of a large tenant (engine/ann.py) keeps Recall's promises: a memory
+committed before a recall is a candidate, a forgotten one never returns (and its vector leaves
+the index file), the same query gives the same hits before and after a restart and a rebuild;
+the index file is a cache, removed with the tenant. A threshold of a few hundred memories
+stands in for the production one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mnemosyne.client import MemoryClient, RetainItem
+from mnemosyne.engine.ann import read_index_file
+from mnemosyne.engine.embedder import HashingEmbedder
+from tests.support import wait_until
+
+THRESHOLD = 300
+MEMORIES = 400
+WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu") for b in ("bar", "dol", "fen", "gim", "hux")]
+
+
+def _texts(start: int, count: int) -> list[str]:
+    rng = np.random.default_rng(5)
+    picks = rng.integers(0, len(WORDS), size=(start + count, 6))[start:]
+    return [f"note {start + i}: " + " ".join(WORDS[w] for w in row) for i, row in enumerate(picks)]
+
+
+def _queries() -> list[str]:
+    rng = np.random.default_rng(9)
+    return [" ".join(WORDS[w] for w in rng.integers(0, len(WORDS), size=3)) for _ in range(25)]
+
+
+def _hits(client: MemoryClient, tenant: str) -> list[list[int]]:
+    return [
+        [h.memory.id for h in client.recall(tenant, q, k=10, mode=mode)] for q in _queries() for mode in ("vector", "hybrid")
+    ]
+
+
+def _log_count(server, text: str) -> int:  # type: ignore[no-untyped-def]
+    return server.stderr_path.read_text().count(text)
+
+
+def _i8_windows(vector: np.ndarray) -> set[bytes]:
+    data = vector.astype(np.int8).tobytes()
+    return {data[i : i + 16] for i in range(0, len(data) - 15, 16) if sum(b != 0 for b in data[i : i + 16]) >= 4}
+
+
+def test_the_index_keeps_recalls_promises(server_factory, tenant: str) -> None:
+    server = server_factory(env={"MNEMOSYNE_ANN_THRESHOLD": str(THRESHOLD)}).start()
+    ann_file = server.tenant_file(tenant).with_suffix(".ann")
+    dim = HashingEmbedder().dim
+    with MemoryClient(server.target) as client:
+        for start in range(0, MEMORIES, 200):
+            client.retain_batch(tenant, [RetainItem(text=t) for t in _texts(start, 200)])
+        client.recall(tenant, "kabar lodol", k=5)  # the first need: the build starts, this one scans
+        wait_until(ann_file.exists)
+        assert _log_count(server, "approximate index of") == 1
+        before = _hits(client, tenant)
+        assert sum(map(len, before)) > 300
+
+        # Committed after the graph was built: found by the exact scan of what it lacks.
+        late = client.retain(tenant, "note late: zebra quokka narwhal tusk").memory_id
+        assert client.recall(tenant, "zebra quokka narwhal tusk", k=1, mode="vector")[0].memory.id == late
+
+        # Forgotten: never returned; the file goes at once, the rebuild holds no trace of it.
+        target = before[0][0]
+        state = read_index_file(ann_file, dim)
+        assert state is not None and state[1].contains(target)
+        needles = _i8_windows(state[1].get(target, dtype="i8"))
+        assert needles and any(n in ann_file.read_bytes() for n in needles), "the search must find it first"
+        client.forget(tenant, target)
+        assert target not in [h.memory.id for h in client.recall(tenant, _queries()[0], k=10, mode="vector")]
+        # The rebuild the forget starts (the file was deleted with the forget's reply).
+        wait_until(lambda: _log_count(server, "built") == 2 and ann_file.exists())
+        state = read_index_file(ann_file, dim)
+        assert state is not None and not state[1].contains(target) and state[1].contains(late)
+        leftovers = [p for p in server.data_dir.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
+        assert leftovers == []
+
+        settled = _hits(client, tenant)
+        assert all(target not in hits for hits in settled)
+
+    # A restart loads the file; a corrupt file is rebuilt: the same hits each time.
+    server.stop()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        client.recall(tenant, "kabar", k=1)
+        wait_until(lambda: _log_count(server, "approximate index of") == 3)
+        assert _log_count(server, "loaded") == 1
+        assert _hits(client, tenant) == settled
+    data = bytearray(ann_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    ann_file.write_bytes(bytes(data))
+    server.stop()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        assert _hits(client, tenant) == settled  # exact scans meanwhile give the same hits too
+        wait_until(lambda: _log_count(server, "built") == 3)
+        assert _log_count(server, "unreadable; rebuilding") == 1
+        assert _hits(client, tenant) == settled
+
+        client.erase_tenant(tenant)
+        assert not ann_file.exists()
+        assert [p.name for p in Path(server.data_dir).rglob("*.ann")] == []
