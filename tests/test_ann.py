@@ -13,11 +13,15 @@ import numpy as np
 from mnemosyne.client import MemoryClient, RetainItem
 from mnemosyne.engine.ann import read_index_file
 from mnemosyne.engine.embedder import HashingEmbedder
+from mnemosyne.store.membership import MOVE_STEP_KEY, TOMBSTONED
+from mnemosyne.store.pool import TenantPool
 from tests.support import wait_until
 
 THRESHOLD = 300
 MEMORIES = 400
-WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu") for b in ("bar", "dol", "fen", "gim", "hux")]
+WORDS = [
+    f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu") for b in ("bar", "dol", "fen", "gim", "hux")
+]
 
 
 def _texts(start: int, count: int) -> list[str]:
@@ -33,7 +37,9 @@ def _queries() -> list[str]:
 
 def _hits(client: MemoryClient, tenant: str) -> list[list[int]]:
     return [
-        [h.memory.id for h in client.recall(tenant, q, k=10, mode=mode)] for q in _queries() for mode in ("vector", "hybrid")
+        [h.memory.id for h in client.recall(tenant, q, k=10, mode=mode)]
+        for q in _queries()
+        for mode in ("vector", "hybrid")
     ]
 
 
@@ -103,3 +109,22 @@ def test_the_index_keeps_recalls_promises(server_factory, tenant: str) -> None:
         client.erase_tenant(tenant)
         assert not ann_file.exists()
         assert [p.name for p in Path(server.data_dir).rglob("*.ann")] == []
+
+
+def test_a_moves_tombstone_removes_the_index_file(tmp_path: Path) -> None:
+    """The pool's own step (the move's RPCs are tests/test_moves.py's): the tombstoned source's
+    index file goes, its database stays (it redirects)."""
+    pool = TenantPool(tmp_path, max_open=8, synchronous="NORMAL")
+    try:
+        with pool.tenant("moving", create=True) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.set_meta("note", "x")
+        ann_file = pool.path_for("moving").with_suffix(".ann")
+        ann_file.write_bytes(b"a graph")
+        pool.record_move("moving", timeout=5, **{MOVE_STEP_KEY: "fenced"})
+        assert ann_file.exists()  # an earlier step keeps it
+        pool.record_move("moving", timeout=5, **{MOVE_STEP_KEY: TOMBSTONED})
+        assert not ann_file.exists() and pool.path_for("moving").exists()
+    finally:
+        pool.close()

@@ -357,6 +357,7 @@ def read_index_file(path: Path, dim: int) -> tuple[dict[str, int], Index] | None
         return None
     if index is None or index.ndim != dim or len(index) != header["rows"]:
         return None
+    index.expansion_search = EXPANSION_SEARCH  # not kept in the file: a restored graph has usearch's 64
     return header, index
 
 

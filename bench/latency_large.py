@@ -1,0 +1,170 @@
+"""Recall of a large tenant: the approximate index (engine/ann.py) against the exact scan.
+
+    python -m bench.latency_large --memories 100000 [--queries 1000] [--out results/large.json]
+    python -m bench.latency_large --memories 1000000   # outside CI: ~20-30 min here
+
+The corpus (bench/corpus.py, the hashing embedder) is written into the tenant file by an
+in-process Engine (``Engine.retain_batch``, the same write path a RetainBatch runs, without
+gRPC: at 1M memories the round trips alone would take most of the half hour). The file is then
+copied to a second data directory and two servers serve the copies: one with the index off
+(``--ann-threshold`` above the tenant's size: every recall scans exactly) and one with it on.
+The first recall on the second starts the index build; its time is read from the server's log,
+and its memory from the server's RSS before and after and the size of ``tenants/<tenant>.ann``.
+
+Then ``--queries`` queries, each mode (hybrid, vector-only, text-only) on both servers in turn,
+``ROUNDS`` rounds over a share of the queries each (the machine's speed drifts), server-side time
+from the trailing metadata ``mnemosyne-server-time-us``. Recall vs exact: the overlap of each
+query's top 10 from the indexed server with the exact server's, per mode (hybrid: the final fused
+top 10, what a caller gets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import percentiles, print_table, running_server, write_json
+from bench.corpus import Corpus
+from bench.latency import server_rss_bytes, timed_server_calls
+
+TENANT = "bench-large"
+K = 10
+ROUNDS = 6
+BATCH = 1000
+_BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
+
+
+def load(data_dir: Path, memories: int) -> float:
+    """Write the corpus into the tenant's file in this process; seconds taken."""
+    from mnemosyne.engine.config import EngineConfig
+    from mnemosyne.engine.engine import Engine
+    from mnemosyne.engine.types import RetainItem
+
+    corpus = Corpus()
+    # Near-duplicate naming off (above 1): it compares each new memory with every earlier one.
+    engine = Engine(EngineConfig(data_dir=data_dir, synchronous="NORMAL", near_duplicate_threshold=1.5))
+    started = time.perf_counter()
+    try:
+        for start in range(0, memories, BATCH):
+            texts = corpus.memories(start, min(BATCH, memories - start))
+            engine.retain_batch(TENANT, [RetainItem(text=t) for t in texts])
+            if start and start % 100_000 == 0:
+                print(f"  {start} memories written, {time.perf_counter() - started:.0f} s", flush=True)
+    finally:
+        engine.close()
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--threshold", type=int, default=None, help="--ann-threshold of the indexed server")
+    parser.add_argument("--build-timeout", type=float, default=1800.0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.v1 import memory_pb2
+
+    with tempfile.TemporaryDirectory(prefix="mnemo-large-") as tmp:
+        exact_dir, ann_dir = Path(tmp) / "exact", Path(tmp) / "ann"
+        seconds = load(exact_dir, args.memories)
+        print(f"{args.memories} memories written in {seconds:.0f} s", flush=True)
+        (ann_dir / "tenants").mkdir(parents=True)
+        shutil.copyfile(exact_dir / "tenants" / f"{TENANT}.sqlite", ann_dir / "tenants" / f"{TENANT}.sqlite")
+        threshold = ["--ann-threshold", str(args.threshold)] if args.threshold is not None else []
+        with (
+            running_server(data_dir=exact_dir, args=["--ann-threshold", str(10 * args.memories + 1)]) as exact,
+            running_server(data_dir=ann_dir, args=threshold) as indexed,
+            MemoryClient(exact.target, timeout=600) as exact_client,
+            MemoryClient(indexed.target, timeout=600) as ann_client,
+        ):
+            queries = Corpus().queries(args.memories, args.queries)
+            for client in (exact_client, ann_client):  # loads the vector caches; starts the build
+                client.recall(TENANT, queries[0], k=K)
+            rss_before = server_rss_bytes(indexed.process.pid)
+            deadline = time.monotonic() + args.build_timeout
+            while not (built := _BUILT.search(indexed.stderr_path.read_text())):
+                assert time.monotonic() < deadline, "the index was not built in time"
+                time.sleep(1)
+            ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
+            while not ann_file.exists():
+                time.sleep(0.2)
+            row: dict[str, object] = {
+                "memories": args.memories,
+                "load_seconds": seconds,
+                "build_seconds": float(built.group(2)),
+                "indexed_rows": int(built.group(1)),
+                "rss_before_index_bytes": rss_before,
+                "rss_after_index_bytes": server_rss_bytes(indexed.process.pid),
+                "index_file_bytes": ann_file.stat().st_size,
+                "exact_server_rss_bytes": server_rss_bytes(exact.process.pid),
+            }
+            for q in queries[:20]:
+                exact_client.recall(TENANT, q, k=K)
+                ann_client.recall(TENANT, q, k=K)
+            modes = {"hybrid": memory_pb2.RECALL_MODE_HYBRID, "vector": memory_pb2.RECALL_MODE_VECTOR}
+            modes["text"] = memory_pb2.RECALL_MODE_TEXT
+            samples: dict[str, list[float]] = defaultdict(list)
+            overlap: dict[str, list[float]] = defaultdict(list)
+            for turn in range(ROUNDS):
+                share = queries[turn::ROUNDS]
+                for name, mode in modes.items():
+                    requests = [memory_pb2.RecallRequest(tenant=TENANT, query=q, k=K, mode=mode) for q in share]
+                    for server_name, client in (("exact", exact_client), ("ann", ann_client)):
+                        samples[f"{server_name}_{name}"] += timed_server_calls(
+                            client.memory.Recall, requests, client.call_metadata
+                        )[0]
+                    if name != "text":
+                        for request in requests:
+                            truth = {
+                                h.memory.id
+                                for h in exact_client.memory.Recall(request, metadata=exact_client.call_metadata).hits
+                            }
+                            got = {
+                                h.memory.id
+                                for h in ann_client.memory.Recall(request, metadata=ann_client.call_metadata).hits
+                            }
+                            overlap[name].append(len(truth & got) / max(1, len(truth)))
+            for name, values in samples.items():
+                row[name] = percentiles(values)
+            for name, values in overlap.items():
+                row[f"recall_vs_exact_{name}"] = float(np.mean(values))
+            print(f"  done {args.memories}", flush=True)
+
+    print_table(
+        f"Recall of a large tenant, k={K}, server-side ms; recall vs exact over {args.queries} queries",
+        ["memories", "mode", "exact p50", "ann p50", "ann p99", "recall vs exact"],
+        [
+            [
+                args.memories,
+                name,
+                row[f"exact_{name}"]["p50_ms"],  # type: ignore[index]
+                row[f"ann_{name}"]["p50_ms"],  # type: ignore[index]
+                row[f"ann_{name}"]["p99_ms"],  # type: ignore[index]
+                row.get(f"recall_vs_exact_{name}", float("nan")),
+            ]
+            for name in modes
+        ],
+    )
+    print(
+        f"load {row['load_seconds']:.0f} s; index build {row['build_seconds']:.1f} s ({row['indexed_rows']} rows); "
+        f"RSS {int(row['rss_before_index_bytes']) / 2**20:.0f} -> {int(row['rss_after_index_bytes']) / 2**20:.0f} MiB "  # type: ignore[call-overload]
+        f"(exact server {int(row['exact_server_rss_bytes']) / 2**20:.0f} MiB); "  # type: ignore[call-overload]
+        f"index file {int(row['index_file_bytes']) / 2**20:.0f} MiB"  # type: ignore[call-overload]
+    )
+    if args.out:
+        write_json(args.out, {"benchmark": "recall-large-tenant", "k": K, "queries": args.queries, "results": [row]})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
