@@ -357,7 +357,8 @@ def read_index_file(path: Path, dim: int) -> tuple[dict[str, int], Index] | None
         return None
     if index is None or index.ndim != dim or len(index) != header["rows"]:
         return None
-    index.expansion_search = EXPANSION_SEARCH  # not kept in the file: a restored graph has usearch's 64
+    # Not kept in the file: a restored graph would search with usearch's 64.
+    index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # usearch defines a setter; mypy misreads it
     return header, index
 
 
