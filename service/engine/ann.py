@@ -54,7 +54,11 @@ from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.ann")
 
-DEFAULT_THRESHOLD = 50_000
+# Measured with the hashing embedder (bench/latency_large.py): at 100k memories the exact sparse
+# scan (1.39 ms vector-only p50) still beat the graph (1.68 ms); the scan grows with the tenant,
+# a graph search hardly does, so they cross near 120k. A dense model's scan costs ~5x more per
+# row (every dimension is read): for one, a lower threshold pays.
+DEFAULT_THRESHOLD = 150_000
 # The graph: usearch's int8 scalars (a quarter of float32's memory; candidates are re-scored
 # exactly anyway), 16 links per node, 128 candidates kept while adding, EXPANSION_SEARCH while
 # searching (bench/latency_large.py measured these on the hashing embedder).
@@ -128,6 +132,7 @@ class AnnIndex:
         self._file_lock = threading.Lock()  # a write of the file against its deletion
         self._state_lock = threading.Lock()
         self._closed = False
+        self._told_epoch = -1  # the newest epoch a change named: no file of an older one is written
         self._worker: threading.Thread | None = None
         self._latest: Callable[[], Source] | None = None
         self._loaded_file = False
@@ -177,7 +182,9 @@ class AnnIndex:
     def vectors_changed(self, replaced: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
         """A forget, merge or update moved the epoch: the file goes now; the graph serves on (the
         replaced ids scanned exactly) until the rebuild that follows replaces it."""
-        self.delete_file()
+        with self._file_lock:
+            self.path.unlink(missing_ok=True)
+            self._told_epoch = max(self._told_epoch, to_epoch)
         with self._state_lock:
             graph = self.graph
             if graph is not None and graph.epoch == from_epoch:
@@ -314,6 +321,8 @@ class AnnIndex:
                 # change made stale since (its file was deleted for a reason).
                 current = self.graph
                 if self._closed or current is None or current.epoch != graph.epoch or current.rebuild:
+                    return
+                if graph.epoch < self._told_epoch:
                     return
                 os.replace(temporary, self.path)
                 with self._state_lock:

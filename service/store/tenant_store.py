@@ -419,7 +419,9 @@ class TenantStore:
         whose deleted bytes are zeros, then the WAL cut to nothing). Clears ``ERASURE_META``.
         Waits for readers of an older snapshot (short by design) up to
         WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
-        finishes the work."""
+        finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
+        may hold the forgotten vectors, and the engine rebuilds it without them."""
+        self.ann_path.unlink(missing_ok=True)
         inbox = self.inbox(create=False)
         if inbox is not None:
             inbox.erase_traces()
