@@ -18,7 +18,7 @@ the same hits before and after a restart and after a rebuild. Once more than
 ``CATCH_UP_ROWS`` rows wait outside the graph, a copy of it takes them in the background and
 replaces it (a published graph is never changed: searches need no lock).
 
-On disk: ``tenants/<tenant>.ann`` (store/pool.py ``ann_path_for``), a header (the high-water mark
+On disk: ``tenants/<tenant>.ann`` (``TenantStore.ann_path``), a header (the high-water mark
 and forget epoch of the tenant file it reflects, its dimension, a CRC of the graph) then the graph
 as usearch serialises it. It is loaded on first need and rejected -- deleted and rebuilt from the
 tenant file -- when it is corrupt (CRC, usearch's own checks), of another dimension, of another
@@ -124,10 +124,9 @@ class Source:
 class AnnIndex:
     """The tenant's graph, its index file, and its background builds."""
 
-    def __init__(self, path: Path, dim: int, threshold: int) -> None:
+    def __init__(self, path: Path, dim: int) -> None:
         self.path = path
         self.dim = dim
-        self.threshold = threshold
         self.graph: Graph | None = None
         self._file_lock = threading.Lock()  # a write of the file against its deletion
         self._state_lock = threading.Lock()
@@ -152,10 +151,8 @@ class AnnIndex:
         source: Callable[[], Source],
     ) -> tuple[RowScores, np.ndarray] | None:
         """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
-        lower row), or None when the recall must scan exactly: the tenant is below the threshold,
-        or no graph of the cache's epoch is published yet (then one is being made)."""
-        if len(ids) < self.threshold:
-            return None
+        lower row), or None when the recall must scan exactly: no graph of the cache's epoch is
+        published yet (then one is being made)."""
         graph = self.graph
         if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
             self._start(source)
@@ -371,12 +368,12 @@ def read_index_file(path: Path, dim: int) -> tuple[dict[str, int], Index] | None
     return header, index
 
 
-def ann_index(store: TenantStore, dim: int, threshold: int) -> AnnIndex:
+def ann_index(store: TenantStore, dim: int) -> AnnIndex:
     """The tenant's approximate index, kept on its open store (made on first use; it stops
     writing its file when the store closes)."""
     index = store.cache.get(_CACHE_KEY)
     if index is None:
-        made = AnnIndex(store.ann_path, dim, threshold)
+        made = AnnIndex(store.ann_path, dim)
         index = store.cache.setdefault(_CACHE_KEY, made)
         if index is made:
             store.on_close.append(made.close)

@@ -83,7 +83,7 @@ def approximate_candidates(
     while the index is being made (the caller scans exactly)."""
     if len(view.ids) < threshold:
         return None
-    return ann_index(store, index.dim, threshold).candidates(
+    return ann_index(store, index.dim).candidates(
         view.ids,
         view.matrix,
         view.rows,
