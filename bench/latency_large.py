@@ -62,6 +62,16 @@ def load(data_dir: Path, memories: int) -> float:
     return time.perf_counter() - started
 
 
+def memories_in(tenant_file: Path) -> int:
+    import apsw
+
+    connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return int(connection.execute("SELECT count(*) FROM memories").fetchone()[0])
+    finally:
+        connection.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=100_000)
@@ -69,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=int, default=None, help="--ann-threshold of the indexed server")
     parser.add_argument("--build-timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--tenant-file",
+        type=Path,
+        default=None,
+        help="serve a copy of this tenant file (written by an earlier run, cut short) instead of writing one",
+    )
     args = parser.parse_args(argv)
 
     from mnemosyne.client import MemoryClient
@@ -76,8 +92,15 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="mnemo-large-") as tmp:
         exact_dir, ann_dir = Path(tmp) / "exact", Path(tmp) / "ann"
-        seconds = load(exact_dir, args.memories)
-        print(f"{args.memories} memories written in {seconds:.0f} s", flush=True)
+        if args.tenant_file is None:
+            seconds = load(exact_dir, args.memories)
+            print(f"{args.memories} memories written in {seconds:.0f} s", flush=True)
+        else:
+            seconds = float("nan")
+            (exact_dir / "tenants").mkdir(parents=True)
+            shutil.copyfile(args.tenant_file, exact_dir / "tenants" / f"{TENANT}.sqlite")
+            args.memories = memories_in(exact_dir / "tenants" / f"{TENANT}.sqlite")
+            print(f"{args.memories} memories in {args.tenant_file}", flush=True)
         (ann_dir / "tenants").mkdir(parents=True)
         shutil.copyfile(exact_dir / "tenants" / f"{TENANT}.sqlite", ann_dir / "tenants" / f"{TENANT}.sqlite")
         threshold = ["--ann-threshold", str(args.threshold)] if args.threshold is not None else []
