@@ -141,9 +141,10 @@ def chroma_server(path: Path) -> Iterator[tuple[int, int]]:
             try:
                 chromadb.HttpClient(host="127.0.0.1", port=port, settings=_chroma_settings()).heartbeat()
                 break
-            except Exception:
+            except Exception as exc:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"chroma run did not start: {(path.parent / 'chroma.log').read_text()[-2000:]}")
+                    log_text = (path.parent / "chroma.log").read_text()[-2000:]
+                    raise RuntimeError(f"chroma run did not start: {log_text}") from exc
                 time.sleep(0.2)
         yield port, process.pid
     finally:
@@ -217,25 +218,31 @@ def closed_loop(call: Callable[[int], object], offset: int, start_at: float, sec
             return len(latencies), latencies
 
 
+def in_threads(
+    callers: Callers, system: str, threads: int, first: int, start_at: float, seconds: float
+) -> tuple[int, list[float]]:
+    """``threads`` clients (slots ``first``...) calling ``system`` in closed loops: (calls, latencies)."""
+    results: list[tuple[int, list[float]]] = [(0, [])] * threads
+
+    def run(n: int) -> None:
+        slot = first + n
+        results[n] = closed_loop(callers.caller(slot, system), slot * 17, start_at, seconds)
+
+    pool = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sum(r[0] for r in results), [x for r in results for x in r[1]]
+
+
 def worker_main(conn: multiprocessing.connection.Connection, targets: dict[str, Any]) -> None:
     """A client process: for each command (system, threads, first slot, start_at, seconds), that many
     threads call in closed loops; sends back (calls, latencies)."""
     callers = Callers(targets)
     conn.send("ready")
     while (command := conn.recv()) is not None:
-        system, threads, first, start_at, seconds = command
-        results: list[tuple[int, list[float]]] = [(0, [])] * threads
-
-        def run(n: int, system: str = system, start_at: float = start_at, seconds: float = seconds) -> None:
-            slot = first + n
-            results[n] = closed_loop(callers.caller(slot, system), slot * 17, start_at, seconds)
-
-        pool = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-        conn.send((sum(r[0] for r in results), [x for r in results for x in r[1]]))
+        conn.send(in_threads(callers, *command))
 
 
 class Clients:
@@ -309,7 +316,6 @@ def load(memories: int, ours: list[str], chroma_port: int | None, ef_search: int
                 client.recall(TENANT, q, k=K)
 
 
-
 # -- the profile ---------------------------------------------------------------------------------------------
 
 
@@ -317,8 +323,21 @@ def profile(clients: Clients, system: str, pid: int, seconds: float, out: Path, 
     """py-spy samples the server (the thread holding the GIL) while 16 client processes recall."""
     folded = out.with_name(out.name + ".folded")
     spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "250", *flags,
-         "--format", "raw", "--output", str(folded)],
+        [
+            "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "250",
+            *flags,
+            "--format",
+            "raw",
+            "--output",
+            str(folded),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -336,7 +355,10 @@ def profile(clients: Clients, system: str, pid: int, seconds: float, out: Path, 
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
-    lines = [f"py-spy {' '.join(flags)}, {total} samples at 250/s over {seconds:g} s, 16 client processes calling {system}", ""]
+    lines = [
+        f"py-spy {' '.join(flags)}, {total} samples at 250/s over {seconds:g} s, 16 client processes calling {system}",
+        "",
+    ]
     lines += ["own time (the frame running):"] + [f"{100 * n / total:6.2f}%  {f}" for f, n in own.most_common(40)]
     lines += ["", "inclusive:"] + [f"{100 * n / total:6.2f}%  {f}" for f, n in inclusive.most_common(60)]
     out.write_text("\n".join(lines) + "\n")
@@ -395,7 +417,12 @@ def main(argv: list[str] | None = None) -> int:
         if "bare_ping" in systems:
             targets["bare"], pids["bare"] = stack.enter_context(bare_server())
         t0 = time.perf_counter()
-        load(args.memories, [t for n, t in targets.items() if n in ("ours", "base")], targets.get("chroma"), args.chroma_ef)
+        load(
+            args.memories,
+            [t for n, t in targets.items() if n in ("ours", "base")],
+            targets.get("chroma"),
+            args.chroma_ef,
+        )
         print(f"{args.memories} memories loaded in {time.perf_counter() - t0:.1f} s", flush=True)
         clients = Clients(max(counts), targets)
         stack.callback(clients.close)
@@ -418,7 +445,14 @@ def main(argv: list[str] | None = None) -> int:
                         cells[(mode, system, n)].append(cell)
             print(f"round {turn + 1} of {args.rounds} done (load {os.getloadavg()[0]:.1f})", flush=True)
         if args.profile is not None:
-            profile(clients, args.profile_system, ours.process.pid, 2 * args.seconds, args.profile, args.profile_flags.split())
+            profile(
+                clients,
+                args.profile_system,
+                ours.process.pid,
+                2 * args.seconds,
+                args.profile,
+                args.profile_flags.split(),
+            )
 
     def median(values: list[dict[str, float]], key: str) -> float:
         return float(np.median([v[key] for v in values]))

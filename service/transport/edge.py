@@ -251,7 +251,9 @@ class Edge:
 
     # -- gRPC ------------------------------------------------------------------------------------
 
-    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> dict[str, grpc.RpcMethodHandler]:
+    def service(
+        self, service: descriptor.ServiceDescriptor, servicer: object
+    ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         """The gRPC handlers of every method of ``service`` by name, each wrapped by the edge."""
         handlers = {}
         for method in service.methods:
