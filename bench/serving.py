@@ -384,11 +384,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="py-spy profile of our server at 16 clients, to this file")
     parser.add_argument("--profile-flags", default="--gil", help="py-spy record's flags (e.g. '--native --idle')")
     parser.add_argument("--profile-system", default="ours_recall", choices=["ours_recall", "ours_ping"])
+    parser.add_argument("--summarize", nargs="+", type=Path, help="print the median of these runs' ratios, and stop")
     parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.bare_server:
         bare_server_main()
+        return 0
+    if args.summarize:
+        summarize(args.summarize)
         return 0
     if args.out is None:
         parser.error("--out is required")
@@ -506,6 +510,31 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     return 0
+
+
+def summarize(paths: list[Path]) -> None:
+    """The median over runs of each ratio (and each cell's calls/s and p50/p99), per mode."""
+    runs = [json.loads(path.read_text())["results"] for path in paths]
+    for key in sorted(k for k in runs[0] if k.endswith("/ratios")):
+        print(f"\n{key.removesuffix('/ratios')}: median of {len(runs)} runs (each run's values)")
+        for name in runs[0][key]:
+            values = [run[key][name] for run in runs]
+            print(f"  {name}: {np.median(values):.3f}  ({', '.join(f'{v:.3f}' for v in values)})")
+    cells = sorted(k for k in runs[0] if not k.endswith("/ratios"))
+    print_table(
+        f"median of {len(runs)} runs",
+        ["cell", "calls/s", "p50 ms", "p99 ms", "server CPU ms/call"],
+        [
+            [
+                cell,
+                *(
+                    float(np.median([run[cell][m] for run in runs]))
+                    for m in ("calls_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_call")
+                ),
+            ]
+            for cell in cells
+        ],
+    )
 
 
 def ratios_of(results: dict[str, Any], mode: str, counts: list[int]) -> dict[str, float]:

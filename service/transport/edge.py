@@ -251,10 +251,8 @@ class Edge:
 
     # -- gRPC ------------------------------------------------------------------------------------
 
-    def service(
-        self, service: descriptor.ServiceDescriptor, servicer: object
-    ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-        """The gRPC handlers of every method of ``service`` by name, each wrapped by the edge."""
+    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
+        """The gRPC handlers of every method of ``service``, each wrapped by the edge."""
         handlers = {}
         for method in service.methods:
             path = f"/{service.full_name}/{method.name}"
@@ -280,7 +278,7 @@ class Edge:
                     request_deserializer=decode,
                     response_serializer=_serializer(response_type),
                 )
-        return handlers
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
     def _grpc_begin(
         self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any], metadata: list[tuple[str, str]]

@@ -386,10 +386,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
                 MoveDriver(engine, forwarder, hold_after=config.test_move_hold_after),
             ),
         }
-        for service in SERVICES:
-            # Registered with gRPC core, which matches a call to its handler itself: a generic
-            # handler is found by asking each registered one in Python, on every call.
-            server.add_registered_method_handlers(service.full_name, edge.service(service, servicers[service.name]))
+        server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
 
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
