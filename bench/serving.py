@@ -2,13 +2,15 @@
 
     python -m bench.serving --out results/serving.json [--memories 10000] [--seconds 3] [--rounds 3]
         [--clients 1,16] [--mode processes|threads|both] [--baseline-python ../main/.venv/bin/python]
-        [--profile results/profile.txt]
+        [--baseline-args FLAGS] [--baseline-env K=V] [--systems ours_recall,...] [--profile results/profile.txt]
+    python -m bench.serving --summarize results/serving-1.json results/serving-2.json results/serving-3.json
 
 Four servers hold the same 10k memories (bench/corpus.py), each started here on loopback:
 
 * ``ours``: ``mnemosyne serve`` (hashing embedder), called with ``MemoryClient.recall`` (k = 10,
   hybrid, end to end: the client's conversion of the hits included);
-* ``base``: with ``--baseline-python``, another installation's server (e.g. main's), the same calls;
+* ``base``: with ``--baseline-python``, another installation's server (e.g. main's), the same calls
+  (or, with ``--baseline-args``/``--baseline-env``, this one with other flags or variables);
 * ``chroma``: Chroma's own server (``chroma run --path DIR --port P``, HTTP), called with
   ``chromadb.HttpClient`` ``collection.query`` (k = 10, the same vectors as our embedder's, passed
   explicitly, cosine HNSW at ``--chroma-ef`` ef_search, as bench/latency.py's in-process Chroma);
@@ -23,11 +25,12 @@ Each client has its own connection (a MemoryClient, an HttpClient) and calls in 
 threads can send) or **threads** of one process (how the issue first measured), or both
 (``--mode both``). The phases (system x clients x mode) take turns in ``--rounds`` rounds, so a
 drift of the machine's speed reaches every column alike; each cell reports the median over rounds
-of calls/s, p50 and p99.
+of calls/s, p50, p99 and the server process's CPU time (user + system) per call.
 
-``--profile FILE``: after the rounds, 16 client processes recall from ``ours`` while py-spy
-(``pip install py-spy``) samples the server (``--gil``: only the thread holding the GIL, and
-``--idle`` off), the flat profile written to FILE (collapsed stacks beside it, FILE.folded).
+``--profile FILE``: after the rounds, 16 client processes call ``--profile-system`` of ``ours`` while
+py-spy (``pip install py-spy``) samples the server (``--profile-flags``, by default ``--gil``: only
+the thread holding the GIL), the flat profile written to FILE (collapsed stacks beside it,
+FILE.folded).
 """
 
 from __future__ import annotations
