@@ -73,6 +73,7 @@ class Engine:
             config.data_dir,
             max_open=config.max_open_tenants,
             synchronous=config.synchronous,
+            max_readers=config.readers_per_tenant,
             faults=config.store_faults,
             membership=config.membership,
         )

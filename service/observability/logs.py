@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import itertools
 import json
 import logging
 import os
@@ -22,6 +23,8 @@ from typing import TextIO
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("mnemosyne_request_id", default="")
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_FRESH_PREFIX = uuid.uuid4().hex[:16]
+_fresh_count = itertools.count(1)
 # LogRecord attributes that are not "extra" fields given by the caller.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id"}
 
@@ -31,7 +34,9 @@ def request_id_from(value: str | None) -> str:
     never reaches the logs)."""
     if value and _CLIENT_REQUEST_ID.fullmatch(value):
         return value
-    return uuid.uuid4().hex
+    # 32 hex digits: this process's random half and a count. A uuid4 per call read the kernel's
+    # random source every time (~4 us, a tenth of the edge's own cost of a Ping).
+    return f"{_FRESH_PREFIX}{next(_fresh_count):016x}"
 
 
 def set_request_id(value: str) -> contextvars.Token[str]:

@@ -106,6 +106,7 @@ class ServerMetrics(EngineObserver):
             gauge.set_function(lambda: 0.0)
         self._refusals = _Refusals()
         self.registry.register(self._refusals)
+        self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
     def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
         """Bind gauges of ``GAUGES`` to zero-argument functions, called on every scrape (so
@@ -136,7 +137,12 @@ class ServerMetrics(EngineObserver):
     # -- transport ------------------------------------------------------------------------------
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
-        self.rpc_duration.labels(method=method, code=code).observe(seconds)
+        # The labelled child, looked up once per (method, code): ``labels()`` checks and joins its
+        # arguments under a lock on every call. Methods are ours and codes gRPC's: a bounded set.
+        child = self._rpc_children.get((method, code))
+        if child is None:
+            child = self._rpc_children[(method, code)] = self.rpc_duration.labels(method=method, code=code)
+        child.observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

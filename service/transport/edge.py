@@ -280,8 +280,9 @@ class Edge:
                 )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
-    def _grpc_begin(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Call:
-        metadata = [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
+    def _grpc_begin(
+        self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any], metadata: list[tuple[str, str]]
+    ) -> Call:
         remaining = context.time_remaining()
         call = self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
         call.answers_bytes = True  # a forwarded call's response passes through as the owner's bytes
@@ -316,10 +317,11 @@ class Edge:
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
-            echo, token = recorder.begin(_sent_request_id(context))
+            metadata = _metadata(context)
+            echo, token = recorder.begin(_sent_request_id(metadata))
             outcome = Outcome()
             try:
-                call = self._grpc_begin(method, request, context)
+                call = self._grpc_begin(method, request, context, metadata)
                 response = await self.answer(kind, implementation, request, call)
                 await self._send_metadata(context, call, echo)
                 return response
@@ -345,12 +347,13 @@ class Edge:
 
         async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
-            echo, token = recorder.begin(_sent_request_id(context))
+            metadata = _metadata(context)
+            echo, token = recorder.begin(_sent_request_id(metadata))
             outcome = Outcome()
             try:
                 stream = requests.__aiter__()
                 first = await anext(stream, None)
-                call = self._grpc_begin(method, first if first is not None else request_type(), context)
+                call = self._grpc_begin(method, first if first is not None else request_type(), context, metadata)
 
                 async def messages() -> AsyncIterator[Any]:
                     if first is None:
@@ -380,11 +383,12 @@ class Edge:
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started = time.perf_counter()
-            echo, token = recorder.begin(_sent_request_id(context))
+            metadata = _metadata(context)
+            echo, token = recorder.begin(_sent_request_id(metadata))
             outcome = Outcome()
             sent = False
             try:
-                call = self._grpc_begin(method, request, context)
+                call = self._grpc_begin(method, request, context, metadata)
                 async for message in self.answer_stream(implementation, request, call):
                     if not sent:
                         await self._send_initial(context, call, echo)
@@ -415,6 +419,10 @@ def _serializer(response_type: Any) -> Callable[[Any], bytes]:
     return serialized
 
 
-def _sent_request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-    sent = next((v for k, v in context.invocation_metadata() or () if k == "x-request-id"), None)
-    return None if sent is None else _text(sent)
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> list[tuple[str, str]]:
+    """The call's metadata as text, read once per call (the request id and ``begin`` use it)."""
+    return [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
+
+
+def _sent_request_id(metadata: list[tuple[str, str]]) -> str | None:
+    return next((v for k, v in metadata if k == "x-request-id"), None)

@@ -9,6 +9,7 @@ switch: docs (bench/fairness.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -105,6 +106,23 @@ class ServerConfig:
     test_park_file: Path | None = None
     # Move test seam (transport/moves.py): the first move holds after this step.
     test_move_hold_after: str = ""
+
+
+def server_options(max_request_bytes: int, admission: AdmissionLimits) -> list[tuple[str, int]]:
+    """The grpc.aio server's channel options (also the bare server's in bench/serving.py)."""
+    return [
+        # Twice the documented request limit, so a request above it reaches the edge and
+        # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
+        ("grpc.max_receive_message_length", 2 * max_request_bytes),
+        # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
+        ("grpc.max_send_message_length", 2 * max_request_bytes),
+        ("grpc.so_reuseport", 0),
+        # Calls that arrived faster than the event loop takes them wait in gRPC core; past
+        # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
+        # Admission bounds what may be open; this only lets a burst reach admission.
+        ("grpc.server.max_pending_requests", 4 * (admission.streams + admission.queued_calls)),
+        ("grpc.server.max_pending_requests_hard_limit", 8 * (admission.streams + admission.queued_calls)),
+    ]
 
 
 @dataclass
@@ -323,8 +341,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
     authenticator = _authenticator(config)
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
+    # As many idle readers per tenant as its calls may run at once (engine/config.py).
+    engine_config = dataclasses.replace(
+        config.engine, readers_per_tenant=max(config.engine.readers_per_tenant, config.admission.calls_per_tenant)
+    )
     engine = Engine(
-        config.engine, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
+        engine_config, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
     )
     admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
     log.info("admission limits: %s", admission.describe())
@@ -344,24 +366,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
     running: RunningServer | None = None
     server: grpc.aio.Server | None = None
     try:
-        server = grpc.aio.server(
-            options=[
-                # Twice the documented request limit, so a request above it reaches the edge and
-                # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
-                ("grpc.max_receive_message_length", 2 * config.engine.limits.max_request_bytes),
-                # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
-                ("grpc.max_send_message_length", 2 * config.engine.limits.max_request_bytes),
-                ("grpc.so_reuseport", 0),
-                # Calls that arrived faster than the event loop takes them wait in gRPC core; past
-                # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
-                # Admission bounds what may be open; this only lets a burst reach admission.
-                ("grpc.server.max_pending_requests", 4 * (config.admission.streams + config.admission.queued_calls)),
-                (
-                    "grpc.server.max_pending_requests_hard_limit",
-                    8 * (config.admission.streams + config.admission.queued_calls),
-                ),
-            ],
-        )
+        server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
         forwarder = _forwarder(config, authenticator, metrics, engine)
         edge = Edge(
             authenticator,
