@@ -165,9 +165,11 @@ class Moves:
             )
         return self._imports.begin(tenant, copy, replace=False, move=(source, epoch))
 
-    def activate(self, tenant: str, epoch: int, head_hash: str) -> bool:
+    def activate(self, tenant: str, epoch: int, head_hash: str | None) -> bool:
         """Step 6: the tenant imported inactive at ``epoch`` is served here. False when it was
-        active already (at that epoch)."""
+        active already (at that epoch). ``head_hash``: the chain's head as the source exported it,
+        compared again (None: the destination finishing the move by itself, once the source
+        showed its tombstone at ``epoch``; the head was compared at the import)."""
         validate_tenant(tenant)
         record = self._pool.move_record(tenant)
         step, at = record.get(MOVE_STEP_KEY), int(record.get(EPOCH_KEY, "0") or 0)
@@ -181,7 +183,7 @@ class Moves:
             )
         with read_file(self._pool.path_for(tenant)) as txn:
             _seq, head = txn.ledger_head()
-        if head != head_hash:
+        if head_hash is not None and head != head_hash:
             raise DataLoss(
                 f"tenant {tenant}'s imported chain ends at {head[:12]}…, not {head_hash[:12]}…",
                 reason="MOVE_HEAD_MISMATCH",

@@ -45,6 +45,7 @@ TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the dest
 INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
 ACTIVE = "active"
 TENANT_MOVING = "TENANT_MOVING"
+MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 MOVE_RETRY_SECONDS = 0.5
 
 
@@ -133,12 +134,18 @@ class Membership:
         """The member list as ``--members`` takes it (clients take it too)."""
         return ",".join(f"{member}={self.addresses[member]}" for member in self.ids)
 
-    def not_owner(self, tenant: str, owner: str, why: str) -> FailedPrecondition:
-        """The refusal of a call for a tenant this member does not hold: a redirect to ``owner``."""
+    def not_owner(self, tenant: str, owner: str, why: str, *, moved_epoch: int = 0) -> FailedPrecondition:
+        """The refusal of a call for a tenant this member does not hold: a redirect to ``owner``.
+        ``moved_epoch``: the refusal of a move's tombstone here (``owner`` its destination), which
+        says the epoch it moved at (``moved_at_epoch``: the destination's proof that the source
+        no longer serves it, engine/moves.py ``activate``)."""
+        metadata = {"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()}
+        if moved_epoch:
+            metadata[MOVED_AT_EPOCH] = str(moved_epoch)
         return FailedPrecondition(
             f"tenant {tenant} is owned by member {owner} ({self.addresses.get(owner, '?')}), not {self.me}: {why}",
             reason=NOT_OWNER,
-            metadata={"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()},
+            metadata=metadata,
         )
 
     def check_home(self, tenant: str) -> None:

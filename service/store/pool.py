@@ -33,6 +33,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
@@ -69,6 +70,9 @@ NEW_FILE_PREFIX = ".new-"
 FILES_PER_OPEN_TENANT = 8
 # Descriptors kept free for everything else: sockets, the recovery index, logs, libraries.
 RESERVED_FILES = 128
+# How many tenants' placements (``TenantPool.placement``) are remembered; the least recently
+# asked are forgotten beyond it (and read from their file again when asked).
+PLACEMENTS_REMEMBERED = 65536
 
 log = logging.getLogger("mnemosyne.store")
 
@@ -119,6 +123,16 @@ class DataDirLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a tenant is served as this member knows it (``TenantPool.placement``)."""
+
+    where: str  # the member that serves it
+    moved_epoch: int = 0  # a move's tombstone here: the epoch it moved at (``where`` is its destination)
+    pending_from: str = ""  # a copy a move brought here, not active yet: its source ...
+    pending_epoch: int = 0  # ... and the epoch it is to be activated at
 
 
 class _Entry:
@@ -178,6 +192,7 @@ class TenantPool:
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
         membership: Membership | None = None,
+        placements_remembered: int = PLACEMENTS_REMEMBERED,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
@@ -206,9 +221,10 @@ class TenantPool:
         # With members (store/membership.py), a tenant is opened only by its owner, and only from
         # a file naming this member at the current epoch; None: one server holds every tenant.
         self.membership = membership
-        # tenant -> the member its file says serves it (``locate``), for the files read so far
-        self._placements: dict[str, str] = {}
-        self._tombstones: dict[str, str] = {}  # ... those of them a move's tombstone redirects
+        # tenant -> where its file says it is served (``placement``), for the files read most
+        # recently (at most ``placements_remembered``)
+        self._placements: OrderedDict[str, Placement] = OrderedDict()
+        self._placements_remembered = max(1, placements_remembered)
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         # tenant -> (what is done to it, the refusal's reason) while its files are removed or
@@ -413,7 +429,7 @@ class TenantPool:
             step, peer = txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY) or ""
         membership = self.membership
         if step == TOMBSTONED:
-            raise membership.not_owner(tenant, peer, "it moved there")
+            raise membership.not_owner(tenant, peer, "it moved there", moved_epoch=epoch)
         if step == INACTIVE:
             raise moving(tenant, f"it is being moved here from member {peer}")
         if holder is None and membership.home(tenant) != membership.me:
@@ -441,45 +457,52 @@ class TenantPool:
 
     # -- moves (engine/moves.py) -------------------------------------------------------------------
 
-    def locate(self, tenant: str) -> str:
-        """The member that serves ``tenant`` as this member knows it: where its file here says
-        (this member; a tombstone's destination; a file without a holder: its home), or, without
-        a file, its home (``Membership.home``). Read once per file, then remembered until a move,
-        an import or an erasure changes it."""
-        assert self.membership is not None
-        where = self._placements.get(tenant)
-        if where is not None:
-            return where
+    def placement(self, tenant: str) -> Placement:
+        """Where ``tenant`` is served as this member knows it: where its file here says (this
+        member; a tombstone's destination; a file without a holder: its home), or, without a
+        file, its home (``Membership.home``). Read once per file, then remembered (the most
+        recently asked ``placements_remembered``) until a move, an import or an erasure changes it."""
+        membership = self.membership
+        assert membership is not None
+        with self._guard:
+            known = self._placements.get(tenant)
+            if known is not None:
+                self._placements.move_to_end(tenant)
+                return known
         path = self.path_for(tenant)
         if not path.exists():
-            return self.membership.home(tenant)
+            return Placement(membership.home(tenant))
         try:
             with self.glance(tenant) as txn:
                 holder, step, peer = txn.meta(HOLDER_KEY), txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY)
-        except (DataLoss, apsw.Error):
-            return self.membership.me  # the open here says what is wrong with it
+                epoch = int(txn.meta(EPOCH_KEY, "0") or 0)
+        except (DataLoss, apsw.Error, ValueError):
+            return Placement(membership.me)  # the open here says what is wrong with it
         if step == TOMBSTONED and peer:
-            where = peer
-            with self._guard:
-                self._tombstones[tenant] = peer
+            placed = Placement(peer, moved_epoch=epoch)
         elif holder is None:
-            where = self.membership.home(tenant)
+            placed = Placement(membership.home(tenant))
+        elif step == INACTIVE and peer:
+            placed = Placement(membership.me, pending_from=peer, pending_epoch=epoch)
         else:
-            where = self.membership.me
+            placed = Placement(membership.me)
         with self._guard:
-            self._placements[tenant] = where
-        return where
+            self._placements[tenant] = placed
+            while len(self._placements) > self._placements_remembered:
+                self._placements.popitem(last=False)
+        return placed
 
-    def moved_to(self, tenant: str) -> str | None:
-        """The destination a tombstone here names (after ``locate`` read it), else None."""
-        return self._tombstones.get(tenant)
+    @property
+    def placements_remembered(self) -> int:
+        with self._guard:
+            return len(self._placements)
 
     def served_here(self, tenant: str) -> bool:
         """Whether this member serves the tenant whose file it has (not a tombstone of a move
         away, nor a copy moved here not yet active): what its backups and aggregates cover."""
         if self.membership is None:
             return True
-        if self.locate(tenant) != self.membership.me:
+        if self.placement(tenant).where != self.membership.me:
             return False
         return self.move_record(tenant).get(MOVE_STEP_KEY) != INACTIVE
 
@@ -621,7 +644,6 @@ class TenantPool:
                     self._closed_off.pop(tenant, None)
                     self._damaged.pop(tenant, None)
                     self._placements.pop(tenant, None)
-                    self._tombstones.pop(tenant, None)
 
     def _remove_tenant_files(self, tenant: str) -> None:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
