@@ -27,12 +27,22 @@ from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
 from mnemosyne.client.types import RecordChange, TenantBackup
 from mnemosyne.rebalance import rebalance
 from mnemosyne.server_process import ServerProcess, _free_port
-from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, MOVE_PEER_KEY, MOVE_STEP_KEY, owner_of
+from mnemosyne.store.membership import (
+    EPOCH_KEY,
+    HOLDER_KEY,
+    MOVE_HEAD_KEY,
+    MOVE_PEER_KEY,
+    MOVE_RECLAIMED_KEY,
+    MOVE_STEP_KEY,
+    owner_of,
+)
 from mnemosyne.store.tenant_store import read_file
-from mnemosyne.v1 import memory_pb2
+from mnemosyne.v1 import admin_pb2, memory_pb2
 from tests.support import tokens_json, wait_until
+from tests.test_erasure import _traces, _windows
 
 ADMIN = "admin-token"
+SECRET = "Zq4Wm8Rt2Xv6Nb3Kp9Ly5Hd7"  # one long word, whose bytes a reclaimed tombstone must not keep
 ENV = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
 ROUTE = "x-mnemosyne-route"
 
@@ -91,12 +101,33 @@ def record(process: ServerProcess, tenant: str) -> dict[str, str | None]:
     if not process.tenant_file(tenant).exists():
         return {}
     with read_file(process.tenant_file(tenant)) as txn:
-        return {key: txn.meta(key) for key in (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY)}
+        keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
+        return {key: txn.meta(key) for key in keys}
 
 
 def head_of(process: ServerProcess, tenant: str) -> str:
     with read_file(process.tenant_file(tenant)) as txn:
         return txn.ledger_head()[1]
+
+
+def listed_by(deployment: Deployment, member: str) -> list[str]:
+    """The tenants ``member`` lists as its own part of ListTenants."""
+    with deployment.at(member) as client:
+        page = client.call(
+            client.admin.ListTenants,
+            admin_pb2.ListTenantsRequest(page_size=1000),
+            retry=True,
+            metadata=((ROUTE, member),),
+        )
+    return list(page.tenants)
+
+
+def reclaimed(deployment: Deployment, member: str, tenant: str, needles: set[bytes]) -> None:
+    """The tombstone of ``tenant`` on ``member`` keeps only what redirects: no byte of its
+    memories is left in any file of the member's data directory, and it is not listed."""
+    assert record(deployment.processes[member], tenant)[MOVE_RECLAIMED_KEY] == "1"
+    assert _traces(deployment.processes[member].data_dir, needles) == []
+    assert tenant not in listed_by(deployment, member)
 
 
 def served_by(deployment: Deployment, member: str, tenant: str) -> bool:
@@ -140,7 +171,7 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     events = {}
     with deployment.client(old) as client:
         for tenant in tenants:
-            client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
+            client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
             client.hot_path(tenant, "enable")
             events[tenant] = client.retain(tenant, f"{tenant} ships on Tuesdays", fast=True).event_id
             generation = client.update_workspace(tenant, "w", [RecordChange("put", "k", "v1")], 0)
@@ -157,7 +188,14 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
         assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "active"
         assert record(deployment.processes[destination], tenant)[EPOCH_KEY] == "2"
         assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
-    heads = {t: head_of(deployment.processes[owner_of(t, old)], t) for t in tenants}  # the tombstone's chain
+    # The tombstones are reclaimed: no byte of the tenants' memories is left on their sources,
+    # which list them no more; each keeps the head hash it exported.
+    heads = {}
+    for tenant in tenants:
+        source = owner_of(tenant, old)
+        reclaimed(deployment, source, tenant, _windows(SECRET.encode()))
+        heads[tenant] = record(deployment.processes[source], tenant)[MOVE_HEAD_KEY]
+        assert heads[tenant] == head_of(deployment.processes[owner_of(tenant, new)], tenant)
     # A stale client (the old list) is redirected; the new list goes straight to the owner.
     for ids in (old, new):
         with deployment.client(ids) as client:
@@ -171,7 +209,7 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
             # The generation observed before the move lets the agent write after it.
             assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
             # The request id still answers: the same result, not a second memory.
-            again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
+            again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
             assert again.memory_id and len(client.recall(tenant, "Lisbon Tuesdays")) == 2
     # A stale proxy (no list, sending to the old owner, or to any member: one whose home for the
     # tenant is still the old owner during the rebalance) is served through the hops to the new
@@ -198,10 +236,10 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     assert sorted(backed_up) == sorted(tenants)
     with deployment.client(new) as client:
         assert client.aggregate_stats().total.memories == 2 * len(tenants)
-    # Run again: nothing to do but to find each move done.
+    # Run again: nothing to do (a completed move's reclaimed tombstone is not listed).
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0
-    assert "moved already" in out.read_text()
+    assert "0 tenants held elsewhere" in out.read_text()
 
 
 def texts_of(client: MemoryClient, tenant: str) -> list[str]:
@@ -284,10 +322,46 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
     assert "1 of 1 tenants moved" in (tmp_path / "again.out").read_text()
     assert [m for m in (source, destination) if served_by(deployment, m, tenant)] == [destination]
     assert record(deployment.processes[source], tenant)[MOVE_STEP_KEY] == "tombstoned"
+    reclaimed(deployment, source, tenant, _windows(b"the depot in Porto opens at"))
     with deployment.client(new) as client:
         assert sorted(texts_of(client, tenant)) == sorted(acknowledged)
         assert client.verify_integrity(tenant).valid
         assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
+
+
+@pytest.mark.parametrize("point", ["reclaim_linked", "reclaim_replaced"])
+def test_a_kill_while_the_tombstone_is_reclaimed_leaves_a_tombstone_that_redirects(
+    deployment: Deployment, point: str, tmp_path: Path
+) -> None:
+    old, new = ["m0", "m1"], ["m0", "m1", "m2"]
+    tenant = tenants_moving(old, new, 1, prefix="r")[0]
+    source, destination = owner_of(tenant, old), owner_of(tenant, new)
+    deployment.run(old)
+    with deployment.client(old) as client:
+        client.retain(tenant, f"the vault code is {SECRET}")
+    deployment.run(
+        new, previous=old, env={source: {"MNEMOSYNE_TEST_FAULTS": f"kill@{point}"}}, extra=["--no-forwarding"]
+    )
+    with open(tmp_path / "first.out", "w") as out:  # the source dies in the middle of the reclaim
+        assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 1
+    process = deployment.processes[source]
+    wait_until(lambda: process.process is not None and process.process.poll() is not None, 30)
+    needles = _windows(SECRET.encode())
+    assert _traces(process.data_dir, needles)  # the old data is still there: in the file, or beside it
+    # Killed before the replacement, the old tombstone (with its data) is left; after it, the
+    # reclaimed one, and the old data is overwritten at the start. Either way the source
+    # redirects, the destination serves, nothing is lost.
+    process.env = dict(ENV)
+    process.start(60, port=deployment.ports[source])
+    assert bool(_traces(process.data_dir, needles)) == (point == "reclaim_linked")
+    assert record(process, tenant)[MOVE_STEP_KEY] == "tombstoned"
+    assert [m for m in (source, destination) if served_by(deployment, m, tenant)] == [destination]
+    with deployment.client(old) as client:
+        assert texts_of(client, tenant) == [f"the vault code is {SECRET}"]
+    with open(tmp_path / "again.out", "w") as out:
+        assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+    reclaimed(deployment, source, tenant, needles)
+    assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
 
 
 class Writers:

@@ -13,6 +13,8 @@ On the source (the member holding the file), in order:
    destination (NOT_OWNER naming it) — the old owner never serves the tenant again;
 6. ``activated``: the destination's file records ``active`` and it serves the tenant.
 
+Then the source's tombstone is reclaimed (``reclaim``): its file keeps only what redirects.
+
 The record is in the tenant file itself, not in a journal beside it: it moves, is backed up and
 is removed with the file, it is read by the same open that checks the holder, and a step and its
 record are one SQLite transaction. Each step is idempotent; ``plan`` says where a move stands,
@@ -151,6 +153,12 @@ class Moves:
             plan.tenant, timeout=STEP_WAIT_SECONDS, **{MOVE_STEP_KEY: TOMBSTONED, EPOCH_KEY: str(plan.epoch)}
         )
         self._hot_path.forget_tenant(plan.tenant)
+
+    def reclaim(self, plan: MovePlan) -> bool:
+        """After step 6 (the destination answered it active): the tombstone keeps only what it
+        needs to redirect, the tenant's data goes (store/pool.py ``reclaim``). False when it was
+        reclaimed already."""
+        return self._pool.reclaim(plan.tenant, timeout=STEP_WAIT_SECONDS)
 
     # -- the destination ----------------------------------------------------------------------------
 

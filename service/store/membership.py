@@ -39,6 +39,10 @@ MOVE_STEP_KEY = "move_step"
 MOVE_PEER_KEY = "move_peer"  # the source: its destination; the destination: its source
 MOVE_EPOCH_KEY = "move_epoch"
 MOVE_HEAD_KEY = "move_head_hash"  # the head hash of the audit chain the source exported
+# A tombstone whose move completed, reclaimed (store/pool.py ``reclaim``): its file keeps only the
+# keys above (what it needs to redirect), the tenant's data is gone.
+MOVE_RECLAIMED_KEY = "move_reclaimed"
+MOVE_KEYS = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
 SOURCE_STEPS = ("fenced", "flushed", "exported", "imported", "tombstoned")
 FENCED_STEPS = frozenset(SOURCE_STEPS[:4])  # writes refused, reads served
 TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the destination

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import resource
+import signal
 import threading
 import time
 import uuid
@@ -49,7 +50,9 @@ from mnemosyne.store.membership import (
     INACTIVE,
     MOVE_EPOCH_KEY,
     MOVE_HEAD_KEY,
+    MOVE_KEYS,
     MOVE_PEER_KEY,
+    MOVE_RECLAIMED_KEY,
     MOVE_STEP_KEY,
     TENANT_MOVING,
     TOMBSTONED,
@@ -65,6 +68,10 @@ SECRET_FILE_NAME = ".mnemosyne.secret"  # the key of page tokens that span tenan
 INBOX_DIR_NAME = "inbox"
 INBOX_FILE_SUFFIX = ".inbox.sqlite"
 NEW_FILE_PREFIX = ".new-"
+# Beside a reclaimed tombstone (``reclaim``): ``tenant_ids`` leaves it out (it only redirects).
+RECLAIMED_SUFFIX = ".moved"
+# The name the data of a tombstone being reclaimed keeps until it is overwritten and removed.
+RECLAIMING_MARK = ".reclaiming."
 # File descriptors one open tenant holds in the common case: its writer's database and WAL, the
 # shared-memory file, one pooled reader's database and WAL, and its hot-path inbox's three.
 FILES_PER_OPEN_TENANT = 8
@@ -167,6 +174,30 @@ def _server_secret(path: Path) -> bytes:
         return bytes.fromhex(path.read_text().strip())
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _shred(path: Path) -> None:
+    """Overwrite a file with zeros, sync it, and remove it (nothing when there is none)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        size, block = os.fstat(fd).st_size, bytes(1 << 20)
+        for offset in range(0, size, len(block)):
+            os.pwrite(fd, block[: min(len(block), size - offset)], offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)
+
+
 def _modified(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -201,7 +232,7 @@ class TenantPool:
         self.tenants_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(self.data_dir)
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
-            _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+            self._remove_leftover(leftover)
         self._remove_orphan_inboxes()
         self.locks = LockManager()
         self.max_open = open_tenant_budget(max_open)
@@ -252,6 +283,20 @@ class TenantPool:
             ):
                 path.unlink(missing_ok=True)
 
+    def _remove_leftover(self, leftover: Path) -> None:
+        """A file a process killed midway left under a temporary name: a first write's (removed),
+        or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
+        tombstone itself: killed before its replacement, it is a second name of that file)."""
+        if RECLAIMING_MARK in leftover.name and leftover.exists():
+            tenant = leftover.name[len(NEW_FILE_PREFIX) :].partition(RECLAIMING_MARK)[0]
+            path = self.tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"
+            if path.exists() and os.path.samefile(path, leftover):
+                leftover.unlink()
+            else:
+                _shred(leftover)
+            return
+        _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
 
@@ -262,11 +307,13 @@ class TenantPool:
         return self.path_for(tenant).exists()
 
     def tenant_ids(self) -> list[str]:
-        """Tenant ids that have a file, in lexical order."""
+        """Tenant ids that have a file, in lexical order (not the reclaimed tombstones of tenants
+        moved away: ``reclaim``)."""
+        reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in self.tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
         names = []
         for path in self.tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"):
             name = path.name[: -len(TENANT_FILE_SUFFIX)]
-            if TENANT_ID_PATTERN.fullmatch(name):
+            if TENANT_ID_PATTERN.fullmatch(name) and name not in reclaimed:
                 names.append(name)
         return sorted(names)
 
@@ -364,11 +411,7 @@ class TenantPool:
                     raise ResourceExhausted(
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
-                fd = os.open(temporary, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_file(temporary)
                 os.rename(temporary, path)
                 _fsync_directory(self.tenants_dir)
             except BaseException:
@@ -652,6 +695,72 @@ class TenantPool:
         for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
             for suffix in ("-wal", "-shm", "-journal", ""):
                 Path(f"{base}{suffix}").unlink(missing_ok=True)
+        self._reclaimed_mark(tenant).unlink(missing_ok=True)
+
+    def _reclaimed_mark(self, tenant: str) -> Path:
+        return self.tenants_dir / f"{validate_tenant(tenant)}{RECLAIMED_SUFFIX}"
+
+    def reclaim(self, tenant: str, *, timeout: float) -> bool:
+        """After a move away completed (its destination active), keep of the tenant's file here
+        only what its tombstone needs to redirect (``MOVE_KEYS``): a new file holding those keys
+        replaces it, the old one's bytes (and its inbox's) are overwritten with zeros and
+        removed, and a mark beside it keeps it out of ``tenant_ids``. False when it was reclaimed
+        already. A kill at any point leaves the old tombstone or the new one, both redirecting
+        (a leftover of the old data is overwritten at the next start: ``_remove_leftover``)."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="reclaimed", reason=TENANT_MOVING, timeout=timeout):
+            if not path.exists():
+                raise NotFound(f"tenant {tenant} has no file on this member", reason="TENANT_NOT_FOUND")
+            with read_file(path) as txn:
+                record = {key: value for key in MOVE_KEYS if (value := txn.meta(key)) is not None}
+            if record.get(MOVE_STEP_KEY) != TOMBSTONED:
+                raise FailedPrecondition(
+                    f"tenant {tenant} is not a tombstone here ({record.get(MOVE_STEP_KEY) or ACTIVE}): only the "
+                    "file of a tenant moved away is reclaimed",
+                    reason="MOVE_NOT_TOMBSTONED",
+                )
+            if record.get(MOVE_RECLAIMED_KEY):
+                self._reclaimed_mark(tenant).touch()
+                return False
+            mark = f"{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}"
+            replacement = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{mark}")
+            old = path.with_name(f"{NEW_FILE_PREFIX}{tenant}{RECLAIMING_MARK}{mark}")
+            try:
+                store = TenantStore(replacement, write_lock=threading.Lock(), synchronous=self._synchronous)
+                try:
+                    with store.write(internal=True) as txn:
+                        for key, value in {**record, MOVE_RECLAIMED_KEY: "1"}.items():
+                            txn.set_meta(key, value)
+                finally:
+                    store.close()
+                _fsync_file(replacement)
+                # The old file's WAL goes into it (and away), so the old data is one file.
+                connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+                try:
+                    connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+                finally:
+                    connection.close()
+                os.link(path, old)
+                self._fault("reclaim_linked")
+                for suffix in ("-wal", "-shm", "-journal"):
+                    _shred(Path(f"{path}{suffix}"))
+                os.replace(replacement, path)
+                _fsync_directory(self.tenants_dir)
+            except BaseException:
+                _remove_files(replacement)
+                raise
+            self._fault("reclaim_replaced")
+            _shred(old)
+            for suffix in ("-wal", "-shm", "-journal", ""):
+                _shred(Path(f"{self.inbox_path_for(tenant)}{suffix}"))
+            self._reclaimed_mark(tenant).touch()
+            self._fsync_directories()
+        return True
+
+    def _fault(self, name: str) -> None:
+        """Test seam (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there."""
+        if f"kill@{name}" in self._faults:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _fsync_directories(self) -> None:
         for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):

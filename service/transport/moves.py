@@ -122,6 +122,8 @@ class MoveDriver:
         )
         if activated.activated:
             await self._step_done(plan, "activated", steps)
+        if await call.run(moves.reclaim, plan):
+            steps.append("reclaimed")
         return admin_pb2.MoveTenantResponse(
             tenant=plan.tenant,
             source=forwarder.membership.me,
