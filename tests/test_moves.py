@@ -34,8 +34,10 @@ from mnemosyne.store.membership import (
     MOVE_PEER_KEY,
     MOVE_RECLAIMED_KEY,
     MOVE_STEP_KEY,
+    Membership,
     owner_of,
 )
+from mnemosyne.store.pool import Placement, TenantPool
 from mnemosyne.store.tenant_store import read_file
 from mnemosyne.v1 import admin_pb2, memory_pb2
 from tests.support import tokens_json, wait_until
@@ -362,6 +364,31 @@ def test_a_kill_while_the_tombstone_is_reclaimed_leaves_a_tombstone_that_redirec
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
     reclaimed(deployment, source, tenant, needles)
     assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
+
+
+def test_the_placements_a_member_remembers_are_bounded(tmp_path: Path) -> None:
+    """The placement of each tenant a member has a file of is remembered (read once, not on
+    every call), the most recently asked ones only: a forgotten one is read from its file again."""
+    membership = Membership.parse("m0", "m0=127.0.0.1:1,m1=127.0.0.1:2")
+    pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL", membership=membership, placements_remembered=3)
+    try:
+        tenants = [t for t in (f"p-{i}" for i in range(200)) if membership.owner(t) == "m0"][:8]
+        for tenant in tenants:
+            with pool.tenant(tenant, create=True):
+                pass
+        moved, arriving = tenants[0], tenants[1]
+        pool.record_move(moved, timeout=5, **{MOVE_STEP_KEY: "tombstoned", MOVE_PEER_KEY: "m1", EPOCH_KEY: "2"})
+        pool.record_move(arriving, timeout=5, **{MOVE_STEP_KEY: "inactive", MOVE_PEER_KEY: "m1", EPOCH_KEY: "3"})
+        for _ in range(2):  # the second time round, every one of them was forgotten and is read again
+            assert pool.placement(moved) == Placement("m1", moved_epoch=2)
+            assert pool.placement(arriving) == Placement("m0", pending_from="m1", pending_epoch=3)
+            for tenant in tenants[2:]:
+                assert pool.placement(tenant) == Placement("m0")
+                assert pool.placements_remembered <= 3
+        assert pool.placement("p-none") == Placement(membership.home("p-none"))  # no file: not remembered
+        assert pool.placements_remembered == 3
+    finally:
+        pool.close()
 
 
 class Writers:
