@@ -40,7 +40,7 @@ from mnemosyne.store.membership import (
 from mnemosyne.store.pool import Placement, TenantPool
 from mnemosyne.store.tenant_store import read_file
 from mnemosyne.v1 import admin_pb2, memory_pb2
-from tests.support import tokens_json, wait_until
+from tests.support import haproxy, tokens_json, wait_until
 from tests.test_erasure import _traces, _windows
 
 ADMIN = "admin-token"
@@ -396,7 +396,7 @@ class Writers:
     refusal while a tenant moves, or a redirect, is taken as a client would): sync and fast
     retains, and workspace compare-and-set updates at the generation each writer observed."""
 
-    def __init__(self, deployment: Deployment, lists: list[list[str]], tenants: list[str]) -> None:
+    def __init__(self, deployment: Deployment, lists: list[list[str] | str], tenants: list[str]) -> None:
         self.deployment, self.lists, self.tenants = deployment, lists, tenants
         self.acked: list[tuple[str, str, str, int]] = []  # tenant, text, request id, memory id (0: fast)
         self.events: list[tuple[str, int]] = []
@@ -418,10 +418,13 @@ class Writers:
                     raise
                 time.sleep(0.1)
 
-    def _write(self, number: int, ids: list[str]) -> None:
+    def _write(self, number: int, ids: list[str] | str) -> None:
+        """Writer ``number`` through a client with the member list ``ids`` (or to the address ``ids``)."""
         workspace = f"agent-{number}"
         try:
-            with self.deployment.client(ids, retries=3) as client:
+            with (
+                MemoryClient(ids, ADMIN, retries=3) if isinstance(ids, str) else self.deployment.client(ids, retries=3)
+            ) as client:
                 n = 0
                 while not self._stop.is_set():
                     tenant = self.tenants[n % len(self.tenants)]
@@ -495,15 +498,7 @@ def test_rebalance_from_three_to_four_members_and_back_under_a_write_load(
     writers.stop()
     deployment.run(three)
     with deployment.client(three) as client:
-        for tenant in tenants:
-            client.hot_path(tenant, "flush", 30)
-            texts = texts_of(client, tenant)
-            mine = [text for t, text, _, _ in writers.acked if t == tenant]
-            assert sorted(text for text in texts if text in set(mine)) == sorted(mine), tenant  # once each
-            report = client.verify_integrity(tenant)
-            assert report.valid, tenant
-        for tenant, event_id in writers.events:
-            assert client.get_event(tenant, event_id).status == "succeeded"
+        acknowledged_once(client, writers)
         for tenant, text, request_id, memory_id in writers.acked[:: max(1, len(writers.acked) // 20)]:
             again = client.retain(tenant, text, request_id=request_id)
             assert memory_id == 0 or again.memory_id == memory_id  # the request id still answers
@@ -517,3 +512,49 @@ def test_rebalance_from_three_to_four_members_and_back_under_a_write_load(
         owner = owner_of(tenant, three)
         assert record(deployment.processes[owner], tenant).get(HOLDER_KEY) == owner
     assert len(writers.acked) > 50 and writers.generations
+
+
+def acknowledged_once(client: MemoryClient, writers: Writers) -> None:
+    """Every write the writers had acknowledged is there, once; chains valid; events answer."""
+    for tenant in writers.tenants:
+        client.hot_path(tenant, "flush", 30)
+        texts = texts_of(client, tenant)
+        mine = [text for t, text, _, _ in writers.acked if t == tenant]
+        assert sorted(text for text in texts if text in set(mine)) == sorted(mine), tenant  # once each
+        assert client.verify_integrity(tenant).valid, tenant
+    for tenant, event_id in writers.events:
+        assert client.get_event(tenant, event_id).status == "succeeded"
+
+
+def test_a_stale_proxy_during_and_after_a_move_is_forwarded_never_served_by_the_old_owner(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    old, new = ["m0", "m1"], ["m0", "m1", "m2"]
+    deployment.run(old)
+    tenants = tenants_moving(old, new, 4, prefix="h")
+    with deployment.client(old) as client:
+        for tenant in tenants:
+            client.hot_path(tenant, "enable")
+    deployment.run(new, previous=old)
+    # HAProxy configured before the move: it knows the old members only, routes at random.
+    with haproxy(tmp_path, {m: deployment.ports[m] for m in old}) as (port, _http):
+        proxied = f"127.0.0.1:{port}"
+        writers = Writers(deployment, [proxied, proxied], tenants)
+        writers.start()
+        time.sleep(1.0)
+        with open(tmp_path / "rebalance.out", "w") as out:
+            assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+        time.sleep(1.0)
+        writers.stop()
+        with MemoryClient(proxied, ADMIN) as client:
+            acknowledged_once(client, writers)
+    # What was acknowledged is on the destination: the old owner, tombstoned (and reclaimed: no
+    # data left), served none of it after its step 5.
+    with deployment.client(new) as client:
+        acknowledged_once(client, writers)
+    for tenant in tenants:
+        source, destination = owner_of(tenant, old), owner_of(tenant, new)
+        assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "active"
+        assert record(deployment.processes[source], tenant)[MOVE_RECLAIMED_KEY] == "1"
+        assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
+    assert len(writers.acked) > 20
