@@ -174,14 +174,6 @@ def _server_secret(path: Path) -> bytes:
         return bytes.fromhex(path.read_text().strip())
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _shred(path: Path) -> None:
     """Overwrite a file with zeros, sync it, and remove it (nothing when there is none)."""
     try:
@@ -205,8 +197,9 @@ def _modified(path: Path) -> float:
         return 0.0
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    """Sync a file, or a directory (its entries)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -411,9 +404,9 @@ class TenantPool:
                     raise ResourceExhausted(
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
-                _fsync_file(temporary)
+                _fsync(temporary)
                 os.rename(temporary, path)
-                _fsync_directory(self.tenants_dir)
+                _fsync(self.tenants_dir)
             except BaseException:
                 store.close()
                 _remove_files(temporary)
@@ -733,11 +726,15 @@ class TenantPool:
                             txn.set_meta(key, value)
                 finally:
                     store.close()
-                _fsync_file(replacement)
+                _fsync(replacement)
                 # The old file's WAL goes into it (and away), so the old data is one file.
                 connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
                 try:
                     connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+                except apsw.BusyError:
+                    raise Unavailable(
+                        f"tenant {tenant}'s tombstone is being read; it was not reclaimed, retry", reason="TENANT_BUSY"
+                    ) from None
                 finally:
                     connection.close()
                 os.link(path, old)
@@ -745,7 +742,7 @@ class TenantPool:
                 for suffix in ("-wal", "-shm", "-journal"):
                     _shred(Path(f"{path}{suffix}"))
                 os.replace(replacement, path)
-                _fsync_directory(self.tenants_dir)
+                _fsync(self.tenants_dir)
             except BaseException:
                 _remove_files(replacement)
                 raise
@@ -765,7 +762,7 @@ class TenantPool:
     def _fsync_directories(self) -> None:
         for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
             if directory.exists():
-                _fsync_directory(directory)
+                _fsync(directory)
 
     def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
         """Remove every file of a tenant: its database (with its WAL and shared memory) and its
