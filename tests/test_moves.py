@@ -297,6 +297,8 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
     # Killed after the tombstone and before the activation, the move finishes itself: the first
     # call reaching the destination's copy finds the source's tombstone at its epoch and
     # activates it (no rebalance run meanwhile).
+    if step == "tombstoned":
+        assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "inactive"
     serving = [m for m in (source, destination) if served_by(deployment, m, tenant)]
     assert serving == ([source] if fenced else [destination])
     if not fenced:  # served there, reads and writes, by a client with either list
