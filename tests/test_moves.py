@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import grpc
 import pytest
 
@@ -100,11 +101,16 @@ class Deployment:
 
 def record(process: ServerProcess, tenant: str) -> dict[str, str | None]:
     """What the tenant's file on that member records (read without its server's help)."""
-    if not process.tenant_file(tenant).exists():
-        return {}
-    with read_file(process.tenant_file(tenant)) as txn:
-        keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
-        return {key: txn.meta(key) for key in keys}
+    keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
+    for _attempt in range(50):
+        if not process.tenant_file(tenant).exists():
+            return {}
+        try:
+            with read_file(process.tenant_file(tenant)) as txn:
+                return {key: txn.meta(key) for key in keys}
+        except apsw.BusyError:  # the server is closing the file (its last connection checkpoints)
+            time.sleep(0.05)
+    raise AssertionError(f"{tenant}'s file stayed locked")
 
 
 def head_of(process: ServerProcess, tenant: str) -> str:
