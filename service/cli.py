@@ -187,13 +187,9 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from mnemosyne.transport.tls import channel_credentials
-
-    options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
-    if args.tls or args.tls_ca or args.tls_cert:
-        channel = grpc.secure_channel(
-            args.target, channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)), options
-        )
+    credentials, options = _tls_client(args)
+    if credentials is not None:
+        channel = grpc.secure_channel(args.target, credentials, options)
     else:
         channel = grpc.insecure_channel(args.target, options)
     with channel:
@@ -220,6 +216,36 @@ def _token(args: argparse.Namespace) -> str | None:
         raise InvalidArgument(
             f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
         ) from None
+
+
+def _add_tls_client_flags(parser: argparse.ArgumentParser, env: str) -> None:
+    """--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name (each also MNEMOSYNE_<env>_TLS...)."""
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        default=bool(_env(f"{env}_TLS")),
+        help="connect with TLS (implied by the other --tls-* flags)",
+    )
+    parser.add_argument(
+        "--tls-ca", default=_env(f"{env}_TLS_CA"), help="PEM CA bundle to trust (default: system roots)"
+    )
+    parser.add_argument("--tls-cert", default=_env(f"{env}_TLS_CERT"), help="client certificate, for mutual TLS")
+    parser.add_argument("--tls-key", default=_env(f"{env}_TLS_KEY"), help="key of --tls-cert")
+    parser.add_argument(
+        "--tls-server-name",
+        default=_env(f"{env}_TLS_SERVER_NAME"),
+        help="name to check the server certificate against (default: the target's host)",
+    )
+
+
+def _tls_client(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
+    """The channel credentials (None: plaintext) and options of ``_add_tls_client_flags``."""
+    from mnemosyne.transport.tls import channel_credentials
+
+    options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
+    if args.tls or args.tls_ca or args.tls_cert:
+        return channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)), options
+    return None, options
 
 
 def _add_token_flag(parser: argparse.ArgumentParser, who: str) -> None:
@@ -613,7 +639,14 @@ def _rebalance(args: argparse.Namespace) -> int:
     def listed(value: str) -> str:
         return Path(value[1:]).read_text() if value.startswith("@") else value
 
-    return rebalance(listed(args.from_members), listed(args.to_members), token=_token(args), parallel=args.parallel)
+    credentials, options = _tls_client(args)
+    return rebalance(
+        listed(args.from_members),
+        listed(args.to_members),
+        token=_token(args),
+        parallel=args.parallel,
+        client_options={"credentials": credentials, "options": options},
+    )
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -664,22 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--target", default="127.0.0.1:50051")
     health.add_argument("--service", default="")
     health.add_argument("--timeout", type=float, default=3.0)
-    health.add_argument(
-        "--tls",
-        action="store_true",
-        default=bool(_env("HEALTH_TLS")),
-        help="connect with TLS (implied by the other --tls-* flags)",
-    )
-    health.add_argument(
-        "--tls-ca", default=_env("HEALTH_TLS_CA"), help="PEM CA bundle to trust (default: system roots)"
-    )
-    health.add_argument("--tls-cert", default=_env("HEALTH_TLS_CERT"), help="client certificate, for mutual TLS")
-    health.add_argument("--tls-key", default=_env("HEALTH_TLS_KEY"), help="key of --tls-cert")
-    health.add_argument(
-        "--tls-server-name",
-        default=_env("HEALTH_TLS_SERVER_NAME"),
-        help="name to check the server certificate against (default: the target's host)",
-    )
+    _add_tls_client_flags(health, "HEALTH")
     health.set_defaults(run=_health)
 
     mcp = commands.add_parser("mcp", help="an MCP server of memory tools over stdio, for a model (a host)")
@@ -745,6 +763,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
     rebalance.add_argument("--parallel", type=int, default=4, help="moves at once (default 4)")
     _add_token_flag(rebalance, "an admin token")
+    _add_tls_client_flags(rebalance, "REBALANCE")
     rebalance.set_defaults(run=_rebalance)
 
     consolidate = commands.add_parser(

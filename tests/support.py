@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mnemosyne.server_process import ServerProcess
+from mnemosyne.server_process import ServerProcess, _free_port
 
 __all__ = ["ServerProcess", "gauge", "tokens_json", "wait_until"]
 
@@ -43,3 +49,50 @@ def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+@contextmanager
+def haproxy(directory: Path, grpc: dict[str, int], http: dict[str, int] | None = None) -> Iterator[tuple[int, int]]:
+    """Debian's HAProxy in front of members (id -> gRPC port, and id -> HTTP port), routing each
+    call to one of them at random (HTTP/2 to the gRPC ports); yields its gRPC and HTTP ports (0:
+    no HTTP frontend). Skips the test without the binary."""
+    binary = shutil.which("haproxy")
+    if binary is None:
+        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; .ci/run installs it)")
+    grpc_port, http_port = _free_port(), _free_port() if http else 0
+    config = f"""defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend grpc
+  bind 127.0.0.1:{grpc_port} proto h2
+  default_backend members_grpc
+backend members_grpc
+  balance random
+"""
+    config += "".join(f"  server {m} 127.0.0.1:{port} proto h2\n" for m, port in grpc.items())
+    if http:
+        config += f"""frontend http
+  bind 127.0.0.1:{http_port}
+  default_backend members_http
+backend members_http
+  balance random
+"""
+        config += "".join(f"  server {m} 127.0.0.1:{port}\n" for m, port in http.items())
+    (directory / "haproxy.cfg").write_text(config)
+    command = [binary, "-f", str(directory / "haproxy.cfg"), "-db"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", grpc_port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "haproxy did not start"
+                time.sleep(0.05)
+        yield grpc_port, http_port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +35,7 @@ from mnemosyne.store.pool import TenantPool
 from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support
 from tests.node_support import node_package
-from tests.support import gauge, tokens_json
+from tests.support import gauge, haproxy, tokens_json
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((ROOT / "docs" / "scale-out-vectors.json").read_text())
@@ -372,56 +371,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def haproxy(written: LocalMembers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    binary = shutil.which("haproxy")
-    if binary is None:
-        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; .ci/run installs it)")
-    grpc_port, http_port = _free_port(), _free_port()
-    grpc_servers = "\n".join(
-        f"  server {m} 127.0.0.1:{p.port} proto h2" for m, p in zip(written.ids, written.processes)
-    )
-    http_servers = "\n".join(f"  server {m} 127.0.0.1:{p.http_port}" for m, p in zip(written.ids, written.processes))
-    config = tmp_path_factory.mktemp("haproxy") / "haproxy.cfg"
-    config.write_text(
-        f"""defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend grpc
-  bind 127.0.0.1:{grpc_port} proto h2
-  default_backend members_grpc
-backend members_grpc
-  balance random
-{grpc_servers}
-frontend http
-  bind 127.0.0.1:{http_port}
-  default_backend members_http
-backend members_http
-  balance random
-{http_servers}
-"""
-    )
-    process = subprocess.Popen([binary, "-f", str(config), "-db"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", grpc_port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "haproxy did not start"
-                time.sleep(0.05)
-        yield grpc_port, http_port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+def proxy(written: LocalMembers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    grpc = {m: p.port for m, p in zip(written.ids, written.processes)}
+    http = {m: p.http_port for m, p in zip(written.ids, written.processes)}
+    with haproxy(tmp_path_factory.mktemp("haproxy"), grpc, http) as ports:
+        yield ports
 
 
 def test_behind_haproxy_routing_at_random_every_call_lands_on_the_owner(
-    written: LocalMembers, haproxy: tuple[int, int]
+    written: LocalMembers, proxy: tuple[int, int]
 ) -> None:
-    grpc_port, http_port = haproxy
+    grpc_port, http_port = proxy
     before = _forwarded(written)
     with MemoryClient(f"127.0.0.1:{grpc_port}", ADMIN) as client:
         for tenant in TENANTS:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import grpc
 import pytest
 
@@ -27,12 +28,24 @@ from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
 from mnemosyne.client.types import RecordChange, TenantBackup
 from mnemosyne.rebalance import rebalance
 from mnemosyne.server_process import ServerProcess, _free_port
-from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, MOVE_PEER_KEY, MOVE_STEP_KEY, owner_of
+from mnemosyne.store.membership import (
+    EPOCH_KEY,
+    HOLDER_KEY,
+    MOVE_HEAD_KEY,
+    MOVE_PEER_KEY,
+    MOVE_RECLAIMED_KEY,
+    MOVE_STEP_KEY,
+    Membership,
+    owner_of,
+)
+from mnemosyne.store.pool import Placement, TenantPool
 from mnemosyne.store.tenant_store import read_file
-from mnemosyne.v1 import memory_pb2
-from tests.support import tokens_json, wait_until
+from mnemosyne.v1 import admin_pb2, memory_pb2
+from tests.support import haproxy, tokens_json, wait_until
+from tests.test_erasure import _traces, _windows
 
 ADMIN = "admin-token"
+SECRET = "Zq4Wm8Rt2Xv6Nb3Kp9Ly5Hd7"  # one long word, whose bytes a reclaimed tombstone must not keep
 ENV = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
 ROUTE = "x-mnemosyne-route"
 
@@ -88,15 +101,41 @@ class Deployment:
 
 def record(process: ServerProcess, tenant: str) -> dict[str, str | None]:
     """What the tenant's file on that member records (read without its server's help)."""
-    if not process.tenant_file(tenant).exists():
-        return {}
-    with read_file(process.tenant_file(tenant)) as txn:
-        return {key: txn.meta(key) for key in (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY)}
+    keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
+    for _attempt in range(50):
+        if not process.tenant_file(tenant).exists():
+            return {}
+        try:
+            with read_file(process.tenant_file(tenant)) as txn:
+                return {key: txn.meta(key) for key in keys}
+        except apsw.BusyError:  # the server is closing the file (its last connection checkpoints)
+            time.sleep(0.05)
+    raise AssertionError(f"{tenant}'s file stayed locked")
 
 
 def head_of(process: ServerProcess, tenant: str) -> str:
     with read_file(process.tenant_file(tenant)) as txn:
         return txn.ledger_head()[1]
+
+
+def listed_by(deployment: Deployment, member: str) -> list[str]:
+    """The tenants ``member`` lists as its own part of ListTenants."""
+    with deployment.at(member) as client:
+        page = client.call(
+            client.admin.ListTenants,
+            admin_pb2.ListTenantsRequest(page_size=1000),
+            retry=True,
+            metadata=((ROUTE, member),),
+        )
+    return list(page.tenants)
+
+
+def reclaimed(deployment: Deployment, member: str, tenant: str, needles: set[bytes]) -> None:
+    """The tombstone of ``tenant`` on ``member`` keeps only what redirects: no byte of its
+    memories is left in any file of the member's data directory, and it is not listed."""
+    assert record(deployment.processes[member], tenant)[MOVE_RECLAIMED_KEY] == "1"
+    assert _traces(deployment.processes[member].data_dir, needles) == []
+    assert tenant not in listed_by(deployment, member)
 
 
 def served_by(deployment: Deployment, member: str, tenant: str) -> bool:
@@ -140,7 +179,7 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     events = {}
     with deployment.client(old) as client:
         for tenant in tenants:
-            client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
+            client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
             client.hot_path(tenant, "enable")
             events[tenant] = client.retain(tenant, f"{tenant} ships on Tuesdays", fast=True).event_id
             generation = client.update_workspace(tenant, "w", [RecordChange("put", "k", "v1")], 0)
@@ -157,7 +196,14 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
         assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "active"
         assert record(deployment.processes[destination], tenant)[EPOCH_KEY] == "2"
         assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
-    heads = {t: head_of(deployment.processes[owner_of(t, old)], t) for t in tenants}  # the tombstone's chain
+    # The tombstones are reclaimed: no byte of the tenants' memories is left on their sources,
+    # which list them no more; each keeps the head hash it exported.
+    heads = {}
+    for tenant in tenants:
+        source = owner_of(tenant, old)
+        reclaimed(deployment, source, tenant, _windows(SECRET.encode()))
+        heads[tenant] = record(deployment.processes[source], tenant)[MOVE_HEAD_KEY]
+        assert heads[tenant] == head_of(deployment.processes[owner_of(tenant, new)], tenant)
     # A stale client (the old list) is redirected; the new list goes straight to the owner.
     for ids in (old, new):
         with deployment.client(ids) as client:
@@ -171,7 +217,7 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
             # The generation observed before the move lets the agent write after it.
             assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
             # The request id still answers: the same result, not a second memory.
-            again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon", request_id=f"{tenant}-first")
+            again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
             assert again.memory_id and len(client.recall(tenant, "Lisbon Tuesdays")) == 2
     # A stale proxy (no list, sending to the old owner, or to any member: one whose home for the
     # tenant is still the old owner during the rebalance) is served through the hops to the new
@@ -198,10 +244,10 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     assert sorted(backed_up) == sorted(tenants)
     with deployment.client(new) as client:
         assert client.aggregate_stats().total.memories == 2 * len(tenants)
-    # Run again: nothing to do but to find each move done.
+    # Run again: nothing to do (a completed move's reclaimed tombstone is not listed).
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0
-    assert "moved already" in out.read_text()
+    assert "0 tenants held elsewhere" in out.read_text()
 
 
 def texts_of(client: MemoryClient, tenant: str) -> list[str]:
@@ -254,8 +300,21 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
         process.env = dict(ENV)
         process.start(60, port=deployment.ports[member])
     fenced = step in ("fenced", "flushed", "exported", "imported")
+    # Killed after the tombstone and before the activation, the move finishes itself: the first
+    # call reaching the destination's copy finds the source's tombstone at its epoch and
+    # activates it (no rebalance run meanwhile).
+    if step == "tombstoned":
+        assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "inactive"
     serving = [m for m in (source, destination) if served_by(deployment, m, tenant)]
-    assert serving == ([source] if fenced else [destination] if step == "activated" else [])
+    assert serving == ([source] if fenced else [destination])
+    if not fenced:  # served there, reads and writes, by a client with either list
+        for ids in (old, new):
+            with deployment.client(ids) as client:
+                text = f"after the restarts, {tenant} is served by the new list and the old ({ids[-1]})"
+                client.retain(tenant, text)
+                acknowledged.append(text)
+                assert text in texts_of(client, tenant)
+        assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "active"
     if fenced:  # a fenced source stays fenced after its restart: reads served, writes refused
         with deployment.at(source) as client:
             with pytest.raises(UnavailableError) as refused:
@@ -266,15 +325,78 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
                     metadata=((ROUTE, source),),
                 )
             assert refused.value.reason == "TENANT_MOVING"
-    # Running rebalance again finishes the move: one member serves it, with everything it had.
+    # Running rebalance again finishes the move (or finds it done): one member serves it, with
+    # everything it had.
     with open(tmp_path / "again.out", "w") as out:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+    assert "1 of 1 tenants moved" in (tmp_path / "again.out").read_text()
     assert [m for m in (source, destination) if served_by(deployment, m, tenant)] == [destination]
     assert record(deployment.processes[source], tenant)[MOVE_STEP_KEY] == "tombstoned"
+    reclaimed(deployment, source, tenant, _windows(b"the depot in Porto opens at"))
     with deployment.client(new) as client:
         assert sorted(texts_of(client, tenant)) == sorted(acknowledged)
         assert client.verify_integrity(tenant).valid
         assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
+
+
+@pytest.mark.parametrize("point", ["reclaim_linked", "reclaim_replaced"])
+def test_a_kill_while_the_tombstone_is_reclaimed_leaves_a_tombstone_that_redirects(
+    deployment: Deployment, point: str, tmp_path: Path
+) -> None:
+    old, new = ["m0", "m1"], ["m0", "m1", "m2"]
+    tenant = tenants_moving(old, new, 1, prefix="r")[0]
+    source, destination = owner_of(tenant, old), owner_of(tenant, new)
+    deployment.run(old)
+    with deployment.client(old) as client:
+        client.retain(tenant, f"the vault code is {SECRET}")
+    deployment.run(
+        new, previous=old, env={source: {"MNEMOSYNE_TEST_FAULTS": f"kill@{point}"}}, extra=["--no-forwarding"]
+    )
+    with open(tmp_path / "first.out", "w") as out:  # the source dies in the middle of the reclaim
+        assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 1
+    process = deployment.processes[source]
+    wait_until(lambda: process.process is not None and process.process.poll() is not None, 30)
+    needles = _windows(SECRET.encode())
+    assert _traces(process.data_dir, needles)  # the old data is still there: in the file, or beside it
+    # Killed before the replacement, the old tombstone (with its data) is left; after it, the
+    # reclaimed one, and the old data is overwritten at the start. Either way the source
+    # redirects, the destination serves, nothing is lost.
+    process.env = dict(ENV)
+    process.start(60, port=deployment.ports[source])
+    assert bool(_traces(process.data_dir, needles)) == (point == "reclaim_linked")
+    assert record(process, tenant)[MOVE_STEP_KEY] == "tombstoned"
+    assert [m for m in (source, destination) if served_by(deployment, m, tenant)] == [destination]
+    with deployment.client(old) as client:
+        assert texts_of(client, tenant) == [f"the vault code is {SECRET}"]
+    with open(tmp_path / "again.out", "w") as out:
+        assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+    reclaimed(deployment, source, tenant, needles)
+    assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
+
+
+def test_the_placements_a_member_remembers_are_bounded(tmp_path: Path) -> None:
+    """The placement of each tenant a member has a file of is remembered (read once, not on
+    every call), the most recently asked ones only: a forgotten one is read from its file again."""
+    membership = Membership.parse("m0", "m0=127.0.0.1:1,m1=127.0.0.1:2")
+    pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL", membership=membership, placements_remembered=3)
+    try:
+        tenants = [t for t in (f"p-{i}" for i in range(200)) if membership.owner(t) == "m0"][:8]
+        for tenant in tenants:
+            with pool.tenant(tenant, create=True):
+                pass
+        moved, arriving = tenants[0], tenants[1]
+        pool.record_move(moved, timeout=5, **{MOVE_STEP_KEY: "tombstoned", MOVE_PEER_KEY: "m1", EPOCH_KEY: "2"})
+        pool.record_move(arriving, timeout=5, **{MOVE_STEP_KEY: "inactive", MOVE_PEER_KEY: "m1", EPOCH_KEY: "3"})
+        for _ in range(2):  # the second time round, every one of them was forgotten and is read again
+            assert pool.placement(moved) == Placement("m1", moved_epoch=2)
+            assert pool.placement(arriving) == Placement("m0", pending_from="m1", pending_epoch=3)
+            for tenant in tenants[2:]:
+                assert pool.placement(tenant) == Placement("m0")
+                assert pool.placements_remembered <= 3
+        assert pool.placement("p-none") == Placement(membership.home("p-none"))  # no file: not remembered
+        assert pool.placements_remembered == 3
+    finally:
+        pool.close()
 
 
 class Writers:
@@ -282,7 +404,7 @@ class Writers:
     refusal while a tenant moves, or a redirect, is taken as a client would): sync and fast
     retains, and workspace compare-and-set updates at the generation each writer observed."""
 
-    def __init__(self, deployment: Deployment, lists: list[list[str]], tenants: list[str]) -> None:
+    def __init__(self, deployment: Deployment, lists: list[list[str] | str], tenants: list[str]) -> None:
         self.deployment, self.lists, self.tenants = deployment, lists, tenants
         self.acked: list[tuple[str, str, str, int]] = []  # tenant, text, request id, memory id (0: fast)
         self.events: list[tuple[str, int]] = []
@@ -304,10 +426,13 @@ class Writers:
                     raise
                 time.sleep(0.1)
 
-    def _write(self, number: int, ids: list[str]) -> None:
+    def _write(self, number: int, ids: list[str] | str) -> None:
+        """Writer ``number`` through a client with the member list ``ids`` (or to the address ``ids``)."""
         workspace = f"agent-{number}"
         try:
-            with self.deployment.client(ids, retries=3) as client:
+            with (
+                MemoryClient(ids, ADMIN, retries=3) if isinstance(ids, str) else self.deployment.client(ids, retries=3)
+            ) as client:
                 n = 0
                 while not self._stop.is_set():
                     tenant = self.tenants[n % len(self.tenants)]
@@ -381,15 +506,7 @@ def test_rebalance_from_three_to_four_members_and_back_under_a_write_load(
     writers.stop()
     deployment.run(three)
     with deployment.client(three) as client:
-        for tenant in tenants:
-            client.hot_path(tenant, "flush", 30)
-            texts = texts_of(client, tenant)
-            mine = [text for t, text, _, _ in writers.acked if t == tenant]
-            assert sorted(text for text in texts if text in set(mine)) == sorted(mine), tenant  # once each
-            report = client.verify_integrity(tenant)
-            assert report.valid, tenant
-        for tenant, event_id in writers.events:
-            assert client.get_event(tenant, event_id).status == "succeeded"
+        acknowledged_once(client, writers)
         for tenant, text, request_id, memory_id in writers.acked[:: max(1, len(writers.acked) // 20)]:
             again = client.retain(tenant, text, request_id=request_id)
             assert memory_id == 0 or again.memory_id == memory_id  # the request id still answers
@@ -403,3 +520,49 @@ def test_rebalance_from_three_to_four_members_and_back_under_a_write_load(
         owner = owner_of(tenant, three)
         assert record(deployment.processes[owner], tenant).get(HOLDER_KEY) == owner
     assert len(writers.acked) > 50 and writers.generations
+
+
+def acknowledged_once(client: MemoryClient, writers: Writers) -> None:
+    """Every write the writers had acknowledged is there, once; chains valid; events answer."""
+    for tenant in writers.tenants:
+        client.hot_path(tenant, "flush", 30)
+        texts = texts_of(client, tenant)
+        mine = [text for t, text, _, _ in writers.acked if t == tenant]
+        assert sorted(text for text in texts if text in set(mine)) == sorted(mine), tenant  # once each
+        assert client.verify_integrity(tenant).valid, tenant
+    for tenant, event_id in writers.events:
+        assert client.get_event(tenant, event_id).status == "succeeded"
+
+
+def test_a_stale_proxy_during_and_after_a_move_is_forwarded_never_served_by_the_old_owner(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    old, new = ["m0", "m1"], ["m0", "m1", "m2"]
+    deployment.run(old)
+    tenants = tenants_moving(old, new, 4, prefix="h")
+    with deployment.client(old) as client:
+        for tenant in tenants:
+            client.hot_path(tenant, "enable")
+    deployment.run(new, previous=old)
+    # HAProxy configured before the move: it knows the old members only, routes at random.
+    with haproxy(tmp_path, {m: deployment.ports[m] for m in old}) as (port, _http):
+        proxied = f"127.0.0.1:{port}"
+        writers = Writers(deployment, [proxied, proxied], tenants)
+        writers.start()
+        time.sleep(1.0)
+        with open(tmp_path / "rebalance.out", "w") as out:
+            assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
+        time.sleep(1.0)
+        writers.stop()
+        with MemoryClient(proxied, ADMIN) as client:
+            acknowledged_once(client, writers)
+    # What was acknowledged is on the destination: the old owner, tombstoned (and reclaimed: no
+    # data left), served none of it after its step 5.
+    with deployment.client(new) as client:
+        acknowledged_once(client, writers)
+    for tenant in tenants:
+        source, destination = owner_of(tenant, old), owner_of(tenant, new)
+        assert record(deployment.processes[destination], tenant)[MOVE_STEP_KEY] == "active"
+        assert record(deployment.processes[source], tenant)[MOVE_RECLAIMED_KEY] == "1"
+        assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
+    assert len(writers.acked) > 20

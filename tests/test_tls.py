@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
+import os
 import socket
 import ssl
 import subprocess
@@ -22,7 +23,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
-from tests.support import ServerProcess
+from mnemosyne.server_process import _free_port
+from tests.support import ServerProcess, tokens_json
 
 NAME_OVERRIDE = [("grpc.ssl_target_name_override", "localhost")]
 
@@ -215,3 +217,34 @@ def test_tls_configuration_errors_are_clear(tmp_path: Path, pki: Pki) -> None:
     )
     assert result.returncode == 2
     assert "--tls-key" in result.stderr
+
+
+def test_rebalance_speaks_tls_to_the_members(pki: Pki, tmp_path: Path) -> None:
+    """`mnemosyne rebalance --tls-ca ... --tls-server-name ...` asks the members over TLS (a member
+    list of one: it lists the member's tenants and finds nothing to move); without TLS it cannot."""
+    port = _free_port()
+    members = f"m0=127.0.0.1:{port}"
+    server = ServerProcess(tmp_path / "m0", health_credentials=pki.credentials())
+    server.args = ["--member", "m0", "--members", members]
+    server.env = {
+        "MNEMOSYNE_TLS_CERT": str(pki.server.cert),
+        "MNEMOSYNE_TLS_KEY": str(pki.server.key),
+        "MNEMOSYNE_TOKENS": tokens_json({"admin-token": ["*"]}),
+    }
+    server.start(60, port=port)
+    try:
+        with MemoryClient(server.target, "admin-token", credentials=pki.credentials(), options=NAME_OVERRIDE) as c:
+            c.retain("acme", "the courier comes on Tuesdays")
+
+        def run(*flags: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "mnemosyne.cli", "rebalance", "--from", members, "--to", members, *flags]
+            env = {**os.environ, "MNEMOSYNE_TOKEN": "admin-token"}
+            return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+        over_tls = run("--tls-ca", str(pki.ca.cert), "--tls-server-name", "localhost")
+        assert over_tls.returncode == 0, over_tls.stdout + over_tls.stderr
+        assert "0 tenants held elsewhere" in over_tls.stdout
+        plaintext = run()
+        assert plaintext.returncode == 1 and "could not be asked" in plaintext.stdout, plaintext.stdout
+    finally:
+        server.stop()

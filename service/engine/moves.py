@@ -13,6 +13,8 @@ On the source (the member holding the file), in order:
    destination (NOT_OWNER naming it) — the old owner never serves the tenant again;
 6. ``activated``: the destination's file records ``active`` and it serves the tenant.
 
+Then the source's tombstone is reclaimed (``reclaim``): its file keeps only what redirects.
+
 The record is in the tenant file itself, not in a journal beside it: it moves, is backed up and
 is removed with the file, it is read by the same open that checks the holder, and a step and its
 record are one SQLite transaction. Each step is idempotent; ``plan`` says where a move stands,
@@ -152,6 +154,12 @@ class Moves:
         )
         self._hot_path.forget_tenant(plan.tenant)
 
+    def reclaim(self, plan: MovePlan) -> bool:
+        """After step 6 (the destination answered it active): the tombstone keeps only what it
+        needs to redirect, the tenant's data goes (store/pool.py ``reclaim``). False when it was
+        reclaimed already."""
+        return self._pool.reclaim(plan.tenant, timeout=STEP_WAIT_SECONDS)
+
     # -- the destination ----------------------------------------------------------------------------
 
     def receive(self, tenant: str, copy: TenantCopy, *, source: str, epoch: int) -> TenantImport:
@@ -165,9 +173,11 @@ class Moves:
             )
         return self._imports.begin(tenant, copy, replace=False, move=(source, epoch))
 
-    def activate(self, tenant: str, epoch: int, head_hash: str) -> bool:
+    def activate(self, tenant: str, epoch: int, head_hash: str | None) -> bool:
         """Step 6: the tenant imported inactive at ``epoch`` is served here. False when it was
-        active already (at that epoch)."""
+        active already (at that epoch). ``head_hash``: the chain's head as the source exported it,
+        compared again (None: the destination finishing the move by itself, once the source
+        showed its tombstone at ``epoch``; the head was compared at the import)."""
         validate_tenant(tenant)
         record = self._pool.move_record(tenant)
         step, at = record.get(MOVE_STEP_KEY), int(record.get(EPOCH_KEY, "0") or 0)
@@ -181,7 +191,7 @@ class Moves:
             )
         with read_file(self._pool.path_for(tenant)) as txn:
             _seq, head = txn.ledger_head()
-        if head != head_hash:
+        if head_hash is not None and head != head_hash:
             raise DataLoss(
                 f"tenant {tenant}'s imported chain ends at {head[:12]}…, not {head_hash[:12]}…",
                 reason="MOVE_HEAD_MISMATCH",

@@ -39,12 +39,17 @@ MOVE_STEP_KEY = "move_step"
 MOVE_PEER_KEY = "move_peer"  # the source: its destination; the destination: its source
 MOVE_EPOCH_KEY = "move_epoch"
 MOVE_HEAD_KEY = "move_head_hash"  # the head hash of the audit chain the source exported
+# A tombstone whose move completed, reclaimed (store/pool.py ``reclaim``): its file keeps only the
+# keys above (what it needs to redirect), the tenant's data is gone.
+MOVE_RECLAIMED_KEY = "move_reclaimed"
+MOVE_KEYS = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
 SOURCE_STEPS = ("fenced", "flushed", "exported", "imported", "tombstoned")
 FENCED_STEPS = frozenset(SOURCE_STEPS[:4])  # writes refused, reads served
 TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the destination
 INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
 ACTIVE = "active"
 TENANT_MOVING = "TENANT_MOVING"
+MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 MOVE_RETRY_SECONDS = 0.5
 
 
@@ -133,12 +138,18 @@ class Membership:
         """The member list as ``--members`` takes it (clients take it too)."""
         return ",".join(f"{member}={self.addresses[member]}" for member in self.ids)
 
-    def not_owner(self, tenant: str, owner: str, why: str) -> FailedPrecondition:
-        """The refusal of a call for a tenant this member does not hold: a redirect to ``owner``."""
+    def not_owner(self, tenant: str, owner: str, why: str, *, moved_epoch: int = 0) -> FailedPrecondition:
+        """The refusal of a call for a tenant this member does not hold: a redirect to ``owner``.
+        ``moved_epoch``: the refusal of a move's tombstone here (``owner`` its destination), which
+        says the epoch it moved at (``moved_at_epoch``: the destination's proof that the source
+        no longer serves it, engine/moves.py ``activate``)."""
+        metadata = {"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()}
+        if moved_epoch:
+            metadata[MOVED_AT_EPOCH] = str(moved_epoch)
         return FailedPrecondition(
             f"tenant {tenant} is owned by member {owner} ({self.addresses.get(owner, '?')}), not {self.me}: {why}",
             reason=NOT_OWNER,
-            metadata={"owner": owner, "owner_address": self.addresses.get(owner, ""), "members": self.describe()},
+            metadata=metadata,
         )
 
     def check_home(self, tenant: str) -> None:

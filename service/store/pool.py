@@ -28,12 +28,14 @@ import logging
 import os
 import re
 import resource
+import signal
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
@@ -49,7 +51,9 @@ from mnemosyne.store.membership import (
     INACTIVE,
     MOVE_EPOCH_KEY,
     MOVE_HEAD_KEY,
+    MOVE_KEYS,
     MOVE_PEER_KEY,
+    MOVE_RECLAIMED_KEY,
     MOVE_STEP_KEY,
     TENANT_MOVING,
     TOMBSTONED,
@@ -65,11 +69,18 @@ SECRET_FILE_NAME = ".mnemosyne.secret"  # the key of page tokens that span tenan
 INBOX_DIR_NAME = "inbox"
 INBOX_FILE_SUFFIX = ".inbox.sqlite"
 NEW_FILE_PREFIX = ".new-"
+# Beside a reclaimed tombstone (``reclaim``): ``tenant_ids`` leaves it out (it only redirects).
+RECLAIMED_SUFFIX = ".moved"
+# The name the data of a tombstone being reclaimed keeps until it is overwritten and removed.
+RECLAIMING_MARK = ".reclaiming."
 # File descriptors one open tenant holds in the common case: its writer's database and WAL, the
 # shared-memory file, one pooled reader's database and WAL, and its hot-path inbox's three.
 FILES_PER_OPEN_TENANT = 8
 # Descriptors kept free for everything else: sockets, the recovery index, logs, libraries.
 RESERVED_FILES = 128
+# How many tenants' placements (``TenantPool.placement``) are remembered; the least recently
+# asked are forgotten beyond it (and read from their file again when asked).
+PLACEMENTS_REMEMBERED = 65536
 
 log = logging.getLogger("mnemosyne.store")
 
@@ -122,6 +133,16 @@ class DataDirLock:
             self._fd = None
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a tenant is served as this member knows it (``TenantPool.placement``)."""
+
+    where: str  # the member that serves it
+    moved_epoch: int = 0  # a move's tombstone here: the epoch it moved at (``where`` is its destination)
+    pending_from: str = ""  # a copy a move brought here, not active yet: its source ...
+    pending_epoch: int = 0  # ... and the epoch it is to be activated at
+
+
 class _Entry:
     __slots__ = ("store", "users")
 
@@ -154,6 +175,22 @@ def _server_secret(path: Path) -> bytes:
         return bytes.fromhex(path.read_text().strip())
 
 
+def _shred(path: Path) -> None:
+    """Overwrite a file with zeros, sync it, and remove it (nothing when there is none)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        size, block = os.fstat(fd).st_size, bytes(1 << 20)
+        for offset in range(0, size, len(block)):
+            os.pwrite(fd, block[: min(len(block), size - offset)], offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)
+
+
 def _modified(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -161,8 +198,9 @@ def _modified(path: Path) -> float:
         return 0.0
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    """Sync a file, or a directory (its entries)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -179,6 +217,7 @@ class TenantPool:
         max_readers: int = 4,
         faults: frozenset[str] = frozenset(),
         membership: Membership | None = None,
+        placements_remembered: int = PLACEMENTS_REMEMBERED,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
@@ -187,7 +226,7 @@ class TenantPool:
         self.tenants_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(self.data_dir)
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
-            _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+            self._remove_leftover(leftover)
         self._remove_orphan_inboxes()
         self.locks = LockManager()
         self.max_open = open_tenant_budget(max_open)
@@ -207,9 +246,10 @@ class TenantPool:
         # With members (store/membership.py), a tenant is opened only by its owner, and only from
         # a file naming this member at the current epoch; None: one server holds every tenant.
         self.membership = membership
-        # tenant -> the member its file says serves it (``locate``), for the files read so far
-        self._placements: dict[str, str] = {}
-        self._tombstones: dict[str, str] = {}  # ... those of them a move's tombstone redirects
+        # tenant -> where its file says it is served (``placement``), for the files read most
+        # recently (at most ``placements_remembered``)
+        self._placements: OrderedDict[str, Placement] = OrderedDict()
+        self._placements_remembered = max(1, placements_remembered)
         self._open: OrderedDict[str, _Entry] = OrderedDict()
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         # tenant -> (what is done to it, the refusal's reason) while its files are removed or
@@ -237,6 +277,20 @@ class TenantPool:
             ):
                 path.unlink(missing_ok=True)
 
+    def _remove_leftover(self, leftover: Path) -> None:
+        """A file a process killed midway left under a temporary name: a first write's (removed),
+        or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
+        tombstone itself: killed before its replacement, it is a second name of that file)."""
+        if RECLAIMING_MARK in leftover.name and leftover.exists():
+            tenant = leftover.name[len(NEW_FILE_PREFIX) :].partition(RECLAIMING_MARK)[0]
+            path = self.tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"
+            if path.exists() and os.path.samefile(path, leftover):
+                leftover.unlink()
+            else:
+                _shred(leftover)
+            return
+        _remove_files(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
 
@@ -247,11 +301,13 @@ class TenantPool:
         return self.path_for(tenant).exists()
 
     def tenant_ids(self) -> list[str]:
-        """Tenant ids that have a file, in lexical order."""
+        """Tenant ids that have a file, in lexical order (not the reclaimed tombstones of tenants
+        moved away: ``reclaim``)."""
+        reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in self.tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
         names = []
         for path in self.tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"):
             name = path.name[: -len(TENANT_FILE_SUFFIX)]
-            if TENANT_ID_PATTERN.fullmatch(name):
+            if TENANT_ID_PATTERN.fullmatch(name) and name not in reclaimed:
                 names.append(name)
         return sorted(names)
 
@@ -349,13 +405,9 @@ class TenantPool:
                     raise ResourceExhausted(
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
-                fd = os.open(temporary, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync(temporary)
                 os.rename(temporary, path)
-                _fsync_directory(self.tenants_dir)
+                _fsync(self.tenants_dir)
             except BaseException:
                 store.close()
                 _remove_files(temporary)
@@ -414,7 +466,7 @@ class TenantPool:
             step, peer = txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY) or ""
         membership = self.membership
         if step == TOMBSTONED:
-            raise membership.not_owner(tenant, peer, "it moved there")
+            raise membership.not_owner(tenant, peer, "it moved there", moved_epoch=epoch)
         if step == INACTIVE:
             raise moving(tenant, f"it is being moved here from member {peer}")
         if holder is None and membership.home(tenant) != membership.me:
@@ -442,45 +494,52 @@ class TenantPool:
 
     # -- moves (engine/moves.py) -------------------------------------------------------------------
 
-    def locate(self, tenant: str) -> str:
-        """The member that serves ``tenant`` as this member knows it: where its file here says
-        (this member; a tombstone's destination; a file without a holder: its home), or, without
-        a file, its home (``Membership.home``). Read once per file, then remembered until a move,
-        an import or an erasure changes it."""
-        assert self.membership is not None
-        where = self._placements.get(tenant)
-        if where is not None:
-            return where
+    def placement(self, tenant: str) -> Placement:
+        """Where ``tenant`` is served as this member knows it: where its file here says (this
+        member; a tombstone's destination; a file without a holder: its home), or, without a
+        file, its home (``Membership.home``). Read once per file, then remembered (the most
+        recently asked ``placements_remembered``) until a move, an import or an erasure changes it."""
+        membership = self.membership
+        assert membership is not None
+        with self._guard:
+            known = self._placements.get(tenant)
+            if known is not None:
+                self._placements.move_to_end(tenant)
+                return known
         path = self.path_for(tenant)
         if not path.exists():
-            return self.membership.home(tenant)
+            return Placement(membership.home(tenant))
         try:
             with self.glance(tenant) as txn:
                 holder, step, peer = txn.meta(HOLDER_KEY), txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY)
-        except (DataLoss, apsw.Error):
-            return self.membership.me  # the open here says what is wrong with it
+                epoch = int(txn.meta(EPOCH_KEY, "0") or 0)
+        except (DataLoss, apsw.Error, ValueError):
+            return Placement(membership.me)  # the open here says what is wrong with it
         if step == TOMBSTONED and peer:
-            where = peer
-            with self._guard:
-                self._tombstones[tenant] = peer
+            placed = Placement(peer, moved_epoch=epoch)
         elif holder is None:
-            where = self.membership.home(tenant)
+            placed = Placement(membership.home(tenant))
+        elif step == INACTIVE and peer:
+            placed = Placement(membership.me, pending_from=peer, pending_epoch=epoch)
         else:
-            where = self.membership.me
+            placed = Placement(membership.me)
         with self._guard:
-            self._placements[tenant] = where
-        return where
+            self._placements[tenant] = placed
+            while len(self._placements) > self._placements_remembered:
+                self._placements.popitem(last=False)
+        return placed
 
-    def moved_to(self, tenant: str) -> str | None:
-        """The destination a tombstone here names (after ``locate`` read it), else None."""
-        return self._tombstones.get(tenant)
+    @property
+    def placements_remembered(self) -> int:
+        with self._guard:
+            return len(self._placements)
 
     def served_here(self, tenant: str) -> bool:
         """Whether this member serves the tenant whose file it has (not a tombstone of a move
         away, nor a copy moved here not yet active): what its backups and aggregates cover."""
         if self.membership is None:
             return True
-        if self.locate(tenant) != self.membership.me:
+        if self.placement(tenant).where != self.membership.me:
             return False
         return self.move_record(tenant).get(MOVE_STEP_KEY) != INACTIVE
 
@@ -624,7 +683,6 @@ class TenantPool:
                     self._closed_off.pop(tenant, None)
                     self._damaged.pop(tenant, None)
                     self._placements.pop(tenant, None)
-                    self._tombstones.pop(tenant, None)
 
     def _remove_tenant_files(self, tenant: str) -> None:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
@@ -634,11 +692,81 @@ class TenantPool:
         for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
             for suffix in ("-wal", "-shm", "-journal", ""):
                 Path(f"{base}{suffix}").unlink(missing_ok=True)
+        self._reclaimed_mark(tenant).unlink(missing_ok=True)
+
+    def _reclaimed_mark(self, tenant: str) -> Path:
+        return self.tenants_dir / f"{validate_tenant(tenant)}{RECLAIMED_SUFFIX}"
+
+    def reclaim(self, tenant: str, *, timeout: float) -> bool:
+        """After a move away completed (its destination active), keep of the tenant's file here
+        only what its tombstone needs to redirect (``MOVE_KEYS``): a new file holding those keys
+        replaces it, the old one's bytes (and its inbox's) are overwritten with zeros and
+        removed, and a mark beside it keeps it out of ``tenant_ids``. False when it was reclaimed
+        already. A kill at any point leaves the old tombstone or the new one, both redirecting
+        (a leftover of the old data is overwritten at the next start: ``_remove_leftover``)."""
+        path = self.path_for(tenant)
+        with self._closed_for(tenant, doing="reclaimed", reason=TENANT_MOVING, timeout=timeout):
+            if not path.exists():
+                raise NotFound(f"tenant {tenant} has no file on this member", reason="TENANT_NOT_FOUND")
+            with read_file(path) as txn:
+                record = {key: value for key in MOVE_KEYS if (value := txn.meta(key)) is not None}
+            if record.get(MOVE_STEP_KEY) != TOMBSTONED:
+                raise FailedPrecondition(
+                    f"tenant {tenant} is not a tombstone here ({record.get(MOVE_STEP_KEY) or ACTIVE}): only the "
+                    "file of a tenant moved away is reclaimed",
+                    reason="MOVE_NOT_TOMBSTONED",
+                )
+            if record.get(MOVE_RECLAIMED_KEY):
+                self._reclaimed_mark(tenant).touch()
+                return False
+            mark = f"{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}"
+            replacement = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{mark}")
+            old = path.with_name(f"{NEW_FILE_PREFIX}{tenant}{RECLAIMING_MARK}{mark}")
+            try:
+                store = TenantStore(replacement, write_lock=threading.Lock(), synchronous=self._synchronous)
+                try:
+                    with store.write(internal=True) as txn:
+                        for key, value in {**record, MOVE_RECLAIMED_KEY: "1"}.items():
+                            txn.set_meta(key, value)
+                finally:
+                    store.close()
+                _fsync(replacement)
+                # The old file's WAL goes into it (and away), so the old data is one file.
+                connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+                try:
+                    connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+                except apsw.BusyError:
+                    raise Unavailable(
+                        f"tenant {tenant}'s tombstone is being read; it was not reclaimed, retry", reason="TENANT_BUSY"
+                    ) from None
+                finally:
+                    connection.close()
+                os.link(path, old)
+                self._fault("reclaim_linked")
+                for suffix in ("-wal", "-shm", "-journal"):
+                    _shred(Path(f"{path}{suffix}"))
+                os.replace(replacement, path)
+                _fsync(self.tenants_dir)
+            except BaseException:
+                _remove_files(replacement)
+                raise
+            self._fault("reclaim_replaced")
+            _shred(old)
+            for suffix in ("-wal", "-shm", "-journal", ""):
+                _shred(Path(f"{self.inbox_path_for(tenant)}{suffix}"))
+            self._reclaimed_mark(tenant).touch()
+            self._fsync_directories()
+        return True
+
+    def _fault(self, name: str) -> None:
+        """Test seam (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there."""
+        if f"kill@{name}" in self._faults:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _fsync_directories(self) -> None:
         for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
             if directory.exists():
-                _fsync_directory(directory)
+                _fsync(directory)
 
     def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
         """Remove every file of a tenant: its database (with its WAL and shared memory) and its

@@ -64,6 +64,8 @@ class Call:
         # (the edge forwards the call there: transport/forwarding.py).
         self.method = ""
         self.forward_to: str | None = None
+        # Set by the edge: the tenant's file here is a copy a move brought, not active yet.
+        self.move_pending = False
         # Set by gRPC's edge: the response may be the owner's serialized bytes (HTTP needs messages).
         self.answers_bytes = False
 

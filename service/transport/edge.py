@@ -141,9 +141,13 @@ class Edge:
         max_request_bytes: int,
         recorder: telemetry.Recorder,
         forwarder: Forwarder | None = None,
+        finish_move: Callable[[Call], Awaitable[None]] | None = None,
     ) -> None:
         self._authenticator = authenticator
         self.forwarder = forwarder
+        # A call for a tenant a move brought here, not active yet, first lets the move finish
+        # itself (transport/moves.py ``MoveDriver.finish``).
+        self._finish_move = finish_move
         self._admission = admission
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
@@ -164,11 +168,12 @@ class Edge:
                 if hasattr(request, "tenant"):
                     principal.check_tenant(request.tenant)
             tenant = getattr(request, "tenant", SERVER)
-            forward_to = None
+            forward_to, pending = None, False
             if self.forwarder is not None:
                 self.forwarder.arrived_by_hop(metadata)
                 if tenant != SERVER and method not in MEMBER_LOCAL_METHODS and not getattr(request, "move_epoch", 0):
                     forward_to = self.forwarder.owner_elsewhere(tenant, metadata)
+                    pending = forward_to is None and bool(self.forwarder.placement(tenant).pending_from)
         except BaseException:
             self._admission.leave()
             raise
@@ -180,8 +185,12 @@ class Edge:
             principal=principal.name if principal is not None else "",
             reaches=principal.tenants if principal is not None else frozenset({"*"}),
         )
-        call.method, call.forward_to = method, forward_to
+        call.method, call.forward_to, call.move_pending = method, forward_to, pending
         return call
+
+    async def _settle(self, call: Call) -> None:
+        if call.move_pending and self._finish_move is not None:
+            await self._finish_move(call)
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         """The caller of an ``authorization`` value (None when the server checks no tokens);
@@ -193,6 +202,7 @@ class Edge:
         member owns is forwarded there (on the event loop: the owner's admission counts its work)."""
         admission = self._admission
         try:
+            await self._settle(call)
             if call.forward_to is not None and self.forwarder is not None:
                 return await self.forwarder.unary(call.forward_to, call.method, request, call)
             if kind is Kind.BLOCKING:
@@ -212,6 +222,7 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
+                await self._settle(call)
                 messages = (
                     self.forwarder.stream(call.forward_to, call.method, request, call)
                     if call.forward_to is not None and self.forwarder is not None
@@ -229,6 +240,7 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
+                await self._settle(call)
                 if call.forward_to is not None and self.forwarder is not None:
                     return await self.forwarder.client_stream(call.forward_to, call.method, messages, call)
                 return await implementation(messages, call)

@@ -37,6 +37,7 @@ from google.rpc import error_details_pb2, status_pb2
 from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.store.membership import Membership
+from mnemosyne.store.pool import Placement
 from mnemosyne.transport.call import Call
 
 ROUTE_KEY = "x-mnemosyne-route"
@@ -73,6 +74,12 @@ class Relayed(Exception):
         self.status = status
         self.reason = reason
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The ErrorInfo metadata of the owner's refusal ({} without one)."""
+        info = next((info for info in map(_error_info, self.status.details) if info is not None), None)
+        return dict(info.metadata) if info is not None else {}
+
 
 def _pass_on(metadata: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The caller's metadata the owner needs: its token, request id and ``mnemosyne-*`` keys
@@ -98,14 +105,12 @@ class Forwarder:
         key: str,
         metrics: ServerMetrics | None,
         credentials: grpc.ChannelCredentials | None = None,
-        locate: Callable[[str], str] | None = None,
-        moved_to: Callable[[str], str | None] | None = None,
+        placement: Callable[[str], Placement] | None = None,
     ) -> None:
         self.membership = membership
-        # Where a tenant is served as this member knows it (store/pool.py ``locate``: its file
+        # Where a tenant is served as this member knows it (store/pool.py ``placement``: its file
         # here, or its home); None: by the hash alone.
-        self._locate = locate or membership.owner
-        self._moved_to = moved_to or (lambda tenant: None)  # a move's tombstone here: its destination
+        self.placement = placement or (lambda tenant: Placement(membership.owner(tenant)))
         self.enabled = enabled
         self._key = key
         self._metrics = metrics
@@ -131,12 +136,13 @@ class Forwarder:
         NOT_OWNER for a tenant served elsewhere when the call is routed here by a stale list or
         by a hop, or forwarding is off."""
         membership = self.membership
-        owner = self._locate(tenant)
+        placed = self.placement(tenant)
+        owner = placed.where
         if owner == membership.me:
             return None
         routed_here = self.routed_here(metadata)
         hopped = self._hopped(metadata)
-        if hopped and self.enabled and self._moved_to(tenant) == owner and not self._came_from(metadata, owner):
+        if hopped and self.enabled and placed.moved_epoch and not self._came_from(metadata, owner):
             # A tombstone here, and a call another member sent here (its home for the tenant
             # during a rebalance): on to the destination, which has the tenant's file and never
             # forwards a call for it — one hop more, at most. A client's call is refused
@@ -154,6 +160,7 @@ class Forwarder:
                 "your member list is out of date (the refusal carries the current one)"
                 if routed_here
                 else "this member does not forward (--no-forwarding)",
+                moved_epoch=placed.moved_epoch,
             )
         return owner
 

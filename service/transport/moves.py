@@ -6,6 +6,16 @@ caller's behalf (its admin token, routed to the destination): the import (step 4
 chunks streamed as an ImportTenant carrying ``move_epoch``) and the activation (step 6). A call
 asked again after any interruption starts from the step after the last one recorded.
 
+A move killed between its steps 5 and 6 finishes itself (``finish``): a call that reaches the
+destination's inactive copy (from a client, or sent on by the tombstone) first asks the source,
+with the call's own credentials, a read of the tenant (HotPathService.Status, routed to the source
+by the member hop). Only a source whose tombstone names this member at the copy's epoch refuses it
+``NOT_OWNER`` with ``moved_at_epoch``: then this member activates the copy (step 6, as
+ActivateTenant does; idempotent) and serves the call. Any other answer (the source still fenced
+serves the read; unreachable; another epoch) leaves the copy inactive and the call refused
+UNAVAILABLE TENANT_MOVING, as before. So the destination never serves while the source may: the
+source's tombstone is durable and the source never serves the tenant again.
+
 Test seam: ``MNEMOSYNE_TEST_MOVE_HOLD_AFTER=STEP`` holds the first move of the process after that
 step (the call waits until it is cancelled or the process killed), so a test can kill any member
 or the rebalancer exactly there.
@@ -19,14 +29,18 @@ from collections.abc import AsyncIterator
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.moves import STEPS, MovePlan
-from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
+from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.forwarding import Forwarder
-from mnemosyne.v1 import admin_pb2
+from mnemosyne.transport.forwarding import Forwarder, Relayed
+from mnemosyne.v1 import admin_pb2, hot_path_pb2
 
 IMPORT_METHOD = "/mnemosyne.v1.AdminService/ImportTenant"
 ACTIVATE_METHOD = "/mnemosyne.v1.AdminService/ActivateTenant"
+# The read a destination asks of the source to see its tombstone, and how long it waits for it.
+PROBE_METHOD = "/mnemosyne.v1.HotPathService/Status"
+PROBE_SECONDS = 5.0
 # How long the destination may take to install the tenant (its import), and to activate it.
 IMPORT_SECONDS = 3600.0
 ACTIVATE_SECONDS = 60.0
@@ -41,6 +55,7 @@ class MoveDriver:
         self._engine = engine
         self._forwarder = forwarder
         self._hold_after = hold_after
+        self._finishing: dict[str, asyncio.Lock] = {}  # tenant -> one probe of its source at a time
 
     async def _step_done(self, plan: MovePlan, step: str, steps: list[str]) -> None:
         steps.append(step)
@@ -107,6 +122,8 @@ class MoveDriver:
         )
         if activated.activated:
             await self._step_done(plan, "activated", steps)
+        if await call.run(moves.reclaim, plan):
+            steps.append("reclaimed")
         return admin_pb2.MoveTenantResponse(
             tenant=plan.tenant,
             source=forwarder.membership.me,
@@ -121,3 +138,47 @@ class MoveDriver:
     async def activate(self, request: admin_pb2.ActivateTenantRequest, call: Call) -> admin_pb2.ActivateTenantResponse:
         activated = await call.run(self._engine.moves.activate, request.tenant, int(request.epoch), request.head_hash)
         return admin_pb2.ActivateTenantResponse(tenant=request.tenant, epoch=request.epoch, activated=activated)
+
+    async def finish(self, call: Call) -> None:
+        """A call reached the copy of a tenant a move brought here, not active yet: activate it
+        if its source shows its tombstone at the copy's epoch (the module's docstring)."""
+        forwarder, pool, tenant = self._forwarder, self._engine.pool, call.tenant
+        if forwarder is None:
+            return
+        lock = self._finishing.setdefault(tenant, asyncio.Lock())
+        try:
+            async with lock:
+                placed = pool.placement(tenant)
+                if not placed.pending_from:
+                    return  # activated meanwhile
+                try:
+                    await forwarder.ask_member(
+                        placed.pending_from,
+                        PROBE_METHOD,
+                        "unary_unary",
+                        hot_path_pb2.HotPathRequest(tenant=tenant),
+                        call,
+                        PROBE_SECONDS,
+                    )
+                    return  # served there: the source is not tombstoned (yet)
+                except Relayed as refused:
+                    shown = refused.metadata
+                    if not (
+                        refused.reason == NOT_OWNER
+                        and shown.get("owner") == forwarder.membership.me
+                        and shown.get(MOVED_AT_EPOCH) == str(placed.pending_epoch)
+                    ):
+                        return
+                except MnemosyneError:
+                    return  # the source cannot be asked: the copy stays inactive, the caller retries
+                if await call.run(self._engine.moves.activate, tenant, placed.pending_epoch, None):
+                    log.warning(
+                        "tenant %s: move from %s finished here (activated at epoch %d: its source's tombstone "
+                        "names this member)",
+                        tenant,
+                        placed.pending_from,
+                        placed.pending_epoch,
+                    )
+        finally:
+            if not lock.locked():
+                self._finishing.pop(tenant, None)

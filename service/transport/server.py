@@ -242,8 +242,7 @@ def _forwarder(
         key=member_key(membership, authenticator.token_hashes if authenticator is not None else []),
         metrics=metrics,
         credentials=credentials,
-        locate=engine.pool.locate,
-        moved_to=engine.pool.moved_to,
+        placement=engine.pool.placement,
     )
 
 
@@ -368,12 +367,14 @@ async def start_server(config: ServerConfig) -> RunningServer:
     try:
         server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
         forwarder = _forwarder(config, authenticator, metrics, engine)
+        mover = MoveDriver(engine, forwarder, hold_after=config.test_move_hold_after)
         edge = Edge(
             authenticator,
             admission,
             max_request_bytes=config.engine.limits.max_request_bytes,
             recorder=Recorder(metrics),
             forwarder=forwarder,
+            finish_move=mover.finish,
         )
         servicers = {
             "MemoryService": MemoryServicer(engine),
@@ -383,7 +384,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
             "AdminService": AdminServicer(
                 engine,
                 FanOut(forwarder) if forwarder is not None else None,
-                MoveDriver(engine, forwarder, hold_after=config.test_move_hold_after),
+                mover,
             ),
         }
         server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
