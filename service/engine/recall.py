@@ -221,7 +221,7 @@ def fuse(
     text_weight: float,
     feedback: float,
     limit: int,
-    neighbours_of: Callable[[list[int]], list[tuple[int, int]]] | None = None,
+    neighbours_of: Callable[[np.ndarray], np.ndarray] | None = None,
     neighbour_weight: float = 0.0,
     window_weight: float = 0.0,
 ) -> Sequence[Candidate]:
@@ -230,7 +230,7 @@ def fuse(
     ``scores`` holds the cosine of every row (None when the vector path is off); ``vectors`` holds
     every row's vector (row-major: feedback reads whole candidate vectors); ``ids`` is sorted
     ascending, so a BM25 hit's row is found by binary search. With ``neighbours_of`` (memory ids
-    -> (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH candidates' neighbours
+    -> an (n, 2) array of (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH candidates' neighbours
     join the candidates and lend them part of their score (``with_neighbours``), and with
     ``window_weight`` their context windows are scored too (``window_cosine``). The best
     ``limit``, best first, ties by lower id.
@@ -276,7 +276,7 @@ def fuse(
             fused = text_weight * bm25 / top_relevance + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
     if neighbours_of is not None and (neighbour_weight > 0 or window_weight > 0) and len(rows):
         head = rows[np.argsort(-np.where(np.isfinite(cosine), fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
-        pairs = np.array(neighbours_of(ids[head].tolist()), dtype=np.int64).reshape(-1, 2)
+        pairs = neighbours_of(ids[head])
         pair_rows = np.searchsorted(ids, pairs)
         present = np.flatnonzero(np.all(pair_rows < len(ids), axis=1))
         pair_rows = pair_rows[present[np.all(ids[pair_rows[present]] == pairs[present], axis=1)]]
@@ -434,7 +434,7 @@ class Recall:
                     text_weight=self.embedder.text_weight,
                     feedback=self.embedder.feedback,
                     limit=2 * depth,
-                    neighbours_of=txn.thread_neighbours,
+                    neighbours_of=index.thread_neighbours,
                     neighbour_weight=self.neighbour_weight,
                     window_weight=self.window_weight,
                 )

@@ -845,6 +845,17 @@ class ReadTxn(OplogReads):
             )
         )
 
+    def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int]]:
+        """(id, thread id, thread position) of the rows ``embeddings_after`` returns, alike."""
+        return list(
+            self.connection.execute(
+                "SELECT m.id, m.thread_id, coalesce(m.thread_position, 0) FROM embeddings e "
+                "JOIN memories m ON m.id = e.memory_id "
+                "WHERE e.memory_id > ? AND e.memory_id <= ? AND m.forgotten_at IS NULL ORDER BY e.memory_id",
+                (after_id, up_to_id),
+            )
+        )
+
     # -- integrity ------------------------------------------------------------------------------
 
     def audit(self) -> ledger.Verdict:
