@@ -29,7 +29,7 @@ import datetime
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def match_expression(terms: Sequence[str], *, operator: str = "OR") -> str | Non
     return f" {operator} ".join('"' + t + '"' for t in terms) if terms else None
 
 
-def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> list[tuple[int, float]]:
+def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> TextRanking:
     """FTS5's hits re-weighted from its fixed length normalisation (b = 0.75) to ``b``, best first.
 
     BM25 divides a term's weight by ``tf + k1 * (1 - b + b * length / mean length)``. FTS5 fixes
@@ -108,20 +108,20 @@ def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> list[tu
     ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (a loop
     over at most the search depth, never over all memories). A row of unknown length is left as is.
     """
+    ids = np.array(text.ids, dtype=np.int64)
+    relevance = np.array(text.relevance, dtype=np.float64)
     average = text.average_length
-    if average <= 0 or b == FTS5_B:
-        return list(text.hits)
-    rescored = []
-    for (memory_id, relevance), length in zip(text.hits, text.lengths):
-        if length > 0:
-            ratio = length / average
-            relevance *= (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
-        rescored.append((memory_id, relevance))
-    rescored.sort(key=lambda hit: -hit[1])
-    return rescored
+    if average <= 0 or b == FTS5_B or not len(ids):
+        return TextRanking(ids, relevance)
+    lengths = np.array(text.lengths, dtype=np.float64)
+    ratio = lengths / average
+    factor = (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
+    relevance = np.where(lengths > 0, relevance * factor, relevance)
+    order = np.argsort(-relevance, kind="stable")
+    return TextRanking(ids[order], relevance[order])
 
 
-def coordinate(any_hits: Sequence[tuple[int, float]], all_hits: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
     """Rank the memories holding EVERY query term above those holding only some.
 
     FTS5's BM25 gives a term found in more than half of the memories no weight at all (its IDF is
@@ -130,12 +130,21 @@ def coordinate(any_hits: Sequence[tuple[int, float]], all_hits: Sequence[tuple[i
     any-term relevance restores coordination (as Lucene's coord factor did) without touching
     BM25's order within each group.
     """
-    if not all_hits:
-        return list(any_hits)
-    lift = max((r for _, r in any_hits), default=0.0)
-    lifted = [(memory_id, relevance + lift) for memory_id, relevance in all_hits]
-    seen = {memory_id for memory_id, _ in all_hits}
-    return lifted + [(m, r) for m, r in any_hits if m not in seen]
+    if not len(all_hits.ids):
+        return any_hits
+    lift = float(any_hits.relevance.max()) if len(any_hits.ids) else 0.0
+    rest = ~np.isin(any_hits.ids, all_hits.ids)
+    return TextRanking(
+        np.concatenate([all_hits.ids, any_hits.ids[rest]]),
+        np.concatenate([all_hits.relevance + lift, any_hits.relevance[rest]]),
+    )
+
+
+class TextRanking(NamedTuple):
+    """Full-text hits, best first: memory ids (int64) and their BM25 relevance (float64)."""
+
+    ids: np.ndarray
+    relevance: np.ndarray
 
 
 @dataclass
@@ -216,7 +225,7 @@ def fuse(
     vectors: np.ndarray,
     scores: np.ndarray | None,
     vector_rows: np.ndarray,
-    text_hits: Sequence[tuple[int, float]],
+    text_hits: TextRanking,
     *,
     text_weight: float,
     feedback: float,
@@ -224,7 +233,7 @@ def fuse(
     neighbours_of: Callable[[np.ndarray], np.ndarray] | None = None,
     neighbour_weight: float = 0.0,
     window_weight: float = 0.0,
-) -> Sequence[Candidate]:
+) -> Ranking:
     """Score fusion of the vector candidates (row numbers) and the BM25 hits (memory ids).
 
     ``scores`` holds the cosine of every row (None when the vector path is off); ``vectors`` holds
@@ -235,10 +244,10 @@ def fuse(
     ``window_weight`` their context windows are scored too (``window_cosine``). The best
     ``limit``, best first, ties by lower id.
     """
+    text_ids, relevance = text_hits
     if scores is None:  # text only
-        return sorted((Candidate(m, r, 0.0, r) for m, r in text_hits), key=lambda c: (-c.score, c.memory_id))[:limit]
-    text_ids = np.fromiter((m for m, _ in text_hits), dtype=np.int64, count=len(text_hits))
-    relevance = np.fromiter((r for _, r in text_hits), dtype=np.float64, count=len(text_hits))
+        order = np.lexsort((text_ids, -relevance))[:limit]
+        return Ranking(text_ids[order], relevance[order], np.zeros(len(order)), relevance[order])
     text_rows = np.searchsorted(ids, text_ids)
     found = (
         (text_rows < len(ids)) & (ids[np.minimum(text_rows, len(ids) - 1)] == text_ids)
@@ -266,7 +275,7 @@ def fuse(
     # Feedback only when BM25 took part: anchored by matching words, the best candidates pull the
     # query toward their wording (LoCoMo hybrid +0.020 recall@10); from the vector alone it
     # drifts (vector-only -0.040).
-    if feedback > 0 and query_vector is not None and len(text_hits) and len(rows) > FEEDBACK_DOCS:
+    if feedback > 0 and query_vector is not None and len(text_ids) and len(rows) > FEEDBACK_DOCS:
         best = rows[np.argsort(-fused, kind="stable")[:FEEDBACK_DOCS]]
         refined = query_vector + feedback * vectors[best].mean(axis=0)
         norm = float(np.linalg.norm(refined))
@@ -387,7 +396,8 @@ class Recall:
         k = check.validate_k(k, self.limits)
         scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        query_vector = self.embedder.embed([query])[0]
+        # Text only: no embedding (the text path never reads it).
+        query_vector = self.embedder.embed([query])[0] if mode is not RecallMode.TEXT else None
         terms = query_terms(query)
         match = match_expression(terms)
         # Coordination needs at least two terms; past six, hardly any memory holds them all.
@@ -403,8 +413,8 @@ class Recall:
                 vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
                 scores: np.ndarray | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
-                text_hits: list[tuple[int, float]] = []
-                if mode is not RecallMode.TEXT:
+                text_hits = TextRanking(np.zeros(0, dtype=np.int64), np.zeros(0))
+                if query_vector is not None:
                     ids, matrix, vectors = index.sync_view(txn)
                     allowed = None
                     if scopes or filters:
@@ -417,7 +427,7 @@ class Recall:
                     )
                     # Coordination matters only when more memories match than BM25's cut keeps
                     # (then its clamped IDF decides which get in); it costs a second query.
-                    if match_all and len(text_hits) >= depth:
+                    if match_all and len(text_hits.ids) >= depth:
                         text_hits = coordinate(
                             text_hits,
                             soften_length_normalisation(
@@ -440,7 +450,8 @@ class Recall:
                 )
                 # A question naming a day, month or year: the candidates dated inside it first.
                 span = relative_time.query_span(query) if self.date_boost > 0 else None
-                if span is not None and isinstance(fused, Ranking) and len(fused):
+                # Not for text only (its LoCoMo figures are without it).
+                if span is not None and scores is not None and len(fused):
                     fused = dated(fused, txn.date_facts(fused.columns[0].tolist()), span, self.date_boost)
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
                 # current ones (superseded ones rank after them, merged and forgotten ones never
