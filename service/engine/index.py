@@ -235,19 +235,17 @@ class VectorIndex:
             ids = self._ids[: self._count]
             wanted = memory_ids.astype(np.int64, copy=False)
             rows = np.minimum(np.searchsorted(ids, wanted), self._count - 1)
-            rows = rows[(ids[rows] == wanted) & self._alive[rows] & (self._threads[rows] >= 0)]
-            pairs = []
-            for links in (self._before, self._after):
-                near = links[rows]
-                while self._dead:  # past dropped rows
-                    dead = np.flatnonzero(near >= 0)
-                    dead = dead[~self._alive[near[dead]]]
-                    if not len(dead):
-                        break
-                    near[dead] = links[near[dead]]
-                found = near >= 0
-                pairs.append(np.stack([ids[rows[found]], ids[near[found]]], axis=1))
-            return np.concatenate(pairs)
+            # By id, each memory's neighbour before and then after.
+            rows = np.unique(rows[(ids[rows] == wanted) & self._alive[rows] & (self._threads[rows] >= 0)])
+            near = np.stack([self._before[rows], self._after[rows]], axis=1).ravel()
+            while self._dead:  # past dropped rows: even places look back, odd ones ahead
+                dead = np.flatnonzero(near >= 0)
+                dead = dead[~self._alive[near[dead]]]
+                if not len(dead):
+                    break
+                near[dead] = np.where(dead % 2 == 0, self._before[near[dead]], self._after[near[dead]])
+            found = near >= 0
+            return np.stack([np.repeat(ids[rows], 2)[found], ids[near[found]]], axis=1)
 
     def _reallocate_threads(self, keep: np.ndarray, capacity: int) -> None:
         """The thread arrays of ``_reallocate``: the kept rows' places; links stale (rows moved)."""

@@ -248,77 +248,65 @@ def fuse(
     if scores is None:  # text only
         order = np.lexsort((text_ids, -relevance))[:limit]
         return Ranking(text_ids[order], relevance[order], np.zeros(len(order)), relevance[order])
-    text_rows = np.searchsorted(ids, text_ids)
-    found = (
-        (text_rows < len(ids)) & (ids[np.minimum(text_rows, len(ids) - 1)] == text_ids)
-        if len(ids)
-        else np.zeros(len(text_ids), bool)
-    )
+    # Each BM25 hit's row; a hit the cache does not hold is dropped.
+    text_rows = np.minimum(np.searchsorted(ids, text_ids), max(len(ids) - 1, 0))
+    found = ids[text_rows] == text_ids if len(ids) else np.zeros(len(text_ids), dtype=bool)
     text_rows, relevance = text_rows[found], relevance[found]
-    top_relevance = float(relevance.max()) if len(relevance) and relevance.max() > 0 else 1.0
+    top = relevance.max() if len(relevance) else 0.0
+    top_relevance = float(top) if top > 0 else 1.0
+    # Sorted, and holding every text hit (each once): a hit's place in it is a binary search.
     rows = np.unique(np.concatenate([vector_rows, text_rows]))
-
-    def relevance_of(some_rows: np.ndarray) -> np.ndarray:
-        """BM25 of rows (0 for a row the text path did not return)."""
-        bm25 = np.zeros(len(some_rows))
-        if len(text_rows):
-            order = np.argsort(text_rows)
-            at = np.minimum(np.searchsorted(text_rows[order], some_rows), len(order) - 1)
-            hit = text_rows[order][at] == some_rows
-            bm25[hit] = relevance[order][at[hit]]
-        return bm25
-
-    bm25 = relevance_of(rows)
+    bm25 = np.zeros(len(rows))
+    bm25[np.searchsorted(rows, text_rows)] = relevance
+    text_part = text_weight * bm25 / top_relevance
     cosine = scores[rows].astype(np.float64)
+    finite = np.isfinite(cosine)  # -inf: outside the filters
     direction = query_vector
-    fused = text_weight * bm25 / top_relevance + (1.0 - text_weight) * np.maximum(cosine, 0.0)
+    fused = text_part + (1.0 - text_weight) * np.maximum(cosine, 0.0)
     # Feedback only when BM25 took part: anchored by matching words, the best candidates pull the
     # query toward their wording (LoCoMo hybrid +0.020 recall@10); from the vector alone it
     # drifts (vector-only -0.040).
     if feedback > 0 and query_vector is not None and len(text_ids) and len(rows) > FEEDBACK_DOCS:
         best = rows[np.argsort(-fused, kind="stable")[:FEEDBACK_DOCS]]
-        refined = query_vector + feedback * vectors[best].mean(axis=0)
-        norm = float(np.linalg.norm(refined))
+        refined = query_vector + feedback * (vectors[best].sum(axis=0) / FEEDBACK_DOCS)  # their mean
+        norm = float(np.sqrt(refined.dot(refined)))
         if norm > 0:
             direction = refined / norm
             refined_cosine = (vectors[rows] @ direction).astype(np.float64)
-            fused = text_weight * bm25 / top_relevance + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
+            fused = text_part + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
     if neighbours_of is not None and (neighbour_weight > 0 or window_weight > 0) and len(rows):
-        head = rows[np.argsort(-np.where(np.isfinite(cosine), fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
+        head = rows[np.argsort(-np.where(finite, fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
         pairs = neighbours_of(ids[head])
-        pair_rows = np.searchsorted(ids, pairs)
-        present = np.flatnonzero(np.all(pair_rows < len(ids), axis=1))
-        pair_rows = pair_rows[present[np.all(ids[pair_rows[present]] == pairs[present], axis=1)]]
-        # The neighbours that were no candidate join, scored as candidates are.
-        # ``rows`` is sorted (np.unique): a binary search, not setdiff1d's sort of both (~45 us).
+        pair_rows = np.minimum(np.searchsorted(ids, pairs), len(ids) - 1)
+        pair_rows = pair_rows[(ids[pair_rows] == pairs).all(axis=1)]
+        # The neighbours that were no candidate join, scored as candidates are (no text hit:
+        # ``rows`` holds them all). ``rows`` is sorted: a binary search, not setdiff1d's sort.
         new = np.unique(pair_rows[:, 1])
-        at = np.minimum(np.searchsorted(rows, new), len(rows) - 1)
-        new = new[rows[at] != new]
+        new = new[rows[np.minimum(np.searchsorted(rows, new), len(rows) - 1)] != new]
         if len(new):
-            new_bm25 = relevance_of(new)
             new_cosine = scores[new].astype(np.float64)
             along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
             rows = np.concatenate([rows, new])
-            bm25 = np.concatenate([bm25, new_bm25])
+            bm25 = np.concatenate([bm25, np.zeros(len(new))])
             cosine = np.concatenate([cosine, new_cosine])
-            fused = np.concatenate(
-                [fused, text_weight * new_bm25 / top_relevance + (1.0 - text_weight) * np.maximum(along, 0.0)]
-            )
+            finite = np.concatenate([finite, np.isfinite(new_cosine)])
+            fused = np.concatenate([fused, (1.0 - text_weight) * np.maximum(along, 0.0)])
         # (candidate, neighbour) positions in ``rows``, both ways round; a neighbour outside the
-        # filters (cosine -inf) lends nothing.
+        # filters lends nothing.
         order = np.argsort(rows)
         both = order[np.searchsorted(rows[order], np.concatenate([pair_rows, pair_rows[:, ::-1]]))]
-        both = both[np.isfinite(cosine[both[:, 1]])]
+        both = both[finite[both[:, 1]]]
         lifted = with_neighbours(fused, both, neighbour_weight) if neighbour_weight > 0 else fused
         if window_weight > 0 and query_vector is not None:
             lifted = lifted + window_weight * window_cosine(query_vector, vectors[rows], both)
         fused = lifted
     # A vector candidate scores above 0 (top_rows); a text hit has bm25 > 0.
-    keep = np.flatnonzero((fused > 0) & np.isfinite(cosine))
+    keep = np.flatnonzero((fused > 0) & finite)
     memory_ids = ids[rows[keep]]
     # Best first, ties by lower id.
-    order = keep[np.lexsort((memory_ids, -fused[keep]))][:limit]
-    return Ranking(ids[rows[order]], fused[order], cosine[order], bm25[order])
+    order = np.lexsort((memory_ids, -fused[keep]))[:limit]
+    keep = keep[order]
+    return Ranking(memory_ids[order], fused[keep], cosine[keep], bm25[keep])
 
 
 def with_neighbours(fused: np.ndarray, pairs: np.ndarray, weight: float) -> np.ndarray:
@@ -458,7 +446,7 @@ class Recall:
                 # appear, rows newer than this snapshot are invisible) or the candidates run out.
                 window, fetched, rows = k, 0, {}
                 while True:
-                    rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
+                    rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist()))
                     fetched = window
                     current = sum(1 for r in rows.values() if conflicts.is_current(r))
                     if current >= k or window >= len(fused):
