@@ -133,7 +133,7 @@ def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
     if not len(all_hits.ids):
         return any_hits
     lift = float(any_hits.relevance.max()) if len(any_hits.ids) else 0.0
-    rest = ~np.isin(any_hits.ids, all_hits.ids)
+    rest = ~in_sorted(np.sort(all_hits.ids), any_hits.ids)
     return TextRanking(
         np.concatenate([all_hits.ids, any_hits.ids[rest]]),
         np.concatenate([all_hits.relevance + lift, any_hits.relevance[rest]]),
@@ -145,6 +145,15 @@ class TextRanking(NamedTuple):
 
     ids: np.ndarray
     relevance: np.ndarray
+
+
+def in_sorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Which of ``needles`` the sorted ``haystack`` holds: one binary search each (np.isin, which
+    sorts both, costs ~20 us over a hundred candidates)."""
+    if not len(haystack):
+        return np.zeros(len(needles), dtype=bool)
+    found: np.ndarray = haystack[np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)] == needles
+    return found
 
 
 @dataclass
@@ -282,7 +291,7 @@ def fuse(
         # The neighbours that were no candidate join, scored as candidates are (no text hit:
         # ``rows`` holds them all). ``rows`` is sorted: a binary search, not setdiff1d's sort.
         new = np.unique(pair_rows[:, 1])
-        new = new[rows[np.minimum(np.searchsorted(rows, new), len(rows) - 1)] != new]
+        new = new[~in_sorted(rows, new)]
         if len(new):
             new_cosine = scores[new].astype(np.float64)
             along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
@@ -346,7 +355,7 @@ def dated(
     if not inside:
         return ranking
     memory_ids, scores, cosine, bm25 = ranking.columns
-    lifted = scores + boost * float(scores.max()) * np.isin(memory_ids, np.fromiter(inside, dtype=np.int64))
+    lifted = scores + boost * float(scores.max()) * in_sorted(np.array(sorted(inside), dtype=np.int64), memory_ids)
     order = np.lexsort((memory_ids, -lifted))
     return Ranking(memory_ids[order], lifted[order], cosine[order], bm25[order])
 
