@@ -221,7 +221,7 @@ class VectorIndex:
         """(memory id, neighbour id) rows for each of ``memory_ids`` the cache holds with a
         thread: the live rows just before and just after it in thread order (position, then id),
         as ``TenantStore.thread_neighbours`` finds them in the file, from arrays instead of two
-        index seeks per memory (20 memories: ~80 -> ~10 us).
+        index seeks per memory (20 memories: ~50 -> ~13 us). ``memory_ids`` are distinct.
 
         The cache may be newer than the caller's snapshot, as for its vectors: a neighbour the
         snapshot cannot see yet only lends its score (the caller resolves hits in its own
@@ -236,7 +236,7 @@ class VectorIndex:
             wanted = memory_ids.astype(np.int64, copy=False)
             rows = np.minimum(np.searchsorted(ids, wanted), self._count - 1)
             # By id, each memory's neighbour before and then after.
-            rows = np.unique(rows[(ids[rows] == wanted) & self._alive[rows] & (self._threads[rows] >= 0)])
+            rows = np.sort(rows[(ids[rows] == wanted) & self._alive[rows] & (self._threads[rows] >= 0)])
             near = np.stack([self._before[rows], self._after[rows]], axis=1).ravel()
             while self._dead:  # past dropped rows: even places look back, odd ones ahead
                 dead = np.flatnonzero(near >= 0)
