@@ -27,6 +27,13 @@ cache miss per dimension (85 candidates: ~155 us at 10k memories); from the copy
 contiguous read (~10 us for all). It is float32 like the buffer: a float16 copy would halve its
 RAM, but numpy widens float16 slowly (65 us for those candidates), and a bfloat16 copy, quick to
 widen, rounded enough to move a LoCoMo answer (recall@10 0.662 -> 0.661).
+
+Beside the vectors, row for row, each memory's thread place (a code for its thread id, its
+position) and its neighbour rows in thread order: recall's thread neighbours come from these
+(``thread_neighbours``) instead of two index seeks per candidate. A conversation's next turn is
+linked to its thread's last row as it is appended; anything else (a turn arriving out of order, a
+reload, a squeeze) marks the links stale, and the next lookup relinks them all by one sort.
+Dropped rows stay linked and are stepped over.
 """
 
 from __future__ import annotations
@@ -230,7 +237,7 @@ class VectorIndex:
         with self._lock:
             if self._tails is None:
                 self._link_threads()
-            if not self._count:
+            if not self._count or not self._thread_codes:
                 return np.zeros((0, 2), dtype=np.int64)
             ids = self._ids[: self._count]
             wanted = memory_ids.astype(np.int64, copy=False)

@@ -293,29 +293,30 @@ def fuse(
     if neighbours_of is not None and (neighbour_weight > 0 or window_weight > 0) and len(rows):
         head = rows[np.argsort(-np.where(finite, fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
         pairs = neighbours_of(ids[head])
-        pair_rows = np.minimum(np.searchsorted(ids, pairs), len(ids) - 1)
-        pair_rows = pair_rows[(ids[pair_rows] == pairs).all(axis=1)]
-        # The neighbours that were no candidate join, scored as candidates are (no text hit:
-        # ``rows`` holds them all). ``rows`` is sorted: a binary search, not setdiff1d's sort.
-        new = sorted_unique(pair_rows[:, 1])
-        new = new[~in_sorted(rows, new)]
-        if len(new):
-            new_cosine = scores[new].astype(np.float64)
-            along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
-            rows = np.concatenate([rows, new])
-            bm25 = np.concatenate([bm25, np.zeros(len(new))])
-            cosine = np.concatenate([cosine, new_cosine])
-            finite = np.concatenate([finite, np.isfinite(new_cosine)])
-            fused = np.concatenate([fused, (1.0 - text_weight) * np.maximum(along, 0.0)])
-        # (candidate, neighbour) positions in ``rows``, both ways round; a neighbour outside the
-        # filters lends nothing.
-        order = np.argsort(rows)
-        both = order[np.searchsorted(rows[order], np.concatenate([pair_rows, pair_rows[:, ::-1]]))]
-        both = both[finite[both[:, 1]]]
-        lifted = with_neighbours(fused, both, neighbour_weight) if neighbour_weight > 0 else fused
-        if window_weight > 0 and query_vector is not None:
-            lifted = lifted + window_weight * window_cosine(query_vector, vectors[rows], both)
-        fused = lifted
+        if len(pairs) or window_weight > 0:  # else nothing joins and nothing is lent
+            pair_rows = np.minimum(np.searchsorted(ids, pairs), len(ids) - 1)
+            pair_rows = pair_rows[(ids[pair_rows] == pairs).all(axis=1)]
+            # The neighbours that were no candidate join, scored as candidates are (no text hit:
+            # ``rows`` holds them all). ``rows`` is sorted: a binary search, not setdiff1d's sort.
+            new = sorted_unique(pair_rows[:, 1])
+            new = new[~in_sorted(rows, new)]
+            if len(new):
+                new_cosine = scores[new].astype(np.float64)
+                along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
+                rows = np.concatenate([rows, new])
+                bm25 = np.concatenate([bm25, np.zeros(len(new))])
+                cosine = np.concatenate([cosine, new_cosine])
+                finite = np.concatenate([finite, np.isfinite(new_cosine)])
+                fused = np.concatenate([fused, (1.0 - text_weight) * np.maximum(along, 0.0)])
+            # (candidate, neighbour) positions in ``rows``, both ways round; a neighbour outside the
+            # filters lends nothing.
+            order = np.argsort(rows)
+            both = order[np.searchsorted(rows[order], np.concatenate([pair_rows, pair_rows[:, ::-1]]))]
+            both = both[finite[both[:, 1]]]
+            lifted = with_neighbours(fused, both, neighbour_weight) if neighbour_weight > 0 else fused
+            if window_weight > 0 and query_vector is not None:
+                lifted = lifted + window_weight * window_cosine(query_vector, vectors[rows], both)
+            fused = lifted
     # A vector candidate scores above 0 (top_rows); a text hit has bm25 > 0.
     keep = np.flatnonzero((fused > 0) & finite)
     memory_ids = ids[rows[keep]]
