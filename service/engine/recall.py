@@ -97,6 +97,13 @@ def match_expression(terms: Sequence[str], *, operator: str = "OR") -> str | Non
     return f" {operator} ".join('"' + t + '"' for t in terms) if terms else None
 
 
+class TextRanking(NamedTuple):
+    """Full-text hits, best first: memory ids (int64) and their BM25 relevance (float64)."""
+
+    ids: np.ndarray
+    relevance: np.ndarray
+
+
 def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> TextRanking:
     """FTS5's hits re-weighted from its fixed length normalisation (b = 0.75) to ``b``, best first.
 
@@ -105,8 +112,8 @@ def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> TextRan
     padded but hold more (a turn with a shared photo's caption, a detailed answer), and b = 0.75
     pushed them below short turns sharing one word with the query. For a term found once in a row
     (most terms of a short memory) multiplying by the ratio of the two denominators gives BM25 with
-    ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (a loop
-    over at most the search depth, never over all memories). A row of unknown length is left as is.
+    ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (arrays
+    of at most the search depth, never all memories). A row of unknown length is left as is.
     """
     ids = np.array(text.ids, dtype=np.int64)
     relevance = np.array(text.relevance, dtype=np.float64)
@@ -138,13 +145,6 @@ def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
         np.concatenate([all_hits.ids, any_hits.ids[rest]]),
         np.concatenate([all_hits.relevance + lift, any_hits.relevance[rest]]),
     )
-
-
-class TextRanking(NamedTuple):
-    """Full-text hits, best first: memory ids (int64) and their BM25 relevance (float64)."""
-
-    ids: np.ndarray
-    relevance: np.ndarray
 
 
 def in_sorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
@@ -255,8 +255,9 @@ def fuse(
     ``scores`` holds the cosine of every row (None when the vector path is off); ``vectors`` holds
     every row's vector (row-major: feedback reads whole candidate vectors); ``ids`` is sorted
     ascending, so a BM25 hit's row is found by binary search. With ``neighbours_of`` (memory ids
-    -> an (n, 2) array of (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH candidates' neighbours
-    join the candidates and lend them part of their score (``with_neighbours``), and with
+    -> an (n, 2) array of (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH
+    candidates' neighbours join the candidates and lend them part of their score
+    (``with_neighbours``), and with
     ``window_weight`` their context windows are scored too (``window_cosine``). The best
     ``limit``, best first, ties by lower id.
     """
