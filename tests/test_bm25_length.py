@@ -52,9 +52,13 @@ def test_varints_decode_and_unreadable_input_means_unknown() -> None:
 
 
 def test_unknown_lengths_leave_fts5_order_and_known_ones_follow_b() -> None:
+    def softened(lengths: list[int], average: float, **b: float) -> list[tuple[int, float]]:
+        ranking = soften_length_normalisation(TextHits([1, 2], [4.0, 3.9], lengths, average), **b)
+        return list(zip(ranking.ids.tolist(), ranking.relevance.tolist()))
+
     hits = [(1, 4.0), (2, 3.9)]
-    assert soften_length_normalisation(TextHits(hits, [2, 52], 0.0)) == hits
-    assert soften_length_normalisation(TextHits(hits, [0, 0], 12.0)) == hits
-    assert [m for m, _ in soften_length_normalisation(TextHits(hits, [2, 52], 12.0))] == [2, 1]
+    assert softened([2, 52], 0.0) == hits
+    assert softened([0, 0], 12.0) == hits
+    assert [m for m, _ in softened([2, 52], 12.0)] == [2, 1]
     # With b = 0.75 it is FTS5's own score.
-    assert soften_length_normalisation(TextHits(hits, [2, 52], 12.0), b=0.75) == hits
+    assert softened([2, 52], 12.0, b=0.75) == hits

@@ -5,6 +5,7 @@ server. A real engine on real files, in this process, so the cache itself can be
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.index import VectorIndex
-from mnemosyne.engine.types import RecallMode, RetainItem
+from mnemosyne.engine.types import RecallMode, RetainItem, ThreadRef
 
 TENANT = "vectors"
 QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near duplicate about the lighthouse keeper"]
@@ -108,3 +109,68 @@ def test_updates_replace_their_vector_in_the_cache_in_place(tmp_path: Path) -> N
         assert _answers(reopened) == after
     finally:
         reopened.close()
+
+
+def test_thread_neighbours_from_the_cache_are_the_files(tmp_path: Path) -> None:
+    """Recall takes each candidate's thread neighbours from the cache's arrays; they are the ones
+    the file's thread index gives (``thread_neighbours``: the live memories just before and after
+    in thread order) through turns appended in order (linked one by one), turns arriving out of
+    order (relinked), memories without a thread, forgets (skipped) and a restart."""
+    rng = random.Random(24)
+    data = tmp_path / "data"
+
+    def check(engine: Engine) -> int:
+        compared = 0
+        with engine.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            cache = store.cache["vectors"]
+            assert isinstance(cache, VectorIndex)
+            with store.read() as txn:
+                ids, _ = cache.sync(txn)
+                live = sorted(txn.live_ids(ids.tolist()))
+                for _ in range(5):
+                    asked = rng.sample(live, min(20, len(live)))
+                    rng.shuffle(asked)
+                    from_cache = sorted(map(tuple, cache.thread_neighbours(np.array(asked)).tolist()))
+                    assert from_cache == sorted(txn.thread_neighbours(asked))
+                    compared += len(from_cache)
+        return compared
+
+    compared = 0
+    engine = Engine(EngineConfig(data))
+    try:
+        turns = {f"t{n}": 0 for n in range(6)}
+        for step in range(30):
+            items = []
+            for i in range(rng.randint(1, 20)):
+                thread = rng.choice([*turns, None])
+                if thread is None:
+                    items.append(RetainItem(f"note {step} {i} word{rng.randint(0, 40)}"))
+                    continue
+                # Mostly the thread's next turn; now and then a turn from earlier in it.
+                turns[thread] += 1
+                position = turns[thread] if rng.random() < 0.8 else rng.randint(0, turns[thread])
+                items.append(
+                    RetainItem(f"turn {step} {i} word{rng.randint(0, 40)}", thread=ThreadRef(thread, position))
+                )
+            engine.retain_batch(TENANT, items)
+            engine.recall(TENANT, "word turn note")
+            compared += check(engine)
+            if step % 4 == 3:
+                with engine.pool.tenant(TENANT, create=False) as store:
+                    assert store is not None
+                    with store.read() as txn:
+                        live = sorted(txn.live_ids(list(range(1, txn.index_state()[0] + 1))))
+                for memory_id in rng.sample(live, 4):
+                    assert engine.memories.forget(TENANT, memory_id)
+                compared += check(engine)
+        assert _cache(engine).reloads == 1  # forgets were applied in place, not by reloading
+    finally:
+        engine.close()
+    engine = Engine(EngineConfig(data))
+    try:
+        engine.recall(TENANT, "word turn note")
+        compared += check(engine)
+    finally:
+        engine.close()
+    assert compared > 500

@@ -29,7 +29,7 @@ import datetime
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -98,7 +98,14 @@ def match_expression(terms: Sequence[str], *, operator: str = "OR") -> str | Non
     return f" {operator} ".join('"' + t + '"' for t in terms) if terms else None
 
 
-def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> list[tuple[int, float]]:
+class TextRanking(NamedTuple):
+    """Full-text hits, best first: memory ids (int64) and their BM25 relevance (float64)."""
+
+    ids: np.ndarray
+    relevance: np.ndarray
+
+
+def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> TextRanking:
     """FTS5's hits re-weighted from its fixed length normalisation (b = 0.75) to ``b``, best first.
 
     BM25 divides a term's weight by ``tf + k1 * (1 - b + b * length / mean length)``. FTS5 fixes
@@ -106,23 +113,23 @@ def soften_length_normalisation(text: TextHits, *, b: float = BM25_B) -> list[tu
     padded but hold more (a turn with a shared photo's caption, a detailed answer), and b = 0.75
     pushed them below short turns sharing one word with the query. For a term found once in a row
     (most terms of a short memory) multiplying by the ratio of the two denominators gives BM25 with
-    ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (a loop
-    over at most the search depth, never over all memories). A row of unknown length is left as is.
+    ``b`` exactly; for repeated terms, nearly. Only the rows FTS5 returned are re-weighed (arrays
+    of at most the search depth, never all memories). A row of unknown length is left as is.
     """
+    ids = np.array(text.ids, dtype=np.int64)
+    relevance = np.array(text.relevance, dtype=np.float64)
     average = text.average_length
-    if average <= 0 or b == FTS5_B:
-        return list(text.hits)
-    rescored = []
-    for (memory_id, relevance), length in zip(text.hits, text.lengths):
-        if length > 0:
-            ratio = length / average
-            relevance *= (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
-        rescored.append((memory_id, relevance))
-    rescored.sort(key=lambda hit: -hit[1])
-    return rescored
+    if average <= 0 or b == FTS5_B or not len(ids):
+        return TextRanking(ids, relevance)
+    lengths = np.array(text.lengths, dtype=np.float64)
+    ratio = lengths / average
+    factor = (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
+    relevance = np.where(lengths > 0, relevance * factor, relevance)
+    order = np.argsort(-relevance, kind="stable")
+    return TextRanking(ids[order], relevance[order])
 
 
-def coordinate(any_hits: Sequence[tuple[int, float]], all_hits: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
     """Rank the memories holding EVERY query term above those holding only some.
 
     FTS5's BM25 gives a term found in more than half of the memories no weight at all (its IDF is
@@ -131,12 +138,30 @@ def coordinate(any_hits: Sequence[tuple[int, float]], all_hits: Sequence[tuple[i
     any-term relevance restores coordination (as Lucene's coord factor did) without touching
     BM25's order within each group.
     """
-    if not all_hits:
-        return list(any_hits)
-    lift = max((r for _, r in any_hits), default=0.0)
-    lifted = [(memory_id, relevance + lift) for memory_id, relevance in all_hits]
-    seen = {memory_id for memory_id, _ in all_hits}
-    return lifted + [(m, r) for m, r in any_hits if m not in seen]
+    if not len(all_hits.ids):
+        return any_hits
+    lift = float(any_hits.relevance.max()) if len(any_hits.ids) else 0.0
+    rest = ~in_sorted(np.sort(all_hits.ids), any_hits.ids)
+    return TextRanking(
+        np.concatenate([all_hits.ids, any_hits.ids[rest]]),
+        np.concatenate([all_hits.relevance + lift, any_hits.relevance[rest]]),
+    )
+
+
+def in_sorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Which of ``needles`` the sorted ``haystack`` holds: one binary search each (np.isin, which
+    sorts both, costs ~20 us over a hundred candidates)."""
+    if not len(haystack):
+        return np.zeros(len(needles), dtype=bool)
+    found: np.ndarray = haystack[np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)] == needles
+    return found
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a hundred ints at a third of its cost (a sort and a mask)."""
+    values = np.sort(values)
+    kept: np.ndarray = values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+    return kept
 
 
 @dataclass
@@ -217,100 +242,90 @@ def fuse(
     vectors: np.ndarray,
     scores: np.ndarray | RowScores | None,
     vector_rows: np.ndarray,
-    text_hits: Sequence[tuple[int, float]],
+    text_hits: TextRanking,
     *,
     text_weight: float,
     feedback: float,
     limit: int,
-    neighbours_of: Callable[[list[int]], list[tuple[int, int]]] | None = None,
+    neighbours_of: Callable[[np.ndarray], np.ndarray] | None = None,
     neighbour_weight: float = 0.0,
     window_weight: float = 0.0,
-) -> Sequence[Candidate]:
+) -> Ranking:
     """Score fusion of the vector candidates (row numbers) and the BM25 hits (memory ids).
 
     ``scores`` holds the cosine of every row (None when the vector path is off); ``vectors`` holds
     every row's vector (row-major: feedback reads whole candidate vectors); ``ids`` is sorted
     ascending, so a BM25 hit's row is found by binary search. With ``neighbours_of`` (memory ids
-    -> (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH candidates' neighbours
-    join the candidates and lend them part of their score (``with_neighbours``), and with
+    -> an (n, 2) array of (memory id, thread neighbour id) pairs), the best CONTEXT_DEPTH
+    candidates' neighbours join the candidates and lend them part of their score
+    (``with_neighbours``), and with
     ``window_weight`` their context windows are scored too (``window_cosine``). The best
     ``limit``, best first, ties by lower id.
     """
+    text_ids, relevance = text_hits
     if scores is None:  # text only
-        return sorted((Candidate(m, r, 0.0, r) for m, r in text_hits), key=lambda c: (-c.score, c.memory_id))[:limit]
-    text_ids = np.fromiter((m for m, _ in text_hits), dtype=np.int64, count=len(text_hits))
-    relevance = np.fromiter((r for _, r in text_hits), dtype=np.float64, count=len(text_hits))
-    text_rows = np.searchsorted(ids, text_ids)
-    found = (
-        (text_rows < len(ids)) & (ids[np.minimum(text_rows, len(ids) - 1)] == text_ids)
-        if len(ids)
-        else np.zeros(len(text_ids), bool)
-    )
+        order = np.lexsort((text_ids, -relevance))[:limit]
+        return Ranking(text_ids[order], relevance[order], np.zeros(len(order)), relevance[order])
+    # Each BM25 hit's row; a hit the cache does not hold is dropped.
+    text_rows = np.minimum(np.searchsorted(ids, text_ids), max(len(ids) - 1, 0))
+    found = ids[text_rows] == text_ids if len(ids) else np.zeros(len(text_ids), dtype=bool)
     text_rows, relevance = text_rows[found], relevance[found]
-    top_relevance = float(relevance.max()) if len(relevance) and relevance.max() > 0 else 1.0
-    rows = np.unique(np.concatenate([vector_rows, text_rows]))
-
-    def relevance_of(some_rows: np.ndarray) -> np.ndarray:
-        """BM25 of rows (0 for a row the text path did not return)."""
-        bm25 = np.zeros(len(some_rows))
-        if len(text_rows):
-            order = np.argsort(text_rows)
-            at = np.minimum(np.searchsorted(text_rows[order], some_rows), len(order) - 1)
-            hit = text_rows[order][at] == some_rows
-            bm25[hit] = relevance[order][at[hit]]
-        return bm25
-
-    bm25 = relevance_of(rows)
+    top = relevance.max() if len(relevance) else 0.0
+    top_relevance = float(top) if top > 0 else 1.0
+    # Sorted, and holding every text hit (each once): a hit's place in it is a binary search.
+    rows = sorted_unique(np.concatenate([vector_rows, text_rows]))
+    bm25 = np.zeros(len(rows))
+    bm25[np.searchsorted(rows, text_rows)] = relevance
+    text_part = text_weight * bm25 / top_relevance
     cosine = scores[rows].astype(np.float64)
+    finite = np.isfinite(cosine)  # -inf: outside the filters
     direction = query_vector
-    fused = text_weight * bm25 / top_relevance + (1.0 - text_weight) * np.maximum(cosine, 0.0)
+    fused = text_part + (1.0 - text_weight) * np.maximum(cosine, 0.0)
     # Feedback only when BM25 took part: anchored by matching words, the best candidates pull the
     # query toward their wording (LoCoMo hybrid +0.020 recall@10); from the vector alone it
     # drifts (vector-only -0.040).
-    if feedback > 0 and query_vector is not None and len(text_hits) and len(rows) > FEEDBACK_DOCS:
+    if feedback > 0 and query_vector is not None and len(text_ids) and len(rows) > FEEDBACK_DOCS:
         best = rows[np.argsort(-fused, kind="stable")[:FEEDBACK_DOCS]]
-        refined = query_vector + feedback * vectors[best].mean(axis=0)
-        norm = float(np.linalg.norm(refined))
+        refined = query_vector + feedback * (vectors[best].sum(axis=0) / FEEDBACK_DOCS)  # their mean
+        norm = float(np.sqrt(refined.dot(refined)))
         if norm > 0:
             direction = refined / norm
             refined_cosine = (vectors[rows] @ direction).astype(np.float64)
-            fused = text_weight * bm25 / top_relevance + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
+            fused = text_part + (1.0 - text_weight) * np.maximum(refined_cosine, 0.0)
     if neighbours_of is not None and (neighbour_weight > 0 or window_weight > 0) and len(rows):
-        head = rows[np.argsort(-np.where(np.isfinite(cosine), fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
-        pairs = np.array(neighbours_of(ids[head].tolist()), dtype=np.int64).reshape(-1, 2)
-        pair_rows = np.searchsorted(ids, pairs)
-        present = np.flatnonzero(np.all(pair_rows < len(ids), axis=1))
-        pair_rows = pair_rows[present[np.all(ids[pair_rows[present]] == pairs[present], axis=1)]]
-        # The neighbours that were no candidate join, scored as candidates are.
-        # ``rows`` is sorted (np.unique): a binary search, not setdiff1d's sort of both (~45 us).
-        new = np.unique(pair_rows[:, 1])
-        at = np.minimum(np.searchsorted(rows, new), len(rows) - 1)
-        new = new[rows[at] != new]
-        if len(new):
-            new_bm25 = relevance_of(new)
-            new_cosine = scores[new].astype(np.float64)
-            along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
-            rows = np.concatenate([rows, new])
-            bm25 = np.concatenate([bm25, new_bm25])
-            cosine = np.concatenate([cosine, new_cosine])
-            fused = np.concatenate(
-                [fused, text_weight * new_bm25 / top_relevance + (1.0 - text_weight) * np.maximum(along, 0.0)]
-            )
-        # (candidate, neighbour) positions in ``rows``, both ways round; a neighbour outside the
-        # filters (cosine -inf) lends nothing.
-        order = np.argsort(rows)
-        both = order[np.searchsorted(rows[order], np.concatenate([pair_rows, pair_rows[:, ::-1]]))]
-        both = both[np.isfinite(cosine[both[:, 1]])]
-        lifted = with_neighbours(fused, both, neighbour_weight) if neighbour_weight > 0 else fused
-        if window_weight > 0 and query_vector is not None:
-            lifted = lifted + window_weight * window_cosine(query_vector, vectors[rows], both)
-        fused = lifted
+        head = rows[np.argsort(-np.where(finite, fused, -np.inf), kind="stable")[:CONTEXT_DEPTH]]
+        pairs = neighbours_of(ids[head])
+        if len(pairs) or window_weight > 0:  # else nothing joins and nothing is lent
+            pair_rows = np.minimum(np.searchsorted(ids, pairs), len(ids) - 1)
+            pair_rows = pair_rows[(ids[pair_rows] == pairs).all(axis=1)]
+            # The neighbours that were no candidate join, scored as candidates are (no text hit:
+            # ``rows`` holds them all). ``rows`` is sorted: a binary search, not setdiff1d's sort.
+            new = sorted_unique(pair_rows[:, 1])
+            new = new[~in_sorted(rows, new)]
+            if len(new):
+                new_cosine = scores[new].astype(np.float64)
+                along = new_cosine if direction is query_vector else (vectors[new] @ direction).astype(np.float64)
+                rows = np.concatenate([rows, new])
+                bm25 = np.concatenate([bm25, np.zeros(len(new))])
+                cosine = np.concatenate([cosine, new_cosine])
+                finite = np.concatenate([finite, np.isfinite(new_cosine)])
+                fused = np.concatenate([fused, (1.0 - text_weight) * np.maximum(along, 0.0)])
+            # (candidate, neighbour) positions in ``rows``, both ways round; a neighbour outside the
+            # filters lends nothing.
+            order = np.argsort(rows)
+            both = order[np.searchsorted(rows[order], np.concatenate([pair_rows, pair_rows[:, ::-1]]))]
+            both = both[finite[both[:, 1]]]
+            lifted = with_neighbours(fused, both, neighbour_weight) if neighbour_weight > 0 else fused
+            if window_weight > 0 and query_vector is not None:
+                lifted = lifted + window_weight * window_cosine(query_vector, vectors[rows], both)
+            fused = lifted
     # A vector candidate scores above 0 (top_rows); a text hit has bm25 > 0.
-    keep = np.flatnonzero((fused > 0) & np.isfinite(cosine))
+    keep = np.flatnonzero((fused > 0) & finite)
     memory_ids = ids[rows[keep]]
     # Best first, ties by lower id.
-    order = keep[np.lexsort((memory_ids, -fused[keep]))][:limit]
-    return Ranking(ids[rows[order]], fused[order], cosine[order], bm25[order])
+    order = np.lexsort((memory_ids, -fused[keep]))[:limit]
+    keep = keep[order]
+    return Ranking(memory_ids[order], fused[keep], cosine[keep], bm25[keep])
 
 
 def with_neighbours(fused: np.ndarray, pairs: np.ndarray, weight: float) -> np.ndarray:
@@ -350,7 +365,7 @@ def dated(
     if not inside:
         return ranking
     memory_ids, scores, cosine, bm25 = ranking.columns
-    lifted = scores + boost * float(scores.max()) * np.isin(memory_ids, np.fromiter(inside, dtype=np.int64))
+    lifted = scores + boost * float(scores.max()) * in_sorted(np.array(sorted(inside), dtype=np.int64), memory_ids)
     order = np.lexsort((memory_ids, -lifted))
     return Ranking(memory_ids[order], lifted[order], cosine[order], bm25[order])
 
@@ -395,7 +410,8 @@ class Recall:
         k = check.validate_k(k, self.limits)
         scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        query_vector = self.embedder.embed([query])[0]
+        # Text only: no embedding (the text path never reads it).
+        query_vector = self.embedder.embed([query])[0] if mode is not RecallMode.TEXT else None
         terms = query_terms(query)
         match = match_expression(terms)
         # Coordination needs at least two terms; past six, hardly any memory holds them all.
@@ -411,8 +427,8 @@ class Recall:
                 vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
                 scores: np.ndarray | RowScores | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
-                text_hits: list[tuple[int, float]] = []
-                if mode is not RecallMode.TEXT:
+                text_hits = TextRanking(np.zeros(0, dtype=np.int64), np.zeros(0))
+                if query_vector is not None:
                     view = index.sync_view(txn)
                     ids, matrix, vectors = view
                     allowed = None
@@ -434,7 +450,7 @@ class Recall:
                     )
                     # Coordination matters only when more memories match than BM25's cut keeps
                     # (then its clamped IDF decides which get in); it costs a second query.
-                    if match_all and len(text_hits) >= depth:
+                    if match_all and len(text_hits.ids) >= depth:
                         text_hits = coordinate(
                             text_hits,
                             soften_length_normalisation(
@@ -451,20 +467,21 @@ class Recall:
                     text_weight=self.embedder.text_weight,
                     feedback=self.embedder.feedback,
                     limit=2 * depth,
-                    neighbours_of=txn.thread_neighbours,
+                    neighbours_of=index.thread_neighbours,
                     neighbour_weight=self.neighbour_weight,
                     window_weight=self.window_weight,
                 )
                 # A question naming a day, month or year: the candidates dated inside it first.
                 span = relative_time.query_span(query) if self.date_boost > 0 else None
-                if span is not None and isinstance(fused, Ranking) and len(fused):
+                # Not for text only (its LoCoMo figures are without it).
+                if span is not None and scores is not None and len(fused):
                     fused = dated(fused, txn.date_facts(fused.columns[0].tolist()), span, self.date_boost)
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
                 # current ones (superseded ones rank after them, merged and forgotten ones never
                 # appear, rows newer than this snapshot are invisible) or the candidates run out.
                 window, fetched, rows = k, 0, {}
                 while True:
-                    rows.update(txn.memories_by_ids([c.memory_id for c in fused[fetched:window]]))
+                    rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist()))
                     fetched = window
                     current = sum(1 for r in rows.values() if conflicts.is_current(r))
                     if current >= k or window >= len(fused):

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TextHits:
-    """Full-text hits, best first: (memory id, FTS5 bm25 relevance, higher is better), each hit's
-    token count (0 when unknown) and the index's mean token count per row (0.0 when unknown)."""
+    """Full-text hits, best first, as columns: memory ids, FTS5 bm25 relevance (higher is
+    better), each hit's token count (0 when unknown); and the index's mean token count per row
+    (0.0 when unknown)."""
 
-    hits: list[tuple[int, float]]
+    ids: list[int]
+    relevance: list[float]
     lengths: list[int]
     average_length: float
 
@@ -51,6 +53,11 @@ def fts5_row_length(docsize: bytes | None) -> int:
     if docsize and docsize[0] < 0x80:  # under 128 tokens: one byte, the common case
         return docsize[0]
     return fts5_varints(docsize, 1)[0]
+
+
+def fts5_row_lengths(docsizes: list[bytes | None]) -> list[int]:
+    """``fts5_row_length`` of each row, the one-byte ones without a call each."""
+    return [d[0] if d and d[0] < 0x80 else fts5_row_length(d) for d in docsizes]
 
 
 def fts5_average_length(averages: bytes | None) -> float:

@@ -30,7 +30,7 @@ import apsw
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.store import connections, ledger
 from mnemosyne.store.connections import open_connection
-from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length
+from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.membership import moving
@@ -831,18 +831,15 @@ class ReadTxn(OplogReads):
             args = [match, limit]
         # Lengths are looked up for the ``limit`` best rows only (primary-key lookups); the
         # averages record (rowid 1 of %_data) by an uncorrelated subquery, once per statement.
-        rows = list(
-            self.connection.execute(
-                "SELECT h.id, h.r, d.sz, (SELECT block FROM memories_fts_data WHERE id = 1) "
-                f"FROM ({best}) h LEFT JOIN memories_fts_docsize d ON d.id = h.id ORDER BY h.r",
-                args,
-            )
-        )
-        return TextHits(
-            [(rowid, -rank) for rowid, rank, _, _ in rows],
-            [fts5_row_length(size) for _, _, size, _ in rows],
-            fts5_average_length(rows[0][3]) if rows else 0.0,
-        )
+        rows = self.connection.execute(
+            "SELECT h.id, -h.r, d.sz, (SELECT block FROM memories_fts_data WHERE id = 1) "
+            f"FROM ({best}) h LEFT JOIN memories_fts_docsize d ON d.id = h.id ORDER BY h.r",
+            args,
+        ).fetchall()
+        if not rows:
+            return TextHits([], [], [], 0.0)
+        ids, relevance, sizes, averages = zip(*rows)
+        return TextHits(list(ids), list(relevance), fts5_row_lengths(list(sizes)), fts5_average_length(averages[0]))
 
     def index_state(self) -> tuple[int, int]:
         """(highest memory id, forget epoch): what the vector cache compares itself with."""
@@ -855,6 +852,17 @@ class ReadTxn(OplogReads):
         return list(
             self.connection.execute(
                 "SELECT e.memory_id, m.scope, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id "
+                "WHERE e.memory_id > ? AND e.memory_id <= ? AND m.forgotten_at IS NULL ORDER BY e.memory_id",
+                (after_id, up_to_id),
+            )
+        )
+
+    def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int]]:
+        """(id, thread id, thread position) of the rows ``embeddings_after`` returns, alike."""
+        return list(
+            self.connection.execute(
+                "SELECT m.id, m.thread_id, coalesce(m.thread_position, 0) FROM embeddings e "
+                "JOIN memories m ON m.id = e.memory_id "
                 "WHERE e.memory_id > ? AND e.memory_id <= ? AND m.forgotten_at IS NULL ORDER BY e.memory_id",
                 (after_id, up_to_id),
             )
