@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemosyne.client import MemoryClient, RetainItem
-from mnemosyne.engine.ann import read_index_file
+from mnemosyne.engine.ann import CATCH_UP_ROWS, read_index_file
 from mnemosyne.engine.embedder import HashingEmbedder
 from mnemosyne.store.membership import MOVE_STEP_KEY, TOMBSTONED
 from mnemosyne.store.pool import TenantPool
@@ -128,3 +128,40 @@ def test_a_moves_tombstone_removes_the_index_file(tmp_path: Path) -> None:
         assert not ann_file.exists() and pool.path_for("moving").exists()
     finally:
         pool.close()
+
+
+def test_rows_past_the_catch_up_mark_join_the_graph_and_a_rebuild_gives_the_same_hits(
+    server_factory, tenant: str
+) -> None:
+    """More than CATCH_UP_ROWS memories written after the build: a copy of the graph takes them
+    in (and is saved); the hits are those of a restart that loads it and of a full rebuild."""
+    server = server_factory(env={"MNEMOSYNE_ANN_THRESHOLD": str(THRESHOLD)}).start()
+    ann_file = server.tenant_file(tenant).with_suffix(".ann")
+    dim = HashingEmbedder().dim
+    with MemoryClient(server.target) as client:
+        client.retain_batch(tenant, [RetainItem(text=t) for t in _texts(0, MEMORIES)])
+        client.recall(tenant, "kabar lodol", k=5)
+        wait_until(ann_file.exists)
+        first = read_index_file(ann_file, dim)
+        assert first is not None and len(first[1]) == MEMORIES
+        total = MEMORIES + CATCH_UP_ROWS + 600
+        for start in range(MEMORIES, total, 1000):
+            client.retain_batch(tenant, [RetainItem(text=t) for t in _texts(start, min(1000, total - start))])
+        client.recall(tenant, "kabar lodol", k=5)  # finds the graph behind: the catch-up starts
+        wait_until(lambda: (state := read_index_file(ann_file, dim)) is not None and len(state[1]) == total)
+        assert _log_count(server, "built") == 1  # taken in by the copy, not a second full build
+        caught_up = _hits(client, tenant)
+        assert sum(map(len, caught_up)) > 300
+    server.stop()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        client.recall(tenant, "kabar", k=1)
+        wait_until(lambda: _log_count(server, "loaded") == 1)
+        assert _hits(client, tenant) == caught_up
+    server.stop()
+    ann_file.unlink()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        client.recall(tenant, "kabar", k=1)
+        wait_until(lambda: _log_count(server, "built") == 2)
+        assert _hits(client, tenant) == caught_up
