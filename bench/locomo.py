@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "--off",
         action="append",
         default=[],
-        choices=["neighbours", "window", "dates", "relative_time"],
+        choices=["neighbours", "window", "dates", "relative_time", "length"],
         help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
     )
     parser.add_argument(

@@ -182,3 +182,24 @@ def test_the_window_of_a_candidate_includes_its_neighbours() -> None:
     # Row 1 is row 0's neighbour: its window now leans toward the query; row 2's does not.
     paired = window_cosine(query, vectors, np.array([[1, 0], [0, 1]]))
     assert paired[1] > 0.4 and paired[2] == 0.0 and 0.8 < paired[0] < 1.0
+
+
+def _party(client: MemoryClient, tenant: str) -> int:
+    for text in ["Sam said the party was fun", "The party was on Saturday", "Sam danced at the party", "Jo cooked"]:
+        client.retain(tenant, text)
+    detailed = (
+        "For the party Sam cooked a big pan of paella with saffron, lemon and grilled prawns, enough for twenty people"
+    )
+    return client.retain(tenant, detailed).memory_id
+
+
+def test_the_longer_of_two_close_matches_ranks_first(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    query = "what did Sam cook for the party"
+    with MemoryClient(server_factory(env={"MNEMOSYNE_TEST_RECALL_OFF": "length"}).start().target) as client:
+        _party(client, tenant)
+        assert client.recall(tenant, query, k=2)[0].memory.text == "Jo cooked"  # without the prior
+    with MemoryClient(server_factory().start().target) as client:
+        detailed = _party(client, tenant)
+        hits = client.recall(tenant, query, k=2)
+        assert hits[0].memory.id == detailed and all(h.score > 0 for h in hits)
+        assert client.recall(tenant, query, k=2, mode="text")[0].memory.text == "Jo cooked"  # hybrid only

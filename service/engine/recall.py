@@ -20,12 +20,15 @@ neighbour's score (``with_neighbours``); with an embedder's ``window_weight`` (M
 of each candidate's context window, its vector with its neighbours', is added (``window_cosine``:
 a second stage over the candidates from vectors already in the cache, no model call). A question
 naming a day, month or year lifts the candidates dated inside it (``dated``: dates written in the
-text, and relative times resolved at write time, engine/relative_time.py).
+text, and relative times resolved at write time, engine/relative_time.py). With an embedder's
+``length_prior`` (the default one), the memories read for the response, at least LENGTH_DEPTH,
+gain part of the best score by their length (``with_length_prior``).
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +47,7 @@ from mnemosyne.engine.terms import STOP_WORDS, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import MemoryRow
 
 MAX_QUERY_TERMS = 64
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
@@ -60,6 +64,9 @@ NEIGHBOUR_WEIGHT = 0.4
 CONTEXT_DEPTH = 20
 # A context window's vector: the memory's own plus this share of each neighbour's.
 WINDOW_NEIGHBOURS = 0.5
+# The candidates the length prior re-weighs: the memories read for the response are at least these.
+LENGTH_DEPTH = 20
+MIN_SCORE = 1e-9  # a hit's score stays above 0
 # A candidate dated inside the question's span gains this share of the best score.
 DATE_BOOST = 0.2
 # BM25's k1 and b: FTS5's k1, and b = 0.4 (Anserini's default for passages) instead of FTS5's 0.75.
@@ -370,6 +377,25 @@ def dated(
     return Ranking(memory_ids[order], lifted[order], cosine[order], bm25[order])
 
 
+def with_length_prior(ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow], weight: float) -> dict[int, float]:
+    """Each read candidate's score plus ``weight`` x the best score x ln(its length / the mean
+    length of the read ones, forgotten and merged ones aside), kept above 0: memory id -> score. Of two memories that match a
+    question about as well, the longer one more often holds the answer (it says more: a detailed
+    reply, a shared photo's caption), and BM25 and the cosine, both normalised for length, do not
+    see that (LoCoMo dev recall@10 0.722 -> 0.737, multi-hop 0.405 -> 0.426, hashing)."""
+    live = {i: r for i, r in rows.items() if not r.forgotten and not r.merged_into}
+    lengths = {c.memory_id: len(live[c.memory_id].body) for c in ranked if c.memory_id in live}
+    if not lengths:
+        return {}
+    mean = sum(lengths.values()) / len(lengths)
+    top = max(c.score for c in ranked)
+    return {
+        c.memory_id: max(c.score + weight * top * math.log(max(lengths[c.memory_id], 1) / mean), MIN_SCORE)
+        for c in ranked
+        if c.memory_id in lengths
+    }
+
+
 class Recall:
     """The whole recall algorithm, start to end: validation, the two paths over one read
     snapshot, fusion, supersession, and the response budget."""
@@ -391,6 +417,7 @@ class Recall:
         self.neighbour_weight = 0.0 if "neighbours" in steps_off else NEIGHBOUR_WEIGHT
         self.window_weight = 0.0 if "window" in steps_off else embedder.window_weight
         self.date_boost = 0.0 if "dates" in steps_off else DATE_BOOST
+        self.length_prior = 0.0 if "length" in steps_off else embedder.length_prior
 
     def __call__(
         self,
@@ -479,7 +506,9 @@ class Recall:
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
                 # current ones (superseded ones rank after them, merged and forgotten ones never
                 # appear, rows newer than this snapshot are invisible) or the candidates run out.
-                window, fetched, rows = k, 0, {}
+                # Hybrid only (its LoCoMo figures are with it).
+                prior = self.length_prior if mode is RecallMode.HYBRID else 0.0
+                window, fetched, rows = (max(k, LENGTH_DEPTH) if prior > 0 else k), 0, {}
                 while True:
                     rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist()))
                     fetched = window
@@ -488,13 +517,14 @@ class Recall:
                         break
                     window *= 2
                 ranked = fused[:window]
+        lifted = with_length_prior(ranked, rows, prior) if prior > 0 else {}
         hits = []
         for candidate in ranked:
             row = rows.get(candidate.memory_id)
             # Newer than this snapshot, forgotten, or merged away by Dedup.
             if row is None or row.forgotten or row.merged_into:
                 continue
-            score = candidate.score
+            score = lifted.get(candidate.memory_id, candidate.score)
             if row.superseded_by:  # CONFLICTS: current facts rank before superseded ones
                 score *= conflicts.SUPERSEDED_WEIGHT
             hits.append(Hit(memory_from_row(row), score, candidate.vector_score, candidate.text_score))
