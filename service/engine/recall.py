@@ -379,10 +379,11 @@ def dated(
 
 def with_length_prior(ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow], weight: float) -> dict[int, float]:
     """Each read candidate's score plus ``weight`` x the best score x ln(its length / the mean
-    length of the read ones, forgotten and merged ones aside), kept above 0: memory id -> score. Of two memories that match a
-    question about as well, the longer one more often holds the answer (it says more: a detailed
-    reply, a shared photo's caption), and BM25 and the cosine, both normalised for length, do not
-    see that (LoCoMo dev recall@10 0.722 -> 0.737, multi-hop 0.405 -> 0.426, hashing)."""
+    length of the read ones, forgotten and merged ones aside), kept above 0: memory id -> score.
+    Of two memories that match a question about as well, the longer one more often holds the
+    answer (it says more: a detailed reply, a shared photo's caption), and BM25 and the cosine,
+    both normalised for length, do not see that (LoCoMo dev recall@10 0.722 -> 0.737, multi-hop
+    0.405 -> 0.426, hashing)."""
     live = {i: r for i, r in rows.items() if not r.forgotten and not r.merged_into}
     lengths = {c.memory_id: len(live[c.memory_id].body) for c in ranked if c.memory_id in live}
     if not lengths:
