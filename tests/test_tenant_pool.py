@@ -6,10 +6,14 @@ import os
 import threading
 from pathlib import Path
 
+import apsw
+
 from mnemosyne.client import MemoryClient
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import read_file
 
 
 def _open_files(pid: int | str, under: Path) -> int:
@@ -48,3 +52,28 @@ def test_open_close_loops_leak_no_files_or_threads(tmp_path: Path) -> None:
         engine.close()
         assert _open_files("self", tmp_path) == 0
     assert threading.active_count() == baseline_threads
+
+
+def test_a_glance_at_a_tenant_file_waits_out_a_writers_lock(tmp_path: Path) -> None:
+    """read_file (a move's activation, aggregates) meets a writer holding the file for a moment:
+    it waits, as every connection of ours does, instead of failing "database is locked"."""
+    pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL")
+    try:
+        with pool.tenant("busy", create=True) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.set_meta("note", "before")
+        path = pool.path_for("busy")
+    finally:
+        pool.close()
+    writer = apsw.Connection(str(path))
+    writer.execute("PRAGMA locking_mode = EXCLUSIVE")
+    writer.execute("BEGIN EXCLUSIVE")
+    writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('note', 'after')")
+    released = threading.Timer(0.5, lambda: (writer.execute("COMMIT"), writer.close()))
+    released.start()
+    try:
+        with read_file(path) as txn:  # let in once the writer is gone
+            assert txn.meta("note") == "after"
+    finally:
+        released.join()

@@ -27,9 +27,9 @@ from typing import Any
 
 import apsw
 
-from mnemosyne.errors import FailedPrecondition
+from mnemosyne.errors import FailedPrecondition, Unavailable
 from mnemosyne.store import connections, ledger
-from mnemosyne.store.connections import open_connection
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
@@ -226,6 +226,9 @@ def read_file(path: Path) -> Iterator[ReadTxn]:
             raise FileNotFoundError(path) from None
         raise
     try:
+        # A writer of the same file (a move's step, a checkpoint) may hold it for a moment: wait
+        # as every other connection of ours does, not fail the reader with "database is locked".
+        connection.set_busy_timeout(BUSY_TIMEOUT_MS)
         missing = REQUIRED_TABLES - _tables(connection)
         if missing:
             raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing))}")
@@ -233,6 +236,10 @@ def read_file(path: Path) -> Iterator[ReadTxn]:
         yield ReadTxn(connection)
     except (apsw.CorruptError, apsw.NotADBError) as exc:
         raise translate_sqlite_error(exc, path.name) from exc
+    except apsw.BusyError:
+        raise Unavailable(
+            f"{path.name} stayed locked by a writer for {BUSY_TIMEOUT_MS // 1000} s; retry", reason="TENANT_BUSY"
+        ) from None
     finally:
         connection.close()
 
