@@ -190,6 +190,8 @@ class Server:
             "0",
             "--metrics-port",
             "0",
+            "--http-port",  # the default (8080) may be taken: another server, another run
+            "0",
             *self.args,
         ]
         with open(self.stderr_path, "w") as stderr:

@@ -223,9 +223,13 @@ def closed_loop(call: Callable[[int], object], offset: int, start_at: float, sec
 
 def in_threads(
     callers: Callers, system: str, threads: int, first: int, start_at: float, seconds: float
-) -> tuple[int, list[float]]:
-    """``threads`` clients (slots ``first``...) calling ``system`` in closed loops: (calls, latencies)."""
+) -> tuple[int, list[float], float]:
+    """``threads`` clients (slots ``first``...) calling ``system`` in closed loops: (calls, latencies,
+    this process's CPU seconds meanwhile)."""
     results: list[tuple[int, list[float]]] = [(0, [])] * threads
+    for slot in range(first, first + threads):  # made before the clock starts
+        callers.caller(slot, system)
+    cpu = time.process_time()
 
     def run(n: int) -> None:
         slot = first + n
@@ -236,7 +240,7 @@ def in_threads(
         thread.start()
     for thread in pool:
         thread.join()
-    return sum(r[0] for r in results), [x for r in results for x in r[1]]
+    return sum(r[0] for r in results), [x for r in results for x in r[1]], time.process_time() - cpu
 
 
 def worker_main(conn: multiprocessing.connection.Connection, targets: dict[str, Any]) -> None:
@@ -273,12 +277,13 @@ class Clients:
             commands = [(self._conns[n], (system, 1, n, start_at, seconds)) for n in range(clients)]
         for conn, command in commands:
             conn.send(command)
-        calls, latencies = 0, []
+        calls, latencies, cpu = 0, [], 0.0
         for conn, _ in commands:
-            n, values = conn.recv()
+            n, values, seconds_of_cpu = conn.recv()
             calls += n
             latencies += values
-        return {"calls_per_s": calls / seconds, **percentiles(latencies)}
+            cpu += seconds_of_cpu
+        return {"calls_per_s": calls / seconds, "client_cpu_ms": 1000 * cpu / max(calls, 1), **percentiles(latencies)}
 
     def close(self) -> None:
         for conn in self._conns:
@@ -470,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             "p50_ms": median(v, "p50_ms"),
             "p99_ms": median(v, "p99_ms"),
             "server_cpu_ms_per_call": median(v, "server_cpu_ms_per_call"),
+            "client_cpu_ms": median(v, "client_cpu_ms"),
             "rounds": v,
         }
         for (mode, system, n), v in cells.items()
@@ -482,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                 *[f"{n}: calls/s" for n in counts],
                 *[f"{n}: p50 / p99 ms" for n in counts],
                 *[f"{n}: server CPU ms/call" for n in counts],
+                *[f"{n}: client CPU ms/call" for n in counts],
             ],
             [
                 [
@@ -492,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         for n in counts
                     ],
                     *[results[f"{mode}/{system}/{n}"]["server_cpu_ms_per_call"] for n in counts],
+                    *[results[f"{mode}/{system}/{n}"]["client_cpu_ms"] for n in counts],
                 ]
                 for system in systems
             ],
@@ -526,13 +534,13 @@ def summarize(paths: list[Path]) -> None:
     cells = sorted(k for k in runs[0] if not k.endswith("/ratios"))
     print_table(
         f"median of {len(runs)} runs",
-        ["cell", "calls/s", "p50 ms", "p99 ms", "server CPU ms/call"],
+        ["cell", "calls/s", "p50 ms", "p99 ms", "server CPU ms/call", "client CPU ms/call"],
         [
             [
                 cell,
                 *(
-                    float(np.median([run[cell][m] for run in runs]))
-                    for m in ("calls_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_call")
+                    float(np.median([run[cell].get(m, float("nan")) for run in runs]))
+                    for m in ("calls_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_call", "client_cpu_ms")
                 ),
             ]
             for cell in cells

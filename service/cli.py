@@ -307,8 +307,10 @@ LIMIT_HELP = {
 ADMISSION_HELP = {
     "worker_threads": "threads running the engine's blocking work, shared by every tenant",
     "calls_per_tenant": "of the worker threads, how many one tenant's calls may occupy at once (its fair share)",
-    "queued_calls_per_tenant": "calls of one tenant waiting for a worker thread; past it RESOURCE_EXHAUSTED",
-    "queued_calls": "calls of every tenant waiting for a worker thread; past it RESOURCE_EXHAUSTED",
+    "reader_threads": "threads running the short reads (Recall, GetMemory, ListMemories...), shared by every tenant",
+    "reader_share": "of the reader threads, how many one tenant's reads may occupy at once (at most --reader-threads)",
+    "queued_calls_per_tenant": "calls of one tenant waiting for a thread; past it RESOURCE_EXHAUSTED",
+    "queued_calls": "calls of every tenant waiting for a thread; past it RESOURCE_EXHAUSTED",
     "streams_per_tenant": "open server streams (WatchEvents, AggregateStats) of one tenant",
     "streams": "open server streams of every tenant",
     "waiting_calls_per_tenant": "Flush and Disable calls of one tenant waiting for its queue",

@@ -13,12 +13,19 @@ import random
 import threading
 import time
 
-from mnemosyne.transport.admission import Admission, AdmissionLimits
+import pytest
+
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.transport.admission import Admission, AdmissionLimits, Lane
 
 
 def test_cancelled_callers_give_back_every_place_and_slot() -> None:
     async def scenario() -> None:
-        admission = Admission(AdmissionLimits(worker_threads=4, calls_per_tenant=2, queued_calls_per_tenant=1000))
+        admission = Admission(
+            AdmissionLimits(
+                worker_threads=4, calls_per_tenant=2, reader_threads=2, reader_share=1, queued_calls_per_tenant=1000
+            )
+        )
         rng = random.Random(7)
         release = threading.Event()
         finished = 0
@@ -31,7 +38,9 @@ def test_cancelled_callers_give_back_every_place_and_slot() -> None:
         try:
             for _round in range(20):
                 tasks = [
-                    asyncio.ensure_future(admission.run(f"t{rng.randrange(5)}", work, rng.random() / 500))
+                    asyncio.ensure_future(
+                        admission.run(f"t{rng.randrange(5)}", work, rng.random() / 500, lane=rng.choice(list(Lane)))
+                    )
                     for _ in range(60)
                 ]
                 # Cancel a random third of them at random moments: queued, just dispatched, running.
@@ -40,10 +49,10 @@ def test_cancelled_callers_give_back_every_place_and_slot() -> None:
                     rng.choice(tasks).cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 for _ in range(200):  # jobs of cancelled callers finish on their threads
-                    if admission.running == 0:
+                    if admission.running == admission.reading == 0:
                         break
                     await asyncio.sleep(0.01)
-                assert (admission.running, admission.queued) == (0, 0)
+                assert (admission.running, admission.reading, admission.queued) == (0, 0, 0)
             assert finished > 0
         finally:
             release.set()
@@ -108,3 +117,31 @@ def test_a_queued_caller_cancelled_as_a_worker_frees_up_takes_no_place() -> None
             admission.stop()
 
     asyncio.run(scenario())
+
+
+def test_slow_calls_on_every_worker_thread_never_hold_a_read_and_reads_keep_to_their_share() -> None:
+    async def scenario() -> None:
+        admission = Admission(AdmissionLimits(worker_threads=2, calls_per_tenant=2, reader_threads=2, reader_share=1))
+        gate = threading.Event()
+        try:
+            slow = [asyncio.ensure_future(admission.run("noisy", gate.wait, 10)) for _ in range(3)]
+            reads = [asyncio.ensure_future(admission.run("noisy", gate.wait, 10, lane=Lane.READERS)) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            # Every worker thread is held; of the two reader threads the tenant holds its share.
+            assert (admission.running, admission.reading, admission.queued) == (2, 1, 1 + 2)
+            answered = admission.run("quiet", lambda: "read", lane=Lane.READERS)
+            assert await asyncio.wait_for(answered, 5) == "read"  # the other reader thread
+            gate.set()
+            assert all(await asyncio.gather(*slow, *reads))
+            assert (admission.running, admission.reading, admission.queued) == (0, 0, 0)
+        finally:
+            gate.set()
+            admission.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_read_share_above_the_reader_threads_is_refused_at_start() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        AdmissionLimits(reader_threads=2, reader_share=3)
+    assert refused.value.reason == "CONFIG_INVALID" and "--reader-share" in refused.value.message

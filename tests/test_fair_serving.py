@@ -85,7 +85,7 @@ def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_anot
             call.cancel()
 
 
-def test_a_tenant_parked_on_the_worker_threads_keeps_only_its_share(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenant_parked_on_the_threads_keeps_only_its_share_of_each(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     park = tmp_path / "park"
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TEST_PARK_TENANT": "noisy", "MNEMOSYNE_TEST_PARK_FILE": str(park)},
@@ -96,22 +96,28 @@ def test_a_tenant_parked_on_the_worker_threads_keeps_only_its_share(server_facto
         client.retain("quiet", "a memory of the quiet tenant")
         park.touch()
         with ThreadPoolExecutor(80) as pool:
-            parked = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
-            wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 32)
-            assert gauge(server, "mnemosyne_worker_threads_busy") == 8  # --calls-per-tenant
+            # Its reads park on the reader threads, its writes on the worker threads.
+            parked = [pool.submit(client.recall, "noisy", "memory") for _ in range(20)]
+            parked += [pool.submit(client.retain, "noisy", f"parked write {n}") for n in range(20)]
+            wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 19 + 12)
+            assert gauge(server, "mnemosyne_reader_threads_busy") == 1  # --reader-share of 2
+            assert gauge(server, "mnemosyne_worker_threads_busy") == 8  # --calls-per-tenant of 16
             with MemoryClient(server.target, timeout=5, retries=0) as quiet:
-                for _ in range(50):
+                for n in range(25):
                     assert quiet.recall("quiet", "memory")[0].memory.text == "a memory of the quiet tenant"
-                # Past its queue (64 calls waiting), the noisy tenant is refused, not queued without end.
-                flood = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
-                wait_until(lambda: gauge(server, "mnemosyne_queued_calls") >= 64)
-                with MemoryClient(server.target, timeout=5, retries=0) as once:
-                    with pytest.raises(ResourceExhaustedError) as info:
-                        once.recall("noisy", "memory")
-                assert info.value.reason == "QUEUED_CALLS_PER_TENANT_REACHED" and info.value.retry_after_seconds == 0.25
+                    assert quiet.retain("quiet", f"quiet write {n}").memory_id > 0
+            # Past its queue (64 calls waiting), the noisy tenant is refused, not queued without end.
+            flood = [pool.submit(client.recall, "noisy", "memory") for _ in range(40)]
+            wait_until(lambda: gauge(server, "mnemosyne_queued_calls") >= 64)
+            with MemoryClient(server.target, timeout=5, retries=0) as once:
+                with pytest.raises(ResourceExhaustedError) as info:
+                    once.recall("noisy", "memory")
+            assert info.value.reason == "QUEUED_CALLS_PER_TENANT_REACHED" and info.value.retry_after_seconds == 0.25
             park.unlink()
             assert all(f.result(timeout=60) for f in parked + flood)  # the client's retries got the rest in
         wait_until(lambda: gauge(server, "mnemosyne_worker_threads_busy") == 0)
+        wait_until(lambda: gauge(server, "mnemosyne_reader_threads_busy") == 0)
+        assert len(client.list_memories("noisy", page_size=100).memories) == 21  # every parked write landed
 
 
 def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

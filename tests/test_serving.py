@@ -1,5 +1,6 @@
 """The serving set-up: a tenant's concurrent reads each find a pooled read connection (the server
-keeps as many as --calls-per-tenant lets run at once), so none opens and closes one of its own."""
+keeps as many as --calls-per-tenant and --reader-share let run at once), so none opens and closes
+one of its own."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from mnemosyne.transport.admission import AdmissionLimits
 from mnemosyne.transport.server import ServerConfig, start_server
 
 
-def _kept_after_concurrent_reads(calls_per_tenant: int, tmp_path: Path) -> tuple[int, int]:
-    """(connections a tenant's ``calls_per_tenant`` reads at once took, idle readers kept after)."""
+def _kept_after_concurrent_reads(calls_per_tenant: int, reader_share: int, tmp_path: Path) -> tuple[int, int]:
+    """(connections a tenant's reads at once took, as many as its calls may run at once on both
+    the worker and the reader threads; idle readers kept after)."""
+    at_once = calls_per_tenant + reader_share
 
     async def run() -> tuple[int, int]:
         config = ServerConfig(
@@ -21,13 +24,13 @@ def _kept_after_concurrent_reads(calls_per_tenant: int, tmp_path: Path) -> tuple
             port=0,
             metrics_port=0,
             http_port=0,
-            admission=AdmissionLimits(calls_per_tenant=calls_per_tenant),
+            admission=AdmissionLimits(calls_per_tenant=calls_per_tenant, reader_threads=4, reader_share=reader_share),
         )
         running = await start_server(config)
         try:
             with running.engine.pool.tenant("t", create=True) as store, ExitStack() as reads:
                 assert store is not None
-                taken = {id(reads.enter_context(store.read()).connection) for _ in range(calls_per_tenant)}
+                taken = {id(reads.enter_context(store.read()).connection) for _ in range(at_once)}
                 reads.close()
                 return len(taken), len(store._readers)
         finally:
@@ -37,5 +40,5 @@ def _kept_after_concurrent_reads(calls_per_tenant: int, tmp_path: Path) -> tuple
 
 
 def test_a_tenant_keeps_a_read_connection_for_each_call_it_may_run_at_once(tmp_path: Path) -> None:
-    assert _kept_after_concurrent_reads(8, tmp_path / "a") == (8, 8)  # the default --calls-per-tenant
-    assert _kept_after_concurrent_reads(12, tmp_path / "b") == (12, 12)
+    assert _kept_after_concurrent_reads(8, 1, tmp_path / "a") == (9, 9)  # the defaults
+    assert _kept_after_concurrent_reads(12, 3, tmp_path / "b") == (15, 15)

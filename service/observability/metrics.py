@@ -39,7 +39,8 @@ GAUGES = {
     "mnemosyne_queue_depth": "Accepted asynchronous writes not yet applied, summed over tenants.",
     "mnemosyne_oldest_pending_seconds": "Age of the oldest accepted but not yet applied write (0 when none).",
     "mnemosyne_worker_threads_busy": "Worker threads running a call's blocking work now (of --worker-threads).",
-    "mnemosyne_queued_calls": "Calls waiting for a worker thread (their tenant at its share, or every thread busy).",
+    "mnemosyne_reader_threads_busy": "Reader threads running a short read (Recall, Get, List) now (of --reader-threads).",
+    "mnemosyne_queued_calls": "Calls waiting for a thread (their tenant at its share, or every thread busy).",
     "mnemosyne_open_streams": "Server streams open now (WatchEvents, AggregateStats).",
     "mnemosyne_waiting_calls": "Flush and Disable calls waiting for their tenant's queue now.",
 }

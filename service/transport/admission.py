@@ -1,16 +1,24 @@
 """Admission: which calls run, when and on which thread — the one module every surface calls (the
-gRPC edge; the HTTP routes to come).
+gRPC edge, the HTTP routes, the mem0 endpoints).
 
 The server answers on one asyncio event loop. A call that waits (a Flush, a stream between its
-events) waits there and holds no thread; the engine's blocking work (SQLite, numpy) runs on a
-fixed pool of worker threads, and only through ``run``, which shares the pool fairly:
+events) waits there and holds no thread; the engine's blocking work (SQLite, numpy) runs on one of
+two fixed sets of threads, and only through ``run``, which shares them fairly:
 
-* a tenant has at most ``calls_per_tenant`` jobs on the workers at once (its fair share); its
-  further calls queue in arrival order, and when a worker frees up the tenants with queued calls
-  take turns (round robin), so a flood from one tenant is served at its share while another
-  tenant's call goes in at the next free worker;
-* a tenant may queue ``queued_per_tenant`` calls and the server ``queued_total``; past either, the
-  call is refused at once with RESOURCE_EXHAUSTED, a reason naming the limit, and a retry delay
+* **reader threads** (``reader_threads``, 2) run the short reads servicers mark ``@reading``
+  (Recall, GetMemory, ListMemories...): CPU-bound work in the interpreter, for which more threads
+  than cores add only contention for the GIL (at 16 callers on 2 cores, 16 threads running recalls
+  cost ~30% more CPU per call than one); a tenant's reads occupy at most ``reader_share`` of them;
+* **worker threads** (``worker_threads``, 16) run everything else (writes that wait for the disk,
+  batches, exports, backups); a tenant's calls occupy at most ``calls_per_tenant`` of them. A slow
+  call therefore never holds a reader thread, and a flood of reads never holds a worker.
+
+On either set, a tenant's further calls queue in arrival order, and when a thread frees up the
+tenants with queued calls take turns (round robin), so a flood from one tenant is served at its
+share while another tenant's call goes in at the next free thread. Beyond that:
+
+* a tenant may queue ``queued_calls_per_tenant`` calls and the server ``queued_calls`` (on both
+  sets together); past either, the call is refused at once with RESOURCE_EXHAUSTED, a reason naming the limit, and a retry delay
   (``google.rpc.RetryInfo``) that the Python and Node clients honour;
 * open server streams (``stream``) and calls waiting for the hot path (``waiting``: Flush,
   Disable) are counted per tenant and in total, with the same kind of refusal.
@@ -28,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import enum
 import logging
 import queue
 import threading
@@ -52,6 +61,8 @@ class AdmissionLimits:
 
     worker_threads: int = 16  # threads running the engine's blocking work, shared by every tenant
     calls_per_tenant: int = 8  # of those, how many one tenant's calls may occupy at once
+    reader_threads: int = 2  # threads running the short reads (Recall, Get, List...), shared by every tenant
+    reader_share: int = 1  # of those, how many one tenant's reads may occupy at once
     queued_calls_per_tenant: int = 64  # one tenant's calls waiting for a worker thread
     queued_calls: int = 1024  # every tenant's together
     streams_per_tenant: int = 100  # open server streams (WatchEvents, AggregateStats) of one tenant
@@ -63,6 +74,8 @@ class AdmissionLimits:
         for spec in fields(self):
             if getattr(self, spec.name) < 1:
                 raise InvalidArgument(f"--{spec.name.replace('_', '-')} must be at least 1", reason="CONFIG_INVALID")
+        if self.reader_share > self.reader_threads:
+            raise InvalidArgument("--reader-share must be at most --reader-threads", reason="CONFIG_INVALID")
 
 
 # Suggested waits before retrying a refused call: a queue drains in milliseconds, a stream or a
@@ -83,9 +96,9 @@ def _refusal(what: str, flag: str, limit: int, retry: float) -> ResourceExhauste
 class WorkerPool:
     """A fixed set of threads started up front (their number never changes with the load)."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, name: str) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"worker-{n}", daemon=True) for n in range(threads)]
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True) for n in range(threads)]
         for thread in self._threads:
             thread.start()
 
@@ -104,36 +117,78 @@ class WorkerPool:
             thread.join(timeout=10)
 
 
-class _Tenant:
-    __slots__ = ("running", "queue", "streams", "waiting")
+class Lane(enum.Enum):
+    """Which set of threads a call's blocking work runs on (the module's docstring)."""
+
+    WORKERS = 0
+    READERS = 1
+
+
+class _Places:
+    """A tenant's calls on one lane: running, and waiting in arrival order."""
+
+    __slots__ = ("running", "queue")
 
     def __init__(self) -> None:
         self.running = 0
         self.queue: collections.deque[asyncio.Future[None]] = collections.deque()
+
+
+class _Tenant:
+    __slots__ = ("lanes", "queued", "streams", "waiting")
+
+    def __init__(self) -> None:
+        self.lanes = (_Places(), _Places())  # indexed by Lane.value
+        self.queued = 0  # on both lanes
         self.streams = 0
         self.waiting = 0
 
     @property
     def idle(self) -> bool:
-        return not (self.running or self.queue or self.streams or self.waiting)
+        busy = any(places.running or places.queue for places in self.lanes)
+        return not (busy or self.streams or self.waiting)
+
+
+class _LaneThreads:
+    """One lane's threads, how many of them one tenant may occupy, and whose turn it is."""
+
+    def __init__(self, lane: Lane, threads: int, share: int) -> None:
+        self.lane = lane
+        self.threads = threads
+        self.share = share
+        self.pool = WorkerPool(threads, lane.name.lower().rstrip("s"))
+        self.running = 0
+        self.turns: collections.deque[str] = collections.deque()  # tenants with queued calls, in turn
 
 
 class Admission:
     def __init__(
         self, limits: AdmissionLimits | None = None, *, park_tenant: str = "", park_file: Path | None = None
     ) -> None:
-        """``park_tenant``/``park_file``: a test seam; the jobs of that tenant wait on their worker
-        thread while the file exists (so they provably occupy the workers)."""
-        self.limits = limits or AdmissionLimits()
-        self._pool = WorkerPool(self.limits.worker_threads)
+        """``park_tenant``/``park_file``: a test seam; the jobs of that tenant wait on their
+        thread while the file exists (so they provably occupy it)."""
+        self.limits = limits = limits or AdmissionLimits()
+        self._lanes = (
+            _LaneThreads(Lane.WORKERS, limits.worker_threads, limits.calls_per_tenant),
+            _LaneThreads(Lane.READERS, limits.reader_threads, limits.reader_share),
+        )
         self._tenants: dict[str, _Tenant] = {}
-        self._turns: collections.deque[str] = collections.deque()  # tenants with queued calls, in turn
-        self.running = self.queued = self.open_streams = self.waiting_calls = 0  # read by the gauges
+        self.queued = self.open_streams = self.waiting_calls = 0  # read by the gauges
         self.refusals: collections.Counter[str] = collections.Counter()
         self._open = True
         self._active = 0
         self._last_arrival = 0.0
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
+
+    @property
+    def running(self) -> int:
+        """Worker threads running a call now (a gauge)."""
+        return self._lanes[Lane.WORKERS.value].running
+
+    @property
+    def reading(self) -> int:
+        """Reader threads running a call now (a gauge)."""
+        return self._lanes[Lane.READERS.value].running
 
     def describe(self) -> str:
         return ", ".join(
@@ -166,8 +221,9 @@ class Admission:
             await asyncio.sleep(min(0.02, deadline - now))
 
     def stop(self) -> None:
-        """Stop the worker threads (after the server stopped)."""
-        self._pool.stop()
+        """Stop the threads (after the server stopped)."""
+        for lane in self._lanes:
+            lane.pool.stop()
 
     # -- blocking work, shared fairly ---------------------------------------------------------
 
@@ -181,8 +237,10 @@ class Admission:
         if state.idle:
             self._tenants.pop(tenant, None)
 
-    async def run(self, tenant: str, work: Callable[..., T], *args: Any, admitted: bool = False) -> T:
-        """``work(*args)`` on a worker thread once the tenant's turn comes; its result or its
+    async def run(
+        self, tenant: str, work: Callable[..., T], *args: Any, admitted: bool = False, lane: Lane = Lane.WORKERS
+    ) -> T:
+        """``work(*args)`` on a thread of ``lane`` once the tenant's turn comes; its result or its
         exception. A caller cancelled meanwhile (its client went away) stops waiting at once;
         work already running finishes on its thread and only then frees its place.
 
@@ -190,13 +248,14 @@ class Admission:
         by those limits): it waits its turn like any call, but is never refused for a full queue."""
         loop = asyncio.get_running_loop()
         state = self._tenant(tenant)
-        await self._take_place(tenant, state, loop, admitted)
+        threads = self._lanes[lane.value]
+        await self._take_place(tenant, state, threads, loop, admitted)
         answer: asyncio.Future[T] = loop.create_future()
         context = contextvars.copy_context()  # the call's request id reaches the engine's logs
         park = self._park if self._park and self._park[0] == tenant else None
 
         def finish(ok: bool, value: Any) -> None:
-            self._give_back(tenant, state)
+            self._give_back(tenant, state, threads)
             if not answer.cancelled():
                 if ok:
                     answer.set_result(value)
@@ -213,21 +272,24 @@ class Admission:
                 value, ok = exc, False
             loop.call_soon_threadsafe(finish, ok, value)
 
-        self._pool.submit(job)
+        threads.pool.submit(job)
         return await answer
 
-    async def _take_place(self, tenant: str, state: _Tenant, loop: asyncio.AbstractEventLoop, admitted: bool) -> None:
+    async def _take_place(
+        self, tenant: str, state: _Tenant, threads: _LaneThreads, loop: asyncio.AbstractEventLoop, admitted: bool
+    ) -> None:
         limits = self.limits
-        if not state.queue and state.running < limits.calls_per_tenant and self.running < limits.worker_threads:
-            state.running += 1
-            self.running += 1
+        places = state.lanes[threads.lane.value]
+        if not places.queue and places.running < threads.share and threads.running < threads.threads:
+            places.running += 1
+            threads.running += 1
             return
-        if not admitted and len(state.queue) >= limits.queued_calls_per_tenant:
+        if not admitted and state.queued >= limits.queued_calls_per_tenant:
             self._refuse(
                 tenant,
                 state,
                 _refusal(
-                    "this tenant has as many calls waiting for a worker as it may",
+                    "this tenant has as many calls waiting for a thread as it may",
                     "queued-calls-per-tenant",
                     limits.queued_calls_per_tenant,
                     QUEUE_RETRY_SECONDS,
@@ -238,57 +300,62 @@ class Admission:
                 tenant,
                 state,
                 _refusal(
-                    "the server has as many calls waiting for a worker as it may",
+                    "the server has as many calls waiting for a thread as it may",
                     "queued-calls",
                     limits.queued_calls,
                     QUEUE_RETRY_SECONDS,
                 ),
             )
         turn: asyncio.Future[None] = loop.create_future()
-        state.queue.append(turn)
+        places.queue.append(turn)
+        state.queued += 1
         self.queued += 1
-        if tenant not in self._turns:  # a few tenants at most wait at a time: a short scan
-            self._turns.append(tenant)
+        if tenant not in threads.turns:  # a few tenants at most wait at a time: a short scan
+            threads.turns.append(tenant)
         try:
             await turn  # _dispatch counted the place for us when it set the result
         except asyncio.CancelledError:
             if not turn.cancelled():
-                self._give_back(tenant, state)  # the place was given just as we were cancelled
-            elif turn in state.queue:  # (else _dispatch already dropped it)
-                state.queue.remove(turn)
+                self._give_back(tenant, state, threads)  # the place was given just as we were cancelled
+            elif turn in places.queue:  # (else _dispatch already dropped it)
+                places.queue.remove(turn)
+                state.queued -= 1
                 self.queued -= 1
                 self._forget_if_idle(tenant, state)
             raise
 
-    def _give_back(self, tenant: str, state: _Tenant) -> None:
-        state.running -= 1
-        self.running -= 1
-        self._dispatch()
+    def _give_back(self, tenant: str, state: _Tenant, threads: _LaneThreads) -> None:
+        state.lanes[threads.lane.value].running -= 1
+        threads.running -= 1
+        self._dispatch(threads)
         self._forget_if_idle(tenant, state)
 
-    def _dispatch(self) -> None:
-        """Give free worker places to queued calls, one tenant at a time in turn."""
+    def _dispatch(self, threads: _LaneThreads) -> None:
+        """Give the lane's free places to queued calls, one tenant at a time in turn."""
         skipped = 0
-        while self._turns and self.running < self.limits.worker_threads and skipped < len(self._turns):
-            tenant = self._turns.popleft()
+        turns = threads.turns
+        while turns and threads.running < threads.threads and skipped < len(turns):
+            tenant = turns.popleft()
             state = self._tenants.get(tenant)
-            if state is None or not state.queue:
+            places = state.lanes[threads.lane.value] if state is not None else None
+            if state is None or places is None or not places.queue:
                 continue
-            if state.running >= self.limits.calls_per_tenant:
-                self._turns.append(tenant)  # at its share: the next tenant's turn
+            if places.running >= threads.share:
+                turns.append(tenant)  # at its share: the next tenant's turn
                 skipped += 1
                 continue
             skipped = 0
-            turn = state.queue.popleft()
+            turn = places.queue.popleft()
+            state.queued -= 1
             self.queued -= 1
             if turn.cancelled():  # its caller was cancelled and has not run yet: no place for it
-                self._turns.appendleft(tenant)
+                turns.appendleft(tenant)
                 continue
-            state.running += 1
-            self.running += 1
+            places.running += 1
+            threads.running += 1
             turn.set_result(None)
-            if state.queue:
-                self._turns.append(tenant)
+            if places.queue:
+                turns.append(tenant)
 
     def _refuse(self, tenant: str, state: _Tenant, error: ResourceExhausted) -> NoReturn:
         self.refusals[error.reason] += 1

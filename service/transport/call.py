@@ -4,6 +4,7 @@ A servicer method is one of three kinds, and the edge runs each its way:
 
 * a plain function ``(request, call) -> response``: validates, converts, calls the engine. The
   engine blocks (SQLite, numpy), so it runs on a worker thread, through admission's fair share;
+  marked ``@reading`` (a short read: Recall, GetMemory, ListMemories...), on a reader thread;
 * ``async def`` marked ``@waiting``: waits on the event loop for something (a flush), holding no
   thread; its blocking steps go through ``call.run``. Counted as a waiting call;
 * an ``async def`` generator: a server stream, on the event loop, counted as an open stream.
@@ -27,6 +28,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 # How much earlier than the client's deadline a wait gives up, so that its own answer (with the
 # remaining depth) reaches the client before the client's deadline fires.
 _ANSWER_MARGIN_SECONDS = 0.25
+
+
+def reading(method: F) -> F:
+    """Mark a plain servicer method as a short read: it runs on admission's reader threads. Only
+    for work bounded by its request (a page, a top k), never for a scan of a whole tenant."""
+    method.reading = True  # type: ignore[attr-defined]  # a mark on the function object, read by the edge
+    return method
 
 
 def waiting(method: F) -> F:

@@ -36,7 +36,7 @@ from google.rpc import status_pb2
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport import telemetry
-from mnemosyne.transport.admission import Admission
+from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
@@ -64,6 +64,7 @@ class Kind(enum.Enum):
     """How a servicer method runs (transport/call.py)."""
 
     BLOCKING = "blocking"  # a plain function: on a worker thread, in the tenant's fair share
+    READING = "reading"  # a plain function marked @reading: on a reader thread, in the tenant's share
     WAITING = "waiting"  # an ``async def`` marked @waiting: on the event loop, counted as waiting
     ON_LOOP = "on_loop"  # an ``async def`` that never blocks (Ping)
     STREAM = "stream"  # an ``async def`` generator: a server stream
@@ -73,7 +74,7 @@ def kind_of(implementation: Callable[..., Any]) -> Kind:
     if inspect.isasyncgenfunction(implementation):
         return Kind.STREAM
     if not inspect.iscoroutinefunction(implementation):
-        return Kind.BLOCKING
+        return Kind.READING if getattr(implementation, "reading", False) else Kind.BLOCKING
     return Kind.WAITING if getattr(implementation, "waiting", False) else Kind.ON_LOOP
 
 
@@ -207,6 +208,8 @@ class Edge:
                 return await self.forwarder.unary(call.forward_to, call.method, request, call)
             if kind is Kind.BLOCKING:
                 return await admission.run(call.tenant, implementation, request, call)
+            if kind is Kind.READING:
+                return await admission.run(call.tenant, implementation, request, call, lane=Lane.READERS)
             if kind is Kind.WAITING:
                 with admission.waiting(call.tenant):
                     call.holds_place = True

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert, waits
-from mnemosyne.transport.call import Call, waiting
+from mnemosyne.transport.call import Call, reading, waiting
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
 
 
@@ -25,6 +25,7 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
     async def Disable(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
         return convert.to_hot_path_status(await waits.disable(self._hot_path, call, request.timeout_seconds))
 
+    @reading
     def Status(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
         check.validate_wait_seconds(request.timeout_seconds)
         return convert.to_hot_path_status(self._hot_path.status(request.tenant))
@@ -38,9 +39,11 @@ class EventsServicer(events_pb2_grpc.EventsServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._hot_path = engine.hot_path
 
+    @reading
     def GetEvent(self, request: events_pb2.GetEventRequest, call: Call) -> events_pb2.Event:
         return convert.to_event(self._hot_path.get_event(request.tenant, request.event_id))
 
+    @reading
     def ListEvents(self, request: events_pb2.ListEventsRequest, call: Call) -> events_pb2.ListEventsResponse:
         page = self._hot_path.list_events(
             request.tenant,

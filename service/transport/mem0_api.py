@@ -43,8 +43,8 @@ from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainStatus
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call
-from mnemosyne.transport.edge import Edge, Kind, Outcome
+from mnemosyne.transport.call import Call, reading
+from mnemosyne.transport.edge import Edge, Outcome, kind_of
 from mnemosyne.transport.http_api import error_parts, read_body
 
 # The path prefixes this app answers (transport/http_server.py ``compose`` mounts each).
@@ -356,7 +356,7 @@ class Mem0Api:
         # Not forwarded to another member (the hop speaks gRPC, these are not RPCs): answered
         # here, where the store refuses a tenant another member owns (NOT_OWNER, naming it).
         call.forward_to = None
-        result = await self._edge.answer(Kind.BLOCKING, partial(_checked, handler), decoded, call)
+        result = await self._edge.answer(kind_of(handler), partial(_checked, handler), decoded, call)
         return Response(
             json.dumps(result, ensure_ascii=False),
             headers={**dict(call.trailing_metadata), **dict(echo)},
@@ -414,6 +414,7 @@ class Mem0Api:
         prefix = "d." if outcome.status is RetainStatus.DUPLICATE else "s."
         return {"message": _STORED, "status": "SUCCEEDED", "event_id": prefix + receipt}
 
+    @reading
     def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
         query = _text(body, "query", required=True)
@@ -427,6 +428,7 @@ class Mem0Api:
         hits = [h for h in recalled.hits if not threshold or h.vector_score >= threshold]
         return {"results": [memory_json(h.memory, round(h.score, 6)) for h in hits]}
 
+    @reading
     def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
         page = _number(request.query.get("page") or body.get("page"), "page", 1)
@@ -452,6 +454,7 @@ class Mem0Api:
             raise NotFound(f"memory {memory.id} does not exist", reason="MEMORY_NOT_FOUND")
         return memory
 
+    @reading
     def _get(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         return memory_json(self._live(request))
 

@@ -341,8 +341,9 @@ async def start_server(config: ServerConfig) -> RunningServer:
     credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
     metrics = ServerMetrics()
     # As many idle readers per tenant as its calls may run at once (engine/config.py).
+    at_once = config.admission.calls_per_tenant + config.admission.reader_share
     engine_config = dataclasses.replace(
-        config.engine, readers_per_tenant=max(config.engine.readers_per_tenant, config.admission.calls_per_tenant)
+        config.engine, readers_per_tenant=max(config.engine.readers_per_tenant, at_once)
     )
     engine = Engine(
         engine_config, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
@@ -355,6 +356,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
             "mnemosyne_queue_depth": engine.queue_depth,
             "mnemosyne_oldest_pending_seconds": engine.oldest_pending_seconds,
             "mnemosyne_worker_threads_busy": lambda: admission.running,
+            "mnemosyne_reader_threads_busy": lambda: admission.reading,
             "mnemosyne_queued_calls": lambda: admission.queued,
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
