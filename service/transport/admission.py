@@ -18,8 +18,9 @@ tenants with queued calls take turns (round robin), so a flood from one tenant i
 share while another tenant's call goes in at the next free thread. Beyond that:
 
 * a tenant may queue ``queued_calls_per_tenant`` calls and the server ``queued_calls`` (on both
-  sets together); past either, the call is refused at once with RESOURCE_EXHAUSTED, a reason naming the limit, and a retry delay
-  (``google.rpc.RetryInfo``) that the Python and Node clients honour;
+  sets together); past either, the call is refused at once with RESOURCE_EXHAUSTED, a reason
+  naming the limit, and a retry delay (``google.rpc.RetryInfo``) that the Python and Node clients
+  honour;
 * open server streams (``stream``) and calls waiting for the hot path (``waiting``: Flush,
   Disable) are counted per tenant and in total, with the same kind of refusal.
 
@@ -63,7 +64,7 @@ class AdmissionLimits:
     calls_per_tenant: int = 8  # of those, how many one tenant's calls may occupy at once
     reader_threads: int = 2  # threads running the short reads (Recall, Get, List...), shared by every tenant
     reader_share: int = 1  # of those, how many one tenant's reads may occupy at once
-    queued_calls_per_tenant: int = 64  # one tenant's calls waiting for a worker thread
+    queued_calls_per_tenant: int = 64  # one tenant's calls waiting for a thread (of either set)
     queued_calls: int = 1024  # every tenant's together
     streams_per_tenant: int = 100  # open server streams (WatchEvents, AggregateStats) of one tenant
     streams: int = 10_000  # of every tenant
@@ -123,6 +124,10 @@ class Lane(enum.Enum):
     WORKERS = 0
     READERS = 1
 
+    @property
+    def thread_name(self) -> str:
+        return "worker" if self is Lane.WORKERS else "reader"
+
 
 class _Places:
     """A tenant's calls on one lane: running, and waiting in arrival order."""
@@ -156,7 +161,7 @@ class _LaneThreads:
         self.lane = lane
         self.threads = threads
         self.share = share
-        self.pool = WorkerPool(threads, lane.name.lower().rstrip("s"))
+        self.pool = WorkerPool(threads, lane.thread_name)
         self.running = 0
         self.turns: collections.deque[str] = collections.deque()  # tenants with queued calls, in turn
 
@@ -337,9 +342,9 @@ class Admission:
         while turns and threads.running < threads.threads and skipped < len(turns):
             tenant = turns.popleft()
             state = self._tenants.get(tenant)
-            places = state.lanes[threads.lane.value] if state is not None else None
-            if state is None or places is None or not places.queue:
+            if state is None or not state.lanes[threads.lane.value].queue:
                 continue
+            places = state.lanes[threads.lane.value]
             if places.running >= threads.share:
                 turns.append(tenant)  # at its share: the next tenant's turn
                 skipped += 1
