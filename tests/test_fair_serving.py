@@ -19,8 +19,10 @@ import pytest
 
 from mnemosyne.client import DeadlineExceededError, MemoryClient, ResourceExhaustedError
 from mnemosyne.client.errors import from_rpc_error, retry_delay
-from mnemosyne.v1 import events_pb2, hot_path_pb2
-from tests.support import ServerProcess, gauge, wait_until
+from mnemosyne.v1 import events_pb2, hot_path_pb2, memory_pb2
+from tests.http_support import call as http_call
+from tests.http_support import request
+from tests.support import ServerProcess, gauge, tokens_json, wait_until
 
 
 def _threads(server: ServerProcess) -> int:
@@ -192,3 +194,33 @@ def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> N
         for call in streams:
             call.cancel()
     assert sorted(latencies)[len(latencies) // 2] < 0.05
+
+
+def test_reads_over_http_and_the_mem0_endpoints_run_on_the_reader_threads(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    park = tmp_path / "park"
+    server: ServerProcess = server_factory(
+        http=True,
+        metrics=True,
+        env={
+            "MNEMOSYNE_TOKENS": tokens_json({"key-noisy": ["noisy"]}),
+            "MNEMOSYNE_TEST_PARK_TENANT": "noisy",
+            "MNEMOSYNE_TEST_PARK_FILE": str(park),
+        },
+    ).start()
+    bearer, mem0_key = {"authorization": "Bearer key-noisy"}, {"authorization": "Token key-noisy"}
+    with MemoryClient(server.target, "key-noisy") as client:
+        client.retain("noisy", "a memory of the noisy tenant")
+        park.touch()
+        recall = memory_pb2.RecallRequest(tenant="noisy", query="memory", k=3)
+        search = {"query": "memory", "filters": {"user_id": "nobody"}}
+        with ThreadPoolExecutor(6) as pool:
+            calls = [pool.submit(http_call, server.http_port, "Recall", recall, bearer) for _ in range(3)]
+            calls += [
+                pool.submit(request, server.http_port, "POST", "/v3/memories/search/", None, mem0_key, json_body=search)
+                for _ in range(3)
+            ]
+            wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 5)
+            assert gauge(server, "mnemosyne_reader_threads_busy") == 1  # the tenant's share
+            assert gauge(server, "mnemosyne_worker_threads_busy") == 0
+            park.unlink()
+            assert [f.result(timeout=30).status for f in calls] == [200] * 6
