@@ -9,7 +9,8 @@ Each conversation goes into its own tenant through a real server and the real cl
 ``" [shares a photo: <blip_caption>]"`` when the turn shared an image (the caption is what a
 reader of the conversation would see in place of the image; the image search ``query`` field of
 the data set is not used), and metadata ``dia_id``; its ``occurred_at`` is the session's date and
-time and its ``thread`` the session, at the turn's position in it (only this file reads
+time, its ``thread`` the session, at the turn's position in it, and its ``speaker`` the turn's
+(the speaker is in the text too, as it always was; only this file reads
 ``dia_id`` or the data set's date format). Each question of categories 1-4 with evidence
 is recalled once with k = 10; recall@k counts the distinct ``dia_id``s among the first k hits that
 are evidence, over the number of evidence turns, averaged over questions.
@@ -46,6 +47,7 @@ class Turn:
     occurred_at: float | None  # the session's date and time (unix seconds, read as UTC)
     thread: str  # "<sample_id>/session-<n>": a session is a thread
     position: int  # the turn's order in its session, from 0
+    speaker: str = ""  # who said it (LoCoMo's ``speaker``)
 
 
 @dataclass
@@ -111,7 +113,9 @@ def load(path: Path, fixes_path: Path | None = None) -> list[tuple[str, list[Tur
                 m = _EVIDENCE.fullmatch(turn["dia_id"])
                 dia_id = f"D{int(m.group(1))}:{int(m.group(2))}" if m else turn["dia_id"]
                 thread = f"{sample['sample_id']}/session-{n}"
-                turns.append(Turn(dia_id, turn_text(turn, date), session_time(date), thread, position))
+                turns.append(
+                    Turn(dia_id, turn_text(turn, date), session_time(date), thread, position, turn.get("speaker", ""))
+                )
         questions = []
         for index, q in enumerate(sample["qa"]):
             evidence = normalise_evidence(q.get("evidence") or [])
@@ -161,7 +165,14 @@ def run_mnemosyne(
             for start in range(0, len(turns), 500):
                 chunk = turns[start : start + 500]
                 items = [
-                    RetainItem(t.text, "global", {"dia_id": t.dia_id}, t.occurred_at, ThreadRef(t.thread, t.position))
+                    RetainItem(
+                        t.text,
+                        "global",
+                        {"dia_id": t.dia_id},
+                        t.occurred_at,
+                        ThreadRef(t.thread, t.position),
+                        t.speaker,
+                    )
                     for t in chunk
                 ]
                 outcomes = client.retain_batch(tenant, items)
@@ -255,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "--off",
         action="append",
         default=[],
-        choices=["neighbours", "window", "dates", "relative_time", "length"],
+        choices=["neighbours", "window", "dates", "relative_time", "length", "speaker"],
         help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
     )
     parser.add_argument(

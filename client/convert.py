@@ -42,13 +42,19 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         occurred_at=m.occurred_at.ToMicroseconds() / 1e6 if m.HasField("occurred_at") else None,
         thread=types.ThreadRef(m.thread.id, m.thread.position) if m.HasField("thread") else None,
         updated_at=m.updated_at.ToNanoseconds() / 1e9 if m.HasField("updated_at") else 0.0,
+        speaker=m.speaker,
     )
 
 
 def place(
-    target: memory_pb2.RetainRequest | memory_pb2.RetainItem, occurred_at: float | None, thread: types.ThreadRef | None
+    target: memory_pb2.RetainRequest | memory_pb2.RetainItem,
+    occurred_at: float | None,
+    thread: types.ThreadRef | None,
+    speaker: str = "",
 ) -> None:
-    """Set a request's (or item's) ``occurred_at`` (unix seconds) and ``thread`` when given."""
+    """Set a request's (or item's) ``occurred_at`` (unix seconds), ``thread`` and ``speaker`` when
+    given."""
+    target.speaker = speaker
     if occurred_at is not None:
         target.occurred_at.FromMicroseconds(round(occurred_at * 1e6))
     if thread is not None:
@@ -60,7 +66,7 @@ def retain_item_to_proto(item: types.RetainItem | str) -> memory_pb2.RetainItem:
     if isinstance(item, str):
         return memory_pb2.RetainItem(text=item)
     message = memory_pb2.RetainItem(text=item.text, scope=item.scope, metadata=dict(item.metadata))
-    place(message, item.occurred_at, item.thread)
+    place(message, item.occurred_at, item.thread, item.speaker)
     return message
 
 

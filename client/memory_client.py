@@ -170,9 +170,11 @@ class MemoryClient:
         fast: bool = False,
         occurred_at: float | None = None,
         thread: types.ThreadRef | None = None,
+        speaker: str = "",
     ) -> types.RetainResult:
         """Retain one text. ``occurred_at`` (unix seconds) is when it was said or happened;
-        ``thread`` its place in a thread (both optional, docs/recall-quality.md)."""
+        ``thread`` its place in a thread; ``speaker`` who said or wrote it (all optional,
+        docs/recall-quality.md)."""
         request = memory_pb2.RetainRequest(
             tenant=tenant,
             text=text,
@@ -181,7 +183,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
-        convert.place(request, occurred_at, thread)
+        convert.place(request, occurred_at, thread, speaker)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
@@ -317,19 +319,22 @@ class MemoryClient:
         fast: bool = False,
         occurred_at: float | None = None,
         thread: types.ThreadRef | None = None,
+        speaker: str = "",
     ) -> types.RetainResult:
         """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
         conversation submitted again is reported as a duplicate of the first. ``fast`` takes the
-        hot path as for ``retain``; ``occurred_at`` and ``thread`` are the whole conversation's."""
+        hot path as for ``retain``; ``occurred_at``, ``thread`` and ``speaker`` are the whole
+        conversation's (without ``speaker``, the one ``name`` its messages share, if any)."""
         proto = []
         for m in messages:
+            name = ""
             if isinstance(m, types.Message):
-                role, content = m.role, m.content
+                role, content, name = m.role, m.content, m.name
             elif isinstance(m, Mapping):
-                role, content = m["role"], m["content"]
+                role, content, name = m["role"], m["content"], m.get("name", "")
             else:
                 role, content = m
-            proto.append(types_pb2.ConversationMessage(role=role, content=content))
+            proto.append(types_pb2.ConversationMessage(role=role, content=content, name=name))
         request = memory_pb2.RetainRequest(
             tenant=tenant,
             messages=proto,
@@ -338,7 +343,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
-        convert.place(request, occurred_at, thread)
+        convert.place(request, occurred_at, thread, speaker)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(

@@ -46,6 +46,7 @@ class Memory:
     occurred_at: float | None = None  # when it was said or happened (unix seconds), if the writer said
     thread: ThreadRef | None = None  # its thread and position, if the writer gave them
     updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
+    speaker: str = ""  # who said or wrote it, if the writer said
 
 
 @dataclass(frozen=True)
@@ -132,14 +133,17 @@ class RetainItem:
     metadata: dict[str, str] = field(default_factory=dict)
     occurred_at: float | None = None  # when it was said or happened, unix seconds (microsecond precision)
     thread: ThreadRef | None = None
+    speaker: str = ""  # who said or wrote it (optional)
 
 
 @dataclass(frozen=True)
 class Message:
-    """One turn of a conversation for ``MemoryClient.retain_conversation``."""
+    """One turn of a conversation for ``MemoryClient.retain_conversation``; ``name`` is who spoke
+    (optional, beside the role)."""
 
     role: str
     content: str
+    name: str = ""
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "DROP TABLE memory_versions; ALTER TABLE memories DROP COLUMN updated_at; "
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
+        "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
         "PRAGMA user_version = 6"
     )
     connection.close()

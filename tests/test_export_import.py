@@ -49,7 +49,7 @@ def _populate(client: MemoryClient, tenant: str) -> dict[str, object]:
             "Ticket RF-1 status: refunded",
             "The parcel PX-77 was delivered on Monday",
             RetainItem("Dana called about the parcel yesterday", occurred_at=1_683_554_160.5, thread=ThreadRef("d", 1)),
-            RetainItem("Dana asked where the parcel is", thread=ThreadRef("d", 0)),
+            RetainItem("Dana asked where the parcel is", thread=ThreadRef("d", 0), speaker="Dana"),
         ],
     )
     first = client.retain(tenant, "Dana prefers e-mail over phone calls", request_id="req-export-1")
@@ -90,9 +90,9 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
         seen = _populate(a, tenant)
         recalled = {q: [(h.memory.id, h.memory.text) for h in a.recall(tenant, q, k=3)] for q in QUERIES}
         thread = a.list_memories(tenant, thread="d").memories
-        assert [(m.thread, m.occurred_at) for m in thread] == [
-            (ThreadRef("d", 0), None),
-            (ThreadRef("d", 1), 1_683_554_160.5),
+        assert [(m.thread, m.occurred_at, m.speaker) for m in thread] == [
+            (ThreadRef("d", 0), None, "Dana"),
+            (ThreadRef("d", 1), 1_683_554_160.5, ""),
         ]
         head = a.verify_integrity(tenant).head_hash
         stats = a.stats(tenant)
@@ -111,7 +111,7 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
     assert result.returncode == 0, result.stderr
     with MemoryClient(target.target, ADMIN) as b:
         assert {q: [(h.memory.id, h.memory.text) for h in b.recall(tenant, q, k=3)] for q in QUERIES} == recalled
-        assert b.list_memories(tenant, thread="d").memories == thread  # time and thread moved with it
+        assert b.list_memories(tenant, thread="d").memories == thread  # time, thread and speaker moved with it
         assert b.verify_integrity(tenant).valid and b.verify_integrity(tenant).head_hash == head
         moved = b.stats(tenant)
         assert (moved.memories, moved.writes, moved.model_calls, moved.ledger_entries) == (

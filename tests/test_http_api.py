@@ -345,3 +345,28 @@ def test_time_and_thread_in_json(api: ServerProcess) -> None:
         assert (reply.status, reply.reason) == (400, reason), body
     reply = request(api.http_port, "GET", f"{base}?thread=no%20spaces")
     assert (reply.status, reply.reason) == (400, "THREAD_INVALID")
+
+
+def test_speaker_in_json(api: ServerProcess) -> None:
+    """speaker is a string in JSON, both ways (a conversation message's name too); a bad one is 400
+    with its reason."""
+    tenant = _new_tenant()
+    base = f"/v1/tenants/{tenant}/memories"
+    assert (
+        request(api.http_port, "POST", base, json_body={"text": "I adopted a puppy", "speaker": " Jo "}).status == 200
+    )
+    talk = {"messages": [{"role": "user", "content": "Hi there", "name": "Ana"}]}
+    assert request(api.http_port, "POST", base, json_body=talk).status == 200
+    assert request(api.http_port, "POST", base, json_body={"text": "nobody said this"}).status == 200
+    listed = request(api.http_port, "GET", base).json()["memories"]
+    assert [(m["text"], m.get("speaker")) for m in listed] == [
+        ("I adopted a puppy", "Jo"),
+        ("user (Ana): Hi there", "Ana"),
+        ("nobody said this", None),
+    ]
+    for body in (
+        {"text": "x", "speaker": "two\nlines"},
+        {"messages": [{"role": "user", "content": "x", "name": "a\x00"}]},
+    ):
+        reply = request(api.http_port, "POST", base, json_body=body)
+        assert (reply.status, reply.reason) == (400, "SPEAKER_INVALID"), body

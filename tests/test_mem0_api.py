@@ -126,6 +126,30 @@ def test_the_official_client_end_to_end_on_a_synchronous_tenant(served: tuple[Se
         assert admin.verify_integrity(SYNC).valid
 
 
+def test_a_message_s_name_is_the_memory_s_speaker(served: tuple[ServerProcess, Path]) -> None:
+    """mem0's messages carry an optional ``name`` beside the role (as OpenAI chat messages do): it
+    becomes the memory's speaker, which Recall uses (tests/test_speaker.py)."""
+    server = served[0]
+    with _client(served, "key-sync") as mem0:
+        one = mem0.call(
+            "add", messages=[{"role": "user", "content": "I adopted a beagle", "name": "Ana"}], user_id="ana"
+        )
+        talk = [
+            {"role": "user", "content": "We hiked Mount Tam", "name": "Ben"},
+            {"role": "assistant", "content": "Sounds lovely"},
+        ]
+        two = mem0.call("add", messages=talk, user_id="ben")
+        bad = mem0.attempt("add", messages=[{"role": "user", "content": "x", "name": "a\nb"}], user_id="ana")
+    assert (bad["status"], bad["error"]) == (400, "ValidationError") and "without control characters" in bad["message"]
+    ids = [int(_poll_event(server, "key-sync", r["event_id"])["results"][0]["id"]) for r in (one, two)]
+    with MemoryClient(server.target, "key-admin") as admin:
+        memories = [admin.get_memory(SYNC, i) for i in ids]
+    assert [(m.text, m.speaker) for m in memories] == [
+        ("I adopted a beagle", "Ana"),
+        ("user (Ben): We hiked Mount Tam\nassistant: Sounds lovely", "Ben"),
+    ]
+
+
 def test_add_on_a_hot_path_tenant_is_asynchronous(served: tuple[ServerProcess, Path]) -> None:
     server, root = served
     hold = root / "hold"

@@ -165,12 +165,15 @@ class Engine:
         fast: bool = False,
         occurred_at: int | None = None,
         thread: ThreadRef | None = None,
+        speaker: str | None = None,
     ) -> RetainOutcome:
         """Retain a conversation as ONE operation: one memory (its transcript), one fingerprint,
         one idempotency unit, one extraction call (engine/conversation.py). Submitting the same
-        conversation again is a DUPLICATE of the first and costs no model call. ``occurred_at``
-        and ``thread`` are the whole conversation's."""
-        item = conversation_item(messages, scope, metadata or {}, self.limits, occurred_at=occurred_at, thread=thread)
+        conversation again is a DUPLICATE of the first and costs no model call. ``occurred_at``,
+        ``thread`` and ``speaker`` are the whole conversation's."""
+        item = conversation_item(
+            messages, scope, metadata or {}, self.limits, occurred_at=occurred_at, thread=thread, speaker=speaker
+        )
         return self._retain(
             tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False, fast=fast
         )[0]

@@ -76,8 +76,9 @@ _POSSESSIVE = re.compile(
     r"^\s*(?P<s>[\w][\w .-]{0,60}?)'s\s+(?P<p>[\w][\w -]{0,40}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I
 )
 _COPULA = re.compile(r"^\s*(?P<s>[\w][\w .-]{0,60}?)\s+(?:is|are|was|were)\s+(?P<o>.{1,120}?)\s*$", re.I)
-# A conversation transcript line starts with its speaker ("user: ..."); see engine/conversation.py.
-_SPEAKER = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}:\s+(?P<rest>.+)$")
+# A conversation transcript line starts with its speaker ("user: ...", "user (Caroline): ..."); see
+# engine/conversation.py.
+_SPEAKER = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}(?: \([^\n]{1,200}?\))?:\s+(?P<rest>.+)$")
 # Cheap necessary conditions, tested before the patterns above (same results, far less regex
 # work on the common text that has no digit, no "@", no colon, no apostrophe): every pattern
 # from _IDENTIFIER to _QUANTITY needs a decimal digit (``\d``, the same Unicode class), _EMAIL an

@@ -34,6 +34,11 @@ position) and its neighbour rows in thread order: recall's thread neighbours com
 linked to its thread's last row as it is appended; anything else (a turn arriving out of order, a
 reload, a squeeze) marks the links stale, and the next lookup relinks them all by one sort.
 Dropped rows stay linked and are stepped over.
+
+And each row's speaker, as a code: the tenant's speakers (every name seen since the cache was
+made, a forgotten memory's too) are the codes' names, found in a query by its words
+(``named_speakers``: one dictionary look-up per query word), and a candidate's speaker is one
+array read (``speakers_of``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mnemosyne.engine.ann import RowScores, Source, ann_index, on_vectors_changed
+from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 _CACHE_KEY = "vectors"
@@ -132,6 +138,12 @@ class VectorIndex:
         self._after = np.zeros(0, dtype=np.int64)
         self._thread_codes: dict[str, int] = {}
         self._tails: dict[int, int] | None = None
+        # Speakers, row for row (``speakers_of``): a code (-1: none). A speaker's code is that of
+        # its words (``terms.words``: lower-cased, so "caroline" and "Caroline" are one speaker);
+        # ``_speaker_starts`` maps each speaker's first word to its words and code.
+        self._speakers = np.zeros(0, dtype=np.int64)
+        self._speaker_codes: dict[tuple[str, ...], int] = {}
+        self._speaker_starts: dict[str, list[tuple[tuple[str, ...], int]]] = {}
 
     def sync(self, txn: ReadTxn) -> tuple[np.ndarray, np.ndarray]:
         """``sync_view`` for callers that need only (ids, matrix)."""
@@ -289,22 +301,25 @@ class VectorIndex:
         """The thread arrays of ``_reallocate``: the kept rows' places; links stale (rows moved)."""
         threads = np.full(capacity, -1, dtype=np.int64)
         positions = np.zeros(capacity, dtype=np.int64)
+        speakers = np.full(capacity, -1, dtype=np.int64)
         threads[: len(keep)] = self._threads[keep]
         positions[: len(keep)] = self._positions[keep]
-        self._threads, self._positions = threads, positions
+        speakers[: len(keep)] = self._speakers[keep]
+        self._threads, self._positions, self._speakers = threads, positions, speakers
         self._before = np.full(capacity, -1, dtype=np.int64)
         self._after = np.full(capacity, -1, dtype=np.int64)
         self._tails = None
 
-    def _append_threads(self, places: list[tuple[int, str | None, int]]) -> None:
-        """The thread places of the rows ``_append`` just added (the same rows, in order); each
-        linked after its thread's last row when it comes after it in thread order (a
+    def _append_threads(self, places: list[tuple[int, str | None, int, str | None]]) -> None:
+        """The thread places and speakers of the rows ``_append`` just added (the same rows, in
+        order); each linked after its thread's last row when it comes after it in thread order (a
         conversation's next turn), else the links are stale."""
         start = self._count - len(places)
         if start == 0:
             self._tails = None  # a reload
         codes = self._thread_codes
-        for row, (memory_id, thread, position) in enumerate(places, start):
+        for row, (memory_id, thread, position, speaker) in enumerate(places, start):
+            self._speakers[row] = self._speaker_code(speaker) if speaker else -1
             if thread is None:
                 self._threads[row] = -1
                 continue
@@ -321,6 +336,43 @@ class VectorIndex:
                 self._after[tail] = row
                 self._before[row] = tail
             self._tails[code] = row
+
+    def _speaker_code(self, speaker: str) -> int:
+        """The code of a speaker's name (a new one for a name not seen before; -1 for a name
+        without letters or digits, which no query can name)."""
+        spoken = tuple(words(speaker))
+        if not spoken:
+            return -1
+        code = self._speaker_codes.get(spoken)
+        if code is None:
+            code = self._speaker_codes[spoken] = len(self._speaker_codes)
+            self._speaker_starts.setdefault(spoken[0], []).append((spoken, code))
+        return code
+
+    def named_speakers(self, query: str) -> np.ndarray:
+        """The codes of the tenant's speakers that ``query`` names: each speaker's words found in
+        it in a row, whole words, case aside ("what did caroline's sister say" names "Caroline").
+        Without a speaker in the tenant, nothing is looked at."""
+        if not self._speaker_starts:
+            return np.zeros(0, dtype=np.int64)
+        said = words(query)
+        named = set()
+        with self._lock:
+            for at, word in enumerate(said):
+                for spoken, code in self._speaker_starts.get(word, ()):
+                    if tuple(said[at : at + len(spoken)]) == spoken:
+                        named.add(code)
+        return np.array(sorted(named), dtype=np.int64)
+
+    def speakers_of(self, memory_ids: np.ndarray) -> np.ndarray:
+        """Each memory's speaker code (-1: none, or not in the cache)."""
+        with self._lock:
+            ids = self._ids[: self._count]
+            if not len(ids):
+                return np.full(len(memory_ids), -1, dtype=np.int64)
+            rows = np.minimum(np.searchsorted(ids, memory_ids), self._count - 1)
+            found: np.ndarray = np.where(ids[rows] == memory_ids, self._speakers[rows], -1)
+            return found
 
     def _link_threads(self) -> None:
         """Each live threaded row's neighbour rows in thread order, all at once (a sort)."""
@@ -342,5 +394,5 @@ class VectorIndex:
             + self._rows.nbytes
             + self._ids.nbytes
             + self._alive.nbytes
-            + 4 * self._threads.nbytes  # thread codes, positions, the two links
+            + 5 * self._threads.nbytes  # thread codes, positions, the two links, speaker codes
         )

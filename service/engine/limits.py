@@ -23,6 +23,10 @@ MAX_THREAD_POSITION = 2**53 - 1
 # google.protobuf.Timestamp's range), in unix microseconds.
 MIN_OCCURRED_AT_US = -62_135_596_800 * 1_000_000
 MAX_OCCURRED_AT_US = 253_402_300_800 * 1_000_000 - 1
+# A speaker's name: at most this many characters once trimmed.
+MAX_SPEAKER_CHARS = 200
+# C0 and C1 controls, and the line and paragraph separators: a name is one line of text.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # A call that waits (Flush, Disable) waits this long when the caller gives 0, and never longer
 # than the maximum, whatever it asks: every wait ends.
 DEFAULT_WAIT_SECONDS = 30.0
@@ -132,6 +136,21 @@ def validate_thread(thread: ThreadRef | None, *, field: str = "thread") -> Threa
             reason="THREAD_INVALID",
         )
     return thread
+
+
+def validate_speaker(speaker: str | None, *, field: str = "speaker") -> str | None:
+    """None (not given, or only blanks) or the name trimmed of leading and trailing white space:
+    at most MAX_SPEAKER_CHARS characters, no control characters."""
+    name = (speaker or "").strip()
+    if not name:
+        return None
+    if len(name) > MAX_SPEAKER_CHARS or _CONTROL.search(name):
+        raise InvalidArgument(
+            f"{field} {name[:40]!r} is not valid: a name of at most {MAX_SPEAKER_CHARS} characters on one line, "
+            "without control characters (e.g. 'Caroline')",
+            reason="SPEAKER_INVALID",
+        )
+    return name
 
 
 def validate_request_id(request_id: str | None) -> str | None:

@@ -34,6 +34,7 @@ def memory_from_row(row: MemoryRow) -> Memory:
         occurred_at=row.occurred_at,
         thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
         updated_at=row.updated_at,
+        speaker=row.speaker,
     )
 
 

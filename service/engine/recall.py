@@ -20,9 +20,12 @@ neighbour's score (``with_neighbours``); with an embedder's ``window_weight`` (M
 of each candidate's context window, its vector with its neighbours', is added (``window_cosine``:
 a second stage over the candidates from vectors already in the cache, no model call). A question
 naming a day, month or year lifts the candidates dated inside it (``dated``: dates written in the
-text, and relative times resolved at write time, engine/relative_time.py). With an embedder's
-``length_prior`` (the default one), the memories read for the response, at least LENGTH_DEPTH,
-gain part of the best score by their length (``with_length_prior``).
+text, and relative times resolved at write time, engine/relative_time.py). A question naming
+one of the tenant's speakers (memories retained with a ``speaker``; whole words, case aside)
+lifts the candidates that speaker said or wrote (``spoken_by``): a question about a person is
+mostly answered by what that person said. With an embedder's ``length_prior`` (the default one),
+the memories read for the response, at least LENGTH_DEPTH, gain part of the best score by their
+length (``with_length_prior``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ LENGTH_DEPTH = 20
 MIN_SCORE = 1e-9  # a hit's score stays above 0
 # A candidate dated inside the question's span gains this share of the best score.
 DATE_BOOST = 0.2
+# A candidate said or written by a speaker the question names gains this share of the best score.
+SPEAKER_BOOST = 0.2
 # BM25's k1 and b: FTS5's k1, and b = 0.4 (Anserini's default for passages) instead of FTS5's 0.75.
 BM25_K1 = 1.2
 FTS5_B = 0.75
@@ -371,8 +376,22 @@ def dated(
             inside.add(memory_id)
     if not inside:
         return ranking
+    return lift(ranking, in_sorted(np.array(sorted(inside), dtype=np.int64), ranking.columns[0]), boost)
+
+
+def spoken_by(ranking: Ranking, speakers: np.ndarray, named: np.ndarray, boost: float) -> Ranking:
+    """Candidates whose speaker (``speakers``: a code per candidate, -1 for none) is one the
+    question names (``named``, sorted codes) gain ``boost`` x the best score; best first again."""
+    return lift(ranking, in_sorted(named, speakers), boost)
+
+
+def lift(ranking: Ranking, chosen: np.ndarray, boost: float) -> Ranking:
+    """The ``chosen`` candidates (a mask) gain ``boost`` x the best score; best first again (ties
+    by lower id)."""
+    if not chosen.any():
+        return ranking
     memory_ids, scores, cosine, bm25 = ranking.columns
-    lifted = scores + boost * float(scores.max()) * in_sorted(np.array(sorted(inside), dtype=np.int64), memory_ids)
+    lifted = scores + boost * float(scores.max()) * chosen
     order = np.lexsort((memory_ids, -lifted))
     return Ranking(memory_ids[order], lifted[order], cosine[order], bm25[order])
 
@@ -419,6 +438,7 @@ class Recall:
         self.window_weight = 0.0 if "window" in steps_off else embedder.window_weight
         self.date_boost = 0.0 if "dates" in steps_off else DATE_BOOST
         self.length_prior = 0.0 if "length" in steps_off else embedder.length_prior
+        self.speaker_boost = 0.0 if "speaker" in steps_off else SPEAKER_BOOST
 
     def __call__(
         self,
@@ -504,6 +524,11 @@ class Recall:
                 # Not for text only (its LoCoMo figures are without it).
                 if span is not None and scores is not None and len(fused):
                     fused = dated(fused, txn.date_facts(fused.columns[0].tolist()), span, self.date_boost)
+                # A question naming a speaker: what that speaker said first (not for text only either).
+                if self.speaker_boost > 0 and scores is not None and len(fused):
+                    named = index.named_speakers(query)
+                    if len(named):
+                        fused = spoken_by(fused, index.speakers_of(fused.columns[0]), named, self.speaker_boost)
                 # Read the first k memories; widen the window (CONFLICTS) only until it holds k
                 # current ones (superseded ones rank after them, merged and forgotten ones never
                 # appear, rows newer than this snapshot are invisible) or the candidates run out.

@@ -34,6 +34,7 @@ class RetainItem:
     metadata: dict[str, str] = field(default_factory=dict)
     occurred_at: int | None = None  # when it was said or happened: unix microseconds
     thread: ThreadRef | None = None
+    speaker: str | None = None  # who said or wrote it
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Memory:
     occurred_at: int | None = None  # unix microseconds, as the writer gave it
     thread: ThreadRef | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
+    speaker: str | None = None  # who said or wrote it, as the writer gave it (trimmed)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class AggregateChunk:
 class Message:
     role: str
     content: str
+    name: str = ""  # who spoke, beside the role (optional)
 
 
 # -- events and the hot path ----------------------------------------------------------------------

@@ -89,6 +89,7 @@ class Updates:
                 metadata=dict(row.metadata if metadata is None else metadata),
                 occurred_at=row.occurred_at,
                 thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
+                speaker=row.speaker,
             )
             _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
             payload_hash = ledger.sha256_hex(

@@ -79,20 +79,22 @@ def payload_hash(method: str, items: Sequence[RetainItem], prepared: Sequence[Pr
 
 
 def _placed(item: RetainItem) -> str:
-    """An item's time and thread as a fourth element of its payload-hash entry, or nothing when it
-    has neither (so request ids stored before these fields existed still match)."""
-    if item.occurred_at is None and item.thread is None:
+    """An item's time, thread and speaker as a fourth element of its payload-hash entry, or nothing
+    when it has none (so request ids stored before these fields existed still match)."""
+    if item.occurred_at is None and item.thread is None and not item.speaker:
         return ""
     return "," + ledger.canonical_json(placement(item))
 
 
 def placement(item: RetainItem) -> dict[str, object]:
-    """An item's time and thread as JSON values (only those it has)."""
+    """An item's time, thread and speaker as JSON values (only those it has)."""
     placed: dict[str, object] = {}
     if item.occurred_at is not None:
         placed["occurred_at"] = item.occurred_at
     if item.thread is not None:
         placed["thread"] = [item.thread.id, item.thread.position]
+    if item.speaker:
+        placed["speaker"] = item.speaker
     return placed
 
 
@@ -100,12 +102,14 @@ def placed_item(text: str, scope: str, metadata: dict[str, str], payload: dict[s
     """An item rebuilt from JSON holding ``placement``'s keys (or none of them)."""
     thread = payload.get("thread")
     occurred_at = payload.get("occurred_at")
+    speaker = payload.get("speaker")
     return RetainItem(
         text=text,
         scope=scope,
         metadata=metadata,
         occurred_at=int(occurred_at) if isinstance(occurred_at, int) else None,
         thread=ThreadRef(str(thread[0]), int(thread[1])) if isinstance(thread, list) else None,
+        speaker=speaker if isinstance(speaker, str) else None,
     )
 
 
@@ -149,6 +153,7 @@ class PreparedItem:
             thread_id=thread.id if thread else None,
             thread_position=thread.position if thread else None,
             index_words=index_words,
+            speaker=self.item.speaker,
         )
 
     def to_payload(self) -> str:
@@ -243,6 +248,7 @@ class WritePath:
                 metadata = check.validate_metadata(item.metadata, self.limits)
                 occurred_at = check.validate_occurred_at(item.occurred_at)
                 thread = check.validate_thread(item.thread)
+                speaker = check.validate_speaker(item.speaker)
             except InvalidArgument as exc:
                 if not per_item_errors:
                     raise
@@ -254,7 +260,12 @@ class WritePath:
                 PreparedItem(
                     position=position,
                     item=RetainItem(
-                        text=item.text, scope=scope, metadata=metadata, occurred_at=occurred_at, thread=thread
+                        text=item.text,
+                        scope=scope,
+                        metadata=metadata,
+                        occurred_at=occurred_at,
+                        thread=thread,
+                        speaker=speaker,
                     ),
                     fingerprint=fingerprint(scope, item.text),
                     metadata_json=ledger.canonical_json(metadata),

@@ -286,6 +286,14 @@ CREATE TABLE consolidated_threads(
 ) WITHOUT ROWID;
 """
 
+# Speakers (recall quality, issue 25): who said or wrote a memory, as the writer gave it
+# (trimmed). NULL for a memory retained without one, and for every memory of an older file
+# (nothing is backfilled). Recall keeps each tenant's speakers in its in-memory cache
+# (engine/index.py), so no index is needed.
+_V_SPEAKER = """
+ALTER TABLE memories ADD COLUMN speaker TEXT;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -298,6 +306,7 @@ MIGRATIONS: list[str] = [
     _V_MEMORY_VERSIONS,
     _V_INDEX_WORDS,
     _V_CONSOLIDATION_JOURNAL,
+    _V_SPEAKER,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -313,6 +322,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_versions"}),
     frozenset(),  # _V_INDEX_WORDS
     frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
+    frozenset(),  # _V_SPEAKER
 ]
 
 

@@ -85,6 +85,7 @@ class NewMemory:
     thread_id: str | None = None
     thread_position: int | None = None
     index_words: str = ""  # indexed with the text (``indexed_text``), e.g. resolved relative dates
+    speaker: str | None = None
 
     def digest(self, key: bytes | None) -> ledger.MemoryDigest:
         """What the ledger records of this content, keyed with the memory's ``key``."""
@@ -122,6 +123,7 @@ class MemoryRow:
     thread_id: str | None = None
     thread_position: int | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -663,10 +665,11 @@ class ReadTxn(OplogReads):
                 thread_id=r[10],
                 thread_position=r[11],
                 updated_at=r[12] or 0.0,
+                speaker=r[13],
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position, updated_at FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at, speaker FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -864,11 +867,11 @@ class ReadTxn(OplogReads):
             )
         )
 
-    def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int]]:
-        """(id, thread id, thread position) of the rows ``embeddings_after`` returns, alike."""
+    def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int, str | None]]:
+        """(id, thread id, thread position, speaker) of the rows ``embeddings_after`` returns, alike."""
         return list(
             self.connection.execute(
-                "SELECT m.id, m.thread_id, coalesce(m.thread_position, 0) FROM embeddings e "
+                "SELECT m.id, m.thread_id, coalesce(m.thread_position, 0), m.speaker FROM embeddings e "
                 "JOIN memories m ON m.id = e.memory_id "
                 "WHERE e.memory_id > ? AND e.memory_id <= ? AND m.forgotten_at IS NULL ORDER BY e.memory_id",
                 (after_id, up_to_id),
@@ -1077,7 +1080,7 @@ class WriteTxn(ReadTxn, OplogWrites):
         # exists (entries are appended in this order), so no UPDATE afterwards.
         c.executemany(
             "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
-            "thread_id, thread_position, index_words) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "thread_id, thread_position, index_words, speaker) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     memory_id,
@@ -1091,6 +1094,7 @@ class WriteTxn(ReadTxn, OplogWrites):
                     m.thread_id,
                     m.thread_position,
                     m.index_words or None,
+                    m.speaker,
                 )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],

@@ -35,14 +35,15 @@ def to_timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 
 
 def from_retain_item(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.RetainItem:
-    """A request's text, scope, metadata, time and thread, as sent (the engine validates and
-    applies defaults)."""
+    """A request's text, scope, metadata, time, thread and speaker, as sent (the engine validates
+    and applies defaults)."""
     return types.RetainItem(
         text=item.text,
         scope=item.scope,
         metadata=dict(item.metadata),
         occurred_at=from_occurred_at(item),
         thread=from_thread(item),
+        speaker=item.speaker or None,
     )
 
 
@@ -138,6 +139,8 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
         target.thread.position = memory.thread.position
     if memory.updated_at:
         target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
+    if memory.speaker:
+        target.speaker = memory.speaker
 
 
 def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:
@@ -308,7 +311,7 @@ def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
 
 
 def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[types.Message]:
-    return [types.Message(role=m.role, content=m.content) for m in messages]
+    return [types.Message(role=m.role, content=m.content, name=m.name) for m in messages]
 
 
 def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:

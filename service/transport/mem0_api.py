@@ -401,11 +401,13 @@ class Mem0Api:
                 raise _bad(f"messages[{index}] must be an object with role and content")
             role, content = _text(message, "role", required=True), _text(message, "content", required=True)
             assert role is not None and content is not None
-            turns.append(Message(role=role, content=content))
+            # Who spoke, beside the role (an OpenAI chat message's ``name``): the memory's speaker.
+            turns.append(Message(role=role, content=content, name=_text(message, "name") or ""))
         metadata = {**_user_metadata(body.get("metadata")), **_entities(body)}
         engine = self._engine
         if len(turns) == 1:
-            outcome = engine.retain(request.tenant, RetainItem(turns[0].content, metadata=metadata), fast=True)
+            item = RetainItem(turns[0].content, metadata=metadata, speaker=turns[0].name or None)
+            outcome = engine.retain(request.tenant, item, fast=True)
         else:
             outcome = engine.retain_conversation(request.tenant, turns, metadata=metadata, fast=True)
         if outcome.status is RetainStatus.ENQUEUED:

@@ -50,6 +50,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 fast=request.fast,
                 occurred_at=convert.from_occurred_at(request),
                 thread=convert.from_thread(request),
+                speaker=request.speaker or None,
             )
         else:
             item = convert.from_retain_item(request)

@@ -24,7 +24,7 @@ RECALL_MODE_VECTOR: RecallMode
 RECALL_MODE_TEXT: RecallMode
 
 class RetainRequest(_message.Message):
-    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages", "occurred_at", "thread")
+    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages", "occurred_at", "thread", "speaker")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class RetainRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     text: str
     scope: str
@@ -50,7 +51,8 @@ class RetainRequest(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[_types_pb2.ConversationMessage]
     occurred_at: _timestamp_pb2.Timestamp
     thread: _types_pb2.ThreadRef
-    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ...) -> None: ...
+    speaker: str
+    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ...) -> None: ...
 
 class RetainResponse(_message.Message):
     __slots__ = ("result",)
@@ -59,7 +61,7 @@ class RetainResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ...) -> None: ...
 
 class RetainItem(_message.Message):
-    __slots__ = ("text", "scope", "metadata", "occurred_at", "thread")
+    __slots__ = ("text", "scope", "metadata", "occurred_at", "thread", "speaker")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,12 +74,14 @@ class RetainItem(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_FIELD_NUMBER: _ClassVar[int]
     text: str
     scope: str
     metadata: _containers.ScalarMap[str, str]
     occurred_at: _timestamp_pb2.Timestamp
     thread: _types_pb2.ThreadRef
-    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ...) -> None: ...
+    speaker: str
+    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ...) -> None: ...
 
 class RetainBatchRequest(_message.Message):
     __slots__ = ("tenant", "items", "request_id", "fast")
