@@ -6,16 +6,18 @@ stands in for the production one."""
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient, RetainItem
 from mnemosyne.engine.ann import CATCH_UP_ROWS, read_index_file
 from mnemosyne.engine.embedder import HashingEmbedder
 from mnemosyne.store.membership import MOVE_STEP_KEY, TOMBSTONED
 from mnemosyne.store.pool import TenantPool
-from tests.support import wait_until
+from tests.support import gauge, wait_until
 
 THRESHOLD = 300
 MEMORIES = 400
@@ -47,21 +49,36 @@ def _log_count(server, text: str) -> int:  # type: ignore[no-untyped-def]
     return server.stderr_path.read_text().count(text)
 
 
+def _graphs_made(server) -> dict[str, tuple[float, float]]:  # type: ignore[no-untyped-def]
+    """kind -> (mnemosyne_ann_graphs, mnemosyne_ann_graph_seconds) from the server's /metrics."""
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    made = {s.labels["kind"]: s.value for s in families["mnemosyne_ann_graphs"].samples}
+    seconds = {s.labels["kind"]: s.value for s in families["mnemosyne_ann_graph_seconds"].samples}
+    return {kind: (made[kind], seconds[kind]) for kind in made}
+
+
 def _i8_windows(vector: np.ndarray) -> set[bytes]:
     data = vector.astype(np.int8).tobytes()
     return {data[i : i + 16] for i in range(0, len(data) - 15, 16) if sum(b != 0 for b in data[i : i + 16]) >= 4}
 
 
 def test_the_index_keeps_recalls_promises(server_factory, tenant: str) -> None:
-    server = server_factory(env={"MNEMOSYNE_ANN_THRESHOLD": str(THRESHOLD)}).start()
+    server = server_factory(env={"MNEMOSYNE_ANN_THRESHOLD": str(THRESHOLD)}, metrics=True).start()
     ann_file = server.tenant_file(tenant).with_suffix(".ann")
     dim = HashingEmbedder().dim
     with MemoryClient(server.target) as client:
         for start in range(0, MEMORIES, 200):
             client.retain_batch(tenant, [RetainItem(text=t) for t in _texts(start, 200)])
+        assert gauge(server, "mnemosyne_ann_rows") == 0
+        assert _graphs_made(server)["build"] == (0, 0)
         client.recall(tenant, "kabar lodol", k=5)  # the first need: the build starts, this one scans
         wait_until(ann_file.exists)
         assert _log_count(server, "approximate index of") == 1
+        # The operator's figures: the graph's rows, one build and its time.
+        assert gauge(server, "mnemosyne_ann_rows") == MEMORIES
+        built, seconds = _graphs_made(server)["build"]
+        assert built == 1 and seconds > 0
         before = _hits(client, tenant)
         assert sum(map(len, before)) > 300
 
@@ -94,6 +111,7 @@ def test_the_index_keeps_recalls_promises(server_factory, tenant: str) -> None:
         client.recall(tenant, "kabar", k=1)
         wait_until(lambda: _log_count(server, "approximate index of") == 3)
         assert _log_count(server, "loaded") == 1
+        assert _graphs_made(server)["load"][0] == 1 and _graphs_made(server)["build"][0] == 0
         assert _hits(client, tenant) == settled
     data = bytearray(ann_file.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -70,6 +70,26 @@ def test_background_checkpoints_keep_the_wal_bounded(pool: TenantPool) -> None:
             assert txn.meta(f"blob-{i % 10}") == last
 
 
+def test_a_writer_that_outruns_the_background_checkpoint_checkpoints_itself(tmp_path: Path) -> None:
+    """A background pass that never keeps up (here: never runs): past ``wal_limit_pages`` the
+    writer checkpoints under its write lock and the next write starts the WAL again, so the WAL
+    stays near the limit (a 1M-memory load by batches had grown it to 22 GB)."""
+    limit = 200
+    store = TenantStore(
+        tmp_path / "t.sqlite", write_lock=threading.RLock(), on_wal_growth=lambda: None, wal_limit_pages=limit
+    )
+    try:
+        for i in range(30):  # ~1,200 pages in all
+            last = _blob()
+            with store.write() as txn:
+                txn.set_meta(f"blob-{i % 10}", last)
+            assert _wal_pages(store.path) <= limit + 2 * 45
+        with store.read() as txn:
+            assert txn.meta(f"blob-{i % 10}") == last
+    finally:
+        store.close()
+
+
 def test_an_unsynced_transaction_restores_the_durability_setting(tmp_path: Path) -> None:
     store = TenantStore(tmp_path / "t.sqlite", write_lock=threading.RLock(), synchronous="FULL")
     try:

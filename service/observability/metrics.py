@@ -8,6 +8,8 @@ any other client-chosen value (unbounded cardinality, and a leak of tenant names
 Figures the engine owns (open tenant files, queue depth, oldest pending write) are read on each
 scrape through callbacks bound by ``read_gauges_from`` (the server binds them to Engine methods:
 ``open_tenants``, ``queue_depth``, ``oldest_pending_seconds``); the engine never sets a gauge.
+The approximate indexes' figures (``mnemosyne_ann_*``) are read the same way, from the process's
+``engine.ann.FIGURES``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from prometheus_client import (
     platform_collector,
     process_collector,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from mnemosyne.engine.ann import FIGURES as ANN_FIGURES
+from mnemosyne.engine.ann import AnnFigures
 from mnemosyne.engine.observer import EngineObserver
 
 # gRPC latency buckets: from sub-millisecond reads to multi-second batches with a real model.
@@ -107,6 +111,7 @@ class ServerMetrics(EngineObserver):
             gauge.set_function(lambda: 0.0)
         self._refusals = _Refusals()
         self.registry.register(self._refusals)
+        self.registry.register(_AnnIndexes(ANN_FIGURES))
         self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
     def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
@@ -160,3 +165,31 @@ class _Refusals(Collector):
         for reason, count in sorted(dict(self.counts).items()):
             family.add_metric([reason], count)
         yield family
+
+
+class _AnnIndexes(Collector):
+    """The approximate indexes of large tenants (engine/ann.py), read from the process's
+    figures on each scrape: rows their graphs hold, graphs made by kind and the seconds taken."""
+
+    def __init__(self, figures: AnnFigures) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily(
+            "mnemosyne_ann_rows",
+            "Rows held by the approximate indexes (HNSW graphs) of the tenants open now.",
+            value=self.figures.rows(),
+        )
+        made = CounterMetricFamily(
+            "mnemosyne_ann_graphs",
+            "Approximate index graphs made, by kind: build (from every row), catch_up (new rows), load (a file).",
+            labels=["kind"],
+        )
+        seconds = CounterMetricFamily(
+            "mnemosyne_ann_graph_seconds", "Seconds spent making approximate index graphs, by kind.", labels=["kind"]
+        )
+        for kind, (count, spent) in self.figures.counts().items():
+            made.add_metric([kind], count)
+            seconds.add_metric([kind], spent)
+        yield made
+        yield seconds

@@ -13,7 +13,9 @@ names the tenant here, and one thread maintains it:
 2. runs a PASSIVE checkpoint on a connection of its own. PASSIVE never takes the write lock nor
    waits for readers: writers keep committing meanwhile, and the next write transaction after a
    complete checkpoint starts the WAL again from its beginning, so the file stays about
-   ``CHECKPOINT_PAGES`` pages long.
+   ``CHECKPOINT_PAGES`` pages long. A writer that commits large batches back to back can outrun
+   it (the checkpoint never catches up, the WAL never restarts); past ``WAL_LIMIT_PAGES`` the
+   writer checkpoints itself, under its write lock (``TenantStore.write``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ log = logging.getLogger("mnemosyne.store.maintenance")
 
 # The same threshold as SQLite's default wal_autocheckpoint: one pass per ~4 MB of writes.
 CHECKPOINT_PAGES = 1000
+# A WAL this long means the pass above fell behind the writer: the writer checkpoints itself
+# (TenantStore.write), ~128 MB of 4 KB pages.
+WAL_LIMIT_PAGES = 32 * CHECKPOINT_PAGES
 
 
 class Maintainer:

@@ -32,7 +32,7 @@ from mnemosyne.store import connections, ledger
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths
 from mnemosyne.store.inbox import Inbox
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
 from mnemosyne.store.membership import moving
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
@@ -270,13 +270,16 @@ class TenantStore:
         inbox_path: Path | None = None,
         inbox_lock: Any = None,
         make_room: Callable[[], bool] | None = None,
+        wal_limit_pages: int = WAL_LIMIT_PAGES,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
         called after a commit each time the WAL has grown by ``CHECKPOINT_PAGES`` more pages, and
         the caller runs ``merge_fulltext()`` and ``checkpoint()`` from another thread
         (store/maintenance.py). ``make_room`` is called when a connection cannot be opened (the
-        process is out of file descriptors): it closes idle tenants and says whether any was."""
+        process is out of file descriptors): it closes idle tenants and says whether any was.
+        Past ``wal_limit_pages`` pages of WAL (the background checkpoint fell behind), the writer
+        checkpoints itself (``write``)."""
         self.path = path
         self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
@@ -304,6 +307,8 @@ class TenantStore:
             raise
         self._on_wal_growth = on_wal_growth
         self._wal_pages_announced = 0
+        self._wal_pages = 0
+        self._wal_limit_pages = wal_limit_pages
         if on_wal_growth is not None:
             self._writer.set_wal_hook(self._wal_hook)  # also turns SQLite's own autocheckpoint off
         self._readers: list[apsw.Connection] = []
@@ -391,6 +396,7 @@ class TenantStore:
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
+        self._wal_pages = pages
         if pages < self._wal_pages_announced:
             self._wal_pages_announced = 0  # a checkpoint completed and the WAL started again
         if pages >= self._wal_pages_announced + CHECKPOINT_PAGES and self._on_wal_growth is not None:
@@ -493,6 +499,24 @@ class TenantStore:
                 sync=sync,
                 path=self.path.name,
             )
+            if self._wal_pages >= self._wal_limit_pages:
+                self._catch_up_checkpoint()
+
+    def _catch_up_checkpoint(self) -> None:
+        """A PASSIVE checkpoint on the writer connection, under the write lock, when the WAL
+        passed ``wal_limit_pages``: the background one (store/maintenance.py) starts the WAL again
+        only if it copies every frame before the next commit, and a writer committing large
+        batches back to back outran it (1M memories by batches of 1,000: a 22 GB WAL at 500k,
+        then a full disk). Holding the write lock, nothing is appended meanwhile, so it finishes
+        (unless a reader keeps an older snapshot) and the next write starts the WAL again: the
+        file stays near the limit. A checkpoint already running elsewhere does the work."""
+        try:
+            self._writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return
+        except apsw.Error as exc:
+            raise translate_sqlite_error(exc, self.path.name) from exc
+        self._wal_pages = 0
 
     def _begin_write(self) -> WriteTxn:
         txn = WriteTxn(self._writer, self._faults)
