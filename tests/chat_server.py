@@ -117,10 +117,12 @@ class ChatServer:
                 try:
                     if server.delay:
                         time.sleep(server.delay)
-                    self._answer(body, behaviour)
                 finally:
+                    # Counted out before the answer is written: once the client has it, its next
+                    # request may arrive before this thread runs again (a fifth "in flight" of four).
                     with server._lock:
                         server._in_flight -= 1
+                self._answer(body, behaviour)
 
             def _answer(self, body: dict[str, Any], behaviour: Behaviour) -> None:
                 if behaviour.kind == "hang":
