@@ -32,7 +32,8 @@ _ANSWER_MARGIN_SECONDS = 0.25
 
 def reading(method: F) -> F:
     """Mark a plain servicer method as a short read: it runs on admission's reader threads. Only
-    for work bounded by its request (a page, a top k), never for a scan of a whole tenant."""
+    for reads bounded by their request (a page, a top k), never for a write, a batch, an export
+    or a backup (those wait for the disk or run long: the worker threads')."""
     method.reading = True  # type: ignore[attr-defined]  # a mark on the function object, read by the edge
     return method
 
