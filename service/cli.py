@@ -159,7 +159,12 @@ def _membership(args: argparse.Namespace) -> Membership | None:
 async def _run_server(config: ServerConfig) -> int:
     from mnemosyne.transport.server import start_server
 
-    running = await start_server(config)
+    if config.http_port:  # the HTTP stack (MCP's SDK above all) is loaded only to be served
+        from mnemosyne.transport.http_surface import HttpSurface
+
+        running = await start_server(config, http_surface=HttpSurface)
+    else:
+        running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

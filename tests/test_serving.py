@@ -5,10 +5,12 @@ one of its own."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.server_process import ServerProcess
 from mnemosyne.transport.admission import AdmissionLimits
 from mnemosyne.transport.server import ServerConfig, start_server
 
@@ -42,3 +44,19 @@ def _kept_after_concurrent_reads(calls_per_tenant: int, reader_share: int, tmp_p
 def test_a_tenant_keeps_a_read_connection_for_each_call_it_may_run_at_once(tmp_path: Path) -> None:
     assert _kept_after_concurrent_reads(8, 1, tmp_path / "a") == (9, 9)  # the defaults
     assert _kept_after_concurrent_reads(12, 3, tmp_path / "b") == (15, 15)
+
+
+def _loads_mcp_sdk(server: ServerProcess) -> bool:
+    """Whether the server process has the MCP SDK's compiled dependency (pydantic-core) mapped."""
+    assert server.process is not None
+    return "_pydantic_core" in Path(f"/proc/{server.process.pid}/maps").read_text()
+
+
+def test_a_server_with_the_http_port_off_never_loads_the_http_stack(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    # About a second of a server's start is the MCP SDK's import: a server that serves no HTTP skips it.
+    without_http = server_factory().start()
+    with_http = server_factory(http=True).start()
+    assert not _loads_mcp_sdk(without_http)
+    assert _loads_mcp_sdk(with_http)

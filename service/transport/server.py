@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
-import shutil
 import socket
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from starlette.types import ASGIApp
 
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
@@ -31,26 +28,21 @@ from mnemosyne.engine.extractor import Extractor
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
-from mnemosyne.transport import http_mapping, openapi
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
-from mnemosyne.transport.console import console_app
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.fanout import FanOut
 from mnemosyne.transport.forwarding import Forwarder, member_key
 from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
-from mnemosyne.transport.http_api import HttpApi
-from mnemosyne.transport.http_guard import Guard
-from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
-from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
-from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api
 from mnemosyne.transport.moves import MoveDriver
 from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
 from mnemosyne.transport.workspace_servicer import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
-from mnemosyne.version import VERSION
+
+if TYPE_CHECKING:
+    from mnemosyne.transport.http_surface import HttpSurface
 
 log = logging.getLogger("mnemosyne.server")
 
@@ -136,11 +128,8 @@ class RunningServer:
     drain_delay_seconds: float = 0.0
     metrics: ServerMetrics | None = None
     side: SideServer | None = None
-    http: HttpServer | None = None
-    mcp: McpEndpoint | None = None
+    http: HttpSurface | None = None
     forwarder: Forwarder | None = None
-    # The private directory of the Unix socket the MCP endpoint calls the gRPC API through.
-    private_dir: Path | None = None
     started: bool = False
     stopping: bool = False
 
@@ -178,13 +167,11 @@ class RunningServer:
             "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
         )
         left = max(0.0, self.grace_seconds - (time.monotonic() - started))
-        if self.mcp is not None:
-            await self.mcp.stop()
+        if self.http is not None:
+            await self.http.stop_sessions()
         if self.forwarder is not None:
             await self.forwarder.close()
         await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
-        if self.private_dir is not None:
-            shutil.rmtree(self.private_dir, ignore_errors=True)
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
         log.info("stopped: in-flight calls drained, tenant files closed")
@@ -277,53 +264,17 @@ def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
     )
 
 
-def _bind_http(host: str, port: int) -> socket.socket:
-    try:
-        return bind(host, port)
-    except OSError as exc:
-        raise FailedPrecondition(
-            f"cannot listen for HTTP on {host}:{port} ({exc.strerror}): is the port in use? "
-            "(--http-port 0 turns the HTTP API off)",
-            reason="LISTEN_FAILED",
-        ) from None
+class HttpSurfaceMaker(Protocol):
+    """``HttpSurface`` (transport/http_surface.py), passed in by whoever turns the HTTP port on."""
+
+    def __call__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None, /) -> HttpSurface: ...
 
 
-async def _start_http(
-    config: ServerConfig,
-    host: str,
-    edge: Edge,
-    servicers: dict[str, object],
-    engine: Engine,
-    mcp: McpEndpoint,
-    *,
-    tls: bool,
-) -> HttpServer:
-    routes = http_mapping.routes(SERVICES)  # refuses an RPC with no route that is not GRPC_ONLY
-    document = json.dumps(openapi.document(routes, version=VERSION)).encode()
-    own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-    mem0 = Mem0Api(edge, engine)
-    mounts: dict[str, ASGIApp] = {MCP_PATH: mcp, "/console": console_app(), **dict.fromkeys(MEM0_PREFIXES, mem0)}
-    app = Guard(
-        compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
-        allowed_hosts=[*config.http_allowed_hosts, *own],
-        cors_origins=config.http_cors_origins,
-    )
-    sock = _bind_http(host, config.http_port)
-    try:
-        return await HttpServer.start(
-            app,
-            sock,
-            tls=HttpTls(config.tls_cert, config.tls_key, config.tls_client_ca)
-            if tls and config.tls_cert and config.tls_key
-            else None,
-            grace_seconds=config.grace_seconds,
-        )
-    except BaseException:
-        sock.close()
-        raise
-
-
-async def start_server(config: ServerConfig) -> RunningServer:
+async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker | None = None) -> RunningServer:
+    """Start serving ``config``. With an HTTP port, ``http_surface`` makes what it serves: the
+    caller imports the HTTP stack only then (``mnemosyne serve`` does; see transport/http_surface.py)."""
+    if config.http_port and http_surface is None:
+        raise ValueError("config.http_port is set: pass http_surface=HttpSurface (transport/http_surface.py)")
     _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
     if config.metrics_port:
         _check_can_listen(
@@ -438,27 +389,16 @@ async def start_server(config: ServerConfig) -> RunningServer:
                     reason="LISTEN_FAILED",
                 ) from None
             running.side = side
-        if config.http_port:
-            # The MCP endpoint's tools call the gRPC API through a socket only this process can reach.
-            running.private_dir = Path(tempfile.mkdtemp(prefix="mnemosyne-"))
-            internal = f"unix:{running.private_dir / 'grpc.sock'}"
-            if server.add_insecure_port(internal) == 0:
-                raise FailedPrecondition(f"cannot listen on {internal}", reason="LISTEN_FAILED")
-            running.mcp = McpEndpoint(authenticator, internal)
+        if config.http_port and http_surface is not None:
+            running.http = http_surface(server, authenticator)
         await server.start()
-        if running.mcp is not None:
-            running.http = await _start_http(
-                config, http_host, edge, servicers, engine, running.mcp, tls=credentials is not None
-            )
-            await running.mcp.start()
+        if running.http is not None:
+            await running.http.start(config, http_host, SERVICES, edge, servicers, engine, tls=credentials is not None)
         running.started = True
     except BaseException:
-        if running is not None and running.mcp is not None:
-            await running.mcp.stop()
         if running is not None and running.http is not None:
+            await running.http.stop_sessions()
             await running.http.stop()
-        if running is not None and running.private_dir is not None:
-            shutil.rmtree(running.private_dir, ignore_errors=True)
         if server is not None:
             await server.stop(None)
         if running is not None and running.forwarder is not None:

@@ -1,0 +1,119 @@
+"""The server's HTTP port: the HTTP/JSON API, the MCP endpoint, the mem0-compatible API and the
+console, behind one guard (transport/http_guard.py), served by uvicorn (transport/http_server.py).
+
+A module of its own so that a server with the HTTP port off never loads the HTTP stack: Starlette,
+uvicorn and above all the MCP SDK (its pydantic models) take about a second of a server's start.
+``mnemosyne serve`` imports this module only when ``--http-port`` is not 0 and hands ``HttpSurface``
+to ``start_server`` (transport/server.py), which makes it before the gRPC server starts and starts
+it after.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from starlette.types import ASGIApp
+
+from mnemosyne.engine.engine import Engine
+from mnemosyne.errors import FailedPrecondition
+from mnemosyne.transport import http_mapping, openapi
+from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.console import console_app
+from mnemosyne.transport.edge import Edge
+from mnemosyne.transport.http_api import HttpApi
+from mnemosyne.transport.http_guard import Guard
+from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
+from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
+from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api
+from mnemosyne.version import VERSION
+
+if TYPE_CHECKING:
+    from mnemosyne.transport.server import ServerConfig
+
+
+class HttpSurface:
+    """Everything on the HTTP port, made in two steps around the gRPC server's start: made (the
+    MCP tools' private Unix socket is a port of the gRPC server, added before it starts), then
+    ``start``-ed (the port bound and served, the MCP session manager running)."""
+
+    def __init__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None) -> None:
+        # The MCP endpoint's tools call the gRPC API through a socket only this process can reach.
+        self.private_dir = Path(tempfile.mkdtemp(prefix="mnemosyne-"))
+        internal = f"unix:{self.private_dir / 'grpc.sock'}"
+        if server.add_insecure_port(internal) == 0:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            raise FailedPrecondition(f"cannot listen on {internal}", reason="LISTEN_FAILED")
+        self.mcp = McpEndpoint(authenticator, internal)
+        self.http: HttpServer | None = None
+
+    @property
+    def port(self) -> int:
+        return self.http.port if self.http is not None else 0
+
+    async def start(
+        self,
+        config: ServerConfig,
+        host: str,
+        services: Sequence[ServiceDescriptor],
+        edge: Edge,
+        servicers: dict[str, object],
+        engine: Engine,
+        *,
+        tls: bool,
+    ) -> None:
+        """Bind ``host``:``config.http_port`` and serve (TLS like the gRPC port when ``tls``)."""
+        routes = http_mapping.routes(services)  # refuses an RPC with no route that is not GRPC_ONLY
+        document = json.dumps(openapi.document(routes, version=VERSION)).encode()
+        own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
+        mem0 = Mem0Api(edge, engine)
+        mounts: dict[str, ASGIApp] = {
+            MCP_PATH: self.mcp,
+            "/console": console_app(),
+            **dict.fromkeys(MEM0_PREFIXES, mem0),
+        }
+        app = Guard(
+            compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
+            allowed_hosts=[*config.http_allowed_hosts, *own],
+            cors_origins=config.http_cors_origins,
+        )
+        sock = _bind(host, config.http_port)
+        https = (
+            HttpTls(config.tls_cert, config.tls_key, config.tls_client_ca)
+            if tls and config.tls_cert and config.tls_key
+            else None
+        )
+        try:
+            self.http = await HttpServer.start(app, sock, tls=https, grace_seconds=config.grace_seconds)
+        except BaseException:
+            sock.close()
+            raise
+        await self.mcp.start()
+
+    async def stop_sessions(self) -> None:
+        """End the MCP sessions (first in a graceful stop: their tools call the gRPC port)."""
+        await self.mcp.stop()
+
+    async def stop(self) -> None:
+        """Stop serving HTTP (in-flight requests get the grace period) and remove the private socket."""
+        if self.http is not None:
+            await self.http.stop()
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        raise FailedPrecondition(
+            f"cannot listen for HTTP on {host}:{port} ({exc.strerror}): is the port in use? "
+            "(--http-port 0 turns the HTTP API off)",
+            reason="LISTEN_FAILED",
+        ) from None
