@@ -80,6 +80,9 @@ function memory(m) {
     facts: m.facts.map((f) => ({ kind: f.kind, value: f.value, normalized: f.normalized })),
     triples: m.triples.map((t) => ({ subject: t.subject, predicate: t.predicate, object: t.object })),
     forgotten: m.forgotten,
+    occurredAt: dateFrom(m.occurred_at),
+    thread: m.thread ? { id: m.thread.id, position: m.thread.position } : null,
+    speaker: m.speaker,
   };
 }
 
@@ -91,9 +94,9 @@ function dateFrom(t) {
   return t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : null;
 }
 
-function timestampFrom(date) {
-  const ms = date.getTime();
-  if (Number.isNaN(ms)) throw new RangeError('acceptedAfter is not a valid Date');
+function timestampFrom(date, field) {
+  const ms = date instanceof Date ? date.getTime() : NaN;
+  if (Number.isNaN(ms)) throw new RangeError(`${field} is not a valid Date`);
   const seconds = Math.floor(ms / 1000);
   return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1e6 };
 }
@@ -278,11 +281,17 @@ class MemoryClient {
 
   /**
    * `fast` takes the hot path when the tenant's is enabled (status 'enqueued', an eventId).
-   * `requestId: ''` sends none: the write is then never repeated.
+   * `requestId: ''` sends none: the write is then never repeated. `occurredAt` (a Date: when it
+   * was said or happened), `thread` ({ id, position }: its place in a conversation) and `speaker`
+   * (who said or wrote it) are optional; recall uses them (docs/recall-quality.md).
    */
-  async retain(tenant, text, { scope = '', metadata = {}, requestId = newRequestId(), fast = false } = {}) {
-    const { response } = await this._call(this.memory, 'Retain',
-      { tenant, text, scope, metadata, request_id: requestId ?? '', fast }, { retry: Boolean(requestId) });
+  async retain(tenant, text, {
+    scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
+  } = {}) {
+    const request = { tenant, text, scope, metadata, request_id: requestId ?? '', fast, speaker };
+    if (occurredAt != null) request.occurred_at = timestampFrom(occurredAt, 'occurredAt');
+    if (thread != null) request.thread = { id: thread.id ?? '', position: String(thread.position ?? 0) };
+    const { response } = await this._call(this.memory, 'Retain', request, { retry: Boolean(requestId) });
     return retainResult(response.result);
   }
 
@@ -334,7 +343,7 @@ class MemoryClient {
       page_size: pageSize,
       page_token: pageToken,
     };
-    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter);
+    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter, 'acceptedAfter');
     const { response } = await this._call(this.events, 'ListEvents', request, { retry: true });
     return { events: response.events.map(event), nextPageToken: response.next_page_token };
   }

@@ -64,6 +64,17 @@ export interface Memory {
   facts: Fact[];
   triples: Triple[];
   forgotten: boolean;
+  /** When it was said or happened, if retained with it. */
+  occurredAt: Date | null;
+  thread: ThreadRef | null;
+  /** Who said or wrote it ('' when not given). */
+  speaker: string;
+}
+
+/** A memory's place in a conversation: the thread's id and a position in it (ints as strings). */
+export interface ThreadRef {
+  id: string;
+  position: Id | number | bigint;
 }
 
 export interface RecallHit {
@@ -153,11 +164,22 @@ export declare class MemoryClient {
   /** The member list calls are routed by (null without `members`); a NOT_OWNER refusal updates it. */
   members: Map<string, string> | null;
   close(): void;
-  /** `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated). */
+  /**
+   * `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated).
+   * `occurredAt`, `thread` and `speaker`: when it was said, its place in a conversation, who said it.
+   */
   retain(
     tenant: string,
     text: string,
-    options?: { scope?: string; metadata?: Record<string, string>; requestId?: string; fast?: boolean },
+    options?: {
+      scope?: string;
+      metadata?: Record<string, string>;
+      requestId?: string;
+      fast?: boolean;
+      occurredAt?: Date | null;
+      thread?: ThreadRef | null;
+      speaker?: string;
+    },
   ): Promise<RetainResult>;
   recall(
     tenant: string,

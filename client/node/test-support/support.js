@@ -12,7 +12,7 @@ const PYTHON = process.env.MNEMOSYNE_PYTHON || 'python3';
 /** Start `python -m mnemosyne.cli serve --port 0`; resolves {target, port, stop()} after its "serving" line. */
 function startServer({ env = {}, args = [] } = {}) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-'));
-  const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', '0', '--metrics-port', '0', ...args], {
+  const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', '0', '--metrics-port', '0', '--http-port', '0', ...args], {
     env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

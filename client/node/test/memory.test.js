@@ -74,3 +74,33 @@ test('an assembled context larger than a response holds is read back whole, at o
   assert.equal(one.content, record);
   assert.equal(at, generation);
 });
+
+test('when, where in a thread and who: retained and recalled', async () => {
+  const tenant = uniqueTenant();
+  const occurredAt = new Date(Date.UTC(2023, 4, 8, 13, 56));
+  const retained = await client.retain(tenant, 'I went to a support group for the first time yesterday', {
+    occurredAt, thread: { id: 'session-1', position: 3 }, speaker: 'Caroline',
+  });
+  assert.equal(retained.status, 'created');
+  const [hit] = await client.recall(tenant, 'support group', { k: 1 });
+  assert.equal(hit.memory.id, retained.memoryId);
+  assert.equal(hit.memory.occurredAt.getTime(), occurredAt.getTime());
+  assert.deepEqual(hit.memory.thread, { id: 'session-1', position: '3' });
+  assert.equal(hit.memory.speaker, 'Caroline');
+  const plain = await client.retain(tenant, 'Lunch is at noon');
+  const [other] = await client.recall(tenant, 'lunch', { k: 1 });
+  assert.equal(other.memory.id, plain.memoryId);
+  assert.equal(other.memory.occurredAt, null);
+  assert.equal(other.memory.thread, null);
+  assert.equal(other.memory.speaker, '');
+});
+
+test('a bad time or speaker is refused with its reason', async () => {
+  await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: new Date('not a date') }), RangeError);
+  await assert.rejects(client.retain(uniqueTenant(), 'x', { speaker: 'Ca\u0000roline' }), (err) => {
+    assert.ok(err instanceof MnemosyneError);
+    assert.equal(err.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(err.reason, 'SPEAKER_INVALID');
+    return true;
+  });
+});

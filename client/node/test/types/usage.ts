@@ -12,6 +12,11 @@ export async function host(target: string): Promise<string> {
   const status: 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified' = retained.status;
   const hits: RecallHit[] = await client.recall('acme', 'order', { k: 3, metadataEquals: { team: 'ops' } });
   const texts: string[] = hits.map((h) => h.memory.text + h.memory.facts.map((f) => f.normalized).join());
+  const said: RetainResult = await client.retain('acme', 'I moved yesterday', {
+    occurredAt: new Date(0), thread: { id: 'session-1', position: 2 }, speaker: 'Caroline',
+  });
+  const when: Date | null = hits[0].memory.occurredAt;
+  const who: string = hits[0].memory.speaker + (hits[0].memory.thread?.id ?? '') + said.status;
   const enabled: HotPathStatus = await client.hotPath('acme', 'enable');
   const fast: RetainResult = await client.retain('acme', 'queued', { fast: enabled.enabled, requestId: '' });
   const flushed: FlushResult = await client.hotPath('acme', 'flush', { timeoutSeconds: 10 });
@@ -43,6 +48,6 @@ export async function host(target: string): Promise<string> {
     if (err instanceof MnemosyneError && err.retryDelayMs !== null) return `retry after ${err.retryDelayMs} ms`;
   }
   client.close();
-  return [status, texts.join(), String(depth), String(finished?.getTime()), created.join(), lastSequence, String(next + generation), String(applied), prompt, summary,
+  return [status, texts.join(), String(depth), String(finished?.getTime()), String(when?.getTime()), who, created.join(), lastSequence, String(next + generation), String(applied), prompt, summary,
     renderContext(assembled, 'ws'), GLOBAL_GENERATION_KEY, JSON.stringify(MemoryHost.toolSchemas('anthropic'))].join('\n');
 }
