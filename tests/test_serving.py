@@ -1,6 +1,6 @@
 """The serving set-up: a tenant's concurrent reads each find a pooled read connection (the server
 keeps as many as --calls-per-tenant and --reader-share let run at once), so none opens and closes
-one of its own."""
+one of its own; and a server with the HTTP port off does not load the HTTP stack."""
 
 from __future__ import annotations
 
