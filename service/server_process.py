@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -73,6 +73,12 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout: float = 30.0, port: int = 0) -> ServerProcess:
+        self.spawn(port)
+        return self.wait_ready(timeout)
+
+    def spawn(self, port: int = 0) -> None:
+        """Start the process without waiting for it (``wait_ready`` waits): servers spawned side
+        by side load at once."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         # 0 turns the side port off, so a free port is picked here (kept across restarts).
@@ -96,7 +102,10 @@ class ServerProcess:
         stderr = open(self.stderr_path, "a")
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         stderr.close()
-        assert self.process.stdout is not None
+
+    def wait_ready(self, timeout: float = 30.0) -> ServerProcess:
+        """Return when the spawned server printed its port and answers health checks."""
+        assert self.process is not None and self.process.stdout is not None
         deadline = time.monotonic() + timeout
         line = self.process.stdout.readline()
         if not line:
@@ -149,13 +158,25 @@ class ServerProcess:
         return self.process.wait(timeout=timeout)
 
     def stop(self) -> None:
-        try:
-            self.terminate(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stop_all([self])
 
     def tenant_file(self, tenant: str) -> Path:
         return self.data_dir / "tenants" / f"{tenant}.sqlite"
+
+
+def stop_all(servers: Sequence[ServerProcess], timeout: float = 15.0) -> None:
+    """Graceful stops of ``servers`` side by side: SIGTERM to each running one, then wait for each
+    (SIGKILL past ``timeout``), so many servers stop in about the time of one."""
+    running = [s.process for s in servers if s.process is not None and s.process.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def _free_port() -> int:
@@ -206,15 +227,16 @@ class LocalMembers:
     def start(self, timeout: float = 60.0) -> LocalMembers:
         try:
             for process, port in zip(self.processes, self.ports):
-                process.start(timeout, port=port)
+                process.spawn(port)
+            for process in self.processes:
+                process.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.stop()
+        stop_all(self.processes)
 
     def owner(self, tenant: str) -> ServerProcess:
         """The member the ownership hash names for ``tenant``."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.client import MemoryClient
-from tests.support import ServerProcess
+from tests.support import ServerProcess, stop_all
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -71,5 +71,4 @@ def server_factory(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-
         return process
 
     yield make
-    for process in started:
-        process.stop()
+    stop_all(started)

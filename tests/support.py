@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mnemosyne.server_process import ServerProcess, _free_port
+from mnemosyne.server_process import ServerProcess, _free_port, stop_all
 
-__all__ = ["ServerProcess", "gauge", "tokens_json", "wait_until"]
+__all__ = ["ServerProcess", "gauge", "stop_all", "tokens_json", "wait_until"]
 
 
 def tokens_json(tokens: dict[str, list[str]]) -> str:
