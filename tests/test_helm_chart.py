@@ -189,6 +189,44 @@ def test_a_change_of_replicas_moves_tenants_by_a_hook_job(tmp_path):
     )
 
 
+def test_with_tls_the_rebalance_job_connects_as_the_members_connect_to_each_other():
+    """With TLS the Job trusts the server certificate's chain (plain TLS) or the client CA (mutual
+    TLS, presenting the server certificate, as the members do to each other), mounted from the
+    same Secrets as the pods'; without TLS it passes no TLS flag and mounts nothing."""
+    change = {"replicas": 4, "rebalance": {"tokenSecret": {"name": "admin-token"}, "previousReplicas": 3}}
+    plain = {"enabled": True, "existingSecret": "server-tls"}
+    mutual = {**plain, "clientCA": {"enabled": True, "existingSecret": "client-ca"}}
+    expected = {
+        "off": ([], None),
+        "tls": (["--tls-ca", "/etc/mnemosyne/tls/tls.crt"], ["tls"]),
+        "mtls": (
+            [
+                "--tls-ca",
+                "/etc/mnemosyne/client-ca/ca.crt",
+                "--tls-cert",
+                "/etc/mnemosyne/tls/tls.crt",
+                "--tls-key",
+                "/etc/mnemosyne/tls/tls.key",
+            ],
+            ["tls", "client-ca"],
+        ),
+    }
+    for name, tls in (("off", {}), ("tls", {"tls": plain}), ("mtls", {"tls": mutual})):
+        docs = cc.render_manifests({**cc.MINIMAL_OVERRIDES, **change, **tls})
+        cc.validate_k8s(docs)
+        (job,) = _jobs(docs)
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        flags, volumes = expected[name]
+        assert container["args"][6:] == flags, name
+        assert [v["name"] for v in pod.get("volumes", [])] == (volumes or []), name
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+        served = {m["name"]: m["mountPath"] for m in _container(docs)["volumeMounts"] if m["name"] in mounts}
+        assert mounts == served, name  # the same files at the same paths as the pods'
+        pod_volumes = {v["name"]: v for v in _sts(docs)["spec"]["template"]["spec"]["volumes"]}
+        assert all(v == pod_volumes[v["name"]] for v in pod.get("volumes", [])), name
+
+
 def test_unknown_value_keys_rejected():
     assert cc.check_jsonschema({"replica": 1}).returncode != 0
     assert (

@@ -157,3 +157,44 @@ A change of replicas moves the tenants whose owner changes (templates/rebalance-
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+The server certificate (and, with mutual TLS, the client CA) as volumes, and their mounts: the
+members serve with them, and the rebalance Job connects to the members with them (as the
+members connect to each other: the same certificate, trusting the client CA or else the chain).
+*/}}
+{{- define "mnemosyne.tlsVolumes" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.tls.certKey }}
+        path: tls.crt
+      - key: {{ .Values.tls.keyKey }}
+        path: tls.key
+{{- if .Values.tls.clientCA.enabled }}
+- name: client-ca
+  secret:
+    secretName: {{ include "mnemosyne.clientCASecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.tls.clientCA.key }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mnemosyne.tlsVolumeMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/mnemosyne/tls
+  readOnly: true
+{{- if .Values.tls.clientCA.enabled }}
+- name: client-ca
+  mountPath: /etc/mnemosyne/client-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
