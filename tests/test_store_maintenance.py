@@ -148,3 +148,60 @@ def test_a_maintenance_pass_merges_the_fulltext_index(pool: TenantPool) -> None:
         pool.maintainer.request("busy")
         assert pool.maintainer.wait_idle(timeout=30)
         assert store.merge_fulltext() == 0
+
+
+def _segments(path: Path) -> int:
+    """The full-text index's segments (each commit adds one until a merge joins them)."""
+    store = TenantStore(path, write_lock=threading.RLock())
+    try:
+        with store.read() as txn:
+            return int(txn.connection.execute("SELECT count(DISTINCT segid) FROM memories_fts_idx").fetchone()[0])
+    finally:
+        store.close()
+
+
+def _bulk_written_then_closed(tmp_path: Path) -> Path:
+    """A tenant file whose full-text index was left in many segments (written outside a pool,
+    so no maintenance pass ran: FTS5's automerge keeps them in levels), as a bulk load closed
+    before its merges were done."""
+    pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
+    with pool.tenant("bulk", create=True):
+        pass
+    pool.close()
+    path = pool.path_for("bulk")
+    store = TenantStore(path, write_lock=threading.RLock())
+    _index_one_by_one(store, 300)
+    store.close()
+    assert _segments(path) > 10
+    return path
+
+
+def test_opening_a_tenant_merges_segments_it_was_left_with_without_a_write(tmp_path: Path) -> None:
+    path = _bulk_written_then_closed(tmp_path)
+    pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
+    try:
+        with pool.tenant("bulk", create=False) as store:  # a read: no write announces anything
+            assert store is not None
+            with store.read() as txn:
+                txn.meta("schema")
+        assert pool.maintainer.wait_idle(timeout=30)
+    finally:
+        pool.close()
+    assert _segments(path) == 1
+
+
+def test_a_merge_stopped_at_its_bound_goes_on_in_later_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _bulk_written_then_closed(tmp_path)
+    # Two steps of one page each per pass: far from enough for these segments in one pass.
+    monkeypatch.setattr("mnemosyne.store.tenant_store.FULLTEXT_MERGE_PAGES", 1)
+    monkeypatch.setattr("mnemosyne.store.tenant_store.FULLTEXT_MERGE_MAX_STEPS", 2)
+    monkeypatch.setattr("mnemosyne.store.pool.FULLTEXT_MERGE_MAX_STEPS", 2)
+    pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
+    try:
+        with pool.tenant("bulk", create=False):
+            pass
+        assert pool.maintainer.wait_idle(timeout=60)
+        assert pool.maintainer.completed > 1
+    finally:
+        pool.close()
+    assert _segments(path) == 1

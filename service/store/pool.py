@@ -60,7 +60,14 @@ from mnemosyne.store.membership import (
     Membership,
     moving,
 )
-from mnemosyne.store.tenant_store import ANN_FILE_SUFFIX, ReadTxn, TenantStore, damage_of, read_file
+from mnemosyne.store.tenant_store import (
+    ANN_FILE_SUFFIX,
+    FULLTEXT_MERGE_MAX_STEPS,
+    ReadTxn,
+    TenantStore,
+    damage_of,
+    read_file,
+)
 
 TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 TENANT_FILE_SUFFIX = ".sqlite"
@@ -369,7 +376,10 @@ class TenantPool:
                 return self._admit(tenant, self._open_store(tenant, path))
 
     def _admit(self, tenant: str, store: TenantStore) -> _Entry:
-        """Put a store just opened into the LRU, in use by the caller."""
+        """Put a store just opened into the LRU, in use by the caller, and ask for a maintenance
+        pass: a file written in bulk and closed before its merges were done (or by an older
+        version) would otherwise keep its full-text segments until its next write, and a recall
+        reads every segment (a pass with nothing to do is one empty transaction)."""
         entry = _Entry(store)
         entry.users = 1
         with self._guard:
@@ -377,6 +387,7 @@ class TenantPool:
             victims = self._evict_locked(self.max_open)
         for victim in victims:
             victim.close()
+        self.maintainer.request(tenant)
         return entry
 
     @contextmanager
@@ -843,14 +854,17 @@ class TenantPool:
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open
-        (closing a store checkpoints it; the next pass after it reopens merges)."""
+        (closing a store checkpoints it; opening it again requests a pass). A merge that stopped
+        at its bound with work left asks for another pass, after the tenants already waiting:
+        a tenant written in bulk is merged to the end without waiting for its next write."""
         with self._guard:
             entry = self._open.get(tenant)
             if entry is None:
                 return
             entry.users += 1
         try:
-            entry.store.merge_fulltext()
+            if entry.store.merge_fulltext() >= FULLTEXT_MERGE_MAX_STEPS:
+                self.maintainer.request(tenant)
             entry.store.checkpoint()
         finally:
             self._release(entry)
