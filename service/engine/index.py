@@ -390,6 +390,16 @@ class VectorIndex:
                         named.add(code)
         return np.array(sorted(named), dtype=np.int64)
 
+    def threads_of(self, memory_ids: np.ndarray) -> np.ndarray:
+        """Each memory's thread code (-1: none, or not in the cache)."""
+        with self._lock:
+            ids = self._ids[: self._count]
+            if not len(ids):
+                return np.full(len(memory_ids), -1, dtype=np.int64)
+            rows = np.minimum(np.searchsorted(ids, memory_ids), self._count - 1)
+            found: np.ndarray = np.where(ids[rows] == memory_ids, self._threads[rows], -1)
+            return found
+
     def speakers_of(self, memory_ids: np.ndarray) -> np.ndarray:
         """Each memory's speaker code (-1: none, or not in the cache)."""
         with self._lock:
