@@ -97,7 +97,7 @@ class HashingEmbedder(Embedder):
     # 0.769 / 0.764 and multi-hop 0.473 / 0.490 / 0.495 at 0.2 / 0.5 / 0.7 (docs/recall-quality.md).
     speaker_boost = 0.5
     # With thread support and the speaker at 0.5: multi-hop 0.481 / 0.490 / 0.491 at 0 / 0.2 /
-    # 0.25, recall@10 0.768 / 0.769 / 0.763.
+    # 0.25, recall@10 0.767 / 0.769 / 0.763.
     question_penalty = 0.2
 
     def __init__(self, dim: int = 384) -> None:
