@@ -46,6 +46,12 @@ class Embedder(abc.ABC):
     # Recall's length prior over the best LENGTH_DEPTH candidates (recall.with_length_prior): each
     # gains this share of the best score times ln(its length / their mean length); 0 turns it off.
     length_prior: float = 0.0
+    # Recall's speaker step (recall.spoken_by): the candidates said or written by a speaker the
+    # query names gain this share of the best score; 0 turns it off.
+    speaker_boost: float = 0.2
+    # Recall's question penalty over the memories read for the response (recall.asking): one
+    # whose text ends by asking a question scores times (1 - this); 0 turns it off.
+    question_penalty: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
@@ -87,6 +93,12 @@ class HashingEmbedder(Embedder):
     # LoCoMo dev recall@10, 0.05 / 0.1 / 0.15 / 0.2 / 0.3: 0.725 / 0.732 / 0.737 / 0.729 / 0.726
     # against 0.722 without it (docs/recall-quality.md).
     length_prior = 0.15
+    # With the question penalty and thread support (recall.py), LoCoMo dev recall@10 0.765 /
+    # 0.769 / 0.764 and multi-hop 0.473 / 0.490 / 0.495 at 0.2 / 0.5 / 0.7 (docs/recall-quality.md).
+    speaker_boost = 0.5
+    # With thread support and the speaker at 0.5: multi-hop 0.481 / 0.490 / 0.491 at 0 / 0.2 /
+    # 0.25, recall@10 0.767 / 0.769 / 0.763.
+    question_penalty = 0.2
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim

@@ -390,14 +390,22 @@ class VectorIndex:
                         named.add(code)
         return np.array(sorted(named), dtype=np.int64)
 
+    def threads_of(self, memory_ids: np.ndarray) -> np.ndarray:
+        """Each memory's thread code (-1: none, or not in the cache)."""
+        return self._codes_of(memory_ids, "_threads")
+
     def speakers_of(self, memory_ids: np.ndarray) -> np.ndarray:
         """Each memory's speaker code (-1: none, or not in the cache)."""
+        return self._codes_of(memory_ids, "_speakers")
+
+    def _codes_of(self, memory_ids: np.ndarray, column: str) -> np.ndarray:
+        """Each memory's code in the per-row array ``column`` (-1: not in the cache)."""
         with self._lock:
             ids = self._ids[: self._count]
             if not len(ids):
                 return np.full(len(memory_ids), -1, dtype=np.int64)
             rows = np.minimum(np.searchsorted(ids, memory_ids), self._count - 1)
-            found: np.ndarray = np.where(ids[rows] == memory_ids, self._speakers[rows], -1)
+            found: np.ndarray = np.where(ids[rows] == memory_ids, getattr(self, column)[rows], -1)
             return found
 
     def _link_threads(self) -> None:

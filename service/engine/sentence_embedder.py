@@ -45,6 +45,11 @@ class MiniLMEmbedder(Embedder):
     # Context windows re-scored by the sentence vectors: LoCoMo dev recall@10 0.769 -> 0.774 (the
     # hashing embedder's bag of features loses by it: 0.717 -> 0.710).
     window_weight = 0.3
+    # With thread support (recall.py), LoCoMo dev recall@10 / multi-hop / temporal: speaker 0.3 and
+    # question penalty 0.05: 0.794 / 0.519 / 0.890; 0.3 and 0.1: 0.792 / 0.518 / 0.884; 0.2 and
+    # 0.1: 0.793 / 0.510 / 0.884; 0.4 and 0.1: 0.787 / 0.524 / 0.884 (docs/recall-quality.md).
+    speaker_boost = 0.3
+    question_penalty = 0.05
 
     def __init__(self, *, batch_size: int = 64) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
