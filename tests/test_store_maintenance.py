@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
-from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.pool import SEGMENTS_ON_OPEN, TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 
 PAGE = 4096
@@ -151,33 +151,44 @@ def test_a_maintenance_pass_merges_the_fulltext_index(pool: TenantPool) -> None:
 
 
 def _segments(path: Path) -> int:
-    """The full-text index's segments (each commit adds one until a merge joins them)."""
+    """The full-text index's segments, counted in its index table, and as the store reads them."""
     store = TenantStore(path, write_lock=threading.RLock())
     try:
         with store.read() as txn:
-            return int(txn.connection.execute("SELECT count(DISTINCT segid) FROM memories_fts_idx").fetchone()[0])
+            counted = int(txn.connection.execute("SELECT count(DISTINCT segid) FROM memories_fts_idx").fetchone()[0])
+        assert store.fulltext_segments() == counted
+        return counted
     finally:
         store.close()
 
 
-def _bulk_written_then_closed(tmp_path: Path) -> Path:
-    """A tenant file whose full-text index was left in many segments (written outside a pool,
-    so no maintenance pass ran: FTS5's automerge keeps them in levels), as a bulk load closed
-    before its merges were done."""
+def _written_then_closed(tmp_path: Path, commits: int, *, automerge: bool) -> Path:
+    """A tenant file written one full-text row per commit outside a pool (so no maintenance pass
+    ran) and closed. Without FTS5's own merges (as while a bulk load outruns every merge) each
+    commit leaves a segment; the settings are FTS5's defaults again when the file is closed."""
     pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
     with pool.tenant("bulk", create=True):
         pass
     pool.close()
     path = pool.path_for("bulk")
     store = TenantStore(path, write_lock=threading.RLock())
-    _index_one_by_one(store, 300)
+
+    def merges(automerge: int, crisismerge: int) -> None:
+        with store.write() as txn:
+            for name, value in (("automerge", automerge), ("crisismerge", crisismerge)):
+                txn.connection.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES(?, ?)", (name, value))
+
+    if not automerge:
+        merges(0, 1000)
+    _index_one_by_one(store, commits)
+    merges(4, 16)  # FTS5's defaults
     store.close()
-    assert _segments(path) > 10
     return path
 
 
-def test_opening_a_tenant_merges_segments_it_was_left_with_without_a_write(tmp_path: Path) -> None:
-    path = _bulk_written_then_closed(tmp_path)
+def test_opening_a_tenant_left_with_many_segments_merges_them_without_a_write(tmp_path: Path) -> None:
+    path = _written_then_closed(tmp_path, 300, automerge=False)
+    assert _segments(path) == 300
     pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
     try:
         with pool.tenant("bulk", create=False) as store:  # a read: no write announces anything
@@ -190,8 +201,22 @@ def test_opening_a_tenant_merges_segments_it_was_left_with_without_a_write(tmp_p
     assert _segments(path) == 1
 
 
+def test_opening_a_tenant_with_few_segments_runs_no_pass(tmp_path: Path) -> None:
+    # A pass's checkpoint syncs the WAL: a tenant kept merged must not pay one for being opened.
+    path = _written_then_closed(tmp_path, 300, automerge=True)
+    assert 1 < _segments(path) <= SEGMENTS_ON_OPEN
+    pool = TenantPool(tmp_path, max_open=8, synchronous="FULL")
+    try:
+        with pool.tenant("bulk", create=False):
+            pass
+        assert pool.maintainer.wait_idle(timeout=30)
+        assert pool.maintainer.completed == 0
+    finally:
+        pool.close()
+
+
 def test_a_merge_stopped_at_its_bound_goes_on_in_later_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _bulk_written_then_closed(tmp_path)
+    path = _written_then_closed(tmp_path, 300, automerge=False)
     # Two steps of one page each per pass: far from enough for these segments in one pass.
     monkeypatch.setattr("mnemosyne.store.tenant_store.FULLTEXT_MERGE_PAGES", 1)
     monkeypatch.setattr("mnemosyne.store.tenant_store.FULLTEXT_MERGE_MAX_STEPS", 2)

@@ -7,6 +7,10 @@ the averages record, ``<table>_data`` row 1, holds the number of rows and then o
 (the total token count). Both use SQLite's varint format (big-endian groups of 7 bits, the high
 bit set on every byte but the last; a 9th byte carries 8 bits). Anything unreadable decodes as 0,
 which recall treats as "length unknown" and leaves BM25 as FTS5 ranked it.
+
+The structure record, ``<table>_data`` row 10, starts with a 4-byte cookie, then (in FTS5's
+version 2 of the record) the 4 bytes FF 00 00 01, then the number of levels and the number of
+segments as varints (FTS5's own varint, the same encoding below 2^56): ``fts5_segments``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,16 @@ def fts5_row_length(docsize: bytes | None) -> int:
 def fts5_row_lengths(docsizes: list[bytes | None]) -> list[int]:
     """``fts5_row_length`` of each row, the one-byte ones without a call each."""
     return [d[0] if d and d[0] < 0x80 else fts5_row_length(d) for d in docsizes]
+
+
+_STRUCTURE_V2 = b"\xff\x00\x00\x01"
+
+
+def fts5_segments(structure: bytes | None) -> int:
+    """The number of segments of an FTS5 index from its structure record (0 when unreadable)."""
+    data = bytes(structure or b"")
+    start = 8 if data[4:8] == _STRUCTURE_V2 else 4
+    return fts5_varints(data[start:], 2)[1] if len(data) > start else 0
 
 
 def fts5_average_length(averages: bytes | None) -> float:

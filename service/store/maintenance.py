@@ -10,9 +10,10 @@ names the tenant here, and one thread maintains it:
    transaction, until nothing is left to merge). Every commit adds a segment; FTS5's own
    automerge keeps them in levels, but a query still reads every segment: a tenant of 3,000
    single writes answered a BM25 query in 331 us before a full merge and 76 us after. A pass
-   that stops at its bound with work left asks for another, and opening a tenant asks for one
-   (store/pool.py), so a file closed while behind (a bulk load: 863 segments at 1M memories, its
-   text query 88 ms instead of 20) is merged without waiting for a write;
+   that stops at its bound with work left asks for another, and opening a tenant of more than
+   32 segments asks for one (store/pool.py SEGMENTS_ON_OPEN), so a file closed while behind (a
+   bulk load: 863 segments at 1M memories, its text query 88 ms instead of 20) is merged
+   without waiting for a write;
 2. runs a PASSIVE checkpoint on a connection of its own. PASSIVE never takes the write lock nor
    waits for readers: writers keep committing meanwhile, and the next write transaction after a
    complete checkpoint starts the WAL again from its beginning, so the file stays about

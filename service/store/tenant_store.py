@@ -30,7 +30,7 @@ import apsw
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from mnemosyne.store import connections, ledger
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection
-from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths
+from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths, fts5_segments
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
 from mnemosyne.store.membership import moving
@@ -403,6 +403,12 @@ class TenantStore:
             self._wal_pages_announced = pages
             self._on_wal_growth()
         return apsw.SQLITE_OK
+
+    def fulltext_segments(self) -> int:
+        """The full-text index's segments, from its structure record (one primary-key read)."""
+        with self.read() as txn:
+            row = txn.connection.execute("SELECT block FROM memories_fts_data WHERE id = 10").fetchone()
+        return fts5_segments(row[0] if row else None)
 
     def merge_fulltext(self) -> int:
         """Merge the full-text index's segments in short transactions of about
