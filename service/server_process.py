@@ -18,6 +18,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mnemosyne.store.membership import owner_of
 
+# Starts of a server whose picked side port another process took first (ServerProcess.start).
+PICK_ATTEMPTS = 3
+
+
+class SidePortTaken(RuntimeError):
+    """The server could not listen on a metrics or HTTP port picked for it: taken meanwhile."""
+
 
 class ServerProcess:
     """``mnemosyne serve`` in a child process on a free loopback port.
@@ -57,6 +64,7 @@ class ServerProcess:
         self.metrics_port = 0
         self.http_port = 0
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
+        self._log_start = 0  # where this start's lines begin in the (appended) log
 
     @property
     def target(self) -> str:
@@ -73,8 +81,17 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout: float = 30.0, port: int = 0) -> ServerProcess:
-        self.spawn(port)
-        return self.wait_ready(timeout)
+        # The side ports are picked here (0 turns them off), so another process may take one
+        # between the pick and the server's bind: then the server is started again on new picks.
+        for attempt in range(1, PICK_ATTEMPTS + 1):
+            picked = (self.metrics and not self.metrics_port) or (self.http and not self.http_port)
+            self.spawn(port)
+            try:
+                return self.wait_ready(timeout)
+            except SidePortTaken:
+                if not picked or attempt == PICK_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def spawn(self, port: int = 0) -> None:
         """Start the process without waiting for it (``wait_ready`` waits): servers spawned side
@@ -100,6 +117,7 @@ class ServerProcess:
             *self.args,
         ]
         stderr = open(self.stderr_path, "a")
+        self._log_start = stderr.tell()
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         stderr.close()
 
@@ -110,7 +128,13 @@ class ServerProcess:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait(timeout=5)
-            raise RuntimeError(f"server exited with {self.process.returncode}: {self.stderr_path.read_text()[-2000:]}")
+            with open(self.stderr_path, errors="replace") as log:
+                log.seek(self._log_start)
+                said = log.read()
+            taken = "[LISTEN_FAILED]" in said and ("for metrics" in said or "for HTTP" in said)
+            raise (SidePortTaken if taken else RuntimeError)(
+                f"server exited with {self.process.returncode}: {said[-2000:]}"
+            )
         serving = json.loads(line)
         self.port = serving["port"]
         self.metrics_port = serving.get("metrics_port", 0)

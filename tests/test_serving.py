@@ -5,10 +5,14 @@ one of its own; and a server with the HTTP port off does not load the HTTP stack
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
+
+from mnemosyne import server_process
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.server_process import ServerProcess
 from mnemosyne.transport.admission import AdmissionLimits
@@ -60,3 +64,22 @@ def test_a_server_with_the_http_port_off_never_loads_the_http_stack(
     with_http = server_factory(http=True).start()
     assert not _loads_mcp_sdk(without_http)
     assert _loads_mcp_sdk(with_http)
+
+
+def test_a_side_port_taken_before_the_server_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The harness picks the metrics port before the server binds it; another process may take it
+    # meanwhile (CI saw one such start fail): the server is started again on a new pick.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1]])
+        pick = server_process._free_port
+        monkeypatch.setattr(server_process, "_free_port", lambda: next(picks, 0) or pick())
+        server = ServerProcess(tmp_path / "data", metrics=True).start()
+        try:
+            assert server.metrics_port not in (0, taken.getsockname()[1])
+            assert "cannot listen for metrics" in server.stderr_path.read_text()
+        finally:
+            server.stop()
