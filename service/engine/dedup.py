@@ -31,6 +31,7 @@ from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
 from mnemosyne.engine.index import drop_vectors, vector_index
+from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
@@ -316,10 +317,10 @@ class Deduplicator:
                     result = [[g.keep, list(g.duplicates)] for g in applied]
                     txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
                 _, epoch_after = txn.index_state()
-            if applied:  # the cache drops the merged rows rather than reloading the tenant's vectors
-                drop_vectors(
-                    store, [d for g in applied for d in g.duplicates], from_epoch=epoch_before, to_epoch=epoch_after
-                )
+            if applied:  # the caches drop the merged rows rather than reloading the tenant's vectors and postings
+                merged = [d for g in applied for d in g.duplicates]
+                drop_vectors(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
+                drop_texts(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
         return report
 
 

@@ -9,6 +9,7 @@ from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
 from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
@@ -231,8 +232,9 @@ class Memories:
                     _, epoch_after = txn.index_state()
                     if request_id:
                         txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
-            if erased:  # the cache drops those rows rather than reloading the tenant's vectors
+            if erased:  # the caches drop those rows rather than reloading the tenant's vectors and postings
                 drop_vectors(store, erased, from_epoch=epoch_before, to_epoch=epoch_after)
+                drop_texts(store, erased, from_epoch=epoch_before, to_epoch=epoch_after)
             self._committed("forget")
             if forgotten or store.erasure_pending():
                 store.erase_traces()

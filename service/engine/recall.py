@@ -42,18 +42,19 @@ from typing import NamedTuple, overload
 
 import numpy as np
 
-from mnemosyne.engine import conflicts, relative_time
+from mnemosyne.engine import conflicts, postings, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD, RowScores
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.index import approximate_candidates, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
+from mnemosyne.engine.postings import postings_cache
 from mnemosyne.engine.terms import STOP_WORDS, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow
+from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
 
 MAX_QUERY_TERMS = 64
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
@@ -498,6 +499,8 @@ class Recall:
         self.speaker_boost = 0.0 if "speaker" in steps_off else embedder.speaker_boost
         self.thread_weight = 0.0 if "threads" in steps_off else THREAD_WEIGHT
         self.question_penalty = 0.0 if "questions" in steps_off else embedder.question_penalty
+        # BM25 from the postings cache (off: FTS5 scores every recall; the same hits).
+        self.postings = "postings" not in steps_off
 
     def __call__(
         self,
@@ -520,9 +523,6 @@ class Recall:
         # Text only: no embedding (the text path never reads it).
         query_vector = self.embedder.embed([query])[0] if mode is not RecallMode.TEXT else None
         terms = query_terms(query)
-        match = match_expression(terms)
-        # Coordination needs at least two terms; past six, hardly any memory holds them all.
-        match_all = match_expression(terms, operator="AND") if 2 <= len(terms) <= 6 else None
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
@@ -551,19 +551,8 @@ class Recall:
                         vector_rows = top_rows(scores, depth)
                     else:
                         scores, vector_rows = found
-                if mode is not RecallMode.VECTOR and match:
-                    text_hits = soften_length_normalisation(
-                        txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)
-                    )
-                    # Coordination matters only when more memories match than BM25's cut keeps
-                    # (then its clamped IDF decides which get in); it costs a second query.
-                    if match_all and len(text_hits.ids) >= depth:
-                        text_hits = coordinate(
-                            text_hits,
-                            soften_length_normalisation(
-                                txn.fts_search(match_all, limit=depth, scopes=scopes, metadata_equals=filters)
-                            ),
-                        )
+                if mode is not RecallMode.VECTOR and terms:
+                    text_hits = self._text_hits(store, txn, terms, depth, scopes, filters)
                 fused = fuse(
                     query_vector,
                     ids,
@@ -624,3 +613,41 @@ class Recall:
         hits = hits[:k]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
+
+    def _text_hits(
+        self,
+        store: TenantStore,
+        txn: ReadTxn,
+        terms: Sequence[str],
+        depth: int,
+        scopes: Sequence[str],
+        filters: dict[str, str],
+    ) -> TextRanking:
+        """The full-text path: BM25 from the tenant's postings cache when it can answer exactly
+        (engine/postings.py), else FTS5's; the hits holding every term lifted (``coordinate``)."""
+        # Coordination needs at least two terms; past six, hardly any memory holds them all.
+        coordinated = 2 <= len(terms) <= 6
+        cached = None
+        if self.postings and not scopes and not filters:
+            cache = postings_cache(store)
+            view = cache.sync(txn)
+            phrases = cache.phrases(terms) if view is not None else None
+            if view is not None and phrases is not None:
+                cached = postings.search(view, phrases, limit=depth)
+        any_terms = cached.any_terms if cached else self._fts(txn, terms, "OR", depth, scopes, filters)
+        text_hits = soften_length_normalisation(any_terms)
+        # Coordination matters only when more memories match than BM25's cut keeps (then its
+        # clamped IDF decides which get in); without the cache it costs a second query.
+        if coordinated and len(text_hits.ids) >= depth:
+            all_terms = cached.all_terms if cached else self._fts(txn, terms, "AND", depth, scopes, filters)
+            text_hits = coordinate(text_hits, soften_length_normalisation(all_terms))
+        return text_hits
+
+    @staticmethod
+    def _fts(
+        txn: ReadTxn, terms: Sequence[str], operator: str, depth: int, scopes: Sequence[str], filters: dict[str, str]
+    ) -> TextHits:
+        """FTS5's own best ``depth`` rows for the terms joined by ``operator``."""
+        match = match_expression(terms, operator=operator)
+        assert match is not None  # terms is not empty
+        return txn.fts_search(match, limit=depth, scopes=scopes, metadata_equals=filters)

@@ -24,6 +24,7 @@ from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
+from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
@@ -122,9 +123,8 @@ class Updates:
                 check_tenant_embedder(txn, self._write_path.embedder, write=True)
                 _, epoch_before = txn.index_state()
                 now = time.time()
-                txn.update_memory(
-                    memory_id, prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
-                )
+                new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
+                txn.update_memory(memory_id, new)
                 supersedes = conflicts.adjudicate(
                     txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
                 )
@@ -135,8 +135,9 @@ class Updates:
                 if request_id:
                     result = {"updated": True, "near_duplicate_of": near_live, "supersedes": supersedes}
                     txn.save_request(request_id, "update", payload_hash, json.dumps(result))
-            # The cache takes the new vector in place rather than reloading the tenant's vectors.
+            # The caches take the new vector and text in place rather than reloading the tenant's.
             replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
+            replace_text(store, memory_id, new, from_epoch=epoch_before, to_epoch=epoch_after)
             self._committed("update")
             return UpdateOutcome(
                 memory=self._get(store, memory_id),
@@ -181,8 +182,9 @@ class Updates:
             if store is None:
                 return 0
             count, erased, epochs = self._forget_matching(store, scopes, wanted, request_id, payload_hash)
-            if erased:  # the cache drops those rows rather than reloading the tenant's vectors
+            if erased:  # the caches drop those rows rather than reloading the tenant's vectors and postings
                 drop_vectors(store, erased, from_epoch=epochs[0], to_epoch=epochs[1])
+                drop_texts(store, erased, from_epoch=epochs[0], to_epoch=epochs[1])
             self._committed("forget_matching")
             if erased or store.erasure_pending():
                 store.erase_traces()

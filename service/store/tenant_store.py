@@ -897,6 +897,18 @@ class ReadTxn(OplogReads):
             )
         )
 
+    def fulltext_rows_after(self, after_id: int, up_to_id: int, *, limit: int) -> list[tuple[int, str]]:
+        """(id, indexed text) of the first ``limit`` rows of the full-text index with
+        after_id < id <= up_to_id (the live, unmerged memories), in id order."""
+        return [
+            (memory_id, indexed_text(body, index_words))
+            for memory_id, body, index_words in self.connection.execute(
+                "SELECT id, body, index_words FROM memories WHERE id > ? AND id <= ? AND forgotten_at IS NULL "
+                "AND merged_into IS NULL ORDER BY id LIMIT ?",
+                (after_id, up_to_id, limit),
+            )
+        ]
+
     def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int, str | None]]:
         """(id, thread id, thread position, speaker) of the rows ``embeddings_after`` returns, alike."""
         return list(

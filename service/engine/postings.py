@@ -1,0 +1,350 @@
+"""The in-memory postings of one tenant's full-text index: a cache of ``memories_fts``, to score
+BM25 in numpy instead of inside FTS5.
+
+FTS5's ``bm25()`` scores every row a query's words match before ``ORDER BY ... LIMIT`` keeps the
+best (for each row a ``docsize`` read and the terms' positions decoded): at 1M memories the
+bench's 2-4 word queries match ~26,000 rows and the statement takes ~20 ms. The same arithmetic
+over arrays (each query term's rows and counts, each row's token count) takes a tenth of that
+(docs/performance.md#large-tenants). ``search`` computes FTS5's own formula in FTS5's own order of
+operations (fts5_aux.c ``fts5Bm25Function``: k1 = 1.2, b = 0.75, IDF clamped to 1e-6, each
+phrase's contribution added in query order; ties by the lower memory id), over the tokens FTS5's
+own tokenizer gives (store/fts_tokens.py): the same hits and scores as ``TenantStore.fts_search``, which tests/test_postings.py checks
+against FTS5 itself through writes, forgets, merges and updates.
+
+It serves only what it can answer exactly; the caller asks FTS5 for the rest (``search`` returns
+None): a term that is a phrase of several tokens (an identifier such as RF-12345, whose match needs
+positions), a recall filtered by scopes or metadata, and a snapshot other than the cache's own
+(a transaction older than the cache, which another recall brought further, or newer, until it
+syncs).
+
+Kept in step like the vector cache (engine/index.py), inside each recall's read transaction: the
+rows above its high-water mark are tokenized and appended; a forget or a Dedup merge (``drop_texts``)
+marks its rows dead, an update (``replace_text``) marks the old row dead and appends the new text
+under the same memory id, each taking the file's new forget epoch; an epoch it was not told about
+makes it load everything again. Dead rows stay in the postings, masked, until they pass a quarter
+of the rows.
+
+Layout: postings in blocks, each sorted by (term, row) as one int64 key ``term << 32 | row`` with
+the term's count in that row beside it: a term's postings in a block are one binary search. New
+rows make a new small block; a block is merged into the one before it when it reaches a quarter of
+its size, so there are O(log n) blocks and each posting is copied O(log n) times. A state handed to
+a search is never changed afterwards: appends write past its end, and a drop copies the mask.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from itertools import chain
+from typing import NamedTuple
+
+import numpy as np
+
+from mnemosyne.store.fts_stats import TextHits
+from mnemosyne.store.fts_tokens import fts5_tokens
+from mnemosyne.store.tenant_store import NewMemory, ReadTxn, TenantStore, indexed_text
+
+_CACHE_KEY = "postings"
+# FTS5's bm25() constants (fts5_aux.c).
+FTS5_K1 = 1.2
+FTS5_B = 0.75
+FTS5_MIN_IDF = 1e-6
+# Rows tokenized into one block while loading: bounds the lists a load holds at once.
+LOAD_CHUNK = 50_000
+# A block is merged into the one before it from this fraction of its size.
+_MERGE_FRACTION = 4
+# Dead rows tolerated before the postings are rewritten without them.
+_DEAD_FRACTION = 4
+_ROW_BITS = 32
+
+
+def postings_cache(store: TenantStore) -> PostingsCache:
+    """The tenant's postings cache, kept on its open store (made on first use)."""
+    cache = store.cache.get(_CACHE_KEY)
+    if cache is None:
+        cache = store.cache.setdefault(_CACHE_KEY, PostingsCache())
+    assert isinstance(cache, PostingsCache)
+    return cache
+
+
+def drop_texts(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
+    """After a committed forget or merge that moved the forget epoch from ``from_epoch`` to
+    ``to_epoch`` by removing ``memory_ids``' full-text rows: mark them dead in the tenant's
+    postings cache too, if it has one, instead of letting the new epoch reload it."""
+    cache = store.cache.get(_CACHE_KEY)
+    if isinstance(cache, PostingsCache):
+        cache.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
+
+
+def replace_text(store: TenantStore, memory_id: int, new: NewMemory, *, from_epoch: int, to_epoch: int) -> None:
+    """After a committed update that replaced ``memory_id``'s content with ``new`` (moving the
+    forget epoch from ``from_epoch`` to ``to_epoch``): the cache takes the new full-text row in
+    place of the old instead of reloading."""
+    cache = store.cache.get(_CACHE_KEY)
+    if isinstance(cache, PostingsCache):
+        text = indexed_text(new.fts_text, new.index_words)
+        cache.replace(memory_id, text, from_epoch=from_epoch, to_epoch=to_epoch)
+
+
+class _Vocabulary(dict[str, int]):
+    """Term numbers by token; a token seen for the first time gets the next number."""
+
+    def __missing__(self, token: str) -> int:
+        number = self[token] = len(self)
+        return number
+
+
+class Block(NamedTuple):
+    """Postings sorted by key ``term << 32 | row``, with the term's count in the row."""
+
+    keys: np.ndarray  # int64
+    counts: np.ndarray  # uint16 (a count past 65,535 is kept as 65,535: no memory is that long)
+
+
+class PostingsView(NamedTuple):
+    """One consistent state of the cache: row ``i`` is memory ``ids[i]`` of ``lengths[i]`` tokens."""
+
+    blocks: tuple[Block, ...]
+    ids: np.ndarray  # int64
+    lengths: np.ndarray  # float64
+    alive: np.ndarray  # bool
+    rows: int  # live rows (FTS5's row count)
+    tokens: int  # tokens of the live rows (FTS5's total size)
+
+
+class TextSearch(NamedTuple):
+    """``PostingsCache.search``'s answer: the best rows holding any query term, and those holding
+    every one (each best first, as FTS5's OR and AND queries would give them)."""
+
+    any_terms: TextHits
+    all_terms: TextHits
+
+
+class PostingsCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._terms = _Vocabulary()  # token -> term number (only ever grows)
+        self._blocks: tuple[Block, ...] = ()
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._lengths = np.zeros(0, dtype=np.float64)
+        self._alive = np.zeros(0, dtype=bool)
+        self._count = 0
+        self._live = 0
+        self._tokens = 0
+        self.high_water = 0
+        self.epoch = -1
+        self.reloads = 0  # full loads from the file (the first one included)
+
+    # -- keeping in step ----------------------------------------------------------------------
+
+    def sync(self, txn: ReadTxn) -> PostingsView | None:
+        """Bring the cache up to ``txn``'s snapshot and return that state, or None when the cache
+        is ahead of the snapshot (another recall synced a later one): then only FTS5 answers for it."""
+        high, epoch = txn.index_state()
+        with self._lock:
+            if epoch != self.epoch:
+                if epoch < self.epoch:
+                    return None
+                self._clear()
+                self.epoch = epoch
+                self.reloads += 1
+            if high < self.high_water:
+                return None
+            while high > self.high_water:
+                rows = txn.fulltext_rows_after(self.high_water, high, limit=LOAD_CHUNK)
+                self._append([r[0] for r in rows], [r[1] for r in rows])
+                self.high_water = rows[-1][0] if len(rows) == LOAD_CHUNK else high
+            return self._view()
+
+    def drop(self, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> bool:
+        """Mark the rows of ``memory_ids`` dead and take ``to_epoch``, if the cache is at
+        ``from_epoch``; otherwise leave it (the next sync reloads if its epoch is behind)."""
+        with self._lock:
+            if self.epoch != from_epoch:
+                return False
+            self._kill(np.asarray(memory_ids, dtype=np.int64))
+            self.epoch = to_epoch
+            return True
+
+    def replace(self, memory_id: int, text: str, *, from_epoch: int, to_epoch: int) -> bool:
+        """Mark ``memory_id``'s row dead and append ``text`` under its id, taking ``to_epoch``, if
+        the cache is at ``from_epoch`` and holds that row (else the next sync reloads)."""
+        with self._lock:
+            if self.epoch != from_epoch:
+                return False
+            if memory_id <= self.high_water:
+                if not self._kill(np.array([memory_id], dtype=np.int64)):
+                    return False  # a row it should hold and does not: reload
+                self._append([memory_id], [text])
+            self.epoch = to_epoch
+            return True
+
+    def _clear(self) -> None:
+        self._blocks = ()
+        self._count = self._live = self._tokens = 0
+        self.high_water = 0
+
+    def _view(self) -> PostingsView:
+        n = self._count
+        return PostingsView(self._blocks, self._ids[:n], self._lengths[:n], self._alive[:n], self._live, self._tokens)
+
+    def _kill(self, memory_ids: np.ndarray) -> int:
+        """Mark the live rows of ``memory_ids`` dead (in a new mask: a search holding the old one
+        keeps its state); returns how many."""
+        n = self._count
+        rows = np.flatnonzero(np.isin(self._ids[:n], memory_ids) & self._alive[:n])
+        if not len(rows):
+            return 0
+        alive = self._alive.copy()
+        alive[rows] = False
+        self._alive = alive
+        self._live -= len(rows)
+        self._tokens -= int(self._lengths[rows].sum())
+        if (n - self._live) * _DEAD_FRACTION > n:
+            self._squeeze()
+        return len(rows)
+
+    def _append(self, memory_ids: list[int], texts: list[str]) -> None:
+        if not memory_ids:
+            return
+        first, needed = self._count, self._count + len(memory_ids)
+        if needed > len(self._ids):
+            self._reallocate(max(needed, 2 * len(self._ids), 16))
+        found = [fts5_tokens(text) for text in texts]
+        lengths = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
+        flat = list(chain.from_iterable(found))
+        terms = np.fromiter(map(self._terms.__getitem__, flat), dtype=np.int64, count=len(flat))
+        rows = np.repeat(np.arange(first, needed, dtype=np.int64), lengths)
+        unique, counts = np.unique((terms << _ROW_BITS) | rows, return_counts=True)
+        self._ids[first:needed] = memory_ids
+        self._lengths[first:needed] = lengths
+        self._alive[first:needed] = True
+        self._count = needed
+        self._live += len(memory_ids)
+        self._tokens += int(lengths.sum())
+        blocks = [*self._blocks, Block(unique, np.minimum(counts, 65535).astype(np.uint16))]
+        while len(blocks) > 1 and len(blocks[-1].keys) * _MERGE_FRACTION >= len(blocks[-2].keys):
+            blocks[-2:] = [_merged(blocks[-2], blocks[-1])]
+        self._blocks = tuple(blocks)
+
+    def _reallocate(self, capacity: int) -> None:
+        """New arrays (a search holding the old ones keeps them as they were)."""
+        n = self._count
+        ids = np.zeros(capacity, dtype=np.int64)
+        lengths = np.zeros(capacity, dtype=np.float64)
+        alive = np.zeros(capacity, dtype=bool)
+        ids[:n], lengths[:n], alive[:n] = self._ids[:n], self._lengths[:n], self._alive[:n]
+        self._ids, self._lengths, self._alive = ids, lengths, alive
+
+    def _squeeze(self) -> None:
+        """Rewrite the postings without the dead rows (rows keep their order, so keys stay sorted)."""
+        n = self._count
+        keep = self._alive[:n]
+        renumber = np.cumsum(keep) - 1
+        blocks = []
+        for block in self._blocks:
+            rows = block.keys & ((1 << _ROW_BITS) - 1)
+            live = keep[rows]
+            keys = ((block.keys[live] >> _ROW_BITS) << _ROW_BITS) | renumber[rows[live]]
+            blocks.append(Block(keys, block.counts[live]))
+        live_rows = int(keep.sum())
+        ids, lengths = self._ids[:n][keep], self._lengths[:n][keep]
+        self._ids = np.zeros(max(live_rows, 16), dtype=np.int64)
+        self._lengths = np.zeros(len(self._ids), dtype=np.float64)
+        self._alive = np.zeros(len(self._ids), dtype=bool)
+        self._ids[:live_rows], self._lengths[:live_rows], self._alive[:live_rows] = ids, lengths, True
+        self._count = live_rows
+        self._blocks = tuple(b for b in blocks if len(b.keys))
+
+    # -- searching ----------------------------------------------------------------------------
+
+    def phrases(self, terms: Sequence[str]) -> list[int] | None:
+        """The term numbers of recall's query terms (-1: in no row), or None when a term is a
+        phrase of several tokens (or of none), which needs FTS5's positions."""
+        numbers = []
+        for term in terms:
+            found = fts5_tokens(term, query=True)
+            if len(found) != 1:
+                return None
+            numbers.append(self._terms.get(found[0], -1))
+        return numbers
+
+
+def search(view: PostingsView, phrases: Sequence[int], *, limit: int) -> TextSearch:
+    """FTS5's ``bm25()`` of the rows of ``view`` matching any of ``phrases`` (term numbers, in the
+    query's order, a term repeated as often as the query repeats it), the best ``limit`` of those
+    matching any and of those matching all."""
+    found = [_postings(view, term) for term in phrases]
+    matched = _union([rows for rows, _ in found])
+    scores = np.zeros(len(matched), dtype=np.float64)
+    present = np.zeros(len(matched), dtype=np.int64)
+    average = view.tokens / view.rows if len(matched) else 0.0  # no rows matched: nothing to score
+    for rows, counts in found:
+        df = len(rows)
+        idf = math.log((view.rows - df + 0.5) / (df + 0.5))
+        if idf <= 0.0:
+            idf = FTS5_MIN_IDF
+        frequency = counts.astype(np.float64)
+        length = view.lengths[rows]
+        at = np.searchsorted(matched, rows)
+        # fts5Bm25Function's expression, in its order of operations (the same doubles).
+        scores[at] += idf * (
+            (frequency * (FTS5_K1 + 1.0)) / (frequency + FTS5_K1 * (1 - FTS5_B + FTS5_B * length / average))
+        )
+        present[at] += 1
+    every = present == len(found)
+    return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
+
+
+def _union(sorted_rows: list[np.ndarray]) -> np.ndarray:
+    """The rows of any of the ascending arrays, ascending, once each (a stable sort of sorted runs
+    merges them: far cheaper than ``np.unique``'s full sort)."""
+    if len(sorted_rows) == 1:
+        return sorted_rows[0]
+    rows = np.sort(np.concatenate(sorted_rows), kind="stable")
+    union: np.ndarray = rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
+    return union
+
+
+def _postings(view: PostingsView, term: int) -> tuple[np.ndarray, np.ndarray]:
+    """The live rows holding ``term`` and its count in each (rows ascending)."""
+    if term < 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+    low, high = term << _ROW_BITS, (term + 1) << _ROW_BITS
+    rows, counts = [], []
+    for block in view.blocks:
+        start, end = np.searchsorted(block.keys, [low, high])
+        if end > start:
+            rows.append(block.keys[start:end] & ((1 << _ROW_BITS) - 1))
+            counts.append(block.counts[start:end])
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+    all_rows = np.concatenate(rows) if len(rows) > 1 else rows[0]
+    all_counts = np.concatenate(counts) if len(counts) > 1 else counts[0]
+    live = view.alive[all_rows]
+    return all_rows[live], all_counts[live]
+
+
+def _best(view: PostingsView, rows: np.ndarray, scores: np.ndarray, limit: int) -> TextHits:
+    """The best ``limit`` of ``rows`` by score, ties by the lower memory id (as FTS5 orders them)."""
+    if len(rows) > limit:
+        threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+        keep = scores >= threshold
+        rows, scores = rows[keep], scores[keep]
+    ids = view.ids[rows]
+    order = np.lexsort((ids, -scores))[:limit]
+    return _hits(view, rows[order], scores[order])
+
+
+def _hits(view: PostingsView, rows: np.ndarray, scores: np.ndarray) -> TextHits:
+    average = view.tokens / view.rows if len(rows) else 0.0  # as fts_search: no rows, no mean
+    return TextHits(view.ids[rows].tolist(), scores.tolist(), view.lengths[rows].astype(np.int64).tolist(), average)
+
+
+def _merged(older: Block, newer: Block) -> Block:
+    """One block of two; both sorted, so a stable sort of the two runs is a merge."""
+    keys = np.concatenate([older.keys, newer.keys])
+    counts = np.concatenate([older.counts, newer.counts])
+    order = np.argsort(keys, kind="stable")
+    return Block(keys[order], counts[order])

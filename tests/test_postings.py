@@ -1,0 +1,175 @@
+"""The postings cache (engine/postings.py) answers exactly as FTS5 does: the same rows, the same
+bm25() scores to the last bit, the same lengths and mean length, for OR and AND queries, through
+retains, forgets, Dedup merges and updates (each applied in place, without a reload); it steps
+aside (FTS5 answers) for a phrase, a filtered recall and a snapshot that is not its own; and a
+server's recalls are the same with it and without it. A real engine on real files, in this
+process, so the cache can be compared with the file's own index; the last test runs real servers."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.engine import postings
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.postings import PostingsCache, postings_cache
+from mnemosyne.engine.recall import match_expression, query_terms
+from mnemosyne.engine.types import RecallMode, RetainItem
+from mnemosyne.store import schema
+from mnemosyne.store.fts_tokens import TOKENIZER_ARGS, fts5_tokens
+
+TENANT = "postings"
+# Words sharing stems (run / running / runs), diacritics, case, digits: what the tokenizer folds.
+WORDS = (
+    "run running runs runner ship shipped shipping order orders café cafe CAFÉ naïve naive lighthouse keeper "
+    "keepers refund refunds ticket tickets city cities note notes 2024 v2 alpha beta gamma delta Zürich zurich "
+    "the a of and to"
+).split()
+
+
+def _text(rng: random.Random, n: int) -> str:
+    # Zipf-like: early words far more often, so some terms are in most rows (clamped IDF) and some rare.
+    return " ".join(WORDS[min(int(rng.paretovariate(0.8)) - 1, len(WORDS) - 1)] for _ in range(n))
+
+
+def _queries(rng: random.Random) -> list[str]:
+    fixed = ["run", "shipping orders", "café naïve", "ZURICH lighthouse keeper", "refund ticket city", "the of"]
+    return fixed + [" ".join(rng.sample(WORDS, rng.randint(1, 5))) for _ in range(40)]
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _assert_same_as_fts5(engine: Engine, queries: list[str]) -> PostingsCache:
+    """For every query, OR and AND: the cache's hits are FTS5's, value for value."""
+    compared = 0
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        cache = postings_cache(store)
+        with store.read() as txn:
+            view = cache.sync(txn)
+            assert view is not None
+            for query in queries:
+                terms = query_terms(query)
+                phrases = cache.phrases(terms)
+                assert phrases is not None, query
+                found = postings.search(view, phrases, limit=20)
+                for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
+                    match = match_expression(terms, operator=operator)
+                    assert match is not None
+                    expected = txn.fts_search(match, limit=20, scopes=[], metadata_equals={})
+                    assert cached == expected, (query, operator)
+                    compared += len(expected.ids)
+    assert compared > 100  # the queries did match rows
+    return cache
+
+
+def test_the_cache_answers_as_fts5_through_retains_forgets_merges_and_updates(engine: Engine) -> None:
+    rng = random.Random(7)
+    queries = _queries(rng)
+    ids = [
+        o.memory_id
+        for o in engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(3, 30))) for _ in range(400)])
+    ]
+    cache = _assert_same_as_fts5(engine, queries)
+    assert cache.reloads == 1
+    forgotten: set[int] = set()
+    for round_ in range(5):
+        # New rows, some with words the cache has never seen; single retains and batches.
+        engine.retain(TENANT, RetainItem(f"{_text(rng, 8)} unseenword{round_} Unseenwords{round_}"))
+        engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(1, 12))) for _ in range(20)])
+        for memory_id in rng.sample(ids, 15):
+            engine.memories.forget(TENANT, memory_id)
+            forgotten.add(memory_id)
+        for memory_id in rng.sample(sorted(set(ids) - forgotten), 3):
+            engine.updates.update(TENANT, memory_id, text=f"{_text(rng, 6)} updatedword{round_}")
+        _assert_same_as_fts5(engine, [*queries, f"unseenword{round_}", f"updatedword{round_} run"])
+    # Near-duplicates merged by Dedup leave the index too.
+    for n in range(3):
+        engine.retain(TENANT, RetainItem(f"the lighthouse keeper wrote a refund ticket note{'!' * n}"))
+    report = engine.dedup(TENANT, merge=True)
+    assert report.merged
+    same = _assert_same_as_fts5(engine, queries)
+    # Past a quarter of the rows dead, the postings are rewritten without them; still exact.
+    for memory_id in ids[:150]:
+        engine.memories.forget(TENANT, memory_id)
+    same = _assert_same_as_fts5(engine, queries)
+    # Every change was applied in place: one load in all, the same cache.
+    assert same is cache and cache.reloads == 1
+
+
+def test_a_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -> None:
+    engine.retain_batch(
+        TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(50)]
+    )
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        cache = postings_cache(store)
+        with store.read() as older:
+            assert cache.sync(older) is not None
+            # An identifier is a phrase of two tokens: positions are FTS5's.
+            assert cache.phrases(query_terms("RF-1007")) is None
+            assert cache.phrases(query_terms("ticket order")) is not None
+            engine.retain(TENANT, RetainItem("a later ticket"))
+            with store.read() as newer:
+                assert cache.sync(newer) is not None
+            # The cache is ahead of the older snapshot now: it does not answer for it.
+            assert cache.sync(older) is None
+    # Recall still finds the identifier (FTS5's phrase) and filtered recalls (FTS5 with the filter).
+    assert engine.recall(TENANT, "RF-1007", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
+    filtered = engine.recall(TENANT, "later ticket", k=5, scopes=["workspace/a"]).hits
+    assert len(filtered) == 5 and {h.memory.scope for h in filtered} == {"workspace/a"}
+    assert engine.recall(TENANT, "later ticket", k=1).hits[0].memory.text == "a later ticket"
+
+
+def test_a_tenant_whose_memories_are_all_forgotten_matches_nothing(engine: Engine) -> None:
+    ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(f"ticket {i} of the day") for i in range(5)])]
+    assert engine.recall(TENANT, "ticket", k=3, mode=RecallMode.TEXT).hits
+    for memory_id in ids:
+        engine.memories.forget(TENANT, memory_id)
+    for mode in RecallMode:
+        assert engine.recall(TENANT, "ticket of the day", k=3, mode=mode).hits == []
+
+
+def test_the_tokenizer_is_the_tables_own() -> None:
+    """The tokens are those FTS5 itself stores for the table's tokenizer, in order."""
+    tokenize = f"porter {' '.join(TOKENIZER_ARGS)}"
+    assert all(f"tokenize='{tokenize}'" in m for m in schema.MIGRATIONS if "USING fts5(" in m)
+    text = "Running CAFÉS naïvely through Zürich's 2024-05 RF-12345 e-mail x_y"
+    connection = apsw.Connection(":memory:")
+    connection.execute(f"CREATE VIRTUAL TABLE t USING fts5(body, tokenize='{tokenize}')")
+    connection.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+    connection.execute("INSERT INTO t(body) VALUES(?)", (text,))
+    stored = [term for (term,) in connection.execute("SELECT term FROM v ORDER BY offset")]
+    assert fts5_tokens(text) == stored and len(stored) == 14
+
+
+def _answers(client: MemoryClient, queries: list[str]) -> list[list[tuple[int, float, float]]]:
+    return [[(h.memory.id, h.score, h.text_score) for h in client.recall(TENANT, q, k=10)] for q in queries]
+
+
+def test_a_server_recalls_the_same_with_the_cache_and_without_it(server_factory) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(11)
+    queries = _queries(rng)
+    with_cache = server_factory().start()
+    with MemoryClient(with_cache.target) as client:
+        client.retain_batch(TENANT, [_text(rng, rng.randint(3, 25)) for _ in range(300)])
+        for memory_id in range(1, 40, 3):
+            client.forget(TENANT, memory_id)
+        cached = _answers(client, queries)
+    with_cache.stop()
+    without = server_factory(with_cache.data_dir, env={"MNEMOSYNE_TEST_RECALL_OFF": "postings"}).start()
+    with MemoryClient(without.target) as client:
+        assert _answers(client, queries) == cached
