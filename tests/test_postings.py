@@ -23,6 +23,7 @@ from mnemosyne.engine.recall import match_expression, query_terms
 from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.store import schema
 from mnemosyne.store.fts_tokens import TOKENIZER_ARGS, fts5_tokens
+from tests.support import wait_until
 
 TENANT = "postings"
 # Words sharing stems (run / running / runs), diacritics, case, digits: what the tokenizer folds.
@@ -132,6 +133,33 @@ def test_a_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -
     filtered = engine.recall(TENANT, "later ticket", k=5, scopes=["workspace/a"]).hits
     assert len(filtered) == 5 and {h.memory.scope for h in filtered} == {"workspace/a"}
     assert engine.recall(TENANT, "later ticket", k=1).hits[0].memory.text == "a later ticket"
+
+
+def test_many_missing_rows_are_loaded_in_the_background_while_fts5_answers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postings, "INLINE_ROWS", 100)
+    rng = random.Random(3)
+    queries = _queries(rng)
+    engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(3, 20))) for _ in range(250)])
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        cache = postings_cache(store)
+    for batch in range(2):  # the first load, then a batch of more rows than INLINE_ROWS
+        with postings._LOADS:  # holds the load back
+            with engine.pool.tenant(TENANT, create=False) as store:
+                assert store is not None
+                with store.read() as txn:
+                    assert cache.sync(txn) is None
+            expected = engine.recall(TENANT, "refund ticket city", k=10).hits  # FTS5's answer
+            assert expected
+        wait_until(lambda: cache.loads == batch + 1)
+        assert [h.memory.id for h in engine.recall(TENANT, "refund ticket city", k=10).hits] == [
+            h.memory.id for h in expected
+        ]
+        _assert_same_as_fts5(engine, queries)
+        engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(3, 20))) for _ in range(150)])
+    assert cache.reloads == 1
 
 
 def test_a_tenant_whose_memories_are_all_forgotten_matches_nothing(engine: Engine) -> None:
