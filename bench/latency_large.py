@@ -42,6 +42,7 @@ K = 10
 ROUNDS = 6
 BATCH = 1000
 _BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
+_POSTINGS = re.compile(r"full-text postings of \S+: (\d+) rows loaded")
 
 
 def load(data_dir: Path, memories: int) -> float:
@@ -135,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             while not (built := _BUILT.search(indexed.stderr_path.read_text())):
                 assert time.monotonic() < deadline, "the index was not built in time"
                 time.sleep(1)
+            # Both servers' full-text postings (engine/postings.py), loaded in the background too.
+            for server in (exact, indexed):
+                while not _POSTINGS.search(server.stderr_path.read_text()):
+                    assert time.monotonic() < deadline, "the postings were not loaded in time"
+                    time.sleep(0.5)
             ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
             while not ann_file.exists():
                 time.sleep(0.2)

@@ -73,7 +73,7 @@ def postings_cache(store: TenantStore) -> PostingsCache:
     """The tenant's postings cache, kept on its open store (made on first use)."""
     cache = store.cache.get(_CACHE_KEY)
     if cache is None:
-        cache = store.cache.setdefault(_CACHE_KEY, PostingsCache(store.read))
+        cache = store.cache.setdefault(_CACHE_KEY, PostingsCache(store.read, name=store.path.stem))
     assert isinstance(cache, PostingsCache)
     return cache
 
@@ -132,8 +132,9 @@ class TextSearch(NamedTuple):
 
 
 class PostingsCache:
-    def __init__(self, read: Callable[[], AbstractContextManager[ReadTxn]]) -> None:
+    def __init__(self, read: Callable[[], AbstractContextManager[ReadTxn]], *, name: str) -> None:
         self._read = read  # a read transaction of the tenant, for a background load
+        self.name = name  # the tenant's, for the log
         self._lock = threading.Lock()
         self._loading: threading.Thread | None = None
         self._terms = _Vocabulary()  # token -> term number (only ever grows)
@@ -175,10 +176,14 @@ class PostingsCache:
 
     def _catch_up(self, txn: ReadTxn, high: int) -> None:
         """Append the full-text rows above the high-water mark up to ``high``, a chunk at a time."""
+        kept = len(self._blocks)
         while high > self.high_water:
             rows = txn.fulltext_rows_after(self.high_water, high, limit=LOAD_CHUNK)
-            self._append([r[0] for r in rows], [r[1] for r in rows])
+            self._append([r[0] for r in rows], [r[1] for r in rows], merge=False)
             self.high_water = rows[-1][0] if len(rows) == LOAD_CHUNK else high
+        if len(self._blocks) > kept + 1:  # the chunks in one block: one merge of all of them
+            self._blocks = (*self._blocks[:kept], _merged(self._blocks[kept:]))
+        self._compact()
 
     def _load(self) -> None:
         """Load every row into a new cache, in a read transaction of its own (one load at a time
@@ -186,14 +191,19 @@ class PostingsCache:
         a forget meanwhile moved the epoch, and the next recall starts another load."""
         try:
             with _LOADS:
-                fresh = PostingsCache(self._read)
+                fresh = PostingsCache(self._read, name=self.name)
                 started = time.monotonic()
                 with self._read() as txn:
                     high, fresh.epoch = txn.index_state()
                     fresh._catch_up(txn, high)
-                log.info("postings of %d rows loaded in %.1f s", fresh._live, time.monotonic() - started)
+                log.info(
+                    "full-text postings of %s: %d rows loaded in %.1f s",
+                    self.name,
+                    fresh._live,
+                    time.monotonic() - started,
+                )
         except Exception:  # the tenant closed meanwhile, or its file went: the next recall retries
-            log.info("postings load stopped; recalls use the full-text index", exc_info=True)
+            log.info("full-text postings of %s: load stopped; FTS5 answers", self.name, exc_info=True)
             fresh = None
         with self._lock:
             self._loading = None
@@ -257,7 +267,7 @@ class PostingsCache:
             self._squeeze()
         return len(rows)
 
-    def _append(self, memory_ids: list[int], texts: list[str]) -> None:
+    def _append(self, memory_ids: list[int], texts: list[str], *, merge: bool = True) -> None:
         if not memory_ids:
             return
         first, needed = self._count, self._count + len(memory_ids)
@@ -275,9 +285,15 @@ class PostingsCache:
         self._count = needed
         self._live += len(memory_ids)
         self._tokens += int(lengths.sum())
-        blocks = [*self._blocks, Block(unique, np.minimum(counts, 65535).astype(np.uint16))]
+        self._blocks = (*self._blocks, Block(unique, np.minimum(counts, 65535).astype(np.uint16)))
+        if merge:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Merge the last block into the one before it while it holds a quarter of its size."""
+        blocks = list(self._blocks)
         while len(blocks) > 1 and len(blocks[-1].keys) * _MERGE_FRACTION >= len(blocks[-2].keys):
-            blocks[-2:] = [_merged(blocks[-2], blocks[-1])]
+            blocks[-2:] = [_merged(blocks[-2:])]
         self._blocks = tuple(blocks)
 
     def _reallocate(self, capacity: int) -> None:
@@ -394,9 +410,8 @@ def _hits(view: PostingsView, rows: np.ndarray, scores: np.ndarray) -> TextHits:
     return TextHits(view.ids[rows].tolist(), scores.tolist(), view.lengths[rows].astype(np.int64).tolist(), average)
 
 
-def _merged(older: Block, newer: Block) -> Block:
-    """One block of two; both sorted, so a stable sort of the two runs is a merge."""
-    keys = np.concatenate([older.keys, newer.keys])
-    counts = np.concatenate([older.counts, newer.counts])
+def _merged(blocks: Sequence[Block]) -> Block:
+    """One block of several; each is sorted, so a stable sort of their runs is a merge."""
+    keys = np.concatenate([b.keys for b in blocks])
     order = np.argsort(keys, kind="stable")
-    return Block(keys[order], counts[order])
+    return Block(keys[order], np.concatenate([b.counts for b in blocks])[order])
