@@ -451,6 +451,25 @@ def with_length_prior(ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow]
     }
 
 
+def best_hits(
+    ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow], scores: Mapping[int, float], k: int
+) -> list[tuple[Candidate, MemoryRow, float]]:
+    """The best ``k`` read candidates (by ``scores``, else their own score; ties by the lower id)
+    with their rows and final scores: those newer than the snapshot, forgotten or merged away by
+    Dedup left out, superseded ones (CONFLICTS) weighed below current facts."""
+    best = []
+    for candidate in ranked:
+        row = rows.get(candidate.memory_id)
+        if row is None or row.forgotten or row.merged_into:
+            continue
+        score = scores.get(candidate.memory_id, candidate.score)
+        if row.superseded_by:
+            score *= conflicts.SUPERSEDED_WEIGHT
+        best.append((candidate, row, score))
+    best.sort(key=lambda b: (-b[2], b[1].id))
+    return best[:k]
+
+
 def asks(text: str) -> bool:
     """Whether ``text`` ends by asking: its last sentence-ending mark is a question mark."""
     ends = _SENTENCE_END.findall(text)
@@ -589,28 +608,20 @@ class Recall:
                 penalty = self.question_penalty if mode is RecallMode.HYBRID else 0.0
                 window, fetched, rows = (max(k, LENGTH_DEPTH) if prior > 0 or penalty > 0 else k), 0, {}
                 while True:
-                    rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist()))
+                    rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist(), with_details=False))
                     fetched = window
                     current = sum(1 for r in rows.values() if conflicts.is_current(r))
                     if current >= k or window >= len(fused):
                         break
                     window *= 2
                 ranked = fused[:window]
-        lifted = with_length_prior(ranked, rows, prior) if prior > 0 else {}
-        if penalty > 0:  # after the prior: it scales the prior's score
-            lifted = asking(ranked, rows, lifted, penalty)
-        hits = []
-        for candidate in ranked:
-            row = rows.get(candidate.memory_id)
-            # Newer than this snapshot, forgotten, or merged away by Dedup.
-            if row is None or row.forgotten or row.merged_into:
-                continue
-            score = lifted.get(candidate.memory_id, candidate.score)
-            if row.superseded_by:  # CONFLICTS: current facts rank before superseded ones
-                score *= conflicts.SUPERSEDED_WEIGHT
-            hits.append(Hit(memory_from_row(row), score, candidate.vector_score, candidate.text_score))
-        hits.sort(key=lambda h: (-h.score, h.memory.id))
-        hits = hits[:k]
+                lifted = with_length_prior(ranked, rows, prior) if prior > 0 else {}
+                if penalty > 0:  # after the prior: it scales the prior's score
+                    lifted = asking(ranked, rows, lifted, penalty)
+                best = best_hits(ranked, rows, lifted, k)
+                # Facts and triples only for the memories returned, in the same snapshot.
+                txn.fill_details([row for _, row, _ in best])
+        hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
 

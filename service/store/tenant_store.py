@@ -703,18 +703,26 @@ class ReadTxn(OplogReads):
                 tuple(ids),
             )
         }
-        if with_details and rows:
-            for memory_id, kind, value, normalized in self.connection.execute(
-                f"SELECT memory_id, kind, value, normalized FROM facts WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
-                tuple(ids),
-            ):
-                rows[memory_id].facts.append((kind, value, normalized))
-            for memory_id, subject, predicate, obj in self.connection.execute(
-                f"SELECT memory_id, subject, predicate, object FROM triples WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
-                tuple(ids),
-            ):
-                rows[memory_id].triples.append((subject, predicate, obj))
+        if with_details:
+            self.fill_details(list(rows.values()))
         return rows
+
+    def fill_details(self, rows: Sequence[MemoryRow]) -> None:
+        """Read the facts and triples of rows that ``memories_by_ids`` gave without them."""
+        if not rows:
+            return
+        by_id = {r.id: r for r in rows}
+        marks = ",".join("?" * len(by_id))
+        for memory_id, kind, value, normalized in self.connection.execute(
+            f"SELECT memory_id, kind, value, normalized FROM facts WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+            tuple(by_id),
+        ):
+            by_id[memory_id].facts.append((kind, value, normalized))
+        for memory_id, subject, predicate, obj in self.connection.execute(
+            f"SELECT memory_id, subject, predicate, object FROM triples WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+            tuple(by_id),
+        ):
+            by_id[memory_id].triples.append((subject, predicate, obj))
 
     def memory_versions(self, memory_id: int) -> list[MemoryVersion]:
         """The earlier versions of a memory, oldest first (none for one never updated)."""
