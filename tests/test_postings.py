@@ -64,7 +64,7 @@ def _assert_same_as_fts5(engine: Engine, queries: list[str]) -> PostingsCache:
             assert view is not None
             for query in queries:
                 terms = query_terms(query)
-                phrases = cache.phrases(terms)
+                phrases = postings.phrases(view, terms)
                 assert phrases is not None, query
                 found = postings.search(view, phrases, limit=20)
                 for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
@@ -119,10 +119,11 @@ def test_a_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -
         assert store is not None
         cache = postings_cache(store)
         with store.read() as older:
-            assert cache.sync(older) is not None
+            view = cache.sync(older)
+            assert view is not None
             # An identifier is a phrase of two tokens: positions are FTS5's.
-            assert cache.phrases(query_terms("RF-1007")) is None
-            assert cache.phrases(query_terms("ticket order")) is not None
+            assert postings.phrases(view, query_terms("RF-1007")) is None
+            assert postings.phrases(view, query_terms("ticket order")) is not None
             engine.retain(TENANT, RetainItem("a later ticket"))
             with store.read() as newer:
                 assert cache.sync(newer) is not None

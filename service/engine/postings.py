@@ -5,17 +5,17 @@ FTS5's ``bm25()`` scores every row a query's words match before ``ORDER BY ... L
 best (for each row a ``docsize`` read and the terms' positions decoded): at 1M memories the
 bench's 2-4 word queries match ~26,000 rows and the statement takes ~20 ms. The same arithmetic
 over arrays (each query term's rows and counts, each row's token count) takes a tenth of that
-(docs/performance.md#large-tenants). ``search`` computes FTS5's own formula in FTS5's own order of
-operations (fts5_aux.c ``fts5Bm25Function``: k1 = 1.2, b = 0.75, IDF clamped to 1e-6, each
-phrase's contribution added in query order; ties by the lower memory id), over the tokens FTS5's
-own tokenizer gives (store/fts_tokens.py): the same hits and scores as ``TenantStore.fts_search``, which tests/test_postings.py checks
-against FTS5 itself through writes, forgets, merges and updates.
+(docs/performance.md#large-tenants). ``search`` computes FTS5's own formula in FTS5's own order
+of operations (fts5_aux.c ``fts5Bm25Function``: k1 = 1.2, b = 0.75, IDF clamped to 1e-6, each
+phrase's contribution added in query order; ties by the lower memory id), over the tokens of FTS5's
+own tokenizer (store/fts_tokens.py): the same hits and scores as ``ReadTxn.fts_search``, which
+tests/test_postings.py checks against FTS5 itself through writes, forgets, merges and updates.
 
-It serves only what it can answer exactly; the caller asks FTS5 for the rest (``search`` returns
-None): a term that is a phrase of several tokens (an identifier such as RF-12345, whose match needs
-positions), a recall filtered by scopes or metadata, and a snapshot other than the cache's own
-(a transaction older than the cache, which another recall brought further, or newer, until it
-syncs).
+It answers only what it can answer exactly, and the caller asks FTS5 for the rest: a term that is
+a phrase of several tokens (an identifier such as RF-12345, whose match needs positions:
+``phrases`` gives None), a recall filtered by scopes or metadata (the caller's choice), and a
+snapshot other than the cache's own (``sync`` gives None: a transaction older than the cache,
+which another recall brought further, or one the cache cannot reach yet).
 
 Kept in step like the vector cache (engine/index.py), inside each recall's read transaction: the
 rows above its high-water mark are tokenized and appended; a forget or a Dedup merge (``drop_texts``)
@@ -24,7 +24,8 @@ under the same memory id, each taking the file's new forget epoch; an epoch it w
 makes it load everything again. Dead rows stay in the postings, masked, until they pass a quarter
 of the rows. More than INLINE_ROWS missing rows (a large tenant's first recall, a bulk import) are
 loaded by a thread of their own, in a read transaction of its own, while FTS5 answers the recalls
-(~20 s of one core at 1M memories).
+(~10 s of one core at 1M memories); a forget during the load makes the next recall start another
+(the tenant is served by FTS5, correctly and slower, until one load sees no forget).
 
 Layout: postings in blocks, each sorted by (term, row) as one int64 key ``term << 32 | row`` with
 the term's count in that row beside it: a term's postings in a block are one binary search. New
@@ -113,8 +114,10 @@ class Block(NamedTuple):
 
 
 class PostingsView(NamedTuple):
-    """One consistent state of the cache: row ``i`` is memory ``ids[i]`` of ``lengths[i]`` tokens."""
+    """One consistent state of the cache: row ``i`` is memory ``ids[i]`` of ``lengths[i]`` tokens;
+    ``terms`` numbers the blocks' terms (it only grows: a number never changes meaning)."""
 
+    terms: dict[str, int]
     blocks: tuple[Block, ...]
     ids: np.ndarray  # int64
     lengths: np.ndarray  # float64
@@ -124,7 +127,7 @@ class PostingsView(NamedTuple):
 
 
 class TextSearch(NamedTuple):
-    """``PostingsCache.search``'s answer: the best rows holding any query term, and those holding
+    """``search``'s answer: the best rows holding any query term, and those holding
     every one (each best first, as FTS5's OR and AND queries would give them)."""
 
     any_terms: TextHits
@@ -249,7 +252,9 @@ class PostingsCache:
 
     def _view(self) -> PostingsView:
         n = self._count
-        return PostingsView(self._blocks, self._ids[:n], self._lengths[:n], self._alive[:n], self._live, self._tokens)
+        return PostingsView(
+            self._terms, self._blocks, self._ids[:n], self._lengths[:n], self._alive[:n], self._live, self._tokens
+        )
 
     def _kill(self, memory_ids: np.ndarray) -> int:
         """Mark the live rows of ``memory_ids`` dead (in a new mask: a search holding the old one
@@ -325,18 +330,17 @@ class PostingsCache:
         self._count = live_rows
         self._blocks = tuple(b for b in blocks if len(b.keys))
 
-    # -- searching ----------------------------------------------------------------------------
 
-    def phrases(self, terms: Sequence[str]) -> list[int] | None:
-        """The term numbers of recall's query terms (-1: in no row), or None when a term is a
-        phrase of several tokens (or of none), which needs FTS5's positions."""
-        numbers = []
-        for term in terms:
-            found = fts5_tokens(term, query=True)
-            if len(found) != 1:
-                return None
-            numbers.append(self._terms.get(found[0], -1))
-        return numbers
+def phrases(view: PostingsView, terms: Sequence[str]) -> list[int] | None:
+    """The term numbers of recall's query terms in ``view`` (-1: in no row), or None when a term
+    is a phrase of several tokens (or of none), which needs FTS5's positions."""
+    numbers = []
+    for term in terms:
+        found = fts5_tokens(term, query=True)
+        if len(found) != 1:
+            return None
+        numbers.append(view.terms.get(found[0], -1))
+    return numbers
 
 
 def search(view: PostingsView, phrases: Sequence[int], *, limit: int) -> TextSearch:

@@ -640,9 +640,8 @@ class Recall:
         coordinated = 2 <= len(terms) <= 6
         cached = None
         if self.postings and not scopes and not filters:
-            cache = postings_cache(store)
-            view = cache.sync(txn)
-            phrases = cache.phrases(terms) if view is not None else None
+            view = postings_cache(store).sync(txn)
+            phrases = postings.phrases(view, terms) if view is not None else None
             if view is not None and phrases is not None:
                 cached = postings.search(view, phrases, limit=depth)
         any_terms = cached.any_terms if cached else self._fts(txn, terms, "OR", depth, scopes, filters)
