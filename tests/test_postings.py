@@ -8,8 +8,10 @@ process, so the cache can be compared with the file's own index; the last test r
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -161,6 +163,39 @@ def test_many_missing_rows_are_loaded_in_the_background_while_fts5_answers(
         _assert_same_as_fts5(engine, queries)
         engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(3, 20))) for _ in range(150)])
     assert cache.reloads == 1
+
+
+def test_forgets_and_updates_during_a_background_load_are_applied_to_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postings, "INLINE_ROWS", 100)
+    rng = random.Random(5)
+    ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(_text(rng, 12)) for _ in range(300)])]
+    monkeypatch.setattr(postings, "LOAD_CHUNK", 100)
+    inside, release = threading.Event(), threading.Event()
+    append = PostingsCache._append
+
+    def held(cache: PostingsCache, memory_ids: list[int], texts: list[str], *, merge: bool = True) -> None:
+        # The load's first chunk is read (ids[0] and ids[1] in it), no transaction open.
+        if threading.current_thread().name == "postings-load" and not inside.is_set():
+            inside.set()
+            release.wait(30)
+        append(cache, memory_ids, texts, merge=merge)
+
+    monkeypatch.setattr(PostingsCache, "_append", held)
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        cache = postings_cache(store)
+        with store.read() as txn:
+            assert cache.sync(txn) is None  # the load starts
+    assert inside.wait(30)
+    # Committed after the load read them: it must be told.
+    engine.memories.forget(TENANT, ids[0])
+    engine.updates.update(TENANT, ids[1], text="the lighthouse keeper refunds the ticket")
+    release.set()
+    wait_until(lambda: cache.loads == 1)
+    _assert_same_as_fts5(engine, [*_queries(rng), "lighthouse keeper refunds"])
+    assert cache.loads == 1 and cache.reloads == 1  # taken, with the two changes, and no second load
 
 
 def test_a_tenant_whose_memories_are_all_forgotten_matches_nothing(engine: Engine) -> None:

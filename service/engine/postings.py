@@ -24,8 +24,8 @@ under the same memory id, each taking the file's new forget epoch; an epoch it w
 makes it load everything again. Dead rows stay in the postings, masked, until they pass a quarter
 of the rows. More than INLINE_ROWS missing rows (a large tenant's first recall, a bulk import) are
 loaded by a thread of their own, in a read transaction of its own, while FTS5 answers the recalls
-(~10 s of one core at 1M memories); a forget during the load makes the next recall start another
-(the tenant is served by FTS5, correctly and slower, until one load sees no forget).
+(~10 s of one core at 1M memories); the forgets and updates told meanwhile are applied to the
+loaded state before it is taken.
 
 Layout: postings in blocks, each sorted by (term, row) as one int64 key ``term << 32 | row`` with
 the term's count in that row beside it: a term's postings in a block are one binary search. New
@@ -140,6 +140,7 @@ class PostingsCache:
         self.name = name  # the tenant's, for the log
         self._lock = threading.Lock()
         self._loading: threading.Thread | None = None
+        self._changed_while_loading: list[Callable[[PostingsCache], bool]] = []
         self._terms = _Vocabulary()  # token -> term number (only ever grows)
         self._blocks: tuple[Block, ...] = ()
         self._ids = np.zeros(0, dtype=np.int64)
@@ -174,14 +175,15 @@ class PostingsCache:
                 self._loading = threading.Thread(target=self._load, name="postings-load", daemon=True)
                 self._loading.start()
                 return None
-            self._catch_up(txn, high)
+            self._catch_up(lambda after, limit: txn.fulltext_rows_after(after, high, limit=limit), high)
             return self._view()
 
-    def _catch_up(self, txn: ReadTxn, high: int) -> None:
-        """Append the full-text rows above the high-water mark up to ``high``, a chunk at a time."""
+    def _catch_up(self, rows_after: Callable[[int, int], list[tuple[int, str]]], high: int) -> None:
+        """Append the full-text rows above the high-water mark up to ``high``, LOAD_CHUNK at a
+        time (``rows_after(after_id, limit)``)."""
         kept = len(self._blocks)
         while high > self.high_water:
-            rows = txn.fulltext_rows_after(self.high_water, high, limit=LOAD_CHUNK)
+            rows = rows_after(self.high_water, LOAD_CHUNK)
             self._append([r[0] for r in rows], [r[1] for r in rows], merge=False)
             self.high_water = rows[-1][0] if len(rows) == LOAD_CHUNK else high
         if len(self._blocks) > kept + 1:  # the chunks in one block: one merge of all of them
@@ -189,16 +191,24 @@ class PostingsCache:
         self._compact()
 
     def _load(self) -> None:
-        """Load every row into a new cache, in a read transaction of its own (one load at a time
-        in the process), and take its state if this cache is still at that epoch and no further:
-        a forget meanwhile moved the epoch, and the next recall starts another load."""
+        """Load every row into a new cache (one load at a time in the process), apply to it the
+        forgets and updates told meanwhile, and take its state. Each chunk is read in a short
+        transaction of its own: one long reader would hold a forget's erasure of the write-ahead
+        log (engine/erasure.py) for the whole load. A chunk read after a forget lacks the row, one
+        read before holds it until the forget's change is applied; a chunk read after an update
+        holds the new text, which the update's change writes again."""
+
+        def rows_after(after: int, limit: int) -> list[tuple[int, str]]:
+            with self._read() as txn:
+                return txn.fulltext_rows_after(after, high, limit=limit)
+
         try:
             with _LOADS:
                 fresh = PostingsCache(self._read, name=self.name)
                 started = time.monotonic()
                 with self._read() as txn:
                     high, fresh.epoch = txn.index_state()
-                    fresh._catch_up(txn, high)
+                fresh._catch_up(rows_after, high)
                 log.info(
                     "full-text postings of %s: %d rows loaded in %.1f s",
                     self.name,
@@ -210,9 +220,15 @@ class PostingsCache:
             fresh = None
         with self._lock:
             self._loading = None
-            # Nothing changed it meanwhile but appends the load holds too (a forget or an update
-            # moves the epoch).
-            if fresh is not None and fresh.epoch == self.epoch and fresh.high_water >= self.high_water:
+            changes, self._changed_while_loading = self._changed_while_loading, []
+            if fresh is None:
+                return
+            # The forgets and updates told meanwhile, in order (each applies only at its epoch:
+            # one the load's snapshot already holds is skipped); then the state is taken if it
+            # reached this cache's epoch and holds at least its rows.
+            for change in changes:
+                change(fresh)
+            if fresh.epoch == self.epoch and fresh.high_water >= self.high_water:
                 self._adopt(fresh)
 
     def _adopt(self, other: PostingsCache) -> None:
@@ -226,6 +242,10 @@ class PostingsCache:
         """Mark the rows of ``memory_ids`` dead and take ``to_epoch``, if the cache is at
         ``from_epoch``; otherwise leave it (the next sync reloads if its epoch is behind)."""
         with self._lock:
+            if self._loading is not None:  # the load's state takes it too (``_load``)
+                self._changed_while_loading.append(
+                    lambda fresh: fresh.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
+                )
             if self.epoch != from_epoch:
                 return False
             self._kill(np.asarray(memory_ids, dtype=np.int64))
@@ -236,6 +256,10 @@ class PostingsCache:
         """Mark ``memory_id``'s row dead and append ``text`` under its id, taking ``to_epoch``, if
         the cache is at ``from_epoch`` and holds that row (else the next sync reloads)."""
         with self._lock:
+            if self._loading is not None:
+                self._changed_while_loading.append(
+                    lambda fresh: fresh.replace(memory_id, text, from_epoch=from_epoch, to_epoch=to_epoch)
+                )
             if self.epoch != from_epoch:
                 return False
             if memory_id <= self.high_water:
