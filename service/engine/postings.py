@@ -193,8 +193,8 @@ class PostingsCache:
     def _load(self) -> None:
         """Load every row into a new cache (one load at a time in the process), apply to it the
         forgets and updates told meanwhile, and take its state. Each chunk is read in a short
-        transaction of its own: one long reader would hold a forget's erasure of the write-ahead
-        log (engine/erasure.py) for the whole load. A chunk read after a forget lacks the row, one
+        transaction of its own: one long reader would hold a forget's emptying of the write-ahead
+        log (``TenantStore.erase_traces`` waits for readers) for the whole load. A chunk read after a forget lacks the row, one
         read before holds it until the forget's change is applied; a chunk read after an update
         holds the new text, which the update's change writes again."""
 
