@@ -11,7 +11,6 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
