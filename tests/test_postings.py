@@ -103,7 +103,7 @@ def test_the_cache_answers_as_fts5_through_retains_forgets_merges_and_updates(en
         engine.retain(TENANT, RetainItem(f"the lighthouse keeper wrote a refund ticket note{'!' * n}"))
     report = engine.dedup(TENANT, merge=True)
     assert report.merged
-    same = _assert_same_as_fts5(engine, queries)
+    _assert_same_as_fts5(engine, queries)
     # Past a quarter of the rows dead, the postings are rewritten without them; still exact.
     for memory_id in ids[:150]:
         engine.memories.forget(TENANT, memory_id)
