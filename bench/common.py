@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,17 @@ def running_server(
             yield server
         finally:
             server.stop()
+
+
+_POSTINGS_LOADED = re.compile(r"full-text postings of \S+: (\d+) rows loaded")
+
+
+def wait_for_postings(server: ServerProcess, deadline: float) -> None:
+    """Until the server logged that a tenant's full-text postings are loaded (engine/postings.py
+    loads a large tenant's in the background; ``deadline`` is a time.monotonic() value)."""
+    while not _POSTINGS_LOADED.search(server.stderr_path.read_text()):
+        assert time.monotonic() < deadline, "the postings were not loaded in time"
+        time.sleep(0.5)
 
 
 def timed(fn: Callable[[int], object], n: int) -> list[float]:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import percentiles, print_table, running_server, write_json
+from bench.common import percentiles, print_table, running_server, wait_for_postings, write_json
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
@@ -42,7 +42,6 @@ K = 10
 ROUNDS = 6
 BATCH = 1000
 _BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
-_POSTINGS = re.compile(r"full-text postings of \S+: (\d+) rows loaded")
 
 
 def load(data_dir: Path, memories: int) -> float:
@@ -138,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1)
             # Both servers' full-text postings (engine/postings.py), loaded in the background too.
             for server in (exact, indexed):
-                while not _POSTINGS.search(server.stderr_path.read_text()):
-                    assert time.monotonic() < deadline, "the postings were not loaded in time"
-                    time.sleep(0.5)
+                wait_for_postings(server, deadline)
             ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
             while not ann_file.exists():
                 time.sleep(0.2)

@@ -3,8 +3,9 @@
     python -m bench.memory --out results/memory.json [--memories 100000]
 
 Loads the tenant through RetainBatch, then reads: the tenant's files (database + WAL) per memory;
-the server's RSS before any tenant, after the load, and after the first recall (which builds the
-vector cache), per memory. The vector cache alone is ``dim * 4`` bytes of float32, as much again
+the server's RSS before any tenant, after the load, after the first recall (which builds the
+vector cache), and once the tenant's full-text postings are loaded (engine/postings.py: in the
+background, past 20,000 memories), per memory. The vector cache alone is ``dim * 4`` bytes of float32, as much again
 for its row-major copy, and an 8-byte id per memory (its buffers grow by doubling, so up to
 twice that is reserved).
 """
@@ -15,9 +16,10 @@ import argparse
 import time
 from pathlib import Path
 
-from bench.common import print_table, running_server, write_json
+from bench.common import print_table, running_server, wait_for_postings, write_json
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes, tenant_bytes
+from mnemosyne.engine.postings import INLINE_ROWS
 
 TENANT = "bench-memory"
 
@@ -44,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         loaded_rss = server_rss_bytes(pid)
         client.recall(TENANT, "warm the vector cache", k=10)
         recalled_rss = server_rss_bytes(pid)
+        if args.memories > INLINE_ROWS:
+            wait_for_postings(server, time.monotonic() + 600)
+        postings_rss = server_rss_bytes(pid)
         disk = tenant_bytes(server.data_dir, TENANT)
     n = args.memories
     result = {
@@ -56,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         "rss_start": start_rss,
         "rss_loaded": loaded_rss,
         "rss_after_recall": recalled_rss,
-        "ram_bytes_per_memory": (recalled_rss - start_rss) / n,
+        "rss_with_postings": postings_rss,
+        "ram_bytes_per_memory": (postings_rss - start_rss) / n,
+        "postings_bytes_per_memory": (postings_rss - recalled_rss) / n,
         "vector_cache_bytes_per_memory": 384 * 4 * 2 + 8,
     }
     print_table(
@@ -64,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         ["measure", "bytes per memory"],
         [
             ["disk (database + WAL)", round(disk / n)],
-            ["RAM: server RSS growth, load + first recall", round((recalled_rss - start_rss) / n)],
+            ["RAM: server RSS growth, load + first recall + full-text postings", round((postings_rss - start_rss) / n)],
             ["RAM: of which vector cache (float32 x 384, its row-major copy, id)", 384 * 4 * 2 + 8],
+            [
+                "RAM: of which the full-text postings (RSS growth while they load)",
+                round((postings_rss - recalled_rss) / n),
+            ],
         ],
     )
     write_json(args.out, result)

@@ -7,7 +7,9 @@ process, so the cache can be compared with the file's own index; the last test r
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,7 +166,7 @@ def test_many_missing_rows_are_loaded_in_the_background_while_fts5_answers(
     assert cache.reloads == 1
 
 
-def test_forgets_and_updates_during_a_background_load_are_applied_to_it(
+def test_a_background_load_idles_and_takes_the_forgets_and_updates_made_during_it(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(postings, "INLINE_ROWS", 100)
@@ -172,11 +174,13 @@ def test_forgets_and_updates_during_a_background_load_are_applied_to_it(
     ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(_text(rng, 12)) for _ in range(300)])]
     monkeypatch.setattr(postings, "LOAD_CHUNK", 100)
     inside, release = threading.Event(), threading.Event()
+    policies: list[int] = []
     append = PostingsCache._append
 
     def held(cache: PostingsCache, memory_ids: list[int], texts: list[str], *, merge: bool = True) -> None:
         # The load's first chunk is read (ids[0] and ids[1] in it), no transaction open.
         if threading.current_thread().name == "postings-load" and not inside.is_set():
+            policies.append(os.sched_getscheduler(0) if sys.platform.startswith("linux") else -1)
             inside.set()
             release.wait(30)
         append(cache, memory_ids, texts, merge=merge)
@@ -195,6 +199,9 @@ def test_forgets_and_updates_during_a_background_load_are_applied_to_it(
     wait_until(lambda: cache.loads == 1)
     _assert_same_as_fts5(engine, [*_queries(rng), "lighthouse keeper refunds"])
     assert cache.loads == 1 and cache.reloads == 1  # taken, with the two changes, and no second load
+    # The load yields the processor to request threads (mnemosyne/background.py) while it is quick.
+    if sys.platform.startswith("linux"):
+        assert policies == [os.SCHED_IDLE]
 
 
 def test_a_tenant_whose_memories_are_all_forgotten_matches_nothing(engine: Engine) -> None:

@@ -47,6 +47,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mnemosyne.background import become_background_thread, keep_up
+from mnemosyne.runtime import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.fts_tokens import fts5_tokens
 from mnemosyne.store.tenant_store import NewMemory, ReadTxn, TenantStore, indexed_text
@@ -57,10 +59,11 @@ _CACHE_KEY = "postings"
 FTS5_K1 = 1.2
 FTS5_B = 0.75
 FTS5_MIN_IDF = 1e-6
-# Rows tokenized into one block while loading: bounds the lists a load holds at once.
+# Rows read into one block while loading, and texts tokenized at once within it.
 LOAD_CHUNK = 50_000
+TOKENIZE_BATCH = 2_000
 # Missing rows a recall's sync appends itself (~0.2 s); past them a background load brings the
-# tenant in (~20 s at 1M rows) while FTS5 answers.
+# tenant in (~10-15 s at 1M rows) while FTS5 answers.
 INLINE_ROWS = 20_000
 _LOADS = threading.Semaphore(1)
 # A block is merged into the one before it from this fraction of its size.
@@ -198,17 +201,23 @@ class PostingsCache:
         read before holds it until the forget's change is applied; a chunk read after an update
         holds the new text, which the update's change writes again."""
 
-        def rows_after(after: int, limit: int) -> list[tuple[int, str]]:
-            with self._read() as txn:
-                return txn.fulltext_rows_after(after, high, limit=limit)
-
         try:
             with _LOADS:
+                # Idle priority while it is quick (FTS5 serves meanwhile), an equal of the request
+                # threads once it has run URGENT_AFTER_SECONDS (a busy machine must not starve it).
+                become_background_thread()
                 fresh = PostingsCache(self._read, name=self.name)
                 started = time.monotonic()
                 with self._read() as txn:
                     high, fresh.epoch = txn.index_state()
+
+                def rows_after(after: int, limit: int) -> list[tuple[int, str]]:
+                    keep_up(time.monotonic() - started)
+                    with self._read() as txn:
+                        return txn.fulltext_rows_after(after, high, limit=limit)
+
                 fresh._catch_up(rows_after, high)
+                release_free_memory()
                 log.info(
                     "full-text postings of %s: %d rows loaded in %.1f s",
                     self.name,
@@ -302,10 +311,16 @@ class PostingsCache:
         first, needed = self._count, self._count + len(memory_ids)
         if needed > len(self._ids):
             self._reallocate(max(needed, 2 * len(self._ids), 16))
-        found = [fts5_tokens(text) for text in texts]
-        lengths = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
-        flat = list(chain.from_iterable(found))
-        terms = np.fromiter(map(self._terms.__getitem__, flat), dtype=np.int64, count=len(flat))
+        # Tokenized TOKENIZE_BATCH texts at a time, each batch's tokens turned into term numbers
+        # at once: a million token strings alive together would leave the allocator's arenas
+        # pinned by the few that live on as the vocabulary's keys (+130 MB RSS at 100k rows).
+        lengths_of, terms_of = [], []
+        for at in range(0, len(texts), TOKENIZE_BATCH):
+            found = [fts5_tokens(text) for text in texts[at : at + TOKENIZE_BATCH]]
+            lengths_of.append(np.fromiter(map(len, found), dtype=np.int64, count=len(found)))
+            flat = list(chain.from_iterable(found))
+            terms_of.append(np.fromiter(map(self._terms.__getitem__, flat), dtype=np.int64, count=len(flat)))
+        lengths, terms = np.concatenate(lengths_of), np.concatenate(terms_of)
         rows = np.repeat(np.arange(first, needed, dtype=np.int64), lengths)
         unique, counts = np.unique((terms << _ROW_BITS) | rows, return_counts=True)
         self._ids[first:needed] = memory_ids
