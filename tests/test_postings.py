@@ -12,6 +12,7 @@ import random
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -26,6 +27,7 @@ from mnemosyne.engine.recall import match_expression, query_terms
 from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.store import schema
 from mnemosyne.store.fts_tokens import TOKENIZER_ARGS, fts5_tokens
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 from tests.support import wait_until
 
 TENANT = "postings"
@@ -56,26 +58,32 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
         engine.close()
 
 
+@contextmanager
+def _snapshot(engine: Engine) -> Iterator[tuple[TenantStore, PostingsCache, ReadTxn]]:
+    """The tenant's open store, its postings cache, and a read transaction of it."""
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        with store.read() as txn:
+            yield store, postings_cache(store), txn
+
+
 def _assert_same_as_fts5(engine: Engine, queries: list[str]) -> PostingsCache:
     """For every query, OR and AND: the cache's hits are FTS5's, value for value."""
     compared = 0
-    with engine.pool.tenant(TENANT, create=False) as store:
-        assert store is not None
-        cache = postings_cache(store)
-        with store.read() as txn:
-            view = cache.sync(txn)
-            assert view is not None
-            for query in queries:
-                terms = query_terms(query)
-                phrases = postings.phrases(view, terms)
-                assert phrases is not None, query
-                found = postings.search(view, phrases, limit=20)
-                for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
-                    match = match_expression(terms, operator=operator)
-                    assert match is not None
-                    expected = txn.fts_search(match, limit=20, scopes=[], metadata_equals={})
-                    assert cached == expected, (query, operator)
-                    compared += len(expected.ids)
+    with _snapshot(engine) as (_, cache, txn):
+        view = cache.sync(txn)
+        assert view is not None
+        for query in queries:
+            terms = query_terms(query)
+            phrases = postings.phrases(view, terms)
+            assert phrases is not None, query
+            found = postings.search(view, phrases, limit=20)
+            for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
+                match = match_expression(terms, operator=operator)
+                assert match is not None
+                expected = txn.fts_search(match, limit=20, scopes=[], metadata_equals={})
+                assert cached == expected, (query, operator)
+                compared += len(expected.ids)
     assert compared > 100  # the queries did match rows
     return cache
 
@@ -118,20 +126,17 @@ def test_a_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -
     engine.retain_batch(
         TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(50)]
     )
-    with engine.pool.tenant(TENANT, create=False) as store:
-        assert store is not None
-        cache = postings_cache(store)
-        with store.read() as older:
-            view = cache.sync(older)
-            assert view is not None
-            # An identifier is a phrase of two tokens: positions are FTS5's.
-            assert postings.phrases(view, query_terms("RF-1007")) is None
-            assert postings.phrases(view, query_terms("ticket order")) is not None
-            engine.retain(TENANT, RetainItem("a later ticket"))
-            with store.read() as newer:
-                assert cache.sync(newer) is not None
-            # The cache is ahead of the older snapshot now: it does not answer for it.
-            assert cache.sync(older) is None
+    with _snapshot(engine) as (store, cache, older):
+        view = cache.sync(older)
+        assert view is not None
+        # An identifier is a phrase of two tokens: positions are FTS5's.
+        assert postings.phrases(view, query_terms("RF-1007")) is None
+        assert postings.phrases(view, query_terms("ticket order")) is not None
+        engine.retain(TENANT, RetainItem("a later ticket"))
+        with store.read() as newer:
+            assert cache.sync(newer) is not None
+        # The cache is ahead of the older snapshot now: it does not answer for it.
+        assert cache.sync(older) is None
     # Recall still finds the identifier (FTS5's phrase) and filtered recalls (FTS5 with the filter).
     assert engine.recall(TENANT, "RF-1007", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
     filtered = engine.recall(TENANT, "later ticket", k=5, scopes=["workspace/a"]).hits
@@ -146,15 +151,10 @@ def test_many_missing_rows_are_loaded_in_the_background_while_fts5_answers(
     rng = random.Random(3)
     queries = _queries(rng)
     engine.retain_batch(TENANT, [RetainItem(_text(rng, rng.randint(3, 20))) for _ in range(250)])
-    with engine.pool.tenant(TENANT, create=False) as store:
-        assert store is not None
-        cache = postings_cache(store)
     for batch in range(2):  # the first load, then a batch of more rows than INLINE_ROWS
         with postings._LOADS:  # holds the load back
-            with engine.pool.tenant(TENANT, create=False) as store:
-                assert store is not None
-                with store.read() as txn:
-                    assert cache.sync(txn) is None
+            with _snapshot(engine) as (_, cache, txn):
+                assert cache.sync(txn) is None
             expected = engine.recall(TENANT, "refund ticket city", k=10).hits  # FTS5's answer
             assert expected
         wait_until(lambda: cache.loads == batch + 1)
@@ -186,11 +186,8 @@ def test_a_background_load_idles_and_takes_the_forgets_and_updates_made_during_i
         append(cache, memory_ids, texts, merge=merge)
 
     monkeypatch.setattr(PostingsCache, "_append", held)
-    with engine.pool.tenant(TENANT, create=False) as store:
-        assert store is not None
-        cache = postings_cache(store)
-        with store.read() as txn:
-            assert cache.sync(txn) is None  # the load starts
+    with _snapshot(engine) as (_, cache, txn):
+        assert cache.sync(txn) is None  # the load starts
     assert inside.wait(30)
     # Committed after the load read them: it must be told.
     engine.memories.forget(TENANT, ids[0])

@@ -157,13 +157,14 @@ class VectorIndex:
         view = self.sync_view(txn)
         return view.ids, view.matrix
 
-    def sync_view(self, txn: ReadTxn) -> VectorView:
+    def sync_view(self, txn: ReadTxn, state: tuple[int, int] | None = None) -> VectorView:
         """Bring the cache up to (at least) the snapshot of ``txn``; return views of it.
+        ``state`` is ``txn.index_state()`` when the caller has read it already.
 
         The views may include rows newer than ``txn``'s snapshot (another recall synced later);
         callers resolve hits inside their own transaction, which drops rows it cannot see.
         """
-        high, epoch = txn.index_state()
+        high, epoch = state or txn.index_state()
         with self._lock:
             if epoch != self.epoch:
                 if epoch < self.epoch:

@@ -159,12 +159,12 @@ class PostingsCache:
 
     # -- keeping in step ----------------------------------------------------------------------
 
-    def sync(self, txn: ReadTxn) -> PostingsView | None:
+    def sync(self, txn: ReadTxn, state: tuple[int, int] | None = None) -> PostingsView | None:
         """Bring the cache up to ``txn``'s snapshot and return that state, or None when it cannot
         answer for that snapshot: the cache is ahead of it (another recall synced a later one), or
         more than INLINE_ROWS rows are missing, which a background load brings in (``_load``)
-        while FTS5 answers."""
-        high, epoch = txn.index_state()
+        while FTS5 answers. ``state`` is ``txn.index_state()`` when the caller has read it."""
+        high, epoch = state or txn.index_state()
         with self._lock:
             if epoch != self.epoch:
                 if epoch < self.epoch:

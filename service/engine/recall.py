@@ -549,13 +549,14 @@ class Recall:
             index = vector_index(store, self.embedder.dim)
             with store.read() as txn:
                 check_tenant_embedder(txn, self.embedder, write=False)
+                state = txn.index_state()  # one read for both caches
                 ids = np.zeros(0, dtype=np.int64)
                 vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
                 scores: np.ndarray | RowScores | None = None
                 vector_rows = np.zeros(0, dtype=np.int64)
                 text_hits = TextRanking(np.zeros(0, dtype=np.int64), np.zeros(0))
                 if query_vector is not None:
-                    view = index.sync_view(txn)
+                    view = index.sync_view(txn, state)
                     ids, matrix, vectors = view
                     allowed = None
                     if scopes or filters:
@@ -571,7 +572,7 @@ class Recall:
                     else:
                         scores, vector_rows = found
                 if mode is not RecallMode.VECTOR and terms:
-                    text_hits = self._text_hits(store, txn, terms, depth, scopes, filters)
+                    text_hits = self._text_hits(store, txn, state, terms, depth, scopes, filters)
                 fused = fuse(
                     query_vector,
                     ids,
@@ -629,6 +630,7 @@ class Recall:
         self,
         store: TenantStore,
         txn: ReadTxn,
+        state: tuple[int, int],
         terms: Sequence[str],
         depth: int,
         scopes: Sequence[str],
@@ -640,7 +642,7 @@ class Recall:
         coordinated = 2 <= len(terms) <= 6
         cached = None
         if self.postings and not scopes and not filters:
-            view = postings_cache(store).sync(txn)
+            view = postings_cache(store).sync(txn, state)
             phrases = postings.phrases(view, terms) if view is not None else None
             if view is not None and phrases is not None:
                 cached = postings.search(view, phrases, limit=depth)
