@@ -12,11 +12,12 @@ import asyncio
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.transport.admission import Admission, AdmissionLimits, Lane
+from mnemosyne.transport.admission import INLINE_READ_SECONDS, Admission, AdmissionLimits, Lane
 
 
 def test_cancelled_callers_give_back_every_place_and_slot() -> None:
@@ -145,3 +146,81 @@ def test_a_read_share_above_the_reader_threads_is_refused_at_start() -> None:
     with pytest.raises(InvalidArgument) as refused:
         AdmissionLimits(reader_threads=2, reader_share=3)
     assert refused.value.reason == "CONFIG_INVALID" and "--reader-share" in refused.value.message
+
+
+def _thread_of_a_read(admission: Admission, tenant: str, seconds: float = 0.0) -> Any:
+    """The thread a read of ``tenant`` ran on, admitted as the edge admits a call."""
+
+    def read() -> threading.Thread:
+        time.sleep(seconds)
+        return threading.current_thread()
+
+    async def call() -> threading.Thread:
+        admission.enter()
+        try:
+            return await admission.run(tenant, read, lane=Lane.READERS)
+        finally:
+            admission.leave()
+
+    return call()
+
+
+def test_a_lone_quick_read_runs_on_the_event_loop_and_a_slow_tenant_s_on_a_reader_thread() -> None:
+    async def scenario() -> None:
+        admission = Admission()
+        loop_thread = threading.current_thread()
+        try:
+            # A tenant not measured yet: a reader thread first; quick since, so the loop.
+            assert await _thread_of_a_read(admission, "quick") is not loop_thread
+            assert await _thread_of_a_read(admission, "quick") is loop_thread
+            # A read slower than the bound sends the tenant's next reads to a thread, alone or not.
+            assert await _thread_of_a_read(admission, "quick", INLINE_READ_SECONDS * 3) is loop_thread
+            assert await _thread_of_a_read(admission, "quick") is not loop_thread
+            assert await _thread_of_a_read(admission, "slow", INLINE_READ_SECONDS * 3) is not loop_thread
+            assert await _thread_of_a_read(admission, "slow") is not loop_thread
+            # Writes never run on the loop.
+            admission.enter()
+            try:
+                ran_on = await admission.run("quick", threading.current_thread)
+            finally:
+                admission.leave()
+            assert ran_on is not loop_thread
+            assert (admission.running, admission.reading, admission.queued) == (0, 0, 0)
+        finally:
+            admission.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_read_beside_another_call_runs_on_a_reader_thread() -> None:
+    async def scenario() -> None:
+        admission = Admission()
+        loop_thread = threading.current_thread()
+        gate = threading.Event()
+        try:
+            await _thread_of_a_read(admission, "quiet")  # measured: quick
+            assert await _thread_of_a_read(admission, "quiet") is loop_thread
+            # Another call admitted and running on a thread (a write of another tenant, a read).
+            for lane in Lane:
+                admission.enter()
+                other = asyncio.ensure_future(admission.run("noisy", gate.wait, 10, lane=lane))
+                await asyncio.sleep(0.05)
+                assert await _thread_of_a_read(admission, "quiet") is not loop_thread
+                gate.set()
+                assert await other
+                admission.leave()
+                gate.clear()
+            # Another call admitted, still on the loop (e.g. being authorised): a thread too.
+            admission.enter()
+            assert await _thread_of_a_read(admission, "quiet") is not loop_thread
+            admission.leave()
+            # An open stream waits on the loop and holds no thread: a lone read still runs there.
+            admission.enter()
+            with admission.stream("watcher"):
+                assert await _thread_of_a_read(admission, "quiet") is loop_thread
+            admission.leave()
+        finally:
+            gate.set()
+            admission.stop()
+
+    asyncio.run(scenario())

@@ -13,6 +13,13 @@ two fixed sets of threads, and only through ``run``, which shares them fairly:
   batches, exports, backups); a tenant's calls occupy at most ``calls_per_tenant`` of them. A slow
   call therefore never holds a reader thread, and a flood of reads never holds a worker.
 
+A short read that arrives while the server has nothing else to do (no other call admitted, no
+thread of either set busy, nothing queued) runs on the event loop itself, when its tenant's reads
+lately took at most ``INLINE_READ_SECONDS``: the hand-off to a reader thread and back costs a
+lone 10k-memory recall ~0.3 ms of its ~2.3 ms end to end and as much CPU (thread wake-ups and
+GIL hand-offs; docs/performance.md#a-lone-read-on-the-event-loop). A call arriving meanwhile waits
+at most that long for the loop; any concurrency sends reads to the threads, where the shares hold.
+
 On either set, a tenant's further calls queue in arrival order, and when a thread frees up the
 tenants with queued calls take turns (round robin), so a flood from one tenant is served at its
 share while another tenant's call goes in at the next free thread. Beyond that:
@@ -78,6 +85,11 @@ class AdmissionLimits:
         if self.reader_share > self.reader_threads:
             raise InvalidArgument("--reader-share must be at most --reader-threads", reason="CONFIG_INVALID")
 
+
+# A lone read runs on the event loop when its tenant's reads lately took at most this long (the
+# longest a call arriving meanwhile waits for the loop); the estimates kept, most recent tenants.
+INLINE_READ_SECONDS = 0.002
+READ_COSTS_KEPT = 4096
 
 # Suggested waits before retrying a refused call: a queue drains in milliseconds, a stream or a
 # waiting call frees its place when another ends.
@@ -184,6 +196,9 @@ class Admission:
         self._active = 0
         self._last_arrival = 0.0
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
+        # tenant -> how long its reads take lately (seconds; rises at once, falls slowly), by
+        # recency: a tenant not seen lately starts again on a thread.
+        self._read_costs: dict[str, float] = {}
 
     @property
     def running(self) -> int:
@@ -251,6 +266,13 @@ class Admission:
 
         ``admitted``: the step of a call already counted as a stream or a waiting call (bounded
         by those limits): it waits its turn like any call, but is never refused for a full queue."""
+        reads = lane is Lane.READERS
+        if reads and not admitted and self._alone(tenant):
+            started = time.perf_counter()
+            try:
+                return work(*args)
+            finally:
+                self._note_read_cost(tenant, time.perf_counter() - started)
         loop = asyncio.get_running_loop()
         state = self._tenant(tenant)
         threads = self._lanes[lane.value]
@@ -258,9 +280,12 @@ class Admission:
         answer: asyncio.Future[T] = loop.create_future()
         context = contextvars.copy_context()  # the call's request id reaches the engine's logs
         park = self._park if self._park and self._park[0] == tenant else None
+        took = 0.0
 
         def finish(ok: bool, value: Any) -> None:
             self._give_back(tenant, state, threads)
+            if reads:
+                self._note_read_cost(tenant, took)
             if not answer.cancelled():
                 if ok:
                     answer.set_result(value)
@@ -268,17 +293,40 @@ class Admission:
                     answer.set_exception(value)
 
         def job() -> None:
+            nonlocal took
             while park is not None and park[1].exists():
                 time.sleep(0.02)
             value: Any
+            started = time.perf_counter()
             try:
                 value, ok = context.run(work, *args), True
             except BaseException as exc:  # handed to the caller, whatever it is
                 value, ok = exc, False
+            took = time.perf_counter() - started
             loop.call_soon_threadsafe(finish, ok, value)
 
         threads.pool.submit(job)
         return await answer
+
+    def _alone(self, tenant: str) -> bool:
+        """Whether a read of ``tenant`` may run on the event loop now: no other call is admitted
+        (but open streams and waiting calls, which wait on the loop), no thread of either set is
+        busy, nothing is queued, and the tenant's reads lately took at most INLINE_READ_SECONDS
+        (a tenant not measured yet runs on a thread first)."""
+        return (
+            self._active - self.open_streams - self.waiting_calls == 1
+            and not self.queued
+            and not any(threads.running for threads in self._lanes)
+            and self._read_costs.get(tenant, INLINE_READ_SECONDS + 1) <= INLINE_READ_SECONDS
+            and (self._park is None or self._park[0] != tenant)
+        )
+
+    def _note_read_cost(self, tenant: str, seconds: float) -> None:
+        costs = self._read_costs
+        previous = costs.pop(tenant, seconds)
+        costs[tenant] = max(seconds, 0.75 * previous + 0.25 * seconds)
+        if len(costs) > READ_COSTS_KEPT:
+            del costs[next(iter(costs))]  # the tenant not seen the longest
 
     async def _take_place(
         self, tenant: str, state: _Tenant, threads: _LaneThreads, loop: asyncio.AbstractEventLoop, admitted: bool
