@@ -149,75 +149,82 @@ def test_a_read_share_above_the_reader_threads_is_refused_at_start() -> None:
 
 
 def _thread_of_a_read(admission: Admission, tenant: str, seconds: float = 0.0) -> Any:
-    """The thread a read of ``tenant`` ran on, admitted as the edge admits a call."""
+    """The thread a read of ``tenant`` taking ``seconds`` of CPU ran on (a coroutine)."""
 
     def read() -> threading.Thread:
-        time.sleep(seconds)
+        until = time.thread_time() + seconds  # CPU time: what admission measures a read by
+        while time.thread_time() < until:
+            pass
         return threading.current_thread()
 
-    async def call() -> threading.Thread:
+    return admission.run(tenant, read, lane=Lane.LOOP)
+
+
+def _admitted(admission: Admission, coroutine: Any) -> Any:
+    """``coroutine`` as a call the edge admitted (entered, and left when it ends)."""
+
+    async def call() -> Any:
         admission.enter()
         try:
-            return await admission.run(tenant, read, lane=Lane.READERS)
+            return await coroutine
         finally:
             admission.leave()
 
     return call()
 
 
-def test_a_lone_quick_read_runs_on_the_event_loop_and_a_slow_tenant_s_on_a_reader_thread() -> None:
+def test_a_lone_quick_snapshot_read_runs_on_the_event_loop_and_a_slow_tenant_s_on_a_reader_thread() -> None:
     async def scenario() -> None:
         admission = Admission()
         loop_thread = threading.current_thread()
         try:
             # A tenant not measured yet: a reader thread first; quick since, so the loop.
-            assert await _thread_of_a_read(admission, "quick") is not loop_thread
-            assert await _thread_of_a_read(admission, "quick") is loop_thread
+            assert await _admitted(admission, _thread_of_a_read(admission, "quick")) is not loop_thread
+            assert await _admitted(admission, _thread_of_a_read(admission, "quick")) is loop_thread
             # A read slower than the bound sends the tenant's next reads to a thread, alone or not.
-            assert await _thread_of_a_read(admission, "quick", INLINE_READ_SECONDS * 3) is loop_thread
-            assert await _thread_of_a_read(admission, "quick") is not loop_thread
-            assert await _thread_of_a_read(admission, "slow", INLINE_READ_SECONDS * 3) is not loop_thread
-            assert await _thread_of_a_read(admission, "slow") is not loop_thread
-            # Writes never run on the loop.
-            admission.enter()
-            try:
-                ran_on = await admission.run("quick", threading.current_thread)
-            finally:
-                admission.leave()
-            assert ran_on is not loop_thread
+            slow = _thread_of_a_read(admission, "quick", INLINE_READ_SECONDS * 3)
+            assert await _admitted(admission, slow) is loop_thread
+            assert await _admitted(admission, _thread_of_a_read(admission, "quick")) is not loop_thread
+            slow = _thread_of_a_read(admission, "slow", INLINE_READ_SECONDS * 3)
+            assert await _admitted(admission, slow) is not loop_thread
+            assert await _admitted(admission, _thread_of_a_read(admission, "slow")) is not loop_thread
+            # Writes, and reads that may wait for another thread's lock (READERS), never run on the loop.
+            for lane in (Lane.WORKERS, Lane.READERS):
+                await _admitted(admission, admission.run("quick", threading.current_thread, lane=lane))
+                ran_on = await _admitted(admission, admission.run("quick", threading.current_thread, lane=lane))
+                assert ran_on is not loop_thread
             assert (admission.running, admission.reading, admission.queued) == (0, 0, 0)
+            assert admission.reads == {"event_loop": 2, "reader_thread": 4}
         finally:
             admission.stop()
 
     asyncio.run(scenario())
 
 
-def test_a_read_beside_another_call_runs_on_a_reader_thread() -> None:
+def test_a_snapshot_read_beside_another_call_runs_on_a_reader_thread() -> None:
     async def scenario() -> None:
         admission = Admission()
         loop_thread = threading.current_thread()
         gate = threading.Event()
         try:
-            await _thread_of_a_read(admission, "quiet")  # measured: quick
-            assert await _thread_of_a_read(admission, "quiet") is loop_thread
+            await _admitted(admission, _thread_of_a_read(admission, "quiet"))  # measured: quick
+            assert await _admitted(admission, _thread_of_a_read(admission, "quiet")) is loop_thread
             # Another call admitted and running on a thread (a write of another tenant, a read).
-            for lane in Lane:
-                admission.enter()
-                other = asyncio.ensure_future(admission.run("noisy", gate.wait, 10, lane=lane))
+            for lane in (Lane.WORKERS, Lane.READERS):
+                other = asyncio.ensure_future(_admitted(admission, admission.run("noisy", gate.wait, 10, lane=lane)))
                 await asyncio.sleep(0.05)
-                assert await _thread_of_a_read(admission, "quiet") is not loop_thread
+                assert await _admitted(admission, _thread_of_a_read(admission, "quiet")) is not loop_thread
                 gate.set()
                 assert await other
-                admission.leave()
                 gate.clear()
-            # Another call admitted, still on the loop (e.g. being authorised): a thread too.
+            # Another call admitted, still on the loop (being authorised, forwarded): a thread too.
             admission.enter()
-            assert await _thread_of_a_read(admission, "quiet") is not loop_thread
+            assert await _admitted(admission, _thread_of_a_read(admission, "quiet")) is not loop_thread
             admission.leave()
             # An open stream waits on the loop and holds no thread: a lone read still runs there.
             admission.enter()
             with admission.stream("watcher"):
-                assert await _thread_of_a_read(admission, "quiet") is loop_thread
+                assert await _admitted(admission, _thread_of_a_read(admission, "quiet")) is loop_thread
             admission.leave()
         finally:
             gate.set()

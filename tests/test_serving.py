@@ -5,14 +5,18 @@ one of its own; and a server with the HTTP port off does not load the HTTP stack
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne import server_process
+from mnemosyne.client import MemoryClient
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.server_process import ServerProcess
 from mnemosyne.transport.admission import AdmissionLimits
@@ -83,3 +87,43 @@ def test_a_side_port_taken_before_the_server_binds_it_is_picked_again(
             assert "cannot listen for metrics" in server.stderr_path.read_text()
         finally:
             server.stop()
+
+
+def _short_reads(server: ServerProcess) -> dict[str, float]:
+    """``mnemosyne_short_reads_total`` by where the reads ran."""
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "mnemosyne_short_reads")
+    return {s.labels["ran_on"]: s.value for s in family.samples if s.name.endswith("_total")}
+
+
+def test_a_tenant_s_quick_snapshot_reads_are_answered_on_the_event_loop(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """The first recall of a tenant runs on a reader thread and measures it; the next ones, quick,
+    run on the event loop (no hand-off), over gRPC and HTTP alike; the hot path's reads, which
+    take the inbox lock, never do."""
+    server = server_factory(metrics=True, http=True).start()
+    with MemoryClient(server.target) as client:
+        client.retain("quick", "The courier comes on Tuesdays")
+        client.recall("quick", "courier", k=3)
+        assert _short_reads(server) == {"reader_thread": 1}
+        for _ in range(5):
+            assert client.recall("quick", "courier", k=3)[0].memory.text == "The courier comes on Tuesdays"
+        assert _short_reads(server) == {"reader_thread": 1, "event_loop": 5}
+        body = json.dumps({"query": "courier", "k": 3}).encode()
+        for _ in range(2):  # the same servicer method over HTTP: its cost is already known
+            with urllib.request.urlopen(
+                urllib.request.Request(
+                    f"{server.http_url}/v1/tenants/quick/memories:recall",
+                    data=body,
+                    headers={"content-type": "application/json"},
+                ),
+                timeout=10,
+            ) as response:
+                assert json.loads(response.read())["hits"][0]["memory"]["text"] == "The courier comes on Tuesdays"
+        assert _short_reads(server) == {"reader_thread": 1, "event_loop": 7}
+        client.hot_path("quick", "enable")
+        for _ in range(3):
+            client.hot_path("quick", "status")
+        assert _short_reads(server) == {"reader_thread": 1, "event_loop": 7}  # not snapshot reads: not counted

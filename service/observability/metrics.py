@@ -109,8 +109,16 @@ class ServerMetrics(EngineObserver):
         self._gauges = {name: Gauge(name, help_text, registry=self.registry) for name, help_text in GAUGES.items()}
         for gauge in self._gauges.values():
             gauge.set_function(lambda: 0.0)
-        self._refusals = _Refusals()
+        self._refusals = _LabelledCounts(
+            "mnemosyne_admission_refusals", "Calls refused by an admission limit, by reason.", "reason"
+        )
         self.registry.register(self._refusals)
+        self._reads = _LabelledCounts(
+            "mnemosyne_short_reads",
+            "Snapshot reads answered (Recall, GetMemory, ListMemories...), by where they ran: the event loop or a reader thread.",
+            "ran_on",
+        )
+        self.registry.register(self._reads)
         self.registry.register(_AnnIndexes(ANN_FIGURES))
         self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
@@ -124,6 +132,11 @@ class ServerMetrics(EngineObserver):
         """``mnemosyne_admission_refusals{reason}``: calls refused by an admission limit, read
         from ``counts`` (reason -> calls) on each scrape."""
         self._refusals.counts = counts
+
+    def count_reads_from(self, counts: Mapping[str, int]) -> None:
+        """``mnemosyne_short_reads{ran_on}``: short reads answered on the event loop
+        (``event_loop``) or a reader thread (``reader_thread``), read from ``counts`` on each scrape."""
+        self._reads.counts = counts
 
     # -- EngineObserver -------------------------------------------------------------------------
 
@@ -154,16 +167,17 @@ class ServerMetrics(EngineObserver):
         return generate_latest(self.registry)
 
 
-class _Refusals(Collector):
-    def __init__(self) -> None:
+class _LabelledCounts(Collector):
+    """A counter with one label, read from a mapping (label value -> count) on each scrape."""
+
+    def __init__(self, name: str, documentation: str, label: str) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
         self.counts: Mapping[str, int] = {}
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "mnemosyne_admission_refusals", "Calls refused by an admission limit, by reason.", labels=["reason"]
-        )
-        for reason, count in sorted(dict(self.counts).items()):
-            family.add_metric([reason], count)
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, count in sorted(dict(self.counts).items()):
+            family.add_metric([value], count)
         yield family
 
 

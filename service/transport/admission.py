@@ -13,12 +13,16 @@ two fixed sets of threads, and only through ``run``, which shares them fairly:
   batches, exports, backups); a tenant's calls occupy at most ``calls_per_tenant`` of them. A slow
   call therefore never holds a reader thread, and a flood of reads never holds a worker.
 
-A short read that arrives while the server has nothing else to do (no other call admitted, no
-thread of either set busy, nothing queued) runs on the event loop itself, when its tenant's reads
-lately took at most ``INLINE_READ_SECONDS``: the hand-off to a reader thread and back costs a
-lone 10k-memory recall ~0.3 ms of its ~2.3 ms end to end and as much CPU (thread wake-ups and
-GIL hand-offs; docs/performance.md#a-lone-read-on-the-event-loop). A call arriving meanwhile waits
-at most that long for the loop; any concurrency sends reads to the threads, where the shares hold.
+A short read of one snapshot, which never waits for a lock another thread holds across a commit
+(servicers mark it ``@snapshot_read``: Recall, GetMemory, ListMemories...), runs on the event loop
+itself when it is alone — no other call admitted (open streams and waiting calls aside: they wait
+on the loop), no thread of either set busy, nothing queued — and its tenant's such reads lately
+took at most ``INLINE_READ_SECONDS`` of CPU. The hand-off to a reader thread and back (thread
+wake-ups and GIL hand-offs: ~0.3 ms of a 10k-memory recall's ~2.3 ms end to end here, and as much
+CPU) is then skipped. A call arriving meanwhile waits for the loop at most that long; under any
+concurrency the reads take the threads and their turns, as above (running them all on the loop,
+in the same turns, was measured: no more calls per second at 16 callers and a worse tail,
+docs/decisions.md#serving-model).
 
 On either set, a tenant's further calls queue in arrival order, and when a thread frees up the
 tenants with queued calls take turns (round robin), so a flood from one tenant is served at its
@@ -86,8 +90,9 @@ class AdmissionLimits:
             raise InvalidArgument("--reader-share must be at most --reader-threads", reason="CONFIG_INVALID")
 
 
-# A lone read runs on the event loop when its tenant's reads lately took at most this long (the
-# longest a call arriving meanwhile waits for the loop); the estimates kept, most recent tenants.
+# A lone snapshot read runs on the event loop when its tenant's such reads lately took at most this
+# much CPU (about the longest a call arriving meanwhile waits for the loop); estimates kept, most
+# recent first.
 INLINE_READ_SECONDS = 0.002
 READ_COSTS_KEPT = 4096
 
@@ -131,10 +136,12 @@ class WorkerPool:
 
 
 class Lane(enum.Enum):
-    """Which set of threads a call's blocking work runs on (the module's docstring)."""
+    """Which set of threads a call's blocking work runs on (the module's docstring). A snapshot
+    read asks for the LOOP: it runs there when alone and quick, else on the READERS."""
 
     WORKERS = 0
     READERS = 1
+    LOOP = 2
 
     @property
     def thread_name(self) -> str:
@@ -196,9 +203,11 @@ class Admission:
         self._active = 0
         self._last_arrival = 0.0
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
-        # tenant -> how long its reads take lately (seconds; rises at once, falls slowly), by
-        # recency: a tenant not seen lately starts again on a thread.
-        self._read_costs: dict[str, float] = {}
+        # Snapshot reads answered, by where they ran ("event_loop", "reader_thread"): a metric.
+        self.reads: collections.Counter[str] = collections.Counter()
+        # (tenant, read) -> the CPU such reads take lately (seconds; rises at once, falls slowly),
+        # by recency: one not seen lately starts again on a reader thread.
+        self._read_costs: dict[tuple[str, str], float] = {}
 
     @property
     def running(self) -> int:
@@ -266,13 +275,16 @@ class Admission:
 
         ``admitted``: the step of a call already counted as a stream or a waiting call (bounded
         by those limits): it waits its turn like any call, but is never refused for a full queue."""
-        reads = lane is Lane.READERS
-        if reads and not admitted and self._alone(tenant):
-            started = time.perf_counter()
-            try:
-                return work(*args)
-            finally:
-                self._note_read_cost(tenant, time.perf_counter() - started)
+        read = (tenant, getattr(work, "__qualname__", "")) if lane is Lane.LOOP else None
+        if read is not None:
+            if not admitted and self._alone(tenant, read):
+                self.reads["event_loop"] += 1
+                started = time.thread_time()
+                try:
+                    return work(*args)
+                finally:
+                    self._note_read_cost(read, time.thread_time() - started)
+            lane = Lane.READERS
         loop = asyncio.get_running_loop()
         state = self._tenant(tenant)
         threads = self._lanes[lane.value]
@@ -284,8 +296,9 @@ class Admission:
 
         def finish(ok: bool, value: Any) -> None:
             self._give_back(tenant, state, threads)
-            if reads:
-                self._note_read_cost(tenant, took)
+            if read is not None:
+                self.reads["reader_thread"] += 1
+                self._note_read_cost(read, took)
             if not answer.cancelled():
                 if ok:
                     answer.set_result(value)
@@ -297,36 +310,36 @@ class Admission:
             while park is not None and park[1].exists():
                 time.sleep(0.02)
             value: Any
-            started = time.perf_counter()
+            started = time.thread_time()
             try:
                 value, ok = context.run(work, *args), True
             except BaseException as exc:  # handed to the caller, whatever it is
                 value, ok = exc, False
-            took = time.perf_counter() - started
+            took = time.thread_time() - started
             loop.call_soon_threadsafe(finish, ok, value)
 
         threads.pool.submit(job)
         return await answer
 
-    def _alone(self, tenant: str) -> bool:
-        """Whether a read of ``tenant`` may run on the event loop now: no other call is admitted
-        (but open streams and waiting calls, which wait on the loop), no thread of either set is
-        busy, nothing is queued, and the tenant's reads lately took at most INLINE_READ_SECONDS
-        (a tenant not measured yet runs on a thread first)."""
+    def _alone(self, tenant: str, read: tuple[str, str]) -> bool:
+        """Whether a snapshot read may run on the event loop now: no other call is admitted (but
+        open streams and waiting calls, which wait on the loop), no thread of either set is busy,
+        nothing is queued, such reads of the tenant lately took at most INLINE_READ_SECONDS of CPU
+        (one not measured yet runs on a reader thread first), and no test seam parks the tenant."""
         return (
             self._active - self.open_streams - self.waiting_calls == 1
             and not self.queued
             and not any(threads.running for threads in self._lanes)
-            and self._read_costs.get(tenant, INLINE_READ_SECONDS + 1) <= INLINE_READ_SECONDS
+            and self._read_costs.get(read, INLINE_READ_SECONDS + 1) <= INLINE_READ_SECONDS
             and (self._park is None or self._park[0] != tenant)
         )
 
-    def _note_read_cost(self, tenant: str, seconds: float) -> None:
+    def _note_read_cost(self, read: tuple[str, str], seconds: float) -> None:
         costs = self._read_costs
-        previous = costs.pop(tenant, seconds)
-        costs[tenant] = max(seconds, 0.75 * previous + 0.25 * seconds)
+        previous = costs.pop(read, seconds)
+        costs[read] = max(seconds, 0.75 * previous + 0.25 * seconds)
         if len(costs) > READ_COSTS_KEPT:
-            del costs[next(iter(costs))]  # the tenant not seen the longest
+            del costs[next(iter(costs))]  # the one not seen the longest
 
     async def _take_place(
         self, tenant: str, state: _Tenant, threads: _LaneThreads, loop: asyncio.AbstractEventLoop, admitted: bool

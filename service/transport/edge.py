@@ -65,6 +65,7 @@ class Kind(enum.Enum):
 
     BLOCKING = "blocking"  # a plain function: on a worker thread, in the tenant's fair share
     READING = "reading"  # a plain function marked @reading: on a reader thread, in the tenant's share
+    SNAPSHOT_READ = "snapshot_read"  # marked @snapshot_read: on the event loop when quick, else as READING
     WAITING = "waiting"  # an ``async def`` marked @waiting: on the event loop, counted as waiting
     ON_LOOP = "on_loop"  # an ``async def`` that never blocks (Ping)
     STREAM = "stream"  # an ``async def`` generator: a server stream
@@ -74,6 +75,8 @@ def kind_of(implementation: Callable[..., Any]) -> Kind:
     if inspect.isasyncgenfunction(implementation):
         return Kind.STREAM
     if not inspect.iscoroutinefunction(implementation):
+        if getattr(implementation, "on_loop", False):
+            return Kind.SNAPSHOT_READ
         return Kind.READING if getattr(implementation, "reading", False) else Kind.BLOCKING
     return Kind.WAITING if getattr(implementation, "waiting", False) else Kind.ON_LOOP
 
@@ -210,6 +213,8 @@ class Edge:
                 return await admission.run(call.tenant, implementation, request, call)
             if kind is Kind.READING:
                 return await admission.run(call.tenant, implementation, request, call, lane=Lane.READERS)
+            if kind is Kind.SNAPSHOT_READ:
+                return await admission.run(call.tenant, implementation, request, call, lane=Lane.LOOP)
             if kind is Kind.WAITING:
                 with admission.waiting(call.tenant):
                     call.holds_place = True

@@ -43,7 +43,7 @@ from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainStatus
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call, reading
+from mnemosyne.transport.call import Call, reading, snapshot_read
 from mnemosyne.transport.edge import Edge, Outcome, kind_of
 from mnemosyne.transport.http_api import error_parts, read_body
 
@@ -416,7 +416,7 @@ class Mem0Api:
         prefix = "d." if outcome.status is RetainStatus.DUPLICATE else "s."
         return {"message": _STORED, "status": "SUCCEEDED", "event_id": prefix + receipt}
 
-    @reading
+    @snapshot_read
     def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
         query = _text(body, "query", required=True)
@@ -456,7 +456,7 @@ class Mem0Api:
             raise NotFound(f"memory {memory.id} does not exist", reason="MEMORY_NOT_FOUND")
         return memory
 
-    @reading
+    @snapshot_read
     def _get(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         return memory_json(self._live(request))
 

@@ -314,6 +314,7 @@ async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker |
         }
     )
     metrics.count_refusals_from(admission.refusals)
+    metrics.count_reads_from(admission.reads)
     side: SideServer | None = None
     running: RunningServer | None = None
     server: grpc.aio.Server | None = None

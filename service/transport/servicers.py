@@ -12,7 +12,7 @@ from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call, reading, waiting
+from mnemosyne.transport.call import Call, snapshot_read, waiting
 from mnemosyne.transport.fanout import FanOut
 from mnemosyne.transport.moves import MoveDriver
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
@@ -68,7 +68,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return convert.to_retain_batch_response(outcomes)
 
-    @reading
+    @snapshot_read
     def Recall(self, request: memory_pb2.RecallRequest, call: Call) -> memory_pb2.RecallResponse:
         started = time.perf_counter()
         recalled = self._engine.recall(
@@ -83,11 +83,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         _report_server_time(call, started)
         return response
 
-    @reading
+    @snapshot_read
     def GetMemory(self, request: memory_pb2.GetMemoryRequest, call: Call) -> memory_pb2.GetMemoryResponse:
         return convert.to_get_memory_response(self._engine.memories.get(request.tenant, request.memory_id))
 
-    @reading
+    @snapshot_read
     def ListMemories(self, request: memory_pb2.ListMemoriesRequest, call: Call) -> memory_pb2.ListMemoriesResponse:
         page = self._engine.memories.page(
             request.tenant,
@@ -128,7 +128,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return memory_pb2.ForgetMemoriesResponse(forgotten_count=count)
 
-    @reading
+    @snapshot_read
     def ListMemoryVersions(
         self, request: memory_pb2.ListMemoryVersionsRequest, call: Call
     ) -> memory_pb2.ListMemoryVersionsResponse:

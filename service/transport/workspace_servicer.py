@@ -18,7 +18,7 @@ from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
-from mnemosyne.transport.call import Call, reading
+from mnemosyne.transport.call import Call, snapshot_read
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
@@ -47,7 +47,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         self._workspaces = workspaces
         self._consolidator = consolidator
 
-    @reading
+    @snapshot_read
     def AssembleContext(
         self, request: workspace_pb2.AssembleContextRequest, call: Call
     ) -> workspace_pb2.AssembleContextResponse:
@@ -87,16 +87,16 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         call.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
         return convert.to_update_workspace_response(result)
 
-    @reading
+    @snapshot_read
     def GetRecord(self, request: workspace_pb2.GetRecordRequest, call: Call) -> workspace_pb2.GetRecordResponse:
         content, generation = self._workspaces.get_record(request.tenant, request.scope, request.key)
         return convert.to_get_record_response(request.key, content, generation)
 
-    @reading
+    @snapshot_read
     def ListScopes(self, request: workspace_pb2.ListScopesRequest, call: Call) -> workspace_pb2.ListScopesResponse:
         return convert.to_list_scopes_response(self._workspaces.list_scopes(request.tenant))
 
-    @reading
+    @snapshot_read
     def ListRecords(self, request: workspace_pb2.ListRecordsRequest, call: Call) -> workspace_pb2.ListRecordsResponse:
         listed = self._workspaces.list_records(
             request.tenant, request.scope, page_size=request.page_size, page_token=request.page_token
