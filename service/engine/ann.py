@@ -55,18 +55,24 @@ from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.ann")
 
-# Measured with the hashing embedder (bench/latency_large.py): at 100k memories the exact sparse
-# scan (1.39 ms vector-only p50) still beat the graph (1.68 ms); the scan grows with the tenant,
-# a graph search hardly does, so they cross near 120k. A dense model's scan costs ~5x more per
-# row (every dimension is read): for one, a lower threshold pays.
-DEFAULT_THRESHOLD = 150_000
+# Measured with the hashing embedder, hybrid recall in process (1,000 queries; docs/performance.md
+# #large-tenants): with the graph searched as deep as a hybrid recall needs, it matches the exact
+# scan at 25k memories (1.53 against 1.55 ms p50) and beats it from there (50k: 1.71 against 2.35;
+# 100k: 1.70 against 2.71), the fused top 10 0.996-0.998 of the exact one's. A dense model's scan
+# costs ~5x more per row (every dimension is read): the graph pays sooner still.
+DEFAULT_THRESHOLD = 50_000
 # The graph: usearch's int8 scalars (a quarter of float32's memory; candidates are re-scored
-# exactly anyway), 16 links per node, 128 candidates kept while adding, EXPANSION_SEARCH while
-# searching (bench/latency_large.py measured these on the hashing embedder).
+# exactly anyway), 16 links per node, 128 candidates kept while adding, at least EXPANSION_SEARCH
+# while searching (more when a search asks for more: usearch keeps max(ef, count)).
 DTYPE = "i8"
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 256
+EXPANSION_SEARCH = 64
+# How many neighbours a vector-only recall asks of the graph: alone it is the only source of
+# candidates, so it searches deeper (with the hashing embedder at 100k memories its top 10 is
+# 0.72 of the exact one's at 256, 0.49 at 66), while a hybrid recall's full-text leg finds the
+# memories whose words the query holds, and 66 serve it (the fused top 10 0.996 against 0.9985).
+VECTOR_ONLY_BREADTH = 256
 # Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in
 # the cache until the rebuild) without losing live candidates.
 ANN_SLACK = 16
@@ -187,18 +193,20 @@ class AnnIndex:
         high_water: int,
         query_vector: np.ndarray,
         depth: int,
+        breadth: int,
         source: Callable[[], Source],
     ) -> tuple[RowScores, np.ndarray] | None:
         """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
         lower row), or None when the recall must scan exactly: no graph of the cache's epoch is
-        published yet (then one is being made)."""
+        published yet (then one is being made). The graph is asked for ``breadth`` neighbours, at
+        least ``depth + ANN_SLACK``."""
         graph = self.graph
         if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
             self._start(source)
             if graph is None or graph.epoch != epoch:
                 return None
         scores = RowScores(vectors, query_vector)
-        found = graph.index.search(query_vector, depth + ANN_SLACK).keys.astype(np.int64)
+        found = graph.index.search(query_vector, max(depth + ANN_SLACK, breadth)).keys.astype(np.int64)
         rows = _present(ids, found)
         # The rows the graph lacks: ids above its high-water mark, a contiguous tail (ids ascend).
         tail = int(np.searchsorted(ids, graph.high_water, side="right"))

@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.ann import RowScores, Source, ann_index, on_vectors_changed
+from mnemosyne.engine.ann import VECTOR_ONLY_BREADTH, RowScores, Source, ann_index, on_vectors_changed
 from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
@@ -94,11 +94,19 @@ def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_ep
 
 
 def approximate_candidates(
-    store: TenantStore, index: VectorIndex, view: VectorView, query_vector: np.ndarray, depth: int, threshold: int
+    store: TenantStore,
+    index: VectorIndex,
+    view: VectorView,
+    query_vector: np.ndarray,
+    depth: int,
+    threshold: int,
+    *,
+    alone: bool = False,
 ) -> tuple[RowScores, np.ndarray] | None:
     """The vector candidates of a recall from the tenant's approximate index (engine/ann.py):
     (exact scores of rows, the best ``depth`` rows), or None below ``threshold`` memories or
-    while the index is being made (the caller scans exactly)."""
+    while the index is being made (the caller scans exactly). ``alone``: the vector path is the
+    recall's only source of candidates (vector-only), so the graph is searched deeper."""
     if len(view.ids) < threshold:
         return None
     return ann_index(store, index.dim).candidates(
@@ -109,6 +117,7 @@ def approximate_candidates(
         high_water=index.high_water,
         query_vector=query_vector,
         depth=depth,
+        breadth=VECTOR_ONLY_BREADTH if alone else 0,
         source=index.snapshot,
     )
 

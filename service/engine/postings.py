@@ -387,10 +387,10 @@ def search(view: PostingsView, phrases: Sequence[int], *, limit: int) -> TextSea
     query's order, a term repeated as often as the query repeats it), the best ``limit`` of those
     matching any and of those matching all."""
     found = [_postings(view, term) for term in phrases]
-    matched = _union([rows for rows, _ in found])
+    matched, place, present = _union(found)
     scores = np.zeros(len(matched), dtype=np.float64)
-    present = np.zeros(len(matched), dtype=np.int64)
     average = view.tokens / view.rows if len(matched) else 0.0  # no rows matched: nothing to score
+    start = 0
     for rows, counts in found:
         df = len(rows)
         idf = math.log((view.rows - df + 0.5) / (df + 0.5))
@@ -398,24 +398,34 @@ def search(view: PostingsView, phrases: Sequence[int], *, limit: int) -> TextSea
             idf = FTS5_MIN_IDF
         frequency = counts.astype(np.float64)
         length = view.lengths[rows]
-        at = np.searchsorted(matched, rows)
-        # fts5Bm25Function's expression, in its order of operations (the same doubles).
+        at = place[start : start + df]
+        start += df
+        # fts5Bm25Function's expression, in its order of operations, summed over the terms in the
+        # query's order as FTS5 sums them (the same doubles).
         scores[at] += idf * (
             (frequency * (FTS5_K1 + 1.0)) / (frequency + FTS5_K1 * (1 - FTS5_B + FTS5_B * length / average))
         )
-        present[at] += 1
     every = present == len(found)
     return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
 
 
-def _union(sorted_rows: list[np.ndarray]) -> np.ndarray:
-    """The rows of any of the ascending arrays, ascending, once each (a stable sort of sorted runs
-    merges them: far cheaper than ``np.unique``'s full sort)."""
-    if len(sorted_rows) == 1:
-        return sorted_rows[0]
-    rows = np.sort(np.concatenate(sorted_rows), kind="stable")
-    union: np.ndarray = rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
-    return union
+def _union(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of any term (ascending, once each), each posting's place among them (the
+    postings of the terms one after the other), and how many postings each row has. One stable
+    sort of the terms' sorted runs (a merge) instead of a binary search per posting, whose
+    scattered reads were a third of a 1M-memory tenant's text leg."""
+    if len(found) <= 1:
+        rows = found[0][0] if found else np.zeros(0, dtype=np.int64)
+        return rows, np.arange(len(rows)), np.ones(len(rows), dtype=np.int64)
+    postings = np.concatenate([rows for rows, _ in found])
+    order = np.argsort(postings, kind="stable")
+    ordered = postings[order]
+    first = np.ones(len(ordered), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    place = np.empty(len(postings), dtype=np.int64)
+    place[order] = np.cumsum(first) - 1
+    return ordered[starts], place, np.diff(starts, append=len(ordered))
 
 
 def _postings(view: PostingsView, term: int) -> tuple[np.ndarray, np.ndarray]:
@@ -433,6 +443,8 @@ def _postings(view: PostingsView, term: int) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
     all_rows = np.concatenate(rows) if len(rows) > 1 else rows[0]
     all_counts = np.concatenate(counts) if len(counts) > 1 else counts[0]
+    if view.rows == len(view.alive):  # no dead row in the view: nothing to mask
+        return all_rows, all_counts
     live = view.alive[all_rows]
     return all_rows[live], all_counts[live]
 

@@ -565,7 +565,15 @@ class Recall:
                     # recall, or one while the index is made, scans exactly).
                     found = None
                     if allowed is None:
-                        found = approximate_candidates(store, index, view, query_vector, depth, self.ann_threshold)
+                        found = approximate_candidates(
+                            store,
+                            index,
+                            view,
+                            query_vector,
+                            depth,
+                            self.ann_threshold,
+                            alone=mode is RecallMode.VECTOR or not terms,
+                        )
                     if found is None:
                         scores = vector_scores(query_vector, matrix, allowed)
                         vector_rows = top_rows(scores, depth)
