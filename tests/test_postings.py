@@ -240,3 +240,41 @@ def test_a_server_recalls_the_same_with_the_cache_and_without_it(server_factory)
     without = server_factory(with_cache.data_dir, env={"MNEMOSYNE_TEST_RECALL_OFF": "postings"}).start()
     with MemoryClient(without.target) as client:
         assert _answers(client, queries) == cached
+
+
+def test_a_query_s_most_common_term_is_looked_up_only_among_its_other_terms_rows(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past PRUNE_FROM postings, a query's most common term is scored only in the rows of its
+    other terms when a row holding it alone cannot reach the best; the answers stay FTS5's, the
+    pruned ones and those where its bound sends the search back to every row."""
+    rng = random.Random(11)
+    filler = [f"filler{i}" for i in range(300)]
+
+    def words(n: int) -> str:
+        return " ".join(rng.choice(filler) for _ in range(n))
+
+    texts = [words(8) for _ in range(7_000)]
+    texts += [f"common {words(7)}" for _ in range(2_900)]
+    texts += ["common " * 10 + words(2) for _ in range(20)]  # the common term's largest count
+    texts += [f"rarea common {words(6)}" for _ in range(20)] + [f"rarea {words(7)}" for _ in range(20)]
+    texts += [f"rareb {words(100)}" for _ in range(40)]  # long rows: low scores, below the bound
+    for start in range(0, len(texts), 1_000):
+        engine.retain_batch(TENANT, [RetainItem(t) for t in texts[start : start + 1_000]])
+    outcomes: list[bool] = []
+    search_pruned = postings._search_pruned
+
+    def spied(*args: object, **kwargs: object) -> postings.TextSearch | None:
+        answer = search_pruned(*args, **kwargs)  # type: ignore[arg-type]
+        outcomes.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(postings, "_search_pruned", spied)
+    _assert_same_as_fts5(engine, ["common rarea", "rarea common common", "common rarea filler3", "rarea"])
+    assert outcomes == [True, True, True]
+    outcomes.clear()
+    _assert_same_as_fts5(engine, ["common rareb", "common filler7", "common filler8", "rareb"])
+    assert outcomes[0] is False  # a row of "common" ten times outscores the 20th "rareb" row
+    outcomes.clear()
+    _assert_same_as_fts5(engine, ["rarea rareb", "common", "filler1 filler2", "filler3", "filler4", "rareb"])
+    assert outcomes == []  # no term holds PRUNE_FROM postings and more than the others, or one term

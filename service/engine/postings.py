@@ -11,6 +11,13 @@ phrase's contribution added in query order; ties by the lower memory id), over t
 own tokenizer (store/fts_tokens.py): the same hits and scores as ``ReadTxn.fts_search``, which
 tests/test_postings.py checks against FTS5 itself through writes, forgets, merges and updates.
 
+A query whose most common term holds most of its postings (a large tenant: at 1M memories one of
+the bench's words matches tens of thousands of rows) scores only the rows of its other terms,
+that term looked up among them, when a row holding that term alone cannot reach the best: its
+score is at most the term's at its largest count and the shortest length, and the search checks
+that bound against the best it found (MaxScore's idea; ``_search_pruned``), else scores every row.
+The answer is the same either way (search p50 at 1M 1.95 -> 1.01 ms).
+
 It answers only what it can answer exactly, and the caller asks FTS5 for the rest: a term that is
 a phrase of several tokens (an identifier such as RF-12345, whose match needs positions:
 ``phrases`` gives None), a recall filtered by scopes or metadata (the caller's choice), and a
@@ -59,6 +66,11 @@ _CACHE_KEY = "postings"
 FTS5_K1 = 1.2
 FTS5_B = 0.75
 FTS5_MIN_IDF = 1e-6
+# A query's most common term is looked up only in the rows of its other terms when it holds at
+# least this many postings and more than they do together, and a row holding it alone cannot
+# reach the best (``_search_pruned``); the margin covers the rounding of the bound's arithmetic.
+PRUNE_FROM = 2048
+PRUNE_MARGIN = 1e-9
 # Rows read into one block while loading, and texts tokenized at once within it.
 LOAD_CHUNK = 50_000
 TOKENIZE_BATCH = 2_000
@@ -387,24 +399,92 @@ def search(view: PostingsView, phrases: Sequence[int], *, limit: int) -> TextSea
     query's order, a term repeated as often as the query repeats it), the best ``limit`` of those
     matching any and of those matching all."""
     found = [_postings(view, term) for term in phrases]
+    average = view.tokens / view.rows if view.rows else 0.0  # no live row: nothing matches
+    idfs = [_idf(view, len(rows)) for rows, _ in found]
+    common = _prunable(phrases, found)
+    if common is not None:
+        pruned = _search_pruned(view, phrases, found, idfs, average, common, limit)
+        if pruned is not None:
+            return pruned
     matched, place, present = _union(found)
-    scores = np.zeros(len(matched), dtype=np.float64)
-    average = view.tokens / view.rows if len(matched) else 0.0  # no rows matched: nothing to score
+    scores = _scores(view, found, idfs, average, place, len(matched))
+    every = present == len(found)
+    return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
+
+
+def _idf(view: PostingsView, df: int) -> float:
+    idf = math.log((view.rows - df + 0.5) / (df + 0.5))
+    return idf if idf > 0.0 else FTS5_MIN_IDF
+
+
+def _scores(
+    view: PostingsView,
+    found: list[tuple[np.ndarray, np.ndarray]],
+    idfs: list[float],
+    average: float,
+    place: np.ndarray,
+    matched: int,
+) -> np.ndarray:
+    """Each matched row's BM25: fts5Bm25Function's expression, in its order of operations, summed
+    over the terms in the query's order as FTS5 sums them (the same doubles). ``place``: each
+    posting's row among the matched, the terms' postings one after the other."""
+    scores = np.zeros(matched, dtype=np.float64)
     start = 0
-    for rows, counts in found:
-        df = len(rows)
-        idf = math.log((view.rows - df + 0.5) / (df + 0.5))
-        if idf <= 0.0:
-            idf = FTS5_MIN_IDF
+    for (rows, counts), idf in zip(found, idfs):
         frequency = counts.astype(np.float64)
         length = view.lengths[rows]
-        at = place[start : start + df]
-        start += df
-        # fts5Bm25Function's expression, in its order of operations, summed over the terms in the
-        # query's order as FTS5 sums them (the same doubles).
+        at = place[start : start + len(rows)]
+        start += len(rows)
         scores[at] += idf * (
             (frequency * (FTS5_K1 + 1.0)) / (frequency + FTS5_K1 * (1 - FTS5_B + FTS5_B * length / average))
         )
+    return scores
+
+
+def _prunable(phrases: Sequence[int], found: list[tuple[np.ndarray, np.ndarray]]) -> int | None:
+    """The query's most common term, when it holds at least PRUNE_FROM postings and more than all
+    the other terms together (then it is most of the work), and there are other terms."""
+    sizes = {term: len(rows) for term, (rows, _) in zip(phrases, found)}
+    if len(sizes) < 2:
+        return None
+    common = max(sizes, key=sizes.__getitem__)
+    rest = sum(size for term, size in sizes.items() if term != common)
+    return common if sizes[common] >= PRUNE_FROM and sizes[common] > rest else None
+
+
+def _search_pruned(
+    view: PostingsView,
+    phrases: Sequence[int],
+    found: list[tuple[np.ndarray, np.ndarray]],
+    idfs: list[float],
+    average: float,
+    common: int,
+    limit: int,
+) -> TextSearch | None:
+    """``search``'s answer from the rows holding one of the other terms only (MaxScore's idea):
+    each is scored exactly, the common term looked up in its postings; a row holding the common
+    term alone scores at most its bound, so when that bound is below the ``limit``-th best score
+    found, no such row can be among the best (nor among those holding every term: none holds
+    only one of several terms). None when it could: the caller scores every row."""
+    position = phrases.index(common)
+    common_rows, common_counts = found[position]
+    candidates, _, _ = _union([posting for term, posting in zip(phrases, found) if term != common])
+    if len(candidates) < limit:
+        return None
+    at = np.minimum(np.searchsorted(common_rows, candidates), len(common_rows) - 1)
+    at = at[common_rows[at] == candidates]
+    narrowed = [
+        (common_rows[at], common_counts[at]) if term == common else posting for term, posting in zip(phrases, found)
+    ]
+    matched, place, present = _union(narrowed)
+    scores = _scores(view, narrowed, idfs, average, place, len(matched))
+    threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+    # A row holding the common term alone: its term score at the term's largest count and the
+    # shortest length there can be (0 tokens) bounds it, once per time the query repeats the term.
+    frequency = float(common_counts.max())
+    bound = idfs[position] * (frequency * (FTS5_K1 + 1.0)) / (frequency + FTS5_K1 * (1 - FTS5_B))
+    if phrases.count(common) * bound * (1.0 + PRUNE_MARGIN) >= threshold:
+        return None
     every = present == len(found)
     return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
 
