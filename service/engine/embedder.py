@@ -52,6 +52,11 @@ class Embedder(abc.ABC):
     # Recall's question penalty over the memories read for the response (recall.asking): one
     # whose text ends by asking a question scores times (1 - this); 0 turns it off.
     question_penalty: float = 0.0
+    # Recall's query vector when the query names one of the tenant's speakers (recall.blend):
+    # this share of it is the vector of the query without the speakers' names (the speaker step
+    # carries who; the name's words pull toward every memory that mentions it, such as the
+    # replies addressed to that person); 0 embeds the query alone, as written.
+    speaker_query_mix: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...

@@ -23,9 +23,12 @@ naming a day, month or year lifts the candidates dated inside it (``dated``: dat
 text, and relative times resolved at write time, engine/relative_time.py). A question naming
 one of the tenant's speakers (memories retained with a ``speaker``; whole words, case aside)
 lifts the candidates that speaker said or wrote (``spoken_by``, by the embedder's
-``speaker_boost``): a question about a person is mostly answered by what that person said. The
-best THREAD_DEPTH candidates then gain by how much of their summed score their thread holds
-(``thread_support``: a session of several matches is about the question). With an embedder's
+``speaker_boost``): a question about a person is mostly answered by what that person said; with
+an embedder's ``speaker_query_mix`` (MiniLM), such a question's vector is also blended with that
+of the question without the name (``blend``), which otherwise pulls toward every memory that
+calls the person by name. The best THREAD_DEPTH candidates then gain by how much of their
+summed score their thread holds (``thread_support``: a session of several matches is about the
+question). With an embedder's
 ``length_prior`` (the default one), the memories read for the response, at least LENGTH_DEPTH,
 gain part of the best score by their length (``with_length_prior``), and with its
 ``question_penalty`` those that end by asking a question lose part of theirs (``asking``).
@@ -378,6 +381,15 @@ def window_cosine(query_vector: np.ndarray, vectors: np.ndarray, pairs: np.ndarr
     return similarity
 
 
+def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
+    """The unit vector along ``(1 - share) x full + share x stripped`` (zero when that is zero):
+    a query's vector with the words ``stripped`` lacks (a named speaker's) weighing less."""
+    mixed = (1.0 - share) * full.astype(np.float64) + share * stripped.astype(np.float64)
+    norm = float(np.sqrt(mixed.dot(mixed)))
+    out: np.ndarray = (mixed / norm if norm > 0 else mixed).astype(np.float32)
+    return out
+
+
 def dated(
     ranking: Ranking, facts: Sequence[tuple[int, str]], span: tuple[datetime.date, datetime.date], boost: float
 ) -> Ranking:
@@ -518,6 +530,7 @@ class Recall:
         self.speaker_boost = 0.0 if "speaker" in steps_off else embedder.speaker_boost
         self.thread_weight = 0.0 if "threads" in steps_off else THREAD_WEIGHT
         self.question_penalty = 0.0 if "questions" in steps_off else embedder.question_penalty
+        self.speaker_query_mix = 0.0 if "speaker_query" in steps_off else embedder.speaker_query_mix
         # BM25 from the postings cache (off: FTS5 scores every recall; the same hits).
         self.postings = "postings" not in steps_off
 
@@ -540,7 +553,7 @@ class Recall:
         scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
         # Text only: no embedding (the text path never reads it).
-        query_vector = self.embedder.embed([query])[0] if mode is not RecallMode.TEXT else None
+        query_vector = self._query_vector(tenant, query) if mode is not RecallMode.TEXT else None
         terms = query_terms(query)
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
@@ -625,6 +638,30 @@ class Recall:
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
+
+    def _query_vector(self, tenant: str, query: str) -> np.ndarray:
+        """The query's vector: with the embedder's ``speaker_query_mix``, when the query names one
+        of the tenant's speakers, blended with the vector of the query without their names (both
+        texts in one model call, outside any transaction: the names are looked up in a read
+        transaction of their own, so a restart or a cache behind the file never changes them)."""
+        without = self._without_named_speakers(tenant, query) if self.speaker_query_mix > 0 else None
+        if without is None:
+            vector: np.ndarray = self.embedder.embed([query])[0]
+            return vector
+        full, stripped = self.embedder.embed([query, without])
+        return blend(full, stripped, self.speaker_query_mix)
+
+    def _without_named_speakers(self, tenant: str, query: str) -> str | None:
+        """``query`` without the tenant's speakers it names (``VectorIndex.without_named_speakers``),
+        or None when it names none (or the tenant does not exist)."""
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return None
+            index = vector_index(store, self.embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self.embedder, write=False)
+                index.sync_view(txn)
+            return index.without_named_speakers(query)
 
     def _text_hits(
         self,
