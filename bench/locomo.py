@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads",
             "questions",
             "speaker_query",
+            "names",
         ],
         help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
     )

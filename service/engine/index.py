@@ -154,6 +154,7 @@ class VectorIndex:
         self._speakers = np.zeros(0, dtype=np.int64)
         self._speaker_codes: dict[tuple[str, ...], int] = {}
         self._speaker_starts: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        self._speaker_words: frozenset[str] = frozenset()  # every word of those names
 
     def sync(self, txn: ReadTxn) -> tuple[np.ndarray, np.ndarray]:
         """``sync_view`` for callers that need only (ids, matrix)."""
@@ -377,6 +378,7 @@ class VectorIndex:
         if code is None:
             code = self._speaker_codes[spoken] = len(self._speaker_codes)
             self._speaker_starts.setdefault(spoken[0], []).append((spoken, code))
+            self._speaker_words = self._speaker_words.union(spoken)
         return code
 
     def named_speakers(self, query: str) -> np.ndarray:
@@ -385,6 +387,10 @@ class VectorIndex:
         Without a speaker in the tenant, nothing is looked at."""
         named = {code for _, _, code in self._named(words(query))}
         return np.array(sorted(named), dtype=np.int64)
+
+    def speaker_words(self) -> frozenset[str]:
+        """Every word of the tenant's speakers' names (``terms.words``: lower-cased)."""
+        return self._speaker_words
 
     def without_named_speakers(self, query: str) -> str | None:
         """``query`` with the words of each speaker it names (as ``named_speakers`` finds them)

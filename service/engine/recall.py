@@ -28,10 +28,12 @@ an embedder's ``speaker_query_mix`` (MiniLM), such a question's vector is also b
 of the question without the name (``blend``), which otherwise pulls toward every memory that
 calls the person by name. The best THREAD_DEPTH candidates then gain by how much of their
 summed score their thread holds (``thread_support``: a session of several matches is about the
-question). With an embedder's
-``length_prior`` (the default one), the memories read for the response, at least LENGTH_DEPTH,
-gain part of the best score by their length (``with_length_prior``), and with its
-``question_penalty`` those that end by asking a question lose part of theirs (``asking``).
+question). With an embedder's ``length_prior`` (the default one), the memories read for the
+response, at least LENGTH_DEPTH, gain part of the best score by their length
+(``with_length_prior``); with its ``names_prior`` (both embedders) they gain part of it by the
+names they hold (``with_names_prior``: the particulars, places, people, works, that questions ask
+for); and with its ``question_penalty`` those that end by asking a question lose part of theirs
+(``asking``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from mnemosyne.engine.index import approximate_candidates, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import postings_cache
-from mnemosyne.engine.terms import STOP_WORDS, words
+from mnemosyne.engine.terms import STOP_WORDS, capitalised_words, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.pool import TenantPool
@@ -463,6 +465,33 @@ def with_length_prior(ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow]
     }
 
 
+def with_names_prior(
+    ranked: Sequence[Candidate],
+    rows: Mapping[int, MemoryRow],
+    scores: Mapping[int, float],
+    weight: float,
+    known: frozenset[str],
+) -> dict[int, float]:
+    """Each read candidate's score (from ``scores``, else its own) plus ``weight`` x the best
+    score x ln(1 + the names it holds): the distinct words written as names are
+    (``terms.capitalised_words``), the tenant's speakers' (``known``) and the calendar's aside:
+    memory id -> score, for the changed ones and ``scores``'. A question asks for particulars
+    (which cities, which books, whose name), and of the memories that match it about as well the
+    one naming places, people or works more often holds them."""
+    out = dict(scores)
+    if not ranked:
+        return out
+    top = max(c.score for c in ranked)
+    for c in ranked:
+        row = rows.get(c.memory_id)
+        if row is None or row.forgotten or row.merged_into:
+            continue
+        names = len(capitalised_words(row.body) - known)
+        if names:
+            out[c.memory_id] = scores.get(c.memory_id, c.score) + weight * top * math.log1p(names)
+    return out
+
+
 def best_hits(
     ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow], scores: Mapping[int, float], k: int
 ) -> list[tuple[Candidate, MemoryRow, float]]:
@@ -531,6 +560,7 @@ class Recall:
         self.thread_weight = 0.0 if "threads" in steps_off else THREAD_WEIGHT
         self.question_penalty = 0.0 if "questions" in steps_off else embedder.question_penalty
         self.speaker_query_mix = 0.0 if "speaker_query" in steps_off else embedder.speaker_query_mix
+        self.names_prior = 0.0 if "names" in steps_off else embedder.names_prior
         # BM25 from the postings cache (off: FTS5 scores every recall; the same hits).
         self.postings = "postings" not in steps_off
 
@@ -620,7 +650,9 @@ class Recall:
                 # Hybrid only (its LoCoMo figures are with it).
                 prior = self.length_prior if mode is RecallMode.HYBRID else 0.0
                 penalty = self.question_penalty if mode is RecallMode.HYBRID else 0.0
-                window, fetched, rows = (max(k, LENGTH_DEPTH) if prior > 0 or penalty > 0 else k), 0, {}
+                names = self.names_prior if mode is RecallMode.HYBRID else 0.0
+                deep = prior > 0 or penalty > 0 or names > 0
+                window, fetched, rows = (max(k, LENGTH_DEPTH) if deep else k), 0, {}
                 while True:
                     rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist(), with_details=False))
                     fetched = window
@@ -630,6 +662,9 @@ class Recall:
                     window *= 2
                 ranked = fused[:window]
                 lifted = with_length_prior(ranked, rows, prior) if prior > 0 else {}
+                if names > 0:
+                    known = index.speaker_words() | relative_time.CALENDAR_WORDS
+                    lifted = with_names_prior(ranked, rows, lifted, names, known)
                 if penalty > 0:  # after the prior: it scales the prior's score
                     lifted = asking(ranked, rows, lifted, penalty)
                 best = best_hits(ranked, rows, lifted, k)
