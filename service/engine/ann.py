@@ -72,7 +72,7 @@ EXPANSION_ADD = 64
 EXPANSION_SEARCH = 64
 # How many neighbours a vector-only recall asks of the graph: alone it is the only source of
 # candidates, so it searches deeper (with the hashing embedder at 100k memories its top 10 is
-# 0.72 of the exact one's at 256, 0.49 at 66), while a hybrid recall's full-text leg finds the
+# 0.68 of the exact one's at 256, 0.49 at 66), while a hybrid recall's full-text leg finds the
 # memories whose words the query holds, and 66 serve it (the fused top 10 0.996 against 0.9985).
 VECTOR_ONLY_BREADTH = 256
 # Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in

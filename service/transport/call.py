@@ -6,7 +6,7 @@ A servicer method is one of three kinds, and the edge runs each its way:
   engine blocks (SQLite, numpy), so it runs on a worker thread, through admission's fair share;
   marked ``@reading`` (a short read: Status, GetEvent...), on a reader thread, and marked
   ``@snapshot_read`` (a short read of one snapshot: Recall, GetMemory...) on the event loop when
-  its tenant's such reads are quick, else on a reader thread;
+  it is the server's only call and its tenant's such reads are quick, else on a reader thread;
 * ``async def`` marked ``@waiting``: waits on the event loop for something (a flush), holding no
   thread; its blocking steps go through ``call.run``. Counted as a waiting call;
 * an ``async def`` generator: a server stream, on the event loop, counted as an open stream.
@@ -43,8 +43,8 @@ def reading(method: F) -> F:
 def snapshot_read(method: F) -> F:
     """Mark a plain servicer method as a short read of one read transaction that never waits for
     a lock another thread may hold across a commit (a write lock, the hot path's inbox): it runs
-    on the event loop when its tenant's such reads lately were quick (transport/admission.py),
-    else on a reader thread. Bounded by its request, as ``@reading``; never an offset paging."""
+    on the event loop when it is the server's only call and its tenant's such reads lately were
+    quick (transport/admission.py), else on a reader thread. Bounded by its request, as ``@reading``; never an offset paging."""
     method.reading = True  # type: ignore[attr-defined]  # marks on the function object, read by the edge
     method.on_loop = True  # type: ignore[attr-defined]
     return method

@@ -65,7 +65,7 @@ class Kind(enum.Enum):
 
     BLOCKING = "blocking"  # a plain function: on a worker thread, in the tenant's fair share
     READING = "reading"  # a plain function marked @reading: on a reader thread, in the tenant's share
-    SNAPSHOT_READ = "snapshot_read"  # marked @snapshot_read: on the event loop when quick, else as READING
+    SNAPSHOT_READ = "snapshot_read"  # marked @snapshot_read: on the event loop when alone and quick, else as READING
     WAITING = "waiting"  # an ``async def`` marked @waiting: on the event loop, counted as waiting
     ON_LOOP = "on_loop"  # an ``async def`` that never blocks (Ping)
     STREAM = "stream"  # an ``async def`` generator: a server stream
