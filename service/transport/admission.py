@@ -93,7 +93,7 @@ class AdmissionLimits:
 # A lone snapshot read runs on the event loop when its tenant's such reads lately took at most this
 # much CPU (about the longest a call arriving meanwhile waits for the loop); estimates kept, most
 # recent first.
-INLINE_READ_SECONDS = 0.002
+INLINE_READ_SECONDS = 0.004
 READ_COSTS_KEPT = 4096
 
 # Suggested waits before retrying a refused call: a queue drains in milliseconds, a stream or a
