@@ -181,3 +181,29 @@ def test_rows_past_the_catch_up_mark_join_the_graph_and_a_rebuild_gives_the_same
             client.recall(tenant, "kabar", k=1)
             wait_until(lambda: _log_count(server, logged) == expected)  # noqa: B023  # called within this turn only
             assert _hits(client, tenant) == caught_up
+
+
+def test_a_server_stopped_while_it_builds_an_index_exits_cleanly(server_factory, tenant: str) -> None:
+    """SIGTERM while the build thread is inside usearch: the server waits for it to stop at its
+    next chunk and exits 0 (a daemon thread ended by the interpreter's exit there aborts the
+    process: status 134, "terminate called without an active exception"); the next start builds
+    the graph again, whole."""
+    server = server_factory(
+        env={"MNEMOSYNE_ANN_THRESHOLD": str(THRESHOLD)}, args=["--drain-delay-seconds", "0"]
+    ).start()
+    ann_file = server.tenant_file(tenant).with_suffix(".ann")
+    memories = 16_000
+    with MemoryClient(server.target, timeout=120) as client:
+        for start in range(0, memories, 1000):
+            client.retain_batch(tenant, [RetainItem(text=t) for t in _texts(start, 1000)])
+        client.recall(tenant, "kabar lodol", k=5)  # the first need: the build starts
+    assert server.terminate() == 0, server.stderr_path.read_text()[-2000:]
+    said = server.stderr_path.read_text()
+    assert "terminate called" not in said and "built," not in said  # stopped mid-build, not after it
+    assert not ann_file.exists()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        client.recall(tenant, "kabar", k=1)
+        wait_until(ann_file.exists, seconds=120)
+    state = read_index_file(ann_file, HashingEmbedder().dim)
+    assert state is not None and len(state[1]) == memories

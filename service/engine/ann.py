@@ -89,6 +89,8 @@ _CACHE_KEY = "ann"
 _MAGIC = b"MNEMOSYNE-ANN\n"
 _HEADER_BYTES = 512
 _BUILDS = threading.Semaphore(1)
+# The indexes that started a build thread, for ``wait_for_builds``.
+_BUILDING: weakref.WeakSet[AnnIndex] = weakref.WeakSet()
 
 
 class AnnFigures:
@@ -262,6 +264,7 @@ class AnnIndex:
             if self._closed or (self._worker is not None and self._worker.is_alive()):
                 return
             self._worker = threading.Thread(target=self._work, name=f"ann-{self.path.stem}", daemon=True)
+            _BUILDING.add(self)
             self._worker.start()
 
     def _work(self) -> None:
@@ -423,6 +426,18 @@ def read_index_file(path: Path, dim: int) -> tuple[dict[str, int], Index] | None
     # Not kept in the file: a restored graph would search with usearch's 64.
     index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # usearch defines a setter; mypy misreads it
     return header, index
+
+
+def wait_for_builds(timeout: float) -> bool:
+    """Wait until the build threads of closed indexes have stopped (each at its next chunk);
+    False if one still runs after ``timeout`` seconds. The engine calls it once its tenants are
+    closed: a daemon thread that the interpreter's exit finds inside usearch's C++ aborts the
+    process ("terminate called without an active exception", exit status 134)."""
+    deadline = time.monotonic() + timeout
+    workers = [index._worker for index in list(_BUILDING) if index.closed and index._worker is not None]
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    return not any(worker.is_alive() for worker in workers)
 
 
 def ann_index(store: TenantStore, dim: int) -> AnnIndex:

@@ -25,8 +25,10 @@ its values and maps its errors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
+from mnemosyne.engine import ann
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
@@ -50,6 +52,12 @@ from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.pool import TenantPool
+
+log = logging.getLogger("mnemosyne.engine")
+
+# How long a close waits for an approximate index build to reach its next chunk (engine/ann.py
+# BUILD_CHUNK rows: about 2 s into a 1M-memory graph here).
+ANN_BUILD_STOP_SECONDS = 30.0
 
 
 class Engine:
@@ -128,6 +136,8 @@ class Engine:
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()
+        if not ann.wait_for_builds(ANN_BUILD_STOP_SECONDS):
+            log.warning("an approximate index build did not stop within %ss of the close", ANN_BUILD_STOP_SECONDS)
 
     # -- writes of memories ---------------------------------------------------------------------
 
