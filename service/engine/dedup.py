@@ -22,14 +22,22 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from mnemosyne import read_priority
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
-from mnemosyne.engine.extractor import _DAY_MONTH_YEAR, _EMAIL, _IDENTIFIER, _ISO_DATE, _MONTH_DAY_YEAR, _MONTHS
+from mnemosyne.engine.extractor import (
+    _ANY_DIGIT,
+    _DAY_MONTH_YEAR,
+    _EMAIL,
+    _IDENTIFIER,
+    _ISO_DATE,
+    _MONTH_DAY_YEAR,
+    _MONTHS,
+)
 from mnemosyne.engine.index import drop_vectors, vector_index
 from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
@@ -62,16 +70,24 @@ def atoms(text: str) -> frozenset[str]:
         found.add(atom)
         spans.append(match.span())
 
-    for m in _EMAIL.finditer(text):
-        claim(m, "email:" + m.group(0).lower())
+    if "@" in text:
+        for m in _EMAIL.finditer(text):
+            claim(m, "email:" + m.group(0).lower())
+    if not _ANY_DIGIT.search(text):  # every other kind holds a digit
+        return frozenset(found)
+    # Each pass below reads the whole text (~1 ms for 32 KB): a read running beside a batch of
+    # long texts goes first between them (read_priority).
+    read_priority.give_way()
     for m in _ISO_DATE.finditer(text):
         claim(m, "date:" + m.group(0))
     for m in _DAY_MONTH_YEAR.finditer(text):
         day, month, year = m.groups()
         claim(m, f"date:{int(year):04d}-{_MONTHS[month.lower().rstrip('.')]:02d}-{int(day):02d}")
+    read_priority.give_way()
     for m in _MONTH_DAY_YEAR.finditer(text):
         month, day, year = m.groups()
         claim(m, f"date:{int(year):04d}-{_MONTHS[month.lower().rstrip('.')]:02d}-{int(day):02d}")
+    read_priority.give_way()
     for m in _IDENTIFIER.finditer(text):
         if not _inside(m.span(), spans):
             claim(m, "id:" + m.group(0).upper())
@@ -158,18 +174,23 @@ def similar_pairs(ids: np.ndarray, matrix: np.ndarray, threshold: float) -> list
     return pairs
 
 
-@dataclass(frozen=True)
+@dataclass
 class Candidate:
     """What the atoms rule needs to know of a memory (stored, or an item being written). Its
     atoms are computed on first use and kept, so comparing one item with many others, or many
-    with one, reads each text once: a batch of n look-alikes costs n atom scans, not n^2."""
+    with one, reads each text once: a batch of n look-alikes costs n atom scans, not n^2. (Not a
+    ``functools.cached_property``: before Python 3.12 it holds one lock for every instance while
+    it computes, and a scan gives way to reads and other writes between its passes.)"""
 
     scope: str
     body: str
+    _atoms: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    @property
     def atoms(self) -> frozenset[str]:
-        return atoms(self.body)
+        if self._atoms is None:
+            self._atoms = atoms(self.body)
+        return self._atoms
 
 
 def same_atoms_filter(item: Candidate, candidates: Iterable[int], known: Mapping[int, Candidate]) -> list[int]:

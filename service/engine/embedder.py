@@ -36,6 +36,10 @@ class Embedder(abc.ABC):
 
     name: str = "embedder"
     dim: int = 0
+    # Whether ``embed`` is Python (and numpy) running in this process, holding the interpreter:
+    # a write's embedding then takes turns with other long writes and gives way to reads, a slice
+    # of its texts at a time (mnemosyne/read_priority.py).
+    holds_interpreter: bool = False
     # Recall's fusion: score = text_weight * BM25/max(BM25) + (1 - text_weight) * cosine; then, if
     # feedback > 0, the query vector plus feedback x the mean of the top hits' vectors re-scores them.
     text_weight: float = 0.5
@@ -96,6 +100,7 @@ class _Token(NamedTuple):
 class HashingEmbedder(Embedder):
     # v2: stop words dropped and words stemmed before hashing (v1 vectors are not comparable).
     name = "hashing-v2"
+    holds_interpreter = True
     text_weight = 0.5
     feedback = 1.0
     # LoCoMo dev recall@10, 0.05 / 0.1 / 0.15 / 0.2 / 0.3: 0.725 / 0.732 / 0.737 / 0.729 / 0.726

@@ -12,6 +12,8 @@ import abc
 import re
 from dataclasses import dataclass, field
 
+from mnemosyne import read_priority
+
 Fact = tuple[str, str, str]  # (kind, value, normalized)
 Triple = tuple[str, str, str]  # (subject, predicate, object)
 
@@ -32,6 +34,10 @@ class Extractor(abc.ABC):
     # the server, WritePath._extract in engine/write_path.py). 1 for work done in this process (the GIL makes threads
     # useless); more for a remote model, whose calls mostly wait on the network.
     concurrency: int = 1
+    # Whether ``extract`` is Python running in this process the whole call (no model to wait
+    # for): a write's extractions then take turns with other long writes and give way to reads
+    # (mnemosyne/read_priority.py).
+    holds_interpreter: bool = False
 
     @abc.abstractmethod
     def extract(self, text: str) -> Extraction: ...
@@ -118,6 +124,7 @@ class RulesExtractor(Extractor):
     """Regular expressions only: deterministic, offline, microseconds per call."""
 
     name = "rules"
+    holds_interpreter = True
 
     def extract(self, text: str) -> Extraction:
         facts: list[Fact] = []
@@ -137,19 +144,23 @@ class RulesExtractor(Extractor):
                 value = match.group(0)
                 if not any(value in e for e in emails):
                     add("identifier", value, value.upper())
+            read_priority.give_way()  # each pass reads the whole text (~1 ms for 32 KB)
             for match in _ISO_DATE.finditer(text):
                 add("date", match.group(0), match.group(0))
             for match in _DAY_MONTH_YEAR.finditer(text):
                 day, month, year = match.groups()
                 add("date", match.group(0), _date(year, _MONTHS[month.lower().rstrip(".")], day))
+            read_priority.give_way()
             for match in _MONTH_DAY_YEAR.finditer(text):
                 month, day, year = match.groups()
                 add("date", match.group(0), _date(year, _MONTHS[month.lower().rstrip(".")], day))
+            read_priority.give_way()
             for match in _QUANTITY.finditer(text):
                 value = match.group(1)
                 add("quantity", value, " ".join(value.lower().replace(",", "").split()))
 
         triples: list[Triple] = []
+        read_priority.give_way()
         for sentence in _sentences(text):
             sentence = sentence.strip().rstrip(".!?")
             if len(sentence) > 240:

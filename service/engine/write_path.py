@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemosyne import background
+from mnemosyne import background, read_priority
 from mnemosyne.engine import conflicts, dedup, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
@@ -47,6 +47,11 @@ from mnemosyne.store.tenant_store import NewMemory, NotStored, TenantStore, Writ
 # From this many items to extract, a write looks for near duplicates on a helper thread while it
 # extracts (extract_missing); below it, the thread would cost more than it hides.
 _OVERLAP_MIN_ITEMS = 32
+# An embedder that holds the interpreter embeds a batch in slices of about this many characters,
+# with a turn between them for reads and other long writes (read_priority): its C-level loops keep
+# the interpreter for the whole call. A slice's vectors are those of the whole call (each text is
+# embedded alone).
+_EMBED_SLICE_CHARS = 65_536
 
 
 def normalise_text(text: str) -> str:
@@ -190,6 +195,21 @@ class PreparedItem:
         )
 
 
+def _slices_of_text(items: Sequence[PreparedItem]) -> list[Sequence[PreparedItem]]:
+    """``items`` cut in order into runs of at most _EMBED_SLICE_CHARS characters of text (an item
+    longer than that alone)."""
+    slices: list[Sequence[PreparedItem]] = []
+    start, chars = 0, 0
+    for end, p in enumerate(items):
+        if chars and chars + len(p.item.text) > _EMBED_SLICE_CHARS:
+            slices.append(items[start:end])
+            start, chars = end, 0
+        chars += len(p.item.text)
+    if start < len(items):
+        slices.append(items[start:])
+    return slices
+
+
 def _answer(call: futures.Future[Extraction]) -> Extraction | Exception:
     """A finished extraction call's answer, or its error as a value."""
     failure = call.exception()
@@ -241,36 +261,38 @@ class WritePath:
         ``per_item_errors``, else the call's error) and prepare the others."""
         outcomes: list[RetainOutcome | None] = [None] * len(items)
         prepared: list[PreparedItem] = []
-        for position, item in enumerate(items):
-            try:
-                check.validate_text(item.text, self.limits)
-                scope = check.validate_scope(item.scope)
-                metadata = check.validate_metadata(item.metadata, self.limits)
-                occurred_at = check.validate_occurred_at(item.occurred_at)
-                thread = check.validate_thread(item.thread)
-                speaker = check.validate_speaker(item.speaker)
-            except InvalidArgument as exc:
-                if not per_item_errors:
-                    raise
-                outcomes[position] = RetainOutcome(
-                    status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
+        with read_priority.bulk_work():  # checking each item: Python over every text
+            for position, item in enumerate(items):
+                read_priority.give_way()
+                try:
+                    check.validate_text(item.text, self.limits)
+                    scope = check.validate_scope(item.scope)
+                    metadata = check.validate_metadata(item.metadata, self.limits)
+                    occurred_at = check.validate_occurred_at(item.occurred_at)
+                    thread = check.validate_thread(item.thread)
+                    speaker = check.validate_speaker(item.speaker)
+                except InvalidArgument as exc:
+                    if not per_item_errors:
+                        raise
+                    outcomes[position] = RetainOutcome(
+                        status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
+                    )
+                    continue
+                prepared.append(
+                    PreparedItem(
+                        position=position,
+                        item=RetainItem(
+                            text=item.text,
+                            scope=scope,
+                            metadata=metadata,
+                            occurred_at=occurred_at,
+                            thread=thread,
+                            speaker=speaker,
+                        ),
+                        fingerprint=fingerprint(scope, item.text),
+                        metadata_json=ledger.canonical_json(metadata),
+                    )
                 )
-                continue
-            prepared.append(
-                PreparedItem(
-                    position=position,
-                    item=RetainItem(
-                        text=item.text,
-                        scope=scope,
-                        metadata=metadata,
-                        occurred_at=occurred_at,
-                        thread=thread,
-                        speaker=speaker,
-                    ),
-                    fingerprint=fingerprint(scope, item.text),
-                    metadata_json=ledger.canonical_json(metadata),
-                )
-            )
         return outcomes, prepared
 
     # -- the synchronous write -------------------------------------------------------------------
@@ -421,13 +443,15 @@ class WritePath:
             answers: list[Extraction | Exception] = [_answer(call) for call in calls]
         else:
             answers = []
-            for text in texts:
-                try:
-                    answers.append(self.extractor.extract(text))
-                except Exception as exc:  # the model failed on this item
-                    if errors is None:
-                        raise
-                    answers.append(exc)
+            with read_priority.bulk_work() if self.extractor.holds_interpreter else nullcontext():
+                for text in texts:
+                    read_priority.give_way()
+                    try:
+                        answers.append(self.extractor.extract(text))
+                    except Exception as exc:  # the model failed on this item
+                        if errors is None:
+                            raise
+                        answers.append(exc)
         for p, answer in zip(todo, answers):
             if isinstance(answer, Exception):
                 if errors is None:
@@ -439,10 +463,18 @@ class WritePath:
     def _embed(self, items: Sequence[PreparedItem]) -> None:
         """Embed the items that have no vector yet (a failed extraction's item too: harmless)."""
         todo = [p for p in items if p.vector is None]
-        if todo:
-            vectors = self.embedder.embed([p.item.text for p in todo])
-            for p, vector in zip(todo, vectors):
-                p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+        if not todo:
+            return
+        if not self.embedder.holds_interpreter:  # a model's embedding: one call for the batch
+            parts: list[Sequence[PreparedItem]] = [todo]
+        else:
+            parts = _slices_of_text(todo)
+        with read_priority.bulk_work() if self.embedder.holds_interpreter else nullcontext():
+            for part in parts:
+                read_priority.give_way()
+                vectors = self.embedder.embed([p.item.text for p in part])
+                for p, vector in zip(part, vectors):
+                    p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """Name, for each prepared item with a vector, the stored memories of its scope with cosine
@@ -467,11 +499,12 @@ class WritePath:
         # One Candidate per item, compared with the stored memories and with the items before it:
         # its atoms are read once however many it is compared with.
         items = [dedup.Candidate(p.item.scope, p.item.text) for p in todo]
-        for p, item, hits in zip(todo, items, similar):
-            p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
-        if len(todo) > 1:
+        earlier_alike = dedup.similar_earlier(vectors, self._threshold) if len(todo) > 1 else []
+        with read_priority.bulk_work():  # the atoms: regular expressions over every text compared
+            for p, item, hits in zip(todo, items, similar):
+                p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
             batch = dict(enumerate(items))
-            for p, item, earlier in zip(todo, items, dedup.similar_earlier(vectors, self._threshold)):
+            for p, item, earlier in zip(todo, items, earlier_alike):
                 p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, earlier, batch)]
 
     # -- inside the transaction ----------------------------------------------------------------

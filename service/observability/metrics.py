@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from mnemosyne import read_priority
 from mnemosyne.engine.ann import FIGURES as ANN_FIGURES
 from mnemosyne.engine.ann import AnnFigures
 from mnemosyne.engine.observer import EngineObserver
@@ -120,6 +121,7 @@ class ServerMetrics(EngineObserver):
         )
         self.registry.register(self._reads)
         self.registry.register(_AnnIndexes(ANN_FIGURES))
+        self.registry.register(_GivenWay())
         self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
     def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
@@ -179,6 +181,23 @@ class _LabelledCounts(Collector):
         for value, count in sorted(dict(self.counts).items()):
             family.add_metric([value], count)
         yield family
+
+
+class _GivenWay(Collector):
+    """How often long writes gave way to the reads running beside them (read_priority)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        steps, seconds = read_priority.given_way()
+        yield CounterMetricFamily(
+            "mnemosyne_write_steps_given_way",
+            "Steps at which a long write (a batch's extraction, embedding or near-duplicate check) waited for running reads.",
+            value=steps,
+        )
+        yield CounterMetricFamily(
+            "mnemosyne_write_seconds_given_way",
+            "Seconds long writes waited for running reads, in all.",
+            value=seconds,
+        )
 
 
 class _AnnIndexes(Collector):

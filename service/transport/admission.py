@@ -59,7 +59,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from mnemosyne import background
+from mnemosyne import background, read_priority
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 
 T = TypeVar("T")
@@ -114,14 +114,17 @@ def _refusal(what: str, flag: str, limit: int, retry: float) -> ResourceExhauste
 class WorkerPool:
     """A fixed set of threads started up front (their number never changes with the load)."""
 
-    def __init__(self, threads: int, name: str) -> None:
+    def __init__(self, threads: int, name: str, *, runs_reads: bool = False) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._runs_reads = runs_reads
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True) for n in range(threads)]
         for thread in self._threads:
             thread.start()
 
     def _work(self) -> None:
         background.request_thread()
+        if self._runs_reads:
+            read_priority.never_give_way()
         while (job := self._jobs.get()) is not None:
             job()
 
@@ -180,7 +183,7 @@ class _LaneThreads:
         self.lane = lane
         self.threads = threads
         self.share = share
-        self.pool = WorkerPool(threads, lane.thread_name)
+        self.pool = WorkerPool(threads, lane.thread_name, runs_reads=lane is Lane.READERS)
         self.running = 0
         self.turns: collections.deque[str] = collections.deque()  # tenants with queued calls, in turn
 
@@ -274,11 +277,21 @@ class Admission:
         work already running finishes on its thread and only then frees its place.
 
         ``admitted``: the step of a call already counted as a stream or a waiting call (bounded
-        by those limits): it waits its turn like any call, but is never refused for a full queue."""
+        by those limits): it waits its turn like any call, but is never refused for a full queue.
+
+        A read (``Lane.READERS`` or ``Lane.LOOP``) is counted as running from here to its answer:
+        long writes give way to it meanwhile (read_priority)."""
+        if lane is Lane.WORKERS:
+            return await self._run(tenant, work, args, admitted, lane)
+        with read_priority.read_running():
+            return await self._run(tenant, work, args, admitted, lane)
+
+    async def _run(self, tenant: str, work: Callable[..., T], args: tuple[Any, ...], admitted: bool, lane: Lane) -> T:
         read = (tenant, getattr(work, "__qualname__", "")) if lane is Lane.LOOP else None
         if read is not None:
             if not admitted and self._alone(tenant, read):
                 self.reads["event_loop"] += 1
+                read_priority.never_give_way()  # this is the event loop's thread
                 started = time.thread_time()
                 try:
                     return work(*args)
