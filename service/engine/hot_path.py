@@ -106,6 +106,7 @@ class PoisonedExtractor(Extractor):
         self._marker = marker
         self.name = inner.name
         self.concurrency = inner.concurrency
+        self.holds_interpreter = inner.holds_interpreter
 
     def extract(self, text: str) -> Extraction:
         if self._marker in text:
