@@ -79,10 +79,11 @@ def never_give_way() -> None:
 
 
 @contextmanager
-def bulk_work() -> Iterator[None]:
+def bulk_work(holds_interpreter: bool = True) -> Iterator[None]:
     """Around a stretch of in-process Python of a write (it holds the interpreter while it works):
-    it runs when its turn comes, one stretch at a time. Nested stretches are one."""
-    if getattr(_this_thread, "in_bulk", False):
+    it runs when its turn comes, one stretch at a time. Nested stretches are one. Work that does
+    not hold the interpreter (``holds_interpreter`` False: a model's call) takes no turn."""
+    if not holds_interpreter or getattr(_this_thread, "in_bulk", False):
         yield
         return
     _take_turn()

@@ -265,35 +265,33 @@ class WritePath:
             for position, item in enumerate(items):
                 read_priority.give_way()
                 try:
-                    check.validate_text(item.text, self.limits)
-                    scope = check.validate_scope(item.scope)
-                    metadata = check.validate_metadata(item.metadata, self.limits)
-                    occurred_at = check.validate_occurred_at(item.occurred_at)
-                    thread = check.validate_thread(item.thread)
-                    speaker = check.validate_speaker(item.speaker)
+                    prepared.append(self._prepared(position, item))
                 except InvalidArgument as exc:
                     if not per_item_errors:
                         raise
                     outcomes[position] = RetainOutcome(
                         status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
                     )
-                    continue
-                prepared.append(
-                    PreparedItem(
-                        position=position,
-                        item=RetainItem(
-                            text=item.text,
-                            scope=scope,
-                            metadata=metadata,
-                            occurred_at=occurred_at,
-                            thread=thread,
-                            speaker=speaker,
-                        ),
-                        fingerprint=fingerprint(scope, item.text),
-                        metadata_json=ledger.canonical_json(metadata),
-                    )
-                )
         return outcomes, prepared
+
+    def _prepared(self, position: int, item: RetainItem) -> PreparedItem:
+        """``item`` validated (InvalidArgument if it is not), with its defaults applied."""
+        check.validate_text(item.text, self.limits)
+        scope = check.validate_scope(item.scope)
+        metadata = check.validate_metadata(item.metadata, self.limits)
+        return PreparedItem(
+            position=position,
+            item=RetainItem(
+                text=item.text,
+                scope=scope,
+                metadata=metadata,
+                occurred_at=check.validate_occurred_at(item.occurred_at),
+                thread=check.validate_thread(item.thread),
+                speaker=check.validate_speaker(item.speaker),
+            ),
+            fingerprint=fingerprint(scope, item.text),
+            metadata_json=ledger.canonical_json(metadata),
+        )
 
     # -- the synchronous write -------------------------------------------------------------------
 
@@ -443,7 +441,7 @@ class WritePath:
             answers: list[Extraction | Exception] = [_answer(call) for call in calls]
         else:
             answers = []
-            with read_priority.bulk_work() if self.extractor.holds_interpreter else nullcontext():
+            with read_priority.bulk_work(self.extractor.holds_interpreter):
                 for text in texts:
                     read_priority.give_way()
                     try:
@@ -465,12 +463,9 @@ class WritePath:
         todo = [p for p in items if p.vector is None]
         if not todo:
             return
-        if not self.embedder.holds_interpreter:  # a model's embedding: one call for the batch
-            parts: list[Sequence[PreparedItem]] = [todo]
-        else:
-            parts = _slices_of_text(todo)
-        with read_priority.bulk_work() if self.embedder.holds_interpreter else nullcontext():
-            for part in parts:
+        in_turns = self.embedder.holds_interpreter  # else a model's embedding: one call for the batch
+        with read_priority.bulk_work(in_turns):
+            for part in _slices_of_text(todo) if in_turns else [todo]:
                 read_priority.give_way()
                 vectors = self.embedder.embed([p.item.text for p in part])
                 for p, vector in zip(part, vectors):
