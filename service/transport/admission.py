@@ -291,7 +291,6 @@ class Admission:
         if read is not None:
             if not admitted and self._alone(tenant, read):
                 self.reads["event_loop"] += 1
-                read_priority.never_give_way()  # this is the event loop's thread
                 started = time.thread_time()
                 try:
                     return work(*args)

@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from mnemosyne import read_priority
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
@@ -300,6 +301,9 @@ async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker |
         engine_config, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
     )
     admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
+    # This thread is the event loop, which runs lone snapshot reads inline (admission): a read
+    # never waits for reads.
+    read_priority.never_give_way()
     log.info("admission limits: %s", admission.describe())
     metrics.read_gauges_from(
         {
