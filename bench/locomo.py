@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             "questions",
             "speaker_query",
             "names",
+            "lists",
         ],
         help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
     )

@@ -107,7 +107,7 @@ class EngineConfig:
     commit_during_assemble: bool = False
     # Test seam of recall quality's ablation (bench/locomo.py): steps switched off, of
     # "neighbours", "window", "dates", "length", "speaker", "threads", "questions",
-    # "speaker_query", "names" (recall.py) and "relative_time" (resolved at write time).
+    # "speaker_query", "names", "lists" (recall.py) and "relative_time" (resolved at write time).
     recall_steps_off: frozenset[str] = frozenset()
 
     def committed(self, method: str) -> None:

@@ -50,6 +50,9 @@ class Embedder(abc.ABC):
     # Recall's length prior over the best LENGTH_DEPTH candidates (recall.with_length_prior): each
     # gains this share of the best score times ln(its length / their mean length); 0 turns it off.
     length_prior: float = 0.0
+    # The length prior's share for a list or count question (question_form.asks_for_many: "What
+    # books has Tim read?"), whose answers are spread over several memories; 0 keeps length_prior.
+    list_length_prior: float = 0.0
     # Recall's speaker step (recall.spoken_by): the candidates said or written by a speaker the
     # query names gain this share of the best score; 0 turns it off.
     speaker_boost: float = 0.2
@@ -106,6 +109,10 @@ class HashingEmbedder(Embedder):
     # LoCoMo dev recall@10, 0.05 / 0.1 / 0.15 / 0.2 / 0.3: 0.725 / 0.732 / 0.737 / 0.729 / 0.726
     # against 0.722 without it (docs/recall-quality.md).
     length_prior = 0.15
+    # For list and count questions (question_form.asks_for_many): LoCoMo dev multi-hop recall@10
+    # 0.508 -> 0.509 / 0.507 / 0.516 / 0.515 / 0.514 / 0.506 at 0.1 / 0.2 / 0.25 / 0.3 / 0.4 / 0.5,
+    # recall@10 0.777 -> 0.778 at 0.25 (docs/recall-quality.md).
+    list_length_prior = 0.25
     # With the question penalty and thread support (recall.py), LoCoMo dev recall@10 0.765 /
     # 0.769 / 0.764 and multi-hop 0.473 / 0.490 / 0.495 at 0.2 / 0.5 / 0.7 (docs/recall-quality.md).
     speaker_boost = 0.5

@@ -55,6 +55,7 @@ from mnemosyne.engine.index import approximate_candidates, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import postings_cache
+from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.terms import STOP_WORDS, capitalised_words, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
@@ -556,6 +557,7 @@ class Recall:
         self.window_weight = 0.0 if "window" in steps_off else embedder.window_weight
         self.date_boost = 0.0 if "dates" in steps_off else DATE_BOOST
         self.length_prior = 0.0 if "length" in steps_off else embedder.length_prior
+        self.list_length_prior = 0.0 if "lists" in steps_off else embedder.list_length_prior
         self.speaker_boost = 0.0 if "speaker" in steps_off else embedder.speaker_boost
         self.thread_weight = 0.0 if "threads" in steps_off else THREAD_WEIGHT
         self.question_penalty = 0.0 if "questions" in steps_off else embedder.question_penalty
@@ -657,6 +659,9 @@ class Recall:
                 # appear, rows newer than this snapshot are invisible) or the candidates run out.
                 # Hybrid only (its LoCoMo figures are with it).
                 prior = self.length_prior if mode is RecallMode.HYBRID else 0.0
+                # A list or count question: its answers are the memories that say more.
+                if mode is RecallMode.HYBRID and self.list_length_prior > 0 and asks_for_many(query):
+                    prior = self.list_length_prior
                 penalty = self.question_penalty if mode is RecallMode.HYBRID else 0.0
                 names = self.names_prior if mode is RecallMode.HYBRID else 0.0
                 deep = prior > 0 or penalty > 0 or names > 0
