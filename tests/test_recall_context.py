@@ -13,7 +13,7 @@ import pytest
 
 from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
 from mnemosyne.engine.recall import window_cosine
-from mnemosyne.engine.relative_time import fact_span, query_span, resolve
+from mnemosyne.engine.relative_time import QuerySpan, fact_span, query_span, resolve
 
 MARCH_17 = datetime.datetime(2023, 3, 17, 14, 0, tzinfo=datetime.UTC).timestamp()
 DISTRACTORS = [
@@ -73,6 +73,29 @@ def test_a_relative_time_is_resolved_against_occurred_at_and_found_by_its_date(
     hits = client.recall(tenant, "What did I try on March 16, 2023?", k=3)
     assert hits[0].memory.id == said.memory_id
     assert client.recall(tenant, "16 March 2023", k=1, mode="text")[0].memory.id == said.memory_id
+
+
+def test_a_question_s_date_finds_what_happened_that_day_and_a_day_written_without_its_year(
+    client: MemoryClient, tenant: str
+) -> None:
+    day = datetime.datetime(2022, 3, 16, 18, 0, tzinfo=datetime.UTC).timestamp()
+    others = [
+        client.retain(tenant, f"Painting a sunset at the studio, session {n}", occurred_at=day - n * 86400).memory_id
+        for n in range(1, 12)
+    ]
+    # Said on 16 March with no date in its words (and last: a tie goes to the lower id), its
+    # occurred_at is the date.
+    that_day = client.retain(tenant, "Painting a sunset at the studio, session 0", occurred_at=day)
+    # Said later, naming the day without its year: resolved against its own occurred_at.
+    recalled = client.retain(tenant, "On 16 March I painted a lake at the studio", occurred_at=day + 5 * 86400)
+    written = client.get_memory(tenant, recalled.memory_id).facts
+    assert ("date", "16 March", "2022-03-16") in [(f.kind, f.value, f.normalized) for f in written]
+    for query in ("What was I painting on March 16, 2022?", "What was I painting on 16 March?"):
+        first_two = {h.memory.id for h in client.recall(tenant, query, k=2)}
+        assert first_two == {that_day.memory_id, recalled.memory_id}, query
+    # Another day: the session of that day is lifted above the other sessions.
+    hits = [h.memory.id for h in client.recall(tenant, "What was I painting on 13 March 2022?", k=13)]
+    assert [i for i in hits if i in others][0] == others[2]
 
 
 def test_a_forget_takes_the_resolved_words_out_of_the_index(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
@@ -138,6 +161,18 @@ def test_an_update_resolves_the_new_text_against_the_memory_s_time_and_unindexes
         ("a few months ago", [("a few months ago", "2022-12")]),
         ("next month and last year", [("next month", "2023-04"), ("last year", "2022")]),
         ("nothing relative here, 5 days of rain", []),
+        ("the day after tomorrow", [("the day after tomorrow", "2023-03-19")]),
+        (
+            "two weeks from now, 3 days from today",
+            [("two weeks from now", "2023-03-27/2023-04-02"), ("3 days from today", "2023-03-20")],
+        ),
+        (
+            "on 16 March, March 3rd and the 1st of April",
+            [("16 March", "2023-03-16"), ("March 3rd", "2023-03-03"), ("the 1st of April", "2023-04-01")],
+        ),
+        ("on 31 April", []),  # no such day
+        ("16 March 2023 and March 3, 2023", []),  # whole dates: the extractor's
+        ("I may 5 times; on 16 march", []),  # a month is written with its capital
     ],
 )
 def test_relative_times_resolve_against_the_anchor(text: str, expected: list[tuple[str, str]]) -> None:
@@ -154,6 +189,11 @@ def test_resolution_across_year_ends_and_the_calendar_edges() -> None:
         ("date", "yesterday", "2023-12-31"),
         ("date", "last month", "2023-12"),
     ]
+    # A day without its year is the nearest such day: the last December's, the next leap day.
+    assert resolve("on 28 December, on 29 February", new_year)[0] == [
+        ("date", "28 December", "2023-12-28"),
+        ("date", "29 February", "2024-02-29"),
+    ]
     end = int((datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC).timestamp()) * 1e6)
     assert resolve("tomorrow, yesterday, next year", end)[0] == [
         ("date", "yesterday", "9999-12-30")
@@ -162,13 +202,31 @@ def test_resolution_across_year_ends_and_the_calendar_edges() -> None:
 
 def test_a_question_names_one_span_or_none() -> None:
     day = datetime.date(2022, 3, 16)
-    assert query_span("Which activity was James pursuing on March 16, 2022?") == (day, day)
-    assert query_span("what happened on 16th March 2022") == (day, day)
-    assert query_span("What did Mel paint in July 2023?") == (datetime.date(2023, 7, 1), datetime.date(2023, 7, 31))
-    assert query_span("beach trips in 2023") == (datetime.date(2023, 1, 1), datetime.date(2023, 12, 31))
-    assert query_span("camping in June") is None
+    assert query_span("Which activity was James pursuing on March 16, 2022?") == QuerySpan(day, day)
+    assert query_span("what happened on 16th March 2022") == QuerySpan(day, day)
+    july = QuerySpan(datetime.date(2023, 7, 1), datetime.date(2023, 7, 31))
+    assert query_span("What did Mel paint in July 2023?") == july
+    assert query_span("beach trips in 2023") == QuerySpan(datetime.date(2023, 1, 1), datetime.date(2023, 12, 31))
     assert query_span("on 7 July, 2023 and on 8 July 2023") is None  # two spans: not one constraint
     assert query_span("on 31 February 2023") is None
+    assert query_span("what may I ask") is None  # "may" is no month without "in" or a day
+    # Without a year: that day or month in any year.
+    on_16_march = query_span("what happened on march 16th?")
+    assert on_16_march is not None and on_16_march.every_year
+    assert query_span("What did she do on 16 March?") == on_16_march
+    assert on_16_march.overlaps((datetime.date(1999, 3, 16),) * 2)
+    assert not on_16_march.overlaps((datetime.date(2023, 3, 17),) * 2)
+    assert on_16_march.overlaps((datetime.date(2023, 3, 13), datetime.date(2023, 3, 19)))  # a week
+    assert not july.overlaps((datetime.date(2022, 7, 4),) * 2)  # a year named is that year only
+    june = query_span("camping in June")
+    assert june is not None and june.every_year and june.overlaps((datetime.date(2021, 6, 30),) * 2)
+    february = query_span("during February")
+    assert february is not None and february.overlaps((datetime.date(2023, 2, 28),) * 2)  # a common year's last day
+    leap_day = query_span("on 29 February")
+    assert leap_day is not None and leap_day.overlaps((datetime.date(2024, 2, 29),) * 2)
+    assert not leap_day.overlaps((datetime.date(2023, 1, 1), datetime.date(2023, 12, 31)))  # no such day in 2023
+    december = query_span("in December")
+    assert december is not None and december.overlaps((datetime.date(9999, 12, 31),) * 2)
     assert fact_span("2023-03-06/2023-03-12") == (datetime.date(2023, 3, 6), datetime.date(2023, 3, 12))
     assert fact_span("2023-02") == (datetime.date(2023, 2, 1), datetime.date(2023, 2, 28))
     assert fact_span("RF-1") is None

@@ -394,14 +394,23 @@ def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
 
 
 def dated(
-    ranking: Ranking, facts: Sequence[tuple[int, str]], span: tuple[datetime.date, datetime.date], boost: float
+    ranking: Ranking,
+    facts: Sequence[tuple[int, str]],
+    occurred: Sequence[tuple[int, int]],
+    span: relative_time.QuerySpan,
+    boost: float,
 ) -> Ranking:
-    """Candidates holding a date inside the question's span (a date written in the text, or a
-    relative time resolved at write time) gain ``boost`` x the best score; best first again."""
+    """Candidates holding a date inside the question's span (``facts``: a date written in the
+    text, or a relative time resolved at write time) or that happened on a day inside it
+    (``occurred``: their ``occurred_at``) gain ``boost`` x the best score; best first again."""
     inside = set()
     for memory_id, normalized in facts:
         covered = relative_time.fact_span(normalized)
-        if covered is not None and covered[0] <= span[1] and span[0] <= covered[1]:
+        if covered is not None and span.overlaps(covered):
+            inside.add(memory_id)
+    for memory_id, occurred_at_us in occurred:
+        day = relative_time.day_of(occurred_at_us)
+        if span.overlaps((day, day)):
             inside.add(memory_id)
     if not inside:
         return ranking
@@ -644,7 +653,8 @@ class Recall:
                 span = relative_time.query_span(query) if self.date_boost > 0 else None
                 # Not for text only (its LoCoMo figures are without it).
                 if span is not None and scores is not None and len(fused):
-                    fused = dated(fused, txn.date_facts(fused.columns[0].tolist()), span, self.date_boost)
+                    candidates = fused.columns[0].tolist()
+                    fused = dated(fused, txn.date_facts(candidates), txn.occurred_at(candidates), span, self.date_boost)
                 # A question naming a speaker: what that speaker said first (not for text only either).
                 if self.speaker_boost > 0 and scores is not None and len(fused):
                     named = index.named_speakers(query)

@@ -799,6 +799,17 @@ class ReadTxn(OplogReads):
             )
         )
 
+    def occurred_at(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """(memory id, occurred_at in unix microseconds) of those of ``ids`` that have one."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        return list(
+            self.connection.execute(
+                f"SELECT id, occurred_at FROM memories WHERE id IN ({marks}) AND occurred_at IS NOT NULL", tuple(ids)
+            )
+        )
+
     def thread_neighbours(self, ids: Sequence[int]) -> list[tuple[int, int]]:
         """(memory id, neighbour id) for each of ``ids`` that has a thread: the live memories just
         before and just after it in thread order (position, then id). Two index seeks per memory
