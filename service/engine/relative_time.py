@@ -44,9 +44,24 @@ _NUMBERS = {
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _COUNT = r"(\d{1,3}|a couple of|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten)"
 _UNIT = r"(day|week|month|year)s?"
-_MONTHS = r"(january|february|march|april|may|june|july|august|september|october|november|december)"
+# A day's, a month's and a year's index words, e.g. "16 March 2023".
+_MONTH_NAMES = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_MONTHS = f"({'|'.join(_MONTH_NAMES)})"  # matched case aside, in a question
 # In a memory's text a month is written with its capital ("I may 5 times" names no day).
-_CAPITAL_MONTHS = r"(?-i:(January|February|March|April|May|June|July|August|September|October|November|December))"
+_CAPITAL_MONTHS = f"(?-i:{_MONTHS})"
 _ORDINAL = r"(?:st|nd|rd|th)?"
 # A day of a month written without its year ("on 16 March", "March 3rd", "the 3rd of March"); one
 # followed by a year is a whole date, the extractor's (engine/extractor.py).
@@ -68,22 +83,6 @@ _PATTERN = re.compile(
     r")\b",
     re.IGNORECASE,
 )
-# A day's, a month's and a year's index words, e.g. "16 March 2023".
-_MONTH_NAMES = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-
 # The names of months and weekdays, lower-cased: a date's words, not a name's (recall.with_names_prior).
 CALENDAR_WORDS = frozenset(name.lower() for name in (*_MONTH_NAMES, *_WEEKDAYS))
 
