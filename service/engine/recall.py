@@ -38,7 +38,6 @@ for); and with its ``question_penalty`` those that end by asking a question lose
 
 from __future__ import annotations
 
-import datetime
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
