@@ -652,8 +652,8 @@ class Recall:
                 span = relative_time.query_span(query) if self.date_boost > 0 else None
                 # Not for text only (its LoCoMo figures are without it).
                 if span is not None and scores is not None and len(fused):
-                    candidates = fused.columns[0].tolist()
-                    fused = dated(fused, txn.date_facts(candidates), txn.occurred_at(candidates), span, self.date_boost)
+                    facts, occurred = txn.dates(fused.columns[0].tolist())
+                    fused = dated(fused, facts, occurred, span, self.date_boost)
                 # A question naming a speaker: what that speaker said first (not for text only either).
                 if self.speaker_boost > 0 and scores is not None and len(fused):
                     named = index.named_speakers(query)

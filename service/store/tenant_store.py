@@ -788,27 +788,24 @@ class ReadTxn(OplogReads):
         sql, params = self._filter_sql("m", (), metadata_equals)
         return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
 
-    def date_facts(self, ids: Sequence[int]) -> list[tuple[int, str]]:
-        """(memory id, normalized date) of the ``date`` facts of ``ids`` (primary-key ranges)."""
+    def dates(self, ids: Sequence[int]) -> tuple[list[tuple[int, str]], list[tuple[int, int]]]:
+        """Of ``ids``, in one statement: (memory id, normalized date) of their ``date`` facts, and
+        (memory id, occurred_at in unix microseconds) of those that have one."""
         if not ids:
-            return []
+            return [], []
         marks = ",".join("?" * len(ids))
-        return list(
-            self.connection.execute(
-                f"SELECT memory_id, normalized FROM facts WHERE memory_id IN ({marks}) AND kind = 'date'", tuple(ids)
-            )
-        )
-
-    def occurred_at(self, ids: Sequence[int]) -> list[tuple[int, int]]:
-        """(memory id, occurred_at in unix microseconds) of those of ``ids`` that have one."""
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
-        return list(
-            self.connection.execute(
-                f"SELECT id, occurred_at FROM memories WHERE id IN ({marks}) AND occurred_at IS NOT NULL", tuple(ids)
-            )
-        )
+        facts: list[tuple[int, str]] = []
+        occurred: list[tuple[int, int]] = []
+        for memory_id, normalized, occurred_at in self.connection.execute(
+            f"SELECT memory_id, normalized, NULL FROM facts WHERE memory_id IN ({marks}) AND kind = 'date' "
+            f"UNION ALL SELECT id, NULL, occurred_at FROM memories WHERE id IN ({marks}) AND occurred_at IS NOT NULL",
+            (*ids, *ids),
+        ):
+            if occurred_at is None:
+                facts.append((memory_id, normalized))
+            else:
+                occurred.append((memory_id, occurred_at))
+        return facts, occurred
 
     def thread_neighbours(self, ids: Sequence[int]) -> list[tuple[int, int]]:
         """(memory id, neighbour id) for each of ``ids`` that has a thread: the live memories just
