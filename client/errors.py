@@ -121,10 +121,22 @@ def retry_delay(error: grpc.RpcError) -> float | None:
     return None
 
 
-def from_rpc_error(error: grpc.RpcError) -> MnemosyneClientError:
+# Codes a call ends with, without an ErrorInfo, when what answered at the address is no Mnemosyne
+# server: nothing listening, an HTTP/1 server, a TLS mismatch (UNAVAILABLE); a gRPC server of other
+# services (UNIMPLEMENTED).
+_NOT_MNEMOSYNE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED})
+
+
+def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientError:
+    """The typed error of a failed call. ``target``: the address the call went to; a failure that
+    did not come from a Mnemosyne server (no ErrorInfo) then asks whether one listens there, with
+    gRPC's own words after it. The code and reason stay those of the failure."""
     code = error.code()
     info = error_info(error)
     reason = info.reason if info is not None else code.name
     metadata = dict(info.metadata) if info is not None else {}
+    message = error.details() or ""
+    if info is None and target and code in _NOT_MNEMOSYNE:
+        message = f"is a Mnemosyne server listening at {target}? ({message})"
     cls = _BY_CODE.get(code, ServerError)
-    return cls(code, reason, error.details() or "", metadata, retry_delay(error))
+    return cls(code, reason, message, metadata, retry_delay(error))

@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 import grpc
 
 from mnemosyne.client import convert, types
-from mnemosyne.client.errors import AbortedError, InvalidArgumentError, NotFoundError, ServerError, from_rpc_error
+from mnemosyne.client.errors import (
+    AbortedError,
+    InvalidArgumentError,
+    MnemosyneClientError,
+    NotFoundError,
+    ServerError,
+    from_rpc_error,
+)
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.v1 import (
     admin_pb2,
@@ -132,10 +139,17 @@ class MemoryClient:
                 {},
             )
         return self._retrying(
-            lambda: method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata)), retry=retry
+            lambda: method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata)),
+            retry=retry,
+            tenant=getattr(request, "tenant", ""),
         )
 
-    def _retrying(self, attempt: Callable[[], T], *, retry: bool) -> T:
+    def _failed(self, error: grpc.RpcError, tenant: str = "") -> MnemosyneClientError:
+        """The typed error of a failed call for ``tenant``, naming the address the call went to."""
+        where = self._channel.address_of(tenant) if isinstance(self._channel, RoutingChannel) else self.target
+        return from_rpc_error(error, where)
+
+    def _retrying(self, attempt: Callable[[], T], *, retry: bool, tenant: str = "") -> T:
         """``attempt()`` until it succeeds; when ``retry`` (the call is safe to repeat: a read, or
         a write carrying a request id), repeated after UNAVAILABLE (backoff from 0.1 s, doubling)
         and after RESOURCE_EXHAUSTED that names a retry delay (google.rpc.RetryInfo: the server's
@@ -145,7 +159,7 @@ class MemoryClient:
             try:
                 return attempt()
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
+                error = self._failed(exc, tenant)
                 if not retry or tried == self._retries:
                     raise error from exc
                 if error.code == grpc.StatusCode.UNAVAILABLE:
@@ -565,6 +579,7 @@ class MemoryClient:
                 metadata=(*self._metadata, *metadata),
             ),
             retry=True,
+            tenant=tenant,
         )
         return types.MoveResult(
             r.tenant, r.source, r.destination, r.epoch, r.head_hash, r.bytes, list(r.steps), r.memories
@@ -596,7 +611,7 @@ class MemoryClient:
             for response in self.admin.Backup(request, timeout=timeout, metadata=self._metadata):
                 yield convert.backup_part_from_proto(response)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise self._failed(exc) from exc
 
     def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[types.TenantBackup | types.BackupChunk]:
         """One tenant as a consistent snapshot (its own token or an admin token): its manifest
@@ -607,7 +622,7 @@ class MemoryClient:
             for response in self.admin.ExportTenant(request, timeout=timeout, metadata=self._metadata):
                 yield convert.export_part_from_proto(response)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise self._failed(exc, tenant) from exc
 
     def import_tenant(
         self,
@@ -631,7 +646,7 @@ class MemoryClient:
         try:
             response = self.admin.ImportTenant(requests(), timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise self._failed(exc, tenant) from exc
         return convert.import_result_from_proto(response)
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
@@ -654,7 +669,7 @@ class MemoryClient:
                     files_read, consistency = chunk.files_read, chunk.consistency
                     unanswered = list(chunk.unanswered_members)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise self._failed(exc) from exc
         return types.AggregateStats(
             tenants=tenants,
             total=total,
@@ -694,7 +709,9 @@ class MemoryClient:
     def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
         # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
         return self._retrying(
-            lambda: method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata), retry=True
+            lambda: method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata),
+            retry=True,
+            tenant=request.tenant,
         )
 
     def get_event(self, tenant: str, event_id: int) -> types.Event:
@@ -742,7 +759,7 @@ class MemoryClient:
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.CANCELLED:
                     return
-                error = from_rpc_error(exc)
+                error = self._failed(exc, tenant)
                 if received or tried == self._retries or error.retry_after_seconds is None:
                     raise error from exc
                 time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))

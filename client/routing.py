@@ -65,13 +65,22 @@ class RoutingChannel(grpc.Channel):
         with self._lock:
             return owner_of(tenant, sorted(self.members))
 
-    def _channel(self, tenant: str, member: str = "") -> tuple[str, grpc.Channel]:
+    def _member(self, tenant: str, member: str) -> tuple[str, str]:
         """The member a call for ``tenant`` goes to ("" for no tenant: the first; ``member``: that
-        one) and its channel."""
+        one) and its address. Under the lock."""
+        if not member:
+            member = owner_of(tenant, sorted(self.members)) if tenant else ""
+        return member, self.members[member] if member else self.members[min(self.members)]
+
+    def address_of(self, tenant: str) -> str:
+        """The address a call for ``tenant`` goes to (the first member's for no tenant)."""
         with self._lock:
-            if not member:
-                member = owner_of(tenant, sorted(self.members)) if tenant else ""
-            address = self.members[member] if member else self.members[min(self.members)]
+            return self._member(tenant, "")[1]
+
+    def _channel(self, tenant: str, member: str = "") -> tuple[str, grpc.Channel]:
+        """The member a call for ``tenant`` goes to (``_member``) and its channel."""
+        with self._lock:
+            member, address = self._member(tenant, member)
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = self._make_channel(address)

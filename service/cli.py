@@ -1,5 +1,7 @@
-"""The ``mnemosyne`` command: ``serve``, ``health``, ``hash-token``, ``inspect``, ``oplog``, ``drill``,
-the client commands (``mcp``, ``backup``, ``restore``, ``export``, ``import``, ``consolidate``).
+"""The ``mnemosyne`` command: ``serve``, ``hash-token``, ``inspect``, ``oplog``, ``restore``, ``members``,
+``drill``, and the client commands (``health``, ``mcp``, ``backup``, ``export``, ``import``,
+``rebalance``, ``consolidate``), which all reach their server with the same connection flags
+(``_add_connection_flags``: target, token, TLS, mutual TLS).
 
 Every ``serve`` flag can also be set by an environment variable ``MNEMOSYNE_<FLAG>`` (flags win).
 """
@@ -20,6 +22,8 @@ from dataclasses import Field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 from mnemosyne.version import VERSION
@@ -137,22 +141,29 @@ def _serve(args: argparse.Namespace) -> int:
     return asyncio.run(_run_server(config))
 
 
+def _at_file(value: str, flag: str) -> str:
+    """A flag's value, or for ``@FILE`` the file's text (a member list kept in a file)."""
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidArgument(f"cannot read {flag} {value}: {cause}", reason="CONFIG_INVALID") from None
+
+
 def _membership(args: argparse.Namespace) -> Membership | None:
     """The member list of --members (``@FILE``: read from a file), or None without one."""
     from mnemosyne.store.membership import Membership
 
-    listed = args.members or ""
-    if listed.startswith("@"):
-        listed = Path(listed[1:]).read_text()
+    listed = _at_file(args.members or "", "--members")
     if not listed.strip():
         if args.member:
             raise SystemExit("--member needs --members (the whole member list, this member included)")
         return None
     if not args.member:
         raise SystemExit("--members needs --member (the id of this member in the list)")
-    previous = args.previous_members or ""
-    if previous.startswith("@"):
-        previous = Path(previous[1:]).read_text()
+    previous = _at_file(args.previous_members or "", "--previous-members")
     return Membership.parse(args.member, listed, epoch=args.ownership_epoch, previous=previous)
 
 
@@ -192,22 +203,57 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    credentials, options = _tls_client(args)
-    if credentials is not None:
-        channel = grpc.secure_channel(args.target, credentials, options)
-    else:
-        channel = grpc.insecure_channel(args.target, options)
-    with channel:
+    with _client(args) as client:
         try:
-            response = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
+            response = health_pb2_grpc.HealthStub(client.channel).Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
-            print(f"unhealthy: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            print(f"unhealthy: {from_rpc_error(exc, args.target)}", file=sys.stderr)
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     print(status)
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target: bool = True) -> None:
+    """How a client command reaches its server: --target (MNEMOSYNE_TARGET), --token-file
+    (MNEMOSYNE_TOKEN), --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name
+    (MNEMOSYNE_CLIENT_TLS...; CLIENT, so a server's own MNEMOSYNE_TLS_CERT is never taken for a
+    client certificate). ``token``: whose token the command needs. ``target=False``: the command
+    names its servers otherwise (rebalance's member lists)."""
+    group = parser.add_argument_group("connection to the server")
+    if target:
+        group.add_argument(
+            "--target",
+            default=_env("TARGET", DEFAULT_TARGET),
+            help=f"HOST:PORT of the server (MNEMOSYNE_TARGET; default {DEFAULT_TARGET})",
+        )
+    group.add_argument("--token-file", help=f"a file holding {token} (default: MNEMOSYNE_TOKEN)")
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        default=_env("CLIENT_TLS") == "1",
+        help="connect with TLS, trusting the system's roots (implied by the other --tls-* flags; MNEMOSYNE_CLIENT_TLS=1)",
+    )
+    group.add_argument(
+        "--tls-ca", default=_env("CLIENT_TLS_CA"), help="PEM CA bundle to trust instead (MNEMOSYNE_CLIENT_TLS_CA)"
+    )
+    group.add_argument(
+        "--tls-cert",
+        default=_env("CLIENT_TLS_CERT"),
+        help="client certificate (PEM), for mutual TLS (MNEMOSYNE_CLIENT_TLS_CERT)",
+    )
+    group.add_argument("--tls-key", default=_env("CLIENT_TLS_KEY"), help="key of --tls-cert (MNEMOSYNE_CLIENT_TLS_KEY)")
+    group.add_argument(
+        "--tls-server-name",
+        default=_env("CLIENT_TLS_SERVER_NAME"),
+        help="name to check the server certificate against (default: the target's host; "
+        "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",
+    )
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -223,50 +269,31 @@ def _token(args: argparse.Namespace) -> str | None:
         ) from None
 
 
-def _add_tls_client_flags(parser: argparse.ArgumentParser, env: str) -> None:
-    """--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name (each also MNEMOSYNE_<env>_TLS...)."""
-    parser.add_argument(
-        "--tls",
-        action="store_true",
-        default=bool(_env(f"{env}_TLS")),
-        help="connect with TLS (implied by the other --tls-* flags)",
-    )
-    parser.add_argument(
-        "--tls-ca", default=_env(f"{env}_TLS_CA"), help="PEM CA bundle to trust (default: system roots)"
-    )
-    parser.add_argument("--tls-cert", default=_env(f"{env}_TLS_CERT"), help="client certificate, for mutual TLS")
-    parser.add_argument("--tls-key", default=_env(f"{env}_TLS_KEY"), help="key of --tls-cert")
-    parser.add_argument(
-        "--tls-server-name",
-        default=_env(f"{env}_TLS_SERVER_NAME"),
-        help="name to check the server certificate against (default: the target's host)",
-    )
-
-
-def _tls_client(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
-    """The channel credentials (None: plaintext) and options of ``_add_tls_client_flags``."""
+def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``MemoryClient``'s keyword arguments from the connection flags: token, TLS credentials
+    (None: plaintext) and channel options."""
     from mnemosyne.transport.tls import channel_credentials
 
     options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
-    if args.tls or args.tls_ca or args.tls_cert:
-        return channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)), options
-    return None, options
+    tls = args.tls or any((args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name))
+    credentials = channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)) if tls else None
+    return {"token": _token(args), "credentials": credentials, "options": options}
 
 
-def _add_token_flag(parser: argparse.ArgumentParser, who: str) -> None:
-    parser.add_argument("--token-file", help=f"a file holding {who} (default: MNEMOSYNE_TOKEN)")
+def _client(args: argparse.Namespace) -> MemoryClient:
+    """The client of a command's connection flags, to its --target."""
+    return MemoryClient(args.target, **_client_settings(args))
 
 
 def _mcp(args: argparse.Namespace) -> int:
     """The MCP server over stdio: stdout carries the protocol, so every log line goes to stderr."""
     import anyio
 
-    from mnemosyne.client import MemoryClient
     from mnemosyne.client.host import MemoryHost
     from mnemosyne.client.mcp_host import Agent, Session, build_server
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    with MemoryClient(args.target, _token(args)) as client:
+    with _client(args) as client:
         # One process is one session: its agent is this process's.
         session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
         anyio.run(build_server(lambda _ctx: session).run_stdio_async)
@@ -601,14 +628,9 @@ def _progress(line: str) -> None:
 
 def _backup(args: argparse.Namespace) -> int:
     from mnemosyne.backup_dir import write_backup
-    from mnemosyne.client import MemoryClient, MnemosyneClientError
 
-    with MemoryClient(args.target, _token(args)) as client:
-        try:
-            summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
-        except MnemosyneClientError as exc:
-            print(f"mnemosyne backup: {exc}", file=sys.stderr)
-            return 2
+    with _client(args) as client:
+        summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
     print(
         f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
         f"{summary.skipped} skipped, {summary.bytes} bytes received"
@@ -627,59 +649,47 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from mnemosyne.client import MemoryClient, MnemosyneClientError
     from mnemosyne.tenant_archive import write_archive
 
-    with MemoryClient(args.target, _token(args)) as client:
-        try:
-            copy = write_archive(client, args.tenant, Path(args.to))
-        except MnemosyneClientError as exc:
-            print(f"mnemosyne export: {exc}", file=sys.stderr)
-            return 2
+    with _client(args) as client:
+        copy = write_archive(client, args.tenant, Path(args.to))
     print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
     return 0
 
 
 def _rebalance(args: argparse.Namespace) -> int:
+    from mnemosyne.client.routing import parse_members
     from mnemosyne.rebalance import rebalance
 
-    def listed(value: str) -> str:
-        return Path(value[1:]).read_text() if value.startswith("@") else value
-
-    credentials, options = _tls_client(args)
+    lists = {flag: _at_file(value, flag) for flag, value in (("--from", args.from_members), ("--to", args.to_members))}
+    for flag, listed in lists.items():
+        try:
+            parse_members(listed)
+        except ValueError as exc:
+            raise InvalidArgument(f"{flag}: {exc}", reason="CONFIG_INVALID") from None
+    settings = _client_settings(args)
     return rebalance(
-        listed(args.from_members),
-        listed(args.to_members),
-        token=_token(args),
+        lists["--from"],
+        lists["--to"],
+        token=settings.pop("token"),
         parallel=args.parallel,
-        client_options={"credentials": credentials, "options": options},
+        client_options=settings,
     )
 
 
 def _import(args: argparse.Namespace) -> int:
-    from mnemosyne.client import MemoryClient, MnemosyneClientError
     from mnemosyne.tenant_archive import import_archive
 
-    with MemoryClient(args.target, _token(args)) as client:
-        try:
-            result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
-        except MnemosyneClientError as exc:
-            print(f"mnemosyne import: {exc}", file=sys.stderr)
-            return 2
+    with _client(args) as client:
+        result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
     done = "replaced" if result.replaced else "imported"
     print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
     return 0
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    from mnemosyne.client import MemoryClient, MnemosyneClientError
-
-    with MemoryClient(args.target, _token(args)) as client:
-        try:
-            outcomes = client.consolidate_session(args.tenant, args.thread or "")
-        except MnemosyneClientError as exc:
-            print(f"mnemosyne consolidate: {exc}", file=sys.stderr)
-            return 2
+    with _client(args) as client:
+        outcomes = client.consolidate_session(args.tenant, args.thread or "")
     if not outcomes:
         print(f"{args.tenant}: no finished session to consolidate")
     for o in outcomes:
@@ -701,17 +711,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
-    health.add_argument("--target", default="127.0.0.1:50051")
     health.add_argument("--service", default="")
     health.add_argument("--timeout", type=float, default=3.0)
-    _add_tls_client_flags(health, "HEALTH")
+    _add_connection_flags(health, "a token (none needed: health checks are not authenticated)")
     health.set_defaults(run=_health)
 
     mcp = commands.add_parser("mcp", help="an MCP server of memory tools over stdio, for a model (a host)")
-    mcp.add_argument("--target", required=True, help="HOST:PORT of the Mnemosyne server")
     mcp.add_argument("--tenant", required=True, help="the tenant the tools read and write")
     mcp.add_argument("--workspace", default="main", help="the workspace whose records the tools show and edit")
-    _add_token_flag(mcp, "the token")
+    _add_connection_flags(mcp, "the tenant's token")
     mcp.set_defaults(run=_mcp)
 
     hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
@@ -730,10 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     backup = commands.add_parser(
         "backup", help="copy a running server's tenants into a directory on this machine (admin token)"
     )
-    backup.add_argument("--target", required=True, help="HOST:PORT of the server")
     backup.add_argument("--to", required=True, help="the backup directory: new, empty, or an earlier backup's")
     backup.add_argument("--tenant", action="append", default=[], help="a tenant to copy (repeat; default: all)")
-    _add_token_flag(backup, "an admin token")
+    _add_connection_flags(backup, "an admin token")
     backup.set_defaults(run=_backup)
 
     restore = commands.add_parser(
@@ -746,18 +753,16 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(run=_restore)
 
     export = commands.add_parser("export", help="write one tenant of a running server to an archive file")
-    export.add_argument("--target", required=True, help="HOST:PORT of the server")
     export.add_argument("--tenant", required=True)
     export.add_argument("--to", required=True, help="the archive to write (a new file)")
-    _add_token_flag(export, "the tenant's token or an admin token")
+    _add_connection_flags(export, "the tenant's token or an admin token")
     export.set_defaults(run=_export)
 
     import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
-    import_.add_argument("--target", required=True, help="HOST:PORT of the server")
     import_.add_argument("--from", dest="from_file", required=True, help="the archive")
     import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
     import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
-    _add_token_flag(import_, "an admin token")
+    _add_connection_flags(import_, "an admin token")
     import_.set_defaults(run=_import)
 
     rebalance = commands.add_parser(
@@ -769,19 +774,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
     rebalance.add_argument("--parallel", type=int, default=4, help="moves at once (default 4)")
-    _add_token_flag(rebalance, "an admin token")
-    _add_tls_client_flags(rebalance, "REBALANCE")
+    _add_connection_flags(rebalance, "an admin token", target=False)
     rebalance.set_defaults(run=_rebalance)
 
     consolidate = commands.add_parser(
         "consolidate", help="turn finished sessions (threads) of a tenant into records, each receipt once"
     )
-    consolidate.add_argument("--target", required=True, help="HOST:PORT of the server")
     consolidate.add_argument("--tenant", required=True)
     consolidate.add_argument(
         "--thread", default="", help="this thread, finished now (default: every thread idle long enough)"
     )
-    _add_token_flag(consolidate, "the tenant's token or an admin token")
+    _add_connection_flags(consolidate, "the tenant's token or an admin token")
     consolidate.set_defaults(run=_consolidate)
 
     members = commands.add_parser(
@@ -808,6 +811,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except MnemosyneError as exc:
         print(f"mnemosyne: {exc.message} [{exc.reason}]", file=sys.stderr)
+        return 2
+    except MnemosyneClientError as exc:  # a client command's call the server refused, or no server answered
+        print(f"mnemosyne {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or directory of this machine the command cannot use: said, not traced
+        where = "".join(f": {name}" for name in (exc.filename, exc.filename2) if name is not None)
+        print(f"mnemosyne {args.command}: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
 
 

@@ -1,15 +1,25 @@
-"""Bearer tokens, per-tenant authorisation, and health checks that need no token."""
+"""Bearer tokens, per-tenant authorisation (a malformed tenant id is invalid before any token is
+looked at, on every surface), and health checks that need no token."""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
+from urllib.parse import quote
 
 import grpc
 import pytest
+from google.protobuf import message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mnemosyne.client import MemoryClient, PermissionDeniedError, UnauthenticatedError
+from mnemosyne.client.errors import error_info
 from mnemosyne.transport.auth import hash_token
+from mnemosyne.transport.mem0_api import Mem0Api
+from mnemosyne.transport.server import SERVICES
+from tests.http_support import ROUTES, request
+from tests.http_support import call as call_route
 
 TOKENS = {"svc-acme": "s3cret-acme-token", "admin": "s3cret-admin-token"}
 
@@ -30,7 +40,7 @@ def secured(tmp_path_factory):
             }
         )
     )
-    server = ServerProcess(root / "data", args=["--tokens-file", str(tokens_file)]).start()
+    server = ServerProcess(root / "data", args=["--tokens-file", str(tokens_file)], http=True).start()
     yield server
     server.stop()
 
@@ -62,13 +72,107 @@ def test_token_for_another_tenant_is_permission_denied_before_any_lookup(secured
             lambda: client.recall("beta", "x"),
             lambda: client.get_memory("beta", 1),
             lambda: client.stats("beta"),
-            # Even a malformed id is refused as forbidden, not described as invalid.
-            lambda: client.recall("../acme", "x"),
         ):
             with pytest.raises(PermissionDeniedError) as info:
                 call()
             assert info.value.reason == "TENANT_FORBIDDEN"
     assert not (secured.data_dir / "tenants" / "beta.sqlite").exists()
+
+
+# Tenant ids of the wrong form: a path, capitals, one character too many.
+MALFORMED_TENANTS = ["../acme", "Acme", "a" * 64]
+# Who asks: a valid token for another tenant, and nobody.
+ASKERS = {"another tenant's token": TOKENS["svc-acme"], "no token": None}
+
+
+def _grpc_calls() -> list[tuple[str, Any, bool, bool]]:
+    """(path, request type, client streaming, server streaming) of every RPC naming a tenant."""
+    return [
+        (f"/{service.full_name}/{method.name}", message_factory.GetMessageClass(method.input_type), *kind)
+        for service in SERVICES
+        for method in service.methods
+        if "tenant" in method.input_type.fields_by_name
+        for kind in [(method.client_streaming, method.server_streaming)]
+    ]
+
+
+def _grpc_refusal(channel: grpc.Channel, call: tuple[str, Any, bool, bool], tenant: str, token: str | None) -> Any:
+    path, request_type, client_streaming, server_streaming = call
+    request = request_type(tenant=tenant)
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    serialize = request_type.SerializeToString
+    try:
+        if client_streaming:
+            channel.stream_unary(path, request_serializer=serialize)(iter([request]), timeout=10, metadata=metadata)
+        elif server_streaming:
+            list(channel.unary_stream(path, request_serializer=serialize)(request, timeout=10, metadata=metadata))
+        else:
+            channel.unary_unary(path, request_serializer=serialize)(request, timeout=10, metadata=metadata)
+    except grpc.RpcError as exc:
+        info = error_info(exc)
+        return exc.code(), info.reason if info is not None else ""
+    return "answered"
+
+
+def _routed_request(rpc: str, tenant: str) -> Any:
+    """The request of an HTTP route for ``tenant``, its other path fields given a value (an empty
+    one would leave a segment out and match no route)."""
+    route = ROUTES[rpc]
+    message = message_factory.GetMessageClass(route.rpc.input_type)(tenant=tenant)
+    for name in route.path_fields:
+        if name != "tenant":
+            field = route.rpc.input_type.fields_by_name[name]
+            setattr(message, name, "main" if field.type == field.TYPE_STRING else 1)
+    return message
+
+
+def _mem0_paths() -> list[tuple[str, str]]:
+    """(verb, a path) of every mem0 route answered for a tenant: each pattern's groups filled in."""
+    table = Mem0Api(None, None)._routes  # type: ignore[arg-type]  # only its route table is read: no call is served
+    return [
+        (verb, re.sub(r"\([^)]*\)", "1", pattern.pattern))
+        for verb, pattern, name, handler in table
+        if handler is not None and name != "ping"  # ping names no tenant; unsupported paths answer 501
+    ]
+
+
+@pytest.mark.parametrize("asker", ASKERS)
+def test_a_malformed_tenant_is_invalid_on_every_surface_whoever_asks(secured, asker: str) -> None:
+    """TENANT_INVALID, not TENANT_FORBIDDEN nor TOKEN_MISSING: the id's form is checked before the
+    token, on gRPC (every RPC naming a tenant), the HTTP/JSON routes, the mem0 paths and MCP."""
+    token = ASKERS[asker]
+    expected: dict[str, Any] = {}
+    answered: dict[str, Any] = {}
+    with grpc.insecure_channel(secured.target) as channel:
+        calls = _grpc_calls()
+        assert len(calls) >= 30
+        for call in calls:
+            for tenant in [*MALFORMED_TENANTS, *([""] if call[0] != "/mnemosyne.v1.AdminService/ImportTenant" else [])]:
+                key = f"grpc {call[0]} {tenant!r}"
+                answered[key] = _grpc_refusal(channel, call, tenant, token)
+                expected[key] = (grpc.StatusCode.INVALID_ARGUMENT, "TENANT_INVALID")
+    bearer = {"authorization": f"Bearer {token}"} if token else {}
+    routes = [rpc for rpc, route in ROUTES.items() if "tenant" in route.rpc.input_type.fields_by_name]
+    assert len(routes) >= 25
+    for rpc in routes:
+        for tenant in MALFORMED_TENANTS:
+            reply = call_route(secured.http_port, rpc, _routed_request(rpc, tenant), bearer)
+            answered[f"http {rpc} {tenant!r}"] = (reply.status, reply.reason if reply.status >= 400 else "")
+            expected[f"http {rpc} {tenant!r}"] = (400, "TENANT_INVALID")
+    mem0_key = {"authorization": f"Token {token}"} if token else {}
+    paths = _mem0_paths()
+    assert len(paths) >= 10
+    for verb, path in paths:
+        for tenant in MALFORMED_TENANTS:
+            reply = request(secured.http_port, verb, path, b"{}", {**mem0_key, "mnemosyne-tenant": tenant})
+            answered[f"mem0 {verb} {path} {tenant!r}"] = (reply.status, reply.reason if reply.status >= 400 else "")
+            expected[f"mem0 {verb} {path} {tenant!r}"] = (400, "TENANT_INVALID")
+    for tenant in MALFORMED_TENANTS:
+        reply = request(secured.http_port, "POST", f"/mcp?tenant={quote(tenant)}", b"{}", bearer)
+        answered[f"mcp {tenant!r}"] = (reply.status, reply.reason if reply.status >= 400 else "")
+        expected[f"mcp {tenant!r}"] = (400, "TENANT_INVALID")
+    wrong = {key: answer for key, answer in answered.items() if answer != expected[key]}
+    assert not wrong, f"{len(wrong)} of {len(answered)} answers are not TENANT_INVALID: {wrong}"
 
 
 def test_admin_token_reaches_every_tenant(secured) -> None:

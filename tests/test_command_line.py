@@ -3,12 +3,16 @@ taken, and the client's message when no server answers."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import grpc
 import pytest
 
 from mnemosyne import MemoryClient, __version__
-from mnemosyne.client.errors import UnavailableError
+from mnemosyne.client.errors import MnemosyneClientError, UnavailableError
 
 DISTRIBUTION = "mnemosyne-memory-service"
 
@@ -67,9 +71,12 @@ def _last_line_only_error(result: subprocess.CompletedProcess[str]) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
+PORT_FLAGS = ("--port", "--metrics-port", "--http-port")
+
+
+@pytest.mark.parametrize("flag", PORT_FLAGS)
 def test_a_port_in_use_is_one_line_with_its_reason(tmp_path: Path, taken_port: int, flag: str) -> None:
-    others = ["--metrics-port", "0"] if flag == "--port" else ["--port", "0"]
+    others = [part for other in PORT_FLAGS if other != flag for part in (other, "0")]
     data_dir = tmp_path / "data"
     line = _last_line_only_error(_serve(data_dir, flag, str(taken_port), *others))
     assert f"127.0.0.1:{taken_port}" in line
@@ -77,6 +84,84 @@ def test_a_port_in_use_is_one_line_with_its_reason(tmp_path: Path, taken_port: i
     assert f"choose another {flag}" in line
     # Refused before the data directory was opened: nothing was created.
     assert not data_dir.exists()
+
+
+def _file(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+# Mistakes a person makes starting a server: (flags, words the one line must hold, a path that
+# must not exist afterwards). Every one is refused in one line, exit 2, before anything is served.
+START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path | None]]] = {
+    "a data directory that is a file": lambda d: (
+        ["--data-dir", str(_file(d / "data"))],
+        [f"the data directory {d / 'data'} is a file, not a directory", "[DATA_DIR_UNUSABLE]"],
+        None,
+    ),
+    "a data directory whose parent does not exist": lambda d: (
+        ["--data-dir", str(d / "typo" / "data")],
+        [f"{d / 'typo'} does not exist", "[DATA_DIR_UNUSABLE]"],
+        d / "typo",
+    ),
+    "a data directory inside a file": lambda d: (
+        ["--data-dir", str(_file(d / "file") / "data")],
+        [f"{d / 'file'} is not a directory", "[DATA_DIR_UNUSABLE]"],
+        None,
+    ),
+    "a data directory whose tenants directory is a file": lambda d: (
+        ["--data-dir", str(_file(d / "data" / "tenants").parent)],
+        [f"cannot be used: File exists: {d / 'data' / 'tenants'}", "[DATA_DIR_UNUSABLE]"],
+        None,
+    ),
+    "a data directory whose lock cannot be opened": lambda d: (
+        ["--data-dir", str(_directory(d / "data" / ".mnemosyne.lock").parent)],
+        [f"cannot be used: Is a directory: {d / 'data' / '.mnemosyne.lock'}", "[DATA_DIR_UNUSABLE]"],
+        None,
+    ),
+    "a tokens file that is missing": lambda d: (
+        ["--data-dir", str(d / "data"), "--tokens-file", str(d / "tokens.json")],
+        [str(d / "tokens.json"), "cannot be read", "[TOKENS_FILE_INVALID]"],
+        d / "data",
+    ),
+    "a tokens file that is malformed": lambda d: (
+        ["--data-dir", str(d / "data"), "--tokens-file", str(_file(d / "tokens.json", '{"tokens": {}}'))],
+        [str(d / "tokens.json"), "[TOKENS_FILE_INVALID]"],
+        d / "data",
+    ),
+    "TLS files that are missing": lambda d: (
+        ["--data-dir", str(d / "data"), "--tls-cert", str(d / "tls.crt"), "--tls-key", str(d / "tls.key")],
+        [f"cannot read the TLS key {d / 'tls.key'}", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
+    "TLS files that are not PEM": lambda d: (
+        ["--data-dir", str(d / "data"), "--tls-cert", str(_file(d / "tls.crt", "not a certificate"))]
+        + ["--tls-key", str(_file(d / "tls.key", "not a key"))],
+        [f"the TLS certificate {d / 'tls.crt'} and its key {d / 'tls.key'} are not a PEM", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
+    "a member list file that is missing": lambda d: (
+        ["--data-dir", str(d / "data"), "--member", "m0", "--members", f"@{d / 'members.txt'}"],
+        [f"cannot read --members @{d / 'members.txt'}: No such file or directory", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", START_UP_MISTAKES)
+def test_a_start_up_mistake_is_one_line_without_a_traceback(tmp_path: Path, mistake: str) -> None:
+    flags, words, absent = START_UP_MISTAKES[mistake](tmp_path)
+    ports = [part for flag in PORT_FLAGS for part in (flag, "0")]  # no default port: the README's server may run
+    result = _run(sys.executable, "-m", "mnemosyne", "serve", *ports, *flags, timeout=30)
+    line = _last_line_only_error(result)
+    assert all(word in line for word in words), line
+    assert absent is None or not absent.exists()
 
 
 @pytest.mark.parametrize("port", ["0", "50999"])
@@ -111,16 +196,65 @@ def test_a_host_that_does_not_resolve_is_named(tmp_path: Path) -> None:
     assert "no-such-host.invalid" in line and "does not resolve" in line and "[LISTEN_FAILED]" in line
 
 
-def test_a_server_that_is_not_there_is_unavailable_said_once() -> None:
-    # A port nothing listens on: the connection is refused, no ErrorInfo comes back.
+@contextmanager
+def _wrong_ports() -> Iterator[dict[str, str]]:
+    """Addresses where no Mnemosyne server listens: a port nothing listens on, an HTTP/1 server,
+    and a gRPC server of other services."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         free = closed.getsockname()[1]
-    with MemoryClient(f"127.0.0.1:{free}", timeout=5.0, retries=0) as client:
-        with pytest.raises(UnavailableError) as info:
-            client.recall("acme", "anything")
-    error = info.value
-    assert error.code == grpc.StatusCode.UNAVAILABLE
-    text = str(error)
-    assert text.startswith("UNAVAILABLE: ") and not text.startswith("UNAVAILABLE UNAVAILABLE")
-    assert error.message and error.message in text
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    other = grpc.server(ThreadPoolExecutor(max_workers=1))
+    other_port = other.add_insecure_port("127.0.0.1:0")
+    other.start()
+    try:
+        yield {
+            "nothing listening": f"127.0.0.1:{free}",
+            "an HTTP server": f"127.0.0.1:{web.server_address[1]}",
+            "a gRPC server of other services": f"127.0.0.1:{other_port}",
+        }
+    finally:
+        other.stop(0)
+        web.shutdown()
+        web.server_close()
+
+
+def test_a_client_at_the_wrong_port_asks_whether_a_mnemosyne_server_listens_there() -> None:
+    """The failure keeps its code, reason and class; its message names the address first, then
+    gRPC's own words, on one line."""
+    with _wrong_ports() as wrong:
+        for what, target in wrong.items():
+            with MemoryClient(target, timeout=5.0, retries=0) as client:
+                with pytest.raises(MnemosyneClientError) as info:
+                    client.recall("acme", "anything")
+            error = info.value
+            expected = grpc.StatusCode.UNIMPLEMENTED if what.startswith("a gRPC") else grpc.StatusCode.UNAVAILABLE
+            assert error.code == expected and error.reason == expected.name, (what, error)
+            assert isinstance(error, UnavailableError) == (expected == grpc.StatusCode.UNAVAILABLE)
+            text = str(error)
+            assert text.startswith(f"{expected.name}: is a Mnemosyne server listening at {target}? ("), (what, text)
+            assert "\n" not in text and info.value.__cause__ is not None
+            assert text.endswith(f"({info.value.__cause__.details()})"), text  # type: ignore[attr-defined]  # the cause is the grpc.RpcError
+        # A deployment of many members: the address is the member's the call went to.
+        members = f"m0={wrong['nothing listening']}"
+        with MemoryClient("", members=members, timeout=5.0, retries=0) as client:
+            with pytest.raises(
+                UnavailableError, match=f"is a Mnemosyne server listening at {wrong['nothing listening']}"
+            ):
+                client.retain("acme", "anything")
+        # The command line says it in one line (every client command prints its client's error).
+        target = wrong["an HTTP server"]
+        ran = _run(sys.executable, "-m", "mnemosyne", "consolidate", "--target", target, "--tenant", "acme")
+        lines = ran.stderr.strip().splitlines()
+        assert ran.returncode == 2 and len(lines) == 1 and "Traceback" not in ran.stderr, ran.stderr
+        assert lines[0].startswith(f"mnemosyne consolidate: UNAVAILABLE: is a Mnemosyne server listening at {target}?")
+
+
+def test_a_server_refusal_is_not_taken_for_a_wrong_port(server, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    """A Mnemosyne server's own answers (they carry their ErrorInfo) keep their message."""
+    target = server if isinstance(server, str) else server.target
+    with MemoryClient(target, retries=0) as client:
+        with pytest.raises(MnemosyneClientError) as info:
+            client.retain(tenant, "   ")
+    assert info.value.reason == "TEXT_EMPTY" and "listening" not in str(info.value)

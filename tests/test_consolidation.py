@@ -180,9 +180,9 @@ def test_consolidation_fails_clearly_on_hostile_input(server_factory: Any) -> No
         assert unknown.value.reason == "THREAD_NOT_FOUND"
         with pytest.raises(PermissionDeniedError):
             client.consolidate_session("beta", THREAD)  # a tenant this token does not reach
-        with pytest.raises(PermissionDeniedError) as tenant:
-            client.consolidate_session("Bad!Tenant", THREAD)  # not reachable, so never looked at
-        assert tenant.value.reason == "TENANT_FORBIDDEN"
+        with pytest.raises(InvalidArgumentError) as tenant:
+            client.consolidate_session("Bad!Tenant", THREAD)  # its form is wrong whoever asks
+        assert tenant.value.reason == "TENANT_INVALID"
     with MemoryClient(server.target, "token-b") as other:
         with pytest.raises(PermissionDeniedError):
             other.consolidate_session("alpha", THREAD)  # another tenant's session

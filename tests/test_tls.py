@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import http.client
 import ipaddress
@@ -14,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import grpc
 import pytest
 from cryptography import x509
@@ -21,8 +23,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mnemosyne.cli import build_parser
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
+from mnemosyne.client.types import ThreadRef
 from mnemosyne.server_process import _free_port
 from tests.support import ServerProcess, tokens_json
 
@@ -99,6 +103,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return Pki(ca, server, client, rogue_ca, rogue_client)
 
 
+def _serving(cert: Path, key: Path, client_ca: Path | None = None) -> list[str]:
+    """The TLS flags of ``mnemosyne serve`` (mutual TLS with ``client_ca``)."""
+    return ["--tls-cert", str(cert), "--tls-key", str(key), *(["--tls-client-ca", str(client_ca)] if client_ca else [])]
+
+
+def _trusting(ca: Path, cert: Path | None = None, key: Path | None = None) -> list[str]:
+    """The TLS flags of a client command (a client certificate with ``cert`` and ``key``)."""
+    return ["--tls-ca", str(ca), *(["--tls-cert", str(cert), "--tls-key", str(key)] if cert and key else [])]
+
+
 def _works(target: str, credentials: grpc.ChannelCredentials | None, tenant: str) -> bool:
     with MemoryClient(target, credentials=credentials, options=NAME_OVERRIDE, retries=0, timeout=10) as c:
         try:
@@ -161,14 +175,7 @@ def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-
 
 def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
     server: ServerProcess = server_factory(
-        args=[
-            "--tls-cert",
-            str(pki.server.cert),
-            "--tls-key",
-            str(pki.server.key),
-            "--tls-client-ca",
-            str(pki.ca.cert),
-        ],
+        args=_serving(pki.server.cert, pki.server.key, pki.ca.cert),
         health_credentials=pki.credentials(client=pki.client),
         http=True,
     ).start()
@@ -219,32 +226,193 @@ def test_tls_configuration_errors_are_clear(tmp_path: Path, pki: Pki) -> None:
     assert "--tls-key" in result.stderr
 
 
-def test_rebalance_speaks_tls_to_the_members(pki: Pki, tmp_path: Path) -> None:
-    """`mnemosyne rebalance --tls-ca ... --tls-server-name ...` asks the members over TLS (a member
-    list of one: it lists the member's tenants and finds nothing to move); without TLS it cannot."""
+def test_tls_files_that_do_not_fit_are_named_in_one_line(pki: Pki, tmp_path: Path) -> None:
+    """A certificate with another's key, or a CA bundle that is no PEM, is refused at start (server)
+    or before connecting (client) in one line naming the file — not as a port in use, not as an
+    unreachable server, and without gRPC's own log lines."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a PEM file")
+    serve = ["serve", "--data-dir", str(tmp_path / "data"), "--port", "0", "--metrics-port", "0", "--http-port", "0"]
+    health = ["health", "--target", "127.0.0.1:1"]
+    server, client = pki.server, pki.client
+    cases = [
+        ([*serve, *_serving(server.cert, client.key)], f"the TLS certificate {server.cert} and its key {client.key}"),
+        ([*serve, *_serving(server.cert, server.key, garbage)], f"the client CA bundle {garbage} holds no PEM"),
+        ([*health, *_trusting(garbage)], f"the CA bundle {garbage} holds no PEM certificate"),
+        (
+            [*health, *_trusting(pki.ca.cert, client.cert, server.key)],
+            f"the client certificate {client.cert} and its key",
+        ),
+    ]
+    for args, words in cases:
+        ran = subprocess.run([sys.executable, "-m", "mnemosyne.cli", *args], capture_output=True, text=True, timeout=60)
+        said = [line for line in ran.stderr.splitlines() if line.startswith("mnemosyne")]
+        assert ran.returncode == 2 and len(said) == 1 and "Traceback" not in ran.stderr, (args, ran.stderr)
+        assert words in said[0] and said[0].endswith("[CONFIG_INVALID]"), said[0]
+        assert "andshaker" not in ran.stderr, ran.stderr  # gRPC core never got the files
+    assert not (tmp_path / "data").exists()
+
+
+# Commands that work on files or start servers of their own: every other command connects to a
+# server and takes every connection flag (``mnemosyne rebalance`` names its servers by member lists
+# instead of --target).
+LOCAL_COMMANDS = {"serve", "hash-token", "inspect", "oplog", "restore", "members", "drill"}
+CONNECTION_FLAGS = {"--target", "--token-file", "--tls", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"}
+NO_TARGET = {"rebalance"}
+ADMIN = "admin-token-tls"
+# The client settings a child process may inherit from the test's environment.
+CLIENT_VARIABLES = ("MNEMOSYNE_TARGET", "MNEMOSYNE_TOKEN", "MNEMOSYNE_CLIENT_TLS")
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def _connecting() -> dict[str, argparse.ArgumentParser]:
+    return {name: command for name, command in _commands().items() if name not in LOCAL_COMMANDS}
+
+
+def test_every_command_that_connects_takes_every_connection_flag() -> None:
+    connecting = _connecting()
+    assert {"health", "mcp", "backup", "export", "import", "rebalance", "consolidate"} <= set(connecting)
+    for name, command in connecting.items():
+        wanted = CONNECTION_FLAGS - {"--target"} if name in NO_TARGET else CONNECTION_FLAGS
+        missing = sorted(wanted - set(command._option_string_actions))
+        assert not missing, f"mnemosyne {name} lacks {missing}: give it _add_connection_flags (service/cli.py)"
+
+
+@dataclass
+class Deployment:
+    """A server of one member (``rebalance`` asks members) with an admin token, and how a client
+    command reaches it: by flags, or by the MNEMOSYNE_ variables."""
+
+    server: ServerProcess
+    members: str
+    tenant: str
+    work: Path
+    flags: list[str]
+    env: dict[str, str]
+
+    def run(self, command: str, *args: str, tls: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(CLIENT_VARIABLES)}
+        env["MNEMOSYNE_TOKEN"] = ADMIN
+        argv = [sys.executable, "-m", "mnemosyne.cli", command, *args]
+        if tls:
+            env.update(self.env)
+            argv += self.flags
+        if command not in NO_TARGET and "MNEMOSYNE_TARGET" not in env:
+            argv += ["--target", self.server.target]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+    def ok(self, command: str, *args: str) -> str:
+        ran = self.run(command, *args)
+        assert ran.returncode == 0 and "Traceback" not in ran.stderr, f"{command}: {ran.stdout}{ran.stderr}"
+        return ran.stdout
+
+
+def _run_health(d: Deployment) -> None:
+    assert d.ok("health").strip() == "SERVING"
+
+
+def _run_mcp(d: Deployment) -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLIENT_VARIABLES)}
+    env.update({"MNEMOSYNE_TOKEN": ADMIN, **d.env})
+    args = ["-m", "mnemosyne.cli", "mcp", "--tenant", d.tenant, *d.flags]
+    if "MNEMOSYNE_TARGET" not in env:
+        args += ["--target", d.server.target]
+
+    async def session() -> str:
+        async with Client(StdioServerParameters(command=sys.executable, args=args, env=env)) as c:
+            retained = await c.call_tool("retain", {"text": "The spare key is under the blue pot"})
+            assert not retained.is_error, retained
+            recalled = await c.call_tool("recall", {"query": "where is the spare key"})
+            assert not recalled.is_error, recalled
+            return "\n".join(getattr(part, "text", "") for part in recalled.content)
+
+    assert "blue pot" in anyio.run(session)
+
+
+def _run_consolidate(d: Deployment) -> None:
+    assert d.ok("consolidate", "--tenant", d.tenant, "--thread", "chat-1").startswith("chat-1 global: applied")
+
+
+def _run_export(d: Deployment) -> None:
+    assert d.ok("export", "--tenant", d.tenant, "--to", str(d.work / "t.tar")).startswith(f"exported {d.tenant} ")
+
+
+def _run_import(d: Deployment) -> None:
+    said = d.ok("import", "--from", str(d.work / "t.tar"), "--tenant", f"{d.tenant}-copy")
+    assert said.startswith(f"imported {d.tenant}-copy ")
+
+
+def _run_backup(d: Deployment) -> None:
+    assert "2 tenants copied" in d.ok("backup", "--to", str(d.work / "backup"))
+
+
+def _run_rebalance(d: Deployment) -> None:
+    assert "0 tenants held elsewhere" in d.ok("rebalance", "--from", d.members, "--to", d.members)
+
+
+# Each connecting command, run with its connection flags, and what it must have done; in this
+# order (export before import). A new connecting command must be added here.
+COMMAND_RUNS = {
+    "health": _run_health,
+    "mcp": _run_mcp,
+    "consolidate": _run_consolidate,
+    "export": _run_export,
+    "import": _run_import,
+    "backup": _run_backup,
+    "rebalance": _run_rebalance,
+}
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls-by-flags", "mutual-tls-by-environment"])
+def test_every_connecting_command_reaches_a_tls_server(pki: Pki, tmp_path: Path, mutual: bool) -> None:
+    """Each command that connects works against a TLS server (flags on the command line) and a
+    mutual-TLS server (the MNEMOSYNE_TARGET and MNEMOSYNE_CLIENT_TLS_* variables); without TLS it
+    is refused in one line."""
+    assert set(COMMAND_RUNS) == set(_connecting()), "every connecting command is run against TLS here"
     port = _free_port()
     members = f"m0=127.0.0.1:{port}"
-    server = ServerProcess(tmp_path / "m0", health_credentials=pki.credentials())
-    server.args = ["--member", "m0", "--members", members]
-    server.env = {
-        "MNEMOSYNE_TLS_CERT": str(pki.server.cert),
-        "MNEMOSYNE_TLS_KEY": str(pki.server.key),
-        "MNEMOSYNE_TOKENS": tokens_json({"admin-token": ["*"]}),
-    }
+    server = ServerProcess(tmp_path / "data", health_credentials=pki.credentials(client=pki.client if mutual else None))
+    server.args = [
+        "--member",
+        "m0",
+        "--members",
+        members,
+        *_serving(pki.server.cert, pki.server.key, pki.ca.cert if mutual else None),
+    ]
+    server.env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
     server.start(60, port=port)
+    if mutual:
+        flags: list[str] = []
+        env = {
+            "MNEMOSYNE_TARGET": f"localhost:{port}",
+            "MNEMOSYNE_CLIENT_TLS_CA": str(pki.ca.cert),
+            "MNEMOSYNE_CLIENT_TLS_CERT": str(pki.client.cert),
+            "MNEMOSYNE_CLIENT_TLS_KEY": str(pki.client.key),
+        }
+    else:
+        flags, env = [*_trusting(pki.ca.cert), "--tls-server-name", "localhost"], {}
+    deployment = Deployment(server, members, "tls-acme", tmp_path, flags, env)
     try:
-        with MemoryClient(server.target, "admin-token", credentials=pki.credentials(), options=NAME_OVERRIDE) as c:
-            c.retain("acme", "the courier comes on Tuesdays")
-
-        def run(*flags: str) -> subprocess.CompletedProcess[str]:
-            command = [sys.executable, "-m", "mnemosyne.cli", "rebalance", "--from", members, "--to", members, *flags]
-            env = {**os.environ, "MNEMOSYNE_TOKEN": "admin-token"}
-            return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
-
-        over_tls = run("--tls-ca", str(pki.ca.cert), "--tls-server-name", "localhost")
-        assert over_tls.returncode == 0, over_tls.stdout + over_tls.stderr
-        assert "0 tenants held elsewhere" in over_tls.stdout
-        plaintext = run()
-        assert plaintext.returncode == 1 and "could not be asked" in plaintext.stdout, plaintext.stdout
+        with MemoryClient(server.target, ADMIN, credentials=server.health_credentials, options=NAME_OVERRIDE) as c:
+            for position, text in enumerate(["The staging database is db-stage-2", "We ship on Thursday"]):
+                c.retain(deployment.tenant, text, occurred_at=1_796_032_800.0 + 60 * position)
+                c.retain(deployment.tenant, f"turn {position}: {text}", thread=ThreadRef("chat-1", position))
+        for run in COMMAND_RUNS.values():
+            run(deployment)
+        plaintext = deployment.run("export", "--tenant", deployment.tenant, "--to", str(tmp_path / "p.tar"), tls=False)
+        errors = plaintext.stderr.strip().splitlines()
+        assert plaintext.returncode == 2 and len(errors) == 1 and "Traceback" not in plaintext.stderr, plaintext.stderr
+        assert errors[0].startswith(
+            f"mnemosyne export: UNAVAILABLE: is a Mnemosyne server listening at {server.target}?"
+        )
+        assert not (tmp_path / "p.tar").exists()
     finally:
         server.stop()

@@ -144,6 +144,28 @@ class DataDirLock:
             self._fd = None
 
 
+def _claim_data_dir(data_dir: Path, tenants_dir: Path) -> DataDirLock:
+    """Lock the data directory, creating it and ``tenants_dir`` in it when missing — but not its
+    parent: a parent that is not there is a mistyped path, not a place to make. A directory that
+    cannot be used is refused with its cause (DATA_DIR_UNUSABLE), the first thing a server says."""
+
+    def unusable(why: str) -> InvalidArgument:
+        return InvalidArgument(f"the data directory {data_dir} {why}", reason="DATA_DIR_UNUSABLE")
+
+    if data_dir.exists() and not data_dir.is_dir():
+        raise unusable("is a file, not a directory: give a directory (it is created when missing)")
+    parent = data_dir.absolute().parent
+    if not parent.is_dir():
+        missing = "is not a directory" if parent.exists() else "does not exist"
+        raise unusable(f"cannot be created: {parent} {missing} (create it first, or correct the path)")
+    try:
+        data_dir.mkdir(exist_ok=True)
+        tenants_dir.mkdir(exist_ok=True)
+        return DataDirLock(data_dir)
+    except OSError as exc:
+        raise unusable(f"cannot be used: {exc.strerror or exc}: {exc.filename or data_dir}") from None
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a tenant is served as this member knows it (``TenantPool.placement``)."""
@@ -234,8 +256,7 @@ class TenantPool:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / "tenants"
-        self.tenants_dir.mkdir(parents=True, exist_ok=True)
-        self._dir_lock = DataDirLock(self.data_dir)
+        self._dir_lock = _claim_data_dir(self.data_dir, self.tenants_dir)
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
             self._remove_leftover(leftover)
         self._remove_orphan_inboxes()

@@ -3,7 +3,8 @@
 1. telemetry: the request id (the client's ``x-request-id`` when sane, else a fresh one) is set
    for every log record of the call and echoed in its initial metadata when the client sent one;
 2. the shutdown gate (admission): UNAVAILABLE / SHUTTING_DOWN once shutdown began;
-3. authentication, then a request that could not be decoded is refused (REQUEST_UNDECODABLE,
+3. the form of the request's ``tenant`` (TENANT_INVALID, whoever asks: it reveals nothing), then
+   authentication, then a request that could not be decoded is refused (REQUEST_UNDECODABLE,
    REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
    — before any handler runs, so nothing about a forbidden tenant is ever looked up;
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
@@ -35,6 +36,7 @@ from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
@@ -55,6 +57,8 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/ActivateTenant",
     }
 )
+# Requests that may leave ``tenant`` empty: an import then installs the manifest's tenant.
+TENANT_OPTIONAL_METHODS = frozenset({"/mnemosyne.v1.AdminService/ImportTenant"})
 # Asked of one member about its own file (a move's steps): answered there, never forwarded.
 MEMBER_LOCAL_METHODS = frozenset({"/mnemosyne.v1.AdminService/MoveTenant", "/mnemosyne.v1.AdminService/ActivateTenant"})
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
@@ -163,6 +167,11 @@ class Edge:
         ``answer_stream``, which let it go). Raises the refusal. ``deadline``: time.monotonic()."""
         self._admission.enter()
         try:
+            if hasattr(request, "tenant") and (request.tenant or method not in TENANT_OPTIONAL_METHODS):
+                # The form of the id first: a property of the request alone, so its refusal tells
+                # nothing of the server's tenants or tokens; a malformed id is TENANT_INVALID
+                # whoever asks, never TOKEN_MISSING or TENANT_FORBIDDEN.
+                validate_tenant(request.tenant)
             principal = self.authenticate(next((v for k, v in metadata if k == "authorization"), None))
             if isinstance(request, Undecodable):
                 raise request.error

@@ -31,7 +31,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.host import HostObservations, MemoryHost
 from mnemosyne.client.mcp_host import DEFAULT_WORKSPACE, Agent, Session, build_server
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.store.pool import TENANT_ID_PATTERN
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.http_guard import send_error
 
@@ -88,10 +88,11 @@ class McpEndpoint:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         tenant = (query.get("tenant") or [""])[0]
         workspace = (query.get("workspace") or [DEFAULT_WORKSPACE])[0]
-        if not TENANT_ID_PATTERN.fullmatch(tenant):
+        if not tenant:
             raise InvalidArgument(
                 "name the tenant in the URL: /mcp?tenant=<tenant id>[&workspace=<name>]", reason="TENANT_INVALID"
             )
+        validate_tenant(tenant)  # before the token, as on every surface (transport/edge.py)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         authorization = headers.get("authorization")
         name = ""

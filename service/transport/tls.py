@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import grpc
@@ -16,6 +17,29 @@ def _read(path: Path, what: str) -> bytes:
         raise InvalidArgument(f"cannot read the {what} {path}: {exc.strerror}", reason="CONFIG_INVALID") from None
 
 
+def _check_pair(cert: Path, key: Path, what: str) -> None:
+    """Refuse a certificate and key that are not a PEM chain and its private key, naming them:
+    gRPC would only fail later, at bind or at the first connection, without saying why."""
+    try:
+        # A key protected by a passphrase is refused too (gRPC cannot use one), never prompted for.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=lambda: b"")
+    except ssl.SSLError as exc:
+        raise InvalidArgument(
+            f"the {what} {cert} and its key {key} are not a PEM certificate chain and the (unencrypted) private "
+            f"key of its first certificate ({exc.reason or 'no PEM they hold could be read'})",
+            reason="CONFIG_INVALID",
+        ) from None
+
+
+def _check_ca(ca: Path, what: str) -> None:
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=ca)
+    except ssl.SSLError as exc:
+        raise InvalidArgument(
+            f"the {what} {ca} holds no PEM certificate ({exc.reason or 'none could be read'})", reason="CONFIG_INVALID"
+        ) from None
+
+
 def server_credentials(cert: Path | None, key: Path | None, client_ca: Path | None) -> grpc.ServerCredentials | None:
     """None for plaintext; TLS with ``cert`` and ``key``; mutual TLS when ``client_ca`` is given
     (clients must present a certificate signed by it, or the handshake fails)."""
@@ -27,10 +51,13 @@ def server_credentials(cert: Path | None, key: Path | None, client_ca: Path | No
         return None
     if cert is None or key is None:
         raise InvalidArgument("give both --tls-cert and --tls-key (PEM files) to serve TLS", reason="CONFIG_INVALID")
+    pair = [(_read(key, "TLS key"), _read(cert, "TLS certificate"))]
+    _check_pair(cert, key, "TLS certificate")
+    root_certificates = _read(client_ca, "client CA bundle") if client_ca is not None else None
+    if client_ca is not None:
+        _check_ca(client_ca, "client CA bundle")
     return grpc.ssl_server_credentials(
-        [(_read(key, "TLS key"), _read(cert, "TLS certificate"))],
-        root_certificates=_read(client_ca, "client CA bundle") if client_ca is not None else None,
-        require_client_auth=client_ca is not None,
+        pair, root_certificates=root_certificates, require_client_auth=client_ca is not None
     )
 
 
@@ -38,8 +65,13 @@ def channel_credentials(ca: Path | None, cert: Path | None = None, key: Path | N
     """Client side: trust ``ca`` (system roots when None); present ``cert``/``key`` for mutual TLS."""
     if (cert is None) != (key is None):
         raise InvalidArgument("give both the client certificate and its key", reason="CONFIG_INVALID")
+    root_certificates = _read(ca, "CA bundle") if ca is not None else None
+    if ca is not None:
+        _check_ca(ca, "CA bundle")
+    private_key = _read(key, "client key") if key is not None else None
+    certificate_chain = _read(cert, "client certificate") if cert is not None else None
+    if cert is not None and key is not None:
+        _check_pair(cert, key, "client certificate")
     return grpc.ssl_channel_credentials(
-        root_certificates=_read(ca, "CA bundle") if ca is not None else None,
-        private_key=_read(key, "client key") if key is not None else None,
-        certificate_chain=_read(cert, "client certificate") if cert is not None else None,
+        root_certificates=root_certificates, private_key=private_key, certificate_chain=certificate_chain
     )

@@ -159,6 +159,7 @@ class MemoryClient {
     // sent once more (docs/scale-out.md). `target` then serves the calls that name no tenant.
     this.members = options.members == null ? null : parseMembers(options.members);
     this._byAddress = new Map();
+    this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)
     Object.assign(this, this._stubs(target || (this.members && this.members.values().next().value)));
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 30000;
@@ -181,6 +182,7 @@ class MemoryClient {
         events: new EventsService(address, this._credentials, channelOverride),
         hotPathStub: new HotPathService(address, this._credentials, channelOverride),
       };
+      for (const stub of Object.values(stubs)) this._addressOf.set(stub, address);
       this._byAddress.set(address, stubs);
     }
     return stubs;
@@ -262,7 +264,7 @@ class MemoryClient {
       const call = stub[method](request, metadata, { deadline: Date.now() + timeoutMs }, (err, value) => {
         if (err) {
           failed = true;
-          reject(fromServiceError(err));
+          reject(fromServiceError(err, this._addressOf.get(stub)));
           return;
         }
         response = value;
@@ -367,7 +369,7 @@ class MemoryClient {
       for await (const message of call) yield event(message);
     } catch (err) {
       if (err && err.code === grpc.status.CANCELLED) return;
-      throw fromServiceError(err);
+      throw fromServiceError(err, this._addressOf.get(routed.stub));
     } finally {
       call.cancel();
     }

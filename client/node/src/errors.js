@@ -66,8 +66,18 @@ function errorInfoFromStatusDetails(bytes) {
   return statusDetails(bytes).errorInfo;
 }
 
-/** A grpc-js ServiceError as a MnemosyneError, reading the reason from the status details. */
-function fromServiceError(err) {
+// Codes a call ends with, without an ErrorInfo, when what answered at the address is no Mnemosyne
+// server: nothing listening, an HTTP/1 server, a TLS mismatch (UNAVAILABLE); a gRPC server of
+// other services (UNIMPLEMENTED).
+const NOT_MNEMOSYNE = new Set([grpc.status.UNAVAILABLE, grpc.status.UNIMPLEMENTED]);
+
+/**
+ * A grpc-js ServiceError as a MnemosyneError, reading the reason from the status details.
+ * `target`: the address the call went to; a failure that did not come from a Mnemosyne server
+ * (no ErrorInfo) then asks whether one listens there, with gRPC's own words after it. The code
+ * and reason stay those of the failure.
+ */
+function fromServiceError(err, target = '') {
   if (!err || typeof err.code !== 'number') return err;
   const values = err.metadata ? err.metadata.get(STATUS_DETAILS_KEY) : [];
   let details = { errorInfo: null, retryDelayMs: null };
@@ -79,7 +89,9 @@ function fromServiceError(err) {
     }
   }
   const info = details.errorInfo;
-  const error = new MnemosyneError(err.code, info ? info.reason : '', err.details ?? err.message,
+  let message = err.details ?? err.message;
+  if (!info && target && NOT_MNEMOSYNE.has(err.code)) message = `is a Mnemosyne server listening at ${target}? (${message})`;
+  const error = new MnemosyneError(err.code, info ? info.reason : '', message,
     info ? info.metadata : {}, info ? info.domain : '');
   error.retryDelayMs = details.retryDelayMs;
   error.cause = err;

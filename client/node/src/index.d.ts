@@ -231,8 +231,12 @@ export declare class MnemosyneError extends Error {
   retryDelayMs: number | null;
 }
 
-/** A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status. */
-export declare function fromServiceError(err: unknown): MnemosyneError | unknown;
+/**
+ * A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status.
+ * `target`: the address the call went to, named in the message of a failure that did not come
+ * from a Mnemosyne server ("is a Mnemosyne server listening at HOST:PORT?").
+ */
+export declare function fromServiceError(err: unknown, target?: string): MnemosyneError | unknown;
 
 /** The memory part of an agent's prompt from an assembly; names no generation. */
 export declare function renderContext(assembled: AssembledContext, workspace: string): string;

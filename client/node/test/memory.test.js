@@ -3,6 +3,8 @@
 // read from the google.rpc.ErrorInfo in the status details.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const http = require('node:http');
+const net = require('node:net');
 const grpc = require('@grpc/grpc-js');
 const { MemoryClient, MnemosyneError } = require('../src');
 const { startServer, uniqueTenant } = require('../test-support/support');
@@ -45,19 +47,36 @@ test('an invalid request fails with its reason from the status details', async (
   await assert.rejects(client.retain('../etc/passwd', 'x'), (err) => err.code === grpc.status.INVALID_ARGUMENT && err.reason !== '');
 });
 
-test('a server that is not there: UNAVAILABLE said once, the transport\'s cause kept', async () => {
-  const nowhere = new MemoryClient('127.0.0.1:1', { retries: 0, timeoutMs: 5000 });
+/** A loopback port nothing listens on. */
+async function freePort() {
+  const probe = net.createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+test('the wrong port (nothing listening, an HTTP server): UNAVAILABLE asking whether a Mnemosyne server listens there', async () => {
+  const web = http.createServer((request, response) => response.end('not gRPC'));
+  await new Promise((resolve) => web.listen(0, '127.0.0.1', resolve));
   try {
-    await assert.rejects(nowhere.recall('acme', 'anything'), (err) => {
-      assert.ok(err instanceof MnemosyneError);
-      assert.equal(err.code, grpc.status.UNAVAILABLE);
-      assert.match(err.message, /^UNAVAILABLE: \S/);
-      assert.ok(!err.message.startsWith('UNAVAILABLE UNAVAILABLE'), err.message);
-      assert.ok(err.details && err.message.endsWith(err.details), err.message);
-      return true;
-    });
+    for (const target of [`127.0.0.1:${await freePort()}`, `127.0.0.1:${web.address().port}`]) {
+      const wrong = new MemoryClient(target, { retries: 0, timeoutMs: 5000 });
+      try {
+        await assert.rejects(wrong.recall('acme', 'anything'), (err) => {
+          assert.ok(err instanceof MnemosyneError);
+          assert.equal(err.code, grpc.status.UNAVAILABLE); // what a program branches on is unchanged
+          assert.equal(err.reason, '');
+          assert.ok(err.message.startsWith(`UNAVAILABLE: is a Mnemosyne server listening at ${target}? (`), err.message);
+          assert.ok(!err.message.includes('\n') && err.message.endsWith(`${err.cause.details})`), err.message);
+          return true;
+        });
+      } finally {
+        wrong.close();
+      }
+    }
   } finally {
-    nowhere.close();
+    web.close();
   }
 });
 
