@@ -40,6 +40,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.limits import parse_integer, parse_number
+from mnemosyne.engine.memories import MAX_PAGE_NUMBER
 from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainStatus
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
@@ -122,16 +124,12 @@ def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> s
     return value
 
 
-def _number(value: Any, name: str, default: int) -> int:
-    """An integer given as a JSON number or a query string's digits."""
-    if value is None or value == "":
+def _number(value: Any, name: str, default: int, maximum: int) -> int:
+    """A whole number from 1 to ``maximum``, given as a JSON number or text (a query string's),
+    by the one rule for numbers given as text; ``default`` when it is not given."""
+    if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, str) and not value.isdigit()):
-        raise _bad(f"{name} must be a positive integer, not {str(value)[:40]!r}")
-    number = int(value)
-    if number < 1 or number > 2**31 - 1:
-        raise _bad(f"{name} must be a positive integer, not {str(value)[:40]!r}")
-    return number
+    return parse_integer(value, field=name, minimum=1, maximum=maximum)
 
 
 def _metadata_value(key: str, value: Any) -> str:
@@ -422,10 +420,9 @@ class Mem0Api:
         query = _text(body, "query", required=True)
         assert query is not None
         filters = {**_filters(body.get("filters")), **_user_metadata(body.get("metadata"))}
-        top_k = _number(body.get("top_k"), "top_k", 10)
-        threshold = body.get("threshold")
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
-            raise _bad("threshold must be a number")
+        top_k = _number(body.get("top_k"), "top_k", 10, self._engine.limits.max_k)
+        given = body.get("threshold")
+        threshold = None if given is None else parse_number(given, field="threshold", minimum=0.0, maximum=1.0)
         recalled = self._engine.recall(request.tenant, query, k=top_k, scopes=[], metadata_equals=filters)
         hits = [h for h in recalled.hits if not threshold or h.vector_score >= threshold]
         return {"results": [memory_json(h.memory, round(h.score, 6)) for h in hits]}
@@ -433,8 +430,9 @@ class Mem0Api:
     @reading
     def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        page = _number(request.query.get("page") or body.get("page"), "page", 1)
-        page_size = _number(request.query.get("page_size") or body.get("page_size"), "page_size", 100)
+        limits = self._engine.limits
+        page = _number(request.query.get("page", body.get("page")), "page", 1, MAX_PAGE_NUMBER)
+        page_size = _number(request.query.get("page_size", body.get("page_size")), "page_size", 100, limits.max_page_size)
         filters = _filters(body.get("filters"))
         memories, total = self._engine.memories.numbered_page(
             request.tenant, metadata_equals=filters, page=page, page_size=page_size
@@ -577,7 +575,7 @@ class Mem0Api:
     def _events(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         query = request.query
         status = query.get("status")
-        page_size = _number(query.get("page_size"), "page_size", 50)
+        page_size = _number(query.get("page_size"), "page_size", 50, self._engine.limits.max_page_size)
         page = self._engine.hot_path.list_events(
             request.tenant,
             status=status.lower() if status else None,
