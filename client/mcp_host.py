@@ -131,9 +131,7 @@ Question = Annotated[
     str,
     Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"1 to {MAX_QUERY_CHARS} characters."),
 ]
-Text = Annotated[
-    str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=f"1 to {MAX_TEXT_CHARS} characters.")
-]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=f"1 to {MAX_TEXT_CHARS} characters.")]
 Content = Annotated[
     str, Field(max_length=MAX_RECORD_CHARS, description=f"The complete document, at most {MAX_RECORD_CHARS} bytes.")
 ]

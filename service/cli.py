@@ -514,7 +514,9 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--llm-timeout", type=_NUMBER, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)"
     )
-    serve.add_argument("--llm-retries", type=_COUNT, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
+    serve.add_argument(
+        "--llm-retries", type=_COUNT, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)"
+    )
     serve.add_argument(
         "--llm-concurrency",
         type=_COUNT,

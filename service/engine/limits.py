@@ -222,8 +222,10 @@ def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> i
     between ``minimum`` and ``maximum``. Refused, naming the field and its range: a float (even
     1.0 or 1e11), a bool, NaN or Infinity, other scripts' digits, spaces, signs but one '-', hex,
     underscores, the empty string. The one rule for every surface where numbers arrive as text."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or (
-        isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, str))
+        or (isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value))
     ):
         raise InvalidArgument(
             f"{field} must be a whole number from {minimum} to {maximum}, written with the digits 0-9; "
@@ -244,8 +246,10 @@ def parse_number(value: object, *, field: str, minimum: float, maximum: float) -
     exponent allowed: "1.5", "2e3"), between ``minimum`` and ``maximum``. Refused, naming the
     field and its range: NaN, Infinity, a bool, other scripts' digits, spaces, hex, the empty
     string. The same rule as ``parse_integer``, for a field that takes fractions."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
-        isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, str))
+        or (isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value))
     ):
         raise InvalidArgument(
             f"{field} must be a number from {minimum:g} to {maximum:g}, written with the digits 0-9 "
