@@ -18,12 +18,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import Field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 from mnemosyne.version import VERSION
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
@@ -47,34 +49,23 @@ def _limits(args: argparse.Namespace) -> Limits:
     return Limits(**{name: getattr(args, name) for name in Limits.__dataclass_fields__})
 
 
-def _whole(minimum: int = 0, maximum: int = 2**31 - 1) -> Callable[[str], int]:
-    """An argparse type: a whole number by the one rule for numbers given as text
-    (engine/limits.py ``parse_integer``: ASCII digits only), from ``minimum`` to ``maximum``."""
+def _flag_type(parse: Callable[..., T], minimum: float, maximum: float) -> Callable[[str], T]:
+    """An argparse type: a number by the one rule for numbers given as text (engine/limits.py
+    ``parse_integer`` or ``parse_number``: ASCII digits only), from ``minimum`` to ``maximum``."""
 
-    def parse(text: str) -> int:
+    def typed(text: str) -> T:
         try:
-            return parse_integer(text, field="the value", minimum=minimum, maximum=maximum)
+            return parse(text, field="the value", minimum=minimum, maximum=maximum)
         except InvalidArgument as exc:
             raise argparse.ArgumentTypeError(exc.message) from None
 
-    return parse
+    return typed
 
 
-def _decimal(minimum: float = 0.0, maximum: float = 1e9) -> Callable[[str], float]:
-    """An argparse type: a finite number by the same rule (``parse_number``)."""
-
-    def parse(text: str) -> float:
-        try:
-            return parse_number(text, field="the value", minimum=minimum, maximum=maximum)
-        except InvalidArgument as exc:
-            raise argparse.ArgumentTypeError(exc.message) from None
-
-    return parse
-
-
-_PORT = _whole(0, 65_535)
-_COUNT = _whole()
-_NUMBER = _decimal()
+_PORT = _flag_type(parse_integer, 0, 65_535)
+_COUNT = _flag_type(parse_integer, 0, 2**31 - 1)
+_POSITIVE = _flag_type(parse_integer, 1, 2**31 - 1)
+_NUMBER = _flag_type(parse_number, 0.0, 1e9)
 
 
 def _path(value: str | None) -> Path | None:
@@ -800,7 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="from_members", required=True, help="the old list, ID=HOST:PORT,... (or @FILE)"
     )
     rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
-    rebalance.add_argument("--parallel", type=_whole(1), default=4, help="moves at once (default 4)")
+    rebalance.add_argument("--parallel", type=_POSITIVE, default=4, help="moves at once (default 4)")
     _add_token_flag(rebalance, "an admin token")
     _add_tls_client_flags(rebalance, "REBALANCE")
     rebalance.set_defaults(run=_rebalance)
@@ -819,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
     members = commands.add_parser(
         "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
     )
-    members.add_argument("--count", type=_whole(1), default=3, help="how many members (m0, m1, ...)")
+    members.add_argument("--count", type=_POSITIVE, default=3, help="how many members (m0, m1, ...)")
     members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
     members.add_argument("--port", type=_PORT, default=50051, help="gRPC port of m0; each next member the next port")
     members.add_argument("--http-port", type=_PORT, default=8080, help="HTTP port of m0 (0: off); then the next ones")
