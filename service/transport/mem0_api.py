@@ -17,6 +17,11 @@ error table), so no rule is written twice; only the shapes are mem0's:
   before the answer, whose event (an id signed with the tenant's secret) is already SUCCEEDED.
 * errors are our ``google.rpc.Status`` JSON (with its ``ErrorInfo`` reason) plus mem0's
   ``detail``; a 429 carries ``Retry-After``. What mem0 has and we do not answers 501 naming it.
+* the numbers each endpoint reads are declared in its row of ``ROUTES`` and read by the one rule
+  for numbers given as text (engine/limits.py).
+* with several members, a request for a tenant another member owns is relayed to the owner
+  (``RELAY_METHOD``, the edge's forwarding hop), which answers it with these same endpoints; its
+  answer is given as it came.
 
 Routing is unambiguous: every mem0 path ends with ``/`` and starts with one of ``MEM0_PREFIXES``;
 none of our own routes does either (``GET /v1/ping`` is ours, ``GET /v1/ping/`` mem0's).
