@@ -16,9 +16,11 @@ Built with the official MCP Python SDK (``mcp``).
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server import MCPServer
@@ -26,11 +28,13 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import METHOD_NOT_FOUND
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.client.host import MEMORY_UPDATE, UPDATE_WORKSPACE, MemoryHost
+from mnemosyne.client.memory_client import MAX_WAIT_SECONDS
 
 T = TypeVar("T")
 DEFAULT_WORKSPACE = "main"
@@ -41,6 +45,96 @@ INSTRUCTIONS = (
     "for it. Save durable facts with retain; rewrite MEMORY.md with memory_update and workspace records "
     "with update_workspace, always from what read_memory showed you."
 )
+
+
+# The tool table's limits: the server's default limits (engine/limits.py), which this package
+# cannot import. Each tool's input schema carries them (minimum, maximum, maxLength), so the model
+# sees them, and an argument outside them is refused before any call, naming the argument and its
+# limit. A server configured with other limits refuses by its own, naming them.
+MAX_K = 100  # Limits.max_k
+MAX_PAGE_SIZE = 1_000  # Limits.max_page_size
+MAX_EVENT_ID = 2**63 - 1  # an event id is an int64
+MAX_TEXT_CHARS = 32_768  # Limits.max_text_chars
+MAX_QUERY_CHARS = 4_096  # Limits.max_query_chars
+MAX_RECORD_CHARS = 262_144  # Limits.max_record_bytes: a record has at most that many characters
+MAX_KEY_CHARS = 256  # engine/workspace.py MAX_KEY_CHARS
+# A number written as text takes ASCII digits only, the server's rule (engine/limits.py
+# ``parse_integer`` and ``parse_number``): pydantic alone would take " 1", "1_000", 1e11 and True
+# for an integer, and "NaN" for a float.
+_WHOLE = re.compile(r"-?[0-9]{1,40}")
+_DECIMAL = re.compile(r"-?(?:[0-9]{1,400}(?:\.[0-9]{0,400})?|\.[0-9]{1,400})(?:[eE][-+]?[0-9]{1,4})?")
+
+
+def _refused(name: str, limit: str, value: object) -> PydanticCustomError:
+    return PydanticCustomError("number_invalid", f"{name} must be {limit}, not {repr(value)[:40]}")
+
+
+def _whole(name: str, minimum: int, maximum: int) -> Callable[[object], int]:
+    """The check of an integer argument: a JSON integer or ASCII digits, from minimum to maximum
+    (never a float, even 1e11, nor a bool)."""
+    limit = f"a whole number from {minimum} to {maximum}, written with the digits 0-9"
+
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _refused(name, limit, value)
+        if isinstance(value, str) and not _WHOLE.fullmatch(value) or not minimum <= int(value) <= maximum:
+            raise _refused(name, limit, value)
+        return int(value)
+
+    return check
+
+
+def _decimal(name: str, minimum: float, maximum: float) -> Callable[[object], float]:
+    """The check of a number argument: a JSON number or ASCII decimal text, finite, from minimum
+    to maximum."""
+    limit = f"a number from {minimum:g} to {maximum:g}"
+
+    def check(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise _refused(name, limit, value)
+        if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+            raise _refused(name, limit, value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not (math.isfinite(number) and minimum <= number <= maximum):
+            raise _refused(name, limit, value)
+        return number
+
+    return check
+
+
+def _k(what: str) -> Any:
+    return Field(ge=1, le=MAX_K, description=f"How many memories {what}: 1 to {MAX_K}.")
+
+
+RecallK = Annotated[int, _k("to recall"), BeforeValidator(_whole("k", 1, MAX_K))]
+ReadK = Annotated[int, _k("to recall for the query"), BeforeValidator(_whole("k", 1, MAX_K))]
+EventId = Annotated[
+    int,
+    Field(ge=1, le=MAX_EVENT_ID, description="The event id a queued retain answered."),
+    BeforeValidator(_whole("event_id", 1, MAX_EVENT_ID)),
+]
+PageSize = Annotated[
+    int,
+    Field(ge=1, le=MAX_PAGE_SIZE, description=f"How many events at most: 1 to {MAX_PAGE_SIZE}."),
+    BeforeValidator(_whole("page_size", 1, MAX_PAGE_SIZE)),
+]
+WaitSeconds = Annotated[
+    float,
+    Field(ge=0, le=MAX_WAIT_SECONDS, description=f"Seconds to wait at most: 0 (30) to {MAX_WAIT_SECONDS:g}."),
+    BeforeValidator(_decimal("timeout_seconds", 0.0, MAX_WAIT_SECONDS)),
+]
+Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS, description=f"At most {MAX_QUERY_CHARS} characters.")]
+Question = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"1 to {MAX_QUERY_CHARS} characters."),
+]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=f"1 to {MAX_TEXT_CHARS} characters.")]
+Content = Annotated[
+    str, Field(max_length=MAX_RECORD_CHARS, description=f"The complete document, at most {MAX_RECORD_CHARS} bytes.")
+]
 
 
 class Agent:
@@ -59,8 +153,16 @@ class Session:
 
 class RecordChange(BaseModel):
     op: Literal["put", "delete"] = Field(description="put: create or replace the record; delete: remove it.")
-    key: str = Field(description="Record name, a relative path such as plan.md or notes/plan.md.")
-    content: str | None = Field(default=None, description="The complete new text of the record (put only).")
+    key: str = Field(
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description=f"Record name, a relative path such as plan.md or notes/plan.md ({MAX_KEY_CHARS} characters at most).",
+    )
+    content: str | None = Field(
+        default=None,
+        max_length=MAX_RECORD_CHARS,
+        description=f"The complete new text of the record (put only), at most {MAX_RECORD_CHARS} bytes.",
+    )
 
 
 def _tool_error(error: MnemosyneClientError) -> ToolError:
@@ -116,14 +218,14 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
         )
 
     @server.tool()
-    async def read_memory(ctx: Context[Any, Any], query: str = "", k: int = 5) -> str:
+    async def read_memory(ctx: Context[Any, Any], query: Query = "", k: ReadK = 5) -> str:
         """Read your memory: the global memory document MEMORY.md, the current workspace's records and,
         when you give a query, up to k memories recalled for it. Call it before you change MEMORY.md or
         workspace records, and again whenever a write tells you memory changed since you read it."""
         return await read(ctx, query, k)
 
     @server.tool()
-    async def retain(ctx: Context[Any, Any], text: str, fast: bool = False) -> str:
+    async def retain(ctx: Context[Any, Any], text: Text, fast: bool = False) -> str:
         """Remember a fact, decision or event for later: one self-contained statement. With fast, it is
         queued and saved shortly after (use get_event_status or flush to see it done)."""
         session = session_of(ctx)
@@ -137,7 +239,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
         return f"Remembered as memory {result.memory_id}."
 
     @server.tool()
-    async def recall(ctx: Context[Any, Any], query: str, k: int = 5) -> str:
+    async def recall(ctx: Context[Any, Any], query: Question, k: RecallK = 5) -> str:
         """Find up to k memories relevant to a question or topic, best first."""
         session = session_of(ctx)
         hits = await _off_loop(lambda: session.host.client.recall(session.host.tenant, query, k=k))
@@ -146,7 +248,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
         return "\n".join(f"- [memory {hit.memory.id}] {hit.memory.text}" for hit in hits)
 
     @server.tool()
-    async def memory_update(ctx: Context[Any, Any], content: str) -> str:
+    async def memory_update(ctx: Context[Any, Any], content: Content) -> str:
         """Replace the global memory document MEMORY.md that read_memory showed you with new complete
         content. It replaces the whole document, so include everything that should remain."""
         session = session_of(ctx)
@@ -162,7 +264,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
         return _host_result(await _off_loop(lambda: session.host.call_tool(session.agent, UPDATE_WORKSPACE, arguments)))
 
     @server.tool()
-    async def get_event_status(ctx: Context[Any, Any], event_id: int) -> str:
+    async def get_event_status(ctx: Context[Any, Any], event_id: EventId) -> str:
         """The state of a queued write (pending, running, succeeded or failed) and what it created."""
         session = session_of(ctx)
         event = await _off_loop(lambda: session.host.client.get_event(session.host.tenant, event_id))
@@ -172,7 +274,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
     async def list_events(
         ctx: Context[Any, Any],
         status: Literal["", "pending", "running", "succeeded", "failed"] = "",
-        page_size: int = 20,
+        page_size: PageSize = 20,
     ) -> str:
         """Recent queued writes, oldest first, optionally only those with one status."""
         session = session_of(ctx)
@@ -182,7 +284,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], Session], *, sessions
         return json.dumps([_event(event) for event in page.events])
 
     @server.tool()
-    async def flush(ctx: Context[Any, Any], timeout_seconds: float = 30.0) -> str:
+    async def flush(ctx: Context[Any, Any], timeout_seconds: WaitSeconds = 30.0) -> str:
         """Wait until every queued write so far is saved (at most timeout_seconds), then say how it went."""
         session = session_of(ctx)
         result = await _off_loop(

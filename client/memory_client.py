@@ -46,6 +46,9 @@ T = TypeVar("T")
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # The longest wait a server's RetryInfo may impose before a call is repeated.
 MAX_RETRY_DELAY_SECONDS = 5.0
+# The longest Flush or Disable a server waits (its MAX_WAIT_SECONDS); a longer one it refuses at once
+# (TIMEOUT_INVALID), so the call's own deadline never needs to cover more.
+MAX_WAIT_SECONDS = 3600.0
 # Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
 # server whose limits were raised.
 _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
@@ -690,8 +693,8 @@ class MemoryClient:
         ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
         most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
         metadata names the remaining depth. The others return the ``HotPathStatus``."""
-        # The call's own deadline must outlast the server-side wait.
-        wait = timeout_seconds or 30.0
+        # The call's own deadline must outlast the server-side wait (NaN compares false: 30).
+        wait = timeout_seconds if 0 < timeout_seconds <= MAX_WAIT_SECONDS else 30.0
         if action == "flush":
             request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)

@@ -17,16 +17,19 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import Field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
 from mnemosyne.version import VERSION
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
@@ -48,6 +51,25 @@ def _limits(args: argparse.Namespace) -> Limits:
     from mnemosyne.engine.limits import Limits
 
     return Limits(**{name: getattr(args, name) for name in Limits.__dataclass_fields__})
+
+
+def _flag_type(parse: Callable[..., T], minimum: float, maximum: float) -> Callable[[str], T]:
+    """An argparse type: a number by the one rule for numbers given as text (engine/limits.py
+    ``parse_integer`` or ``parse_number``: ASCII digits only), from ``minimum`` to ``maximum``."""
+
+    def typed(text: str) -> T:
+        try:
+            return parse(text, field="the value", minimum=minimum, maximum=maximum)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    return typed
+
+
+_PORT = _flag_type(parse_integer, 0, 65_535)
+_COUNT = _flag_type(parse_integer, 0, 2**31 - 1)
+_POSITIVE = _flag_type(parse_integer, 1, 2**31 - 1)
+_NUMBER = _flag_type(parse_number, 0.0, 1e9)
 
 
 def _path(value: str | None) -> Path | None:
@@ -354,12 +376,11 @@ def _add_int_flags(parser: argparse.ArgumentParser, fields: dict[str, Field[Any]
     """One flag (and MNEMOSYNE_ variable) per int field of a limits dataclass: --max-text-chars,
     MNEMOSYNE_MAX_TEXT_CHARS, --worker-threads..."""
     for name, spec in fields.items():
-        default = int(_env(name.upper()) or spec.default)  # type: ignore[arg-type]  # every field of them is an int with a default
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=int,
-            default=default,
+            type=_COUNT,
+            default=_env(name.upper()) or str(spec.default),  # a string default passes through type
             help=f"{help_of[name]} (default {spec.default})",
         )
 
@@ -433,17 +454,17 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
         "--host", default=default(ServerConfig, "host", "HOST"), help="address to bind (default loopback)"
     )
     serve.add_argument(
-        "--port", type=int, default=default(ServerConfig, "port", "PORT"), help="gRPC port (0 = any free)"
+        "--port", type=_PORT, default=default(ServerConfig, "port", "PORT"), help="gRPC port (0 = any free)"
     )
     serve.add_argument(
         "--metrics-port",
-        type=int,
+        type=_PORT,
         default=default(ServerConfig, "metrics_port", "METRICS_PORT"),
         help="HTTP port for /metrics, /healthz, /readyz (0 = off)",
     )
     serve.add_argument(
         "--http-port",
-        type=int,
+        type=_PORT,
         default=default(ServerConfig, "http_port", "HTTP_PORT"),
         help="port of the HTTP/JSON API and /openapi.json (0 = off)",
     )
@@ -467,13 +488,13 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--tokens-file", default=_env("TOKENS_FILE"), help="JSON file of token hashes and their tenants")
     serve.add_argument(
         "--max-open-tenants",
-        type=int,
+        type=_COUNT,
         default=default(EngineConfig, "max_open_tenants", "MAX_OPEN_TENANTS"),
         help="tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)",
     )
     serve.add_argument(
         "--grace-seconds",
-        type=float,
+        type=_NUMBER,
         default=default(ServerConfig, "grace_seconds", "GRACE_SECONDS"),
         help="how long SIGTERM waits for in-flight calls",
     )
@@ -485,14 +506,14 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--near-duplicate-threshold",
-        type=float,
+        type=_NUMBER,
         default=default(EngineConfig, "near_duplicate_threshold", "NEAR_DUPLICATE_THRESHOLD"),
         help="embedding cosine at or above which a memory with the same numbers, dates and "
         "identifiers is named a near duplicate (and Dedup's default); above 1 = off",
     )
     serve.add_argument(
         "--ann-threshold",
-        type=int,
+        type=_COUNT,
         default=default(EngineConfig, "ann_threshold", "ANN_THRESHOLD"),
         help="memories in a tenant from which recall uses an approximate vector index (exact scan below)",
     )
@@ -509,12 +530,14 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--llm-model", help="model name (MNEMOSYNE_LLM_MODEL)")
     serve.add_argument(
-        "--llm-timeout", type=float, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)"
+        "--llm-timeout", type=_NUMBER, help="seconds per model call attempt (MNEMOSYNE_LLM_TIMEOUT, default 30)"
     )
-    serve.add_argument("--llm-retries", type=int, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)")
+    serve.add_argument(
+        "--llm-retries", type=_COUNT, help="retries on timeout/429/5xx (MNEMOSYNE_LLM_RETRIES, default 2)"
+    )
     serve.add_argument(
         "--llm-concurrency",
-        type=int,
+        type=_COUNT,
         help="threads extracting the items of multi-item writes, shared by the server (MNEMOSYNE_LLM_CONCURRENCY, default 8)",
     )
     serve.add_argument(
@@ -534,7 +557,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--drain-delay-seconds",
-        type=float,
+        type=_NUMBER,
         default=default(ServerConfig, "drain_delay_seconds", "DRAIN_DELAY_SECONDS"),
         help="after SIGTERM, keep serving this long while health reports NOT_SERVING",
     )
@@ -562,8 +585,8 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--ownership-epoch",
-        type=int,
-        default=int(_env("OWNERSHIP_EPOCH") or 1),
+        type=_COUNT,
+        default=_env("OWNERSHIP_EPOCH") or "1",
         help="the ownership epoch new and adopted tenant files are held at (a move raises a tenant's own)",
     )
     serve.add_argument(
@@ -582,13 +605,13 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--hot-path-workers",
-        type=int,
+        type=_COUNT,
         default=default(HotPathConfig, "workers", "HOT_PATH_WORKERS"),
         help="background workers shared by all tenants for asynchronous (fast) writes",
     )
     serve.add_argument(
         "--hot-path-batch",
-        type=int,
+        type=_COUNT,
         default=default(HotPathConfig, "batch", "HOT_PATH_BATCH"),
         help="queued operations a worker applies per transaction",
     )
@@ -608,13 +631,13 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--consolidate-idle-seconds",
-        type=float,
+        type=_NUMBER,
         default=default(ConsolidationConfig, "idle_seconds", "CONSOLIDATE_IDLE_SECONDS"),
         help="a session (thread) is finished once its newest memory is this old",
     )
     serve.add_argument(
         "--event-retention-seconds",
-        type=float,
+        type=_NUMBER,
         default=default(HotPathConfig, "event_retention_seconds", "EVENT_RETENTION_SECONDS"),
         help="delete finished hot-path events this long after they finished (0: keep forever)",
     )
@@ -712,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
     health.add_argument("--service", default="")
-    health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument("--timeout", type=_NUMBER, default=3.0)
     _add_connection_flags(health, "a token (none needed: health checks are not authenticated)")
     health.set_defaults(run=_health)
 
@@ -773,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="from_members", required=True, help="the old list, ID=HOST:PORT,... (or @FILE)"
     )
     rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
-    rebalance.add_argument("--parallel", type=int, default=4, help="moves at once (default 4)")
+    rebalance.add_argument("--parallel", type=_POSITIVE, default=4, help="moves at once (default 4)")
     _add_connection_flags(rebalance, "an admin token", target=False)
     rebalance.set_defaults(run=_rebalance)
 
@@ -790,11 +813,11 @@ def build_parser() -> argparse.ArgumentParser:
     members = commands.add_parser(
         "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
     )
-    members.add_argument("--count", type=int, default=3, help="how many members (m0, m1, ...)")
+    members.add_argument("--count", type=_POSITIVE, default=3, help="how many members (m0, m1, ...)")
     members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
-    members.add_argument("--port", type=int, default=50051, help="gRPC port of m0; each next member the next port")
-    members.add_argument("--http-port", type=int, default=8080, help="HTTP port of m0 (0: off); then the next ones")
-    members.add_argument("--metrics-port", type=int, default=9464, help="metrics port of m0 (0: off); then the next")
+    members.add_argument("--port", type=_PORT, default=50051, help="gRPC port of m0; each next member the next port")
+    members.add_argument("--http-port", type=_PORT, default=8080, help="HTTP port of m0 (0: off); then the next ones")
+    members.add_argument("--metrics-port", type=_PORT, default=9464, help="metrics port of m0 (0: off); then the next")
     members.add_argument("serve_flags", nargs=argparse.REMAINDER, help="after --: flags every member's serve takes")
     members.set_defaults(run=_members)
 

@@ -2,7 +2,9 @@
 ``mem0.MemoryClient``, driven line by line. Argument: a JSON object {"host", "api_key", "headers"}.
 Then each line of standard input is a JSON [method, kwargs]; each answer is one line of JSON,
 {"ok": result} or {"error": exception class, "message": ..., "status": HTTP status or null}.
-The first line answered is the construction's ({"ok": "ready"} or its error)."""
+The method "set_headers" sets headers of the client's later requests (one client for many tenants
+of an admin key: Mnemosyne-Tenant). The first line answered is the construction's ({"ok": "ready"}
+or its error)."""
 
 import json
 import sys
@@ -35,7 +37,11 @@ def main():
     for line in sys.stdin:
         method, kwargs = json.loads(line)
         try:
-            answer = {"ok": getattr(client, method)(**kwargs)}
+            if method == "set_headers":
+                client.client.headers.update(kwargs)
+                answer = {"ok": None}
+            else:
+                answer = {"ok": getattr(client, method)(**kwargs)}
         except Exception as exc:
             answer = _error(exc)
         print(json.dumps(answer), flush=True)

@@ -34,6 +34,7 @@ from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership, owner_
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support
+from tests.mem0_support import Mem0Client
 from tests.node_support import node_package
 from tests.support import gauge, haproxy, tokens_json
 
@@ -397,6 +398,42 @@ def test_behind_haproxy_routing_at_random_every_call_lands_on_the_owner(
         assert _holders(written, tenant) == [owner_of(tenant, written.ids)]
     # Random routing: about two calls in three reached a member that did not own the tenant.
     assert sum(_forwarded(written)) - sum(before) > 40
+
+
+def test_the_official_mem0_client_behind_haproxy_reaches_every_tenant(
+    written: LocalMembers, proxy: tuple[int, int], tmp_path: Path
+) -> None:
+    """mem0's paths are forwarded to the owner like every other route (over the member-internal
+    relay): through the proxy, routing at random, the official mem0 client adds, searches, lists,
+    gets, updates and deletes for tenants of every member; events answer through any member too."""
+    _, http_port = proxy
+    tenants = [f"mem0-{i:02d}" for i in range(12)]
+    assert {owner_of(tenant, written.ids) for tenant in tenants} == set(written.ids)
+    before = sum(_forwarded(written))
+    with Mem0Client(f"http://127.0.0.1:{http_port}", ADMIN, tmp_path) as mem0:
+        assert mem0.construction == {"ok": "ready"}, mem0.construction
+        for tenant in tenants:
+            mem0.call("set_headers", **{"Mnemosyne-Tenant": tenant})
+            added = mem0.call("add", messages=f"{tenant} parks by the north gate", user_id="ada")
+            assert added["status"] == "SUCCEEDED", added
+            found = mem0.call("search", query="where does it park? north gate", filters={"user_id": "ada"})
+            (hit,) = found["results"]
+            assert hit["memory"] == f"{tenant} parks by the north gate" and hit["user_id"] == "ada"
+            assert [m["id"] for m in mem0.call("get_all", filters={"user_id": "ada"})["results"]] == [hit["id"]]
+            assert mem0.call("get", memory_id=hit["id"])["memory"] == hit["memory"]
+            assert mem0.call("update", memory_id=hit["id"], text=f"{tenant} parks by the south gate")["id"] == hit["id"]
+            assert [h["event"] for h in mem0.call("history", memory_id=hit["id"])] == ["ADD", "UPDATE"]
+            headers = {"authorization": f"Token {ADMIN}", "mnemosyne-tenant": tenant}
+            event = http_support.request(http_port, "GET", f"/v1/event/{added['event_id']}/", headers=headers)
+            assert event.status == 200 and event.json()["results"][0]["id"] == hit["id"], event.body
+            events = http_support.request(http_port, "GET", "/v1/events/?page_size=5", headers=headers)
+            assert events.status == 200, events.body
+            assert "deleted" in mem0.call("delete", memory_id=hit["id"])["message"]
+            assert mem0.attempt("get", memory_id=hit["id"])["error"] == "MemoryNotFoundError"
+    for tenant in tenants:
+        assert _holders(written, tenant) == [owner_of(tenant, written.ids)]
+    # Random routing: about two requests in three reached a member that did not own the tenant.
+    assert sum(_forwarded(written)) - before > 40
 
 
 # -- refusals: an owner down, forwarding off, another tenant's token --------------------------------

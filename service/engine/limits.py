@@ -39,6 +39,13 @@ MAX_WAIT_SECONDS = 3600.0
 RESPONSE_BUDGET_BYTES = 3 * 1024 * 1024
 # Per field or map entry: tag, length prefix and nesting, generously.
 _FIELD_OVERHEAD = 12
+# A number written as text (a JSON string, a query string, a mem0 parameter, a command-line flag)
+# uses ASCII only: Python's int() and float() also take other scripts' digits ("٣", "３") and
+# str.isdigit() passes superscripts ("²") that int() then refuses. 40 digits pass every 64-bit
+# range: a longer one is out of range before int() reads it (int() refuses 4,300 digits).
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+_INTEGER_DIGITS = 40
+_DECIMAL_TEXT = re.compile(r"-?(?:[0-9]{1,400}(?:\.[0-9]{0,400})?|\.[0-9]{1,400})(?:[eE][-+]?[0-9]{1,4})?")
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,62 @@ def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> 
             reason="TIMEOUT_INVALID",
         )
     return seconds or DEFAULT_WAIT_SECONDS
+
+
+def _shown(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:36] + "..."
+
+
+def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> int:
+    """An integer from a JSON integer or from text of ASCII digits with an optional leading '-',
+    between ``minimum`` and ``maximum``. Refused, naming the field and its range: a float (even
+    1.0 or 1e11), a bool, NaN or Infinity, other scripts' digits, spaces, signs but one '-', hex,
+    underscores, the empty string. The one rule for every surface where numbers arrive as text."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, str))
+        or (isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value))
+    ):
+        raise InvalidArgument(
+            f"{field} must be a whole number from {minimum} to {maximum}, written with the digits 0-9; "
+            f"{_shown(value)} is not",
+            reason="NUMBER_INVALID",
+        )
+    too_long = isinstance(value, str) and len(value.lstrip("-")) > _INTEGER_DIGITS
+    if too_long or not minimum <= int(value) <= maximum:
+        raise InvalidArgument(
+            f"{field} is {_shown(value)}; it must be a whole number from {minimum} to {maximum}",
+            reason="NUMBER_INVALID",
+        )
+    return int(value)
+
+
+def parse_number(value: object, *, field: str, minimum: float, maximum: float) -> float:
+    """A finite number from a JSON number or from text of ASCII digits (a decimal point and an
+    exponent allowed: "1.5", "2e3"), between ``minimum`` and ``maximum``. Refused, naming the
+    field and its range: NaN, Infinity, a bool, other scripts' digits, spaces, hex, the empty
+    string. The same rule as ``parse_integer``, for a field that takes fractions."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, str))
+        or (isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value))
+    ):
+        raise InvalidArgument(
+            f"{field} must be a number from {minimum:g} to {maximum:g}, written with the digits 0-9 "
+            f"(a '.' and an exponent allowed); {_shown(value)} is not",
+            reason="NUMBER_INVALID",
+        )
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past the largest float
+        number = math.inf
+    if not (math.isfinite(number) and minimum <= number <= maximum):
+        raise InvalidArgument(
+            f"{field} is {_shown(value)}; it must be a number from {minimum:g} to {maximum:g}",
+            reason="NUMBER_INVALID",
+        )
+    return number
 
 
 def _text_bytes(text: str) -> int:

@@ -30,7 +30,8 @@ from typing import Any
 
 from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
 from mnemosyne.engine.extractor import Extraction, Extractor, Fact, RulesExtractor, Triple
-from mnemosyne.errors import FailedPrecondition, MnemosyneError
+from mnemosyne.engine.limits import parse_integer, parse_number
+from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
 
 __all__ = ["LLMSettings", "OpenAIExtractor", "extractor_from_settings", "parse_answer"]
 
@@ -155,20 +156,20 @@ def extractor_from_settings(kind: str, env: Mapping[str, str] | None = None, **o
             "--extractor openai needs MNEMOSYNE_LLM_BASE_URL (e.g. https://api.openai.com/v1) and MNEMOSYNE_LLM_MODEL",
             reason="LLM_CONFIG_INVALID",
         )
-    try:
+    try:  # numbers by the one rule for numbers given as text (engine/limits.py)
         settings = LLMSettings(
             base_url=base_url,
             model=model,
             api_key=env.get("MNEMOSYNE_LLM_API_KEY") or None,
-            timeout=float(setting("TIMEOUT", "30") or 30),
-            retries=int(setting("RETRIES", "2") or 2),
-            backoff=float(setting("BACKOFF", "0.5") or 0.5),
-            concurrency=int(setting("CONCURRENCY", "8") or 8),
+            timeout=parse_number(setting("TIMEOUT") or "30", field="MNEMOSYNE_LLM_TIMEOUT", minimum=0, maximum=3600),
+            retries=parse_integer(setting("RETRIES") or "2", field="MNEMOSYNE_LLM_RETRIES", minimum=0, maximum=100),
+            backoff=parse_number(setting("BACKOFF") or "0.5", field="MNEMOSYNE_LLM_BACKOFF", minimum=0, maximum=3600),
+            concurrency=parse_integer(
+                setting("CONCURRENCY") or "8", field="MNEMOSYNE_LLM_CONCURRENCY", minimum=1, maximum=256
+            ),
         )
-    except ValueError as exc:
-        raise FailedPrecondition(
-            f"MNEMOSYNE_LLM_* setting is not a number: {exc}", reason="LLM_CONFIG_INVALID"
-        ) from None
+    except InvalidArgument as exc:
+        raise FailedPrecondition(exc.message, reason="LLM_CONFIG_INVALID") from None
     fallback_name = setting("FALLBACK", "") or ""
     if fallback_name not in ("", "none", "rules"):
         raise FailedPrecondition(

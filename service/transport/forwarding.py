@@ -175,6 +175,10 @@ class Forwarder:
         sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")
         return bool(sent) and hmac.compare_digest(sent, self._key)
 
+    def from_member(self, metadata: Sequence[tuple[str, str]]) -> bool:
+        """Whether a call comes from a member of this deployment (it carries the member key)."""
+        return self._hopped(metadata)
+
     def arrived_by_hop(self, metadata: Sequence[tuple[str, str]]) -> str:
         """The entry member of a call forwarded here, proven by the member key; "" otherwise
         (member-internal metadata from a client is ignored)."""
@@ -325,6 +329,9 @@ def _unchanged(data: bytes) -> bytes:
 
 
 def _serialize(message: Any) -> bytes:
+    """A request message's bytes; bytes as they are (a relayed mem0 request, transport/mem0_api.py)."""
+    if isinstance(message, bytes):
+        return message
     data: bytes = message.SerializeToString()
     return data
 

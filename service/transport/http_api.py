@@ -76,7 +76,7 @@ def _error_response(
 async def read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None once it passes ``limit`` bytes (the rest is never read)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         return None
     chunks: list[bytes] = []
     size = 0

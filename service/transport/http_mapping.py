@@ -6,12 +6,19 @@ Envoy's gRPC-JSON transcoder and grpc-gateway, reading the same options, serve t
 
 * a path template's ``{field}`` variables set top-level fields of the request; a variable matches
   one path segment without ``:`` (no id of ours holds one) and is percent-decoded;
-* ``body: "*"``: the JSON body is the request message, minus the path's fields (giving one in the
-  body with another value is refused); no query parameters;
+* ``body: "*"``: the JSON body is the request message; no query parameters;
 * no body (GET): each query parameter sets the top-level field of its name (proto or JSON name),
   repeated for a repeated field; map and message fields (other than a Timestamp) cannot be set;
+* a path field may be given again in the body or the query: with the same value (compared once
+  both are decoded, so ``"memoryId": "7"`` and ``7`` are the path's 7) it is accepted, with
+  another it is refused (PATH_FIELD_MISMATCH);
 * bodies and responses are proto3 JSON (``json_format``): unknown fields, wrong types, duplicate
-  keys and malformed JSON are refused with REQUEST_UNDECODABLE, naming the field.
+  keys and malformed JSON are refused with REQUEST_UNDECODABLE, naming the field;
+* every number, wherever it is written (body, query, path), passes the one rule for numbers given
+  as text (engine/limits.py ``parse_integer``, ``parse_number``): a JSON integer or ASCII digits
+  for an integer field, within its type's range; a finite number for a floating-point one.
+  Refused with NUMBER_INVALID, naming the field and its range. (proto3 JSON would also take "1e2"
+  for an integer and "NaN" for a double, and Python's int() other scripts' digits.)
 
 An RPC without a route must be in GRPC_ONLY with its reason; the server refuses to start
 otherwise, and tests/test_http_api.py walks every route.
@@ -29,6 +36,7 @@ from urllib.parse import parse_qsl, unquote
 from google.api import annotations_pb2
 from google.protobuf import descriptor, json_format, message, message_factory
 
+from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 
@@ -45,6 +53,14 @@ GRPC_ONLY: dict[str, str] = {
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _FD = descriptor.FieldDescriptor
+_INTEGER_RANGES = {
+    _FD.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    _FD.CPPTYPE_UINT32: (0, 2**32 - 1),
+    _FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+    _FD.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
+_FLOAT_RANGES = {_FD.CPPTYPE_DOUBLE: 1.7976931348623157e308, _FD.CPPTYPE_FLOAT: 3.4028234663852886e38}
+_TIMESTAMP = "google.protobuf.Timestamp"
 
 
 @dataclass(frozen=True)
@@ -152,9 +168,9 @@ def _query_fields(route: Route, query: Sequence[tuple[str, str]]) -> dict[str, A
     document: dict[str, Any] = {}
     for key, value in query:
         field = _field(route, key)
-        if field is None or field.name in route.path_fields or route.body:
+        if field is None or route.body:
             raise ValueError(f"{key[:80]!r} is not a query parameter of this route")
-        if field.message_type is not None and field.message_type.full_name != "google.protobuf.Timestamp":
+        if field.message_type is not None and field.message_type.full_name != _TIMESTAMP:
             raise ValueError(f"{key[:80]!r} cannot be set from the query string (send the RPC over gRPC)")
         typed: Any = value
         if field.type == _FD.TYPE_BOOL:
@@ -168,6 +184,58 @@ def _query_fields(route: Route, query: Sequence[tuple[str, str]]) -> dict[str, A
     return document
 
 
+def _numbers(message_type: descriptor.Descriptor, document: dict[str, Any], where: str = "") -> None:
+    """Every number of a JSON request checked by the one rule for numbers given as text, and
+    replaced by its value, in place (nested messages, lists and map values too). Other values
+    are left to json_format, which names what is wrong with them."""
+    for key, value in document.items():
+        field = message_type.fields_by_name.get(key) or message_type.fields_by_camelcase_name.get(key)
+        if field is None or value is None:
+            continue
+        name = where + field.name
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            if isinstance(value, dict):
+                for map_key, item in value.items():
+                    value[map_key] = _number(entry, item, f"{name}[{str(map_key)[:40]!r}]")
+        elif field.is_repeated and isinstance(value, list):
+            value[:] = [_number(field, item, f"{name}[{index}]") for index, item in enumerate(value)]
+        else:
+            document[key] = _number(field, value, name)
+
+
+def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
+    if field.message_type is not None:
+        if field.message_type.full_name == _TIMESTAMP and isinstance(value, str) and not value.isascii():
+            # RFC 3339 is ASCII; json_format's parser (strptime) would read other scripts' digits.
+            raise InvalidArgument(
+                f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z), not {value[:40]!r}",
+                reason="NUMBER_INVALID",
+            )
+        if isinstance(value, dict):
+            _numbers(field.message_type, value, name + ".")
+        return value
+    if field.cpp_type in _INTEGER_RANGES:
+        low, high = _INTEGER_RANGES[field.cpp_type]
+        return parse_integer(value, field=name, minimum=low, maximum=high)
+    if field.cpp_type in _FLOAT_RANGES:
+        largest = _FLOAT_RANGES[field.cpp_type]
+        return parse_number(value, field=name, minimum=-largest, maximum=largest)
+    return value
+
+
+def _from_path(route: Route, path: dict[str, str]) -> message.Message:
+    """A request holding only the path's fields, decoded by the same rules as a body."""
+    document: dict[str, Any] = {name: unquote(raw, errors="strict") for name, raw in path.items()}
+    _numbers(route.rpc.input_type, document)
+    return json_format.ParseDict(document, route.request_type(), ignore_unknown_fields=False)
+
+
+def _given(route: Route, document: Mapping[str, Any], name: str) -> bool:
+    field = route.rpc.input_type.fields_by_name[name]
+    return any(document.get(key) is not None for key in {field.name, field.camelcase_name})
+
+
 def decode(
     route: Route,
     path: dict[str, str],
@@ -178,9 +246,10 @@ def decode(
     max_request_bytes: int,
 ) -> message.Message | Undecodable:
     """The request message of an HTTP request, or the refusal to raise after authentication
-    (as gRPC's decoder does). ``overrides``: fields set from headers, replacing what the query
-    gave (``after_sequence`` from Last-Event-ID). The decoded message is held to gRPC's request
-    size limit."""
+    (as gRPC's decoder does): a refusal depends on the request alone, so a caller without a
+    valid token learns nothing from it. ``overrides``: fields set from headers, replacing what
+    the query gave (``after_sequence`` from Last-Event-ID). The decoded message is held to
+    gRPC's request size limit."""
     try:
         query = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
         document = _query_fields(route, query)
@@ -189,20 +258,24 @@ def decode(
             if not isinstance(parsed, dict):
                 raise ValueError(f"the body must be a JSON object, not {type(parsed).__name__}")
             document = parsed
-        for name, raw in path.items():
-            value = unquote(raw, errors="strict")
-            field = route.rpc.input_type.fields_by_name[name]
-            given = [key for key in (field.name, field.camelcase_name) if key in document]
-            if any(str(document[key]) != value for key in given):
-                raise ValueError(f"{name} is {value[:80]!r} in the path and something else in the body")
-            for key in given:
-                del document[key]
-            document[name] = value
         for name, value in overrides.items():
             document.pop(route.rpc.input_type.fields_by_name[name].camelcase_name, None)
             document[name] = value
+        _numbers(route.rpc.input_type, document)
         request = json_format.ParseDict(document, route.request_type(), ignore_unknown_fields=False)
-    except (ValueError, UnicodeDecodeError, RecursionError, json_format.ParseError) as exc:
+        from_path = _from_path(route, path)
+        for name in route.path_fields:
+            value = getattr(from_path, name)
+            if _given(route, document, name) and getattr(request, name) != value:
+                raise InvalidArgument(
+                    f"{name} is {str(value)[:80]!r} in the path and {str(getattr(request, name))[:80]!r} in the "
+                    f"{'body' if route.body else 'query'}: give it once, or the same value",
+                    reason="PATH_FIELD_MISMATCH",
+                )
+            setattr(request, name, value)
+    except InvalidArgument as exc:
+        return Undecodable(exc)
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError, json_format.ParseError) as exc:
         return _undecodable(route, str(exc)[:300] or type(exc).__name__)
     size = request.ByteSize()
     if size > max_request_bytes:

@@ -32,7 +32,7 @@ from mnemosyne.transport.http_api import HttpApi
 from mnemosyne.transport.http_guard import Guard
 from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
-from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api
+from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.version import VERSION
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ class HttpSurface:
             raise FailedPrecondition(f"cannot listen on {internal}", reason="LISTEN_FAILED")
         self.mcp = McpEndpoint(authenticator, internal)
         self.http: HttpServer | None = None
+        # Another member's mem0 request for a tenant of this one arrives over gRPC (the relay).
+        self.mem0: Mem0Api | None = None
+        server.add_generic_rpc_handlers([relay_handler(lambda: self.mem0)])
 
     @property
     def port(self) -> int:
@@ -73,11 +76,11 @@ class HttpSurface:
         routes = http_mapping.routes(services)  # refuses an RPC with no route that is not GRPC_ONLY
         document = json.dumps(openapi.document(routes, version=VERSION)).encode()
         own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-        mem0 = Mem0Api(edge, engine)
+        self.mem0 = Mem0Api(edge, engine)
         mounts: dict[str, ASGIApp] = {
             MCP_PATH: self.mcp,
             "/console": console_app(),
-            **dict.fromkeys(MEM0_PREFIXES, mem0),
+            **dict.fromkeys(MEM0_PREFIXES, self.mem0),
         }
         app = Guard(
             compose(HttpApi(edge, routes, servicers, openapi=document), mounts),

@@ -17,6 +17,11 @@ error table), so no rule is written twice; only the shapes are mem0's:
   before the answer, whose event (an id signed with the tenant's secret) is already SUCCEEDED.
 * errors are our ``google.rpc.Status`` JSON (with its ``ErrorInfo`` reason) plus mem0's
   ``detail``; a 429 carries ``Retry-After``. What mem0 has and we do not answers 501 naming it.
+* the numbers each endpoint reads are declared in its row of ``ROUTES`` and read by the one rule
+  for numbers given as text (engine/limits.py).
+* with several members, a request for a tenant another member owns is relayed to the owner
+  (``RELAY_METHOD``, the edge's forwarding hop), which answers it with these same endpoints; its
+  answer is given as it came.
 
 Routing is unambiguous: every mem0 path ends with ``/`` and starts with one of ``MEM0_PREFIXES``;
 none of our own routes does either (``GET /v1/ping`` is ours, ``GET /v1/ping/`` mem0's).
@@ -24,6 +29,7 @@ none of our own routes does either (``GET /v1/ping`` is ours, ``GET /v1/ping/`` 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -34,17 +40,21 @@ from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode
 
+import grpc
 from google.protobuf import json_format
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.limits import Limits, parse_integer, parse_number
+from mnemosyne.engine.memories import MAX_PAGE_NUMBER
 from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainStatus
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, reading, snapshot_read
-from mnemosyne.transport.edge import Edge, Outcome, kind_of
+from mnemosyne.transport.edge import Edge, Kind, Outcome, kind_of
+from mnemosyne.transport.forwarding import Forwarder
 from mnemosyne.transport.http_api import error_parts, read_body
 
 # The path prefixes this app answers (transport/http_server.py ``compose`` mounts each).
@@ -86,6 +96,7 @@ class Mem0Request:
     path: tuple[str, ...] = ()
     base_url: str = ""
     problem: MnemosyneError | None = None  # what could not be decoded: raised once authorised
+    numbers: dict[str, Any] = field(default_factory=dict)  # its route's numbers (Mem0Number), read
 
 
 @dataclass(frozen=True)
@@ -120,18 +131,6 @@ def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> s
     if not isinstance(value, str):
         raise _bad(f"{key} must be a string, not {type(value).__name__}")
     return value
-
-
-def _number(value: Any, name: str, default: int) -> int:
-    """An integer given as a JSON number or a query string's digits."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, str) and not value.isdigit()):
-        raise _bad(f"{name} must be a positive integer, not {str(value)[:40]!r}")
-    number = int(value)
-    if number < 1 or number > 2**31 - 1:
-        raise _bad(f"{name} must be a positive integer, not {str(value)[:40]!r}")
-    return number
 
 
 def _metadata_value(key: str, value: Any) -> str:
@@ -220,27 +219,75 @@ def _memory_id(raw: str) -> int:
     return int(raw)
 
 
-class Mem0Api:
-    """The ASGI app of the mem0-compatible endpoints."""
+@dataclass(frozen=True)
+class Mem0Number:
+    """A number an endpoint reads, by the one rule for numbers given as text (engine/limits.py):
+    from the first of ``places`` ("query", "body") that gives it, from ``minimum`` to
+    ``maximum(limits)``; ``default`` when none does (or the body's value is null)."""
 
-    def __init__(self, edge: Edge, engine: Engine) -> None:
-        self._edge = edge
-        self._engine = engine
-        self._routes: list[tuple[str, re.Pattern[str], str, Handler | None]] = []
-        route = self._route
-        route("GET", r"/v1/ping/", "ping", self._ping)
-        route("POST", r"/v3/memories/add/", "add", self._add)
-        route("POST", r"/v3/memories/search/", "search", self._search)
-        route("POST", r"/v3/memories/", "list", self._list)
-        route("GET", r"/v1/memories/([^/]+)/", "get", self._get)
-        route("PUT", r"/v1/memories/([^/]+)/", "update", self._update)
-        route("DELETE", r"/v1/memories/([^/]+)/", "delete", self._delete)
-        route("DELETE", r"/v1/memories/", "delete_all", self._delete_all)
-        route("GET", r"/v1/memories/([^/]+)/history/", "history", self._history)
-        route("GET", r"/v1/event/([^/]+)/", "event", self._event)
-        route("GET", r"/v1/events/", "events", self._events)
-        # What mem0 has and we do not: a clear 501 naming it.
-        for verb, path, what in (
+    name: str
+    places: tuple[str, ...]
+    default: int | None
+    minimum: int
+    maximum: Callable[[Limits], float]
+    whole: bool = True
+
+    def read(self, body: Mapping[str, Any], query: Mapping[str, str], limits: Limits) -> Any:
+        sources = {"query": query, "body": body}
+        value = next((sources[place][self.name] for place in self.places if self.name in sources[place]), None)
+        if value is None:
+            return self.default
+        if self.whole:
+            return parse_integer(value, field=self.name, minimum=self.minimum, maximum=int(self.maximum(limits)))
+        return parse_number(value, field=self.name, minimum=self.minimum, maximum=self.maximum(limits))
+
+
+@dataclass(frozen=True)
+class Mem0Route:
+    """One mem0 endpoint: its verb, its path (a regular expression whose groups are the path's
+    ids), the handler ``Mem0Api._<name>`` and the numbers it reads; ``unsupported`` names what
+    mem0 has and we do not (answered 501)."""
+
+    verb: str
+    path: str
+    name: str
+    numbers: tuple[Mem0Number, ...] = ()
+    unsupported: str = ""
+
+
+_PAGE_SIZE = partial(Mem0Number, "page_size", minimum=1, maximum=lambda limits: limits.max_page_size)
+ROUTES: tuple[Mem0Route, ...] = (
+    Mem0Route("GET", r"/v1/ping/", "ping"),
+    Mem0Route("POST", r"/v3/memories/add/", "add"),
+    Mem0Route(
+        "POST",
+        r"/v3/memories/search/",
+        "search",
+        (
+            Mem0Number("top_k", ("body",), 10, 1, lambda limits: limits.max_k),
+            Mem0Number("threshold", ("body",), None, 0, lambda _: 1.0, whole=False),
+        ),
+    ),
+    Mem0Route(
+        "POST",
+        r"/v3/memories/",
+        "list",
+        (
+            Mem0Number("page", ("query", "body"), 1, 1, lambda _: MAX_PAGE_NUMBER),
+            _PAGE_SIZE(("query", "body"), 100),
+        ),
+    ),
+    Mem0Route("GET", r"/v1/memories/([^/]+)/", "get"),
+    Mem0Route("PUT", r"/v1/memories/([^/]+)/", "update"),
+    Mem0Route("DELETE", r"/v1/memories/([^/]+)/", "delete"),
+    Mem0Route("DELETE", r"/v1/memories/", "delete_all"),
+    Mem0Route("GET", r"/v1/memories/([^/]+)/history/", "history"),
+    Mem0Route("GET", r"/v1/event/([^/]+)/", "event"),
+    Mem0Route("GET", r"/v1/events/", "events", (_PAGE_SIZE(("query",), 50),)),
+    # What mem0 has and we do not: a clear 501 naming it.
+    *(
+        Mem0Route(verb, path, "unsupported", unsupported=what)
+        for verbs, path, what in (
             ("GET", r"/v1/memories/", "v1 list (use POST /v3/memories/)"),
             ("POST", r"/v1/memories/", "v1 add (use POST /v3/memories/add/)"),
             ("POST", r"/v2/memories/", "v2 list (use POST /v3/memories/)"),
@@ -253,22 +300,74 @@ class Mem0Api:
             ("GET|POST|PUT|DELETE|PATCH", r"/api/v1/webhooks/.*|/v1/webhooks/.*", "webhooks"),
             ("GET|POST|PUT|DELETE|PATCH", r"/api/v1/orgs/.*", "organizations and projects"),
             ("GET|POST|PUT|DELETE", r"/v1/memories/[^/]+/graph/.*|/v[0-9]/graph/.*", "graph memory"),
-        ):
-            for one in verb.split("|"):
-                route(one, path, f"unsupported {what}", None)
+        )
+        for verb in verbs.split("|")
+    ),
+)
 
-    def _route(self, verb: str, path: str, name: str, handler: Handler | None) -> None:
-        self._routes.append((verb, re.compile(path), name, handler))
 
-    def _match(self, verb: str, path: str) -> tuple[str, Handler | None, tuple[str, ...]]:
+@dataclass(frozen=True)
+class HttpCall:
+    """One request to the mem0 paths: read from the HTTP port, or relayed by the member that
+    received it (``RELAY_METHOD``, its headers then the hop's gRPC metadata)."""
+
+    verb: str
+    path: str  # percent-decoded
+    query_string: bytes
+    headers: list[tuple[str, str]]
+    body: bytes | None  # None: larger than the limit, left unread
+    base_url: str  # scheme://host as the client called it, for the links of a page
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    def envelope(self) -> bytes:
+        """What the hop to the tenant's owner carries (the headers travel as its metadata)."""
+        return json.dumps(
+            {
+                "verb": self.verb,
+                "path": self.path,
+                "query": self.query_string.decode("latin-1"),
+                "body": None if self.body is None else base64.b64encode(self.body).decode(),
+                "base_url": self.base_url,
+            }
+        ).encode()
+
+    @classmethod
+    def from_envelope(cls, data: bytes, metadata: list[tuple[str, str]]) -> HttpCall:
+        document = json.loads(data)
+        body = document["body"]
+        return cls(
+            verb=document["verb"],
+            path=document["path"],
+            query_string=document["query"].encode("latin-1"),
+            headers=metadata,
+            body=None if body is None else base64.b64decode(body),
+            base_url=document["base_url"],
+        )
+
+
+class Mem0Api:
+    """The ASGI app of the mem0-compatible endpoints."""
+
+    def __init__(self, edge: Edge, engine: Engine) -> None:
+        self._edge = edge
+        self._engine = engine
+        self._routes = [(route, re.compile(route.path)) for route in ROUTES]
+
+    @property
+    def forwarder(self) -> Forwarder | None:
+        return self._edge.forwarder
+
+    def _match(self, verb: str, path: str) -> tuple[Mem0Route, tuple[str, ...]]:
         allowed = []
-        for route_verb, pattern, name, handler in self._routes:
+        for route, pattern in self._routes:
             matched = pattern.fullmatch(path)
             if matched is None:
                 continue
-            if route_verb == verb:
-                return name, handler, tuple(unquote(g) for g in matched.groups())
-            allowed.append(route_verb)
+            if route.verb == verb:
+                return route, tuple(unquote(g) for g in matched.groups())
+            allowed.append(route.verb)
         if allowed:
             raise InvalidArgument(
                 f"{path[:200]} takes {' or '.join(sorted(set(allowed)))}, not {verb[:16]}",
@@ -280,25 +379,38 @@ class Mem0Api:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body = await read_body(request, 2 * self._edge.max_request_bytes) if request.method in ("POST", "PUT") else b""
+        call = HttpCall(
+            verb=request.method,
+            path=scope["path"],
+            query_string=scope["query_string"],
+            headers=list(request.headers.items()),
+            body=body,
+            base_url=f"{request.url.scheme}://{request.headers.get('host', 'localhost')}",
+        )
+        response, _ = await self.serve(call)
+        await response(scope, receive, send)
+
+    async def serve(self, http: HttpCall) -> tuple[Response, Outcome]:
+        """The answer to one request, and how it ended (for a relay's entry member)."""
         edge = self._edge
         started = time.perf_counter()
-        request = Request(scope, receive)
-        echo, token = edge.recorder.begin(request.headers.get("x-request-id"))
+        echo, token = edge.recorder.begin(http.header("x-request-id"))
         outcome = Outcome()
         method = "mem0 (no route)"
         try:
             try:
-                name, handler, groups = self._match(request.method, scope["path"])
-                method = f"mem0 {name}"
-                if handler is None:
+                route, groups = self._match(http.verb, http.path)
+                method = f"mem0 {route.name}"
+                if route.unsupported:
                     raise _unsupported(
-                        f"{request.method} {scope['path'][:200]}: mem0's {name.removeprefix('unsupported ')} "
-                        "is not served by Mnemosyne"
+                        f"{http.verb} {http.path[:200]}: mem0's {route.unsupported} is not served by Mnemosyne"
                     )
-                response = await self._answer(request, method, handler, groups, echo)
+                response = await self._answer(http, method, route, groups, echo, outcome)
             except Exception as exc:
                 response = self._error(exc, outcome, method, echo)
-            await response(scope, receive, send)
+            return response, outcome
         finally:
             edge.recorder.end(method, outcome.code, outcome.reason, started, token)
 
@@ -311,51 +423,38 @@ class Mem0Api:
 
     async def _answer(
         self,
-        request: Request,
+        http: HttpCall,
         method: str,
-        handler: Handler,
+        route: Mem0Route,
         groups: tuple[str, ...],
         echo: tuple[tuple[str, str], ...],
+        outcome: Outcome,
     ) -> Response:
-        headers = [(k, v) for k, v in request.headers.items() if k != "authorization"]
-        authorization = request.headers.get("authorization")
+        headers = [(k, v) for k, v in http.headers if k != "authorization"]
+        authorization = http.header("authorization")
         if authorization is not None:
             scheme, _, key = authorization.partition(" ")
             # mem0 sends "Token <key>"; the edge reads "Bearer <key>".
             authorization = f"Bearer {key}" if scheme.lower() in ("token", "bearer") else authorization
             headers.append(("authorization", authorization))
-        body: dict[str, Any] = {}
-        query: dict[str, str] = {}
-        problem: MnemosyneError | None = None
-        try:  # a request that cannot be decoded is refused after authentication, as over gRPC
-            if request.method in ("POST", "PUT"):
-                raw = await read_body(request, 2 * self._edge.max_request_bytes)
-                if raw is None:
-                    raise InvalidArgument(
-                        f"the body is larger than {2 * self._edge.max_request_bytes} bytes", reason="REQUEST_TOO_LARGE"
-                    )
-                body = _json_object(raw)
-            try:
-                query = dict(
-                    parse_qsl(request.scope["query_string"].decode("utf-8"), keep_blank_values=True, errors="strict")
-                )
-            except (UnicodeDecodeError, ValueError):
-                raise _bad("the query string is not valid UTF-8 URL encoding") from None
-        except MnemosyneError as exc:
-            problem = exc
-        base = f"{request.url.scheme}://{request.headers.get('host', 'localhost')}"
         decoded: Mem0Request | _Tenantless
-        if method == "mem0 ping":
+        if route.name == "ping":
             try:
-                decoded = _Tenantless(self._tenant(request, authorization))
+                decoded = _Tenantless(self._tenant(http, authorization))
             except InvalidArgument:  # a key of several tenants: any of them may be named later
                 decoded = _Tenantless()
         else:
-            decoded = Mem0Request(self._tenant(request, authorization), body, query, groups, base, problem)
+            decoded = self._decode(http, route, groups, self._tenant(http, authorization))
+        handler: Handler = getattr(self, f"_{route.name}")
         call = self._edge.begin(method, decoded, headers, None)
-        # Not forwarded to another member (the hop speaks gRPC, these are not RPCs): answered
-        # here, where the store refuses a tenant another member owns (NOT_OWNER, naming it).
-        call.forward_to = None
+        if call.forward_to is not None and isinstance(decoded, Mem0Request) and decoded.problem is None:
+            # Another member owns the tenant: the request goes there as it came, over the
+            # member-internal RELAY_METHOD (the forwarding hop of every surface:
+            # transport/forwarding.py), and its answer comes back as it was given.
+            call.method, call.answers_bytes = RELAY_METHOD, True
+            answer = await self._edge.answer(Kind.ON_LOOP, handler, http.envelope(), call)
+            return _relayed(answer, echo, outcome)
+        call.forward_to = None  # a request refused for itself is refused here
         result = await self._edge.answer(kind_of(handler), partial(_checked, handler), decoded, call)
         return Response(
             json.dumps(result, ensure_ascii=False),
@@ -363,8 +462,29 @@ class Mem0Api:
             media_type="application/json",
         )
 
-    def _tenant(self, request: Request, authorization: str | None) -> str:
-        named = request.headers.get(TENANT_HEADER)
+    def _decode(self, http: HttpCall, route: Mem0Route, groups: tuple[str, ...], tenant: str) -> Mem0Request:
+        """The request a handler reads; what cannot be decoded is refused after authentication,
+        as over gRPC (``problem``)."""
+        body: dict[str, Any] = {}
+        query: dict[str, str] = {}
+        try:
+            if http.verb in ("POST", "PUT"):
+                if http.body is None:
+                    raise InvalidArgument(
+                        f"the body is larger than {2 * self._edge.max_request_bytes} bytes", reason="REQUEST_TOO_LARGE"
+                    )
+                body = _json_object(http.body)
+            try:
+                query = dict(parse_qsl(http.query_string.decode("utf-8"), keep_blank_values=True, errors="strict"))
+            except (UnicodeDecodeError, ValueError):
+                raise _bad("the query string is not valid UTF-8 URL encoding") from None
+            numbers = {number.name: number.read(body, query, self._engine.limits) for number in route.numbers}
+        except MnemosyneError as exc:
+            return Mem0Request(tenant, body, query, groups, http.base_url, problem=exc)
+        return Mem0Request(tenant, body, query, groups, http.base_url, numbers=numbers)
+
+    def _tenant(self, http: HttpCall, authorization: str | None) -> str:
+        named = http.header(TENANT_HEADER)
         if named:
             return named  # the edge checks that the token reaches it
         principal = self._edge.authenticate(authorization)
@@ -422,10 +542,7 @@ class Mem0Api:
         query = _text(body, "query", required=True)
         assert query is not None
         filters = {**_filters(body.get("filters")), **_user_metadata(body.get("metadata"))}
-        top_k = _number(body.get("top_k"), "top_k", 10)
-        threshold = body.get("threshold")
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
-            raise _bad("threshold must be a number")
+        top_k, threshold = request.numbers["top_k"], request.numbers["threshold"]
         recalled = self._engine.recall(request.tenant, query, k=top_k, scopes=[], metadata_equals=filters)
         hits = [h for h in recalled.hits if not threshold or h.vector_score >= threshold]
         return {"results": [memory_json(h.memory, round(h.score, 6)) for h in hits]}
@@ -433,8 +550,7 @@ class Mem0Api:
     @reading
     def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        page = _number(request.query.get("page") or body.get("page"), "page", 1)
-        page_size = _number(request.query.get("page_size") or body.get("page_size"), "page_size", 100)
+        page, page_size = request.numbers["page"], request.numbers["page_size"]
         filters = _filters(body.get("filters"))
         memories, total = self._engine.memories.numbered_page(
             request.tenant, metadata_equals=filters, page=page, page_size=page_size
@@ -577,7 +693,7 @@ class Mem0Api:
     def _events(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         query = request.query
         status = query.get("status")
-        page_size = _number(query.get("page_size"), "page_size", 50)
+        page_size = request.numbers["page_size"]
         page = self._engine.hot_path.list_events(
             request.tenant,
             status=status.lower() if status else None,
@@ -615,3 +731,52 @@ def _json_object(raw: bytes) -> dict[str, Any]:
             f"the body must be a JSON object, not {type(document).__name__}", reason="REQUEST_UNDECODABLE"
         )
     return document
+
+
+# The member-internal gRPC method that carries a mem0 request to the member owning its tenant (not
+# in the protos: members only, proven by the member key, transport/forwarding.py). Request: the
+# HttpCall's envelope, the headers its metadata; response: the owner's answer, RelayedAnswer.
+RELAY_SERVICE = "mnemosyne.member.Mem0"
+RELAY_METHOD = f"/{RELAY_SERVICE}/Relay"
+# The owner's response headers that are the entry's own to set.
+_HOP_HEADERS = frozenset({"content-length", "x-request-id"})
+
+
+def _relayed(answer: bytes, echo: tuple[tuple[str, str], ...], outcome: Outcome) -> Response:
+    """The owner's answer to a relayed request, given as it came (with the entry's request id)."""
+    document = json.loads(answer)
+    outcome.code, outcome.reason = document["code"], document["reason"]
+    headers = {k: v for k, v in document["headers"] if k not in _HOP_HEADERS}
+    return Response(
+        base64.b64decode(document["body"]), status_code=document["status"], headers={**headers, **dict(echo)}
+    )
+
+
+def relay_handler(mem0: Callable[[], Mem0Api | None]) -> grpc.GenericRpcHandler:
+    """The owner's side of the relay: a request another member received for a tenant of this one,
+    answered by this member's mem0 endpoints as if it had come to its HTTP port (the same edge:
+    the caller's token is authenticated and authorised again). ``mem0``: this member's endpoints
+    (None until its HTTP port is up)."""
+
+    async def relay(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        metadata = [
+            (k, v if isinstance(v, str) else v.decode("latin-1")) for k, v in context.invocation_metadata() or ()
+        ]
+        api = mem0()
+        if api is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this member's HTTP port is not up yet; retry shortly")
+        assert api is not None
+        forwarder = api.forwarder
+        if forwarder is None or not forwarder.from_member(metadata):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "only the members of this deployment relay")
+        response, outcome = await api.serve(HttpCall.from_envelope(request, metadata))
+        answer = {
+            "status": response.status_code,
+            "headers": [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers],
+            "body": base64.b64encode(bytes(response.body)).decode(),
+            "code": outcome.code,
+            "reason": outcome.reason,
+        }
+        return json.dumps(answer).encode()
+
+    return grpc.method_handlers_generic_handler(RELAY_SERVICE, {"Relay": grpc.unary_unary_rpc_method_handler(relay)})

@@ -12,8 +12,7 @@ The keys and their format are specified in docs/host-protocol.md.
 
 from __future__ import annotations
 
-import re
-
+from mnemosyne.engine import limits as check
 from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
@@ -23,7 +22,6 @@ from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
 WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
-_DECIMAL = re.compile(r"[0-9]{1,19}")
 _MAX_GENERATION = 2**63 - 1
 
 
@@ -32,14 +30,16 @@ def observed_generation(call: Call, key: str) -> int | None:
     values = call.metadata_values(key)
     if not values:
         return None
-    value = values[0]
-    if len(values) > 1 or not _DECIMAL.fullmatch(value) or int(value) > _MAX_GENERATION:
+    try:
+        if len(values) > 1:
+            raise InvalidArgument(f"metadata {key!r} appears {len(values)} times")
+        return check.parse_integer(values[0], field=f"metadata {key!r}", minimum=0, maximum=_MAX_GENERATION)
+    except InvalidArgument as exc:
         raise InvalidArgument(
-            f"metadata {key!r} must appear once, as a decimal integer between 0 and 2^63-1 (ASCII digits only)",
+            f"{exc.message}: it must appear once, as a decimal integer between 0 and 2^63-1 (ASCII digits only)",
             reason="OBSERVATION_INVALID",
             metadata={"metadata_key": key},
-        )
-    return int(value)
+        ) from None
 
 
 class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):

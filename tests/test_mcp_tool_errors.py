@@ -1,0 +1,166 @@
+"""Every MCP tool error tells the model what was wrong (client/mcp_host.py): the tool table's
+schemas carry their limits (minimum, maximum, maxLength), and an argument outside them, or of
+another type, is an ``isError`` result naming the argument and the limit it broke; no value gets a
+bare "Error executing tool <name>" (the SDK's answer to a crash).
+
+Generated from the tools' own input schemas, as the official MCP SDK client lists them, over
+stdio (``mnemosyne mcp``) and streamable HTTP (``/mcp`` on the HTTP port)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from mnemosyne.client import MemoryClient, mcp_host
+from mnemosyne.client.errors import InvalidArgumentError
+from mnemosyne.client.memory_client import MAX_WAIT_SECONDS
+from mnemosyne.engine import limits
+from mnemosyne.engine.workspace import MAX_KEY_CHARS
+from tests.support import ServerProcess
+
+_ASCII_INTEGER = re.compile(r"-?[0-9]+")
+_ASCII_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+TEXT_NUMBERS = ["٣", "３", "²", "1e11", "NaN", "Infinity", "1.5", " 1", "", "0x10", "1_000", "-1", "7"]
+NUMBERS = [1e11, 1.5, 7.0, -1, 0, 2**70, True, None, [1], {"n": 1}]
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("mcp-errors") / "data", http=True)
+    process.start()
+    yield process
+    process.stop()
+
+
+def _client(server: ServerProcess, transport: str, tenant: str) -> Client:
+    if transport == "http":
+        url = f"{server.http_url}/mcp?tenant={tenant}"
+        return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30)))
+    command = ["-m", "mnemosyne.cli", "mcp", "--target", server.target, "--tenant", tenant]
+    return Client(StdioServerParameters(command=sys.executable, args=command, env=dict(os.environ)))
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(part, "text", "") for part in result.content)
+
+
+def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
+    """(value, what it breaks) for one argument of a tool: None when the value is within the
+    schema (read by the rule for numbers given as text), else the limit to name ("" for a type)."""
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        low, high = schema["minimum"], schema["maximum"]
+        pattern = _ASCII_INTEGER if kind == "integer" else _ASCII_DECIMAL
+        for value in [*TEXT_NUMBERS, *NUMBERS, low - 1, high + 1]:
+            if isinstance(value, str):
+                ok = bool(pattern.fullmatch(value)) and math.isfinite(float(value)) and low <= float(value) <= high
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                ok = False
+            else:
+                ok = (kind == "number" or isinstance(value, int)) and low <= value <= high
+            shown = str(int(low if value == low - 1 else high)) if kind == "integer" else f"{high:g}"
+            yield value, None if ok else shown
+    elif kind == "string" and "enum" in schema:
+        yield "bogus", "'pending'"
+        yield 5, ""
+    elif kind == "string":
+        if "maxLength" in schema:
+            yield "x" * (schema["maxLength"] + 1), str(schema["maxLength"])
+        if schema.get("minLength", 0) >= 1:
+            yield "", str(schema["minLength"])
+        yield "a NUL \x00 inside", None
+        for wrong in (5, 1.5, True, None, ["x"], {"x": 1}):
+            yield wrong, ""
+    elif kind == "boolean":
+        for wrong in ("maybe", 2, None, [True]):
+            yield wrong, ""
+    elif kind == "array":
+        yield "everything", ""
+        yield [{"op": "put"}], "key"
+        yield [{"op": "erase", "key": "plan.md"}], "op"
+        yield [{"op": "put", "key": "", "content": "x"}], "1"
+        yield [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}], str(MAX_KEY_CHARS)
+        yield [{"op": "put", "key": "plan.md", "content": "x" * (mcp_host.MAX_RECORD_CHARS + 1)}], "262144"
+        yield None, ""
+
+
+def _valid(schema: dict[str, Any]) -> Any:
+    kind = schema.get("type")
+    return {"integer": schema.get("minimum", 1), "number": 1, "boolean": False, "array": []}.get(kind, "hello")
+
+
+def test_the_tool_table_carries_the_servers_default_limits() -> None:
+    defaults = limits.Limits()
+    assert (mcp_host.MAX_K, mcp_host.MAX_PAGE_SIZE) == (defaults.max_k, defaults.max_page_size)
+    assert (mcp_host.MAX_TEXT_CHARS, mcp_host.MAX_QUERY_CHARS) == (defaults.max_text_chars, defaults.max_query_chars)
+    assert (mcp_host.MAX_RECORD_CHARS, mcp_host.MAX_KEY_CHARS) == (defaults.max_record_bytes, MAX_KEY_CHARS)
+    assert MAX_WAIT_SECONDS == limits.MAX_WAIT_SECONDS
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
+    mcp_server: ServerProcess, transport: str
+) -> None:
+    tenant = f"mcp-{uuid.uuid4().hex[:10]}"
+
+    async def run() -> list[str]:
+        failures: list[str] = []
+        async with _client(mcp_server, transport, tenant) as client:
+            tools = (await client.list_tools()).tools
+            assert len(tools) == 8
+            # The three the issue found: a bare error, a bare error, and a deadline for a bad argument.
+            for name, arguments, named in [
+                ("recall", {"query": "x", "k": 1e11}, ("k", "100")),
+                ("get_event_status", {"event_id": 1e11}, ("event_id", str(2**63 - 1))),
+                ("flush", {"timeout_seconds": 1e11}, ("timeout_seconds", "3600")),
+            ]:
+                result = await client.call_tool(name, arguments)
+                text = _text(result)
+                assert result.is_error and all(part in text for part in named), text
+                assert "DEADLINE" not in text.upper(), text
+            await client.call_tool("read_memory", {})  # so a write is judged on its argument alone
+            for tool in tools:
+                properties = tool.input_schema["properties"]
+                for argument, schema in properties.items():
+                    kind = schema.get("type")
+                    if kind in ("integer", "number"):
+                        assert "minimum" in schema and "maximum" in schema, (tool.name, argument, schema)
+                    if kind == "string" and "enum" not in schema:
+                        assert "maxLength" in schema, (tool.name, argument, schema)
+                    base = {a: _valid(properties[a]) for a in tool.input_schema.get("required", []) if a != argument}
+                    for value, broken in _hostile(schema):
+                        result = await client.call_tool(tool.name, {**base, argument: value})
+                        text = _text(result)
+                        shown = f"{tool.name}({argument}={str(value)[:30]!r})"
+                        if result.is_error and text.strip() == f"Error executing tool {tool.name}":
+                            failures.append(f"{shown}: a bare error")
+                        elif broken is not None and not result.is_error:
+                            failures.append(f"{shown}: accepted")
+                        elif broken is not None and (argument not in text or broken not in text):
+                            failures.append(f"{shown}: does not name {argument} and {broken!r}: {text[:300]}")
+        return failures
+
+    failures = anyio.run(run)
+    assert not failures, "\n".join(failures)
+
+
+def test_a_client_flush_past_the_longest_wait_is_refused_as_invalid_not_a_missed_deadline(
+    mcp_server: ServerProcess,
+) -> None:
+    with MemoryClient(mcp_server.target) as client:
+        for timeout in (1e11, math.inf, math.nan, 3601.0):
+            with pytest.raises(InvalidArgumentError) as caught:
+                client.hot_path(f"flush-{uuid.uuid4().hex[:8]}", "flush", timeout_seconds=timeout)
+            assert caught.value.reason == "TIMEOUT_INVALID" and "3600" in caught.value.message
