@@ -444,10 +444,10 @@ class Workspaces:
                         scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
                     )
                     remember(txn, result)
-            if not result.already_applied:
-                self.config.committed(method)
             if erase:  # the content a change removed leaves the WAL too (docs/operations.md)
                 store.erase_traces()
+        if not result.already_applied:
+            self.config.committed(method)
         return result
 
     @staticmethod
