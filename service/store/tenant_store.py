@@ -474,12 +474,14 @@ class TenantStore:
             inbox.erase_traces()
         with self._write_lock:
             # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
-            # a triple's subject): they go, and the planner keeps sqlite_stat1's counts. Before the
-            # truncation, so the pages that held them leave the WAL too.
+            # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
+            # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
+            # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
             try:
-                with self._writer:
-                    if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
-                        self._writer.execute("DELETE FROM sqlite_stat4")
+                if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
+                    if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
+                        with self._writer:
+                            self._writer.execute("DELETE FROM sqlite_stat4")
             except apsw.Error as exc:
                 raise translate_sqlite_error(exc, self.path.name) from exc
             truncate_wal(self._writer, self.path.name)
