@@ -1,6 +1,8 @@
-"""Erasure that leaves no trace: after ForgetMemory returns, no byte of the forgotten text, its
-facts or its embedding is left in any file under the data directory, whichever way it was written;
-the audit chain still verifies and the ledger's hashes of it are keyed with a key that is gone."""
+"""Erasure that leaves no trace: after a forget returns, no byte of anything the memory held (its
+text, metadata, speaker, thread, versions, facts, embedding...) is left in any file under the data
+directory, whichever surface wrote it and whichever way it was forgotten, and no read serves it; a
+record's own delete or replacement erases the content it removed; the audit chain still verifies
+and the ledger's hashes of a memory are keyed with a key that is gone."""
 
 from __future__ import annotations
 
@@ -487,8 +489,8 @@ def _structural(field_path: str) -> bool:
 
 
 def writable_fields(message: Descriptor) -> set[str]:
-    """Every string field (map keys and values, nested and repeated messages' strings) of a
-    request message that is not STRUCTURAL, as Message.field (a map's: field{key}, field{value})."""
+    """Every string or bytes field (map keys and values, nested and repeated messages' fields) of
+    a request message that is not STRUCTURAL, as Message.field (a map's: field{key}, field{value})."""
     found: set[str] = set()
     for field in message.fields:
         field_path = f"{message.name}.{field.name}"
@@ -500,7 +502,7 @@ def writable_fields(message: Descriptor) -> set[str]:
             found |= {f"{field_path}{{key}}", f"{field_path}{{value}}"}
         elif field.message_type is not None and field.message_type.full_name != _TIMESTAMP:
             found |= writable_fields(field.message_type)
-        elif field.type == FieldDescriptor.TYPE_STRING:
+        elif field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
             found.add(field_path)
     return found
 
@@ -520,8 +522,9 @@ def fill(message: Message, surface: str, field_secrets: FieldSecrets, skip: tupl
             fill(
                 getattr(message, field.name).add() if repeated else getattr(message, field.name), surface, field_secrets
             )
-        elif field.type == FieldDescriptor.TYPE_STRING:
-            secret = field_secrets.new(surface, field_path)
+        elif field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+            text = field_secrets.new(surface, field_path)
+            secret = text.encode() if field.type == FieldDescriptor.TYPE_BYTES else text
             if repeated:
                 getattr(message, field.name).append(secret)
             else:
