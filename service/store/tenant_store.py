@@ -1487,16 +1487,18 @@ class WriteTxn(ReadTxn, OplogWrites):
     ) -> bool:
         """Apply (op, key, content) changes ("put" or "delete") to a scope, set its generation and
         append ONE ledger entry naming every change by content hash (never text). The caller
-        decided the generation under this same transaction. Content a change removes (a delete, or
-        a put over other content) is erased like a forgotten memory's: overwritten in the file
-        (``secure_delete``) and, once the caller has run ``TenantStore.erase_traces``, gone from
-        the WAL (``ERASURE_META``); returns whether a change removed any (the caller must erase)."""
+        decided the generation under this same transaction. A delete erases the record like a
+        forgotten memory: overwritten in the file (``secure_delete``) and, once the caller has run
+        ``TenantStore.erase_traces``, gone from the WAL with every earlier version of it
+        (``ERASURE_META``); returns whether a change deleted one (the caller must erase). A put
+        over other content does not empty the WAL: that would cost every agent's memory update a
+        TRUNCATE checkpoint and fail it while a backup reads (docs/operations.md#erasure)."""
         c = self.connection
         removed = False
         ledger_changes = []
         for op, key, content in changes:
             before = self.record(scope, key)
-            removed = removed or (before is not None and before != content)
+            removed = removed or (op == "delete" and before is not None)
             if op == "put":
                 ledger_changes.append({"op": "put", "key": key, "content": ledger.sha256_hex(content)})
             else:
