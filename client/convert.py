@@ -43,6 +43,7 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         thread=types.ThreadRef(m.thread.id, m.thread.position) if m.HasField("thread") else None,
         updated_at=m.updated_at.ToNanoseconds() / 1e9 if m.HasField("updated_at") else 0.0,
         speaker=m.speaker,
+        forgotten_at=m.forgotten_at.ToNanoseconds() / 1e9 if m.HasField("forgotten_at") else 0.0,
     )
 
 

@@ -47,6 +47,7 @@ class Memory:
     thread: ThreadRef | None = None  # its thread and position, if the writer gave them
     updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
     speaker: str = ""  # who said or wrote it, if the writer said
+    forgotten_at: float = 0.0  # when it was forgotten (0: it is not); then only id, scope and times are left
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,56 @@
-"""Erasure that leaves no trace: after ForgetMemory returns, no byte of the forgotten text, its
-facts or its embedding is left in any file under the data directory, whichever way it was written;
-the audit chain still verifies and the ledger's hashes of it are keyed with a key that is gone."""
+"""Erasure that leaves no trace: after a forget returns, no byte of anything the memory held (its
+text, metadata, speaker, thread, versions, facts, embedding...) is left in any file under the data
+directory, whichever surface wrote it and whichever way it was forgotten, and no read serves it; a
+record's own delete erases it; the audit chain still verifies
+and the ledger's hashes of a memory are keyed with a key that is gone."""
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import shutil
+import string
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
 import apsw
+import httpx2
 import pytest
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-from mnemosyne.client import MemoryClient, NotFoundError, PermissionDeniedError, RetainItem, UnavailableError
+from mnemosyne.client import (
+    FlushResult,
+    Memory,
+    MemoryClient,
+    NotFoundError,
+    PermissionDeniedError,
+    RecordChange,
+    RetainItem,
+    ThreadRef,
+    UnavailableError,
+)
+from mnemosyne.engine.ann import read_index_file
+from mnemosyne.server_process import ServerProcess
 from mnemosyne.store import ledger
-from mnemosyne.store.schema import SCHEMA_VERSION
-from tests.support import tokens_json
+from mnemosyne.store.schema import ERASURE, FORGET_KEEPS, SCHEMA_VERSION
+from mnemosyne.store.tenant_store import TenantStore, forgotten_columns
+from mnemosyne.transport.mem0_api import ENTITY_FIELDS
+from mnemosyne.transport.server import SERVICES
+from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2, workspace_pb2
+from tests.http_support import call
+from tests.http_support import request as http_request
+from tests.mem0_support import Mem0Client
+from tests.support import tokens_json, wait_until
 
 # One long token that the full-text tokenizer keeps whole (letters and digits, no stem to strip).
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
@@ -320,5 +355,653 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
             "AND json_extract(result, '$.memory_id') = 1"
         ).fetchall()
         assert "USING INDEX oplog_result_memory" in str(plan), plan
+    finally:
+        connection.close()
+
+
+# -- every field a client can write, on every surface ---------------------------------------------
+#
+# Each string field a client can write gets a secret of its own, on every surface: gRPC and
+# HTTP/JSON (the fields walked from the write RPCs' request messages, so a new field is written
+# without being named here), mem0's REST API through the official client, MCP through the
+# official SDK (the tool table's own argument schemas), synchronous and fast writes. The test
+# then erases (records by their own delete, memories by every kind of forget) and byte-scans
+# every file under the data directory, recursively, for every secret.
+
+# What a forget keeps of what a client wrote, and why (docs/operations.md, "What a forgotten memory
+# shows"): names and keys, never content. A field named here (by its name in any message, or as
+# Message.field) gets no secret.
+STRUCTURAL: dict[str, str] = {
+    "tenant": "the tenant's name: its file's name",
+    "request_id": "an idempotency key, kept for its retention so a retried write does not write again",
+    "RetainRequest.scope": "a namespace, not content: it stays on the forgotten memory and in the ledger",
+    "RetainItem.scope": "the same",
+    "UpdateWorkspaceRequest.workspace": "a workspace's name (a scope)",
+    "EditRecordsRequest.scope": "a scope",
+    "ConsolidateRequest.scope": "a scope",
+    "RecordChange.key": "a record's name: the audit chain names it in plain text",
+    "ConsolidateRequest.receipt_id": "a receipt, kept forever so it applies once",
+    "ConsolidateSessionRequest.thread": "names a thread a Retain wrote (its secret is that one's)",
+}
+# Every RPC: those that store what a client writes, and why each other one stores none of its
+# strings. A new RPC fails the test until it is placed here.
+WRITES = {
+    "MemoryService.Retain",
+    "MemoryService.RetainBatch",
+    "MemoryService.UpdateMemory",
+    "WorkspaceService.UpdateGlobal",
+    "WorkspaceService.UpdateWorkspace",
+    "WorkspaceService.EditRecords",
+    "WorkspaceService.Consolidate",
+    "WorkspaceService.ConsolidateSession",
+}
+_READ = "a read: nothing of the request is stored"
+_ERASE = "an erasure: its strings are filters"
+_CONTROL = "a control: ids, flags, numbers and an idempotency key"
+STORE_NO_CONTENT = {
+    **dict.fromkeys(
+        [
+            "MemoryService.Recall",
+            "MemoryService.GetMemory",
+            "MemoryService.ListMemories",
+            "MemoryService.ListMemoryVersions",
+            "AdminService.VerifyIntegrity",
+            "AdminService.Stats",
+            "AdminService.ListTenants",
+            "AdminService.AggregateStats",
+            "AdminService.Ping",
+            "AdminService.WhoAmI",
+            "AdminService.Backup",
+            "AdminService.ExportTenant",
+            "WorkspaceService.AssembleContext",
+            "WorkspaceService.GetRecord",
+            "WorkspaceService.ListRecords",
+            "WorkspaceService.ListScopes",
+            "HotPathService.Status",
+            "EventsService.GetEvent",
+            "EventsService.ListEvents",
+            "EventsService.WatchEvents",
+        ],
+        _READ,
+    ),
+    **dict.fromkeys(["MemoryService.ForgetMemory", "MemoryService.ForgetMemories", "AdminService.EraseTenant"], _ERASE),
+    **dict.fromkeys(
+        ["HotPathService.Enable", "HotPathService.Disable", "HotPathService.Flush", "AdminService.Dedup"], _CONTROL
+    ),
+    "AdminService.ImportTenant": "a whole tenant from its archive: the content is the exported tenant's",
+    "AdminService.MoveTenant": "a tenant's file moved as it is",
+    "AdminService.ActivateTenant": "a moved tenant's last step",
+}
+RPCS = {f"{service.name}.{rpc.name}": rpc for service in SERVICES for rpc in service.methods}
+# The fields of the record writes: erased by the record's own delete, not a forget.
+RECORD_FIELDS = {
+    "UpdateGlobalRequest.content",
+    "RecordChange.content",
+    "memory_update.content",
+    "update_workspace.changes[].content",
+}
+# mem0's add and update bodies (transport/mem0_api.py): its messages, metadata and entity ids.
+MEM0_FIELDS = {
+    "add.messages[].role",
+    "add.messages[].content",
+    "add.messages[].name",
+    "add.metadata{key}",
+    "add.metadata{value}",
+    *(f"add.{name}" for name in ENTITY_FIELDS),
+    "update.text",
+    "update.metadata{key}",
+    "update.metadata{value}",
+}
+# The MCP tools: those that write (their string arguments get secrets) and those that only read.
+MCP_WRITES = {"retain", "memory_update", "update_workspace"}
+MCP_READS = {"read_memory", "recall", "get_event_status", "list_events", "flush"}
+# The arguments a forget keeps (a record's name) or that hold no content (put or delete): their values.
+MCP_STRUCTURAL = {"update_workspace.changes[].key": "mcp.md", "update_workspace.changes[].op": "put"}
+_TIMESTAMP = "google.protobuf.Timestamp"
+_SECRET_CHARACTERS = string.ascii_letters + string.digits
+
+
+class FieldSecrets:
+    """A secret of its own (24 letters and digits) for each field written, by label; and the
+    fields each surface wrote."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[str, str] = {}
+        self.fields: dict[str, set[str]] = {}
+
+    def new(self, surface: str, field_path: str) -> str:
+        value = "".join(secrets.choice(_SECRET_CHARACTERS) for _ in range(24))
+        self.by_label[f"{surface} {field_path} #{len(self.by_label)}"] = value
+        self.fields.setdefault(surface, set()).add(field_path)
+        return value
+
+    def of(self, kind: Callable[[str], bool]) -> dict[str, str]:
+        return {label: value for label, value in self.by_label.items() if kind(label.split(" ")[1])}
+
+    def served(self, answer: str | bytes) -> list[str]:
+        """Labels of the secrets an answer holds (as written or lower-cased)."""
+        text = answer.decode(errors="replace") if isinstance(answer, bytes) else answer
+        return [label for label, value in self.by_label.items() if value in text or value.lower() in text]
+
+
+def _structural(field_path: str) -> bool:
+    return field_path in STRUCTURAL or field_path.rsplit(".", 1)[-1] in STRUCTURAL
+
+
+def writable_fields(message: Descriptor) -> set[str]:
+    """Every string or bytes field (map keys and values, nested and repeated messages' fields) of
+    a request message that is not STRUCTURAL, as Message.field (a map's: field{key}, field{value})."""
+    found: set[str] = set()
+    for field in message.fields:
+        field_path = f"{message.name}.{field.name}"
+        if _structural(field_path):
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
+            assert key.type == value.type == FieldDescriptor.TYPE_STRING, field_path
+            found |= {f"{field_path}{{key}}", f"{field_path}{{value}}"}
+        elif field.message_type is not None and field.message_type.full_name != _TIMESTAMP:
+            found |= writable_fields(field.message_type)
+        elif field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+            found.add(field_path)
+    return found
+
+
+def fill(message: Message, surface: str, field_secrets: FieldSecrets, skip: tuple[str, ...] = ()) -> Any:
+    """Set every field ``writable_fields`` names (but those in ``skip``) to a secret of its own (a
+    map gets one pair, a repeated message one element); returns the message."""
+    for field in message.DESCRIPTOR.fields:
+        field_path = f"{message.DESCRIPTOR.name}.{field.name}"
+        if _structural(field_path) or field_path in skip:
+            continue
+        repeated = field.is_repeated
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key = field_secrets.new(surface, f"{field_path}{{key}}")
+            getattr(message, field.name)[key] = field_secrets.new(surface, f"{field_path}{{value}}")
+        elif field.message_type is not None and field.message_type.full_name != _TIMESTAMP:
+            fill(
+                getattr(message, field.name).add() if repeated else getattr(message, field.name), surface, field_secrets
+            )
+        elif field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+            text = field_secrets.new(surface, field_path)
+            secret = text.encode() if field.type == FieldDescriptor.TYPE_BYTES else text
+            if repeated:
+                getattr(message, field.name).append(secret)
+            else:
+                setattr(message, field.name, secret)
+    return message
+
+
+Send = Callable[..., Any]
+
+
+def _grpc_sender(client: MemoryClient) -> Send:
+    """Any RPC by its name over the client's channel (the request as built, nothing added)."""
+
+    def send(rpc: str, request: Message, headers: dict[str, str] | None = None) -> Any:
+        method = RPCS[rpc]
+        call = client.channel.unary_unary(
+            f"/{method.containing_service.full_name}/{method.name}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=GetMessageClass(method.output_type).FromString,
+        )
+        return call(request, metadata=tuple((headers or {}).items()), timeout=60)
+
+    return send
+
+
+def _http_sender(port: int) -> Send:
+    """Any RPC by its name through its HTTP/JSON route (the protos' google.api.http options)."""
+
+    def send(rpc: str, request: Message, headers: dict[str, str] | None = None) -> Any:
+        reply = call(port, RPCS[rpc].name, request, headers)
+        assert reply.status == 200, (rpc, reply.body)
+        return json_format.Parse(reply.body, GetMessageClass(RPCS[rpc].output_type)(), ignore_unknown_fields=True)
+
+    return send
+
+
+_CREATED = (types_pb2.RetainResult.CREATED, types_pb2.RetainResult.ENQUEUED)
+
+
+def _generation(client: MemoryClient, tenant: str, scope: str) -> int:
+    return next((s.generation for s in client.list_scopes(tenant) if s.scope == scope), 0)
+
+
+def _write_through_every_rpc(
+    client: MemoryClient, send: Send, tenant: str, surface: str, s: FieldSecrets
+) -> memory_pb2.RetainRequest:
+    """Every write RPC (Retain as a text and as a conversation, fast and not), each field a secret
+    of its own; returns the first Retain, whose thread was consolidated into its scope's MEMORY.md."""
+    scope = f"workspace/{surface}"
+
+    def retain(conversation: bool, fast: bool) -> memory_pb2.RetainRequest:
+        # A conversation instead of a text (both: TEXT_AND_MESSAGES).
+        skip = ("RetainRequest.text",) if conversation else ("RetainRequest.messages",)
+        request = fill(memory_pb2.RetainRequest(tenant=tenant, scope=scope, fast=fast), surface, s, skip)
+        request.thread.position = 1
+        request.occurred_at.FromSeconds(1_700_000_000)
+        result = send("MemoryService.Retain", request).result
+        assert result.status in _CREATED, result
+        return request
+
+    first = retain(conversation=False, fast=False)
+    retain(conversation=True, fast=False)
+    batch = memory_pb2.RetainBatchRequest(tenant=tenant, request_id=f"{surface}-batch")
+    fill(batch, surface, s)
+    fill(batch.items.add(), surface, s)
+    for item in batch.items:
+        item.scope = scope
+    results = send("MemoryService.RetainBatch", batch).results
+    assert all(r.status == types_pb2.RetainResult.CREATED for r in results), results
+    # Replaced under its id: the batch's first text and metadata become its version 1.
+    update = fill(memory_pb2.UpdateMemoryRequest(tenant=tenant, memory_id=results[0].memory_id), surface, s)
+    update.replace_metadata = True
+    assert send("MemoryService.UpdateMemory", update).updated
+    # Fast writes: through the inbox, the operation log and a worker.
+    client.hot_path(tenant, "enable")
+    retain(conversation=False, fast=True)
+    fast_batch = fill(memory_pb2.RetainBatchRequest(tenant=tenant, fast=True), surface, s)
+    fast_batch.items[0].scope = scope
+    assert send("MemoryService.RetainBatch", fast_batch).results[0].status == types_pb2.RetainResult.ENQUEUED
+    flushed = client.hot_path(tenant, "flush")
+    assert isinstance(flushed, FlushResult) and flushed.failed == 0, flushed
+    client.hot_path(tenant, "disable")
+    # Records, each under the generation the writer observed.
+    gen = {"mnemosyne-global-generation": str(_generation(client, tenant, "global"))}
+    send("WorkspaceService.UpdateGlobal", fill(workspace_pb2.UpdateGlobalRequest(tenant=tenant), surface, s), gen)
+    put = workspace_pb2.RecordChange.PUT
+    for rpc, request in [
+        ("WorkspaceService.UpdateWorkspace", workspace_pb2.UpdateWorkspaceRequest(tenant=tenant, workspace=surface)),
+        ("WorkspaceService.EditRecords", workspace_pb2.EditRecordsRequest(tenant=tenant, scope=scope)),
+        ("WorkspaceService.Consolidate", workspace_pb2.ConsolidateRequest(tenant=tenant, scope=scope)),
+    ]:
+        fill(request, surface, s)
+        request.changes[0].op, request.changes[0].key = put, f"{rpc.rsplit('.', 1)[1].lower()}.md"
+        if isinstance(request, workspace_pb2.UpdateWorkspaceRequest):
+            send(rpc, request, {"mnemosyne-workspace-generation": str(_generation(client, tenant, scope))})
+            continue
+        request.expected_generation = _generation(client, tenant, scope)
+        if isinstance(request, workspace_pb2.ConsolidateRequest):
+            request.receipt_id = f"{surface}-receipt"
+        send(rpc, request)
+    # The first Retain's thread becomes a section of its scope's MEMORY.md.
+    request = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=first.thread.id)
+    session = send("WorkspaceService.ConsolidateSession", request)
+    assert [o.outcome for o in session.scopes] == [workspace_pb2.SessionScopeOutcome.OUTCOME_APPLIED], session
+    return first
+
+
+# Where a secret of letters and digits can be in a file: in a run of them as bytes, or in UTF-16
+# (either byte order). Reading the runs once and indexing their 8-character windows makes a scan
+# of hundreds of secrets one pass over each file.
+_RUNS = (
+    (re.compile(rb"[A-Za-z0-9]{8,}"), "ascii"),
+    (re.compile(rb"(?:[A-Za-z0-9]\x00){8,}"), "utf-16-le"),
+    (re.compile(rb"(?:\x00[A-Za-z0-9]){8,}"), "utf-16-be"),
+)
+
+
+def _text_windows(data: bytes) -> set[str]:
+    windows: set[str] = set()
+    for pattern, encoding in _RUNS:
+        for run in pattern.finditer(data):
+            text = run.group().decode(encoding)
+            windows.update(text[i : i + 8] for i in range(len(text) - 7))
+    return windows
+
+
+def _found(data_dir: Path, by_label: dict[str, str]) -> dict[str, list[str]]:
+    """label -> the files under ``data_dir`` (every file, recursively) holding an 8-character
+    window of its secret, as written or lower-cased, as bytes or UTF-16."""
+    files = {
+        p.relative_to(data_dir).as_posix(): _text_windows(p.read_bytes()) for p in data_dir.rglob("*") if p.is_file()
+    }
+    found: dict[str, list[str]] = {}
+    for label, value in by_label.items():
+        windows = {w[i : i + 8] for w in (value, value.lower()) for i in range(len(w) - 7)}
+        where = [name for name, held in files.items() if windows & held]
+        if where:
+            found[label] = where
+    return found
+
+
+def _all_memories(client: MemoryClient, tenant: str, *, include_forgotten: bool = False) -> list[Memory]:
+    memories: list[Memory] = []
+    token = ""
+    while True:
+        page = client.list_memories(tenant, page_size=100, page_token=token, include_forgotten=include_forgotten)
+        memories.extend(page.memories)
+        token = page.next_page_token
+        if not token:
+            return memories
+
+
+def _write_through_mem0(mem0: Mem0Client, client: MemoryClient, tenant: str, s: FieldSecrets) -> None:
+    """mem0's add (one message: its content and name; a conversation: roles too) with metadata and
+    every entity id, synchronous and fast, and its update of text and metadata."""
+
+    def add(turns: int) -> dict[str, str]:
+        name = s.new("mem0", "add.messages[].name")
+        messages = [
+            {
+                # One message is one memory of its content (its role is not kept); a conversation's
+                # transcript holds each role.
+                "role": s.new("mem0", "add.messages[].role") if turns > 1 else "user",
+                "content": s.new("mem0", "add.messages[].content"),
+                "name": name,
+            }
+            for _ in range(turns)
+        ]
+        entities = {entity: s.new("mem0", f"add.{entity}") for entity in ENTITY_FIELDS}
+        metadata = {s.new("mem0", "add.metadata{key}"): s.new("mem0", "add.metadata{value}")}
+        added = mem0.call("add", messages=messages, metadata=metadata, **entities)
+        assert added["status"] in ("SUCCEEDED", "PENDING"), added
+        return entities
+
+    single = add(1)
+    add(2)
+    (memory,) = client.list_memories(tenant, metadata_equals={"mem0.user_id": single["user_id"]}).memories
+    metadata = {s.new("mem0", "update.metadata{key}"): s.new("mem0", "update.metadata{value}")}
+    mem0.call("update", memory_id=str(memory.id), text=s.new("mem0", "update.text"), metadata=metadata)
+    client.hot_path(tenant, "enable")
+    add(2)  # queued: the hot path's
+    client.hot_path(tenant, "flush")
+    client.hot_path(tenant, "disable")
+    assert s.fields["mem0"] == MEM0_FIELDS
+
+
+def _mcp(server: ServerProcess, tenant: str) -> Client:
+    transport = streamable_http_client(
+        f"{server.http_url}/mcp?tenant={tenant}", http_client=httpx2.AsyncClient(timeout=30)
+    )
+    return Client(transport)
+
+
+def _tool_arguments(tool: str, schema: dict[str, Any], s: FieldSecrets) -> dict[str, Any]:
+    """A tool's arguments from its input schema: each string a secret of its own, the structural
+    ones their value; numbers and flags keep their defaults."""
+    definitions = schema.get("$defs", {})
+
+    def value(path: str, prop: dict[str, Any]) -> Any:
+        if "$ref" in prop:
+            prop = definitions[prop["$ref"].rsplit("/", 1)[1]]
+        kinds = {option.get("type") for option in prop.get("anyOf", [prop])}
+        if path in MCP_STRUCTURAL:
+            return MCP_STRUCTURAL[path]
+        if "string" in kinds:
+            return s.new("mcp", path)
+        if "array" in kinds:
+            return [value(f"{path}[]", prop["items"])]
+        if "object" in kinds:
+            return {name: value(f"{path}.{name}", sub) for name, sub in prop["properties"].items()}
+        return None
+
+    arguments = {name: value(f"{tool}.{name}", prop) for name, prop in schema["properties"].items()}
+    return {name: v for name, v in arguments.items() if v is not None}
+
+
+def _tool_text(result: Any) -> str:
+    assert not result.is_error, result
+    return "\n".join(getattr(part, "text", "") for part in result.content)
+
+
+def _write_through_mcp(server: ServerProcess, client: MemoryClient, tenant: str, s: FieldSecrets) -> None:
+    """Every writing tool of the MCP server, each string argument of its schema a secret of its
+    own; retain also fast."""
+
+    async def run() -> None:
+        async with _mcp(server, tenant) as c:
+            tools = {tool.name: tool for tool in (await c.list_tools()).tools}
+            assert set(tools) == MCP_WRITES | MCP_READS, "place the new tool in MCP_WRITES or MCP_READS"
+            _tool_text(await c.call_tool("read_memory", {}))
+            for name in sorted(MCP_WRITES):
+                _tool_text(await c.call_tool(name, _tool_arguments(name, tools[name].input_schema, s)))
+            client.hot_path(tenant, "enable")
+            retain = _tool_arguments("retain", tools["retain"].input_schema, s)
+            assert "Queued" in _tool_text(await c.call_tool("retain", {**retain, "fast": True}))
+            _tool_text(await c.call_tool("flush", {}))
+            client.hot_path(tenant, "disable")
+
+    anyio.run(run)
+
+
+def _merged_and_superseded(send: Send, client: MemoryClient, tenant: str, s: FieldSecrets) -> None:
+    """A near duplicate Dedup merges into an older memory, and a fact that supersedes an older
+    one: each memory with every field of its own."""
+
+    def retain(surface: str, text: str) -> types_pb2.RetainResult:
+        request = memory_pb2.RetainRequest(tenant=tenant, scope="workspace/history", text=text)
+        fill(request, surface, s, skip=("RetainRequest.text", "RetainRequest.messages"))
+        result = send("MemoryService.Retain", request).result
+        assert result.status == types_pb2.RetainResult.CREATED, result
+        return result
+
+    code = s.new("dedup", "text")
+    retain("dedup", f"Dana wrote down the locker combination {code} yesterday")
+    retain("dedup", f"Dana wrote down the locker combination {code} yesterday evening")
+    merged = client.dedup(tenant, merge=True, threshold=0.8)
+    assert merged.merged and any(g.duplicates for g in merged.groups), merged
+    retain("supersede", f"ticket RF-7 status: {s.new('supersede', 'older status')}")
+    assert retain("supersede", f"ticket RF-7 status: {s.new('supersede', 'newer status')}").supersedes
+
+
+def _journal(tenant_file: Path) -> tuple[int, int]:
+    """(consolidation proposals journaled, threads marked consolidated) in the tenant file."""
+    connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (journaled,) = connection.execute("SELECT count(*) FROM consolidation_journal").fetchone()
+        (marked,) = connection.execute("SELECT count(*) FROM consolidated_threads").fetchone()
+    finally:
+        connection.close()
+    return int(journaled), int(marked)
+
+
+def _leave_a_journaled_proposal(client: MemoryClient, tenant: str, first: memory_pb2.RetainRequest) -> None:
+    """The session of ``first``'s thread grows by a line its scope's MEMORY.md holds already: its
+    proposal is journaled and not applied (nothing new), and stays, quoting the memories."""
+    thread = ThreadRef(first.thread.id, 2)
+    client.retain_conversation(tenant, [("user", first.text)], scope=first.scope, thread=thread)
+    outcomes = client.consolidate_session(tenant, first.thread.id)
+    assert [o.outcome for o in outcomes] == ["nothing_new"], outcomes
+
+
+def _erase_records(client: MemoryClient, tenant: str) -> None:
+    """Every record's own erasure: its delete (a replacement leaves the earlier content in the
+    write-ahead log until a checkpoint: docs/operations.md#erasure)."""
+    for summary in client.list_scopes(tenant):
+        records = client.list_records(tenant, summary.scope)
+        keys = [r.key for r in records.records]
+        if keys:
+            changes = [RecordChange("delete", key) for key in keys]
+            client.edit_records(tenant, summary.scope, changes, expected_generation=records.generation)
+
+
+def _forget_every_memory(client: MemoryClient, mem0: Mem0Client, port: int, tenant: str) -> None:
+    """Every way to forget: ForgetMemory and ForgetMemories over gRPC and HTTP, mem0's delete and
+    delete_all, a kept memory with what Dedup merged into it; then ForgetMemory for the rest."""
+    memories = _all_memories(client, tenant)
+    of = {scope: [m for m in memories if m.scope == scope and m.metadata] for scope in {m.scope for m in memories}}
+    mem0s = [m for m in memories if "mem0.user_id" in m.metadata]
+    mem0.call("delete", memory_id=str(mem0s[0].id))
+    assert mem0.call("delete_all", user_id=mem0s[1].metadata["mem0.user_id"])["deleted_count"] == 1
+    first, second = of["workspace/http"][:2]
+    assert call(port, "ForgetMemory", memory_pb2.ForgetMemoryRequest(tenant=tenant, memory_id=first.id)).status == 200
+    pair = dict([next(iter(second.metadata.items()))])
+    reply = call(port, "ForgetMemories", memory_pb2.ForgetMemoriesRequest(tenant=tenant, metadata_equals=pair))
+    assert reply.status == 200 and reply.json()["forgottenCount"] in (1, "1"), reply.body
+    assert client.forget_memories(tenant, dict([next(iter(of["workspace/grpc"][0].metadata.items()))])) == 1
+    merged = [m for m in memories if m.merged_into]
+    assert merged
+    for m in merged:
+        assert client.forget(tenant, m.merged_into)
+        assert client.get_memory(tenant, m.id).forgotten  # forgotten with the memory it was merged into
+    for m in _all_memories(client, tenant):
+        assert client.forget(tenant, m.id)
+    assert all(m.forgotten for m in _all_memories(client, tenant, include_forgotten=True))
+
+
+def test_every_field_written_on_every_surface_is_erased(server_factory, tmp_path: Path) -> None:
+    """A secret in every string field a client can write, on every surface (gRPC, HTTP/JSON, mem0,
+    MCP; synchronous and fast; records, a consolidation, a merge, a supersession), is in a file of
+    the data directory when written; after each record's own erasure no record content is, and
+    after every memory is forgotten none is, in any file, and no read serves one. A forgotten
+    memory shows its id, scope and times only."""
+    tenant = "erasure-every-field"
+    s = FieldSecrets()
+    written: set[str] = set()
+    server = server_factory(http=True, env={"MNEMOSYNE_ANN_THRESHOLD": "10"}).start()
+    with (
+        MemoryClient(server.target) as client,
+        Mem0Client(server.http_url, "mem0-key", tmp_path, {"mnemosyne-tenant": tenant}) as mem0,
+    ):
+        assert mem0.construction == {"ok": "ready"}, mem0.construction
+
+        def written_now(surface: str) -> None:
+            """Positive control: each secret the surface just wrote is in a file."""
+            labels = {label: v for label, v in s.by_label.items() if label.startswith(f"{surface} ")}
+            missing = sorted(set(labels) - set(_found(server.data_dir, labels)))
+            assert labels and not missing, f"written but in no file (the scan must find them): {missing}"
+            written.update(labels)
+
+        assert {*WRITES, *STORE_NO_CONTENT} == set(RPCS), "place the new RPC in WRITES or STORE_NO_CONTENT"
+        proto_fields = set().union(*(writable_fields(RPCS[rpc].input_type) for rpc in WRITES))
+        firsts = {}
+        for surface, send in [("grpc", _grpc_sender(client)), ("http", _http_sender(server.http_port))]:
+            firsts[surface] = _write_through_every_rpc(client, send, tenant, surface, s)
+            assert s.fields[surface] == proto_fields, "a writable field no request of the test sets"
+            written_now(surface)
+        _write_through_mem0(mem0, client, tenant, s)
+        written_now("mem0")
+        _write_through_mcp(server, client, tenant, s)
+        written_now("mcp")
+        _merged_and_superseded(_grpc_sender(client), client, tenant, s)
+        written_now("dedup")
+        written_now("supersede")
+        _leave_a_journaled_proposal(client, tenant, firsts["grpc"])
+        assert _journal(server.tenant_file(tenant))[0] >= 1
+        client.recall(tenant, "locker combination", k=5)  # the first need of the approximate index
+        ann_file = server.tenant_file(tenant).with_suffix(".ann")
+        wait_until(ann_file.exists)
+        ids = [m.id for m in _all_memories(client, tenant)]
+        vectors = _vectors(server.tenant_file(tenant), ids)
+        assert len(vectors) == len(ids) - 1 and _traces(server.data_dir, set(vectors))  # the merged one has none
+
+        # A record's content goes with the record's own erasure: its delete.
+        _erase_records(client, tenant)
+        record_labels = s.of(lambda field: field in RECORD_FIELDS)
+        assert record_labels and _found(server.data_dir, record_labels) == {}
+
+        _forget_every_memory(client, mem0, server.http_port, tenant)
+        left = _found(server.data_dir, s.by_label)
+        assert left == {}, {label: (s.by_label[label], files) for label, files in left.items()}
+        assert _traces(server.data_dir, set(vectors)) == []
+        assert _journal(server.tenant_file(tenant)) == (0, 0)
+        state = read_index_file(ann_file, len(vectors[0]) // 4)
+        assert state is None or not any(state[1].contains(i) for i in ids)
+
+        # No read serves a forgotten memory's fields; it shows its id, scope and times only.
+        for m in _all_memories(client, tenant, include_forgotten=True):
+            assert (m.text, m.metadata, m.speaker, m.thread, m.occurred_at, m.updated_at) == ("", {}, "", None, None, 0)
+            assert m.forgotten and m.forgotten_at >= m.created_at and m.scope and not m.facts and not m.triples
+            with pytest.raises(NotFoundError):
+                client.list_memory_versions(tenant, m.id)
+        send = _grpc_sender(client)
+        answers: list[str | bytes] = [
+            send(
+                "MemoryService.ListMemories",
+                memory_pb2.ListMemoriesRequest(tenant=tenant, include_forgotten=True, page_size=100),
+            ).SerializeToString(),
+            *(
+                send(
+                    "MemoryService.GetMemory", memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=i)
+                ).SerializeToString()
+                for i in ids
+            ),
+            send(
+                "EventsService.ListEvents", events_pb2.ListEventsRequest(tenant=tenant, page_size=100)
+            ).SerializeToString(),
+            call(
+                server.http_port,
+                "ListMemories",
+                memory_pb2.ListMemoriesRequest(tenant=tenant, include_forgotten=True, page_size=100),
+            ).body,
+            http_request(
+                server.http_port,
+                "GET",
+                "/v1/events/",
+                headers={"authorization": "Token mem0-key", "mnemosyne-tenant": tenant},
+            ).body,
+            json.dumps(mem0.call("get_all", filters={"user_id": "*"})),
+        ]
+        answers += [repr(h) for value in list(s.by_label.values())[::10] for h in client.recall(tenant, value, k=10)]
+        assert [label for answer in answers for label in s.served(answer)] == []
+        assert all(mem0.attempt("history", memory_id=str(i)).get("status") == 404 for i in ids[:3])
+
+        async def assembled() -> str:
+            async with _mcp(server, tenant) as c:
+                return _tool_text(await c.call_tool("read_memory", {"query": "locker status note", "k": 20}))
+
+        assert s.served(anyio.run(assembled)) == []
+        report = client.verify_integrity(tenant)
+        assert report.valid, report.problems
+
+
+def test_the_erasure_knows_every_table_and_column(tmp_path: Path) -> None:
+    """Every table and column of a tenant file (ANALYZE's too) is in schema.ERASURE, which says
+    what a forget does to it; every column of memories a forget keeps exists, and every other
+    one it can clear. A table or column added without saying so fails here."""
+    store = TenantStore(tmp_path / "fresh.sqlite", write_lock=threading.RLock())
+    try:
+        with store.write() as txn:
+            txn.connection.execute("ANALYZE")
+            tables = {
+                name: [column[1] for column in txn.connection.execute(f"PRAGMA table_info('{name}')")]
+                for (name,) in txn.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            cleared = dict(forgotten_columns(txn.connection))
+    finally:
+        store.close()
+    assert tables == {name: erasure.columns.split() for name, erasure in ERASURE.items()}
+    assert set(FORGET_KEEPS) <= set(tables["memories"])
+    assert set(cleared) == set(tables["memories"]) - set(FORGET_KEEPS)
+
+
+def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server_factory, tenant: str) -> None:
+    """A column added to memories after this version (here by hand) is cleared by a forget without
+    being named; and a file of the previous version, whose forgets kept a memory's metadata,
+    speaker, thread and time (and its thread's mark), loses them as it opens: nothing of them is
+    served or left in any file."""
+    server = server_factory().start()
+    kept = {name: "".join(secrets.choice(_SECRET_CHARACTERS) for _ in range(24)) for name in ("meta", "who", "thread")}
+    later = "".join(secrets.choice(_SECRET_CHARACTERS) for _ in range(24))
+    with MemoryClient(server.target) as client:
+        old = client.retain(tenant, "an old memory, forgotten by the previous version").memory_id
+        live = client.retain(tenant, "a memory with a column of a later version").memory_id
+        client.forget(tenant, old)
+    server.stop()
+    connection = apsw.Connection(str(server.tenant_file(tenant)))
+    connection.execute(
+        "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
+        "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
+        "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
+        f"PRAGMA user_version = {SCHEMA_VERSION - 1}",
+        (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
+    )
+    connection.close()
+    secrets_by_label = {**kept, "later": later}
+    assert set(_found(server.data_dir, secrets_by_label)) == set(secrets_by_label)
+    server.start()
+    with MemoryClient(server.target) as client:
+        forgotten = client.get_memory(tenant, old)
+        assert (forgotten.metadata, forgotten.speaker, forgotten.thread, forgotten.occurred_at) == ({}, "", None, None)
+        assert set(_found(server.data_dir, secrets_by_label)) == {"later"}
+        client.forget(tenant, live)
+        assert _found(server.data_dir, secrets_by_label) == {}
+        assert client.verify_integrity(tenant).valid
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert connection.execute("SELECT later_field FROM memories WHERE id = ?", (live,)).fetchone() == (None,)
+        assert connection.execute("SELECT count(*) FROM consolidated_threads").fetchone() == (0,)
     finally:
         connection.close()

@@ -36,6 +36,7 @@ def memory_from_row(row: MemoryRow) -> Memory:
         thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
         updated_at=row.updated_at,
         speaker=row.speaker,
+        forgotten_at=row.forgotten_at,
     )
 
 

@@ -91,6 +91,7 @@ class Memory:
     thread: ThreadRef | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
     speaker: str | None = None  # who said or wrote it, as the writer gave it (trimmed)
+    forgotten_at: float = 0.0  # when it was forgotten (0: it is not); then only id, scope and times are left
 
 
 @dataclass(frozen=True)

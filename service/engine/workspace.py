@@ -430,20 +430,24 @@ class Workspaces:
         with self._pool.tenant(tenant, create=True) as store:
             assert store is not None
             with store.write() as txn:
-                prior = known(txn)
-                if prior is not None:
-                    return prior  # a retry after a lost reply: the first result, nothing written
-                current = self._generation(txn, scope)
-                if expected != current:
-                    self._observer.cas_rejected("GENERATION_MISMATCH")
-                    raise stale(scope)
-                self._check_changes(txn, scope, changes, self._limits.max_records_per_workspace)
-                result = WriteResult(current + 1, len(changes))
-                txn.apply_record_changes(
-                    scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
-                )
-                remember(txn, result)
-        self.config.committed(method)
+                result = known(txn)  # a retry after a lost reply: the first result, nothing written
+                if result is not None:
+                    erase = txn.erasure_pending()  # and the erasure its first call could not finish
+                else:
+                    current = self._generation(txn, scope)
+                    if expected != current:
+                        self._observer.cas_rejected("GENERATION_MISMATCH")
+                        raise stale(scope)
+                    self._check_changes(txn, scope, changes, self._limits.max_records_per_workspace)
+                    result = WriteResult(current + 1, len(changes))
+                    erase = txn.apply_record_changes(
+                        scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
+                    )
+                    remember(txn, result)
+            if erase:  # the content a change removed leaves the WAL too (docs/operations.md)
+                store.erase_traces()
+        if not result.already_applied:
+            self.config.committed(method)
         return result
 
     @staticmethod

@@ -153,7 +153,7 @@ class StoredMemory:
     memory_id: int
     forgotten: bool
     digest: MemoryDigest
-    leftovers: bool  # a forgotten memory that still has facts, triples, embedding, body text or key
+    leftovers: bool  # a forgotten memory that still holds content: a column a forget clears, facts, key...
     merged_into: int = 0  # the memory a Dedup merge retired this one into (0: not merged)
     superseded_by: int = 0  # the newer memory that superseded this one (0: current)
     keyed: bool = False  # its key is in the file (digest computed with it)

@@ -8,6 +8,8 @@ file as ours ("MNEM"), so a stray SQLite file in the data directory is never mis
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
 
 _V1 = """
@@ -294,6 +296,21 @@ _V_SPEAKER = """
 ALTER TABLE memories ADD COLUMN speaker TEXT;
 """
 
+# Forgotten memories of older files lose what a forget of this version clears (their metadata, time,
+# thread, speaker, update time; ``ERASURE`` below): a forget of an earlier version kept them, and
+# GetMemory served them. Their thread's marks go once no memory names the thread. The erasure is
+# finished as the file opens (``erasure_pending``: the WAL emptied, tenant_store.py).
+_V_FORGOTTEN_CLEARED = """
+UPDATE memories SET metadata = '{}', occurred_at = NULL, thread_id = NULL, thread_position = NULL,
+  updated_at = NULL, index_words = NULL, speaker = NULL, fingerprint = NULL
+  WHERE forgotten_at IS NOT NULL AND (metadata <> '{}' OR occurred_at IS NOT NULL OR thread_id IS NOT NULL
+  OR thread_position IS NOT NULL OR updated_at IS NOT NULL OR index_words IS NOT NULL OR speaker IS NOT NULL
+  OR fingerprint IS NOT NULL);
+DELETE FROM consolidated_threads WHERE thread_id NOT IN (SELECT thread_id FROM memories WHERE thread_id IS NOT NULL);
+INSERT OR REPLACE INTO meta(key, value) SELECT 'erasure_pending', '1'
+  WHERE EXISTS (SELECT 1 FROM memories WHERE forgotten_at IS NOT NULL);
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -307,6 +324,7 @@ MIGRATIONS: list[str] = [
     _V_INDEX_WORDS,
     _V_CONSOLIDATION_JOURNAL,
     _V_SPEAKER,
+    _V_FORGOTTEN_CLEARED,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -323,6 +341,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_INDEX_WORDS
     frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
     frozenset(),  # _V_SPEAKER
+    frozenset(),  # _V_FORGOTTEN_CLEARED
 ]
 
 
@@ -335,3 +354,95 @@ def tables_at(version: int) -> frozenset[str]:
 REQUIRED_TABLES = tables_at(len(MIGRATIONS))
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# -- what a forget erases ------------------------------------------------------------------------
+#
+# A forgotten memory keeps its row, and of it only these columns, none of them the client's
+# content (docs/operations.md, "What a forgotten memory shows"); ``WriteTxn.forget_memory`` clears
+# every other column of ``memories`` (NULL, or the blank of ``FORGET_BLANKS``), found in the file
+# itself, so a column added later is erased by default.
+FORGET_KEEPS: dict[str, str] = {
+    "id": "its identity: never reused, named by the ledger, events and other memories",
+    "scope": "a namespace (global, workspace/<name>), not content: it also names records and generations, "
+    "and the ledger's entries name it in plain text, so a forget cannot take it back",
+    "created_at": "when the server committed it (the server's clock)",
+    "forgotten_at": "when it was forgotten: set by the forget",
+    "ledger_seq": "its retain entry in the audit chain",
+    "merged_into": "the memory a Dedup merge retired it into (an id)",
+    "merged_at": "when (the server's clock)",
+    "superseded_by": "the newer memory that replaced its facts (an id)",
+    "superseded_at": "when (the server's clock)",
+}
+# What a forget writes into a NOT NULL column it clears (a nullable one becomes NULL): the empty
+# text, and the empty object, which metadata filters still read as JSON.
+FORGET_BLANKS: dict[str, str] = {"body": "", "metadata": "{}"}
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """One table of a tenant file: its columns, and what a forget does to what the table holds of
+    the memory (or why it holds nothing of it)."""
+
+    columns: str  # space-separated, in the schema's order
+    forget: str
+
+
+# Every table of a tenant file (FTS5's own tables too). tests/test_erasure.py fails on a table or
+# column missing here: say what a forget does to it before it ships.
+ERASURE: dict[str, Erasure] = {
+    "memories": Erasure(
+        "id scope body metadata fingerprint created_at forgotten_at ledger_seq merged_into merged_at superseded_by "
+        "superseded_at occurred_at thread_id thread_position updated_at index_words speaker",
+        "every column but FORGET_KEEPS cleared (a new column too)",
+    ),
+    "facts": Erasure("memory_id ord kind value normalized", "the memory's rows deleted"),
+    "triples": Erasure("memory_id ord subject predicate object", "the memory's rows deleted"),
+    "embeddings": Erasure("memory_id vector", "the memory's row deleted"),
+    "memory_keys": Erasure("memory_id key", "the memory's key deleted: its ledger hashes confirm no guess after"),
+    "memory_versions": Erasure("memory_id version body metadata at", "the memory's earlier versions deleted"),
+    "memories_fts": Erasure("body", "the memory's entries deleted from the segments that hold them"),
+    "memories_fts_data": Erasure("id block", "FTS5's segments: the memory's entries and lone terms removed"),
+    "memories_fts_idx": Erasure("segid term pgno", "FTS5's segment index: a lone term of the memory removed"),
+    "memories_fts_docsize": Erasure("id sz", "FTS5's row lengths: the memory's row deleted"),
+    "memories_fts_config": Erasure("k v", "FTS5's settings: nothing of any memory"),
+    "supersessions": Erasure(
+        "memory_id subject predicate object superseded_by new_object at",
+        "rows of the memory's own facts deleted; new_object cleared where the memory was the newer",
+    ),
+    "oplog": Erasure(
+        "event_id kind status payload request_id attempts failures extraction embedding result error_reason "
+        "error_message accepted_at started_at finished_at retry_after",
+        "payload, extraction and embedding of the fast writes that wrote it or were found its duplicates "
+        "cleared; the rest is the event's ids, statuses, times and counts",
+    ),
+    "oplog_transitions": Erasure("seq event_id status at", "statuses and times: nothing of any memory"),
+    "consolidation_journal": Erasure(
+        "receipt_id thread_id scope section consolidator model_calls created_at",
+        "every proposal of the memory's thread deleted (a section may quote it)",
+    ),
+    "consolidated_threads": Erasure("thread_id newest_id", "the thread's mark deleted once no memory names the thread"),
+    "ledger": Erasure(
+        "seq at entry hash",
+        "kept (the chain): a memory's entries hold hashes keyed with its deleted key, ids and its scope",
+    ),
+    "requests": Erasure(
+        "request_id method payload_hash result created_at",
+        "kept for the request-id retention, so a retried write returns its first result instead of writing the "
+        "memory again: the client's key, a SHA-256 of the request, ids and statuses",
+    ),
+    "records": Erasure("scope key content ledger_seq", "a record's own: a forget never edits it (its delete does)"),
+    "scopes": Erasure("scope generation", "record generations: nothing of any memory"),
+    "receipts": Erasure(
+        "receipt_id scope payload_hash result created_at", "applied consolidations: hashes and generations"
+    ),
+    "meta": Erasure("key value", "the tenant's settings and marks: nothing of any memory"),
+    "counters": Erasure("name value", "counts"),
+    "sqlite_sequence": Erasure("name seq", "SQLite's highest ids"),
+    # Made by ANALYZE (PRAGMA optimize, as a connection opens), so not in every file.
+    "sqlite_stat1": Erasure("tbl idx stat", "the planner's counts"),
+    "sqlite_stat4": Erasure(
+        "tbl idx neq nlt ndlt sample",
+        "samples of index keys (a thread id, a triple's subject): every one deleted when an erasure finishes",
+    ),
+}

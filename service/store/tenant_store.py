@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,15 @@ from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
 from mnemosyne.store.membership import moving
 from mnemosyne.store.oplog import OplogReads, OplogWrites
-from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
+from mnemosyne.store.schema import (
+    APPLICATION_ID,
+    FORGET_BLANKS,
+    FORGET_KEEPS,
+    MIGRATIONS,
+    REQUIRED_TABLES,
+    SCHEMA_VERSION,
+    tables_at,
+)
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
@@ -106,6 +115,20 @@ def indexed_text(body: str, index_words: str | None) -> str:
     return f"{body}\n{index_words}" if index_words else body
 
 
+def forgotten_columns(connection: apsw.Connection) -> list[tuple[str, str | None]]:
+    """(column, value) of what a forgotten memory's row holds no more: every column of the file's
+    ``memories`` but ``FORGET_KEEPS``, NULL or its ``FORGET_BLANKS`` value when it may not be NULL.
+    Read from the file, so a column added later is cleared without being named."""
+    cleared: list[tuple[str, str | None]] = []
+    for _cid, name, _type, not_null, _default, _pk in connection.execute("PRAGMA table_info(memories)"):
+        if name in FORGET_KEEPS:
+            continue
+        if not_null and name not in FORGET_BLANKS:  # pragma: no cover - a schema change without its blank
+            raise AssertionError(f"memories.{name} is NOT NULL: give a forget its blank in schema.FORGET_BLANKS")
+        cleared.append((name, FORGET_BLANKS.get(name)))
+    return cleared
+
+
 @dataclass
 class MemoryRow:
     id: int
@@ -124,6 +147,7 @@ class MemoryRow:
     thread_position: int | None = None
     updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
     speaker: str | None = None
+    forgotten_at: float = 0.0  # when it was forgotten (0: it is not)
 
 
 @dataclass(frozen=True)
@@ -431,13 +455,15 @@ class TenantStore:
 
     def erasure_pending(self) -> bool:
         with self.read() as txn:
-            return txn.meta(ERASURE_META) is not None
+            return txn.erasure_pending()
 
     def erase_traces(self) -> None:
-        """Finish an erasure (``WriteTxn.forget_memory``): rewrite the hot-path inbox without its
+        """Finish an erasure (``WriteTxn.forget_memory``, or a record change that removed content,
+        ``WriteTxn.apply_record_changes``): rewrite the hot-path inbox without its
         free space, then empty the tenant file's WAL, whose earlier frames still hold the pages as
         they were before the forget (a TRUNCATE checkpoint: every frame copied into the file,
-        whose deleted bytes are zeros, then the WAL cut to nothing). Clears ``ERASURE_META``.
+        whose deleted bytes are zeros, then the WAL cut to nothing), after deleting ANALYZE's
+        samples of index keys. Clears ``ERASURE_META``.
         Waits for readers of an older snapshot (short by design) up to
         WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
@@ -447,6 +473,17 @@ class TenantStore:
         if inbox is not None:
             inbox.erase_traces()
         with self._write_lock:
+            # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
+            # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
+            # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
+            # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
+            try:
+                if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
+                    if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
+                        with self._writer:
+                            self._writer.execute("DELETE FROM sqlite_stat4")
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, self.path.name) from exc
             truncate_wal(self._writer, self.path.name)
             try:
                 with self._writer:  # one transaction, counted as every write is
@@ -616,6 +653,11 @@ class ReadTxn(OplogReads):
         value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return default if value is None else value
 
+    def erasure_pending(self) -> bool:
+        """A forget or a record change committed an erasure whose traces are not yet gone from the
+        WAL (``TenantStore.erase_traces`` finishes it)."""
+        return self.meta(ERASURE_META) is not None
+
     def page_token_secret(self) -> bytes:
         """The tenant's own key for its page tokens (written when the file was made or migrated)."""
         return bytes.fromhex(self.meta("page_token_secret") or "")
@@ -688,6 +730,7 @@ class ReadTxn(OplogReads):
                 metadata=_metadata(r[3]),
                 created_at=r[4],
                 forgotten=r[5] is not None,
+                forgotten_at=r[5] or 0.0,
                 merged_into=r[6] or 0,
                 superseded_by=r[7] or 0,
                 superseded_at=r[8] or 0.0,
@@ -970,6 +1013,8 @@ class ReadTxn(OplogReads):
         embeddings = dict(self.connection.execute("SELECT memory_id, vector FROM embeddings"))
         keys: dict[int, bytes] = dict(self.connection.execute("SELECT memory_id, key FROM memory_keys"))
         versioned = {r[0] for r in self.connection.execute("SELECT DISTINCT memory_id FROM memory_versions")}
+        cleared = forgotten_columns(self.connection)  # what a forgotten memory's row must hold no more
+        is_cleared = " AND ".join(f"{name} IS ?" for name, _ in cleared)
         for (
             memory_id,
             scope,
@@ -979,8 +1024,11 @@ class ReadTxn(OplogReads):
             forgotten_at,
             merged_into,
             superseded_by,
+            row_cleared,
         ) in self.connection.execute(
-            "SELECT id, scope, body, metadata, fingerprint, forgotten_at, merged_into, superseded_by FROM memories ORDER BY id"
+            "SELECT id, scope, body, metadata, fingerprint, forgotten_at, merged_into, superseded_by, "
+            f"{is_cleared} FROM memories ORDER BY id",
+            [value for _, value in cleared],
         ):
             my_facts, my_triples = facts.get(memory_id, []), triples.get(memory_id, [])
             vector = embeddings.get(memory_id)
@@ -1001,7 +1049,12 @@ class ReadTxn(OplogReads):
                 ),
                 leftovers=forgotten
                 and bool(
-                    body or my_facts or my_triples or vector is not None or key is not None or memory_id in versioned
+                    not row_cleared
+                    or my_facts
+                    or my_triples
+                    or vector is not None
+                    or key is not None
+                    or memory_id in versioned
                 ),
                 merged_into=merged_into or 0,
                 superseded_by=superseded_by or 0,
@@ -1260,50 +1313,61 @@ class WriteTxn(ReadTxn, OplogWrites):
         self.set_meta("forget_epoch", str(epoch + 1))
 
     def forget_memory(self, memory_id: int) -> bool:
-        """Erase text and derived rows, keep the row and its id. False if already forgotten.
+        """Erase everything the memory holds, keep its row and id. False if already forgotten.
 
-        Everything else that holds the memory's content goes too: its key (so its ledger hashes
-        confirm nothing), the operation-log rows that wrote it or were found duplicates of it
-        (their payload, extraction and vector), and the supersession rows naming its triples.
-        Deleted bytes are overwritten (``secure_delete``, connections.py) and the full-text
-        index removes the memory's entries from its segments (``_delete_fulltext``); the WAL
-        still holds the pages as they were until ``TenantStore.erase_traces``, which the caller
-        runs (``ERASURE_META``)."""
+        The row keeps only the columns of ``schema.FORGET_KEEPS`` (id, scope, times, the ids of
+        merges and supersessions); every other column is cleared (``forgotten_columns``). Gone too:
+        its facts, triples, embedding, earlier versions, full-text entries, its key (so its ledger
+        hashes confirm nothing), the operation-log rows that wrote it or were found duplicates of it
+        (their payload, extraction and vector), the supersession rows naming its triples, and its
+        thread's consolidation proposals and, once no memory names the thread, its mark
+        (schema.ERASURE says the same of every table). Deleted bytes are overwritten
+        (``secure_delete``, connections.py) and the full-text index removes the memory's entries
+        from its segments (``_delete_fulltext``); the WAL still holds the pages as they were until
+        ``TenantStore.erase_traces``, which the caller runs (``ERASURE_META``)."""
         c = self.connection
         row = c.execute(
-            "SELECT forgotten_at, merged_into, body, index_words FROM memories WHERE id = ?", (memory_id,)
+            "SELECT forgotten_at, merged_into, body, index_words, thread_id FROM memories WHERE id = ?", (memory_id,)
         ).fetchone()
         if row is None or row[0] is not None:
             return False
         if row[1] is None:  # a merged memory's full-text row went at its merge
             self._delete_fulltext([(memory_id, indexed_text(row[2], row[3]))])
-        c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
-        c.execute("DELETE FROM triples WHERE memory_id = ?", (memory_id,))
-        c.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
-        c.execute("DELETE FROM memory_keys WHERE memory_id = ?", (memory_id,))
-        c.execute("DELETE FROM memory_versions WHERE memory_id = ?", (memory_id,))
+        for table in ("facts", "triples", "embeddings", "memory_keys", "memory_versions", "supersessions"):
+            c.execute(f"DELETE FROM {table} WHERE memory_id = ?", (memory_id,))
+        assignments, blanks = self._forget_assignments
         c.execute(
-            "UPDATE memories SET body = '', index_words = NULL, fingerprint = NULL, forgotten_at = ? WHERE id = ?",
-            (time.time(), memory_id),
+            f"UPDATE memories SET {assignments}, forgotten_at = ? WHERE id = ?", (*blanks, time.time(), memory_id)
         )
         c.execute(  # the WHERE of the index oplog_result_memory (schema.py), or it is a scan of the log
             "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL "
             "WHERE result IS NOT NULL AND json_valid(result) AND json_extract(result, '$.memory_id') = ?",
             (ERASED_PAYLOAD, memory_id),
         )
-        c.execute("DELETE FROM supersessions WHERE memory_id = ?", (memory_id,))
         c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
-        # A consolidation proposed from its thread may quote it: the thread's proposals go (a
-        # later consolidation proposes again from the memories left).
-        c.execute(
-            "DELETE FROM consolidation_journal WHERE thread_id = (SELECT thread_id FROM memories WHERE id = ?)",
-            (memory_id,),
-        )
+        thread_id = row[4]
+        if thread_id is not None:
+            # A consolidation proposed from its thread may quote it: the thread's proposals go (a
+            # later consolidation proposes again from the memories left), and its mark once the
+            # thread id is in no memory.
+            c.execute("DELETE FROM consolidation_journal WHERE thread_id = ?", (thread_id,))
+            c.execute(
+                "DELETE FROM consolidated_threads WHERE thread_id = ? "
+                "AND NOT EXISTS (SELECT 1 FROM memories WHERE thread_id = ?)",
+                (thread_id, thread_id),
+            )
         self.append_ledger({"op": "forget", "memory_id": memory_id})
         epoch = int(self.meta("forget_epoch", "0") or 0)
         self.set_meta("forget_epoch", str(epoch + 1))
         self.set_meta(ERASURE_META, "1")
         return True
+
+    @cached_property
+    def _forget_assignments(self) -> tuple[str, list[str | None]]:
+        """The SET clause clearing a forgotten memory's row (``forgotten_columns``), and its values:
+        read once per transaction (a ForgetMemories forgets thousands in one)."""
+        cleared = forgotten_columns(self.connection)
+        return ", ".join(f"{name} = ?" for name, _ in cleared), [value for _, value in cleared]
 
     def _delete_fulltext(self, rows: Sequence[tuple[int, str]]) -> None:
         """Remove (memory id, body) rows from the full-text index. The index is contentless with
@@ -1420,13 +1484,21 @@ class WriteTxn(ReadTxn, OplogWrites):
 
     def apply_record_changes(
         self, scope: str, changes: Sequence[tuple[str, str, str]], generation: int, entry: dict[str, Any]
-    ) -> int:
+    ) -> bool:
         """Apply (op, key, content) changes ("put" or "delete") to a scope, set its generation and
         append ONE ledger entry naming every change by content hash (never text). The caller
-        decided the generation under this same transaction; returns the ledger sequence number."""
+        decided the generation under this same transaction. A delete erases the record like a
+        forgotten memory: overwritten in the file (``secure_delete``) and, once the caller has run
+        ``TenantStore.erase_traces``, gone from the WAL with every earlier version of it
+        (``ERASURE_META``); returns whether a change deleted one (the caller must erase). A put
+        over other content does not empty the WAL: that would cost every agent's memory update a
+        TRUNCATE checkpoint and fail it while a backup reads (docs/operations.md#erasure)."""
         c = self.connection
+        removed = False
         ledger_changes = []
         for op, key, content in changes:
+            before = self.record(scope, key)
+            removed = removed or (op == "delete" and before is not None)
             if op == "put":
                 ledger_changes.append({"op": "put", "key": key, "content": ledger.sha256_hex(content)})
             else:
@@ -1449,7 +1521,9 @@ class WriteTxn(ReadTxn, OplogWrites):
             "ON CONFLICT(scope) DO UPDATE SET generation = excluded.generation",
             (scope, generation),
         )
-        return seq
+        if removed:
+            self.set_meta(ERASURE_META, "1")
+        return removed
 
     def save_receipt(self, receipt_id: str, scope: str, payload_hash: str, result_json: str) -> None:
         self.connection.execute(

@@ -87,7 +87,8 @@ def truncate_wal(connection: apsw.Connection, name: str) -> None:
             if time.monotonic() > deadline:
                 raise Unavailable(
                     f"the erasure is committed but {name}'s write-ahead log could not be emptied: a reader "
-                    f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; call ForgetMemory again to finish it",
+                    f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; send the call again (a forget, or the same "
+                    "request) to finish it",
                     reason="ERASURE_BUSY",
                 ) from None
             time.sleep(0.005)

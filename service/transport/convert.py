@@ -126,6 +126,7 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
         target.triples.add(subject=s, predicate=p, object=o)
     if memory.forgotten:
         target.forgotten = True
+        target.forgotten_at.FromNanoseconds(int(memory.forgotten_at * 1e9))
     if memory.superseded_by:
         target.superseded_by = memory.superseded_by
     if memory.superseded_at:

@@ -127,8 +127,9 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForgetMemory(self, request, context):
-        """Erase a memory's text, facts, triples and embedding; the audit chain records the forget and
-        stays verifiable.
+        """Erase everything a memory holds (text, metadata, speaker, thread, time, facts, triples,
+        embedding, earlier versions) from every file of the tenant; its id, scope and times stay (see
+        Memory.forgotten). The audit chain records the forget and stays verifiable.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
