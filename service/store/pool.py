@@ -8,6 +8,7 @@ Layout::
     DATA_DIR/tenants/<tenant>.ann     its approximate vector index, a cache (engine/ann.py)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
     DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
+    DATA_DIR/tenants/<tenant>.incoming  a move is bringing the tenant here (``expect_move``)
     DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (``install``)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
@@ -95,6 +96,8 @@ INSTALL_PREFIX = ".install-"
 STAGED_DATABASE = "database"
 STAGED_INBOX = "inbox"
 STAGED_NO_INBOX = "no-inbox"  # the new tenant has no inbox: the old one's goes
+# Beside the tenant files: a move is bringing the tenant here (``expect_move``), from "SOURCE EPOCH".
+INCOMING_SUFFIX = ".incoming"
 # File descriptors one open tenant holds in the common case: its writer's database and WAL, the
 # shared-memory file, one pooled reader's database and WAL, and its hot-path inbox's three.
 FILES_PER_OPEN_TENANT = 8
@@ -382,8 +385,10 @@ class TenantPool:
 
         With members, a tenant without a file here whose home is another member (its owner by the
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
-        none is created; a file is served by what it records (``_check_holder``)."""
+        none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
+        (``expect_move``); a file is served by what it records (``_check_holder``)."""
         if self.membership is not None and tenant not in self._open and not self.path_for(tenant).exists():
+            self._refuse_incoming(tenant)
             self.membership.check_home(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
@@ -450,6 +455,8 @@ class TenantPool:
                 finally:
                     self._release(entry)
                 return
+            if self.membership is not None:
+                self._refuse_incoming(tenant)  # again under the lock ``expect_move`` takes
             temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
             try:
                 store = self._open_store(tenant, temporary)
@@ -568,7 +575,8 @@ class TenantPool:
                 return known
         path = self.path_for(tenant)
         if not path.exists():
-            return Placement(membership.home(tenant))
+            incoming = self.incoming(tenant)  # the move's source still has it (``expect_move``)
+            return Placement(incoming[0] if incoming else membership.home(tenant))
         try:
             with self.glance(tenant) as txn:
                 holder, step, peer = txn.meta(HOLDER_KEY), txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY)
@@ -611,6 +619,47 @@ class TenantPool:
         with self.glance(tenant) as txn:
             keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY)
             return {key: value for key in keys if (value := txn.meta(key)) is not None}
+
+    def _incoming_mark(self, tenant: str) -> Path:
+        return self.tenants_dir / f"{validate_tenant(tenant)}{INCOMING_SUFFIX}"
+
+    def incoming(self, tenant: str) -> tuple[str, int] | None:
+        """The move bringing ``tenant`` here whose copy is not installed yet: (its source, its
+        epoch); None when there is none (``expect_move``)."""
+        try:
+            source, _, epoch = self._incoming_mark(tenant).read_text().partition(" ")
+        except FileNotFoundError:
+            return None
+        return source, int(epoch or 0)
+
+    def _refuse_incoming(self, tenant: str) -> None:
+        incoming = self.incoming(tenant)
+        if incoming is not None:
+            raise moving(tenant, f"it is being moved here from member {incoming[0]}")
+
+    def expect_move(self, tenant: str, source: str, epoch: int) -> None:
+        """A move's import (step 4) begins on its destination, before its first byte: from now
+        until the move's copy is installed here (``install`` removes the mark), this member never
+        creates the tenant — a call for it is sent to the source (``placement``), or refused
+        UNAVAILABLE TENANT_MOVING — whatever stops the import (its source killed, its client
+        gone). Durable (a file beside the tenant files, synced). Refuses TENANT_EXISTS a tenant
+        this member serves (it cannot be moved here over it), as ``install`` would."""
+        path = self.path_for(tenant)
+        mark = self._incoming_mark(tenant)
+        with self.locks.for_opening(tenant):  # no first write of the tenant is under way meanwhile
+            if path.exists():
+                self._check_replaceable_by_move(tenant, path)
+            temporary = mark.with_name(f"{NEW_FILE_PREFIX}{mark.name}.{uuid.uuid4().hex[:12]}")
+            try:
+                temporary.write_text(f"{source} {epoch}")
+                _fsync(temporary)
+                os.replace(temporary, mark)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
+            _fsync(self.tenants_dir)
+        with self._guard:
+            self._placements.pop(tenant, None)
 
     def _check_replaceable_by_move(self, tenant: str, path: Path) -> None:
         """A move may bring a tenant here over a file this member no longer serves only: a
@@ -881,7 +930,8 @@ class TenantPool:
 
         ``move``: (source member, epoch) of a move's step 4: the file is installed inactive at
         that epoch; it may replace only a file this member no longer serves (a tombstone of an
-        earlier move away, or an inactive copy of this same move)."""
+        earlier move away, or an inactive copy of this same move). A tenant a move is bringing
+        here (``expect_move``) is not replaced by any other import."""
         path = self.path_for(tenant)
         if self.membership is not None:  # an import through the owner: its file is this member's now
             if move is None:
@@ -902,6 +952,12 @@ class TenantPool:
                 if existed:
                     self._check_replaceable_by_move(tenant, path)
                 replace = True
+            elif (incoming := self.incoming(tenant)) is not None:
+                raise FailedPrecondition(
+                    f"tenant {tenant} is being moved here from member {incoming[0]}: finish that move first "
+                    "(mnemosyne rebalance), then import",
+                    reason="MOVE_NOT_ACTIVE",
+                )
             if existed and not replace:
                 raise FailedPrecondition(
                     f"tenant {tenant} exists on this server; ask to replace it to overwrite it", reason="TENANT_EXISTS"
@@ -936,7 +992,8 @@ class TenantPool:
 
     def _finish_install(self, tenant: str, staging: Path) -> None:
         """An install after its commit: the new inbox replaces the old tenant's (or the old one
-        goes when the new tenant has none), and the staging directory last. Idempotent: a kill midway is finished again at the next start."""
+        goes when the new tenant has none), the mark of a move bringing it here goes, and the
+        staging directory last. Idempotent: a kill midway is finished again at the next start."""
         inbox_path = self.inbox_path_for(tenant)
         staged = staging / STAGED_INBOX
         if staged.exists() or (staging / STAGED_NO_INBOX).exists():
@@ -947,6 +1004,7 @@ class TenantPool:
                 os.replace(staged, inbox_path)
             else:
                 inbox_path.unlink(missing_ok=True)
+        self._incoming_mark(tenant).unlink(missing_ok=True)
         self._fsync_directories()
         shutil.rmtree(staging)
 
