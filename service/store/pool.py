@@ -47,6 +47,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.membership import (
@@ -219,12 +220,13 @@ def _shred(path: Path) -> None:
 def _checkpoint_away(path: Path, busy: str) -> None:
     """Move a closed tenant file's WAL into it and empty the WAL: what its WAL held is in the
     file, so removing the WAL loses nothing. UNAVAILABLE TENANT_BUSY (``busy``) while a reader
-    holds it; a damaged file is left as it is (it has nothing to move)."""
+    holds it past the busy timeout; a damaged file is left as it is (it has nothing to move)."""
     try:
         connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     except apsw.Error:
         return
     try:
+        connection.set_busy_timeout(BUSY_TIMEOUT_MS)  # a glance at the file (a placement) ends soon
         connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
     except apsw.BusyError:
         raise Unavailable(busy, reason="TENANT_BUSY") from None
@@ -322,18 +324,23 @@ class TenantPool:
                 path.unlink(missing_ok=True)
 
     def _recover_installs(self) -> None:
-        """An install a kill interrupted (``install``): undone if it had not committed (its staged
-        database is still staged: the old tenant stands as it was), else finished (its inbox)."""
+        """An install a kill interrupted (``install``): finished if it had committed (its staged
+        database renamed into place, its inbox or the word that it has none still staged), else
+        undone (the old tenant stands as it was; a staging directory emptied by a finished
+        install is only removed)."""
         for staging in self.tenants_dir.glob(f"{INSTALL_PREFIX}*"):
             tenant = staging.name[len(INSTALL_PREFIX) :].rpartition(".")[0]
             if not staging.is_dir() or not TENANT_ID_PATTERN.fullmatch(tenant):
                 continue  # not a name ``install`` makes
-            if (staging / STAGED_DATABASE).exists():
-                shutil.rmtree(staging)
-                log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)
-            else:
+            committed = not (staging / STAGED_DATABASE).exists() and (
+                (staging / STAGED_INBOX).exists() or (staging / STAGED_NO_INBOX).exists()
+            )
+            if committed:
                 self._finish_install(tenant, staging)
                 log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
+            else:
+                shutil.rmtree(staging)
+                log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)
 
     def _remove_leftover(self, leftover: Path) -> None:
         """A file a process killed midway left under a temporary name: a first write's (removed),
@@ -993,17 +1000,16 @@ class TenantPool:
     def _finish_install(self, tenant: str, staging: Path) -> None:
         """An install after its commit: the new inbox replaces the old tenant's (or the old one
         goes when the new tenant has none), the mark of a move bringing it here goes, and the
-        staging directory last. Idempotent: a kill midway is finished again at the next start."""
+        staging directory last. Idempotent: a kill midway is finished again at the next start —
+        the staged inbox is linked into place, not moved, so that until the staging directory
+        goes it still says the install committed (``_recover_installs``)."""
         inbox_path = self.inbox_path_for(tenant)
         staged = staging / STAGED_INBOX
-        if staged.exists() or (staging / STAGED_NO_INBOX).exists():
-            for suffix in ("-wal", "-shm", "-journal"):
-                Path(f"{inbox_path}{suffix}").unlink(missing_ok=True)
-            if staged.exists():
-                inbox_path.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged, inbox_path)
-            else:
-                inbox_path.unlink(missing_ok=True)
+        for suffix in ("-wal", "-shm", "-journal", ""):
+            Path(f"{inbox_path}{suffix}").unlink(missing_ok=True)
+        if staged.exists():
+            inbox_path.parent.mkdir(parents=True, exist_ok=True)
+            os.link(staged, inbox_path)
         self._incoming_mark(tenant).unlink(missing_ok=True)
         self._fsync_directories()
         shutil.rmtree(staging)
