@@ -681,11 +681,8 @@ def _interrupt_the_move_back(made: BackAndForth, tenant: str, first: str, moment
         try:
             if hold is not None:
                 wait_until(lambda: made.log(first).count(f"held at {seam} ") > held, 60)
-            else:  # every byte received: the inbox is the export's last file (looked for closely)
-                deadline = time.monotonic() + 60
-                while not any(scratch.glob("*/inbox")) and not move.done():
-                    assert time.monotonic() < deadline
-                    time.sleep(0.001)
+            else:  # every byte received: the inbox is the export's last file (or the move ended)
+                wait_until(lambda: any(scratch.glob("*/inbox")) or move.done(), 60)
             if moment.startswith("kill@"):
                 deployment.processes[first].kill()
             else:
