@@ -337,7 +337,12 @@ class Replacing:
         self.workers_hold = root / "hold-workers"  # the target's workers hold before a commit while it exists
         self.target = ServerProcess(
             root / "target",
-            env={**env, "MNEMOSYNE_TEST_FAULTS": faults, "MNEMOSYNE_TEST_HOLD_WORKERS": str(self.workers_hold)},
+            env={
+                **env,
+                "MNEMOSYNE_TEST_FAULTS": faults,
+                "MNEMOSYNE_TEST_HOLD_WORKERS": str(self.workers_hold),
+                "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # a call its client left is logged (CANCELLED)
+            },
         )
         hold = root / "hold-source"
         hold.write_text("inbox")  # the source's workers leave its fast write in the inbox
@@ -367,6 +372,10 @@ class Replacing:
     def held(self, seam: str) -> int:
         """How many times the target logged that it held at ``seam``."""
         return self.target.stderr_path.read_text(errors="replace").count(f"held at {seam} ")
+
+    def left(self) -> int:
+        """How many imports the target saw their client leave."""
+        return self.target.stderr_path.read_text(errors="replace").count("ImportTenant CANCELLED")
 
     def settled(self) -> bool:
         """No import under way on the target: its scratch space and its staged installs empty."""
@@ -419,6 +428,7 @@ def _leave_an_import(replacing: Replacing, tenant: str, moment: str, *, kill: bo
     if hold is not None:
         hold.touch()
     held = replacing.held(moment) if hold is not None else 0
+    left = replacing.left()
     with MemoryClient(replacing.target.target, ADMIN, retries=0) as client:
         if moment == REPLACING:  # a worker holds the old tenant in use, before its commit
             replacing.workers_hold.write_text("commit")
@@ -437,7 +447,8 @@ def _leave_an_import(replacing: Replacing, tenant: str, moment: str, *, kill: bo
                 replacing.target.kill()
             else:
                 call.cancel()
-                time.sleep(0.3)  # the server sees its client leave while the import is where it is
+                if not moment.startswith("ended"):  # the server saw its client leave while the import is held there
+                    wait_until(lambda: replacing.left() > left, 30)
         finally:
             release.set()
             if hold is not None:

@@ -619,7 +619,10 @@ class BackAndForth:
         self.deployment = Deployment(root, 3)
         self.holds = {(m, seam): root / f"hold-{m}-{seam}" for m in THREE for seam in INSTALL_SEAMS}
         self.env = {
-            m: {"MNEMOSYNE_TEST_FAULTS": ",".join(f"hold@{s}={self.holds[(m, s)]}" for s in INSTALL_SEAMS)}
+            m: {
+                "MNEMOSYNE_TEST_FAULTS": ",".join(f"hold@{s}={self.holds[(m, s)]}" for s in INSTALL_SEAMS),
+                "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # a call its client left is logged (CANCELLED)
+            }
             for m in THREE
         }
         self.deployment.run(THREE, previous=TWO, env=self.env, extra=RETENTION)
@@ -671,6 +674,7 @@ def _interrupt_the_move_back(made: BackAndForth, tenant: str, first: str, moment
     if hold is not None:
         hold.touch()
     held = made.log(first).count(f"held at {seam} ")
+    left = made.log(first).count("ImportTenant CANCELLED")
     scratch = deployment.processes[first].data_dir / ".backup-scratch"
     with MemoryClient(deployment.processes["m2"].target, ADMIN) as client:
         move = client.admin.MoveTenant.future(
@@ -687,7 +691,8 @@ def _interrupt_the_move_back(made: BackAndForth, tenant: str, first: str, moment
                 deployment.processes[first].kill()
             else:
                 move.cancel()
-                time.sleep(0.3)  # the destination sees the move leave where it is
+                if hold is not None:  # the destination saw the move leave while its import is held there
+                    wait_until(lambda: made.log(first).count("ImportTenant CANCELLED") > left, 30)
         finally:
             if hold is not None:
                 hold.unlink()
