@@ -23,6 +23,10 @@ SHA-256 against the manifest, and each tenant file's audit chain (valid, with th
 entry count of the manifest). It takes the data directory's lock, so it refuses a directory a
 running server owns, and places each file under a temporary name first (the pool removes those
 left by a kill: store/pool.py), the inbox before the tenant file.
+
+Neither trusts what it reads: a tenant name from the server's stream or from a manifest is held to
+the rule a client's is, and every path joined from one (a copy's name, a manifest's file path)
+must stay under its directory (store/paths.py), or nothing is written.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
 from mnemosyne.store.file_faults import FileBudget
+from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import (
     INBOX_DIR_NAME,
@@ -117,6 +122,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         )
     if not isinstance(manifest.get("tenants"), dict):
         raise FailedPrecondition(f"{path} names no tenants object", reason="MANIFEST_INVALID")
+    for tenant in manifest["tenants"]:
+        tenant_named_by(tenant, f"the backup manifest {path}")
     return manifest
 
 
@@ -139,6 +146,8 @@ def _prepare(directory: Path) -> dict[str, Any]:
     if directory.exists() and not directory.is_dir():
         raise FailedPrecondition(f"{directory} is not a directory", reason="BACKUP_DIR_INVALID")
     directory.mkdir(parents=True, exist_ok=True)
+    for sub in ("tenants", INBOX_DIR_NAME):  # written into, and cleaned: never a link to elsewhere
+        within(directory, sub, what="the backup directory's folder")
     # What a first backup killed before its manifest left counts as empty: its partial files and
     # the copies it had renamed (removed once the new manifest is in place).
     entries = {p.name for p in directory.iterdir() if not p.name.startswith(PARTIAL_PREFIX)} - {LOCK_NAME}
@@ -227,7 +236,7 @@ class _Writer:
                 reason="BACKUP_FILE_MISMATCH",
             )
         relative = _final_path(current.copy.tenant, current.copy, current.name)
-        target = self.directory / relative
+        target = within(self.directory, relative, what=f"the {current.name} file of tenant {current.copy.tenant}")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(current.partial, target)
         current.files[current.name] = {"path": relative, "size": announced.size, "sha256": announced.sha256}
@@ -291,6 +300,8 @@ def write_backup(
         summary: BackupSummary | None = None
         try:
             for part in client.backup(tenants, known):
+                if not isinstance(part, (BackupChunk, BackupSummary)):
+                    tenant_named_by(part.tenant, f"the backup stream of {client.target}")
                 if isinstance(part, BackupChunk):
                     writer.chunk(part)
                 elif isinstance(part, TenantBackup):
@@ -349,13 +360,21 @@ def _remove_unnamed(directory: Path, manifest: dict[str, Any]) -> None:
 # -- restore ---------------------------------------------------------------------------------
 
 
-def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> None:
-    """The tenant's files match the manifest and its chain verifies with the manifest's head."""
+def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[str, Path]:
+    """The tenant's files (name -> path, each under ``directory``), once they match the manifest
+    and the chain verifies with the manifest's head."""
     files = entry.get("files") or {}
-    if "database" not in files:
-        raise DataLoss(f"the manifest names no tenant file for {tenant}", reason="MANIFEST_INVALID")
+    if "database" not in files or not set(files) <= {"database", "inbox"}:
+        raise DataLoss(
+            f"the manifest names the files {sorted(files)[:4]} for {tenant}: a database, and an inbox at most",
+            reason="MANIFEST_INVALID",
+        )
+    paths = {
+        name: within(directory, str(file["path"]), what=f"the manifest's {name} file of {tenant}")
+        for name, file in files.items()
+    }
     for name, file in files.items():
-        path = directory / file["path"]
+        path = paths[name]
         if not path.is_file():
             raise DataLoss(f"{path} (the {name} file of {tenant}) is missing", reason="BACKUP_FILE_MISSING")
         size, digest = path.stat().st_size, sha256_file(path)
@@ -366,12 +385,13 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> None:
                 reason="BACKUP_FILE_MISMATCH",
             )
     check_chain(
-        directory / files["database"]["path"],
+        paths["database"],
         tenant=tenant,
         head_hash=str(entry.get("head_hash")),
         entries=int(entry.get("ledger_entries") or 0),
         error=DataLoss,
     )
+    return paths
 
 
 def _place(source: Path, target: Path) -> None:
@@ -417,8 +437,9 @@ def restore(
                 f"{data_dir} already has the tenants {', '.join(present)}; give --replace to overwrite them",
                 reason="TENANT_EXISTS",
             )
+        checked = {}
         for tenant in chosen:
-            _check_tenant(directory, tenant, available[tenant])
+            checked[tenant] = _check_tenant(directory, tenant, available[tenant])
             progress(f"{tenant}: checked (chain valid, head {available[tenant]['head_hash'][:12]}…)")
         index = PendingIndex(data_dir)
         try:
@@ -427,18 +448,18 @@ def restore(
         finally:
             index.close()
         for tenant in chosen:
-            files = available[tenant]["files"]
-            tenant_file = tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"
-            inbox_file = inbox_dir / f"{tenant}{INBOX_FILE_SUFFIX}"
+            files = checked[tenant]
+            tenant_file = within(tenants_dir, f"{tenant}{TENANT_FILE_SUFFIX}", what="the tenant file")
+            inbox_file = within(inbox_dir, f"{tenant}{INBOX_FILE_SUFFIX}", what="the inbox file")
             # The old tenant file goes first, its inbox next, then the backup's inbox and tenant
             # file: a kill midway leaves no tenant file with an inbox that is not its own.
             for base in (tenant_file, inbox_file):
                 for suffix in ("-wal", "-shm", "-journal", ""):
                     Path(f"{base}{suffix}").unlink(missing_ok=True)
             if "inbox" in files:
-                _place(directory / files["inbox"]["path"], inbox_file)
+                _place(files["inbox"], inbox_file)
                 _hold("restore-placing")
-            _place(directory / files["database"]["path"], tenant_file)
+            _place(files["database"], tenant_file)
             progress(f"{tenant}: restored")
     except OSError as exc:
         if exc.errno == errno.ENOSPC:

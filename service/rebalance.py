@@ -23,6 +23,8 @@ from typing import TextIO
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.routing import ROUTE_KEY, owner_of, parse_members
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.paths import tenant_named_by
 from mnemosyne.v1 import admin_pb2
 
 
@@ -35,7 +37,8 @@ class Planned:
 
 
 def _held(client: MemoryClient, member: str) -> Iterator[str]:
-    """The tenants whose files ``member`` holds (its own part of the listing)."""
+    """The tenants whose files ``member`` holds (its own part of the listing), each a valid
+    tenant id (a member naming another thing is refused, as a client naming it would be)."""
     token = ""
     while True:
         page = client.call(
@@ -44,7 +47,7 @@ def _held(client: MemoryClient, member: str) -> Iterator[str]:
             retry=True,
             metadata=((ROUTE_KEY, member),),
         )
-        yield from page.tenants
+        yield from (tenant_named_by(t, f"member {member}'s list of tenants") for t in page.tenants)
         if not page.next_page_token:
             return
         token = page.next_page_token
@@ -94,7 +97,7 @@ def rebalance(
                     owner = owner_of(tenant, owners)
                     if owner != member:
                         plan.append(Planned(tenant, member, owner, _size(client, tenant, member)))
-            except MnemosyneClientError as exc:
+            except (MnemosyneClientError, InvalidArgument) as exc:
                 problems.append(f"member {member} ({addresses[member]}) could not be asked for its tenants: {exc}")
         total_bytes = sum(p.bytes for p in plan)
         print(

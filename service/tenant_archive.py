@@ -16,7 +16,8 @@ in this order,
 An archive is written under a temporary name beside its destination, each file checked against
 the size and SHA-256 the server announced, and renamed once complete. An import streams the
 members to the server, which checks them against the manifest and the chain against its head hash
-before the tenant is put in place (engine/tenant_import.py).
+before the tenant is put in place (engine/tenant_import.py). The tenant an archive or a server's
+export names is held to the rule a client's is (store/paths.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument
+from mnemosyne.store.paths import tenant_named_by
 from mnemosyne.store.snapshot import sha256_file
 
 FORMAT = "mnemosyne-tenant-archive"
@@ -79,6 +81,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup
         try:
             for part in client.export_tenant(tenant):
                 if isinstance(part, TenantBackup):
+                    tenant_named_by(part.tenant, f"the export stream of {client.target}")
                     copy = part
                     continue
                 if copy is None or part.file not in MEMBER_OF_FILE:
@@ -146,7 +149,7 @@ def read_manifest(archive: tarfile.TarFile, path: Path) -> TenantBackup:
     t = manifest.get("tenant") or {}
     try:
         return TenantBackup(
-            tenant=str(t["tenant"]),
+            tenant=tenant_named_by(str(t["tenant"]), f"the archive {path}"),
             change_counter=int(t["change_counter"]),
             inbox_sequence=int(t["inbox_sequence"]),
             head_hash=str(t["head_hash"]),

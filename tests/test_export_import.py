@@ -24,11 +24,14 @@ from mnemosyne.client import (
     MemoryClient,
     PermissionDeniedError,
     ResourceExhaustedError,
+    UnavailableError,
+    convert,
 )
 from mnemosyne.client.types import BackupChunk, RetainItem, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.tenant_archive import MEMBER_OF_FILE, import_archive, read_manifest
-from tests.support import ServerProcess, tokens_json
+from mnemosyne.v1 import admin_pb2
+from tests.support import ServerProcess, tokens_json, wait_until
 
 ADMIN = "admin-token-export"
 USER = "user-token-export"
@@ -304,3 +307,197 @@ def test_a_disk_that_fills_during_an_import_keeps_nothing_of_it(server_factory, 
     with MemoryClient(target.target, ADMIN) as b:
         assert import_archive(b, archive).tenant == tenant
         assert b.verify_integrity(tenant).valid
+
+
+# -- a client that leaves an import --replace, or a server killed under it ----------------------
+
+# The moments a client leaves an import (or the server is killed): after a message of the stream
+# (the manifest alone, a chunk, the last chunk), just after the stream ended (its install under
+# way or not yet), while the install waits for a call in flight on the old tenant (closed to new
+# calls: TENANT_REPLACING), and at the install's seams (store/pool.py ``install``: begun, its new
+# files staged, its tenant file renamed into place). Before the install begins nothing changes;
+# from there it runs to its end; a kill leaves the old tenant until the commit, the new one from it.
+SENT = ["manifest", "chunk-1", "chunk-3", "last-chunk"]
+ENDED = ["ended", "ended+0.05s", "ended+0.1s", "ended+0.2s"]
+RECEIVED = "import_received"  # every byte in the server's scratch space, nothing checked yet
+SEAMS = [RECEIVED, "install_begun", "install_staged", "install_committed"]
+REPLACING = "replacing"
+CHUNKS = 6
+
+
+class Replacing:
+    """A target server whose tenants an export of another tenant replaces, the install's seams
+    armed by files (``hold@NAME=PATH``: held there while PATH exists); and that export, with an
+    operation open in its inbox (accepted, not yet taken by a worker)."""
+
+    def __init__(self, root: Path) -> None:
+        self.holds = {seam: root / f"hold-{seam}" for seam in SEAMS}
+        faults = ",".join(f"hold@{seam}={path}" for seam, path in self.holds.items())
+        env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
+        self.workers_hold = root / "hold-workers"  # the target's workers hold before a commit while it exists
+        self.target = ServerProcess(
+            root / "target",
+            env={
+                **env,
+                "MNEMOSYNE_TEST_FAULTS": faults,
+                "MNEMOSYNE_TEST_HOLD_WORKERS": str(self.workers_hold),
+                "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # a call its client left is logged (CANCELLED)
+            },
+        )
+        hold = root / "hold-source"
+        hold.write_text("inbox")  # the source's workers leave its fast write in the inbox
+        source = ServerProcess(root / "source", env={**env, "MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+        try:
+            with MemoryClient(source.target, ADMIN) as a:
+                a.retain_batch("new", [f"new note {i}: the ferry to Hydra leaves pier {i}" for i in range(300)])
+                a.hot_path("new", "enable")
+                a.retain("new", "new note: the inbox holds this one", fast=True)
+                parts = list(a.export_tenant("new"))
+        finally:
+            source.stop()
+        self.manifest = next(p for p in parts if not isinstance(p, BackupChunk))
+        self.new = sorted([f"new note {i}: the ferry to Hydra leaves pier {i}" for i in range(300)])
+        self.new = sorted([*self.new, "new note: the inbox holds this one"])
+        files: dict[str, bytes] = {}
+        for part in parts:
+            if isinstance(part, BackupChunk):
+                files[part.file] = files.get(part.file, b"") + part.data
+        assert set(files) == {"database", "inbox"}
+        step = len(files["database"]) // CHUNKS + 1
+        self.chunks = [
+            BackupChunk("database", files["database"][i : i + step]) for i in range(0, len(files["database"]), step)
+        ] + [BackupChunk("inbox", files["inbox"])]
+        self.old = sorted(f"old note {i} of the tenant in place" for i in range(5))
+
+    def held(self, seam: str) -> int:
+        """How many times the target logged that it held at ``seam``."""
+        return self.target.stderr_path.read_text(errors="replace").count(f"held at {seam} ")
+
+    def left(self) -> int:
+        """How many imports the target saw their client leave."""
+        return self.target.stderr_path.read_text(errors="replace").count("ImportTenant CANCELLED")
+
+    def settled(self) -> bool:
+        """No import under way on the target: its scratch space and its staged installs empty."""
+        data = self.target.data_dir
+        return not any((data / ".backup-scratch").glob("*")) and not any((data / "tenants").glob(".install-*"))
+
+
+@pytest.fixture(scope="module")
+def replacing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replacing]:
+    made = Replacing(tmp_path_factory.mktemp("replacing"))
+    made.target.start()
+    yield made
+    made.target.stop()
+
+
+def _contents(client: MemoryClient, tenant: str) -> list[str]:
+    """The tenant's memories, once what its hot path accepted is applied; its chain valid."""
+    client.hot_path(tenant, "flush", 30)
+    assert client.verify_integrity(tenant).valid
+    texts, token = [], ""
+    while True:
+        page = client.list_memories(tenant, page_size=500, page_token=token)
+        texts += [m.text for m in page.memories]
+        if not (token := page.next_page_token):
+            return sorted(texts)
+
+
+def _leave_an_import(replacing: Replacing, tenant: str, moment: str, *, kill: bool = False) -> None:
+    """Import the export as ``tenant`` with replace, and leave at ``moment``: the client cancels
+    its call (or, ``kill``, the target is SIGKILLed there and started again)."""
+    sent, release = threading.Event(), threading.Event()
+    last = len(replacing.chunks)
+    stop_after = {"manifest": 0, "chunk-1": 1, "chunk-3": 3, "last-chunk": last}.get(moment, -1)
+
+    def requests() -> Iterator[admin_pb2.ImportTenantRequest]:
+        yield admin_pb2.ImportTenantRequest(
+            tenant=tenant, manifest=convert.tenant_backup_to_proto(replacing.manifest), replace=True
+        )
+        for number, chunk in enumerate(replacing.chunks, start=1):
+            if number - 1 == stop_after:
+                break
+            yield admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=chunk.file, data=chunk.data))
+        if stop_after >= 0:  # leave before the stream ends: nothing more is sent
+            sent.set()
+            release.wait(60)
+            return
+        sent.set()
+
+    hold = replacing.holds.get(moment)
+    if hold is not None:
+        hold.touch()
+    held = replacing.held(moment) if hold is not None else 0
+    left = replacing.left()
+    with MemoryClient(replacing.target.target, ADMIN, retries=0) as client:
+        if moment == REPLACING:  # a worker holds the old tenant in use, before its commit
+            replacing.workers_hold.write_text("commit")
+            accepted = client.retain(tenant, "old note 5, in flight while it is replaced", fast=True)
+            wait_until(lambda: client.get_event(tenant, accepted.event_id).status == "running", 30)
+        call = client.admin.ImportTenant.future(requests(), timeout=120, metadata=client.call_metadata)
+        try:
+            assert sent.wait(60)
+            if hold is not None:
+                wait_until(lambda: replacing.held(moment) > held, 30)
+            elif moment == REPLACING:
+                wait_until(lambda: _refused(client, tenant) == "TENANT_REPLACING", 30)
+            elif moment.startswith("ended+"):
+                time.sleep(float(moment.removeprefix("ended+").removesuffix("s")))
+            if kill:
+                replacing.target.kill()
+            else:
+                call.cancel()
+                if not moment.startswith("ended"):  # the server saw its client leave while the import is held there
+                    wait_until(lambda: replacing.left() > left, 30)
+        finally:
+            release.set()
+            if hold is not None:
+                hold.unlink()
+            replacing.workers_hold.unlink(missing_ok=True)
+    if kill:
+        replacing.target.restart(60)
+    wait_until(replacing.settled, 60)
+
+
+def _refused(client: MemoryClient, tenant: str) -> str:
+    """The reason a read of the tenant is refused for ("" when it is answered)."""
+    try:
+        client.stats(tenant)
+    except UnavailableError as exc:
+        return exc.reason
+    return ""
+
+
+def _old_tenant(replacing: Replacing, tenant: str) -> None:
+    with MemoryClient(replacing.target.target, ADMIN) as client:
+        client.retain_batch(tenant, [f"old note {i} of the tenant in place" for i in range(4)])
+        client.hot_path(tenant, "enable")
+        client.retain(tenant, "old note 4 of the tenant in place", fast=True)
+        client.hot_path(tenant, "flush", 30)
+
+
+@pytest.mark.parametrize("moment", [*SENT, *ENDED, REPLACING, *SEAMS])
+def test_a_client_that_leaves_an_import_replace_leaves_one_whole_tenant(replacing: Replacing, moment: str) -> None:
+    tenant = f"left-at-{moment.replace('+', '-').replace('.', '-').replace('_', '-')}"
+    _old_tenant(replacing, tenant)
+    _leave_an_import(replacing, tenant, moment)
+    with MemoryClient(replacing.target.target, ADMIN) as client:
+        contents = _contents(client, tenant)
+        if moment in (*SENT, RECEIVED):  # before its install began: nothing changed
+            assert contents == replacing.old
+        elif moment in (*SEAMS, REPLACING):  # past the point of no return: the install ran to its end
+            assert contents == replacing.new
+        else:  # the client left as the install may have begun: one of the two, whole
+            assert contents in (replacing.old, replacing.new)
+        assert tenant in client.list_tenants().tenants
+
+
+@pytest.mark.parametrize("seam", SEAMS)
+def test_a_server_killed_during_an_import_replace_starts_with_one_whole_tenant(replacing: Replacing, seam: str) -> None:
+    tenant = f"killed-at-{seam.replace('_', '-')}"
+    _old_tenant(replacing, tenant)
+    _leave_an_import(replacing, tenant, seam, kill=True)
+    with MemoryClient(replacing.target.target, ADMIN) as client:
+        # Killed before the commit, the old tenant is as it was; after it, the new one, its
+        # inbox put in place at the start (the operation it held applied once).
+        assert _contents(client, tenant) == (replacing.new if seam == "install_committed" else replacing.old)

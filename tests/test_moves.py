@@ -118,6 +118,17 @@ def head_of(process: ServerProcess, tenant: str) -> str:
         return txn.ledger_head()[1]
 
 
+def live_copies(deployment: Deployment, members: list[str], tenant: str) -> list[str]:
+    """The members whose file of the tenant is a live copy (served, or fenced by a move under
+    way): not a move's tombstone, nor its copy not active yet."""
+    return [
+        m
+        for m in members
+        if (held := record(deployment.processes[m], tenant))
+        and held.get(MOVE_STEP_KEY) not in ("tombstoned", "inactive")
+    ]
+
+
 def listed_by(deployment: Deployment, member: str) -> list[str]:
     """The tenants ``member`` lists as its own part of ListTenants."""
     with deployment.at(member) as client:
@@ -325,6 +336,13 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
                     metadata=((ROUTE, source),),
                 )
             assert refused.value.reason == "TENANT_MOVING"
+        # A client with the new list is refused too, and its destination makes no tenant of it.
+        with deployment.client(new, retries=0) as client:
+            with pytest.raises(UnavailableError) as refused:
+                client.retain(tenant, "late, through the new list", request_id=uuid.uuid4().hex)
+            assert refused.value.reason == "TENANT_MOVING"
+        assert record(deployment.processes[destination], tenant).get(MOVE_STEP_KEY) in (None, "inactive")
+        assert live_copies(deployment, new, tenant) == [source]
     # Running rebalance again finishes the move (or finds it done): one member serves it, with
     # everything it had.
     with open(tmp_path / "again.out", "w") as out:
@@ -337,6 +355,13 @@ def test_killing_the_source_the_destination_and_the_rebalancer_at_each_step(
         assert sorted(texts_of(client, tenant)) == sorted(acknowledged)
         assert client.verify_integrity(tenant).valid
         assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
+    # Kills, restarts and a copy not active yet are states a move expects: logged as such (the
+    # destination's hot path, restarted with the copy in its recovery index, waits once, quietly),
+    # never as faults with a traceback.
+    for member in (source, destination):
+        log = deployment.processes[member].stderr_path.read_text(errors="replace")
+        assert "Traceback" not in log, member
+        assert log.count(f"tenant {tenant}: its hot path waits") <= 1, member
 
 
 @pytest.mark.parametrize("point", ["reclaim_linked", "reclaim_replaced"])
@@ -566,3 +591,161 @@ def test_a_stale_proxy_during_and_after_a_move_is_forwarded_never_served_by_the_
         assert record(deployment.processes[source], tenant)[MOVE_RECLAIMED_KEY] == "1"
         assert served_by(deployment, destination, tenant) and not served_by(deployment, source, tenant)
     assert len(writers.acked) > 20
+
+
+# -- a move interrupted in its import: one live copy, never a tenant made anew ---------------
+
+TWO, THREE = ["m0", "m1"], ["m0", "m1", "m2"]
+INSTALL_SEAMS = ["import_received", "install_begun", "install_staged", "install_committed"]
+# When the move is interrupted: its client (the rebalancer) leaves as soon as the destination
+# received every byte (its install about to begin, or begun: "ended"), or while the destination
+# holds at a seam of its import (engine/tenant_import.py, store/pool.py ``install``); or the
+# destination is SIGKILLed there.
+BACK = ["ended", *INSTALL_SEAMS, *(f"kill@{seam}" for seam in INSTALL_SEAMS[2:])]
+# A member's hot path comes back to an idle tenant when its finished events expire: soon here.
+RETENTION_SECONDS = 2.0
+RETENTION = ["--event-retention-seconds", str(RETENTION_SECONDS)]
+
+
+class BackAndForth:
+    """Members m0..m2 running the list of three with the list of two as the previous one (a
+    change of members under way, as during the 3 -> 4 -> 3 test), each with the install's seams
+    armed by files. Each case's tenant is created on its owner by the list of two (its home), moved
+    to m2 (its owner by three; the first owner keeps a reclaimed tombstone), then moved back, and
+    that move is interrupted."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.deployment = Deployment(root, 3)
+        self.holds = {(m, seam): root / f"hold-{m}-{seam}" for m in THREE for seam in INSTALL_SEAMS}
+        self.env = {
+            m: {
+                "MNEMOSYNE_TEST_FAULTS": ",".join(f"hold@{s}={self.holds[(m, s)]}" for s in INSTALL_SEAMS),
+                "MNEMOSYNE_LOG_LEVEL": "DEBUG",  # a call its client left is logged (CANCELLED)
+            }
+            for m in THREE
+        }
+        self.deployment.run(THREE, previous=TWO, env=self.env, extra=RETENTION)
+
+    def restart(self, member: str) -> None:
+        self.deployment.start(member, THREE, previous=TWO, env=self.env[member], extra=RETENTION)
+
+    def log(self, member: str) -> str:
+        return self.deployment.processes[member].stderr_path.read_text(errors="replace")
+
+    def settled(self, member: str) -> bool:
+        data = self.deployment.processes[member].data_dir
+        return not any((data / ".backup-scratch").glob("*")) and not any((data / "tenants").glob(".install-*"))
+
+
+@pytest.fixture(scope="module")
+def back_and_forth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackAndForth]:
+    made = BackAndForth(tmp_path_factory.mktemp("back-and-forth"))
+    yield made
+    made.deployment.stop()
+
+
+def _moved_there_and_back(made: BackAndForth, number: int) -> tuple[str, str, list[str]]:
+    """A tenant created on its owner by the list of two, with sync and fast writes, moved to m2
+    (complete): (tenant, its first owner, its memories)."""
+    deployment = made.deployment
+    tenant = next(
+        t
+        for t in (f"back-{number}-{i}" for i in range(1000))
+        if owner_of(t, TWO) != "m2" and owner_of(t, THREE) == "m2"
+    )
+    first = owner_of(tenant, TWO)
+    texts = [f"note {i} of {tenant}: the warehouse in Gdansk opens at {i}" for i in range(40)]
+    with deployment.client(TWO) as client:
+        client.retain_batch(tenant, texts[:-1])
+        client.hot_path(tenant, "enable")
+        client.retain(tenant, texts[-1], fast=True)
+        client.hot_path(tenant, "flush", 30)
+    assert record(deployment.processes[first], tenant)[HOLDER_KEY] == first
+    with MemoryClient(deployment.processes[first].target, ADMIN) as client:
+        assert client.move_tenant(tenant, "m2", member=first).steps[-1] == "reclaimed"
+    return tenant, first, texts
+
+
+def _interrupt_the_move_back(made: BackAndForth, tenant: str, first: str, moment: str) -> None:
+    deployment = made.deployment
+    seam = moment.removeprefix("kill@")
+    hold = made.holds.get((first, seam))
+    if hold is not None:
+        hold.touch()
+    held = made.log(first).count(f"held at {seam} ")
+    left = made.log(first).count("ImportTenant CANCELLED")
+    scratch = deployment.processes[first].data_dir / ".backup-scratch"
+    with MemoryClient(deployment.processes["m2"].target, ADMIN) as client:
+        move = client.admin.MoveTenant.future(
+            admin_pb2.MoveTenantRequest(tenant=tenant, destination=first),
+            timeout=120,
+            metadata=(*client.call_metadata, (ROUTE, "m2")),
+        )
+        try:
+            if hold is not None:
+                wait_until(lambda: made.log(first).count(f"held at {seam} ") > held, 60)
+            else:  # every byte received: the inbox is the export's last file (or the move ended)
+                wait_until(lambda: any(scratch.glob("*/inbox")) or move.done(), 60)
+            if moment.startswith("kill@"):
+                deployment.processes[first].kill()
+            else:
+                move.cancel()
+                if hold is not None:  # the destination saw the move leave while its import is held there
+                    wait_until(lambda: made.log(first).count("ImportTenant CANCELLED") > left, 30)
+        finally:
+            if hold is not None:
+                hold.unlink()
+    if moment.startswith("kill@"):
+        made.restart(first)
+    wait_until(lambda: made.settled(first), 60)
+
+
+@pytest.mark.parametrize("moment", BACK)
+def test_a_move_interrupted_in_its_import_leaves_one_live_copy_and_never_a_new_tenant(
+    back_and_forth: BackAndForth, moment: str, tmp_path: Path
+) -> None:
+    made, deployment = back_and_forth, back_and_forth.deployment
+    tenant, first, texts = _moved_there_and_back(made, BACK.index(moment))
+    _interrupt_the_move_back(made, tenant, first, moment)
+    # The destination holds the tombstone of the first move, or the copy of this one (inactive),
+    # or, when the move ended before its client could leave, the tenant, active: never nothing.
+    step = record(deployment.processes[first], tenant).get(MOVE_STEP_KEY)
+    assert step in ("tombstoned", "inactive") or (moment == "ended" and step == "active"), step
+    if step != "active":  # the source is fenced: the one live copy
+        assert live_copies(deployment, THREE, tenant) == ["m2"]
+        # A client with the new list (whose owner is the destination, its home too) cannot write:
+        # the source is fenced, the destination serves nothing of it; no tenant is made anew there.
+        with deployment.client(TWO, retries=0) as client:
+            with pytest.raises(UnavailableError) as refused:
+                client.retain(tenant, f"written to {tenant} while its move is stopped", request_id=uuid.uuid4().hex)
+            assert refused.value.reason == "TENANT_MOVING"
+        assert record(deployment.processes[first], tenant).get(MOVE_STEP_KEY) == step
+    # Running rebalance again finishes the move: one member serves the tenant, with everything.
+    with open(tmp_path / "rebalance.out", "w") as out:
+        assert rebalance(deployment.members(THREE), deployment.members(TWO), token=ADMIN, out=out) == 0
+    assert live_copies(deployment, THREE, tenant) == [first]
+    with deployment.client(TWO) as client:
+        assert sorted(texts_of(client, tenant)) == sorted(texts)
+        assert client.verify_integrity(tenant).valid
+        client.retain(tenant, f"written to {tenant} after its move")
+    for member in THREE:  # the states a move expects are logged as such, never as a fault
+        assert "Traceback" not in made.log(member), member
+
+
+def test_the_members_of_a_move_log_its_states_once_and_never_as_faults(back_and_forth: BackAndForth) -> None:
+    """The old member's hot path comes back to a tenant that moved away (its finished events
+    expire), the new member's meets the copy not active yet (its import names it for recovery):
+    states a move expects, not faults: no traceback, and no state logged again and again (a fault
+    would be retried 0.5, 1, 2... s later, each time with its traceback)."""
+    made = back_and_forth
+    tenant, first, _texts = _moved_there_and_back(made, 100)
+    time.sleep(RETENTION_SECONDS + 3.5)  # past the expiry and three retries of a fault
+    for member in (first, "m2"):
+        log = made.log(member)
+        assert "Traceback" not in log, member
+        lines = [
+            line.split(" mnemosyne.", 1)[1].split(" request_id=")[0] for line in log.splitlines() if tenant in line
+        ]
+        hot_path = [line for line in lines if line.startswith("hot_path")]
+        assert len(hot_path) == len(set(hot_path)), hot_path  # each state once

@@ -132,10 +132,9 @@ class Backups:
 
     def scratch_directory(self) -> Path:
         """A new directory of the server's own scratch space (on the data directory's filesystem,
-        so a file made there is put in place by a rename)."""
-        directory = self._scratch / uuid.uuid4().hex
-        directory.mkdir(parents=True)
-        return directory
+        so a file made there is put in place by a rename), not made yet: its user makes it with
+        its first file (an import its client left before its first chunk leaves nothing)."""
+        return self._scratch / uuid.uuid4().hex
 
     def copy(self, tenant: str, directory: Path, *, known: tuple[int, int] | None = None) -> TenantCopy | None:
         """A consistent copy of the tenant into ``directory`` (a scratch directory of the

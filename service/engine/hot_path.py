@@ -63,9 +63,10 @@ from mnemosyne.engine.types import (
     Transitions,
 )
 from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
-from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
+from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from mnemosyne.store import ledger
 from mnemosyne.store.inbox import InboxRequest, InboxTxn
+from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER, NOT_SERVED_HERE
 from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import TenantPool
@@ -176,6 +177,14 @@ class _Scheduler:
         with self._cond:
             heapq.heappush(self._delayed, (when, tenant))
             self._cond.notify()
+
+    def forget(self, tenant: str) -> None:
+        """Drop the tenant's pending wake-ups (its idle check, its events' expiry, a backoff): its
+        files are gone from here. A later ``notify`` schedules it again."""
+        with self._cond:
+            self._delayed = [(when, t) for when, t in self._delayed if t != tenant]
+            heapq.heapify(self._delayed)
+            self._again.discard(tenant)
 
     def take(self) -> str | None:
         with self._cond:
@@ -326,10 +335,12 @@ class HotPath:
             self._scheduler.notify_at(tenant, due)
 
     def forget_tenant(self, tenant: str) -> None:
-        """Drop what the hot path knows of a tenant whose files were erased: its entries in the
-        recovery index and its figures here (a worker that still takes it finds no file)."""
+        """Drop what the hot path knows of a tenant whose files were erased or moved away (a
+        move's tombstone): its entries in the recovery index, its pending wake-ups and its figures
+        here (a worker that still takes it finds no file, or the tombstone: ``_round_failed``)."""
         self.index.remove(tenant)
         self.index.set_expiry(tenant, None)
+        self._scheduler.forget(tenant)
         self.forget_figures(tenant)
 
     def forget_figures(self, tenant: str) -> None:
@@ -493,21 +504,47 @@ class HotPath:
             try:
                 more = self._round(tenant)
                 self._round_failures.pop(tenant, None)
-            except Exception:
+            except Exception as exc:
                 if self._scheduler.stopping:
                     return
-                # The store itself failed (a full disk, say): the operations stay pending and the
-                # tenant is taken again after a backoff doubling up to a limit, so a lasting
-                # fault neither spins a worker nor floods the log; the other tenants go on.
-                failures = self._round_failures.get(tenant, 0) + 1
-                self._round_failures[tenant] = failures
-                delay = min(ROUND_RETRY_MAX_SECONDS, ROUND_RETRY_SECONDS * 2 ** (failures - 1))
-                log.exception(
-                    "hot-path round failed for tenant %s (%d in a row); retrying in %.1fs", tenant, failures, delay
-                )
-                self._scheduler.notify_at(tenant, time.time() + delay)
+                self._round_failed(tenant, exc)
             finally:
                 self._scheduler.done(tenant, more)
+
+    def _round_failed(self, tenant: str, exc: Exception) -> None:
+        """A round that could not open or write the tenant. The states members and moves put a
+        tenant in are expected, and each is logged once, as such, without a traceback:
+
+        * its file here is another member's now (FAILED_PRECONDITION: a move's tombstone, or a
+          file this member does not hold): not taken again by this process; a tombstone's tenant
+          also leaves the recovery index (its operations moved with its file);
+        * it is closed a moment (UNAVAILABLE: a move's copy not active yet, a move's step, a
+          replacement): taken again after a backoff, quietly (an activation takes it at once).
+
+        Anything else (a full disk, say) is a fault: logged with its traceback at each attempt,
+        the operations staying pending, the tenant taken again after a backoff doubling up to a
+        limit, so a lasting fault neither spins a worker nor floods the log; the others go on."""
+        failures = self._round_failures.get(tenant, 0) + 1
+        self._round_failures[tenant] = failures
+        if isinstance(exc, FailedPrecondition) and exc.reason in NOT_SERVED_HERE:
+            if exc.reason == NOT_OWNER and exc.metadata.get(MOVED_AT_EPOCH):
+                self.forget_tenant(tenant)
+                log.info("tenant %s moved to member %s: its hot path is served there", tenant, exc.metadata["owner"])
+            else:
+                self._round_failures.pop(tenant, None)
+                log.warning(
+                    "tenant %s is not served by this member (%s); its fast writes wait for it", tenant, exc.reason
+                )
+            return
+        delay = min(ROUND_RETRY_MAX_SECONDS, ROUND_RETRY_SECONDS * 2 ** (failures - 1))
+        if isinstance(exc, Unavailable):
+            if failures == 1:
+                log.info("tenant %s: its hot path waits (%s: %s)", tenant, exc.reason, exc.message)
+        else:
+            log.exception(
+                "hot-path round failed for tenant %s (%d in a row); retrying in %.1fs", tenant, failures, delay
+            )
+        self._scheduler.notify_at(tenant, time.time() + delay)
 
     def _hold(self, stage: str = "commit") -> None:
         """Test seam: hold here while the hold file exists (work is then provably in flight):

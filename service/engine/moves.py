@@ -163,7 +163,10 @@ class Moves:
     # -- the destination ----------------------------------------------------------------------------
 
     def receive(self, tenant: str, copy: TenantCopy, *, source: str, epoch: int) -> TenantImport:
-        """Step 4: an import of the tenant, to be installed inactive at ``epoch``."""
+        """Step 4: an import of the tenant, to be installed inactive at ``epoch``. Before its
+        first byte, this member records that the move is bringing the tenant here
+        (store/pool.py ``expect_move``): however the import ends, it never creates the tenant
+        itself, and the next run of the move installs over that record."""
         membership = self.membership
         if source not in membership.addresses or source == membership.me or epoch < 2:
             raise InvalidArgument(
@@ -171,6 +174,8 @@ class Moves:
                 "member and the epoch above 1",
                 reason="MOVE_INVALID",
             )
+        tenant = validate_tenant(tenant or copy.tenant)
+        self._pool.expect_move(tenant, source, epoch)
         return self._imports.begin(tenant, copy, replace=False, move=(source, epoch))
 
     def activate(self, tenant: str, epoch: int, head_hash: str | None) -> bool:

@@ -9,6 +9,11 @@ A client's mistake is INVALID_ARGUMENT with its reason, never INTERNAL: a stream
 (ARCHIVE_TRUNCATED), bytes that differ from the manifest (ARCHIVE_MISMATCH), a chain that does not
 verify (CHAIN_INVALID) or ends elsewhere (MANIFEST_MISMATCH), a file of a newer schema
 (SCHEMA_TOO_NEW). Nothing is left where the service reads it until every check passed.
+
+A client that leaves (its call cancelled, its connection lost) ends the import: before the install
+began nothing changes and the scratch files go; once it began (every check passed: the point of
+no return), it runs to its end, atomic (store/pool.py ``install``), so the tenant is the old one
+or the new one, whole, whatever moment the client left.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import errno
 import hashlib
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +30,7 @@ from typing import IO
 
 from mnemosyne.engine.backup import DATABASE_FILE, INBOX_FILE, Backups, CopiedFile, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
-from mnemosyne.errors import InvalidArgument, ResourceExhausted
+from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.snapshot import check_chain, check_schema
@@ -47,7 +53,10 @@ def _refuse(message: str, reason: str) -> InvalidArgument:
 
 
 class TenantImport:
-    """One import in progress: ``write`` each chunk, then ``finish`` (or ``abort``)."""
+    """One import in progress: ``write`` each chunk, then ``finish``; ``abort`` when its stream
+    ends, however it ended. ``abort`` may come from another thread while a step runs (its client
+    left): the step then ends as it would (``finish`` past its point of no return installs the
+    tenant) and the scratch files go when it returns."""
 
     def __init__(
         self,
@@ -74,8 +83,31 @@ class TenantImport:
         self._received = 0
         self._digest = hashlib.sha256()
         self._handle: IO[bytes] | None = None
+        self._state = threading.Lock()  # guards the two flags below
+        self._running = False  # a step (write, finish) runs on some thread
+        self._abandoned = False  # abort came: no step may begin, the scratch files go
+
+    def _begin_step(self) -> None:
+        with self._state:
+            if self._abandoned:
+                raise Unavailable("the import was abandoned: its client left", reason="IMPORT_ABANDONED")
+            self._running = True
+
+    def _end_step(self) -> None:
+        with self._state:
+            self._running = False
+            abandoned = self._abandoned
+        if abandoned:
+            self._remove_scratch()
 
     def write(self, file: str, data: bytes) -> None:
+        self._begin_step()
+        try:
+            self._write(file, data)
+        finally:
+            self._end_step()
+
+    def _write(self, file: str, data: bytes) -> None:
         if self._index < 0 or file != self._order[self._index].name:
             self._end_file()
             self._index += 1
@@ -85,6 +117,7 @@ class TenantImport:
                     f"the import sent bytes of {file[:40]!r} where its manifest announces {expected}",
                     "ARCHIVE_MISMATCH",
                 )
+            self._directory.mkdir(parents=True, exist_ok=True)
             self._handle = open(self._directory / file, "wb")
             self._received, self._digest = 0, hashlib.sha256()
         announced = self._order[self._index]
@@ -128,6 +161,14 @@ class TenantImport:
             )
 
     def finish(self) -> Imported:
+        self._begin_step()
+        try:
+            return self._finish()
+        finally:
+            self._end_step()
+
+    def _finish(self) -> Imported:
+        self._pool.seam("import_received")  # every byte is in the scratch space; nothing checked yet
         self._end_file()
         if self._index != len(self._order) - 1:
             missing = ", ".join(f.name for f in self._order[self._index + 1 :])
@@ -139,6 +180,11 @@ class TenantImport:
             database, tenant=self.tenant, head_hash=facts.head_hash, entries=facts.ledger_entries, error=InvalidArgument
         )
         inbox = self._directory / INBOX_FILE
+        with self._state:  # the point of no return: from here the install runs to its end
+            if self._abandoned:
+                raise Unavailable(
+                    "the import was abandoned before its install: its client left", reason="IMPORT_ABANDONED"
+                )
         self._hot_path.index.add(self.tenant)  # before the files: its open operations are never missed
         try:
             replaced = self._pool.install(
@@ -157,6 +203,15 @@ class TenantImport:
         return Imported(self.tenant, facts.head_hash, facts.ledger_entries, facts.memories, replaced)
 
     def abort(self) -> None:
+        """The import's stream ended (after ``finish``, or without it: its client left, a chunk
+        was refused). Its scratch files go, now or, while a step runs, when that step returns."""
+        with self._state:
+            self._abandoned = True
+            if self._running:
+                return
+        self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None

@@ -31,6 +31,10 @@ MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
 EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (a move raises it)
 NOT_OWNER = "NOT_OWNER"  # the refusal's reason; its metadata names the owner and its address
+HELD_ELSEWHERE = "TENANT_HELD_ELSEWHERE"  # a file copied from another member's volume
+EPOCH_NEWER = "OWNERSHIP_EPOCH_NEWER"  # a file held at an epoch newer than this member's list
+# The refusals of an open whose file this member does not serve (store/pool.py ``_check_holder``).
+NOT_SERVED_HERE = frozenset({NOT_OWNER, HELD_ELSEWHERE, EPOCH_NEWER})
 # A move (engine/moves.py, docs/scale-out.md#moving-tenants) records its progress in the meta
 # table of the tenant files it involves: on the source the last step done, the destination and
 # the epoch the tenant moves at; on the destination the step (``imported``: inactive, then
@@ -169,14 +173,14 @@ class Membership:
             raise FailedPrecondition(
                 f"tenant {tenant}'s file names member {holder} as its holder, not {self.me}: it was copied from "
                 "another member's volume; restore it there, or export and import it through the owner",
-                reason="TENANT_HELD_ELSEWHERE",
+                reason=HELD_ELSEWHERE,
                 metadata={"holder": holder},
             )
         if epoch > self.epoch and not moved:
             raise FailedPrecondition(
                 f"tenant {tenant}'s file is held at ownership epoch {epoch}, newer than this member's {self.epoch}: "
                 "the member list of this process is out of date",
-                reason="OWNERSHIP_EPOCH_NEWER",
+                reason=EPOCH_NEWER,
                 metadata={"epoch": str(epoch)},
             )
         return True

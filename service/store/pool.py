@@ -8,6 +8,8 @@ Layout::
     DATA_DIR/tenants/<tenant>.ann     its approximate vector index, a cache (engine/ann.py)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
     DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
+    DATA_DIR/tenants/<tenant>.incoming  a move is bringing the tenant here (``expect_move``)
+    DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (``install``)
 
 Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
 open (fewer when the process's open-file limit cannot hold that many: ``open_tenant_budget``); the
@@ -19,6 +21,9 @@ A tenant's file exists only once a write to it succeeded: the first write of a n
 in a complete file built under a temporary name (``.new-<tenant>.<random>.sqlite``), which is
 renamed into place after that write committed and only then; a failed first write (a full disk, a
 stale generation) leaves nothing. Reads of a tenant without a file never create one.
+
+An import installs a tenant's files atomically (``install``): a kill at any moment leaves the old
+tenant whole or the new one, never neither (a kill after its commit is finished at the next start).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import threading
 import time
@@ -41,6 +47,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.membership import (
@@ -84,6 +91,14 @@ NEW_FILE_PREFIX = ".new-"
 RECLAIMED_SUFFIX = ".moved"
 # The name the data of a tombstone being reclaimed keeps until it is overwritten and removed.
 RECLAIMING_MARK = ".reclaiming."
+# An install under way (``install``): a directory beside the tenant files holding the new files
+# until each is renamed into place. While the staged database is in it, nothing is committed.
+INSTALL_PREFIX = ".install-"
+STAGED_DATABASE = "database"
+STAGED_INBOX = "inbox"
+STAGED_NO_INBOX = "no-inbox"  # the new tenant has no inbox: the old one's goes
+# Beside the tenant files: a move is bringing the tenant here (``expect_move``), from "SOURCE EPOCH".
+INCOMING_SUFFIX = ".incoming"
 # File descriptors one open tenant holds in the common case: its writer's database and WAL, the
 # shared-memory file, one pooled reader's database and WAL, and its hot-path inbox's three.
 FILES_PER_OPEN_TENANT = 8
@@ -224,6 +239,25 @@ def _shred(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+def _checkpoint_away(path: Path, busy: str) -> None:
+    """Move a closed tenant file's WAL into it and empty the WAL: what its WAL held is in the
+    file, so removing the WAL loses nothing. UNAVAILABLE TENANT_BUSY (``busy``) while a reader
+    holds it past the busy timeout; a damaged file is left as it is (it has nothing to move)."""
+    try:
+        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    except apsw.Error:
+        return
+    try:
+        connection.set_busy_timeout(BUSY_TIMEOUT_MS)  # a glance at the file (a placement) ends soon
+        connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    except apsw.BusyError:
+        raise Unavailable(busy, reason="TENANT_BUSY") from None
+    except apsw.Error:
+        pass  # damaged: nothing of it can be moved
+    finally:
+        connection.close()
+
+
 def _modified(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -257,6 +291,7 @@ class TenantPool:
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / "tenants"
         self._dir_lock = _claim_data_dir(self.data_dir, self.tenants_dir)
+        self._recover_installs()  # first: an install finished here may bring its tenant's inbox
         for leftover in self.tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):  # a first write killed before its rename
             self._remove_leftover(leftover)
         self._remove_orphan_inboxes()
@@ -309,6 +344,25 @@ class TenantPool:
             ):
                 path.unlink(missing_ok=True)
 
+    def _recover_installs(self) -> None:
+        """An install a kill interrupted (``install``): finished if it had committed (its staged
+        database renamed into place, its inbox or the word that it has none still staged), else
+        undone (the old tenant stands as it was; a staging directory emptied by a finished
+        install is only removed)."""
+        for staging in self.tenants_dir.glob(f"{INSTALL_PREFIX}*"):
+            tenant = staging.name[len(INSTALL_PREFIX) :].rpartition(".")[0]
+            if not staging.is_dir() or not TENANT_ID_PATTERN.fullmatch(tenant):
+                continue  # not a name ``install`` makes
+            committed = not (staging / STAGED_DATABASE).exists() and (
+                (staging / STAGED_INBOX).exists() or (staging / STAGED_NO_INBOX).exists()
+            )
+            if committed:
+                self._finish_install(tenant, staging)
+                log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
+            else:
+                shutil.rmtree(staging)
+                log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)
+
     def _remove_leftover(self, leftover: Path) -> None:
         """A file a process killed midway left under a temporary name: a first write's (removed),
         or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
@@ -359,8 +413,10 @@ class TenantPool:
 
         With members, a tenant without a file here whose home is another member (its owner by the
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
-        none is created; a file is served by what it records (``_check_holder``)."""
+        none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
+        (``expect_move``); a file is served by what it records (``_check_holder``)."""
         if self.membership is not None and tenant not in self._open and not self.path_for(tenant).exists():
+            self._refuse_incoming(tenant)
             self.membership.check_home(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
@@ -427,6 +483,8 @@ class TenantPool:
                 finally:
                     self._release(entry)
                 return
+            if self.membership is not None:
+                self._refuse_incoming(tenant)  # again under the lock ``expect_move`` takes
             temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
             try:
                 store = self._open_store(tenant, temporary)
@@ -545,7 +603,8 @@ class TenantPool:
                 return known
         path = self.path_for(tenant)
         if not path.exists():
-            return Placement(membership.home(tenant))
+            incoming = self.incoming(tenant)  # the move's source still has it (``expect_move``)
+            return Placement(incoming[0] if incoming else membership.home(tenant))
         try:
             with self.glance(tenant) as txn:
                 holder, step, peer = txn.meta(HOLDER_KEY), txn.meta(MOVE_STEP_KEY), txn.meta(MOVE_PEER_KEY)
@@ -588,6 +647,59 @@ class TenantPool:
         with self.glance(tenant) as txn:
             keys = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY)
             return {key: value for key in keys if (value := txn.meta(key)) is not None}
+
+    def _incoming_mark(self, tenant: str) -> Path:
+        return self.tenants_dir / f"{validate_tenant(tenant)}{INCOMING_SUFFIX}"
+
+    def incoming(self, tenant: str) -> tuple[str, int] | None:
+        """The move bringing ``tenant`` here whose copy is not installed yet: (its source, its
+        epoch); None when there is none (``expect_move``)."""
+        try:
+            source, _, epoch = self._incoming_mark(tenant).read_text().partition(" ")
+        except FileNotFoundError:
+            return None
+        return source, int(epoch or 0)
+
+    def _refuse_incoming(self, tenant: str) -> None:
+        incoming = self.incoming(tenant)
+        if incoming is not None:
+            raise moving(tenant, f"it is being moved here from member {incoming[0]}")
+
+    def expect_move(self, tenant: str, source: str, epoch: int) -> None:
+        """A move's import (step 4) begins on its destination, before its first byte: from now
+        until the move's copy is installed here (``install`` removes the mark), this member never
+        creates the tenant — a call for it is sent to the source (``placement``), or refused
+        UNAVAILABLE TENANT_MOVING — whatever stops the import (its source killed, its client
+        gone). Durable (a file beside the tenant files, synced). Refuses TENANT_EXISTS a tenant
+        this member serves (it cannot be moved here over it), as ``install`` would."""
+        path = self.path_for(tenant)
+        mark = self._incoming_mark(tenant)
+        with self.locks.for_opening(tenant):  # no first write of the tenant is under way meanwhile
+            if path.exists():
+                self._check_replaceable_by_move(tenant, path)
+            temporary = mark.with_name(f"{NEW_FILE_PREFIX}{mark.name}.{uuid.uuid4().hex[:12]}")
+            try:
+                temporary.write_text(f"{source} {epoch}")
+                _fsync(temporary)
+                os.replace(temporary, mark)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
+            _fsync(self.tenants_dir)
+        with self._guard:
+            self._placements.pop(tenant, None)
+
+    def _check_replaceable_by_move(self, tenant: str, path: Path) -> None:
+        """A move may bring a tenant here over a file this member no longer serves only: a
+        tombstone of an earlier move away, or an inactive copy of this same move."""
+        with read_file(path) as txn:
+            step = txn.meta(MOVE_STEP_KEY)
+        if step not in (TOMBSTONED, INACTIVE):
+            raise FailedPrecondition(
+                f"tenant {tenant} is served by this member already ({step or ACTIVE}); it cannot be moved "
+                "here over it: erase one of the two copies first",
+                reason="TENANT_EXISTS",
+            )
 
     def fence(self, tenant: str, **record: str) -> None:
         """A move's first step on its source: writes refused from now on (reads served), and the
@@ -769,17 +881,9 @@ class TenantPool:
                     store.close()
                 _fsync(replacement)
                 # The old file's WAL goes into it (and away), so the old data is one file.
-                connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
-                try:
-                    connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-                except apsw.BusyError:
-                    raise Unavailable(
-                        f"tenant {tenant}'s tombstone is being read; it was not reclaimed, retry", reason="TENANT_BUSY"
-                    ) from None
-                finally:
-                    connection.close()
+                _checkpoint_away(path, f"tenant {tenant}'s tombstone is being read; it was not reclaimed, retry")
                 os.link(path, old)
-                self._fault("reclaim_linked")
+                self.seam("reclaim_linked")
                 for suffix in ("-wal", "-shm", "-journal"):
                     _shred(Path(f"{path}{suffix}"))
                 os.replace(replacement, path)
@@ -787,7 +891,7 @@ class TenantPool:
             except BaseException:
                 _remove_files(replacement)
                 raise
-            self._fault("reclaim_replaced")
+            self.seam("reclaim_replaced")
             _shred(old)
             for suffix in ("-wal", "-shm", "-journal", ""):
                 _shred(Path(f"{self.inbox_path_for(tenant)}{suffix}"))
@@ -795,10 +899,18 @@ class TenantPool:
             self._fsync_directories()
         return True
 
-    def _fault(self, name: str) -> None:
-        """Test seam (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there."""
+    def seam(self, name: str) -> None:
+        """Test seams (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there;
+        ``hold@NAME=PATH`` holds it there while the file PATH exists (logged once when it holds),
+        so a test can cancel a call or kill the process exactly there."""
         if f"kill@{name}" in self._faults:
             os.kill(os.getpid(), signal.SIGKILL)
+        prefix = f"hold@{name}="
+        for fault in self._faults:
+            if fault.startswith(prefix) and Path(fault[len(prefix) :]).exists():
+                log.warning("held at %s (test seam)", name)
+                while Path(fault[len(prefix) :]).exists():
+                    time.sleep(0.02)
 
     def _fsync_directories(self) -> None:
         for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
@@ -835,12 +947,19 @@ class TenantPool:
     ) -> bool:
         """Put a complete tenant file (and its inbox), made and synced by the caller on this
         filesystem, in place of the tenant's: FAILED_PRECONDITION TENANT_EXISTS when it has one
-        and ``replace`` is false. The old files go first, the new inbox next, the tenant file
-        last, each by a rename. Returns whether a tenant was replaced.
+        and ``replace`` is false. Returns whether a tenant was replaced.
+
+        Atomic whatever stops it, and once begun it runs to its end (the caller's client leaving
+        does not stop it): the new files are staged beside the tenant files, the database first
+        (``.install-<tenant>.<random>/``), then the new tenant file takes the old one's name in one
+        rename — the commit — and its inbox follows. Until the commit the old tenant is whole and
+        in place; from it, the new one is, and a process killed before its inbox followed finishes
+        the install at its next start (``_recover_installs``).
 
         ``move``: (source member, epoch) of a move's step 4: the file is installed inactive at
         that epoch; it may replace only a file this member no longer serves (a tombstone of an
-        earlier move away, or an inactive copy of this same move)."""
+        earlier move away, or an inactive copy of this same move). A tenant a move is bringing
+        here (``expect_move``) is not replaced by any other import."""
         path = self.path_for(tenant)
         if self.membership is not None:  # an import through the owner: its file is this member's now
             if move is None:
@@ -855,28 +974,66 @@ class TenantPool:
             finally:
                 store.close()
         with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
+            self.seam("install_begun")
             existed = path.exists()
-            if existed and move is not None:
-                with read_file(path) as txn:
-                    step = txn.meta(MOVE_STEP_KEY)
-                if step not in (TOMBSTONED, INACTIVE):
-                    raise FailedPrecondition(
-                        f"tenant {tenant} is served by this member already ({step or ACTIVE}); it cannot be moved "
-                        "here over it: erase one of the two copies first",
-                        reason="TENANT_EXISTS",
-                    )
+            if move is not None:
+                if existed:
+                    self._check_replaceable_by_move(tenant, path)
                 replace = True
+            elif (incoming := self.incoming(tenant)) is not None:
+                raise FailedPrecondition(
+                    f"tenant {tenant} is being moved here from member {incoming[0]}: finish that move first "
+                    "(mnemosyne rebalance), then import",
+                    reason="MOVE_NOT_ACTIVE",
+                )
             if existed and not replace:
                 raise FailedPrecondition(
                     f"tenant {tenant} exists on this server; ask to replace it to overwrite it", reason="TENANT_EXISTS"
                 )
-            self._remove_tenant_files(tenant)
-            if inbox is not None:
-                self.inbox_path_for(tenant).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(inbox, self.inbox_path_for(tenant))
-            os.replace(database, path)
-            self._fsync_directories()
+            if existed:
+                _checkpoint_away(path, f"tenant {tenant} is being read; it was not replaced, retry")
+            staging = self.tenants_dir / f"{INSTALL_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}"
+            try:
+                staging.mkdir()
+                os.replace(database, staging / STAGED_DATABASE)  # first: while it is staged, nothing is committed
+                if inbox is not None:
+                    os.replace(inbox, staging / STAGED_INBOX)
+                else:
+                    (staging / STAGED_NO_INBOX).touch()
+                _fsync(staging)
+                _fsync(self.tenants_dir)
+                self.seam("install_staged")
+                # What belongs to the old file only: its approximate index (a cache), the mark of a
+                # reclaimed tombstone, its WAL (emptied above) and shared memory.
+                path.with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)
+                self._reclaimed_mark(tenant).unlink(missing_ok=True)
+                for suffix in ("-wal", "-shm", "-journal"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+                os.replace(staging / STAGED_DATABASE, path)  # the commit
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            _fsync(self.tenants_dir)
+            self.seam("install_committed")
+            self._finish_install(tenant, staging)
         return existed
+
+    def _finish_install(self, tenant: str, staging: Path) -> None:
+        """An install after its commit: the new inbox replaces the old tenant's (or the old one
+        goes when the new tenant has none), the mark of a move bringing it here goes, and the
+        staging directory last. Idempotent: a kill midway is finished again at the next start —
+        the staged inbox is linked into place, not moved, so that until the staging directory
+        goes it still says the install committed (``_recover_installs``)."""
+        inbox_path = self.inbox_path_for(tenant)
+        staged = staging / STAGED_INBOX
+        for suffix in ("-wal", "-shm", "-journal", ""):
+            Path(f"{inbox_path}{suffix}").unlink(missing_ok=True)
+        if staged.exists():
+            inbox_path.parent.mkdir(parents=True, exist_ok=True)
+            os.link(staged, inbox_path)
+        self._incoming_mark(tenant).unlink(missing_ok=True)
+        self._fsync_directories()
+        shutil.rmtree(staging)
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open
