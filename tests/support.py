@@ -71,7 +71,7 @@ def haproxy(directory: Path, grpc: dict[str, int], http: dict[str, int] | None =
     no HTTP frontend). Skips the test without the binary."""
     binary = shutil.which("haproxy")
     if binary is None:
-        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; .ci/run installs it)")
+        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; scripts/setup names it)")
     grpc_port, http_port = _free_port(), _free_port() if http else 0
     config = f"""defaults
   mode http

@@ -65,6 +65,17 @@ def test_readme_set_up_is_exactly_two_commands() -> None:
     ]
 
 
+def test_ci_runs_the_readme_s_test_command_while_the_readme_s_server_runs() -> None:
+    # CI installs what scripts/test would name, checks, then starts the README's server on its
+    # embedded defaults (no flag: a test that binds a default port fails CI) before the tests.
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    (serve,) = [i for i, step in enumerate(steps) if '/bin/mnemosyne" serve' in step]
+    assert re.search(r'/bin/mnemosyne" serve >', steps[serve]), steps[serve]
+    assert (
+        steps.index("scripts/setup --apt") < steps.index("scripts/lint") < serve < steps.index("time scripts/test -q")
+    )
+
+
 def test_readme_names_the_checks_ci_runs() -> None:
     # The checks a contributor runs before CI does: named in the README, run by CI.
     assert "scripts/lint" in section(README_TEXT, "Contributing")
