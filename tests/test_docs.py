@@ -197,6 +197,27 @@ def test_every_rpc_is_in_the_architecture_table() -> None:
     assert set(table) == {f"{s}.{m}" for s, m in _rpcs()}, "the table names an RPC the protos do not have"
 
 
+def test_every_response_message_is_built_in_the_one_conversion() -> None:
+    """The architecture's rule: every RPC's response message is built in transport/convert.py (so
+    the in-process MemoryBrain and the server answer alike); no other module of service/ calls the
+    constructor of a response type (the types read from the protos' services)."""
+    responses = {
+        method.output_type.name
+        for module in PROTO_MODULES
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+    constructor = re.compile(rf"\b\w+_pb2\.({'|'.join(sorted(responses))})\(")
+    built = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted(SERVICE_ROOT.rglob("*.py"))
+        if path != SERVICE_ROOT / "transport" / "convert.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if constructor.search(line)
+    ]
+    assert built == [], "build these responses in transport/convert.py:\n" + "\n".join(built)
+
+
 # -- the public surface -----------------------------------------------------------------------
 
 CLIENT_METHOD_OF_RPC = {
