@@ -327,15 +327,6 @@ def _readme_python(target: str) -> None:
     assert lines[-1] == "True"
 
 
-def _reflected(channel: grpc.Channel, full_method: str) -> tuple[type, type]:
-    """The request and response classes of ``service/method``, found by server reflection alone
-    (as grpcurl finds them: no .proto file, no generated code)."""
-    pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
-    service, method = full_method.split("/")
-    found = pool.FindServiceByName(service).methods_by_name[method]
-    return message_factory.GetMessageClass(found.input_type), message_factory.GetMessageClass(found.output_type)
-
-
 def _readme_grpcurl(target: str) -> None:
     """Each grpcurl line of the README, done the way grpcurl does it: the method and its message
     types from the server's reflection service, the request from the -d JSON."""
