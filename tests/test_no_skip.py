@@ -23,7 +23,7 @@ MODULES = {
 
 def _pytest(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
     (folder / "pytest.ini").write_text("[pytest]\n")  # its own root: none of the repository's options
-    environment = {k: v for k, v in os.environ.items() if k != "MNEMOSYNE_NO_SKIP"}
+    environment = {k: v for k, v in os.environ.items() if k not in ("MNEMOSYNE_NO_SKIP", "PYTEST_ADDOPTS")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.no_skip", "-p", "no:cacheprovider", str(folder)],
         cwd=folder,
