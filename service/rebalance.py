@@ -87,7 +87,7 @@ def rebalance(
     problems: list[str] = []
     with ExitStack() as stack:
         clients = {
-            member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]
+            member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]  # MemoryClient's keyword arguments (credentials, options), typed there
             for member, address in addresses.items()
         }
         plan: list[Planned] = []

@@ -3,7 +3,8 @@
 ``server`` is one server process for the session (tests isolate themselves with the ``tenant``
 fixture's unique tenant ids); ``server_factory`` starts private server processes for tests that
 kill or restart them. Set MNEMOSYNE_TEST_TARGET=host:port to run the shared-server tests against
-an external server instead. With MNEMOSYNE_NO_SKIP=1 (CI) a skipped test counts as a failure.
+an external server instead. With MNEMOSYNE_NO_SKIP=1 (CI) a skip fails the run (tests/no_skip.py);
+``--durations`` also lists the slowest files (tests/file_durations.py).
 """
 
 from __future__ import annotations
@@ -19,14 +20,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from tests.support import ServerProcess, stop_all
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    if os.environ.get("MNEMOSYNE_NO_SKIP") == "1" and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"skipped under MNEMOSYNE_NO_SKIP=1: {report.longrepr}"
+pytest_plugins = ("tests.no_skip", "tests.file_durations")
 
 
 @pytest.fixture(scope="session")

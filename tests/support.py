@@ -6,6 +6,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,7 +18,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.server_process import ServerProcess, _free_port, stop_all
 
-__all__ = ["ServerProcess", "gauge", "stop_all", "tokens_json", "wait_until"]
+__all__ = ["SERVE", "ServerProcess", "gauge", "serve_args", "stop_all", "tokens_json", "wait_until"]
+
+# ``mnemosyne serve`` in a child process with this interpreter (add ``serve_args``).
+SERVE = [sys.executable, "-m", "mnemosyne.cli"]
+PORT_FLAGS = ("--port", "--metrics-port", "--http-port")
+
+
+def serve_args(data_dir: Path, *flags: str) -> list[str]:
+    """The arguments of ``mnemosyne serve`` on ``data_dir`` with ``flags``, each port the flags
+    leave out 0 (gRPC on a free port, the metrics and HTTP ports off): a test never binds a default
+    port (50051, 9464, 8080), which another server of the machine (the README's) may hold."""
+    ports = [word for flag in PORT_FLAGS if flag not in flags for word in (flag, "0")]
+    return ["serve", "--data-dir", str(data_dir), *ports, *flags]
 
 
 def tokens_json(tokens: dict[str, list[str]]) -> str:
@@ -58,7 +71,7 @@ def haproxy(directory: Path, grpc: dict[str, int], http: dict[str, int] | None =
     no HTTP frontend). Skips the test without the binary."""
     binary = shutil.which("haproxy")
     if binary is None:
-        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; .ci/run installs it)")
+        pytest.skip("Debian's haproxy is needed (apt-get install haproxy; scripts/setup names it)")
     grpc_port, http_port = _free_port(), _free_port() if http else 0
     config = f"""defaults
   mode http

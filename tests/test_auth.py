@@ -183,21 +183,11 @@ def test_admin_token_reaches_every_tenant(secured) -> None:
 
 def test_unauthenticated_server_refuses_a_non_loopback_bind(tmp_path) -> None:
     import subprocess
-    import sys
+
+    from tests.support import SERVE, serve_args
 
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mnemosyne.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "0",
-        ],
+        [*SERVE, *serve_args(tmp_path, "--host", "0.0.0.0")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,6 +21,7 @@ import pytest
 
 from mnemosyne import MemoryClient, __version__
 from mnemosyne.client.errors import MnemosyneClientError, UnavailableError
+from tests.support import SERVE, serve_args
 
 DISTRIBUTION = "mnemosyne-memory-service"
 
@@ -58,7 +59,7 @@ def test_python_dash_m_is_the_same_command() -> None:
 
 
 def _serve(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return _run(sys.executable, "-m", "mnemosyne", "serve", "--data-dir", str(data_dir), *flags)
+    return _run(*SERVE, *serve_args(data_dir, *flags))
 
 
 def _last_line_only_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -169,8 +170,7 @@ def test_a_host_that_is_not_this_machine_s_is_named(tmp_path: Path, port: str) -
     # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never a local address.
     data_dir = tmp_path / "data"
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne", "serve", "--data-dir", str(data_dir), "--host", "192.0.2.7"]
-        + ["--port", port, "--metrics-port", "0"],
+        [*SERVE, *serve_args(data_dir, "--host", "192.0.2.7", "--port", port)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -185,8 +185,7 @@ def test_a_host_that_is_not_this_machine_s_is_named(tmp_path: Path, port: str) -
 def test_a_host_that_does_not_resolve_is_named(tmp_path: Path) -> None:
     # .invalid never resolves (RFC 2606).
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne", "serve", "--data-dir", str(tmp_path / "data")]
-        + ["--host", "no-such-host.invalid", "--port", "0", "--metrics-port", "0"],
+        [*SERVE, *serve_args(tmp_path / "data", "--host", "no-such-host.invalid")],
         capture_output=True,
         text=True,
         timeout=60,

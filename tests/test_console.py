@@ -110,11 +110,11 @@ def test_the_console_is_served_with_a_strict_policy_and_nothing_else(server: Ser
 
 
 def test_the_committed_assets_are_the_build_of_the_source(tmp_path: Path) -> None:
-    """npm's TypeScript (console/node_modules, `npm ci` in .ci/run) rebuilds the committed files
+    """npm's TypeScript (console/node_modules, from scripts/setup) rebuilds the committed files
     byte for byte."""
     source = ROOT / "console"
     tsc = source / "node_modules" / "typescript" / "bin" / "tsc"
-    assert tsc.is_file(), "run `npm ci` in console/ (.ci/run does)"
+    assert tsc.is_file(), "run scripts/setup (it runs `npm ci` in console/)"
     out = tmp_path / "assets"
     subprocess.run(["node", str(source / "build.mjs"), str(out)], check=True, cwd=source, timeout=120)
     committed = ROOT / "service" / "console_assets"
@@ -180,7 +180,7 @@ def test_whoami_names_the_token_and_its_tenants_and_scopes_list_the_records(serv
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    assert CHROMIUM.exists(), "install Debian's chromium (apt-get install -y chromium; .ci/run does)"
+    assert CHROMIUM.exists(), "install Debian's chromium (apt-get install -y chromium; scripts/setup names it)"
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
         yield chromium

@@ -7,7 +7,6 @@ background only once a thread is idle."""
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ from mnemosyne.client import (
 from mnemosyne.engine import consolidator
 from mnemosyne.server_process import LocalMembers
 from tests.chat_server import Behaviour, ChatServer
-from tests.docs_support import DOCS, README, code_blocks, section
+from tests.docs_support import DOCS
 from tests.support import ServerProcess, tokens_json, wait_until
 
 THREAD = "chat-42"
@@ -480,24 +479,6 @@ def test_forgetting_a_memory_drops_its_thread_s_journaled_proposals(
 # -- the docs -------------------------------------------------------------------------------------
 
 CONSOLIDATION_DOC = DOCS / "consolidation.md"
-
-
-def test_the_readme_consolidation_run_prints_what_it_shows(server_factory: Any) -> None:
-    """The README's run, as printed (its target replaced), on a fresh server after the turns of
-    docs/consolidation.md's example (its first Python block); the record then reads as that page
-    shows."""
-    (shown,) = code_blocks(section(README.read_text(), "Session consolidation"), "text")
-    command, *expected = shown.splitlines()
-    server = server_factory().start()
-    retain, _ = code_blocks(CONSOLIDATION_DOC.read_text(), "python")
-    exec(compile(retain.replace("127.0.0.1:50051", server.target), "consolidation.md", "exec"), {})
-    argv = shlex.split(command.replace("127.0.0.1:50051", server.target))
-    assert argv[0] == ".venv/bin/mnemosyne"
-    ran = _cli(*argv[1:])
-    assert (ran.returncode, ran.stdout.splitlines()) == (0, expected), ran.stderr
-    record = next(b for b in code_blocks(CONSOLIDATION_DOC.read_text(), "text") if b.startswith("## Session"))
-    with MemoryClient(server.target) as client:
-        assert _record(client, "acme", "global")[0] == record.rstrip("\n") + "\n"
 
 
 def test_the_documented_prompt_is_the_one_sent() -> None:

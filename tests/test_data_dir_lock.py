@@ -12,12 +12,13 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
+from tests.support import SERVE, serve_args
 
 
 def test_second_server_on_the_same_directory_refuses_to_start(server_factory) -> None:
     first = server_factory().start()
     result = subprocess.run(
-        [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(first.data_dir), "--port", "0"],
+        [*SERVE, *serve_args(first.data_dir)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,7 +1,8 @@
 """The documentation is complete and its examples really run; the public surface is deliberate.
 
 The README is for someone deciding whether and how to use Mnemosyne: its set-up, first calls
-(Python, grpcurl; Node in tests/test_node_package.py) and auth quick start run as printed here.
+(Python, grpcurl, curl, MCP, consolidation, in order on one server; Node in
+tests/test_node_package.py, mem0 in tests/test_mem0_api.py) and auth quick start run as printed here.
 What lives in docs/ is checked there: every RPC in docs/architecture.md's table (flags, variables
 and metrics: tests/test_operations_docs.py)."""
 
@@ -29,7 +30,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import PermissionDeniedError, UnauthenticatedError
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 from tests.docs_support import DOCS, README, ROOT, code_blocks, section, table_rows
-from tests.support import ServerProcess
+from tests.support import SERVE, ServerProcess
 
 README_TEXT = README.read_text()
 PROTO_MODULES = [memory_pb2, workspace_pb2, hot_path_pb2, events_pb2, admin_pb2]
@@ -64,6 +65,17 @@ def test_readme_set_up_is_exactly_two_commands() -> None:
     ]
 
 
+def test_ci_runs_the_readme_s_test_command_while_the_readme_s_server_runs() -> None:
+    # CI installs what scripts/test would name, checks, then starts the README's server on its
+    # embedded defaults (no flag: a test that binds a default port fails CI) before the tests.
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    (serve,) = [i for i, step in enumerate(steps) if '/bin/mnemosyne" serve' in step]
+    assert re.search(r'/bin/mnemosyne" serve >', steps[serve]), steps[serve]
+    assert (
+        steps.index("scripts/setup --apt") < steps.index("scripts/lint") < serve < steps.index("time scripts/test -q")
+    )
+
+
 def test_readme_names_the_checks_ci_runs() -> None:
     # The checks a contributor runs before CI does: named in the README, run by CI.
     assert "scripts/lint" in section(README_TEXT, "Contributing")
@@ -74,18 +86,6 @@ def test_readme_names_the_checks_ci_runs() -> None:
         assert check in lint and check.split()[0] in section(README_TEXT, "Contributing")
 
 
-def test_readme_python_example_runs(target: str, tenant: str) -> None:
-    block = code_blocks(section(README_TEXT, "Python"), "python")[0]
-    code = block.replace("127.0.0.1:50051", target).replace('"acme"', repr(tenant))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {})
-    lines = out.getvalue().splitlines()
-    assert lines[0] == "created 1"
-    assert "RF-88213" in lines[1]
-    assert lines[-1] == "True"
-
-
 def _reflected(channel: grpc.Channel, full_method: str) -> tuple[type, type]:
     """The request and response classes of ``service/method``, found by server reflection alone
     (as grpcurl finds them: no .proto file, no generated code)."""
@@ -93,39 +93,6 @@ def _reflected(channel: grpc.Channel, full_method: str) -> tuple[type, type]:
     service, method = full_method.split("/")
     found = pool.FindServiceByName(service).methods_by_name[method]
     return message_factory.GetMessageClass(found.input_type), message_factory.GetMessageClass(found.output_type)
-
-
-def test_readme_grpcurl_examples_run_through_reflection(target: str, tenant: str) -> None:
-    """Each grpcurl line of the README, done the way grpcurl does it: the method and its message
-    types from the server's reflection service, the request from the -d JSON."""
-    (block,) = code_blocks(section(README_TEXT, "grpcurl"), "sh")
-    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    assert len(commands) == 4
-    answers: dict[str, dict] = {}
-    with grpc.insecure_channel(target) as channel:
-        for argv in commands:
-            assert argv[0] == "grpcurl" and argv[1] == "-plaintext" and "127.0.0.1:50051" in argv, argv
-            address = argv.index("127.0.0.1:50051")
-            what = argv[address + 1 :]
-            if what == ["list"]:
-                pool = ProtoReflectionDescriptorDatabase(channel)
-                listed = set(pool.get_services())
-                assert {f"mnemosyne.v1.{s}" for s, _ in _rpcs()} | {"grpc.health.v1.Health"} <= listed
-                continue
-            (full_method,) = what
-            request_class, response_class = _reflected(channel, full_method)
-            data = argv[argv.index("-d") + 1] if "-d" in argv else "{}"
-            request = json_format.Parse(data.replace('"acme"', json.dumps(tenant)), request_class())
-            call = channel.unary_unary(
-                f"/{full_method}",
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=response_class.FromString,
-            )
-            answers[full_method] = json_format.MessageToDict(call(request, timeout=10))
-    assert answers["mnemosyne.v1.MemoryService/Retain"]["result"]["status"] == "CREATED"
-    hits = answers["mnemosyne.v1.MemoryService/Recall"]["hits"]
-    assert "RF-88213" in hits[0]["memory"]["text"]
-    assert answers["grpc.health.v1.Health/Check"] == {"status": "SERVING"}
 
 
 def test_readme_auth_quick_start_works(tmp_path: Path) -> None:
@@ -189,7 +156,9 @@ def test_every_python_example_in_the_docs_runs(target: str, tmp_path, monkeypatc
         tenant = f"docs-{path.stem.lower()}-{uuid.uuid4().hex[:8]}"
         namespace = {"__name__": "docs_example"}
         for number, block in enumerate(blocks):
-            code = block.replace("127.0.0.1:50051", target).replace('"acme"', repr(tenant))
+            code = block.replace("127.0.0.1:50051", target)
+            for named in README_TENANTS.values():
+                code = code.replace(f'"{named}"', repr(tenant))
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(code, f"{path.relative_to(ROOT)} python block {number}", "exec"), namespace)
         ran.append(path.relative_to(ROOT).as_posix())
@@ -226,6 +195,27 @@ def test_every_rpc_is_in_the_architecture_table() -> None:
         for name in modules:
             assert (SERVICE_ROOT / name).is_file(), f"{rpc}: {name} does not exist"
     assert set(table) == {f"{s}.{m}" for s, m in _rpcs()}, "the table names an RPC the protos do not have"
+
+
+def test_every_response_message_is_built_in_the_one_conversion() -> None:
+    """The architecture's rule: every RPC's response message is built in transport/convert.py (so
+    the in-process MemoryBrain and the server answer alike); no other module of service/ calls the
+    constructor of a response type (the types read from the protos' services)."""
+    responses = {
+        method.output_type.name
+        for module in PROTO_MODULES
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+    constructor = re.compile(rf"\b\w+_pb2\.({'|'.join(sorted(responses))})\(")
+    built = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted(SERVICE_ROOT.rglob("*.py"))
+        if path != SERVICE_ROOT / "transport" / "convert.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if constructor.search(line)
+    ]
+    assert built == [], "build these responses in transport/convert.py:\n" + "\n".join(built)
 
 
 # -- the public surface -----------------------------------------------------------------------
@@ -295,30 +285,102 @@ def test_public_exports_are_complete() -> None:
             )
 
 
-def test_readme_curl_examples_run_as_printed(tmp_path: Path) -> None:
-    """Each curl line of the README, run by curl itself against a real server with the HTTP API
-    (its port in place of the printed 8080, a fresh data directory so ids start at 1)."""
+# The README's first calls, each on a tenant of its own: whatever ran before on the same server,
+# each prints what the README shows (ids count per tenant, generations per scope of a tenant).
+README_TENANTS = {
+    "Python": "acme",
+    "Node": "globex",
+    "grpcurl": "initech",
+    "curl": "umbrella",
+    "MCP": "hooli",
+    "Session consolidation": "wonka",
+}
+
+
+def test_the_readme_first_calls_print_what_they_show_run_in_order_on_one_server(tmp_path: Path) -> None:
+    """The README's examples in the order a reader meets them, on ONE fresh server with the HTTP
+    API, each as printed (only the addresses are this server's): Python, grpcurl, curl, the MCP
+    session, the session consolidation. (Node runs in tests/test_node_package.py and mem0 in
+    tests/test_mem0_api.py, each on a fresh server: their tenants are checked distinct here.)"""
+    for title, tenant in README_TENANTS.items():
+        named = {t for t in README_TENANTS.values() if re.search(rf"\b{t}\b", section(README_TEXT, title))}
+        assert named == {tenant}, f"the README's {title} example names the tenants {named}, not only {tenant}"
+    server = ServerProcess(tmp_path / "data", http=True).start()
+    try:
+        _readme_python(server.target)
+        _readme_grpcurl(server.target)
+        _readme_curl(server.http_port)
+        _readme_mcp(server.target)
+        _readme_consolidation(server.target)
+    finally:
+        server.stop()
+
+
+def _readme_python(target: str) -> None:
+    block = code_blocks(section(README_TEXT, "Python"), "python")[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block.replace("127.0.0.1:50051", target), "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "created 1"
+    assert "RF-88213" in lines[1]
+    assert lines[-1] == "True"
+
+
+def _readme_grpcurl(target: str) -> None:
+    """Each grpcurl line of the README, done the way grpcurl does it: the method and its message
+    types from the server's reflection service, the request from the -d JSON."""
+    grpcurl = section(README_TEXT, "grpcurl")
+    (block,) = code_blocks(grpcurl, "sh")
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    assert len(commands) == 4
+    answers: dict[str, dict] = {}
+    with grpc.insecure_channel(target) as channel:
+        for argv in commands:
+            assert argv[0] == "grpcurl" and argv[1] == "-plaintext" and "127.0.0.1:50051" in argv, argv
+            address = argv.index("127.0.0.1:50051")
+            what = argv[address + 1 :]
+            if what == ["list"]:
+                pool = ProtoReflectionDescriptorDatabase(channel)
+                listed = set(pool.get_services())
+                assert {f"mnemosyne.v1.{s}" for s, _ in _rpcs()} | {"grpc.health.v1.Health"} <= listed
+                continue
+            (full_method,) = what
+            request_class, response_class = _reflected(channel, full_method)
+            data = argv[argv.index("-d") + 1] if "-d" in argv else "{}"
+            request = json_format.Parse(data, request_class())
+            call = channel.unary_unary(
+                f"/{full_method}",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response_class.FromString,
+            )
+            answers[full_method] = json_format.MessageToDict(call(request, timeout=10))
+    (printed,) = re.findall(r"Retain answers `(\{.*?\}\})`", grpcurl)
+    assert answers["mnemosyne.v1.MemoryService/Retain"] == json.loads(printed)
+    hits = answers["mnemosyne.v1.MemoryService/Recall"]["hits"]
+    assert "RF-88213" in hits[0]["memory"]["text"]
+    assert answers["grpc.health.v1.Health/Check"] == {"status": "SERVING"}
+
+
+def _readme_curl(http_port: int) -> None:
+    """Each curl line of the README, run by curl itself (its port in place of the printed 8080)."""
     (block,) = code_blocks(section(README_TEXT, "curl"), "sh")
     lines = [line for line in block.splitlines() if line.strip()]
     assert len(lines) == 3 and all(line.startswith("curl -s ") for line in lines)
-    server = ServerProcess(tmp_path / "data", http=True).start()
-    try:
-        answers = []
-        for line in lines:
-            argv = shlex.split(line.replace("127.0.0.1:8080", f"127.0.0.1:{server.http_port}"))
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
-            answers.append(json.loads(result.stdout))
-    finally:
-        server.stop()
+    answers = []
+    for line in lines:
+        argv = shlex.split(line.replace("127.0.0.1:8080", f"127.0.0.1:{http_port}"))
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+        answers.append(json.loads(result.stdout))
     assert answers[0] == {"result": {"status": "CREATED", "memoryId": "1"}}
     assert "INV-7" in answers[1]["hits"][0]["memory"]["text"]
     assert [m["id"] for m in answers[2]["memories"]] == ["1"]
 
 
-def test_readme_mcp_configuration_and_transcript_run_as_printed(target: str, tenant: str) -> None:
-    """The README's Claude Desktop entry, launched as a desktop agent would (its command from
-    the repository's .venv, this test server as target, a fresh tenant), and its transcript replayed
-    through the MCP SDK's client: each answer starts as printed."""
+def _readme_mcp(target: str) -> None:
+    """The README's Claude Desktop entry, launched as a desktop agent would (its command from the
+    repository's .venv, this server as target), and its transcript replayed through the MCP SDK's
+    client: each answer starts as printed."""
     import anyio
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -328,7 +390,7 @@ def test_readme_mcp_configuration_and_transcript_run_as_printed(target: str, ten
     (transcript,) = code_blocks(mcp, "text")
     entry = json.loads(config)["mcpServers"]["memory"]
     assert entry["command"] == ".venv/bin/mnemosyne"
-    args = [a.replace("127.0.0.1:50051", target).replace("acme", tenant) for a in entry["args"]]
+    args = [a.replace("127.0.0.1:50051", target) for a in entry["args"]]
     steps = []
     for line in transcript.splitlines():
         call, _, answer = line.partition("->")
@@ -345,3 +407,22 @@ def test_readme_mcp_configuration_and_transcript_run_as_printed(target: str, ten
                 assert not result.is_error and text.startswith(answer), (name, text)
 
     anyio.run(replay)
+
+
+def _readme_consolidation(target: str) -> None:
+    """The README's session of three turns, then its consolidate command: it prints what the README
+    shows, and the Global MEMORY.md reads as docs/consolidation.md shows it (the same turns)."""
+    consolidation = section(README_TEXT, "Session consolidation")
+    (turns,) = code_blocks(consolidation, "python")
+    (shown,) = code_blocks(consolidation, "text")
+    exec(compile(turns.replace("127.0.0.1:50051", target), "README.md consolidation", "exec"), {})
+    command, *expected = shown.splitlines()
+    argv = shlex.split(command.replace("127.0.0.1:50051", target))
+    assert argv[0] == ".venv/bin/mnemosyne"
+    ran = subprocess.run([*SERVE, *argv[1:]], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout.splitlines()) == (0, expected), ran.stderr
+    page = (DOCS / "consolidation.md").read_text()
+    record = next(b for b in code_blocks(page, "text") if b.startswith("## Session"))
+    with MemoryClient(target) as client:
+        content = client.get_record(README_TENANTS["Session consolidation"], "global", "MEMORY.md")[0].content
+    assert content == record.rstrip("\n") + "\n"

@@ -11,6 +11,7 @@ import pytest
 
 from mnemosyne.client import Event, MemoryClient
 from mnemosyne.client.errors import FailedPreconditionError, NotFoundError
+from tests.support import serve_args
 
 ORDER = ["pending", "running", "succeeded"]
 
@@ -227,4 +228,4 @@ def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_rest
 def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from mnemosyne.cli import main
 
-    assert main(["serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--event-retention-seconds", "-1"]) == 2
+    assert main(serve_args(tmp_path / "d", "--event-retention-seconds", "-1")) == 2

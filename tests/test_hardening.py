@@ -20,6 +20,7 @@ import apsw
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mnemosyne.client import (
     DataLossError,
@@ -224,6 +225,50 @@ def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> 
             assert client.stats(f"tenant-{i}").memories == 2
     log = server.stderr_path.read_text()
     assert "open-tenant cache: 16 tenant files (asked 1024; open-file limit 256" in log
+
+
+def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succeeds(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """Connected clients take the descriptors the open-tenant cache left for everything else, so
+    opening tenant files runs the process out of descriptors (EMFILE) long before the cache is
+    full: idle tenants are closed and the open tried again, for first writes, reopened tenants,
+    readers and hot-path inboxes alike."""
+    limit = 192  # an open-tenant cache of (192 - 128) // 8 = 8 tenants
+    server: ServerProcess = server_factory(open_files=(limit, limit)).start()
+    pid = server.process.pid
+
+    def free() -> int:
+        return limit - len(os.listdir(f"/proc/{pid}/fd"))
+
+    # Each channel its own connection (not the process-wide shared one): one descriptor in the
+    # server each, until 36 are left: two tenants in use at their most (writer, shared memory,
+    # four readers, inbox: 14 descriptors) fit, the cache's eight tenants (8 each) do not.
+    channels: list[grpc.Channel] = []
+    try:
+        while free() > 36:
+            channel = grpc.insecure_channel(server.target, options=[("grpc.use_local_subchannel_pool", 1)])
+            channels.append(channel)
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        tenants = [f"emfile-{i}" for i in range(24)]
+        with MemoryClient(server.target, retries=0) as client:
+            for i, tenant in enumerate(tenants):  # first writes, reads, inboxes
+                assert client.retain(tenant, f"memory of tenant {i}").status == "created"
+                assert [h.memory.text for h in client.recall(tenant, "memory", k=1)] == [f"memory of tenant {i}"]
+                client.hot_path(tenant, "enable")
+                assert client.retain(tenant, f"fast memory of tenant {i}", fast=True).status == "enqueued"
+            for tenant in tenants:  # every one closed and opened again since
+                client.hot_path(tenant, "flush")
+                assert client.stats(tenant).memories == 2
+                assert len(client.recall(tenant, "memory", k=5)) == 2
+            aggregate = client.aggregate_stats()  # a glance at each tenant, open or not
+            assert (sorted(aggregate.tenants), aggregate.damaged) == (sorted(tenants), {})
+            assert aggregate.total.memories == 2 * len(tenants)
+        assert free() <= 36
+    finally:
+        for channel in channels:
+            channel.close()
+    log = server.stderr_path.read_text()
+    assert "out of file descriptors: closed" in log
+    assert "Traceback" not in log and " ERROR " not in log
 
 
 def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(server_factory) -> None:  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.client import MemoryClient
+from tests.support import serve_args
 
 PROBE_DIR = Path(__file__).parent / "sync_probe"
 ENQUEUES = 20
@@ -103,4 +104,4 @@ def test_an_unknown_hot_path_sync_is_refused_at_start(tmp_path: Path, monkeypatc
     from mnemosyne.cli import main
 
     monkeypatch.setenv("MNEMOSYNE_HOT_PATH_SYNC", "sometimes")
-    assert main(["serve", "--data-dir", str(tmp_path / "d"), "--port", "0"]) == 2
+    assert main(serve_args(tmp_path / "d")) == 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from mnemosyne.engine.extractor import Extraction, RulesExtractor
 from mnemosyne.engine.llm_extractor import LLMSettings, OpenAIExtractor, extractor_from_settings
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from tests.chat_server import Behaviour, ChatServer
+from tests.support import SERVE, serve_args
 
 TEXT = "Ticket RF-88213 was opened by ana@example.com on 2024-03-05. The refund status: approved."
 
@@ -241,20 +241,7 @@ def test_server_falls_back_to_rules_when_configured(server_factory, chat: ChatSe
 
 def test_server_refuses_to_start_without_llm_settings(tmp_path: Path) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mnemosyne.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--extractor",
-            "openai",
-        ],
+        [*SERVE, *serve_args(tmp_path, "--extractor", "openai")],
         capture_output=True,
         text=True,
         timeout=60,

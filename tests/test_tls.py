@@ -28,7 +28,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.client.types import ThreadRef
 from mnemosyne.server_process import _free_port
-from tests.support import ServerProcess, tokens_json
+from tests.support import SERVE, ServerProcess, serve_args, tokens_json
 
 NAME_OVERRIDE = [("grpc.ssl_target_name_override", "localhost")]
 
@@ -202,22 +202,7 @@ def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory
 
 def test_tls_configuration_errors_are_clear(tmp_path: Path, pki: Pki) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mnemosyne.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--tls-cert",
-            str(pki.server.cert),
-            "--tls-client-ca",
-            str(pki.ca.cert),
-        ],
+        [*SERVE, *serve_args(tmp_path / "d", "--tls-cert", str(pki.server.cert), "--tls-client-ca", str(pki.ca.cert))],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from mnemosyne.client import MemoryClient, PermissionDeniedError
 from mnemosyne.errors import PermissionDenied
 from mnemosyne.transport.auth import TokensFileError, hash_token, parse_tokens
-from tests.support import ServerProcess
+from tests.support import SERVE, ServerProcess, serve_args
 
 DIGEST = hash_token("a-token")
 OTHER = hash_token("another-token")
@@ -82,18 +81,7 @@ def test_a_valid_document_grants_exactly_what_it_lists() -> None:
 @pytest.mark.parametrize("via", ["file", "env"])
 def test_the_server_does_not_start_with_a_string_for_tenants(tmp_path: Path, via: str) -> None:
     text = _doc(_entry(["acme"], name="ok", sha256=OTHER), _entry("team-*", name="team"))
-    command = [
-        sys.executable,
-        "-m",
-        "mnemosyne.cli",
-        "serve",
-        "--data-dir",
-        str(tmp_path / "d"),
-        "--port",
-        "0",
-        "--metrics-port",
-        "0",
-    ]
+    command = [*SERVE, *serve_args(tmp_path / "d")]
     env = dict(__import__("os").environ)
     if via == "file":
         (tmp_path / "tokens.json").write_text(text)

@@ -4,13 +4,19 @@ recovery index alike."""
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 import apsw.bestpractice
 
+from mnemosyne.errors import Unavailable
+
 BUSY_TIMEOUT_MS = 10_000
 _CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")]
+T = TypeVar("T")
 
 
 def configure(connection: apsw.Connection) -> None:
@@ -27,7 +33,34 @@ def configure(connection: apsw.Connection) -> None:
 def open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     connection = apsw.Connection(str(path), flags=flags)
-    configure(connection)
-    if not readonly:
-        connection.pragma("synchronous", synchronous)
+    try:
+        configure(connection)
+        if not readonly:
+            connection.pragma("synchronous", synchronous)
+        # A read opens the WAL and shared memory now rather than at the connection's first
+        # transaction, so only an open runs out of descriptors (``open_with_room``), never a read.
+        connection.pragma("schema_version")
+    except BaseException:
+        connection.close()
+        raise
     return connection
+
+
+def open_with_room(open_files: Callable[[], T], make_room: Callable[[], bool]) -> T:
+    """``open_files()`` (a store, a connection, a descriptor), tried again each time
+    ``make_room()`` closed idle tenant files, while the process has no descriptor left for it
+    (SQLite says CANTOPEN, the OS EMFILE or ENFILE). No idle tenant left to close:
+    UNAVAILABLE FILE_LIMIT, which a client retries. ``open_files`` must leave nothing open when
+    it fails."""
+    while True:
+        try:
+            return open_files()
+        except (apsw.CantOpenError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+        if not make_room():
+            raise Unavailable(
+                "the server cannot open another file right now (its open-file limit is reached and every "
+                "open tenant is in use); retry shortly",
+                reason="FILE_LIMIT",
+            )

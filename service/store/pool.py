@@ -47,7 +47,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from mnemosyne.store.connections import BUSY_TIMEOUT_MS
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_with_room
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.membership import (
@@ -500,9 +500,9 @@ class TenantPool:
                     raise ResourceExhausted(
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
-                _fsync(temporary)
+                open_with_room(lambda: _fsync(temporary), self.make_room)
                 os.rename(temporary, path)
-                _fsync(self.tenants_dir)
+                open_with_room(lambda: _fsync(self.tenants_dir), self.make_room)
             except BaseException:
                 store.close()
                 _remove_files(temporary)
@@ -512,10 +512,10 @@ class TenantPool:
 
     def _open_store(self, tenant: str, path: Path) -> TenantStore:
         """A TenantStore on ``path``; when the process is out of file descriptors, idle tenants
-        are closed and the open is tried again."""
-        for attempt in range(2):
-            try:
-                store = TenantStore(
+        are closed and the open is tried again (``open_with_room``)."""
+        try:
+            store = open_with_room(
+                lambda: TenantStore(
                     path,
                     write_lock=self.locks.for_tenant(tenant),
                     synchronous=self._synchronous,
@@ -525,26 +525,19 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
-                )
-            except DataLoss:
-                with self._guard:  # for ListTenants, until the file changes
-                    self._damaged[tenant] = _modified(path)
-                raise
-            except apsw.CantOpenError:
-                if attempt or not self.make_room():
-                    raise Unavailable(
-                        "the server cannot open another file right now (its open-file limit is reached and every "
-                        "open tenant is in use); retry shortly",
-                        reason="FILE_LIMIT",
-                    ) from None
-            else:
-                try:
-                    self._check_holder(tenant, store, new=path.name.startswith(NEW_FILE_PREFIX))
-                except BaseException:
-                    store.close()
-                    raise
-                return store
-        raise AssertionError("unreachable")
+                ),
+                self.make_room,
+            )
+        except DataLoss:
+            with self._guard:  # for ListTenants, until the file changes
+                self._damaged[tenant] = _modified(path)
+            raise
+        try:
+            self._check_holder(tenant, store, new=path.name.startswith(NEW_FILE_PREFIX))
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     def _check_holder(self, tenant: str, store: TenantStore, *, new: bool) -> None:
         """The ownership check of an open: the file must name this member, and what a move
@@ -770,7 +763,7 @@ class TenantPool:
             if entry is not None:
                 entry.users += 1
         if entry is None:
-            with read_file(self.path_for(tenant)) as txn:
+            with read_file(self.path_for(tenant), self.make_room) as txn:
                 yield txn
             return
         try:

@@ -30,7 +30,7 @@ import apsw
 
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from mnemosyne.store import connections, ledger
-from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection, open_with_room
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths, fts5_segments
 from mnemosyne.store.inbox import Inbox
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
@@ -230,6 +230,10 @@ def damage_of(path: Path) -> str | None:
             tables = _tables(connection)
         finally:
             connection.close()
+    except apsw.CantOpenError:
+        if not path.exists():
+            return None  # gone meanwhile, as if it had not been there
+        raise  # not the file's fault: the process is out of descriptors
     except apsw.Error as exc:
         return str(exc)
     if application_id != APPLICATION_ID and (version or tables):
@@ -238,10 +242,31 @@ def damage_of(path: Path) -> str | None:
 
 
 @contextmanager
-def read_file(path: Path) -> Iterator[ReadTxn]:
+def read_file(path: Path, make_room: Callable[[], bool] | None = None) -> Iterator[ReadTxn]:
     """One read transaction on a tenant file through a connection of its own, closed after it:
     for a glance at a tenant that is not open (an aggregate over every tenant), without taking a
-    place in the pool of open files. Refuses a file that is not a tenant file (TENANT_CORRUPT)."""
+    place in the pool of open files. Refuses a file that is not a tenant file (TENANT_CORRUPT).
+    ``make_room``: as for a ``TenantStore``, when the process is out of file descriptors."""
+    try:
+        if make_room is None:
+            connection = _open_for_reading(path)
+        else:
+            connection = open_with_room(lambda: _open_for_reading(path), make_room)
+        try:
+            connection.execute("BEGIN")
+            yield ReadTxn(connection)
+        finally:
+            connection.close()
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        raise translate_sqlite_error(exc, path.name) from exc
+    except apsw.BusyError:
+        raise Unavailable(
+            f"{path.name} stayed locked by a writer for {BUSY_TIMEOUT_MS // 1000} s; retry", reason="TENANT_BUSY"
+        ) from None
+
+
+def _open_for_reading(path: Path) -> apsw.Connection:
+    """A read-only connection to a tenant file whose schema was checked (``read_file``)."""
     problem = damage_of(path)
     if problem is not None:
         raise damaged(path.name, problem)
@@ -255,19 +280,14 @@ def read_file(path: Path) -> Iterator[ReadTxn]:
         # A writer of the same file (a move's step, a checkpoint) may hold it for a moment: wait
         # as every other connection of ours does, not fail the reader with "database is locked".
         connection.set_busy_timeout(BUSY_TIMEOUT_MS)
-        missing = REQUIRED_TABLES - _tables(connection)
-        if missing:
-            raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing))}")
-        connection.execute("BEGIN")
-        yield ReadTxn(connection)
-    except (apsw.CorruptError, apsw.NotADBError) as exc:
-        raise translate_sqlite_error(exc, path.name) from exc
-    except apsw.BusyError:
-        raise Unavailable(
-            f"{path.name} stayed locked by a writer for {BUSY_TIMEOUT_MS // 1000} s; retry", reason="TENANT_BUSY"
-        ) from None
-    finally:
+        missing = REQUIRED_TABLES - _tables(connection)  # the first read: the WAL opens here
+    except BaseException:
         connection.close()
+        raise
+    if missing:
+        connection.close()
+        raise damaged(path.name, f"its schema lacks the tables {', '.join(sorted(missing))}")
+    return connection
 
 
 def _apply_size_seam(connection: apsw.Connection, faults: frozenset[str]) -> None:
@@ -347,8 +367,12 @@ class TenantStore:
         self.fenced = False  # a move's step 1 (``fence``)
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
-        if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
-            self.erase_traces()
+        try:
+            if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
+                self.erase_traces()
+        except BaseException:
+            self.close()  # nothing left open: the pool may close idle tenants and open this one again
+            raise
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -383,12 +407,15 @@ class TenantStore:
                     connections.configure(connection)
                     _apply_size_seam(connection, self._faults)
 
-                self._inbox = Inbox(
-                    self._inbox_path,
-                    lock=self._inbox_lock,
-                    synchronous=self._synchronous,
-                    floor=floor,
-                    configure=configure,
+                self._inbox = open_with_room(
+                    lambda: Inbox(
+                        self._inbox_path,
+                        lock=self._inbox_lock,
+                        synchronous=self._synchronous,
+                        floor=floor,
+                        configure=configure,
+                    ),
+                    self._make_room,
                 )
         return self._inbox
 
@@ -575,7 +602,7 @@ class TenantStore:
         if self._synchronous.upper() in ("NORMAL", "OFF"):
             return
         try:
-            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+            fd = open_with_room(lambda: os.open(f"{self.path}-wal", os.O_RDONLY), self._make_room)
         except FileNotFoundError:
             return  # no WAL: everything is in the database file, synced by its checkpoint
         try:
@@ -601,12 +628,9 @@ class TenantStore:
         with self._readers_lock:
             if self._readers:
                 return self._readers.pop()
-        try:
-            return open_connection(self.path, readonly=True, synchronous=self._synchronous)
-        except apsw.CantOpenError:
-            if not self._make_room():
-                raise
-            return open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        return open_with_room(
+            lambda: open_connection(self.path, readonly=True, synchronous=self._synchronous), self._make_room
+        )
 
     def _return_reader(self, connection: apsw.Connection) -> None:
         with self._readers_lock:

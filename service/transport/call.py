@@ -46,7 +46,7 @@ def snapshot_read(method: F) -> F:
     on the event loop when it is the server's only call and its tenant's such reads lately were
     quick (transport/admission.py), else on a reader thread. Bounded by its request, as ``@reading``; never an offset paging."""
     method.reading = True  # type: ignore[attr-defined]  # marks on the function object, read by the edge
-    method.on_loop = True  # type: ignore[attr-defined]
+    method.on_loop = True  # type: ignore[attr-defined]  # a mark on the function object, read by the edge
     return method
 
 

@@ -8,6 +8,7 @@ from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import backup, types
+from mnemosyne.engine.moves import MovePlan
 from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.erasure_log import ErasureReceipt
@@ -182,6 +183,10 @@ def to_forget_response(memory_id: int, forgotten: bool) -> memory_pb2.ForgetMemo
     return memory_pb2.ForgetMemoryResponse(memory_id=memory_id, forgotten=forgotten)
 
 
+def to_forget_memories_response(forgotten: int) -> memory_pb2.ForgetMemoriesResponse:
+    return memory_pb2.ForgetMemoriesResponse(forgotten_count=forgotten)
+
+
 def to_update_memory_response(outcome: types.UpdateOutcome) -> memory_pb2.UpdateMemoryResponse:
     response = memory_pb2.UpdateMemoryResponse(
         updated=outcome.updated,
@@ -209,6 +214,30 @@ def to_tenant_page(page: types.TenantPage) -> admin_pb2.ListTenantsResponse:
 
 def to_ping_response() -> admin_pb2.PingResponse:
     return admin_pb2.PingResponse()
+
+
+def to_whoami_response(name: str, tenants: Iterable[str], *, admin: bool) -> admin_pb2.WhoAmIResponse:
+    """An admin token reaches every tenant: it lists none (``admin``)."""
+    return admin_pb2.WhoAmIResponse(name=name, tenants=[] if admin else sorted(tenants), admin=admin)
+
+
+def to_move_tenant_response(
+    plan: MovePlan, *, source: str, head_hash: str, sent: int, steps: Sequence[str], memories: int
+) -> admin_pb2.MoveTenantResponse:
+    return admin_pb2.MoveTenantResponse(
+        tenant=plan.tenant,
+        source=source,
+        destination=plan.destination,
+        epoch=plan.epoch,
+        head_hash=head_hash,
+        bytes=sent,
+        steps=steps,
+        memories=memories,
+    )
+
+
+def to_activate_tenant_response(tenant: str, epoch: int, activated: bool) -> admin_pb2.ActivateTenantResponse:
+    return admin_pb2.ActivateTenantResponse(tenant=tenant, epoch=epoch, activated=activated)
 
 
 def to_backup_response(part: backup.BackupPart) -> admin_pb2.BackupResponse:
@@ -419,15 +448,41 @@ def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsC
     )
     if chunk.total is not None:
         message.total.CopyFrom(to_stats(chunk.total))
-        message.consistency = (
-            f"not one snapshot: {chunk.files_read} tenant files read in {chunk.files_read} separate "
-            "transactions while writes continued"
-        )
+        message.consistency = _not_one_snapshot(chunk.files_read)
         if chunk.unreadable:
             message.consistency += (
                 f"; {chunk.unreadable} could not be read and are not in the total (their rows carry the reason)"
             )
     return message
+
+
+def to_members_aggregate_rows(rows: Iterable[admin_pb2.TenantStats], files_read: int) -> admin_pb2.AggregateStatsChunk:
+    """A chunk of a deployment's aggregate (transport/fanout.py): rows a member sent, the files
+    read so far across the members."""
+    return admin_pb2.AggregateStatsChunk(tenants=rows, not_a_snapshot=True, files_read=files_read)
+
+
+def to_members_aggregate_total(
+    total: types.TenantStats, files_read: int, members: int, unanswered: Sequence[str]
+) -> admin_pb2.AggregateStatsChunk:
+    """The last chunk of a deployment's aggregate: the total of the ``members`` that answered."""
+    consistency = _not_one_snapshot(files_read, f" on {members} members")
+    if unanswered:
+        consistency += f"; members {', '.join(unanswered)} did not answer: their tenants are not included"
+    return admin_pb2.AggregateStatsChunk(
+        total=to_stats(total),
+        not_a_snapshot=True,
+        files_read=files_read,
+        consistency=consistency,
+        unanswered_members=unanswered,
+    )
+
+
+def _not_one_snapshot(files_read: int, where: str = "") -> str:
+    return (
+        f"not one snapshot: {files_read} tenant files read in {files_read} separate transactions{where} "
+        "while writes continued"
+    )
 
 
 # -- hot path and events ------------------------------------------------------------------------

@@ -5,9 +5,12 @@ that member, so it does not ask again), with the caller's admin token, which eac
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
+from mnemosyne.engine.types import TenantStats
+from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.forwarding import Forwarder
 from mnemosyne.v1 import admin_pb2
@@ -16,7 +19,7 @@ log = logging.getLogger("mnemosyne.members")
 
 LIST_TENANTS = "/mnemosyne.v1.AdminService/ListTenants"
 AGGREGATE_STATS = "/mnemosyne.v1.AdminService/AggregateStats"
-_TOTAL_FIELDS = [field.name for field in admin_pb2.StatsResponse.DESCRIPTOR.fields]
+_TOTAL_FIELDS = [field.name for field in dataclasses.fields(TenantStats)]
 
 
 class FanOut:
@@ -56,7 +59,7 @@ class FanOut:
         self, request: admin_pb2.AggregateStatsRequest, call: Call, local: AsyncIterator[admin_pb2.AggregateStatsChunk]
     ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
         """This member's chunks, then each other member's, with one total across them all."""
-        total = admin_pb2.StatsResponse()
+        totals = dict.fromkeys(_TOTAL_FIELDS, 0)
         files_read = 0
         unanswered = []
         sources = [("", local)] + [
@@ -69,27 +72,14 @@ class FanOut:
                 async for chunk in chunks:
                     files_read = read_before + chunk.files_read
                     if chunk.HasField("total"):
-                        for name in _TOTAL_FIELDS:
-                            setattr(total, name, getattr(total, name) + getattr(chunk.total, name))
+                        for name in totals:
+                            totals[name] += getattr(chunk.total, name)
                     if chunk.tenants:
-                        yield admin_pb2.AggregateStatsChunk(
-                            tenants=chunk.tenants, not_a_snapshot=True, files_read=files_read
-                        )
+                        yield convert.to_members_aggregate_rows(chunk.tenants, files_read)
             except Exception as exc:
                 if not member:
                     raise
                 log.warning("AggregateStats: member %s did not answer: %s", member, exc)
                 unanswered.append(member)
-        consistency = (
-            f"not one snapshot: {files_read} tenant files read in {files_read} separate transactions on "
-            f"{1 + len(self._others) - len(unanswered)} members while writes continued"
-        )
-        if unanswered:
-            consistency += f"; members {', '.join(unanswered)} did not answer: their tenants are not included"
-        yield admin_pb2.AggregateStatsChunk(
-            total=total,
-            not_a_snapshot=True,
-            files_read=files_read,
-            consistency=consistency,
-            unanswered_members=unanswered,
-        )
+        answered = 1 + len(self._others) - len(unanswered)
+        yield convert.to_members_aggregate_total(TenantStats(**totals), files_read, answered, unanswered)

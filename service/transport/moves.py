@@ -124,20 +124,13 @@ class MoveDriver:
             await self._step_done(plan, "activated", steps)
         if await call.run(moves.reclaim, plan):
             steps.append("reclaimed")
-        return admin_pb2.MoveTenantResponse(
-            tenant=plan.tenant,
-            source=forwarder.membership.me,
-            destination=plan.destination,
-            epoch=plan.epoch,
-            head_hash=head_hash,
-            bytes=sent,
-            steps=steps,
-            memories=memories,
+        return convert.to_move_tenant_response(
+            plan, source=forwarder.membership.me, head_hash=head_hash, sent=sent, steps=steps, memories=memories
         )
 
     async def activate(self, request: admin_pb2.ActivateTenantRequest, call: Call) -> admin_pb2.ActivateTenantResponse:
         activated = await call.run(self._engine.moves.activate, request.tenant, int(request.epoch), request.head_hash)
-        return admin_pb2.ActivateTenantResponse(tenant=request.tenant, epoch=request.epoch, activated=activated)
+        return convert.to_activate_tenant_response(request.tenant, request.epoch, activated)
 
     async def finish(self, call: Call) -> None:
         """A call reached the copy of a tenant a move brought here, not active yet: activate it

@@ -126,7 +126,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             request_id=request.request_id or None,
         )
-        return memory_pb2.ForgetMemoriesResponse(forgotten_count=count)
+        return convert.to_forget_memories_response(count)
 
     @snapshot_read
     def ListMemoryVersions(
@@ -255,8 +255,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, call: Call) -> admin_pb2.WhoAmIResponse:
         # Answered on the event loop: the edge authenticated the caller; nothing to look up.
-        admin = call.reaches == frozenset({ADMIN})
-        return admin_pb2.WhoAmIResponse(name=call.principal, tenants=[] if admin else sorted(call.reaches), admin=admin)
+        return convert.to_whoami_response(call.principal, call.reaches, admin=call.reaches == frozenset({ADMIN}))
 
     async def Ping(self, request: admin_pb2.PingRequest, call: Call) -> admin_pb2.PingResponse:
         # Answered on the event loop: nothing to wait for, nothing that blocks.
