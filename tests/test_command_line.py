@@ -106,14 +106,9 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         [f"the data directory {d / 'data'} is a file, not a directory", "[DATA_DIR_UNUSABLE]"],
         None,
     ),
-    "a data directory whose parent does not exist": lambda d: (
-        ["--data-dir", str(d / "typo" / "data")],
-        [f"{d / 'typo'} does not exist", "[DATA_DIR_UNUSABLE]"],
-        d / "typo",
-    ),
     "a data directory inside a file": lambda d: (
         ["--data-dir", str(_file(d / "file") / "data")],
-        [f"{d / 'file'} is not a directory", "[DATA_DIR_UNUSABLE]"],
+        [f"the data directory {d / 'file' / 'data'} cannot be used: Not a directory", "[DATA_DIR_UNUSABLE]"],
         None,
     ),
     "a data directory whose tenants directory is a file": lambda d: (

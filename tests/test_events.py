@@ -228,4 +228,6 @@ def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_rest
 def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from mnemosyne.cli import main
 
-    assert main(serve_args(tmp_path / "d", "--event-retention-seconds", "-1")) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal of the flag's value
+        main(serve_args(tmp_path / "d", "--event-retention-seconds", "-1"))
+    assert refused.value.code == 2

@@ -160,21 +160,17 @@ class DataDirLock:
 
 
 def _claim_data_dir(data_dir: Path, tenants_dir: Path) -> DataDirLock:
-    """Lock the data directory, creating it and ``tenants_dir`` in it when missing — but not its
-    parent: a parent that is not there is a mistyped path, not a place to make. A directory that
-    cannot be used is refused with its cause (DATA_DIR_UNUSABLE), the first thing a server says."""
+    """Lock the data directory, creating it (and its parents) and ``tenants_dir`` in it when
+    missing. A directory that cannot be used is refused with its cause (DATA_DIR_UNUSABLE), the
+    first thing a server says."""
 
     def unusable(why: str) -> InvalidArgument:
         return InvalidArgument(f"the data directory {data_dir} {why}", reason="DATA_DIR_UNUSABLE")
 
     if data_dir.exists() and not data_dir.is_dir():
         raise unusable("is a file, not a directory: give a directory (it is created when missing)")
-    parent = data_dir.absolute().parent
-    if not parent.is_dir():
-        missing = "is not a directory" if parent.exists() else "does not exist"
-        raise unusable(f"cannot be created: {parent} {missing} (create it first, or correct the path)")
     try:
-        data_dir.mkdir(exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
         tenants_dir.mkdir(exist_ok=True)
         return DataDirLock(data_dir)
     except OSError as exc:
