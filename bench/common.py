@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 # The benchmarks drive the same real server process as the tests and the drills.
-from mnemosyne.server_process import ServerProcess
+from mnemosyne.cli.server_process import ServerProcess
 
 
 @contextmanager

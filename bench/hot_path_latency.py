@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=500, help="writes to each tenant before its timed enqueues")
     args = parser.parse_args()
 
-    from mnemosyne.runtime import tune_interpreter
+    from mnemosyne.runtime.interpreter import tune_interpreter
 
     tune_interpreter()  # the server's interpreter settings, before numpy loads
     from mnemosyne.engine.config import EngineConfig, HotPathConfig

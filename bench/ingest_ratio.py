@@ -56,8 +56,8 @@ def bench_engine(items: int, batch: int, synchronous: str) -> tuple[float, float
 
 
 def bench_grpc(items: int, batch: int, synchronous: str) -> tuple[float, float]:
+    from mnemosyne.cli.server_process import ServerProcess
     from mnemosyne.client import MemoryClient
-    from mnemosyne.server_process import ServerProcess
 
     with tempfile.TemporaryDirectory() as d:
         server = ServerProcess(Path(d) / "data", args=["--synchronous", synchronous]).start()

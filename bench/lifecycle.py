@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import machine, percentiles, print_table, running_server, write_json
-from mnemosyne.backup_dir import write_backup
+from mnemosyne.cli.backup import write_backup
 from mnemosyne.client import MemoryClient
 
 

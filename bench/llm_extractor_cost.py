@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
-from mnemosyne.server_process import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' local chat-completions server
 from tests.chat_server import ChatServer  # noqa: E402

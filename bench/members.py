@@ -39,8 +39,8 @@ import psutil
 
 from bench.common import percentiles, print_table, write_json
 from bench.corpus import Corpus
+from mnemosyne.cli.server_process import LocalMembers, ServerProcess
 from mnemosyne.client import MemoryClient
-from mnemosyne.server_process import LocalMembers, ServerProcess
 from mnemosyne.store.membership import owner_of
 
 

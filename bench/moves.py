@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.common import print_table, write_json
+from mnemosyne.cli.server_process import LocalMembers
 from mnemosyne.client import MemoryClient, MnemosyneClientError
-from mnemosyne.server_process import LocalMembers
 from mnemosyne.store.membership import owner_of
 
 

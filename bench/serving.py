@@ -70,7 +70,7 @@ QUERIES = 300
 
 def bare_server_main() -> None:
     """A grpc.aio server with our options and interpreter settings, one method: AdminService/Ping."""
-    from mnemosyne.runtime import tune_interpreter
+    from mnemosyne.runtime.interpreter import tune_interpreter
 
     tune_interpreter()
     import grpc

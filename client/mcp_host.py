@@ -9,7 +9,7 @@ longer knows — has observed nothing and must read before it writes.
 
 One server serves one tenant and workspace per session: over stdio (``mnemosyne mcp``) those of
 the command line; over streamable HTTP (``/mcp`` on the server's HTTP port) those its session
-was opened with, which the transport binds to the caller's token (service/transport/mcp_endpoint.py).
+was opened with, which the transport binds to the caller's token (service/transport/http/mcp.py).
 Built with the official MCP Python SDK (``mcp``).
 """
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from mnemosyne.cli import main
+from mnemosyne.cli.commands import main
 
 sys.exit(main())

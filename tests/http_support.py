@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 
 from google.protobuf import json_format, message
 
-from mnemosyne.transport.http_mapping import Route, routes
+from mnemosyne.transport.http.mapping import Route, routes
 from mnemosyne.transport.server import SERVICES
 
 ROUTES: dict[str, Route] = {route.rpc.name: route for route in routes(SERVICES)}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mnemosyne.server_process import ServerProcess, _free_port, stop_all
+from mnemosyne.cli.server_process import ServerProcess, _free_port, stop_all
 
 __all__ = ["SERVE", "ServerProcess", "gauge", "serve_args", "stop_all", "tokens_json", "wait_until"]
 

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mnemosyne.client import MemoryClient, PermissionDeniedError, UnauthenticatedError
 from mnemosyne.client.errors import error_info
 from mnemosyne.transport.auth import hash_token
-from mnemosyne.transport.mem0_api import ROUTES as MEM0_ROUTES
+from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
 from mnemosyne.transport.server import SERVICES
 from tests.http_support import ROUTES, request
 from tests.http_support import call as call_route

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemosyne.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up, request_thread
 from mnemosyne.client import MemoryClient
+from mnemosyne.runtime.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up, request_thread
 from mnemosyne.store.locks import LockManager
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")

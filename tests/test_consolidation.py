@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mnemosyne.cli.server_process import LocalMembers
 from mnemosyne.client import (
     InvalidArgumentError,
     MemoryClient,
@@ -29,7 +30,6 @@ from mnemosyne.client import (
     ThreadRef,
 )
 from mnemosyne.engine import consolidator
-from mnemosyne.server_process import LocalMembers
 from tests.chat_server import Behaviour, ChatServer
 from tests.docs_support import DOCS
 from tests.support import ServerProcess, tokens_json, wait_until

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mnemosyne.drills import run_drills
+from mnemosyne.cli.drills import run_drills
 
 
 def test_the_five_drills_pass(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from google.protobuf.message_factory import GetMessageClass
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import (
     FlushResult,
     Memory,
@@ -40,11 +41,10 @@ from mnemosyne.client import (
     UnavailableError,
 )
 from mnemosyne.engine.ann import read_index_file
-from mnemosyne.server_process import ServerProcess
 from mnemosyne.store import ledger
 from mnemosyne.store.schema import ERASURE, FORGET_KEEPS, SCHEMA_VERSION
 from mnemosyne.store.tenant_store import TenantStore, forgotten_columns
-from mnemosyne.transport.mem0_api import ENTITY_FIELDS
+from mnemosyne.transport.http.mem0 import ENTITY_FIELDS
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2, workspace_pb2
 from tests.http_support import call
@@ -440,7 +440,7 @@ RECORD_FIELDS = {
     "memory_update.content",
     "update_workspace.changes[].content",
 }
-# mem0's add and update bodies (transport/mem0_api.py): its messages, metadata and entity ids.
+# mem0's add and update bodies (transport/http/mem0.py): its messages, metadata and entity ids.
 MEM0_FIELDS = {
     "add.messages[].role",
     "add.messages[].content",

@@ -226,7 +226,7 @@ def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_rest
 
 
 def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from mnemosyne.cli import main
+    from mnemosyne.cli.commands import main
 
     with pytest.raises(SystemExit) as refused:  # argparse's refusal of the flag's value
         main(serve_args(tmp_path / "d", "--event-retention-seconds", "-1"))

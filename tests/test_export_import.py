@@ -17,6 +17,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from mnemosyne.cli.archive import MEMBER_OF_FILE, import_archive, read_manifest
 from mnemosyne.client import (
     AbortedError,
     FailedPreconditionError,
@@ -29,7 +30,6 @@ from mnemosyne.client import (
 )
 from mnemosyne.client.types import BackupChunk, RetainItem, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
-from mnemosyne.tenant_archive import MEMBER_OF_FILE, import_archive, read_manifest
 from mnemosyne.v1 import admin_pb2
 from tests.support import ServerProcess, tokens_json, wait_until
 

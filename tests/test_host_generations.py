@@ -591,7 +591,7 @@ def test_protocol_page_matches_the_reference_stub() -> None:
         assert f"`{method.name}" in text, method.name
     # Every reason the workspace engine and servicer can raise is in the error table.
     import mnemosyne.engine.workspace as engine_module
-    import mnemosyne.transport.workspace_servicer as servicer_module
+    import mnemosyne.transport.grpc.workspace as servicer_module
 
     for module in (engine_module, servicer_module):
         for reason in re.findall(r'reason="([A-Z_]+)"', Path(module.__file__).read_text(encoding="utf-8")):

@@ -101,7 +101,7 @@ def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_fact
 
 
 def test_an_unknown_hot_path_sync_is_refused_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mnemosyne.cli import main
+    from mnemosyne.cli.commands import main
 
     monkeypatch.setenv("MNEMOSYNE_HOT_PATH_SYNC", "sometimes")
     assert main(serve_args(tmp_path / "d")) == 2

@@ -18,7 +18,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from mnemosyne.transport.errors import HTTP_STATUS_BY_CODE
-from mnemosyne.transport.http_mapping import GRPC_ONLY, routes
+from mnemosyne.transport.http.mapping import GRPC_ONLY, routes
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import (
     admin_pb2,

@@ -24,8 +24,8 @@ from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.transport import openapi
-from mnemosyne.transport.http_mapping import routes
+from mnemosyne.transport.http import openapi
+from mnemosyne.transport.http.mapping import routes
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import events_pb2, events_pb2_grpc
 from tests.http_support import request, server_sent_events

@@ -1,4 +1,4 @@
-"""The mem0-compatible endpoints (transport/mem0_api.py, docs/mem0.md): the official ``mem0ai``
+"""The mem0-compatible endpoints (transport/http/mem0.py, docs/mem0.md): the official ``mem0ai``
 client, unchanged, against a real server (in its own pinned virtual environment,
 tests/mem0_support.py), events polled over plain HTTP, two keys for two tenants kept apart, and
 hostile requests answered with a clear 4xx and mem0's ``detail``."""
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
-from mnemosyne.server_process import ServerProcess
 from tests.docs_support import code_blocks, section
 from tests.http_support import Reply, request
 from tests.mem0_support import Mem0Client, mem0_environment, mem0_python

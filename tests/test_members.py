@@ -1,6 +1,6 @@
 """Scale out, part 1 (docs/scale-out.md): tenants owned by one of many members, any member an entry point.
 
-Real server processes on loopback (service/server_process.py LocalMembers), the real Python and
+Real server processes on loopback (service/cli/server_process.py LocalMembers), the real Python and
 Node clients, and Debian's HAProxy as an HTTP/2 proxy routing at random in front of them.
 """
 
@@ -25,11 +25,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mnemosyne.cli.server_process import LocalMembers, ServerProcess
 from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import FailedPreconditionError, PermissionDeniedError, UnavailableError
 from mnemosyne.client.routing import owner_of as client_owner_of
 from mnemosyne.client.routing import weight as client_weight
-from mnemosyne.server_process import LocalMembers, ServerProcess
 from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership, owner_of, weight
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.v1 import events_pb2, memory_pb2

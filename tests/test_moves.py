@@ -23,11 +23,11 @@ import apsw
 import grpc
 import pytest
 
+from mnemosyne.cli.rebalance import rebalance
+from mnemosyne.cli.server_process import ServerProcess, _free_port
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
 from mnemosyne.client.types import RecordChange, TenantBackup
-from mnemosyne.rebalance import rebalance
-from mnemosyne.server_process import ServerProcess, _free_port
 from mnemosyne.store.membership import (
     EPOCH_KEY,
     HOLDER_KEY,

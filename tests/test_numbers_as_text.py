@@ -6,7 +6,7 @@ and str.isdigit() passes superscripts that int() refuses), no float where an int
 
 The batteries are generated from the field types: every numeric (and time) field of every HTTP/JSON
 route's request, from the proto descriptors, in the body (as a JSON string and as a JSON literal),
-the query string and the path; every number of every mem0 route (transport/mem0_api.py ROUTES) in
+the query string and the path; every number of every mem0 route (transport/http/mem0.py ROUTES) in
 each place it is read, and every mem0 path id; every typed flag of the command line. The MCP
 tools' copy of the rule (client/mcp_host.py) is checked against the engine's here too; the tools
 themselves in tests/test_mcp_tool_errors.py."""
@@ -31,14 +31,14 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from pydantic_core import PydanticCustomError
 
-from mnemosyne.cli import build_parser
+from mnemosyne.cli.commands import build_parser
 from mnemosyne.client.mcp_host import _decimal as tool_decimal
 from mnemosyne.client.mcp_host import _whole as tool_whole
 from mnemosyne.engine.limits import Limits, parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.transport.http_mapping import Route
-from mnemosyne.transport.mem0_api import ROUTES as MEM0_ROUTES
-from mnemosyne.transport.mem0_api import Mem0Number
+from mnemosyne.transport.http.mapping import Route
+from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
+from mnemosyne.transport.http.mem0 import Mem0Number
 from tests.http_support import ROUTES, Reply
 from tests.support import ServerProcess, tokens_json
 

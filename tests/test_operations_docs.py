@@ -10,7 +10,7 @@ import os
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mnemosyne.cli import build_parser
+from mnemosyne.cli.commands import build_parser
 from mnemosyne.observability.metrics import ServerMetrics
 from tests.docs_support import DOCS, section, table_rows
 

@@ -1,4 +1,4 @@
-"""A path field given again in an HTTP/JSON request (transport/http_mapping.py): in the body of a
+"""A path field given again in an HTTP/JSON request (transport/http/mapping.py): in the body of a
 POST, or the query of a GET. The same value is accepted (whatever the call then answers), another
 value is refused 400 PATH_FIELD_MISMATCH, a value of another JSON type 400 naming the field; every
 refusal comes after authentication (no token: 401, whatever the body), and never a 500.
@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from mnemosyne.transport.http_mapping import Route
+from mnemosyne.transport.http.mapping import Route
 from tests.http_support import ROUTES, Reply
 from tests.support import ServerProcess, tokens_json
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemosyne import read_priority
 from mnemosyne.client import MemoryClient
+from mnemosyne.runtime import read_priority
 from mnemosyne.transport.admission import Admission, AdmissionLimits, Lane
 from mnemosyne.v1 import memory_pb2
 from tests.support import ServerProcess, gauge, wait_until

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mnemosyne import server_process
+from mnemosyne.cli import server_process
+from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
 from mnemosyne.engine.config import EngineConfig
-from mnemosyne.server_process import ServerProcess
 from mnemosyne.transport.admission import AdmissionLimits
 from mnemosyne.transport.server import ServerConfig, start_server
 

@@ -23,11 +23,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mnemosyne.cli import build_parser
+from mnemosyne.cli.commands import build_parser
+from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.client.types import ThreadRef
-from mnemosyne.server_process import _free_port
 from tests.support import SERVE, ServerProcess, serve_args, tokens_json
 
 NAME_OVERRIDE = [("grpc.ssl_target_name_override", "localhost")]
@@ -265,7 +265,7 @@ def test_every_command_that_connects_takes_every_connection_flag() -> None:
     for name, command in connecting.items():
         wanted = CONNECTION_FLAGS - {"--target"} if name in NO_TARGET else CONNECTION_FLAGS
         missing = sorted(wanted - set(command._option_string_actions))
-        assert not missing, f"mnemosyne {name} lacks {missing}: give it _add_connection_flags (service/cli.py)"
+        assert not missing, f"mnemosyne {name} lacks {missing}: give it _add_connection_flags (service/cli/commands.py)"
 
 
 @dataclass

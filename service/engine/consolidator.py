@@ -50,7 +50,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mnemosyne import background
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
 from mnemosyne.engine.config import EngineConfig
@@ -69,6 +68,7 @@ from mnemosyne.engine.types import (
 )
 from mnemosyne.engine.workspace import MAIN_RECORD, Workspaces
 from mnemosyne.errors import Conflict, InvalidArgument, MnemosyneError, NotFound
+from mnemosyne.runtime import background
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import TenantStore
 

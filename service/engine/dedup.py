@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemosyne import read_priority
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import (
@@ -43,6 +42,7 @@ from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.runtime import read_priority
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn

@@ -12,7 +12,7 @@ import abc
 import re
 from dataclasses import dataclass, field
 
-from mnemosyne import read_priority
+from mnemosyne.runtime import read_priority
 
 Fact = tuple[str, str, str]  # (kind, value, normalized)
 Triple = tuple[str, str, str]  # (subject, predicate, object)

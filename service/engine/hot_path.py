@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from mnemosyne.background import become_background_thread, keep_up
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
 from mnemosyne.engine.config import HOT_PATH_SYNC_CHOICES, HotPathConfig
@@ -64,6 +63,7 @@ from mnemosyne.engine.types import (
 )
 from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
 from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.store import ledger
 from mnemosyne.store.inbox import InboxRequest, InboxTxn
 from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER, NOT_SERVED_HERE

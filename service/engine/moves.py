@@ -19,7 +19,7 @@ The record is in the tenant file itself, not in a journal beside it: it moves, i
 is removed with the file, it is read by the same open that checks the holder, and a step and its
 record are one SQLite transaction. Each step is idempotent; ``plan`` says where a move stands,
 so running it again after any interruption (a member killed, the rebalancer killed) finishes it.
-The transport (transport/moves.py) strings the steps together and makes the two calls to the
+The transport (transport/cluster/moves.py) strings the steps together and makes the two calls to the
 destination.
 """
 

@@ -54,8 +54,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.background import become_background_thread, keep_up
-from mnemosyne.runtime import release_free_memory
+from mnemosyne.runtime.background import become_background_thread, keep_up
+from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.fts_tokens import fts5_tokens
 from mnemosyne.store.tenant_store import NewMemory, ReadTxn, TenantStore, indexed_text

@@ -53,7 +53,7 @@ class Tenants:
     ) -> TenantPage:
         """Tenant ids with a file, in lexical order, one page at a time. ``elsewhere``: the
         tenants of the other members of a deployment (tenant -> whether its file is damaged),
-        listed with this member's (the admin fan-out, transport/fanout.py), its page tokens
+        listed with this member's (the admin fan-out, transport/cluster/fanout.py), its page tokens
         signed with ``secret``, one every member has (its next page may be asked of any member)."""
         secret = secret or self.pool.secret
         page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)

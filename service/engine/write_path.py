@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemosyne import background, read_priority
 from mnemosyne.engine import conflicts, dedup, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
@@ -41,6 +40,7 @@ from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus, ThreadRef
 from mnemosyne.errors import Conflict, InvalidArgument
+from mnemosyne.runtime import background, read_priority
 from mnemosyne.store import ledger
 from mnemosyne.store.tenant_store import NewMemory, NotStored, TenantStore, WriteTxn
 

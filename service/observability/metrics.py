@@ -30,10 +30,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from mnemosyne import read_priority
 from mnemosyne.engine.ann import FIGURES as ANN_FIGURES
 from mnemosyne.engine.ann import AnnFigures
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.runtime import read_priority
 
 # gRPC latency buckets: from sub-millisecond reads to multi-second batches with a real model.
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -97,7 +97,7 @@ class ServerMetrics(EngineObserver):
             ["reason"],
             registry=self.registry,
         )
-        # A deployment of many members (transport/forwarding.py): the clients that route by the
+        # A deployment of many members (transport/cluster/forwarding.py): the clients that route by the
         # member list never make a member forward (the tests read these).
         self.forwarded = Counter(
             "mnemosyne_forwarded_calls", "Calls this member forwarded to the tenant's owner.", registry=self.registry

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from mnemosyne import background
+from mnemosyne.runtime import background
 
 
 class TenantLock:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mnemosyne.background import become_background_thread, keep_up
+from mnemosyne.runtime.background import become_background_thread, keep_up
 
 log = logging.getLogger("mnemosyne.store.maintenance")
 

@@ -59,8 +59,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from mnemosyne import background, read_priority
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
+from mnemosyne.runtime import background, read_priority
 
 T = TypeVar("T")
 log = logging.getLogger("mnemosyne.admission")

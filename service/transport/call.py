@@ -82,7 +82,7 @@ class Call:
         # a server stream's response only then, so a bad request still gets its error status.
         self.stepped: asyncio.Event | None = None
         # The method's path, and the member owning the call's tenant when that is another member
-        # (the edge forwards the call there: transport/forwarding.py).
+        # (the edge forwards the call there: transport/cluster/forwarding.py).
         self.method = ""
         self.forward_to: str | None = None
         # Set by the edge: the tenant's file here is a copy a move brought, not active yet.

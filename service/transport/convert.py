@@ -457,7 +457,7 @@ def to_aggregate_chunk(chunk: types.AggregateChunk) -> admin_pb2.AggregateStatsC
 
 
 def to_members_aggregate_rows(rows: Iterable[admin_pb2.TenantStats], files_read: int) -> admin_pb2.AggregateStatsChunk:
-    """A chunk of a deployment's aggregate (transport/fanout.py): rows a member sent, the files
+    """A chunk of a deployment's aggregate (transport/cluster/fanout.py): rows a member sent, the files
     read so far across the members."""
     return admin_pb2.AggregateStatsChunk(tenants=rows, not_a_snapshot=True, files_read=files_read)
 

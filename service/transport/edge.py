@@ -15,7 +15,7 @@
 6. telemetry again: the latency histogram by method and code, and the access record.
 
 Steps 2-5 are the surface-independent methods ``begin``, ``answer``, ``answer_stream``,
-``answer_client_stream`` and ``failure``; ``service`` wraps them into gRPC handlers and transport/http_api.py into HTTP
+``answer_client_stream`` and ``failure``; ``service`` wraps them into gRPC handlers and transport/http/json_api.py into HTTP
 routes, so no rule here is written twice. Health checking and reflection are registered without
 this edge: Kubernetes probes carry no credentials. The handlers are wrapped once, when the
 services are registered (no interceptor runs per call).
@@ -41,8 +41,8 @@ from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
+from mnemosyne.transport.cluster.forwarding import Forwarder, Relayed
 from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
-from mnemosyne.transport.forwarding import Forwarder, Relayed
 
 log = logging.getLogger("mnemosyne.rpc")
 
@@ -154,7 +154,7 @@ class Edge:
         self._authenticator = authenticator
         self.forwarder = forwarder
         # A call for a tenant a move brought here, not active yet, first lets the move finish
-        # itself (transport/moves.py ``MoveDriver.finish``).
+        # itself (transport/cluster/moves.py ``MoveDriver.finish``).
         self._finish_move = finish_move
         self._admission = admission
         self.max_request_bytes = max_request_bytes

@@ -22,28 +22,28 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mnemosyne import read_priority
 from mnemosyne.engine.config import EngineConfig, make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.runtime import read_priority
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.cluster.fanout import FanOut
+from mnemosyne.transport.cluster.forwarding import Forwarder, member_key
+from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.edge import Edge
-from mnemosyne.transport.fanout import FanOut
-from mnemosyne.transport.forwarding import Forwarder, member_key
-from mnemosyne.transport.hot_path_servicers import EventsServicer, HotPathServicer
-from mnemosyne.transport.moves import MoveDriver
-from mnemosyne.transport.servicers import AdminServicer, MemoryServicer
+from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
+from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer
+from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
-from mnemosyne.transport.workspace_servicer import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 
 if TYPE_CHECKING:
-    from mnemosyne.transport.http_surface import HttpSurface
+    from mnemosyne.transport.http.surface import HttpSurface
 
 log = logging.getLogger("mnemosyne.server")
 
@@ -78,7 +78,7 @@ class ServerConfig:
     # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
     metrics_port: int = 9464
     metrics_host: str | None = None
-    # The HTTP/JSON API (transport/http_api.py): 0 = off; host None = the gRPC host. Host names
+    # The HTTP/JSON API (transport/http/json_api.py): 0 = off; host None = the gRPC host. Host names
     # it answers to besides loopback and its own address ("*": any), and web origins allowed by CORS.
     http_port: int = 8080
     http_host: str | None = None
@@ -97,7 +97,7 @@ class ServerConfig:
     # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
     test_park_tenant: str = ""
     test_park_file: Path | None = None
-    # Move test seam (transport/moves.py): the first move holds after this step.
+    # Move test seam (transport/cluster/moves.py): the first move holds after this step.
     test_move_hold_after: str = ""
 
 
@@ -205,7 +205,7 @@ def _authenticator(config: ServerConfig) -> TokenAuthenticator | None:
 def _forwarder(
     config: ServerConfig, authenticator: TokenAuthenticator | None, metrics: ServerMetrics, engine: Engine
 ) -> Forwarder | None:
-    """The forwarding hop of a member of many (transport/forwarding.py); None for a single server."""
+    """The forwarding hop of a member of many (transport/cluster/forwarding.py); None for a single server."""
     membership = config.engine.membership
     if membership is None:
         return None
@@ -266,16 +266,16 @@ def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
 
 
 class HttpSurfaceMaker(Protocol):
-    """``HttpSurface`` (transport/http_surface.py), passed in by whoever turns the HTTP port on."""
+    """``HttpSurface`` (transport/http/surface.py), passed in by whoever turns the HTTP port on."""
 
     def __call__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None, /) -> HttpSurface: ...
 
 
 async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker | None = None) -> RunningServer:
     """Start serving ``config``. With an HTTP port, ``http_surface`` makes what it serves: the
-    caller imports the HTTP stack only then (``mnemosyne serve`` does; see transport/http_surface.py)."""
+    caller imports the HTTP stack only then (``mnemosyne serve`` does; see transport/http/surface.py)."""
     if config.http_port and http_surface is None:
-        raise ValueError("config.http_port is set: pass http_surface=HttpSurface (transport/http_surface.py)")
+        raise ValueError("config.http_port is set: pass http_surface=HttpSurface (transport/http/surface.py)")
     _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
     if config.metrics_port:
         _check_can_listen(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from mnemosyne.engine.types import TenantStats
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.forwarding import Forwarder
+from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.v1 import admin_pb2
 
 log = logging.getLogger("mnemosyne.members")

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError, PermissionDenied
 from mnemosyne.transport.errors import http_status, to_status_proto
-from mnemosyne.transport.http_mapping import encode
+from mnemosyne.transport.http.mapping import encode
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 ANY_HOST = "*"

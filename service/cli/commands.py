@@ -26,7 +26,7 @@ from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.runtime import raise_open_file_limit, tune_interpreter
+from mnemosyne.runtime.interpreter import raise_open_file_limit, tune_interpreter
 from mnemosyne.version import VERSION
 
 T = TypeVar("T")
@@ -193,7 +193,7 @@ async def _run_server(config: ServerConfig) -> int:
     from mnemosyne.transport.server import start_server
 
     if config.http_port:  # the HTTP stack (MCP's SDK above all) is loaded only to be served
-        from mnemosyne.transport.http_surface import HttpSurface
+        from mnemosyne.transport.http.surface import HttpSurface
 
         running = await start_server(config, http_surface=HttpSurface)
     else:
@@ -395,7 +395,7 @@ def _oplog(args: argparse.Namespace) -> int:
 
 def _members(args: argparse.Namespace) -> int:
     """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
-    from mnemosyne.server_process import LocalMembers
+    from mnemosyne.cli.server_process import LocalMembers
 
     if not 1 <= args.count <= 64:
         raise SystemExit("--count: give 1 to 64 members")
@@ -428,7 +428,7 @@ def _members(args: argparse.Namespace) -> int:
 
 
 def _drill(args: argparse.Namespace) -> int:
-    from mnemosyne.drills import run_drills
+    from mnemosyne.cli.drills import run_drills
 
     results = run_drills(Path(args.data_dir), out=print)
     return 0 if results and all(r.passed for r in results) else 1
@@ -650,7 +650,7 @@ def _progress(line: str) -> None:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from mnemosyne.backup_dir import write_backup
+    from mnemosyne.cli.backup import write_backup
 
     with _client(args) as client:
         summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=_progress)
@@ -662,7 +662,7 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from mnemosyne.backup_dir import restore
+    from mnemosyne.cli.backup import restore
 
     restored = restore(
         Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=_progress
@@ -672,7 +672,7 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from mnemosyne.tenant_archive import write_archive
+    from mnemosyne.cli.archive import write_archive
 
     with _client(args) as client:
         copy = write_archive(client, args.tenant, Path(args.to))
@@ -681,8 +681,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _rebalance(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.rebalance import rebalance
     from mnemosyne.client.routing import parse_members
-    from mnemosyne.rebalance import rebalance
 
     lists = {flag: _at_file(value, flag) for flag, value in (("--from", args.from_members), ("--to", args.to_members))}
     for flag, listed in lists.items():
@@ -701,7 +701,7 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from mnemosyne.tenant_archive import import_archive
+    from mnemosyne.cli.archive import import_archive
 
     with _client(args) as client:
         result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)

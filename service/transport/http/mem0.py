@@ -53,11 +53,11 @@ from mnemosyne.engine.types import Event, Memory, Message, RetainItem, RetainSta
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, reading, snapshot_read
+from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.edge import Edge, Kind, Outcome, kind_of
-from mnemosyne.transport.forwarding import Forwarder
-from mnemosyne.transport.http_api import error_parts, read_body
+from mnemosyne.transport.http.json_api import error_parts, read_body
 
-# The path prefixes this app answers (transport/http_server.py ``compose`` mounts each).
+# The path prefixes this app answers (transport/http/server.py ``compose`` mounts each).
 MEM0_PREFIXES = (
     "/v1/ping/",
     "/v1/memories",
@@ -450,7 +450,7 @@ class Mem0Api:
         if call.forward_to is not None and isinstance(decoded, Mem0Request) and decoded.problem is None:
             # Another member owns the tenant: the request goes there as it came, over the
             # member-internal RELAY_METHOD (the forwarding hop of every surface:
-            # transport/forwarding.py), and its answer comes back as it was given.
+            # transport/cluster/forwarding.py), and its answer comes back as it was given.
             call.method, call.answers_bytes = RELAY_METHOD, True
             answer = await self._edge.answer(Kind.ON_LOOP, handler, http.envelope(), call)
             return _relayed(answer, echo, outcome)
@@ -734,7 +734,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
 
 
 # The member-internal gRPC method that carries a mem0 request to the member owning its tenant (not
-# in the protos: members only, proven by the member key, transport/forwarding.py). Request: the
+# in the protos: members only, proven by the member key, transport/cluster/forwarding.py). Request: the
 # HttpCall's envelope, the headers its metadata; response: the owner's answer, RelayedAnswer.
 RELAY_SERVICE = "mnemosyne.member.Mem0"
 RELAY_METHOD = f"/{RELAY_SERVICE}/Relay"

@@ -1,5 +1,5 @@
 """The server's HTTP port: the HTTP/JSON API, the MCP endpoint, the mem0-compatible API and the
-console, behind one guard (transport/http_guard.py), served by uvicorn (transport/http_server.py).
+console, behind one guard (transport/http/guard.py), served by uvicorn (transport/http/server.py).
 
 A module of its own so that a server with the HTTP port off never loads the HTTP stack: Starlette,
 uvicorn and above all the MCP SDK (its pydantic models) take about a second of a server's start.
@@ -24,15 +24,16 @@ from starlette.types import ASGIApp
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
-from mnemosyne.transport import http_mapping, openapi
 from mnemosyne.transport.auth import TokenAuthenticator
-from mnemosyne.transport.console import console_app
 from mnemosyne.transport.edge import Edge
-from mnemosyne.transport.http_api import HttpApi
-from mnemosyne.transport.http_guard import Guard
-from mnemosyne.transport.http_server import HttpServer, HttpTls, bind, compose
-from mnemosyne.transport.mcp_endpoint import MCP_PATH, McpEndpoint
-from mnemosyne.transport.mem0_api import MEM0_PREFIXES, Mem0Api, relay_handler
+from mnemosyne.transport.http import mapping as http_mapping
+from mnemosyne.transport.http import openapi
+from mnemosyne.transport.http.console import console_app
+from mnemosyne.transport.http.guard import Guard
+from mnemosyne.transport.http.json_api import HttpApi
+from mnemosyne.transport.http.mcp import MCP_PATH, McpEndpoint
+from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
+from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
 from mnemosyne.version import VERSION
 
 if TYPE_CHECKING:

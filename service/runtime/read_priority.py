@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from mnemosyne import background
+from mnemosyne.runtime import background
 
 # How long a stretch waits for the running reads at most (a 10k-memory recall takes ~1.5 ms of
 # CPU here): most reads finish inside it, a longer one shares the interpreter again.

@@ -33,7 +33,7 @@ from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
 from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.forwarding import Forwarder, Relayed
+from mnemosyne.transport.cluster.forwarding import Forwarder, Relayed
 from mnemosyne.v1 import admin_pb2, hot_path_pb2
 
 IMPORT_METHOD = "/mnemosyne.v1.AdminService/ImportTenant"

@@ -24,9 +24,9 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemosyne.errors import InvalidArgument, NotFound
-from mnemosyne.transport.http_guard import send_error
+from mnemosyne.transport.http.guard import send_error
 
-ASSETS = Path(__file__).resolve().parent.parent / "console_assets"
+ASSETS = Path(__file__).resolve().parents[2] / "console_assets"
 PREFIX = "/console"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",

@@ -13,8 +13,8 @@ from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, snapshot_read, waiting
-from mnemosyne.transport.fanout import FanOut
-from mnemosyne.transport.moves import MoveDriver
+from mnemosyne.transport.cluster.fanout import FanOut
+from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
@@ -224,7 +224,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if not first.HasField("manifest"):
             raise InvalidArgument("the first message of an import carries its manifest", reason="MANIFEST_MISSING")
         copy = convert.from_tenant_backup(first.manifest)
-        if first.move_epoch:  # a move's step 4, sent by its source (transport/moves.py)
+        if first.move_epoch:  # a move's step 4, sent by its source (transport/cluster/moves.py)
             begin = partial(
                 self._engine.moves.receive, first.tenant, copy, source=first.move_source, epoch=first.move_epoch
             )

@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 
-log = logging.getLogger("mnemosyne.background")
+log = logging.getLogger("mnemosyne.runtime.background")
 
 URGENT_AFTER_SECONDS = 2.0
 _LINUX = sys.platform.startswith("linux")

@@ -5,7 +5,7 @@ names its tenant (``/mcp?tenant=T``, optionally ``&workspace=W``); the token mus
 tenant. The MCP session is bound to that token, tenant and workspace: the SDK's session manager
 refuses a session id presented with another (404, as for a session it does not know), and a
 session it no longer knows starts without an observation, so its model must read memory before
-it writes. The HTTP guard (transport/http_guard.py) has already checked ``Host`` and ``Origin``,
+it writes. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
 the check the MCP specification requires.
 
 The tools call the server through its own gRPC API, over a private Unix socket, with the
@@ -33,7 +33,7 @@ from mnemosyne.client.mcp_host import DEFAULT_WORKSPACE, Agent, Session, build_s
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.store.pool import validate_tenant
 from mnemosyne.transport.auth import TokenAuthenticator
-from mnemosyne.transport.http_guard import send_error
+from mnemosyne.transport.http.guard import send_error
 
 MCP_PATH = "/mcp"
 _CLIENTS_KEPT = 64  # gRPC channels kept open, one per token recently used

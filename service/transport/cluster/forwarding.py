@@ -329,7 +329,7 @@ def _unchanged(data: bytes) -> bytes:
 
 
 def _serialize(message: Any) -> bytes:
-    """A request message's bytes; bytes as they are (a relayed mem0 request, transport/mem0_api.py)."""
+    """A request message's bytes; bytes as they are (a relayed mem0 request, transport/http/mem0.py)."""
     if isinstance(message, bytes):
         return message
     data: bytes = message.SerializeToString()

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import FlushResult, MemoryClient
-from mnemosyne.server_process import ServerProcess
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
 CONVERSATION = [

@@ -1,4 +1,4 @@
-"""The HTTP port: the JSON API (transport/http_api.py) behind the guard (transport/http_guard.py),
+"""The HTTP port: the JSON API (transport/http/json_api.py) behind the guard (transport/http/guard.py),
 served by uvicorn, an ASGI server, on the gRPC server's event loop.
 
 uvicorn runs embedded: the socket is bound here (so a port of 0 picks a free one and a bind

@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 document of the HTTP/JSON API, generated from the protos (the routes of
-transport/http_mapping.py and the message descriptors), served at ``/openapi.json``.
+transport/http/mapping.py and the message descriptors), served at ``/openapi.json``.
 
 Schemas follow proto3 JSON: field names in lowerCamelCase (the snake_case names are accepted on
 input too), 64-bit integers as decimal strings, enums by name, Timestamps as RFC 3339 strings,
@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import descriptor
 
-from mnemosyne.transport.http_mapping import Route
+from mnemosyne.transport.http.mapping import Route
 
 _FD = descriptor.FieldDescriptor
 _INT64 = {_FD.TYPE_INT64, _FD.TYPE_SINT64, _FD.TYPE_SFIXED64, _FD.TYPE_UINT64, _FD.TYPE_FIXED64}

@@ -1,4 +1,4 @@
-"""The HTTP/JSON API: every RPC at its ``google.api.http`` route (transport/http_mapping.py),
+"""The HTTP/JSON API: every RPC at its ``google.api.http`` route (transport/http/mapping.py),
 answered by the same servicers through the same edge as gRPC (transport/edge.py: admission,
 authentication, authorisation, the error table), so a rule is never written twice.
 
@@ -36,7 +36,7 @@ from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.edge import Edge, Kind, Outcome, kind_of, too_large
 from mnemosyne.transport.errors import http_status
-from mnemosyne.transport.http_mapping import Route, Router, decode, encode
+from mnemosyne.transport.http.mapping import Route, Router, decode, encode
 
 KEEPALIVE_SECONDS = 15.0
 OPENAPI_PATH = "/openapi.json"

@@ -1,0 +1,1 @@
+"""The gRPC servicers: each validates, converts (transport/convert.py) and calls the engine."""
