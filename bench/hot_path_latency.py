@@ -44,6 +44,7 @@ def main() -> None:
     from mnemosyne.engine.config import EngineConfig, HotPathConfig
     from mnemosyne.engine.engine import Engine
     from mnemosyne.engine.types import RetainItem
+    from mnemosyne.runtime.seams import Seams
 
     with tempfile.TemporaryDirectory() as d:
         hold = Path(d) / "hold"
@@ -52,11 +53,11 @@ def main() -> None:
                 data_dir=Path(d) / "data",
                 synchronous=args.synchronous.upper(),
                 hot_path=HotPathConfig(
-                    test_hold_workers_file=hold,
                     sync=args.hot_path_sync,
                     **({"batch": args.worker_batch} if args.worker_batch else {}),
                 ),
-            )
+            ),
+            seams=Seams(hold_workers_file=hold),
         )
         try:
             # Held workers: the enqueue's own cost. Draining workers: the same enqueues while the

@@ -20,7 +20,8 @@ from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.transport.admission import AdmissionLimits
-from mnemosyne.transport.server import ServerConfig, start_server
+from mnemosyne.transport.config import ServerConfig
+from mnemosyne.transport.server import start_server
 
 
 def _kept_after_concurrent_reads(calls_per_tenant: int, reader_share: int, tmp_path: Path) -> tuple[int, int]:

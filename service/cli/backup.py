@@ -48,6 +48,7 @@ from typing import IO, Any
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
@@ -69,16 +70,16 @@ PARTIAL_PREFIX = ".partial-"
 
 Progress = Callable[[str], None]
 _COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
-# Test seam: while the file this names exists and holds a stage's name, that stage waits (work
-# is then provably half done when a test kills the process).
-HOLD_ENV = "MNEMOSYNE_TEST_LIFECYCLE_HOLD"
 
 
 def _hold(stage: str) -> None:
-    hold = os.environ.get(HOLD_ENV)
-    while hold:
+    """The test seam MNEMOSYNE_TEST_LIFECYCLE_HOLD (runtime/seams.py): while its file holds this
+    stage's name, the stage waits (work is then provably half done when a test kills the process)."""
+    seams = Seams.from_environment()
+    hold = seams.lifecycle_hold_file if seams is not None else None
+    while hold is not None:
         try:
-            if Path(hold).read_text().strip() != stage:
+            if hold.read_text().strip() != stage:
                 return
         except FileNotFoundError:
             return
@@ -192,7 +193,8 @@ class _Writer:
         self.progress = progress
         self.current: _Receiving | None = None
         self.done: dict[str, dict[str, Any]] = {}
-        self.budget = FileBudget.from_environment()  # the file_bytes test seam (store/file_faults.py)
+        seams = Seams.from_environment()  # the file_bytes test seam (store/file_faults.py)
+        self.budget = FileBudget(seams.store_faults if seams is not None else ())
 
     def tenant(self, copy: TenantBackup) -> None:
         self.finish_tenant()

@@ -27,6 +27,7 @@ from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime.interpreter import raise_open_file_limit, tune_interpreter
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.version import VERSION
 
 T = TypeVar("T")
@@ -34,17 +35,11 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from mnemosyne.engine.limits import Limits
     from mnemosyne.store.membership import Membership
-    from mnemosyne.transport.server import ServerConfig
+    from mnemosyne.transport.config import ServerConfig
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"MNEMOSYNE_{name}", default)
-
-
-def _seams(name: str) -> frozenset[str]:
-    # Test seams (fault injection, crash after commit) are read from the environment only, so no
-    # production flag can switch them on by accident.
-    return frozenset(filter(None, (_env(name) or "").split(",")))
 
 
 def _limits(args: argparse.Namespace) -> Limits:
@@ -88,12 +83,12 @@ def _serve(args: argparse.Namespace) -> int:
     from mnemosyne.engine.llm_extractor import extractor_from_settings
     from mnemosyne.observability import logs
     from mnemosyne.transport.admission import AdmissionLimits
-    from mnemosyne.transport.server import ServerConfig
+    from mnemosyne.transport.config import ServerConfig
 
     logs.configure(args.log_format, os.environ.get("MNEMOSYNE_LOG_LEVEL", "INFO"))
-    if _env("TEST_OPEN_FILES"):  # test seam: start as under `ulimit -n` (soft:hard)
-        wanted_soft, _, wanted_hard = (_env("TEST_OPEN_FILES") or "").partition(":")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (int(wanted_soft), int(wanted_hard)))
+    seams = Seams.from_environment()  # a test's; None in production
+    if seams is not None and seams.open_files is not None:  # start as under `ulimit -n`
+        resource.setrlimit(resource.RLIMIT_NOFILE, seams.open_files)
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
     engine = EngineConfig(
@@ -108,22 +103,11 @@ def _serve(args: argparse.Namespace) -> int:
             batch=args.hot_path_batch,
             sync=args.hot_path_sync,
             event_retention_seconds=args.event_retention_seconds,
-            # Test seams: workers hold before committing while this file exists; extraction
-            # fails on texts containing the marker (a poison operation).
-            test_hold_workers_file=_path(_env("TEST_HOLD_WORKERS")),
-            test_poison_marker=_env("TEST_POISON_MARKER") or "",
         ),
         consolidation=ConsolidationConfig(
             idle_seconds=args.consolidate_idle_seconds,
             tenants=_listed(args.consolidate_tenant, "CONSOLIDATE_TENANT"),
-            # Test seam: hold each commit attempt of a record while this file exists (engine/config.py).
-            test_hold_file=_path(_env("TEST_HOLD_CONSOLIDATION")),
         ),
-        store_faults=_seams("TEST_FAULTS"),
-        crash_after_commit=_seams("TEST_CRASH_AFTER_COMMIT"),
-        generation_base=int(_env("TEST_GENERATION_BASE") or 0),
-        commit_during_assemble=_env("TEST_COMMIT_DURING_ASSEMBLE") == "1",
-        recall_steps_off=_seams("TEST_RECALL_OFF"),
         membership=_membership(args),
     )
     config = ServerConfig(
@@ -156,11 +140,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_client_ca=_path(args.tls_client_ca),
         drain_delay_seconds=args.drain_delay_seconds,
         forwarding=not args.no_forwarding,
-        test_park_tenant=_env("TEST_PARK_TENANT") or "",
-        test_park_file=_path(_env("TEST_PARK_FILE")),
-        test_move_hold_after=_env("TEST_MOVE_HOLD_AFTER") or "",
     )
-    return asyncio.run(_run_server(config))
+    return asyncio.run(_run_server(config, seams))
 
 
 def _at_file(value: str, flag: str) -> str:
@@ -189,15 +170,15 @@ def _membership(args: argparse.Namespace) -> Membership | None:
     return Membership.parse(args.member, listed, epoch=args.ownership_epoch, previous=previous)
 
 
-async def _run_server(config: ServerConfig) -> int:
+async def _run_server(config: ServerConfig, seams: Seams | None) -> int:
     from mnemosyne.transport.server import start_server
 
     if config.http_port:  # the HTTP stack (MCP's SDK above all) is loaded only to be served
         from mnemosyne.transport.http.surface import HttpSurface
 
-        running = await start_server(config, http_surface=HttpSurface)
+        running = await start_server(config, http_surface=HttpSurface, seams=seams)
     else:
-        running = await start_server(config)
+        running = await start_server(config, seams=seams)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -440,7 +421,7 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     from mnemosyne.engine.config import EMBEDDERS, ConsolidationConfig, EngineConfig, HotPathConfig
     from mnemosyne.engine.limits import Limits
     from mnemosyne.transport.admission import AdmissionLimits
-    from mnemosyne.transport.server import ServerConfig
+    from mnemosyne.transport.config import ServerConfig
 
     def default(cls: type, name: str, variable: str) -> str:
         value = _env(variable)

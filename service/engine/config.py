@@ -4,8 +4,6 @@ given once, here. The server's configuration nests this one (transport/server.py
 
 from __future__ import annotations
 
-import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +48,6 @@ class HotPathConfig:
     # Finished (succeeded or failed) events are deleted this long after they finished; 0 keeps
     # them forever. Open operations are never deleted.
     event_retention_seconds: float = 7 * 24 * 3600.0
-    # Test seams, empty in production: workers hold before committing while this file exists;
-    # extraction fails for any text containing this marker (a poison operation).
-    test_hold_workers_file: Path | None = None
-    test_poison_marker: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,9 +58,6 @@ class ConsolidationConfig:
     idle_seconds: float = 900.0
     # Tenants consolidated in the background, every ``interval_seconds``.
     tenants: tuple[str, ...] = ()
-    # Test seam (MNEMOSYNE_TEST_HOLD_CONSOLIDATION): before commit attempt N of a record, wait while
-    # this file exists and ``<file>.goN`` does not (at most 30 s), after creating ``<file>.heldN``.
-    test_hold_file: Path | None = None
 
     @property
     def interval_seconds(self) -> float:
@@ -95,22 +86,3 @@ class EngineConfig:
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.
     membership: Membership | None = None
-    # Test seams, empty in production: store fault points (store/tenant_store.py; file_bytes=N, a
-    # disk that fills under an import, store/file_faults.py), and methods after whose commit the
-    # process kills itself (a reply lost after a commit).
-    store_faults: frozenset[str] = frozenset()
-    crash_after_commit: frozenset[str] = frozenset()
-    # Test seams of host-owned generations (engine/workspace.py): the generation a scope has
-    # before its first record change (0 in production; e.g. 9_000_000 to make generations
-    # recognisable in output), and a Global commit made while AssembleContext's read is open.
-    generation_base: int = 0
-    commit_during_assemble: bool = False
-    # Test seam of recall quality's ablation (bench/locomo.py): steps switched off, of
-    # "neighbours", "window", "dates", "length", "speaker", "threads", "questions",
-    # "speaker_query", "names", "lists" (recall.py) and "relative_time" (resolved at write time).
-    recall_steps_off: frozenset[str] = frozenset()
-
-    def committed(self, method: str) -> None:
-        """Called after ``method``'s commit, before its reply: the crash-after-commit test seam."""
-        if method in self.crash_after_commit:
-            os.kill(os.getpid(), signal.SIGKILL)

@@ -69,6 +69,7 @@ from mnemosyne.engine.types import (
 from mnemosyne.engine.workspace import MAIN_RECORD, Workspaces
 from mnemosyne.errors import Conflict, InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.runtime import background
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import TenantStore
 
@@ -316,12 +317,13 @@ class SessionConsolidator:
         proposer: Proposer,
         observer: EngineObserver,
         config: EngineConfig,
+        seams: Seams,
     ) -> None:
         self._pool = pool
         self._workspaces = workspaces
         self.proposer = proposer
         self._observer = observer
-        self._config = config
+        self._seams = seams
         self.settings = config.consolidation
         for tenant in self.settings.tenants:
             validate_tenant(tenant)  # refused at start, not at every background pass
@@ -471,7 +473,7 @@ class SessionConsolidator:
             assert store is not None
             section = self._journal(store, thread, scope, receipt, section, model_calls)
         self._observer.consolidation_proposed(model_calls=model_calls)
-        self._config.committed("consolidation_proposal")  # the kill-after-the-model-answered seam
+        self._seams.committed("consolidation_proposal")  # the kill-after-the-model-answered seam
         return section, model_calls
 
     def _journal(self, store: TenantStore, thread: str, scope: str, receipt: str, section: str, calls: int) -> str:
@@ -497,12 +499,12 @@ class SessionConsolidator:
             with store.read() as txn:
                 content = txn.record(scope, MAIN_RECORD) or ""
                 stored = txn.scope_generation(scope)
-        return content, self._config.generation_base if stored is None else stored
+        return content, self._seams.generation_base if stored is None else stored
 
     def _hold(self, *, attempt: int) -> None:
         """Test seam: before commit attempt N, while the hold file exists and ``<file>.goN`` does
         not, wait (after creating ``<file>.heldN``)."""
-        hold = self.settings.test_hold_file
+        hold = self._seams.hold_consolidation_file
         if hold is None or not hold.exists():
             return
         hold.with_name(f"{hold.name}.held{attempt}").touch()

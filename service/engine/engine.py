@@ -51,6 +51,7 @@ from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
 
 log = logging.getLogger("mnemosyne.engine")
@@ -68,21 +69,24 @@ class Engine:
         extractor: Extractor | None = None,
         embedder: Embedder | None = None,
         observer: EngineObserver | None = None,
+        seams: Seams | None = None,
     ) -> None:
+        """``seams``: a test's (runtime/seams.py), None in production."""
         self.config = config
+        self.seams = seams = seams or Seams()
         self.limits = config.limits
         observer = SafeObserver(observer or EngineObserver())
         extractor = extractor or RulesExtractor()
         proposer = proposer_for(extractor)
-        if config.hot_path.test_poison_marker:
-            extractor = PoisonedExtractor(extractor, config.hot_path.test_poison_marker)
+        if seams.poison_marker:
+            extractor = PoisonedExtractor(extractor, seams.poison_marker)
         embedder = embedder or HashingEmbedder()
         self.pool = TenantPool(
             config.data_dir,
             max_open=config.max_open_tenants,
             synchronous=config.synchronous,
             max_readers=config.readers_per_tenant,
-            faults=config.store_faults,
+            faults=seams.store_faults,
             membership=config.membership,
         )
         self.write_path = WritePath(
@@ -92,22 +96,22 @@ class Engine:
             observer=observer,
             near_duplicate_threshold=config.near_duplicate_threshold,
             request_ttl_seconds=config.request_ttl_seconds,
-            resolve_relative_time="relative_time" not in config.recall_steps_off,
+            resolve_relative_time="relative_time" not in seams.recall_steps_off,
         )
         self.recall = Recall(
             pool=self.pool,
             embedder=embedder,
             limits=config.limits,
-            steps_off=config.recall_steps_off,
+            steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
         )
-        self.memories = Memories(pool=self.pool, limits=config.limits, committed=config.committed)
-        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=config.committed)
+        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed)
+        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=seams.committed)
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
-        self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config)
+        self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
         self.consolidator = SessionConsolidator(
-            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config
+            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
         )
         try:
             self.hot_path = HotPath(
@@ -116,13 +120,14 @@ class Engine:
                 config=config.hot_path,
                 limits=config.limits,
                 observer=observer,
+                hold_file=seams.hold_workers_file,
             )
             self.hot_path.start()
             self.consolidator.start()
             self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
             self.backups = Backups(pool=self.pool)
             self.imports = TenantImports(
-                pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=config.store_faults
+                pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
             )
             self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
         except BaseException:
@@ -216,7 +221,7 @@ class Engine:
                 request=request,
                 per_item_errors=per_item_errors,
             )
-        self.config.committed(method)
+        self.seams.committed(method)
         return result
 
     # -- live figures, read by the metrics on every scrape (they open no file) -------------------

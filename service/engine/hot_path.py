@@ -42,6 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
@@ -280,6 +281,7 @@ class HotPath:
         config: HotPathConfig,
         limits: Limits,
         observer: EngineObserver,
+        hold_file: Path | None = None,
     ) -> None:
         self._write_path = write_path
         self._pool = pool
@@ -289,7 +291,7 @@ class HotPath:
         self._batch = max(1, config.batch)
         self._max_failures = max(1, config.max_failures)
         self._retry_seconds = max(0.0, config.retry_seconds)
-        self._hold_file = config.test_hold_workers_file
+        self._hold_file = hold_file  # the test seam MNEMOSYNE_TEST_HOLD_WORKERS (runtime/seams.py)
         self.index = PendingIndex(pool.data_dir)
         self._scheduler = _Scheduler()
         self.changes = Changes()

@@ -233,7 +233,7 @@ class TenantImports:
         self._pool = pool
         self._hot_path = hot_path
         self._backups = backups
-        self._faults = faults  # test seams (EngineConfig.store_faults): file_bytes, store/file_faults.py
+        self._faults = faults  # test seams (Seams.store_faults, runtime/seams.py): file_bytes, store/file_faults.py
 
     def begin(
         self, tenant: str, copy: TenantCopy, *, replace: bool, move: tuple[str, int] | None = None

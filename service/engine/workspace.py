@@ -44,6 +44,7 @@ from mnemosyne.engine.types import (
     WriteResult,
 )
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
@@ -155,16 +156,19 @@ class Workspaces:
     """Record reads and writes of a tenant's scopes: the same tenant pool, the same recall, the
     same test seams as the memory calls."""
 
-    def __init__(self, *, pool: TenantPool, recall: Recall, observer: EngineObserver, config: EngineConfig) -> None:
+    def __init__(
+        self, *, pool: TenantPool, recall: Recall, observer: EngineObserver, config: EngineConfig, seams: Seams
+    ) -> None:
         self._pool = pool
         self._recall = recall
         self._observer = observer
         self._limits = config.limits
         self.config = config
+        self._seams = seams
 
     def _generation(self, txn: ReadTxn, scope: str) -> int:
         generation = txn.scope_generation(scope)
-        return self.config.generation_base if generation is None else generation
+        return self._seams.generation_base if generation is None else generation
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -173,7 +177,7 @@ class Workspaces:
         if query:
             check.validate_query(query, self._limits)
             check.validate_k(k, self._limits)
-        base = self.config.generation_base
+        base = self._seams.generation_base
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 global_records, workspace_records, global_gen, workspace_gen = [], [], base, base
@@ -183,7 +187,7 @@ class Workspaces:
                     # reads (see the seam) cannot pair this content with a newer generation.
                     global_records = txn.scope_records(GLOBAL_SCOPE)
                     workspace_records = txn.scope_records(scope)
-                    if self.config.commit_during_assemble:
+                    if self._seams.commit_during_assemble:
                         self._seam_commit(store)
                     global_gen = self._generation(txn, GLOBAL_SCOPE)
                     workspace_gen = self._generation(txn, scope)
@@ -244,7 +248,7 @@ class Workspaces:
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
-                return ScopeRecords([], self.config.generation_base)
+                return ScopeRecords([], self._seams.generation_base)
             with store.read() as txn:
                 secret = txn.page_token_secret()
                 position = page_tokens.decode(secret, tenant, query, page_token)
@@ -274,7 +278,7 @@ class Workspaces:
             if store is not None:
                 with store.read() as txn:
                     counts, generations = txn.scope_record_counts(), txn.scope_generations()
-        base = self.config.generation_base
+        base = self._seams.generation_base
         workspaces = sorted(scope for scope in counts if scope != GLOBAL_SCOPE)
         return [
             ScopeSummary(scope, generations.get(scope, base), counts.get(scope, 0))
@@ -447,7 +451,7 @@ class Workspaces:
             if erase:  # the content a change removed leaves the WAL too (docs/operations.md)
                 store.erase_traces()
         if not result.already_applied:
-            self.config.committed(method)
+            self._seams.committed(method)
         return result
 
     @staticmethod

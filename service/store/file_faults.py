@@ -1,4 +1,4 @@
-"""Test seam ``file_bytes=N`` (in MNEMOSYNE_TEST_FAULTS, the server's ``EngineConfig.store_faults``):
+"""Test seam ``file_bytes=N`` (in MNEMOSYNE_TEST_FAULTS, ``Seams.store_faults``: runtime/seams.py):
 a disk that fills while a file outside SQLite is written. The files one backup receives
 (backup_dir.py) or one import writes into the server's scratch space (engine/tenant_import.py)
 may hold N bytes in all; the write that would pass them fails with ENOSPC, as a full filesystem
@@ -11,7 +11,6 @@ import errno
 import os
 from collections.abc import Iterable
 
-FAULTS_ENV = "MNEMOSYNE_TEST_FAULTS"
 _NAME = "file_bytes"
 
 
@@ -24,11 +23,6 @@ class FileBudget:
             name, _, value = fault.partition("=")
             if name == _NAME:
                 self._left = int(value)
-
-    @classmethod
-    def from_environment(cls) -> FileBudget:
-        """The seam as the process's environment sets it (the CLI has no engine configuration)."""
-        return cls(filter(None, os.environ.get(FAULTS_ENV, "").split(",")))
 
     def take(self, size: int) -> None:
         """Room for ``size`` more bytes, or the OSError a full disk raises."""

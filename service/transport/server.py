@@ -14,26 +14,26 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mnemosyne.engine.config import EngineConfig, make_embedder
+from mnemosyne.engine.config import make_embedder
 from mnemosyne.engine.engine import Engine
-from mnemosyne.engine.extractor import Extractor
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import read_priority
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.forwarding import Forwarder, member_key
 from mnemosyne.transport.cluster.moves import MoveDriver
+from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer
@@ -56,49 +56,6 @@ SERVICES = [
 ]
 SERVICE_NAMES = [service.full_name for service in SERVICES]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """The server's configuration, nesting the engine's (each default given once, there or here)."""
-
-    engine: EngineConfig
-    host: str = "127.0.0.1"
-    port: int = 50051
-    tokens_file: Path | None = None
-    tokens_json: str | None = None
-    allow_unauthenticated: bool = False
-    grace_seconds: float = 20.0
-    # Worker threads, per-tenant shares and the stream, queue and waiting limits (admission.py).
-    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
-    # The extractor of new memories; None = the rules extractor (see --extractor).
-    extractor: Extractor | None = None
-    # Which embedder makes the vectors (engine/config.py EMBEDDERS); a tenant keeps the one it began with.
-    embedder: str = "hashing"
-    # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
-    metrics_port: int = 9464
-    metrics_host: str | None = None
-    # The HTTP/JSON API (transport/http/json_api.py): 0 = off; host None = the gRPC host. Host names
-    # it answers to besides loopback and its own address ("*": any), and web origins allowed by CORS.
-    http_port: int = 8080
-    http_host: str | None = None
-    http_allowed_hosts: tuple[str, ...] = ()
-    http_cors_origins: tuple[str, ...] = ()
-    # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
-    # and readiness probes take the server out of rotation) before the grace period starts.
-    drain_delay_seconds: float = 0.0
-    # With members (engine.membership): forward a call for a tenant another member owns to it
-    # (False: refuse it, NOT_OWNER).
-    forwarding: bool = True
-    # Admission test seam: this tenant's jobs wait on their worker thread while the file exists.
-    test_park_tenant: str = ""
-    test_park_file: Path | None = None
-    # Move test seam (transport/cluster/moves.py): the first move holds after this step.
-    test_move_hold_after: str = ""
 
 
 def server_options(max_request_bytes: int, admission: AdmissionLimits) -> list[tuple[str, int]]:
@@ -271,9 +228,13 @@ class HttpSurfaceMaker(Protocol):
     def __call__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None, /) -> HttpSurface: ...
 
 
-async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker | None = None) -> RunningServer:
+async def start_server(
+    config: ServerConfig, *, http_surface: HttpSurfaceMaker | None = None, seams: Seams | None = None
+) -> RunningServer:
     """Start serving ``config``. With an HTTP port, ``http_surface`` makes what it serves: the
-    caller imports the HTTP stack only then (``mnemosyne serve`` does; see transport/http/surface.py)."""
+    caller imports the HTTP stack only then (``mnemosyne serve`` does; see transport/http/surface.py).
+    ``seams``: a test's (runtime/seams.py), None in production."""
+    seams = seams or Seams()
     if config.http_port and http_surface is None:
         raise ValueError("config.http_port is set: pass http_surface=HttpSurface (transport/http/surface.py)")
     _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
@@ -298,9 +259,13 @@ async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker |
         config.engine, readers_per_tenant=max(config.engine.readers_per_tenant, at_once)
     )
     engine = Engine(
-        engine_config, extractor=config.extractor, observer=metrics, embedder=make_embedder(config.embedder)
+        engine_config,
+        extractor=config.extractor,
+        observer=metrics,
+        embedder=make_embedder(config.embedder),
+        seams=seams,
     )
-    admission = Admission(config.admission, park_tenant=config.test_park_tenant, park_file=config.test_park_file)
+    admission = Admission(config.admission, park_tenant=seams.park_tenant, park_file=seams.park_file)
     # This thread is the event loop, which runs lone snapshot reads inline (admission): a read
     # never waits for reads.
     read_priority.never_give_way()
@@ -325,7 +290,7 @@ async def start_server(config: ServerConfig, *, http_surface: HttpSurfaceMaker |
     try:
         server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
         forwarder = _forwarder(config, authenticator, metrics, engine)
-        mover = MoveDriver(engine, forwarder, hold_after=config.test_move_hold_after)
+        mover = MoveDriver(engine, forwarder, hold_after=seams.move_hold_after)
         edge = Edge(
             authenticator,
             admission,

@@ -16,7 +16,6 @@ import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -25,6 +24,7 @@ from starlette.types import ASGIApp
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.http import mapping as http_mapping
 from mnemosyne.transport.http import openapi
@@ -35,9 +35,6 @@ from mnemosyne.transport.http.mcp import MCP_PATH, McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
 from mnemosyne.version import VERSION
-
-if TYPE_CHECKING:
-    from mnemosyne.transport.server import ServerConfig
 
 
 class HttpSurface:

@@ -1,0 +1,105 @@
+"""Test seams: the ways a test holds, fails or kills a process at a chosen moment, all in one
+object. A test sets them through ``MNEMOSYNE_TEST_*`` environment variables on the process it
+starts; ``Seams.from_environment`` reads them, and returns None when none is set — which is every
+production process. No configuration object, flag or chart value carries a seam, so nothing in a
+deployment can switch one on; the components that have seams take a ``Seams`` (or None) apart
+from their configuration.
+
+The variables (each optional; a ``MNEMOSYNE_TEST_`` variable not listed here is refused, so a
+misspelt seam fails the test that set it instead of silently doing nothing):
+
+* ``MNEMOSYNE_TEST_FAULTS``: the store's fault points, comma-separated (store/pool.py
+  ``_fault_point``, store/tenant_store.py: ``kill@NAME``, ``hold@NAME=PATH``, ``max_page_count=N``;
+  ``file_bytes=N``: store/file_faults.py);
+* ``MNEMOSYNE_TEST_CRASH_AFTER_COMMIT``: methods after whose commit the process kills itself
+  (a reply lost after a commit);
+* ``MNEMOSYNE_TEST_HOLD_WORKERS``: hot-path workers hold before committing while this file exists;
+* ``MNEMOSYNE_TEST_POISON_MARKER``: extraction fails on any text holding it (a poison operation);
+* ``MNEMOSYNE_TEST_HOLD_CONSOLIDATION``: a record's commit attempt N waits while this file exists
+  and ``<file>.goN`` does not (engine/consolidator.py);
+* ``MNEMOSYNE_TEST_GENERATION_BASE``: the generation a scope has before its first record change;
+* ``MNEMOSYNE_TEST_COMMIT_DURING_ASSEMBLE=1``: a Global commit made while AssembleContext reads;
+* ``MNEMOSYNE_TEST_RECALL_OFF``: recall steps switched off by name (the ablation of bench/locomo.py);
+* ``MNEMOSYNE_TEST_PARK_TENANT`` / ``MNEMOSYNE_TEST_PARK_FILE``: that tenant's jobs wait on their
+  worker thread while the file exists (transport/admission.py);
+* ``MNEMOSYNE_TEST_MOVE_HOLD_AFTER``: the first move of the process holds after that step
+  (transport/cluster/moves.py);
+* ``MNEMOSYNE_TEST_OPEN_FILES=SOFT:HARD``: the server starts as under ``ulimit -n``;
+* ``MNEMOSYNE_TEST_LIFECYCLE_HOLD``: a backup or restore stage waits while this file holds the
+  stage's name (cli/backup.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PREFIX = "MNEMOSYNE_TEST_"
+
+
+@dataclass(frozen=True)
+class Seams:
+    store_faults: frozenset[str] = frozenset()
+    crash_after_commit: frozenset[str] = frozenset()
+    hold_workers_file: Path | None = None
+    poison_marker: str = ""
+    hold_consolidation_file: Path | None = None
+    generation_base: int = 0
+    commit_during_assemble: bool = False
+    recall_steps_off: frozenset[str] = frozenset()
+    park_tenant: str = ""
+    park_file: Path | None = None
+    move_hold_after: str = ""
+    open_files: tuple[int, int] | None = None
+    lifecycle_hold_file: Path | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
+        """The seams a test set on this process; None when it set none (production)."""
+        values = {name.removeprefix(PREFIX): value for name, value in environ.items() if name.startswith(PREFIX)}
+        if not values:
+            return None
+        unknown = set(values) - set(_READERS) - _READ_ELSEWHERE
+        if unknown:
+            raise ValueError(f"unknown test seams: {', '.join(sorted(PREFIX + name for name in unknown))}")
+        seams = {field: read(values[name]) for name, (field, read) in _READERS.items() if values.get(name)}
+        return cls(**seams) if seams else None
+
+    def committed(self, method: str) -> None:
+        """After ``method``'s commit, before its reply: the crash-after-commit seam."""
+        if method in self.crash_after_commit:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _names(value: str) -> frozenset[str]:
+    return frozenset(filter(None, value.split(",")))
+
+
+def _soft_hard(value: str) -> tuple[int, int]:
+    soft, _, hard = value.partition(":")
+    return int(soft), int(hard)
+
+
+# MNEMOSYNE_TEST_<NAME> -> (the field it sets, how its text is read).
+_READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "FAULTS": ("store_faults", _names),
+    "CRASH_AFTER_COMMIT": ("crash_after_commit", _names),
+    "HOLD_WORKERS": ("hold_workers_file", Path),
+    "POISON_MARKER": ("poison_marker", str),
+    "HOLD_CONSOLIDATION": ("hold_consolidation_file", Path),
+    "GENERATION_BASE": ("generation_base", int),
+    "COMMIT_DURING_ASSEMBLE": ("commit_during_assemble", lambda value: value == "1"),
+    "RECALL_OFF": ("recall_steps_off", _names),
+    "PARK_TENANT": ("park_tenant", str),
+    "PARK_FILE": ("park_file", Path),
+    "MOVE_HOLD_AFTER": ("move_hold_after", str),
+    "OPEN_FILES": ("open_files", _soft_hard),
+    "LIFECYCLE_HOLD": ("lifecycle_hold_file", Path),
+}
+# Variables of the test harness, not of this process: the suite's external server
+# (tests/conftest.py) and the fsync probe's log (tests/sync_probe).
+_READ_ELSEWHERE = frozenset({"TARGET", "SYNC_LOG"})
