@@ -14,8 +14,8 @@ from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow
 
 
 def memory_from_row(row: MemoryRow) -> Memory:

@@ -5,7 +5,7 @@ text and metadata are validated as a retain's are (engine/limits.py), extracted 
 outside any transaction, its near duplicates looked up (engine/dedup.py) and its attribute facts
 adjudicated (engine/conflicts.py) in the ONE write transaction that replaces body, facts, triples,
 embedding and full-text row, keeps the earlier version (``memory_versions``) and appends one
-``update`` ledger entry (store/tenant_store.py ``update_memory``). New content that another
+``update`` ledger entry (store/memory_writes.py ``update_memory``). New content that another
 memory already holds is refused (MEMORY_DUPLICATE, naming it), as a retain of it would have
 answered that memory.
 
@@ -31,8 +31,9 @@ from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef,
 from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
