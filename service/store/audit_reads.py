@@ -1,4 +1,4 @@
-"""The queries that feed the audit chain's verification (store/ledger.py ``verify``): the chain
+"""The queries that feed the audit chain's verification (store/ledger_verify.py ``verify``): the chain
 itself, and every memory and record with the hashes of what is actually stored."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mnemosyne.store import ledger
+from mnemosyne.store.ledger_verify import LedgerRow, StoredMemory, StoredRecord, Verdict, verify
 from mnemosyne.store.record_reads import RecordReads
 from mnemosyne.store.schema import forgotten_columns
 
@@ -32,14 +33,14 @@ class _StoredParts:
         merged_into: int | None,
         superseded_by: int | None,
         row_cleared: bool,
-    ) -> ledger.StoredMemory:
+    ) -> StoredMemory:
         """The memory with digests recomputed from its row (``row_cleared``: the row holds nothing
         a forget clears) and these parts."""
         my_facts, my_triples = self.facts.get(memory_id, []), self.triples.get(memory_id, [])
         vector = self.embeddings.get(memory_id)
         key = self.keys.get(memory_id)
         forgotten = forgotten_at is not None
-        return ledger.StoredMemory(
+        return StoredMemory(
             memory_id=memory_id,
             forgotten=forgotten,
             digest=ledger.MemoryDigest.of(
@@ -71,20 +72,20 @@ class _StoredParts:
 class AuditReads(RecordReads):
     """What the audit compares; valid inside one transaction (read or write)."""
 
-    def audit(self) -> ledger.Verdict:
+    def audit(self) -> Verdict:
         """The audit chain recomputed and every memory, record and generation checked against it."""
-        return ledger.verify(
+        return verify(
             self.ledger_rows(),
             self.stored_memories(),
             records=self.stored_records(),
             generations=self.scope_generations(),
         )
 
-    def ledger_rows(self) -> Iterator[ledger.LedgerRow]:
+    def ledger_rows(self) -> Iterator[LedgerRow]:
         for seq, entry, digest in self.connection.execute("SELECT seq, entry, hash FROM ledger ORDER BY seq"):
-            yield ledger.LedgerRow(seq, entry, digest)
+            yield LedgerRow(seq, entry, digest)
 
-    def stored_memories(self) -> Iterator[ledger.StoredMemory]:
+    def stored_memories(self) -> Iterator[StoredMemory]:
         """Every memory row with digests recomputed from what is actually stored."""
         parts = self._stored_parts()
         cleared = forgotten_columns(self.connection)  # what a forgotten memory's row must hold no more
@@ -115,9 +116,9 @@ class AuditReads(RecordReads):
             versioned={r[0] for r in self.connection.execute("SELECT DISTINCT memory_id FROM memory_versions")},
         )
 
-    def stored_records(self) -> Iterator[ledger.StoredRecord]:
+    def stored_records(self) -> Iterator[StoredRecord]:
         """Every record with the hash of what is actually stored, for verification."""
         for scope, key, content, seq in self.connection.execute(
             "SELECT scope, key, content, ledger_seq FROM records ORDER BY scope, key"
         ):
-            yield ledger.StoredRecord(scope, key, ledger.sha256_hex(content), seq)
+            yield StoredRecord(scope, key, ledger.sha256_hex(content), seq)
