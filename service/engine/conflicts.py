@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mnemosyne.store.tenant_store import MemoryRow, WriteTxn
+from mnemosyne.store.memory_rows import MemoryRow
+from mnemosyne.store.tenant_store import WriteTxn
 
 # Predicates whose subject has one current value at a time.
 NON_FUNCTIONAL_PREDICATES = frozenset({"is", "are", "was", "were"})

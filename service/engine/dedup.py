@@ -45,7 +45,7 @@ from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime import read_priority
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import ReadTxn
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 DEFAULT_THRESHOLD = 0.85
 # Candidates kept per new memory at write time; more would only lengthen the result.
@@ -301,48 +301,60 @@ class Deduplicator:
                     prior = _prior_dedup(txn, request_id, payload_hash, threshold)
                 if prior is not None:
                     return prior
-            index = vector_index(store, self._embedder.dim)
-            with store.read() as txn:
-                check_tenant_embedder(txn, self._embedder, write=False)
-                ids, matrix = index.sync(txn)
-                pairs = similar_pairs(ids, matrix, threshold)
-                involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
-                rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
-            # Superseded memories are history, never a merge target nor merged into a current one.
-            known = {
-                i: Candidate(r.scope, r.body)
-                for i, r in rows.items()
-                if not r.forgotten and not r.merged_into and not r.superseded_by
-            }
-            groups = group_pairs(pairs, known)
+            groups = self._groups(store, threshold)
             if not merge:
                 return DedupReport(groups, False, threshold)
-            with store.write() as txn:
-                if request_id:
-                    prior = _prior_dedup(txn, request_id, payload_hash, threshold)
-                    if prior is not None:
-                        return prior
-                applied: list[DedupGroup] = []
-                now = time.time()
-                _, epoch_before = txn.index_state()
-                for group in groups:
-                    live = txn.live_ids([group.keep, *group.duplicates])
-                    members = tuple(d for d in group.duplicates if d in live)
-                    if group.keep not in live or not members:
-                        continue  # a forget or another merge got there first
-                    txn.merge_memories(group.keep, members, at=now)
-                    applied.append(DedupGroup(group.keep, members))
-                txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
-                report = DedupReport(applied, True, threshold)
-                if request_id:
-                    result = [[g.keep, list(g.duplicates)] for g in applied]
-                    txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
-                _, epoch_after = txn.index_state()
-            if applied:  # the caches drop the merged rows rather than reloading the tenant's vectors and postings
-                merged = [d for g in applied for d in g.duplicates]
-                drop_vectors(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
-                drop_texts(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
-        return report
+            return _merge(store, groups, threshold, request_id, payload_hash)
+
+    def _groups(self, store: TenantStore, threshold: float) -> list[DedupGroup]:
+        """The tenant's near-duplicate groups, from one read snapshot of its vectors."""
+        index = vector_index(store, self._embedder.dim)
+        with store.read() as txn:
+            check_tenant_embedder(txn, self._embedder, write=False)
+            ids, matrix = index.sync(txn)
+            pairs = similar_pairs(ids, matrix, threshold)
+            involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
+            rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
+        # Superseded memories are history, never a merge target nor merged into a current one.
+        known = {
+            i: Candidate(r.scope, r.body)
+            for i, r in rows.items()
+            if not r.forgotten and not r.merged_into and not r.superseded_by
+        }
+        return group_pairs(pairs, known)
+
+
+def _merge(
+    store: TenantStore, groups: list[DedupGroup], threshold: float, request_id: str | None, payload_hash: str
+) -> DedupReport:
+    """Merge the groups whose members are all still live, in one write transaction (a request id
+    seen before answers its first result instead); the caches then drop the merged rows."""
+    with store.write() as txn:
+        if request_id:
+            prior = _prior_dedup(txn, request_id, payload_hash, threshold)
+            if prior is not None:
+                return prior
+        applied: list[DedupGroup] = []
+        now = time.time()
+        _, epoch_before = txn.index_state()
+        for group in groups:
+            live = txn.live_ids([group.keep, *group.duplicates])
+            members = tuple(d for d in group.duplicates if d in live)
+            if group.keep not in live or not members:
+                continue  # a forget or another merge got there first
+            txn.merge_memories(group.keep, members, at=now)
+            applied.append(DedupGroup(group.keep, members))
+        txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
+        report = DedupReport(applied, True, threshold)
+        if request_id:
+            result = [[g.keep, list(g.duplicates)] for g in applied]
+            txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
+        _, epoch_after = txn.index_state()
+    if applied:  # the caches drop the merged rows rather than reloading the tenant's vectors and postings
+        merged = [d for g in applied for d in g.duplicates]
+        drop_vectors(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
+        drop_texts(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
+    return report
 
 
 def _prior_dedup(txn: ReadTxn, request_id: str, payload_hash: str, threshold: float) -> DedupReport | None:

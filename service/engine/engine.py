@@ -89,6 +89,21 @@ class Engine:
             faults=seams.store_faults,
             membership=config.membership,
         )
+        self._wire_requests(extractor, embedder, observer)
+        self.consolidator = SessionConsolidator(
+            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
+        )
+        try:
+            self._start_background(observer)
+        except BaseException:
+            self.consolidator.stop()
+            self.write_path.close()
+            self.pool.close()  # release the directory lock for the next attempt
+            raise
+
+    def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
+        """The parts that answer requests on the caller's thread."""
+        config, seams = self.config, self.seams
         self.write_path = WritePath(
             extractor=extractor,
             embedder=embedder,
@@ -110,31 +125,27 @@ class Engine:
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
-        self.consolidator = SessionConsolidator(
-            pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
+
+    def _start_background(self, observer: EngineObserver) -> None:
+        """The background workers (the hot path's, the consolidator's) started, and the parts that
+        stop or drain the hot path (erasure, imports, moves)."""
+        config, seams = self.config, self.seams
+        self.hot_path = HotPath(
+            write_path=self.write_path,
+            pool=self.pool,
+            config=config.hot_path,
+            limits=config.limits,
+            observer=observer,
+            hold_file=seams.hold_workers_file,
         )
-        try:
-            self.hot_path = HotPath(
-                write_path=self.write_path,
-                pool=self.pool,
-                config=config.hot_path,
-                limits=config.limits,
-                observer=observer,
-                hold_file=seams.hold_workers_file,
-            )
-            self.hot_path.start()
-            self.consolidator.start()
-            self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
-            self.backups = Backups(pool=self.pool)
-            self.imports = TenantImports(
-                pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
-            )
-            self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
-        except BaseException:
-            self.consolidator.stop()
-            self.write_path.close()
-            self.pool.close()  # release the directory lock for the next attempt
-            raise
+        self.hot_path.start()
+        self.consolidator.start()
+        self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
+        self.backups = Backups(pool=self.pool)
+        self.imports = TenantImports(
+            pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
+        )
+        self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
 
     def close(self) -> None:
         self.consolidator.stop()

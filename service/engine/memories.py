@@ -14,8 +14,8 @@ from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow
 
 
 def memory_from_row(row: MemoryRow) -> Memory:
@@ -48,6 +48,23 @@ def _thread_cursor(position: str | None) -> tuple[int, int] | None:
     if not thread_position.isdigit() or not memory_id.isdigit():  # pragma: no cover - only we write positions
         raise page_tokens.invalid()
     return int(thread_position), int(memory_id)
+
+
+def _listing_query(
+    scope: str, include_forgotten: bool, newest_first: bool, thread: str, wanted: Mapping[str, str]
+) -> str:
+    """What a page token is bound to: its listing, the order and the filters included."""
+    query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
+    if thread:
+        query += f"\x1fthread\x1f{thread}"
+    if wanted:
+        query += "\x1f" + ledger.canonical_json(wanted)
+    return query
+
+
+def _position(last: Memory, thread: str) -> str:
+    """Where the next page of a listing starts: after ``last`` (in thread order with ``thread``)."""
+    return f"{last.thread.position}:{last.id}" if thread and last.thread else str(last.id)
 
 
 # The highest page number ``numbered_page`` serves (its offset is read past row by row).
@@ -95,12 +112,7 @@ class Memories:
         if thread:
             check.validate_thread(ThreadRef(thread, 0), field="thread")
         wanted = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        # A token is bound to its listing, the order and the filters included.
-        query = f"memories\x1f{scope}\x1f{int(include_forgotten)}" + ("\x1fnewest" if newest_first else "")
-        if thread:
-            query += f"\x1fthread\x1f{thread}"
-        if wanted:
-            query += "\x1f" + ledger.canonical_json(wanted)
+        query = _listing_query(scope, include_forgotten, newest_first, thread, wanted)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 page_tokens.decode(None, tenant, query, page_token)  # any token is one we never issued
@@ -132,12 +144,9 @@ class Memories:
         kept = check.within_budget([check.memory_bytes(m) for m in memories])
         more = kept < len(memories) or len(ids) > page_size
         memories = memories[:kept]
-        token = ""
-        if more and memories:
-            last = memories[-1]
-            position = f"{last.thread.position}:{last.id}" if thread and last.thread else str(last.id)
-            token = page_tokens.encode(secret, tenant, query, position)
-        return MemoryPage(memories, token)
+        if not (more and memories):
+            return MemoryPage(memories, "")
+        return MemoryPage(memories, page_tokens.encode(secret, tenant, query, _position(memories[-1], thread)))
 
     def numbered_page(
         self, tenant: str, *, metadata_equals: Mapping[str, str], page: int, page_size: int

@@ -58,7 +58,8 @@ from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.fts_tokens import fts5_tokens
-from mnemosyne.store.tenant_store import NewMemory, ReadTxn, TenantStore, indexed_text
+from mnemosyne.store.memory_rows import NewMemory, indexed_text
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 log = logging.getLogger(__name__)
 _CACHE_KEY = "postings"

@@ -58,8 +58,9 @@ from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.terms import STOP_WORDS, capitalised_words, words
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.store.fts_stats import TextHits
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 MAX_QUERY_TERMS = 64
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.

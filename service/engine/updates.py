@@ -5,7 +5,7 @@ text and metadata are validated as a retain's are (engine/limits.py), extracted 
 outside any transaction, its near duplicates looked up (engine/dedup.py) and its attribute facts
 adjudicated (engine/conflicts.py) in the ONE write transaction that replaces body, facts, triples,
 embedding and full-text row, keeps the earlier version (``memory_versions``) and appends one
-``update`` ledger entry (store/tenant_store.py ``update_memory``). New content that another
+``update`` ledger entry (store/memory_writes.py ``update_memory``). New content that another
 memory already holds is refused (MEMORY_DUPLICATE, naming it), as a retain of it would have
 answered that memory.
 
@@ -28,11 +28,12 @@ from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
-from mnemosyne.engine.write_path import WritePath
+from mnemosyne.engine.write_path import PreparedItem, WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
@@ -56,6 +57,17 @@ def _live_row(txn: ReadTxn, memory_id: int) -> MemoryRow:
             metadata={"memory_id": str(row.merged_into)},
         )
     return row
+
+
+def _refuse_duplicate(txn: ReadTxn, memory_id: int, fingerprint: str) -> None:
+    """New content that another memory already holds is refused (MEMORY_DUPLICATE, naming it)."""
+    holder = txn.find_by_fingerprints([fingerprint]).get(fingerprint)
+    if holder is not None and holder != memory_id:
+        raise FailedPrecondition(
+            f"memory {holder} already holds this text; update or forget that one instead",
+            reason="MEMORY_DUPLICATE",
+            metadata={"memory_id": str(holder)},
+        )
 
 
 class Updates:
@@ -100,51 +112,52 @@ class Updates:
                 return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
             # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
             self._write_path.extract_missing(store, [prepared], force=True)
-            assert prepared.extraction is not None and prepared.vector is not None
-            near = [i for i in prepared.near_duplicate_of if i != memory_id]
-            with store.write() as txn:
-                prior = replayed_result(txn, request_id, "update", payload_hash) if request_id else None
-                if prior is not None:
-                    answer = json.loads(prior)
-                    return UpdateOutcome(
-                        memory=self._get_in(txn, memory_id),
-                        updated=bool(answer["updated"]),
-                        near_duplicate_of=tuple(answer["near_duplicate_of"]),
-                        supersedes=tuple(answer["supersedes"]),
-                    )
-                _live_row(txn, memory_id)  # a forget or merge may have raced us
-                holder = txn.find_by_fingerprints([prepared.fingerprint]).get(prepared.fingerprint)
-                if holder is not None and holder != memory_id:
-                    raise FailedPrecondition(
-                        f"memory {holder} already holds this text; update or forget that one instead",
-                        reason="MEMORY_DUPLICATE",
-                        metadata={"memory_id": str(holder)},
-                    )
-                check_tenant_embedder(txn, self._write_path.embedder, write=True)
-                _, epoch_before = txn.index_state()
-                now = time.time()
-                new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
-                txn.update_memory(memory_id, new)
-                supersedes = conflicts.adjudicate(
-                    txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
+            return self._replace(store, memory_id, prepared, request_id, payload_hash)
+
+    def _replace(
+        self, store: TenantStore, memory_id: int, prepared: PreparedItem, request_id: str | None, payload_hash: str
+    ) -> UpdateOutcome:
+        """The update's ONE write transaction (a request id seen before answers its first result
+        instead), then the caches take the new vector and text in place."""
+        assert prepared.extraction is not None and prepared.vector is not None
+        near = [i for i in prepared.near_duplicate_of if i != memory_id]
+        with store.write() as txn:
+            prior = replayed_result(txn, request_id, "update", payload_hash) if request_id else None
+            if prior is not None:
+                answer = json.loads(prior)
+                return UpdateOutcome(
+                    memory=self._get_in(txn, memory_id),
+                    updated=bool(answer["updated"]),
+                    near_duplicate_of=tuple(answer["near_duplicate_of"]),
+                    supersedes=tuple(answer["supersedes"]),
                 )
-                near_live = sorted(txn.live_ids(near))
-                check_bytes_quota(txn, self._write_path.limits)
-                _, epoch_after = txn.index_state()
-                txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
-                if request_id:
-                    result = {"updated": True, "near_duplicate_of": near_live, "supersedes": supersedes}
-                    txn.save_request(request_id, "update", payload_hash, json.dumps(result))
-            # The caches take the new vector and text in place rather than reloading the tenant's.
-            replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
-            replace_text(store, memory_id, new, from_epoch=epoch_before, to_epoch=epoch_after)
-            self._committed("update")
-            return UpdateOutcome(
-                memory=self._get(store, memory_id),
-                updated=True,
-                near_duplicate_of=tuple(near_live),
-                supersedes=tuple(supersedes),
+            _live_row(txn, memory_id)  # a forget or merge may have raced us
+            _refuse_duplicate(txn, memory_id, prepared.fingerprint)
+            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            _, epoch_before = txn.index_state()
+            now = time.time()
+            new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
+            txn.update_memory(memory_id, new)
+            supersedes = conflicts.adjudicate(
+                txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
             )
+            near_live = sorted(txn.live_ids(near))
+            check_bytes_quota(txn, self._write_path.limits)
+            _, epoch_after = txn.index_state()
+            txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
+            if request_id:
+                result = {"updated": True, "near_duplicate_of": near_live, "supersedes": supersedes}
+                txn.save_request(request_id, "update", payload_hash, json.dumps(result))
+        # The caches take the new vector and text in place rather than reloading the tenant's.
+        replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
+        replace_text(store, memory_id, new, from_epoch=epoch_before, to_epoch=epoch_after)
+        self._committed("update")
+        return UpdateOutcome(
+            memory=self._get(store, memory_id),
+            updated=True,
+            near_duplicate_of=tuple(near_live),
+            supersedes=tuple(supersedes),
+        )
 
     def versions(self, tenant: str, memory_id: int) -> list[MemoryVersion]:
         """Every version of a memory, oldest first, the current one last. A forgotten memory has

@@ -42,7 +42,9 @@ from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus, Thre
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.runtime import background, read_priority
 from mnemosyne.store import ledger
-from mnemosyne.store.tenant_store import NewMemory, NotStored, TenantStore, WriteTxn
+from mnemosyne.store.bookkeeping import NotStored
+from mnemosyne.store.memory_rows import NewMemory
+from mnemosyne.store.tenant_store import TenantStore, WriteTxn
 
 # From this many items to extract, a write looks for near duplicates on a helper thread while it
 # extracts (extract_missing); below it, the thread would cost more than it hides.

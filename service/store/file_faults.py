@@ -1,15 +1,20 @@
-"""Test seam ``file_bytes=N`` (in MNEMOSYNE_TEST_FAULTS, ``Seams.store_faults``: runtime/seams.py):
-a disk that fills while a file outside SQLite is written. The files one backup receives
-(backup_dir.py) or one import writes into the server's scratch space (engine/tenant_import.py)
-may hold N bytes in all; the write that would pass them fails with ENOSPC, as a full filesystem
-fails it, and goes down the same error path. SQLite files have their own seam
-(``max_page_count``, tenant_store.py). Never set in production."""
+"""Test seams of a full disk (in MNEMOSYNE_TEST_FAULTS, ``Seams.store_faults``: runtime/seams.py).
+Never set in production.
+
+* ``file_bytes=N``: a disk that fills while a file outside SQLite is written. The files one backup
+  receives (cli/backup.py) or one import writes into the server's scratch space
+  (engine/tenant_import.py) may hold N bytes in all; the write that would pass them fails with
+  ENOSPC, as a full filesystem fails it, and goes down the same error path.
+* ``max_page_count=N``: SQLite itself refuses to grow a tenant file or an inbox past N pages and
+  raises its real disk-full error (SQLITE_FULL), as on a full filesystem (``limit_pages``)."""
 
 from __future__ import annotations
 
 import errno
 import os
 from collections.abc import Iterable
+
+import apsw
 
 _NAME = "file_bytes"
 
@@ -32,3 +37,11 @@ class FileBudget:
             self._left = 0
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self._left -= size
+
+
+def limit_pages(connection: apsw.Connection, faults: Iterable[str]) -> None:
+    """The seam ``max_page_count=N`` on ``connection``, when it is set."""
+    for fault in faults:
+        name, _, value = fault.partition("=")
+        if name == "max_page_count":
+            connection.pragma("max_page_count", int(value))

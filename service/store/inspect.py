@@ -12,7 +12,6 @@ from typing import Any
 import apsw
 
 from mnemosyne.errors import NotFound
-from mnemosyne.store import ledger
 from mnemosyne.store.pool import TENANT_FILE_SUFFIX, validate_tenant
 from mnemosyne.store.tenant_store import ReadTxn
 
@@ -30,9 +29,7 @@ def inspect_tenant(data_dir: Path, tenant: str) -> dict[str, Any]:
         connection.execute("BEGIN")
         txn = ReadTxn(connection)
         live, forgotten, entries = txn.counts()
-        verdict = ledger.verify(
-            txn.ledger_rows(), txn.stored_memories(), records=txn.stored_records(), generations=txn.scope_generations()
-        )
+        verdict = txn.audit()
         result: dict[str, Any] = {
             "tenant": tenant,
             "memories": live,

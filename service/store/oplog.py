@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mnemosyne.store.bookkeeping import BookkeepingReads, BookkeepingWrites
 from mnemosyne.store.inbox import InboxOp
-from mnemosyne.store.queries import Queries
 
 PRUNED_THROUGH_META = "oplog_pruned_through_seq"
 TERMINAL_STATUSES = ("succeeded", "failed")
@@ -69,7 +69,7 @@ class Transition:
     at: float
 
 
-class OplogReads(Queries):
+class OplogReads(BookkeepingReads):
     def _ops(self, sql: str, params: Sequence[Any] = ()) -> list[OpRow]:
         return self._records(OpRow, f"FROM oplog {sql}", params)
 
@@ -166,10 +166,7 @@ class OplogReads(Queries):
         return int(self._one("SELECT value FROM meta WHERE key = ?", (PRUNED_THROUGH_META,)) or 0)
 
 
-class OplogWrites(OplogReads):
-    def add_counters(self, deltas: dict[str, int]) -> None:
-        raise NotImplementedError  # WriteTxn's, which this is mixed into
-
+class OplogWrites(OplogReads, BookkeepingWrites):
     def _transition(self, event_id: int, status: str, now: float) -> None:
         self.connection.execute(
             "INSERT INTO oplog_transitions(event_id, status, at) VALUES(?, ?, ?)", (event_id, status, now)

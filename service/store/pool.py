@@ -67,12 +67,12 @@ from mnemosyne.store.membership import (
     Membership,
     moving,
 )
+from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_store import (
     ANN_FILE_SUFFIX,
     FULLTEXT_MERGE_MAX_STEPS,
     ReadTxn,
     TenantStore,
-    damage_of,
     read_file,
 )
 
@@ -782,7 +782,7 @@ class TenantPool:
 
     def damaged(self, tenants: list[str]) -> list[str]:
         """Those of ``tenants`` whose file is not a usable tenant file: its header says so
-        (store/tenant_store.py ``damage_of``), or opening it failed so and it has not changed since."""
+        (store/tenant_file.py ``damage_of``), or opening it failed so and it has not changed since."""
         with self._guard:
             noted = dict(self._damaged)
         return [

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import apsw
+
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
 
 _V1 = """
@@ -198,7 +200,7 @@ CREATE TABLE memory_keys(
 """
 
 # What a forget touches, found and erased in proportion to the memory forgotten, not to the tenant
-# (store/tenant_store.py ``forget_memory``). The full-text index is rebuilt: a
+# (store/memory_erasure.py ``forget_memory``). The full-text index is rebuilt: a
 # ``contentless_delete`` index deletes by tombstone, and the terms stay in their segment until a
 # merge rewrites that segment (so a forget rewrote all of them, an 'optimize': ~75 ms at 100k
 # memories, and growing). FTS5's 'secure-delete' option removes a deleted row's entries from the
@@ -377,6 +379,20 @@ FORGET_KEEPS: dict[str, str] = {
 # What a forget writes into a NOT NULL column it clears (a nullable one becomes NULL): the empty
 # text, and the empty object, which metadata filters still read as JSON.
 FORGET_BLANKS: dict[str, str] = {"body": "", "metadata": "{}"}
+
+
+def forgotten_columns(connection: apsw.Connection) -> list[tuple[str, str | None]]:
+    """(column, value) of what a forgotten memory's row holds no more: every column of the file's
+    ``memories`` but ``FORGET_KEEPS``, NULL or its ``FORGET_BLANKS`` value when it may not be NULL.
+    Read from the file, so a column added later is cleared without being named."""
+    cleared: list[tuple[str, str | None]] = []
+    for _cid, name, _type, not_null, _default, _pk in connection.execute("PRAGMA table_info(memories)"):
+        if name in FORGET_KEEPS:
+            continue
+        if not_null and name not in FORGET_BLANKS:  # pragma: no cover - a schema change without its blank
+            raise AssertionError(f"memories.{name} is NOT NULL: give a forget its blank in schema.FORGET_BLANKS")
+        cleared.append((name, FORGET_BLANKS.get(name)))
+    return cleared
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,197 @@
+"""The queries that read memories: by id (with their facts and triples), by listing (id order or
+thread order, filtered by scope and metadata), by content fingerprint, and their earlier versions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mnemosyne.store.bookkeeping import BookkeepingReads
+from mnemosyne.store.memory_rows import MemoryRow, MemoryVersion, metadata_of
+
+# Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
+_IN_CHUNK = 500
+# One metadata pair of a filter: json_each with bound parameters, so keys from clients never
+# become JSON path syntax.
+_METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
+
+
+def listing_filters(
+    params: list[Any], scope: str | None, include_forgotten: bool, metadata_equals: dict[str, str] | None
+) -> str:
+    """The ``AND`` clauses of a listing of memories ``m`` (their values appended to ``params``)."""
+    sql = ""
+    if scope:
+        sql += " AND m.scope = ?"
+        params.append(scope)
+    if not include_forgotten:
+        sql += " AND m.forgotten_at IS NULL"
+    for key, value in sorted((metadata_equals or {}).items()):
+        sql += f" AND {_METADATA_PAIR.format(alias='m')}"
+        params.extend((key, value))
+    return sql
+
+
+def live_filter(alias: str, scopes: Sequence[str], metadata_equals: dict[str, str]) -> tuple[str, list[Any]]:
+    """The ``WHERE`` of live memories ``alias`` in any of ``scopes`` (all when empty) with every pair of
+    ``metadata_equals``, and its values."""
+    clauses = [f"{alias}.forgotten_at IS NULL"]
+    params: list[Any] = []
+    if scopes:
+        clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
+        params.extend(scopes)
+    for key, value in sorted(metadata_equals.items()):
+        clauses.append(_METADATA_PAIR.format(alias=alias))
+        params.extend((key, value))
+    return " AND ".join(clauses), params
+
+
+class MemoryReads(BookkeepingReads):
+    """Memories as stored; valid inside one transaction (read or write)."""
+
+    def find_by_fingerprints(self, fingerprints: Sequence[str]) -> dict[str, int]:
+        """{fingerprint: memory id} of the stored memories holding these contents; for a merged
+        memory, the one it was merged into."""
+        found: dict[str, int] = {}
+        unique = list(dict.fromkeys(fingerprints))
+        for start in range(0, len(unique), _IN_CHUNK):
+            chunk = unique[start : start + _IN_CHUNK]
+            found.update(
+                self.connection.execute(
+                    "SELECT fingerprint, coalesce(merged_into, id) FROM memories "
+                    f"WHERE fingerprint IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
+        return found
+
+    def live_ids(self, ids: Sequence[int]) -> set[int]:
+        """Of these memory ids, those neither forgotten nor merged into another."""
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        return {
+            row[0]
+            for row in self.connection.execute(
+                f"SELECT id FROM memories WHERE id IN ({marks}) AND forgotten_at IS NULL AND COALESCE(merged_into, 0) = 0",
+                tuple(ids),
+            )
+        }
+
+    def memories_by_ids(self, ids: Sequence[int], *, with_details: bool = True) -> dict[int, MemoryRow]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = {
+            r[0]: MemoryRow(
+                id=r[0],
+                scope=r[1],
+                body=r[2],
+                metadata=metadata_of(r[3]),
+                created_at=r[4],
+                forgotten=r[5] is not None,
+                forgotten_at=r[5] or 0.0,
+                merged_into=r[6] or 0,
+                superseded_by=r[7] or 0,
+                superseded_at=r[8] or 0.0,
+                occurred_at=r[9],
+                thread_id=r[10],
+                thread_position=r[11],
+                updated_at=r[12] or 0.0,
+                speaker=r[13],
+            )
+            for r in self.connection.execute(
+                "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
+                f"occurred_at, thread_id, thread_position, updated_at, speaker FROM memories WHERE id IN ({marks})",
+                tuple(ids),
+            )
+        }
+        if with_details:
+            self.fill_details(list(rows.values()))
+        return rows
+
+    def fill_details(self, rows: Sequence[MemoryRow]) -> None:
+        """Read the facts and triples of rows that ``memories_by_ids`` gave without them."""
+        if not rows:
+            return
+        by_id = {r.id: r for r in rows}
+        marks = ",".join("?" * len(by_id))
+        for memory_id, kind, value, normalized in self.connection.execute(
+            f"SELECT memory_id, kind, value, normalized FROM facts WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+            tuple(by_id),
+        ):
+            by_id[memory_id].facts.append((kind, value, normalized))
+        for memory_id, subject, predicate, obj in self.connection.execute(
+            f"SELECT memory_id, subject, predicate, object FROM triples WHERE memory_id IN ({marks}) ORDER BY memory_id, ord",
+            tuple(by_id),
+        ):
+            by_id[memory_id].triples.append((subject, predicate, obj))
+
+    def memory_versions(self, memory_id: int) -> list[MemoryVersion]:
+        """The earlier versions of a memory, oldest first (none for one never updated)."""
+        return [
+            MemoryVersion(version, body, metadata_of(metadata), at)
+            for version, body, metadata, at in self.connection.execute(
+                "SELECT version, body, metadata, at FROM memory_versions WHERE memory_id = ? ORDER BY version",
+                (memory_id,),
+            )
+        ]
+
+    def list_memory_ids(
+        self,
+        *,
+        scope: str | None,
+        after_id: int,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
+        offset: int = 0,
+    ) -> list[int]:
+        """Ids past ``after_id`` in the listing's order (ascending, or descending with
+        ``newest_first``, where 0 means from the newest), with every pair of ``metadata_equals``."""
+        if newest_first:
+            sql = "SELECT id FROM memories m WHERE id < ?"
+            params: list[Any] = [after_id or 2**63 - 1]
+        else:
+            sql = "SELECT id FROM memories m WHERE id > ?"
+            params = [after_id]
+        sql += listing_filters(params, scope, include_forgotten, metadata_equals)
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        params.extend((limit, offset))
+        return [r[0] for r in self.connection.execute(sql, params)]
+
+    def list_thread_ids(
+        self,
+        thread_id: str,
+        *,
+        scope: str | None,
+        after: tuple[int, int] | None,
+        limit: int,
+        include_forgotten: bool,
+        newest_first: bool = False,
+        metadata_equals: dict[str, str] | None = None,
+    ) -> list[int]:
+        """Ids of a thread's memories in thread order (position, then id; both descending with
+        ``newest_first``), past the (position, id) ``after``: an index range (memories_thread);
+        with every pair of ``metadata_equals``."""
+        sql = "SELECT id FROM memories m WHERE thread_id = ?"
+        params: list[Any] = [thread_id]
+        if after is not None:
+            sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
+            params.extend(after)
+        sql += listing_filters(params, scope, include_forgotten, metadata_equals)
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
+        params.append(limit)
+        return [r[0] for r in self.connection.execute(sql, params)]
+
+    def count_filtered(self, metadata_equals: dict[str, str]) -> int:
+        """How many live memories have every metadata pair."""
+        sql, params = live_filter("m", (), metadata_equals)
+        return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
+
+    def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
+        """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
+        sql, params = live_filter("m", scopes, metadata_equals)
+        return [r[0] for r in self.connection.execute(f"SELECT m.id FROM memories m WHERE {sql}", params)]
