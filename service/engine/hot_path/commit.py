@@ -17,8 +17,9 @@ from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction
 from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
-from mnemosyne.engine.write_path import ExtractionMissing, PreparedItem, WritePath
+from mnemosyne.engine.write_path import ExtractionMissing, WritePath
 from mnemosyne.store import ledger
 from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn

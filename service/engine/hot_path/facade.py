@@ -20,9 +20,10 @@ from mnemosyne.engine.hot_path.state import TenantStates
 from mnemosyne.engine.hot_path.worker import Workers
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.types import Barrier, Event, EventPage, FlushOutcome, HotPathState, RetainOutcome, Transitions
-from mnemosyne.engine.write_path import PreparedItem, WritePath
+from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import DeadlineExceeded
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore

@@ -14,9 +14,9 @@ from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.scheduler import Wake
 from mnemosyne.engine.hot_path.state import TenantStates
+from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.requests import RequestKey, prior_outcomes
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
-from mnemosyne.engine.write_path import PreparedItem
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.inbox import InboxRequest, InboxTxn
 from mnemosyne.store.tenant_store import TenantStore
