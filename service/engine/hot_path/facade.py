@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from mnemosyne.engine.config import HotPathConfig
@@ -20,17 +19,13 @@ from mnemosyne.engine.hot_path.state import TenantStates
 from mnemosyne.engine.hot_path.worker import Workers
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
-from mnemosyne.engine.prepared_item import PreparedItem
-from mnemosyne.engine.requests import RequestKey
-from mnemosyne.engine.types import Barrier, Event, EventPage, FlushOutcome, HotPathState, RetainOutcome, Transitions
 from mnemosyne.engine.write_path import WritePath
-from mnemosyne.errors import DeadlineExceeded
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import TenantStore
 
 
 class HotPath:
-    """The hot path's parts, built once; each method is one part's."""
+    """The hot path's parts, built once. A call is the method of the part whose job it is; the
+    methods here only tell several parts at once (a start, a stop, a tenant forgotten)."""
 
     def __init__(
         self,
@@ -48,11 +43,11 @@ class HotPath:
         scheduler = Scheduler()
         self.changes = changes = Changes()
         self._depths = depths = Depths()
-        self._states = states = TenantStates(pool)
+        states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
         self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention)
         self.index = recovery.index  # a tenant imported is named before its files are in place
-        self._queue = Queue(
+        queue = Queue(
             states=states,
             recovery=recovery,
             depths=depths,
@@ -74,8 +69,15 @@ class HotPath:
             forget_tenant=self.forget_tenant,
             hold_file=hold_file,
         )
-        self._barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
-        self._events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
+        barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
+        events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
+        # What the callers call, each the very method of the part whose job it is.
+        self.enqueue = queue.enqueue
+        self.set_enabled, self.status = states.set_enabled, states.status
+        self.flush, self.disable, self.gave_up = barriers.flush, barriers.disable, barriers.gave_up
+        self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
+        self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
+        self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
 
     def start(self) -> None:
         self._workers.start()
@@ -115,60 +117,3 @@ class HotPath:
 
     def queue_depth(self) -> tuple[int, float]:
         return self._depths.total()
-
-    def enqueue(
-        self,
-        tenant: str,
-        store: TenantStore,
-        prepared: Sequence[PreparedItem],
-        outcomes: list[RetainOutcome | None],
-        request: RequestKey | None,
-    ) -> list[RetainOutcome] | None:
-        return self._queue.enqueue(tenant, store, prepared, outcomes, request)
-
-    def set_enabled(self, tenant: str, enabled: bool) -> bool:
-        return self._states.set_enabled(tenant, enabled)
-
-    def status(self, tenant: str) -> HotPathState:
-        return self._states.status(tenant)
-
-    def flush_barrier(self, tenant: str) -> Barrier | None:
-        return self._barriers.flush_barrier(tenant)
-
-    def disable_barrier(self, tenant: str) -> Barrier | None:
-        return self._barriers.disable_barrier(tenant)
-
-    def remaining(self, tenant: str, barrier: Barrier) -> int:
-        return self._barriers.remaining(tenant, barrier)
-
-    def flush_outcome(self, tenant: str, barrier: Barrier) -> FlushOutcome:
-        return self._barriers.flush_outcome(tenant, barrier)
-
-    @staticmethod
-    def gave_up(what: str, seconds: float, remaining: int) -> DeadlineExceeded:
-        return Barriers.gave_up(what, seconds, remaining)
-
-    def flush(self, tenant: str, timeout: float) -> FlushOutcome:
-        return self._barriers.flush(tenant, timeout)
-
-    def disable(self, tenant: str, timeout: float) -> HotPathState:
-        return self._barriers.disable(tenant, timeout)
-
-    def get_event(self, tenant: str, event_id: int) -> Event:
-        return self._events.get_event(tenant, event_id)
-
-    def list_events(
-        self,
-        tenant: str,
-        *,
-        status: str | None = None,
-        accepted_after: float | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> EventPage:
-        return self._events.list_events(
-            tenant, status=status, accepted_after=accepted_after, page_size=page_size, page_token=page_token
-        )
-
-    def transitions(self, tenant: str, *, after_event_id: int = 0, after_sequence: int = 0) -> Transitions:
-        return self._events.transitions(tenant, after_event_id=after_event_id, after_sequence=after_sequence)
