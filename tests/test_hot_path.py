@@ -272,9 +272,9 @@ def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_fa
 
 
 def test_workers_take_tenants_round_robin() -> None:
-    from mnemosyne.engine.hot_path import _Scheduler
+    from mnemosyne.engine.hot_path.scheduler import Scheduler
 
-    scheduler = _Scheduler()
+    scheduler = Scheduler()
     for tenant in ("busy", "quiet", "busy"):
         scheduler.notify(tenant)
     order = []
@@ -291,9 +291,9 @@ def test_workers_take_tenants_round_robin() -> None:
 
 
 def test_a_backed_off_tenant_is_taken_when_its_retry_time_comes() -> None:
-    from mnemosyne.engine.hot_path import _Scheduler
+    from mnemosyne.engine.hot_path.scheduler import Scheduler
 
-    scheduler = _Scheduler()
+    scheduler = Scheduler()
     scheduler.notify_at("retrying", time.time() - 1)  # its backoff already ended
     scheduler.notify("fresh")
     assert {scheduler.take(), scheduler.take()} == {"retrying", "fresh"}

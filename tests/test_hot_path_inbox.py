@@ -11,7 +11,7 @@ from pathlib import Path
 from mnemosyne.client import MemoryClient, RetainItem
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
-from mnemosyne.engine.hot_path import HOT_PATH_META
+from mnemosyne.engine.hot_path.state import HOT_PATH_META
 from mnemosyne.store.oplog_inspect import inspect_oplog
 from mnemosyne.store.pool import TenantPool
 

@@ -32,7 +32,7 @@ def make_embedder(name: str) -> Embedder:
 
 @dataclass(frozen=True)
 class HotPathConfig:
-    """The hot path (asynchronous writes, engine/hot_path.py)."""
+    """The hot path (asynchronous writes, engine/hot_path/)."""
 
     # Worker threads shared by every tenant, and operations applied per commit.
     workers: int = 2

@@ -3,7 +3,7 @@
 Each part receives what it uses, not the engine:
 
 * ``write_path`` (engine/write_path.py): prepare, extract, embed and commit memories;
-* ``hot_path`` (engine/hot_path.py): asynchronous writes through a durable operation log;
+* ``hot_path`` (engine/hot_path/): asynchronous writes through a durable operation log;
 * ``recall`` (engine/recall.py): the whole recall algorithm;
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
 * ``updates`` (engine/updates.py): memories updated in place (with their versions), and

@@ -25,10 +25,11 @@ from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
+from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
-from mnemosyne.engine.write_path import PreparedItem, WritePath
+from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import MemoryRow

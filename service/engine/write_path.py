@@ -1,9 +1,9 @@
 """The write path of memories, shared by Retain, RetainBatch, conversations and the hot path.
 
 ``prepare`` validates each item once, applies the defaults once and computes what the write
-needs of it (its fingerprint, its canonical metadata), which then travels with the item — to the
-synchronous commit, or through the hot path's inbox and log to a worker — and is never computed
-again. Then, for the items that are not known duplicates:
+needs of it (its fingerprint, its canonical metadata): a ``PreparedItem`` (engine/prepared_item.py),
+which then travels with the item — to the synchronous commit, or through the hot path's inbox and
+log to a worker — and is never computed again. Then, for the items that are not known duplicates:
 
 1. ``extract_missing``: extraction (the "model call") and embedding OUTSIDE any transaction, and
    the near duplicates among the stored memories (engine/dedup.py), read outside it too;
@@ -12,8 +12,8 @@ again. Then, for the items that are not known duplicates:
    each new memory is inserted — body, facts, triples, embedding, full-text row, audit entry —
    with conflict adjudication and the near duplicates still live.
 
-``write`` is the synchronous commit built from them; the hot path (engine/hot_path.py) builds its
-own commit from the same two steps, marking its log in the same transaction.
+``write`` is the synchronous commit built from them; the hot path (engine/hot_path/commit.py) builds
+its own commit from the same two steps, marking its log in the same transaction.
 """
 
 from __future__ import annotations
@@ -21,29 +21,27 @@ from __future__ import annotations
 import json
 import threading
 import time
-import unicodedata
 from collections.abc import Mapping, Sequence
 from concurrent import futures
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemosyne.engine import conflicts, dedup, relative_time
+from mnemosyne.engine import conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.prepared_item import PreparedItem, fingerprint, placement
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
-from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus, ThreadRef
+from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
 from mnemosyne.runtime import background, read_priority
 from mnemosyne.store import ledger
 from mnemosyne.store.bookkeeping import NotStored
-from mnemosyne.store.memory_rows import NewMemory
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn
 
 # From this many items to extract, a write looks for near duplicates on a helper thread while it
@@ -54,15 +52,6 @@ _OVERLAP_MIN_ITEMS = 32
 # the interpreter for the whole call. A slice's vectors are those of the whole call (each text is
 # embedded alone).
 _EMBED_SLICE_CHARS = 65_536
-
-
-def normalise_text(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def fingerprint(scope: str, text: str) -> str:
-    """Identity of content for exact dedup: scope and normalised text (never metadata)."""
-    return ledger.sha256_hex(scope + "\n" + normalise_text(text))
 
 
 def payload_hash(method: str, items: Sequence[RetainItem], prepared: Sequence[PreparedItem]) -> str:
@@ -93,108 +82,8 @@ def _placed(item: RetainItem) -> str:
     return "," + ledger.canonical_json(placement(item))
 
 
-def placement(item: RetainItem) -> dict[str, object]:
-    """An item's time, thread and speaker as JSON values (only those it has)."""
-    placed: dict[str, object] = {}
-    if item.occurred_at is not None:
-        placed["occurred_at"] = item.occurred_at
-    if item.thread is not None:
-        placed["thread"] = [item.thread.id, item.thread.position]
-    if item.speaker:
-        placed["speaker"] = item.speaker
-    return placed
-
-
-def placed_item(text: str, scope: str, metadata: dict[str, str], payload: dict[str, object]) -> RetainItem:
-    """An item rebuilt from JSON holding ``placement``'s keys (or none of them)."""
-    thread = payload.get("thread")
-    occurred_at = payload.get("occurred_at")
-    speaker = payload.get("speaker")
-    return RetainItem(
-        text=text,
-        scope=scope,
-        metadata=metadata,
-        occurred_at=int(occurred_at) if isinstance(occurred_at, int) else None,
-        thread=ThreadRef(str(thread[0]), int(thread[1])) if isinstance(thread, list) else None,
-        speaker=speaker if isinstance(speaker, str) else None,
-    )
-
-
 class ExtractionMissing(Exception):
     """A memory believed duplicate vanished before the write: extract it and try again."""
-
-
-@dataclass
-class PreparedItem:
-    """An item on its way to the store, with what was computed for it once."""
-
-    position: int
-    item: RetainItem  # validated, defaults applied
-    fingerprint: str
-    metadata_json: str  # canonical
-    extraction: Extraction | None = None
-    vector: bytes | None = None
-    counted: bool = False  # its model call is already in the persisted counters
-    near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
-    near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit
-
-    def new_memory(self, now: float, *, resolve_relative_time: bool) -> NewMemory:
-        """What the store writes of this item (it must be extracted and embedded): with relative
-        times ("yesterday") read against its occurred_at as date facts and indexed words."""
-        assert self.extraction is not None and self.vector is not None
-        thread = self.item.thread
-        times, index_words = relative_time.resolve(
-            self.item.text, self.item.occurred_at if resolve_relative_time else None
-        )
-        return NewMemory(
-            scope=self.item.scope,
-            body=self.item.text,
-            metadata_json=self.metadata_json,
-            fingerprint=self.fingerprint,
-            facts=[*self.extraction.facts, *times],
-            triples=self.extraction.triples,
-            embedding=self.vector,
-            fts_text=self.item.text,
-            created_at=now,
-            occurred_at=self.item.occurred_at,
-            thread_id=thread.id if thread else None,
-            thread_position=thread.position if thread else None,
-            index_words=index_words,
-            speaker=self.item.speaker,
-        )
-
-    def to_payload(self) -> str:
-        """The item as a fast write's operation keeps it (inbox, then log), with what was computed
-        for it: the worker takes it from there as it is."""
-        return ledger.canonical_json(
-            {
-                "text": self.item.text,
-                "scope": self.item.scope,
-                "fingerprint": self.fingerprint,
-                "metadata_json": self.metadata_json,
-                **placement(self.item),
-            }
-        )
-
-    @classmethod
-    def from_payload(
-        cls, position: int, payload_json: str, *, extraction: Extraction | None, vector: bytes | None
-    ) -> PreparedItem:
-        """An operation's item as it was prepared at enqueue (an operation accepted by an older
-        version has its metadata as an object and lacks the fingerprint: they are computed once
-        here)."""
-        payload = json.loads(payload_json)
-        metadata_json = payload.get("metadata_json") or ledger.canonical_json(payload["metadata"])
-        item = placed_item(payload["text"], payload["scope"], json.loads(metadata_json), payload)
-        return cls(
-            position=position,
-            item=item,
-            fingerprint=payload.get("fingerprint") or fingerprint(item.scope, item.text),
-            metadata_json=metadata_json,
-            extraction=extraction,
-            vector=vector,
-            counted=extraction is not None,  # its model call was counted when it was stored
-        )
 
 
 def _slices_of_text(items: Sequence[PreparedItem]) -> list[Sequence[PreparedItem]]:
@@ -535,96 +424,109 @@ class WritePath:
         # this write forgets or merges, so one look serves every item.
         named = sorted({i for p in prepared for i in p.near_duplicate_of})
         live = txn.live_ids(named)
+
+        def attempt(*, one_by_one: bool) -> tuple[int, int]:
+            runs = _Runs(txn, results, stored, live, one_by_one=one_by_one, resolve=self.resolve_relative_time)
+            return runs.apply(prepared)
+
         if not per_item_errors:
             # One failure fails the whole transaction anyway: no savepoint needed.
-            counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+            counts = attempt(one_by_one=False)
         else:
             try:
                 with txn.savepoint("runs"):
-                    counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=False)
+                    counts = attempt(one_by_one=False)
             except NotStored:
                 if not txn.alive:
                     raise
-                counts = self._apply_runs(txn, prepared, results, stored, live, one_by_one=True)
+                counts = attempt(one_by_one=True)
         check_bytes_quota(txn, self.limits)
         return counts
 
-    def _apply_runs(
+
+class _Runs:
+    """One attempt at ``WritePath.apply``'s items: consecutive new memories inserted together, in
+    runs (``one_by_one``: each item alone, in its own savepoint, an item that cannot be stored
+    INVALID and the others going on)."""
+
+    def __init__(
         self,
         txn: WriteTxn,
-        prepared: Sequence[PreparedItem],
         results: list[RetainOutcome | None],
         stored: Mapping[str, int],
         live: set[int],
         *,
         one_by_one: bool,
-    ) -> tuple[int, int]:
-        created = duplicates = 0
-        created_ids: dict[int, int] = {}  # id(PreparedItem) -> memory id created in this commit
-        known = dict(stored)  # fingerprint -> memory id, as a one-by-one find_by_fingerprint sees it
-        run: list[PreparedItem] = []
-        pending: set[str] = set()
+        resolve: bool,
+    ) -> None:
+        self._txn = txn
+        self._results = results
+        self._live = live
+        self._one_by_one = one_by_one
+        self._resolve_relative_time = resolve  # WritePath.resolve_relative_time
+        self._known = dict(stored)  # fingerprint -> memory id, as a one-by-one find_by_fingerprint sees it
+        self._created_ids: dict[int, int] = {}  # id(PreparedItem) -> memory id created in this commit
+        self._run: list[PreparedItem] = []
+        self._pending: set[str] = set()  # the run's fingerprints
+        self._created = 0
 
-        def flush() -> None:
-            nonlocal created
-            if not run:
-                return
-            now = time.time()
-            memories = []
-            for p in run:
-                memories.append(
-                    p.new_memory(now, resolve_relative_time=self.resolve_relative_time)
-                )  # extracted and embedded: checked when the run was formed
-            last = run[-1]
-            try:
-                with txn.savepoint() if one_by_one else nullcontext():
-                    ids = txn.insert_memories(memories)
-                    # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only
-                    # a run's last item can have attribute triples, so it sees exactly the memories
-                    # inserted before it.
-                    supersedes = conflicts.adjudicate(
-                        txn, memory_id=ids[-1], scope=last.item.scope, triples=memories[-1].triples, at=now
-                    )
-            except NotStored as exc:
-                if not one_by_one or not txn.alive:
-                    raise
-                results[last.position] = RetainOutcome(
-                    status=RetainStatus.INVALID,
-                    error_reason="ITEM_NOT_STORED",
-                    error_message=f"this item could not be stored ({exc.cause}); the others were",
-                )
-                run.clear()
-                pending.clear()
-                return
-            for p, memory_id in zip(run, ids):
-                created_ids[id(p)] = memory_id
-                known[p.fingerprint] = memory_id
-                results[p.position] = RetainOutcome(
-                    status=RetainStatus.CREATED,
-                    memory_id=memory_id,
-                    near_duplicate_of=tuple(
-                        [i for i in p.near_duplicate_of if i in live]
-                        + [created_ids[id(q)] for q in p.near_batch if id(q) in created_ids]
-                    ),
-                    supersedes=tuple(supersedes) if p is last else (),
-                )
-            created += len(run)
-            run.clear()
-            pending.clear()
-
+    def apply(self, prepared: Sequence[PreparedItem]) -> tuple[int, int]:
+        """Fill ``results`` for every item; (created, duplicates)."""
+        duplicates = 0
         for p in prepared:
-            if p.fingerprint in pending:
-                flush()  # it repeats a memory of the run: name that memory's id
-            existing = known.get(p.fingerprint)
+            if p.fingerprint in self._pending:
+                self._insert_run()  # it repeats a memory of the run: name that memory's id
+            existing = self._known.get(p.fingerprint)
             if existing is not None:
-                results[p.position] = RetainOutcome(status=RetainStatus.DUPLICATE, memory_id=existing)
+                self._results[p.position] = RetainOutcome(status=RetainStatus.DUPLICATE, memory_id=existing)
                 duplicates += 1
                 continue
             if p.extraction is None or p.vector is None:
                 raise ExtractionMissing()  # the whole attempt fails (rolled back) and is retried
-            run.append(p)
-            pending.add(p.fingerprint)
-            if one_by_one or any(conflicts.is_attribute(t) for t in p.extraction.triples):
-                flush()
-        flush()
-        return created, duplicates
+            self._run.append(p)
+            self._pending.add(p.fingerprint)
+            if self._one_by_one or any(conflicts.is_attribute(t) for t in p.extraction.triples):
+                self._insert_run()
+        self._insert_run()
+        return self._created, duplicates
+
+    def _insert_run(self) -> None:
+        """Insert the run's memories with one statement per table, then start a new run."""
+        run, self._run, self._pending = self._run, [], set()
+        if not run:
+            return
+        now = time.time()
+        # Extracted and embedded: checked when the run was formed.
+        memories = [p.new_memory(now, resolve_relative_time=self._resolve_relative_time) for p in run]
+        last = run[-1]
+        try:
+            with self._txn.savepoint() if self._one_by_one else nullcontext():
+                ids = self._txn.insert_memories(memories)
+                # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only a
+                # run's last item can have attribute triples, so it sees exactly the memories
+                # inserted before it.
+                supersedes = conflicts.adjudicate(
+                    self._txn, memory_id=ids[-1], scope=last.item.scope, triples=memories[-1].triples, at=now
+                )
+        except NotStored as exc:
+            if not self._one_by_one or not self._txn.alive:
+                raise
+            self._results[last.position] = RetainOutcome(
+                status=RetainStatus.INVALID,
+                error_reason="ITEM_NOT_STORED",
+                error_message=f"this item could not be stored ({exc.cause}); the others were",
+            )
+            return
+        for p, memory_id in zip(run, ids):
+            self._created_ids[id(p)] = memory_id
+            self._known[p.fingerprint] = memory_id
+            self._results[p.position] = RetainOutcome(
+                status=RetainStatus.CREATED,
+                memory_id=memory_id,
+                near_duplicate_of=tuple(
+                    [i for i in p.near_duplicate_of if i in self._live]
+                    + [self._created_ids[id(q)] for q in p.near_batch if id(q) in self._created_ids]
+                ),
+                supersedes=tuple(supersedes) if p is last else (),
+            )
+        self._created += len(run)

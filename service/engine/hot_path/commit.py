@@ -1,0 +1,145 @@
+"""A worker round's work on the operations it claimed: extract and embed them outside any
+transaction, persist what extraction produced, then apply and finish them all in ONE transaction
+through the synchronous writes' own path (engine/write_path.py) — an operation is never
+``succeeded`` before its memory is visible to both recall paths. A failed attempt goes back to
+``pending`` after a backoff; after ``max_failures`` attempts it ends ``failed`` for good, so a
+poison operation never blocks the ones behind it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from mnemosyne.engine.config import HotPathConfig
+from mnemosyne.engine.embedder import check_tenant_embedder
+from mnemosyne.engine.extractor import Extraction
+from mnemosyne.engine.hot_path.depths import Depths
+from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.prepared_item import PreparedItem
+from mnemosyne.engine.types import RetainOutcome, RetainStatus
+from mnemosyne.engine.write_path import ExtractionMissing, WritePath
+from mnemosyne.store import ledger
+from mnemosyne.store.oplog import OpRow
+from mnemosyne.store.tenant_store import TenantStore, WriteTxn
+
+# How an attempt at an operation ended: "failed" is for good, "retry" makes it pending again.
+Ending = Literal["succeeded", "failed", "retry"]
+
+
+class RoundCommit:
+    """Applies a round's claimed operations; counts them (tenant counters, metrics, depth)."""
+
+    def __init__(
+        self,
+        *,
+        write_path: WritePath,
+        observer: EngineObserver,
+        depths: Depths,
+        config: HotPathConfig,
+    ) -> None:
+        self._write_path = write_path
+        self._observer = observer
+        self._depths = depths
+        self._max_failures = max(1, config.max_failures)
+        self._retry_seconds = max(0.0, config.retry_seconds)
+
+    def apply(self, tenant: str, store: TenantStore, ops: Sequence[OpRow], hold: Callable[[], None]) -> bool:
+        """Extract, persist, then commit the claimed operations (``hold``: the test seam, just
+        before the commit). True when every operation ended (none went back to pending)."""
+        prepared = [_prepared(position, op) for position, op in enumerate(ops)]
+        errors: dict[int, Exception] = {}
+        force = False
+        # Single flight with synchronous writers of the same content (engine/dedup.py): one
+        # extraction, the later writer finds an exact duplicate.
+        with self._write_path.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            for _attempt in range(3):
+                self._write_path.extract_missing(store, prepared, errors, force=force)
+                self._persist_extractions(store, prepared, ops)
+                hold()
+                try:
+                    return self._commit(tenant, store, prepared, ops, errors)
+                except ExtractionMissing:
+                    force = True  # a duplicate's original vanished or failed: extract it too
+        raise RuntimeError("operations kept losing their duplicate originals")  # pragma: no cover
+
+    def _persist_extractions(self, store: TenantStore, prepared: Sequence[PreparedItem], ops: Sequence[OpRow]) -> None:
+        fresh = [p for p in prepared if p.extraction is not None and p.vector is not None and not p.counted]
+        if not fresh:
+            return
+        # Not synced: lost only to a power cut, and then the replay extracts (and counts) again.
+        with store.write(sync=False, internal=True) as txn:
+            for p in fresh:
+                assert p.extraction is not None and p.vector is not None  # as chosen above
+                extraction = ledger.canonical_json(
+                    {"facts": [list(f) for f in p.extraction.facts], "triples": [list(t) for t in p.extraction.triples]}
+                )
+                txn.oplog_store_extraction(ops[p.position].event_id, extraction, p.vector)
+            # Counted with the stored result: a replay finds it and calls the model no more.
+            txn.add_counters({"model_calls": len(fresh), "embed_calls": 1})
+        self._observer.retained(created=0, duplicates=0, model_calls=len(fresh), embed_calls=1)
+        for p in fresh:
+            p.counted = True
+
+    def _commit(
+        self,
+        tenant: str,
+        store: TenantStore,
+        prepared: Sequence[PreparedItem],
+        ops: Sequence[OpRow],
+        errors: dict[int, Exception],
+    ) -> bool:
+        """Apply and finish every claimed operation in ONE transaction. Returns True when every
+        operation ended (none went back to pending for another attempt)."""
+        with store.write(sync=False, internal=True) as txn:
+            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            results: list[RetainOutcome | None] = [None] * len(prepared)
+            writable = [p for p in prepared if p.position not in errors]
+            created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
+            now = time.time()
+            endings = [
+                self._finish(txn, ops[p.position], results[p.position], errors.get(p.position), now) for p in prepared
+            ]
+            succeeded, failed = endings.count("succeeded"), endings.count("failed")
+            txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
+        self._depths.count(tenant, store)
+        store.sync_log()  # these operations and every one adopted before them: power-safe now
+        self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
+        return "retry" not in endings
+
+    def _finish(
+        self, txn: WriteTxn, op: OpRow, outcome: RetainOutcome | None, error: Exception | None, now: float
+    ) -> Ending:
+        """Mark one operation: succeeded, failed for good after ``max_failures`` failed attempts,
+        or pending again after a backoff doubling from ``retry_seconds``."""
+        if error is None and outcome is not None and outcome.status is not RetainStatus.INVALID:
+            txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))
+            return "succeeded"
+        if error is not None:
+            reason, message = "EXTRACTION_FAILED", f"extraction failed: {error}"
+        else:
+            reason = outcome.error_reason if outcome else "NOT_APPLIED"
+            message = outcome.error_message if outcome else "the operation was not applied"
+        if op.failures + 1 >= self._max_failures:
+            txn.oplog_finish(
+                op.event_id,
+                "failed",
+                now,
+                error_reason=reason,
+                error_message=f"{message} (after {op.failures + 1} failed attempts)",
+            )
+            return "failed"
+        txn.oplog_retry_later(op.event_id, reason, message, now, now + self._retry_seconds * (2**op.failures))
+        return "retry"
+
+
+def _prepared(position: int, op: OpRow) -> PreparedItem:
+    """A claimed operation's item as it was prepared at enqueue, with its stored extraction."""
+    extraction = None
+    if op.extraction is not None:
+        stored = json.loads(op.extraction)
+        extraction = Extraction(
+            facts=[tuple(f) for f in stored["facts"]], triples=[tuple(t) for t in stored["triples"]]
+        )
+    return PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding)

@@ -1,0 +1,119 @@
+"""The hot path as the engine and the transport see it: one object that builds the parts
+(the package's __init__ draws them) and passes each call to the part whose job it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mnemosyne.engine.config import HotPathConfig
+from mnemosyne.engine.hot_path.barrier import Barriers
+from mnemosyne.engine.hot_path.changes import Changes
+from mnemosyne.engine.hot_path.commit import RoundCommit
+from mnemosyne.engine.hot_path.depths import Depths
+from mnemosyne.engine.hot_path.events import Events
+from mnemosyne.engine.hot_path.queue import Queue, enqueue_syncs
+from mnemosyne.engine.hot_path.recovery import Recovery
+from mnemosyne.engine.hot_path.retention import Retention
+from mnemosyne.engine.hot_path.scheduler import Scheduler
+from mnemosyne.engine.hot_path.state import TenantStates
+from mnemosyne.engine.hot_path.worker import Workers
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.write_path import WritePath
+from mnemosyne.store.pool import TenantPool
+
+
+class HotPath:
+    """The hot path's parts, built once. A call is the method of the part whose job it is; the
+    methods here only tell several parts at once (a start, a stop, a tenant forgotten)."""
+
+    def __init__(
+        self,
+        *,
+        write_path: WritePath,
+        pool: TenantPool,
+        config: HotPathConfig,
+        limits: Limits,
+        observer: EngineObserver,
+        hold_file: Path | None = None,
+    ) -> None:
+        """``hold_file``: the test seam MNEMOSYNE_TEST_HOLD_WORKERS (runtime/seams.py)."""
+        retention = Retention(config.event_retention_seconds)
+        sync_each_enqueue = enqueue_syncs(config.sync)
+        scheduler = Scheduler()
+        self.changes = changes = Changes()
+        self._depths = depths = Depths()
+        states = TenantStates(pool)
+        self._scheduler, self._retention = scheduler, retention
+        self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention)
+        self.index = recovery.index  # a tenant imported is named before its files are in place
+        queue = Queue(
+            states=states,
+            recovery=recovery,
+            depths=depths,
+            wake=scheduler,
+            changes=changes,
+            sync_each_enqueue=sync_each_enqueue,
+        )
+        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, config=config)
+        self._workers = Workers(
+            pool=pool,
+            scheduler=scheduler,
+            commit=commit,
+            recovery=recovery,
+            retention=retention,
+            depths=depths,
+            changes=changes,
+            config=config,
+            sync_each_enqueue=sync_each_enqueue,
+            forget_tenant=self.forget_tenant,
+            hold_file=hold_file,
+        )
+        barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
+        events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
+        # What the callers call, each the very method of the part whose job it is.
+        self.enqueue = queue.enqueue
+        self.set_enabled, self.status = states.set_enabled, states.status
+        self.flush, self.disable, self.gave_up = barriers.flush, barriers.disable, barriers.gave_up
+        self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
+        self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
+        self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
+
+    def start(self) -> None:
+        self._workers.start()
+        self._recovery.resume_all()
+
+    def stop(self) -> None:
+        self.changes.end()
+        self._workers.stop()
+        self._recovery.close()
+
+    @property
+    def streams_ended(self) -> bool:
+        return self.changes.ended
+
+    def end_streams(self) -> None:
+        """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
+        self.changes.end()
+
+    def forget_tenant(self, tenant: str) -> None:
+        """Drop what the hot path knows of a tenant whose files were erased or moved away (a
+        move's tombstone): its recovery-index entries, its pending wake-ups, its figures."""
+        self._recovery.remove(tenant)
+        self._scheduler.forget(tenant)
+        self.forget_figures(tenant)
+
+    def forget_figures(self, tenant: str) -> None:
+        """Drop the figures kept here of a tenant whose files were replaced (they are the old
+        files'); its recovery-index entries stay."""
+        self._depths.forget(tenant)
+        self._recovery.forget_idle(tenant)
+        self._workers.forget(tenant)
+        self._retention.forget(tenant)
+
+    def resume(self, tenant: str) -> None:
+        """Take the tenant's open operations up, if it has any (a tenant just put in place)."""
+        self._scheduler.notify(tenant)
+
+    def queue_depth(self) -> tuple[int, float]:
+        return self._depths.total()
