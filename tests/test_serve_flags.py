@@ -1,18 +1,28 @@
 """The flags and environment variables of ``mnemosyne serve`` are a superset of those of the commit
 before issue 39 (b9fb904), each with the same default: the chart (helm/), the docs and every
-script name them."""
+script name them. And ``mnemosyne serve --help`` shows each flag's default and its variable."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mnemosyne.cli.commands import build_parser
+from mnemosyne.cli.flags import Setting, configured
+from mnemosyne.cli.flags import settings as flag_settings
+from mnemosyne.cli.serve import ServeSettings, server_config
+from mnemosyne.engine.config import ConsolidationConfig, EngineConfig, HotPathConfig
+from mnemosyne.engine.limits import Limits
+from mnemosyne.transport.admission import AdmissionLimits
+from mnemosyne.transport.config import ServerConfig
 from tests.docs_support import ROOT
 
 # Each serve flag of b9fb904 and the value ``mnemosyne serve`` takes without it (no MNEMOSYNE_
@@ -199,3 +209,120 @@ def test_every_variable_read_outside_the_parser_is_still_named() -> None:
     named = set(re.findall(r"MNEMOSYNE_[A-Z0-9_]*[A-Z0-9]", _serve_help())) | _source_variables()
     missing = sorted(READ_OUTSIDE_THE_PARSER - named)
     assert not missing, f"neither serve --help nor the code names {missing}"
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """Each option's entry of ``--help`` (its lines joined), by its flag."""
+    entries: dict[str, str] = {}
+    flag = ""
+    for line in text.splitlines():
+        if match := re.match(r"\s{2}(--[a-z0-9-]+)", line):
+            flag = match.group(1)
+            entries[flag] = line
+        elif flag and line.startswith(" " * 4):
+            entries[flag] += " " + line.strip()
+        else:
+            flag = ""
+    return entries
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_serve_help_shows_each_default_and_variable() -> None:
+    entries = _help_entries(_serve_help())
+    for flag, before in FLAGS_BEFORE.items():
+        entry = entries.get(flag)
+        assert entry is not None, f"serve --help has no entry for {flag}"
+        assert _variable(flag) in entry, f"serve --help does not name {_variable(flag)} at {flag}: {entry}"
+        if before is not None and not isinstance(before, bool):
+            assert f"default: {_shown(before)}" in entry, f"serve --help does not show {flag}'s default: {entry}"
+
+
+# -- the flags are the configuration's options ----------------------------------------------------
+
+
+def _instances(config: Any) -> dict[type, Any]:
+    """Each configuration object of ``config`` (itself and those it nests), by class."""
+    found: dict[type, Any] = {type(config): config}
+    for spec in dataclasses.fields(config):
+        value = getattr(config, spec.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found |= _instances(value)
+    return found
+
+
+def _given(setting: Setting, step: int) -> tuple[str, object]:
+    """A value of ``setting`` unlike its default (``step`` apart), as text and as the field holds it."""
+    default = setting.field.default
+    if setting.kind is bool:
+        return "1", not default
+    if setting.kind is int:
+        return str(default + step), default + step
+    if setting.kind is float:
+        return repr(default + step / 2), default + step / 2
+    if setting.kind is tuple:
+        return f"t{step}a, t{step}b", (f"t{step}a", f"t{step}b")
+    if setting.option.choices:
+        word = [w for w in setting.option.choices if w != str(default).lower()][0]
+        return word.upper(), word.upper() if str(default).isupper() else word
+    text = f"/elsewhere/{step}"
+    return text, Path(text) if setting.kind is Path else text
+
+
+def _settable(setting: Setting) -> bool:
+    """A setting this test sets: the extractor's model settings are the extractor's to read (and
+    a member list must name this member: tests/test_members.py)."""
+    return setting.option.parser_reads_variable and setting.field.name not in ("member", "members", "previous_members")
+
+
+def _configuration(argv: list[str]) -> dict[type, Any]:
+    args = build_parser().parse_args(["serve", *argv])
+    settings = configured(ServeSettings, args)
+    return _instances(server_config(args, settings)) | {ServeSettings: settings}
+
+
+def test_every_variable_reaches_the_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_variables(monkeypatch)
+    every = [s for cls in (ServerConfig, ServeSettings) for s in flag_settings(cls) if _settable(s)]
+    assert len(every) > 50 and any(s.option.variable_only for s in every)
+    for setting in every:
+        monkeypatch.setenv(setting.variable, _given(setting, 3)[0])
+    # --extractor OPENAI (any case) needs its model, which the extractor reads.
+    monkeypatch.setenv("MNEMOSYNE_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MNEMOSYNE_LLM_MODEL", "a-model")
+    made = _configuration([])
+    assert type(made[ServerConfig].extractor).__name__ == "OpenAIExtractor"
+    for setting in every:
+        held = getattr(made[setting.owner], setting.field.name)
+        assert held == _given(setting, 3)[1], f"{setting.variable}: the configuration holds {held!r}"
+
+
+def test_a_flag_wins_over_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_variables(monkeypatch)
+    flags = [s for cls in (ServerConfig, ServeSettings) for s in flag_settings(cls) if _settable(s)]
+    flags = [s for s in flags if not s.option.variable_only and s.kind is not bool]
+    argv: list[str] = []
+    monkeypatch.setenv("MNEMOSYNE_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("MNEMOSYNE_LLM_MODEL", "a-model")
+    for setting in flags:
+        monkeypatch.setenv(setting.variable, _given(setting, 3)[0])
+        text = _given(setting, 5)[0]
+        for word in text.split(", ") if setting.kind is tuple else [text]:
+            argv += [setting.flag, word]
+    made = _configuration(argv)
+    for setting in flags:
+        held = getattr(made[setting.owner], setting.field.name)
+        assert held == _given(setting, 5)[1], f"{setting.flag}: the configuration holds {held!r}"
+
+
+def test_the_configuration_without_flags_is_the_dataclasses_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_variables(monkeypatch)
+    made = _configuration([])
+    for cls in (Limits, AdmissionLimits, HotPathConfig, ConsolidationConfig):
+        assert made[cls] == cls()
+    server = made[ServerConfig]
+    assert isinstance(server, ServerConfig)
+    bare = ServerConfig(engine=EngineConfig(data_dir=Path("./mnemosyne-data")))
+    assert dataclasses.replace(server, extractor=None) == bare
