@@ -11,7 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.cli.commands import build_parser
+from mnemosyne.cli.flags import Setting, settings
+from mnemosyne.cli.serve import ServeSettings
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.transport.config import ServerConfig
 from tests.docs_support import DOCS, section, table_rows
 
 OPERATIONS = DOCS / "operations.md"
@@ -55,6 +58,39 @@ def test_every_serve_flag_and_env_var_is_in_the_configuration_table(monkeypatch:
         assert row[1] == variable, f"{flag}: the row names {row[1]}, not {variable}"
         if action.default is not None:  # the LLM flags default in the extractor (their rows say so)
             assert f"`{_shown(action.default)}`" in row[2], f"{flag}: default {action.default!r}, the row says {row[2]}"
+
+
+def _variables_only() -> list[Setting]:
+    return [s for cls in (ServerConfig, ServeSettings) for s in settings(cls) if s.option.variable_only]
+
+
+def test_every_row_of_the_configuration_table_is_a_setting_of_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No row for a flag that is gone; a row without a flag names a variable serve reads (said in
+    its --help), with that variable's default."""
+    flags = {a.option_strings[0] for a in _serve_actions(monkeypatch)}
+    rows = _configuration_rows()
+    help_text = _serve_help()
+    defaults = {s.variable: s.shown_default for s in _variables_only()}
+    assert {"MNEMOSYNE_TOKENS", "MNEMOSYNE_LOG_LEVEL"} <= set(defaults)
+    for first in rows:
+        if first != "—":
+            assert first.strip("`") in flags, f"docs/operations.md has a row for {first}, which serve does not take"
+    without_flag = {
+        cells[1].strip("`"): cells[2] for cells in table_rows(section(_docs(), "Configuration"))[2:] if cells[0] == "—"
+    }
+    assert set(defaults) <= set(without_flag), f"variables without a row: {sorted(set(defaults) - set(without_flag))}"
+    for variable, default in without_flag.items():
+        assert variable in help_text, f"{variable} has a row but serve --help does not name it"
+        if variable in defaults:
+            assert default.strip("`").startswith(defaults[variable]), (
+                f"{variable}: default {defaults[variable]}, the row says {default}"
+            )
+
+
+def _serve_help() -> str:
+    parser = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    text: str = parser.format_help()
+    return text
 
 
 def test_every_metric_is_in_the_metrics_table() -> None:

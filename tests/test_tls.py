@@ -265,7 +265,9 @@ def test_every_command_that_connects_takes_every_connection_flag() -> None:
     for name, command in connecting.items():
         wanted = CONNECTION_FLAGS - {"--target"} if name in NO_TARGET else CONNECTION_FLAGS
         missing = sorted(wanted - set(command._option_string_actions))
-        assert not missing, f"mnemosyne {name} lacks {missing}: give it _add_connection_flags (service/cli/commands.py)"
+        assert not missing, (
+            f"mnemosyne {name} lacks {missing}: give it add_connection_flags (service/cli/client_commands.py)"
+        )
 
 
 @dataclass

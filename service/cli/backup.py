@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -69,6 +70,14 @@ LOCK_NAME = ".lock"
 PARTIAL_PREFIX = ".partial-"
 
 Progress = Callable[[str], None]
+
+
+def on_terminal(line: str) -> None:
+    """A progress line per tenant on a terminal; nothing when stderr is a file or a pipe."""
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+
+
 _COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
 
 
@@ -297,31 +306,10 @@ def write_backup(
             if not tenants or t in tenants
         }
         writer = _Writer(directory, progress)
-        unchanged: set[str] = set()
-        skipped: set[str] = set()  # their previous copy, if any, is kept
-        summary: BackupSummary | None = None
         try:
-            for part in client.backup(tenants, known):
-                if not isinstance(part, (BackupChunk, BackupSummary)):
-                    tenant_named_by(part.tenant, f"the backup stream of {client.target}")
-                if isinstance(part, BackupChunk):
-                    writer.chunk(part)
-                elif isinstance(part, TenantBackup):
-                    writer.tenant(part)
-                elif isinstance(part, BackupUnchanged):
-                    writer.finish_tenant()
-                    unchanged.add(part.tenant)
-                    progress(f"{part.tenant}: unchanged since the last backup")
-                elif isinstance(part, SkippedTenant):
-                    writer.finish_tenant()
-                    skipped.add(part.tenant)
-                    progress(f"{part.tenant}: skipped ({part.reason}: {part.message})")
-                else:
-                    writer.finish_tenant()
-                    summary = part
-            if summary is None:
-                raise DataLoss("the backup stream ended before its summary", reason="STREAM_INVALID")
-            # A full backup drops the tenants the server no longer has (erased ones above all).
+            summary, unchanged, skipped = _receive(client, tenants, known, writer, progress)
+            # A full backup drops the tenants the server no longer has (erased ones above all);
+            # a skipped tenant's previous copy, if any, is kept.
             kept = {
                 t: e
                 for t, e in previous["tenants"].items()
@@ -334,11 +322,7 @@ def write_backup(
                 "server": client.target,
                 "tenants": dict(sorted({**kept, **writer.done}.items())),
             }
-            temporary = directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
-            temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-            _fsync(temporary)
-            os.replace(temporary, directory / MANIFEST_NAME)
-            _fsync(directory)
+            _write_manifest(directory, manifest)
         except OSError as exc:
             writer.abandon()
             if exc.errno == errno.ENOSPC:
@@ -349,6 +333,50 @@ def write_backup(
             raise
         _remove_unnamed(directory, manifest)
         return summary
+
+
+def _receive(
+    client: MemoryClient,
+    tenants: Sequence[str],
+    known: dict[str, tuple[int, int]],
+    writer: _Writer,
+    progress: Progress,
+) -> tuple[BackupSummary, set[str], set[str]]:
+    """The server's backup stream, its files written through ``writer``: its summary, and the
+    tenants unchanged since the copies ``known`` and those the server skipped."""
+    unchanged: set[str] = set()
+    skipped: set[str] = set()
+    summary: BackupSummary | None = None
+    for part in client.backup(tenants, known):
+        if not isinstance(part, (BackupChunk, BackupSummary)):
+            tenant_named_by(part.tenant, f"the backup stream of {client.target}")
+        if isinstance(part, BackupChunk):
+            writer.chunk(part)
+        elif isinstance(part, TenantBackup):
+            writer.tenant(part)
+        elif isinstance(part, BackupUnchanged):
+            writer.finish_tenant()
+            unchanged.add(part.tenant)
+            progress(f"{part.tenant}: unchanged since the last backup")
+        elif isinstance(part, SkippedTenant):
+            writer.finish_tenant()
+            skipped.add(part.tenant)
+            progress(f"{part.tenant}: skipped ({part.reason}: {part.message})")
+        else:
+            writer.finish_tenant()
+            summary = part
+    if summary is None:
+        raise DataLoss("the backup stream ended before its summary", reason="STREAM_INVALID")
+    return summary, unchanged, skipped
+
+
+def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """The manifest, in place at once (renamed over the previous one once synced)."""
+    temporary = directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
+    temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    _fsync(temporary)
+    os.replace(temporary, directory / MANIFEST_NAME)
+    _fsync(directory)
 
 
 def _remove_unnamed(directory: Path, manifest: dict[str, Any]) -> None:

@@ -58,99 +58,106 @@ def _all_memories(client: MemoryClient, tenant: str) -> list[str]:
             return texts
 
 
-def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[DrillResult]:
-    data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server_dir = data_dir / "server"
-    hold = data_dir / "hold-workers"
-    hold.unlink(missing_ok=True)
-    run = uuid.uuid4().hex[:8]
-    tenants = {n: f"drill{n}-{run}" for n in (1, 2, 3)}
-    # Small worker batches, so a kill can catch operations in each state (extracted or not).
-    server = ServerProcess(server_dir, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--hot-path-batch", "16"])
+@dataclass
+class _AtTheKill:
+    """What drill 2 saw of the log at its SIGKILL, which drill 5 checks recovery against."""
 
-    def start() -> MemoryClient:
-        return MemoryClient(server.start(timeout=60).target, timeout=60)
+    accepted: int = 0
+    open_operations: int = 0
+    model_calls: int = 0
+    without_extraction: int = 0
 
-    results: list[DrillResult] = []
 
-    def report(result: DrillResult) -> None:
-        results.append(result)
-        out(result.line())
+class _Drills:
+    """One run: a server on ``data_dir/server`` (small worker batches, so a kill catches operations in
+    each state, extracted or not), its client, three fresh tenants, and the results so far."""
 
-    try:
-        # -- 1: hard kill during synchronous writes ------------------------------------------------
-        tenant = tenants[1]
-        client = start()
+    client: MemoryClient  # once the server has started (``start``)
+
+    def __init__(self, data_dir: Path, out: Callable[[str], object]) -> None:
+        self.server_dir = data_dir / "server"
+        self.hold = data_dir / "hold-workers"
+        self.hold.unlink(missing_ok=True)
+        self.run = uuid.uuid4().hex[:8]
+        self.tenants = {n: f"drill{n}-{self.run}" for n in (1, 2, 3)}
+        self.server = ServerProcess(
+            self.server_dir, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(self.hold)}, args=["--hot-path-batch", "16"]
+        )
+        self.out = out
+        self.results: list[DrillResult] = []
+        self.at_kill = _AtTheKill()
+
+    def start(self) -> None:
+        self.client = MemoryClient(self.server.start(timeout=60).target, timeout=60)
+
+    def restart_after_kill(self) -> None:
+        self.server.kill()
+        self.client.close()
+        self.start()
+
+    def report(self, number: int, name: str, passed: bool, detail: str) -> None:
+        result = DrillResult(number, name, passed, detail)
+        self.results.append(result)
+        self.out(result.line())
+
+    def hard_kill_during_sync_writes(self) -> None:
+        tenant, client = self.tenants[1], self.client
         texts = [f"Drill one record {i}: order ORD-{10000 + i} shipped from warehouse W{i % 7}" for i in range(100)]
         for text in texts:
             client.retain(tenant, text)
-        server.kill()
-        client.close()
-        client = start()
+        self.restart_after_kill()
+        client = self.client
         recalled = sum(1 for text in texts if any(h.memory.text == text for h in client.recall(tenant, text, k=3)))
         stored = len(_all_memories(client, tenant))
-        report(
-            DrillResult(
-                1,
-                "hard-kill-sync-writes",
-                recalled == 100 and stored == 100,
-                f"100 written, SIGKILL, restart: {recalled}/100 recalled, {stored} stored",
-            )
+        self.report(
+            1,
+            "hard-kill-sync-writes",
+            recalled == 100 and stored == 100,
+            f"100 written, SIGKILL, restart: {recalled}/100 recalled, {stored} stored",
         )
 
-        # -- 2: queue loss surface -----------------------------------------------------------------
-        tenant = tenants[2]
-        hold.touch()  # workers claim and extract, then hold before committing
+    def queue_loss_surface(self) -> None:
+        tenant, client = self.tenants[2], self.client
+        self.hold.touch()  # workers claim and extract, then hold before committing
         client.hot_path(tenant, "enable")
-        texts2 = [f"Drill two note {i}: parcel PX-{20000 + i} weighs {i + 1} kg" for i in range(50)]
-        accepted = []
-        for text in texts2:
-            result = client.retain(tenant, text, fast=True)
-            if result.status == "enqueued":
-                accepted.append(result.event_id)
+        texts = [f"Drill two note {i}: parcel PX-{20000 + i} weighs {i + 1} kg" for i in range(50)]
+        accepted = [r.event_id for r in (client.retain(tenant, t, fast=True) for t in texts) if r.status == "enqueued"]
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # let the first batch reach its stored extraction
             if any(e.extracted for e in client.list_events(tenant, page_size=100).events):
                 break
             time.sleep(0.05)
-        server.kill()
+        self.server.kill()
         client.close()
-        offline = inspect_oplog(server_dir, tenant)
+        offline = inspect_oplog(self.server_dir, tenant)
         open_ids = sorted(o["event_id"] for o in offline["open"])
         running = sum(1 for o in offline["open"] if o["status"] == "running")
         committed = offline["committed"]
-        without_extraction = offline["open_without_extraction"]
-        calls_at_kill = offline["counters"].get("model_calls", 0)
-        hold.unlink()
-        client = start()
+        self.at_kill = _AtTheKill(
+            len(accepted), len(open_ids), offline["counters"].get("model_calls", 0), offline["open_without_extraction"]
+        )
+        self.hold.unlink()
+        self.start()
+        client = self.client
         client.hot_path(tenant, "flush", timeout_seconds=120)
         present = collections.Counter(_all_memories(client, tenant))
-        all_once = all(present[t] == 1 for t in texts2) and sum(present.values()) == 50
-        ok2 = (
-            len(accepted) == 50
-            and len(open_ids) >= 1
-            and open_ids == sorted(set(accepted) - set(committed))
-            and all_once
-        )
-        report(
-            DrillResult(
-                2,
-                "queue-loss-surface",
-                ok2,
-                f"{len(accepted)} accepted, at SIGKILL {len(open_ids)} open ({running} running, "
-                f"{len(open_ids) - running} pending) = accepted - {len(committed)} committed: "
-                f"{open_ids == sorted(set(accepted) - set(committed))}; after restart "
-                f"{sum(1 for t in texts2 if present[t] == 1)}/50 present exactly once",
-            )
+        all_once = all(present[t] == 1 for t in texts) and sum(present.values()) == 50
+        exact = open_ids == sorted(set(accepted) - set(committed))
+        self.report(
+            2,
+            "queue-loss-surface",
+            len(accepted) == 50 and len(open_ids) >= 1 and exact and all_once,
+            f"{len(accepted)} accepted, at SIGKILL {len(open_ids)} open ({running} running, "
+            f"{len(open_ids) - running} pending) = accepted - {len(committed)} committed: "
+            f"{exact}; after restart {sum(1 for t in texts if present[t] == 1)}/50 present exactly once",
         )
 
-        # -- 3: repeated submission ----------------------------------------------------------------
-        tenant = tenants[3]
+    def repeated_submission(self) -> None:
+        tenant, client = self.tenants[3], self.client
         client.hot_path(tenant, "enable")
         calls_before = client.stats(tenant).model_calls
         events = [
-            client.retain_conversation(tenant, CONVERSATION, request_id=f"drill3-{run}-{i}", fast=True).event_id
+            client.retain_conversation(tenant, CONVERSATION, request_id=f"drill3-{self.run}-{i}", fast=True).event_id
             for i in range(3)
         ]
         flushed = client.hot_path(tenant, "flush", timeout_seconds=60)
@@ -159,51 +166,59 @@ def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[Dri
         duplicates = sum(1 for e in finished if e.duplicate_of_memory_ids)
         created = sum(1 for e in finished if e.created_memory_ids)
         stats = client.stats(tenant)
-        ok3 = duplicates == 2 and created == 1 and stats.memories == 1 and stats.model_calls - calls_before == 1
-        report(
-            DrillResult(
-                3,
-                "repeated-submission",
-                ok3,
-                f"3 submissions, {flushed.flushed} flushed: {created} created, {duplicates} duplicates, "
-                f"{stats.memories} stored, {stats.model_calls - calls_before} model call(s)",
-            )
+        self.report(
+            3,
+            "repeated-submission",
+            duplicates == 2 and created == 1 and stats.memories == 1 and stats.model_calls - calls_before == 1,
+            f"3 submissions, {flushed.flushed} flushed: {created} created, {duplicates} duplicates, "
+            f"{stats.memories} stored, {stats.model_calls - calls_before} model call(s)",
         )
 
-        # -- 4: audit chain after the kills --------------------------------------------------------
-        reports = {t: client.verify_integrity(t) for t in tenants.values()}
-        ok4 = all(r.valid and r.first_broken_at == 0 for r in reports.values())
-        report(
-            DrillResult(
-                4,
-                "audit-chain",
-                ok4,
-                ", ".join(
-                    f"{t}: valid={r.valid} checked={r.checked} first_broken_at={r.first_broken_at or 'none'}"
-                    for t, r in reports.items()
-                ),
-            )
+    def audit_chain(self) -> None:
+        reports = {t: self.client.verify_integrity(t) for t in self.tenants.values()}
+        self.report(
+            4,
+            "audit-chain",
+            all(r.valid and r.first_broken_at == 0 for r in reports.values()),
+            ", ".join(
+                f"{t}: valid={r.valid} checked={r.checked} first_broken_at={r.first_broken_at or 'none'}"
+                for t, r in reports.items()
+            ),
         )
 
-        # -- 5: no double billing ------------------------------------------------------------------
-        calls_after = client.stats(tenants[2]).model_calls
-        added = calls_after - calls_at_kill
-        ok5 = added == without_extraction and calls_after <= len(accepted)
-        report(
-            DrillResult(
-                5,
-                "no-double-billing",
-                ok5,
-                f"model calls {calls_at_kill} at kill -> {calls_after} after recovery: +{added} for "
-                f"{without_extraction} open operations without stored extraction "
-                f"({len(open_ids) - without_extraction} extracted before the kill cost nothing); "
-                f"{calls_after} calls <= {len(accepted)} accepted",
-            )
+    def no_double_billing(self) -> None:
+        kill = self.at_kill
+        calls_after = self.client.stats(self.tenants[2]).model_calls
+        added = calls_after - kill.model_calls
+        self.report(
+            5,
+            "no-double-billing",
+            added == kill.without_extraction and calls_after <= kill.accepted,
+            f"model calls {kill.model_calls} at kill -> {calls_after} after recovery: +{added} for "
+            f"{kill.without_extraction} open operations without stored extraction "
+            f"({kill.open_operations - kill.without_extraction} extracted before the kill cost nothing); "
+            f"{calls_after} calls <= {kill.accepted} accepted",
         )
-        client.close()
+
+
+def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[DrillResult]:
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    drills = _Drills(data_dir, out)
+    try:
+        drills.start()
+        for drill in (
+            drills.hard_kill_during_sync_writes,
+            drills.queue_loss_surface,
+            drills.repeated_submission,
+            drills.audit_chain,
+            drills.no_double_billing,
+        ):
+            drill()
+        drills.client.close()
     except Exception as exc:  # a drill that cannot even run is a failure, reported as such
-        report(DrillResult(len(results) + 1, "error", False, f"{type(exc).__name__}: {exc}"))
+        drills.report(len(drills.results) + 1, "error", False, f"{type(exc).__name__}: {exc}")
     finally:
-        hold.unlink(missing_ok=True)
-        server.stop()
-    return results
+        drills.hold.unlink(missing_ok=True)
+        drills.server.stop()
+    return drills.results

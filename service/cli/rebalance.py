@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
@@ -72,6 +72,58 @@ def _human(count: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _plan(clients: dict[str, MemoryClient], owners: list[str], problems: list[str]) -> list[Planned]:
+    """The tenants each member holds that another owns by the new list (``owners``); a member that
+    cannot be asked is a problem."""
+    plan: list[Planned] = []
+    for member, client in sorted(clients.items()):
+        try:
+            for tenant in _held(client, member):
+                owner = owner_of(tenant, owners)
+                if owner != member:
+                    plan.append(Planned(tenant, member, owner, _size(client, tenant, member)))
+        except (MnemosyneClientError, InvalidArgument) as exc:
+            problems.append(f"member {member} ({client.target}) could not be asked for its tenants: {exc}")
+    return plan
+
+
+@dataclass
+class _Moves:
+    """The moves of a plan, run from several threads: a line per tenant moved or not, the totals."""
+
+    clients: dict[str, MemoryClient]
+    plan: list[Planned]
+    problems: list[str]
+    out: TextIO
+    total_bytes: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    tenants: int = 0
+    bytes: int = 0
+
+    def move(self, planned: Planned) -> None:
+        started = time.monotonic()
+        try:
+            result = self.clients[planned.source].move_tenant(
+                planned.tenant, planned.destination, member=planned.source
+            )
+        except MnemosyneClientError as exc:
+            with self.lock:
+                self.problems.append(f"tenant {planned.tenant} ({planned.source} -> {planned.destination}): {exc}")
+                print(f"  {planned.tenant}: NOT moved: {exc}", file=self.out, flush=True)
+            return
+        with self.lock:
+            self.tenants += 1
+            self.bytes += planned.bytes
+            what = ", ".join(result.steps) if result.steps else "moved already"
+            print(
+                f"  {planned.tenant}: {planned.source} -> {planned.destination} epoch {result.epoch} "
+                f"({what}; {_human(result.bytes)} sent, {time.monotonic() - started:.2f} s) "
+                f"[{self.tenants}/{len(self.plan)} tenants, {_human(self.bytes)}/{_human(self.total_bytes)}]",
+                file=self.out,
+                flush=True,
+            )
+
+
 def rebalance(
     old: str,
     new: str,
@@ -83,22 +135,13 @@ def rebalance(
 ) -> int:
     before, after = parse_members(old), parse_members(new)
     addresses = {**before, **after}
-    owners = sorted(after)
     problems: list[str] = []
     with ExitStack() as stack:
         clients = {
             member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]  # MemoryClient's keyword arguments (credentials, options), typed there
             for member, address in addresses.items()
         }
-        plan: list[Planned] = []
-        for member, client in sorted(clients.items()):
-            try:
-                for tenant in _held(client, member):
-                    owner = owner_of(tenant, owners)
-                    if owner != member:
-                        plan.append(Planned(tenant, member, owner, _size(client, tenant, member)))
-            except (MnemosyneClientError, InvalidArgument) as exc:
-                problems.append(f"member {member} ({addresses[member]}) could not be asked for its tenants: {exc}")
+        plan = _plan(clients, sorted(after), problems)
         total_bytes = sum(p.bytes for p in plan)
         print(
             f"rebalance: {len(plan)} tenants held elsewhere than their owner by the new list "
@@ -106,36 +149,13 @@ def rebalance(
             file=out,
             flush=True,
         )
-        lock = threading.Lock()
-        done = [0, 0]  # tenants, bytes
-
-        def move(planned: Planned) -> None:
-            started = time.monotonic()
-            try:
-                result = clients[planned.source].move_tenant(planned.tenant, planned.destination, member=planned.source)
-            except MnemosyneClientError as exc:
-                with lock:
-                    problems.append(f"tenant {planned.tenant} ({planned.source} -> {planned.destination}): {exc}")
-                    print(f"  {planned.tenant}: NOT moved: {exc}", file=out, flush=True)
-                return
-            with lock:
-                done[0] += 1
-                done[1] += planned.bytes
-                what = ", ".join(result.steps) if result.steps else "moved already"
-                print(
-                    f"  {planned.tenant}: {planned.source} -> {planned.destination} epoch {result.epoch} "
-                    f"({what}; {_human(result.bytes)} sent, {time.monotonic() - started:.2f} s) "
-                    f"[{done[0]}/{len(plan)} tenants, {_human(done[1])}/{_human(total_bytes)}]",
-                    file=out,
-                    flush=True,
-                )
-
+        moves = _Moves(clients, plan, problems, out, total_bytes)
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            list(pool.map(move, plan))
+            list(pool.map(moves.move, plan))
     for problem in problems:
         print(f"rebalance: {problem}", file=out, flush=True)
     print(
-        f"rebalance: {done[0]} of {len(plan)} tenants moved or found moved ({_human(done[1])})"
+        f"rebalance: {moves.tenants} of {len(plan)} tenants moved or found moved ({_human(moves.bytes)})"
         + ("; run it again to finish" if problems else ""),
         file=out,
         flush=True,

@@ -1,6 +1,6 @@
 """The engine's configuration: one object (``EngineConfig``) nesting the hot path's, each default
-given once, here. The server's configuration nests this one (transport/server.py), and the
-``serve`` flags take their defaults from these fields (cli.py)."""
+given once, here. The server's configuration nests this one (transport/config.py); a field made
+with ``option`` is also a ``serve`` flag and variable, its help written here (engine/options.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from mnemosyne.engine.ann import DEFAULT_THRESHOLD as ANN_THRESHOLD
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.options import option, required_option
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 from mnemosyne.errors import InvalidArgument
@@ -34,30 +35,38 @@ def make_embedder(name: str) -> Embedder:
 class HotPathConfig:
     """The hot path (asynchronous writes, engine/hot_path/)."""
 
-    # Worker threads shared by every tenant, and operations applied per commit.
-    workers: int = 2
-    batch: int = 16
+    workers: int = option(
+        2, "background workers shared by all tenants for asynchronous (fast) writes", name="hot-path-workers"
+    )
+    batch: int = option(16, "queued operations a worker applies per transaction", name="hot-path-batch")
     # Failed attempts before an operation is failed for good, and the backoff after the first
     # (doubling each time).
     max_failures: int = 3
     retry_seconds: float = 0.5
-    # When an accepted fast write becomes durable against power loss (with synchronous=FULL):
-    # "round" (the worker's fsync after applying it, or the next Flush) or "enqueue" (before the
-    # enqueue returns: an fsync per enqueue).
-    sync: str = "round"
-    # Finished (succeeded or failed) events are deleted this long after they finished; 0 keeps
-    # them forever. Open operations are never deleted.
-    event_retention_seconds: float = 7 * 24 * 3600.0
+    sync: str = option(
+        "round",
+        "with --synchronous full, fsync an accepted fast write after the worker applies it "
+        "(round: enqueues take no fsync) or before the enqueue returns (enqueue)",
+        name="hot-path-sync",
+        choices=HOT_PATH_SYNC_CHOICES,
+    )
+    # Open operations are never deleted, whatever their age.
+    event_retention_seconds: float = option(
+        7 * 24 * 3600.0, "delete finished hot-path events this long after they finished (0: keep forever)"
+    )
 
 
 @dataclass(frozen=True)
 class ConsolidationConfig:
     """Background consolidation (opt-in per tenant) and its idle time."""
 
-    # A thread is finished once its newest memory is this old (seconds).
-    idle_seconds: float = 900.0
-    # Tenants consolidated in the background, every ``interval_seconds``.
-    tenants: tuple[str, ...] = ()
+    idle_seconds: float = option(
+        900.0, "a session (thread) is finished once its newest memory is this old", name="consolidate-idle-seconds"
+    )
+    # Consolidated in the background, every ``interval_seconds``.
+    tenants: tuple[str, ...] = option(
+        (), "consolidate this tenant's finished sessions in the background", name="consolidate-tenant"
+    )
 
     @property
     def interval_seconds(self) -> float:
@@ -66,22 +75,34 @@ class ConsolidationConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    data_dir: Path
-    max_open_tenants: int = 1024
+    data_dir: Path = field(
+        metadata=required_option("directory of tenant files", command_line_default="./mnemosyne-data")
+    )
+    max_open_tenants: int = option(
+        1024, "tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)"
+    )
     # Idle read connections kept per open tenant. The server raises it to --calls-per-tenant
     # (transport/server.py): a tenant's concurrent reads past it each opened and closed a
     # connection of their own (a cold page cache): at 16 concurrent recalls 2.28 against 1.94 ms
     # of CPU per recall (docs/performance.md#serving-many-callers).
     readers_per_tenant: int = 4
-    # SQLite's synchronous setting: FULL survives power loss, NORMAL process kills only.
-    synchronous: str = "FULL"
+    synchronous: str = option(
+        "FULL",
+        "SQLite synchronous setting: full survives power loss, normal only process kills",
+        choices=("full", "normal"),
+    )
     limits: Limits = field(default_factory=Limits)
-    # Cosine at or above which a memory with the same atoms is a near duplicate (engine/dedup.py).
-    near_duplicate_threshold: float = DEFAULT_THRESHOLD
+    near_duplicate_threshold: float = option(
+        DEFAULT_THRESHOLD,
+        "embedding cosine at or above which a memory with the same numbers, dates and identifiers is named "
+        "a near duplicate (and Dedup's default); above 1 = off",
+    )
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
-    # Memories in a tenant from which recall's vector candidates come from its approximate
-    # nearest-neighbour index instead of an exact scan (engine/ann.py; docs/performance.md).
-    ann_threshold: int = ANN_THRESHOLD
+    ann_threshold: int = option(
+        ANN_THRESHOLD,
+        "memories in a tenant from which recall uses an approximate vector index (exact scan below; "
+        "docs/performance.md#large-tenants)",
+    )
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mnemosyne.engine.options import option
 from mnemosyne.engine.types import GLOBAL_SCOPE, Memory, ThreadRef
 from mnemosyne.errors import InvalidArgument
 
@@ -50,24 +51,26 @@ _DECIMAL_TEXT = re.compile(r"-?(?:[0-9]{1,400}(?:\.[0-9]{0,400})?|\.[0-9]{1,400}
 
 @dataclass(frozen=True)
 class Limits:
-    max_text_chars: int = 32_768
-    max_query_chars: int = 4_096
-    max_batch_items: int = 1_000
-    max_k: int = 100
-    max_metadata_pairs: int = 32
-    max_metadata_key_chars: int = 128
-    max_metadata_value_chars: int = 1_024
-    max_page_size: int = 1_000
+    max_text_chars: int = option(32_768, "characters of one memory's text")
+    max_query_chars: int = option(4_096, "characters of a recall query")
+    max_batch_items: int = option(1_000, "items of one RetainBatch")
+    max_k: int = option(100, "largest k of a recall")
+    max_metadata_pairs: int = option(32, "metadata pairs of one memory")
+    max_metadata_key_chars: int = option(128, "characters of a metadata key")
+    max_metadata_value_chars: int = option(1_024, "characters of a metadata value")
+    max_page_size: int = option(1_000, "largest page of a list call")
     # Workspace records (enforced by the workspace service).
-    max_records_per_workspace: int = 1_000
-    max_record_bytes: int = 262_144
+    max_records_per_workspace: int = option(1_000, "records one workspace may hold")
+    max_record_bytes: int = option(262_144, "bytes of one workspace record")
     # Per-tenant quotas, checked inside the write transaction (engine/quotas.py); 0 = unlimited.
-    max_tenant_memories: int = 0
-    max_tenant_bytes: int = 0
+    max_tenant_memories: int = option(0, "quota: live memories per tenant (0 = unlimited)")
+    max_tenant_bytes: int = option(0, "quota: database bytes per tenant (0 = unlimited)")
     # Bytes of one encoded request. A request within every other limit can pass it (1,000 items
     # of 32,768 four-byte characters are 131 MB): split such a batch. Refused with
     # REQUEST_TOO_LARGE; the gRPC transport accepts twice this, so the refusal carries its reason.
-    max_request_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = option(
+        16 * 1024 * 1024, "bytes of one encoded request (the gRPC transport accepts twice this)"
+    )
 
 
 def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:

@@ -69,6 +69,22 @@ class ServerMetrics(EngineObserver):
             buckets=RPC_BUCKETS,
             registry=self.registry,
         )
+        self._count_engine_work()
+        # A deployment of many members (transport/cluster/forwarding.py): the clients that route by the
+        # member list never make a member forward (the tests read these).
+        self.forwarded = Counter(
+            "mnemosyne_forwarded_calls", "Calls this member forwarded to the tenant's owner.", registry=self.registry
+        )
+        self.forwarded_in = Counter(
+            "mnemosyne_forwarded_calls_received",
+            "Calls that reached this member by another member's forwarding hop.",
+            registry=self.registry,
+        )
+        self._read_on_scrape()
+        self._rpc_children: dict[tuple[str, str], Histogram] = {}
+
+    def _count_engine_work(self) -> None:
+        """The counters the engine observer feeds (``EngineObserver``'s methods below)."""
         self.writes = Counter(
             "mnemosyne_writes", "Memories written (committed, not duplicates).", registry=self.registry
         )
@@ -97,16 +113,11 @@ class ServerMetrics(EngineObserver):
             ["reason"],
             registry=self.registry,
         )
-        # A deployment of many members (transport/cluster/forwarding.py): the clients that route by the
-        # member list never make a member forward (the tests read these).
-        self.forwarded = Counter(
-            "mnemosyne_forwarded_calls", "Calls this member forwarded to the tenant's owner.", registry=self.registry
-        )
-        self.forwarded_in = Counter(
-            "mnemosyne_forwarded_calls_received",
-            "Calls that reached this member by another member's forwarding hop.",
-            registry=self.registry,
-        )
+
+    def _read_on_scrape(self) -> None:
+        """The figures read from their owners on each scrape: the gauges of ``GAUGES`` (0 until
+        bound), the admission refusals, where short reads ran, the approximate indexes, the reads
+        that gave way."""
         self._gauges = {name: Gauge(name, help_text, registry=self.registry) for name, help_text in GAUGES.items()}
         for gauge in self._gauges.values():
             gauge.set_function(lambda: 0.0)
@@ -122,7 +133,6 @@ class ServerMetrics(EngineObserver):
         self.registry.register(self._reads)
         self.registry.register(_AnnIndexes(ANN_FIGURES))
         self.registry.register(_GivenWay())
-        self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
     def read_gauges_from(self, sources: Mapping[str, Callable[[], float]]) -> None:
         """Bind gauges of ``GAUGES`` to zero-argument functions, called on every scrape (so

@@ -59,6 +59,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+from mnemosyne.engine.options import option
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.runtime import background, read_priority
 
@@ -71,16 +72,24 @@ class AdmissionLimits:
     """What a tenant, and the server, may hold at once. Each is a ``serve`` flag (the field name
     with dashes) and ``MNEMOSYNE_`` variable; all are logged at start."""
 
-    worker_threads: int = 16  # threads running the engine's blocking work, shared by every tenant
-    calls_per_tenant: int = 8  # of those, how many one tenant's calls may occupy at once
-    reader_threads: int = 2  # threads running the short reads (Recall, Get, List...), shared by every tenant
-    reader_share: int = 1  # of those, how many one tenant's reads may occupy at once
-    queued_calls_per_tenant: int = 64  # one tenant's calls waiting for a thread (of either set)
-    queued_calls: int = 1024  # every tenant's together
-    streams_per_tenant: int = 100  # open server streams (WatchEvents, AggregateStats) of one tenant
-    streams: int = 10_000  # of every tenant
-    waiting_calls_per_tenant: int = 16  # Flush and Disable calls of one tenant waiting for its queue
-    waiting_calls: int = 4_096  # of every tenant
+    worker_threads: int = option(16, "threads running the engine's blocking work, shared by every tenant")
+    calls_per_tenant: int = option(
+        8, "of the worker threads, how many one tenant's calls may occupy at once (its fair share)"
+    )
+    reader_threads: int = option(
+        2, "threads running the short reads (Recall, GetMemory, ListMemories...), shared by every tenant"
+    )
+    reader_share: int = option(
+        1, "of the reader threads, how many one tenant's reads may occupy at once (at most --reader-threads)"
+    )
+    queued_calls_per_tenant: int = option(
+        64, "calls of one tenant waiting for a thread (of either set); past it RESOURCE_EXHAUSTED"
+    )
+    queued_calls: int = option(1024, "calls of every tenant waiting for a thread; past it RESOURCE_EXHAUSTED")
+    streams_per_tenant: int = option(100, "open server streams (WatchEvents, AggregateStats) of one tenant")
+    streams: int = option(10_000, "open server streams of every tenant")
+    waiting_calls_per_tenant: int = option(16, "Flush and Disable calls of one tenant waiting for its queue")
+    waiting_calls: int = option(4_096, "Flush and Disable calls of every tenant waiting")
 
     def __post_init__(self) -> None:
         for spec in fields(self):

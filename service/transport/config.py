@@ -1,15 +1,18 @@
 """The server's configuration: one object (``ServerConfig``) nesting the engine's (engine/config.py),
-each default given once, there or here; the ``serve`` flags take their defaults from these fields.
-No test seam is configuration (runtime/seams.py)."""
+each default given once, there or here; a field made with ``option`` is also a ``serve`` flag and
+variable, its help written here (engine/options.py). No test seam is configuration (runtime/seams.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.config import EMBEDDERS, EngineConfig
 from mnemosyne.engine.extractor import Extractor
+from mnemosyne.engine.options import option
 from mnemosyne.transport.admission import AdmissionLimits
+
+MAX_PORT = 65_535
 
 
 @dataclass(frozen=True)
@@ -17,34 +20,49 @@ class ServerConfig:
     """The server's configuration, nesting the engine's (each default given once, there or here)."""
 
     engine: EngineConfig
-    host: str = "127.0.0.1"
-    port: int = 50051
-    tokens_file: Path | None = None
-    tokens_json: str | None = None
-    allow_unauthenticated: bool = False
-    grace_seconds: float = 20.0
+    host: str = option("127.0.0.1", "address to bind (a non-loopback one needs tokens)")
+    port: int = option(50051, "gRPC port (0 = any free)", maximum=MAX_PORT)
+    tokens_file: Path | None = option(None, "JSON file of token hashes and their tenants")
+    # For a Kubernetes Secret mounted as a variable.
+    tokens_json: str | None = option(None, "the tokens file's JSON document itself", name="tokens", variable_only=True)
+    allow_unauthenticated: bool = option(
+        False, "1 = serve a non-loopback address without tokens (insecure)", variable_only=True, unset="unset"
+    )
+    grace_seconds: float = option(20.0, "after the drain delay, how long SIGTERM waits for in-flight calls")
     # Worker threads, per-tenant shares and the stream, queue and waiting limits (admission.py).
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     # The extractor of new memories; None = the rules extractor (see --extractor).
     extractor: Extractor | None = None
-    # Which embedder makes the vectors (engine/config.py EMBEDDERS); a tenant keeps the one it began with.
-    embedder: str = "hashing"
-    # HTTP side port for /metrics, /healthz, /readyz: 0 = off; host None = the gRPC host.
-    metrics_port: int = 9464
-    metrics_host: str | None = None
-    # The HTTP/JSON API (transport/http/json_api.py): 0 = off; host None = the gRPC host. Host names
-    # it answers to besides loopback and its own address ("*": any), and web origins allowed by CORS.
-    http_port: int = 8080
-    http_host: str | None = None
-    http_allowed_hosts: tuple[str, ...] = ()
-    http_cors_origins: tuple[str, ...] = ()
-    # TLS: server certificate chain and key (PEM files); a client CA turns on mutual TLS.
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    # After SIGTERM, seconds spent reporting NOT_SERVING while still serving (so load balancers
-    # and readiness probes take the server out of rotation) before the grace period starts.
-    drain_delay_seconds: float = 0.0
-    # With members (engine.membership): forward a call for a tenant another member owns to it
-    # (False: refuse it, NOT_OWNER).
-    forwarding: bool = True
+    # A tenant keeps the embedder it began with.
+    embedder: str = option(
+        "hashing",
+        "embedder for new vectors: hashing (built in) or minilm (the minilm extra)",
+        choices=EMBEDDERS,
+    )
+    metrics_port: int = option(9464, "HTTP port for /metrics, /healthz, /readyz (0 = off)", maximum=MAX_PORT)
+    metrics_host: str | None = option(None, "address of the metrics port", unset="the gRPC --host")
+    # The HTTP/JSON API (transport/http/json_api.py).
+    http_port: int = option(8080, "port of the HTTP/JSON API and /openapi.json (0 = off)", maximum=MAX_PORT)
+    http_host: str | None = option(None, "address of the HTTP port", unset="the gRPC --host")
+    http_allowed_hosts: tuple[str, ...] = option(
+        (),
+        "a Host name the HTTP port answers to besides loopback and its own address ('*' = any)",
+        name="http-allowed-host",
+    )
+    http_cors_origins: tuple[str, ...] = option(
+        (),
+        "a web origin (e.g. https://console.example.com) whose pages may call the HTTP API",
+        name="http-cors-origin",
+    )
+    tls_cert: Path | None = option(None, "PEM certificate chain: serve gRPC over TLS")
+    tls_key: Path | None = option(None, "PEM private key of --tls-cert")
+    tls_client_ca: Path | None = option(None, "PEM CA bundle: require client certificates signed by it (mutual TLS)")
+    # So that load balancers and readiness probes take the server out of rotation before the grace
+    # period starts.
+    drain_delay_seconds: float = option(0.0, "after SIGTERM, keep serving this long while health reports NOT_SERVING")
+    # With members (engine.membership).
+    forwarding: bool = option(
+        True,
+        "refuse (NOT_OWNER) a call for a tenant another member owns instead of forwarding it",
+        name="no-forwarding",
+    )

@@ -1,0 +1,251 @@
+"""The commands that reach a running server as its client: ``health``, ``mcp``, ``backup``,
+``export``, ``import``, ``rebalance``, ``consolidate``. Each takes the same connection flags
+(``add_connection_flags``: target, token, TLS, mutual TLS)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mnemosyne.cli.flags import NUMBER, POSITIVE, at_file
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.errors import InvalidArgument
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"MNEMOSYNE_{name}", default)
+
+
+def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target: bool = True) -> None:
+    """How a client command reaches its server: --target (MNEMOSYNE_TARGET), --token-file
+    (MNEMOSYNE_TOKEN), --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name
+    (MNEMOSYNE_CLIENT_TLS...; CLIENT, so a server's own MNEMOSYNE_TLS_CERT is never taken for a
+    client certificate). ``token``: whose token the command needs. ``target=False``: the command
+    names its servers otherwise (rebalance's member lists)."""
+    group = parser.add_argument_group("connection to the server")
+    if target:
+        group.add_argument(
+            "--target",
+            default=_env("TARGET", DEFAULT_TARGET),
+            help=f"HOST:PORT of the server (MNEMOSYNE_TARGET; default {DEFAULT_TARGET})",
+        )
+    group.add_argument("--token-file", help=f"a file holding {token} (default: MNEMOSYNE_TOKEN)")
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        default=_env("CLIENT_TLS") == "1",
+        help="connect with TLS, trusting the system's roots (implied by the other --tls-* flags; MNEMOSYNE_CLIENT_TLS=1)",
+    )
+    group.add_argument(
+        "--tls-ca", default=_env("CLIENT_TLS_CA"), help="PEM CA bundle to trust instead (MNEMOSYNE_CLIENT_TLS_CA)"
+    )
+    group.add_argument(
+        "--tls-cert",
+        default=_env("CLIENT_TLS_CERT"),
+        help="client certificate (PEM), for mutual TLS (MNEMOSYNE_CLIENT_TLS_CERT)",
+    )
+    group.add_argument("--tls-key", default=_env("CLIENT_TLS_KEY"), help="key of --tls-cert (MNEMOSYNE_CLIENT_TLS_KEY)")
+    group.add_argument(
+        "--tls-server-name",
+        default=_env("CLIENT_TLS_SERVER_NAME"),
+        help="name to check the server certificate against (default: the target's host; "
+        "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",
+    )
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """A client command's token: from --token-file, else MNEMOSYNE_TOKEN — never an argument,
+    which every user of the machine can read in the process list."""
+    if not args.token_file:
+        return _env("TOKEN") or None
+    try:
+        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(
+            f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
+        ) from None
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``MemoryClient``'s keyword arguments from the connection flags: token, TLS credentials
+    (None: plaintext) and channel options."""
+    from mnemosyne.transport.tls import channel_credentials
+
+    options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
+    tls = args.tls or any((args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name))
+    credentials = channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)) if tls else None
+    return {"token": _token(args), "credentials": credentials, "options": options}
+
+
+def _client(args: argparse.Namespace) -> MemoryClient:
+    """The client of a command's connection flags, to its --target."""
+    return MemoryClient(args.target, **_client_settings(args))
+
+
+def _health(args: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with _client(args) as client:
+        try:
+            response = health_pb2_grpc.HealthStub(client.channel).Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"unhealthy: {from_rpc_error(exc, args.target)}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(status)
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    """The MCP server over stdio: stdout carries the protocol, so every log line goes to stderr."""
+    import anyio
+
+    from mnemosyne.client.host import MemoryHost
+    from mnemosyne.client.mcp_host import Agent, Session, build_server
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    with _client(args) as client:
+        # One process is one session: its agent is this process's.
+        session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
+        anyio.run(build_server(lambda _ctx: session).run_stdio_async)
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.backup import on_terminal, write_backup
+
+    with _client(args) as client:
+        summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=on_terminal)
+    print(
+        f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
+        f"{summary.skipped} skipped, {summary.bytes} bytes received"
+    )
+    return 1 if summary.skipped else 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.archive import write_archive
+
+    with _client(args) as client:
+        copy = write_archive(client, args.tenant, Path(args.to))
+    print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.archive import import_archive
+
+    with _client(args) as client:
+        result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
+    done = "replaced" if result.replaced else "imported"
+    print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
+    return 0
+
+
+def _rebalance(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.rebalance import rebalance
+    from mnemosyne.client.routing import parse_members
+
+    lists = {flag: at_file(value, flag) for flag, value in (("--from", args.from_members), ("--to", args.to_members))}
+    for flag, listed in lists.items():
+        try:
+            parse_members(listed)
+        except ValueError as exc:
+            raise InvalidArgument(f"{flag}: {exc}", reason="CONFIG_INVALID") from None
+    settings = _client_settings(args)
+    return rebalance(
+        lists["--from"],
+        lists["--to"],
+        token=settings.pop("token"),
+        parallel=args.parallel,
+        client_options=settings,
+    )
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        outcomes = client.consolidate_session(args.tenant, args.thread or "")
+    if not outcomes:
+        print(f"{args.tenant}: no finished session to consolidate")
+    for o in outcomes:
+        conflicts = f", {o.conflicts} newer write(s) kept" if o.conflicts else ""
+        print(
+            f"{o.thread} {o.scope}: {o.outcome.replace('_', ' ')} (receipt {o.receipt_id}, generation "
+            f"{o.generation}, {o.model_calls} model call(s){conflicts})"
+        )
+    return 1 if any(o.outcome == "gave_up" for o in outcomes) else 0
+
+
+def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
+    health.add_argument("--service", default="")
+    health.add_argument("--timeout", type=NUMBER, default=3.0)
+    add_connection_flags(health, "a token (none needed: health checks are not authenticated)")
+    health.set_defaults(run=_health)
+
+    mcp = commands.add_parser("mcp", help="an MCP server of memory tools over stdio, for a model (a host)")
+    mcp.add_argument("--tenant", required=True, help="the tenant the tools read and write")
+    mcp.add_argument("--workspace", default="main", help="the workspace whose records the tools show and edit")
+    add_connection_flags(mcp, "the tenant's token")
+    mcp.set_defaults(run=_mcp)
+
+    backup = commands.add_parser(
+        "backup", help="copy a running server's tenants into a directory on this machine (admin token)"
+    )
+    backup.add_argument("--to", required=True, help="the backup directory: new, empty, or an earlier backup's")
+    backup.add_argument("--tenant", action="append", default=[], help="a tenant to copy (repeat; default: all)")
+    add_connection_flags(backup, "an admin token")
+    backup.set_defaults(run=_backup)
+
+    export = commands.add_parser("export", help="write one tenant of a running server to an archive file")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--to", required=True, help="the archive to write (a new file)")
+    add_connection_flags(export, "the tenant's token or an admin token")
+    export.set_defaults(run=_export)
+    _add_moving_commands(commands)
+
+
+def _add_moving_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that install tenants or turn sessions into records on a server."""
+    import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
+    import_.add_argument("--from", dest="from_file", required=True, help="the archive")
+    import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
+    import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
+    add_connection_flags(import_, "an admin token")
+    import_.set_defaults(run=_import)
+
+    rebalance = commands.add_parser(
+        "rebalance",
+        help="move every tenant whose owner changes from one member list to another (admin token)",
+    )
+    rebalance.add_argument(
+        "--from", dest="from_members", required=True, help="the old list, ID=HOST:PORT,... (or @FILE)"
+    )
+    rebalance.add_argument("--to", dest="to_members", required=True, help="the new list, ID=HOST:PORT,... (or @FILE)")
+    rebalance.add_argument("--parallel", type=POSITIVE, default=4, help="moves at once (default 4)")
+    add_connection_flags(rebalance, "an admin token", target=False)
+    rebalance.set_defaults(run=_rebalance)
+
+    consolidate = commands.add_parser(
+        "consolidate", help="turn finished sessions (threads) of a tenant into records, each receipt once"
+    )
+    consolidate.add_argument("--tenant", required=True)
+    consolidate.add_argument(
+        "--thread", default="", help="this thread, finished now (default: every thread idle long enough)"
+    )
+    add_connection_flags(consolidate, "the tenant's token or an admin token")
+    consolidate.set_defaults(run=_consolidate)

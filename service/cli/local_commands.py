@@ -1,0 +1,145 @@
+"""The commands that work on this machine's files or start servers of their own: ``hash-token``,
+``inspect``, ``oplog``, ``restore``, ``members``, ``drill``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from mnemosyne.cli.flags import PORT, POSITIVE
+
+
+def _hash_token(args: argparse.Namespace) -> int:
+    from mnemosyne.transport.auth import hash_token
+
+    token = sys.stdin.readline().strip()
+    if not token:
+        print("give the token on standard input", file=sys.stderr)
+        return 2
+    print(hash_token(token))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    """Read-only look at one tenant file, without the data-directory lock (a server may run)."""
+    from mnemosyne.store.inspect import inspect_tenant
+
+    print(json.dumps(inspect_tenant(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
+    return 0
+
+
+def _oplog(args: argparse.Namespace) -> int:
+    """Read-only look at a tenant's operation log (no lock, no workers): what is still open."""
+    from mnemosyne.store.oplog_inspect import inspect_oplog
+
+    print(json.dumps(inspect_oplog(Path(args.data_dir), args.tenant), indent=2, sort_keys=True))
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.backup import on_terminal, restore
+
+    restored = restore(
+        Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=on_terminal
+    )
+    print(f"restored {len(restored)} tenants from {args.from_dir} into {args.data_dir}")
+    return 0
+
+
+def _members(args: argparse.Namespace) -> int:
+    """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
+    from mnemosyne.cli.server_process import LocalMembers
+
+    if not 1 <= args.count <= 64:
+        raise SystemExit("--count: give 1 to 64 members")
+    flags = [flag for flag in args.serve_flags if flag != "--"]
+    deployment = LocalMembers(
+        Path(args.data_dir),
+        args.count,
+        args=flags,
+        base_port=args.port,
+        http_base_port=args.http_port,
+        metrics_base_port=args.metrics_port,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    deployment.start()
+    try:
+        print(json.dumps({"members": deployment.members}), flush=True)
+        for member, process in zip(deployment.ids, deployment.processes):
+            http = f", HTTP http://127.0.0.1:{process.http_port}" if process.http_port else ""
+            print(f"member {member}: gRPC {process.target}{http}, data {process.data_dir}", file=sys.stderr)
+        print(f"clients: MemoryClient('', members={deployment.members!r}); Ctrl-C stops them all", file=sys.stderr)
+        while not stop.wait(1.0):
+            if any(p.process is not None and p.process.poll() is not None for p in deployment.processes):
+                print("a member exited; stopping the others", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        deployment.stop()
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.drills import run_drills
+
+    results = run_drills(Path(args.data_dir), out=print)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
+    hash_token.set_defaults(run=_hash_token)
+
+    inspect = commands.add_parser("inspect", help="read-only summary of a tenant file (no lock taken)")
+    inspect.add_argument("--data-dir", required=True)
+    inspect.add_argument("--tenant", required=True)
+    inspect.set_defaults(run=_inspect)
+
+    oplog = commands.add_parser("oplog", help="read-only view of a tenant's operation log (no lock, no workers)")
+    oplog.add_argument("--data-dir", required=True)
+    oplog.add_argument("--tenant", required=True)
+    oplog.set_defaults(run=_oplog)
+
+    restore = commands.add_parser(
+        "restore", help="put tenants of a backup directory into a data directory no server is using"
+    )
+    restore.add_argument("--from", dest="from_dir", required=True, help="the backup directory")
+    restore.add_argument("--data-dir", required=True, help="the data directory (its server stopped)")
+    restore.add_argument("--tenant", action="append", default=[], help="a tenant to restore (repeat; default: all)")
+    restore.add_argument("--replace", action="store_true", help="overwrite tenants the data directory already has")
+    restore.set_defaults(run=_restore)
+    _add_deployment_commands(commands)
+
+
+def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that start servers of their own."""
+    from mnemosyne.transport.config import ServerConfig  # loaded with serve's flags (cli/serve.py)
+
+    members = commands.add_parser(
+        "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
+    )
+    members.add_argument("--count", type=POSITIVE, default=3, help="how many members (m0, m1, ...)")
+    members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
+    members.add_argument(
+        "--port", type=PORT, default=ServerConfig.port, help="gRPC port of m0; each next member the next port"
+    )
+    members.add_argument(
+        "--http-port", type=PORT, default=ServerConfig.http_port, help="HTTP port of m0 (0: off); then the next ones"
+    )
+    members.add_argument(
+        "--metrics-port",
+        type=PORT,
+        default=ServerConfig.metrics_port,
+        help="metrics port of m0 (0: off); then the next",
+    )
+    members.add_argument("serve_flags", nargs=argparse.REMAINDER, help="after --: flags every member's serve takes")
+    members.set_defaults(run=_members)
+
+    drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
+    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.set_defaults(run=_drill)
