@@ -71,6 +71,7 @@ from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER, NOT_SERVED_HER
 from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 log = logging.getLogger("mnemosyne.hot_path")
@@ -91,7 +92,7 @@ PRUNE_MAX_BATCHES = 50
 # Inbox operations a worker adopts into the tenant's log per round, in batches: ahead of what a
 # round applies, while reading them holds the inbox lock (every enqueue's) only for microseconds.
 MOVE_BATCHES = 4
-_FLAG_CACHE_KEY = "hot_path_enabled"
+_FLAG_CACHE_KEY: CacheKey[bool] = CacheKey("hot_path_enabled")
 EVENT_STATUSES = ("pending", "running", "succeeded", "failed")
 STREAM_CHUNK = 500  # transitions a WatchEvents stream reads at a time
 

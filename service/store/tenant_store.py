@@ -45,6 +45,7 @@ from mnemosyne.store.schema import (
     SCHEMA_VERSION,
     tables_at,
 )
+from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
@@ -358,7 +359,7 @@ class TenantStore:
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        self.cache: dict[str, Any] = {}
+        self.cache = TenantCache()  # the engine's values for this open tenant (store/tenant_cache.py)
         # Called when the store closes, before its files may go (the engine's caches on disk:
         # engine/ann.py stops writing its index file).
         self.on_close: list[Callable[[], None]] = []
