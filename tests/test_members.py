@@ -30,7 +30,8 @@ from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import FailedPreconditionError, PermissionDeniedError, UnavailableError
 from mnemosyne.client.routing import owner_of as client_owner_of
 from mnemosyne.client.routing import weight as client_weight
-from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership, owner_of, weight
+from mnemosyne.store.membership import Membership, owner_of, weight
+from mnemosyne.store.ownership import EPOCH_KEY, HOLDER_KEY
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support

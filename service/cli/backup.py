@@ -49,17 +49,17 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
 from mnemosyne.runtime.seams import Seams
-from mnemosyne.store.file_faults import FileBudget
-from mnemosyne.store.paths import tenant_named_by, within
-from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.pool import (
+from mnemosyne.store.data_dir import (
     INBOX_DIR_NAME,
     INBOX_FILE_SUFFIX,
     NEW_FILE_PREFIX,
     TENANT_FILE_SUFFIX,
     DataDirLock,
-    validate_tenant,
 )
+from mnemosyne.store.file_faults import FileBudget
+from mnemosyne.store.paths import tenant_named_by, within
+from mnemosyne.store.pending_index import PendingIndex
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.snapshot import check_chain, sha256_file
 
 MANIFEST_NAME = "manifest.json"

@@ -13,7 +13,8 @@ import apsw
 
 from mnemosyne.errors import NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.pool import TENANT_FILE_SUFFIX, validate_tenant
+from mnemosyne.store.data_dir import TENANT_FILE_SUFFIX
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.tenant_store import ReadTxn
 
 

@@ -11,11 +11,10 @@ src/routing.js; test vectors in docs/scale-out.md):
                              (compared as UTF-8 bytes)
 
 The order of the list does not matter. Adding a member moves only the tenants the new member
-wins (``mnemosyne rebalance`` moves them, engine/moves.py).
-
-Each tenant file records its holder and an ownership epoch (its ``meta`` table): a member opens
-a tenant only if the hash names it and the file names it at the current epoch
-(``Membership.check_held``); it creates a tenant only if the hash names it.
+wins (``mnemosyne rebalance`` moves them, engine/moves.py). What a tenant's file records of its
+ownership, and what a member does with it, is store/ownership.py; the refusals that send a caller
+to another member, or ask it to wait for a move, are here (every layer above the store reads
+their reasons).
 """
 
 from __future__ import annotations
@@ -28,32 +27,13 @@ from functools import cached_property
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
-EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (a move raises it)
 NOT_OWNER = "NOT_OWNER"  # the refusal's reason; its metadata names the owner and its address
+MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 HELD_ELSEWHERE = "TENANT_HELD_ELSEWHERE"  # a file copied from another member's volume
 EPOCH_NEWER = "OWNERSHIP_EPOCH_NEWER"  # a file held at an epoch newer than this member's list
-# The refusals of an open whose file this member does not serve (store/pool.py ``_check_holder``).
+# The refusals of an open whose file this member does not serve (store/ownership.py ``check_open``).
 NOT_SERVED_HERE = frozenset({NOT_OWNER, HELD_ELSEWHERE, EPOCH_NEWER})
-# A move (engine/moves.py, docs/scale-out.md#moving-tenants) records its progress in the meta
-# table of the tenant files it involves: on the source the last step done, the destination and
-# the epoch the tenant moves at; on the destination the step (``imported``: inactive, then
-# ``active``) and the source. The ownership check of an open honours them.
-MOVE_STEP_KEY = "move_step"
-MOVE_PEER_KEY = "move_peer"  # the source: its destination; the destination: its source
-MOVE_EPOCH_KEY = "move_epoch"
-MOVE_HEAD_KEY = "move_head_hash"  # the head hash of the audit chain the source exported
-# A tombstone whose move completed, reclaimed (store/pool.py ``reclaim``): its file keeps only the
-# keys above (what it needs to redirect), the tenant's data is gone.
-MOVE_RECLAIMED_KEY = "move_reclaimed"
-MOVE_KEYS = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
-SOURCE_STEPS = ("fenced", "flushed", "exported", "imported", "tombstoned")
-FENCED_STEPS = frozenset(SOURCE_STEPS[:4])  # writes refused, reads served
-TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the destination
-INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
-ACTIVE = "active"
 TENANT_MOVING = "TENANT_MOVING"
-MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 MOVE_RETRY_SECONDS = 0.5
 
 
@@ -86,6 +66,7 @@ def parse_list(members: str) -> dict[str, str]:
 
 
 def moving(tenant: str, why: str) -> Unavailable:
+    """The refusal of a call for a tenant a move is taking elsewhere or bringing here."""
     return Unavailable(
         f"tenant {tenant} is moving between members: {why}; retry shortly",
         reason=TENANT_MOVING,
@@ -161,26 +142,3 @@ class Membership:
         home = self.home(tenant)
         if home != self.me:
             raise self.not_owner(tenant, home, "call its owner (clients with the member list do)")
-
-    def check_held(self, tenant: str, holder: str | None, epoch: int, *, moved: bool = False) -> bool:
-        """Whether a file with this holder and epoch may be served here as it is; False: adopt it
-        (a file written before members existed, or by this member at an older epoch: stamp it).
-        Raises for a file another member holds, or one stamped at a newer epoch (``moved``: one
-        a move brought here, whose epoch the move raised)."""
-        if holder is None or (holder == self.me and epoch < self.epoch):
-            return False
-        if holder != self.me:
-            raise FailedPrecondition(
-                f"tenant {tenant}'s file names member {holder} as its holder, not {self.me}: it was copied from "
-                "another member's volume; restore it there, or export and import it through the owner",
-                reason=HELD_ELSEWHERE,
-                metadata={"holder": holder},
-            )
-        if epoch > self.epoch and not moved:
-            raise FailedPrecondition(
-                f"tenant {tenant}'s file is held at ownership epoch {epoch}, newer than this member's {self.epoch}: "
-                "the member list of this process is out of date",
-                reason=EPOCH_NEWER,
-                metadata={"epoch": str(epoch)},
-            )
-        return True
