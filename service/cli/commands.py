@@ -144,29 +144,18 @@ def _serve(args: argparse.Namespace) -> int:
     return asyncio.run(_run_server(config, seams))
 
 
-def _at_file(value: str, flag: str) -> str:
-    """A flag's value, or for ``@FILE`` the file's text (a member list kept in a file)."""
-    if not value.startswith("@"):
-        return value
-    try:
-        return Path(value[1:]).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InvalidArgument(f"cannot read {flag} {value}: {cause}", reason="CONFIG_INVALID") from None
-
-
 def _membership(args: argparse.Namespace) -> Membership | None:
     """The member list of --members (``@FILE``: read from a file), or None without one."""
-    from mnemosyne.store.membership import Membership
+    from mnemosyne.store.membership import Membership, member_list_text
 
-    listed = _at_file(args.members or "", "--members")
+    listed = member_list_text(args.members or "", "--members")
     if not listed.strip():
         if args.member:
             raise SystemExit("--member needs --members (the whole member list, this member included)")
         return None
     if not args.member:
         raise SystemExit("--members needs --member (the id of this member in the list)")
-    previous = _at_file(args.previous_members or "", "--previous-members")
+    previous = member_list_text(args.previous_members or "", "--previous-members")
     return Membership.parse(args.member, listed, epoch=args.ownership_epoch, previous=previous)
 
 
@@ -664,8 +653,12 @@ def _export(args: argparse.Namespace) -> int:
 def _rebalance(args: argparse.Namespace) -> int:
     from mnemosyne.cli.rebalance import rebalance
     from mnemosyne.client.routing import parse_members
+    from mnemosyne.store.membership import member_list_text
 
-    lists = {flag: _at_file(value, flag) for flag, value in (("--from", args.from_members), ("--to", args.to_members))}
+    lists = {
+        flag: member_list_text(value, flag)
+        for flag, value in (("--from", args.from_members), ("--to", args.to_members))
+    }
     for flag, listed in lists.items():
         try:
             parse_members(listed)
