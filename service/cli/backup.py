@@ -57,6 +57,7 @@ from mnemosyne.store.data_dir import (
     DataDirLock,
 )
 from mnemosyne.store.file_faults import FileBudget
+from mnemosyne.store.files import fsync
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import validate_tenant
@@ -84,14 +85,6 @@ def _hold(stage: str) -> None:
         except FileNotFoundError:
             return
         time.sleep(0.02)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _disk_full(where: Path) -> ResourceExhausted:
@@ -336,9 +329,9 @@ def write_backup(
             }
             temporary = directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
             temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-            _fsync(temporary)
+            fsync(temporary)
             os.replace(temporary, directory / MANIFEST_NAME)
-            _fsync(directory)
+            fsync(directory)
         except OSError as exc:
             writer.abandon()
             if exc.errno == errno.ENOSPC:
@@ -402,11 +395,11 @@ def _place(source: Path, target: Path) -> None:
     temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{target.name}")
     try:
         shutil.copyfile(source, temporary)
-        _fsync(temporary)
+        fsync(temporary)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(f"{target}{suffix}").unlink(missing_ok=True)
         os.replace(temporary, target)
-        _fsync(target.parent)
+        fsync(target.parent)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
