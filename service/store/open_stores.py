@@ -71,8 +71,7 @@ class OpenStores:
             return len(self._open)
 
     def __contains__(self, tenant: str) -> bool:
-        with self._guard:
-            return tenant in self._open
+        return tenant in self._open  # one dict lookup, atomic: no guard on the per-call path
 
     def use(self, tenant: str) -> OpenStore | None:
         """The tenant's open store, now in use by the caller (who releases it); None when it is not

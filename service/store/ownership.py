@@ -159,9 +159,17 @@ class Ownership:
     open, the stamp, where a tenant is served, and the marks of the moves coming here. Made by the
     pool of a member of a deployment (store/pool.py); thread-safe."""
 
-    def __init__(self, membership: Membership, tenants_dir: Path, *, remembered: int = PLACEMENTS_REMEMBERED) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        tenants_dir: Path,
+        read: Callable[[str], OwnershipRecord | None],
+        *,
+        remembered: int = PLACEMENTS_REMEMBERED,
+    ) -> None:
         self.membership = membership
         self._tenants_dir = tenants_dir
+        self._read = read  # a tenant's record from its file here; None without one (store/pool.py)
         # tenant -> where its file says it is served, for the files read most recently
         self._placements: OrderedDict[str, Placement] = OrderedDict()
         self._remembered = max(1, remembered)
@@ -254,11 +262,11 @@ class Ownership:
 
     # -- where a tenant is served -------------------------------------------------------------------
 
-    def placement(self, tenant: str, read: Callable[[], OwnershipRecord | None]) -> Placement:
+    def placement(self, tenant: str) -> Placement:
         """Where ``tenant`` is served as this member knows it: where its file here says (this
         member; a tombstone's destination; a file without a holder: its home), or, without a
-        file (``read`` gives None), the source of a move bringing it here, else its home. Read
-        once per file, then remembered (the most recently asked) until ``forget``."""
+        file, the source of a move bringing it here, else its home. Read once per file, then
+        remembered (the most recently asked) until ``forget``."""
         me = self.membership.me
         with self._guard:
             known = self._placements.get(tenant)
@@ -266,7 +274,7 @@ class Ownership:
                 self._placements.move_to_end(tenant)
                 return known
         try:
-            record = read()
+            record = self._read(tenant)
         except (DataLoss, apsw.Error, ValueError):
             return Placement(me)  # the open here says what is wrong with it
         if record is None:

@@ -126,7 +126,9 @@ class TenantPool:
         # holds every tenant.
         self.membership = membership
         self.ownership = (
-            None if membership is None else Ownership(membership, self.tenants_dir, remembered=placements_remembered)
+            None
+            if membership is None
+            else Ownership(membership, self.tenants_dir, self.move_record, remembered=placements_remembered)
         )
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         self._guard = threading.Lock()  # of ``_damaged``
@@ -313,7 +315,7 @@ class TenantPool:
     def placement(self, tenant: str) -> Placement:
         """Where ``tenant`` is served as this member knows it (``Ownership.placement``), read from
         its file here once and remembered until a move, an import or an erasure changes it."""
-        return self._ownership().placement(tenant, lambda: self.move_record(tenant))
+        return self._ownership().placement(tenant)
 
     @property
     def placements_remembered(self) -> int:
