@@ -74,9 +74,10 @@ class MemoryClient:
     ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata);
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
     server; ``timeout`` the per-call deadline in seconds. ``members``: on a deployment of many
-    members, all of them (``ID=HOST:PORT,...``, as the servers take ``--members``, or a mapping):
-    each call then goes straight to the member owning its tenant (client/routing.py), and
-    ``target`` is not used (``""`` will do).
+    members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the servers take ``--members``, or
+    a mapping; a list that cannot be used raises ``MemberListError``, a ValueError): each call then
+    goes straight to the member owning its tenant (client/routing.py), and ``target`` is not used
+    (``""`` will do).
     """
 
     def __init__(

@@ -1,15 +1,19 @@
-"""Calls sent straight to the member that owns their tenant (docs/scale-out.md).
+"""Calls sent straight to the member that owns their tenant (docs/scale-out.md): the client's
+placement module. The member list and the hash are the server's (store/membership.py states both
+rules) and the Node client's (src/routing.js); all three load the same test vectors
+(docs/scale-out-vectors.json):
 
-A deployment of many members gives each tenant one owner, by rendezvous hashing of the tenant
-id over the member ids (the server's store/membership.py states the rule; the Node client's
-src/routing.js is the same; the test vectors in docs/scale-out.md hold for all three):
-
-    weight(tenant, member) = first 8 bytes, big-endian unsigned, of SHA-256(UTF-8(tenant) 0x00 UTF-8(member))
-    owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes)
+* the member list: ``ID=HOST:PORT`` items separated by commas and ASCII whitespace; an id is 1-63
+  of ``a-z 0-9 -`` starting with a letter or digit, an address one or more printable ASCII
+  characters; an id listed twice, or an empty list, is refused (``MemberListError``, its
+  ``problem`` the vectors' reason). ``@FILE`` gives the list as a file's text (UTF-8);
+* weight(tenant, member) = first 8 bytes, big-endian unsigned, of SHA-256(UTF-8(tenant) 0x00 UTF-8(member));
+  owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes).
 
 ``RoutingChannel`` is a ``grpc.Channel`` over one channel per member: each call goes to the
 owner of its request's ``tenant`` with ``x-mnemosyne-route: OWNER`` (so that member serves it or
-refuses it, never forwards it), and a call naming no tenant goes to the first member. A member
+refuses it, never forwards it), and a call naming no tenant goes to the first member (the
+smallest id, ``first_member``). A member
 that refuses a call NOT_OWNER names the owner and sends the current member list: the channel
 takes that list and sends the call once more, to the owner.
 """
@@ -17,8 +21,10 @@ takes that list and sends the call once more, to the owner.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,30 +33,82 @@ from mnemosyne.client.errors import from_rpc_error
 
 ROUTE_KEY = "x-mnemosyne-route"
 NOT_OWNER = "NOT_OWNER"
+MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
+_ADDRESS_PATTERN = re.compile(r"[!-~]+")  # printable ASCII: a host name or address and a port
+
+
+class MemberListError(ValueError):
+    """A member list that cannot be used; ``problem`` says why (the test vectors' reason)."""
+
+    def __init__(self, message: str, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 def weight(tenant: str, member: str) -> int:
     return int.from_bytes(hashlib.sha256(tenant.encode() + b"\x00" + member.encode()).digest()[:8], "big")
 
 
-def owner_of(tenant: str, members: Iterator[str] | list[str] | tuple[str, ...]) -> str:
+def owner_of(tenant: str, members: Iterable[str]) -> str:
     """The member owning ``tenant``: highest weight, then the smallest id."""
     return min(members, key=lambda member: (-weight(tenant, member), member.encode()))
 
 
-def parse_members(members: str | Mapping[str, str]) -> dict[str, str]:
-    """``ID=HOST:PORT,...`` (as ``mnemosyne serve --members`` takes it), or a mapping id -> address."""
+def first_member(members: Iterable[str]) -> str:
+    """The member a call naming no tenant goes to: the smallest id (as UTF-8 bytes)."""
+    return min(members, key=str.encode)
+
+
+def member_list_text(value: str, source: str = "members") -> str:
+    """The member list ``value`` gives: itself, or for ``@FILE`` the file's text (UTF-8, a leading
+    byte-order mark ignored). ``source`` names where the value came from, for the refusal."""
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise MemberListError(f"cannot read {source} {value}: {cause}", "MEMBER_LIST_UNREADABLE") from None
+
+
+def _items(members: str | Mapping[str, str]) -> Iterator[tuple[str, str, str]]:
+    """(id, address, the item as written) of each member of a list or a mapping."""
     if not isinstance(members, str):
-        return dict(members)
-    parsed = {}
-    for item in members.replace("\n", ",").split(","):
-        member, sep, address = item.strip().partition("=")
-        if item.strip():
-            if not sep or not member or not address:
-                raise ValueError(f"member {item.strip()!r}: give ID=HOST:PORT")
-            parsed[member] = address
+        for member, address in members.items():
+            yield member, address, f"{member}={address}"
+        return
+    for item in _SEPARATORS.split(members):
+        if item:
+            member, _, address = item.partition("=")
+            yield member, address, item
+
+
+def _checked(member: str, address: str, item: str) -> None:
+    if address == "":
+        raise MemberListError(f"member {item!r}: give ID=HOST:PORT", "MEMBER_ADDRESS_MISSING")
+    if not isinstance(member, str) or not MEMBER_ID_PATTERN.fullmatch(member):
+        raise MemberListError(
+            f"member {item!r}: the id must be 1-63 lowercase letters, digits and '-', starting with a letter or digit",
+            "MEMBER_ID_INVALID",
+        )
+    if not isinstance(address, str) or not _ADDRESS_PATTERN.fullmatch(address):
+        raise MemberListError(
+            f"member {item!r}: the address must be printable ASCII (HOST:PORT)", "MEMBER_ADDRESS_INVALID"
+        )
+
+
+def parse_members(members: str | Mapping[str, str]) -> dict[str, str]:
+    """``ID=HOST:PORT,...`` (as ``mnemosyne serve --members`` takes it; not ``@FILE``:
+    ``member_list_text`` reads that), or a mapping id -> address, checked by the same rules."""
+    parsed: dict[str, str] = {}
+    for member, address, item in _items(members):
+        _checked(member, address, item)
+        if member in parsed:
+            raise MemberListError(f"member {member} is listed twice", "MEMBER_LISTED_TWICE")
+        parsed[member] = address
     if not parsed:
-        raise ValueError("the member list is empty")
+        raise MemberListError("the member list is empty: give ID=HOST:PORT,...", "MEMBER_LIST_EMPTY")
     return parsed
 
 
@@ -59,18 +117,18 @@ class RoutingChannel(grpc.Channel):
         self._make_channel = make_channel
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # address -> channel
-        self.members = parse_members(members)
+        self.members = parse_members(member_list_text(members) if isinstance(members, str) else members)
 
     def owner(self, tenant: str) -> str:
         with self._lock:
-            return owner_of(tenant, sorted(self.members))
+            return owner_of(tenant, self.members)
 
     def _member(self, tenant: str, member: str) -> tuple[str, str]:
         """The member a call for ``tenant`` goes to ("" for no tenant: the first; ``member``: that
         one) and its address. Under the lock."""
         if not member:
-            member = owner_of(tenant, sorted(self.members)) if tenant else ""
-        return member, self.members[member] if member else self.members[min(self.members)]
+            member = owner_of(tenant, self.members) if tenant else ""
+        return member, self.members[member] if member else self.members[first_member(self.members)]
 
     def address_of(self, tenant: str) -> str:
         """The address a call for ``tenant`` goes to (the first member's for no tenant)."""

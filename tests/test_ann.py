@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mnemosyne.client import MemoryClient, RetainItem
 from mnemosyne.engine.ann import CATCH_UP_ROWS, read_index_file
 from mnemosyne.engine.embedder import HashingEmbedder
-from mnemosyne.store.membership import MOVE_STEP_KEY, TOMBSTONED
+from mnemosyne.store.ownership import MOVE_STEP_KEY, TOMBSTONED
 from mnemosyne.store.pool import TenantPool
 from tests.support import gauge, wait_until
 

@@ -28,9 +28,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mnemosyne.cli.server_process import LocalMembers, ServerProcess
 from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import FailedPreconditionError, PermissionDeniedError, UnavailableError
+from mnemosyne.client.routing import MemberListError, RoutingChannel, first_member
+from mnemosyne.client.routing import member_list_text as client_member_list_text
 from mnemosyne.client.routing import owner_of as client_owner_of
+from mnemosyne.client.routing import parse_members as client_parse_members
 from mnemosyne.client.routing import weight as client_weight
-from mnemosyne.store.membership import EPOCH_KEY, HOLDER_KEY, Membership, owner_of, weight
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.membership import Membership, member_list_text, owner_of, parse_members, weight
+from mnemosyne.store.ownership import EPOCH_KEY, HOLDER_KEY
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support
@@ -86,6 +91,60 @@ def test_the_hash_test_vectors_hold_on_the_server_and_in_the_python_client() -> 
         for owner in (owner_of, client_owner_of):
             assert owner(vector["tenant"], vector["members"]) == vector["owner"]
             assert owner(vector["tenant"], list(reversed(vector["members"]))) == vector["owner"]
+
+
+def _as_file(vector: dict[str, Any], directory: Path) -> str:
+    """``@PATH`` of a file holding a ``member_files`` vector's ``file`` (UTF-8 text) or
+    ``file_hex`` (bytes); no file at PATH for ``"file": null``."""
+    path = directory / "members.txt"
+    if "file_hex" in vector:
+        path.write_bytes(bytes.fromhex(vector["file_hex"]))
+    elif vector["file"] is not None:
+        path.write_bytes(vector["file"].encode())
+    return f"@{path}"
+
+
+def test_the_member_list_vectors_hold_on_the_server_and_in_the_python_client(tmp_path: Path) -> None:
+    """The member list's format, one rule (docs/scale-out.md#the-member-list): what parses, as
+    what, and why the rest is refused, the same for ``serve --members`` and the Python client
+    (the Node client: the next test)."""
+    for vector in VECTORS["member_lists"]:
+        listed, members = vector["list"], dict(vector["members"])  # [id, address] in the list's order
+        assert list(parse_members(listed).items()) == list(client_parse_members(listed).items()), listed
+        assert list(parse_members(listed).items()) == list(members.items()), listed
+        assert client_parse_members(members) == members  # the same members given as a mapping
+        assert Membership.parse(vector["first"], listed, previous=listed).addresses == members
+        assert first_member(client_parse_members(listed)) == vector["first"]
+        with RoutingChannel(listed, grpc.insecure_channel) as routing:  # a call naming no tenant goes there
+            assert routing.address_of("") == members[vector["first"]]
+    for vector in VECTORS["refused_member_lists"]:
+        listed, problem = vector["list"], vector["problem"]
+        with pytest.raises(InvalidArgument) as on_server:
+            parse_members(listed)
+        assert (on_server.value.reason, on_server.value.metadata["problem"]) == ("CONFIG_INVALID", problem), listed
+        with pytest.raises(MemberListError) as in_client:
+            client_parse_members(listed)
+        assert in_client.value.problem == problem, listed
+        if listed.strip():  # a blank previous list is none
+            with pytest.raises(InvalidArgument) as as_previous:
+                Membership.parse("m0", "m0=127.0.0.1:1", previous=listed)
+            assert as_previous.value.metadata["problem"] == problem
+    for number, vector in enumerate(VECTORS["member_files"]):
+        (tmp_path / str(number)).mkdir()
+        value = _as_file(vector, tmp_path / str(number))
+        if "members" in vector:
+            members = dict(vector["members"])
+            assert parse_members(member_list_text(value, "--members")) == members
+            assert client_parse_members(client_member_list_text(value)) == members
+            with RoutingChannel(value, grpc.insecure_channel) as routing:
+                assert routing.members == members
+            continue
+        with pytest.raises(InvalidArgument) as on_server:
+            parse_members(member_list_text(value, "--members"))
+        assert on_server.value.metadata["problem"] == vector["problem"], vector
+        with pytest.raises(MemberListError) as in_client:
+            RoutingChannel(value, grpc.insecure_channel)
+        assert in_client.value.problem == vector["problem"], vector
 
 
 def test_the_hash_test_vectors_hold_in_the_node_client() -> None:

@@ -28,17 +28,17 @@ from mnemosyne.cli.server_process import ServerProcess, _free_port
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
 from mnemosyne.client.types import RecordChange, TenantBackup
-from mnemosyne.store.membership import (
+from mnemosyne.store.membership import Membership, owner_of
+from mnemosyne.store.ownership import (
     EPOCH_KEY,
     HOLDER_KEY,
     MOVE_HEAD_KEY,
     MOVE_PEER_KEY,
     MOVE_RECLAIMED_KEY,
     MOVE_STEP_KEY,
-    Membership,
-    owner_of,
+    Placement,
 )
-from mnemosyne.store.pool import Placement, TenantPool
+from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import read_file
 from mnemosyne.v1 import admin_pb2, memory_pb2
 from tests.support import haproxy, tokens_json, wait_until

@@ -50,17 +50,18 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
 from mnemosyne.runtime.seams import Seams
-from mnemosyne.store.file_faults import FileBudget
-from mnemosyne.store.paths import tenant_named_by, within
-from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.pool import (
+from mnemosyne.store.data_dir import (
     INBOX_DIR_NAME,
     INBOX_FILE_SUFFIX,
     NEW_FILE_PREFIX,
     TENANT_FILE_SUFFIX,
     DataDirLock,
-    validate_tenant,
 )
+from mnemosyne.store.file_faults import FileBudget
+from mnemosyne.store.files import fsync
+from mnemosyne.store.paths import tenant_named_by, within
+from mnemosyne.store.pending_index import PendingIndex
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.snapshot import check_chain, sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -93,14 +94,6 @@ def _hold(stage: str) -> None:
         except FileNotFoundError:
             return
         time.sleep(0.02)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _disk_full(where: Path) -> ResourceExhausted:
@@ -374,9 +367,9 @@ def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """The manifest, in place at once (renamed over the previous one once synced)."""
     temporary = directory / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}"
     temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    _fsync(temporary)
+    fsync(temporary)
     os.replace(temporary, directory / MANIFEST_NAME)
-    _fsync(directory)
+    fsync(directory)
 
 
 def _remove_unnamed(directory: Path, manifest: dict[str, Any]) -> None:
@@ -430,11 +423,11 @@ def _place(source: Path, target: Path) -> None:
     temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{target.name}")
     try:
         shutil.copyfile(source, temporary)
-        _fsync(temporary)
+        fsync(temporary)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(f"{target}{suffix}").unlink(missing_ok=True)
         os.replace(temporary, target)
-        _fsync(target.parent)
+        fsync(target.parent)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemosyne.cli.flags import NUMBER, POSITIVE, at_file
+from mnemosyne.cli.flags import NUMBER, POSITIVE
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.store.membership import member_list_text
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 
@@ -160,7 +161,10 @@ def _rebalance(args: argparse.Namespace) -> int:
     from mnemosyne.cli.rebalance import rebalance
     from mnemosyne.client.routing import parse_members
 
-    lists = {flag: at_file(value, flag) for flag, value in (("--from", args.from_members), ("--to", args.to_members))}
+    lists = {
+        flag: member_list_text(value, flag)
+        for flag, value in (("--from", args.from_members), ("--to", args.to_members))
+    }
     for flag, listed in lists.items():
         try:
             parse_members(listed)

@@ -45,17 +45,6 @@ POSITIVE = number_flag(parse_integer, 1, LARGEST_COUNT)
 NUMBER = number_flag(parse_number, 0.0, LARGEST_NUMBER)
 
 
-def at_file(value: str, flag: str) -> str:
-    """A flag's value, or for ``@FILE`` the file's text (a member list kept in a file)."""
-    if not value.startswith("@"):
-        return value
-    try:
-        return Path(value[1:]).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InvalidArgument(f"cannot read {flag} {value}: {cause}", reason="CONFIG_INVALID") from None
-
-
 class _Words(tuple[str, ...]):
     """A flag's choices, taken in any case (argparse asks ``in``; --help lists them as given)."""
 

@@ -14,11 +14,12 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mnemosyne.cli.flags import add_flags, at_file, configured, variables_only
+from mnemosyne.cli.flags import add_flags, configured, variables_only
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
 from mnemosyne.runtime.interpreter import raise_open_file_limit
 from mnemosyne.runtime.seams import Seams
+from mnemosyne.store.membership import member_list_text
 
 if TYPE_CHECKING:
     from mnemosyne.engine.extractor import Extractor
@@ -147,14 +148,14 @@ def _membership(settings: ServeSettings) -> Membership | None:
     """The member list of --members (``@FILE``: read from a file), or None without one."""
     from mnemosyne.store.membership import Membership
 
-    listed = at_file(settings.members or "", "--members")
+    listed = member_list_text(settings.members or "", "--members")
     if not listed.strip():
         if settings.member:
             raise SystemExit("--member needs --members (the whole member list, this member included)")
         return None
     if not settings.member:
         raise SystemExit("--members needs --member (the id of this member in the list)")
-    previous = at_file(settings.previous_members or "", "--previous-members")
+    previous = member_list_text(settings.previous_members or "", "--previous-members")
     return Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 from usearch.index import Index
 
+from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.ann")
@@ -85,7 +86,7 @@ RESAVE_FRACTION = 4
 # Rows per usearch add call of a build: between two, a closed tenant stops the build.
 BUILD_CHUNK = 4096
 
-_CACHE_KEY = "ann"
+_CACHE_KEY: CacheKey[AnnIndex] = CacheKey("ann")
 _MAGIC = b"MNEMOSYNE-ANN\n"
 _HEADER_BYTES = 512
 _BUILDS = threading.Semaphore(1)
@@ -450,7 +451,6 @@ def ann_index(store: TenantStore, dim: int) -> AnnIndex:
         if index is made:
             store.on_close.append(made.close)
             FIGURES.track(made)
-    assert isinstance(index, AnnIndex)
     return index
 
 

@@ -54,9 +54,10 @@ import numpy as np
 
 from mnemosyne.engine.ann import VECTOR_ONLY_BREADTH, RowScores, Source, ann_index, on_vectors_changed
 from mnemosyne.engine.terms import words
+from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
-_CACHE_KEY = "vectors"
+_CACHE_KEY: CacheKey[VectorIndex] = CacheKey("vectors")
 # The runs of letters and digits ``terms.words`` takes from a text, before lower-casing.
 _WORD_RUN = re.compile(r"\w+", re.UNICODE)
 # Dropped rows tolerated before the arrays are rebuilt without them: a fraction of the rows, so
@@ -72,7 +73,6 @@ def vector_index(store: TenantStore, dim: int) -> VectorIndex:
     index = store.cache.get(_CACHE_KEY)
     if index is None:
         index = store.cache.setdefault(_CACHE_KEY, VectorIndex(dim))
-    assert isinstance(index, VectorIndex)
     return index
 
 

@@ -32,10 +32,10 @@ from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
-from mnemosyne.store.membership import (
+from mnemosyne.store.membership import Membership
+from mnemosyne.store.ownership import (
     ACTIVE,
     EPOCH_KEY,
-    HOLDER_KEY,
     INACTIVE,
     MOVE_EPOCH_KEY,
     MOVE_HEAD_KEY,
@@ -43,7 +43,6 @@ from mnemosyne.store.membership import (
     MOVE_STEP_KEY,
     SOURCE_STEPS,
     TOMBSTONED,
-    Membership,
 )
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import read_file
@@ -94,28 +93,28 @@ class Moves:
                 reason="DESTINATION_INVALID",
             )
         record = self._pool.move_record(tenant)
-        if not record:
+        if record is None:
             raise NotFound(f"tenant {tenant} has no file on member {membership.me}", reason="TENANT_NOT_FOUND")
-        holder, step, peer = record.get(HOLDER_KEY), record.get(MOVE_STEP_KEY, ""), record.get(MOVE_PEER_KEY, "")
-        if holder not in (None, membership.me):
+        if record.holder not in (None, membership.me):
             raise FailedPrecondition(
-                f"tenant {tenant}'s file here names member {holder} as its holder", reason="TENANT_HELD_ELSEWHERE"
+                f"tenant {tenant}'s file here names member {record.holder} as its holder",
+                reason="TENANT_HELD_ELSEWHERE",
             )
-        if step == INACTIVE:
+        if record.step == INACTIVE:
             raise FailedPrecondition(
                 f"tenant {tenant} was moved here and is not active yet: finish that move first",
                 reason="MOVE_NOT_ACTIVE",
             )
-        if step in (ACTIVE, ""):  # held here: a new move
-            return MovePlan(tenant, destination, int(record.get(EPOCH_KEY, "1") or 1) + 1, "", "")
-        if peer != destination:
+        if record.step in (ACTIVE, ""):  # held here: a new move
+            return MovePlan(tenant, destination, max(record.epoch, 1) + 1, "", "")
+        if record.peer != destination:
             raise FailedPrecondition(
-                f"tenant {tenant} is moving (or moved) from member {membership.me} to member {peer}, not "
+                f"tenant {tenant} is moving (or moved) from member {membership.me} to member {record.peer}, not "
                 f"{destination}: finish that move first (rebalance with the list it was started with)",
                 reason="MOVE_ELSEWHERE",
-                metadata={"destination": peer},
+                metadata={"destination": record.peer},
             )
-        return MovePlan(tenant, destination, int(record[MOVE_EPOCH_KEY]), step, record.get(MOVE_HEAD_KEY, ""))
+        return MovePlan(tenant, destination, record.move_epoch, record.step, record.head_hash)
 
     def fence(self, plan: MovePlan) -> None:
         """Step 1 (idempotent: a fenced tenant is fenced again with the same record)."""
@@ -156,7 +155,7 @@ class Moves:
 
     def reclaim(self, plan: MovePlan) -> bool:
         """After step 6 (the destination answered it active): the tombstone keeps only what it
-        needs to redirect, the tenant's data goes (store/pool.py ``reclaim``). False when it was
+        needs to redirect, the tenant's data goes (store/ownership.py ``reclaim_tombstone``). False when it was
         reclaimed already."""
         return self._pool.reclaim(plan.tenant, timeout=STEP_WAIT_SECONDS)
 
@@ -165,7 +164,7 @@ class Moves:
     def receive(self, tenant: str, copy: TenantCopy, *, source: str, epoch: int) -> TenantImport:
         """Step 4: an import of the tenant, to be installed inactive at ``epoch``. Before its
         first byte, this member records that the move is bringing the tenant here
-        (store/pool.py ``expect_move``): however the import ends, it never creates the tenant
+        (store/ownership.py ``Ownership.expect``): however the import ends, it never creates the tenant
         itself, and the next run of the move installs over that record."""
         membership = self.membership
         if source not in membership.addresses or source == membership.me or epoch < 2:
@@ -185,7 +184,7 @@ class Moves:
         showed its tombstone at ``epoch``; the head was compared at the import)."""
         validate_tenant(tenant)
         record = self._pool.move_record(tenant)
-        step, at = record.get(MOVE_STEP_KEY), int(record.get(EPOCH_KEY, "0") or 0)
+        step, at = (record.step, record.epoch) if record is not None else ("", 0)
         if step == ACTIVE and at == epoch:
             return False
         if step != INACTIVE or at != epoch:

@@ -59,10 +59,11 @@ from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.fts_tokens import fts5_tokens
 from mnemosyne.store.memory_rows import NewMemory, indexed_text
+from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 log = logging.getLogger(__name__)
-_CACHE_KEY = "postings"
+_CACHE_KEY: CacheKey[PostingsCache] = CacheKey("postings")
 # FTS5's bm25() constants (fts5_aux.c).
 FTS5_K1 = 1.2
 FTS5_B = 0.75
@@ -91,7 +92,6 @@ def postings_cache(store: TenantStore) -> PostingsCache:
     cache = store.cache.get(_CACHE_KEY)
     if cache is None:
         cache = store.cache.setdefault(_CACHE_KEY, PostingsCache(store.read, name=store.path.stem))
-    assert isinstance(cache, PostingsCache)
     return cache
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import apsw
 
 from mnemosyne.errors import NotFound
-from mnemosyne.store.pool import TENANT_FILE_SUFFIX, validate_tenant
+from mnemosyne.store.data_dir import TENANT_FILE_SUFFIX
+from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.tenant_store import ReadTxn
 
 

@@ -1,9 +1,15 @@
-"""Members: which server process owns which tenant (docs/scale-out.md).
+"""Members: the member list and which member a tenant belongs to (docs/scale-out.md) — the
+server's placement module. The Python client's client/routing.py and the Node client's
+src/routing.js hold the same two rules, and all three load the same test vectors
+(docs/scale-out-vectors.json):
 
-A deployment is a configured list of members, each an id and the address its peers and clients
-reach it at. A tenant's owner is given by rendezvous (highest-random-weight) hashing of the
-tenant id over the member ids, the same in every language (client/routing.py, the Node client's
-src/routing.js; test vectors in docs/scale-out.md):
+* **the member list**: ``ID=HOST:PORT`` items separated by commas and ASCII whitespace (space,
+  tab, line feed, carriage return, form feed, vertical tab); an id is 1-63 of ``a-z 0-9 -``
+  starting with a letter or digit, an address is one or more printable ASCII characters (what
+  follows the first ``=``); an id listed twice, or an empty list, is refused. ``@FILE`` gives the
+  list as the text of a file (UTF-8, a leading byte-order mark ignored). A refusal names its
+  ``problem`` (the vectors' reason) in its metadata.
+* **the hash**: rendezvous (highest-random-weight) hashing of the tenant id over the member ids::
 
     weight(tenant, member) = the first 8 bytes, as an unsigned big-endian integer, of
                              SHA-256(UTF-8(tenant) || 0x00 || UTF-8(member))
@@ -11,11 +17,10 @@ src/routing.js; test vectors in docs/scale-out.md):
                              (compared as UTF-8 bytes)
 
 The order of the list does not matter. Adding a member moves only the tenants the new member
-wins (``mnemosyne rebalance`` moves them, engine/moves.py).
-
-Each tenant file records its holder and an ownership epoch (its ``meta`` table): a member opens
-a tenant only if the hash names it and the file names it at the current epoch
-(``Membership.check_held``); it creates a tenant only if the hash names it.
+wins (``mnemosyne rebalance`` moves them, engine/moves.py). What a tenant's file records of its
+ownership, and what a member does with it, is store/ownership.py; the refusals that send a caller
+to another member, or ask it to wait for a move, are here (every layer above the store reads
+their reasons).
 """
 
 from __future__ import annotations
@@ -24,36 +29,20 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
-EPOCH_KEY = "ownership_epoch"  # ... and the epoch at which it holds it (a move raises it)
+_SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
+_ADDRESS_PATTERN = re.compile(r"[!-~]+")  # printable ASCII: a host name or address and a port
 NOT_OWNER = "NOT_OWNER"  # the refusal's reason; its metadata names the owner and its address
+MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 HELD_ELSEWHERE = "TENANT_HELD_ELSEWHERE"  # a file copied from another member's volume
 EPOCH_NEWER = "OWNERSHIP_EPOCH_NEWER"  # a file held at an epoch newer than this member's list
-# The refusals of an open whose file this member does not serve (store/pool.py ``_check_holder``).
+# The refusals of an open whose file this member does not serve (store/ownership.py ``check_open``).
 NOT_SERVED_HERE = frozenset({NOT_OWNER, HELD_ELSEWHERE, EPOCH_NEWER})
-# A move (engine/moves.py, docs/scale-out.md#moving-tenants) records its progress in the meta
-# table of the tenant files it involves: on the source the last step done, the destination and
-# the epoch the tenant moves at; on the destination the step (``imported``: inactive, then
-# ``active``) and the source. The ownership check of an open honours them.
-MOVE_STEP_KEY = "move_step"
-MOVE_PEER_KEY = "move_peer"  # the source: its destination; the destination: its source
-MOVE_EPOCH_KEY = "move_epoch"
-MOVE_HEAD_KEY = "move_head_hash"  # the head hash of the audit chain the source exported
-# A tombstone whose move completed, reclaimed (store/pool.py ``reclaim``): its file keeps only the
-# keys above (what it needs to redirect), the tenant's data is gone.
-MOVE_RECLAIMED_KEY = "move_reclaimed"
-MOVE_KEYS = (HOLDER_KEY, EPOCH_KEY, MOVE_STEP_KEY, MOVE_PEER_KEY, MOVE_EPOCH_KEY, MOVE_HEAD_KEY, MOVE_RECLAIMED_KEY)
-SOURCE_STEPS = ("fenced", "flushed", "exported", "imported", "tombstoned")
-FENCED_STEPS = frozenset(SOURCE_STEPS[:4])  # writes refused, reads served
-TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the destination
-INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
-ACTIVE = "active"
 TENANT_MOVING = "TENANT_MOVING"
-MOVED_AT_EPOCH = "moved_at_epoch"  # a tombstone's NOT_OWNER: the epoch the tenant moved at
 MOVE_RETRY_SECONDS = 0.5
 
 
@@ -67,30 +56,57 @@ def owner_of(tenant: str, members: list[str] | tuple[str, ...]) -> str:
     return min(members, key=lambda member: (-weight(tenant, member), member.encode()))
 
 
-def parse_list(members: str) -> dict[str, str]:
-    """``ID=HOST:PORT,...`` as a dict, checked."""
-    addresses: dict[str, str] = {}
-    for item in re.split(r"[,\s]+", members.strip()):
-        if not item:
-            continue
-        member, sep, address = item.partition("=")
-        if not sep or not address or not MEMBER_ID_PATTERN.fullmatch(member):
-            raise InvalidArgument(
-                f"member {item!r}: give ID=HOST:PORT, the id of lowercase letters, digits and '-' (at most 63)",
-                reason="CONFIG_INVALID",
-            )
-        if member in addresses:
-            raise InvalidArgument(f"member {member} is listed twice", reason="CONFIG_INVALID")
-        addresses[member] = address
-    return addresses
-
-
 def moving(tenant: str, why: str) -> Unavailable:
+    """The refusal of a call for a tenant a move is taking elsewhere or bringing here."""
     return Unavailable(
         f"tenant {tenant} is moving between members: {why}; retry shortly",
         reason=TENANT_MOVING,
         retry_after_seconds=MOVE_RETRY_SECONDS,
     )
+
+
+def _refused(message: str, problem: str) -> InvalidArgument:
+    return InvalidArgument(message, reason="CONFIG_INVALID", metadata={"problem": problem})
+
+
+def member_list_text(value: str, source: str) -> str:
+    """The member list ``value`` gives: itself, or for ``@FILE`` the file's text. ``source`` names
+    where the value came from (a flag), for the refusal of a file that cannot be read."""
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _refused(f"cannot read {source} {value}: {cause}", "MEMBER_LIST_UNREADABLE") from None
+
+
+def parse_members(text: str) -> dict[str, str]:
+    """``ID=HOST:PORT,...`` as a dict id -> address, in the list's order; refused as the module
+    says (the first item at fault decides the ``problem``)."""
+    addresses: dict[str, str] = {}
+    for item in _SEPARATORS.split(text):
+        if not item:
+            continue
+        member, _, address = item.partition("=")
+        if not address:
+            raise _refused(f"member {item!r}: give ID=HOST:PORT", "MEMBER_ADDRESS_MISSING")
+        if not MEMBER_ID_PATTERN.fullmatch(member):
+            raise _refused(
+                f"member {item!r}: the id must be 1-63 lowercase letters, digits and '-', starting with a letter "
+                "or digit",
+                "MEMBER_ID_INVALID",
+            )
+        if not _ADDRESS_PATTERN.fullmatch(address):
+            raise _refused(
+                f"member {item!r}: the address must be printable ASCII (HOST:PORT)", "MEMBER_ADDRESS_INVALID"
+            )
+        if member in addresses:
+            raise _refused(f"member {member} is listed twice", "MEMBER_LISTED_TWICE")
+        addresses[member] = address
+    if not addresses:
+        raise _refused("the member list is empty: give ID=HOST:PORT,...", "MEMBER_LIST_EMPTY")
+    return addresses
 
 
 @dataclass(frozen=True)
@@ -106,20 +122,16 @@ class Membership:
 
     @classmethod
     def parse(cls, me: str, members: str, *, epoch: int = 1, previous: str = "") -> Membership:
-        """``members``: ``ID=HOST:PORT,ID=HOST:PORT,...`` (spaces and newlines allowed);
-        ``previous``: the list before a change of members, in the same form (addresses ignored)."""
-        addresses = parse_list(members)
+        """``members``: the member list (``parse_members``); ``previous``: the list before a
+        change of members, in the same form (its addresses are not used), or blank."""
+        addresses = parse_members(members)
         if me not in addresses:
             raise InvalidArgument(
-                f"--member {me!r} is not in the member list ({', '.join(addresses) or 'empty'})",
-                reason="CONFIG_INVALID",
+                f"--member {me!r} is not in the member list ({', '.join(addresses)})", reason="CONFIG_INVALID"
             )
         if epoch < 1:
             raise InvalidArgument("the ownership epoch starts at 1", reason="CONFIG_INVALID")
-        before = sorted({item.partition("=")[0] for item in re.split(r"[,\s]+", previous.strip()) if item})
-        for member in before:
-            if not MEMBER_ID_PATTERN.fullmatch(member):
-                raise InvalidArgument(f"previous member {member!r} is not a member id", reason="CONFIG_INVALID")
+        before = sorted(parse_members(previous)) if previous.strip() else []
         return cls(me, addresses, epoch, tuple(before))
 
     @cached_property
@@ -161,26 +173,3 @@ class Membership:
         home = self.home(tenant)
         if home != self.me:
             raise self.not_owner(tenant, home, "call its owner (clients with the member list do)")
-
-    def check_held(self, tenant: str, holder: str | None, epoch: int, *, moved: bool = False) -> bool:
-        """Whether a file with this holder and epoch may be served here as it is; False: adopt it
-        (a file written before members existed, or by this member at an older epoch: stamp it).
-        Raises for a file another member holds, or one stamped at a newer epoch (``moved``: one
-        a move brought here, whose epoch the move raised)."""
-        if holder is None or (holder == self.me and epoch < self.epoch):
-            return False
-        if holder != self.me:
-            raise FailedPrecondition(
-                f"tenant {tenant}'s file names member {holder} as its holder, not {self.me}: it was copied from "
-                "another member's volume; restore it there, or export and import it through the owner",
-                reason=HELD_ELSEWHERE,
-                metadata={"holder": holder},
-            )
-        if epoch > self.epoch and not moved:
-            raise FailedPrecondition(
-                f"tenant {tenant}'s file is held at ownership epoch {epoch}, newer than this member's {self.epoch}: "
-                "the member list of this process is out of date",
-                reason=EPOCH_NEWER,
-                metadata={"epoch": str(epoch)},
-            )
-        return True

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from mnemosyne.store import inbox
+from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX
 from mnemosyne.store.inspect import open_readonly
 from mnemosyne.store.oplog import OpRow
-from mnemosyne.store.pool import INBOX_DIR_NAME, INBOX_FILE_SUFFIX
 from mnemosyne.store.tenant_store import ReadTxn
 
 _ALL = 1 << 62

@@ -46,6 +46,7 @@ from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
 from mnemosyne.store.schema import REQUIRED_TABLES
+from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
 
@@ -155,7 +156,7 @@ class TenantStore:
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        self.cache: dict[str, Any] = {}
+        self.cache = TenantCache()  # the engine's values for this open tenant (store/tenant_cache.py)
         # Called when the store closes, before its files may go (the engine's caches on disk:
         # engine/ann.py stops writing its index file).
         self.on_close: list[Callable[[], None]] = []

@@ -15,7 +15,9 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError } = require('./errors');
-const { ROUTE_KEY, NOT_OWNER, ownerOf, parseMembers } = require('./routing');
+const {
+  ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
+} = require('./routing');
 
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
@@ -153,14 +155,17 @@ class MemoryClient {
   constructor(target, options = {}) {
     this._services = loadServices();
     this._credentials = options.credentials ?? grpc.credentials.createInsecure();
-    // On a deployment of many members (`members`: 'ID=HOST:PORT,...' or {id: address}), each call
-    // goes straight to the member owning its tenant, with x-mnemosyne-route naming it; a member
-    // that refuses it NOT_OWNER sends the current member list, taken here before the call is
-    // sent once more (docs/scale-out.md). `target` then serves the calls that name no tenant.
-    this.members = options.members == null ? null : parseMembers(options.members);
+    // On a deployment of many members (`members`: 'ID=HOST:PORT,...', '@FILE' or {id: address}),
+    // each call goes straight to the member owning its tenant, with x-mnemosyne-route naming it; a
+    // member that refuses it NOT_OWNER sends the current member list, taken here before the call
+    // is sent once more (docs/scale-out.md). `target` then serves the calls that name no tenant
+    // ('': the first member, the smallest id).
+    const { members } = options;
+    this.members = members == null ? null : parseMembers(typeof members === 'string' ? memberListText(members) : members);
+    this._target = target;
     this._byAddress = new Map();
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)
-    Object.assign(this, this._stubs(target || (this.members && this.members.values().next().value)));
+    Object.assign(this, this._stubs(target || (this.members && this.members.get(firstMember(this.members.keys())))));
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 30000;
     this.retries = options.retries ?? DEFAULT_RETRIES;
@@ -188,11 +193,15 @@ class MemoryClient {
     return stubs;
   }
 
-  /** The stub of `stub`'s service at the owner of `tenant`, and the route metadata to send. */
+  /**
+   * The stub of `stub`'s service at the owner of `tenant`, and the route metadata to send; a call
+   * naming no tenant goes to `target`, or without one to the first member of the current list.
+   */
   _routed(stub, tenant, member = '') {
-    if (!this.members || !tenant) return { stub, route: {} };
-    const owner = member || ownerOf(tenant, [...this.members.keys()].sort());
+    if (!this.members || (!tenant && this._target)) return { stub, route: {} };
     const name = ['memory', 'workspace', 'admin', 'events', 'hotPathStub'].find((n) => this[n] === stub);
+    if (!tenant) return { stub: this._stubs(this.members.get(firstMember(this.members.keys())))[name], route: {} };
+    const owner = member || ownerOf(tenant, this.members.keys());
     return { stub: this._stubs(this.members.get(owner))[name], route: { [ROUTE_KEY]: owner } };
   }
 
@@ -203,9 +212,9 @@ class MemoryClient {
    */
   _corrected(err, sentTo) {
     if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return null;
-    const before = [...this.members].join();
+    const before = this.members;
     this.members = parseMembers(err.metadata.members);
-    if ([...this.members].join() !== before) return '';
+    if (!sameMembers(this.members, before)) return '';
     const named = err.metadata.owner;
     return named && this.members.has(named) && named !== sentTo ? named : null;
   }

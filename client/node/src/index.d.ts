@@ -17,11 +17,13 @@ export interface ClientOptions {
   /** Deadline of each call, in milliseconds (default 30000). */
   timeoutMs?: number;
   /**
-   * Every member of a deployment of many ('ID=HOST:PORT,...', as `mnemosyne serve --members`
-   * takes it, or {id: address}): each call then goes straight to the member owning its tenant
-   * (docs/scale-out.md); `target` serves the calls that name no tenant ('' = the first member).
+   * Every member of a deployment of many ('ID=HOST:PORT,...' or '@FILE', as `mnemosyne serve
+   * --members` takes it, or {id: address}): each call then goes straight to the member owning its
+   * tenant (docs/scale-out.md); `target` serves the calls that name no tenant ('' = the first
+   * member, the smallest id). A list that cannot be used throws a RangeError whose `problem` says
+   * why (MEMBER_ID_INVALID, MEMBER_LISTED_TWICE, ...).
    */
-  members?: string | Record<string, string>;
+  members?: string | Record<string, string> | Map<string, string>;
   /**
    * How many times a call that is safe to repeat (a read, or a write with a request id) is
    * repeated after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo (default 3).

@@ -1,13 +1,21 @@
 'use strict';
-// Calls sent straight to the member that owns their tenant (docs/scale-out.md). The rule is the
-// server's (store/membership.py) and the Python client's (client/routing.py), with the same test
-// vectors:
+// The member list and the ownership hash (docs/scale-out.md): the Node client's placement module.
+// The rules are the server's (store/membership.py) and the Python client's (client/routing.py);
+// all three load the same test vectors (docs/scale-out-vectors.json):
+//   the member list: ID=HOST:PORT items separated by commas and ASCII whitespace; an id is 1-63 of
+//     a-z 0-9 - starting with a letter or digit, an address one or more printable ASCII
+//     characters; an id listed twice, or an empty list, is refused (a RangeError whose `problem`
+//     is the vectors' reason). '@FILE' gives the list as a file's text (UTF-8).
 //   weight(tenant, member) = first 8 bytes, big-endian unsigned, of SHA-256(UTF-8(tenant) 0x00 UTF-8(member))
 //   owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes)
 const crypto = require('node:crypto');
+const fs = require('node:fs');
 
 const ROUTE_KEY = 'x-mnemosyne-route';
 const NOT_OWNER = 'NOT_OWNER';
+const MEMBER_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+const SEPARATORS = /[,\t\n\v\f\r ]+/;
+const ADDRESS_PATTERN = /^[!-~]+$/; // printable ASCII: a host name or address and a port
 
 function weight(tenant, member) {
   const digest = crypto.createHash('sha256')
@@ -16,13 +24,17 @@ function weight(tenant, member) {
   return digest.readBigUInt64BE(0);
 }
 
+function byBytes(a, b) {
+  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
 /** The member owning `tenant` among `members` (ids). */
 function ownerOf(tenant, members) {
   let best = null;
   let bestWeight = -1n;
   for (const member of members) {
     const w = weight(tenant, member);
-    if (w > bestWeight || (w === bestWeight && Buffer.compare(Buffer.from(member, 'utf8'), Buffer.from(best, 'utf8')) < 0)) {
+    if (w > bestWeight || (w === bestWeight && byBytes(member, best) < 0)) {
       best = member;
       bestWeight = w;
     }
@@ -30,21 +42,66 @@ function ownerOf(tenant, members) {
   return best;
 }
 
-/** 'ID=HOST:PORT,...' (as `mnemosyne serve --members` takes it) or {id: address} as a Map. */
-function parseMembers(members) {
-  const parsed = new Map();
-  if (typeof members !== 'string') {
-    for (const [id, address] of Object.entries(members)) parsed.set(id, address);
-  } else {
-    for (const item of members.split(/[,\s]+/)) {
-      if (!item) continue;
-      const at = item.indexOf('=');
-      if (at < 1 || at === item.length - 1) throw new RangeError(`member ${JSON.stringify(item)}: give ID=HOST:PORT`);
-      parsed.set(item.slice(0, at), item.slice(at + 1));
-    }
+/** The member a call naming no tenant goes to: the smallest id (as UTF-8 bytes). */
+function firstMember(members) {
+  return [...members].sort(byBytes)[0];
+}
+
+function refused(message, problem) {
+  return Object.assign(new RangeError(message), { problem });
+}
+
+/** The member list `value` gives: itself, or for '@FILE' the file's text (a leading BOM ignored). */
+function memberListText(value, source = 'members') {
+  if (!value.startsWith('@')) return value;
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(fs.readFileSync(value.slice(1)));
+  } catch (err) {
+    throw refused(`cannot read ${source} ${value}: ${err.code || err.message}`, 'MEMBER_LIST_UNREADABLE');
   }
-  if (parsed.size === 0) throw new RangeError('the member list is empty');
+}
+
+function checked(member, address, item) {
+  if (address === '') throw refused(`member ${JSON.stringify(item)}: give ID=HOST:PORT`, 'MEMBER_ADDRESS_MISSING');
+  if (typeof member !== 'string' || !MEMBER_ID_PATTERN.test(member)) {
+    throw refused(
+      `member ${JSON.stringify(item)}: the id must be 1-63 lowercase letters, digits and '-', starting with a letter or digit`,
+      'MEMBER_ID_INVALID',
+    );
+  }
+  if (typeof address !== 'string' || !ADDRESS_PATTERN.test(address)) {
+    throw refused(`member ${JSON.stringify(item)}: the address must be printable ASCII (HOST:PORT)`, 'MEMBER_ADDRESS_INVALID');
+  }
+}
+
+/**
+ * 'ID=HOST:PORT,...' (as `mnemosyne serve --members` takes it; not '@FILE': memberListText reads
+ * that), or {id: address} (or such a Map), checked by the same rules; a Map of id -> address in
+ * the list's order.
+ */
+function parseMembers(members) {
+  const items = typeof members === 'string'
+    ? members.split(SEPARATORS).filter(Boolean).map((item) => {
+      const at = item.indexOf('=');
+      return at < 0 ? [item, '', item] : [item.slice(0, at), item.slice(at + 1), item];
+    })
+    : [...(members instanceof Map ? members : Object.entries(members))]
+      .map(([member, address]) => [member, address, `${member}=${address}`]);
+  const parsed = new Map();
+  for (const [member, address, item] of items) {
+    checked(member, address, item);
+    if (parsed.has(member)) throw refused(`member ${member} is listed twice`, 'MEMBER_LISTED_TWICE');
+    parsed.set(member, address);
+  }
+  if (parsed.size === 0) throw refused('the member list is empty: give ID=HOST:PORT,...', 'MEMBER_LIST_EMPTY');
   return parsed;
 }
 
-module.exports = { ROUTE_KEY, NOT_OWNER, weight, ownerOf, parseMembers };
+/** Whether two parsed member lists name the same members at the same addresses (in any order). */
+function sameMembers(a, b) {
+  return a.size === b.size && [...a].every(([member, address]) => b.get(member) === address);
+}
+
+module.exports = {
+  ROUTE_KEY, NOT_OWNER, weight, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
+};

@@ -1,11 +1,12 @@
 'use strict';
-// The ownership hash's test vectors (docs/scale-out-vectors.json), the same in Python
-// (tests/test_members.py) and on the server.
+// The member list's and the ownership hash's test vectors (docs/scale-out-vectors.json), the same
+// in Python (tests/test_members.py) and on the server.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
-const { weight, ownerOf, parseMembers } = require('../src/routing');
+const { weight, ownerOf, firstMember, memberListText, parseMembers } = require('../src/routing');
 
 const vectors = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', '..', 'docs', 'scale-out-vectors.json'), 'utf8'));
 
@@ -26,6 +27,66 @@ test('member lists parse as the server takes them', () => {
   assert.throws(() => parseMembers(''), RangeError);
 });
 
+/** The `problem` of what `parse` throws (a RangeError), or a failure when it does not throw. */
+function problemOf(parse) {
+  try {
+    parse();
+  } catch (err) {
+    assert.ok(err instanceof RangeError, String(err));
+    return err.problem;
+  }
+  return assert.fail('not refused');
+}
+
+test('member lists parse to the vectors, in order, and the first member is the smallest id', () => {
+  const { MemoryClient } = require('../src/client');
+  for (const v of vectors.member_lists) {
+    const parsed = parseMembers(v.list);
+    assert.deepEqual([...parsed], v.members, JSON.stringify(v.list)); // [id, address] in the list's order
+    assert.deepEqual([...parseMembers(new Map(v.members))], v.members); // the same members as a Map ...
+    assert.deepEqual(parseMembers(Object.fromEntries(v.members)), new Map(v.members)); // ... or an object
+    assert.equal(firstMember(parsed.keys()), v.first);
+    const client = new MemoryClient('', { members: v.list });
+    try {
+      // A call naming no tenant goes to the first member.
+      assert.equal(client._routed(client.admin, '').stub, client._stubs(parsed.get(v.first)).admin);
+    } finally {
+      client.close();
+    }
+  }
+});
+
+test('member lists are refused for the reason of the vectors', () => {
+  for (const v of vectors.refused_member_lists) {
+    assert.equal(problemOf(() => parseMembers(v.list)), v.problem, JSON.stringify(v.list));
+  }
+});
+
+test('a member list given as @FILE is its file\'s text', () => {
+  const { MemoryClient } = require('../src/client');
+  const directory = fs.mkdtempSync(path.join(os.tmpdir(), 'members-'));
+  try {
+    vectors.member_files.forEach((v, number) => {
+      const file = path.join(directory, `members-${number}.txt`);
+      if (v.file_hex !== undefined) fs.writeFileSync(file, Buffer.from(v.file_hex, 'hex'));
+      else if (v.file !== null) fs.writeFileSync(file, v.file, 'utf8');
+      if (v.members) {
+        assert.deepEqual([...parseMembers(memberListText(`@${file}`))], v.members);
+        const client = new MemoryClient('', { members: `@${file}` });
+        try {
+          assert.deepEqual([...client.members], v.members);
+        } finally {
+          client.close();
+        }
+      } else {
+        assert.equal(problemOf(() => new MemoryClient('', { members: `@${file}` })), v.problem, JSON.stringify(v));
+      }
+    });
+  } finally {
+    fs.rmSync(directory, { recursive: true, force: true });
+  }
+});
+
 test('a NOT_OWNER refusal sends the call to the owner of a new list, or to the member it names', () => {
   const { MemoryClient } = require('../src/client');
   const { MnemosyneError } = require('../src/errors');
@@ -37,6 +98,13 @@ test('a NOT_OWNER refusal sends the call to the owner of a new list, or to the m
     assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm0'), 'm1');
     assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm1'), null);
     assert.equal(client._corrected(refusal({ members, owner: 'm9' }), 'm0'), null);
+    // The same members in another order (as the server describes its list: by id) are the same list.
+    const reordered = new MemoryClient('', { members: 'm1=127.0.0.1:2,m0=127.0.0.1:1' });
+    try {
+      assert.equal(reordered._corrected(refusal({ members, owner: 'm1' }), 'm0'), 'm1');
+    } finally {
+      reordered.close();
+    }
     // A new list: the owner by it.
     assert.equal(client._corrected(refusal({ members: `${members},m2=127.0.0.1:3`, owner: 'm2' }), 'm0'), '');
     assert.equal(client.members.size, 3);

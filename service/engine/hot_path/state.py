@@ -8,10 +8,11 @@ import time
 from mnemosyne.engine.hot_path.snapshot import add_depths, snapshot
 from mnemosyne.engine.types import HotPathState
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import TenantStore
 
 HOT_PATH_META = "hot_path"  # the flag's key in the tenant file's meta table: "on" or "off"
-_FLAG_CACHE_KEY = "hot_path_enabled"
+_FLAG_CACHE_KEY: CacheKey[bool] = CacheKey("hot_path_enabled")
 
 _NO_FILE = HotPathState(
     enabled=False,

@@ -37,7 +37,7 @@ from google.rpc import error_details_pb2, status_pb2
 from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.store.membership import Membership
-from mnemosyne.store.pool import Placement
+from mnemosyne.store.ownership import Placement
 from mnemosyne.transport.call import Call
 
 ROUTE_KEY = "x-mnemosyne-route"

@@ -1,0 +1,136 @@
+"""The data directory: its layout, the exclusive lock of the one process that owns it, its secret,
+and what a process killed midway left in it (removed at the next start).
+
+Layout::
+
+    DATA_DIR/.mnemosyne.lock        held (flock) by the one process that owns the directory
+    DATA_DIR/.mnemosyne.secret      the key of page tokens that span tenants
+    DATA_DIR/tenants/<tenant>.sqlite (+ -wal, -shm)
+    DATA_DIR/tenants/<tenant>.ann     its approximate vector index, a cache (engine/ann.py)
+    DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
+    DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
+    DATA_DIR/tenants/<tenant>.incoming  a move is bringing the tenant here (store/ownership.py)
+    DATA_DIR/tenants/<tenant>.moved     beside a reclaimed tombstone (store/ownership.py)
+    DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (store/install.py)
+    DATA_DIR/tenants/.new-...         a file being made (a first write, a mark, a reclaim)
+
+The tenants' files are opened, created and replaced by the pool (store/pool.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from pathlib import Path
+
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.store.files import SIDE_SUFFIXES, remove_database, shred
+
+LOCK_FILE_NAME = ".mnemosyne.lock"
+SECRET_FILE_NAME = ".mnemosyne.secret"  # the key of page tokens that span tenants
+TENANTS_DIR_NAME = "tenants"
+TENANT_FILE_SUFFIX = ".sqlite"
+INBOX_DIR_NAME = "inbox"
+INBOX_FILE_SUFFIX = ".inbox.sqlite"
+NEW_FILE_PREFIX = ".new-"
+# The name the data of a tombstone being reclaimed keeps until it is overwritten and removed
+# (store/ownership.py ``reclaim_tombstone``): ``.new-<tenant>.reclaiming.<random>.sqlite``.
+RECLAIMING_MARK = ".reclaiming."
+
+
+class DataDirLock:
+    """An exclusive, process-wide claim on a data directory (released by the OS if we die)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / LOCK_FILE_NAME
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(self._fd)
+            self._fd = None
+            raise FailedPrecondition(
+                f"data directory {data_dir} is already in use by {holder}; one server (or in-process "
+                "MemoryBrain) owns a data directory at a time — stop it or choose another --data-dir",
+                reason="DATA_DIR_LOCKED",
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"pid {os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def claim_data_dir(data_dir: Path) -> DataDirLock:
+    """Lock the data directory, creating it (and its parents) and its tenants directory when
+    missing. A directory that cannot be used is refused with its cause (DATA_DIR_UNUSABLE), the
+    first thing a server says."""
+
+    def unusable(why: str) -> InvalidArgument:
+        return InvalidArgument(f"the data directory {data_dir} {why}", reason="DATA_DIR_UNUSABLE")
+
+    if data_dir.exists() and not data_dir.is_dir():
+        raise unusable("is a file, not a directory: give a directory (it is created when missing)")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / TENANTS_DIR_NAME).mkdir(exist_ok=True)
+        return DataDirLock(data_dir)
+    except OSError as exc:
+        raise unusable(f"cannot be used: {exc.strerror or exc}: {exc.filename or data_dir}") from None
+
+
+def server_secret(data_dir: Path) -> bytes:
+    """The data directory's own random key, made once (atomically, readable by its owner only)."""
+    path = data_dir / SECRET_FILE_NAME
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(32).hex().encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        return bytes.fromhex(path.read_text().strip())
+
+
+def remove_leftovers(tenants_dir: Path) -> None:
+    """The files a process killed midway left under a temporary name: a first write's (removed),
+    or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
+    tombstone itself: killed before its replacement, it is a second name of that file)."""
+    for leftover in tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):
+        if RECLAIMING_MARK in leftover.name and leftover.exists():
+            tenant = leftover.name[len(NEW_FILE_PREFIX) :].partition(RECLAIMING_MARK)[0]
+            path = tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"
+            if path.exists() and os.path.samefile(path, leftover):
+                leftover.unlink()
+            else:
+                shred(leftover)
+            continue
+        remove_database(Path(str(leftover).removesuffix("-wal").removesuffix("-shm").removesuffix("-journal")))
+
+
+def remove_orphan_inboxes(data_dir: Path) -> None:
+    """An inbox whose tenant has no file is no tenant's (an inbox is made only once its tenant
+    file exists): what a restore or an erasure killed midway left, like the inboxes' own
+    temporary names (cli/backup.py). A later tenant of that name must not take it for its own."""
+    inbox_dir = data_dir / INBOX_DIR_NAME
+    if not inbox_dir.is_dir():
+        return
+    for path in inbox_dir.iterdir():
+        name = path.name
+        for suffix in SIDE_SUFFIXES:
+            name = name.removesuffix(suffix)
+        tenant = name.removesuffix(INBOX_FILE_SUFFIX)
+        if name.startswith(NEW_FILE_PREFIX) or (
+            name.endswith(INBOX_FILE_SUFFIX)
+            and not (data_dir / TENANTS_DIR_NAME / f"{tenant}{TENANT_FILE_SUFFIX}").exists()
+        ):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,81 @@
+"""The atomic install of a tenant's files (store/pool.py ``install``): the new files are staged
+beside the tenant files, the database first (``.install-<tenant>.<random>/``), then the new tenant
+file takes the old one's name in one rename — the commit — and its inbox follows. Until the
+commit the old tenant is whole and in place; from it, the new one is, and an install a kill
+stopped after its commit is finished at the next start (``staged_installs``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from mnemosyne.store.files import SIDE_SUFFIXES, fsync
+
+INSTALL_PREFIX = ".install-"
+STAGED_DATABASE = "database"
+STAGED_INBOX = "inbox"
+STAGED_NO_INBOX = "no-inbox"  # the new tenant has no inbox: the old one's goes
+
+
+def staged_installs(tenants_dir: Path) -> Iterator[tuple[str, Path, bool]]:
+    """The installs a kill interrupted: (tenant, staging directory, whether it committed — its
+    staged database renamed into place, its inbox or the word that it has none still staged)."""
+    for staging in tenants_dir.glob(f"{INSTALL_PREFIX}*"):
+        if staging.is_dir():
+            tenant = staging.name[len(INSTALL_PREFIX) :].rpartition(".")[0]
+            committed = not (staging / STAGED_DATABASE).exists() and (
+                (staging / STAGED_INBOX).exists() or (staging / STAGED_NO_INBOX).exists()
+            )
+            yield tenant, staging, committed
+
+
+def stage_and_commit(
+    path: Path, database: Path, inbox: Path | None, *, old_only: Iterable[Path], seam: Callable[[str], None]
+) -> Path:
+    """Stage ``database`` and ``inbox`` (files on this filesystem, made and synced by the caller)
+    beside ``path``, remove ``old_only`` (what belonged to the old file only, its WAL emptied by
+    the caller), and commit: the staged database takes ``path``'s name. Returns the staging
+    directory, which ``finish`` empties. Before the commit, anything that stops it leaves the old
+    tenant as it was."""
+    tenants_dir = path.parent
+    staging = tenants_dir / f"{INSTALL_PREFIX}{path.stem}.{uuid.uuid4().hex[:12]}"
+    try:
+        staging.mkdir()
+        os.replace(database, staging / STAGED_DATABASE)  # first: while it is staged, nothing is committed
+        if inbox is not None:
+            os.replace(inbox, staging / STAGED_INBOX)
+        else:
+            (staging / STAGED_NO_INBOX).touch()
+        fsync(staging)
+        fsync(tenants_dir)
+        seam("install_staged")
+        for old in old_only:
+            old.unlink(missing_ok=True)
+        os.replace(staging / STAGED_DATABASE, path)  # the commit
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync(tenants_dir)
+    seam("install_committed")
+    return staging
+
+
+def finish(staging: Path, inbox_path: Path, *, done: Iterable[Path], sync: Callable[[], None]) -> None:
+    """An install after its commit: the new inbox replaces the old tenant's at ``inbox_path`` (or
+    the old one goes when the new tenant has none), ``done`` goes (what only said an install was
+    coming), ``sync`` syncs the directories, and the staging directory goes last. Idempotent: a
+    kill midway is finished again at the next start — the staged inbox is linked into place, not
+    moved, so that until the staging directory goes it still says the install committed."""
+    staged = staging / STAGED_INBOX
+    for suffix in (*SIDE_SUFFIXES, ""):
+        Path(f"{inbox_path}{suffix}").unlink(missing_ok=True)
+    if staged.exists():
+        inbox_path.parent.mkdir(parents=True, exist_ok=True)
+        os.link(staged, inbox_path)
+    for path in done:
+        path.unlink(missing_ok=True)
+    sync()
+    shutil.rmtree(staging)
