@@ -43,8 +43,14 @@ from mnemosyne.store.membership import (
     MOVE_STEP_KEY,
     SOURCE_STEPS,
     TOMBSTONED,
-    Membership,
 )
+
+# The names of members and placement the surfaces use (the forwarding hop, the move driver) are
+# the store's, handed out through this module: the transport imports only the engine.
+from mnemosyne.store.membership import MOVED_AT_EPOCH as MOVED_AT_EPOCH
+from mnemosyne.store.membership import NOT_OWNER as NOT_OWNER
+from mnemosyne.store.membership import Membership as Membership
+from mnemosyne.store.pool import Placement as Placement
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import read_file
 
