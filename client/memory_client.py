@@ -21,13 +21,13 @@ from mnemosyne.client.errors import AbortedError, InvalidArgumentError, Mnemosyn
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.host_protocol import (
     GLOBAL_GENERATION_KEY,
-    MAX_WAIT_SECONDS,
     WORKSPACE_GENERATION_KEY,
     Answer,
     Ask,
     Flow,
     ServiceError,
     generation_from,
+    server_wait,
 )
 from mnemosyne.v1 import (
     admin_pb2,
@@ -685,8 +685,7 @@ class MemoryClient:
         ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
         most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
         metadata names the remaining depth. The others return the ``HotPathStatus``."""
-        # The call's own deadline must outlast the server-side wait (NaN compares false: 30).
-        wait = timeout_seconds if 0 < timeout_seconds <= MAX_WAIT_SECONDS else 30.0
+        wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
             request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)

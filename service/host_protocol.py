@@ -19,7 +19,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from mnemosyne.v1 import memory_pb2, workspace_pb2
@@ -40,6 +40,13 @@ MAX_QUERY_CHARS = 4_096  # Limits.max_query_chars
 MAX_RECORD_CHARS = 262_144  # Limits.max_record_bytes: a record has at most that many characters
 MAX_KEY_CHARS = 256  # engine/workspace.py MAX_KEY_CHARS
 MAX_WAIT_SECONDS = 3600.0  # engine/limits.py MAX_WAIT_SECONDS: the longest a flush waits
+
+
+def server_wait(timeout_seconds: float) -> float:
+    """How long a waiting call (Flush, Disable) asked to wait ``timeout_seconds`` may wait on the
+    server, which a call's own deadline must outlast: 0 (and NaN, which compares false) is 30."""
+    return timeout_seconds if 0 < timeout_seconds <= MAX_WAIT_SECONDS else 30.0
+
 
 # -- the metadata of host-owned generations (docs/host-protocol.md) -----------------------------
 
@@ -237,7 +244,7 @@ class Assembly:
     global_generation: int
     workspace_generation: int
     # Recalled memories the server left out to keep its response under ~3 MiB (GetMemory each).
-    omitted_memory_ids: tuple[int, ...] = field(default=())
+    omitted_memory_ids: tuple[int, ...] = ()
 
 
 def assemble(tenant: str, workspace: str, query: str | None = None, k: int = 5) -> Flow[Assembly]:

@@ -50,6 +50,7 @@ from mnemosyne.host_protocol import (
     HostObservations,
     ServiceError,
     run_async,
+    server_wait,
     write_memory,
 )
 from mnemosyne.numbers_as_text import decimal_number, whole_number
@@ -331,7 +332,6 @@ def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], To
         """Wait until every queued write so far is saved (at most timeout_seconds), then say how it went."""
         s = session_of(ctx)
         request = hot_path_pb2.FlushRequest(tenant=s.tenant, timeout_seconds=timeout_seconds)
-        wait = timeout_seconds if 0 < timeout_seconds <= MAX_WAIT_SECONDS else 30.0
-        result: hot_path_pb2.FlushResponse = await s.ask(FLUSH, request, wait_seconds=wait)
+        result: hot_path_pb2.FlushResponse = await s.ask(FLUSH, request, wait_seconds=server_wait(timeout_seconds))
         failed = f"; failed events: {list(result.failed_event_ids)}" if result.failed_event_ids else ""
         return f"{result.flushed} queued write(s) finished: {result.succeeded} saved, {result.failed} failed{failed}."

@@ -26,7 +26,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mnemosyne import host_protocol
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError
-from mnemosyne.client.memory_client import MAX_WAIT_SECONDS
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
 from tests.support import ServerProcess
@@ -110,7 +109,7 @@ def test_the_tool_table_carries_the_servers_default_limits() -> None:
         defaults.max_query_chars,
     )
     assert (host_protocol.MAX_RECORD_CHARS, host_protocol.MAX_KEY_CHARS) == (defaults.max_record_bytes, MAX_KEY_CHARS)
-    assert MAX_WAIT_SECONDS == limits.MAX_WAIT_SECONDS
+    assert host_protocol.MAX_WAIT_SECONDS == limits.MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
