@@ -1,5 +1,5 @@
-"""The HTTP port's surfaces against a baseline, interleaved call by call: mem0 add and search,
-the MCP tools over streamable HTTP, and HTTP/JSON recall and ping beside them.
+"""The server's surfaces against a baseline, interleaved call by call: mem0 add and search, the
+MCP tools over streamable HTTP, and recall and ping over HTTP/JSON and over gRPC beside them.
 
     python -m bench.surface_latency --baseline-python /work/baseline/.venv/bin/python --out results/surfaces.json
 
@@ -9,7 +9,8 @@ of links first, for a checkout that has no environment of its own). Each holds `
 mem0 memories (tenant ``default``) and an MCP session (tenant ``bench``) that read its memory once.
 Then ``--rounds`` rounds: in each, the servers take turns (their order alternating), and each
 answers one call of every kind, timed end to end by this process (the official MCP SDK client,
-one keep-alive ``http.client`` connection), so a drift of a shared machine's speed reaches both.
+one keep-alive ``http.client`` connection, a ``MemoryClient``), so a drift of a shared machine's
+speed reaches both.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.common import percentiles, print_table, running_server, write_json
 from mnemosyne.cli.server_process import ServerProcess
+from mnemosyne.client import MemoryClient
 
 
 def _post(connection: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> None:
@@ -53,6 +55,7 @@ class Surfaces:
 
     def __init__(self, server: ServerProcess, session: Any) -> None:
         self.http = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+        self.grpc = MemoryClient(server.target)
         self.session = session
 
     async def tool(self, name: str, arguments: dict[str, Any]) -> None:
@@ -68,6 +71,8 @@ class Surfaces:
                 self.http, "/v1/tenants/default/memories:recall", {"query": f"topic {topic}", "k": 10}
             ),
             "json ping": lambda: _get(self.http, "/v1/ping"),
+            "grpc recall": lambda: self.grpc.recall("default", f"topic {topic}", k=10) and None,
+            "grpc ping": self.grpc.ping,
             "mcp recall": lambda: self.tool("recall", {"query": f"topic {topic}", "k": 5}),
             "mcp retain": lambda: self.tool("retain", {"text": f"tool fact {fact}"}),
             "mcp read_memory": lambda: self.tool("read_memory", {}),
