@@ -1,4 +1,6 @@
-"""The Python client of Mnemosyne. It imports only the generated protos and its own modules."""
+"""The Python client of Mnemosyne. It imports only the generated protos, its own modules and the
+host modules it shares with the server's MCP endpoint (``mnemosyne.host_protocol``,
+``mnemosyne.mcp_tools``, ``mnemosyne.numbers_as_text``)."""
 
 from mnemosyne.client.errors import (
     AbortedError,

@@ -2,7 +2,9 @@
 
 Every failed call raises a subclass of :class:`MnemosyneClientError` chosen by the gRPC status
 code; ``reason`` is the stable ``google.rpc.ErrorInfo`` reason the server sent (e.g.
-``GENERATION_MISMATCH``), ``code`` the ``grpc.StatusCode``::
+``GENERATION_MISMATCH``), ``code`` the ``grpc.StatusCode``. Each is a ``ServiceError`` of the
+shared host flows (``mnemosyne.host_protocol``), which read ``code_name``, ``reason`` and
+``message``::
 
     MnemosyneClientError
     ├── InvalidArgumentError      INVALID_ARGUMENT
@@ -25,8 +27,13 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from mnemosyne.host_protocol import ServiceError
 
-class MnemosyneClientError(Exception):
+
+class MnemosyneClientError(ServiceError):
+    """A failed call: ``code`` the ``grpc.StatusCode``, ``reason`` the ErrorInfo reason,
+    ``message`` the server's words (a ``ServiceError`` of the shared host flows, host_protocol.py)."""
+
     def __init__(
         self,
         code: grpc.StatusCode,
@@ -35,12 +42,8 @@ class MnemosyneClientError(Exception):
         metadata: dict[str, str],
         retry_after_seconds: float | None = None,
     ) -> None:
-        # A transport failure carries no ErrorInfo and its reason is the code's name: said once.
-        heading = code.name if reason == code.name else f"{code.name} {reason}"
-        super().__init__(f"{heading}: {message}")
+        super().__init__(code.name, reason, message, metadata)
         self.code = code
-        self.reason = reason
-        self.message = message
         self.metadata = metadata
         # The server's google.rpc.RetryInfo: retrying the same call makes sense after this long.
         self.retry_after_seconds = retry_after_seconds
@@ -125,6 +128,15 @@ def retry_delay(error: grpc.RpcError) -> float | None:
 # server: nothing listening, an HTTP/1 server, a TLS mismatch (UNAVAILABLE); a gRPC server of other
 # services (UNIMPLEMENTED).
 _NOT_MNEMOSYNE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED})
+
+
+def typed(error: ServiceError) -> MnemosyneClientError:
+    """The typed error of a refusal a shared host flow made itself (host_protocol.py: a reply
+    without its generation, records that kept changing)."""
+    if isinstance(error, MnemosyneClientError):
+        return error
+    code = grpc.StatusCode[error.code_name]
+    return _BY_CODE.get(code, ServerError)(code, error.reason, error.message, dict(error.metadata))
 
 
 def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientError:

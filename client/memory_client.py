@@ -15,16 +15,20 @@ from typing import Any, TypeVar
 
 import grpc
 
+from mnemosyne import host_protocol
 from mnemosyne.client import convert, types
-from mnemosyne.client.errors import (
-    AbortedError,
-    InvalidArgumentError,
-    MnemosyneClientError,
-    NotFoundError,
-    ServerError,
-    from_rpc_error,
-)
+from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
+from mnemosyne.host_protocol import (
+    GLOBAL_GENERATION_KEY,
+    WORKSPACE_GENERATION_KEY,
+    Answer,
+    Ask,
+    Flow,
+    ServiceError,
+    generation_from,
+    server_wait,
+)
 from mnemosyne.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -46,9 +50,6 @@ T = TypeVar("T")
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # The longest wait a server's RetryInfo may impose before a call is repeated.
 MAX_RETRY_DELAY_SECONDS = 5.0
-# The longest Flush or Disable a server waits (its MAX_WAIT_SECONDS); a longer one it refuses at once
-# (TIMEOUT_INVALID), so the call's own deadline never needs to cover more.
-MAX_WAIT_SECONDS = 3600.0
 # Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
 # server whose limits were raised.
 _CHANNEL_OPTIONS = (("grpc.max_receive_message_length", 64 * 1024 * 1024),)
@@ -58,9 +59,6 @@ _MODES = {
     "vector": memory_pb2.RECALL_MODE_VECTOR,
     "text": memory_pb2.RECALL_MODE_TEXT,
 }
-# Metadata keys of host-owned generations (docs/host-protocol.md).
-GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
-WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
 _CHANGE_OPS = {"put": workspace_pb2.RecordChange.PUT, "delete": workspace_pb2.RecordChange.DELETE}
 
 
@@ -111,6 +109,13 @@ class MemoryClient:
         self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
         self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
         self.events = events_pb2_grpc.EventsServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self._stubs = {
+            "mnemosyne.v1.MemoryService": self.memory,
+            "mnemosyne.v1.AdminService": self.admin,
+            "mnemosyne.v1.WorkspaceService": self.workspace,
+            "mnemosyne.v1.HotPathService": self.hot_path_stub,
+            "mnemosyne.v1.EventsService": self.events,
+        }
 
     @property
     def channel(self) -> grpc.Channel:
@@ -130,9 +135,16 @@ class MemoryClient:
         self.close()
 
     def call(
-        self, method: Callable[..., T], request: Any, *, retry: bool, metadata: Iterable[tuple[str, str]] = ()
+        self,
+        method: Callable[..., T],
+        request: Any,
+        *,
+        retry: bool,
+        metadata: Iterable[tuple[str, str]] = (),
+        timeout: float | None = None,
     ) -> T:
-        """Invoke a stub method with auth metadata, deadline, retries and typed errors."""
+        """Invoke a stub method with auth metadata, deadline (``timeout``, else the client's),
+        retries and typed errors."""
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
             raise InvalidArgumentError(
@@ -143,7 +155,7 @@ class MemoryClient:
                 {},
             )
         return self._retrying(
-            lambda: method(request, timeout=self._timeout, metadata=(*self._metadata, *metadata)),
+            lambda: method(request, timeout=timeout or self._timeout, metadata=(*self._metadata, *metadata)),
             retry=retry,
             tenant=getattr(request, "tenant", ""),
         )
@@ -174,6 +186,26 @@ class MemoryClient:
                 else:
                     raise error from exc
         raise AssertionError("unreachable")
+
+    # -- the calls of the shared host flows (host_protocol.py) --------------------------------------
+
+    def ask(self, ask: Ask) -> Answer:
+        """One call of a host flow, with this client's token, deadline (outlasting the call's wait on
+        the server), retries and typed errors."""
+        service, method = ask.method.rsplit("/", 2)[1:]
+        stub = getattr(self._stubs[service], method).with_call
+        timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
+        response, call = self.call(stub, ask.request, retry=True, metadata=ask.metadata, timeout=timeout)
+        return Answer(response, call.initial_metadata() or (), call.trailing_metadata() or ())
+
+    def run(self, flow: Flow[T]) -> T:
+        """A host flow's result, its calls made by ``ask``; what it refuses is a typed client error."""
+        try:
+            return host_protocol.run(flow, self.ask)
+        except ServiceError as error:
+            if isinstance(error, MnemosyneClientError):
+                raise
+            raise typed(error) from None
 
     # -- memories -------------------------------------------------------------------------------
 
@@ -388,55 +420,15 @@ class MemoryClient:
         one by one and must carry the same generation; if one changed meanwhile, the context is
         assembled again (up to three times), so records and generations always belong together.
         Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each)."""
-        request = workspace_pb2.AssembleContextRequest(tenant=tenant, workspace=workspace, query=query or "", k=k)
-        for _attempt in range(3):
-            response, call = self.call(self.workspace.AssembleContext.with_call, request, retry=True)
-            metadata = call.initial_metadata()
-            generations = {
-                "global": _generation_from(metadata, GLOBAL_GENERATION_KEY),
-                f"workspace/{workspace}": _generation_from(metadata, WORKSPACE_GENERATION_KEY),
-            }
-            records = {
-                "global": [convert.record_from_proto(r) for r in response.global_records],
-                f"workspace/{workspace}": [convert.record_from_proto(r) for r in response.workspace_records],
-            }
-            if not self._complete_records(tenant, response.omitted_records, generations, records):
-                continue
-            return types.AssembledContext(
-                global_records=records["global"],
-                workspace_records=records[f"workspace/{workspace}"],
-                memories=convert.hits_from_proto(response.memories),
-                global_generation=generations["global"],
-                workspace_generation=generations[f"workspace/{workspace}"],
-                omitted_memory_ids=tuple(response.omitted_memory_ids),
-            )
-        raise AbortedError(
-            grpc.StatusCode.ABORTED,
-            "RECORDS_CHANGED",
-            "the records kept changing while their context was assembled; assemble it again",
-            {},
+        assembled = self.run(host_protocol.assemble(tenant, workspace, query, k))
+        return types.AssembledContext(
+            global_records=[convert.record_from_proto(r) for r in assembled.global_records],
+            workspace_records=[convert.record_from_proto(r) for r in assembled.workspace_records],
+            memories=convert.hits_from_proto(assembled.memories),
+            global_generation=assembled.global_generation,
+            workspace_generation=assembled.workspace_generation,
+            omitted_memory_ids=assembled.omitted_memory_ids,
         )
-
-    def _complete_records(
-        self,
-        tenant: str,
-        omitted: Iterable[workspace_pb2.OmittedRecord],
-        generations: Mapping[str, int],
-        records: dict[str, list[types.Record]],
-    ) -> bool:
-        """Fetch the records an assembly left out into ``records``; False if one was read at
-        another generation than the assembly's (it changed meanwhile)."""
-        for o in omitted:
-            try:
-                record, generation = self.get_record(tenant, o.scope, o.key)
-            except NotFoundError:
-                return False  # deleted since the assembly
-            if generation != generations[o.scope]:
-                return False
-            records[o.scope].append(record)
-        for scoped in records.values():
-            scoped.sort(key=lambda r: r.key.encode("utf-8"))  # the server's order (SQLite's binary collation)
-        return True
 
     def update_global(self, tenant: str, content: str, observed_generation: int, request_id: str | None = None) -> int:
         """Replace MEMORY.md if the Global generation is still ``observed_generation``; returns the
@@ -450,7 +442,7 @@ class MemoryClient:
             retry=True,
             metadata=((GLOBAL_GENERATION_KEY, str(observed_generation)),),
         )
-        return _generation_from(call.trailing_metadata(), GLOBAL_GENERATION_KEY)
+        return _generation(call.trailing_metadata(), GLOBAL_GENERATION_KEY)
 
     def update_workspace(
         self,
@@ -474,7 +466,7 @@ class MemoryClient:
             retry=True,
             metadata=((WORKSPACE_GENERATION_KEY, str(observed_generation)),),
         )
-        return _generation_from(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
+        return _generation(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
 
     def list_records(self, tenant: str, scope: str) -> types.ScopeRecords:
         """All of a scope's records and their generation (browser editing), following the pages
@@ -694,8 +686,7 @@ class MemoryClient:
         ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
         most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
         metadata names the remaining depth. The others return the ``HotPathStatus``."""
-        # The call's own deadline must outlast the server-side wait (NaN compares false: 30).
-        wait = timeout_seconds if 0 < timeout_seconds <= MAX_WAIT_SECONDS else 30.0
+        wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
             request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)
@@ -780,14 +771,9 @@ def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_p
     ]
 
 
-def _generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: str) -> int:
-    """The decimal generation under ``key``; a reply without it is a server fault (fail closed)."""
-    values = [v for k, v in metadata or () if k == key]
-    if len(values) != 1 or not isinstance(values[0], str) or not values[0].isascii() or not values[0].isdigit():
-        raise ServerError(
-            grpc.StatusCode.INTERNAL,
-            "OBSERVATION_NOT_SENT",
-            f"the server's reply did not carry exactly one decimal {key!r} metadata value",
-            {},
-        )
-    return int(values[0])
+def _generation(metadata: Sequence[tuple[str, str | bytes]] | None, key: str) -> int:
+    """The decimal generation under ``key``; a reply without it is a server fault (ServerError)."""
+    try:
+        return generation_from(metadata, key)
+    except ServiceError as error:
+        raise typed(error) from None

@@ -44,7 +44,7 @@ from mnemosyne.engine.ann import read_index_file
 from mnemosyne.store import ledger
 from mnemosyne.store.schema import ERASURE, FORGET_KEEPS, SCHEMA_VERSION, forgotten_columns
 from mnemosyne.store.tenant_store import TenantStore
-from mnemosyne.transport.http.mem0 import ENTITY_FIELDS
+from mnemosyne.transport.http.mem0_endpoints import ENTITY_FIELDS
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2, workspace_pb2
 from tests.http_support import call

@@ -11,7 +11,9 @@ import json
 import os
 import re
 import sys
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -258,3 +260,43 @@ def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: Server
             assert moved.status_code == 404
 
     anyio.run(run)
+
+
+def _unix_socket_paths(pid: int) -> list[str]:
+    """The paths of the Unix sockets process ``pid`` holds (bound to a name)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd) if fd.is_symlink() else ""
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    paths = []
+    for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes:
+            paths.append(fields[7])
+    return paths
+
+
+def test_the_http_tools_reach_the_servicers_in_process(tmp_path: Path) -> None:
+    """The endpoint's tools call the servicers in process, through the same edge as a gRPC call:
+    the server holds no socket of its own for them (they used to call its gRPC API over a private
+    Unix socket), and each call the tools make is recorded as the RPC it is, with its code."""
+    server = ServerProcess(tmp_path / "data", http=True, metrics=True).start()
+    try:
+        assert server.process is not None
+
+        async def run() -> None:
+            async with _http(server, "acme", token=None) as client:
+                assert not (await client.call_tool("read_memory", {})).is_error
+                assert not (await client.call_tool("recall", {"query": "anything at all"})).is_error
+                assert (await client.call_tool("memory_update", {"content": "x" * 10})).is_error is False
+
+        anyio.run(run)
+        with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+            exposed = response.read().decode()
+        for method in ("WorkspaceService/AssembleContext", "MemoryService/Recall", "WorkspaceService/UpdateGlobal"):
+            sample = f'mnemosyne_rpc_duration_seconds_count{{code="OK",method="/mnemosyne.v1.{method}"}} 1.0'
+            assert sample in exposed, method
+        assert _unix_socket_paths(server.process.pid) == []
+    finally:
+        server.stop()

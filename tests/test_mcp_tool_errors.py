@@ -1,4 +1,4 @@
-"""Every MCP tool error tells the model what was wrong (client/mcp_host.py): the tool table's
+"""Every MCP tool error tells the model what was wrong (mcp_tools.py): the tool table's
 schemas carry their limits (minimum, maximum, maxLength), and an argument outside them, or of
 another type, is an ``isError`` result naming the argument and the limit it broke; no value gets a
 bare "Error executing tool <name>" (the SDK's answer to a crash).
@@ -23,9 +23,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mnemosyne.client import MemoryClient, mcp_host
+from mnemosyne import host_protocol
+from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError
-from mnemosyne.client.memory_client import MAX_WAIT_SECONDS
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
 from tests.support import ServerProcess
@@ -92,7 +92,7 @@ def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
         yield [{"op": "erase", "key": "plan.md"}], "op"
         yield [{"op": "put", "key": "", "content": "x"}], "1"
         yield [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}], str(MAX_KEY_CHARS)
-        yield [{"op": "put", "key": "plan.md", "content": "x" * (mcp_host.MAX_RECORD_CHARS + 1)}], "262144"
+        yield [{"op": "put", "key": "plan.md", "content": "x" * (host_protocol.MAX_RECORD_CHARS + 1)}], "262144"
         yield None, ""
 
 
@@ -103,10 +103,13 @@ def _valid(schema: dict[str, Any]) -> Any:
 
 def test_the_tool_table_carries_the_servers_default_limits() -> None:
     defaults = limits.Limits()
-    assert (mcp_host.MAX_K, mcp_host.MAX_PAGE_SIZE) == (defaults.max_k, defaults.max_page_size)
-    assert (mcp_host.MAX_TEXT_CHARS, mcp_host.MAX_QUERY_CHARS) == (defaults.max_text_chars, defaults.max_query_chars)
-    assert (mcp_host.MAX_RECORD_CHARS, mcp_host.MAX_KEY_CHARS) == (defaults.max_record_bytes, MAX_KEY_CHARS)
-    assert MAX_WAIT_SECONDS == limits.MAX_WAIT_SECONDS
+    assert (host_protocol.MAX_K, host_protocol.MAX_PAGE_SIZE) == (defaults.max_k, defaults.max_page_size)
+    assert (host_protocol.MAX_TEXT_CHARS, host_protocol.MAX_QUERY_CHARS) == (
+        defaults.max_text_chars,
+        defaults.max_query_chars,
+    )
+    assert (host_protocol.MAX_RECORD_CHARS, host_protocol.MAX_KEY_CHARS) == (defaults.max_record_bytes, MAX_KEY_CHARS)
+    assert host_protocol.MAX_WAIT_SECONDS == limits.MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from mnemosyne.engine.hot_path import HotPath
-from mnemosyne.store.erasure_log import ErasureLog, ErasureReceipt
+from mnemosyne.store.erasure_log import ErasureLog
+from mnemosyne.store.erasure_log import ErasureReceipt as ErasureReceipt  # what an erasure answers
 from mnemosyne.store.pool import TenantPool
 
 # How long an erasure waits for the calls in flight on the tenant to end.

@@ -1,7 +1,8 @@
 """Input limits and validation of everything a client sends.
 
-Every string from a client is hostile until checked here: sizes, counts, scope names, metadata.
-Each violation is an ``InvalidArgument`` whose message names the limit and the value allowed.
+Every string from a client is hostile until checked here: tenant ids, sizes, counts, scope names,
+metadata, numbers given as text. Each violation is an ``InvalidArgument`` whose message names
+the limit and the value allowed. The surfaces (transport/) validate through this module only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from dataclasses import dataclass
 from mnemosyne.engine.options import option
 from mnemosyne.engine.types import GLOBAL_SCOPE, Memory, ThreadRef
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.numbers_as_text import decimal_number, whole_number
+
+# The tenant-id rule is the store's, where an id becomes a file name (store/pool.py): the store
+# holds every name to it whoever hands the name over (a client, a backup manifest, a peer's list)
+# and cannot import the engine. Here it is one validation among the others, the one the
+# surfaces call.
+from mnemosyne.store.pool import TENANT_ID_PATTERN as TENANT_ID_PATTERN
+from mnemosyne.store.pool import validate_tenant as validate_tenant
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
@@ -40,13 +49,6 @@ MAX_WAIT_SECONDS = 3600.0
 RESPONSE_BUDGET_BYTES = 3 * 1024 * 1024
 # Per field or map entry: tag, length prefix and nesting, generously.
 _FIELD_OVERHEAD = 12
-# A number written as text (a JSON string, a query string, a mem0 parameter, a command-line flag)
-# uses ASCII only: Python's int() and float() also take other scripts' digits ("٣", "３") and
-# str.isdigit() passes superscripts ("²") that int() then refuses. 40 digits pass every 64-bit
-# range: a longer one is out of range before int() reads it (int() refuses 4,300 digits).
-_INTEGER_TEXT = re.compile(r"-?[0-9]+")
-_INTEGER_DIGITS = 40
-_DECIMAL_TEXT = re.compile(r"-?(?:[0-9]{1,400}(?:\.[0-9]{0,400})?|\.[0-9]{1,400})(?:[eE][-+]?[0-9]{1,4})?")
 
 
 @dataclass(frozen=True)
@@ -224,24 +226,21 @@ def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> i
     """An integer from a JSON integer or from text of ASCII digits with an optional leading '-',
     between ``minimum`` and ``maximum``. Refused, naming the field and its range: a float (even
     1.0 or 1e11), a bool, NaN or Infinity, other scripts' digits, spaces, signs but one '-', hex,
-    underscores, the empty string. The one rule for every surface where numbers arrive as text."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, str))
-        or (isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value))
-    ):
+    underscores, the empty string. The one rule for every surface where numbers arrive as text
+    (numbers_as_text.py, which the MCP tools apply too)."""
+    number = whole_number(value)
+    if number is None:
         raise InvalidArgument(
             f"{field} must be a whole number from {minimum} to {maximum}, written with the digits 0-9; "
             f"{_shown(value)} is not",
             reason="NUMBER_INVALID",
         )
-    too_long = isinstance(value, str) and len(value.lstrip("-")) > _INTEGER_DIGITS
-    if too_long or not minimum <= int(value) <= maximum:
+    if not minimum <= number <= maximum:
         raise InvalidArgument(
             f"{field} is {_shown(value)}; it must be a whole number from {minimum} to {maximum}",
             reason="NUMBER_INVALID",
         )
-    return int(value)
+    return number
 
 
 def parse_number(value: object, *, field: str, minimum: float, maximum: float) -> float:
@@ -249,20 +248,13 @@ def parse_number(value: object, *, field: str, minimum: float, maximum: float) -
     exponent allowed: "1.5", "2e3"), between ``minimum`` and ``maximum``. Refused, naming the
     field and its range: NaN, Infinity, a bool, other scripts' digits, spaces, hex, the empty
     string. The same rule as ``parse_integer``, for a field that takes fractions."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, str))
-        or (isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value))
-    ):
+    number = decimal_number(value)
+    if number is None:
         raise InvalidArgument(
             f"{field} must be a number from {minimum:g} to {maximum:g}, written with the digits 0-9 "
             f"(a '.' and an exponent allowed); {_shown(value)} is not",
             reason="NUMBER_INVALID",
         )
-    try:
-        number = float(value)
-    except OverflowError:  # an integer past the largest float
-        number = math.inf
     if not (math.isfinite(number) and minimum <= number <= maximum):
         raise InvalidArgument(
             f"{field} is {_shown(value)}; it must be a number from {minimum:g} to {maximum:g}",

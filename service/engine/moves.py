@@ -32,7 +32,12 @@ from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
-from mnemosyne.store.membership import Membership
+
+# The names of members and placement the surfaces use (the forwarding hop, the move driver) are
+# the store's, handed out through this module: the transport imports only the engine.
+from mnemosyne.store.membership import MOVED_AT_EPOCH as MOVED_AT_EPOCH
+from mnemosyne.store.membership import NOT_OWNER as NOT_OWNER
+from mnemosyne.store.membership import Membership as Membership
 from mnemosyne.store.ownership import (
     ACTIVE,
     EPOCH_KEY,
@@ -44,6 +49,7 @@ from mnemosyne.store.ownership import (
     SOURCE_STEPS,
     TOMBSTONED,
 )
+from mnemosyne.store.ownership import Placement as Placement
 from mnemosyne.store.pool import TenantPool, validate_tenant
 from mnemosyne.store.tenant_store import read_file
 

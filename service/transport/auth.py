@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mnemosyne.engine.limits import TENANT_ID_PATTERN
 from mnemosyne.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from mnemosyne.store.pool import TENANT_ID_PATTERN
 
 ADMIN = "*"
 _ENTRY_KEYS = frozenset({"name", "sha256", "tenants"})

@@ -8,11 +8,10 @@ from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import backup, types
+from mnemosyne.engine.erasure import ErasureReceipt
 from mnemosyne.engine.moves import MovePlan
 from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.store.erasure_log import ErasureReceipt
-from mnemosyne.store.snapshot import SnapshotFacts
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
@@ -280,7 +279,7 @@ def to_export_response(part: backup.TenantCopy | backup.FileChunk) -> admin_pb2.
 
 
 def from_tenant_backup(m: admin_pb2.TenantBackup) -> backup.TenantCopy:
-    facts = SnapshotFacts(
+    facts = backup.SnapshotFacts(
         change_counter=m.change_counter,
         inbox_sequence=m.inbox_sequence,
         head_hash=m.head_hash,

@@ -1,50 +1,45 @@
-"""The edge: every call of our services passes here, over gRPC or HTTP, in this order.
+"""The edge: every call of our services passes here, whatever its surface, in this order.
 
-1. telemetry: the request id (the client's ``x-request-id`` when sane, else a fresh one) is set
-   for every log record of the call and echoed in its initial metadata when the client sent one;
+1. the envelope (transport/envelope.py, the one call wrapper): the request id (the client's
+   ``x-request-id`` when sane, else a fresh one) is set for every log record of the call and
+   echoed in its initial metadata when the client sent one;
 2. the shutdown gate (admission): UNAVAILABLE / SHUTTING_DOWN once shutdown began;
 3. the form of the request's ``tenant`` (TENANT_INVALID, whoever asks: it reveals nothing), then
    authentication, then a request that could not be decoded is refused (REQUEST_UNDECODABLE,
    REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
-   — before any handler runs, so nothing about a forbidden tenant is ever looked up;
+   — before any handler runs, so nothing about a forbidden tenant is ever looked up; a call for
+   a tenant another member owns is then forwarded to it (transport/cluster/forwarding.py);
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
    fair share, or on the event loop as a waiting call or a stream (of responses, or of requests:
    a client stream is authorised by its first message), each counted by admission;
-5. errors: a ``MnemosyneError`` becomes its ``google.rpc.Status`` (transport/errors.py: the one
+5. errors: the envelope maps an error to its ``google.rpc.Status`` (transport/errors.py: the one
    table), with its reason in the access record; anything else is INTERNAL with no detail leaked;
-6. telemetry again: the latency histogram by method and code, and the access record.
+6. telemetry again (the envelope): the latency histogram by method and code, the access record.
 
-Steps 2-5 are the surface-independent methods ``begin``, ``answer``, ``answer_stream``,
-``answer_client_stream`` and ``failure``; ``service`` wraps them into gRPC handlers and transport/http/json_api.py into HTTP
-routes, so no rule here is written twice. Health checking and reflection are registered without
-this edge: Kubernetes probes carry no credentials. The handlers are wrapped once, when the
-services are registered (no interceptor runs per call).
+Steps 2-4 are the surface-independent methods ``begin``, ``answer``, ``answer_stream`` and
+``answer_client_stream``. Every surface calls them inside an envelope: gRPC
+(transport/grpc/handlers.py, the handlers wrapped once, when the services are registered: no
+interceptor runs per call), HTTP/JSON (transport/http/json_api.py), the mem0 paths
+(transport/http/mem0.py) and the MCP endpoint's calls in process (transport/in_process.py), so no rule
+here is written twice. Health checking and reflection are registered without this edge:
+Kubernetes probes carry no credentials.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import inspect
-import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import grpc
-from google.protobuf import descriptor, message_factory
-from google.rpc import status_pb2
-
+from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.store.pool import validate_tenant
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.cluster.forwarding import Forwarder, Relayed
-from mnemosyne.transport.errors import rich_status, status_code_for, to_status_proto
-
-log = logging.getLogger("mnemosyne.rpc")
+from mnemosyne.transport.cluster.forwarding import Forwarder
+from mnemosyne.transport.envelope import CallEnvelope, Refuse
 
 ADMIN_METHODS = frozenset(
     {
@@ -104,7 +99,7 @@ def too_large(size: int, max_request_bytes: int) -> Undecodable:
     )
 
 
-def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_bytes: int) -> Callable[[bytes], Any]:
+def decoder(deserializer: Callable[[bytes], Any], method: str, max_request_bytes: int) -> Callable[[bytes], Any]:
     """The request deserializer, turning what it cannot decode (a truncated message, invalid
     UTF-8 in a string field) or a request above the size limit into a refusal with a reason
     instead of gRPC's own error."""
@@ -126,20 +121,6 @@ def _decoder(deserializer: Callable[[bytes], Any], method: str, max_request_byte
     return decode
 
 
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("ascii", "replace")
-
-
-class Outcome:
-    """How a call ended, for the histogram and the access record."""
-
-    __slots__ = ("code", "reason")
-
-    def __init__(self) -> None:
-        self.code = "OK"
-        self.reason = ""
-
-
 class Edge:
     def __init__(
         self,
@@ -159,6 +140,10 @@ class Edge:
         self._admission = admission
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
+
+    def envelope(self, method: str, sent_request_id: str | None, refuse: Refuse) -> CallEnvelope:
+        """The envelope of one call (transport/envelope.py), recorded by this edge's telemetry."""
+        return CallEnvelope(self.recorder, method, sent_request_id, refuse)
 
     # -- the steps every call takes, whatever its transport ------------------------------------
 
@@ -263,195 +248,3 @@ class Edge:
                 return await implementation(messages, call)
         finally:
             self._admission.leave()
-
-    @staticmethod
-    def failure(exc: BaseException, outcome: Outcome, method: str) -> status_pb2.Status:
-        """Step 5: the status an error answers with (noted in ``outcome``)."""
-        if isinstance(exc, Relayed):  # the owner's answer to a forwarded call, as it came
-            outcome.code = next((c.name for c in grpc.StatusCode if c.value[0] == exc.status.code), "UNKNOWN")
-            outcome.reason = exc.reason
-            return exc.status
-        if isinstance(exc, MnemosyneError):
-            outcome.code, outcome.reason = status_code_for(exc).name, exc.reason
-            return to_status_proto(exc)
-        log.error("unhandled error in %s", method, exc_info=exc)
-        outcome.code = outcome.reason = "INTERNAL"
-        return to_status_proto(MnemosyneError("internal error; the server log has the details", reason="INTERNAL"))
-
-    # -- gRPC ------------------------------------------------------------------------------------
-
-    def service(self, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
-        """The gRPC handlers of every method of ``service``, each wrapped by the edge."""
-        handlers = {}
-        for method in service.methods:
-            path = f"/{service.full_name}/{method.name}"
-            request_type = message_factory.GetMessageClass(method.input_type)
-            response_type = message_factory.GetMessageClass(method.output_type)
-            decode = _decoder(request_type.FromString, path, self.max_request_bytes)
-            implementation = getattr(servicer, method.name)
-            if method.client_streaming:
-                handlers[method.name] = grpc.stream_unary_rpc_method_handler(
-                    self._grpc_client_stream(path, implementation, request_type),
-                    request_deserializer=decode,
-                    response_serializer=_serializer(response_type),
-                )
-            elif method.server_streaming:
-                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._grpc_stream(path, implementation),
-                    request_deserializer=decode,
-                    response_serializer=_serializer(response_type),
-                )
-            else:
-                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._grpc_unary(path, implementation),
-                    request_deserializer=decode,
-                    response_serializer=_serializer(response_type),
-                )
-        return grpc.method_handlers_generic_handler(service.full_name, handlers)
-
-    def _grpc_begin(
-        self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any], metadata: list[tuple[str, str]]
-    ) -> Call:
-        remaining = context.time_remaining()
-        call = self.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
-        call.answers_bytes = True  # a forwarded call's response passes through as the owner's bytes
-        return call
-
-    async def _grpc_fail(
-        self, context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, outcome: Outcome, method: str
-    ) -> None:
-        """Answer with the error's status (abort raises, ending the call)."""
-        status = rich_status(self.failure(exc, outcome, method))
-        await context.abort(status.code, status.details, status.trailing_metadata)
-
-    @staticmethod
-    async def _send_initial(
-        context: grpc.aio.ServicerContext[Any, Any], call: Call | None, echo: tuple[tuple[str, str], ...]
-    ) -> None:
-        metadata = (*(call.initial_metadata if call else ()), *echo)
-        if metadata:
-            await context.send_initial_metadata(metadata)
-
-    @classmethod
-    async def _send_metadata(
-        cls, context: grpc.aio.ServicerContext[Any, Any], call: Call, echo: tuple[tuple[str, str], ...]
-    ) -> None:
-        """A unary answer's initial and trailing metadata."""
-        await cls._send_initial(context, call, echo)
-        if call.trailing_metadata:
-            context.set_trailing_metadata(tuple(call.trailing_metadata))
-
-    def _grpc_unary(self, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
-        kind, recorder = kind_of(implementation), self.recorder
-
-        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            started = time.perf_counter()
-            metadata = _metadata(context)
-            echo, token = recorder.begin(_sent_request_id(metadata))
-            outcome = Outcome()
-            try:
-                call = self._grpc_begin(method, request, context, metadata)
-                response = await self.answer(kind, implementation, request, call)
-                await self._send_metadata(context, call, echo)
-                return response
-            except asyncio.CancelledError:
-                outcome.code = "CANCELLED"  # the client went away
-                raise
-            except Exception as exc:
-                await self._send_initial(context, None, echo)
-                await self._grpc_fail(context, exc, outcome, method)
-            finally:
-                recorder.end(method, outcome.code, outcome.reason, started, token)
-
-        return handle
-
-    def _grpc_client_stream(
-        self, method: str, implementation: Callable[..., Awaitable[Any]], request_type: Callable[[], Any]
-    ) -> Callable[..., Any]:
-        """A client stream (ImportTenant): its first message is admitted and authorised as a unary
-        call's request is, and the servicer reads the messages (that one first) as an async
-        iterator; a message that cannot be decoded ends the call with its refusal. Counted and
-        bounded as an open stream. gRPC only (there is no JSON form of a client stream)."""
-        recorder = self.recorder
-
-        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            started = time.perf_counter()
-            metadata = _metadata(context)
-            echo, token = recorder.begin(_sent_request_id(metadata))
-            outcome = Outcome()
-            try:
-                stream = requests.__aiter__()
-                first = await anext(stream, None)
-                call = self._grpc_begin(method, first if first is not None else request_type(), context, metadata)
-
-                async def messages() -> AsyncIterator[Any]:
-                    if first is None:
-                        raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
-                    yield first
-                    async for message in stream:
-                        if isinstance(message, Undecodable):
-                            raise message.error
-                        yield message
-
-                response = await self.answer_client_stream(implementation, messages(), call)
-                await self._send_metadata(context, call, echo)
-                return response
-            except asyncio.CancelledError:
-                outcome.code = "CANCELLED"  # the client went away
-                raise
-            except Exception as exc:
-                await self._send_initial(context, None, echo)
-                await self._grpc_fail(context, exc, outcome, method)
-            finally:
-                recorder.end(method, outcome.code, outcome.reason, started, token)
-
-        return handle
-
-    def _grpc_stream(self, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
-        recorder = self.recorder
-
-        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            started = time.perf_counter()
-            metadata = _metadata(context)
-            echo, token = recorder.begin(_sent_request_id(metadata))
-            outcome = Outcome()
-            sent = False
-            try:
-                call = self._grpc_begin(method, request, context, metadata)
-                async for message in self.answer_stream(implementation, request, call):
-                    if not sent:
-                        await self._send_initial(context, call, echo)
-                        sent = True
-                    yield message
-                if not sent:
-                    await self._send_initial(context, call, echo)
-            except (asyncio.CancelledError, GeneratorExit):
-                outcome.code = "CANCELLED"  # the client went away
-                raise
-            except Exception as exc:
-                if not sent:
-                    await self._send_initial(context, None, echo)
-                await self._grpc_fail(context, exc, outcome, method)
-            finally:
-                recorder.end(method, outcome.code, outcome.reason, started, token)
-
-        return handle
-
-
-def _serializer(response_type: Any) -> Callable[[Any], bytes]:
-    """The response serializer, passing through the bytes of a forwarded call's response."""
-    serialize = response_type.SerializeToString
-
-    def serialized(response: Any) -> bytes:
-        return response if isinstance(response, bytes) else serialize(response)
-
-    return serialized
-
-
-def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> list[tuple[str, str]]:
-    """The call's metadata as text, read once per call (the request id and ``begin`` use it)."""
-    return [(k, _text(v)) for k, v in context.invocation_metadata() or ()]
-
-
-def _sent_request_id(metadata: list[tuple[str, str]]) -> str | None:
-    return next((v for k, v in metadata if k == "x-request-id"), None)

@@ -58,6 +58,31 @@ def rich_status(status: status_pb2.Status) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+class Relayed(Exception):
+    """Another member's error status (the owner of a forwarded call's tenant), answered to the
+    caller as it came."""
+
+    def __init__(self, status: status_pb2.Status, reason: str) -> None:
+        super().__init__(status.message)
+        self.status = status
+        self.reason = reason
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The ErrorInfo metadata of the owner's refusal ({} without one)."""
+        info = next((info for info in map(error_info, self.status.details) if info is not None), None)
+        return dict(info.metadata) if info is not None else {}
+
+
+def error_info(detail: any_pb2.Any) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo a status detail holds, None for another detail."""
+    if not detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+        return None
+    info = error_details_pb2.ErrorInfo()
+    detail.Unpack(info)
+    return info
+
+
 # google/rpc/code.proto's HTTP mapping, as grpc-gateway and Envoy's transcoder apply it.
 HTTP_STATUS_BY_CODE: dict[int, int] = {
     code.value[0]: http

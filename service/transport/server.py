@@ -35,8 +35,9 @@ from mnemosyne.transport.cluster.forwarding import Forwarder, member_key
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
+from mnemosyne.transport.grpc.handlers import service_handlers
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
-from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer
+from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer, Servicers
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
@@ -225,7 +226,7 @@ def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
 class HttpSurfaceMaker(Protocol):
     """``HttpSurface`` (transport/http/surface.py), passed in by whoever turns the HTTP port on."""
 
-    def __call__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None, /) -> HttpSurface: ...
+    def __call__(self, server: grpc.aio.Server, /) -> HttpSurface: ...
 
 
 async def start_server(
@@ -237,6 +238,47 @@ async def start_server(
     seams = seams or Seams()
     if config.http_port and http_surface is None:
         raise ValueError("config.http_port is set: pass http_surface=HttpSurface (transport/http/surface.py)")
+    _check_ports(config)
+    authenticator = _authenticator(config)
+    credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    metrics = ServerMetrics()
+    engine = _engine(config, metrics, seams)
+    admission = _admission(config, metrics, engine, seams)
+    running: RunningServer | None = None
+    try:
+        forwarder = _forwarder(config, authenticator, metrics, engine)
+        server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
+        running = RunningServer(
+            server=server,
+            port=0,
+            engine=engine,
+            health=health.aio.HealthServicer(),
+            admission=admission,
+            grace_seconds=config.grace_seconds,
+            drain_delay_seconds=config.drain_delay_seconds,
+            metrics=metrics,
+            forwarder=forwarder,
+        )
+        edge, servicers = _edge_and_servicers(running, authenticator, seams)
+        await _register(running, edge, servicers)
+        running.port = _listen(server, config, credentials)
+        running.side = _side_server(config, running)
+        if config.http_port and http_surface is not None:
+            running.http = http_surface(server)
+        await server.start()
+        if running.http is not None:
+            http_host = config.http_host or config.host
+            await running.http.start(config, http_host, SERVICES, edge, servicers, engine, tls=credentials is not None)
+        running.started = True
+    except BaseException:
+        await _abandon(running, engine, admission)
+        raise
+    _log_listening(config, running, tls=credentials is not None)
+    return running
+
+
+def _check_ports(config: ServerConfig) -> None:
+    """Refuse, before the data directory is opened, each port that cannot be bound."""
     _check_can_listen(config.host, config.port, what="for gRPC", choose="choose another --port (0: any free port)")
     if config.metrics_port:
         _check_can_listen(
@@ -245,26 +287,32 @@ async def start_server(
             what="for metrics",
             choose="choose another --metrics-port (0 turns the side port off)",
         )
-    http_host = config.http_host or config.host
     if config.http_port:
         _check_can_listen(
-            http_host, config.http_port, what="for HTTP", choose="choose another --http-port (0 turns the HTTP API off)"
+            config.http_host or config.host,
+            config.http_port,
+            what="for HTTP",
+            choose="choose another --http-port (0 turns the HTTP API off)",
         )
-    authenticator = _authenticator(config)
-    credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
-    metrics = ServerMetrics()
+
+
+def _engine(config: ServerConfig, metrics: ServerMetrics, seams: Seams) -> Engine:
     # As many idle readers per tenant as its calls may run at once (engine/config.py).
     at_once = config.admission.calls_per_tenant + config.admission.reader_share
     engine_config = dataclasses.replace(
         config.engine, readers_per_tenant=max(config.engine.readers_per_tenant, at_once)
     )
-    engine = Engine(
+    return Engine(
         engine_config,
         extractor=config.extractor,
         observer=metrics,
         embedder=make_embedder(config.embedder),
         seams=seams,
     )
+
+
+def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, seams: Seams) -> Admission:
+    """Admission (transport/admission.py), its gauges and counters in the metrics."""
     admission = Admission(config.admission, park_tenant=seams.park_tenant, park_file=seams.park_file)
     # This thread is the event loop, which runs lone snapshot reads inline (admission): a read
     # never waits for reads.
@@ -284,108 +332,107 @@ async def start_server(
     )
     metrics.count_refusals_from(admission.refusals)
     metrics.count_reads_from(admission.reads)
-    side: SideServer | None = None
-    running: RunningServer | None = None
-    server: grpc.aio.Server | None = None
+    return admission
+
+
+def _edge_and_servicers(
+    running: RunningServer, authenticator: TokenAuthenticator | None, seams: Seams
+) -> tuple[Edge, Servicers]:
+    """The edge every call passes (transport/edge.py) and the servicers behind it."""
+    engine, forwarder = running.engine, running.forwarder
+    mover = MoveDriver(engine, forwarder, hold_after=seams.move_hold_after)
+    edge = Edge(
+        authenticator,
+        running.admission,
+        max_request_bytes=engine.limits.max_request_bytes,
+        recorder=Recorder(running.metrics),
+        forwarder=forwarder,
+        finish_move=mover.finish,
+    )
+    servicers = Servicers(
+        memory=MemoryServicer(engine),
+        workspace=WorkspaceServicer(engine.workspaces, engine.consolidator),
+        hot_path=HotPathServicer(engine),
+        events=EventsServicer(engine),
+        admin=AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None, mover),
+    )
+    return edge, servicers
+
+
+async def _register(running: RunningServer, edge: Edge, servicers: Servicers) -> None:
+    """Our services behind the edge; health checking and reflection without it (probes carry no
+    credentials)."""
+    server, by_service = running.server, servicers.by_service()
+    server.add_generic_rpc_handlers([service_handlers(edge, service, by_service[service.name]) for service in SERVICES])
+    health_pb2_grpc.add_HealthServicer_to_server(running.health, server)
+    for name in ["", *SERVICE_NAMES]:
+        await running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+
+
+def _listen(server: grpc.aio.Server, config: ServerConfig, credentials: grpc.ServerCredentials | None) -> int:
+    """The gRPC port (TLS when ``credentials``)."""
+    address = (
+        f"[{config.host}]:{config.port}"
+        if ":" in config.host and not config.host.startswith("[")
+        else f"{config.host}:{config.port}"
+    )
     try:
-        server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
-        forwarder = _forwarder(config, authenticator, metrics, engine)
-        mover = MoveDriver(engine, forwarder, hold_after=seams.move_hold_after)
-        edge = Edge(
-            authenticator,
-            admission,
-            max_request_bytes=config.engine.limits.max_request_bytes,
-            recorder=Recorder(metrics),
-            forwarder=forwarder,
-            finish_move=mover.finish,
+        port = (
+            server.add_secure_port(address, credentials)
+            if credentials is not None
+            else server.add_insecure_port(address)
         )
-        servicers = {
-            "MemoryService": MemoryServicer(engine),
-            "WorkspaceService": WorkspaceServicer(engine.workspaces, engine.consolidator),
-            "HotPathService": HotPathServicer(engine),
-            "EventsService": EventsServicer(engine),
-            "AdminService": AdminServicer(
-                engine,
-                FanOut(forwarder) if forwarder is not None else None,
-                mover,
-            ),
-        }
-        server.add_generic_rpc_handlers([edge.service(service, servicers[service.name]) for service in SERVICES])
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise FailedPrecondition(
+            f"cannot listen on {address}: the port is in use or the address is not this machine's "
+            "(choose another --port, or 0 for any free port)",
+            reason="LISTEN_FAILED",
+        )
+    return port
 
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        for name in ["", *SERVICE_NAMES]:
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
-        address = (
-            f"[{config.host}]:{config.port}"
-            if ":" in config.host and not config.host.startswith("[")
-            else f"{config.host}:{config.port}"
-        )
-        try:
-            port = (
-                server.add_secure_port(address, credentials)
-                if credentials is not None
-                else server.add_insecure_port(address)
-            )
-        except RuntimeError:
-            port = 0
-        if port == 0:
-            raise FailedPrecondition(
-                f"cannot listen on {address}: the port is in use or the address is not this machine's "
-                "(choose another --port, or 0 for any free port)",
-                reason="LISTEN_FAILED",
-            )
-        running = RunningServer(
-            server=server,
-            port=port,
-            engine=engine,
-            health=health_servicer,
-            admission=admission,
-            grace_seconds=config.grace_seconds,
-            drain_delay_seconds=config.drain_delay_seconds,
-            metrics=metrics,
-            forwarder=forwarder,
-        )
-        if config.metrics_port:
-            metrics_host = config.metrics_host or config.host
-            try:
-                side = SideServer(metrics_host, config.metrics_port, metrics=metrics.exposition, ready=running.ready)
-            except OSError as exc:
-                raise FailedPrecondition(
-                    f"cannot listen for metrics on {metrics_host}:{config.metrics_port} ({exc.strerror}): "
-                    "is the port in use? (--metrics-port 0 turns the side port off)",
-                    reason="LISTEN_FAILED",
-                ) from None
-            running.side = side
-        if config.http_port and http_surface is not None:
-            running.http = http_surface(server, authenticator)
-        await server.start()
+def _side_server(config: ServerConfig, running: RunningServer) -> SideServer | None:
+    """The HTTP side port of /metrics, /healthz and /readyz (None when off)."""
+    if not config.metrics_port:
+        return None
+    metrics_host = config.metrics_host or config.host
+    assert running.metrics is not None
+    try:
+        return SideServer(metrics_host, config.metrics_port, metrics=running.metrics.exposition, ready=running.ready)
+    except OSError as exc:
+        raise FailedPrecondition(
+            f"cannot listen for metrics on {metrics_host}:{config.metrics_port} ({exc.strerror}): "
+            "is the port in use? (--metrics-port 0 turns the side port off)",
+            reason="LISTEN_FAILED",
+        ) from None
+
+
+async def _abandon(running: RunningServer | None, engine: Engine, admission: Admission) -> None:
+    """Undo a start that failed half-way: whatever began stops, the tenant files close."""
+    if running is not None:
         if running.http is not None:
-            await running.http.start(config, http_host, SERVICES, edge, servicers, engine, tls=credentials is not None)
-        running.started = True
-    except BaseException:
-        if running is not None and running.http is not None:
             await running.http.stop_sessions()
             await running.http.stop()
-        if server is not None:
-            await server.stop(None)
-        if running is not None and running.forwarder is not None:
+        await running.server.stop(None)
+        if running.forwarder is not None:
             await running.forwarder.close()
-        if side is not None:
-            side.stop()
-        engine.close()
-        admission.stop()
-        raise
+        if running.side is not None:
+            running.side.stop()
+    engine.close()
+    admission.stop()
+
+
+def _log_listening(config: ServerConfig, running: RunningServer, *, tls: bool) -> None:
     log.info(
         "listening on %s:%d (%s, pid %d, data %s, metrics port %s, HTTP port %s)",
         config.host,
-        port,
-        "mutual TLS" if config.tls_client_ca else "TLS" if credentials else "plaintext",
+        running.port,
+        "mutual TLS" if config.tls_client_ca else "TLS" if tls else "plaintext",
         os.getpid(),
         config.engine.data_dir,
         running.metrics_port or "off",
         running.http_port or "off",
     )
-    return running

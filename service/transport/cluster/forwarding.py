@@ -24,21 +24,22 @@ Metadata on the hop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import descriptor, message_factory
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
+from mnemosyne.engine.moves import Membership, Placement
 from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
-from mnemosyne.store.membership import Membership
-from mnemosyne.store.ownership import Placement
 from mnemosyne.transport.call import Call
+from mnemosyne.transport.errors import Relayed, error_info
 
 ROUTE_KEY = "x-mnemosyne-route"
 FORWARDED_BY_KEY = "x-mnemosyne-forwarded-by"
@@ -64,21 +65,6 @@ def member_key(membership: Membership, token_hashes: Sequence[str]) -> str:
     """The key the members of one deployment share: the same member list and tokens give the same key."""
     material = "\n".join([membership.describe(), str(membership.epoch), *sorted(token_hashes)]).encode()
     return hmac.new(b"mnemosyne member key", material, hashlib.sha256).hexdigest()
-
-
-class Relayed(Exception):
-    """The owner's error status, answered to the caller as it came."""
-
-    def __init__(self, status: status_pb2.Status, reason: str) -> None:
-        super().__init__(status.message)
-        self.status = status
-        self.reason = reason
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        """The ErrorInfo metadata of the owner's refusal ({} without one)."""
-        info = next((info for info in map(_error_info, self.status.details) if info is not None), None)
-        return dict(info.metadata) if info is not None else {}
 
 
 def _pass_on(metadata: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -228,7 +214,7 @@ class Forwarder:
         details = next((v for k, v in trailing or () if k == "grpc-status-details-bin"), None)
         if isinstance(details, bytes):
             status = status_pb2.Status.FromString(details)
-            reason = next((info.reason for info in map(_error_info, status.details) if info is not None), code.name)
+            reason = next((info.reason for info in map(error_info, status.details) if info is not None), code.name)
             return Relayed(status, reason)
         address = self.membership.addresses[owner]
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -246,6 +232,17 @@ class Forwarder:
                 retry_after_seconds=1.0,
             )
         return error
+
+    @contextlib.contextmanager
+    def _answered_by(self, owner: str, hop: Any) -> Iterator[None]:
+        """How every hop ends: the owner's refusal as it came (``Relayed``), a failure on the way
+        as UNAVAILABLE naming the owner; the hop cancelled with the call (a no-op once it ended)."""
+        try:
+            yield
+        except grpc.aio.AioRpcError as exc:
+            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
+        finally:
+            hop.cancel()
 
     def _channel_for(self, owner: str, method: str, kind: str, *, raw: bool) -> Any:
         """The hop's multi-callable (made once per member, method and form); ``raw``: its responses
@@ -272,22 +269,18 @@ class Forwarder:
         """A hop answered by one response (a unary call, a client stream)."""
         multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
         hop = multi(sent, **self._hop(owner, call, asked=asked))
-        try:
+        with self._answered_by(owner, hop):
             response = await hop
             call.send_initial_metadata(_answered(await hop.initial_metadata()))
             call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
             return response
-        except grpc.aio.AioRpcError as exc:
-            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
-        finally:
-            hop.cancel()  # a no-op once it ended; the caller's cancellation ends the hop too
 
     async def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
     ) -> AsyncIterator[Any]:
         multi = self._channel_for(owner, method, "unary_stream", raw=call.answers_bytes and not asked)
         hop = multi(request, **self._hop(owner, call, asked=asked))
-        try:
+        with self._answered_by(owner, hop):
             started = asyncio.ensure_future(hop.initial_metadata())
             await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
             if started.done():
@@ -301,10 +294,6 @@ class Forwarder:
                 call.stepped.set()
             async for message in hop:
                 yield message
-        except grpc.aio.AioRpcError as exc:
-            raise self._relayed(owner, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
-        finally:
-            hop.cancel()
 
     async def ask_member(self, member: str, method: str, kind: str, sent: Any, call: Call, timeout: float) -> Any:
         """A member-to-member call on the caller's behalf (a move's import and activation): its
@@ -312,12 +301,8 @@ class Forwarder:
         multi = self._channel_for(member, method, kind, raw=False)
         metadata = self._hop(member, call, asked=True)["metadata"]
         hop = multi(sent, metadata=metadata, timeout=timeout)
-        try:
+        with self._answered_by(member, hop):
             return await hop
-        except grpc.aio.AioRpcError as exc:
-            raise self._relayed(member, exc.code(), exc.details() or "", exc.trailing_metadata()) from None
-        finally:
-            hop.cancel()
 
     async def close(self) -> None:
         channels, self._channels, self._callables = list(self._channels.values()), {}, {}
@@ -334,11 +319,3 @@ def _serialize(message: Any) -> bytes:
         return message
     data: bytes = message.SerializeToString()
     return data
-
-
-def _error_info(detail: Any) -> error_details_pb2.ErrorInfo | None:
-    if not detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-        return None
-    info = error_details_pb2.ErrorInfo()
-    detail.Unpack(info)
-    return info

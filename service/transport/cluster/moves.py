@@ -28,12 +28,12 @@ import logging
 from collections.abc import AsyncIterator
 
 from mnemosyne.engine.engine import Engine
-from mnemosyne.engine.moves import STEPS, MovePlan
+from mnemosyne.engine.moves import MOVED_AT_EPOCH, NOT_OWNER, STEPS, MovePlan
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
-from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.cluster.forwarding import Forwarder, Relayed
+from mnemosyne.transport.cluster.forwarding import Forwarder
+from mnemosyne.transport.errors import Relayed
 from mnemosyne.v1 import admin_pb2, hot_path_pb2
 
 IMPORT_METHOD = "/mnemosyne.v1.AdminService/ImportTenant"
@@ -82,33 +82,8 @@ class MoveDriver:
             await self._step_done(plan, "flushed", steps)
         head_hash = plan.head_hash
         if plan.needs("imported"):
-            copy, parts = await call.run(moves.export, plan)
-            head_hash, memories = copy.facts.head_hash, copy.facts.memories
-            plan = MovePlan(plan.tenant, plan.destination, plan.epoch, "exported", head_hash)
-            await self._step_done(plan, "exported", steps)
-            counted = [0]
-
-            async def messages() -> AsyncIterator[admin_pb2.ImportTenantRequest]:
-                yield admin_pb2.ImportTenantRequest(
-                    tenant=plan.tenant,
-                    manifest=convert.to_tenant_backup(copy),
-                    move_epoch=plan.epoch,
-                    move_source=forwarder.membership.me,
-                )
-                while (part := await call.run(next, parts, None)) is not None:
-                    chunk = convert.to_export_response(part).chunk
-                    counted[0] += len(chunk.data)
-                    yield admin_pb2.ImportTenantRequest(chunk=chunk)
-
-            try:
-                imported = await forwarder.ask_member(
-                    plan.destination, IMPORT_METHOD, "stream_unary", messages(), call, IMPORT_SECONDS
-                )
-            finally:
-                parts.close()  # type: ignore[attr-defined]  # the export's generator: its scratch copy goes
-            sent = counted[0]
-            await call.run(moves.imported, plan, imported.head_hash)
-            await self._step_done(plan, "imported", steps)
+            plan, sent, memories = await self._copy(plan, forwarder, call, steps)
+            head_hash = plan.head_hash
         if plan.needs("tombstoned"):
             await call.run(moves.tombstone, plan)
             await self._step_done(plan, "tombstoned", steps)
@@ -127,6 +102,39 @@ class MoveDriver:
         return convert.to_move_tenant_response(
             plan, source=forwarder.membership.me, head_hash=head_hash, sent=sent, steps=steps, memories=memories
         )
+
+    async def _copy(
+        self, plan: MovePlan, forwarder: Forwarder, call: Call, steps: list[str]
+    ) -> tuple[MovePlan, int, int]:
+        """Steps 3 and 4: the tenant exported here and imported by the destination, streamed to it
+        (the plan as exported, the bytes sent, the memories the copy holds)."""
+        moves = self._engine.moves
+        copy, parts = await call.run(moves.export, plan)
+        plan = MovePlan(plan.tenant, plan.destination, plan.epoch, "exported", copy.facts.head_hash)
+        await self._step_done(plan, "exported", steps)
+        sent = [0]
+
+        async def messages() -> AsyncIterator[admin_pb2.ImportTenantRequest]:
+            yield admin_pb2.ImportTenantRequest(
+                tenant=plan.tenant,
+                manifest=convert.to_tenant_backup(copy),
+                move_epoch=plan.epoch,
+                move_source=forwarder.membership.me,
+            )
+            while (part := await call.run(next, parts, None)) is not None:
+                chunk = convert.to_export_response(part).chunk
+                sent[0] += len(chunk.data)
+                yield admin_pb2.ImportTenantRequest(chunk=chunk)
+
+        try:
+            imported = await forwarder.ask_member(
+                plan.destination, IMPORT_METHOD, "stream_unary", messages(), call, IMPORT_SECONDS
+            )
+        finally:
+            parts.close()  # type: ignore[attr-defined]  # the export's generator: its scratch copy goes
+        await call.run(moves.imported, plan, imported.head_hash)
+        await self._step_done(plan, "imported", steps)
+        return plan, sent[0], copy.facts.memories
 
     async def activate(self, request: admin_pb2.ActivateTenantRequest, call: Call) -> admin_pb2.ActivateTenantResponse:
         activated = await call.run(self._engine.moves.activate, request.tenant, int(request.epoch), request.head_hash)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -15,6 +16,8 @@ from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
+from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
+from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
@@ -261,3 +264,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         # Answered on the event loop: nothing to wait for, nothing that blocks.
         _report_server_time(call, time.perf_counter())
         return convert.to_ping_response()
+
+
+@dataclass(frozen=True)
+class Servicers:
+    """The servicer of each of our services; every surface calls these (gRPC, HTTP/JSON, mem0, MCP)."""
+
+    memory: MemoryServicer
+    workspace: WorkspaceServicer
+    hot_path: HotPathServicer
+    events: EventsServicer
+    admin: AdminServicer
+
+    def by_service(self) -> dict[str, object]:
+        """Each servicer under its service's name ("MemoryService")."""
+        return {
+            "MemoryService": self.memory,
+            "WorkspaceService": self.workspace,
+            "HotPathService": self.hot_path,
+            "EventsService": self.events,
+            "AdminService": self.admin,
+        }

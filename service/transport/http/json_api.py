@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -34,7 +33,8 @@ from starlette.types import Receive, Scope, Send
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.edge import Edge, Kind, Outcome, kind_of, too_large
+from mnemosyne.transport.edge import Edge, Kind, kind_of, too_large
+from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Refuse
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.http.mapping import Route, Router, decode, encode
 
@@ -51,26 +51,26 @@ def _headers(call: Call, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return dict((*call.initial_metadata, *call.trailing_metadata, *echo))
 
 
-def error_parts(
-    edge: Edge, exc: BaseException, outcome: Outcome, method: str, echo: tuple[tuple[str, str], ...]
-) -> tuple[status_pb2.Status, int, dict[str, str]]:
-    """What an error answers with over HTTP: its status (edge.failure), the HTTP status of the
-    table and the headers (``Retry-After`` in whole seconds, rounded up; ``Allow``)."""
-    status = edge.failure(exc, outcome, method)
+def error_headers(error: BaseException, echo: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The headers an error answers with over HTTP: the request id's echo, ``Retry-After`` (in
+    whole seconds, rounded up) and ``Allow``."""
     headers = dict(echo)
-    if isinstance(exc, MnemosyneError):
-        if exc.retry_after_seconds is not None:
-            headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_seconds)))
-        if "allow" in exc.metadata:
-            headers["allow"] = exc.metadata["allow"]
-    return status, http_status(status, outcome.reason), headers
+    if isinstance(error, MnemosyneError):
+        if error.retry_after_seconds is not None:
+            headers["retry-after"] = str(max(1, math.ceil(error.retry_after_seconds)))
+        if "allow" in error.metadata:
+            headers["allow"] = error.metadata["allow"]
+    return headers
 
 
-def _error_response(
-    edge: Edge, exc: BaseException, outcome: Outcome, method: str, echo: tuple[tuple[str, str], ...]
-) -> Response:
-    status, code, headers = error_parts(edge, exc, outcome, method, echo)
-    return Response(encode(status), status_code=code, headers=headers, media_type="application/json")
+def error_response(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> Response:
+    """An error as the JSON API answers it: its status's JSON, with the HTTP status of the table."""
+    return Response(
+        encode(status),
+        status_code=http_status(status, envelope.outcome.reason),
+        headers=error_headers(error, envelope.echo),
+        media_type="application/json",
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
@@ -88,6 +88,23 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def refusal_sender(
+    answer: Callable[[CallEnvelope, BaseException, status_pb2.Status], Response],
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> Refuse:
+    """An envelope's ``refuse`` for an HTTP request: ``answer``'s response, sent; an error after
+    the response began is raised as it is (nothing more can be said)."""
+
+    async def refuse(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> None:
+        if envelope.answered:
+            raise error
+        await answer(envelope, error, status)(scope, receive, send)
+
+    return refuse
+
+
 class HttpApi:
     """The ASGI endpoint of every RPC route."""
 
@@ -101,32 +118,17 @@ class HttpApi:
             self._implementations[route.method] = (implementation, kind_of(implementation))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        edge = self._edge
-        started = time.perf_counter()
         request = Request(scope, receive)
-        echo, token = edge.recorder.begin(request.headers.get("x-request-id"))
-        outcome = Outcome()
-        method = UNROUTED
-        response: Response | _EventStream
-        try:
-            try:
-                if scope["path"] == OPENAPI_PATH:
-                    response = self._openapi_document(request.method)
-                else:
-                    route, path = self._router.match(request.method, _raw_path(scope))
-                    method = route.method
-                    response = await self._answer(request, route, path, echo, outcome)
-            except asyncio.CancelledError:
-                outcome.code = "CANCELLED"
-                raise
-            except _ClientLeft:
-                outcome.code = "CANCELLED"  # the client went away
-                return
-            except Exception as exc:
-                response = _error_response(edge, exc, outcome, method, echo)
+        refuse = refusal_sender(error_response, scope, receive, send)
+        async with self._edge.envelope(UNROUTED, request.headers.get("x-request-id"), refuse) as envelope:
+            if scope["path"] == OPENAPI_PATH:
+                response: Response | _EventStream = self._openapi_document(request.method)
+            else:
+                route, path = self._router.match(request.method, _raw_path(scope))
+                envelope.method = route.method
+                response = await self._answer(request, route, path, envelope)
+            envelope.answered = True
             await response(scope, receive, send)
-        finally:
-            edge.recorder.end(method, outcome.code, outcome.reason, started, token)
 
     def _openapi_document(self, verb: str) -> Response:
         if verb != "GET":
@@ -136,12 +138,7 @@ class HttpApi:
         return Response(self._openapi, media_type="application/json")
 
     async def _answer(
-        self,
-        request: Request,
-        route: Route,
-        path: dict[str, str],
-        echo: tuple[tuple[str, str], ...],
-        outcome: Outcome,
+        self, request: Request, route: Route, path: dict[str, str], envelope: CallEnvelope
     ) -> Response | _EventStream:
         edge = self._edge
         implementation, kind = self._implementations[route.method]
@@ -165,21 +162,17 @@ class HttpApi:
         )
         call = edge.begin(route.method, decoded, list(request.headers.items()), None)
         if kind is Kind.STREAM:
-            return await _EventStream.open(edge, route.method, implementation, decoded, call, echo, outcome)
+            return await _EventStream.open(edge, implementation, decoded, call, envelope)
         work = edge.answer(kind, implementation, decoded, call)
         # A waiting call (Flush) ends when its client leaves, as over gRPC.
         response = await (_unless_client_leaves(request, work) if kind is Kind.WAITING else work)
-        return Response(encode(response), headers=_headers(call, echo), media_type="application/json")
+        return Response(encode(response), headers=_headers(call, envelope.echo), media_type="application/json")
 
 
 def _raw_path(scope: Scope) -> str:
     """The path as sent (still percent-encoded, so an encoded "/" stays inside its segment)."""
     raw: bytes = scope.get("raw_path") or scope["path"].encode()
     return raw.decode("latin-1").split("?", 1)[0]
-
-
-class _ClientLeft(Exception):
-    """The client disconnected while its call waited; nobody is left to answer."""
 
 
 async def _unless_client_leaves(request: Request, answer: Any) -> Any:
@@ -191,7 +184,7 @@ async def _unless_client_leaves(request: Request, answer: Any) -> Any:
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
-            raise _ClientLeft
+            raise ClientLeft
         return work.result()
     finally:
         left.cancel()
@@ -207,28 +200,19 @@ class _EventStream:
     queue, so that the response can send keep-alive comments while the stream waits."""
 
     def __init__(
-        self,
-        edge: Edge,
-        method: str,
-        pump: asyncio.Task[None],
-        queue: asyncio.Queue[Any],
-        first: Any,
-        headers: dict[str, str],
-        outcome: Outcome,
+        self, pump: asyncio.Task[None], queue: asyncio.Queue[Any], first: Any, envelope: CallEnvelope, call: Call
     ) -> None:
-        self._edge, self._method, self._pump, self._queue = edge, method, pump, queue
-        self._first, self._headers, self._outcome = first, headers, outcome
+        self._pump, self._queue, self._first, self._envelope = pump, queue, first, envelope
+        self._headers = {**_headers(call, envelope.echo), "cache-control": "no-store", "x-accel-buffering": "no"}
 
     @classmethod
     async def open(
         cls,
         edge: Edge,
-        method: str,
         implementation: Callable[..., AsyncIterator[Any]],
         request: Any,
         call: Call,
-        echo: tuple[tuple[str, str], ...],
-        outcome: Outcome,
+        envelope: CallEnvelope,
     ) -> Response | _EventStream:
         """The stream once its first step succeeded or its first message came, else (a bad
         request, a refused stream) the error response with its HTTP status."""
@@ -248,9 +232,8 @@ class _EventStream:
                 first_message.cancel()
         first = first_message.result() if first_message.done() and not first_message.cancelled() else None
         if isinstance(first, BaseException):
-            return _error_response(edge, first, outcome, method, echo)
-        headers = {**_headers(call, echo), "cache-control": "no-store", "x-accel-buffering": "no"}
-        return cls(edge, method, pump, queue, first, headers, outcome)
+            return error_response(envelope, first, envelope.status_of(first))
+        return cls(pump, queue, first, envelope, call)
 
     @staticmethod
     async def _run(messages: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
@@ -281,14 +264,14 @@ class _EventStream:
                 if item is None:
                     item = await self._next(left)
                 if item is _GONE:
-                    self._outcome.code = "CANCELLED"  # the client went away
+                    self._envelope.client_gone()
                     return
                 if item is None:
                     chunk = b": keep-alive\n\n"
                 elif item is _END:
                     break
                 elif isinstance(item, BaseException):
-                    status = self._edge.failure(item, self._outcome, self._method)
+                    status = self._envelope.status_of(item)
                     await send(
                         {"type": "http.response.body", "body": _event(encode(status), name="status"), "more_body": True}
                     )
@@ -299,7 +282,7 @@ class _EventStream:
                 item = None
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (asyncio.CancelledError, OSError):
-            self._outcome.code = "CANCELLED"  # the client went away
+            self._envelope.client_gone()
             raise
         finally:
             left.cancel()

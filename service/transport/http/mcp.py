@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP at ``/mcp`` on the HTTP port (client/mcp_host.py's tools).
+"""The MCP server over streamable HTTP at ``/mcp`` on the HTTP port (the tools of mcp_tools.py).
 
 Every request is authenticated here with the gRPC port's tokens (``Authorization: Bearer``) and
 names its tenant (``/mcp?tenant=T``, optionally ``&workspace=W``); the token must reach the
@@ -8,8 +8,8 @@ session it no longer knows starts without an observation, so its model must read
 it writes. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
 the check the MCP specification requires.
 
-The tools call the server through its own gRPC API, over a private Unix socket, with the
-caller's token: the same edge, admission and limits as any client.
+The tools reach the servicers in process (transport/in_process.py), with the caller's
+token: the same edge, envelope, admission, limits and error table as a gRPC call, with no socket.
 """
 
 from __future__ import annotations
@@ -27,25 +27,23 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mnemosyne.client import MemoryClient
-from mnemosyne.client.host import HostObservations, MemoryHost
-from mnemosyne.client.mcp_host import DEFAULT_WORKSPACE, Agent, Session, build_server
+from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.store.pool import validate_tenant
-from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.host_protocol import Answer, Ask, HostObservations
+from mnemosyne.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
+from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.http.guard import send_error
+from mnemosyne.transport.in_process import InProcess
 
 MCP_PATH = "/mcp"
-_CLIENTS_KEPT = 64  # gRPC channels kept open, one per token recently used
 _AGENTS_KEPT = 10_000  # sessions remembered (the SDK forgets idle ones; their clients start again)
 
 
 class McpEndpoint:
-    def __init__(self, authenticator: TokenAuthenticator | None, grpc_target: str) -> None:
-        self._authenticator = authenticator
-        self._target = grpc_target
-        self._observations = HostObservations()  # shared by every session's host, keyed by session
-        self._clients: OrderedDict[str, MemoryClient] = OrderedDict()
+    def __init__(self, edge: Edge, in_process: InProcess) -> None:
+        self._edge = edge
+        self._in_process = in_process
+        self._observations = HostObservations()  # shared by every session, keyed by its agent
         self._agents: OrderedDict[str, Agent] = OrderedDict()  # MCP session id -> its agent
         self._server = build_server(self._session_of, sessions_only=True)
         # The guard before this app checks Host and Origin; the SDK's own copy of that check is off.
@@ -73,8 +71,6 @@ class McpEndpoint:
         if self._running is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._running
-        for client in self._clients.values():
-            client.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -97,8 +93,8 @@ class McpEndpoint:
         authorization = headers.get("authorization")
         name = ""
         token = ""
-        if self._authenticator is not None:
-            principal = self._authenticator.authenticate(authorization)
+        principal = self._edge.authenticate(authorization)
+        if principal is not None:
             principal.check_tenant(tenant)
             name, token = principal.name, (authorization or "").partition(" ")[2].strip()
         # The session's owner, compared by the SDK on every request of the session.
@@ -107,13 +103,24 @@ class McpEndpoint:
             AccessToken(token=token, client_id=owner, scopes=[], claims={"tenant": tenant, "workspace": workspace})
         )
 
-    def _session_of(self, ctx: Context[Any, Any]) -> Session:
+    def _session_of(self, ctx: Context[Any, Any]) -> ToolSession:
         request = ctx.request_context.request
         assert request is not None  # over HTTP every call has its request
         user: AuthenticatedUser = request.scope["user"]  # set by __call__
         claims = user.access_token.claims or {}
-        host = MemoryHost(self._client(user.access_token.token), claims["tenant"], observations=self._observations)
-        return Session(host, claims["workspace"], self._agent(request.headers.get(MCP_SESSION_ID_HEADER, "")))
+        agent = self._agent(request.headers.get(MCP_SESSION_ID_HEADER, ""))
+        calls = self._calls(user.access_token.token)
+        return ToolSession(calls, claims["tenant"], claims["workspace"], agent, self._observations)
+
+    def _calls(self, token: str) -> Calls:
+        """The session's calls, in process, with the caller's token."""
+        metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        in_process = self._in_process
+
+        async def call(ask: Ask) -> Answer:
+            return await in_process.call(ask, metadata)
+
+        return call
 
     def _agent(self, session_id: str) -> Agent:
         """The agent of an MCP session: the same object for every request of the session, so the
@@ -126,10 +133,3 @@ class McpEndpoint:
         while len(self._agents) > _AGENTS_KEPT:
             self._agents.popitem(last=False)
         return agent
-
-    def _client(self, token: str) -> MemoryClient:
-        client = self._clients.pop(token, None) or MemoryClient(self._target, token or None, retries=0)
-        self._clients[token] = client
-        while len(self._clients) > _CLIENTS_KEPT:
-            self._clients.popitem(last=False)[1].close()
-        return client

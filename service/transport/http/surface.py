@@ -11,11 +11,8 @@ it after.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -23,9 +20,9 @@ from starlette.types import ASGIApp
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
-from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
+from mnemosyne.transport.grpc.servicers import Servicers
 from mnemosyne.transport.http import mapping as http_mapping
 from mnemosyne.transport.http import openapi
 from mnemosyne.transport.http.console import console_app
@@ -34,22 +31,17 @@ from mnemosyne.transport.http.json_api import HttpApi
 from mnemosyne.transport.http.mcp import MCP_PATH, McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
+from mnemosyne.transport.in_process import InProcess
 from mnemosyne.version import VERSION
 
 
 class HttpSurface:
     """Everything on the HTTP port, made in two steps around the gRPC server's start: made (the
-    MCP tools' private Unix socket is a port of the gRPC server, added before it starts), then
+    mem0 relay's handler is a method of the gRPC server, added before it starts), then
     ``start``-ed (the port bound and served, the MCP session manager running)."""
 
-    def __init__(self, server: grpc.aio.Server, authenticator: TokenAuthenticator | None) -> None:
-        # The MCP endpoint's tools call the gRPC API through a socket only this process can reach.
-        self.private_dir = Path(tempfile.mkdtemp(prefix="mnemosyne-"))
-        internal = f"unix:{self.private_dir / 'grpc.sock'}"
-        if server.add_insecure_port(internal) == 0:
-            shutil.rmtree(self.private_dir, ignore_errors=True)
-            raise FailedPrecondition(f"cannot listen on {internal}", reason="LISTEN_FAILED")
-        self.mcp = McpEndpoint(authenticator, internal)
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self.mcp: McpEndpoint | None = None
         self.http: HttpServer | None = None
         # Another member's mem0 request for a tenant of this one arrives over gRPC (the relay).
         self.mem0: Mem0Api | None = None
@@ -65,7 +57,7 @@ class HttpSurface:
         host: str,
         services: Sequence[ServiceDescriptor],
         edge: Edge,
-        servicers: dict[str, object],
+        servicers: Servicers,
         engine: Engine,
         *,
         tls: bool,
@@ -74,14 +66,15 @@ class HttpSurface:
         routes = http_mapping.routes(services)  # refuses an RPC with no route that is not GRPC_ONLY
         document = json.dumps(openapi.document(routes, version=VERSION)).encode()
         own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-        self.mem0 = Mem0Api(edge, engine)
+        self.mem0 = Mem0Api(edge, servicers, engine.memories, engine.limits)
+        self.mcp = McpEndpoint(edge, InProcess(edge, services, servicers.by_service()))
         mounts: dict[str, ASGIApp] = {
             MCP_PATH: self.mcp,
             "/console": console_app(),
             **dict.fromkeys(MEM0_PREFIXES, self.mem0),
         }
         app = Guard(
-            compose(HttpApi(edge, routes, servicers, openapi=document), mounts),
+            compose(HttpApi(edge, routes, servicers.by_service(), openapi=document), mounts),
             allowed_hosts=[*config.http_allowed_hosts, *own],
             cors_origins=config.http_cors_origins,
         )
@@ -99,14 +92,14 @@ class HttpSurface:
         await self.mcp.start()
 
     async def stop_sessions(self) -> None:
-        """End the MCP sessions (first in a graceful stop: their tools call the gRPC port)."""
-        await self.mcp.stop()
+        """End the MCP sessions (first in a graceful stop)."""
+        if self.mcp is not None:
+            await self.mcp.stop()
 
     async def stop(self) -> None:
-        """Stop serving HTTP (in-flight requests get the grace period) and remove the private socket."""
+        """Stop serving HTTP (in-flight requests get the grace period)."""
         if self.http is not None:
             await self.http.stop()
-        shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -1,0 +1,337 @@
+"""The MCP server of memory tools for a model, written once for its two hosts: ``mnemosyne mcp``
+over stdio (client/mcp_host.py: the calls go over gRPC) and ``/mcp`` on the server's HTTP port
+(transport/http/mcp.py: the calls go to the servicers in process). Built with the official MCP
+Python SDK (``mcp``); a module of its own so that only an MCP adapter loads the SDK.
+
+The model expresses memory intent and never sees or carries a generation: ``read_memory``
+assembles its context and records the session's observation (host_protocol.py ``read_memory``,
+the session's ``agent`` standing for the model); ``memory_update`` and ``update_workspace`` go
+through ``write_memory``, so a write from a session whose context is stale fails closed with a
+tool error the model can act on ("read_memory again"). A new session — or one the server no
+longer knows — has observed nothing and must read before it writes.
+
+Each tool's input schema carries its limits (host_protocol.py's defaults), and an argument outside
+them is refused before any call, naming the argument and its limit, by the one rule for numbers
+given as text (numbers_as_text.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import METHOD_NOT_FOUND
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
+from mnemosyne import host_protocol
+from mnemosyne.host_protocol import (
+    MAX_EVENT_ID,
+    MAX_K,
+    MAX_KEY_CHARS,
+    MAX_PAGE_SIZE,
+    MAX_QUERY_CHARS,
+    MAX_RECORD_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_WAIT_SECONDS,
+    MEMORY_UPDATE,
+    UPDATE_WORKSPACE,
+    Answer,
+    Ask,
+    Flow,
+    HostObservations,
+    ServiceError,
+    run_async,
+    server_wait,
+    write_memory,
+)
+from mnemosyne.numbers_as_text import decimal_number, whole_number
+from mnemosyne.v1 import events_pb2, hot_path_pb2, memory_pb2, types_pb2
+
+T = TypeVar("T")
+DEFAULT_WORKSPACE = "main"
+CONTEXT_URI = "memory://context/{workspace}"  # the session's workspace
+INSTRUCTIONS = (
+    "Long-term memory. Call read_memory at the start of a task (and again whenever a write says "
+    "memory changed): it shows MEMORY.md, this workspace's records and, for a query, memories recalled "
+    "for it. Save durable facts with retain; rewrite MEMORY.md with memory_update and workspace records "
+    "with update_workspace, always from what read_memory showed you."
+)
+RETAIN = "/mnemosyne.v1.MemoryService/Retain"
+RECALL = "/mnemosyne.v1.MemoryService/Recall"
+GET_EVENT = "/mnemosyne.v1.EventsService/GetEvent"
+LIST_EVENTS = "/mnemosyne.v1.EventsService/ListEvents"
+FLUSH = "/mnemosyne.v1.HotPathService/Flush"
+# An event's status as the tools show it: the proto's name in lower case ("pending").
+_EVENT_STATUS = {number: name.lower() for name, number in events_pb2.EventStatus.items() if number}
+
+
+def _refused(name: str, limit: str, value: object) -> PydanticCustomError:
+    return PydanticCustomError("number_invalid", f"{name} must be {limit}, not {repr(value)[:40]}")
+
+
+def _whole(name: str, minimum: int, maximum: int) -> Callable[[object], int]:
+    """The check of an integer argument: a JSON integer or ASCII digits, from minimum to maximum
+    (never a float, even 1e11, nor a bool)."""
+    limit = f"a whole number from {minimum} to {maximum}, written with the digits 0-9"
+
+    def check(value: object) -> int:
+        number = whole_number(value)
+        if number is None or not minimum <= number <= maximum:
+            raise _refused(name, limit, value)
+        return number
+
+    return check
+
+
+def _decimal(name: str, minimum: float, maximum: float) -> Callable[[object], float]:
+    """The check of a number argument: a JSON number or ASCII decimal text, finite, from minimum
+    to maximum."""
+    limit = f"a number from {minimum:g} to {maximum:g}"
+
+    def check(value: object) -> float:
+        number = decimal_number(value)
+        if number is None or not (math.isfinite(number) and minimum <= number <= maximum):
+            raise _refused(name, limit, value)
+        return number
+
+    return check
+
+
+def _k(what: str) -> Any:
+    return Field(ge=1, le=MAX_K, description=f"How many memories {what}: 1 to {MAX_K}.")
+
+
+RecallK = Annotated[int, _k("to recall"), BeforeValidator(_whole("k", 1, MAX_K))]
+ReadK = Annotated[int, _k("to recall for the query"), BeforeValidator(_whole("k", 1, MAX_K))]
+EventId = Annotated[
+    int,
+    Field(ge=1, le=MAX_EVENT_ID, description="The event id a queued retain answered."),
+    BeforeValidator(_whole("event_id", 1, MAX_EVENT_ID)),
+]
+PageSize = Annotated[
+    int,
+    Field(ge=1, le=MAX_PAGE_SIZE, description=f"How many events at most: 1 to {MAX_PAGE_SIZE}."),
+    BeforeValidator(_whole("page_size", 1, MAX_PAGE_SIZE)),
+]
+WaitSeconds = Annotated[
+    float,
+    Field(ge=0, le=MAX_WAIT_SECONDS, description=f"Seconds to wait at most: 0 (30) to {MAX_WAIT_SECONDS:g}."),
+    BeforeValidator(_decimal("timeout_seconds", 0.0, MAX_WAIT_SECONDS)),
+]
+Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS, description=f"At most {MAX_QUERY_CHARS} characters.")]
+Question = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"1 to {MAX_QUERY_CHARS} characters."),
+]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=f"1 to {MAX_TEXT_CHARS} characters.")]
+Content = Annotated[
+    str, Field(max_length=MAX_RECORD_CHARS, description=f"The complete document, at most {MAX_RECORD_CHARS} bytes.")
+]
+
+
+class RecordChange(BaseModel):
+    op: Literal["put", "delete"] = Field(description="put: create or replace the record; delete: remove it.")
+    key: str = Field(
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description=f"Record name, a relative path such as plan.md or notes/plan.md ({MAX_KEY_CHARS} characters at most).",
+    )
+    content: str | None = Field(
+        default=None,
+        max_length=MAX_RECORD_CHARS,
+        description=f"The complete new text of the record (put only), at most {MAX_RECORD_CHARS} bytes.",
+    )
+
+
+class Agent:
+    """Stands for the model of one MCP session in the host's observations (weakly referenced)."""
+
+
+Calls = Callable[[Ask], Awaitable[Answer]]
+
+
+@dataclass(frozen=True)
+class ToolSession:
+    """What one MCP session works on: its tenant and workspace, the object standing for its agent
+    in ``observations``, and how its calls reach the service (``calls``: the caller's token goes
+    with each)."""
+
+    calls: Calls
+    tenant: str
+    workspace: str
+    agent: object
+    observations: HostObservations
+
+    async def run(self, flow: Flow[T]) -> T:
+        """A host flow's result; a refusal becomes the tool error the model reads: the server's
+        message (never a generation) and reason."""
+        try:
+            return await run_async(flow, self.calls)
+        except ServiceError as error:
+            raise ToolError(f"{error.message} ({error.reason})") from None
+
+    async def ask(self, method: str, request: Any, *, wait_seconds: float = 0.0) -> Any:
+        """The response to one call."""
+        return (await self.run(_one(Ask(method, request, wait_seconds=wait_seconds)))).response
+
+
+def _one(ask: Ask) -> Flow[Answer]:
+    return (yield ask)
+
+
+def _written(result: dict[str, Any]) -> str:
+    if not result["ok"]:
+        raise ToolError(f"{result['error']} ({result['reason']})")
+    return str(result["result"])
+
+
+def _event(event: events_pb2.Event) -> dict[str, Any]:
+    status = _EVENT_STATUS.get(event.status, "unspecified")
+    described: dict[str, Any] = {"event_id": event.event_id, "status": status, "kind": event.kind}
+    if event.created_memory_ids:
+        described["created_memory_ids"] = list(event.created_memory_ids)
+    if event.duplicate_of_memory_ids:
+        described["duplicate_of_memory_ids"] = list(event.duplicate_of_memory_ids)
+    if event.error_reason:
+        described["error"] = f"{event.error_message} ({event.error_reason})"
+    return described
+
+
+def _retained(result: types_pb2.RetainResult) -> str:
+    if result.status == types_pb2.RetainResult.ENQUEUED:
+        return f"Queued as event {result.event_id}."
+    if result.status == types_pb2.RetainResult.INVALID:
+        raise ToolError(f"{result.error_message} ({result.error_reason})")
+    if result.status == types_pb2.RetainResult.DUPLICATE:
+        return f"Already remembered as memory {result.memory_id}."
+    return f"Remembered as memory {result.memory_id}."
+
+
+async def _sessions_only(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Refuse the stateless protocol's ``server/discover``, so that clients open a session (the
+    initialize handshake): a session is what a reading of memory belongs to. A stateless request
+    has no reading, so its writes fail closed."""
+    if ctx.method == "server/discover":
+        raise MCPError(METHOD_NOT_FOUND, "this server keeps sessions: connect with the initialize handshake")
+    return await call_next(ctx)
+
+
+def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sessions_only: bool = False) -> MCPServer:
+    """The memory tools, resource and prompt; ``session_of`` gives a call's session.
+    ``sessions_only`` (HTTP): refuse the stateless protocol, whose requests belong to no session."""
+    server = MCPServer(
+        "mnemosyne-memory", instructions=INSTRUCTIONS, middleware=[_sessions_only] if sessions_only else []
+    )
+
+    async def read(ctx: Context[Any, Any], query: str, k: int) -> str:
+        s = session_of(ctx)
+        return await s.run(host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k))
+
+    @server.tool()
+    async def read_memory(ctx: Context[Any, Any], query: Query = "", k: ReadK = 5) -> str:
+        """Read your memory: the global memory document MEMORY.md, the current workspace's records and,
+        when you give a query, up to k memories recalled for it. Call it before you change MEMORY.md or
+        workspace records, and again whenever a write tells you memory changed since you read it."""
+        return await read(ctx, query, k)
+
+    _memory_tools(server, session_of)
+    _queue_tools(server, session_of)
+
+    @server.resource(CONTEXT_URI, name="memory-context", mime_type="text/markdown")
+    async def context_resource(workspace: str, ctx: Context[Any, Any]) -> str:
+        """Your memory context: MEMORY.md and the workspace's records, as read_memory shows them."""
+        if workspace != session_of(ctx).workspace:
+            raise ResourceError(
+                f"this session works on workspace {session_of(ctx).workspace!r}, not {workspace[:80]!r}"
+            )
+        return await read(ctx, "", 5)
+
+    @server.prompt(name="memory_context")
+    async def context_prompt(ctx: Context[Any, Any], query: str = "") -> str:
+        """Your memory context as a prompt, with memories recalled for an optional query."""
+        return await read(ctx, query, 5)
+
+    return server
+
+
+def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:
+    """retain, recall, memory_update, update_workspace."""
+
+    @server.tool()
+    async def retain(ctx: Context[Any, Any], text: Text, fast: bool = False) -> str:
+        """Remember a fact, decision or event for later: one self-contained statement. With fast, it is
+        queued and saved shortly after (use get_event_status or flush to see it done)."""
+        s = session_of(ctx)
+        request = memory_pb2.RetainRequest(
+            tenant=s.tenant, text=text, scope="global", request_id=uuid.uuid4().hex, fast=fast
+        )
+        response: memory_pb2.RetainResponse = await s.ask(RETAIN, request)
+        return _retained(response.result)
+
+    @server.tool()
+    async def recall(ctx: Context[Any, Any], query: Question, k: RecallK = 5) -> str:
+        """Find up to k memories relevant to a question or topic, best first."""
+        s = session_of(ctx)
+        request = memory_pb2.RecallRequest(tenant=s.tenant, query=query, k=k, mode=memory_pb2.RECALL_MODE_HYBRID)
+        response: memory_pb2.RecallResponse = await s.ask(RECALL, request)
+        if not response.hits:
+            return "No memories found."
+        return "\n".join(f"- [memory {hit.memory.id}] {hit.memory.text}" for hit in response.hits)
+
+    @server.tool()
+    async def memory_update(ctx: Context[Any, Any], content: Content) -> str:
+        """Replace the global memory document MEMORY.md that read_memory showed you with new complete
+        content. It replaces the whole document, so include everything that should remain."""
+        s = session_of(ctx)
+        return _written(
+            await s.run(write_memory(s.observations, s.agent, s.tenant, MEMORY_UPDATE, {"content": content}))
+        )
+
+    @server.tool()
+    async def update_workspace(ctx: Context[Any, Any], changes: list[RecordChange]) -> str:
+        """Create, replace or delete records of the current workspace that read_memory showed you. All
+        changes of one call are applied together, or none is."""
+        s = session_of(ctx)
+        arguments = {"changes": [change.model_dump(exclude_none=True) for change in changes]}
+        return _written(await s.run(write_memory(s.observations, s.agent, s.tenant, UPDATE_WORKSPACE, arguments)))
+
+
+def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:
+    """get_event_status, list_events, flush: the queued writes of the tenant's hot path."""
+
+    @server.tool()
+    async def get_event_status(ctx: Context[Any, Any], event_id: EventId) -> str:
+        """The state of a queued write (pending, running, succeeded or failed) and what it created."""
+        s = session_of(ctx)
+        event: events_pb2.Event = await s.ask(GET_EVENT, events_pb2.GetEventRequest(tenant=s.tenant, event_id=event_id))
+        return json.dumps(_event(event))
+
+    @server.tool()
+    async def list_events(
+        ctx: Context[Any, Any],
+        status: Literal["", "pending", "running", "succeeded", "failed"] = "",
+        page_size: PageSize = 20,
+    ) -> str:
+        """Recent queued writes, oldest first, optionally only those with one status."""
+        s = session_of(ctx)
+        request = events_pb2.ListEventsRequest(tenant=s.tenant, status=status.upper() or None, page_size=page_size)
+        page: events_pb2.ListEventsResponse = await s.ask(LIST_EVENTS, request)
+        return json.dumps([_event(event) for event in page.events])
+
+    @server.tool()
+    async def flush(ctx: Context[Any, Any], timeout_seconds: WaitSeconds = 30.0) -> str:
+        """Wait until every queued write so far is saved (at most timeout_seconds), then say how it went."""
+        s = session_of(ctx)
+        request = hot_path_pb2.FlushRequest(tenant=s.tenant, timeout_seconds=timeout_seconds)
+        result: hot_path_pb2.FlushResponse = await s.ask(FLUSH, request, wait_seconds=server_wait(timeout_seconds))
+        failed = f"; failed events: {list(result.failed_event_ids)}" if result.failed_event_ids else ""
+        return f"{result.flushed} queued write(s) finished: {result.succeeded} saved, {result.failed} failed{failed}."

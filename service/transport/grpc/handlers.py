@@ -1,0 +1,167 @@
+"""The gRPC form of the edge: every method of a service as a grpc.aio handler, made once when the
+services are registered (no interceptor runs per call). Each call runs in its envelope
+(transport/envelope.py) through the edge's steps (transport/edge.py); a refusal is an abort with
+the ``google.rpc.Status`` of the one table, its details in ``grpc-status-details-bin``.
+
+* a request that cannot be decoded, or is above the size limit, reaches the edge as its refusal
+  (``edge.decoder``), raised once the caller is authenticated;
+* the request id's echo is merged into the call's initial metadata (a call has only one);
+* a forwarded call's response passes through as the owner's bytes (``answers_bytes``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, message_factory
+from google.rpc import status_pb2
+
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.transport.call import Call
+from mnemosyne.transport.edge import Edge, Undecodable, decoder, kind_of
+from mnemosyne.transport.envelope import CallEnvelope
+from mnemosyne.transport.errors import rich_status
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def service_handlers(edge: Edge, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
+    """The gRPC handlers of every method of ``service``, each wrapped by the edge."""
+    handlers = {}
+    for method in service.methods:
+        path = f"/{service.full_name}/{method.name}"
+        request_type = message_factory.GetMessageClass(method.input_type)
+        serialize = _serializer(message_factory.GetMessageClass(method.output_type))
+        decode = decoder(request_type.FromString, path, edge.max_request_bytes)
+        implementation = getattr(servicer, method.name)
+        if method.client_streaming:
+            handler = _client_stream(edge, path, implementation, request_type)
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                handler, request_deserializer=decode, response_serializer=serialize
+            )
+        elif method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _stream(edge, path, implementation), request_deserializer=decode, response_serializer=serialize
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary(edge, path, implementation), request_deserializer=decode, response_serializer=serialize
+            )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def _unary(edge: Edge, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
+    kind = kind_of(implementation)
+
+    async def handle(request: Any, context: Context) -> Any:
+        metadata = _metadata(context)
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+            call = _begin(edge, method, request, context, metadata)
+            response = await edge.answer(kind, implementation, request, call)
+            await _send_metadata(context, call, envelope)
+            return response
+
+    return handle
+
+
+def _client_stream(
+    edge: Edge, method: str, implementation: Callable[..., Awaitable[Any]], request_type: Callable[[], Any]
+) -> Callable[..., Any]:
+    """A client stream (ImportTenant): its first message is admitted and authorised as a unary
+    call's request is, and the servicer reads the messages (that one first) as an async
+    iterator; a message that cannot be decoded ends the call with its refusal. Counted and
+    bounded as an open stream. gRPC only (there is no JSON form of a client stream)."""
+
+    async def handle(requests: AsyncIterator[Any], context: Context) -> Any:
+        metadata = _metadata(context)
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+            stream = requests.__aiter__()
+            first = await anext(stream, None)
+            call = _begin(edge, method, first if first is not None else request_type(), context, metadata)
+
+            async def messages() -> AsyncIterator[Any]:
+                if first is None:
+                    raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
+                yield first
+                async for message in stream:
+                    if isinstance(message, Undecodable):
+                        raise message.error
+                    yield message
+
+            response = await edge.answer_client_stream(implementation, messages(), call)
+            await _send_metadata(context, call, envelope)
+            return response
+
+    return handle
+
+
+def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+    async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
+        metadata = _metadata(context)
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+            call = _begin(edge, method, request, context, metadata)
+            async for message in edge.answer_stream(implementation, request, call):
+                if not envelope.answered:
+                    await _send_initial(context, call.initial_metadata, envelope)
+                yield message
+            if not envelope.answered:
+                await _send_initial(context, call.initial_metadata, envelope)
+
+    return handle
+
+
+def _begin(edge: Edge, method: str, request: Any, context: Context, metadata: list[tuple[str, str]]) -> Call:
+    remaining = context.time_remaining()
+    call = edge.begin(method, request, metadata, time.monotonic() + remaining if remaining is not None else None)
+    call.answers_bytes = True  # a forwarded call's response passes through as the owner's bytes
+    return call
+
+
+def _aborter(context: Context) -> Callable[[CallEnvelope, BaseException, status_pb2.Status], Awaitable[None]]:
+    async def abort(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> None:
+        """Answer with the error's status (abort raises, ending the call)."""
+        if not envelope.answered:
+            await _send_initial(context, (), envelope)
+        rich = rich_status(status)
+        await context.abort(rich.code, rich.details, rich.trailing_metadata)
+
+    return abort
+
+
+async def _send_initial(context: Context, metadata: Sequence[tuple[str, str]], envelope: CallEnvelope) -> None:
+    """The call's initial metadata with the request id's echo (sent once: the answer began)."""
+    envelope.answered = True
+    sent = (*metadata, *envelope.echo)
+    if sent:
+        await context.send_initial_metadata(sent)
+
+
+async def _send_metadata(context: Context, call: Call, envelope: CallEnvelope) -> None:
+    """A unary answer's initial and trailing metadata."""
+    await _send_initial(context, call.initial_metadata, envelope)
+    if call.trailing_metadata:
+        context.set_trailing_metadata(tuple(call.trailing_metadata))
+
+
+def _serializer(response_type: Any) -> Callable[[Any], bytes]:
+    """The response serializer, passing through the bytes of a forwarded call's response."""
+    serialize = response_type.SerializeToString
+
+    def serialized(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serialized
+
+
+def _metadata(context: Context) -> list[tuple[str, str]]:
+    """The call's metadata as text, read once per call (the request id and ``begin`` use it)."""
+    return [
+        (k, v if isinstance(v, str) else v.decode("ascii", "replace")) for k, v in context.invocation_metadata() or ()
+    ]
+
+
+def _sent_request_id(metadata: list[tuple[str, str]]) -> str | None:
+    return next((v for k, v in metadata if k == "x-request-id"), None)

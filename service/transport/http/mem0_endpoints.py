@@ -1,0 +1,432 @@
+"""The mem0-compatible endpoints themselves: each reads a mem0 request, calls the servicer method
+of the RPC it is (MemoryService, EventsService: transport/grpc/), in process, on the thread the
+edge runs it on, and answers in mem0's shape (docs/mem0.md has the mapping). So mem0 reaches the
+engine the way every surface does: the same conversion (transport/convert.py), validation and
+errors as the RPC.
+
+Two answers have no RPC, and read the engine's memories directly: the numbered page of
+``POST /v3/memories/`` (mem0 counts pages and memories; an RPC pages by token) and the receipts
+that a synchronous add answers as its event id (signed with the tenant's secret).
+
+* ``user_id``, ``agent_id``, ``app_id`` and ``run_id`` are stored in the memory's metadata under
+  ``mem0.<name>`` and filter exactly; the caller's own metadata keys may not start with ``mem0.``.
+* add always answers an event id: with the tenant's hot path enabled the write is asynchronous
+  (the event is the hot path's, PENDING until a worker applies it); otherwise it is committed
+  before the answer, whose event (a receipt) is already SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from google.protobuf import timestamp_pb2
+
+from mnemosyne.engine.memories import Memories
+from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
+from mnemosyne.transport import convert
+from mnemosyne.transport.call import Call, reading, snapshot_read
+from mnemosyne.transport.grpc.servicers import Servicers
+from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2
+
+ENTITY_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
+ENTITY_PREFIX = "mem0."
+EVENT_STATUS = {"pending": events_pb2.PENDING, "running": events_pb2.RUNNING}
+EVENT_STATUS |= {"succeeded": events_pb2.SUCCEEDED, "failed": events_pb2.FAILED}
+# The event id of a synchronous add: a prefix ("s." stored, "d." a duplicate of a stored memory)
+# and the receipt of the memory, signed with the tenant's secret.
+RECEIPT_PREFIXES = {"s.": "ADD", "d.": "NONE"}
+_MEMORY_ID = re.compile(r"[1-9][0-9]{0,17}")
+_QUEUED = "Memory processing has been queued for background execution"
+_STORED = "Memory stored (the tenant's hot path is off: the write was synchronous)"
+
+
+@dataclass(frozen=True)
+class Mem0Request:
+    """One mem0 call, as the edge authorises it (its ``tenant``) and a handler reads it."""
+
+    tenant: str
+    body: dict[str, Any] = field(default_factory=dict)
+    query: dict[str, str] = field(default_factory=dict)
+    path: tuple[str, ...] = ()
+    base_url: str = ""
+    problem: MnemosyneError | None = None  # what could not be decoded: raised once authorised
+    numbers: dict[str, Any] = field(default_factory=dict)  # its route's numbers (Mem0Number), read
+
+
+@dataclass(frozen=True)
+class Tenantless:
+    """Ping's request: it names no tenant (any valid key may ping); ``project`` is the tenant
+    the key's other calls would reach, when it reaches one ("*" when it names none)."""
+
+    project: str = "*"
+
+
+Handler = Callable[[Any, Call], Any]  # (Mem0Request, or Tenantless for ping; Call) -> JSON value
+
+
+def bad(message: str, reason: str = "MEM0_REQUEST_INVALID") -> InvalidArgument:
+    return InvalidArgument(message, reason=reason)
+
+
+def unsupported(message: str) -> Unimplemented:
+    return Unimplemented(f"{message} (docs/mem0.md)", reason="MEM0_UNSUPPORTED")
+
+
+def _iso(stamp: timestamp_pb2.Timestamp) -> str | None:
+    """A time as mem0 writes it (None when unset), read as every client reads it."""
+    seconds = stamp.ToNanoseconds() / 1e9
+    return datetime.fromtimestamp(seconds, UTC).isoformat() if seconds else None
+
+
+def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = document.get(key)
+    if value is None:
+        if required:
+            raise bad(f"{key} is required")
+        return None
+    if not isinstance(value, str):
+        raise bad(f"{key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _required(document: Mapping[str, Any], key: str) -> str:
+    value = _text(document, key, required=True)
+    assert value is not None  # required
+    return value
+
+
+def _metadata_value(key: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    raise bad(f"metadata value of {key[:80]!r} must be a string, number or boolean, not {type(value).__name__}")
+
+
+def _user_metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad(f"metadata must be an object, not {type(value).__name__}")
+    for key in value:
+        if key.startswith(ENTITY_PREFIX):
+            raise bad(f"metadata key {key[:80]!r}: keys starting with {ENTITY_PREFIX!r} are reserved for entity ids")
+    return {key: _metadata_value(key, v) for key, v in value.items()}
+
+
+def _entities(document: Mapping[str, Any]) -> dict[str, str]:
+    """The entity ids of a body or filter as metadata pairs (``*`` means any: no pair)."""
+    pairs = {}
+    for name in ENTITY_FIELDS:
+        value = _text(document, name)
+        if value is not None and value != "*":
+            pairs[ENTITY_PREFIX + name] = value
+    return pairs
+
+
+def _filters(value: Any) -> dict[str, str]:
+    """mem0's ``filters`` as exact metadata pairs: entity ids and ``metadata`` (an object), at the
+    top level or as the terms of one ``AND``. Operators (OR, NOT, in, gte, icontains ...) and
+    other fields (created_at, categories ...) are not served: 501."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad(f"filters must be an object, not {type(value).__name__}")
+    terms: list[tuple[str, Any]] = []
+    for key, term in value.items():
+        if key == "AND":
+            if not isinstance(term, list) or not all(isinstance(t, dict) for t in term):
+                raise bad("filters.AND must be a list of objects")
+            terms += [item for t in term for item in t.items()]
+        else:
+            terms.append((key, term))
+    pairs: dict[str, str] = {}
+    for key, term in terms:
+        if key in ("OR", "NOT", "AND"):
+            raise unsupported(f"filters: {key} is not supported here; only exact matches (joined by AND)")
+        if key == "metadata":
+            pairs.update(_user_metadata(term))
+        elif key in ENTITY_FIELDS:
+            if isinstance(term, dict):
+                raise unsupported(f"filters: operators on {key} ({', '.join(map(str, term))[:80]}) are not supported")
+            pairs.update(_entities({key: term}))
+        else:
+            raise unsupported(
+                f"filters: {key[:80]!r} is not supported here (user_id, agent_id, app_id, run_id, metadata)"
+            )
+    return pairs
+
+
+def _entity_ids(metadata: Mapping[str, str]) -> dict[str, Any]:
+    """The entity ids a memory carries, each None when absent, and its caller's own metadata."""
+    shown: dict[str, Any] = {name: metadata.get(ENTITY_PREFIX + name) for name in ENTITY_FIELDS}
+    shown["metadata"] = {k: v for k, v in metadata.items() if not k.startswith(ENTITY_PREFIX)} or None
+    return shown
+
+
+def memory_json(memory: types_pb2.Memory, score: float | None = None) -> dict[str, Any]:
+    """A memory in mem0's shape: entity ids beside the caller's own metadata."""
+    created = _iso(memory.created_at)
+    document: dict[str, Any] = {"id": str(memory.id), "memory": memory.text, **_entity_ids(memory.metadata)}
+    document.update(
+        categories=[],
+        created_at=created,
+        updated_at=_iso(memory.updated_at) if memory.HasField("updated_at") else created,
+        expiration_date=None,
+    )
+    if score is not None:
+        document["score"] = score
+    return document
+
+
+def _memory_id(raw: str) -> int:
+    if not _MEMORY_ID.fullmatch(raw) or int(raw) >= 2**63:
+        raise bad(f"memory_id must be a memory id (a positive integer), not {raw[:40]!r}", "MEMORY_ID_INVALID")
+    return int(raw)
+
+
+def _turns(body: Mapping[str, Any]) -> list[types_pb2.ConversationMessage]:
+    """The messages of an add: a string is one user message."""
+    messages = body.get("messages")
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages must be a non-empty list of {role, content} objects")
+    turns = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise bad(f"messages[{index}] must be an object with role and content")
+        role, content = _required(message, "role"), _required(message, "content")
+        # Who spoke, beside the role (an OpenAI chat message's ``name``): the memory's speaker.
+        turns.append(types_pb2.ConversationMessage(role=role, content=content, name=_text(message, "name") or ""))
+    return turns
+
+
+class Mem0Endpoints:
+    """The handlers of the mem0 routes, ``_<route name>`` (transport/http/mem0.py ``ROUTES``); each
+    runs on a thread of the tenant's fair share, as the edge runs the RPC it calls."""
+
+    def __init__(self, servicers: Servicers, memories: Memories) -> None:
+        self._memory_servicer = servicers.memory
+        self._event_servicer = servicers.events
+        self._memories = memories
+
+    def handler(self, name: str) -> Handler:
+        handler: Handler = getattr(self, f"_{name}")
+        return handler
+
+    def _ping(self, request: Tenantless, call: Call) -> dict[str, Any]:
+        # The mem0 client requires an org and a project; ours are the server and the tenant.
+        return {"status": "ok", "org_id": "mnemosyne", "project_id": request.project, "user_email": None}
+
+    def _add(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        body = request.body
+        if body.get("enable_graph"):
+            raise unsupported("add: graph memory (enable_graph) is not supported")
+        if body.get("expiration_date") is not None:
+            raise unsupported("add: expiration_date is not supported (memories do not expire)")
+        turns = _turns(body)
+        metadata = {**_user_metadata(body.get("metadata")), **_entities(body)}
+        retain = memory_pb2.RetainRequest(tenant=request.tenant, scope="global", metadata=metadata, fast=True)
+        if len(turns) == 1:
+            retain.text, retain.speaker = turns[0].content, turns[0].name
+        else:
+            retain.messages.extend(turns)
+        result = self._memory_servicer.Retain(retain, call).result
+        if result.status == types_pb2.RetainResult.ENQUEUED:
+            return {"message": _QUEUED, "status": "PENDING", "event_id": str(result.event_id)}
+        receipt = self._memories.receipt(request.tenant, result.memory_id)
+        prefix = "d." if result.status == types_pb2.RetainResult.DUPLICATE else "s."
+        return {"message": _STORED, "status": "SUCCEEDED", "event_id": prefix + receipt}
+
+    @snapshot_read
+    def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        body = request.body
+        query = _required(body, "query")
+        filters = {**_filters(body.get("filters")), **_user_metadata(body.get("metadata"))}
+        top_k, threshold = request.numbers["top_k"], request.numbers["threshold"]
+        recall = memory_pb2.RecallRequest(tenant=request.tenant, query=query, k=top_k, metadata_equals=filters)
+        hits = [
+            h for h in self._memory_servicer.Recall(recall, call).hits if not threshold or h.vector_score >= threshold
+        ]
+        return {"results": [memory_json(h.memory, round(h.score, 6)) for h in hits]}
+
+    @reading
+    def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        page, page_size = request.numbers["page"], request.numbers["page_size"]
+        filters = _filters(request.body.get("filters"))
+        memories, total = self._memories.numbered_page(
+            request.tenant, metadata_equals=filters, page=page, page_size=page_size
+        )
+        listed = [types_pb2.Memory() for _ in memories]
+        for message, memory in zip(listed, memories):
+            convert.fill_memory(message, memory)
+
+        def link(number: int) -> str:
+            return f"{request.base_url}/v3/memories/?{urlencode({'page': number, 'page_size': page_size})}"
+
+        return {
+            "count": total,
+            "next": link(page + 1) if page * page_size < total else None,
+            "previous": link(page - 1) if page > 1 else None,
+            "results": [memory_json(m) for m in listed],
+        }
+
+    def _live(self, request: Mem0Request, call: Call) -> types_pb2.Memory:
+        got = memory_pb2.GetMemoryRequest(tenant=request.tenant, memory_id=_memory_id(request.path[0]))
+        memory = self._memory_servicer.GetMemory(got, call).memory
+        if memory.forgotten:
+            raise NotFound(f"memory {memory.id} does not exist", reason="MEMORY_NOT_FOUND")
+        return memory
+
+    @snapshot_read
+    def _get(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        return memory_json(self._live(request, call))
+
+    def _update(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        body = request.body
+        if body.get("expiration_date") is not None or body.get("timestamp") is not None:
+            raise unsupported("update: expiration_date and timestamp are not supported")
+        memory = self._live(request, call)
+        update = memory_pb2.UpdateMemoryRequest(
+            tenant=request.tenant, memory_id=memory.id, text=_text(body, "text") or ""
+        )
+        if body.get("metadata") is not None:
+            entities = {k: v for k, v in memory.metadata.items() if k.startswith(ENTITY_PREFIX)}
+            update.metadata.update({**_user_metadata(body["metadata"]), **entities})
+            update.replace_metadata = True
+        if not update.text and not update.replace_metadata:
+            raise bad("give text or metadata to update", "UPDATE_EMPTY")
+        return memory_json(self._memory_servicer.UpdateMemory(update, call).memory)
+
+    def _delete(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        forget = memory_pb2.ForgetMemoryRequest(tenant=request.tenant, memory_id=self._live(request, call).id)
+        self._memory_servicer.ForgetMemory(forget, call)
+        return {"message": "Memory deleted successfully!"}
+
+    def _delete_all(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        query = request.query
+        metadata: dict[str, str] = {}
+        if query.get("metadata"):
+            try:
+                metadata = _user_metadata(json.loads(query["metadata"]))
+            except (ValueError, RecursionError):
+                raise bad("metadata must be a JSON object") from None
+        wanted = {**metadata, **_entities(query)}
+        if not wanted:
+            raise bad(
+                "name at least one of user_id, agent_id, app_id, run_id or metadata to delete by "
+                "(the admin's EraseTenant removes a whole tenant)",
+                "FILTER_EMPTY",
+            )
+        forget = memory_pb2.ForgetMemoriesRequest(tenant=request.tenant, metadata_equals=wanted)
+        count = self._memory_servicer.ForgetMemories(forget, call).forgotten_count
+        return {"message": "Memories deleted successfully!", "deleted_count": count}
+
+    def _history(self, request: Mem0Request, call: Call) -> list[dict[str, Any]]:
+        memory = self._live(request, call)
+        listed = memory_pb2.ListMemoryVersionsRequest(tenant=request.tenant, memory_id=memory.id)
+        entries = []
+        previous: str | None = None
+        for v in self._memory_servicer.ListMemoryVersions(listed, call).versions:
+            entry: dict[str, Any] = {
+                "id": f"{memory.id}.{v.version}",
+                "memory_id": str(memory.id),
+                "old_memory": previous,
+                "new_memory": v.text,
+                "event": "ADD" if v.version == 1 else "UPDATE",
+                **_entity_ids(v.metadata),
+            }
+            entry.update(categories=[], created_at=_iso(v.at), updated_at=_iso(v.at))
+            entries.append(entry)
+            previous = v.text
+        return entries
+
+    def _event(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        raw = request.path[0]
+        if raw[:2] in RECEIPT_PREFIXES:
+            memory_id = self._memories.receipt_memory(request.tenant, raw[2:])
+            got = memory_pb2.GetMemoryRequest(tenant=request.tenant, memory_id=memory_id)
+            memory = self._memory_servicer.GetMemory(got, call).memory
+            at = _iso(memory.created_at)
+            return {
+                "id": raw,
+                "event_type": "ADD",
+                "status": "SUCCEEDED",
+                "payload": {},
+                "metadata": {},
+                "results": [{"id": str(memory.id), "event": RECEIPT_PREFIXES[raw[:2]], "memory": memory.text}],
+                "created_at": at,
+                "updated_at": at,
+                "started_at": at,
+                "completed_at": at,
+                "latency": 0.0,
+                "error": None,
+            }
+        if not _MEMORY_ID.fullmatch(raw) or int(raw) >= 2**63:
+            raise NotFound(f"event {raw[:80]!r} does not exist in this tenant", reason="EVENT_NOT_FOUND")
+        event = self._event_servicer.GetEvent(
+            events_pb2.GetEventRequest(tenant=request.tenant, event_id=int(raw)), call
+        )
+        return self._event_json(request.tenant, event, call)
+
+    def _event_json(self, tenant: str, event: events_pb2.Event, call: Call) -> dict[str, Any]:
+        results: list[dict[str, Any]] = []
+        for memory_id in event.created_memory_ids:
+            results.append({"id": str(memory_id), "event": "ADD", "memory": self._text_of(tenant, memory_id, call)})
+        for memory_id in event.duplicate_of_memory_ids:
+            results.append({"id": str(memory_id), "event": "NONE", "memory": self._text_of(tenant, memory_id, call)})
+        accepted = _iso(event.accepted_at)
+        finished = _iso(event.finished_at) if event.HasField("finished_at") else None
+        return {
+            "id": str(event.event_id),
+            "event_type": "ADD",
+            "status": events_pb2.EventStatus.Name(event.status),
+            "payload": {},
+            "metadata": {},
+            "results": results,
+            "created_at": accepted,
+            "updated_at": finished or accepted,
+            "started_at": accepted if event.status != events_pb2.PENDING else None,
+            "completed_at": finished,
+            "latency": round(event.latency_ms, 3),
+            "error": f"{event.error_reason}: {event.error_message}" if event.error_reason else None,
+        }
+
+    def _text_of(self, tenant: str, memory_id: int, call: Call) -> str:
+        try:
+            return self._memory_servicer.GetMemory(
+                memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), call
+            ).memory.text
+        except NotFound:
+            return ""
+
+    def _events(self, request: Mem0Request, call: Call) -> dict[str, Any]:
+        query = request.query
+        status = query.get("status")
+        if status and status.lower() not in EVENT_STATUS:
+            raise InvalidArgument(f"status must be one of {', '.join(EVENT_STATUS)}", reason="EVENT_STATUS_INVALID")
+        page_size = request.numbers["page_size"]
+        listed = events_pb2.ListEventsRequest(
+            tenant=request.tenant,
+            status=EVENT_STATUS[status.lower()] if status else events_pb2.EVENT_STATUS_UNSPECIFIED,
+            page_size=page_size,
+            page_token=query.get("page_token", ""),
+        )
+        page = self._event_servicer.ListEvents(listed, call)
+        nxt = None
+        if page.next_page_token:
+            args = {
+                "page_size": page_size,
+                "page_token": page.next_page_token,
+                **({"status": status} if status else {}),
+            }
+            nxt = f"{request.base_url}/v1/events/?{urlencode(args)}"
+        events = [self._event_json(request.tenant, e, call) for e in page.events]
+        return {"count": len(events), "next": nxt, "previous": None, "results": events}
