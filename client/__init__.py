@@ -1,6 +1,6 @@
 """The Python client of Mnemosyne. It imports only the generated protos, its own modules and the
-host modules it shares with the server's MCP endpoint (``mnemosyne.host_protocol``,
-``mnemosyne.mcp_tools``, ``mnemosyne.numbers_as_text``)."""
+host modules it shares with the server's MCP endpoint (``mnemosyne.host.protocol``,
+``mnemosyne.host.mcp_tools``, ``mnemosyne.host.numbers``)."""
 
 from mnemosyne.client.errors import (
     AbortedError,

@@ -3,7 +3,7 @@
 Every failed call raises a subclass of :class:`MnemosyneClientError` chosen by the gRPC status
 code; ``reason`` is the stable ``google.rpc.ErrorInfo`` reason the server sent (e.g.
 ``GENERATION_MISMATCH``), ``code`` the ``grpc.StatusCode``. Each is a ``ServiceError`` of the
-shared host flows (``mnemosyne.host_protocol``), which read ``code_name``, ``reason`` and
+shared host flows (``mnemosyne.host.protocol``), which read ``code_name``, ``reason`` and
 ``message``::
 
     MnemosyneClientError
@@ -27,12 +27,12 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from mnemosyne.host_protocol import ServiceError
+from mnemosyne.host.protocol import ServiceError
 
 
 class MnemosyneClientError(ServiceError):
     """A failed call: ``code`` the ``grpc.StatusCode``, ``reason`` the ErrorInfo reason,
-    ``message`` the server's words (a ``ServiceError`` of the shared host flows, host_protocol.py)."""
+    ``message`` the server's words (a ``ServiceError`` of the shared host flows, host/protocol.py)."""
 
     def __init__(
         self,
@@ -131,7 +131,7 @@ _NOT_MNEMOSYNE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLE
 
 
 def typed(error: ServiceError) -> MnemosyneClientError:
-    """The typed error of a refusal a shared host flow made itself (host_protocol.py: a reply
+    """The typed error of a refusal a shared host flow made itself (host/protocol.py: a reply
     without its generation, records that kept changing)."""
     if isinstance(error, MnemosyneClientError):
         return error

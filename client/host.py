@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mnemosyne import host_protocol
 from mnemosyne.client.memory_client import MemoryClient
-from mnemosyne.host_protocol import HostObservations, Observation, render_context
+from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.protocol import HostObservations, Observation, render_context
 
 
 class MemoryHost:
@@ -32,7 +32,7 @@ class MemoryHost:
 
     ``observations`` may be shared between hosts of one process (it is thread-safe); by default
     each host has its own, so a new ``MemoryHost`` — a resumed agent — has observed nothing.
-    The flows are the shared host module's (host_protocol.py), which the server's MCP endpoint
+    The flows are the shared host module's (host/protocol.py), which the server's MCP endpoint
     runs too; here their calls are the client's (``MemoryClient.ask``).
     """
 

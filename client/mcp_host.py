@@ -1,4 +1,4 @@
-"""``mnemosyne mcp``: the MCP server of memory tools (mcp_tools.py, shared with the server's
+"""``mnemosyne mcp``: the MCP server of memory tools (host/mcp_tools.py, shared with the server's
 ``/mcp`` endpoint) over stdio, its calls made by a ``MemoryClient``: the adapter is the host.
 
 One process serves one session: the tenant and workspace of the command line, and one agent
@@ -19,9 +19,9 @@ from mcp.server.mcpserver import Context
 
 from mnemosyne.client.host import MemoryHost
 from mnemosyne.client.memory_client import MemoryClient
-from mnemosyne.host_protocol import Answer, Ask
-from mnemosyne.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession
-from mnemosyne.mcp_tools import build_server as build_tools
+from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession
+from mnemosyne.host.mcp_tools import build_server as build_tools
+from mnemosyne.host.protocol import Answer, Ask
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from mnemosyne import host_protocol
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
-from mnemosyne.host_protocol import (
+from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.protocol import (
     GLOBAL_GENERATION_KEY,
     WORKSPACE_GENERATION_KEY,
     Answer,
@@ -187,7 +187,7 @@ class MemoryClient:
                     raise error from exc
         raise AssertionError("unreachable")
 
-    # -- the calls of the shared host flows (host_protocol.py) --------------------------------------
+    # -- the calls of the shared host flows (host/protocol.py) --------------------------------------
 
     def ask(self, ask: Ask) -> Answer:
         """One call of a host flow, with this client's token, deadline (outlasting the call's wait on

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from mnemosyne.client import HostObservations, MemoryClient, MemoryHost, Observation, RecordChange
 from mnemosyne.client.errors import error_info
-from mnemosyne.host_protocol import STALE_MESSAGE
+from mnemosyne.host.protocol import STALE_MESSAGE
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 from tests.docs_support import code_blocks, section
 from tests.support import ServerProcess
@@ -565,7 +565,7 @@ def test_host_flow_example_runs(target: str, tenant: str, capsys: pytest.Capture
 
 
 def test_protocol_page_matches_the_reference_stub() -> None:
-    from mnemosyne import host_protocol as reference
+    from mnemosyne.host import protocol as reference
 
     page = DOCS / "host-protocol.md"
     (schemas,) = _code_blocks(page, "json")

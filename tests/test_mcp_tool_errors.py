@@ -1,4 +1,4 @@
-"""Every MCP tool error tells the model what was wrong (mcp_tools.py): the tool table's
+"""Every MCP tool error tells the model what was wrong (host/mcp_tools.py): the tool table's
 schemas carry their limits (minimum, maximum, maxLength), and an argument outside them, or of
 another type, is an ``isError`` result naming the argument and the limit it broke; no value gets a
 bare "Error executing tool <name>" (the SDK's answer to a crash).
@@ -23,11 +23,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mnemosyne import host_protocol
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
+from mnemosyne.host import protocol as host_protocol
 from tests.support import ServerProcess
 
 _ASCII_INTEGER = re.compile(r"-?[0-9]+")

@@ -8,7 +8,7 @@ The batteries are generated from the field types: every numeric (and time) field
 route's request, from the proto descriptors, in the body (as a JSON string and as a JSON literal),
 the query string and the path; every number of every mem0 route (transport/http/mem0.py ROUTES) in
 each place it is read, and every mem0 path id; every typed flag of the command line. The MCP
-tools' checks (mcp_tools.py, the rule of numbers_as_text.py) are checked against the engine's here too; the tools
+tools' checks (host/mcp_tools.py, the rule of host/numbers.py) are checked against the engine's here too; the tools
 themselves in tests/test_mcp_tool_errors.py."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pydantic_core import PydanticCustomError
 from mnemosyne.cli.commands import build_parser
 from mnemosyne.engine.limits import Limits, parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.mcp_tools import _decimal as tool_decimal
-from mnemosyne.mcp_tools import _whole as tool_whole
+from mnemosyne.host.mcp_tools import _decimal as tool_decimal
+from mnemosyne.host.mcp_tools import _whole as tool_whole
 from mnemosyne.transport.http.mapping import Route
 from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
 from mnemosyne.transport.http.mem0 import Mem0Number
@@ -146,7 +146,7 @@ def test_the_rule_refuses_every_text_but_ascii_digits_within_range(text: str) ->
 
 @pytest.mark.parametrize("value", [*TEXTS, *(json.loads(x) for x in LITERALS), 10**30, [7], {"n": 7}])
 def test_the_mcp_tools_apply_the_same_rule(value: Any) -> None:
-    """mcp_tools.py cannot import the engine (the shared modules' import contract): its checks
+    """host/mcp_tools.py cannot import the engine (the shared modules' import contract): its checks
     must accept exactly what the engine's accept, with the same value."""
     for engine_parse, tool_check in (
         (lambda v: parse_integer(v, field="n", minimum=-5, maximum=100), tool_whole("n", -5, 100)),

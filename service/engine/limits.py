@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mnemosyne.engine.options import option
 from mnemosyne.engine.types import GLOBAL_SCOPE, Memory, ThreadRef
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.numbers_as_text import decimal_number, whole_number
+from mnemosyne.host.numbers import decimal_number, whole_number
 
 # The tenant-id rule is the store's, where an id becomes a file name (store/pool.py): the store
 # holds every name to it whoever hands the name over (a client, a backup manifest, a peer's list)
@@ -227,7 +227,7 @@ def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> i
     between ``minimum`` and ``maximum``. Refused, naming the field and its range: a float (even
     1.0 or 1e11), a bool, NaN or Infinity, other scripts' digits, spaces, signs but one '-', hex,
     underscores, the empty string. The one rule for every surface where numbers arrive as text
-    (numbers_as_text.py, which the MCP tools apply too)."""
+    (host/numbers.py, which the MCP tools apply too)."""
     number = whole_number(value)
     if number is None:
         raise InvalidArgument(

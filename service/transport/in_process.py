@@ -1,5 +1,5 @@
 """The unary RPCs of our services called in process: the MCP endpoint's tools
-(transport/http/mcp.py, the host flows of host_protocol.py) reach the servicers this way.
+(transport/http/mcp.py, the host flows of host/protocol.py) reach the servicers this way.
 
 Each call takes the path of a gRPC call, without the socket and the serialisation: its envelope
 (transport/envelope.py: request id, the one error table, metrics and the access record under the
@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf import descriptor
 from google.rpc import status_pb2
 
-from mnemosyne.host_protocol import Answer, Ask, ServiceError
+from mnemosyne.host.protocol import Answer, Ask, ServiceError
 from mnemosyne.transport.edge import Edge, Kind, kind_of
 from mnemosyne.transport.envelope import CallEnvelope
 from mnemosyne.transport.errors import error_info

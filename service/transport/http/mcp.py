@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP at ``/mcp`` on the HTTP port (the tools of mcp_tools.py).
+"""The MCP server over streamable HTTP at ``/mcp`` on the HTTP port (the tools of host/mcp_tools.py).
 
 Every request is authenticated here with the gRPC port's tokens (``Authorization: Bearer``) and
 names its tenant (``/mcp?tenant=T``, optionally ``&workspace=W``); the token must reach the
@@ -29,8 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
-from mnemosyne.host_protocol import Answer, Ask, HostObservations
-from mnemosyne.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
+from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
+from mnemosyne.host.protocol import Answer, Ask, HostObservations
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.http.guard import send_error
 from mnemosyne.transport.in_process import InProcess

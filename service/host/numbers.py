@@ -2,7 +2,7 @@
 command-line flag, a model's tool argument): ASCII digits only, no float where a whole number is
 meant, no NaN or Infinity. engine/limits.py reads every number a client sends by it
 (``parse_integer``, ``parse_number``: with the range and the refusal), and so do the MCP tools
-(mcp_tools.py), which the client runs too and which cannot import the engine. It imports nothing.
+(host/mcp_tools.py), which the client runs too and which cannot import the engine. It imports nothing.
 """
 
 from __future__ import annotations

@@ -4,15 +4,15 @@ over stdio (client/mcp_host.py: the calls go over gRPC) and ``/mcp`` on the serv
 Python SDK (``mcp``); a module of its own so that only an MCP adapter loads the SDK.
 
 The model expresses memory intent and never sees or carries a generation: ``read_memory``
-assembles its context and records the session's observation (host_protocol.py ``read_memory``,
+assembles its context and records the session's observation (host/protocol.py ``read_memory``,
 the session's ``agent`` standing for the model); ``memory_update`` and ``update_workspace`` go
 through ``write_memory``, so a write from a session whose context is stale fails closed with a
 tool error the model can act on ("read_memory again"). A new session — or one the server no
 longer knows — has observed nothing and must read before it writes.
 
-Each tool's input schema carries its limits (host_protocol.py's defaults), and an argument outside
+Each tool's input schema carries its limits (host/protocol.py's defaults), and an argument outside
 them is refused before any call, naming the argument and its limit, by the one rule for numbers
-given as text (numbers_as_text.py).
+given as text (host/numbers.py).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from mcp.types import METHOD_NOT_FOUND
 from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
-from mnemosyne import host_protocol
-from mnemosyne.host_protocol import (
+from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.numbers import decimal_number, whole_number
+from mnemosyne.host.protocol import (
     MAX_EVENT_ID,
     MAX_K,
     MAX_KEY_CHARS,
@@ -53,7 +54,6 @@ from mnemosyne.host_protocol import (
     server_wait,
     write_memory,
 )
-from mnemosyne.numbers_as_text import decimal_number, whole_number
 from mnemosyne.v1 import events_pb2, hot_path_pb2, memory_pb2, types_pb2
 
 T = TypeVar("T")
