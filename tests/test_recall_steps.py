@@ -277,7 +277,7 @@ def test_context_joins_the_best_candidates_thread_neighbours_and_neighbours_lend
     assert sorted(map(tuple, joined.pairs.tolist())) == [(0, 1), (1, 0), (2, 0)]
     lent = with_neighbours(joined.scores, joined.pairs, 0.4)
     assert lent.tolist() == pytest.approx([0.6, 0.45, 0.2])
-    assert dataclasses.replace(joined, scores=lent).ranking(IDS, 10).memory_ids.tolist() == [10, 20]
+    assert joined._replace(scores=lent).ranking(IDS, 10).memory_ids.tolist() == [10, 20]
 
 
 def test_context_without_neighbours_leaves_the_pool_as_it_was() -> None:

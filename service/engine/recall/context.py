@@ -116,7 +116,7 @@ class LendNeighbours:
     def __call__(self, recalling: Recalling) -> None:
         pool = recalling.pool
         if len(pool.pairs):
-            recalling.pool = replace_scores(pool, with_neighbours(pool.scores, pool.pairs, self.weight))
+            recalling.pool = pool._replace(scores=with_neighbours(pool.scores, pool.pairs, self.weight))
 
 
 class ScoreWindows:
@@ -133,8 +133,4 @@ class ScoreWindows:
         if not len(pool.rows) or query_vector is None:
             return
         window = window_cosine(query_vector, recalling.found.vectors[pool.rows], pool.pairs, share=self.share)
-        recalling.pool = replace_scores(pool, pool.scores + self.weight * window)
-
-
-def replace_scores(pool: Pool, scores: np.ndarray) -> Pool:
-    return Pool(pool.rows, scores, pool.cosine, pool.bm25, pool.finite, pool.refined, pool.pairs)
+        recalling.pool = pool._replace(scores=pool.scores + self.weight * window)

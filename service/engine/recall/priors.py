@@ -121,20 +121,17 @@ class LengthPrior:
             recalling.scores = with_length_prior(recalling.read, recalling.rows, recalling.scores, self.weight)
 
 
-class ListLengthPrior:
+class ListLengthPrior(LengthPrior):
     """A list or count question: the memories that say more first, by the list share."""
 
     name = RecallStep.LISTS
 
     def __init__(self, settings: RecallSettings) -> None:
+        super().__init__(settings, lists_apart=False)
         self.weight = settings.list_length_prior
 
     def applies(self, query: Query) -> bool:
         return query.asks_for_many
-
-    def __call__(self, recalling: Recalling) -> None:
-        if self.applies(recalling.query):
-            recalling.scores = with_length_prior(recalling.read, recalling.rows, recalling.scores, self.weight)
 
 
 class NamesPrior:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -47,8 +47,11 @@ class Snapshot:
     state: tuple[int, int]  # txn.index_state(): read once for both caches
 
 
-@dataclass(frozen=True)
-class Candidates:
+# The steps never change an array in place: the empty values are shared.
+NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
+
+
+class Candidates(NamedTuple):
     """Both paths' candidates. ``ids`` is every row of the vector cache (ascending: a memory's
     row is found by binary search), ``vectors`` every row's vector (row-major)."""
 
@@ -59,8 +62,7 @@ class Candidates:
     text_hits: TextRanking  # BM25's best hits, best first
 
 
-@dataclass(frozen=True)
-class Pool:
+class Pool(NamedTuple):
     """The fused candidates before they are ranked, by their row in the vector cache."""
 
     rows: np.ndarray
@@ -70,7 +72,7 @@ class Pool:
     finite: np.ndarray  # inside the filters
     refined: np.ndarray | None  # the query vector after feedback (None: none)
     # (candidate, thread neighbour) positions in ``rows``, both ways round (the context step's)
-    pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    pairs: np.ndarray = NO_PAIRS
 
     @classmethod
     def empty(cls) -> Pool:
@@ -87,7 +89,6 @@ class Pool:
         return Ranking(memory_ids[order], self.scores[keep], self.cosine[keep], self.bm25[keep])
 
 
-# The steps never change an array in place: the empty values are shared.
 EMPTY_POOL = Pool.empty()
 EMPTY_RANKING = Ranking.empty()
 
