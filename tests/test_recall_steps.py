@@ -19,6 +19,7 @@ import pytest
 
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall import HASHING_SETTINGS, MINILM_SETTINGS, Recall, RecallSettings, RecallStep, settings_for
 from mnemosyne.engine.recall.candidates import top_rows, vector_scores
 from mnemosyne.engine.recall.context import join_neighbours, with_neighbours
@@ -61,8 +62,8 @@ def _row(
     )
 
 
-def _query(text: str, mode: RecallMode = RecallMode.HYBRID) -> Query:
-    return Query(text, [], 5, 50, [], {}, mode, None)
+def _query(text: str) -> Query:
+    return Query(text, [], 5, 50, [], {}, RecallMode.HYBRID, None, asks_for_many(text))
 
 
 # -- the names ------------------------------------------------------------------------------------

@@ -9,9 +9,8 @@ import numpy as np
 
 from mnemosyne.engine.ann import RowScores
 from mnemosyne.engine.index import approximate_candidates
-from mnemosyne.engine.recall.ranking import TextRanking
 from mnemosyne.engine.recall.settings import RecallSettings
-from mnemosyne.engine.recall.state import Candidates, Query, Recalling, Snapshot
+from mnemosyne.engine.recall.state import NO_HITS, NO_ROWS, NO_VECTORS, Candidates, Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import RecallStep
 from mnemosyne.engine.recall.text import text_hits
 from mnemosyne.engine.types import RecallMode
@@ -100,10 +99,9 @@ class FindCandidates:
 
     name = RecallStep.CANDIDATES
 
-    def __init__(self, settings: RecallSettings, *, dim: int, from_postings: bool, ann_threshold: int) -> None:
+    def __init__(self, settings: RecallSettings, *, from_postings: bool, ann_threshold: int) -> None:
         self.bm25_b = settings.bm25_b
         self.max_coordinated_terms = settings.max_coordinated_terms
-        self.dim = dim
         self.from_postings = from_postings  # off: the postings step switched off
         self.ann_threshold = ann_threshold  # memories from which the approximate index serves
 
@@ -112,7 +110,7 @@ class FindCandidates:
         vectors: VectorPath | None = None
         if query.vector is not None:
             vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
-        hits = TextRanking.empty()
+        hits = NO_HITS
         if query.mode is not RecallMode.VECTOR and query.terms:
             hits = text_hits(
                 query,
@@ -122,7 +120,6 @@ class FindCandidates:
                 from_postings=self.from_postings,
             )
         if vectors is None:  # text only
-            nothing = np.zeros(0, dtype=np.int64)
-            recalling.candidates = Candidates(nothing, np.zeros((0, self.dim), dtype=np.float32), None, nothing, hits)
+            recalling.candidates = Candidates(NO_ROWS, NO_VECTORS, None, NO_ROWS, hits)
         else:
             recalling.candidates = Candidates(vectors.ids, vectors.vectors, vectors.scores, vectors.rows, hits)

@@ -90,7 +90,7 @@ class JoinContext:
         self.text_weight = settings.text_weight
 
     def __call__(self, recalling: Recalling) -> None:
-        found: Candidates = recalling.found
+        found: Candidates = recalling.candidates
         if not len(recalling.pool.rows):
             return
         assert found.scores is not None  # not text only
@@ -116,7 +116,7 @@ class LendNeighbours:
     def __call__(self, recalling: Recalling) -> None:
         pool = recalling.pool
         if len(pool.pairs):
-            recalling.pool = pool._replace(scores=with_neighbours(pool.scores, pool.pairs, self.weight))
+            recalling.pool = with_scores(pool, with_neighbours(pool.scores, pool.pairs, self.weight))
 
 
 class ScoreWindows:
@@ -132,5 +132,10 @@ class ScoreWindows:
         pool, query_vector = recalling.pool, recalling.query.vector
         if not len(pool.rows) or query_vector is None:
             return
-        window = window_cosine(query_vector, recalling.found.vectors[pool.rows], pool.pairs, share=self.share)
-        recalling.pool = pool._replace(scores=pool.scores + self.weight * window)
+        window = window_cosine(query_vector, recalling.candidates.vectors[pool.rows], pool.pairs, share=self.share)
+        recalling.pool = with_scores(pool, pool.scores + self.weight * window)
+
+
+def with_scores(pool: Pool, scores: np.ndarray) -> Pool:
+    """The pool with new scores (NamedTuple._replace costs a few times more)."""
+    return Pool(pool.rows, scores, pool.cosine, pool.bm25, pool.finite, pool.refined, pool.pairs)

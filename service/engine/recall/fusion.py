@@ -74,7 +74,7 @@ class Fuse:
         self.feedback_candidates = settings.feedback_candidates
 
     def __call__(self, recalling: Recalling) -> None:
-        found, query_vector = recalling.found, recalling.query.vector
+        found, query_vector = recalling.candidates, recalling.query.vector
         assert query_vector is not None and found.scores is not None  # not text only
         recalling.pool = fuse(
             query_vector,
@@ -95,7 +95,7 @@ class Rank:
     name = RecallStep.RANK
 
     def __call__(self, recalling: Recalling) -> None:
-        recalling.ranking = recalling.pool.ranking(recalling.found.ids, 2 * recalling.query.depth)
+        recalling.ranking = recalling.pool.ranking(recalling.candidates.ids, 2 * recalling.query.depth)
 
 
 def text_ranking(hits: TextRanking, limit: int) -> Ranking:
@@ -111,4 +111,4 @@ class RankText:
     name = RecallStep.RANK
 
     def __call__(self, recalling: Recalling) -> None:
-        recalling.ranking = text_ranking(recalling.found.text_hits, 2 * recalling.query.depth)
+        recalling.ranking = text_ranking(recalling.candidates.text_hits, 2 * recalling.query.depth)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mnemosyne.engine import relative_time
-from mnemosyne.engine.recall.ranking import Ranking, in_sorted, lift, reordered
+from mnemosyne.engine.recall.ranking import Ranking, in_sorted, lift, reordered, sorted_unique
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import Recalling
 from mnemosyne.engine.recall.steps import RecallStep
@@ -61,7 +61,8 @@ def thread_support(ranking: Ranking, threads: np.ndarray, weight: float) -> Rank
         return ranking
     memory_ids, scores, cosine, bm25 = ranking.columns
     head = scores[: len(threads)]
-    _, thread_of = np.unique(threads[has], return_inverse=True)
+    codes = threads[has]
+    thread_of = np.searchsorted(sorted_unique(codes), codes)  # np.unique's inverse, for less
     sums = np.bincount(thread_of, weights=head[has])
     share = np.zeros(len(scores))
     share[np.flatnonzero(has)] = sums[thread_of] / sums.max()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
+from functools import cached_property
 
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.recall.candidates import FindCandidates
@@ -29,6 +30,11 @@ class Pipeline:
     embed: QueryStep | None
     steps: tuple[Step, ...]
 
+    @cached_property
+    def reads_question_form(self) -> bool:
+        """Whether a step weighs list and count questions apart (``Query.asks_for_many``)."""
+        return RecallStep.LISTS in self.names
+
     @property
     def names(self) -> tuple[RecallStep, ...]:
         return (*((self.embed.name,) if self.embed else ()), *(step.name for step in self.steps))
@@ -50,7 +56,7 @@ def build_pipeline(
         return step not in off and weight > 0
 
     s = settings
-    candidates = FindCandidates(s, dim=embedder.dim, from_postings=on(RecallStep.POSTINGS), ann_threshold=ann_threshold)
+    candidates = FindCandidates(s, from_postings=on(RecallStep.POSTINGS), ann_threshold=ann_threshold)
     if mode is RecallMode.TEXT:
         return Pipeline(None, (candidates, RankText(), Read(s, priors=()), Select(s)))
     embed: QueryStep = Embed(embedder)

@@ -98,6 +98,9 @@ def asking(
 
 
 class Prior(Step, Protocol):
+    # Whether it re-weighs every question's candidates (else only those ``applies`` takes).
+    every_question: bool
+
     def applies(self, query: Query) -> bool:
         """Whether it re-weighs this query's candidates (then more memories are read for it)."""
         ...
@@ -108,6 +111,7 @@ class LengthPrior:
     it runs)."""
 
     name = RecallStep.LENGTH
+    every_question = False
 
     def __init__(self, settings: RecallSettings, *, lists_apart: bool) -> None:
         self.weight = settings.length_prior
@@ -138,6 +142,7 @@ class NamesPrior:
     """The memories naming more places, people and works first."""
 
     name = RecallStep.NAMES
+    every_question = True
 
     def __init__(self, settings: RecallSettings) -> None:
         self.weight = settings.names_prior
@@ -154,6 +159,7 @@ class QuestionPenalty:
     """A memory that ends by asking a question lower (after the other priors: it scales them)."""
 
     name = RecallStep.QUESTIONS
+    every_question = True
 
     def __init__(self, settings: RecallSettings) -> None:
         self.weight = settings.question_penalty

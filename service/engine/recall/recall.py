@@ -3,8 +3,7 @@ the tenant, and keeps the response within its budget."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
@@ -12,6 +11,7 @@ from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
+from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
 from mnemosyne.engine.recall.settings import settings_for
 from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
@@ -61,12 +61,15 @@ class Recall:
         transaction: a memory committed before the call began is a candidate, a forgotten or
         merged one never appears."""
         asked = self._query(tenant, query, k, scopes, metadata_equals, mode)
-        with self._snapshot(tenant) as snapshot:
-            if snapshot is None:
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
                 return Recalled([])
-            recalling = Recalling(asked, snapshot)
-            for step in self.pipelines[mode].steps:
-                step(recalling)
+            index = vector_index(store, self.embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self.embedder, write=False)
+                recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
+                for step in self.pipelines[mode].steps:
+                    step(recalling)
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in recalling.best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
@@ -86,20 +89,8 @@ class Recall:
         k = check.validate_k(k, self.limits)
         valid_scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        embed = self.pipelines[mode].embed
-        vector = embed(tenant, query) if embed is not None else None
+        pipeline = self.pipelines[mode]
+        vector = pipeline.embed(tenant, query) if pipeline.embed is not None else None
         depth = max(self.settings.candidates_per_k * k, self.settings.min_candidates)
-        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector)
-
-    @contextmanager
-    def _snapshot(self, tenant: str) -> Iterator[Snapshot | None]:
-        """One read transaction of the tenant (None when it does not exist), its vectors checked
-        to be this embedder's."""
-        with self.pool.tenant(tenant, create=False) as store:
-            if store is None:
-                yield None
-                return
-            index = vector_index(store, self.embedder.dim)
-            with store.read() as txn:
-                check_tenant_embedder(txn, self.embedder, write=False)
-                yield Snapshot(store, txn, index, txn.index_state())
+        many = pipeline.reads_question_form and asks_for_many(query)
+        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many)

@@ -65,10 +65,11 @@ class Read:
     def __init__(self, settings: RecallSettings, priors: Sequence[Prior]) -> None:
         self.depth = settings.read_depth
         self.priors = priors
+        self.always_deep = any(prior.every_question for prior in priors)
 
     def __call__(self, recalling: Recalling) -> None:
         query, txn = recalling.query, recalling.snapshot.txn
-        deep = any(prior.applies(query) for prior in self.priors)
+        deep = self.always_deep or any(prior.applies(query) for prior in self.priors)
         window = max(query.k, self.depth) if deep else query.k
 
         def fetch(ids: list[int]) -> dict[int, MemoryRow]:

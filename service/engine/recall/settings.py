@@ -15,6 +15,9 @@ from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 
 @dataclass(frozen=True)
 class RecallSettings:
+    """The weights and depths of one embedder's ranking, each read by one step (steps.py); the
+    defaults are those of an embedder with no settings of its own."""
+
     # -- candidates
     # Each path's candidates, at least: deeper lists found no more evidence.
     min_candidates: int = 50

@@ -4,22 +4,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from mnemosyne.engine.ann import RowScores
 from mnemosyne.engine.index import VectorIndex
-from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.ranking import Candidate, Ranking, TextRanking
 from mnemosyne.engine.recall.steps import RecallStep
 from mnemosyne.engine.types import RecallMode
 from mnemosyne.store.tenant_store import MemoryRow, ReadTxn, TenantStore
 
 
-@dataclass(frozen=True)
-class Query:
+class Query(NamedTuple):
     """What a recall asks, validated."""
 
     text: str
@@ -30,11 +27,8 @@ class Query:
     filters: dict[str, str]
     mode: RecallMode
     vector: np.ndarray | None  # its vector (None: text only, no vector path)
-
-    @cached_property
-    def asks_for_many(self) -> bool:
-        """Whether it is a list or count question (question_form.asks_for_many), read once."""
-        return asks_for_many(self.text)
+    # A list or count question (question_form.asks_for_many); read only when the lists step runs.
+    asks_for_many: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,29 +83,27 @@ class Pool(NamedTuple):
         return Ranking(memory_ids[order], self.scores[keep], self.cosine[keep], self.bm25[keep])
 
 
+NO_ROWS = np.zeros(0, dtype=np.int64)
+NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
+NO_HITS = TextRanking.empty()
+NO_CANDIDATES = Candidates(NO_ROWS, NO_VECTORS, None, NO_ROWS, NO_HITS)
 EMPTY_POOL = Pool.empty()
 EMPTY_RANKING = Ranking.empty()
 
 
-@dataclass
+@dataclass(slots=True)
 class Recalling:
     """One recall's working state: each step reads what the steps before it wrote."""
 
     query: Query
     snapshot: Snapshot
-    candidates: Candidates | None = None  # candidates
+    candidates: Candidates = NO_CANDIDATES  # candidates (the first step)
     pool: Pool = EMPTY_POOL  # fuse, context, neighbours, window
     ranking: Ranking = EMPTY_RANKING  # rank, then the lifts
     read: list[Candidate] = field(default_factory=list)  # read: the best candidates whose rows are read
     rows: dict[int, MemoryRow] = field(default_factory=dict)  # read
     scores: dict[int, float] = field(default_factory=dict)  # the priors: the read candidates' new scores
     best: list[tuple[Candidate, MemoryRow, float]] = field(default_factory=list)  # select
-
-    @property
-    def found(self) -> Candidates:
-        """The candidates step's answer (it runs first)."""
-        assert self.candidates is not None, "the candidates step runs first"
-        return self.candidates
 
 
 class Step(Protocol):
