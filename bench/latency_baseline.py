@@ -22,10 +22,21 @@ from pathlib import Path
 from bench.common import percentiles, print_table, running_server, write_json
 from bench.corpus import Corpus
 from bench.latency import timed_server_calls
+from mnemosyne.engine.recall import SWITCHABLE
+from mnemosyne.engine.recall.steps import switched_off
 
 TENANT = "bench-latency"
 K = 10
 START = 1_700_000_000.0  # the first memory's occurred_at (unix seconds); one minute apart
+
+
+def _steps(value: str) -> str:
+    """A comma-separated list of recall steps that can be switched off, as given."""
+    try:
+        switched_off(filter(None, value.split(",")))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thread-length", type=int, default=20, help="turns per thread (0: no threads, no times)")
     parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
     parser.add_argument("--baseline-python", help="the baseline is this interpreter's installation")
-    parser.add_argument("--baseline-off", default="", help="the baseline is this installation without these steps")
+    parser.add_argument(
+        "--baseline-off",
+        default="",
+        type=_steps,
+        help=f"the baseline is this installation without these recall steps (comma-separated: {', '.join(SWITCHABLE)})",
+    )
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     if bool(args.baseline_python) == bool(args.baseline_off):

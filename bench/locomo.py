@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import print_table, running_server, write_json
+from mnemosyne.engine.recall import SWITCHABLE
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5  # no answer in the conversation: only in the all-questions figure
@@ -266,20 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         "--off",
         action="append",
         default=[],
-        choices=[
-            "neighbours",
-            "window",
-            "dates",
-            "relative_time",
-            "length",
-            "speaker",
-            "threads",
-            "questions",
-            "speaker_query",
-            "names",
-            "lists",
-        ],
-        help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam)",
+        choices=SWITCHABLE,
+        help="switch one recall step off (the ablation; the server's MNEMOSYNE_TEST_RECALL_OFF seam; "
+        "the steps: docs/recall-quality.md)",
     )
     parser.add_argument(
         "--server-python",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import apsw
 
 from mnemosyne.client import MemoryClient, RetainItem
-from mnemosyne.engine.recall import soften_length_normalisation
+from mnemosyne.engine.recall import HASHING_SETTINGS
+from mnemosyne.engine.recall.text import soften_length_normalisation
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_length, fts5_varints
 from mnemosyne.store.schema import MIGRATIONS
 
@@ -52,8 +53,8 @@ def test_varints_decode_and_unreadable_input_means_unknown() -> None:
 
 
 def test_unknown_lengths_leave_fts5_order_and_known_ones_follow_b() -> None:
-    def softened(lengths: list[int], average: float, **b: float) -> list[tuple[int, float]]:
-        ranking = soften_length_normalisation(TextHits([1, 2], [4.0, 3.9], lengths, average), **b)
+    def softened(lengths: list[int], average: float, b: float = HASHING_SETTINGS.bm25_b) -> list[tuple[int, float]]:
+        ranking = soften_length_normalisation(TextHits([1, 2], [4.0, 3.9], lengths, average), b=b)
         return list(zip(ranking.ids.tolist(), ranking.relevance.tolist()))
 
     hits = [(1, 4.0), (2, 3.9)]

@@ -23,7 +23,7 @@ from mnemosyne.engine import postings
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.postings import PostingsCache, postings_cache
-from mnemosyne.engine.recall import match_expression, query_terms
+from mnemosyne.engine.recall.text import match_expression, query_terms
 from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.store import schema
 from mnemosyne.store.fts_tokens import TOKENIZER_ARGS, fts5_tokens

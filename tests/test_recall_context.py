@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
-from mnemosyne.engine.recall import window_cosine
+from mnemosyne.engine.recall import MINILM_SETTINGS
+from mnemosyne.engine.recall.context import window_cosine
 from mnemosyne.engine.relative_time import QuerySpan, fact_span, query_span, resolve
 
 MARCH_17 = datetime.datetime(2023, 3, 17, 14, 0, tzinfo=datetime.UTC).timestamp()
@@ -235,10 +236,10 @@ def test_a_question_names_one_span_or_none() -> None:
 def test_the_window_of_a_candidate_includes_its_neighbours() -> None:
     vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
     query = np.array([1.0, 0.0], dtype=np.float32)
-    alone = window_cosine(query, vectors, np.zeros((0, 2), dtype=np.int64))
+    alone = window_cosine(query, vectors, np.zeros((0, 2), dtype=np.int64), share=MINILM_SETTINGS.window_neighbours)
     assert alone.tolist() == [1.0, 0.0, 0.0]
     # Row 1 is row 0's neighbour: its window now leans toward the query; row 2's does not.
-    paired = window_cosine(query, vectors, np.array([[1, 0], [0, 1]]))
+    paired = window_cosine(query, vectors, np.array([[1, 0], [0, 1]]), share=MINILM_SETTINGS.window_neighbours)
     assert paired[1] > 0.4 and paired[2] == 0.0 and 0.8 < paired[0] < 1.0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import RetainItem
 from mnemosyne.engine.embedder import HashingEmbedder
-from mnemosyne.engine.recall import fts_match_expression
+from mnemosyne.engine.recall.text import fts_match_expression
 
 DISTRACTOR_WORDS = (
     "budget meeting schedule garden weather invoice printer holiday report coffee train station "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
-from mnemosyne.engine.recall import asks
+from mnemosyne.engine.recall.priors import asks
 
 QUERY = "pottery class glaze kiln"
 

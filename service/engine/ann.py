@@ -1,7 +1,7 @@
 """The approximate nearest-neighbour index of a large tenant: a usearch HNSW graph, a cache.
 
 Below ``threshold`` memories (``--ann-threshold``) a recall scans every vector exactly
-(recall.py ``vector_scores``). Above it, the vector candidates come from this index: the graph
+(engine/recall/candidates.py ``vector_scores``). Above it, the vector candidates come from this index: the graph
 gives its ``depth + ANN_SLACK`` nearest memories, the rows the graph does not hold yet (memories
 added since it was built: ids above its high-water mark, and memories whose vector an update
 replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector

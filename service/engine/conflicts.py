@@ -23,9 +23,6 @@ from mnemosyne.store.tenant_store import WriteTxn
 
 # Predicates whose subject has one current value at a time.
 NON_FUNCTIONAL_PREDICATES = frozenset({"is", "are", "was", "were"})
-# Recall multiplies a superseded memory's fused score by this, so current facts come first while
-# the history stays reachable.
-SUPERSEDED_WEIGHT = 0.5
 
 
 def is_current(row: MemoryRow) -> bool:

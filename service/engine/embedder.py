@@ -6,9 +6,8 @@ content words and character trigrams, log-scaled and L2-normalised. Its hash is 
 the bytes (CRC-32), never Python's salted ``hash()``, so the same text gets the same vector in every
 process and after every restart.
 
-Each embedder also says how recall should weigh it against BM25 (``text_weight``) and whether to
-refine the query vector with pseudo-relevance feedback (``feedback``): a bag-of-features vector is
-weak alone and gains from the best first hits; a sentence model is strong alone.
+How recall weighs each embedder's vectors against BM25, and every other weight of its ranking, is
+in recall's settings for that embedder (engine/recall/settings.py), not here.
 """
 
 from __future__ import annotations
@@ -40,33 +39,6 @@ class Embedder(abc.ABC):
     # a write's embedding then takes turns with other long writes and gives way to reads, a slice
     # of its texts at a time (mnemosyne/read_priority.py).
     holds_interpreter: bool = False
-    # Recall's fusion: score = text_weight * BM25/max(BM25) + (1 - text_weight) * cosine; then, if
-    # feedback > 0, the query vector plus feedback x the mean of the top hits' vectors re-scores them.
-    text_weight: float = 0.5
-    feedback: float = 0.0
-    # Recall's second stage: the cosine of each candidate's context window (its vector and its
-    # thread neighbours', recall.window_cosine) added with this weight; 0 turns it off.
-    window_weight: float = 0.0
-    # Recall's length prior over the best LENGTH_DEPTH candidates (recall.with_length_prior): each
-    # gains this share of the best score times ln(its length / their mean length); 0 turns it off.
-    length_prior: float = 0.0
-    # The length prior's share for a list or count question (question_form.asks_for_many: "What
-    # books has Tim read?"), whose answers are spread over several memories; 0 keeps length_prior.
-    list_length_prior: float = 0.0
-    # Recall's speaker step (recall.spoken_by): the candidates said or written by a speaker the
-    # query names gain this share of the best score; 0 turns it off.
-    speaker_boost: float = 0.2
-    # Recall's question penalty over the memories read for the response (recall.asking): one
-    # whose text ends by asking a question scores times (1 - this); 0 turns it off.
-    question_penalty: float = 0.0
-    # Recall's names prior over the memories read for the response (recall.with_names_prior):
-    # each gains this share of the best score times ln(1 + the names it holds); 0 turns it off.
-    names_prior: float = 0.0
-    # Recall's query vector when the query names one of the tenant's speakers (recall.blend):
-    # this share of it is the vector of the query without the speakers' names (the speaker step
-    # carries who; the name's words pull toward every memory that mentions it, such as the
-    # replies addressed to that person); 0 embeds the query alone, as written.
-    speaker_query_mix: float = 0.0
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
@@ -104,24 +76,6 @@ class HashingEmbedder(Embedder):
     # v2: stop words dropped and words stemmed before hashing (v1 vectors are not comparable).
     name = "hashing-v2"
     holds_interpreter = True
-    text_weight = 0.5
-    feedback = 1.0
-    # LoCoMo dev recall@10, 0.05 / 0.1 / 0.15 / 0.2 / 0.3: 0.725 / 0.732 / 0.737 / 0.729 / 0.726
-    # against 0.722 without it (docs/recall-quality.md).
-    length_prior = 0.15
-    # For list and count questions (question_form.asks_for_many): LoCoMo dev multi-hop recall@10
-    # 0.508 -> 0.509 / 0.507 / 0.516 / 0.515 / 0.514 / 0.506 at 0.1 / 0.2 / 0.25 / 0.3 / 0.4 / 0.5,
-    # recall@10 0.777 -> 0.778 at 0.25 (docs/recall-quality.md).
-    list_length_prior = 0.25
-    # With the question penalty and thread support (recall.py), LoCoMo dev recall@10 0.765 /
-    # 0.769 / 0.764 and multi-hop 0.473 / 0.490 / 0.495 at 0.2 / 0.5 / 0.7 (docs/recall-quality.md).
-    speaker_boost = 0.5
-    # With thread support and the speaker at 0.5: multi-hop 0.481 / 0.490 / 0.491 at 0 / 0.2 /
-    # 0.25, recall@10 0.767 / 0.769 / 0.763.
-    question_penalty = 0.2
-    # LoCoMo dev recall@10 0.769 -> 0.775 / 0.775 / 0.777 / 0.777 / 0.777 / 0.774 at 0.05 / 0.1 /
-    # 0.15 / 0.2 / 0.25 / 0.3 (multi-hop 0.490 -> 0.508 at 0.2; docs/recall-quality.md).
-    names_prior = 0.2
 
     def __init__(self, dim: int = 384) -> None:
         self.dim = dim

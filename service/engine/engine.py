@@ -4,7 +4,7 @@ Each part receives what it uses, not the engine:
 
 * ``write_path`` (engine/write_path.py): prepare, extract, embed and commit memories;
 * ``hot_path`` (engine/hot_path/): asynchronous writes through a durable operation log;
-* ``recall`` (engine/recall.py): the whole recall algorithm;
+* ``recall`` (engine/recall/): the whole recall algorithm, a list of named steps;
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
 * ``updates`` (engine/updates.py): memories updated in place (with their versions), and
   forgotten by filter;
@@ -42,7 +42,7 @@ from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
-from mnemosyne.engine.recall import Recall
+from mnemosyne.engine.recall import Recall, RecallStep
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
@@ -111,7 +111,7 @@ class Engine:
             observer=observer,
             near_duplicate_threshold=config.near_duplicate_threshold,
             request_ttl_seconds=config.request_ttl_seconds,
-            resolve_relative_time="relative_time" not in seams.recall_steps_off,
+            resolve_relative_time=RecallStep.RELATIVE_TIME not in seams.recall_steps_off,
         )
         self.recall = Recall(
             pool=self.pool,

@@ -38,28 +38,6 @@ def model_directory() -> Path:
 class MiniLMEmbedder(Embedder):
     name = "minilm-l6-v2"
     dim = 384
-    # Measured on LoCoMo dev (bench/locomo.py): a sentence model is strong alone, so BM25 weighs
-    # less and pseudo-relevance feedback does not help it.
-    text_weight = 0.3
-    feedback = 0.0
-    # Context windows re-scored by the sentence vectors: LoCoMo dev recall@10 0.769 -> 0.774 (the
-    # hashing embedder's bag of features loses by it: 0.717 -> 0.710).
-    window_weight = 0.3
-    # With thread support (recall.py), LoCoMo dev recall@10 / multi-hop / temporal: speaker 0.3 and
-    # question penalty 0.05: 0.794 / 0.519 / 0.890; 0.3 and 0.1: 0.792 / 0.518 / 0.884; 0.2 and
-    # 0.1: 0.793 / 0.510 / 0.884; 0.4 and 0.1: 0.787 / 0.524 / 0.884 (docs/recall-quality.md).
-    speaker_boost = 0.3
-    question_penalty = 0.05
-    # LoCoMo dev recall@10 / multi-hop / temporal with the query's named speakers half out of its
-    # vector: 0.794 / 0.519 / 0.890 -> 0.811 / 0.537 / 0.894 (docs/recall-quality.md).
-    speaker_query_mix = 0.5
-    # With it, the names prior at 0.1 / 0.15 / 0.2 / 0.25 / 0.3: recall@10 0.817 / 0.818 / 0.820 /
-    # 0.819 / 0.819 against 0.811 (multi-hop 0.537 -> 0.570 at 0.2).
-    names_prior = 0.2
-    # No length prior (recall@10 0.820 -> 0.817 / 0.808 at 0.05 / 0.1), but for list and count
-    # questions: multi-hop recall@10 0.570 -> 0.565 / 0.576 / 0.576 / 0.582 / 0.582 / 0.585 / 0.573
-    # at 0.05 / 0.1 / 0.15 / 0.2 / 0.25 / 0.3 / 0.4, recall@10 0.820 -> 0.821 at 0.2.
-    list_length_prior = 0.2
 
     def __init__(self, *, batch_size: int = 64) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

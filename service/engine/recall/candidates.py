@@ -1,0 +1,125 @@
+"""The candidates step: the vector path's best rows and the full-text path's best hits, over one
+read snapshot (filters applied before the cut, so a filtered recall still finds ``k``)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from mnemosyne.engine.ann import RowScores
+from mnemosyne.engine.index import approximate_candidates
+from mnemosyne.engine.recall.settings import RecallSettings
+from mnemosyne.engine.recall.state import NO_HITS, NO_ROWS, NO_VECTORS, Candidates, Query, Recalling, Snapshot
+from mnemosyne.engine.recall.steps import RecallStep
+from mnemosyne.engine.recall.text import text_hits
+from mnemosyne.engine.types import RecallMode
+
+# The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
+SPARSE_QUERY_FRACTION = 4
+# Memories per block of the sparse product: the gathered block (used dimensions x block) stays in
+# cache for the product that reads it.
+SPARSE_BLOCK = 16384
+
+
+def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    """Cosine of every row (rows and query are unit vectors); -inf where ``allowed`` is False.
+
+    A query vector with few non-zero dimensions, over a dimension-major matrix (index.py), reads
+    only those dimensions' rows of the buffer: gathered a block of memories at a time, each block
+    multiplied by the used weights in one BLAS call (docs/decisions.md, recall speed). The loop is
+    over blocks, never over memories.
+    """
+    nonzero = np.flatnonzero(query_vector)
+    columns = matrix.T
+    if len(nonzero) <= len(query_vector) // SPARSE_QUERY_FRACTION and columns.strides[1] == columns.itemsize:
+        weights = query_vector[nonzero]
+        scores = np.empty(len(matrix), dtype=np.float32)
+        for start in range(0, len(matrix), SPARSE_BLOCK):
+            stop = start + SPARSE_BLOCK
+            np.dot(weights, columns[nonzero, start:stop], out=scores[start:stop])
+    else:
+        scores = matrix @ query_vector
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    return scores
+
+
+def top_rows(scores: np.ndarray, limit: int) -> np.ndarray:
+    """Row numbers of the ``limit`` best scores, best first, only rows scoring above 0.
+
+    A row sharing no feature with the query (cosine <= 0) is not a match, only a filler.
+    """
+    limit = min(limit, len(scores))
+    if limit <= 0:
+        return np.zeros(0, dtype=np.int64)
+    # The limit-th best value, then every row reaching it (ascending, so ties keep the lower
+    # row): half the cost of an argpartition, which moves an index array along.
+    threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+    top = np.flatnonzero(scores >= threshold)
+    top = top[np.argsort(-scores[top], kind="stable")][:limit]
+    return top[scores[top] > 0]
+
+
+class VectorPath(NamedTuple):
+    ids: np.ndarray  # every row's memory id, ascending
+    vectors: np.ndarray  # every row's vector, row-major
+    scores: np.ndarray | RowScores  # every row's cosine (-inf: outside the filters)
+    rows: np.ndarray  # the best rows, best first
+
+
+def vector_candidates(query: Query, query_vector: np.ndarray, snapshot: Snapshot, ann_threshold: int) -> VectorPath:
+    """The vector path: every row's cosine (or, for a large tenant, its approximate index's
+    candidates, re-scored exactly: engine/ann.py) and the best ``depth`` rows."""
+    view = snapshot.index.sync_view(snapshot.txn, snapshot.state)
+    ids, matrix, vectors = view
+    allowed = None
+    if query.scopes or query.filters:
+        allowed = np.isin(ids, np.array(snapshot.txn.filtered_ids(query.scopes, query.filters), dtype=np.int64))
+    # A large tenant's candidates come from its approximate index (a filtered recall, or one
+    # while the index is made, scans exactly).
+    found = None
+    if allowed is None:
+        alone = query.mode is RecallMode.VECTOR or not query.terms
+        found = approximate_candidates(
+            snapshot.store, snapshot.index, view, query_vector, query.depth, ann_threshold, alone=alone
+        )
+    scores: np.ndarray | RowScores
+    if found is None:
+        scores = vector_scores(query_vector, matrix, allowed)
+        rows = top_rows(scores, query.depth)
+    else:
+        scores, rows = found
+    return VectorPath(ids, vectors, scores, rows)
+
+
+class FindCandidates:
+    """Both paths over the snapshot: the vector path unless text only, the full-text path unless
+    vector only (or the query has no terms)."""
+
+    name = RecallStep.CANDIDATES
+
+    def __init__(self, settings: RecallSettings, *, from_postings: bool, ann_threshold: int) -> None:
+        self.bm25_b = settings.bm25_b
+        self.max_coordinated_terms = settings.max_coordinated_terms
+        self.from_postings = from_postings  # off: the postings step switched off
+        self.ann_threshold = ann_threshold  # memories from which the approximate index serves
+
+    def __call__(self, recalling: Recalling) -> None:
+        query, snapshot = recalling.query, recalling.snapshot
+        vectors: VectorPath | None = None
+        if query.vector is not None:
+            vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
+        hits = NO_HITS
+        if query.mode is not RecallMode.VECTOR and query.terms:
+            hits = text_hits(
+                query,
+                snapshot,
+                b=self.bm25_b,
+                max_coordinated_terms=self.max_coordinated_terms,
+                from_postings=self.from_postings,
+            )
+        if vectors is None:  # text only
+            recalling.candidates = Candidates(NO_ROWS, NO_VECTORS, None, NO_ROWS, hits)
+        else:
+            recalling.candidates = Candidates(vectors.ids, vectors.vectors, vectors.scores, vectors.rows, hits)

@@ -1,0 +1,96 @@
+"""``Recall``: validates a question, runs its mode's pipeline of steps over one read snapshot of
+the tenant, and keeps the response within its budget."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from mnemosyne.engine import limits as check
+from mnemosyne.engine.ann import DEFAULT_THRESHOLD
+from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.memories import memory_from_row
+from mnemosyne.engine.question_form import asks_for_many
+from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
+from mnemosyne.engine.recall.settings import settings_for
+from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
+from mnemosyne.engine.recall.steps import switched_off
+from mnemosyne.engine.recall.text import query_terms
+from mnemosyne.engine.types import Hit, Recalled, RecallMode
+from mnemosyne.store.pool import TenantPool
+
+
+class Recall:
+    """The whole recall, start to end: validation, the steps of the mode's pipeline (the query's
+    vector, then in ONE read transaction the candidates of both paths, their fusion, the lifts,
+    the priors and the selection), and the response budget."""
+
+    def __init__(
+        self,
+        *,
+        pool: TenantPool,
+        embedder: Embedder,
+        limits: Limits,
+        steps_off: Iterable[str] = (),
+        ann_threshold: int = DEFAULT_THRESHOLD,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.limits = limits
+        self.settings = settings_for(embedder)
+        # Steps switched off by name: a test seam, for the ablation (none in production).
+        off = switched_off(steps_off)
+        self.pipelines: dict[RecallMode, Pipeline] = {
+            mode: build_pipeline(mode, self.settings, off, embedder=embedder, pool=pool, ann_threshold=ann_threshold)
+            for mode in RecallMode
+        }
+
+    def __call__(
+        self,
+        tenant: str,
+        query: str,
+        *,
+        k: int = 5,
+        scopes: Sequence[str] = (),
+        metadata_equals: Mapping[str, str] | None = None,
+        mode: RecallMode = RecallMode.HYBRID,
+    ) -> Recalled:
+        """The best ``k`` memories for ``query`` (hybrid by default), current facts first, within
+        the response budget (what does not fit is named in ``omitted_memory_ids``). One read
+        transaction: a memory committed before the call began is a candidate, a forgotten or
+        merged one never appears."""
+        asked = self._query(tenant, query, k, scopes, metadata_equals, mode)
+        with self.pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return Recalled([])
+            index = vector_index(store, self.embedder.dim)
+            with store.read() as txn:
+                check_tenant_embedder(txn, self.embedder, write=False)
+                recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
+                for step in self.pipelines[mode].steps:
+                    step(recalling)
+        hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in recalling.best]
+        kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
+        return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
+
+    def _query(
+        self,
+        tenant: str,
+        query: str,
+        k: int,
+        scopes: Sequence[str],
+        metadata_equals: Mapping[str, str] | None,
+        mode: RecallMode,
+    ) -> Query:
+        """The question validated, with its vector (none for text only: the text path never reads
+        it), made before the read transaction."""
+        check.validate_query(query, self.limits)
+        k = check.validate_k(k, self.limits)
+        valid_scopes = sorted({check.validate_scope(s) for s in scopes})
+        filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
+        pipeline = self.pipelines[mode]
+        vector = pipeline.embed(tenant, query) if pipeline.embed is not None else None
+        depth = max(self.settings.candidates_per_k * k, self.settings.min_candidates)
+        many = pipeline.reads_question_form and asks_for_many(query)
+        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many)
