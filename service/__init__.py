@@ -7,8 +7,28 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 (per-tenant SQLite files).
 """
 
-from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
-from mnemosyne.client import MemoryClient, MnemosyneClientError
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from mnemosyne.version import VERSION as __version__  # noqa: F401  (the conventional attribute)
 
+if TYPE_CHECKING:
+    from mnemosyne.brain import MemoryBrain
+    from mnemosyne.client import MemoryClient, MnemosyneClientError
+
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, loaded on first use: importing any part of the package (``mnemosyne
+    serve`` above all, which sets the interpreter up before numpy loads) loads none of them."""
+    if name == "MemoryBrain":
+        from mnemosyne.brain import MemoryBrain  # noqa: PLC0415 - loaded on first use (PEP 562)
+
+        return MemoryBrain
+    if name in ("MemoryClient", "MnemosyneClientError"):
+        from mnemosyne import client  # noqa: PLC0415 - loaded on first use (PEP 562)
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'mnemosyne' has no attribute {name!r}")

@@ -75,6 +75,14 @@ def _last_line_only_error(result: subprocess.CompletedProcess[str]) -> str:
 PORT_FLAGS = ("--port", "--metrics-port", "--http-port")
 
 
+def test_the_command_line_sets_the_interpreter_up_before_numpy_loads() -> None:
+    """``mnemosyne serve`` runs with one BLAS thread (runtime/interpreter.py), which numpy reads
+    once, as it loads: importing the package and its command line must not load numpy first (the
+    public names of ``mnemosyne`` load on first use)."""
+    probe = "import sys, mnemosyne, mnemosyne.cli; print('numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 @pytest.mark.parametrize("flag", PORT_FLAGS)
 def test_a_port_in_use_is_one_line_with_its_reason(tmp_path: Path, taken_port: int, flag: str) -> None:
     others = [part for other in PORT_FLAGS if other != flag for part in (other, "0")]
