@@ -9,18 +9,18 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
 
 from mnemosyne.version import VERSION as __version__  # noqa: F401  (the conventional attribute)
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from mnemosyne.brain import MemoryBrain
     from mnemosyne.client import MemoryClient, MnemosyneClientError
 
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     """The public names, loaded on first use: importing any part of the package (``mnemosyne
     serve`` above all, which sets the interpreter up before numpy loads) loads none of them."""
     if name == "MemoryBrain":

@@ -278,7 +278,7 @@ def test_public_exports_are_complete() -> None:
             if not name.startswith("_") and not isinstance(getattr(module, name), type(module))
         }
         exported = set(module.__all__)
-        assert exported <= public
+        assert all(hasattr(module, name) for name in exported)  # some load on first use (PEP 562)
         for name in public - exported - {"annotations"}:
             assert name in {"errors", "types", "memory_client"} or name.startswith("__"), (
                 f"{module.__name__}.{name} not in __all__"
