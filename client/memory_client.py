@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import grpc
 
@@ -104,11 +104,11 @@ class MemoryClient:
         self._channel = RoutingChannel(members, channel_to) if members is not None else channel_to(target)
         self._timeout = timeout
         self._retries = retries
-        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.events = events_pb2_grpc.EventsServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
+        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)
+        self.events = events_pb2_grpc.EventsServiceStub(self._channel)
         self._stubs = {
             "mnemosyne.v1.MemoryService": self.memory,
             "mnemosyne.v1.AdminService": self.admin,
@@ -677,6 +677,16 @@ class MemoryClient:
 
     # -- hot path and events --------------------------------------------------------------------
 
+    @overload
+    def hot_path(self, tenant: str, action: Literal["flush"], timeout_seconds: float = 0.0) -> types.FlushResult: ...
+    @overload
+    def hot_path(
+        self, tenant: str, action: Literal["enable", "disable", "status"], timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus: ...
+    @overload
+    def hot_path(
+        self, tenant: str, action: str, timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus | types.FlushResult: ...
     def hot_path(
         self, tenant: str, action: str, timeout_seconds: float = 0.0
     ) -> types.HotPathStatus | types.FlushResult:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
@@ -169,6 +169,14 @@ class MemoryBrain:
         report = self._local(lambda e: e.dedup(self.tenant, merge=merge, threshold=threshold))
         return client_convert.dedup_from_proto(convert.to_dedup_response(report))
 
+    @overload
+    def hot_path(self, action: Literal["flush"], timeout_seconds: float = 0.0) -> types.FlushResult: ...
+    @overload
+    def hot_path(
+        self, action: Literal["enable", "disable", "status"] = "status", timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus: ...
+    @overload
+    def hot_path(self, action: str, timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult: ...
     def hot_path(self, action: str = "status", timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult:
         """``enable`` | ``disable`` | ``status`` | ``flush`` (see ``MemoryClient.hot_path``)."""
         if self._client is not None:
