@@ -9,6 +9,7 @@ and metrics: tests/test_operations_docs.py)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import typing
 import uuid
 from pathlib import Path
 from typing import Any
@@ -285,6 +287,31 @@ def test_public_exports_are_complete() -> None:
             assert name in {"errors", "types", "memory_client"} or name.startswith("__"), (
                 f"{module.__name__}.{name} not in __all__"
             )
+
+
+def _classes_in(hint: object) -> set[type]:
+    """The classes a type hint names, through unions and generics (``list[Hit] | None`` -> Hit)."""
+    found = {hint} if isinstance(hint, type) else set()
+    for argument in typing.get_args(hint):
+        found |= _classes_in(argument)
+    return found
+
+
+def test_every_type_the_client_takes_or_returns_is_exported() -> None:
+    """A user imports, from ``mnemosyne.client`` itself, every type a public method of
+    MemoryClient, MemoryHost or MemoryBrain takes or returns, and every error it raises."""
+    exported = {getattr(mnemosyne.client, name) for name in mnemosyne.client.__all__}
+    for cls in (MemoryClient, mnemosyne.client.MemoryHost, mnemosyne.MemoryBrain):
+        for name, method in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            for hint in typing.get_type_hints(method).values():
+                for named in _classes_in(hint):
+                    if named.__module__.startswith("mnemosyne.client."):
+                        assert named in exported, f"{cls.__name__}.{name} uses {named.__name__}, not in __all__"
+    errors = vars(mnemosyne.client.errors).values()
+    raised = {e for e in errors if isinstance(e, type) and issubclass(e, mnemosyne.client.MnemosyneClientError)}
+    assert raised <= exported, sorted(e.__name__ for e in raised - exported)
 
 
 # The README's first calls, each on a tenant of its own: whatever ran before on the same server,
