@@ -57,8 +57,7 @@ from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
-# Where an open tenant keeps its vector index (``TenantStore.cache``).
-VECTOR_INDEX_KEY: CacheKey[VectorIndex] = CacheKey("vectors")
+_CACHE_KEY: CacheKey[VectorIndex] = CacheKey("vectors")
 # The runs of letters and digits ``terms.words`` takes from a text, before lower-casing.
 _WORD_RUN = re.compile(r"\w+", re.UNICODE)
 # Dropped rows tolerated before the arrays are rebuilt without them: a fraction of the rows, so
@@ -71,9 +70,9 @@ LINK_WALK = 1024
 
 def vector_index(store: TenantStore, dim: int) -> VectorIndex:
     """The tenant's vector cache, kept on its open store (made on first use)."""
-    index = store.cache.get(VECTOR_INDEX_KEY)
+    index = store.cache.get(_CACHE_KEY)
     if index is None:
-        index = store.cache.setdefault(VECTOR_INDEX_KEY, VectorIndex(dim))
+        index = store.cache.setdefault(_CACHE_KEY, VectorIndex(dim))
     return index
 
 
@@ -81,7 +80,7 @@ def drop_vectors(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: i
     """After a committed forget or merge that moved the forget epoch from ``from_epoch`` to
     ``to_epoch`` by removing ``memory_ids``' embeddings: remove them from the tenant's vector
     cache too, if it has one, instead of letting the new epoch reload it."""
-    index = store.cache.get(VECTOR_INDEX_KEY)
+    index = store.cache.get(_CACHE_KEY)
     if isinstance(index, VectorIndex):
         index.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
     on_vectors_changed(store, (), from_epoch=from_epoch, to_epoch=to_epoch)
@@ -91,7 +90,7 @@ def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_ep
     """After a committed update that replaced ``memory_id``'s embedding (moving the forget epoch
     from ``from_epoch`` to ``to_epoch``): write the new vector into the cache's row in place,
     instead of letting the new epoch reload the tenant's vectors."""
-    index = store.cache.get(VECTOR_INDEX_KEY)
+    index = store.cache.get(_CACHE_KEY)
     if isinstance(index, VectorIndex):
         index.replace(memory_id, np.frombuffer(vector, dtype="<f4"), from_epoch=from_epoch, to_epoch=to_epoch)
     on_vectors_changed(store, (memory_id,), from_epoch=from_epoch, to_epoch=to_epoch)
