@@ -12,7 +12,7 @@ import numpy as np
 
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
-from mnemosyne.engine.index import VectorIndex
+from mnemosyne.engine.index import VectorIndex, cached_vectors
 from mnemosyne.engine.types import RecallMode, RetainItem, ThreadRef
 
 TENANT = "vectors"
@@ -22,7 +22,7 @@ QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near d
 def _cache(engine: Engine) -> VectorIndex:
     with engine.pool.tenant(TENANT, create=False) as store:
         assert store is not None
-        index = store.cache["vectors"]
+        index = cached_vectors(store)
     assert isinstance(index, VectorIndex)
     return index
 
@@ -123,7 +123,7 @@ def test_thread_neighbours_from_the_cache_are_the_files(tmp_path: Path) -> None:
         compared = 0
         with engine.pool.tenant(TENANT, create=False) as store:
             assert store is not None
-            cache = store.cache["vectors"]
+            cache = cached_vectors(store)
             assert isinstance(cache, VectorIndex)
             with store.read() as txn:
                 ids, _ = cache.sync(txn)

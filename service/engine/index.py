@@ -76,12 +76,17 @@ def vector_index(store: TenantStore, dim: int) -> VectorIndex:
     return index
 
 
+def cached_vectors(store: TenantStore) -> VectorIndex | None:
+    """The tenant's vector cache if a recall or write made one on this open store, else None."""
+    return store.cache.get(_CACHE_KEY)
+
+
 def drop_vectors(store: TenantStore, memory_ids: Sequence[int], *, from_epoch: int, to_epoch: int) -> None:
     """After a committed forget or merge that moved the forget epoch from ``from_epoch`` to
     ``to_epoch`` by removing ``memory_ids``' embeddings: remove them from the tenant's vector
     cache too, if it has one, instead of letting the new epoch reload it."""
-    index = store.cache.get(_CACHE_KEY)
-    if isinstance(index, VectorIndex):
+    index = cached_vectors(store)
+    if index is not None:
         index.drop(memory_ids, from_epoch=from_epoch, to_epoch=to_epoch)
     on_vectors_changed(store, (), from_epoch=from_epoch, to_epoch=to_epoch)
 
@@ -90,8 +95,8 @@ def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_ep
     """After a committed update that replaced ``memory_id``'s embedding (moving the forget epoch
     from ``from_epoch`` to ``to_epoch``): write the new vector into the cache's row in place,
     instead of letting the new epoch reload the tenant's vectors."""
-    index = store.cache.get(_CACHE_KEY)
-    if isinstance(index, VectorIndex):
+    index = cached_vectors(store)
+    if index is not None:
         index.replace(memory_id, np.frombuffer(vector, dtype="<f4"), from_epoch=from_epoch, to_epoch=to_epoch)
     on_vectors_changed(store, (memory_id,), from_epoch=from_epoch, to_epoch=to_epoch)
 
