@@ -7,9 +7,8 @@ The server is started with the ``mnemosyne serve`` command; its parts live in
 (per-tenant SQLite files).
 """
 
-from mnemosyne import version
 from mnemosyne.brain import MemoryBrain  # light: it loads the engine only for a local directory
 from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.version import VERSION as __version__  # noqa: F401  (the conventional attribute)
 
 __all__ = ["MemoryBrain", "MemoryClient", "MnemosyneClientError"]
-__version__ = version.VERSION  # the conventional attribute
