@@ -290,9 +290,10 @@ def load_tenants(server: Server, corpus: Corpus) -> None:
 def describe(error: grpc.RpcError) -> tuple[str, bool]:
     """``CODE`` or ``CODE/REASON`` (the ErrorInfo reason) of a failed call, and whether a
     google.rpc.RetryInfo detail came with it."""
-    code = error.code().name  # type: ignore[attr-defined]
+    code = error.code().name
+    assert isinstance(error, grpc.Call), error  # a failed call's RpcError is also its grpc.Call
     try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)
     except ValueError:
         status = None
     reason, retry_info = "", False
@@ -333,13 +334,14 @@ class Outcomes:
         self.count(rpc, "OK")
         return response
 
-    def finished(self, rpc: str, future: grpc.Future) -> None:
+    def finished(self, rpc: str, future: grpc.Future[Any]) -> None:
         """Wait for an asynchronous call and count its outcome."""
         error = future.exception()
         if error is None:
             self.count(rpc, "OK")
         else:
-            self.failed(rpc, error)  # type: ignore[arg-type]
+            assert isinstance(error, grpc.RpcError), error
+            self.failed(rpc, error)
 
     def as_dict(self) -> dict[str, object]:
         with self._lock:
@@ -525,13 +527,14 @@ def quiet_tenant(client: MemoryClient, queries: Sequence[str], seconds: float, r
     latencies: list[float] = []
     failures: Counter[str] = Counter()
 
-    def done(future: grpc.Future, began: float) -> None:
+    def done(future: grpc.Future[Any], began: float) -> None:
         elapsed = time.perf_counter() - began
         error = future.exception()
         with finished:
             latencies.append(elapsed)
             if error is not None:
-                failures[describe(error)[0]] += 1  # type: ignore[arg-type]
+                assert isinstance(error, grpc.RpcError), error
+                failures[describe(error)[0]] += 1
             elif elapsed > B_DEADLINE:
                 failures["SLOWER_THAN_DEADLINE"] += 1
             finished.notify_all()

@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         with MemoryClient(server.target) as client:
             for start in range(0, args.size, 1000):
                 client.retain_batch(TENANT, corpus.memories(start, min(1000, args.size - start)))
-        cells = {(transport, clients): [] for clients in (1, 16) for transport in ("grpc", "http")}
+        cells: dict[tuple[str, int], list[dict[str, float]]] = {
+            (transport, clients): [] for clients in (1, 16) for transport in ("grpc", "http")
+        }
         makers = {
             "grpc": lambda: _grpc_caller(server.target),
             "http": lambda: _http_caller(server.http_port),

@@ -26,12 +26,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 
 from bench.common import percentiles, print_table, running_server, write_json
 from bench.corpus import Corpus
+
+if TYPE_CHECKING:
+    from mnemosyne.client import MemoryClient
+
+Row = dict[str, Any]  # a row of the table (and of the JSON written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus = Corpus(seed=23)
     texts = corpus.memories(0, args.items)
-    rows: dict[str, dict[str, object]] = {}
+    rows: dict[str, Row] = {}
 
-    def measure(name: str, items: int, run: Callable[[], dict[str, object] | None]) -> None:
+    def measure(name: str, items: int, run: Callable[[], Row | None]) -> None:
         t0 = time.perf_counter()
         extra = run()
         if extra is not None and extra.get("skipped"):
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             for start in range(0, len(texts), args.batch):
                 client.retain_batch("ingest-batch", texts[start : start + args.batch])
 
-        def hot_path() -> dict[str, object] | None:
+        def hot_path() -> Row | None:
             return _hot_path(client, texts[: args.single_items])
 
         measure("retain", args.single_items, single)
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             table.append([name, "-", "-", "-", "-", row["skipped"]])
             continue
         note = row.get("note", "")
-        table.append([name, row["items"], row["items_per_s"], row["us_per_item"], single_us / row["us_per_item"], note])  # type: ignore[operator]
+        table.append([name, row["items"], row["items_per_s"], row["us_per_item"], single_us / row["us_per_item"], note])
     print_table(
         f"Ingest (server synchronous={args.synchronous.upper()}, batches of {args.batch})",
         ["path", "items", "items/s", "µs/item", "× single Retain", "note"],
@@ -127,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "batch_over_single": single_us / rows["retain_batch"]["us_per_item"],
         },
-    )  # type: ignore[operator]
+    )
     return 0
 
 
-def _hot_path(client, texts: list[str]) -> dict[str, object]:
+def _hot_path(client: MemoryClient, texts: list[str]) -> Row:
     """Enqueue every text with fast=True, then Flush; {"skipped": why} without a hot path."""
     from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2
 

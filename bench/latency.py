@@ -27,9 +27,13 @@ import argparse
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import grpc
 import numpy as np
+from google.protobuf.message import Message
 
 from bench.common import percentiles, print_table, running_server, write_json
 from bench.corpus import Corpus
@@ -49,7 +53,9 @@ def tenant_bytes(data_dir: Path, tenant: str) -> int:
     return sum(p.stat().st_size for p in (data_dir / "tenants").glob(f"{tenant}.sqlite*"))
 
 
-def timed_server_calls(call, requests, metadata) -> tuple[list[float], list[float]]:
+def timed_server_calls(
+    call: grpc.UnaryUnaryMultiCallable[Any, Any], requests: Sequence[Message], metadata: tuple[tuple[str, str], ...]
+) -> tuple[list[float], list[float]]:
     """(server-side seconds, wall seconds) of ``call.with_call`` for each request."""
     server, wall = [], []
     for request in requests:
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             queries = corpus.queries(size, args.queries)
             for q in queries[:20]:  # warm-up: the first recall loads the vector cache
                 client.recall(TENANT, q, k=K)
-            row: dict[str, object] = {"memories": size}
+            row: dict[str, Any] = {"memories": size}
             modes = (
                 ("hybrid", memory_pb2.RECALL_MODE_HYBRID),
                 ("vector", memory_pb2.RECALL_MODE_VECTOR),
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             if collection is not None:
                 row["chroma_recall_vs_exact"] = float(np.mean(overlap))
                 row["chroma_ef_search"] = args.chroma_ef
-            row["server_rss_bytes"] = server_rss_bytes(server.process.pid)
+            row["server_rss_bytes"] = server_rss_bytes(server.pid)
             row["tenant_file_bytes"] = tenant_bytes(server.data_dir, TENANT)
             results.append(row)
             print(f"  done {size}", flush=True)

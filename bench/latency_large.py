@@ -28,7 +28,9 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +38,10 @@ from bench.common import percentiles, print_table, running_server, wait_for_post
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
+
+if TYPE_CHECKING:
+    from mnemosyne.client import MemoryClient
+    from mnemosyne.v1 import memory_pb2
 
 TENANT = "bench-large"
 K = 10
@@ -65,9 +71,12 @@ def load(data_dir: Path, memories: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_hits(client, requests) -> tuple[list[float], list[set[int]]]:  # type: ignore[no-untyped-def]
+def timed_hits(
+    client: MemoryClient, requests: Sequence[memory_pb2.RecallRequest]
+) -> tuple[list[float], list[set[int]]]:
     """(server-side seconds, hit ids) of each recall request, from the trailing metadata."""
-    seconds, hits = [], []
+    seconds: list[float] = []
+    hits: list[set[int]] = []
     for request in requests:
         response, rpc = client.memory.Recall.with_call(request, metadata=client.call_metadata, timeout=60)
         seconds.append(float(dict(rpc.trailing_metadata() or ())["mnemosyne-server-time-us"]) / 1e6)
@@ -80,7 +89,9 @@ def memories_in(tenant_file: Path) -> int:
 
     connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return int(connection.execute("SELECT count(*) FROM memories").fetchone()[0])
+        row = connection.execute("SELECT count(*) FROM memories").fetchone()
+        assert row is not None  # a count always has its row
+        return int(row[0])
     finally:
         connection.close()
 
@@ -130,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             queries = Corpus().queries(args.memories, args.queries)
             for client in (exact_client, ann_client):  # loads the vector caches; starts the build
                 client.recall(TENANT, queries[0], k=K)
-            rss_before = server_rss_bytes(indexed.process.pid)
+            rss_before = server_rss_bytes(indexed.pid)
             deadline = time.monotonic() + args.build_timeout
             while not (built := _BUILT.search(indexed.stderr_path.read_text())):
                 assert time.monotonic() < deadline, "the index was not built in time"
@@ -141,15 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
             while not ann_file.exists():
                 time.sleep(0.2)
-            row: dict[str, object] = {
+            row: dict[str, Any] = {
                 "memories": args.memories,
                 "load_seconds": seconds,
                 "build_seconds": float(built.group(2)),
                 "indexed_rows": int(built.group(1)),
                 "rss_before_index_bytes": rss_before,
-                "rss_after_index_bytes": server_rss_bytes(indexed.process.pid),
+                "rss_after_index_bytes": server_rss_bytes(indexed.pid),
                 "index_file_bytes": ann_file.stat().st_size,
-                "exact_server_rss_bytes": server_rss_bytes(exact.process.pid),
+                "exact_server_rss_bytes": server_rss_bytes(exact.pid),
                 "tenant_file_bytes": (ann_dir / "tenants" / f"{TENANT}.sqlite").stat().st_size,
             }
             for q in queries[:20]:
@@ -182,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             [
                 args.memories,
                 name,
-                row[f"exact_{name}"]["p50_ms"],  # type: ignore[index]
-                row[f"exact_{name}"]["p99_ms"],  # type: ignore[index]
-                row[f"ann_{name}"]["p50_ms"],  # type: ignore[index]
-                row[f"ann_{name}"]["p99_ms"],  # type: ignore[index]
+                row[f"exact_{name}"]["p50_ms"],
+                row[f"exact_{name}"]["p99_ms"],
+                row[f"ann_{name}"]["p50_ms"],
+                row[f"ann_{name}"]["p99_ms"],
                 row.get(f"recall_vs_exact_{name}", float("nan")),
             ]
             for name in modes
@@ -193,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"load {row['load_seconds']:.0f} s; index build {row['build_seconds']:.1f} s ({row['indexed_rows']} rows); "
-        f"RSS {int(row['rss_before_index_bytes']) / 2**20:.0f} -> {int(row['rss_after_index_bytes']) / 2**20:.0f} MiB "  # type: ignore[call-overload]
-        f"(exact server {int(row['exact_server_rss_bytes']) / 2**20:.0f} MiB); "  # type: ignore[call-overload]
-        f"index file {int(row['index_file_bytes']) / 2**20:.0f} MiB; "  # type: ignore[call-overload]
-        f"tenant file {int(row['tenant_file_bytes']) / 2**20:.0f} MiB; "  # type: ignore[call-overload]
+        f"RSS {int(row['rss_before_index_bytes']) / 2**20:.0f} -> {int(row['rss_after_index_bytes']) / 2**20:.0f} MiB "
+        f"(exact server {int(row['exact_server_rss_bytes']) / 2**20:.0f} MiB); "
+        f"index file {int(row['index_file_bytes']) / 2**20:.0f} MiB; "
+        f"tenant file {int(row['tenant_file_bytes']) / 2**20:.0f} MiB; "
         f"whole run {time.perf_counter() - began:.0f} s"
     )
     if args.out:

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
@@ -61,7 +62,7 @@ def main() -> None:
         for i in range(args.writes)
     ]
     with tempfile.TemporaryDirectory() as tmp, ChatServer() as chat:
-        results = {}
+        results: dict[str, Any] = {}  # printed as JSON
         for name, extra in (
             ("rules", []),
             ("openai", ["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "bench-model"]),

@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.common import print_table, running_server, write_json
 from mnemosyne.engine.recall import SWITCHABLE
@@ -60,6 +61,10 @@ class Question:
     qa_index: int = 0
 
 
+Conversation = tuple[str, list[Turn], list[Question]]  # (sample id, its turns, its questions)
+Ranked = list[tuple[Question, list[str]]]  # each question with the dia_ids of its hits, best first
+
+
 def normalise_evidence(raw: list[str]) -> frozenset[str]:
     """``"D8:6; D9:17"``, ``"D:11:26"``, ``"D30:05"`` -> {"D8:6", "D9:17"}, {"D11:26"}, {"D30:5"}."""
     out = set()
@@ -71,7 +76,7 @@ def normalise_evidence(raw: list[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def turn_text(turn: dict, date: str) -> str:
+def turn_text(turn: dict[str, Any], date: str) -> str:
     text = f"{turn['speaker']} ({date}): {turn['text']}"
     if turn.get("blip_caption"):
         text += f" [shares a photo: {turn['blip_caption']}]"
@@ -98,7 +103,7 @@ def load_fixes(path: Path | None) -> dict[tuple[str, int], tuple[str, frozenset[
     }
 
 
-def load(path: Path, fixes_path: Path | None = None) -> list[tuple[str, list[Turn], list[Question]]]:
+def load(path: Path, fixes_path: Path | None = None) -> list[Conversation]:
     """Every conversation: its turns and its questions with evidence (category 5 included: it is
     scored only in the all-questions figure)."""
     fixes = load_fixes(fixes_path)
@@ -138,14 +143,14 @@ def score(evidence: frozenset[str], ranked_dia_ids: list[str], k: int) -> float:
 
 
 def run_mnemosyne(
-    conversations,
+    conversations: list[Conversation],
     embedder: str,
     mode: str,
     server_args: list[str],
     *,
     python: str | None = None,
     off: list[str] | None = None,
-) -> tuple[list, dict]:
+) -> tuple[Ranked, dict[str, float]]:
     from mnemosyne.client import MemoryClient
     from mnemosyne.client.types import RetainItem, ThreadRef
 
@@ -187,7 +192,7 @@ def run_mnemosyne(
     return results, timing
 
 
-def run_chroma(conversations) -> tuple[list, dict]:
+def run_chroma(conversations: list[Conversation]) -> tuple[Ranked, dict[str, float]]:
     import chromadb
 
     from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
@@ -212,21 +217,21 @@ def run_chroma(conversations) -> tuple[list, dict]:
     return results, timing
 
 
-def summarise(results, *, corrected: bool = False) -> dict[str, object]:
+def summarise(results: Ranked, *, corrected: bool = False) -> dict[str, Any]:
     """recall@5/@10 over the questions of categories 1-4, overall and per category, on the
     original (or ``corrected``) evidence; ``all_questions_recall@10`` over every question with
     evidence, category 5 included (as some published systems report it)."""
-    by_cat: dict[int, list] = defaultdict(list)
+    by_cat: dict[int, list[list[float]]] = defaultdict(list)
     for q, ranked in results:
         # Distinct dia_ids among the first k hits only (a hit list never repeats a memory).
         by_cat[q.category].append([score(q.corrected if corrected else q.evidence, ranked, k) for k in KS])
     everything = [s for c, scores in by_cat.items() if c in CATEGORIES for s in scores]
     all_questions = [s for scores in by_cat.values() for s in scores]
 
-    def mean(rows, i):
+    def mean(rows: list[list[float]], i: int) -> float:
         return sum(r[i] for r in rows) / len(rows) if rows else 0.0
 
-    summary: dict[str, object] = {"questions": len(everything)}
+    summary: dict[str, Any] = {"questions": len(everything)}
     for i, k in enumerate(KS):
         summary[f"recall@{k}"] = mean(everything, i)
     summary["all_questions"] = len(all_questions)
@@ -242,7 +247,7 @@ def summarise(results, *, corrected: bool = False) -> dict[str, object]:
     return summary
 
 
-def print_summary(title: str, summary: dict) -> None:
+def print_summary(title: str, summary: dict[str, Any]) -> None:
     rows = [["all (1-4)", summary["questions"], summary["recall@5"], summary["recall@10"]]]
     for name, cat in summary["by_category"].items():
         rows.append([name, cat["questions"], cat["recall@5"], cat["recall@10"]])

@@ -48,7 +48,7 @@ def _cpu(processes: list[ServerProcess]) -> float:
     total = 0.0
     for server in processes:
         assert server.process is not None
-        times = psutil.Process(server.process.pid).cpu_times()
+        times = psutil.Process(server.pid).cpu_times()
         total += times.user + times.system
     return total
 

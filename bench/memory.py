@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus = Corpus()
     with running_server() as server, MemoryClient(server.target, timeout=600) as client:
-        pid = server.process.pid
+        pid = server.pid
         start_rss = server_rss_bytes(pid)
         text_bytes = 0
         t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from mnemosyne.store.membership import owner_of
 
 
 def _tenants_of_m0(prefix: str, count: int) -> list[str]:
-    found = []
+    found: list[str] = []
     i = 0
     while len(found) < count:
         tenant = f"{prefix}-{i}"
@@ -87,7 +87,7 @@ def main() -> None:
                 for tenant in small:
                     client.retain_batch(tenant, [f"{tenant} note {n}: the ferry leaves at {n}" for n in range(5)])
                 print(f"filled {len(small)} small tenants")
-                stop, gaps = threading.Event(), []
+                stop, gaps = threading.Event(), list[float]()
                 writer = threading.Thread(target=_window, args=(members, large, stop, gaps))
                 writer.start()
                 time.sleep(2.0)

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = corpus.memories(0, 2000)
     server_args = ["--synchronous", args.synchronous, "--max-open-tenants", str(args.max_open_tenants)]
     with running_server(args=server_args) as server, MemoryClient(server.target, timeout=600) as client:
-        process = psutil.Process(server.process.pid)
+        process = psutil.Process(server.pid)
         baseline = {"rss_bytes": process.memory_info().rss, "open_fds": open_fds(process.pid)}
 
         def create(n: int) -> None:

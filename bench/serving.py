@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-serving-")))
         ours = stack.enter_context(running_server(args=args.server_args.split()))
         targets: dict[str, Any] = {"memories": args.memories, "ours": ours.target}
-        pids = {"ours": ours.process.pid}
+        pids = {"ours": ours.pid}
         if args.baseline_python or args.baseline_args or args.baseline_env:
             base = stack.enter_context(
                 running_server(
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                     env=dict(kv.split("=", 1) for kv in args.baseline_env.split()),
                 )
             )
-            targets["base"], pids["base"] = base.target, base.process.pid
+            targets["base"], pids["base"] = base.target, base.pid
         systems = ["ours_recall", *(["base_recall"] if "base" in targets else []), "chroma_query"]
         systems += ["ours_ping", *(["base_ping"] if "base" in targets else []), "bare_ping"]
         if args.systems:
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             profile(
                 clients,
                 args.profile_system,
-                ours.process.pid,
+                ours.pid,
                 2 * args.seconds,
                 args.profile,
                 args.profile_flags.split(),
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     def median(values: list[dict[str, float]], key: str) -> float:
         return float(np.median([v[key] for v in values]))
 
-    results = {
+    results: dict[str, dict[str, Any]] = {
         f"{mode}/{system}/{n}": {
             "calls_per_s": median(v, "calls_per_s"),
             "p50_ms": median(v, "p50_ms"),
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios = ratios_of(results, mode, counts)
         for name, value in ratios.items():
             print(f"  {name}: {value:.3f}")
-        results[f"{mode}/ratios"] = ratios  # type: ignore[assignment]
+        results[f"{mode}/ratios"] = ratios
     write_json(
         args.out,
         {

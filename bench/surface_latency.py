@@ -64,6 +64,10 @@ class Surfaces:
 
     def calls(self, topic: int) -> dict[str, Callable[[], Awaitable[None] | None]]:
         fact = uuid.uuid4().hex
+
+        def grpc_recall() -> None:
+            self.grpc.recall("default", f"topic {topic}", k=10)
+
         return {
             "mem0 add": lambda: _post(self.http, "/v3/memories/add/", {"messages": f"fact {fact} on {topic}"}),
             "mem0 search": lambda: _post(self.http, "/v3/memories/search/", {"query": f"topic {topic}"}),
@@ -71,7 +75,7 @@ class Surfaces:
                 self.http, "/v1/tenants/default/memories:recall", {"query": f"topic {topic}", "k": 10}
             ),
             "json ping": lambda: _get(self.http, "/v1/ping"),
-            "grpc recall": lambda: self.grpc.recall("default", f"topic {topic}", k=10) and None,
+            "grpc recall": grpc_recall,
             "grpc ping": self.grpc.ping,
             "mcp recall": lambda: self.tool("recall", {"query": f"topic {topic}", "k": 5}),
             "mcp retain": lambda: self.tool("retain", {"text": f"tool fact {fact}"}),

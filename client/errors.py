@@ -31,8 +31,12 @@ from mnemosyne.host.protocol import ServiceError
 
 
 class MnemosyneClientError(ServiceError):
-    """A failed call: ``code`` the ``grpc.StatusCode``, ``reason`` the ErrorInfo reason,
-    ``message`` the server's words (a ``ServiceError`` of the shared host flows, host/protocol.py)."""
+    """A failed call: ``code`` the ``grpc.StatusCode``, ``reason`` the ErrorInfo reason (stable,
+    UPPER_SNAKE: branch on it, not on the message), ``message`` the server's words for a person,
+    ``metadata`` the ErrorInfo's details (e.g. the limit and the value past it),
+    ``retry_after_seconds`` the server's RetryInfo delay (None: retrying soon will not help). A
+    ``ServiceError`` of the shared host flows (host/protocol.py). Catch it to catch every failure
+    of a call; the subclasses below follow the gRPC code."""
 
     def __init__(
         self,
@@ -49,37 +53,67 @@ class MnemosyneClientError(ServiceError):
         self.retry_after_seconds = retry_after_seconds
 
 
-class InvalidArgumentError(MnemosyneClientError): ...
+class InvalidArgumentError(MnemosyneClientError):
+    """INVALID_ARGUMENT: the request itself is wrong (TEXT_EMPTY, TEXT_TOO_LONG, TENANT_INVALID,
+    K_OUT_OF_RANGE, ...); the message says which field and what is allowed. Fix the request;
+    sending it again fails again."""
 
 
-class NotFoundError(MnemosyneClientError): ...
+class NotFoundError(MnemosyneClientError):
+    """NOT_FOUND: what the call names does not exist (MEMORY_NOT_FOUND, EVENT_NOT_FOUND,
+    RECORD_NOT_FOUND, TENANT_NOT_FOUND, THREAD_NOT_FOUND)."""
 
 
-class FailedPreconditionError(MnemosyneClientError): ...
+class FailedPreconditionError(MnemosyneClientError):
+    """FAILED_PRECONDITION: the request is well formed but the state refuses it (MEMORY_DUPLICATE,
+    MEMORY_MERGED, FORGET_TOO_MANY, TENANT_EXISTS, OBSERVATION_MISSING, NOT_OWNER, ...); change
+    the state or the request first."""
 
 
-class AbortedError(MnemosyneClientError): ...
+class AbortedError(MnemosyneClientError):
+    """ABORTED: a concurrency check failed. GENERATION_MISMATCH: another write came first,
+    assemble the context again (never retry with a newer generation); IDEMPOTENCY_KEY_REUSED
+    or RECEIPT_REUSED: the id came with another payload before; RECORDS_CHANGED: a listing's
+    records changed under it, list again."""
 
 
-class PermissionDeniedError(MnemosyneClientError): ...
+class PermissionDeniedError(MnemosyneClientError):
+    """PERMISSION_DENIED: the token is known but may not do this (TENANT_FORBIDDEN: it does not
+    name the tenant; ADMIN_REQUIRED: the call needs an admin token)."""
 
 
-class UnauthenticatedError(MnemosyneClientError): ...
+class UnauthenticatedError(MnemosyneClientError):
+    """UNAUTHENTICATED: the server needs a token and got none (TOKEN_MISSING), a malformed one
+    (TOKEN_MALFORMED) or an unknown one (TOKEN_UNKNOWN): pass ``token`` to ``MemoryClient``."""
 
 
-class ResourceExhaustedError(MnemosyneClientError): ...
+class ResourceExhaustedError(MnemosyneClientError):
+    """RESOURCE_EXHAUSTED: a limit was reached. ``<LIMIT>_REACHED`` (the server's admission
+    limits) carries ``retry_after_seconds``, and the client waits and retries a call that is safe
+    to repeat; QUOTA_MEMORIES, QUOTA_BYTES (the tenant's quota), RECORDS_LIMIT and DISK_FULL do
+    not pass by waiting."""
 
 
-class DeadlineExceededError(MnemosyneClientError): ...
+class DeadlineExceededError(MnemosyneClientError):
+    """DEADLINE_EXCEEDED: the call outlived its deadline (the client's ``timeout``), or a wait on
+    the server did (HOT_PATH_DEADLINE_EXCEEDED: a flush or disable, its metadata naming the
+    remaining queue depth). A write may have been done: repeat it with the same request id."""
 
 
-class UnavailableError(MnemosyneClientError): ...
+class UnavailableError(MnemosyneClientError):
+    """UNAVAILABLE: nothing answered, or the server cannot serve now (SHUTTING_DOWN,
+    TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE). Raised after the client's own retries; safe
+    to repeat a read, or a write with the same request id."""
 
 
-class DataLossError(MnemosyneClientError): ...
+class DataLossError(MnemosyneClientError):
+    """DATA_LOSS: the tenant's file is damaged (TENANT_CORRUPT) or a copy did not arrive whole
+    (MOVE_HEAD_MISMATCH). Other tenants are unaffected; restore the tenant from a backup."""
 
 
-class ServerError(MnemosyneClientError): ...
+class ServerError(MnemosyneClientError):
+    """Any other code (INTERNAL, UNKNOWN, UNIMPLEMENTED, ...): a fault of the server, or no
+    Mnemosyne server at the address (the message then asks whether one listens there)."""
 
 
 _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
@@ -105,7 +139,8 @@ def _details(error: grpc.RpcError) -> list[any_pb2.Any]:
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
-    """The ErrorInfo detail of a failed call, if the server sent one."""
+    """The ``google.rpc.ErrorInfo`` detail of a failed call (``reason``, ``domain``,
+    ``metadata``), or None when the server sent none (it was no Mnemosyne server)."""
     for detail in _details(error):
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
@@ -115,7 +150,8 @@ def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
 
 
 def retry_delay(error: grpc.RpcError) -> float | None:
-    """The RetryInfo delay of a failed call in seconds, if the server sent one."""
+    """The ``google.rpc.RetryInfo`` delay of a failed call in seconds, or None when the server
+    sent none."""
     for detail in _details(error):
         if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
@@ -131,8 +167,9 @@ _NOT_MNEMOSYNE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLE
 
 
 def typed(error: ServiceError) -> MnemosyneClientError:
-    """The typed error of a refusal a shared host flow made itself (host/protocol.py: a reply
-    without its generation, records that kept changing)."""
+    """The typed client error of ``error``, a refusal a shared host flow made itself
+    (host/protocol.py: a reply without its generation, records that kept changing); a client
+    error is returned as it is."""
     if isinstance(error, MnemosyneClientError):
         return error
     code = grpc.StatusCode[error.code_name]
@@ -140,9 +177,11 @@ def typed(error: ServiceError) -> MnemosyneClientError:
 
 
 def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientError:
-    """The typed error of a failed call. ``target``: the address the call went to; a failure that
-    did not come from a Mnemosyne server (no ErrorInfo) then asks whether one listens there, with
-    gRPC's own words after it. The code and reason stay those of the failure."""
+    """The typed error of a failed call (the class of its code, its ErrorInfo reason and
+    metadata, its RetryInfo delay), for calls made with a stub of your own. ``target``: the
+    address the call went to; a failure that did not come from a Mnemosyne server (no
+    ErrorInfo) then asks whether one listens there, with gRPC's own words after it. The code and
+    reason stay those of the failure (the code's name when there is no ErrorInfo)."""
     code = error.code()
     info = error_info(error)
     reason = info.reason if info is not None else code.name

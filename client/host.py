@@ -28,7 +28,8 @@ from mnemosyne.host.protocol import HostObservations, Observation, render_contex
 
 
 class MemoryHost:
-    """Memory tools for the agents of one tenant.
+    """Memory tools for the agents of one tenant: ``client`` makes the calls, ``tenant`` is whose
+    memory they read and write.
 
     ``observations`` may be shared between hosts of one process (it is thread-safe); by default
     each host has its own, so a new ``MemoryHost`` — a resumed agent — has observed nothing.
@@ -44,7 +45,12 @@ class MemoryHost:
     # -- context --------------------------------------------------------------------------------
 
     def assemble_context(self, agent: object, workspace: str, query: str | None = None, k: int = 5) -> str:
-        """The memory part of the agent's prompt; records the generations it was read at."""
+        """The memory part of ``agent``'s prompt: the Global records, ``workspace``'s records and,
+        for ``query``, the ``k`` most relevant memories, as text for the model (no generation in
+        it). Records the generations it was read at as ``agent``'s observation (``agent`` is the
+        live object of one agent: its tool calls write against what it last read). Raises the
+        client's errors (``InvalidArgumentError`` WORKSPACE_INVALID, the token's, the server's
+        unavailability)."""
         return self.client.run(host_protocol.read_memory(self.observations, agent, self.tenant, workspace, query, k))
 
     # -- tools ----------------------------------------------------------------------------------
@@ -56,8 +62,16 @@ class MemoryHost:
         return host_protocol.tool_schemas(format)
 
     def call_tool(self, agent: object, name: str, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
-        """Run one model tool call. Returns ``{"ok": True, ...}`` or ``{"ok": False, "error": ...,
-        "reason": ...}``; never a generation, never an exception for what the model sent."""
+        """Run one model tool call for ``agent``: ``name`` "memory_update" or "update_workspace"
+        (``tool_schemas`` describes them), ``arguments`` as the model sent them (a mapping or its
+        JSON text). Writes against the generations ``agent`` last read (``assemble_context``).
+
+        Returns ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": ..., "reason": ...}``
+        for the model to read: ARGUMENTS_INVALID, CONTEXT_NOT_ASSEMBLED (assemble first),
+        STALE_CONTEXT (another write came first: assemble again), MEMORY_UNAVAILABLE, or the
+        server's reason for bad content (RECORD_TOO_LARGE, ...); never a generation, never an
+        exception for what the model sent. Raises the client's error for a refusal that is not
+        the model's to read (a forbidden tenant, a missing token)."""
         return self.client.run(host_protocol.write_memory(self.observations, agent, self.tenant, name, arguments))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import grpc
 
@@ -63,19 +63,37 @@ _CHANGE_OPS = {"put": workspace_pb2.RecordChange.PUT, "delete": workspace_pb2.Re
 
 
 def new_request_id() -> str:
+    """A fresh idempotency key (32 hex digits), what a write sends when its caller gives none."""
     return uuid.uuid4().hex
 
 
 class MemoryClient:
-    """A connection to one Mnemosyne server.
+    """A connection to one Mnemosyne server (or to every member of a deployment).
 
     ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata);
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
-    server; ``timeout`` the per-call deadline in seconds. ``members``: on a deployment of many
-    members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the servers take ``--members``, or
-    a mapping; a list that cannot be used raises ``MemberListError``, a ValueError): each call then
-    goes straight to the member owning its tenant (client/routing.py), and ``target`` is not used
-    (``""`` will do).
+    server; ``timeout`` the per-call deadline in seconds; ``retries`` how many times a call that
+    is safe to repeat is tried again after UNAVAILABLE, or after a refusal for a server limit that
+    names a retry delay; ``options`` gRPC channel options, added to the client's own. ``members``:
+    on a deployment of many members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the
+    servers take ``--members``, or a mapping; a list that cannot be used raises
+    ``MemberListError``, a ValueError): each call then goes straight to the member owning its
+    tenant (client/routing.py), and ``target`` is not used (``""`` will do). Use it as a context
+    manager, or ``close()`` it.
+
+    Every failed call raises a ``MnemosyneClientError`` (``mnemosyne.client.errors``) whose class
+    follows the gRPC code and whose ``reason`` is the server's. Each method names the reasons of
+    its own; any call may also fail with ``UnauthenticatedError`` (TOKEN_MISSING, TOKEN_UNKNOWN,
+    TOKEN_MALFORMED: pass the right ``token``), ``PermissionDeniedError`` (TENANT_FORBIDDEN: the
+    token does not name the tenant; ADMIN_REQUIRED: the call needs an admin token),
+    ``InvalidArgumentError`` (TENANT_INVALID: a tenant id is 1-63 of ``a-z0-9_-``, starting with a
+    letter or digit; REQUEST_TOO_LARGE: the request is over 16 MiB, refused here before it is
+    sent), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
+    and retried when the call is safe to repeat; DISK_FULL), ``UnavailableError`` (the server is
+    unreachable, SHUTTING_DOWN, TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE: retried, then
+    raised), ``DeadlineExceededError`` (the call outlived ``timeout``), ``DataLossError``
+    (TENANT_CORRUPT: the tenant's file is damaged) and ``FailedPreconditionError`` (NOT_OWNER: a
+    member that does not hold the tenant; a client given ``members`` follows it on its own).
     """
 
     def __init__(
@@ -104,11 +122,11 @@ class MemoryClient:
         self._channel = RoutingChannel(members, channel_to) if members is not None else channel_to(target)
         self._timeout = timeout
         self._retries = retries
-        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
-        self.events = events_pb2_grpc.EventsServiceStub(self._channel)  # type: ignore[no-untyped-call]  # grpcio-tools generates untyped stubs
+        self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
+        self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)
+        self.events = events_pb2_grpc.EventsServiceStub(self._channel)
         self._stubs = {
             "mnemosyne.v1.MemoryService": self.memory,
             "mnemosyne.v1.AdminService": self.admin,
@@ -119,13 +137,17 @@ class MemoryClient:
 
     @property
     def channel(self) -> grpc.Channel:
+        """The gRPC channel the calls go through (a ``RoutingChannel`` with ``members``): for
+        stubs of your own, with ``call_metadata``."""
         return self._channel
 
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The metadata every call of this client carries (its token), to send with a stub's call."""
         return self._metadata
 
     def close(self) -> None:
+        """Close the channel (and every member's); the client cannot be used after."""
         self._channel.close()
 
     def __enter__(self) -> MemoryClient:
@@ -143,8 +165,14 @@ class MemoryClient:
         metadata: Iterable[tuple[str, str]] = (),
         timeout: float | None = None,
     ) -> T:
-        """Invoke a stub method with auth metadata, deadline (``timeout``, else the client's),
-        retries and typed errors."""
+        """Invoke a stub method with this client's token, deadline (``timeout``, else the
+        client's), retries and typed errors: what every method here does, for a stub's method of
+        your own (``self.memory.Retain``, ...).
+
+        ``retry``: the call is safe to repeat (a read, or a write carrying a request id); then it
+        is tried again after UNAVAILABLE and after a refusal naming a retry delay. ``metadata`` is
+        sent beside the token. Returns the response. Raises ``InvalidArgumentError``
+        (REQUEST_TOO_LARGE) before sending a request over 16 MiB, and the call's typed error."""
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
             raise InvalidArgumentError(
@@ -190,8 +218,9 @@ class MemoryClient:
     # -- the calls of the shared host flows (host/protocol.py) --------------------------------------
 
     def ask(self, ask: Ask) -> Answer:
-        """One call of a host flow, with this client's token, deadline (outlasting the call's wait on
-        the server), retries and typed errors."""
+        """Make one call of a host flow (host/protocol.py) with this client's token, deadline
+        (outlasting the call's wait on the server), retries and typed errors; returns the
+        response with its initial and trailing metadata. ``MemoryHost`` runs its flows through it."""
         service, method = ask.method.rsplit("/", 2)[1:]
         stub = getattr(self._stubs[service], method).with_call
         timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
@@ -199,7 +228,8 @@ class MemoryClient:
         return Answer(response, call.initial_metadata() or (), call.trailing_metadata() or ())
 
     def run(self, flow: Flow[T]) -> T:
-        """A host flow's result, its calls made by ``ask``; what it refuses is a typed client error."""
+        """Run a host flow (host/protocol.py) to its result, its calls made by ``ask``. Raises
+        the typed client error of a failed call, or of what the flow itself refuses."""
         try:
             return host_protocol.run(flow, self.ask)
         except ServiceError as error:
@@ -222,9 +252,22 @@ class MemoryClient:
         thread: types.ThreadRef | None = None,
         speaker: str = "",
     ) -> types.RetainResult:
-        """Retain one text. ``occurred_at`` (unix seconds) is when it was said or happened;
-        ``thread`` its place in a thread; ``speaker`` who said or wrote it (all optional,
-        docs/recall-quality.md)."""
+        """Retain one text as a memory of ``tenant``; committed (readable by a recall) when this
+        returns, unless ``fast`` and the tenant's hot path is enabled: then only queued.
+
+        ``scope`` is "global" or "workspace/<name>"; ``metadata`` string pairs kept with it (recall
+        and list filter on them); ``request_id`` makes a retry after a lost reply return the first
+        result (one is made when omitted). ``occurred_at`` (unix seconds) is when it was said or
+        happened, ``thread`` its place in a thread, ``speaker`` who said or wrote it (all
+        optional, docs/recall-quality.md). Returns a ``RetainResult``: "created" (``memory_id``
+        the new memory), "duplicate" (``memory_id`` the memory that holds the same text in the
+        scope) or "enqueued" (``event_id``, see ``get_event`` and ``hot_path("flush")``), with the
+        memories it is a near duplicate of or supersedes. Raises ``InvalidArgumentError``
+        (TEXT_EMPTY, TEXT_TOO_LONG, TEXT_INVALID, SCOPE_INVALID, METADATA_INVALID,
+        METADATA_TOO_LARGE, OCCURRED_AT_INVALID, THREAD_INVALID, SPEAKER_INVALID,
+        REQUEST_ID_INVALID), ``AbortedError`` (IDEMPOTENCY_KEY_REUSED: the request id came with
+        another payload before), ``ResourceExhaustedError`` (QUOTA_MEMORIES, QUOTA_BYTES: the
+        tenant's quota)."""
         request = memory_pb2.RetainRequest(
             tenant=tenant,
             text=text,
@@ -244,6 +287,16 @@ class MemoryClient:
         *,
         fast: bool = False,
     ) -> list[types.RetainResult]:
+        """Retain many items, each on its own: one bad item never loses the others (not atomic as
+        a whole). ``items`` are texts (to the global scope) or ``RetainItem``s; ``request_id`` and
+        ``fast`` are the whole batch's, as for ``retain``.
+
+        Returns one ``RetainResult`` per item, in order; an item refused for its content has
+        status "invalid" with its ``error_reason`` (a reason ``retain`` would raise) and
+        ``error_message``. Raises ``InvalidArgumentError`` (BATCH_EMPTY, BATCH_TOO_LARGE: more
+        items than the server's --max-batch-items, 1,000 by default; REQUEST_ID_INVALID),
+        ``AbortedError`` (IDEMPOTENCY_KEY_REUSED) and ``ResourceExhaustedError`` (QUOTA_MEMORIES,
+        QUOTA_BYTES)."""
         proto_items = [convert.retain_item_to_proto(i) for i in items]
         request = memory_pb2.RetainBatchRequest(
             tenant=tenant, items=proto_items, request_id=request_id or new_request_id(), fast=fast
@@ -262,6 +315,17 @@ class MemoryClient:
         *,
         mode: str = "hybrid",
     ) -> list[types.Hit]:
+        """The ``k`` memories of ``tenant`` most relevant to ``query``, best first.
+
+        ``query`` is free text (never query syntax); ``scopes`` keeps only memories of those
+        scopes (all when empty); ``filters`` only memories whose metadata has each pair exactly;
+        ``mode`` is "hybrid" (vectors fused with full-text BM25), "vector" or "text". Returns
+        ``Hit``s: the memory and its fused, vector and text scores (comparable within one
+        answer). Raises ``ValueError`` for another ``mode``; ``InvalidArgumentError``
+        (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default;
+        SCOPE_INVALID, METADATA_INVALID)."""
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
         request = memory_pb2.RecallRequest(
             tenant=tenant,
             query=query,
@@ -274,6 +338,8 @@ class MemoryClient:
         return convert.hits_from_proto(response.hits)
 
     def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
+        """One memory of ``tenant`` by id, forgotten or merged ones included (as history).
+        Raises ``NotFoundError`` (MEMORY_NOT_FOUND) for an id the tenant never had."""
         response = self.call(
             self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True
         )
@@ -291,7 +357,16 @@ class MemoryClient:
         thread: str = "",
         metadata_equals: Mapping[str, str] | None = None,
     ) -> types.MemoryPage:
-        """A page of memories in id order; with ``thread``, only that thread's, in thread order."""
+        """A page of ``tenant``'s memories in id order (``newest_first``: the reverse); with
+        ``thread``, only that thread's, in thread order.
+
+        ``scope`` keeps one scope (all when empty); ``page_size`` is 1 to the server's
+        --max-page-size (1,000 by default); ``page_token`` the previous page's
+        ``next_page_token`` ("" for the first); ``include_forgotten`` lists forgotten memories too
+        (without their text); ``metadata_equals`` keeps memories whose metadata has each pair.
+        Returns a ``MemoryPage``, whose ``next_page_token`` is "" on the last page. Raises
+        ``InvalidArgumentError`` (PAGE_SIZE_OUT_OF_RANGE, PAGE_TOKEN_INVALID: a token of another
+        listing, order or filter; SCOPE_INVALID, THREAD_INVALID, METADATA_INVALID)."""
         request = memory_pb2.ListMemoriesRequest(
             tenant=tenant,
             scope=scope,
@@ -306,6 +381,12 @@ class MemoryClient:
         return convert.memory_page_from_proto(response)
 
     def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
+        """Forget a memory: everything it held (text, metadata, facts, embedding, earlier versions)
+        is erased from the tenant's files; its id, scope and times stay, and the audit chain
+        records the forget. ``request_id`` as for ``retain``.
+
+        Returns False when it was forgotten already (nothing changed). Raises ``NotFoundError``
+        (MEMORY_NOT_FOUND) for an id the tenant never had."""
         request = memory_pb2.ForgetMemoryRequest(
             tenant=tenant, memory_id=memory_id, request_id=request_id or new_request_id()
         )
@@ -319,7 +400,16 @@ class MemoryClient:
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> types.UpdateResult:
-        """Replace a memory's text (empty keeps it) and metadata (None keeps it) under its id."""
+        """Replace a memory's text (``text``; "" keeps it) and metadata (``metadata``; None keeps
+        it, {} clears it) under its id, as a new write would make them; the old text is kept as
+        an earlier version (``list_memory_versions``). ``request_id`` as for ``retain``.
+
+        Returns an ``UpdateResult``: the memory now, ``updated`` False when nothing changed, and
+        the memories the new text is a near duplicate of or supersedes. Raises
+        ``NotFoundError`` (MEMORY_NOT_FOUND: unknown or forgotten), ``FailedPreconditionError``
+        (MEMORY_DUPLICATE: another memory holds that text, named in the error's ``metadata``;
+        MEMORY_MERGED: Dedup merged it into another), ``InvalidArgumentError`` (UPDATE_EMPTY and
+        the text and metadata reasons of ``retain``)."""
         request = memory_pb2.UpdateMemoryRequest(
             tenant=tenant,
             memory_id=memory_id,
@@ -333,27 +423,47 @@ class MemoryClient:
     def forget_memories(
         self, tenant: str, metadata_equals: Mapping[str, str], scope: str = "", request_id: str | None = None
     ) -> int:
-        """Forget every memory whose metadata has each pair, atomically; returns how many."""
+        """Forget every memory of ``tenant`` whose metadata has each pair of ``metadata_equals``
+        (in ``scope`` only, when given), atomically: all of them or none. ``request_id`` as for
+        ``retain``.
+
+        Returns how many were forgotten. Raises ``InvalidArgumentError`` (FILTER_EMPTY: give at
+        least one pair; METADATA_INVALID, SCOPE_INVALID) and ``FailedPreconditionError``
+        (FORGET_TOO_MANY: more than 10,000 match; narrow the filter)."""
         request = memory_pb2.ForgetMemoriesRequest(
             tenant=tenant, metadata_equals=dict(metadata_equals), scope=scope, request_id=request_id or new_request_id()
         )
         return int(self.call(self.memory.ForgetMemories, request, retry=True).forgotten_count)
 
     def list_memory_versions(self, tenant: str, memory_id: int) -> list[types.MemoryVersion]:
+        """A memory's versions, oldest first (1 is the memory as retained, the last is current),
+        each with the time it became current. Raises ``NotFoundError`` (MEMORY_NOT_FOUND: unknown,
+        or forgotten: its forget erased them all)."""
         request = memory_pb2.ListMemoryVersionsRequest(tenant=tenant, memory_id=memory_id)
         return convert.versions_from_proto(self.call(self.memory.ListMemoryVersions, request, retry=True))
 
     # -- admin ----------------------------------------------------------------------------------
 
     def verify_integrity(self, tenant: str) -> types.IntegrityReport:
+        """Recompute ``tenant``'s audit chain and check every memory against its entry.
+
+        Returns an ``IntegrityReport``: ``valid``, the first broken entry, the entries checked,
+        the chain's head hash (keep it elsewhere to detect a rewrite of the whole file) and the
+        problems found. A tampered file is a report, not an error; a tenant without data is
+        valid with nothing checked."""
         r = self.call(self.admin.VerifyIntegrity, admin_pb2.VerifyIntegrityRequest(tenant=tenant), retry=True)
         return convert.integrity_from_proto(r)
 
     def stats(self, tenant: str) -> types.Stats:
+        """``tenant``'s counters, kept in its file: memories, forgotten, writes, model and embedding
+        calls, duplicates, ledger entries, file bytes (a ``Stats``; all 0 for a tenant without
+        data)."""
         r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
         return convert.stats_from_proto(r)
 
     def ping(self) -> None:
+        """Ask the server to answer (and nothing else): raises ``UnavailableError`` when none does
+        at ``target``, and the token's errors."""
         self.call(self.admin.Ping, admin_pb2.PingRequest(), retry=True)
 
     # -- conversations and dedup ----------------------------------------------------------------
@@ -372,9 +482,16 @@ class MemoryClient:
         speaker: str = "",
     ) -> types.RetainResult:
         """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
-        conversation submitted again is reported as a duplicate of the first. ``fast`` takes the
-        hot path as for ``retain``; ``occurred_at``, ``thread`` and ``speaker`` are the whole
-        conversation's (without ``speaker``, the one ``name`` its messages share, if any)."""
+        conversation submitted again is reported as a duplicate of the first.
+
+        ``messages`` are ``Message``s, ``{"role", "content", "name"?}`` mappings or ``(role,
+        content)`` pairs; the memory's text is the transcript, a "role: content" line each.
+        ``scope``, ``metadata``, ``request_id`` and ``fast`` are as for ``retain``;
+        ``occurred_at``, ``thread`` and ``speaker`` are the whole conversation's (without
+        ``speaker``, the one ``name`` its messages share, if any). Returns its ``RetainResult``.
+        Raises ``InvalidArgumentError`` (MESSAGES_EMPTY, MESSAGES_TOO_MANY: over 1,000;
+        MESSAGE_EMPTY, MESSAGE_ROLE_INVALID: a role is 1-64 letters, digits, spaces, ".", "_"
+        or "-"; TEXT_TOO_LONG and the other reasons of ``retain``)."""
         proto = []
         for m in messages:
             name = ""
@@ -399,7 +516,13 @@ class MemoryClient:
     def dedup(
         self, tenant: str, *, merge: bool = False, threshold: float = 0.0, request_id: str | None = None
     ) -> types.DedupResult:
-        """Report near-duplicate groups; with ``merge=True`` merge each into its kept memory."""
+        """Find ``tenant``'s near duplicates (same scope, embeddings at least ``threshold``
+        similar, the same numbers, dates and identifiers); with ``merge=True``, retire each group
+        into its oldest memory (the others keep their text as history and leave recall).
+
+        ``threshold`` is 0-1 (0: the server's default); ``request_id`` makes a retried merge
+        return the first call's groups. Returns a ``DedupResult``: the groups, whether they were
+        merged, the threshold used. Raises ``InvalidArgumentError`` (THRESHOLD_INVALID)."""
         request = admin_pb2.DedupRequest(
             tenant=tenant, merge=merge, threshold=threshold, request_id=request_id or new_request_id()
         )
@@ -413,13 +536,16 @@ class MemoryClient:
     def assemble_context(
         self, tenant: str, workspace: str, query: str | None = None, k: int = 5
     ) -> types.AssembledContext:
-        """Records of Global and ``workspace`` (+ recalled memories for ``query``), with the exact
-        generations read in the same snapshot (from the response metadata).
+        """Records of Global and ``workspace`` (+ the ``k`` memories recalled for ``query``), with
+        the exact generations read in the same snapshot (from the response metadata): host code
+        keeps them and sends them back with ``update_global`` and ``update_workspace``.
 
         Records the server left out to keep its response small (``omitted_records``) are fetched
         one by one and must carry the same generation; if one changed meanwhile, the context is
         assembled again (up to three times), so records and generations always belong together.
-        Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each)."""
+        Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each).
+        Returns an ``AssembledContext``. Raises ``InvalidArgumentError`` (WORKSPACE_INVALID and
+        the query reasons of ``recall``)."""
         assembled = self.run(host_protocol.assemble(tenant, workspace, query, k))
         return types.AssembledContext(
             global_records=[convert.record_from_proto(r) for r in assembled.global_records],
@@ -431,8 +557,14 @@ class MemoryClient:
         )
 
     def update_global(self, tenant: str, content: str, observed_generation: int, request_id: str | None = None) -> int:
-        """Replace MEMORY.md if the Global generation is still ``observed_generation``; returns the
-        new generation. Raises AbortedError (GENERATION_MISMATCH) otherwise."""
+        """Replace the Global MEMORY.md record with ``content`` if the Global generation is still
+        ``observed_generation`` (the one ``assemble_context`` returned); ``request_id`` makes a
+        retry after a lost reply return the first result.
+
+        Returns the new generation. Raises ``AbortedError`` (GENERATION_MISMATCH: another write
+        came first; assemble the context again, never retry with a newer generation),
+        ``InvalidArgumentError`` (RECORD_CONTENT_INVALID, RECORD_TOO_LARGE: over the server's
+        --max-record-bytes, 256 KiB by default)."""
         request = workspace_pb2.UpdateGlobalRequest(
             tenant=tenant, content=content, request_id=request_id or new_request_id()
         )
@@ -452,8 +584,16 @@ class MemoryClient:
         observed_generation: int,
         request_id: str | None = None,
     ) -> int:
-        """Apply puts and deletes as one generation if the workspace is still at
-        ``observed_generation``; returns the new generation."""
+        """Apply ``changes`` (``RecordChange`` puts of whole records and deletes) to ``workspace``
+        as one generation, all or none, if its generation is still ``observed_generation``;
+        ``request_id`` as for ``update_global``.
+
+        Returns the new generation. Raises ``AbortedError`` (GENERATION_MISMATCH, as for
+        ``update_global``), ``InvalidArgumentError`` (WORKSPACE_INVALID, CHANGES_EMPTY,
+        CHANGES_TOO_MANY, CHANGE_OP_INVALID, RECORD_KEY_INVALID, RECORD_KEY_DUPLICATE,
+        RECORD_CONTENT_INVALID, RECORD_TOO_LARGE), ``NotFoundError`` (RECORD_NOT_FOUND: a delete
+        of a missing record) and ``ResourceExhaustedError`` (RECORDS_LIMIT: the workspace would
+        hold more than the server's --max-records-per-workspace)."""
         request = workspace_pb2.UpdateWorkspaceRequest(
             tenant=tenant,
             workspace=workspace,
@@ -469,8 +609,12 @@ class MemoryClient:
         return _generation(call.trailing_metadata(), WORKSPACE_GENERATION_KEY)
 
     def list_records(self, tenant: str, scope: str) -> types.ScopeRecords:
-        """All of a scope's records and their generation (browser editing), following the pages
-        the server returns; a listing the records changed during is started again."""
+        """All of ``scope``'s records and their generation (browser editing), following the pages
+        the server returns; a listing the records changed during is started again (three times
+        at most).
+
+        Returns ``ScopeRecords``. Raises ``AbortedError`` (RECORDS_CHANGED: they kept changing)
+        and ``InvalidArgumentError`` (SCOPE_INVALID)."""
         for _attempt in range(3):
             records: list[types.Record] = []
             token = ""
@@ -493,12 +637,15 @@ class MemoryClient:
         )
 
     def list_scopes(self, tenant: str) -> list[types.ScopeSummary]:
-        """The tenant's scopes: Global, then each workspace that has records, with generations."""
+        """The tenant's scopes: "global" first, then each workspace that has records, by name;
+        each a ``ScopeSummary`` with its generation and record count."""
         r = self.call(self.workspace.ListScopes, workspace_pb2.ListScopesRequest(tenant=tenant), retry=True)
         return convert.scopes_from_proto(r)
 
     def get_record(self, tenant: str, scope: str, key: str) -> tuple[types.Record, int]:
-        """One record and its scope's generation, read together (browser editing)."""
+        """The record ``key`` of ``scope`` and the scope's generation, read together (browser
+        editing). Raises ``NotFoundError`` (RECORD_NOT_FOUND), ``InvalidArgumentError``
+        (SCOPE_INVALID, RECORD_KEY_INVALID)."""
         r = self.call(
             self.workspace.GetRecord, workspace_pb2.GetRecordRequest(tenant=tenant, scope=scope, key=key), retry=True
         )
@@ -512,7 +659,12 @@ class MemoryClient:
         expected_generation: int,
         request_id: str | None = None,
     ) -> int:
-        """Browser edit with an explicit precondition; returns the new generation."""
+        """Apply ``changes`` to ``scope`` as one generation, all or none, if its generation is
+        still ``expected_generation`` (the browser's edit: the generation it read is an argument,
+        not metadata). ``request_id`` as for ``update_global``.
+
+        Returns the new generation. Raises ``AbortedError`` (GENERATION_MISMATCH) and the
+        reasons of ``update_workspace``."""
         request = workspace_pb2.EditRecordsRequest(
             tenant=tenant,
             scope=scope,
@@ -525,7 +677,14 @@ class MemoryClient:
     def consolidate(
         self, tenant: str, scope: str, changes: Sequence[types.RecordChange], expected_generation: int, receipt_id: str
     ) -> types.ConsolidateResult:
-        """Apply a session consolidation exactly once per ``receipt_id`` (safe to retry)."""
+        """Apply a session consolidation's ``changes`` to ``scope`` exactly once per
+        ``receipt_id`` (safe to retry: a receipt already applied returns its first result and
+        changes nothing), if the scope's generation is still ``expected_generation``.
+
+        Returns a ``ConsolidateResult``: the generation the receipt produced, and whether it had
+        been applied already. Raises ``AbortedError`` (GENERATION_MISMATCH; RECEIPT_REUSED: the
+        receipt id came with other changes), ``InvalidArgumentError`` (RECEIPT_ID_INVALID and the
+        reasons of ``update_workspace``)."""
         request = workspace_pb2.ConsolidateRequest(
             tenant=tenant,
             scope=scope,
@@ -538,26 +697,41 @@ class MemoryClient:
 
     def consolidate_session(self, tenant: str, thread: str = "") -> list[types.SessionOutcome]:
         """Consolidate the session of ``thread`` (finished now), or every finished one without a
-        thread, into the records of its scopes on the server, each receipt exactly once (safe to
-        retry: a receipt already applied is reported ``already_applied``)."""
+        thread (idle for the server's --consolidate-idle-seconds), into the MEMORY.md record of
+        each scope its memories are in, each receipt exactly once (safe to retry: a receipt
+        already applied is reported ``already_applied``; docs/consolidation.md).
+
+        Returns a ``SessionOutcome`` per thread and scope. Raises ``NotFoundError``
+        (THREAD_NOT_FOUND) and ``InvalidArgumentError`` (THREAD_INVALID)."""
         request = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=thread)
         return convert.session_outcomes_from_proto(self.call(self.workspace.ConsolidateSession, request, retry=True))
 
     # -- cross-tenant administration (admin token) ---------------------------------------------
 
     def whoami(self) -> types.Caller:
-        """The caller as the server sees it: its token's name and the tenants it may reach."""
+        """The caller as the server sees it (a ``Caller``): its token's name, the tenants it may
+        reach, whether it is an admin."""
         return convert.caller_from_proto(self.call(self.admin.WhoAmI, admin_pb2.WhoAmIRequest(), retry=True))
 
     def list_tenants(self, page_size: int = 0, page_token: str = "") -> types.TenantPage:
+        """A page of the server's tenants in lexical order (admin token): ``page_size`` up to
+        10,000 (0: 1,000), ``page_token`` the previous page's ``next_page_token``.
+
+        Returns a ``TenantPage``, naming the tenants whose file is damaged and, on a deployment,
+        the members that did not answer. Raises ``InvalidArgumentError``
+        (PAGE_SIZE_OUT_OF_RANGE, PAGE_TOKEN_INVALID)."""
         r = self.call(
             self.admin.ListTenants, admin_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token), retry=True
         )
         return convert.tenant_page_from_proto(r)
 
     def erase_tenant(self, tenant: str) -> types.ErasureReceipt:
-        """Remove the tenant and everything of it from the server (admin token); the receipt the
-        server's erasure log keeps. Not retried: a second call after a lost reply is NOT_FOUND."""
+        """Remove the tenant and everything of it from the server (admin token): its file, its
+        write-ahead log, its hot-path inbox. Backups taken before still hold it.
+
+        Returns the ``ErasureReceipt`` the server's erasure log keeps. Not retried: a second call
+        after a lost reply is NOT_FOUND. Raises ``NotFoundError`` (TENANT_NOT_FOUND: no data) and
+        ``UnavailableError`` (TENANT_BUSY: its calls did not end within 10 s; nothing was erased)."""
         r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
         return convert.erasure_receipt_from_proto(r.receipt)
 
@@ -566,7 +740,16 @@ class MemoryClient:
     ) -> types.MoveResult:
         """Move ``tenant`` to member ``destination`` (admin token), asked of the member holding
         its file (``member``, the source: the call is routed to it; docs/scale-out.md, "Moving
-        tenants"). Safe to repeat: asked again it finishes an interrupted move."""
+        tenants"). Safe to repeat: asked again it finishes an interrupted move. ``timeout``
+        bounds the whole move, in seconds.
+
+        Returns a ``MoveResult``: the epoch, head hash, bytes sent and the steps this call did.
+        Raises ``InvalidArgumentError`` (DESTINATION_INVALID: not another member of the list),
+        ``NotFoundError`` (TENANT_NOT_FOUND: no file on ``member``), ``FailedPreconditionError``
+        (NO_MEMBERS: the server runs alone; MOVE_ELSEWHERE: it is moving to another member,
+        finish that move first; MOVE_NOT_ACTIVE: it was moved to ``member`` and is not active
+        yet; TENANT_HELD_ELSEWHERE) and ``DataLossError`` (MOVE_HEAD_MISMATCH: the destination's
+        copy differs; the tenant stays fenced on the source, run the move again)."""
         metadata = ((ROUTE_KEY, member),) if member else ()
         r = self._retrying(
             lambda: self.admin.MoveTenant(
@@ -583,8 +766,12 @@ class MemoryClient:
 
     def activate_tenant(self, tenant: str, epoch: int, head_hash: str, *, member: str = "") -> bool:
         """A move's last step, asked of its destination ``member`` (admin token; the source
-        asks it, ``move_tenant`` needs no help): whether the tenant was activated now (False:
-        it was already)."""
+        asks it, ``move_tenant`` needs no help): the tenant imported there at ``epoch`` with
+        ``head_hash`` is served from now on.
+
+        Returns whether it was activated now (False: it was already). Raises
+        ``FailedPreconditionError`` (MOVE_NOT_IMPORTED: no import waits here at ``epoch``) and
+        ``DataLossError`` (MOVE_HEAD_MISMATCH: the imported chain ends elsewhere)."""
         metadata = ((ROUTE_KEY, member),) if member else ()
         request = admin_pb2.ActivateTenantRequest(tenant=tenant, epoch=epoch, head_hash=head_hash)
         return bool(self.call(self.admin.ActivateTenant, request, retry=True, metadata=metadata).activated)
@@ -592,10 +779,13 @@ class MemoryClient:
     def backup(
         self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0
     ) -> Iterator[types.BackupPart]:
-        """The parts of a backup stream (admin token): per tenant its ``TenantBackup`` then its
-        files' ``BackupChunk``s, ``BackupUnchanged`` for a tenant ``known`` already holds
-        (tenant -> (change counter, inbox sequence)), ``SkippedTenant``, and a final
-        ``BackupSummary``. ``mnemosyne backup`` writes a backup directory from it."""
+        """The parts of a backup stream of ``tenants`` (all when empty; admin token): per tenant its
+        ``TenantBackup`` then its files' ``BackupChunk``s, ``BackupUnchanged`` for a tenant
+        ``known`` already holds (tenant -> (change counter, inbox sequence)), ``SkippedTenant``
+        for one that could not be copied, and a final ``BackupSummary``. ``mnemosyne backup``
+        writes a backup directory from it; ``timeout`` bounds the whole stream, in seconds.
+        Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data) before the first
+        part."""
         request = admin_pb2.BackupRequest(
             tenants=list(tenants),
             known=[
@@ -612,7 +802,8 @@ class MemoryClient:
     def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[types.TenantBackup | types.BackupChunk]:
         """One tenant as a consistent snapshot (its own token or an admin token): its manifest
         (``TenantBackup``), then its files' ``BackupChunk``s. ``mnemosyne export`` writes them
-        as a tenant archive."""
+        as a tenant archive; ``timeout`` bounds the stream, in seconds. Raises ``NotFoundError``
+        (TENANT_NOT_FOUND)."""
         request = admin_pb2.ExportTenantRequest(tenant=tenant)
         try:
             for response in self.admin.ExportTenant(request, timeout=timeout, metadata=self._metadata):
@@ -629,8 +820,14 @@ class MemoryClient:
         replace: bool = False,
         timeout: float = 3600.0,
     ) -> types.ImportResult:
-        """Install an export on this server (admin token) as ``tenant`` (the manifest's when
-        empty); ``replace`` lets it overwrite a tenant of that name. Not retried."""
+        """Install an export (``manifest`` and its ``chunks``, as ``export_tenant`` gave them) on
+        this server (admin token) as ``tenant`` (the manifest's when empty); ``replace`` lets it
+        overwrite a tenant of that name. Not retried.
+
+        Returns an ``ImportResult``. Raises ``InvalidArgumentError`` (ARCHIVE_TRUNCATED,
+        ARCHIVE_MISMATCH, CHAIN_INVALID, MANIFEST_MISMATCH: the files are not what the manifest
+        says; nothing was installed) and ``FailedPreconditionError`` (TENANT_EXISTS: pass
+        ``replace``)."""
 
         def requests() -> Iterator[admin_pb2.ImportTenantRequest]:
             yield admin_pb2.ImportTenantRequest(
@@ -646,7 +843,11 @@ class MemoryClient:
         return convert.import_result_from_proto(response)
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
-        """Read the whole stream of chunks (each tenant's stats from its own transaction)."""
+        """Every tenant's stats and their total (admin token), read from the whole stream of
+        chunks (``chunk_size`` tenants each, 0: 100): NOT one snapshot, each tenant's stats come
+        from its own transaction. Returns ``AggregateStats``; a tenant whose file is damaged is
+        in its ``damaged``, not in the total. Raises ``InvalidArgumentError``
+        (CHUNK_SIZE_INVALID)."""
         tenants: dict[str, types.Stats] = {}
         damaged: dict[str, str] = {}
         total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
@@ -677,15 +878,28 @@ class MemoryClient:
 
     # -- hot path and events --------------------------------------------------------------------
 
+    @overload
+    def hot_path(self, tenant: str, action: Literal["flush"], timeout_seconds: float = 0.0) -> types.FlushResult: ...
+    @overload
+    def hot_path(
+        self, tenant: str, action: Literal["enable", "disable", "status"], timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus: ...
+    @overload
+    def hot_path(
+        self, tenant: str, action: str, timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus | types.FlushResult: ...
     def hot_path(
         self, tenant: str, action: str, timeout_seconds: float = 0.0
     ) -> types.HotPathStatus | types.FlushResult:
-        """``action`` is "enable", "disable", "status" or "flush" (the specification's memory_hot_path).
+        """Act on ``tenant``'s hot path (fast, queued writes): ``action`` is "enable", "disable",
+        "status" or "flush" (the specification's memory_hot_path).
 
         "flush" blocks until every fast write accepted before it has finished and returns a
-        ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
-        most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
-        metadata names the remaining depth. The others return the ``HotPathStatus``."""
+        ``FlushResult`` (its succeeded ones are then readable); "disable" stops queueing and
+        waits for the queue to drain. Both wait at most ``timeout_seconds`` (0: the server's 30)
+        and then raise ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED) whose metadata names
+        the remaining depth. The others return the ``HotPathStatus``. Raises ``ValueError`` for
+        another ``action`` and ``InvalidArgumentError`` (TIMEOUT_INVALID)."""
         wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
             request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
@@ -710,6 +924,9 @@ class MemoryClient:
         )
 
     def get_event(self, tenant: str, event_id: int) -> types.Event:
+        """One operation of ``tenant``'s hot-path log (the ``event_id`` of an "enqueued"
+        ``RetainResult``): its status and what it did. Raises ``NotFoundError``
+        (EVENT_NOT_FOUND)."""
         request = events_pb2.GetEventRequest(tenant=tenant, event_id=event_id)
         return convert.event_from_proto(self.call(self.events.GetEvent, request, retry=True))
 
@@ -721,6 +938,18 @@ class MemoryClient:
         page_size: int = 100,
         page_token: str = "",
     ) -> types.EventPage:
+        """A page of ``tenant``'s hot-path operations in id order: only those of ``status``
+        ("pending", "running", "succeeded" or "failed"; any when None) accepted at or after
+        ``accepted_after`` (unix seconds); ``page_size`` and ``page_token`` as for
+        ``list_memories``. Returns an ``EventPage``. Raises ``InvalidArgumentError``
+        (EVENT_STATUS_INVALID, PAGE_SIZE_OUT_OF_RANGE, PAGE_TOKEN_INVALID)."""
+        if status and status not in convert.EVENT_STATUS_BY_NAME:
+            raise InvalidArgumentError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "EVENT_STATUS_INVALID",
+                f"status must be one of {', '.join(convert.EVENT_STATUS_BY_NAME)}",
+                {},
+            )
         request = events_pb2.ListEventsRequest(
             tenant=tenant,
             status=convert.EVENT_STATUS_BY_NAME[status] if status else events_pb2.EVENT_STATUS_UNSPECIFIED,
@@ -735,11 +964,16 @@ class MemoryClient:
     def watch_events(
         self, tenant: str, after_event_id: int = 0, after_sequence: int = 0, timeout: float | None = None
     ) -> Iterator[types.Event]:
-        """Every status transition, replayed from the durable log then live. To resume a dropped
-        stream without missing a transition, pass the last received ``Event.sequence`` as
-        ``after_sequence``. The stream runs until ``timeout`` (None: forever) or ``cancel()``
-        on the returned iterator's underlying call. A stream refused for a limit before its first
-        event (RESOURCE_EXHAUSTED with a retry delay) is opened again after that delay."""
+        """Every status transition of ``tenant``'s hot-path operations (those after
+        ``after_event_id``), replayed from the durable log then live, as ``Event``s. To resume a
+        dropped stream without missing a transition, pass the last received ``Event.sequence`` as
+        ``after_sequence``. The stream runs until ``timeout`` (None: forever; then it raises
+        ``DeadlineExceededError``) or until you stop iterating (closing the generator cancels the
+        call). A stream refused for a limit before its first event (RESOURCE_EXHAUSTED,
+        STREAMS_PER_TENANT_REACHED, with a retry delay) is opened again after that delay. Raises
+        ``FailedPreconditionError`` (EVENTS_PRUNED: the event retention limit deleted transitions
+        after ``after_sequence``; resume from the error's ``pruned_through_sequence`` metadata, or
+        0 for everything kept)."""
         request = events_pb2.WatchEventsRequest(
             tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence
         )

@@ -47,6 +47,8 @@ class MemberListError(ValueError):
 
 
 def weight(tenant: str, member: str) -> int:
+    """``member``'s weight for ``tenant``: the first 8 bytes, big-endian unsigned, of
+    SHA-256(UTF-8(tenant) 0x00 UTF-8(member)); the owner is the member of highest weight."""
     return int.from_bytes(hashlib.sha256(tenant.encode() + b"\x00" + member.encode()).digest()[:8], "big")
 
 
@@ -113,6 +115,12 @@ def parse_members(members: str | Mapping[str, str]) -> dict[str, str]:
 
 
 class RoutingChannel(grpc.Channel):
+    """A ``grpc.Channel`` over one channel per member (``make_channel(address)`` makes each, on
+    first use): each call goes to the owner of its request's tenant, and a NOT_OWNER refusal
+    carrying the current member list corrects ``members`` and sends the call once more.
+    ``members`` is a member list (text or ``@FILE``) or a mapping of member id to address;
+    ``MemberListError`` when it cannot be used."""
+
     def __init__(self, members: str | Mapping[str, str], make_channel: Callable[[str], grpc.Channel]) -> None:
         self._make_channel = make_channel
         self._lock = threading.Lock()
@@ -120,6 +128,7 @@ class RoutingChannel(grpc.Channel):
         self.members = parse_members(member_list_text(members) if isinstance(members, str) else members)
 
     def owner(self, tenant: str) -> str:
+        """The member owning ``tenant`` by the current list."""
         with self._lock:
             return owner_of(tenant, self.members)
 
@@ -164,30 +173,37 @@ class RoutingChannel(grpc.Channel):
     def unary_unary(
         self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
     ) -> Any:
+        """A multi-callable whose calls go to the owner of their request's tenant."""
         return _Routed(self, "unary_unary", method, request_serializer, response_deserializer)
 
     def unary_stream(
         self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
     ) -> Any:
+        """A multi-callable whose calls go to the owner of their request's tenant."""
         return _Routed(self, "unary_stream", method, request_serializer, response_deserializer)
 
     def stream_unary(
         self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
     ) -> Any:
+        """A multi-callable whose calls go to the owner of their first request's tenant."""
         return _Routed(self, "stream_unary", method, request_serializer, response_deserializer)
 
     def stream_stream(
         self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any
     ) -> Any:
+        """A multi-callable whose calls go to the owner of their first request's tenant."""
         return _Routed(self, "stream_stream", method, request_serializer, response_deserializer)
 
     def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
+        """Watch the connectivity of the first member's channel (``grpc.Channel.subscribe``)."""
         self._channel("")[1].subscribe(callback, try_to_connect)
 
     def unsubscribe(self, callback: Any) -> None:
+        """Stop a ``subscribe``."""
         self._channel("")[1].unsubscribe(callback)
 
     def close(self) -> None:
+        """Close every member's channel."""
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:

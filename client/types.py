@@ -1,4 +1,5 @@
-"""Plain values returned by the client (independent of the server's own types)."""
+"""Plain values the client takes and returns (frozen dataclasses, independent of the server's own
+types); the protos' comments (protos/mnemosyne/v1) say the same of each field."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ DEFAULT_SCOPE = "global"
 
 @dataclass(frozen=True)
 class Fact:
+    """A structured fact the extractor found in a memory's text: ``kind`` ("identifier", "email",
+    "date", "quantity", "statement"), ``value`` as written ("5 days"), ``normalized`` the form
+    matched on ("2023-05-08" for "8 May 2023"; may equal ``value``)."""
+
     kind: str
     value: str
     normalized: str
@@ -17,6 +22,9 @@ class Fact:
 
 @dataclass(frozen=True)
 class Triple:
+    """A subject-predicate-object statement found in a memory's text ("customer", "requested", "a
+    refund")."""
+
     subject: str
     predicate: str
     object: str
@@ -32,6 +40,10 @@ class ThreadRef:
 
 @dataclass(frozen=True)
 class Memory:
+    """One retained memory: its ``id`` (unique in its tenant, never reused), ``scope``, ``text``,
+    ``metadata``, ``created_at`` (unix seconds) and what extraction found (``facts``,
+    ``triples``). A ``forgotten`` memory keeps only its id, scope and times (its text is "")."""
+
     id: int
     scope: str
     text: str
@@ -73,7 +85,12 @@ class UpdateResult:
 
 @dataclass(frozen=True)
 class RetainResult:
-    """status is one of "created", "duplicate", "enqueued", "invalid"."""
+    """What retaining one item did. ``status`` is "created" (``memory_id`` the new memory),
+    "duplicate" (``memory_id`` the memory already holding the text in its scope), "enqueued"
+    (``event_id`` its hot-path operation) or, in a batch, "invalid" (``error_reason`` and
+    ``error_message`` say why; the other items are unaffected). ``near_duplicate_of`` names live
+    memories it nearly repeats (never merged here); ``supersedes`` the older memories whose facts
+    it replaced."""
 
     status: str
     memory_id: int = 0
@@ -86,6 +103,10 @@ class RetainResult:
 
 @dataclass(frozen=True)
 class Hit:
+    """One recalled memory and its scores: ``score`` the fused relevance (higher is better,
+    comparable within one recall only), ``vector_score`` the embeddings' cosine, ``text_score``
+    the BM25 relevance (0 when the text did not match)."""
+
     memory: Memory
     score: float
     vector_score: float
@@ -94,12 +115,18 @@ class Hit:
 
 @dataclass(frozen=True)
 class MemoryPage:
+    """A page of memories (``list_memories``); ``next_page_token`` is "" on the last page."""
+
     memories: list[Memory]
     next_page_token: str
 
 
 @dataclass(frozen=True)
 class IntegrityProblem:
+    """One thing ``verify_integrity`` found wrong: the ledger entry it is attributed to, the memory
+    concerned (0: none), its ``kind`` ("BODY_MISMATCH", "CHAIN_BROKEN", "MEMORY_MISSING",
+    "UNRECORDED_MEMORY", ...) and a sentence for a person."""
+
     ledger_seq: int
     memory_id: int
     kind: str
@@ -108,6 +135,11 @@ class IntegrityProblem:
 
 @dataclass(frozen=True)
 class IntegrityReport:
+    """The integrity verdict of a tenant: ``valid`` when the audit chain recomputes and every memory
+    matches its entry; ``first_broken_at`` the first bad entry (0 when valid); ``checked``
+    entries; ``head_hash`` the chain's last hash (keep it elsewhere to detect a rewrite of the
+    whole file); ``problems`` (at most 100)."""
+
     valid: bool
     first_broken_at: int
     checked: int
@@ -117,6 +149,10 @@ class IntegrityReport:
 
 @dataclass(frozen=True)
 class Stats:
+    """A tenant's counters, kept in its file: live and ``forgotten`` memories, ``writes`` (memories
+    created), extraction (``model_calls``) and embedding calls, exact ``duplicates`` found,
+    audit ledger entries and the size of its files in bytes."""
+
     memories: int
     forgotten: int
     writes: int
@@ -129,6 +165,10 @@ class Stats:
 
 @dataclass(frozen=True)
 class RetainItem:
+    """One item of ``retain_batch``: its text, scope ("global" or "workspace/<name>"), metadata,
+    and optionally when it was said or happened, its place in a thread and who said it (as for
+    ``MemoryClient.retain``)."""
+
     text: str
     scope: str = DEFAULT_SCOPE
     metadata: dict[str, str] = field(default_factory=dict)
@@ -157,12 +197,18 @@ class Record:
 
 @dataclass(frozen=True)
 class DuplicateGroup:
+    """Near duplicates found by Dedup: the memory kept (``keep``, the oldest) and those that merge
+    into it."""
+
     keep: int
     duplicates: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class DedupResult:
+    """What ``dedup`` found: the groups, whether they were ``merged``, the similarity threshold
+    used."""
+
     groups: list[DuplicateGroup]
     merged: bool
     threshold: float
@@ -200,6 +246,9 @@ class AssembledContext:
 
 @dataclass(frozen=True)
 class ConsolidateResult:
+    """What ``consolidate`` did: the generation its receipt produced, and whether the receipt had
+    been applied already (nothing changed now)."""
+
     generation: int
     already_applied: bool
 
@@ -229,6 +278,9 @@ class ErasureReceipt:
 
 @dataclass(frozen=True)
 class BackupFile:
+    """One file of a tenant's copy: "database" (the tenant file) or "inbox" (its hot-path inbox),
+    its size in bytes and the SHA-256 of its bytes (hex)."""
+
     name: str  # "database" or "inbox"
     size: int
     sha256: str
@@ -251,17 +303,26 @@ class TenantBackup:
 
 @dataclass(frozen=True)
 class BackupChunk:
+    """The next bytes of a file (``file``: "database" or "inbox") of the tenant last announced in a
+    backup or export stream."""
+
     file: str
     data: bytes
 
 
 @dataclass(frozen=True)
 class BackupUnchanged:
+    """A tenant the caller's earlier backup holds as it is (named in ``known``, unchanged): not
+    copied again."""
+
     tenant: str
 
 
 @dataclass(frozen=True)
 class SkippedTenant:
+    """A tenant a backup could not copy (the others go on): the reason (TENANT_CORRUPT, or
+    TENANT_NOT_FOUND: erased meanwhile) and a sentence for a person."""
+
     tenant: str
     reason: str
     message: str
@@ -269,6 +330,8 @@ class SkippedTenant:
 
 @dataclass(frozen=True)
 class BackupSummary:
+    """The end of a backup stream: tenants copied, unchanged and skipped, and the bytes sent."""
+
     copied: int
     unchanged: int
     skipped: int
@@ -280,6 +343,8 @@ BackupPart = TenantBackup | BackupChunk | BackupUnchanged | SkippedTenant | Back
 
 @dataclass(frozen=True)
 class ImportResult:
+    """A tenant ``import_tenant`` installed: its head hash, ledger entries and live memories."""
+
     tenant: str
     head_hash: str
     ledger_entries: int
@@ -321,6 +386,9 @@ class ScopeSummary:
 
 @dataclass(frozen=True)
 class TenantPage:
+    """A page of tenant ids in lexical order (``list_tenants``); ``next_page_token`` is "" on the
+    last page."""
+
     tenants: list[str]
     next_page_token: str
     damaged: list[str] = field(default_factory=list)  # of ``tenants``, those whose file is damaged
@@ -392,5 +460,8 @@ class Event:
 
 @dataclass(frozen=True)
 class EventPage:
+    """A page of hot-path events in id order (``list_events``); ``next_page_token`` is "" on the
+    last page."""
+
     events: list[Event]
     next_page_token: str

@@ -24,7 +24,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import helm_python
 
 HELM_DIR = Path(__file__).resolve().parent
 CHART_DIR = HELM_DIR / "mnemosyne"
@@ -103,7 +106,7 @@ def user_values(values_files: Iterable[Path] = (), overrides: dict[str, Any] | N
     return deep_merge(values, overrides or {})
 
 
-def _chart():
+def _chart() -> helm_python.Chart:
     import helm_python
 
     return helm_python.Chart.load(str(CHART_DIR))
@@ -224,7 +227,8 @@ def check_servicemonitor(doc: dict[str, Any]) -> None:
     meta = doc.get("metadata", {})
     need(bool(meta.get("name")) and bool(meta.get("namespace")), "metadata.name/namespace")
     spec = doc.get("spec")
-    need(isinstance(spec, dict), "spec must be a map")
+    if not isinstance(spec, dict):
+        raise CheckError("ServiceMonitor: spec must be a map")
     allowed_spec = {
         "selector",
         "namespaceSelector",
@@ -240,13 +244,14 @@ def check_servicemonitor(doc: dict[str, Any]) -> None:
     need(set(spec) <= allowed_spec, f"unknown spec keys {set(spec) - allowed_spec}")
     labels = spec.get("selector", {}).get("matchLabels")
     need(
-        isinstance(labels, dict) and labels and all(isinstance(v, str) for v in labels.values()),
+        isinstance(labels, dict) and bool(labels) and all(isinstance(v, str) for v in labels.values()),
         "spec.selector.matchLabels must be a non-empty string map",
     )
     names = spec.get("namespaceSelector", {}).get("matchNames", [])
     need(isinstance(names, list) and all(isinstance(n, str) for n in names), "namespaceSelector.matchNames")
     endpoints = spec.get("endpoints")
-    need(isinstance(endpoints, list) and endpoints, "spec.endpoints must be a non-empty list")
+    if not isinstance(endpoints, list) or not endpoints:
+        raise CheckError("ServiceMonitor: spec.endpoints must be a non-empty list")
     allowed_ep = {
         "port",
         "targetPort",
@@ -284,7 +289,7 @@ def check_servicemonitor(doc: dict[str, Any]) -> None:
                 need(bool(duration.match(str(ep[key]))), f"endpoint.{key} must be a Prometheus duration")
 
 
-def check_jsonschema(instance: Path | dict[str, Any]) -> subprocess.CompletedProcess:
+def check_jsonschema(instance: Path | dict[str, Any]) -> subprocess.CompletedProcess[str]:
     """Run the check-jsonschema CLI on a values file (or dict) against values.schema.json."""
     tmp = None
     if isinstance(instance, dict):
@@ -304,7 +309,7 @@ def check_jsonschema(instance: Path | dict[str, Any]) -> subprocess.CompletedPro
             os.unlink(tmp)
 
 
-def check_metaschema() -> subprocess.CompletedProcess:
+def check_metaschema() -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "check_jsonschema", "--check-metaschema", str(SCHEMA)],
         capture_output=True,

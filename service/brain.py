@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
@@ -54,6 +54,17 @@ def _translated(work: Callable[[], T]) -> T:
 
 
 class MemoryBrain:
+    """The specification's memory API for one tenant, in process or against a server.
+
+    ``location`` is a directory (``"./mem"``: the server's engine runs here, on that directory,
+    which it locks) or a server's ``host:port`` (then ``token`` is the bearer token the client
+    sends); ``tenant`` the tenant every call reads and writes. Both modes return the client's
+    values (``mnemosyne.client.types``) and raise the client's typed errors
+    (``mnemosyne.client.errors``, with the server's reasons), so code runs unchanged on either.
+    Use it as a context manager, or ``close()`` it. Opening a directory another process serves
+    raises ``FailedPreconditionError`` (DATA_DIR_LOCKED).
+    """
+
     def __init__(self, location: str | Path, tenant: str = "default", *, token: str | None = None) -> None:
         self.tenant = tenant
         self._client: MemoryClient | None = None
@@ -72,6 +83,7 @@ class MemoryBrain:
     # -- lifetime -----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the client, or the engine and its directory's lock; the brain cannot be used after."""
         if self._client is not None:
             self._client.close()
         if self._engine is not None:
@@ -91,7 +103,8 @@ class MemoryBrain:
     # -- the specification's API -------------------------------------------------------------------
 
     def ensure_init(self) -> None:
-        """Make sure the tenant can be used: its file exists (in process) or the server answers."""
+        """Make sure the tenant can be used: its file exists (in process; made when missing) or the
+        server answers (``UnavailableError`` when none does)."""
         if self._client is not None:
             self._client.ping()
             return
@@ -111,6 +124,15 @@ class MemoryBrain:
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> types.RetainResult:
+        """Retain ``text`` as a memory; committed when this returns, unless ``fast`` and the
+        tenant's hot path is enabled: then queued (status "enqueued" and an event id, readable
+        after ``hot_path("flush")``).
+
+        ``scope`` is "global" (when "") or "workspace/<name>"; ``metadata`` string pairs kept with
+        it; ``request_id`` makes a retry return the first result. Returns the ``RetainResult``
+        ("created", "duplicate" or "enqueued"). Raises what ``MemoryClient.retain`` raises:
+        ``InvalidArgumentError`` (TEXT_EMPTY, TEXT_TOO_LONG, SCOPE_INVALID, METADATA_INVALID,
+        ...), ``AbortedError`` (IDEMPOTENCY_KEY_REUSED), ``ResourceExhaustedError`` (QUOTA_*)."""
         if self._client is not None:
             return self._client.retain(self.tenant, text, scope, metadata, request_id, fast=fast)
         item = RetainItem(text, scope, dict(metadata or {}))
@@ -120,6 +142,10 @@ class MemoryBrain:
     def retain_batch(
         self, items: Sequence[types.RetainItem | str], *, fast: bool = False, request_id: str | None = None
     ) -> list[types.RetainResult]:
+        """Retain many ``items`` (texts or ``RetainItem``s), each on its own: one result per item,
+        in order, an item refused for its content "invalid" with its ``error_reason``. ``fast``
+        and ``request_id`` as for ``retain``. Raises ``InvalidArgumentError`` (BATCH_EMPTY,
+        BATCH_TOO_LARGE) and the batch-wide errors of ``retain``."""
         if self._client is not None:
             return self._client.retain_batch(self.tenant, items, request_id, fast=fast)
         engine_items = [convert.from_retain_item(client_convert.retain_item_to_proto(i)) for i in items]
@@ -135,6 +161,10 @@ class MemoryBrain:
         filters: Mapping[str, str] | None = None,
         mode: str = "hybrid",
     ) -> list[types.Hit]:
+        """The ``k`` memories most relevant to ``query``, best first, as ``Hit``s (memory and
+        scores); ``scopes`` and ``filters`` (metadata pairs) narrow them, ``mode`` is "hybrid",
+        "vector" or "text". Raises ``ValueError`` for another mode; ``InvalidArgumentError``
+        (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE, SCOPE_INVALID)."""
         if self._client is not None:
             return self._client.recall(self.tenant, query, k, scopes, filters, mode=mode)
         if mode not in RecallMode._value2member_map_:
@@ -152,25 +182,44 @@ class MemoryBrain:
         return client_convert.hits_from_proto(convert.to_recall_response(recalled).hits)
 
     def get_memory(self, memory_id: int) -> types.Memory:
+        """One memory by id (forgotten and merged ones as history). Raises ``NotFoundError``
+        (MEMORY_NOT_FOUND)."""
         if self._client is not None:
             return self._client.get_memory(self.tenant, memory_id)
         memory = self._local(lambda e: e.memories.get(self.tenant, memory_id))
         return client_convert.memory_from_proto(convert.to_get_memory_response(memory).memory)
 
     def forget(self, memory_id: int, *, request_id: str | None = None) -> bool:
+        """Erase everything a memory holds (its id, scope and times stay); False when it was
+        forgotten already. Raises ``NotFoundError`` (MEMORY_NOT_FOUND)."""
         if self._client is not None:
             return self._client.forget(self.tenant, memory_id, request_id)
         return self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
 
     def dedup(self, *, merge: bool = False, threshold: float = 0.0) -> types.DedupResult:
-        """Near-duplicate groups; with ``merge=True`` merged into each group's kept memory."""
+        """Near-duplicate groups (embeddings at least ``threshold`` similar, 0: the default, and
+        the same numbers, dates and identifiers); with ``merge=True`` merged into each group's
+        oldest memory. Returns the ``DedupResult``. Raises ``InvalidArgumentError``
+        (THRESHOLD_INVALID)."""
         if self._client is not None:
             return self._client.dedup(self.tenant, merge=merge, threshold=threshold)
         report = self._local(lambda e: e.dedup(self.tenant, merge=merge, threshold=threshold))
         return client_convert.dedup_from_proto(convert.to_dedup_response(report))
 
+    @overload
+    def hot_path(self, action: Literal["flush"], timeout_seconds: float = 0.0) -> types.FlushResult: ...
+    @overload
+    def hot_path(
+        self, action: Literal["enable", "disable", "status"] = "status", timeout_seconds: float = 0.0
+    ) -> types.HotPathStatus: ...
+    @overload
+    def hot_path(self, action: str, timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult: ...
     def hot_path(self, action: str = "status", timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult:
-        """``enable`` | ``disable`` | ``status`` | ``flush`` (see ``MemoryClient.hot_path``)."""
+        """Act on the tenant's hot path (fast, queued writes): ``action`` "enable", "disable",
+        "status" (a ``HotPathStatus``) or "flush" (wait until every fast write accepted before has
+        finished: a ``FlushResult``). "flush" and "disable" wait at most ``timeout_seconds`` (0:
+        30), then raise ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED). Raises
+        ``ValueError`` for another action and ``InvalidArgumentError`` (TIMEOUT_INVALID)."""
         if self._client is not None:
             return self._client.hot_path(self.tenant, action, timeout_seconds)
         if action not in _HOT_PATH_ACTIONS:
@@ -188,12 +237,18 @@ class MemoryBrain:
         return client_convert.hot_path_status_from_proto(convert.to_hot_path_status(state))
 
     def get_event(self, event_id: int) -> types.Event:
+        """One hot-path operation (the ``event_id`` of an "enqueued" result): its status and what
+        it did. Raises ``NotFoundError`` (EVENT_NOT_FOUND)."""
         if self._client is not None:
             return self._client.get_event(self.tenant, event_id)
         event = self._local(lambda e: e.hot_path.get_event(self.tenant, event_id))
         return client_convert.event_from_proto(convert.to_event(event))
 
     def list_events(self, *, status: str | None = None, page_size: int = 100, page_token: str = "") -> types.EventPage:
+        """A page of hot-path operations in id order, only those of ``status`` ("pending",
+        "running", "succeeded", "failed"; any when None); ``page_token`` the previous page's
+        ``next_page_token``. Raises ``InvalidArgumentError`` (EVENT_STATUS_INVALID,
+        PAGE_SIZE_OUT_OF_RANGE, PAGE_TOKEN_INVALID)."""
         if self._client is not None:
             return self._client.list_events(self.tenant, status, page_size=page_size, page_token=page_token)
         page = self._local(
@@ -202,12 +257,15 @@ class MemoryBrain:
         return client_convert.event_page_from_proto(convert.to_list_events_response(page))
 
     def verify_integrity(self) -> types.IntegrityReport:
+        """Recompute the tenant's audit chain and check every memory against it: the
+        ``IntegrityReport`` (``valid``, the first broken entry, the head hash, the problems)."""
         if self._client is not None:
             return self._client.verify_integrity(self.tenant)
         report = self._local(lambda e: e.memories.verify_integrity(self.tenant))
         return client_convert.integrity_from_proto(convert.to_integrity(report))
 
     def stats(self) -> types.Stats:
+        """The tenant's counters (memories, writes, model calls, duplicates, ...), a ``Stats``."""
         if self._client is not None:
             return self._client.stats(self.tenant)
         return client_convert.stats_from_proto(convert.to_stats(self._local(lambda e: e.tenants.stats(self.tenant))))

@@ -14,11 +14,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mnemosyne.client import MemoryClient
-from tests.support import ServerProcess, stop_all
+from tests.support import ServerFactory, ServerProcess, stop_all
 
 pytest_plugins = ("tests.no_skip", "tests.file_durations")
 
@@ -56,11 +57,11 @@ def tenant() -> str:
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
     started: list[ServerProcess] = []
 
-    def make(data_dir: Path | None = None, **kwargs: object) -> ServerProcess:
-        process = ServerProcess(data_dir or tmp_path / f"data{len(started)}", **kwargs)  # type: ignore[arg-type]
+    def make(data_dir: Path | None = None, **kwargs: Any) -> ServerProcess:
+        process = ServerProcess(data_dir or tmp_path / f"data{len(started)}", **kwargs)
         started.append(process)
         return process
 

@@ -5,7 +5,7 @@ fixture's start (the shared server) counts in the file of the first test that us
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 from _pytest.terminal import TerminalReporter
@@ -16,7 +16,7 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.C
     shown = config.option.durations
     if shown is None:
         return
-    seconds: Counter[str] = Counter()
+    seconds: defaultdict[str, float] = defaultdict(float)
     tests: Counter[str] = Counter()
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -26,7 +26,7 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.C
                 tests[path] += report.when == "call"
     if not seconds:
         return
-    slowest = seconds.most_common(shown or None)
+    slowest = sorted(seconds.items(), key=lambda item: item[1], reverse=True)[: shown or None]
     terminalreporter.write_sep(
         "=", f"slowest {len(slowest)} test files (of {len(seconds)}, {sum(seconds.values()):.0f}s in all)"
     )

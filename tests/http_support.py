@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -31,7 +31,8 @@ class Reply:
     def reason(self) -> str:
         """The ErrorInfo reason of an error reply."""
         details = self.json().get("details", [])
-        return next(d["reason"] for d in details if d["@type"].endswith("google.rpc.ErrorInfo"))
+        reason: str = next(d["reason"] for d in details if d["@type"].endswith("google.rpc.ErrorInfo"))
+        return reason
 
 
 def request(
@@ -82,7 +83,7 @@ def call(port: int, rpc: str, request_message: message.Message, headers: Mapping
 
 def server_sent_events(
     port: int, path: str, headers: Mapping[str, str] | None = None, timeout: float = 30
-) -> Iterator[dict[str, str]]:
+) -> Generator[dict[str, str]]:
     """The events of an SSE response, each {"id"?, "event"?, "data"} (comments skipped); the
     generator closing closes the connection."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

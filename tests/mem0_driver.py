@@ -8,9 +8,10 @@ or its error)."""
 
 import json
 import sys
+from typing import Any
 
 
-def _error(exc):
+def _error(exc: Exception) -> dict[str, Any]:
     response = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
     debug = getattr(exc, "debug_info", None) or {}
@@ -22,7 +23,7 @@ def _error(exc):
     }
 
 
-def main():
+def main() -> None:
     settings = json.loads(sys.argv[1])
     try:
         import httpx

@@ -6,9 +6,10 @@ collection error then, as is one raised by a test or its fixtures."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import pytest
+from pluggy import Result
 
 
 def _guarded() -> bool:
@@ -16,7 +17,7 @@ def _guarded() -> bool:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Result[pytest.CollectReport]]:
     outcome = yield
     report = outcome.get_result()
     if _guarded() and report.skipped:
@@ -28,7 +29,9 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport]]:
     outcome = yield
     report = outcome.get_result()
     if _guarded() and report.skipped and not hasattr(report, "wasxfail"):

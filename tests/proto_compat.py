@@ -47,7 +47,7 @@ def load_descriptor_set(path: Path) -> descriptor_pb2.FileDescriptorSet:
     return fds
 
 
-def _messages(prefix: str, messages) -> dict[str, descriptor_pb2.DescriptorProto]:  # type: ignore[no-untyped-def]
+def _messages(prefix: str, messages) -> dict[str, descriptor_pb2.DescriptorProto]:
     found = {}
     for message in messages:
         name = f"{prefix}.{message.name}"
@@ -56,7 +56,7 @@ def _messages(prefix: str, messages) -> dict[str, descriptor_pb2.DescriptorProto
     return found
 
 
-def _enums(prefix: str, file_or_message) -> dict[str, descriptor_pb2.EnumDescriptorProto]:  # type: ignore[no-untyped-def]
+def _enums(prefix: str, file_or_message) -> dict[str, descriptor_pb2.EnumDescriptorProto]:
     found = {f"{prefix}.{e.name}": e for e in file_or_message.enum_type}
     nested = file_or_message.message_type if hasattr(file_or_message, "message_type") else file_or_message.nested_type
     for message in nested:
@@ -64,7 +64,7 @@ def _enums(prefix: str, file_or_message) -> dict[str, descriptor_pb2.EnumDescrip
     return found
 
 
-def _index(fds: descriptor_pb2.FileDescriptorSet):  # type: ignore[no-untyped-def]
+def _index(fds: descriptor_pb2.FileDescriptorSet):
     messages: dict[str, descriptor_pb2.DescriptorProto] = {}
     enums: dict[str, descriptor_pb2.EnumDescriptorProto] = {}
     services: dict[str, descriptor_pb2.ServiceDescriptorProto] = {}

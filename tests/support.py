@@ -9,20 +9,39 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import apsw
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.cli.server_process import ServerProcess, _free_port, stop_all
 
-__all__ = ["SERVE", "ServerProcess", "gauge", "serve_args", "stop_all", "tokens_json", "wait_until"]
+__all__ = [
+    "SERVE",
+    "ServerFactory",
+    "ServerProcess",
+    "failed_call",
+    "gauge",
+    "health_check",
+    "serve_args",
+    "sql_row",
+    "stop_all",
+    "tokens_json",
+    "wait_until",
+]
 
 # ``mnemosyne serve`` in a child process with this interpreter (add ``serve_args``).
 SERVE = [sys.executable, "-m", "mnemosyne.cli"]
 PORT_FLAGS = ("--port", "--metrics-port", "--http-port")
+# The ``server_factory`` fixture (tests/conftest.py): ``make(data_dir=None, **ServerProcess's
+# keywords)``, a private server process (not started) that the fixture stops after the test.
+ServerFactory = Callable[..., ServerProcess]
 
 
 def serve_args(data_dir: Path, *flags: str) -> list[str]:
@@ -55,6 +74,30 @@ def gauge(server: ServerProcess, name: str) -> float:
         if family.name == name:
             return float(family.samples[0].value)
     raise AssertionError(f"{name} is not exposed")
+
+
+def sql_row(connection: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """The one row ``sql`` must return (a count, a row the test wrote): a missing row fails here,
+    naming the query, instead of as a TypeError further on."""
+    row = connection.execute(sql, params).fetchone()
+    assert row is not None, f"no row: {sql}"
+    return tuple(row)
+
+
+def failed_call(error: grpc.RpcError) -> grpc.Call:
+    """A failed call's error as the ``grpc.Call`` it also is (code, details, both metadata): the
+    published stubs type ``RpcError`` apart from ``Call``."""
+    assert isinstance(error, grpc.Call), type(error)
+    return error
+
+
+def health_check(channel: grpc.Channel, timeout: float) -> health_pb2.HealthCheckResponse:
+    """grpc.health.v1 Check of the whole server, through grpc_health's own stub."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    response: health_pb2.HealthCheckResponse = stub.Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
+        health_pb2.HealthCheckRequest(), timeout=timeout
+    )
+    return response
 
 
 def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:

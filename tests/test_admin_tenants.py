@@ -9,14 +9,14 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.v1 import admin_pb2
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerFactory, ServerProcess, tokens_json
 
 ADMIN = "admin-token-4c0ffee"
 USER = "user-token-b3e77"
 
 
 @pytest.fixture
-def admin_server(server_factory, tenant: str) -> ServerProcess:  # type: ignore[no-untyped-def]
+def admin_server(server_factory: ServerFactory, tenant: str) -> ServerProcess:
     return server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}).start()
 
 
@@ -53,7 +53,7 @@ def test_list_tenants_pages_and_aggregate_streams(admin_server: ServerProcess, t
 
         for bad in ({"page_token": "not-a-token"}, {"page_size": 10_001}, {"page_size": -1}):
             with pytest.raises(MnemosyneClientError) as exc:
-                admin.list_tenants(**bad)  # type: ignore[arg-type]
+                admin.list_tenants(**bad)
             assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
         # The stream: several chunks, each flagged as not a snapshot; the total in the last one.

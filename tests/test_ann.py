@@ -17,7 +17,7 @@ from mnemosyne.engine.ann import CATCH_UP_ROWS, read_index_file
 from mnemosyne.engine.embedder import HashingEmbedder
 from mnemosyne.store.ownership import MOVE_STEP_KEY, TOMBSTONED
 from mnemosyne.store.pool import TenantPool
-from tests.support import gauge, wait_until
+from tests.support import ServerProcess, gauge, wait_until
 
 THRESHOLD = 300
 MEMORIES = 400
@@ -45,11 +45,11 @@ def _hits(client: MemoryClient, tenant: str) -> list[list[int]]:
     ]
 
 
-def _log_count(server, text: str) -> int:  # type: ignore[no-untyped-def]
+def _log_count(server: ServerProcess, text: str) -> int:
     return server.stderr_path.read_text().count(text)
 
 
-def _graphs_made(server) -> dict[str, tuple[float, float]]:  # type: ignore[no-untyped-def]
+def _graphs_made(server) -> dict[str, tuple[float, float]]:
     """kind -> (mnemosyne_ann_graphs, mnemosyne_ann_graph_seconds) from the server's /metrics."""
     with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
         families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
@@ -90,7 +90,9 @@ def test_the_index_keeps_recalls_promises(server_factory, tenant: str) -> None:
         target = before[0][0]
         state = read_index_file(ann_file, dim)
         assert state is not None and state[1].contains(target)
-        needles = _i8_windows(state[1].get(target, dtype="i8"))
+        stored = state[1].get(target, dtype="i8")
+        assert isinstance(stored, np.ndarray), stored
+        needles = _i8_windows(stored)
         assert needles and any(n in ann_file.read_bytes() for n in needles), "the search must find it first"
         client.forget(tenant, target)
         assert target not in [h.memory.id for h in client.recall(tenant, _queries()[0], k=10, mode="vector")]

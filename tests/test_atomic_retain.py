@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import apsw
 import pytest
 
 from mnemosyne.client import MemoryClient, ServerError
+from tests.support import sql_row
 
 STEPS = ["after_body", "after_facts", "after_triples", "after_embedding", "after_fts", "after_ledger"]
 
 
-def _count(path, sql: str) -> int:
+def _count(path: Path, sql: str) -> int:
     connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return connection.execute(sql).fetchone()[0]
+        return int(sql_row(connection, sql)[0])
     finally:
         connection.close()
 

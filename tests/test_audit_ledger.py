@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import apsw
 import pytest
 
-from mnemosyne.client import MemoryClient
+from mnemosyne.client import IntegrityReport, MemoryClient
+from tests.support import ServerFactory, ServerProcess, sql_row
 
 
 @pytest.fixture
-def tampered(server_factory):
+def tampered(
+    server_factory: ServerFactory,
+) -> tuple[ServerProcess, list[int], Callable[..., None], Callable[[int], int]]:
     """A server with 5 memories in tenant "acme"; yields (server, ids, edit) where edit(sql,
     params) changes the file behind the server's back, as a stray process would."""
     server = server_factory().start()
@@ -20,7 +25,7 @@ def tampered(server_factory):
         ]
         assert client.verify_integrity("acme").valid
 
-    def edit(sql: str, params: tuple = ()) -> None:
+    def edit(sql: str, params: tuple[object, ...] = ()) -> None:
         connection = apsw.Connection(str(server.tenant_file("acme")))
         connection.set_busy_timeout(5000)
         connection.execute(sql, params)
@@ -29,14 +34,14 @@ def tampered(server_factory):
     def ledger_seq(memory_id: int) -> int:
         connection = apsw.Connection(str(server.tenant_file("acme")), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            return connection.execute("SELECT ledger_seq FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
+            return int(sql_row(connection, "SELECT ledger_seq FROM memories WHERE id = ?", (memory_id,))[0])
         finally:
             connection.close()
 
     return server, ids, edit, ledger_seq
 
 
-def _verify(server) -> object:
+def _verify(server: ServerProcess) -> IntegrityReport:
     with MemoryClient(server.target) as client:
         return client.verify_integrity("acme")
 

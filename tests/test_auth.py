@@ -11,7 +11,7 @@ from urllib.parse import quote
 import grpc
 import pytest
 from google.protobuf import message_factory
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from mnemosyne.client import MemoryClient, PermissionDeniedError, UnauthenticatedError
 from mnemosyne.client.errors import error_info
@@ -20,6 +20,7 @@ from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
 from mnemosyne.transport.server import SERVICES
 from tests.http_support import ROUTES, request
 from tests.http_support import call as call_route
+from tests.support import health_check
 
 TOKENS = {"svc-acme": "s3cret-acme-token", "admin": "s3cret-admin-token"}
 
@@ -52,7 +53,7 @@ def test_tokens_file_holds_no_token(secured) -> None:
 
 def test_health_check_needs_no_token(secured) -> None:
     with grpc.insecure_channel(secured.target) as channel:
-        response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        response = health_check(channel, timeout=5)
     assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 

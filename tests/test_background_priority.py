@@ -94,10 +94,10 @@ def test_a_request_pool_started_by_a_background_thread_runs_at_normal_priority()
 
 def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not(
     server_factory, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     server = server_factory().start()
     assert server.process is not None
-    pid = server.process.pid
+    pid = server.pid
     with MemoryClient(server.target, timeout=60) as c:
         # Over 4 MB of writes: the WAL crosses its threshold and the maintenance thread starts.
         for batch in range(8):

@@ -14,9 +14,9 @@ from pathlib import Path
 import apsw
 import pytest
 
-from mnemosyne.client import MemoryClient, PermissionDeniedError
+from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.store.snapshot import sha256_file
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerFactory, ServerProcess, sql_row, tokens_json
 
 ADMIN = "admin-token-backup"
 USER = "user-token-backup"
@@ -35,13 +35,13 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def _head(tenant_file: Path) -> tuple[str, int]:
     connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        row = connection.execute("SELECT hash, seq FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
-        return row[0], row[1]
+        last_hash, last_seq = sql_row(connection, "SELECT hash, seq FROM ledger ORDER BY seq DESC LIMIT 1")
+        return str(last_hash), int(last_seq)
     finally:
         connection.close()
 
 
-def _admin_server(server_factory, tenants: list[str]) -> ServerProcess:  # type: ignore[no-untyped-def]
+def _admin_server(server_factory: ServerFactory, tenants: list[str]) -> ServerProcess:
     return server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: tenants[:1]})}).start()
 
 
@@ -137,8 +137,9 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     assert not [p for p in directory.rglob("*") if p.name.startswith(tenants[0] + ".")]
 
 
-def _all_memories(client: MemoryClient, tenant: str) -> list:  # type: ignore[type-arg]
-    memories, token = [], ""
+def _all_memories(client: MemoryClient, tenant: str) -> list[Memory]:
+    memories: list[Memory] = []
+    token = ""
     while True:
         page = client.list_memories(tenant, page_size=1000, page_token=token)
         memories.extend(page.memories)
@@ -195,7 +196,7 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     assert not (target / "tenants" / f"{tenant}.sqlite").exists()
 
 
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -296,7 +297,7 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
     _wait_for(lambda: any(p.name.startswith(".partial-") for p in directory.iterdir()))
     _wait_for(lambda: any(scratch.glob("*/database")))
     server.kill()
-    server.process.wait(timeout=10)  # type: ignore[union-attr]
+    server.wait_exit(timeout=10)
     assert any(scratch.glob("*/database")), "the kill must leave the server's scratch copy behind"
     hold.unlink()
     _, stderr = backup.communicate(timeout=60)
@@ -322,10 +323,10 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
     # restore from it is refused and places nothing; the next backup into it completes.
     fresh = tmp_path / "fresh"
     hold.write_text("backup-receiving")
-    backup = subprocess.Popen([*command, "--to", str(fresh)], env=env)
+    cut_short = subprocess.Popen([*command, "--to", str(fresh)], env=env)
     _wait_for(lambda: fresh.is_dir() and any(p.name.startswith(".partial-") for p in fresh.iterdir()))
-    backup.kill()
-    backup.wait()
+    cut_short.kill()
+    cut_short.wait()
     hold.unlink()
     assert not (fresh / "manifest.json").exists()
     nowhere = tmp_path / "nowhere"
@@ -396,7 +397,7 @@ def _on_a_terminal(*args: str) -> tuple[int, str]:
     return process.wait(timeout=120), output.decode(errors="replace")
 
 
-def test_backup_and_restore_show_a_line_per_tenant_on_a_terminal(server_factory, tenant: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_backup_and_restore_show_a_line_per_tenant_on_a_terminal(server_factory, tenant: str, tmp_path: Path) -> None:
     tenants = [f"{tenant}-a", f"{tenant}-b"]
     server = _admin_server(server_factory, tenants)
     with MemoryClient(server.target, ADMIN) as admin:

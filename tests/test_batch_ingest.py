@@ -13,9 +13,9 @@ from pathlib import Path
 
 import apsw
 
-from mnemosyne.client import MemoryClient, RetainItem
+from mnemosyne.client import MemoryClient, RetainItem, RetainResult
 from mnemosyne.store import ledger
-from tests.support import ServerProcess
+from tests.support import ServerProcess, sql_row
 
 REFUND = "The customer requested a refund for ticket RF-88213"
 REFUND_YESTERDAY = "The customer requested a refund for ticket RF-88213 yesterday"
@@ -76,7 +76,7 @@ def test_batch_equals_the_same_items_one_by_one(client: MemoryClient, server: Se
     single = [client.retain(single_tenant, i.text, i.scope, i.metadata) for i in items]
 
     assert batch == single
-    by_text = {}  # type: ignore[var-annotated]
+    by_text: dict[str, RetainResult] = {}
     for item, result in zip(items, batch):
         by_text.setdefault(item.text, result)  # the first of each text (REFUND is there twice)
     assert by_text[REFUND_YESTERDAY].near_duplicate_of == (by_text[REFUND].memory_id,)
@@ -121,7 +121,7 @@ def test_large_batch_keeps_a_valid_chain_and_counts(client: MemoryClient, tenant
     assert (stats.memories, stats.writes, stats.duplicates, stats.ledger_entries) == (600, 600, 400, 600)
 
 
-def test_failing_item_in_a_large_batch_is_redone_one_by_one(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_failing_item_in_a_large_batch_is_redone_one_by_one(server_factory) -> None:
     """An item failing half-way in a run rolls the runs back; redone item by item, only it is lost."""
     server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "after_fts:POISON"}).start()
     items = [_filler(i) for i in range(60)]
@@ -141,15 +141,13 @@ def test_failing_item_in_a_large_batch_is_redone_one_by_one(server_factory) -> N
         assert c.recall("acme", "POISON", mode="text") == []
     connection = apsw.Connection(str(server.tenant_file("acme")), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        counts = [
-            connection.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("memories", "embeddings", "ledger")
-        ]
+        counts = [sql_row(connection, f"SELECT count(*) FROM {t}")[0] for t in ("memories", "embeddings", "ledger")]
     finally:
         connection.close()
     assert counts == [len(items) - 1, len(items) - 1, len(items) - 1 + 1]  # + the supersede entry
 
 
-def test_hot_path_group_with_a_poison_item_names_only_written_memories(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_hot_path_group_with_a_poison_item_names_only_written_memories(server_factory) -> None:
     """A worker group large enough for the helper thread, with an item whose extraction fails:
     the others are written, and a near duplicate of the failed item is not named."""
     server = server_factory(env={"MNEMOSYNE_TEST_POISON_MARKER": "POISON", "MNEMOSYNE_HOT_PATH_BATCH": "64"}).start()

@@ -39,7 +39,9 @@ def test_row_lengths_and_mean_are_read_from_fts5_as_it_counted_them() -> None:
         db.execute("INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (rowid, text))
     sizes = dict(db.execute("SELECT id, sz FROM memories_fts_docsize"))
     assert {rowid: fts5_row_length(sz) for rowid, sz in sizes.items()} == {1: 3, 2: 300, 3: 3}
-    (averages,) = db.execute("SELECT block FROM memories_fts_data WHERE id = 1").fetchone()
+    row = db.execute("SELECT block FROM memories_fts_data WHERE id = 1").fetchone()
+    assert row is not None, "fts5 wrote no averages record"
+    (averages,) = row
     assert fts5_average_length(averages) == 306 / 3
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mnemosyne import MemoryBrain
 from mnemosyne.client.types import FlushResult
 
@@ -156,6 +158,17 @@ def test_every_method_gives_the_same_values_in_process_and_against_a_server(
         assert _shape(local[method]) == _shape(remote[method]), method
 
 
+def test_a_mode_that_does_not_exist_is_refused_the_same_in_process_and_against_a_server(
+    tmp_path: Path, target: str, tenant: str
+) -> None:
+    refusals = []
+    for brain in (MemoryBrain(tmp_path / "mem", tenant=tenant), MemoryBrain(target, tenant=tenant)):
+        with brain, pytest.raises(ValueError) as refused:
+            brain.recall("anything", mode="fuzzy")
+        refusals.append(str(refused.value))
+    assert refusals == ["mode must be one of hybrid, vector, text; got 'fuzzy'"] * 2
+
+
 def test_errors_are_the_same_in_process_and_against_a_server(tmp_path: Path, target: str, tenant: str) -> None:
     from mnemosyne.client import MnemosyneClientError
 
@@ -170,6 +183,7 @@ def test_errors_are_the_same_in_process_and_against_a_server(tmp_path: Path, tar
             lambda: brain.hot_path("flush", timeout_seconds=float("nan")),
             lambda: brain.dedup(threshold=7.0),
             lambda: brain.forget(12345),
+            lambda: brain.list_events(status="lost"),
         ):
             try:
                 call()

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -76,7 +77,7 @@ def _run_buf(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BUF), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def _findings(root: Path, *config_args: str) -> list[dict]:
+def _findings(root: Path, *config_args: str) -> list[dict[str, Any]]:
     result = _run_buf(root, "lint", "--error-format=json", *config_args)
     # buf lint exits 100 when it has findings; anything else is buf failing to run.
     assert result.returncode in (0, 100), f"buf lint failed to run ({result.returncode}):\n{result.stderr}"

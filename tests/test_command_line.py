@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from mnemosyne import MemoryClient, __version__
+from mnemosyne import MemoryClient, __version__  # type: ignore[attr-defined]  # imported as the conventional attribute, not re-exported by name
 from mnemosyne.client.errors import MnemosyneClientError, UnavailableError
 from tests.support import SERVE, serve_args
 
@@ -236,8 +236,9 @@ def test_a_client_at_the_wrong_port_asks_whether_a_mnemosyne_server_listens_ther
             assert isinstance(error, UnavailableError) == (expected == grpc.StatusCode.UNAVAILABLE)
             text = str(error)
             assert text.startswith(f"{expected.name}: is a Mnemosyne server listening at {target}? ("), (what, text)
-            assert "\n" not in text and info.value.__cause__ is not None
-            assert text.endswith(f"({info.value.__cause__.details()})"), text  # type: ignore[attr-defined]  # the cause is the grpc.RpcError
+            cause = info.value.__cause__
+            assert "\n" not in text and isinstance(cause, grpc.RpcError), cause
+            assert text.endswith(f"({cause.details()})"), text
         # A deployment of many members: the address is the member's the call went to.
         members = f"m0={wrong['nothing listening']}"
         with MemoryClient("", members=members, timeout=5.0, retries=0) as client:
@@ -253,7 +254,7 @@ def test_a_client_at_the_wrong_port_asks_whether_a_mnemosyne_server_listens_ther
         assert lines[0].startswith(f"mnemosyne consolidate: UNAVAILABLE: is a Mnemosyne server listening at {target}?")
 
 
-def test_a_server_refusal_is_not_taken_for_a_wrong_port(server, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_refusal_is_not_taken_for_a_wrong_port(server, tenant: str) -> None:
     """A Mnemosyne server's own answers (they carry their ErrorInfo) keep their message."""
     target = server if isinstance(server, str) else server.target
     with MemoryClient(target, retries=0) as client:

@@ -196,7 +196,12 @@ class Tab:
         self.server = server
         self.dialogs: list[str] = []
         self.requests: list[str] = []
-        self.page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
+
+        def on_dialog(dialog: Any) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        self.page.on("dialog", on_dialog)
         self.page.on("request", lambda sent: self.requests.append(sent.url))
 
     def open(self, query: str = "") -> Any:

@@ -32,7 +32,7 @@ from mnemosyne.client import (
 from mnemosyne.engine import consolidator
 from tests.chat_server import Behaviour, ChatServer
 from tests.docs_support import DOCS
-from tests.support import ServerProcess, tokens_json, wait_until
+from tests.support import ServerFactory, ServerProcess, tokens_json, wait_until
 
 THREAD = "chat-42"
 # 2026-11-30T10:00:00Z, a minute apart.
@@ -64,10 +64,10 @@ def _by_scope(outcomes: list[SessionOutcome]) -> dict[str, SessionOutcome]:
 
 
 def _model_server(
-    server_factory: Any, chat: ChatServer, *, args_extra: tuple[str, ...] | list[str] = (), **kwargs: Any
+    server_factory: ServerFactory, chat: ChatServer, *, args_extra: tuple[str, ...] | list[str] = (), **kwargs: Any
 ) -> ServerProcess:
     args = ["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "test-model", *args_extra]
-    return server_factory(args=args, **kwargs)  # type: ignore[no-any-return]
+    return server_factory(args=args, **kwargs)
 
 
 def _mnemosyne(*args: str) -> list[str]:
@@ -87,7 +87,7 @@ class _Agent:
     """A live agent of a host (weakly referenced by its observations)."""
 
 
-def _held_server(server_factory: Any, tmp_path: Path) -> tuple[ServerProcess, Path]:
+def _held_server(server_factory: ServerFactory, tmp_path: Path) -> tuple[ServerProcess, Path]:
     """A server whose consolidator holds before each commit while the returned file exists."""
     hold = tmp_path / "hold"
     return server_factory(env={"MNEMOSYNE_TEST_HOLD_CONSOLIDATION": str(hold)}).start(), hold

@@ -9,6 +9,7 @@ and metrics: tests/test_operations_docs.py)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -16,12 +17,15 @@ import re
 import shlex
 import subprocess
 import sys
+import typing
 import uuid
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import descriptor_pool, json_format, message_factory
+from google.protobuf.message import Message
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 import mnemosyne
@@ -86,7 +90,7 @@ def test_readme_names_the_checks_ci_runs() -> None:
         assert check in lint and check.split()[0] in section(README_TEXT, "Contributing")
 
 
-def _reflected(channel: grpc.Channel, full_method: str) -> tuple[type, type]:
+def _reflected(channel: grpc.Channel, full_method: str) -> tuple[type[Message], type[Message]]:
     """The request and response classes of ``service/method``, found by server reflection alone
     (as grpcurl finds them: no .proto file, no generated code)."""
     pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
@@ -138,7 +142,7 @@ def test_readme_auth_quick_start_works(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_every_python_example_in_the_docs_runs(target: str, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_every_python_example_in_the_docs_runs(target: str, tmp_path, monkeypatch) -> None:
     """Every ```python block of the README and of docs/, against a running server. A page's blocks
     run in order in one namespace (later examples go on from earlier ones), each page in its own
     tenant. The README's auth quick start needs a server with tokens: the test above runs it."""
@@ -285,6 +289,31 @@ def test_public_exports_are_complete() -> None:
             )
 
 
+def _classes_in(hint: object) -> set[type]:
+    """The classes a type hint names, through unions and generics (``list[Hit] | None`` -> Hit)."""
+    found = {hint} if isinstance(hint, type) else set()
+    for argument in typing.get_args(hint):
+        found |= _classes_in(argument)
+    return found
+
+
+def test_every_type_the_client_takes_or_returns_is_exported() -> None:
+    """A user imports, from ``mnemosyne.client`` itself, every type a public method of
+    MemoryClient, MemoryHost or MemoryBrain takes or returns, and every error it raises."""
+    exported = {getattr(mnemosyne.client, name) for name in mnemosyne.client.__all__}
+    for cls in (MemoryClient, mnemosyne.client.MemoryHost, mnemosyne.MemoryBrain):
+        for name, method in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            for hint in typing.get_type_hints(method).values():
+                for named in _classes_in(hint):
+                    if named.__module__.startswith("mnemosyne.client."):
+                        assert named in exported, f"{cls.__name__}.{name} uses {named.__name__}, not in __all__"
+    errors = vars(mnemosyne.client.errors).values()
+    raised = {e for e in errors if isinstance(e, type) and issubclass(e, mnemosyne.client.MnemosyneClientError)}
+    assert raised <= exported, sorted(e.__name__ for e in raised - exported)
+
+
 # The README's first calls, each on a tenant of its own: whatever ran before on the same server,
 # each prints what the README shows (ids count per tenant, generations per scope of a tenant).
 README_TENANTS = {
@@ -334,7 +363,7 @@ def _readme_grpcurl(target: str) -> None:
     (block,) = code_blocks(grpcurl, "sh")
     commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
     assert len(commands) == 4
-    answers: dict[str, dict] = {}
+    answers: dict[str, dict[str, Any]] = {}
     with grpc.insecure_channel(target) as channel:
         for argv in commands:
             assert argv[0] == "grpcurl" and argv[1] == "-plaintext" and "127.0.0.1:50051" in argv, argv
@@ -349,7 +378,7 @@ def _readme_grpcurl(target: str) -> None:
             request_class, response_class = _reflected(channel, full_method)
             data = argv[argv.index("-d") + 1] if "-d" in argv else "{}"
             request = json_format.Parse(data, request_class())
-            call = channel.unary_unary(
+            call: grpc.UnaryUnaryMultiCallable[Message, Message] = channel.unary_unary(
                 f"/{full_method}",
                 request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=response_class.FromString,

@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import apsw
+import grpc
 import httpx2
 import pytest
 from google.protobuf import json_format
@@ -50,7 +51,7 @@ from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2, workspace_pb2
 from tests.http_support import call
 from tests.http_support import request as http_request
 from tests.mem0_support import Mem0Client
-from tests.support import tokens_json, wait_until
+from tests.support import sql_row, tokens_json, wait_until
 
 # One long token that the full-text tokenizer keeps whole (letters and digits, no stem to strip).
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
@@ -200,12 +201,13 @@ def test_the_ledger_keeps_no_hash_that_confirms_a_guess(server_factory, tenant: 
         memory_id = client.retain(tenant, text).memory_id
         connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            (key,) = connection.execute("SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,)).fetchone()
-            (entry_json,) = connection.execute(
+            (key,) = sql_row(connection, "SELECT key FROM memory_keys WHERE memory_id = ?", (memory_id,))
+            (entry_json,) = sql_row(
+                connection,
                 "SELECT entry FROM ledger WHERE json_extract(entry, '$.memory_id') = ? AND "
                 "json_extract(entry, '$.op') = 'retain'",
                 (memory_id,),
-            ).fetchone()
+            )
         finally:
             connection.close()
         entry = json.loads(entry_json)
@@ -347,7 +349,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         assert connection.pragma("user_version") == SCHEMA_VERSION
         assert (
             "contentless_delete"
-            not in connection.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_fts'").fetchone()[0]
+            not in sql_row(connection, "SELECT sql FROM sqlite_master WHERE name = 'memories_fts'")[0]
         )
         # The operation-log rows of a forgotten memory are found by index, not by a scan of the log.
         plan = connection.execute(
@@ -507,7 +509,10 @@ def writable_fields(message: Descriptor) -> set[str]:
     return found
 
 
-def fill(message: Message, surface: str, field_secrets: FieldSecrets, skip: tuple[str, ...] = ()) -> Any:
+M = TypeVar("M", bound=Message)
+
+
+def fill(message: M, surface: str, field_secrets: FieldSecrets, skip: tuple[str, ...] = ()) -> M:
     """Set every field ``writable_fields`` names (but those in ``skip``) to a secret of its own (a
     map gets one pair, a repeated message one element); returns the message."""
     for field in message.DESCRIPTOR.fields:
@@ -540,7 +545,7 @@ def _grpc_sender(client: MemoryClient) -> Send:
 
     def send(rpc: str, request: Message, headers: dict[str, str] | None = None) -> Any:
         method = RPCS[rpc]
-        call = client.channel.unary_unary(
+        call: grpc.UnaryUnaryMultiCallable[Message, Message] = client.channel.unary_unary(
             f"/{method.containing_service.full_name}/{method.name}",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=GetMessageClass(method.output_type).FromString,
@@ -611,11 +616,17 @@ def _write_through_every_rpc(
     gen = {"mnemosyne-global-generation": str(_generation(client, tenant, "global"))}
     send("WorkspaceService.UpdateGlobal", fill(workspace_pb2.UpdateGlobalRequest(tenant=tenant), surface, s), gen)
     put = workspace_pb2.RecordChange.PUT
-    for rpc, request in [
+    changes: list[
+        tuple[
+            str,
+            workspace_pb2.UpdateWorkspaceRequest | workspace_pb2.EditRecordsRequest | workspace_pb2.ConsolidateRequest,
+        ]
+    ] = [
         ("WorkspaceService.UpdateWorkspace", workspace_pb2.UpdateWorkspaceRequest(tenant=tenant, workspace=surface)),
         ("WorkspaceService.EditRecords", workspace_pb2.EditRecordsRequest(tenant=tenant, scope=scope)),
         ("WorkspaceService.Consolidate", workspace_pb2.ConsolidateRequest(tenant=tenant, scope=scope)),
-    ]:
+    ]
+    for rpc, request in changes:
         fill(request, surface, s)
         request.changes[0].op, request.changes[0].key = put, f"{rpc.rsplit('.', 1)[1].lower()}.md"
         if isinstance(request, workspace_pb2.UpdateWorkspaceRequest):
@@ -626,8 +637,8 @@ def _write_through_every_rpc(
             request.receipt_id = f"{surface}-receipt"
         send(rpc, request)
     # The first Retain's thread becomes a section of its scope's MEMORY.md.
-    request = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=first.thread.id)
-    session = send("WorkspaceService.ConsolidateSession", request)
+    consolidate = workspace_pb2.ConsolidateSessionRequest(tenant=tenant, thread=first.thread.id)
+    session = send("WorkspaceService.ConsolidateSession", consolidate)
     assert [o.outcome for o in session.scopes] == [workspace_pb2.SessionScopeOutcome.OUTCOME_APPLIED], session
     return first
 
@@ -773,7 +784,7 @@ def _merged_and_superseded(send: Send, client: MemoryClient, tenant: str, s: Fie
     def retain(surface: str, text: str) -> types_pb2.RetainResult:
         request = memory_pb2.RetainRequest(tenant=tenant, scope="workspace/history", text=text)
         fill(request, surface, s, skip=("RetainRequest.text", "RetainRequest.messages"))
-        result = send("MemoryService.Retain", request).result
+        result: types_pb2.RetainResult = send("MemoryService.Retain", request).result
         assert result.status == types_pb2.RetainResult.CREATED, result
         return result
 
@@ -790,8 +801,8 @@ def _journal(tenant_file: Path) -> tuple[int, int]:
     """(consolidation proposals journaled, threads marked consolidated) in the tenant file."""
     connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        (journaled,) = connection.execute("SELECT count(*) FROM consolidation_journal").fetchone()
-        (marked,) = connection.execute("SELECT count(*) FROM consolidated_threads").fetchone()
+        (journaled,) = sql_row(connection, "SELECT count(*) FROM consolidation_journal")
+        (marked,) = sql_row(connection, "SELECT count(*) FROM consolidated_threads")
     finally:
         connection.close()
     return int(journaled), int(marked)

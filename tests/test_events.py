@@ -18,7 +18,7 @@ ORDER = ["pending", "running", "succeeded"]
 
 def _watch_until(
     client: MemoryClient, tenant: str, done, *, after_sequence: int = 0, limit: int | None = None
-) -> list[Event]:  # type: ignore[no-untyped-def]
+) -> list[Event]:
     """Collect streamed transitions until ``done(collected)`` or ``limit`` of them (60 s cap)."""
     seen: list[Event] = []
     for event in client.watch_events(tenant, after_sequence=after_sequence, timeout=60):
@@ -28,7 +28,7 @@ def _watch_until(
     return seen
 
 
-def _finished(ids: set[int]):  # type: ignore[no-untyped-def]
+def _finished(ids: set[int]):
     return lambda seen: ids <= {e.event_id for e in seen if e.status in ("succeeded", "failed")}
 
 
@@ -147,7 +147,7 @@ def test_a_fast_conversation_is_one_operation(client: MemoryClient, tenant: str)
     assert len(first.created_memory_ids) == 1 and second.duplicate_of_memory_ids == first.created_memory_ids
 
 
-def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_never(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_never(server_factory, tmp_path) -> None:
     hold = tmp_path / "hold"
     server = server_factory(
         env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--event-retention-seconds", "1"]
@@ -204,7 +204,7 @@ def _listed_within(c: MemoryClient, tenant: str, gone: set[int], seconds: float)
         time.sleep(0.2)
 
 
-def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_restart(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_restart(server_factory) -> None:
     server = server_factory(args=["--event-retention-seconds", "2"]).start()
     with MemoryClient(server.target, timeout=60) as c:
         c.hot_path("idle", "enable")
@@ -225,7 +225,7 @@ def test_an_idle_tenant_s_events_expire_without_another_write_even_across_a_rest
         assert len(c.list_memories("idle", page_size=100).memories) == 20  # only the records went
 
 
-def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_negative_event_retention_is_refused_at_start(tmp_path) -> None:
     from mnemosyne.cli.commands import main
 
     with pytest.raises(SystemExit) as refused:  # argparse's refusal of the flag's value

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import apsw
 import pytest
@@ -28,22 +29,28 @@ from mnemosyne.client import (
     UnavailableError,
     convert,
 )
-from mnemosyne.client.types import BackupChunk, RetainItem, ThreadRef
+from mnemosyne.client.types import BackupChunk, RetainItem, RetainResult, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2
-from tests.support import ServerProcess, tokens_json, wait_until
+from tests.support import ServerFactory, ServerProcess, tokens_json, wait_until
 
 ADMIN = "admin-token-export"
 USER = "user-token-export"
 QUERIES = ["refund for ticket RF-88213", "parcel delivered Monday", "status of ticket RF-1"]
 
 
-def _servers(server_factory, tenant: str) -> tuple[ServerProcess, ServerProcess]:  # type: ignore[no-untyped-def]
+def _servers(server_factory: ServerFactory, tenant: str) -> tuple[ServerProcess, ServerProcess]:
     env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}
     return server_factory(env=env).start(), server_factory(env=env).start()
 
 
-def _populate(client: MemoryClient, tenant: str) -> dict[str, object]:
+class Populated(TypedDict):
+    first: RetainResult
+    generation: int
+    event_id: int
+
+
+def _populate(client: MemoryClient, tenant: str) -> Populated:
     client.retain_batch(
         tenant,
         [
@@ -99,7 +106,7 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
         ]
         head = a.verify_integrity(tenant).head_hash
         stats = a.stats(tenant)
-        event = a.get_event(tenant, int(seen["event_id"]))  # type: ignore[arg-type]
+        event = a.get_event(tenant, seen["event_id"])
     archive = _archive(tmp_path, source, tenant)
     with tarfile.open(archive) as tar:
         assert tar.getnames()[0] == "manifest.json" and "database.sqlite" in tar.getnames()
@@ -128,10 +135,10 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
         again = b.retain(tenant, "Dana prefers e-mail over phone calls", request_id="req-export-1")
         assert again == seen["first"]
         # The observation taken before the export lets the agent write after the import.
-        generation = b.update_global(tenant, "# Memory\n- prefers e-mail\n- call after 5pm\n", int(seen["generation"]))  # type: ignore[arg-type]
-        assert generation == int(seen["generation"]) + 1  # type: ignore[arg-type]
+        generation = b.update_global(tenant, "# Memory\n- prefers e-mail\n- call after 5pm\n", seen["generation"])
+        assert generation == seen["generation"] + 1
         with pytest.raises(AbortedError):
-            b.update_global(tenant, "# stale\n", int(seen["generation"]))  # type: ignore[arg-type]
+            b.update_global(tenant, "# stale\n", seen["generation"])
         b.retain(tenant, "a note written after the import")
 
         # An existing tenant is refused without replace, and replaced with it.
@@ -145,7 +152,7 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
         assert copy.tenant == f"{tenant}-copy" and b.verify_integrity(copy.tenant).head_hash == head
 
 
-def _rewrite(archive: Path, out: Path, edit_database, manifest_sha: bool = False) -> Path:  # type: ignore[no-untyped-def]
+def _rewrite(archive: Path, out: Path, edit_database, manifest_sha: bool = False) -> Path:
     """A copy of the archive whose database member went through ``edit_database(path)``; with
     ``manifest_sha`` the manifest is made to match the edited file."""
     work = out.parent / f"{out.name}.d"
@@ -200,7 +207,9 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
         # A stream that ends early, past the client's own checks: the server refuses it.
         with tarfile.open(archive) as tar:
             manifest = read_manifest(tar, archive)
-            data = tar.extractfile("database.sqlite").read()  # type: ignore[union-attr]
+            database = tar.extractfile("database.sqlite")
+            assert database is not None
+            data = database.read()
         with pytest.raises(InvalidArgumentError) as short:
             b.import_tenant(manifest, [BackupChunk("database", data[: len(data) // 3])])
         assert short.value.reason == "ARCHIVE_TRUNCATED"
@@ -219,7 +228,9 @@ def test_a_server_killed_during_an_import_keeps_nothing_of_it(server_factory, te
     archive = _archive(tmp_path, source, tenant)
     with tarfile.open(archive) as tar:
         manifest = read_manifest(tar, archive)
-        data = tar.extractfile("database.sqlite").read()  # type: ignore[union-attr]
+        database = tar.extractfile("database.sqlite")
+        assert database is not None
+        data = database.read()
     sent, release = threading.Event(), threading.Event()
 
     def chunks() -> Iterator[BackupChunk]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 import pytest
@@ -26,18 +27,26 @@ from tests.support import ServerProcess, gauge, tokens_json, wait_until
 
 
 def _threads(server: ServerProcess) -> int:
-    for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{server.pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
             return int(line.split()[1])
     raise AssertionError("no thread count in /proc")
 
 
-def _watch(client: MemoryClient, tenant: str, after_event_id: int = 0, timeout: float | None = 120) -> grpc.Future:
+class _Stream(Protocol):
+    """What these tests do with an open WatchEvents call: read its next event, or cancel it."""
+
+    def __next__(self) -> events_pb2.Event: ...
+    def cancel(self) -> bool: ...
+
+
+def _watch(client: MemoryClient, tenant: str, after_event_id: int = 0, timeout: float | None = 120) -> _Stream:
     request = events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id)
-    return client.events.WatchEvents(request, timeout=timeout)
+    stream: _Stream = client.events.WatchEvents(request, timeout=timeout)
+    return stream
 
 
-def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_factory) -> None:
     server: ServerProcess = server_factory(args=["--streams-per-tenant", "2000"], metrics=True).start()
     with MemoryClient(server.target) as client, MemoryClient(server.target) as other:
         client.hot_path("noisy", "enable")
@@ -63,7 +72,7 @@ def test_a_thousand_idle_and_a_hundred_unread_streams_hold_no_thread(server_fact
 
 def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_another_tenant_s_is_admitted(
     server_factory,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     server: ServerProcess = server_factory(metrics=True).start()  # the default: 100 streams per tenant
     with MemoryClient(server.target) as client:
         streams = [_watch(client, "noisy") for _ in range(100)]
@@ -87,7 +96,7 @@ def test_a_stream_past_a_tenant_s_limit_is_refused_with_a_retry_delay_while_anot
             call.cancel()
 
 
-def test_a_tenant_parked_on_the_threads_keeps_only_its_share_of_each(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenant_parked_on_the_threads_keeps_only_its_share_of_each(server_factory, tmp_path: Path) -> None:
     park = tmp_path / "park"
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TEST_PARK_TENANT": "noisy", "MNEMOSYNE_TEST_PARK_FILE": str(park)},
@@ -99,7 +108,7 @@ def test_a_tenant_parked_on_the_threads_keeps_only_its_share_of_each(server_fact
         park.touch()
         with ThreadPoolExecutor(80) as pool:
             # Its reads park on the reader threads, its writes on the worker threads.
-            parked = [pool.submit(client.recall, "noisy", "memory") for _ in range(20)]
+            parked: list[Future[object]] = [pool.submit(client.recall, "noisy", "memory") for _ in range(20)]
             parked += [pool.submit(client.retain, "noisy", f"parked write {n}") for n in range(20)]
             wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 19 + 12)
             assert gauge(server, "mnemosyne_reader_threads_busy") == 1  # --reader-share of 2
@@ -122,7 +131,7 @@ def test_a_tenant_parked_on_the_threads_keeps_only_its_share_of_each(server_fact
         assert len(client.list_memories("noisy", page_size=100).memories) == 21  # every parked write landed
 
 
-def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()  # the workers hold: the queue never drains while the flushes wait
     server: ServerProcess = server_factory(
@@ -149,7 +158,7 @@ def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path:
 
 
 @pytest.mark.parametrize("action", ["flush", "disable"])
-def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tmp_path: Path, action: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tmp_path: Path, action: str) -> None:
     hold = tmp_path / "hold"
     hold.touch()
     server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -179,7 +188,7 @@ def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tm
         hold.unlink()
 
 
-def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> None:
     server: ServerProcess = server_factory().start()
     stop = threading.Event()
     with MemoryClient(server.target) as client:
@@ -196,7 +205,7 @@ def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> N
     assert sorted(latencies)[len(latencies) // 2] < 0.05
 
 
-def test_reads_over_http_and_the_mem0_endpoints_run_on_the_reader_threads(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_reads_over_http_and_the_mem0_endpoints_run_on_the_reader_threads(server_factory, tmp_path: Path) -> None:
     park = tmp_path / "park"
     server: ServerProcess = server_factory(
         http=True,

@@ -14,13 +14,14 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import apsw
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mnemosyne.client import (
     DataLossError,
@@ -36,12 +37,12 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
-from tests.support import ServerProcess
+from tests.support import ServerProcess, health_check
 
 FOUR_BYTES = "\U0001f600"  # one character, four bytes of UTF-8
 
 
-def _refusal(call) -> MnemosyneClientError:  # type: ignore[no-untyped-def]
+def _refusal(call) -> MnemosyneClientError:
     with pytest.raises(grpc.RpcError) as info:
         call()
     error = from_rpc_error(info.value)
@@ -85,10 +86,15 @@ def test_flush_and_disable_refuse_a_timeout_that_is_not_a_bounded_number(
 # -- 3. batch work is linear in the batch ----------------------------------------------------------
 
 
-def test_near_duplicate_atoms_are_read_once_per_item_however_many_look_alike(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    calls = []
+def test_near_duplicate_atoms_are_read_once_per_item_however_many_look_alike(tmp_path: Path, monkeypatch) -> None:
+    calls: list[int] = []
     real = dedup.atoms
-    monkeypatch.setattr(dedup, "atoms", lambda text: calls.append(len(text)) or real(text))
+
+    def counted(text: str) -> frozenset[str]:
+        calls.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(dedup, "atoms", counted)
     engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
     try:
         body = "The refund for ticket RF-88213 was approved on 8 May 2023 by the finance team. " * 40
@@ -110,7 +116,7 @@ def test_near_duplicate_atoms_are_read_once_per_item_however_many_look_alike(tmp
 # -- 4 and 5. files only when a write succeeds ---------------------------------------------------------
 
 
-def test_a_new_tenant_on_a_full_disk_is_disk_full_and_leaves_no_file(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_tenant_on_a_full_disk_is_disk_full_and_leaves_no_file(server_factory) -> None:
     # SQLite's real disk-full error: no file may grow past 20 pages, and a tenant's schema needs 32.
     server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=20"}).start()
     with MemoryClient(server.target, retries=0) as client:
@@ -128,7 +134,7 @@ def test_a_new_tenant_on_a_full_disk_is_disk_full_and_leaves_no_file(server_fact
     assert _files(server.data_dir) == []
 
 
-def test_a_first_write_that_does_not_fit_leaves_no_file_and_a_later_one_that_fits_works(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_first_write_that_does_not_fit_leaves_no_file_and_a_later_one_that_fits_works(server_factory) -> None:
     # The schema and a small memory fit (40 pages) but not a first memory of 128 KB of text.
     server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=44"}).start()
     with MemoryClient(server.target, retries=0) as client:
@@ -141,11 +147,11 @@ def test_a_first_write_that_does_not_fit_leaves_no_file_and_a_later_one_that_fit
     assert [f for f in _files(server.data_dir) if f.endswith(".sqlite")] == ["tenants/fresh.sqlite"]
 
 
-def test_calls_that_only_read_or_fail_never_create_a_tenant_file(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_calls_that_only_read_or_fail_never_create_a_tenant_file(server_factory) -> None:
     server = server_factory().start()
     t = "nobody"
     with MemoryClient(server.target, retries=0) as client:
-        reads = [
+        reads: list[Callable[[], object]] = [
             lambda: client.recall(t, "anything"),
             lambda: client.list_memories(t),
             lambda: client.verify_integrity(t),
@@ -160,7 +166,7 @@ def test_calls_that_only_read_or_fail_never_create_a_tenant_file(server_factory)
             lambda: client.list_records(t, "global"),
             lambda: list(client.watch_events(t, timeout=0.5)),
         ]
-        failing = [  # writes that fail on a tenant without a file
+        failing: list[Callable[[], object]] = [  # writes that fail on a tenant without a file
             lambda: client.get_memory(t, 1),
             lambda: client.forget(t, 1),
             lambda: client.get_event(t, 1),
@@ -196,9 +202,9 @@ def _open_file_limit(pid: int) -> tuple[int, int]:
     raise AssertionError("no open-file limit in /proc")
 
 
-def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> None:
     server: ServerProcess = server_factory(open_files=(256, 256)).start()
-    assert _open_file_limit(server.process.pid) == (256, 256)
+    assert _open_file_limit(server.pid) == (256, 256)
     errors: list[BaseException] = []
 
     def work(start: int) -> None:
@@ -227,14 +233,14 @@ def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> 
     assert "open-tenant cache: 16 tenant files (asked 1024; open-file limit 256" in log
 
 
-def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succeeds(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succeeds(server_factory) -> None:
     """Connected clients take the descriptors the open-tenant cache left for everything else, so
     opening tenant files runs the process out of descriptors (EMFILE) long before the cache is
     full: idle tenants are closed and the open tried again, for first writes, reopened tenants,
     readers and hot-path inboxes alike."""
     limit = 192  # an open-tenant cache of (192 - 128) // 8 = 8 tenants
     server: ServerProcess = server_factory(open_files=(limit, limit)).start()
-    pid = server.process.pid
+    pid = server.pid
 
     def free() -> int:
         return limit - len(os.listdir(f"/proc/{pid}/fd"))
@@ -247,7 +253,7 @@ def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succee
         while free() > 36:
             channel = grpc.insecure_channel(server.target, options=[("grpc.use_local_subchannel_pool", 1)])
             channels.append(channel)
-            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            health_check(channel, timeout=10)
         tenants = [f"emfile-{i}" for i in range(24)]
         with MemoryClient(server.target, retries=0) as client:
             for i, tenant in enumerate(tenants):  # first writes, reads, inboxes
@@ -271,9 +277,9 @@ def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succee
     assert "Traceback" not in log and " ERROR " not in log
 
 
-def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(server_factory) -> None:
     server: ServerProcess = server_factory(open_files=(512, 4096)).start()
-    assert _open_file_limit(server.process.pid) == (4096, 4096)
+    assert _open_file_limit(server.pid) == (4096, 4096)
     assert "open-file limit: 4096 (hard limit 4096)" in server.stderr_path.read_text()
 
 
@@ -357,7 +363,7 @@ def test_memories_of_the_largest_size_are_listed_and_recalled_within_the_respons
     assert len({h.memory.id for h in recalled.hits} | set(recalled.omitted_memory_ids)) == 40
 
 
-def RetainItem_(text: str, metadata: dict[str, str]):  # type: ignore[no-untyped-def]
+def RetainItem_(text: str, metadata: dict[str, str]):
     from mnemosyne.client import RetainItem
 
     return RetainItem(text, "global", metadata)
@@ -379,7 +385,7 @@ def test_a_request_above_the_limit_is_refused_with_its_reason(client: MemoryClie
 # -- 8. damaged tenants stay contained ---------------------------------------------------------------
 
 
-def test_damaged_tenant_files_fail_alone_and_never_stop_an_aggregate(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_damaged_tenant_files_fail_alone_and_never_stop_an_aggregate(server_factory) -> None:
     server = server_factory().start()
     with MemoryClient(server.target) as client:
         for i in range(200):
@@ -433,7 +439,7 @@ def _token(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def test_page_tokens_are_only_those_this_server_issued_for_this_tenant_and_query(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_page_tokens_are_only_those_this_server_issued_for_this_tenant_and_query(server_factory) -> None:
     server = server_factory().start()
     with MemoryClient(server.target, retries=0) as client:
         client.retain_batch("a", [f"memory {i}" for i in range(5)])
@@ -492,17 +498,20 @@ def test_unknown_enum_values_are_invalid_not_ignored(client: MemoryClient, tenan
     client.hot_path(tenant, "enable")
     for value in (5, 99, -1, 2**31 - 1):
         error = _refusal(
-            lambda: client.events.ListEvents(events_pb2.ListEventsRequest(tenant=tenant, status=value), timeout=10)
+            lambda: client.events.ListEvents(
+                events_pb2.ListEventsRequest(tenant=tenant, status=cast(events_pb2.EventStatus, value)), timeout=10
+            )
         )
         assert error.reason == "EVENT_STATUS_INVALID"
     for value in (4, 99, -1):
         error = _refusal(
             lambda: client.memory.Recall(
-                memory_pb2.RecallRequest(tenant=tenant, query="memory", mode=value), timeout=10
+                memory_pb2.RecallRequest(tenant=tenant, query="memory", mode=cast(memory_pb2.RecallMode, value)),
+                timeout=10,
             )
         )
         assert error.reason == "RECALL_MODE_INVALID"
-    change = workspace_pb2.RecordChange(op=7, key="a.md", content="x")
+    change = workspace_pb2.RecordChange(op=cast(workspace_pb2.RecordChange.Op, 7), key="a.md", content="x")
     error = _refusal(
         lambda: client.workspace.EditRecords(
             workspace_pb2.EditRecordsRequest(tenant=tenant, scope="global", changes=[change]), timeout=10
@@ -511,7 +520,7 @@ def test_unknown_enum_values_are_invalid_not_ignored(client: MemoryClient, tenan
     assert error.reason == "CHANGE_OP_INVALID"
 
 
-def _raw(client: MemoryClient, method: str):  # type: ignore[no-untyped-def]
+def _raw(client: MemoryClient, method: str):
     return client.channel.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
 
 
@@ -539,7 +548,7 @@ def test_a_request_that_cannot_be_decoded_is_invalid_argument(client: MemoryClie
     assert error.reason == "REQUEST_UNDECODABLE"
 
 
-def test_an_undecodable_request_with_a_bad_token_is_unauthenticated_first(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_an_undecodable_request_with_a_bad_token_is_unauthenticated_first(server_factory) -> None:
     from tests.support import tokens_json
 
     server = server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({"good": ["acme"]})}).start()
@@ -554,7 +563,7 @@ def test_an_undecodable_request_with_a_bad_token_is_unauthenticated_first(server
 # -- 12. logs ----------------------------------------------------------------------------------------------
 
 
-def test_access_records_of_failed_calls_carry_the_reason(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_access_records_of_failed_calls_carry_the_reason(server_factory, tenant: str) -> None:
     server = server_factory(env={"MNEMOSYNE_LOG_FORMAT": "json"}).start()
     with MemoryClient(server.target, retries=0) as client:
         with pytest.raises(MnemosyneClientError):
@@ -568,7 +577,7 @@ def test_access_records_of_failed_calls_carry_the_reason(server_factory, tenant:
     assert failed["Recall"] == ("INVALID_ARGUMENT", "QUERY_EMPTY")
 
 
-def test_json_logs_hold_only_json_lines_even_from_grpc_core(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_json_logs_hold_only_json_lines_even_from_grpc_core(server_factory, tmp_path: Path) -> None:
     # Plaintext clients against a TLS port make gRPC core log handshake failures from C++.
     from tests.test_tls import _issue
 

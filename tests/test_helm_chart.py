@@ -15,18 +15,24 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("chartcheck", ROOT / "helm" / "chartcheck.py")
-cc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cc)
+if TYPE_CHECKING:
+    import chartcheck as cc  # scripts/lint shows the type checker helm/chartcheck.py by this name
+else:  # helm/ is no package: the file is loaded by its path
+    _spec = importlib.util.spec_from_file_location("chartcheck", ROOT / "helm" / "chartcheck.py")
+    cc = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cc)
+
+Manifest = dict[str, Any]  # one rendered Kubernetes object
 
 _MISSING = cc.missing_tools()
 
 
-def _require_tools():
+def _require_tools() -> None:
     if _MISSING:
         message = (
             f"chart tools not installed ({', '.join(_MISSING)}); "
@@ -38,7 +44,7 @@ def _require_tools():
 
 
 @pytest.fixture(autouse=True)
-def _chart_tools(request):
+def _chart_tools(request: pytest.FixtureRequest) -> None:
     if not request.node.name.startswith("test_dockerfile"):  # plain-text checks need no tools
         _require_tools()
 
@@ -47,43 +53,44 @@ FULLNAME = f"{cc.RELEASE}-mnemosyne"
 HEADLESS = f"{FULLNAME}-headless"
 
 
-def _docs(values):
+def _docs(values: dict[str, Any]) -> list[Manifest]:
     return cc.render_manifests(values)
 
 
 @pytest.fixture(scope="module")
-def minimal_docs():
+def minimal_docs() -> list[Manifest]:
     _require_tools()
     return _docs(cc.MINIMAL_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
-def full_values():
+def full_values() -> dict[str, Any]:
     _require_tools()
     return cc.user_values([cc.FULL_VALUES])
 
 
 @pytest.fixture(scope="module")
-def full_docs(full_values):
+def full_docs(full_values: dict[str, Any]) -> list[Manifest]:
     return _docs(full_values)
 
 
-def _sts(docs):
+def _sts(docs: list[Manifest]) -> Manifest:
     return cc.one(docs, "StatefulSet", FULLNAME)
 
 
-def _container(docs):
-    containers = _sts(docs)["spec"]["template"]["spec"]["containers"]
+def _container(docs: list[Manifest]) -> Manifest:
+    containers: list[Manifest] = _sts(docs)["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["mnemosyne"]
     return containers[0]
 
 
-def _env(container):
+def _env(container: Manifest) -> dict[str, Any]:
     return {e["name"]: e.get("value") for e in container.get("env", [])}
 
 
-def _configmap_env(docs):
-    return cc.one(docs, "ConfigMap", FULLNAME)["data"]
+def _configmap_env(docs: list[Manifest]) -> dict[str, str]:
+    data: dict[str, str] = cc.one(docs, "ConfigMap", FULLNAME)["data"]
+    return data
 
 
 # ------------------------------------------------------------------ schema / values
@@ -135,7 +142,7 @@ def test_replicas_above_one_make_members_with_the_whole_list_and_a_volume_each()
     assert "SQLite" in prop["description"] and "routing" in prop["description"]
 
 
-def _jobs(docs):
+def _jobs(docs: list[Manifest]) -> list[Manifest]:
     return [d for d in docs if d["kind"] == "Job"]
 
 
@@ -150,7 +157,7 @@ def test_a_change_of_replicas_moves_tenants_by_a_hook_job(tmp_path):
 
     token = {"rebalance": {"tokenSecret": {"name": "admin-token"}}}
 
-    def members(count):
+    def members(count: int) -> str:
         return ",".join(f"{FULLNAME}-{i}={FULLNAME}-{i}.{HEADLESS}.{cc.NAMESPACE}.svc:50051" for i in range(count))
 
     for before, after, hook in ((3, 4, "post-upgrade"), (4, 3, "pre-upgrade"), (1, 3, "post-upgrade")):

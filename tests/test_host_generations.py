@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from mnemosyne.client.errors import error_info
 from mnemosyne.host.protocol import STALE_MESSAGE
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 from tests.docs_support import code_blocks, section
-from tests.support import ServerProcess
+from tests.support import ServerProcess, failed_call
 
 GENERATION_BASE = 9_000_000
 REVISION_WORDS = re.compile(r"revision|generation|etag|hash|version|\brev\b|\bgen\b", re.IGNORECASE)
@@ -388,7 +388,8 @@ def _paused_call(host: MemoryHost, agent: Agent, name: str, arguments: dict[str,
 
 
 def test_advance_never_moves_an_observation_backwards(client: MemoryClient, tenant: str) -> None:
-    host = MemoryHost(client, tenant, observations=PausingObservations())
+    observations = PausingObservations()
+    host = MemoryHost(client, tenant, observations=observations)
     agent, other = Agent("agent"), Agent("other")
     host.assemble_context(agent, "w")
     pool, call = _paused_call(host, agent, "memory_update", {"content": "first, by the agent"})
@@ -396,7 +397,7 @@ def test_advance_never_moves_an_observation_backwards(client: MemoryClient, tena
     host.assemble_context(other, "w")
     assert host.call_tool(other, "memory_update", {"content": "second, by the other agent"})["ok"]
     assert "second, by the other agent" in host.assemble_context(agent, "w")
-    host.observations.proceed.set()  # type: ignore[attr-defined]
+    observations.proceed.set()
     assert call.result(timeout=60)["ok"]
     pool.shutdown()
     # The late advance did not overwrite the newer observation with its older result.
@@ -406,13 +407,14 @@ def test_advance_never_moves_an_observation_backwards(client: MemoryClient, tena
 
 
 def test_advance_of_one_scope_keeps_the_other(client: MemoryClient, tenant: str) -> None:
-    host = MemoryHost(client, tenant, observations=PausingObservations())
+    observations = PausingObservations()
+    host = MemoryHost(client, tenant, observations=observations)
     agent = Agent()
     host.assemble_context(agent, "w")
     pool, call = _paused_call(host, agent, "memory_update", {"content": "global change"})
     # A concurrent workspace call of the same agent advances the workspace side meanwhile.
     assert host.call_tool(agent, "update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "a"}]})["ok"]
-    host.observations.proceed.set()  # type: ignore[attr-defined]
+    observations.proceed.set()
     assert call.result(timeout=60)["ok"]
     pool.shutdown()
     assert host.observations.read(agent) == Observation(1, "w", 1)
@@ -456,7 +458,10 @@ def test_two_client_processes_race_memory_update(
             assert child.stdin is not None
             child.stdin.write("go\n")
             child.stdin.flush()
-        results = [json.loads(child.stdout.readline()) for child in children]  # type: ignore[union-attr]
+        results = []
+        for child in children:
+            assert child.stdout is not None
+            results.append(json.loads(child.stdout.readline()))
         for child in children:
             assert child.wait(timeout=60) == 0
     finally:
@@ -472,7 +477,7 @@ def test_two_client_processes_race_memory_update(
 # -- raw gRPC: the server fails closed on its own -----------------------------------------
 
 
-def _raw_error(call: Any) -> tuple[grpc.StatusCode, str, grpc.RpcError]:
+def _raw_error(call: Callable[[], object]) -> tuple[grpc.StatusCode, str, grpc.RpcError]:
     with pytest.raises(grpc.RpcError) as caught:
         call()
     info = error_info(caught.value)
@@ -532,10 +537,10 @@ def test_mismatch_details_never_carry_the_current_generation(big_client: MemoryC
     assert info is not None
     everything = " ".join(
         [
-            error.details(),
+            error.details() or "",
             *info.metadata.keys(),
             *info.metadata.values(),
-            *(f"{k}={v!r}" for k, v in error.trailing_metadata() or ()),
+            *(f"{k}={v!r}" for k, v in failed_call(error).trailing_metadata() or ()),
         ]
     )
     assert str(current) not in everything and not BIG_NUMBER.search(everything)
@@ -594,6 +599,7 @@ def test_protocol_page_matches_the_reference_stub() -> None:
     import mnemosyne.transport.grpc.workspace as servicer_module
 
     for module in (engine_module, servicer_module):
+        assert module.__file__ is not None
         for reason in re.findall(r'reason="([A-Z_]+)"', Path(module.__file__).read_text(encoding="utf-8")):
             assert reason in text, reason
 

@@ -51,7 +51,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import descriptor as _descriptor
-from google.protobuf import message_factory, text_format
+from google.protobuf import message_factory, text_format, timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor as FD
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
@@ -59,6 +59,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import mnemosyne.v1 as v1_package
+from tests.support import ServerFactory, ServerProcess, failed_call
 
 # -- discovery --------------------------------------------------------------------------------
 
@@ -70,8 +71,8 @@ class Rpc:
     service: str
     name: str
     method: _descriptor.MethodDescriptor
-    request_cls: type
-    response_cls: type
+    request_cls: type[Message]
+    response_cls: type[Message]
 
     @property
     def path(self) -> str:
@@ -166,15 +167,38 @@ INT_RANGES = {
 }
 
 
+def message_type(f: FD) -> _descriptor.Descriptor:
+    """The type of a message (or map) field."""
+    assert f.message_type is not None, f"{f.full_name} is not a message field"
+    return f.message_type
+
+
+def enum_numbers(f: FD) -> list[int]:
+    """The numbers an enum field declares."""
+    assert f.enum_type is not None, f"{f.full_name} is not an enum field"
+    return [v.number for v in f.enum_type.values]
+
+
+def get_field(message: Message, name: str) -> Any:
+    """A field by the name its descriptor gives: the classes here are made from descriptors at run
+    time, so their fields are known by name only."""
+    return getattr(message, name)
+
+
+def set_field(message: Message, name: str, value: Any) -> None:
+    """Set a field by the name its descriptor gives (see ``get_field``)."""
+    setattr(message, name, value)
+
+
 def is_map(f: FD) -> bool:
-    return f.type == FD.TYPE_MESSAGE and f.message_type.GetOptions().map_entry
+    return f.type == FD.TYPE_MESSAGE and message_type(f).GetOptions().map_entry
 
 
 def is_message(f: FD) -> bool:
     return f.type == FD.TYPE_MESSAGE and not is_map(f)
 
 
-def message_class(desc: _descriptor.Descriptor) -> type:
+def message_class(desc: _descriptor.Descriptor) -> type[Message]:
     return message_factory.GetMessageClass(desc)
 
 
@@ -345,7 +369,7 @@ GENERATION_VALUES = [
 
 
 def enum_values(f: FD) -> list[int]:
-    declared = [v.number for v in f.enum_type.values]
+    declared = enum_numbers(f)
     return declared + [v for v in OUT_OF_RANGE_ENUMS + [max(declared) + 1] if v not in declared]
 
 
@@ -425,18 +449,18 @@ def benign(desc: _descriptor.Descriptor, tenant: str | None = None, depth: int =
     for f in desc.fields:
         if f.name == "tenant" and f.type == FD.TYPE_STRING and depth == 0:
             if tenant is not None:
-                message.tenant = tenant
+                set_field(message, f.name, tenant)
         elif f.name in BENIGN_SCALARS and not is_message(f) and not f.is_repeated:
             setattr(message, f.name, BENIGN_SCALARS[f.name])
         elif f.name in BENIGN_ONE_ELEMENT and is_message(f) and f.is_repeated and depth < 3:
-            getattr(message, f.name).add().CopyFrom(benign(f.message_type, depth=depth + 1))
+            getattr(message, f.name).add().CopyFrom(benign(message_type(f), depth=depth + 1))
     return message
 
 
 def minimal(desc: _descriptor.Descriptor, tenant: str) -> Message:
     message = message_class(desc)()
     if "tenant" in desc.fields_by_name:
-        message.tenant = tenant
+        set_field(message, "tenant", tenant)
     return message
 
 
@@ -457,8 +481,8 @@ def _set(f: FD, value: Any) -> Mutation:
     return mutate
 
 
-def _set_map(f: FD, entries: dict) -> Mutation:
-    value_field = f.message_type.fields_by_name["value"]
+def _set_map(f: FD, entries: dict[Any, Any]) -> Mutation:
+    value_field = message_type(f).fields_by_name["value"]
 
     def mutate(m: Message) -> None:
         container = getattr(m, f.name)
@@ -485,7 +509,7 @@ def _timestamp(f: FD, seconds: int, nanos: int) -> Mutation:
 
 
 def _nested(f: FD, inner: Mutation) -> Mutation:
-    element = benign(f.message_type, depth=1)
+    element = benign(message_type(f), depth=1)
 
     def mutate(m: Message) -> None:
         if f.is_repeated:
@@ -501,7 +525,7 @@ def _nested(f: FD, inner: Mutation) -> Mutation:
 
 
 def _repeat_benign(f: FD, count: int) -> Mutation:
-    element = benign(f.message_type, depth=1)
+    element = benign(message_type(f), depth=1)
 
     def mutate(m: Message) -> None:
         container = getattr(m, f.name)
@@ -533,10 +557,10 @@ def variants(
         if is_map(f):
             if not containers:
                 continue
-            key_field = f.message_type.fields_by_name["key"]
-            value_field = f.message_type.fields_by_name["value"]
+            key_field = message_type(f).fields_by_name["key"]
+            value_field = message_type(f).fields_by_name["value"]
             benign_value = (
-                benign(value_field.message_type, depth=depth + 1)
+                benign(message_type(value_field), depth=depth + 1)
                 if is_message(value_field)
                 else ("v" if value_field.type == FD.TYPE_STRING else scalar_values(value_field)[0])
             )
@@ -553,7 +577,7 @@ def variants(
                 yield f"{name}=<1000 entries of 1 KiB>", _set_map(f, big), nested
                 hostile = dict(zip(STRINGS[8:20], STRINGS[20:32]))
                 yield f"{name}=<{len(hostile)} hostile entries>", _set_map(f, hostile), nested
-        elif is_message(f) and f.message_type.full_name == TIMESTAMP:
+        elif is_message(f) and message_type(f).full_name == TIMESTAMP:
             if not containers:
                 continue  # the out-of-domain tests look at scalars only
             yield f"{name}=<unset>", _clear(f), nested
@@ -570,7 +594,7 @@ def variants(
                     yield f"{name}=<empty>", _set_in_parent(f), nested
             if depth < 3:
                 prefix = f"{name}[0]" if f.is_repeated else name
-                for label, inner, _ in variants(f.message_type, values_for, containers=containers, depth=depth + 1):
+                for label, inner, _ in variants(message_type(f), values_for, containers=containers, depth=depth + 1):
                     yield f"{prefix}.{label}", _nested(f, inner), True
         elif f.is_repeated:
             values = values_for(f)
@@ -589,25 +613,26 @@ def variants(
 
 SMALL_STRINGS = [s for s in STRINGS if len(s) <= 64]
 BIG_STRINGS = [s for s in STRINGS if len(s) > 64]
-TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=80)
+TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=80)
 
 
 def strategy_for(f: FD, depth: int) -> st.SearchStrategy:
     t = f.type
+    inner: st.SearchStrategy[Any]
     if is_map(f):
-        key = strategy_for(f.message_type.fields_by_name["key"], depth + 1)
-        value = strategy_for(f.message_type.fields_by_name["value"], depth + 1)
+        key = strategy_for(message_type(f).fields_by_name["key"], depth + 1)
+        value = strategy_for(message_type(f).fields_by_name["value"], depth + 1)
         return st.dictionaries(key, value, max_size=4)
     if is_message(f):
-        if f.message_type.full_name == TIMESTAMP:
+        if message_type(f).full_name == TIMESTAMP:
             inner = st.tuples(
                 st.one_of(st.sampled_from([s for s, _ in TIMESTAMPS]), st.integers(-(2**63), 2**63 - 1)),
                 st.one_of(st.sampled_from([n for _, n in TIMESTAMPS]), st.integers(-(2**31), 2**31 - 1)),
-            ).map(lambda sn: message_class(f.message_type)(seconds=sn[0], nanos=sn[1]))
+            ).map(lambda sn: timestamp_pb2.Timestamp(seconds=sn[0], nanos=sn[1]))
         elif depth >= 3:
-            inner = st.just(message_class(f.message_type)())
+            inner = st.just(message_class(message_type(f))())
         else:
-            inner = message_strategy(f.message_type, depth + 1)
+            inner = message_strategy(message_type(f), depth + 1)
     elif t == FD.TYPE_STRING:
         if f.name.endswith("token"):
             inner = st.one_of(st.sampled_from(PAGE_TOKENS), st.binary(max_size=40).map(b64), TEXT)
@@ -631,8 +656,8 @@ def strategy_for(f: FD, depth: int) -> st.SearchStrategy:
     return inner
 
 
-def _fill(message: Message, values: dict[str, Any]) -> Message:
-    desc = message.DESCRIPTOR
+def _fill(desc: _descriptor.Descriptor, values: dict[str, Any]) -> Message:
+    message = message_class(desc)()
     for name, value in values.items():
         f = desc.fields_by_name[name]
         if is_map(f):
@@ -675,16 +700,15 @@ def message_strategy(desc: _descriptor.Descriptor, depth: int = 0) -> st.SearchS
             optional["tenant"] = tenant_strategy()
         else:
             optional[f.name] = strategy_for(f, depth)
-    cls = message_class(desc)
 
     def build(values: dict[str, Any]) -> Message:
         # Only the request's own tenant is drawn as (kind, value); a nested message's is plain text.
         tenant = values.pop("tenant", None) if depth == 0 else None
-        message = _fill(cls(), values)
+        message = _fill(desc, values)
         if tenant is not None:
             kind, value = tenant
             # fresh ids get a unique suffix when the case is made (see _finalize)
-            message.tenant = FRESH + value if kind == "fresh" else value
+            set_field(message, "tenant", FRESH + value if kind == "fresh" else value)
         return message
 
     return st.fixed_dictionaries({}, optional=optional).map(build)
@@ -752,7 +776,7 @@ def raw_payloads(rpc: Rpc, valid: bytes) -> list[tuple[str, bytes]]:
             entry = length_delimited(1, b"k") + length_delimited(2, b"\xff\xfe")
             out.append((f"raw {f.name}=<map value invalid UTF-8>", tenant_prefix + length_delimited(f.number, entry)))
         elif is_message(f):
-            for sub in f.message_type.fields:
+            for sub in message_type(f).fields:
                 if sub.type == FD.TYPE_STRING:
                     inner = length_delimited(sub.number, b"\xff\xfe")
                     out.append(
@@ -818,7 +842,7 @@ class Outcome:
 class CaseMaker:
     def __init__(self, seeded_generations: dict[str, int]) -> None:
         self._counter = itertools.count()
-        self._seen: set[tuple[str, bytes, tuple]] = set()
+        self._seen: set[tuple[str, bytes, tuple[tuple[str, str], ...]]] = set()
         self.generations = seeded_generations
         self.cases: list[Case] = []
 
@@ -837,13 +861,13 @@ class CaseMaker:
         self._seen.add(key)
         tenant = None
         if "tenant" in request.DESCRIPTOR.fields_by_name:
-            tenant = request.tenant
+            tenant = str(get_field(request, "tenant"))
             if tenant == SEEDED:
                 tenant = SEEDED_TENANT
             elif tenant.startswith(FRESH):
                 stem = tenant[len(FRESH) :]
                 tenant = f"{stem[:50]}-{next(self._counter):05d}" if stem else self.fresh_tenant()
-            request.tenant = tenant
+            set_field(request, "tenant", tenant)
         self.cases.append(Case(rpc, origin, label, request.SerializeToString(), request, tenant, metadata))
 
     def default_metadata(self, rpc: Rpc, request: Message) -> tuple[tuple[str, str], ...]:
@@ -867,7 +891,7 @@ class CaseMaker:
 def seeded_baseline(rpc: Rpc, generations: dict[str, int]) -> Message:
     request = benign(rpc.request_desc, SEEDED)
     if "expected_generation" in request.DESCRIPTOR.fields_by_name and "scope" in request.DESCRIPTOR.fields_by_name:
-        request.expected_generation = generations.get(request.scope, 0)
+        set_field(request, "expected_generation", generations.get(get_field(request, "scope"), 0))
     return request
 
 
@@ -902,7 +926,7 @@ OVERSIZED = 17 * 1024 * 1024  # past the server's 16 MiB receive limit (the tran
 
 def all_cases(generations: dict[str, int], per_rpc: int) -> list[Case]:
     maker = CaseMaker(generations)
-    first_of_service = {}
+    first_of_service: dict[str, Rpc] = {}
     for rpc in RPCS:
         if not rpc.method.server_streaming:  # a stream's short deadline would expire mid-upload
             first_of_service.setdefault(rpc.service, rpc)
@@ -933,7 +957,7 @@ def _error_info_reason(trailing: Iterable[tuple[str, Any]] | None) -> str | None
                 if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
                     info = error_details_pb2.ErrorInfo()
                     detail.Unpack(info)
-                    return info.reason
+                    return str(info.reason)
     return None
 
 
@@ -943,17 +967,15 @@ def execute(channel: grpc.Channel, case: Case) -> Outcome:
     started = time.monotonic()
     cancelled = False
     deadline = STREAM_DEADLINE if method.server_streaming else UNARY_DEADLINE
+    path = case.rpc.path
+    # No serializers: the payload goes out as the bytes made here, the response stays bytes.
+    arg: Any = iter([case.payload]) if method.client_streaming else case.payload
     try:
-        if method.client_streaming:
-            arg: Any = iter([case.payload])
-            factory = channel.stream_stream if method.server_streaming else channel.stream_unary
-        else:
-            arg = case.payload
-            factory = channel.unary_stream if method.server_streaming else channel.unary_unary
-        # No serializers: the payload goes out as the bytes made here, the response stays bytes.
-        multicallable = factory(case.rpc.path)
         if method.server_streaming:
-            call = multicallable(arg, timeout=deadline, metadata=metadata)
+            stream: grpc.UnaryStreamMultiCallable[bytes, bytes] | grpc.StreamStreamMultiCallable[bytes, bytes] = (
+                channel.stream_stream(path) if method.client_streaming else channel.unary_stream(path)
+            )
+            call = stream(arg, timeout=deadline, metadata=metadata)
             for count, _ in enumerate(call, 1):
                 if count >= STREAM_MESSAGES:
                     cancelled = True
@@ -961,10 +983,14 @@ def execute(channel: grpc.Channel, case: Case) -> Outcome:
                     break
             code, details, trailing = call.code(), call.details() or "", call.trailing_metadata()
         else:
-            _, call = multicallable.with_call(arg, timeout=deadline, metadata=metadata)
-            code, details, trailing = call.code(), call.details() or "", call.trailing_metadata()
+            unary: grpc.UnaryUnaryMultiCallable[bytes, bytes] | grpc.StreamUnaryMultiCallable[bytes, bytes] = (
+                channel.stream_unary(path) if method.client_streaming else channel.unary_unary(path)
+            )
+            _, answered = unary.with_call(arg, timeout=deadline, metadata=metadata)
+            code, details, trailing = answered.code(), answered.details() or "", answered.trailing_metadata()
     except grpc.RpcError as error:
-        code, details, trailing = error.code(), error.details() or "", error.trailing_metadata()  # type: ignore[attr-defined]
+        failed = failed_call(error)
+        code, details, trailing = failed.code(), failed.details() or "", failed.trailing_metadata()
     elapsed = time.monotonic() - started
     reason = _error_info_reason(trailing)
     ours = reason is None and (
@@ -1074,7 +1100,7 @@ def seed(channel: grpc.Channel) -> dict[str, int]:
     path; return the generations of its scopes."""
     from mnemosyne.v1 import hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
-    def call(path: str, request: Message, metadata: tuple = ()) -> Any:
+    def call(path: str, request: Message, metadata: tuple[tuple[str, str], ...] = ()) -> Any:
         rpc = RPC_BY_PATH[path]
         return channel.unary_unary(
             path,
@@ -1131,10 +1157,13 @@ def seed(channel: grpc.Channel) -> dict[str, int]:
 
 
 def ping(channel: grpc.Channel) -> None:
-    channel.unary_unary("/mnemosyne.v1.AdminService/Ping")(b"", timeout=5)
+    ping_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/mnemosyne.v1.AdminService/Ping")
+    ping_call(b"", timeout=5)
 
 
 # -- reporting --------------------------------------------------------------------------------
+
+FindingKey = tuple[str, str, str, str]  # (rpc, code, what was wrong, the server log's exception)
 
 
 def _normalize(text: str, limit: int = 100) -> str:
@@ -1187,13 +1216,13 @@ def _labels(members: list[Outcome], limit: int) -> str:
     return text
 
 
-def group_report(title: str, outcomes: list[Outcome], key: Callable[[Outcome], tuple]) -> list[str]:
+def group_report(title: str, outcomes: list[Outcome], key: Callable[[Outcome], FindingKey]) -> list[str]:
     """Findings grouped by (rpc, code, message, server exception); the groups that differ only
     in the RPC are printed together (one finding per RPC, one entry per root cause)."""
-    groups: dict[tuple, list[Outcome]] = defaultdict(list)
+    groups: dict[FindingKey, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[key(o)].append(o)
-    causes: dict[tuple, dict[str, list[Outcome]]] = defaultdict(dict)
+    causes: dict[tuple[str, ...], dict[str, list[Outcome]]] = defaultdict(dict)
     for (rpc, *rest), members in groups.items():
         causes[tuple(rest)][rpc] = members
     lines = [f"== {title}: {len(groups)} distinct (rpc, code, message), {len(causes)} causes, {len(outcomes)} calls =="]
@@ -1221,17 +1250,17 @@ def group_report(title: str, outcomes: list[Outcome], key: Callable[[Outcome], t
 
 
 def code_table(outcomes: list[Outcome]) -> str:
-    by_rpc: dict[str, Counter] = defaultdict(Counter)
+    by_rpc: dict[str, Counter[str]] = defaultdict(Counter)
     for o in outcomes:
         by_rpc[o.case.rpc.short][o.code.name + ("(harness)" if o.ours else "")] += 1
     return "\n".join(f"  {rpc}: {dict(c.most_common())}" for rpc, c in sorted(by_rpc.items()))
 
 
-def forbidden_key(o: Outcome) -> tuple:
+def forbidden_key(o: Outcome) -> FindingKey:
     return (o.case.rpc.short, o.code.name, _normalize(o.details), _normalize(o.server_error, 240))
 
 
-def error_info_key(o: Outcome) -> tuple:
+def error_info_key(o: Outcome) -> FindingKey:
     what = "ErrorInfo with empty reason" if o.reason == "" else "no ErrorInfo"
     return (o.case.rpc.short, o.code.name, f"{what}: {_normalize(o.details)}", "")
 
@@ -1240,14 +1269,14 @@ def error_info_key(o: Outcome) -> tuple:
 
 
 @pytest.fixture
-def hostile_server(server_factory: Callable[..., Any]) -> Iterator[Any]:
+def hostile_server(server_factory: ServerFactory) -> Iterator[ServerProcess]:
     process = server_factory(args=["--log-format", "json"])
     process.start()
     yield process
 
 
 @pytest.fixture
-def channel(hostile_server: Any) -> Iterator[grpc.Channel]:
+def channel(hostile_server: ServerProcess) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(
         hostile_server.target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
     ) as ch:
@@ -1308,7 +1337,7 @@ def test_no_hostile_request_gets_internal_or_crashes_the_server(hostile_server: 
     stray = sorted(set(by_tenant) - written)
     if stray:
         problems.append(f"== files of tenants that no successful write named: {len(stray)} tenants ==")
-        stray_groups: dict[tuple, list[str]] = defaultdict(list)
+        stray_groups: dict[tuple[tuple[str, str, str], ...], list[str]] = defaultdict(list)
         for tenant in stray:
             calls = calls_by_tenant.get(tenant, [])
             signature = tuple(
@@ -1375,7 +1404,7 @@ def only(types: set[int], values: list[Any]) -> ValuesFor:
         if f.type not in types:
             return []
         if f.type == FD.TYPE_ENUM:
-            declared = {v.number for v in f.enum_type.values}
+            declared = set(enum_numbers(f))
             return [v for v in values + [max(declared) + 1] if v not in declared]
         return values
 

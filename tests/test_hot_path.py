@@ -91,7 +91,7 @@ def test_get_event_of_unknown_id_is_not_found(client: MemoryClient, tenant: str)
     assert caught.value.reason == "EVENT_NOT_FOUND"
 
 
-def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp_path: Path) -> None:
     """The promise the hot path does NOT make (seed §9.2): read-after-write without a barrier."""
     hold = tmp_path / "hold"
     hold.touch()
@@ -106,7 +106,7 @@ def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp
         assert c.recall("stale", "refund ticket RF-88213", k=3)[0].memory.text.startswith("Refund ticket RF-88213")
 
 
-def test_enabled_flag_survives_a_restart(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_enabled_flag_survives_a_restart(server_factory) -> None:
     server = server_factory().start()
     with MemoryClient(server.target) as c:
         c.hot_path("flagged", "enable")
@@ -122,7 +122,7 @@ def test_enabled_flag_survives_a_restart(server_factory) -> None:  # type: ignor
         assert not c.hot_path("flagged", "status").enabled
 
 
-def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--synchronous", "normal"]).start()
@@ -162,7 +162,7 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
         assert db.execute("SELECT count(*), count(embedding) FROM oplog").fetchone() == (5000, 0)
 
 
-def test_a_store_fault_in_the_workers_backs_off_and_loses_nothing(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_fault_in_the_workers_backs_off_and_loses_nothing(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
     # The tenant file may not grow past 80 pages (SQLite's own SQLITE_FULL): fill it with queued
@@ -205,7 +205,7 @@ def test_a_store_fault_in_the_workers_backs_off_and_loses_nothing(server_factory
         assert len(c.list_memories("cramped", page_size=1000).memories) == accepted
 
 
-def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory) -> None:
     server = server_factory(env={"MNEMOSYNE_TEST_POISON_MARKER": "POISON"}).start()
     with MemoryClient(server.target) as c:
         c.hot_path("poisoned", "enable")
@@ -229,7 +229,7 @@ def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory
         assert recalled == {"good write before the poison", "good write after the poison"}
 
 
-def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -246,7 +246,7 @@ def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> No
         assert not status.enabled and status.queue_depth == 0 and status.succeeded == 10
 
 
-def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -275,8 +275,8 @@ def test_workers_take_tenants_round_robin() -> None:
     from mnemosyne.engine.hot_path.scheduler import Scheduler
 
     scheduler = Scheduler()
-    for tenant in ("busy", "quiet", "busy"):
-        scheduler.notify(tenant)
+    for name in ("busy", "quiet", "busy"):
+        scheduler.notify(name)
     order = []
     for _ in range(4):
         tenant = scheduler.take()

@@ -13,7 +13,7 @@ from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
 
-def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(server_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(server_factory, tmp_path) -> None:
     rng = random.Random(20261130)
     hold = tmp_path / "hold"
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--hot-path-batch", "8"])

@@ -23,7 +23,7 @@ def _inbox_ids(data_dir: Path, tenant: str) -> list[int]:
         return [row[0] for row in db.execute("SELECT event_id FROM ops ORDER BY event_id")]
 
 
-def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.write_text("inbox")  # workers stop before taking anything from the inbox
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -124,7 +124,7 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
         engine.close()
 
 
-def test_event_ids_never_go_back_even_if_the_inbox_file_is_lost(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_event_ids_never_go_back_even_if_the_inbox_file_is_lost(server_factory) -> None:
     server = server_factory().start()
     with MemoryClient(server.target) as c:
         c.hot_path("ids", "enable")
@@ -179,7 +179,7 @@ def test_one_request_id_sent_fast_and_slow_at_once_is_applied_once(client: Memor
     )
 
 
-def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -> None:
     """While another connection holds the tenant file's write lock (as a worker's commit does),
     fast writes are still accepted: they only write to the inbox."""
     import sqlite3

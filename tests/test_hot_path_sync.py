@@ -46,7 +46,7 @@ def _events(log: Path, file: str) -> list[DiskEvent]:
     return events
 
 
-def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float, str, str]:  # type: ignore[no-untyped-def]
+def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float, str, str]:
     """Enable the tenant's hot path, enqueue once (the tenant then has its inbox and its place in
     the recovery index), then time ENQUEUES more enqueues. Returns the window and the names of
     the inbox's WAL and of the tenant log's WAL."""
@@ -62,7 +62,7 @@ def _enqueue_window(server, c: MemoryClient, tenant: str) -> tuple[float, float,
 
 def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_disk(
     server_factory, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     log, hold = tmp_path / "disk.log", tmp_path / "hold"
     hold.touch()  # workers hold before committing: the enqueues' own disk work stands alone
     server = server_factory(env=_probed(log, hold)).start()
@@ -88,7 +88,7 @@ def test_by_default_an_enqueue_takes_no_fsync_and_flush_returns_once_it_is_on_di
     )
 
 
-def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_factory, tmp_path: Path) -> None:
     log, hold = tmp_path / "disk.log", tmp_path / "hold"
     hold.touch()
     server = server_factory(env=_probed(log, hold), args=["--hot-path-sync", "enqueue"]).start()

@@ -30,7 +30,7 @@ from mnemosyne.v1 import (
 )
 from tests.docs_support import DOCS, section, table_rows
 from tests.http_support import ROUTES, call, request, rpc_request, server_sent_events
-from tests.support import ServerProcess
+from tests.support import ServerProcess, failed_call
 
 GLOBAL = "mnemosyne-global-generation"
 WORKSPACE = "mnemosyne-workspace-generation"
@@ -281,7 +281,7 @@ def _grpc_error(
         outcome = _grpc(channel, rpc, request, metadata)
         if ROUTES[rpc].streams:
             list(outcome)
-    status = rpc_status.from_call(raised.value)
+    status = rpc_status.from_call(failed_call(raised.value))
     assert status is not None
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
@@ -336,7 +336,11 @@ def test_time_and_thread_in_json(api: ServerProcess) -> None:
     tenant = _new_tenant()
     base = f"/v1/tenants/{tenant}/memories"
     for position, text in ((7, "Jo said the gym opens at six"), (3, "Jo joined a gym yesterday")):
-        body = {"text": text, "occurredAt": "2023-03-17T10:00:00.250Z", "thread": {"id": "jo/s1", "position": position}}
+        body: dict[str, object] = {
+            "text": text,
+            "occurredAt": "2023-03-17T10:00:00.250Z",
+            "thread": {"id": "jo/s1", "position": position},
+        }
         assert request(api.http_port, "POST", base, json_body=body).status == 200
     assert request(api.http_port, "POST", base, json_body={"text": "no thread at all"}).status == 200
     listed = request(api.http_port, "GET", f"{base}?thread=jo%2Fs1").json()["memories"]
@@ -346,14 +350,15 @@ def test_time_and_thread_in_json(api: ServerProcess) -> None:
     ]
     plain = request(api.http_port, "GET", base).json()["memories"][-1]
     assert plain["text"] == "no thread at all" and "thread" not in plain and "occurredAt" not in plain
-    for body, reason in (
+    refused: list[tuple[dict[str, object], str]] = [
         ({"text": "x", "thread": {"id": "", "position": 1}}, "THREAD_INVALID"),
         ({"text": "x", "thread": {"id": "a" * 129}}, "THREAD_INVALID"),
         ({"text": "x", "thread": {"id": "ok", "position": -1}}, "THREAD_INVALID"),
         ({"text": "x", "thread": {"id": "ok", "position": str(2**53)}}, "THREAD_INVALID"),
         ({"text": "x", "occurredAt": "0000-12-31T00:00:00Z"}, "REQUEST_UNDECODABLE"),
         ({"text": "x", "occurredAt": "yesterday"}, "REQUEST_UNDECODABLE"),
-    ):
+    ]
+    for body, reason in refused:
         reply = request(api.http_port, "POST", base, json_body=body)
         assert (reply.status, reply.reason) == (400, reason), body
     reply = request(api.http_port, "GET", f"{base}?thread=no%20spaces")

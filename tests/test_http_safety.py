@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -143,7 +144,7 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
     assert not api.tenant_file(tenant).exists()
 
 
-def test_a_refused_call_carries_retry_after(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_call_carries_retry_after(server_factory, tmp_path: Path) -> None:
     parked = tmp_path / "park"
     parked.touch()
     server = server_factory(
@@ -169,7 +170,7 @@ def test_a_refused_call_carries_retry_after(server_factory, tmp_path: Path) -> N
             thread.join()
 
 
-def test_tokens_work_as_over_grpc_and_a_read_creates_no_file(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_tokens_work_as_over_grpc_and_a_read_creates_no_file(server_factory) -> None:
     server = server_factory(
         http=True, env={"MNEMOSYNE_TOKENS": tokens_json({"alice-token": ["alice"], "root-token": ["*"]})}
     ).start()
@@ -211,7 +212,9 @@ def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 @SCHEMA.parametrize()
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_property_based_requests_never_get_a_server_error(case: schemathesis.Case, fuzz_target: ServerProcess) -> None:
+def test_property_based_requests_never_get_a_server_error(
+    case: schemathesis.Case[Any], fuzz_target: ServerProcess
+) -> None:
     # Sent with stream=True: a watch's Server-Sent Events never end; its status is what is checked.
     with requests.request(
         **case.as_transport_kwargs(base_url=fuzz_target.http_url), timeout=30, stream=True
@@ -243,7 +246,7 @@ def test_watch_events_over_sse_resumes_after_a_dropped_connection(api: ServerPro
     assert [int(event["id"]) for event in seen] == [int(e["sequence"]) for e in expected]
 
 
-def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, object]]:
+def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, Any]]:
     """Every transition so far, read over gRPC (the reference)."""
     with grpc.insecure_channel(api.target) as channel:
         stream = events_pb2_grpc.EventsServiceStub(channel).WatchEvents(
@@ -258,7 +261,7 @@ def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, object]]
     return found
 
 
-def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) -> None:
     server = server_factory(http=True, env={"MNEMOSYNE_HTTP_ALLOWED_HOST": "mem.example, api.mem.example"}).start()
     for host, status in [
         ("mem.example", 200),
@@ -269,7 +272,7 @@ def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) ->
         assert request(server.http_port, "GET", "/v1/ping", headers={"host": host}).status == status, host
 
 
-def test_a_flush_or_watch_whose_client_leaves_gives_its_place_back(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_flush_or_watch_whose_client_leaves_gives_its_place_back(server_factory, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()  # the workers hold: a flush waits as long as this file exists
     server = server_factory(http=True, metrics=True, env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -298,7 +301,7 @@ def test_a_flush_or_watch_whose_client_leaves_gives_its_place_back(server_factor
     hold.unlink()
 
 
-def test_http_calls_are_recorded_under_their_rpc_like_grpc_calls(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_http_calls_are_recorded_under_their_rpc_like_grpc_calls(server_factory) -> None:
     server = server_factory(http=True, metrics=True).start()
     assert request(server.http_port, "GET", "/v1/ping").status == 200
     assert request(server.http_port, "GET", "/v1/tenants/Bad!/stats").status == 400

@@ -35,10 +35,10 @@ def test_retry_after_reply_lost_post_commit_returns_first_result(server_factory,
             assert retry.status == "created" and retry.memory_id == 1
             expected = 1
         else:
-            retry = client.retain_batch(
+            retried = client.retain_batch(
                 "acme", [RetainItem("batch one"), RetainItem("batch two")], request_id="lost-reply-1"
             )
-            assert [(r.status, r.memory_id) for r in retry] == [("created", 1), ("created", 2)]
+            assert [(r.status, r.memory_id) for r in retried] == [("created", 1), ("created", 2)]
             expected = 2
         stats = client.stats("acme")
         assert stats.memories == expected and stats.writes == expected and stats.duplicates == 0

@@ -8,13 +8,13 @@ import pytest
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
-from tests.support import ServerProcess
+from tests.support import ServerFactory, ServerProcess
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneClientError:  # type: ignore[no-untyped-def]
+def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneClientError:
     with pytest.raises(MnemosyneClientError) as exc:
         call()
     assert (exc.value.code, exc.value.reason) == (code, reason), exc.value
@@ -23,7 +23,7 @@ def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneC
 
 
 @pytest.fixture
-def limited(server_factory) -> ServerProcess:  # type: ignore[no-untyped-def]
+def limited(server_factory: ServerFactory) -> ServerProcess:
     return server_factory(
         args=[
             "--max-text-chars",
@@ -70,7 +70,7 @@ def test_each_request_limit_names_itself(limited: ServerProcess, tenant: str) ->
         assert len(c.recall(tenant, "thing", k=4)) >= 3  # k=4 accepted (the xxx memory may not match)
 
 
-def test_memory_quota(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_memory_quota(server_factory, tenant: str) -> None:
     server = server_factory(args=["--max-tenant-memories", "3"]).start()
     with MemoryClient(server.target, retries=0) as c:
         ids = [c.retain(tenant, f"fact number {n} about the quota").memory_id for n in range(3)]
@@ -87,7 +87,7 @@ def test_memory_quota(server_factory, tenant: str) -> None:  # type: ignore[no-u
         assert c.retain(tenant + "-other", "unrelated").status == "created"
 
 
-def test_bytes_quota(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_bytes_quota(server_factory, tenant: str) -> None:
     server = server_factory(args=["--max-tenant-bytes", "300000"]).start()
     stored = []
     with MemoryClient(server.target, retries=0) as c:
@@ -108,7 +108,7 @@ def test_bytes_quota(server_factory, tenant: str) -> None:  # type: ignore[no-un
 
 
 @pytest.mark.parametrize("batch", [False, True])
-def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:  # type: ignore[no-untyped-def]
+def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:
     # SQLite's own SQLITE_FULL, raised when the file would grow past 60 pages (test seam).
     server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=60"}).start()
     committed: dict[int, str] = {}

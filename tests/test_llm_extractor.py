@@ -20,7 +20,7 @@ from mnemosyne.engine.extractor import Extraction, RulesExtractor
 from mnemosyne.engine.llm_extractor import LLMSettings, OpenAIExtractor, extractor_from_settings
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from tests.chat_server import Behaviour, ChatServer
-from tests.support import SERVE, serve_args
+from tests.support import SERVE, ServerFactory, ServerProcess, serve_args
 
 TEXT = "Ticket RF-88213 was opened by ana@example.com on 2024-03-05. The refund status: approved."
 
@@ -163,7 +163,7 @@ def test_incomplete_configuration_is_refused(env: dict[str, str]) -> None:
 # -- through a real server process ------------------------------------------------------------
 
 
-def serve_with(server_factory, chat: ChatServer, **env: str):  # type: ignore[no-untyped-def]
+def serve_with(server_factory: ServerFactory, chat: ChatServer, **env: str) -> ServerProcess:
     return server_factory(
         args=[
             "--extractor",
@@ -179,7 +179,7 @@ def serve_with(server_factory, chat: ChatServer, **env: str):  # type: ignore[no
     ).start()
 
 
-def test_server_counts_model_calls_exactly(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_server_counts_model_calls_exactly(server_factory, chat: ChatServer, tenant: str) -> None:
     process = serve_with(server_factory, chat)
     texts = [TEXT, "Order ORD-5521 ships on 2024-04-01.", "Maria's role is release manager."]
     with MemoryClient(process.target) as client:
@@ -203,7 +203,7 @@ def test_server_counts_model_calls_exactly(server_factory, chat: ChatServer, ten
     ]
 
 
-def test_server_retries_429_and_counts_one_model_call(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_server_retries_429_and_counts_one_model_call(server_factory, chat: ChatServer, tenant: str) -> None:
     process = serve_with(server_factory, chat)
     chat.script = [Behaviour("status", status=429, retry_after="0")]
     with MemoryClient(process.target) as client:
@@ -212,7 +212,7 @@ def test_server_retries_429_and_counts_one_model_call(server_factory, chat: Chat
     assert chat.calls == 2
 
 
-def test_server_rejects_invalid_answer_and_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_server_rejects_invalid_answer_and_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:
     process = serve_with(server_factory, chat)
     chat.script = [
         Behaviour("content", content='{"facts": [{"kind": "identifier", "value": "RF-88213"}], "triples": [')
@@ -228,7 +228,7 @@ def test_server_rejects_invalid_answer_and_stores_nothing(server_factory, chat: 
         assert client.stats(tenant).model_calls == 1
 
 
-def test_server_falls_back_to_rules_when_configured(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_server_falls_back_to_rules_when_configured(server_factory, chat: ChatServer, tenant: str) -> None:
     process = serve_with(server_factory, chat, MNEMOSYNE_LLM_FALLBACK="rules")
     chat.script = [Behaviour("content", content="no JSON today")]
     with MemoryClient(process.target) as client:
@@ -253,7 +253,7 @@ def test_server_refuses_to_start_without_llm_settings(tmp_path: Path) -> None:
 
 def test_a_batch_calls_the_model_concurrently_and_keeps_each_answer_with_its_item(
     server_factory, chat: ChatServer, tenant: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     process = serve_with(server_factory, chat, MNEMOSYNE_LLM_CONCURRENCY="4")
     chat.delay = 0.2  # a model's latency: one after the other, 12 items would take 2.4 s
     texts = [f"Order ORD-{7000 + i} ships {i + 1} boxes on 2024-05-{i + 1:02d}." for i in range(12)]
@@ -268,7 +268,7 @@ def test_a_batch_calls_the_model_concurrently_and_keeps_each_answer_with_its_ite
         assert [(f.kind, f.value, f.normalized) for f in memory.facts] == RulesExtractor().extract(text).facts
 
 
-def test_one_bad_answer_in_a_concurrent_batch_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_one_bad_answer_in_a_concurrent_batch_stores_nothing(server_factory, chat: ChatServer, tenant: str) -> None:
     process = serve_with(server_factory, chat)
     chat.script = [Behaviour()] * 3 + [Behaviour("content", content="not JSON")]
     texts = [f"Parcel PK-{i:04d} left depot D{i} on 2024-06-0{i + 1}." for i in range(8)]

@@ -12,7 +12,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.transport.auth import hash_token
 from mnemosyne.v1 import memory_pb2
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerProcess, failed_call, tokens_json
 
 TOKEN = "tok-Zq8VnQ2sLx7Wm4Rc"
 WRONG_TOKEN = "tok-Pw3KdY9tHb6Nf1Gs"
@@ -37,7 +37,7 @@ def _traffic(server: ServerProcess, tenant: str) -> None:
                 timeout=10,
             )
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-        assert ("x-request-id", "req-logtest-42") in tuple(missing.value.initial_metadata())
+        assert ("x-request-id", "req-logtest-42") in tuple(failed_call(missing.value).initial_metadata())
         c.forget(tenant, memory_id)
     with MemoryClient(server.target, WRONG_TOKEN, retries=0) as wrong:
         with pytest.raises(MnemosyneClientError):
@@ -45,7 +45,7 @@ def _traffic(server: ServerProcess, tenant: str) -> None:
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
-def test_logs_carry_request_ids_and_no_secrets(server_factory, tenant: str, log_format: str) -> None:  # type: ignore[no-untyped-def]
+def test_logs_carry_request_ids_and_no_secrets(server_factory, tenant: str, log_format: str) -> None:
     server: ServerProcess = server_factory(
         env={
             "MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant]}),
@@ -87,7 +87,7 @@ def test_logs_carry_request_ids_and_no_secrets(server_factory, tenant: str, log_
         assert any("NOT_FOUND" in line and "request_id=req-logtest-42" in line for line in lines)
 
 
-def test_request_id_echo_merges_with_assemble_context_metadata(client, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_request_id_echo_merges_with_assemble_context_metadata(client, tenant: str) -> None:
     # AssembleContext sends its generations as initial metadata; a call has only one set, so the
     # echoed request id must join it rather than collide with it.
     from mnemosyne.v1 import workspace_pb2

@@ -22,6 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextResourceContents
 
 from mnemosyne.client import MemoryClient
 from tests.http_support import request
@@ -116,7 +117,7 @@ def test_every_tool_resource_and_prompt_works_and_shows_no_generation(
             read = await c.call_tool("read_memory", {})
             assert not read.is_error and "# Global memory" in _text(read)
             outputs.append(_text(read))
-            for name, arguments in [
+            calls: list[tuple[str, dict[str, Any]]] = [
                 ("retain", {"text": f"The {transport} courier delivers on Tuesdays"}),
                 ("memory_update", {"content": f"# Memory\n- {transport} notes"}),
                 ("update_workspace", {"changes": [{"op": "put", "key": "plan.md", "content": "ship it"}]}),
@@ -124,18 +125,22 @@ def test_every_tool_resource_and_prompt_works_and_shows_no_generation(
                 ("retain", {"text": f"A queued {transport} note about Lisbon", "fast": True}),
                 ("flush", {"timeout_seconds": 30}),
                 ("list_events", {"status": "succeeded"}),
-            ]:
+            ]
+            for name, arguments in calls:
                 result = await c.call_tool(name, arguments)
                 assert not result.is_error, (name, _text(result))
                 outputs.append(_text(result))
             assert "courier" in outputs[4]
-            event_id = int(re.search(r"event (\d+)", outputs[5]).group(1))  # type: ignore[union-attr]
+            queued = re.search(r"event (\d+)", outputs[5])
+            assert queued is not None, outputs[5]
+            event_id = int(queued.group(1))
             status = await c.call_tool("get_event_status", {"event_id": event_id})
             assert json.loads(_text(status))["status"] == "succeeded"
             outputs.append(_text(status))
-            context = await c.read_resource("memory://context/main")
-            assert "plan.md" in context.contents[0].text and f"{transport} notes" in context.contents[0].text
-            outputs.append(context.contents[0].text)
+            context = (await c.read_resource("memory://context/main")).contents[0]
+            assert isinstance(context, TextResourceContents), context
+            assert "plan.md" in context.text and f"{transport} notes" in context.text
+            outputs.append(context.text)
             prompt = await c.get_prompt("memory_context", {"query": "courier"})
             outputs.append(json.dumps(prompt.model_dump(mode="json")))
             # Malformed arguments are a tool error the model reads, never a crash.
@@ -155,7 +160,9 @@ def test_of_two_sessions_that_read_the_same_memory_exactly_one_update_wins(
     mcp_server: ServerProcess, transport: str
 ) -> None:
     tenant = "acme" if transport == "http" else "beta"
-    make = (lambda: _http(mcp_server, tenant)) if transport == "http" else (lambda: _stdio(mcp_server, tenant))
+
+    def make() -> Client:
+        return _http(mcp_server, tenant) if transport == "http" else _stdio(mcp_server, tenant)
 
     async def run() -> None:
         async with make() as first, make() as second:
@@ -297,6 +304,6 @@ def test_the_http_tools_reach_the_servicers_in_process(tmp_path: Path) -> None:
         for method in ("WorkspaceService/AssembleContext", "MemoryService/Recall", "WorkspaceService/UpdateGlobal"):
             sample = f'mnemosyne_rpc_duration_seconds_count{{code="OK",method="/mnemosyne.v1.{method}"}} 1.0'
             assert sample in exposed, method
-        assert _unix_socket_paths(server.process.pid) == []
+        assert _unix_socket_paths(server.pid) == []
     finally:
         server.stop()

@@ -84,8 +84,8 @@ def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
         for wrong in (5, 1.5, True, None, ["x"], {"x": 1}):
             yield wrong, ""
     elif kind == "boolean":
-        for wrong in ("maybe", 2, None, [True]):
-            yield wrong, ""
+        for not_boolean in ("maybe", 2, None, [True]):
+            yield not_boolean, ""
     elif kind == "array":
         yield "everything", ""
         yield [{"op": "put"}], "key"
@@ -97,7 +97,7 @@ def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
 
 
 def _valid(schema: dict[str, Any]) -> Any:
-    kind = schema.get("type")
+    kind = schema.get("type", "")
     return {"integer": schema.get("minimum", 1), "number": 1, "boolean": False, "array": []}.get(kind, "hello")
 
 
@@ -124,11 +124,12 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
             tools = (await client.list_tools()).tools
             assert len(tools) == 8
             # The three the issue found: a bare error, a bare error, and a deadline for a bad argument.
-            for name, arguments, named in [
+            cases: list[tuple[str, dict[str, Any], tuple[str, str]]] = [
                 ("recall", {"query": "x", "k": 1e11}, ("k", "100")),
                 ("get_event_status", {"event_id": 1e11}, ("event_id", str(2**63 - 1))),
                 ("flush", {"timeout_seconds": 1e11}, ("timeout_seconds", "3600")),
-            ]:
+            ]
+            for name, arguments, named in cases:
                 result = await client.call_tool(name, arguments)
                 text = _text(result)
                 assert result.is_error and all(part in text for part in named), text

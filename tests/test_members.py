@@ -33,7 +33,7 @@ from mnemosyne.client.routing import member_list_text as client_member_list_text
 from mnemosyne.client.routing import owner_of as client_owner_of
 from mnemosyne.client.routing import parse_members as client_parse_members
 from mnemosyne.client.routing import weight as client_weight
-from mnemosyne.errors import InvalidArgument
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.store.membership import Membership, member_list_text, owner_of, parse_members, weight
 from mnemosyne.store.ownership import EPOCH_KEY, HOLDER_KEY
 from mnemosyne.store.pool import TenantPool
@@ -178,10 +178,10 @@ def test_the_store_opens_only_what_this_member_holds(tmp_path: Path) -> None:
             with store.read() as txn:
                 assert (txn.meta(HOLDER_KEY), txn.meta(EPOCH_KEY)) == ("m0", "1")
         # A tenant the hash gives to m1 is refused, file or no file, and none is created.
-        with pytest.raises(Exception) as refused:
+        with pytest.raises(FailedPrecondition) as refused:
             with pool.tenant(theirs, create=False):
                 pass
-        assert getattr(refused.value, "reason", "") == "NOT_OWNER" and refused.value.metadata["owner"] == "m1"
+        assert refused.value.reason == "NOT_OWNER" and refused.value.metadata["owner"] == "m1"
         fresh = next(t for t in (f"fresh-{i}" for i in range(100)) if owner_of(t, ids) == "m1")
         with pytest.raises(Exception, match="owned by member m1"):
             with pool.tenant(fresh, create=True):
@@ -208,10 +208,10 @@ def test_the_store_opens_only_what_this_member_holds(tmp_path: Path) -> None:
         pool.close()
         pool = TenantPool(tmp_path, max_open=8, synchronous="NORMAL", membership=m0)
         try:
-            with pytest.raises(Exception) as refused:
+            with pytest.raises(FailedPrecondition) as refused:
                 with pool.tenant(mine, create=False):
                     pass
-            assert getattr(refused.value, "reason", "") == reason
+            assert refused.value.reason == reason
         finally:
             pool.close()
 
@@ -357,7 +357,8 @@ def test_a_client_with_a_stale_member_list_is_corrected_and_never_served_wrong(w
     before = _forwarded(written)
     with MemoryClient("", ADMIN, members=stale) as client:
         assert client.recall(moved[0], "Lisbon")  # refused NOT_OWNER by the member reached, then sent to m2
-        assert client.channel.members == dict(zip(written.ids, (f"127.0.0.1:{p}" for p in written.ports)))  # type: ignore[attr-defined]
+        assert isinstance(client.channel, RoutingChannel)
+        assert client.channel.members == dict(zip(written.ids, (f"127.0.0.1:{p}" for p in written.ports)))
         for tenant in moved[1:]:
             assert client.recall(tenant, "Lisbon")
     assert _forwarded(written) == before

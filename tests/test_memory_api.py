@@ -3,6 +3,8 @@ the exact status code and reason, through the real client against a real server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 
@@ -74,7 +76,9 @@ def test_retain_extracts_statements_as_triples(client: MemoryClient, tenant: str
         ({"text": "ok", "request_id": "has space"}, "REQUEST_ID_INVALID"),
     ],
 )
-def test_retain_bad_input_is_invalid_argument(client: MemoryClient, tenant: str, kwargs: dict, reason: str) -> None:
+def test_retain_bad_input_is_invalid_argument(
+    client: MemoryClient, tenant: str, kwargs: dict[str, Any], reason: str
+) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         client.retain(tenant, **kwargs)
     assert info.value.reason == reason
@@ -127,7 +131,9 @@ def test_retain_batch_limits(client: MemoryClient, tenant: str) -> None:
         ({"query": "x", "scopes": ["nope/x"]}, "SCOPE_INVALID"),
     ],
 )
-def test_recall_bad_input_is_invalid_argument(client: MemoryClient, tenant: str, kwargs: dict, reason: str) -> None:
+def test_recall_bad_input_is_invalid_argument(
+    client: MemoryClient, tenant: str, kwargs: dict[str, Any], reason: str
+) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         client.recall(tenant, **kwargs)
     assert info.value.reason == reason
@@ -215,7 +221,7 @@ def test_list_memories_newest_first_pages_in_descending_order(client: MemoryClie
     ("kwargs", "reason"),
     [({"page_token": "garbage!"}, "PAGE_TOKEN_INVALID"), ({"page_size": 5000}, "PAGE_SIZE_OUT_OF_RANGE")],
 )
-def test_list_memories_bad_input(client: MemoryClient, tenant: str, kwargs: dict, reason: str) -> None:
+def test_list_memories_bad_input(client: MemoryClient, tenant: str, kwargs: dict[str, Any], reason: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
         client.list_memories(tenant, **kwargs)
     assert info.value.reason == reason

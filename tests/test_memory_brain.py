@@ -4,6 +4,7 @@ the constructor changed (same Engine code underneath, same results and errors)."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,13 +27,13 @@ hits = brain.recall("refund ticket", k=3)          # now guaranteed readable
 """
 
 
-def _run(snippet: str) -> dict:
-    namespace: dict = {}
+def _run(snippet: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
     exec(compile(snippet, "seed-9.2", "exec"), namespace)
     return namespace
 
 
-def _check(namespace: dict) -> None:
+def _check(namespace: dict[str, Any]) -> None:
     brain = namespace["brain"]
     try:
         texts = [h.memory.text for h in namespace["hits"]]

@@ -7,12 +7,12 @@ import urllib.request
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerFactory, ServerProcess, health_check, tokens_json
 
 TOKEN = "metrics-test-token-5b1f"
 ADMIN = "metrics-admin-token-77aa"
@@ -30,7 +30,9 @@ def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
     return {f.name: [(s.name, s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
 
 
-def _value(families: dict, family: str, sample: str | None = None, **labels: str) -> float:
+def _value(
+    families: dict[str, list[tuple[str, dict[str, str], float]]], family: str, sample: str | None = None, **labels: str
+) -> float:
     sample = sample or family
     found = [
         v for name, lab, v in families[family] if name == sample and all(lab.get(k) == x for k, x in labels.items())
@@ -40,7 +42,7 @@ def _value(families: dict, family: str, sample: str | None = None, **labels: str
 
 
 @pytest.fixture
-def metered(server_factory, tenant: str) -> ServerProcess:  # type: ignore[no-untyped-def]
+def metered(server_factory: ServerFactory, tenant: str) -> ServerProcess:
     return server_factory(metrics=True, env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: [tenant], ADMIN: ["*"]})}).start()
 
 
@@ -95,7 +97,7 @@ def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, te
             client.stats(tenant)
     assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
     with grpc.insecure_channel(metered.target) as channel:
-        unknown = channel.unary_unary(f"/mnemosyne.v1.{tenant}/Steal")
+        unknown: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/mnemosyne.v1.{tenant}/Steal")
         with pytest.raises(grpc.RpcError) as exc:
             unknown(b"", timeout=10)
         assert exc.value.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -113,7 +115,7 @@ def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, te
 
 def test_health_without_token_on_authenticated_server(metered: ServerProcess) -> None:
     with grpc.insecure_channel(metered.target) as channel:
-        response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        response = health_check(channel, timeout=10)
     assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -123,12 +125,12 @@ def test_http_probes(metered: ServerProcess) -> None:
     assert _get(metered.metrics_url + "/nothing-here")[0] == 404
 
 
-def test_metrics_port_off_by_zero(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_port_off_by_zero(server_factory) -> None:
     process = server_factory().start()  # ServerProcess passes --metrics-port 0
     assert process.metrics_port == 0
 
 
-def test_open_tenants_gauge_follows_the_lru(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_open_tenants_gauge_follows_the_lru(server_factory, tenant: str) -> None:
     server = server_factory(metrics=True, args=["--max-open-tenants", "2"]).start()
     with MemoryClient(server.target) as client:
         client.retain(tenant, "first tenant's memory")

@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 import grpc
@@ -44,6 +45,7 @@ from mnemosyne.v1 import admin_pb2, memory_pb2
 from tests.support import haproxy, tokens_json, wait_until
 from tests.test_erasure import _traces, _windows
 
+T = TypeVar("T")
 ADMIN = "admin-token"
 SECRET = "Zq4Wm8Rt2Xv6Nb3Kp9Ly5Hd7"  # one long word, whose bytes a reclaimed tombstone must not keep
 ENV = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
@@ -439,11 +441,11 @@ class Writers:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def _repeat(self, attempt: object) -> object:
+    def _repeat(self, attempt: Callable[[], T]) -> T:
         deadline = time.monotonic() + 60
         while True:
             try:
-                return attempt()  # type: ignore[operator]
+                return attempt()
             except MnemosyneClientError as exc:
                 if time.monotonic() > deadline:
                     raise
@@ -470,9 +472,9 @@ class Writers:
                             lambda: client.retain(tenant, text, request_id=request_id, fast=kind == 1)
                         )
                         with self._lock:
-                            self.acked.append((tenant, text, request_id, result.memory_id))  # type: ignore[attr-defined]
-                            if kind == 1 and result.event_id:  # type: ignore[attr-defined]
-                                self.events.append((tenant, result.event_id))  # type: ignore[attr-defined]
+                            self.acked.append((tenant, text, request_id, result.memory_id))
+                            if kind == 1 and result.event_id:
+                                self.events.append((tenant, result.event_id))
                     else:
                         observed = self.generations.get((tenant, workspace), 0)
                         change = [RecordChange("put", f"k{n}", f"v{n}")]
@@ -481,7 +483,7 @@ class Writers:
                         )
                         assert generation == observed + 1, (tenant, workspace, observed, generation)
                         with self._lock:
-                            self.generations[(tenant, workspace)] = generation  # type: ignore[assignment]
+                            self.generations[(tenant, workspace)] = generation
         except BaseException as exc:  # noqa: BLE001  # reported by stop()
             self.failures.append(repr(exc))
 

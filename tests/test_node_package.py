@@ -95,7 +95,7 @@ def tarball(outside: Path) -> Path:
     npm = shutil.which("npm")
     assert npm is not None
     packed = json.loads(_run([npm, "pack", "--json", "--pack-destination", str(outside), *NPM_FLAGS], cwd=package))
-    path = outside / packed[0]["filename"]
+    path: Path = outside / packed[0]["filename"]
     assert path.is_file(), packed
     return path
 

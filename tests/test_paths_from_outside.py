@@ -17,6 +17,7 @@ import tarfile
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -67,7 +68,7 @@ def backed_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server
     server.stop()
 
 
-def _edited_backup(backup: Path, to: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+def _edited_backup(backup: Path, to: Path, edit) -> Path:
     shutil.copytree(backup, to)
     manifest = json.loads((to / "manifest.json").read_text())
     edit(to, manifest)
@@ -79,7 +80,7 @@ def _edited_backup(backup: Path, to: Path, edit) -> Path:  # type: ignore[no-unt
 def test_restore_refuses_a_manifest_naming_a_tenant_no_client_could(
     backed_up: tuple[ServerProcess, Path], tmp_path: Path, name: str
 ) -> None:
-    def rename(directory: Path, manifest: dict) -> None:  # type: ignore[type-arg]
+    def rename(directory: Path, manifest: dict[str, Any]) -> None:
         manifest["tenants"][name] = manifest["tenants"].pop("alpha")
 
     backup = _edited_backup(backed_up[1], tmp_path / "deep" / "er" / "backup", rename)
@@ -107,8 +108,8 @@ def test_restore_refuses_a_manifest_file_path_that_leads_outside(
     shutil.copyfile(server.tenant_file("beta"), foreign)
     digest = hashlib.sha256(foreign.read_bytes()).hexdigest()
 
-    def point(path: str, link: bool):  # type: ignore[no-untyped-def]
-        def edit(directory: Path, manifest: dict) -> None:  # type: ignore[type-arg]
+    def point(path: str, link: bool):
+        def edit(directory: Path, manifest: dict[str, Any]) -> None:
             if link:
                 (directory / path).symlink_to(foreign)
             manifest["tenants"]["beta"]["files"]["database"].update(
@@ -141,7 +142,7 @@ class HostileServer:
         self.backup: list[admin_pb2.BackupResponse] = []
         self.export: list[admin_pb2.ExportTenantResponse] = []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        handlers = {
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "Backup": grpc.unary_stream_rpc_method_handler(
                 lambda _request, _context: iter(self.backup),
                 request_deserializer=admin_pb2.BackupRequest.FromString,
@@ -238,7 +239,9 @@ def test_import_refuses_an_archive_naming_a_tenant_no_client_could(
     hostile = tmp_path / "hostile.tar"
     with tarfile.open(archive) as source, tarfile.open(hostile, "w") as out:
         for member in source.getmembers():
-            data = source.extractfile(member).read()  # type: ignore[union-attr]
+            extracted = source.extractfile(member)
+            assert extracted is not None, member.name
+            data = extracted.read()
             if member.name == "manifest.json":
                 manifest = json.loads(data)
                 manifest["tenant"]["tenant"] = name

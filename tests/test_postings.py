@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -227,7 +228,7 @@ def _answers(client: MemoryClient, queries: list[str]) -> list[list[tuple[int, f
     return [[(h.memory.id, h.score, h.text_score) for h in client.recall(TENANT, q, k=10)] for q in queries]
 
 
-def test_a_server_recalls_the_same_with_the_cache_and_without_it(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_recalls_the_same_with_the_cache_and_without_it(server_factory) -> None:
     rng = random.Random(11)
     queries = _queries(rng)
     with_cache = server_factory().start()
@@ -264,8 +265,8 @@ def test_a_query_s_most_common_term_is_looked_up_only_among_its_other_terms_rows
     outcomes: list[bool] = []
     search_pruned = postings._search_pruned
 
-    def spied(*args: object, **kwargs: object) -> postings.TextSearch | None:
-        answer = search_pruned(*args, **kwargs)  # type: ignore[arg-type]
+    def spied(*args: Any, **kwargs: Any) -> postings.TextSearch | None:
+        answer = search_pruned(*args, **kwargs)
         outcomes.append(answer is not None)
         return answer
 

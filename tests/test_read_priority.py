@@ -171,7 +171,7 @@ def test_stretches_of_bulk_work_take_turns_step_by_step_and_a_nested_one_is_one(
 
 def test_two_batches_of_long_look_alike_texts_take_turns_give_way_to_another_tenant_s_read_and_end(
     server_factory, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     park = tmp_path / "park"
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TEST_PARK_TENANT": "reader", "MNEMOSYNE_TEST_PARK_FILE": str(park)}, metrics=True

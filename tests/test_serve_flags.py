@@ -259,8 +259,10 @@ def _given(setting: Setting, step: int) -> tuple[str, object]:
     if setting.kind is bool:
         return "1", not default
     if setting.kind is int:
+        assert isinstance(default, int), setting
         return str(default + step), default + step
     if setting.kind is float:
+        assert isinstance(default, (int, float)), setting
         return repr(default + step / 2), default + step / 2
     if setting.kind is tuple:
         return f"t{step}a, t{step}b", (f"t{step}a", f"t{step}b")

@@ -58,7 +58,7 @@ def test_a_tenant_keeps_a_read_connection_for_each_call_it_may_run_at_once(tmp_p
 def _loads_mcp_sdk(server: ServerProcess) -> bool:
     """Whether the server process has the MCP SDK's compiled dependency (pydantic-core) mapped."""
     assert server.process is not None
-    return "_pydantic_core" in Path(f"/proc/{server.process.pid}/maps").read_text()
+    return "_pydantic_core" in Path(f"/proc/{server.pid}/maps").read_text()
 
 
 def test_a_server_with_the_http_port_off_never_loads_the_http_stack(

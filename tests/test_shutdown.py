@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
-from tests.support import ServerProcess
+from tests.support import ServerProcess, health_check
 
 THREADS = 20
 TENANTS = 4
@@ -88,14 +88,11 @@ def _writer(server: ServerProcess, write: Callable[[MemoryClient, str, str], int
 
 def _health_poller(server: ServerProcess, load: Load) -> None:
     with grpc.insecure_channel(server.target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
         while not load.done.is_set():
             try:
-                status = health_pb2.HealthCheckResponse.ServingStatus.Name(
-                    stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status
-                )
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(health_check(channel, timeout=5).status)
             except grpc.RpcError as exc:
-                status = exc.code().name  # type: ignore[attr-defined]
+                status = exc.code().name
             load.health.append((time.monotonic(), status))
             if status not in ("SERVING", "NOT_SERVING"):
                 return
@@ -105,13 +102,14 @@ def _health_poller(server: ServerProcess, load: Load) -> None:
 def _readyz(server: ServerProcess) -> int:
     try:
         with urllib.request.urlopen(server.metrics_url + "/readyz", timeout=5) as response:
-            return response.status
+            status: int = response.status
+            return status
     except urllib.error.HTTPError as exc:
         return exc.code
 
 
 @pytest.mark.parametrize("mode", sorted(WRITERS))
-def test_sigterm_under_load(server_factory, mode: str) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_under_load(server_factory, mode: str) -> None:
     server: ServerProcess = server_factory(
         args=["--drain-delay-seconds", str(DRAIN_DELAY), "--grace-seconds", str(GRACE)], metrics=True
     ).start()

@@ -57,7 +57,7 @@ def test_fast_writes_keep_the_speaker(client: MemoryClient, tenant: str) -> None
     client.retain(tenant, "fast: a turn by Zoë", fast=True, speaker="Zoë")
     client.retain_batch(tenant, [RetainItem("fast: a turn by Jon", speaker="Jon")], fast=True)
     client.retain_conversation(tenant, [Message("user", "fast: a talk", name="Gina")], fast=True)
-    assert client.hot_path(tenant, "flush").failed == 0  # type: ignore[union-attr]
+    assert client.hot_path(tenant, "flush").failed == 0
     listed = client.list_memories(tenant).memories
     assert [(m.text, m.speaker) for m in listed] == [
         ("fast: a turn by Zoë", "Zoë"),
@@ -93,7 +93,7 @@ def _pottery(client: MemoryClient, tenant: str) -> dict[str, int]:
     return ids
 
 
-def test_a_question_naming_a_speaker_ranks_that_speaker_s_memory_first(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_question_naming_a_speaker_ranks_that_speaker_s_memory_first(server_factory, tenant: str) -> None:
     queries = [
         "When did Caroline go to the pottery class?",
         "what did CAROLINE's pottery class make",
@@ -125,7 +125,7 @@ def test_a_speaker_of_several_words_and_letters_beyond_ascii_is_named_case_aside
     assert client.recall(tenant, "did Martín Zoë go to the pottery class", k=1)[0].memory.id == first  # in order
 
 
-def test_a_question_naming_no_speaker_ranks_as_without_the_step(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_question_naming_no_speaker_ranks_as_without_the_step(server_factory, tenant: str) -> None:
     queries = ["When did she go to the pottery class?", "dance studio", "cold weather", "pottery Friday"]
     ranked = []
     for env in ({"MNEMOSYNE_TEST_RECALL_OFF": "speaker"}, {}):

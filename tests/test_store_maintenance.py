@@ -15,6 +15,7 @@ import pytest
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES
 from mnemosyne.store.pool import SEGMENTS_ON_OPEN, TenantPool
 from mnemosyne.store.tenant_store import TenantStore
+from tests.support import sql_row
 
 PAGE = 4096
 
@@ -155,7 +156,7 @@ def _segments(path: Path) -> int:
     store = TenantStore(path, write_lock=threading.RLock())
     try:
         with store.read() as txn:
-            counted = int(txn.connection.execute("SELECT count(DISTINCT segid) FROM memories_fts_idx").fetchone()[0])
+            counted = int(sql_row(txn.connection, "SELECT count(DISTINCT segid) FROM memories_fts_idx")[0])
         assert store.fulltext_segments() == counted
         return counted
     finally:

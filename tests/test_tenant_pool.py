@@ -34,7 +34,7 @@ def test_server_keeps_at_most_max_open_tenants_files_open(server_factory) -> Non
             client.retain(f"tenant-{i}", f"memory of tenant {i}")
             client.recall(f"tenant-{i}", "memory")
         # Each open tenant holds a writer and a few readers, each with the db and WAL files open.
-        open_now = _open_files(server.process.pid, server.data_dir / "tenants")
+        open_now = _open_files(server.pid, server.data_dir / "tenants")
         assert 0 < open_now <= 8 * 5 * 2
         # Evicted tenants come back intact.
         assert [h.memory.text for h in client.recall("tenant-3", "memory", k=1)] == ["memory of tenant 3"]
@@ -61,8 +61,8 @@ def test_a_glance_at_a_tenant_file_waits_out_a_writers_lock(tmp_path: Path) -> N
     try:
         with pool.tenant("busy", create=True) as store:
             assert store is not None
-            with store.write() as txn:
-                txn.set_meta("note", "before")
+            with store.write() as write:
+                write.set_meta("note", "before")
         path = pool.path_for("busy")
     finally:
         pool.close()
@@ -70,7 +70,12 @@ def test_a_glance_at_a_tenant_file_waits_out_a_writers_lock(tmp_path: Path) -> N
     writer.execute("PRAGMA locking_mode = EXCLUSIVE")
     writer.execute("BEGIN EXCLUSIVE")
     writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('note', 'after')")
-    released = threading.Timer(0.5, lambda: (writer.execute("COMMIT"), writer.close()))
+
+    def release() -> None:
+        writer.execute("COMMIT")
+        writer.close()
+
+    released = threading.Timer(0.5, release)
     released.start()
     try:
         with read_file(path) as txn:  # let in once the writer is gone

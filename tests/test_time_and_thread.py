@@ -5,6 +5,8 @@ listed in thread order by ListMemories(thread), and refused with a clear reason 
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 
@@ -69,9 +71,10 @@ def test_a_thread_is_listed_page_by_page_in_order_and_its_token_is_bound_to_it(
                 break
         assert seen == (expected[::-1] if newest_first else expected)
     token = client.list_memories(tenant, thread="t", page_size=2).next_page_token
-    for other in ({"thread": "u"}, {}):
+    others: list[dict[str, Any]] = [{"thread": "u"}, {}]
+    for other in others:
         with pytest.raises(InvalidArgumentError) as info:
-            client.list_memories(tenant, page_size=2, page_token=token, **other)  # type: ignore[arg-type]
+            client.list_memories(tenant, page_size=2, page_token=token, **other)
         assert info.value.reason == "PAGE_TOKEN_INVALID"
 
 
@@ -79,7 +82,7 @@ def test_fast_writes_keep_time_and_thread(client: MemoryClient, tenant: str) -> 
     client.hot_path(tenant, "enable")
     client.retain(tenant, "fast: the second turn", fast=True, occurred_at=MAY_8, thread=ThreadRef("fast", 1))
     client.retain_batch(tenant, [RetainItem("fast: the first turn", thread=ThreadRef("fast", 0))], fast=True)
-    assert client.hot_path(tenant, "flush").failed == 0  # type: ignore[union-attr]
+    assert client.hot_path(tenant, "flush").failed == 0
     listed = client.list_memories(tenant, thread="fast").memories
     assert [(m.text, m.thread, m.occurred_at) for m in listed] == [
         ("fast: the first turn", ThreadRef("fast", 0), None),

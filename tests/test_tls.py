@@ -150,7 +150,7 @@ def _https_ping(port: int, pki: Pki, client: Pem | None = None) -> int:
     return int(answer.split(b" ", 2)[1]) if answer else 0
 
 
-def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_tls(server_factory, pki: Pki, tenant: str) -> None:
     server: ServerProcess = server_factory(
         env={"MNEMOSYNE_TLS_CERT": str(pki.server.cert), "MNEMOSYNE_TLS_KEY": str(pki.server.key)},
         health_credentials=pki.credentials(),
@@ -173,7 +173,7 @@ def test_tls(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-
         assert response.status == 200
 
 
-def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory, pki: Pki, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_mutual_tls_refuses_clients_without_the_right_certificate(server_factory, pki: Pki, tenant: str) -> None:
     server: ServerProcess = server_factory(
         args=_serving(pki.server.cert, pki.server.key, pki.ca.cert),
         health_credentials=pki.credentials(client=pki.client),

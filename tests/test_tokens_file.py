@@ -22,7 +22,7 @@ def _doc(*entries: object) -> str:
     return json.dumps({"tokens": list(entries)})
 
 
-def _entry(tenants: object, name: str = "svc", sha256: str = DIGEST) -> dict[str, object]:
+def _entry(tenants: object, name: str = "svc", sha256: object = DIGEST) -> dict[str, object]:
     return {"name": name, "sha256": sha256, "tenants": tenants}
 
 

@@ -71,6 +71,11 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int:
+        assert self.process is not None, "start the ServerProcess first"
+        return self.process.pid
+
+    @property
     def metrics_url(self) -> str:
         assert self.metrics_port, "start the ServerProcess with metrics=True"
         return f"http://127.0.0.1:{self.metrics_port}"

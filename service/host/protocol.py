@@ -102,11 +102,13 @@ class HostObservations:
             self._entries[key] = (ref, observation)
 
     def read(self, agent: object) -> Observation | None:
+        """``agent``'s observation, or None before its first assembly (or after ``forget``)."""
         with self._lock:
             entry = self._entries.get(id(agent))
             return entry[1] if entry is not None and entry[0]() is agent else None
 
     def forget(self, agent: object) -> None:
+        """Drop ``agent``'s observation: its next write needs a new assembly."""
         with self._lock:
             entry = self._entries.get(id(agent))
             if entry is not None and entry[0]() is agent:

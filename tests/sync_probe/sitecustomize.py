@@ -15,6 +15,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+
+class _Sync(Protocol):
+    """os.fsync's and os.fdatasync's signature (a caller may name ``fd``)."""
+
+    def __call__(self, fd: FileDescriptorLike) -> None: ...
+
 
 _LOG = os.environ.get("MNEMOSYNE_TEST_SYNC_LOG")
 
@@ -29,7 +40,7 @@ if _LOG:
             _out.write(f"{started:.6f} {time.time():.6f} {kind} {source} {os.path.basename(path)}\n")
 
     class _ProbedFile(apsw.VFSFile):
-        def __init__(self, name: object, flags: list[int]) -> None:
+        def __init__(self, name: str | apsw.URIFilename | None, flags: list[int]) -> None:
             self._path = name.filename() if isinstance(name, apsw.URIFilename) else str(name or "")
             super().__init__("unix", name, flags)
 
@@ -48,16 +59,17 @@ if _LOG:
         def __init__(self) -> None:
             super().__init__("sync-probe", "unix", makedefault=True)
 
-        def xOpen(self, name: object, flags: list[int]) -> apsw.VFSFile:
+        def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> apsw.VFSFile:
             return _ProbedFile(name, flags)
 
     _vfs = _ProbeVFS()  # kept referenced for the life of the process
 
-    def _probed(real):  # type: ignore[no-untyped-def]
-        def sync(fd: int) -> None:
+    def _probed(real: _Sync) -> _Sync:
+        def sync(fd: FileDescriptorLike) -> None:
             started = time.time()
             real(fd)
-            _record(started, "sync", "os", os.readlink(f"/proc/self/fd/{fd}"))
+            number = fd if isinstance(fd, int) else fd.fileno()
+            _record(started, "sync", "os", os.readlink(f"/proc/self/fd/{number}"))
 
         return sync
 
