@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import typing
 
-from mnemosyne.version import VERSION as __version__  # noqa: F401  (the conventional attribute)
+from mnemosyne.version import VERSION
+
+__version__ = VERSION  # the conventional attribute
 
 if typing.TYPE_CHECKING:
     from mnemosyne.brain import MemoryBrain

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from mnemosyne import MemoryClient, __version__  # type: ignore[attr-defined]  # imported as the conventional attribute, not re-exported by name
+from mnemosyne import MemoryClient, __version__
 from mnemosyne.client.errors import MnemosyneClientError, UnavailableError
 from tests.support import SERVE, serve_args
 

@@ -21,7 +21,7 @@ def _distractors(n: int) -> list[str]:
         "The support ticket RF-{n} mentions a delayed parcel",
         "Number {n} is the customer's loyalty card",
     ]
-    out = set()
+    out: set[str] = set()
     while len(out) < n:
         out.add(rng.choice(templates).format(d=rng.randint(1, 90), h=rng.randint(6, 11), n=rng.randint(10000, 99999)))
     return sorted(out)

@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
 
@@ -36,11 +37,11 @@ def _queries(seed: int, count: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(count)]
 
 
-def _hits(client: MemoryClient, tenant: str, query: str, **kwargs: object) -> list[tuple[int, float]]:
-    return [(h.memory.id, round(h.score, 9)) for h in client.recall(tenant, query, k=10, **kwargs)]  # type: ignore[arg-type]
+def _hits(client: MemoryClient, tenant: str, query: str, **kwargs: Any) -> list[tuple[int, float]]:
+    return [(h.memory.id, round(h.score, 9)) for h in client.recall(tenant, query, k=10, **kwargs)]
 
 
-def test_many_concurrent_recalls_all_complete_with_the_same_hits(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_many_concurrent_recalls_all_complete_with_the_same_hits(server_factory) -> None:
     server = server_factory()
     server.start()
     queries = _queries(3, 12)
@@ -59,7 +60,7 @@ def test_many_concurrent_recalls_all_complete_with_the_same_hits(server_factory)
         assert time.monotonic() - started < 120
 
 
-def test_a_write_before_a_recall_is_a_candidate_and_a_forget_before_it_never_returns(server_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_write_before_a_recall_is_a_candidate_and_a_forget_before_it_never_returns(server_factory) -> None:
     server = server_factory()
     server.start()
     with MemoryClient(server.target) as client:

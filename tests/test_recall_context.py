@@ -99,7 +99,7 @@ def test_a_question_s_date_finds_what_happened_that_day_and_a_day_written_withou
     assert [i for i in hits if i in others][0] == others[2]
 
 
-def test_a_forget_takes_the_resolved_words_out_of_the_index(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_forget_takes_the_resolved_words_out_of_the_index(server_factory, tenant: str) -> None:
     server = server_factory().start()
     with MemoryClient(server.target) as client:
         kept = client.retain(tenant, "The boiler was serviced", occurred_at=MARCH_17).memory_id
@@ -121,7 +121,7 @@ def test_a_forget_takes_the_resolved_words_out_of_the_index(server_factory, tena
 
 def test_an_update_resolves_the_new_text_against_the_memory_s_time_and_unindexes_the_old_words(
     server_factory,
-    tenant: str,  # type: ignore[no-untyped-def]
+    tenant: str,
 ) -> None:
     server = server_factory().start()
     with MemoryClient(server.target) as client:
@@ -252,7 +252,7 @@ def _party(client: MemoryClient, tenant: str) -> int:
     return client.retain(tenant, detailed).memory_id
 
 
-def test_the_longer_of_two_close_matches_ranks_first(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_longer_of_two_close_matches_ranks_first(server_factory, tenant: str) -> None:
     query = "what did Sam cook for the party"
     with MemoryClient(server_factory(env={"MNEMOSYNE_TEST_RECALL_OFF": "length"}).start().target) as client:
         _party(client, tenant)

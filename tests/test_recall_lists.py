@@ -37,7 +37,7 @@ def _order(client: MemoryClient, tenant: str, query: str, mode: str = "hybrid") 
     return [h.memory.id for h in client.recall(tenant, query, k=2, mode=mode)]
 
 
-def test_a_list_question_ranks_the_memory_that_says_more_first(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_list_question_ranks_the_memory_that_says_more_first(server_factory, tenant: str) -> None:
     with MemoryClient(server_factory().start().target) as client:
         short, long = _books(client, tenant)
         assert _order(client, tenant, LIST_QUESTION) == [long, short]
@@ -46,7 +46,7 @@ def test_a_list_question_ranks_the_memory_that_says_more_first(server_factory, t
         assert _order(client, tenant, LIST_QUESTION, "text") == _order(client, tenant, ONE_THING, "text")
 
 
-def test_switched_off_a_list_question_ranks_as_any_other(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_switched_off_a_list_question_ranks_as_any_other(server_factory, tenant: str) -> None:
     with MemoryClient(server_factory(env={"MNEMOSYNE_TEST_RECALL_OFF": "lists"}).start().target) as client:
         short, long = _books(client, tenant)
         assert _order(client, tenant, LIST_QUESTION) == [short, long]

@@ -34,7 +34,7 @@ def _ranked(client: MemoryClient, tenant: str, mode: str = "hybrid") -> list[tup
     return [(h.memory.id, h.score) for h in client.recall(tenant, QUERY, k=2, mode=mode)]
 
 
-def test_a_memory_naming_places_ranks_above_an_equal_match_naming_none(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_memory_naming_places_ranks_above_an_equal_match_naming_none(server_factory, tenant: str) -> None:
     named = "We went on a long trip last summer and visited Lisbon and Porto by the sea"
     with MemoryClient(server_factory(env={"MNEMOSYNE_TEST_RECALL_OFF": "names"}).start().target) as client:
         plain, places = _trip(client, tenant, named)
@@ -46,7 +46,7 @@ def test_a_memory_naming_places_ranks_above_an_equal_match_naming_none(server_fa
         assert [i for i, _ in _ranked(client, tenant, "text")] == [plain, places]
 
 
-def test_speakers_months_and_weekdays_are_no_names(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_speakers_months_and_weekdays_are_no_names(server_factory, tenant: str) -> None:
     # Its only capitalised words inside sentences are a speaker of the tenant, a month and a weekday.
     second = "We went on a long trip last May and visited Caroline on a Friday by the sea"
     ranked = []

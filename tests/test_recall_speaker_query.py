@@ -26,7 +26,7 @@ TURNS = [
 
 def _recalled(
     server_factory, off: str, queries: tuple[str, ...], tenant: str
-) -> tuple[list[int], list[list[tuple[int, float]]]]:  # type: ignore[no-untyped-def]
+) -> tuple[list[int], list[list[tuple[int, float]]]]:
     """The memory ids of TURNS and each query's hits (id, score) on a MiniLM server with ``off``."""
     env = {"MNEMOSYNE_TEST_RECALL_OFF": off} if off else {}
     server = server_factory(args=["--embedder", "minilm"], env=env).start(timeout=120)
@@ -35,7 +35,7 @@ def _recalled(
         return ids, [[(h.memory.id, h.score) for h in client.recall(tenant, q, k=3)] for q in queries]
 
 
-def test_what_the_named_speaker_said_ranks_above_a_reply_calling_them_by_name(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_what_the_named_speaker_said_ranks_above_a_reply_calling_them_by_name(server_factory, tenant: str) -> None:
     query = ("What music does Caroline play?",)
     ids, (hits,) = _recalled(server_factory, "speaker_query", query, tenant)
     assert [i for i, _ in hits[:2]] == [ids[0], ids[1]]  # without the step: the name pulls the reply up
@@ -43,7 +43,7 @@ def test_what_the_named_speaker_said_ranks_above_a_reply_calling_them_by_name(se
     assert [i for i, _ in hits[:2]] == [ids[1], ids[0]]
 
 
-def test_a_query_naming_no_speaker_ranks_as_without_the_step(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_query_naming_no_speaker_ranks_as_without_the_step(server_factory, tenant: str) -> None:
     queries = ("Who plays the violin?", "What did Sam cook?", "Carol, what music?")  # "Carol" names nobody
     off, on = (_recalled(server_factory, step, queries, tenant)[1] for step in ("speaker_query", ""))
     assert off == on and all(off)  # the same hits, scores included

@@ -46,7 +46,7 @@ from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
 from tests.docs_support import DOCS, ROOT, section, table_rows
 
-OLD_NAMES = ("neighbours", "window", "dates", "length", "lists", "speaker", "threads", "questions")
+OLD_NAMES: tuple[str, ...] = ("neighbours", "window", "dates", "length", "lists", "speaker", "threads", "questions")
 OLD_NAMES += ("speaker_query", "names", "postings", "relative_time")
 
 
@@ -217,11 +217,12 @@ VECTORS = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]], dtype=np.f
 QUERY = np.array([1.0, 0.0], dtype=np.float32)
 
 
-def _fused(vector_rows: list[int], text: TextRanking, *, text_weight: float = 0.5, feedback: float = 0.0):  # type: ignore[no-untyped-def]
+def _fused(vector_rows: list[int], text: TextRanking, *, text_weight: float = 0.5, feedback: float = 0.0):
     rows = np.array(vector_rows, dtype=np.int64)
     scores = VECTORS @ QUERY
-    kwargs = {"text_weight": text_weight, "feedback": feedback, "feedback_candidates": 1}
-    return fuse(QUERY, IDS, VECTORS, scores, rows, text, **kwargs)
+    return fuse(
+        QUERY, IDS, VECTORS, scores, rows, text, text_weight=text_weight, feedback=feedback, feedback_candidates=1
+    )
 
 
 def test_fuse_weighs_bm25_by_its_best_hit_and_the_cosine_by_the_rest() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
+from mnemosyne.client import Hit, MemoryClient, RetainItem, ThreadRef
 from mnemosyne.engine.recall.priors import asks
 
 QUERY = "pottery class glaze kiln"
@@ -36,12 +36,12 @@ def _threads(client: MemoryClient, tenant: str, *, threaded: bool = True) -> dic
     }
 
 
-def _order(hits: list, *ids: int) -> list[int]:  # type: ignore[type-arg]
+def _order(hits: list[Hit], *ids: int) -> list[int]:
     ranked = [h.memory.id for h in hits]
     return sorted(ids, key=ranked.index)
 
 
-def test_a_match_in_a_thread_of_matches_ranks_above_a_match_alone(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_match_in_a_thread_of_matches_ranks_above_a_match_alone(server_factory, tenant: str) -> None:
     with MemoryClient(server_factory(env={"MNEMOSYNE_TEST_RECALL_OFF": "threads"}).start().target) as client:
         ids = _threads(client, tenant)
         hits = client.recall(tenant, QUERY, k=10)
@@ -55,7 +55,7 @@ def test_a_match_in_a_thread_of_matches_ranks_above_a_match_alone(server_factory
         assert _order(text, ids["solo0"], ids["busy1"]) == [ids["solo0"], ids["busy1"]]
 
 
-def _same_on_and_off(server_factory, tenant: str, step: str, threaded: bool, queries: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def _same_on_and_off(server_factory, tenant: str, step: str, threaded: bool, queries: tuple[str, ...]) -> None:
     """The same hits, scores included, with ``step`` off and on."""
     ranked = []
     for env in ({"MNEMOSYNE_TEST_RECALL_OFF": step}, {}):
@@ -65,7 +65,7 @@ def _same_on_and_off(server_factory, tenant: str, step: str, threaded: bool, que
     assert ranked[0] == ranked[1] and all(ranked[0])
 
 
-def test_memories_without_threads_rank_as_without_thread_support(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_memories_without_threads_rank_as_without_thread_support(server_factory, tenant: str) -> None:
     _same_on_and_off(server_factory, tenant, "threads", False, (QUERY, "cold lake"))
 
 
@@ -78,7 +78,7 @@ def _asked(client: MemoryClient, tenant: str) -> tuple[int, int]:
     return question, answer
 
 
-def test_a_memory_that_asks_ranks_below_one_that_tells(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_memory_that_asks_ranks_below_one_that_tells(server_factory, tenant: str) -> None:
     query = "pottery class Jo Sam Friday"
     # The names prior off on both sides: the question names Jo and Sam inside its sentence, the
     # answer only opens with Jo, and that prior alone would lift the question (tests/test_recall_names.py).
@@ -93,7 +93,7 @@ def test_a_memory_that_asks_ranks_below_one_that_tells(server_factory, tenant: s
         assert [h.memory.id for h in client.recall(tenant, query, k=2, mode="text")] == [question, answer]
 
 
-def test_memories_that_ask_nothing_rank_as_without_the_question_penalty(server_factory, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def test_memories_that_ask_nothing_rank_as_without_the_question_penalty(server_factory, tenant: str) -> None:
     # No memory of these ends with a question (a question as the query changes nothing).
     _same_on_and_off(server_factory, tenant, "questions", True, (QUERY, "Is it cold?"))
 
