@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import typing
 
-from mnemosyne.version import VERSION
+from mnemosyne import version as _version
 
-__version__ = VERSION  # the conventional attribute
+__version__ = _version.VERSION  # the conventional attribute
 
 if typing.TYPE_CHECKING:
     from mnemosyne.brain import MemoryBrain
