@@ -300,6 +300,18 @@ class TenantBackup:
     generations: dict[str, int]
     files: list[BackupFile]
 
+    def figures(self) -> dict[str, Any]:
+        """The copy's figures as a backup's and an export's manifest record them (JSON values)."""
+        return {
+            "change_counter": self.change_counter,
+            "inbox_sequence": self.inbox_sequence,
+            "head_hash": self.head_hash,
+            "ledger_entries": self.ledger_entries,
+            "memories": self.memories,
+            "last_event_id": self.last_event_id,
+            "generations": dict(sorted(self.generations.items())),
+        }
+
 
 @dataclass(frozen=True)
 class BackupChunk:

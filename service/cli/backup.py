@@ -259,13 +259,7 @@ class _Writer:
             )
         copy = current.copy
         self.done[copy.tenant] = {
-            "change_counter": copy.change_counter,
-            "inbox_sequence": copy.inbox_sequence,
-            "head_hash": copy.head_hash,
-            "ledger_entries": copy.ledger_entries,
-            "memories": copy.memories,
-            "last_event_id": copy.last_event_id,
-            "generations": dict(sorted(copy.generations.items())),
+            **copy.figures(),
             "backed_up_at": time.time(),
             "files": current.files,
         }
