@@ -4,6 +4,7 @@ types); the protos' comments (protos/mnemosyne/v1) say the same of each field.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # The scope a memory goes to when none is named (the server's default too).
 DEFAULT_SCOPE = "global"
