@@ -43,9 +43,20 @@ class MemoryHost:
 
     # -- context --------------------------------------------------------------------------------
 
-    def assemble_context(self, agent: object, workspace: str, query: str | None = None, k: int = 5) -> str:
-        """The memory part of the agent's prompt; records the generations it was read at."""
-        return self.client.run(host_protocol.read_memory(self.observations, agent, self.tenant, workspace, query, k))
+    def assemble_context(
+        self,
+        agent: object,
+        workspace: str,
+        query: str | None = None,
+        k: int = 5,
+        *,
+        consistency_token: str | None = None,
+    ) -> str:
+        """The memory part of the agent's prompt; records the generations it was read at. It waits
+        for the client's own writes of the tenant still queued (the client's session consistency;
+        ``consistency_token``: as for ``MemoryClient.recall``)."""
+        flow = host_protocol.read_memory(self.observations, agent, self.tenant, workspace, query, k)
+        return self.client.run(flow, consistency_token=consistency_token)
 
     # -- tools ----------------------------------------------------------------------------------
 

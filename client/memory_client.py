@@ -4,6 +4,12 @@ Methods are named after the specification's API (retain, recall, retain_batch, .
 from ``mnemosyne.client.types``; failures raise ``mnemosyne.client.errors`` exceptions. Calls
 that fail with UNAVAILABLE are retried with backoff when repeating them is safe: reads, and
 writes that carry a request id (every write gets one unless the caller passes its own).
+
+Session consistency, by default: the client keeps the newest consistency token its writes of each
+tenant returned and sends it with its next reads and writes of that tenant, so a read waits for
+this client's own writes still queued (host/consistency.py; docs/hot-path.md "Read your own
+writes"). ``session_consistency=False`` turns it off for the client, ``consistency_token=""`` for
+one read; ``consistency_token=TOKEN`` makes a read wait for that token (from another client) alone.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.consistency import MAX_TENANTS, SessionTokens, role_of, token_metadata
 from mnemosyne.host.protocol import (
     GLOBAL_GENERATION_KEY,
     WORKSPACE_GENERATION_KEY,
@@ -75,7 +82,10 @@ class MemoryClient:
     members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the servers take ``--members``, or
     a mapping; a list that cannot be used raises ``MemberListError``, a ValueError): each call then
     goes straight to the member owning its tenant (client/routing.py), and ``target`` is not used
-    (``""`` will do).
+    (``""`` will do). ``session_consistency``: keep the newest consistency token of each tenant
+    this client wrote and send it with the client's next reads and writes of that tenant (the
+    default; at most ``session_tenants`` tenants, the least recently used forgotten first), so
+    the client reads its own writes, fast ones included. The client may be shared by threads.
     """
 
     def __init__(
@@ -88,8 +98,11 @@ class MemoryClient:
         retries: int = 3,
         options: Sequence[tuple[str, Any]] = (),
         members: str | Mapping[str, str] | None = None,
+        session_consistency: bool = True,
+        session_tenants: int = MAX_TENANTS,
     ) -> None:
         self.target = target
+        self._session = SessionTokens(session_tenants) if session_consistency else None
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         given = {name for name, _ in options}
         options = [*(o for o in _CHANNEL_OPTIONS if o[0] not in given), *options]
@@ -142,9 +155,12 @@ class MemoryClient:
         retry: bool,
         metadata: Iterable[tuple[str, str]] = (),
         timeout: float | None = None,
+        session: bool = True,
     ) -> T:
         """Invoke a stub method with auth metadata, deadline (``timeout``, else the client's),
-        retries and typed errors."""
+        retries and typed errors; with the session's consistency tokens unless ``session`` is
+        False (host/consistency.py says which calls carry them)."""
+        metadata = tuple(metadata)
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
             raise InvalidArgumentError(
@@ -154,11 +170,30 @@ class MemoryClient:
                 "e.g. a large batch into several",
                 {},
             )
-        return self._retrying(
-            lambda: method(request, timeout=timeout or self._timeout, metadata=(*self._metadata, *metadata)),
-            retry=retry,
-            tenant=getattr(request, "tenant", ""),
-        )
+        tenant = getattr(request, "tenant", "")
+        tracked = self._session if session else None
+        sent = tracked.outgoing(request, metadata) if tracked is not None else ()
+        metadata = (*self._metadata, *metadata, *token_metadata(sent))
+        try:
+            result = self._retrying(
+                lambda: method(request, timeout=timeout or self._timeout, metadata=metadata),
+                retry=retry,
+                tenant=tenant,
+            )
+        except MnemosyneClientError as error:
+            if tracked is not None:
+                tracked.refused(tenant, sent, error.reason)
+            raise
+        if tracked is not None:
+            # A stub's with_call answers (response, call).
+            tracked.answered(request, sent, result[0] if isinstance(result, tuple) else result)
+        return result
+
+    def consistency_token(self, tenant: str) -> str | None:
+        """The consistency token of this client's latest write of ``tenant`` (None: none kept, or
+        session consistency is off): give it to another client's read (``consistency_token=``)
+        to make that read wait for this client's writes."""
+        return self._session.newest(tenant) if self._session is not None else None
 
     def _failed(self, error: grpc.RpcError, tenant: str = "") -> MnemosyneClientError:
         """The typed error of a failed call for ``tenant``, naming the address the call went to."""
@@ -189,19 +224,25 @@ class MemoryClient:
 
     # -- the calls of the shared host flows (host/protocol.py) --------------------------------------
 
-    def ask(self, ask: Ask) -> Answer:
+    def ask(self, ask: Ask, *, consistency_token: str | None = None) -> Answer:
         """One call of a host flow, with this client's token, deadline (outlasting the call's wait on
-        the server), retries and typed errors."""
+        the server), retries and typed errors; a read carries the session's consistency tokens,
+        or ``consistency_token`` instead (``""``: none)."""
         service, method = ask.method.rsplit("/", 2)[1:]
         stub = getattr(self._stubs[service], method).with_call
         timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
-        response, call = self.call(stub, ask.request, retry=True, metadata=ask.metadata, timeout=timeout)
+        metadata = ask.metadata
+        if consistency_token is not None and role_of(ask.request) == "read":
+            metadata = (*metadata, *token_metadata([consistency_token] if consistency_token else []))
+        session = consistency_token is None or role_of(ask.request) != "read"
+        response, call = self.call(stub, ask.request, retry=True, metadata=metadata, timeout=timeout, session=session)
         return Answer(response, call.initial_metadata() or (), call.trailing_metadata() or ())
 
-    def run(self, flow: Flow[T]) -> T:
-        """A host flow's result, its calls made by ``ask``; what it refuses is a typed client error."""
+    def run(self, flow: Flow[T], *, consistency_token: str | None = None) -> T:
+        """A host flow's result, its calls made by ``ask`` (its reads with ``consistency_token``
+        when given); what it refuses is a typed client error."""
         try:
-            return host_protocol.run(flow, self.ask)
+            return host_protocol.run(flow, lambda ask: self.ask(ask, consistency_token=consistency_token))
         except ServiceError as error:
             if isinstance(error, MnemosyneClientError):
                 raise
@@ -261,7 +302,11 @@ class MemoryClient:
         filters: Mapping[str, str] | None = None,
         *,
         mode: str = "hybrid",
+        consistency_token: str | None = None,
     ) -> list[types.Hit]:
+        """The ``k`` memories best matching ``query``. ``consistency_token``: None waits for this
+        client's own writes of the tenant (session consistency), ``""`` for none, a token for the
+        writes it names (as does every read below)."""
         request = memory_pb2.RecallRequest(
             tenant=tenant,
             query=query,
@@ -270,14 +315,18 @@ class MemoryClient:
             metadata_equals=dict(filters or {}),
             mode=_MODES[mode],
         )
-        response = self.call(self.memory.Recall, request, retry=True)
+        response = self._read(self.memory.Recall, request, consistency_token)
         return convert.hits_from_proto(response.hits)
 
-    def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
-        response = self.call(
-            self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True
-        )
-        return convert.memory_from_proto(response.memory)
+    def _read(self, method: Callable[..., T], request: Any, consistency_token: str | None) -> T:
+        """A read that waits for the session's writes, or for ``consistency_token``'s ("": none)."""
+        if consistency_token:
+            request.consistency_token = consistency_token
+        return self.call(method, request, retry=True, session=consistency_token is None)
+
+    def get_memory(self, tenant: str, memory_id: int, *, consistency_token: str | None = None) -> types.Memory:
+        request = memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id)
+        return convert.memory_from_proto(self._read(self.memory.GetMemory, request, consistency_token).memory)
 
     def list_memories(
         self,
@@ -290,6 +339,7 @@ class MemoryClient:
         newest_first: bool = False,
         thread: str = "",
         metadata_equals: Mapping[str, str] | None = None,
+        consistency_token: str | None = None,
     ) -> types.MemoryPage:
         """A page of memories in id order; with ``thread``, only that thread's, in thread order."""
         request = memory_pb2.ListMemoriesRequest(
@@ -302,8 +352,7 @@ class MemoryClient:
             thread=thread,
             metadata_equals=dict(metadata_equals or {}),
         )
-        response = self.call(self.memory.ListMemories, request, retry=True)
-        return convert.memory_page_from_proto(response)
+        return convert.memory_page_from_proto(self._read(self.memory.ListMemories, request, consistency_token))
 
     def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
         request = memory_pb2.ForgetMemoryRequest(
@@ -411,7 +460,7 @@ class MemoryClient:
     # from ``MemoryHost``, which keeps generations out of everything the model sees.
 
     def assemble_context(
-        self, tenant: str, workspace: str, query: str | None = None, k: int = 5
+        self, tenant: str, workspace: str, query: str | None = None, k: int = 5, *, consistency_token: str | None = None
     ) -> types.AssembledContext:
         """Records of Global and ``workspace`` (+ recalled memories for ``query``), with the exact
         generations read in the same snapshot (from the response metadata).
@@ -420,7 +469,7 @@ class MemoryClient:
         one by one and must carry the same generation; if one changed meanwhile, the context is
         assembled again (up to three times), so records and generations always belong together.
         Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each)."""
-        assembled = self.run(host_protocol.assemble(tenant, workspace, query, k))
+        assembled = self.run(host_protocol.assemble(tenant, workspace, query, k), consistency_token=consistency_token)
         return types.AssembledContext(
             global_records=[convert.record_from_proto(r) for r in assembled.global_records],
             workspace_records=[convert.record_from_proto(r) for r in assembled.workspace_records],

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
-from mnemosyne.client.errors import _BY_CODE, ServerError
+from mnemosyne.client.errors import error_class
 from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.errors import MnemosyneError
 from mnemosyne.transport import convert
@@ -48,7 +48,7 @@ def _translated(work: Callable[[], T]) -> T:
         return work()
     except MnemosyneError as exc:
         code = status_code_for(exc)
-        raise _BY_CODE.get(code, ServerError)(
+        raise error_class(code, exc.reason)(
             code, exc.reason, exc.message, exc.metadata, exc.retry_after_seconds
         ) from exc
 

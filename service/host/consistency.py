@@ -1,0 +1,185 @@
+"""Session consistency, written once for every host in this repository: the Python client
+(``MemoryClient``, and through it ``MemoryHost``, ``MemoryBrain`` on a server and ``mnemosyne
+mcp``) and the server's MCP endpoint (transport/http/mcp.py). docs/hot-path.md "Read your own
+writes" says what the server does with the tokens.
+
+Every write returns a consistency token naming its place in the tenant's order of writes. A
+session keeps, per tenant, the newest tokens its writes returned (``SessionTokens``) and sends
+them (request metadata ``mnemosyne-consistency-token``) with its next calls of that tenant:
+
+* a READ that can wait for writes (Recall, GetMemory, ListMemories, AssembleContext) then answers
+  once those writes are visible or failed, so the session reads its own writes;
+* a WRITE folds them into the token it returns (it covers their writes still open), so keeping
+  the newest token is enough: the token a write returns replaces every token that write carried.
+
+Which calls are which is read from the protos, not listed by hand: a write is a method whose
+response has a ``consistency_token``; a read that waits, one whose request has a
+``consistency_token`` and whose response a ``consistency`` report (Flush, a barrier over the whole
+queue, is neither: a session does not turn it into a wait for its own writes).
+
+Two writes of one tenant running at once from one session (threads sharing a client) each carry
+the same tokens and each return a token that does not cover the other's write; both are kept
+until a later write carries them together (at most ``MAX_TOKENS_PER_TENANT``; past it the oldest
+is dropped, and a read may then miss the write it named). A token the server refuses for good
+(``DROPPED_REASONS``: the tenant was restored or replaced since, or erased and made again, or the
+token is not this tenant's) is dropped, so the session's next call of the tenant carries none;
+the refusal itself is raised to the caller.
+
+This module imports only the generated protos (like every shared host module).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from mnemosyne.host.protocol import Answer, Ask, ServiceError
+from mnemosyne.v1 import admin_pb2, memory_pb2, workspace_pb2
+
+# The request and trailing metadata of a consistency token (gRPC; lower case as gRPC wants it).
+TOKEN_KEY = "mnemosyne-consistency-token"
+# The same on the HTTP port (HTTP/JSON and mem0): a request and response header.
+TOKEN_HEADER = "Mnemosyne-Consistency-Token"
+# A read's trailing metadata naming the writes it waited for that failed (comma-separated ids).
+FAILED_KEY = "mnemosyne-consistency-failed"
+TOKEN_FIELD = "consistency_token"
+
+# The reasons for which the server refuses a token for good: a token that can never be satisfied
+# (TIMELINE_CHANGED: the tenant was restored or imported over since; WRITE_LOST: a position the
+# tenant never durably held) or never be checked (TOKEN_INVALID: not issued for this tenant's
+# current file, as after an erasure and a new tenant of the same name; TOKEN_FOREIGN: another
+# tenant's). A deadline (CONSISTENCY_DEADLINE_EXCEEDED) is not one: the writes are still open.
+DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "WRITE_LOST", "TOKEN_INVALID", "TOKEN_FOREIGN"})
+
+# Tenants a session keeps tokens for; the least recently used is forgotten first (its next read
+# may then miss a write still queued). A token is under 1 KB, so a full session holds a few MB.
+MAX_TENANTS = 10_000
+# Tokens kept per tenant: more than one only while writes of one tenant overlap (see above).
+MAX_TOKENS_PER_TENANT = 8
+
+Role = Literal["read", "write"]
+
+
+def _roles() -> dict[str, Role]:
+    """Request message name -> what a session does with it, from the services' protos."""
+    roles: dict[str, Role] = {}
+    for module in (memory_pb2, workspace_pb2, admin_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                request, response = method.input_type, method.output_type
+                if TOKEN_FIELD in response.fields_by_name:
+                    roles[request.full_name] = "write"
+                elif TOKEN_FIELD in request.fields_by_name and "consistency" in response.fields_by_name:
+                    roles[request.full_name] = "read"
+    return roles
+
+
+_ROLES = _roles()
+
+
+def role_of(request: Any) -> Role | None:
+    """ "read", "write", or None for a call a session sends no token with."""
+    return _ROLES.get(request.DESCRIPTOR.full_name)
+
+
+def token_metadata(tokens: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The request metadata carrying ``tokens`` (one value each)."""
+    return tuple((TOKEN_KEY, token) for token in tokens)
+
+
+def carries_token(request: Any, metadata: Sequence[tuple[str, str | bytes]]) -> bool:
+    """Whether a call already names a token of its own (its request field or its metadata): the
+    caller's token then goes alone, the session's is not added."""
+    field = getattr(request, TOKEN_FIELD, "") if TOKEN_FIELD in request.DESCRIPTOR.fields_by_name else ""
+    return bool(field) or any(key == TOKEN_KEY for key, _ in metadata)
+
+
+class SessionTokens:
+    """Per tenant, the newest consistency tokens of one session's writes. Thread-safe: one
+    session may be shared by threads. Bounded: ``tenants`` tenants (least recently used forgotten
+    first), ``MAX_TOKENS_PER_TENANT`` tokens each."""
+
+    def __init__(self, tenants: int = MAX_TENANTS) -> None:
+        if tenants < 1:
+            raise ValueError(f"a session keeps the tokens of at least 1 tenant, not {tenants}")
+        self._tenants = tenants
+        self._lock = threading.Lock()
+        self._tokens: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tokens)
+
+    def tokens(self, tenant: str) -> tuple[str, ...]:
+        """What the session's next call of ``tenant`` carries, oldest first (usually one token)."""
+        with self._lock:
+            tokens = self._tokens.get(tenant, ())
+            if tokens:
+                self._tokens.move_to_end(tenant)
+            return tokens
+
+    def newest(self, tenant: str) -> str | None:
+        """The token of the session's latest write of ``tenant`` (it covers every earlier one unless
+        writes overlapped); None when it holds none."""
+        tokens = self.tokens(tenant)
+        return tokens[-1] if tokens else None
+
+    def outgoing(self, request: Any, metadata: Sequence[tuple[str, str | bytes]] = ()) -> tuple[str, ...]:
+        """The tokens to send with ``request`` (its tenant's), or () when the call is not one a
+        session sends them with, or names a token of its own."""
+        if role_of(request) is None or carries_token(request, metadata):
+            return ()
+        return self.tokens(request.tenant)
+
+    def answered(self, request: Any, sent: Sequence[str], response: Any) -> None:
+        """After a successful call: a write's token replaces the tokens the call carried (it
+        covers their writes); the tokens other calls added meanwhile stay."""
+        if role_of(request) != "write":
+            return
+        token = getattr(response, TOKEN_FIELD, "")
+        if token:
+            self._replace(request.tenant, sent, token)
+
+    def refused(self, tenant: str, sent: Sequence[str], reason: str) -> None:
+        """After a refusal: tokens refused for good (``DROPPED_REASONS``) are dropped; a token a
+        later write added meanwhile stays."""
+        if sent and reason in DROPPED_REASONS:
+            self._replace(tenant, sent, None)
+
+    def forget(self, tenant: str) -> None:
+        """Drop every token of ``tenant``: the session's next reads of it wait for nothing."""
+        with self._lock:
+            self._tokens.pop(tenant, None)
+
+    def _replace(self, tenant: str, sent: Sequence[str], token: str | None) -> None:
+        with self._lock:
+            kept = [t for t in self._tokens.get(tenant, ()) if t not in sent]
+            if token is not None:
+                kept.append(token)
+            if not kept:
+                self._tokens.pop(tenant, None)
+                return
+            self._tokens[tenant] = tuple(kept[-MAX_TOKENS_PER_TENANT:])
+            self._tokens.move_to_end(tenant)
+            while len(self._tokens) > self._tenants:
+                self._tokens.popitem(last=False)
+
+
+def in_session(tokens: SessionTokens, call: Callable[[Ask], Awaitable[Answer]]) -> Callable[[Ask], Awaitable[Answer]]:
+    """``call`` (a host flow's calls, on an event loop) with the session of ``tokens``: each call
+    carries the session's tokens of its tenant, and a write's token is kept."""
+
+    async def session_call(ask: Ask) -> Answer:
+        sent = tokens.outgoing(ask.request, ask.metadata)
+        try:
+            answer = await call(dataclasses.replace(ask, metadata=(*ask.metadata, *token_metadata(sent))))
+        except ServiceError as error:
+            tokens.refused(ask.request.tenant, sent, error.reason)
+            raise
+        tokens.answered(ask.request, sent, answer.response)
+        return answer
+
+    return session_call
