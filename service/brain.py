@@ -54,12 +54,23 @@ def _translated(work: Callable[[], T]) -> T:
 
 
 class MemoryBrain:
-    def __init__(self, location: str | Path, tenant: str = "default", *, token: str | None = None) -> None:
+    """The specification's memory brain. ``session_consistency`` (the default): a read waits for
+    this brain's own writes still queued, so ``retain(text, fast=True)`` then ``recall`` finds
+    the text at once (``consistency_token=""`` on one read opts it out)."""
+
+    def __init__(
+        self,
+        location: str | Path,
+        tenant: str = "default",
+        *,
+        token: str | None = None,
+        session_consistency: bool = True,
+    ) -> None:
         self.tenant = tenant
         self._client: MemoryClient | None = None
         self._engine: Engine | None = None
         if _is_address(location):
-            self._client = MemoryClient(str(location), token)
+            self._client = MemoryClient(str(location), token, session_consistency=session_consistency)
         else:
             # The engine (numpy, SQLite) loads only for a local directory: `import mnemosyne` and a
             # MemoryBrain on a server's address stay a client, and the server's command sets the

@@ -142,6 +142,7 @@ function hotPathStatus(s) {
     duplicates: Number(s.duplicates),
     writes: Number(s.writes),
     modelCalls: Number(s.model_calls),
+    awaited: Number(s.awaited),
   };
 }
 

@@ -128,6 +128,8 @@ export interface HotPathStatus {
   duplicates: number;
   writes: number;
   modelCalls: number;
+  /** Open operations a read is waiting for (a read given a consistency token): taken first. */
+  awaited: number;
 }
 
 /** What a flush covered. */
