@@ -136,7 +136,7 @@ class Engine:
             config=config.hot_path,
             limits=config.limits,
             observer=observer,
-            hold_file=seams.hold_workers_file,
+            seams=seams,
         )
         self.hot_path.start()
         self.consolidator.start()
@@ -224,6 +224,8 @@ class Engine:
             enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
             if enqueued is not None:  # the enqueue answers a known request id itself
                 return enqueued
+            # Queued writes of the same content were accepted first: this one is their duplicate.
+            self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
             result = self.write_path.write(
                 tenant,
                 store,
