@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from mnemosyne.engine.config import HotPathConfig
 from mnemosyne.engine.hot_path.awaited import Awaited
 from mnemosyne.engine.hot_path.barrier import Barriers
@@ -19,6 +21,7 @@ from mnemosyne.engine.hot_path.state import TenantStates
 from mnemosyne.engine.hot_path.worker import Workers
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.types import HotPathState
 from mnemosyne.engine.write_path import WritePath
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
@@ -84,12 +87,16 @@ class HotPath:
         events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
         # What the callers call, each the very method of the part whose job it is.
         self.enqueue = queue.enqueue
-        self.set_enabled, self.status = states.set_enabled, states.status
+        self.set_enabled, self._states = states.set_enabled, states
         self.flush, self.disable, self.gave_up = barriers.flush, barriers.disable, barriers.gave_up
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
         self.settle = awaited.settle
+
+    def status(self, tenant: str) -> HotPathState:
+        """The tenant's Status: its flag and figures, and the open writes reads wait for."""
+        return dataclasses.replace(self._states.status(tenant), awaited=self.awaited.open_count(tenant))
 
     def start(self) -> None:
         self._workers.start()
