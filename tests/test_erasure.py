@@ -53,6 +53,11 @@ from tests.mem0_support import Mem0Client
 from tests.support import tokens_json, wait_until
 
 # One long token that the full-text tokenizer keeps whole (letters and digits, no stem to strip).
+# What the schema's acceptance migration (_V_ACCEPTANCE) added, undone: a file of a version before it.
+UNDO_ACCEPTANCE = (
+    "DROP INDEX oplog_open_fingerprint; ALTER TABLE oplog DROP COLUMN fingerprint; "
+    "ALTER TABLE memories DROP COLUMN acceptance; DELETE FROM meta WHERE key = 'timeline'; "
+)
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
 OLD_CODE = "plainoldvalue1"
 
@@ -322,6 +327,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         other = client.retain(tenant, "The south door opens with the brass key").memory_id
     server.stop()
     connection = apsw.Connection(str(server.tenant_file(tenant)))
+    connection.pragma("secure_delete", True)  # the tables rewritten here leave no copy of a row behind
     connection.execute(
         "DROP TABLE memories_fts; CREATE VIRTUAL TABLE memories_fts USING fts5(body, content='', "
         "contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'); "
@@ -333,7 +339,8 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
-        "PRAGMA user_version = 6"
+        + UNDO_ACCEPTANCE  # and the acceptance positions'
+        + "PRAGMA user_version = 6"
     )
     connection.close()
     server.start()
@@ -985,7 +992,8 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
-        f"PRAGMA user_version = {SCHEMA_VERSION - 1}",
+        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again)
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 2}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

@@ -137,10 +137,18 @@ class Updates:
             check_tenant_embedder(txn, self._write_path.embedder, write=True)
             _, epoch_before = txn.index_state()
             now = time.time()
+            # Accepted now: its new facts are the latest accepted (engine/conflicts.py).
+            prepared.acceptance = store.acceptances.take()
+            txn.note_acceptance(prepared.acceptance)
             new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
             txn.update_memory(memory_id, new)
             supersedes = conflicts.adjudicate(
-                txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
+                txn,
+                memory_id=memory_id,
+                acceptance=prepared.acceptance,
+                scope=prepared.item.scope,
+                triples=prepared.extraction.triples,
+                at=now,
             )
             near_live = sorted(txn.live_ids(near))
             check_bytes_quota(txn, self._write_path.limits)

@@ -99,10 +99,11 @@ class MemoryReads(BookkeepingReads):
                 thread_position=r[11],
                 updated_at=r[12] or 0.0,
                 speaker=r[13],
+                acceptance=r[14] or 0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position, updated_at, speaker FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at, speaker, acceptance FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }

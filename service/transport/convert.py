@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -84,6 +85,32 @@ def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
         near_duplicate_of=list(outcome.near_duplicate_of),
         supersedes=list(outcome.supersedes),
     )
+
+
+class _Written(Protocol):
+    consistency_token: str
+
+
+class _Read(Protocol):
+    @property
+    def consistency(self) -> types_pb2.ConsistencyReport: ...
+
+
+W = TypeVar("W", bound=_Written)
+R = TypeVar("R", bound=_Read)
+
+
+def with_token(response: W, token: str) -> W:
+    """A write's response with its consistency token (transport/consistency.py)."""
+    response.consistency_token = token
+    return response
+
+
+def with_report(response: R, report: types_pb2.ConsistencyReport | None) -> R:
+    """A read's response with what it waited for, when it was given a consistency token."""
+    if report is not None:
+        response.consistency.CopyFrom(report)
+    return response
 
 
 def to_retain_response(outcome: types.RetainOutcome) -> memory_pb2.RetainResponse:
@@ -562,6 +589,7 @@ def to_hot_path_status(state: types.HotPathState) -> hot_path_pb2.HotPathStatus:
         duplicates=state.duplicates,
         writes=state.writes,
         model_calls=state.model_calls,
+        awaited=state.awaited,
     )
 
 
