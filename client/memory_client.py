@@ -25,7 +25,14 @@ from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.host import protocol as host_protocol
-from mnemosyne.host.consistency import MAX_TENANTS, SessionTokens, role_of, token_metadata
+from mnemosyne.host.consistency import (
+    FLUSH_WAIT_SECONDS,
+    MAX_TENANTS,
+    SessionTokens,
+    flush_request,
+    role_of,
+    token_metadata,
+)
 from mnemosyne.host.protocol import (
     GLOBAL_GENERATION_KEY,
     WORKSPACE_GENERATION_KEY,
@@ -175,6 +182,8 @@ class MemoryClient:
         sent = tracked.outgoing(request, metadata) if tracked is not None else ()
         metadata = (*self._metadata, *metadata, *token_metadata(sent))
         try:
+            for older in sent[:-1]:  # writes that overlapped: their tokens are waited for first
+                self._call_waiting(self.hot_path_stub.Flush, flush_request(tenant, older), FLUSH_WAIT_SECONDS)
             result = self._retrying(
                 lambda: method(request, timeout=timeout or self._timeout, metadata=metadata),
                 retry=retry,
@@ -727,17 +736,20 @@ class MemoryClient:
     # -- hot path and events --------------------------------------------------------------------
 
     def hot_path(
-        self, tenant: str, action: str, timeout_seconds: float = 0.0
+        self, tenant: str, action: str, timeout_seconds: float = 0.0, *, consistency_token: str = ""
     ) -> types.HotPathStatus | types.FlushResult:
         """``action`` is "enable", "disable", "status" or "flush" (the specification's memory_hot_path).
 
-        "flush" blocks until every fast write accepted before it has finished and returns a
-        ``FlushResult``; "disable" stops queueing and waits for the queue to drain. Both wait at
-        most ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
+        "flush" blocks until every fast write accepted before it has finished (with
+        ``consistency_token``: only the writes that token names) and returns a ``FlushResult``;
+        "disable" stops queueing and waits for the queue to drain. Both wait at most
+        ``timeout_seconds`` (server default 30) and then raise DeadlineExceededError whose
         metadata names the remaining depth. The others return the ``HotPathStatus``."""
         wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
-            request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
+            request = hot_path_pb2.FlushRequest(
+                tenant=tenant, timeout_seconds=timeout_seconds, consistency_token=consistency_token
+            )
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)
             return convert.flush_from_proto(r)
         methods = {

@@ -4,26 +4,29 @@ mcp``) and the server's MCP endpoint (transport/http/mcp.py). docs/hot-path.md "
 writes" says what the server does with the tokens.
 
 Every write returns a consistency token naming its place in the tenant's order of writes. A
-session keeps, per tenant, the newest tokens its writes returned (``SessionTokens``) and sends
-them (request metadata ``mnemosyne-consistency-token``) with its next calls of that tenant:
+session keeps, per tenant, the newest token its writes returned (``SessionTokens``) and sends it
+(request metadata ``mnemosyne-consistency-token``; the server takes one token a call) with its
+next calls of that tenant:
 
-* a READ that can wait for writes (Recall, GetMemory, ListMemories, AssembleContext) then answers
-  once those writes are visible or failed, so the session reads its own writes;
-* a WRITE folds them into the token it returns (it covers their writes still open), so keeping
-  the newest token is enough: the token a write returns replaces every token that write carried.
+* a WRITE folds it into the token it returns (which covers its writes still open), so the token
+  a write returns replaces the one it carried: one token stands for all the session's writes;
+* a READ that can wait for writes (Recall, GetMemory, ListMemories, AssembleContext) answers
+  once those writes are visible or failed, so the session reads its own writes; after it, they
+  are, so the session drops the token and its next reads carry none (and need not wait).
 
 Which calls are which is read from the protos, not listed by hand: a write is a method whose
 response has a ``consistency_token``; a read that waits, one whose request has a
 ``consistency_token`` and whose response a ``consistency`` report (Flush, a barrier over the whole
 queue, is neither: a session does not turn it into a wait for its own writes).
 
-Two writes of one tenant running at once from one session (threads sharing a client) each carry
-the same tokens and each return a token that does not cover the other's write; both are kept
-until a later write carries them together (at most ``MAX_TOKENS_PER_TENANT``; past it the oldest
-is dropped, and a read may then miss the write it named). A token the server refuses for good
-(``DROPPED_REASONS``: the tenant was restored or replaced since, or erased and made again, or the
-token is not this tenant's) is dropped, so the session's next call of the tenant carries none;
-the refusal itself is raised to the caller.
+Two writes of one tenant running at once from one session (threads sharing a client) carry the
+same token and each return one that does not cover the other's write: both are kept, a later
+write carries the newest, and a read waits for the others first with a Flush of each (``FLUSH``:
+it waits for a token's writes only), then reads with the newest. At most
+``MAX_TOKENS_PER_TENANT`` are kept (past it the oldest is dropped, and a read may miss its write).
+A token the server refuses for good (``DROPPED_REASONS``: the tenant was restored or replaced
+since, or erased and made again, or the token is not this tenant's) is dropped, so the session's
+next call of the tenant carries none; the refusal itself is raised to the caller.
 
 This module imports only the generated protos (like every shared host module).
 """
@@ -36,8 +39,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from mnemosyne.host.protocol import Answer, Ask, ServiceError
-from mnemosyne.v1 import admin_pb2, memory_pb2, workspace_pb2
+from mnemosyne.host.protocol import Answer, Ask, ServiceError, server_wait
+from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 
 # The request and trailing metadata of a consistency token (gRPC; lower case as gRPC wants it).
 TOKEN_KEY = "mnemosyne-consistency-token"
@@ -46,6 +49,8 @@ TOKEN_HEADER = "Mnemosyne-Consistency-Token"
 # A read's trailing metadata naming the writes it waited for that failed (comma-separated ids).
 FAILED_KEY = "mnemosyne-consistency-failed"
 TOKEN_FIELD = "consistency_token"
+# What a read owed several tokens waits for the older ones with, one call each.
+FLUSH = "/mnemosyne.v1.HotPathService/Flush"
 
 # The reasons for which the server refuses a token for good: a token that can never be satisfied
 # (TIMELINE_CHANGED: the tenant was restored or imported over since; WRITE_LOST: a position the
@@ -57,7 +62,7 @@ DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "WRITE_LOST", "TOKEN_INVALID", 
 # Tenants a session keeps tokens for; the least recently used is forgotten first (its next read
 # may then miss a write still queued). A token is under 1 KB, so a full session holds a few MB.
 MAX_TENANTS = 10_000
-# Tokens kept per tenant: more than one only while writes of one tenant overlap (see above).
+# Tokens kept per tenant: more than one only after writes of one tenant overlapped (see above).
 MAX_TOKENS_PER_TENANT = 8
 
 Role = Literal["read", "write"]
@@ -86,8 +91,17 @@ def role_of(request: Any) -> Role | None:
 
 
 def token_metadata(tokens: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """The request metadata carrying ``tokens`` (one value each)."""
-    return tuple((TOKEN_KEY, token) for token in tokens)
+    """The request metadata carrying the newest of ``tokens`` (none when empty): the one a call
+    carries (a read waits for the older ones first: ``flush_request``)."""
+    return ((TOKEN_KEY, tokens[-1]),) if tokens else ()
+
+
+def flush_request(tenant: str, token: str) -> hot_path_pb2.FlushRequest:
+    """The Flush that waits for the writes of one of a read's older tokens (server default wait)."""
+    return hot_path_pb2.FlushRequest(tenant=tenant, consistency_token=token)
+
+
+FLUSH_WAIT_SECONDS = server_wait(0.0)  # how long that Flush waits at most, on the server
 
 
 def carries_token(request: Any, metadata: Sequence[tuple[str, str | bytes]]) -> bool:
@@ -128,20 +142,35 @@ class SessionTokens:
         return tokens[-1] if tokens else None
 
     def outgoing(self, request: Any, metadata: Sequence[tuple[str, str | bytes]] = ()) -> tuple[str, ...]:
-        """The tokens to send with ``request`` (its tenant's), or () when the call is not one a
-        session sends them with, or names a token of its own."""
-        if role_of(request) is None or carries_token(request, metadata):
+        """The session's tokens ``request`` answers for, oldest first: a read's, all of them (it
+        carries the newest, ``token_metadata``, and waits for the others first,
+        ``flush_request``); a write's, the newest. () when the call is not one a session sends
+        tokens with, or names a token of its own."""
+        role = role_of(request)
+        if role is None or carries_token(request, metadata):
             return ()
-        return self.tokens(request.tenant)
+        tokens = self.tokens(request.tenant)
+        return tokens if role == "read" else tokens[-1:]
 
     def answered(self, request: Any, sent: Sequence[str], response: Any) -> None:
-        """After a successful call: a write's token replaces the tokens the call carried (it
-        covers their writes); the tokens other calls added meanwhile stay."""
-        if role_of(request) != "write":
-            return
-        token = getattr(response, TOKEN_FIELD, "")
+        """After a successful call: a write's token replaces the one it carried (it covers its
+        writes); a read's tokens go (their writes are visible or failed now). Tokens other calls
+        added meanwhile stay."""
+        role = role_of(request)
+        if role == "write":
+            self.wrote(request.tenant, sent, getattr(response, TOKEN_FIELD, ""))
+        elif role == "read":
+            self.read(request.tenant, sent)
+
+    def wrote(self, tenant: str, sent: Sequence[str], token: str) -> None:
+        """A write of ``tenant`` that carried ``sent`` returned ``token`` ("": none, nothing changes)."""
         if token:
-            self._replace(request.tenant, sent, token)
+            self._replace(tenant, sent, token)
+
+    def read(self, tenant: str, sent: Sequence[str]) -> None:
+        """A read of ``tenant`` answered once the writes of ``sent`` were visible or failed."""
+        if sent:
+            self._replace(tenant, sent, None)
 
     def refused(self, tenant: str, sent: Sequence[str], reason: str) -> None:
         """After a refusal: tokens refused for good (``DROPPED_REASONS``) are dropped; a token a
@@ -174,7 +203,10 @@ def in_session(tokens: SessionTokens, call: Callable[[Ask], Awaitable[Answer]]) 
 
     async def session_call(ask: Ask) -> Answer:
         sent = tokens.outgoing(ask.request, ask.metadata)
+        tenant = ask.request.tenant if sent else ""
         try:
+            for older in sent[:-1]:
+                await call(Ask(FLUSH, flush_request(tenant, older), wait_seconds=FLUSH_WAIT_SECONDS))
             answer = await call(dataclasses.replace(ask, metadata=(*ask.metadata, *token_metadata(sent))))
         except ServiceError as error:
             tokens.refused(ask.request.tenant, sent, error.reason)

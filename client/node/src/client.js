@@ -261,11 +261,15 @@ class MemoryClient {
   } = {}) {
     const role = roleOf(stub, method);
     const session = role && consistencyToken === undefined ? this._session : null;
-    const sent = session ? session.tokens(request.tenant) : [];
+    const sent = session ? session.outgoing(role, request.tenant) : [];
     if (role === 'read' && consistencyToken) request.consistency_token = consistencyToken;
     try {
-      const answer = await this._routedCall(stub, method, request, { metadata, retry, timeoutMs, tokens: sent });
-      if (session && role === 'write') session.answered(request.tenant, sent, answer.response.consistency_token);
+      for (const older of sent.slice(0, -1)) { // writes that overlapped: their tokens are waited for first
+        await this._routedCall(this.hotPathStub, 'Flush', { tenant: request.tenant, consistency_token: older },
+          { metadata: {}, retry: true, timeoutMs: Math.max(this.timeoutMs, 40000), tokens: [] });
+      }
+      const answer = await this._routedCall(stub, method, request, { metadata, retry, timeoutMs, tokens: sent.slice(-1) });
+      if (session) session.answered(role, request.tenant, sent, answer.response.consistency_token);
       return answer;
     } catch (err) {
       if (session && err instanceof MnemosyneError) session.refused(request.tenant, sent, err.reason);
@@ -368,19 +372,21 @@ class MemoryClient {
   /**
    * `action` is 'enable', 'disable', 'status' or 'flush' (the Python client's hot_path). 'flush'
    * waits until every fast write accepted before it has finished and resolves a FlushResult;
-   * 'disable' stops queueing and waits for the queue to drain. Both wait at most `timeoutSeconds`
+   * 'disable' stops queueing and waits for the queue to drain. 'flush' with `consistencyToken` waits
+   * only for the writes that token names. Both wait at most `timeoutSeconds`
    * (server default 30), then fail with DEADLINE_EXCEEDED. The others resolve the HotPathStatus.
    * Status and Flush only read, so they are repeated like reads; Enable and Disable carry no
    * request id and are not.
    */
-  async hotPath(tenant, action, { timeoutSeconds = 0 } = {}) {
+  async hotPath(tenant, action, { timeoutSeconds = 0, consistencyToken = '' } = {}) {
     if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
       throw new RangeError(`action must be one of enable, disable, status, flush; got ${JSON.stringify(action)}`);
     }
     // The call's own deadline must outlast the server-side wait.
     const timeoutMs = Math.max(this.timeoutMs, ((timeoutSeconds || 30) + 10) * 1000);
     const { response } = await this._call(this.hotPathStub, HOT_PATH_METHODS[action],
-      { tenant, timeout_seconds: timeoutSeconds }, { retry: action === 'status' || action === 'flush', timeoutMs });
+      { tenant, timeout_seconds: timeoutSeconds, ...(action === 'flush' ? { consistency_token: consistencyToken } : {}) },
+      { retry: action === 'status' || action === 'flush', timeoutMs });
     return action === 'flush' ? flushResult(response) : hotPathStatus(response);
   }
 

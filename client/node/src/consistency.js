@@ -1,20 +1,23 @@
 'use strict';
 // Session consistency (docs/hot-path.md "Read your own writes"; the Python client's
 // service/host/consistency.py is the same rule). Every write returns a consistency token; the
-// client keeps, per tenant, the newest tokens its writes returned and sends them (request
-// metadata `mnemosyne-consistency-token`) with its next calls of that tenant:
-// - a READ that can wait (Recall, GetMemory, ListMemories, AssembleContext) then answers once
-//   those writes are visible or failed, so the client reads its own writes;
-// - a WRITE folds them into the token it returns, which then replaces every token it carried.
+// client keeps, per tenant, the newest token its writes returned and sends it (request metadata
+// `mnemosyne-consistency-token`; the server takes one token a call) with its next calls of it:
+// - a WRITE folds it into the token it returns, which then replaces the one it carried;
+// - a READ that can wait (Recall, GetMemory, ListMemories, AssembleContext) answers once those
+//   writes are visible or failed, so the client reads its own writes; after it, they are, so
+//   the token is dropped and the next reads carry none.
 // Which calls are which is read from the protos: a write's response has a `consistency_token`; a
 // read that waits has one in its request and a `consistency` report in its response (Flush, a
 // barrier over the whole queue, is neither).
 //
-// Two writes of one tenant in flight at once each carry the same tokens and each return one that
-// does not cover the other's write: both are kept until a later write carries them together (at
-// most MAX_TOKENS_PER_TENANT; past it the oldest is dropped). A token the server refuses for
-// good (DROPPED_REASONS) is dropped, so the next call of the tenant carries none; the refusal is
-// thrown to the caller. At most `tenants` tenants are kept, the least recently used forgotten first.
+// Two writes of one tenant in flight at once carry the same token and each return one that does
+// not cover the other's write: both are kept, a later write carries the newest, and a read waits
+// for the older ones first with a Flush of each (it waits for a token's writes only), then reads
+// with the newest (at most MAX_TOKENS_PER_TENANT; past it the oldest is dropped). A token the
+// server refuses for good (DROPPED_REASONS) is dropped, so the next call of the tenant carries
+// none; the refusal is thrown to the caller. At most `tenants` tenants are kept, the least
+// recently used forgotten first.
 const { loadServices } = require('./protos');
 
 const TOKEN_KEY = 'mnemosyne-consistency-token';
@@ -76,9 +79,22 @@ class SessionTokens {
     return tokens.length ? tokens[tokens.length - 1] : null;
   }
 
-  /** A write answered: its token replaces the tokens it carried; tokens added meanwhile stay. */
-  answered(tenant, sent, token) {
-    if (token) this._replace(tenant, sent, token);
+  /**
+   * The tokens a call of `role` answers for, oldest first: a read's, all (it carries the newest
+   * and waits for the others first); a write's, the newest.
+   */
+  outgoing(role, tenant) {
+    const tokens = this.tokens(tenant);
+    return role === 'read' ? tokens : tokens.slice(-1);
+  }
+
+  /**
+   * A call answered: a write's token replaces the one it carried; a read's tokens go (their
+   * writes are visible or failed now). Tokens added meanwhile stay.
+   */
+  answered(role, tenant, sent, token) {
+    if (role === 'write' && token) this._replace(tenant, sent, token);
+    else if (role === 'read' && sent.length) this._replace(tenant, sent, null);
   }
 
   /** A call refused: tokens refused for good are dropped. */

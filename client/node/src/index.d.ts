@@ -214,8 +214,8 @@ export declare class MemoryClient {
   ): Promise<RecallHit[]>;
   /** AdminService.Stats, as the proto-loader object (snake_case fields). */
   stats(tenant: string): Promise<Record<string, unknown>>;
-  /** Flush waits for the fast writes accepted before it; Disable for the queue to drain. */
-  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number }): Promise<FlushResult>;
+  /** Flush waits for the fast writes accepted before it (with `consistencyToken`: that token's only); Disable for the queue to drain. */
+  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number; consistencyToken?: string }): Promise<FlushResult>;
   hotPath(tenant: string, action: 'enable' | 'disable' | 'status', options?: { timeoutSeconds?: number }): Promise<HotPathStatus>;
   hotPath(tenant: string, action: HotPathAction, options?: { timeoutSeconds?: number }): Promise<HotPathStatus | FlushResult>;
   getEvent(tenant: string, eventId: Id | number | bigint): Promise<MemoryEvent>;
