@@ -110,12 +110,12 @@ class MemoryBrain:
         engine = self._engine
         return _translated(lambda: work(engine))
 
-    def _wrote(self, outcomes: Sequence[RetainOutcome]) -> None:
-        """In process, after a write: the token of what it queued, carrying the session's newest
-        (as a server does for a client's write), kept by the session."""
+    def _wrote(self, outcomes: Sequence[RetainOutcome] = ()) -> None:
+        """In process, after a write: its token (what it queued, none when synchronous) carrying
+        the session's newest, kept by the session, as a server answers a client's write."""
         queued = [o.event_id for o in outcomes if o.status is RetainStatus.ENQUEUED]
-        if self._tokens is None or not queued:
-            return  # a synchronous write is visible already
+        if self._tokens is None:
+            return
         tokens = self._tokens
         sent = tokens.tokens(self.tenant)[-1:]
         token = self._local(lambda e: e.consistency.issue(self.tenant, queued, carried="".join(sent)))
@@ -126,13 +126,15 @@ class MemoryBrain:
         "": none) are visible or failed, waiting for them on this thread as a server's read waits
         on its event loop: TOKEN_WAIT_SECONDS at most."""
         tokens = self._tokens if consistency_token is None else None
-        waited = (
-            tokens.tokens(self.tenant) if tokens is not None else ([consistency_token] if consistency_token else [])
-        )
+        waited: Sequence[str] = tokens.tokens(self.tenant) if tokens is not None else [consistency_token or ""]
         deadline = time.monotonic() + TOKEN_WAIT_SECONDS
+
+        def wait(engine: Engine) -> None:
+            for token in filter(None, waited):
+                _wait_for_token(engine, self.tenant, token, deadline)
+
         try:
-            for token in waited:
-                self._local(lambda e, token=token: _wait_for_token(e, self.tenant, token, deadline))
+            self._local(wait)
             result = self._local(work)
         except MnemosyneClientError as error:
             if tokens is not None:
@@ -229,13 +231,17 @@ class MemoryBrain:
     def forget(self, memory_id: int, *, request_id: str | None = None) -> bool:
         if self._client is not None:
             return self._client.forget(self.tenant, memory_id, request_id)
-        return self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
+        forgotten = self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
+        self._wrote()
+        return forgotten
 
     def dedup(self, *, merge: bool = False, threshold: float = 0.0) -> types.DedupResult:
         """Near-duplicate groups; with ``merge=True`` merged into each group's kept memory."""
         if self._client is not None:
             return self._client.dedup(self.tenant, merge=merge, threshold=threshold)
         report = self._local(lambda e: e.dedup(self.tenant, merge=merge, threshold=threshold))
+        if merge:
+            self._wrote()
         return client_convert.dedup_from_proto(convert.to_dedup_response(report))
 
     def hot_path(self, action: str = "status", timeout_seconds: float = 0.0) -> types.HotPathStatus | types.FlushResult:
