@@ -61,7 +61,7 @@ class HotPath:
             changes=changes,
             sync_each_enqueue=sync_each_enqueue,
         )
-        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, config=config)
+        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
         self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
         self._rounds = rounds = Rounds(
             awaited=awaited,
