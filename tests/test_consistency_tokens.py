@@ -359,3 +359,40 @@ def test_a_token_is_honoured_after_its_tenant_moved(tmp_path: Path) -> None:
             assert client.hot_path(tenant, "status").queue_depth == 300
     finally:
         deployment.stop()
+
+
+def test_token_reads_count_as_waiting_calls_only_while_they_wait(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A read whose writes are open waits as a waiting call, within --waiting-calls-per-tenant
+    (past it: RESOURCE_EXHAUSTED with a retry delay, as a Flush); a read whose writes are visible
+    never waits and never counts, so it is answered however many reads wait."""
+    hold = tmp_path / "hold-workers"
+    hold.touch()
+    server = server_factory(
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--waiting-calls-per-tenant", "2"]
+    ).start()
+    stubs = Stubs(server.target)
+    try:
+        visible = stubs.memory.Retain(memory_pb2.RetainRequest(tenant="limited", text="Visible already")).consistency_token
+        stubs.hot.Enable(hot_path_pb2.HotPathRequest(tenant="limited"))
+        held_token = stubs.fast("limited", "Held by the workers").consistency_token
+        futures = [
+            stubs.memory.Recall.future(
+                memory_pb2.RecallRequest(tenant="limited", query="held", consistency_token=held_token), timeout=20
+            )
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 10
+        while stubs.hot.Status(hot_path_pb2.HotPathRequest(tenant="limited")).awaited == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # both are waiting now
+        with pytest.raises(grpc.RpcError) as refused:
+            stubs.recall("limited", "held", held_token)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _reason(refused.value) == "WAITING_CALLS_PER_TENANT_REACHED"
+        for _ in range(5):  # the limit is full, and these read at once
+            assert stubs.recall("limited", "visible already", visible).hits[0].memory.text == "Visible already"
+        hold.unlink()
+        assert all(f.result().hits[0].memory.text == "Held by the workers" for f in futures)
+    finally:
+        stubs.close()

@@ -13,7 +13,7 @@ import shutil
 import string
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,20 @@ def _traces(data_dir: Path, needles: set[bytes]) -> list[str]:
         hits = [n for n in needles if n in data]
         if hits:
             found.append(f"{path.relative_to(data_dir)}: {len(hits)} windows, e.g. {hits[0]!r}")
+    return found
+
+
+def texts_left(data_dir: Path, texts: Iterable[str]) -> dict[str, list[str]]:
+    """The files of ``data_dir`` holding any of ``texts`` (as written, or lower-cased as the
+    full-text index keeps a word), each with the texts found: one pass over each file for all
+    of them, so hundreds of secrets are scanned at once."""
+    wanted = {t.encode(): t for text in texts for t in (text, text.lower())}
+    pattern = re.compile(b"|".join(re.escape(w) for w in sorted(wanted, key=len, reverse=True)))
+    found: dict[str, list[str]] = {}
+    for path in sorted(p for p in data_dir.rglob("*") if p.is_file()):
+        hits = sorted({wanted[m.group(0)] for m in pattern.finditer(path.read_bytes())})
+        if hits:
+            found[str(path.relative_to(data_dir))] = hits
     return found
 
 

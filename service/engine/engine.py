@@ -41,6 +41,8 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
+from mnemosyne.engine.hot_path.changes import Changes
+from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
@@ -122,8 +124,17 @@ class Engine:
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
         )
-        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed)
-        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=seams.committed)
+        # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
+        self.changes = Changes()
+        fences = Fences(self.changes)
+        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed, fences=fences)
+        self.updates = Updates(
+            pool=self.pool,
+            write_path=self.write_path,
+            committed=seams.committed,
+            fences=fences,
+            settle=lambda tenant, fingerprints: self.hot_path.settle(tenant, fingerprints),
+        )
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
@@ -139,6 +150,7 @@ class Engine:
             limits=config.limits,
             observer=observer,
             seams=seams,
+            changes=self.changes,
         )
         self.hot_path.start()
         self.consistency = Consistency(pool=self.pool, hot_path=self.hot_path)

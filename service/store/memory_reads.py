@@ -65,6 +65,21 @@ class MemoryReads(BookkeepingReads):
             )
         return found
 
+    def fingerprints_of(self, ids: Sequence[int]) -> dict[str, int]:
+        """{fingerprint: memory id} of these memories (those that have one: not forgotten)."""
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = list(ids[start : start + _IN_CHUNK])
+            found.update(
+                (row[0], row[1])
+                for row in self.connection.execute(
+                    f"SELECT fingerprint, id FROM memories WHERE id IN ({','.join('?' * len(chunk))}) "
+                    "AND fingerprint IS NOT NULL",
+                    chunk,
+                )
+            )
+        return found
+
     def live_ids(self, ids: Sequence[int]) -> set[int]:
         """Of these memory ids, those neither forgotten nor merged into another."""
         if not ids:

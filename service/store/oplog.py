@@ -65,6 +65,16 @@ class OpRow:
 
 
 @dataclass(frozen=True)
+class QueuedRetain:
+    """An open retain operation as a forget's fence reads it (``OplogReads.oplog_open_retains``)."""
+
+    event_id: int
+    fingerprint: str | None
+    scope: str
+    metadata_json: str
+
+
+@dataclass(frozen=True)
 class Transition:
     seq: int
     event_id: int
@@ -142,6 +152,19 @@ class OplogReads(BookkeepingReads):
                 )
             ]
         return found
+
+    def oplog_open_retains(self) -> list[QueuedRetain]:
+        """Every open retain operation, in acceptance order, with what a forget's filter reads of
+        it (known at acceptance: scope and metadata; an older payload's metadata is an object)."""
+        return [
+            QueuedRetain(row[0], row[1], row[2] or "", row[3] or "{}")
+            for row in self.connection.execute(
+                "SELECT event_id, fingerprint, json_extract(payload, '$.scope'), "
+                "coalesce(json_extract(payload, '$.metadata_json'), json(json_extract(payload, '$.metadata'))) "
+                "FROM oplog WHERE status IN ('pending', 'running') AND kind = 'retain' AND json_valid(payload) "
+                "ORDER BY event_id"
+            )
+        ]
 
     def oplog_open_sample(self, now: float) -> list[int]:
         """The ids of every open operation not in a retry backoff (the test seam that picks the
@@ -287,6 +310,16 @@ class OplogWrites(OplogReads, BookkeepingWrites):
             "UPDATE oplog SET extraction = ?, embedding = ? WHERE event_id = ? AND status = 'running'",
             (extraction_json, embedding, event_id),
         )
+
+    def oplog_scrub(self, ids: Sequence[int], erased_payload: str) -> None:
+        """Erase what these operations held of their content (a forget matched them unapplied)."""
+        for start in range(0, len(ids), 500):
+            chunk = tuple(ids[start : start + 500])
+            self.connection.execute(
+                f"UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL, fingerprint = NULL "
+                f"WHERE event_id IN ({','.join('?' * len(chunk))})",
+                (erased_payload, *chunk),
+            )
 
     def oplog_still_running(self, ids: Sequence[int]) -> set[int]:
         """Of these claimed operations, those still running: a forget may have finished one."""

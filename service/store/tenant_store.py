@@ -324,7 +324,9 @@ class TenantStore:
         self.ann_path.unlink(missing_ok=True)
         inbox = self.inbox(create=False)
         if inbox is not None:
-            inbox.erase_traces()
+            with self.read() as txn:
+                adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
+            inbox.erase_traces(adopted_through=adopted)
         with self._write_lock:
             # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
             # a triple's subject), and an ANALYZE limited to part of a large table leaves them as

@@ -28,11 +28,12 @@ from typing import Any
 from mnemosyne.engine.consistency import Consistency, WritesOpen
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
 from mnemosyne.transport import waits
 from mnemosyne.transport.call import Call
 from mnemosyne.v1 import types_pb2
 
-TOKEN_KEY = "mnemosyne-consistency-token"
+TOKEN_KEY = CONSISTENCY_TOKEN_KEY
 FAILED_KEY = "mnemosyne-consistency-failed"
 TIMEOUT_KEY = "mnemosyne-timeout-seconds"
 # How long a read without a deadline waits for its token's writes (as a Flush without a timeout).
@@ -72,6 +73,12 @@ def for_read(tokens: Consistency, call: Call, tenant: str, field: str) -> types_
     if failed:
         call.set_trailing_metadata(((FAILED_KEY, ",".join(str(i) for i in failed)),))
     return types_pb2.ConsistencyReport(failed_event_ids=failed, waited_ms=call.consistency_waited * 1000.0)
+
+
+def headers(call: Call) -> dict[str, str]:
+    """What a surface of fixed schemas (mem0) answers of a call's consistency as HTTP headers: the
+    write's token, the read's failed writes."""
+    return {k: v for k, v in call.trailing_metadata if k in (TOKEN_KEY, FAILED_KEY)}
 
 
 def deadline(call: Call) -> float:

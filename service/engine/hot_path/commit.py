@@ -15,6 +15,7 @@ from typing import Literal
 from mnemosyne.engine.config import HotPathConfig
 from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction
+from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.prepared_item import PreparedItem
@@ -37,9 +38,11 @@ class RoundCommit:
         write_path: WritePath,
         observer: EngineObserver,
         depths: Depths,
+        changes: Changes,
         config: HotPathConfig,
     ) -> None:
         self._write_path = write_path
+        self._changes = changes
         self._observer = observer
         self._depths = depths
         self._max_failures = max(1, config.max_failures)
@@ -106,6 +109,8 @@ class RoundCommit:
             ]
             succeeded, failed = endings.count("succeeded"), endings.count("failed")
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
+        # Visible now: a read waiting for one of them goes on (a Flush waits for the sync below).
+        self._changes.notify(tenant)
         self._depths.count(tenant, store)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
         self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)

@@ -40,13 +40,14 @@ class HotPath:
         limits: Limits,
         observer: EngineObserver,
         seams: Seams | None = None,
+        changes: Changes | None = None,
     ) -> None:
         """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER)."""
         seams = seams or Seams()
         retention = Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
         scheduler = Scheduler()
-        self.changes = changes = Changes()
+        self.changes = changes = changes or Changes()
         self._depths = depths = Depths()
         states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
@@ -60,7 +61,7 @@ class HotPath:
             changes=changes,
             sync_each_enqueue=sync_each_enqueue,
         )
-        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, config=config)
+        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
         self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
         self._rounds = rounds = Rounds(
             awaited=awaited,

@@ -42,6 +42,9 @@ ROUND_RETRY_MAX_SECONDS = 30.0
 # Inbox operations a worker adopts into the tenant's log per round, in batches: ahead of what a
 # round applies, while reading them holds the inbox lock (every enqueue's) only for microseconds.
 MOVE_BATCHES = 4
+# Inbox operations adopted per batch on the way to a write a read waits for (the inbox lock is
+# held for reading one batch, then for removing it).
+ADOPT_BATCH = 128
 
 
 class Workers:
@@ -198,24 +201,26 @@ class Workers:
 
     def _move_inbox(self, store: TenantStore, *, through: int = 0) -> None:
         """Adopt what waits in the tenant's inbox into its log, then remove it from the inbox
-        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed): at
-        least every operation up to ``through`` (a write someone waits for is taken from the log)."""
+        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed): a
+        batch ahead of what a round applies, and on to ``through`` (a write someone waits for is
+        taken from the log), in batches, so no enqueue waits for the inbox lock longer than one."""
         inbox = store.inbox(create=False)
         if inbox is None:
             return
-        with inbox.read() as txn:
-            ops = txn.ops(limit=self._batch * MOVE_BATCHES)
-            if ops and ops[-1].event_id < through:
-                ops += txn.ops(after_id=ops[-1].event_id, up_to_id=through)
-            requests = txn.requests_through(ops[-1].event_id) if ops else []
-        if not ops:
-            return
-        with store.write(sync=False, internal=True) as log_txn:
-            log_txn.oplog_adopt(ops, requests)
-        if self._sync_each_enqueue:
-            # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
-            # the round's sync (or a Flush) covers it together with what was applied.
-            store.sync_log()
-        with inbox.write(sync=False) as txn:
-            txn.remove_through(ops[-1].event_id)
-        inbox.checkpoint_if_grown()
+        while True:
+            with inbox.read() as txn:
+                ops = txn.ops(limit=self._batch * MOVE_BATCHES if not through else ADOPT_BATCH)
+                requests = txn.requests_through(ops[-1].event_id) if ops else []
+            if not ops:
+                return
+            with store.write(sync=False, internal=True) as log_txn:
+                log_txn.oplog_adopt(ops, requests)
+            if self._sync_each_enqueue:
+                # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
+                # the round's sync (or a Flush) covers it together with what was applied.
+                store.sync_log()
+            with inbox.write(sync=False) as txn:
+                txn.remove_through(ops[-1].event_id)
+            inbox.checkpoint_if_grown()
+            if ops[-1].event_id >= through:
+                return
