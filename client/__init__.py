@@ -4,6 +4,7 @@ host modules it shares with the server's MCP endpoint (``mnemosyne.host.protocol
 
 from mnemosyne.client.errors import (
     AbortedError,
+    ConsistencyDeadlineExceededError,
     DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -13,6 +14,9 @@ from mnemosyne.client.errors import (
     PermissionDeniedError,
     ResourceExhaustedError,
     ServerError,
+    TimelineChangedError,
+    TokenForeignError,
+    TokenInvalidError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -62,6 +66,7 @@ __all__ = [
     "ScopeRecords",
     "ScopeSummary",
     "AbortedError",
+    "ConsistencyDeadlineExceededError",
     "DataLossError",
     "DeadlineExceededError",
     "DedupResult",
@@ -93,6 +98,9 @@ __all__ = [
     "SessionOutcome",
     "Stats",
     "ThreadRef",
+    "TimelineChangedError",
+    "TokenForeignError",
+    "TokenInvalidError",
     "Triple",
     "UnauthenticatedError",
     "UnavailableError",

@@ -12,8 +12,7 @@ shared host flows (``mnemosyne.host.protocol``), which read ``code_name``, ``rea
     │   └── TokenForeignError     TOKEN_FOREIGN: another tenant's consistency token
     ├── NotFoundError             NOT_FOUND
     ├── FailedPreconditionError   FAILED_PRECONDITION
-    │   ├── TimelineChangedError  TIMELINE_CHANGED: the tenant was restored or replaced since the token
-    │   └── WriteLostError        WRITE_LOST: the token names a write the tenant never durably held
+    │   └── TimelineChangedError  TIMELINE_CHANGED: the tenant was restored or replaced since the token
     ├── AbortedError              ABORTED (stale generation, reused request id)
     ├── PermissionDeniedError     PERMISSION_DENIED
     ├── UnauthenticatedError      UNAUTHENTICATED
@@ -27,8 +26,7 @@ shared host flows (``mnemosyne.host.protocol``), which read ``code_name``, ``rea
 
 The consistency-token errors (docs/hot-path.md "Read your own writes") are raised for a token the
 caller passed and for the client's own session token alike. For the session's token, the client
-has already dropped it when TOKEN_INVALID, TOKEN_FOREIGN, TIMELINE_CHANGED or WRITE_LOST is
-raised: the writes it named are gone (the tenant was restored, replaced, or erased and made
+has already dropped it when TOKEN_INVALID, TOKEN_FOREIGN or TIMELINE_CHANGED is raised: the writes it named are gone (the tenant was restored, replaced, or erased and made
 again), so read again (the next read waits for nothing) and write again what you still need.
 After CONSISTENCY_DEADLINE_EXCEEDED the token is kept (its writes are still queued): call again
 with a longer deadline, or opt out for that read (``consistency_token=""``).
@@ -105,9 +103,6 @@ class TokenForeignError(InvalidArgumentError): ...
 class TimelineChangedError(FailedPreconditionError): ...
 
 
-class WriteLostError(FailedPreconditionError): ...
-
-
 class ConsistencyDeadlineExceededError(DeadlineExceededError): ...
 
 
@@ -128,7 +123,6 @@ _BY_REASON: dict[tuple[grpc.StatusCode, str], type[MnemosyneClientError]] = {
     (grpc.StatusCode.INVALID_ARGUMENT, "TOKEN_INVALID"): TokenInvalidError,
     (grpc.StatusCode.INVALID_ARGUMENT, "TOKEN_FOREIGN"): TokenForeignError,
     (grpc.StatusCode.FAILED_PRECONDITION, "TIMELINE_CHANGED"): TimelineChangedError,
-    (grpc.StatusCode.FAILED_PRECONDITION, "WRITE_LOST"): WriteLostError,
     (grpc.StatusCode.DEADLINE_EXCEEDED, "CONSISTENCY_DEADLINE_EXCEEDED"): ConsistencyDeadlineExceededError,
 }
 

@@ -42,7 +42,7 @@ TOKEN_HEADER = "Mnemosyne-Consistency-Token"
 TENANT_HEADER = "Mnemosyne-Tenant"
 MEMORY_PATHS = ("/v1/memories", "/v3/memories")
 # As the server's reasons (host/consistency.py DROPPED_REASONS): a token refused for good.
-DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "WRITE_LOST", "TOKEN_INVALID", "TOKEN_FOREIGN"})
+DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "TOKEN_INVALID", "TOKEN_FOREIGN"})
 MAX_TENANTS = 10_000
 
 C = TypeVar("C")

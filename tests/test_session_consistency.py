@@ -17,6 +17,7 @@ import concurrent.futures
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ from mnemosyne.client import (
     MemoryClient,
     MemoryHost,
     RetainItem,
+    TimelineChangedError,
+    TokenForeignError,
+    TokenInvalidError,
 )
-from mnemosyne.client.errors import TimelineChangedError, TokenForeignError, TokenInvalidError
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
 from mnemosyne.v1 import memory_pb2
 from tests.mem0_support import Mem0Client
@@ -158,12 +161,20 @@ def test_another_clients_reads_are_answered_while_a_token_read_waits(
             writer.retain(tenant, "The night shift starts at gate G-8841", fast=True)
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 waiting = pool.submit(writer.recall, tenant, "night shift gate G-8841", 1)
-                while writer.hot_path(tenant, "status").awaited == 0:  # type: ignore[union-attr]
+                # The read is waiting once the server counts the write as awaited.
+                for _ in range(600):
                     assert not waiting.done(), waiting.result()
+                    if writer.hot_path(tenant, "status").awaited:  # type: ignore[union-attr]
+                        break
+                    time.sleep(0.05)
+                else:
+                    raise AssertionError("the token read never waited for its write")
                 for _ in range(20):
-                    assert other.recall(tenant, "crate shelf", k=3) is not None
-                    assert other.recall(elsewhere, "synchronous note", k=1)
-                    assert other.list_memories(tenant, page_size=5) is not None
+                    assert other.recall(tenant, "crate shelf", k=3) == []  # the backlog: held
+                    assert texts(other.recall(elsewhere, "synchronous note", k=1)) == [
+                        "A synchronous note in another tenant"
+                    ]
+                    assert other.list_memories(tenant, page_size=5).memories == []
                 assert not waiting.done()  # the others were answered while it waited
                 workers.unlink()
                 assert texts(waiting.result(timeout=60)) == ["The night shift starts at gate G-8841"]
@@ -276,6 +287,22 @@ def test_the_official_mem0_client_with_the_helper_reads_its_own_add(server: Serv
         # The event of an add is not waited for: it answers at once, as before.
         unhelped.call("add", messages="Eli's locker is 12", user_id="eli")
         assert unhelped.call("search", query="Eli locker", filters={"user_id": "eli"})["results"] == []
+
+
+def test_the_mem0_helper_drops_a_token_the_server_refuses_for_good(server: ServerProcess, tmp_path: Path) -> None:
+    """The tenant is replaced after the helper kept a token: the next search is refused once with
+    TIMELINE_CHANGED (mem0's exception), the helper drops the token, and the search after it answers."""
+    tenant = "mem0-replaced"
+    with MemoryClient(server.target, session_consistency=False) as admin:
+        admin.retain(tenant, "Written before the export")
+        parts = list(admin.export_tenant(tenant))
+    with Mem0Client(server.http_url, "any-key", tmp_path, {"Mnemosyne-Tenant": tenant}, helper=True) as helped:
+        helped.call("add", messages="Fay's desk is by the window", user_id="fay")
+        with MemoryClient(server.target, session_consistency=False) as admin:
+            admin.import_tenant(parts[0], parts[1:], tenant=tenant, replace=True)  # type: ignore[arg-type]
+        refused = helped.attempt("search", query="Fay desk", filters={"user_id": "fay"})
+        assert refused.get("status") == 400 and "earlier timeline" in refused["message"], refused
+        assert helped.call("search", query="Fay desk", filters={"user_id": "fay"})["results"] == []
 
 
 def test_a_restored_tenant_refuses_the_session_token_once_then_reads_answer(server: ServerProcess) -> None:

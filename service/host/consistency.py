@@ -39,25 +39,19 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from mnemosyne.host.protocol import Answer, Ask, ServiceError, server_wait
+from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY, Answer, Ask, ServiceError, server_wait
 from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, workspace_pb2
 
-# The request and trailing metadata of a consistency token (gRPC; lower case as gRPC wants it).
-TOKEN_KEY = "mnemosyne-consistency-token"
-# The same on the HTTP port (HTTP/JSON and mem0): a request and response header.
-TOKEN_HEADER = "Mnemosyne-Consistency-Token"
-# A read's trailing metadata naming the writes it waited for that failed (comma-separated ids).
-FAILED_KEY = "mnemosyne-consistency-failed"
 TOKEN_FIELD = "consistency_token"
 # What a read owed several tokens waits for the older ones with, one call each.
 FLUSH = "/mnemosyne.v1.HotPathService/Flush"
 
 # The reasons for which the server refuses a token for good: a token that can never be satisfied
-# (TIMELINE_CHANGED: the tenant was restored or imported over since; WRITE_LOST: a position the
-# tenant never durably held) or never be checked (TOKEN_INVALID: not issued for this tenant's
-# current file, as after an erasure and a new tenant of the same name; TOKEN_FOREIGN: another
-# tenant's). A deadline (CONSISTENCY_DEADLINE_EXCEEDED) is not one: the writes are still open.
-DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "WRITE_LOST", "TOKEN_INVALID", "TOKEN_FOREIGN"})
+# (TIMELINE_CHANGED: the tenant was restored or imported over since, or erased) or never be checked
+# (TOKEN_INVALID: not issued for this tenant's current file, as after an erasure and a new tenant
+# of the same name; TOKEN_FOREIGN: another tenant's). A deadline (CONSISTENCY_DEADLINE_EXCEEDED)
+# is not one: the writes are still open.
+DROPPED_REASONS = frozenset({"TIMELINE_CHANGED", "TOKEN_INVALID", "TOKEN_FOREIGN"})
 
 # Tenants a session keeps tokens for; the least recently used is forgotten first (its next read
 # may then miss a write still queued). A token is under 1 KB, so a full session holds a few MB.
@@ -93,7 +87,7 @@ def role_of(request: Any) -> Role | None:
 def token_metadata(tokens: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The request metadata carrying the newest of ``tokens`` (none when empty): the one a call
     carries (a read waits for the older ones first: ``flush_request``)."""
-    return ((TOKEN_KEY, tokens[-1]),) if tokens else ()
+    return ((CONSISTENCY_TOKEN_KEY, tokens[-1]),) if tokens else ()
 
 
 def flush_request(tenant: str, token: str) -> hot_path_pb2.FlushRequest:
@@ -108,7 +102,7 @@ def carries_token(request: Any, metadata: Sequence[tuple[str, str | bytes]]) -> 
     """Whether a call already names a token of its own (its request field or its metadata): the
     caller's token then goes alone, the session's is not added."""
     field = getattr(request, TOKEN_FIELD, "") if TOKEN_FIELD in request.DESCRIPTOR.fields_by_name else ""
-    return bool(field) or any(key == TOKEN_KEY for key, _ in metadata)
+    return bool(field) or any(key == CONSISTENCY_TOKEN_KEY for key, _ in metadata)
 
 
 class SessionTokens:

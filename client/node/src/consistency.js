@@ -22,10 +22,10 @@ const { loadServices } = require('./protos');
 
 const TOKEN_KEY = 'mnemosyne-consistency-token';
 const TOKEN_FIELD = 'consistency_token';
-// Refused for good: TIMELINE_CHANGED (the tenant was restored or imported over since), WRITE_LOST
-// (a position the tenant never durably held), TOKEN_INVALID (not issued for the tenant's current
-// file, as after an erasure and a new tenant of that name), TOKEN_FOREIGN (another tenant's).
-const DROPPED_REASONS = new Set(['TIMELINE_CHANGED', 'WRITE_LOST', 'TOKEN_INVALID', 'TOKEN_FOREIGN']);
+// Refused for good: TIMELINE_CHANGED (the tenant was restored, imported over or erased since),
+// TOKEN_INVALID (not issued for the tenant's current file, as after an erasure and a new tenant of
+// that name), TOKEN_FOREIGN (another tenant's).
+const DROPPED_REASONS = new Set(['TIMELINE_CHANGED', 'TOKEN_INVALID', 'TOKEN_FOREIGN']);
 const MAX_TENANTS = 10000;
 const MAX_TOKENS_PER_TENANT = 8;
 

@@ -9,10 +9,9 @@
 //   TokenInvalidError     INVALID_ARGUMENT TOKEN_INVALID: a token this tenant's server did not issue
 //   TokenForeignError     INVALID_ARGUMENT TOKEN_FOREIGN: another tenant's token
 //   TimelineChangedError  FAILED_PRECONDITION TIMELINE_CHANGED: the tenant was restored or replaced since
-//   WriteLostError        FAILED_PRECONDITION WRITE_LOST: a write the tenant never durably held
 //   ConsistencyDeadlineExceededError  DEADLINE_EXCEEDED CONSISTENCY_DEADLINE_EXCEEDED: the token's
 //                         writes were still open at the deadline (metadata open_event_ids)
-// After the first four the client has dropped its session token for the tenant: the writes it
+// After the first three the client has dropped its session token for the tenant: the writes it
 // named are gone, so read again (the next read waits for nothing) and write again what you still
 // need. After a deadline the token is kept: call again with a longer deadline, or with
 // `consistencyToken: ''`.
@@ -50,7 +49,6 @@ class MnemosyneError extends Error {
 class TokenInvalidError extends MnemosyneError {}
 class TokenForeignError extends MnemosyneError {}
 class TimelineChangedError extends MnemosyneError {}
-class WriteLostError extends MnemosyneError {}
 class ConsistencyDeadlineExceededError extends MnemosyneError {}
 
 // `${code} ${reason}` -> the class of that refusal.
@@ -58,7 +56,6 @@ const BY_REASON = new Map([
   [`${grpc.status.INVALID_ARGUMENT} TOKEN_INVALID`, TokenInvalidError],
   [`${grpc.status.INVALID_ARGUMENT} TOKEN_FOREIGN`, TokenForeignError],
   [`${grpc.status.FAILED_PRECONDITION} TIMELINE_CHANGED`, TimelineChangedError],
-  [`${grpc.status.FAILED_PRECONDITION} WRITE_LOST`, WriteLostError],
   [`${grpc.status.DEADLINE_EXCEEDED} CONSISTENCY_DEADLINE_EXCEEDED`, ConsistencyDeadlineExceededError],
 ]);
 
@@ -132,7 +129,6 @@ module.exports = {
   TokenInvalidError,
   TokenForeignError,
   TimelineChangedError,
-  WriteLostError,
   ConsistencyDeadlineExceededError,
   fromServiceError, errorInfoFromStatusDetails, statusDetails, STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE,
 };

@@ -263,7 +263,7 @@ export declare class MnemosyneError extends Error {
 }
 
 /**
- * The consistency-token refusals, each a MnemosyneError (docs/polyglot.md). After the first four
+ * The consistency-token refusals, each a MnemosyneError (docs/polyglot.md). After the first three
  * the client has dropped its token for the tenant (its writes are gone: read again, write again
  * what you still need); after ConsistencyDeadlineExceededError it keeps it (the writes are still
  * queued; `metadata.open_event_ids` names them).
@@ -274,8 +274,6 @@ export declare class TokenInvalidError extends MnemosyneError {}
 export declare class TokenForeignError extends MnemosyneError {}
 /** FAILED_PRECONDITION TIMELINE_CHANGED: the tenant was restored or replaced since the token. */
 export declare class TimelineChangedError extends MnemosyneError {}
-/** FAILED_PRECONDITION WRITE_LOST: the token names a write the tenant never durably held. */
-export declare class WriteLostError extends MnemosyneError {}
 /** DEADLINE_EXCEEDED CONSISTENCY_DEADLINE_EXCEEDED: the token's writes were still open at the deadline. */
 export declare class ConsistencyDeadlineExceededError extends MnemosyneError {}
 
