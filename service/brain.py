@@ -118,6 +118,8 @@ class MemoryBrain:
             return
         tokens = self._tokens
         sent = tokens.tokens(self.tenant)[-1:]
+        if not sent and not queued:
+            return  # visible already, and nothing earlier to cover (host/consistency.py ``queued``)
         token = self._local(lambda e: e.consistency.issue(self.tenant, queued, carried="".join(sent)))
         tokens.wrote(self.tenant, sent, token)
 

@@ -42,7 +42,7 @@ from mnemosyne.client import (
     TokenInvalidError,
 )
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
-from mnemosyne.v1 import memory_pb2
+from mnemosyne.v1 import memory_pb2, types_pb2
 from tests.mem0_support import Mem0Client
 
 BACKLOG = 300  # fast writes queued before the one a read waits for
@@ -326,7 +326,8 @@ def test_a_restored_tenant_refuses_the_session_token_once_then_reads_answer(serv
 
 def test_a_forged_or_foreign_token_is_its_typed_error(server: ServerProcess) -> None:
     with MemoryClient(server.target) as client:
-        client.retain("py-mine", "A note of my own")
+        client.hot_path("py-mine", "enable")
+        client.retain("py-mine", "A note of my own", fast=True)
         mine = client.consistency_token("py-mine")
         assert mine
         with pytest.raises(TokenForeignError) as foreign:
@@ -339,16 +340,20 @@ def test_a_forged_or_foreign_token_is_its_typed_error(server: ServerProcess) -> 
 
 
 def test_session_tokens_keep_the_newest_per_tenant_within_their_bounds() -> None:
-    """The session's store itself: a write carries the newest token and its token replaces it;
+    """The session's store itself: a write carries the newest token and its token replaces it (a
+    synchronous one that carried none keeps nothing);
     overlapping writes are both kept, a read answers for all of them and drops them; the least
     recently used tenant goes first past the bound; a refusal for good drops what it was about,
     a deadline does not."""
     tokens = SessionTokens(tenants=2)
     retain, recall = memory_pb2.RetainRequest, memory_pb2.RecallRequest
 
-    def wrote(tenant: str, sent: tuple[str, ...], token: str) -> None:
-        tokens.answered(retain(tenant=tenant), sent, memory_pb2.RetainResponse(consistency_token=token))
+    def wrote(tenant: str, sent: tuple[str, ...], token: str, status: int = types_pb2.RetainResult.ENQUEUED) -> None:
+        result = types_pb2.RetainResult(status=status)  # type: ignore[arg-type]
+        tokens.answered(retain(tenant=tenant), sent, memory_pb2.RetainResponse(result=result, consistency_token=token))
 
+    wrote("a", (), "s1", types_pb2.RetainResult.CREATED)
+    assert tokens.tokens("a") == ()  # a synchronous write carrying none: visible already, nothing kept
     wrote("a", (), "a1")
     assert tokens.outgoing(recall(tenant="a")) == ("a1",)
     assert tokens.outgoing(recall(tenant="a", consistency_token="x")) == ()  # the caller's own

@@ -9,7 +9,8 @@ session keeps, per tenant, the newest token its writes returned (``SessionTokens
 next calls of that tenant:
 
 * a WRITE folds it into the token it returns (which covers its writes still open), so the token
-  a write returns replaces the one it carried: one token stands for all the session's writes;
+  a write returns replaces the one it carried: one token stands for all the session's writes (a
+  write that carried none and queued nothing is visible already: its token is not kept);
 * a READ that can wait for writes (Recall, GetMemory, ListMemories, AssembleContext) answers
   once those writes are visible or failed, so the session reads its own writes; after it, they
   are, so the session drops the token and its next reads carry none (and need not wait).
@@ -40,7 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY, Answer, Ask, ServiceError, server_wait
-from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
 
 TOKEN_FIELD = "consistency_token"
 # What a read owed several tokens waits for the older ones with, one call each.
@@ -77,6 +78,7 @@ def _roles() -> dict[str, Role]:
 
 
 _ROLES = _roles()
+_RETAIN_RESULT = types_pb2.RetainResult.DESCRIPTOR
 
 
 def role_of(request: Any) -> Role | None:
@@ -96,6 +98,20 @@ def flush_request(tenant: str, token: str) -> hot_path_pb2.FlushRequest:
 
 
 FLUSH_WAIT_SECONDS = server_wait(0.0)  # how long that Flush waits at most, on the server
+
+
+def queued(response: Any) -> bool:
+    """Whether a write's response names an operation it queued (a fast retain's ``ENQUEUED``
+    result). A write that queued nothing is visible when it answers, so its token names nothing to
+    wait for unless it carried one: a session keeps no such token (and its reads stay as cheap as
+    a client's without one: docs/hot-path.md)."""
+    for field in response.DESCRIPTOR.fields:
+        if field.message_type is _RETAIN_RESULT:
+            value = getattr(response, field.name)
+            results = value if field.is_repeated else [value]
+            if any(result.status == types_pb2.RetainResult.ENQUEUED for result in results):
+                return True
+    return False
 
 
 def carries_token(request: Any, metadata: Sequence[tuple[str, str | bytes]]) -> bool:
@@ -151,7 +167,7 @@ class SessionTokens:
         writes); a read's tokens go (their writes are visible or failed now). Tokens other calls
         added meanwhile stay."""
         role = role_of(request)
-        if role == "write":
+        if role == "write" and (sent or queued(response)):
             self.wrote(request.tenant, sent, getattr(response, TOKEN_FIELD, ""))
         elif role == "read":
             self.read(request.tenant, sent)

@@ -269,7 +269,7 @@ class MemoryClient {
           { metadata: {}, retry: true, timeoutMs: Math.max(this.timeoutMs, 40000), tokens: [] });
       }
       const answer = await this._routedCall(stub, method, request, { metadata, retry, timeoutMs, tokens: sent.slice(-1) });
-      if (session) session.answered(role, request.tenant, sent, answer.response.consistency_token);
+      if (session) session.answered(role, request.tenant, sent, answer.response);
       return answer;
     } catch (err) {
       if (session && err instanceof MnemosyneError) session.refused(request.tenant, sent, err.reason);

@@ -3,7 +3,8 @@
 // service/host/consistency.py is the same rule). Every write returns a consistency token; the
 // client keeps, per tenant, the newest token its writes returned and sends it (request metadata
 // `mnemosyne-consistency-token`; the server takes one token a call) with its next calls of it:
-// - a WRITE folds it into the token it returns, which then replaces the one it carried;
+// - a WRITE folds it into the token it returns, which then replaces the one it carried (a write
+//   that carried none and queued nothing is visible already: its token is not kept);
 // - a READ that can wait (Recall, GetMemory, ListMemories, AssembleContext) answers once those
 //   writes are visible or failed, so the client reads its own writes; after it, they are, so
 //   the token is dropped and the next reads carry none.
@@ -53,6 +54,16 @@ function roleOf(stub, method) {
   return definition ? sessionRoles().get(definition.path) : undefined;
 }
 
+/**
+ * Whether a write's response names an operation it queued (a fast retain's ENQUEUED result). A
+ * write that queued nothing is visible when it answers, so its token names nothing to wait for
+ * unless it carried one: the session keeps no such token (reads stay as cheap as without one).
+ */
+function queued(response) {
+  const results = [response.result, ...(response.results ?? [])].filter(Boolean);
+  return results.some((r) => r.status === 'ENQUEUED');
+}
+
 class SessionTokens {
   constructor(tenants = MAX_TENANTS) {
     if (!Number.isInteger(tenants) || tenants < 1) throw new RangeError(`sessionTenants must be a whole number >= 1, not ${tenants}`);
@@ -92,9 +103,10 @@ class SessionTokens {
    * A call answered: a write's token replaces the one it carried; a read's tokens go (their
    * writes are visible or failed now). Tokens added meanwhile stay.
    */
-  answered(role, tenant, sent, token) {
-    if (role === 'write' && token) this._replace(tenant, sent, token);
-    else if (role === 'read' && sent.length) this._replace(tenant, sent, null);
+  answered(role, tenant, sent, response) {
+    if (role === 'write' && response.consistency_token && (sent.length || queued(response))) {
+      this._replace(tenant, sent, response.consistency_token);
+    } else if (role === 'read' && sent.length) this._replace(tenant, sent, null);
   }
 
   /** A call refused: tokens refused for good are dropped. */

@@ -77,7 +77,8 @@ test('the host assembles a context with its own fast write', async () => {
 
 test('a foreign or forged token is its typed error', async () => {
   const mine = uniqueTenant();
-  await client.retain(mine, 'A note of my own');
+  await client.hotPath(mine, 'enable');
+  await client.retain(mine, 'A note of my own', { fast: true });
   const token = client.consistencyToken(mine);
   assert.ok(token);
   await assert.rejects(client.recall(uniqueTenant(), 'note', { consistencyToken: token }), (err) => {
