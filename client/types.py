@@ -438,6 +438,8 @@ class HotPathStatus:
     duplicates: int
     writes: int
     model_calls: int
+    # Open operations a read is waiting for (a read given a consistency token): taken first.
+    awaited: int = 0
 
 
 @dataclass(frozen=True)
