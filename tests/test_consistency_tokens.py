@@ -372,7 +372,9 @@ def test_token_reads_count_as_waiting_calls_only_while_they_wait(server_factory,
     ).start()
     stubs = Stubs(server.target)
     try:
-        visible = stubs.memory.Retain(memory_pb2.RetainRequest(tenant="limited", text="Visible already")).consistency_token
+        visible = stubs.memory.Retain(
+            memory_pb2.RetainRequest(tenant="limited", text="Visible already")
+        ).consistency_token
         stubs.hot.Enable(hot_path_pb2.HotPathRequest(tenant="limited"))
         held_token = stubs.fast("limited", "Held by the workers").consistency_token
         futures = [

@@ -63,13 +63,8 @@ class HotPath:
         )
         commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
         self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
-        self._rounds = rounds = Rounds(
-            awaited=awaited,
-            batch=config.batch,
-            least=write_path.extractor.concurrency,
-            hold_backlog_file=seams.hold_backlog_file,
-            order=seams.worker_order,
-        )
+        least = write_path.extractor.concurrency  # a round's fewest operations: as many as run at once
+        self._rounds = rounds = Rounds(awaited=awaited, batch=config.batch, least=least, seams=seams)
         self._workers = Workers(
             pool=pool,
             scheduler=scheduler,
