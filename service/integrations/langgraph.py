@@ -1,0 +1,302 @@
+"""A LangGraph store kept by Mnemosyne: ``MnemosyneStore``, a ``BaseStore`` bound to one tenant
+(extra ``langgraph``; docs/integrations.md says what it keeps, what it refuses and why).
+
+The store's contract is LangGraph's, not the memory contract, so this module honours the store's:
+
+* ``batch``/``abatch`` are the primitives (``get``, ``put``, ``search``... are BaseStore's, over
+  them). As in LangGraph's ``InMemoryStore``, a batch's reads see the store as it was before the
+  batch, and of several puts of one (namespace, key) in a batch the last one wins.
+* An item is one memory of the tenant, in its Global scope (items are memories, never records:
+  records keep the host-owned generation rules). ``put`` upserts by (namespace, key): the memory
+  holding that address is updated in place (its earlier value kept as an earlier version, erased
+  with it), a ``None`` value forgets it. The same value under two keys is two items: a memory's
+  text is the value's JSON followed by a line naming a digest of its address, so the server's
+  exact-duplicate rule (one fingerprint per normalised text) never folds two addresses into one.
+* A namespace is any tuple of labels without "." (BaseStore's rule). It is kept in the memory's
+  metadata, never as a tenant: ``langgraph.namespace`` (the labels joined by "."), ``langgraph.key``
+  and an index of its prefixes, ``langgraph.prefix.<n>`` holding the first n labels (n from 0), so
+  a search of a prefix is one metadata filter the server applies.
+* ``search`` with a query goes through Recall (its best ``max_k`` = 100 hits of the prefix), its
+  ``filter`` then applied to the values; without a query, the prefix's items in the order they were
+  first put. ``list_namespaces`` reads the items under the longest literal prefix of its conditions.
+* ``supports_ttl`` is False: Mnemosyne keeps no expiry, so a put with a TTL is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.types import Memory
+from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE
+
+NAMESPACE_KEY = "langgraph.namespace"
+KEY_KEY = "langgraph.key"
+PREFIX_KEY = "langgraph.prefix.{}"
+# The address line that ends every item's text (see the module's docstring): a digest, not the
+# address itself, so that no key or label reaches the embeddings or the full-text index.
+ADDRESS_LINE = "langgraph:{}"
+
+Address = tuple[tuple[str, ...], str]
+
+
+class MnemosyneStore(BaseStore):
+    """A LangGraph ``BaseStore`` whose items are memories of ``tenant``, reached through
+    ``client`` (a ``MemoryClient``; its token must name the tenant). Give it to a graph
+    (``builder.compile(store=store)``) or use it directly (``store.put``, ``store.search``...).
+
+    Puts made through one store are applied one at a time; two processes putting the same new
+    address at the same instant may both create it: reads then see the newest, and the next put
+    of that address forgets the other. Errors are the client's (``mnemosyne.client.errors``):
+    ``InvalidArgumentError`` for a value whose JSON is too long (TEXT_TOO_LONG) or a namespace too
+    deep or too long for the metadata (METADATA_INVALID), ``PermissionDeniedError`` for a token
+    that does not name the tenant; a namespace LangGraph forbids raises ``InvalidNamespaceError``,
+    a TTL ``NotImplementedError``."""
+
+    supports_ttl = False
+
+    def __init__(self, client: MemoryClient, tenant: str) -> None:
+        self.client = client
+        self.tenant = tenant
+        self._puts = threading.Lock()
+
+    # -- the primitives ---------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` and return one result per op, in order: every op is checked before any
+        runs; reads run first, against the store as it was, then the puts (the last of each
+        address)."""
+        ops = list(ops)
+        for op in ops:
+            _check(op)
+        results = [None if isinstance(op, PutOp) else self._read(op) for op in ops]
+        puts = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}
+        with self._puts:
+            for op in puts.values():
+                self._put(op)
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """``batch`` on a worker thread: the client's calls block, the event loop does not."""
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def _read(self, op: Op) -> Result:
+        if isinstance(op, GetOp):
+            found = list(self._each({NAMESPACE_KEY: _joined(op.namespace), KEY_KEY: op.key}))
+            return _item(_newest(found)) if found else None
+        if isinstance(op, SearchOp):
+            return self._search(op)
+        if isinstance(op, ListNamespacesOp):
+            return self._list_namespaces(op)
+        raise ValueError(f"unknown operation {type(op).__name__}")
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        within = {PREFIX_KEY.format(len(op.namespace_prefix)): _joined(op.namespace_prefix)}
+        wanted = op.offset + op.limit
+        found: list[tuple[Memory, float | None]] = []
+        if op.query:
+            # Filters apply to values the server does not index: ask for the most it gives then.
+            k = MAX_K if op.filter else max(1, min(MAX_K, wanted))
+            found = [(h.memory, h.score) for h in self.client.recall(self.tenant, op.query, k=k, filters=within)]
+        items = [(memory, score) for memory, score in _current(found) if _matches(_value(memory), op.filter)]
+        if len(items) < wanted:
+            # A query orders the prefix's items, it does not drop them (as LangGraph's stores):
+            # those Recall did not find follow, unscored, in the order they were put.
+            recalled = {memory.id for memory, _ in found}
+            rest = [(m, None) for m in self._each(within) if m.id not in recalled]
+            items += [(memory, score) for memory, score in _current(rest) if _matches(_value(memory), op.filter)]
+        return [_search_item(memory, score) for memory, score in items[op.offset : wanted]]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        literal: tuple[str, ...] = ()
+        for condition in op.match_conditions or ():
+            if condition.match_type == "prefix":
+                head = tuple(condition.path[: next((i for i, p in enumerate(condition.path) if p == "*"), None)])
+                literal = head if len(head) > len(literal) else literal
+        namespaces = {_namespace(m) for m in self._each({PREFIX_KEY.format(len(literal)): _joined(literal)})}
+        kept = [ns for ns in namespaces if all(_namespace_matches(c, ns) for c in op.match_conditions or ())]
+        if op.max_depth is not None:
+            kept = list({ns[: op.max_depth] for ns in kept})
+        return sorted(kept)[op.offset : op.offset + op.limit]
+
+    def _each(self, filters: Mapping[str, str]) -> Iterator[Memory]:
+        """Every live memory whose metadata has ``filters``, in the order they were created."""
+        token = ""
+        while True:
+            page = self.client.list_memories(
+                self.tenant, page_size=MAX_PAGE_SIZE, page_token=token, metadata_equals=filters
+            )
+            yield from page.memories
+            token = page.next_page_token
+            if not token:
+                return
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def _put(self, op: PutOp) -> None:
+        found = list(self._each({NAMESPACE_KEY: _joined(op.namespace), KEY_KEY: op.key}))
+        keep = None if op.value is None or not found else _newest(found)
+        for memory in found:
+            if memory is not keep:
+                self.client.forget(self.tenant, memory.id)
+        if op.value is None:
+            return
+        text = _text(op.namespace, op.key, op.value)
+        if keep is not None:
+            if keep.text != text:
+                self.client.update_memory(self.tenant, keep.id, text=text)
+            return
+        self.client.retain(self.tenant, text, metadata=_metadata(op.namespace, op.key))
+
+
+# -- items as memories --------------------------------------------------------------------------
+
+
+def _check(op: Op) -> None:
+    """Refuse what LangGraph's own methods refuse before batching, for ops given to ``batch``."""
+    if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
+        raise ValueError(f"unknown operation {type(op).__name__}")
+    validate_op_namespace(op)
+    if isinstance(op, PutOp):
+        if not op.namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
+        if op.namespace[0] == "langgraph":
+            raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
+        if op.ttl is not None:
+            raise NotImplementedError("MnemosyneStore keeps no expiry (supports_ttl is False): put with ttl=None")
+        if op.value is not None and not isinstance(op.value, Mapping):
+            raise TypeError(f"a value is a mapping with string keys or None, not {type(op.value).__name__}")
+
+
+def _joined(labels: Sequence[str]) -> str:
+    # Labels have no "." (BaseStore's rule, checked by _check), so the join is unambiguous.
+    return ".".join(labels)
+
+
+def _metadata(namespace: tuple[str, ...], key: str) -> dict[str, str]:
+    prefixes = {PREFIX_KEY.format(n): _joined(namespace[:n]) for n in range(len(namespace) + 1)}
+    return {NAMESPACE_KEY: _joined(namespace), KEY_KEY: key, **prefixes}
+
+
+def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str:
+    """The value's JSON on one line (compact JSON has no raw newline), then the address line."""
+    address = json.dumps([list(namespace), key], ensure_ascii=False)
+    digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
+    return json.dumps(dict(value), ensure_ascii=False) + "\n" + ADDRESS_LINE.format(digest)
+
+
+def _value(memory: Memory) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(memory.text.partition("\n")[0])
+    return value
+
+
+def _namespace(memory: Memory) -> tuple[str, ...]:
+    joined = memory.metadata[NAMESPACE_KEY]
+    return tuple(joined.split(".")) if joined else ()
+
+
+def _address(memory: Memory) -> Address:
+    return _namespace(memory), memory.metadata[KEY_KEY]
+
+
+def _written_at(memory: Memory) -> float:
+    return memory.updated_at or memory.created_at
+
+
+def _newest(memories: Sequence[Memory]) -> Memory:
+    return max(memories, key=lambda m: (_written_at(m), m.id))
+
+
+def _current(found: Sequence[tuple[Memory, float | None]]) -> list[tuple[Memory, float | None]]:
+    """``found`` without the older copies of an address (two processes' racing creations)."""
+    newest: dict[Address, Memory] = {}
+    for memory, _ in found:
+        held = newest.get(_address(memory))
+        if held is None or (_written_at(memory), memory.id) > (_written_at(held), held.id):
+            newest[_address(memory)] = memory
+    return [(memory, score) for memory, score in found if newest[_address(memory)] is memory]
+
+
+def _times(memory: Memory) -> tuple[datetime, datetime]:
+    return datetime.fromtimestamp(memory.created_at, UTC), datetime.fromtimestamp(_written_at(memory), UTC)
+
+
+def _item(memory: Memory) -> Item:
+    created, updated = _times(memory)
+    namespace, key = _address(memory)
+    return Item(value=_value(memory), key=key, namespace=namespace, created_at=created, updated_at=updated)
+
+
+def _search_item(memory: Memory, score: float | None) -> SearchItem:
+    created, updated = _times(memory)
+    namespace, key = _address(memory)
+    return SearchItem(namespace, key, _value(memory), created, updated, score)
+
+
+# -- LangGraph's matching rules (its documented filter operators and namespace conditions) -------
+
+
+def _matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return all(_compare(value.get(k), wanted) for k, wanted in (filter or {}).items())
+
+
+def _compare(held: Any, wanted: Any) -> bool:
+    """JSONB-like: a dict of ``$`` operators, a nested dict, a list element by element, or equality."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_operator(held, op, operand) for op, operand in wanted.items())
+        return isinstance(held, dict) and all(_compare(held.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(held, list | tuple)
+            and len(held) == len(wanted)
+            and all(_compare(h, w) for h, w in zip(held, wanted))
+        )
+    return bool(held == wanted)
+
+
+def _operator(held: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return bool(held == operand)
+    if op == "$ne":
+        return bool(held != operand)
+    comparisons = {"$gt": float.__gt__, "$gte": float.__ge__, "$lt": float.__lt__, "$lte": float.__le__}
+    if op not in comparisons:
+        raise ValueError(f"unsupported filter operator {op!r}: use $eq, $ne, $gt, $gte, $lt or $lte")
+    if held is None:
+        return False
+    return bool(comparisons[op](float(held), float(operand)))
+
+
+def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
+    return all(p == "*" or label == p for label, p in pairs)
+
+
+__all__ = ["MnemosyneStore"]
