@@ -1,4 +1,5 @@
-"""A local HTTP server speaking the OpenAI chat-completions protocol, for the LLM extractor.
+"""A local HTTP server speaking the OpenAI chat-completions protocol, for the LLM extractor and the
+agents of the OpenAI Agents SDK (``respond``).
 
 It stands in for a real model endpoint (the project replaces unreachable models by a local server
 speaking their real protocol, never by patching our code). Each POST to ``/v1/chat/completions``
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +64,10 @@ class ChatServer:
     headers: list[dict[str, str]] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
     delay: float = 0.0  # seconds every request takes, like a real model's latency
+    # A model that follows a script per conversation: when set, every request is answered with the
+    # assistant message it returns for the request's body (its content or its tool_calls); it may
+    # block, to order two conversations' turns (requests are answered on threads of their own).
+    respond: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     max_in_flight: int = 0  # the most requests it was answering at once
 
     def __post_init__(self) -> None:
@@ -132,6 +138,11 @@ class ChatServer:
                     extra = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
                     self._send(behaviour.status, {"error": {"message": "scripted", "code": behaviour.status}}, extra)
                     return
+                if server.respond is not None:
+                    message = server.respond(body)
+                    finish = "tool_calls" if message.get("tool_calls") else "stop"
+                    self._send(200, _completion(len(server.requests), body, message, finish))
+                    return
                 if behaviour.kind == "content":
                     content = behaviour.content
                 else:
@@ -142,22 +153,8 @@ class ChatServer:
                     with server._lock:
                         server.answers.append(answer)
                     content = json.dumps(answer)
-                self._send(
-                    200,
-                    {
-                        "id": f"chatcmpl-{len(server.requests)}",
-                        "object": "chat.completion",
-                        "model": body.get("model", ""),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": behaviour.finish_reason,
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    },
-                )
+                message = {"role": "assistant", "content": content}
+                self._send(200, _completion(len(server.requests), body, message, behaviour.finish_reason))
 
             def _send(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
@@ -173,3 +170,14 @@ class ChatServer:
                     pass
 
         return Handler
+
+
+def _completion(number: int, body: dict[str, Any], message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", ""),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }

@@ -1,0 +1,286 @@
+"""The OpenAI Agents SDK on Mnemosyne (extra ``agents``; docs/integrations.md): a ``Session`` that
+keeps a conversation's items, and memory tools for an agent, with host-owned generations.
+
+* ``MnemosyneSession`` is the SDK's ``Session``: the items the SDK hands it, kept verbatim and in
+  order, duplicates included. A conversation log, not memories: nothing is extracted,
+  deduplicated or recalled from it. It lives in the records of a workspace of its own
+  (``session-<id>``), as JSON lines, several items to a record; every change is an
+  ``EditRecords`` at the generation it read, so two writers of one session never lose an item
+  (the one that lost the race reads again and appends after the other).
+* ``MemoryTools`` gives an agent the memory of a tenant's Global scope and one workspace: dynamic
+  instructions that assemble the context (records, and memories recalled for the latest user
+  message) and the model's tools ``memory_update`` and ``update_workspace``, under the host rules
+  of ``MemoryHost`` (host/protocol.py: the model never sees a generation; a write is checked
+  against what its context showed and a stale one fails).
+
+In this SDK an ``Agent`` is configuration shared by every run and user, so an observation is
+keyed by the agent AND the run's context object (``Runner.run(..., context=...)``: the session,
+or any object proper to one conversation), never by the agent alone: two runs of one agent in
+two sessions each write against what their own context showed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agents import Agent, FunctionTool, RunContextWrapper, Tool
+from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
+from agents.tool_context import ToolContext
+
+from mnemosyne.client import AbortedError, MemoryClient, MemoryHost, RecordChange
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+# A record holds the items of one or more add_items calls up to this many bytes, so a session of
+# N bytes is about N / 64 KiB records (a workspace holds at most 1,000 by default) and an append
+# rewrites at most 64 KiB. A single item may be as large as a record (256 KiB by default).
+RECORD_BYTES = 65_536
+MAX_CHANGES = 100  # changes of one EditRecords (engine/workspace.py MAX_CHANGES)
+ATTEMPTS = 20  # edits of one change tried before giving up to writers that always come first
+_READABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,56}")
+
+
+def session_workspace(session_id: str) -> str:
+    """The workspace holding ``session_id``'s items: ``session-<id>`` for an id of up to 56
+    letters, digits, "_" and "-"; else ``session.<digest>`` (a workspace name has no other
+    characters; the "." keeps the two forms apart)."""
+    if _READABLE_ID.fullmatch(session_id):
+        return f"session-{session_id}"
+    return "session." + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:40]
+
+
+class MnemosyneSession:
+    """The SDK's ``Session`` for conversation ``session_id``, kept in ``tenant`` through
+    ``client`` (a ``MemoryClient``). ``session_settings``: the SDK's (its ``limit`` is the
+    default of ``get_items``). Raises the client's errors: ``InvalidArgumentError``
+    RECORD_TOO_LARGE for one item over the server's --max-record-bytes, ResourceExhaustedError
+    RECORDS_LIMIT for a session past its workspace's records, ``AbortedError`` GENERATION_MISMATCH
+    after ``ATTEMPTS`` edits that another writer always came before."""
+
+    def __init__(
+        self, session_id: str, client: MemoryClient, tenant: str, *, session_settings: SessionSettings | None = None
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.client = client
+        self.tenant = tenant
+        self.scope = "workspace/" + session_workspace(session_id)
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items in the order they were added; with ``limit`` N > 0 the latest N
+        (0: none; None or negative: all), as the SDK's own sessions answer."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        _, records = await asyncio.to_thread(self._read)
+        lines = [line for _, held in records for line in held]
+        if limit is not None and limit >= 0:
+            lines = lines[len(lines) - limit :] if limit else []
+        return [json.loads(line) for line in lines]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` (verbatim: each must be JSON-serialisable, as the SDK's items are)."""
+        if items:
+            lines = [json.dumps(item, ensure_ascii=False) for item in items]
+            await asyncio.to_thread(self._edit, lambda records: _appended(records, lines))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the latest item and return it (None when the session is empty)."""
+        popped: list[str] = []
+
+        def without_last(records: Records) -> list[RecordChange]:
+            popped.clear()
+            if not records:
+                return []
+            key, held = records[-1]
+            popped.append(held[-1])
+            return [RecordChange("put", key, _content(held[:-1])) if held[1:] else RecordChange("delete", key)]
+
+        await asyncio.to_thread(self._edit, without_last)
+        return json.loads(popped[0]) if popped else None
+
+    async def clear_session(self) -> None:
+        """Remove every item of the session (``MAX_CHANGES`` records an edit)."""
+        while await asyncio.to_thread(
+            self._edit, lambda records: [RecordChange("delete", key) for key, _ in records[:MAX_CHANGES]]
+        ):
+            pass
+
+    # -- the records ------------------------------------------------------------------------------
+
+    def _read(self) -> tuple[int, Records]:
+        listed = self.client.list_records(self.tenant, self.scope)
+        return listed.generation, [(r.key, r.content.splitlines()) for r in listed.records]
+
+    def _edit(self, changes_of: Callable[[Records], list[RecordChange]]) -> int:
+        """Apply ``changes_of(records)`` in one edit at the generation the records were read at;
+        when another writer came first, read again and make the changes again. Returns how many
+        changes were applied."""
+        refused: AbortedError | None = None
+        for _attempt in range(ATTEMPTS):
+            generation, records = self._read()
+            changes = changes_of(records)
+            if not changes:
+                return 0
+            try:
+                self.client.edit_records(self.tenant, self.scope, changes, generation)
+                return len(changes)
+            except AbortedError as error:
+                if error.reason != "GENERATION_MISMATCH":
+                    raise
+                refused = error
+        assert refused is not None
+        raise AbortedError(
+            refused.code,
+            refused.reason,
+            f"session {self.session_id!r} changed under each of {ATTEMPTS} edits; try again",
+            refused.metadata,
+        )
+
+
+# A session's records in order: each record's key and its items, one JSON text a line.
+Records = list[tuple[str, list[str]]]
+
+
+def _content(lines: Sequence[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def _appended(records: Records, lines: Sequence[str]) -> list[RecordChange]:
+    """Records putting ``lines`` after ``records``: the last record grown while it stays under
+    RECORD_BYTES, then new records numbered after it (their keys sort as their order)."""
+    changes: list[RecordChange] = []
+    key, pending = records[-1] if records else (None, [])
+    unchanged = _content(pending)  # the last record as it is: put again only once it has grown
+    number = int(key.partition(".")[0]) if key is not None else 0
+    for line in lines:
+        if pending and len(_content([*pending, line]).encode("utf-8")) > RECORD_BYTES:
+            if key is None or _content(pending) != unchanged:
+                changes.append(RecordChange("put", key or _record_key(number), _content(pending)))
+            key, pending, number = None, [], number + 1
+        pending = [*pending, line]
+    changes.append(RecordChange("put", key or _record_key(number), _content(pending)))
+    if len(changes) > MAX_CHANGES:
+        raise ValueError(
+            f"these items need {len(changes)} records of {RECORD_BYTES} bytes; one add takes at most {MAX_CHANGES}"
+        )
+    return changes
+
+
+def _record_key(number: int) -> str:
+    return f"{number:012d}.jsonl"
+
+
+# -- memory tools --------------------------------------------------------------------------------
+
+
+class Conversation:
+    """The key of one agent's observation in one run context: made once for the pair, alive while
+    both the agent and the context are (``HostObservations`` holds it weakly)."""
+
+
+class Conversations:
+    """(agent, run context) → its ``Conversation``, by identity, forgetting a pair when either
+    object is collected."""
+
+    def __init__(self) -> None:
+        # Re-entrant: a collection inside the locked section may run a removal callback here.
+        self._lock = threading.RLock()
+        self._pairs: dict[tuple[int, int], tuple[weakref.ref[Any], weakref.ref[Any], Conversation]] = {}
+
+    def of(self, agent: object, context: object) -> Conversation:
+        """The conversation of ``agent`` in ``context``; raises TypeError for a context that is
+        None or cannot be weakly referenced (pass the run an object of its own)."""
+        pair = (id(agent), id(context))
+        with self._lock:
+            held = self._pairs.get(pair)
+            if held is not None and held[0]() is agent and held[1]() is context:
+                return held[2]
+            conversation = Conversation()
+
+            def gone(_: weakref.ref[Any], pair: tuple[int, int] = pair) -> None:
+                with self._lock:
+                    if self._pairs.get(pair, (None, None, None))[2] is conversation:
+                        del self._pairs[pair]
+
+            try:
+                self._pairs[pair] = (weakref.ref(agent, gone), weakref.ref(context, gone), conversation)
+            except TypeError:
+                raise TypeError(
+                    f"the memory tools key what an agent saw by its run's context, and a "
+                    f"{type(context).__name__} cannot be one: give each conversation an object of its own, "
+                    "e.g. Runner.run(agent, input, session=session, context=session)"
+                ) from None
+            return conversation
+
+
+class MemoryTools:
+    """Memory for the agents of ``tenant`` (through ``client``), in the Global scope and
+    ``workspace``: ``instructions(base)`` for an ``Agent``'s instructions, ``tools()`` for its
+    tools. ``k``: memories recalled for the latest user message into each context. Runs must
+    carry a context object proper to their conversation (the module's docstring says why)."""
+
+    def __init__(self, client: MemoryClient, tenant: str, workspace: str, *, k: int = 5) -> None:
+        self.host = MemoryHost(client, tenant)
+        self.workspace = workspace
+        self.k = k
+        self.conversations = Conversations()
+
+    def instructions(self, base: str) -> Callable[[RunContextWrapper[Any], Agent[Any]], Awaitable[str]]:
+        """Dynamic instructions: ``base``, then the memory context assembled for this agent in
+        this run's context (which is what its next memory write is checked against)."""
+
+        async def instructions(run: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+            conversation = self.conversations.of(agent, run.context)
+            query = _latest_user_text(run.turn_input)
+            memory = await asyncio.to_thread(self.host.assemble_context, conversation, self.workspace, query, self.k)
+            return f"{base}\n\n{memory}"
+
+        return instructions
+
+    def tools(self) -> list[Tool]:
+        """The model's tools ``memory_update`` and ``update_workspace`` (no generation in their
+        schemas or results; a result is JSON, ``{"ok": false, "reason": "STALE_CONTEXT", ...}``
+        when memory changed since this agent's context was assembled in this run)."""
+        return [
+            FunctionTool(
+                name=schema["function"]["name"],
+                description=schema["function"]["description"],
+                params_json_schema=schema["function"]["parameters"],
+                on_invoke_tool=self._invoker(schema["function"]["name"]),
+                strict_json_schema=False,  # a put's content is optional for a delete
+            )
+            for schema in MemoryHost.tool_schemas("openai")
+        ]
+
+    def _invoker(self, name: str) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
+        async def invoke(call: ToolContext[Any], arguments: str) -> str:
+            if call.agent is None:
+                raise TypeError(f"the SDK gave the {name} call no agent: its context cannot be found")
+            conversation = self.conversations.of(call.agent, call.context)
+            result = await asyncio.to_thread(self.host.call_tool, conversation, name, arguments)
+            return json.dumps(result, ensure_ascii=False)
+
+        return invoke
+
+
+def _latest_user_text(items: Sequence[Any]) -> str | None:
+    """The text of the latest user message of a turn's input (the query memories are recalled for)."""
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content or None
+            texts = [part.get("text", "") for part in content or () if isinstance(part, dict)]
+            return " ".join(t for t in texts if t) or None
+    return None
+
+
+__all__ = ["Conversation", "Conversations", "MemoryTools", "MnemosyneSession", "session_workspace"]

@@ -1,0 +1,228 @@
+"""The OpenAI Agents SDK on Mnemosyne (mnemosyne.integrations.agents, docs/integrations.md).
+
+The session: one list of cases (``CASES``) runs against the SDK's own ``SQLiteSession`` and
+against ``MnemosyneSession`` on a real server, each case's observations compared. The memory tools:
+the SDK itself runs an Agent against a local server speaking the Chat Completions protocol
+(``OpenAIChatCompletionsModel``; tracing off, no internet): two runs of one Agent at once, in two
+sessions, both read memory before either writes; the second write is stale and fails, the first
+run, its session and its write untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, RunContextWrapper, Runner, SQLiteSession
+from agents.memory import Session, SessionSettings
+from openai import AsyncOpenAI
+
+from mnemosyne.integrations.agents import MemoryTools, MnemosyneSession, session_workspace
+from tests.chat_server import ChatServer
+
+# -- the session, case by case against the SDK's SQLiteSession ----------------------------------
+
+# The SDK types an item as a union of TypedDicts; a test builds and reads them as the dicts they are.
+Item = Any
+
+
+def message(role: str, text: str) -> Item:
+    return {"role": role, "content": text}
+
+
+async def read(s: Session, limit: int | None = None) -> list[Item]:
+    return list(await s.get_items(limit))
+
+
+CALL: Item = {
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "memory_update",
+    "arguments": '{"content": "ünïcode ✓"}',
+    "id": "fc_1",
+    "status": "completed",
+}
+
+
+async def order_and_duplicates(s: Session) -> Any:
+    await s.add_items([message("user", "hi"), message("user", "hi")])
+    await s.add_items([CALL, {"type": "function_call_output", "call_id": "call_1", "output": "ok"}])
+    await s.add_items([])
+    await s.add_items([message("assistant", "hi"), message("user", "hi")])
+    return await read(s)
+
+
+async def limits(s: Session) -> Any:
+    await s.add_items([message("user", str(n)) for n in range(7)])
+    return [await read(s, limit) for limit in (None, 3, 1, 7, 50, 0, -1)]
+
+
+async def pop(s: Session) -> Any:
+    await s.add_items([message("user", "a"), message("user", "b")])
+    await s.add_items([message("user", "c")])
+    popped = [await s.pop_item() for _ in range(4)]
+    await s.add_items([message("user", "d")])
+    return [popped, await read(s)]
+
+
+async def clear(s: Session) -> Any:
+    await s.add_items([message("user", "a")])
+    await s.clear_session()
+    empty = await read(s)
+    await s.clear_session()
+    await s.add_items([message("user", "b")])
+    return [empty, await read(s), await s.pop_item(), await s.pop_item()]
+
+
+async def large_items_in_order(s: Session) -> Any:
+    # Past one record's 64 KiB: the items spread over records and still read back in order.
+    for n in range(6):
+        await s.add_items([message("user", f"{n}:" + "x" * 30_000), message("assistant", str(n))])
+    await s.pop_item()
+    items = await read(s)
+    return [len(items), [i["content"][:2] for i in items], await read(s, 3)]
+
+
+async def settings_limit(s: Session) -> Any:
+    await s.add_items([message("user", str(n)) for n in range(5)])
+    return [await read(s), await read(s, 4)]
+
+
+CASES: list[Callable[[Session], Awaitable[Any]]] = [
+    order_and_duplicates,
+    limits,
+    pop,
+    clear,
+    large_items_in_order,
+    settings_limit,
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=operator.attrgetter("__name__"))
+def test_the_session_answers_as_the_sdks_sqlite_session(case, client, tenant):
+    settings = SessionSettings(limit=2) if case is settings_limit else None
+    expected = asyncio.run(case(SQLiteSession("s1", session_settings=settings)))
+    assert expected
+    assert asyncio.run(case(MnemosyneSession("s1", client, tenant, session_settings=settings))) == expected
+
+
+def test_a_session_is_a_log_in_records_not_memories(client, tenant):
+    session = MnemosyneSession("user 42 / chat", client, tenant)
+    asyncio.run(session.add_items([message("user", "I love pizza"), message("user", "I love pizza")]))
+    assert client.list_memories(tenant).memories == []  # nothing extracted, nothing to recall
+    scope = "workspace/" + session_workspace("user 42 / chat")
+    assert scope.startswith("workspace/session.")  # an id a workspace name cannot hold, by its digest
+    [record] = client.list_records(tenant, scope).records
+    assert record.content.count("I love pizza") == 2
+    assert session_workspace("user-42") == "session-user-42"
+    # Two sessions never share items.
+    other = MnemosyneSession("user-42", client, tenant)
+    assert asyncio.run(read(other)) == []
+
+
+def test_two_writers_of_one_session_lose_no_item(client, tenant):
+    writers = [MnemosyneSession("shared", client, tenant) for _ in range(4)]
+
+    async def write(n: int, session: MnemosyneSession) -> None:
+        for i in range(5):
+            await session.add_items([message("user", f"{n}-{i}")])
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(write(n, s) for n, s in enumerate(writers)))
+
+    asyncio.run(all_at_once())
+    items = [i["content"] for i in asyncio.run(read(writers[0]))]
+    assert sorted(items) == sorted(f"{n}-{i}" for n in range(4) for i in range(5))
+    for n in range(4):  # each writer's items in its own order
+        mine = [i for i in items if i.startswith(f"{n}-")]
+        assert mine == [f"{n}-{i}" for i in range(5)]
+
+
+# -- an Agent's memory tools, two runs at once ------------------------------------------------------
+
+
+def _said(body: dict[str, Any]) -> str:
+    return next(str(m["content"]) for m in body["messages"] if m["role"] == "user")
+
+
+def _tool_results(body: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_two_runs_of_one_agent_in_two_sessions_write_against_their_own_context(client, tenant):
+    """Run A and run B of ONE Agent both assemble memory (Global generation 0), then B writes
+    MEMORY.md and finishes, then A writes: A's write is stale and fails (keyed by the agent alone,
+    A would write over B's with what it never read); B's write, run and session are untouched."""
+    b_wrote = threading.Event()
+    systems: dict[str, list[str]] = {"A": [], "B": []}
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        run = "A" if "I am A" in _said(body) else "B"
+        systems[run].append(next(str(m["content"]) for m in body["messages"] if m["role"] == "system"))
+        results = _tool_results(body)
+        if results:
+            if run == "B":
+                b_wrote.set()
+            return {"role": "assistant", "content": f"{run} finished: {results[-1]}"}
+        if run == "A":
+            assert b_wrote.wait(30), "run B never wrote"
+        tool_call = {"name": "memory_update", "arguments": json.dumps({"content": f"notes of {run}\n"})}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"call_{run}", "type": "function", "function": tool_call}],
+        }
+
+    with ChatServer(respond=respond) as chat:
+        model = OpenAIChatCompletionsModel(
+            model="scripted", openai_client=AsyncOpenAI(base_url=chat.base_url, api_key="x")
+        )
+        memory = MemoryTools(client, tenant, "notes")
+        agent = Agent(
+            name="notes", instructions=memory.instructions("You keep notes."), tools=memory.tools(), model=model
+        )
+        sessions = {run: MnemosyneSession(f"run-{run}", client, tenant) for run in "AB"}
+
+        async def both() -> list[Any]:
+            runs = [
+                Runner.run(
+                    agent,
+                    f"I am {run}",
+                    session=sessions[run],
+                    context=sessions[run],
+                    run_config=RunConfig(tracing_disabled=True),
+                )
+                for run in "AB"
+            ]
+            return await asyncio.gather(*runs)
+
+        result_a, result_b = asyncio.run(both())
+
+    a_result = json.loads(result_a.final_output.removeprefix("A finished: "))
+    b_result = json.loads(result_b.final_output.removeprefix("B finished: "))
+    assert b_result == {"ok": True, "result": "MEMORY.md was replaced."}
+    assert a_result["ok"] is False and a_result["reason"] == "STALE_CONTEXT"
+    assert "generation" not in json.dumps(a_result)  # never shown to the model
+    record, generation = client.get_record(tenant, "global", "MEMORY.md")
+    assert (record.content, generation) == ("notes of B\n", 1)
+    # Both runs read memory before either wrote; each later turn of a run reads it again.
+    assert "notes of" not in systems["A"][0] and "notes of" not in systems["B"][0]
+    assert "notes of B" in systems["A"][-1]
+    # Each session holds its own run's items, in order: A's stale refusal never reached B's.
+    kinds = {run: [i.get("type", "message") for i in asyncio.run(read(sessions[run]))] for run in "AB"}
+    assert kinds["A"] == kinds["B"] == ["message", "function_call", "function_call_output", "message"]
+    b_items = asyncio.run(read(sessions["B"]))
+    assert b_items[0]["content"] == "I am B" and "STALE_CONTEXT" not in json.dumps(b_items)
+    assert "STALE_CONTEXT" in json.dumps(asyncio.run(read(sessions["A"])))
+
+
+def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
+    memory = MemoryTools(client, tenant, "notes")
+    agent = Agent(name="notes", instructions=memory.instructions("You keep notes."))
+    with pytest.raises(TypeError, match="context=session"):
+        asyncio.run(agent.get_system_prompt(RunContextWrapper(context=None)))
