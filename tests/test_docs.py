@@ -318,6 +318,7 @@ def test_every_type_the_client_takes_or_returns_is_exported() -> None:
 # each prints what the README shows (ids count per tenant, generations per scope of a tenant).
 README_TENANTS = {
     "Python": "acme",
+    "LangGraph": "dunder",
     "Node": "globex",
     "grpcurl": "initech",
     "curl": "umbrella",
@@ -328,8 +329,8 @@ README_TENANTS = {
 
 def test_the_readme_first_calls_print_what_they_show_run_in_order_on_one_server(tmp_path: Path) -> None:
     """The README's examples in the order a reader meets them, on ONE fresh server with the HTTP
-    API, each as printed (only the addresses are this server's): Python, grpcurl, curl, the MCP
-    session, the session consolidation. (Node runs in tests/test_node_package.py and mem0 in
+    API, each as printed (only the addresses are this server's): Python, the LangGraph store,
+    grpcurl, curl, the MCP session, the session consolidation. (Node runs in tests/test_node_package.py and mem0 in
     tests/test_mem0_api.py, each on a fresh server: their tenants are checked distinct here.)"""
     for title, tenant in README_TENANTS.items():
         named = {t for t in README_TENANTS.values() if re.search(rf"\b{t}\b", section(README_TEXT, title))}
@@ -337,6 +338,7 @@ def test_the_readme_first_calls_print_what_they_show_run_in_order_on_one_server(
     server = ServerProcess(tmp_path / "data", http=True).start()
     try:
         _readme_python(server.target)
+        _readme_langgraph(server.target)
         _readme_grpcurl(server.target)
         _readme_curl(server.http_port)
         _readme_mcp(server.target)
@@ -354,6 +356,16 @@ def _readme_python(target: str) -> None:
     assert lines[0] == "created 1"
     assert "RF-88213" in lines[1]
     assert lines[-1] == "True"
+
+
+def _readme_langgraph(target: str) -> None:
+    """The LangGraph store's five lines, going on from the Python example's client."""
+    block = code_blocks(section(README_TEXT, "LangGraph"), "python")[0]
+    assert len(block.strip().splitlines()) == 5
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), MemoryClient(target) as client:
+        exec(compile(block, "README.md", "exec"), {"client": client})
+    assert out.getvalue() == "{'likes': 'margherita pizza'}\n"
 
 
 def _readme_grpcurl(target: str) -> None:
