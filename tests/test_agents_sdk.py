@@ -113,6 +113,7 @@ def test_the_session_answers_as_the_sdks_sqlite_session(case, client, tenant):
 
 def test_a_session_is_a_log_in_records_not_memories(client, tenant):
     session = MnemosyneSession("user 42 / chat", client, tenant)
+    assert isinstance(session, Session)  # the SDK's protocol
     asyncio.run(session.add_items([message("user", "I love pizza"), message("user", "I love pizza")]))
     assert client.list_memories(tenant).memories == []  # nothing extracted, nothing to recall
     scope = "workspace/" + session_workspace("user 42 / chat")
@@ -160,6 +161,7 @@ def test_two_runs_of_one_agent_in_two_sessions_write_against_their_own_context(c
     A would write over B's with what it never read); B's write, run and session are untouched."""
     b_wrote = threading.Event()
     systems: dict[str, list[str]] = {"A": [], "B": []}
+    client.retain(tenant, "The courier comes on Tuesdays")
 
     def respond(body: dict[str, Any]) -> dict[str, Any]:
         run = "A" if "I am A" in _said(body) else "B"
@@ -192,7 +194,7 @@ def test_two_runs_of_one_agent_in_two_sessions_write_against_their_own_context(c
             runs = [
                 Runner.run(
                     agent,
-                    f"I am {run}",
+                    f"I am {run}: when does the courier come?",
                     session=sessions[run],
                     context=sessions[run],
                     run_config=RunConfig(tracing_disabled=True),
@@ -212,12 +214,13 @@ def test_two_runs_of_one_agent_in_two_sessions_write_against_their_own_context(c
     assert (record.content, generation) == ("notes of B\n", 1)
     # Both runs read memory before either wrote; each later turn of a run reads it again.
     assert "notes of" not in systems["A"][0] and "notes of" not in systems["B"][0]
+    assert "The courier comes on Tuesdays" in systems["A"][0]  # recalled for the user's message
     assert "notes of B" in systems["A"][-1]
     # Each session holds its own run's items, in order: A's stale refusal never reached B's.
     kinds = {run: [i.get("type", "message") for i in asyncio.run(read(sessions[run]))] for run in "AB"}
     assert kinds["A"] == kinds["B"] == ["message", "function_call", "function_call_output", "message"]
     b_items = asyncio.run(read(sessions["B"]))
-    assert b_items[0]["content"] == "I am B" and "STALE_CONTEXT" not in json.dumps(b_items)
+    assert b_items[0]["content"] == "I am B: when does the courier come?" and "STALE_CONTEXT" not in json.dumps(b_items)
     assert "STALE_CONTEXT" in json.dumps(asyncio.run(read(sessions["A"])))
 
 

@@ -305,6 +305,14 @@ def test_where_it_differs_from_the_in_memory_store(client, tenant):
     assert store.search(()) == []
 
 
+def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
+    store = MnemosyneStore(client, tenant)
+    with pytest.raises(TypeError):
+        store.batch([PutOp(("ns",), "a", {"v": 1}), PutOp(("ns",), "b", {"v": object()})])
+    assert store.search(()) == []
+    assert client.list_memories(tenant).memories == []
+
+
 def test_a_store_is_bound_to_its_tenant(client, tenant):
     MnemosyneStore(client, tenant).put(("memories",), "k", {"v": 1})
     other = MnemosyneStore(client, tenant + "-other")

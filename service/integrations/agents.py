@@ -283,4 +283,4 @@ def _latest_user_text(items: Sequence[Any]) -> str | None:
     return None
 
 
-__all__ = ["Conversation", "Conversations", "MemoryTools", "MnemosyneSession", "session_workspace"]
+__all__ = ["MemoryTools", "MnemosyneSession", "session_workspace"]

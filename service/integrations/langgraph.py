@@ -84,17 +84,19 @@ class MnemosyneStore(BaseStore):
     # -- the primitives ---------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` and return one result per op, in order: every op is checked before any
-        runs; reads run first, against the store as it was, then the puts (the last of each
-        address)."""
+        """Run ``ops`` and return one result per op, in order: every op is checked (and every
+        value made into its text) before any runs; reads run first, against the store as it was,
+        then the puts (the last of each address), one by one: one the server refuses stops the
+        batch, the puts before it stay."""
         ops = list(ops)
         for op in ops:
             _check(op)
-        results = [None if isinstance(op, PutOp) else self._read(op) for op in ops]
         puts = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}
+        texts = {address: None if op.value is None else _text(*address, op.value) for address, op in puts.items()}
+        results = [None if isinstance(op, PutOp) else self._read(op) for op in ops]
         with self._puts:
-            for op in puts.values():
-                self._put(op)
+            for address, text in texts.items():
+                self._put(*address, text)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -156,20 +158,19 @@ class MnemosyneStore(BaseStore):
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def _put(self, op: PutOp) -> None:
-        found = list(self._each({NAMESPACE_KEY: _joined(op.namespace), KEY_KEY: op.key}))
-        keep = None if op.value is None or not found else _newest(found)
+    def _put(self, namespace: tuple[str, ...], key: str, text: str | None) -> None:
+        """Make the item at (``namespace``, ``key``) hold ``text`` (None: forget it)."""
+        found = list(self._each({NAMESPACE_KEY: _joined(namespace), KEY_KEY: key}))
+        keep = None if text is None or not found else _newest(found)
         for memory in found:
             if memory is not keep:
                 self.client.forget(self.tenant, memory.id)
-        if op.value is None:
+        if text is None:
             return
-        text = _text(op.namespace, op.key, op.value)
-        if keep is not None:
-            if keep.text != text:
-                self.client.update_memory(self.tenant, keep.id, text=text)
-            return
-        self.client.retain(self.tenant, text, metadata=_metadata(op.namespace, op.key))
+        if keep is None:
+            self.client.retain(self.tenant, text, metadata=_metadata(namespace, key))
+        elif keep.text != text:
+            self.client.update_memory(self.tenant, keep.id, text=text)
 
 
 # -- items as memories --------------------------------------------------------------------------
