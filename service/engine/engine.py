@@ -51,14 +51,33 @@ from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.replicas import NO_REPLICAS
 
 log = logging.getLogger("mnemosyne.engine")
 
 # How long a close waits for an approximate index build to reach its next chunk (engine/ann.py
 # BUILD_CHUNK rows: about 2 s into a 1M-memory graph here).
 ANN_BUILD_STOP_SECONDS = 30.0
+
+
+def _replicator(config: EngineConfig) -> Replicator | None:
+    """The member's replication to object storage, started (Litestream up) before the pool opens
+    a file; None without ``--replica-url``."""
+    settings = config.replication
+    if settings.url is None:
+        return None
+    replicator = Replicator(
+        settings.url,
+        config.data_dir,
+        idle_seconds=settings.idle_seconds,
+        active_limit=settings.active_limit,
+        retention_seconds=settings.retention_seconds,
+    )
+    replicator.start()
+    return replicator
 
 
 class Engine:
@@ -81,14 +100,21 @@ class Engine:
         if seams.poison_marker:
             extractor = PoisonedExtractor(extractor, seams.poison_marker)
         embedder = embedder or HashingEmbedder()
-        self.pool = TenantPool(
-            config.data_dir,
-            max_open=config.max_open_tenants,
-            synchronous=config.synchronous,
-            max_readers=config.readers_per_tenant,
-            faults=seams.store_faults,
-            membership=config.membership,
-        )
+        self.replicator = _replicator(config)
+        try:
+            self.pool = TenantPool(
+                config.data_dir,
+                max_open=config.max_open_tenants,
+                synchronous=config.synchronous,
+                max_readers=config.readers_per_tenant,
+                faults=seams.store_faults,
+                membership=config.membership,
+                replicas=self.replicator or NO_REPLICAS,
+            )
+        except BaseException:
+            if self.replicator is not None:
+                self.replicator.stop()
+            raise
         self._wire_requests(extractor, embedder, observer)
         self.consolidator = SessionConsolidator(
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
@@ -99,6 +125,8 @@ class Engine:
             self.consolidator.stop()
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt
+            if self.replicator is not None:
+                self.replicator.stop()
             raise
 
     def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
@@ -152,6 +180,8 @@ class Engine:
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()
+        if self.replicator is not None:
+            self.replicator.stop()  # after the pool: Litestream's last syncs see every commit
         if not ann.wait_for_builds(ANN_BUILD_STOP_SECONDS):
             log.warning("an approximate index build did not stop within %ss of the close", ANN_BUILD_STOP_SECONDS)
 

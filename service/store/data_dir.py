@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -106,6 +107,9 @@ def remove_leftovers(tenants_dir: Path) -> None:
     or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
     tombstone itself: killed before its replacement, it is a second name of that file)."""
     for leftover in tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):
+        if leftover.is_dir():  # a restore from object storage's files (store/pool.py)
+            shutil.rmtree(leftover, ignore_errors=True)
+            continue
         if RECLAIMING_MARK in leftover.name and leftover.exists():
             tenant = leftover.name[len(NEW_FILE_PREFIX) :].partition(RECLAIMING_MARK)[0]
             path = tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"

@@ -16,6 +16,9 @@ finished at the next start).
 With members, every open, creation, install and move step asks the tenant's ownership
 (store/ownership.py): a member opens only the files it holds, and creates only the tenants whose
 home it is.
+
+With replication (store/replicas.py), every change of a tenant's files that is no transaction
+goes through ``_swapping``, and every creation asks ``Replicas.check_new`` first.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from mnemosyne.store.ownership import (
     reclaim_tombstone,
     reclaimed_mark,
 )
+from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_store import (
     ANN_FILE_SUFFIX,
@@ -81,6 +85,8 @@ TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # memories (its text query 88 ms p50; merged, 20 ms).
 SEGMENTS_ON_OPEN = 32
 
+# How long a tenant restored from object storage at its first open waits for its install.
+INSTALL_WAIT_SECONDS = 30.0
 log = logging.getLogger("mnemosyne.store")
 
 
@@ -107,11 +113,13 @@ class TenantPool:
         faults: frozenset[str] = frozenset(),
         membership: Membership | None = None,
         placements_remembered: int = PLACEMENTS_REMEMBERED,
+        replicas: Replicas = NO_REPLICAS,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / TENANTS_DIR_NAME
+        self.replicas = replicas  # store/replicas.py: every swap below tells it (``_swapping``)
         self._dir_lock = claim_data_dir(self.data_dir)
         self._recover_installs()  # first: an install finished here may bring its tenant's inbox
         remove_leftovers(self.tenants_dir)
@@ -186,8 +194,13 @@ class TenantPool:
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
         none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
         (``expect_move``); a file is served by what it records (``Ownership.check_open``)."""
-        if self.ownership is not None and tenant not in self._stores and not self.path_for(tenant).exists():
-            self.ownership.check_absent(tenant)
+        if tenant not in self._stores and not self.path_for(tenant).exists():
+            if self.ownership is not None:
+                self.ownership.check_absent(tenant)
+            if self.replicas.holds(tenant):  # a read of a tenant this member lost: restored first
+                with self.locks.for_opening(tenant):
+                    if not self.path_for(tenant).exists():
+                        self._restore_from_replica(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
             try:
@@ -241,6 +254,14 @@ class TenantPool:
                 return
             if self.ownership is not None:
                 self.ownership.refuse_incoming(tenant)  # again under the lock ``expect_move`` takes
+            if self._restore_from_replica(tenant):  # never a fresh tenant over one object storage holds
+                entry = self._acquire(tenant)
+                assert entry is not None
+                try:
+                    yield entry.store
+                finally:
+                    self._stores.release(entry)
+                return
             temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
             try:
                 store = self._open_store(tenant, temporary)
@@ -257,14 +278,31 @@ class TenantPool:
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
                 open_with_room(lambda: fsync(temporary), self.make_room)
-                os.rename(temporary, path)
-                open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
+                with self._swapping(tenant, fresh=True):
+                    os.rename(temporary, path)
+                    open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
             except BaseException:
                 store.close()
                 remove_database(temporary)
                 raise
             # Kept open, as any tenant just used (its next call need not open it).
             self._stores.release(self._admit(tenant, self._open_store(tenant, path)))
+
+    def _restore_from_replica(self, tenant: str) -> bool:
+        """Before a tenant is created: when object storage holds a replica of it (this member lost
+        its volume, or the tenant's file), its files are restored and installed instead, and True
+        is returned (store/replicas.py ``Replicas.fetch``)."""
+        staging = self.tenants_dir / f"{NEW_FILE_PREFIX}restore-{tenant}.{uuid.uuid4().hex[:12]}"
+        try:
+            fetched = self.replicas.fetch(tenant, staging)
+            if fetched is None:
+                return False
+            database, inbox = fetched
+            log.info("tenant %s: no file here and a replica in object storage: restored from it", tenant)
+            self.install(tenant, database, inbox, replace=False, timeout=INSTALL_WAIT_SECONDS)
+            return True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _open_store(self, tenant: str, path: Path) -> TenantStore:
         """A TenantStore on ``path``; when the process is out of file descriptors, idle tenants
@@ -281,6 +319,10 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
+                    # A new tenant's file under its temporary name is no tenant's yet.
+                    replication=None
+                    if path.name.startswith(NEW_FILE_PREFIX)
+                    else StoreReplication(tenant, self.replicas),
                 ),
                 self.make_room,
             )
@@ -384,13 +426,14 @@ class TenantPool:
         with self._closed_for(tenant, doing="reclaimed", reason=TENANT_MOVING, timeout=timeout):
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no file on this member", reason="TENANT_NOT_FOUND")
-            reclaimed = reclaim_tombstone(
-                path,
-                self.inbox_path_for(tenant),
-                synchronous=self._synchronous,
-                seam=self.seam,
-            )
-            reclaimed_mark(self.tenants_dir, tenant).touch()
+            with self._swapping(tenant, fresh=True):
+                reclaimed = reclaim_tombstone(
+                    path,
+                    self.inbox_path_for(tenant),
+                    synchronous=self._synchronous,
+                    seam=self.seam,
+                )
+                reclaimed_mark(self.tenants_dir, tenant).touch()
             if reclaimed:
                 self._fsync_directories()
         return reclaimed
@@ -453,6 +496,14 @@ class TenantPool:
                 if self.ownership is not None:
                     self.ownership.forget(tenant)
 
+    @contextmanager
+    def _swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> Iterator[None]:
+        """Every change of a tenant's files that is not a transaction runs in this block: out of
+        replication meanwhile (store/replicas.py ``Replicas.swapping``; ``fresh``: the database is
+        another one after it, ``gone``: erased)."""
+        with self.replicas.swapping(tenant, fresh=fresh, gone=gone):
+            yield
+
     def _remove_tenant_files(self, tenant: str) -> None:
         """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
         whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of
@@ -495,9 +546,10 @@ class TenantPool:
                     _seq, head_hash = txn.ledger_head()
             except DataLoss:
                 head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
-            before_removal(head_hash)
-            self._remove_tenant_files(tenant)
-            self._fsync_directories()
+            with self._swapping(tenant, fresh=False, gone=True):  # its replicas go first
+                before_removal(head_hash)
+                self._remove_tenant_files(tenant)
+                self._fsync_directories()
 
     def install(
         self,
@@ -527,7 +579,11 @@ class TenantPool:
         path = self.path_for(tenant)
         if self.ownership is not None:  # an import through the owner: its file is this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
-        with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
+        forget_generation(database)  # before the commit: the copy never continues its source's replica
+        with (
+            self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
+            self._swapping(tenant, fresh=True),
+        ):
             self.seam("install_begun")
             existed = path.exists()
             check_install_over(self.tenants_dir, tenant, path, move=move)

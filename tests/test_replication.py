@@ -1,0 +1,91 @@
+"""Replication to object storage (docs/replication.md): real servers replicating with Litestream to
+SeaweedFS's S3 on loopback (tests/replica_support.py), each test in a bucket of its own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from mnemosyne.cli.server_process import _free_port
+from mnemosyne.client import MemoryClient, UnavailableError
+from tests.replica_support import ObjectStorage, replica_env
+from tests.support import ServerFactory, ServerProcess, wait_until
+
+
+def replicating(server_factory: ServerFactory, storage: ObjectStorage, bucket: str, data_dir: Path) -> ServerProcess:
+    return server_factory(data_dir, env=replica_env(), args=["--replica-url", storage.url(bucket)])
+
+
+def litestream_pid(server: ServerProcess) -> int | None:
+    """The server's Litestream child, if one runs."""
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if Path(f"/proc/{child}/exe").resolve().name == "litestream":
+                return int(child)
+    return None
+
+
+def test_writes_reach_object_storage_and_a_lost_volume_comes_back(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    data_dir = tmp_path / "member"
+    server = replicating(server_factory, object_storage, bucket, data_dir).start()
+    tenants = [f"r{i}" for i in range(3)]
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            for n in range(4):
+                client.retain(tenant, f"{tenant} note {n}: the heron nests by the weir")
+    wait_until(lambda: all(object_storage.keys(bucket, f"member/{t}/00000001/db/") for t in tenants))
+    server.stop()  # Litestream's last syncs, then it stops with us
+    shutil.rmtree(data_dir)  # the volume is lost
+    server = replicating(server_factory, object_storage, bucket, data_dir).start()
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            texts = sorted(m.text for m in client.list_memories(tenant).memories)
+            assert texts == sorted(f"{tenant} note {n}: the heron nests by the weir" for n in range(4))
+            assert client.verify_integrity(tenant).valid
+        client.retain(tenants[0], "written after the restore")
+    # The restored file replicates to a generation of its own: two members never write one path.
+    wait_until(lambda: object_storage.keys(bucket, f"member/{tenants[0]}/00000002/db/"))
+
+
+def test_litestream_killed_is_restarted_and_catches_up(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("alpha", "first")
+        wait_until(lambda: litestream_pid(server) is not None)
+        first = litestream_pid(server)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        client.retain("alpha", "second, while Litestream is down")
+        wait_until(lambda: litestream_pid(server) not in (None, first))
+        client.retain("alpha", "third")
+    before = len(object_storage.keys(bucket, "member/alpha/"))
+    wait_until(lambda: len(object_storage.keys(bucket, "member/alpha/")) > before)
+    server.stop()
+    assert "exited; restarting it" in server.stderr_path.read_text()
+    shutil.rmtree(tmp_path / "member")
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        assert sorted(m.text for m in client.list_memories("alpha").memories) == sorted(
+            ["first", "second, while Litestream is down", "third"]
+        )
+
+
+def test_a_member_that_cannot_reach_object_storage_creates_no_tenant(server_factory, tmp_path):
+    closed = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    data_dir = tmp_path / "member"
+    server = server_factory(data_dir, env=replica_env(), args=["--replica-url", f"s3://nowhere/p?endpoint={closed}"])
+    server.start()
+    began = time.monotonic()
+    with MemoryClient(server.target) as client, pytest.raises(UnavailableError) as raised:
+        client.retain("fresh", "must not land in a new empty tenant")
+    assert time.monotonic() - began < 15
+    assert raised.value.reason == "REPLICA_UNREACHABLE"
+    assert "object storage" in str(raised.value)
+    assert not list((data_dir / "tenants").glob("fresh*"))
