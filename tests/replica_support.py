@@ -25,7 +25,7 @@ from mnemosyne.cli.server_process import _free_port
 
 WEED = str(Path(sys.executable).parent / "weed")
 READY_SECONDS = 60.0
-STOP_GRACE_SECONDS = 5.0
+STOP_GRACE_SECONDS = 2.0
 # SeaweedFS without an identity configuration takes any key; Litestream and boto3 need one.
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "mnemosyne-test", "AWS_SECRET_ACCESS_KEY": "mnemosyne-test-secret"}
 _PORTS = (

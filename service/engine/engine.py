@@ -26,7 +26,7 @@ its values and maps its errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mnemosyne.engine import ann
 from mnemosyne.engine import limits as check
@@ -174,6 +174,19 @@ class Engine:
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )
         self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
+
+    def replication_gauges(self) -> dict[str, Callable[[], float]]:
+        """The replication's metrics (no tenant in them), read on each scrape; none without it."""
+        replicator = self.replicator
+        if replicator is None:
+            return {}
+        return {
+            "mnemosyne_replication_lag_seconds": lambda: replicator.figures().lag_seconds,
+            "mnemosyne_replication_lag_bytes": lambda: replicator.figures().lag_bytes,
+            "mnemosyne_replication_active_tenants": lambda: replicator.figures().active_tenants,
+            "mnemosyne_replication_sync_failures": lambda: replicator.figures().sync_failures,
+            "mnemosyne_litestream_restarts": lambda: replicator.figures().litestream_restarts,
+        }
 
     def close(self) -> None:
         self.consolidator.stop()

@@ -292,8 +292,10 @@ class Replicator:
                 state.syncing = False
                 if state.next_sync is not None:
                     self._launch(tenant, state)
-            if done.exception() is not None:
-                joined.set_exception(done.exception())  # type: ignore[arg-type]
+            failure = done.exception()
+            if failure is not None:
+                joined.set_exception(failure)
+                joined.exception()  # retrieved: a sync no caller waits for fails quietly (counted, retried)
             else:
                 joined.set_result(done.result())
 
