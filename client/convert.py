@@ -142,6 +142,7 @@ def hot_path_status_from_proto(s: hot_path_pb2.HotPathStatus) -> types.HotPathSt
         duplicates=s.duplicates,
         writes=s.writes,
         model_calls=s.model_calls,
+        awaited=s.awaited,
     )
 
 

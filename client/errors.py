@@ -8,16 +8,28 @@ shared host flows (``mnemosyne.host.protocol``), which read ``code_name``, ``rea
 
     MnemosyneClientError
     ├── InvalidArgumentError      INVALID_ARGUMENT
+    │   ├── TokenInvalidError     TOKEN_INVALID: a consistency token this tenant's server did not issue
+    │   └── TokenForeignError     TOKEN_FOREIGN: another tenant's consistency token
     ├── NotFoundError             NOT_FOUND
     ├── FailedPreconditionError   FAILED_PRECONDITION
+    │   └── TimelineChangedError  TIMELINE_CHANGED: the tenant was restored or replaced since the token
     ├── AbortedError              ABORTED (stale generation, reused request id)
     ├── PermissionDeniedError     PERMISSION_DENIED
     ├── UnauthenticatedError      UNAUTHENTICATED
     ├── ResourceExhaustedError    RESOURCE_EXHAUSTED
     ├── DeadlineExceededError     DEADLINE_EXCEEDED
+    │   └── ConsistencyDeadlineExceededError  CONSISTENCY_DEADLINE_EXCEEDED: the token's writes were
+    │                             still open at the deadline (metadata open_event_ids)
     ├── UnavailableError          UNAVAILABLE (retried for reads and for writes with a request_id)
     ├── DataLossError             DATA_LOSS (the tenant's file is damaged: reason TENANT_CORRUPT)
     └── ServerError               anything else (INTERNAL, UNKNOWN, UNIMPLEMENTED, ...)
+
+The consistency-token errors (docs/hot-path.md "Read your own writes") are raised for a token the
+caller passed and for the client's own session token alike. For the session's token, the client
+has already dropped it when TOKEN_INVALID, TOKEN_FOREIGN or TIMELINE_CHANGED is raised: the writes it named are gone (the tenant was restored, replaced, or erased and made
+again), so read again (the next read waits for nothing) and write again what you still need.
+After CONSISTENCY_DEADLINE_EXCEEDED the token is kept (its writes are still queued): call again
+with a longer deadline, or opt out for that read (``consistency_token=""``).
 """
 
 from __future__ import annotations
@@ -116,6 +128,25 @@ class ServerError(MnemosyneClientError):
     Mnemosyne server at the address (the message then asks whether one listens there)."""
 
 
+class TokenInvalidError(InvalidArgumentError):
+    """TOKEN_INVALID: a consistency token that is not one (damaged, forged, or signed with another
+    secret). Drop it and read without it; nothing was read."""
+
+
+class TokenForeignError(InvalidArgumentError):
+    """TOKEN_FOREIGN: a consistency token of another tenant. Send each tenant its own tokens."""
+
+
+class TimelineChangedError(FailedPreconditionError):
+    """TIMELINE_CHANGED: the tenant was restored or replaced (import, restore) since the token's
+    writes: they may not exist any more. The session drops the token; read again without it."""
+
+
+class ConsistencyDeadlineExceededError(DeadlineExceededError):
+    """CONSISTENCY_DEADLINE_EXCEEDED: the read's deadline passed before the token's writes were
+    visible (a long backlog). The token stays; retry later, or read without it."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
@@ -128,6 +159,18 @@ _BY_CODE: dict[grpc.StatusCode, type[MnemosyneClientError]] = {
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DATA_LOSS: DataLossError,
 }
+# The reasons with a class of their own under their code's.
+_BY_REASON: dict[tuple[grpc.StatusCode, str], type[MnemosyneClientError]] = {
+    (grpc.StatusCode.INVALID_ARGUMENT, "TOKEN_INVALID"): TokenInvalidError,
+    (grpc.StatusCode.INVALID_ARGUMENT, "TOKEN_FOREIGN"): TokenForeignError,
+    (grpc.StatusCode.FAILED_PRECONDITION, "TIMELINE_CHANGED"): TimelineChangedError,
+    (grpc.StatusCode.DEADLINE_EXCEEDED, "CONSISTENCY_DEADLINE_EXCEEDED"): ConsistencyDeadlineExceededError,
+}
+
+
+def error_class(code: grpc.StatusCode, reason: str) -> type[MnemosyneClientError]:
+    """The class of a failure with ``code`` and ``reason``."""
+    return _BY_REASON.get((code, reason)) or _BY_CODE.get(code, ServerError)
 
 
 def _details(error: grpc.RpcError) -> list[any_pb2.Any]:
@@ -173,7 +216,7 @@ def typed(error: ServiceError) -> MnemosyneClientError:
     if isinstance(error, MnemosyneClientError):
         return error
     code = grpc.StatusCode[error.code_name]
-    return _BY_CODE.get(code, ServerError)(code, error.reason, error.message, dict(error.metadata))
+    return error_class(code, error.reason)(code, error.reason, error.message, dict(error.metadata))
 
 
 def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientError:
@@ -189,5 +232,4 @@ def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientErr
     message = error.details() or ""
     if info is None and target and code in _NOT_MNEMOSYNE:
         message = f"is a Mnemosyne server listening at {target}? ({message})"
-    cls = _BY_CODE.get(code, ServerError)
-    return cls(code, reason, message, metadata, retry_delay(error))
+    return error_class(code, reason)(code, reason, message, metadata, retry_delay(error))

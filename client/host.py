@@ -44,14 +44,24 @@ class MemoryHost:
 
     # -- context --------------------------------------------------------------------------------
 
-    def assemble_context(self, agent: object, workspace: str, query: str | None = None, k: int = 5) -> str:
+    def assemble_context(
+        self,
+        agent: object,
+        workspace: str,
+        query: str | None = None,
+        k: int = 5,
+        *,
+        consistency_token: str | None = None,
+    ) -> str:
         """The memory part of ``agent``'s prompt: the Global records, ``workspace``'s records and,
         for ``query``, the ``k`` most relevant memories, as text for the model (no generation in
         it). Records the generations it was read at as ``agent``'s observation (``agent`` is the
-        live object of one agent: its tool calls write against what it last read). Raises the
-        client's errors (``InvalidArgumentError`` WORKSPACE_INVALID, the token's, the server's
-        unavailability)."""
-        return self.client.run(host_protocol.read_memory(self.observations, agent, self.tenant, workspace, query, k))
+        live object of one agent: its tool calls write against what it last read). It waits for
+        the client's own writes of the tenant still queued (the client's session consistency;
+        ``consistency_token``: as for ``MemoryClient.recall``). Raises the client's errors
+        (``InvalidArgumentError`` WORKSPACE_INVALID, the token's, the server's unavailability)."""
+        flow = host_protocol.read_memory(self.observations, agent, self.tenant, workspace, query, k)
+        return self.client.run(flow, consistency_token=consistency_token)
 
     # -- tools ----------------------------------------------------------------------------------
 

@@ -4,6 +4,12 @@ Methods are named after the specification's API (retain, recall, retain_batch, .
 from ``mnemosyne.client.types``; failures raise ``mnemosyne.client.errors`` exceptions. Calls
 that fail with UNAVAILABLE are retried with backoff when repeating them is safe: reads, and
 writes that carry a request id (every write gets one unless the caller passes its own).
+
+Session consistency, by default: the client keeps the newest consistency token its writes of each
+tenant returned and sends it with its next reads and writes of that tenant, so a read waits for
+this client's own writes still queued (host/consistency.py; docs/hot-path.md "Read your own
+writes"). ``session_consistency=False`` turns it off for the client, ``consistency_token=""`` for
+one read; ``consistency_token=TOKEN`` makes a read wait for that token (from another client) alone.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
 from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.consistency import (
+    FLUSH_WAIT_SECONDS,
+    MAX_TENANTS,
+    SessionTokens,
+    flush_request,
+    role_of,
+    token_metadata,
+)
 from mnemosyne.host.protocol import (
     GLOBAL_GENERATION_KEY,
     WORKSPACE_GENERATION_KEY,
@@ -78,7 +92,11 @@ class MemoryClient:
     on a deployment of many members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the
     servers take ``--members``, or a mapping; a list that cannot be used raises
     ``MemberListError``, a ValueError): each call then goes straight to the member owning its
-    tenant (client/routing.py), and ``target`` is not used (``""`` will do). Use it as a context
+    tenant (client/routing.py), and ``target`` is not used (``""`` will do).
+    ``session_consistency``: keep the newest consistency token of each tenant this client wrote
+    and send it with the client's next reads and writes of that tenant (the default; at most
+    ``session_tenants`` tenants, the least recently used forgotten first), so the client reads its
+    own writes, fast ones included. The client may be shared by threads. Use it as a context
     manager, or ``close()`` it.
 
     Every failed call raises a ``MnemosyneClientError`` (``mnemosyne.client.errors``) whose class
@@ -93,7 +111,10 @@ class MemoryClient:
     unreachable, SHUTTING_DOWN, TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE: retried, then
     raised), ``DeadlineExceededError`` (the call outlived ``timeout``), ``DataLossError``
     (TENANT_CORRUPT: the tenant's file is damaged) and ``FailedPreconditionError`` (NOT_OWNER: a
-    member that does not hold the tenant; a client given ``members`` follows it on its own).
+    member that does not hold the tenant; a client given ``members`` follows it on its own). A
+    read or write carrying a session token may also fail with the token's own errors:
+    ``TokenInvalidError``, ``TokenForeignError``, ``TimelineChangedError`` and
+    ``ConsistencyDeadlineExceededError`` (docs/hot-path.md says what to do for each).
     """
 
     def __init__(
@@ -106,8 +127,11 @@ class MemoryClient:
         retries: int = 3,
         options: Sequence[tuple[str, Any]] = (),
         members: str | Mapping[str, str] | None = None,
+        session_consistency: bool = True,
+        session_tenants: int = MAX_TENANTS,
     ) -> None:
         self.target = target
+        self._session = SessionTokens(session_tenants) if session_consistency else None
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         given = {name for name, _ in options}
         options = [*(o for o in _CHANNEL_OPTIONS if o[0] not in given), *options]
@@ -164,6 +188,7 @@ class MemoryClient:
         retry: bool,
         metadata: Iterable[tuple[str, str]] = (),
         timeout: float | None = None,
+        session: bool = True,
     ) -> T:
         """Invoke a stub method with this client's token, deadline (``timeout``, else the
         client's), retries and typed errors: what every method here does, for a stub's method of
@@ -171,8 +196,11 @@ class MemoryClient:
 
         ``retry``: the call is safe to repeat (a read, or a write carrying a request id); then it
         is tried again after UNAVAILABLE and after a refusal naming a retry delay. ``metadata`` is
-        sent beside the token. Returns the response. Raises ``InvalidArgumentError``
-        (REQUEST_TOO_LARGE) before sending a request over 16 MiB, and the call's typed error."""
+        sent beside the token. ``session``: the call carries the session's consistency tokens
+        (host/consistency.py says which calls do). Returns the response. Raises
+        ``InvalidArgumentError`` (REQUEST_TOO_LARGE) before sending a request over 16 MiB, and the
+        call's typed error."""
+        metadata = tuple(metadata)
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
             raise InvalidArgumentError(
@@ -182,11 +210,32 @@ class MemoryClient:
                 "e.g. a large batch into several",
                 {},
             )
-        return self._retrying(
-            lambda: method(request, timeout=timeout or self._timeout, metadata=(*self._metadata, *metadata)),
-            retry=retry,
-            tenant=getattr(request, "tenant", ""),
-        )
+        tenant = getattr(request, "tenant", "")
+        tracked = self._session if session else None
+        sent = tracked.outgoing(request, metadata) if tracked is not None else ()
+        metadata = (*self._metadata, *metadata, *token_metadata(sent))
+        try:
+            for older in sent[:-1]:  # writes that overlapped: their tokens are waited for first
+                self._call_waiting(self.hot_path_stub.Flush, flush_request(tenant, older), FLUSH_WAIT_SECONDS)
+            result = self._retrying(
+                lambda: method(request, timeout=timeout or self._timeout, metadata=metadata),
+                retry=retry,
+                tenant=tenant,
+            )
+        except MnemosyneClientError as error:
+            if tracked is not None:
+                tracked.refused(tenant, sent, error.reason)
+            raise
+        if tracked is not None:
+            # A stub's with_call answers (response, call).
+            tracked.answered(request, sent, result[0] if isinstance(result, tuple) else result)
+        return result
+
+    def consistency_token(self, tenant: str) -> str | None:
+        """The consistency token of this client's latest write of ``tenant`` (None: none kept, or
+        session consistency is off): give it to another client's read (``consistency_token=``)
+        to make that read wait for this client's writes."""
+        return self._session.newest(tenant) if self._session is not None else None
 
     def _failed(self, error: grpc.RpcError, tenant: str = "") -> MnemosyneClientError:
         """The typed error of a failed call for ``tenant``, naming the address the call went to."""
@@ -217,21 +266,28 @@ class MemoryClient:
 
     # -- the calls of the shared host flows (host/protocol.py) --------------------------------------
 
-    def ask(self, ask: Ask) -> Answer:
+    def ask(self, ask: Ask, *, consistency_token: str | None = None) -> Answer:
         """Make one call of a host flow (host/protocol.py) with this client's token, deadline
-        (outlasting the call's wait on the server), retries and typed errors; returns the
-        response with its initial and trailing metadata. ``MemoryHost`` runs its flows through it."""
+        (outlasting the call's wait on the server), retries and typed errors; a read carries the
+        session's consistency tokens, or ``consistency_token`` instead (``""``: none). Returns
+        the response with its initial and trailing metadata. ``MemoryHost`` runs its flows
+        through it."""
         service, method = ask.method.rsplit("/", 2)[1:]
         stub = getattr(self._stubs[service], method).with_call
         timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
-        response, call = self.call(stub, ask.request, retry=True, metadata=ask.metadata, timeout=timeout)
+        metadata = ask.metadata
+        if consistency_token is not None and role_of(ask.request) == "read":
+            metadata = (*metadata, *token_metadata([consistency_token] if consistency_token else []))
+        session = consistency_token is None or role_of(ask.request) != "read"
+        response, call = self.call(stub, ask.request, retry=True, metadata=metadata, timeout=timeout, session=session)
         return Answer(response, call.initial_metadata() or (), call.trailing_metadata() or ())
 
-    def run(self, flow: Flow[T]) -> T:
-        """Run a host flow (host/protocol.py) to its result, its calls made by ``ask``. Raises
-        the typed client error of a failed call, or of what the flow itself refuses."""
+    def run(self, flow: Flow[T], *, consistency_token: str | None = None) -> T:
+        """Run a host flow (host/protocol.py) to its result, its calls made by ``ask`` (its reads
+        with ``consistency_token`` when given). Raises the typed client error of a failed call,
+        or of what the flow itself refuses."""
         try:
-            return host_protocol.run(flow, self.ask)
+            return host_protocol.run(flow, lambda ask: self.ask(ask, consistency_token=consistency_token))
         except ServiceError as error:
             if isinstance(error, MnemosyneClientError):
                 raise
@@ -314,14 +370,17 @@ class MemoryClient:
         filters: Mapping[str, str] | None = None,
         *,
         mode: str = "hybrid",
+        consistency_token: str | None = None,
     ) -> list[types.Hit]:
         """The ``k`` memories of ``tenant`` most relevant to ``query``, best first.
 
         ``query`` is free text (never query syntax); ``scopes`` keeps only memories of those
         scopes (all when empty); ``filters`` only memories whose metadata has each pair exactly;
-        ``mode`` is "hybrid" (vectors fused with full-text BM25), "vector" or "text". Returns
-        ``Hit``s: the memory and its fused, vector and text scores (comparable within one
-        answer). Raises ``ValueError`` for another ``mode``; ``InvalidArgumentError``
+        ``mode`` is "hybrid" (vectors fused with full-text BM25), "vector" or "text".
+        ``consistency_token``: None waits for this client's own writes of the tenant (session
+        consistency), ``""`` for none, a token for the writes it names (as does every read
+        below). Returns ``Hit``s: the memory and its fused, vector and text scores (comparable
+        within one answer). Raises ``ValueError`` for another ``mode``; ``InvalidArgumentError``
         (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default;
         SCOPE_INVALID, METADATA_INVALID)."""
         if mode not in _MODES:
@@ -334,16 +393,20 @@ class MemoryClient:
             metadata_equals=dict(filters or {}),
             mode=_MODES[mode],
         )
-        response = self.call(self.memory.Recall, request, retry=True)
+        response = self._read(self.memory.Recall, request, consistency_token)
         return convert.hits_from_proto(response.hits)
 
-    def get_memory(self, tenant: str, memory_id: int) -> types.Memory:
+    def _read(self, method: Callable[..., T], request: Any, consistency_token: str | None) -> T:
+        """A read that waits for the session's writes, or for ``consistency_token``'s ("": none)."""
+        if consistency_token:
+            request.consistency_token = consistency_token
+        return self.call(method, request, retry=True, session=consistency_token is None)
+
+    def get_memory(self, tenant: str, memory_id: int, *, consistency_token: str | None = None) -> types.Memory:
         """One memory of ``tenant`` by id, forgotten or merged ones included (as history).
         Raises ``NotFoundError`` (MEMORY_NOT_FOUND) for an id the tenant never had."""
-        response = self.call(
-            self.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id), retry=True
-        )
-        return convert.memory_from_proto(response.memory)
+        request = memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=memory_id)
+        return convert.memory_from_proto(self._read(self.memory.GetMemory, request, consistency_token).memory)
 
     def list_memories(
         self,
@@ -356,6 +419,7 @@ class MemoryClient:
         newest_first: bool = False,
         thread: str = "",
         metadata_equals: Mapping[str, str] | None = None,
+        consistency_token: str | None = None,
     ) -> types.MemoryPage:
         """A page of ``tenant``'s memories in id order (``newest_first``: the reverse); with
         ``thread``, only that thread's, in thread order.
@@ -377,8 +441,7 @@ class MemoryClient:
             thread=thread,
             metadata_equals=dict(metadata_equals or {}),
         )
-        response = self.call(self.memory.ListMemories, request, retry=True)
-        return convert.memory_page_from_proto(response)
+        return convert.memory_page_from_proto(self._read(self.memory.ListMemories, request, consistency_token))
 
     def forget(self, tenant: str, memory_id: int, request_id: str | None = None) -> bool:
         """Forget a memory: everything it held (text, metadata, facts, embedding, earlier versions)
@@ -534,7 +597,7 @@ class MemoryClient:
     # from ``MemoryHost``, which keeps generations out of everything the model sees.
 
     def assemble_context(
-        self, tenant: str, workspace: str, query: str | None = None, k: int = 5
+        self, tenant: str, workspace: str, query: str | None = None, k: int = 5, *, consistency_token: str | None = None
     ) -> types.AssembledContext:
         """Records of Global and ``workspace`` (+ the ``k`` memories recalled for ``query``), with
         the exact generations read in the same snapshot (from the response metadata): host code
@@ -544,9 +607,9 @@ class MemoryClient:
         one by one and must carry the same generation; if one changed meanwhile, the context is
         assembled again (up to three times), so records and generations always belong together.
         Recalled memories left out are named in ``omitted_memory_ids`` (``get_memory`` each).
-        Returns an ``AssembledContext``. Raises ``InvalidArgumentError`` (WORKSPACE_INVALID and
-        the query reasons of ``recall``)."""
-        assembled = self.run(host_protocol.assemble(tenant, workspace, query, k))
+        ``consistency_token``: as for ``recall``. Returns an ``AssembledContext``. Raises
+        ``InvalidArgumentError`` (WORKSPACE_INVALID and the query reasons of ``recall``)."""
+        assembled = self.run(host_protocol.assemble(tenant, workspace, query, k), consistency_token=consistency_token)
         return types.AssembledContext(
             global_records=[convert.record_from_proto(r) for r in assembled.global_records],
             workspace_records=[convert.record_from_proto(r) for r in assembled.workspace_records],
@@ -889,20 +952,23 @@ class MemoryClient:
         self, tenant: str, action: str, timeout_seconds: float = 0.0
     ) -> types.HotPathStatus | types.FlushResult: ...
     def hot_path(
-        self, tenant: str, action: str, timeout_seconds: float = 0.0
+        self, tenant: str, action: str, timeout_seconds: float = 0.0, *, consistency_token: str = ""
     ) -> types.HotPathStatus | types.FlushResult:
         """Act on ``tenant``'s hot path (fast, queued writes): ``action`` is "enable", "disable",
         "status" or "flush" (the specification's memory_hot_path).
 
-        "flush" blocks until every fast write accepted before it has finished and returns a
-        ``FlushResult`` (its succeeded ones are then readable); "disable" stops queueing and
-        waits for the queue to drain. Both wait at most ``timeout_seconds`` (0: the server's 30)
-        and then raise ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED) whose metadata names
-        the remaining depth. The others return the ``HotPathStatus``. Raises ``ValueError`` for
-        another ``action`` and ``InvalidArgumentError`` (TIMEOUT_INVALID)."""
+        "flush" blocks until every fast write accepted before it has finished (with
+        ``consistency_token``: only the writes that token names) and returns a ``FlushResult``
+        (its succeeded ones are then readable); "disable" stops queueing and waits for the queue
+        to drain. Both wait at most ``timeout_seconds`` (0: the server's 30) and then raise
+        ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED) whose metadata names the remaining
+        depth. The others return the ``HotPathStatus``. Raises ``ValueError`` for another
+        ``action`` and ``InvalidArgumentError`` (TIMEOUT_INVALID, TOKEN_INVALID, TOKEN_FOREIGN)."""
         wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
-            request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=timeout_seconds)
+            request = hot_path_pb2.FlushRequest(
+                tenant=tenant, timeout_seconds=timeout_seconds, consistency_token=consistency_token
+            )
             r = self._call_waiting(self.hot_path_stub.Flush, request, wait)
             return convert.flush_from_proto(r)
         methods = {

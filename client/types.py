@@ -4,6 +4,7 @@ types); the protos' comments (protos/mnemosyne/v1) say the same of each field.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # The scope a memory goes to when none is named (the server's default too).
 DEFAULT_SCOPE = "global"
@@ -300,6 +301,18 @@ class TenantBackup:
     generations: dict[str, int]
     files: list[BackupFile]
 
+    def figures(self) -> dict[str, Any]:
+        """The copy's figures as a backup's and an export's manifest record them (JSON values)."""
+        return {
+            "change_counter": self.change_counter,
+            "inbox_sequence": self.inbox_sequence,
+            "head_hash": self.head_hash,
+            "ledger_entries": self.ledger_entries,
+            "memories": self.memories,
+            "last_event_id": self.last_event_id,
+            "generations": dict(sorted(self.generations.items())),
+        }
+
 
 @dataclass(frozen=True)
 class BackupChunk:
@@ -425,6 +438,8 @@ class HotPathStatus:
     duplicates: int
     writes: int
     model_calls: int
+    # Open operations a read is waiting for (a read given a consistency token): taken first.
+    awaited: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,23 +10,30 @@ transport's ``convert``, then the client's), so no field can differ between the 
 (tests/test_memory_brain.py compares every method of both on the same inputs).
 
 ``retain(text, fast=True)`` takes the asynchronous hot path only when the tenant's hot path is
-enabled (``hot_path(action="enable")``): it returns status "enqueued" with an event id, and the
-memory is readable after ``hot_path(action="flush")``. When the hot path is disabled, ``fast`` is
-ignored and the write is synchronous (status "created"/"duplicate", readable on return).
+enabled (``hot_path(action="enable")``): it returns status "enqueued" with an event id. The brain
+keeps the consistency token of its own queued writes (session consistency, as ``MemoryClient``
+does: host/consistency.py), so its next ``recall`` or ``get_memory`` waits for them — the workers
+take them ahead of the backlog — and finds them; ``consistency_token=""`` reads without waiting,
+and another brain's or client's token (``consistency_token()``) waits for that one's writes.
+When the hot path is disabled, ``fast`` is ignored and the write is synchronous (status
+"created"/"duplicate", readable on return).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
-from mnemosyne.client.errors import _BY_CODE, ServerError
-from mnemosyne.engine.types import RecallMode, RetainItem
-from mnemosyne.errors import MnemosyneError
+from mnemosyne.client.errors import MnemosyneClientError, error_class
+from mnemosyne.engine.consistency import WritesOpen
+from mnemosyne.engine.types import RecallMode, RetainItem, RetainOutcome, RetainStatus
+from mnemosyne.errors import DeadlineExceeded, MnemosyneError
+from mnemosyne.host.consistency import SessionTokens
 from mnemosyne.transport import convert
 from mnemosyne.transport.errors import status_code_for
 
@@ -34,6 +41,8 @@ if TYPE_CHECKING:
     from mnemosyne.engine.engine import Engine
 
 T = TypeVar("T")
+# How long a read in process waits for the writes of a token (as a server's read without a deadline).
+TOKEN_WAIT_SECONDS = 30.0
 _ADDRESS = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}")
 _HOT_PATH_ACTIONS = ("enable", "disable", "status", "flush")
 
@@ -48,7 +57,7 @@ def _translated(work: Callable[[], T]) -> T:
         return work()
     except MnemosyneError as exc:
         code = status_code_for(exc)
-        raise _BY_CODE.get(code, ServerError)(
+        raise error_class(code, exc.reason)(
             code, exc.reason, exc.message, exc.metadata, exc.retry_after_seconds
         ) from exc
 
@@ -61,16 +70,28 @@ class MemoryBrain:
     sends); ``tenant`` the tenant every call reads and writes. Both modes return the client's
     values (``mnemosyne.client.types``) and raise the client's typed errors
     (``mnemosyne.client.errors``, with the server's reasons), so code runs unchanged on either.
-    Use it as a context manager, or ``close()`` it. Opening a directory another process serves
-    raises ``FailedPreconditionError`` (DATA_DIR_LOCKED).
+    ``session_consistency`` (the default): a read waits for this brain's own writes still
+    queued, so ``retain(text, fast=True)`` then ``recall`` finds the text at once
+    (``consistency_token=""`` on one read opts it out). Use it as a context manager, or
+    ``close()`` it. Opening a directory another process serves raises
+    ``FailedPreconditionError`` (DATA_DIR_LOCKED).
     """
 
-    def __init__(self, location: str | Path, tenant: str = "default", *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        location: str | Path,
+        tenant: str = "default",
+        *,
+        token: str | None = None,
+        session_consistency: bool = True,
+    ) -> None:
         self.tenant = tenant
         self._client: MemoryClient | None = None
         self._engine: Engine | None = None
+        # In process: the consistency tokens of this brain's queued writes (a client keeps its own).
+        self._tokens = SessionTokens(1) if session_consistency else None
         if _is_address(location):
-            self._client = MemoryClient(str(location), token)
+            self._client = MemoryClient(str(location), token, session_consistency=session_consistency)
         else:
             # The engine (numpy, SQLite) loads only for a local directory: `import mnemosyne` and a
             # MemoryBrain on a server's address stay a client, and the server's command sets the
@@ -99,6 +120,49 @@ class MemoryBrain:
         assert self._engine is not None
         engine = self._engine
         return _translated(lambda: work(engine))
+
+    def _wrote(self, outcomes: Sequence[RetainOutcome] = ()) -> None:
+        """In process, after a write: its token (what it queued, none when synchronous) carrying
+        the session's newest, kept by the session, as a server answers a client's write."""
+        queued = [o.event_id for o in outcomes if o.status is RetainStatus.ENQUEUED]
+        if self._tokens is None:
+            return
+        tokens = self._tokens
+        sent = tokens.tokens(self.tenant)[-1:]
+        if not sent and not queued:
+            return  # visible already, and nothing earlier to cover (host/consistency.py ``queued``)
+        token = self._local(lambda e: e.consistency.issue(self.tenant, queued, carried="".join(sent)))
+        tokens.wrote(self.tenant, sent, token)
+
+    def _read(self, work: Callable[[Engine], T], consistency_token: str | None) -> T:
+        """In process, a read after the writes of the session's tokens (or ``consistency_token``'s;
+        "": none) are visible or failed, waiting for them on this thread as a server's read waits
+        on its event loop: TOKEN_WAIT_SECONDS at most."""
+        tokens = self._tokens if consistency_token is None else None
+        waited: Sequence[str] = tokens.tokens(self.tenant) if tokens is not None else [consistency_token or ""]
+        deadline = time.monotonic() + TOKEN_WAIT_SECONDS
+
+        def wait(engine: Engine) -> None:
+            for token in filter(None, waited):
+                _wait_for_token(engine, self.tenant, token, deadline)
+
+        try:
+            self._local(wait)
+            result = self._local(work)
+        except MnemosyneClientError as error:
+            if tokens is not None:
+                tokens.refused(self.tenant, waited, error.reason)
+            raise
+        if tokens is not None:
+            tokens.read(self.tenant, waited)
+        return result
+
+    def consistency_token(self) -> str | None:
+        """The consistency token of this brain's latest write still counted (None: none): another
+        brain's or client's read given it waits for this brain's writes."""
+        if self._client is not None:
+            return self._client.consistency_token(self.tenant)
+        return self._tokens.newest(self.tenant) if self._tokens is not None else None
 
     # -- the specification's API -------------------------------------------------------------------
 
@@ -137,6 +201,7 @@ class MemoryBrain:
             return self._client.retain(self.tenant, text, scope, metadata, request_id, fast=fast)
         item = RetainItem(text, scope, dict(metadata or {}))
         outcome = self._local(lambda e: e.retain(self.tenant, item, request_id=request_id, fast=fast))
+        self._wrote([outcome])
         return client_convert.retain_result_from_proto(convert.to_retain_result(outcome))
 
     def retain_batch(
@@ -150,6 +215,7 @@ class MemoryBrain:
             return self._client.retain_batch(self.tenant, items, request_id, fast=fast)
         engine_items = [convert.from_retain_item(client_convert.retain_item_to_proto(i)) for i in items]
         outcomes = self._local(lambda e: e.retain_batch(self.tenant, engine_items, request_id=request_id, fast=fast))
+        self._wrote(outcomes)
         return [client_convert.retain_result_from_proto(r) for r in convert.to_retain_batch_response(outcomes).results]
 
     def recall(
@@ -160,16 +226,21 @@ class MemoryBrain:
         scopes: Sequence[str] | None = None,
         filters: Mapping[str, str] | None = None,
         mode: str = "hybrid",
+        consistency_token: str | None = None,
     ) -> list[types.Hit]:
         """The ``k`` memories most relevant to ``query``, best first, as ``Hit``s (memory and
         scores); ``scopes`` and ``filters`` (metadata pairs) narrow them, ``mode`` is "hybrid",
-        "vector" or "text". Raises ``ValueError`` for another mode; ``InvalidArgumentError``
+        "vector" or "text". ``consistency_token``: None waits for this brain's own writes
+        (session consistency), ``""`` for none, a token for the writes it names (as for
+        ``get_memory``). Raises ``ValueError`` for another mode; ``InvalidArgumentError``
         (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE, SCOPE_INVALID)."""
         if self._client is not None:
-            return self._client.recall(self.tenant, query, k, scopes, filters, mode=mode)
+            return self._client.recall(
+                self.tenant, query, k, scopes, filters, mode=mode, consistency_token=consistency_token
+            )
         if mode not in RecallMode._value2member_map_:
             raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
-        recalled = self._local(
+        recalled = self._read(
             lambda e: e.recall(
                 self.tenant,
                 query,
@@ -177,16 +248,17 @@ class MemoryBrain:
                 scopes=list(scopes or ()),
                 metadata_equals=dict(filters or {}),
                 mode=RecallMode(mode),
-            )
+            ),
+            consistency_token,
         )
         return client_convert.hits_from_proto(convert.to_recall_response(recalled).hits)
 
-    def get_memory(self, memory_id: int) -> types.Memory:
+    def get_memory(self, memory_id: int, *, consistency_token: str | None = None) -> types.Memory:
         """One memory by id (forgotten and merged ones as history). Raises ``NotFoundError``
         (MEMORY_NOT_FOUND)."""
         if self._client is not None:
-            return self._client.get_memory(self.tenant, memory_id)
-        memory = self._local(lambda e: e.memories.get(self.tenant, memory_id))
+            return self._client.get_memory(self.tenant, memory_id, consistency_token=consistency_token)
+        memory = self._read(lambda e: e.memories.get(self.tenant, memory_id), consistency_token)
         return client_convert.memory_from_proto(convert.to_get_memory_response(memory).memory)
 
     def forget(self, memory_id: int, *, request_id: str | None = None) -> bool:
@@ -194,7 +266,9 @@ class MemoryBrain:
         forgotten already. Raises ``NotFoundError`` (MEMORY_NOT_FOUND)."""
         if self._client is not None:
             return self._client.forget(self.tenant, memory_id, request_id)
-        return self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
+        forgotten = self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
+        self._wrote()
+        return forgotten
 
     def dedup(self, *, merge: bool = False, threshold: float = 0.0) -> types.DedupResult:
         """Near-duplicate groups (embeddings at least ``threshold`` similar, 0: the default, and
@@ -204,6 +278,8 @@ class MemoryBrain:
         if self._client is not None:
             return self._client.dedup(self.tenant, merge=merge, threshold=threshold)
         report = self._local(lambda e: e.dedup(self.tenant, merge=merge, threshold=threshold))
+        if merge:
+            self._wrote()
         return client_convert.dedup_from_proto(convert.to_dedup_response(report))
 
     @overload
@@ -269,3 +345,23 @@ class MemoryBrain:
         if self._client is not None:
             return self._client.stats(self.tenant)
         return client_convert.stats_from_proto(convert.to_stats(self._local(lambda e: e.tenants.stats(self.tenant))))
+
+
+def _wait_for_token(engine: Engine, tenant: str, token: str, deadline: float) -> None:
+    """Block until the writes of ``token`` are visible or failed (the workers take them first),
+    or DEADLINE_EXCEEDED / CONSISTENCY_DEADLINE_EXCEEDED at ``deadline`` (time.monotonic())."""
+    while True:
+        try:
+            engine.consistency.check(tenant, token)
+            return
+        except WritesOpen as pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                shown = ",".join(str(i) for i in pending.open_ids[:100])
+                raise DeadlineExceeded(
+                    f"the read waited {TOKEN_WAIT_SECONDS:g}s for {len(pending.open_ids)} writes of its consistency "
+                    f"token that are not applied yet (events {shown}); read again later, or without the token",
+                    reason="CONSISTENCY_DEADLINE_EXCEEDED",
+                    metadata={"open_event_ids": shown},
+                ) from None
+            engine.hot_path.awaited.wait(tenant, pending.spans, left)

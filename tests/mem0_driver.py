@@ -1,5 +1,7 @@
 """Runs INSIDE the separate mem0ai virtual environment (tests/mem0_support.py): the official
-``mem0.MemoryClient``, driven line by line. Argument: a JSON object {"host", "api_key", "headers"}.
+``mem0.MemoryClient``, driven line by line. Argument: a JSON object {"host", "api_key", "headers",
+"helper"}; "helper", when set, is the path of Mnemosyne's session-consistency helper
+(client/mem0.py), loaded from its file as a user who copied it would, and applied to the client.
 Then each line of standard input is a JSON [method, kwargs]; each answer is one line of JSON,
 {"ok": result} or {"error": exception class, "message": ..., "status": HTTP status or null}.
 The method "set_headers" sets headers of the client's later requests (one client for many tenants
@@ -31,6 +33,14 @@ def main() -> None:
 
         http = httpx.Client(headers=settings.get("headers") or {}, timeout=60) if settings.get("headers") else None
         client = MemoryClient(api_key=settings["api_key"], host=settings["host"], client=http)
+        if settings.get("helper"):
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("mnemosyne_mem0", settings["helper"])
+            assert spec is not None and spec.loader is not None, settings["helper"]
+            helper = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(helper)
+            client = helper.session_consistency(client)
         print(json.dumps({"ok": "ready"}), flush=True)
     except Exception as exc:  # the construction's own error (ping refused, a bad key...)
         print(json.dumps(_error(exc)), flush=True)

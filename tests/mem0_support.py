@@ -18,6 +18,7 @@ from typing import Any
 
 MEM0AI_PIN = "2.0.18"
 DRIVER = Path(__file__).with_name("mem0_driver.py")
+MEM0_HELPER = Path(__file__).resolve().parents[1] / "client" / "mem0.py"
 
 
 def mem0_python() -> Path:
@@ -51,8 +52,12 @@ def mem0_environment(home: Path) -> dict[str, str]:
 class Mem0Client:
     """``mem0.MemoryClient(api_key=..., host=...)`` in its own process; ``call`` runs one method."""
 
-    def __init__(self, host: str, api_key: str, home: Path, headers: dict[str, str] | None = None) -> None:
-        settings = json.dumps({"host": host, "api_key": api_key, "headers": headers or {}})
+    def __init__(
+        self, host: str, api_key: str, home: Path, headers: dict[str, str] | None = None, *, helper: bool = False
+    ) -> None:
+        """``helper``: with Mnemosyne's session-consistency helper (client/mem0.py) applied."""
+        helper_path = str(MEM0_HELPER) if helper else ""
+        settings = json.dumps({"host": host, "api_key": api_key, "headers": headers or {}, "helper": helper_path})
         self._process = subprocess.Popen(
             [str(mem0_python()), str(DRIVER), settings],
             stdin=subprocess.PIPE,

@@ -92,14 +92,15 @@ def test_get_event_of_unknown_id_is_not_found(client: MemoryClient, tenant: str)
 
 
 def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp_path: Path) -> None:
-    """The promise the hot path does NOT make (seed §9.2): read-after-write without a barrier."""
+    """The promise the hot path does NOT make (seed §9.2) without a consistency token: a read that
+    carries none (here opted out of the client's session) does not see a fast write still queued."""
     hold = tmp_path / "hold"
     hold.touch()
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
     with MemoryClient(server.target) as c:
         c.hot_path("stale", "enable")
         event_id = c.retain("stale", "Refund ticket RF-88213 awaits finance review", fast=True).event_id
-        assert c.recall("stale", "refund ticket RF-88213", k=3) == []  # accepted, not yet on disk
+        assert c.recall("stale", "refund ticket RF-88213", k=3, consistency_token="") == []  # accepted, not on disk
         assert c.get_event("stale", event_id).status in ("pending", "running")
         hold.unlink()
         c.hot_path("stale", "flush", timeout_seconds=60)  # the barrier

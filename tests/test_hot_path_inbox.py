@@ -92,8 +92,10 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
             with inbox.write(sync=True) as itxn:
                 for i in range(4):
                     itxn.append(
+                        store.acceptances.take(),
                         "retain",
                         f'{{"metadata":{{}},"scope":"global","text":"moved twice {i}: bay MB-{i}"}}',
+                        None,
                         None,
                         time.time(),
                     )

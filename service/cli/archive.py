@@ -49,13 +49,7 @@ CHUNK_BYTES = 1 << 20
 def _manifest_json(copy: TenantBackup, server: str) -> bytes:
     tenant: dict[str, Any] = {
         "tenant": copy.tenant,
-        "change_counter": copy.change_counter,
-        "inbox_sequence": copy.inbox_sequence,
-        "head_hash": copy.head_hash,
-        "ledger_entries": copy.ledger_entries,
-        "memories": copy.memories,
-        "last_event_id": copy.last_event_id,
-        "generations": dict(sorted(copy.generations.items())),
+        **copy.figures(),
         "files": [
             {"name": f.name, "size": f.size, "sha256": f.sha256, "member": MEMBER_OF_FILE[f.name]} for f in copy.files
         ],

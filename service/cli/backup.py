@@ -59,6 +59,7 @@ from mnemosyne.store.data_dir import (
 )
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.files import fsync
+from mnemosyne.store.install import stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import validate_tenant
@@ -259,13 +260,7 @@ class _Writer:
             )
         copy = current.copy
         self.done[copy.tenant] = {
-            "change_counter": copy.change_counter,
-            "inbox_sequence": copy.inbox_sequence,
-            "head_hash": copy.head_hash,
-            "ledger_entries": copy.ledger_entries,
-            "memories": copy.memories,
-            "last_event_id": copy.last_event_id,
-            "generations": dict(sorted(copy.generations.items())),
+            **copy.figures(),
             "backed_up_at": time.time(),
             "files": current.files,
         }
@@ -417,12 +412,15 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
     return paths
 
 
-def _place(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target`` through a temporary name in the target's directory."""
+def _place(source: Path, target: Path, *, stamp: Callable[[Path], None] | None = None) -> None:
+    """Copy ``source`` to ``target`` through a temporary name in the target's directory
+    (``stamp``: what is done to the copy before it takes the target's name)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{target.name}")
     try:
         shutil.copyfile(source, temporary)
+        if stamp is not None:
+            stamp(temporary)  # a restored tenant's content is replaced: a timeline of its own
         fsync(temporary)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(f"{target}{suffix}").unlink(missing_ok=True)
@@ -482,7 +480,7 @@ def restore(
             if "inbox" in files:
                 _place(files["inbox"], inbox_file)
                 _hold("restore-placing")
-            _place(files["database"], tenant_file)
+            _place(files["database"], tenant_file, stamp=stamp_new_timeline)
             progress(f"{tenant}: restored")
     except OSError as exc:
         if exc.errno == errno.ENOSPC:

@@ -119,7 +119,7 @@ def _mcp(args: argparse.Namespace) -> int:
     from mnemosyne.client.mcp_host import Agent, Session, build_server
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    with _client(args) as client:
+    with MemoryClient(args.target, **_client_settings(args), session_consistency=args.session_consistency) as client:
         # One process is one session: its agent is this process's.
         session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
         anyio.run(build_server(lambda _ctx: session).run_stdio_async)
@@ -204,6 +204,12 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     mcp = commands.add_parser("mcp", help="an MCP server of memory tools over stdio, for a model (a host)")
     mcp.add_argument("--tenant", required=True, help="the tenant the tools read and write")
     mcp.add_argument("--workspace", default="main", help="the workspace whose records the tools show and edit")
+    mcp.add_argument(
+        "--no-session-consistency",
+        dest="session_consistency",
+        action="store_false",
+        help="do not make the session's reads wait for its own queued writes (docs/mcp.md)",
+    )
     add_connection_flags(mcp, "the tenant's token")
     mcp.set_defaults(run=_mcp)
 

@@ -11,6 +11,7 @@ Each part receives what it uses, not the engine:
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
 * ``consolidator`` (engine/consolidator.py): sessions (threads) consolidated into records, exactly once;
+* ``consistency`` (engine/consistency.py): the consistency tokens of writes, and where a read's stands;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
@@ -32,6 +33,7 @@ from mnemosyne.engine import ann
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.backup import Backups
 from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
@@ -39,6 +41,8 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
+from mnemosyne.engine.hot_path.changes import Changes
+from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
@@ -148,8 +152,17 @@ class Engine:
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
         )
-        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed)
-        self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=seams.committed)
+        # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
+        self.changes = Changes()
+        fences = Fences(self.changes)
+        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed, fences=fences)
+        self.updates = Updates(
+            pool=self.pool,
+            write_path=self.write_path,
+            committed=seams.committed,
+            fences=fences,
+            settle=lambda tenant, fingerprints: self.hot_path.settle(tenant, fingerprints),
+        )
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
@@ -164,9 +177,11 @@ class Engine:
             config=config.hot_path,
             limits=config.limits,
             observer=observer,
-            hold_file=seams.hold_workers_file,
+            seams=seams,
+            changes=self.changes,
         )
         self.hot_path.start()
+        self.consistency = Consistency(pool=self.pool, hot_path=self.hot_path)
         self.consolidator.start()
         self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
         self.backups = Backups(pool=self.pool)
@@ -267,6 +282,8 @@ class Engine:
             enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
             if enqueued is not None:  # the enqueue answers a known request id itself
                 return enqueued
+            # Queued writes of the same content were accepted first: this one is their duplicate.
+            self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
             result = self.write_path.write(
                 tenant,
                 store,

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine import page_tokens
+from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.postings import drop_texts
@@ -74,10 +75,16 @@ _RECEIPT = "receipt"  # the list a write receipt belongs to (page_tokens' query)
 
 class Memories:
     def __init__(
-        self, *, pool: TenantPool, limits: Limits, committed: Callable[[str], None] = lambda _method: None
+        self,
+        *,
+        pool: TenantPool,
+        limits: Limits,
+        fences: Fences,
+        committed: Callable[[str], None] = lambda _method: None,
     ) -> None:
         self.pool = pool
         self.limits = limits
+        self._fences = fences  # a forget fences the queued writes (engine/hot_path/fences.py)
         self._committed = committed  # the crash-after-commit test seam (EngineConfig.committed)
 
     def get(self, tenant: str, memory_id: int) -> Memory:
@@ -226,7 +233,7 @@ class Memories:
             if store is None:
                 raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
             erased: list[int] = []
-            with store.write() as txn:
+            with self._fences.fenced(tenant, store) as (txn, fence):
                 prior = replayed_result(txn, request_id, "forget", payload_hash) if request_id else None
                 if prior is not None:
                     forgotten = bool(json.loads(prior))
@@ -235,7 +242,9 @@ class Memories:
                         raise NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
                     _, epoch_before = txn.index_state()
                     # Memories Dedup merged into this one hold the same content: forget them too.
-                    for forget_id in [memory_id, *txn.merged_into_ids(memory_id)]:
+                    doomed = [memory_id, *txn.merged_into_ids(memory_id)]
+                    fence.duplicates_of(txn.fingerprints_of(doomed))  # queued writes of its content
+                    for forget_id in doomed:
                         if txn.forget_memory(forget_id):
                             erased.append(forget_id)
                     forgotten = bool(erased)

@@ -65,6 +65,11 @@ class PreparedItem:
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
     near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit
+    # Its acceptance position (store/acceptance.py): an operation's event id, or what a synchronous
+    # write takes in its commit (None until then).
+    acceptance: int | None = None
+    # Similar stored memories accepted AFTER it, (id, position): their events name it once it exists.
+    near_later: list[tuple[int, int]] = field(default_factory=list)
 
     def new_memory(self, now: float, *, resolve_relative_time: bool) -> NewMemory:
         """What the store writes of this item (it must be extracted and embedded): with relative
@@ -89,6 +94,7 @@ class PreparedItem:
             thread_position=thread.position if thread else None,
             index_words=index_words,
             speaker=self.item.speaker,
+            acceptance=self.acceptance,
         )
 
     def to_payload(self) -> str:

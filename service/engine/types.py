@@ -244,6 +244,7 @@ class HotPathState:
     duplicates: int
     writes: int
     model_calls: int
+    awaited: int = 0  # open operations a read waits for (taken ahead of the backlog)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from mnemosyne.engine import conflicts
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import check_tenant_embedder
+from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
@@ -73,10 +74,18 @@ def _refuse_duplicate(txn: ReadTxn, memory_id: int, fingerprint: str) -> None:
 
 class Updates:
     def __init__(
-        self, *, pool: TenantPool, write_path: WritePath, committed: Callable[[str], None] = lambda _method: None
+        self,
+        *,
+        pool: TenantPool,
+        write_path: WritePath,
+        fences: Fences,
+        settle: Callable[[str, Sequence[str]], None],
+        committed: Callable[[str], None] = lambda _method: None,
     ) -> None:
         self._pool = pool
         self._write_path = write_path
+        self._fences = fences  # forgets and updates fence the queued writes (engine/hot_path/fences.py)
+        self._settle = settle  # a write of queued content waits for it (engine/hot_path/awaited.py)
         self._committed = committed  # the crash-after-commit test seam (EngineConfig.committed)
 
     def update(
@@ -111,18 +120,26 @@ class Updates:
             )
             if prepared.item.text == row.body and prepared.item.metadata == row.metadata:
                 return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
+            # Queued writes of the new text were accepted first: they are applied before it.
+            self._settle(tenant, [prepared.fingerprint])
             # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
             self._write_path.extract_missing(store, [prepared], force=True)
-            return self._replace(store, memory_id, prepared, request_id, payload_hash)
+            return self._replace(tenant, store, memory_id, prepared, request_id, payload_hash)
 
     def _replace(
-        self, store: TenantStore, memory_id: int, prepared: PreparedItem, request_id: str | None, payload_hash: str
+        self,
+        tenant: str,
+        store: TenantStore,
+        memory_id: int,
+        prepared: PreparedItem,
+        request_id: str | None,
+        payload_hash: str,
     ) -> UpdateOutcome:
         """The update's ONE write transaction (a request id seen before answers its first result
         instead), then the caches take the new vector and text in place."""
         assert prepared.extraction is not None and prepared.vector is not None
         near = [i for i in prepared.near_duplicate_of if i != memory_id]
-        with store.write() as txn:
+        with self._fences.fenced(tenant, store) as (txn, fence):
             prior = replayed_result(txn, request_id, "update", payload_hash) if request_id else None
             if prior is not None:
                 answer = json.loads(prior)
@@ -134,13 +151,23 @@ class Updates:
                 )
             _live_row(txn, memory_id)  # a forget or merge may have raced us
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
+            # Queued writes of the text it replaces would have been its duplicates: they are.
+            fence.duplicates_of(txn.fingerprints_of([memory_id]))
             check_tenant_embedder(txn, self._write_path.embedder, write=True)
             _, epoch_before = txn.index_state()
             now = time.time()
+            # Accepted now: its new facts are the latest accepted (engine/conflicts.py).
+            prepared.acceptance = store.acceptances.take()
+            txn.note_acceptance(prepared.acceptance)
             new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
             txn.update_memory(memory_id, new)
             supersedes = conflicts.adjudicate(
-                txn, memory_id=memory_id, scope=prepared.item.scope, triples=prepared.extraction.triples, at=now
+                txn,
+                memory_id=memory_id,
+                acceptance=prepared.acceptance,
+                scope=prepared.item.scope,
+                triples=prepared.extraction.triples,
+                at=now,
             )
             near_live = sorted(txn.live_ids(near))
             check_bytes_quota(txn, self._write_path.limits)
@@ -195,7 +222,7 @@ class Updates:
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return 0
-            count, erased, epochs = self._forget_matching(store, scopes, wanted, request_id, payload_hash)
+            count, erased, epochs = self._forget_matching(tenant, store, scopes, wanted, request_id, payload_hash)
             if erased:  # the caches drop those rows rather than reloading the tenant's vectors and postings
                 drop_vectors(store, erased, from_epoch=epochs[0], to_epoch=epochs[1])
                 drop_texts(store, erased, from_epoch=epochs[0], to_epoch=epochs[1])
@@ -204,11 +231,16 @@ class Updates:
                 store.erase_traces()
         return count
 
-    @staticmethod
     def _forget_matching(
-        store: TenantStore, scopes: list[str], wanted: dict[str, str], request_id: str | None, payload_hash: str
+        self,
+        tenant: str,
+        store: TenantStore,
+        scopes: list[str],
+        wanted: dict[str, str],
+        request_id: str | None,
+        payload_hash: str,
     ) -> tuple[int, list[int], tuple[int, int]]:
-        with store.write() as txn:
+        with self._fences.fenced(tenant, store) as (txn, fence):
             prior = replayed_result(txn, request_id, "forget_matching", payload_hash) if request_id else None
             if prior is not None:
                 return int(json.loads(prior)), [], (0, 0)
@@ -220,6 +252,8 @@ class Updates:
                     reason="FORGET_TOO_MANY",
                 )
             _, epoch_before = txn.index_state()
+            merged = [m for memory_id in ids for m in txn.merged_into_ids(memory_id)]
+            fence.duplicates_of(txn.fingerprints_of([*ids, *merged]))  # queued writes of their content
             erased: list[int] = []
             count = 0
             for memory_id in ids:
@@ -229,6 +263,7 @@ class Updates:
                 for merged_id in txn.merged_into_ids(memory_id):
                     if txn.forget_memory(merged_id):
                         erased.append(merged_id)
+            fence.matching(scopes, wanted)  # the queued writes it matches, never applied
             _, epoch_after = txn.index_state()
             if request_id:
                 txn.save_request(request_id, "forget_matching", payload_hash, json.dumps(count))

@@ -31,8 +31,8 @@ from mnemosyne.engine import conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
-from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.near_duplicates import find_near_duplicates
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.prepared_item import PreparedItem, fingerprint, placement
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
@@ -234,6 +234,11 @@ class WritePath:
                 if prior is not None:
                     return prior
             check_tenant_embedder(txn, self.embedder, write=True)
+            # Accepted now, in its commit: after every write accepted before, queued ones too.
+            first = store.acceptances.take(len(prepared))
+            for offset, p in enumerate(prepared):
+                p.acceptance = first + offset
+            txn.note_acceptance(first + len(prepared) - 1)
             results = list(outcomes)
             created, duplicates = self.apply(txn, prepared, results, per_item_errors=per_item_errors)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
@@ -363,35 +368,8 @@ class WritePath:
                     p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
-        """Name, for each prepared item with a vector, the stored memories of its scope with cosine
-        >= the threshold and the same atoms (engine/dedup.py). Outside any write transaction: one
-        matrix product against the tenant's vector cache, atoms only for the candidates found.
-        Items committed together (a batch, or a worker's group of operations) are also compared
-        with the earlier ones among them; those are named once their ids exist, in the commit."""
-        todo = [p for p in prepared if p.vector is not None]
-        if not todo or self._threshold > 1.0:
-            return
-        vectors = np.frombuffer(b"".join(p.vector for p in todo if p.vector is not None), dtype="<f4").reshape(
-            len(todo), -1
-        )
-        index = vector_index(store, self.embedder.dim)
-        with store.read() as txn:
-            check_tenant_embedder(txn, self.embedder, write=False)  # another embedder's vectors are not comparable
-            ids, matrix = index.sync(txn)
-            similar = dedup.similar_rows(vectors, ids, matrix, self._threshold)
-            wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
-            rows = txn.memories_by_ids(wanted, with_details=False) if wanted else {}
-        known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
-        # One Candidate per item, compared with the stored memories and with the items before it:
-        # its atoms are read once however many it is compared with.
-        items = [dedup.Candidate(p.item.scope, p.item.text) for p in todo]
-        earlier_alike = dedup.similar_earlier(vectors, self._threshold) if len(todo) > 1 else []
-        with read_priority.bulk_work():  # the atoms: regular expressions over every text compared
-            for p, item, hits in zip(todo, items, similar):
-                p.near_duplicate_of = dedup.same_atoms_filter(item, [i for i, _ in hits], known)
-            batch = dict(enumerate(items))
-            for p, item, earlier in zip(todo, items, earlier_alike):
-                p.near_batch = [todo[i] for i in dedup.same_atoms_filter(item, earlier, batch)]
+        """The near duplicates of each item, in acceptance order (engine/near_duplicates.py)."""
+        find_near_duplicates(store, self.embedder, self._threshold, prepared)
 
     # -- inside the transaction ----------------------------------------------------------------
 
@@ -422,7 +400,7 @@ class WritePath:
         check_memory_quota(txn, self.limits, (p.fingerprint for p in prepared), stored=stored)
         # DEDUP: named only if still live now (a forget or merge may have raced us); nothing in
         # this write forgets or merges, so one look serves every item.
-        named = sorted({i for p in prepared for i in p.near_duplicate_of})
+        named = sorted({i for p in prepared for i in [*p.near_duplicate_of, *(i for i, _ in p.near_later)]})
         live = txn.live_ids(named)
 
         def attempt(*, one_by_one: bool) -> tuple[int, int]:
@@ -505,9 +483,19 @@ class _Runs:
                 # CONFLICTS: the newer fact supersedes older ones in this same transaction. Only a
                 # run's last item can have attribute triples, so it sees exactly the memories
                 # inserted before it.
+                assert last.acceptance is not None  # taken in the commit, or the operation's event id
                 supersedes = conflicts.adjudicate(
-                    self._txn, memory_id=ids[-1], scope=last.item.scope, triples=memories[-1].triples, at=now
+                    self._txn,
+                    memory_id=ids[-1],
+                    acceptance=last.acceptance,
+                    scope=last.item.scope,
+                    triples=memories[-1].triples,
+                    at=now,
                 )
+                for p, memory_id in zip(run, ids):
+                    for later_id, later_event in p.near_later:
+                        if later_id in self._live:
+                            self._txn.oplog_amend_near_duplicates(later_id, later_event, [memory_id])
         except NotStored as exc:
             if not self._one_by_one or not self._txn.alive:
                 raise

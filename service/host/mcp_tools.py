@@ -17,6 +17,7 @@ given as text (host/numbers.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import uuid
@@ -35,6 +36,7 @@ from pydantic_core import PydanticCustomError
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.numbers import decimal_number, whole_number
 from mnemosyne.host.protocol import (
+    CONSISTENCY_TOKEN_KEY,
     MAX_EVENT_ID,
     MAX_K,
     MAX_KEY_CHARS,
@@ -63,7 +65,8 @@ INSTRUCTIONS = (
     "Long-term memory. Call read_memory at the start of a task (and again whenever a write says "
     "memory changed): it shows MEMORY.md, this workspace's records and, for a query, memories recalled "
     "for it. Save durable facts with retain; rewrite MEMORY.md with memory_update and workspace records "
-    "with update_workspace, always from what read_memory showed you."
+    "with update_workspace, always from what read_memory showed you. A write answers a consistency_token: "
+    "pass the newest one to recall, read_memory or retain, and they see every write it covers."
 )
 RETAIN = "/mnemosyne.v1.MemoryService/Retain"
 RECALL = "/mnemosyne.v1.MemoryService/Recall"
@@ -133,6 +136,14 @@ Question = Annotated[
     Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"1 to {MAX_QUERY_CHARS} characters."),
 ]
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description=f"1 to {MAX_TEXT_CHARS} characters.")]
+ConsistencyToken = Annotated[
+    str,
+    Field(
+        max_length=1024,
+        description="The consistency_token a write answered (the newest): the call sees every write it covers. "
+        "Empty: none.",
+    ),
+]
 Content = Annotated[
     str, Field(max_length=MAX_RECORD_CHARS, description=f"The complete document, at most {MAX_RECORD_CHARS} bytes.")
 ]
@@ -183,15 +194,35 @@ class ToolSession:
         """The response to one call."""
         return (await self.run(_one(Ask(method, request, wait_seconds=wait_seconds)))).response
 
+    def carrying(self, token: str, answered: list[str]) -> ToolSession:
+        """This session for one tool call: each of its calls sends ``token`` (the consistency token
+        the model gave, in the request metadata), and the tokens the calls answer are appended to
+        ``answered`` (the tool shows the last)."""
+        calls = self.calls
+
+        async def carried(ask: Ask) -> Answer:
+            if token:
+                ask = dataclasses.replace(ask, metadata=(*ask.metadata, (CONSISTENCY_TOKEN_KEY, token)))
+            answer = await calls(ask)
+            answered.extend(v for k, v in answer.trailing_metadata if k == CONSISTENCY_TOKEN_KEY)
+            return answer
+
+        return dataclasses.replace(self, calls=carried)
+
 
 def _one(ask: Ask) -> Flow[Answer]:
     return (yield ask)
 
 
-def _written(result: dict[str, Any]) -> str:
+def _written(result: dict[str, Any], answered: list[str]) -> str:
     if not result["ok"]:
         raise ToolError(f"{result['error']} ({result['reason']})")
-    return str(result["result"])
+    return _with_token(str(result["result"]), answered)
+
+
+def _with_token(text: str, answered: list[str]) -> str:
+    """A write tool's result with the consistency token its write answered, on a line of its own."""
+    return f"{text}\nconsistency_token: {answered[-1]}" if answered and answered[-1] else text
 
 
 def _event(event: events_pb2.Event) -> dict[str, Any]:
@@ -232,16 +263,18 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         "mnemosyne-memory", instructions=INSTRUCTIONS, middleware=[_sessions_only] if sessions_only else []
     )
 
-    async def read(ctx: Context[Any, Any], query: str, k: int) -> str:
-        s = session_of(ctx)
+    async def read(ctx: Context[Any, Any], query: str, k: int, token: str = "") -> str:
+        s = session_of(ctx).carrying(token, [])
         return await s.run(host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k))
 
     @server.tool()
-    async def read_memory(ctx: Context[Any, Any], query: Query = "", k: ReadK = 5) -> str:
+    async def read_memory(
+        ctx: Context[Any, Any], query: Query = "", k: ReadK = 5, consistency_token: ConsistencyToken = ""
+    ) -> str:
         """Read your memory: the global memory document MEMORY.md, the current workspace's records and,
         when you give a query, up to k memories recalled for it. Call it before you change MEMORY.md or
         workspace records, and again whenever a write tells you memory changed since you read it."""
-        return await read(ctx, query, k)
+        return await read(ctx, query, k, consistency_token)
 
     _memory_tools(server, session_of)
     _queue_tools(server, session_of)
@@ -267,21 +300,29 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
     """retain, recall, memory_update, update_workspace."""
 
     @server.tool()
-    async def retain(ctx: Context[Any, Any], text: Text, fast: bool = False) -> str:
+    async def retain(
+        ctx: Context[Any, Any], text: Text, fast: bool = False, consistency_token: ConsistencyToken = ""
+    ) -> str:
         """Remember a fact, decision or event for later: one self-contained statement. With fast, it is
-        queued and saved shortly after (use get_event_status or flush to see it done)."""
-        s = session_of(ctx)
+        queued and saved shortly after (use get_event_status or flush to see it done, or pass the
+        consistency_token it answers to recall or read_memory)."""
+        answered: list[str] = []
+        s = session_of(ctx).carrying(consistency_token, answered)
         request = memory_pb2.RetainRequest(
             tenant=s.tenant, text=text, scope="global", request_id=uuid.uuid4().hex, fast=fast
         )
         response: memory_pb2.RetainResponse = await s.ask(RETAIN, request)
-        return _retained(response.result)
+        return _with_token(_retained(response.result), answered)
 
     @server.tool()
-    async def recall(ctx: Context[Any, Any], query: Question, k: RecallK = 5) -> str:
+    async def recall(
+        ctx: Context[Any, Any], query: Question, k: RecallK = 5, consistency_token: ConsistencyToken = ""
+    ) -> str:
         """Find up to k memories relevant to a question or topic, best first."""
         s = session_of(ctx)
-        request = memory_pb2.RecallRequest(tenant=s.tenant, query=query, k=k, mode=memory_pb2.RECALL_MODE_HYBRID)
+        request = memory_pb2.RecallRequest(
+            tenant=s.tenant, query=query, k=k, mode=memory_pb2.RECALL_MODE_HYBRID, consistency_token=consistency_token
+        )
         response: memory_pb2.RecallResponse = await s.ask(RECALL, request)
         if not response.hits:
             return "No memories found."
@@ -291,18 +332,21 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
     async def memory_update(ctx: Context[Any, Any], content: Content) -> str:
         """Replace the global memory document MEMORY.md that read_memory showed you with new complete
         content. It replaces the whole document, so include everything that should remain."""
-        s = session_of(ctx)
-        return _written(
-            await s.run(write_memory(s.observations, s.agent, s.tenant, MEMORY_UPDATE, {"content": content}))
-        )
+        answered: list[str] = []
+        s = session_of(ctx).carrying("", answered)
+        flow = write_memory(s.observations, s.agent, s.tenant, MEMORY_UPDATE, {"content": content})
+        return _written(await s.run(flow), answered)
 
     @server.tool()
     async def update_workspace(ctx: Context[Any, Any], changes: list[RecordChange]) -> str:
         """Create, replace or delete records of the current workspace that read_memory showed you. All
         changes of one call are applied together, or none is."""
-        s = session_of(ctx)
+        answered: list[str] = []
+        s = session_of(ctx).carrying("", answered)
         arguments = {"changes": [change.model_dump(exclude_none=True) for change in changes]}
-        return _written(await s.run(write_memory(s.observations, s.agent, s.tenant, UPDATE_WORKSPACE, arguments)))
+        return _written(
+            await s.run(write_memory(s.observations, s.agent, s.tenant, UPDATE_WORKSPACE, arguments)), answered
+        )
 
 
 def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:

@@ -50,6 +50,9 @@ def server_wait(timeout_seconds: float) -> float:
 
 # -- the metadata of host-owned generations (docs/host-protocol.md) -----------------------------
 
+# A write's consistency token (its response's trailing metadata), and a call's (its request's):
+# docs/hot-path.md "Read your own writes".
+CONSISTENCY_TOKEN_KEY = "mnemosyne-consistency-token"
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
 WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
 

@@ -14,6 +14,10 @@ misspelt seam fails the test that set it instead of silently doing nothing):
 * ``MNEMOSYNE_TEST_CRASH_AFTER_COMMIT``: methods after whose commit the process kills itself
   (a reply lost after a commit);
 * ``MNEMOSYNE_TEST_HOLD_WORKERS``: hot-path workers hold before committing while this file exists;
+* ``MNEMOSYNE_TEST_HOLD_BACKLOG``: while this file exists, hot-path workers take only the writes
+  someone waits for (a read's consistency token): the backlog stays put (engine/hot_path/rounds.py);
+* ``MNEMOSYNE_TEST_WORKER_ORDER=random:SEED``: each hot-path round takes a random set of the open
+  operations instead of the oldest (the differential test of acceptance order);
 * ``MNEMOSYNE_TEST_POISON_MARKER``: extraction fails on any text holding it (a poison operation);
 * ``MNEMOSYNE_TEST_HOLD_CONSOLIDATION``: a record's commit attempt N waits while this file exists
   and ``<file>.goN`` does not (engine/consolidator.py);
@@ -46,6 +50,8 @@ class Seams:
     store_faults: frozenset[str] = frozenset()
     crash_after_commit: frozenset[str] = frozenset()
     hold_workers_file: Path | None = None
+    hold_backlog_file: Path | None = None
+    worker_order: str = ""
     poison_marker: str = ""
     hold_consolidation_file: Path | None = None
     generation_base: int = 0
@@ -89,6 +95,8 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FAULTS": ("store_faults", _names),
     "CRASH_AFTER_COMMIT": ("crash_after_commit", _names),
     "HOLD_WORKERS": ("hold_workers_file", Path),
+    "HOLD_BACKLOG": ("hold_backlog_file", Path),
+    "WORKER_ORDER": ("worker_order", str),
     "POISON_MARKER": ("poison_marker", str),
     "HOLD_CONSOLIDATION": ("hold_consolidation_file", Path),
     "GENERATION_BASE": ("generation_base", int),

@@ -15,6 +15,7 @@ from typing import Any
 import apsw
 
 from mnemosyne.store import ledger
+from mnemosyne.store.acceptance import ACCEPTANCE_META
 from mnemosyne.store.queries import Queries
 from mnemosyne.store.transactions import translate_sqlite_error
 
@@ -26,6 +27,8 @@ ERASURE_META = "erasure_pending"
 # The ``meta`` key a change that removed or replaced memories advances, so the engine's caches
 # (engine/index.py, engine/postings.py) see it (``RecallReads.index_state``).
 FORGET_EPOCH_META = "forget_epoch"
+# The tenant's timeline (``BookkeepingReads.timeline``).
+TIMELINE_META = "timeline"
 
 
 class InjectedFault(Exception):
@@ -59,6 +62,22 @@ class BookkeepingReads(Queries):
     def page_token_secret(self) -> bytes:
         """The tenant's own key for its page tokens (written when the file was made or migrated)."""
         return bytes.fromhex(self.meta("page_token_secret") or "")
+
+    def timeline(self) -> str:
+        """The tenant's timeline (schema.py ``_V_ACCEPTANCE``): replaced by every install that
+        replaces its content, so a consistency token of an earlier one is told apart."""
+        return self.meta(TIMELINE_META) or ""
+
+    def acceptance_floor(self) -> int:
+        """The highest acceptance position this file holds: a synchronous write's (``meta``), or
+        an operation's event id (the log's sequence, pruned operations included)."""
+        return int(
+            self._one(
+                "SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0), "
+                "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'oplog'), 0))",
+                (ACCEPTANCE_META,),
+            )
+        )
 
     def counters(self) -> dict[str, int]:
         return dict(self.connection.execute("SELECT name, value FROM counters"))
@@ -119,6 +138,19 @@ class BookkeepingWrites(BookkeepingReads):
             "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def note_acceptance(self, position: int) -> None:
+        """A synchronous write took ``position``: stored with the write, so the tenant's sequence
+        resumes above it after a restart (store/acceptance.py)."""
+        self.connection.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), excluded.value)",
+            (ACCEPTANCE_META, position),
+        )
+
+    def new_timeline(self) -> None:
+        """Replace the tenant's timeline: its content was replaced (an import, a restore)."""
+        self.set_meta(TIMELINE_META, os.urandom(8).hex())
 
     def delete_meta(self, key: str) -> None:
         self.connection.execute("DELETE FROM meta WHERE key = ?", (key,))

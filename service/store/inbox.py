@@ -12,9 +12,11 @@ transaction, and only then removes them here; the move inserts with ``OR IGNORE`
 between the two only repeats a move that changes nothing. A row is never processed before it
 has left the inbox (one worker per tenant, and processing follows the removal in its round).
 
-Event ids stay unique and increasing across both files: the inbox's AUTOINCREMENT sequence is
-raised at open to the highest id the tenant file has ever seen (``floor``), in case the inbox
-lost its tail to a power cut after the tenant file durably adopted it.
+Event ids stay unique and increasing across both files: an operation's event id is its
+acceptance position (store/acceptance.py), taken under the inbox lock, so ids are appended in
+increasing order; the inbox's AUTOINCREMENT sequence is also raised at open to the highest
+position the tenant file has ever seen (``floor``), in case the inbox lost its tail to a power cut
+after the tenant file durably adopted it.
 
 Every access runs under the inbox lock on the one connection (a second thread's statement
 must never land inside another's open transaction). Lock order: the inbox lock may be held when
@@ -41,7 +43,8 @@ CREATE TABLE IF NOT EXISTS ops(
   kind TEXT NOT NULL,
   payload TEXT NOT NULL,
   request_id TEXT,
-  accepted_at REAL NOT NULL
+  accepted_at REAL NOT NULL,
+  fingerprint TEXT
 );
 -- Idempotency keys of fast writes still here; they move with their last operation.
 CREATE TABLE IF NOT EXISTS requests(
@@ -52,6 +55,11 @@ CREATE TABLE IF NOT EXISTS requests(
   created_at REAL NOT NULL,
   through_event_id INTEGER NOT NULL
 ) WITHOUT ROWID;
+"""
+# An inbox of an older version lacks the fingerprint column (a queued write's content identity,
+# for a forget and for a synchronous write of the same content): added, and filled in, at open.
+_FINGERPRINTS = """
+CREATE INDEX IF NOT EXISTS ops_fingerprint ON ops(fingerprint, event_id);
 """
 # WAL pages after which the worker checkpoints the inbox (off every enqueue's commit).
 CHECKPOINT_PAGES = 1000
@@ -64,6 +72,7 @@ class InboxOp:
     payload: str
     request_id: str | None
     accepted_at: float
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +88,30 @@ class InboxTxn(Queries):
     def __init__(self, connection: apsw.Connection) -> None:
         self.connection = connection
 
-    def append(self, kind: str, payload: str, request_id: str | None, now: float) -> int:
+    def append(
+        self, event_id: int, kind: str, payload: str, fingerprint: str | None, request_id: str | None, now: float
+    ) -> None:
+        """One operation at ``event_id``, its acceptance position (above every id here)."""
         self.connection.execute(
-            "INSERT INTO ops(kind, payload, request_id, accepted_at) VALUES(?, ?, ?, ?)",
-            (kind, payload, request_id, now),
+            "INSERT INTO ops(event_id, kind, payload, request_id, accepted_at, fingerprint) VALUES(?, ?, ?, ?, ?, ?)",
+            (event_id, kind, payload, request_id, now, fingerprint),
         )
-        return self.connection.last_insert_rowid()
+
+    def ids_with_fingerprints(self, fingerprints: Sequence[str], *, after_id: int) -> list[int]:
+        """Ids above ``after_id`` of the operations here of these contents, in order."""
+        found: list[int] = []
+        for fingerprint in dict.fromkeys(fingerprints):
+            found += [
+                row[0]
+                for row in self.connection.execute(
+                    "SELECT event_id FROM ops WHERE fingerprint = ? AND event_id > ?", (fingerprint, after_id)
+                )
+            ]
+        return sorted(found)
+
+    def last_id(self) -> int:
+        """The highest id waiting here (0: none)."""
+        return int(self._one("SELECT max(event_id) FROM ops") or 0)
 
     def save_request(self, request: InboxRequest, through_event_id: int) -> None:
         self.connection.execute(
@@ -160,6 +187,7 @@ class Inbox:
                 self._connection.set_wal_hook(self._wal_hook)
                 self._connection.execute("BEGIN IMMEDIATE")
                 self._connection.execute(_SCHEMA)
+                _add_fingerprints(self._connection)
                 self._connection.execute(
                     "INSERT INTO sqlite_sequence(name, seq) SELECT 'ops', 0 "
                     "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'ops')"
@@ -242,12 +270,17 @@ class Inbox:
         with self.read() as txn:
             return txn.sequence()
 
-    def erase_traces(self) -> None:
-        """Rewrite the inbox without free space and empty its WAL: an operation that left it for
-        the log (or a request id that moved with it) leaves no page image behind. The inbox holds
-        a few rows, so this copies a few pages; enqueues wait for it."""
+    def erase_traces(self, adopted_through: int = 0) -> None:
+        """Remove the operations the log adopted already (ids up to ``adopted_through``: a crash
+        may have left them here after their adoption, with their payloads), then rewrite the inbox
+        without free space and empty its WAL: an operation that left it for the log (or a request
+        id that moved with it) leaves no page image behind. The inbox holds a few rows, so this
+        copies a few pages; enqueues wait for it."""
         with self.lock:
             try:
+                if adopted_through:
+                    with self.write(sync=False) as txn:
+                        txn.remove_through(adopted_through)
                 self._connection.execute("VACUUM")
             except apsw.Error as exc:
                 raise translate_sqlite_error(exc, self.path.name) from exc
@@ -256,6 +289,33 @@ class Inbox:
     def close(self) -> None:
         with self.lock:
             self._connection.close()
+
+
+def _add_fingerprints(connection: apsw.Connection) -> None:
+    """Give an inbox of an older version its fingerprint column (filled from the payloads), and
+    every inbox its index; inside the open's transaction."""
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(ops)")}
+    if "fingerprint" not in columns:
+        connection.execute("ALTER TABLE ops ADD COLUMN fingerprint TEXT")
+        connection.execute(
+            "UPDATE ops SET fingerprint = json_extract(payload, '$.fingerprint') WHERE json_valid(payload)"
+        )
+    connection.execute(_FINGERPRINTS)
+
+
+def stored_sequence(path: Path) -> int:
+    """The highest event id an inbox file ever gave (0: no file): read without opening it for
+    writing, as a tenant file opens (the tenant's acceptance positions resume above it)."""
+    connection = open_readonly(path)
+    if connection is None:
+        return 0
+    try:
+        row = connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'ops'").fetchone()
+        return int(row[0]) if row else 0
+    except apsw.Error:
+        return 0  # a file whose open never finished: the tenant file's floor holds
+    finally:
+        connection.close()
 
 
 def open_readonly(path: Path) -> apsw.Connection | None:

@@ -12,12 +12,36 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import apsw
+
+from mnemosyne.store.bookkeeping import TIMELINE_META
 from mnemosyne.store.files import SIDE_SUFFIXES, fsync
+from mnemosyne.store.transactions import translate_sqlite_error
 
 INSTALL_PREFIX = ".install-"
 STAGED_DATABASE = "database"
 STAGED_INBOX = "inbox"
 STAGED_NO_INBOX = "no-inbox"  # the new tenant has no inbox: the old one's goes
+
+
+def stamp_new_timeline(database: Path) -> None:
+    """Give a tenant file that is about to replace a tenant's content (an import, a restore) a
+    timeline of its own, synced: a consistency token of the content it replaces is then answered
+    at once (TIMELINE_CHANGED) instead of waiting for positions that name other writes now
+    (engine/consistency.py). The file is closed after, its WAL folded back into it."""
+    try:
+        connection = apsw.Connection(str(database))
+        try:
+            with connection:
+                connection.execute(
+                    "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (TIMELINE_META, os.urandom(8).hex()),
+                )
+        finally:
+            connection.close()
+    except apsw.Error as exc:
+        raise translate_sqlite_error(exc, database.name) from exc
+    fsync(database)
 
 
 def staged_installs(tenants_dir: Path) -> Iterator[tuple[str, Path, bool]]:

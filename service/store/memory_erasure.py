@@ -47,7 +47,7 @@ class MemoryErasure(MemoryWrites):
             f"UPDATE memories SET {assignments}, forgotten_at = ? WHERE id = ?", (*blanks, time.time(), memory_id)
         )
         c.execute(  # the WHERE of the index oplog_result_memory (schema.py), or it is a scan of the log
-            "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL "
+            "UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL, fingerprint = NULL "
             "WHERE result IS NOT NULL AND json_valid(result) AND json_extract(result, '$.memory_id') = ?",
             (ERASED_PAYLOAD, memory_id),
         )

@@ -65,6 +65,21 @@ class MemoryReads(BookkeepingReads):
             )
         return found
 
+    def fingerprints_of(self, ids: Sequence[int]) -> dict[str, int]:
+        """{fingerprint: memory id} of these memories (those that have one: not forgotten)."""
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = list(ids[start : start + _IN_CHUNK])
+            found.update(
+                (row[0], row[1])
+                for row in self.connection.execute(
+                    f"SELECT fingerprint, id FROM memories WHERE id IN ({','.join('?' * len(chunk))}) "
+                    "AND fingerprint IS NOT NULL",
+                    chunk,
+                )
+            )
+        return found
+
     def live_ids(self, ids: Sequence[int]) -> set[int]:
         """Of these memory ids, those neither forgotten nor merged into another."""
         if not ids:
@@ -99,10 +114,11 @@ class MemoryReads(BookkeepingReads):
                 thread_position=r[11],
                 updated_at=r[12] or 0.0,
                 speaker=r[13],
+                acceptance=r[14] or 0,
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position, updated_at, speaker FROM memories WHERE id IN ({marks})",
+                f"occurred_at, thread_id, thread_position, updated_at, speaker, acceptance FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }

@@ -30,6 +30,7 @@ class NewMemory:
     thread_position: int | None = None
     index_words: str = ""  # indexed with the text (``indexed_text``), e.g. resolved relative dates
     speaker: str | None = None
+    acceptance: int | None = None  # its acceptance position (store/acceptance.py)
 
     def digest(self, key: bytes | None) -> ledger.MemoryDigest:
         """What the ledger records of this content, keyed with the memory's ``key``."""
@@ -74,6 +75,7 @@ class MemoryRow:
     updated_at: float = 0.0  # when UpdateMemory wrote the current version (0: never updated)
     speaker: str | None = None
     forgotten_at: float = 0.0  # when it was forgotten (0: it is not)
+    acceptance: int = 0  # its acceptance position (0: before every position, a memory of an older file)
 
 
 @dataclass(frozen=True)

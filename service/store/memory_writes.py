@@ -8,11 +8,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mnemosyne.store import ledger
 from mnemosyne.store.bookkeeping import BookkeepingWrites
 from mnemosyne.store.memory_rows import NewMemory, indexed_text
+
+
+class Rival(NamedTuple):
+    """A triple conflicting with a new one (``MemoryWrites.rival_triples``)."""
+
+    memory_id: int
+    obj: str
+    acceptance: int  # its memory's position (0: before every position)
+    superseded_by: int  # the memory that superseded this fact of it (0: current)
+    superseder_acceptance: int
 
 
 class MemoryWrites(BookkeepingWrites):
@@ -60,7 +70,7 @@ class MemoryWrites(BookkeepingWrites):
         afterwards."""
         self.connection.executemany(
             "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
-            "thread_id, thread_position, index_words, speaker) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "thread_id, thread_position, index_words, speaker, acceptance) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     memory_id,
@@ -75,6 +85,7 @@ class MemoryWrites(BookkeepingWrites):
                     m.thread_position,
                     m.index_words or None,
                     m.speaker,
+                    m.acceptance,
                 )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
@@ -145,8 +156,16 @@ class MemoryWrites(BookkeepingWrites):
         self._delete_fulltext([(memory_id, indexed_text(row[0], row[3]))])
         c.execute(
             "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, index_words = ?, "
-            "superseded_by = NULL, superseded_at = NULL WHERE id = ?",
-            (new.body, new.metadata_json, new.fingerprint, new.created_at, new.index_words or None, memory_id),
+            "superseded_by = NULL, superseded_at = NULL, acceptance = coalesce(?, acceptance) WHERE id = ?",
+            (
+                new.body,
+                new.metadata_json,
+                new.fingerprint,
+                new.created_at,
+                new.index_words or None,
+                new.acceptance,
+                memory_id,
+            ),
         )
         self._fault_points("update_after_body", [new])
         c.execute("DELETE FROM facts WHERE memory_id = ?", (memory_id,))
@@ -211,21 +230,46 @@ class MemoryWrites(BookkeepingWrites):
         self.append_ledger({"op": "merge", "memory_id": keep_id, "merged": ids})
         self.advance_forget_epoch()  # the vector cache reloads on a new epoch, dropping the merged rows
 
-    def conflicting_triples(
-        self, *, scope: str, memory_id: int, subject: str, predicate: str, obj: str
-    ) -> list[tuple[int, str]]:
-        """(memory id, object) of current triples of OTHER live memories in ``scope`` with the same
-        subject and predicate but another object, not yet superseded."""
-        return list(
-            self.connection.execute(
-                "SELECT t.memory_id, t.object FROM triples t JOIN memories m ON m.id = t.memory_id "
+    def rival_triples(self, *, scope: str, memory_id: int, subject: str, predicate: str, obj: str) -> list[Rival]:
+        """The triples of OTHER live memories in ``scope`` with the same subject and predicate but
+        another object, each with its memory's acceptance position and, when that memory's
+        (subject, predicate) is superseded already, the memory that superseded it and its
+        position: what conflict adjudication compares (engine/conflicts.py)."""
+        return [
+            Rival(*row)
+            for row in self.connection.execute(
+                "SELECT t.memory_id, t.object, coalesce(m.acceptance, 0), coalesce(s.superseded_by, 0), "
+                "coalesce(b.acceptance, 0) FROM triples t JOIN memories m ON m.id = t.memory_id "
+                "LEFT JOIN supersessions s ON s.memory_id = t.memory_id AND s.subject = t.subject "
+                "AND s.predicate = t.predicate LEFT JOIN memories b ON b.id = s.superseded_by "
                 "WHERE t.subject = ? AND t.predicate = ? AND t.object <> ? AND t.memory_id <> ? "
-                "AND m.scope = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL "
-                "AND NOT EXISTS (SELECT 1 FROM supersessions s WHERE s.memory_id = t.memory_id "
-                "AND s.subject = t.subject AND s.predicate = t.predicate) ORDER BY t.memory_id",
+                "AND m.scope = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL ORDER BY t.memory_id, t.ord",
                 (subject, predicate, obj, memory_id, scope),
             )
+        ]
+
+    def repoint_supersession(
+        self, *, memory_id: int, subject: str, predicate: str, by: int, new_obj: str, at: float
+    ) -> None:
+        """An earlier-accepted memory applied late replaces the later one that had superseded this
+        fact: in acceptance order it came first."""
+        self.connection.execute(
+            "UPDATE supersessions SET superseded_by = ?, new_object = ?, at = ? "
+            "WHERE memory_id = ? AND subject = ? AND predicate = ?",
+            (by, new_obj, at, memory_id, subject, predicate),
         )
+
+    def superseders(self, memory_id: int) -> dict[tuple[str, str], tuple[int, int]]:
+        """{(subject, predicate): (the memory that superseded it, that memory's acceptance)} of a
+        memory's superseded facts."""
+        return {
+            (r[0], r[1]): (r[2], r[3])
+            for r in self.connection.execute(
+                "SELECT s.subject, s.predicate, s.superseded_by, coalesce(b.acceptance, 0) FROM supersessions s "
+                "LEFT JOIN memories b ON b.id = s.superseded_by WHERE s.memory_id = ?",
+                (memory_id,),
+            )
+        }
 
     def record_supersession(
         self, *, memory_id: int, subject: str, predicate: str, obj: str, by: int, new_obj: str, at: float
@@ -235,14 +279,6 @@ class MemoryWrites(BookkeepingWrites):
             "VALUES(?, ?, ?, ?, ?, ?, ?)",
             (memory_id, subject, predicate, obj, by, new_obj, at),
         )
-
-    def superseded_pairs(self, memory_id: int) -> set[tuple[str, str]]:
-        return {
-            (r[0], r[1])
-            for r in self.connection.execute(
-                "SELECT subject, predicate FROM supersessions WHERE memory_id = ?", (memory_id,)
-            )
-        }
 
     def mark_superseded(self, memory_id: int, *, by: int, at: float) -> None:
         """Mark a whole memory superseded (kept, never erased) with its own ledger entry."""

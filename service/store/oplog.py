@@ -8,6 +8,7 @@ dropped stream can resume from a sequence number and miss nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ class OpRow:
     started_at: float | None
     finished_at: float | None
     retry_after: float | None  # a failed attempt's backoff: not taken again before this time
+    fingerprint: str | None = None  # its content's identity while open (schema.py _V_ACCEPTANCE)
 
     @classmethod
     def pending(cls, op: InboxOp) -> OpRow:
@@ -58,7 +60,18 @@ class OpRow:
             started_at=None,
             finished_at=None,
             retry_after=None,
+            fingerprint=op.fingerprint,
         )
+
+
+@dataclass(frozen=True)
+class QueuedRetain:
+    """An open retain operation as a forget's fence reads it (``OplogReads.oplog_open_retains``)."""
+
+    event_id: int
+    fingerprint: str | None
+    scope: str
+    metadata_json: str
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,94 @@ class OplogReads(BookkeepingReads):
             "ORDER BY event_id LIMIT ?",
             (now, limit),
         )
+
+    def oplog_open_within(self, ranges: Sequence[tuple[int, int]], now: float) -> list[OpRow]:
+        """The open operations (not in a retry backoff) with ids in any of the inclusive
+        ``ranges``, in acceptance order: the writes a read waits for."""
+        found: dict[int, OpRow] = {}
+        for low, high in ranges:
+            for row in self._ops(
+                "WHERE status IN ('pending', 'running') AND event_id BETWEEN ? AND ? "
+                "AND (retry_after IS NULL OR retry_after <= ?) ORDER BY event_id",
+                (low, high, now),
+            ):
+                found[row.event_id] = row
+        return [found[i] for i in sorted(found)]
+
+    def oplog_open_earlier_alike(self, ops: Sequence[OpRow], now: float) -> list[OpRow]:
+        """The open operations (not in a retry backoff) accepted before one of ``ops`` with the
+        same content (fingerprint): what must be applied before them, so the earliest accepted
+        duplicate survives whatever order the worker takes writes in."""
+        before: dict[str, int] = {}
+        for op in ops:
+            if op.fingerprint:
+                before[op.fingerprint] = max(before.get(op.fingerprint, 0), op.event_id)
+        found: list[OpRow] = []
+        for fingerprint, below in before.items():
+            found += self._ops(
+                "WHERE fingerprint = ? AND status IN ('pending', 'running') AND event_id < ? "
+                "AND (retry_after IS NULL OR retry_after <= ?)",
+                (fingerprint, below, now),
+            )
+        return found
+
+    def oplog_open_with_fingerprints(self, fingerprints: Sequence[str]) -> list[int]:
+        """Ids of the open operations of these contents."""
+        found: list[int] = []
+        for fingerprint in dict.fromkeys(fingerprints):
+            found += [
+                row[0]
+                for row in self.connection.execute(
+                    "SELECT event_id FROM oplog WHERE fingerprint = ? AND status IN ('pending', 'running')",
+                    (fingerprint,),
+                )
+            ]
+        return found
+
+    def oplog_open_retains(self) -> list[QueuedRetain]:
+        """Every open retain operation, in acceptance order, with what a forget's filter reads of
+        it (known at acceptance: scope and metadata; an older payload's metadata is an object)."""
+        return [
+            QueuedRetain(row[0], row[1], row[2] or "", row[3] or "{}")
+            for row in self.connection.execute(
+                "SELECT event_id, fingerprint, json_extract(payload, '$.scope'), "
+                "coalesce(json_extract(payload, '$.metadata_json'), json(json_extract(payload, '$.metadata'))) "
+                "FROM oplog WHERE status IN ('pending', 'running') AND kind = 'retain' AND json_valid(payload) "
+                "ORDER BY event_id"
+            )
+        ]
+
+    def oplog_open_sample(self, now: float) -> list[int]:
+        """The ids of every open operation not in a retry backoff (the test seam that picks the
+        worker's order at random, runtime/seams.py)."""
+        return [
+            row[0]
+            for row in self.connection.execute(
+                "SELECT event_id FROM oplog WHERE status IN ('pending', 'running') "
+                "AND (retry_after IS NULL OR retry_after <= ?) ORDER BY event_id",
+                (now,),
+            )
+        ]
+
+    def oplog_by_ids(self, ids: Sequence[int]) -> list[OpRow]:
+        found: list[OpRow] = []
+        for start in range(0, len(ids), 500):
+            chunk = tuple(ids[start : start + 500])
+            found += self._ops(f"WHERE event_id IN ({','.join('?' * len(chunk))}) ORDER BY event_id", chunk)
+        return found
+
+    def oplog_states_within(self, ranges: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+        """(open ids, failed ids) of the log's operations in the inclusive ``ranges``."""
+        open_ids: list[int] = []
+        failed: list[int] = []
+        for low, high in ranges:
+            for event_id, status in self.connection.execute(
+                "SELECT event_id, status FROM oplog WHERE event_id BETWEEN ? AND ? "
+                "AND status IN ('pending', 'running', 'failed') ORDER BY event_id",
+                (low, high),
+            ):
+                (failed if status == "failed" else open_ids).append(event_id)
+        return open_ids, failed
 
     def oplog_next_retry(self) -> float | None:
         """When the earliest operation in a retry backoff may be taken again."""
@@ -179,9 +280,9 @@ class OplogWrites(OplogReads, BookkeepingWrites):
         adopted = 0
         for op in ops:
             self.connection.execute(
-                "INSERT OR IGNORE INTO oplog(event_id, kind, status, payload, request_id, accepted_at) "
-                "VALUES(?, ?, 'pending', ?, ?, ?)",
-                (op.event_id, op.kind, op.payload, op.request_id, op.accepted_at),
+                "INSERT OR IGNORE INTO oplog(event_id, kind, status, payload, request_id, accepted_at, fingerprint) "
+                "VALUES(?, ?, 'pending', ?, ?, ?, ?)",
+                (op.event_id, op.kind, op.payload, op.request_id, op.accepted_at, op.fingerprint),
             )
             if self.connection.changes():
                 self._transition(op.event_id, "pending", op.accepted_at)
@@ -203,9 +304,40 @@ class OplogWrites(OplogReads, BookkeepingWrites):
             self._transition(event_id, "running", now)
 
     def oplog_store_extraction(self, event_id: int, extraction_json: str, embedding: bytes) -> None:
+        """Keep what extraction produced for a running operation (never for one a forget
+        finished meanwhile: its content is erased)."""
         self.connection.execute(
-            "UPDATE oplog SET extraction = ?, embedding = ? WHERE event_id = ?", (extraction_json, embedding, event_id)
+            "UPDATE oplog SET extraction = ?, embedding = ? WHERE event_id = ? AND status = 'running'",
+            (extraction_json, embedding, event_id),
         )
+
+    def oplog_scrub(self, ids: Sequence[int], erased_payload: str) -> None:
+        """Erase what these operations held of their content (a forget matched them unapplied)."""
+        for start in range(0, len(ids), 500):
+            chunk = tuple(ids[start : start + 500])
+            self.connection.execute(
+                f"UPDATE oplog SET payload = ?, extraction = NULL, embedding = NULL, fingerprint = NULL "
+                f"WHERE event_id IN ({','.join('?' * len(chunk))})",
+                (erased_payload, *chunk),
+            )
+
+    def oplog_still_running(self, ids: Sequence[int]) -> set[int]:
+        """Of these claimed operations, those still running: a forget may have finished one."""
+        return {i for i, status in self.oplog_statuses(ids).items() if status == "running"}
+
+    def oplog_amend_near_duplicates(self, memory_id: int, event_id: int, named: Sequence[int]) -> None:
+        """Name ``named`` among the near duplicates of the finished operation ``event_id`` that
+        created ``memory_id``: an earlier-accepted similar memory applied after it, which the
+        operation would have named had the writes been applied in acceptance order."""
+        row = self.oplog_get(event_id)
+        if row is None or row.status != "succeeded" or not row.result:
+            return
+        result = json.loads(row.result)
+        if result.get("memory_id") != memory_id or result.get("status") != "created":
+            return
+        near = list(result.get("near_duplicate_of") or [])
+        result["near_duplicate_of"] = near + [i for i in named if i not in near]
+        self.connection.execute("UPDATE oplog SET result = ? WHERE event_id = ?", (json.dumps(result), event_id))
 
     def oplog_finish(
         self,
@@ -221,7 +353,7 @@ class OplogWrites(OplogReads, BookkeepingWrites):
         # The stored vector served only a replay; a finished operation's memory holds its own.
         self.connection.execute(
             "UPDATE oplog SET status = ?, result = ?, error_reason = ?, error_message = ?, finished_at = ?, "
-            "embedding = NULL WHERE event_id = ?",
+            "embedding = NULL, fingerprint = NULL WHERE event_id = ?",
             (status, result_json, error_reason, error_message, now, event_id),
         )
         self._transition(event_id, status, now)

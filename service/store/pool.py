@@ -577,6 +577,8 @@ class TenantPool:
         earlier move away, or an inactive copy of this same move). A tenant a move is bringing
         here (``expect_move``) is not replaced by any other import."""
         path = self.path_for(tenant)
+        if move is None:  # the tenant's content is replaced: a timeline of its own (a move keeps it)
+            installs.stamp_new_timeline(database)
         if self.ownership is not None:  # an import through the owner: its file is this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
         forget_generation(database)  # before the commit: the copy never continues its source's replica

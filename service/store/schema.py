@@ -313,6 +313,24 @@ INSERT OR REPLACE INTO meta(key, value) SELECT 'erasure_pending', '1'
   WHERE EXISTS (SELECT 1 FROM memories WHERE forgotten_at IS NOT NULL);
 """
 
+# One order of writes (issue 40, docs/hot-path.md "Read your own writes"): each memory's
+# acceptance position, from the tenant's one sequence shared by synchronous writes, fast writes
+# (an operation's event id is its position) and forgets, so adjudication compares when writes
+# were accepted, never when they were applied. NULL for every memory of an older file: before
+# every position. An open operation's fingerprint, so a forget finds the queued writes of the same
+# content, and a worker taking a write ahead of the backlog takes the earlier ones of its content
+# with it (the earliest accepted duplicate survives). The tenant's timeline: a value replaced by
+# every install that replaces its content (an import --replace, a restore), so a consistency token
+# of an earlier timeline is answered at once.
+_V_ACCEPTANCE = """
+ALTER TABLE memories ADD COLUMN acceptance INTEGER;
+ALTER TABLE oplog ADD COLUMN fingerprint TEXT;
+UPDATE oplog SET fingerprint = json_extract(payload, '$.fingerprint')
+  WHERE status IN ('pending', 'running') AND json_valid(payload);
+CREATE INDEX oplog_open_fingerprint ON oplog(fingerprint, event_id) WHERE status IN ('pending', 'running');
+INSERT OR IGNORE INTO meta(key, value) VALUES('timeline', lower(hex(randomblob(8))));
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -327,6 +345,7 @@ MIGRATIONS: list[str] = [
     _V_CONSOLIDATION_JOURNAL,
     _V_SPEAKER,
     _V_FORGOTTEN_CLEARED,
+    _V_ACCEPTANCE,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -344,6 +363,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"consolidation_journal", "consolidated_threads"}),  # _V_CONSOLIDATION_JOURNAL
     frozenset(),  # _V_SPEAKER
     frozenset(),  # _V_FORGOTTEN_CLEARED
+    frozenset(),  # _V_ACCEPTANCE
 ]
 
 
@@ -409,7 +429,7 @@ class Erasure:
 ERASURE: dict[str, Erasure] = {
     "memories": Erasure(
         "id scope body metadata fingerprint created_at forgotten_at ledger_seq merged_into merged_at superseded_by "
-        "superseded_at occurred_at thread_id thread_position updated_at index_words speaker",
+        "superseded_at occurred_at thread_id thread_position updated_at index_words speaker acceptance",
         "every column but FORGET_KEEPS cleared (a new column too)",
     ),
     "facts": Erasure("memory_id ord kind value normalized", "the memory's rows deleted"),
@@ -428,9 +448,10 @@ ERASURE: dict[str, Erasure] = {
     ),
     "oplog": Erasure(
         "event_id kind status payload request_id attempts failures extraction embedding result error_reason "
-        "error_message accepted_at started_at finished_at retry_after",
-        "payload, extraction and embedding of the fast writes that wrote it or were found its duplicates "
-        "cleared; the rest is the event's ids, statuses, times and counts",
+        "error_message accepted_at started_at finished_at retry_after fingerprint",
+        "payload, extraction, embedding and fingerprint of the fast writes that wrote it or were found its "
+        "duplicates cleared, and of the queued ones a forget matched (never applied); the rest is the event's ids, "
+        "statuses, times and counts",
     ),
     "oplog_transitions": Erasure("seq event_id status at", "statuses and times: nothing of any memory"),
     "consolidation_journal": Erasure(

@@ -32,12 +32,13 @@ import apsw
 
 from mnemosyne.errors import Unavailable
 from mnemosyne.store import connections
+from mnemosyne.store.acceptance import Acceptances
 from mnemosyne.store.audit_reads import AuditReads
 from mnemosyne.store.bookkeeping import ERASURE_META
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection, open_with_room
 from mnemosyne.store.file_faults import limit_pages
 from mnemosyne.store.fts_stats import fts5_segments
-from mnemosyne.store.inbox import Inbox
+from mnemosyne.store.inbox import Inbox, stored_sequence
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
 from mnemosyne.store.membership import moving
 from mnemosyne.store.memory_erasure import MemoryErasure
@@ -170,6 +171,10 @@ class TenantStore:
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
         try:
+            with self.read() as txn:
+                floor = txn.acceptance_floor()
+            # The tenant's positions resume above every one its files hold (store/acceptance.py).
+            self.acceptances = Acceptances(max(floor, stored_sequence(self._inbox_path)))
             if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
                 self.erase_traces()
         except BaseException:
@@ -226,8 +231,7 @@ class TenantStore:
             return self._inbox
         with self._inbox_opening:
             if self._inbox is None:
-                with self.read() as txn:
-                    floor = txn.oplog_highest_event_id()
+                floor = self.acceptances.highest()
 
                 def configure(connection: apsw.Connection) -> None:
                     connections.configure(connection)
@@ -329,7 +333,9 @@ class TenantStore:
         with self._replication.paused():
             inbox = self.inbox(create=False)
             if inbox is not None:
-                inbox.erase_traces()
+                with self.read() as txn:
+                    adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
+                inbox.erase_traces(adopted_through=adopted)
             with self._write_lock:
                 # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
                 # a triple's subject), and an ANALYZE limited to part of a large table leaves them as

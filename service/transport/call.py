@@ -89,6 +89,8 @@ class Call:
         self.move_pending = False
         # Set by gRPC's edge: the response may be the owner's serialized bytes (HTTP needs messages).
         self.answers_bytes = False
+        # Seconds the call waited for the writes of its consistency token (transport/consistency.py).
+        self.consistency_waited = 0.0
 
     def metadata_values(self, key: str) -> list[str]:
         return [value for k, value in self.metadata if k == key]

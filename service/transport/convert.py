@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from mnemosyne.engine import backup, types
 from mnemosyne.engine.erasure import ErasureReceipt
+from mnemosyne.engine.hot_path.events import EVENT_STATUSES
 from mnemosyne.engine.moves import MovePlan
 from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
@@ -84,6 +86,32 @@ def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
         near_duplicate_of=list(outcome.near_duplicate_of),
         supersedes=list(outcome.supersedes),
     )
+
+
+class _Written(Protocol):
+    consistency_token: str
+
+
+class _Read(Protocol):
+    @property
+    def consistency(self) -> types_pb2.ConsistencyReport: ...
+
+
+W = TypeVar("W", bound=_Written)
+R = TypeVar("R", bound=_Read)
+
+
+def with_token(response: W, token: str) -> W:
+    """A write's response with its consistency token (transport/consistency.py)."""
+    response.consistency_token = token
+    return response
+
+
+def with_report(response: R, report: types_pb2.ConsistencyReport | None) -> R:
+    """A read's response with what it waited for, when it was given a consistency token."""
+    if report is not None:
+        response.consistency.CopyFrom(report)
+    return response
 
 
 def to_retain_response(outcome: types.RetainOutcome) -> memory_pb2.RetainResponse:
@@ -486,12 +514,7 @@ def _not_one_snapshot(files_read: int, where: str = "") -> str:
 
 # -- hot path and events ------------------------------------------------------------------------
 
-_EVENT_STATUS_TO_PROTO = {
-    "pending": events_pb2.PENDING,
-    "running": events_pb2.RUNNING,
-    "succeeded": events_pb2.SUCCEEDED,
-    "failed": events_pb2.FAILED,
-}
+_EVENT_STATUS_TO_PROTO: dict[str, events_pb2.EventStatus] = {s: getattr(events_pb2, s.upper()) for s in EVENT_STATUSES}
 _EVENT_STATUS_FROM_PROTO: dict[int, str] = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
 
 
@@ -562,6 +585,7 @@ def to_hot_path_status(state: types.HotPathState) -> hot_path_pb2.HotPathStatus:
         duplicates=state.duplicates,
         writes=state.writes,
         model_calls=state.model_calls,
+        awaited=state.awaited,
     )
 
 

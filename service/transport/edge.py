@@ -32,6 +32,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport import telemetry
@@ -39,6 +40,7 @@ from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
+from mnemosyne.transport.consistency import carries
 from mnemosyne.transport.envelope import CallEnvelope, Refuse
 
 ADMIN_METHODS = frozenset(
@@ -68,6 +70,10 @@ class Kind(enum.Enum):
     WAITING = "waiting"  # an ``async def`` marked @waiting: on the event loop, counted as waiting
     ON_LOOP = "on_loop"  # an ``async def`` that never blocks (Ping)
     STREAM = "stream"  # an ``async def`` generator: a server stream
+
+
+# The kinds run on a thread (or, for a lone quick snapshot read, the loop), and their lane.
+_ON_THREADS = {Kind.BLOCKING: Lane.WORKERS, Kind.READING: Lane.READERS, Kind.SNAPSHOT_READ: Lane.LOOP}
 
 
 def kind_of(implementation: Callable[..., Any]) -> Kind:
@@ -131,12 +137,16 @@ class Edge:
         recorder: telemetry.Recorder,
         forwarder: Forwarder | None = None,
         finish_move: Callable[[Call], Awaitable[None]] | None = None,
+        wait_for_writes: Callable[[Call, WritesOpen], Awaitable[None]] | None = None,
     ) -> None:
         self._authenticator = authenticator
         self.forwarder = forwarder
         # A call for a tenant a move brought here, not active yet, first lets the move finish
         # itself (transport/cluster/moves.py ``MoveDriver.finish``).
         self._finish_move = finish_move
+        # A read given a consistency token whose writes are open waits for them here
+        # (transport/consistency.py ``wait``), then runs again.
+        self._wait_for_writes = wait_for_writes
         self._admission = admission
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
@@ -203,12 +213,8 @@ class Edge:
             await self._settle(call)
             if call.forward_to is not None and self.forwarder is not None:
                 return await self.forwarder.unary(call.forward_to, call.method, request, call)
-            if kind is Kind.BLOCKING:
-                return await admission.run(call.tenant, implementation, request, call)
-            if kind is Kind.READING:
-                return await admission.run(call.tenant, implementation, request, call, lane=Lane.READERS)
-            if kind is Kind.SNAPSHOT_READ:
-                return await admission.run(call.tenant, implementation, request, call, lane=Lane.LOOP)
+            if kind in _ON_THREADS:
+                return await self._run(kind, implementation, request, call)
             if kind is Kind.WAITING:
                 with admission.waiting(call.tenant):
                     call.holds_place = True
@@ -216,6 +222,26 @@ class Edge:
             return await implementation(request, call)
         finally:
             admission.leave()
+
+    async def _run(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
+        """A plain method on its lane (a read given a consistency token on a reader thread: where
+        its writes stand is read under the hot path's inbox lock); while the writes of its token
+        are open, it waits for them as a waiting call, holding no thread, and runs again."""
+        lane = _ON_THREADS[kind]
+        if lane is Lane.LOOP and carries(request, call):
+            lane = Lane.READERS
+        while True:
+            try:
+                return await self._admission.run(call.tenant, implementation, request, call, lane=lane)
+            except WritesOpen as pending:
+                if self._wait_for_writes is None:
+                    raise
+                with self._admission.waiting(call.tenant):
+                    call.holds_place = True
+                    try:
+                        await self._wait_for_writes(call, pending)
+                    finally:
+                        call.holds_place = False
 
     async def answer_stream(
         self, implementation: Callable[..., AsyncIterator[Any]], request: Any, call: Call

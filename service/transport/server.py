@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
@@ -28,6 +29,7 @@ from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import read_priority
 from mnemosyne.runtime.seams import Seams
+from mnemosyne.transport import consistency
 from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.cluster.fanout import FanOut
@@ -349,10 +351,11 @@ def _edge_and_servicers(
         recorder=Recorder(running.metrics),
         forwarder=forwarder,
         finish_move=mover.finish,
+        wait_for_writes=partial(consistency.wait, engine),
     )
     servicers = Servicers(
         memory=MemoryServicer(engine),
-        workspace=WorkspaceServicer(engine.workspaces, engine.consolidator),
+        workspace=WorkspaceServicer(engine.workspaces, engine.consolidator, engine.consistency),
         hot_path=HotPathServicer(engine),
         events=EventsServicer(engine),
         admin=AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None, mover),

@@ -1,4 +1,5 @@
-"""The calls that wait — Flush, Disable, WatchEvents — waiting on the event loop, holding no thread.
+"""The calls that wait — Flush, Disable, WatchEvents, a read given a consistency token — waiting on
+the event loop, holding no thread.
 
 Each step that reads the store is a short job through ``Call.run`` (a worker thread in the
 tenant's fair share); between steps the call awaits the tenant's next change (the hot path's
@@ -12,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.consistency import Consistency, WritesOpen
 from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.hot_path.awaited import Span
 from mnemosyne.engine.types import Barrier, Event, FlushOutcome, HotPathState
+from mnemosyne.errors import DeadlineExceeded
 from mnemosyne.transport.call import Call
 
 # A stream with nothing new re-reads the log this often anyway (a change is normally announced).
@@ -67,12 +71,59 @@ async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushO
     return await call.run(hot_path.flush_outcome, call.tenant, barrier)
 
 
+async def flush_token(
+    hot_path: HotPath, tokens: Consistency, call: Call, token: str, timeout_seconds: float
+) -> FlushOutcome:
+    """Flush of a consistency token: until the writes it names are applied (taken first), not
+    the whole queue; what those open at the call did."""
+    timeout = check.validate_wait_seconds(timeout_seconds)
+    try:
+        await call.run(tokens.check, call.tenant, token)
+        return FlushOutcome(0, 0, 0, [])
+    except WritesOpen as pending:
+        deadline = time.monotonic() + call.seconds_to_answer(timeout)
+        covered = set(pending.open_ids)
+        failed = await token_writes(hot_path, call, pending.spans, pending.open_ids, deadline)
+    failed = [i for i in failed if i in covered]
+    return FlushOutcome(len(covered), len(covered) - len(failed), len(failed), failed)
+
+
 async def disable(hot_path: HotPath, call: Call, timeout_seconds: float) -> HotPathState:
     timeout = check.validate_wait_seconds(timeout_seconds)
     barrier = await call.run(hot_path.disable_barrier, call.tenant)
     if barrier is not None:
         await _pass(hot_path, call, barrier, timeout, "disable")
     return await call.run(hot_path.status, call.tenant)
+
+
+async def token_writes(
+    hot_path: HotPath, call: Call, spans: Sequence[Span], open_ids: Sequence[int], deadline: float
+) -> list[int]:
+    """Wait until none of the operations of ``spans`` is open (``open_ids`` are, as last read),
+    the workers taking them first meanwhile; DEADLINE_EXCEEDED / CONSISTENCY_DEADLINE_EXCEEDED at
+    ``deadline`` (time.monotonic()), never before it and within a second after. Returns the ids
+    of those that failed."""
+    awaited = hot_path.awaited
+    started = time.monotonic()
+    still, failed = list(open_ids), list[int]()
+    with awaited.waiting(call.tenant, spans), _changes(hot_path, call.tenant) as changed:
+        while still:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _gave_up(still, time.monotonic() - started)
+            await _until(changed, min(1.0, left))
+            still, failed = await call.run(awaited.states, call.tenant, spans)
+    return failed
+
+
+def _gave_up(open_ids: list[int], waited: float) -> DeadlineExceeded:
+    shown = ",".join(str(i) for i in open_ids[:100])
+    return DeadlineExceeded(
+        f"the call waited {waited:.1f}s, to its deadline, for {len(open_ids)} writes of its consistency token that "
+        f"are not applied yet (events {shown}); call again later, with a longer deadline, or without the token",
+        reason="CONSISTENCY_DEADLINE_EXCEEDED",
+        metadata={"open_event_ids": shown},
+    )
 
 
 async def watch(hot_path: HotPath, call: Call, *, after_event_id: int, after_sequence: int) -> AsyncIterator[Event]:

@@ -10,11 +10,18 @@
 // time) or with RESOURCE_EXHAUSTED whose status details carry a google.rpc.RetryInfo (after its
 // retry_delay, capped at `maxRetryDelayMs`). RESOURCE_EXHAUSTED without RetryInfo (a quota) is
 // final.
+//
+// Session consistency, by default (src/consistency.js): the client keeps the newest consistency
+// token its writes of each tenant returned and sends it with its next reads and writes of that
+// tenant, so a read waits for this client's own writes still queued. `sessionConsistency: false`
+// turns it off for the client, `consistencyToken: ''` for one read; `consistencyToken: TOKEN`
+// makes a read wait for that token (from another client) alone.
 const crypto = require('node:crypto');
 const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError } = require('./errors');
+const { SessionTokens, roleOf, TOKEN_KEY, MAX_TENANTS } = require('./consistency');
 const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
@@ -135,6 +142,7 @@ function hotPathStatus(s) {
     duplicates: Number(s.duplicates),
     writes: Number(s.writes),
     modelCalls: Number(s.model_calls),
+    awaited: Number(s.awaited),
   };
 }
 
@@ -150,7 +158,7 @@ class MemoryClient {
   /**
    * @param {string} target host:port
    * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number, retries?: number,
-   *   maxRetryDelayMs?: number}} [options]
+   *   maxRetryDelayMs?: number, sessionConsistency?: boolean, sessionTenants?: number}} [options]
    */
   constructor(target, options = {}) {
     this._services = loadServices();
@@ -170,6 +178,16 @@ class MemoryClient {
     this.timeoutMs = options.timeoutMs ?? 30000;
     this.retries = options.retries ?? DEFAULT_RETRIES;
     this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
+    this._session = (options.sessionConsistency ?? true) ? new SessionTokens(options.sessionTenants ?? MAX_TENANTS) : null;
+  }
+
+  /**
+   * The consistency token of this client's latest write of `tenant` (null: none kept, or session
+   * consistency is off): give it to another client's read (`consistencyToken`) to make that read
+   * wait for this client's writes.
+   */
+  consistencyToken(tenant) {
+    return this._session ? this._session.newest(tenant) : null;
   }
 
   /** The stubs of every service on one channel to `address` (made once per address). */
@@ -223,26 +241,52 @@ class MemoryClient {
     for (const stubs of this._byAddress.values()) stubs.memory.close();
   }
 
-  _metadata(extraMetadata = {}) {
+  _metadata(extraMetadata = {}, tokens = []) {
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
     for (const [key, value] of Object.entries(extraMetadata)) metadata.set(key, value);
+    for (const token of tokens) metadata.add(TOKEN_KEY, token);
     return metadata;
   }
 
   /**
    * One unary call, repeated under the rules in this file's header when `retry` (the caller says
    * repeating it is safe). Resolves {response, initialMetadata, trailingMetadata}; rejects with a
-   * MnemosyneError carrying the ErrorInfo reason.
+   * MnemosyneError carrying the ErrorInfo reason. A read or write of a tenant carries the
+   * session's tokens (src/consistency.js) unless `consistencyToken` is given: a read then sends it
+   * alone in its request ('' for none).
    */
-  async _call(stub, method, request, { metadata = {}, retry = false, timeoutMs = this.timeoutMs } = {}) {
+  async _call(stub, method, request, {
+    metadata = {}, retry = false, timeoutMs = this.timeoutMs, consistencyToken,
+  } = {}) {
+    const role = roleOf(stub, method);
+    const session = role && consistencyToken === undefined ? this._session : null;
+    const sent = session ? session.outgoing(role, request.tenant) : [];
+    if (role === 'read' && consistencyToken) request.consistency_token = consistencyToken;
+    try {
+      for (const older of sent.slice(0, -1)) { // writes that overlapped: their tokens are waited for first
+        await this._routedCall(this.hotPathStub, 'Flush', { tenant: request.tenant, consistency_token: older },
+          { metadata: {}, retry: true, timeoutMs: Math.max(this.timeoutMs, 40000), tokens: [] });
+      }
+      const answer = await this._routedCall(stub, method, request, { metadata, retry, timeoutMs, tokens: sent.slice(-1) });
+      if (session) session.answered(role, request.tenant, sent, answer.response);
+      return answer;
+    } catch (err) {
+      if (session && err instanceof MnemosyneError) session.refused(request.tenant, sent, err.reason);
+      throw err;
+    }
+  }
+
+  async _routedCall(stub, method, request, {
+    metadata, retry, timeoutMs, tokens,
+  }) {
     let backoffMs = RETRY_BACKOFF_MS;
     let corrected = false;
     let sendTo = '';
     for (let attempt = 0; ; attempt += 1) {
       const routed = this._routed(stub, request.tenant, sendTo);
       try {
-        return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs);
+        return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs, tokens);
       } catch (err) {
         const again = corrected ? null : this._corrected(err, routed.route[ROUTE_KEY]);
         if (again !== null) {
@@ -259,8 +303,8 @@ class MemoryClient {
     }
   }
 
-  _callOnce(stub, method, request, extraMetadata, timeoutMs) {
-    const metadata = this._metadata(extraMetadata);
+  _callOnce(stub, method, request, extraMetadata, timeoutMs, tokens) {
+    const metadata = this._metadata(extraMetadata, tokens);
     return new Promise((resolve, reject) => {
       let initialMetadata = new grpc.Metadata();
       let response;
@@ -306,9 +350,15 @@ class MemoryClient {
     return retainResult(response.result);
   }
 
-  async recall(tenant, query, { k = 5, scopes = [], metadataEquals = {} } = {}) {
+  /**
+   * The `k` memories best matching `query`. `consistencyToken`: undefined waits for this client's
+   * own writes of the tenant (session consistency), '' for none, a token for the writes it names.
+   */
+  async recall(tenant, query, {
+    k = 5, scopes = [], metadataEquals = {}, consistencyToken,
+  } = {}) {
     const { response } = await this._call(this.memory, 'Recall',
-      { tenant, query, k, scopes, metadata_equals: metadataEquals }, { retry: true });
+      { tenant, query, k, scopes, metadata_equals: metadataEquals }, { retry: true, consistencyToken });
     return response.hits.map((h) => ({ memory: memory(h.memory), score: h.score }));
   }
 
@@ -322,19 +372,21 @@ class MemoryClient {
   /**
    * `action` is 'enable', 'disable', 'status' or 'flush' (the Python client's hot_path). 'flush'
    * waits until every fast write accepted before it has finished and resolves a FlushResult;
-   * 'disable' stops queueing and waits for the queue to drain. Both wait at most `timeoutSeconds`
+   * 'disable' stops queueing and waits for the queue to drain. 'flush' with `consistencyToken` waits
+   * only for the writes that token names. Both wait at most `timeoutSeconds`
    * (server default 30), then fail with DEADLINE_EXCEEDED. The others resolve the HotPathStatus.
    * Status and Flush only read, so they are repeated like reads; Enable and Disable carry no
    * request id and are not.
    */
-  async hotPath(tenant, action, { timeoutSeconds = 0 } = {}) {
+  async hotPath(tenant, action, { timeoutSeconds = 0, consistencyToken = '' } = {}) {
     if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
       throw new RangeError(`action must be one of enable, disable, status, flush; got ${JSON.stringify(action)}`);
     }
     // The call's own deadline must outlast the server-side wait.
     const timeoutMs = Math.max(this.timeoutMs, ((timeoutSeconds || 30) + 10) * 1000);
     const { response } = await this._call(this.hotPathStub, HOT_PATH_METHODS[action],
-      { tenant, timeout_seconds: timeoutSeconds }, { retry: action === 'status' || action === 'flush', timeoutMs });
+      { tenant, timeout_seconds: timeoutSeconds, ...(action === 'flush' ? { consistency_token: consistencyToken } : {}) },
+      { retry: action === 'status' || action === 'flush', timeoutMs });
     return action === 'flush' ? flushResult(response) : hotPathStatus(response);
   }
 
@@ -386,14 +438,17 @@ class MemoryClient {
 
   // -- workspace (host-owned generations) ---------------------------------------------------------
 
-  /** Records and recalled memories, with both generations from the response metadata. */
-  async assembleContext(tenant, workspace, { query = '', k = 5 } = {}) {
+  /**
+   * Records and recalled memories, with both generations from the response metadata;
+   * `consistencyToken` as for recall.
+   */
+  async assembleContext(tenant, workspace, { query = '', k = 5, consistencyToken } = {}) {
     // Records the server left out to keep its response under ~3 MiB (omitted_records) are read
     // one by one and must carry the assembly's generation; if one changed meanwhile, the context
     // is assembled again (at most three times), so records and generations always belong together.
     for (let attempt = 0; attempt < 3; attempt += 1) {
       const { response, initialMetadata } = await this._call(this.workspace, 'AssembleContext',
-        { tenant, workspace, query, k }, { retry: true });
+        { tenant, workspace, query, k }, { retry: true, consistencyToken });
       const generations = {
         global: generationFrom(initialMetadata, GLOBAL_GENERATION_KEY),
         [`workspace/${workspace}`]: generationFrom(initialMetadata, WORKSPACE_GENERATION_KEY),

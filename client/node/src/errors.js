@@ -3,6 +3,18 @@
 // the google.rpc.ErrorInfo of the google.rpc.Status carried by the `grpc-status-details-bin`
 // trailer (AIP-193). Branch on `reason`, never on the message text. A google.rpc.RetryInfo in the
 // same details (the server's "try again after") is kept as `retryDelayMs`.
+//
+// The consistency-token refusals (docs/hot-path.md "Read your own writes") have classes of their
+// own under MnemosyneError, for a token the caller passed and for the session's token alike:
+//   TokenInvalidError     INVALID_ARGUMENT TOKEN_INVALID: a token this tenant's server did not issue
+//   TokenForeignError     INVALID_ARGUMENT TOKEN_FOREIGN: another tenant's token
+//   TimelineChangedError  FAILED_PRECONDITION TIMELINE_CHANGED: the tenant was restored or replaced since
+//   ConsistencyDeadlineExceededError  DEADLINE_EXCEEDED CONSISTENCY_DEADLINE_EXCEEDED: the token's
+//                         writes were still open at the deadline (metadata open_event_ids)
+// After the first three the client has dropped its session token for the tenant: the writes it
+// named are gone, so read again (the next read waits for nothing) and write again what you still
+// need. After a deadline the token is kept: call again with a longer deadline, or with
+// `consistencyToken: ''`.
 const grpc = require('@grpc/grpc-js');
 const { loadStatusTypes } = require('./protos');
 
@@ -22,7 +34,7 @@ class MnemosyneError extends Error {
     const name = grpc.status[code] ?? code;
     // A transport failure carries no ErrorInfo: the code is said once, with no empty reason.
     super(`${reason && reason !== name ? `${name} ${reason}` : name}: ${message}`);
-    this.name = 'MnemosyneError';
+    this.name = new.target.name; // 'MnemosyneError', or the subclass of its reason
     this.code = code;
     this.codeName = grpc.status[code] ?? String(code);
     this.reason = reason;
@@ -33,6 +45,19 @@ class MnemosyneError extends Error {
     this.retryDelayMs = null;
   }
 }
+
+class TokenInvalidError extends MnemosyneError {}
+class TokenForeignError extends MnemosyneError {}
+class TimelineChangedError extends MnemosyneError {}
+class ConsistencyDeadlineExceededError extends MnemosyneError {}
+
+// `${code} ${reason}` -> the class of that refusal.
+const BY_REASON = new Map([
+  [`${grpc.status.INVALID_ARGUMENT} TOKEN_INVALID`, TokenInvalidError],
+  [`${grpc.status.INVALID_ARGUMENT} TOKEN_FOREIGN`, TokenForeignError],
+  [`${grpc.status.FAILED_PRECONDITION} TIMELINE_CHANGED`, TimelineChangedError],
+  [`${grpc.status.DEADLINE_EXCEEDED} CONSISTENCY_DEADLINE_EXCEEDED`, ConsistencyDeadlineExceededError],
+]);
 
 /** A google.protobuf.Duration ({seconds, nanos}, seconds as a string or Long) in milliseconds. */
 function durationMs(duration) {
@@ -91,13 +116,19 @@ function fromServiceError(err, target = '') {
   const info = details.errorInfo;
   let message = err.details ?? err.message;
   if (!info && target && NOT_MNEMOSYNE.has(err.code)) message = `is a Mnemosyne server listening at ${target}? (${message})`;
-  const error = new MnemosyneError(err.code, info ? info.reason : '', message,
-    info ? info.metadata : {}, info ? info.domain : '');
+  const reason = info ? info.reason : '';
+  const Class = BY_REASON.get(`${err.code} ${reason}`) ?? MnemosyneError;
+  const error = new Class(err.code, reason, message, info ? info.metadata : {}, info ? info.domain : '');
   error.retryDelayMs = details.retryDelayMs;
   error.cause = err;
   return error;
 }
 
 module.exports = {
-  MnemosyneError, fromServiceError, errorInfoFromStatusDetails, statusDetails, STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE,
+  MnemosyneError,
+  TokenInvalidError,
+  TokenForeignError,
+  TimelineChangedError,
+  ConsistencyDeadlineExceededError,
+  fromServiceError, errorInfoFromStatusDetails, statusDetails, STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE,
 };

@@ -145,12 +145,15 @@ class MemoryHost {
     this.observations = options.observations ?? new WeakMap();
   }
 
-  /** The memory part of the agent's prompt; records the generations it was read at. */
-  async assembleContext(agent, workspace, { query = '', k = 5 } = {}) {
+  /**
+   * The memory part of the agent's prompt; records the generations it was read at. It waits for
+   * the client's own writes of the tenant still queued (`consistencyToken`: as for recall).
+   */
+  async assembleContext(agent, workspace, { query = '', k = 5, consistencyToken } = {}) {
     if (agent === null || (typeof agent !== 'object' && typeof agent !== 'function')) {
       throw new TypeError('an agent must be an object (observations are held per live agent object)');
     }
-    const assembled = await this.client.assembleContext(this.tenant, workspace, { query, k });
+    const assembled = await this.client.assembleContext(this.tenant, workspace, { query, k, consistencyToken });
     this.observations.set(agent, Object.freeze({
       globalGeneration: assembled.globalGeneration,
       workspace,

@@ -31,7 +31,22 @@ export interface ClientOptions {
   retries?: number;
   /** The longest RetryInfo retry_delay waited before a repeat, in milliseconds (default 5000). */
   maxRetryDelayMs?: number;
+  /**
+   * Session consistency (default true): keep the newest consistency token of each tenant this
+   * client wrote and send it with the client's next reads and writes of that tenant, so the client
+   * reads its own writes, fast ones included (docs/polyglot.md).
+   */
+  sessionConsistency?: boolean;
+  /** How many tenants' tokens are kept (default 10000); the least recently used is forgotten first. */
+  sessionTenants?: number;
 }
+
+/**
+ * A read's consistency: undefined waits for this client's own writes of the tenant (session
+ * consistency), '' for none, a token (another client's `consistencyToken(tenant)`) for the writes
+ * it names.
+ */
+export type ConsistencyToken = string | undefined;
 
 export type RetainStatus = 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified';
 
@@ -113,6 +128,8 @@ export interface HotPathStatus {
   duplicates: number;
   writes: number;
   modelCalls: number;
+  /** Open operations a read is waiting for (a read given a consistency token): taken first. */
+  awaited: number;
 }
 
 /** What a flush covered. */
@@ -166,6 +183,8 @@ export declare class MemoryClient {
   /** The member list calls are routed by (null without `members`); a NOT_OWNER refusal updates it. */
   members: Map<string, string> | null;
   close(): void;
+  /** The consistency token of this client's latest write of `tenant`; null when none is kept. */
+  consistencyToken(tenant: string): string | null;
   /**
    * `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated).
    * `occurredAt`, `thread` and `speaker`: when it was said, its place in a conversation, who said it.
@@ -186,12 +205,17 @@ export declare class MemoryClient {
   recall(
     tenant: string,
     query: string,
-    options?: { k?: number; scopes?: string[]; metadataEquals?: Record<string, string> },
+    options?: {
+      k?: number;
+      scopes?: string[];
+      metadataEquals?: Record<string, string>;
+      consistencyToken?: ConsistencyToken;
+    },
   ): Promise<RecallHit[]>;
   /** AdminService.Stats, as the proto-loader object (snake_case fields). */
   stats(tenant: string): Promise<Record<string, unknown>>;
-  /** Flush waits for the fast writes accepted before it; Disable for the queue to drain. */
-  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number }): Promise<FlushResult>;
+  /** Flush waits for the fast writes accepted before it (with `consistencyToken`: that token's only); Disable for the queue to drain. */
+  hotPath(tenant: string, action: 'flush', options?: { timeoutSeconds?: number; consistencyToken?: string }): Promise<FlushResult>;
   hotPath(tenant: string, action: 'enable' | 'disable' | 'status', options?: { timeoutSeconds?: number }): Promise<HotPathStatus>;
   hotPath(tenant: string, action: HotPathAction, options?: { timeoutSeconds?: number }): Promise<HotPathStatus | FlushResult>;
   getEvent(tenant: string, eventId: Id | number | bigint): Promise<MemoryEvent>;
@@ -204,7 +228,11 @@ export declare class MemoryClient {
     tenant: string,
     options?: { afterEventId?: Id | number | bigint; afterSequence?: Id | number | bigint; timeoutMs?: number },
   ): AsyncGenerator<MemoryEvent, void, undefined>;
-  assembleContext(tenant: string, workspace: string, options?: { query?: string; k?: number }): Promise<AssembledContext>;
+  assembleContext(
+    tenant: string,
+    workspace: string,
+    options?: { query?: string; k?: number; consistencyToken?: ConsistencyToken },
+  ): Promise<AssembledContext>;
   getRecord(tenant: string, scope: string, key: string): Promise<{ record: WorkspaceRecord; generation: bigint }>;
   /** Resolves the new Global generation. */
   updateGlobal(tenant: string, content: string, options?: WriteOptions): Promise<bigint>;
@@ -219,7 +247,8 @@ export declare class MemoryClient {
 /** A failed call: the gRPC status plus the ErrorInfo reason. Branch on `reason`, never on text. */
 export declare class MnemosyneError extends Error {
   constructor(code: number, reason: string, message: string, metadata?: Record<string, string>, domain?: string);
-  readonly name: 'MnemosyneError';
+  /** 'MnemosyneError', or the name of the subclass of its reason (TimelineChangedError ...). */
+  readonly name: string;
   /** gRPC status code (grpc.status.*). */
   code: number;
   codeName: string;
@@ -232,6 +261,21 @@ export declare class MnemosyneError extends Error {
   /** The google.rpc.RetryInfo retry_delay in milliseconds, null when the server sent none. */
   retryDelayMs: number | null;
 }
+
+/**
+ * The consistency-token refusals, each a MnemosyneError (docs/polyglot.md). After the first three
+ * the client has dropped its token for the tenant (its writes are gone: read again, write again
+ * what you still need); after ConsistencyDeadlineExceededError it keeps it (the writes are still
+ * queued; `metadata.open_event_ids` names them).
+ */
+/** INVALID_ARGUMENT TOKEN_INVALID: a token this tenant's server did not issue. */
+export declare class TokenInvalidError extends MnemosyneError {}
+/** INVALID_ARGUMENT TOKEN_FOREIGN: another tenant's token. */
+export declare class TokenForeignError extends MnemosyneError {}
+/** FAILED_PRECONDITION TIMELINE_CHANGED: the tenant was restored or replaced since the token. */
+export declare class TimelineChangedError extends MnemosyneError {}
+/** DEADLINE_EXCEEDED CONSISTENCY_DEADLINE_EXCEEDED: the token's writes were still open at the deadline. */
+export declare class ConsistencyDeadlineExceededError extends MnemosyneError {}
 
 /**
  * A grpc-js ServiceError (or any other error) as a MnemosyneError when it carries a status.
@@ -251,8 +295,15 @@ export declare class MemoryHost {
   readonly client: MemoryClient;
   readonly tenant: string;
   readonly observations: WeakMap<object, object>;
-  /** The agent's memory context; records the generations it was read at, for that agent object. */
-  assembleContext(agent: object, workspace: string, options?: { query?: string; k?: number }): Promise<string>;
+  /**
+   * The agent's memory context; records the generations it was read at, for that agent object.
+   * It waits for the client's own writes of the tenant still queued (`consistencyToken`: as for recall).
+   */
+  assembleContext(
+    agent: object,
+    workspace: string,
+    options?: { query?: string; k?: number; consistencyToken?: ConsistencyToken },
+  ): Promise<string>;
   /** Function-calling schemas for `memory_update` and `update_workspace`. */
   static toolSchemas(format?: 'openai' | 'anthropic'): object[];
   /** Runs one model tool call; resolves an error result (never rejects) for what the model sent. */

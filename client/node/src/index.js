@@ -1,11 +1,14 @@
 'use strict';
 // Mnemosyne for Node.js: a promise-based client and the host side of host-owned generations.
 const { MemoryClient, newRequestId, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY } = require('./client');
-const { MnemosyneError, fromServiceError } = require('./errors');
+const {
+  MnemosyneError, TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, fromServiceError,
+} = require('./errors');
 const { MemoryHost, renderContext } = require('./host');
 const { ownerOf } = require('./routing');
 
 module.exports = {
-  MemoryClient, MemoryHost, MnemosyneError, fromServiceError, renderContext, newRequestId,
+  MemoryClient, MemoryHost, MnemosyneError, fromServiceError,
+  TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, renderContext, newRequestId,
   GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, ownerOf,
 };

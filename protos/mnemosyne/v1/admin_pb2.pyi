@@ -89,14 +89,16 @@ class DuplicateGroup(_message.Message):
     def __init__(self, keep_memory_id: _Optional[int] = ..., duplicate_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DedupResponse(_message.Message):
-    __slots__ = ("groups", "merged", "threshold")
+    __slots__ = ("groups", "merged", "threshold", "consistency_token")
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     MERGED_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[DuplicateGroup]
     merged: bool
     threshold: float
-    def __init__(self, groups: _Optional[_Iterable[_Union[DuplicateGroup, _Mapping]]] = ..., merged: _Optional[bool] = ..., threshold: _Optional[float] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, groups: _Optional[_Iterable[_Union[DuplicateGroup, _Mapping]]] = ..., merged: _Optional[bool] = ..., threshold: _Optional[float] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListTenantsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmnemosyne/v1/hot_path.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\"9\n\x0eHotPathRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\x01\"\xc3\x01\n\rHotPathStatus\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x03\x12\x1e\n\x16oldest_pending_seconds\x18\x03 \x01(\x01\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x03\x12\x11\n\tsucceeded\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x06 \x01(\x03\x12\x12\n\nduplicates\x18\x07 \x01(\x03\x12\x0e\n\x06writes\x18\x08 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\t \x01(\x03\"7\n\x0c\x46lushRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\x01\"]\n\rFlushResponse\x12\x0f\n\x07\x66lushed\x18\x01 \x01(\x03\x12\x11\n\tsucceeded\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\x03\x12\x18\n\x10\x66\x61iled_event_ids\x18\x04 \x03(\x03\x32\xd8\x03\n\x0eHotPathService\x12s\n\x06\x45nable\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\".\x82\xd3\xe4\x93\x02(\"#/v1/tenants/{tenant}/hotPath:enable:\x01*\x12u\n\x07\x44isable\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\"/\x82\xd3\xe4\x93\x02)\"$/v1/tenants/{tenant}/hotPath:disable:\x01*\x12i\n\x06Status\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/tenants/{tenant}/hotPath\x12o\n\x05\x46lush\x12\x1a.mnemosyne.v1.FlushRequest\x1a\x1b.mnemosyne.v1.FlushResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/tenants/{tenant}/hotPath:flush:\x01*BT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmnemosyne/v1/hot_path.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\"9\n\x0eHotPathRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\x01\"\xd4\x01\n\rHotPathStatus\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x13\n\x0bqueue_depth\x18\x02 \x01(\x03\x12\x1e\n\x16oldest_pending_seconds\x18\x03 \x01(\x01\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x03\x12\x11\n\tsucceeded\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x06 \x01(\x03\x12\x12\n\nduplicates\x18\x07 \x01(\x03\x12\x0e\n\x06writes\x18\x08 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\t \x01(\x03\x12\x0f\n\x07\x61waited\x18\n \x01(\x03\"R\n\x0c\x46lushRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x02 \x01(\x01\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\rFlushResponse\x12\x0f\n\x07\x66lushed\x18\x01 \x01(\x03\x12\x11\n\tsucceeded\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\x03\x12\x18\n\x10\x66\x61iled_event_ids\x18\x04 \x03(\x03\x32\xd8\x03\n\x0eHotPathService\x12s\n\x06\x45nable\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\".\x82\xd3\xe4\x93\x02(\"#/v1/tenants/{tenant}/hotPath:enable:\x01*\x12u\n\x07\x44isable\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\"/\x82\xd3\xe4\x93\x02)\"$/v1/tenants/{tenant}/hotPath:disable:\x01*\x12i\n\x06Status\x12\x1c.mnemosyne.v1.HotPathRequest\x1a\x1b.mnemosyne.v1.HotPathStatus\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/tenants/{tenant}/hotPath\x12o\n\x05\x46lush\x12\x1a.mnemosyne.v1.FlushRequest\x1a\x1b.mnemosyne.v1.FlushResponse\"-\x82\xd3\xe4\x93\x02\'\"\"/v1/tenants/{tenant}/hotPath:flush:\x01*BT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,11 +44,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HOTPATHREQUEST']._serialized_start=75
   _globals['_HOTPATHREQUEST']._serialized_end=132
   _globals['_HOTPATHSTATUS']._serialized_start=135
-  _globals['_HOTPATHSTATUS']._serialized_end=330
-  _globals['_FLUSHREQUEST']._serialized_start=332
-  _globals['_FLUSHREQUEST']._serialized_end=387
-  _globals['_FLUSHRESPONSE']._serialized_start=389
-  _globals['_FLUSHRESPONSE']._serialized_end=482
-  _globals['_HOTPATHSERVICE']._serialized_start=485
-  _globals['_HOTPATHSERVICE']._serialized_end=957
+  _globals['_HOTPATHSTATUS']._serialized_end=347
+  _globals['_FLUSHREQUEST']._serialized_start=349
+  _globals['_FLUSHREQUEST']._serialized_end=431
+  _globals['_FLUSHRESPONSE']._serialized_start=433
+  _globals['_FLUSHRESPONSE']._serialized_end=526
+  _globals['_HOTPATHSERVICE']._serialized_start=529
+  _globals['_HOTPATHSERVICE']._serialized_end=1001
 # @@protoc_insertion_point(module_scope)

@@ -16,7 +16,7 @@ class HotPathRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class HotPathStatus(_message.Message):
-    __slots__ = ("enabled", "queue_depth", "oldest_pending_seconds", "accepted", "succeeded", "failed", "duplicates", "writes", "model_calls")
+    __slots__ = ("enabled", "queue_depth", "oldest_pending_seconds", "accepted", "succeeded", "failed", "duplicates", "writes", "model_calls", "awaited")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     OLDEST_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class HotPathStatus(_message.Message):
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     WRITES_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    AWAITED_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     queue_depth: int
     oldest_pending_seconds: float
@@ -35,15 +36,18 @@ class HotPathStatus(_message.Message):
     duplicates: int
     writes: int
     model_calls: int
-    def __init__(self, enabled: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., oldest_pending_seconds: _Optional[float] = ..., accepted: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., duplicates: _Optional[int] = ..., writes: _Optional[int] = ..., model_calls: _Optional[int] = ...) -> None: ...
+    awaited: int
+    def __init__(self, enabled: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., oldest_pending_seconds: _Optional[float] = ..., accepted: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., duplicates: _Optional[int] = ..., writes: _Optional[int] = ..., model_calls: _Optional[int] = ..., awaited: _Optional[int] = ...) -> None: ...
 
 class FlushRequest(_message.Message):
-    __slots__ = ("tenant", "timeout_seconds")
+    __slots__ = ("tenant", "timeout_seconds", "consistency_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     timeout_seconds: float
-    def __init__(self, tenant: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, tenant: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class FlushResponse(_message.Message):
     __slots__ = ("flushed", "succeeded", "failed", "failed_event_ids")

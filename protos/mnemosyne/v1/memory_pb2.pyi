@@ -55,10 +55,12 @@ class RetainRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ...) -> None: ...
 
 class RetainResponse(_message.Message):
-    __slots__ = ("result",)
+    __slots__ = ("result", "consistency_token")
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     result: _types_pb2.RetainResult
-    def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class RetainItem(_message.Message):
     __slots__ = ("text", "scope", "metadata", "occurred_at", "thread", "speaker")
@@ -96,13 +98,15 @@ class RetainBatchRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., items: _Optional[_Iterable[_Union[RetainItem, _Mapping]]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ...) -> None: ...
 
 class RetainBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "consistency_token")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[_types_pb2.RetainResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[_types_pb2.RetainResult, _Mapping]]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, results: _Optional[_Iterable[_Union[_types_pb2.RetainResult, _Mapping]]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class RecallRequest(_message.Message):
-    __slots__ = ("tenant", "query", "k", "scopes", "metadata_equals", "mode")
+    __slots__ = ("tenant", "query", "k", "scopes", "metadata_equals", "mode", "consistency_token")
     class MetadataEqualsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -116,13 +120,15 @@ class RecallRequest(_message.Message):
     SCOPES_FIELD_NUMBER: _ClassVar[int]
     METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     query: str
     k: int
     scopes: _containers.RepeatedScalarFieldContainer[str]
     metadata_equals: _containers.ScalarMap[str, str]
     mode: RecallMode
-    def __init__(self, tenant: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., scopes: _Optional[_Iterable[str]] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[RecallMode, str]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, tenant: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., scopes: _Optional[_Iterable[str]] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[RecallMode, str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class RecallHit(_message.Message):
     __slots__ = ("memory", "score", "vector_score", "text_score")
@@ -137,29 +143,35 @@ class RecallHit(_message.Message):
     def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., score: _Optional[float] = ..., vector_score: _Optional[float] = ..., text_score: _Optional[float] = ...) -> None: ...
 
 class RecallResponse(_message.Message):
-    __slots__ = ("hits", "omitted_memory_ids")
+    __slots__ = ("hits", "omitted_memory_ids", "consistency")
     HITS_FIELD_NUMBER: _ClassVar[int]
     OMITTED_MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[RecallHit]
     omitted_memory_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    consistency: _types_pb2.ConsistencyReport
+    def __init__(self, hits: _Optional[_Iterable[_Union[RecallHit, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ..., consistency: _Optional[_Union[_types_pb2.ConsistencyReport, _Mapping]] = ...) -> None: ...
 
 class GetMemoryRequest(_message.Message):
-    __slots__ = ("tenant", "memory_id")
+    __slots__ = ("tenant", "memory_id", "consistency_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     memory_id: int
-    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class GetMemoryResponse(_message.Message):
-    __slots__ = ("memory",)
+    __slots__ = ("memory", "consistency")
     MEMORY_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     memory: _types_pb2.Memory
-    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ...) -> None: ...
+    consistency: _types_pb2.ConsistencyReport
+    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., consistency: _Optional[_Union[_types_pb2.ConsistencyReport, _Mapping]] = ...) -> None: ...
 
 class ListMemoriesRequest(_message.Message):
-    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "thread", "metadata_equals")
+    __slots__ = ("tenant", "scope", "page_size", "page_token", "include_forgotten", "newest_first", "thread", "metadata_equals", "consistency_token")
     class MetadataEqualsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +187,7 @@ class ListMemoriesRequest(_message.Message):
     NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
     METADATA_EQUALS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     scope: str
     page_size: int
@@ -183,15 +196,18 @@ class ListMemoriesRequest(_message.Message):
     newest_first: bool
     thread: str
     metadata_equals: _containers.ScalarMap[str, str]
-    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., thread: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_forgotten: _Optional[bool] = ..., newest_first: _Optional[bool] = ..., thread: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListMemoriesResponse(_message.Message):
-    __slots__ = ("memories", "next_page_token")
+    __slots__ = ("memories", "next_page_token", "consistency")
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     memories: _containers.RepeatedCompositeFieldContainer[_types_pb2.Memory]
     next_page_token: str
-    def __init__(self, memories: _Optional[_Iterable[_Union[_types_pb2.Memory, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    consistency: _types_pb2.ConsistencyReport
+    def __init__(self, memories: _Optional[_Iterable[_Union[_types_pb2.Memory, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., consistency: _Optional[_Union[_types_pb2.ConsistencyReport, _Mapping]] = ...) -> None: ...
 
 class ForgetMemoryRequest(_message.Message):
     __slots__ = ("tenant", "memory_id", "request_id")
@@ -204,12 +220,14 @@ class ForgetMemoryRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ForgetMemoryResponse(_message.Message):
-    __slots__ = ("memory_id", "forgotten")
+    __slots__ = ("memory_id", "forgotten", "consistency_token")
     MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
     FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     memory_id: int
     forgotten: bool
-    def __init__(self, memory_id: _Optional[int] = ..., forgotten: _Optional[bool] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, memory_id: _Optional[int] = ..., forgotten: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class UpdateMemoryRequest(_message.Message):
     __slots__ = ("tenant", "memory_id", "text", "metadata", "replace_metadata", "request_id")
@@ -235,16 +253,18 @@ class UpdateMemoryRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., replace_metadata: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class UpdateMemoryResponse(_message.Message):
-    __slots__ = ("memory", "updated", "near_duplicate_of", "supersedes")
+    __slots__ = ("memory", "updated", "near_duplicate_of", "supersedes", "consistency_token")
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     UPDATED_FIELD_NUMBER: _ClassVar[int]
     NEAR_DUPLICATE_OF_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     memory: _types_pb2.Memory
     updated: bool
     near_duplicate_of: _containers.RepeatedScalarFieldContainer[int]
     supersedes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., updated: _Optional[bool] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., supersedes: _Optional[_Iterable[int]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, memory: _Optional[_Union[_types_pb2.Memory, _Mapping]] = ..., updated: _Optional[bool] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., supersedes: _Optional[_Iterable[int]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ForgetMemoriesRequest(_message.Message):
     __slots__ = ("tenant", "metadata_equals", "scope", "request_id")
@@ -266,10 +286,12 @@ class ForgetMemoriesRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., metadata_equals: _Optional[_Mapping[str, str]] = ..., scope: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ForgetMemoriesResponse(_message.Message):
-    __slots__ = ("forgotten_count",)
+    __slots__ = ("forgotten_count", "consistency_token")
     FORGOTTEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     forgotten_count: int
-    def __init__(self, forgotten_count: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, forgotten_count: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListMemoryVersionsRequest(_message.Message):
     __slots__ = ("tenant", "memory_id")

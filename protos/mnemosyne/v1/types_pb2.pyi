@@ -120,3 +120,11 @@ class RetainResult(_message.Message):
     near_duplicate_of: _containers.RepeatedScalarFieldContainer[int]
     supersedes: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, status: _Optional[_Union[RetainResult.Status, str]] = ..., memory_id: _Optional[int] = ..., event_id: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., near_duplicate_of: _Optional[_Iterable[int]] = ..., supersedes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ConsistencyReport(_message.Message):
+    __slots__ = ("failed_event_ids", "waited_ms")
+    FAILED_EVENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    failed_event_ids: _containers.RepeatedScalarFieldContainer[int]
+    waited_ms: float
+    def __init__(self, failed_event_ids: _Optional[_Iterable[int]] = ..., waited_ms: _Optional[float] = ...) -> None: ...

@@ -1,5 +1,6 @@
 from google.api import annotations_pb2 as _annotations_pb2
 from mnemosyne.v1 import memory_pb2 as _memory_pb2
+from mnemosyne.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -36,30 +37,34 @@ class RecordChange(_message.Message):
     def __init__(self, op: _Optional[_Union[RecordChange.Op, str]] = ..., key: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class AssembleContextRequest(_message.Message):
-    __slots__ = ("tenant", "workspace", "query", "k")
+    __slots__ = ("tenant", "workspace", "query", "k", "consistency_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     workspace: str
     query: str
     k: int
-    def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., query: _Optional[str] = ..., k: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class AssembleContextResponse(_message.Message):
-    __slots__ = ("global_records", "workspace_records", "memories", "omitted_records", "omitted_memory_ids")
+    __slots__ = ("global_records", "workspace_records", "memories", "omitted_records", "omitted_memory_ids", "consistency")
     GLOBAL_RECORDS_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
     OMITTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     OMITTED_MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     global_records: _containers.RepeatedCompositeFieldContainer[Record]
     workspace_records: _containers.RepeatedCompositeFieldContainer[Record]
     memories: _containers.RepeatedCompositeFieldContainer[_memory_pb2.RecallHit]
     omitted_records: _containers.RepeatedCompositeFieldContainer[OmittedRecord]
     omitted_memory_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, global_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., workspace_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[_memory_pb2.RecallHit, _Mapping]]] = ..., omitted_records: _Optional[_Iterable[_Union[OmittedRecord, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    consistency: _types_pb2.ConsistencyReport
+    def __init__(self, global_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., workspace_records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[_memory_pb2.RecallHit, _Mapping]]] = ..., omitted_records: _Optional[_Iterable[_Union[OmittedRecord, _Mapping]]] = ..., omitted_memory_ids: _Optional[_Iterable[int]] = ..., consistency: _Optional[_Union[_types_pb2.ConsistencyReport, _Mapping]] = ...) -> None: ...
 
 class OmittedRecord(_message.Message):
     __slots__ = ("scope", "key", "bytes")
@@ -82,10 +87,12 @@ class UpdateGlobalRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., content: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class UpdateGlobalResponse(_message.Message):
-    __slots__ = ("updated",)
+    __slots__ = ("updated", "consistency_token")
     UPDATED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     updated: bool
-    def __init__(self, updated: _Optional[bool] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, updated: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class UpdateWorkspaceRequest(_message.Message):
     __slots__ = ("tenant", "workspace", "changes", "request_id")
@@ -100,10 +107,12 @@ class UpdateWorkspaceRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., workspace: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class UpdateWorkspaceResponse(_message.Message):
-    __slots__ = ("applied",)
+    __slots__ = ("applied", "consistency_token")
     APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     applied: int
-    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, applied: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class GetRecordRequest(_message.Message):
     __slots__ = ("tenant", "scope", "key")
@@ -160,10 +169,12 @@ class EditRecordsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., expected_generation: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class EditRecordsResponse(_message.Message):
-    __slots__ = ("generation",)
+    __slots__ = ("generation", "consistency_token")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     generation: int
-    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, generation: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ConsolidateRequest(_message.Message):
     __slots__ = ("tenant", "scope", "expected_generation", "changes", "receipt_id")
@@ -180,12 +191,14 @@ class ConsolidateRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[str] = ..., expected_generation: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[RecordChange, _Mapping]]] = ..., receipt_id: _Optional[str] = ...) -> None: ...
 
 class ConsolidateResponse(_message.Message):
-    __slots__ = ("generation", "already_applied")
+    __slots__ = ("generation", "already_applied", "consistency_token")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ALREADY_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     generation: int
     already_applied: bool
-    def __init__(self, generation: _Optional[int] = ..., already_applied: _Optional[bool] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, generation: _Optional[int] = ..., already_applied: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ConsolidateSessionRequest(_message.Message):
     __slots__ = ("tenant", "thread")
@@ -226,10 +239,12 @@ class SessionScopeOutcome(_message.Message):
     def __init__(self, thread: _Optional[str] = ..., scope: _Optional[str] = ..., receipt_id: _Optional[str] = ..., outcome: _Optional[_Union[SessionScopeOutcome.Outcome, str]] = ..., generation: _Optional[int] = ..., model_calls: _Optional[int] = ..., conflicts: _Optional[int] = ...) -> None: ...
 
 class ConsolidateSessionResponse(_message.Message):
-    __slots__ = ("scopes",)
+    __slots__ = ("scopes", "consistency_token")
     SCOPES_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     scopes: _containers.RepeatedCompositeFieldContainer[SessionScopeOutcome]
-    def __init__(self, scopes: _Optional[_Iterable[_Union[SessionScopeOutcome, _Mapping]]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, scopes: _Optional[_Iterable[_Union[SessionScopeOutcome, _Mapping]]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListScopesRequest(_message.Message):
     __slots__ = ("tenant",)

@@ -15,6 +15,7 @@ from typing import Literal
 from mnemosyne.engine.config import HotPathConfig
 from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction
+from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.prepared_item import PreparedItem
@@ -37,9 +38,11 @@ class RoundCommit:
         write_path: WritePath,
         observer: EngineObserver,
         depths: Depths,
+        changes: Changes,
         config: HotPathConfig,
     ) -> None:
         self._write_path = write_path
+        self._changes = changes
         self._observer = observer
         self._depths = depths
         self._max_failures = max(1, config.max_failures)
@@ -94,15 +97,20 @@ class RoundCommit:
         operation ended (none went back to pending for another attempt)."""
         with store.write(sync=False, internal=True) as txn:
             check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            # A forget may have finished some meanwhile (its fence: engine/fences.py): not applied.
+            running = txn.oplog_still_running([op.event_id for op in ops])
+            mine = [p for p in prepared if ops[p.position].event_id in running]
             results: list[RetainOutcome | None] = [None] * len(prepared)
-            writable = [p for p in prepared if p.position not in errors]
+            writable = [p for p in mine if p.position not in errors]
             created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
             now = time.time()
             endings = [
-                self._finish(txn, ops[p.position], results[p.position], errors.get(p.position), now) for p in prepared
+                self._finish(txn, ops[p.position], results[p.position], errors.get(p.position), now) for p in mine
             ]
             succeeded, failed = endings.count("succeeded"), endings.count("failed")
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
+        # Visible now: a read waiting for one of them goes on (a Flush waits for the sync below).
+        self._changes.notify(tenant)
         self._depths.count(tenant, store)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
         self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
@@ -142,4 +150,6 @@ def _prepared(position: int, op: OpRow) -> PreparedItem:
         extraction = Extraction(
             facts=[tuple(f) for f in stored["facts"]], triples=[tuple(t) for t in stored["triples"]]
         )
-    return PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding)
+    prepared = PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding)
+    prepared.acceptance = op.event_id  # an operation's event id is its acceptance position
+    return prepared

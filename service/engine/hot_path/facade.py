@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 
 from mnemosyne.engine.config import HotPathConfig
+from mnemosyne.engine.hot_path.awaited import Awaited
 from mnemosyne.engine.hot_path.barrier import Barriers
 from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.commit import RoundCommit
@@ -14,12 +15,15 @@ from mnemosyne.engine.hot_path.events import Events
 from mnemosyne.engine.hot_path.queue import Queue, enqueue_syncs
 from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.retention import Retention
+from mnemosyne.engine.hot_path.rounds import Rounds
 from mnemosyne.engine.hot_path.scheduler import Scheduler
 from mnemosyne.engine.hot_path.state import TenantStates
 from mnemosyne.engine.hot_path.worker import Workers
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.types import HotPathState
 from mnemosyne.engine.write_path import WritePath
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
 
 
@@ -35,13 +39,15 @@ class HotPath:
         config: HotPathConfig,
         limits: Limits,
         observer: EngineObserver,
-        hold_file: Path | None = None,
+        seams: Seams | None = None,
+        changes: Changes | None = None,
     ) -> None:
-        """``hold_file``: the test seam MNEMOSYNE_TEST_HOLD_WORKERS (runtime/seams.py)."""
+        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER)."""
+        seams = seams or Seams()
         retention = Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
         scheduler = Scheduler()
-        self.changes = changes = Changes()
+        self.changes = changes = changes or Changes()
         self._depths = depths = Depths()
         states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
@@ -55,11 +61,14 @@ class HotPath:
             changes=changes,
             sync_each_enqueue=sync_each_enqueue,
         )
-        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, config=config)
+        commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
+        self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
+        self._rounds = rounds = _rounds(awaited, config, write_path, seams)
         self._workers = Workers(
             pool=pool,
             scheduler=scheduler,
             commit=commit,
+            rounds=rounds,
             recovery=recovery,
             retention=retention,
             depths=depths,
@@ -67,17 +76,22 @@ class HotPath:
             config=config,
             sync_each_enqueue=sync_each_enqueue,
             forget_tenant=self.forget_tenant,
-            hold_file=hold_file,
+            hold_file=seams.hold_workers_file,
         )
         barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
         events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
         # What the callers call, each the very method of the part whose job it is.
         self.enqueue = queue.enqueue
-        self.set_enabled, self.status = states.set_enabled, states.status
+        self.set_enabled, self._states = states.set_enabled, states
         self.flush, self.disable, self.gave_up = barriers.flush, barriers.disable, barriers.gave_up
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
+        self.settle = awaited.settle
+
+    def status(self, tenant: str) -> HotPathState:
+        """The tenant's Status: its flag and figures, and the open writes reads wait for."""
+        return dataclasses.replace(self._states.status(tenant), awaited=self.awaited.open_count(tenant))
 
     def start(self) -> None:
         self._workers.start()
@@ -110,6 +124,7 @@ class HotPath:
         self._recovery.forget_idle(tenant)
         self._workers.forget(tenant)
         self._retention.forget(tenant)
+        self._rounds.forget(tenant)
 
     def resume(self, tenant: str) -> None:
         """Take the tenant's open operations up, if it has any (a tenant just put in place)."""
@@ -117,3 +132,15 @@ class HotPath:
 
     def queue_depth(self) -> tuple[int, float]:
         return self._depths.total()
+
+
+def _rounds(awaited: Awaited, config: HotPathConfig, write_path: WritePath, seams: Seams) -> Rounds:
+    """How the workers cut a tenant's queue into rounds: at most ``config.batch`` writes, those
+    reads wait on first, the order a test's seams may impose."""
+    return Rounds(
+        awaited=awaited,
+        batch=config.batch,
+        least=write_path.extractor.concurrency,
+        hold_backlog_file=seams.hold_backlog_file,
+        order=seams.worker_order,
+    )

@@ -80,7 +80,9 @@ class Queue:
                 if prior is not None:
                     return prior
                 now = time.time()
-                final = _append(txn, prepared, outcomes, request, now)
+                # Their acceptance positions, under the inbox lock: ids are appended in order.
+                first = store.acceptances.take(len(prepared))
+                final = _append(txn, prepared, outcomes, request, now, first)
             self._depths.enqueued(tenant, store, len(prepared), now)
         self._wake.notify(tenant)
         self._changes.notify(tenant)
@@ -104,12 +106,15 @@ def _append(
     outcomes: list[RetainOutcome | None],
     request: RequestKey | None,
     now: float,
+    first: int,
 ) -> list[RetainOutcome]:
-    """One operation per item, and the request id with the call's result; the call's outcomes."""
+    """One operation per item, at the positions from ``first`` on (its event id), and the request
+    id with the call's result; the call's outcomes."""
     results = list(outcomes)
     event_id = 0
-    for p in prepared:
-        event_id = txn.append("retain", p.to_payload(), request.request_id if request else None, now)
+    for offset, p in enumerate(prepared):
+        event_id = p.acceptance = first + offset
+        txn.append(event_id, "retain", p.to_payload(), p.fingerprint, request.request_id if request else None, now)
         results[p.position] = RetainOutcome(status=RetainStatus.ENQUEUED, event_id=event_id)
     final = [r for r in results if r is not None]
     if request:

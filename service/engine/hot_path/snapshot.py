@@ -4,7 +4,7 @@ that counts every operation once (Status, the barriers, the events and the depth
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from mnemosyne.store.inbox import InboxTxn
 from mnemosyne.store.oplog import OpRow
@@ -23,6 +23,10 @@ class Waiting:
 
     def depth(self, up_to_id: int | None = None) -> Depth:
         return self._txn.depth(after_id=self.log_last_id, up_to_id=up_to_id) if self._txn else (0, None)
+
+    def ids_with_fingerprints(self, fingerprints: Sequence[str]) -> list[int]:
+        """Ids of these operations of these contents (by fingerprint)."""
+        return self._txn.ids_with_fingerprints(fingerprints, after_id=self.log_last_id) if self._txn else []
 
     def rows(self, *, after_id: int = 0, up_to_id: int | None = None, limit: int = -1) -> list[OpRow]:
         """These operations as the pending log rows they will become."""

@@ -3,8 +3,10 @@ each processing one tenant's log in rounds:
 
 0. adopt: what waits in the inbox moves into the tenant's ``oplog`` (same event ids), then
    leaves the inbox;
-1. claim: one short transaction marks up to ``batch`` oldest open operations ``running``;
-2. and 3. extract, persist and commit them (commit.py);
+1. claim: one short transaction marks open operations ``running`` (rounds.py says which: the
+   writes someone waits for first, in a round of their own, else the oldest, as many as the
+   tenant's recent pace fits in a round's time), with the earlier operations of the same content;
+2. and 3. extract, persist and commit them in acceptance order (commit.py);
 
 and, between rounds, the tenant's housekeeping: its expired events deleted (retention.py), its
 place in the recovery index (recovery.py). A round that fails in the store (not an operation's
@@ -24,6 +26,7 @@ from mnemosyne.engine.hot_path.commit import RoundCommit
 from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.retention import Retention
+from mnemosyne.engine.hot_path.rounds import Rounds
 from mnemosyne.engine.hot_path.scheduler import Scheduler
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from mnemosyne.runtime.background import become_background_thread, keep_up
@@ -39,6 +42,9 @@ ROUND_RETRY_MAX_SECONDS = 30.0
 # Inbox operations a worker adopts into the tenant's log per round, in batches: ahead of what a
 # round applies, while reading them holds the inbox lock (every enqueue's) only for microseconds.
 MOVE_BATCHES = 4
+# Inbox operations adopted per batch on the way to a write a read waits for (the inbox lock is
+# held for reading one batch, then for removing it).
+ADOPT_BATCH = 128
 
 
 class Workers:
@@ -50,6 +56,7 @@ class Workers:
         pool: TenantPool,
         scheduler: Scheduler,
         commit: RoundCommit,
+        rounds: Rounds,
         recovery: Recovery,
         retention: Retention,
         depths: Depths,
@@ -62,12 +69,13 @@ class Workers:
         self._pool = pool
         self._scheduler = scheduler
         self._commit = commit
+        self._rounds = rounds
         self._recovery = recovery
         self._retention = retention
         self._depths = depths
         self._changes = changes
         self._workers = max(1, config.workers)
-        self._batch = max(1, config.batch)
+        self._batch = max(1, config.batch)  # what one adoption takes, MOVE_BATCHES times
         self._sync_each_enqueue = sync_each_enqueue
         self._forget_tenant = forget_tenant  # all the hot path knows of a tenant moved away
         self._hold_file = hold_file  # the test seam MNEMOSYNE_TEST_HOLD_WORKERS (runtime/seams.py)
@@ -161,20 +169,23 @@ class Workers:
             if store is None:
                 self._recovery.remove(tenant)
                 return False
-            self._hold("inbox")
-            self._move_inbox(store)
-            # Not synced: a claim lost to a power cut only leaves the operations to be taken again.
-            with store.write(sync=False, internal=True) as txn:
-                ops = txn.oplog_next_open(self._batch, time.time())
-                txn.oplog_claim([op.event_id for op in ops], time.time())
+            awaited = self._rounds.awaited(tenant)
+            if not awaited and self._rounds.backlog_held():
+                return False  # the test seam: only the writes someone waits for
+            if not awaited:
+                self._hold("inbox")
+            self._move_inbox(store, through=max((high for _, high in awaited), default=0))
+            ops, full = self._rounds.claim(tenant, store, awaited)
             self._retention.prune(tenant, store)
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False
             self._changes.notify(tenant)
+            started = time.monotonic()
             finished = self._commit.apply(tenant, store, ops, self._hold)
+            self._rounds.took(tenant, len(ops), time.monotonic() - started)
             self._changes.notify(tenant)
-            if not finished or len(ops) == self._batch:
+            if not finished or full or awaited:
                 return True  # more is likely: skip the idle check, the next round will tell
             return not self._recovery.drained(tenant, store)
 
@@ -188,23 +199,28 @@ class Workers:
         if retry_at is not None:
             self._scheduler.notify_at(tenant, retry_at)
 
-    def _move_inbox(self, store: TenantStore) -> None:
+    def _move_inbox(self, store: TenantStore, *, through: int = 0) -> None:
         """Adopt what waits in the tenant's inbox into its log, then remove it from the inbox
-        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed)."""
+        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed): a
+        batch ahead of what a round applies, and on to ``through`` (a write someone waits for is
+        taken from the log), in batches, so no enqueue waits for the inbox lock longer than one."""
         inbox = store.inbox(create=False)
         if inbox is None:
             return
-        with inbox.read() as txn:
-            ops = txn.ops(limit=self._batch * MOVE_BATCHES)
-            requests = txn.requests_through(ops[-1].event_id) if ops else []
-        if not ops:
-            return
-        with store.write(sync=False, internal=True) as log_txn:
-            log_txn.oplog_adopt(ops, requests)
-        if self._sync_each_enqueue:
-            # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
-            # the round's sync (or a Flush) covers it together with what was applied.
-            store.sync_log()
-        with inbox.write(sync=False) as txn:
-            txn.remove_through(ops[-1].event_id)
-        inbox.checkpoint_if_grown()
+        while True:
+            with inbox.read() as txn:
+                ops = txn.ops(limit=self._batch * MOVE_BATCHES if not through else ADOPT_BATCH)
+                requests = txn.requests_through(ops[-1].event_id) if ops else []
+            if not ops:
+                return
+            with store.write(sync=False, internal=True) as log_txn:
+                log_txn.oplog_adopt(ops, requests)
+            if self._sync_each_enqueue:
+                # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
+                # the round's sync (or a Flush) covers it together with what was applied.
+                store.sync_log()
+            with inbox.write(sync=False) as txn:
+                txn.remove_through(ops[-1].event_id)
+            inbox.checkpoint_if_grown()
+            if ops[-1].event_id >= through:
+                return

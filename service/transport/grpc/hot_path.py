@@ -15,6 +15,7 @@ from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2
 class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._hot_path = engine.hot_path
+        self._tokens = engine.consistency
 
     def Enable(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
         check.validate_wait_seconds(request.timeout_seconds)  # not used here, but never a NaN either
@@ -32,7 +33,13 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
 
     @waiting
     async def Flush(self, request: hot_path_pb2.FlushRequest, call: Call) -> hot_path_pb2.FlushResponse:
-        return convert.to_flush_response(await waits.flush(self._hot_path, call, request.timeout_seconds))
+        if request.consistency_token:  # only the writes it names, taken ahead of the backlog
+            flushed = await waits.flush_token(
+                self._hot_path, self._tokens, call, request.consistency_token, request.timeout_seconds
+            )
+        else:
+            flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
+        return convert.to_flush_response(flushed)
 
 
 class EventsServicer(events_pb2_grpc.EventsServiceServicer):

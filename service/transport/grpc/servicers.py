@@ -10,12 +10,14 @@ from functools import partial
 from typing import Any
 
 from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
+from mnemosyne.transport.consistency import for_read, for_write
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
@@ -34,9 +36,15 @@ def _report_server_time(call: Call, started: float) -> None:
     call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
 
 
+def _queued(outcomes: list[RetainOutcome]) -> list[int]:
+    """The event ids of the items a write queued (its token names them)."""
+    return [o.event_id for o in outcomes if o.status is RetainStatus.ENQUEUED]
+
+
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._tokens = engine.consistency
 
     def Retain(self, request: memory_pb2.RetainRequest, call: Call) -> memory_pb2.RetainResponse:
         started = time.perf_counter()
@@ -60,7 +68,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             outcome = self._engine.retain(
                 request.tenant, item, request_id=request.request_id or None, fast=request.fast
             )
-        response = convert.to_retain_response(outcome)
+        token = for_write(self._tokens, call, request.tenant, _queued([outcome]))
+        response = convert.with_token(convert.to_retain_response(outcome), token)
         _report_server_time(call, started)
         return response
 
@@ -69,11 +78,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         outcomes = self._engine.retain_batch(
             request.tenant, items, request_id=request.request_id or None, fast=request.fast
         )
-        return convert.to_retain_batch_response(outcomes)
+        token = for_write(self._tokens, call, request.tenant, _queued(outcomes))
+        return convert.with_token(convert.to_retain_batch_response(outcomes), token)
 
     @snapshot_read
     def Recall(self, request: memory_pb2.RecallRequest, call: Call) -> memory_pb2.RecallResponse:
         started = time.perf_counter()
+        report = for_read(self._tokens, call, request.tenant, request.consistency_token)
         recalled = self._engine.recall(
             request.tenant,
             request.query,
@@ -82,16 +93,19 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             mode=convert.from_recall_mode(request.mode),
         )
-        response = convert.to_recall_response(recalled)
+        response = convert.with_report(convert.to_recall_response(recalled), report)
         _report_server_time(call, started)
         return response
 
     @snapshot_read
     def GetMemory(self, request: memory_pb2.GetMemoryRequest, call: Call) -> memory_pb2.GetMemoryResponse:
-        return convert.to_get_memory_response(self._engine.memories.get(request.tenant, request.memory_id))
+        report = for_read(self._tokens, call, request.tenant, request.consistency_token)
+        memory = self._engine.memories.get(request.tenant, request.memory_id)
+        return convert.with_report(convert.to_get_memory_response(memory), report)
 
     @snapshot_read
     def ListMemories(self, request: memory_pb2.ListMemoriesRequest, call: Call) -> memory_pb2.ListMemoriesResponse:
+        report = for_read(self._tokens, call, request.tenant, request.consistency_token)
         page = self._engine.memories.page(
             request.tenant,
             scope=request.scope,
@@ -102,13 +116,14 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             thread=request.thread,
             metadata_equals=dict(request.metadata_equals),
         )
-        return convert.to_list_memories_response(page)
+        return convert.with_report(convert.to_list_memories_response(page), report)
 
     def ForgetMemory(self, request: memory_pb2.ForgetMemoryRequest, call: Call) -> memory_pb2.ForgetMemoryResponse:
         forgotten = self._engine.memories.forget(
             request.tenant, request.memory_id, request_id=request.request_id or None
         )
-        return convert.to_forget_response(request.memory_id, forgotten)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_forget_response(request.memory_id, forgotten), token)
 
     def UpdateMemory(self, request: memory_pb2.UpdateMemoryRequest, call: Call) -> memory_pb2.UpdateMemoryResponse:
         outcome = self._engine.updates.update(
@@ -118,7 +133,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata=dict(request.metadata) if request.replace_metadata else None,
             request_id=request.request_id or None,
         )
-        return convert.to_update_memory_response(outcome)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_update_memory_response(outcome), token)
 
     def ForgetMemories(
         self, request: memory_pb2.ForgetMemoriesRequest, call: Call
@@ -129,7 +145,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             metadata_equals=dict(request.metadata_equals),
             request_id=request.request_id or None,
         )
-        return convert.to_forget_memories_response(count)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_forget_memories_response(count), token)
 
     @snapshot_read
     def ListMemoryVersions(
@@ -158,7 +175,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         report = self._engine.dedup(
             request.tenant, merge=request.merge, threshold=request.threshold, request_id=request.request_id or None
         )
-        return convert.to_dedup_response(report)
+        token = for_write(self._engine.consistency, call, request.tenant) if request.merge else ""
+        return convert.with_token(convert.to_dedup_response(report), token)
 
     def ListTenants(self, request: admin_pb2.ListTenantsRequest, call: Call) -> admin_pb2.ListTenantsResponse:
         return self._tenant_page(request)

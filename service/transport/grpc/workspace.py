@@ -13,11 +13,13 @@ The keys and their format are specified in docs/host-protocol.md.
 from __future__ import annotations
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call, snapshot_read
+from mnemosyne.transport.consistency import for_read, for_write
 from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
@@ -43,14 +45,16 @@ def observed_generation(call: Call, key: str) -> int | None:
 
 
 class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
-    def __init__(self, workspaces: Workspaces, consolidator: SessionConsolidator) -> None:
+    def __init__(self, workspaces: Workspaces, consolidator: SessionConsolidator, tokens: Consistency) -> None:
         self._workspaces = workspaces
         self._consolidator = consolidator
+        self._tokens = tokens
 
     @snapshot_read
     def AssembleContext(
         self, request: workspace_pb2.AssembleContextRequest, call: Call
     ) -> workspace_pb2.AssembleContextResponse:
+        report = for_read(self._tokens, call, request.tenant, request.consistency_token)
         assembled = self._workspaces.assemble_context(
             request.tenant, request.workspace, query=request.query, k=request.k
         )
@@ -60,7 +64,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
                 (WORKSPACE_GENERATION_KEY, str(assembled.workspace_generation)),
             )
         )
-        return convert.to_assemble_context(assembled)
+        return convert.with_report(convert.to_assemble_context(assembled), report)
 
     def UpdateGlobal(
         self, request: workspace_pb2.UpdateGlobalRequest, call: Call
@@ -72,7 +76,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request_id=request.request_id or None,
         )
         call.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
-        return convert.to_update_global_response()
+        return convert.with_token(convert.to_update_global_response(), for_write(self._tokens, call, request.tenant))
 
     def UpdateWorkspace(
         self, request: workspace_pb2.UpdateWorkspaceRequest, call: Call
@@ -85,7 +89,8 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request_id=request.request_id or None,
         )
         call.set_trailing_metadata(((WORKSPACE_GENERATION_KEY, str(result.generation)),))
-        return convert.to_update_workspace_response(result)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_update_workspace_response(result), token)
 
     @snapshot_read
     def GetRecord(self, request: workspace_pb2.GetRecordRequest, call: Call) -> workspace_pb2.GetRecordResponse:
@@ -111,7 +116,8 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             expected_generation=request.expected_generation,
             request_id=request.request_id or None,
         )
-        return convert.to_edit_records_response(result)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_edit_records_response(result), token)
 
     def Consolidate(self, request: workspace_pb2.ConsolidateRequest, call: Call) -> workspace_pb2.ConsolidateResponse:
         result = self._workspaces.consolidate(
@@ -121,10 +127,12 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             expected_generation=request.expected_generation,
             receipt_id=request.receipt_id,
         )
-        return convert.to_consolidate_response(result)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_consolidate_response(result), token)
 
     def ConsolidateSession(
         self, request: workspace_pb2.ConsolidateSessionRequest, call: Call
     ) -> workspace_pb2.ConsolidateSessionResponse:
         outcomes = self._consolidator.consolidate(request.tenant, request.thread)
-        return convert.to_consolidate_session_response(outcomes)
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert.to_consolidate_session_response(outcomes), token)

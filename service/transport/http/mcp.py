@@ -10,6 +10,8 @@ the check the MCP specification requires.
 
 The tools reach the servicers in process (transport/in_process.py), with the caller's
 token: the same edge, envelope, admission, limits and error table as a gRPC call, with no socket.
+A session keeps the consistency tokens of its writes (host/consistency.py): its reads wait for its
+own writes still queued.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
 from mnemosyne.transport.edge import Edge
@@ -44,7 +47,8 @@ class McpEndpoint:
         self._edge = edge
         self._in_process = in_process
         self._observations = HostObservations()  # shared by every session, keyed by its agent
-        self._agents: OrderedDict[str, Agent] = OrderedDict()  # MCP session id -> its agent
+        # MCP session id -> its agent and the consistency tokens of its writes (of its one tenant)
+        self._agents: OrderedDict[str, tuple[Agent, SessionTokens]] = OrderedDict()
         self._server = build_server(self._session_of, sessions_only=True)
         # The guard before this app checks Host and Origin; the SDK's own copy of that check is off.
         self._app: ASGIApp = self._server.streamable_http_app(
@@ -108,8 +112,8 @@ class McpEndpoint:
         assert request is not None  # over HTTP every call has its request
         user: AuthenticatedUser = request.scope["user"]  # set by __call__
         claims = user.access_token.claims or {}
-        agent = self._agent(request.headers.get(MCP_SESSION_ID_HEADER, ""))
-        calls = self._calls(user.access_token.token)
+        agent, tokens = self._agent(request.headers.get(MCP_SESSION_ID_HEADER, ""))
+        calls = in_session(tokens, self._calls(user.access_token.token))
         return ToolSession(calls, claims["tenant"], claims["workspace"], agent, self._observations)
 
     def _calls(self, token: str) -> Calls:
@@ -122,14 +126,15 @@ class McpEndpoint:
 
         return call
 
-    def _agent(self, session_id: str) -> Agent:
-        """The agent of an MCP session: the same object for every request of the session, so the
-        observation its read_memory recorded is the one its writes send. No session id (a
-        stateless request): a new agent, which has read nothing, so its writes fail closed."""
+    def _agent(self, session_id: str) -> tuple[Agent, SessionTokens]:
+        """The agent of an MCP session and its consistency tokens: the same for every request of
+        the session, so the observation its read_memory recorded is the one its writes send, and
+        its reads wait for its writes. No session id (a stateless request): a new agent, which has
+        read nothing, so its writes fail closed, and has written nothing."""
         if not session_id:
-            return Agent()
-        agent = self._agents.pop(session_id, None) or Agent()
-        self._agents[session_id] = agent
+            return Agent(), SessionTokens(1)
+        session = self._agents.pop(session_id, None) or (Agent(), SessionTokens(1))
+        self._agents[session_id] = session
         while len(self._agents) > _AGENTS_KEPT:
             self._agents.popitem(last=False)
-        return agent
+        return session

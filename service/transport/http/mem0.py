@@ -42,9 +42,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.limits import Limits, parse_integer, parse_number
 from mnemosyne.engine.memories import MAX_PAGE_NUMBER, Memories
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound
+from mnemosyne.transport import consistency
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
@@ -206,9 +208,11 @@ class HttpCall:
 class Mem0Api:
     """The ASGI app of the mem0-compatible endpoints."""
 
-    def __init__(self, edge: Edge, servicers: Servicers, memories: Memories, limits: Limits) -> None:
+    def __init__(
+        self, edge: Edge, servicers: Servicers, memories: Memories, limits: Limits, tokens: Consistency
+    ) -> None:
         self._edge = edge
-        self._endpoints = Mem0Endpoints(servicers, memories)
+        self._endpoints = Mem0Endpoints(servicers, memories, tokens)
         self._limits = limits
         self._routes = [(route, re.compile(route.path)) for route in ROUTES]
 
@@ -291,7 +295,9 @@ class Mem0Api:
         call.forward_to = None  # a request refused for itself is refused here
         result = await self._edge.answer(kind_of(handler), partial(_checked, handler), decoded, call)
         return Response(
-            json.dumps(result, ensure_ascii=False), headers=dict(envelope.echo), media_type="application/json"
+            json.dumps(result, ensure_ascii=False),
+            headers={**consistency.headers(call), **dict(envelope.echo)},
+            media_type="application/json",
         )
 
     def _decode(self, http: HttpCall, route: Mem0Route, groups: tuple[str, ...], tenant: str) -> Mem0Request:

@@ -27,10 +27,12 @@ from urllib.parse import urlencode
 
 from google.protobuf import timestamp_pb2
 
+from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.memories import Memories
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call, reading, snapshot_read
+from mnemosyne.transport.consistency import for_read
 from mnemosyne.transport.grpc.servicers import Servicers
 from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2
 
@@ -212,10 +214,11 @@ class Mem0Endpoints:
     """The handlers of the mem0 routes, ``_<route name>`` (transport/http/mem0.py ``ROUTES``); each
     runs on a thread of the tenant's fair share, as the edge runs the RPC it calls."""
 
-    def __init__(self, servicers: Servicers, memories: Memories) -> None:
+    def __init__(self, servicers: Servicers, memories: Memories, tokens: Consistency) -> None:
         self._memory_servicer = servicers.memory
         self._event_servicer = servicers.events
         self._memories = memories
+        self._tokens = tokens
 
     def handler(self, name: str) -> Handler:
         handler: Handler = getattr(self, f"_{name}")
@@ -261,6 +264,7 @@ class Mem0Endpoints:
     def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         page, page_size = request.numbers["page"], request.numbers["page_size"]
         filters = _filters(request.body.get("filters"))
+        for_read(self._tokens, call, request.tenant, "")  # the Mnemosyne-Consistency-Token header's writes
         memories, total = self._memories.numbered_page(
             request.tenant, metadata_equals=filters, page=page, page_size=page_size
         )

@@ -66,7 +66,7 @@ class HttpSurface:
         routes = http_mapping.routes(services)  # refuses an RPC with no route that is not GRPC_ONLY
         document = json.dumps(openapi.document(routes, version=VERSION)).encode()
         own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
-        self.mem0 = Mem0Api(edge, servicers, engine.memories, engine.limits)
+        self.mem0 = Mem0Api(edge, servicers, engine.memories, engine.limits, engine.consistency)
         self.mcp = McpEndpoint(edge, InProcess(edge, services, servicers.by_service()))
         mounts: dict[str, ASGIApp] = {
             MCP_PATH: self.mcp,

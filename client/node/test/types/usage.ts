@@ -1,7 +1,7 @@
 // Compiled (never run) by test/types.test.js with `tsc --strict`: a TypeScript host's use of the
 // package type-checks against src/index.d.ts.
 import {
-  GLOBAL_GENERATION_KEY, MemoryClient, MemoryHost, MnemosyneError, newRequestId, renderContext,
+  GLOBAL_GENERATION_KEY, MemoryClient, MemoryHost, MnemosyneError, TimelineChangedError, newRequestId, renderContext,
   type AssembledContext, type EventPage, type FlushResult, type HotPathStatus, type Id, type MemoryEvent, type RecallHit,
   type RetainResult, type ToolResult,
 } from '../../src/index.js';
@@ -19,6 +19,14 @@ export async function host(target: string): Promise<string> {
   const who: string = hits[0].memory.speaker + (hits[0].memory.thread?.id ?? '') + said.status;
   const enabled: HotPathStatus = await client.hotPath('acme', 'enable');
   const fast: RetainResult = await client.retain('acme', 'queued', { fast: enabled.enabled, requestId: '' });
+  const token: string | null = client.consistencyToken('acme');
+  const other = new MemoryClient(target, { sessionConsistency: false, sessionTenants: 100 });
+  const waited: RecallHit[] = await other.recall('acme', 'queued', { consistencyToken: token ?? '' });
+  try {
+    await client.recall('acme', 'queued', { consistencyToken: undefined });
+  } catch (err) {
+    if (err instanceof TimelineChangedError) return `${err.name}: read again (${waited.length})`;
+  }
   const flushed: FlushResult = await client.hotPath('acme', 'flush', { timeoutSeconds: 10 });
   const depth: number = (await client.hotPath('acme', 'status')).queueDepth + flushed.failedEventIds.length;
   const one: MemoryEvent = await client.getEvent('acme', fast.eventId);
@@ -38,7 +46,7 @@ export async function host(target: string): Promise<string> {
   ], { observedGeneration: assembled.workspaceGeneration });
   const memoryHost = new MemoryHost(client, 'acme');
   const agent = {};
-  const prompt: string = await memoryHost.assembleContext(agent, 'ws');
+  const prompt: string = await memoryHost.assembleContext(agent, 'ws', { consistencyToken: '' });
   const result: ToolResult = await memoryHost.callTool(agent, 'memory_update', '{"content": "x"}');
   const summary = result.ok ? result.result : `${result.reason}: ${result.error}`;
   try {

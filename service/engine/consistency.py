@@ -1,0 +1,241 @@
+"""Consistency tokens: read your own writes, per write (docs/hot-path.md "Read your own writes").
+
+Every write returns a token naming the tenant's timeline, a level, and the places in the tenant's
+one order of writes (acceptance positions, store/acceptance.py) of what it queued: a fast write's
+operations. A synchronous write is visible when it returns, so it names none of its own (it
+carries the session's, below). A read given the token
+answers once those writes are visible (their events succeeded: a fast write's memory and its event
+commit together) or failed — the workers take them ahead of the backlog while it waits
+(hot_path/awaited.py) — and names the failed ones.
+
+The token is ``<body>.<mac>`` in URL-safe base64; the body is ``1|tenant|timeline|level|spans``
+(spans: ``a-b`` or ``a``, comma-separated; none for a synchronous write), the MAC an HMAC-SHA256 of it keyed with the tenant's
+own secret (the page tokens' secret, in its file). So a token made up or altered is refused
+(TOKEN_INVALID), one of another tenant too (TOKEN_FOREIGN, both INVALID_ARGUMENT), and one of an
+earlier timeline — the tenant's content was replaced since (an import --replace, a restore) — is
+answered at once (FAILED_PRECONDITION / TIMELINE_CHANGED), never left to wait for positions that
+no longer name what they named.
+
+A write given the session's newest token (request metadata) returns one covering that token's
+still-open writes too, so a client that keeps one token per tenant reads all its own writes. A
+token holds at most ``MAX_SPANS`` spans: past it the finished writes leave it, then the closest
+spans are joined (a read may then wait for a few more writes than its own, never fewer).
+
+The level is ``v`` (visible); ``r`` (replicated to object storage) is reserved for a later
+version, which a read of this version refuses as TOKEN_INVALID rather than answer too early.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.hot_path.awaited import Span
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_cache import CacheKey
+from mnemosyne.store.tenant_store import TenantStore
+
+VERSION = "1"
+VISIBLE = "v"
+REPLICATED = "r"  # reserved: replication (a later version)
+MAX_SPANS = 16
+MAX_TOKEN_CHARACTERS = 1024
+_MAC_BYTES = 16
+_DOMAIN = b"consistency\x1f"  # the page tokens share the secret: a MAC of one is never one of the other
+_KEYS: CacheKey[tuple[bytes, str]] = CacheKey("consistency_keys")
+
+
+@dataclass(frozen=True)
+class Token:
+    tenant: str
+    timeline: str
+    level: str
+    spans: tuple[Span, ...]
+
+
+class WritesOpen(Exception):  # noqa: N818 - a signal to the transport, not an error: it waits and asks again
+    """A read's token names writes not yet applied: the transport waits for them (holding no
+    thread, hot_path/awaited.py) and runs the read again."""
+
+    def __init__(self, tenant: str, spans: Sequence[Span], open_ids: Sequence[int]) -> None:
+        super().__init__(f"{len(open_ids)} writes of tenant {tenant} are not applied yet")
+        self.tenant = tenant
+        self.spans = tuple(spans)
+        self.open_ids = tuple(open_ids)
+
+
+def invalid() -> InvalidArgument:
+    return InvalidArgument(
+        "consistency_token is not one this server issued for this tenant; pass the consistency_token of a "
+        "write's response unchanged (or none)",
+        reason="TOKEN_INVALID",
+    )
+
+
+def timeline_changed(tenant: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"the consistency token names writes of an earlier timeline of tenant {tenant}: its content was replaced "
+        "since (an import --replace, a restore, or an erasure), so those writes are not in it; drop the token "
+        "and read without it",
+        reason="TIMELINE_CHANGED",
+    )
+
+
+def spans_of(positions: Sequence[int]) -> list[Span]:
+    """Sorted positions as the fewest inclusive spans."""
+    spans: list[Span] = []
+    for position in sorted(set(positions)):
+        if spans and position == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], position)
+        else:
+            spans.append((position, position))
+    return spans
+
+
+def merged(spans: Sequence[Span]) -> list[Span]:
+    """Overlapping and adjacent spans joined, in order."""
+    out: list[Span] = []
+    for low, high in sorted(spans):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
+def capped(spans: Sequence[Span], limit: int = MAX_SPANS) -> list[Span]:
+    """At most ``limit`` spans: the two closest joined until they fit (covering more, never less)."""
+    out = merged(spans)
+    while len(out) > limit:
+        gap = min(range(len(out) - 1), key=lambda i: out[i + 1][0] - out[i][1])
+        out[gap : gap + 2] = [(out[gap][0], out[gap + 1][1])]
+    return out
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(secret: bytes, body: str) -> bytes:
+    return hmac.new(secret, _DOMAIN + body.encode("utf-8"), hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def encode(secret: bytes, token: Token) -> str:
+    spans = ",".join(f"{low}" if low == high else f"{low}-{high}" for low, high in token.spans)
+    body = "|".join((VERSION, token.tenant, token.timeline, token.level, spans))
+    return f"{_b64(body.encode('utf-8'))}.{_b64(_mac(secret, body))}"
+
+
+def parse(text: str) -> tuple[Token, str, bytes]:
+    """The token a text claims to be (not yet verified), its body and its MAC; TOKEN_INVALID for
+    anything that is not one."""
+    if len(text) > MAX_TOKEN_CHARACTERS or text.count(".") != 1:
+        raise invalid()
+    encoded, _, mac = text.partition(".")
+    try:
+        body = _unb64(encoded).decode("utf-8")
+        given = _unb64(mac)
+        version, tenant, timeline, level, listed = body.split("|")
+        spans = tuple(_span(part) for part in listed.split(",")) if listed else ()
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise invalid() from None
+    if version != VERSION or level not in (VISIBLE, REPLICATED):
+        raise invalid()
+    return Token(tenant, timeline, level, spans), body, given
+
+
+def _span(part: str) -> Span:
+    low, _, high = part.partition("-")
+    span = (int(low), int(high or low))
+    if not 0 < span[0] <= span[1] < 2**63:
+        raise ValueError(part)
+    return span
+
+
+class Consistency:
+    """Issues the tokens of a tenant's writes and tells where a read's token stands."""
+
+    def __init__(self, *, pool: TenantPool, hot_path: HotPath) -> None:
+        self._pool = pool
+        self._hot_path = hot_path
+
+    def issue(self, tenant: str, event_ids: Sequence[int] = (), *, carried: str = "") -> str:
+        """The token of a write of ``tenant``: its queued operations (``event_ids``; none for a
+        synchronous write, visible at once), with the still-open writes of the ``carried`` token
+        (refused like a read's when forged or foreign; dropped when of an earlier timeline).
+        Empty when the tenant has no file (a write that created nothing)."""
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                return ""
+            secret, timeline = _keys(store)
+            spans = spans_of(event_ids)
+            if carried:
+                token = _verified(tenant, carried, secret)
+                if token.timeline == timeline:
+                    spans = merged([*token.spans, *spans])
+            if len(spans) > MAX_SPANS:
+                still_open = self._hot_path.awaited.states(tenant, spans)[0]
+                spans = merged([*spans_of(still_open), *spans_of(event_ids)])
+            return encode(secret, Token(tenant, timeline, VISIBLE, tuple(capped(spans))))
+
+    def check(self, tenant: str, text: str) -> list[int]:
+        """Before a read given a token: the failed event ids among its writes (the read answers
+        without them) once none is open; ``WritesOpen`` while some are (the caller waits for them
+        and asks again). TOKEN_INVALID, TOKEN_FOREIGN, TIMELINE_CHANGED as the module says."""
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                _claimed(tenant, text)
+                raise timeline_changed(tenant)  # a token of this tenant, whose content is gone
+            secret, timeline = _keys(store)
+            token = _verified(tenant, text, secret)
+        if token.timeline != timeline:
+            raise timeline_changed(tenant)
+        if token.level != VISIBLE:
+            raise invalid()  # reserved for replication: never answered before it holds
+        if not token.spans:
+            return []  # synchronous writes only: visible when they returned
+        open_ids, failed = self._hot_path.awaited.states(tenant, token.spans)
+        if open_ids:
+            raise WritesOpen(tenant, token.spans, open_ids)
+        return failed
+
+
+def _claimed(tenant: str, text: str) -> tuple[Token, str, bytes]:
+    """The token ``text`` claims to be, its body and MAC; refused when it is not one or when it
+    names another tenant."""
+    token, body, given = parse(text)
+    if token.tenant != tenant:
+        raise InvalidArgument(
+            "consistency_token was issued for another tenant; a token is bound to the tenant of the write "
+            "that returned it",
+            reason="TOKEN_FOREIGN",
+        )
+    return token, body, given
+
+
+def _verified(tenant: str, text: str, secret: bytes) -> Token:
+    """The token ``text`` is, checked against the tenant's secret."""
+    token, body, given = _claimed(tenant, text)
+    if not hmac.compare_digest(given, _mac(secret, body)):
+        raise invalid()
+    return token
+
+
+def _keys(store: TenantStore) -> tuple[bytes, str]:
+    """The tenant's secret and timeline, read once per open file (an install that replaces the
+    content opens a new one)."""
+    keys = store.cache.get(_KEYS)
+    if keys is None:
+        with store.read() as txn:
+            keys = store.cache[_KEYS] = (txn.page_token_secret(), txn.timeline())
+    return keys

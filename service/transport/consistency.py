@@ -1,0 +1,111 @@
+"""Consistency tokens on every surface (engine/consistency.py has what they are; docs/hot-path.md
+"Read your own writes").
+
+* A write answers its token in its response's ``consistency_token`` and in the trailing metadata
+  ``mnemosyne-consistency-token`` (over HTTP, mem0 and MCP: the response header of that name; the
+  MCP tools put it in their result). A write may carry the session's newest token in the request
+  metadata of that name (an HTTP header): the token it answers covers that one's open writes too.
+* A read takes a token from its request's ``consistency_token`` or the same request metadata (for
+  fixed schemas: mem0, and any client that cannot set the field). Before it reads it asks where
+  the token's writes stand: all applied, it reads at once, counting nothing; some open, the engine
+  raises ``WritesOpen`` and the edge waits for them here (``wait``) on the event loop, holding no
+  thread, counted as a waiting call (transport/admission.py), the workers taking them first, then
+  runs the read again. The answer names the failed writes (``ConsistencyReport``, and the trailing
+  metadata ``mnemosyne-consistency-failed``: their event ids, comma-separated).
+* The wait ends at the call's deadline, never before it: DEADLINE_EXCEEDED with reason
+  CONSISTENCY_DEADLINE_EXCEEDED and the writes still open (``open_event_ids``). A call without a
+  deadline (HTTP, mem0, MCP) waits at most ``WAIT_SECONDS``, or the ``Mnemosyne-Timeout-Seconds``
+  header's seconds when it gives fewer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mnemosyne.engine.consistency import Consistency, WritesOpen
+from mnemosyne.engine.engine import Engine
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
+from mnemosyne.transport import waits
+from mnemosyne.transport.call import Call
+from mnemosyne.v1 import types_pb2
+
+TOKEN_KEY = CONSISTENCY_TOKEN_KEY
+FAILED_KEY = "mnemosyne-consistency-failed"
+TIMEOUT_KEY = "mnemosyne-timeout-seconds"
+# How long a read without a deadline waits for its token's writes (as a Flush without a timeout).
+WAIT_SECONDS = 30.0
+
+
+def carried(call: Call, field: str = "") -> str:
+    """The call's token: the request field's, else its metadata's (empty: none)."""
+    if field:
+        return field
+    values = call.metadata_values(TOKEN_KEY)
+    return values[0].strip() if values else ""
+
+
+def carries(request: Any, call: Call) -> bool:
+    """Whether a call gives a token (a read given one runs on a reader thread, never on the loop:
+    where its writes stand is read under the inbox lock)."""
+    return bool(getattr(request, "consistency_token", "") or call.metadata_values(TOKEN_KEY))
+
+
+def for_write(tokens: Consistency, call: Call, tenant: str, event_ids: Sequence[int] = ()) -> str:
+    """The token of a write that was just made (its queued operations' ``event_ids``, none when
+    it is synchronous), also as trailing metadata."""
+    token = tokens.issue(tenant, event_ids, carried=carried(call))
+    if token:
+        call.set_trailing_metadata(((TOKEN_KEY, token),))
+    return token
+
+
+def for_read(tokens: Consistency, call: Call, tenant: str, field: str) -> types_pb2.ConsistencyReport | None:
+    """Before a read: None without a token; with one, ``WritesOpen`` while its writes are open
+    (the edge waits and runs the read again), else what the read waited for."""
+    token = carried(call, field)
+    if not token:
+        return None
+    failed = tokens.check(tenant, token)
+    if failed:
+        call.set_trailing_metadata(((FAILED_KEY, ",".join(str(i) for i in failed)),))
+    return types_pb2.ConsistencyReport(failed_event_ids=failed, waited_ms=call.consistency_waited * 1000.0)
+
+
+def headers(call: Call) -> dict[str, str]:
+    """What a surface of fixed schemas (mem0) answers of a call's consistency as HTTP headers: the
+    write's token, the read's failed writes."""
+    return {k: v for k, v in call.trailing_metadata if k in (TOKEN_KEY, FAILED_KEY)}
+
+
+def deadline(call: Call) -> float:
+    """When a wait for a token's writes ends (time.monotonic()): the call's deadline; without
+    one, WAIT_SECONDS from now; sooner when the timeout header says so."""
+    header = None
+    for value in call.metadata_values(TIMEOUT_KEY):
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds < math.inf:
+            raise InvalidArgument(
+                f"{TIMEOUT_KEY} must be a positive number of seconds, not {value[:32]!r}", reason="TIMEOUT_INVALID"
+            )
+        header = seconds if header is None else min(header, seconds)
+    now = time.monotonic()
+    if call.deadline is None:
+        return now + (WAIT_SECONDS if header is None else header)
+    return call.deadline if header is None else min(call.deadline, now + header)
+
+
+async def wait(engine: Engine, call: Call, pending: WritesOpen) -> None:
+    """The edge's wait for a read's token: until none of ``pending``'s writes is open, or
+    DEADLINE_EXCEEDED at the deadline (transport/waits.py)."""
+    started = time.monotonic()
+    try:
+        await waits.token_writes(engine.hot_path, call, pending.spans, pending.open_ids, deadline(call))
+    finally:
+        call.consistency_waited += time.monotonic() - started
