@@ -181,7 +181,11 @@ class Engine:
             changes=self.changes,
         )
         self.hot_path.start()
-        self.consistency = Consistency(pool=self.pool, hot_path=self.hot_path)
+        self.consistency = Consistency(
+            pool=self.pool,
+            hot_path=self.hot_path,
+            replicated=self.replicator.replicated if self.replicator is not None else None,
+        )
         self.consolidator.start()
         self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
         self.backups = Backups(pool=self.pool)

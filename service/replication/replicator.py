@@ -275,9 +275,9 @@ class Replicator:
                 return time.time()
             if state.next_sync is None:
                 state.next_sync = self._loop.create_future()
-                if not state.syncing:
-                    self._launch(tenant, state)
-            joined = state.next_sync
+            joined = state.next_sync  # before a launch: it takes the callers so far off ``next_sync``
+            if not state.syncing:
+                self._launch(tenant, state)
         return await asyncio.shield(joined)
 
     def _launch(self, tenant: str, state: _Tenant) -> None:
