@@ -38,7 +38,7 @@ class ReplicaUrl:
                 reason="CONFIG_INVALID",
             )
         query = parse_qs(parts.query)
-        endpoint = (query.get("endpoint") or [None])[0]
+        endpoint: str | None = query["endpoint"][0] if query.get("endpoint") else None
         if endpoint and "://" not in endpoint:
             endpoint = f"https://{endpoint}"
         region = (query.get("region") or [os.environ.get("AWS_REGION") or "us-east-1"])[0]
