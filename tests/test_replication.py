@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import MemoryClient, UnavailableError
 from tests.replica_support import ObjectStorage, replica_env
-from tests.support import ServerFactory, ServerProcess, gauge, wait_until
+from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
 
 def replicating(server_factory: ServerFactory, storage: ObjectStorage, bucket: str, data_dir: Path) -> ServerProcess:
@@ -94,3 +96,59 @@ def test_a_member_that_cannot_reach_object_storage_creates_no_tenant(server_fact
     assert raised.value.reason == "REPLICA_UNREACHABLE"
     assert "object storage" in str(raised.value)
     assert not list((data_dir / "tenants").glob("fresh*"))
+
+
+def _restore_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SERVE, "restore", *args], env={**os.environ, **replica_env()}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_point_in_time_restore_of_one_tenant_is_online_and_gives_exactly_the_first_batch(
+    server_factory, object_storage, tmp_path
+):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    first = [f"first batch {n}: the kettle whistles in C" for n in range(5)]
+    second = [f"second batch {n}: a bad agent run" for n in range(5)]
+    with MemoryClient(server.target) as client:
+        for text in first:
+            client.retain("pit", text)
+        client.retain("other", "a neighbour the restore must not touch")
+        wait_replicated(server)
+        time.sleep(1.0)
+        between = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        time.sleep(1.0)
+        for text in second:
+            client.retain("pit", text)
+        wait_replicated(server)
+        done = _restore_command(
+            "--from-replica", object_storage.url(bucket), "--tenant", "pit", "--timestamp", between,
+            "--target", server.target,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert sorted(m.text for m in client.list_memories("pit").memories) == sorted(first)
+        assert client.verify_integrity("pit").valid
+        assert [m.text for m in client.list_memories("other").memories] == ["a neighbour the restore must not touch"]
+        client.retain("pit", "after the restore")
+        # The restored tenant replicates to a generation of its own, above the one it came from.
+        wait_until(lambda: object_storage.keys(bucket, "member/pit/00000002/db/"))
+
+
+def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        for tenant in ("m1", "m2", "m3"):
+            client.retain(tenant, f"{tenant} keeps its keys under the mat")
+    wait_replicated(server)
+    refused = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(server.data_dir))
+    assert refused.returncode != 0 and "DATA_DIR_LOCKED" in refused.stderr + refused.stdout
+    server.kill()
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"))
+    assert done.returncode == 0, done.stderr
+    plain = server_factory(tmp_path / "restored").start()  # no replication: the files are there themselves
+    with MemoryClient(plain.target) as client:
+        for tenant in ("m1", "m2", "m3"):
+            assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
+            assert client.verify_integrity(tenant).valid
