@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import lz4.block
 
 from mnemosyne.cli.server_process import _free_port
 
@@ -119,6 +121,21 @@ class ObjectStorage:
             for item in page.get("Contents", [])
         ]
 
+    def objects_holding(self, bucket: str, texts: list[str]) -> dict[str, list[str]]:
+        """Every object version in ``bucket`` (listed with versions) that holds any of ``texts``,
+        in its raw bytes or, for Litestream's LTX files, in its pages decoded (LZ4 blocks)."""
+        s3 = self.client()
+        wanted = [t.encode() for text in texts for t in (text, text.lower())]
+        found: dict[str, list[str]] = {}
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            for version in page.get("Versions", []):
+                body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+                readable = body + b"".join(ltx_pages(body)) if body.startswith(b"LTX1") else body
+                hits = sorted({w.decode() for w in wanted if w in readable})
+                if hits:
+                    found[f"{version['Key']}@{version['VersionId']}"] = hits
+        return found
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """The store stops answering (its process stopped) for the block."""
@@ -128,6 +145,21 @@ class ObjectStorage:
             yield
         finally:
             os.kill(self.process.pid, signal.SIGCONT)
+
+
+def ltx_pages(ltx: bytes) -> list[bytes]:
+    """The database pages of a Litestream LTX file, decoded: a 100-byte header (the page size at
+    bytes 8-12), then per page its number (4 bytes), flags (2) and the size (4) of its LZ4 block,
+    until a page number 0 (the index and trailer follow)."""
+    (page_size,) = struct.unpack(">I", ltx[8:12])
+    pages, offset = [], 100
+    while offset + 10 <= len(ltx):
+        number, _flags, size = struct.unpack(">IHI", ltx[offset : offset + 10])
+        if number == 0:
+            break
+        pages.append(lz4.block.decompress(ltx[offset + 10 : offset + 10 + size], uncompressed_size=page_size))
+        offset += 10 + size
+    return pages
 
 
 def replica_env() -> dict[str, str]:

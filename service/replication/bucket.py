@@ -14,7 +14,7 @@ import botocore.config
 import botocore.exceptions
 
 from mnemosyne.errors import Unavailable
-from mnemosyne.replication.url import GENERATION_DIGITS, ReplicaUrl
+from mnemosyne.replication.url import GENERATION_DIGITS, ReplicaUrl, generation_name
 
 UNREACHABLE = "REPLICA_UNREACHABLE"
 # Short: a member that cannot reach its store answers UNAVAILABLE within seconds, not minutes.
@@ -72,16 +72,30 @@ class Bucket:
         return sorted(names)
 
     def delete_tenant(self, tenant: str) -> int:
-        """Delete every object of ``tenant`` (every generation); returns how many went."""
-        keys = [
-            obj["Key"]
-            for page in self._pages(f"for the objects of {tenant}", Prefix=self.url.key(tenant) + "/")
-            for obj in page.get("Contents", [])
-        ]
+        """Delete every object of ``tenant`` (every generation, every version); how many went."""
+        return self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}")
+
+    def delete_generations(self, tenant: str, below: int) -> int:
+        """Delete ``tenant``'s generations lower than ``below`` (every version of every object);
+        how many objects went."""
+        return sum(
+            self._delete_under(self.url.key(tenant, generation_name(generation)) + "/", f"{tenant}'s old generation")
+            for generation in self.generations(tenant)
+            if generation < below
+        )
+
+    def _delete_under(self, prefix: str, what: str) -> int:
+        """Every version and delete marker under ``prefix`` (a versioned bucket keeps an object's
+        bytes in its old versions after a plain delete; an unversioned one lists each object once,
+        version "null")."""
+        doomed = []
         try:
-            for start in range(0, len(keys), 1000):  # DeleteObjects takes 1,000 keys a call
-                chunk = [{"Key": key} for key in keys[start : start + 1000]]
+            for page in self._s3.get_paginator("list_object_versions").paginate(Bucket=self.url.bucket, Prefix=prefix):
+                for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                    doomed.append({"Key": entry["Key"], "VersionId": entry.get("VersionId") or "null"})
+            for start in range(0, len(doomed), 1000):  # DeleteObjects takes 1,000 keys a call
+                chunk = doomed[start : start + 1000]
                 self._s3.delete_objects(Bucket=self.url.bucket, Delete={"Objects": chunk, "Quiet": True})
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise self._unreachable(f"to delete the replicas of {tenant}", exc) from None
-        return len(keys)
+            raise self._unreachable(f"to delete {what}", exc) from None
+        return len(doomed)

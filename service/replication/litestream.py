@@ -37,7 +37,13 @@ _LINE = re.compile(rb"^time=\S+ level=(\w+) (.*)$")
 # Expected: it starts with no database, and we register each one.
 _QUIET = (b'msg="no databases specified in configuration"',)
 _LEVELS = {b"DEBUG": logging.DEBUG, b"INFO": logging.INFO, b"WARN": logging.WARNING, b"ERROR": logging.ERROR}
+# Litestream's own snapshots and their retention within a generation, from --replica-retention
+# (half each, so no object it writes outlives the retention; a minute at least): its defaults keep
+# bytes for up to 48 h (docs/replication.md#erasure).
 CONFIG = """\
+snapshot:
+  interval: {snapshot_seconds}s
+  retention: {snapshot_seconds}s
 socket:
   enabled: true
   path: {socket}
@@ -76,10 +82,13 @@ class Litestream:
     ``run`` until ``stop``; ``on_start`` is awaited after each start (the first and every
     restart), once its socket answers."""
 
-    def __init__(self, on_start: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, on_start: Callable[[], Awaitable[None]], *, retention_seconds: float) -> None:
         self._directory = Path(tempfile.mkdtemp(prefix="mnemosyne-litestream-"))  # 0700
         self.control = Control(self._directory / "control.sock")
-        (self._directory / "litestream.yml").write_text(CONFIG.format(socket=self.control.socket))
+        snapshot_seconds = max(60, int(retention_seconds / 2))
+        (self._directory / "litestream.yml").write_text(
+            CONFIG.format(socket=self.control.socket, snapshot_seconds=snapshot_seconds)
+        )
         self._binary = litestream_binary()
         self._on_start = on_start
         self._process: asyncio.subprocess.Process | None = None

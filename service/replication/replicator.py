@@ -22,6 +22,7 @@ the bucket's highest is a stale copy and is not replicated (logged, ``refused``)
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -50,11 +51,27 @@ T = TypeVar("T")
 TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
+SWEEPS_FILE_NAME = ".replica-sweeps.json"
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
 def local_state(database: Path) -> Path:
     return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads(path.read_text())
+        return found
+    except FileNotFoundError:
+        return {}
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """Through a temporary name: a kill leaves the old file or the new one."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
 
 
 @dataclass
@@ -67,6 +84,7 @@ class _Tenant:
     last_write: float = 0.0
     confirmed_bytes: int = 0  # its WAL bytes when the last confirmed sync began
     paused: int = 0  # swaps under way: not registered meanwhile
+    fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
     refused: str = ""  # why it is not replicated (a stale copy)
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
     syncing: bool = False
@@ -99,6 +117,11 @@ class Replicator:
         self._retention_seconds = retention_seconds
         self._states: dict[str, _Tenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
+        # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
+        self._sweeps_path = data_dir / SWEEPS_FILE_NAME
+        self._sweeps: dict[str, tuple[int, float]] = {
+            tenant: (int(below), float(when)) for tenant, (below, when) in _read_json(self._sweeps_path).items()
+        }
         self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
         self._sync_failures = 0
         self._loop = asyncio.new_event_loop()
@@ -126,7 +149,7 @@ class Replicator:
     async def _begin(self) -> None:
         self._wake = asyncio.Event()
         self._calls = asyncio.Semaphore(SYNCS_AT_ONCE)
-        self.litestream = Litestream(on_start=self._litestream_started)
+        self.litestream = Litestream(on_start=self._litestream_started, retention_seconds=self._retention_seconds)
         self._tasks = [asyncio.create_task(self.litestream.run()), asyncio.create_task(self._tick())]
         try:
             await asyncio.wait_for(self.litestream.ready.wait(), 15)
@@ -249,7 +272,7 @@ class Replicator:
             state = self._states.setdefault(tenant, _Tenant())
             state.paused -= 1
             if fresh:
-                state.generation, state.refused = None, ""
+                state.generation, state.refused, state.fresh = None, "", True
             if gone:
                 state.dirty_since = None
                 if self._listed is not None:
@@ -350,6 +373,8 @@ class Replicator:
             await asyncio.gather(*(self._join(t) for t in dirty), return_exceptions=True)
             for tenant in idle:
                 await self._retire(tenant)
+            if self._sweeps:
+                await self._sweep()
 
     async def _retire(self, tenant: str) -> None:
         """An idle tenant whose commits are all replicated leaves the set (and Litestream)."""
@@ -381,7 +406,9 @@ class Replicator:
 
     def _generation_of(self, tenant: str, state: _Tenant) -> int | None:
         """The generation the tenant's file replicates under (the module's docstring); None for
-        a tombstone of a move away, or a stale copy (``state.refused`` says why)."""
+        a tombstone of a move away, or a stale copy (``state.refused`` says why). A file that
+        changed as a file since it last replicated (``fresh``) takes a new one, recorded in it
+        first, and the generations below it are deleted after the retention (``_sweep``)."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
             recorded, tombstone = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn).step == TOMBSTONED
@@ -389,9 +416,12 @@ class Replicator:
             return None
         held = self.bucket.generations(tenant)
         latest = held[-1] if held else 0
-        if recorded is None or not recorded.isdigit():
+        if recorded is None or not recorded.isdigit() or state.fresh:
             record_generation(database, latest + 1)
+            state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
+            if held:
+                self._plan_sweep(tenant, latest + 1)
             return latest + 1
         if int(recorded) < latest:
             state.refused = (
@@ -401,6 +431,38 @@ class Replicator:
             log.error("%s", state.refused)
             return None
         return int(recorded)
+
+    # -- old generations ------------------------------------------------------------------------------
+
+    def _plan_sweep(self, tenant: str, below: int) -> None:
+        """Delete ``tenant``'s generations below ``below`` once ``--replica-retention`` has passed
+        (and its new generation is confirmed): remembered in the data directory across restarts."""
+        with self._guard:
+            self._sweeps[tenant] = (below, time.time() + self._retention_seconds)
+            planned = dict(self._sweeps)
+        _write_json(self._sweeps_path, planned)
+
+    async def _sweep(self) -> None:
+        """The planned deletions that are due, through our own S3 client (replication/bucket.py)."""
+        now = time.time()
+        with self._guard:
+            due = [
+                (tenant, below)
+                for tenant, (below, when) in self._sweeps.items()
+                if when <= now and (tenant not in self._states or self._states[tenant].dirty_since is None)
+            ]
+        for tenant, below in due:
+            try:
+                deleted = await self._loop.run_in_executor(None, self.bucket.delete_generations, tenant, below)
+            except Unavailable as exc:
+                log.warning("tenant %s: its old generations were not deleted yet: %s", tenant, exc.message)
+                continue
+            log.info("tenant %s: %d objects of generations below %d deleted (retention passed)", tenant, deleted, below)
+            with self._guard:
+                if self._sweeps.get(tenant, (0, 0.0))[0] == below:
+                    del self._sweeps[tenant]
+                planned = dict(self._sweeps)
+            await self._loop.run_in_executor(None, _write_json, self._sweeps_path, planned)
 
     async def _unregister(self, tenant: str, state: _Tenant) -> None:
         for path in list(state.registered):

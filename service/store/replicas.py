@@ -118,7 +118,9 @@ class StoreReplication:
         self._replicas.admit_write(self.tenant)
 
     def paused(self) -> AbstractContextManager[None]:
-        return self._replicas.swapping(self.tenant, fresh=False)
+        """Around the truncations that finish a forget: out of replication meanwhile, then on to a
+        new generation (the old one holds the forgotten text until the retention deletes it)."""
+        return self._replicas.swapping(self.tenant, fresh=True)
 
 
 def _connect(database: Path) -> apsw.Connection:
