@@ -152,3 +152,41 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
         for tenant in ("m1", "m2", "m3"):
             assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
             assert client.verify_integrity(tenant).valid
+
+
+S3_DOWN_SECONDS = 3.0  # how long object storage stops answering in the tests below
+
+
+def test_while_object_storage_is_down_writes_go_on_the_lag_shows_then_drains(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("down", "before the outage")
+        wait_replicated(server)
+        with object_storage.paused():
+            began = time.monotonic()
+            for n in range(5):
+                client.retain("down", f"during the outage {n}")  # answered at VISIBLE as ever
+            assert time.monotonic() - began < 2.0
+            time.sleep(S3_DOWN_SECONDS)
+            assert gauge(server, "mnemosyne_replication_lag_seconds") >= S3_DOWN_SECONDS - 0.5
+        wait_replicated(server, 60)
+
+
+def test_a_write_acknowledged_without_the_barrier_is_lost_with_the_volume_within_the_lag(
+    server_factory, object_storage, tmp_path
+):
+    """What does NOT hold (docs/replication.md#what-holds): a write answered at VISIBLE whose
+    replication had not finished is gone with the volume; one answered at REPLICATED is not."""
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("lost", "replicated before the outage")
+        wait_replicated(server)
+        with object_storage.paused():
+            client.retain("lost", "acknowledged visible during the outage")
+            server.kill()
+            shutil.rmtree(server.data_dir)
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        assert [m.text for m in client.list_memories("lost").memories] == ["replicated before the outage"]
