@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+from google.protobuf.message import Message
 
 from mnemosyne.engine import backup, types
 from mnemosyne.engine.erasure import ErasureReceipt
@@ -88,29 +89,20 @@ def to_retain_result(outcome: types.RetainOutcome) -> types_pb2.RetainResult:
     )
 
 
-class _Written(Protocol):
-    consistency_token: str
+# Any response message (the token and the report go on every write's and token read's).
+M = TypeVar("M", bound=Message)
 
 
-class _Read(Protocol):
-    @property
-    def consistency(self) -> types_pb2.ConsistencyReport: ...
-
-
-W = TypeVar("W", bound=_Written)
-R = TypeVar("R", bound=_Read)
-
-
-def with_token(response: W, token: str) -> W:
+def with_token(response: M, token: str) -> M:
     """A write's response with its consistency token (transport/consistency.py)."""
-    response.consistency_token = token
+    setattr(response, "consistency_token", token)  # noqa: B010 - every write's response has the field
     return response
 
 
-def with_report(response: R, report: types_pb2.ConsistencyReport | None) -> R:
+def with_report(response: M, report: types_pb2.ConsistencyReport | None) -> M:
     """A read's response with what it waited for, when it was given a consistency token."""
     if report is not None:
-        response.consistency.CopyFrom(report)
+        getattr(response, "consistency").CopyFrom(report)  # noqa: B009 - so has every read's that takes one
     return response
 
 

@@ -63,7 +63,8 @@ class HotPath:
         )
         commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
         self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
-        self._rounds = rounds = _rounds(awaited, config, write_path, seams)
+        least = write_path.extractor.concurrency  # a round's fewest operations: as many as run at once
+        self._rounds = rounds = Rounds(awaited=awaited, batch=config.batch, least=least, seams=seams)
         self._workers = Workers(
             pool=pool,
             scheduler=scheduler,
@@ -132,15 +133,3 @@ class HotPath:
 
     def queue_depth(self) -> tuple[int, float]:
         return self._depths.total()
-
-
-def _rounds(awaited: Awaited, config: HotPathConfig, write_path: WritePath, seams: Seams) -> Rounds:
-    """How the workers cut a tenant's queue into rounds: at most ``config.batch`` writes, those
-    reads wait on first, the order a test's seams may impose."""
-    return Rounds(
-        awaited=awaited,
-        batch=config.batch,
-        least=write_path.extractor.concurrency,
-        hold_backlog_file=seams.hold_backlog_file,
-        order=seams.worker_order,
-    )

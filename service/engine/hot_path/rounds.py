@@ -26,9 +26,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from pathlib import Path
 
 from mnemosyne.engine.hot_path.awaited import Awaited, Span
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.tenant_store import TenantStore
 
@@ -45,14 +45,13 @@ class Rounds:
         awaited: Awaited,
         batch: int,
         least: int,
-        hold_backlog_file: Path | None = None,
-        order: str = "",
+        seams: Seams,
     ) -> None:
         self._awaited = awaited
         self._batch = max(1, batch)
         self._least = max(1, min(least, self._batch))
-        self._hold_backlog_file = hold_backlog_file
-        self._random = _random_order(order)
+        self._hold_backlog_file = seams.hold_backlog_file
+        self._random = _random_order(seams.worker_order)
         self._lock = threading.Lock()
         self._pace: dict[str, float] = {}  # tenant -> seconds per operation, recent rounds
 
