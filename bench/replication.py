@@ -83,7 +83,9 @@ def _measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dic
         results[f"RetainBatch, replication {who}"] = {
             "items_per_s": round(args.batches * BATCH / (time.perf_counter() - began))
         }
-    results["REPLICATED barrier (Flush of a sync write's token)"] = percentiles(_barrier(clients["on"], args.writes // 4))
+    results["REPLICATED barrier (Flush of a sync write's token)"] = percentiles(
+        _barrier(clients["on"], args.writes // 4)
+    )
     results["replication lag during an ingest"] = _lag(servers["on"], clients["on"], args.batches)
     for client in clients.values():
         client.close()
