@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.cli.server_process import _free_port
-from mnemosyne.client import MemoryClient, UnavailableError
+from mnemosyne.client import MemoryClient, ResourceExhaustedError, UnavailableError
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
@@ -190,3 +190,25 @@ def test_a_write_acknowledged_without_the_barrier_is_lost_with_the_volume_within
     server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
     with MemoryClient(server.target) as client:
         assert [m.text for m in client.list_memories("lost").memories] == ["replicated before the outage"]
+
+
+def test_only_the_active_set_is_in_litestream_and_past_its_limit_a_write_is_refused(
+    server_factory, object_storage, tmp_path
+):
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-active-limit", "2", "--replica-idle-seconds", "1"]
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    with MemoryClient(server.target, retries=0) as client:
+        client.retain("a1", "one")
+        client.retain("a2", "two")
+        with pytest.raises(ResourceExhaustedError) as refused:
+            client.retain("a3", "three: the set is full")
+        assert refused.value.reason == "REPLICATION_FULL"
+        assert "--replica-active-limit" in str(refused.value)
+        assert gauge(server, "mnemosyne_replication_active_tenants") == 2.0
+        # Replicated and idle, they leave Litestream, and the next tenant is taken.
+        wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0)
+        client.retain("a3", "three, once the others were idle")
+        client.retain("a1", "one again: it comes back")
+        wait_replicated(server)
+    assert object_storage.keys(bucket, "member/a3/00000001/db/")
