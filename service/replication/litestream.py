@@ -28,6 +28,7 @@ from mnemosyne.replication.control import Control, ControlError
 log = logging.getLogger("mnemosyne.litestream")
 
 PR_SET_PDEATHSIG = 1
+DIRECTORY_PREFIX = "mnemosyne-litestream-"  # then the server's process id
 RESTART_SECONDS = 0.5  # after a death, doubling up to the next
 RESTART_MAX_SECONDS = 10.0
 READY_SECONDS = 10.0  # for its control socket to answer after a start
@@ -66,6 +67,21 @@ def litestream_binary() -> str:
     return found
 
 
+def _remove_orphaned_directories() -> None:
+    """The socket directories of servers that were killed (a stop removes its own): each is named
+    after its server's process id."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{DIRECTORY_PREFIX}*-*"):
+        pid = directory.name[len(DIRECTORY_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or directory.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
+
+
 def litestream_environment() -> dict[str, str]:
     """Ours without ``AWS_CA_BUNDLE`` (the module's docstring)."""
     return {name: value for name, value in os.environ.items() if name != "AWS_CA_BUNDLE"}
@@ -83,7 +99,8 @@ class Litestream:
     restart), once its socket answers."""
 
     def __init__(self, on_start: Callable[[], Awaitable[None]], *, retention_seconds: float) -> None:
-        self._directory = Path(tempfile.mkdtemp(prefix="mnemosyne-litestream-"))  # 0700
+        _remove_orphaned_directories()
+        self._directory = Path(tempfile.mkdtemp(prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-"))  # 0700
         self.control = Control(self._directory / "control.sock")
         snapshot_seconds = max(60, int(retention_seconds / 2))
         (self._directory / "litestream.yml").write_text(
