@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mnemosyne.client import MemoryClient
+from tests.replica_support import ObjectStorage
 from tests.support import ServerFactory, ServerProcess, stop_all
 
 pytest_plugins = ("tests.no_skip", "tests.file_durations")
@@ -34,6 +35,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess |
     process.start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def object_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStorage]:
+    """SeaweedFS's S3 server for the session's replication tests (tests/replica_support.py)."""
+    storage = ObjectStorage(tmp_path_factory.mktemp("object-storage")).start()
+    yield storage
+    storage.stop()
 
 
 @pytest.fixture(scope="session")

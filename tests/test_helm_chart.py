@@ -259,8 +259,9 @@ def test_auth_enabled_without_secret_refuses_to_render():
         ({"terminationGracePeriodSeconds": 20}, "must exceed server.graceSeconds"),
         ({"terminationGracePeriodSeconds": 25}, "server.graceSeconds + server.drainDelaySeconds (25)"),
         ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}, "only one of"),
+        ({"replication": {"url": "s3://bucket/prefix"}}, "needs replication.credentialsSecret"),
     ],
-    ids=["tls-no-secret", "mtls-without-tls", "grace-period", "grace-plus-drain-delay", "pdb-both"],
+    ids=["tls-no-secret", "mtls-without-tls", "grace-period", "grace-plus-drain-delay", "pdb-both", "replica-no-keys"],
 )
 def test_unsafe_settings_refuse_to_render(values, fragment):
     assert fragment in cc.render_error(cc.deep_merge(cc.MINIMAL_OVERRIDES, values))
@@ -427,8 +428,13 @@ def test_settings_reach_the_server_as_env(full_docs):
     assert cm["MNEMOSYNE_PORT"] == "50051" and cm["MNEMOSYNE_METRICS_PORT"] == "9464"
     assert "MNEMOSYNE_ALLOW_UNAUTHENTICATED" not in cm
     c = _container(full_docs)
-    assert c["envFrom"] == [{"configMapRef": {"name": FULLNAME}}]
+    assert c["envFrom"] == [{"configMapRef": {"name": FULLNAME}}, {"secretRef": {"name": "mnemosyne-s3"}}]
     assert _env(c)["EXTRA_SETTING"] == "1"
+    # Replication (docs/replication.md): the URL and settings in the ConfigMap, the keys from their Secret only.
+    assert cm["MNEMOSYNE_REPLICA_URL"] == "s3://mnemosyne-replicas/prod?endpoint=https://s3.example.internal"
+    assert cm["MNEMOSYNE_REPLICA_RETENTION"] == "43200" and cm["MNEMOSYNE_REPLICA_ACTIVE_LIMIT"] == "1000"
+    assert not any(key.startswith("AWS_") for key in cm)
+    assert "MNEMOSYNE_REPLICA_URL" not in _configmap_env(_docs(cc.MINIMAL_OVERRIDES))
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 50051, "metrics": 9464, "http": 8080}
     # The HTTP port answers to the Service's names (its Host check), and no probe uses it.
     assert cm["MNEMOSYNE_HTTP_PORT"] == "8080"

@@ -431,6 +431,22 @@ def _place(source: Path, target: Path, *, stamp: Callable[[Path], None] | None =
         raise
 
 
+def place_tenant(tenants_dir: Path, inbox_dir: Path, tenant: str, database: Path, inbox: Path | None) -> None:
+    """Copy a tenant's files (checked by the caller) in place of its own, in a data directory no
+    server is using, on a new timeline (its consistency tokens see TIMELINE_CHANGED). The old
+    tenant file goes first, its inbox next, then the new inbox and tenant file: a kill midway
+    leaves no tenant file with an inbox that is not its own."""
+    tenant_file = within(tenants_dir, f"{tenant}{TENANT_FILE_SUFFIX}", what="the tenant file")
+    inbox_file = within(inbox_dir, f"{tenant}{INBOX_FILE_SUFFIX}", what="the inbox file")
+    for base in (tenant_file, inbox_file):
+        for suffix in ("-wal", "-shm", "-journal", ""):
+            Path(f"{base}{suffix}").unlink(missing_ok=True)
+    if inbox is not None:
+        _place(inbox, inbox_file)
+        _hold("restore-placing")
+    _place(database, tenant_file, stamp=stamp_new_timeline)
+
+
 def restore(
     directory: Path,
     data_dir: Path,
@@ -470,17 +486,7 @@ def restore(
             index.close()
         for tenant in chosen:
             files = checked[tenant]
-            tenant_file = within(tenants_dir, f"{tenant}{TENANT_FILE_SUFFIX}", what="the tenant file")
-            inbox_file = within(inbox_dir, f"{tenant}{INBOX_FILE_SUFFIX}", what="the inbox file")
-            # The old tenant file goes first, its inbox next, then the backup's inbox and tenant
-            # file: a kill midway leaves no tenant file with an inbox that is not its own.
-            for base in (tenant_file, inbox_file):
-                for suffix in ("-wal", "-shm", "-journal", ""):
-                    Path(f"{base}{suffix}").unlink(missing_ok=True)
-            if "inbox" in files:
-                _place(files["inbox"], inbox_file)
-                _hold("restore-placing")
-            _place(files["database"], tenant_file, stamp=stamp_new_timeline)
+            place_tenant(tenants_dir, inbox_dir, tenant, files["database"], files.get("inbox"))
             progress(f"{tenant}: restored")
     except OSError as exc:
         if exc.errno == errno.ENOSPC:

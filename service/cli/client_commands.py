@@ -89,7 +89,7 @@ def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"token": _token(args), "credentials": credentials, "options": options}
 
 
-def _client(args: argparse.Namespace) -> MemoryClient:
+def client_of(args: argparse.Namespace) -> MemoryClient:
     """The client of a command's connection flags, to its --target."""
     return MemoryClient(args.target, **_client_settings(args))
 
@@ -98,7 +98,7 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with _client(args) as client:
+    with client_of(args) as client:
         try:
             response = health_pb2_grpc.HealthStub(client.channel).Check(  # type: ignore[attr-defined]  # the published stubs omit the stub's methods
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
@@ -129,7 +129,7 @@ def _mcp(args: argparse.Namespace) -> int:
 def _backup(args: argparse.Namespace) -> int:
     from mnemosyne.cli.backup import on_terminal, write_backup
 
-    with _client(args) as client:
+    with client_of(args) as client:
         summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=on_terminal)
     print(
         f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
@@ -141,7 +141,7 @@ def _backup(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from mnemosyne.cli.archive import write_archive
 
-    with _client(args) as client:
+    with client_of(args) as client:
         copy = write_archive(client, args.tenant, Path(args.to))
     print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
     return 0
@@ -150,7 +150,7 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from mnemosyne.cli.archive import import_archive
 
-    with _client(args) as client:
+    with client_of(args) as client:
         result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
     done = "replaced" if result.replaced else "imported"
     print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
@@ -181,7 +181,7 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_of(args) as client:
         outcomes = client.consolidate_session(args.tenant, args.thread or "")
     if not outcomes:
         print(f"{args.tenant}: no finished session to consolidate")

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from mnemosyne.cli.client_commands import add_connection_flags
 from mnemosyne.cli.flags import PORT, POSITIVE
 
 
@@ -43,10 +44,39 @@ def _oplog(args: argparse.Namespace) -> int:
 def _restore(args: argparse.Namespace) -> int:
     from mnemosyne.cli.backup import on_terminal, restore
 
+    if args.from_replica:
+        return _restore_from_replica(args)
+    if args.timestamp or not args.data_dir:
+        raise SystemExit("restore --from DIR: give --data-dir (and no --timestamp: a backup holds one state)")
     restored = restore(
         Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=on_terminal
     )
     print(f"restored {len(restored)} tenants from {args.from_dir} into {args.data_dir}")
+    return 0
+
+
+def _restore_from_replica(args: argparse.Namespace) -> int:
+    from mnemosyne.cli.backup import on_terminal
+    from mnemosyne.cli.client_commands import client_of
+    from mnemosyne.cli.replica_restore import restore_member, restore_online
+
+    if args.data_dir:
+        restored = restore_member(
+            args.from_replica,
+            Path(args.data_dir),
+            tenants=args.tenant,
+            timestamp=args.timestamp,
+            replace=args.replace,
+            progress=on_terminal,
+        )
+        print(f"restored {len(restored)} tenants from {args.from_replica} into {args.data_dir}")
+        return 0
+    if len(args.tenant) != 1:
+        raise SystemExit("restore --from-replica without --data-dir restores one --tenant on the server at --target")
+    with client_of(args) as client:
+        result = restore_online(client, args.from_replica, args.tenant[0], timestamp=args.timestamp)
+    when = f" as of {args.timestamp}" if args.timestamp else ""
+    print(f"restored {result.tenant}{when} ({result.memories} memories) on {args.target}")
     return 0
 
 
@@ -106,12 +136,25 @@ def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     oplog.set_defaults(run=_oplog)
 
     restore = commands.add_parser(
-        "restore", help="put tenants of a backup directory into a data directory no server is using"
+        "restore",
+        help="put tenants of a backup directory or of object storage into a data directory no server is using, "
+        "or one tenant from object storage into a running server",
     )
-    restore.add_argument("--from", dest="from_dir", required=True, help="the backup directory")
-    restore.add_argument("--data-dir", required=True, help="the data directory (its server stopped)")
+    source = restore.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="from_dir", help="the backup directory")
+    source.add_argument(
+        "--from-replica",
+        help="object storage's replicas: s3://BUCKET/PREFIX?endpoint=URL, as the servers' --replica-url "
+        "(docs/replication.md#restore)",
+    )
+    restore.add_argument(
+        "--data-dir",
+        help="the data directory (its server stopped); without it, --from-replica restores one --tenant online",
+    )
     restore.add_argument("--tenant", action="append", default=[], help="a tenant to restore (repeat; default: all)")
     restore.add_argument("--replace", action="store_true", help="overwrite tenants the data directory already has")
+    restore.add_argument("--timestamp", help="with --from-replica: the state at this RFC 3339 time (default: latest)")
+    add_connection_flags(restore, "an admin token (the online restore of one tenant)")
     restore.set_defaults(run=_restore)
     _add_deployment_commands(commands)
 

@@ -74,6 +74,39 @@ class ConsolidationConfig:
 
 
 @dataclass(frozen=True)
+class ReplicationConfig:
+    """Replication of every tenant's files to object storage (service/replication/,
+    docs/replication.md): off without ``url``."""
+
+    url: str | None = option(
+        None,
+        "replicate every tenant's files to object storage with Litestream: s3://BUCKET/PREFIX?endpoint=URL "
+        "(credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; docs/replication.md)",
+        name="replica-url",
+        unset="off",
+    )
+    idle_seconds: float = option(
+        30.0,
+        "a replicating tenant whose writes are all in object storage and that was not written for this long "
+        "leaves Litestream (it comes back at its next write)",
+        name="replica-idle-seconds",
+    )
+    active_limit: int = option(
+        1000,
+        "tenants replicating at once (each with unreplicated writes or written in the idle time); past it a write "
+        "to another tenant is refused RESOURCE_EXHAUSTED REPLICATION_FULL",
+        name="replica-active-limit",
+        maximum=4000,
+    )
+    retention_seconds: float = option(
+        24 * 3600.0,
+        "how long object storage keeps a tenant's replaced generation (after an erasure, an import, a move) for "
+        "point-in-time restore; then its objects are deleted (docs/replication.md#erasure)",
+        name="replica-retention",
+    )
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     data_dir: Path = field(
         metadata=required_option("directory of tenant files", command_line_default="./mnemosyne-data")
@@ -105,5 +138,6 @@ class EngineConfig:
     )
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.
     membership: Membership | None = None

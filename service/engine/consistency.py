@@ -21,8 +21,13 @@ still-open writes too, so a client that keeps one token per tenant reads all its
 token holds at most ``MAX_SPANS`` spans: past it the finished writes leave it, then the closest
 spans are joined (a read may then wait for a few more writes than its own, never fewer).
 
-The level is ``v`` (visible); ``r`` (replicated to object storage) is reserved for a later
-version, which a read of this version refuses as TOKEN_INVALID rather than answer too early.
+The level is ``v`` (visible) or ``r`` (replicated): a write asked at REPLICATED (its call's
+``mnemosyne-consistency-level`` metadata) answers an ``r`` token, and a read or Flush given it
+answers once its writes are visible and then in object storage — a sync of the tenant's files
+that began after they were all committed (replication/replicator.py ``replicated``: concurrent
+waits share one sync, holding no thread). A token carried into a later write keeps the higher
+level. Without replication (no ``--replica-url``) an ``r`` token is refused FAILED_PRECONDITION
+REPLICATION_OFF, never answered as if it held.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from mnemosyne.engine.hot_path import HotPath
@@ -43,7 +48,9 @@ from mnemosyne.store.tenant_store import TenantStore
 
 VERSION = "1"
 VISIBLE = "v"
-REPLICATED = "r"  # reserved: replication (a later version)
+REPLICATED = "r"
+# The words of the ``mnemosyne-consistency-level`` metadata, and the token's level of each.
+LEVELS = {"visible": VISIBLE, "replicated": REPLICATED}
 MAX_SPANS = 16
 MAX_TOKEN_CHARACTERS = 1024
 _MAC_BYTES = 16
@@ -63,11 +70,14 @@ class WritesOpen(Exception):  # noqa: N818 - a signal to the transport, not an e
     """A read's token names writes not yet applied: the transport waits for them (holding no
     thread, hot_path/awaited.py) and runs the read again."""
 
-    def __init__(self, tenant: str, spans: Sequence[Span], open_ids: Sequence[int]) -> None:
-        super().__init__(f"{len(open_ids)} writes of tenant {tenant} are not applied yet")
+    def __init__(self, tenant: str, spans: Sequence[Span], open_ids: Sequence[int], *, replicate: bool = False) -> None:
+        super().__init__(f"{len(open_ids)} writes of tenant {tenant} are not applied (or replicated) yet")
         self.tenant = tenant
         self.spans = tuple(spans)
         self.open_ids = tuple(open_ids)
+        # The token is at REPLICATED: once none is open, the caller waits for a sync of the tenant
+        # (``Consistency.replicated``) and asks again with ``replicated=True``.
+        self.replicate = replicate
 
 
 def invalid() -> InvalidArgument:
@@ -165,11 +175,23 @@ def _span(part: str) -> Span:
 class Consistency:
     """Issues the tokens of a tenant's writes and tells where a read's token stands."""
 
-    def __init__(self, *, pool: TenantPool, hot_path: HotPath) -> None:
+    def __init__(
+        self, *, pool: TenantPool, hot_path: HotPath, replicated: Callable[[str], Awaitable[float]] | None = None
+    ) -> None:
+        """``replicated``: the replication's wait for a tenant's commits so far to be in object
+        storage (replication/replicator.py), None without replication."""
         self._pool = pool
         self._hot_path = hot_path
+        self._replicated = replicated
 
-    def issue(self, tenant: str, event_ids: Sequence[int] = (), *, carried: str = "") -> str:
+    async def replicated(self, tenant: str) -> None:
+        """Wait, holding no thread, until every commit of ``tenant`` made before the call is in
+        object storage (a token at REPLICATED, once its writes are visible)."""
+        if self._replicated is None:
+            raise _replication_off()
+        await self._replicated(tenant)
+
+    def issue(self, tenant: str, event_ids: Sequence[int] = (), *, carried: str = "", level: str = VISIBLE) -> str:
         """The token of a write of ``tenant``: its queued operations (``event_ids``; none for a
         synchronous write, visible at once), with the still-open writes of the ``carried`` token
         (refused like a read's when forged or foreign; dropped when of an earlier timeline).
@@ -179,19 +201,24 @@ class Consistency:
                 return ""
             secret, timeline = _keys(store)
             spans = spans_of(event_ids)
+            if level == REPLICATED and self._replicated is None:
+                raise _replication_off()
             if carried:
                 token = _verified(tenant, carried, secret)
                 if token.timeline == timeline:
                     spans = merged([*token.spans, *spans])
+                    level = max(level, token.level, key=(VISIBLE, REPLICATED).index)
             if len(spans) > MAX_SPANS:
                 still_open = self._hot_path.awaited.states(tenant, spans)[0]
                 spans = merged([*spans_of(still_open), *spans_of(event_ids)])
-            return encode(secret, Token(tenant, timeline, VISIBLE, tuple(capped(spans))))
+            return encode(secret, Token(tenant, timeline, level, tuple(capped(spans))))
 
-    def check(self, tenant: str, text: str) -> list[int]:
+    def check(self, tenant: str, text: str, *, replicated: bool = False) -> list[int]:
         """Before a read given a token: the failed event ids among its writes (the read answers
-        without them) once none is open; ``WritesOpen`` while some are (the caller waits for them
-        and asks again). TOKEN_INVALID, TOKEN_FOREIGN, TIMELINE_CHANGED as the module says."""
+        without them) once none is open (and, at REPLICATED, once ``replicated``: the caller
+        waited for ``Consistency.replicated`` after they were all visible); ``WritesOpen`` while
+        not (the caller waits and asks again). TOKEN_INVALID, TOKEN_FOREIGN, TIMELINE_CHANGED,
+        REPLICATION_OFF as the module says."""
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 _claimed(tenant, text)
@@ -200,14 +227,36 @@ class Consistency:
             token = _verified(tenant, text, secret)
         if token.timeline != timeline:
             raise timeline_changed(tenant)
-        if token.level != VISIBLE:
-            raise invalid()  # reserved for replication: never answered before it holds
-        if not token.spans:
-            return []  # synchronous writes only: visible when they returned
-        open_ids, failed = self._hot_path.awaited.states(tenant, token.spans)
-        if open_ids:
-            raise WritesOpen(tenant, token.spans, open_ids)
+        replicate = token.level == REPLICATED and not replicated
+        if replicate and self._replicated is None:
+            raise _replication_off()
+        open_ids, failed = self._hot_path.awaited.states(tenant, token.spans) if token.spans else ([], [])
+        if open_ids or replicate:
+            raise WritesOpen(tenant, token.spans, open_ids, replicate=replicate)
         return failed
+
+
+def level_of(words: Sequence[str]) -> str:
+    """The token level a write asks for in its ``mnemosyne-consistency-level`` metadata
+    (``visible``, the default, or ``replicated``); CONSISTENCY_LEVEL_INVALID for another word."""
+    level = VISIBLE
+    for word in words:
+        found = LEVELS.get(word.strip().lower())
+        if found is None:
+            raise InvalidArgument(
+                f"mnemosyne-consistency-level must be one of {', '.join(LEVELS)}, not {word[:32]!r}",
+                reason="CONSISTENCY_LEVEL_INVALID",
+            )
+        level = max(level, found, key=(VISIBLE, REPLICATED).index)
+    return level
+
+
+def _replication_off() -> FailedPrecondition:
+    return FailedPrecondition(
+        "this server does not replicate to object storage (no --replica-url): it cannot wait for REPLICATED; "
+        "ask for visible, or replicate (docs/replication.md)",
+        reason="REPLICATION_OFF",
+    )
 
 
 def _claimed(tenant: str, text: str) -> tuple[Token, str, bytes]:

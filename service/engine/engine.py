@@ -27,7 +27,7 @@ its values and maps its errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mnemosyne.engine import ann
 from mnemosyne.engine import limits as check
@@ -55,14 +55,33 @@ from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.replicas import NO_REPLICAS
 
 log = logging.getLogger("mnemosyne.engine")
 
 # How long a close waits for an approximate index build to reach its next chunk (engine/ann.py
 # BUILD_CHUNK rows: about 2 s into a 1M-memory graph here).
 ANN_BUILD_STOP_SECONDS = 30.0
+
+
+def _replicator(config: EngineConfig) -> Replicator | None:
+    """The member's replication to object storage, started (Litestream up) before the pool opens
+    a file; None without ``--replica-url``."""
+    settings = config.replication
+    if settings.url is None:
+        return None
+    replicator = Replicator(
+        settings.url,
+        config.data_dir,
+        idle_seconds=settings.idle_seconds,
+        active_limit=settings.active_limit,
+        retention_seconds=settings.retention_seconds,
+    )
+    replicator.start()
+    return replicator
 
 
 class Engine:
@@ -85,14 +104,21 @@ class Engine:
         if seams.poison_marker:
             extractor = PoisonedExtractor(extractor, seams.poison_marker)
         embedder = embedder or HashingEmbedder()
-        self.pool = TenantPool(
-            config.data_dir,
-            max_open=config.max_open_tenants,
-            synchronous=config.synchronous,
-            max_readers=config.readers_per_tenant,
-            faults=seams.store_faults,
-            membership=config.membership,
-        )
+        self.replicator = _replicator(config)
+        try:
+            self.pool = TenantPool(
+                config.data_dir,
+                max_open=config.max_open_tenants,
+                synchronous=config.synchronous,
+                max_readers=config.readers_per_tenant,
+                faults=seams.store_faults,
+                membership=config.membership,
+                replicas=self.replicator or NO_REPLICAS,
+            )
+        except BaseException:
+            if self.replicator is not None:
+                self.replicator.stop()
+            raise
         self._wire_requests(extractor, embedder, observer)
         self.consolidator = SessionConsolidator(
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
@@ -103,6 +129,8 @@ class Engine:
             self.consolidator.stop()
             self.write_path.close()
             self.pool.close()  # release the directory lock for the next attempt
+            if self.replicator is not None:
+                self.replicator.stop()
             raise
 
     def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
@@ -153,7 +181,11 @@ class Engine:
             changes=self.changes,
         )
         self.hot_path.start()
-        self.consistency = Consistency(pool=self.pool, hot_path=self.hot_path)
+        self.consistency = Consistency(
+            pool=self.pool,
+            hot_path=self.hot_path,
+            replicated=self.replicator.replicated if self.replicator is not None else None,
+        )
         self.consolidator.start()
         self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
         self.backups = Backups(pool=self.pool)
@@ -162,11 +194,26 @@ class Engine:
         )
         self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
 
+    def replication_gauges(self) -> dict[str, Callable[[], float]]:
+        """The replication's metrics (no tenant in them), read on each scrape; none without it."""
+        replicator = self.replicator
+        if replicator is None:
+            return {}
+        return {
+            "mnemosyne_replication_lag_seconds": lambda: replicator.figures().lag_seconds,
+            "mnemosyne_replication_lag_bytes": lambda: replicator.figures().lag_bytes,
+            "mnemosyne_replication_active_tenants": lambda: replicator.figures().active_tenants,
+            "mnemosyne_replication_sync_failures": lambda: replicator.figures().sync_failures,
+            "mnemosyne_litestream_restarts": lambda: replicator.figures().litestream_restarts,
+        }
+
     def close(self) -> None:
         self.consolidator.stop()
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()
+        if self.replicator is not None:
+            self.replicator.stop()  # after the pool: Litestream's last syncs see every commit
         if not ann.wait_for_builds(ANN_BUILD_STOP_SECONDS):
             log.warning("an approximate index build did not stop within %ss of the close", ANN_BUILD_STOP_SECONDS)
 

@@ -48,6 +48,12 @@ GAUGES = {
     "mnemosyne_queued_calls": "Calls waiting for a thread (their tenant at its share, or every thread busy).",
     "mnemosyne_open_streams": "Server streams open now (WatchEvents, AggregateStats).",
     "mnemosyne_waiting_calls": "Flush and Disable calls waiting for their tenant's queue now.",
+    # Replication to object storage (docs/replication.md): aggregates only, no tenant label.
+    "mnemosyne_replication_lag_seconds": "Age of the oldest commit not yet confirmed in object storage (0 when none).",
+    "mnemosyne_replication_lag_bytes": "WAL bytes written since the last confirmed sync, summed over tenants.",
+    "mnemosyne_replication_active_tenants": "Tenants in Litestream now (unreplicated or recent writes; of --replica-active-limit).",
+    "mnemosyne_replication_sync_failures": "Syncs to object storage that failed since the start (retried).",
+    "mnemosyne_litestream_restarts": "Times the Litestream child died and was restarted since the start.",
 }
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -101,11 +102,23 @@ def server_secret(data_dir: Path) -> bytes:
         return bytes.fromhex(path.read_text().strip())
 
 
+def remove_tenant_files(database: Path, inbox: Path) -> None:
+    """Its inbox, then its WAL and shared memory before the database: a crash midway leaves a
+    whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of that
+    name would take for its own (an inbox without its tenant is removed at start-up)."""
+    for base in (inbox, database):
+        for suffix in (*SIDE_SUFFIXES, ""):
+            Path(f"{base}{suffix}").unlink(missing_ok=True)
+
+
 def remove_leftovers(tenants_dir: Path) -> None:
     """The files a process killed midway left under a temporary name: a first write's (removed),
     or the old data of a tombstone being reclaimed (overwritten first, unless it is still the
     tombstone itself: killed before its replacement, it is a second name of that file)."""
     for leftover in tenants_dir.glob(f"{NEW_FILE_PREFIX}*"):
+        if leftover.is_dir():  # a restore from object storage's files (store/pool.py)
+            shutil.rmtree(leftover, ignore_errors=True)
+            continue
         if RECLAIMING_MARK in leftover.name and leftover.exists():
             tenant = leftover.name[len(NEW_FILE_PREFIX) :].partition(RECLAIMING_MARK)[0]
             path = tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}"

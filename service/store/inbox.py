@@ -165,8 +165,11 @@ class Inbox:
         synchronous: str,
         floor: int,
         configure: Callable[[apsw.Connection], None],
+        on_commit: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_commit``: called after each commit, inside it (store/replicas.py ``written``)."""
         self.path = path
+        self._on_commit = on_commit
         self.lock = lock
         self._synchronous = synchronous
         self._current_synchronous = synchronous
@@ -201,6 +204,7 @@ class Inbox:
                 raise
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
+        self._on_commit()
         if pages < self._wal_pages_checkpointed:
             self._wal_pages_checkpointed = 0  # a checkpoint completed and the WAL started again
         self._wal_pages = pages

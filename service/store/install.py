@@ -6,6 +6,7 @@ stopped after its commit is finished at the next start (``staged_installs``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import uuid
@@ -17,6 +18,8 @@ import apsw
 from mnemosyne.store.bookkeeping import TIMELINE_META
 from mnemosyne.store.files import SIDE_SUFFIXES, fsync
 from mnemosyne.store.transactions import translate_sqlite_error
+
+log = logging.getLogger("mnemosyne.store")
 
 INSTALL_PREFIX = ".install-"
 STAGED_DATABASE = "database"
@@ -103,3 +106,18 @@ def finish(staging: Path, inbox_path: Path, *, done: Iterable[Path], sync: Calla
         path.unlink(missing_ok=True)
     sync()
     shutil.rmtree(staging)
+
+
+def recover(tenants_dir: Path, valid: Callable[[str], object], finish: Callable[[str, Path], None]) -> None:
+    """The installs a kill interrupted: ``finish``ed (tenant, staging) if they had committed, else
+    undone (the old tenant stands as it was; a staging directory emptied by a finished install is
+    only removed). ``valid``: whether a name is a tenant id (else not a staging ``install`` made)."""
+    for tenant, staging, committed in staged_installs(tenants_dir):
+        if not valid(tenant):
+            continue
+        if committed:
+            finish(tenant, staging)
+            log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
+        else:
+            shutil.rmtree(staging)
+            log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)

@@ -16,6 +16,9 @@ finished at the next start).
 With members, every open, creation, install and move step asks the tenant's ownership
 (store/ownership.py): a member opens only the files it holds, and creates only the tenants whose
 home it is.
+
+With replication (store/replicas.py), every change of a tenant's files that is no transaction
+runs inside ``Replicas.swapping``, and a missing tenant object storage holds is restored first.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from mnemosyne.store.data_dir import (
     claim_data_dir,
     remove_leftovers,
     remove_orphan_inboxes,
+    remove_tenant_files,
     server_secret,
 )
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, modified, remove_database
@@ -66,6 +70,7 @@ from mnemosyne.store.ownership import (
     reclaim_tombstone,
     reclaimed_mark,
 )
+from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_store import (
     ANN_FILE_SUFFIX,
@@ -81,6 +86,7 @@ TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # memories (its text query 88 ms p50; merged, 20 ms).
 SEGMENTS_ON_OPEN = 32
 
+INSTALL_WAIT_SECONDS = 30.0  # a restore from object storage at a first open waits this long for its install
 log = logging.getLogger("mnemosyne.store")
 
 
@@ -107,11 +113,13 @@ class TenantPool:
         faults: frozenset[str] = frozenset(),
         membership: Membership | None = None,
         placements_remembered: int = PLACEMENTS_REMEMBERED,
+        replicas: Replicas = NO_REPLICAS,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / TENANTS_DIR_NAME
+        self.replicas = replicas  # told of every swap of a tenant's files (store/replicas.py)
         self._dir_lock = claim_data_dir(self.data_dir)
         self._recover_installs()  # first: an install finished here may bring its tenant's inbox
         remove_leftovers(self.tenants_dir)
@@ -136,18 +144,8 @@ class TenantPool:
         self.secret = server_secret(self.data_dir)
 
     def _recover_installs(self) -> None:
-        """An install a kill interrupted (``install``): finished if it had committed, else undone
-        (the old tenant stands as it was; a staging directory emptied by a finished install is
-        only removed)."""
-        for tenant, staging, committed in installs.staged_installs(self.tenants_dir):
-            if not TENANT_ID_PATTERN.fullmatch(tenant):
-                continue  # not a name ``install`` makes
-            if committed:
-                self._finish_install(tenant, staging)
-                log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
-            else:
-                shutil.rmtree(staging)
-                log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)
+        """An install a kill interrupted (``install``): finished if it had committed, else undone."""
+        installs.recover(self.tenants_dir, TENANT_ID_PATTERN.fullmatch, self._finish_install)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -186,8 +184,11 @@ class TenantPool:
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
         none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
         (``expect_move``); a file is served by what it records (``Ownership.check_open``)."""
-        if self.ownership is not None and tenant not in self._stores and not self.path_for(tenant).exists():
-            self.ownership.check_absent(tenant)
+        if tenant not in self._stores and not self.path_for(tenant).exists():
+            if self.ownership is not None:
+                self.ownership.check_absent(tenant)
+            if self.replicas.holds(tenant):  # a tenant this member lost: restored first, for reads too
+                self._restore_from_replica(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
             try:
@@ -241,6 +242,10 @@ class TenantPool:
                 return
             if self.ownership is not None:
                 self.ownership.refuse_incoming(tenant)  # again under the lock ``expect_move`` takes
+            if self._restore_from_replica(tenant):  # never a fresh tenant over one object storage holds
+                with self.tenant(tenant, create=False) as restored:
+                    yield restored  # type: ignore[misc]  # a store: it was just installed, under the lock
+                return
             temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
             try:
                 store = self._open_store(tenant, temporary)
@@ -257,14 +262,30 @@ class TenantPool:
                         "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
                     )
                 open_with_room(lambda: fsync(temporary), self.make_room)
-                os.rename(temporary, path)
-                open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
+                with self.replicas.swapping(tenant, fresh=True):
+                    os.rename(temporary, path)
+                    open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
             except BaseException:
                 store.close()
                 remove_database(temporary)
                 raise
             # Kept open, as any tenant just used (its next call need not open it).
             self._stores.release(self._admit(tenant, self._open_store(tenant, path)))
+
+    def _restore_from_replica(self, tenant: str) -> bool:
+        """When object storage holds a replica of a tenant with no file here (a lost volume), its files
+        restored and installed, and True (store/replicas.py ``Replicas.fetch``)."""
+        staging = self.tenants_dir / f"{NEW_FILE_PREFIX}restore-{tenant}.{uuid.uuid4().hex[:12]}"
+        try:
+            with self.locks.for_opening(tenant):  # one restore: the others find its file
+                fetched = None if self.path_for(tenant).exists() else self.replicas.fetch(tenant, staging)
+                if fetched is None:
+                    return False
+                log.info("tenant %s: no file here and a replica in object storage: restored from it", tenant)
+                self.install(tenant, *fetched, replace=False, timeout=INSTALL_WAIT_SECONDS)
+                return True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _open_store(self, tenant: str, path: Path) -> TenantStore:
         """A TenantStore on ``path``; when the process is out of file descriptors, idle tenants
@@ -281,6 +302,8 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
+                    # A new tenant's file under its temporary name is no tenant's yet.
+                    replication=StoreReplication(tenant, self.replicas) if path == self.path_for(tenant) else None,
                 ),
                 self.make_room,
             )
@@ -384,13 +407,14 @@ class TenantPool:
         with self._closed_for(tenant, doing="reclaimed", reason=TENANT_MOVING, timeout=timeout):
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no file on this member", reason="TENANT_NOT_FOUND")
-            reclaimed = reclaim_tombstone(
-                path,
-                self.inbox_path_for(tenant),
-                synchronous=self._synchronous,
-                seam=self.seam,
-            )
-            reclaimed_mark(self.tenants_dir, tenant).touch()
+            with self.replicas.swapping(tenant, fresh=True):
+                reclaimed = reclaim_tombstone(
+                    path,
+                    self.inbox_path_for(tenant),
+                    synchronous=self._synchronous,
+                    seam=self.seam,
+                )
+                reclaimed_mark(self.tenants_dir, tenant).touch()
             if reclaimed:
                 self._fsync_directories()
         return reclaimed
@@ -453,16 +477,6 @@ class TenantPool:
                 if self.ownership is not None:
                     self.ownership.forget(tenant)
 
-    def _remove_tenant_files(self, tenant: str) -> None:
-        """Its inbox, then its WAL and shared memory before its database: a crash midway leaves a
-        whole tenant (its WAL was checkpointed when it closed), never a WAL that a new tenant of
-        that name would take for its own (an inbox without its tenant is removed at start-up)."""
-        self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
-        for base in (self.inbox_path_for(tenant), self.path_for(tenant)):
-            for suffix in (*SIDE_SUFFIXES, ""):
-                Path(f"{base}{suffix}").unlink(missing_ok=True)
-        reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
-
     def seam(self, name: str) -> None:
         """Test seams (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there;
         ``hold@NAME=PATH`` holds it there while the file PATH exists (logged once when it holds),
@@ -495,9 +509,12 @@ class TenantPool:
                     _seq, head_hash = txn.ledger_head()
             except DataLoss:
                 head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
-            before_removal(head_hash)
-            self._remove_tenant_files(tenant)
-            self._fsync_directories()
+            with self.replicas.swapping(tenant, fresh=False, gone=True):  # its replicas go first
+                before_removal(head_hash)
+                self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
+                remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
+                reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
+                self._fsync_directories()
 
     def install(
         self,
@@ -529,7 +546,11 @@ class TenantPool:
             installs.stamp_new_timeline(database)
         if self.ownership is not None:  # an import through the owner: its file is this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
-        with self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout):
+        forget_generation(database)  # before the commit: the copy never continues its source's replica
+        with (
+            self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
+            self.replicas.swapping(tenant, fresh=True),
+        ):
             self.seam("install_begun")
             existed = path.exists()
             check_install_over(self.tenants_dir, tenant, path, move=move)

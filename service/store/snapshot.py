@@ -22,6 +22,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, MnemosyneError
+from mnemosyne.store.inbox import open_readonly
 from mnemosyne.store.schema import SCHEMA_VERSION
 from mnemosyne.store.tenant_store import TenantStore, read_file
 from mnemosyne.store.transactions import translate_sqlite_error
@@ -46,6 +47,32 @@ def change_marks(store: TenantStore) -> tuple[int, int]:
         counter = txn.change_counter()
     inbox = store.inbox(create=False)
     return counter, inbox.sequence() if inbox is not None else 0
+
+
+def file_facts(database: Path, inbox: Path | None) -> SnapshotFacts:
+    """The facts of a tenant file (and its inbox) no store has open: a copy brought back from
+    elsewhere (a replica restored, service/replication/restore.py), to be imported."""
+    inbox_sequence = 0
+    connection = open_readonly(inbox) if inbox is not None else None
+    if connection is not None:
+        try:
+            if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
+                row = connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'ops'").fetchone()
+                inbox_sequence = int(row[0]) if row else 0
+        finally:
+            connection.close()
+    with read_file(database) as txn:
+        live, _forgotten, entries = txn.counts()
+        _seq, head_hash = txn.ledger_head()
+        return SnapshotFacts(
+            change_counter=txn.change_counter(),
+            inbox_sequence=inbox_sequence,
+            head_hash=head_hash,
+            ledger_entries=entries,
+            memories=live,
+            last_event_id=max(txn.oplog_highest_event_id(), inbox_sequence),
+            generations=txn.scope_generations(),
+        )
 
 
 def copy_tenant(

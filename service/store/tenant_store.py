@@ -46,6 +46,7 @@ from mnemosyne.store.memory_reads import MemoryReads
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
+from mnemosyne.store.replicas import StoreReplication
 from mnemosyne.store.schema import REQUIRED_TABLES
 from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
@@ -132,6 +133,7 @@ class TenantStore:
         inbox_lock: Any = None,
         make_room: Callable[[], bool] | None = None,
         wal_limit_pages: int = WAL_LIMIT_PAGES,
+        replication: StoreReplication | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
@@ -140,8 +142,10 @@ class TenantStore:
         (store/maintenance.py). ``make_room`` is called when a connection cannot be opened (the
         process is out of file descriptors): it closes idle tenants and says whether any was.
         Past ``wal_limit_pages`` pages of WAL (the background checkpoint fell behind), the writer
-        checkpoints itself (``write``)."""
+        checkpoints itself (``write``). ``replication``: the tenant's hooks of store/replicas.py
+        (the pool's), told of each commit of the file and its inbox."""
         self.path = path
+        self._replication = replication or StoreReplication()
         self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
         self._write_lock = write_lock
@@ -152,7 +156,7 @@ class TenantStore:
         self._wal_pages_announced = 0
         self._wal_pages = 0
         self._wal_limit_pages = wal_limit_pages
-        if on_wal_growth is not None:
+        if on_wal_growth is not None or replication is not None:
             self._writer.set_wal_hook(self._wal_hook)  # also turns SQLite's own autocheckpoint off
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
@@ -240,6 +244,7 @@ class TenantStore:
                         synchronous=self._synchronous,
                         floor=floor,
                         configure=configure,
+                        on_commit=self._replication.written,
                     ),
                     self._make_room,
                 )
@@ -273,6 +278,7 @@ class TenantStore:
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
+        self._replication.written()
         self._wal_pages = pages
         if pages < self._wal_pages_announced:
             self._wal_pages_announced = 0  # a checkpoint completed and the WAL started again
@@ -322,30 +328,33 @@ class TenantStore:
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
         may hold the forgotten vectors, and the engine rebuilds it without them."""
         self.ann_path.unlink(missing_ok=True)
-        inbox = self.inbox(create=False)
-        if inbox is not None:
-            with self.read() as txn:
-                adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
-            inbox.erase_traces(adopted_through=adopted)
-        with self._write_lock:
-            # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
-            # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
-            # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
-            # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
-            try:
-                if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
-                    if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
-                        with self._writer:
-                            self._writer.execute("DELETE FROM sqlite_stat4")
-            except apsw.Error as exc:
-                raise translate_sqlite_error(exc, self.path.name) from exc
-            truncate_wal(self._writer, self.path.name)
-            try:
-                with self._writer:  # one transaction, counted as every write is
-                    self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
-                    WriteTxn(self._writer, self._faults).count_change()
-            except apsw.Error as exc:
-                raise translate_sqlite_error(exc, self.path.name) from exc
+        # Litestream holds a read transaction on a file it replicates, which the truncations below
+        # wait for: the files leave replication meanwhile (store/replicas.py).
+        with self._replication.paused():
+            inbox = self.inbox(create=False)
+            if inbox is not None:
+                with self.read() as txn:
+                    adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
+                inbox.erase_traces(adopted_through=adopted)
+            with self._write_lock:
+                # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
+                # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
+                # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
+                # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
+                try:
+                    if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
+                        if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
+                            with self._writer:
+                                self._writer.execute("DELETE FROM sqlite_stat4")
+                except apsw.Error as exc:
+                    raise translate_sqlite_error(exc, self.path.name) from exc
+                truncate_wal(self._writer, self.path.name)
+                try:
+                    with self._writer:  # one transaction, counted as every write is
+                        self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                        WriteTxn(self._writer, self._faults).count_change()
+                except apsw.Error as exc:
+                    raise translate_sqlite_error(exc, self.path.name) from exc
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
@@ -372,8 +381,11 @@ class TenantStore:
             self.fenced = fenced
 
     def check_writable(self) -> None:
+        """Refuse a client's write: a fenced tenant (UNAVAILABLE TENANT_MOVING), or one the
+        replication cannot take now (store/replicas.py ``admit_write``)."""
         if self.fenced:
             raise moving(self.path.stem, "its writes are refused until it is active on its new member")
+        self._replication.admit_write()
 
     @contextmanager
     def write(self, *, sync: bool = True, counted: bool = True, internal: bool = False) -> Iterator[WriteTxn]:

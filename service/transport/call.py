@@ -91,6 +91,8 @@ class Call:
         self.answers_bytes = False
         # Seconds the call waited for the writes of its consistency token (transport/consistency.py).
         self.consistency_waited = 0.0
+        # A read of a token at REPLICATED waited for a sync after its writes were visible.
+        self.replicated = False
 
     def metadata_values(self, key: str) -> list[str]:
         return [value for k, value in self.metadata if k == key]

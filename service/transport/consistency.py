@@ -12,6 +12,9 @@
   thread, counted as a waiting call (transport/admission.py), the workers taking them first, then
   runs the read again. The answer names the failed writes (``ConsistencyReport``, and the trailing
   metadata ``mnemosyne-consistency-failed``: their event ids, comma-separated).
+* A write whose request metadata ``mnemosyne-consistency-level`` says ``replicated`` answers a
+  token at REPLICATED: a read (or Flush) given it waits for its writes to be visible, then for a
+  sync of the tenant to object storage (``wait``; engine/consistency.py).
 * The wait ends at the call's deadline, never before it: DEADLINE_EXCEEDED with reason
   CONSISTENCY_DEADLINE_EXCEEDED and the writes still open (``open_event_ids``). A call without a
   deadline (HTTP, mem0, MCP) waits at most ``WAIT_SECONDS``, or the ``Mnemosyne-Timeout-Seconds``
@@ -25,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mnemosyne.engine.consistency import Consistency, WritesOpen
+from mnemosyne.engine.consistency import REPLICATED, Consistency, WritesOpen, level_of
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
@@ -34,6 +37,7 @@ from mnemosyne.transport.call import Call
 from mnemosyne.v1 import types_pb2
 
 TOKEN_KEY = CONSISTENCY_TOKEN_KEY
+LEVEL_KEY = "mnemosyne-consistency-level"
 FAILED_KEY = "mnemosyne-consistency-failed"
 TIMEOUT_KEY = "mnemosyne-timeout-seconds"
 # How long a read without a deadline waits for its token's writes (as a Flush without a timeout).
@@ -54,10 +58,16 @@ def carries(request: Any, call: Call) -> bool:
     return bool(getattr(request, "consistency_token", "") or call.metadata_values(TOKEN_KEY))
 
 
+def asks_replicated(call: Call) -> bool:
+    """Whether the call's metadata asks for REPLICATED (a Flush without a token: its whole queue
+    applied, then in object storage)."""
+    return level_of(call.metadata_values(LEVEL_KEY)) == REPLICATED
+
+
 def for_write(tokens: Consistency, call: Call, tenant: str, event_ids: Sequence[int] = ()) -> str:
     """The token of a write that was just made (its queued operations' ``event_ids``, none when
     it is synchronous), also as trailing metadata."""
-    token = tokens.issue(tenant, event_ids, carried=carried(call))
+    token = tokens.issue(tenant, event_ids, carried=carried(call), level=level_of(call.metadata_values(LEVEL_KEY)))
     if token:
         call.set_trailing_metadata(((TOKEN_KEY, token),))
     return token
@@ -69,7 +79,7 @@ def for_read(tokens: Consistency, call: Call, tenant: str, field: str) -> types_
     token = carried(call, field)
     if not token:
         return None
-    failed = tokens.check(tenant, token)
+    failed = tokens.check(tenant, token, replicated=call.replicated)
     if failed:
         call.set_trailing_metadata(((FAILED_KEY, ",".join(str(i) for i in failed)),))
     return types_pb2.ConsistencyReport(failed_event_ids=failed, waited_ms=call.consistency_waited * 1000.0)
@@ -105,7 +115,11 @@ async def wait(engine: Engine, call: Call, pending: WritesOpen) -> None:
     """The edge's wait for a read's token: until none of ``pending``'s writes is open, or
     DEADLINE_EXCEEDED at the deadline (transport/waits.py)."""
     started = time.monotonic()
+    ends = deadline(call)
     try:
-        await waits.token_writes(engine.hot_path, call, pending.spans, pending.open_ids, deadline(call))
+        await waits.token_writes(engine.hot_path, call, pending.spans, pending.open_ids, ends)
+        if pending.replicate:
+            await waits.replicated(engine.consistency, call, ends)
+            call.replicated = True
     finally:
         call.consistency_waited += time.monotonic() - started

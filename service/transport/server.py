@@ -330,6 +330,7 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
             "mnemosyne_queued_calls": lambda: admission.queued,
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
+            **engine.replication_gauges(),
         }
     )
     metrics.count_refusals_from(admission.refusals)

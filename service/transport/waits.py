@@ -84,6 +84,8 @@ async def flush_token(
         deadline = time.monotonic() + call.seconds_to_answer(timeout)
         covered = set(pending.open_ids)
         failed = await token_writes(hot_path, call, pending.spans, pending.open_ids, deadline)
+        if pending.replicate:
+            await replicated(tokens, call, deadline)
     failed = [i for i in failed if i in covered]
     return FlushOutcome(len(covered), len(covered) - len(failed), len(failed), failed)
 
@@ -114,6 +116,22 @@ async def token_writes(
             await _until(changed, min(1.0, left))
             still, failed = await call.run(awaited.states, call.tenant, spans)
     return failed
+
+
+async def replicated(tokens: Consistency, call: Call, deadline: float) -> None:
+    """Wait until the tenant's commits so far are in object storage (a sync that begins now,
+    shared with the tenant's other waiters); DEADLINE_EXCEEDED / REPLICATION_DEADLINE_EXCEEDED at
+    ``deadline`` (time.monotonic())."""
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(tokens.replicated(call.tenant), max(0.0, deadline - started))
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"the call waited {time.monotonic() - started:.1f}s, to its deadline, for tenant {call.tenant}'s writes to "
+            "reach object storage (mnemosyne_replication_lag_seconds says how far behind it is); call again later, "
+            "or with a longer deadline",
+            reason="REPLICATION_DEADLINE_EXCEEDED",
+        ) from None
 
 
 def _gave_up(open_ids: list[int], waited: float) -> DeadlineExceeded:

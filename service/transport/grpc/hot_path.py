@@ -3,12 +3,14 @@ calls (Flush, Disable, WatchEvents) through transport/waits.py, holding no threa
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert, waits
 from mnemosyne.transport.call import Call, reading, waiting
+from mnemosyne.transport.consistency import asks_replicated
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
 
 
@@ -39,6 +41,9 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
             )
         else:
             flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
+            if asks_replicated(call):  # the whole queue applied, then in object storage
+                ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
+                await waits.replicated(self._tokens, call, ends)
         return convert.to_flush_response(flushed)
 
 

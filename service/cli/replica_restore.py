@@ -1,0 +1,129 @@
+"""``mnemosyne restore --from-replica URL``: tenants brought back from object storage
+(docs/replication.md#restore).
+
+* Offline, a whole member (or ``--tenant``s) into ``--data-dir``, which no server may hold (its
+  lock is taken): every tenant is fetched and its audit chain checked before any file is placed.
+* Online, one tenant (``--tenant`` without ``--data-dir``): fetched here, then installed on the
+  running server at ``--target`` through ``import --replace`` — the fenced path every import
+  takes (calls in flight finish, the tenant's tokens see TIMELINE_CHANGED) — so undoing a bad
+  agent run stops no member. ``--timestamp`` (RFC 3339) picks the state at that time.
+
+Each restored file replicates to a new generation once served (store/replicas.py): a copy never
+continues the replica it came from."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from mnemosyne.cli.backup import Progress, place_tenant
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
+from mnemosyne.errors import DataLoss, FailedPrecondition, NotFound
+from mnemosyne.replication.bucket import Bucket
+from mnemosyne.replication.restore import Fetched, fetch
+from mnemosyne.replication.url import ReplicaUrl
+from mnemosyne.store.data_dir import INBOX_DIR_NAME, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME, DataDirLock
+from mnemosyne.store.pending_index import PendingIndex
+from mnemosyne.store.pool import validate_tenant
+from mnemosyne.store.replicas import forget_generation
+from mnemosyne.store.snapshot import file_facts, sha256_file
+from mnemosyne.store.tenant_store import read_file
+
+CHUNK_BYTES = 1 << 20
+
+
+def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> Fetched:
+    """The tenant's files from object storage, their chain checked."""
+    fetched = fetch(bucket, tenant, into, timestamp=timestamp)
+    if fetched is None:
+        when = f" at or before {timestamp}" if timestamp else ""
+        raise NotFound(
+            f"object storage ({bucket.url.bucket}/{bucket.url.prefix}) holds no replica of tenant {tenant}{when}",
+            reason="TENANT_NOT_IN_REPLICA",
+        )
+    with read_file(fetched.database) as txn:
+        verdict = txn.audit()
+    if not verdict.valid:
+        raise DataLoss(
+            f"the replica of tenant {tenant} (generation {fetched.generation}) fails its audit chain at entry "
+            f"{verdict.first_broken_at}: nothing was restored",
+            reason="CHAIN_INVALID",
+        )
+    return fetched
+
+
+def restore_member(
+    url: str,
+    data_dir: Path,
+    *,
+    tenants: Sequence[str] = (),
+    timestamp: str | None = None,
+    replace: bool = False,
+    progress: Progress = lambda _line: None,
+) -> list[str]:
+    """Restore ``tenants`` (default: every tenant the bucket holds) into ``data_dir``, no server
+    running on it; returns the tenants restored."""
+    bucket = Bucket(ReplicaUrl.parse(url))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
+    staging = data_dir / f".restore-{uuid.uuid4().hex[:12]}"
+    try:
+        chosen = [validate_tenant(t) for t in tenants] or bucket.tenants()
+        present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
+        if present and not replace:
+            raise FailedPrecondition(
+                f"{data_dir} already has the tenants {', '.join(present[:10])}; give --replace to overwrite them",
+                reason="TENANT_EXISTS",
+            )
+        fetched = {}
+        for tenant in chosen:  # every chain checked before any file is placed
+            fetched[tenant] = _fetched(bucket, tenant, staging / tenant, timestamp)
+            forget_generation(fetched[tenant].database)
+            progress(f"{tenant}: fetched from generation {fetched[tenant].generation}, chain valid")
+        index = PendingIndex(data_dir)
+        try:
+            for tenant in chosen:
+                index.add(tenant)  # its open operations, if any, resume at start-up
+        finally:
+            index.close()
+        for tenant, files in fetched.items():
+            place_tenant(data_dir / TENANTS_DIR_NAME, data_dir / INBOX_DIR_NAME, tenant, files.database, files.inbox)
+            progress(f"{tenant}: restored")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        lock.release()
+    return chosen
+
+
+def restore_online(client: MemoryClient, url: str, tenant: str, *, timestamp: str | None = None) -> ImportResult:
+    """Restore one tenant on the running server of ``client`` (admin token) through an import
+    that replaces it."""
+    tenant = validate_tenant(tenant)
+    bucket = Bucket(ReplicaUrl.parse(url))
+    with tempfile.TemporaryDirectory(prefix="mnemosyne-restore-") as directory:
+        fetched = _fetched(bucket, tenant, Path(directory), timestamp)
+        facts = file_facts(fetched.database, fetched.inbox)
+        files = {"database": fetched.database, **({"inbox": fetched.inbox} if fetched.inbox else {})}
+        manifest = TenantBackup(
+            tenant=tenant,
+            change_counter=facts.change_counter,
+            inbox_sequence=facts.inbox_sequence,
+            head_hash=facts.head_hash,
+            ledger_entries=facts.ledger_entries,
+            memories=facts.memories,
+            last_event_id=facts.last_event_id,
+            generations=facts.generations,
+            files=[BackupFile(name, path.stat().st_size, sha256_file(path)) for name, path in files.items()],
+        )
+        return client.import_tenant(manifest, _chunks(files), tenant=tenant, replace=True)
+
+
+def _chunks(files: dict[str, Path]) -> Iterator[BackupChunk]:
+    for name, path in files.items():
+        with path.open("rb") as file:
+            while data := file.read(CHUNK_BYTES):
+                yield BackupChunk(name, data)

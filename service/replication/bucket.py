@@ -1,0 +1,101 @@
+"""Our own calls to the bucket (Litestream writes the replicas; we read what is there and delete
+what must go), through boto3, the AWS SDK for Python (docs/decisions.md says why): which
+generations of a tenant exist, whether the bucket holds a tenant at all, the tenants it holds,
+and the deletion of a tenant's replicas. An unreachable store is UNAVAILABLE
+REPLICA_UNREACHABLE naming the cause, never taken for an empty one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from mnemosyne.errors import Unavailable
+from mnemosyne.replication.url import GENERATION_DIGITS, ReplicaUrl, generation_name
+
+UNREACHABLE = "REPLICA_UNREACHABLE"
+# Short: a member that cannot reach its store answers UNAVAILABLE within seconds, not minutes.
+_CLIENT = botocore.config.Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
+
+
+class Bucket:
+    """The bucket and prefix of a replica URL."""
+
+    def __init__(self, url: ReplicaUrl) -> None:
+        self.url = url
+        self._s3: Any = boto3.session.Session().client(
+            "s3", endpoint_url=url.endpoint, region_name=url.region, config=_CLIENT
+        )
+
+    def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
+        return Unavailable(
+            f"object storage (bucket {self.url.bucket} at {self.url.endpoint or 'AWS'}) could not be asked {doing}: "
+            f"{exc}; retry once it answers",
+            reason=UNREACHABLE,
+            retry_after_seconds=1.0,
+        )
+
+    def _pages(self, doing: str, **listing: Any) -> Iterator[dict[str, Any]]:
+        try:
+            yield from self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.url.bucket, **listing)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._unreachable(doing, exc) from None
+
+    def generations(self, tenant: str) -> list[int]:
+        """The generations the bucket holds of ``tenant``, lowest first."""
+        found = []
+        for page in self._pages(f"for the generations of {tenant}", Prefix=self.url.key(tenant) + "/", Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                name = common["Prefix"].rstrip("/").rpartition("/")[2]
+                if len(name) == GENERATION_DIGITS and name.isdigit():
+                    found.append(int(name))
+        return sorted(found)
+
+    def holds(self, tenant: str, under: str = "") -> bool:
+        """Whether any object of ``tenant`` (under its key ``under``, e.g. a generation's file) is
+        in the bucket."""
+        for page in self._pages(f"whether it holds {tenant}", Prefix=self.url.key(tenant) + "/" + under, MaxKeys=1):
+            if page.get("KeyCount", 0):
+                return True
+        return False
+
+    def tenants(self) -> list[str]:
+        """The tenants the bucket holds a replica of, in lexical order."""
+        prefix = self.url.key() + "/" if self.url.prefix else ""
+        names = []
+        for page in self._pages("for its tenants", Prefix=prefix, Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                names.append(common["Prefix"][len(prefix) :].rstrip("/"))
+        return sorted(names)
+
+    def delete_tenant(self, tenant: str) -> int:
+        """Delete every object of ``tenant`` (every generation, every version); how many went."""
+        return self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}")
+
+    def delete_generations(self, tenant: str, below: int) -> int:
+        """Delete ``tenant``'s generations lower than ``below`` (every version of every object);
+        how many objects went."""
+        return sum(
+            self._delete_under(self.url.key(tenant, generation_name(generation)) + "/", f"{tenant}'s old generation")
+            for generation in self.generations(tenant)
+            if generation < below
+        )
+
+    def _delete_under(self, prefix: str, what: str) -> int:
+        """Every version and delete marker under ``prefix`` (a versioned bucket keeps an object's
+        bytes in its old versions after a plain delete; an unversioned one lists each object once,
+        version "null")."""
+        doomed = []
+        try:
+            for page in self._s3.get_paginator("list_object_versions").paginate(Bucket=self.url.bucket, Prefix=prefix):
+                for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                    doomed.append({"Key": entry["Key"], "VersionId": entry.get("VersionId") or "null"})
+            for start in range(0, len(doomed), 1000):  # DeleteObjects takes 1,000 keys a call
+                chunk = doomed[start : start + 1000]
+                self._s3.delete_objects(Bucket=self.url.bucket, Delete={"Objects": chunk, "Quiet": True})
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._unreachable(f"to delete {what}", exc) from None
+        return len(doomed)

@@ -1,0 +1,524 @@
+"""The replication of one member's tenants (docs/replication.md): the store's ``Replicas``
+(store/replicas.py) on Litestream's control socket.
+
+Only the **active set** is in Litestream: a tenant is registered (its database, and its inbox
+when it has one) at its first commit not yet in object storage, synced about every
+``TICK_SECONDS`` while it has such commits, and unregistered once a sync confirmed them all and it
+was not written for ``idle_seconds`` — its local Litestream state goes with it (the next
+registration continues the same generation from the replica). The set is bounded
+(``active_limit``): a client's write to a tenant outside it is refused while it is full.
+
+A sync is **shared**: whoever needs one (the tick, a caller of ``replicated``, a swap) joins the
+next sync of the tenant to start, and every caller that joined before it started is answered by
+it. It runs on this module's own event loop, in a thread of its own: a caller on another loop
+awaits it holding no thread (``replicated``), a thread of the store blocks on it (``swapping``).
+
+A tenant's files replicate under ``PREFIX/<tenant>/<generation>/{db,inbox}``; the generation is
+recorded in the tenant file (store/replicas.py ``GENERATION_KEY``) before its first byte is
+replicated: a file without one (new, or installed) takes the bucket's highest + 1; a file behind
+the bucket's highest is a stale copy and is not replicated (logged, ``refused``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mnemosyne.errors import FailedPrecondition, ResourceExhausted, Unavailable
+from mnemosyne.replication import restore
+from mnemosyne.replication.bucket import Bucket
+from mnemosyne.replication.control import ControlError
+from mnemosyne.replication.litestream import Litestream
+from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
+from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
+from mnemosyne.store.ownership import TOMBSTONED, OwnershipRecord
+from mnemosyne.store.replicas import GENERATION_KEY, record_generation
+from mnemosyne.store.tenant_store import read_file
+
+log = logging.getLogger("mnemosyne.replication")
+
+T = TypeVar("T")
+TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
+SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
+CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
+SWEEPS_FILE_NAME = ".replica-sweeps.json"
+LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
+
+
+def local_state(database: Path) -> Path:
+    return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads(path.read_text())
+        return found
+    except FileNotFoundError:
+        return {}
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """Through a temporary name: a kill leaves the old file or the new one."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
+
+
+@dataclass
+class _Tenant:
+    """What the replicator knows of one tenant of the active set."""
+
+    registered: list[Path] = field(default_factory=list)  # its files Litestream replicates now
+    generation: int | None = None
+    dirty_since: float | None = None  # its oldest commit not confirmed in object storage
+    last_write: float = 0.0
+    confirmed_bytes: int = 0  # its WAL bytes when the last confirmed sync began
+    paused: int = 0  # swaps under way: not registered meanwhile
+    fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
+    refused: str = ""  # why it is not replicated (a stale copy)
+    next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
+    syncing: bool = False
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The replication's aggregates, for the metrics (no tenant in them)."""
+
+    lag_seconds: float
+    lag_bytes: int
+    active_tenants: int
+    registered_databases: int
+    litestream_restarts: int
+    sync_failures: int
+
+
+class Replicator:
+    """A member's replication. ``start`` it; ``stop`` it after the pool closed."""
+
+    def __init__(
+        self, url: str, data_dir: Path, *, idle_seconds: float, active_limit: int, retention_seconds: float
+    ) -> None:
+        self.url = ReplicaUrl.parse(url)
+        self.bucket = Bucket(self.url)
+        self._tenants_dir = data_dir / TENANTS_DIR_NAME
+        self._inbox_dir = data_dir / INBOX_DIR_NAME
+        self._idle_seconds = idle_seconds
+        self._limit = max(1, active_limit)
+        self._retention_seconds = retention_seconds
+        self._states: dict[str, _Tenant] = {}
+        self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
+        # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
+        self._sweeps_path = data_dir / SWEEPS_FILE_NAME
+        self._sweeps: dict[str, tuple[int, float]] = {
+            tenant: (int(below), float(when)) for tenant, (below, when) in _read_json(self._sweeps_path).items()
+        }
+        self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
+        self._sync_failures = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="replication", daemon=True)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start Litestream and the tick; the tenants Litestream replicated when this member
+        last stopped (their local state is still here) are taken up again."""
+        self._thread.start()
+        self._call(self._begin())
+        try:
+            self._listed = set(self.bucket.tenants())
+        except Unavailable as exc:
+            log.warning("the tenants object storage holds are not known yet: %s", exc.message)
+        now = time.time()
+        for directory in (self._tenants_dir, self._inbox_dir):
+            for state_dir in directory.glob(f".*{LOCAL_STATE_SUFFIX}"):
+                tenant = self._tenant_of(state_dir.name[1 : -len(LOCAL_STATE_SUFFIX)])
+                if tenant is not None:
+                    self._mark_written(tenant, now)
+
+    async def _begin(self) -> None:
+        self._wake = asyncio.Event()
+        self._calls = asyncio.Semaphore(SYNCS_AT_ONCE)
+        self.litestream = Litestream(on_start=self._litestream_started, retention_seconds=self._retention_seconds)
+        self._tasks = [asyncio.create_task(self.litestream.run()), asyncio.create_task(self._tick())]
+        try:
+            await asyncio.wait_for(self.litestream.ready.wait(), 15)
+        except TimeoutError:
+            log.error("Litestream is not ready; replication waits for it (its log says why)")
+
+    def stop(self) -> None:
+        """Stop the tick and Litestream (its last syncs), then the loop. Idempotent."""
+        if not self._thread.is_alive():
+            return
+        self._call(self._end())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _end(self) -> None:
+        for task in self._tasks[1:]:
+            task.cancel()
+        await self.litestream.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _litestream_started(self) -> None:
+        """A (re)started Litestream replicates nothing: every tenant it had is registered again
+        at its next tick, and catches up from its local state."""
+        now = time.time()
+        with self._guard:
+            for state in self._states.values():
+                state.registered.clear()
+                state.dirty_since = state.dirty_since or now
+        self._wake.set()
+
+    def _call(self, work: Coroutine[Any, Any, T], timeout: float = CALL_SECONDS) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    # -- the store's hooks (store/replicas.py) -------------------------------------------------------
+
+    def written(self, tenant: str) -> None:
+        if self._mark_written(tenant, time.time()):
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _mark_written(self, tenant: str, now: float) -> bool:
+        """Note a commit; True when the tenant is to be registered (it was not in the set)."""
+        with self._guard:
+            state = self._states.get(tenant)
+            if state is None:
+                state = self._states[tenant] = _Tenant()
+            state.last_write = now
+            if state.dirty_since is None:
+                state.dirty_since = now
+                return not state.registered
+            return False
+
+    def admit_write(self, tenant: str) -> None:
+        with self._guard:
+            if tenant in self._states or len(self._states) < self._limit:
+                return
+        raise ResourceExhausted(
+            f"this member replicates {self._limit} tenants with recent writes, the most it takes "
+            "(--replica-active-limit); retry once one of them is idle",
+            reason="REPLICATION_FULL",
+            retry_after_seconds=max(1.0, self._idle_seconds / 2),
+        )
+
+    def holds(self, tenant: str) -> bool:
+        """From the listing of the bucket's tenants made at start (made again here while it could
+        not be); a tenant created elsewhere since is found by ``fetch`` at its first write."""
+        with self._guard:
+            listed = self._listed
+        if listed is None:
+            try:
+                listed = set(self.bucket.tenants())
+            except Unavailable:
+                return True  # unknown: ``fetch`` asks, and says why it cannot
+            with self._guard:
+                self._listed = listed
+        return tenant in listed
+
+    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None:
+        self.admit_write(tenant)
+        fetched = restore.fetch(self.bucket, tenant, into)
+        return None if fetched is None else (fetched.database, fetched.inbox)
+
+    def replicated_since(self, tenant: str) -> float:
+        with self._guard:
+            state = self._states.get(tenant)
+            return time.time() if state is None or state.dirty_since is None else state.dirty_since
+
+    @contextmanager
+    def swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> Iterator[None]:
+        self._call(self._leave(tenant, gone=gone))
+        try:
+            yield
+        finally:
+            self._call(self._come_back(tenant, fresh=fresh, gone=gone))
+
+    async def _leave(self, tenant: str, *, gone: bool) -> None:
+        """Before a swap: what the tenant committed confirmed (a best effort), its files out of
+        Litestream, their local state gone; ``gone``: its replicas deleted (UNAVAILABLE, the
+        tenant left as it was, when object storage cannot be reached)."""
+        with self._guard:
+            state = self._states.setdefault(tenant, _Tenant())
+            state.paused += 1
+        try:
+            if state.registered:
+                try:
+                    await self._sync_files(state)
+                except Exception as exc:  # the swap goes on: it must not wait for object storage
+                    log.warning(
+                        "tenant %s: its last commits were not confirmed replicated before a swap: %s", tenant, exc
+                    )
+                await self._unregister(tenant, state)
+            if gone:
+                await self._loop.run_in_executor(None, self.bucket.delete_tenant, tenant)
+        except BaseException:
+            await self._come_back(tenant, fresh=False, gone=False)
+            raise
+
+    async def _come_back(self, tenant: str, *, fresh: bool, gone: bool) -> None:
+        now = time.time()
+        with self._guard:
+            state = self._states.setdefault(tenant, _Tenant())
+            state.paused -= 1
+            if fresh:
+                state.generation, state.refused, state.fresh = None, "", True
+            if gone:
+                state.dirty_since = None
+                if self._listed is not None:
+                    self._listed.discard(tenant)
+                if not state.paused:
+                    del self._states[tenant]
+                return
+        self._mark_written(tenant, now)
+        self._wake.set()
+
+    # -- waiting for object storage -------------------------------------------------------------------
+
+    async def replicated(self, tenant: str) -> float:
+        """Wait until every commit of ``tenant`` made before this call is in object storage, on
+        the caller's event loop and holding no thread; the time before which its commits are
+        all replicated. Concurrent callers share one sync (the module's docstring)."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._join(tenant), self._loop))
+
+    async def _join(self, tenant: str) -> float:
+        with self._guard:
+            state = self._states.get(tenant)
+            if state is None or state.dirty_since is None:
+                return time.time()
+            if state.next_sync is None:
+                state.next_sync = self._loop.create_future()
+            joined = state.next_sync  # before a launch: it takes the callers so far off ``next_sync``
+            if not state.syncing:
+                self._launch(tenant, state)
+        return await asyncio.shield(joined)
+
+    def _launch(self, tenant: str, state: _Tenant) -> None:
+        """Start the sync the tenant's callers joined (``next_sync``); the callers that join from
+        now on wait for the one after it."""
+        joined, state.next_sync, state.syncing = state.next_sync, None, True
+        assert joined is not None
+        task = self._loop.create_task(self._sync(tenant, state))
+
+        def finished(done: asyncio.Task[float]) -> None:
+            with self._guard:
+                state.syncing = False
+                if state.next_sync is not None:
+                    self._launch(tenant, state)
+            failure = done.exception()
+            if failure is not None:
+                joined.set_exception(failure)
+                joined.exception()  # retrieved: a sync no caller waits for fails quietly (counted, retried)
+            else:
+                joined.set_result(done.result())
+
+        task.add_done_callback(finished)
+
+    async def _sync(self, tenant: str, state: _Tenant) -> float:
+        """One sync of the tenant's files; their commits before it began are then replicated."""
+        while state.paused:  # a swap: the files come back (or go) after it
+            await asyncio.sleep(0.02)
+        began = time.time()
+        async with self._calls:
+            try:
+                await self._register(tenant, state)
+                held = self._wal_bytes(tenant)
+                await self._sync_files(state)
+            except Exception:
+                self._sync_failures += 1
+                raise
+        with self._guard:
+            if state.refused:
+                raise FailedPrecondition(state.refused, reason="REPLICA_STALE")
+            state.confirmed_bytes = held
+            # Every commit before ``began`` is in object storage now; a later one may not be.
+            state.dirty_since = None if state.last_write < began else max(began, state.dirty_since or began)
+        return began
+
+    async def _sync_files(self, state: _Tenant) -> None:
+        for path in list(state.registered):
+            await self.litestream.control.sync(path)
+
+    # -- the active set -------------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        """About every ``TICK_SECONDS``, or when a tenant enters the set: sync the tenants with
+        unreplicated commits, and let go of those idle since their last one was confirmed."""
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if not self.litestream.ready.is_set():
+                continue
+            now = time.time()
+            with self._guard:
+                dirty = [t for t, s in self._states.items() if s.dirty_since is not None and not s.paused]
+                idle = [
+                    t
+                    for t, s in self._states.items()
+                    if s.dirty_since is None and not s.paused and now - s.last_write >= self._idle_seconds
+                ]
+            await asyncio.gather(*(self._join(t) for t in dirty), return_exceptions=True)
+            for tenant in idle:
+                await self._retire(tenant)
+            if self._sweeps:
+                await self._sweep()
+
+    async def _retire(self, tenant: str) -> None:
+        """An idle tenant whose commits are all replicated leaves the set (and Litestream)."""
+        with self._guard:
+            state = self._states.get(tenant)
+            if state is None or state.dirty_since is not None or state.paused or state.syncing:
+                return
+            state.paused += 1
+        try:
+            await self._unregister(tenant, state)
+        finally:
+            with self._guard:
+                state.paused -= 1
+                if state.dirty_since is None and not state.paused and not state.syncing:
+                    del self._states[tenant]
+
+    async def _register(self, tenant: str, state: _Tenant) -> None:
+        """Register those of the tenant's files Litestream does not replicate yet."""
+        files = [(path, name) for path, name in self._files(tenant) if path.exists() and path not in state.registered]
+        if not files or state.refused:
+            return
+        if state.generation is None:
+            state.generation = await self._loop.run_in_executor(None, self._generation_of, tenant, state)
+            if state.generation is None:
+                return
+        for path, name in files:
+            await self.litestream.control.register(path, self.url.of(tenant, state.generation, name))
+            state.registered.append(path)
+
+    def _generation_of(self, tenant: str, state: _Tenant) -> int | None:
+        """The generation the tenant's file replicates under (the module's docstring); None for
+        a tombstone of a move away, or a stale copy (``state.refused`` says why). A file that
+        changed as a file since it last replicated (``fresh``) takes a new one, recorded in it
+        first, and the generations below it are deleted after the retention (``_sweep``)."""
+        database = self._files(tenant)[0][0]
+        with read_file(database) as txn:
+            recorded, tombstone = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn).step == TOMBSTONED
+        if tombstone:
+            return None
+        held = self.bucket.generations(tenant)
+        latest = held[-1] if held else 0
+        if recorded is None or not recorded.isdigit() or state.fresh:
+            record_generation(database, latest + 1)
+            state.fresh = False
+            log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
+            if held:
+                self._plan_sweep(tenant, latest + 1)
+            return latest + 1
+        if int(recorded) < latest:
+            state.refused = (
+                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
+                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
+            )
+            log.error("%s", state.refused)
+            return None
+        return int(recorded)
+
+    # -- old generations ------------------------------------------------------------------------------
+
+    def _plan_sweep(self, tenant: str, below: int) -> None:
+        """Delete ``tenant``'s generations below ``below`` once ``--replica-retention`` has passed
+        (and its new generation is confirmed): remembered in the data directory across restarts."""
+        with self._guard:
+            self._sweeps[tenant] = (below, time.time() + self._retention_seconds)
+            planned = dict(self._sweeps)
+        _write_json(self._sweeps_path, planned)
+
+    async def _sweep(self) -> None:
+        """The planned deletions that are due, through our own S3 client (replication/bucket.py)."""
+        now = time.time()
+        with self._guard:
+            due = [
+                (tenant, below)
+                for tenant, (below, when) in self._sweeps.items()
+                if when <= now and (tenant not in self._states or self._states[tenant].dirty_since is None)
+            ]
+        for tenant, below in due:
+            try:
+                deleted = await self._loop.run_in_executor(None, self.bucket.delete_generations, tenant, below)
+            except Unavailable as exc:
+                log.warning("tenant %s: its old generations were not deleted yet: %s", tenant, exc.message)
+                continue
+            log.info("tenant %s: %d objects of generations below %d deleted (retention passed)", tenant, deleted, below)
+            with self._guard:
+                if self._sweeps.get(tenant, (0, 0.0))[0] == below:
+                    del self._sweeps[tenant]
+                planned = dict(self._sweeps)
+            await self._loop.run_in_executor(None, _write_json, self._sweeps_path, planned)
+
+    async def _unregister(self, tenant: str, state: _Tenant) -> None:
+        for path in list(state.registered):
+            try:
+                await self.litestream.control.unregister(path)
+            except ControlError as exc:  # a Litestream down has nothing registered
+                log.warning("tenant %s: Litestream did not unregister %s: %s", tenant, path.name, exc)
+            state.registered.remove(path)
+        for path, _name in self._files(tenant):
+            shutil.rmtree(local_state(path), ignore_errors=True)
+
+    # -- paths and figures ----------------------------------------------------------------------------
+
+    def _files(self, tenant: str) -> list[tuple[Path, str]]:
+        return [
+            (self._tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}", DATABASE_REPLICA),
+            (self._inbox_dir / f"{tenant}{INBOX_FILE_SUFFIX}", INBOX_REPLICA),
+        ]
+
+    def _tenant_of(self, file_name: str) -> str | None:
+        for suffix in (INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX):
+            if file_name.endswith(suffix):
+                return file_name[: -len(suffix)]
+        return None
+
+    def _wal_bytes(self, tenant: str) -> int:
+        total = 0
+        for path, _name in self._files(tenant):
+            try:
+                total += os.stat(f"{path}-wal").st_size
+            except FileNotFoundError:
+                pass
+        return total
+
+    def lag(self, tenant: str) -> tuple[float, int]:
+        """How far the tenant's replica is behind: the age of its oldest commit not confirmed in
+        object storage (0: none) and the WAL bytes written since the last confirmed sync began."""
+        with self._guard:
+            state = self._states.get(tenant)
+            if state is None or state.dirty_since is None:
+                return 0.0, 0
+            since, confirmed = state.dirty_since, state.confirmed_bytes
+        held = self._wal_bytes(tenant)
+        return max(0.0, time.time() - since), held - confirmed if held >= confirmed else held
+
+    def figures(self) -> Figures:
+        with self._guard:
+            tenants = [t for t, s in self._states.items() if s.dirty_since is not None]
+            registered = sum(len(s.registered) for s in self._states.values())
+            active = len(self._states)
+        lags = [self.lag(t) for t in tenants]
+        return Figures(
+            lag_seconds=max((seconds for seconds, _ in lags), default=0.0),
+            lag_bytes=sum(held for _, held in lags),
+            active_tenants=active,
+            registered_databases=registered,
+            litestream_restarts=self.litestream.restarts,
+            sync_failures=self._sync_failures,
+        )

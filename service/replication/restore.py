@@ -1,0 +1,91 @@
+"""A tenant's files brought back from object storage: Litestream's ``restore`` of each file's
+replica URL (its restore from a configuration of databases does not serve ours: we register
+each file through the control socket), into a directory of the caller's, never over a tenant file.
+
+Which generation: the highest the bucket holds (replication/replicator.py: each file replicates to
+one generation; a newer generation replaced every older one), or for a point in time the highest
+that holds a state at or before it. The inbox is restored beside the database when its generation
+has one."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from mnemosyne.errors import DataLoss, Unavailable
+from mnemosyne.replication.bucket import Bucket
+from mnemosyne.replication.litestream import litestream_binary, litestream_environment
+from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, generation_name
+from mnemosyne.store.data_dir import INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX
+
+log = logging.getLogger("mnemosyne.replication")
+
+RESTORE_SECONDS = 600.0
+# What Litestream says when a replica holds nothing at or before the time asked for.
+_NOTHING_THEN = ("no matching backup", "no snapshots available", "timestamp", "not found")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A tenant's files restored from one generation of its replica."""
+
+    generation: int
+    database: Path
+    inbox: Path | None
+
+
+def fetch(bucket: Bucket, tenant: str, into: Path, *, timestamp: str | None = None) -> Fetched | None:
+    """Restore ``tenant``'s files from object storage into the directory ``into`` (made if need
+    be); None when the bucket holds no replica of it (or none at or before ``timestamp``, an
+    RFC 3339 time). UNAVAILABLE REPLICA_UNREACHABLE when the store cannot be asked."""
+    generations = bucket.generations(tenant)
+    into.mkdir(parents=True, exist_ok=True)
+    for generation in reversed(generations):
+        database = into / f"{tenant}{TENANT_FILE_SUFFIX}"
+        if not _restore(bucket, tenant, generation, DATABASE_REPLICA, database, timestamp):
+            continue
+        inbox: Path | None = into / f"{tenant}{INBOX_FILE_SUFFIX}"
+        assert inbox is not None
+        if not bucket.holds(tenant, f"{generation_name(generation)}/{INBOX_REPLICA}/") or not _restore(
+            bucket, tenant, generation, INBOX_REPLICA, inbox, timestamp
+        ):
+            inbox = None
+        log.info("tenant %s: restored from generation %d of its replica", tenant, generation)
+        return Fetched(generation, database, inbox)
+    return None
+
+
+def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Path, timestamp: str | None) -> bool:
+    """``litestream restore`` of one file's replica to ``output``; False when it holds no state
+    at or before ``timestamp``."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{output}{suffix}").unlink(missing_ok=True)
+    command = [litestream_binary(), "restore", "-o", str(output)]
+    if timestamp is not None:
+        command += ["-timestamp", timestamp]
+    command.append(bucket.url.of(tenant, generation, file))
+    try:
+        done = subprocess.run(
+            command,
+            env=litestream_environment(),
+            capture_output=True,
+            text=True,
+            timeout=RESTORE_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise Unavailable(
+            f"restoring tenant {tenant} from object storage took more than {RESTORE_SECONDS:.0f}s; retry",
+            reason="REPLICA_UNREACHABLE",
+        ) from None
+    if done.returncode == 0:
+        return True
+    said = (done.stderr or done.stdout).strip()
+    if timestamp is not None and any(words in said.lower() for words in _NOTHING_THEN):
+        return False
+    raise DataLoss(
+        f"Litestream could not restore tenant {tenant}'s {file} from generation {generation}: {said[-500:]}",
+        reason="REPLICA_RESTORE_FAILED",
+    )

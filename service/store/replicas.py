@@ -1,0 +1,143 @@
+"""What the store tells the replication of its files to object storage (service/replication/,
+docs/replication.md), and the one place it does so: the pool (store/pool.py) calls ``Replicas``
+around every change of a tenant's files that is not a transaction — a first write's file renamed
+into place, an install (``import --replace``, a move's copy, a restore), a tombstone's reclaim,
+an erasure, the WAL truncation that finishes a forget — and the stores call it after each commit.
+A new swap path goes through ``TenantPool._swapping``; nothing else of the store knows of
+replication. Without ``--replica-url`` the pool holds ``NO_REPLICAS``, which does nothing.
+
+The contract, for an implementation:
+
+* ``swapping(tenant, fresh=...)``: a context manager. On entry every file of the tenant (its
+  database and its inbox) is out of replication: confirmed replicated as far as it can be (a
+  best effort: the files are about to change), unregistered, and the replicator's local state of
+  them gone. During the block the store changes the files as files. On exit the tenant is marked
+  written, so that it is registered again; ``fresh`` says the database is another one now (an
+  install): it replicates to a new generation. ``gone`` (an erasure): the tenant's replicas are
+  deleted on entry — before any file goes, so an erasure that cannot reach the store erases
+  nothing (UNAVAILABLE) — and it is not registered again.
+* ``fetch(tenant, into)``: before a member creates a tenant: when object storage holds a replica
+  of that name, its files restored into the directory ``into`` (the database, and the inbox or
+  None), which the pool installs instead of a new tenant; None when it holds none; UNAVAILABLE
+  naming the reason when it cannot be asked (never a fresh empty tenant then).
+* ``holds(tenant)``: whether object storage (probably) holds a replica of a tenant that has no
+  file here: cheap (known from a listing at start), asked before every open of a missing tenant,
+  reads too; True sends the open through ``fetch``.
+* ``admit_write(tenant)``: before a client's write (not the service's own): RESOURCE_EXHAUSTED
+  when the tenant is not replicating and the replicated set is full.
+* ``written(tenant)``: after a commit of the tenant's database or inbox; called inside SQLite's
+  commit, under the tenant's write lock: it must be cheap and never block.
+* ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
+  tenant's database is in object storage; ``math.inf`` without replication. The hot path removes
+  an inbox row only once its move into the tenant file is older than this (engine/hot_path/worker.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import apsw
+
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS
+
+# The tenant file's meta row naming the generation its replica is written under
+# (``PREFIX/<tenant>/<generation>/``): set by the replication before it first replicates a file,
+# removed from every file an install brings in (``forget_generation``), so a copy never continues
+# the generation of the file it was copied from.
+GENERATION_KEY = "replica_generation"
+
+
+class Replicas(Protocol):
+    def swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> AbstractContextManager[None]: ...
+
+    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None: ...
+
+    def holds(self, tenant: str) -> bool: ...
+
+    def admit_write(self, tenant: str) -> None: ...
+
+    def written(self, tenant: str) -> None: ...
+
+    def replicated_since(self, tenant: str) -> float: ...
+
+
+class NoReplicas:
+    """No replication: every hook does nothing, and every commit counts as replicated."""
+
+    @contextmanager
+    def swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> Iterator[None]:
+        yield
+
+    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None:
+        return None
+
+    def holds(self, tenant: str) -> bool:
+        return False
+
+    def admit_write(self, tenant: str) -> None:
+        pass
+
+    def written(self, tenant: str) -> None:
+        pass
+
+    def replicated_since(self, tenant: str) -> float:
+        return math.inf
+
+
+NO_REPLICAS = NoReplicas()
+
+
+def forget_generation(database: Path) -> None:
+    """Remove the replica generation from a tenant file about to be installed (not open
+    elsewhere): it replicates to a generation of its own once installed."""
+    connection = _connect(database)
+    try:
+        with connection:
+            connection.execute("DELETE FROM meta WHERE key = ?", (GENERATION_KEY,))
+    finally:
+        connection.close()
+
+
+class StoreReplication:
+    """One tenant's side of ``Replicas``, bound by the pool for the tenant's open store
+    (store/tenant_store.py): told of each commit, asked before a client's write, and around the
+    truncations that finish a forget."""
+
+    def __init__(self, tenant: str = "", replicas: Replicas = NO_REPLICAS) -> None:
+        self.tenant = tenant
+        self._replicas = replicas
+
+    def written(self) -> None:
+        self._replicas.written(self.tenant)
+
+    def admit_write(self) -> None:
+        self._replicas.admit_write(self.tenant)
+
+    def paused(self) -> AbstractContextManager[None]:
+        """Around the truncations that finish a forget: out of replication meanwhile, then on to a
+        new generation (the old one holds the forgotten text until the retention deletes it)."""
+        return self._replicas.swapping(self.tenant, fresh=True)
+
+
+def _connect(database: Path) -> apsw.Connection:
+    connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READWRITE)
+    connection.set_busy_timeout(BUSY_TIMEOUT_MS)  # the tenant's writer may hold it a moment
+    return connection
+
+
+def record_generation(database: Path, generation: int) -> None:
+    """Record in the tenant file the generation its replica is written under, before the first
+    byte of it is replicated (so the replica names its own generation)."""
+    connection = _connect(database)
+    try:
+        with connection:
+            connection.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (GENERATION_KEY, str(generation)),
+            )
+    finally:
+        connection.close()

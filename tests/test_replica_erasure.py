@@ -1,0 +1,40 @@
+"""Erasure stays true with replication (docs/replication.md#erasure): a forget moves the tenant's
+replica to a new generation, and once ``--replica-retention`` has passed the old generation's
+objects are deleted through our own S3 client — no byte of the forgotten text in any object
+version (LTX pages decoded) nor in Litestream's local files."""
+
+from __future__ import annotations
+
+import shutil
+
+from mnemosyne.client import MemoryClient
+from tests.replica_support import replica_env
+from tests.support import gauge, wait_until
+from tests.test_erasure import texts_left
+
+SECRET = "Zyxwv the vault code is 4471-quokka-9320"
+
+
+def test_a_forgotten_memory_leaves_object_storage_after_the_retention(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    with MemoryClient(server.target) as client:
+        kept = client.retain("vault", "the plants need water on fridays")
+        secret = client.retain("vault", SECRET)
+        wait_until(lambda: gauge(server, "mnemosyne_replication_lag_seconds") == 0.0)
+        # The positive control: the scan finds the secret where it is.
+        assert object_storage.objects_holding(bucket, [SECRET]), "the secret never reached object storage"
+        client.forget("vault", secret.memory_id)
+        wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 30)
+        assert texts_left(server.data_dir, [SECRET]) == {}
+    assert kept.memory_id
+    assert object_storage.keys(bucket, "member/vault/00000002/")
+    assert not object_storage.keys(bucket, "member/vault/00000001/")
+    # What was kept is still replicated: a member on an empty volume restores it from the new generation.
+    server.kill()
+    shutil.rmtree(server.data_dir)
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args).start()
+    with MemoryClient(server.target) as client:
+        assert [m.text for m in client.list_memories("vault").memories] == ["the plants need water on fridays"]
+        assert client.verify_integrity("vault").valid

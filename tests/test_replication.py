@@ -1,0 +1,214 @@
+"""Replication to object storage (docs/replication.md): real servers replicating with Litestream to
+SeaweedFS's S3 on loopback (tests/replica_support.py), each test in a bucket of its own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mnemosyne.cli.server_process import _free_port
+from mnemosyne.client import MemoryClient, ResourceExhaustedError, UnavailableError
+from tests.replica_support import ObjectStorage, replica_env
+from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
+
+
+def replicating(server_factory: ServerFactory, storage: ObjectStorage, bucket: str, data_dir: Path) -> ServerProcess:
+    return server_factory(data_dir, env=replica_env(), args=["--replica-url", storage.url(bucket)], metrics=True)
+
+
+def wait_replicated(server: ServerProcess, seconds: float = 20.0) -> None:
+    """Until every commit the server made so far is confirmed in object storage (a commit marks
+    its tenant behind before its call returns: the lag is 0 only once a sync confirmed it)."""
+    wait_until(lambda: gauge(server, "mnemosyne_replication_lag_seconds") == 0.0, seconds)
+
+
+def litestream_pid(server: ServerProcess) -> int | None:
+    """The server's Litestream child, if one runs."""
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if Path(f"/proc/{child}/exe").resolve().name == "litestream":
+                return int(child)
+    return None
+
+
+def test_writes_reach_object_storage_and_a_lost_volume_comes_back(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    data_dir = tmp_path / "member"
+    server = replicating(server_factory, object_storage, bucket, data_dir).start()
+    tenants = [f"r{i}" for i in range(3)]
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            for n in range(4):
+                client.retain(tenant, f"{tenant} note {n}: the heron nests by the weir")
+    wait_replicated(server)
+    server.kill()
+    shutil.rmtree(data_dir)  # the volume is lost
+    server = replicating(server_factory, object_storage, bucket, data_dir).start()
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            texts = sorted(m.text for m in client.list_memories(tenant).memories)
+            assert texts == sorted(f"{tenant} note {n}: the heron nests by the weir" for n in range(4))
+            assert client.verify_integrity(tenant).valid
+        client.retain(tenants[0], "written after the restore")
+    # The restored file replicates to a generation of its own: two members never write one path.
+    wait_until(lambda: object_storage.keys(bucket, f"member/{tenants[0]}/00000002/db/"))
+
+
+def test_litestream_killed_is_restarted_and_catches_up(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("alpha", "first")
+        wait_until(lambda: litestream_pid(server) is not None)
+        first = litestream_pid(server)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        client.retain("alpha", "second, while Litestream is down")
+        wait_until(lambda: litestream_pid(server) not in (None, first))
+        client.retain("alpha", "third")
+    wait_replicated(server)
+    assert gauge(server, "mnemosyne_litestream_restarts") == 1.0
+    server.kill()  # no last sync at a stop: what the restarted Litestream replicated is all there is
+    shutil.rmtree(tmp_path / "member")
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        assert sorted(m.text for m in client.list_memories("alpha").memories) == sorted(
+            ["first", "second, while Litestream is down", "third"]
+        )
+
+
+def test_a_member_that_cannot_reach_object_storage_creates_no_tenant(server_factory, tmp_path):
+    closed = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    data_dir = tmp_path / "member"
+    server = server_factory(data_dir, env=replica_env(), args=["--replica-url", f"s3://nowhere/p?endpoint={closed}"])
+    server.start()
+    began = time.monotonic()
+    with MemoryClient(server.target) as client, pytest.raises(UnavailableError) as raised:
+        client.retain("fresh", "must not land in a new empty tenant")
+    assert time.monotonic() - began < 15
+    assert raised.value.reason == "REPLICA_UNREACHABLE"
+    assert "object storage" in str(raised.value)
+    assert not list((data_dir / "tenants").glob("fresh*"))
+
+
+def _restore_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SERVE, "restore", *args], env={**os.environ, **replica_env()}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_point_in_time_restore_of_one_tenant_is_online_and_gives_exactly_the_first_batch(
+    server_factory, object_storage, tmp_path
+):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    first = [f"first batch {n}: the kettle whistles in C" for n in range(5)]
+    second = [f"second batch {n}: a bad agent run" for n in range(5)]
+    with MemoryClient(server.target) as client:
+        for text in first:
+            client.retain("pit", text)
+        client.retain("other", "a neighbour the restore must not touch")
+        wait_replicated(server)
+        time.sleep(1.0)
+        between = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        time.sleep(1.0)
+        for text in second:
+            client.retain("pit", text)
+        wait_replicated(server)
+        done = _restore_command(
+            "--from-replica", object_storage.url(bucket), "--tenant", "pit", "--timestamp", between,
+            "--target", server.target,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert sorted(m.text for m in client.list_memories("pit").memories) == sorted(first)
+        assert client.verify_integrity("pit").valid
+        assert [m.text for m in client.list_memories("other").memories] == ["a neighbour the restore must not touch"]
+        client.retain("pit", "after the restore")
+        # The restored tenant replicates to a generation of its own, above the one it came from.
+        wait_until(lambda: object_storage.keys(bucket, "member/pit/00000002/db/"))
+
+
+def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        for tenant in ("m1", "m2", "m3"):
+            client.retain(tenant, f"{tenant} keeps its keys under the mat")
+    wait_replicated(server)
+    refused = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(server.data_dir))
+    assert refused.returncode != 0 and "DATA_DIR_LOCKED" in refused.stderr + refused.stdout
+    server.kill()
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"))
+    assert done.returncode == 0, done.stderr
+    plain = server_factory(tmp_path / "restored").start()  # no replication: the files are there themselves
+    with MemoryClient(plain.target) as client:
+        for tenant in ("m1", "m2", "m3"):
+            assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
+            assert client.verify_integrity(tenant).valid
+
+
+S3_DOWN_SECONDS = 3.0  # how long object storage stops answering in the tests below
+
+
+def test_while_object_storage_is_down_writes_go_on_the_lag_shows_then_drains(server_factory, object_storage, tmp_path):
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("down", "before the outage")
+        wait_replicated(server)
+        with object_storage.paused():
+            began = time.monotonic()
+            for n in range(5):
+                client.retain("down", f"during the outage {n}")  # answered at VISIBLE as ever
+            assert time.monotonic() - began < 2.0
+            time.sleep(S3_DOWN_SECONDS)
+            assert gauge(server, "mnemosyne_replication_lag_seconds") >= S3_DOWN_SECONDS - 0.5
+        wait_replicated(server, 60)
+
+
+def test_a_write_acknowledged_without_the_barrier_is_lost_with_the_volume_within_the_lag(
+    server_factory, object_storage, tmp_path
+):
+    """What does NOT hold (docs/replication.md#what-holds): a write answered at VISIBLE whose
+    replication had not finished is gone with the volume; one answered at REPLICATED is not."""
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("lost", "replicated before the outage")
+        wait_replicated(server)
+        with object_storage.paused():
+            client.retain("lost", "acknowledged visible during the outage")
+            server.kill()
+            shutil.rmtree(server.data_dir)
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        assert [m.text for m in client.list_memories("lost").memories] == ["replicated before the outage"]
+
+
+def test_only_the_active_set_is_in_litestream_and_past_its_limit_a_write_is_refused(
+    server_factory, object_storage, tmp_path
+):
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-active-limit", "2", "--replica-idle-seconds", "1"]
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    with MemoryClient(server.target, retries=0) as client:
+        client.retain("a1", "one")
+        client.retain("a2", "two")
+        with pytest.raises(ResourceExhaustedError) as refused:
+            client.retain("a3", "three: the set is full")
+        assert refused.value.reason == "REPLICATION_FULL"
+        assert "--replica-active-limit" in str(refused.value)
+        assert gauge(server, "mnemosyne_replication_active_tenants") == 2.0
+        # Replicated and idle, they leave Litestream, and the next tenant is taken.
+        wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0)
+        client.retain("a3", "three, once the others were idle")
+        client.retain("a1", "one again: it comes back")
+        wait_replicated(server)
+    assert object_storage.keys(bucket, "member/a3/00000001/db/")
