@@ -62,7 +62,8 @@ def test_writes_waiting_in_the_inbox_are_events_and_answer_their_request_id(serv
 
         hold.unlink()
         flushed = c.hot_path("waiting", "flush", timeout_seconds=30)
-        assert (flushed.flushed, flushed.succeeded, flushed.failed) == (3, 3, 0)
+        # The workers may take the three before the flush arrives: it counts only what it waited for.
+        assert flushed.failed == 0 and flushed.flushed == flushed.succeeded <= 3
         assert _inbox_ids(server.data_dir, "waiting") == []
         assert [e.status for e in c.list_events("waiting").events] == ["succeeded"] * 3  # each once
         assert [

@@ -375,7 +375,11 @@ def test_the_readme_mem0_example_runs_as_printed(tmp_path: Path) -> None:
 
 
 def test_the_docs_page_example_runs_as_printed(tmp_path: Path) -> None:
-    (block,) = code_blocks((ROOT / "docs" / "mem0.md").read_text(), "python")
+    # The page's first example; its second (the session-consistency helper) is the flow of
+    # tests/test_session_consistency.py::test_the_official_mem0_client_with_the_helper_reads_its_own_add.
+    first, helper = code_blocks((ROOT / "docs" / "mem0.md").read_text(), "python")
+    assert "session_consistency(MemoryClient(" in helper
+    block = first
     server = ServerProcess(
         tmp_path / "data", http=True, env={"MNEMOSYNE_TOKENS": tokens_json({"doc-token": ["acme"]})}
     ).start()
