@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import install as installs
@@ -96,6 +97,14 @@ def validate_tenant(tenant: str) -> str:
     return tenant
 
 
+class FileWatcher(Protocol):
+    """Told of tenant files' commits, installs, erasures: only takes note (under the tenant's locks)."""
+
+    def committed(self, tenant: str) -> None: ...
+    def installed(self, tenant: str) -> None: ...
+    def erased(self, tenant: str) -> None: ...
+
+
 class TenantPool:
     def __init__(
         self,
@@ -134,6 +143,9 @@ class TenantPool:
         self._guard = threading.Lock()  # of ``_damaged``
         self.maintainer = Maintainer(self._maintain)
         self.secret = server_secret(self.data_dir)
+        # Told of each tenant's commits, installs and erasure (engine/webhooks/: the delivery
+        # worker looks at a tenant's outbox then, never polls every file).
+        self.watchers: list[FileWatcher] = []
 
     def _recover_installs(self) -> None:
         """An install a kill interrupted (``install``): finished if it had committed, else undone
@@ -281,6 +293,7 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
+                    on_commit=lambda: self._committed(tenant),
                 ),
                 self.make_room,
             )
@@ -297,6 +310,10 @@ class TenantPool:
         return store
 
     # -- ownership and moves (store/ownership.py, engine/moves.py) ------------------------------------
+
+    def _committed(self, tenant: str) -> None:
+        for watcher in self.watchers:
+            watcher.committed(tenant)
 
     def _ownership(self) -> Ownership:
         if self.ownership is None:
@@ -498,6 +515,8 @@ class TenantPool:
             before_removal(head_hash)
             self._remove_tenant_files(tenant)
             self._fsync_directories()
+        for watcher in self.watchers:
+            watcher.erased(tenant)
 
     def install(
         self,
@@ -556,6 +575,8 @@ class TenantPool:
             done=[incoming_mark(self.tenants_dir, tenant)],
             sync=self._fsync_directories,
         )
+        for watcher in self.watchers:
+            watcher.installed(tenant)
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

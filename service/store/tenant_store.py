@@ -14,7 +14,7 @@ Concurrency contract:
 A transaction's statements are in modules by job, which ``ReadTxn`` and ``WriteTxn`` put
 together: bookkeeping.py (meta, counters, the ledger's head and appends, savepoints),
 memory_reads.py, recall_reads.py, record_reads.py, audit_reads.py, oplog.py (the hot path's
-log), memory_writes.py, memory_erasure.py (a forget), record_writes.py. The file's checks and
+log), memory_writes.py, memory_erasure.py (a forget), record_writes.py, webhook_rows.py. The file's checks and
 migration are in tenant_file.py, the values its memories are written from and read into in
 memory_rows.py.
 """
@@ -50,6 +50,7 @@ from mnemosyne.store.schema import REQUIRED_TABLES
 from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
+from mnemosyne.store.webhook_rows import WebhookReads, WebhookWrites
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
 FULLTEXT_MERGE_PAGES = 32
@@ -59,11 +60,11 @@ FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 ANN_FILE_SUFFIX = ".ann"
 
 
-class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads):
+class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads):
     """Queries valid inside one transaction (read or write)."""
 
 
-class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites):
+class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites, WebhookWrites):
     """Mutations; valid only inside ``TenantStore.write()``."""
 
 
@@ -132,6 +133,7 @@ class TenantStore:
         inbox_lock: Any = None,
         make_room: Callable[[], bool] | None = None,
         wal_limit_pages: int = WAL_LIMIT_PAGES,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
@@ -140,7 +142,8 @@ class TenantStore:
         (store/maintenance.py). ``make_room`` is called when a connection cannot be opened (the
         process is out of file descriptors): it closes idle tenants and says whether any was.
         Past ``wal_limit_pages`` pages of WAL (the background checkpoint fell behind), the writer
-        checkpoints itself (``write``)."""
+        checkpoints itself (``write``). ``on_commit`` is called after each write transaction
+        commits, under the write lock: it must only take note (the webhook worker's wake-up)."""
         self.path = path
         self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
@@ -149,6 +152,7 @@ class TenantStore:
         self._faults = faults
         self._writer = self._open_writer()
         self._on_wal_growth = on_wal_growth
+        self._on_commit = on_commit
         self._wal_pages_announced = 0
         self._wal_pages = 0
         self._wal_limit_pages = wal_limit_pages
@@ -397,6 +401,8 @@ class TenantStore:
                 sync=sync,
                 path=self.path.name,
             )
+            if self._on_commit is not None:
+                self._on_commit()
             if self._wal_pages >= self._wal_limit_pages:
                 self._catch_up_checkpoint()
 
