@@ -81,7 +81,7 @@ _MORE_VARIABLES = f"""\
 
 def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # The configuration loads the engine (numpy): imported once main has tuned the interpreter.
-    from mnemosyne.engine.config import ConsolidationConfig, EngineConfig, HotPathConfig
+    from mnemosyne.engine.config import ConsolidationConfig, EngineConfig, HotPathConfig, WebhookConfig
     from mnemosyne.engine.limits import Limits
     from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.config import ServerConfig
@@ -100,6 +100,7 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         EngineConfig: "storage",
         ServeSettings: "logs, extractor and members",
         HotPathConfig: "hot path (asynchronous writes)",
+        WebhookConfig: "webhooks (docs/webhooks.md)",
         ConsolidationConfig: "background consolidation",
         AdmissionLimits: "threads and admission (RESOURCE_EXHAUSTED past a limit)",
         Limits: "limits of a request (INVALID_ARGUMENT past them) and quotas",
