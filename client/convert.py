@@ -289,14 +289,14 @@ def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage
 
 # The webhook kinds: the enum's values <-> the payloads' type names (docs/webhooks.md).
 WEBHOOK_KIND = {
-    webhooks_pb2.MEMORY_CREATED: "memory.created",
-    webhooks_pb2.MEMORY_UPDATED: "memory.updated",
-    webhooks_pb2.MEMORY_FORGOTTEN: "memory.forgotten",
-    webhooks_pb2.MEMORY_EXPIRED: "memory.expired",
-    webhooks_pb2.RECORD_CHANGED: "record.changed",
-    webhooks_pb2.FAST_WRITE_SUCCEEDED: "fast_write.succeeded",
-    webhooks_pb2.FAST_WRITE_FAILED: "fast_write.failed",
-    webhooks_pb2.CONSOLIDATION_APPLIED: "consolidation.applied",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_CREATED: "memory.created",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_UPDATED: "memory.updated",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_FORGOTTEN: "memory.forgotten",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_EXPIRED: "memory.expired",
+    webhooks_pb2.WEBHOOK_KIND_RECORD_CHANGED: "record.changed",
+    webhooks_pb2.WEBHOOK_KIND_FAST_WRITE_SUCCEEDED: "fast_write.succeeded",
+    webhooks_pb2.WEBHOOK_KIND_FAST_WRITE_FAILED: "fast_write.failed",
+    webhooks_pb2.WEBHOOK_KIND_CONSOLIDATION_APPLIED: "consolidation.applied",
 }
 WEBHOOK_KIND_BY_NAME = {v: k for k, v in WEBHOOK_KIND.items()}
 

@@ -1094,7 +1094,7 @@ class MemoryClient:
         request = webhooks_pb2.CreateWebhookRequest(
             tenant=tenant,
             url=url,
-            kinds=[convert.WEBHOOK_KIND_BY_NAME[k] for k in kinds],  # type: ignore[misc]
+            kinds=[convert.WEBHOOK_KIND_BY_NAME[k] for k in kinds],
             include_text=include_text,
             secrets=list(secrets),
         )

@@ -9,17 +9,18 @@ from mnemosyne.engine import types
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.v1 import webhooks_pb2
 
-# WebhookEventKind <-> the payloads' type names (engine/types.py WEBHOOK_KINDS, in the enum's order).
-_KIND_OF_ENUM = dict(zip(range(1, len(types.WEBHOOK_KINDS) + 1), types.WEBHOOK_KINDS, strict=True))
-_ENUM_OF_KIND = {kind: number for number, kind in _KIND_OF_ENUM.items()}
+# The payloads' type names (engine/types.py WEBHOOK_KINDS) <-> WebhookKind: "memory.created" is
+# WEBHOOK_KIND_MEMORY_CREATED (a name the enum lacks fails here, at import).
+_ENUM_OF_KIND = {kind: "WEBHOOK_KIND_" + kind.replace(".", "_").upper() for kind in types.WEBHOOK_KINDS}
+_KIND_OF_ENUM = {int(webhooks_pb2.WebhookKind.Value(name)): kind for kind, name in _ENUM_OF_KIND.items()}
 
 
 def from_kinds(kinds: Sequence[int]) -> list[str]:
     unknown = [k for k in kinds if k not in _KIND_OF_ENUM]
     if unknown:
         raise InvalidArgument(
-            f"kinds holds {unknown[0]}, not a WebhookEventKind; give values from MEMORY_CREATED (1) to "
-            f"CONSOLIDATION_APPLIED ({len(_KIND_OF_ENUM)})",
+            f"kinds holds {unknown[0]}, not a WebhookKind; give values from WEBHOOK_KIND_MEMORY_CREATED (1) to "
+            f"WEBHOOK_KIND_CONSOLIDATION_APPLIED ({len(_KIND_OF_ENUM)})",
             reason="WEBHOOK_KINDS_INVALID",
         )
     return [_KIND_OF_ENUM[k] for k in kinds]
@@ -29,7 +30,7 @@ def to_webhook(webhook: types.Webhook) -> webhooks_pb2.Webhook:
     return webhooks_pb2.Webhook(
         id=webhook.id,
         url=webhook.url,
-        kinds=[_ENUM_OF_KIND[k] for k in webhook.kinds],  # type: ignore[misc]
+        kinds=[_ENUM_OF_KIND[k] for k in webhook.kinds],
         include_text=webhook.include_text,
         secrets=[webhooks_pb2.WebhookSecret(id=s.id, hint=s.hint, created_at=s.created_at) for s in webhook.secrets],
         created_at=webhook.created_at,
@@ -43,7 +44,7 @@ def to_webhook(webhook: types.Webhook) -> webhooks_pb2.Webhook:
 def to_delivery(delivery: types.WebhookDelivery) -> webhooks_pb2.WebhookDelivery:
     return webhooks_pb2.WebhookDelivery(
         delivery_id=delivery.delivery_id,
-        kind=_ENUM_OF_KIND[delivery.kind],  # type: ignore[arg-type]
+        kind=_ENUM_OF_KIND[delivery.kind],
         at=delivery.at,
         delivered=delivery.status == "delivered",
         attempts=delivery.attempts,

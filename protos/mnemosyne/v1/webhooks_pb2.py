@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmnemosyne/v1/webhooks.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\"=\n\rWebhookSecret\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04hint\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\x01\"\x85\x02\n\x07Webhook\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0b\n\x03url\x18\x02 \x01(\t\x12-\n\x05kinds\x18\x03 \x03(\x0e\x32\x1e.mnemosyne.v1.WebhookEventKind\x12\x14\n\x0cinclude_text\x18\x04 \x01(\x08\x12,\n\x07secrets\x18\x05 \x03(\x0b\x32\x1b.mnemosyne.v1.WebhookSecret\x12\x12\n\ncreated_at\x18\x06 \x01(\x01\x12\x1a\n\x12pending_deliveries\x18\x07 \x01(\x03\x12\x15\n\rfailing_since\x18\x08 \x01(\x01\x12\x11\n\tpaused_at\x18\t \x01(\x01\x12\x14\n\x0cpause_reason\x18\n \x01(\t\"\x89\x01\n\x14\x43reateWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12-\n\x05kinds\x18\x03 \x03(\x0e\x32\x1e.mnemosyne.v1.WebhookEventKind\x12\x14\n\x0cinclude_text\x18\x04 \x01(\x08\x12\x0f\n\x07secrets\x18\x05 \x03(\t\"k\n\x15\x43reateWebhookResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x0f\n\x07secrets\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"%\n\x13ListWebhooksRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"?\n\x14ListWebhooksResponse\x12\'\n\x08webhooks\x18\x01 \x03(\x0b\x32\x15.mnemosyne.v1.Webhook\":\n\x14\x44\x65leteWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\"C\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"k\n\x1aRotateWebhookSecretRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\x12\x0e\n\x06secret\x18\x03 \x01(\t\x12\x19\n\x11retire_secret_ids\x18\x04 \x03(\x03\"p\n\x1bRotateWebhookSecretResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\":\n\x14ResumeWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\"Z\n\x15ResumeWebhookResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"i\n\x1cListWebhookDeliveriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa0\x02\n\x0fWebhookDelivery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12,\n\x04kind\x18\x02 \x01(\x0e\x32\x1e.mnemosyne.v1.WebhookEventKind\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\tdelivered\x18\x04 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\x12\x17\n\x0fnext_attempt_at\x18\x06 \x01(\x01\x12\x17\n\x0flast_attempt_at\x18\x07 \x01(\x01\x12\x18\n\x10last_status_code\x18\x08 \x01(\x05\x12\x12\n\nlast_error\x18\t \x01(\t\x12\x14\n\x0c\x64\x65livered_at\x18\n \x01(\x01\x12\x11\n\tmemory_id\x18\x0b \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x0c \x01(\x03\"k\n\x1dListWebhookDeliveriesResponse\x12\x31\n\ndeliveries\x18\x01 \x03(\x0b\x32\x1d.mnemosyne.v1.WebhookDelivery\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xe8\x01\n\x10WebhookEventKind\x12\"\n\x1eWEBHOOK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eMEMORY_CREATED\x10\x01\x12\x12\n\x0eMEMORY_UPDATED\x10\x02\x12\x14\n\x10MEMORY_FORGOTTEN\x10\x03\x12\x12\n\x0eMEMORY_EXPIRED\x10\x04\x12\x12\n\x0eRECORD_CHANGED\x10\x05\x12\x18\n\x14\x46\x41ST_WRITE_SUCCEEDED\x10\x06\x12\x15\n\x11\x46\x41ST_WRITE_FAILED\x10\x07\x12\x19\n\x15\x43ONSOLIDATION_APPLIED\x10\x08\x32\xa8\x07\n\x0eWebhookService\x12\x82\x01\n\rCreateWebhook\x12\".mnemosyne.v1.CreateWebhookRequest\x1a#.mnemosyne.v1.CreateWebhookResponse\"(\x82\xd3\xe4\x93\x02\"\"\x1d/v1/tenants/{tenant}/webhooks:\x01*\x12|\n\x0cListWebhooks\x12!.mnemosyne.v1.ListWebhooksRequest\x1a\".mnemosyne.v1.ListWebhooksResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/tenants/{tenant}/webhooks\x12\x96\x01\n\rDeleteWebhook\x12\".mnemosyne.v1.DeleteWebhookRequest\x1a#.mnemosyne.v1.DeleteWebhookResponse\"<\x82\xd3\xe4\x93\x02\x36\"1/v1/tenants/{tenant}/webhooks/{webhook_id}:delete:\x01*\x12\xae\x01\n\x13RotateWebhookSecret\x12(.mnemosyne.v1.RotateWebhookSecretRequest\x1a).mnemosyne.v1.RotateWebhookSecretResponse\"B\x82\xd3\xe4\x93\x02<\"7/v1/tenants/{tenant}/webhooks/{webhook_id}:rotateSecret:\x01*\x12\x96\x01\n\rResumeWebhook\x12\".mnemosyne.v1.ResumeWebhookRequest\x1a#.mnemosyne.v1.ResumeWebhookResponse\"<\x82\xd3\xe4\x93\x02\x36\"1/v1/tenants/{tenant}/webhooks/{webhook_id}:resume:\x01*\x12\xaf\x01\n\x15ListWebhookDeliveries\x12*.mnemosyne.v1.ListWebhookDeliveriesRequest\x1a+.mnemosyne.v1.ListWebhookDeliveriesResponse\"=\x82\xd3\xe4\x93\x02\x37\x12\x35/v1/tenants/{tenant}/webhooks/{webhook_id}/deliveriesBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmnemosyne/v1/webhooks.proto\x12\x0cmnemosyne.v1\x1a\x1cgoogle/api/annotations.proto\"=\n\rWebhookSecret\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04hint\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\x01\"\x80\x02\n\x07Webhook\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0b\n\x03url\x18\x02 \x01(\t\x12(\n\x05kinds\x18\x03 \x03(\x0e\x32\x19.mnemosyne.v1.WebhookKind\x12\x14\n\x0cinclude_text\x18\x04 \x01(\x08\x12,\n\x07secrets\x18\x05 \x03(\x0b\x32\x1b.mnemosyne.v1.WebhookSecret\x12\x12\n\ncreated_at\x18\x06 \x01(\x01\x12\x1a\n\x12pending_deliveries\x18\x07 \x01(\x03\x12\x15\n\rfailing_since\x18\x08 \x01(\x01\x12\x11\n\tpaused_at\x18\t \x01(\x01\x12\x14\n\x0cpause_reason\x18\n \x01(\t\"\x84\x01\n\x14\x43reateWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12(\n\x05kinds\x18\x03 \x03(\x0e\x32\x19.mnemosyne.v1.WebhookKind\x12\x14\n\x0cinclude_text\x18\x04 \x01(\x08\x12\x0f\n\x07secrets\x18\x05 \x03(\t\"k\n\x15\x43reateWebhookResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x0f\n\x07secrets\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"%\n\x13ListWebhooksRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"?\n\x14ListWebhooksResponse\x12\'\n\x08webhooks\x18\x01 \x03(\x0b\x32\x15.mnemosyne.v1.Webhook\":\n\x14\x44\x65leteWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\"C\n\x15\x44\x65leteWebhookResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"k\n\x1aRotateWebhookSecretRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\x12\x0e\n\x06secret\x18\x03 \x01(\t\x12\x19\n\x11retire_secret_ids\x18\x04 \x03(\x03\"p\n\x1bRotateWebhookSecretResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\":\n\x14ResumeWebhookRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\"Z\n\x15ResumeWebhookResponse\x12&\n\x07webhook\x18\x01 \x01(\x0b\x32\x15.mnemosyne.v1.Webhook\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"i\n\x1cListWebhookDeliveriesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\x03\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\x9b\x02\n\x0fWebhookDelivery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.mnemosyne.v1.WebhookKind\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\tdelivered\x18\x04 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\x12\x17\n\x0fnext_attempt_at\x18\x06 \x01(\x01\x12\x17\n\x0flast_attempt_at\x18\x07 \x01(\x01\x12\x18\n\x10last_status_code\x18\x08 \x01(\x05\x12\x12\n\nlast_error\x18\t \x01(\t\x12\x14\n\x0c\x64\x65livered_at\x18\n \x01(\x01\x12\x11\n\tmemory_id\x18\x0b \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x0c \x01(\x03\"k\n\x1dListWebhookDeliveriesResponse\x12\x31\n\ndeliveries\x18\x01 \x03(\x0b\x32\x1d.mnemosyne.v1.WebhookDelivery\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xc5\x02\n\x0bWebhookKind\x12\x1c\n\x18WEBHOOK_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1bWEBHOOK_KIND_MEMORY_CREATED\x10\x01\x12\x1f\n\x1bWEBHOOK_KIND_MEMORY_UPDATED\x10\x02\x12!\n\x1dWEBHOOK_KIND_MEMORY_FORGOTTEN\x10\x03\x12\x1f\n\x1bWEBHOOK_KIND_MEMORY_EXPIRED\x10\x04\x12\x1f\n\x1bWEBHOOK_KIND_RECORD_CHANGED\x10\x05\x12%\n!WEBHOOK_KIND_FAST_WRITE_SUCCEEDED\x10\x06\x12\"\n\x1eWEBHOOK_KIND_FAST_WRITE_FAILED\x10\x07\x12&\n\"WEBHOOK_KIND_CONSOLIDATION_APPLIED\x10\x08\x32\xa8\x07\n\x0eWebhookService\x12\x82\x01\n\rCreateWebhook\x12\".mnemosyne.v1.CreateWebhookRequest\x1a#.mnemosyne.v1.CreateWebhookResponse\"(\x82\xd3\xe4\x93\x02\"\"\x1d/v1/tenants/{tenant}/webhooks:\x01*\x12|\n\x0cListWebhooks\x12!.mnemosyne.v1.ListWebhooksRequest\x1a\".mnemosyne.v1.ListWebhooksResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/tenants/{tenant}/webhooks\x12\x96\x01\n\rDeleteWebhook\x12\".mnemosyne.v1.DeleteWebhookRequest\x1a#.mnemosyne.v1.DeleteWebhookResponse\"<\x82\xd3\xe4\x93\x02\x36\"1/v1/tenants/{tenant}/webhooks/{webhook_id}:delete:\x01*\x12\xae\x01\n\x13RotateWebhookSecret\x12(.mnemosyne.v1.RotateWebhookSecretRequest\x1a).mnemosyne.v1.RotateWebhookSecretResponse\"B\x82\xd3\xe4\x93\x02<\"7/v1/tenants/{tenant}/webhooks/{webhook_id}:rotateSecret:\x01*\x12\x96\x01\n\rResumeWebhook\x12\".mnemosyne.v1.ResumeWebhookRequest\x1a#.mnemosyne.v1.ResumeWebhookResponse\"<\x82\xd3\xe4\x93\x02\x36\"1/v1/tenants/{tenant}/webhooks/{webhook_id}:resume:\x01*\x12\xaf\x01\n\x15ListWebhookDeliveries\x12*.mnemosyne.v1.ListWebhookDeliveriesRequest\x1a+.mnemosyne.v1.ListWebhookDeliveriesResponse\"=\x82\xd3\xe4\x93\x02\x37\x12\x35/v1/tenants/{tenant}/webhooks/{webhook_id}/deliveriesBT\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,38 +45,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WEBHOOKSERVICE'].methods_by_name['ResumeWebhook']._serialized_options = b'\202\323\344\223\0026\"1/v1/tenants/{tenant}/webhooks/{webhook_id}:resume:\001*'
   _globals['_WEBHOOKSERVICE'].methods_by_name['ListWebhookDeliveries']._loaded_options = None
   _globals['_WEBHOOKSERVICE'].methods_by_name['ListWebhookDeliveries']._serialized_options = b'\202\323\344\223\0027\0225/v1/tenants/{tenant}/webhooks/{webhook_id}/deliveries'
-  _globals['_WEBHOOKEVENTKIND']._serialized_start=1767
-  _globals['_WEBHOOKEVENTKIND']._serialized_end=1999
+  _globals['_WEBHOOKKIND']._serialized_start=1752
+  _globals['_WEBHOOKKIND']._serialized_end=2077
   _globals['_WEBHOOKSECRET']._serialized_start=75
   _globals['_WEBHOOKSECRET']._serialized_end=136
   _globals['_WEBHOOK']._serialized_start=139
-  _globals['_WEBHOOK']._serialized_end=400
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=403
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=540
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=542
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=649
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=651
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=688
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=690
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=753
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=755
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=813
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=815
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=882
-  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_start=884
-  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_end=991
-  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_start=993
-  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_end=1105
-  _globals['_RESUMEWEBHOOKREQUEST']._serialized_start=1107
-  _globals['_RESUMEWEBHOOKREQUEST']._serialized_end=1165
-  _globals['_RESUMEWEBHOOKRESPONSE']._serialized_start=1167
-  _globals['_RESUMEWEBHOOKRESPONSE']._serialized_end=1257
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1259
-  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1364
-  _globals['_WEBHOOKDELIVERY']._serialized_start=1367
-  _globals['_WEBHOOKDELIVERY']._serialized_end=1655
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1657
-  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1764
-  _globals['_WEBHOOKSERVICE']._serialized_start=2002
-  _globals['_WEBHOOKSERVICE']._serialized_end=2938
+  _globals['_WEBHOOK']._serialized_end=395
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=398
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=530
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=532
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=639
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=641
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=678
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=680
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=743
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=745
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=803
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=805
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=872
+  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_start=874
+  _globals['_ROTATEWEBHOOKSECRETREQUEST']._serialized_end=981
+  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_start=983
+  _globals['_ROTATEWEBHOOKSECRETRESPONSE']._serialized_end=1095
+  _globals['_RESUMEWEBHOOKREQUEST']._serialized_start=1097
+  _globals['_RESUMEWEBHOOKREQUEST']._serialized_end=1155
+  _globals['_RESUMEWEBHOOKRESPONSE']._serialized_start=1157
+  _globals['_RESUMEWEBHOOKRESPONSE']._serialized_end=1247
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_start=1249
+  _globals['_LISTWEBHOOKDELIVERIESREQUEST']._serialized_end=1354
+  _globals['_WEBHOOKDELIVERY']._serialized_start=1357
+  _globals['_WEBHOOKDELIVERY']._serialized_end=1640
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_start=1642
+  _globals['_LISTWEBHOOKDELIVERIESRESPONSE']._serialized_end=1749
+  _globals['_WEBHOOKSERVICE']._serialized_start=2080
+  _globals['_WEBHOOKSERVICE']._serialized_end=3016
 # @@protoc_insertion_point(module_scope)

@@ -8,26 +8,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class WebhookEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+class WebhookKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    WEBHOOK_EVENT_KIND_UNSPECIFIED: _ClassVar[WebhookEventKind]
-    MEMORY_CREATED: _ClassVar[WebhookEventKind]
-    MEMORY_UPDATED: _ClassVar[WebhookEventKind]
-    MEMORY_FORGOTTEN: _ClassVar[WebhookEventKind]
-    MEMORY_EXPIRED: _ClassVar[WebhookEventKind]
-    RECORD_CHANGED: _ClassVar[WebhookEventKind]
-    FAST_WRITE_SUCCEEDED: _ClassVar[WebhookEventKind]
-    FAST_WRITE_FAILED: _ClassVar[WebhookEventKind]
-    CONSOLIDATION_APPLIED: _ClassVar[WebhookEventKind]
-WEBHOOK_EVENT_KIND_UNSPECIFIED: WebhookEventKind
-MEMORY_CREATED: WebhookEventKind
-MEMORY_UPDATED: WebhookEventKind
-MEMORY_FORGOTTEN: WebhookEventKind
-MEMORY_EXPIRED: WebhookEventKind
-RECORD_CHANGED: WebhookEventKind
-FAST_WRITE_SUCCEEDED: WebhookEventKind
-FAST_WRITE_FAILED: WebhookEventKind
-CONSOLIDATION_APPLIED: WebhookEventKind
+    WEBHOOK_KIND_UNSPECIFIED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_MEMORY_CREATED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_MEMORY_UPDATED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_MEMORY_FORGOTTEN: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_MEMORY_EXPIRED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_RECORD_CHANGED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_FAST_WRITE_SUCCEEDED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_FAST_WRITE_FAILED: _ClassVar[WebhookKind]
+    WEBHOOK_KIND_CONSOLIDATION_APPLIED: _ClassVar[WebhookKind]
+WEBHOOK_KIND_UNSPECIFIED: WebhookKind
+WEBHOOK_KIND_MEMORY_CREATED: WebhookKind
+WEBHOOK_KIND_MEMORY_UPDATED: WebhookKind
+WEBHOOK_KIND_MEMORY_FORGOTTEN: WebhookKind
+WEBHOOK_KIND_MEMORY_EXPIRED: WebhookKind
+WEBHOOK_KIND_RECORD_CHANGED: WebhookKind
+WEBHOOK_KIND_FAST_WRITE_SUCCEEDED: WebhookKind
+WEBHOOK_KIND_FAST_WRITE_FAILED: WebhookKind
+WEBHOOK_KIND_CONSOLIDATION_APPLIED: WebhookKind
 
 class WebhookSecret(_message.Message):
     __slots__ = ("id", "hint", "created_at")
@@ -53,7 +53,7 @@ class Webhook(_message.Message):
     PAUSE_REASON_FIELD_NUMBER: _ClassVar[int]
     id: int
     url: str
-    kinds: _containers.RepeatedScalarFieldContainer[WebhookEventKind]
+    kinds: _containers.RepeatedScalarFieldContainer[WebhookKind]
     include_text: bool
     secrets: _containers.RepeatedCompositeFieldContainer[WebhookSecret]
     created_at: float
@@ -61,7 +61,7 @@ class Webhook(_message.Message):
     failing_since: float
     paused_at: float
     pause_reason: str
-    def __init__(self, id: _Optional[int] = ..., url: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[WebhookEventKind, str]]] = ..., include_text: _Optional[bool] = ..., secrets: _Optional[_Iterable[_Union[WebhookSecret, _Mapping]]] = ..., created_at: _Optional[float] = ..., pending_deliveries: _Optional[int] = ..., failing_since: _Optional[float] = ..., paused_at: _Optional[float] = ..., pause_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., url: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[WebhookKind, str]]] = ..., include_text: _Optional[bool] = ..., secrets: _Optional[_Iterable[_Union[WebhookSecret, _Mapping]]] = ..., created_at: _Optional[float] = ..., pending_deliveries: _Optional[int] = ..., failing_since: _Optional[float] = ..., paused_at: _Optional[float] = ..., pause_reason: _Optional[str] = ...) -> None: ...
 
 class CreateWebhookRequest(_message.Message):
     __slots__ = ("tenant", "url", "kinds", "include_text", "secrets")
@@ -72,10 +72,10 @@ class CreateWebhookRequest(_message.Message):
     SECRETS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     url: str
-    kinds: _containers.RepeatedScalarFieldContainer[WebhookEventKind]
+    kinds: _containers.RepeatedScalarFieldContainer[WebhookKind]
     include_text: bool
     secrets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenant: _Optional[str] = ..., url: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[WebhookEventKind, str]]] = ..., include_text: _Optional[bool] = ..., secrets: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, tenant: _Optional[str] = ..., url: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[WebhookKind, str]]] = ..., include_text: _Optional[bool] = ..., secrets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateWebhookResponse(_message.Message):
     __slots__ = ("webhook", "secrets", "consistency_token")
@@ -180,7 +180,7 @@ class WebhookDelivery(_message.Message):
     MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     delivery_id: str
-    kind: WebhookEventKind
+    kind: WebhookKind
     at: float
     delivered: bool
     attempts: int
@@ -191,7 +191,7 @@ class WebhookDelivery(_message.Message):
     delivered_at: float
     memory_id: int
     event_id: int
-    def __init__(self, delivery_id: _Optional[str] = ..., kind: _Optional[_Union[WebhookEventKind, str]] = ..., at: _Optional[float] = ..., delivered: _Optional[bool] = ..., attempts: _Optional[int] = ..., next_attempt_at: _Optional[float] = ..., last_attempt_at: _Optional[float] = ..., last_status_code: _Optional[int] = ..., last_error: _Optional[str] = ..., delivered_at: _Optional[float] = ..., memory_id: _Optional[int] = ..., event_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, delivery_id: _Optional[str] = ..., kind: _Optional[_Union[WebhookKind, str]] = ..., at: _Optional[float] = ..., delivered: _Optional[bool] = ..., attempts: _Optional[int] = ..., next_attempt_at: _Optional[float] = ..., last_attempt_at: _Optional[float] = ..., last_status_code: _Optional[int] = ..., last_error: _Optional[str] = ..., delivered_at: _Optional[float] = ..., memory_id: _Optional[int] = ..., event_id: _Optional[int] = ...) -> None: ...
 
 class ListWebhookDeliveriesResponse(_message.Message):
     __slots__ = ("deliveries", "next_page_token")
