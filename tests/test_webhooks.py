@@ -29,7 +29,11 @@ from mnemosyne.client import (
     ServerError,
     UnauthenticatedError,
 )
+from mnemosyne.engine.config import EngineConfig, WebhookConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainItem as EngineRetainItem
 from mnemosyne.engine.webhooks.addresses import refusal
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.webhook_index import INDEX_FILE_NAME
 from tests.http_support import request as http_request
 from tests.support import tokens_json, wait_until
@@ -482,3 +486,36 @@ def test_the_addresses_a_delivery_may_reach(address: str, refused_as: str) -> No
     assert (refusal(ip, allow_private=False) or "allowed").count(refused_as or "allowed") == 1
     with_flag = refusal(ip, allow_private=True)
     assert with_flag == ("a cloud metadata address" if refused_as == "metadata" else "")
+
+
+def test_a_tenant_fenced_by_a_move_is_not_delivered_from(tenant: str, receiver: Receiver, tmp_path: Path) -> None:
+    """A move's fence stops the old owner's deliveries (its file goes to the new owner with them):
+    attempts made before the fence, none after it while the receiver would answer; unfenced (a
+    move undone), the deliveries go. The engine in process, as a member runs it."""
+    failing = threading.Event()
+    failing.set()
+    receiver.answer = lambda r: 503 if failing.is_set() else 204
+    config = EngineConfig(data_dir=tmp_path / "data", webhooks=WebhookConfig(allow_private_addresses=True))
+    engine = Engine(config, seams=Seams(webhook_backoff=0.05))
+    try:
+        engine.retain(tenant, EngineRetainItem(text="the tenant's first memory"))
+        made = engine.webhooks.create(tenant, receiver.url(), ["memory.created"], include_text=False, secrets=[])
+        engine.retain(tenant, EngineRetainItem(text="a change delivered by the new owner only"))
+        wait_until(lambda: len(receiver.requests) >= 2)  # failing attempts, retried
+        engine.pool.fence(tenant, move_step="fenced")
+        with engine.pool.tenant(tenant, create=False) as store:
+            assert store is not None and store.fenced
+        attempts = len(receiver.requests)  # an attempt in flight at the fence may still land
+        failing.clear()
+        engine.deliveries.committed(tenant)  # woken as a commit would: it looks, and sends nothing
+        log = engine.webhooks.deliveries(tenant, made.webhook.id, page_size=0, page_token="").deliveries
+        assert [d.status for d in log] == ["pending"]
+        wait_until(lambda: engine.deliveries.now() > log[0].next_attempt_at + 0.5)  # past its retry, twice over
+        assert len(receiver.delivered) == 0 and len(receiver.requests) <= attempts + 1
+        with engine.pool.tenant(tenant, create=False) as store:
+            assert store is not None
+            store.fence(False)
+        engine.retain(tenant, EngineRetainItem(text="the move was undone"))
+        wait_until(lambda: len(receiver.delivered) == 2)
+    finally:
+        engine.close()
