@@ -60,6 +60,12 @@ UNDO_ACCEPTANCE = (
     "DROP INDEX oplog_open_fingerprint; ALTER TABLE oplog DROP COLUMN fingerprint; "
     "ALTER TABLE memories DROP COLUMN acceptance; DELETE FROM meta WHERE key = 'timeline'; "
 )
+# What the webhooks' migration (_V_WEBHOOKS, store/webhook_schema.py) added, undone: a file before it.
+UNDO_WEBHOOKS = (
+    "DROP TRIGGER webhook_ledger_outbox; DROP TRIGGER webhook_oplog_outbox; DROP TABLE webhook_outbox; "
+    "DROP TABLE webhook_kind_of_op; DROP TABLE webhook_kinds; DROP TABLE webhook_secrets; "
+    "DROP TABLE webhook_subscriptions; "
+)
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
 OLD_CODE = "plainoldvalue1"
 
@@ -357,6 +363,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
         + UNDO_ACCEPTANCE  # and the acceptance positions'
+        + UNDO_WEBHOOKS  # and the webhooks'
         + "PRAGMA user_version = 6"
     )
     connection.close()
@@ -1043,8 +1050,9 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
-        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 2}",
+        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again,
+        + UNDO_WEBHOOKS  # and _V_WEBHOOKS)
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 3}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

@@ -510,7 +510,9 @@ def test_a_tenant_fenced_by_a_move_is_not_delivered_from(tenant: str, receiver: 
         engine.deliveries.committed(tenant)  # woken as a commit would: it looks, and sends nothing
         log = engine.webhooks.deliveries(tenant, made.webhook.id, page_size=0, page_token="").deliveries
         assert [d.status for d in log] == ["pending"]
-        wait_until(lambda: engine.deliveries.now() > log[0].next_attempt_at + 0.5)  # past its retry, twice over
+        retry_at = log[0].next_attempt_at
+        assert retry_at is not None
+        wait_until(lambda: engine.deliveries.now() > retry_at + 0.5)  # past its retry, twice over
         assert len(receiver.delivered) == 0 and len(receiver.requests) <= attempts + 1
         with engine.pool.tenant(tenant, create=False) as store:
             assert store is not None

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import install as installs
@@ -122,6 +122,9 @@ class TenantPool:
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / TENANTS_DIR_NAME
         self._dir_lock = claim_data_dir(self.data_dir)
+        # engine/webhooks/ watches files (no poll of every one); ``recovered``: installs finished unwatched.
+        self.watchers: list[FileWatcher] = []
+        self.recovered: list[str] = []
         self._recover_installs()  # first: an install finished here may bring its tenant's inbox
         remove_leftovers(self.tenants_dir)
         remove_orphan_inboxes(self.data_dir)
@@ -143,9 +146,6 @@ class TenantPool:
         self._guard = threading.Lock()  # of ``_damaged``
         self.maintainer = Maintainer(self._maintain)
         self.secret = server_secret(self.data_dir)
-        # Told of each tenant's commits, installs and erasure (engine/webhooks/: the delivery
-        # worker looks at a tenant's outbox then, never polls every file).
-        self.watchers: list[FileWatcher] = []
 
     def _recover_installs(self) -> None:
         """An install a kill interrupted (``install``): finished if it had committed, else undone
@@ -156,6 +156,7 @@ class TenantPool:
                 continue  # not a name ``install`` makes
             if committed:
                 self._finish_install(tenant, staging)
+                self.recovered.append(tenant)
                 log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
             else:
                 shutil.rmtree(staging)
@@ -293,7 +294,7 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
-                    on_commit=lambda: self._committed(tenant),
+                    on_commit=lambda: self._tell("committed", tenant),
                 ),
                 self.make_room,
             )
@@ -311,9 +312,9 @@ class TenantPool:
 
     # -- ownership and moves (store/ownership.py, engine/moves.py) ------------------------------------
 
-    def _committed(self, tenant: str) -> None:
+    def _tell(self, what: Literal["committed", "installed", "erased"], tenant: str) -> None:
         for watcher in self.watchers:
-            watcher.committed(tenant)
+            getattr(watcher, what)(tenant)
 
     def _ownership(self) -> Ownership:
         if self.ownership is None:
@@ -515,8 +516,7 @@ class TenantPool:
             before_removal(head_hash)
             self._remove_tenant_files(tenant)
             self._fsync_directories()
-        for watcher in self.watchers:
-            watcher.erased(tenant)
+        self._tell("erased", tenant)
 
     def install(
         self,
@@ -575,8 +575,7 @@ class TenantPool:
             done=[incoming_mark(self.tenants_dir, tenant)],
             sync=self._fsync_directories,
         )
-        for watcher in self.watchers:
-            watcher.installed(tenant)
+        self._tell("installed", tenant)
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

@@ -135,6 +135,8 @@ class DeliveryWorker:
     def start(self) -> None:
         if not self.index.built:  # a data directory of an older version: once, from its files
             self.index.rebuild(t for t in self._pool.tenant_ids() if self._has_subscriptions(t))
+        for tenant in self._pool.recovered:  # installs this start finished: their files may hold webhooks
+            self.index.add(tenant)
         for tenant in self.index.tenants():
             self._schedule(tenant, 0.0)
         self._pool.watchers.append(self)
