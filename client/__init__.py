@@ -35,6 +35,7 @@ from mnemosyne.client.types import (
     BackupUnchanged,
     Caller,
     ConsolidateResult,
+    CreatedWebhook,
     DedupResult,
     DuplicateGroup,
     ErasureReceipt,
@@ -66,6 +67,10 @@ from mnemosyne.client.types import (
     ThreadRef,
     Triple,
     UpdateResult,
+    Webhook,
+    WebhookDelivery,
+    WebhookDeliveryPage,
+    WebhookSecret,
 )
 
 __all__ = [
@@ -78,6 +83,7 @@ __all__ = [
     "BackupUnchanged",
     "Caller",
     "ConsolidateResult",
+    "CreatedWebhook",
     "ConsistencyDeadlineExceededError",
     "DataLossError",
     "DeadlineExceededError",
@@ -129,4 +135,8 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "UpdateResult",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookDeliveryPage",
+    "WebhookSecret",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mnemosyne.client import types
-from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2
 
 _STATUS = {
     types_pb2.RetainResult.CREATED: "created",
@@ -285,3 +285,53 @@ def tenant_page_from_proto(r: admin_pb2.ListTenantsResponse) -> types.TenantPage
         damaged=list(r.damaged),
         unanswered_members=list(r.unanswered_members),
     )
+
+
+# The webhook kinds: the enum's values <-> the payloads' type names (docs/webhooks.md).
+WEBHOOK_KIND = {
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_CREATED: "memory.created",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_UPDATED: "memory.updated",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_FORGOTTEN: "memory.forgotten",
+    webhooks_pb2.WEBHOOK_KIND_MEMORY_EXPIRED: "memory.expired",
+    webhooks_pb2.WEBHOOK_KIND_RECORD_CHANGED: "record.changed",
+    webhooks_pb2.WEBHOOK_KIND_FAST_WRITE_SUCCEEDED: "fast_write.succeeded",
+    webhooks_pb2.WEBHOOK_KIND_FAST_WRITE_FAILED: "fast_write.failed",
+    webhooks_pb2.WEBHOOK_KIND_CONSOLIDATION_APPLIED: "consolidation.applied",
+}
+WEBHOOK_KIND_BY_NAME = {v: k for k, v in WEBHOOK_KIND.items()}
+
+
+def webhook_from_proto(w: webhooks_pb2.Webhook) -> types.Webhook:
+    return types.Webhook(
+        id=w.id,
+        url=w.url,
+        kinds=tuple(WEBHOOK_KIND.get(k, str(k)) for k in w.kinds),
+        include_text=w.include_text,
+        secrets=tuple(types.WebhookSecret(s.id, s.hint, s.created_at) for s in w.secrets),
+        created_at=w.created_at,
+        pending_deliveries=w.pending_deliveries,
+        failing_since=w.failing_since,
+        paused_at=w.paused_at,
+        pause_reason=w.pause_reason,
+    )
+
+
+def webhook_deliveries_from_proto(r: webhooks_pb2.ListWebhookDeliveriesResponse) -> types.WebhookDeliveryPage:
+    deliveries = [
+        types.WebhookDelivery(
+            delivery_id=d.delivery_id,
+            kind=WEBHOOK_KIND.get(d.kind, str(d.kind)),
+            at=d.at,
+            delivered=d.delivered,
+            attempts=d.attempts,
+            next_attempt_at=d.next_attempt_at,
+            last_attempt_at=d.last_attempt_at,
+            last_status_code=d.last_status_code,
+            last_error=d.last_error,
+            delivered_at=d.delivered_at,
+            memory_id=d.memory_id,
+            event_id=d.event_id,
+        )
+        for d in r.deliveries
+    ]
+    return types.WebhookDeliveryPage(deliveries, r.next_page_token)

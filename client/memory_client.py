@@ -53,6 +53,8 @@ from mnemosyne.v1 import (
     memory_pb2,
     memory_pb2_grpc,
     types_pb2,
+    webhooks_pb2,
+    webhooks_pb2_grpc,
     workspace_pb2,
     workspace_pb2_grpc,
 )
@@ -151,12 +153,14 @@ class MemoryClient:
         self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
         self.hot_path_stub = hot_path_pb2_grpc.HotPathServiceStub(self._channel)
         self.events = events_pb2_grpc.EventsServiceStub(self._channel)
+        self.webhooks = webhooks_pb2_grpc.WebhookServiceStub(self._channel)
         self._stubs = {
             "mnemosyne.v1.MemoryService": self.memory,
             "mnemosyne.v1.AdminService": self.admin,
             "mnemosyne.v1.WorkspaceService": self.workspace,
             "mnemosyne.v1.HotPathService": self.hot_path_stub,
             "mnemosyne.v1.EventsService": self.events,
+            "mnemosyne.v1.WebhookService": self.webhooks,
         }
 
     @property
@@ -1060,6 +1064,85 @@ class MemoryClient:
                 time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
             finally:
                 call.cancel()
+
+    # -- webhooks (docs/webhooks.md) ----------------------------------------------------------
+
+    def create_webhook(
+        self,
+        tenant: str,
+        url: str,
+        kinds: Sequence[str],
+        *,
+        include_text: bool = False,
+        secrets: Sequence[str] = (),
+    ) -> types.CreatedWebhook:
+        """Subscribe ``url`` to the tenant's changes of ``kinds`` ("memory.created",
+        "memory.updated", "memory.forgotten", "memory.expired", "record.changed",
+        "fast_write.succeeded", "fast_write.failed", "consolidation.applied"); ``include_text``
+        puts a memory's text in its payloads; ``secrets`` (``whsec_...``) sign them, one is made
+        when none is given.
+
+        Returns a ``CreatedWebhook``: the subscription, and the secret made for it (shown only
+        here). Raises ``InvalidArgumentError`` (WEBHOOK_URL_INVALID, WEBHOOK_KINDS_INVALID,
+        WEBHOOK_SECRET_INVALID) and ``FailedPreconditionError`` (WEBHOOK_ADDRESS_REFUSED: an
+        address this server does not deliver to; WEBHOOK_LIMIT)."""
+        unknown = [k for k in kinds if k not in convert.WEBHOOK_KIND_BY_NAME]
+        if unknown:
+            raise ValueError(
+                f"unknown webhook kind {unknown[0]!r}; choose from {', '.join(convert.WEBHOOK_KIND_BY_NAME)}"
+            )
+        request = webhooks_pb2.CreateWebhookRequest(
+            tenant=tenant,
+            url=url,
+            kinds=[convert.WEBHOOK_KIND_BY_NAME[k] for k in kinds],
+            include_text=include_text,
+            secrets=list(secrets),
+        )
+        response = self.call(self.webhooks.CreateWebhook, request, retry=False)
+        return types.CreatedWebhook(convert.webhook_from_proto(response.webhook), tuple(response.secrets))
+
+    def list_webhooks(self, tenant: str) -> list[types.Webhook]:
+        """The tenant's webhook subscriptions, with their state (failing, paused) and pending deliveries."""
+        response = self.call(self.webhooks.ListWebhooks, webhooks_pb2.ListWebhooksRequest(tenant=tenant), retry=True)
+        return [convert.webhook_from_proto(w) for w in response.webhooks]
+
+    def delete_webhook(self, tenant: str, webhook_id: int) -> bool:
+        """Delete a subscription and its deliveries (pending ones are never sent). Returns False
+        when there was none of that id."""
+        request = webhooks_pb2.DeleteWebhookRequest(tenant=tenant, webhook_id=webhook_id)
+        return bool(self.call(self.webhooks.DeleteWebhook, request, retry=True).deleted)
+
+    def rotate_webhook_secret(
+        self, tenant: str, webhook_id: int, secret: str = "", retire_secret_ids: Sequence[int] = ()
+    ) -> types.CreatedWebhook:
+        """Add a signing secret (``secret``, or one made) and retire the secrets of
+        ``retire_secret_ids``; every active secret signs each delivery. Returns the subscription
+        and the secret made (shown only here). Raises ``NotFoundError`` (WEBHOOK_NOT_FOUND),
+        ``InvalidArgumentError`` (WEBHOOK_SECRET_INVALID), ``FailedPreconditionError`` (WEBHOOK_LIMIT)."""
+        request = webhooks_pb2.RotateWebhookSecretRequest(
+            tenant=tenant, webhook_id=webhook_id, secret=secret, retire_secret_ids=list(retire_secret_ids)
+        )
+        response = self.call(self.webhooks.RotateWebhookSecret, request, retry=False)
+        made = (response.secret,) if response.secret else ()
+        return types.CreatedWebhook(convert.webhook_from_proto(response.webhook), made)
+
+    def resume_webhook(self, tenant: str, webhook_id: int) -> types.Webhook:
+        """Deliver again after a pause: its pending deliveries are due at once. Raises
+        ``NotFoundError`` (WEBHOOK_NOT_FOUND)."""
+        request = webhooks_pb2.ResumeWebhookRequest(tenant=tenant, webhook_id=webhook_id)
+        return convert.webhook_from_proto(self.call(self.webhooks.ResumeWebhook, request, retry=True).webhook)
+
+    def list_webhook_deliveries(
+        self, tenant: str, webhook_id: int, page_size: int = 0, page_token: str = ""
+    ) -> types.WebhookDeliveryPage:
+        """A subscription's delivery log, newest first: each delivery's id, kind, status,
+        attempts and last error. Raises ``NotFoundError`` (WEBHOOK_NOT_FOUND)."""
+        request = webhooks_pb2.ListWebhookDeliveriesRequest(
+            tenant=tenant, webhook_id=webhook_id, page_size=page_size, page_token=page_token
+        )
+        return convert.webhook_deliveries_from_proto(
+            self.call(self.webhooks.ListWebhookDeliveries, request, retry=True)
+        )
 
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:

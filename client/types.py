@@ -480,3 +480,63 @@ class EventPage:
 
     events: list[Event]
     next_page_token: str
+
+
+@dataclass(frozen=True)
+class WebhookSecret:
+    """A webhook's signing secret, as listed: its id (to retire it) and first characters."""
+
+    id: int
+    hint: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook subscription (docs/webhooks.md). ``kinds`` are the payloads' type names
+    ("memory.created", ...); ``failing_since`` and ``paused_at`` are 0 when it is not."""
+
+    id: int
+    url: str
+    kinds: tuple[str, ...]
+    include_text: bool
+    secrets: tuple[WebhookSecret, ...]
+    created_at: float
+    pending_deliveries: int
+    failing_since: float
+    paused_at: float
+    pause_reason: str
+
+
+@dataclass(frozen=True)
+class CreatedWebhook:
+    """A webhook just made or given a secret, with the secrets made for it (shown only here)."""
+
+    webhook: Webhook
+    secrets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One delivery of one change: ``delivery_id`` is the webhook-id header (the same on every attempt)."""
+
+    delivery_id: str
+    kind: str
+    at: float
+    delivered: bool
+    attempts: int
+    next_attempt_at: float
+    last_attempt_at: float
+    last_status_code: int
+    last_error: str
+    delivered_at: float
+    memory_id: int
+    event_id: int
+
+
+@dataclass(frozen=True)
+class WebhookDeliveryPage:
+    """A page of a webhook's deliveries, newest first."""
+
+    deliveries: list[WebhookDelivery]
+    next_page_token: str

@@ -42,6 +42,7 @@ from mnemosyne.client import (
     UnavailableError,
 )
 from mnemosyne.engine.ann import read_index_file
+from mnemosyne.engine.types import WEBHOOK_KINDS
 from mnemosyne.store import ledger
 from mnemosyne.store.schema import ERASURE, FORGET_KEEPS, SCHEMA_VERSION, forgotten_columns
 from mnemosyne.store.tenant_store import TenantStore
@@ -58,6 +59,12 @@ from tests.support import sql_row, tokens_json, wait_until
 UNDO_ACCEPTANCE = (
     "DROP INDEX oplog_open_fingerprint; ALTER TABLE oplog DROP COLUMN fingerprint; "
     "ALTER TABLE memories DROP COLUMN acceptance; DELETE FROM meta WHERE key = 'timeline'; "
+)
+# What the webhooks' migration (_V_WEBHOOKS, store/webhook_schema.py) added, undone: a file before it.
+UNDO_WEBHOOKS = (
+    "DROP TRIGGER webhook_ledger_outbox; DROP TRIGGER webhook_oplog_outbox; DROP TABLE webhook_outbox; "
+    "DROP TABLE webhook_kind_of_op; DROP TABLE webhook_kinds; DROP TABLE webhook_secrets; "
+    "DROP TABLE webhook_subscriptions; "
 )
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
 OLD_CODE = "plainoldvalue1"
@@ -356,6 +363,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
         + UNDO_ACCEPTANCE  # and the acceptance positions'
+        + UNDO_WEBHOOKS  # and the webhooks'
         + "PRAGMA user_version = 6"
     )
     connection.close()
@@ -454,6 +462,12 @@ STORE_NO_CONTENT = {
     "AdminService.ImportTenant": "a whole tenant from its archive: the content is the exported tenant's",
     "AdminService.MoveTenant": "a tenant's file moved as it is",
     "AdminService.ActivateTenant": "a moved tenant's last step",
+    **dict.fromkeys(["WebhookService.ListWebhooks", "WebhookService.ListWebhookDeliveries"], _READ),
+    **dict.fromkeys(["WebhookService.DeleteWebhook", "WebhookService.ResumeWebhook"], _CONTROL),
+    **dict.fromkeys(
+        ["WebhookService.CreateWebhook", "WebhookService.RotateWebhookSecret"],
+        "a subscription: an address and secrets; a delivery's memory text goes with its memory (below)",
+    ),
 }
 RPCS = {f"{service.name}.{rpc.name}": rpc for service in SERVICES for rpc in service.methods}
 # The fields of the record writes: erased by the record's own delete, not a forget.
@@ -823,6 +837,16 @@ def _merged_and_superseded(send: Send, client: MemoryClient, tenant: str, s: Fie
     assert retain("supersede", f"ticket RF-7 status: {s.new('supersede', 'newer status')}").supersedes
 
 
+def _undelivered_texts(tenant_file: Path) -> int:
+    """Webhook deliveries in the tenant file that hold a memory's text."""
+    connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (count,) = sql_row(connection, "SELECT count(*) FROM webhook_outbox WHERE text IS NOT NULL")
+    finally:
+        connection.close()
+    return int(count)
+
+
 def _journal(tenant_file: Path) -> tuple[int, int]:
     """(consolidation proposals journaled, threads marked consolidated) in the tenant file."""
     connection = apsw.Connection(str(tenant_file), flags=apsw.SQLITE_OPEN_READONLY)
@@ -893,6 +917,8 @@ def test_every_field_written_on_every_surface_is_erased(server_factory, tmp_path
         Mem0Client(server.http_url, "mem0-key", tmp_path, {"mnemosyne-tenant": tenant}) as mem0,
     ):
         assert mem0.construction == {"ok": "ready"}, mem0.construction
+        # Every change's delivery with its memory's text, kept while the receiver cannot be reached.
+        client.create_webhook(tenant, "http://receiver.invalid/in", list(WEBHOOK_KINDS), include_text=True)
 
         def written_now(surface: str) -> None:
             """Positive control: each secret the surface just wrote is in a file."""
@@ -929,7 +955,9 @@ def test_every_field_written_on_every_surface_is_erased(server_factory, tmp_path
         record_labels = s.of(lambda field: field in RECORD_FIELDS)
         assert record_labels and _found(server.data_dir, record_labels) == {}
 
+        assert _undelivered_texts(server.tenant_file(tenant)) > 0  # the webhooks' deliveries hold texts
         _forget_every_memory(client, mem0, server.http_port, tenant)
+        assert _undelivered_texts(server.tenant_file(tenant)) == 0
         left = _found(server.data_dir, s.by_label)
         assert left == {}, {label: (s.by_label[label], files) for label, files in left.items()}
         assert _traces(server.data_dir, set(vectors)) == []
@@ -1022,8 +1050,9 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
-        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 2}",
+        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again,
+        + UNDO_WEBHOOKS  # and _V_WEBHOOKS)
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 3}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

@@ -26,6 +26,7 @@ from mnemosyne.v1 import (
     hot_path_pb2,
     memory_pb2,
     types_pb2,
+    webhooks_pb2,
     workspace_pb2,
 )
 from tests.docs_support import DOCS, section, table_rows
@@ -106,7 +107,22 @@ def _filled(channel: grpc.Channel) -> str:
     FIRST_EVENT[tenant] = fast.result.event_id  # an acceptance position: after the synchronous writes
     _grpc(channel, "Retain", memory_pb2.RetainRequest(tenant=tenant, text="a fast note about Porto", fast=True))
     _grpc(channel, "Flush", hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=30))
+    # A webhook of a kind no call here makes (nothing is sent), its secret given: twins alike.
+    _grpc(channel, "CreateWebhook", _webhook(tenant, WEBHOOK_SECRETS[0]))
     return tenant
+
+
+# Webhook secrets given, so twin tenants' answers are the same.
+WEBHOOK_SECRETS = ("whsec_" + "A" * 43 + "=", "whsec_" + "B" * 43 + "=")
+
+
+def _webhook(tenant: str, secret: str) -> webhooks_pb2.CreateWebhookRequest:
+    return webhooks_pb2.CreateWebhookRequest(
+        tenant=tenant,
+        url="https://hooks.example.com/in",
+        kinds=[webhooks_pb2.WEBHOOK_KIND_MEMORY_EXPIRED],
+        secrets=[secret],
+    )
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,22 @@ CASES: dict[str, Case] = {
     "EraseTenant": Case(
         lambda t: admin_pb2.EraseTenantRequest(tenant=t), write=True, volatile=("receipt.erasedAt", "receipt.headHash")
     ),
+    "CreateWebhook": Case(
+        lambda t: _webhook(t, WEBHOOK_SECRETS[1]), write=True, volatile=("webhook.createdAt", "webhook.secrets")
+    ),
+    "ListWebhooks": Case(lambda t: webhooks_pb2.ListWebhooksRequest(tenant=t)),
+    "DeleteWebhook": Case(lambda t: webhooks_pb2.DeleteWebhookRequest(tenant=t, webhook_id=1), write=True),
+    "RotateWebhookSecret": Case(
+        lambda t: webhooks_pb2.RotateWebhookSecretRequest(tenant=t, webhook_id=1, secret=WEBHOOK_SECRETS[1]),
+        write=True,
+        volatile=("webhook.createdAt", "webhook.secrets"),
+    ),
+    "ResumeWebhook": Case(
+        lambda t: webhooks_pb2.ResumeWebhookRequest(tenant=t, webhook_id=1),
+        write=True,
+        volatile=("webhook.createdAt", "webhook.secrets"),
+    ),
+    "ListWebhookDeliveries": Case(lambda t: webhooks_pb2.ListWebhookDeliveriesRequest(tenant=t, webhook_id=1)),
 }
 
 

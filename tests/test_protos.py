@@ -63,11 +63,11 @@ def test_every_proto_loads_with_grpc_proto_loader() -> None:
     loaded = json.loads(result.stdout)
     assert loaded["files"] == sorted(str(p.relative_to(PROTOS)) for p in V1.glob("*.proto"))
     # Node sees exactly the services and methods that the Python descriptors declare.
-    from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
+    from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2
 
     expected = {
         service.full_name: sorted(m.name for m in service.methods)
-        for module in (admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2)
+        for module in (admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2)
         for service in module.DESCRIPTOR.services_by_name.values()
     }
     assert loaded["services"] == expected

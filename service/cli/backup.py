@@ -62,8 +62,8 @@ from mnemosyne.store.files import fsync
 from mnemosyne.store.install import stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.snapshot import check_chain, sha256_file
+from mnemosyne.store.tenant_ids import validate_tenant
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "mnemosyne-backup"

@@ -28,9 +28,9 @@ from mnemosyne.replication.restore import Fetched, fetch
 from mnemosyne.replication.url import ReplicaUrl
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME, DataDirLock
 from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.pool import validate_tenant
 from mnemosyne.store.replicas import forget_generation
 from mnemosyne.store.snapshot import file_facts, sha256_file
+from mnemosyne.store.tenant_ids import validate_tenant
 from mnemosyne.store.tenant_store import read_file
 
 CHUNK_BYTES = 1 << 20

@@ -81,7 +81,13 @@ _MORE_VARIABLES = f"""\
 
 def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # The configuration loads the engine (numpy): imported once main has tuned the interpreter.
-    from mnemosyne.engine.config import ConsolidationConfig, EngineConfig, HotPathConfig, ReplicationConfig
+    from mnemosyne.engine.config import (
+        ConsolidationConfig,
+        EngineConfig,
+        HotPathConfig,
+        ReplicationConfig,
+        WebhookConfig,
+    )
     from mnemosyne.engine.limits import Limits
     from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.config import ServerConfig
@@ -100,6 +106,7 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         EngineConfig: "storage",
         ServeSettings: "logs, extractor and members",
         HotPathConfig: "hot path (asynchronous writes)",
+        WebhookConfig: "webhooks (docs/webhooks.md)",
         ConsolidationConfig: "background consolidation",
         ReplicationConfig: "replication to object storage (docs/replication.md)",
         AdmissionLimits: "threads and admission (RESOURCE_EXHAUSTED past a limit)",

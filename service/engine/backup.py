@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnemosyne.errors import DataLoss, NotFound
-from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import SnapshotFacts as SnapshotFacts  # a copy's facts, part of a TenantCopy
 from mnemosyne.store.snapshot import change_marks, copy_tenant, sha256_file
+from mnemosyne.store.tenant_ids import validate_tenant
 
 SCRATCH_DIR_NAME = ".backup-scratch"
 CHUNK_BYTES = 1 << 20  # a quarter of gRPC's default message limit

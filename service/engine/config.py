@@ -107,6 +107,34 @@ class ReplicationConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """Webhook deliveries (engine/webhooks/, docs/webhooks.md)."""
+
+    workers: int = option(
+        4,
+        "delivery workers shared by all tenants for webhooks (one tenant holds at most one at a time)",
+        name="webhook-workers",
+        maximum=64,
+    )
+    allow_private_addresses: bool = option(
+        False,
+        "deliver webhooks to loopback, private, link-local, shared (100.64/10), unspecified and cloud "
+        "metadata addresses (refused by default: a subscription must not reach into this network)",
+        name="webhook-allow-private-addresses",
+    )
+    # A delivery attempt's whole time (connect, send, the answer's head); a receiver that takes
+    # longer is an attempt that failed.
+    timeout_seconds: float = 10.0
+    # The backoff after a delivery's first failed attempt, doubling each time up to the cap.
+    retry_seconds: float = 5.0
+    retry_cap_seconds: float = 3600.0
+    # A subscription whose deliveries fail this long without one success is paused.
+    pause_after_seconds: float = 24 * 3600.0
+    # Delivered rows stay this long as the subscription's delivery log.
+    log_retention_seconds: float = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     data_dir: Path = field(
         metadata=required_option("directory of tenant files", command_line_default="./mnemosyne-data")
@@ -139,5 +167,6 @@ class EngineConfig:
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     # The members of a deployment of many (store/membership.py); None: this server holds every tenant.
     membership: Membership | None = None

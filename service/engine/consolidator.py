@@ -70,7 +70,8 @@ from mnemosyne.engine.workspace import MAIN_RECORD, Workspaces
 from mnemosyne.errors import Conflict, InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.runtime import background
 from mnemosyne.runtime.seams import Seams
-from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_ids import validate_tenant
 from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.consolidator")

@@ -16,7 +16,9 @@ Each part receives what it uses, not the engine:
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
 * ``imports`` (engine/tenant_import.py): a tenant installed from an export;
-* ``moves`` (engine/moves.py): the steps of a tenant moving between members.
+* ``moves`` (engine/moves.py): the steps of a tenant moving between members;
+* ``webhooks`` (engine/webhooks/): a tenant's subscriptions, and ``deliveries``, the worker that
+  sends what each change wrote to its outbox.
 
 The writes of memories start here, because they choose between two parts: ``retain`` prepares
 the items once, then a fast write on a tenant whose hot path is enabled is only enqueued and every
@@ -52,6 +54,7 @@ from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
 from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome, ThreadRef
 from mnemosyne.engine.updates import Updates
+from mnemosyne.engine.webhooks import DeliveryWorker, Subscriptions
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
@@ -193,6 +196,14 @@ class Engine:
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )
         self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
+        self.deliveries = DeliveryWorker(pool=self.pool, config=config.webhooks, seams=seams)
+        self.webhooks = Subscriptions(
+            pool=self.pool,
+            limits=config.limits,
+            allow_private=config.webhooks.allow_private_addresses,
+            subscribed=self.deliveries.subscribed,
+        )
+        self.deliveries.start()
 
     def replication_gauges(self) -> dict[str, Callable[[], float]]:
         """The replication's metrics (no tenant in them), read on each scrape; none without it."""
@@ -209,6 +220,7 @@ class Engine:
 
     def close(self) -> None:
         self.consolidator.stop()
+        self.deliveries.stop()
         self.hot_path.stop()
         self.write_path.close()
         self.pool.close()

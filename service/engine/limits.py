@@ -21,8 +21,8 @@ from mnemosyne.host.numbers import decimal_number, whole_number
 # holds every name to it whoever hands the name over (a client, a backup manifest, a peer's list)
 # and cannot import the engine. Here it is one validation among the others, the one the
 # surfaces call.
-from mnemosyne.store.pool import TENANT_ID_PATTERN as TENANT_ID_PATTERN
-from mnemosyne.store.pool import validate_tenant as validate_tenant
+from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN as TENANT_ID_PATTERN
+from mnemosyne.store.tenant_ids import validate_tenant as validate_tenant
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")

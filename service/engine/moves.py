@@ -50,7 +50,8 @@ from mnemosyne.store.ownership import (
     TOMBSTONED,
 )
 from mnemosyne.store.ownership import Placement as Placement
-from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_ids import validate_tenant
 from mnemosyne.store.tenant_store import read_file
 
 STEPS = (*SOURCE_STEPS, "activated")

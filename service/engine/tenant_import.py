@@ -32,8 +32,9 @@ from mnemosyne.engine.backup import DATABASE_FILE, INBOX_FILE, Backups, CopiedFi
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.store.file_faults import FileBudget
-from mnemosyne.store.pool import TenantPool, validate_tenant
+from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import check_chain, check_schema
+from mnemosyne.store.tenant_ids import validate_tenant
 
 # How long an import waits for the calls in flight on the tenant it replaces.
 REPLACE_WAIT_SECONDS = 10.0

@@ -356,3 +356,76 @@ class ScopeOutcome:
     generation: int  # the scope's generation after it (the receipt's, when applied)
     model_calls: int  # model calls made by this run for this scope (0 when journaled or applied)
     conflicts: int  # newer writes met (and merged on top of, unless it gave up)
+
+
+# -- webhooks (engine/webhooks/, docs/webhooks.md) ----------------------------------------------
+
+# The kinds of change a webhook subscription may ask for, as the payloads' ``type`` names them.
+WEBHOOK_KINDS = (
+    "memory.created",
+    "memory.updated",
+    "memory.forgotten",
+    "memory.expired",
+    "record.changed",
+    "fast_write.succeeded",
+    "fast_write.failed",
+    "consolidation.applied",
+)
+
+
+@dataclass(frozen=True)
+class WebhookSecret:
+    """A signing secret of a subscription: its id, and its first characters (the whole secret is
+    shown once, when it is made)."""
+
+    id: int
+    hint: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A tenant's webhook subscription, as it stands."""
+
+    id: int
+    url: str
+    kinds: tuple[str, ...]
+    include_text: bool
+    secrets: tuple[WebhookSecret, ...]
+    created_at: float
+    pending: int  # deliveries not yet delivered
+    failing_since: float | None  # its deliveries fail since then (None: the last one succeeded)
+    paused_at: float | None  # paused (nothing is sent) since then
+    pause_reason: str
+
+
+@dataclass(frozen=True)
+class NewWebhookSecrets:
+    """A subscription just made or given a secret, with the secrets made for it (shown once)."""
+
+    webhook: Webhook
+    secrets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One delivery of one change to one subscription: its log entry."""
+
+    delivery_id: str  # the webhook-id header: the same on every attempt
+    kind: str
+    at: float  # when the change committed
+    status: str  # pending | delivered
+    attempts: int
+    next_attempt_at: float | None  # pending: when it is tried next
+    last_attempt_at: float | None
+    last_status_code: int  # the receiver's last HTTP status (0: none, e.g. refused or timed out)
+    last_error: str
+    delivered_at: float | None
+    memory_id: int
+    event_id: int
+
+
+@dataclass(frozen=True)
+class WebhookDeliveryPage:
+    deliveries: tuple[WebhookDelivery, ...]
+    next_page_token: str

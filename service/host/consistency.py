@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY, Answer, Ask, ServiceError, server_wait
-from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2
 
 TOKEN_FIELD = "consistency_token"
 # What a read owed several tokens waits for the older ones with, one call each.
@@ -66,7 +66,7 @@ Role = Literal["read", "write"]
 def _roles() -> dict[str, Role]:
     """Request message name -> what a session does with it, from the services' protos."""
     roles: dict[str, Role] = {}
-    for module in (memory_pb2, workspace_pb2, admin_pb2):
+    for module in (memory_pb2, workspace_pb2, admin_pb2, webhooks_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 request, response = method.input_type, method.output_type

@@ -30,7 +30,11 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   (transport/cluster/moves.py);
 * ``MNEMOSYNE_TEST_OPEN_FILES=SOFT:HARD``: the server starts as under ``ulimit -n``;
 * ``MNEMOSYNE_TEST_LIFECYCLE_HOLD``: a backup or restore stage waits while this file holds the
-  stage's name (cli/backup.py).
+  stage's name (cli/backup.py);
+* ``MNEMOSYNE_TEST_WEBHOOK_TIMEOUT`` / ``MNEMOSYNE_TEST_WEBHOOK_BACKOFF``: a webhook delivery
+  attempt's timeout, and the backoff after its first failure, in seconds (engine/webhooks/worker.py);
+* ``MNEMOSYNE_TEST_WEBHOOK_CLOCK``: a file holding seconds added to the webhook worker's clock
+  (its retries and pauses; a test passes a day without waiting one).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class Seams:
     move_hold_after: str = ""
     open_files: tuple[int, int] | None = None
     lifecycle_hold_file: Path | None = None
+    webhook_timeout: float = 0.0
+    webhook_backoff: float = 0.0
+    webhook_clock_file: Path | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -107,6 +114,9 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MOVE_HOLD_AFTER": ("move_hold_after", str),
     "OPEN_FILES": ("open_files", _soft_hard),
     "LIFECYCLE_HOLD": ("lifecycle_hold_file", Path),
+    "WEBHOOK_TIMEOUT": ("webhook_timeout", float),
+    "WEBHOOK_BACKOFF": ("webhook_backoff", float),
+    "WEBHOOK_CLOCK": ("webhook_clock_file", Path),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

@@ -13,7 +13,7 @@ import apsw
 
 from mnemosyne.errors import NotFound
 from mnemosyne.store.data_dir import TENANT_FILE_SUFFIX
-from mnemosyne.store.pool import validate_tenant
+from mnemosyne.store.tenant_ids import validate_tenant
 from mnemosyne.store.tenant_store import ReadTxn
 
 

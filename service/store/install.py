@@ -108,16 +108,20 @@ def finish(staging: Path, inbox_path: Path, *, done: Iterable[Path], sync: Calla
     shutil.rmtree(staging)
 
 
-def recover(tenants_dir: Path, valid: Callable[[str], object], finish: Callable[[str, Path], None]) -> None:
+def recover(tenants_dir: Path, valid: Callable[[str], object], finish: Callable[[str, Path], None]) -> list[str]:
     """The installs a kill interrupted: ``finish``ed (tenant, staging) if they had committed, else
     undone (the old tenant stands as it was; a staging directory emptied by a finished install is
-    only removed). ``valid``: whether a name is a tenant id (else not a staging ``install`` made)."""
+    only removed). ``valid``: whether a name is a tenant id (else not a staging ``install`` made).
+    Returns the tenants whose install was finished."""
+    finished = []
     for tenant, staging, committed in staged_installs(tenants_dir):
         if not valid(tenant):
             continue
         if committed:
             finish(tenant, staging)
+            finished.append(tenant)
             log.info("tenant %s: an install stopped after its commit was finished (its inbox put in place)", tenant)
         else:
             shutil.rmtree(staging)
             log.info("tenant %s: an install stopped before its commit was undone (the tenant is as it was)", tenant)
+    return finished

@@ -26,7 +26,7 @@ class MemoryErasure(MemoryWrites):
         merges and supersessions); every other column is cleared (``forgotten_columns``). Gone too:
         its facts, triples, embedding, earlier versions, full-text entries, its key (so its ledger
         hashes confirm nothing), the operation-log rows that wrote it or were found duplicates of it
-        (their payload, extraction and vector), the supersession rows naming its triples, and its
+        (their payload, extraction and vector), its text in webhook deliveries, the supersession rows naming its triples, and its
         thread's consolidation proposals and, once no memory names the thread, its mark
         (schema.ERASURE says the same of every table). Deleted bytes are overwritten
         (``secure_delete``, connections.py) and the full-text index removes the memory's entries
@@ -52,6 +52,8 @@ class MemoryErasure(MemoryWrites):
             (ERASED_PAYLOAD, memory_id),
         )
         c.execute("UPDATE supersessions SET new_object = '' WHERE superseded_by = ?", (memory_id,))
+        # Its text in the webhook deliveries not yet sent (schema.py _V_WEBHOOKS; index webhook_outbox_text).
+        c.execute("UPDATE webhook_outbox SET text = NULL WHERE memory_id = ? AND text IS NOT NULL", (memory_id,))
         thread_id = row[4]
         if thread_id is not None:
             # A consolidation proposed from its thread may quote it: the thread's proposals go (a

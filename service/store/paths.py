@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.store.pool import validate_tenant
+from mnemosyne.store.tenant_ids import validate_tenant
 
 
 def tenant_named_by(tenant: str, source: str) -> str:

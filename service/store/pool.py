@@ -1,8 +1,8 @@
 """The tenants of a data directory (store/data_dir.py): tenant ids to files, opened, created,
 replaced and removed.
 
-Tenant ids are validated before they become a path. At most ``max_open`` tenant files are kept
-open, the least recently used idle one closed when another is needed (store/open_stores.py).
+Tenant ids are validated (store/tenant_ids.py) before they become a path. At most ``max_open``
+tenant files are kept open, the least recently used idle one closed first (store/open_stores.py).
 
 A tenant's file exists only once a write to it succeeded: the first write of a new tenant is made
 in a complete file built under a temporary name (``.new-<tenant>.<random>.sqlite``), which is
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import signal
 import threading
@@ -34,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import install as installs
@@ -50,6 +50,7 @@ from mnemosyne.store.data_dir import (
     remove_tenant_files,
     server_secret,
 )
+from mnemosyne.store.file_watchers import FileWatcher
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, modified, remove_database
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
@@ -72,6 +73,7 @@ from mnemosyne.store.ownership import (
 )
 from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation
 from mnemosyne.store.tenant_file import damage_of
+from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN, validate_tenant
 from mnemosyne.store.tenant_store import (
     ANN_FILE_SUFFIX,
     FULLTEXT_MERGE_MAX_STEPS,
@@ -80,7 +82,6 @@ from mnemosyne.store.tenant_store import (
     read_file,
 )
 
-TENANT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # Full-text segments past which opening a tenant asks for a maintenance pass. A tenant the passes
 # keep up with has a few (FTS5's automerge levels); one loaded in 1,000-memory batches, 863 at 1M
 # memories (its text query 88 ms p50; merged, 20 ms).
@@ -88,18 +89,6 @@ SEGMENTS_ON_OPEN = 32
 
 INSTALL_WAIT_SECONDS = 30.0  # a restore from object storage at a first open waits this long for its install
 log = logging.getLogger("mnemosyne.store")
-
-
-def validate_tenant(tenant: str) -> str:
-    """Return the tenant id if it is safe to become a file name, else raise InvalidArgument."""
-    if not isinstance(tenant, str) or not TENANT_ID_PATTERN.fullmatch(tenant):
-        shown = repr(tenant[:80]) if isinstance(tenant, str) else type(tenant).__name__
-        raise InvalidArgument(
-            f"tenant {shown} is not a valid tenant id: use 1-63 characters of a-z, 0-9, '_' and '-', "
-            "starting with a letter or digit",
-            reason="TENANT_INVALID",
-        )
-    return tenant
 
 
 class TenantPool:
@@ -121,7 +110,10 @@ class TenantPool:
         self.tenants_dir = self.data_dir / TENANTS_DIR_NAME
         self.replicas = replicas  # told of every swap of a tenant's files (store/replicas.py)
         self._dir_lock = claim_data_dir(self.data_dir)
-        self._recover_installs()  # first: an install finished here may bring its tenant's inbox
+        # engine/webhooks/ watches files (no poll of every one); ``recovered``: installs finished unwatched,
+        # those a kill interrupted after their commit (first: an install finished here may bring its inbox).
+        self.watchers: list[FileWatcher] = []
+        self.recovered = installs.recover(self.tenants_dir, TENANT_ID_PATTERN.fullmatch, self._finish_install)
         remove_leftovers(self.tenants_dir)
         remove_orphan_inboxes(self.data_dir)
         self.locks = LockManager()
@@ -142,10 +134,6 @@ class TenantPool:
         self._guard = threading.Lock()  # of ``_damaged``
         self.maintainer = Maintainer(self._maintain)
         self.secret = server_secret(self.data_dir)
-
-    def _recover_installs(self) -> None:
-        """An install a kill interrupted (``install``): finished if it had committed, else undone."""
-        installs.recover(self.tenants_dir, TENANT_ID_PATTERN.fullmatch, self._finish_install)
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -304,6 +292,7 @@ class TenantPool:
                     make_room=self.make_room,
                     # A new tenant's file under its temporary name is no tenant's yet.
                     replication=StoreReplication(tenant, self.replicas) if path == self.path_for(tenant) else None,
+                    on_commit=lambda: self._tell("committed", tenant),
                 ),
                 self.make_room,
             )
@@ -320,6 +309,10 @@ class TenantPool:
         return store
 
     # -- ownership and moves (store/ownership.py, engine/moves.py) ------------------------------------
+
+    def _tell(self, what: Literal["committed", "installed", "erased"], tenant: str) -> None:
+        for watcher in self.watchers:
+            getattr(watcher, what)(tenant)
 
     def _ownership(self) -> Ownership:
         if self.ownership is None:
@@ -515,6 +508,7 @@ class TenantPool:
                 remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
                 reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
                 self._fsync_directories()
+        self._tell("erased", tenant)
 
     def install(
         self,
@@ -535,7 +529,7 @@ class TenantPool:
         (``.install-<tenant>.<random>/``), then the new tenant file takes the old one's name in one
         rename — the commit — and its inbox follows. Until the commit the old tenant is whole and
         in place; from it, the new one is, and a process killed before its inbox followed finishes
-        the install at its next start (``_recover_installs``).
+        the install at its next start (``installs.recover``).
 
         ``move``: (source member, epoch) of a move's step 4: the file is installed inactive at
         that epoch; it may replace only a file this member no longer serves (a tombstone of an
@@ -577,6 +571,7 @@ class TenantPool:
             done=[incoming_mark(self.tenants_dir, tenant)],
             sync=self._fsync_directories,
         )
+        self._tell("installed", tenant)
 
     def _maintain(self, tenant: str) -> None:
         """Merge a tenant's full-text segments, then checkpoint it, if its store is still open

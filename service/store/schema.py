@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from mnemosyne.store.webhook_schema import WEBHOOKS as _V_WEBHOOKS
+
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
 
 _V1 = """
@@ -346,6 +348,7 @@ MIGRATIONS: list[str] = [
     _V_SPEAKER,
     _V_FORGOTTEN_CLEARED,
     _V_ACCEPTANCE,
+    _V_WEBHOOKS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -364,6 +367,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_SPEAKER
     frozenset(),  # _V_FORGOTTEN_CLEARED
     frozenset(),  # _V_ACCEPTANCE
+    frozenset({"webhook_subscriptions", "webhook_secrets", "webhook_kinds", "webhook_kind_of_op", "webhook_outbox"}),
 ]
 
 
@@ -472,6 +476,20 @@ ERASURE: dict[str, Erasure] = {
     "scopes": Erasure("scope generation", "record generations: nothing of any memory"),
     "receipts": Erasure(
         "receipt_id scope payload_hash result created_at", "applied consolidations: hashes and generations"
+    ),
+    "webhook_subscriptions": Erasure(
+        "id url include_text created_at failing_since paused_at pause_reason",
+        "the tenant's subscriptions (addresses, a pause's reason): nothing of any memory",
+    ),
+    "webhook_secrets": Erasure("id subscription_id secret created_at", "signing secrets: nothing of any memory"),
+    "webhook_kinds": Erasure("kind subscription_id", "the kinds each subscription wants"),
+    "webhook_kind_of_op": Erasure("op source kind", "which ledger entries are which kinds: fixed"),
+    "webhook_outbox": Erasure(
+        "id delivery_id subscription_id kind at ledger_seq event_id memory_id scope detail text status attempts "
+        "next_attempt_at last_attempt_at last_status_code last_error delivered_at",
+        "text (the memory's, kept only for a subscription that asked for it) cleared when the memory is forgotten, and "
+        "once delivered; the rest "
+        "is ids, kinds, record keys, statuses, times and the receiver's errors",
     ),
     "meta": Erasure("key value", "the tenant's settings and marks: nothing of any memory"),
     "counters": Erasure("name value", "counts"),

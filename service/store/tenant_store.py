@@ -14,7 +14,7 @@ Concurrency contract:
 A transaction's statements are in modules by job, which ``ReadTxn`` and ``WriteTxn`` put
 together: bookkeeping.py (meta, counters, the ledger's head and appends, savepoints),
 memory_reads.py, recall_reads.py, record_reads.py, audit_reads.py, oplog.py (the hot path's
-log), memory_writes.py, memory_erasure.py (a forget), record_writes.py. The file's checks and
+log), memory_writes.py, memory_erasure.py (a forget), record_writes.py, webhook_rows.py. The file's checks and
 migration are in tenant_file.py, the values its memories are written from and read into in
 memory_rows.py.
 """
@@ -51,6 +51,7 @@ from mnemosyne.store.schema import REQUIRED_TABLES
 from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
 from mnemosyne.store.transactions import damaged, translate_sqlite_error, truncate_wal, write_transaction
+from mnemosyne.store.webhook_rows import WebhookReads, WebhookWrites
 
 # Pages of full-text index merged per background transaction (store/maintenance.py).
 FULLTEXT_MERGE_PAGES = 32
@@ -60,11 +61,11 @@ FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 ANN_FILE_SUFFIX = ".ann"
 
 
-class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads):
+class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads):
     """Queries valid inside one transaction (read or write)."""
 
 
-class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites):
+class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites, WebhookWrites):
     """Mutations; valid only inside ``TenantStore.write()``."""
 
 
@@ -134,6 +135,7 @@ class TenantStore:
         make_room: Callable[[], bool] | None = None,
         wal_limit_pages: int = WAL_LIMIT_PAGES,
         replication: StoreReplication | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
@@ -143,7 +145,9 @@ class TenantStore:
         process is out of file descriptors): it closes idle tenants and says whether any was.
         Past ``wal_limit_pages`` pages of WAL (the background checkpoint fell behind), the writer
         checkpoints itself (``write``). ``replication``: the tenant's hooks of store/replicas.py
-        (the pool's), told of each commit of the file and its inbox."""
+        (the pool's), told of each commit of the file and its inbox. ``on_commit`` is called after
+        each write transaction commits, under the write lock: it must only take note (the webhook
+        worker's wake-up)."""
         self.path = path
         self._replication = replication or StoreReplication()
         self._make_room = make_room or (lambda: False)
@@ -153,6 +157,7 @@ class TenantStore:
         self._faults = faults
         self._writer = self._open_writer()
         self._on_wal_growth = on_wal_growth
+        self._on_commit = on_commit
         self._wal_pages_announced = 0
         self._wal_pages = 0
         self._wal_limit_pages = wal_limit_pages
@@ -171,15 +176,19 @@ class TenantStore:
         self._inbox: Inbox | None = None
         self._inbox_opening = threading.Lock()
         try:
-            with self.read() as txn:
-                floor = txn.acceptance_floor()
-            # The tenant's positions resume above every one its files hold (store/acceptance.py).
-            self.acceptances = Acceptances(max(floor, stored_sequence(self._inbox_path)))
-            if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
-                self.erase_traces()
+            self._resume()
         except BaseException:
             self.close()  # nothing left open: the pool may close idle tenants and open this one again
             raise
+
+    def _resume(self) -> None:
+        """Take up where the files stand: acceptance positions resume above every one they hold
+        (store/acceptance.py), and a forget's erasure a kill interrupted is finished."""
+        with self.read() as txn:
+            floor = txn.acceptance_floor()
+        self.acceptances = Acceptances(max(floor, stored_sequence(self._inbox_path)))
+        if self.erasure_pending():  # a forget committed, then the process died before its WAL was emptied
+            self.erase_traces()
 
     def _open_writer(self) -> apsw.Connection:
         """The writer connection, on a file checked and brought to the current schema."""
@@ -409,6 +418,8 @@ class TenantStore:
                 sync=sync,
                 path=self.path.name,
             )
+            if self._on_commit is not None:
+                self._on_commit()
             if self._wal_pages >= self._wal_limit_pages:
                 self._catch_up_checkpoint()
 

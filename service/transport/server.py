@@ -40,10 +40,11 @@ from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.grpc.handlers import service_handlers
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer, Servicers
+from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import server_credentials
-from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, webhooks_pb2, workspace_pb2
 
 if TYPE_CHECKING:
     from mnemosyne.transport.http.surface import HttpSurface
@@ -56,6 +57,7 @@ SERVICES = [
     hot_path_pb2.DESCRIPTOR.services_by_name["HotPathService"],
     events_pb2.DESCRIPTOR.services_by_name["EventsService"],
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
+    webhooks_pb2.DESCRIPTOR.services_by_name["WebhookService"],
 ]
 SERVICE_NAMES = [service.full_name for service in SERVICES]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -359,6 +361,7 @@ def _edge_and_servicers(
         hot_path=HotPathServicer(engine),
         events=EventsServicer(engine),
         admin=AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None, mover),
+        webhooks=WebhookServicer(engine),
     )
     return edge, servicers
 

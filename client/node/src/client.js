@@ -194,7 +194,7 @@ class MemoryClient {
   _stubs(address) {
     let stubs = this._byAddress.get(address);
     if (!stubs) {
-      const { MemoryService, WorkspaceService, AdminService, EventsService, HotPathService } = this._services;
+      const { MemoryService, WorkspaceService, AdminService, EventsService, HotPathService, WebhookService } = this._services;
       const memory = new MemoryService(address, this._credentials);
       // The same channel for every service.
       const channelOverride = { channelOverride: memory.getChannel() };
@@ -204,6 +204,7 @@ class MemoryClient {
         admin: new AdminService(address, this._credentials, channelOverride),
         events: new EventsService(address, this._credentials, channelOverride),
         hotPathStub: new HotPathService(address, this._credentials, channelOverride),
+        webhooks: new WebhookService(address, this._credentials, channelOverride),
       };
       for (const stub of Object.values(stubs)) this._addressOf.set(stub, address);
       this._byAddress.set(address, stubs);
@@ -217,7 +218,7 @@ class MemoryClient {
    */
   _routed(stub, tenant, member = '') {
     if (!this.members || (!tenant && this._target)) return { stub, route: {} };
-    const name = ['memory', 'workspace', 'admin', 'events', 'hotPathStub'].find((n) => this[n] === stub);
+    const name = ['memory', 'workspace', 'admin', 'events', 'hotPathStub', 'webhooks'].find((n) => this[n] === stub);
     if (!tenant) return { stub: this._stubs(this.members.get(firstMember(this.members.keys())))[name], route: {} };
     const owner = member || ownerOf(tenant, this.members.keys());
     return { stub: this._stubs(this.members.get(owner))[name], route: { [ROUTE_KEY]: owner } };

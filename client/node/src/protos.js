@@ -29,12 +29,12 @@ const LOADER_OPTIONS = {
 };
 
 let services;
-/** The grpc-js service constructors of every service: Memory, Workspace, Admin, Events, HotPath. */
+/** The grpc-js service constructors of every service: Memory, Workspace, Admin, Events, HotPath, Webhook. */
 function loadServices() {
   if (!services) {
     const definition = protoLoader.loadSync(
       ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto',
-        'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto'],
+        'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto', 'mnemosyne/v1/webhooks.proto'],
       LOADER_OPTIONS,
     );
     const v1 = grpc.loadPackageDefinition(definition).mnemosyne.v1;
@@ -44,6 +44,7 @@ function loadServices() {
       AdminService: v1.AdminService,
       EventsService: v1.EventsService,
       HotPathService: v1.HotPathService,
+      WebhookService: v1.WebhookService,
     };
   }
   return services;

@@ -22,6 +22,7 @@ function declaredServices() {
 
 const STUB_OF_SERVICE = {
   MemoryService: 'memory', WorkspaceService: 'workspace', AdminService: 'admin', EventsService: 'events', HotPathService: 'hotPathStub',
+  WebhookService: 'webhooks',
 };
 const CLIENT_METHOD_OF_RPC = {
   EventsService: { GetEvent: 'getEvent', ListEvents: 'listEvents', WatchEvents: 'watchEvents' },

@@ -19,6 +19,7 @@ from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.consistency import for_read, for_write
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
+from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
 
@@ -293,6 +294,7 @@ class Servicers:
     hot_path: HotPathServicer
     events: EventsServicer
     admin: AdminServicer
+    webhooks: WebhookServicer
 
     def by_service(self) -> dict[str, object]:
         """Each servicer under its service's name ("MemoryService")."""
@@ -302,4 +304,5 @@ class Servicers:
             "HotPathService": self.hot_path,
             "EventsService": self.events,
             "AdminService": self.admin,
+            "WebhookService": self.webhooks,
         }
