@@ -66,14 +66,17 @@ def tokens_json(tokens: dict[str, list[str]]) -> str:
     )
 
 
-def gauge(server: ServerProcess, name: str) -> float:
-    """A gauge's value from the server's /metrics (start it with metrics=True)."""
+def gauge(server: ServerProcess, name: str, **labels: str) -> float:
+    """A metric's value from the server's /metrics (start it with metrics=True): the family's
+    first series, or the one with ``labels``."""
     with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         if family.name == name:
-            return float(family.samples[0].value)
-    raise AssertionError(f"{name} is not exposed")
+            for sample in family.samples:
+                if labels.items() <= sample.labels.items():
+                    return float(sample.value)
+    raise AssertionError(f"{name} {labels or ''} is not exposed")
 
 
 def sql_row(connection: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:

@@ -320,6 +320,7 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
     # never waits for reads.
     read_priority.never_give_way()
     log.info("admission limits: %s", admission.describe())
+    members = config.engine.membership
     metrics.read_gauges_from(
         {
             "mnemosyne_open_tenants": engine.open_tenants,
@@ -330,6 +331,9 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
             "mnemosyne_queued_calls": lambda: admission.queued,
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
+            "mnemosyne_data_volume_size_bytes": engine.data_volume_size,
+            "mnemosyne_data_volume_free_bytes": engine.data_volume_free,
+            "mnemosyne_members": lambda: len(members.ids) if members is not None else 1,
         }
     )
     metrics.count_refusals_from(admission.refusals)
@@ -357,7 +361,7 @@ def _edge_and_servicers(
         workspace=WorkspaceServicer(engine.workspaces, engine.consolidator, engine.consistency),
         hot_path=HotPathServicer(engine),
         events=EventsServicer(engine),
-        admin=AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None, mover),
+        admin=AdminServicer(engine, FanOut(forwarder, running.metrics) if forwarder is not None else None, mover),
     )
     return edge, servicers
 
