@@ -41,7 +41,11 @@ class ServeSettings:
     extractor it makes and the member list it parses."""
 
     log_format: str = option("text", "stderr log lines as text or JSON (one object per line)", choices=("text", "json"))
-    log_level: str = option("INFO", "DEBUG adds one access line per successful call", variable_only=True)
+    log_level: str = option(
+        "INFO",
+        "the least severe log lines written (debug adds one access line per successful call)",
+        choices=("debug", "info", "warning", "error"),
+    )
     extractor: str = option(
         "rules",
         "facts/triples extractor: rules (offline) or openai (an OpenAI-compatible chat API)",
@@ -118,7 +122,7 @@ def serve_command(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, seams.open_files)
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
-    return asyncio.run(_run_server(server_config(args, settings), seams))
+    return asyncio.run(_run_server(server_config(args, settings), settings, seams))
 
 
 def server_config(args: argparse.Namespace, settings: ServeSettings) -> ServerConfig:
@@ -159,7 +163,8 @@ def _membership(settings: ServeSettings) -> Membership | None:
     return Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
 
 
-async def _run_server(config: ServerConfig, seams: Seams | None) -> int:
+async def _run_server(config: ServerConfig, settings: ServeSettings, seams: Seams | None) -> int:
+    from mnemosyne.cli.where import announce
     from mnemosyne.transport.server import start_server
 
     if config.http_port:  # the HTTP stack (MCP's SDK above all) is loaded only to be served
@@ -185,6 +190,7 @@ async def _run_server(config: ServerConfig, seams: Seams | None) -> int:
         ),
         flush=True,
     )
+    announce(config, running, log_format=settings.log_format)  # and where, for a person
     await stop.wait()
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
     await running.stop()

@@ -91,6 +91,8 @@ class RunningServer:
     side: SideServer | None = None
     http: HttpSurface | None = None
     forwarder: Forwarder | None = None
+    # Who may call (None: no tokens, everyone who reaches the ports): for the start-up summary.
+    authenticator: TokenAuthenticator | None = None
     started: bool = False
     stopping: bool = False
 
@@ -260,6 +262,7 @@ async def start_server(
             drain_delay_seconds=config.drain_delay_seconds,
             metrics=metrics,
             forwarder=forwarder,
+            authenticator=authenticator,
         )
         edge, servicers = _edge_and_servicers(running, authenticator, seams)
         await _register(running, edge, servicers)
