@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -155,3 +156,29 @@ backend members_http
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def on_a_terminal(args: Sequence[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``mnemosyne ARGS`` run with its stderr on a pseudo-terminal: (exit status, what it printed
+    there)."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mnemosyne.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, **(env or {})},
+    )
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    return process.wait(timeout=120), output.decode(errors="replace")
