@@ -93,6 +93,7 @@ def test_log_level_warning_keeps_only_warnings_and_the_block(server_factory: Ser
     assert said["tokens"].startswith("none: anyone who reaches these ports")
     assert said["HTTP/JSON"].startswith("off (--http-port 0)") and said["metrics"] == "off (--metrics-port 0)"
     assert "console" not in said and "MCP (HTTP)" not in said
+    assert said["traces"] == "off (no OTEL_* variable names an exporter)"  # off unless configured
 
 
 @pytest.mark.parametrize("given", [["--log-level", "loud"], ["--log-format", "xml"]], ids=["flag", "format"])

@@ -19,7 +19,7 @@ from mnemosyne.version import VERSION
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 
 
-def entries(config: ServerConfig, running: RunningServer) -> dict[str, str]:
+def entries(config: ServerConfig, running: RunningServer, *, traces: str) -> dict[str, str]:
     """What is served where, one entry a line, in the order a person looks for them."""
     tls = config.tls_cert is not None
     found = {
@@ -39,15 +39,17 @@ def entries(config: ServerConfig, running: RunningServer) -> dict[str, str]:
         found["metrics"] = "off (--metrics-port 0)"
     found["data"] = str(Path(config.engine.data_dir).resolve())
     found["tokens"] = _tokens(running)
+    found["traces"] = traces
     membership = config.engine.membership
     if membership is not None:
         found["members"] = f"{membership.me} of {len(membership.ids)} ({membership.describe()})"
     return found
 
 
-def announce(config: ServerConfig, running: RunningServer, *, log_format: str) -> None:
-    """Tell the person who started the server where everything is (stderr)."""
-    found = entries(config, running)
+def announce(config: ServerConfig, running: RunningServer, *, log_format: str, traces: str) -> None:
+    """Tell the person who started the server where everything is (stderr); ``traces``: where its
+    trace spans go."""
+    found = entries(config, running, traces=traces)
     if log_format == "json":
         logging.getLogger("mnemosyne.server").info("serving", extra={"serving": found})
         return

@@ -26,6 +26,16 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
 
+// The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
+// optional peer dependency @opentelemetry/api) and a span is active where a call is made, its W3C
+// traceparent goes with the call as metadata, so the server's spans join the host's trace.
+let otel = null;
+try {
+  otel = require('@opentelemetry/api');
+} catch {
+  // not installed: no trace to join
+}
+
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
@@ -257,6 +267,11 @@ class MemoryClient {
   _metadata(extraMetadata = {}, tokens = []) {
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
+    if (otel) {
+      const carrier = {};
+      otel.propagation.inject(otel.context.active(), carrier);
+      for (const [key, value] of Object.entries(carrier)) metadata.set(key, value);
+    }
     for (const [key, value] of Object.entries(extraMetadata)) metadata.set(key, value);
     for (const token of tokens) metadata.add(TOKEN_KEY, token);
     return metadata;

@@ -120,7 +120,8 @@ class HttpApi:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         refuse = refusal_sender(error_response, scope, receive, send)
-        async with self._edge.envelope(UNROUTED, request.headers.get("x-request-id"), refuse) as envelope:
+        headers = request.headers.items()
+        async with self._edge.envelope(UNROUTED, request.headers.get("x-request-id"), refuse, headers) as envelope:
             if scope["path"] == OPENAPI_PATH:
                 response: Response | _EventStream = self._openapi_document(request.method)
             else:
