@@ -24,6 +24,7 @@ import grpc
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
 from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
+from mnemosyne.client.tracing import trace_metadata
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.consistency import (
     FLUSH_WAIT_SECONDS,
@@ -134,7 +135,7 @@ class MemoryClient:
     ) -> None:
         self.target = target
         self._session = SessionTokens(session_tenants) if session_consistency else None
-        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self._token_metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         given = {name for name, _ in options}
         options = [*(o for o in _CHANNEL_OPTIONS if o[0] not in given), *options]
 
@@ -171,8 +172,14 @@ class MemoryClient:
 
     @property
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        """The metadata every call of this client carries (its token), to send with a stub's call."""
+        """The metadata every call of this client carries (its token, and the caller's trace
+        context when OpenTelemetry is installed), to send with a stub's call."""
         return self._metadata
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        # Read at each call: the trace context is the caller's current span (client/tracing.py).
+        return (*self._token_metadata, *trace_metadata())
 
     def close(self) -> None:
         """Close the channel (and every member's); the client cannot be used after."""

@@ -6,8 +6,9 @@ templates are rendered by the real Helm code (sprig functions, ``fail``,
 values.schema.json validation, lint rules), not a re-implementation.
 
 Rendered manifests are validated with ``kubernetes-validate`` (strict, against
-the Kubernetes versions in KUBE_VERSIONS); the ServiceMonitor is a CRD that
-validator does not know, so its shape is checked here by hand. Values files
+the Kubernetes versions in KUBE_VERSIONS); the ServiceMonitor and the
+PrometheusRule are CRDs that validator does not know, so their shapes are
+checked here by hand. Values files
 are validated with ``check-jsonschema`` against values.schema.json.
 
 Used by scripts/check-chart (``python helm/chartcheck.py``) and by
@@ -34,6 +35,9 @@ CHART_DIR = HELM_DIR / "mnemosyne"
 SCHEMA = CHART_DIR / "values.schema.json"
 DEFAULT_VALUES = CHART_DIR / "values.yaml"
 FULL_VALUES = CHART_DIR / "ci" / "full-values.yaml"
+# The monitoring the chart ships: the alerts (a Prometheus rule file) and the Grafana dashboard.
+ALERTS = CHART_DIR / "files" / "alerts.yaml"
+DASHBOARD = CHART_DIR / "files" / "dashboard.json"
 
 RELEASE = "mn"
 NAMESPACE = "mem"
@@ -192,7 +196,7 @@ def validate_k8s(docs: list[dict[str, Any]], versions: Iterable[str] = KUBE_VERS
         if nulls:  # an empty `env:` or similar: legal but a template slip
             raise CheckError(f"{doc['kind']}/{doc['metadata']['name']} has null fields: {nulls}")
         if doc.get("apiVersion", "").startswith("monitoring.coreos.com/"):
-            check_servicemonitor(doc)
+            check_prometheusrule(doc) if doc.get("kind") == "PrometheusRule" else check_servicemonitor(doc)
             continue
         for version in versions:
             try:
@@ -287,6 +291,39 @@ def check_servicemonitor(doc: dict[str, Any]) -> None:
         for key in ("interval", "scrapeTimeout"):
             if key in ep:
                 need(bool(duration.match(str(ep[key]))), f"endpoint.{key} must be a Prometheus duration")
+
+
+def check_prometheusrule(doc: dict[str, Any]) -> None:
+    """Shape of a monitoring.coreos.com/v1 PrometheusRule (a CRD): groups of named rules, each an
+    alert or a recording rule with an expression. The expressions themselves are Prometheus' to
+    judge: tests/test_monitoring.py runs ``promtool check rules`` on the rendered spec."""
+
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise CheckError(f"PrometheusRule: {what}")
+
+    need(doc.get("apiVersion") == "monitoring.coreos.com/v1", "apiVersion must be monitoring.coreos.com/v1")
+    meta = doc.get("metadata", {})
+    need(bool(meta.get("name")) and bool(meta.get("namespace")), "metadata.name/namespace")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or set(spec) != {"groups"}:
+        raise CheckError("PrometheusRule: spec must hold groups only")
+    groups = spec["groups"]
+    need(isinstance(groups, list) and bool(groups), "spec.groups must be a non-empty list")
+    allowed_rule = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+    for group in groups:
+        need(isinstance(group, dict) and isinstance(group.get("name"), str), "each group needs a name")
+        need(
+            set(group) <= {"name", "interval", "limit", "partial_response_strategy", "rules"},
+            f"group keys {set(group)}",
+        )
+        for rule in group.get("rules") or []:
+            need(isinstance(rule, dict) and set(rule) <= allowed_rule, f"unknown rule keys {set(rule) - allowed_rule}")
+            need(("alert" in rule) != ("record" in rule), f"a rule is an alert or a record: {rule}")
+            need(isinstance(rule.get("expr"), str) and bool(rule["expr"].strip()), f"{rule}: expr")
+            for key in ("labels", "annotations"):
+                values = rule.get(key, {})
+                need(isinstance(values, dict) and all(isinstance(v, str) for v in values.values()), f"{key}: strings")
 
 
 def check_jsonschema(instance: Path | dict[str, Any]) -> subprocess.CompletedProcess[str]:

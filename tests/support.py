@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -66,14 +67,17 @@ def tokens_json(tokens: dict[str, list[str]]) -> str:
     )
 
 
-def gauge(server: ServerProcess, name: str) -> float:
-    """A gauge's value from the server's /metrics (start it with metrics=True)."""
+def gauge(server: ServerProcess, name: str, **labels: str) -> float:
+    """A metric's value from the server's /metrics (start it with metrics=True): the family's
+    first series, or the one with ``labels``."""
     with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         if family.name == name:
-            return float(family.samples[0].value)
-    raise AssertionError(f"{name} is not exposed")
+            for sample in family.samples:
+                if labels.items() <= sample.labels.items():
+                    return float(sample.value)
+    raise AssertionError(f"{name} {labels or ''} is not exposed")
 
 
 def sql_row(connection: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
@@ -152,3 +156,29 @@ backend members_http
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def on_a_terminal(args: Sequence[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``mnemosyne ARGS`` run with its stderr on a pseudo-terminal: (exit status, what it printed
+    there)."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mnemosyne.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env={**os.environ, **(env or {})},
+    )
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    return process.wait(timeout=120), output.decode(errors="replace")

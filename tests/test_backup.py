@@ -16,7 +16,7 @@ import pytest
 
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.store.snapshot import sha256_file
-from tests.support import ServerFactory, ServerProcess, sql_row, tokens_json
+from tests.support import ServerFactory, ServerProcess, on_a_terminal, sql_row, tokens_json
 
 ADMIN = "admin-token-backup"
 USER = "user-token-backup"
@@ -372,46 +372,28 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
     assert (directory / "manifest.json").read_text() != first
 
 
-def _on_a_terminal(*args: str) -> tuple[int, str]:
-    """The command run with its stderr on a pseudo-terminal: (exit status, what it printed there)."""
-    import pty
-
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mnemosyne.cli", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=terminal,
-        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
-    )
-    os.close(terminal)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:  # the terminal closed with the process
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(controller)
-    return process.wait(timeout=120), output.decode(errors="replace")
-
-
-def test_backup_and_restore_show_a_line_per_tenant_on_a_terminal(server_factory, tenant: str, tmp_path: Path) -> None:
+def test_backup_and_restore_show_their_progress_on_a_terminal_and_a_line_a_step_in_a_pipe(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
     tenants = [f"{tenant}-a", f"{tenant}-b"]
     server = _admin_server(server_factory, tenants)
     with MemoryClient(server.target, ADMIN) as admin:
         for name in tenants:
             admin.retain(name, f"a note of {name}")
     directory = tmp_path / "backup"
-    status, shown = _on_a_terminal("backup", "--target", server.target, "--to", str(directory))
+    env = {"MNEMOSYNE_TOKEN": ADMIN}
+    status, shown = on_a_terminal(["backup", "--target", server.target, "--to", str(directory)], env)
     assert status == 0
     for name in tenants:
-        assert f"{name}: copied (1 memories" in shown, shown
-    status, shown = _on_a_terminal("backup", "--target", server.target, "--to", str(directory))
+        assert f"backup: {name}: copied (1 memories" in shown, shown
+    assert "backup: 2tenant [" in shown and "\r" in shown, shown  # tqdm's bar: the tenants copied so far
+    status, shown = on_a_terminal(["backup", "--target", server.target, "--to", str(directory)], env)
     assert status == 0 and all(f"{name}: unchanged since the last backup" in shown for name in tenants), shown
-    status, shown = _on_a_terminal("restore", "--from", str(directory), "--data-dir", str(tmp_path / "restored"))
-    assert status == 0 and all(f"{name}: restored" in shown for name in tenants), shown
-    # Not on a terminal (a pipe): no progress lines.
+    restored = ["restore", "--from", str(directory), "--data-dir", str(tmp_path / "restored")]
+    status, shown = on_a_terminal(restored, env)
+    assert status == 0 and all(f"restore: {name}: restored" in shown for name in tenants), shown
+    assert "restore: 4step [" in shown, shown  # two tenants checked, two restored
+    # Into a pipe: one plain line per step, no bar.
     piped = _cli("backup", "--target", server.target, "--to", str(directory))
-    assert piped.returncode == 0 and "unchanged" not in piped.stderr
+    assert piped.returncode == 0 and "\r" not in piped.stderr and "[" not in piped.stderr, piped.stderr
+    assert sorted(piped.stderr.splitlines()) == [f"backup: {name}: unchanged since the last backup" for name in tenants]

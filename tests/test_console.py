@@ -126,7 +126,7 @@ def test_the_committed_assets_are_the_build_of_the_source(tmp_path: Path) -> Non
 
 def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
     """The package built from a copy of the sources holds every built file, so a server installed
-    from it serves the console without Node."""
+    from it serves the console and the API reference without Node."""
     tree = tmp_path / "src"
     skip = shutil.ignore_patterns("node_modules", "__pycache__", "build", "*.egg-info")
     for name in ("service", "client", "protos"):
@@ -151,8 +151,10 @@ def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        shipped = {n.removeprefix("mnemosyne/console_assets/") for n in archive.namelist() if "console_assets/" in n}
-    assert shipped == {p.name for p in (ROOT / "service" / "console_assets").iterdir()}
+        names = archive.namelist()
+    for folder in ("console_assets", "api_docs_assets"):  # the console's and the API reference's
+        shipped = {n.removeprefix(f"mnemosyne/{folder}/") for n in names if n.startswith(f"mnemosyne/{folder}/")}
+        assert shipped == {p.name for p in (ROOT / "service" / folder).iterdir()}, folder
 
 
 def test_whoami_names_the_token_and_its_tenants_and_scopes_list_the_records(server: ServerProcess) -> None:

@@ -273,12 +273,88 @@ CLIENT_METHOD_OF_RPC = {
 }
 
 
-def test_client_has_a_method_for_every_rpc() -> None:
+# The Node client's (client/node/src/client.js) method of each RPC.
+NODE_METHOD_OF_RPC = {
+    "Retain": "retain",
+    "RetainBatch": "retainBatch",
+    "Recall": "recall",
+    "GetMemory": "getMemory",
+    "ListMemories": "listMemories",
+    "ForgetMemory": "forget",
+    "UpdateMemory": "updateMemory",
+    "ForgetMemories": "forgetMemories",
+    "ListMemoryVersions": "listMemoryVersions",
+    "VerifyIntegrity": "verifyIntegrity",
+    "Stats": "stats",
+    "Ping": "ping",
+    "Dedup": "dedup",
+    "ListTenants": "listTenants",
+    "WhoAmI": "whoAmI",
+    "ListScopes": "listScopes",
+    "AggregateStats": "aggregateStats",
+    "EraseTenant": "eraseTenant",
+    "Backup": "backup",
+    "ExportTenant": "exportTenant",
+    "ImportTenant": "importTenant",
+    "MoveTenant": "moveTenant",
+    "ActivateTenant": "activateTenant",
+    "AssembleContext": "assembleContext",
+    "UpdateGlobal": "updateGlobal",
+    "UpdateWorkspace": "updateWorkspace",
+    "GetRecord": "getRecord",
+    "ListRecords": "listRecords",
+    "EditRecords": "editRecords",
+    "Consolidate": "consolidate",
+    "ConsolidateSession": "consolidateSession",
+    "Enable": "hotPath",
+    "Disable": "hotPath",
+    "Status": "hotPath",
+    "Flush": "hotPath",
+    "GetEvent": "getEvent",
+    "ListEvents": "listEvents",
+    "WatchEvents": "watchEvents",
+    "CreateWebhook": "createWebhook",
+    "ListWebhooks": "listWebhooks",
+    "DeleteWebhook": "deleteWebhook",
+    "RotateWebhookSecret": "rotateWebhookSecret",
+    "ResumeWebhook": "resumeWebhook",
+    "ListWebhookDeliveries": "listWebhookDeliveries",
+}
+
+
+def _node_client_methods() -> set[str]:
+    """The public methods of the Node client's MemoryClient, as Node.js sees them."""
+    from tests.node_support import node_package
+
+    listed = subprocess.run(
+        [
+            "node",
+            "-e",
+            "const { MemoryClient } = require('./src');"
+            "console.log(JSON.stringify(Object.getOwnPropertyNames(MemoryClient.prototype)"
+            ".filter((n) => typeof MemoryClient.prototype[n] === 'function' && !n.startsWith('_'))))",
+        ],
+        cwd=node_package(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    return set(json.loads(listed.stdout))
+
+
+@pytest.mark.parametrize("client", ["python", "node"])
+def test_each_client_has_a_method_for_every_rpc(client: str) -> None:
+    """A new RPC fails here until both clients (Python and Node) have a method for it."""
+    if client == "python":
+        method_of, methods = CLIENT_METHOD_OF_RPC, {n for n in dir(MemoryClient) if callable(getattr(MemoryClient, n))}
+    else:
+        method_of, methods = NODE_METHOD_OF_RPC, _node_client_methods()
     for module in PROTO_MODULES:
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
-                name = CLIENT_METHOD_OF_RPC.get(method.name)
-                assert name and callable(getattr(MemoryClient, name, None)), f"no client method for {method.full_name}"
+                name = method_of.get(method.name)
+                assert name and name in methods, f"no {client} client method for {method.full_name}"
 
 
 def test_public_exports_are_complete() -> None:

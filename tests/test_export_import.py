@@ -32,7 +32,7 @@ from mnemosyne.client import (
 from mnemosyne.client.types import BackupChunk, RetainItem, RetainResult, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2
-from tests.support import ServerFactory, ServerProcess, tokens_json, wait_until
+from tests.support import ServerFactory, ServerProcess, on_a_terminal, tokens_json, wait_until
 
 ADMIN = "admin-token-export"
 USER = "user-token-export"
@@ -150,6 +150,33 @@ def test_export_then_import_is_the_same_tenant(server_factory, tenant: str, tmp_
         # Under another name too.
         copy = import_archive(b, archive, tenant=f"{tenant}-copy")
         assert copy.tenant == f"{tenant}-copy" and b.verify_integrity(copy.tenant).head_hash == head
+
+
+def test_export_and_import_show_bytes_on_a_terminal_and_a_line_a_step_in_a_pipe(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    source, target = _servers(server_factory, tenant)
+    with MemoryClient(source.target, ADMIN) as client:
+        client.retain(tenant, "a memory that travels")
+    archive = tmp_path / "shown.tar"
+    env = {"MNEMOSYNE_TOKEN": ADMIN}
+    status, shown = on_a_terminal(["export", "--target", source.target, "--tenant", tenant, "--to", str(archive)], env)
+    assert status == 0 and f"export: {tenant}: written to {archive}" in shown, shown
+    assert "export: 100%|" in shown and "B/s]" in shown, shown  # tqdm's bar of bytes, all sent
+    status, shown = on_a_terminal(["import", "--target", target.target, "--from", str(archive)], env)
+    assert status == 0 and f"import: {tenant}: installed" in shown and "import: 100%|" in shown, shown
+    # Into a pipe: one plain line per step, no bar.
+    piped = tmp_path / "piped.tar"
+    command = [sys.executable, "-m", "mnemosyne.cli", "export", "--target", source.target, "--tenant", tenant]
+    done = subprocess.run(
+        [*command, "--to", str(piped)], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
+    assert done.returncode == 0 and "\r" not in done.stderr and "%" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [["export", tenant]] * 3, lines
+    assert (
+        lines[0].startswith(f"export: {tenant}: 1 memories, ") and lines[-1] == f"export: {tenant}: written to {piped}"
+    )
 
 
 def _rewrite(archive: Path, out: Path, edit_database, manifest_sha: bool = False) -> Path:

@@ -14,6 +14,7 @@ import base64
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -466,6 +467,8 @@ def test_tokens_only_in_secret_never_in_configmaps(full_docs, full_values):
         leaked = [s for s in sensitive if f'"{s}"' in text or (len(s) == 64 and s in text)]
         assert not leaked, f"{doc['kind']}/{doc['metadata']['name']} leaks {leaked}"
     for cm in cc.find(full_docs, "ConfigMap"):
+        if cm["metadata"]["name"] == f"{FULLNAME}-dashboard":
+            continue  # files/dashboard.json as it is (compared below): no value reaches it
         blob = json.dumps(cm["data"]).lower()
         assert "token" not in blob.replace("mnemosyne_tokens_file", "")
         assert not any(s.lower() in blob for s in sensitive)
@@ -508,6 +511,50 @@ def test_monitoring(minimal_docs, full_docs):
     ]
     assert [s["metadata"]["name"] for s in selected] == [HEADLESS]
     assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
+
+
+def test_alerts_and_dashboard_are_off_by_default_and_rendered_from_the_chart_files(minimal_docs, full_docs):
+    assert not cc.find(minimal_docs, "PrometheusRule")
+    assert not [d for d in cc.find(minimal_docs, "ConfigMap") if d["metadata"]["name"] != FULLNAME]
+    rule = cc.one(full_docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    shipped = cc.load_yaml(cc.ALERTS)
+    alerts = [r["alert"] for r in rule["spec"]["groups"][0]["rules"]]
+    assert alerts == [r["alert"] for r in shipped["groups"][0]["rules"]] and len(alerts) == 6
+    # runbookUrl points each alert at its section of the operator's copy of docs/operations.md
+    urls = [r["annotations"]["runbook_url"] for r in rule["spec"]["groups"][0]["rules"]]
+    assert urls == [f"https://docs.example.com/mnemosyne/operations.html#{a.lower()}" for a in alerts]
+    board = cc.one(full_docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label
+    assert board["metadata"]["annotations"] == {"grafana_folder": "Mnemosyne"}
+    assert json.loads(board["data"]["mnemosyne.json"]) == json.loads(cc.DASHBOARD.read_text())
+
+
+def test_the_dashboard_goes_where_the_sidecar_looks():
+    # A sidecar with a label of its own: null drops the default label (as with helm --set).
+    labels = {"dash": "yes", "grafana_dashboard": None}
+    values = {"metrics": {"grafanaDashboard": {"enabled": True, "namespace": "monitoring", "labels": labels}}}
+    docs = cc.render_manifests({**values, **cc.MINIMAL_OVERRIDES})
+    cc.validate_k8s(docs)
+    board = cc.one(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert board["metadata"]["namespace"] == "monitoring"
+    assert board["metadata"]["labels"]["dash"] == "yes" and "grafana_dashboard" not in board["metadata"]["labels"]
+
+
+def test_prometheusrule_shape_checker_catches_mistakes(full_docs):
+    rule = json.loads(json.dumps(cc.one(full_docs, "PrometheusRule")))
+    cc.check_prometheusrule(rule)
+    mistakes: list[Callable[[Manifest], object]] = [
+        lambda r: r["spec"]["groups"][0]["rules"][0].pop("expr"),
+        lambda r: r["spec"]["groups"][0]["rules"][0].update(record="x"),
+        lambda r: r["spec"]["groups"][0]["rules"][0].update(severity="page"),
+        lambda r: r["spec"].update(rules=[]),
+    ]
+    for mistake in mistakes:
+        broken = json.loads(json.dumps(rule))
+        mistake(broken)
+        with pytest.raises(cc.CheckError):
+            cc.check_prometheusrule(broken)
 
 
 @pytest.mark.parametrize(

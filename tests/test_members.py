@@ -531,6 +531,8 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
             assert client.list_tenants().unanswered_members == ["m1"]
             aggregate = client.aggregate_stats()
             assert aggregate.unanswered_members == ["m1"] and "m1 did not answer" in aggregate.consistency
+        # Counted by the member that was not answered (the alert MnemosyneMemberNotAnswering).
+        assert gauge(m0, "mnemosyne_fanout_unanswered", member="m1") == 2
     finally:
         members.stop()
         closed.stop()

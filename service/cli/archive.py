@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mnemosyne.cli.progress import Progress
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument
@@ -64,9 +65,11 @@ def _manifest_json(copy: TenantBackup, server: str) -> bytes:
     return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
 
 
-def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup:
-    """Export ``tenant`` from the client's server into a new archive at ``path``."""
+def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Progress | None = None) -> TenantBackup:
+    """Export ``tenant`` from the client's server into a new archive at ``path`` (``progress``: told
+    the manifest, the bytes as they arrive, the check and the archive written)."""
     path = Path(path)
+    progress = progress or Progress.silent("export")
     if path.exists():
         raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
     with tempfile.TemporaryDirectory(prefix=".export-", dir=path.parent) as scratch:
@@ -77,6 +80,9 @@ def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup
                 if isinstance(part, TenantBackup):
                     tenant_named_by(part.tenant, f"the export stream of {client.target}")
                     copy = part
+                    size = sum(f.size for f in part.files)
+                    progress.set_total(size)
+                    progress(f"{part.tenant}: {part.memories} memories, {size} bytes in {len(part.files)} files")
                     continue
                 if copy is None or part.file not in MEMBER_OF_FILE:
                     raise DataLoss("the export stream sent file bytes before its manifest", reason="STREAM_INVALID")
@@ -84,6 +90,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup
                 if handle is None:
                     handle = handles[part.file] = open(Path(scratch) / part.file, "wb")
                 handle.write(part.data)
+                progress.advance(len(part.data))
         finally:
             for handle in handles.values():
                 handle.close()
@@ -100,6 +107,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup
                     f"({file.size} bytes, SHA-256 {file.sha256[:12]}…)",
                     reason="BACKUP_FILE_MISMATCH",
                 )
+        progress(f"{copy.tenant}: received, every file as announced")
         temporary = path.with_name(f".partial-{uuid.uuid4().hex}-{path.name}")
         try:
             with tarfile.open(temporary, "w", format=tarfile.PAX_FORMAT) as archive:
@@ -115,6 +123,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path) -> TenantBackup
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
+    progress(f"{copy.tenant}: written to {path}")
     return copy
 
 
@@ -157,7 +166,9 @@ def read_manifest(archive: tarfile.TarFile, path: Path) -> TenantBackup:
         raise _refuse(path, f"its manifest lacks or garbles {exc}", "ARCHIVE_INVALID") from None
 
 
-def _chunks(archive: tarfile.TarFile, copy: TenantBackup, problems: list[str]) -> Iterator[BackupChunk]:
+def _chunks(
+    archive: tarfile.TarFile, copy: TenantBackup, problems: list[str], progress: Progress
+) -> Iterator[BackupChunk]:
     """The members' bytes in chunks. What cannot be read (a truncated archive) ends the stream
     early, noted in ``problems``: the server then refuses the import as truncated (an exception
     raised here would reach it only as gRPC's UNKNOWN)."""
@@ -168,6 +179,8 @@ def _chunks(archive: tarfile.TarFile, copy: TenantBackup, problems: list[str]) -
             assert extracted is not None
             while data := extracted.read(CHUNK_BYTES):
                 yield BackupChunk(file=file.name, data=data)
+                progress.advance(len(data))
+            progress(f"{copy.tenant}: {file.name} sent ({file.size} bytes)")
         except KeyError:
             problems.append(f"it has no member for its {file.name} file")
             return
@@ -176,9 +189,13 @@ def _chunks(archive: tarfile.TarFile, copy: TenantBackup, problems: list[str]) -
             return
 
 
-def import_archive(client: MemoryClient, path: Path, *, tenant: str = "", replace: bool = False) -> ImportResult:
-    """Stream the archive at ``path`` to the client's server, which installs it."""
+def import_archive(
+    client: MemoryClient, path: Path, *, tenant: str = "", replace: bool = False, progress: Progress | None = None
+) -> ImportResult:
+    """Stream the archive at ``path`` to the client's server, which installs it (``progress``: told
+    the manifest read, the bytes as they go, each file sent and the install)."""
     path = Path(path)
+    progress = progress or Progress.silent("import")
     try:
         archive = tarfile.open(path, "r:")
     except FileNotFoundError:
@@ -188,8 +205,15 @@ def import_archive(client: MemoryClient, path: Path, *, tenant: str = "", replac
     problems: list[str] = []
     with archive:
         copy = read_manifest(archive, path)
+        size = sum(f.size for f in copy.files)
+        progress.set_total(size)
+        progress(f"{copy.tenant}: {copy.memories} memories, {size} bytes in {len(copy.files)} files")
         try:
-            return client.import_tenant(copy, _chunks(archive, copy, problems), tenant=tenant, replace=replace)
+            result = client.import_tenant(
+                copy, _chunks(archive, copy, problems, progress), tenant=tenant, replace=replace
+            )
+            progress(f"{result.tenant}: installed")
+            return result
         except MnemosyneClientError as exc:
             if not problems:
                 raise

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -71,13 +70,8 @@ FORMAT_VERSION = 1
 LOCK_NAME = ".lock"
 PARTIAL_PREFIX = ".partial-"
 
-Progress = Callable[[str], None]
-
-
-def on_terminal(line: str) -> None:
-    """A progress line per tenant on a terminal; nothing when stderr is a file or a pipe."""
-    if sys.stderr.isatty():
-        print(line, file=sys.stderr, flush=True)
+# Told a line as each step ends (cli/progress.py ``Progress`` is one).
+StepDone = Callable[[str], None]
 
 
 _COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
@@ -191,7 +185,7 @@ def _final_path(tenant: str, copy: TenantBackup, file: str) -> str:
 
 
 class _Writer:
-    def __init__(self, directory: Path, progress: Progress) -> None:
+    def __init__(self, directory: Path, progress: StepDone) -> None:
         self.directory = directory
         self.progress = progress
         self.current: _Receiving | None = None
@@ -276,7 +270,7 @@ class _Writer:
 
 
 def write_backup(
-    client: MemoryClient, directory: Path, *, tenants: Sequence[str] = (), progress: Progress = lambda _line: None
+    client: MemoryClient, directory: Path, *, tenants: Sequence[str] = (), progress: StepDone = lambda _line: None
 ) -> BackupSummary:
     """Back the server's tenants (or those named) up into ``directory``: incremental when it
     already holds a backup (tenants unchanged since are not copied again)."""
@@ -328,7 +322,7 @@ def _receive(
     tenants: Sequence[str],
     known: dict[str, tuple[int, int]],
     writer: _Writer,
-    progress: Progress,
+    progress: StepDone,
 ) -> tuple[BackupSummary, set[str], set[str]]:
     """The server's backup stream, its files written through ``writer``: its summary, and the
     tenants unchanged since the copies ``known`` and those the server skipped."""
@@ -453,7 +447,7 @@ def restore(
     *,
     tenants: Sequence[str] = (),
     replace: bool = False,
-    progress: Progress = lambda _line: None,
+    progress: StepDone = lambda _line: None,
 ) -> list[str]:
     """Put tenants of a backup directory into a data directory no server is using; returns the
     tenants restored. Every selected tenant is checked before any file is placed."""

@@ -127,10 +127,11 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from mnemosyne.cli.backup import on_terminal, write_backup
+    from mnemosyne.cli.backup import write_backup
+    from mnemosyne.cli.progress import Progress
 
-    with client_of(args) as client:
-        summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=on_terminal)
+    with client_of(args) as client, Progress("backup", unit="tenant") as progress:
+        summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=progress)
     print(
         f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
         f"{summary.skipped} skipped, {summary.bytes} bytes received"
@@ -140,18 +141,22 @@ def _backup(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from mnemosyne.cli.archive import write_archive
+    from mnemosyne.cli.progress import Progress
 
-    with client_of(args) as client:
-        copy = write_archive(client, args.tenant, Path(args.to))
+    with client_of(args) as client, Progress("export", unit="B") as progress:
+        copy = write_archive(client, args.tenant, Path(args.to), progress=progress)
     print(f"exported {copy.tenant} ({copy.memories} memories, head {copy.head_hash[:12]}…) to {args.to}")
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
     from mnemosyne.cli.archive import import_archive
+    from mnemosyne.cli.progress import Progress
 
-    with client_of(args) as client:
-        result = import_archive(client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace)
+    with client_of(args) as client, Progress("import", unit="B") as progress:
+        result = import_archive(
+            client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace, progress=progress
+        )
     done = "replaced" if result.replaced else "imported"
     print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
     return 0

@@ -201,20 +201,24 @@ class _Drills:
         )
 
 
+# The drills, in the order they run (methods of _Drills).
+DRILLS = (
+    "hard_kill_during_sync_writes",
+    "queue_loss_surface",
+    "repeated_submission",
+    "audit_chain",
+    "no_double_billing",
+)
+
+
 def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[DrillResult]:
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     drills = _Drills(data_dir, out)
     try:
         drills.start()
-        for drill in (
-            drills.hard_kill_during_sync_writes,
-            drills.queue_loss_surface,
-            drills.repeated_submission,
-            drills.audit_chain,
-            drills.no_double_billing,
-        ):
-            drill()
+        for name in DRILLS:
+            getattr(drills, name)()
         drills.client.close()
     except Exception as exc:  # a drill that cannot even run is a failure, reported as such
         drills.report(len(drills.results) + 1, "error", False, f"{type(exc).__name__}: {exc}")

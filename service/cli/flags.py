@@ -137,7 +137,19 @@ def _argument(setting: Setting) -> dict[str, Any]:
         argument["type"] = number_flag(parse_integer if integer else parse_number, 0, largest)
     if described.choices:
         argument["choices"] = _Words(described.choices)
+        # argparse checks choices only on the command line: its variable's word (the default) is
+        # checked by the type, which it applies to both.
+        argument["type"] = _one_of(described.choices)
     return argument
+
+
+def _one_of(words: tuple[str, ...]) -> Callable[[str], str]:
+    def word(text: str) -> str:
+        if text.lower() not in words:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(words)}")
+        return text
+
+    return word
 
 
 def _variable_text(setting: Setting) -> str | None:

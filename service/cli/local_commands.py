@@ -42,33 +42,36 @@ def _oplog(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from mnemosyne.cli.backup import on_terminal, restore
+    from mnemosyne.cli.backup import restore
+    from mnemosyne.cli.progress import Progress
 
     if args.from_replica:
         return _restore_from_replica(args)
     if args.timestamp or not args.data_dir:
         raise SystemExit("restore --from DIR: give --data-dir (and no --timestamp: a backup holds one state)")
-    restored = restore(
-        Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=on_terminal
-    )
+    with Progress("restore") as progress:
+        restored = restore(
+            Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=progress
+        )
     print(f"restored {len(restored)} tenants from {args.from_dir} into {args.data_dir}")
     return 0
 
 
 def _restore_from_replica(args: argparse.Namespace) -> int:
-    from mnemosyne.cli.backup import on_terminal
     from mnemosyne.cli.client_commands import client_of
+    from mnemosyne.cli.progress import Progress
     from mnemosyne.cli.replica_restore import restore_member, restore_online
 
     if args.data_dir:
-        restored = restore_member(
-            args.from_replica,
-            Path(args.data_dir),
-            tenants=args.tenant,
-            timestamp=args.timestamp,
-            replace=args.replace,
-            progress=on_terminal,
-        )
+        with Progress("restore") as progress:
+            restored = restore_member(
+                args.from_replica,
+                Path(args.data_dir),
+                tenants=args.tenant,
+                timestamp=args.timestamp,
+                replace=args.replace,
+                progress=progress,
+            )
         print(f"restored {len(restored)} tenants from {args.from_replica} into {args.data_dir}")
         return 0
     if len(args.tenant) != 1:
@@ -115,9 +118,17 @@ def _members(args: argparse.Namespace) -> int:
 
 
 def _drill(args: argparse.Namespace) -> int:
-    from mnemosyne.cli.drills import run_drills
+    from mnemosyne.cli.drills import DRILLS, run_drills
+    from mnemosyne.cli.progress import Progress
 
-    results = run_drills(Path(args.data_dir), out=print)
+    # Each drill's verdict is its line on stdout; a terminal also gets a bar of the drills.
+    with Progress("drill", total=len(DRILLS), unit="drill", echo=False) as progress:
+
+        def say(line: str) -> None:
+            progress.report(line, sys.stdout)
+            progress(line.split(":", 1)[0])
+
+        results = run_drills(Path(args.data_dir), out=say)
     return 0 if results and all(r.passed for r in results) else 1
 
 

@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from mnemosyne.cli.progress import Progress
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.routing import ROUTE_KEY, owner_of, parse_members
 from mnemosyne.errors import InvalidArgument
@@ -96,6 +97,7 @@ class _Moves:
     problems: list[str]
     out: TextIO
     total_bytes: int
+    progress: Progress
     lock: threading.Lock = field(default_factory=threading.Lock)
     tenants: int = 0
     bytes: int = 0
@@ -109,19 +111,20 @@ class _Moves:
         except MnemosyneClientError as exc:
             with self.lock:
                 self.problems.append(f"tenant {planned.tenant} ({planned.source} -> {planned.destination}): {exc}")
-                print(f"  {planned.tenant}: NOT moved: {exc}", file=self.out, flush=True)
+                self.progress.report(f"  {planned.tenant}: NOT moved: {exc}", self.out)
+                self.progress(f"{planned.tenant}: not moved")
             return
         with self.lock:
             self.tenants += 1
             self.bytes += planned.bytes
             what = ", ".join(result.steps) if result.steps else "moved already"
-            print(
+            self.progress.report(
                 f"  {planned.tenant}: {planned.source} -> {planned.destination} epoch {result.epoch} "
                 f"({what}; {_human(result.bytes)} sent, {time.monotonic() - started:.2f} s) "
                 f"[{self.tenants}/{len(self.plan)} tenants, {_human(self.bytes)}/{_human(self.total_bytes)}]",
-                file=self.out,
-                flush=True,
+                self.out,
             )
+            self.progress(f"{planned.tenant}: moved")
 
 
 def rebalance(
@@ -149,9 +152,11 @@ def rebalance(
             file=out,
             flush=True,
         )
-        moves = _Moves(clients, plan, problems, out, total_bytes)
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            list(pool.map(moves.move, plan))
+        # Each move is its line on ``out``; a terminal also gets a bar of the moves (cli/progress.py).
+        with Progress("rebalance", total=len(plan), unit="tenant", echo=False) as progress:
+            moves = _Moves(clients, plan, problems, out, total_bytes, progress)
+            with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+                list(pool.map(moves.move, plan))
     for problem in problems:
         print(f"rebalance: {problem}", file=out, flush=True)
     print(

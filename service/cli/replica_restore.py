@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from mnemosyne.cli.backup import Progress, place_tenant
+from mnemosyne.cli.backup import StepDone, place_tenant
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, NotFound
@@ -63,7 +63,7 @@ def restore_member(
     tenants: Sequence[str] = (),
     timestamp: str | None = None,
     replace: bool = False,
-    progress: Progress = lambda _line: None,
+    progress: StepDone = lambda _line: None,
 ) -> list[str]:
     """Restore ``tenants`` (default: every tenant the bucket holds) into ``data_dir``, no server
     running on it; returns the tenants restored."""

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 from mnemosyne.cli.flags import add_flags, configured, variables_only
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
+from mnemosyne.errors import FailedPrecondition
+from mnemosyne.runtime import tracing
 from mnemosyne.runtime.interpreter import raise_open_file_limit
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.membership import member_list_text
 
 if TYPE_CHECKING:
     from mnemosyne.engine.extractor import Extractor
+    from mnemosyne.observability.otel import OtelTracer
     from mnemosyne.store.membership import Membership
     from mnemosyne.transport.config import ServerConfig
 
@@ -41,7 +44,11 @@ class ServeSettings:
     extractor it makes and the member list it parses."""
 
     log_format: str = option("text", "stderr log lines as text or JSON (one object per line)", choices=("text", "json"))
-    log_level: str = option("INFO", "DEBUG adds one access line per successful call", variable_only=True)
+    log_level: str = option(
+        "INFO",
+        "the least severe log lines written (debug adds one access line per successful call)",
+        choices=("debug", "info", "warning", "error"),
+    )
     extractor: str = option(
         "rules",
         "facts/triples extractor: rules (offline) or openai (an OpenAI-compatible chat API)",
@@ -71,6 +78,11 @@ class ServeSettings:
     )
     ownership_epoch: int = option(
         1, "the ownership epoch new and adopted tenant files are held at (a move raises a tenant's own)"
+    )
+    trace_tenant_ids: bool = option(
+        False,
+        "put each call's tenant id on its trace span (traces are on when the OTEL_* variables name an "
+        "exporter: docs/operations.md#traces); off, no span names a tenant",
     )
 
 
@@ -126,7 +138,30 @@ def serve_command(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, seams.open_files)
     soft, hard = raise_open_file_limit()
     logging.getLogger("mnemosyne.server").info("open-file limit: %s (hard limit %s)", soft, hard)
-    return asyncio.run(_run_server(server_config(args, settings), seams))
+    config = server_config(args, settings)
+    tracer = _tracer(settings)
+    try:
+        return asyncio.run(_run_server(config, settings, seams))
+    finally:
+        if tracer is not None:
+            tracer.shutdown()  # the spans still batched are exported
+
+
+def _tracer(settings: ServeSettings) -> OtelTracer | None:
+    """Traces, when the standard OTEL_* variables ask for them (runtime/tracing.py)."""
+    if not tracing.configured():
+        return None
+    try:
+        from mnemosyne.observability.otel import tracer_from_environment
+    except ImportError as exc:
+        raise FailedPrecondition(
+            f"the OTEL_* variables ask for traces, but OpenTelemetry's SDK is not installed ({exc.name}): "
+            "pip install 'mnemosyne-memory-service[otel]', or unset them",
+            reason="CONFIG_INVALID",
+        ) from None
+    tracer = tracer_from_environment(tenant_ids=settings.trace_tenant_ids, member=settings.member)
+    tracing.install(tracer)
+    return tracer
 
 
 def server_config(args: argparse.Namespace, settings: ServeSettings) -> ServerConfig:
@@ -167,7 +202,8 @@ def _membership(settings: ServeSettings) -> Membership | None:
     return Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
 
 
-async def _run_server(config: ServerConfig, seams: Seams | None) -> int:
+async def _run_server(config: ServerConfig, settings: ServeSettings, seams: Seams | None) -> int:
+    from mnemosyne.cli.where import announce
     from mnemosyne.transport.server import start_server
 
     if config.http_port:  # the HTTP stack (MCP's SDK above all) is loaded only to be served
@@ -193,7 +229,18 @@ async def _run_server(config: ServerConfig, seams: Seams | None) -> int:
         ),
         flush=True,
     )
+    traces = _traces(settings)
+    announce(config, running, log_format=settings.log_format, traces=traces)  # and where, for a person
     await stop.wait()
     logging.getLogger("mnemosyne.server").info("stopping: draining for up to %.0fs", config.grace_seconds)
     await running.stop()
     return 0
+
+
+def _traces(settings: ServeSettings) -> str:
+    """Where the traces go, in a few words."""
+    if not tracing.enabled():
+        return "off (no OTEL_* variable names an exporter)"
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    ids = "with" if settings.trace_tenant_ids else "without"
+    return f"OTLP to {endpoint or 'the default endpoint'}, {ids} tenant ids"

@@ -60,6 +60,7 @@ from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.seams import Seams
+from mnemosyne.store.data_dir import volume_bytes
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
 
@@ -158,7 +159,9 @@ class Engine:
         # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
         self.changes = Changes()
         fences = Fences(self.changes)
-        self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed, fences=fences)
+        self.memories = Memories(
+            pool=self.pool, limits=config.limits, committed=seams.committed, fences=fences, observer=observer
+        )
         self.updates = Updates(
             pool=self.pool,
             write_path=self.write_path,
@@ -324,3 +327,11 @@ class Engine:
     def oldest_pending_seconds(self) -> float:
         """Age in seconds of the oldest accepted-but-unapplied write (0 when none)."""
         return self.hot_path.queue_depth()[1]
+
+    def data_volume_size(self) -> int:
+        """Bytes of the filesystem holding the data directory."""
+        return volume_bytes(self.config.data_dir)[0]
+
+    def data_volume_free(self) -> int:
+        """Bytes of the data directory's filesystem this process may still write."""
+        return volume_bytes(self.config.data_dir)[1]

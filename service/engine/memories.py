@@ -10,6 +10,7 @@ from mnemosyne.engine import page_tokens
 from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
@@ -80,9 +81,11 @@ class Memories:
         pool: TenantPool,
         limits: Limits,
         fences: Fences,
+        observer: EngineObserver,
         committed: Callable[[str], None] = lambda _method: None,
     ) -> None:
         self.pool = pool
+        self._observer = observer  # told each audit's verdict (the integrity metrics)
         self.limits = limits
         self._fences = fences  # a forget fences the queued writes (engine/hot_path/fences.py)
         self._committed = committed  # the crash-after-commit test seam (EngineConfig.committed)
@@ -215,6 +218,7 @@ class Memories:
                 )
             with store.read() as txn:
                 verdict = txn.audit()
+        self._observer.integrity_checked(valid=verdict.valid)
         return IntegrityReport(
             valid=verdict.valid,
             first_broken_at=verdict.first_broken_at,

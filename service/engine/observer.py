@@ -32,6 +32,14 @@ class EngineObserver:
         """A compare-and-set (workspace generation check) was rejected; ``reason`` is the error's
         stable UPPER_SNAKE reason (a small fixed set, safe as a metric label)."""
 
+    def event_failed(self, reason: str) -> None:
+        """A hot-path operation failed for good after its bounded attempts (a poison write);
+        ``reason`` is its stable UPPER_SNAKE error reason."""
+
+    def integrity_checked(self, *, valid: bool) -> None:
+        """An audit of one tenant's file (VerifyIntegrity) ended: ``valid`` False when its chain or
+        its contents do not match."""
+
 
 class SafeObserver(EngineObserver):
     """Wraps an observer so that its failures are logged, never raised into the engine."""
@@ -57,3 +65,9 @@ class SafeObserver(EngineObserver):
 
     def cas_rejected(self, reason: str) -> None:
         self._call(lambda: self._inner.cas_rejected(reason))
+
+    def event_failed(self, reason: str) -> None:
+        self._call(lambda: self._inner.event_failed(reason))
+
+    def integrity_checked(self, *, valid: bool) -> None:
+        self._call(lambda: self._inner.integrity_checked(valid=valid))

@@ -18,6 +18,7 @@ its own commit from the same two steps, marking its log in the same transaction.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
@@ -39,7 +40,7 @@ from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
-from mnemosyne.runtime import background, read_priority
+from mnemosyne.runtime import background, read_priority, tracing
 from mnemosyne.store import ledger
 from mnemosyne.store.bookkeeping import NotStored
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn
@@ -152,7 +153,8 @@ class WritePath:
         ``per_item_errors``, else the call's error) and prepare the others."""
         outcomes: list[RetainOutcome | None] = [None] * len(items)
         prepared: list[PreparedItem] = []
-        with read_priority.bulk_work():  # checking each item: Python over every text
+        # Checking each item: Python over every text.
+        with tracing.span("write.prepare", items=len(items)), read_priority.bulk_work():
             for position, item in enumerate(items):
                 read_priority.give_way()
                 try:
@@ -225,7 +227,11 @@ class WritePath:
         # the tenant's: store/inbox.py's order), so a fast write of the same id cannot be
         # accepted between this check and this commit.
         inbox = store.inbox(create=False) if request else None
-        with inbox.lock if inbox is not None else nullcontext(), store.write() as txn:
+        with (
+            tracing.span("write.commit", items=len(prepared)),
+            inbox.lock if inbox is not None else nullcontext(),
+            store.write() as txn,
+        ):
             if request:
                 prior = prior_outcomes(txn, request)
                 if prior is None and inbox is not None:
@@ -309,7 +315,8 @@ class WritePath:
         # the sequential ones: an item whose extraction fails (hot path) is never written, and
         # apply names only items of the batch that were created.
         self._embed(todo)
-        lookup = self._helper.submit(self._find_near_duplicates, store, new)
+        # In this call's context (its trace span: the lookup is its step too).
+        lookup = self._helper.submit(contextvars.copy_context().run, self._find_near_duplicates, store, new)
         try:
             self._extract(todo, errors)
         finally:
@@ -323,6 +330,11 @@ class WritePath:
         A remote model's calls for several items run on a pool of ``extractor.concurrency``
         threads shared by every write: they mostly wait on the network, and one after the other a
         batch of 500 would take 500 round trips."""
+        if todo:
+            with tracing.span("write.extract", items=len(todo)):
+                self._extract_each(todo, errors)
+
+    def _extract_each(self, todo: Sequence[PreparedItem], errors: dict[int, Exception] | None) -> None:
         texts = [p.item.text for p in todo]
         if self.extractor.concurrency > 1 and len(todo) > 1:
             with self._extract_pool_lock:
@@ -360,7 +372,7 @@ class WritePath:
         if not todo:
             return
         in_turns = self.embedder.holds_interpreter  # else a model's embedding: one call for the batch
-        with read_priority.bulk_work(in_turns):
+        with tracing.span("write.embed", items=len(todo)), read_priority.bulk_work(in_turns):
             for part in _slices_of_text(todo) if in_turns else [todo]:
                 read_priority.give_way()
                 vectors = self.embedder.embed([p.item.text for p in part])
@@ -369,7 +381,8 @@ class WritePath:
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """The near duplicates of each item, in acceptance order (engine/near_duplicates.py)."""
-        find_near_duplicates(store, self.embedder, self._threshold, prepared)
+        with tracing.span("write.near_duplicates", items=len(prepared)):
+            find_near_duplicates(store, self.embedder, self._threshold, prepared)
 
     # -- inside the transaction ----------------------------------------------------------------
 

@@ -2,19 +2,20 @@
 process, e.g. in tests).
 
 Every label takes values from a small fixed set: gRPC method names of the services this server
-registered, status code names, error reasons. No label ever takes a tenant id, a request id or
+registered, status code names, error reasons, the member names of the operator's list. No label ever takes a tenant id, a request id or
 any other client-chosen value (unbounded cardinality, and a leak of tenant names).
 
-Figures the engine owns (open tenant files, queue depth, oldest pending write) are read on each
-scrape through callbacks bound by ``read_gauges_from`` (the server binds them to Engine methods:
-``open_tenants``, ``queue_depth``, ``oldest_pending_seconds``); the engine never sets a gauge.
+Figures the engine owns (open tenant files, queue depth, oldest pending write, the data
+directory's filesystem) are read on each scrape through callbacks bound by ``read_gauges_from``
+(the server binds them to Engine methods: ``open_tenants``, ``queue_depth``,
+``oldest_pending_seconds``, ``data_volume_size``, ``data_volume_free``); the engine never sets a gauge.
 The approximate indexes' figures (``mnemosyne_ann_*``) are read the same way, from the process's
 ``engine.ann.FIGURES``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -54,6 +55,9 @@ GAUGES = {
     "mnemosyne_replication_active_tenants": "Tenants in Litestream now (unreplicated or recent writes; of --replica-active-limit).",
     "mnemosyne_replication_sync_failures": "Syncs to object storage that failed since the start (retried).",
     "mnemosyne_litestream_restarts": "Times the Litestream child died and was restarted since the start.",
+    "mnemosyne_data_volume_size_bytes": "Size of the filesystem holding the data directory.",
+    "mnemosyne_data_volume_free_bytes": "Bytes of the data directory's filesystem this process may still write.",
+    "mnemosyne_members": "Members in this member's list (1 for a single server).",
 }
 
 
@@ -84,6 +88,12 @@ class ServerMetrics(EngineObserver):
         self.forwarded_in = Counter(
             "mnemosyne_forwarded_calls_received",
             "Calls that reached this member by another member's forwarding hop.",
+            registry=self.registry,
+        )
+        self.fanout_unanswered = Counter(
+            "mnemosyne_fanout_unanswered",
+            "Admin fan-outs (ListTenants, AggregateStats) a member did not answer, by member.",
+            ["member"],
             registry=self.registry,
         )
         self._read_on_scrape()
@@ -119,6 +129,21 @@ class ServerMetrics(EngineObserver):
             ["reason"],
             registry=self.registry,
         )
+        # No reason label: a series that appears at 1 shows no increase() to an alert (ListEvents
+        # with status failed names each failure's reason).
+        self.events_failed = Counter(
+            "mnemosyne_events_failed",
+            "Hot-path operations that failed for good after their bounded attempts.",
+            registry=self.registry,
+        )
+        self.integrity_checks = Counter(
+            "mnemosyne_integrity_checks",
+            "Audits of a tenant's file (VerifyIntegrity), by verdict: valid or broken.",
+            ["verdict"],
+            registry=self.registry,
+        )
+        for verdict in ("valid", "broken"):  # each series from 0: an alert's increase() sees the first
+            self.integrity_checks.labels(verdict=verdict)
 
     def _read_on_scrape(self) -> None:
         """The figures read from their owners on each scrape: the gauges of ``GAUGES`` (0 until
@@ -171,6 +196,12 @@ class ServerMetrics(EngineObserver):
     def cas_rejected(self, reason: str) -> None:
         self.cas_rejections.labels(reason=reason).inc()
 
+    def event_failed(self, reason: str) -> None:
+        self.events_failed.inc()
+
+    def integrity_checked(self, *, valid: bool) -> None:
+        self.integrity_checks.labels(verdict="valid" if valid else "broken").inc()
+
     # -- transport ------------------------------------------------------------------------------
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
@@ -180,6 +211,17 @@ class ServerMetrics(EngineObserver):
         if child is None:
             child = self._rpc_children[(method, code)] = self.rpc_duration.labels(method=method, code=code)
         child.observe(seconds)
+
+    def members_asked(self, members: Iterable[str]) -> None:
+        """The members an admin fan-out asks, each counted from 0 (an alert's increase() then sees
+        the first miss)."""
+        for member in members:
+            self.fanout_unanswered.labels(member=member)
+
+    def member_unanswered(self, member: str) -> None:
+        """A member of the list did not answer its part of an admin fan-out. Member names are the
+        operator's (the member list), never a client's: a bounded label."""
+        self.fanout_unanswered.labels(member=member).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -147,3 +147,10 @@ def remove_orphan_inboxes(data_dir: Path) -> None:
             and not (data_dir / TENANTS_DIR_NAME / f"{tenant}{TENANT_FILE_SUFFIX}").exists()
         ):
             path.unlink(missing_ok=True)
+
+
+def volume_bytes(data_dir: Path) -> tuple[int, int]:
+    """The size of the filesystem holding ``data_dir`` and the bytes this process may still write
+    there (statvfs: what an unprivileged writer has, the root-reserved blocks left out)."""
+    figures = os.statvfs(data_dir)
+    return figures.f_blocks * figures.f_frsize, figures.f_bavail * figures.f_frsize

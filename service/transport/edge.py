@@ -35,6 +35,7 @@ from typing import Any
 from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.runtime import tracing
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
@@ -151,9 +152,12 @@ class Edge:
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
 
-    def envelope(self, method: str, sent_request_id: str | None, refuse: Refuse) -> CallEnvelope:
-        """The envelope of one call (transport/envelope.py), recorded by this edge's telemetry."""
-        return CallEnvelope(self.recorder, method, sent_request_id, refuse)
+    def envelope(
+        self, method: str, sent_request_id: str | None, refuse: Refuse, carrier: tracing.Headers = ()
+    ) -> CallEnvelope:
+        """The envelope of one call (transport/envelope.py), recorded by this edge's telemetry;
+        ``carrier``: the call's metadata or headers (a caller's trace context)."""
+        return CallEnvelope(self.recorder, method, sent_request_id, refuse, carrier)
 
     # -- the steps every call takes, whatever its transport ------------------------------------
 
@@ -176,6 +180,7 @@ class Edge:
                 if hasattr(request, "tenant"):
                     principal.check_tenant(request.tenant)
             tenant = getattr(request, "tenant", SERVER)
+            tracing.tenant(tenant)  # on the call's span when the operator allows it
             forward_to, pending = None, False
             if self.forwarder is not None:
                 self.forwarder.arrived_by_hop(metadata)

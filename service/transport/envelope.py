@@ -4,14 +4,15 @@ event streams, the mem0 paths, the MCP endpoint's calls in process, a relayed me
     async with CallEnvelope(recorder, method, sent_request_id, refuse) as envelope:
         ...  # the edge's begin and answer (transport/edge.py), and the surface sending the answer
 
-1. begin: the call's request id is set for every log record (transport/telemetry.py);
+1. begin: the call's request id is set for every log record, and its trace span begins (a child of
+   the caller's trace context in ``carrier``: transport/telemetry.py);
 2. the body runs;
 3. an error is mapped to the ``google.rpc.Status`` it answers with (transport/errors.py: the one
    table; anything not ours is INTERNAL, logged here with its traceback, and leaks nothing) and
    handed to the surface's ``refuse``, which answers with it in its own form (a gRPC abort, a JSON
    error, a raised ``ServiceError``...); a client that went away (a cancelled task, a closed
    stream, ``ClientLeft``) is CANCELLED and nobody is answered;
-4. telemetry: the latency histogram by method and code, and the access record;
+4. telemetry: the span's end, the latency histogram by method and code, and the access record;
 5. end: the request id is reset.
 
 How the call ended is its ``outcome`` (code and reason), which a surface may read (a relayed
@@ -32,6 +33,7 @@ import grpc
 from google.rpc import status_pb2
 
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.runtime import tracing
 from mnemosyne.transport.errors import Relayed, status_code_for, to_status_proto
 from mnemosyne.transport.telemetry import Recorder
 
@@ -66,7 +68,9 @@ class CallEnvelope:
         "_gone",
         "_recorder",
         "_refuse",
+        "_carrier",
         "_sent",
+        "_span",
         "_started",
         "_token",
         "answered",
@@ -76,8 +80,17 @@ class CallEnvelope:
         "refusal",
     )
 
-    def __init__(self, recorder: Recorder, method: str, sent_request_id: str | None, refuse: Refuse) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        method: str,
+        sent_request_id: str | None,
+        refuse: Refuse,
+        carrier: tracing.Headers = (),
+    ) -> None:
         self._recorder = recorder
+        self._carrier = carrier  # the metadata or headers a caller's trace context may be in
+        self._span: tracing.CallSpan | None = None
         self._refuse = refuse
         self._sent = sent_request_id
         self.method = method
@@ -91,7 +104,7 @@ class CallEnvelope:
 
     async def __aenter__(self) -> CallEnvelope:
         self._started = time.perf_counter()
-        self.echo, self._token = self._recorder.begin(self._sent)
+        self.echo, self._token, self._span = self._recorder.begin(self._sent, self.method, self._carrier)
         return self
 
     async def __aexit__(
@@ -108,8 +121,10 @@ class CallEnvelope:
             self.refusal = await self._refuse(self, error, self.status_of(error))
             return True
         finally:
-            assert self._token is not None
-            self._recorder.end(self.method, self.outcome.code, self.outcome.reason, self._started, self._token)
+            assert self._token is not None and self._span is not None
+            self._recorder.end(
+                self.method, self.outcome.code, self.outcome.reason, self._started, self._token, self._span
+            )
 
     def client_gone(self) -> None:
         """The client went away (a closed connection): the call is CANCELLED, and an error that

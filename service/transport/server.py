@@ -93,6 +93,8 @@ class RunningServer:
     side: SideServer | None = None
     http: HttpSurface | None = None
     forwarder: Forwarder | None = None
+    # Who may call (None: no tokens, everyone who reaches the ports): for the start-up summary.
+    authenticator: TokenAuthenticator | None = None
     started: bool = False
     stopping: bool = False
 
@@ -262,6 +264,7 @@ async def start_server(
             drain_delay_seconds=config.drain_delay_seconds,
             metrics=metrics,
             forwarder=forwarder,
+            authenticator=authenticator,
         )
         edge, servicers = _edge_and_servicers(running, authenticator, seams)
         await _register(running, edge, servicers)
@@ -322,6 +325,7 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
     # never waits for reads.
     read_priority.never_give_way()
     log.info("admission limits: %s", admission.describe())
+    members = config.engine.membership
     metrics.read_gauges_from(
         {
             "mnemosyne_open_tenants": engine.open_tenants,
@@ -333,6 +337,9 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
             **engine.replication_gauges(),
+            "mnemosyne_data_volume_size_bytes": engine.data_volume_size,
+            "mnemosyne_data_volume_free_bytes": engine.data_volume_free,
+            "mnemosyne_members": lambda: len(members.ids) if members is not None else 1,
         }
     )
     metrics.count_refusals_from(admission.refusals)
@@ -360,7 +367,7 @@ def _edge_and_servicers(
         workspace=WorkspaceServicer(engine.workspaces, engine.consolidator, engine.consistency),
         hot_path=HotPathServicer(engine),
         events=EventsServicer(engine),
-        admin=AdminServicer(engine, FanOut(forwarder) if forwarder is not None else None, mover),
+        admin=AdminServicer(engine, FanOut(forwarder, running.metrics) if forwarder is not None else None, mover),
         webhooks=WebhookServicer(engine),
     )
     return edge, servicers

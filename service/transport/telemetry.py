@@ -1,4 +1,5 @@
-"""Telemetry of every call: its request id, its latency histogram, its access record.
+"""Telemetry of every call: its request id, its trace span (runtime/tracing.py: nothing unless
+tracing is configured), its latency histogram, its access record.
 
 The request id is the client's ``x-request-id`` metadata when it is a sane token, else a fresh
 one; it is attached to every log record of the call (the worker thread running the call's engine
@@ -17,6 +18,7 @@ import time
 
 from mnemosyne.observability import logs
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.runtime import tracing
 
 log = logging.getLogger("mnemosyne.rpc")
 
@@ -26,15 +28,28 @@ class Recorder:
         self._metrics = metrics
 
     @staticmethod
-    def begin(sent: str | None) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str]]:
+    def begin(
+        sent: str | None, method: str, carrier: tracing.Headers
+    ) -> tuple[tuple[tuple[str, str], ...], contextvars.Token[str], tracing.CallSpan]:
         """Set the call's request id from the ``x-request-id`` the client sent (metadata or
-        header); (the metadata echoing it, the token to reset it with)."""
+        header) and begin its trace span (a child of the caller's ``traceparent`` in
+        ``carrier``, its metadata or headers); (the metadata echoing the request id, the token to
+        reset it with, the span)."""
         request_id = logs.request_id_from(sent)
         # Echoed only to a client that sent one (it wants to correlate).
         echo = (("x-request-id", request_id),) if request_id == sent else ()
-        return echo, logs.set_request_id(request_id)
+        return echo, logs.set_request_id(request_id), tracing.call(method, carrier)
 
-    def end(self, method: str, code: str, reason: str, started: float, token: contextvars.Token[str]) -> None:
+    def end(
+        self,
+        method: str,
+        code: str,
+        reason: str,
+        started: float,
+        token: contextvars.Token[str],
+        span: tracing.CallSpan,
+    ) -> None:
+        span.end(method, code, reason)
         seconds = time.perf_counter() - started
         if self._metrics is not None:
             self._metrics.observe_rpc(method, code, seconds)

@@ -26,6 +26,16 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
 
+// The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
+// optional peer dependency @opentelemetry/api) and a span is active where a call is made, its W3C
+// traceparent goes with the call as metadata, so the server's spans join the host's trace.
+let otel = null;
+try {
+  otel = require('@opentelemetry/api');
+} catch {
+  // not installed: no trace to join
+}
+
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
@@ -95,12 +105,76 @@ function memory(m) {
   };
 }
 
+/** A RetainBatch item from a text or {text, scope, metadata, occurredAt, thread, speaker}. */
+function retainItem(item) {
+  const given = typeof item === 'string' ? { text: item } : item;
+  const out = { text: given.text, scope: given.scope ?? '', metadata: given.metadata ?? {}, speaker: given.speaker ?? '' };
+  if (given.occurredAt != null) out.occurred_at = timestampFrom(given.occurredAt, 'occurredAt');
+  if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: String(given.thread.position ?? 0) };
+  return out;
+}
+
+function recordChange(c) {
+  return { op: c.op === 'put' ? 'PUT' : 'DELETE', key: c.key, content: c.content ?? '' };
+}
+
 const EVENT_STATUS_NAMES = { PENDING: 'pending', RUNNING: 'running', SUCCEEDED: 'succeeded', FAILED: 'failed' };
 const EVENT_STATUS_BY_NAME = Object.fromEntries(Object.entries(EVENT_STATUS_NAMES).map(([proto, name]) => [name, proto]));
 
 /** A google.protobuf.Timestamp (seconds as a string) as a Date; null when absent. */
 function dateFrom(t) {
   return t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : null;
+}
+
+// The kinds of change a webhook subscription asks for, as docs/webhooks.md names them.
+const WEBHOOK_KINDS = [
+  'memory.created', 'memory.updated', 'memory.forgotten', 'memory.expired', 'record.changed',
+  'fast_write.succeeded', 'fast_write.failed', 'consolidation.applied',
+];
+const WEBHOOK_KIND_PROTO = Object.fromEntries(WEBHOOK_KINDS.map((k) => [k, `WEBHOOK_KIND_${k.toUpperCase().replace('.', '_')}`]));
+const WEBHOOK_KIND_NAME = Object.fromEntries(Object.entries(WEBHOOK_KIND_PROTO).map(([name, proto]) => [proto, name]));
+
+function webhookKind(kind) {
+  const proto = WEBHOOK_KIND_PROTO[kind];
+  if (!proto) throw new RangeError(`unknown webhook kind ${JSON.stringify(kind)}; choose from ${WEBHOOK_KINDS.join(', ')}`);
+  return proto;
+}
+
+/** Seconds since the epoch (0: never) as a Date, or null. */
+function dateFromSeconds(seconds) {
+  return seconds ? new Date(seconds * 1000) : null;
+}
+
+function webhook(w) {
+  return {
+    id: BigInt(w.id),
+    url: w.url,
+    kinds: w.kinds.map((k) => WEBHOOK_KIND_NAME[k] ?? k),
+    includeText: w.include_text,
+    secrets: w.secrets.map((s) => ({ id: BigInt(s.id), hint: s.hint, createdAt: dateFromSeconds(s.created_at) })),
+    createdAt: dateFromSeconds(w.created_at),
+    pendingDeliveries: Number(w.pending_deliveries),
+    failingSince: dateFromSeconds(w.failing_since),
+    pausedAt: dateFromSeconds(w.paused_at),
+    pauseReason: w.pause_reason,
+  };
+}
+
+function webhookDelivery(d) {
+  return {
+    deliveryId: d.delivery_id,
+    kind: WEBHOOK_KIND_NAME[d.kind] ?? d.kind,
+    at: dateFromSeconds(d.at),
+    delivered: d.delivered,
+    attempts: d.attempts,
+    nextAttemptAt: dateFromSeconds(d.next_attempt_at),
+    lastAttemptAt: dateFromSeconds(d.last_attempt_at),
+    lastStatusCode: d.last_status_code,
+    lastError: d.last_error,
+    deliveredAt: dateFromSeconds(d.delivered_at),
+    memoryId: BigInt(d.memory_id),
+    eventId: BigInt(d.event_id),
+  };
 }
 
 function timestampFrom(date, field) {
@@ -245,6 +319,11 @@ class MemoryClient {
   _metadata(extraMetadata = {}, tokens = []) {
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
+    if (otel) {
+      const carrier = {};
+      otel.propagation.inject(otel.context.active(), carrier);
+      for (const [key, value] of Object.entries(carrier)) metadata.set(key, value);
+    }
     for (const [key, value] of Object.entries(extraMetadata)) metadata.set(key, value);
     for (const token of tokens) metadata.add(TOKEN_KEY, token);
     return metadata;
@@ -279,11 +358,11 @@ class MemoryClient {
   }
 
   async _routedCall(stub, method, request, {
-    metadata, retry, timeoutMs, tokens,
+    metadata, retry, timeoutMs, tokens, member = '',
   }) {
     let backoffMs = RETRY_BACKOFF_MS;
     let corrected = false;
-    let sendTo = '';
+    let sendTo = member; // '': the tenant's owner by the member list
     for (let attempt = 0; ; attempt += 1) {
       const routed = this._routed(stub, request.tenant, sendTo);
       try {
@@ -366,6 +445,252 @@ class MemoryClient {
   async stats(tenant) {
     const { response } = await this._call(this.admin, 'Stats', { tenant }, { retry: true });
     return response;
+  }
+
+  /**
+   * Several memories in one call, each item a text or {text, scope, metadata, occurredAt, thread,
+   * speaker}; one result per item, in order (an item that fails never loses the others).
+   */
+  async retainBatch(tenant, items, { requestId = newRequestId(), fast = false } = {}) {
+    const request = { tenant, items: items.map(retainItem), request_id: requestId ?? '', fast };
+    const { response } = await this._call(this.memory, 'RetainBatch', request, { retry: Boolean(requestId) });
+    return response.results.map(retainResult);
+  }
+
+  /** One memory by id; `consistencyToken` as for recall. */
+  async getMemory(tenant, memoryId, { consistencyToken } = {}) {
+    const { response } = await this._call(this.memory, 'GetMemory', { tenant, memory_id: String(memoryId) },
+      { retry: true, consistencyToken });
+    return memory(response.memory);
+  }
+
+  /** One page of a tenant's memories, oldest first (`newestFirst`), or one thread's in order. */
+  async listMemories(tenant, {
+    scope = '', pageSize = 100, pageToken = '', includeForgotten = false, newestFirst = false, thread = '',
+    metadataEquals = {}, consistencyToken,
+  } = {}) {
+    const { response } = await this._call(this.memory, 'ListMemories', {
+      tenant,
+      scope,
+      page_size: pageSize,
+      page_token: pageToken,
+      include_forgotten: includeForgotten,
+      newest_first: newestFirst,
+      thread,
+      metadata_equals: metadataEquals,
+    }, { retry: true, consistencyToken });
+    return { memories: response.memories.map(memory), nextPageToken: response.next_page_token };
+  }
+
+  /** Erase one memory (no byte of it left in any file); false if it was forgotten already. */
+  async forget(tenant, memoryId, { requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.memory, 'ForgetMemory',
+      { tenant, memory_id: String(memoryId), request_id: requestId ?? '' }, { retry: Boolean(requestId) });
+    return response.forgotten;
+  }
+
+  /**
+   * Change a memory's text and/or metadata in place (its earlier versions are kept:
+   * listMemoryVersions); `replaceMetadata` replaces the metadata instead of merging it.
+   */
+  async updateMemory(tenant, memoryId, {
+    text = '', metadata = {}, replaceMetadata = false, requestId = newRequestId(),
+  } = {}) {
+    const { response } = await this._call(this.memory, 'UpdateMemory', {
+      tenant, memory_id: String(memoryId), text, metadata, replace_metadata: replaceMetadata, request_id: requestId ?? '',
+    }, { retry: Boolean(requestId) });
+    return {
+      memory: memory(response.memory),
+      updated: response.updated,
+      nearDuplicateOf: [...response.near_duplicate_of],
+      supersedes: [...response.supersedes],
+    };
+  }
+
+  /** Forget every memory whose metadata has all of `metadataEquals` (in `scope`, when given), at once. */
+  async forgetMemories(tenant, metadataEquals, { scope = '', requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.memory, 'ForgetMemories',
+      { tenant, metadata_equals: metadataEquals, scope, request_id: requestId ?? '' }, { retry: Boolean(requestId) });
+    return Number(response.forgotten_count);
+  }
+
+  /** Every version of a memory, oldest first, each with the time it became current. */
+  async listMemoryVersions(tenant, memoryId) {
+    const { response } = await this._call(this.memory, 'ListMemoryVersions', { tenant, memory_id: String(memoryId) },
+      { retry: true });
+    return response.versions.map((v) => ({
+      version: Number(v.version), text: v.text, metadata: { ...v.metadata }, at: dateFrom(v.at), current: v.current,
+    }));
+  }
+
+  // -- administration and lifecycle --------------------------------------------------------------
+
+  /** The audit chain's verdict on a tenant's file: valid, the first broken entry, each problem. */
+  async verifyIntegrity(tenant) {
+    const { response } = await this._call(this.admin, 'VerifyIntegrity', { tenant }, { retry: true });
+    return {
+      valid: response.valid,
+      firstBrokenAt: Number(response.first_broken_at),
+      checked: Number(response.checked),
+      headHash: response.head_hash,
+      problems: response.problems.map((p) => ({
+        ledgerSeq: Number(p.ledger_seq), memoryId: p.memory_id, kind: p.kind, detail: p.detail,
+      })),
+    };
+  }
+
+  /** Nothing: the cheapest call (the server answers, the token is good). */
+  async ping() {
+    await this._call(this.admin, 'Ping', {}, { retry: true });
+  }
+
+  /** Who this client's token is: its name, its tenants, whether it is an admin. */
+  async whoAmI() {
+    const { response } = await this._call(this.admin, 'WhoAmI', {}, { retry: true });
+    return { name: response.name, tenants: [...response.tenants], admin: response.admin };
+  }
+
+  /**
+   * The near-duplicate groups of a tenant (`threshold` 0-1, 0: the server's); `merge: true` merges
+   * each group into its kept memory.
+   */
+  async dedup(tenant, { merge = false, threshold = 0, requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.admin, 'Dedup',
+      { tenant, merge, threshold, request_id: requestId ?? '' }, { retry: !merge || Boolean(requestId) });
+    return {
+      groups: response.groups.map((g) => ({ keepMemoryId: g.keep_memory_id, duplicateMemoryIds: [...g.duplicate_memory_ids] })),
+      merged: response.merged,
+      threshold: response.threshold,
+    };
+  }
+
+  /** One page of the tenants with a file (admin token), in lexical order. */
+  async listTenants({ pageSize = 0, pageToken = '' } = {}) {
+    const { response } = await this._call(this.admin, 'ListTenants', { page_size: pageSize, page_token: pageToken },
+      { retry: true });
+    return {
+      tenants: [...response.tenants],
+      nextPageToken: response.next_page_token,
+      damaged: [...response.damaged],
+      unansweredMembers: [...response.unanswered_members],
+    };
+  }
+
+  /**
+   * Every tenant's stats (admin token), read as a stream of chunks: NOT one snapshot (each tenant
+   * read in a transaction of its own while writes go on: `consistency` says so).
+   */
+  async aggregateStats({ chunkSize = 0, timeoutMs } = {}) {
+    const result = { tenants: {}, damaged: {}, total: null, filesRead: 0, consistency: '', unansweredMembers: [] };
+    for await (const chunk of this._stream(this.admin, 'AggregateStats', { chunk_size: chunkSize }, '', timeoutMs)) {
+      for (const row of chunk.tenants) {
+        if (row.error_reason) result.damaged[row.tenant] = row.error_reason;
+        else result.tenants[row.tenant] = row.stats;
+      }
+      if (chunk.total) {
+        result.total = chunk.total;
+        result.filesRead = Number(chunk.files_read);
+        result.consistency = chunk.consistency;
+        result.unansweredMembers = [...chunk.unanswered_members];
+      }
+    }
+    return result;
+  }
+
+  /** A tenant's scopes (global, workspace/NAME), each with its generation and number of records. */
+  async listScopes(tenant) {
+    const { response } = await this._call(this.workspace, 'ListScopes', { tenant }, { retry: true });
+    return response.scopes.map((s) => ({ scope: s.scope, generation: BigInt(s.generation), records: Number(s.records) }));
+  }
+
+  /** Erase a whole tenant (admin token): its files gone, a receipt kept. Not repeated. */
+  async eraseTenant(tenant) {
+    const { response } = await this._call(this.admin, 'EraseTenant', { tenant });
+    const r = response.receipt;
+    return { tenant: r.tenant, erasedAt: dateFrom(r.erased_at), tokenName: r.token_name, headHash: r.head_hash };
+  }
+
+  /**
+   * An online backup (admin token) as its stream of parts: {tenant} (a copy's manifest), {chunk}
+   * (its files' bytes), {unchanged}, {skipped}, {summary}; `known` ([{tenant, change_counter,
+   * inbox_sequence}]) leaves out what is unchanged since a previous backup. `mnemosyne backup`
+   * writes them to a directory.
+   */
+  backup({ tenants = [], known = [], timeoutMs = 3600000 } = {}) {
+    return this._stream(this.admin, 'Backup', { tenants, known }, '', timeoutMs);
+  }
+
+  /** One tenant's export as its stream of parts: {manifest} first, then {chunk}s of its files. */
+  exportTenant(tenant, { timeoutMs = 3600000 } = {}) {
+    return this._stream(this.admin, 'ExportTenant', { tenant }, tenant, timeoutMs);
+  }
+
+  /**
+   * Install an export on this server (admin token): `manifest` as exportTenant gave it, `chunks`
+   * an iterable or async iterable of its chunks; under `tenant` (default: the manifest's),
+   * `replace` an existing one. Resolves the installed tenant's figures.
+   */
+  async importTenant(manifest, chunks, { tenant = '', replace = false, timeoutMs = 3600000 } = {}) {
+    const stub = this.admin;
+    return new Promise((resolve, reject) => {
+      const call = stub.ImportTenant(this._metadata(), { deadline: Date.now() + timeoutMs }, (err, r) => {
+        if (err) reject(fromServiceError(err, this._addressOf.get(stub)));
+        else {
+          resolve({
+            tenant: r.tenant, headHash: r.head_hash, ledgerEntries: Number(r.ledger_entries), memories: Number(r.memories), replaced: r.replaced,
+          });
+        }
+      });
+      (async () => {
+        call.write({ tenant, manifest, replace });
+        for await (const chunk of chunks) {
+          if (!call.write({ chunk })) await new Promise((drained) => call.once('drain', drained));
+        }
+        call.end();
+      })().catch((err) => { call.cancel(); reject(err); });
+    });
+  }
+
+  /**
+   * Move `tenant` from `member` (its source; routed there) to `destination`, on a deployment of
+   * many members (docs/scale-out.md "Moving tenants"); safe to repeat: it finishes an interrupted move.
+   */
+  async moveTenant(tenant, destination, { member = '', timeoutMs = 3600000 } = {}) {
+    const { response } = await this._routedCall(this.admin, 'MoveTenant', { tenant, destination },
+      { metadata: {}, retry: true, timeoutMs, tokens: [], member });
+    return {
+      tenant: response.tenant,
+      source: response.source,
+      destination: response.destination,
+      epoch: Number(response.epoch),
+      headHash: response.head_hash,
+      bytes: Number(response.bytes),
+      steps: [...response.steps],
+      memories: Number(response.memories),
+    };
+  }
+
+  /** A move's last step, asked of the destination `member`: the tenant imported at `epoch` goes live. */
+  async activateTenant(tenant, epoch, headHash, { member = '' } = {}) {
+    const { response } = await this._routedCall(this.admin, 'ActivateTenant',
+      { tenant, epoch: String(epoch), head_hash: headHash }, { metadata: {}, retry: true, timeoutMs: this.timeoutMs, tokens: [], member });
+    return response.activated;
+  }
+
+  /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */
+  async* _stream(stub, method, request, tenant, timeoutMs) {
+    const routed = this._routed(stub, tenant);
+    const call = routed.stub[method](request, this._metadata(routed.route),
+      timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs });
+    call.on('error', () => {}); // the status after our own cancel() is no unhandled 'error'
+    try {
+      for await (const message of call) yield message;
+    } catch (err) {
+      if (err && err.code === grpc.status.CANCELLED) return;
+      throw fromServiceError(err, this._addressOf.get(routed.stub));
+    } finally {
+      call.cancel();
+    }
   }
 
   // -- hot path and events ----------------------------------------------------------------------
@@ -520,8 +845,111 @@ class MemoryClient {
     }, { metadata: extra, retry: Boolean(requestId) });
     return { applied: response.applied, generation: generationFrom(trailingMetadata, WORKSPACE_GENERATION_KEY) };
   }
+
+  /** Every record of a scope and its generation, read together (paged here until complete). */
+  async listRecords(tenant, scope) {
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      const records = [];
+      let generation = null;
+      let pageToken = '';
+      let changed = false;
+      do {
+        const { response } = await this._call(this.workspace, 'ListRecords', { tenant, scope, page_token: pageToken },
+          { retry: true });
+        const pageGeneration = BigInt(response.generation);
+        if (generation !== null && pageGeneration !== generation) { changed = true; break; }
+        generation = pageGeneration;
+        records.push(...response.records.map((r) => ({ key: r.key, content: r.content })));
+        pageToken = response.next_page_token;
+      } while (pageToken);
+      if (!changed) return { records, generation };
+    }
+    throw new MnemosyneError(grpc.status.ABORTED, 'RECORDS_CHANGED', 'the records kept changing while they were read; read them again');
+  }
+
+  /**
+   * A browser-style edit: [{op: 'put'|'delete', key, content}] applied to `scope` if its generation
+   * is still `expectedGeneration` (a request field, not metadata); resolves the new generation.
+   */
+  async editRecords(tenant, scope, changes, expectedGeneration, { requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.workspace, 'EditRecords', {
+      tenant, scope, expected_generation: generationString(expectedGeneration), changes: changes.map(recordChange), request_id: requestId ?? '',
+    }, { retry: Boolean(requestId) });
+    return BigInt(response.generation);
+  }
+
+  /** A consolidation's changes under `receiptId` (applied once, however often it is sent). */
+  async consolidate(tenant, scope, changes, expectedGeneration, receiptId) {
+    const { response } = await this._call(this.workspace, 'Consolidate', {
+      tenant, scope, expected_generation: generationString(expectedGeneration), changes: changes.map(recordChange), receipt_id: receiptId,
+    }, { retry: true });
+    return { generation: BigInt(response.generation), alreadyApplied: response.already_applied };
+  }
+
+  /** Turn a tenant's finished sessions (threads; `thread` one only) into records, each receipt once. */
+  async consolidateSession(tenant, { thread = '' } = {}) {
+    const { response } = await this._call(this.workspace, 'ConsolidateSession', { tenant, thread }, { retry: true });
+    return response.scopes.map((o) => ({
+      thread: o.thread,
+      scope: o.scope,
+      receiptId: o.receipt_id,
+      outcome: String(o.outcome).replace('OUTCOME_', '').toLowerCase(),
+      generation: BigInt(o.generation),
+      modelCalls: Number(o.model_calls),
+      conflicts: Number(o.conflicts),
+    }));
+  }
+  // -- webhooks (docs/webhooks.md) ---------------------------------------------------------------
+
+  /**
+   * Subscribe `url` to the tenant's changes of `kinds` (WEBHOOK_KINDS' names); `includeText` puts
+   * a memory's text in its payloads; `secrets` (`whsec_...`) sign them, one is made when none is
+   * given. Returns {webhook, secrets}: the secrets made are shown only here.
+   */
+  async createWebhook(tenant, url, kinds, { includeText = false, secrets = [] } = {}) {
+    const { response } = await this._call(this.webhooks, 'CreateWebhook', {
+      tenant, url, kinds: kinds.map(webhookKind), include_text: includeText, secrets,
+    });
+    return { webhook: webhook(response.webhook), secrets: [...response.secrets] };
+  }
+
+  /** The tenant's subscriptions, with their state (failing, paused) and pending deliveries. */
+  async listWebhooks(tenant) {
+    const { response } = await this._call(this.webhooks, 'ListWebhooks', { tenant }, { retry: true });
+    return response.webhooks.map(webhook);
+  }
+
+  /** Delete a subscription and its pending deliveries; false when there was none of that id. */
+  async deleteWebhook(tenant, webhookId) {
+    const { response } = await this._call(this.webhooks, 'DeleteWebhook', { tenant, webhook_id: String(webhookId) },
+      { retry: true });
+    return response.deleted;
+  }
+
+  /** Add a signing secret (`secret`, or one made) and retire `retireSecretIds`; {webhook, secrets}. */
+  async rotateWebhookSecret(tenant, webhookId, { secret = '', retireSecretIds = [] } = {}) {
+    const { response } = await this._call(this.webhooks, 'RotateWebhookSecret', {
+      tenant, webhook_id: String(webhookId), secret, retire_secret_ids: retireSecretIds.map(String),
+    });
+    return { webhook: webhook(response.webhook), secrets: response.secret ? [response.secret] : [] };
+  }
+
+  /** Deliver again after a pause: its pending deliveries are due at once. */
+  async resumeWebhook(tenant, webhookId) {
+    const { response } = await this._call(this.webhooks, 'ResumeWebhook', { tenant, webhook_id: String(webhookId) },
+      { retry: true });
+    return webhook(response.webhook);
+  }
+
+  /** A subscription's delivery log, newest first, a page at a time. */
+  async listWebhookDeliveries(tenant, webhookId, { pageSize = 0, pageToken = '' } = {}) {
+    const { response } = await this._call(this.webhooks, 'ListWebhookDeliveries', {
+      tenant, webhook_id: String(webhookId), page_size: pageSize, page_token: pageToken,
+    }, { retry: true });
+    return { deliveries: response.deliveries.map(webhookDelivery), nextPageToken: response.next_page_token };
+  }
 }
 
 module.exports = {
-  MemoryClient, newRequestId, generationFrom, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY,
+  MemoryClient, newRequestId, generationFrom, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, WEBHOOK_KINDS,
 };

@@ -242,6 +242,191 @@ export declare class MemoryClient {
     changes: WorkspaceChange[],
     options?: WriteOptions,
   ): Promise<{ applied: number; generation: bigint }>;
+
+  // -- every other RPC (a method for each: tests/test_docs.py) ---------------------------------
+  /** One result per item, in order; an item is a text or a RetainItem. */
+  retainBatch(tenant: string, items: Array<string | RetainItem>, options?: { requestId?: string; fast?: boolean }): Promise<RetainResult[]>;
+  getMemory(tenant: string, memoryId: Id | number | bigint, options?: { consistencyToken?: ConsistencyToken }): Promise<Memory>;
+  listMemories(
+    tenant: string,
+    options?: {
+      scope?: string;
+      pageSize?: number;
+      pageToken?: string;
+      includeForgotten?: boolean;
+      newestFirst?: boolean;
+      thread?: string;
+      metadataEquals?: Record<string, string>;
+      consistencyToken?: ConsistencyToken;
+    },
+  ): Promise<{ memories: Memory[]; nextPageToken: string }>;
+  /** False if it was forgotten already. */
+  forget(tenant: string, memoryId: Id | number | bigint, options?: { requestId?: string }): Promise<boolean>;
+  updateMemory(
+    tenant: string,
+    memoryId: Id | number | bigint,
+    options?: { text?: string; metadata?: Record<string, string>; replaceMetadata?: boolean; requestId?: string },
+  ): Promise<{ memory: Memory; updated: boolean; nearDuplicateOf: Id[]; supersedes: Id[] }>;
+  /** How many were forgotten. */
+  forgetMemories(tenant: string, metadataEquals: Record<string, string>, options?: { scope?: string; requestId?: string }): Promise<number>;
+  listMemoryVersions(tenant: string, memoryId: Id | number | bigint): Promise<MemoryVersion[]>;
+  verifyIntegrity(tenant: string): Promise<IntegrityReport>;
+  ping(): Promise<void>;
+  whoAmI(): Promise<{ name: string; tenants: string[]; admin: boolean }>;
+  dedup(
+    tenant: string,
+    options?: { merge?: boolean; threshold?: number; requestId?: string },
+  ): Promise<{ groups: Array<{ keepMemoryId: Id; duplicateMemoryIds: Id[] }>; merged: boolean; threshold: number }>;
+  listTenants(options?: { pageSize?: number; pageToken?: string }): Promise<TenantPage>;
+  /** NOT one snapshot: each tenant read in a transaction of its own. */
+  aggregateStats(options?: { chunkSize?: number; timeoutMs?: number }): Promise<AggregateStats>;
+  listScopes(tenant: string): Promise<Array<{ scope: string; generation: bigint; records: number }>>;
+  eraseTenant(tenant: string): Promise<{ tenant: string; erasedAt: Date | null; tokenName: string; headHash: string }>;
+  /** The backup stream's parts, as the proto-loader objects (snake_case fields). */
+  backup(options?: { tenants?: string[]; known?: Array<Record<string, unknown>>; timeoutMs?: number }): AsyncGenerator<Record<string, unknown>, void, undefined>;
+  /** {manifest} first, then {chunk}s, as the proto-loader objects. */
+  exportTenant(tenant: string, options?: { timeoutMs?: number }): AsyncGenerator<Record<string, unknown>, void, undefined>;
+  importTenant(
+    manifest: Record<string, unknown>,
+    chunks: Iterable<Record<string, unknown>> | AsyncIterable<Record<string, unknown>>,
+    options?: { tenant?: string; replace?: boolean; timeoutMs?: number },
+  ): Promise<{ tenant: string; headHash: string; ledgerEntries: number; memories: number; replaced: boolean }>;
+  moveTenant(tenant: string, destination: string, options?: { member?: string; timeoutMs?: number }): Promise<MoveResult>;
+  /** Whether it was activated now (false: it was already). */
+  activateTenant(tenant: string, epoch: number | bigint | string, headHash: string, options?: { member?: string }): Promise<boolean>;
+  listRecords(tenant: string, scope: string): Promise<{ records: WorkspaceRecord[]; generation: bigint }>;
+  /** Resolves the new generation. */
+  editRecords(
+    tenant: string,
+    scope: string,
+    changes: WorkspaceChange[],
+    expectedGeneration: bigint | number,
+    options?: { requestId?: string },
+  ): Promise<bigint>;
+  consolidate(
+    tenant: string,
+    scope: string,
+    changes: WorkspaceChange[],
+    expectedGeneration: bigint | number,
+    receiptId: string,
+  ): Promise<{ generation: bigint; alreadyApplied: boolean }>;
+  consolidateSession(tenant: string, options?: { thread?: string }): Promise<SessionOutcome[]>;
+  createWebhook(
+    tenant: string,
+    url: string,
+    kinds: WebhookKind[],
+    options?: { includeText?: boolean; secrets?: string[] },
+  ): Promise<{ webhook: Webhook; secrets: string[] }>;
+  listWebhooks(tenant: string): Promise<Webhook[]>;
+  deleteWebhook(tenant: string, webhookId: bigint | number): Promise<boolean>;
+  rotateWebhookSecret(
+    tenant: string,
+    webhookId: bigint | number,
+    options?: { secret?: string; retireSecretIds?: Array<bigint | number> },
+  ): Promise<{ webhook: Webhook; secrets: string[] }>;
+  resumeWebhook(tenant: string, webhookId: bigint | number): Promise<Webhook>;
+  listWebhookDeliveries(
+    tenant: string,
+    webhookId: bigint | number,
+    options?: { pageSize?: number; pageToken?: string },
+  ): Promise<{ deliveries: WebhookDelivery[]; nextPageToken: string }>;
+}
+
+export type WebhookKind =
+  | 'memory.created' | 'memory.updated' | 'memory.forgotten' | 'memory.expired' | 'record.changed'
+  | 'fast_write.succeeded' | 'fast_write.failed' | 'consolidation.applied';
+export const WEBHOOK_KINDS: WebhookKind[];
+
+export interface Webhook {
+  id: bigint;
+  url: string;
+  kinds: WebhookKind[];
+  includeText: boolean;
+  secrets: Array<{ id: bigint; hint: string; createdAt: Date | null }>;
+  createdAt: Date | null;
+  pendingDeliveries: number;
+  failingSince: Date | null;
+  pausedAt: Date | null;
+  pauseReason: string;
+}
+
+export interface WebhookDelivery {
+  deliveryId: string;
+  kind: WebhookKind;
+  at: Date | null;
+  delivered: boolean;
+  attempts: number;
+  nextAttemptAt: Date | null;
+  lastAttemptAt: Date | null;
+  lastStatusCode: number;
+  lastError: string;
+  deliveredAt: Date | null;
+  memoryId: bigint;
+  eventId: bigint;
+}
+
+export interface RetainItem {
+  text: string;
+  scope?: string;
+  metadata?: Record<string, string>;
+  occurredAt?: Date | null;
+  thread?: ThreadRef | null;
+  speaker?: string;
+}
+
+export interface MemoryVersion {
+  version: number;
+  text: string;
+  metadata: Record<string, string>;
+  at: Date | null;
+  current: boolean;
+}
+
+export interface IntegrityReport {
+  valid: boolean;
+  firstBrokenAt: number;
+  checked: number;
+  headHash: string;
+  problems: Array<{ ledgerSeq: number; memoryId: Id; kind: string; detail: string }>;
+}
+
+export interface TenantPage {
+  tenants: string[];
+  nextPageToken: string;
+  damaged: string[];
+  unansweredMembers: string[];
+}
+
+export interface AggregateStats {
+  /** tenant -> AdminService.Stats as the proto-loader object. */
+  tenants: Record<string, Record<string, unknown>>;
+  /** tenant -> the reason its file could not be read. */
+  damaged: Record<string, string>;
+  total: Record<string, unknown> | null;
+  filesRead: number;
+  consistency: string;
+  unansweredMembers: string[];
+}
+
+export interface MoveResult {
+  tenant: string;
+  source: string;
+  destination: string;
+  epoch: number;
+  headHash: string;
+  bytes: number;
+  steps: string[];
+  memories: number;
+}
+
+export interface SessionOutcome {
+  thread: string;
+  scope: string;
+  receiptId: string;
+  outcome: string;
+  generation: bigint;
+  modelCalls: number;
+  conflicts: number;
 }
 
 /** A failed call: the gRPC status plus the ErrorInfo reason. Branch on `reason`, never on text. */

@@ -1,6 +1,8 @@
 'use strict';
 // Mnemosyne for Node.js: a promise-based client and the host side of host-owned generations.
-const { MemoryClient, newRequestId, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY } = require('./client');
+const {
+  MemoryClient, newRequestId, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, WEBHOOK_KINDS,
+} = require('./client');
 const {
   MnemosyneError, TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, fromServiceError,
 } = require('./errors');
@@ -10,5 +12,5 @@ const { ownerOf } = require('./routing');
 module.exports = {
   MemoryClient, MemoryHost, MnemosyneError, fromServiceError,
   TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, renderContext, newRequestId,
-  GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, ownerOf,
+  GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, WEBHOOK_KINDS, ownerOf,
 };

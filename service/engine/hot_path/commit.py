@@ -104,8 +104,10 @@ class RoundCommit:
             writable = [p for p in mine if p.position not in errors]
             created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
             now = time.time()
+            failures: list[str] = []  # the reasons of the operations that failed for good
             endings = [
-                self._finish(txn, ops[p.position], results[p.position], errors.get(p.position), now) for p in mine
+                self._finish(txn, ops[p.position], results[p.position], errors.get(p.position), now, failures)
+                for p in mine
             ]
             succeeded, failed = endings.count("succeeded"), endings.count("failed")
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
@@ -114,13 +116,22 @@ class RoundCommit:
         self._depths.count(tenant, store)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
         self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
+        for reason in failures:
+            self._observer.event_failed(reason)
         return "retry" not in endings
 
     def _finish(
-        self, txn: WriteTxn, op: OpRow, outcome: RetainOutcome | None, error: Exception | None, now: float
+        self,
+        txn: WriteTxn,
+        op: OpRow,
+        outcome: RetainOutcome | None,
+        error: Exception | None,
+        now: float,
+        failures: list[str],
     ) -> Ending:
         """Mark one operation: succeeded, failed for good after ``max_failures`` failed attempts,
-        or pending again after a backoff doubling from ``retry_seconds``."""
+        or pending again after a backoff doubling from ``retry_seconds``. A failure's reason goes into
+        ``failures`` (told to the observer once the transaction committed)."""
         if error is None and outcome is not None and outcome.status is not RetainStatus.INVALID:
             txn.oplog_finish(op.event_id, "succeeded", now, result_json=json.dumps(outcome.to_json()))
             return "succeeded"
@@ -137,6 +148,7 @@ class RoundCommit:
                 error_reason=reason,
                 error_message=f"{message} (after {op.failures + 1} failed attempts)",
             )
+            failures.append(reason)
             return "failed"
         txn.oplog_retry_later(op.event_id, reason, message, now, now + self._retry_seconds * (2**op.failures))
         return "retry"

@@ -29,6 +29,7 @@ from mnemosyne.engine.hot_path.retention import Retention
 from mnemosyne.engine.hot_path.rounds import Rounds
 from mnemosyne.engine.hot_path.scheduler import Scheduler
 from mnemosyne.errors import FailedPrecondition, Unavailable
+from mnemosyne.runtime import tracing
 from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER, NOT_SERVED_HERE
 from mnemosyne.store.pool import TenantPool
@@ -164,7 +165,13 @@ class Workers:
             time.sleep(0.05)
 
     def _round(self, tenant: str) -> bool:
-        """Process up to ``batch`` open operations of one tenant; True if more may remain."""
+        """Process up to ``batch`` open operations of one tenant; True if more may remain. A
+        trace of its own (the round serves many callers' writes)."""
+        with tracing.span("hot_path.round"):
+            tracing.tenant(tenant)
+            return self._round_of(tenant)
+
+    def _round_of(self, tenant: str) -> bool:
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 self._recovery.remove(tenant)

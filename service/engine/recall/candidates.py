@@ -14,6 +14,7 @@ from mnemosyne.engine.recall.state import NO_HITS, NO_ROWS, NO_VECTORS, Candidat
 from mnemosyne.engine.recall.steps import RecallStep
 from mnemosyne.engine.recall.text import text_hits
 from mnemosyne.engine.types import RecallMode
+from mnemosyne.runtime import tracing
 
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
 SPARSE_QUERY_FRACTION = 4
@@ -109,16 +110,18 @@ class FindCandidates:
         query, snapshot = recalling.query, recalling.snapshot
         vectors: VectorPath | None = None
         if query.vector is not None:
-            vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
+            with tracing.span("recall.leg.vector"):
+                vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
         hits = NO_HITS
         if query.mode is not RecallMode.VECTOR and query.terms:
-            hits = text_hits(
-                query,
-                snapshot,
-                b=self.bm25_b,
-                max_coordinated_terms=self.max_coordinated_terms,
-                from_postings=self.from_postings,
-            )
+            with tracing.span("recall.leg.text"):
+                hits = text_hits(
+                    query,
+                    snapshot,
+                    b=self.bm25_b,
+                    max_coordinated_terms=self.max_coordinated_terms,
+                    from_postings=self.from_postings,
+                )
         if vectors is None:  # text only
             recalling.candidates = Candidates(NO_ROWS, NO_VECTORS, None, NO_ROWS, hits)
         else:

@@ -18,6 +18,7 @@ from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import switched_off
 from mnemosyne.engine.recall.text import query_terms
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
+from mnemosyne.runtime import tracing
 from mnemosyne.store.pool import TenantPool
 
 
@@ -69,7 +70,8 @@ class Recall:
                 check_tenant_embedder(txn, self.embedder, write=False)
                 recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
                 for step in self.pipelines[mode].steps:
-                    step(recalling)
+                    with tracing.span(f"recall.{step.name.value}"):
+                        step(recalling)
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in recalling.best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
@@ -90,7 +92,10 @@ class Recall:
         valid_scopes = sorted({check.validate_scope(s) for s in scopes})
         filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
         pipeline = self.pipelines[mode]
-        vector = pipeline.embed(tenant, query) if pipeline.embed is not None else None
+        vector = None  # text only: none
+        if pipeline.embed is not None:
+            with tracing.span(f"recall.{pipeline.embed.name.value}"):
+                vector = pipeline.embed(tenant, query)
         depth = max(self.settings.candidates_per_k * k, self.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
         return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many)

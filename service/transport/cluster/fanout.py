@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from mnemosyne.engine.types import TenantStats
+from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
@@ -23,13 +24,20 @@ _TOTAL_FIELDS = [field.name for field in dataclasses.fields(TenantStats)]
 
 
 class FanOut:
-    def __init__(self, forwarder: Forwarder) -> None:
+    def __init__(self, forwarder: Forwarder, metrics: ServerMetrics | None) -> None:
         self._forwarder = forwarder
+        self._metrics = metrics  # counts the members that did not answer
         # The deployment-wide listing's page tokens are signed with a key every member has, so
         # that the next page may be asked of any member.
         self.page_secret = forwarder.shared_secret
         membership = forwarder.membership
         self._others = [member for member in membership.ids if member != membership.me]
+        if metrics is not None:
+            metrics.members_asked(self._others)
+
+    def _unanswered(self, member: str) -> None:
+        if self._metrics is not None:
+            self._metrics.member_unanswered(member)
 
     def wanted(self, call: Call) -> bool:
         """Whether this call asks for the whole deployment (not one member's part)."""
@@ -52,6 +60,7 @@ class FanOut:
                         break
             except Exception as exc:
                 log.warning("ListTenants: member %s did not answer: %s", member, exc)
+                self._unanswered(member)
                 unanswered.append(member)
         return elsewhere, unanswered
 
@@ -80,6 +89,7 @@ class FanOut:
                 if not member:
                     raise
                 log.warning("AggregateStats: member %s did not answer: %s", member, exc)
+                self._unanswered(member)
                 unanswered.append(member)
         answered = 1 + len(self._others) - len(unanswered)
         yield convert.to_members_aggregate_total(TenantStats(**totals), files_read, answered, unanswered)

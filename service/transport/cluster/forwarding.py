@@ -38,6 +38,7 @@ from google.rpc import status_pb2
 from mnemosyne.engine.moves import Membership, Placement
 from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
+from mnemosyne.runtime import tracing
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.errors import Relayed, error_info
 
@@ -190,13 +191,15 @@ class Forwarder:
             self._channels[member] = channel
         return channel
 
-    def _hop(self, owner: str, call: Call, *, asked: bool = False) -> dict[str, Any]:
+    def _hop(self, owner: str, call: Call, traced: tracing.HopSpan, *, asked: bool = False) -> dict[str, Any]:
         """The metadata and timeout of the hop to ``owner``; ``asked``: a fan-out's question to
-        each member (not counted as forwarded, and bounded by ASK_SECONDS)."""
+        each member (not counted as forwarded, and bounded by ASK_SECONDS); ``traced``: the hop's
+        span, whose trace context the owner continues."""
         if self._metrics is not None and not asked:
             self._metrics.forwarded.inc()
         metadata = [
             *_pass_on(call.metadata),
+            *traced.headers,
             (ROUTE_KEY, owner),
             (FORWARDED_BY_KEY, self.membership.me),
             (MEMBER_KEY_KEY, self._key),
@@ -234,6 +237,18 @@ class Forwarder:
         return error
 
     @contextlib.contextmanager
+    def _traced(self, owner: str, method: str) -> Iterator[tracing.HopSpan]:
+        """The hop's trace span (runtime/tracing.py), ended with the hop, failed or not."""
+        traced = tracing.hop(f"forward {method.strip('/')}", **{"mnemosyne.member": owner, "rpc.system": "grpc"})
+        try:
+            yield traced
+        except BaseException as exc:
+            # A caller that left (a closed stream, a cancelled call) is no failure of the hop.
+            traced.end(None if isinstance(exc, (GeneratorExit, asyncio.CancelledError)) else exc)
+            raise
+        traced.end(None)
+
+    @contextlib.contextmanager
     def _answered_by(self, owner: str, hop: Any) -> Iterator[None]:
         """How every hop ends: the owner's refusal as it came (``Relayed``), a failure on the way
         as UNAVAILABLE naming the owner; the hop cancelled with the call (a no-op once it ended)."""
@@ -268,41 +283,44 @@ class Forwarder:
     ) -> Any:
         """A hop answered by one response (a unary call, a client stream)."""
         multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
-        hop = multi(sent, **self._hop(owner, call, asked=asked))
-        with self._answered_by(owner, hop):
-            response = await hop
-            call.send_initial_metadata(_answered(await hop.initial_metadata()))
-            call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
-            return response
+        with self._traced(owner, method) as traced:
+            hop = multi(sent, **self._hop(owner, call, traced, asked=asked))
+            with self._answered_by(owner, hop):
+                response = await hop
+                call.send_initial_metadata(_answered(await hop.initial_metadata()))
+                call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
+                return response
 
     async def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
     ) -> AsyncIterator[Any]:
         multi = self._channel_for(owner, method, "unary_stream", raw=call.answers_bytes and not asked)
-        hop = multi(request, **self._hop(owner, call, asked=asked))
-        with self._answered_by(owner, hop):
-            started = asyncio.ensure_future(hop.initial_metadata())
-            await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
-            if started.done():
-                call.send_initial_metadata(_answered(started.result()))
-                code = await hop.code() if hop.done() else grpc.StatusCode.OK
-                if code != grpc.StatusCode.OK:
-                    raise self._relayed(owner, code, await hop.details() or "", await hop.trailing_metadata())
-            else:
-                started.cancel()
-            if call.stepped is not None:  # an HTTP client gets its event stream now
-                call.stepped.set()
-            async for message in hop:
-                yield message
+        with self._traced(owner, method) as traced:
+            hop = multi(request, **self._hop(owner, call, traced, asked=asked))
+            with self._answered_by(owner, hop):
+                started = asyncio.ensure_future(hop.initial_metadata())
+                await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
+                if started.done():
+                    call.send_initial_metadata(_answered(started.result()))
+                    code = await hop.code() if hop.done() else grpc.StatusCode.OK
+                    if code != grpc.StatusCode.OK:
+                        raise self._relayed(owner, code, await hop.details() or "", await hop.trailing_metadata())
+                else:
+                    started.cancel()
+                if call.stepped is not None:  # an HTTP client gets its event stream now
+                    call.stepped.set()
+                async for message in hop:
+                    yield message
 
     async def ask_member(self, member: str, method: str, kind: str, sent: Any, call: Call, timeout: float) -> Any:
         """A member-to-member call on the caller's behalf (a move's import and activation): its
         token, routed to ``member``, within ``timeout``; the member's refusal as it came."""
         multi = self._channel_for(member, method, kind, raw=False)
-        metadata = self._hop(member, call, asked=True)["metadata"]
-        hop = multi(sent, metadata=metadata, timeout=timeout)
-        with self._answered_by(member, hop):
-            return await hop
+        with self._traced(member, method) as traced:
+            metadata = self._hop(member, call, traced, asked=True)["metadata"]
+            hop = multi(sent, metadata=metadata, timeout=timeout)
+            with self._answered_by(member, hop):
+                return await hop
 
     async def close(self) -> None:
         channels, self._channels, self._callables = list(self._channels.values()), {}, {}

@@ -58,7 +58,7 @@ def _unary(edge: Edge, method: str, implementation: Callable[..., Any]) -> Calla
 
     async def handle(request: Any, context: Context) -> Any:
         metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
             response = await edge.answer(kind, implementation, request, call)
             await _send_metadata(context, call, envelope)
@@ -77,7 +77,7 @@ def _client_stream(
 
     async def handle(requests: AsyncIterator[Any], context: Context) -> Any:
         metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
             stream = requests.__aiter__()
             first = await anext(stream, None)
             call = _begin(edge, method, first if first is not None else request_type(), context, metadata)
@@ -101,7 +101,7 @@ def _client_stream(
 def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
     async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
         metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context)) as envelope:
+        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
             async for message in edge.answer_stream(implementation, request, call):
                 if not envelope.answered:

@@ -37,9 +37,9 @@ from mnemosyne.transport.edge import Edge, Kind, kind_of, too_large
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Refuse
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.http.mapping import Route, Router, decode, encode
+from mnemosyne.transport.http.paths import OPENAPI_PATH
 
 KEEPALIVE_SECONDS = 15.0
-OPENAPI_PATH = "/openapi.json"
 UNROUTED = "(no route)"  # the metric label of requests that matched no route
 _RESUME_FIELD = "after_sequence"  # set from Last-Event-ID
 _END = object()  # the stream ended
@@ -120,7 +120,8 @@ class HttpApi:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         refuse = refusal_sender(error_response, scope, receive, send)
-        async with self._edge.envelope(UNROUTED, request.headers.get("x-request-id"), refuse) as envelope:
+        headers = request.headers.items()
+        async with self._edge.envelope(UNROUTED, request.headers.get("x-request-id"), refuse, headers) as envelope:
             if scope["path"] == OPENAPI_PATH:
                 response: Response | _EventStream = self._openapi_document(request.method)
             else:

@@ -36,9 +36,9 @@ from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSessio
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.http.guard import send_error
+from mnemosyne.transport.http.paths import MCP_PATH
 from mnemosyne.transport.in_process import InProcess
 
-MCP_PATH = "/mcp"
 _AGENTS_KEPT = 10_000  # sessions remembered (the SDK forgets idle ones; their clients start again)
 
 

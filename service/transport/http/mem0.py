@@ -255,7 +255,9 @@ class Mem0Api:
 
     async def serve(self, http: HttpCall) -> tuple[Response, Outcome]:
         """The answer to one request, and how it ended (for a relay's entry member)."""
-        async with self._edge.envelope("mem0 (no route)", http.header("x-request-id"), _refusal) as envelope:
+        async with self._edge.envelope(
+            "mem0 (no route)", http.header("x-request-id"), _refusal, http.headers
+        ) as envelope:
             route, groups = self._match(http.verb, http.path)
             envelope.method = f"mem0 {route.name}"
             if route.unsupported:

@@ -23,15 +23,20 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 
-def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp]) -> ASGIApp:
-    """One ASGI app for the port: a request under a mount's path prefix (``/console``, ``/mcp``,
-    the mem0-compatible ``/v3``, ``/v1/memories``...) goes to that app, everything else to the API
+def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
+    """One ASGI app for the port: a request for one of ``pages``' paths exactly (``/``) goes to
+    that app, one under a mount's path prefix (``/console``, ``/docs``, ``/mcp``, the
+    mem0-compatible ``/v3``, ``/v1/memories``...) to that app, everything else to the API
     (``/v1/…``, ``/openapi.json``). A prefix ending in ``/`` matches that path only (``/v1/ping/``
     is mem0's, ``/v1/ping`` ours)."""
     prefixes = sorted(mounts, key=len, reverse=True)
+    exact = dict(pages or {})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
+        if path in exact:
+            await exact[path](scope, receive, send)
+            return
         for prefix in prefixes:
             if path == prefix or path.startswith(prefix + "/"):
                 await mounts[prefix](scope, receive, send)

@@ -1,5 +1,5 @@
-"""The server's HTTP port: the HTTP/JSON API, the MCP endpoint, the mem0-compatible API and the
-console, behind one guard (transport/http/guard.py), served by uvicorn (transport/http/server.py).
+"""The server's HTTP port: the HTTP/JSON API, the MCP endpoint, the mem0-compatible API, the
+console, the API reference and the root page, behind one guard (transport/http/guard.py), served by uvicorn (transport/http/server.py).
 
 A module of its own so that a server with the HTTP port off never loads the HTTP stack: Starlette,
 uvicorn and above all the MCP SDK (its pydantic models) take about a second of a server's start.
@@ -25,11 +25,14 @@ from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.grpc.servicers import Servicers
 from mnemosyne.transport.http import mapping as http_mapping
 from mnemosyne.transport.http import openapi
+from mnemosyne.transport.http.api_docs import api_docs_app
 from mnemosyne.transport.http.console import console_app
 from mnemosyne.transport.http.guard import Guard
+from mnemosyne.transport.http.home import home_app
 from mnemosyne.transport.http.json_api import HttpApi
-from mnemosyne.transport.http.mcp import MCP_PATH, McpEndpoint
+from mnemosyne.transport.http.mcp import McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
+from mnemosyne.transport.http.paths import CONSOLE_PATH, DOCS_PATH, HOME_PATH, MCP_PATH
 from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.in_process import InProcess
 from mnemosyne.version import VERSION
@@ -70,11 +73,13 @@ class HttpSurface:
         self.mcp = McpEndpoint(edge, InProcess(edge, services, servicers.by_service()))
         mounts: dict[str, ASGIApp] = {
             MCP_PATH: self.mcp,
-            "/console": console_app(),
+            CONSOLE_PATH: console_app(),
+            DOCS_PATH: api_docs_app(),
             **dict.fromkeys(MEM0_PREFIXES, self.mem0),
         }
+        pages = {HOME_PATH: home_app(config.metrics_port)}
         app = Guard(
-            compose(HttpApi(edge, routes, servicers.by_service(), openapi=document), mounts),
+            compose(HttpApi(edge, routes, servicers.by_service(), openapi=document), mounts, pages),
             allowed_hosts=[*config.http_allowed_hosts, *own],
             cors_origins=config.http_cors_origins,
         )

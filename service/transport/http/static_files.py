@@ -1,0 +1,86 @@
+"""A folder of built files served from memory under a path prefix of the HTTP port: the console's
+(transport/http/console.py) and the API reference's (transport/http/api_docs.py).
+
+The files are read once, from a flat folder the package ships, and served from memory:
+
+* only a name that is one of those files is answered — a request for anything else (another
+  folder, ``..``, an encoded slash, a directory) is 404 with the folder's own reason as
+  ``google.rpc.Status`` JSON, never a listing;
+* ``PREFIX`` redirects to ``PREFIX/``, which is ``index.html``;
+* GET and HEAD only (405 ``METHOD_NOT_ALLOWED`` with ``Allow``);
+* every answer carries the folder's headers (its Content-Security-Policy above all).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mnemosyne.errors import InvalidArgument, NotFound
+from mnemosyne.transport.http.guard import send_error
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain; charset=utf-8",
+}
+_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9]+)+")
+
+
+def load(folder: Path) -> dict[str, tuple[bytes, str]]:
+    """name -> (bytes, content type) of each servable file of ``folder`` (flat: no subfolders)."""
+    files = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and _NAME.fullmatch(path.name) and path.suffix in CONTENT_TYPES:
+            files[path.name] = (path.read_bytes(), CONTENT_TYPES[path.suffix])
+    if "index.html" not in files:
+        raise FileNotFoundError(f"{folder}/index.html is missing: the built assets are not installed")
+    return files
+
+
+def folder_app(
+    folder: Path, prefix: str, *, headers: Sequence[tuple[str, str]], what: str, missing_reason: str
+) -> ASGIApp:
+    """The files of ``folder`` at ``prefix``/NAME, each answer with ``headers``; ``what`` names
+    them in errors ("the console"), ``missing_reason`` is the reason of a name that is none of them."""
+    files = load(folder)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        always = list(headers)
+        method = scope.get("method", "GET")
+        if method not in ("GET", "HEAD"):
+            error = InvalidArgument(
+                f"{what}'s files take GET, not {method[:16]}",
+                reason="METHOD_NOT_ALLOWED",
+                metadata={"allow": "GET, HEAD"},
+            )
+            await send_error(send, error, [*always, ("allow", "GET, HEAD")])
+            return
+        # The raw path: a percent-encoded "/" or "." is never decoded into a path here.
+        raw = scope.get("raw_path") or scope["path"].encode()
+        path = raw.decode("latin-1").split("?", 1)[0]
+        if path == prefix:
+            await send_bytes(send, 308, b"", [*always, ("location", prefix + "/")], head=method == "HEAD")
+            return
+        name = path[len(prefix) + 1 :] or "index.html"
+        found = files.get(name)
+        if found is None:
+            missing = NotFound(f"{what} has no file {name[:120]!r}: open {prefix}/", reason=missing_reason)
+            await send_error(send, missing, always)
+            return
+        body, content_type = found
+        await send_bytes(send, 200, body, [*always, ("content-type", content_type)], head=method == "HEAD")
+
+    return app
+
+
+async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[str, str]], *, head: bool) -> None:
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in [*headers, ("content-length", str(len(body)))]]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": b"" if head else body})
