@@ -46,6 +46,7 @@ from mnemosyne.store.memory_reads import MemoryReads
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
+from mnemosyne.store.revisions import RevisionReads
 from mnemosyne.store.schema import REQUIRED_TABLES
 from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
@@ -59,7 +60,7 @@ FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 ANN_FILE_SUFFIX = ".ann"
 
 
-class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads):
+class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, RevisionReads):
     """Queries valid inside one transaction (read or write)."""
 
 

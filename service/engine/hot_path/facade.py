@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from mnemosyne.engine.config import HotPathConfig
 from mnemosyne.engine.hot_path.awaited import Awaited
@@ -23,8 +24,10 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.types import HotPathState
 from mnemosyne.engine.write_path import WritePath
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import TenantStore
 
 
 class HotPath:
@@ -41,8 +44,12 @@ class HotPath:
         observer: EngineObserver,
         seams: Seams | None = None,
         changes: Changes | None = None,
+        clock: Clock | None = None,
+        sweep: Callable[[str, TenantStore], float | None] | None = None,
     ) -> None:
-        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER)."""
+        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER).
+        ``sweep``: a tenant's expired memories erased (engine/expiry.py), run by the workers when
+        due on ``clock``."""
         seams = seams or Seams()
         retention = Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
@@ -51,7 +58,7 @@ class HotPath:
         self._depths = depths = Depths()
         states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
-        self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention)
+        self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention, clock=clock or Clock())
         self.index = recovery.index  # a tenant imported is named before its files are in place
         queue = Queue(
             states=states,
@@ -78,6 +85,7 @@ class HotPath:
             sync_each_enqueue=sync_each_enqueue,
             forget_tenant=self.forget_tenant,
             hold_file=seams.hold_workers_file,
+            sweep=sweep,
         )
         barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
         events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
@@ -89,6 +97,7 @@ class HotPath:
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
         self.settle = awaited.settle
+        self.note_sweep = recovery.note_sweep
 
     def status(self, tenant: str) -> HotPathState:
         """The tenant's Status: its flag and figures, and the open writes reads wait for."""
