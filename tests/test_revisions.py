@@ -159,9 +159,9 @@ def test_revisions_are_kept_to_a_bound(client: MemoryClient, tenant: str) -> Non
     memory_id = client.retain(tenant, "counter value 0").memory_id
     for i in range(1, 102):
         client.update_memory(tenant, memory_id, f"counter value {i}")
-    revisions = client.list_memory_revisions(tenant, memory_id)
-    assert len(revisions) == 100
-    assert [r.text for r in revisions[:2]] == ["counter value 2", "counter value 3"]
+    kept = client.list_memory_revisions(tenant, memory_id)
+    assert len(kept) == 100
+    assert [r.text for r in kept[:2]] == ["counter value 2", "counter value 3"]
     versions = client.list_memory_versions(tenant, memory_id)
     assert [v.text for v in versions][0] == "counter value 2" and len(versions) == 100
     assert client.verify_integrity(tenant).valid

@@ -39,7 +39,7 @@ from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import MemoryRow, metadata_of
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.revisions import REVERTED, UPDATED
-from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
@@ -94,6 +94,20 @@ class _Change:
         if self.clear_expires_at:
             return ["never"]
         return [] if self.expires_at is None else [self.expires_at]
+
+
+def _remember(
+    txn: WriteTxn,
+    request_id: str | None,
+    request: tuple[str, str],
+    near_duplicate_of: list[int],
+    supersedes: list[int],
+    revision: int,
+) -> None:
+    """An update's result, kept with its request id (if it has one) for a retry to answer."""
+    if request_id:
+        result = {"updated": True, "near_duplicate_of": near_duplicate_of, "supersedes": supersedes}
+        txn.save_request(request_id, request[0], request[1], json.dumps({**result, "revision": revision}))
 
 
 class Updates:
@@ -237,13 +251,11 @@ class Updates:
         with store.write() as txn:
             prior = replayed_result(txn, request_id, *request) if request_id else None
             if prior is not None:
-                return UpdateOutcome(memory=self._get_in(txn, memory_id), updated=bool(json.loads(prior)["updated"]))
+                return self._replayed(txn, memory_id, prior)
             _live_row(txn, memory_id)  # a forget or merge may have raced us
             txn.set_expiry(memory_id, expires_at)
             revision = txn.newest_revision(memory_id)
-            if request_id:
-                result = {"updated": True, "near_duplicate_of": [], "supersedes": []}
-                txn.save_request(request_id, request[0], request[1], json.dumps(result))
+            _remember(txn, request_id, request, [], [], revision)
         self._committed(request[0])
         return UpdateOutcome(memory=self._get(store, memory_id), updated=True, revision=revision)
 
@@ -266,14 +278,7 @@ class Updates:
         with self._fences.fenced(tenant, store) as (txn, fence):
             prior = replayed_result(txn, request_id, method, payload_hash) if request_id else None
             if prior is not None:
-                answer = json.loads(prior)
-                return UpdateOutcome(
-                    memory=self._get_in(txn, memory_id),
-                    updated=bool(answer["updated"]),
-                    near_duplicate_of=tuple(answer["near_duplicate_of"]),
-                    supersedes=tuple(answer["supersedes"]),
-                    revision=int(answer.get("revision", 0)),
-                )
+                return self._replayed(txn, memory_id, prior)
             _live_row(txn, memory_id)  # a forget or merge may have raced us
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
             # Queued writes of the text it replaces would have been its duplicates: they are.
@@ -299,14 +304,7 @@ class Updates:
             check_bytes_quota(txn, self._write_path.limits)
             _, epoch_after = txn.index_state()
             txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
-            if request_id:
-                result = {
-                    "updated": True,
-                    "near_duplicate_of": near_live,
-                    "supersedes": supersedes,
-                    "revision": revision,
-                }
-                txn.save_request(request_id, method, payload_hash, json.dumps(result))
+            _remember(txn, request_id, request, near_live, supersedes, revision)
         # The caches take the new vector and text in place rather than reloading the tenant's.
         replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
         replace_text(store, memory_id, new, from_epoch=epoch_before, to_epoch=epoch_after)
@@ -317,6 +315,17 @@ class Updates:
             near_duplicate_of=tuple(near_live),
             supersedes=tuple(supersedes),
             revision=revision,
+        )
+
+    def _replayed(self, txn: ReadTxn, memory_id: int, prior: str) -> UpdateOutcome:
+        """What a request id seen before answered the first time."""
+        answer = json.loads(prior)
+        return UpdateOutcome(
+            memory=self._get_in(txn, memory_id),
+            updated=bool(answer["updated"]),
+            near_duplicate_of=tuple(answer["near_duplicate_of"]),
+            supersedes=tuple(answer["supersedes"]),
+            revision=int(answer.get("revision", 0)),
         )
 
     def revisions(self, tenant: str, memory_id: int) -> list[MemoryRevision]:

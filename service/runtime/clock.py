@@ -26,6 +26,11 @@ class Clock:
         except (OSError, ValueError):  # not written yet, or mid-write: no offset
             return 0.0
 
+    @property
+    def jumps(self) -> bool:
+        """A test's clock, which may jump ahead at any moment."""
+        return self._offset_file is not None
+
     def now(self) -> float:
         return time.time() + self._offset()
 
@@ -33,6 +38,6 @@ class Clock:
         """The wall-clock time at which this clock reaches ``at`` (for a scheduler that sleeps by
         the wall clock); with a test's clock, no later than a recheck from now."""
         wall = at - self._offset()
-        if self._offset_file is not None:
+        if self.jumps:
             return min(wall, time.time() + TEST_CLOCK_RECHECK_SECONDS)
         return wall

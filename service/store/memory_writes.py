@@ -149,15 +149,11 @@ class MemoryWrites(RevisionWrites):
         memories superseded went with the old content (its ``supersessions`` rows and mark); what
         its old content superseded in others stays recorded. The forget epoch advances (the
         vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
-        reloads). Its expires_at becomes ``new.expires_at``, and one revision of ``kind`` (naming
-        what ``changed``, and the revision a revert restored) is added. All or nothing with the
-        enclosing transaction. Raises ``apsw.ConstraintError`` when another memory holds the new
-        fingerprint."""
+        reloads); its expires_at becomes ``new.expires_at``; one revision of ``kind`` is added.
+        All or nothing. ``apsw.ConstraintError``: another memory holds the new fingerprint."""
         c = self.connection
-        row = c.execute(
-            "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?",
-            (memory_id,),
-        ).fetchone()
+        sql = "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?"
+        row = c.execute(sql, (memory_id,)).fetchone()
         assert row is not None
         version = self.current_version(memory_id)  # the content it replaces becomes that version
         c.execute(

@@ -47,11 +47,8 @@ class HotPath:
         clock: Clock | None = None,
         sweep: Callable[[str, TenantStore], float | None] | None = None,
     ) -> None:
-        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER).
-        ``sweep``: a tenant's expired memories erased (engine/expiry.py), run by the workers when
-        due on ``clock``."""
-        seams = seams or Seams()
-        retention = Retention(config.event_retention_seconds)
+        """``seams``: a test's (runtime/seams.py). ``sweep``: engine/expiry.py's, due on ``clock``."""
+        seams, retention = seams or Seams(), Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
         scheduler = Scheduler()
         self.changes = changes = changes or Changes()
@@ -96,8 +93,7 @@ class HotPath:
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
-        self.settle = awaited.settle
-        self.note_sweep = recovery.note_sweep
+        self.settle, self.note_sweep = awaited.settle, recovery.note_sweep
 
     def status(self, tenant: str) -> HotPathState:
         """The tenant's Status: its flag and figures, and the open writes reads wait for."""

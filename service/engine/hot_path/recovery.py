@@ -6,6 +6,7 @@ next expired memory is due for erasure (engine/expiry.py), so the workers sweep 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from mnemosyne.engine.hot_path.retention import Retention
 from mnemosyne.engine.hot_path.scheduler import Wake
@@ -50,10 +51,17 @@ class Recovery:
         if self.index.set_sweep(tenant, due, only_sooner=True):
             self._wake.notify_at(tenant, self._clock.wall_time_of(due))
 
-    def sweep_due(self, tenant: str) -> bool:
-        """Is an erasure of the tenant's due now?"""
+    def sweep_if_due(self, tenant: str, sweep: Callable[[], float | None]) -> None:
+        """Run the tenant's ``sweep`` if an erasure of its is due now, and record when the next
+        one is. (With a test's clock, which may jump, a tenant not yet due is looked at again.)"""
         due = self.index.sweep_of(tenant)
-        return due is not None and due <= self._clock.now()
+        if due is None:
+            return
+        if due > self._clock.now():
+            if self._clock.jumps:
+                self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+            return
+        self.swept(tenant, sweep())
 
     def swept(self, tenant: str, due: float | None) -> None:
         """A sweep of the tenant left its next erasure due at ``due`` (None: none)."""

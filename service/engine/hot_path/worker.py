@@ -181,8 +181,9 @@ class Workers:
             self._move_inbox(store, through=max((high for _, high in awaited), default=0))
             ops, full = self._rounds.claim(tenant, store, awaited)
             self._retention.prune(tenant, store)
-            if self._sweep is not None and self._recovery.sweep_due(tenant):
-                self._recovery.swept(tenant, self._sweep(tenant, store))
+            if self._sweep is not None:
+                sweep = self._sweep
+                self._recovery.sweep_if_due(tenant, lambda: sweep(tenant, store))
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False
