@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -22,7 +23,7 @@ from mnemosyne.client.errors import InvalidArgumentError
 from mnemosyne.v1 import memory_pb2
 from tests.mem0_support import Mem0Client
 from tests.support import wait_until
-from tests.test_erasure import texts_left
+from tests.test_erasure import _mcp, _tool_text, texts_left
 
 DAY = 86400.0
 GRACE = 3600
@@ -69,6 +70,18 @@ def _listed(client: MemoryClient, tenant: str) -> set[str]:
     return {m.text for m in client.list_memories(tenant, page_size=100).memories}
 
 
+def _mcp_answers(server: ServerProcess, tenant: str) -> str:
+    """What the MCP tools that read memories answer (recall, and read_memory with a query)."""
+
+    async def run() -> str:
+        async with _mcp(server, tenant) as session:
+            recalled = _tool_text(await session.call_tool("recall", {"query": "code word kept", "k": 10}))
+            read = _tool_text(await session.call_tool("read_memory", {"query": "code word kept"}))
+            return recalled + "\n" + read
+
+    return anyio.run(run)
+
+
 def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trace(
     server_factory: Any, tenant: str, tmp_path: Path
 ) -> None:
@@ -99,6 +112,8 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
             f"the code word {by_mem0} is kept",
         }
         assert past not in " ".join(_listed(client, tenant))
+        answered = _mcp_answers(server, tenant)
+        assert near in answered and far in answered and past not in answered
         assert client.get_memory(tenant, past_id).expires_at == pytest.approx(now - 10, abs=1e-3)
 
         clock.advance(2 * DAY)  # near and the mem0 memory expire
@@ -107,6 +122,8 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
         assert mem0.call("search", query="code word kept", filters={"user_id": "u1"})["results"] == []
         assert mem0.call("get_all", filters={"user_id": "u1"})["results"] == []
         assert mem0.call("get", memory_id=mem0_id)["memory"] == f"the code word {by_mem0} is kept"  # by id: kept
+        answered = _mcp_answers(server, tenant)
+        assert far in answered and not any(word in answered for word in (near, by_mem0, past))
 
         clock.advance(GRACE + 60)  # every grace has passed: the sweep erases them
         wait_until(lambda: client.get_memory(tenant, near_id).forgotten, seconds=20)
@@ -121,7 +138,7 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
 
 def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, tenant: str, tmp_path: Path) -> None:
     server, clock = _server(server_factory, tmp_path)
-    with MemoryClient(server.target) as client, Mem0Client(server.http_url, "any", tmp_path) as mem0:
+    with MemoryClient(server.target) as client:
         client.set_expiry_policy(
             tenant, ExpiryPolicy(default_ttl_seconds=int(DAY), update_extends=True, grace_seconds=GRACE)
         )
@@ -151,7 +168,7 @@ def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, ten
             client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=-1))
         assert refused.value.reason == "EXPIRY_POLICY_INVALID"
 
-        # mem0: a malformed date is 400 (mem0 fails open); expiration_date=None un-expires.
+    # mem0: a malformed date is 400 (mem0 fails open); expiration_date=None un-expires.
     headers = {"Mnemosyne-Tenant": tenant}
     with MemoryClient(server.target) as client, Mem0Client(server.http_url, "any", tmp_path, headers) as mem0:
         for bad in ("2030-13-01", "tomorrow", "2030-01-01T00:00:00Z", 20300101):
