@@ -9,10 +9,11 @@ from contextlib import contextmanager
 
 from mnemosyne.store.revisions import CHANGER, Changer
 
-# The expiry sweep's erasures (engine/expiry.py).
+# The expiry sweep's erasures (engine/expiry.py), and the background consolidator's records.
 EXPIRY_SWEEP = Changer("expiry", "")
+CONSOLIDATOR = Changer("consolidator", "")
 
-__all__ = ["EXPIRY_SWEEP", "Changer", "changes_by", "current", "set_changer"]
+__all__ = ["CONSOLIDATOR", "EXPIRY_SWEEP", "Changer", "changes_by", "current", "set_changer"]
 
 
 def set_changer(surface: str, token_name: str) -> None:
