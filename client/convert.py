@@ -6,8 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf import timestamp_pb2
+
 from mnemosyne.client import types
-from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2
+from mnemosyne.v1 import (
+    admin_pb2,
+    events_pb2,
+    expiry_pb2,
+    hot_path_pb2,
+    memory_pb2,
+    revisions_pb2,
+    types_pb2,
+    webhooks_pb2,
+    workspace_pb2,
+)
 
 _STATUS = {
     types_pb2.RetainResult.CREATED: "created",
@@ -44,6 +56,7 @@ def memory_from_proto(m: types_pb2.Memory) -> types.Memory:
         updated_at=m.updated_at.ToNanoseconds() / 1e9 if m.HasField("updated_at") else 0.0,
         speaker=m.speaker,
         forgotten_at=m.forgotten_at.ToNanoseconds() / 1e9 if m.HasField("forgotten_at") else 0.0,
+        expires_at=m.expires_at.ToNanoseconds() / 1e9 if m.HasField("expires_at") else None,
     )
 
 
@@ -335,3 +348,50 @@ def webhook_deliveries_from_proto(r: webhooks_pb2.ListWebhookDeliveriesResponse)
         for d in r.deliveries
     ]
     return types.WebhookDeliveryPage(deliveries, r.next_page_token)
+
+
+def memory_revisions_from_proto(response: revisions_pb2.ListMemoryRevisionsResponse) -> list[types.MemoryRevision]:
+    return [
+        types.MemoryRevision(
+            revision=r.revision,
+            kind=revisions_pb2.RevisionKind.Name(r.kind).removeprefix("REVISION_KIND_").lower(),
+            at=r.at.ToNanoseconds() / 1e9,
+            surface=r.by.surface,
+            token_name=r.by.token_name,
+            changed=tuple(r.changed),
+            version=r.version,
+            text=r.text,
+            metadata=dict(r.metadata),
+            expires_at=r.expires_at.ToNanoseconds() / 1e9 if r.HasField("expires_at") else None,
+            ledger_seq=r.ledger_seq,
+            related_memory_id=r.related_memory_id,
+            reverted_to=r.reverted_to,
+        )
+        for r in response.revisions
+    ]
+
+
+def record_revisions_from_proto(response: revisions_pb2.ListRecordRevisionsResponse) -> list[types.RecordRevision]:
+    return [
+        types.RecordRevision(
+            r.generation,
+            r.op,
+            r.content,
+            r.at.ToNanoseconds() / 1e9,
+            r.by.surface,
+            r.by.token_name,
+            r.source,
+            r.ledger_seq,
+        )
+        for r in response.revisions
+    ]
+
+
+def expiry_policy_from_proto(policy: expiry_pb2.ExpiryPolicy) -> types.ExpiryPolicy:
+    return types.ExpiryPolicy(policy.default_ttl_seconds, policy.update_extends, policy.grace_seconds)
+
+
+def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp

@@ -49,10 +49,12 @@ from mnemosyne.v1 import (
     admin_pb2_grpc,
     events_pb2,
     events_pb2_grpc,
+    expiry_pb2,
     hot_path_pb2,
     hot_path_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
+    revisions_pb2,
     types_pb2,
     webhooks_pb2,
     webhooks_pb2_grpc,
@@ -318,6 +320,7 @@ class MemoryClient:
         occurred_at: float | None = None,
         thread: types.ThreadRef | None = None,
         speaker: str = "",
+        expires_at: float | None = None,
     ) -> types.RetainResult:
         """Retain one text as a memory of ``tenant``; committed (readable by a recall) when this
         returns, unless ``fast`` and the tenant's hot path is enabled: then only queued.
@@ -326,7 +329,8 @@ class MemoryClient:
         and list filter on them); ``request_id`` makes a retry after a lost reply return the first
         result (one is made when omitted). ``occurred_at`` (unix seconds) is when it was said or
         happened, ``thread`` its place in a thread, ``speaker`` who said or wrote it (all
-        optional, docs/recall-quality.md). Returns a ``RetainResult``: "created" (``memory_id``
+        optional, docs/recall-quality.md); ``expires_at`` (unix seconds) when it expires (unset:
+        the tenant's default, docs/expiry.md). Returns a ``RetainResult``: "created" (``memory_id``
         the new memory), "duplicate" (``memory_id`` the memory that holds the same text in the
         scope) or "enqueued" (``event_id``, see ``get_event`` and ``hot_path("flush")``), with the
         memories it is a near duplicate of or supersedes. Raises ``InvalidArgumentError``
@@ -344,6 +348,8 @@ class MemoryClient:
             fast=fast,
         )
         convert.place(request, occurred_at, thread, speaker)
+        if expires_at is not None:
+            request.expires_at.CopyFrom(convert.timestamp(expires_at))
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
@@ -473,10 +479,15 @@ class MemoryClient:
         text: str = "",
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        *,
+        expires_at: float | None = None,
+        clear_expires_at: bool = False,
     ) -> types.UpdateResult:
         """Replace a memory's text (``text``; "" keeps it) and metadata (``metadata``; None keeps
         it, {} clears it) under its id, as a new write would make them; the old text is kept as
-        an earlier version (``list_memory_versions``). ``request_id`` as for ``retain``.
+        an earlier version (``list_memory_versions``). ``expires_at`` (unix seconds) gives it a new
+        expiry, ``clear_expires_at`` makes it never expire (docs/expiry.md). ``request_id`` as for
+        ``retain``.
 
         Returns an ``UpdateResult``: the memory now, ``updated`` False when nothing changed, and
         the memories the new text is a near duplicate of or supersedes. Raises
@@ -491,7 +502,10 @@ class MemoryClient:
             metadata=dict(metadata or {}),
             replace_metadata=metadata is not None,
             request_id=request_id or new_request_id(),
+            clear_expires_at=clear_expires_at,
         )
+        if expires_at is not None:
+            request.expires_at.CopyFrom(convert.timestamp(expires_at))
         return convert.update_result_from_proto(self.call(self.memory.UpdateMemory, request, retry=True))
 
     def forget_memories(
@@ -515,6 +529,49 @@ class MemoryClient:
         or forgotten: its forget erased them all)."""
         request = memory_pb2.ListMemoryVersionsRequest(tenant=tenant, memory_id=memory_id)
         return convert.versions_from_proto(self.call(self.memory.ListMemoryVersions, request, retry=True))
+
+    def list_memory_revisions(self, tenant: str, memory_id: int) -> list[types.MemoryRevision]:
+        """Every change to a memory, oldest first (docs/revisions.md): none for a forgotten one.
+        Raises ``NotFoundError`` (MEMORY_NOT_FOUND: unknown)."""
+        request = revisions_pb2.ListMemoryRevisionsRequest(tenant=tenant, memory_id=memory_id)
+        return convert.memory_revisions_from_proto(self.call(self.memory.ListMemoryRevisions, request, retry=True))
+
+    def revert_memory(
+        self, tenant: str, memory_id: int, revision: int, request_id: str | None = None
+    ) -> types.UpdateResult:
+        """Restore the text and metadata a memory had after ``revision``, as a new revision.
+
+        Returns an ``UpdateResult`` (``updated`` False when it had them already). Raises
+        ``NotFoundError`` (MEMORY_NOT_FOUND, REVISION_NOT_FOUND), ``FailedPreconditionError``
+        (MEMORY_DUPLICATE: another memory holds that text; MEMORY_MERGED)."""
+        request = revisions_pb2.RevertMemoryRequest(
+            tenant=tenant, memory_id=memory_id, revision=revision, request_id=request_id or new_request_id()
+        )
+        response = self.call(self.memory.RevertMemory, request, retry=True)
+        return types.UpdateResult(
+            convert.memory_from_proto(response.memory),
+            response.revision != 0,
+            list(response.near_duplicate_of),
+            list(response.supersedes),
+        )
+
+    def get_expiry_policy(self, tenant: str) -> types.ExpiryPolicy:
+        """The tenant's expiry policy (docs/expiry.md)."""
+        request = expiry_pb2.GetExpiryPolicyRequest(tenant=tenant)
+        return convert.expiry_policy_from_proto(self.call(self.memory.GetExpiryPolicy, request, retry=True).policy)
+
+    def set_expiry_policy(self, tenant: str, policy: types.ExpiryPolicy) -> types.ExpiryPolicy:
+        """Replace the tenant's expiry policy; returns it. Raises ``InvalidArgumentError``
+        (EXPIRY_POLICY_INVALID)."""
+        request = expiry_pb2.SetExpiryPolicyRequest(
+            tenant=tenant,
+            policy=expiry_pb2.ExpiryPolicy(
+                default_ttl_seconds=policy.default_ttl_seconds,
+                update_extends=policy.update_extends,
+                grace_seconds=policy.grace_seconds,
+            ),
+        )
+        return convert.expiry_policy_from_proto(self.call(self.memory.SetExpiryPolicy, request, retry=True).policy)
 
     # -- admin ----------------------------------------------------------------------------------
 
@@ -554,6 +611,7 @@ class MemoryClient:
         occurred_at: float | None = None,
         thread: types.ThreadRef | None = None,
         speaker: str = "",
+        expires_at: float | None = None,
     ) -> types.RetainResult:
         """Retain a multi-turn conversation as one operation (one memory, one fingerprint): the same
         conversation submitted again is reported as a duplicate of the first.
@@ -561,7 +619,7 @@ class MemoryClient:
         ``messages`` are ``Message``s, ``{"role", "content", "name"?}`` mappings or ``(role,
         content)`` pairs; the memory's text is the transcript, a "role: content" line each.
         ``scope``, ``metadata``, ``request_id`` and ``fast`` are as for ``retain``;
-        ``occurred_at``, ``thread`` and ``speaker`` are the whole conversation's (without
+        ``occurred_at``, ``thread``, ``speaker`` and ``expires_at`` are the whole conversation's (without
         ``speaker``, the one ``name`` its messages share, if any). Returns its ``RetainResult``.
         Raises ``InvalidArgumentError`` (MESSAGES_EMPTY, MESSAGES_TOO_MANY: over 1,000;
         MESSAGE_EMPTY, MESSAGE_ROLE_INVALID: a role is 1-64 letters, digits, spaces, ".", "_"
@@ -585,6 +643,8 @@ class MemoryClient:
             fast=fast,
         )
         convert.place(request, occurred_at, thread, speaker)
+        if expires_at is not None:
+            request.expires_at.CopyFrom(convert.timestamp(expires_at))
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(
@@ -747,6 +807,35 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
         )
         return int(self.call(self.workspace.EditRecords, request, retry=True).generation)
+
+    def list_record_revisions(self, tenant: str, scope: str, key: str) -> tuple[list[types.RecordRevision], int]:
+        """A record's revisions, oldest first, and the scope's generation (docs/revisions.md).
+        Raises ``NotFoundError`` (RECORD_NOT_FOUND)."""
+        request = revisions_pb2.ListRecordRevisionsRequest(tenant=tenant, scope=scope, key=key)
+        response = self.call(self.workspace.ListRecordRevisions, request, retry=True)
+        return convert.record_revisions_from_proto(response), response.generation
+
+    def revert_record(
+        self,
+        tenant: str,
+        scope: str,
+        key: str,
+        generation: int,
+        expected_generation: int,
+        request_id: str | None = None,
+    ) -> int:
+        """Put the content ``key`` had at ``generation`` as a new generation, if the scope is still
+        at ``expected_generation``; returns the new generation. Raises ``AbortedError``
+        (GENERATION_MISMATCH: nothing written), ``NotFoundError`` (REVISION_NOT_FOUND)."""
+        request = revisions_pb2.RevertRecordRequest(
+            tenant=tenant,
+            scope=scope,
+            key=key,
+            generation=generation,
+            expected_generation=expected_generation,
+            request_id=request_id or new_request_id(),
+        )
+        return int(self.call(self.workspace.RevertRecord, request, retry=True).generation)
 
     def consolidate(
         self, tenant: str, scope: str, changes: Sequence[types.RecordChange], expected_generation: int, receipt_id: str

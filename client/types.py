@@ -61,6 +61,7 @@ class Memory:
     updated_at: float = 0.0  # when update_memory last replaced its text (0: never updated)
     speaker: str = ""  # who said or wrote it, if the writer said
     forgotten_at: float = 0.0  # when it was forgotten (0: it is not); then only id, scope and times are left
+    expires_at: float | None = None  # when it expires (unix seconds; None: never), docs/expiry.md
 
 
 @dataclass(frozen=True)
@@ -540,3 +541,53 @@ class WebhookDeliveryPage:
 
     deliveries: list[WebhookDelivery]
     next_page_token: str
+
+
+@dataclass(frozen=True)
+class MemoryRevision:
+    """One change to a memory (list_memory_revisions, docs/revisions.md): its ``kind``
+    ("retained", "updated", "reverted", "superseded", "merged"), when, who (``surface``,
+    ``token_name``), what ``changed``, the ``text`` and ``metadata`` it left (content ``version``),
+    its ``expires_at`` then, the audit ledger entry, the other memory of a supersession or merge,
+    and the revision a revert restored."""
+
+    revision: int
+    kind: str
+    at: float
+    surface: str
+    token_name: str
+    changed: tuple[str, ...]
+    version: int
+    text: str
+    metadata: dict[str, str]
+    expires_at: float | None
+    ledger_seq: int
+    related_memory_id: int = 0
+    reverted_to: int = 0
+
+
+@dataclass(frozen=True)
+class RecordRevision:
+    """One change to a record (list_record_revisions): the scope's ``generation`` it published,
+    ``op`` ("put", "delete"), the ``content`` after it, when, who, the method (``source``) and the
+    ledger entry."""
+
+    generation: int
+    op: str
+    content: str
+    at: float
+    surface: str
+    token_name: str
+    source: str
+    ledger_seq: int
+
+
+@dataclass(frozen=True)
+class ExpiryPolicy:
+    """A tenant's expiry policy (docs/expiry.md): new memories expire ``default_ttl_seconds`` after
+    they are accepted (0: never), an update extends an expiring memory's when ``update_extends``,
+    and an expired memory is erased ``grace_seconds`` after it expired."""
+
+    default_ttl_seconds: int = 0
+    update_extends: bool = False
+    grace_seconds: int = 7 * 86400

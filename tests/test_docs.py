@@ -204,8 +204,9 @@ def test_every_rpc_is_in_the_architecture_table() -> None:
 def test_every_response_message_is_built_in_the_one_conversion() -> None:
     """The architecture's rule: every RPC's response message is built in transport/convert.py (so
     the in-process MemoryBrain and the server answer alike) or its part for one service kept apart
-    for the size of one module (transport/convert_webhooks.py); no other module of service/ calls
-    the constructor of a response type (the types read from the protos' services)."""
+    for the size of one module (transport/convert_webhooks.py, transport/convert_history.py: the
+    revisions' and expiry's); no other module of service/ calls the constructor of a response type
+    (the types read from the protos' services)."""
     responses = {
         method.output_type.name
         for module in PROTO_MODULES
@@ -235,6 +236,12 @@ CLIENT_METHOD_OF_RPC = {
     "UpdateMemory": "update_memory",
     "ForgetMemories": "forget_memories",
     "ListMemoryVersions": "list_memory_versions",
+    "ListMemoryRevisions": "list_memory_revisions",
+    "RevertMemory": "revert_memory",
+    "GetExpiryPolicy": "get_expiry_policy",
+    "SetExpiryPolicy": "set_expiry_policy",
+    "ListRecordRevisions": "list_record_revisions",
+    "RevertRecord": "revert_record",
     "VerifyIntegrity": "verify_integrity",
     "Stats": "stats",
     "Ping": "ping",
@@ -284,6 +291,12 @@ NODE_METHOD_OF_RPC = {
     "UpdateMemory": "updateMemory",
     "ForgetMemories": "forgetMemories",
     "ListMemoryVersions": "listMemoryVersions",
+    "ListMemoryRevisions": "listMemoryRevisions",
+    "RevertMemory": "revertMemory",
+    "GetExpiryPolicy": "getExpiryPolicy",
+    "SetExpiryPolicy": "setExpiryPolicy",
+    "ListRecordRevisions": "listRecordRevisions",
+    "RevertRecord": "revertRecord",
     "VerifyIntegrity": "verifyIntegrity",
     "Stats": "stats",
     "Ping": "ping",

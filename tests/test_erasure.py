@@ -66,6 +66,11 @@ UNDO_WEBHOOKS = (
     "DROP TABLE webhook_kind_of_op; DROP TABLE webhook_kinds; DROP TABLE webhook_secrets; "
     "DROP TABLE webhook_subscriptions; "
 )
+# What _V_EXPIRY_AND_REVISIONS added (issue 43), undone to make a file of an earlier version.
+UNDO_EXPIRY_AND_REVISIONS = (
+    "DROP INDEX memories_expires; ALTER TABLE memories DROP COLUMN expires_at; "
+    "DROP TABLE memory_revisions; DROP TABLE record_revisions; "
+)
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
 OLD_CODE = "plainoldvalue1"
 
@@ -362,8 +367,9 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
-        + UNDO_ACCEPTANCE  # and the acceptance positions'
+        + UNDO_EXPIRY_AND_REVISIONS  # and expiry's and revisions'
         + UNDO_WEBHOOKS  # and the webhooks'
+        + UNDO_ACCEPTANCE  # and the acceptance positions'
         + "PRAGMA user_version = 6"
     )
     connection.close()
@@ -448,6 +454,9 @@ STORE_NO_CONTENT = {
             "WorkspaceService.GetRecord",
             "WorkspaceService.ListRecords",
             "WorkspaceService.ListScopes",
+            "MemoryService.ListMemoryRevisions",
+            "MemoryService.GetExpiryPolicy",
+            "WorkspaceService.ListRecordRevisions",
             "HotPathService.Status",
             "EventsService.GetEvent",
             "EventsService.ListEvents",
@@ -457,8 +466,17 @@ STORE_NO_CONTENT = {
     ),
     **dict.fromkeys(["MemoryService.ForgetMemory", "MemoryService.ForgetMemories", "AdminService.EraseTenant"], _ERASE),
     **dict.fromkeys(
-        ["HotPathService.Enable", "HotPathService.Disable", "HotPathService.Flush", "AdminService.Dedup"], _CONTROL
+        [
+            "HotPathService.Enable",
+            "HotPathService.Disable",
+            "HotPathService.Flush",
+            "AdminService.Dedup",
+            "MemoryService.RevertMemory",
+            "MemoryService.SetExpiryPolicy",
+        ],
+        _CONTROL,
     ),
+    "WorkspaceService.RevertRecord": "a revert: the content it puts is an earlier revision's; its scope and key are names",
     "AdminService.ImportTenant": "a whole tenant from its archive: the content is the exported tenant's",
     "AdminService.MoveTenant": "a tenant's file moved as it is",
     "AdminService.ActivateTenant": "a moved tenant's last step",
@@ -1046,13 +1064,15 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         client.forget(tenant, old)
     server.stop()
     connection = apsw.Connection(str(server.tenant_file(tenant)))
+    connection.pragma("secure_delete", True)  # the tables rewritten here leave no copy of a row behind
     connection.execute(
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
-        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then _V_ACCEPTANCE runs again,
-        + UNDO_WEBHOOKS  # and _V_WEBHOOKS)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 3}",
+        + UNDO_EXPIRY_AND_REVISIONS
+        + UNDO_WEBHOOKS
+        + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then the later ones run again)
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 4}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

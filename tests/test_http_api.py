@@ -23,8 +23,10 @@ from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import (
     admin_pb2,
     events_pb2,
+    expiry_pb2,
     hot_path_pb2,
     memory_pb2,
+    revisions_pb2,
     types_pb2,
     webhooks_pb2,
     workspace_pb2,
@@ -175,6 +177,19 @@ CASES: dict[str, Case] = {
         lambda t: memory_pb2.ForgetMemoriesRequest(tenant=t, metadata_equals={"topic": "travel"}), write=True
     ),
     "ListMemoryVersions": Case(lambda t: memory_pb2.ListMemoryVersionsRequest(tenant=t, memory_id=2)),
+    "ListMemoryRevisions": Case(lambda t: revisions_pb2.ListMemoryRevisionsRequest(tenant=t, memory_id=2)),
+    "RevertMemory": Case(
+        lambda t: revisions_pb2.RevertMemoryRequest(tenant=t, memory_id=2, revision=1),
+        write=True,
+        volatile=("memory.createdAt",),
+    ),
+    "GetExpiryPolicy": Case(lambda t: expiry_pb2.GetExpiryPolicyRequest(tenant=t)),
+    "SetExpiryPolicy": Case(
+        lambda t: expiry_pb2.SetExpiryPolicyRequest(
+            tenant=t, policy=expiry_pb2.ExpiryPolicy(default_ttl_seconds=3600, update_extends=True)
+        ),
+        write=True,
+    ),
     "AssembleContext": Case(
         lambda t: workspace_pb2.AssembleContextRequest(tenant=t, workspace="w1", query="Lyon", k=2)
     ),
@@ -221,6 +236,15 @@ CASES: dict[str, Case] = {
     "Ping": Case(lambda t: admin_pb2.PingRequest(), tenantless=True),
     "WhoAmI": Case(lambda t: admin_pb2.WhoAmIRequest(), tenantless=True),
     "ListScopes": Case(lambda t: workspace_pb2.ListScopesRequest(tenant=t)),
+    "ListRecordRevisions": Case(
+        lambda t: revisions_pb2.ListRecordRevisionsRequest(tenant=t, scope="workspace/w1", key="plan.md")
+    ),
+    "RevertRecord": Case(
+        lambda t: revisions_pb2.RevertRecordRequest(
+            tenant=t, scope="workspace/w1", key="plan.md", generation=1, expected_generation=1
+        ),
+        write=True,
+    ),
     "EraseTenant": Case(
         lambda t: admin_pb2.EraseTenantRequest(tenant=t), write=True, volatile=("receipt.erasedAt", "receipt.headHash")
     ),

@@ -311,7 +311,6 @@ def test_hostile_requests_get_a_clear_4xx_with_detail(
         ("GET", "/v1/entities/", None, "entities"),
         ("POST", "/v1/memories/", {"messages": "hi"}, "v1 add"),
         ("POST", "/v3/memories/add/", {"messages": "hi", "enable_graph": True}, "graph memory"),
-        ("POST", "/v3/memories/add/", {"messages": "hi", "expiration_date": "2030-01-01"}, "expiration_date"),
         ("POST", "/v3/memories/search/", {"query": "q", "filters": {"OR": [{"user_id": "a"}]}}, "OR"),
         ("POST", "/v3/memories/", {"filters": {"user_id": {"in": ["a", "b"]}}}, "operators on user_id"),
         ("POST", "/v3/memories/", {"filters": {"created_at": {"gte": "2024-01-01"}}}, "created_at"),

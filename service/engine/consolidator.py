@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from mnemosyne.engine import changers
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
 from mnemosyne.engine.config import EngineConfig
@@ -529,6 +530,7 @@ class SessionConsolidator:
 
     def _run(self) -> None:
         background.become_background_thread()
+        changers.set_changer(changers.CONSOLIDATOR.surface, "")  # its record revisions are its own
         while not self._stop.wait(self.settings.interval_seconds):
             membership = self._pool.membership
             for tenant in self.settings.tenants:

@@ -6,8 +6,10 @@ Each part receives what it uses, not the engine:
 * ``hot_path`` (engine/hot_path/): asynchronous writes through a durable operation log;
 * ``recall`` (engine/recall/): the whole recall algorithm, a list of named steps;
 * ``memories`` (engine/memories.py): read, list, forget; the audit chain's verdict;
-* ``updates`` (engine/updates.py): memories updated in place (with their versions), and
-  forgotten by filter;
+* ``updates`` (engine/updates.py): memories updated in place (with their versions), reverted
+  to a revision, and forgotten by filter;
+* ``expiry`` (engine/expiry.py): a tenant's expiry policy, and the sweep the hot path's workers
+  run to erase expired memories;
 * ``dedup`` (engine/dedup.py): near-duplicate groups, and their merge;
 * ``workspaces`` (engine/workspace.py): records under host-owned generations;
 * ``consolidator`` (engine/consolidator.py): sessions (threads) consolidated into records, exactly once;
@@ -28,6 +30,7 @@ its values and maps its errors.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -41,6 +44,7 @@ from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.erasure import TenantErasure
+from mnemosyne.engine.expiry import Expiry
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.hot_path.changes import Changes
@@ -59,6 +63,7 @@ from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.replication.replicator import Replicator
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.data_dir import volume_bytes
 from mnemosyne.store.pool import TenantPool
@@ -140,6 +145,11 @@ class Engine:
     def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
         """The parts that answer requests on the caller's thread."""
         config, seams = self.config, self.seams
+        # Expiry's clock (a test's may run ahead); its erasures are due in the hot path's index.
+        self.clock = Clock(seams.clock_file)
+        self.expiry = Expiry(
+            pool=self.pool, clock=self.clock, note_due=lambda tenant, due: self.hot_path.note_sweep(tenant, due)
+        )
         self.write_path = WritePath(
             extractor=extractor,
             embedder=embedder,
@@ -155,12 +165,18 @@ class Engine:
             limits=config.limits,
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
+            clock=self.clock,
         )
         # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
         self.changes = Changes()
         fences = Fences(self.changes)
         self.memories = Memories(
-            pool=self.pool, limits=config.limits, committed=seams.committed, fences=fences, observer=observer
+            pool=self.pool,
+            limits=config.limits,
+            committed=seams.committed,
+            fences=fences,
+            observer=observer,
+            clock=self.clock,
         )
         self.updates = Updates(
             pool=self.pool,
@@ -168,6 +184,7 @@ class Engine:
             committed=seams.committed,
             fences=fences,
             settle=lambda tenant, fingerprints: self.hot_path.settle(tenant, fingerprints),
+            expiry=self.expiry,
         )
         self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
@@ -185,6 +202,8 @@ class Engine:
             observer=observer,
             seams=seams,
             changes=self.changes,
+            clock=self.clock,
+            sweep=self.expiry.sweep,
         )
         self.hot_path.start()
         self.consistency = Consistency(
@@ -269,14 +288,16 @@ class Engine:
         occurred_at: int | None = None,
         thread: ThreadRef | None = None,
         speaker: str | None = None,
+        expires_at: float | None = None,
     ) -> RetainOutcome:
         """Retain a conversation as ONE operation: one memory (its transcript), one fingerprint,
         one idempotency unit, one extraction call (engine/conversation.py). Submitting the same
         conversation again is a DUPLICATE of the first and costs no model call. ``occurred_at``,
-        ``thread`` and ``speaker`` are the whole conversation's."""
+        ``thread``, ``speaker`` and ``expires_at`` are the whole conversation's."""
         item = conversation_item(
             messages, scope, metadata or {}, self.limits, occurred_at=occurred_at, thread=thread, speaker=speaker
         )
+        item = dataclasses.replace(item, expires_at=expires_at)
         return self._retain(
             tenant, [item], request_id=request_id, method="retain_conversation", per_item_errors=False, fast=fast
         )[0]
@@ -298,6 +319,7 @@ class Engine:
         request = RequestKey(request_id, method, payload_hash(method, items, prepared)) if request_id else None
         with self.pool.tenant(tenant, create=True) as store:
             assert store is not None
+            self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
             enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
             if enqueued is not None:  # the enqueue answers a known request id itself
                 return enqueued

@@ -132,6 +132,17 @@ def validate_occurred_at(occurred_at: int | None, *, field: str = "occurred_at")
     return occurred_at
 
 
+def validate_expires_at(expires_at: float | None, *, field: str = "expires_at") -> float | None:
+    """None (not given) or a time between the years 1 and 9999, in unix seconds."""
+    if expires_at is not None and not MIN_OCCURRED_AT_US / 1e6 <= expires_at <= MAX_OCCURRED_AT_US / 1e6:
+        raise InvalidArgument(
+            f"{field} is outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z; give when the memory expires "
+            "within those years, or leave it unset",
+            reason="EXPIRES_AT_INVALID",
+        )
+    return expires_at
+
+
 def validate_thread(thread: ThreadRef | None, *, field: str = "thread") -> ThreadRef | None:
     """None (not given) or a thread id of 1-128 safe characters and a position in 0..2^53 - 1."""
     if thread is None:

@@ -15,6 +15,7 @@ from mnemosyne.engine.postings import drop_texts
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
@@ -39,6 +40,7 @@ def memory_from_row(row: MemoryRow) -> Memory:
         updated_at=row.updated_at,
         speaker=row.speaker,
         forgotten_at=row.forgotten_at,
+        expires_at=row.expires_at,
     )
 
 
@@ -83,12 +85,14 @@ class Memories:
         fences: Fences,
         observer: EngineObserver,
         committed: Callable[[str], None] = lambda _method: None,
+        clock: Clock | None = None,
     ) -> None:
         self.pool = pool
         self._observer = observer  # told each audit's verdict (the integrity metrics)
         self.limits = limits
         self._fences = fences  # a forget fences the queued writes (engine/hot_path/fences.py)
         self._committed = committed  # the crash-after-commit test seam (EngineConfig.committed)
+        self._clock = clock or Clock()  # expired memories are not listed (engine/expiry.py)
 
     def get(self, tenant: str, memory_id: int) -> Memory:
         with self.pool.tenant(tenant, create=False) as store:
@@ -139,6 +143,7 @@ class Memories:
                         include_forgotten=include_forgotten,
                         newest_first=newest_first,
                         metadata_equals=wanted,
+                        unexpired_at=self._clock.now(),
                     )
                 else:
                     ids = txn.list_memory_ids(
@@ -148,6 +153,7 @@ class Memories:
                         include_forgotten=include_forgotten,
                         newest_first=newest_first,
                         metadata_equals=wanted,
+                        unexpired_at=self._clock.now(),
                     )
                 rows = txn.memories_by_ids(ids[:page_size])
         memories = [memory_from_row(rows[i]) for i in ids[:page_size]]
@@ -173,7 +179,8 @@ class Memories:
             if store is None:
                 return [], 0
             with store.read() as txn:
-                total = txn.count_filtered(wanted)
+                now = self._clock.now()
+                total = txn.count_filtered(wanted, unexpired_at=now)
                 ids = txn.list_memory_ids(
                     scope=None,
                     after_id=0,
@@ -182,6 +189,7 @@ class Memories:
                     newest_first=True,
                     metadata_equals=wanted,
                     offset=(page - 1) * page_size,
+                    unexpired_at=now,
                 )
                 rows = txn.memories_by_ids(ids)
         memories = [memory_from_row(rows[i]) for i in ids]

@@ -9,11 +9,12 @@ import json
 import unicodedata
 from dataclasses import dataclass, field
 
-from mnemosyne.engine import relative_time
+from mnemosyne.engine import changers, relative_time
 from mnemosyne.engine.extractor import Extraction
 from mnemosyne.engine.types import RetainItem, ThreadRef
 from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import NewMemory
+from mnemosyne.store.revisions import Changer
 
 
 def normalise_text(text: str) -> str:
@@ -34,6 +35,8 @@ def placement(item: RetainItem) -> dict[str, object]:
         placed["thread"] = [item.thread.id, item.thread.position]
     if item.speaker:
         placed["speaker"] = item.speaker
+    if item.expires_at is not None:
+        placed["expires_at"] = item.expires_at
     return placed
 
 
@@ -42,6 +45,7 @@ def placed_item(text: str, scope: str, metadata: dict[str, str], payload: dict[s
     thread = payload.get("thread")
     occurred_at = payload.get("occurred_at")
     speaker = payload.get("speaker")
+    expires_at = payload.get("expires_at")
     return RetainItem(
         text=text,
         scope=scope,
@@ -49,6 +53,7 @@ def placed_item(text: str, scope: str, metadata: dict[str, str], payload: dict[s
         occurred_at=int(occurred_at) if isinstance(occurred_at, int) else None,
         thread=ThreadRef(str(thread[0]), int(thread[1])) if isinstance(thread, list) else None,
         speaker=speaker if isinstance(speaker, str) else None,
+        expires_at=float(expires_at) if isinstance(expires_at, (int, float)) else None,
     )
 
 
@@ -70,6 +75,8 @@ class PreparedItem:
     acceptance: int | None = None
     # Similar stored memories accepted AFTER it, (id, position): their events name it once it exists.
     near_later: list[tuple[int, int]] = field(default_factory=list)
+    # Who wrote it (store/revisions.py): the caller when it was accepted, kept with a fast write.
+    changer: Changer = field(default_factory=changers.current)
 
     def new_memory(self, now: float, *, resolve_relative_time: bool) -> NewMemory:
         """What the store writes of this item (it must be extracted and embedded): with relative
@@ -95,6 +102,8 @@ class PreparedItem:
             index_words=index_words,
             speaker=self.item.speaker,
             acceptance=self.acceptance,
+            expires_at=self.item.expires_at,
+            changer=self.changer,
         )
 
     def to_payload(self) -> str:
@@ -106,6 +115,7 @@ class PreparedItem:
                 "scope": self.item.scope,
                 "fingerprint": self.fingerprint,
                 "metadata_json": self.metadata_json,
+                "by": list(self.changer),
                 **placement(self.item),
             }
         )
@@ -120,6 +130,7 @@ class PreparedItem:
         payload = json.loads(payload_json)
         metadata_json = payload.get("metadata_json") or ledger.canonical_json(payload["metadata"])
         item = placed_item(payload["text"], payload["scope"], json.loads(metadata_json), payload)
+        by = payload.get("by")
         return cls(
             position=position,
             item=item,
@@ -128,4 +139,5 @@ class PreparedItem:
             extraction=extraction,
             vector=vector,
             counted=extraction is not None,  # its model call was counted when it was stored
+            changer=Changer(str(by[0]), str(by[1])) if isinstance(by, list) and len(by) == 2 else Changer("", ""),
         )

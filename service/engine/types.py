@@ -35,6 +35,7 @@ class RetainItem:
     occurred_at: int | None = None  # when it was said or happened: unix microseconds
     thread: ThreadRef | None = None
     speaker: str | None = None  # who said or wrote it
+    expires_at: float | None = None  # when it expires: unix seconds (None: the tenant's default, or never)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Memory:
     updated_at: float = 0.0  # when UpdateMemory wrote its current text (0: never updated)
     speaker: str | None = None  # who said or wrote it, as the writer gave it (trimmed)
     forgotten_at: float = 0.0  # when it was forgotten (0: it is not); then only id, scope and times are left
+    expires_at: float | None = None  # when it expires (unix seconds; None: never)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class UpdateOutcome:
     updated: bool  # False when the text and metadata were already these (nothing written)
     near_duplicate_of: tuple[int, ...] = ()
     supersedes: tuple[int, ...] = ()
+    revision: int = 0  # the revision the change added (0: nothing written)
 
 
 @dataclass(frozen=True)
@@ -429,3 +432,50 @@ class WebhookDelivery:
 class WebhookDeliveryPage:
     deliveries: tuple[WebhookDelivery, ...]
     next_page_token: str
+
+
+# -- expiry and revisions (docs/expiry.md, docs/revisions.md) ------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpiryPolicy:
+    """A tenant's expiry policy (docs/expiry.md)."""
+
+    default_ttl_seconds: int = (
+        0  # a new memory without its own expires_at expires this long after acceptance (0: never)
+    )
+    update_extends: bool = False  # an update moves an expiring memory's expires_at to now + default_ttl_seconds
+    grace_seconds: int = 7 * 86400  # expired memories are erased this long after their expires_at
+
+
+@dataclass(frozen=True)
+class MemoryRevision:
+    """One revision of a memory: the change, who made it, and the content it left."""
+
+    revision: int
+    kind: str  # "retained", "updated", "reverted", "superseded", "merged"
+    at: float
+    surface: str
+    token_name: str
+    changed: tuple[str, ...]
+    version: int
+    text: str
+    metadata: dict[str, str]
+    expires_at: float | None
+    ledger_seq: int
+    related_memory_id: int = 0
+    reverted_to: int = 0
+
+
+@dataclass(frozen=True)
+class RecordRevision:
+    """One revision of a record."""
+
+    generation: int
+    op: str  # "put" or "delete"
+    content: str
+    at: float
+    surface: str
+    token_name: str
+    source: str
+    ledger_seq: int

@@ -15,13 +15,16 @@ them or none (another tenant is never touched, nor slowed: its file and lock are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from mnemosyne.engine import conflicts
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import check_tenant_embedder
+from mnemosyne.engine.expiry import Expiry, read_policy
 from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
@@ -29,13 +32,14 @@ from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
-from mnemosyne.engine.types import Memory, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
+from mnemosyne.engine.types import Memory, MemoryRevision, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
 from mnemosyne.engine.write_path import WritePath
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
-from mnemosyne.store.memory_rows import MemoryRow
+from mnemosyne.store.memory_rows import MemoryRow, metadata_of
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+from mnemosyne.store.revisions import REVERTED, UPDATED
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
@@ -72,6 +76,40 @@ def _refuse_duplicate(txn: ReadTxn, memory_id: int, fingerprint: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Change:
+    """What an update or a revert asks: the text ("": keep), metadata (None: keep), expiry (None
+    and not clear: keep or extend), and the revision it adds."""
+
+    text: str
+    metadata: Mapping[str, str] | None
+    expires_at: float | None
+    clear_expires_at: bool
+    kind: str = UPDATED
+    reverted_to: int = 0
+
+    def hashed_expiry(self) -> list[object]:
+        """The expiry it asks, in its request id's payload hash (nothing when it asks none, so
+        request ids stored before expiry existed still match)."""
+        if self.clear_expires_at:
+            return ["never"]
+        return [] if self.expires_at is None else [self.expires_at]
+
+
+def _remember(
+    txn: WriteTxn,
+    request_id: str | None,
+    request: tuple[str, str],
+    near_duplicate_of: list[int],
+    supersedes: list[int],
+    revision: int,
+) -> None:
+    """An update's result, kept with its request id (if it has one) for a retry to answer."""
+    if request_id:
+        result = {"updated": True, "near_duplicate_of": near_duplicate_of, "supersedes": supersedes}
+        txn.save_request(request_id, request[0], request[1], json.dumps({**result, "revision": revision}))
+
+
 class Updates:
     def __init__(
         self,
@@ -80,9 +118,11 @@ class Updates:
         write_path: WritePath,
         fences: Fences,
         settle: Callable[[str, Sequence[str]], None],
+        expiry: Expiry,
         committed: Callable[[str], None] = lambda _method: None,
     ) -> None:
         self._pool = pool
+        self._expiry = expiry  # what an update does to a memory's expiry (engine/expiry.py)
         self._write_path = write_path
         self._fences = fences  # forgets and updates fence the queued writes (engine/hot_path/fences.py)
         self._settle = settle  # a write of queued content waits for it (engine/hot_path/awaited.py)
@@ -96,35 +136,128 @@ class Updates:
         text: str = "",
         metadata: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        expires_at: float | None = None,
+        clear_expires_at: bool = False,
     ) -> UpdateOutcome:
-        """Replace a memory's text (empty: keep it) and metadata (None: keep it) under its id."""
+        """Replace a memory's text (empty: keep it), metadata (None: keep it) and expiry (None and
+        not ``clear_expires_at``: keep it, or extend it as the tenant's policy says) under its id."""
         request_id = check.validate_request_id(request_id)
-        if not text and metadata is None:
-            raise InvalidArgument("give the new text, or the new metadata (replace_metadata)", reason="UPDATE_EMPTY")
+        expires_at = check.validate_expires_at(expires_at)
+        if expires_at is not None and clear_expires_at:
+            raise InvalidArgument("give expires_at or clear_expires_at, not both", reason="EXPIRES_AT_CONFLICT")
+        if not text and metadata is None and expires_at is None and not clear_expires_at:
+            raise InvalidArgument(
+                "give the new text, the new metadata (replace_metadata) or a new expiry (expires_at, clear_expires_at)",
+                reason="UPDATE_EMPTY",
+            )
+        return self._rewrite(
+            tenant,
+            memory_id,
+            _Change(text, metadata, expires_at, clear_expires_at),
+            request_id=request_id,
+            method="update",
+        )
+
+    def revert(self, tenant: str, memory_id: int, revision: int, *, request_id: str | None = None) -> UpdateOutcome:
+        """Restore the text and metadata a memory had after ``revision``, as a new revision
+        (docs/revisions.md): an update of it, with every rule of one."""
+        request_id = check.validate_request_id(request_id)
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise _not_found(memory_id)
             with store.read() as txn:
                 row = _live_row(txn, memory_id)
+                target = next((r for r in txn.memory_revisions(memory_id) if r.revision == revision), None)
+                if target is None:
+                    content = None
+                elif target.version == txn.current_version(memory_id):
+                    content = (row.body, row.metadata)
+                else:
+                    kept = txn.version_content(memory_id, target.version)
+                    content = None if kept is None else (kept[0], metadata_of(kept[1]))
+        if content is None:
+            raise NotFound(
+                f"memory {memory_id} has no revision {revision} (ListMemoryRevisions lists the ones kept)",
+                reason="REVISION_NOT_FOUND",
+            )
+        change = _Change(content[0], content[1], None, False, kind=REVERTED, reverted_to=revision)
+        return self._rewrite(tenant, memory_id, change, request_id=request_id, method="revert")
+
+    def _rewrite(
+        self, tenant: str, memory_id: int, change: _Change, *, request_id: str | None, method: str
+    ) -> UpdateOutcome:
+        """An update or a revert: prepared as a new write would be, then written in one
+        transaction (or, when only the expiry changes, a smaller one)."""
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise _not_found(memory_id)
+            with store.read() as txn:
+                row = _live_row(txn, memory_id)
+                policy = read_policy(txn)
             item = RetainItem(  # its time and thread stay: relative times in a new text read against them
-                text=text or row.body,
+                text=change.text or row.body,
                 scope=row.scope,
-                metadata=dict(row.metadata if metadata is None else metadata),
+                metadata=dict(row.metadata if change.metadata is None else change.metadata),
                 occurred_at=row.occurred_at,
                 thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
                 speaker=row.speaker,
             )
             _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
             payload_hash = ledger.sha256_hex(
-                ledger.canonical_json(["update", memory_id, prepared.item.text, prepared.metadata_json])
+                ledger.canonical_json(
+                    [method, memory_id, prepared.item.text, prepared.metadata_json, *change.hashed_expiry()]
+                )
             )
-            if prepared.item.text == row.body and prepared.item.metadata == row.metadata:
+            changed = [
+                name
+                for name, differs in (
+                    ("text", prepared.item.text != row.body),
+                    ("metadata", prepared.item.metadata != row.metadata),
+                )
+                if differs
+            ]
+            expires_at = self._expiry.updated_expiry(
+                policy,
+                row.expires_at,
+                expires_at=change.expires_at,
+                clear=change.clear_expires_at,
+                content_changed=bool(changed),
+            )
+            if expires_at != row.expires_at:
+                changed.append("expires_at")
+                self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
+            if not changed:
                 return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
+            if changed == ["expires_at"]:
+                return self._set_expiry(store, memory_id, expires_at, request_id, (method, payload_hash))
+            prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
             # Queued writes of the new text were accepted first: they are applied before it.
             self._settle(tenant, [prepared.fingerprint])
             # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
             self._write_path.extract_missing(store, [prepared], force=True)
-            return self._replace(tenant, store, memory_id, prepared, request_id, payload_hash)
+            return self._replace(
+                tenant, store, memory_id, prepared, request_id, (method, payload_hash), change, changed
+            )
+
+    def _set_expiry(
+        self,
+        store: TenantStore,
+        memory_id: int,
+        expires_at: float | None,
+        request_id: str | None,
+        request: tuple[str, str],
+    ) -> UpdateOutcome:
+        """An update of the expiry alone: one small transaction, one ``expiry`` ledger entry."""
+        with store.write() as txn:
+            prior = replayed_result(txn, request_id, *request) if request_id else None
+            if prior is not None:
+                return self._replayed(txn, memory_id, prior)
+            _live_row(txn, memory_id)  # a forget or merge may have raced us
+            txn.set_expiry(memory_id, expires_at)
+            revision = txn.newest_revision(memory_id)
+            _remember(txn, request_id, request, [], [], revision)
+        self._committed(request[0])
+        return UpdateOutcome(memory=self._get(store, memory_id), updated=True, revision=revision)
 
     def _replace(
         self,
@@ -133,22 +266,19 @@ class Updates:
         memory_id: int,
         prepared: PreparedItem,
         request_id: str | None,
-        payload_hash: str,
+        request: tuple[str, str],
+        change: _Change,
+        changed: list[str],
     ) -> UpdateOutcome:
         """The update's ONE write transaction (a request id seen before answers its first result
         instead), then the caches take the new vector and text in place."""
         assert prepared.extraction is not None and prepared.vector is not None
+        method, payload_hash = request
         near = [i for i in prepared.near_duplicate_of if i != memory_id]
         with self._fences.fenced(tenant, store) as (txn, fence):
-            prior = replayed_result(txn, request_id, "update", payload_hash) if request_id else None
+            prior = replayed_result(txn, request_id, method, payload_hash) if request_id else None
             if prior is not None:
-                answer = json.loads(prior)
-                return UpdateOutcome(
-                    memory=self._get_in(txn, memory_id),
-                    updated=bool(answer["updated"]),
-                    near_duplicate_of=tuple(answer["near_duplicate_of"]),
-                    supersedes=tuple(answer["supersedes"]),
-                )
+                return self._replayed(txn, memory_id, prior)
             _live_row(txn, memory_id)  # a forget or merge may have raced us
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
             # Queued writes of the text it replaces would have been its duplicates: they are.
@@ -160,7 +290,8 @@ class Updates:
             prepared.acceptance = store.acceptances.take()
             txn.note_acceptance(prepared.acceptance)
             new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)
-            txn.update_memory(memory_id, new)
+            txn.update_memory(memory_id, new, kind=change.kind, changed=changed, reverted_to=change.reverted_to)
+            revision = txn.newest_revision(memory_id)
             supersedes = conflicts.adjudicate(
                 txn,
                 memory_id=memory_id,
@@ -173,19 +304,64 @@ class Updates:
             check_bytes_quota(txn, self._write_path.limits)
             _, epoch_after = txn.index_state()
             txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
-            if request_id:
-                result = {"updated": True, "near_duplicate_of": near_live, "supersedes": supersedes}
-                txn.save_request(request_id, "update", payload_hash, json.dumps(result))
+            _remember(txn, request_id, request, near_live, supersedes, revision)
         # The caches take the new vector and text in place rather than reloading the tenant's.
         replace_vector(store, memory_id, prepared.vector, from_epoch=epoch_before, to_epoch=epoch_after)
         replace_text(store, memory_id, new, from_epoch=epoch_before, to_epoch=epoch_after)
-        self._committed("update")
+        self._committed(method)
         return UpdateOutcome(
             memory=self._get(store, memory_id),
             updated=True,
             near_duplicate_of=tuple(near_live),
             supersedes=tuple(supersedes),
+            revision=revision,
         )
+
+    def _replayed(self, txn: ReadTxn, memory_id: int, prior: str) -> UpdateOutcome:
+        """What a request id seen before answered the first time."""
+        answer = json.loads(prior)
+        return UpdateOutcome(
+            memory=self._get_in(txn, memory_id),
+            updated=bool(answer["updated"]),
+            near_duplicate_of=tuple(answer["near_duplicate_of"]),
+            supersedes=tuple(answer["supersedes"]),
+            revision=int(answer.get("revision", 0)),
+        )
+
+    def revisions(self, tenant: str, memory_id: int) -> list[MemoryRevision]:
+        """A memory's revisions, oldest first, each with the text and metadata it left; none for
+        a forgotten (or expired and erased) memory: its erasure took them."""
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise _not_found(memory_id)
+            with store.read() as txn:
+                row = txn.memories_by_ids([memory_id], with_details=False).get(memory_id)
+                if row is None:
+                    raise _not_found(memory_id)
+                if row.forgotten:
+                    return []
+                stored = txn.memory_revisions(memory_id)
+                current = txn.current_version(memory_id)
+                earlier = {v.version: (v.body, v.metadata) for v in txn.memory_versions(memory_id)}
+        earlier[current] = (row.body, row.metadata)
+        return [
+            MemoryRevision(
+                revision=r.revision,
+                kind=r.kind,
+                at=r.at,
+                surface=r.by.surface,
+                token_name=r.by.token_name,
+                changed=r.changed,
+                version=r.version,
+                text=earlier.get(r.version, ("", {}))[0],
+                metadata=dict(earlier.get(r.version, ("", {}))[1]),
+                expires_at=r.expires_at,
+                ledger_seq=r.ledger_seq,
+                related_memory_id=r.related_memory_id,
+                reverted_to=r.reverted_to,
+            )
+            for r in stored
+        ]
 
     def versions(self, tenant: str, memory_id: int) -> list[MemoryVersion]:
         """Every version of a memory, oldest first, the current one last. A forgotten memory has
@@ -198,9 +374,10 @@ class Updates:
                 if row is None or row.forgotten:
                     raise _not_found(memory_id)
                 earlier = txn.memory_versions(memory_id)
+                current = txn.current_version(memory_id)
         versions = [MemoryVersion(v.version, v.body, v.metadata, v.at) for v in earlier]
         current_at = row.updated_at or row.created_at
-        versions.append(MemoryVersion(len(earlier) + 1, row.body, row.metadata, current_at, current=True))
+        versions.append(MemoryVersion(current, row.body, row.metadata, current_at, current=True))
         return versions
 
     def forget_matching(

@@ -39,6 +39,7 @@ from mnemosyne.engine.types import (
     OmittedRecord,
     Recalled,
     RecordChange,
+    RecordRevision,
     ScopeRecords,
     ScopeSummary,
     WriteResult,
@@ -140,6 +141,13 @@ def stale(scope: str) -> Conflict:
         "Assemble context (or read the records) again and redo the change from what you see then",
         reason="GENERATION_MISMATCH",
         metadata={"scope": scope},
+    )
+
+
+def _raise_changed(scope: str, key: str) -> None:
+    raise NotFound(
+        f"record {key[:80]!r} of {scope} was deleted (its revisions with it) since the revert read them",
+        reason="REVISION_NOT_FOUND",
     )
 
 
@@ -299,7 +307,79 @@ class Workspaces:
             raise NotFound(f"record {key[:80]!r} does not exist in {scope}", reason="RECORD_NOT_FOUND")
         return content, generation
 
+    def record_revisions(self, tenant: str, scope: str, key: str) -> tuple[list[RecordRevision], int]:
+        """A record's revisions, oldest first (a delete erased the ones before it; at most
+        store/revisions.py REVISIONS_KEPT), and the scope's generation, from one snapshot."""
+        scope = check.validate_scope(scope)
+        validate_record_key(key)
+        rows, current, generation = [], None, self._seams.generation_base
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is not None:
+                with store.read() as txn:
+                    rows = txn.record_revisions(scope, key)
+                    current = txn.record(scope, key)
+                    generation = self._generation(txn, scope)
+        if not rows and current is None:
+            raise NotFound(f"record {key[:80]!r} has no revisions in {scope}", reason="RECORD_NOT_FOUND")
+        revisions = [
+            RecordRevision(
+                r.generation,
+                r.op,
+                (current or "") if r.content is None else r.content,
+                r.at,
+                r.by.surface,
+                r.by.token_name,
+                r.source,
+                r.ledger_seq,
+            )
+            for r in rows
+        ]
+        return revisions, generation
+
     # -- writes ---------------------------------------------------------------------------------
+
+    def revert_record(
+        self,
+        tenant: str,
+        scope: str,
+        key: str,
+        *,
+        generation: int,
+        expected_generation: int,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """Put the content ``key`` had at ``generation`` as a new generation, if
+        ``expected_generation`` is the scope's (the browser's contract: a stale one is
+        GENERATION_MISMATCH and changes nothing). The content is read again inside the write, so
+        a delete (which erases the record's revisions) that commits first wins."""
+        scope = check.validate_scope(scope)
+        validate_record_key(key)
+
+        def content_at(txn: ReadTxn) -> str:
+            row = next((r for r in txn.record_revisions(scope, key) if r.generation == generation), None)
+            if row is None or row.op != "put":
+                raise NotFound(
+                    f"record {key[:80]!r} of {scope} has no content kept from generation {generation} "
+                    "(ListRecordRevisions lists the ones kept)",
+                    reason="REVISION_NOT_FOUND",
+                )
+            return txn.record(scope, key) or "" if row.content is None else row.content
+
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"record {key[:80]!r} has no revisions in {scope}", reason="RECORD_NOT_FOUND")
+            with store.read() as txn:
+                content = content_at(txn)
+        change = RecordChange("put", key, content)
+        return self._write(
+            tenant,
+            scope,
+            [change],
+            expected_generation,
+            method="revert_record",
+            request_id=request_id,
+            verify=lambda txn: None if content_at(txn) == content else _raise_changed(scope, key),
+        )
 
     def update_global(
         self, tenant: str, content: str, *, observed: int | None, request_id: str | None = None
@@ -398,6 +478,7 @@ class Workspaces:
         *,
         method: str,
         request_id: str | None,
+        verify: Callable[[ReadTxn], None] | None = None,
     ) -> WriteResult:
         request_id = check.validate_request_id(request_id)
         if expected is None:
@@ -419,7 +500,7 @@ class Workspaces:
                 txn.save_request(request_id, method, payload, result.to_json())
                 txn.prune_requests(time.time() - self.config.request_ttl_seconds)
 
-        return self._commit(tenant, scope, changes, expected, method, known, remember)
+        return self._commit(tenant, scope, changes, expected, method, known, remember, verify)
 
     def _commit(
         self,
@@ -430,6 +511,7 @@ class Workspaces:
         method: str,
         known: Callable[[ReadTxn], WriteResult | None],
         remember: Callable[[WriteTxn, WriteResult], None],
+        verify: Callable[[ReadTxn], None] | None = None,
     ) -> WriteResult:
         with self._pool.tenant(tenant, create=True) as store:
             assert store is not None
@@ -442,6 +524,8 @@ class Workspaces:
                     if expected != current:
                         self._observer.cas_rejected("GENERATION_MISMATCH")
                         raise stale(scope)
+                    if verify is not None:
+                        verify(txn)
                     self._check_changes(txn, scope, changes, self._limits.max_records_per_workspace)
                     result = WriteResult(current + 1, len(changes))
                     erase = txn.apply_record_changes(

@@ -28,7 +28,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from mnemosyne.engine import conflicts, dedup
+from mnemosyne.engine import changers, conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction, Extractor
@@ -78,7 +78,7 @@ def payload_hash(method: str, items: Sequence[RetainItem], prepared: Sequence[Pr
 def _placed(item: RetainItem) -> str:
     """An item's time, thread and speaker as a fourth element of its payload-hash entry, or nothing
     when it has none (so request ids stored before these fields existed still match)."""
-    if item.occurred_at is None and item.thread is None and not item.speaker:
+    if item.occurred_at is None and item.thread is None and not item.speaker and item.expires_at is None:
         return ""
     return "," + ledger.canonical_json(placement(item))
 
@@ -181,6 +181,7 @@ class WritePath:
                 occurred_at=check.validate_occurred_at(item.occurred_at),
                 thread=check.validate_thread(item.thread),
                 speaker=check.validate_speaker(item.speaker),
+                expires_at=check.validate_expires_at(item.expires_at),
             ),
             fingerprint=fingerprint(scope, item.text),
             metadata_json=ledger.canonical_json(metadata),
@@ -497,14 +498,15 @@ class _Runs:
                 # run's last item can have attribute triples, so it sees exactly the memories
                 # inserted before it.
                 assert last.acceptance is not None  # taken in the commit, or the operation's event id
-                supersedes = conflicts.adjudicate(
-                    self._txn,
-                    memory_id=ids[-1],
-                    acceptance=last.acceptance,
-                    scope=last.item.scope,
-                    triples=memories[-1].triples,
-                    at=now,
-                )
+                with changers.changes_by(last.changer):  # a supersession is by whoever wrote the newer fact
+                    supersedes = conflicts.adjudicate(
+                        self._txn,
+                        memory_id=ids[-1],
+                        acceptance=last.acceptance,
+                        scope=last.item.scope,
+                        triples=memories[-1].triples,
+                        at=now,
+                    )
                 for p, memory_id in zip(run, ids):
                     for later_id, later_event in p.near_later:
                         if later_id in self._live:

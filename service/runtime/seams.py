@@ -35,6 +35,8 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   attempt's timeout, and the backoff after its first failure, in seconds (engine/webhooks/worker.py);
 * ``MNEMOSYNE_TEST_WEBHOOK_CLOCK``: a file holding seconds added to the webhook worker's clock
   (its retries and pauses; a test passes a day without waiting one).
+* ``MNEMOSYNE_TEST_CLOCK_FILE``: the engine's clock for expiry (runtime/clock.py) is the wall
+  clock plus the seconds this file holds, so a test moves time forward without sleeping.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Seams:
     webhook_timeout: float = 0.0
     webhook_backoff: float = 0.0
     webhook_clock_file: Path | None = None
+    clock_file: Path | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -117,6 +120,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WEBHOOK_TIMEOUT": ("webhook_timeout", float),
     "WEBHOOK_BACKOFF": ("webhook_backoff", float),
     "WEBHOOK_CLOCK": ("webhook_clock_file", Path),
+    "CLOCK_FILE": ("clock_file", Path),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

@@ -177,7 +177,7 @@ class _MemoryReplay:
             self.retain_seqs.append((memory_id, seq))
         elif op == "update":
             self._update(seq, memory_id, entry)
-        elif op == "forget":
+        elif op in ("forget", "expire"):  # an expired memory's erasure is a forget (engine/expiry.py)
             if memory_id in self.expected:
                 self.expected[memory_id].forget_seq = seq
             else:

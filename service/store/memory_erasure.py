@@ -19,12 +19,13 @@ ERASED_PAYLOAD = '{"erased":true}'
 class MemoryErasure(MemoryWrites):
     """Memories forgotten; valid only inside ``TenantStore.write()``."""
 
-    def forget_memory(self, memory_id: int) -> bool:
+    def forget_memory(self, memory_id: int, *, op: str = "forget") -> bool:
         """Erase everything the memory holds, keep its row and id. False if already forgotten.
+        ``op``: the ledger entry's, "forget" or "expire" (the expiry sweep's erasure).
 
         The row keeps only the columns of ``schema.FORGET_KEEPS`` (id, scope, times, the ids of
         merges and supersessions); every other column is cleared (``forgotten_columns``). Gone too:
-        its facts, triples, embedding, earlier versions, full-text entries, its key (so its ledger
+        its facts, triples, embedding, earlier versions, revisions, full-text entries, its key (so its ledger
         hashes confirm nothing), the operation-log rows that wrote it or were found duplicates of it
         (their payload, extraction and vector), its text in webhook deliveries, the supersession rows naming its triples, and its
         thread's consolidation proposals and, once no memory names the thread, its mark
@@ -40,7 +41,15 @@ class MemoryErasure(MemoryWrites):
             return False
         if row[1] is None:  # a merged memory's full-text row went at its merge
             self._delete_fulltext([(memory_id, indexed_text(row[2], row[3]))])
-        for table in ("facts", "triples", "embeddings", "memory_keys", "memory_versions", "supersessions"):
+        for table in (
+            "facts",
+            "triples",
+            "embeddings",
+            "memory_keys",
+            "memory_versions",
+            "memory_revisions",
+            "supersessions",
+        ):
             c.execute(f"DELETE FROM {table} WHERE memory_id = ?", (memory_id,))
         assignments, blanks = self._forget_assignments
         c.execute(
@@ -65,7 +74,7 @@ class MemoryErasure(MemoryWrites):
                 "AND NOT EXISTS (SELECT 1 FROM memories WHERE thread_id = ?)",
                 (thread_id, thread_id),
             )
-        self.append_ledger({"op": "forget", "memory_id": memory_id})
+        self.append_ledger({"op": op, "memory_id": memory_id})
         self.advance_forget_epoch()
         self.set_meta(ERASURE_META, "1")
         return True

@@ -17,26 +17,39 @@ _METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.ke
 
 
 def listing_filters(
-    params: list[Any], scope: str | None, include_forgotten: bool, metadata_equals: dict[str, str] | None
+    params: list[Any],
+    scope: str | None,
+    include_forgotten: bool,
+    metadata_equals: dict[str, str] | None,
+    unexpired_at: float | None = None,
 ) -> str:
-    """The ``AND`` clauses of a listing of memories ``m`` (their values appended to ``params``)."""
+    """The ``AND`` clauses of a listing of memories ``m`` (their values appended to ``params``);
+    ``unexpired_at``: only memories not expired at that time (docs/expiry.md)."""
     sql = ""
     if scope:
         sql += " AND m.scope = ?"
         params.append(scope)
     if not include_forgotten:
         sql += " AND m.forgotten_at IS NULL"
+    if unexpired_at is not None:
+        sql += " AND (m.expires_at IS NULL OR m.expires_at > ?)"
+        params.append(unexpired_at)
     for key, value in sorted((metadata_equals or {}).items()):
         sql += f" AND {_METADATA_PAIR.format(alias='m')}"
         params.extend((key, value))
     return sql
 
 
-def live_filter(alias: str, scopes: Sequence[str], metadata_equals: dict[str, str]) -> tuple[str, list[Any]]:
+def live_filter(
+    alias: str, scopes: Sequence[str], metadata_equals: dict[str, str], unexpired_at: float | None = None
+) -> tuple[str, list[Any]]:
     """The ``WHERE`` of live memories ``alias`` in any of ``scopes`` (all when empty) with every pair of
-    ``metadata_equals``, and its values."""
+    ``metadata_equals`` (and, with ``unexpired_at``, not expired then), and its values."""
     clauses = [f"{alias}.forgotten_at IS NULL"]
     params: list[Any] = []
+    if unexpired_at is not None:
+        clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+        params.append(unexpired_at)
     if scopes:
         clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
         params.extend(scopes)
@@ -115,10 +128,12 @@ class MemoryReads(BookkeepingReads):
                 updated_at=r[12] or 0.0,
                 speaker=r[13],
                 acceptance=r[14] or 0,
+                expires_at=r[15],
             )
             for r in self.connection.execute(
                 "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                f"occurred_at, thread_id, thread_position, updated_at, speaker, acceptance FROM memories WHERE id IN ({marks})",
+                "occurred_at, thread_id, thread_position, updated_at, speaker, acceptance, expires_at "
+                f"FROM memories WHERE id IN ({marks})",
                 tuple(ids),
             )
         }
@@ -163,6 +178,7 @@ class MemoryReads(BookkeepingReads):
         newest_first: bool = False,
         metadata_equals: dict[str, str] | None = None,
         offset: int = 0,
+        unexpired_at: float | None = None,
     ) -> list[int]:
         """Ids past ``after_id`` in the listing's order (ascending, or descending with
         ``newest_first``, where 0 means from the newest), with every pair of ``metadata_equals``."""
@@ -172,7 +188,7 @@ class MemoryReads(BookkeepingReads):
         else:
             sql = "SELECT id FROM memories m WHERE id > ?"
             params = [after_id]
-        sql += listing_filters(params, scope, include_forgotten, metadata_equals)
+        sql += listing_filters(params, scope, include_forgotten, metadata_equals, unexpired_at)
         sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
         params.extend((limit, offset))
         return [r[0] for r in self.connection.execute(sql, params)]
@@ -187,6 +203,7 @@ class MemoryReads(BookkeepingReads):
         include_forgotten: bool,
         newest_first: bool = False,
         metadata_equals: dict[str, str] | None = None,
+        unexpired_at: float | None = None,
     ) -> list[int]:
         """Ids of a thread's memories in thread order (position, then id; both descending with
         ``newest_first``), past the (position, id) ``after``: an index range (memories_thread);
@@ -196,18 +213,35 @@ class MemoryReads(BookkeepingReads):
         if after is not None:
             sql += f" AND (thread_position, id) {'<' if newest_first else '>'} (?, ?)"
             params.extend(after)
-        sql += listing_filters(params, scope, include_forgotten, metadata_equals)
+        sql += listing_filters(params, scope, include_forgotten, metadata_equals, unexpired_at)
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY thread_position {order}, id {order} LIMIT ?"
         params.append(limit)
         return [r[0] for r in self.connection.execute(sql, params)]
 
-    def count_filtered(self, metadata_equals: dict[str, str]) -> int:
-        """How many live memories have every metadata pair."""
-        sql, params = live_filter("m", (), metadata_equals)
+    def count_filtered(self, metadata_equals: dict[str, str], unexpired_at: float | None = None) -> int:
+        """How many live memories have every metadata pair (and are not expired at ``unexpired_at``)."""
+        sql, params = live_filter("m", (), metadata_equals, unexpired_at)
         return int(self._one(f"SELECT count(*) FROM memories m WHERE {sql}", params) or 0)
 
     def filtered_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> list[int]:
         """Ids of live memories in any of ``scopes`` (all when empty) with every metadata pair."""
         sql, params = live_filter("m", scopes, metadata_equals)
         return [r[0] for r in self.connection.execute(f"SELECT m.id FROM memories m WHERE {sql}", params)]
+
+    def expiring(self, *, before: float, limit: int) -> list[int]:
+        """Ids of memories not yet forgotten whose ``expires_at`` is before ``before``, soonest
+        first (the partial index memories_expires)."""
+        return [
+            r[0]
+            for r in self.connection.execute(
+                "SELECT id FROM memories WHERE expires_at IS NOT NULL AND forgotten_at IS NULL AND expires_at < ? "
+                "ORDER BY expires_at LIMIT ?",
+                (before, limit),
+            )
+        ]
+
+    def next_expiry(self) -> float | None:
+        """The soonest ``expires_at`` of a memory not yet forgotten (None: none expires)."""
+        value = self._one("SELECT min(expires_at) FROM memories WHERE expires_at IS NOT NULL AND forgotten_at IS NULL")
+        return None if value is None else float(value)

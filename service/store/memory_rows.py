@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mnemosyne.store import ledger
+from mnemosyne.store.revisions import Changer
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class NewMemory:
     index_words: str = ""  # indexed with the text (``indexed_text``), e.g. resolved relative dates
     speaker: str | None = None
     acceptance: int | None = None  # its acceptance position (store/acceptance.py)
+    expires_at: float | None = None  # unix seconds (None: never)
+    changer: Changer | None = None  # who wrote it (None: store/revisions.py CHANGER)
 
     def digest(self, key: bytes | None) -> ledger.MemoryDigest:
         """What the ledger records of this content, keyed with the memory's ``key``."""
@@ -76,6 +79,7 @@ class MemoryRow:
     speaker: str | None = None
     forgotten_at: float = 0.0  # when it was forgotten (0: it is not)
     acceptance: int = 0  # its acceptance position (0: before every position, a memory of an older file)
+    expires_at: float | None = None  # when it expires (unix seconds; None: never)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from mnemosyne.store import ledger
-from mnemosyne.store.bookkeeping import BookkeepingWrites
 from mnemosyne.store.memory_rows import NewMemory, indexed_text
+from mnemosyne.store.revisions import MERGED, RETAINED, SUPERSEDED, UPDATED, RevisionWrites
 
 
 class Rival(NamedTuple):
@@ -25,7 +25,7 @@ class Rival(NamedTuple):
     superseder_acceptance: int
 
 
-class MemoryWrites(BookkeepingWrites):
+class MemoryWrites(RevisionWrites):
     """Memories written; valid only inside ``TenantStore.write()``."""
 
     def insert_memories(self, memories: Sequence[NewMemory]) -> list[int]:
@@ -61,6 +61,11 @@ class MemoryWrites(BookkeepingWrites):
         keys = [os.urandom(ledger.MEMORY_KEY_BYTES) for _ in ids]
         self.connection.executemany("INSERT INTO memory_keys(memory_id, key) VALUES(?, ?)", list(zip(ids, keys)))
         self._append_retains(ids, memories, keys, head_seq, head_hash)
+        self.add_memory_revisions(
+            [(memory_id, head_seq + 1 + i) for i, memory_id in enumerate(ids)],
+            kind=RETAINED,
+            changers=[m.changer for m in memories],
+        )
         self._fault_points("after_ledger", memories)
         return ids
 
@@ -70,7 +75,8 @@ class MemoryWrites(BookkeepingWrites):
         afterwards."""
         self.connection.executemany(
             "INSERT INTO memories(id, scope, body, metadata, fingerprint, created_at, ledger_seq, occurred_at, "
-            "thread_id, thread_position, index_words, speaker, acceptance) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "thread_id, thread_position, index_words, speaker, acceptance, expires_at) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     memory_id,
@@ -86,6 +92,7 @@ class MemoryWrites(BookkeepingWrites):
                     m.index_words or None,
                     m.speaker,
                     m.acceptance,
+                    m.expires_at,
                 )
                 for i, (memory_id, m) in enumerate(zip(ids, memories))
             ],
@@ -132,7 +139,9 @@ class MemoryWrites(BookkeepingWrites):
             for m in memories:
                 self._fault_point(name, m.body)
 
-    def update_memory(self, memory_id: int, new: NewMemory) -> None:
+    def update_memory(
+        self, memory_id: int, new: NewMemory, *, kind: str = UPDATED, changed: Sequence[str] = (), reverted_to: int = 0
+    ) -> None:
         """Replace a live, unmerged memory's content under its id: the current body and metadata
         become its next ``memory_versions`` row, then body, metadata, fingerprint, facts, triples,
         embedding and full-text row are replaced and one ``update`` ledger entry (the new content's
@@ -140,15 +149,13 @@ class MemoryWrites(BookkeepingWrites):
         memories superseded went with the old content (its ``supersessions`` rows and mark); what
         its old content superseded in others stays recorded. The forget epoch advances (the
         vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
-        reloads). All or nothing with the enclosing transaction. Raises
-        ``apsw.ConstraintError`` when another memory holds the new fingerprint."""
+        reloads); its expires_at becomes ``new.expires_at``; one revision of ``kind`` is added.
+        All or nothing. ``apsw.ConstraintError``: another memory holds the new fingerprint."""
         c = self.connection
-        row = c.execute(
-            "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?",
-            (memory_id,),
-        ).fetchone()
+        sql = "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?"
+        row = c.execute(sql, (memory_id,)).fetchone()
         assert row is not None
-        version = 1 + int(self._one("SELECT count(*) FROM memory_versions WHERE memory_id = ?", (memory_id,)) or 0)
+        version = self.current_version(memory_id)  # the content it replaces becomes that version
         c.execute(
             "INSERT INTO memory_versions(memory_id, version, body, metadata, at) VALUES(?, ?, ?, ?, ?)",
             (memory_id, version, row[0], row[1], row[2]),
@@ -156,7 +163,7 @@ class MemoryWrites(BookkeepingWrites):
         self._delete_fulltext([(memory_id, indexed_text(row[0], row[3]))])
         c.execute(
             "UPDATE memories SET body = ?, metadata = ?, fingerprint = ?, updated_at = ?, index_words = ?, "
-            "superseded_by = NULL, superseded_at = NULL, acceptance = coalesce(?, acceptance) WHERE id = ?",
+            "superseded_by = NULL, superseded_at = NULL, acceptance = coalesce(?, acceptance), expires_at = ? WHERE id = ?",
             (
                 new.body,
                 new.metadata_json,
@@ -164,6 +171,7 @@ class MemoryWrites(BookkeepingWrites):
                 new.created_at,
                 new.index_words or None,
                 new.acceptance,
+                new.expires_at,
                 memory_id,
             ),
         )
@@ -184,9 +192,19 @@ class MemoryWrites(BookkeepingWrites):
         fields: dict[str, Any] = {"op": "update", "memory_id": memory_id, **digest.as_entry_fields()}
         if key is not None:
             fields[ledger.KEYED_FIELD] = ledger.KEYED_VALUE
-        self.append_ledger(fields)
+        seq = self.append_ledger(fields)
+        self.add_memory_revisions(
+            [(memory_id, seq)], kind=kind, changed=changed, version=version + 1, reverted_to=reverted_to
+        )
         self._fault_points("update_after_ledger", [new])
         self.advance_forget_epoch()
+
+    def set_expiry(self, memory_id: int, expires_at: float | None) -> None:
+        """Give a live memory a new ``expires_at`` (None: never) with one ``expiry`` ledger entry
+        and one revision; nothing else of it changes."""
+        self.connection.execute("UPDATE memories SET expires_at = ? WHERE id = ?", (expires_at, memory_id))
+        seq = self.append_ledger({"op": "expiry", "memory_id": memory_id, "expires_at": expires_at})
+        self.add_memory_revisions([(memory_id, seq)], kind=UPDATED, changed=["expires_at"])
 
     def _delete_fulltext(self, rows: Sequence[tuple[int, str]]) -> None:
         """Remove (memory id, body) rows from the full-text index. The index is contentless with
@@ -227,7 +245,10 @@ class MemoryWrites(BookkeepingWrites):
         # Memories merged earlier into one of these now point at the kept one, so a duplicate of
         # their text is reported against a live memory.
         c.execute(f"UPDATE memories SET merged_into = ? WHERE merged_into IN ({marks})", [keep_id, *ids])
-        self.append_ledger({"op": "merge", "memory_id": keep_id, "merged": ids})
+        seq = self.append_ledger({"op": "merge", "memory_id": keep_id, "merged": ids})
+        self.add_memory_revisions(
+            [(i, seq) for i in ids], kind=MERGED, changed=["merged_into"], related_memory_id=keep_id
+        )
         self.advance_forget_epoch()  # the vector cache reloads on a new epoch, dropping the merged rows
 
     def rival_triples(self, *, scope: str, memory_id: int, subject: str, predicate: str, obj: str) -> list[Rival]:
@@ -285,4 +306,5 @@ class MemoryWrites(BookkeepingWrites):
         self.connection.execute(
             "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ?", (by, at, memory_id)
         )
-        self.append_ledger({"op": "supersede", "memory_id": memory_id, "by": by})
+        seq = self.append_ledger({"op": "supersede", "memory_id": memory_id, "by": by})
+        self.add_memory_revisions([(memory_id, seq)], kind=SUPERSEDED, changed=["superseded_by"], related_memory_id=by)

@@ -7,7 +7,10 @@ only after a commit left it with no open operation, under the tenant's inbox loc
 can name a tenant with nothing to do (harmless: start-up looks and removes it) but never miss one.
 
 The same file keeps, per idle tenant with finished events, when the oldest of them expires
-(``expiring``), so a restart still deletes them on time.
+(``expiring``), so a restart still deletes them on time; and per tenant with memories that
+expire, when its next erasure is due (``sweeps``, engine/expiry.py), written before the write
+that makes it due commits (an entry due earlier than the file says is harmless: the sweep looks
+and writes the true time).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ class PendingIndex:
         self._connection = open_connection(data_dir / INDEX_FILE_NAME, readonly=False, synchronous="FULL")
         self._write("CREATE TABLE IF NOT EXISTS pending(tenant TEXT PRIMARY KEY, since REAL NOT NULL)")
         self._write("CREATE TABLE IF NOT EXISTS expiring(tenant TEXT PRIMARY KEY, due REAL NOT NULL)")
+        self._write("CREATE TABLE IF NOT EXISTS sweeps(tenant TEXT PRIMARY KEY, due REAL NOT NULL)")
         self._lock = threading.Lock()
+        self._sweeps: dict[str, float] = dict(self._connection.execute("SELECT tenant, due FROM sweeps"))
         self._known = {row[0] for row in self._connection.execute("SELECT tenant FROM pending")}
         self._due: dict[str, float] = dict(self._connection.execute("SELECT tenant, due FROM expiring"))
 
@@ -78,6 +83,32 @@ class PendingIndex:
                     (tenant, due),
                 )
                 self._due[tenant] = due
+            return True
+
+    def sweeps(self) -> list[tuple[str, float]]:
+        with self._lock:
+            return sorted(self._sweeps.items())
+
+    def sweep_of(self, tenant: str) -> float | None:
+        with self._lock:
+            return self._sweeps.get(tenant)
+
+    def set_sweep(self, tenant: str, due: float | None, *, only_sooner: bool = False) -> bool:
+        """Record when the tenant's next memory erasure is due (None: none is); with
+        ``only_sooner``, only if that is sooner than the one recorded. True if that changed."""
+        with self._lock:
+            known = self._sweeps.get(tenant)
+            if known == due or (only_sooner and known is not None and (due is None or due >= known)):
+                return False
+            if due is None:
+                self._write("DELETE FROM sweeps WHERE tenant = ?", (tenant,))
+                del self._sweeps[tenant]
+            else:
+                self._write(
+                    "INSERT INTO sweeps(tenant, due) VALUES(?, ?) ON CONFLICT(tenant) DO UPDATE SET due = excluded.due",
+                    (tenant, due),
+                )
+                self._sweeps[tenant] = due
             return True
 
     def close(self) -> None:

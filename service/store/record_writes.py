@@ -8,18 +8,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from mnemosyne.store import ledger
-from mnemosyne.store.bookkeeping import ERASURE_META, BookkeepingWrites
+from mnemosyne.store.bookkeeping import ERASURE_META
 from mnemosyne.store.record_reads import RecordReads
+from mnemosyne.store.revisions import RevisionWrites
 
 
-class RecordWrites(RecordReads, BookkeepingWrites):
+class RecordWrites(RecordReads, RevisionWrites):
     """Records and consolidations written; valid only inside ``TenantStore.write()``."""
 
     def apply_record_changes(
         self, scope: str, changes: Sequence[tuple[str, str, str]], generation: int, entry: dict[str, Any]
     ) -> bool:
         """Apply (op, key, content) changes ("put" or "delete") to a scope, set its generation and
-        append ONE ledger entry naming every change by content hash (never text). The caller
+        append ONE ledger entry naming every change by content hash (never text), and one revision
+        per change (store/revisions.py; a delete erases the record's earlier ones). The caller
         decided the generation under this same transaction. A delete erases the record like a
         forgotten memory: overwritten in the file (``secure_delete``) and, once the caller has run
         ``TenantStore.erase_traces``, gone from the WAL with every earlier version of it
@@ -38,6 +40,10 @@ class RecordWrites(RecordReads, BookkeepingWrites):
                 ledger_changes.append({"op": "delete", "key": key})
         seq = self.append_ledger(
             {**entry, "op": "records", "scope": scope, "generation": generation, "changes": ledger_changes}
+        )
+        # Before the records take the changes: a put's revision before it takes the content it replaces.
+        self.add_record_revisions(
+            scope, changes, generation=generation, source=str(entry.get("source", "")), ledger_seq=seq
         )
         for op, key, content in changes:
             if op == "put":

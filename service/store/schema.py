@@ -333,6 +333,63 @@ CREATE INDEX oplog_open_fingerprint ON oplog(fingerprint, event_id) WHERE status
 INSERT OR IGNORE INTO meta(key, value) VALUES('timeline', lower(hex(randomblob(8))));
 """
 
+# Expiry and revisions (issue 43, docs/expiry.md, docs/revisions.md). ``expires_at`` (unix
+# seconds; NULL: never) hides a memory from then on and its grace's end erases it; the partial
+# index finds the next to erase without a scan. Every change to a memory is a row of
+# ``memory_revisions``: what it did (``kind``), who (surface, token name), what changed, the
+# ledger entry, and the content version it left (``version``: the text and metadata are
+# ``memory_versions``' row of that version, or the memory's own row for its current version, so
+# no text is kept twice). Every change of a record is a row of ``record_revisions``; its
+# ``content`` is NULL while it is the record's current content (``records.content``, kept once).
+# Both keep a bounded count per memory and per record (store/revisions.py). The memories and
+# records of an older file get one revision each (the retain, each update as a version), named
+# by no surface.
+_V_EXPIRY_AND_REVISIONS = """
+ALTER TABLE memories ADD COLUMN expires_at REAL;
+CREATE INDEX memories_expires ON memories(expires_at) WHERE expires_at IS NOT NULL AND forgotten_at IS NULL;
+CREATE TABLE memory_revisions(
+  memory_id INTEGER NOT NULL REFERENCES memories(id),
+  revision INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  at REAL NOT NULL,
+  surface TEXT NOT NULL,
+  token_name TEXT NOT NULL,
+  changed TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  expires_at REAL,
+  ledger_seq INTEGER NOT NULL,
+  related_memory_id INTEGER,
+  reverted_to INTEGER,
+  PRIMARY KEY (memory_id, revision)
+) WITHOUT ROWID;
+INSERT INTO memory_revisions(memory_id, revision, kind, at, surface, token_name, changed, version, ledger_seq)
+  SELECT id, 1, 'retained', created_at, '', '', '[]', 1, ledger_seq FROM memories WHERE forgotten_at IS NULL;
+INSERT INTO memory_revisions(memory_id, revision, kind, at, surface, token_name, changed, version, ledger_seq)
+  SELECT v.memory_id, v.version, 'updated', v.at, '', '', '["text","metadata"]', v.version, 0
+  FROM memory_versions v JOIN memories m ON m.id = v.memory_id WHERE v.version > 1 AND m.forgotten_at IS NULL;
+INSERT INTO memory_revisions(memory_id, revision, kind, at, surface, token_name, changed, version, ledger_seq)
+  SELECT m.id, v.n + 1, 'updated', m.updated_at, '', '', '["text","metadata"]', v.n + 1, 0
+  FROM memories m JOIN (SELECT memory_id, count(*) AS n FROM memory_versions GROUP BY memory_id) v ON v.memory_id = m.id
+  WHERE m.forgotten_at IS NULL AND m.updated_at IS NOT NULL;
+CREATE TABLE record_revisions(
+  scope TEXT NOT NULL,
+  key TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  op TEXT NOT NULL,
+  content TEXT,
+  at REAL NOT NULL,
+  surface TEXT NOT NULL,
+  token_name TEXT NOT NULL,
+  source TEXT NOT NULL,
+  ledger_seq INTEGER NOT NULL,
+  PRIMARY KEY (scope, key, generation)
+) WITHOUT ROWID;
+INSERT INTO record_revisions(scope, key, generation, op, content, at, surface, token_name, source, ledger_seq)
+  SELECT r.scope, r.key, coalesce(json_extract(l.entry, '$.generation'), 0), 'put', NULL, coalesce(l.at, 0), '', '',
+    coalesce(json_extract(l.entry, '$.source'), ''), r.ledger_seq
+  FROM records r LEFT JOIN ledger l ON l.seq = r.ledger_seq;
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -349,6 +406,7 @@ MIGRATIONS: list[str] = [
     _V_FORGOTTEN_CLEARED,
     _V_ACCEPTANCE,
     _V_WEBHOOKS,
+    _V_EXPIRY_AND_REVISIONS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -368,6 +426,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_FORGOTTEN_CLEARED
     frozenset(),  # _V_ACCEPTANCE
     frozenset({"webhook_subscriptions", "webhook_secrets", "webhook_kinds", "webhook_kind_of_op", "webhook_outbox"}),
+    frozenset({"memory_revisions", "record_revisions"}),  # _V_EXPIRY_AND_REVISIONS
 ]
 
 
@@ -433,7 +492,7 @@ class Erasure:
 ERASURE: dict[str, Erasure] = {
     "memories": Erasure(
         "id scope body metadata fingerprint created_at forgotten_at ledger_seq merged_into merged_at superseded_by "
-        "superseded_at occurred_at thread_id thread_position updated_at index_words speaker acceptance",
+        "superseded_at occurred_at thread_id thread_position updated_at index_words speaker acceptance expires_at",
         "every column but FORGET_KEEPS cleared (a new column too)",
     ),
     "facts": Erasure("memory_id ord kind value normalized", "the memory's rows deleted"),
@@ -441,6 +500,15 @@ ERASURE: dict[str, Erasure] = {
     "embeddings": Erasure("memory_id vector", "the memory's row deleted"),
     "memory_keys": Erasure("memory_id key", "the memory's key deleted: its ledger hashes confirm no guess after"),
     "memory_versions": Erasure("memory_id version body metadata at", "the memory's earlier versions deleted"),
+    "memory_revisions": Erasure(
+        "memory_id revision kind at surface token_name changed version expires_at ledger_seq related_memory_id "
+        "reverted_to",
+        "the memory's revisions deleted (they hold no text: a version's text is in memory_versions, deleted too)",
+    ),
+    "record_revisions": Erasure(
+        "scope key generation op content at surface token_name source ledger_seq",
+        "a record's own: a forget never edits it; a record's delete deletes its earlier revisions (their content)",
+    ),
     "memories_fts": Erasure("body", "the memory's entries deleted from the segments that hold them"),
     "memories_fts_data": Erasure("id block", "FTS5's segments: the memory's entries and lone terms removed"),
     "memories_fts_idx": Erasure("segid term pgno", "FTS5's segment index: a lone term of the memory removed"),

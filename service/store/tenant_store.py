@@ -47,6 +47,7 @@ from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
 from mnemosyne.store.replicas import StoreReplication
+from mnemosyne.store.revisions import RevisionReads
 from mnemosyne.store.schema import REQUIRED_TABLES
 from mnemosyne.store.tenant_cache import TenantCache
 from mnemosyne.store.tenant_file import check_and_migrate, damage_of, table_names
@@ -61,7 +62,7 @@ FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 ANN_FILE_SUFFIX = ".ann"
 
 
-class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads):
+class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads, RevisionReads):
     """Queries valid inside one transaction (read or write)."""
 
 

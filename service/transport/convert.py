@@ -47,20 +47,28 @@ def from_retain_item(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> 
         occurred_at=from_occurred_at(item),
         thread=from_thread(item),
         speaker=item.speaker or None,
+        expires_at=from_expires_at(item),
     )
 
 
-def from_occurred_at(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> int | None:
-    """``occurred_at`` in unix microseconds, None when unset. A Timestamp whose nanos are outside
-    0..999,999,999 is no time at all (OCCURRED_AT_INVALID); the engine checks the range."""
-    if not item.HasField("occurred_at"):
+def from_expires_at(
+    item: memory_pb2.RetainRequest | memory_pb2.RetainItem | memory_pb2.UpdateMemoryRequest,
+) -> float | None:
+    """``expires_at`` in unix seconds, None when unset."""
+    at = from_occurred_at(item, field="expires_at", reason="EXPIRES_AT_INVALID")
+    return None if at is None else at / 1e6
+
+
+def from_occurred_at(item: Message, *, field: str = "occurred_at", reason: str = "OCCURRED_AT_INVALID") -> int | None:
+    """``occurred_at`` (or another Timestamp ``field``) in unix microseconds, None when unset. A
+    Timestamp whose nanos are outside 0..999,999,999 is no time at all (``reason``); the engine
+    checks the range."""
+    if not item.HasField(field):
         return None
-    stamp = item.occurred_at
+    stamp = getattr(item, field)
     if not 0 <= stamp.nanos < 1_000_000_000:
-        raise InvalidArgument(
-            f"occurred_at.nanos is {stamp.nanos}; it must be between 0 and 999999999", reason="OCCURRED_AT_INVALID"
-        )
-    return stamp.seconds * 1_000_000 + stamp.nanos // 1_000
+        raise InvalidArgument(f"{field}.nanos is {stamp.nanos}; it must be between 0 and 999999999", reason=reason)
+    return int(stamp.seconds * 1_000_000 + stamp.nanos // 1_000)
 
 
 def from_thread(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.ThreadRef | None:
@@ -162,6 +170,8 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
         target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
     if memory.speaker:
         target.speaker = memory.speaker
+    if memory.expires_at is not None:
+        target.expires_at.FromNanoseconds(int(memory.expires_at * 1e9))
 
 
 def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:

@@ -32,6 +32,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from mnemosyne.engine import changers
 from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
@@ -161,9 +162,19 @@ class Edge:
 
     # -- the steps every call takes, whatever its transport ------------------------------------
 
-    def begin(self, method: str, request: Any, metadata: Sequence[tuple[str, str]], deadline: float | None) -> Call:
+    def begin(
+        self,
+        method: str,
+        request: Any,
+        metadata: Sequence[tuple[str, str]],
+        deadline: float | None,
+        *,
+        surface: str = "grpc",
+    ) -> Call:
         """Steps 2 and 3: admit the call and authorise it; its Call (pair with ``answer`` or
-        ``answer_stream``, which let it go). Raises the refusal. ``deadline``: time.monotonic()."""
+        ``answer_stream``, which let it go). Raises the refusal. ``deadline``: time.monotonic().
+        ``surface``: what the call came through ("grpc", "http", "mem0", "mcp"), which with the
+        token's name is who the revisions of its changes are by (engine/changers.py)."""
         self._admission.enter()
         try:
             if hasattr(request, "tenant") and (request.tenant or method not in TENANT_OPTIONAL_METHODS):
@@ -199,6 +210,8 @@ class Edge:
             reaches=principal.tenants if principal is not None else frozenset({"*"}),
         )
         call.method, call.forward_to, call.move_pending = method, forward_to, pending
+        # The call's own context (its task's), copied to the thread that runs it (admission.py).
+        changers.set_changer(surface, call.principal)
         return call
 
     async def _settle(self, call: Call) -> None:

@@ -49,7 +49,9 @@ class InProcess:
         seconds = max(_IN_PROCESS_SECONDS, ask.wait_seconds + _WAIT_MARGIN_SECONDS if ask.wait_seconds else 0.0)
         edge = self._edge
         async with edge.envelope(ask.method, None, _raise) as envelope:
-            call = edge.begin(ask.method, ask.request, (*metadata, *ask.metadata), time.monotonic() + seconds)
+            call = edge.begin(
+                ask.method, ask.request, (*metadata, *ask.metadata), time.monotonic() + seconds, surface="mcp"
+            )
             response = await edge.answer(kind, implementation, ask.request, call)
             return Answer(response, tuple(call.initial_metadata), tuple(call.trailing_metadata))
         raise AssertionError(f"{envelope.method}: the envelope raised its refusal")

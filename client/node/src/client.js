@@ -177,6 +177,45 @@ function webhookDelivery(d) {
   };
 }
 
+function memoryRevision(r) {
+  return {
+    revision: r.revision,
+    kind: String(r.kind).replace('REVISION_KIND_', '').toLowerCase(),
+    at: dateFrom(r.at),
+    surface: r.by?.surface ?? '',
+    tokenName: r.by?.token_name ?? '',
+    changed: [...r.changed],
+    version: r.version,
+    text: r.text,
+    metadata: { ...r.metadata },
+    expiresAt: dateFrom(r.expires_at),
+    ledgerSeq: BigInt(r.ledger_seq),
+    relatedMemoryId: BigInt(r.related_memory_id),
+    revertedTo: r.reverted_to,
+  };
+}
+
+function recordRevision(r) {
+  return {
+    generation: BigInt(r.generation),
+    op: r.op,
+    content: r.content,
+    at: dateFrom(r.at),
+    surface: r.by?.surface ?? '',
+    tokenName: r.by?.token_name ?? '',
+    source: r.source,
+    ledgerSeq: BigInt(r.ledger_seq),
+  };
+}
+
+function expiryPolicy(p) {
+  return {
+    defaultTtlSeconds: Number(p.default_ttl_seconds),
+    updateExtends: p.update_extends,
+    graceSeconds: Number(p.grace_seconds ?? 0),
+  };
+}
+
 function timestampFrom(date, field) {
   const ms = date instanceof Date ? date.getTime() : NaN;
   if (Number.isNaN(ms)) throw new RangeError(`${field} is not a valid Date`);
@@ -899,6 +938,52 @@ class MemoryClient {
       conflicts: Number(o.conflicts),
     }));
   }
+  // -- revisions and expiry (docs/revisions.md, docs/expiry.md) --------------------------------------
+
+  /** Every revision of a memory, oldest first: who, which surface, when, what changed, its ledger entry. */
+  async listMemoryRevisions(tenant, memoryId) {
+    const { response } = await this._call(this.memory, 'ListMemoryRevisions', { tenant, memory_id: String(memoryId) },
+      { retry: true });
+    return response.revisions.map(memoryRevision);
+  }
+
+  /** Restore a memory's text and metadata of `revision`, as a new revision (history is never rewritten). */
+  async revertMemory(tenant, memoryId, revision, { requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.memory, 'RevertMemory', {
+      tenant, memory_id: String(memoryId), revision, request_id: requestId ?? '',
+    }, { retry: Boolean(requestId) });
+    return { memory: memory(response.memory), revision: response.revision };
+  }
+
+  /** The tenant's expiry policy: default TTL of new memories, whether an update extends it, the grace. */
+  async getExpiryPolicy(tenant) {
+    const { response } = await this._call(this.memory, 'GetExpiryPolicy', { tenant }, { retry: true });
+    return expiryPolicy(response.policy);
+  }
+
+  /** Set the tenant's expiry policy; `graceSeconds` left out keeps the current grace. */
+  async setExpiryPolicy(tenant, { defaultTtlSeconds = 0, updateExtends = false, graceSeconds } = {}) {
+    const policy = { default_ttl_seconds: String(defaultTtlSeconds), update_extends: updateExtends };
+    if (graceSeconds !== undefined) policy.grace_seconds = String(graceSeconds);
+    const { response } = await this._call(this.memory, 'SetExpiryPolicy', { tenant, policy }, { retry: true });
+    return expiryPolicy(response.policy);
+  }
+
+  /** A record's revisions, oldest first, and the scope's generation now. */
+  async listRecordRevisions(tenant, scope, key) {
+    const { response } = await this._call(this.workspace, 'ListRecordRevisions', { tenant, scope, key }, { retry: true });
+    return { revisions: response.revisions.map(recordRevision), generation: BigInt(response.generation) };
+  }
+
+  /** Put back a record's content as of `generation`, at `expectedGeneration` (the scope's new generation). */
+  async revertRecord(tenant, scope, key, generation, expectedGeneration, { requestId = newRequestId() } = {}) {
+    const { response } = await this._call(this.workspace, 'RevertRecord', {
+      tenant, scope, key, generation: generationString(generation), expected_generation: generationString(expectedGeneration),
+      request_id: requestId ?? '',
+    }, { retry: Boolean(requestId) });
+    return BigInt(response.generation);
+  }
+
   // -- webhooks (docs/webhooks.md) ---------------------------------------------------------------
 
   /**

@@ -311,6 +311,24 @@ export declare class MemoryClient {
     receiptId: string,
   ): Promise<{ generation: bigint; alreadyApplied: boolean }>;
   consolidateSession(tenant: string, options?: { thread?: string }): Promise<SessionOutcome[]>;
+  listMemoryRevisions(tenant: string, memoryId: bigint | number): Promise<MemoryRevision[]>;
+  revertMemory(
+    tenant: string,
+    memoryId: bigint | number,
+    revision: number,
+    options?: { requestId?: string | null },
+  ): Promise<{ memory: Memory; revision: number }>;
+  getExpiryPolicy(tenant: string): Promise<ExpiryPolicy>;
+  setExpiryPolicy(tenant: string, policy?: Partial<ExpiryPolicy>): Promise<ExpiryPolicy>;
+  listRecordRevisions(tenant: string, scope: string, key: string): Promise<{ revisions: RecordRevision[]; generation: bigint }>;
+  revertRecord(
+    tenant: string,
+    scope: string,
+    key: string,
+    generation: bigint | number,
+    expectedGeneration: bigint | number,
+    options?: { requestId?: string | null },
+  ): Promise<bigint>;
   createWebhook(
     tenant: string,
     url: string,
@@ -497,3 +515,36 @@ export declare class MemoryHost {
 
 /** The member owning `tenant` among the member ids (rendezvous hashing, docs/scale-out.md). */
 export declare function ownerOf(tenant: string, members: Iterable<string>): string;
+
+export interface MemoryRevision {
+  revision: number;
+  kind: 'retained' | 'updated' | 'reverted' | 'superseded' | 'merged';
+  at: Date | null;
+  surface: string;
+  tokenName: string;
+  changed: string[];
+  version: number;
+  text: string;
+  metadata: Record<string, string>;
+  expiresAt: Date | null;
+  ledgerSeq: bigint;
+  relatedMemoryId: bigint;
+  revertedTo: number;
+}
+
+export interface RecordRevision {
+  generation: bigint;
+  op: string;
+  content: string;
+  at: Date | null;
+  surface: string;
+  tokenName: string;
+  source: string;
+  ledgerSeq: bigint;
+}
+
+export interface ExpiryPolicy {
+  defaultTtlSeconds: number;
+  updateExtends: boolean;
+  graceSeconds: number;
+}

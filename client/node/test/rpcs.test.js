@@ -131,3 +131,29 @@ test('webhooks: create, list, rotate, resume, its delivery log, delete', async (
   assert.equal(await client.deleteWebhook(tenant, webhook.id), false);
   await assert.rejects(client.createWebhook(tenant, 'https://hooks.example.com/in', ['memory.made']), RangeError);
 });
+
+test('revisions and expiry: list and revert a memory and a record, the expiry policy', async () => {
+  const tenant = uniqueTenant();
+  const [first] = await client.retainBatch(tenant, ['Desk D-7 is by the window']);
+  await client.updateMemory(tenant, first.memoryId, { text: 'Desk D-7 is by the door' });
+  const revisions = await client.listMemoryRevisions(tenant, first.memoryId);
+  assert.deepEqual(revisions.map((r) => [r.revision, r.kind, r.text]),
+    [[1, 'retained', 'Desk D-7 is by the window'], [2, 'updated', 'Desk D-7 is by the door']]);
+  assert.equal(revisions[0].surface, 'grpc');
+  const reverted = await client.revertMemory(tenant, first.memoryId, 1);
+  assert.equal(reverted.memory.text, 'Desk D-7 is by the window');
+  assert.equal(reverted.revision, 3);
+  const g1 = await client.editRecords(tenant, 'workspace/w', [{ op: 'put', key: 'a.md', content: 'one' }], 0n);
+  const g2 = await client.editRecords(tenant, 'workspace/w', [{ op: 'put', key: 'a.md', content: 'two' }], g1);
+  const listed = await client.listRecordRevisions(tenant, 'workspace/w', 'a.md');
+  assert.deepEqual(listed.revisions.map((r) => r.content), ['one', 'two']);
+  assert.equal(listed.generation, g2);
+  const g3 = await client.revertRecord(tenant, 'workspace/w', 'a.md', g1, g2);
+  assert.ok(g3 > g2);
+  await assert.rejects(client.revertRecord(tenant, 'workspace/w', 'a.md', g1, g2),
+    (err) => err instanceof MnemosyneError && err.reason === 'GENERATION_MISMATCH');
+  assert.deepEqual(await client.setExpiryPolicy(tenant, { defaultTtlSeconds: 3600, updateExtends: true }),
+    { defaultTtlSeconds: 3600, updateExtends: true, graceSeconds: 7 * 86400 });
+  assert.equal((await client.getExpiryPolicy(tenant)).defaultTtlSeconds, 3600);
+});
+

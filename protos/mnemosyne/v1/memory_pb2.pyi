@@ -2,6 +2,8 @@ import datetime
 
 from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from mnemosyne.v1 import expiry_pb2 as _expiry_pb2
+from mnemosyne.v1 import revisions_pb2 as _revisions_pb2
 from mnemosyne.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -24,7 +26,7 @@ RECALL_MODE_VECTOR: RecallMode
 RECALL_MODE_TEXT: RecallMode
 
 class RetainRequest(_message.Message):
-    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages", "occurred_at", "thread", "speaker")
+    __slots__ = ("tenant", "text", "scope", "metadata", "request_id", "fast", "messages", "occurred_at", "thread", "speaker", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +44,7 @@ class RetainRequest(_message.Message):
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     text: str
     scope: str
@@ -52,7 +55,8 @@ class RetainRequest(_message.Message):
     occurred_at: _timestamp_pb2.Timestamp
     thread: _types_pb2.ThreadRef
     speaker: str
-    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, tenant: _Optional[str] = ..., text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., fast: _Optional[bool] = ..., messages: _Optional[_Iterable[_Union[_types_pb2.ConversationMessage, _Mapping]]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RetainResponse(_message.Message):
     __slots__ = ("result", "consistency_token")
@@ -63,7 +67,7 @@ class RetainResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_types_pb2.RetainResult, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class RetainItem(_message.Message):
-    __slots__ = ("text", "scope", "metadata", "occurred_at", "thread", "speaker")
+    __slots__ = ("text", "scope", "metadata", "occurred_at", "thread", "speaker", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,13 +81,15 @@ class RetainItem(_message.Message):
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     text: str
     scope: str
     metadata: _containers.ScalarMap[str, str]
     occurred_at: _timestamp_pb2.Timestamp
     thread: _types_pb2.ThreadRef
     speaker: str
-    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, text: _Optional[str] = ..., scope: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[_types_pb2.ThreadRef, _Mapping]] = ..., speaker: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RetainBatchRequest(_message.Message):
     __slots__ = ("tenant", "items", "request_id", "fast")
@@ -230,7 +236,7 @@ class ForgetMemoryResponse(_message.Message):
     def __init__(self, memory_id: _Optional[int] = ..., forgotten: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class UpdateMemoryRequest(_message.Message):
-    __slots__ = ("tenant", "memory_id", "text", "metadata", "replace_metadata", "request_id")
+    __slots__ = ("tenant", "memory_id", "text", "metadata", "replace_metadata", "request_id", "expires_at", "clear_expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -244,13 +250,17 @@ class UpdateMemoryRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     REPLACE_METADATA_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     memory_id: int
     text: str
     metadata: _containers.ScalarMap[str, str]
     replace_metadata: bool
     request_id: str
-    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., replace_metadata: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    clear_expires_at: bool
+    def __init__(self, tenant: _Optional[str] = ..., memory_id: _Optional[int] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., replace_metadata: _Optional[bool] = ..., request_id: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., clear_expires_at: _Optional[bool] = ...) -> None: ...
 
 class UpdateMemoryResponse(_message.Message):
     __slots__ = ("memory", "updated", "near_duplicate_of", "supersedes", "consistency_token")

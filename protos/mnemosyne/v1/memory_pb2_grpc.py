@@ -3,7 +3,9 @@
 import grpc
 import warnings
 
+from mnemosyne.v1 import expiry_pb2 as mnemosyne_dot_v1_dot_expiry__pb2
 from mnemosyne.v1 import memory_pb2 as mnemosyne_dot_v1_dot_memory__pb2
+from mnemosyne.v1 import revisions_pb2 as mnemosyne_dot_v1_dot_revisions__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -79,6 +81,26 @@ class MemoryServiceStub:
                 '/mnemosyne.v1.MemoryService/ListMemoryVersions',
                 request_serializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryRevisions = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/ListMemoryRevisions',
+                request_serializer=mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsResponse.FromString,
+                _registered_method=True)
+        self.RevertMemory = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/RevertMemory',
+                request_serializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryResponse.FromString,
+                _registered_method=True)
+        self.GetExpiryPolicy = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/GetExpiryPolicy',
+                request_serializer=mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyResponse.FromString,
+                _registered_method=True)
+        self.SetExpiryPolicy = channel.unary_unary(
+                '/mnemosyne.v1.MemoryService/SetExpiryPolicy',
+                request_serializer=mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyResponse.FromString,
                 _registered_method=True)
 
 
@@ -162,6 +184,41 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMemoryRevisions(self, request, context):
+        """A memory's revisions, oldest first: every change to it (retained, updated, reverted,
+        superseded, merged), who made it through which surface, when, what changed and the ledger
+        entry it matches. A forgotten or erased expired memory has none (an empty list).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevertMemory(self, request, context):
+        """Restore a memory's text and metadata as they were after one of its revisions, as a NEW
+        revision (an update: extraction, embedding, near duplicates and conflicts again; its
+        expires_at is kept). docs/revisions.md says what it does when the text is held by another
+        memory (MEMORY_DUPLICATE), or the memory was merged (MEMORY_MERGED), forgotten or erased
+        (NOT_FOUND). An unknown or pruned revision is NOT_FOUND (REVISION_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetExpiryPolicy(self, request, context):
+        """The tenant's expiry policy (docs/expiry.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetExpiryPolicy(self, request, context):
+        """Replace the tenant's expiry policy: a default time to live for new memories, whether an
+        update extends it, and the grace before an expired memory is erased.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +266,26 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryVersions,
                     request_deserializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.SerializeToString,
+            ),
+            'ListMemoryRevisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryRevisions,
+                    request_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsResponse.SerializeToString,
+            ),
+            'RevertMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevertMemory,
+                    request_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryResponse.SerializeToString,
+            ),
+            'GetExpiryPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExpiryPolicy,
+                    request_deserializer=mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyResponse.SerializeToString,
+            ),
+            'SetExpiryPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetExpiryPolicy,
+                    request_deserializer=mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -455,6 +532,114 @@ class MemoryService:
             '/mnemosyne.v1.MemoryService/ListMemoryVersions',
             mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
             mnemosyne_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryRevisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/ListMemoryRevisions',
+            mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_revisions__pb2.ListMemoryRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevertMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/RevertMemory',
+            mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_revisions__pb2.RevertMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExpiryPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/GetExpiryPolicy',
+            mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_expiry__pb2.GetExpiryPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetExpiryPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.MemoryService/SetExpiryPolicy',
+            mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_expiry__pb2.SetExpiryPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/types.proto\x12\x0cmnemosyne.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x04\x46\x61\x63t\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nnormalized\x18\x03 \x01(\t\"<\n\x06Triple\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x11\n\tpredicate\x18\x02 \x01(\t\x12\x0e\n\x06object\x18\x03 \x01(\t\"\xd1\x04\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x34\n\x08metadata\x18\x04 \x03(\x0b\x32\".mnemosyne.v1.Memory.MetadataEntry\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x05\x66\x61\x63ts\x18\x06 \x03(\x0b\x32\x12.mnemosyne.v1.Fact\x12%\n\x07triples\x18\x07 \x03(\x0b\x32\x14.mnemosyne.v1.Triple\x12\x11\n\tforgotten\x18\x08 \x01(\x08\x12\x15\n\rsuperseded_by\x18\t \x01(\x03\x12\x31\n\rsuperseded_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bmerged_into\x18\x0b \x01(\x03\x12/\n\x0boccurred_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06thread\x18\r \x01(\x0b\x32\x17.mnemosyne.v1.ThreadRef\x12.\n\nupdated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07speaker\x18\x0f \x01(\t\x12\x30\n\x0c\x66orgotten_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\tThreadRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x03\"B\n\x13\x43onversationMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x9b\x02\n\x0cRetainResult\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.mnemosyne.v1.RetainResult.Status\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\x03\x12\x14\n\x0c\x65rror_reason\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x19\n\x11near_duplicate_of\x18\x06 \x03(\x03\x12\x12\n\nsupersedes\x18\x07 \x03(\x03\"W\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08\x45NQUEUED\x10\x03\x12\x0b\n\x07INVALID\x10\x04\"@\n\x11\x43onsistencyReport\x12\x18\n\x10\x66\x61iled_event_ids\x18\x01 \x03(\x03\x12\x11\n\twaited_ms\x18\x02 \x01(\x01\x42T\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mnemosyne/v1/types.proto\x12\x0cmnemosyne.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x04\x46\x61\x63t\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nnormalized\x18\x03 \x01(\t\"<\n\x06Triple\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x11\n\tpredicate\x18\x02 \x01(\t\x12\x0e\n\x06object\x18\x03 \x01(\t\"\x81\x05\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x34\n\x08metadata\x18\x04 \x03(\x0b\x32\".mnemosyne.v1.Memory.MetadataEntry\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x05\x66\x61\x63ts\x18\x06 \x03(\x0b\x32\x12.mnemosyne.v1.Fact\x12%\n\x07triples\x18\x07 \x03(\x0b\x32\x14.mnemosyne.v1.Triple\x12\x11\n\tforgotten\x18\x08 \x01(\x08\x12\x15\n\rsuperseded_by\x18\t \x01(\x03\x12\x31\n\rsuperseded_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bmerged_into\x18\x0b \x01(\x03\x12/\n\x0boccurred_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06thread\x18\r \x01(\x0b\x32\x17.mnemosyne.v1.ThreadRef\x12.\n\nupdated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07speaker\x18\x0f \x01(\t\x12\x30\n\x0c\x66orgotten_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\tThreadRef\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x03\"B\n\x13\x43onversationMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x9b\x02\n\x0cRetainResult\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.mnemosyne.v1.RetainResult.Status\x12\x11\n\tmemory_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\x03\x12\x14\n\x0c\x65rror_reason\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x19\n\x11near_duplicate_of\x18\x06 \x03(\x03\x12\x12\n\nsupersedes\x18\x07 \x03(\x03\"W\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08\x45NQUEUED\x10\x03\x12\x0b\n\x07INVALID\x10\x04\"@\n\x11\x43onsistencyReport\x12\x18\n\x10\x66\x61iled_event_ids\x18\x01 \x03(\x03\x12\x11\n\twaited_ms\x18\x02 \x01(\x01\x42T\n\x10\x64\x65v.mnemosyne.v1P\x01Z>github.com/mnemosyne/mnemosyne/gen/go/mnemosyne/v1;mnemosynev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,17 +40,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRIPLE']._serialized_start=132
   _globals['_TRIPLE']._serialized_end=192
   _globals['_MEMORY']._serialized_start=195
-  _globals['_MEMORY']._serialized_end=788
-  _globals['_MEMORY_METADATAENTRY']._serialized_start=741
-  _globals['_MEMORY_METADATAENTRY']._serialized_end=788
-  _globals['_THREADREF']._serialized_start=790
-  _globals['_THREADREF']._serialized_end=831
-  _globals['_CONVERSATIONMESSAGE']._serialized_start=833
-  _globals['_CONVERSATIONMESSAGE']._serialized_end=899
-  _globals['_RETAINRESULT']._serialized_start=902
-  _globals['_RETAINRESULT']._serialized_end=1185
-  _globals['_RETAINRESULT_STATUS']._serialized_start=1098
-  _globals['_RETAINRESULT_STATUS']._serialized_end=1185
-  _globals['_CONSISTENCYREPORT']._serialized_start=1187
-  _globals['_CONSISTENCYREPORT']._serialized_end=1251
+  _globals['_MEMORY']._serialized_end=836
+  _globals['_MEMORY_METADATAENTRY']._serialized_start=789
+  _globals['_MEMORY_METADATAENTRY']._serialized_end=836
+  _globals['_THREADREF']._serialized_start=838
+  _globals['_THREADREF']._serialized_end=879
+  _globals['_CONVERSATIONMESSAGE']._serialized_start=881
+  _globals['_CONVERSATIONMESSAGE']._serialized_end=947
+  _globals['_RETAINRESULT']._serialized_start=950
+  _globals['_RETAINRESULT']._serialized_end=1233
+  _globals['_RETAINRESULT_STATUS']._serialized_start=1146
+  _globals['_RETAINRESULT_STATUS']._serialized_end=1233
+  _globals['_CONSISTENCYREPORT']._serialized_start=1235
+  _globals['_CONSISTENCYREPORT']._serialized_end=1299
 # @@protoc_insertion_point(module_scope)

@@ -31,7 +31,7 @@ class Triple(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., predicate: _Optional[str] = ..., object: _Optional[str] = ...) -> None: ...
 
 class Memory(_message.Message):
-    __slots__ = ("id", "scope", "text", "metadata", "created_at", "facts", "triples", "forgotten", "superseded_by", "superseded_at", "merged_into", "occurred_at", "thread", "updated_at", "speaker", "forgotten_at")
+    __slots__ = ("id", "scope", "text", "metadata", "created_at", "facts", "triples", "forgotten", "superseded_by", "superseded_at", "merged_into", "occurred_at", "thread", "updated_at", "speaker", "forgotten_at", "expires_at")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Memory(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_FIELD_NUMBER: _ClassVar[int]
     FORGOTTEN_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     id: int
     scope: str
     text: str
@@ -71,7 +72,8 @@ class Memory(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     speaker: str
     forgotten_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[int] = ..., scope: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., triples: _Optional[_Iterable[_Union[Triple, _Mapping]]] = ..., forgotten: _Optional[bool] = ..., superseded_by: _Optional[int] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., merged_into: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[ThreadRef, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., speaker: _Optional[str] = ..., forgotten_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., scope: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., triples: _Optional[_Iterable[_Union[Triple, _Mapping]]] = ..., forgotten: _Optional[bool] = ..., superseded_by: _Optional[int] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., merged_into: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., thread: _Optional[_Union[ThreadRef, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., speaker: _Optional[str] = ..., forgotten_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ThreadRef(_message.Message):
     __slots__ = ("id", "position")

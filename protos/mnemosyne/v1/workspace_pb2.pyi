@@ -1,5 +1,6 @@
 from google.api import annotations_pb2 as _annotations_pb2
 from mnemosyne.v1 import memory_pb2 as _memory_pb2
+from mnemosyne.v1 import revisions_pb2 as _revisions_pb2
 from mnemosyne.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from mnemosyne.v1 import revisions_pb2 as mnemosyne_dot_v1_dot_revisions__pb2
 from mnemosyne.v1 import workspace_pb2 as mnemosyne_dot_v1_dot_workspace__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -79,6 +80,16 @@ class WorkspaceServiceStub:
                 '/mnemosyne.v1.WorkspaceService/ListScopes',
                 request_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.FromString,
+                _registered_method=True)
+        self.ListRecordRevisions = channel.unary_unary(
+                '/mnemosyne.v1.WorkspaceService/ListRecordRevisions',
+                request_serializer=mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsResponse.FromString,
+                _registered_method=True)
+        self.RevertRecord = channel.unary_unary(
+                '/mnemosyne.v1.WorkspaceService/RevertRecord',
+                request_serializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordResponse.FromString,
                 _registered_method=True)
 
 
@@ -157,6 +168,23 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRecordRevisions(self, request, context):
+        """A record's revisions, oldest first: each generation that put or deleted it, who made it
+        through which surface, when, and the ledger entry (docs/revisions.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevertRecord(self, request, context):
+        """Restore a record's content as of one of its revisions as a NEW generation, under the
+        explicit revision contract of EditRecords: a stale expected_generation fails with ABORTED
+        (GENERATION_MISMATCH) and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +232,16 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.ListScopes,
                     request_deserializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.SerializeToString,
+            ),
+            'ListRecordRevisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRecordRevisions,
+                    request_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsResponse.SerializeToString,
+            ),
+            'RevertRecord': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevertRecord,
+                    request_deserializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -450,6 +488,60 @@ class WorkspaceService:
             '/mnemosyne.v1.WorkspaceService/ListScopes',
             mnemosyne_dot_v1_dot_workspace__pb2.ListScopesRequest.SerializeToString,
             mnemosyne_dot_v1_dot_workspace__pb2.ListScopesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRecordRevisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.WorkspaceService/ListRecordRevisions',
+            mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_revisions__pb2.ListRecordRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevertRecord(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.WorkspaceService/RevertRecord',
+            mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_revisions__pb2.RevertRecordResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from mnemosyne.engine.config import HotPathConfig
 from mnemosyne.engine.hot_path.awaited import Awaited
@@ -23,8 +24,10 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.types import HotPathState
 from mnemosyne.engine.write_path import WritePath
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import TenantStore
 
 
 class HotPath:
@@ -41,17 +44,18 @@ class HotPath:
         observer: EngineObserver,
         seams: Seams | None = None,
         changes: Changes | None = None,
+        clock: Clock | None = None,
+        sweep: Callable[[str, TenantStore], float | None] | None = None,
     ) -> None:
-        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER)."""
-        seams = seams or Seams()
-        retention = Retention(config.event_retention_seconds)
+        """``seams``: a test's (runtime/seams.py). ``sweep``: engine/expiry.py's, due on ``clock``."""
+        seams, retention = seams or Seams(), Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
         scheduler = Scheduler()
         self.changes = changes = changes or Changes()
         self._depths = depths = Depths()
         states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
-        self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention)
+        self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention, clock=clock or Clock())
         self.index = recovery.index  # a tenant imported is named before its files are in place
         queue = Queue(
             states=states,
@@ -78,6 +82,7 @@ class HotPath:
             sync_each_enqueue=sync_each_enqueue,
             forget_tenant=self.forget_tenant,
             hold_file=seams.hold_workers_file,
+            sweep=sweep,
         )
         barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
         events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
@@ -88,7 +93,7 @@ class HotPath:
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
-        self.settle = awaited.settle
+        self.settle, self.note_sweep = awaited.settle, recovery.note_sweep
 
     def status(self, tenant: str) -> HotPathState:
         """The tenant's Status: its flag and figures, and the open writes reads wait for."""

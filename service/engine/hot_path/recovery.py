@@ -1,14 +1,17 @@
 """The recovery index's side of the hot path (store/pending_index.py): which tenants may have open
-operations, so start-up resumes exactly those without opening every tenant file, and when an idle
-tenant's finished events expire, so a restart still deletes them on time."""
+operations, so start-up resumes exactly those without opening every tenant file, when an idle
+tenant's finished events expire, so a restart still deletes them on time, and when a tenant's
+next expired memory is due for erasure (engine/expiry.py), so the workers sweep it then."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from mnemosyne.engine.hot_path.retention import Retention
 from mnemosyne.engine.hot_path.scheduler import Wake
 from mnemosyne.engine.hot_path.snapshot import open_operations, snapshot
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore
@@ -22,10 +25,11 @@ class Recovery:
     """Keeps the recovery index: a tenant enters it before an enqueue commits and leaves it once it
     stayed drained long enough (or at a clean shutdown)."""
 
-    def __init__(self, *, pool: TenantPool, wake: Wake, retention: Retention) -> None:
+    def __init__(self, *, pool: TenantPool, wake: Wake, retention: Retention, clock: Clock) -> None:
         self._pool = pool
         self._wake = wake
         self._retention = retention
+        self._clock = clock  # sweeps are due on the engine's clock (a test's may run ahead)
         self.index = PendingIndex(pool.data_dir)
         # tenant -> monotonic time its queue was last seen drained; changed only under the
         # tenant's inbox lock, so "still here" means "nothing was enqueued since".
@@ -38,6 +42,32 @@ class Recovery:
             self._wake.notify(tenant)
         for tenant, due in self.index.expiries():
             self._wake.notify_at(tenant, due)
+        for tenant, due in self.index.sweeps():
+            self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+
+    def note_sweep(self, tenant: str, due: float) -> None:
+        """An erasure of the tenant's will be due at ``due`` (engine clock): named in the index
+        (durably) before the write that makes it due commits, and a worker woken then."""
+        if self.index.set_sweep(tenant, due, only_sooner=True):
+            self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+
+    def sweep_if_due(self, tenant: str, sweep: Callable[[], float | None]) -> None:
+        """Run the tenant's ``sweep`` if an erasure of its is due now, and record when the next
+        one is. (With a test's clock, which may jump, a tenant not yet due is looked at again.)"""
+        due = self.index.sweep_of(tenant)
+        if due is None:
+            return
+        if due > self._clock.now():
+            if self._clock.jumps:
+                self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+            return
+        self.swept(tenant, sweep())
+
+    def swept(self, tenant: str, due: float | None) -> None:
+        """A sweep of the tenant left its next erasure due at ``due`` (None: none)."""
+        self.index.set_sweep(tenant, due)
+        if due is not None:
+            self._wake.notify_at(tenant, self._clock.wall_time_of(due))
 
     def accepting(self, tenant: str) -> None:
         """An enqueue is about to commit (under the tenant's inbox lock): the index names the
@@ -76,6 +106,7 @@ class Recovery:
         """The tenant's files are gone from here: it leaves the index, with its expiry."""
         self.index.remove(tenant)
         self.index.set_expiry(tenant, None)
+        self.index.set_sweep(tenant, None)
 
     def forget_idle(self, tenant: str) -> None:
         self._idle_since.pop(tenant, None)

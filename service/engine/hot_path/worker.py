@@ -9,7 +9,9 @@ each processing one tenant's log in rounds:
 2. and 3. extract, persist and commit them in acceptance order (commit.py);
 
 and, between rounds, the tenant's housekeeping: its expired events deleted (retention.py), its
-place in the recovery index (recovery.py). A round that fails in the store (not an operation's
+expired memories erased once due (``sweep``: engine/expiry.py, a bounded turn whatever the
+backlog, so erasure keeps its share of the workers under load), its place in the recovery index
+(recovery.py). A round that fails in the store (not an operation's
 own failure) leaves its operations pending and is retried after a backoff."""
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Workers:
         sync_each_enqueue: bool,
         forget_tenant: Callable[[str], None],
         hold_file: Path | None,
+        sweep: Callable[[str, TenantStore], float | None] | None = None,
     ) -> None:
         self._pool = pool
         self._scheduler = scheduler
@@ -80,6 +83,7 @@ class Workers:
         self._sync_each_enqueue = sync_each_enqueue
         self._forget_tenant = forget_tenant  # all the hot path knows of a tenant moved away
         self._hold_file = hold_file  # the test seam MNEMOSYNE_TEST_HOLD_WORKERS (runtime/seams.py)
+        self._sweep = sweep  # a tenant's expired memories erased, and when its next erasure is due
         self._threads: list[threading.Thread] = []
         self._round_failures: dict[str, int] = {}  # tenant -> store failures in a row
 
@@ -184,6 +188,9 @@ class Workers:
             self._move_inbox(store, through=max((high for _, high in awaited), default=0))
             ops, full = self._rounds.claim(tenant, store, awaited)
             self._retention.prune(tenant, store)
+            if self._sweep is not None:
+                sweep = self._sweep
+                self._recovery.sweep_if_due(tenant, lambda: sweep(tenant, store))
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False

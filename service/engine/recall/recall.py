@@ -19,6 +19,7 @@ from mnemosyne.engine.recall.steps import switched_off
 from mnemosyne.engine.recall.text import query_terms
 from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.runtime import tracing
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.store.pool import TenantPool
 
 
@@ -35,8 +36,10 @@ class Recall:
         limits: Limits,
         steps_off: Iterable[str] = (),
         ann_threshold: int = DEFAULT_THRESHOLD,
+        clock: Clock | None = None,
     ) -> None:
         self.pool = pool
+        self.clock = clock or Clock()  # expired memories are never hits (engine/expiry.py)
         self.embedder = embedder
         self.limits = limits
         self.settings = settings_for(embedder)
@@ -98,4 +101,4 @@ class Recall:
                 vector = pipeline.embed(tenant, query)
         depth = max(self.settings.candidates_per_k * k, self.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
-        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many)
+        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many, self.clock.now())

@@ -1,6 +1,6 @@
 """The read and select steps: the rows of the best candidates, read in the recall's snapshot, and
-the best ``k`` of them. Superseded memories (CONFLICTS) rank after current facts, merged and
-forgotten ones never appear, rows newer than the snapshot are invisible."""
+the best ``k`` of them. Superseded memories (CONFLICTS) rank after current facts, merged,
+forgotten and expired ones never appear, rows newer than the snapshot are invisible."""
 
 from __future__ import annotations
 
@@ -73,7 +73,9 @@ class Read:
         window = max(query.k, self.depth) if deep else query.k
 
         def fetch(ids: list[int]) -> dict[int, MemoryRow]:
-            return txn.memories_by_ids(ids, with_details=False)
+            rows = txn.memories_by_ids(ids, with_details=False)
+            # Expired memories are hidden (engine/expiry.py): never read, so never a hit.
+            return {i: r for i, r in rows.items() if r.expires_at is None or r.expires_at > query.now}
 
         recalling.read, recalling.rows = read_rows(recalling.ranking, fetch, query.k, window)
 

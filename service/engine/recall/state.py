@@ -30,6 +30,8 @@ class Query(NamedTuple):
     vector: np.ndarray | None  # its vector (None: text only, no vector path)
     # A list or count question (question_form.asks_for_many); read only when the lists step runs.
     asks_for_many: bool = False
+    # The engine's time of the recall: a memory expired by then is never read (engine/expiry.py).
+    now: float = float("inf")
 
 
 @dataclass(frozen=True)

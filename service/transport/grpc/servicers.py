@@ -12,7 +12,7 @@ from typing import Any
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.transport import convert
+from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
@@ -21,7 +21,7 @@ from mnemosyne.transport.consistency import for_read, for_write
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
-from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, memory_pb2, memory_pb2_grpc
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, expiry_pb2, memory_pb2, memory_pb2_grpc, revisions_pb2
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
 
@@ -63,6 +63,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 occurred_at=convert.from_occurred_at(request),
                 thread=convert.from_thread(request),
                 speaker=request.speaker or None,
+                expires_at=convert.from_expires_at(request),
             )
         else:
             item = convert.from_retain_item(request)
@@ -133,6 +134,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             text=request.text,
             metadata=dict(request.metadata) if request.replace_metadata else None,
             request_id=request.request_id or None,
+            expires_at=convert.from_expires_at(request),
+            clear_expires_at=request.clear_expires_at,
         )
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_update_memory_response(outcome), token)
@@ -154,6 +157,35 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.ListMemoryVersionsRequest, call: Call
     ) -> memory_pb2.ListMemoryVersionsResponse:
         return convert.to_memory_versions_response(self._engine.updates.versions(request.tenant, request.memory_id))
+
+    @snapshot_read
+    def ListMemoryRevisions(
+        self, request: revisions_pb2.ListMemoryRevisionsRequest, call: Call
+    ) -> revisions_pb2.ListMemoryRevisionsResponse:
+        revisions = self._engine.updates.revisions(request.tenant, request.memory_id)
+        return convert_history.to_memory_revisions_response(revisions)
+
+    def RevertMemory(
+        self, request: revisions_pb2.RevertMemoryRequest, call: Call
+    ) -> revisions_pb2.RevertMemoryResponse:
+        outcome = self._engine.updates.revert(
+            request.tenant, request.memory_id, request.revision, request_id=request.request_id or None
+        )
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert_history.to_revert_memory_response(outcome), token)
+
+    @snapshot_read
+    def GetExpiryPolicy(
+        self, request: expiry_pb2.GetExpiryPolicyRequest, call: Call
+    ) -> expiry_pb2.GetExpiryPolicyResponse:
+        return convert_history.to_get_expiry_policy_response(self._engine.expiry.policy(request.tenant))
+
+    def SetExpiryPolicy(
+        self, request: expiry_pb2.SetExpiryPolicyRequest, call: Call
+    ) -> expiry_pb2.SetExpiryPolicyResponse:
+        policy = self._engine.expiry.set_policy(request.tenant, convert_history.from_expiry_policy(request.policy))
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert_history.to_set_expiry_policy_response(policy), token)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):

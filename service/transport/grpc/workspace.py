@@ -17,10 +17,10 @@ from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.transport import convert
+from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.call import Call, snapshot_read
 from mnemosyne.transport.consistency import for_read, for_write
-from mnemosyne.v1 import workspace_pb2, workspace_pb2_grpc
+from mnemosyne.v1 import revisions_pb2, workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
 WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
@@ -136,3 +136,24 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         outcomes = self._consolidator.consolidate(request.tenant, request.thread)
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_consolidate_session_response(outcomes), token)
+
+    @snapshot_read
+    def ListRecordRevisions(
+        self, request: revisions_pb2.ListRecordRevisionsRequest, call: Call
+    ) -> revisions_pb2.ListRecordRevisionsResponse:
+        revisions, generation = self._workspaces.record_revisions(request.tenant, request.scope, request.key)
+        return convert_history.to_record_revisions_response(revisions, generation)
+
+    def RevertRecord(
+        self, request: revisions_pb2.RevertRecordRequest, call: Call
+    ) -> revisions_pb2.RevertRecordResponse:
+        result = self._workspaces.revert_record(
+            request.tenant,
+            request.scope,
+            request.key,
+            generation=request.generation,
+            expected_generation=request.expected_generation,
+            request_id=request.request_id or None,
+        )
+        token = for_write(self._tokens, call, request.tenant)
+        return convert.with_token(convert_history.to_revert_record_response(result), token)

@@ -161,7 +161,7 @@ class HttpApi:
                 max_request_bytes=edge.max_request_bytes,
             )
         )
-        call = edge.begin(route.method, decoded, list(request.headers.items()), None)
+        call = edge.begin(route.method, decoded, list(request.headers.items()), None, surface="http")
         if kind is Kind.STREAM:
             return await _EventStream.open(edge, implementation, decoded, call, envelope)
         work = edge.answer(kind, implementation, decoded, call)

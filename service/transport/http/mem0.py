@@ -286,7 +286,7 @@ class Mem0Api:
         else:
             decoded = self._decode(http, route, groups, self._tenant(http, authorization))
         handler = self._endpoints.handler(route.name)
-        call = self._edge.begin(envelope.method, decoded, headers, None)
+        call = self._edge.begin(envelope.method, decoded, headers, None, surface="mem0")
         if call.forward_to is not None and isinstance(decoded, Mem0Request) and decoded.problem is None:
             # Another member owns the tenant: the request goes there as it came, over the
             # member-internal RELAY_METHOD (the forwarding hop of every surface:

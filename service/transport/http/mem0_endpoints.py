@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -34,7 +34,7 @@ from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call, reading, snapshot_read
 from mnemosyne.transport.consistency import for_read
 from mnemosyne.transport.grpc.servicers import Servicers
-from mnemosyne.v1 import events_pb2, memory_pb2, types_pb2
+from mnemosyne.v1 import events_pb2, memory_pb2, revisions_pb2, types_pb2
 
 ENTITY_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 ENTITY_PREFIX = "mem0."
@@ -44,6 +44,9 @@ EVENT_STATUS |= {"succeeded": events_pb2.SUCCEEDED, "failed": events_pb2.FAILED}
 # and the receipt of the memory, signed with the tenant's secret.
 RECEIPT_PREFIXES = {"s.": "ADD", "d.": "NONE"}
 _MEMORY_ID = re.compile(r"[1-9][0-9]{0,17}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# A revision's kind as mem0's history names its event.
+_HISTORY_EVENT = {revisions_pb2.REVISION_KIND_RETAINED: "ADD"}
 _QUEUED = "Memory processing has been queued for background execution"
 _STORED = "Memory stored (the tenant's hot path is off: the write was synchronous)"
 
@@ -180,11 +183,36 @@ def memory_json(memory: types_pb2.Memory, score: float | None = None) -> dict[st
         categories=[],
         created_at=created,
         updated_at=_iso(memory.updated_at) if memory.HasField("updated_at") else created,
-        expiration_date=None,
+        expiration_date=_expiration_date(memory),
     )
     if score is not None:
         document["score"] = score
     return document
+
+
+def _expiration(value: Any) -> timestamp_pb2.Timestamp:
+    """mem0's ``expiration_date``, a plain YYYY-MM-DD date in UTC, inclusive: the memory is
+    visible through that whole day and expires at the start of the next. Anything else is 400
+    (mem0 stores it and fails open; docs/mem0.md says why we refuse)."""
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise bad(
+            f"expiration_date must be a date as YYYY-MM-DD (UTC), not {str(value)[:40]!r}", "EXPIRATION_DATE_INVALID"
+        )
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise bad(f"expiration_date {value!r} is not a date of the calendar", "EXPIRATION_DATE_INVALID") from None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1))
+    return stamp
+
+
+def _expiration_date(memory: types_pb2.Memory) -> str | None:
+    """The last day (UTC) on which the memory is visible, as mem0 writes its expiration_date."""
+    if not memory.HasField("expires_at"):
+        return None
+    last = memory.expires_at.ToNanoseconds() / 1e9 - 1e-6
+    return datetime.fromtimestamp(last, UTC).date().isoformat()
 
 
 def _memory_id(raw: str) -> int:
@@ -232,11 +260,11 @@ class Mem0Endpoints:
         body = request.body
         if body.get("enable_graph"):
             raise unsupported("add: graph memory (enable_graph) is not supported")
-        if body.get("expiration_date") is not None:
-            raise unsupported("add: expiration_date is not supported (memories do not expire)")
         turns = _turns(body)
         metadata = {**_user_metadata(body.get("metadata")), **_entities(body)}
         retain = memory_pb2.RetainRequest(tenant=request.tenant, scope="global", metadata=metadata, fast=True)
+        if body.get("expiration_date") is not None:
+            retain.expires_at.CopyFrom(_expiration(body["expiration_date"]))
         if len(turns) == 1:
             retain.text, retain.speaker = turns[0].content, turns[0].name
         else:
@@ -295,18 +323,23 @@ class Mem0Endpoints:
 
     def _update(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        if body.get("expiration_date") is not None or body.get("timestamp") is not None:
-            raise unsupported("update: expiration_date and timestamp are not supported")
+        if body.get("timestamp") is not None:
+            raise unsupported("update: timestamp is not supported")
         memory = self._live(request, call)
         update = memory_pb2.UpdateMemoryRequest(
             tenant=request.tenant, memory_id=memory.id, text=_text(body, "text") or ""
         )
+        if "expiration_date" in body:  # null: it never expires (mem0's way to clear it)
+            if body["expiration_date"] is None:
+                update.clear_expires_at = True
+            else:
+                update.expires_at.CopyFrom(_expiration(body["expiration_date"]))
         if body.get("metadata") is not None:
             entities = {k: v for k, v in memory.metadata.items() if k.startswith(ENTITY_PREFIX)}
             update.metadata.update({**_user_metadata(body["metadata"]), **entities})
             update.replace_metadata = True
-        if not update.text and not update.replace_metadata:
-            raise bad("give text or metadata to update", "UPDATE_EMPTY")
+        if not update.text and not update.replace_metadata and "expiration_date" not in body:
+            raise bad("give text, metadata or expiration_date to update", "UPDATE_EMPTY")
         return memory_json(self._memory_servicer.UpdateMemory(update, call).memory)
 
     def _delete(self, request: Mem0Request, call: Call) -> dict[str, Any]:
@@ -334,22 +367,28 @@ class Mem0Endpoints:
         return {"message": "Memories deleted successfully!", "deleted_count": count}
 
     def _history(self, request: Mem0Request, call: Call) -> list[dict[str, Any]]:
+        """The memory's revisions (ListMemoryRevisions), as mem0's history: ADD, then UPDATE for
+        every later change (an update, a revert, a supersession, a merge), with our kind beside."""
         memory = self._live(request, call)
-        listed = memory_pb2.ListMemoryVersionsRequest(tenant=request.tenant, memory_id=memory.id)
+        listed = revisions_pb2.ListMemoryRevisionsRequest(tenant=request.tenant, memory_id=memory.id)
         entries = []
         previous: str | None = None
-        for v in self._memory_servicer.ListMemoryVersions(listed, call).versions:
+        for r in self._memory_servicer.ListMemoryRevisions(listed, call).revisions:
             entry: dict[str, Any] = {
-                "id": f"{memory.id}.{v.version}",
+                "id": f"{memory.id}.{r.revision}",
                 "memory_id": str(memory.id),
                 "old_memory": previous,
-                "new_memory": v.text,
-                "event": "ADD" if v.version == 1 else "UPDATE",
-                **_entity_ids(v.metadata),
+                "new_memory": r.text,
+                "event": _HISTORY_EVENT.get(r.kind, "UPDATE"),
+                "revision": r.revision,
+                "kind": revisions_pb2.RevisionKind.Name(r.kind).removeprefix("REVISION_KIND_"),
+                "changed": list(r.changed),
+                "by": {"surface": r.by.surface, "token_name": r.by.token_name},
+                **_entity_ids(r.metadata),
             }
-            entry.update(categories=[], created_at=_iso(v.at), updated_at=_iso(v.at))
+            entry.update(categories=[], created_at=_iso(r.at), updated_at=_iso(r.at))
             entries.append(entry)
-            previous = v.text
+            previous = r.text
         return entries
 
     def _event(self, request: Mem0Request, call: Call) -> dict[str, Any]:

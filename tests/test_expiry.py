@@ -1,0 +1,187 @@
+"""Memories that expire (docs/expiry.md), on a real server whose expiry clock a test moves
+(MNEMOSYNE_TEST_CLOCK_FILE): hidden from every read that lists or searches from expires_at on,
+erased after the tenant's grace with ForgetMemory's guarantees, through gRPC, HTTP/JSON and the
+official mem0 client."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from mnemosyne.cli.server_process import ServerProcess
+from mnemosyne.client import ExpiryPolicy, MemoryClient
+from mnemosyne.client.errors import InvalidArgumentError
+from mnemosyne.v1 import memory_pb2
+from tests.mem0_support import Mem0Client
+from tests.support import wait_until
+from tests.test_erasure import _mcp, _tool_text, texts_left
+
+DAY = 86400.0
+GRACE = 3600
+
+
+class Clock:
+    """The server's expiry clock: the wall clock plus what this file holds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.write_text("0")
+        self.offset = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+        self.path.write_text(str(self.offset))
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
+def _server(server_factory: Any, tmp_path: Path) -> tuple[ServerProcess, Clock]:
+    clock = Clock(tmp_path / "clock")
+    server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_CLOCK_FILE": str(clock.path)}, http=True).start()
+    return server, clock
+
+
+def _post(server: ServerProcess, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"{server.http_url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _recalled(client: MemoryClient, tenant: str, query: str) -> set[str]:
+    return {h.memory.text for h in client.recall(tenant, query, k=10)}
+
+
+def _listed(client: MemoryClient, tenant: str) -> set[str]:
+    return {m.text for m in client.list_memories(tenant, page_size=100).memories}
+
+
+def _mcp_answers(server: ServerProcess, tenant: str) -> str:
+    """What the MCP tools that read memories answer (recall, and read_memory with a query)."""
+
+    async def run() -> str:
+        async with _mcp(server, tenant) as session:
+            recalled = _tool_text(await session.call_tool("recall", {"query": "code word kept", "k": 10}))
+            read = _tool_text(await session.call_tool("read_memory", {"query": "code word kept"}))
+            return recalled + "\n" + read
+
+    return anyio.run(run)
+
+
+def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trace(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    server, clock = _server(server_factory, tmp_path)
+    past, near, far, by_mem0 = "Quokka7731Past", "Narwhal5512Near", "Ibex9043Far", "Axolotl2288Mem0"
+    headers = {"Mnemosyne-Tenant": tenant}
+    with MemoryClient(server.target) as client, Mem0Client(server.http_url, "any", tmp_path, headers) as mem0:
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=GRACE))
+        now = clock.now()
+        past_id = client.retain(tenant, f"the code word {past} is kept", expires_at=now - 10).memory_id
+        near_id = client.retain(tenant, f"the code word {near} is kept", expires_at=now + 60).memory_id
+        # Over HTTP/JSON: expiresAt as proto3 JSON writes a Timestamp.
+        far_at = datetime.fromtimestamp(now + 3650 * DAY, UTC).isoformat().replace("+00:00", "Z")
+        status, answer = _post(
+            server, f"/v1/tenants/{tenant}/memories", {"text": f"the code word {far} is kept", "expiresAt": far_at}
+        )
+        assert status == 200, answer
+        tomorrow = (datetime.fromtimestamp(clock.now(), UTC) + timedelta(days=1)).date().isoformat()
+        added = mem0.call("add", messages=f"the code word {by_mem0} is kept", user_id="u1", expiration_date=tomorrow)
+        assert added["status"] == "SUCCEEDED"
+        mem0_id = mem0.call("get_all", filters={"user_id": "u1"})["results"][0]["id"]
+        assert mem0.call("get", memory_id=mem0_id)["expiration_date"] == tomorrow
+
+        # Expired already: hidden from recall and lists, still answered by id (its grace).
+        assert _recalled(client, tenant, "code word kept") == {
+            f"the code word {near} is kept",
+            f"the code word {far} is kept",
+            f"the code word {by_mem0} is kept",
+        }
+        assert past not in " ".join(_listed(client, tenant))
+        answered = _mcp_answers(server, tenant)
+        assert near in answered and far in answered and past not in answered
+        assert client.get_memory(tenant, past_id).expires_at == pytest.approx(now - 10, abs=1e-3)
+
+        clock.advance(2 * DAY)  # near and the mem0 memory expire
+        assert _recalled(client, tenant, "code word kept") == {f"the code word {far} is kept"}
+        assert _listed(client, tenant) == {f"the code word {far} is kept"}
+        assert mem0.call("search", query="code word kept", filters={"user_id": "u1"})["results"] == []
+        assert mem0.call("get_all", filters={"user_id": "u1"})["results"] == []
+        assert mem0.call("get", memory_id=mem0_id)["memory"] == f"the code word {by_mem0} is kept"  # by id: kept
+        answered = _mcp_answers(server, tenant)
+        assert far in answered and not any(word in answered for word in (near, by_mem0, past))
+
+        clock.advance(GRACE + 60)  # every grace has passed: the sweep erases them
+        wait_until(lambda: client.get_memory(tenant, near_id).forgotten, seconds=20)
+        wait_until(lambda: client.get_memory(tenant, int(mem0_id)).forgotten, seconds=20)
+        assert client.get_memory(tenant, past_id).forgotten
+        assert client.list_memory_revisions(tenant, near_id) == []
+        assert client.verify_integrity(tenant).valid
+    server.stop()
+    left = texts_left(server.data_dir, [past, near, by_mem0, far])
+    assert {text.lower() for texts in left.values() for text in texts} == {far.lower()}, left
+
+
+def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, tenant: str, tmp_path: Path) -> None:
+    server, clock = _server(server_factory, tmp_path)
+    with MemoryClient(server.target) as client:
+        client.set_expiry_policy(
+            tenant, ExpiryPolicy(default_ttl_seconds=int(DAY), update_extends=True, grace_seconds=GRACE)
+        )
+        memory_id = client.retain(tenant, "Pelican4410 stays a day").memory_id
+        stamped = client.get_memory(tenant, memory_id).expires_at
+        assert stamped == pytest.approx(clock.now() + DAY, abs=5)
+        clock.advance(DAY / 2)
+        client.update_memory(tenant, memory_id, "Pelican4410 stays a day, updated")  # extends
+        assert client.get_memory(tenant, memory_id).expires_at == pytest.approx(clock.now() + DAY, abs=5)
+        clock.advance(DAY + 60)
+        assert _listed(client, tenant) == set()
+        # In the grace: cleared, it is shown again and never erased.
+        assert client.update_memory(tenant, memory_id, clear_expires_at=True).updated
+        assert _listed(client, tenant) == {"Pelican4410 stays a day, updated"}
+        clock.advance(2 * GRACE)
+        assert not client.get_memory(tenant, memory_id).forgotten
+
+        for stamp in (Timestamp(seconds=300_000_000_000), Timestamp(seconds=0, nanos=-5)):
+            request = memory_pb2.RetainRequest(tenant=tenant, text="never stored", expires_at=stamp)
+            with pytest.raises(InvalidArgumentError) as refused:
+                client.call(client.memory.Retain, request, retry=False)
+            assert refused.value.reason == "EXPIRES_AT_INVALID"
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.update_memory(tenant, memory_id, expires_at=clock.now(), clear_expires_at=True)
+        assert refused.value.reason == "EXPIRES_AT_CONFLICT"
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=-1))
+        assert refused.value.reason == "EXPIRY_POLICY_INVALID"
+
+    # mem0: a malformed date is 400 (mem0 fails open); expiration_date=None un-expires.
+    headers = {"Mnemosyne-Tenant": tenant}
+    with MemoryClient(server.target) as client, Mem0Client(server.http_url, "any", tmp_path, headers) as mem0:
+        for bad in ("2030-13-01", "tomorrow", "2030-01-01T00:00:00Z", 20300101):
+            answer = mem0.attempt("add", messages="never stored either", user_id="u2", expiration_date=bad)
+            assert answer.get("status") == 400, answer
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=int(7 * DAY)))  # yesterday's is in its grace
+        yesterday = (datetime.fromtimestamp(clock.now(), UTC) - timedelta(days=1)).date().isoformat()
+        added = mem0.call("add", messages="Heron3321 expired yesterday", user_id="u2", expiration_date=yesterday)
+        event = f"{server.http_url}/v1/event/{added['event_id']}/"
+        with urllib.request.urlopen(urllib.request.Request(event, headers=headers), timeout=10) as answer:
+            heron = json.loads(answer.read())["results"][0]["id"]
+        assert mem0.call("get_all", filters={"user_id": "u2"})["results"] == []
+        assert mem0.call("get", memory_id=heron)["expiration_date"] == yesterday
+        mem0.call("update", memory_id=heron, expiration_date=None)
+        assert [m["id"] for m in mem0.call("get_all", filters={"user_id": "u2"})["results"]] == [heron]
+        assert mem0.call("get", memory_id=heron)["expiration_date"] is None
