@@ -124,6 +124,14 @@ def test_the_committed_assets_are_the_build_of_the_source(tmp_path: Path) -> Non
     assert (mismatch, errors) == ([], []), "rebuild: cd console && npm run build"
 
 
+def test_the_three_way_merge_keeps_what_does_not_overlap() -> None:
+    """console/tests/merge.test.mjs under node's test runner: the merge of src/merge.ts keeps
+    both sides' changes where they do not overlap and asks about each overlap."""
+    run = subprocess.run(["node", "--test", "tests/"], cwd=ROOT / "console", capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"^# pass [1-9]", run.stdout, re.M) and re.search(r"^# fail 0$", run.stdout, re.M)
+
+
 def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
     """The package built from a copy of the sources holds every built file, so a server installed
     from it serves the console without Node."""
@@ -318,30 +326,114 @@ def _open_global_record(page: Any) -> None:
     page.locator("#record-content").wait_for()
 
 
-def test_a_record_edited_in_two_tabs_gets_the_conflict_view_and_re_applies(
+BASE_RECORD = "# Memory\n- one\n- two\n- three\n- four\n- five"
+
+
+def _stored(admin: MemoryClient, tenant: str) -> tuple[str, int]:
+    record, generation = admin.get_record(tenant, "global", "MEMORY.md")
+    return record.content, generation
+
+
+def test_a_conflicting_save_merges_both_sides_and_a_stale_merge_is_refused(
     tabs: Callable[..., Tab], admin: MemoryClient
 ) -> None:
+    """Two tabs edit different lines: the second's save meets the first's generation, writes
+    nothing, and shows base, theirs and mine; the merge keeps the first tab's line and the
+    second's. A merge saved after a third writer moved on is refused again (never applied), then
+    merged once more with the third writer's change kept too."""
     tenant = _tenant()
-    admin.update_global(tenant, "# Memory\n- first version", 0)
+    admin.update_global(tenant, BASE_RECORD, 0)
     first, second = tabs(), tabs()
     for tab in (first, second):
         _open_global_record(tab.open(f"?tenant={tenant}&view=records"))
-    first.page.fill("#record-content", "# Memory\n- written in the first tab")
+    first.page.fill("#record-content", BASE_RECORD.replace("- two", "- two, from the first tab"))
     first.page.click("#save")
     first.page.locator("#saved").wait_for()
-    second.page.fill("#record-content", "# Memory\n- written in the second tab")
+    mine = BASE_RECORD.replace("- four", "- four, from the second tab")
+    second.page.fill("#record-content", mine)
     second.page.click("#save")
     second.page.locator("#conflict").wait_for()
-    assert second.page.locator("#theirs").text_content() == "# Memory\n- written in the first tab"
-    assert second.page.locator("#yours").text_content() == "# Memory\n- written in the second tab"
-    record, generation = admin.get_record(tenant, "global", "MEMORY.md")
-    assert (record.content, generation) == ("# Memory\n- written in the first tab", 2)
+    assert _stored(admin, tenant) == (BASE_RECORD.replace("- two", "- two, from the first tab"), 2)
+    page = second.page
+    assert page.locator("#base").text_content() == BASE_RECORD.replace("\n", "")
+    assert _texts(page, "#theirs ins") == ["- two, from the first tab"]
+    assert _texts(page, "#theirs del") == ["- two"]
+    assert _texts(page, "#yours ins") == ["- four, from the second tab"]
+    assert "do not overlap" in (page.locator("#merge-summary").text_content() or "")
+    both = BASE_RECORD.replace("- two", "- two, from the first tab").replace("- four", "- four, from the second tab")
+    assert page.locator("#merged").text_content() == both
     second.shot("records-conflict")
-    second.page.click("#reapply")
-    second.page.locator("#saved").wait_for()
-    record, generation = admin.get_record(tenant, "global", "MEMORY.md")
-    assert (record.content, generation) == ("# Memory\n- written in the second tab", 3)
+    # A third writer saves before the merge is: the merge is stale, refused, and nothing changes.
+    third = BASE_RECORD.replace("- two", "- two, from the first tab").replace("- five", "- five, from an agent")
+    admin.update_global(tenant, third, 2)
+    page.click("#save-merge")
+    page.locator("#conflict", has_text="Not saved").wait_for()
+    assert _stored(admin, tenant) == (third, 3)
+    assert page.locator("#base").text_content() == BASE_RECORD.replace("- two", "- two, from the first tab").replace("\n", "")
+    everything = both.replace("- five", "- five, from an agent")
+    assert page.locator("#merged").text_content() == everything
+    page.click("#save-merge")
+    page.locator("#saved").wait_for()
+    assert _stored(admin, tenant) == (everything, 4)
     second.shot("records")
+
+
+def test_an_overlap_asks_and_overwriting_theirs_needs_its_confirmation(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    theirs = BASE_RECORD.replace("- three", "- three (theirs)")
+    admin.update_global(tenant, theirs, 1)
+    page.fill("#record-content", BASE_RECORD.replace("- three", "- three (mine)").replace("- one", "- one (mine)"))
+    page.click("#save")
+    page.locator("#conflict").wait_for()
+    assert page.locator("fieldset.overlap").count() == 1
+    assert page.locator("#save-merge").is_disabled()  # nothing is saved before the overlap is settled
+    assert page.evaluate("document.activeElement.id") == "overlap-0-theirs"
+    page.check("#overlap-0-both")
+    kept = BASE_RECORD.replace("- one", "- one (mine)").replace("- three", "- three (theirs)\n- three (mine)")
+    assert page.locator("#merged").text_content() == kept
+    # Overwriting theirs is its own action, and asks first: Cancel writes nothing.
+    page.click("#overwrite")
+    page.get_by_role("button", name="Cancel").click()
+    assert _stored(admin, tenant) == (theirs, 2)
+    page.click("#save-merge")
+    page.locator("#saved").wait_for()
+    assert _stored(admin, tenant) == (kept, 3)
+    # Overwrite, confirmed, from another conflict.
+    admin.update_global(tenant, "# Memory\n- replaced by an agent", 3)
+    page.fill("#record-content", "# Memory\n- mine only")
+    page.click("#save")
+    page.locator("#overwrite").click()
+    page.locator("#confirm-overwrite").click()
+    page.locator("#saved").wait_for()
+    assert _stored(admin, tenant) == ("# Memory\n- mine only", 5)
+
+
+def test_an_unsaved_edit_and_its_base_survive_a_reload(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    """The base is kept in the tab with its generation: after a reload the draft comes back, and
+    its conflict still merges against the version it started from."""
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    page.fill("#record-content", BASE_RECORD.replace("- five", "- five (mine)"))
+    admin.update_global(tenant, BASE_RECORD.replace("- one", "- one (theirs)"), 1)
+    page.reload()
+    _open_global_record(page)
+    page.locator("#draft-restored").wait_for()
+    assert page.locator("#record-content").input_value() == BASE_RECORD.replace("- five", "- five (mine)")
+    page.click("#save")
+    page.locator("#conflict").wait_for()
+    assert page.locator("#base").text_content() == BASE_RECORD.replace("\n", "")
+    page.click("#save-merge")
+    page.locator("#saved").wait_for()
+    assert _stored(admin, tenant) == (BASE_RECORD.replace("- one", "- one (theirs)").replace("- five", "- five (mine)"), 3)
 
 
 def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
@@ -513,6 +605,9 @@ def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryCli
     page = tab.open(f"?tenant={tenant}&view=integrity")
     page.locator("#integrity-verdict").wait_for()
     assert page.locator("#integrity-verdict").text_content() == "valid"
+    # A valid chain has no first broken entry (the API's 0 means none).
+    assert page.locator("#integrity-first-broken").text_content() == "none: every entry checks"
+    assert not re.search(r"broken at\D*0", page.locator("#integrity").inner_text())
     assert page.locator("#head-hash").input_value() == report.head_hash and report.head_hash
     tab.shot("integrity")
 
