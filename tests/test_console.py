@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from mnemosyne.client import MemoryClient, RecordChange
+from mnemosyne.client import MemoryClient, RecordChange, ThreadRef
 from tests.http_support import request
 from tests.support import ServerProcess, tokens_json
 
@@ -35,6 +35,9 @@ USER_TENANT = "acme"
 SCREENSHOTS = os.environ.get("MNEMOSYNE_CONSOLE_SCREENSHOTS") == "1"
 WAIT_MS = 15_000
 POISON = "POISON-7f3a"
+# What docs/console.md tells to add to `chromium --headless --screenshot`: the capture waits
+# until the page's requests are answered (virtual time), not just for the page's load event.
+HEADLESS_FLAGS = ("--headless", "--disable-gpu", "--virtual-time-budget=10000")
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +269,88 @@ def test_a_retained_memory_appears_newest_first_and_search_finds_it(
     assert first.locator(".text").text_content() == "Ada's night train to Lyon leaves at 22:40 from platform 9"
     assert re.fullmatch(r"score \d\.\d{3}", first.locator(".score").text_content() or "")
     tab.shot("memories")
+
+
+def _retain_trip(admin: MemoryClient, tenant: str) -> None:
+    """Memories with speakers, a thread, metadata and times, and some that barely match."""
+    march_2 = 1772409600.0  # 2026-03-02 00:00 UTC
+    admin.retain(
+        tenant,
+        "Ada's night train to Lyon leaves at 22:40 from platform 9",
+        speaker="ada",
+        thread=ThreadRef("trip-42", 1),
+        metadata={"topic": "travel"},
+        occurred_at=march_2 + 3600,
+    )
+    admin.retain(
+        tenant,
+        "The train to Lyon was delayed by an hour",
+        speaker="bob",
+        thread=ThreadRef("trip-42", 2),
+        metadata={"topic": "travel"},
+        occurred_at=march_2 + 86_400 * 3,
+    )
+    admin.retain(tenant, "Lyon's office opens at nine", speaker="bob", metadata={"topic": "office"})
+    for text in ("The office plants are watered on Fridays", "Quarterly budget review is on Thursday"):
+        admin.retain(tenant, text)
+
+
+def test_search_folds_weaker_matches_marks_the_words_and_filters(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    tenant = _tenant()
+    _retain_trip(admin, tenant)
+    hits = admin.recall(tenant, "train to Lyon", k=50)
+    best = hits[0].score
+    strong = [h.memory.text for h in hits if h.score >= best / 2]
+    weak = [h.memory.text for h in hits if h.score < best / 2]
+    assert strong and weak, "the fixture needs hits on both sides of the floor"
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
+    page.fill("#search-query", "train to Lyon")
+    page.press("#search-query", "Enter")
+    page.locator("#search-results .memory").first.wait_for()
+    assert _texts(page, "#search-results .memory .text") == strong
+    assert page.locator("#show-weaker").text_content() == f"{len(weak)} weaker match{'es' if len(weak) > 1 else ''}"
+    # Only the query's words are marked (not "to"), each in its own <mark>, the text unchanged.
+    first = page.locator("#search-results .memory").first
+    assert {m.lower() for m in _texts(first, "mark")} == {"train", "lyon"}
+    # Speaker, thread, metadata and both times are on the card.
+    ada = page.locator("#search-results .memory", has_text="night train")
+    assert ada.locator("button.chip", has_text="said by ada").count() == 1
+    assert ada.locator("button.chip", has_text="thread trip-42 #1").count() == 1
+    assert ada.locator("button.chip", has_text="topic=travel").count() == 1
+    assert ada.locator("time").first.get_attribute("datetime") == "2026-03-02T01:00:00Z"
+    page.click("#show-weaker")
+    page.locator("#weaker-matches .memory").first.wait_for()
+    assert _texts(page, "#weaker-matches .memory .text") == weak
+    # The memory opened shows beside the cards, and the layout uses the window's width.
+    ada.locator("button.link").first.click()
+    page.locator("#memory-heading").wait_for()
+    cards, detail = page.locator(".cards").bounding_box(), page.locator("#memory-detail").bounding_box()
+    assert cards and detail and detail["x"] >= cards["x"] + cards["width"] and abs(detail["y"] - cards["y"]) < 5
+    assert page.locator("main").bounding_box()["width"] >= 1100 - 20  # type: ignore[index]
+    page.click("#show-thread")
+    page.locator("#memory-thread li").nth(1).wait_for()
+    assert _texts(page, "#memory-thread li") == [
+        "ada: Ada's night train to Lyon leaves at 22:40 from platform 9",
+        "bob: The train to Lyon was delayed by an hour",
+    ]
+    tab.shot("search")
+    # A speaker's chip narrows the hits to that speaker; metadata narrows them on the server.
+    ada.locator("button.chip", has_text="said by ada").click()
+    page.locator("#filter-speaker[value=ada]").wait_for()
+    page.wait_for_function("document.querySelectorAll('#search-results .memory').length === 1")
+    assert _texts(page, "#search-results .memory .text") == ["Ada's night train to Lyon leaves at 22:40 from platform 9"]
+    page.click("#clear-filters")
+    page.fill("#filter-metadata", "topic=office")
+    page.press("#filter-metadata", "Enter")
+    page.locator("#search-results .memory", has_text="office opens").wait_for()
+    page.wait_for_function("document.querySelectorAll('#search-results .memory, #weaker-matches button').length === 1")
+    # Times: only what happened from March 4 on (retained today, without a time of its own, counts as today).
+    page.click("#clear-filters")
+    page.fill("#filter-from", "2026-03-04")
+    page.locator("#filter-from").dispatch_event("change")
+    page.locator("#search-results .memory", has_text="night train").wait_for(state="detached")
+    assert "The train to Lyon was delayed by an hour" in _texts(page, "#search-results .memory .text")
 
 
 def test_the_memory_list_pages_from_the_newest_to_the_oldest(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
@@ -628,6 +713,16 @@ def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) 
         page.locator('#tenants tr[data-tenant="alpha"]').wait_for()
         assert page.locator("#token").count() == 0
         assert page.locator("#who").text_content() == "no tokens on this server (admin)"
+        # The plain headless command of docs/console.md (its --dump-dom twin: the DOM a
+        # --screenshot would capture) waits for the page's fetches: the list is filled in.
+        dumped = subprocess.run(
+            [str(CHROMIUM), *HEADLESS_FLAGS, "--no-sandbox", "--dump-dom", f"{open_server.http_url}/console/"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        row = re.search(r'<tr data-tenant="alpha">(.*?)</tr>', dumped)
+        assert row and "<td>1</td>" in row.group(1) and 'class="valid"' in row.group(1), dumped[-2000:]
     finally:
         context.close()
         open_server.stop()
