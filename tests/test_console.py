@@ -130,7 +130,9 @@ def test_the_committed_assets_are_the_build_of_the_source(tmp_path: Path) -> Non
 def test_the_three_way_merge_keeps_what_does_not_overlap() -> None:
     """console/tests/merge.test.mjs under node's test runner: the merge of src/merge.ts keeps
     both sides' changes where they do not overlap and asks about each overlap."""
-    run = subprocess.run(["node", "--test", "tests/"], cwd=ROOT / "console", capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        ["node", "--test", "tests/"], cwd=ROOT / "console", capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"^# pass [1-9]", run.stdout, re.M) and re.search(r"^# fail 0$", run.stdout, re.M)
 
@@ -327,7 +329,7 @@ def test_search_folds_weaker_matches_marks_the_words_and_filters(tabs: Callable[
     page.locator("#memory-heading").wait_for()
     cards, detail = page.locator(".cards").bounding_box(), page.locator("#memory-detail").bounding_box()
     assert cards and detail and detail["x"] >= cards["x"] + cards["width"] and abs(detail["y"] - cards["y"]) < 5
-    assert page.locator("main").bounding_box()["width"] >= 1100 - 20  # type: ignore[index]
+    assert page.locator("main").bounding_box()["width"] >= 1100 - 20
     page.click("#show-thread")
     page.locator("#memory-thread li").nth(1).wait_for()
     assert _texts(page, "#memory-thread li") == [
@@ -339,7 +341,9 @@ def test_search_folds_weaker_matches_marks_the_words_and_filters(tabs: Callable[
     ada.locator("button.chip", has_text="said by ada").click()
     page.locator("#filter-speaker[value=ada]").wait_for()
     page.wait_for_function("document.querySelectorAll('#search-results .memory').length === 1")
-    assert _texts(page, "#search-results .memory .text") == ["Ada's night train to Lyon leaves at 22:40 from platform 9"]
+    assert _texts(page, "#search-results .memory .text") == [
+        "Ada's night train to Lyon leaves at 22:40 from platform 9"
+    ]
     page.click("#clear-filters")
     page.fill("#filter-metadata", "topic=office")
     page.press("#filter-metadata", "Enter")
@@ -454,7 +458,9 @@ def test_a_conflicting_save_merges_both_sides_and_a_stale_merge_is_refused(
     page.click("#save-merge")
     page.locator("#conflict", has_text="Not saved").wait_for()
     assert _stored(admin, tenant) == (third, 3)
-    assert page.locator("#base").text_content() == BASE_RECORD.replace("- two", "- two, from the first tab").replace("\n", "")
+    assert page.locator("#base").text_content() == BASE_RECORD.replace("- two", "- two, from the first tab").replace(
+        "\n", ""
+    )
     everything = both.replace("- five", "- five, from an agent")
     assert page.locator("#merged").text_content() == everything
     page.click("#save-merge")
@@ -518,7 +524,10 @@ def test_an_unsaved_edit_and_its_base_survive_a_reload(tabs: Callable[..., Tab],
     assert page.locator("#base").text_content() == BASE_RECORD.replace("\n", "")
     page.click("#save-merge")
     page.locator("#saved").wait_for()
-    assert _stored(admin, tenant) == (BASE_RECORD.replace("- one", "- one (theirs)").replace("- five", "- five (mine)"), 3)
+    assert _stored(admin, tenant) == (
+        BASE_RECORD.replace("- one", "- one (theirs)").replace("- five", "- five (mine)"),
+        3,
+    )
 
 
 def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
@@ -695,6 +704,60 @@ def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryCli
     assert not re.search(r"broken at\D*0", page.locator("#integrity").inner_text())
     assert page.locator("#head-hash").input_value() == report.head_hash and report.head_hash
     tab.shot("integrity")
+
+
+# Pixels of a chart's canvas near a colour (the series' stroke): the series was drawn, not only
+# the axes and the grid.
+_STROKE_PIXELS = """([id, rgb]) => {
+  const canvas = document.querySelector(`#${id} canvas`);
+  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let n = 0;
+  for (let i = 0; i < data.length; i += 4)
+    if (data[i + 3] > 200 && Math.abs(data[i] - rgb[0]) + Math.abs(data[i + 1] - rgb[1]) + Math.abs(data[i + 2] - rgb[2]) < 40) n++;
+  return n;
+}"""
+ACCENT_RGB = [0x1F, 0x5F, 0xA8]
+BAD_RGB = [0xA8, 0x26, 0x1F]
+
+
+def test_the_overview_charts_a_tenant_with_traffic_and_an_admin_sees_across_tenants(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.retain_batch(tenant, [f"overview note {n}" for n in range(6)])
+    for query in ("overview", "note", "nothing like it"):
+        admin.recall(tenant, query)
+    admin.hot_path(tenant, "enable")
+    admin.retain(tenant, "a fast overview note", fast=True)
+    admin.retain(tenant, f"a fast note that fails {POISON}", fast=True)
+    admin.hot_path(tenant, "flush")
+    figures = admin.tenant_figures(tenant)
+    writes = sum(m.writes for m in figures.minutes)
+    assert writes == 8 and sum(m.recalls for m in figures.minutes) == 3
+    assert sum(m.failed_events for m in figures.minutes) == 1
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=overview")
+    for chart in ("memories", "traffic", "depth", "pending", "failed", "size"):
+        page.locator(f"#chart-{chart} canvas").first.wait_for()
+        assert int(page.locator(f"#chart-{chart}").get_attribute("data-points") or 0) > 0, chart
+    # The series are drawn (the stroke's pixels), from the figures the API gives.
+    assert page.evaluate(_STROKE_PIXELS, ["chart-traffic", ACCENT_RGB]) > 20
+    assert page.evaluate(_STROKE_PIXELS, ["chart-memories", ACCENT_RGB]) > 20
+    assert page.evaluate(_STROKE_PIXELS, ["chart-failed", BAD_RGB]) > 5
+    writes_shown = page.evaluate(
+        "[...document.querySelectorAll('#chart-traffic tbody tr')].reduce((n, r) => n + Number(r.cells[1].textContent), 0)"
+    )
+    assert writes_shown == writes
+    last = page.evaluate("[...document.querySelectorAll('#chart-memories tbody tr')].at(-1).cells[1].textContent")
+    assert last == str(admin.stats(tenant).memories)
+    tab.shot("overview")
+    # An admin's tenants page: the largest, the busiest, the failing, with this tenant in each.
+    across = admin.list_tenant_figures(limit=100)
+    assert tenant in [r.tenant for r in across.failing]
+    page = tab.open()
+    page.locator(f'#failing tr[data-tenant="{tenant}"]').wait_for()
+    assert page.locator(f'#busiest tr[data-tenant="{tenant}"]').count() == 1
+    assert page.locator("#largest tr[data-tenant]").count() == min(10, across.tenants)
 
 
 def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) -> None:

@@ -240,6 +240,8 @@ CLIENT_METHOD_OF_RPC = {
     "Dedup": "dedup",
     "ListTenants": "list_tenants",
     "WhoAmI": "whoami",
+    "GetTenantFigures": "tenant_figures",
+    "ListTenantFigures": "list_tenant_figures",
     "ListScopes": "list_scopes",
     "AggregateStats": "aggregate_stats",
     "EraseTenant": "erase_tenant",

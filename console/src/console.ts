@@ -6,6 +6,7 @@
 import { ApiError, type Json, failure, get, headers, post, setToken, tenantPath, token } from "./api.js";
 import { button, el, errorBox, replace, timeEl } from "./dom.js";
 import { memoriesView } from "./memories.js";
+import { acrossTenants, overviewView } from "./overview.js";
 import { recordsView } from "./records.js";
 
 const TENANT_PAGE = 10;
@@ -27,6 +28,7 @@ let leaving: (() => void) | null = null; // stops the current view's live work (
 
 const VIEWS: [string, string][] = [
   ["memories", "Memories"],
+  ["overview", "Overview"],
   ["events", "Events"],
   ["records", "Records"],
   ["hotpath", "Hot path"],
@@ -97,6 +99,7 @@ async function render(): Promise<void> {
   drawHeader(tenant, view);
   const views: Record<string, (tenant: string, main: HTMLElement) => void | Promise<void>> = {
     memories: memoriesView,
+    overview: overviewView,
     events: eventsView,
     records: recordsView,
     hotpath: hotPathView,
@@ -161,7 +164,8 @@ async function tenantsView(): Promise<void> {
     if (open.value.trim()) go("memories", open.value.trim());
   });
   const table = el("div", { id: "tenants" });
-  replace(main, el("h1", {}, "Tenants"), openForm, table);
+  const across = el("div", { id: "across-tenants" });
+  replace(main, el("h1", {}, "Tenants"), openForm, table, across);
   if (!who.admin) {
     drawTenants(table, who.tenants, [], null);
     return;
@@ -183,7 +187,7 @@ async function tenantsView(): Promise<void> {
       replace(table, errorBox(error));
     }
   };
-  await page(0);
+  await Promise.all([page(0), acrossTenants(across, (tenant) => go("overview", tenant))]);
 }
 
 function drawTenants(target: HTMLElement, tenants: string[], damaged: string[], pager: HTMLElement | null): void {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
@@ -347,16 +348,24 @@ def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResp
 
 
 def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
-    return admin_pb2.StatsResponse(
-        memories=stats.memories,
-        forgotten=stats.forgotten,
-        writes=stats.writes,
-        model_calls=stats.model_calls,
-        embed_calls=stats.embed_calls,
-        duplicates=stats.duplicates,
-        ledger_entries=stats.ledger_entries,
-        file_bytes=stats.file_bytes,
+    return admin_pb2.StatsResponse(**asdict(stats))  # the same names, field for field
+
+
+def to_tenant_figures(f: types.TenantFigures) -> admin_pb2.GetTenantFiguresResponse:
+    # The engine's values carry the proto's names; a None gauge leaves its optional field unset.
+    minutes = [admin_pb2.MinuteFigures(**{**asdict(m), "start": to_timestamp(m.start)}) for m in f.minutes]
+    memories = [admin_pb2.MemoriesAt(at=to_timestamp(at), memories=n) for at, n in f.memories_at]
+    now = {k: v for k, v in asdict(f).items() if k not in ("counting_since", "minutes", "memories_at")}
+    return admin_pb2.GetTenantFiguresResponse(
+        counting_since=to_timestamp(f.counting_since), minutes=minutes, memories=memories, **now
     )
+
+
+def to_tenants_figures(f: types.TenantsFigures) -> admin_pb2.ListTenantFiguresResponse:
+    rows = {
+        k: [admin_pb2.TenantFiguresRow(**asdict(h)) for h in getattr(f, k)] for k in ("largest", "busiest", "failing")
+    }
+    return admin_pb2.ListTenantFiguresResponse(tenants=f.tenants, counting_since=to_timestamp(f.counting_since), **rows)
 
 
 def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[types.Message]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from mnemosyne.engine.config import HotPathConfig
+from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.hot_path.awaited import Awaited
 from mnemosyne.engine.hot_path.barrier import Barriers
 from mnemosyne.engine.hot_path.changes import Changes
@@ -41,14 +42,16 @@ class HotPath:
         observer: EngineObserver,
         seams: Seams | None = None,
         changes: Changes | None = None,
+        figures: Figures | None = None,
     ) -> None:
-        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER)."""
+        """``seams``: a test's (runtime/seams.py: HOLD_WORKERS, HOLD_BACKLOG, WORKER_ORDER);
+        ``figures``: the tenants' last hour (engine/figures.py), which ``Depths`` keeps told."""
         seams = seams or Seams()
         retention = Retention(config.event_retention_seconds)
         sync_each_enqueue = enqueue_syncs(config.sync)
         scheduler = Scheduler()
         self.changes = changes = changes or Changes()
-        self._depths = depths = Depths()
+        self._depths = depths = Depths(figures)
         states = TenantStates(pool)
         self._scheduler, self._retention = scheduler, retention
         self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention)
@@ -133,3 +136,7 @@ class HotPath:
 
     def queue_depth(self) -> tuple[int, float]:
         return self._depths.total()
+
+    def depth_of(self, tenant: str) -> tuple[int, float]:
+        """The tenant's open fast writes and the oldest's age in seconds, as last counted."""
+        return self._depths.of(tenant)

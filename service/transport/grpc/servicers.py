@@ -14,7 +14,7 @@ from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call, snapshot_read, waiting
+from mnemosyne.transport.call import Call, reading, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.consistency import for_read, for_write
@@ -170,6 +170,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def Stats(self, request: admin_pb2.StatsRequest, call: Call) -> admin_pb2.StatsResponse:
         return convert.to_stats(self._engine.tenants.stats(request.tenant))
+
+    @reading
+    def GetTenantFigures(
+        self, request: admin_pb2.GetTenantFiguresRequest, call: Call
+    ) -> admin_pb2.GetTenantFiguresResponse:
+        return convert.to_tenant_figures(self._engine.tenant_figures(request.tenant))
+
+    @reading
+    def ListTenantFigures(
+        self, request: admin_pb2.ListTenantFiguresRequest, call: Call
+    ) -> admin_pb2.ListTenantFiguresResponse:
+        return convert.to_tenants_figures(self._engine.tenants_figures(request.limit))
 
     def Dedup(self, request: admin_pb2.DedupRequest, call: Call) -> admin_pb2.DedupResponse:
         report = self._engine.dedup(
