@@ -3,8 +3,10 @@ page itself in a real headless Chromium (Debian's, driven by Playwright) against
 with tokens. One server and one browser for the module; each test opens its own browser context
 (its own tabs and session storage).
 
-``MNEMOSYNE_CONSOLE_SCREENSHOTS=1`` makes the browser tests write the screenshots of
-docs/console.md (docs/console-*.png).
+Every view on a deterministic fixture (tests/console_views.py) passes axe-core, is walked by the
+keyboard and compared with its accessibility-tree snapshot (tests/console_snapshots/, rewritten
+with ``MNEMOSYNE_UPDATE_SNAPSHOTS=1``); docs/console-*.png come from the same fixture
+(``scripts/console-screenshots``), never from these tests, which compare no pixels.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from mnemosyne.client import MemoryClient, RecordChange, ThreadRef
+from tests import console_views
 from tests.http_support import request
 from tests.support import ServerProcess, tokens_json
 
@@ -32,7 +35,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 ADMIN = "admin-console-token"
 USER = "acme-console-token"
 USER_TENANT = "acme"
-SCREENSHOTS = os.environ.get("MNEMOSYNE_CONSOLE_SCREENSHOTS") == "1"
+UPDATE_SNAPSHOTS = os.environ.get("MNEMOSYNE_UPDATE_SNAPSHOTS") == "1"
+SNAPSHOTS = ROOT / "tests" / "console_snapshots"
+AXE = ROOT / "console" / "node_modules" / "axe-core" / "axe.min.js"
 WAIT_MS = 15_000
 POISON = "POISON-7f3a"
 # What docs/console.md tells to add to `chromium --headless --screenshot`: the capture waits
@@ -221,10 +226,6 @@ class Tab:
         self.page.goto(f"{self.server.http_url}/console/{query}")
         return self.page
 
-    def shot(self, name: str) -> None:
-        if SCREENSHOTS:
-            self.page.screenshot(path=str(ROOT / "docs" / f"console-{name}.png"), full_page=False)
-
 
 @pytest.fixture
 def tabs(browser: Any, server: ServerProcess) -> Iterator[Callable[..., Tab]]:
@@ -270,7 +271,6 @@ def test_a_retained_memory_appears_newest_first_and_search_finds_it(
     first = page.locator("#search-results .memory").first
     assert first.locator(".text").text_content() == "Ada's night train to Lyon leaves at 22:40 from platform 9"
     assert re.fullmatch(r"score \d\.\d{3}", first.locator(".score").text_content() or "")
-    tab.shot("memories")
 
 
 def _retain_trip(admin: MemoryClient, tenant: str) -> None:
@@ -336,7 +336,6 @@ def test_search_folds_weaker_matches_marks_the_words_and_filters(tabs: Callable[
         "ada: Ada's night train to Lyon leaves at 22:40 from platform 9",
         "bob: The train to Lyon was delayed by an hour",
     ]
-    tab.shot("search")
     # A speaker's chip narrows the hits to that speaker; metadata narrows them on the server.
     ada.locator("button.chip", has_text="said by ada").click()
     page.locator("#filter-speaker[value=ada]").wait_for()
@@ -406,7 +405,6 @@ def test_a_fast_write_appears_live_and_turns_succeeded(tabs: Callable[..., Tab],
     assert row.is_visible() and failed.is_hidden()
     page.select_option("#event-status", "")
     assert row.is_visible() and failed.is_visible()
-    tab.shot("events")
 
 
 def _open_global_record(page: Any) -> None:
@@ -451,7 +449,6 @@ def test_a_conflicting_save_merges_both_sides_and_a_stale_merge_is_refused(
     assert "do not overlap" in (page.locator("#merge-summary").text_content() or "")
     both = BASE_RECORD.replace("- two", "- two, from the first tab").replace("- four", "- four, from the second tab")
     assert page.locator("#merged").text_content() == both
-    second.shot("records-conflict")
     # A third writer saves before the merge is: the merge is stale, refused, and nothing changes.
     third = BASE_RECORD.replace("- two", "- two, from the first tab").replace("- five", "- five, from an agent")
     admin.update_global(tenant, third, 2)
@@ -466,7 +463,6 @@ def test_a_conflicting_save_merges_both_sides_and_a_stale_merge_is_refused(
     page.click("#save-merge")
     page.locator("#saved").wait_for()
     assert _stored(admin, tenant) == (everything, 4)
-    second.shot("records")
 
 
 def test_an_overlap_asks_and_overwriting_theirs_needs_its_confirmation(
@@ -630,7 +626,6 @@ def test_an_admin_pages_through_two_pages_of_tenants(tabs: Callable[..., Tab], a
     rows = page.locator("#tenants tr[data-tenant]")
     assert [rows.nth(i).get_attribute("data-tenant") for i in range(rows.count())] == expected.tenants
     page.locator("#tenants .valid").first.wait_for()
-    tab.shot("tenants")
     page.click("#next-tenants")
     page.locator(f'#tenants tr[data-tenant="{second.tenants[0]}"]').wait_for()
     assert [rows.nth(i).get_attribute("data-tenant") for i in range(rows.count())] == second.tenants
@@ -648,7 +643,6 @@ def test_a_bad_token_shows_the_sign_in_error(tabs: Callable[..., Tab]) -> None:
     assert "The server does not know this token" in (error.text_content() or "")
     assert "TOKEN_UNKNOWN" in (error.text_content() or "")
     assert page.evaluate("sessionStorage.getItem('mnemosyne-console-token')") is None
-    tab.shot("sign-in")
     # A token that is no admin's sees its own tenants; one it may not open says so in words.
     user = tabs(signed_in=USER)
     page = user.open()
@@ -671,7 +665,6 @@ def test_forget_removes_a_memory_from_search(tabs: Callable[..., Tab], admin: Me
     page.click(f'#search-results [aria-label="Open memory {gone.memory_id}"]')
     page.click("#forget")
     page.locator("#confirm-forget").wait_for()
-    tab.shot("memory-forget")
     page.click("#confirm-forget")
     page.locator("#forgotten").wait_for()
     page.locator(f'#search-results [data-memory-id="{gone.memory_id}"]').wait_for(state="detached")
@@ -694,7 +687,6 @@ def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryCli
     assert re.fullmatch(
         r"Flushed \d+ event\(s\): \d+ succeeded, 0 failed\.", page.locator("#hot-path-result").text_content() or ""
     )
-    tab.shot("hot-path")
     report = admin.verify_integrity(tenant)
     page = tab.open(f"?tenant={tenant}&view=integrity")
     page.locator("#integrity-verdict").wait_for()
@@ -703,7 +695,6 @@ def test_hot_path_and_integrity_views(tabs: Callable[..., Tab], admin: MemoryCli
     assert page.locator("#integrity-first-broken").text_content() == "none: every entry checks"
     assert not re.search(r"broken at\D*0", page.locator("#integrity").inner_text())
     assert page.locator("#head-hash").input_value() == report.head_hash and report.head_hash
-    tab.shot("integrity")
 
 
 # Pixels of a chart's canvas near a colour (the series' stroke): the series was drawn, not only
@@ -750,7 +741,6 @@ def test_the_overview_charts_a_tenant_with_traffic_and_an_admin_sees_across_tena
     assert writes_shown == writes
     last = page.evaluate("[...document.querySelectorAll('#chart-memories tbody tr')].at(-1).cells[1].textContent")
     assert last == str(admin.stats(tenant).memories)
-    tab.shot("overview")
     # An admin's tenants page: the largest, the busiest, the failing, with this tenant in each.
     across = admin.list_tenant_figures(limit=100)
     assert tenant in [r.tenant for r in across.failing]
@@ -789,3 +779,75 @@ def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) 
     finally:
         context.close()
         open_server.stop()
+
+
+# -- every view: axe, the keyboard, its accessibility tree ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixture_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with console_views.fixture_server(tmp_path_factory.mktemp("views")) as server:
+        yield server
+
+
+# The visible elements the keyboard must reach, each marked with its place in the page; radio
+# buttons of one name are one stop (Tab enters a group once, the arrows move inside it).
+_MARK_STOPS = """() => {
+  const stops = [...document.querySelectorAll(
+    'header button, header a[href], main button, main input, main select, main textarea, main a[href], main summary, main [tabindex="0"]')]
+    .filter((e) => !e.disabled && e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden');
+  const groups = new Map();
+  let n = 0;
+  for (const e of stops) {
+    const group = e.type === 'radio' ? e.name : '';
+    if (group && groups.has(group)) { e.dataset.stop = groups.get(group); continue; }
+    e.dataset.stop = String(n++);
+    if (group) groups.set(group, e.dataset.stop);
+  }
+  return n;
+}"""
+_FOCUSED = """() => { const e = document.activeElement;
+  return e && e.dataset.stop !== undefined ? {stop: e.dataset.stop, outline: getComputedStyle(e).outlineStyle} : null; }"""
+
+
+def _walk_with_the_keyboard(page: Any) -> None:
+    """Tab from the top reaches every stop of the page, each with a visible focus ring."""
+    stops = page.evaluate(_MARK_STOPS)
+    page.click(".brand")  # the top of the page: where the next Tab starts from
+    reached: set[str] = set()
+    for _ in range(2 * stops + 10):  # scrolling regions are stops too (Chromium's)
+        page.keyboard.press("Tab")
+        focused = page.evaluate(_FOCUSED)
+        if focused:
+            assert focused["outline"] != "none", f"stop {focused['stop']} has no focus ring"
+            reached.add(focused["stop"])
+    missing = sorted(set(map(str, range(stops))) - reached, key=int)
+    labels = [page.locator(f'[data-stop="{m}"]').first.evaluate("e => e.outerHTML.slice(0, 120)") for m in missing]
+    assert not missing, f"never reached by Tab: {labels}"
+
+
+@pytest.mark.parametrize("view", console_views.VIEWS, ids=lambda v: v.name)
+def test_each_view_passes_axe_the_keyboard_and_its_snapshot(
+    browser: Any, fixture_server: ServerProcess, view: console_views.View
+) -> None:
+    """On the fixture: axe-core finds no violation (its script injected, so this context alone
+    bypasses the page's Content-Security-Policy), the keyboard reaches every control, and the
+    accessibility tree equals the committed snapshot (the run's times and sizes masked)."""
+    context = console_views.new_context(browser, bypass_csp=True)
+    try:
+        page = console_views.open_view(context, fixture_server, view)
+        tree = console_views.snapshot(page)
+        expected = SNAPSHOTS / f"{view.name}.yaml"
+        if UPDATE_SNAPSHOTS:
+            expected.parent.mkdir(exist_ok=True)
+            expected.write_text(tree)
+        assert tree == expected.read_text(), f"{view.name}: the page changed; MNEMOSYNE_UPDATE_SNAPSHOTS=1 rewrites it"
+        page.add_script_tag(path=str(AXE))
+        violations = page.evaluate(
+            """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+                 .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)"""
+        )
+        assert violations == [], view.name
+        _walk_with_the_keyboard(page)
+    finally:
+        context.close()

@@ -5,27 +5,16 @@ file), and the view across tenants read without opening a tenant file."""
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError, PermissionDeniedError
 from mnemosyne.engine.figures import MINUTES, Figures
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerProcess, gauge, tokens_json
 
 POISON = "FIGURES-POISON"
-
-
-def _open_tenant_files(server: ServerProcess) -> float:
-    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    (value,) = [
-        s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "mnemosyne_open_tenants"
-    ]
-    return float(value)
 
 
 def test_figures_count_what_happened_and_a_restart_starts_the_hour_again(tmp_path: Path) -> None:
@@ -75,7 +64,7 @@ def test_figures_count_what_happened_and_a_restart_starts_the_hour_again(tmp_pat
         with MemoryClient(server.target, token="boss") as admin:
             # The view across tenants opens no tenant file (their sizes are a stat each).
             across = admin.list_tenant_figures()
-            assert _open_tenant_files(server) == 0
+            assert gauge(server, "mnemosyne_open_tenants") == 0
             assert {r.tenant for r in across.largest} == {"t1", "t2"} and across.busiest == across.failing == []
             # The hour is memory only: empty after the restart; the memories come from the file.
             figures = admin.tenant_figures("t1")

@@ -78,7 +78,7 @@ function memoryCard(c: Card, memory: Json, extra: Child = null): HTMLElement {
   // A chip that narrows the search when searching, plain text otherwise.
   const chip = (label: string, change: Partial<Filters>, name: string): HTMLElement =>
     c.narrow
-      ? button(label, () => c.narrow?.(change), { class: "chip", "aria-label": `Only ${name}`, "data-filter": Object.keys(change)[0] })
+      ? button(label, () => c.narrow?.(change), { class: "chip", title: `Search only ${name}`, "data-filter": Object.keys(change)[0] })
       : el("span", { class: "chip" }, label);
   return el(
     "article",

@@ -147,7 +147,7 @@ export async function acrossTenants(target: HTMLElement, open: (tenant: string) 
                     "tr",
                     { "data-tenant": r.tenant },
                     el("td", {}, el("button", { type: "button", class: "link", onclick: () => open(r.tenant) }, r.tenant)),
-                    el("td", {}, bytes(num(r.fileBytes))),
+                    el("td", { class: "nowrap" }, bytes(num(r.fileBytes))),
                     el("td", {}, String(num(r.writes))),
                     el("td", {}, String(num(r.recalls))),
                     el("td", {}, String(num(r.failedEvents))),
@@ -162,7 +162,7 @@ export async function acrossTenants(target: HTMLElement, open: (tenant: string) 
     replace(
       target,
       el("h2", {}, `Across the ${num(f.tenants)} tenants of this server`),
-      el("p", { class: "meta" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      el("p", { class: "note" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
       el(
         "div",
         { class: "chart-grid" },

@@ -172,7 +172,7 @@ function memoryCard(c, memory, extra = null) {
   const id = String(memory.id);
   const facts = memory.facts ?? [];
   const metadata = Object.entries(memory.metadata ?? {});
-  const chip = (label, change2, name) => c.narrow ? button(label, () => c.narrow?.(change2), { class: "chip", "aria-label": `Only ${name}`, "data-filter": Object.keys(change2)[0] }) : el("span", { class: "chip" }, label);
+  const chip = (label, change2, name) => c.narrow ? button(label, () => c.narrow?.(change2), { class: "chip", title: `Search only ${name}`, "data-filter": Object.keys(change2)[0] }) : el("span", { class: "chip" }, label);
   return el(
     "article",
     { class: "memory", "data-memory-id": id },
@@ -4847,7 +4847,7 @@ async function acrossTenants(target, open2) {
               "tr",
               { "data-tenant": r.tenant },
               el("td", {}, el("button", { type: "button", class: "link", onclick: () => open2(r.tenant) }, r.tenant)),
-              el("td", {}, bytes(num(r.fileBytes))),
+              el("td", { class: "nowrap" }, bytes(num(r.fileBytes))),
               el("td", {}, String(num(r.writes))),
               el("td", {}, String(num(r.recalls))),
               el("td", {}, String(num(r.failedEvents)))
@@ -4861,7 +4861,7 @@ async function acrossTenants(target, open2) {
     replace(
       target,
       el("h2", {}, `Across the ${num(f.tenants)} tenants of this server`),
-      el("p", { class: "meta" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      el("p", { class: "note" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
       el(
         "div",
         { class: "chart-grid" },
