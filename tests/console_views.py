@@ -211,7 +211,7 @@ _VOLATILE = [
 
 def snapshot(page: Any) -> str:
     """The accessibility tree of the header and the page, without the run's own stamps."""
-    text = page.locator("header").aria_snapshot() + "\n" + page.locator("main").aria_snapshot() + "\n"
+    text = f"{page.locator('header').aria_snapshot()}\n{page.locator('main').aria_snapshot()}\n"
     for pattern, mask in _VOLATILE:
         text = pattern.sub(mask, text)
     return text

@@ -54,9 +54,9 @@ def test_figures_count_what_happened_and_a_restart_starts_the_hour_again(tmp_pat
             assert refused.value.reason == "LIMIT_OUT_OF_RANGE"
         with MemoryClient(server.target, token="user") as user:
             assert sum(m.writes for m in user.tenant_figures("t1").minutes) == 6
-            with pytest.raises(PermissionDeniedError) as refused:
+            with pytest.raises(PermissionDeniedError) as forbidden:
                 user.list_tenant_figures()
-            assert refused.value.reason == "ADMIN_REQUIRED"
+            assert forbidden.value.reason == "ADMIN_REQUIRED"
             with pytest.raises(PermissionDeniedError):
                 user.tenant_figures("t2")
         server.stop()
@@ -91,7 +91,7 @@ class _Pool:
 def test_a_minute_ages_out_after_an_hour_and_an_idle_tenant_is_dropped() -> None:
     now = [6_000_000.0]
     pool = _Pool()
-    figures = Figures(pool, clock=lambda: now[0])  # type: ignore[arg-type]
+    figures = Figures(pool, clock=lambda: now[0])  # type: ignore[arg-type]  # the two methods of the pool it calls
     figures.accepted("busy", 3)
     figures.accepted("idle", 1)
     figures.queue("busy", 4, now[0] - 2.5)
