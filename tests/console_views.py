@@ -41,26 +41,32 @@ def _at(day: int, hour: int) -> float:
     return datetime(2026, 3, day, hour, tzinfo=UTC).timestamp()
 
 
+def retain_trip(admin: MemoryClient, tenant: str) -> None:
+    """A thread of three memories (speakers, metadata, the days they happened), one more of the
+    same speaker and two that barely match "train to Lyon"."""
+    trip = [
+        ("ada", "Ada's night train to Lyon leaves at 22:40 from platform 9", 2),
+        ("bob", "The train to Lyon was delayed by an hour", 3),
+        ("ada", "Ada booked the hotel by the Lyon station for two nights", 4),
+    ]
+    for position, (speaker, text, day) in enumerate(trip, 1):
+        admin.retain(
+            tenant,
+            text,
+            speaker=speaker,
+            thread=ThreadRef("trip-42", position),
+            metadata={"topic": "travel"},
+            occurred_at=_at(day, 8),
+        )
+    admin.retain(tenant, "Lyon's office opens at nine", speaker="bob", metadata={"topic": "office"})
+    for text in ("The office plants are watered on Fridays", "Quarterly budget review is on Thursday"):
+        admin.retain(tenant, text, occurred_at=_at(5, 14))
+
+
 def fill(target: str) -> None:
     """The fixture's data, written in a fixed order (so a fresh server gives the same ids)."""
     with MemoryClient(target, token=ADMIN) as admin:
-        trip = [
-            ("ada", "Ada's night train to Lyon leaves at 22:40 from platform 9", 2),
-            ("bob", "The train to Lyon was delayed by an hour", 3),
-            ("ada", "Ada booked the hotel by the Lyon station for two nights", 4),
-        ]
-        for position, (speaker, text, day) in enumerate(trip, 1):
-            admin.retain(
-                TENANT,
-                text,
-                speaker=speaker,
-                thread=ThreadRef("trip-42", position),
-                metadata={"topic": "travel"},
-                occurred_at=_at(day, 8),
-            )
-        admin.retain(TENANT, "Lyon's office opens at nine", speaker="bob", metadata={"topic": "office"})
-        for text in ("The office plants are watered on Fridays", "Quarterly budget review is on Thursday"):
-            admin.retain(TENANT, text, occurred_at=_at(5, 14))
+        retain_trip(admin, TENANT)
         admin.update_global(TENANT, MEMORY_MD, 0)
         admin.edit_records(TENANT, "workspace/plans", [RecordChange("put", "roadmap.md", ROADMAP)], 0)
         for query in ("train to Lyon", "budget", "office"):

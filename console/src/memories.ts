@@ -191,7 +191,8 @@ async function openMemory(c: Card, target: HTMLElement, id: string, changed: () 
   }
 }
 
-function filterForm(filters: Filters, apply: () => void): HTMLElement {
+/** The filter fields; ``apply``: search again (``redraw``: the fields changed from outside). */
+function filterForm(filters: Filters, apply: (redraw: boolean) => void): HTMLElement {
   const field = (name: keyof Filters, label: string, attrs: Record<string, string> = {}): HTMLElement => {
     const value = name === "metadata" ? Object.entries(filters.metadata).map(([k, v]) => `${k}=${v}`).join(", ") : filters[name];
     const input = el("input", { id: `filter-${name}`, name, value: String(value), ...attrs }) as HTMLInputElement;
@@ -203,7 +204,7 @@ function filterForm(filters: Filters, apply: () => void): HTMLElement {
           if (at > 0) filters.metadata[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
         }
       } else filters[name] = input.value.trim();
-      apply();
+      apply(false); // the fields stay, and the focus in them
     });
     return el("label", { class: "filter" }, label, input);
   };
@@ -219,7 +220,8 @@ function filterForm(filters: Filters, apply: () => void): HTMLElement {
     field("to", "to", { type: "date" }),
     button("Clear", () => {
       Object.assign(filters, emptyFilters());
-      apply();
+      apply(true);
+      (document.getElementById("clear-filters") as HTMLElement | null)?.focus();
     }, { id: "clear-filters" }),
   );
 }
@@ -233,6 +235,7 @@ export async function memoriesView(tenant: string, main: HTMLElement): Promise<v
   const listing = el("div", { id: "memory-list" });
   const detail = el("section", { id: "memory-detail", "aria-label": "The memory opened" }, el("p", { class: "meta" }, "Open a memory (its number) to see it here."));
   let lastQuery = "";
+  let searches = 0; // the answer of a search overtaken by a newer one is dropped
   const card: Card = {
     tenant,
     open: (id: string) => {
@@ -241,10 +244,17 @@ export async function memoriesView(tenant: string, main: HTMLElement): Promise<v
       void openMemory(card, detail, id, () => refresh());
     },
   };
-  const drawFilters = (): void => replace(filterBox, filterForm(filters, () => void search()));
+  const drawFilters = (): void =>
+    replace(
+      filterBox,
+      filterForm(filters, (redraw) => {
+        if (redraw) drawFilters();
+        void search();
+      }),
+    );
   const search = async (): Promise<void> => {
     lastQuery = query.value.trim();
-    drawFilters();
+    const mine = ++searches;
     if (!lastQuery) {
       replace(results);
       return;
@@ -256,6 +266,7 @@ export async function memoriesView(tenant: string, main: HTMLElement): Promise<v
         scopes: filters.scope ? [filters.scope] : [],
         metadataEquals: filters.metadata,
       });
+      if (mine !== searches) return;
       const hits = ((answer.hits ?? []) as Json[]).filter((hit) => passes(hit.memory, filters));
       const best = Number(hits[0]?.score ?? 0);
       const strong = hits.filter((hit) => Number(hit.score ?? 0) >= best * RELEVANCE_FLOOR);
@@ -265,6 +276,7 @@ export async function memoriesView(tenant: string, main: HTMLElement): Promise<v
         pattern: markPattern(lastQuery),
         narrow: (change) => {
           Object.assign(filters, change, change.metadata ? { metadata: { ...filters.metadata, ...change.metadata } } : {});
+          drawFilters();
           void search();
         },
       };
@@ -290,7 +302,7 @@ export async function memoriesView(tenant: string, main: HTMLElement): Promise<v
         weaker,
       );
     } catch (error) {
-      replace(results, errorBox(error));
+      if (mine === searches) replace(results, errorBox(error));
     }
   };
   const refresh = (): void => {

@@ -291,7 +291,7 @@ function filterForm(filters, apply) {
           if (at > 0) filters.metadata[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
         }
       } else filters[name] = input.value.trim();
-      apply();
+      apply(false);
     });
     return el("label", { class: "filter" }, label, input);
   };
@@ -307,7 +307,8 @@ function filterForm(filters, apply) {
     field("to", "to", { type: "date" }),
     button("Clear", () => {
       Object.assign(filters, emptyFilters());
-      apply();
+      apply(true);
+      document.getElementById("clear-filters")?.focus();
     }, { id: "clear-filters" })
   );
 }
@@ -320,6 +321,7 @@ async function memoriesView(tenant, main2) {
   const listing = el("div", { id: "memory-list" });
   const detail = el("section", { id: "memory-detail", "aria-label": "The memory opened" }, el("p", { class: "meta" }, "Open a memory (its number) to see it here."));
   let lastQuery = "";
+  let searches = 0;
   const card = {
     tenant,
     open: (id) => {
@@ -328,10 +330,16 @@ async function memoriesView(tenant, main2) {
       void openMemory(card, detail, id, () => refresh());
     }
   };
-  const drawFilters = () => replace(filterBox, filterForm(filters, () => void search()));
+  const drawFilters = () => replace(
+    filterBox,
+    filterForm(filters, (redraw) => {
+      if (redraw) drawFilters();
+      void search();
+    })
+  );
   const search = async () => {
     lastQuery = query2.value.trim();
-    drawFilters();
+    const mine = ++searches;
     if (!lastQuery) {
       replace(results);
       return;
@@ -343,6 +351,7 @@ async function memoriesView(tenant, main2) {
         scopes: filters.scope ? [filters.scope] : [],
         metadataEquals: filters.metadata
       });
+      if (mine !== searches) return;
       const hits = (answer.hits ?? []).filter((hit) => passes(hit.memory, filters));
       const best = Number(hits[0]?.score ?? 0);
       const strong = hits.filter((hit) => Number(hit.score ?? 0) >= best * RELEVANCE_FLOOR);
@@ -352,6 +361,7 @@ async function memoriesView(tenant, main2) {
         pattern: markPattern(lastQuery),
         narrow: (change2) => {
           Object.assign(filters, change2, change2.metadata ? { metadata: { ...filters.metadata, ...change2.metadata } } : {});
+          drawFilters();
           void search();
         }
       };
@@ -376,7 +386,7 @@ async function memoriesView(tenant, main2) {
         weaker
       );
     } catch (error) {
-      replace(results, errorBox(error));
+      if (mine === searches) replace(results, errorBox(error));
     }
   };
   const refresh = () => {
