@@ -205,6 +205,7 @@ def tenants_figures_from_proto(r: admin_pb2.ListTenantFiguresResponse) -> types.
         largest=rows(r.largest),
         busiest=rows(r.busiest),
         failing=rows(r.failing),
+        unanswered_members=list(r.unanswered_members),
     )
 
 

@@ -532,9 +532,9 @@ class MemoryClient:
         return convert.tenant_figures_from_proto(r)
 
     def list_tenant_figures(self, limit: int = 0) -> types.TenantsFigures:
-        """The largest, busiest and failing tenants of the member asked (admin token), ``limit``
-        rows each (1 to 100; 0: 10), from its counters in memory and its files' sizes. Raises
-        ``InvalidArgumentError`` (LIMIT_OUT_OF_RANGE)."""
+        """The largest, busiest and failing tenants (admin token), ``limit`` rows each (1 to 100;
+        0: 10), from the counters in memory and the files' sizes (on a deployment, every
+        member's). Raises ``InvalidArgumentError`` (LIMIT_OUT_OF_RANGE)."""
         r = self.call(self.admin.ListTenantFigures, admin_pb2.ListTenantFiguresRequest(limit=limit), retry=True)
         return convert.tenants_figures_from_proto(r)
 

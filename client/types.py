@@ -190,14 +190,16 @@ class TenantFiguresRow:
 
 @dataclass(frozen=True)
 class TenantsFigures:
-    """The ``tenants`` of one member three ways: the ``largest`` files, the ``busiest`` in the last
-    hour, and the ``failing`` (fast writes failed in the last hour)."""
+    """The ``tenants`` three ways: the ``largest`` files, the ``busiest`` in the last hour, and the
+    ``failing`` (fast writes failed in the last hour); on a deployment of many members, every
+    member's, less those of the ``unanswered_members``."""
 
     tenants: int
     counting_since: float
     largest: list[TenantFiguresRow]
     busiest: list[TenantFiguresRow]
     failing: list[TenantFiguresRow]
+    unanswered_members: list[str]
 
 
 @dataclass(frozen=True)

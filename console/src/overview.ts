@@ -1,7 +1,7 @@
 // Pictures of a tenant: small charts (uPlot, bundled) of its own figures — GetTenantFigures: the
 // last hour per minute, counted in memory by the member that owns it, and its memories over its
-// life — and, for an admin, the tenants of the member three ways (ListTenantFigures: the largest,
-// the busiest, those with failures; no tenant file opened for it). Each chart has its numbers
+// life — and, for an admin, the tenants three ways (ListTenantFigures: the largest, the busiest,
+// those with failures; no tenant file opened for it). Each chart has its numbers
 // in a table beside it, for a screen reader and for copying.
 
 import uPlot from "uplot";
@@ -125,7 +125,7 @@ export async function overviewView(tenant: string, main: HTMLElement): Promise<v
   }
 }
 
-/** The admin's view across the tenants of this server: three tables. */
+/** The admin's view across the tenants (of every member of a deployment): three tables. */
 export async function acrossTenants(target: HTMLElement, open: (tenant: string) => void): Promise<void> {
   try {
     const f = await get("/v1/figures", { limit: 10 });
@@ -161,8 +161,11 @@ export async function acrossTenants(target: HTMLElement, open: (tenant: string) 
     const busiest = (f.busiest ?? []) as Json[];
     replace(
       target,
-      el("h2", {}, `Across the ${num(f.tenants)} tenants of this server`),
-      el("p", { class: "note" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      el("h2", {}, `Across the ${num(f.tenants)} tenants`),
+      el("p", { class: "note" }, "From the counters kept in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      (f.unansweredMembers ?? []).length
+        ? el("p", { class: "error", role: "alert" }, `These members did not answer, so their tenants are missing: ${(f.unansweredMembers as string[]).join(", ")}.`)
+        : null,
       el(
         "div",
         { class: "chart-grid" },

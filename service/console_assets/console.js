@@ -4870,8 +4870,9 @@ async function acrossTenants(target, open2) {
     const busiest = f.busiest ?? [];
     replace(
       target,
-      el("h2", {}, `Across the ${num(f.tenants)} tenants of this server`),
-      el("p", { class: "note" }, "From the counters this server keeps in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      el("h2", {}, `Across the ${num(f.tenants)} tenants`),
+      el("p", { class: "note" }, "From the counters kept in memory since ", timeEl(f.countingSince), " and the size of each file: no tenant file is opened."),
+      (f.unansweredMembers ?? []).length ? el("p", { class: "error", role: "alert" }, `These members did not answer, so their tenants are missing: ${f.unansweredMembers.join(", ")}.`) : null,
       el(
         "div",
         { class: "chart-grid" },

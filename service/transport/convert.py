@@ -356,16 +356,17 @@ def to_tenant_figures(f: types.TenantFigures) -> admin_pb2.GetTenantFiguresRespo
     minutes = [admin_pb2.MinuteFigures(**{**asdict(m), "start": to_timestamp(m.start)}) for m in f.minutes]
     memories = [admin_pb2.MemoriesAt(at=to_timestamp(at), memories=n) for at, n in f.memories_at]
     now = {k: v for k, v in asdict(f).items() if k not in ("counting_since", "minutes", "memories_at")}
-    return admin_pb2.GetTenantFiguresResponse(
-        counting_since=to_timestamp(f.counting_since), minutes=minutes, memories=memories, **now
-    )
+    since = to_timestamp(f.counting_since)
+    return admin_pb2.GetTenantFiguresResponse(counting_since=since, minutes=minutes, memories=memories, **now)
 
 
 def to_tenants_figures(f: types.TenantsFigures) -> admin_pb2.ListTenantFiguresResponse:
-    rows = {
-        k: [admin_pb2.TenantFiguresRow(**asdict(h)) for h in getattr(f, k)] for k in ("largest", "busiest", "failing")
-    }
-    return admin_pb2.ListTenantFiguresResponse(tenants=f.tenants, counting_since=to_timestamp(f.counting_since), **rows)
+    row = admin_pb2.TenantFiguresRow
+    largest, busiest, failing = ([row(**asdict(h)) for h in r] for r in (f.largest, f.busiest, f.failing))
+    since = to_timestamp(f.counting_since)
+    return admin_pb2.ListTenantFiguresResponse(
+        tenants=f.tenants, counting_since=since, largest=largest, busiest=busiest, failing=failing
+    )
 
 
 def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[types.Message]:

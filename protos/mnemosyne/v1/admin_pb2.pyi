@@ -79,18 +79,20 @@ class TenantFiguresRow(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., file_bytes: _Optional[int] = ..., writes: _Optional[int] = ..., recalls: _Optional[int] = ..., failed_events: _Optional[int] = ...) -> None: ...
 
 class ListTenantFiguresResponse(_message.Message):
-    __slots__ = ("tenants", "counting_since", "largest", "busiest", "failing")
+    __slots__ = ("tenants", "counting_since", "largest", "busiest", "failing", "unanswered_members")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     COUNTING_SINCE_FIELD_NUMBER: _ClassVar[int]
     LARGEST_FIELD_NUMBER: _ClassVar[int]
     BUSIEST_FIELD_NUMBER: _ClassVar[int]
     FAILING_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     tenants: int
     counting_since: _timestamp_pb2.Timestamp
     largest: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
     busiest: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
     failing: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
-    def __init__(self, tenants: _Optional[int] = ..., counting_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., largest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., busiest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., failing: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ...) -> None: ...
+    unanswered_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[int] = ..., counting_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., largest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., busiest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., failing: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., unanswered_members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class VerifyIntegrityRequest(_message.Message):
     __slots__ = ("tenant",)

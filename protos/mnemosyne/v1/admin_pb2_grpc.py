@@ -255,10 +255,10 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTenantFigures(self, request, context):
-        """The tenants of this member (admin token) that are the largest (their files' size), the
-        busiest in the last hour (writes and recalls) and those with fast writes that failed in it,
-        from the counters in memory and each file's size: no tenant file is opened. On a deployment
-        of many members it answers for the member asked.
+        """The tenants (admin token) that are the largest (their files' size), the busiest in the last
+        hour (writes and recalls) and those with fast writes that failed in it, from the counters in
+        memory and each file's size: no tenant file is opened. On a deployment of many members every
+        member is asked for its own, and the answers merged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
