@@ -33,7 +33,7 @@ VIEWPORT = {"width": 1100, "height": 760}
 # The browser's clock: the fixture's memories happened in the days before it.
 NOW = datetime(2026, 3, 10, 9, 30, tzinfo=UTC)
 MEMORY_MD = "# Memory\n- Ada leads the Lyon trip\n- budgets are due on Fridays\n- the office moves in May"
-ROADMAP = "# Roadmap\n- March: the Lyon trip\n- April: budgets\n- May: the office moves"
+ROADMAP = "# Roadmap\n- March: the Lyon trip\n- April: budgets\n- May: the office moves\n- June: a quiet month\n- July: the summer party"
 WAIT_MS = 15_000
 
 
@@ -171,7 +171,7 @@ def _conflict(page: Any, target: str) -> None:
         theirs = theirs.replace("- March: the Lyon trip", "- March: the Lyon trip (Ada books it)")
         admin.edit_records(TENANT, "workspace/plans", [RecordChange("put", "roadmap.md", theirs)], generation)
     mine = ROADMAP.replace("- May: the office moves", "- May 12: the office moves")
-    page.fill("#record-content", mine.replace("- April: budgets", "- April: budgets, due Thursdays"))
+    page.fill("#record-content", mine.replace("- July: the summer party", "- July: the summer party, by the river"))
     page.click("#save")
     page.locator("#merge-summary").wait_for()
     page.check("#overlap-0-both")
