@@ -186,6 +186,42 @@ def stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
     )
 
 
+def tenant_figures_from_proto(r: admin_pb2.GetTenantFiguresResponse) -> types.TenantFigures:
+    return types.TenantFigures(
+        counting_since=r.counting_since.ToNanoseconds() / 1e9,
+        minutes=[
+            types.MinuteFigures(
+                start=m.start.ToNanoseconds() / 1e9,
+                writes=m.writes,
+                recalls=m.recalls,
+                failed_events=m.failed_events,
+                hot_path_depth=m.hot_path_depth if m.HasField("hot_path_depth") else None,
+                oldest_pending_seconds=m.oldest_pending_seconds if m.HasField("oldest_pending_seconds") else None,
+                file_bytes=m.file_bytes if m.HasField("file_bytes") else None,
+            )
+            for m in r.minutes
+        ],
+        memories=[(p.at.ToNanoseconds() / 1e9, p.memories) for p in r.memories],
+        file_bytes=r.file_bytes,
+        hot_path_depth=r.hot_path_depth,
+        oldest_pending_seconds=r.oldest_pending_seconds,
+    )
+
+
+def tenants_figures_from_proto(r: admin_pb2.ListTenantFiguresResponse) -> types.TenantsFigures:
+    def rows(found: Iterable[admin_pb2.TenantFiguresRow]) -> list[types.TenantFiguresRow]:
+        return [types.TenantFiguresRow(t.tenant, t.file_bytes, t.writes, t.recalls, t.failed_events) for t in found]
+
+    return types.TenantsFigures(
+        tenants=r.tenants,
+        counting_since=r.counting_since.ToNanoseconds() / 1e9,
+        largest=rows(r.largest),
+        busiest=rows(r.busiest),
+        failing=rows(r.failing),
+        unanswered_members=list(r.unanswered_members),
+    )
+
+
 def dedup_from_proto(r: admin_pb2.DedupResponse) -> types.DedupResult:
     return types.DedupResult(
         [types.DuplicateGroup(g.keep_memory_id, tuple(g.duplicate_memory_ids)) for g in r.groups], r.merged, r.threshold

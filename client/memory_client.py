@@ -592,6 +592,20 @@ class MemoryClient:
         r = self.call(self.admin.Stats, admin_pb2.StatsRequest(tenant=tenant), retry=True)
         return convert.stats_from_proto(r)
 
+    def tenant_figures(self, tenant: str) -> types.TenantFigures:
+        """``tenant``'s figures for charts (a ``TenantFigures``): its last hour per minute, as
+        the member that owns it counted them in memory since its start, and its live memories
+        over its life."""
+        r = self.call(self.admin.GetTenantFigures, admin_pb2.GetTenantFiguresRequest(tenant=tenant), retry=True)
+        return convert.tenant_figures_from_proto(r)
+
+    def list_tenant_figures(self, limit: int = 0) -> types.TenantsFigures:
+        """The largest, busiest and failing tenants (admin token), ``limit`` rows each (1 to 100;
+        0: 10), from the counters in memory and the files' sizes (on a deployment, every
+        member's). Raises ``InvalidArgumentError`` (LIMIT_OUT_OF_RANGE)."""
+        r = self.call(self.admin.ListTenantFigures, admin_pb2.ListTenantFiguresRequest(limit=limit), retry=True)
+        return convert.tenants_figures_from_proto(r)
+
     def ping(self) -> None:
         """Ask the server to answer (and nothing else): raises ``UnavailableError`` when none does
         at ``target``, and the token's errors."""

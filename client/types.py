@@ -150,6 +150,60 @@ class IntegrityReport:
 
 
 @dataclass(frozen=True)
+class MinuteFigures:
+    """One minute of a tenant's figures (``start`` in unix seconds): memories accepted for
+    writing, recalls and fast writes failed for good in it; the gauges sampled in it (None when
+    none was): the most open fast writes, the oldest one's age in seconds, the files' size."""
+
+    start: float
+    writes: int
+    recalls: int
+    failed_events: int
+    hot_path_depth: int | None
+    oldest_pending_seconds: float | None
+    file_bytes: int | None
+
+
+@dataclass(frozen=True)
+class TenantFigures:
+    """A tenant's figures for charts: its last hour (``minutes``, oldest first, counted in memory
+    on the member that owns it since ``counting_since``), its live memories over its life
+    (``memories``: (unix seconds, count) pairs) and, now, its files' size and open fast writes."""
+
+    counting_since: float
+    minutes: list[MinuteFigures]
+    memories: list[tuple[float, int]]
+    file_bytes: int
+    hot_path_depth: int
+    oldest_pending_seconds: float
+
+
+@dataclass(frozen=True)
+class TenantFiguresRow:
+    """A tenant's last hour (writes, recalls, failed fast writes) and its files' size now."""
+
+    tenant: str
+    file_bytes: int
+    writes: int
+    recalls: int
+    failed_events: int
+
+
+@dataclass(frozen=True)
+class TenantsFigures:
+    """The ``tenants`` three ways: the ``largest`` files, the ``busiest`` in the last hour, and the
+    ``failing`` (fast writes failed in the last hour); on a deployment of many members, every
+    member's, less those of the ``unanswered_members``."""
+
+    tenants: int
+    counting_since: float
+    largest: list[TenantFiguresRow]
+    busiest: list[TenantFiguresRow]
+    failing: list[TenantFiguresRow]
+    unanswered_members: list[str]
+
+
+@dataclass(frozen=True)
 class Stats:
     """A tenant's counters, kept in its file: live and ``forgotten`` memories, ``writes`` (memories
     created), extraction (``model_calls``) and embedding calls, exact ``duplicates`` found,

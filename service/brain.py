@@ -34,7 +34,7 @@ from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.types import RecallMode, RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, MnemosyneError
 from mnemosyne.host.consistency import SessionTokens
-from mnemosyne.transport import convert
+from mnemosyne.transport import convert, convert_hot_path
 from mnemosyne.transport.errors import status_code_for
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ class MemoryBrain:
             raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
         if action == "flush":
             outcome = self._local(lambda e: e.hot_path.flush(self.tenant, timeout_seconds))
-            return client_convert.flush_from_proto(convert.to_flush_response(outcome))
+            return client_convert.flush_from_proto(convert_hot_path.to_flush_response(outcome))
         if action == "enable":
             self._local(lambda e: e.hot_path.set_enabled(self.tenant, True))
             state = self._local(lambda e: e.hot_path.status(self.tenant))
@@ -310,7 +310,7 @@ class MemoryBrain:
             state = self._local(lambda e: e.hot_path.disable(self.tenant, timeout_seconds))
         else:
             state = self._local(lambda e: e.hot_path.status(self.tenant))
-        return client_convert.hot_path_status_from_proto(convert.to_hot_path_status(state))
+        return client_convert.hot_path_status_from_proto(convert_hot_path.to_hot_path_status(state))
 
     def get_event(self, event_id: int) -> types.Event:
         """One hot-path operation (the ``event_id`` of an "enqueued" result): its status and what
@@ -318,7 +318,7 @@ class MemoryBrain:
         if self._client is not None:
             return self._client.get_event(self.tenant, event_id)
         event = self._local(lambda e: e.hot_path.get_event(self.tenant, event_id))
-        return client_convert.event_from_proto(convert.to_event(event))
+        return client_convert.event_from_proto(convert_hot_path.to_event(event))
 
     def list_events(self, *, status: str | None = None, page_size: int = 100, page_token: str = "") -> types.EventPage:
         """A page of hot-path operations in id order, only those of ``status`` ("pending",
@@ -330,7 +330,7 @@ class MemoryBrain:
         page = self._local(
             lambda e: e.hot_path.list_events(self.tenant, status=status, page_size=page_size, page_token=page_token)
         )
-        return client_convert.event_page_from_proto(convert.to_list_events_response(page))
+        return client_convert.event_page_from_proto(convert_hot_path.to_list_events_response(page))
 
     def verify_integrity(self) -> types.IntegrityReport:
         """Recompute the tenant's audit chain and check every memory against it: the

@@ -235,6 +235,14 @@ CASES: dict[str, Case] = {
     ),
     "Ping": Case(lambda t: admin_pb2.PingRequest(), tenantless=True),
     "WhoAmI": Case(lambda t: admin_pb2.WhoAmIRequest(), tenantless=True),
+    # Counted in memory as the calls come (the minutes), read from the file against the clock
+    # (the memories' moments), sized by background maintenance (fileBytes): present, not compared.
+    "GetTenantFigures": Case(
+        lambda t: admin_pb2.GetTenantFiguresRequest(tenant=t), volatile=("minutes", "memories", "fileBytes")
+    ),
+    "ListTenantFigures": Case(
+        lambda t: admin_pb2.ListTenantFiguresRequest(limit=3), tenantless=True, volatile=("largest", "busiest")
+    ),
     "ListScopes": Case(lambda t: workspace_pb2.ListScopesRequest(tenant=t)),
     "ListRecordRevisions": Case(
         lambda t: revisions_pb2.ListRecordRevisionsRequest(tenant=t, scope="workspace/w1", key="plan.md")
@@ -360,10 +368,11 @@ def _grpc_error(
 def test_the_json_error_is_the_grpc_error(api: ServerProcess, channel: grpc.Channel, rpc: str) -> None:
     case = CASES[rpc]
     if case.tenantless:
-        # No tenant to get wrong: a page token or chunk size out of range, or an unknown parameter.
+        # No tenant to get wrong: a page token, chunk size or limit out of range, or an unknown parameter.
         bad = {
             "ListTenants": admin_pb2.ListTenantsRequest(page_token="not-a-token"),
             "AggregateStats": admin_pb2.AggregateStatsRequest(chunk_size=-5),
+            "ListTenantFigures": admin_pb2.ListTenantFiguresRequest(limit=500),
         }.get(rpc)
         if bad is None:
             verb, path, _ = rpc_request(ROUTES[rpc], case.request(""))

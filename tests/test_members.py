@@ -409,6 +409,13 @@ def test_the_admin_fan_outs_cover_every_member(written: LocalMembers) -> None:
             stats = client.aggregate_stats(chunk_size=10)
             assert set(stats.tenants) >= set(TENANTS)
             assert stats.total.memories == sum(row.memories for row in stats.tenants.values())
+            # The figures across tenants: every member's, merged, each list in its order.
+            figures = client.list_tenant_figures(limit=100)
+            assert figures.tenants == len(stats.tenants) and not figures.unanswered_members
+            assert {r.tenant for r in figures.largest} == set(stats.tenants)
+            assert figures.largest == sorted(figures.largest, key=lambda r: (-r.file_bytes, r.tenant))
+            assert set(TENANTS) <= {r.tenant for r in figures.busiest}
+            assert len(client.list_tenant_figures(limit=5).largest) == 5
     # A next page asked of another member (a proxy routing at random) continues the same listing.
     with (
         MemoryClient(written.processes[0].target, ADMIN) as first,
@@ -529,6 +536,7 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
             assert down.value.reason == "OWNER_UNAVAILABLE" and down.value.metadata["owner"] == "m1"
             assert not m0.tenant_file(theirs[2]).exists() and not m1.tenant_file(theirs[2]).exists()
             assert client.list_tenants().unanswered_members == ["m1"]
+            assert client.list_tenant_figures().unanswered_members == ["m1"]
             aggregate = client.aggregate_stats()
             assert aggregate.unanswered_members == ["m1"] and "m1 did not answer" in aggregate.consistency
         # Counted by the member that was not answered (the alert MnemosyneMemberNotAnswering).

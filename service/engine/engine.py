@@ -15,6 +15,7 @@ Each part receives what it uses, not the engine:
 * ``consolidator`` (engine/consolidator.py): sessions (threads) consolidated into records, exactly once;
 * ``consistency`` (engine/consistency.py): the consistency tokens of writes, and where a read's stands;
 * ``tenants`` (engine/tenants.py): per-tenant counters, the tenant list, aggregates;
+* ``figures`` (engine/figures.py): each tenant's last hour, counted in memory, for the console;
 * ``erasure`` (engine/erasure.py): a whole tenant erased, with its receipt;
 * ``backups`` (engine/backup.py): consistent copies of tenants, streamed (backup, export);
 * ``imports`` (engine/tenant_import.py): a tenant installed from an export;
@@ -46,6 +47,7 @@ from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.expiry import Expiry
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
+from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.fences import Fences
@@ -56,7 +58,15 @@ from mnemosyne.engine.recall import Recall, RecallStep
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
-from mnemosyne.engine.types import GLOBAL_SCOPE, Message, RetainItem, RetainOutcome, ThreadRef
+from mnemosyne.engine.types import (
+    GLOBAL_SCOPE,
+    Message,
+    RetainItem,
+    RetainOutcome,
+    TenantFigures,
+    TenantsFigures,
+    ThreadRef,
+)
 from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.webhooks import DeliveryWorker, Subscriptions
 from mnemosyne.engine.workspace import Workspaces
@@ -128,6 +138,7 @@ class Engine:
             if self.replicator is not None:
                 self.replicator.stop()
             raise
+        self.figures = Figures(self.pool)
         self._wire_requests(extractor, embedder, observer)
         self.consolidator = SessionConsolidator(
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
@@ -166,6 +177,7 @@ class Engine:
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
             clock=self.clock,
+            figures=self.figures,
         )
         # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
         self.changes = Changes()
@@ -204,6 +216,7 @@ class Engine:
             changes=self.changes,
             clock=self.clock,
             sweep=self.expiry.sweep,
+            figures=self.figures,
         )
         self.hot_path.start()
         self.consistency = Consistency(
@@ -322,6 +335,7 @@ class Engine:
             self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
             enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
             if enqueued is not None:  # the enqueue answers a known request id itself
+                self.figures.accepted(tenant, len(prepared))
                 return enqueued
             # Queued writes of the same content were accepted first: this one is their duplicate.
             self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
@@ -334,7 +348,18 @@ class Engine:
                 per_item_errors=per_item_errors,
             )
         self.seams.committed(method)
+        self.figures.accepted(tenant, len(prepared))
         return result
+
+    # -- figures ------------------------------------------------------------------------------------
+
+    def tenant_figures(self, tenant: str) -> TenantFigures:
+        """The tenant's own figures for its charts: its last hour, its memories over its life."""
+        return self.figures.of(tenant, self.hot_path.depth_of(tenant))
+
+    def tenants_figures(self, limit: int) -> TenantsFigures:
+        """The largest, busiest and failing tenants of this member (no tenant file opened)."""
+        return self.figures.across(check.validate_figures_rows(limit))
 
     # -- live figures, read by the metrics on every scrape (they open no file) -------------------
 

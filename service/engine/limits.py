@@ -217,6 +217,21 @@ def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> in
     return page_size
 
 
+# Rows of each list of the cross-tenant figures (the largest, the busiest, the failing).
+MAX_FIGURES_ROWS = 100
+
+
+def validate_figures_rows(limit: int) -> int:
+    """Rows per list of ListTenantFigures: 1 to MAX_FIGURES_ROWS, 10 when 0."""
+    if limit == 0:
+        return 10
+    if limit < 0 or limit > MAX_FIGURES_ROWS:
+        raise InvalidArgument(
+            f"limit is {limit}; it must be between 1 and {MAX_FIGURES_ROWS}", reason="LIMIT_OUT_OF_RANGE"
+        )
+    return limit
+
+
 def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> float:
     """A finite wait between 0 (the default, DEFAULT_WAIT_SECONDS) and MAX_WAIT_SECONDS."""
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_WAIT_SECONDS:

@@ -198,6 +198,54 @@ class AggregateChunk:
     unreadable: int = 0  # of those, how many could not be read (their rows carry the reason)
 
 
+@dataclass(frozen=True)
+class MinuteFigures:
+    """One minute of a tenant's figures, as the member that owns it counted them in memory.
+    The gauges are None when nothing sampled them in that minute."""
+
+    start: float  # unix seconds, the minute's first second
+    writes: int = 0  # memories accepted for writing (synchronous or fast)
+    recalls: int = 0
+    failed_events: int = 0  # fast writes that failed for good
+    hot_path_depth: int | None = None  # the most open fast writes seen in the minute
+    oldest_pending_seconds: float | None = None  # the oldest open fast write's age, at most
+    file_bytes: int | None = None  # the tenant's files' size, last seen in the minute
+
+
+@dataclass(frozen=True)
+class TenantFigures:
+    """A tenant's own figures for its charts (engine/figures.py)."""
+
+    counting_since: float  # unix seconds: when this member began counting (its start)
+    minutes: list[MinuteFigures]  # the last hour, oldest first, every minute
+    memories_at: list[tuple[float, int]]  # (unix seconds, live memories) over the tenant's life
+    file_bytes: int = 0
+    hot_path_depth: int = 0
+    oldest_pending_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TenantHour:
+    """A tenant's totals of the last hour on this member, with its files' size now."""
+
+    tenant: str
+    file_bytes: int = 0
+    writes: int = 0
+    recalls: int = 0
+    failed_events: int = 0
+
+
+@dataclass(frozen=True)
+class TenantsFigures:
+    """Across the tenants of this member: the largest, the busiest, those with failed events."""
+
+    tenants: int
+    counting_since: float
+    largest: list[TenantHour]
+    busiest: list[TenantHour]
+    failing: list[TenantHour]
+
+
 # -- conversations ------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
@@ -11,11 +12,10 @@ from google.protobuf.message import Message
 
 from mnemosyne.engine import backup, types
 from mnemosyne.engine.erasure import ErasureReceipt
-from mnemosyne.engine.hot_path.events import EVENT_STATUSES
 from mnemosyne.engine.moves import MovePlan
 from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
-from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, types_pb2, workspace_pb2
+from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2, workspace_pb2
 
 _RETAIN_STATUS = {
     types.RetainStatus.CREATED: types_pb2.RetainResult.CREATED,
@@ -357,15 +357,24 @@ def to_integrity(report: types.IntegrityReport) -> admin_pb2.VerifyIntegrityResp
 
 
 def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
-    return admin_pb2.StatsResponse(
-        memories=stats.memories,
-        forgotten=stats.forgotten,
-        writes=stats.writes,
-        model_calls=stats.model_calls,
-        embed_calls=stats.embed_calls,
-        duplicates=stats.duplicates,
-        ledger_entries=stats.ledger_entries,
-        file_bytes=stats.file_bytes,
+    return admin_pb2.StatsResponse(**asdict(stats))  # the same names, field for field
+
+
+def to_tenant_figures(f: types.TenantFigures) -> admin_pb2.GetTenantFiguresResponse:
+    # The engine's values carry the proto's names; a None gauge leaves its optional field unset.
+    minutes = [admin_pb2.MinuteFigures(**{**asdict(m), "start": to_timestamp(m.start)}) for m in f.minutes]
+    memories = [admin_pb2.MemoriesAt(at=to_timestamp(at), memories=n) for at, n in f.memories_at]
+    now = {k: v for k, v in asdict(f).items() if k not in ("counting_since", "minutes", "memories_at")}
+    since = to_timestamp(f.counting_since)
+    return admin_pb2.GetTenantFiguresResponse(counting_since=since, minutes=minutes, memories=memories, **now)
+
+
+def to_tenants_figures(f: types.TenantsFigures) -> admin_pb2.ListTenantFiguresResponse:
+    row = admin_pb2.TenantFiguresRow
+    largest, busiest, failing = ([row(**asdict(h)) for h in r] for r in (f.largest, f.busiest, f.failing))
+    since = to_timestamp(f.counting_since)
+    return admin_pb2.ListTenantFiguresResponse(
+        tenants=f.tenants, counting_since=since, largest=largest, busiest=busiest, failing=failing
     )
 
 
@@ -511,90 +520,4 @@ def _not_one_snapshot(files_read: int, where: str = "") -> str:
     return (
         f"not one snapshot: {files_read} tenant files read in {files_read} separate transactions{where} "
         "while writes continued"
-    )
-
-
-# -- hot path and events ------------------------------------------------------------------------
-
-_EVENT_STATUS_TO_PROTO: dict[str, events_pb2.EventStatus] = {s: getattr(events_pb2, s.upper()) for s in EVENT_STATUSES}
-_EVENT_STATUS_FROM_PROTO: dict[int, str] = {v: k for k, v in _EVENT_STATUS_TO_PROTO.items()}
-
-
-def from_event_status(status: int) -> str | None:
-    """None (any status) for EVENT_STATUS_UNSPECIFIED."""
-    if status == events_pb2.EVENT_STATUS_UNSPECIFIED:
-        return None
-    if status not in _EVENT_STATUS_FROM_PROTO:
-        raise InvalidArgument(
-            f"status {status} is not an EventStatus; use PENDING (1), RUNNING (2), SUCCEEDED (3) or FAILED (4), "
-            "or leave it unset for every status",
-            reason="EVENT_STATUS_INVALID",
-        )
-    return _EVENT_STATUS_FROM_PROTO[status]
-
-
-# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
-_TIMESTAMP_SECONDS = range(-62_135_596_800, 253_402_300_800)
-
-
-def from_timestamp(stamp: timestamp_pb2.Timestamp, present: bool, *, field: str) -> float | None:
-    if not present:
-        return None
-    if stamp.seconds not in _TIMESTAMP_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
-        raise InvalidArgument(
-            f"{field} is outside google.protobuf.Timestamp's range (years 1 to 9999, nanos 0 to 999,999,999)",
-            reason="TIMESTAMP_INVALID",
-        )
-    return stamp.seconds + stamp.nanos / 1e9
-
-
-def to_event(event: types.Event) -> events_pb2.Event:
-    message = events_pb2.Event(
-        event_id=event.event_id,
-        status=_EVENT_STATUS_TO_PROTO[event.status],
-        kind=event.kind,
-        accepted_at=to_timestamp(event.accepted_at),
-        created_memory_ids=list(event.created_memory_ids),
-        duplicate_of_memory_ids=list(event.duplicate_of_memory_ids),
-        merged_into_memory_ids=list(event.merged_into_memory_ids),
-        near_duplicate_of=list(event.near_duplicate_of),
-        error_reason=event.error_reason,
-        error_message=event.error_message,
-        attempts=event.attempts,
-        latency_ms=event.latency_ms,
-        sequence=event.sequence,
-        extracted=event.extracted,
-    )
-    if event.finished_at is not None:
-        message.finished_at.CopyFrom(to_timestamp(event.finished_at))
-    return message
-
-
-def to_list_events_response(page: types.EventPage) -> events_pb2.ListEventsResponse:
-    return events_pb2.ListEventsResponse(
-        events=[to_event(e) for e in page.events], next_page_token=page.next_page_token
-    )
-
-
-def to_hot_path_status(state: types.HotPathState) -> hot_path_pb2.HotPathStatus:
-    return hot_path_pb2.HotPathStatus(
-        enabled=state.enabled,
-        queue_depth=state.queue_depth,
-        oldest_pending_seconds=state.oldest_pending_seconds,
-        accepted=state.accepted,
-        succeeded=state.succeeded,
-        failed=state.failed,
-        duplicates=state.duplicates,
-        writes=state.writes,
-        model_calls=state.model_calls,
-        awaited=state.awaited,
-    )
-
-
-def to_flush_response(outcome: types.FlushOutcome) -> hot_path_pb2.FlushResponse:
-    return hot_path_pb2.FlushResponse(
-        flushed=outcome.flushed,
-        succeeded=outcome.succeeded,
-        failed=outcome.failed,
-        failed_event_ids=list(outcome.failed_event_ids),
     )

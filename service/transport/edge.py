@@ -49,6 +49,7 @@ ADMIN_METHODS = frozenset(
     {
         "/mnemosyne.v1.AdminService/ListTenants",
         "/mnemosyne.v1.AdminService/AggregateStats",
+        "/mnemosyne.v1.AdminService/ListTenantFigures",
         "/mnemosyne.v1.AdminService/EraseTenant",
         "/mnemosyne.v1.AdminService/Backup",
         "/mnemosyne.v1.AdminService/ImportTenant",

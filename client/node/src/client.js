@@ -216,6 +216,21 @@ function expiryPolicy(p) {
   };
 }
 
+function figuresRow(r) {
+  return {
+    tenant: r.tenant,
+    fileBytes: Number(r.file_bytes),
+    writes: Number(r.writes),
+    recalls: Number(r.recalls),
+    failedEvents: Number(r.failed_events),
+  };
+}
+
+/** An optional proto number: null when unset. */
+function optionalNumber(message, field) {
+  return message[field] === undefined || message[field] === null ? null : Number(message[field]);
+}
+
 function timestampFrom(date, field) {
   const ms = date instanceof Date ? date.getTime() : NaN;
   if (Number.isNaN(ms)) throw new RangeError(`${field} is not a valid Date`);
@@ -938,6 +953,40 @@ class MemoryClient {
       conflicts: Number(o.conflicts),
     }));
   }
+  /** A tenant's last hour per minute (writes, recalls, failed events, hot-path depth...), and its memories over its life. */
+  async tenantFigures(tenant) {
+    const { response: r } = await this._call(this.admin, 'GetTenantFigures', { tenant }, { retry: true });
+    return {
+      countingSince: dateFrom(r.counting_since),
+      minutes: r.minutes.map((m) => ({
+        start: dateFrom(m.start),
+        writes: Number(m.writes),
+        recalls: Number(m.recalls),
+        failedEvents: Number(m.failed_events),
+        hotPathDepth: optionalNumber(m, 'hot_path_depth'),
+        oldestPendingSeconds: optionalNumber(m, 'oldest_pending_seconds'),
+        fileBytes: optionalNumber(m, 'file_bytes'),
+      })),
+      memories: r.memories.map((m) => ({ at: dateFrom(m.at), memories: Number(m.memories) })),
+      fileBytes: Number(r.file_bytes),
+      hotPathDepth: Number(r.hot_path_depth),
+      oldestPendingSeconds: r.oldest_pending_seconds,
+    };
+  }
+
+  /** The largest, busiest and failing tenants (admin token), `limit` rows each (0: 10). */
+  async listTenantFigures({ limit = 0 } = {}) {
+    const { response: r } = await this._call(this.admin, 'ListTenantFigures', { limit }, { retry: true });
+    return {
+      tenants: Number(r.tenants),
+      countingSince: dateFrom(r.counting_since),
+      largest: r.largest.map(figuresRow),
+      busiest: r.busiest.map(figuresRow),
+      failing: r.failing.map(figuresRow),
+      unansweredMembers: [...r.unanswered_members],
+    };
+  }
+
   // -- revisions and expiry (docs/revisions.md, docs/expiry.md) --------------------------------------
 
   /** Every revision of a memory, oldest first: who, which surface, when, what changed, its ledger entry. */

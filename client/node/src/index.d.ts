@@ -312,6 +312,25 @@ export declare class MemoryClient {
   ): Promise<{ generation: bigint; alreadyApplied: boolean }>;
   consolidateSession(tenant: string, options?: { thread?: string }): Promise<SessionOutcome[]>;
   listMemoryRevisions(tenant: string, memoryId: bigint | number): Promise<MemoryRevision[]>;
+  tenantFigures(tenant: string): Promise<{
+    countingSince: Date | null;
+    minutes: Array<{
+      start: Date | null; writes: number; recalls: number; failedEvents: number;
+      hotPathDepth: number | null; oldestPendingSeconds: number | null; fileBytes: number | null;
+    }>;
+    memories: Array<{ at: Date | null; memories: number }>;
+    fileBytes: number;
+    hotPathDepth: number;
+    oldestPendingSeconds: number;
+  }>;
+  listTenantFigures(options?: { limit?: number }): Promise<{
+    tenants: number;
+    countingSince: Date | null;
+    largest: TenantFiguresRow[];
+    busiest: TenantFiguresRow[];
+    failing: TenantFiguresRow[];
+    unansweredMembers: string[];
+  }>;
   revertMemory(
     tenant: string,
     memoryId: bigint | number,
@@ -547,4 +566,12 @@ export interface ExpiryPolicy {
   defaultTtlSeconds: number;
   updateExtends: boolean;
   graceSeconds: number;
+}
+
+export interface TenantFiguresRow {
+  tenant: string;
+  fileBytes: number;
+  writes: number;
+  recalls: number;
+  failedEvents: number;
 }

@@ -157,3 +157,16 @@ test('revisions and expiry: list and revert a memory and a record, the expiry po
   assert.equal((await client.getExpiryPolicy(tenant)).defaultTtlSeconds, 3600);
 });
 
+test('figures: a tenant\'s last hour, and the tenants across the server', async () => {
+  const tenant = uniqueTenant();
+  await client.retainBatch(tenant, ['Shelf S-1 holds the manuals', 'Shelf S-2 holds the cables']);
+  await client.recall(tenant, 'manuals shelf');
+  const figures = await client.tenantFigures(tenant);
+  assert.equal(figures.minutes.reduce((n, m) => n + m.writes, 0), 2);
+  assert.equal(figures.minutes.reduce((n, m) => n + m.recalls, 0), 1);
+  assert.ok(figures.fileBytes > 0);
+  assert.ok(figures.countingSince instanceof Date);
+  const across = await client.listTenantFigures({ limit: 100 });
+  assert.ok(across.busiest.some((row) => row.tenant === tenant && row.writes === 2));
+});
+

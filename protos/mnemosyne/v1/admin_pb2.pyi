@@ -10,6 +10,90 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetTenantFiguresRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class MinuteFigures(_message.Message):
+    __slots__ = ("start", "writes", "recalls", "failed_events", "hot_path_depth", "oldest_pending_seconds", "file_bytes")
+    START_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    RECALLS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HOT_PATH_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    start: _timestamp_pb2.Timestamp
+    writes: int
+    recalls: int
+    failed_events: int
+    hot_path_depth: int
+    oldest_pending_seconds: float
+    file_bytes: int
+    def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., writes: _Optional[int] = ..., recalls: _Optional[int] = ..., failed_events: _Optional[int] = ..., hot_path_depth: _Optional[int] = ..., oldest_pending_seconds: _Optional[float] = ..., file_bytes: _Optional[int] = ...) -> None: ...
+
+class MemoriesAt(_message.Message):
+    __slots__ = ("at", "memories")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    memories: int
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., memories: _Optional[int] = ...) -> None: ...
+
+class GetTenantFiguresResponse(_message.Message):
+    __slots__ = ("counting_since", "minutes", "memories", "file_bytes", "hot_path_depth", "oldest_pending_seconds")
+    COUNTING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MINUTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HOT_PATH_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    counting_since: _timestamp_pb2.Timestamp
+    minutes: _containers.RepeatedCompositeFieldContainer[MinuteFigures]
+    memories: _containers.RepeatedCompositeFieldContainer[MemoriesAt]
+    file_bytes: int
+    hot_path_depth: int
+    oldest_pending_seconds: float
+    def __init__(self, counting_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., minutes: _Optional[_Iterable[_Union[MinuteFigures, _Mapping]]] = ..., memories: _Optional[_Iterable[_Union[MemoriesAt, _Mapping]]] = ..., file_bytes: _Optional[int] = ..., hot_path_depth: _Optional[int] = ..., oldest_pending_seconds: _Optional[float] = ...) -> None: ...
+
+class ListTenantFiguresRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class TenantFiguresRow(_message.Message):
+    __slots__ = ("tenant", "file_bytes", "writes", "recalls", "failed_events")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    RECALLS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    file_bytes: int
+    writes: int
+    recalls: int
+    failed_events: int
+    def __init__(self, tenant: _Optional[str] = ..., file_bytes: _Optional[int] = ..., writes: _Optional[int] = ..., recalls: _Optional[int] = ..., failed_events: _Optional[int] = ...) -> None: ...
+
+class ListTenantFiguresResponse(_message.Message):
+    __slots__ = ("tenants", "counting_since", "largest", "busiest", "failing", "unanswered_members")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    COUNTING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    LARGEST_FIELD_NUMBER: _ClassVar[int]
+    BUSIEST_FIELD_NUMBER: _ClassVar[int]
+    FAILING_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    tenants: int
+    counting_since: _timestamp_pb2.Timestamp
+    largest: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
+    busiest: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
+    failing: _containers.RepeatedCompositeFieldContainer[TenantFiguresRow]
+    unanswered_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[int] = ..., counting_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., largest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., busiest: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., failing: _Optional[_Iterable[_Union[TenantFiguresRow, _Mapping]]] = ..., unanswered_members: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class VerifyIntegrityRequest(_message.Message):
     __slots__ = ("tenant",)
     TENANT_FIELD_NUMBER: _ClassVar[int]

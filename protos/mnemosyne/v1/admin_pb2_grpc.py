@@ -100,6 +100,16 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.GetTenantFigures = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/GetTenantFigures',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresResponse.FromString,
+                _registered_method=True)
+        self.ListTenantFigures = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/ListTenantFigures',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -234,6 +244,26 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTenantFigures(self, request, context):
+        """The tenant's own figures for charts (the console's overview): writes, recalls and failed
+        fast writes per minute, the hot path's depth, its oldest pending age and the files' size, for
+        the last hour, counted in memory by the member that owns the tenant (a restart starts them
+        again: counting_since); and its live memories over its life, read from its file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantFigures(self, request, context):
+        """The tenants (admin token) that are the largest (their files' size), the busiest in the last
+        hour (writes and recalls) and those with fast writes that failed in it, from the counters in
+        memory and each file's size: no tenant file is opened. On a deployment of many members every
+        member is asked for its own, and the answers merged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -301,6 +331,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'GetTenantFigures': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenantFigures,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresResponse.SerializeToString,
+            ),
+            'ListTenantFigures': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantFigures,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -655,6 +695,60 @@ class AdminService:
             '/mnemosyne.v1.AdminService/WhoAmI',
             mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenantFigures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/GetTenantFigures',
+            mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.GetTenantFiguresResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantFigures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ListTenantFigures',
+            mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ListTenantFiguresResponse.FromString,
             options,
             channel_credentials,
             insecure,

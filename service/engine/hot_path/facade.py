@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 
 from mnemosyne.engine.config import HotPathConfig
+from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.hot_path.awaited import Awaited
 from mnemosyne.engine.hot_path.barrier import Barriers
 from mnemosyne.engine.hot_path.changes import Changes
@@ -46,15 +47,15 @@ class HotPath:
         changes: Changes | None = None,
         clock: Clock | None = None,
         sweep: Callable[[str, TenantStore], float | None] | None = None,
+        figures: Figures | None = None,
     ) -> None:
-        """``seams``: a test's (runtime/seams.py). ``sweep``: engine/expiry.py's, due on ``clock``."""
+        """``seams``: a test's (runtime/seams.py). ``sweep``: engine/expiry.py's, due on ``clock``.
+        ``figures``: the tenants' last hour (engine/figures.py), which ``Depths`` keeps told."""
         seams, retention = seams or Seams(), Retention(config.event_retention_seconds)
-        sync_each_enqueue = enqueue_syncs(config.sync)
-        scheduler = Scheduler()
+        sync_each_enqueue, states = enqueue_syncs(config.sync), TenantStates(pool)
         self.changes = changes = changes or Changes()
-        self._depths = depths = Depths()
-        states = TenantStates(pool)
-        self._scheduler, self._retention = scheduler, retention
+        self._depths = depths = Depths(figures)
+        self._scheduler, self._retention = scheduler, retention = Scheduler(), retention
         self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention, clock=clock or Clock())
         self.index = recovery.index  # a tenant imported is named before its files are in place
         queue = Queue(
@@ -138,3 +139,7 @@ class HotPath:
 
     def queue_depth(self) -> tuple[int, float]:
         return self._depths.total()
+
+    def depth_of(self, tenant: str) -> tuple[int, float]:
+        """The tenant's open fast writes and the oldest's age in seconds, as last counted."""
+        return self._depths.of(tenant)

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
@@ -37,9 +38,11 @@ class Recall:
         steps_off: Iterable[str] = (),
         ann_threshold: int = DEFAULT_THRESHOLD,
         clock: Clock | None = None,
+        figures: Figures | None = None,
     ) -> None:
         self.pool = pool
         self.clock = clock or Clock()  # expired memories are never hits (engine/expiry.py)
+        self.figures = figures
         self.embedder = embedder
         self.limits = limits
         self.settings = settings_for(embedder)
@@ -75,6 +78,8 @@ class Recall:
                 for step in self.pipelines[mode].steps:
                     with tracing.span(f"recall.{step.name.value}"):
                         step(recalling)
+        if self.figures is not None:
+            self.figures.recalled(tenant)
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in recalling.best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))

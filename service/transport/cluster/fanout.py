@@ -1,5 +1,5 @@
-"""The admin fan-outs of a deployment of many members: ``ListTenants`` and ``AggregateStats``
-asked of every member, the answers merged, and the members that did not answer named
+"""The admin fan-outs of a deployment of many members: ``ListTenants``, ``AggregateStats`` and
+``ListTenantFigures`` asked of every member, the answers merged, and the members that did not answer named
 (``unanswered_members``). A member asks each other member for its own part (the call routed to
 that member, so it does not ask again), with the caller's admin token, which each authenticates."""
 
@@ -9,6 +9,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
+from mnemosyne.engine.limits import validate_figures_rows
 from mnemosyne.engine.types import TenantStats
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.transport import convert
@@ -20,6 +21,13 @@ log = logging.getLogger("mnemosyne.members")
 
 LIST_TENANTS = "/mnemosyne.v1.AdminService/ListTenants"
 AGGREGATE_STATS = "/mnemosyne.v1.AdminService/AggregateStats"
+LIST_TENANT_FIGURES = "/mnemosyne.v1.AdminService/ListTenantFigures"
+# How each list of ListTenantFigures is ordered (most first, then by name), as engine/figures.py.
+_FIGURES_ORDER = {
+    "largest": lambda r: (-r.file_bytes, r.tenant),
+    "busiest": lambda r: (-(r.writes + r.recalls), r.tenant),
+    "failing": lambda r: (-r.failed_events, r.tenant),
+}
 _TOTAL_FIELDS = [field.name for field in dataclasses.fields(TenantStats)]
 
 
@@ -63,6 +71,27 @@ class FanOut:
                 self._unanswered(member)
                 unanswered.append(member)
         return elsewhere, unanswered
+
+    async def tenant_figures(
+        self, request: admin_pb2.ListTenantFiguresRequest, call: Call, mine: admin_pb2.ListTenantFiguresResponse
+    ) -> admin_pb2.ListTenantFiguresResponse:
+        """This member's answer merged with every other member's: each list the best of all,
+        cut to the limit the members applied (the best of each member's best is the best)."""
+        for member in self._others:
+            try:
+                theirs = await self._forwarder.unary(member, LIST_TENANT_FIGURES, request, call, asked=True)
+            except Exception as exc:
+                log.warning("ListTenantFigures: member %s did not answer: %s", member, exc)
+                mine.unanswered_members.append(member)
+                continue
+            mine.tenants += theirs.tenants
+            if theirs.counting_since.ToNanoseconds() > mine.counting_since.ToNanoseconds():
+                mine.counting_since.CopyFrom(theirs.counting_since)
+            for name, order in _FIGURES_ORDER.items():
+                rows = sorted([*getattr(mine, name), *getattr(theirs, name)], key=order)
+                del getattr(mine, name)[:]
+                getattr(mine, name).extend(rows[: validate_figures_rows(request.limit)])
+        return mine
 
     async def aggregate(
         self, request: admin_pb2.AggregateStatsRequest, call: Call, local: AsyncIterator[admin_pb2.AggregateStatsChunk]

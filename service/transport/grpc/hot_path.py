@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
-from mnemosyne.transport import convert, waits
+from mnemosyne.transport import convert_hot_path, waits
 from mnemosyne.transport.call import Call, reading, waiting
 from mnemosyne.transport.consistency import asks_replicated
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
@@ -22,16 +22,16 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
     def Enable(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
         check.validate_wait_seconds(request.timeout_seconds)  # not used here, but never a NaN either
         self._hot_path.set_enabled(request.tenant, True)
-        return convert.to_hot_path_status(self._hot_path.status(request.tenant))
+        return convert_hot_path.to_hot_path_status(self._hot_path.status(request.tenant))
 
     @waiting
     async def Disable(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
-        return convert.to_hot_path_status(await waits.disable(self._hot_path, call, request.timeout_seconds))
+        return convert_hot_path.to_hot_path_status(await waits.disable(self._hot_path, call, request.timeout_seconds))
 
     @reading
     def Status(self, request: hot_path_pb2.HotPathRequest, call: Call) -> hot_path_pb2.HotPathStatus:
         check.validate_wait_seconds(request.timeout_seconds)
-        return convert.to_hot_path_status(self._hot_path.status(request.tenant))
+        return convert_hot_path.to_hot_path_status(self._hot_path.status(request.tenant))
 
     @waiting
     async def Flush(self, request: hot_path_pb2.FlushRequest, call: Call) -> hot_path_pb2.FlushResponse:
@@ -44,7 +44,7 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
             if asks_replicated(call):  # the whole queue applied, then in object storage
                 ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
                 await waits.replicated(self._tokens, call, ends)
-        return convert.to_flush_response(flushed)
+        return convert_hot_path.to_flush_response(flushed)
 
 
 class EventsServicer(events_pb2_grpc.EventsServiceServicer):
@@ -53,23 +53,23 @@ class EventsServicer(events_pb2_grpc.EventsServiceServicer):
 
     @reading
     def GetEvent(self, request: events_pb2.GetEventRequest, call: Call) -> events_pb2.Event:
-        return convert.to_event(self._hot_path.get_event(request.tenant, request.event_id))
+        return convert_hot_path.to_event(self._hot_path.get_event(request.tenant, request.event_id))
 
     @reading
     def ListEvents(self, request: events_pb2.ListEventsRequest, call: Call) -> events_pb2.ListEventsResponse:
         page = self._hot_path.list_events(
             request.tenant,
-            status=convert.from_event_status(request.status),
-            accepted_after=convert.from_timestamp(
+            status=convert_hot_path.from_event_status(request.status),
+            accepted_after=convert_hot_path.from_timestamp(
                 request.accepted_after, request.HasField("accepted_after"), field="accepted_after"
             ),
             page_size=request.page_size,
             page_token=request.page_token,
         )
-        return convert.to_list_events_response(page)
+        return convert_hot_path.to_list_events_response(page)
 
     async def WatchEvents(self, request: events_pb2.WatchEventsRequest, call: Call) -> AsyncIterator[events_pb2.Event]:
         async for event in waits.watch(
             self._hot_path, call, after_event_id=request.after_event_id, after_sequence=request.after_sequence
         ):
-            yield convert.to_event(event)
+            yield convert_hot_path.to_event(event)

@@ -14,7 +14,7 @@ from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call, snapshot_read, waiting
+from mnemosyne.transport.call import Call, reading, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.consistency import for_read, for_write
@@ -195,6 +195,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self._moves = moves or MoveDriver(engine, None)
         if fanout is not None:  # ListTenants waits for the other members (a single server's does not)
             self.ListTenants = self._list_tenants_everywhere  # type: ignore[method-assign,assignment]  # chosen once, as the edge registers it
+            self.ListTenantFigures = self._tenant_figures_everywhere  # type: ignore[method-assign,assignment]  # the same
 
     def VerifyIntegrity(
         self, request: admin_pb2.VerifyIntegrityRequest, call: Call
@@ -203,6 +204,31 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def Stats(self, request: admin_pb2.StatsRequest, call: Call) -> admin_pb2.StatsResponse:
         return convert.to_stats(self._engine.tenants.stats(request.tenant))
+
+    @reading
+    def GetTenantFigures(
+        self, request: admin_pb2.GetTenantFiguresRequest, call: Call
+    ) -> admin_pb2.GetTenantFiguresResponse:
+        return convert.to_tenant_figures(self._engine.tenant_figures(request.tenant))
+
+    @reading
+    def ListTenantFigures(
+        self, request: admin_pb2.ListTenantFiguresRequest, call: Call
+    ) -> admin_pb2.ListTenantFiguresResponse:
+        return self._figures_here(request)
+
+    def _figures_here(self, request: admin_pb2.ListTenantFiguresRequest) -> admin_pb2.ListTenantFiguresResponse:
+        return convert.to_tenants_figures(self._engine.tenants_figures(request.limit))
+
+    @waiting
+    async def _tenant_figures_everywhere(
+        self, request: admin_pb2.ListTenantFiguresRequest, call: Call
+    ) -> admin_pb2.ListTenantFiguresResponse:
+        assert self._fanout is not None
+        mine = await call.run(self._figures_here, request)
+        if not self._fanout.wanted(call):  # another member's fan-out asks for this member's part
+            return mine
+        return await self._fanout.tenant_figures(request, call, mine)
 
     def Dedup(self, request: admin_pb2.DedupRequest, call: Call) -> admin_pb2.DedupResponse:
         report = self._engine.dedup(

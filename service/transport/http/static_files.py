@@ -28,6 +28,7 @@ CONTENT_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".png": "image/png",
     ".svg": "image/svg+xml",
+    ".woff2": "font/woff2",
     ".txt": "text/plain; charset=utf-8",
 }
 _NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9]+)+")

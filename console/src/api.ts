@@ -1,0 +1,118 @@
+// The HTTP/JSON API of the page's own origin (docs/http-api.md), the token kept in this tab's
+// sessionStorage only (never in a URL), and what a person can do about each refusal.
+
+export type Json = { [key: string]: any };
+export type Query = Record<string, string | number | boolean | undefined>;
+
+export const TOKEN_KEY = "mnemosyne-console-token";
+
+export class ApiError extends Error {
+  constructor(
+    readonly httpStatus: number,
+    readonly code: number,
+    readonly reason: string,
+    readonly detail: string,
+    readonly metadata: Record<string, string>,
+  ) {
+    super(detail);
+  }
+}
+
+export let token = sessionStorage.getItem(TOKEN_KEY) ?? "";
+
+export function headers(extra: Record<string, string> = {}): Headers {
+  const h = new Headers(extra);
+  if (token) h.set("Authorization", `Bearer ${token}`);
+  return h;
+}
+
+function url(path: string, query: Query = {}): string {
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined && value !== "") params.append(key, String(value));
+  }
+  const text = params.toString();
+  return text ? `${path}?${text}` : path;
+}
+
+export async function failure(response: Response): Promise<ApiError> {
+  let body: Json = {};
+  try {
+    body = await response.json();
+  } catch {
+    return new ApiError(response.status, 0, "", `the server answered ${response.status} without an explanation`, {});
+  }
+  const info = (body.details ?? []).find((d: Json) => String(d["@type"] ?? "").endsWith("google.rpc.ErrorInfo"));
+  return new ApiError(response.status, body.code ?? 0, info?.reason ?? "", body.message ?? "", info?.metadata ?? {});
+}
+
+export async function get(path: string, query: Query = {}): Promise<Json> {
+  const response = await fetch(url(path, query), { headers: headers(), cache: "no-store", credentials: "omit" });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+export async function post(path: string, body: Json = {}): Promise<Json> {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: headers({ "Content-Type": "application/json" }),
+    body: JSON.stringify(body),
+    cache: "no-store",
+    credentials: "omit",
+  });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+export function tenantPath(tenant: string, rest: string): string {
+  return `/v1/tenants/${encodeURIComponent(tenant)}${rest}`;
+}
+
+export function requestId(): string {
+  return `console-${crypto.randomUUID()}`;
+}
+
+// What a person can do about each refusal, by its ErrorInfo reason.
+const ADVICE: Record<string, string> = {
+  TOKEN_MISSING: "This server needs a token. Sign in with one.",
+  TOKEN_UNKNOWN: "The server does not know this token. Check it for typos, or ask the operator whether it was replaced.",
+  TOKEN_MALFORMED: "That is not a token: it has characters a token never has. Paste it again, without spaces.",
+  TENANT_FORBIDDEN: "Your token may not open this tenant. Sign in with a token that names it.",
+  ADMIN_REQUIRED: "Only an admin token may do this (list every tenant). Sign in with one, or open one of your tenants.",
+  TENANT_INVALID:
+    "That is not a tenant name: 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or a digit.",
+  TENANT_NOT_FOUND: "This tenant has no data (it was never written to, or it was erased).",
+  TENANT_CORRUPT: "This tenant's file is damaged. An operator can restore it from a backup.",
+  MEMORY_NOT_FOUND: "This memory does not exist in this tenant.",
+  RECORD_NOT_FOUND: "This record does not exist (any more).",
+  RECORD_KEY_INVALID: "That is not a record key: no '..', no leading '/', no control characters.",
+  RECORD_TOO_LARGE: "This record is larger than the server allows. Split it into several records.",
+  RECORDS_LIMIT: "This scope already holds as many records as the server allows. Delete one first.",
+  RECORDS_CHANGED: "The records changed while they were being listed. Open the scope again.",
+  GENERATION_MISMATCH: "Someone else saved this scope since you opened it.",
+  QUEUE_FULL: "The server is busy with this tenant. Try again in a few seconds.",
+  SHUTTING_DOWN: "The server is shutting down. Try again when it is back.",
+  HOT_PATH_DISABLED: "The hot path is off for this tenant. Enable it first.",
+  HOST_FORBIDDEN: "The server refuses this address. Open the console through an address the operator allowed.",
+  ORIGIN_FORBIDDEN: "The server refuses requests from this page's origin.",
+  QUERY_INVALID: "The search text is empty or too long.",
+};
+
+export function explain(error: unknown): string {
+  if (error instanceof ApiError) {
+    const advice = ADVICE[error.reason];
+    const said = error.detail ? ` (the server said: ${error.detail})` : "";
+    if (advice) return `${advice}${said} [${error.reason}]`;
+    if (error.reason) return `${error.detail || "The server refused."} [${error.reason}]`;
+    return error.detail || `The server answered ${error.httpStatus}.`;
+  }
+  if (error instanceof TypeError) return "The server could not be reached. Is it running, and is this its address?";
+  return String(error);
+}
+
+/** Use ``value`` as the token; ``keep``: and keep it in this tab (after the server accepted it). */
+export function setToken(value: string, keep: boolean): void {
+  token = value;
+  if (value && keep) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
