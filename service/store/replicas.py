@@ -27,6 +27,11 @@ The contract, for an implementation:
   when the tenant is not replicating and the replicated set is full.
 * ``written(tenant)``: after a commit of the tenant's database or inbox; called inside SQLite's
   commit, under the tenant's write lock: it must be cheap and never block.
+* ``forgotten(tenant, memories)``: a forget committed (before its traces are erased): every
+  memory the tenant's file holds forgotten (``memories()``, read only when replicating: (id,
+  created_at) pairs) is kept outside the file, where a restore re-applies it — so no restore, to
+  any point in time, brings back what was forgotten. Never raises: what cannot be kept now is
+  kept later.
 * ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
   tenant's database is in object storage; ``math.inf`` without replication. The hot path removes
   an inbox row only once its move into the tenant file is older than this (engine/hot_path/worker.py).
@@ -35,7 +40,7 @@ The contract, for an implementation:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +67,8 @@ class Replicas(Protocol):
 
     def written(self, tenant: str) -> None: ...
 
+    def forgotten(self, tenant: str, memories: Callable[[], list[tuple[int, float]]]) -> None: ...
+
     def replicated_since(self, tenant: str) -> float: ...
 
 
@@ -82,6 +89,9 @@ class NoReplicas:
         pass
 
     def written(self, tenant: str) -> None:
+        pass
+
+    def forgotten(self, tenant: str, memories: Callable[[], list[tuple[int, float]]]) -> None:
         pass
 
     def replicated_since(self, tenant: str) -> float:
@@ -116,6 +126,9 @@ class StoreReplication:
 
     def admit_write(self) -> None:
         self._replicas.admit_write(self.tenant)
+
+    def forgotten(self, memories: Callable[[], list[tuple[int, float]]]) -> None:
+        self._replicas.forgotten(self.tenant, memories)
 
     def paused(self) -> AbstractContextManager[None]:
         """Around the truncations that finish a forget: out of replication meanwhile, then on to a

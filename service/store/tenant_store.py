@@ -328,6 +328,7 @@ class TenantStore:
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
         may hold the forgotten vectors, and the engine rebuilds it without them."""
         self.ann_path.unlink(missing_ok=True)
+        self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
         # Litestream holds a read transaction on a file it replicates, which the truncations below
         # wait for: the files leave replication meanwhile (store/replicas.py).
         with self._replication.paused():
@@ -355,6 +356,10 @@ class TenantStore:
                         WriteTxn(self._writer, self._faults).count_change()
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
+
+    def _forgotten_memories(self) -> list[tuple[int, float]]:
+        with self.read() as txn:
+            return txn.forgotten_memories()
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
