@@ -107,9 +107,18 @@ class Replicator:
     """A member's replication. ``start`` it; ``stop`` it after the pool closed."""
 
     def __init__(
-        self, url: str, data_dir: Path, *, idle_seconds: float, active_limit: int, retention_seconds: float
+        self,
+        url: str,
+        data_dir: Path,
+        *,
+        idle_seconds: float,
+        active_limit: int,
+        retention_seconds: float,
+        hold_database_file: Path | None = None,
     ) -> None:
+        """``hold_database_file``: a test seam (runtime/seams.py), None in production."""
         self.url = ReplicaUrl.parse(url)
+        self._hold_database_file = hold_database_file
         self.bucket = Bucket(self.url)
         self._tenants_dir = data_dir / TENANTS_DIR_NAME
         self._inbox_dir = data_dir / INBOX_DIR_NAME
@@ -382,7 +391,12 @@ class Replicator:
             state.dirty_since = None if state.last_write < began else max(began, state.dirty_since or began)
         return began
 
+    def _database_held(self) -> bool:
+        return self._hold_database_file is not None and self._hold_database_file.exists()
+
     async def _sync_files(self, state: _Tenant) -> None:
+        if self._database_held():
+            raise ControlError(0, "the tenant databases' replication is held (a test seam)")
         for path in list(state.registered):
             await self.litestream.control.sync(path)
 
@@ -433,6 +447,8 @@ class Replicator:
     async def _register(self, tenant: str, state: _Tenant) -> None:
         """Register those of the tenant's files Litestream does not replicate yet."""
         files = [(path, name) for path, name in self._files(tenant) if path.exists() and path not in state.registered]
+        if self._database_held():
+            files = [(path, name) for path, name in files if name != DATABASE_REPLICA]
         if not files or state.refused:
             return
         if state.generation is None:

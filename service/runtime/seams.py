@@ -30,7 +30,11 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   (transport/cluster/moves.py);
 * ``MNEMOSYNE_TEST_OPEN_FILES=SOFT:HARD``: the server starts as under ``ulimit -n``;
 * ``MNEMOSYNE_TEST_LIFECYCLE_HOLD``: a backup or restore stage waits while this file holds the
-  stage's name (cli/backup.py).
+  stage's name (cli/backup.py);
+* ``MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE``: while this file exists, the replication registers no
+  tenant database in Litestream and every sync fails (the inboxes go on replicating on
+  Litestream's own schedule): the inbox's replica runs ahead of the tenant file's
+  (replication/replicator.py).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Seams:
     move_hold_after: str = ""
     open_files: tuple[int, int] | None = None
     lifecycle_hold_file: Path | None = None
+    hold_replica_database_file: Path | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -107,6 +112,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MOVE_HOLD_AFTER": ("move_hold_after", str),
     "OPEN_FILES": ("open_files", _soft_hard),
     "LIFECYCLE_HOLD": ("lifecycle_hold_file", Path),
+    "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

@@ -33,8 +33,8 @@ The contract, for an implementation:
   any point in time, brings back what was forgotten. Never raises: what cannot be kept now is
   kept later.
 * ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
-  tenant's database is in object storage; ``math.inf`` without replication. The hot path removes
-  an inbox row only once its move into the tenant file is older than this (engine/hot_path/worker.py).
+  tenant's files is in object storage; ``math.inf`` without replication. An inbox row leaves only
+  once its move into the tenant file is older than this (store/inbox.py ``adopted``).
 """
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ class StoreReplication:
 
     def forgotten(self, memories: Callable[[], list[tuple[int, float]]]) -> None:
         self._replicas.forgotten(self.tenant, memories)
+
+    def replicated_since(self) -> float:
+        return self._replicas.replicated_since(self.tenant)
 
     def paused(self) -> AbstractContextManager[None]:
         """Around the truncations that finish a forget: out of replication meanwhile, then on to a

@@ -245,6 +245,7 @@ class TenantStore:
                         floor=floor,
                         configure=configure,
                         on_commit=self._replication.written,
+                        replicated_since=self._replication.replicated_since,
                     ),
                     self._make_room,
                 )
@@ -335,7 +336,7 @@ class TenantStore:
             inbox = self.inbox(create=False)
             if inbox is not None:
                 with self.read() as txn:
-                    adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
+                    adopted = txn.oplog_highest_event_id()  # still in the inbox too (store/inbox.py)
                 inbox.erase_traces(adopted_through=adopted)
             with self._write_lock:
                 # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
