@@ -303,9 +303,11 @@ class Inbox:
 
     def adopted(self, through: int) -> None:
         """The tenant file committed its adoption of the rows up to ``through``: they leave once
-        that commit is in object storage (the module's docstring), now or at a later call."""
+        that commit is in object storage (the module's docstring), now or at a later call. Told
+        again of rows moved already (a crash left them here), it counts them moved now."""
         with self.lock:
-            self._adoptions.append((through, time.time()))
+            if not self._adoptions or through > self._adoptions[-1][0]:
+                self._adoptions.append((through, time.time()))
         self.release_adopted()
 
     def release_adopted(self) -> None:
@@ -316,6 +318,9 @@ class Inbox:
             if not done:
                 return
             self._adoptions = [(through, at) for through, at in self._adoptions if at >= since]
+            with self.read() as txn:
+                if not txn.ops(up_to_id=max(done), limit=1):
+                    return  # nothing of them is here: no write (each would be replicated)
             with self.write(sync=False) as txn:
                 txn.remove_through(max(done))
 

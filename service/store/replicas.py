@@ -35,6 +35,9 @@ The contract, for an implementation:
 * ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
   tenant's files is in object storage; ``math.inf`` without replication. An inbox row leaves only
   once its move into the tenant file is older than this (store/inbox.py ``adopted``).
+* ``lag(tenant)``: how far the tenant's replica is behind: the age in seconds of its oldest commit
+  not confirmed in object storage, and the WAL bytes since its last confirmed sync began ((0, 0)
+  when caught up, and without replication). Cheap: Stats asks it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ class Replicas(Protocol):
 
     def replicated_since(self, tenant: str) -> float: ...
 
+    def lag(self, tenant: str) -> tuple[float, int]: ...
+
 
 class NoReplicas:
     """No replication: every hook does nothing, and every commit counts as replicated."""
@@ -96,6 +101,9 @@ class NoReplicas:
 
     def replicated_since(self, tenant: str) -> float:
         return math.inf
+
+    def lag(self, tenant: str) -> tuple[float, int]:
+        return 0.0, 0
 
 
 NO_REPLICAS = NoReplicas()

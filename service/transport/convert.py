@@ -356,6 +356,8 @@ def to_stats(stats: types.TenantStats) -> admin_pb2.StatsResponse:
         duplicates=stats.duplicates,
         ledger_entries=stats.ledger_entries,
         file_bytes=stats.file_bytes,
+        replication_lag_seconds=stats.replication_lag_seconds,
+        replication_lag_bytes=stats.replication_lag_bytes,
     )
 
 

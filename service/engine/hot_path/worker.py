@@ -207,10 +207,10 @@ class Workers:
         inbox = store.inbox(create=False)
         if inbox is None:
             return
-        inbox.release_adopted()  # moved earlier, replicated since
         while True:
             with store.read() as log_read:
                 moved = log_read.oplog_highest_event_id()  # rows up to it wait to leave (store/inbox.py)
+            inbox.adopted(moved)  # those moved earlier (before a crash too) leave once replicated
             with inbox.read() as txn:
                 ops = txn.ops(after_id=moved, limit=self._batch * MOVE_BATCHES if not through else ADOPT_BATCH)
                 requests = txn.requests_through(ops[-1].event_id) if ops else []
