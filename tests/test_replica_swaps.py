@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from mnemosyne.client import MemoryClient
+from mnemosyne.client.types import BackupChunk, TenantBackup
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import SERVE, ServerFactory, gauge, wait_until
 from tests.test_moves import ADMIN, Deployment
@@ -55,8 +56,11 @@ def test_every_file_swap_then_a_restore_from_the_replica_equals_the_live_tenant(
             client.forget(TENANT, doomed.memory_id)  # the WAL truncated: a new generation
             client.retain(TENANT, "after the forget")
             replicated()
-            exported = list(client.export_tenant(TENANT))
-            client.import_tenant(exported[0], iter(exported[1:]), tenant=TENANT, replace=True)  # type: ignore[arg-type]
+            manifest, *chunks = client.export_tenant(TENANT)
+            assert isinstance(manifest, TenantBackup)
+            client.import_tenant(
+                manifest, (c for c in chunks if isinstance(c, BackupChunk)), tenant=TENANT, replace=True
+            )
             client.retain(TENANT, "after the import --replace")
             replicated()
             owner = next(m for m in ids if (deployment.processes[m].data_dir / "tenants" / f"{TENANT}.sqlite").exists())
