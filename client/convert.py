@@ -183,6 +183,8 @@ def stats_from_proto(r: admin_pb2.StatsResponse) -> types.Stats:
         duplicates=r.duplicates,
         ledger_entries=r.ledger_entries,
         file_bytes=r.file_bytes,
+        replication_lag_seconds=r.replication_lag_seconds,
+        replication_lag_bytes=r.replication_lag_bytes,
     )
 
 

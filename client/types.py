@@ -207,7 +207,9 @@ class TenantsFigures:
 class Stats:
     """A tenant's counters, kept in its file: live and ``forgotten`` memories, ``writes`` (memories
     created), extraction (``model_calls``) and embedding calls, exact ``duplicates`` found,
-    audit ledger entries and the size of its files in bytes."""
+    audit ledger entries and the size of its files in bytes; with replication to object storage,
+    how far its replica is behind: the age in seconds of its oldest commit not yet there and the
+    WAL bytes since its last confirmed sync (both 0 when caught up, and without replication)."""
 
     memories: int
     forgotten: int
@@ -217,6 +219,8 @@ class Stats:
     duplicates: int
     ledger_entries: int
     file_bytes: int
+    replication_lag_seconds: float = 0.0
+    replication_lag_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,7 @@ def test_while_object_storage_is_down_writes_go_on_the_lag_shows_then_drains(ser
     server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
     with MemoryClient(server.target) as client:
         client.retain("down", "before the outage")
+        client.retain("calm", "a neighbour not written during the outage")
         wait_replicated(server)
         with object_storage.paused():
             began = time.monotonic()
@@ -170,7 +171,13 @@ def test_while_object_storage_is_down_writes_go_on_the_lag_shows_then_drains(ser
             assert time.monotonic() - began < 2.0
             time.sleep(S3_DOWN_SECONDS)
             assert gauge(server, "mnemosyne_replication_lag_seconds") >= S3_DOWN_SECONDS - 0.5
+            # Stats names the tenant's own lag (the metrics carry no tenant label).
+            behind, calm = client.stats("down"), client.stats("calm")
+            assert behind.replication_lag_seconds >= S3_DOWN_SECONDS - 0.5 and behind.replication_lag_bytes > 0
+            assert (calm.replication_lag_seconds, calm.replication_lag_bytes) == (0.0, 0)
         wait_replicated(server, 60)
+        caught_up = client.stats("down")
+        assert (caught_up.replication_lag_seconds, caught_up.replication_lag_bytes) == (0.0, 0)
 
 
 def test_a_write_acknowledged_without_the_barrier_is_lost_with_the_volume_within_the_lag(

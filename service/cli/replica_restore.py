@@ -3,6 +3,7 @@
 
 * Offline, a whole member (or ``--tenant``s) into ``--data-dir``, which no server may hold (its
   lock is taken): every tenant is fetched and its audit chain checked before any file is placed.
+  An erased tenant is not restored (named, it is refused TENANT_ERASED).
 * Online, one tenant (``--tenant`` without ``--data-dir``): fetched here, then installed on the
   running server at ``--target`` through ``import --replace`` — the fenced path every import
   takes (calls in flight finish, the tenant's tokens see TIMELINE_CHANGED) — so undoing a bad
@@ -39,6 +40,11 @@ CHUNK_BYTES = 1 << 20
 def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> Fetched:
     """The tenant's files from object storage, their chain checked."""
     fetched = fetch(bucket, tenant, into, timestamp=timestamp)
+    if fetched is None and bucket.erased(tenant):
+        raise NotFound(
+            f"tenant {tenant} was erased: object storage keeps none of it, and a restore never brings it back",
+            reason="TENANT_ERASED",
+        )
     if fetched is None:
         when = f" at or before {timestamp}" if timestamp else ""
         raise NotFound(
@@ -72,7 +78,8 @@ def restore_member(
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
     staging = data_dir / f".restore-{uuid.uuid4().hex[:12]}"
     try:
-        chosen = [validate_tenant(t) for t in tenants] or bucket.tenants()
+        # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
+        chosen = [validate_tenant(t) for t in tenants] or [t for t in bucket.tenants() if not bucket.erased(t)]
         present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
             raise FailedPrecondition(

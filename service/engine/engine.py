@@ -86,7 +86,7 @@ log = logging.getLogger("mnemosyne.engine")
 ANN_BUILD_STOP_SECONDS = 30.0
 
 
-def _replicator(config: EngineConfig) -> Replicator | None:
+def _replicator(config: EngineConfig, seams: Seams) -> Replicator | None:
     """The member's replication to object storage, started (Litestream up) before the pool opens
     a file; None without ``--replica-url``."""
     settings = config.replication
@@ -98,6 +98,7 @@ def _replicator(config: EngineConfig) -> Replicator | None:
         idle_seconds=settings.idle_seconds,
         active_limit=settings.active_limit,
         retention_seconds=settings.retention_seconds,
+        hold_database_file=seams.hold_replica_database_file,
     )
     replicator.start()
     return replicator
@@ -123,7 +124,7 @@ class Engine:
         if seams.poison_marker:
             extractor = PoisonedExtractor(extractor, seams.poison_marker)
         embedder = embedder or HashingEmbedder()
-        self.replicator = _replicator(config)
+        self.replicator = _replicator(config, seams)
         try:
             self.pool = TenantPool(
                 config.data_dir,

@@ -32,6 +32,7 @@ class Tenants:
     def _stats(self, txn: ReadTxn, tenant: str) -> TenantStats:
         counters = txn.counters()
         live, forgotten, entries = txn.counts()
+        lag_seconds, lag_bytes = self.pool.replicas.lag(tenant)
         return TenantStats(
             memories=live,
             forgotten=forgotten,
@@ -41,6 +42,8 @@ class Tenants:
             duplicates=counters.get("duplicates", 0),
             ledger_entries=entries,
             file_bytes=self.pool.file_bytes(tenant),
+            replication_lag_seconds=lag_seconds,
+            replication_lag_bytes=lag_bytes,
         )
 
     def page(
@@ -85,7 +88,7 @@ class Tenants:
         # The list as of now (a tenant made later is not included), without the files of tenants
         # another member serves (a move's tombstone, or its copy not yet active).
         tenants = [t for t in self.pool.tenant_ids() if self.pool.served_here(t)]
-        totals = dict.fromkeys(TenantStats.__dataclass_fields__, 0)
+        total = TenantStats()
         files_read = unreadable = 0
         with futures.ThreadPoolExecutor(AGGREGATE_CONCURRENCY, thread_name_prefix="aggregate") as readers:
             for start in range(0, max(len(tenants), 1), chunk_size):
@@ -95,10 +98,9 @@ class Tenants:
                     if error:
                         unreadable += 1
                         continue
-                    for name in totals:
-                        totals[name] += getattr(stats, name)
+                    total = total.plus(stats)
                 last = start + chunk_size >= len(tenants)
-                yield AggregateChunk(rows, TenantStats(**totals) if last else None, files_read, unreadable)
+                yield AggregateChunk(rows, total if last else None, files_read, unreadable)
 
     def _aggregate_row(self, tenant: str) -> tuple[str, TenantStats, str]:
         try:

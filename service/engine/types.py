@@ -169,6 +169,14 @@ class TenantStats:
     duplicates: int = 0
     ledger_entries: int = 0
     file_bytes: int = 0
+    replication_lag_seconds: float = 0.0  # its oldest commit not yet in object storage (store/replicas.py ``lag``)
+    replication_lag_bytes: int = 0
+
+    def plus(self, other: TenantStats) -> TenantStats:
+        """A total of two: each count summed, the lag in seconds the larger (a sum of ages is none)."""
+        summed = {name: getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__}
+        summed["replication_lag_seconds"] = max(self.replication_lag_seconds, other.replication_lag_seconds)
+        return TenantStats(**summed)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """Our own calls to the bucket (Litestream writes the replicas; we read what is there and delete
 what must go), through boto3, the AWS SDK for Python (docs/decisions.md says why): which
 generations of a tenant exist, whether the bucket holds a tenant at all, the tenants it holds,
-and the deletion of a tenant's replicas. An unreachable store is UNAVAILABLE
-REPLICA_UNREACHABLE naming the cause, never taken for an empty one."""
+the deletion of a tenant's replicas, and what a restore must not bring back, kept beside each
+tenant's generations: ``PREFIX/<tenant>/forgotten.json`` (its forgotten memories) and
+``PREFIX/<tenant>/erased.json`` (an erasure, and the generation a copy must be above to be
+replicated again). An unreachable store is UNAVAILABLE REPLICA_UNREACHABLE naming the cause,
+never taken for an empty one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import boto3
@@ -19,6 +23,12 @@ from mnemosyne.replication.url import GENERATION_DIGITS, ReplicaUrl, generation_
 UNREACHABLE = "REPLICA_UNREACHABLE"
 # Short: a member that cannot reach its store answers UNAVAILABLE within seconds, not minutes.
 _CLIENT = botocore.config.Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
+FORGOTTEN_OBJECT = "forgotten.json"
+ERASED_OBJECT = "erased.json"
+# A forgotten memory as the bucket keeps it: its id and its creation time (``memories.created_at``,
+# which a forget keeps). The pair names one memory of one tenant's history: an imported tenant's
+# memory of the same id was created at another time, and is not forgotten by it.
+ForgottenMemory = tuple[int, float]
 
 
 class Bucket:
@@ -45,12 +55,13 @@ class Bucket:
             raise self._unreachable(doing, exc) from None
 
     def generations(self, tenant: str) -> list[int]:
-        """The generations the bucket holds of ``tenant``, lowest first."""
+        """The generations the bucket holds of ``tenant``, lowest first: those with an object (a
+        store with directories, as SeaweedFS's, may list a deleted one's empty directory)."""
         found = []
         for page in self._pages(f"for the generations of {tenant}", Prefix=self.url.key(tenant) + "/", Delimiter="/"):
             for common in page.get("CommonPrefixes", []):
                 name = common["Prefix"].rstrip("/").rpartition("/")[2]
-                if len(name) == GENERATION_DIGITS and name.isdigit():
+                if len(name) == GENERATION_DIGITS and name.isdigit() and self.holds(tenant, f"{name}/"):
                     found.append(int(name))
         return sorted(found)
 
@@ -62,6 +73,49 @@ class Bucket:
                 return True
         return False
 
+    def highest_generation(self, tenant: str) -> int:
+        """The generation a new one of ``tenant`` must be above: the highest the bucket holds, or
+        the one its erasure recorded (0: none)."""
+        held = self.generations(tenant)
+        erased = self._read_json(self.url.key(tenant, ERASED_OBJECT), f"whether {tenant} was erased")
+        return max([*held, int(erased.get("above", 0)) if isinstance(erased, dict) else 0])
+
+    def erased(self, tenant: str) -> bool:
+        """Whether ``tenant`` was erased and holds no generation since."""
+        return not self.generations(tenant) and bool(
+            self._read_json(self.url.key(tenant, ERASED_OBJECT), f"whether {tenant} was erased")
+        )
+
+    def forgotten(self, tenant: str) -> set[ForgottenMemory]:
+        """The memories of ``tenant`` forgotten so far (``add_forgotten``)."""
+        kept = self._read_json(self.url.key(tenant, FORGOTTEN_OBJECT), f"for {tenant}'s forgotten memories")
+        return {(int(memory_id), float(created_at)) for memory_id, created_at in kept or []}
+
+    def add_forgotten(self, tenant: str, memories: Iterable[ForgottenMemory]) -> None:
+        """Keep these forgotten memories of ``tenant`` with those kept before (a union: a
+        restored file may lack forgets the bucket has, and re-applies them first)."""
+        kept = self.forgotten(tenant)
+        wanted = kept.union(memories)
+        if wanted != kept:
+            self._write_json(self.url.key(tenant, FORGOTTEN_OBJECT), sorted(wanted), f"{tenant}'s forgotten memories")
+
+    def _read_json(self, key: str, doing: str) -> Any:
+        try:
+            body = self._s3.get_object(Bucket=self.url.bucket, Key=key)["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise self._unreachable(doing, exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._unreachable(doing, exc) from None
+        return json.loads(body)
+
+    def _write_json(self, key: str, value: Any, what: str) -> None:
+        try:
+            self._s3.put_object(Bucket=self.url.bucket, Key=key, Body=json.dumps(value).encode())
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._unreachable(f"to keep {what}", exc) from None
+
     def tenants(self) -> list[str]:
         """The tenants the bucket holds a replica of, in lexical order."""
         prefix = self.url.key() + "/" if self.url.prefix else ""
@@ -72,8 +126,14 @@ class Bucket:
         return sorted(names)
 
     def delete_tenant(self, tenant: str) -> int:
-        """Delete every object of ``tenant`` (every generation, every version); how many went."""
-        return self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}")
+        """Delete every object of ``tenant`` (every generation, every version, its forgotten
+        memories), then record its erasure: a copy of it left anywhere (a member's stale volume)
+        is below the generation recorded, so it is never replicated again, and a tenant of that
+        name created later starts above it. How many objects went."""
+        above = self.highest_generation(tenant) + 1
+        deleted = self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}")
+        self._write_json(self.url.key(tenant, ERASED_OBJECT), {"above": above}, f"the erasure of {tenant}")
+        return deleted
 
     def delete_generations(self, tenant: str, below: int) -> int:
         """Delete ``tenant``'s generations lower than ``below`` (every version of every object);

@@ -28,7 +28,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from mnemosyne.replication import restore
-from mnemosyne.replication.bucket import Bucket
+from mnemosyne.replication.bucket import Bucket, ForgottenMemory
 from mnemosyne.replication.control import ControlError
 from mnemosyne.replication.litestream import Litestream
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
@@ -52,6 +52,7 @@ TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
 SWEEPS_FILE_NAME = ".replica-sweeps.json"
+FORGOTTEN_FILE_NAME = ".replica-forgotten.json"  # forgets not yet kept in the bucket (``forgotten``)
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
@@ -106,9 +107,18 @@ class Replicator:
     """A member's replication. ``start`` it; ``stop`` it after the pool closed."""
 
     def __init__(
-        self, url: str, data_dir: Path, *, idle_seconds: float, active_limit: int, retention_seconds: float
+        self,
+        url: str,
+        data_dir: Path,
+        *,
+        idle_seconds: float,
+        active_limit: int,
+        retention_seconds: float,
+        hold_database_file: Path | None = None,
     ) -> None:
+        """``hold_database_file``: a test seam (runtime/seams.py), None in production."""
         self.url = ReplicaUrl.parse(url)
+        self._hold_database_file = hold_database_file
         self.bucket = Bucket(self.url)
         self._tenants_dir = data_dir / TENANTS_DIR_NAME
         self._inbox_dir = data_dir / INBOX_DIR_NAME
@@ -121,6 +131,12 @@ class Replicator:
         self._sweeps_path = data_dir / SWEEPS_FILE_NAME
         self._sweeps: dict[str, tuple[int, float]] = {
             tenant: (int(below), float(when)) for tenant, (below, when) in _read_json(self._sweeps_path).items()
+        }
+        # Tenant -> its forgotten memories the bucket could not be told of yet (``forgotten``).
+        self._forgotten_path = data_dir / FORGOTTEN_FILE_NAME
+        self._unsent: dict[str, list[ForgottenMemory]] = {
+            tenant: [(int(i), float(c)) for i, c in memories]
+            for tenant, memories in _read_json(self._forgotten_path).items()
         }
         self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
         self._sync_failures = 0
@@ -231,6 +247,34 @@ class Replicator:
         fetched = restore.fetch(self.bucket, tenant, into)
         return None if fetched is None else (fetched.database, fetched.inbox)
 
+    def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]]) -> None:
+        """Keep the tenant's forgotten memories in the bucket (replication/bucket.py
+        ``add_forgotten``), so that no restore brings one back; when object storage cannot be
+        reached, kept in the data directory and sent by the tick once it can."""
+        found = memories()
+        with self._guard:
+            unsent = self._unsent.pop(tenant, [])
+        try:
+            self.bucket.add_forgotten(tenant, [*unsent, *found])
+        except Unavailable as exc:
+            log.warning("tenant %s: its forgotten memories are not in object storage yet: %s", tenant, exc.message)
+            with self._guard:
+                self._unsent[tenant] = sorted({*self._unsent.get(tenant, []), *unsent, *found})
+                unsent_now = dict(self._unsent)
+            _write_json(self._forgotten_path, unsent_now)
+            return
+        if unsent:
+            with self._guard:
+                unsent_now = dict(self._unsent)
+            _write_json(self._forgotten_path, unsent_now)
+
+    async def _send_forgotten(self) -> None:
+        """The forgotten memories the bucket could not be told of before (``forgotten``)."""
+        with self._guard:
+            tenants = list(self._unsent)
+        for tenant in tenants:
+            await self._loop.run_in_executor(None, self.forgotten, tenant, list)
+
     def replicated_since(self, tenant: str) -> float:
         with self._guard:
             state = self._states.get(tenant)
@@ -262,6 +306,8 @@ class Replicator:
                 await self._unregister(tenant, state)
             if gone:
                 await self._loop.run_in_executor(None, self.bucket.delete_tenant, tenant)
+                with self._guard:
+                    self._unsent.pop(tenant, None)  # its forgotten memories went with it
         except BaseException:
             await self._come_back(tenant, fresh=False, gone=False)
             raise
@@ -345,7 +391,12 @@ class Replicator:
             state.dirty_since = None if state.last_write < began else max(began, state.dirty_since or began)
         return began
 
+    def _database_held(self) -> bool:
+        return self._hold_database_file is not None and self._hold_database_file.exists()
+
     async def _sync_files(self, state: _Tenant) -> None:
+        if self._database_held():
+            raise ControlError(0, "the tenant databases' replication is held (a test seam)")
         for path in list(state.registered):
             await self.litestream.control.sync(path)
 
@@ -375,6 +426,8 @@ class Replicator:
                 await self._retire(tenant)
             if self._sweeps:
                 await self._sweep()
+            if self._unsent:
+                await self._send_forgotten()
 
     async def _retire(self, tenant: str) -> None:
         """An idle tenant whose commits are all replicated leaves the set (and Litestream)."""
@@ -394,6 +447,8 @@ class Replicator:
     async def _register(self, tenant: str, state: _Tenant) -> None:
         """Register those of the tenant's files Litestream does not replicate yet."""
         files = [(path, name) for path, name in self._files(tenant) if path.exists() and path not in state.registered]
+        if self._database_held():
+            files = [(path, name) for path, name in files if name != DATABASE_REPLICA]
         if not files or state.refused:
             return
         if state.generation is None:
@@ -414,13 +469,12 @@ class Replicator:
             recorded, tombstone = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn).step == TOMBSTONED
         if tombstone:
             return None
-        held = self.bucket.generations(tenant)
-        latest = held[-1] if held else 0
+        latest = self.bucket.highest_generation(tenant)
         if recorded is None or not recorded.isdigit() or state.fresh:
             record_generation(database, latest + 1)
             state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
-            if held:
+            if latest:
                 self._plan_sweep(tenant, latest + 1)
             return latest + 1
         if int(recorded) < latest:

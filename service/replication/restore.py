@@ -5,12 +5,14 @@ each file through the control socket), into a directory of the caller's, never o
 Which generation: the highest the bucket holds (replication/replicator.py: each file replicates to
 one generation; a newer generation replaced every older one), or for a point in time the highest
 that holds a state at or before it. The inbox is restored beside the database when its generation
-has one."""
+has one. The memories the bucket keeps forgotten are forgotten again in what is restored
+(``forget_again``)."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.litestream import litestream_binary, litestream_environment
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, generation_name
 from mnemosyne.store.data_dir import INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX
+from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.replication")
 
@@ -52,9 +55,29 @@ def fetch(bucket: Bucket, tenant: str, into: Path, *, timestamp: str | None = No
             bucket, tenant, generation, INBOX_REPLICA, inbox, timestamp
         ):
             inbox = None
+        forget_again(bucket, tenant, database, inbox)
         log.info("tenant %s: restored from generation %d of its replica", tenant, generation)
         return Fetched(generation, database, inbox)
     return None
+
+
+def forget_again(bucket: Bucket, tenant: str, database: Path, inbox: Path | None) -> list[int]:
+    """The memories the bucket keeps forgotten (replication/bucket.py ``forgotten``) forgotten
+    again in a restored file that holds them (a point in time before their forget), their
+    traces erased: a restore never brings back what was forgotten. Returns their ids."""
+    forgotten = bucket.forgotten(tenant)
+    if not forgotten:
+        return []
+    store = TenantStore(database, write_lock=threading.Lock(), inbox_path=inbox)
+    try:
+        with store.write(internal=True) as txn:
+            again = txn.forget_again(sorted(forgotten))
+        if again:
+            store.erase_traces()
+            log.info("tenant %s: %d memories forgotten after the restored point forgotten again", tenant, len(again))
+    finally:
+        store.close()
+    return again
 
 
 def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Path, timestamp: str | None) -> bool:

@@ -37,6 +37,10 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   (its retries and pauses; a test passes a day without waiting one).
 * ``MNEMOSYNE_TEST_CLOCK_FILE``: the engine's clock for expiry (runtime/clock.py) is the wall
   clock plus the seconds this file holds, so a test moves time forward without sleeping.
+* ``MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE``: while this file exists, the replication registers no
+  tenant database in Litestream and every sync fails (the inboxes go on replicating on
+  Litestream's own schedule): the inbox's replica runs ahead of the tenant file's
+  (replication/replicator.py).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Seams:
     webhook_backoff: float = 0.0
     webhook_clock_file: Path | None = None
     clock_file: Path | None = None
+    hold_replica_database_file: Path | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -121,6 +126,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WEBHOOK_BACKOFF": ("webhook_backoff", float),
     "WEBHOOK_CLOCK": ("webhook_clock_file", Path),
     "CLOCK_FILE": ("clock_file", Path),
+    "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

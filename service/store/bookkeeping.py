@@ -119,6 +119,11 @@ class BookkeepingReads(Queries):
             live.append(running)
         return float(first), width, live
 
+    def forgotten_memories(self) -> list[tuple[int, float]]:
+        """(id, created_at) of every forgotten memory (a forget keeps both: schema.FORGET_KEEPS)."""
+        rows = self.connection.execute("SELECT id, created_at FROM memories WHERE forgotten_at IS NOT NULL")
+        return [(int(memory_id), float(created_at)) for memory_id, created_at in rows]
+
     def live_memory_count(self) -> int:
         return int(self._one("SELECT count(*) FROM memories WHERE forgotten_at IS NULL"))
 

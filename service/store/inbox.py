@@ -8,9 +8,17 @@ writer lock (``LockManager.for_inbox``), so an enqueue waits only for other enqu
 worker's two short visits: reading what it takes (a bounded number of rows) and removing it.
 
 The worker moves inbox rows into the tenant's ``oplog`` (same event ids) in one tenant
-transaction, and only then removes them here; the move inserts with ``OR IGNORE``, so a crash
-between the two only repeats a move that changes nothing. A row is never processed before it
-has left the inbox (one worker per tenant, and processing follows the removal in its round).
+transaction, and only then removes them here (``adopted``); the move inserts with ``OR IGNORE``,
+and every reader of the inbox takes only the rows above the highest event id the log ever held
+(``oplog_highest_event_id``), so a row still here after its move — a crash between the two, or
+the rule below — is never taken twice.
+
+**The rule with replication** (the inbox and the tenant file replicate independently,
+docs/replication.md#the-inbox-and-the-tenant-file): a row leaves the inbox only once the tenant
+file's commit that adopted it is in object storage (``replicated_since``; at once without
+replication). So whatever moment a volume is lost at, each fast write whose enqueue reached the
+inbox's replica is in the inbox's replica or in the tenant file's, and a restore applies it once:
+a row both hold is skipped by the rule above.
 
 Event ids stay unique and increasing across both files: an operation's event id is its
 acceptance position (store/acceptance.py), taken under the inbox lock, so ids are appended in
@@ -26,6 +34,8 @@ has ended), never the reverse.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -166,10 +176,15 @@ class Inbox:
         floor: int,
         configure: Callable[[apsw.Connection], None],
         on_commit: Callable[[], None] = lambda: None,
+        replicated_since: Callable[[], float] = lambda: math.inf,
     ) -> None:
-        """``on_commit``: called after each commit, inside it (store/replicas.py ``written``)."""
+        """``on_commit``: called after each commit, inside it (store/replicas.py ``written``);
+        ``replicated_since``: the time before which the tenant's commits are all in object
+        storage (store/replicas.py), which rows wait for to leave (``adopted``)."""
         self.path = path
         self._on_commit = on_commit
+        self._replicated_since = replicated_since
+        self._adoptions: list[tuple[int, float]] = []  # (moved through event id, when its commit ended)
         self.lock = lock
         self._synchronous = synchronous
         self._current_synchronous = synchronous
@@ -285,6 +300,29 @@ class Inbox:
             except apsw.Error as exc:
                 raise translate_sqlite_error(exc, self.path.name) from exc
             truncate_wal(self._connection, self.path.name)
+
+    def adopted(self, through: int) -> None:
+        """The tenant file committed its adoption of the rows up to ``through``: they leave once
+        that commit is in object storage (the module's docstring), now or at a later call. Told
+        again of rows moved already (a crash left them here), it counts them moved now."""
+        with self.lock:
+            if not self._adoptions or through > self._adoptions[-1][0]:
+                self._adoptions.append((through, time.time()))
+        self.release_adopted()
+
+    def release_adopted(self) -> None:
+        """Remove the rows whose adoption is in object storage by now."""
+        since = self._replicated_since()
+        with self.lock:
+            done = [through for through, at in self._adoptions if at < since]
+            if not done:
+                return
+            self._adoptions = [(through, at) for through, at in self._adoptions if at >= since]
+            with self.read() as txn:
+                if not txn.ops(up_to_id=max(done), limit=1):
+                    return  # nothing of them is here: no write (each would be replicated)
+            with self.write(sync=False) as txn:
+                txn.remove_through(max(done))
 
     def close(self) -> None:
         with self.lock:

@@ -5,6 +5,7 @@ after the commit (``TenantStore.erase_traces``, marked by ``ERASURE_META`` until
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from functools import cached_property
 
 from mnemosyne.store.bookkeeping import ERASURE_META
@@ -78,6 +79,20 @@ class MemoryErasure(MemoryWrites):
         self.advance_forget_epoch()
         self.set_meta(ERASURE_META, "1")
         return True
+
+    def forget_again(self, memories: Iterable[tuple[int, float]]) -> list[int]:
+        """Forget, as ``forget_memory`` does, those of ``memories`` ((id, created_at) pairs kept
+        outside the file: store/replicas.py ``forgotten``) that this file holds unforgotten — a
+        copy of the tenant from before their forget (a restore). A memory of the same id created
+        at another time is another tenant history's, and stays. Returns the ids forgotten."""
+        again = []
+        for memory_id, created_at in memories:
+            row = self.connection.execute(
+                "SELECT created_at FROM memories WHERE id = ? AND forgotten_at IS NULL", (memory_id,)
+            ).fetchone()
+            if row is not None and row[0] == created_at and self.forget_memory(memory_id):
+                again.append(memory_id)
+        return again
 
     @cached_property
     def _forget_assignments(self) -> tuple[str, list[str | None]]:

@@ -234,9 +234,6 @@ class OplogReads(BookkeepingReads):
             )
         return result
 
-    def oplog_last_event_id(self) -> int:
-        return int(self._one("SELECT max(event_id) FROM oplog") or 0)
-
     def oplog_highest_event_id(self) -> int:
         """The highest event id this log ever held, pruned ones included (AUTOINCREMENT's
         sequence also follows explicitly given ids): new ids must start above it."""

@@ -27,15 +27,23 @@ The contract, for an implementation:
   when the tenant is not replicating and the replicated set is full.
 * ``written(tenant)``: after a commit of the tenant's database or inbox; called inside SQLite's
   commit, under the tenant's write lock: it must be cheap and never block.
+* ``forgotten(tenant, memories)``: a forget committed (before its traces are erased): every
+  memory the tenant's file holds forgotten (``memories()``, read only when replicating: (id,
+  created_at) pairs) is kept outside the file, where a restore re-applies it — so no restore, to
+  any point in time, brings back what was forgotten. Never raises: what cannot be kept now is
+  kept later.
 * ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
-  tenant's database is in object storage; ``math.inf`` without replication. The hot path removes
-  an inbox row only once its move into the tenant file is older than this (engine/hot_path/worker.py).
+  tenant's files is in object storage; ``math.inf`` without replication. An inbox row leaves only
+  once its move into the tenant file is older than this (store/inbox.py ``adopted``).
+* ``lag(tenant)``: how far the tenant's replica is behind: the age in seconds of its oldest commit
+  not confirmed in object storage, and the WAL bytes since its last confirmed sync began ((0, 0)
+  when caught up, and without replication). Cheap: Stats asks it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -62,7 +70,11 @@ class Replicas(Protocol):
 
     def written(self, tenant: str) -> None: ...
 
+    def forgotten(self, tenant: str, memories: Callable[[], list[tuple[int, float]]]) -> None: ...
+
     def replicated_since(self, tenant: str) -> float: ...
+
+    def lag(self, tenant: str) -> tuple[float, int]: ...
 
 
 class NoReplicas:
@@ -84,8 +96,14 @@ class NoReplicas:
     def written(self, tenant: str) -> None:
         pass
 
+    def forgotten(self, tenant: str, memories: Callable[[], list[tuple[int, float]]]) -> None:
+        pass
+
     def replicated_since(self, tenant: str) -> float:
         return math.inf
+
+    def lag(self, tenant: str) -> tuple[float, int]:
+        return 0.0, 0
 
 
 NO_REPLICAS = NoReplicas()
@@ -116,6 +134,12 @@ class StoreReplication:
 
     def admit_write(self) -> None:
         self._replicas.admit_write(self.tenant)
+
+    def forgotten(self, memories: Callable[[], list[tuple[int, float]]]) -> None:
+        self._replicas.forgotten(self.tenant, memories)
+
+    def replicated_since(self) -> float:
+        return self._replicas.replicated_since(self.tenant)
 
     def paused(self) -> AbstractContextManager[None]:
         """Around the truncations that finish a forget: out of replication meanwhile, then on to a

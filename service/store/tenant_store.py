@@ -255,6 +255,7 @@ class TenantStore:
                         floor=floor,
                         configure=configure,
                         on_commit=self._replication.written,
+                        replicated_since=self._replication.replicated_since,
                     ),
                     self._make_room,
                 )
@@ -338,13 +339,14 @@ class TenantStore:
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
         may hold the forgotten vectors, and the engine rebuilds it without them."""
         self.ann_path.unlink(missing_ok=True)
+        self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
         # Litestream holds a read transaction on a file it replicates, which the truncations below
         # wait for: the files leave replication meanwhile (store/replicas.py).
         with self._replication.paused():
             inbox = self.inbox(create=False)
             if inbox is not None:
                 with self.read() as txn:
-                    adopted = txn.oplog_last_event_id()  # a crash may have left them in the inbox too
+                    adopted = txn.oplog_highest_event_id()  # still in the inbox too (store/inbox.py)
                 inbox.erase_traces(adopted_through=adopted)
             with self._write_lock:
                 # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
@@ -365,6 +367,10 @@ class TenantStore:
                         WriteTxn(self._writer, self._faults).count_change()
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
+
+    def _forgotten_memories(self) -> list[tuple[int, float]]:
+        with self.read() as txn:
+            return txn.forgotten_memories()
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer

@@ -133,7 +133,7 @@ class StatsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("memories", "forgotten", "writes", "model_calls", "embed_calls", "duplicates", "ledger_entries", "file_bytes")
+    __slots__ = ("memories", "forgotten", "writes", "model_calls", "embed_calls", "duplicates", "ledger_entries", "file_bytes", "replication_lag_seconds", "replication_lag_bytes")
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
     FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     WRITES_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,8 @@ class StatsResponse(_message.Message):
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     memories: int
     forgotten: int
     writes: int
@@ -150,7 +152,9 @@ class StatsResponse(_message.Message):
     duplicates: int
     ledger_entries: int
     file_bytes: int
-    def __init__(self, memories: _Optional[int] = ..., forgotten: _Optional[int] = ..., writes: _Optional[int] = ..., model_calls: _Optional[int] = ..., embed_calls: _Optional[int] = ..., duplicates: _Optional[int] = ..., ledger_entries: _Optional[int] = ..., file_bytes: _Optional[int] = ...) -> None: ...
+    replication_lag_seconds: float
+    replication_lag_bytes: int
+    def __init__(self, memories: _Optional[int] = ..., forgotten: _Optional[int] = ..., writes: _Optional[int] = ..., model_calls: _Optional[int] = ..., embed_calls: _Optional[int] = ..., duplicates: _Optional[int] = ..., ledger_entries: _Optional[int] = ..., file_bytes: _Optional[int] = ..., replication_lag_seconds: _Optional[float] = ..., replication_lag_bytes: _Optional[int] = ...) -> None: ...
 
 class DedupRequest(_message.Message):
     __slots__ = ("tenant", "merge", "threshold", "request_id")

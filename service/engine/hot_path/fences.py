@@ -125,8 +125,10 @@ class Fences:
         with inbox.lock if inbox is not None else contextlib.nullcontext():
             ops, requests = [], []
             if inbox is not None:
+                with store.read() as log_read:
+                    moved = log_read.oplog_highest_event_id()  # rows up to it wait to leave (store/inbox.py)
                 with inbox.read() as inbox_txn:
-                    ops = inbox_txn.ops()
+                    ops = inbox_txn.ops(after_id=moved)
                     requests = inbox_txn.requests_through(ops[-1].event_id) if ops else []
             with store.write() as txn:
                 if ops:
@@ -134,7 +136,6 @@ class Fences:
                 fence = Fence(txn)
                 yield txn, fence
             if inbox is not None and ops:
-                with inbox.write(sync=False) as inbox_txn:
-                    inbox_txn.remove_through(ops[-1].event_id)
+                inbox.adopted(ops[-1].event_id)
         if fence.finished:
             self._changes.notify(tenant)

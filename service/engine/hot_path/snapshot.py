@@ -42,11 +42,12 @@ def snapshot(store: TenantStore) -> Iterator[tuple[ReadTxn, Waiting]]:
 
     Under the inbox lock nothing leaves the inbox, and the log is read first: an operation
     adopted after the log's snapshot is still in the inbox, and one the log already holds
-    (adopted meanwhile, or before a crash and not yet removed) has an id up to the log's last,
-    so only the inbox's operations above that id are the inbox's own."""
+    (adopted meanwhile, before a crash and not yet removed, or waiting to leave: store/inbox.py)
+    has an id up to the highest the log ever held, so only the inbox's operations above that id
+    are the inbox's own."""
     inbox = store.inbox(create=False)
     with inbox.lock if inbox is not None else contextlib.nullcontext(), store.read() as txn:
-        last = txn.oplog_last_event_id()
+        last = txn.oplog_highest_event_id()
         if inbox is None:
             yield txn, Waiting(None, last)
             return

@@ -2,7 +2,7 @@
 each processing one tenant's log in rounds:
 
 0. adopt: what waits in the inbox moves into the tenant's ``oplog`` (same event ids), then
-   leaves the inbox;
+   leaves the inbox (with replication, once that move is in object storage: store/inbox.py);
 1. claim: one short transaction marks open operations ``running`` (rounds.py says which: the
    writes someone waits for first, in a round of their own, else the oldest, as many as the
    tenant's recent pace fits in a round's time), with the earlier operations of the same content;
@@ -215,15 +215,18 @@ class Workers:
 
     def _move_inbox(self, store: TenantStore, *, through: int = 0) -> None:
         """Adopt what waits in the tenant's inbox into its log, then remove it from the inbox
-        (store/inbox.py: the adoption skips what a crash left adopted but not yet removed): a
+        (store/inbox.py ``adopted``: what the log holds already is skipped): a
         batch ahead of what a round applies, and on to ``through`` (a write someone waits for is
         taken from the log), in batches, so no enqueue waits for the inbox lock longer than one."""
         inbox = store.inbox(create=False)
         if inbox is None:
             return
         while True:
+            with store.read() as log_read:
+                moved = log_read.oplog_highest_event_id()  # rows up to it wait to leave (store/inbox.py)
+            inbox.adopted(moved)  # those moved earlier (before a crash too) leave once replicated
             with inbox.read() as txn:
-                ops = txn.ops(limit=self._batch * MOVE_BATCHES if not through else ADOPT_BATCH)
+                ops = txn.ops(after_id=moved, limit=self._batch * MOVE_BATCHES if not through else ADOPT_BATCH)
                 requests = txn.requests_through(ops[-1].event_id) if ops else []
             if not ops:
                 return
@@ -233,8 +236,7 @@ class Workers:
                 # An enqueue acknowledged power-safe must stay so once it left the inbox. Otherwise
                 # the round's sync (or a Flush) covers it together with what was applied.
                 store.sync_log()
-            with inbox.write(sync=False) as txn:
-                txn.remove_through(ops[-1].event_id)
+            inbox.adopted(ops[-1].event_id)
             inbox.checkpoint_if_grown()
             if ops[-1].event_id >= through:
                 return

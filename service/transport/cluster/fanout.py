@@ -97,7 +97,7 @@ class FanOut:
         self, request: admin_pb2.AggregateStatsRequest, call: Call, local: AsyncIterator[admin_pb2.AggregateStatsChunk]
     ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
         """This member's chunks, then each other member's, with one total across them all."""
-        totals = dict.fromkeys(_TOTAL_FIELDS, 0)
+        total = TenantStats()
         files_read = 0
         unanswered = []
         sources = [("", local)] + [
@@ -110,8 +110,7 @@ class FanOut:
                 async for chunk in chunks:
                     files_read = read_before + chunk.files_read
                     if chunk.HasField("total"):
-                        for name in totals:
-                            totals[name] += getattr(chunk.total, name)
+                        total = total.plus(TenantStats(**{name: getattr(chunk.total, name) for name in _TOTAL_FIELDS}))
                     if chunk.tenants:
                         yield convert.to_members_aggregate_rows(chunk.tenants, files_read)
             except Exception as exc:
@@ -121,4 +120,4 @@ class FanOut:
                 self._unanswered(member)
                 unanswered.append(member)
         answered = 1 + len(self._others) - len(unanswered)
-        yield convert.to_members_aggregate_total(TenantStats(**totals), files_read, answered, unanswered)
+        yield convert.to_members_aggregate_total(total, files_read, answered, unanswered)
