@@ -17,6 +17,7 @@ ignored and the write is synchronous (status "created"/"duplicate", readable on 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -62,7 +63,9 @@ class MemoryBrain:
     values (``mnemosyne.client.types``) and raise the client's typed errors
     (``mnemosyne.client.errors``, with the server's reasons), so code runs unchanged on either.
     Use it as a context manager, or ``close()`` it. Opening a directory another process serves
-    raises ``FailedPreconditionError`` (DATA_DIR_LOCKED).
+    raises ``FailedPreconditionError`` (DATA_DIR_LOCKED). In process, new tenants get the embedder
+    ``MNEMOSYNE_EMBEDDER`` names (``minilm``, the default, or ``hashing``), as for ``mnemosyne
+    serve``; a tenant keeps the one it was created with.
     """
 
     def __init__(self, location: str | Path, tenant: str = "default", *, token: str | None = None) -> None:
@@ -76,9 +79,12 @@ class MemoryBrain:
             # MemoryBrain on a server's address stay a client, and the server's command sets the
             # interpreter up (BLAS threads) before numpy loads.
             from mnemosyne.engine.config import EngineConfig  # noqa: PLC0415 - loaded only in process
+            from mnemosyne.engine.embedders import DEFAULT_EMBEDDER  # noqa: PLC0415 - loaded only in process
             from mnemosyne.engine.engine import Engine  # noqa: PLC0415 - loaded only in process
 
-            self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location))))
+            # The embedder of new tenants: MNEMOSYNE_EMBEDDER, as for `mnemosyne serve`.
+            embedder = os.environ.get("MNEMOSYNE_EMBEDDER") or DEFAULT_EMBEDDER
+            self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location), embedder=embedder)))
 
     # -- lifetime -----------------------------------------------------------------------------------
 

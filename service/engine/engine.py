@@ -35,7 +35,8 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
-from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.embedder import Embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
@@ -80,7 +81,8 @@ class Engine:
         proposer = proposer_for(extractor)
         if seams.poison_marker:
             extractor = PoisonedExtractor(extractor, seams.poison_marker)
-        embedder = embedder or HashingEmbedder()
+        # ``embedder``: the one new tenants get instead of the configured one (a benchmark's).
+        embedders = TenantEmbedders(embedder or config.embedder)
         self.pool = TenantPool(
             config.data_dir,
             max_open=config.max_open_tenants,
@@ -89,7 +91,7 @@ class Engine:
             faults=seams.store_faults,
             membership=config.membership,
         )
-        self._wire_requests(extractor, embedder, observer)
+        self._wire_requests(extractor, embedders, observer)
         self.consolidator = SessionConsolidator(
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
         )
@@ -101,12 +103,12 @@ class Engine:
             self.pool.close()  # release the directory lock for the next attempt
             raise
 
-    def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
+    def _wire_requests(self, extractor: Extractor, embedders: TenantEmbedders, observer: EngineObserver) -> None:
         """The parts that answer requests on the caller's thread."""
         config, seams = self.config, self.seams
         self.write_path = WritePath(
             extractor=extractor,
-            embedder=embedder,
+            embedders=embedders,
             limits=config.limits,
             observer=observer,
             near_duplicate_threshold=config.near_duplicate_threshold,
@@ -115,14 +117,16 @@ class Engine:
         )
         self.recall = Recall(
             pool=self.pool,
-            embedder=embedder,
+            embedders=embedders,
             limits=config.limits,
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
         )
         self.memories = Memories(pool=self.pool, limits=config.limits, committed=seams.committed)
         self.updates = Updates(pool=self.pool, write_path=self.write_path, committed=seams.committed)
-        self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
+        self.dedup = Deduplicator(
+            pool=self.pool, embedders=embedders, default_threshold=config.near_duplicate_threshold
+        )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
 

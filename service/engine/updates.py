@@ -134,7 +134,7 @@ class Updates:
                 )
             _live_row(txn, memory_id)  # a forget or merge may have raced us
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
-            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
             _, epoch_before = txn.index_state()
             now = time.time()
             new = prepared.new_memory(now, resolve_relative_time=self._write_path.resolve_relative_time)

@@ -30,6 +30,7 @@ import numpy as np
 from mnemosyne.engine import conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
@@ -116,7 +117,7 @@ class WritePath:
         self,
         *,
         extractor: Extractor,
-        embedder: Embedder,
+        embedders: TenantEmbedders,
         limits: Limits,
         observer: EngineObserver,
         near_duplicate_threshold: float,
@@ -125,7 +126,7 @@ class WritePath:
     ) -> None:
         self.extractor = extractor
         self.resolve_relative_time = resolve_relative_time  # off only in recall's ablation (a test seam)
-        self.embedder = embedder
+        self.embedders = embedders
         self.limits = limits
         self.observer = observer
         self._threshold = near_duplicate_threshold
@@ -233,7 +234,7 @@ class WritePath:
                         prior = prior_outcomes(inbox_txn, request)
                 if prior is not None:
                     return prior
-            check_tenant_embedder(txn, self.embedder, write=True)
+            check_tenant_embedder(txn, self.embedders.of(store), write=True)
             results = list(outcomes)
             created, duplicates = self.apply(txn, prepared, results, per_item_errors=per_item_errors)
             extracted = [p for p in prepared if p.extraction is not None and not p.counted]
@@ -290,9 +291,10 @@ class WritePath:
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
+        embedder = self.embedders.of(store)
         if len(todo) < _OVERLAP_MIN_ITEMS:
             self._extract(todo, errors)
-            self._embed([p for p in todo if p.extraction is not None])
+            self._embed(embedder, [p for p in todo if p.extraction is not None])
             if errors:
                 new = [p for p in new if p.position not in errors]
             # DEDUP: near duplicates of every new item (also one whose extraction and vector were
@@ -303,7 +305,7 @@ class WritePath:
         # products run without the GIL, on another core) while this thread extracts. Outcomes are
         # the sequential ones: an item whose extraction fails (hot path) is never written, and
         # apply names only items of the batch that were created.
-        self._embed(todo)
+        self._embed(embedder, todo)
         lookup = self._helper.submit(self._find_near_duplicates, store, new)
         try:
             self._extract(todo, errors)
@@ -349,16 +351,16 @@ class WritePath:
                 continue
             p.extraction = answer
 
-    def _embed(self, items: Sequence[PreparedItem]) -> None:
+    def _embed(self, embedder: Embedder, items: Sequence[PreparedItem]) -> None:
         """Embed the items that have no vector yet (a failed extraction's item too: harmless)."""
         todo = [p for p in items if p.vector is None]
         if not todo:
             return
-        in_turns = self.embedder.holds_interpreter  # else a model's embedding: one call for the batch
+        in_turns = embedder.holds_interpreter  # else a model's embedding: one call for the batch
         with read_priority.bulk_work(in_turns):
             for part in _slices_of_text(todo) if in_turns else [todo]:
                 read_priority.give_way()
-                vectors = self.embedder.embed([p.item.text for p in part])
+                vectors = embedder.embed([p.item.text for p in part])
                 for p, vector in zip(part, vectors):
                     p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
@@ -374,9 +376,10 @@ class WritePath:
         vectors = np.frombuffer(b"".join(p.vector for p in todo if p.vector is not None), dtype="<f4").reshape(
             len(todo), -1
         )
-        index = vector_index(store, self.embedder.dim)
+        embedder = self.embedders.of(store)
+        index = vector_index(store, embedder.dim)
         with store.read() as txn:
-            check_tenant_embedder(txn, self.embedder, write=False)  # another embedder's vectors are not comparable
+            check_tenant_embedder(txn, embedder, write=False)  # another embedder's vectors are not comparable
             ids, matrix = index.sync(txn)
             similar = dedup.similar_rows(vectors, ids, matrix, self._threshold)
             wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})

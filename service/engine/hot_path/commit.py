@@ -93,7 +93,7 @@ class RoundCommit:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
         with store.write(sync=False, internal=True) as txn:
-            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in prepared if p.position not in errors]
             created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
