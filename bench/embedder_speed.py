@@ -78,7 +78,7 @@ def embed_speed(questions: list[str], turns: list[str], rounds: int) -> dict[str
     word_pieces = sum(len(minilm.word_pieces(t)) for t in turns)
     query: dict[str, list[float]] = {name: [] for name in embedders}
     batch: dict[str, list[float]] = {name: [] for name in embedders}
-    for name, embed in embedders.items():  # warm up
+    for embed in embedders.values():  # warm up
         embed(questions[:20])
     for _ in range(rounds):
         for name, embed in embedders.items():
@@ -98,7 +98,7 @@ def embed_speed(questions: list[str], turns: list[str], rounds: int) -> dict[str
     }
 
 
-def retain_batch_speed(turns: list[str], peer_python: str | None, batches: int) -> dict[str, float]:
+def retain_batch_speed(turns: list[str], peer_python: str | None, batches: int, size: int) -> dict[str, float]:
     from mnemosyne.client import MemoryClient
     from mnemosyne.client.types import RetainItem
 
@@ -110,11 +110,14 @@ def retain_batch_speed(turns: list[str], peer_python: str | None, batches: int) 
         servers["sentence-transformers (peer)"] = ("minilm", peer_python, {"OMP_NUM_THREADS": "1"})
     out = {}
     for name, (embedder, python, env) in servers.items():
-        with running_server(embedder=embedder, python=python, env=env) as server, MemoryClient(server.target) as client:
+        with (
+            running_server(embedder=embedder, python=python, env=env) as server,
+            MemoryClient(server.target, timeout=600) as client,
+        ):
             client.retain_batch("warm", [RetainItem(text=t) for t in turns[:50]])
             start, items = time.perf_counter(), 0
             for b in range(batches):
-                chunk = turns[b * 500 : (b + 1) * 500]
+                chunk = turns[b * size : (b + 1) * size]
                 client.retain_batch(f"t{b}", [RetainItem(text=t) for t in chunk])
                 items += len(chunk)
             out[name] = items / (time.perf_counter() - start)
@@ -139,15 +142,14 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=300)
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=4, help="RetainBatch calls of 500 items per server")
+    parser.add_argument("--batches", type=int, default=4, help="RetainBatch calls per server")
+    parser.add_argument("--batch-size", type=int, default=250, help="items per RetainBatch")
     parser.add_argument("--peer-python", help="an installation whose --embedder minilm is sentence-transformers")
     args = parser.parse_args()
     conversations = load(args.data)
     questions = [q.text for _, _, qs in conversations for q in qs][: args.questions]
     turns = [t.text for _, ts, _ in conversations for t in ts][: args.turns]
     speed = embed_speed(questions, turns, args.rounds)
-    retain = retain_batch_speed(turns, args.peer_python, args.batches)
-    rss = rss_added(turns[:200])
     peer = speed["sentence-transformers"]
     print_table(
         "Embedders on the same texts (one thread each)",
@@ -163,8 +165,14 @@ def main() -> None:
             for name, s in speed.items()
         ],
     )
-    print_table("RetainBatch of 500 (items/s)", ["server", "items/s"], [[k, f"{v:.0f}"] for k, v in retain.items()])
+    rss = rss_added(turns[:200])
     print_table("Resident memory added (MB)", ["embedder", "MB"], [[k, f"{v:.0f}"] for k, v in rss.items()])
+    retain = retain_batch_speed(turns, args.peer_python, args.batches, args.batch_size)
+    print_table(
+        f"RetainBatch of {args.batch_size} (items/s)",
+        ["server", "items/s"],
+        [[k, f"{v:.1f}"] for k, v in retain.items()],
+    )
     write_json(
         args.out, {"machine": machine(), "embed": speed, "retain_batch_items_per_s": retain, "rss_added_mb": rss}
     )

@@ -28,7 +28,7 @@ def first_hits(embedder: str, mode: str) -> list[tuple[str, bool]]:
             brain.tenant = f"case{number}"
             ids = [brain.retain(text).memory_id for text in case["memories"]]
             for question in case["questions"]:
-                hits = brain.recall(question, k=1, mode=mode)  # type: ignore[arg-type]  # a mode name from the command line
+                hits = brain.recall(question, k=1, mode=mode)
                 outcome.append((question, bool(hits) and hits[0].memory.id == ids[case["meant"]]))
     return outcome
 
