@@ -258,7 +258,7 @@ def print_summary(title: str, summary: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, type=Path, help="a LoCoMo-format JSON file (e.g. locomo10.json)")
-    parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm", "chroma-minilm"])
+    parser.add_argument("--embedder", default="minilm", choices=["minilm", "hashing", "chroma-minilm"])
     parser.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "text"], help="Mnemosyne recall mode")
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for mnemosyne serve")
     parser.add_argument("--out", required=True, type=Path, help="JSON result file")

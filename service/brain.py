@@ -21,6 +21,7 @@ When the hot path is disabled, ``fast`` is ignored and the write is synchronous 
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -72,7 +73,9 @@ class MemoryBrain:
     (``mnemosyne.client.errors``, with the server's reasons), so code runs unchanged on either.
     ``session_consistency`` (the default): a read waits for this brain's own writes still
     queued, so ``retain(text, fast=True)`` then ``recall`` finds the text at once
-    (``consistency_token=""`` on one read opts it out). Use it as a context manager, or
+    (``consistency_token=""`` on one read opts it out). In process, new tenants get the embedder
+    ``MNEMOSYNE_EMBEDDER`` names (``minilm``, the default, or ``hashing``), as for ``mnemosyne
+    serve``; a tenant keeps the one it was created with. Use it as a context manager, or
     ``close()`` it. Opening a directory another process serves raises
     ``FailedPreconditionError`` (DATA_DIR_LOCKED).
     """
@@ -97,9 +100,12 @@ class MemoryBrain:
             # MemoryBrain on a server's address stay a client, and the server's command sets the
             # interpreter up (BLAS threads) before numpy loads.
             from mnemosyne.engine.config import EngineConfig  # noqa: PLC0415 - loaded only in process
+            from mnemosyne.engine.embedders import DEFAULT_EMBEDDER  # noqa: PLC0415 - loaded only in process
             from mnemosyne.engine.engine import Engine  # noqa: PLC0415 - loaded only in process
 
-            self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location))))
+            # The embedder of new tenants: MNEMOSYNE_EMBEDDER, as for `mnemosyne serve`.
+            embedder = os.environ.get("MNEMOSYNE_EMBEDDER") or DEFAULT_EMBEDDER
+            self._engine = _translated(lambda: Engine(EngineConfig(data_dir=Path(location), embedder=embedder)))
 
     # -- lifetime -----------------------------------------------------------------------------------
 

@@ -5,6 +5,11 @@ fixture's unique tenant ids); ``server_factory`` starts private server processes
 kill or restart them. Set MNEMOSYNE_TEST_TARGET=host:port to run the shared-server tests against
 an external server instead. With MNEMOSYNE_NO_SKIP=1 (CI) a skip fails the run (tests/no_skip.py);
 ``--durations`` also lists the slowest files (tests/file_durations.py).
+
+Every server and in-process ``MemoryBrain`` a test starts gets the hashing embedder
+(``hashing_embedder``: MNEMOSYNE_EMBEDDER=hashing for the session), so no test loads the default
+sentence model unless it tests meaning: such a test asks for it by name (``--embedder minilm``,
+``env={"MNEMOSYNE_EMBEDDER": "minilm"}``, ``EngineConfig(embedder="minilm")``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ from tests.replica_support import ObjectStorage
 from tests.support import ServerFactory, ServerProcess, stop_all
 
 pytest_plugins = ("tests.no_skip", "tests.file_durations")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hashing_embedder() -> Iterator[None]:
+    """MNEMOSYNE_EMBEDDER=hashing in this process, for the session: the servers the tests start
+    inherit it, and MemoryBrain in process reads it (autouse and session-scoped, it is set before
+    any other session fixture starts a server)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MNEMOSYNE_EMBEDDER", "hashing")
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -624,7 +624,7 @@ def test_dockerfile_matches_the_chart():
     assert "runAsUser: 10001" in values and "command:" not in values
     ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
     assert ignore[[i for i, line in enumerate(ignore) if not line.startswith("#")][0]] == "*"
-    for needed in ("!pyproject.toml", "!service/", "!client/", "!protos/"):
+    for needed in ("!pyproject.toml", "!build_support/", "!service/", "!client/", "!protos/"):
         assert needed in ignore
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall import HASHING_SETTINGS, MINILM_SETTINGS, Recall, RecallSettings, RecallStep, settings_for
@@ -165,7 +166,9 @@ def test_a_recall_refuses_a_step_it_does_not_know(tmp_path: Path) -> None:
     pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL")
     try:
         with pytest.raises(ValueError, match="'window_cosine' is no recall step"):
-            Recall(pool=pool, embedder=HashingEmbedder(), limits=Limits(), steps_off={"window_cosine"})
+            Recall(
+                pool=pool, embedders=TenantEmbedders(HashingEmbedder()), limits=Limits(), steps_off={"window_cosine"}
+            )
     finally:
         pool.close()
 

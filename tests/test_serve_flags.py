@@ -83,7 +83,7 @@ FLAGS_BEFORE: dict[str, object] = {
     "--streams": 10000,
     "--waiting-calls-per-tenant": 16,
     "--waiting-calls": 4096,
-    "--embedder": "hashing",
+    "--embedder": "minilm",  # hashing until issue 42 made meaning the default
     "--hot-path-workers": 2,
     "--hot-path-batch": 16,
     "--hot-path-sync": "round",

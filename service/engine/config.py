@@ -9,26 +9,13 @@ from pathlib import Path
 
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD as ANN_THRESHOLD
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
-from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.embedders import DEFAULT_EMBEDDER, EMBEDDERS
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.options import option, required_option
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
-from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
-from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.membership import Membership
 
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
-EMBEDDERS = ("hashing", "minilm")
-
-
-def make_embedder(name: str) -> Embedder:
-    """The embedder a server runs, by its configuration name (``--embedder``/MNEMOSYNE_EMBEDDER).
-    MiniLM needs the ``minilm`` extra, loaded only when chosen (FailedPrecondition without it)."""
-    if name == "hashing":
-        return HashingEmbedder()
-    if name == "minilm":
-        return MiniLMEmbedder()
-    raise InvalidArgument(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN")
 
 
 @dataclass(frozen=True)
@@ -138,6 +125,13 @@ class WebhookConfig:
 class EngineConfig:
     data_dir: Path = field(
         metadata=required_option("directory of tenant files", command_line_default="./mnemosyne-data")
+    )
+    # A tenant keeps the embedder it was created with (engine/embedders.py).
+    embedder: str = option(
+        DEFAULT_EMBEDDER,
+        "embedder of new tenants: minilm (all-MiniLM-L6-v2, by meaning, installed with the package) "
+        "or hashing (no model: words, not meaning)",
+        choices=EMBEDDERS,
     )
     max_open_tenants: int = option(
         1024, "tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)"

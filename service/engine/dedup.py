@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedder import check_tenant_embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.extractor import (
     _ANY_DIGIT,
     _DAY_MONTH_YEAR,
@@ -271,9 +272,9 @@ class InFlight:
 class Deduplicator:
     """The Dedup operation over a tenant's stored memories (AdminService.Dedup)."""
 
-    def __init__(self, *, pool: TenantPool, embedder: Embedder, default_threshold: float) -> None:
+    def __init__(self, *, pool: TenantPool, embedders: TenantEmbedders, default_threshold: float) -> None:
         self._pool = pool
-        self._embedder = embedder
+        self._embedders = embedders
         self._default_threshold = default_threshold
 
     def __call__(
@@ -308,9 +309,10 @@ class Deduplicator:
 
     def _groups(self, store: TenantStore, threshold: float) -> list[DedupGroup]:
         """The tenant's near-duplicate groups, from one read snapshot of its vectors."""
-        index = vector_index(store, self._embedder.dim)
+        embedder = self._embedders.of(store)
+        index = vector_index(store, embedder.dim)
         with store.read() as txn:
-            check_tenant_embedder(txn, self._embedder, write=False)
+            check_tenant_embedder(txn, embedder, write=False)
             ids, matrix = index.sync(txn)
             pairs = similar_pairs(ids, matrix, threshold)
             involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})

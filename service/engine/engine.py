@@ -43,7 +43,8 @@ from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
-from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.embedder import Embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.erasure import TenantErasure
 from mnemosyne.engine.expiry import Expiry
 from mnemosyne.engine.extractor import Extractor, RulesExtractor
@@ -123,7 +124,8 @@ class Engine:
         proposer = proposer_for(extractor)
         if seams.poison_marker:
             extractor = PoisonedExtractor(extractor, seams.poison_marker)
-        embedder = embedder or HashingEmbedder()
+        # ``embedder``: the one new tenants get instead of the configured one (a benchmark's).
+        embedders = TenantEmbedders(embedder or config.embedder)
         self.replicator = _replicator(config, seams)
         try:
             self.pool = TenantPool(
@@ -140,7 +142,7 @@ class Engine:
                 self.replicator.stop()
             raise
         self.figures = Figures(self.pool)
-        self._wire_requests(extractor, embedder, observer)
+        self._wire_requests(extractor, embedders, observer)
         self.consolidator = SessionConsolidator(
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
         )
@@ -154,7 +156,7 @@ class Engine:
                 self.replicator.stop()
             raise
 
-    def _wire_requests(self, extractor: Extractor, embedder: Embedder, observer: EngineObserver) -> None:
+    def _wire_requests(self, extractor: Extractor, embedders: TenantEmbedders, observer: EngineObserver) -> None:
         """The parts that answer requests on the caller's thread."""
         config, seams = self.config, self.seams
         # Expiry's clock (a test's may run ahead); its erasures are due in the hot path's index.
@@ -164,7 +166,7 @@ class Engine:
         )
         self.write_path = WritePath(
             extractor=extractor,
-            embedder=embedder,
+            embedders=embedders,
             limits=config.limits,
             observer=observer,
             near_duplicate_threshold=config.near_duplicate_threshold,
@@ -173,7 +175,7 @@ class Engine:
         )
         self.recall = Recall(
             pool=self.pool,
-            embedder=embedder,
+            embedders=embedders,
             limits=config.limits,
             steps_off=seams.recall_steps_off,
             ann_threshold=config.ann_threshold,
@@ -199,7 +201,9 @@ class Engine:
             settle=lambda tenant, fingerprints: self.hot_path.settle(tenant, fingerprints),
             expiry=self.expiry,
         )
-        self.dedup = Deduplicator(pool=self.pool, embedder=embedder, default_threshold=config.near_duplicate_threshold)
+        self.dedup = Deduplicator(
+            pool=self.pool, embedders=embedders, default_threshold=config.near_duplicate_threshold
+        )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
 

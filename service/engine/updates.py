@@ -283,7 +283,7 @@ class Updates:
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
             # Queued writes of the text it replaces would have been its duplicates: they are.
             fence.duplicates_of(txn.fingerprints_of([memory_id]))
-            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
             _, epoch_before = txn.index_state()
             now = time.time()
             # Accepted now: its new facts are the latest accepted (engine/conflicts.py).

@@ -31,6 +31,7 @@ import numpy as np
 from mnemosyne.engine import changers, conflicts, dedup
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.extractor import Extraction, Extractor
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.near_duplicates import find_near_duplicates
@@ -117,7 +118,7 @@ class WritePath:
         self,
         *,
         extractor: Extractor,
-        embedder: Embedder,
+        embedders: TenantEmbedders,
         limits: Limits,
         observer: EngineObserver,
         near_duplicate_threshold: float,
@@ -126,7 +127,7 @@ class WritePath:
     ) -> None:
         self.extractor = extractor
         self.resolve_relative_time = resolve_relative_time  # off only in recall's ablation (a test seam)
-        self.embedder = embedder
+        self.embedders = embedders
         self.limits = limits
         self.observer = observer
         self._threshold = near_duplicate_threshold
@@ -240,7 +241,7 @@ class WritePath:
                         prior = prior_outcomes(inbox_txn, request)
                 if prior is not None:
                     return prior
-            check_tenant_embedder(txn, self.embedder, write=True)
+            check_tenant_embedder(txn, self.embedders.of(store), write=True)
             # Accepted now, in its commit: after every write accepted before, queued ones too.
             first = store.acceptances.take(len(prepared))
             for offset, p in enumerate(prepared):
@@ -302,9 +303,10 @@ class WritePath:
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
+        embedder = self.embedders.of(store)
         if len(todo) < _OVERLAP_MIN_ITEMS:
             self._extract(todo, errors)
-            self._embed([p for p in todo if p.extraction is not None])
+            self._embed(embedder, [p for p in todo if p.extraction is not None])
             if errors:
                 new = [p for p in new if p.position not in errors]
             # DEDUP: near duplicates of every new item (also one whose extraction and vector were
@@ -315,7 +317,7 @@ class WritePath:
         # products run without the GIL, on another core) while this thread extracts. Outcomes are
         # the sequential ones: an item whose extraction fails (hot path) is never written, and
         # apply names only items of the batch that were created.
-        self._embed(todo)
+        self._embed(embedder, todo)
         # In this call's context (its trace span: the lookup is its step too).
         lookup = self._helper.submit(contextvars.copy_context().run, self._find_near_duplicates, store, new)
         try:
@@ -367,23 +369,23 @@ class WritePath:
                 continue
             p.extraction = answer
 
-    def _embed(self, items: Sequence[PreparedItem]) -> None:
+    def _embed(self, embedder: Embedder, items: Sequence[PreparedItem]) -> None:
         """Embed the items that have no vector yet (a failed extraction's item too: harmless)."""
         todo = [p for p in items if p.vector is None]
         if not todo:
             return
-        in_turns = self.embedder.holds_interpreter  # else a model's embedding: one call for the batch
+        in_turns = embedder.holds_interpreter  # else a model's embedding: one call for the batch
         with tracing.span("write.embed", items=len(todo)), read_priority.bulk_work(in_turns):
             for part in _slices_of_text(todo) if in_turns else [todo]:
                 read_priority.give_way()
-                vectors = self.embedder.embed([p.item.text for p in part])
+                vectors = embedder.embed([p.item.text for p in part])
                 for p, vector in zip(part, vectors):
                     p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """The near duplicates of each item, in acceptance order (engine/near_duplicates.py)."""
         with tracing.span("write.near_duplicates", items=len(prepared)):
-            find_near_duplicates(store, self.embedder, self._threshold, prepared)
+            find_near_duplicates(store, self.embedders.of(store), self._threshold, prepared)
 
     # -- inside the transaction ----------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnemosyne.engine.config import EMBEDDERS, EngineConfig
+from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.extractor import Extractor
 from mnemosyne.engine.options import option
 from mnemosyne.transport.admission import AdmissionLimits
@@ -33,12 +33,6 @@ class ServerConfig:
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     # The extractor of new memories; None = the rules extractor (see --extractor).
     extractor: Extractor | None = None
-    # A tenant keeps the embedder it began with.
-    embedder: str = option(
-        "hashing",
-        "embedder for new vectors: hashing (built in) or minilm (the minilm extra)",
-        choices=EMBEDDERS,
-    )
     metrics_port: int = option(9464, "HTTP port for /metrics, /healthz, /readyz (0 = off)", maximum=MAX_PORT)
     metrics_host: str | None = option(None, "address of the metrics port", unset="the gRPC --host")
     # The HTTP/JSON API (transport/http/json_api.py).

@@ -22,7 +22,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from mnemosyne.engine.config import make_embedder
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
@@ -313,7 +312,6 @@ def _engine(config: ServerConfig, metrics: ServerMetrics, seams: Seams) -> Engin
         engine_config,
         extractor=config.extractor,
         observer=metrics,
-        embedder=make_embedder(config.embedder),
         seams=seams,
     )
 

@@ -96,7 +96,7 @@ class RoundCommit:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
         with store.write(sync=False, internal=True) as txn:
-            check_tenant_embedder(txn, self._write_path.embedder, write=True)
+            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
             # A forget may have finished some meanwhile (its fence: engine/fences.py): not applied.
             running = txn.oplog_still_running([op.event_id for op in ops])
             mine = [p for p in prepared if ops[p.position].event_id in running]

@@ -4,17 +4,19 @@ the tenant, and keeps the response within its budget."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
-from mnemosyne.engine.recall.settings import settings_for
+from mnemosyne.engine.recall.settings import RecallSettings, settings_for
 from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import switched_off
 from mnemosyne.engine.recall.text import query_terms
@@ -33,7 +35,7 @@ class Recall:
         self,
         *,
         pool: TenantPool,
-        embedder: Embedder,
+        embedders: TenantEmbedders,
         limits: Limits,
         steps_off: Iterable[str] = (),
         ann_threshold: int = DEFAULT_THRESHOLD,
@@ -43,15 +45,28 @@ class Recall:
         self.pool = pool
         self.clock = clock or Clock()  # expired memories are never hits (engine/expiry.py)
         self.figures = figures
-        self.embedder = embedder
+        self.embedders = embedders
         self.limits = limits
-        self.settings = settings_for(embedder)
         # Steps switched off by name: a test seam, for the ablation (none in production).
-        off = switched_off(steps_off)
-        self.pipelines: dict[RecallMode, Pipeline] = {
-            mode: build_pipeline(mode, self.settings, off, embedder=embedder, pool=pool, ann_threshold=ann_threshold)
-            for mode in RecallMode
-        }
+        self._off = switched_off(steps_off)
+        self._ann_threshold = ann_threshold
+        # Each embedder's settings and pipelines, made on its first tenant's first recall.
+        self._rankings: dict[str, _Ranking] = {}
+        self.ranking(embedders.default)
+
+    def ranking(self, embedder: Embedder) -> _Ranking:
+        """The settings and the pipeline of each mode of the tenants whose vectors ``embedder`` made."""
+        known = self._rankings.get(embedder.name)
+        if known is None:
+            settings = settings_for(embedder)
+            pipelines = {
+                mode: build_pipeline(
+                    mode, settings, self._off, embedder=embedder, pool=self.pool, ann_threshold=self._ann_threshold
+                )
+                for mode in RecallMode
+            }
+            known = self._rankings.setdefault(embedder.name, _Ranking(embedder, settings, pipelines))
+        return known
 
     def __call__(
         self,
@@ -67,15 +82,17 @@ class Recall:
         the response budget (what does not fit is named in ``omitted_memory_ids``). One read
         transaction: a memory committed before the call began is a candidate, a forgotten or
         merged one never appears."""
-        asked = self._query(tenant, query, k, scopes, metadata_equals, mode)
+        checked = self._checked(query, k, scopes, metadata_equals)
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return Recalled([])
-            index = vector_index(store, self.embedder.dim)
+            ranking = self.ranking(self.embedders.of(store))
+            asked = self._query(ranking, tenant, checked, mode)
+            index = vector_index(store, ranking.embedder.dim)
             with store.read() as txn:
-                check_tenant_embedder(txn, self.embedder, write=False)
+                check_tenant_embedder(txn, ranking.embedder, write=False)
                 recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
-                for step in self.pipelines[mode].steps:
+                for step in ranking.pipelines[mode].steps:
                     with tracing.span(f"recall.{step.name.value}"):
                         step(recalling)
         if self.figures is not None:
@@ -84,26 +101,47 @@ class Recall:
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
 
-    def _query(
-        self,
-        tenant: str,
-        query: str,
-        k: int,
-        scopes: Sequence[str],
-        metadata_equals: Mapping[str, str] | None,
-        mode: RecallMode,
-    ) -> Query:
-        """The question validated, with its vector (none for text only: the text path never reads
-        it), made before the read transaction."""
+    def _checked(
+        self, query: str, k: int, scopes: Sequence[str], metadata_equals: Mapping[str, str] | None
+    ) -> _Checked:
+        """The question validated, before the tenant is opened: a bad one is refused whether the
+        tenant exists or not."""
         check.validate_query(query, self.limits)
-        k = check.validate_k(k, self.limits)
-        valid_scopes = sorted({check.validate_scope(s) for s in scopes})
-        filters = check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals")
-        pipeline = self.pipelines[mode]
+        return _Checked(
+            query,
+            check.validate_k(k, self.limits),
+            sorted({check.validate_scope(s) for s in scopes}),
+            check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals"),
+        )
+
+    def _query(self, ranking: _Ranking, tenant: str, checked: _Checked, mode: RecallMode) -> Query:
+        """The question with its vector (none for text only: the text path never reads it), made
+        before the read transaction by the tenant's embedder."""
+        query, k = checked.query, checked.k
+        pipeline = ranking.pipelines[mode]
         vector = None  # text only: none
         if pipeline.embed is not None:
             with tracing.span(f"recall.{pipeline.embed.name.value}"):
                 vector = pipeline.embed(tenant, query)
-        depth = max(self.settings.candidates_per_k * k, self.settings.min_candidates)
+        depth = max(ranking.settings.candidates_per_k * k, ranking.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
-        return Query(query, query_terms(query), k, depth, valid_scopes, filters, mode, vector, many, self.clock.now())
+        return Query(
+            query, query_terms(query), k, depth, checked.scopes, checked.filters, mode, vector, many, self.clock.now()
+        )
+
+
+class _Checked(NamedTuple):
+    """A recall's question, validated."""
+
+    query: str
+    k: int
+    scopes: list[str]
+    filters: dict[str, str]
+
+
+class _Ranking(NamedTuple):
+    """One embedder's recall: its settings and its pipeline for each mode."""
+
+    embedder: Embedder
+    settings: RecallSettings
+    pipelines: dict[RecallMode, Pipeline]

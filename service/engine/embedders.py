@@ -1,0 +1,78 @@
+"""Which embedder makes and reads each tenant's vectors.
+
+A tenant keeps the embedder it was created with: its file records the embedder of its first write
+(``check_tenant_embedder``), and every later write, recall and dedup of that tenant uses that one,
+whatever the server's ``--embedder``, which only chooses the embedder of new tenants (and of
+tenants that have no vector yet). Moving a tenant to another embedder is ``mnemosyne reembed``'s
+job (engine/reembed.py). Each embedder loads once per process, on first use, and is shared: a
+model's weights are held once however many engines or tenants use it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.store.tenant_cache import CacheKey
+from mnemosyne.store.tenant_store import TenantStore
+
+EMBEDDERS = ("minilm", "hashing")
+DEFAULT_EMBEDDER = "minilm"
+# The name a tenant's file records ("<name>/<dim>") -> the embedder's configuration name.
+_RECORDED = {MiniLMEmbedder.name: "minilm", HashingEmbedder.name: "hashing"}
+_KINDS: dict[str, type[Embedder]] = {"minilm": MiniLMEmbedder, "hashing": HashingEmbedder}
+_LOADED: dict[str, Embedder] = {}
+_LOADING = threading.Lock()
+_CACHE_KEY: CacheKey[Embedder] = CacheKey("embedder")
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder of that configuration name (``--embedder``/MNEMOSYNE_EMBEDDER): MiniLM (its
+    model installed with the package) or the model-free hashing one; loaded once per process."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        raise InvalidArgument(
+            f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN"
+        )
+    with _LOADING:
+        loaded = _LOADED.get(name)
+        if loaded is None:
+            loaded = _LOADED[name] = kind()
+    return loaded
+
+
+def configuration_name(recorded: str) -> str:
+    """The configuration name of the embedder a tenant's file records (``hashing-v2/384`` ->
+    ``hashing``); FailedPrecondition for one this version does not run."""
+    name = _RECORDED.get(recorded.rsplit("/", 1)[0])
+    if name is None or f"{make_embedder(name).name}/{make_embedder(name).dim}" != recorded:
+        raise FailedPrecondition(
+            f"this tenant's vectors were made by embedder {recorded}, which this server does not run "
+            f"(it runs {', '.join(EMBEDDERS)}); re-embed it with a version that does",
+            reason="EMBEDDER_MISMATCH",
+        )
+    return name
+
+
+class TenantEmbedders:
+    """The embedder of each tenant: the one its file records, else the one new tenants get."""
+
+    def __init__(self, default: str | Embedder) -> None:
+        self.default = make_embedder(default) if isinstance(default, str) else default
+
+    def of(self, store: TenantStore) -> Embedder:
+        """The tenant's embedder (cached on its open store; ``moved`` changes it)."""
+        known = store.cache.get(_CACHE_KEY)
+        if known is not None:
+            return known
+        with store.read() as txn:
+            recorded = txn.meta("embedder")
+        embedder = self.default if recorded is None else make_embedder(configuration_name(recorded))
+        return store.cache.setdefault(_CACHE_KEY, embedder)
+
+    @staticmethod
+    def moved(store: TenantStore, embedder: Embedder) -> None:
+        """After the commit that recorded ``embedder`` as the tenant's (a re-embedding's last)."""
+        store.cache[_CACHE_KEY] = embedder
