@@ -27,6 +27,13 @@ function kindOf(revision: Json): string {
   return String(revision.kind ?? "").replace("REVISION_KIND_", "").toLowerCase();
 }
 
+/** Whether two memory revisions left the same text and metadata (a revert between them writes
+ * nothing). */
+function sameContent(a: Json, b: Json): boolean {
+  const metadata = (r: Json): string => JSON.stringify(Object.entries((r.metadata ?? {}) as Record<string, string>).sort());
+  return a.text === b.text && metadata(a) === metadata(b);
+}
+
 /** A revert's confirmation in ``box``; ``run`` writes it. */
 function confirmRevert(box: HTMLElement, question: string, run: () => Promise<void>, back: HTMLElement): void {
   const keep = button("Cancel", () => {
@@ -78,7 +85,7 @@ async function memoryHistory(tenant: string, id: string, main: HTMLElement, noti
       const before = n > 0 ? (revisions as Json[])[n - 1] : null;
       const outcome = el("div", { "aria-live": "polite" });
       const revert: HTMLElement | null =
-        newest && r !== newest && r.version !== newest.version && !memory.mergedInto && !memory.forgotten
+        newest && !sameContent(r, newest) && !memory.mergedInto && !memory.forgotten
           ? button(
               `Revert to revision ${r.revision}…`,
               () =>

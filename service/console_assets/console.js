@@ -745,6 +745,10 @@ function byWhom(by) {
 function kindOf(revision) {
   return String(revision.kind ?? "").replace("REVISION_KIND_", "").toLowerCase();
 }
+function sameContent(a, b) {
+  const metadata = (r) => JSON.stringify(Object.entries(r.metadata ?? {}).sort());
+  return a.text === b.text && metadata(a) === metadata(b);
+}
 function confirmRevert(box, question, run, back) {
   const keep = button("Cancel", () => {
     replace(box);
@@ -790,7 +794,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
     const items = revisions.map((r, n) => {
       const before = n > 0 ? revisions[n - 1] : null;
       const outcome = el("div", { "aria-live": "polite" });
-      const revert = newest && r !== newest && r.version !== newest.version && !memory.mergedInto && !memory.forgotten ? button(
+      const revert = newest && !sameContent(r, newest) && !memory.mergedInto && !memory.forgotten ? button(
         `Revert to revision ${r.revision}…`,
         () => confirmRevert(
           outcome,
