@@ -153,7 +153,9 @@ async function memoryHistory(tenant: string, id: string, main: HTMLElement, noti
   } catch (error) {
     replace(list, errorBox(error));
   }
-  (main.querySelector("#history-heading") as HTMLElement | null)?.focus();
+  // After a revert the heading takes the focus (the notice is read next); a first draw leaves it
+  // at the top of the page.
+  if (notice) (main.querySelector("#history-heading") as HTMLElement | null)?.focus();
 }
 
 /** The fast write that created memory ``id``, if one did: ListEvents from a day before its
@@ -285,5 +287,7 @@ async function recordHistory(tenant: string, scope: string, key: string, main: H
   } catch (error) {
     replace(list, errorBox(error));
   }
-  (main.querySelector("#history-heading") as HTMLElement | null)?.focus();
+  // After a revert the heading takes the focus (the notice is read next); a first draw leaves it
+  // at the top of the page.
+  if (notice) (main.querySelector("#history-heading") as HTMLElement | null)?.focus();
 }

@@ -853,7 +853,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
   } catch (error) {
     replace(list, errorBox(error));
   }
-  main2.querySelector("#history-heading")?.focus();
+  if (notice) main2.querySelector("#history-heading")?.focus();
 }
 async function memoryEvent(tenant, id, createdAt, target) {
   if (!createdAt) return;
@@ -975,7 +975,7 @@ async function recordHistory(tenant, scope, key, main2, notice = null) {
   } catch (error) {
     replace(list, errorBox(error));
   }
-  main2.querySelector("#history-heading")?.focus();
+  if (notice) main2.querySelector("#history-heading")?.focus();
 }
 
 // src/memories.ts
