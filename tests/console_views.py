@@ -35,6 +35,9 @@ NOW = datetime(2026, 3, 10, 9, 30, tzinfo=UTC)
 MEMORY_MD = "# Memory\n- Ada leads the Lyon trip\n- budgets are due on Fridays\n- the office moves in May"
 ROADMAP = "# Roadmap\n- March: the Lyon trip\n- April: budgets\n- May: the office moves\n- June: a quiet month\n- July: the summer party"
 WAIT_MS = 15_000
+# The fast write's memory (the fixture's seventh), whose history the fixture fills.
+STANDUP = "The standup moved to 09:15"
+STANDUP_ID = 7
 
 
 def _at(day: int, hour: int) -> float:
@@ -72,9 +75,15 @@ def fill(target: str) -> None:
         for query in ("train to Lyon", "budget", "office"):
             admin.recall(TENANT, query)
         admin.hot_path(TENANT, "enable")
-        admin.retain(TENANT, "The standup moved to 09:15", fast=True)
+        admin.retain(TENANT, STANDUP, fast=True)
         admin.retain(TENANT, f"A note the extractor fails on {POISON}", fast=True)
         admin.hot_path(TENANT, "flush")
+        # Histories: the standup moved, then back (a revert); MEMORY.md edited, then restored.
+        assert admin.get_memory(TENANT, STANDUP_ID).text == STANDUP
+        admin.update_memory(TENANT, STANDUP_ID, STANDUP.replace("09:15", "09:30"))
+        admin.revert_memory(TENANT, STANDUP_ID, 1)
+        admin.update_global(TENANT, MEMORY_MD.replace("on Fridays", "on Thursdays"), 1)
+        admin.revert_record(TENANT, "global", "MEMORY.md", 1, 2)
         admin.retain_batch("beta", ["beta's first note", "beta's second note"])
         admin.retain("gamma", "gamma's only note")
 
@@ -189,6 +198,8 @@ VIEWS = [
     View("records-conflict", f"?tenant={TENANT}&view=records", _conflict),
     View("hot-path", f"?tenant={TENANT}&view=hotpath", _hot_path),
     View("integrity", f"?tenant={TENANT}&view=integrity", _ready("#integrity-verdict")),
+    View("memory-history", f"?tenant={TENANT}&view=history&memory={STANDUP_ID}", _ready("#event-steps li")),
+    View("record-history", f"?tenant={TENANT}&view=history&scope=global&key=MEMORY.md", _ready("#record-revisions li")),
 ]
 
 
@@ -212,6 +223,7 @@ _VOLATILE = [
     (re.compile(r"score \d\.\d{3}"), "score <score>"),
     (re.compile(r"chart of \d+ points"), "chart of <n> points"),
     (re.compile(r"\d+\.\d s\b"), "<seconds>"),
+    (re.compile(r"\d+ ms after"), "<ms> after"),
 ]
 
 

@@ -510,6 +510,139 @@ def test_an_unsaved_edit_and_its_base_survive_a_reload(tabs: Callable[..., Tab],
     )
 
 
+def test_the_merge_base_comes_from_the_revisions_after_a_reload(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    """After a reload the base is read from the record's revisions by the generation the edit
+    started from, not from the tab: a tab whose kept base is wrong still merges against the true
+    one. The tab's copy is used only when the revisions no longer go back that far."""
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    mine = BASE_RECORD.replace("- five", "- five (mine)")
+    page.fill("#record-content", mine)
+    admin.update_global(tenant, BASE_RECORD.replace("- one", "- one (theirs)"), 1)
+    page.reload()
+    # The tab's copy of the base is not the version the edit started from.
+    page.evaluate(
+        """() => { for (const key of Object.keys(sessionStorage)) if (key.includes('draft')) {
+             const d = JSON.parse(sessionStorage.getItem(key)); d.base = '# Memory\\n- not the base';
+             sessionStorage.setItem(key, JSON.stringify(d)); } }"""
+    )
+    _open_global_record(page)
+    page.locator("#draft-restored").wait_for()
+    page.click("#save")
+    page.locator("#conflict").wait_for()
+    assert page.locator("#base-source").text_content() == "from the record's revisions"
+    assert page.locator("#base").text_content() == BASE_RECORD.replace("\n", "")
+    assert _texts(page, "#theirs ins") == ["- one (theirs)"]
+    both = BASE_RECORD.replace("- one", "- one (theirs)").replace("- five", "- five (mine)")
+    assert page.locator("#merged").text_content() == both
+    page.click("#save-merge")
+    page.locator("#saved").wait_for()
+    assert _stored(admin, tenant) == (both, 3)
+    # The revisions pruned past the edit's generation (retention keeps 100): the tab's copy is the base.
+    page.fill("#record-content", both.replace("- three", "- three (mine)"))
+    for generation in range(3, 104):
+        admin.update_global(tenant, f"{both}\n- agent note {generation}", generation)
+    assert min(r.generation for r in admin.list_record_revisions(tenant, "global", "MEMORY.md")[0]) > 3
+    page.click("#save")
+    page.locator("#conflict").wait_for()
+    assert "kept in this tab" in (page.locator("#base-source").text_content() or "")
+    assert page.locator("#base").text_content() == both.replace("\n", "")
+    assert page.locator("#merged").text_content() == f"{both.replace('- three', '- three (mine)')}\n- agent note 103"
+
+
+def test_history_lists_a_memorys_revisions_and_its_fast_write_and_a_revert_adds_one(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.hot_path(tenant, "enable")
+    written = admin.retain(tenant, "The standup moved to 09:15 on Mondays", fast=True)
+    admin.hot_path(tenant, "flush")
+    memory_id = admin.get_event(tenant, written.event_id).created_memory_ids[0]
+    admin.update_memory(tenant, memory_id, "The standup moved to 09:30 on Mondays")
+    admin.update_memory(tenant, memory_id, "The standup moved to 09:45 on Mondays")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
+    page.locator(f'[aria-label="Open memory {memory_id}"]').first.click()
+    page.click("#memory-history")
+    page.locator("#memory-revisions li").nth(2).wait_for()
+    assert [page.locator("#memory-revisions > li").nth(i).get_attribute("data-kind") for i in range(3)] == [
+        "retained",
+        "updated",
+        "updated",
+    ]
+    third = page.locator('#memory-revisions li[data-revision="3"]')
+    assert _texts(page, '#memory-revisions li[data-revision="3"] ins') == ["45"]  # jsdiff's words: "09", ":", "45"
+    assert _texts(page, '#memory-revisions li[data-revision="3"] del') == ["30"]
+    assert "through grpc" in (third.text_content() or "")
+    ledger = [r.ledger_seq for r in admin.list_memory_revisions(tenant, memory_id)]
+    assert f"audit entry {ledger[2]}" in (third.text_content() or "")
+    page.locator("#event-steps li").nth(1).wait_for()
+    assert page.locator("#memory-events h2").text_content() == f"Its fast write: event {written.event_id}"
+    assert [page.locator("#event-steps li").nth(i).get_attribute("data-step") for i in range(2)] == [
+        "accepted",
+        "succeeded",
+    ]
+    # No revert of the newest revision; a revert to the first asks, then adds revision 4.
+    assert third.locator("[data-revert]").count() == 0
+    page.click('[data-revert="1"]')
+    page.get_by_role("button", name="Cancel").click()
+    assert len(admin.list_memory_revisions(tenant, memory_id)) == 3
+    page.click('[data-revert="1"]')
+    page.click("#confirm-revert")
+    page.locator("#reverted").wait_for()
+    page.locator('#memory-revisions li[data-revision="4"]').wait_for()
+    assert page.locator("#memory-revisions > li").count() == 4
+    assert page.locator('#memory-revisions li[data-revision="4"]').get_attribute("data-kind") == "reverted"
+    assert admin.get_memory(tenant, memory_id).text == "The standup moved to 09:15 on Mondays"
+    assert [r.kind for r in admin.list_memory_revisions(tenant, memory_id)] == [
+        "retained",
+        "updated",
+        "updated",
+        "reverted",
+    ]
+
+
+def test_history_lists_a_records_generations_and_a_revert_keeps_to_the_generation_read(
+    tabs: Callable[..., Tab], admin: MemoryClient
+) -> None:
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    admin.update_global(tenant, BASE_RECORD.replace("- two", "- two, edited"), 1)
+    admin.update_global(tenant, BASE_RECORD.replace("- two", "- two, edited").replace("- five", "- five, edited"), 2)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    page.click("#record-history")
+    page.locator("#record-revisions li").nth(2).wait_for()
+    assert [page.locator("#record-revisions > li").nth(i).get_attribute("data-generation") for i in range(3)] == [
+        "1",
+        "2",
+        "3",
+    ]
+    assert _texts(page, '#record-revisions li[data-generation="3"] ins') == ["- five, edited"]
+    assert _texts(page, '#record-revisions li[data-generation="3"] del') == ["- five"]
+    # A revert from a stale history is refused and writes nothing.
+    admin.update_global(tenant, BASE_RECORD.replace("- one", "- one, by an agent"), 3)
+    page.click('[data-revert="1"]')
+    page.click("#confirm-revert")
+    page.locator("#revert-refused").wait_for()
+    page.locator('#record-revisions li[data-generation="4"]').wait_for()
+    assert _stored(admin, tenant) == (BASE_RECORD.replace("- one", "- one, by an agent"), 4)
+    assert page.locator("#record-revisions > li").count() == 4
+    # From the history read again: the revert is generation 5, with generation 1's content.
+    page.click('[data-revert="1"]')
+    page.click("#confirm-revert")
+    page.locator("#reverted").wait_for()
+    page.locator('#record-revisions li[data-generation="5"]').wait_for()
+    assert _stored(admin, tenant) == (BASE_RECORD, 5)
+    assert page.locator("#record-revisions > li").count() == 5
+    last = page.locator('#record-revisions li[data-generation="5"]')
+    assert "by revert_record" in (last.text_content() or "")
+
+
 def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     admin.edit_records(

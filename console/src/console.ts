@@ -5,6 +5,7 @@
 
 import { ApiError, type Json, failure, get, headers, post, setToken, tenantPath, token } from "./api.js";
 import { button, el, errorBox, replace, timeEl } from "./dom.js";
+import { historyView } from "./history.js";
 import { memoriesView } from "./memories.js";
 import { acrossTenants, overviewView } from "./overview.js";
 import { recordsView } from "./records.js";
@@ -104,6 +105,7 @@ async function render(): Promise<void> {
     records: recordsView,
     hotpath: hotPathView,
     integrity: integrityView,
+    history: historyView, // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
   const draw = tenant ? views[view] : undefined;
   await (draw ? draw(tenant, main) : tenantsView());

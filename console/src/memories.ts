@@ -6,6 +6,7 @@
 
 import { type Json, get, post, requestId, tenantPath } from "./api.js";
 import { type Child, button, el, errorBox, replace, timeEl } from "./dom.js";
+import { historyHref } from "./history.js";
 
 const MEMORY_PAGE = 20;
 const SEARCH_K = 50;
@@ -180,6 +181,7 @@ async function openMemory(c: Card, target: HTMLElement, id: string, changed: () 
         "div",
         { class: "row" },
         memory.thread?.id ? button("Show the thread", () => void showThread(), { id: "show-thread" }) : null,
+        memory.forgotten ? null : el("a", { href: historyHref(c.tenant, { memory: id }), id: "memory-history" }, "History"),
         memory.forgotten ? null : forget,
       ),
       confirm,

@@ -3,13 +3,16 @@
 // writes nothing; the page then shows the version the edit started from (the base), theirs and
 // mine, and merges them so that neither side's change is lost without a person choosing it.
 //
-// The base is kept in this tab's sessionStorage with its generation (with the unsaved text), so a
-// reload keeps both: the server keeps no record revisions to fetch it from yet.
+// The base is read from the record's revisions by the generation the edit started from, so it
+// survives a reload. This tab also keeps it in sessionStorage with the unsaved text: that copy is
+// used only when the revision is gone (retention keeps a record's newest 100, a delete erases the
+// ones before it).
 
-import { diffArrays } from "diff";
-import { ApiError, get, post, requestId, tenantPath } from "./api.js";
+import { ApiError, type Json, get, post, requestId, tenantPath } from "./api.js";
+import { linesMarked } from "./diffs.js";
 import { button, el, errorBox, replace } from "./dom.js";
-import { type Block, type Choice, merge3, mergedText, splitLines } from "./merge.js";
+import { historyHref } from "./history.js";
+import { type Block, type Choice, merge3, mergedText } from "./merge.js";
 
 /** An edit in progress: the record's content at ``generation`` (null when the record did not
  * exist then), and the text the person is writing (null: delete the record). */
@@ -215,6 +218,7 @@ function editor(p: Place, edit: Edit, restored: boolean): void {
             { class: "danger", id: "delete" },
           ),
       button("Back to the scope", () => void openScope(p.tenant, p.scope, p.target)),
+      edit.base === null ? null : el("a", { href: historyHref(p.tenant, { scope: p.scope, key: p.key }), id: "record-history" }, "History"),
     ),
     outcome,
   );
@@ -238,25 +242,32 @@ async function theirs(p: Place): Promise<{ generation: string; text: string | nu
   }
 }
 
-/** A text beside its base, line by line: added lines marked <ins>, removed ones <del>. */
-function marked(base: string | null, text: string | null, id: string, label: string): HTMLElement {
-  const box = el("pre", { id, class: "diff", "aria-label": label, tabindex: "0" });
-  if (text === null) {
-    box.append(el("em", {}, "(deleted)"));
-    return box;
+/** The record's content at scope generation ``generation`` from its revisions (the newest at or
+ * below it: null after a delete), or ``null`` when no revision says: none is kept that old. */
+async function baseFromRevisions(p: Place, generation: string): Promise<{ text: string | null } | null> {
+  let answer: Json;
+  try {
+    answer = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
+  } catch (error) {
+    if (error instanceof ApiError && error.reason === "RECORD_NOT_FOUND") return null;
+    throw error;
   }
-  for (const part of diffArrays(base === null ? [] : splitLines(base), splitLines(text))) {
-    for (const line of part.value) {
-      const tag = part.added ? "ins" : part.removed ? "del" : "span";
-      box.append(el(tag, { class: "line" }, line));
-    }
-  }
-  return box;
+  const atOrBefore = ((answer.revisions ?? []) as Json[]).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
+  const last = atOrBefore[atOrBefore.length - 1];
+  if (!last) return null;
+  return { text: last.op === "delete" ? null : String(last.content ?? "") };
 }
 
-async function conflict(p: Place, edit: Edit, notice: string): Promise<void> {
+async function conflict(p: Place, kept: Edit, notice: string): Promise<void> {
   let now: { generation: string; text: string | null };
+  let edit = kept;
+  let baseSource = "kept in this tab: the record's revisions no longer go back to it";
   try {
+    const fetched = await baseFromRevisions(p, kept.generation);
+    if (fetched) {
+      edit = { ...kept, base: fetched.text };
+      baseSource = "from the record's revisions";
+    }
     now = await theirs(p);
   } catch (error) {
     replace(p.target.querySelector("#save-outcome") ?? p.target, errorBox(error));
@@ -277,9 +288,9 @@ async function conflict(p: Place, edit: Edit, notice: string): Promise<void> {
     el(
       "div",
       { class: "three-way" },
-      el("div", {}, el("h3", {}, `Base (generation ${edit.generation}, where you started)`), marked(edit.base, edit.base, "base", "Base")),
-      el("div", {}, el("h3", {}, `Theirs (stored, generation ${now.generation})`), marked(edit.base, now.text, "theirs", "Theirs, compared with the base")),
-      el("div", {}, el("h3", {}, "Mine (not saved)"), marked(edit.base, edit.mine, "yours", "Mine, compared with the base")),
+      el("div", {}, el("h3", {}, `Base (generation ${edit.generation}, where you started; `, el("span", { id: "base-source" }, baseSource), ")"), linesMarked(edit.base, edit.base, "base", "Base")),
+      el("div", {}, el("h3", {}, `Theirs (stored, generation ${now.generation})`), linesMarked(edit.base, now.text, "theirs", "Theirs, compared with the base")),
+      el("div", {}, el("h3", {}, "Mine (not saved)"), linesMarked(edit.base, edit.mine, "yours", "Mine, compared with the base")),
     ),
     choices,
     el(

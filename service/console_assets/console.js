@@ -77,6 +77,9 @@ var ADVICE = {
   RECORDS_LIMIT: "This scope already holds as many records as the server allows. Delete one first.",
   RECORDS_CHANGED: "The records changed while they were being listed. Open the scope again.",
   GENERATION_MISMATCH: "Someone else saved this scope since you opened it.",
+  REVISION_NOT_FOUND: "That revision is gone (pruned by retention, or the record was deleted since). Read the history again.",
+  MEMORY_DUPLICATE: "Another memory holds that text now: forget or update that one first.",
+  MEMORY_MERGED: "This memory was merged into another as a near duplicate: revert or update that one.",
   QUEUE_FULL: "The server is busy with this tenant. Try again in a few seconds.",
   SHUTTING_DOWN: "The server is shutting down. Try again when it is back.",
   HOT_PATH_DISABLED: "The hot path is off for this tenant. Enable it first.",
@@ -129,6 +132,850 @@ function when(stamp) {
 }
 function timeEl(stamp) {
   return el("time", stamp ? { datetime: stamp } : {}, when(stamp));
+}
+
+// node_modules/diff/libesm/diff/base.js
+var Diff = class {
+  diff(oldStr, newStr, options = {}) {
+    let callback;
+    if (typeof options === "function") {
+      callback = options;
+      options = {};
+    } else if ("callback" in options) {
+      callback = options.callback;
+    }
+    const oldString = this.castInput(oldStr, options);
+    const newString = this.castInput(newStr, options);
+    const oldTokens = this.removeEmpty(this.tokenize(oldString, options));
+    const newTokens = this.removeEmpty(this.tokenize(newString, options));
+    return this.diffWithOptionsObj(oldTokens, newTokens, options, callback);
+  }
+  diffWithOptionsObj(oldTokens, newTokens, options, callback) {
+    var _a;
+    const done = (value) => {
+      value = this.postProcess(value, options);
+      if (callback) {
+        setTimeout(function() {
+          callback(value);
+        }, 0);
+        return void 0;
+      } else {
+        return value;
+      }
+    };
+    const newLen = newTokens.length, oldLen = oldTokens.length;
+    let editLength = 1;
+    let maxEditLength = newLen + oldLen;
+    if (options.maxEditLength != null) {
+      maxEditLength = Math.min(maxEditLength, options.maxEditLength);
+    }
+    const maxExecutionTime = (_a = options.timeout) !== null && _a !== void 0 ? _a : Infinity;
+    const abortAfterTimestamp = Date.now() + maxExecutionTime;
+    const bestPath = [{ oldPos: -1, lastComponent: void 0 }];
+    let newPos = this.extractCommon(bestPath[0], newTokens, oldTokens, 0, options);
+    if (bestPath[0].oldPos + 1 >= oldLen && newPos + 1 >= newLen) {
+      return done(this.buildValues(bestPath[0].lastComponent, newTokens, oldTokens));
+    }
+    let minDiagonalToConsider = -Infinity, maxDiagonalToConsider = Infinity;
+    const execEditLength = () => {
+      for (let diagonalPath = Math.max(minDiagonalToConsider, -editLength); diagonalPath <= Math.min(maxDiagonalToConsider, editLength); diagonalPath += 2) {
+        let basePath;
+        const removePath = bestPath[diagonalPath - 1], addPath = bestPath[diagonalPath + 1];
+        if (removePath) {
+          bestPath[diagonalPath - 1] = void 0;
+        }
+        let canAdd = false;
+        if (addPath) {
+          const addPathNewPos = addPath.oldPos - diagonalPath;
+          canAdd = addPath && 0 <= addPathNewPos && addPathNewPos < newLen;
+        }
+        const canRemove = removePath && removePath.oldPos + 1 < oldLen;
+        if (!canAdd && !canRemove) {
+          bestPath[diagonalPath] = void 0;
+          continue;
+        }
+        if (!canRemove || canAdd && removePath.oldPos < addPath.oldPos) {
+          basePath = this.addToPath(addPath, true, false, 0, options);
+        } else {
+          basePath = this.addToPath(removePath, false, true, 1, options);
+        }
+        newPos = this.extractCommon(basePath, newTokens, oldTokens, diagonalPath, options);
+        if (basePath.oldPos + 1 >= oldLen && newPos + 1 >= newLen) {
+          return done(this.buildValues(basePath.lastComponent, newTokens, oldTokens)) || true;
+        } else {
+          bestPath[diagonalPath] = basePath;
+          if (basePath.oldPos + 1 >= oldLen) {
+            maxDiagonalToConsider = Math.min(maxDiagonalToConsider, diagonalPath - 1);
+          }
+          if (newPos + 1 >= newLen) {
+            minDiagonalToConsider = Math.max(minDiagonalToConsider, diagonalPath + 1);
+          }
+        }
+      }
+      editLength++;
+    };
+    if (callback) {
+      (function exec() {
+        setTimeout(function() {
+          if (editLength > maxEditLength || Date.now() > abortAfterTimestamp) {
+            return callback(void 0);
+          }
+          if (!execEditLength()) {
+            exec();
+          }
+        }, 0);
+      })();
+    } else {
+      while (editLength <= maxEditLength && Date.now() <= abortAfterTimestamp) {
+        const ret = execEditLength();
+        if (ret) {
+          return ret;
+        }
+      }
+    }
+  }
+  addToPath(path, added, removed, oldPosInc, options) {
+    const last = path.lastComponent;
+    if (last && !options.oneChangePerToken && last.added === added && last.removed === removed) {
+      return {
+        oldPos: path.oldPos + oldPosInc,
+        lastComponent: { count: last.count + 1, added, removed, previousComponent: last.previousComponent }
+      };
+    } else {
+      return {
+        oldPos: path.oldPos + oldPosInc,
+        lastComponent: { count: 1, added, removed, previousComponent: last }
+      };
+    }
+  }
+  extractCommon(basePath, newTokens, oldTokens, diagonalPath, options) {
+    const newLen = newTokens.length, oldLen = oldTokens.length;
+    let oldPos = basePath.oldPos, newPos = oldPos - diagonalPath, commonCount = 0;
+    while (newPos + 1 < newLen && oldPos + 1 < oldLen && this.equals(oldTokens[oldPos + 1], newTokens[newPos + 1], options)) {
+      newPos++;
+      oldPos++;
+      commonCount++;
+      if (options.oneChangePerToken) {
+        basePath.lastComponent = { count: 1, previousComponent: basePath.lastComponent, added: false, removed: false };
+      }
+    }
+    if (commonCount && !options.oneChangePerToken) {
+      basePath.lastComponent = { count: commonCount, previousComponent: basePath.lastComponent, added: false, removed: false };
+    }
+    basePath.oldPos = oldPos;
+    return newPos;
+  }
+  equals(left, right, options) {
+    if (options.comparator) {
+      return options.comparator(left, right);
+    } else {
+      return left === right || !!options.ignoreCase && left.toLowerCase() === right.toLowerCase();
+    }
+  }
+  removeEmpty(array) {
+    const ret = [];
+    for (let i = 0; i < array.length; i++) {
+      if (array[i]) {
+        ret.push(array[i]);
+      }
+    }
+    return ret;
+  }
+  // eslint-disable-next-line @typescript-eslint/no-unused-vars
+  castInput(value, options) {
+    return value;
+  }
+  // eslint-disable-next-line @typescript-eslint/no-unused-vars
+  tokenize(value, options) {
+    return Array.from(value);
+  }
+  join(chars) {
+    return chars.join("");
+  }
+  postProcess(changeObjects, options) {
+    return changeObjects;
+  }
+  get useLongestToken() {
+    return false;
+  }
+  buildValues(lastComponent, newTokens, oldTokens) {
+    const components = [];
+    let nextComponent;
+    while (lastComponent) {
+      components.push(lastComponent);
+      nextComponent = lastComponent.previousComponent;
+      delete lastComponent.previousComponent;
+      lastComponent = nextComponent;
+    }
+    components.reverse();
+    const componentLen = components.length;
+    let componentPos = 0, newPos = 0, oldPos = 0;
+    for (; componentPos < componentLen; componentPos++) {
+      const component = components[componentPos];
+      if (!component.removed) {
+        if (!component.added && this.useLongestToken) {
+          let value = newTokens.slice(newPos, newPos + component.count);
+          value = value.map(function(value2, i) {
+            const oldValue = oldTokens[oldPos + i];
+            return oldValue.length > value2.length ? oldValue : value2;
+          });
+          component.value = this.join(value);
+        } else {
+          component.value = this.join(newTokens.slice(newPos, newPos + component.count));
+        }
+        newPos += component.count;
+        if (!component.added) {
+          oldPos += component.count;
+        }
+      } else {
+        component.value = this.join(oldTokens.slice(oldPos, oldPos + component.count));
+        oldPos += component.count;
+      }
+    }
+    return components;
+  }
+};
+
+// node_modules/diff/libesm/util/string.js
+function longestCommonPrefix(str1, str2) {
+  let i;
+  for (i = 0; i < str1.length && i < str2.length; i++) {
+    if (str1[i] != str2[i]) {
+      return str1.slice(0, i);
+    }
+  }
+  return str1.slice(0, i);
+}
+function longestCommonSuffix(str1, str2) {
+  let i;
+  if (!str1 || !str2 || str1[str1.length - 1] != str2[str2.length - 1]) {
+    return "";
+  }
+  for (i = 0; i < str1.length && i < str2.length; i++) {
+    if (str1[str1.length - (i + 1)] != str2[str2.length - (i + 1)]) {
+      return str1.slice(-i);
+    }
+  }
+  return str1.slice(-i);
+}
+function replacePrefix(string, oldPrefix, newPrefix) {
+  if (string.slice(0, oldPrefix.length) != oldPrefix) {
+    throw Error(`string ${JSON.stringify(string)} doesn't start with prefix ${JSON.stringify(oldPrefix)}; this is a bug`);
+  }
+  return newPrefix + string.slice(oldPrefix.length);
+}
+function replaceSuffix(string, oldSuffix, newSuffix) {
+  if (!oldSuffix) {
+    return string + newSuffix;
+  }
+  if (string.slice(-oldSuffix.length) != oldSuffix) {
+    throw Error(`string ${JSON.stringify(string)} doesn't end with suffix ${JSON.stringify(oldSuffix)}; this is a bug`);
+  }
+  return string.slice(0, -oldSuffix.length) + newSuffix;
+}
+function removePrefix(string, oldPrefix) {
+  return replacePrefix(string, oldPrefix, "");
+}
+function removeSuffix(string, oldSuffix) {
+  return replaceSuffix(string, oldSuffix, "");
+}
+function maximumOverlap(string1, string2) {
+  return string2.slice(0, overlapCount(string1, string2));
+}
+function overlapCount(a, b) {
+  let startA = 0;
+  if (a.length > b.length) {
+    startA = a.length - b.length;
+  }
+  let endB = b.length;
+  if (a.length < b.length) {
+    endB = a.length;
+  }
+  const map = Array(endB);
+  let k = 0;
+  map[0] = 0;
+  for (let j = 1; j < endB; j++) {
+    if (b[j] == b[k]) {
+      map[j] = map[k];
+    } else {
+      map[j] = k;
+    }
+    while (k > 0 && b[j] != b[k]) {
+      k = map[k];
+    }
+    if (b[j] == b[k]) {
+      k++;
+    }
+  }
+  k = 0;
+  for (let i = startA; i < a.length; i++) {
+    while (k > 0 && a[i] != b[k]) {
+      k = map[k];
+    }
+    if (a[i] == b[k]) {
+      k++;
+    }
+  }
+  return k;
+}
+function segment(string, segmenter) {
+  const parts = [];
+  for (const segmentObj of Array.from(segmenter.segment(string))) {
+    const segment2 = segmentObj.segment;
+    if (parts.length && /\s/.test(parts[parts.length - 1]) && /\s/.test(segment2)) {
+      parts[parts.length - 1] += segment2;
+    } else {
+      parts.push(segment2);
+    }
+  }
+  return parts;
+}
+function trailingWs(string, segmenter) {
+  if (segmenter) {
+    return leadingAndTrailingWs(string, segmenter)[1];
+  }
+  let i;
+  for (i = string.length - 1; i >= 0; i--) {
+    if (!string[i].match(/\s/)) {
+      break;
+    }
+  }
+  return string.substring(i + 1);
+}
+function leadingWs(string, segmenter) {
+  if (segmenter) {
+    return leadingAndTrailingWs(string, segmenter)[0];
+  }
+  const match = string.match(/^\s*/);
+  return match ? match[0] : "";
+}
+function leadingAndTrailingWs(string, segmenter) {
+  if (!segmenter) {
+    return [leadingWs(string), trailingWs(string)];
+  }
+  if (segmenter.resolvedOptions().granularity != "word") {
+    throw new Error('The segmenter passed must have a granularity of "word"');
+  }
+  const segments = segment(string, segmenter);
+  const firstSeg = segments[0];
+  const lastSeg = segments[segments.length - 1];
+  const head = /\s/.test(firstSeg) ? firstSeg : "";
+  const tail = /\s/.test(lastSeg) ? lastSeg : "";
+  return [head, tail];
+}
+
+// node_modules/diff/libesm/diff/word.js
+var extendedWordChars = "a-zA-Z0-9_\\u{AD}\\u{C0}-\\u{D6}\\u{D8}-\\u{F6}\\u{F8}-\\u{2C6}\\u{2C8}-\\u{2D7}\\u{2DE}-\\u{2FF}\\u{1E00}-\\u{1EFF}";
+var tokenizeIncludingWhitespace = new RegExp(`[${extendedWordChars}]+|\\s+|[^${extendedWordChars}]`, "ug");
+var WordDiff = class extends Diff {
+  equals(left, right, options) {
+    if (options.ignoreCase) {
+      left = left.toLowerCase();
+      right = right.toLowerCase();
+    }
+    return left.trim() === right.trim();
+  }
+  tokenize(value, options = {}) {
+    let parts;
+    if (options.intlSegmenter) {
+      const segmenter = options.intlSegmenter;
+      if (segmenter.resolvedOptions().granularity != "word") {
+        throw new Error('The segmenter passed must have a granularity of "word"');
+      }
+      parts = segment(value, segmenter);
+    } else {
+      parts = value.match(tokenizeIncludingWhitespace) || [];
+    }
+    const tokens = [];
+    let prevPart = null;
+    parts.forEach((part) => {
+      if (/\s/.test(part)) {
+        if (prevPart == null) {
+          tokens.push(part);
+        } else {
+          tokens.push(tokens.pop() + part);
+        }
+      } else if (prevPart != null && /\s/.test(prevPart)) {
+        if (tokens[tokens.length - 1] == prevPart) {
+          tokens.push(tokens.pop() + part);
+        } else {
+          tokens.push(prevPart + part);
+        }
+      } else {
+        tokens.push(part);
+      }
+      prevPart = part;
+    });
+    return tokens;
+  }
+  join(tokens) {
+    return tokens.map((token2, i) => {
+      if (i == 0) {
+        return token2;
+      } else {
+        return token2.replace(/^\s+/, "");
+      }
+    }).join("");
+  }
+  postProcess(changes, options) {
+    if (!changes || options.oneChangePerToken) {
+      return changes;
+    }
+    let lastKeep = null;
+    let insertion = null;
+    let deletion = null;
+    changes.forEach((change2) => {
+      if (change2.added) {
+        insertion = change2;
+      } else if (change2.removed) {
+        deletion = change2;
+      } else {
+        if (insertion || deletion) {
+          dedupeWhitespaceInChangeObjects(lastKeep, deletion, insertion, change2, options.intlSegmenter);
+        }
+        lastKeep = change2;
+        insertion = null;
+        deletion = null;
+      }
+    });
+    if (insertion || deletion) {
+      dedupeWhitespaceInChangeObjects(lastKeep, deletion, insertion, null, options.intlSegmenter);
+    }
+    return changes;
+  }
+};
+var wordDiff = new WordDiff();
+function dedupeWhitespaceInChangeObjects(startKeep, deletion, insertion, endKeep, segmenter) {
+  if (deletion && insertion) {
+    const [oldWsPrefix, oldWsSuffix] = leadingAndTrailingWs(deletion.value, segmenter);
+    const [newWsPrefix, newWsSuffix] = leadingAndTrailingWs(insertion.value, segmenter);
+    if (startKeep) {
+      const commonWsPrefix = longestCommonPrefix(oldWsPrefix, newWsPrefix);
+      startKeep.value = replaceSuffix(startKeep.value, newWsPrefix, commonWsPrefix);
+      deletion.value = removePrefix(deletion.value, commonWsPrefix);
+      insertion.value = removePrefix(insertion.value, commonWsPrefix);
+    }
+    if (endKeep) {
+      const commonWsSuffix = longestCommonSuffix(oldWsSuffix, newWsSuffix);
+      endKeep.value = replacePrefix(endKeep.value, newWsSuffix, commonWsSuffix);
+      deletion.value = removeSuffix(deletion.value, commonWsSuffix);
+      insertion.value = removeSuffix(insertion.value, commonWsSuffix);
+    }
+  } else if (insertion) {
+    if (startKeep) {
+      const ws = leadingWs(insertion.value, segmenter);
+      insertion.value = insertion.value.substring(ws.length);
+    }
+    if (endKeep) {
+      const ws = leadingWs(endKeep.value, segmenter);
+      endKeep.value = endKeep.value.substring(ws.length);
+    }
+  } else if (startKeep && endKeep) {
+    const newWsFull = leadingWs(endKeep.value, segmenter), [delWsStart, delWsEnd] = leadingAndTrailingWs(deletion.value, segmenter);
+    const newWsStart = longestCommonPrefix(newWsFull, delWsStart);
+    deletion.value = removePrefix(deletion.value, newWsStart);
+    const newWsEnd = longestCommonSuffix(removePrefix(newWsFull, newWsStart), delWsEnd);
+    deletion.value = removeSuffix(deletion.value, newWsEnd);
+    endKeep.value = replacePrefix(endKeep.value, newWsFull, newWsEnd);
+    startKeep.value = replaceSuffix(startKeep.value, newWsFull, newWsFull.slice(0, newWsFull.length - newWsEnd.length));
+  } else if (endKeep) {
+    const endKeepWsPrefix = leadingWs(endKeep.value, segmenter);
+    const deletionWsSuffix = trailingWs(deletion.value, segmenter);
+    const overlap = maximumOverlap(deletionWsSuffix, endKeepWsPrefix);
+    deletion.value = removeSuffix(deletion.value, overlap);
+  } else if (startKeep) {
+    const startKeepWsSuffix = trailingWs(startKeep.value, segmenter);
+    const deletionWsPrefix = leadingWs(deletion.value, segmenter);
+    const overlap = maximumOverlap(startKeepWsSuffix, deletionWsPrefix);
+    deletion.value = removePrefix(deletion.value, overlap);
+  }
+}
+var WordsWithSpaceDiff = class extends Diff {
+  tokenize(value) {
+    const regex = new RegExp(`(\\r?\\n)|[${extendedWordChars}]+|[^\\S\\n\\r]+|[^${extendedWordChars}]`, "ug");
+    return value.match(regex) || [];
+  }
+};
+var wordsWithSpaceDiff = new WordsWithSpaceDiff();
+function diffWordsWithSpace(oldStr, newStr, options) {
+  return wordsWithSpaceDiff.diff(oldStr, newStr, options);
+}
+
+// node_modules/diff/libesm/diff/array.js
+var ArrayDiff = class extends Diff {
+  tokenize(value) {
+    return value.slice();
+  }
+  join(value) {
+    return value;
+  }
+  removeEmpty(value) {
+    return value;
+  }
+};
+var arrayDiff = new ArrayDiff();
+function diffArrays(oldArr, newArr, options) {
+  return arrayDiff.diff(oldArr, newArr, options);
+}
+
+// src/merge.ts
+function splitLines(text) {
+  return text.split("\n");
+}
+function hunks(base, other, side) {
+  const found = [];
+  let at = 0;
+  let open2 = null;
+  for (const change2 of diffArrays(base, other)) {
+    if (!change2.added && !change2.removed) {
+      if (open2) found.push(open2);
+      open2 = null;
+      at += change2.count ?? change2.value.length;
+      continue;
+    }
+    open2 ??= { side, start: at, end: at, lines: [] };
+    if (change2.removed) {
+      at += change2.value.length;
+      open2.end = at;
+    } else {
+      open2.lines.push(...change2.value);
+    }
+  }
+  if (open2) found.push(open2);
+  return found;
+}
+function applied(base, start, end, side) {
+  const out = [];
+  let at = start;
+  for (const h of side) {
+    out.push(...base.slice(at, h.start), ...h.lines);
+    at = h.end;
+  }
+  out.push(...base.slice(at, end));
+  return out;
+}
+function same(a, b) {
+  return a.length === b.length && a.every((line, i) => line === b[i]);
+}
+function merge3(base, theirs2, mine) {
+  const lines = splitLines(base);
+  const all = [...hunks(lines, splitLines(theirs2), "theirs"), ...hunks(lines, splitLines(mine), "mine")].sort(
+    (a, b) => a.start - b.start || a.end - b.end
+  );
+  const blocks = [];
+  const agreed = (more) => {
+    const last = blocks[blocks.length - 1];
+    if (last?.kind === "agreed") last.lines.push(...more);
+    else if (more.length) blocks.push({ kind: "agreed", lines: [...more] });
+  };
+  let at = 0;
+  let i = 0;
+  while (i < all.length) {
+    const group = [all[i]];
+    const starts = /* @__PURE__ */ new Set([all[i].start]);
+    let end = all[i].end;
+    for (i += 1; i < all.length && (all[i].start < end || starts.has(all[i].start)); i += 1) {
+      group.push(all[i]);
+      starts.add(all[i].start);
+      end = Math.max(end, all[i].end);
+    }
+    const start = group[0].start;
+    agreed(lines.slice(at, start));
+    at = end;
+    const ours = group.filter((h) => h.side === "mine");
+    const theirsHunks = group.filter((h) => h.side === "theirs");
+    const mineLines = applied(lines, start, end, ours);
+    const theirLines = applied(lines, start, end, theirsHunks);
+    if (!ours.length) agreed(theirLines);
+    else if (!theirsHunks.length || same(mineLines, theirLines)) agreed(mineLines);
+    else blocks.push({ kind: "overlap", base: lines.slice(start, end), theirs: theirLines, mine: mineLines });
+  }
+  agreed(lines.slice(at));
+  return blocks;
+}
+function mergedText(blocks, choices) {
+  const out = [];
+  let n = 0;
+  for (const block of blocks) {
+    if (block.kind === "agreed") {
+      out.push(...block.lines);
+      continue;
+    }
+    const choice = choices[n++];
+    if (!choice) return null;
+    if (choice !== "mine") out.push(...block.theirs);
+    if (choice !== "theirs") out.push(...block.mine);
+  }
+  return out.join("\n");
+}
+
+// src/diffs.ts
+function linesMarked(base, text, id, label) {
+  const box = el("pre", { ...id ? { id } : {}, class: "diff", "aria-label": label, tabindex: "0" });
+  if (text === null) {
+    box.append(el("em", {}, "(deleted)"));
+    return box;
+  }
+  for (const part of diffArrays(base === null ? [] : splitLines(base), splitLines(text))) {
+    for (const line of part.value) {
+      const tag = part.added ? "ins" : part.removed ? "del" : "span";
+      box.append(el(tag, { class: "line" }, line));
+    }
+  }
+  return box;
+}
+function wordsMarked(base, text, label) {
+  const box = el("p", { class: "words", "aria-label": label });
+  for (const part of diffWordsWithSpace(base, text)) {
+    box.append(part.added ? el("ins", {}, part.value) : part.removed ? el("del", {}, part.value) : part.value);
+  }
+  return box;
+}
+
+// src/history.ts
+var EVENT_WINDOW_MS = 24 * 3600 * 1e3;
+var EVENT_PAGE = 1e3;
+function historyHref(tenant, subject) {
+  return `?${new URLSearchParams({ tenant, view: "history", ...subject }).toString()}`;
+}
+function byWhom(by) {
+  const surface = by?.surface ? `through ${by.surface}` : "before revisions were kept";
+  return by?.tokenName ? `${by.tokenName}, ${surface}` : surface;
+}
+function kindOf(revision) {
+  return String(revision.kind ?? "").replace("REVISION_KIND_", "").toLowerCase();
+}
+function sameContent(a, b) {
+  const metadata = (r) => JSON.stringify(Object.entries(r.metadata ?? {}).sort());
+  return a.text === b.text && metadata(a) === metadata(b);
+}
+function confirmRevert(box, question, run, back) {
+  const keep = button("Cancel", () => {
+    replace(box);
+    back.focus();
+  });
+  replace(
+    box,
+    el(
+      "div",
+      { class: "confirm", role: "alertdialog", "aria-label": "Confirm reverting" },
+      el("p", {}, question),
+      el("div", { class: "row" }, button("Revert", () => void run(), { class: "danger", id: "confirm-revert" }), keep)
+    )
+  );
+  keep.focus();
+}
+async function historyView(tenant, main2) {
+  const params = new URLSearchParams(location.search);
+  const memory = params.get("memory");
+  const scope = params.get("scope");
+  const key = params.get("key");
+  if (memory) await memoryHistory(tenant, memory, main2);
+  else if (scope && key) await recordHistory(tenant, scope, key, main2);
+  else replace(main2, el("h1", {}, "History"), el("p", {}, "Open a memory or a record, then its History."));
+}
+async function memoryHistory(tenant, id, main2, notice = null) {
+  const list = el("div", { id: "history" }, "Reading the revisions…");
+  const events = el("section", { id: "memory-events", "aria-label": "Its fast write" });
+  replace(
+    main2,
+    el("h1", { tabindex: "-1", id: "history-heading" }, `History of memory #${id}`),
+    el("p", { class: "meta" }, el("a", { href: `?${new URLSearchParams({ tenant }).toString()}` }, "Back to the memories")),
+    notice,
+    list,
+    events
+  );
+  try {
+    const [{ revisions = [] }, { memory }] = await Promise.all([
+      get(tenantPath(tenant, `/memories/${encodeURIComponent(id)}/revisions`)),
+      get(tenantPath(tenant, `/memories/${encodeURIComponent(id)}`))
+    ]);
+    const newest = revisions[revisions.length - 1];
+    const items = revisions.map((r, n) => {
+      const before = n > 0 ? revisions[n - 1] : null;
+      const outcome = el("div", { "aria-live": "polite" });
+      const revert = newest && !sameContent(r, newest) && !memory.mergedInto && !memory.forgotten ? button(
+        `Revert to revision ${r.revision}…`,
+        () => confirmRevert(
+          outcome,
+          `Restore the text and metadata of revision ${r.revision} as a new revision of memory #${id}?`,
+          async () => {
+            try {
+              const answer = await post(tenantPath(tenant, `/memories/${encodeURIComponent(id)}:revert`), {
+                revision: r.revision,
+                requestId: requestId()
+              });
+              await memoryHistory(
+                tenant,
+                id,
+                main2,
+                el(
+                  "p",
+                  { class: "notice", role: "status", id: "reverted" },
+                  answer.revision ? `Reverted: revision ${r.revision} is restored as revision ${answer.revision}.` : `Memory #${id} has the content of revision ${r.revision} already: nothing was written.`
+                )
+              );
+            } catch (error) {
+              replace(outcome, errorBox(error));
+            }
+          },
+          revert
+        ),
+        { class: "danger", "data-revert": String(r.revision) }
+      ) : null;
+      const metadata = Object.entries(r.metadata ?? {});
+      const changed = r.changed ?? [];
+      return el(
+        "li",
+        { "data-revision": String(r.revision), "data-kind": kindOf(r) },
+        el(
+          "div",
+          { class: "meta" },
+          el("strong", {}, `Revision ${r.revision}: ${kindOf(r)}`),
+          timeEl(r.at),
+          el("span", {}, byWhom(r.by)),
+          changed.length ? el("span", {}, `changed ${changed.join(", ")}`) : null,
+          r.revertedTo ? el("span", {}, `restored revision ${r.revertedTo}`) : null,
+          r.relatedMemoryId ? el("span", {}, `${kindOf(r) === "merged" ? "into" : "by"} memory #${r.relatedMemoryId}`) : null,
+          el("span", {}, r.ledgerSeq ? `audit entry ${r.ledgerSeq}` : "no audit entry named")
+        ),
+        wordsMarked(before ? String(before.text ?? "") : String(r.text ?? ""), String(r.text ?? ""), `Text after revision ${r.revision}`),
+        metadata.length && (!before || changed.includes("metadata")) ? el("p", { class: "meta" }, `metadata ${metadata.map(([k, v]) => `${k}=${v}`).join(", ")}`) : null,
+        revert,
+        outcome
+      );
+    });
+    replace(
+      list,
+      items.length ? el("ol", { class: "history", id: "memory-revisions" }, ...items) : el("p", {}, "No revisions: a forgotten memory keeps none.")
+    );
+    await memoryEvent(tenant, id, String(memory.createdAt ?? ""), events);
+  } catch (error) {
+    replace(list, errorBox(error));
+  }
+  if (notice) main2.querySelector("#history-heading")?.focus();
+}
+async function memoryEvent(tenant, id, createdAt, target) {
+  if (!createdAt) return;
+  const created = Date.parse(createdAt);
+  const after = new Date(created - EVENT_WINDOW_MS).toISOString();
+  let pageToken = "";
+  try {
+    do {
+      const answer = await get(tenantPath(tenant, "/events"), { accepted_after: after, page_size: EVENT_PAGE, page_token: pageToken });
+      let past = false;
+      for (const event of answer.events ?? []) {
+        if ((event.createdMemoryIds ?? []).map(String).includes(id)) {
+          drawEvent(event, target);
+          return;
+        }
+        past ||= Date.parse(event.acceptedAt ?? "") > created;
+      }
+      pageToken = past ? "" : answer.nextPageToken ?? "";
+    } while (pageToken);
+    replace(target, el("p", { class: "meta", id: "no-event" }, "Written directly (not a fast write): no event."));
+  } catch (error) {
+    replace(target, errorBox(error));
+  }
+}
+function drawEvent(event, target) {
+  const status = String(event.status ?? "").toLowerCase();
+  replace(
+    target,
+    el("h2", {}, `Its fast write: event ${event.eventId}`),
+    el(
+      "ol",
+      { class: "history", id: "event-steps" },
+      el("li", { "data-step": "accepted" }, "accepted ", timeEl(event.acceptedAt)),
+      el(
+        "li",
+        { "data-step": status },
+        `${status === "succeeded" ? "applied" : status} `,
+        event.finishedAt ? timeEl(event.finishedAt) : null,
+        event.latencyMs ? ` (${Math.round(Number(event.latencyMs))} ms after, ${event.attempts ?? 1} attempt${event.attempts === 1 ? "" : "s"})` : null
+      )
+    )
+  );
+}
+async function recordHistory(tenant, scope, key, main2, notice = null) {
+  const list = el("div", { id: "history" }, "Reading the revisions…");
+  replace(
+    main2,
+    el("h1", { tabindex: "-1", id: "history-heading" }, `History of ${scope} / ${key}`),
+    el("p", { class: "meta" }, el("a", { href: `?${new URLSearchParams({ tenant, view: "records" }).toString()}` }, "Back to the records")),
+    notice,
+    list
+  );
+  const again = (said) => recordHistory(tenant, scope, key, main2, said);
+  try {
+    const answer = await get(tenantPath(tenant, "/records:revisions"), { scope, key });
+    const revisions = answer.revisions ?? [];
+    const generation = String(answer.generation ?? "0");
+    const newest = revisions[revisions.length - 1];
+    const items = revisions.map((r, n) => {
+      const before = n > 0 ? revisions[n - 1] : null;
+      const content = r.op === "delete" ? null : String(r.content ?? "");
+      const outcome = el("div", { "aria-live": "polite" });
+      const restorable = r.op === "put" && r !== newest && (newest.op === "delete" || content !== String(newest.content ?? ""));
+      const revert = restorable ? button(
+        `Restore generation ${r.generation}…`,
+        () => confirmRevert(
+          outcome,
+          `Put the content of generation ${r.generation} back as a new generation of ${key}? (Only if ${scope} is still at generation ${generation}.)`,
+          async () => {
+            try {
+              const done = await post(tenantPath(tenant, "/records:revert"), {
+                scope,
+                key,
+                generation: String(r.generation),
+                expectedGeneration: generation,
+                requestId: requestId()
+              });
+              await again(
+                el("p", { class: "notice", role: "status", id: "reverted" }, `Restored: generation ${r.generation}'s content is generation ${done.generation}.`)
+              );
+            } catch (error) {
+              if (error instanceof ApiError && error.reason === "GENERATION_MISMATCH")
+                await again(
+                  el(
+                    "p",
+                    { class: "error", role: "alert", id: "revert-refused" },
+                    `Not restored: someone saved ${scope} after generation ${generation}, which this history showed. Nothing was written; here is the history now.`
+                  )
+                );
+              else replace(outcome, errorBox(error));
+            }
+          },
+          revert
+        ),
+        { class: "danger", "data-revert": String(r.generation) }
+      ) : null;
+      return el(
+        "li",
+        { "data-generation": String(r.generation), "data-op": String(r.op) },
+        el(
+          "div",
+          { class: "meta" },
+          el("strong", {}, `Generation ${r.generation}: ${r.op}`),
+          timeEl(r.at),
+          el("span", {}, byWhom(r.by)),
+          el("span", {}, `by ${r.source}`),
+          el("span", {}, `audit entry ${r.ledgerSeq ?? 0}`)
+        ),
+        linesMarked(before && before.op !== "delete" ? String(before.content ?? "") : null, content, "", `Content after generation ${r.generation}`),
+        revert,
+        outcome
+      );
+    });
+    replace(
+      list,
+      el("p", { class: "meta" }, `${scope} is at generation ${generation}.`),
+      el("ol", { class: "history", id: "record-revisions" }, ...items)
+    );
+  } catch (error) {
+    replace(list, errorBox(error));
+  }
+  if (notice) main2.querySelector("#history-heading")?.focus();
 }
 
 // src/memories.ts
@@ -269,6 +1116,7 @@ async function openMemory(c, target, id, changed) {
         "div",
         { class: "row" },
         memory.thread?.id ? button("Show the thread", () => void showThread(), { id: "show-thread" }) : null,
+        memory.forgotten ? null : el("a", { href: historyHref(c.tenant, { memory: id }), id: "memory-history" }, "History"),
         memory.forgotten ? null : forget
       ),
       confirm,
@@ -4886,316 +5734,6 @@ async function acrossTenants(target, open2) {
   }
 }
 
-// node_modules/diff/libesm/diff/base.js
-var Diff = class {
-  diff(oldStr, newStr, options = {}) {
-    let callback;
-    if (typeof options === "function") {
-      callback = options;
-      options = {};
-    } else if ("callback" in options) {
-      callback = options.callback;
-    }
-    const oldString = this.castInput(oldStr, options);
-    const newString = this.castInput(newStr, options);
-    const oldTokens = this.removeEmpty(this.tokenize(oldString, options));
-    const newTokens = this.removeEmpty(this.tokenize(newString, options));
-    return this.diffWithOptionsObj(oldTokens, newTokens, options, callback);
-  }
-  diffWithOptionsObj(oldTokens, newTokens, options, callback) {
-    var _a;
-    const done = (value) => {
-      value = this.postProcess(value, options);
-      if (callback) {
-        setTimeout(function() {
-          callback(value);
-        }, 0);
-        return void 0;
-      } else {
-        return value;
-      }
-    };
-    const newLen = newTokens.length, oldLen = oldTokens.length;
-    let editLength = 1;
-    let maxEditLength = newLen + oldLen;
-    if (options.maxEditLength != null) {
-      maxEditLength = Math.min(maxEditLength, options.maxEditLength);
-    }
-    const maxExecutionTime = (_a = options.timeout) !== null && _a !== void 0 ? _a : Infinity;
-    const abortAfterTimestamp = Date.now() + maxExecutionTime;
-    const bestPath = [{ oldPos: -1, lastComponent: void 0 }];
-    let newPos = this.extractCommon(bestPath[0], newTokens, oldTokens, 0, options);
-    if (bestPath[0].oldPos + 1 >= oldLen && newPos + 1 >= newLen) {
-      return done(this.buildValues(bestPath[0].lastComponent, newTokens, oldTokens));
-    }
-    let minDiagonalToConsider = -Infinity, maxDiagonalToConsider = Infinity;
-    const execEditLength = () => {
-      for (let diagonalPath = Math.max(minDiagonalToConsider, -editLength); diagonalPath <= Math.min(maxDiagonalToConsider, editLength); diagonalPath += 2) {
-        let basePath;
-        const removePath = bestPath[diagonalPath - 1], addPath = bestPath[diagonalPath + 1];
-        if (removePath) {
-          bestPath[diagonalPath - 1] = void 0;
-        }
-        let canAdd = false;
-        if (addPath) {
-          const addPathNewPos = addPath.oldPos - diagonalPath;
-          canAdd = addPath && 0 <= addPathNewPos && addPathNewPos < newLen;
-        }
-        const canRemove = removePath && removePath.oldPos + 1 < oldLen;
-        if (!canAdd && !canRemove) {
-          bestPath[diagonalPath] = void 0;
-          continue;
-        }
-        if (!canRemove || canAdd && removePath.oldPos < addPath.oldPos) {
-          basePath = this.addToPath(addPath, true, false, 0, options);
-        } else {
-          basePath = this.addToPath(removePath, false, true, 1, options);
-        }
-        newPos = this.extractCommon(basePath, newTokens, oldTokens, diagonalPath, options);
-        if (basePath.oldPos + 1 >= oldLen && newPos + 1 >= newLen) {
-          return done(this.buildValues(basePath.lastComponent, newTokens, oldTokens)) || true;
-        } else {
-          bestPath[diagonalPath] = basePath;
-          if (basePath.oldPos + 1 >= oldLen) {
-            maxDiagonalToConsider = Math.min(maxDiagonalToConsider, diagonalPath - 1);
-          }
-          if (newPos + 1 >= newLen) {
-            minDiagonalToConsider = Math.max(minDiagonalToConsider, diagonalPath + 1);
-          }
-        }
-      }
-      editLength++;
-    };
-    if (callback) {
-      (function exec() {
-        setTimeout(function() {
-          if (editLength > maxEditLength || Date.now() > abortAfterTimestamp) {
-            return callback(void 0);
-          }
-          if (!execEditLength()) {
-            exec();
-          }
-        }, 0);
-      })();
-    } else {
-      while (editLength <= maxEditLength && Date.now() <= abortAfterTimestamp) {
-        const ret = execEditLength();
-        if (ret) {
-          return ret;
-        }
-      }
-    }
-  }
-  addToPath(path, added, removed, oldPosInc, options) {
-    const last = path.lastComponent;
-    if (last && !options.oneChangePerToken && last.added === added && last.removed === removed) {
-      return {
-        oldPos: path.oldPos + oldPosInc,
-        lastComponent: { count: last.count + 1, added, removed, previousComponent: last.previousComponent }
-      };
-    } else {
-      return {
-        oldPos: path.oldPos + oldPosInc,
-        lastComponent: { count: 1, added, removed, previousComponent: last }
-      };
-    }
-  }
-  extractCommon(basePath, newTokens, oldTokens, diagonalPath, options) {
-    const newLen = newTokens.length, oldLen = oldTokens.length;
-    let oldPos = basePath.oldPos, newPos = oldPos - diagonalPath, commonCount = 0;
-    while (newPos + 1 < newLen && oldPos + 1 < oldLen && this.equals(oldTokens[oldPos + 1], newTokens[newPos + 1], options)) {
-      newPos++;
-      oldPos++;
-      commonCount++;
-      if (options.oneChangePerToken) {
-        basePath.lastComponent = { count: 1, previousComponent: basePath.lastComponent, added: false, removed: false };
-      }
-    }
-    if (commonCount && !options.oneChangePerToken) {
-      basePath.lastComponent = { count: commonCount, previousComponent: basePath.lastComponent, added: false, removed: false };
-    }
-    basePath.oldPos = oldPos;
-    return newPos;
-  }
-  equals(left, right, options) {
-    if (options.comparator) {
-      return options.comparator(left, right);
-    } else {
-      return left === right || !!options.ignoreCase && left.toLowerCase() === right.toLowerCase();
-    }
-  }
-  removeEmpty(array) {
-    const ret = [];
-    for (let i = 0; i < array.length; i++) {
-      if (array[i]) {
-        ret.push(array[i]);
-      }
-    }
-    return ret;
-  }
-  // eslint-disable-next-line @typescript-eslint/no-unused-vars
-  castInput(value, options) {
-    return value;
-  }
-  // eslint-disable-next-line @typescript-eslint/no-unused-vars
-  tokenize(value, options) {
-    return Array.from(value);
-  }
-  join(chars) {
-    return chars.join("");
-  }
-  postProcess(changeObjects, options) {
-    return changeObjects;
-  }
-  get useLongestToken() {
-    return false;
-  }
-  buildValues(lastComponent, newTokens, oldTokens) {
-    const components = [];
-    let nextComponent;
-    while (lastComponent) {
-      components.push(lastComponent);
-      nextComponent = lastComponent.previousComponent;
-      delete lastComponent.previousComponent;
-      lastComponent = nextComponent;
-    }
-    components.reverse();
-    const componentLen = components.length;
-    let componentPos = 0, newPos = 0, oldPos = 0;
-    for (; componentPos < componentLen; componentPos++) {
-      const component = components[componentPos];
-      if (!component.removed) {
-        if (!component.added && this.useLongestToken) {
-          let value = newTokens.slice(newPos, newPos + component.count);
-          value = value.map(function(value2, i) {
-            const oldValue = oldTokens[oldPos + i];
-            return oldValue.length > value2.length ? oldValue : value2;
-          });
-          component.value = this.join(value);
-        } else {
-          component.value = this.join(newTokens.slice(newPos, newPos + component.count));
-        }
-        newPos += component.count;
-        if (!component.added) {
-          oldPos += component.count;
-        }
-      } else {
-        component.value = this.join(oldTokens.slice(oldPos, oldPos + component.count));
-        oldPos += component.count;
-      }
-    }
-    return components;
-  }
-};
-
-// node_modules/diff/libesm/diff/array.js
-var ArrayDiff = class extends Diff {
-  tokenize(value) {
-    return value.slice();
-  }
-  join(value) {
-    return value;
-  }
-  removeEmpty(value) {
-    return value;
-  }
-};
-var arrayDiff = new ArrayDiff();
-function diffArrays(oldArr, newArr, options) {
-  return arrayDiff.diff(oldArr, newArr, options);
-}
-
-// src/merge.ts
-function splitLines(text) {
-  return text.split("\n");
-}
-function hunks(base, other, side) {
-  const found = [];
-  let at = 0;
-  let open2 = null;
-  for (const change2 of diffArrays(base, other)) {
-    if (!change2.added && !change2.removed) {
-      if (open2) found.push(open2);
-      open2 = null;
-      at += change2.count ?? change2.value.length;
-      continue;
-    }
-    open2 ??= { side, start: at, end: at, lines: [] };
-    if (change2.removed) {
-      at += change2.value.length;
-      open2.end = at;
-    } else {
-      open2.lines.push(...change2.value);
-    }
-  }
-  if (open2) found.push(open2);
-  return found;
-}
-function applied(base, start, end, side) {
-  const out = [];
-  let at = start;
-  for (const h of side) {
-    out.push(...base.slice(at, h.start), ...h.lines);
-    at = h.end;
-  }
-  out.push(...base.slice(at, end));
-  return out;
-}
-function same(a, b) {
-  return a.length === b.length && a.every((line, i) => line === b[i]);
-}
-function merge3(base, theirs2, mine) {
-  const lines = splitLines(base);
-  const all = [...hunks(lines, splitLines(theirs2), "theirs"), ...hunks(lines, splitLines(mine), "mine")].sort(
-    (a, b) => a.start - b.start || a.end - b.end
-  );
-  const blocks = [];
-  const agreed = (more) => {
-    const last = blocks[blocks.length - 1];
-    if (last?.kind === "agreed") last.lines.push(...more);
-    else if (more.length) blocks.push({ kind: "agreed", lines: [...more] });
-  };
-  let at = 0;
-  let i = 0;
-  while (i < all.length) {
-    const group = [all[i]];
-    const starts = /* @__PURE__ */ new Set([all[i].start]);
-    let end = all[i].end;
-    for (i += 1; i < all.length && (all[i].start < end || starts.has(all[i].start)); i += 1) {
-      group.push(all[i]);
-      starts.add(all[i].start);
-      end = Math.max(end, all[i].end);
-    }
-    const start = group[0].start;
-    agreed(lines.slice(at, start));
-    at = end;
-    const ours = group.filter((h) => h.side === "mine");
-    const theirsHunks = group.filter((h) => h.side === "theirs");
-    const mineLines = applied(lines, start, end, ours);
-    const theirLines = applied(lines, start, end, theirsHunks);
-    if (!ours.length) agreed(theirLines);
-    else if (!theirsHunks.length || same(mineLines, theirLines)) agreed(mineLines);
-    else blocks.push({ kind: "overlap", base: lines.slice(start, end), theirs: theirLines, mine: mineLines });
-  }
-  agreed(lines.slice(at));
-  return blocks;
-}
-function mergedText(blocks, choices) {
-  const out = [];
-  let n = 0;
-  for (const block of blocks) {
-    if (block.kind === "agreed") {
-      out.push(...block.lines);
-      continue;
-    }
-    const choice = choices[n++];
-    if (!choice) return null;
-    if (choice !== "mine") out.push(...block.theirs);
-    if (choice !== "theirs") out.push(...block.mine);
-  }
-  return out.join("\n");
-}
-
 // src/records.ts
 var DRAFT_PREFIX = "mnemosyne-console-draft";
 function draftKey(p) {
@@ -5366,7 +5904,8 @@ function editor(p, edit, restored) {
         },
         { class: "danger", id: "delete" }
       ),
-      button("Back to the scope", () => void openScope(p.tenant, p.scope, p.target))
+      button("Back to the scope", () => void openScope(p.tenant, p.scope, p.target)),
+      edit.base === null ? null : el("a", { href: historyHref(p.tenant, { scope: p.scope, key: p.key }), id: "record-history" }, "History")
     ),
     outcome
   );
@@ -5386,23 +5925,29 @@ async function theirs(p) {
     return { generation: String(listed.generation ?? "0"), text: null };
   }
 }
-function marked(base, text, id, label) {
-  const box = el("pre", { id, class: "diff", "aria-label": label, tabindex: "0" });
-  if (text === null) {
-    box.append(el("em", {}, "(deleted)"));
-    return box;
-  }
-  for (const part of diffArrays(base === null ? [] : splitLines(base), splitLines(text))) {
-    for (const line of part.value) {
-      const tag = part.added ? "ins" : part.removed ? "del" : "span";
-      box.append(el(tag, { class: "line" }, line));
-    }
-  }
-  return box;
-}
-async function conflict(p, edit, notice) {
-  let now;
+async function baseFromRevisions(p, generation) {
+  let answer;
   try {
+    answer = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
+  } catch (error) {
+    if (error instanceof ApiError && error.reason === "RECORD_NOT_FOUND") return null;
+    throw error;
+  }
+  const atOrBefore = (answer.revisions ?? []).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
+  const last = atOrBefore[atOrBefore.length - 1];
+  if (!last) return null;
+  return { text: last.op === "delete" ? null : String(last.content ?? "") };
+}
+async function conflict(p, kept, notice) {
+  let now;
+  let edit = kept;
+  let baseSource = "kept in this tab: the record's revisions no longer go back to it";
+  try {
+    const fetched = await baseFromRevisions(p, kept.generation);
+    if (fetched) {
+      edit = { ...kept, base: fetched.text };
+      baseSource = "from the record's revisions";
+    }
     now = await theirs(p);
   } catch (error) {
     replace(p.target.querySelector("#save-outcome") ?? p.target, errorBox(error));
@@ -5422,9 +5967,9 @@ async function conflict(p, edit, notice) {
     el(
       "div",
       { class: "three-way" },
-      el("div", {}, el("h3", {}, `Base (generation ${edit.generation}, where you started)`), marked(edit.base, edit.base, "base", "Base")),
-      el("div", {}, el("h3", {}, `Theirs (stored, generation ${now.generation})`), marked(edit.base, now.text, "theirs", "Theirs, compared with the base")),
-      el("div", {}, el("h3", {}, "Mine (not saved)"), marked(edit.base, edit.mine, "yours", "Mine, compared with the base"))
+      el("div", {}, el("h3", {}, `Base (generation ${edit.generation}, where you started; `, el("span", { id: "base-source" }, baseSource), ")"), linesMarked(edit.base, edit.base, "base", "Base")),
+      el("div", {}, el("h3", {}, `Theirs (stored, generation ${now.generation})`), linesMarked(edit.base, now.text, "theirs", "Theirs, compared with the base")),
+      el("div", {}, el("h3", {}, "Mine (not saved)"), linesMarked(edit.base, edit.mine, "yours", "Mine, compared with the base"))
     ),
     choices,
     el(
@@ -5611,7 +6156,9 @@ async function render() {
     events: eventsView,
     records: recordsView,
     hotpath: hotPathView,
-    integrity: integrityView
+    integrity: integrityView,
+    history: historyView
+    // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
   const draw = tenant ? views[view] : void 0;
   await (draw ? draw(tenant, main) : tenantsView());
