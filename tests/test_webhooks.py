@@ -391,7 +391,7 @@ def test_a_subscription_failing_for_a_day_is_paused_says_so_and_resumes(
     failing = threading.Event()
     failing.set()
     receiver.answer = lambda r: 503 if failing.is_set() else 204
-    server = server_factory(args=ALLOW, env={**FAST_RETRIES, "MNEMOSYNE_TEST_WEBHOOK_CLOCK": str(clock)}).start()
+    server = server_factory(args=ALLOW, env={**FAST_RETRIES, "MNEMOSYNE_TEST_CLOCK_FILE": str(clock)}).start()
     with MemoryClient(server.target, retries=0) as client:
         made = client.create_webhook(tenant, receiver.url(), ["memory.created"])
         client.retain(tenant, "a change")
