@@ -425,8 +425,26 @@ def record_revisions_from_proto(response: revisions_pb2.ListRecordRevisionsRespo
     ]
 
 
+def revert_result_from_proto(r: revisions_pb2.RevertMemoryResponse) -> types.UpdateResult:
+    """A revert's result: ``updated`` when it wrote a revision (0: the memory had that content)."""
+    return types.UpdateResult(
+        memory=memory_from_proto(r.memory),
+        updated=r.revision != 0,
+        near_duplicate_of=list(r.near_duplicate_of),
+        supersedes=list(r.supersedes),
+    )
+
+
 def expiry_policy_from_proto(policy: expiry_pb2.ExpiryPolicy) -> types.ExpiryPolicy:
     return types.ExpiryPolicy(policy.default_ttl_seconds, policy.update_extends, policy.grace_seconds)
+
+
+def expiry_policy_to_proto(policy: types.ExpiryPolicy) -> expiry_pb2.ExpiryPolicy:
+    return expiry_pb2.ExpiryPolicy(
+        default_ttl_seconds=policy.default_ttl_seconds,
+        update_extends=policy.update_extends,
+        grace_seconds=policy.grace_seconds,
+    )
 
 
 def timestamp(seconds: float) -> timestamp_pb2.Timestamp:

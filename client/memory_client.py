@@ -547,13 +547,7 @@ class MemoryClient:
         request = revisions_pb2.RevertMemoryRequest(
             tenant=tenant, memory_id=memory_id, revision=revision, request_id=request_id or new_request_id()
         )
-        response = self.call(self.memory.RevertMemory, request, retry=True)
-        return types.UpdateResult(
-            convert.memory_from_proto(response.memory),
-            response.revision != 0,
-            list(response.near_duplicate_of),
-            list(response.supersedes),
-        )
+        return convert.revert_result_from_proto(self.call(self.memory.RevertMemory, request, retry=True))
 
     def get_expiry_policy(self, tenant: str) -> types.ExpiryPolicy:
         """The tenant's expiry policy (docs/expiry.md)."""
@@ -563,14 +557,7 @@ class MemoryClient:
     def set_expiry_policy(self, tenant: str, policy: types.ExpiryPolicy) -> types.ExpiryPolicy:
         """Replace the tenant's expiry policy; returns it. Raises ``InvalidArgumentError``
         (EXPIRY_POLICY_INVALID)."""
-        request = expiry_pb2.SetExpiryPolicyRequest(
-            tenant=tenant,
-            policy=expiry_pb2.ExpiryPolicy(
-                default_ttl_seconds=policy.default_ttl_seconds,
-                update_extends=policy.update_extends,
-                grace_seconds=policy.grace_seconds,
-            ),
-        )
+        request = expiry_pb2.SetExpiryPolicyRequest(tenant=tenant, policy=convert.expiry_policy_to_proto(policy))
         return convert.expiry_policy_from_proto(self.call(self.memory.SetExpiryPolicy, request, retry=True).policy)
 
     # -- admin ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.types import RecallMode, RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, MnemosyneError
 from mnemosyne.host.consistency import SessionTokens
-from mnemosyne.transport import convert, convert_hot_path
+from mnemosyne.transport import convert, convert_history, convert_hot_path
 from mnemosyne.transport.errors import status_code_for
 
 if TYPE_CHECKING:
@@ -275,6 +275,41 @@ class MemoryBrain:
         forgotten = self._local(lambda e: e.memories.forget(self.tenant, memory_id, request_id=request_id))
         self._wrote()
         return forgotten
+
+    def list_memory_revisions(self, memory_id: int) -> list[types.MemoryRevision]:
+        """Every change to a memory, oldest first (docs/revisions.md): none for a forgotten one.
+        Raises ``NotFoundError`` (MEMORY_NOT_FOUND)."""
+        if self._client is not None:
+            return self._client.list_memory_revisions(self.tenant, memory_id)
+        revisions = self._read(lambda e: e.updates.revisions(self.tenant, memory_id), None)
+        return client_convert.memory_revisions_from_proto(convert_history.to_memory_revisions_response(revisions))
+
+    def revert_memory(self, memory_id: int, revision: int, *, request_id: str | None = None) -> types.UpdateResult:
+        """Restore the text and metadata a memory had after ``revision``, as a new revision
+        (``updated`` False when it had them already). Raises ``NotFoundError`` (MEMORY_NOT_FOUND,
+        REVISION_NOT_FOUND), ``FailedPreconditionError`` (MEMORY_DUPLICATE, MEMORY_MERGED)."""
+        if self._client is not None:
+            return self._client.revert_memory(self.tenant, memory_id, revision, request_id)
+        outcome = self._local(lambda e: e.updates.revert(self.tenant, memory_id, revision, request_id=request_id))
+        self._wrote()
+        return client_convert.revert_result_from_proto(convert_history.to_revert_memory_response(outcome))
+
+    def get_expiry_policy(self) -> types.ExpiryPolicy:
+        """The tenant's expiry policy (docs/expiry.md): the default one when it set none."""
+        if self._client is not None:
+            return self._client.get_expiry_policy(self.tenant)
+        policy = self._local(lambda e: e.expiry.policy(self.tenant))
+        return client_convert.expiry_policy_from_proto(convert_history.to_expiry_policy(policy))
+
+    def set_expiry_policy(self, policy: types.ExpiryPolicy) -> types.ExpiryPolicy:
+        """Replace the tenant's expiry policy; memories stored keep their expiry. Raises
+        ``InvalidArgumentError`` (EXPIRY_POLICY_INVALID)."""
+        if self._client is not None:
+            return self._client.set_expiry_policy(self.tenant, policy)
+        engine_policy = convert_history.from_expiry_policy(client_convert.expiry_policy_to_proto(policy))
+        stored = self._local(lambda e: e.expiry.set_policy(self.tenant, engine_policy))
+        self._wrote()
+        return client_convert.expiry_policy_from_proto(convert_history.to_expiry_policy(stored))
 
     def dedup(self, *, merge: bool = False, threshold: float = 0.0) -> types.DedupResult:
         """Near-duplicate groups (embeddings at least ``threshold`` similar, 0: the default, and

@@ -4,8 +4,8 @@ one of its public methods (found by introspection: a new method cannot be left o
 The scenario gives every compared field a non-default value at least once: supersedes,
 superseded_by, superseded_at, merged_into, near_duplicate_of, events and their transitions.
 Only what differs by nature between two runs is compared by presence instead of value: times
-(created_at, superseded_at, accepted_at, finished_at, latency_ms), file sizes, and the audit
-chain's head hash (each memory's ledger hashes are keyed with a random key of its own).
+(created_at, superseded_at, accepted_at, finished_at, latency_ms, a revision's at), file sizes,
+the surface a revision names (in process or gRPC), and the audit chain's head hash (each memory's ledger hashes are keyed with a random key of its own).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mnemosyne import MemoryBrain
-from mnemosyne.client.types import FlushResult
+from mnemosyne.client.types import ExpiryPolicy, FlushResult
 
 TIMES = {
     "created_at",
@@ -31,6 +31,8 @@ TIMES = {
     "oldest_pending_seconds",
     "file_bytes",
     "head_hash",
+    "at",  # a revision's time
+    "surface",  # who made a revision: "in_process" or "grpc", set on both
 }
 LIFETIME = {"close"}
 
@@ -66,6 +68,13 @@ def _scenario(brain: MemoryBrain) -> dict[str, list[Any]]:
     call("get_memory", first.memory_id)
     call("get_memory", old.memory_id)  # superseded_by, superseded_at
     call("get_memory", first.memory_id + 1)  # merged into the first
+    call("set_expiry_policy", ExpiryPolicy(default_ttl_seconds=86_400, update_extends=True, grace_seconds=3600))
+    call("get_expiry_policy")
+    call("list_memory_revisions", first.memory_id)
+    call("list_memory_revisions", first.memory_id + 1)  # retained, then merged (related_memory_id)
+    call("revert_memory", first.memory_id, 1)  # merging kept its text: nothing to restore
+    call("list_memory_revisions", old.memory_id)
+    call("set_expiry_policy", ExpiryPolicy())  # the memories below never expire
     call("recall", "refund status ticket", k=10)
     call("recall", "refund", k=3, mode="text")
     call("hot_path", "enable")
@@ -154,6 +163,7 @@ def test_every_method_gives_the_same_values_in_process_and_against_a_server(
         "event_id",
         "attempts",
         "groups",
+        "related_memory_id",
     ):
         assert _non_default(local, field), f"the scenario never sets {field}: the comparison would prove nothing"
     for method in sorted(local):
@@ -189,6 +199,9 @@ def test_errors_are_the_same_in_process_and_against_a_server(tmp_path: Path, tar
             lambda: brain.dedup(threshold=7.0),
             lambda: brain.forget(12345),
             lambda: brain.list_events(status="lost"),
+            lambda: brain.list_memory_revisions(999),
+            lambda: brain.revert_memory(1, 99),
+            lambda: brain.set_expiry_policy(ExpiryPolicy(grace_seconds=-1)),
         ):
             try:
                 call()

@@ -71,6 +71,8 @@ UNDO_EXPIRY_AND_REVISIONS = (
     "DROP INDEX memories_expires; ALTER TABLE memories DROP COLUMN expires_at; "
     "DROP TABLE memory_revisions; DROP TABLE record_revisions; "
 )
+# What _V_EXPIRY_CHANGES_DELIVERED added, undone (before UNDO_WEBHOOKS, which drops its table).
+UNDO_EXPIRY_CHANGES_DELIVERED = "DELETE FROM webhook_kind_of_op WHERE op = 'expiry'; "
 SECRET = "Qv7Kx9LmVt4RwB2nYp8Hs3Jd6"
 OLD_CODE = "plainoldvalue1"
 
@@ -367,6 +369,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
+        + UNDO_EXPIRY_CHANGES_DELIVERED  # and the expiry changes' deliveries
         + UNDO_EXPIRY_AND_REVISIONS  # and expiry's and revisions'
         + UNDO_WEBHOOKS  # and the webhooks'
         + UNDO_ACCEPTANCE  # and the acceptance positions'
@@ -1069,10 +1072,11 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
+        + UNDO_EXPIRY_CHANGES_DELIVERED
         + UNDO_EXPIRY_AND_REVISIONS
         + UNDO_WEBHOOKS
         + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then the later ones run again)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 4}",
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 5}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

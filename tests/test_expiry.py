@@ -20,6 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import ExpiryPolicy, MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError
+from mnemosyne.engine.expiry import SWEEP_BATCH, SWEEP_MAX_BATCHES
 from mnemosyne.v1 import memory_pb2
 from tests.mem0_support import Mem0Client
 from tests.support import wait_until
@@ -185,3 +186,49 @@ def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, ten
         mem0.call("update", memory_id=heron, expiration_date=None)
         assert [m["id"] for m in mem0.call("get_all", filters={"user_id": "u2"})["results"]] == [heron]
         assert mem0.call("get", memory_id=heron)["expiration_date"] is None
+
+
+def test_the_sweep_erases_within_its_turns_while_a_fast_write_backlog_waits(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    """The sweep's share of the worker is not idle time: with a fast-write backlog held back
+    (MNEMOSYNE_TEST_HOLD_BACKLOG: the workers take only the writes a read waits for), every
+    expired memory is erased within the worker turns that erasing them takes, paced one round at a
+    time by a read's consistency token, while the backlog is still pending."""
+    hold = tmp_path / "hold-backlog"
+    hold.touch()
+    clock = Clock(tmp_path / "clock")
+    env = {"MNEMOSYNE_TEST_CLOCK_FILE": str(clock.path), "MNEMOSYNE_TEST_HOLD_BACKLOG": str(hold)}
+    server = server_factory(env=env).start()
+    expiring = SWEEP_BATCH * SWEEP_MAX_BATCHES + SWEEP_BATCH  # two turns of the sweep
+    turns = -(-expiring // (SWEEP_BATCH * SWEEP_MAX_BATCHES))
+    with MemoryClient(server.target, session_consistency=False) as client, MemoryClient(server.target) as pacer:
+        client.hot_path(tenant, "enable")
+        client.set_expiry_policy(tenant, ExpiryPolicy(default_ttl_seconds=60, grace_seconds=0))
+        ids = [
+            r.memory_id
+            for start in range(0, expiring, 200)
+            for r in client.retain_batch(tenant, [f"Ocelot{i} expires soon" for i in range(start, start + 200)])
+        ]
+        assert len(set(ids)) == expiring
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=0))  # the writes below never expire
+        backlog = client.retain_batch(tenant, [f"backlog entry {i}" for i in range(100)], fast=True)
+        clock.advance(120)  # every one of them is due for erasure
+
+        def erased() -> int:
+            return sum(client.get_memory(tenant, memory_id).forgotten for memory_id in ids)
+
+        assert erased() == 0  # the idle wake-ups of a held backlog took no turn of the sweep
+        for turn in range(1, turns + 1):
+            # A write the pacer reads back: one round of the tenant's worker, ahead of the backlog.
+            paced = pacer.retain(tenant, f"pace {turn}", fast=True)
+            pacer.list_memories(tenant, page_size=1)  # waits for the pace write (its token)
+            assert pacer.get_event(tenant, paced.event_id).status == "succeeded"
+            assert erased() >= min(expiring, turn * SWEEP_BATCH * SWEEP_MAX_BATCHES)
+        assert erased() == expiring
+        # ... while the whole backlog still waits: the sweep did not wait for the tenant to be idle.
+        assert {client.get_event(tenant, r.event_id).status for r in backlog} == {"pending"}
+        assert client.verify_integrity(tenant).valid
+        hold.unlink()
+        client.hot_path(tenant, "flush", timeout_seconds=60)
+        assert {client.get_event(tenant, r.event_id).status for r in backlog} == {"succeeded"}

@@ -391,7 +391,7 @@ def test_a_subscription_failing_for_a_day_is_paused_says_so_and_resumes(
     failing = threading.Event()
     failing.set()
     receiver.answer = lambda r: 503 if failing.is_set() else 204
-    server = server_factory(args=ALLOW, env={**FAST_RETRIES, "MNEMOSYNE_TEST_WEBHOOK_CLOCK": str(clock)}).start()
+    server = server_factory(args=ALLOW, env={**FAST_RETRIES, "MNEMOSYNE_TEST_CLOCK_FILE": str(clock)}).start()
     with MemoryClient(server.target, retries=0) as client:
         made = client.create_webhook(tenant, receiver.url(), ["memory.created"])
         client.retain(tenant, "a change")
@@ -521,3 +521,40 @@ def test_a_tenant_fenced_by_a_move_is_not_delivered_from(tenant: str, receiver: 
         wait_until(lambda: len(receiver.delivered) == 2)
     finally:
         engine.close()
+
+
+def test_every_revision_reaches_subscribers_reverts_and_expiry_changes_included(
+    server_factory, tenant: str, receiver: Receiver
+) -> None:
+    """Each revision of a memory after its creation is a ``memory.updated`` delivery carrying its
+    ledger entry (a revert, a change of the expiry alone), and a record's revert is a
+    ``record.changed`` of the generation it published."""
+    server = server_factory(args=ALLOW, env=FAST_RETRIES).start()
+    scope = "workspace/notes"
+    with MemoryClient(server.target, retries=0) as client:
+        client.create_webhook(tenant, receiver.url(), ["memory.updated", "record.changed"], include_text=True)
+        memory_id = client.retain(tenant, "the gate code is 1111").memory_id
+        client.update_memory(tenant, memory_id, text="the gate code is 2222")
+        first = client.list_memory_revisions(tenant, memory_id)[0]
+        assert client.revert_memory(tenant, memory_id, first.revision).updated
+        assert client.update_memory(tenant, memory_id, expires_at=4_000_000_000.0).updated  # its expiry alone
+        assert client.update_memory(tenant, memory_id, clear_expires_at=True).updated
+        revisions = client.list_memory_revisions(tenant, memory_id)
+        assert [r.kind for r in revisions] == ["retained", "updated", "reverted", "updated", "updated"]
+        g1 = client.edit_records(tenant, scope, [RecordChange("put", "plan.md", "first plan")], expected_generation=0)
+        g2 = client.edit_records(tenant, scope, [RecordChange("put", "plan.md", "second plan")], expected_generation=g1)
+        g3 = client.revert_record(tenant, scope, "plan.md", g1, expected_generation=g2)
+
+        def delivered(kind: str) -> list[dict[str, Any]]:
+            with receiver.lock:
+                return [r.payload["data"] for r in receiver.delivered if r.payload["type"] == kind]
+
+        wanted = {r.ledger_seq for r in revisions[1:]}
+        wait_until(lambda: {d["ledger_seq"] for d in delivered("memory.updated")} >= wanted, 30)
+        wait_until(lambda: {d["generation"] for d in delivered("record.changed")} >= {g1, g2, g3}, 30)
+    updated = {d["ledger_seq"]: d for d in delivered("memory.updated")}
+    assert set(updated) == wanted  # nothing else: the retain is memory.created, not wanted here
+    assert updated[revisions[2].ledger_seq]["text"] == "the gate code is 1111"  # the revert's text
+    assert all(updated[seq]["memory_id"] == memory_id for seq in wanted)
+    (reverted,) = [d for d in delivered("record.changed") if d["generation"] == g3]
+    assert reverted["scope"] == scope and reverted["changes"] == [{"op": "put", "key": "plan.md"}]

@@ -236,7 +236,7 @@ class Engine:
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )
         self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
-        self.deliveries = DeliveryWorker(pool=self.pool, config=config.webhooks, seams=seams)
+        self.deliveries = DeliveryWorker(pool=self.pool, config=config.webhooks, seams=seams, clock=self.clock)
         self.webhooks = Subscriptions(
             pool=self.pool,
             limits=config.limits,

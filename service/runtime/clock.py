@@ -1,5 +1,6 @@
-"""The engine's clock for expiry: the wall clock, or a test's (the seam MNEMOSYNE_TEST_CLOCK_FILE,
-runtime/seams.py), so a test moves time past an expiry without sleeping until it."""
+"""The engine's clock, for expiry and the webhook worker's retries and pauses: the wall clock, or
+a test's (the seam MNEMOSYNE_TEST_CLOCK_FILE, runtime/seams.py), so a test moves time past an
+expiry or a day of failed deliveries without sleeping until it."""
 
 from __future__ import annotations
 

@@ -33,10 +33,9 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   stage's name (cli/backup.py);
 * ``MNEMOSYNE_TEST_WEBHOOK_TIMEOUT`` / ``MNEMOSYNE_TEST_WEBHOOK_BACKOFF``: a webhook delivery
   attempt's timeout, and the backoff after its first failure, in seconds (engine/webhooks/worker.py);
-* ``MNEMOSYNE_TEST_WEBHOOK_CLOCK``: a file holding seconds added to the webhook worker's clock
-  (its retries and pauses; a test passes a day without waiting one).
-* ``MNEMOSYNE_TEST_CLOCK_FILE``: the engine's clock for expiry (runtime/clock.py) is the wall
-  clock plus the seconds this file holds, so a test moves time forward without sleeping.
+* ``MNEMOSYNE_TEST_CLOCK_FILE``: the engine's clock (runtime/clock.py) is the wall clock plus
+  the seconds this file holds, so a test moves time forward without sleeping: expiry's erasures
+  and the webhook worker's retries and pauses (a test passes a day without waiting one).
 * ``MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE``: while this file exists, the replication registers no
   tenant database in Litestream and every sync fails (the inboxes go on replicating on
   Litestream's own schedule): the inbox's replica runs ahead of the tenant file's
@@ -74,7 +73,6 @@ class Seams:
     lifecycle_hold_file: Path | None = None
     webhook_timeout: float = 0.0
     webhook_backoff: float = 0.0
-    webhook_clock_file: Path | None = None
     clock_file: Path | None = None
     hold_replica_database_file: Path | None = None
 
@@ -124,7 +122,6 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "LIFECYCLE_HOLD": ("lifecycle_hold_file", Path),
     "WEBHOOK_TIMEOUT": ("webhook_timeout", float),
     "WEBHOOK_BACKOFF": ("webhook_backoff", float),
-    "WEBHOOK_CLOCK": ("webhook_clock_file", Path),
     "CLOCK_FILE": ("clock_file", Path),
     "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
 }

@@ -390,6 +390,13 @@ INSERT INTO record_revisions(scope, key, generation, op, content, at, surface, t
   FROM records r LEFT JOIN ledger l ON l.seq = r.ledger_seq;
 """
 
+# A change of a memory's expiry alone (UpdateMemory's expires_at, mem0's expiration_date) is a
+# revision of it like any update: its ``expiry`` ledger entry is a ``memory.updated`` delivery too.
+# (A revert writes an ``update`` entry: delivered as memory.updated since _V_WEBHOOKS.)
+_V_EXPIRY_CHANGES_DELIVERED = """
+INSERT INTO webhook_kind_of_op(op, source, kind) VALUES ('expiry', NULL, 'memory.updated');
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -407,6 +414,7 @@ MIGRATIONS: list[str] = [
     _V_ACCEPTANCE,
     _V_WEBHOOKS,
     _V_EXPIRY_AND_REVISIONS,
+    _V_EXPIRY_CHANGES_DELIVERED,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -427,6 +435,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_ACCEPTANCE
     frozenset({"webhook_subscriptions", "webhook_secrets", "webhook_kinds", "webhook_kind_of_op", "webhook_outbox"}),
     frozenset({"memory_revisions", "record_revisions"}),  # _V_EXPIRY_AND_REVISIONS
+    frozenset(),  # _V_EXPIRY_CHANGES_DELIVERED
 ]
 
 

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from mnemosyne.engine.config import WebhookConfig
 from mnemosyne.engine.webhooks.sender import Attempt, post, signature
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, read_file
@@ -75,10 +76,10 @@ def body(tenant: str, row: OutboxRow, include_text: bool) -> bytes:
 
 
 class DeliveryWorker:
-    def __init__(self, *, pool: TenantPool, config: WebhookConfig, seams: Seams) -> None:
+    def __init__(self, *, pool: TenantPool, config: WebhookConfig, seams: Seams, clock: Clock) -> None:
         self._pool = pool
         self._config = config
-        self._seams = seams
+        self._clock = clock
         self.index = WebhookIndex(pool.data_dir)
         self._timeout = seams.webhook_timeout or config.timeout_seconds
         self._retry = seams.webhook_backoff or config.retry_seconds
@@ -91,16 +92,10 @@ class DeliveryWorker:
         self._threads: list[threading.Thread] = []
         self._stopping = False
 
-    # -- the clock (a test moves it: MNEMOSYNE_TEST_WEBHOOK_CLOCK) ----------------------------------
-
     def now(self) -> float:
-        offset = 0.0
-        if self._seams.webhook_clock_file is not None:
-            try:
-                offset = float(self._seams.webhook_clock_file.read_text() or 0)
-            except (OSError, ValueError):
-                offset = 0.0
-        return time.time() + offset
+        """Retries and pauses are on the engine's clock (a test's may jump ahead: the waits in
+        ``_next`` are at most a second, so a jump is seen within one)."""
+        return self._clock.now()
 
     # -- what tells the worker to look (store/file_watchers.py) -------------------------------------
 
