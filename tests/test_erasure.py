@@ -451,6 +451,8 @@ STORE_NO_CONTENT = {
             "AdminService.AggregateStats",
             "AdminService.Ping",
             "AdminService.WhoAmI",
+            "AdminService.GetTenantFigures",  # counts and sizes only
+            "AdminService.ListTenantFigures",
             "AdminService.Backup",
             "AdminService.ExportTenant",
             "WorkspaceService.AssembleContext",
