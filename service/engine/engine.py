@@ -43,6 +43,7 @@ from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
+from mnemosyne.engine.reembed import Reembedding
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.erasure import TenantErasure
@@ -206,6 +207,7 @@ class Engine:
         )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
+        self.reembedding = Reembedding(pool=self.pool, embedders=embedders)
 
     def _start_background(self, observer: EngineObserver) -> None:
         """The background workers (the hot path's, the consolidator's) started, and the parts that
