@@ -60,7 +60,7 @@ def test_sigkill_mid_reembed_then_a_rerun_moves_the_tenant_to_minilm(server_fact
     server.kill()
     _, stderr = run.communicate(timeout=60)
     assert run.returncode != 0, stderr
-    done = _file(server, "moving", "SELECT count(*) FROM reembed_vectors")[0][0]
+    done = int(str(_file(server, "moving", "SELECT count(*) FROM reembed_vectors")[0][0]))
     assert 0 < done < len(ids), done  # part of the move committed, not all
 
     server.start()  # a new port: the killed one may be taken meanwhile

@@ -43,7 +43,6 @@ from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
 from mnemosyne.engine.dedup import Deduplicator
-from mnemosyne.engine.reembed import Reembedding
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.erasure import TenantErasure
@@ -57,6 +56,7 @@ from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall, RecallStep
+from mnemosyne.engine.reembed import Reembedding
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants

@@ -46,8 +46,8 @@ from mnemosyne.store.memory_erasure import MemoryErasure
 from mnemosyne.store.memory_reads import MemoryReads
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
-from mnemosyne.store.reembed_rows import ReembedReads, ReembedWrites
 from mnemosyne.store.record_writes import RecordWrites
+from mnemosyne.store.reembed_rows import ReembedReads, ReembedWrites
 from mnemosyne.store.replicas import StoreReplication
 from mnemosyne.store.revisions import RevisionReads
 from mnemosyne.store.schema import REQUIRED_TABLES
