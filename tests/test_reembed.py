@@ -112,6 +112,43 @@ def test_sigkill_mid_reembed_then_a_rerun_moves_the_tenant_to_minilm(server_fact
         assert client.verify_integrity("moving").valid
 
 
+def _all_vectors_are_minilm(server: ServerProcess, tenant: str) -> int:
+    """How many vectors the tenant holds, once checked to be MiniLM's of each memory's text."""
+    minilm = make_embedder("minilm")
+    stored = _file(
+        server, tenant, "SELECT e.memory_id, m.body, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id"
+    )
+    want = minilm.embed([str(row[1]) for row in stored])
+    got = np.stack([np.frombuffer(row[2], dtype="<f4") for row in stored])  # type: ignore[call-overload]  # apsw rows are untyped
+    assert np.min(np.sum(want * got, axis=1)) > 0.9999
+    return len(stored)
+
+
+def test_fast_writes_embedded_before_the_switch_are_committed_by_the_new_embedder(server_factory, tmp_path) -> None:
+    hold = tmp_path / "hold"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    queued = [f"Queued note {i}: the courier brings parcel QX-{i:03d} on Tuesday" for i in range(5)]
+    with MemoryClient(server.target, timeout=30) as client:
+        client.retain_batch("busy", FILLERS[:60])
+        client.hot_path("busy", "enable")
+        hold.touch()  # the workers extract and embed (by hashing), then wait before their commit
+        assert {r.status for r in client.retain_batch("busy", queued, fast=True)} == {"enqueued"}
+        deadline = time.monotonic() + 30
+        while not _file(server, "busy", "SELECT 1 FROM oplog WHERE status = 'running' AND embedding IS NOT NULL"):
+            assert time.monotonic() < deadline, "no worker held its round"
+            time.sleep(0.02)
+        run = _reembed(server, "busy", "--embedder", "minilm")
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+        hold.unlink()
+        flushed = client.hot_path("busy", "flush", timeout_seconds=60)
+        assert flushed.failed == 0, flushed
+        texts = {m.text for m in client.list_memories("busy", page_size=1000).memories}
+        assert set(queued) <= texts
+        assert _all_vectors_are_minilm(server, "busy") == 65
+        assert client.verify_integrity("busy").valid
+
+
 def test_reembed_refuses_what_it_cannot_do_and_is_served_over_http(server_factory, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     tokens.write_text(tokens_json({"root": ["*"], "acme-token": ["acme"]}))
