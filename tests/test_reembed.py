@@ -91,7 +91,7 @@ def test_sigkill_mid_reembed_then_a_rerun_moves_the_tenant_to_minilm(server_fact
         )
         assert {row[0] for row in stored} == (set(ids) - {ids[4]}) | {late}
         want = minilm.embed([str(row[1]) for row in stored])
-        got = np.stack([np.frombuffer(row[2], dtype="<f4") for row in stored])  # type: ignore[call-overload]
+        got = np.stack([np.frombuffer(row[2], dtype="<f4") for row in stored])  # type: ignore[call-overload]  # apsw rows are untyped
         assert np.min(np.sum(want * got, axis=1)) > 0.9999  # every vector is MiniLM's of its current text
 
         integrity = client.verify_integrity("moving")

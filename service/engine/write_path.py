@@ -280,7 +280,7 @@ class WritePath:
         attempt is rolled back and retried, embedded by the new one."""
         recorded = txn.meta("embedder")
         stale = [p for p in prepared if recorded is not None and p.vector is not None and p.vector_by != recorded]
-        if stale:
+        if recorded is not None and stale:
             for p in stale:
                 p.vector = None
             self.embedders.follow(store, recorded)
