@@ -230,6 +230,10 @@ def dedup_from_proto(r: admin_pb2.DedupResponse) -> types.DedupResult:
     )
 
 
+def reembed_progress_from_proto(r: admin_pb2.ReembedTenantResponse) -> types.ReembedProgress:
+    return types.ReembedProgress(r.embedder, r.done, r.total, r.finished, r.switched)
+
+
 def record_from_proto(r: workspace_pb2.Record) -> types.Record:
     return types.Record(key=r.key, content=r.content)
 

@@ -663,6 +663,14 @@ class MemoryClient:
         )
         return convert.dedup_from_proto(self.call(self.admin.Dedup, request, retry=True))
 
+    def reembed_tenant(self, tenant: str, embedder: str, *, chunk_size: int = 0) -> types.ReembedProgress:
+        """One step of moving ``tenant`` to ``embedder`` ("minilm" or "hashing") while it serves
+        (admin token): ``chunk_size`` memories embedded (0: the server's 256), or the switch. Call
+        again until the result is ``finished``; an interrupted move goes on where it stopped.
+        Raises ``NotFoundError`` (TENANT_NOT_FOUND), ``InvalidArgumentError`` (EMBEDDER_UNKNOWN)."""
+        request = admin_pb2.ReembedTenantRequest(tenant=tenant, embedder=embedder, chunk_size=chunk_size)
+        return convert.reembed_progress_from_proto(self.call(self.admin.ReembedTenant, request, retry=True))
+
     # -- records (host-owned generations; see docs/host-protocol.md) ------------------------------
     #
     # The generation arguments and results below are for host code only. A model gets its tools

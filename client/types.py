@@ -265,6 +265,19 @@ class DuplicateGroup:
 
 
 @dataclass(frozen=True)
+class ReembedProgress:
+    """Where a tenant's move to ``embedder`` stands after one ``reembed_tenant`` step: ``done`` of
+    its ``total`` memories have their new vector; ``finished`` once it runs on that embedder
+    (``switched``: the vectors the switching step replaced, 0 for every other step)."""
+
+    embedder: str
+    done: int
+    total: int
+    finished: bool
+    switched: int
+
+
+@dataclass(frozen=True)
 class DedupResult:
     """What ``dedup`` found: the groups, whether they were ``merged``, the similarity threshold
     used."""

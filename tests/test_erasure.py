@@ -67,6 +67,7 @@ UNDO_WEBHOOKS = (
     "DROP TABLE webhook_subscriptions; "
 )
 # What _V_EXPIRY_AND_REVISIONS added (issue 43), undone to make a file of an earlier version.
+UNDO_REEMBED = "DROP TABLE reembed_vectors; "
 UNDO_EXPIRY_AND_REVISIONS = (
     "DROP INDEX memories_expires; ALTER TABLE memories DROP COLUMN expires_at; "
     "DROP TABLE memory_revisions; DROP TABLE record_revisions; "
@@ -369,6 +370,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
+        + UNDO_REEMBED  # and a re-embedding's table
         + UNDO_EXPIRY_CHANGES_DELIVERED  # and the expiry changes' deliveries
         + UNDO_EXPIRY_AND_REVISIONS  # and expiry's and revisions'
         + UNDO_WEBHOOKS  # and the webhooks'
@@ -476,6 +478,7 @@ STORE_NO_CONTENT = {
             "HotPathService.Disable",
             "HotPathService.Flush",
             "AdminService.Dedup",
+            "AdminService.ReembedTenant",
             "MemoryService.RevertMemory",
             "MemoryService.SetExpiryPolicy",
         ],
@@ -1074,11 +1077,12 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
+        + UNDO_REEMBED
         + UNDO_EXPIRY_CHANGES_DELIVERED
         + UNDO_EXPIRY_AND_REVISIONS
         + UNDO_WEBHOOKS
         + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then the later ones run again)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 5}",
+        + f"PRAGMA user_version = {SCHEMA_VERSION - 6}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

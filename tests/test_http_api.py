@@ -228,6 +228,8 @@ CASES: dict[str, Case] = {
     # writes of _filled (store/maintenance.py): present in both answers, compared no further.
     "Stats": Case(lambda t: admin_pb2.StatsRequest(tenant=t), volatile=("fileBytes",)),
     "Dedup": Case(lambda t: admin_pb2.DedupRequest(tenant=t, threshold=0.9)),
+    # To the tests' embedder, the tenant's own: a step with nothing to do (a move: tests/test_reembed.py).
+    "ReembedTenant": Case(lambda t: admin_pb2.ReembedTenantRequest(tenant=t, embedder="hashing")),
     "ListTenants": Case(lambda t: admin_pb2.ListTenantsRequest(page_size=1000), tenantless=True),
     # Every tenant's file size: background maintenance (merges, checkpoints) changes them between calls.
     "AggregateStats": Case(

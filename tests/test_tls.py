@@ -345,6 +345,11 @@ def _run_rebalance(d: Deployment) -> None:
     assert "0 tenants held elsewhere" in d.ok("rebalance", "--from", d.members, "--to", d.members)
 
 
+def _run_reembed(d: Deployment) -> None:
+    # The tenant is on hashing already (the tests' embedder): the command asks, and has nothing to do.
+    assert d.ok("reembed", "--tenant", d.tenant, "--embedder", "hashing").startswith(f"{d.tenant} runs on the hashing")
+
+
 # Each connecting command, run with its connection flags, and what it must have done; in this
 # order (export before import). A new connecting command must be added here.
 COMMAND_RUNS = {
@@ -355,6 +360,7 @@ COMMAND_RUNS = {
     "import": _run_import,
     "backup": _run_backup,
     "rebalance": _run_rebalance,
+    "reembed": _run_reembed,
 }
 
 

@@ -1,5 +1,5 @@
 """The commands that reach a running server as its client: ``health``, ``mcp``, ``backup``,
-``export``, ``import``, ``rebalance``, ``consolidate``. Each takes the same connection flags
+``export``, ``import``, ``rebalance``, ``consolidate``, ``reembed``. Each takes the same connection flags
 (``add_connection_flags``: target, token, TLS, mutual TLS)."""
 
 from __future__ import annotations
@@ -199,6 +199,22 @@ def _consolidate(args: argparse.Namespace) -> int:
     return 1 if any(o.outcome == "gave_up" for o in outcomes) else 0
 
 
+def _reembed(args: argparse.Namespace) -> int:
+    """The tenant moved to ``--embedder`` by steps of the ReembedTenant RPC, until it runs on it:
+    each step one chunk (or the switch), so an interrupted run goes on where it stopped."""
+    from mnemosyne.cli.progress import Progress
+
+    with client_of(args) as client, Progress("reembed", unit="chunk") as progress:
+        while True:
+            step = client.reembed_tenant(args.tenant, args.embedder, chunk_size=args.chunk_size)
+            if step.finished:
+                break
+            progress(f"{args.tenant}: {step.done}/{step.total} memories embedded by {args.embedder}")
+    replaced = f"{step.switched} vectors replaced" if step.switched else "nothing to replace"
+    print(f"{args.tenant} runs on the {args.embedder} embedder ({replaced})")
+    return 0
+
+
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health = commands.add_parser("health", help="exit 0 if the server at --target is SERVING")
     health.add_argument("--service", default="")
@@ -232,6 +248,26 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     add_connection_flags(export, "the tenant's token or an admin token")
     export.set_defaults(run=_export)
     _add_moving_commands(commands)
+
+    reembed = commands.add_parser(
+        "reembed",
+        help="move a tenant to another embedder while it serves; rerun to go on after an interruption (admin token)",
+    )
+    reembed.add_argument("--tenant", required=True)
+    reembed.add_argument(
+        "--embedder",
+        default="minilm",
+        choices=("minilm", "hashing"),
+        help="the embedder to move it to (default minilm, the default of new tenants)",
+    )
+    reembed.add_argument(
+        "--chunk-size",
+        type=POSITIVE,
+        default=256,
+        help="memories embedded per step, each one transaction (default 256)",
+    )
+    add_connection_flags(reembed, "an admin token")
+    reembed.set_defaults(run=_reembed)
 
 
 def _add_moving_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -72,6 +72,11 @@ class TenantEmbedders:
         embedder = self.default if recorded is None else make_embedder(configuration_name(recorded))
         return store.cache.setdefault(_CACHE_KEY, embedder)
 
+    def follow(self, store: TenantStore, recorded: str) -> None:
+        """The tenant's embedder is the one its file records now (``recorded``, read in a write's
+        transaction): a re-embedding's switch committed since this store cached another."""
+        self.moved(store, make_embedder(configuration_name(recorded)))
+
     @staticmethod
     def moved(store: TenantStore, embedder: Embedder) -> None:
         """After the commit that recorded ``embedder`` as the tenant's (a re-embedding's last)."""

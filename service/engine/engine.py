@@ -56,6 +56,7 @@ from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
 from mnemosyne.engine.recall import Recall, RecallStep
+from mnemosyne.engine.reembed import Reembedding
 from mnemosyne.engine.requests import RequestKey
 from mnemosyne.engine.tenant_import import TenantImports
 from mnemosyne.engine.tenants import Tenants
@@ -206,6 +207,7 @@ class Engine:
         )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
+        self.reembedding = Reembedding(pool=self.pool, embedders=embedders)
 
     def _start_background(self, observer: EngineObserver) -> None:
         """The background workers (the hot path's, the consolidator's) started, and the parts that

@@ -67,6 +67,9 @@ class PreparedItem:
     metadata_json: str  # canonical
     extraction: Extraction | None = None
     vector: bytes | None = None
+    # The embedder that made ``vector`` ("<name>/<dim>"): a re-embedding may switch the tenant to
+    # another before the commit (engine/write_path.py ``check_vectors``).
+    vector_by: str = ""
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
     near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit

@@ -132,6 +132,19 @@ class DedupReport:
 
 
 @dataclass(frozen=True)
+class ReembedProgress:
+    """Where a tenant's move to ``embedder`` stands after one step (engine/reembed.py): ``done`` of
+    its ``total`` memories have their new vector; ``finished`` once the tenant runs on it
+    (``switched``: the vectors the step that switched replaced, 0 for every other step)."""
+
+    embedder: str
+    done: int
+    total: int
+    finished: bool
+    switched: int
+
+
+@dataclass(frozen=True)
 class Hit:
     memory: Memory
     score: float

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from mnemosyne.engine import conflicts
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.expiry import Expiry, read_policy
 from mnemosyne.engine.hot_path.fences import Fences
 from mnemosyne.engine.index import drop_vectors, replace_vector
@@ -33,8 +32,8 @@ from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import Memory, MemoryRevision, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
-from mnemosyne.engine.write_path import WritePath
-from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
+from mnemosyne.engine.write_path import ExtractionMissing, WritePath
+from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import MemoryRow, metadata_of
 from mnemosyne.store.pool import TenantPool
@@ -234,10 +233,15 @@ class Updates:
             # Queued writes of the new text were accepted first: they are applied before it.
             self._settle(tenant, [prepared.fingerprint])
             # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
-            self._write_path.extract_missing(store, [prepared], force=True)
-            return self._replace(
-                tenant, store, memory_id, prepared, request_id, (method, payload_hash), change, changed
-            )
+            for _attempt in range(3):
+                self._write_path.extract_missing(store, [prepared], force=True)
+                try:
+                    return self._replace(
+                        tenant, store, memory_id, prepared, request_id, (method, payload_hash), change, changed
+                    )
+                except ExtractionMissing:  # a re-embedding switched the tenant meanwhile: embed it again
+                    continue
+            raise Conflict("the tenant changed embedder repeatedly during the update; retry", reason="WRITE_CONTENDED")
 
     def _set_expiry(
         self,
@@ -283,7 +287,7 @@ class Updates:
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
             # Queued writes of the text it replaces would have been its duplicates: they are.
             fence.duplicates_of(txn.fingerprints_of([memory_id]))
-            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
+            self._write_path.check_vectors(txn, store, [prepared])
             _, epoch_before = txn.index_state()
             now = time.time()
             # Accepted now: its new facts are the latest accepted (engine/conflicts.py).

@@ -85,7 +85,8 @@ def _placed(item: RetainItem) -> str:
 
 
 class ExtractionMissing(Exception):
-    """A memory believed duplicate vanished before the write: extract it and try again."""
+    """A memory believed duplicate vanished before the write, or its vector is by the embedder a
+    re-embedding just replaced: extract (and embed) it and try again."""
 
 
 def _slices_of_text(items: Sequence[PreparedItem]) -> list[Sequence[PreparedItem]]:
@@ -241,7 +242,7 @@ class WritePath:
                         prior = prior_outcomes(inbox_txn, request)
                 if prior is not None:
                     return prior
-            check_tenant_embedder(txn, self.embedders.of(store), write=True)
+            self.check_vectors(txn, store, prepared)
             # Accepted now, in its commit: after every write accepted before, queued ones too.
             first = store.acceptances.take(len(prepared))
             for offset, p in enumerate(prepared):
@@ -271,6 +272,20 @@ class WritePath:
             created=created, duplicates=duplicates, model_calls=len(extracted), embed_calls=1 if extracted else 0
         )
         return final
+
+    def check_vectors(self, txn: WriteTxn, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
+        """Inside a write's transaction: the items' vectors are by the tenant's embedder, which the
+        write records if it is the tenant's first. When a re-embedding switched the tenant since
+        they were embedded (engine/reembed.py), they are dropped and ExtractionMissing raised: the
+        attempt is rolled back and retried, embedded by the new one."""
+        recorded = txn.meta("embedder")
+        stale = [p for p in prepared if recorded is not None and p.vector is not None and p.vector_by != recorded]
+        if recorded is not None and stale:
+            for p in stale:
+                p.vector = None
+            self.embedders.follow(store, recorded)
+            raise ExtractionMissing()
+        check_tenant_embedder(txn, self.embedders.of(store), write=True)
 
     # -- outside the transaction: extraction, embedding, near duplicates ---------------------------
 
@@ -306,7 +321,9 @@ class WritePath:
         embedder = self.embedders.of(store)
         if len(todo) < _OVERLAP_MIN_ITEMS:
             self._extract(todo, errors)
-            self._embed(embedder, [p for p in todo if p.extraction is not None])
+            # Every new item without a vector: one extracted now, or one whose vector a
+            # re-embedding's switch dropped (check_vectors; the operation log's too).
+            self._embed(embedder, [p for p in new if p.extraction is not None])
             if errors:
                 new = [p for p in new if p.position not in errors]
             # DEDUP: near duplicates of every new item (also one whose extraction and vector were
@@ -317,7 +334,7 @@ class WritePath:
         # products run without the GIL, on another core) while this thread extracts. Outcomes are
         # the sequential ones: an item whose extraction fails (hot path) is never written, and
         # apply names only items of the batch that were created.
-        self._embed(embedder, todo)
+        self._embed(embedder, new)
         # In this call's context (its trace span: the lookup is its step too).
         lookup = self._helper.submit(contextvars.copy_context().run, self._find_near_duplicates, store, new)
         try:
@@ -381,6 +398,7 @@ class WritePath:
                 vectors = embedder.embed([p.item.text for p in part])
                 for p, vector in zip(part, vectors):
                     p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+                    p.vector_by = f"{embedder.name}/{embedder.dim}"
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """The near duplicates of each item, in acceptance order (engine/near_duplicates.py)."""

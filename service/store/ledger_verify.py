@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mnemosyne.store.ledger import GENESIS_HASH, KEYED_FIELD, KEYED_VALUE, MemoryDigest, chain_hash
@@ -166,6 +166,7 @@ class _MemoryReplay:
         self.problems = problems
         self.expected: dict[int, _Expected] = {}
         self.retain_seqs: list[tuple[int, int]] = []  # (memory_id, seq) in chain order
+        self.reembedded: dict[int, str] = {}  # a re-embedding's next vectors' digests, until its switch
 
     def apply(self, seq: int, entry: dict[str, Any]) -> None:
         memory_id = int(entry.get("memory_id") or 0)
@@ -191,6 +192,8 @@ class _MemoryReplay:
                     )
                     continue
                 want.merge_seq, want.merged_into = seq, memory_id
+        elif op in ("reembed", "reembed_reset", "reembed_switch"):
+            self._reembed(op, entry)
         elif op == "supersede":
             if memory_id in self.expected:
                 self.expected[memory_id].supersede_seq = seq
@@ -209,6 +212,19 @@ class _MemoryReplay:
         want.retain_seq, want.digest = seq, _entry_digest(entry)
         want.keyed = entry.get(KEYED_FIELD) == KEYED_VALUE
         want.supersede_seq = want.superseded_by = 0  # its superseded facts went with the old content
+
+    def _reembed(self, op: str, entry: dict[str, Any]) -> None:
+        """A re-embedding (engine/reembed.py): each chunk's entry names its memories' next vectors,
+        which count from its switch on (a reset drops them: the move went to another embedder)."""
+        if op == "reembed":
+            self.reembedded.update({int(i): str(d) for i, d in (entry.get("embeddings") or {}).items()})
+            return
+        if op == "reembed_switch":
+            for memory_id, embedding in self.reembedded.items():
+                want = self.expected.get(memory_id)
+                if want is not None and not want.forget_seq and not want.merge_seq:
+                    want.digest = replace(want.digest, embedding=embedding)
+        self.reembedded.clear()
 
     def _unknown(self, seq: int, memory_id: int, kind: str, what: str) -> None:
         """Entry ``seq`` names a memory it cannot apply to: ``what`` it does, and why it cannot."""

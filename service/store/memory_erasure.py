@@ -46,6 +46,7 @@ class MemoryErasure(MemoryWrites):
             "facts",
             "triples",
             "embeddings",
+            "reembed_vectors",
             "memory_keys",
             "memory_versions",
             "memory_revisions",

@@ -241,6 +241,7 @@ class MemoryWrites(RevisionWrites):
             ]
         )
         c.execute(f"DELETE FROM embeddings WHERE memory_id IN ({marks})", ids)
+        c.execute(f"DELETE FROM reembed_vectors WHERE memory_id IN ({marks})", ids)
         c.execute(f"UPDATE memories SET merged_into = ?, merged_at = ? WHERE id IN ({marks})", [keep_id, at, *ids])
         # Memories merged earlier into one of these now point at the kept one, so a duplicate of
         # their text is reported against a live memory.

@@ -397,6 +397,18 @@ _V_EXPIRY_CHANGES_DELIVERED = """
 INSERT INTO webhook_kind_of_op(op, source, kind) VALUES ('expiry', NULL, 'memory.updated');
 """
 
+# A re-embedding in progress (engine/reembed.py): each memory's vector by the tenant's next
+# embedder, written beside its current one (so recall reads the current ones until the switch),
+# with a CRC-32 of the text it was made from (an update since makes it stale). The switch copies
+# them over ``embeddings`` and empties this table in one transaction.
+_V_REEMBED = """
+CREATE TABLE reembed_vectors(
+  memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
+  vector BLOB NOT NULL,
+  body_crc INTEGER NOT NULL
+);
+"""
+
 MIGRATIONS: list[str] = [
     _V1,
     _V2_CONSOLIDATION,
@@ -415,6 +427,7 @@ MIGRATIONS: list[str] = [
     _V_WEBHOOKS,
     _V_EXPIRY_AND_REVISIONS,
     _V_EXPIRY_CHANGES_DELIVERED,
+    _V_REEMBED,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -436,6 +449,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"webhook_subscriptions", "webhook_secrets", "webhook_kinds", "webhook_kind_of_op", "webhook_outbox"}),
     frozenset({"memory_revisions", "record_revisions"}),  # _V_EXPIRY_AND_REVISIONS
     frozenset(),  # _V_EXPIRY_CHANGES_DELIVERED
+    frozenset({"reembed_vectors"}),  # _V_REEMBED
 ]
 
 
@@ -507,6 +521,7 @@ ERASURE: dict[str, Erasure] = {
     "facts": Erasure("memory_id ord kind value normalized", "the memory's rows deleted"),
     "triples": Erasure("memory_id ord subject predicate object", "the memory's rows deleted"),
     "embeddings": Erasure("memory_id vector", "the memory's row deleted"),
+    "reembed_vectors": Erasure("memory_id vector body_crc", "the memory's row deleted (a re-embedding's vector)"),
     "memory_keys": Erasure("memory_id key", "the memory's key deleted: its ledger hashes confirm no guess after"),
     "memory_versions": Erasure("memory_id version body metadata at", "the memory's earlier versions deleted"),
     "memory_revisions": Erasure(

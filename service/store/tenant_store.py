@@ -14,7 +14,8 @@ Concurrency contract:
 A transaction's statements are in modules by job, which ``ReadTxn`` and ``WriteTxn`` put
 together: bookkeeping.py (meta, counters, the ledger's head and appends, savepoints),
 memory_reads.py, recall_reads.py, record_reads.py, audit_reads.py, oplog.py (the hot path's
-log), memory_writes.py, memory_erasure.py (a forget), record_writes.py, webhook_rows.py. The file's checks and
+log), memory_writes.py, memory_erasure.py (a forget), record_writes.py, webhook_rows.py, reembed_rows.py (a
+re-embedding's next vectors). The file's checks and
 migration are in tenant_file.py, the values its memories are written from and read into in
 memory_rows.py.
 """
@@ -46,6 +47,7 @@ from mnemosyne.store.memory_reads import MemoryReads
 from mnemosyne.store.oplog import OplogReads, OplogWrites
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
+from mnemosyne.store.reembed_rows import ReembedReads, ReembedWrites
 from mnemosyne.store.replicas import StoreReplication
 from mnemosyne.store.revisions import RevisionReads
 from mnemosyne.store.schema import REQUIRED_TABLES
@@ -62,11 +64,11 @@ FULLTEXT_MERGE_MAX_STEPS = 256  # per pass; the next pass goes on
 ANN_FILE_SUFFIX = ".ann"
 
 
-class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads, RevisionReads):
+class ReadTxn(MemoryReads, RecallReads, AuditReads, OplogReads, WebhookReads, RevisionReads, ReembedReads):
     """Queries valid inside one transaction (read or write)."""
 
 
-class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites, WebhookWrites):
+class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites, WebhookWrites, ReembedWrites):
     """Mutations; valid only inside ``TenantStore.write()``."""
 
 

@@ -382,6 +382,12 @@ def from_messages(messages: Iterable[types_pb2.ConversationMessage]) -> list[typ
     return [types.Message(role=m.role, content=m.content, name=m.name) for m in messages]
 
 
+def to_reembed_response(p: types.ReembedProgress) -> admin_pb2.ReembedTenantResponse:
+    return admin_pb2.ReembedTenantResponse(
+        embedder=p.embedder, done=p.done, total=p.total, finished=p.finished, switched=p.switched
+    )
+
+
 def to_dedup_response(report: types.DedupReport) -> admin_pb2.DedupResponse:
     return admin_pb2.DedupResponse(
         groups=[

@@ -51,6 +51,7 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/AggregateStats",
         "/mnemosyne.v1.AdminService/ListTenantFigures",
         "/mnemosyne.v1.AdminService/EraseTenant",
+        "/mnemosyne.v1.AdminService/ReembedTenant",
         "/mnemosyne.v1.AdminService/Backup",
         "/mnemosyne.v1.AdminService/ImportTenant",
         "/mnemosyne.v1.AdminService/MoveTenant",

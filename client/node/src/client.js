@@ -618,6 +618,23 @@ class MemoryClient {
     };
   }
 
+  /**
+   * One step of moving a tenant to another embedder (`'minilm'` or `'hashing'`) while it serves
+   * (admin token): `chunkSize` memories embedded (0: the server's 256), or the switch. Call again
+   * until `finished`; an interrupted move goes on where it stopped.
+   */
+  async reembedTenant(tenant, embedder, { chunkSize = 0 } = {}) {
+    const { response } = await this._call(this.admin, 'ReembedTenant',
+      { tenant, embedder, chunk_size: chunkSize }, { retry: true });
+    return {
+      embedder: response.embedder,
+      done: Number(response.done),
+      total: Number(response.total),
+      finished: response.finished,
+      switched: Number(response.switched),
+    };
+  }
+
   /** One page of the tenants with a file (admin token), in lexical order. */
   async listTenants({ pageSize = 0, pageToken = '' } = {}) {
     const { response } = await this._call(this.admin, 'ListTenants', { page_size: pageSize, page_token: pageToken },

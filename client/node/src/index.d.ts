@@ -277,6 +277,12 @@ export declare class MemoryClient {
     tenant: string,
     options?: { merge?: boolean; threshold?: number; requestId?: string },
   ): Promise<{ groups: Array<{ keepMemoryId: Id; duplicateMemoryIds: Id[] }>; merged: boolean; threshold: number }>;
+  /** One step of a tenant's move to another embedder (admin token): call again until `finished`. */
+  reembedTenant(
+    tenant: string,
+    embedder: 'minilm' | 'hashing',
+    options?: { chunkSize?: number },
+  ): Promise<{ embedder: string; done: number; total: number; finished: boolean; switched: number }>;
   listTenants(options?: { pageSize?: number; pageToken?: string }): Promise<TenantPage>;
   /** NOT one snapshot: each tenant read in a transaction of its own. */
   aggregateStats(options?: { chunkSize?: number; timeoutMs?: number }): Promise<AggregateStats>;

@@ -88,6 +88,23 @@ test('administration: ping, whoAmI, integrity, dedup, tenants, aggregate stats, 
   assert.ok(!(await client.listTenants({ pageSize: 1000 })).tenants.includes(tenant));
 });
 
+test('reembedTenant: a tenant moved to another embedder step by step, then nothing left to do', async () => {
+  const tenant = uniqueTenant();
+  await client.retainBatch(tenant, ['The ferry leaves at noon', 'The bakery opens at seven']);
+  // On hashing first (the server's embedder may be either), then to MiniLM one memory a step.
+  while (!(await client.reembedTenant(tenant, 'hashing')).finished);
+  assert.deepEqual(await client.reembedTenant(tenant, 'minilm', { chunkSize: 1 }),
+    { embedder: 'minilm', done: 1, total: 2, finished: false, switched: 0 });
+  assert.deepEqual(await client.reembedTenant(tenant, 'minilm', { chunkSize: 1 }),
+    { embedder: 'minilm', done: 2, total: 2, finished: false, switched: 0 });
+  assert.deepEqual(await client.reembedTenant(tenant, 'minilm'),
+    { embedder: 'minilm', done: 2, total: 2, finished: true, switched: 2 });
+  assert.equal((await client.reembedTenant(tenant, 'minilm')).switched, 0);
+  assert.equal((await client.verifyIntegrity(tenant)).valid, true);
+  await assert.rejects(client.reembedTenant(tenant, 'word2vec'),
+    (err) => err instanceof MnemosyneError && err.reason === 'EMBEDDER_UNKNOWN');
+});
+
 test('lifecycle: backup and export streams, import under another name, moves refused on one server', async () => {
   const tenant = uniqueTenant();
   await client.retain(tenant, 'A memory that moves');

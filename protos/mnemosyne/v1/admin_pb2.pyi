@@ -262,6 +262,30 @@ class PingResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReembedTenantRequest(_message.Message):
+    __slots__ = ("tenant", "embedder", "chunk_size")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    embedder: str
+    chunk_size: int
+    def __init__(self, tenant: _Optional[str] = ..., embedder: _Optional[str] = ..., chunk_size: _Optional[int] = ...) -> None: ...
+
+class ReembedTenantResponse(_message.Message):
+    __slots__ = ("embedder", "done", "total", "finished", "switched")
+    EMBEDDER_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    SWITCHED_FIELD_NUMBER: _ClassVar[int]
+    embedder: str
+    done: int
+    total: int
+    finished: bool
+    switched: int
+    def __init__(self, embedder: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., finished: _Optional[bool] = ..., switched: _Optional[int] = ...) -> None: ...
+
 class EraseTenantRequest(_message.Message):
     __slots__ = ("tenant",)
     TENANT_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.DedupRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.DedupResponse.FromString,
                 _registered_method=True)
+        self.ReembedTenant = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/ReembedTenant',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantResponse.FromString,
+                _registered_method=True)
         self.ListTenants = channel.unary_unary(
                 '/mnemosyne.v1.AdminService/ListTenants',
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
@@ -137,6 +142,21 @@ class AdminServiceServicer:
         group keeps its oldest memory; merging retires the others into it (they keep their text as
         history, name it in Memory.merged_into, and are never returned by Recall) with ONE audit
         ledger entry per group. Superseded memories are never grouped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReembedTenant(self, request, context):
+        """Move a tenant to another embedder while it serves (admin token), one step per call: call
+        again until `finished`. A step embeds the next `chunk_size` memories by the new embedder and
+        writes their vectors beside the current ones (recall goes on using the current ones) with a
+        ledger entry naming their digests, in one transaction; the last step replaces every vector
+        and switches the tenant in one transaction, with a ledger entry of the switch. The progress
+        is kept in the tenant file: after a crash or an interrupted run, the next call goes on from
+        the last committed chunk. NOT_FOUND (TENANT_NOT_FOUND) for a tenant with no data;
+        INVALID_ARGUMENT (EMBEDDER_UNKNOWN) for an embedder this server does not run; ABORTED
+        (REEMBED_CONFLICT) when a move to another embedder began meanwhile.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -282,6 +302,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.DedupRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.DedupResponse.SerializeToString,
             ),
+            'ReembedTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReembedTenant,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantResponse.SerializeToString,
+            ),
             'ListTenants': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTenants,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
@@ -425,6 +450,33 @@ class AdminService:
             '/mnemosyne.v1.AdminService/Dedup',
             mnemosyne_dot_v1_dot_admin__pb2.DedupRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.DedupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReembedTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ReembedTenant',
+            mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ReembedTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from mnemosyne.engine.config import HotPathConfig
-from mnemosyne.engine.embedder import check_tenant_embedder
 from mnemosyne.engine.extractor import Extraction
 from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.depths import Depths
@@ -51,7 +50,10 @@ class RoundCommit:
     def apply(self, tenant: str, store: TenantStore, ops: Sequence[OpRow], hold: Callable[[], None]) -> bool:
         """Extract, persist, then commit the claimed operations (``hold``: the test seam, just
         before the commit). True when every operation ended (none went back to pending)."""
-        prepared = [_prepared(position, op) for position, op in enumerate(ops)]
+        # A stored vector is by the tenant's embedder when it was stored: a re-embedding's switch
+        # drops the stored ones (store/reembed_rows.py), so one read here is of the current one.
+        embedder = self._write_path.embedders.of(store)
+        prepared = [_prepared(position, op, f"{embedder.name}/{embedder.dim}") for position, op in enumerate(ops)]
         errors: dict[int, Exception] = {}
         force = False
         # Single flight with synchronous writers of the same content (engine/dedup.py): one
@@ -96,7 +98,7 @@ class RoundCommit:
         """Apply and finish every claimed operation in ONE transaction. Returns True when every
         operation ended (none went back to pending for another attempt)."""
         with store.write(sync=False, internal=True) as txn:
-            check_tenant_embedder(txn, self._write_path.embedders.of(store), write=True)
+            self._write_path.check_vectors(txn, store, prepared)
             # A forget may have finished some meanwhile (its fence: engine/fences.py): not applied.
             running = txn.oplog_still_running([op.event_id for op in ops])
             mine = [p for p in prepared if ops[p.position].event_id in running]
@@ -154,7 +156,7 @@ class RoundCommit:
         return "retry"
 
 
-def _prepared(position: int, op: OpRow) -> PreparedItem:
+def _prepared(position: int, op: OpRow, vector_by: str) -> PreparedItem:
     """A claimed operation's item as it was prepared at enqueue, with its stored extraction."""
     extraction = None
     if op.extraction is not None:
@@ -164,4 +166,5 @@ def _prepared(position: int, op: OpRow) -> PreparedItem:
         )
     prepared = PreparedItem.from_payload(position, op.payload, extraction=extraction, vector=op.embedding)
     prepared.acceptance = op.event_id  # an operation's event id is its acceptance position
+    prepared.vector_by = vector_by if op.embedding is not None else ""
     return prepared

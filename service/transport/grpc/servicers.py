@@ -237,6 +237,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         token = for_write(self._engine.consistency, call, request.tenant) if request.merge else ""
         return convert.with_token(convert.to_dedup_response(report), token)
 
+    def ReembedTenant(self, request: admin_pb2.ReembedTenantRequest, call: Call) -> admin_pb2.ReembedTenantResponse:
+        progress = self._engine.reembedding.step(request.tenant, request.embedder, chunk_size=request.chunk_size)
+        return convert.to_reembed_response(progress)
+
     def ListTenants(self, request: admin_pb2.ListTenantsRequest, call: Call) -> admin_pb2.ListTenantsResponse:
         return self._tenant_page(request)
 

@@ -1,0 +1,102 @@
+"""Moving a tenant to another embedder online (``mnemosyne reembed``, the ReembedTenant RPC).
+
+Each call does one step, so no transaction is long and the tenant serves throughout:
+
+* a chunk: the next memories without a next vector are read, embedded by the new embedder outside
+  any transaction, and written to ``reembed_vectors`` (beside their current vectors, which recall
+  goes on reading) with ONE ledger entry naming their digests, in ONE write transaction;
+* the switch, once every memory has one: in ONE transaction the next vectors whose text an update
+  changed since are dropped (made again by the next steps), or else every current vector is
+  replaced by its next one, the tenant's embedder becomes the new one and the ledger says so.
+
+The progress is the tenant file itself (the next vectors committed so far, and which embedder
+they are for in ``meta``), so a step killed at any point loses at most its own chunk, and a rerun
+goes on from there. Writes meanwhile are embedded by the tenant's current embedder: a memory
+written after its turn is simply one more to do, and after the switch the hot path's queued
+writes are embedded again (store/reembed_rows.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mnemosyne.engine.ann import on_vectors_changed
+from mnemosyne.engine.embedders import TenantEmbedders, make_embedder
+from mnemosyne.engine.types import ReembedProgress
+from mnemosyne.errors import Conflict, InvalidArgument, NotFound
+from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.reembed_rows import REEMBED_META, text_crc
+from mnemosyne.store.tenant_store import TenantStore
+
+DEFAULT_CHUNK = 256
+MAX_CHUNK = 10_000
+
+
+class Reembedding:
+    def __init__(self, *, pool: TenantPool, embedders: TenantEmbedders) -> None:
+        self._pool = pool
+        self._embedders = embedders
+
+    def step(self, tenant: str, embedder: str, *, chunk_size: int = 0) -> ReembedProgress:
+        """One step of moving ``tenant`` to ``embedder`` (a configuration name): a chunk of
+        ``chunk_size`` memories (0: DEFAULT_CHUNK), or the switch. Call again until ``finished``."""
+        if chunk_size < 0 or chunk_size > MAX_CHUNK:
+            raise InvalidArgument(
+                f"chunk_size is {chunk_size}; give 1-{MAX_CHUNK}, or 0 for {DEFAULT_CHUNK}", reason="CHUNK_SIZE_INVALID"
+            )
+        target = make_embedder(embedder or "")
+        to = f"{target.name}/{target.dim}"
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                raise NotFound(f"tenant {tenant!r} has no data to re-embed", reason="TENANT_NOT_FOUND")
+            current = f"{self._embedders.of(store).name}/{self._embedders.of(store).dim}"
+            with store.read() as txn:
+                moving_to = txn.meta(REEMBED_META)
+                done, total = txn.reembed_counts()
+            if current == to and moving_to is None:
+                return ReembedProgress(embedder, done=total, total=total, finished=True, switched=0)
+            if moving_to != to:
+                with store.write() as txn:
+                    txn.reset_reembedding(to)
+            with store.read() as txn:
+                todo = txn.reembed_todo(chunk_size or DEFAULT_CHUNK)
+            if todo:
+                return self._chunk(store, embedder, to, todo)
+            return self._switch(store, embedder, current, to)
+
+    def _chunk(self, store: TenantStore, embedder: str, to: str, todo: list[tuple[int, str]]) -> ReembedProgress:
+        vectors = make_embedder(embedder).embed([text for _, text in todo])
+        rows = [
+            (memory_id, np.ascontiguousarray(vector, dtype="<f4").tobytes(), text_crc(text))
+            for (memory_id, text), vector in zip(todo, vectors)
+        ]
+        with store.write() as txn:
+            self._still_moving(txn.meta(REEMBED_META), to)
+            txn.put_reembedded(to, rows)
+            done, total = txn.reembed_counts()
+        return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
+
+    def _switch(self, store: TenantStore, embedder: str, current: str, to: str) -> ReembedProgress:
+        with store.write() as txn:
+            self._still_moving(txn.meta(REEMBED_META), to)
+            if txn.drop_stale_reembedded() or txn.reembed_todo(1):  # written meanwhile: more to do first
+                done, total = txn.reembed_counts()
+                return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
+            _high, from_epoch = txn.index_state()
+            switched = txn.switch_reembedded(from_=current, to=to)
+            txn.set_meta("embedder", to)
+            txn.delete_meta(REEMBED_META)
+            txn.advance_forget_epoch()
+        # Committed: recall and writes take the new embedder, and the vector caches reload.
+        TenantEmbedders.moved(store, make_embedder(embedder))
+        on_vectors_changed(store, (), from_epoch=from_epoch, to_epoch=from_epoch + 1)
+        return ReembedProgress(embedder, done=switched, total=switched, finished=True, switched=switched)
+
+    @staticmethod
+    def _still_moving(moving_to: str | None, to: str) -> None:
+        if moving_to != to:
+            raise Conflict(
+                f"another re-embedding of this tenant (to {moving_to or 'its current embedder'}) began meanwhile; "
+                "run one at a time",
+                reason="REEMBED_CONFLICT",
+            )

@@ -1,0 +1,188 @@
+"""``mnemosyne reembed``: a tenant moved to another embedder while it serves, resumable after a
+SIGKILL of the server, its audit chain extended and still valid, recall by meaning afterwards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from mnemosyne.engine.embedders import make_embedder
+from tests.http_support import request
+from tests.support import ServerProcess, tokens_json
+
+TEA, DOG = "Carol prefers tea over coffee", "Carol's dog is called Rex"
+FILLERS = [f"Shipment {i} of part PN-{i:04d} left warehouse {chr(65 + i % 26)} on dock {i % 17}" for i in range(300)]
+
+
+def _reembed(server: ServerProcess, tenant: str, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mnemosyne", "reembed", "--tenant", tenant, "--target", server.target, *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _file(server: ServerProcess, tenant: str, sql: str) -> list[tuple[object, ...]]:
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [tuple(row) for row in connection.execute(sql)]
+    finally:
+        connection.close()
+
+
+def _embedder_of(server: ServerProcess, tenant: str) -> str:
+    return str(_file(server, tenant, "SELECT value FROM meta WHERE key = 'embedder'")[0][0])
+
+
+def test_sigkill_mid_reembed_then_a_rerun_moves_the_tenant_to_minilm(server_factory) -> None:
+    minilm = make_embedder("minilm")
+    server = server_factory().start()
+    with MemoryClient(server.target, timeout=30) as client:
+        ids = [r.memory_id for r in client.retain_batch("moving", [DOG, TEA, *FILLERS])]
+    assert _embedder_of(server, "moving") == "hashing-v2/384"
+
+    # Kill the server once some chunks are committed, mid-move.
+    run = _reembed(server, "moving", "--embedder", "minilm", "--chunk-size", "16")
+    deadline = time.monotonic() + 60
+    while not _file(server, "moving", "SELECT 1 FROM reembed_vectors LIMIT 1"):
+        assert run.poll() is None, run.communicate()
+        assert time.monotonic() < deadline, "no chunk committed in 60 s"
+        time.sleep(0.01)
+    server.kill()
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode != 0, stderr
+    done = int(str(_file(server, "moving", "SELECT count(*) FROM reembed_vectors")[0][0]))
+    assert 0 < done < len(ids), done  # part of the move committed, not all
+
+    server.start()  # a new port: the killed one may be taken meanwhile
+    with MemoryClient(server.target, timeout=30) as client:
+        # Half-way, the tenant still answers by its old embedder, and takes writes meanwhile:
+        # a new memory, an update of one already re-embedded (its next vector is stale), a forget.
+        assert _embedder_of(server, "moving") == "hashing-v2/384"
+        hits = client.recall("moving", "part PN-0042 warehouse", k=3)
+        assert hits and hits[0].memory.text == FILLERS[42]
+        early = ids[3]
+        assert _file(server, "moving", f"SELECT 1 FROM reembed_vectors WHERE memory_id = {early}")
+        client.update_memory("moving", early, "Carol's sister Dana grows lavender in her garden")
+        client.forget("moving", ids[4])
+        late = client.retain("moving", "Carol's brother Ed repairs bicycles on weekends").memory_id
+
+        rerun = _reembed(server, "moving", "--embedder", "minilm", "--chunk-size", "64")
+        stdout, stderr = rerun.communicate(timeout=300)
+        assert rerun.returncode == 0, stderr
+        assert "runs on the minilm embedder" in stdout, stdout
+
+        assert _embedder_of(server, "moving") == f"{minilm.name}/{minilm.dim}"
+        assert _file(server, "moving", "SELECT count(*) FROM reembed_vectors")[0][0] == 0
+        assert not _file(server, "moving", "SELECT 1 FROM meta WHERE key = 'reembed_to'")
+        stored = _file(
+            server,
+            "moving",
+            "SELECT e.memory_id, m.body, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id",
+        )
+        assert {row[0] for row in stored} == (set(ids) - {ids[4]}) | {late}
+        want = minilm.embed([str(row[1]) for row in stored])
+        got = np.stack([np.frombuffer(row[2], dtype="<f4") for row in stored])  # type: ignore[call-overload]  # apsw rows are untyped
+        assert np.min(np.sum(want * got, axis=1)) > 0.9999  # every vector is MiniLM's of its current text
+
+        integrity = client.verify_integrity("moving")
+        assert integrity.valid, integrity
+        assert any(
+            '"op":"reembed_switch"' in str(entry[0])
+            for entry in _file(server, "moving", "SELECT entry FROM ledger ORDER BY seq DESC LIMIT 1")
+        )
+        assert client.recall("moving", "What does Carol drink?", k=1)[0].memory.text == TEA
+        # A second run has nothing to do.
+        again = client.reembed_tenant("moving", "minilm")
+        assert again.finished and again.switched == 0
+
+    server.terminate()
+    server.start()  # the new embedder is the file's, not the process's memory
+    with MemoryClient(server.target, timeout=30) as client:
+        assert client.recall("moving", "What does Carol drink?", k=1)[0].memory.text == TEA
+        assert client.verify_integrity("moving").valid
+
+
+def _all_vectors_are_minilm(server: ServerProcess, tenant: str) -> int:
+    """How many vectors the tenant holds, once checked to be MiniLM's of each memory's text."""
+    minilm = make_embedder("minilm")
+    stored = _file(
+        server, tenant, "SELECT e.memory_id, m.body, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id"
+    )
+    want = minilm.embed([str(row[1]) for row in stored])
+    got = np.stack([np.frombuffer(row[2], dtype="<f4") for row in stored])  # type: ignore[call-overload]  # apsw rows are untyped
+    assert np.min(np.sum(want * got, axis=1)) > 0.9999
+    return len(stored)
+
+
+def test_fast_writes_embedded_before_the_switch_are_committed_by_the_new_embedder(server_factory, tmp_path) -> None:
+    hold = tmp_path / "hold"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    queued = [f"Queued note {i}: the courier brings parcel QX-{i:03d} on Tuesday" for i in range(5)]
+    with MemoryClient(server.target, timeout=30) as client:
+        client.retain_batch("busy", FILLERS[:60])
+        client.hot_path("busy", "enable")
+        hold.touch()  # the workers extract and embed (by hashing), then wait before their commit
+        assert {r.status for r in client.retain_batch("busy", queued, fast=True)} == {"enqueued"}
+        deadline = time.monotonic() + 30
+        while not _file(server, "busy", "SELECT 1 FROM oplog WHERE status = 'running' AND embedding IS NOT NULL"):
+            assert time.monotonic() < deadline, "no worker held its round"
+            time.sleep(0.02)
+        run = _reembed(server, "busy", "--embedder", "minilm")
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+        hold.unlink()
+        flushed = client.hot_path("busy", "flush", timeout_seconds=60)
+        assert flushed.failed == 0, flushed
+        texts = {m.text for m in client.list_memories("busy", page_size=1000).memories}
+        assert set(queued) <= texts
+        assert _all_vectors_are_minilm(server, "busy") == 65
+        assert client.verify_integrity("busy").valid
+
+
+def test_reembed_refuses_what_it_cannot_do_and_is_served_over_http(server_factory, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(tokens_json({"root": ["*"], "acme-token": ["acme"]}))
+    server = server_factory(http=True, args=["--tokens-file", str(tokens)]).start()
+    with MemoryClient(server.target, token="root", timeout=30) as admin:
+        admin.retain_batch("acme", ["the quarterly report is due on Friday", "the office plants need water"])
+        with pytest.raises(InvalidArgumentError) as unknown:
+            admin.reembed_tenant("acme", "word2vec")
+        assert unknown.value.reason == "EMBEDDER_UNKNOWN"
+        with pytest.raises(NotFoundError) as missing:
+            admin.reembed_tenant("nobody-here", "minilm")
+        assert missing.value.reason == "TENANT_NOT_FOUND"
+        with pytest.raises(InvalidArgumentError) as chunk:
+            admin.reembed_tenant("acme", "minilm", chunk_size=-1)
+        assert chunk.value.reason == "CHUNK_SIZE_INVALID"
+        same = admin.reembed_tenant("acme", "hashing")
+        assert same.finished and same.switched == 0 and same.total == 2
+    with MemoryClient(server.target, token="acme-token", timeout=30) as tenant_only:
+        with pytest.raises(PermissionDeniedError):
+            tenant_only.reembed_tenant("acme", "minilm")
+    reply = request(
+        server.http_port,
+        "POST",
+        "/v1/tenants/acme:reembed",
+        json_body={"embedder": "minilm", "chunkSize": 1},
+        headers={"authorization": "Bearer root"},
+    )
+    assert reply.status == 200, reply.body
+    assert reply.json() == {"embedder": "minilm", "done": "1", "total": "2"}
+    bad = request(
+        server.http_port,
+        "POST",
+        "/v1/tenants/acme:reembed",
+        json_body={"embedder": "nope"},
+        headers={"authorization": "Bearer root"},
+    )
+    assert bad.status == 400 and bad.reason == "EMBEDDER_UNKNOWN", bad.body
