@@ -6,7 +6,7 @@ RetainBatches of 1,000 lost WAL frames from its replica now and then (about half
 a 20,000-memory tenant came back malformed, TENANT_CORRUPT); the server now leaves the
 checkpoints of a replicating file to Litestream. The race needs a large file and large commits,
 so this writes a large tenant (the suite's longest replication test). The race is timing-bound:
-on the unfixed server this test did not catch it in 7 runs, while the same writes restored by
+on the unfixed server this test did not catch it in 9 runs, while the same writes restored by
 bench.replication_density came back malformed in 4 of 8 (docs/replication.md#checkpoints)."""
 
 from __future__ import annotations
