@@ -217,6 +217,13 @@ class Replicator:
                 return not state.registered
             return False
 
+    def replicating(self, tenant: str) -> bool:
+        """In the active set from the commit that marks it (``written``, inside that commit: before
+        the store asks for a checkpoint) until it is retired; a refused stale copy never is."""
+        with self._guard:
+            state = self._states.get(tenant)
+            return state is not None and not state.refused
+
     def admit_write(self, tenant: str) -> None:
         with self._guard:
             if tenant in self._states or len(self._states) < self._limit:

@@ -177,13 +177,17 @@ class Inbox:
         configure: Callable[[apsw.Connection], None],
         on_commit: Callable[[], None] = lambda: None,
         replicated_since: Callable[[], float] = lambda: math.inf,
+        may_checkpoint: Callable[[], bool] = lambda: True,
     ) -> None:
         """``on_commit``: called after each commit, inside it (store/replicas.py ``written``);
         ``replicated_since``: the time before which the tenant's commits are all in object
-        storage (store/replicas.py), which rows wait for to leave (``adopted``)."""
+        storage (store/replicas.py), which rows wait for to leave (``adopted``);
+        ``may_checkpoint``: False while the replication checkpoints the file (store/replicas.py
+        ``replicating``)."""
         self.path = path
         self._on_commit = on_commit
         self._replicated_since = replicated_since
+        self._may_checkpoint = may_checkpoint
         self._adoptions: list[tuple[int, float]] = []  # (moved through event id, when its commit ended)
         self.lock = lock
         self._synchronous = synchronous
@@ -254,7 +258,7 @@ class Inbox:
         since the last one: the inbox holds a few rows, so it copies a few pages, and enqueues go
         on meanwhile. (A checkpoint that a reader kept from finishing leaves the WAL long; it is
         not retried on every round, each one's syncs would slow the enqueues' own.)"""
-        if self._wal_pages < self._wal_pages_checkpointed + CHECKPOINT_PAGES:
+        if self._wal_pages < self._wal_pages_checkpointed + CHECKPOINT_PAGES or not self._may_checkpoint():
             return
         connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
         try:

@@ -35,6 +35,11 @@ The contract, for an implementation:
 * ``replicated_since(tenant)``: the time (``time.time()``) before which every commit of the
   tenant's files is in object storage; ``math.inf`` without replication. An inbox row leaves only
   once its move into the tenant file is older than this (store/inbox.py ``adopted``).
+* ``replicating(tenant)``: whether the tenant's files are in the replication's active set
+  (registered in Litestream, or to be at its next tick, from the first commit ``written`` names).
+  Litestream then checkpoints them itself, and the store must not: a checkpoint of ours while
+  Litestream replicates a file made its replica restore malformed (a tenant written in large
+  batches: docs/replication.md#checkpoints). Cheap: asked before every checkpoint.
 * ``lag(tenant)``: how far the tenant's replica is behind: the age in seconds of its oldest commit
   not confirmed in object storage, and the WAL bytes since its last confirmed sync began ((0, 0)
   when caught up, and without replication). Cheap: Stats asks it.
@@ -74,6 +79,8 @@ class Replicas(Protocol):
 
     def replicated_since(self, tenant: str) -> float: ...
 
+    def replicating(self, tenant: str) -> bool: ...
+
     def lag(self, tenant: str) -> tuple[float, int]: ...
 
 
@@ -101,6 +108,9 @@ class NoReplicas:
 
     def replicated_since(self, tenant: str) -> float:
         return math.inf
+
+    def replicating(self, tenant: str) -> bool:
+        return False
 
     def lag(self, tenant: str) -> tuple[float, int]:
         return 0.0, 0
@@ -140,6 +150,10 @@ class StoreReplication:
 
     def replicated_since(self) -> float:
         return self._replicas.replicated_since(self.tenant)
+
+    def checkpoints_are_ours(self) -> bool:
+        """False while the replication checkpoints the tenant's files (``Replicas.replicating``)."""
+        return not self._replicas.replicating(self.tenant)
 
     def paused(self) -> AbstractContextManager[None]:
         """Around the truncations that finish a forget: out of replication meanwhile, then on to a

@@ -258,6 +258,7 @@ class TenantStore:
                         configure=configure,
                         on_commit=self._replication.written,
                         replicated_since=self._replication.replicated_since,
+                        may_checkpoint=self._replication.checkpoints_are_ours,
                     ),
                     self._make_room,
                 )
@@ -376,7 +377,11 @@ class TenantStore:
 
     def checkpoint(self) -> tuple[int, int]:
         """A PASSIVE checkpoint on a short-lived connection of its own, so writes on the writer
-        connection go on meanwhile. Returns (frames in the WAL, frames checkpointed)."""
+        connection go on meanwhile. Returns (frames in the WAL, frames checkpointed); (0, 0)
+        without one while the replication checkpoints the file (store/replicas.py
+        ``replicating``)."""
+        if not self._replication.checkpoints_are_ours():
+            return 0, 0
         # A bare connection: the usual open hooks run statements (PRAGMA optimize) that would
         # wait for the write lock, and PASSIVE needs none of them (WAL mode is in the file).
         connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
@@ -439,7 +444,10 @@ class TenantStore:
         batches back to back outran it (1M memories by batches of 1,000: a 22 GB WAL at 500k,
         then a full disk). Holding the write lock, nothing is appended meanwhile, so it finishes
         (unless a reader keeps an older snapshot) and the next write starts the WAL again: the
-        file stays near the limit. A checkpoint already running elsewhere does the work."""
+        file stays near the limit. A checkpoint already running elsewhere does the work; none
+        while the replication checkpoints the file (store/replicas.py ``replicating``)."""
+        if not self._replication.checkpoints_are_ours():
+            return
         try:
             self._writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
         except apsw.BusyError:
