@@ -147,7 +147,7 @@ def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
     from it serves the console and the API reference without Node."""
     tree = tmp_path / "src"
     skip = shutil.ignore_patterns("node_modules", "__pycache__", "build", "*.egg-info")
-    for name in ("service", "client", "protos"):
+    for name in ("service", "client", "protos", "build_support"):  # build_support: the build backend
         shutil.copytree(ROOT / name, tree / name, ignore=skip)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, tree / name)
