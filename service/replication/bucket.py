@@ -25,6 +25,7 @@ UNREACHABLE = "REPLICA_UNREACHABLE"
 _CLIENT = botocore.config.Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
 FORGOTTEN_OBJECT = "forgotten.json"
 ERASED_OBJECT = "erased.json"
+HOLDER_OBJECT = "holder.json"  # beside a generation's files: the member that started it
 # A forgotten memory as the bucket keeps it: its id and its creation time (``memories.created_at``,
 # which a forget keeps). The pair names one memory of one tenant's history: an imported tenant's
 # memory of the same id was created at another time, and is not forgotten by it.
@@ -85,6 +86,26 @@ class Bucket:
         return not self.generations(tenant) and bool(
             self._read_json(self.url.key(tenant, ERASED_OBJECT), f"whether {tenant} was erased")
         )
+
+    def record_holder(self, tenant: str, generation: int, holder: str) -> None:
+        """Keep beside a generation the member that started it ("" without members), so a member
+        without the tenant's file learns cheaply whether the replica is its own (``holder``)."""
+        self._write_json(self.url.key(tenant, generation_name(generation), HOLDER_OBJECT), holder, f"{tenant}'s holder")
+
+    def holder(self, tenant: str) -> str | None:
+        """The member that started ``tenant``'s highest generation (``record_holder``); None when
+        the bucket holds no generation of it, or none that says."""
+        held = self.generations(tenant)
+        if not held:
+            return None
+        found = self._read_json(self.url.key(tenant, generation_name(held[-1]), HOLDER_OBJECT), f"{tenant}'s holder")
+        return found if isinstance(found, str) else None
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
+        """(the generation a new one of ``tenant`` must be above, the member that started its
+        highest) when that is above ``generation``; else None."""
+        latest = self.highest_generation(tenant)
+        return (latest, self.holder(tenant) or "") if latest > generation else None
 
     def forgotten(self, tenant: str) -> set[ForgottenMemory]:
         """The memories of ``tenant`` forgotten so far (``add_forgotten``)."""

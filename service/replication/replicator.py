@@ -127,6 +127,7 @@ class Replicator:
         self._retention_seconds = retention_seconds
         self._states: dict[str, _Tenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
+        self._current: set[str] = set()  # tenants whose file here was found the newest copy (``newer_than``)
         # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
         self._sweeps_path = data_dir / SWEEPS_FILE_NAME
         self._sweeps: dict[str, tuple[int, float]] = {
@@ -242,9 +243,29 @@ class Replicator:
                 self._listed = listed
         return tenant in listed
 
-    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None:
+    def holder(self, tenant: str) -> str | None:
+        return self.bucket.holder(tenant) if self.holds(tenant) else None
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
+        with self._guard:
+            if tenant in self._current:
+                return None
+        try:
+            newer = self.bucket.newer_than(tenant, generation)
+        except Unavailable as exc:
+            log.warning("tenant %s: whether its file is the newest copy is not known: %s", tenant, exc.message)
+            return None
+        with self._guard:
+            if newer is None:  # remembered (65,536 at most) until this process stops
+                self._current = self._current if len(self._current) < 65_536 else set()
+                self._current.add(tenant)
+        return newer
+
+    def fetch(
+        self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
+    ) -> tuple[Path, Path | None] | None:
         self.admit_write(tenant)
-        fetched = restore.fetch(self.bucket, tenant, into)
+        fetched = restore.fetch(self.bucket, tenant, into, judge=judge)
         return None if fetched is None else (fetched.database, fetched.inbox)
 
     def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]]) -> None:
@@ -466,24 +487,25 @@ class Replicator:
         first, and the generations below it are deleted after the retention (``_sweep``)."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
-            recorded, tombstone = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn).step == TOMBSTONED
-        if tombstone:
+            recorded, ownership = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn)
+        if ownership.step == TOMBSTONED:
             return None
         latest = self.bucket.highest_generation(tenant)
+        if recorded is not None and recorded.isdigit() and int(recorded) < latest:
+            state.refused = (
+                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
+                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
+            )
+            log.error("%s", state.refused)  # a stale copy never starts a generation, even after a forget
+            return None
         if recorded is None or not recorded.isdigit() or state.fresh:
             record_generation(database, latest + 1)
+            self.bucket.record_holder(tenant, latest + 1, ownership.holder or "")
             state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
             if latest:
                 self._plan_sweep(tenant, latest + 1)
             return latest + 1
-        if int(recorded) < latest:
-            state.refused = (
-                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
-                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
-            )
-            log.error("%s", state.refused)
-            return None
         return int(recorded)
 
     # -- old generations ------------------------------------------------------------------------------

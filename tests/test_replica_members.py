@@ -1,0 +1,100 @@
+"""Two replicating members on one object storage (docs/replication.md#members): a member that
+loses its volume gets back from the replica the tenants it owns — its own and one moved to it,
+whatever the hash says — and never one moved away from it (NOT_OWNER naming the owner, no file);
+a stale copy of a tenant moved away, put back on its former owner's volume, is refused there
+(NOT_OWNER naming the owner), neither served nor replicated over the live one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mnemosyne.client import FailedPreconditionError, MemoryClient
+from mnemosyne.store.membership import owner_of
+from tests.replica_support import ObjectStorage, replica_env
+from tests.support import gauge, wait_until
+from tests.test_moves import Deployment
+
+IDS = ["m0", "m1"]
+LOST = "m1"  # the member whose volume is lost
+OTHER = "m0"
+
+
+def _home(member: str, prefix: str) -> str:
+    return next(t for i in range(1000) if owner_of(t := f"{prefix}-{i}", IDS) == member)
+
+
+def _texts(client: MemoryClient, tenant: str) -> list[str]:
+    return sorted(m.text for m in client.list_memories(tenant, page_size=1000).memories)
+
+
+def _generations(storage: ObjectStorage, bucket: str, tenant: str) -> set[int]:
+    return {int(key.split("/")[2]) for key in storage.keys(bucket, f"member/{tenant}/") if key.count("/") >= 3}
+
+
+def test_a_member_that_lost_its_volume_restores_what_it_owns_and_never_a_stale_copy(
+    object_storage: ObjectStorage, tmp_path: Path
+) -> None:
+    bucket = object_storage.new_bucket()
+    deployment = Deployment(tmp_path, 2)
+    for member in IDS:
+        deployment.processes[member].metrics = True
+    env = {m: replica_env() for m in IDS}
+    extra = ["--replica-url", object_storage.url(bucket), "--no-forwarding"]
+    own, came, went = _home(LOST, "own"), _home(OTHER, "came"), _home(LOST, "went")
+    lost = deployment.processes[LOST]
+
+    def replicated() -> None:
+        for member in IDS:
+            wait_until(lambda: gauge(deployment.processes[member], "mnemosyne_replication_lag_seconds") == 0.0)
+
+    deployment.run(IDS, env=env, extra=extra)
+    try:
+        with deployment.client(IDS) as client:
+            for tenant in (own, came, went):
+                client.retain(tenant, f"{tenant}: before the moves")
+            doomed = client.retain(went, f"{went}: forgotten by its stale copy").memory_id
+        lost.stop()  # a snapshot of the volume: the stale copy of ``went`` (its owner then)
+        snapshot = tmp_path / "snapshot.sqlite"
+        shutil.copy(lost.tenant_file(went), snapshot)
+        deployment.start(LOST, IDS, env=env[LOST], extra=extra)
+        with deployment.client(IDS) as client:
+            client.move_tenant(came, LOST, member=OTHER)  # its home is OTHER: only the replica says it is LOST's
+            client.move_tenant(went, OTHER, member=LOST)
+            for tenant in (own, came, went):
+                client.retain(tenant, f"{tenant}: after the moves")
+            replicated()
+            live = {tenant: _texts(client, tenant) for tenant in (own, came, went)}
+
+        lost.kill()
+        shutil.rmtree(lost.data_dir)
+        deployment.start(LOST, IDS, env=env[LOST], extra=extra)
+        with deployment.at(LOST) as there:
+            assert _texts(there, own) == live[own]
+            assert _texts(there, came) == live[came]  # lazily, at its first open
+            with pytest.raises(FailedPreconditionError) as refused:
+                there.list_memories(went)
+            assert refused.value.reason == "NOT_OWNER"
+            assert refused.value.metadata["owner"] == OTHER
+            assert not lost.tenant_file(went).exists()
+            there.retain(came, f"{came}: after the loss")
+        with deployment.client(IDS) as client:
+            client.retain(went, f"{went}: on its owner after the loss")
+            assert _texts(client, came) == sorted([*live[came], f"{came}: after the loss"])
+            replicated()
+            generations = _generations(object_storage, bucket, went)
+
+            shutil.copy(snapshot, lost.tenant_file(went))  # the stale copy is back on the former owner
+            with deployment.at(LOST) as there:
+                for call in (lambda: there.list_memories(went), lambda: there.forget(went, doomed)):
+                    with pytest.raises(FailedPreconditionError) as refused:
+                        call()
+                    assert refused.value.reason == "NOT_OWNER"
+                    assert refused.value.metadata["owner"] == OTHER
+                    assert "stale copy" in refused.value.message
+            assert _generations(object_storage, bucket, went) == generations
+            assert _texts(client, went) == sorted([*live[went], f"{went}: on its owner after the loss"])
+    finally:
+        deployment.stop()
