@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.client import FailedPreconditionError, MemoryClient
+from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.membership import owner_of
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import gauge, wait_until
@@ -96,5 +97,34 @@ def test_a_member_that_lost_its_volume_restores_what_it_owns_and_never_a_stale_c
                     assert "stale copy" in refused.value.message
             assert _generations(object_storage, bucket, went) == generations
             assert _texts(client, went) == sorted([*live[went], f"{went}: on its owner after the loss"])
+    finally:
+        deployment.stop()
+
+
+def test_a_tenant_moved_away_from_its_home_is_replaced_online_and_recreated_after_an_erasure(tmp_path: Path) -> None:
+    """The fenced import --replace path (an online restore's) and the first write after an
+    erasure, on the member a tenant was moved to (not its home by the hash): its owner serves
+    both, never NOT_OWNER sending the caller back to the tombstone that sends it here."""
+    deployment = Deployment(tmp_path, 2)
+    tenant = _home(OTHER, "away")
+    deployment.run(IDS, extra=["--no-forwarding"])
+    try:
+        with deployment.client(IDS) as client:
+            client.retain(tenant, "before the move")
+            client.move_tenant(tenant, LOST, member=OTHER)
+            client.retain(tenant, "after the move")
+        with deployment.at(LOST) as owner:
+            manifest, *chunks = owner.export_tenant(tenant)
+            assert isinstance(manifest, TenantBackup)
+            owner.retain(tenant, "undone by the restore")
+            owner.import_tenant(
+                manifest, (c for c in chunks if isinstance(c, BackupChunk)), tenant=tenant, replace=True
+            )
+            assert _texts(owner, tenant) == ["after the move", "before the move"]
+            owner.erase_tenant(tenant)
+        with deployment.client(IDS) as client:
+            client.retain(tenant, "the first write after the erasure")
+            assert _texts(client, tenant) == ["the first write after the erasure"]
+        assert deployment.processes[LOST].tenant_file(tenant).exists()
     finally:
         deployment.stop()

@@ -102,10 +102,11 @@ class Bucket:
         return found if isinstance(found, str) else None
 
     def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
-        """(the generation a new one of ``tenant`` must be above, the member that started its
-        highest) when that is above ``generation``; else None."""
-        latest = self.highest_generation(tenant)
-        return (latest, self.holder(tenant) or "") if latest > generation else None
+        """(``tenant``'s highest generation, the member that started it) when it is above
+        ``generation``; else None (an erased tenant holds none: its stale copy is served where
+        it is, and never replicated again)."""
+        held = self.generations(tenant)
+        return (held[-1], self.holder(tenant) or "") if held and held[-1] > generation else None
 
     def forgotten(self, tenant: str) -> set[ForgottenMemory]:
         """The memories of ``tenant`` forgotten so far (``add_forgotten``)."""

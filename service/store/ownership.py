@@ -55,6 +55,7 @@ INACTIVE = "inactive"  # the destination, imported, serves nothing until activat
 ACTIVE = "active"
 INCOMING_SUFFIX = ".incoming"  # beside the tenant files: a move is bringing it here ("SOURCE EPOCH")
 RECLAIMED_SUFFIX = ".moved"  # beside a reclaimed tombstone: listings leave it out
+OWNED_SUFFIX = ".owned"  # beside the tenant files: a tenant moved here, then erased (``after_erasure``)
 # How many tenants' placements (``Ownership.placement``) are remembered; the least recently asked
 # are forgotten beyond it (and read from their file again when asked).
 PLACEMENTS_REMEMBERED = 65536
@@ -117,6 +118,11 @@ def incoming_move(tenants_dir: Path, tenant: str) -> tuple[str, int] | None:
     except FileNotFoundError:
         return None
     return source, int(epoch or 0)
+
+
+def owned_mark(tenants_dir: Path, tenant: str) -> Path:
+    """The mark of a tenant moved here and erased since (``Ownership.after_erasure``)."""
+    return tenants_dir / f"{tenant}{OWNED_SUFFIX}"
 
 
 def reclaimed_mark(tenants_dir: Path, tenant: str) -> Path:
@@ -186,7 +192,19 @@ class Ownership:
         """A tenant without a file here: refused NOT_OWNER when its home is another member, and
         TENANT_MOVING while a move brings it here (no file is created meanwhile)."""
         self.refuse_incoming(tenant)
-        self.membership.check_home(tenant)
+        self._check_home(tenant)
+
+    def _check_home(self, tenant: str) -> None:
+        """NOT_OWNER unless this member is the tenant's home, or it was moved here (and erased)."""
+        if not owned_mark(self._tenants_dir, tenant).exists():
+            self.membership.check_home(tenant)
+
+    def after_erasure(self, tenant: str) -> None:
+        """Before an erased tenant's files go: one this member serves away from its home (moved
+        here) leaves its mark (``owned_mark``), so that this member creates it again at its next
+        write — the tombstone at its home sends the callers here — never NOT_OWNER back there."""
+        if self._serves(tenant) and self.membership.home(tenant) != self.membership.me:
+            owned_mark(self._tenants_dir, tenant).write_text(self.membership.me)
 
     def check_open(self, tenant: str, store: TenantStore) -> None:
         """The ownership check of an open of ``tenant``'s file (``store``): it must name this
@@ -259,7 +277,7 @@ class Ownership:
         is refused NOT_OWNER unless this member is the tenant's home or serves it now (a tenant
         moved here, replaced by an online restore)."""
         if move is None and not self._serves(tenant):
-            self.membership.check_home(tenant)
+            self._check_home(tenant)
         store = TenantStore(database, write_lock=threading.Lock(), synchronous=synchronous)
         try:
             self.stamp(store, move=move)
@@ -307,7 +325,7 @@ class Ownership:
         if owner is not None:
             raise self.membership.not_owner(tenant, owner, "object storage's newest copy of it is held there")
         if not lost:
-            self.membership.check_home(tenant)
+            self._check_home(tenant)
 
     def _serves(self, tenant: str) -> bool:
         """Whether the tenant's file here names this member and serves (not a tombstone, nor a
@@ -367,7 +385,7 @@ class Ownership:
             elsewhere = self._held_elsewhere.get(tenant)
         if elsewhere is not None:
             return Placement(elsewhere)
-        if home == me:
+        if home == me or owned_mark(self._tenants_dir, tenant).exists():
             return Placement(me)
         placed = Placement(me if self._replica_holder(tenant) == me else home)
         self._remember(tenant, placed)  # asked of object storage once, until the file here changes

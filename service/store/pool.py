@@ -145,8 +145,7 @@ class TenantPool:
         return self.path_for(tenant).exists()
 
     def tenant_ids(self) -> list[str]:
-        """Tenant ids that have a file, in lexical order (not the reclaimed tombstones of tenants
-        moved away: ``reclaim``)."""
+        """Tenant ids that have a file, in lexical order (not reclaimed tombstones: ``reclaim``)."""
         reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in self.tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
         names = []
         for path in self.tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"):
@@ -305,8 +304,7 @@ class TenantPool:
             try:
                 if self.ownership is not None:
                     self.ownership.check_open(tenant, store)
-                if not store.fenced:  # a move's source stays readable while its copy replicates above it
-                    refuse_stale(tenant, store, self.replicas, self.membership)
+                refuse_stale(tenant, store, self.replicas, self.membership)
             except BaseException:
                 store.close()
                 raise
@@ -509,6 +507,8 @@ class TenantPool:
             with self.replicas.swapping(tenant, fresh=False, gone=True):  # its replicas go first
                 before_removal(head_hash)
                 self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
+                if self.ownership is not None:
+                    self.ownership.after_erasure(tenant)
                 remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
                 reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
                 self._fsync_directories()

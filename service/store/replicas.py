@@ -200,7 +200,10 @@ def refuse_stale(tenant: str, store: TenantStore, replicas: Replicas, membership
     """At an open of ``store``: refuse a file that replicated to a generation below one object
     storage holds — a copy left on a volume (a former owner's, a snapshot put back) is never
     served over the newer one. NOT_OWNER naming the member that started the newer one, else
-    FAILED_PRECONDITION REPLICA_STALE."""
+    FAILED_PRECONDITION REPLICA_STALE. A move's fenced source is not: it stays readable while
+    its copy replicates above it."""
+    if store.fenced:
+        return
     with store.read() as txn:
         recorded = txn.meta(GENERATION_KEY)
     newer = replicas.newer_than(tenant, int(recorded)) if recorded and recorded.isdigit() else None
