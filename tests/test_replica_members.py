@@ -6,17 +6,21 @@ a stale copy of a tenant moved away, put back on its former owner's volume, is r
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
-from mnemosyne.client import FailedPreconditionError, MemoryClient
+from mnemosyne.client import FailedPreconditionError, MemoryClient, UnavailableError
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.membership import owner_of
+from mnemosyne.store.ownership import MOVE_STEP_KEY
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import gauge, wait_until
-from tests.test_moves import Deployment
+from tests.test_moves import Deployment, record
 
 IDS = ["m0", "m1"]
 LOST = "m1"  # the member whose volume is lost
@@ -128,3 +132,59 @@ def test_a_tenant_moved_away_from_its_home_is_replaced_online_and_recreated_afte
         assert deployment.processes[LOST].tenant_file(tenant).exists()
     finally:
         deployment.stop()
+
+
+def test_a_move_in_progress_writes_a_new_generation_and_its_source_comes_back_fenced(
+    object_storage: ObjectStorage, tmp_path: Path
+) -> None:
+    """A move held after its import: the destination's inactive copy replicates to a generation
+    of its own, above the source's, started by the destination. The source then loses its volume:
+    it restores its own generation (passing over the copy never activated) and serves it (fenced
+    if the fence had reached its replica), and the move, asked again, finishes with everything."""
+    bucket = object_storage.new_bucket()
+    deployment = Deployment(tmp_path, 2)
+    source, destination = OTHER, LOST
+    tenant = _home(source, "moving")
+    extra = ["--replica-url", object_storage.url(bucket), "--no-forwarding"]
+    env = {m: replica_env() for m in IDS}
+    deployment.run(IDS, env={**env, source: {**env[source], "MNEMOSYNE_TEST_MOVE_HOLD_AFTER": "imported"}}, extra=extra)
+    try:
+        with deployment.client(IDS) as client:
+            client.retain(tenant, "before the move")
+        wait_until(lambda: bool(_generations(object_storage, bucket, tenant)))
+        before = _generations(object_storage, bucket, tenant)
+        mover = threading.Thread(target=_move_quietly, args=(deployment, tenant, destination, source), daemon=True)
+        mover.start()
+        wait_until(lambda: record(deployment.processes[destination], tenant).get(MOVE_STEP_KEY) == "inactive", 30)
+        wait_until(lambda: len(_generations(object_storage, bucket, tenant)) > len(before), 30)
+        copy = max(_generations(object_storage, bucket, tenant))
+        assert copy > max(before)
+        holder = object_storage.client().get_object(Bucket=bucket, Key=f"member/{tenant}/{copy:08d}/holder.json")
+        assert json.loads(holder["Body"].read()) == destination
+
+        lost = deployment.processes[source]
+        lost.kill()
+        shutil.rmtree(lost.data_dir)
+        deployment.start(source, IDS, env=env[source], extra=extra)
+        mover.join(30)
+        expected = ["before the move"]
+        with deployment.at(source) as there:
+            assert _texts(there, tenant) == expected  # its own generation, not the copy never activated
+            try:  # fenced when the fence reached its replica before the copy began: writes refused
+                there.retain(tenant, "written on the source before the move is asked again")
+                expected.append("written on the source before the move is asked again")
+            except UnavailableError as refused:
+                assert refused.reason == "TENANT_MOVING"
+        with deployment.client(IDS) as client:
+            client.move_tenant(tenant, destination, member=source)
+            client.retain(tenant, "after the move")
+        with deployment.at(destination) as there:
+            assert _texts(there, tenant) == sorted([*expected, "after the move"])
+    finally:
+        deployment.stop()
+
+
+def _move_quietly(deployment: Deployment, tenant: str, destination: str, source: str) -> None:
+    """The move the seam holds; it ends when its source is killed."""
+    with contextlib.suppress(Exception), deployment.client(IDS, retries=0) as client:
+        client.move_tenant(tenant, destination, member=source, timeout=60)

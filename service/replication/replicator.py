@@ -127,7 +127,7 @@ class Replicator:
         self._retention_seconds = retention_seconds
         self._states: dict[str, _Tenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
-        self._current: set[str] = set()  # tenants whose file here was found the newest copy (``newer_than``)
+        self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
         self._sweeps_path = data_dir / SWEEPS_FILE_NAME
         self._sweeps: dict[str, tuple[int, float]] = {
@@ -247,17 +247,15 @@ class Replicator:
         return self.bucket.holder(tenant) if self.holds(tenant) else None
 
     def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
-        with self._guard:
-            if tenant in self._current:
-                return None
+        if tenant in self._current:  # asked at every cold open: no lock (only ever added to, under it)
+            return None
         try:
             newer = self.bucket.newer_than(tenant, generation)
         except Unavailable as exc:
             log.warning("tenant %s: whether its file is the newest copy is not known: %s", tenant, exc.message)
             return None
         with self._guard:
-            if newer is None:  # remembered (65,536 at most) until this process stops
-                self._current = self._current if len(self._current) < 65_536 else set()
+            if newer is None and len(self._current) < 65_536:  # remembered (a bound) while this process runs
                 self._current.add(tenant)
         return newer
 
@@ -481,16 +479,18 @@ class Replicator:
             state.registered.append(path)
 
     def _generation_of(self, tenant: str, state: _Tenant) -> int | None:
-        """The generation the tenant's file replicates under (the module's docstring); None for
-        a tombstone of a move away, or a stale copy (``state.refused`` says why). A file that
-        changed as a file since it last replicated (``fresh``) takes a new one, recorded in it
-        first, and the generations below it are deleted after the retention (``_sweep``)."""
+        """The generation the tenant's file replicates under (the module's docstring); None for a
+        move's source, or a stale copy (``state.refused`` says why). A file changed as a file
+        (``fresh``) takes a new one, recorded in it first; those below go after the retention."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
             recorded, ownership = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn)
-        if ownership.step == TOMBSTONED:
-            return None
         latest = self.bucket.highest_generation(tenant)
+        behind = recorded is None or not recorded.isdigit() or int(recorded) < latest
+        if ownership.step == TOMBSTONED or (
+            ownership.fenced and behind and self.bucket.holder(tenant) == ownership.peer
+        ):
+            return None  # a move's source, once its copy replicates at the destination: never above it
         if recorded is not None and recorded.isdigit() and int(recorded) < latest:
             state.refused = (
                 f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
