@@ -32,7 +32,7 @@ from pathlib import Path
 
 import apsw
 
-from mnemosyne.errors import DataLoss, FailedPrecondition
+from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
 from mnemosyne.store.data_dir import NEW_FILE_PREFIX, RECLAIMING_MARK
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, remove_database, shred
 from mnemosyne.store.membership import EPOCH_NEWER, HELD_ELSEWHERE, Membership, moving
@@ -387,7 +387,10 @@ class Ownership:
             return Placement(elsewhere)
         if home == me or owned_mark(self._tenants_dir, tenant).exists():
             return Placement(me)
-        placed = Placement(me if self._replica_holder(tenant) == me else home)
+        try:
+            placed = Placement(me if self._replica_holder(tenant) == me else home)
+        except Unavailable:
+            return Placement(home)  # object storage does not answer: the home, as without replication
         self._remember(tenant, placed)  # asked of object storage once, until the file here changes
         return placed
 
