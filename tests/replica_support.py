@@ -129,7 +129,12 @@ class ObjectStorage:
         found: dict[str, list[str]] = {}
         for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
             for version in page.get("Versions", []):
-                body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+                try:
+                    body = s3.get_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])[
+                        "Body"
+                    ].read()
+                except s3.exceptions.NoSuchKey:
+                    continue  # deleted since the listing (a retention sweep under way): it holds nothing now
                 readable = body + b"".join(ltx_pages(body)) if body.startswith(b"LTX1") else body
                 hits = sorted({w.decode() for w in wanted if w in readable})
                 if hits:

@@ -10,6 +10,7 @@ never taken for an empty one."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,6 +26,8 @@ UNREACHABLE = "REPLICA_UNREACHABLE"
 _CLIENT = botocore.config.Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
 FORGOTTEN_OBJECT = "forgotten.json"
 ERASED_OBJECT = "erased.json"
+UNANSWERED_SECONDS = 10.0  # after the store did not answer an open's question, the opens go on without it
+HOLDER_OBJECT = "holder.json"  # beside a generation's files: the member that started it
 # A forgotten memory as the bucket keeps it: its id and its creation time (``memories.created_at``,
 # which a forget keeps). The pair names one memory of one tenant's history: an imported tenant's
 # memory of the same id was created at another time, and is not forgotten by it.
@@ -36,6 +39,7 @@ class Bucket:
 
     def __init__(self, url: ReplicaUrl) -> None:
         self.url = url
+        self._unanswered_until = 0.0  # ``newer_than`` is not asked before then (the store did not answer)
         self._s3: Any = boto3.session.Session().client(
             "s3", endpoint_url=url.endpoint, region_name=url.region, config=_CLIENT
         )
@@ -85,6 +89,35 @@ class Bucket:
         return not self.generations(tenant) and bool(
             self._read_json(self.url.key(tenant, ERASED_OBJECT), f"whether {tenant} was erased")
         )
+
+    def record_holder(self, tenant: str, generation: int, holder: str) -> None:
+        """Keep beside a generation the member that started it ("" without members), so a member
+        without the tenant's file learns cheaply whether the replica is its own (``holder``)."""
+        self._write_json(self.url.key(tenant, generation_name(generation), HOLDER_OBJECT), holder, f"{tenant}'s holder")
+
+    def holder(self, tenant: str) -> str | None:
+        """The member that started ``tenant``'s highest generation (``record_holder``); None when
+        the bucket holds no generation of it, or none that says."""
+        held = self.generations(tenant)
+        if not held:
+            return None
+        found = self._read_json(self.url.key(tenant, generation_name(held[-1]), HOLDER_OBJECT), f"{tenant}'s holder")
+        return found if isinstance(found, str) else None
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
+        """(``tenant``'s highest generation, the member that started it) when it is above
+        ``generation``; else None (an erased tenant holds none: its stale copy is served where
+        it is, and never replicated again)."""
+        if time.monotonic() < self._unanswered_until:  # not one wait for its timeouts per open meanwhile
+            raise self._unreachable(
+                f"whether {tenant}'s file is its newest copy", RuntimeError("it did not answer lately")
+            )
+        try:
+            held = self.generations(tenant)
+            return (held[-1], self.holder(tenant) or "") if held and held[-1] > generation else None
+        except Unavailable:
+            self._unanswered_until = time.monotonic() + UNANSWERED_SECONDS
+            raise
 
     def forgotten(self, tenant: str) -> set[ForgottenMemory]:
         """The memories of ``tenant`` forgotten so far (``add_forgotten``)."""

@@ -127,6 +127,7 @@ class Replicator:
         self._retention_seconds = retention_seconds
         self._states: dict[str, _Tenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
+        self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
         self._sweeps_path = data_dir / SWEEPS_FILE_NAME
         self._sweeps: dict[str, tuple[int, float]] = {
@@ -249,9 +250,27 @@ class Replicator:
                 self._listed = listed
         return tenant in listed
 
-    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None:
+    def holder(self, tenant: str) -> str | None:
+        return self.bucket.holder(tenant) if self.holds(tenant) else None
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
+        if tenant in self._current:  # asked at every cold open: no lock (only ever added to, under it)
+            return None
+        try:
+            newer = self.bucket.newer_than(tenant, generation)
+        except Unavailable as exc:
+            log.warning("tenant %s: whether its file is the newest copy is not known: %s", tenant, exc.message)
+            return None
+        with self._guard:
+            if newer is None and len(self._current) < 65_536:  # remembered (a bound) while this process runs
+                self._current.add(tenant)
+        return newer
+
+    def fetch(
+        self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
+    ) -> tuple[Path, Path | None] | None:
         self.admit_write(tenant)
-        fetched = restore.fetch(self.bucket, tenant, into)
+        fetched = restore.fetch(self.bucket, tenant, into, judge=judge)
         return None if fetched is None else (fetched.database, fetched.inbox)
 
     def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]]) -> None:
@@ -467,30 +486,33 @@ class Replicator:
             state.registered.append(path)
 
     def _generation_of(self, tenant: str, state: _Tenant) -> int | None:
-        """The generation the tenant's file replicates under (the module's docstring); None for
-        a tombstone of a move away, or a stale copy (``state.refused`` says why). A file that
-        changed as a file since it last replicated (``fresh``) takes a new one, recorded in it
-        first, and the generations below it are deleted after the retention (``_sweep``)."""
+        """The generation the tenant's file replicates under (the module's docstring); None for a
+        move's source, or a stale copy (``state.refused`` says why). A file changed as a file
+        (``fresh``) takes a new one, recorded in it first; those below go after the retention."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
-            recorded, tombstone = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn).step == TOMBSTONED
-        if tombstone:
-            return None
+            recorded, ownership = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn)
         latest = self.bucket.highest_generation(tenant)
+        behind = recorded is None or not recorded.isdigit() or int(recorded) < latest
+        if ownership.step == TOMBSTONED or (
+            ownership.fenced and behind and self.bucket.holder(tenant) == ownership.peer
+        ):
+            return None  # a move's source, once its copy replicates at the destination: never above it
+        if recorded is not None and recorded.isdigit() and int(recorded) < latest:
+            state.refused = (
+                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
+                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
+            )
+            log.error("%s", state.refused)  # a stale copy never starts a generation, even after a forget
+            return None
         if recorded is None or not recorded.isdigit() or state.fresh:
             record_generation(database, latest + 1)
+            self.bucket.record_holder(tenant, latest + 1, ownership.holder or "")
             state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
             if latest:
                 self._plan_sweep(tenant, latest + 1)
             return latest + 1
-        if int(recorded) < latest:
-            state.refused = (
-                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
-                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
-            )
-            log.error("%s", state.refused)
-            return None
         return int(recorded)
 
     # -- old generations ------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnemosyne.errors import DataLoss, Unavailable
+from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
 from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.litestream import litestream_binary, litestream_environment
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, generation_name
@@ -39,15 +40,34 @@ class Fetched:
     inbox: Path | None
 
 
-def fetch(bucket: Bucket, tenant: str, into: Path, *, timestamp: str | None = None) -> Fetched | None:
+def fetch(
+    bucket: Bucket,
+    tenant: str,
+    into: Path,
+    *,
+    timestamp: str | None = None,
+    judge: Callable[[Path], bool] | None = None,
+) -> Fetched | None:
     """Restore ``tenant``'s files from object storage into the directory ``into`` (made if need
     be); None when the bucket holds no replica of it (or none at or before ``timestamp``, an
-    RFC 3339 time). UNAVAILABLE REPLICA_UNREACHABLE when the store cannot be asked."""
+    RFC 3339 time). UNAVAILABLE REPLICA_UNREACHABLE when the store cannot be asked. ``judge``:
+    asked of each generation's restored database, highest first, whether to take it (False:
+    the generation below; store/replicas.py ``Replicas.fetch``); FAILED_PRECONDITION
+    REPLICA_NOT_TAKEN when it took none."""
     generations = bucket.generations(tenant)
     into.mkdir(parents=True, exist_ok=True)
+    passed = []
     for generation in reversed(generations):
         database = into / f"{tenant}{TENANT_FILE_SUFFIX}"
+        if not bucket.holds(tenant, f"{generation_name(generation)}/{DATABASE_REPLICA}/"):
+            continue  # started (its holder recorded), nothing replicated yet
         if not _restore(bucket, tenant, generation, DATABASE_REPLICA, database, timestamp):
+            continue
+        if judge is not None and not judge(database):
+            log.info(
+                "tenant %s: generation %d of its replica passed over (a move's copy not active)", tenant, generation
+            )
+            passed.append(generation)
             continue
         inbox: Path | None = into / f"{tenant}{INBOX_FILE_SUFFIX}"
         assert inbox is not None
@@ -58,6 +78,12 @@ def fetch(bucket: Bucket, tenant: str, into: Path, *, timestamp: str | None = No
         forget_again(bucket, tenant, database, inbox)
         log.info("tenant %s: restored from generation %d of its replica", tenant, generation)
         return Fetched(generation, database, inbox)
+    if passed:
+        raise FailedPrecondition(
+            f"tenant {tenant}'s replica holds only copies a move made and never activated (generations {passed}); "
+            "finish or restart the move (mnemosyne rebalance) on its source",
+            reason="REPLICA_NOT_TAKEN",
+        )
     return None
 
 

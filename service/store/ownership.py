@@ -32,7 +32,7 @@ from pathlib import Path
 
 import apsw
 
-from mnemosyne.errors import DataLoss, FailedPrecondition
+from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
 from mnemosyne.store.data_dir import NEW_FILE_PREFIX, RECLAIMING_MARK
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, remove_database, shred
 from mnemosyne.store.membership import EPOCH_NEWER, HELD_ELSEWHERE, Membership, moving
@@ -55,6 +55,7 @@ INACTIVE = "inactive"  # the destination, imported, serves nothing until activat
 ACTIVE = "active"
 INCOMING_SUFFIX = ".incoming"  # beside the tenant files: a move is bringing it here ("SOURCE EPOCH")
 RECLAIMED_SUFFIX = ".moved"  # beside a reclaimed tombstone: listings leave it out
+OWNED_SUFFIX = ".owned"  # beside the tenant files: a tenant moved here, then erased (``after_erasure``)
 # How many tenants' placements (``Ownership.placement``) are remembered; the least recently asked
 # are forgotten beyond it (and read from their file again when asked).
 PLACEMENTS_REMEMBERED = 65536
@@ -119,6 +120,11 @@ def incoming_move(tenants_dir: Path, tenant: str) -> tuple[str, int] | None:
     return source, int(epoch or 0)
 
 
+def owned_mark(tenants_dir: Path, tenant: str) -> Path:
+    """The mark of a tenant moved here and erased since (``Ownership.after_erasure``)."""
+    return tenants_dir / f"{tenant}{OWNED_SUFFIX}"
+
+
 def reclaimed_mark(tenants_dir: Path, tenant: str) -> Path:
     """The mark beside a reclaimed tombstone (``reclaim_tombstone``)."""
     return tenants_dir / f"{tenant}{RECLAIMED_SUFFIX}"
@@ -164,15 +170,20 @@ class Ownership:
         membership: Membership,
         tenants_dir: Path,
         read: Callable[[str], OwnershipRecord | None],
-        *,
+        replica_holder: Callable[[str], str | None] = lambda tenant: None,
         remembered: int = PLACEMENTS_REMEMBERED,
     ) -> None:
         self.membership = membership
         self._tenants_dir = tenants_dir
         self._read = read  # a tenant's record from its file here; None without one (store/pool.py)
+        # who started a tenant's newest generation in object storage (store/replicas.py ``holder``)
+        self._replica_holder = replica_holder
         # tenant -> where its file says it is served, for the files read most recently
         self._placements: OrderedDict[str, Placement] = OrderedDict()
         self._remembered = max(1, remembered)
+        # tenant -> the member object storage's newest copy names, for a tenant without a file
+        # here (``restored_judge``): until its file here changes (``forget``)
+        self._held_elsewhere: dict[str, str] = {}
         self._guard = threading.Lock()
 
     # -- the open ---------------------------------------------------------------------------------
@@ -181,7 +192,19 @@ class Ownership:
         """A tenant without a file here: refused NOT_OWNER when its home is another member, and
         TENANT_MOVING while a move brings it here (no file is created meanwhile)."""
         self.refuse_incoming(tenant)
-        self.membership.check_home(tenant)
+        self._check_home(tenant)
+
+    def _check_home(self, tenant: str) -> None:
+        """NOT_OWNER unless this member is the tenant's home, or it was moved here (and erased)."""
+        if not owned_mark(self._tenants_dir, tenant).exists():
+            self.membership.check_home(tenant)
+
+    def after_erasure(self, tenant: str) -> None:
+        """Before an erased tenant's files go: one this member serves away from its home (moved
+        here) leaves its mark (``owned_mark``), so that this member creates it again at its next
+        write — the tombstone at its home sends the callers here — never NOT_OWNER back there."""
+        if self._serves(tenant) and self.membership.home(tenant) != self.membership.me:
+            owned_mark(self._tenants_dir, tenant).write_text(self.membership.me)
 
     def check_open(self, tenant: str, store: TenantStore) -> None:
         """The ownership check of an open of ``tenant``'s file (``store``): it must name this
@@ -251,14 +274,67 @@ class Ownership:
     def adopt_import(self, tenant: str, database: Path, *, move: tuple[str, int] | None, synchronous: str) -> None:
         """An import's file (``database``, not installed yet) becomes this member's: stamped, or,
         for a move's (``move``), stamped inactive at the move's epoch. An import that is no move
-        is refused NOT_OWNER unless this member is the tenant's home."""
-        if move is None:
-            self.membership.check_home(tenant)
+        is refused NOT_OWNER unless this member is the tenant's home or serves it now (a tenant
+        moved here, replaced by an online restore)."""
+        if move is None and not self._serves(tenant):
+            self._check_home(tenant)
         store = TenantStore(database, write_lock=threading.Lock(), synchronous=synchronous)
         try:
             self.stamp(store, move=move)
         finally:
             store.close()
+
+    def restored_judge(self, tenant: str) -> Callable[[Path], bool]:
+        """What a member on an empty volume may restore of ``tenant`` from object storage
+        (store/pool.py ``_restore_from_replica``): asked of each generation's restored file,
+        highest first, it takes the highest generation whose record names this member (or no
+        holder, at the tenant's home), fenced by the epoch. A generation held by another member
+        is never restored here: NOT_OWNER naming it (remembered, so the next call is refused
+        without a restore). A move's copy not activated yet (``inactive``) is passed over: its
+        source still holds the tenant, at the generation below and a lower epoch."""
+        me, membership = self.membership.me, self.membership
+        above: list[OwnershipRecord] = []  # the inactive copies passed over
+
+        def judge(database: Path) -> bool:
+            with read_file(database) as txn:
+                record = OwnershipRecord.read(txn)
+            if record.step == INACTIVE and record.peer:
+                above.append(record)
+                return False
+            holder = record.holder or membership.home(tenant)
+            fenced_out = any(record.epoch >= copy.epoch for copy in above) and record.holder is not None
+            if holder != me or fenced_out:
+                owner = holder if holder != me else above[-1].holder or holder
+                with self._guard:
+                    self._held_elsewhere[tenant] = owner
+                    while len(self._held_elsewhere) > self._remembered:
+                        del self._held_elsewhere[next(iter(self._held_elsewhere))]
+                raise membership.not_owner(tenant, owner, "object storage's newest copy of it is held there")
+            return True
+
+        return judge
+
+    def check_missing(self, tenant: str, *, lost: bool) -> None:
+        """A tenant without a file here: refused TENANT_MOVING while a move brings it here,
+        NOT_OWNER when a restore found it held by another member (``restored_judge``), and, when
+        object storage holds no copy of it (not ``lost``), as ``check_absent`` says: a copy it
+        holds decides instead (a tenant moved here is this member's, whatever its home)."""
+        self.refuse_incoming(tenant)
+        with self._guard:
+            owner = self._held_elsewhere.get(tenant)
+        if owner is not None:
+            raise self.membership.not_owner(tenant, owner, "object storage's newest copy of it is held there")
+        if not lost:
+            self._check_home(tenant)
+
+    def _serves(self, tenant: str) -> bool:
+        """Whether the tenant's file here names this member and serves (not a tombstone, nor a
+        move's copy not active yet)."""
+        try:
+            record = self._read(tenant)
+        except (DataLoss, apsw.Error, ValueError):
+            return False
+        return record is not None and record.holder == self.membership.me and record.step not in (TOMBSTONED, INACTIVE)
 
     # -- where a tenant is served -------------------------------------------------------------------
 
@@ -278,8 +354,7 @@ class Ownership:
         except (DataLoss, apsw.Error, ValueError):
             return Placement(me)  # the open here says what is wrong with it
         if record is None:
-            incoming = incoming_move(self._tenants_dir, tenant)
-            return Placement(incoming[0] if incoming else self.membership.home(tenant))
+            return self._placement_without_file(tenant)
         if record.step == TOMBSTONED and record.peer:
             placed = Placement(record.peer, moved_epoch=record.epoch)
         elif record.holder is None:
@@ -288,16 +363,42 @@ class Ownership:
             placed = Placement(me, pending_from=record.peer, pending_epoch=record.epoch)
         else:
             placed = Placement(me)
+        self._remember(tenant, placed)
+        return placed
+
+    def _remember(self, tenant: str, placed: Placement) -> None:
         with self._guard:
             self._placements[tenant] = placed
             while len(self._placements) > self._remembered:
                 self._placements.popitem(last=False)
+
+    def _placement_without_file(self, tenant: str) -> Placement:
+        """A tenant with no file here: the source of a move bringing it here; else the member a
+        restore found holding it (``restored_judge``); else this member when object storage's
+        newest copy was started here (a tenant moved here, on a volume since lost: the open
+        restores it); else its home."""
+        incoming = incoming_move(self._tenants_dir, tenant)
+        if incoming is not None:
+            return Placement(incoming[0])
+        me, home = self.membership.me, self.membership.home(tenant)
+        with self._guard:
+            elsewhere = self._held_elsewhere.get(tenant)
+        if elsewhere is not None:
+            return Placement(elsewhere)
+        if home == me or owned_mark(self._tenants_dir, tenant).exists():
+            return Placement(me)
+        try:
+            placed = Placement(me if self._replica_holder(tenant) == me else home)
+        except Unavailable:
+            return Placement(home)  # object storage does not answer: the home, as without replication
+        self._remember(tenant, placed)  # asked of object storage once, until the file here changes
         return placed
 
     def forget(self, tenant: str) -> None:
         """The tenant's file changed (a move, an import, an erasure): read it again when asked."""
         with self._guard:
             self._placements.pop(tenant, None)
+            self._held_elsewhere.pop(tenant, None)
 
     @property
     def remembered(self) -> int:

@@ -71,7 +71,7 @@ from mnemosyne.store.ownership import (
     reclaim_tombstone,
     reclaimed_mark,
 )
-from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation
+from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation, refuse_stale
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN, validate_tenant
 from mnemosyne.store.tenant_store import (
@@ -128,7 +128,7 @@ class TenantPool:
         self.ownership = (
             None
             if membership is None
-            else Ownership(membership, self.tenants_dir, self.move_record, remembered=placements_remembered)
+            else Ownership(membership, self.tenants_dir, self.move_record, self.replicas.holder, placements_remembered)
         )
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         self._guard = threading.Lock()  # of ``_damaged``
@@ -145,8 +145,7 @@ class TenantPool:
         return self.path_for(tenant).exists()
 
     def tenant_ids(self) -> list[str]:
-        """Tenant ids that have a file, in lexical order (not the reclaimed tombstones of tenants
-        moved away: ``reclaim``)."""
+        """Tenant ids that have a file, in lexical order (not reclaimed tombstones: ``reclaim``)."""
         reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in self.tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
         names = []
         for path in self.tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"):
@@ -173,10 +172,11 @@ class TenantPool:
         none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
         (``expect_move``); a file is served by what it records (``Ownership.check_open``)."""
         if tenant not in self._stores and not self.path_for(tenant).exists():
+            lost = self.replicas.holds(tenant)  # a tenant this member lost: restored first, for reads too
             if self.ownership is not None:
+                self.ownership.check_missing(tenant, lost=lost)
+            if lost and not self._restore_from_replica(tenant) and self.ownership is not None:
                 self.ownership.check_absent(tenant)
-            if self.replicas.holds(tenant):  # a tenant this member lost: restored first, for reads too
-                self._restore_from_replica(tenant)
         entry = self._acquire(tenant)
         if entry is not None:
             try:
@@ -190,8 +190,7 @@ class TenantPool:
                 yield store
 
     def _acquire(self, tenant: str) -> OpenStore | None:
-        """The tenant's open store in use by the caller (opened if need be), or None when it has
-        no file."""
+        """The tenant's open store in use by the caller (opened if need be); None: no file."""
         path = self.path_for(tenant)
         while True:
             entry = self._stores.use(tenant)
@@ -266,11 +265,12 @@ class TenantPool:
         staging = self.tenants_dir / f"{NEW_FILE_PREFIX}restore-{tenant}.{uuid.uuid4().hex[:12]}"
         try:
             with self.locks.for_opening(tenant):  # one restore: the others find its file
-                fetched = None if self.path_for(tenant).exists() else self.replicas.fetch(tenant, staging)
+                judge = None if self.ownership is None else self.ownership.restored_judge(tenant)
+                fetched = None if self.path_for(tenant).exists() else self.replicas.fetch(tenant, staging, judge)
                 if fetched is None:
                     return False
                 log.info("tenant %s: no file here and a replica in object storage: restored from it", tenant)
-                self.install(tenant, *fetched, replace=False, timeout=INSTALL_WAIT_SECONDS)
+                self.install(tenant, *fetched, replace=False, timeout=INSTALL_WAIT_SECONDS, restored=True)
                 return True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -300,9 +300,11 @@ class TenantPool:
             with self._guard:  # for ListTenants, until the file changes
                 self._damaged[tenant] = modified(path)
             raise
-        if self.ownership is not None and not path.name.startswith(NEW_FILE_PREFIX):
+        if not path.name.startswith(NEW_FILE_PREFIX):
             try:
-                self.ownership.check_open(tenant, store)
+                if self.ownership is not None:
+                    self.ownership.check_open(tenant, store)
+                refuse_stale(tenant, store, self.replicas, self.membership)
             except BaseException:
                 store.close()
                 raise
@@ -505,6 +507,8 @@ class TenantPool:
             with self.replicas.swapping(tenant, fresh=False, gone=True):  # its replicas go first
                 before_removal(head_hash)
                 self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
+                if self.ownership is not None:
+                    self.ownership.after_erasure(tenant)
                 remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
                 reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
                 self._fsync_directories()
@@ -519,6 +523,7 @@ class TenantPool:
         replace: bool,
         timeout: float,
         move: tuple[str, int] | None = None,
+        restored: bool = False,  # a lost tenant's copy from object storage (restored_judge's): as it is
     ) -> bool:
         """Put a complete tenant file (and its inbox), made and synced by the caller on this
         filesystem, in place of the tenant's: FAILED_PRECONDITION TENANT_EXISTS when it has one
@@ -538,7 +543,7 @@ class TenantPool:
         path = self.path_for(tenant)
         if move is None:  # the tenant's content is replaced: a timeline of its own (a move keeps it)
             installs.stamp_new_timeline(database)
-        if self.ownership is not None:  # an import through the owner: its file is this member's now
+        if self.ownership is not None and not restored:  # an import through the owner: this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
         forget_generation(database)  # before the commit: the copy never continues its source's replica
         with (

@@ -16,13 +16,23 @@ The contract, for an implementation:
   install): it replicates to a new generation. ``gone`` (an erasure): the tenant's replicas are
   deleted on entry — before any file goes, so an erasure that cannot reach the store erases
   nothing (UNAVAILABLE) — and it is not registered again.
-* ``fetch(tenant, into)``: before a member creates a tenant: when object storage holds a replica
-  of that name, its files restored into the directory ``into`` (the database, and the inbox or
-  None), which the pool installs instead of a new tenant; None when it holds none; UNAVAILABLE
-  naming the reason when it cannot be asked (never a fresh empty tenant then).
+* ``fetch(tenant, into, judge)``: before a member creates a tenant: when object storage holds a
+  replica of that name, its files restored into the directory ``into`` (the database, and the
+  inbox or None), which the pool installs instead of a new tenant; None when it holds none;
+  UNAVAILABLE naming the reason when it cannot be asked (never a fresh empty tenant then).
+  ``judge`` (with members: store/ownership.py ``Ownership.restored_judge``) is asked of each
+  generation's restored database, highest first: True takes it, False passes to the one below,
+  an exception refuses the restore.
 * ``holds(tenant)``: whether object storage (probably) holds a replica of a tenant that has no
   file here: cheap (known from a listing at start), asked before every open of a missing tenant,
   reads too; True sends the open through ``fetch``.
+* ``holder(tenant)``: for a tenant that has no file here, the member that started its highest
+  generation in object storage (None: none held, or none named); a LIST and a GET, asked once
+  per tenant by the ownership's placement (store/ownership.py), not at every call.
+* ``newer_than(tenant, generation)``: at a file's open, when it records the generation it
+  replicated to: (the bucket's highest generation, the member that started it) when that is
+  higher — the file is a stale copy — else None; None too while object storage cannot be asked
+  (the open goes on). Asked once per tenant per process once current.
 * ``admit_write(tenant)``: before a client's write (not the service's own): RESOURCE_EXHAUSTED
   when the tenant is not replicating and the replicated set is full.
 * ``written(tenant)``: after a commit of the tenant's database or inbox; called inside SQLite's
@@ -51,11 +61,16 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import apsw
 
+from mnemosyne.errors import FailedPrecondition
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS
+from mnemosyne.store.membership import Membership
+
+if TYPE_CHECKING:  # the store imports this module (StoreReplication)
+    from mnemosyne.store.tenant_store import TenantStore
 
 # The tenant file's meta row naming the generation its replica is written under
 # (``PREFIX/<tenant>/<generation>/``): set by the replication before it first replicates a file,
@@ -67,9 +82,15 @@ GENERATION_KEY = "replica_generation"
 class Replicas(Protocol):
     def swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> AbstractContextManager[None]: ...
 
-    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None: ...
+    def fetch(
+        self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
+    ) -> tuple[Path, Path | None] | None: ...
 
     def holds(self, tenant: str) -> bool: ...
+
+    def holder(self, tenant: str) -> str | None: ...
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None: ...
 
     def admit_write(self, tenant: str) -> None: ...
 
@@ -91,11 +112,19 @@ class NoReplicas:
     def swapping(self, tenant: str, *, fresh: bool, gone: bool = False) -> Iterator[None]:
         yield
 
-    def fetch(self, tenant: str, into: Path) -> tuple[Path, Path | None] | None:
+    def fetch(
+        self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
+    ) -> tuple[Path, Path | None] | None:
         return None
 
     def holds(self, tenant: str) -> bool:
         return False
+
+    def holder(self, tenant: str) -> str | None:
+        return None
+
+    def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
+        return None
 
     def admit_write(self, tenant: str) -> None:
         pass
@@ -179,3 +208,27 @@ def record_generation(database: Path, generation: int) -> None:
             )
     finally:
         connection.close()
+
+
+def refuse_stale(tenant: str, store: TenantStore, replicas: Replicas, membership: Membership | None) -> None:
+    """At an open of ``store``: refuse a file that replicated to a generation below one object
+    storage holds — a copy left on a volume (a former owner's, a snapshot put back) is never
+    served over the newer one. NOT_OWNER naming the member that started the newer one, else
+    FAILED_PRECONDITION REPLICA_STALE. A move's fenced source is not: it stays readable while
+    its copy replicates above it."""
+    if store.fenced:
+        return
+    with store.read() as txn:
+        recorded = txn.meta(GENERATION_KEY)
+    newer = replicas.newer_than(tenant, int(recorded)) if recorded and recorded.isdigit() else None
+    if newer is None:
+        return
+    generation, holder = newer
+    why = f"the file here is a stale copy (replica generation {recorded}; object storage holds {generation})"
+    if membership is not None and holder and holder != membership.me:
+        raise membership.not_owner(tenant, holder, f"{why}, started there")
+    raise FailedPrecondition(
+        f"tenant {tenant}: {why}; remove this file (the next call restores the newer one from object storage)",
+        reason="REPLICA_STALE",
+        metadata={"generation": str(generation)},
+    )
