@@ -4,7 +4,7 @@ and reading your own write with its consistency token behind that backlog (docs/
 
     python bench/hot_path_latency.py [--enqueues 2000] [--warm-up 500] [--backlog 5000] [--synchronous full|normal]
                                      [--hot-path-sync round|enqueue] [--rate 200] [--worker-batch N]
-                                     [--token-reads 300] [--only-tokens]
+                                     [--token-reads 300] [--only-tokens] [--embedder hashing|minilm]
 
 Runs the server's Engine in process, so the enqueue figures are the server-side cost of a fast
 Retain (validation, request-id check, one short BEGIN IMMEDIATE transaction appending to the
@@ -53,6 +53,12 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=500, help="writes to each tenant before its timed enqueues")
     parser.add_argument("--token-reads", type=int, default=300, help="most token reads behind the backlog (0: skip)")
     parser.add_argument("--only-tokens", action="store_true", help="run only the token-read phase")
+    parser.add_argument(
+        "--embedder",
+        choices=["hashing", "minilm"],
+        default="hashing",
+        help="the tenants' embedder (hashing: the figures before issue 42; minilm: the default install's)",
+    )
     args = parser.parse_args()
 
     from mnemosyne.runtime.interpreter import tune_interpreter
@@ -68,6 +74,7 @@ def main() -> None:
         engine = Engine(
             EngineConfig(
                 data_dir=Path(d) / "data",
+                embedder=args.embedder,
                 synchronous=args.synchronous.upper(),
                 hot_path=HotPathConfig(
                     sync=args.hot_path_sync,

@@ -1,6 +1,6 @@
 """Paraphrase cases: a question worded unlike the memory it means (the Carol case of issue 42 and
 32 more, three phrasings each; tests/data/paraphrase_cases.json, written before any tuning). The
-target is the meant memory first in every case; this version puts it first for 88 of the 99
+target is the meant memory first in every case; this version puts it first for 94 of the 99
 questions with the default embedder (41 with hashing, which matches words: docs/recall-quality.md),
 so the test holds the Carol case in every phrasing and that count as a floor.
 ``python -m bench.paraphrases --misses`` prints both embedders' scores and the misses."""
@@ -37,7 +37,7 @@ def test_the_cases_are_many_and_worded_several_ways() -> None:
 
 
 # Measured on this version (bench/paraphrases.py); the target is all 99.
-FIRST_AT_LEAST = 88
+FIRST_AT_LEAST = 94
 
 
 def test_the_default_embedder_finds_the_meant_memory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

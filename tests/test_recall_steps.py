@@ -220,11 +220,27 @@ VECTORS = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]], dtype=np.f
 QUERY = np.array([1.0, 0.0], dtype=np.float32)
 
 
-def _fused(vector_rows: list[int], text: TextRanking, *, text_weight: float = 0.5, feedback: float = 0.0):
+def _fused(
+    vector_rows: list[int],
+    text: TextRanking,
+    *,
+    text_weight: float = 0.5,
+    text_floor: float = 0.0,
+    feedback: float = 0.0,
+):
     rows = np.array(vector_rows, dtype=np.int64)
     scores = VECTORS @ QUERY
     return fuse(
-        QUERY, IDS, VECTORS, scores, rows, text, text_weight=text_weight, feedback=feedback, feedback_candidates=1
+        QUERY,
+        IDS,
+        VECTORS,
+        scores,
+        rows,
+        text,
+        text_weight=text_weight,
+        text_floor=text_floor,
+        feedback=feedback,
+        feedback_candidates=1,
     )
 
 
@@ -237,6 +253,19 @@ def test_fuse_weighs_bm25_by_its_best_hit_and_the_cosine_by_the_rest() -> None:
     # rank: best first, ties by the lower id, cut to the limit.
     assert pool.ranking(IDS, 10).memory_ids.tolist() == [10, 30, 20]
     assert pool.ranking(IDS, 2).memory_ids.tolist() == [10, 30]
+
+
+def test_fuse_divides_bm25_by_at_least_the_floor_so_a_word_found_everywhere_weighs_nothing() -> None:
+    # FTS5 clamps the IDF of a word in most memories (a name in every one) to about 1e-6: divided
+    # by its best alone, that hit took BM25's whole share and outranked the best cosine.
+    everywhere = TextRanking(np.array([20]), np.array([1e-6]))
+    assert _fused([0, 1], everywhere).ranking(IDS, 10).memory_ids.tolist() == [20, 10]
+    floored = _fused([0, 1], everywhere, text_floor=2.0)
+    assert floored.scores.tolist() == pytest.approx([0.5, 0.3 + 0.25e-6])
+    assert floored.ranking(IDS, 10).memory_ids.tolist() == [10, 20]
+    # A best hit above the floor is divided by itself, as without one.
+    strong = _fused([0, 1], TextRanking(np.array([20]), np.array([4.0])), text_floor=2.0)
+    assert strong.scores.tolist() == pytest.approx([0.5, 0.8])
 
 
 def test_fuse_feedback_moves_the_query_toward_the_best_candidate() -> None:
@@ -266,6 +295,7 @@ def test_context_joins_the_best_candidates_thread_neighbours_and_neighbours_lend
         np.array([0]),
         TextRanking.empty(),
         text_weight=0.5,
+        text_floor=0.0,
         feedback=0.0,
         feedback_candidates=3,
     )

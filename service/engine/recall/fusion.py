@@ -1,8 +1,8 @@
 """The fuse and rank steps: one score per candidate from both paths, then best first.
 
 Score fusion (measured on LoCoMo, where it beat reciprocal-rank fusion): the candidates are the
-best rows of each path; each gets ``w * bm25 / max(bm25) + (1 - w) * cosine`` with ``w`` the
-settings' ``text_weight``. With ``feedback`` > 0 and BM25 hits, the query vector is then moved
+best rows of each path; each gets ``w * bm25 / max(max(bm25), floor) + (1 - w) * cosine`` with
+``w`` the settings' ``text_weight`` and ``floor`` its ``text_floor``. With ``feedback`` > 0 and BM25 hits, the query vector is then moved
 toward the mean of the best few candidates (pseudo-relevance feedback) and the candidates are
 re-scored with it: one small product over the candidates, never over all rows.
 """
@@ -27,6 +27,7 @@ def fuse(
     text_hits: TextRanking,
     *,
     text_weight: float,
+    text_floor: float,
     feedback: float,
     feedback_candidates: int,
 ) -> Pool:
@@ -41,7 +42,7 @@ def fuse(
     found = ids[text_rows] == text_ids if len(ids) else np.zeros(len(text_ids), dtype=bool)
     text_rows, relevance = text_rows[found], relevance[found]
     top = relevance.max() if len(relevance) else 0.0
-    top_relevance = float(top) if top > 0 else 1.0
+    top_relevance = max(float(top), text_floor) if top > 0 else 1.0
     # Sorted, and holding every text hit (each once): a hit's place in it is a binary search.
     rows = sorted_unique(np.concatenate([vector_rows, text_rows]))
     bm25 = np.zeros(len(rows))
@@ -70,6 +71,7 @@ class Fuse:
 
     def __init__(self, settings: RecallSettings) -> None:
         self.text_weight = settings.text_weight
+        self.text_floor = settings.text_floor
         self.feedback = settings.feedback
         self.feedback_candidates = settings.feedback_candidates
 
@@ -84,6 +86,7 @@ class Fuse:
             found.vector_rows,
             found.text_hits,
             text_weight=self.text_weight,
+            text_floor=self.text_floor,
             feedback=self.feedback,
             feedback_candidates=self.feedback_candidates,
         )

@@ -31,6 +31,9 @@ class RecallSettings:
     # -- fuse
     # BM25's share of the fused score (BM25 / its best), the cosine's the rest.
     text_weight: float = 0.5
+    # BM25's best is divided by at least this: a best hit on words found in most memories (FTS5
+    # clamps their IDF to nearly 0) is no match, not a full-weight one; 0 divides by the best alone.
+    text_floor: float = 0.0
     # The query vector moves toward the best candidates' mean by this (pseudo-relevance feedback):
     # a bag of features gains by it, a sentence model does not; 0 leaves it out.
     feedback: float = 0.0
@@ -95,6 +98,7 @@ HASHING_SETTINGS = RecallSettings(
 # MiniLM's: a sentence model, strong alone.
 MINILM_SETTINGS = RecallSettings(
     text_weight=0.3,  # BM25 weighs less beside a strong vector
+    text_floor=2.0,  # a paraphrase shares only the name found in every memory
     feedback=0.0,  # a sentence model does not gain by it
     window_weight=0.3,  # its vectors carry the neighbours' meaning
     length_prior=0.0,  # it lowered recall (list questions keep theirs)
