@@ -1,22 +1,14 @@
 """The replication of one member's tenants (docs/replication.md): the store's ``Replicas``
 (store/replicas.py) on Litestream's control socket.
 
-Only the **active set** is in Litestream: a tenant is registered (its database, and its inbox
-when it has one) at its first commit not yet in object storage, synced about every
-``TICK_SECONDS`` while it has such commits, and unregistered once a sync confirmed them all and it
-was not written for ``idle_seconds`` — its local Litestream state goes with it (the next
-registration continues the same generation from the replica). The set is bounded
-(``active_limit``): a client's write to a tenant outside it is refused while it is full.
-
-A sync is **shared**: whoever needs one (the tick, a caller of ``replicated``, a swap) joins the
-next sync of the tenant to start, and every caller that joined before it started is answered by
-it. It runs on this module's own event loop, in a thread of its own: a caller on another loop
-awaits it holding no thread (``replicated``), a thread of the store blocks on it (``swapping``).
-
-A tenant's files replicate under ``PREFIX/<tenant>/<generation>/{db,inbox}``; the generation is
-recorded in the tenant file (store/replicas.py ``GENERATION_KEY``) before its first byte is
-replicated: a file without one (new, or installed) takes the bucket's highest + 1; a file behind
-the bucket's highest is a stale copy and is not replicated (logged, ``refused``).
+Only the **active set** is in Litestream: a tenant is registered at its first commit not yet in
+object storage, synced about every ``TICK_SECONDS`` while it has such commits, and unregistered
+once a sync confirmed them all and it was idle for ``idle_seconds`` (bounded: ``active_limit``).
+A sync is **shared**: every caller that joined before it started is answered by it; it runs on
+this module's own event loop and thread, awaited holding no thread (``replicated``) or blocked on
+by a store thread (``swapping``). Files replicate under ``PREFIX/<tenant>/<generation>/``; the
+generation is recorded in the tenant file first (store/replicas.py ``GENERATION_KEY``): a file
+without one takes the bucket's highest + 1, one behind it is a stale copy, never replicated.
 """
 
 from __future__ import annotations
