@@ -100,8 +100,14 @@ def test_hot_path_sync_enqueue_syncs_every_enqueue_before_it_returns(server_fact
         assert c.hot_path("each", "flush", timeout_seconds=30).failed == 0
 
 
-def test_an_unknown_hot_path_sync_is_refused_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_hot_path_sync_is_refused_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from mnemosyne.cli.commands import main
 
     monkeypatch.setenv("MNEMOSYNE_HOT_PATH_SYNC", "sometimes")
-    assert main(serve_args(tmp_path / "d")) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's usage error, as for a flag given by hand
+        main(serve_args(tmp_path / "d"))
+    assert refused.value.code == 2
+    assert "'sometimes' is not one of round, enqueue" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
