@@ -209,6 +209,8 @@ def _placed(path: tuple[str | int, ...], token: str) -> Any:
 def http_cases(route: Route) -> Iterator[tuple[str, str, bytes | None, bool, NumericField]]:
     """(where, path, body, valid, field) for each hostile value of each numeric field."""
     tenant = f"n-{uuid.uuid4().hex[:10]}"
+    fields = route.rpc.input_type.fields_by_name
+    numbered_path = {n for n in route.path_fields if n in fields and fields[n].cpp_type in INTEGER_RANGES}
     for numeric in numeric_fields(route.rpc.input_type):
         top = numeric.path[0]
         low, high = numeric.range() if not numeric.is_time else (0, 0)
@@ -222,8 +224,9 @@ def http_cases(route: Route) -> Iterator[tuple[str, str, bytes | None, bool, Num
 
         def path_with(value: str, top: str | int = top) -> str:
             path = route.template
-            for name in route.path_fields:
-                path = path.replace("{" + name + "}", quote(value if name == top else tenant, safe=""))
+            for name in route.path_fields:  # the other path fields: valid (an id is a number)
+                other = "7" if name in numbered_path else tenant
+                path = path.replace("{" + name + "}", quote(value if name == top else other, safe=""))
             return path
 
         if top in route.path_fields:
@@ -337,7 +340,7 @@ def typed_flags() -> Iterator[tuple[str, argparse.Action]]:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for command, subparser in commands.choices.items():
         for action in subparser._actions:
-            if action.type is not None:
+            if action.type is not None and not action.choices:  # a choice's type checks a word
                 yield f"{command} {action.option_strings[0]}", action
 
 

@@ -102,7 +102,7 @@ def test_update_twice_revert_to_the_first_four_revisions_in_order(
         assert client.list_memory_revisions(tenant, memory_id) == []
         assert client.verify_integrity(tenant).valid
     server.stop()
-    assert texts_left(server.data_dir, ["4711", "6933"]) == {}
+    assert texts_left(server.data_dir, ["code is 4711", "code is 6933"]) == {}  # (bare digits occur in random files)
 
 
 def test_record_revisions_and_a_stale_revert_changes_nothing(client: MemoryClient, tenant: str) -> None:

@@ -34,7 +34,9 @@ def make_embedder(name: str) -> Embedder:
     kind = _KINDS.get(name)
     if kind is None:
         raise InvalidArgument(
-            f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}", reason="EMBEDDER_UNKNOWN"
+            # A client's text: shown clipped, so the error stays within any header's limit.
+            f"unknown embedder {name[:80]!r}; choose one of {', '.join(EMBEDDERS)}",
+            reason="EMBEDDER_UNKNOWN",
         )
     with _LOADING:
         loaded = _LOADED.get(name)
