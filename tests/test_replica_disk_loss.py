@@ -22,7 +22,9 @@ from tests.replica_support import replica_env
 
 LEVEL = ("mnemosyne-consistency-level", "replicated")
 TENANTS = 20
-RUN_SECONDS = 4.0
+RUN_SECONDS = 4.0  # at least this long, and until ENOUGH writes were acknowledged
+ENOUGH = 40
+RUN_DEADLINE_SECONDS = 120.0  # a loaded machine takes seconds for a tenant's first replication
 
 
 @dataclass
@@ -32,7 +34,12 @@ class Acknowledged:
     texts: dict[str, list[str]] = field(default_factory=dict)
     sent: dict[str, list[str]] = field(default_factory=dict)  # every text sent, acknowledged or not
     generation: dict[str, int] = field(default_factory=dict)  # the workspace's last acknowledged
+    failures: list[str] = field(default_factory=list)  # errors seen before the member was killed
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(t) for t in self.texts.values())
 
 
 def _flush_replicated(client: MemoryClient, tenant: str, token: str = "") -> None:
@@ -45,7 +52,9 @@ def _flush_replicated(client: MemoryClient, tenant: str, token: str = "") -> Non
     )
 
 
-def _writer(target: str, tenants: list[str], fast: set[str], acked: Acknowledged, stop: threading.Event) -> None:
+def _writer(
+    target: str, tenants: list[str], fast: set[str], acked: Acknowledged, stop: threading.Event, killed: threading.Event
+) -> None:
     rng = random.Random(tenants[0])
     with MemoryClient(target, retries=0, session_consistency=False) as client:
         n = 0
@@ -73,8 +82,11 @@ def _writer(target: str, tenants: list[str], fast: set[str], acked: Acknowledged
                 _flush_replicated(client, tenant, response.consistency_token)
                 with acked.lock:
                     acked.texts.setdefault(tenant, []).append(text)
-            except (MnemosyneClientError, grpc.RpcError):
-                return  # the member was killed
+            except (MnemosyneClientError, grpc.RpcError) as error:
+                if not killed.is_set():
+                    with acked.lock:
+                        acked.failures.append(f"{tenant}: {error}")
+                return  # after the kill: the member is gone
 
 
 def _all_texts(client: MemoryClient, tenant: str) -> list[str]:
@@ -97,20 +109,27 @@ def test_a_deleted_data_directory_loses_no_replicated_write(server_factory, obje
     with MemoryClient(server.target) as client:
         for tenant in fast:
             client.hot_path(tenant, "enable")
-    acked, stop = Acknowledged(), threading.Event()
+    acked, stop, killed = Acknowledged(), threading.Event(), threading.Event()
     writers = [
-        threading.Thread(target=_writer, args=(server.target, tenants[i::4], fast, acked, stop)) for i in range(4)
+        threading.Thread(target=_writer, args=(server.target, tenants[i::4], fast, acked, stop, killed))
+        for i in range(4)
     ]
     for writer in writers:
         writer.start()
+    started = time.monotonic()
     time.sleep(RUN_SECONDS)
+    while (acked.count() < ENOUGH or not acked.generation) and time.monotonic() - started < RUN_DEADLINE_SECONDS:
+        assert not acked.failures, f"a write failed before the kill: {acked.failures[0]}"
+        time.sleep(0.2)
+    killed.set()
     server.kill()  # mid-write: some calls were accepted and never acknowledged
     stop.set()
     for writer in writers:
         writer.join(30)
-    acknowledged = sum(len(t) for t in acked.texts.values())
+    acknowledged = acked.count()
     print(f"acknowledged at REPLICATED: {acknowledged} memories, {len(acked.generation)} workspaces")
-    assert acknowledged >= 40, "the writers acknowledged too little to prove anything"
+    assert not acked.failures, f"a write failed before the kill: {acked.failures[0]}"
+    assert acknowledged >= ENOUGH, "the writers acknowledged too little to prove anything"
     assert acked.generation, "no workspace write was acknowledged"
 
     shutil.rmtree(data_dir)  # the volume is lost
