@@ -8,7 +8,8 @@ rebinding), and the connection goes to the address that was checked. Refused unl
 allows them (``--webhook-allow-private-addresses``): loopback, private (RFC 1918, unique local),
 link-local, shared (100.64.0.0/10), unspecified (0.0.0.0, ::), multicast and reserved addresses,
 and IPv6 addresses that carry an IPv4 one (IPv4-mapped, NAT64) are judged by the IPv4 address they
-carry. The cloud metadata addresses are refused whatever the flag says: no receiver lives there.
+carry. The cloud metadata addresses are named as such in the refusal; the flag allows them too, as
+the issue that made the flag asks: an operator who opens the network to tenants opens all of it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import ipaddress
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # The instance metadata services of the clouds (AWS, GCP, Azure, OpenStack: 169.254.169.254; AWS
-# over IPv6; Alibaba): refused even when private addresses are allowed.
+# over IPv6; Alibaba): named apart in a refusal, so an operator sees what a tenant reached for.
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
 )
@@ -39,11 +40,11 @@ def carried(address: IPAddress) -> IPAddress:
 
 def refusal(address: IPAddress, *, allow_private: bool) -> str:
     """Why a delivery may not connect to ``address`` ("" when it may)."""
+    if allow_private:
+        return ""
     judged = carried(address)
     if judged in METADATA_ADDRESSES or address in METADATA_ADDRESSES:
         return "a cloud metadata address"
-    if allow_private:
-        return ""
     for what, test in (
         ("unspecified", judged.is_unspecified),
         ("loopback", judged.is_loopback),
