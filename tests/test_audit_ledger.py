@@ -125,3 +125,30 @@ def test_forget_keeps_the_chain_valid_and_erasing_without_ledger_is_caught(tampe
     edit("UPDATE memories SET body = '', forgotten_at = 1 WHERE id = ?", (ids[2],))
     report = _verify(server)
     assert not report.valid and report.first_broken_at == seq(ids[2])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE ledger SET entry = X'00ff' WHERE seq = 2",  # a blob where text belongs
+        "UPDATE ledger SET hash = X'00ff' WHERE seq = 2",
+        "UPDATE ledger SET hash = 'é' WHERE seq = 2",
+        "UPDATE ledger SET entry = '[1, 2]' WHERE seq = 2",  # JSON, not an object
+        "UPDATE ledger SET entry = json_set(entry, '$.memory_id', 'abc') WHERE seq = 2",
+        "UPDATE ledger SET entry = json_set(entry, '$.merged', 7), hash = 'x' WHERE seq = 3",
+        "UPDATE ledger SET entry = json_set(entry, '$.op', 'records', '$.changes', 5) WHERE seq = 3",
+        "UPDATE memories SET body = X'00ff' WHERE id = 2",
+        "UPDATE memories SET metadata = X'00ff' WHERE id = 2",
+        "UPDATE memories SET metadata = '[1' WHERE id = 2",
+        "UPDATE memories SET scope = 5 WHERE id = 2",
+        "UPDATE memories SET forgotten_at = 'x' WHERE id = 2",
+        "UPDATE embeddings SET vector = X'00' WHERE memory_id = 2",
+    ],
+)
+def test_any_stored_value_is_a_finding_not_a_crash(tampered, sql: str) -> None:
+    """A file edited behind the server's back may hold any value in any column: the audit reports
+    it as a problem, never INTERNAL (a restore from a replica runs the same audit)."""
+    server, _, edit, _ = tampered
+    edit(sql)
+    report = _verify(server)
+    assert not report.valid and report.problems, sql

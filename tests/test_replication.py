@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import apsw
 import pytest
 
 from mnemosyne.cli.server_process import _free_port
@@ -152,6 +153,27 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
         for tenant in ("m1", "m2", "m3"):
             assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
             assert client.verify_integrity(tenant).valid
+
+
+def test_a_replica_edited_behind_the_servers_back_is_refused_whole(server_factory, object_storage, tmp_path):
+    """A stray writer put a blob where a ledger entry's text belongs; Litestream replicated it. The
+    restore checks the chain first: CHAIN_INVALID, no crash, and no tenant file restored."""
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("forged", "the first note")
+        connection = apsw.Connection(str(server.tenant_file("forged")))
+        connection.set_busy_timeout(5000)
+        connection.execute("UPDATE ledger SET entry = X'00ff' WHERE seq = 1")
+        connection.close()
+        client.retain("forged", "a later note: its commit carries the edit to object storage")
+    wait_replicated(server)
+    server.kill()
+    restored = tmp_path / "restored"
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(restored))
+    assert done.returncode != 0 and "CHAIN_INVALID" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not list(restored.rglob("forged*"))
 
 
 S3_DOWN_SECONDS = 3.0  # how long object storage stops answering in the tests below

@@ -18,8 +18,8 @@ from mnemosyne.store.ledger import GENESIS_HASH, KEYED_FIELD, KEYED_VALUE, Memor
 @dataclass(frozen=True)
 class LedgerRow:
     seq: int
-    entry: str
-    hash: str
+    entry: object  # TEXT columns, but a file edited behind the server's back may hold any value
+    hash: object
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,15 @@ def verify(
         entry = chain.follow(row)
         if entry is None:
             continue
-        if entry.get("op") == "records":
-            problems.extend(record_state.apply(row.seq, entry))
-        else:
-            memory_state.apply(row.seq, entry)
+        try:
+            if entry.get("op") == "records":
+                problems.extend(record_state.apply(row.seq, entry))
+            else:
+                memory_state.apply(row.seq, entry)
+        except (ValueError, TypeError, AttributeError, KeyError):  # a hand-edited file holds anything
+            problems.append(
+                Problem(row.seq, 0, "ENTRY_UNREADABLE", f"entry {row.seq} is not an entry this server wrote")
+            )
     memory_state.follow_merges()
     problems.extend(_check_memories(memories, memory_state, chain.last_seq))
     problems.extend(_check_records(records, record_state, chain.last_seq))
@@ -145,16 +150,22 @@ class _Chain:
                 )
             )
         self.last_seq = row.seq
-        if chain_hash(self.head_hash, row.entry) != row.hash:
+        # SQLite keeps what a stray writer stored, whatever the column's type: text is all we hash.
+        entry = row.entry if isinstance(row.entry, str) else ""
+        stored_hash = row.hash if isinstance(row.hash, str) and row.hash.isascii() else ""
+        if chain_hash(self.head_hash, entry) != stored_hash:
             self.problems.append(
                 Problem(row.seq, 0, "CHAIN_BROKEN", f"entry {row.seq} does not hash to its stored hash")
             )
-        self.head_hash = row.hash
+        self.head_hash = stored_hash
         try:
-            return json.loads(row.entry)
+            parsed = json.loads(entry)
         except ValueError:
-            self.problems.append(Problem(row.seq, 0, "ENTRY_UNREADABLE", f"entry {row.seq} is not JSON"))
+            parsed = None
+        if not isinstance(parsed, dict):
+            self.problems.append(Problem(row.seq, 0, "ENTRY_UNREADABLE", f"entry {row.seq} is not a JSON object"))
             return None
+        return parsed
 
 
 class _MemoryReplay:
