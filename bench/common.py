@@ -9,13 +9,14 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
 
 # The benchmarks drive the same real server process as the tests and the drills.
 from mnemosyne.cli.server_process import ServerProcess
+from tests.replica_support import ObjectStorage, replica_env
 
 
 @contextmanager
@@ -26,6 +27,7 @@ def running_server(
     data_dir: Path | None = None,
     env: dict[str, str] | None = None,
     http: bool = False,
+    metrics: bool = False,
     python: str | None = None,
 ) -> Iterator[ServerProcess]:
     """A ``mnemosyne serve`` child process on a fresh data directory (removed afterwards); with
@@ -36,6 +38,7 @@ def running_server(
             args=["--embedder", embedder, *args],
             env={"HF_HUB_OFFLINE": "1", **(env or {})},
             http=http,
+            metrics=metrics,
             python=python,
         )
         server.start(timeout=180)
@@ -43,6 +46,25 @@ def running_server(
             yield server
         finally:
             server.stop()
+
+
+@contextmanager
+def replica_bucket() -> Iterator[str]:
+    """A SeaweedFS S3 server on loopback (tests/replica_support.py, stopped afterwards) and a fresh
+    bucket in it: the ``--replica-url`` that replicates there."""
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-s3-") as tmp:
+        storage = ObjectStorage(Path(tmp)).start()
+        try:
+            yield storage.url(storage.new_bucket())
+        finally:
+            storage.stop()
+
+
+def replicating_server(
+    url: str, *, args: Sequence[str] = (), data_dir: Path | None = None
+) -> AbstractContextManager[ServerProcess]:
+    """``running_server`` replicating to ``url``, its metrics on (the lag gauges)."""
+    return running_server(args=["--replica-url", url, *args], env=replica_env(), metrics=True, data_dir=data_dir)
 
 
 _POSTINGS_LOADED = re.compile(r"full-text postings of \S+: (\d+) rows loaded")

@@ -2,30 +2,33 @@
 (``--replica-url`` to SeaweedFS's S3 on loopback, tests/replica_support.py) and one not, in the
 same run, the same calls interleaved.
 
-    python -m bench.replication --writes 400 --out results/replication.json
+    python -m bench.replication --writes 400 --runs 3 --out results/replication.json
 
 Hashing embedder, loopback. Measured, each from this process:
 
-* ``Retain``: a synchronous retain on one of 10 tenants, the two servers taking turns;
-* ``RetainBatch``: batches of 100 items, items per second;
+* ``Retain``: a synchronous retain on one of 10 tenants, the two servers taking turns call by call;
+* ``RetainBatch``: batches of 100 items, items per second, the two servers taking turns batch by
+  batch;
 * the barrier: a synchronous retain asked at REPLICATED, then ``Flush`` of its token (its write is
   visible at once, so the Flush is the wait for object storage alone);
 * the lag during an ingest: ``mnemosyne_replication_lag_seconds`` read every 50 ms while batches
   of 100 go to 10 tenants back to back.
+
+With ``--runs N`` the off/on comparison is made N times (which server goes first alternating) and
+each figure is the median of the runs' figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import statistics
 import threading
 import time
-from pathlib import Path
+from contextlib import ExitStack
 
-from bench.common import machine, percentiles, print_table, write_json
+from bench.common import percentiles, print_table, replica_bucket, replicating_server, running_server, write_json
 from mnemosyne.client import MemoryClient
 from mnemosyne.v1 import hot_path_pb2, memory_pb2
-from tests.replica_support import ObjectStorage, replica_env
 from tests.support import ServerProcess, gauge
 
 TENANTS = 10
@@ -40,49 +43,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=400)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=3, help="interleaved off/on comparisons (medians)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
-        storage = ObjectStorage(Path(tmp) / "s3").start()
-        try:
-            bucket = storage.new_bucket()
-            servers = {
-                "off": ServerProcess(Path(tmp) / "off", metrics=True),
-                "on": ServerProcess(
-                    Path(tmp) / "on", env=replica_env(), args=["--replica-url", storage.url(bucket)], metrics=True
-                ),
-            }
-            for server in servers.values():
-                server.start(timeout=120)
-            try:
-                results = _measure(servers, args)
-            finally:
-                for server in servers.values():
-                    server.stop()
-        finally:
-            storage.stop()
+    with ExitStack() as stack:
+        url = stack.enter_context(replica_bucket())
+        servers = {
+            "off": stack.enter_context(running_server(metrics=True)),
+            "on": stack.enter_context(replicating_server(url)),
+        }
+        results = _measure(servers, args)
     rows = [(name, r.get("p50_ms", ""), r.get("p99_ms", ""), r.get("items_per_s", "")) for name, r in results.items()]
-    print_table("replication: off vs on, same run", ["measure", "p50 ms", "p99 ms", "items/s"], rows)
+    print_table(
+        f"replication: off vs on, same run, medians of {args.runs}", ["measure", "p50 ms", "p99 ms", "items/s"], rows
+    )
     if args.out:
-        write_json(args.out, {"machine": machine(), "writes": args.writes, "results": results})
+        write_json(args.out, {"writes": args.writes, "runs": args.runs, "results": results})
+
+
+def _median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
 
 
 def _measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, dict[str, float]]:
     clients = {who: MemoryClient(server.target, session_consistency=False) for who, server in servers.items()}
-    retain: dict[str, list[float]] = {who: [] for who in clients}
-    for n in range(args.writes):
-        for who, client in list(clients.items())[:: 1 if n % 2 == 0 else -1]:
-            began = time.perf_counter()
-            client.retain(f"{who}-{n % TENANTS}", _texts(who, n, 1)[0])
-            retain[who].append(time.perf_counter() - began)
-    results = {f"Retain, replication {who}": percentiles(s) for who, s in retain.items()}
-    for who, client in clients.items():
-        began = time.perf_counter()
+    retain_runs: dict[str, list[dict[str, float]]] = {who: [] for who in clients}
+    batch_runs: dict[str, list[dict[str, float]]] = {who: [] for who in clients}
+    for run in range(args.runs):
+        order = list(clients.items())[:: 1 if run % 2 == 0 else -1]
+        retain: dict[str, list[float]] = {who: [] for who in clients}
+        for n in range(args.writes):
+            for who, client in order[:: 1 if n % 2 == 0 else -1]:
+                began = time.perf_counter()
+                client.retain(f"{who}-{n % TENANTS}", _texts(f"{who} run {run}", n, 1)[0])
+                retain[who].append(time.perf_counter() - began)
+        spent = {who: 0.0 for who in clients}
         for n in range(args.batches):
-            client.retain_batch(f"{who}-batch-{n % TENANTS}", _texts(who, n, BATCH))
-        results[f"RetainBatch, replication {who}"] = {
-            "items_per_s": round(args.batches * BATCH / (time.perf_counter() - began))
-        }
+            for who, client in order[:: 1 if n % 2 == 0 else -1]:
+                began = time.perf_counter()
+                client.retain_batch(f"{who}-batch-{n % TENANTS}", _texts(f"{who} run {run}", n, BATCH))
+                spent[who] += time.perf_counter() - began
+        for who in clients:
+            retain_runs[who].append(percentiles(retain[who]))
+            batch_runs[who].append({"items_per_s": round(args.batches * BATCH / spent[who])})
+    results = {f"Retain, replication {who}": _median_of(runs) for who, runs in retain_runs.items()}
+    results |= {f"RetainBatch, replication {who}": _median_of(runs) for who, runs in batch_runs.items()}
     results["REPLICATED barrier (Flush of a sync write's token)"] = percentiles(
         _barrier(clients["on"], args.writes // 4)
     )
