@@ -51,11 +51,11 @@ class HotPath:
     ) -> None:
         """``seams``: a test's (runtime/seams.py). ``sweep``: engine/expiry.py's, due on ``clock``.
         ``figures``: the tenants' last hour (engine/figures.py), which ``Depths`` keeps told."""
-        seams, retention = seams or Seams(), Retention(config.event_retention_seconds)
+        seams, scheduler, retention = seams or Seams(), Scheduler(), Retention(config.event_retention_seconds)
+        self._scheduler, self._retention = scheduler, retention
         sync_each_enqueue, states = enqueue_syncs(config.sync), TenantStates(pool)
         self.changes = changes = changes or Changes()
         self._depths = depths = Depths(figures)
-        self._scheduler, self._retention = scheduler, retention = Scheduler(), retention
         self._recovery = recovery = Recovery(pool=pool, wake=scheduler, retention=retention, clock=clock or Clock())
         self.index = recovery.index  # a tenant imported is named before its files are in place
         queue = Queue(
