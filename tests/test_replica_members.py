@@ -188,3 +188,38 @@ def _move_quietly(deployment: Deployment, tenant: str, destination: str, source:
     """The move the seam holds; it ends when its source is killed."""
     with contextlib.suppress(Exception), deployment.client(IDS, retries=0) as client:
         client.move_tenant(tenant, destination, member=source, timeout=60)
+
+
+def test_a_destination_that_loses_its_volume_right_after_a_move_comes_back_with_the_tenant(
+    object_storage: ObjectStorage, tmp_path: Path
+) -> None:
+    """A move answers once its destination's copy, activated, is in object storage: the
+    destination SIGKILLed the moment the move returned, its volume deleted, comes back with the
+    tenant and everything it held (not the copy before its activation, which its restore passes
+    over, nor a NOT_OWNER sending callers back to the source's tombstone)."""
+    bucket = object_storage.new_bucket()
+    deployment = Deployment(tmp_path, 2)
+    source, destination = OTHER, LOST
+    extra = ["--replica-url", object_storage.url(bucket), "--no-forwarding"]
+    env = {m: replica_env() for m in IDS}
+    tenants = [_home(source, f"moved{i}") for i in range(3)]
+    deployment.run(IDS, env=env, extra=extra)
+    try:
+        with deployment.client(IDS) as client:
+            for tenant in tenants:
+                for n in range(3):
+                    client.retain(tenant, f"{tenant}: note {n} before the move")
+            for tenant in tenants:
+                client.move_tenant(tenant, destination, member=source)
+        lost = deployment.processes[destination]
+        lost.kill()
+        shutil.rmtree(lost.data_dir)
+        deployment.start(destination, IDS, env=env[destination], extra=extra)
+        with deployment.client(IDS) as client:
+            for tenant in tenants:
+                assert _texts(client, tenant) == [f"{tenant}: note {n} before the move" for n in range(3)]
+                assert client.verify_integrity(tenant).valid
+                client.retain(tenant, "after the loss")
+        assert all(lost.tenant_file(tenant).exists() for tenant in tenants)
+    finally:
+        deployment.stop()

@@ -375,13 +375,13 @@ class TenantPool:
 
     def record_move(self, tenant: str, *, timeout: float, **record: str) -> None:
         """Record a step of a move (``record``: meta keys; empty values remove the key) in the
-        tenant's file with it closed and unused (its open then honours the step: a tombstone, an
-        activation)."""
+        tenant's file closed and unused (its open honours the step: a tombstone, an activation)."""
         path = self.path_for(tenant)
         with self._closed_for(tenant, doing="moved", reason=TENANT_MOVING, timeout=timeout):
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no data on this member", reason="TENANT_NOT_FOUND")
-            store = TenantStore(path, write_lock=threading.Lock(), synchronous=self._synchronous)
+            lock, replication = threading.Lock(), StoreReplication(tenant, self.replicas)  # replicated as any commit
+            store = TenantStore(path, write_lock=lock, synchronous=self._synchronous, replication=replication)
             try:
                 with store.write(internal=True) as txn:
                     for key, value in record.items():

@@ -30,9 +30,10 @@ from collections.abc import AsyncIterator
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.moves import MOVED_AT_EPOCH, NOT_OWNER, STEPS, MovePlan
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
-from mnemosyne.transport import convert
+from mnemosyne.transport import convert, waits
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
+from mnemosyne.transport.consistency import deadline
 from mnemosyne.transport.errors import Relayed
 from mnemosyne.v1 import admin_pb2, hot_path_pb2
 
@@ -79,6 +80,7 @@ class MoveDriver:
             await self._step_done(plan, "fenced", steps)
         if plan.needs("flushed"):
             await call.run(moves.flush, plan)
+            await self.replicated(call)
             await self._step_done(plan, "flushed", steps)
         head_hash = plan.head_hash
         if plan.needs("imported"):
@@ -138,7 +140,19 @@ class MoveDriver:
 
     async def activate(self, request: admin_pb2.ActivateTenantRequest, call: Call) -> admin_pb2.ActivateTenantResponse:
         activated = await call.run(self._engine.moves.activate, request.tenant, int(request.epoch), request.head_hash)
+        await self.replicated(call)
         return convert.to_activate_tenant_response(request.tenant, request.epoch, activated)
+
+    async def replicated(self, call: Call) -> None:
+        """With replication on, the call's tenant as it now stands is in object storage: at the
+        source once flushed (step 2), so its generation is in the bucket before the destination
+        starts the copy's above it — two members never pick one; at the destination before it
+        answers the import (step 4) and the activation (step 6), on which the source tombstones
+        and reclaims — a destination that loses its volume afterwards restores the activated copy,
+        not only the copy before its activation (which a restore passes over, while the source's
+        tombstone sends callers back)."""
+        if self._engine.replicator is not None:
+            await waits.replicated(self._engine.consistency, call, deadline(call))
 
     async def finish(self, call: Call) -> None:
         """A call reached the copy of a tenant a move brought here, not active yet: activate it

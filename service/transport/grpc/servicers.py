@@ -327,6 +327,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             imported = await call.run(session.finish)
         finally:
             session.abort()
+        if first.move_epoch:
+            await self._moves.replicated(call)
         return convert.to_import_response(imported)
 
     async def MoveTenant(self, request: admin_pb2.MoveTenantRequest, call: Call) -> admin_pb2.MoveTenantResponse:
