@@ -22,7 +22,7 @@ from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall import HASHING_SETTINGS, MINILM_SETTINGS, Recall, RecallSettings, RecallStep, settings_for
-from mnemosyne.engine.recall.candidates import top_rows, vector_scores
+from mnemosyne.engine.recall.candidates import FindCandidates, top_rows, vector_scores
 from mnemosyne.engine.recall.context import join_neighbours, with_neighbours
 from mnemosyne.engine.recall.fusion import fuse, text_ranking
 from mnemosyne.engine.recall.lifts import dated, spoken_by, thread_support
@@ -169,6 +169,29 @@ def test_a_recall_refuses_a_step_it_does_not_know(tmp_path: Path) -> None:
             Recall(
                 pool=pool, embedders=TenantEmbedders(HashingEmbedder()), limits=Limits(), steps_off={"window_cosine"}
             )
+    finally:
+        pool.close()
+
+
+def test_the_approximate_index_serves_from_each_embedders_own_threshold_unless_the_operator_sets_one(
+    tmp_path: Path,
+) -> None:
+    """A dense embedder's exact scan reads every dimension of every row: its graph serves from
+    5,000 memories, a hashing tenant's from 50,000; --ann-threshold, when set, for every tenant."""
+
+    class Dense(HashingEmbedder):  # named as MiniLM (its settings), without loading the model
+        name = MiniLMEmbedder.name
+
+    pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL")
+    try:
+        for given, hashing, dense in ((0, 50_000, 5_000), (7, 7, 7)):
+            recall = Recall(
+                pool=pool, embedders=TenantEmbedders(HashingEmbedder()), limits=Limits(), ann_threshold=given
+            )
+            for embedder, expected in ((HashingEmbedder(), hashing), (Dense(), dense)):
+                for mode in RecallMode:
+                    candidates = recall.ranking(embedder).pipelines[mode].steps[0]
+                    assert isinstance(candidates, FindCandidates) and candidates.ann_threshold == expected
     finally:
         pool.close()
 

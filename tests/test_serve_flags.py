@@ -41,7 +41,7 @@ FLAGS_BEFORE: dict[str, object] = {
     "--grace-seconds": 20.0,
     "--synchronous": "full",
     "--near-duplicate-threshold": 0.85,
-    "--ann-threshold": 50000,
+    "--ann-threshold": 0,  # issue 42: 0 is each embedder's own (50,000 for hashing, as before)
     "--extractor": "rules",
     "--llm-base-url": None,
     "--llm-model": None,

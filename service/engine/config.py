@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnemosyne.engine.ann import DEFAULT_THRESHOLD as ANN_THRESHOLD
 from mnemosyne.engine.dedup import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedders import DEFAULT_EMBEDDER, EMBEDDERS
 from mnemosyne.engine.limits import Limits
@@ -154,9 +153,9 @@ class EngineConfig:
     )
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     ann_threshold: int = option(
-        ANN_THRESHOLD,
+        0,
         "memories in a tenant from which recall uses an approximate vector index (exact scan below; "
-        "docs/performance.md#large-tenants)",
+        "0: the embedder's own, 50,000 for hashing and 5,000 for minilm; docs/performance.md#large-tenants)",
     )
     hot_path: HotPathConfig = field(default_factory=HotPathConfig)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)

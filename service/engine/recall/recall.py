@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.ann import DEFAULT_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.figures import Figures
@@ -38,7 +37,7 @@ class Recall:
         embedders: TenantEmbedders,
         limits: Limits,
         steps_off: Iterable[str] = (),
-        ann_threshold: int = DEFAULT_THRESHOLD,
+        ann_threshold: int = 0,
         clock: Clock | None = None,
         figures: Figures | None = None,
     ) -> None:
@@ -49,7 +48,7 @@ class Recall:
         self.limits = limits
         # Steps switched off by name: a test seam, for the ablation (none in production).
         self._off = switched_off(steps_off)
-        self._ann_threshold = ann_threshold
+        self._ann_threshold = ann_threshold  # 0: each embedder's own (settings.py)
         # Each embedder's settings and pipelines, made on its first tenant's first recall.
         self._rankings: dict[str, _Ranking] = {}
         self.ranking(embedders.default)
@@ -61,7 +60,12 @@ class Recall:
             settings = settings_for(embedder)
             pipelines = {
                 mode: build_pipeline(
-                    mode, settings, self._off, embedder=embedder, pool=self.pool, ann_threshold=self._ann_threshold
+                    mode,
+                    settings,
+                    self._off,
+                    embedder=embedder,
+                    pool=self.pool,
+                    ann_threshold=self._ann_threshold or settings.ann_threshold,
                 )
                 for mode in RecallMode
             }

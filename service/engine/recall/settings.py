@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mnemosyne.engine.ann import DEFAULT_THRESHOLD as SPARSE_ANN_THRESHOLD
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 
@@ -19,6 +20,9 @@ class RecallSettings:
     defaults are those of an embedder with no settings of its own."""
 
     # -- candidates
+    # Memories in a tenant from which the vector candidates come from its approximate index
+    # (engine/ann.py; the exact scan below), unless the operator sets --ann-threshold.
+    ann_threshold: int = SPARSE_ANN_THRESHOLD
     # Each path's candidates, at least: deeper lists found no more evidence.
     min_candidates: int = 50
     # Each path's candidates per hit asked for, when k is large.
@@ -95,8 +99,13 @@ HASHING_SETTINGS = RecallSettings(
     names_prior=0.2,
 )
 
+# A dense vector's exact scan reads all its dimensions of every row (a hashed query's reads a few):
+# its graph pays from far fewer memories (docs/performance.md, "The graph for a dense embedder").
+DENSE_ANN_THRESHOLD = 5_000
+
 # MiniLM's: a sentence model, strong alone.
 MINILM_SETTINGS = RecallSettings(
+    ann_threshold=DENSE_ANN_THRESHOLD,
     text_weight=0.3,  # BM25 weighs less beside a strong vector
     text_floor=2.0,  # a paraphrase shares only the name found in every memory
     feedback=0.0,  # a sentence model does not gain by it
