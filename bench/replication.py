@@ -2,7 +2,7 @@
 (``--replica-url`` to SeaweedFS's S3 on loopback, tests/replica_support.py) and one not, in the
 same run, the same calls interleaved.
 
-    python -m bench.replication --writes 400 --runs 3 --out results/replication.json
+    python -m bench.replication --writes 600 --batches 60 --runs 5 --out results/replication.json
 
 Hashing embedder, loopback. Measured, each from this process:
 
@@ -41,9 +41,9 @@ def _texts(who: str, n: int, count: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writes", type=int, default=400)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--runs", type=int, default=3, help="interleaved off/on comparisons (medians)")
+    parser.add_argument("--writes", type=int, default=600)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--runs", type=int, default=5, help="interleaved off/on comparisons (medians)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     with ExitStack() as stack:
