@@ -17,7 +17,6 @@ import itertools
 import operator
 import zlib
 from array import array
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -43,12 +42,6 @@ class Embedder(abc.ABC):
 
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
-
-    def embedding(self, texts: list[str]) -> Callable[[], np.ndarray]:
-        """``embed(texts)`` in two parts: what holds the interpreter now (a model's tokenizing),
-        the rest in the call returned (its inference, which a recall makes on a helper thread
-        beside its full-text leg: engine/recall/side.py). By default all of it in the call."""
-        return lambda: self.embed(texts)
 
 
 _CACHE_SIZE = 1 << 16

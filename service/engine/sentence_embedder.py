@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -95,14 +94,11 @@ class MiniLMEmbedder(Embedder):
         return self._tokenizer.ids(text)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return self.embedding(texts)()
-
-    def embedding(self, texts: list[str]) -> Callable[[], np.ndarray]:
-        """The word pieces now (Python), the model's runs in the call (they release the interpreter)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
         pieces = [self._tokenizer.ids(text) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: len(pieces[i]))
-        batches = []
         for start in range(0, len(order), BATCH):
             rows = order[start : start + BATCH]
             width = len(pieces[rows[-1]])
@@ -111,12 +107,6 @@ class MiniLMEmbedder(Embedder):
             for r, i in enumerate(rows):
                 ids[r, : len(pieces[i])] = pieces[i]
                 mask[r, : len(pieces[i])] = 1
-            batches.append((rows, ids, mask))
-
-        def run() -> np.ndarray:
-            for rows, ids, mask in batches:
-                (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
-                out[rows] = vectors
-            return out
-
-        return run
+            (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+            out[rows] = vectors
+        return out

@@ -108,7 +108,10 @@ class FindCandidates:
 
     def __call__(self, recalling: Recalling) -> None:
         query, snapshot = recalling.query, recalling.snapshot
-        # The full-text leg first: the query's vector may still be being made beside it (recall.py).
+        vectors: VectorPath | None = None
+        if query.vector is not None:
+            with tracing.span("recall.leg.vector"):
+                vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
         hits = NO_HITS
         if query.mode is not RecallMode.VECTOR and query.terms:
             with tracing.span("recall.leg.text"):
@@ -119,10 +122,7 @@ class FindCandidates:
                     max_coordinated_terms=self.max_coordinated_terms,
                     from_postings=self.from_postings,
                 )
-        query_vector = recalling.query_vector()
-        if query_vector is None:  # text only
+        if vectors is None:  # text only
             recalling.candidates = Candidates(NO_ROWS, NO_VECTORS, None, NO_ROWS, hits)
-            return
-        with tracing.span("recall.leg.vector"):
-            vectors = vector_candidates(recalling.query, query_vector, snapshot, self.ann_threshold)
-        recalling.candidates = Candidates(vectors.ids, vectors.vectors, vectors.scores, vectors.rows, hits)
+        else:
+            recalling.candidates = Candidates(vectors.ids, vectors.vectors, vectors.scores, vectors.rows, hits)

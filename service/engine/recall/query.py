@@ -6,7 +6,6 @@ person by name, and the speaker step already carries who."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -27,21 +26,13 @@ def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
     return out
 
 
-def first(vectors: np.ndarray) -> np.ndarray:
-    """The first row of an embedding (the query's, of one text)."""
-    vector: np.ndarray = vectors[0]
-    return vector
-
-
 class QueryStep(Protocol):
-    """The step that makes the query's vector, before the recall's read snapshot: what holds the
-    interpreter at once (``prepare``), the model's inference in the call it returns
-    (``Embedder.embedding``)."""
+    """The step that makes the query's vector, before the recall's read snapshot."""
 
     @property
     def name(self) -> RecallStep: ...
 
-    def prepare(self, tenant: str, query: str) -> Callable[[], np.ndarray]: ...
+    def __call__(self, tenant: str, query: str) -> np.ndarray: ...
 
 
 class Embed:
@@ -52,9 +43,9 @@ class Embed:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
 
-    def prepare(self, tenant: str, query: str) -> Callable[[], np.ndarray]:
-        run = self.embedder.embedding([query])
-        return lambda: first(run())
+    def __call__(self, tenant: str, query: str) -> np.ndarray:
+        vector: np.ndarray = self.embedder.embed([query])[0]
+        return vector
 
 
 class EmbedWithoutSpeakers:
@@ -68,18 +59,13 @@ class EmbedWithoutSpeakers:
         self.pool = pool
         self.share = settings.speaker_query_mix
 
-    def prepare(self, tenant: str, query: str) -> Callable[[], np.ndarray]:
+    def __call__(self, tenant: str, query: str) -> np.ndarray:
         without = self._without_named_speakers(tenant, query)
         if without is None:
-            alone = self.embedder.embedding([query])
-            return lambda: first(alone())
-        both = self.embedder.embedding([query, without])
-
-        def blended() -> np.ndarray:
-            full, stripped = both()
-            return blend(full, stripped, self.share)
-
-        return blended
+            vector: np.ndarray = self.embedder.embed([query])[0]
+            return vector
+        full, stripped = self.embedder.embed([query, without])
+        return blend(full, stripped, self.share)
 
     def _without_named_speakers(self, tenant: str, query: str) -> str | None:
         """``query`` without the tenant's speakers it names (``VectorIndex.without_named_speakers``),

@@ -3,10 +3,8 @@ the tenant, and keeps the response within its budget."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
-
-import numpy as np
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
@@ -19,7 +17,6 @@ from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
 from mnemosyne.engine.recall.settings import RecallSettings, settings_for
-from mnemosyne.engine.recall.side import Pending, side_threads
 from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import switched_off
 from mnemosyne.engine.recall.text import query_terms
@@ -90,11 +87,11 @@ class Recall:
             if store is None:
                 return Recalled([])
             ranking = self.ranking(self.embedders.of(store))
-            asked, vector = self._query(ranking, tenant, checked, mode)
+            asked = self._query(ranking, tenant, checked, mode)
             index = vector_index(store, ranking.embedder.dim)
             with store.read() as txn:
                 check_tenant_embedder(txn, ranking.embedder, write=False)
-                recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()), vector)
+                recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
                 for step in ranking.pipelines[mode].steps:
                     with tracing.span(f"recall.{step.name.value}"):
                         step(recalling)
@@ -117,43 +114,20 @@ class Recall:
             check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals"),
         )
 
-    def _query(
-        self, ranking: _Ranking, tenant: str, checked: _Checked, mode: RecallMode
-    ) -> tuple[Query, Pending[np.ndarray] | None]:
+    def _query(self, ranking: _Ranking, tenant: str, checked: _Checked, mode: RecallMode) -> Query:
         """The question with its vector (none for text only: the text path never reads it), made
-        before the read transaction by the tenant's embedder; or, when the embedder's model
-        releases the interpreter and the full-text leg runs, without it, and the vector being
-        made on a helper thread while this one opens the snapshot and runs that leg (the
-        candidates step takes it: side.py). The hashing embedder's Python would only take turns
-        with that leg for the interpreter, so it embeds first, as before."""
+        before the read transaction by the tenant's embedder."""
         query, k = checked.query, checked.k
         pipeline = ranking.pipelines[mode]
-        terms = query_terms(query)
-        step = pipeline.embed
-        beside = not ranking.embedder.holds_interpreter and mode is not RecallMode.VECTOR and bool(terms)
-        vector, pending = None, None  # text only: none
-        if step is not None:
-            name = f"recall.{step.name.value}"
-            with tracing.span(name):
-                run = step.prepare(tenant, query)  # the interpreter's part, on this thread
-                if not beside:
-                    vector = run()
-            if beside:
-                pending = side_threads().start(_spanned(name, run))
+        vector = None  # text only: none
+        if pipeline.embed is not None:
+            with tracing.span(f"recall.{pipeline.embed.name.value}"):
+                vector = pipeline.embed(tenant, query)
         depth = max(ranking.settings.candidates_per_k * k, ranking.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
-        asked = Query(query, terms, k, depth, checked.scopes, checked.filters, mode, vector, many, self.clock.now())
-        return asked, pending
-
-
-def _spanned(name: str, run: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
-    """``run`` inside a trace span of ``name``."""
-
-    def spanned() -> np.ndarray:
-        with tracing.span(name):
-            return run()
-
-    return spanned
+        return Query(
+            query, query_terms(query), k, depth, checked.scopes, checked.filters, mode, vector, many, self.clock.now()
+        )
 
 
 class _Checked(NamedTuple):

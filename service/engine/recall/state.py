@@ -11,7 +11,6 @@ import numpy as np
 from mnemosyne.engine.ann import RowScores
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.recall.ranking import Candidate, Ranking, TextRanking
-from mnemosyne.engine.recall.side import Pending
 from mnemosyne.engine.recall.steps import RecallStep
 from mnemosyne.engine.types import RecallMode
 from mnemosyne.store.memory_rows import MemoryRow
@@ -101,9 +100,6 @@ class Recalling:
 
     query: Query
     snapshot: Snapshot
-    # The query's vector while it is being made beside the recall (query.vector is None until
-    # the candidates step takes it: ``query_vector``); None when made already, or text only.
-    pending_vector: Pending[np.ndarray] | None = None
     candidates: Candidates = NO_CANDIDATES  # candidates (the first step)
     pool: Pool = EMPTY_POOL  # fuse, context, neighbours, window
     ranking: Ranking = EMPTY_RANKING  # rank, then the lifts
@@ -111,13 +107,6 @@ class Recalling:
     rows: dict[int, MemoryRow] = field(default_factory=dict)  # read
     scores: dict[int, float] = field(default_factory=dict)  # the priors: the read candidates' new scores
     best: list[tuple[Candidate, MemoryRow, float]] = field(default_factory=list)  # select
-
-    def query_vector(self) -> np.ndarray | None:
-        """The query's vector (None: text only), waiting for it when it is being made beside."""
-        if self.pending_vector is not None:
-            self.query = self.query._replace(vector=self.pending_vector.result())
-            self.pending_vector = None
-        return self.query.vector
 
 
 class Step(Protocol):
