@@ -8,8 +8,9 @@ the hashing embedder (or ``--embedder minilm``). A tracer installed for the run
 (runtime/tracing.py: the same spans an OTLP exporter would record) times every recall step and the
 two legs inside the candidates step; the table gives each span's median and mean per recall and its
 share of the recalls' summed time (the rest: validation, opening the tenant and the read
-transaction, the hits as values). The legs run inside ``candidates``, so their rows are a breakdown
-of it, not added to the total.
+transaction, the hits as values, and the timer's own cost: the row "spans not timed" is the same
+recalls without it, in turns with the timed ones). The legs run inside ``candidates``, so their
+rows are a breakdown of it, not added to the total.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.common import print_table
 from bench.corpus import Corpus
@@ -62,6 +64,30 @@ class StepTimer:
         return taken
 
 
+def measure(
+    engine: Any, queries: list[str], rounds: int, mode: Any
+) -> tuple[list[float], list[float], dict[str, list[float]]]:
+    """Each query recalled twice a round, its spans timed and not (in turns): (seconds of each
+    timed recall, of each untimed one, each span's seconds per timed recall)."""
+    timer = StepTimer()
+    per_span: dict[str, list[float]] = defaultdict(list)
+    totals: list[float] = []
+    untimed: list[float] = []
+    for _ in range(rounds):
+        for n, query in enumerate(queries):
+            for timed in (True, False) if n % 2 else (False, True):
+                tracing.install(timer if timed else None)
+                timer.take()
+                started = time.perf_counter()
+                engine.recall(TENANT, query, k=K, mode=mode)
+                (totals if timed else untimed).append(time.perf_counter() - started)
+                tracing.install(None)
+                if timed:
+                    for name, took in timer.take().items():
+                        per_span[name].append(took)
+    return totals, untimed, per_span
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=10_000)
@@ -87,25 +113,20 @@ def main(argv: list[str] | None = None) -> int:
                 engine.retain_batch(TENANT, [RetainItem(text) for text in texts])
             for q in queries[:20]:  # warm-up: the first recall loads the caches
                 engine.recall(TENANT, q, k=K, mode=mode)
-            timer = StepTimer()
-            tracing.install(timer)
-            per_span: dict[str, list[float]] = defaultdict(list)
-            totals: list[float] = []
-            try:
-                for _ in range(args.rounds):
-                    for q in queries:
-                        timer.take()
-                        started = time.perf_counter()
-                        engine.recall(TENANT, q, k=K, mode=mode)
-                        totals.append(time.perf_counter() - started)
-                        for name, took in timer.take().items():
-                            per_span[name].append(took)
-            finally:
-                tracing.install(None)
+            totals, untimed, per_span = measure(engine, queries, args.rounds, mode)
         finally:
             engine.close()
     summed = sum(totals)
     rows = [["recall (whole)", statistics.median(totals) * 1e6, summed / len(totals) * 1e6, 100.0]]
+    # The same recalls without the tracer (as served: tracing off): what timing the spans cost.
+    rows.append(
+        [
+            "recall, spans not timed",
+            statistics.median(untimed) * 1e6,
+            sum(untimed) / len(untimed) * 1e6,
+            100 * sum(untimed) / summed,
+        ]
+    )
     for name, spent in per_span.items():
         # A span that ran in only some recalls: its mean over all recalls, 0 where it did not run.
         rows.append([name, statistics.median(spent) * 1e6, sum(spent) / len(totals) * 1e6, 100 * sum(spent) / summed])
