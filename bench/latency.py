@@ -6,7 +6,7 @@ One tenant grows through the sizes (RetainBatch through the real client). At eac
 
 * ``server``: time inside the Recall handler (engine + response), read from the trailing metadata
   ``mnemosyne-server-time-us``; per recall mode (hybrid is the default; vector and text show the
-  two paths alone);
+  two paths alone), and ``hybrid_over_slower_leg``: the hybrid p50 over the slower leg's;
 * ``e2e``: ``MemoryClient.recall`` wall time in this process (gRPC over loopback included);
 * ``ping``: the no-op ``AdminService.Ping`` through the same client: the gRPC floor;
 * ``chroma``: ``collection.query`` of an embedded ``chromadb.PersistentClient`` (cosine HNSW,
@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                         overlap.append(len({int(i) for i in answer["ids"][0]} & set(truth.tolist())) / K)
             for name, values in samples.items():
                 row[name] = percentiles(values)
+            # Issue 24's and 46's measure: the hybrid p50 over the slower of its two legs' alone.
+            slower = max(row["server_vector"]["p50_ms"], row["server_text"]["p50_ms"])
+            row["hybrid_over_slower_leg"] = row["server_hybrid"]["p50_ms"] / slower
             row["ping_server"] = percentiles(
                 timed_server_calls(client.admin.Ping, [admin_pb2.PingRequest()] * 50, client.call_metadata)[0]
             )
@@ -173,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["server_hybrid"]["p99_ms"],
                 r["server_vector"]["p50_ms"],
                 r["server_text"]["p50_ms"],
+                r["hybrid_over_slower_leg"],
                 r["e2e_hybrid"]["p50_ms"],
                 r["e2e_hybrid"]["p99_ms"],
                 r["ping_e2e"]["p50_ms"],
@@ -191,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "server p99",
             "vector-only p50",
             "text-only p50",
+            "hybrid/slower",
             "e2e p50",
             "e2e p99",
             "ping p50",

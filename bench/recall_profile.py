@@ -1,0 +1,144 @@
+"""Each step's share of a recall, in process: the engine's recall spans timed over many queries.
+
+    python -m bench.recall_profile [--memories 10000] [--queries 300] [--rounds 3] [--mode hybrid]
+
+One engine in this process (the server's interpreter settings, no network) with one tenant of
+``--memories`` synthetic memories (bench/corpus.py, as bench.latency loads them: no threads) and
+the hashing embedder (or ``--embedder minilm``). A tracer installed for the run
+(runtime/tracing.py: the same spans an OTLP exporter would record) times every recall step and the
+two legs inside the candidates step; the table gives each span's median and mean per recall and its
+share of the recalls' summed time (the rest: validation, opening the tenant and the read
+transaction, the hits as values, and the timer's own cost: the row "spans not timed" is the same
+recalls without it, in turns with the timed ones). The legs run inside ``candidates``, so their
+rows are a breakdown of it, not added to the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.common import print_table
+from bench.corpus import Corpus
+from mnemosyne.runtime import tracing
+from mnemosyne.runtime.interpreter import tune_interpreter
+
+TENANT = "bench-profile"
+K = 10
+
+
+class StepTimer:
+    """A tracer that only times spans (by name, summed per recall: a step may run twice)."""
+
+    tenant_ids = False
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def span(self, name: str, attributes: tracing.Attributes) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.current[name] += time.perf_counter() - started
+
+    def call(self, method: str, carrier: tracing.Headers) -> tracing.CallSpan:
+        raise AssertionError("no calls in process")
+
+    def hop(self, name: str, attributes: tracing.Attributes) -> tracing.HopSpan:
+        raise AssertionError("no hops in process")
+
+    def annotate(self, key: str, value: str) -> None:
+        pass
+
+    def take(self) -> dict[str, float]:
+        taken, self.current = dict(self.current), defaultdict(float)
+        return taken
+
+
+def measure(
+    engine: Any, queries: list[str], rounds: int, mode: Any
+) -> tuple[list[float], list[float], dict[str, list[float]]]:
+    """Each query recalled twice a round, its spans timed and not (in turns): (seconds of each
+    timed recall, of each untimed one, each span's seconds per timed recall)."""
+    timer = StepTimer()
+    per_span: dict[str, list[float]] = defaultdict(list)
+    totals: list[float] = []
+    untimed: list[float] = []
+    for _ in range(rounds):
+        for n, query in enumerate(queries):
+            for timed in (True, False) if n % 2 else (False, True):
+                tracing.install(timer if timed else None)
+                timer.take()
+                started = time.perf_counter()
+                engine.recall(TENANT, query, k=K, mode=mode)
+                (totals if timed else untimed).append(time.perf_counter() - started)
+                tracing.install(None)
+                if timed:
+                    for name, took in timer.take().items():
+                        per_span[name].append(took)
+    return totals, untimed, per_span
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "text"])
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
+    args = parser.parse_args(argv)
+
+    tune_interpreter()  # the server's interpreter settings, before numpy loads
+    from mnemosyne.engine.config import EngineConfig
+    from mnemosyne.engine.engine import Engine
+    from mnemosyne.engine.types import RecallMode, RetainItem
+
+    corpus = Corpus()
+    mode = RecallMode(args.mode)
+    queries = corpus.queries(args.memories, args.queries)
+    with tempfile.TemporaryDirectory(prefix="recall-profile-") as tmp:
+        engine = Engine(EngineConfig(data_dir=Path(tmp), embedder=args.embedder))
+        try:
+            for start in range(0, args.memories, 1000):
+                texts = corpus.memories(start, min(1000, args.memories - start))
+                engine.retain_batch(TENANT, [RetainItem(text) for text in texts])
+            for q in queries[:20]:  # warm-up: the first recall loads the caches
+                engine.recall(TENANT, q, k=K, mode=mode)
+            totals, untimed, per_span = measure(engine, queries, args.rounds, mode)
+        finally:
+            engine.close()
+    summed = sum(totals)
+    rows = [["recall (whole)", statistics.median(totals) * 1e6, summed / len(totals) * 1e6, 100.0]]
+    # The same recalls without the tracer (as served: tracing off): what timing the spans cost.
+    rows.append(
+        [
+            "recall, spans not timed",
+            statistics.median(untimed) * 1e6,
+            sum(untimed) / len(untimed) * 1e6,
+            100 * sum(untimed) / summed,
+        ]
+    )
+    for name, spent in per_span.items():
+        # A span that ran in only some recalls: its mean over all recalls, 0 where it did not run.
+        rows.append([name, statistics.median(spent) * 1e6, sum(spent) / len(totals) * 1e6, 100 * sum(spent) / summed])
+    steps = sum(sum(spent) for name, spent in per_span.items() if not name.startswith("recall.leg."))
+    rows.append(["(outside the steps)", float("nan"), (summed - steps) / len(totals) * 1e6, 100 * (1 - steps / summed)])
+    print_table(
+        f"Recall steps in process, {args.mode}, {args.embedder}, k={K}, {args.memories} memories, {len(totals)} recalls",
+        ["span", "median us", "mean us", "share %"],
+        rows,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
