@@ -8,8 +8,8 @@ rebinding), and the connection goes to the address that was checked. Refused unl
 allows them (``--webhook-allow-private-addresses``): loopback, private (RFC 1918, unique local),
 link-local, shared (100.64.0.0/10), unspecified (0.0.0.0, ::), multicast and reserved addresses,
 and IPv6 addresses that carry an IPv4 one (IPv4-mapped, NAT64) are judged by the IPv4 address they
-carry. The cloud metadata addresses are named as such in the refusal; the flag allows them too, as
-the issue that made the flag asks: an operator who opens the network to tenants opens all of it.
+carry. The cloud metadata addresses are named as such in the refusal; the flag allows them too: an
+operator who opens the member's network to tenants opens all of it (docs/webhooks.md).
 """
 
 from __future__ import annotations
