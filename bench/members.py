@@ -27,7 +27,9 @@ them alike:
   (which forwards them): the hop's added p50 latency and CPU per call (both members);
 * ``ping``: Ping of m0, the RPC floor of the same run (its p50 and CPU per call);
 * ``bare ping`` / ``bare relayed ping``: Ping of the bare server, directly and through the bare
-  relay (both processes): the floor of any grpc.aio hop in the same run.
+  relay (both processes): the floor of any grpc.aio hop in the same run;
+* ``bare linked ping``: through the linked relay (bench/bare_hop.py: the hop over a plain TCP
+  connection, not a gRPC call; both processes): what a member link outside gRPC would cost.
 
 ``--server-args``: more flags of every Mnemosyne server (``--embedder hashing``: recall without the
 model's query embedding, whose cost would only add noise to the differences measured here).
@@ -99,6 +101,7 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
     stack.callback(lone.stop)
     bare_target, bare_pid = stack.enter_context(bare_process())
     relay_target, relay_pid = stack.enter_context(bare_process(bare_target))
+    link_target, link_pid = stack.enter_context(bare_process(bare_target, link=True))
     two = _pids(members.processes)
 
     def client(target: str, **kwargs: Any) -> MemoryClient:
@@ -106,7 +109,7 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
 
     alone, routed, one = client(single.target), client("", members=members.members), client("", members=lone.members)
     entry, owner = client(members.processes[0].target), client(members.processes[1].target)
-    bare, relay = client(bare_target), client(relay_target)
+    bare, relay, linked = client(bare_target), client(relay_target), client(link_target)
     pair_clients = {member: client(server.target) for member, server in zip(IDS, pair)}
     for tenant in tenants:  # a few memories each, so that Recall has something to rank
         for writer in (alone, routed, one, pair_clients[owner_of(tenant, IDS)]):
@@ -138,6 +141,7 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
         "ping": (two, lambda i: entry.ping()),
         "bare ping": ([bare_pid, relay_pid], lambda i: bare.ping()),
         "bare relayed ping": ([bare_pid, relay_pid], lambda i: relay.ping()),
+        "bare linked ping": ([bare_pid, link_pid], lambda i: linked.ping()),
     }
 
 
@@ -167,6 +171,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
         "bare_added_cpu_s_per_1000": cpu["bare relayed ping"] - cpu["bare ping"],
         "bare_ping_p50_ms": p50["bare ping"],
         "bare_ping_cpu_s_per_1000": cpu["bare ping"],
+        "linked_added_p50_ms": p50["bare linked ping"] - p50["bare ping"],
+        "linked_added_cpu_s_per_1000": cpu["bare linked ping"] - cpu["bare ping"],
     }
     ratios = {
         f"{who} / single {call}": cpu[f"{who} {call}"] / cpu[f"single {call}"]
@@ -184,6 +190,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
         "hop added CPU / Ping floor": hop["added_cpu_s_per_1000"] / hop["ping_cpu_s_per_1000"],
         "bare hop added p50 / bare Ping": hop["bare_added_p50_ms"] / hop["bare_ping_p50_ms"],
         "bare hop added CPU / bare Ping": hop["bare_added_cpu_s_per_1000"] / hop["bare_ping_cpu_s_per_1000"],
+        "linked hop added p50 / bare Ping": hop["linked_added_p50_ms"] / hop["bare_ping_p50_ms"],
+        "linked hop added CPU / bare Ping": hop["linked_added_cpu_s_per_1000"] / hop["bare_ping_cpu_s_per_1000"],
     }
     return {"phases": phases, "ratios": ratios, "hop": hop}
 
