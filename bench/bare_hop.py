@@ -64,7 +64,8 @@ class _Link:
             reader, self.writer = await asyncio.open_connection(self.host, self.port)
             self.reading = asyncio.ensure_future(self._read(reader))
         number = next(self.numbers)
-        answer = self.pending[number] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.pending[number] = answer
         self.writer.write(number.to_bytes(4, "big") + len(request).to_bytes(4, "big") + request)
         return await answer
 
@@ -101,7 +102,7 @@ def serve(upstream: str | None, link: bool) -> None:
         elif link:
             handler = grpc.unary_unary_rpc_method_handler(_Link(upstream).call)
         else:
-            relayed = grpc.aio.insecure_channel(upstream).unary_unary(PING)  # bytes in, bytes out
+            relayed: Any = grpc.aio.insecure_channel(upstream).unary_unary(PING)  # bytes in, bytes out
 
             async def relay(request: bytes, context: Any) -> bytes:
                 response: bytes = await relayed(request, metadata=(("x-mnemosyne-route", "owner"),))
