@@ -54,6 +54,9 @@ _TRANSPORT_KEYS = frozenset(
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # The connection to a member stays open however long no call needs it (gRPC's default
+    # closes it after 30 idle minutes; the next hop would pay the reconnect).
+    ("grpc.client_idle_timeout_ms", 2**31 - 1),
 )
 # A forwarded server stream whose owner said nothing yet is taken as accepted after this long
 # (an HTTP client then gets its event stream; a refusal comes well before).
