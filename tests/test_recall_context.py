@@ -236,10 +236,11 @@ def test_a_question_names_one_span_or_none() -> None:
 def test_the_window_of_a_candidate_includes_its_neighbours() -> None:
     vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
     query = np.array([1.0, 0.0], dtype=np.float32)
-    alone = window_cosine(query, vectors, np.zeros((0, 2), dtype=np.int64), share=MINILM_SETTINGS.window_neighbours)
+    rows, cosine, share = np.arange(3), (vectors @ query).astype(np.float64), MINILM_SETTINGS.window_neighbours
+    alone = window_cosine(query, vectors, rows, cosine, np.zeros((0, 2), dtype=np.int64), share=share)
     assert alone.tolist() == [1.0, 0.0, 0.0]
     # Row 1 is row 0's neighbour: its window now leans toward the query; row 2's does not.
-    paired = window_cosine(query, vectors, np.array([[1, 0], [0, 1]]), share=MINILM_SETTINGS.window_neighbours)
+    paired = window_cosine(query, vectors, rows, cosine, np.array([[1, 0], [0, 1]]), share=share)
     assert paired[1] > 0.4 and paired[2] == 0.0 and 0.8 < paired[0] < 1.0
 
 

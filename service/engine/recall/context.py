@@ -68,15 +68,35 @@ def with_neighbours(fused: np.ndarray, pairs: np.ndarray, weight: float) -> np.n
     return fused + weight * best
 
 
-def window_cosine(query_vector: np.ndarray, vectors: np.ndarray, pairs: np.ndarray, *, share: float) -> np.ndarray:
+def window_cosine(
+    query_vector: np.ndarray,
+    vectors: np.ndarray,
+    rows: np.ndarray,
+    cosine: np.ndarray,
+    pairs: np.ndarray,
+    *,
+    share: float,
+) -> np.ndarray:
     """Each candidate's context window (its vector plus ``share`` x each thread neighbour's,
     from the vectors already in the cache: no model call) against the query, by cosine (0 when
-    negative). ``pairs`` are (candidate, neighbour) rows of ``vectors``."""
-    window = vectors.astype(np.float64)
-    np.add.at(window, pairs[:, 0], share * vectors[pairs[:, 1]])
+    negative). ``rows``: the candidates' rows of ``vectors``; ``cosine``: their cosines, known
+    already; ``pairs``: (candidate, neighbour) positions in ``rows``.
+
+    A candidate without a neighbour is its own window, whose cosine is known (the vectors are
+    unit vectors): only the candidates with neighbours, and those neighbours, are read again."""
+    similarity: np.ndarray = np.maximum(cosine, 0.0)
+    if not len(pairs):
+        return similarity
+    read = sorted_unique(pairs.ravel())  # the candidates with neighbours, and their neighbours
+    places = np.searchsorted(read, pairs)
+    own = vectors[rows[read]]
+    window = own.astype(np.float64)
+    np.add.at(window, places[:, 0], share * own[places[:, 1]])
+    joined = sorted_unique(places[:, 0])
+    window = window[joined]
     norms = np.linalg.norm(window, axis=1)
     norms[norms == 0] = 1.0
-    similarity: np.ndarray = np.maximum((window @ query_vector) / norms, 0.0)
+    similarity[read[joined]] = np.maximum((window @ query_vector) / norms, 0.0)
     return similarity
 
 
@@ -132,7 +152,8 @@ class ScoreWindows:
         pool, query_vector = recalling.pool, recalling.query.vector
         if not len(pool.rows) or query_vector is None:
             return
-        window = window_cosine(query_vector, recalling.candidates.vectors[pool.rows], pool.pairs, share=self.share)
+        found = recalling.candidates
+        window = window_cosine(query_vector, found.vectors, pool.rows, pool.cosine, pool.pairs, share=self.share)
         recalling.pool = with_scores(pool, pool.scores + self.weight * window)
 
 
