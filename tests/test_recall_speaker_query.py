@@ -42,3 +42,22 @@ def test_a_query_naming_no_speaker_ranks_as_without_the_step(server_factory, ten
     queries = ("Who plays the violin?", "What did Sam cook?", "Carol, what music?")  # "Carol" names nobody
     off, on = (_recalled(server_factory, step, queries, tenant)[1] for step in ("speaker_query", ""))
     assert off == on and all(off)  # the same hits, scores included
+
+
+def test_a_speaker_first_written_after_the_last_recall_is_cut_from_the_query(server_factory, tenant: str) -> None:
+    # The query's vector is made from the names the tenant's cache knows before the recall's read
+    # transaction; a name written since (Dana's: the write does not teach the cache) is found by
+    # that transaction's sync and the vector made again. So the hits are those of a tenant whose
+    # cache learnt every name before its first vector.
+    dana = RetainItem("I restore old bicycles in my garage", speaker="Dana")
+    query = "What does Dana restore?"
+    server = server_factory(args=["--embedder", "minilm"]).start(timeout=120)
+    with MemoryClient(server.target) as client:
+        client.retain_batch(tenant, [RetainItem(t, speaker=s) for s, t in TURNS])
+        assert client.recall(tenant, "What music does Caroline play?", k=1)  # the cache synced: no Dana
+        client.retain_batch(tenant, [dana])
+        late = [(h.memory.id, h.score) for h in client.recall(tenant, query, k=3)]
+        other = f"{tenant}-b"
+        client.retain_batch(other, [*(RetainItem(t, speaker=s) for s, t in TURNS), dana])
+        known = [(h.memory.id, h.score) for h in client.recall(other, query, k=3)]
+    assert late == known and late[0][0] == len(TURNS) + 1  # Dana's turn first

@@ -122,42 +122,36 @@ def test_the_recall_takes_the_settings_of_its_embedder() -> None:
         HASHING_SETTINGS.text_weight = 0.1  # type: ignore[misc]  # frozen: that is what is checked
 
 
-def _names(
-    settings: RecallSettings, mode: RecallMode, tmp_path: Path, off: frozenset[RecallStep] = frozenset()
-) -> list[str]:
-    pool = TenantPool(tmp_path, max_open=4, synchronous="NORMAL")
-    try:
-        built = build_pipeline(mode, settings, off, embedder=HashingEmbedder(), pool=pool, ann_threshold=10**9)
-        return [str(name) for name in built.names]
-    finally:
-        pool.close()
+def _names(settings: RecallSettings, mode: RecallMode, off: frozenset[RecallStep] = frozenset()) -> list[str]:
+    built = build_pipeline(mode, settings, off, embedder=HashingEmbedder(), ann_threshold=10**9)
+    return [str(name) for name in built.names]
 
 
-def test_each_embedder_runs_the_steps_its_settings_weigh(tmp_path: Path) -> None:
+def test_each_embedder_runs_the_steps_its_settings_weigh() -> None:
     hybrid, vector, text = RecallMode.HYBRID, RecallMode.VECTOR, RecallMode.TEXT
     lifts = ["rank", "dates", "speaker", "threads", "read"]
-    assert _names(HASHING_SETTINGS, hybrid, tmp_path) == [
+    assert _names(HASHING_SETTINGS, hybrid) == [
         *["embed", "candidates", "fuse", "context", "neighbours", *lifts],
         *["length", "lists", "names", "questions", "select"],
     ]
-    assert _names(MINILM_SETTINGS, hybrid, tmp_path) == [
+    assert _names(MINILM_SETTINGS, hybrid) == [
         *["speaker_query", "candidates", "fuse", "context", "neighbours", "window", *lifts],
         *["lists", "names", "questions", "select"],
     ]
-    assert _names(MINILM_SETTINGS, vector, tmp_path) == [
+    assert _names(MINILM_SETTINGS, vector) == [
         *["speaker_query", "candidates", "fuse", "context", "neighbours", "window", *lifts, "select"]
     ]
-    assert _names(HASHING_SETTINGS, text, tmp_path) == ["candidates", "rank", "read", "select"]
+    assert _names(HASHING_SETTINGS, text) == ["candidates", "rank", "read", "select"]
 
 
-def test_a_step_switched_off_leaves_the_list(tmp_path: Path) -> None:
+def test_a_step_switched_off_leaves_the_list() -> None:
     off = switched_off(["neighbours", "speaker_query", "names", "dates"])
-    assert _names(MINILM_SETTINGS, RecallMode.HYBRID, tmp_path, off) == [
+    assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
         *["embed", "candidates", "fuse", "context", "window", "rank", "speaker", "threads", "read"],
         *["lists", "questions", "select"],
     ]
     off = switched_off(["neighbours", "window", "threads", "length", "lists", "questions", "names"])
-    assert _names(MINILM_SETTINGS, RecallMode.HYBRID, tmp_path, off) == [
+    assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
         *["speaker_query", "candidates", "fuse", "rank", "dates", "speaker", "read", "select"]
     ]
 

@@ -402,6 +402,17 @@ class VectorIndex:
         named = {code for _, _, code in self._named(words(query))}
         return np.array(sorted(named), dtype=np.int64)
 
+    @property
+    def synced(self) -> bool:
+        """Whether the cache was ever brought up to a transaction of the tenant file."""
+        return self.epoch >= 0
+
+    @property
+    def speaker_count(self) -> int:
+        """How many speakers' names the cache knows: it only grows (a name stays known, a
+        forgotten memory's too), so an equal count is the same names."""
+        return len(self._speaker_codes)
+
     def speaker_words(self) -> frozenset[str]:
         """Every word of the tenant's speakers' names (``terms.words``: lower-cased)."""
         return self._speaker_words

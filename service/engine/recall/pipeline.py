@@ -19,7 +19,6 @@ from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import Step
 from mnemosyne.engine.recall.steps import RecallStep
 from mnemosyne.engine.types import RecallMode
-from mnemosyne.store.pool import TenantPool
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,6 @@ def build_pipeline(
     off: Set[RecallStep],
     *,
     embedder: Embedder,
-    pool: TenantPool,
     ann_threshold: int,
 ) -> Pipeline:
     """The steps of a recall in ``mode``: the lifts need the vector path (not text only), the
@@ -61,7 +59,7 @@ def build_pipeline(
         return Pipeline(None, (candidates, RankText(), Read(s, priors=()), Select(s)))
     embed: QueryStep = Embed(embedder)
     if on(RecallStep.SPEAKER_QUERY, s.speaker_query_mix):
-        embed = EmbedWithoutSpeakers(embedder, pool, s)
+        embed = EmbedWithoutSpeakers(embedder, s)
     steps: list[Step] = [candidates, Fuse(s)]
     neighbours, window = on(RecallStep.NEIGHBOURS, s.neighbour_weight), on(RecallStep.WINDOW, s.window_weight)
     if neighbours or window:

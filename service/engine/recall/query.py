@@ -6,15 +6,15 @@ person by name, and the speaker step already carries who."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
-from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.steps import RecallStep
-from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import TenantStore
 
 
 def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
@@ -26,13 +26,32 @@ def blend(full: np.ndarray, stripped: np.ndarray, share: float) -> np.ndarray:
     return out
 
 
+class Embedded(NamedTuple):
+    """The query's vector, and the speakers' names it was made knowing."""
+
+    vector: np.ndarray
+    # How many speakers' names the tenant's cache knew (``VectorIndex.speaker_count``); -1: the
+    # vector does not depend on them.
+    speakers: int = -1
+    without: str | None = None  # the query without the speakers it names (None: it names none)
+
+
+def still_current(embedded: Embedded, index: VectorIndex, query: str) -> bool:
+    """Whether the query's vector is the one the cache's speakers make now (the recall's read
+    transaction has synced it): a name the cache learnt since the vector was made and that the
+    query holds makes it stale."""
+    if embedded.speakers < 0 or index.speaker_count == embedded.speakers:
+        return True
+    return index.without_named_speakers(query) == embedded.without
+
+
 class QueryStep(Protocol):
     """The step that makes the query's vector, before the recall's read snapshot."""
 
     @property
     def name(self) -> RecallStep: ...
 
-    def __call__(self, tenant: str, query: str) -> np.ndarray: ...
+    def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded: ...
 
 
 class Embed:
@@ -43,39 +62,34 @@ class Embed:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
 
-    def __call__(self, tenant: str, query: str) -> np.ndarray:
-        vector: np.ndarray = self.embedder.embed([query])[0]
-        return vector
+    def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
+        return Embedded(self.embedder.embed([query])[0])
 
 
 class EmbedWithoutSpeakers:
     """The query's vector, blended with that of the query without the speakers it names (as
-    written when it names none, or the tenant does not exist)."""
+    written when it names none).
+
+    The names are those the tenant's vector cache knows, read without a transaction: the
+    recall's own read transaction then syncs the cache and checks them (``still_current``),
+    and the vector is made again in the rare case a name written since changes it. Only a cache
+    never synced (the tenant just opened) is synced first, in a read transaction of its own, so
+    the first recall after a restart makes its vector once."""
 
     name = RecallStep.SPEAKER_QUERY
 
-    def __init__(self, embedder: Embedder, pool: TenantPool, settings: RecallSettings) -> None:
+    def __init__(self, embedder: Embedder, settings: RecallSettings) -> None:
         self.embedder = embedder
-        self.pool = pool
         self.share = settings.speaker_query_mix
 
-    def __call__(self, tenant: str, query: str) -> np.ndarray:
-        without = self._without_named_speakers(tenant, query)
-        if without is None:
-            vector: np.ndarray = self.embedder.embed([query])[0]
-            return vector
-        full, stripped = self.embedder.embed([query, without])
-        return blend(full, stripped, self.share)
-
-    def _without_named_speakers(self, tenant: str, query: str) -> str | None:
-        """``query`` without the tenant's speakers it names (``VectorIndex.without_named_speakers``),
-        or None when it names none. The names are looked up in a read transaction of their own,
-        so a restart or a cache behind the file never changes them."""
-        with self.pool.tenant(tenant, create=False) as store:
-            if store is None:
-                return None
-            index = vector_index(store, self.embedder.dim)
+    def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
+        if not index.synced:
             with store.read() as txn:
                 check_tenant_embedder(txn, self.embedder, write=False)
                 index.sync_view(txn)
-            return index.without_named_speakers(query)
+        speakers = index.speaker_count
+        without = index.without_named_speakers(query)
+        if without is None:
+            return Embedded(self.embedder.embed([query])[0], speakers)
+        full, stripped = self.embedder.embed([query, without])
+        return Embedded(blend(full, stripped, self.share), speakers, without)

@@ -10,11 +10,12 @@ from mnemosyne.engine import limits as check
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.figures import Figures
-from mnemosyne.engine.index import vector_index
+from mnemosyne.engine.index import VectorIndex, vector_index
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
+from mnemosyne.engine.recall.query import Embedded, still_current
 from mnemosyne.engine.recall.settings import RecallSettings, settings_for
 from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import switched_off
@@ -23,6 +24,7 @@ from mnemosyne.engine.types import Hit, Recalled, RecallMode
 from mnemosyne.runtime import tracing
 from mnemosyne.runtime.clock import Clock
 from mnemosyne.store.pool import TenantPool
+from mnemosyne.store.tenant_store import TenantStore
 
 
 class Recall:
@@ -64,7 +66,6 @@ class Recall:
                     settings,
                     self._off,
                     embedder=embedder,
-                    pool=self.pool,
                     ann_threshold=self._ann_threshold or settings.ann_threshold,
                 )
                 for mode in RecallMode
@@ -90,20 +91,36 @@ class Recall:
         with self.pool.tenant(tenant, create=False) as store:
             if store is None:
                 return Recalled([])
-            ranking = self.ranking(self.embedders.of(store))
-            asked = self._query(ranking, tenant, checked, mode)
-            index = vector_index(store, ranking.embedder.dim)
-            with store.read() as txn:
-                check_tenant_embedder(txn, ranking.embedder, write=False)
-                recalling = Recalling(asked, Snapshot(store, txn, index, txn.index_state()))
-                for step in ranking.pipelines[mode].steps:
-                    with tracing.span(f"recall.{step.name.value}"):
-                        step(recalling)
+            recalling = self._recalled(store, checked, mode)
         if self.figures is not None:
             self.figures.recalled(tenant)
         hits = [Hit(memory_from_row(row), score, c.vector_score, c.text_score) for c, row, score in recalling.best]
         kept = check.within_budget([check.memory_bytes(h.memory) for h in hits])
         return Recalled(hits[:kept], tuple(h.memory.id for h in hits[kept:]))
+
+    def _recalled(self, store: TenantStore, checked: _Checked, mode: RecallMode) -> Recalling:
+        """The query's vector, then the steps in one read transaction. The vector is made before
+        it, from the speakers' names the cache knows (``EmbedWithoutSpeakers``); should the
+        transaction's sync bring a name that changes it (first written meanwhile), the
+        transaction is left and the vector made again, once: the second is made after a sync
+        that holds every memory committed before the call began."""
+        ranking = self.ranking(self.embedders.of(store))
+        index = vector_index(store, ranking.embedder.dim)
+        for last in (False, True):
+            asked, embedded = self._query(ranking, store, index, checked, mode)
+            with store.read() as txn:
+                check_tenant_embedder(txn, ranking.embedder, write=False)
+                snapshot = Snapshot(store, txn, index, txn.index_state())
+                if not last and embedded is not None and embedded.speakers >= 0:
+                    index.sync_view(txn, snapshot.state)
+                    if not still_current(embedded, index, checked.query):
+                        continue
+                recalling = Recalling(asked, snapshot)
+                for step in ranking.pipelines[mode].steps:
+                    with tracing.span(f"recall.{step.name.value}"):
+                        step(recalling)
+                return recalling
+        raise AssertionError("the second vector is always taken")
 
     def _checked(
         self, query: str, k: int, scopes: Sequence[str], metadata_equals: Mapping[str, str] | None
@@ -118,20 +135,24 @@ class Recall:
             check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals"),
         )
 
-    def _query(self, ranking: _Ranking, tenant: str, checked: _Checked, mode: RecallMode) -> Query:
+    def _query(
+        self, ranking: _Ranking, store: TenantStore, index: VectorIndex, checked: _Checked, mode: RecallMode
+    ) -> tuple[Query, Embedded | None]:
         """The question with its vector (none for text only: the text path never reads it), made
         before the read transaction by the tenant's embedder."""
         query, k = checked.query, checked.k
         pipeline = ranking.pipelines[mode]
-        vector = None  # text only: none
+        embedded = None  # text only: none
         if pipeline.embed is not None:
             with tracing.span(f"recall.{pipeline.embed.name.value}"):
-                vector = pipeline.embed(tenant, query)
+                embedded = pipeline.embed(store, index, query)
         depth = max(ranking.settings.candidates_per_k * k, ranking.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
-        return Query(
+        vector = None if embedded is None else embedded.vector
+        asked = Query(
             query, query_terms(query), k, depth, checked.scopes, checked.filters, mode, vector, many, self.clock.now()
         )
+        return asked, embedded
 
 
 class _Checked(NamedTuple):
