@@ -261,3 +261,46 @@ def test_a_server_refusal_is_not_taken_for_a_wrong_port(server, tenant: str) -> 
         with pytest.raises(MnemosyneClientError) as info:
             client.retain(tenant, "   ")
     assert info.value.reason == "TEXT_EMPTY" and "listening" not in str(info.value)
+
+
+def _text_options() -> Iterator[tuple[str, str, list[str]]]:
+    """(command, option, the command's other required options filled) for every option of every
+    command that takes a text as it is (no type, no choices): from the parser, so a new one is
+    covered."""
+    import argparse
+
+    from mnemosyne.cli.commands import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in commands.choices.items():
+        options = [a for a in parser._actions if a.option_strings and a.nargs is None]
+        for hostile in options:
+            if hostile.type is not None or hostile.choices or hostile.nargs == 0:
+                continue
+            required: list[str] = []
+            # A required group of alternatives (restore's --from | --from-replica): its first, unless
+            # the option tried is one of them.
+            chosen = [
+                group._group_actions[0]
+                for group in parser._mutually_exclusive_groups
+                if group.required and hostile not in group._group_actions
+            ]
+            for other in options:
+                if (other.required or other in chosen) and other is not hostile:
+                    value = str(other.choices and list(other.choices)[0] or ("1" if other.type else "x"))
+                    required += [other.option_strings[0], value]
+            yield command, hostile.option_strings[0], required
+
+
+@pytest.mark.parametrize(("command", "option", "required"), list(_text_options()), ids=lambda v: str(v))
+def test_text_that_is_not_utf8_is_refused_in_one_line(
+    command: str, option: str, required: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mnemosyne.cli.commands import main
+
+    # What Python makes of a command line byte that is not UTF-8 (b"\xff"): a lone surrogate.
+    with pytest.raises(SystemExit) as ended:
+        main([command, *required, option, "a" + b"\xff".decode("utf-8", "surrogateescape")])
+    assert ended.value.code == 2
+    said = capsys.readouterr().err
+    assert f"mnemosyne {command}: error: {option} is not UTF-8 text" in said, said

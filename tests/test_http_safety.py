@@ -202,6 +202,44 @@ def test_the_openapi_document_is_valid_and_names_every_route(api: ServerProcess)
 SCHEMA = schemathesis.openapi.from_dict(openapi.document(routes(SERVICES), version="test"))
 
 
+BODY_ROUTES = [route for route in routes(SERVICES) if route.body]
+LONE = "\\ud800"  # JSON text: an escape of half a surrogate pair, alone
+
+
+def _lone_surrogate_bodies(route: Any) -> Iterator[str]:
+    """JSON bodies of ``route`` each holding one lone surrogate escape: in each of the request's
+    fields (derived from the proto, so a new field cannot be missed) as a string, inside a list
+    and as an object's key, and as a key of the body itself."""
+    yield f'{{"{LONE}": 1}}'
+    for field in route.rpc.input_type.fields:
+        if field.name in route.path_fields:
+            continue
+        for value in (f'"{LONE}"', f'["{LONE}"]', f'{{"{LONE}": "x"}}', f'"a{LONE}\\udc00{LONE}"'):
+            yield f'{{"{field.camelcase_name}": {value}}}'
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=[route.method.rsplit("/", 1)[1] for route in BODY_ROUTES])
+def test_a_lone_surrogate_escape_anywhere_in_a_body_is_refused_as_undecodable(
+    api: ServerProcess, tenant: str, route: Any
+) -> None:
+    path = route.template
+    for name in route.path_fields:
+        path = path.replace(f"{{{name}}}", tenant if name == "tenant" else "1")
+    for body in _lone_surrogate_bodies(route):
+        reply = request(api.http_port, route.verb, path, body.encode(), {"content-type": "application/json"})
+        assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), (body, reply.body[:300])
+        assert "surrogate" in reply.json()["message"]
+    assert not api.tenant_file(tenant).exists()
+
+
+def test_a_surrogate_pair_escape_is_text_and_kept_whole(api: ServerProcess, tenant: str) -> None:
+    body = b'{"text": "a \\ud83d\\ude00 b \\\\ud800"}'  # an emoji as its pair, and an escaped backslash
+    reply = request(api.http_port, "POST", f"/v1/tenants/{tenant}/memories", body, {"content-type": "application/json"})
+    assert reply.status == 200, reply.body[:300]
+    with MemoryClient(api.target) as client:
+        assert [m.text for m in client.list_memories(tenant).memories] == ["a \U0001f600 b \\ud800"]
+
+
 @pytest.fixture(scope="module")
 def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = ServerProcess(tmp_path_factory.mktemp("http-fuzz") / "data", http=True)

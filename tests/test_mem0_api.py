@@ -12,11 +12,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import MemoryClient
+from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
 from tests.docs_support import code_blocks, section
 from tests.http_support import Reply, request
 from tests.mem0_support import Mem0Client, mem0_environment, mem0_python
@@ -299,6 +301,31 @@ def test_hostile_requests_get_a_clear_4xx_with_detail(
     assert (reply.status, reply.reason) == (status, reason), reply.body[:400]
     document = reply.json()
     assert document["detail"] == document["message"] and len(document["detail"]) > 10
+
+
+MEM0_BODY_ROUTES = [route for route in MEM0_ROUTES if route.verb in ("POST", "PUT") and not route.unsupported]
+LONE = "\\ud800"  # JSON text: an escape of half a surrogate pair, alone
+MEM0_FIELDS = ["messages", "text", "query", "user_id", "agent_id", "app_id", "run_id", "metadata", "filters", "infer"]
+
+
+@pytest.mark.parametrize("route", MEM0_BODY_ROUTES, ids=lambda route: route.name)
+def test_a_lone_surrogate_escape_in_a_mem0_body_is_refused_as_undecodable(server: ServerProcess, route: Any) -> None:
+    path = route.path.replace("([^/]+)", "1")
+    bodies = [f'{{"{LONE}": 1}}'] + [
+        f'{{"{name}": {value}}}'
+        for name in MEM0_FIELDS
+        for value in (f'"{LONE}"', f'["{LONE}"]', f'{{"{LONE}": "x"}}', f'[{{"role": "user", "content": "{LONE}"}}]')
+    ]
+    for body in bodies:
+        reply = _send(server, route.verb, path, body.encode())
+        assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), (body, reply.body[:300])
+        assert "surrogate" in reply.json()["detail"]
+
+
+def test_a_lone_surrogate_escape_in_the_metadata_of_a_delete_is_refused(server: ServerProcess) -> None:
+    reply = _send(server, "DELETE", "/v1/memories/?user_id=u&metadata=" + quote(f'{{"a": "{LONE}"}}'))
+    assert (reply.status, reply.reason) == (400, "MEM0_REQUEST_INVALID"), reply.body[:300]
+    assert "surrogate" in reply.json()["detail"]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ their own: cli/local_commands.py) and ``main``, which says a command's failure i
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -27,9 +28,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What Python makes of bytes of the command line (or the environment) that are not UTF-8
+# (surrogateescape): no request, file name of ours or log line can carry it.
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
+
+
+def refuse_text_that_is_not_utf8(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every text the command was given, flags and the variables behind them, must be UTF-8:
+    said in one line (the command's usage error, exit 2) instead of a traceback where it is used."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = commands.choices[args.command]
+    flags = {action.dest: (action.option_strings or [action.dest])[0] for action in command._actions}
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and _NOT_UTF8.search(text):
+                command.error(f"{flags.get(name, name)} is not UTF-8 text: give it in UTF-8 (file names too)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     tune_interpreter()  # before numpy loads (runtime/interpreter.py): the serve flags' defaults load the engine
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refuse_text_that_is_not_utf8(parser, args)
     try:
         return int(args.run(args))
     except MnemosyneError as exc:

@@ -39,6 +39,7 @@ from google.protobuf import descriptor, json_format, message, message_factory
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
+from mnemosyne.transport.http import client_json
 
 # "/package.Service/Method" -> why it has no JSON form.
 GRPC_ONLY: dict[str, str] = {
@@ -254,7 +255,7 @@ def decode(
         query = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
         document = _query_fields(route, query)
         if route.body and body.strip():
-            parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+            parsed = client_json.parse(body.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
             if not isinstance(parsed, dict):
                 raise ValueError(f"the body must be a JSON object, not {type(parsed).__name__}")
             document = parsed

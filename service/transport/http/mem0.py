@@ -54,6 +54,7 @@ from mnemosyne.transport.edge import Edge, Kind, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, Outcome
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.grpc.servicers import Servicers
+from mnemosyne.transport.http import client_json
 from mnemosyne.transport.http.json_api import error_headers, read_body
 from mnemosyne.transport.http.mem0_endpoints import Handler, Mem0Endpoints, Mem0Request, Tenantless, bad, unsupported
 
@@ -361,7 +362,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        document = json.loads(raw.decode("utf-8"))
+        document = client_json.parse(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidArgument(f"the body is not JSON ({str(exc)[:200]})", reason="REQUEST_UNDECODABLE") from None
     if not isinstance(document, dict):

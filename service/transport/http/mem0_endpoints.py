@@ -34,6 +34,7 @@ from mnemosyne.transport import convert
 from mnemosyne.transport.call import Call, reading, snapshot_read
 from mnemosyne.transport.consistency import for_read
 from mnemosyne.transport.grpc.servicers import Servicers
+from mnemosyne.transport.http import client_json
 from mnemosyne.v1 import events_pb2, memory_pb2, revisions_pb2, types_pb2
 
 ENTITY_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
@@ -352,9 +353,9 @@ class Mem0Endpoints:
         metadata: dict[str, str] = {}
         if query.get("metadata"):
             try:
-                metadata = _user_metadata(json.loads(query["metadata"]))
-            except (ValueError, RecursionError):
-                raise bad("metadata must be a JSON object") from None
+                metadata = _user_metadata(client_json.parse(query["metadata"]))
+            except (ValueError, RecursionError) as exc:
+                raise bad(f"metadata must be a JSON object ({str(exc)[:200] or type(exc).__name__})") from None
         wanted = {**metadata, **_entities(query)}
         if not wanted:
             raise bad(
