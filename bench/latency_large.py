@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve a copy of this tenant file (written by an earlier run, cut short) instead of writing one",
     )
+    parser.add_argument("--save-index", type=Path, default=None, help="keep a copy of the built index file here")
+    parser.add_argument(
+        "--index-file", type=Path, default=None, help="with --tenant-file: the indexed server loads this index file"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
 
