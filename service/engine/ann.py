@@ -3,9 +3,9 @@
 Below ``threshold`` memories (``--ann-threshold``) a recall scans every vector exactly
 (engine/recall/candidates.py ``vector_scores``). Above it, the vector candidates come from this index: the graph
 gives the nearest memories a recall asks for (``depth + ANN_SLACK``; fewer for a hybrid recall
-whose embedder's settings say so, more for a vector-only one), the rows the graph does not hold yet (memories
-added since it was built: ids above its high-water mark, and memories whose vector an update
-replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector
+whose embedder's settings say so, more for a vector-only one), the rows the graph does not hold
+yet (memories added since it was built: ids above its high-water mark, and memories whose vector
+an update replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector
 cache (engine/index.py). So the graph only proposes: a score is always the exact cosine, a
 forgotten memory (zeroed or gone in the cache, and dropped by the recall's own transaction) never
 returns, and a memory committed before the recall began is in the graph or in the scanned rest.

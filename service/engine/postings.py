@@ -476,8 +476,8 @@ def _search_pruned(
     at = np.minimum(np.searchsorted(common_rows, matched), len(common_rows) - 1)
     held = common_rows[at] == matched
     at = at[held]
-    # The common term's rows among them are some of those rows: the union of every term's
-    # postings is the other terms' union, each common posting's place is its row's.
+    # Only rows holding another term are scored: the union of every term's postings is the other
+    # terms' union, and a common term's posting takes its row's place in it.
     narrowed, places, start = [], [], 0
     for term, posting in zip(phrases, found):
         if term == common:
