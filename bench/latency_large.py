@@ -3,6 +3,7 @@
     python -m bench.latency_large --memories 100000 [--queries 1000] [--out results/large.json]
     python -m bench.latency_large --memories 1000000   # outside CI: ~25 min here
     python -m bench.latency_large --tenant-file F      # serve a file an earlier --save-file kept
+    python -m bench.latency_large --tenant-file F --index-file A   # and its graph (--save-index)
 
 The corpus (bench/corpus.py, the hashing embedder) is written into the tenant file by an
 in-process Engine (``Engine.retain_batch``, the same write path a RetainBatch runs, without
@@ -48,6 +49,7 @@ K = 10
 ROUNDS = 6
 BATCH = 1000
 _BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
+_LOADED = re.compile(r"approximate index of \S+: loaded, (\d+) rows")
 
 
 def load(data_dir: Path, memories: int) -> float:
@@ -58,7 +60,9 @@ def load(data_dir: Path, memories: int) -> float:
 
     corpus = Corpus()
     # Near-duplicate naming off (above 1): it compares each new memory with every earlier one.
-    engine = Engine(EngineConfig(data_dir=data_dir, synchronous="NORMAL", near_duplicate_threshold=1.5))
+    # The hashing embedder, as the servers below (bench.common.running_server): not the default.
+    config = EngineConfig(data_dir=data_dir, synchronous="NORMAL", near_duplicate_threshold=1.5, embedder="hashing")
+    engine = Engine(config)
     started = time.perf_counter()
     try:
         for start in range(0, memories, BATCH):
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve a copy of this tenant file (written by an earlier run, cut short) instead of writing one",
     )
+    parser.add_argument("--save-index", type=Path, default=None, help="keep a copy of the built index file here")
+    parser.add_argument(
+        "--index-file", type=Path, default=None, help="with --tenant-file: the indexed server loads this index file"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
 
@@ -131,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.memories} memories in {args.tenant_file}", flush=True)
         (ann_dir / "tenants").mkdir(parents=True)
         shutil.copyfile(exact_dir / "tenants" / f"{TENANT}.sqlite", ann_dir / "tenants" / f"{TENANT}.sqlite")
+        if args.index_file is not None:  # the graph of the same file, built by an earlier run
+            shutil.copyfile(args.index_file, ann_dir / "tenants" / f"{TENANT}.ann")
         threshold = ["--ann-threshold", str(args.threshold or min(DEFAULT_THRESHOLD, args.memories))]
         with (
             running_server(data_dir=exact_dir, args=["--ann-threshold", str(10 * args.memories + 1)]) as exact,
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 client.recall(TENANT, queries[0], k=K)
             rss_before = server_rss_bytes(indexed.pid)
             deadline = time.monotonic() + args.build_timeout
-            while not (built := _BUILT.search(indexed.stderr_path.read_text())):
+            while not (built := _BUILT.search(log := indexed.stderr_path.read_text()) or _LOADED.search(log)):
                 assert time.monotonic() < deadline, "the index was not built in time"
                 time.sleep(1)
             # Both servers' full-text postings (engine/postings.py), loaded in the background too.
@@ -152,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
             while not ann_file.exists():
                 time.sleep(0.2)
+            if args.save_index is not None:
+                shutil.copyfile(ann_file, args.save_index)
             row: dict[str, Any] = {
                 "memories": args.memories,
                 "load_seconds": seconds,
-                "build_seconds": float(built.group(2)),
+                "build_seconds": float(built.group(2)) if built.re is _BUILT else float("nan"),  # nan: loaded
                 "indexed_rows": int(built.group(1)),
                 "rss_before_index_bytes": rss_before,
                 "rss_after_index_bytes": server_rss_bytes(indexed.pid),

@@ -1,6 +1,8 @@
 """Each step's share of a recall, in process: the engine's recall spans timed over many queries.
 
     python -m bench.recall_profile [--memories 10000] [--queries 300] [--rounds 3] [--mode hybrid]
+    python -m bench.recall_profile --tenant-file F [--index-file A]   # a large tenant, saved
+
 
 One engine in this process (the server's interpreter settings, no network) with one tenant of
 ``--memories`` synthetic memories (bench/corpus.py, as bench.latency loads them: no threads) and
@@ -11,12 +13,21 @@ share of the recalls' summed time (the rest: validation, opening the tenant and 
 transaction, the hits as values, and the timer's own cost: the row "spans not timed" is the same
 recalls without it, in turns with the timed ones). The legs run inside ``candidates``, so their
 rows are a breakdown of it, not added to the total.
+
+``--tenant-file`` recalls from a copy of a tenant file that ``bench.latency_large --save-file`` kept
+(its tenant, ``bench-large``; ``--memories`` is then its count, for the corpus's queries), with
+the production threshold of the approximate index: the graph is built first (or loaded from
+``--index-file``, a ``tenants/bench-large.ann`` of the same file), and the full-text postings
+loaded, before anything is timed. ``--seconds`` then recalls in a loop for that long first (for a
+sampling profiler attached to this process's id, which it prints).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -27,10 +38,12 @@ from typing import Any
 
 from bench.common import print_table
 from bench.corpus import Corpus
+from bench.latency_large import memories_in
 from mnemosyne.runtime import tracing
 from mnemosyne.runtime.interpreter import tune_interpreter
 
 TENANT = "bench-profile"
+SAVED_TENANT = "bench-large"  # bench.latency_large's
 K = 10
 
 
@@ -64,8 +77,25 @@ class StepTimer:
         return taken
 
 
+def wait_for_caches(engine: Any, tenant: str, query: str) -> None:
+    """Until a saved tenant's approximate index is published and its full-text postings are
+    loaded (both in the background, started by a recall)."""
+    from mnemosyne.engine.ann import ann_index
+    from mnemosyne.engine.postings import postings_cache
+
+    started = time.monotonic()
+    while True:
+        engine.recall(tenant, query, k=K)
+        with engine.pool.tenant(tenant, create=False) as store:
+            graph = ann_index(store, engine.recall.embedders.of(store).dim).graph
+            if graph is not None and postings_cache(store).loads:
+                break
+        time.sleep(1)
+    print(f"graph and postings ready in {time.monotonic() - started:.0f} s", flush=True)
+
+
 def measure(
-    engine: Any, queries: list[str], rounds: int, mode: Any
+    engine: Any, tenant: str, queries: list[str], rounds: int, mode: Any
 ) -> tuple[list[float], list[float], dict[str, list[float]]]:
     """Each query recalled twice a round, its spans timed and not (in turns): (seconds of each
     timed recall, of each untimed one, each span's seconds per timed recall)."""
@@ -79,7 +109,7 @@ def measure(
                 tracing.install(timer if timed else None)
                 timer.take()
                 started = time.perf_counter()
-                engine.recall(TENANT, query, k=K, mode=mode)
+                engine.recall(tenant, query, k=K, mode=mode)
                 (totals if timed else untimed).append(time.perf_counter() - started)
                 tracing.install(None)
                 if timed:
@@ -95,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "text"])
     parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
+    parser.add_argument("--tenant-file", type=Path, default=None, help="recall from a copy of this tenant file")
+    parser.add_argument("--index-file", type=Path, default=None, help="its approximate index (else built first)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="recall in a loop this long first")
     args = parser.parse_args(argv)
 
     tune_interpreter()  # the server's interpreter settings, before numpy loads
@@ -104,16 +137,33 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus = Corpus()
     mode = RecallMode(args.mode)
+    if args.tenant_file is not None:
+        args.memories = memories_in(args.tenant_file)
     queries = corpus.queries(args.memories, args.queries)
+    tenant = TENANT if args.tenant_file is None else SAVED_TENANT
     with tempfile.TemporaryDirectory(prefix="recall-profile-") as tmp:
+        if args.tenant_file is not None:
+            (Path(tmp) / "tenants").mkdir()
+            shutil.copyfile(args.tenant_file, Path(tmp) / "tenants" / f"{tenant}.sqlite")
+            if args.index_file is not None:
+                shutil.copyfile(args.index_file, Path(tmp) / "tenants" / f"{tenant}.ann")
         engine = Engine(EngineConfig(data_dir=Path(tmp), embedder=args.embedder))
         try:
-            for start in range(0, args.memories, 1000):
-                texts = corpus.memories(start, min(1000, args.memories - start))
-                engine.retain_batch(TENANT, [RetainItem(text) for text in texts])
+            if args.tenant_file is None:
+                for start in range(0, args.memories, 1000):
+                    texts = corpus.memories(start, min(1000, args.memories - start))
+                    engine.retain_batch(tenant, [RetainItem(text) for text in texts])
+            else:
+                wait_for_caches(engine, tenant, queries[0])
             for q in queries[:20]:  # warm-up: the first recall loads the caches
-                engine.recall(TENANT, q, k=K, mode=mode)
-            totals, untimed, per_span = measure(engine, queries, args.rounds, mode)
+                engine.recall(tenant, q, k=K, mode=mode)
+            if args.seconds:
+                print(f"recalling for {args.seconds:.0f} s in process {os.getpid()}", flush=True)
+                until = time.monotonic() + args.seconds
+                while time.monotonic() < until:
+                    for q in queries:
+                        engine.recall(tenant, q, k=K, mode=mode)
+            totals, untimed, per_span = measure(engine, tenant, queries, args.rounds, mode)
         finally:
             engine.close()
     summed = sum(totals)

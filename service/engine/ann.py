@@ -2,9 +2,10 @@
 
 Below ``threshold`` memories (``--ann-threshold``) a recall scans every vector exactly
 (engine/recall/candidates.py ``vector_scores``). Above it, the vector candidates come from this index: the graph
-gives its ``depth + ANN_SLACK`` nearest memories, the rows the graph does not hold yet (memories
-added since it was built: ids above its high-water mark, and memories whose vector an update
-replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector
+gives the nearest memories a recall asks for (``depth + ANN_SLACK``; fewer for a hybrid recall
+whose embedder's settings say so, more for a vector-only one), the rows the graph does not hold
+yet (memories added since it was built: ids above its high-water mark, and memories whose vector
+an update replaced since) are scanned exactly, and every candidate is re-scored exactly from the vector
 cache (engine/index.py). So the graph only proposes: a score is always the exact cosine, a
 forgotten memory (zeroed or gone in the cache, and dropped by the recall's own transaction) never
 returns, and a memory committed before the recall began is in the graph or in the scanned rest.
@@ -66,15 +67,17 @@ DEFAULT_THRESHOLD = 50_000
 # exactly anyway), 16 links per node, 64 candidates kept while adding (128 took 1.7x as long to
 # build, 39 against 23 s at 100k, for the same fused top 10: 0.9963 against 0.9962 of the exact
 # one's; a vector-only top 10 0.72 against 0.68), at least EXPANSION_SEARCH while searching (more
-# when a search asks for more: usearch keeps max(ef, count)).
+# when a search asks for more: usearch keeps max(ef, count)). 32: a hashing tenant's hybrid recall
+# asks for 32 neighbours (recall/settings.py ``graph_share``); every other search asks for more.
 DTYPE = "i8"
 CONNECTIVITY = 16
 EXPANSION_ADD = 64
-EXPANSION_SEARCH = 64
+EXPANSION_SEARCH = 32
 # How many neighbours a vector-only recall asks of the graph: alone it is the only source of
 # candidates, so it searches deeper (with the hashing embedder at 100k memories its top 10 is
 # 0.68 of the exact one's at 256, 0.49 at 66), while a hybrid recall's full-text leg finds the
-# memories whose words the query holds, and 66 serve it (the fused top 10 0.996 against 0.9985).
+# memories whose words the query holds, and 66 serve it (the fused top 10 0.996 against 0.9985;
+# 32 with the hashing embedder at 1M: the same fused top 10, recall/settings.py ``graph_share``).
 VECTOR_ONLY_BREADTH = 256
 # Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in
 # the cache until the rebuild) without losing live candidates.
@@ -203,15 +206,14 @@ class AnnIndex:
     ) -> tuple[RowScores, np.ndarray] | None:
         """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
         lower row), or None when the recall must scan exactly: no graph of the cache's epoch is
-        published yet (then one is being made). The graph is asked for ``breadth`` neighbours, at
-        least ``depth + ANN_SLACK``."""
+        published yet (then one is being made). The graph is asked for ``breadth`` neighbours."""
         graph = self.graph
         if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
             self._start(source)
             if graph is None or graph.epoch != epoch:
                 return None
         scores = RowScores(vectors, query_vector)
-        found = graph.index.search(query_vector, max(depth + ANN_SLACK, breadth)).keys.astype(np.int64)
+        found = graph.index.search(query_vector, breadth).keys.astype(np.int64)
         rows = _present(ids, found)
         # The rows the graph lacks: ids above its high-water mark, a contiguous tail (ids ascend).
         tail = int(np.searchsorted(ids, graph.high_water, side="right"))

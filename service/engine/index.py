@@ -45,6 +45,7 @@ array read (``speakers_of``).
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -52,7 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.ann import VECTOR_ONLY_BREADTH, RowScores, Source, ann_index, on_vectors_changed
+from mnemosyne.engine.ann import ANN_SLACK, VECTOR_ONLY_BREADTH, RowScores, Source, ann_index, on_vectors_changed
 from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
@@ -110,13 +111,19 @@ def approximate_candidates(
     threshold: int,
     *,
     alone: bool = False,
+    share: float = 0.0,
 ) -> tuple[RowScores, np.ndarray] | None:
     """The vector candidates of a recall from the tenant's approximate index (engine/ann.py):
     (exact scores of rows, the best ``depth`` rows), or None below ``threshold`` memories or
     while the index is being made (the caller scans exactly). ``alone``: the vector path is the
-    recall's only source of candidates (vector-only), so the graph is searched deeper."""
+    recall's only source of candidates (vector-only), so the graph is searched deeper; else
+    ``share`` of ``depth`` neighbours are asked (0: ``depth + ANN_SLACK``)."""
     if len(view.ids) < threshold:
         return None
+    if alone:
+        breadth = max(depth + ANN_SLACK, VECTOR_ONLY_BREADTH)
+    else:
+        breadth = math.ceil(depth * share) if share > 0 else depth + ANN_SLACK
     return ann_index(store, index.dim).candidates(
         view.ids,
         view.matrix,
@@ -125,7 +132,7 @@ def approximate_candidates(
         high_water=index.high_water,
         query_vector=query_vector,
         depth=depth,
-        breadth=VECTOR_ONLY_BREADTH if alone else 0,
+        breadth=breadth,
         source=index.snapshot,
     )
 

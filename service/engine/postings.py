@@ -469,16 +469,26 @@ def _search_pruned(
     only one of several terms). None when it could: the caller scores every row."""
     position = phrases.index(common)
     common_rows, common_counts = found[position]
-    candidates, _, _ = _union([posting for term, posting in zip(phrases, found) if term != common])
-    if len(candidates) < limit:
+    others = [posting for term, posting in zip(phrases, found) if term != common]
+    matched, others_place, present = _union(others)
+    if len(matched) < limit:
         return None
-    at = np.minimum(np.searchsorted(common_rows, candidates), len(common_rows) - 1)
-    at = at[common_rows[at] == candidates]
-    narrowed = [
-        (common_rows[at], common_counts[at]) if term == common else posting for term, posting in zip(phrases, found)
-    ]
-    matched, place, present = _union(narrowed)
-    scores = _scores(view, narrowed, idfs, average, place, len(matched))
+    at = np.minimum(np.searchsorted(common_rows, matched), len(common_rows) - 1)
+    held = common_rows[at] == matched
+    at = at[held]
+    # Only rows holding another term are scored: the union of every term's postings is the other
+    # terms' union, and a common term's posting takes its row's place in it.
+    narrowed, places, start = [], [], 0
+    for term, posting in zip(phrases, found):
+        if term == common:
+            narrowed.append((common_rows[at], common_counts[at]))
+            places.append(np.flatnonzero(held))
+        else:
+            narrowed.append(posting)
+            places.append(others_place[start : start + len(posting[0])])
+            start += len(posting[0])
+    present = present + phrases.count(common) * held
+    scores = _scores(view, narrowed, idfs, average, np.concatenate(places), len(matched))
     threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
     # A row holding the common term alone: its term score at the term's largest count and the
     # shortest length there can be (0 tokens) bounds it, once per time the query repeats the term.

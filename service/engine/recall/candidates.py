@@ -69,9 +69,12 @@ class VectorPath(NamedTuple):
     rows: np.ndarray  # the best rows, best first
 
 
-def vector_candidates(query: Query, query_vector: np.ndarray, snapshot: Snapshot, ann_threshold: int) -> VectorPath:
+def vector_candidates(
+    query: Query, query_vector: np.ndarray, snapshot: Snapshot, ann_threshold: int, graph_share: float = 0.0
+) -> VectorPath:
     """The vector path: every row's cosine (or, for a large tenant, its approximate index's
-    candidates, re-scored exactly: engine/ann.py) and the best ``depth`` rows."""
+    candidates, re-scored exactly: engine/ann.py; a hybrid recall asks it for ``graph_share`` of
+    its depth, 0: all) and the best ``depth`` rows."""
     view = snapshot.index.sync_view(snapshot.txn, snapshot.state)
     ids, matrix, vectors = view
     allowed = None
@@ -83,7 +86,14 @@ def vector_candidates(query: Query, query_vector: np.ndarray, snapshot: Snapshot
     if allowed is None:
         alone = query.mode is RecallMode.VECTOR or not query.terms
         found = approximate_candidates(
-            snapshot.store, snapshot.index, view, query_vector, query.depth, ann_threshold, alone=alone
+            snapshot.store,
+            snapshot.index,
+            view,
+            query_vector,
+            query.depth,
+            ann_threshold,
+            alone=alone,
+            share=0.0 if alone else graph_share,
         )
     scores: np.ndarray | RowScores
     if found is None:
@@ -105,13 +115,14 @@ class FindCandidates:
         self.max_coordinated_terms = settings.max_coordinated_terms
         self.from_postings = from_postings  # off: the postings step switched off
         self.ann_threshold = ann_threshold  # memories from which the approximate index serves
+        self.graph_share = settings.graph_share
 
     def __call__(self, recalling: Recalling) -> None:
         query, snapshot = recalling.query, recalling.snapshot
         vectors: VectorPath | None = None
         if query.vector is not None:
             with tracing.span("recall.leg.vector"):
-                vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold)
+                vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold, self.graph_share)
         hits = NO_HITS
         if query.mode is not RecallMode.VECTOR and query.terms:
             with tracing.span("recall.leg.text"):
