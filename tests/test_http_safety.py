@@ -208,13 +208,13 @@ LONE = "\\ud800"  # JSON text: an escape of half a surrogate pair, alone
 
 def _lone_surrogate_bodies(route: Any) -> Iterator[str]:
     """JSON bodies of ``route`` each holding one lone surrogate escape: in each of the request's
-    fields (derived from the proto, so a new field cannot be missed) as a string, inside a list
-    and as an object's key, and as a key of the body itself."""
+    fields (derived from the proto, so a new field cannot be missed) as a string, inside a list,
+    as an object's key, after a whole pair, and as a second half alone; and as a key of the body."""
     yield f'{{"{LONE}": 1}}'
     for field in route.rpc.input_type.fields:
         if field.name in route.path_fields:
             continue
-        for value in (f'"{LONE}"', f'["{LONE}"]', f'{{"{LONE}": "x"}}', f'"a{LONE}\\udc00{LONE}"'):
+        for value in (f'"{LONE}"', f'["{LONE}"]', f'{{"{LONE}": "x"}}', f'"a{LONE}\\udc00{LONE}"', '"\\uDFFF"'):
             yield f'{{"{field.camelcase_name}": {value}}}'
 
 

@@ -314,7 +314,13 @@ def test_a_lone_surrogate_escape_in_a_mem0_body_is_refused_as_undecodable(server
     bodies = [f'{{"{LONE}": 1}}'] + [
         f'{{"{name}": {value}}}'
         for name in MEM0_FIELDS
-        for value in (f'"{LONE}"', f'["{LONE}"]', f'{{"{LONE}": "x"}}', f'[{{"role": "user", "content": "{LONE}"}}]')
+        for value in (
+            f'"{LONE}"',
+            '"\\udc00"',
+            f'["{LONE}"]',
+            f'{{"{LONE}": "x"}}',
+            f'[{{"role": "user", "content": "{LONE}"}}]',
+        )
     ]
     for body in bodies:
         reply = _send(server, route.verb, path, body.encode())

@@ -16,7 +16,7 @@ from typing import Any
 
 # A backslash-u escape of a surrogate code unit (D800-DFFF), paired or not: only a document that
 # holds one is checked whole.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class NotUnicode(ValueError):
