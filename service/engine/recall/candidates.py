@@ -93,7 +93,7 @@ def vector_candidates(
             query.depth,
             ann_threshold,
             alone=alone,
-            share=0.0 if alone else graph_share,
+            share=graph_share,
         )
     scores: np.ndarray | RowScores
     if found is None:
