@@ -140,6 +140,11 @@ class EngineConfig:
     # connection of their own (a cold page cache): at 16 concurrent recalls 2.28 against 1.94 ms
     # of CPU per recall (docs/performance.md#serving-many-callers).
     readers_per_tenant: int = 4
+    page_cache_mib: int = option(
+        256,
+        "memory for SQLite's page caches of all tenant files together, MiB (a soft bound: a reader "
+        "connection of a large tenant keeps up to 64 MiB of pages while the total stays under it; 0: no bound)",
+    )
     synchronous: str = option(
         "FULL",
         "SQLite synchronous setting: full survives power loss, normal only process kills",

@@ -77,6 +77,7 @@ from mnemosyne.errors import InvalidArgument
 from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
+from mnemosyne.store.connections import limit_page_caches, sqlite_memory
 from mnemosyne.store.data_dir import volume_bytes
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
@@ -128,6 +129,7 @@ class Engine:
         # ``embedder``: the one new tenants get instead of the configured one (a benchmark's).
         embedders = TenantEmbedders(embedder or config.embedder)
         self.replicator = _replicator(config, seams)
+        limit_page_caches(config.page_cache_mib)
         try:
             self.pool = TenantPool(
                 config.data_dir,
@@ -381,6 +383,10 @@ class Engine:
     def oldest_pending_seconds(self) -> float:
         """Age in seconds of the oldest accepted-but-unapplied write (0 when none)."""
         return self.hot_path.queue_depth()[1]
+
+    def sqlite_memory(self) -> int:
+        """Bytes SQLite holds in this process now: page caches, schemas, statements."""
+        return sqlite_memory()
 
     def data_volume_size(self) -> int:
         """Bytes of the filesystem holding the data directory."""

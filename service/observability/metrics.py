@@ -55,6 +55,7 @@ GAUGES = {
     "mnemosyne_replication_active_tenants": "Tenants in Litestream now (unreplicated or recent writes; of --replica-active-limit).",
     "mnemosyne_replication_sync_failures": "Syncs to object storage that failed since the start (retried).",
     "mnemosyne_litestream_restarts": "Times the Litestream child died and was restarted since the start.",
+    "mnemosyne_sqlite_memory_bytes": "Memory SQLite holds now (page caches, schemas, statements; near --page-cache-mib at most).",
     "mnemosyne_data_volume_size_bytes": "Size of the filesystem holding the data directory.",
     "mnemosyne_data_volume_free_bytes": "Bytes of the data directory's filesystem this process may still write.",
     "mnemosyne_members": "Members in this member's list (1 for a single server).",

@@ -15,6 +15,11 @@ import apsw.bestpractice
 from mnemosyne.errors import Unavailable
 
 BUSY_TIMEOUT_MS = 10_000
+# The pages a tenant's reader connection may keep (SQLite's default: 2 MiB). A large tenant's recall
+# touches ~100 pages, many of them again on the next (the B-trees' upper pages, the busy rows):
+# kept here, they cost neither a system call nor, once the OS has dropped them, a disk read. All
+# connections together stay under the process's budget (``limit_page_caches``).
+READER_PAGE_CACHE_KIB = 64 * 1024
 _CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")]
 T = TypeVar("T")
 
@@ -30,11 +35,30 @@ def configure(connection: apsw.Connection) -> None:
     connection.pragma("secure_delete", True)
 
 
-def open_connection(path: Path, *, readonly: bool, synchronous: str) -> apsw.Connection:
+def limit_page_caches(mib: int) -> None:
+    """Keep the memory SQLite holds in this process (every connection's page cache, schema and
+    statements) near ``mib`` MiB, 0 for no bound: SQLite's soft heap limit, past which a
+    connection's page cache reuses its own least recently used pages instead of growing.
+    Process-wide, as SQLite's heap is."""
+    apsw.soft_heap_limit(mib << 20)
+
+
+def sqlite_memory() -> int:
+    """Bytes SQLite holds in this process now (what ``limit_page_caches`` bounds)."""
+    return int(apsw.memory_used())
+
+
+def open_connection(
+    path: Path, *, readonly: bool, synchronous: str, page_cache_kib: int | None = None
+) -> apsw.Connection:
+    """A connection with our settings; ``page_cache_kib``: its page cache's bound, if not SQLite's
+    default."""
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     connection = apsw.Connection(str(path), flags=flags)
     try:
         configure(connection)
+        if page_cache_kib is not None:
+            connection.pragma("cache_size", -page_cache_kib)
         if not readonly:
             connection.pragma("synchronous", synchronous)
         # A read opens the WAL and shared memory now rather than at the connection's first

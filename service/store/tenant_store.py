@@ -36,7 +36,7 @@ from mnemosyne.store import connections
 from mnemosyne.store.acceptance import Acceptances
 from mnemosyne.store.audit_reads import AuditReads
 from mnemosyne.store.bookkeeping import ERASURE_META
-from mnemosyne.store.connections import BUSY_TIMEOUT_MS, open_connection, open_with_room
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS, READER_PAGE_CACHE_KIB, open_connection, open_with_room
 from mnemosyne.store.file_faults import limit_pages
 from mnemosyne.store.fts_stats import fts5_segments
 from mnemosyne.store.inbox import Inbox, stored_sequence
@@ -497,7 +497,10 @@ class TenantStore:
             if self._readers:
                 return self._readers.pop()
         return open_with_room(
-            lambda: open_connection(self.path, readonly=True, synchronous=self._synchronous), self._make_room
+            lambda: open_connection(
+                self.path, readonly=True, synchronous=self._synchronous, page_cache_kib=READER_PAGE_CACHE_KIB
+            ),
+            self._make_room,
         )
 
     def _return_reader(self, connection: apsw.Connection) -> None:

@@ -335,6 +335,7 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
             **engine.replication_gauges(),
+            "mnemosyne_sqlite_memory_bytes": engine.sqlite_memory,
             "mnemosyne_data_volume_size_bytes": engine.data_volume_size,
             "mnemosyne_data_volume_free_bytes": engine.data_volume_free,
             "mnemosyne_members": lambda: len(members.ids) if members is not None else 1,
