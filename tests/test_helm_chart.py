@@ -425,7 +425,7 @@ def test_grace_period_exceeds_drain(minimal_docs, full_docs):
 def test_settings_reach_the_server_as_env(full_docs):
     cm = _configmap_env(full_docs)
     assert cm["MNEMOSYNE_LOG_FORMAT"] == "text"
-    assert cm["MNEMOSYNE_MAX_OPEN_TENANTS"] == "256"
+    assert cm["MNEMOSYNE_MAX_OPEN_TENANTS"] == "256" and cm["MNEMOSYNE_PAGE_CACHE_MIB"] == "128"
     assert cm["MNEMOSYNE_PORT"] == "50051" and cm["MNEMOSYNE_METRICS_PORT"] == "9464"
     assert "MNEMOSYNE_ALLOW_UNAUTHENTICATED" not in cm
     c = _container(full_docs)
