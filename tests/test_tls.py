@@ -7,10 +7,13 @@ import datetime
 import http.client
 import ipaddress
 import os
+import re
 import socket
 import ssl
+import struct
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mnemosyne.cli.commands import build_parser
-from mnemosyne.cli.server_process import _free_port
+from mnemosyne.cli.server_process import LocalMembers, _free_port
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.client.types import ThreadRef
-from tests.support import SERVE, ServerProcess, serve_args, tokens_json
+from mnemosyne.store.membership import owner_of
+from tests.support import SERVE, ServerProcess, gauge, serve_args, tokens_json
 
 NAME_OVERRIDE = [("grpc.ssl_target_name_override", "localhost")]
 
@@ -409,3 +413,28 @@ def test_every_connecting_command_reaches_a_tls_server(pki: Pki, tmp_path: Path,
         assert not (tmp_path / "p.tar").exists()
     finally:
         server.stop()
+
+
+def test_members_forward_over_tls_and_their_link_is_tls_too(tmp_path: Path, pki: Pki) -> None:
+    """Two members serving TLS: the gRPC hop and the member link (transport/cluster/link.py) both
+    take the gRPC port's certificate; a plaintext connection to the link is not served."""
+    members = LocalMembers(tmp_path, 2, args=_serving(pki.server.cert, pki.server.key), metrics=True)
+    for process in members.processes:
+        process.health_credentials = pki.credentials()
+    members.start()
+    try:
+        m0, m1 = members.processes
+        tenant = next(f"tenant-{i}" for i in range(50) if owner_of(f"tenant-{i}", members.ids) == "m1")
+        with MemoryClient(m0.target, credentials=pki.credentials(), options=NAME_OVERRIDE, retries=0) as client:
+            client.retain(tenant, "the vault code is kept by the night manager")
+            deadline = time.monotonic() + 15
+            while gauge(m0, "mnemosyne_forwarded_calls_linked") == 0:
+                assert time.monotonic() < deadline, "no call went over the member link"
+                assert client.recall(tenant, "vault code", k=1)[0].memory.text.startswith("the vault code")
+                time.sleep(0.05)
+        port = int(re.findall(r"member link port (\d+)", m1.stderr_path.read_text())[-1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+            plain.sendall(struct.pack("!IIB", 4, 0, 1) + b"key?")
+            assert plain.recv(64) == b""  # a TLS server closes a connection that is not a handshake
+    finally:
+        members.stop()

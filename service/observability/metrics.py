@@ -86,6 +86,11 @@ class ServerMetrics(EngineObserver):
         self.forwarded = Counter(
             "mnemosyne_forwarded_calls", "Calls this member forwarded to the tenant's owner.", registry=self.registry
         )
+        self.forwarded_linked = Counter(
+            "mnemosyne_forwarded_calls_linked",
+            "Calls this member forwarded over the member link (of mnemosyne_forwarded_calls; the others as gRPC calls).",
+            registry=self.registry,
+        )
         self.forwarded_in = Counter(
             "mnemosyne_forwarded_calls_received",
             "Calls that reached this member by another member's forwarding hop.",

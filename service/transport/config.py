@@ -60,3 +60,13 @@ class ServerConfig:
         "refuse (NOT_OWNER) a call for a tenant another member owns instead of forwarding it",
         name="no-forwarding",
     )
+    member_link: bool = option(
+        True,
+        "forward unary calls to other members as gRPC calls, not over the member link",
+        name="no-member-link",
+    )
+    member_link_port: int = option(
+        0,
+        "with members: port of the member link, where other members' forwarded calls arrive (0 = any free)",
+        maximum=MAX_PORT,
+    )

@@ -42,6 +42,7 @@ from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
+from mnemosyne.transport.cluster.link import LINK_PORT_KEY
 from mnemosyne.transport.consistency import carries
 from mnemosyne.transport.envelope import CallEnvelope, Refuse
 
@@ -194,9 +195,9 @@ class Edge:
                     principal.check_tenant(request.tenant)
             tenant = getattr(request, "tenant", SERVER)
             tracing.tenant(tenant)  # on the call's span when the operator allows it
-            forward_to, pending = None, False
+            forward_to, pending, entry = None, False, ""
             if self.forwarder is not None:
-                self.forwarder.arrived_by_hop(metadata)
+                entry = self.forwarder.arrived_by_hop(metadata)
                 if tenant != SERVER and method not in MEMBER_LOCAL_METHODS and not getattr(request, "move_epoch", 0):
                     forward_to = self.forwarder.owner_elsewhere(tenant, metadata)
                     pending = forward_to is None and bool(self.forwarder.placement(tenant).pending_from)
@@ -212,6 +213,9 @@ class Edge:
             reaches=principal.tenants if principal is not None else frozenset({"*"}),
         )
         call.method, call.forward_to, call.move_pending = method, forward_to, pending
+        if entry and self.forwarder is not None and self.forwarder.link_port:
+            # The entry member learns where this member's link listens (transport/cluster/link.py).
+            call.trailing_metadata.append((LINK_PORT_KEY, str(self.forwarder.link_port)))
         # The call's own context (its task's), copied to the thread that runs it (admission.py).
         changers.set_changer(surface, call.principal)
         return call

@@ -33,6 +33,8 @@ from mnemosyne.transport.admission import Admission, AdmissionLimits
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.forwarding import Forwarder, member_key
+from mnemosyne.transport.cluster.link import LinkTls
+from mnemosyne.transport.cluster.link_server import LinkServer
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
@@ -92,6 +94,8 @@ class RunningServer:
     side: SideServer | None = None
     http: HttpSurface | None = None
     forwarder: Forwarder | None = None
+    # The member link's listener (transport/cluster/link_server.py), with members.
+    link: LinkServer | None = None
     # Who may call (None: no tokens, everyone who reaches the ports): for the start-up summary.
     authenticator: TokenAuthenticator | None = None
     started: bool = False
@@ -135,6 +139,8 @@ class RunningServer:
             await self.http.stop_sessions()
         if self.forwarder is not None:
             await self.forwarder.close()
+        if self.link is not None:
+            await self.link.close()
         await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
@@ -194,7 +200,16 @@ def _forwarder(
         metrics=metrics,
         credentials=credentials,
         placement=engine.pool.placement,
+        link=config.member_link,
+        link_tls=_link_tls(config),
     )
+
+
+def _link_tls(config: ServerConfig) -> LinkTls | None:
+    """The member link's TLS: the gRPC port's certificate, when it has one."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    return LinkTls(config.tls_cert, config.tls_key, config.tls_client_ca)
 
 
 def _check_can_listen(host: str, port: int, *, what: str, choose: str) -> None:
@@ -268,6 +283,9 @@ async def start_server(
         edge, servicers = _edge_and_servicers(running, authenticator, seams)
         await _register(running, edge, servicers)
         running.port = _listen(server, config, credentials)
+        if forwarder is not None and config.member_link:
+            running.link = LinkServer(edge, SERVICES, servicers.by_service(), forwarder.shared_secret)
+            forwarder.link_port = await running.link.start(config.host, config.member_link_port, _link_tls(config))
         running.side = _side_server(config, running)
         if config.http_port and http_surface is not None:
             running.http = http_surface(server)
@@ -299,6 +317,13 @@ def _check_ports(config: ServerConfig) -> None:
             config.http_port,
             what="for HTTP",
             choose="choose another --http-port (0 turns the HTTP API off)",
+        )
+    if config.engine.membership is not None and config.member_link and config.member_link_port:
+        _check_can_listen(
+            config.host,
+            config.member_link_port,
+            what="for the member link",
+            choose="choose another --member-link-port (0: any free port)",
         )
 
 
@@ -432,6 +457,8 @@ async def _abandon(running: RunningServer | None, engine: Engine, admission: Adm
         await running.server.stop(None)
         if running.forwarder is not None:
             await running.forwarder.close()
+        if running.link is not None:
+            await running.link.close()
         if running.side is not None:
             running.side.stop()
     engine.close()
@@ -440,7 +467,7 @@ async def _abandon(running: RunningServer | None, engine: Engine, admission: Adm
 
 def _log_listening(config: ServerConfig, running: RunningServer, *, tls: bool) -> None:
     log.info(
-        "listening on %s:%d (%s, pid %d, data %s, metrics port %s, HTTP port %s)",
+        "listening on %s:%d (%s, pid %d, data %s, metrics port %s, HTTP port %s%s)",
         config.host,
         running.port,
         "mutual TLS" if config.tls_client_ca else "TLS" if tls else "plaintext",
@@ -448,4 +475,5 @@ def _log_listening(config: ServerConfig, running: RunningServer, *, tls: bool) -
         config.engine.data_dir,
         running.metrics_port or "off",
         running.http_port or "off",
+        f", member link port {running.link.port}" if running.link is not None else "",
     )

@@ -4,7 +4,8 @@ Any member is an entry point (docs/scale-out.md). The edge (transport/edge.py) a
 authenticates every call as usual; a call for a tenant the hash gives to another member is then
 forwarded in one hop as the same gRPC method with the same request message, whether it came over
 gRPC, HTTP/JSON, SSE or MCP (which calls the gRPC API): unary, server-streaming and
-client-streaming alike. Carried: the caller's token (the owner authenticates and authorises it
+client-streaming alike; a unary call goes over the member link once it is connected
+(transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner authenticates and authorises it
 again), its request id and the ``mnemosyne-*`` metadata, the deadline, and cancellation (the hop
 is cancelled with the call). The owner's response metadata and status, with its details, come
 back as they were.
@@ -40,6 +41,7 @@ from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import tracing
 from mnemosyne.transport.call import Call
+from mnemosyne.transport.cluster.link import LINK_PORT_KEY, LinkLost, LinkTls, MemberLink, MemberLinks
 from mnemosyne.transport.errors import Relayed, error_info
 
 ROUTE_KEY = "x-mnemosyne-route"
@@ -96,6 +98,8 @@ class Forwarder:
         metrics: ServerMetrics | None,
         credentials: grpc.ChannelCredentials | None = None,
         placement: Callable[[str], Placement] | None = None,
+        link: bool = False,
+        link_tls: LinkTls | None = None,
     ) -> None:
         self.membership = membership
         # Where a tenant is served as this member knows it (store/pool.py ``placement``: its file
@@ -106,6 +110,10 @@ class Forwarder:
         self._metrics = metrics
         self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # The member link (transport/cluster/link.py): the unary hops' way once connected; None: off.
+        self._links = MemberLinks(membership.addresses, bytes.fromhex(key), link_tls) if link else None
+        # This member's own link port, told to a member whose call arrived by a gRPC hop (0: none).
+        self.link_port = 0
         self._callables: dict[tuple[str, str, bool], Any] = {}
         self._responses: dict[str, Any] = {
             f"/{service.full_name}/{method.name}": message_factory.GetMessageClass(method.output_type)
@@ -222,6 +230,10 @@ class Forwarder:
             status = status_pb2.Status.FromString(details)
             reason = next((info.reason for info in map(error_info, status.details) if info is not None), code.name)
             return Relayed(status, reason)
+        return self._unreachable(owner, code, message)
+
+    def _unreachable(self, owner: str, code: grpc.StatusCode, message: str) -> Exception:
+        """A hop that failed on the way: its deadline passed, or the owner could not be reached."""
         address = self.membership.addresses[owner]
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             error: Exception = DeadlineExceeded(
@@ -284,15 +296,49 @@ class Forwarder:
     async def _one_answer(
         self, owner: str, method: str, kind: str, sent: Any, call: Call, *, asked: bool = False
     ) -> Any:
-        """A hop answered by one response (a unary call, a client stream)."""
+        """A hop answered by one response (a unary call, a client stream): over the member link
+        when it is connected, else a gRPC call (whose answer may tell the owner's link port)."""
+        # The link serves our services' methods (not the mem0 relay: transport/http/mem0.py).
+        linked = kind == "unary_unary" and not asked and method in self._responses
+        links = self._links if linked else None
+        link = links.ready(owner) if links is not None else None
+        if link is not None:
+            return await self._linked(link, owner, method, sent, call)
         multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
         with self._traced(owner, method) as traced:
             hop = multi(sent, **self._hop(owner, call, traced, asked=asked))
             with self._answered_by(owner, hop):
                 response = await hop
+                trailing = await hop.trailing_metadata()
                 call.send_initial_metadata(_answered(await hop.initial_metadata()))
-                call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
+                call.set_trailing_metadata(_answered(trailing))
+                if links is not None:
+                    port = next((v for k, v in trailing or () if k == LINK_PORT_KEY), None)
+                    if isinstance(port, str):
+                        links.told(owner, port)
                 return response
+
+    async def _linked(self, link: MemberLink, owner: str, method: str, sent: Any, call: Call) -> Any:
+        """A unary hop over the member link: the same metadata, deadline and answer as a gRPC hop."""
+        with self._traced(owner, method) as traced:
+            hop = self._hop(owner, call, traced)
+            timeout = hop["timeout"]
+            if self._metrics is not None:
+                self._metrics.forwarded_linked.inc()
+            try:
+                async with asyncio.timeout(timeout):
+                    answer = await link.call(method, _serialize(sent), hop["metadata"], timeout)
+            except TimeoutError:
+                raise self._unreachable(owner, grpc.StatusCode.DEADLINE_EXCEEDED, "") from None
+            except LinkLost as exc:
+                raise self._unreachable(owner, grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            refusal = answer.refusal()
+            if refusal is not None:
+                reason = next((info.reason for info in map(error_info, refusal.details) if info is not None), "")
+                raise Relayed(refusal, reason or grpc.StatusCode.UNKNOWN.name)
+            call.send_initial_metadata(_answered(answer.initial_metadata))
+            call.set_trailing_metadata(_answered(answer.trailing_metadata))
+            return answer.response if call.answers_bytes else self._responses[method].FromString(answer.response)
 
     async def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
@@ -328,6 +374,8 @@ class Forwarder:
     async def close(self) -> None:
         channels, self._channels, self._callables = list(self._channels.values()), {}, {}
         await asyncio.gather(*(channel.close() for channel in channels))
+        if self._links is not None:
+            await self._links.close()
 
 
 def _unchanged(data: bytes) -> bytes:

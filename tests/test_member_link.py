@@ -1,0 +1,246 @@
+"""The member link (transport/cluster/link.py): unary calls forwarded between members over one
+plain TCP connection, carrying what a gRPC hop carries (docs/scale-out.md#the-member-link).
+
+Real member processes on loopback and the real client; what a member never sends (a wrong key,
+broken frames) is sent by the module's own entry side and by raw sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import struct
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemosyne.cli.server_process import LocalMembers, ServerProcess
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import (
+    DeadlineExceededError,
+    MnemosyneClientError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from mnemosyne.store.membership import Membership, owner_of
+from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.cluster.forwarding import member_key
+from mnemosyne.transport.cluster.link import LinkLost, MemberLink
+from mnemosyne.v1 import memory_pb2
+from tests.support import gauge, tokens_json
+
+ADMIN, TOKEN_A = "admin-token", "token-a"
+TENANTS = [f"tenant-{i:02d}" for i in range(40)]
+LINKED, FORWARDED = "mnemosyne_forwarded_calls_linked", "mnemosyne_forwarded_calls"
+RETAIN = "/mnemosyne.v1.MemoryService/Retain"
+
+
+def _theirs(members: LocalMembers, owner: str = "m1") -> list[str]:
+    return [t for t in TENANTS if owner_of(t, members.ids) == owner]
+
+
+def _link_port(process: ServerProcess) -> int:
+    """The member link's port, from the start-up line of the process's latest start."""
+    ports = re.findall(r"member link port (\d+)", process.stderr_path.read_text())
+    assert ports, "the start-up line names no member link port"
+    return int(ports[-1])
+
+
+def _until_linked(entry: ServerProcess, call: Callable[[], object]) -> None:
+    """Make calls until one went over the link (the first hop is a gRPC call: it tells the port,
+    and the link connects beside it)."""
+    before = gauge(entry, LINKED)
+    deadline = time.monotonic() + 15
+    while gauge(entry, LINKED) == before:
+        assert time.monotonic() < deadline, "no call went over the member link"
+        call()
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMembers]:
+    # m0 takes any tenant for token-a (an out-of-date tokens file), m1 only tenant-a: the owner
+    # authenticates and authorises a linked call again.
+    members = LocalMembers(
+        tmp_path_factory.mktemp("link"),
+        2,
+        env_of=lambda i: {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], TOKEN_A: ["*"] if i == 0 else ["tenant-a"]})},
+        metrics=True,
+    ).start()
+    yield members
+    members.stop()
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    """The call's result, or its refusal as (code, reason, message, metadata)."""
+    try:
+        return call()
+    except MnemosyneClientError as exc:
+        return (exc.code.name, exc.reason, str(exc), exc.metadata)
+
+
+def test_forwarded_calls_take_the_link_and_answer_as_the_owner_does(pair: LocalMembers) -> None:
+    m0, m1 = pair.processes
+    tenant, other = _theirs(pair)[:2]
+    with MemoryClient(m0.target, ADMIN) as via, MemoryClient(m1.target, ADMIN) as direct:
+        via.retain(tenant, "Ada keeps her bicycle in the garden shed")
+        _until_linked(m0, lambda: via.recall(tenant, "bicycle"))
+        linked, forwarded = gauge(m0, LINKED), gauge(m0, FORWARDED)
+        stored = via.retain(tenant, "The shed key hangs by the kitchen door")
+        assert direct.get_memory(tenant, stored.memory_id).text == "The shed key hangs by the kitchen door"
+        # The same answers as from the owner itself: hits, refusals with their reason and metadata.
+        asks: list[Callable[[MemoryClient], Any]] = [
+            lambda c: [
+                (h.memory.id, h.memory.text, round(h.score, 6)) for h in c.recall(tenant, "where is the shed key")
+            ],
+            lambda c: c.get_memory(tenant, stored.memory_id).text,
+            lambda c: c.call(
+                c.memory.GetMemory, memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=987654), retry=False
+            ),
+            lambda c: c.call(c.memory.Recall, memory_pb2.RecallRequest(tenant=tenant, query=""), retry=False),
+            lambda c: c.call(c.memory.Recall, memory_pb2.RecallRequest(tenant=tenant, query="x", k=-3), retry=False),
+        ]
+        for ask in asks:
+            assert _outcome(lambda: ask(via)) == _outcome(lambda: ask(direct))
+        assert gauge(m0, LINKED) - linked == gauge(m0, FORWARDED) - forwarded == len(asks) + 1
+        # m0 lets token-a through; the owner refuses it, and nothing is written there.
+        with MemoryClient(m0.target, TOKEN_A) as client, pytest.raises(PermissionDeniedError) as refused:
+            client.retain(other, "not yours")
+        assert refused.value.reason == "TENANT_FORBIDDEN"
+        assert gauge(m0, LINKED) - linked == len(asks) + 2
+        assert not m1.tenant_file(other).exists()
+
+
+def test_without_the_link_every_hop_is_a_grpc_call(tmp_path: Path) -> None:
+    members = LocalMembers(tmp_path, 2, args_of=lambda i: ["--no-member-link"], metrics=True).start()
+    try:
+        tenant = _theirs(members)[0]
+        with MemoryClient(members.processes[0].target) as client:
+            for i in range(5):
+                client.retain(tenant, f"note {i} about the garden")
+                assert client.recall(tenant, "garden")
+        assert gauge(members.processes[0], FORWARDED) == 10
+        assert gauge(members.processes[0], LINKED) == 0
+        assert "member link" not in members.processes[1].stderr_path.read_text()
+    finally:
+        members.stop()
+
+
+def test_a_deadline_a_lost_owner_and_its_return(tmp_path: Path) -> None:
+    park = tmp_path / "park"
+    tenant = next(t for t in TENANTS if owner_of(t, ["m0", "m1"]) == "m1")
+    members = LocalMembers(
+        tmp_path / "members",
+        2,
+        env_of=lambda i: {"MNEMOSYNE_TEST_PARK_TENANT": tenant, "MNEMOSYNE_TEST_PARK_FILE": str(park)} if i else {},
+        metrics=True,
+    ).start()
+    m0, m1 = members.processes
+    try:
+        with MemoryClient(m0.target, retries=0) as client:
+            client.retain(tenant, "the first note, by a gRPC hop")
+            _until_linked(m0, lambda: client.recall(tenant, "note"))
+            # The owner holds the tenant's work: the caller's deadline ends the call at both ends.
+            park.touch()
+            started = time.monotonic()
+            with pytest.raises(DeadlineExceededError):
+                client.call(
+                    client.memory.Retain,
+                    memory_pb2.RetainRequest(tenant=tenant, text="held past its deadline"),
+                    retry=False,
+                    timeout=1.0,
+                )
+            assert time.monotonic() - started < 5
+            deadline = time.monotonic() + 10
+            while _cancelled_retains(m1) < 1:
+                assert time.monotonic() < deadline, "the owner did not cancel the call its entry gave up"
+                time.sleep(0.1)
+            park.unlink()
+            # The owner killed: UNAVAILABLE naming it, never a hang.
+            m1.kill()
+            with pytest.raises(UnavailableError) as down:
+                client.retain(tenant, "nobody home")
+            assert down.value.reason == "OWNER_UNAVAILABLE" and down.value.metadata["owner"] == "m1"
+            # Back on a new link port: a gRPC hop first, then the link again.
+            m1.restart()
+            deadline = time.monotonic() + 15
+            while (hits := _outcome(lambda: client.recall(tenant, "the first note")))[:2] == (
+                "UNAVAILABLE",
+                "OWNER_UNAVAILABLE",
+            ):
+                assert time.monotonic() < deadline, "the entry did not reach the owner again"
+                time.sleep(0.2)  # the entry's gRPC channel reconnects after its backoff
+            assert hits and hits[0].memory.text == "the first note, by a gRPC hop"
+            _until_linked(m0, lambda: client.recall(tenant, "note"))
+    finally:
+        park.unlink(missing_ok=True)
+        members.stop()
+
+
+def _cancelled_retains(process: ServerProcess) -> float:
+    with urllib.request.urlopen(process.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    wanted = f'mnemosyne_rpc_duration_seconds_count{{code="CANCELLED",method="{RETAIN}"}} '
+    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(wanted)), 0.0)
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_the_link_admits_only_members_and_survives_broken_frames(pair: LocalMembers) -> None:
+    m0, m1 = pair.processes
+    port = _link_port(m1)
+    # A wrong key, and a frame far larger than a first frame may be: closed, not read.
+    for first in (struct.pack("!IIB", 5, 0, 1) + b"guess", struct.pack("!IIB", 2**31, 0, 1)):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(first)
+            assert _closed(sock)
+    with pytest.raises(ConnectionError):
+        asyncio.run(_linked_call(port, b"\x00" * 32, "/mnemosyne.v1.AdminService/Ping", b""))
+    # A member's key with calls a member never sends: an unknown method is refused UNIMPLEMENTED;
+    # fields that do not parse close the connection.
+    key = _member_key(m0)
+    answer = asyncio.run(_linked_call(port, key, "/mnemosyne.v1.Nothing/Here", b""))
+    refusal = answer.refusal()
+    assert refusal is not None and refusal.code == 12
+    with pytest.raises(LinkLost):
+        asyncio.run(_linked_call(port, key, "/mnemosyne.v1.MemoryService/Recall", b"", broken=True))
+    # An undecodable request through a member's key: the edge's refusal, as over gRPC.
+    answer = asyncio.run(_linked_call(port, key, "/mnemosyne.v1.MemoryService/Recall", b"\xff\xff\xff", token=ADMIN))
+    refusal = answer.refusal()
+    assert refusal is not None and refusal.code == 3 and "could not be decoded" in refusal.message
+    # The owner still serves, and so does the link.
+    with MemoryClient(m0.target, ADMIN) as client:
+        tenant = _theirs(pair)[2]
+        client.retain(tenant, "still serving")
+        _until_linked(m0, lambda: client.recall(tenant, "serving"))
+
+
+def _member_key(entry: ServerProcess) -> bytes:
+    """The deployment's member key, derived as the members derive it (from their list and tokens)."""
+    args = entry.args
+    membership = Membership.parse(args[args.index("--member") + 1], args[args.index("--members") + 1])
+    tokens = TokenAuthenticator.from_json(entry.env["MNEMOSYNE_TOKENS"], source="MNEMOSYNE_TOKENS")
+    return bytes.fromhex(member_key(membership, tokens.token_hashes))
+
+
+async def _linked_call(
+    port: int, key: bytes, method: str, request: bytes, *, broken: bool = False, token: str = ""
+) -> Any:
+    link = await MemberLink.connect("127.0.0.1", port, key, None)
+    try:
+        if broken:  # a CALL frame whose fields run past it
+            link._writer.write(struct.pack("!IIB", 8, 1, 2) + struct.pack("!I", 100) + b"abcd")
+        return await link.call(method, request, [("authorization", f"Bearer {token}")] if token else [], 5.0)
+    finally:
+        await link.close()
