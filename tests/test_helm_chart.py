@@ -132,12 +132,26 @@ def test_replicas_above_one_make_members_with_the_whole_list_and_a_volume_each()
     assert {"podSelector": {"matchLabels": sts["spec"]["selector"]["matchLabels"]}} in policy["spec"]["ingress"][0][
         "from"
     ]
+    # The member link (docs/scale-out.md): a named port, reached by the members only.
+    assert _configmap_env(docs)["MNEMOSYNE_MEMBER_LINK_PORT"] == "50052"
+    ports = sts["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert {"name": "member-link", "containerPort": 50052, "protocol": "TCP"} in ports
+    link_rule = next(rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == "member-link")
+    assert link_rule["from"] == [{"podSelector": {"matchLabels": sts["spec"]["selector"]["matchLabels"]}}]
+    unlinked = cc.render_manifests({"replicas": 3, "server": {"memberLinkPort": 0}, **cc.MINIMAL_OVERRIDES})
+    assert _configmap_env(unlinked)["MNEMOSYNE_NO_MEMBER_LINK"] == "1"
+    assert "member-link" not in {
+        p["name"] for p in _sts(unlinked)["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
     # One replica: no member list, one server holds every tenant (as before).
     single = {
         e["name"]
         for e in _sts(cc.render_manifests(cc.MINIMAL_OVERRIDES))["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert "MNEMOSYNE_MEMBERS" not in single
+    assert not {"MNEMOSYNE_MEMBER_LINK_PORT", "MNEMOSYNE_NO_MEMBER_LINK"} & set(
+        _configmap_env(cc.render_manifests(cc.MINIMAL_OVERRIDES))
+    )
     assert cc.check_jsonschema({"replicas": 0}).returncode != 0
     prop = json.loads(cc.SCHEMA.read_text())["properties"]["replicas"]
     assert "SQLite" in prop["description"] and "routing" in prop["description"]
