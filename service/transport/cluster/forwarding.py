@@ -5,10 +5,10 @@ authenticates every call as usual; a call for a tenant the hash gives to another
 forwarded in one hop as the same gRPC method with the same request message, whether it came over
 gRPC, HTTP/JSON, SSE or MCP (which calls the gRPC API): unary, server-streaming and
 client-streaming alike; a unary call goes over the member link once it is connected
-(transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner authenticates and authorises it
-again), its request id and the ``mnemosyne-*`` metadata, the deadline, and cancellation (the hop
-is cancelled with the call). The owner's response metadata and status, with its details, come
-back as they were.
+(transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner
+authenticates and authorises it again), its request id and the ``mnemosyne-*`` metadata, the
+deadline, and cancellation (the hop is cancelled with the call). The owner's response metadata
+and status, with its details, come back as they were.
 
 Metadata on the hop:
 
