@@ -210,6 +210,21 @@ def test_candidates_are_the_rows_above_0_best_first_ties_by_the_lower_row() -> N
     assert top_rows(scores, 0).tolist() == []
 
 
+def test_a_cosine_within_rounding_of_0_is_no_candidate_whatever_the_summation_order() -> None:
+    """Shared features that cancel (a hashed feature met with opposite signs) sum to 0 only
+    up to float32 rounding, whose sign follows the BLAS's summation order: such a memory is never
+    a candidate, on any machine."""
+    embedder = HashingEmbedder()
+    query = embedder.embed(["train to Lyon"])[0]
+    plants = embedder.embed(["The office plants are watered on Fridays"])[0]
+    shared = np.flatnonzero((query != 0) & (plants != 0))
+    products = query[shared] * plants[shared]
+    assert len(shared) >= 2 and math.isclose(float(products.sum(dtype=np.float64)), 0.0, abs_tol=1e-12)
+    for rounding in (0.0, 3e-9, -3e-9, 6e-8):  # what different summation orders give
+        scores = np.array([0.5, rounding, 0.1], dtype=np.float32)
+        assert top_rows(scores, 10).tolist() == [0, 2]
+
+
 def test_candidates_scores_are_the_same_sparse_or_dense_and_minus_inf_outside_the_filters() -> None:
     rng = np.random.default_rng(7)
     matrix = np.asfortranarray(rng.standard_normal((40, 16)).astype(np.float32))  # dimension-major

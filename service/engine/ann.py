@@ -62,6 +62,11 @@ log = logging.getLogger("mnemosyne.ann")
 # scan at 25k memories (1.53 against 1.55 ms p50) and beats it from there (50k: 1.71 against 2.35;
 # 100k: 1.70 against 2.71), the fused top 10 0.996-0.998 of the exact one's. A dense model's scan
 # costs ~5x more per row (every dimension is read): the graph pays sooner still.
+# The least cosine that is a match. Below it is a filler: no feature shared, or only float32
+# rounding of shared features that cancel (a hashed feature met with opposite signs), which lands
+# just above or below 0 by the summation order of the machine's BLAS: a memory would be a hit on
+# one machine and not on another.
+MATCH_FLOOR = 1e-6
 DEFAULT_THRESHOLD = 50_000
 # The graph: usearch's int8 scalars (a quarter of float32's memory; candidates are re-scored
 # exactly anyway), 16 links per node, 64 candidates kept while adding (128 took 1.7x as long to
@@ -226,7 +231,7 @@ class AnnIndex:
         exact = scores[candidates]
         order = np.argsort(-exact, kind="stable")[:depth]
         best = candidates[order]
-        return scores, best[exact[order] > 0]
+        return scores, best[exact[order] > MATCH_FLOOR]
 
     # -- changes ---------------------------------------------------------------------------------
 

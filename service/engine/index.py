@@ -6,8 +6,8 @@ the engine then tells the cache which rows went (``drop_vectors``), and the cach
 place and takes the new epoch. Only an epoch it was not told about (a race with another
 transaction's sync, a forget it missed) makes it reload, all of it: at 100k memories a reload is
 ~350 ms that the next write or recall would pay. A zeroed row scores 0 against any query, which
-no caller counts as a match (recall's ``top_rows`` keeps scores above 0, Dedup's thresholds are
-positive), so ranking is the same as after a reload or a restart.
+no caller counts as a match (recall's ``top_rows`` keeps scores above ``ann.MATCH_FLOOR``, Dedup's
+thresholds are positive), so ranking is the same as after a reload or a restart.
 
 Zeroing happens in the arrays a concurrent reader may be using: that reader sees the row's
 vector either whole or partly zeroed, which moves only the forgotten memory's own score, and the

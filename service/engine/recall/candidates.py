@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.ann import RowScores
+from mnemosyne.engine.ann import MATCH_FLOOR, RowScores
 from mnemosyne.engine.index import approximate_candidates
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import NO_HITS, NO_ROWS, NO_VECTORS, Candidates, Query, Recalling, Snapshot
@@ -47,9 +47,11 @@ def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndar
 
 
 def top_rows(scores: np.ndarray, limit: int) -> np.ndarray:
-    """Row numbers of the ``limit`` best scores, best first, only rows scoring above 0.
+    """Row numbers of the ``limit`` best scores, best first, only rows scoring above the match
+    floor.
 
-    A row sharing no feature with the query (cosine <= 0) is not a match, only a filler.
+    A row sharing no feature with the query (cosine <= 0, or within float rounding of it:
+    ``MATCH_FLOOR``) is not a match, only a filler.
     """
     limit = min(limit, len(scores))
     if limit <= 0:
@@ -59,7 +61,7 @@ def top_rows(scores: np.ndarray, limit: int) -> np.ndarray:
     threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
     top = np.flatnonzero(scores >= threshold)
     top = top[np.argsort(-scores[top], kind="stable")][:limit]
-    return top[scores[top] > 0]
+    return top[scores[top] > MATCH_FLOOR]
 
 
 class VectorPath(NamedTuple):
