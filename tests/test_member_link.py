@@ -213,8 +213,9 @@ def test_the_link_admits_only_members_and_survives_broken_frames(pair: LocalMemb
     answer = asyncio.run(_linked_call(port, key, "/mnemosyne.v1.Nothing/Here", b""))
     refusal = answer.refusal()
     assert refusal is not None and refusal.code == 12
-    with pytest.raises(LinkLost):
-        asyncio.run(_linked_call(port, key, "/mnemosyne.v1.MemoryService/Recall", b"", broken=True))
+    for broken in (struct.pack("!I", 100) + b"abcd", b"\x00\x01"):  # a field, a length, cut short
+        with pytest.raises(LinkLost):
+            asyncio.run(_linked_call(port, key, "/mnemosyne.v1.MemoryService/Recall", b"", broken=broken))
     # An undecodable request through a member's key: the edge's refusal, as over gRPC.
     answer = asyncio.run(_linked_call(port, key, "/mnemosyne.v1.MemoryService/Recall", b"\xff\xff\xff", token=ADMIN))
     refusal = answer.refusal()
@@ -235,12 +236,12 @@ def _member_key(entry: ServerProcess) -> bytes:
 
 
 async def _linked_call(
-    port: int, key: bytes, method: str, request: bytes, *, broken: bool = False, token: str = ""
+    port: int, key: bytes, method: str, request: bytes, *, broken: bytes = b"", token: str = ""
 ) -> Any:
     link = await MemberLink.connect("127.0.0.1", port, key, None)
     try:
         if broken:  # a CALL frame whose fields run past it
-            link._writer.write(struct.pack("!IIB", 8, 1, 2) + struct.pack("!I", 100) + b"abcd")
+            link._writer.write(struct.pack("!IIB", len(broken), 1, 2) + broken)
         return await link.call(method, request, [("authorization", f"Bearer {token}")] if token else [], 5.0)
     finally:
         await link.close()

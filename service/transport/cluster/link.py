@@ -67,6 +67,8 @@ def pack(parts: Sequence[bytes]) -> bytes:
 def unpack(body: bytes) -> list[bytes]:
     parts, at, view = [], 0, memoryview(body)
     while at < len(body):
+        if at + _LENGTH.size > len(body):
+            raise ValueError("a field's length runs past its frame")
         (size,) = _LENGTH.unpack_from(body, at)
         at += _LENGTH.size
         if at + size > len(body):
