@@ -67,6 +67,12 @@ class Relayed(Exception):
         self.status = status
         self.reason = reason
 
+    @classmethod
+    def of(cls, status: status_pb2.Status, code_name: str) -> Relayed:
+        """The owner's ``status``, its reason its ErrorInfo's (``code_name`` without one)."""
+        reason = next((info.reason for info in map(error_info, status.details) if info is not None), code_name)
+        return cls(status, reason)
+
     @property
     def metadata(self) -> dict[str, str]:
         """The ErrorInfo metadata of the owner's refusal ({} without one)."""

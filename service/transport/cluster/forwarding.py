@@ -42,7 +42,7 @@ from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import tracing
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY, LinkLost, LinkTls, MemberLink, MemberLinks
-from mnemosyne.transport.errors import Relayed, error_info
+from mnemosyne.transport.errors import Relayed
 
 ROUTE_KEY = "x-mnemosyne-route"
 FORWARDED_BY_KEY = "x-mnemosyne-forwarded-by"
@@ -227,9 +227,7 @@ class Forwarder:
         """The owner's refusal as it came; a hop that failed on the way as UNAVAILABLE naming the owner."""
         details = next((v for k, v in trailing or () if k == "grpc-status-details-bin"), None)
         if isinstance(details, bytes):
-            status = status_pb2.Status.FromString(details)
-            reason = next((info.reason for info in map(error_info, status.details) if info is not None), code.name)
-            return Relayed(status, reason)
+            return Relayed.of(status_pb2.Status.FromString(details), code.name)
         return self._unreachable(owner, code, message)
 
     def _unreachable(self, owner: str, code: grpc.StatusCode, message: str) -> Exception:
@@ -334,8 +332,7 @@ class Forwarder:
                 raise self._unreachable(owner, grpc.StatusCode.UNAVAILABLE, str(exc)) from None
             refusal = answer.refusal()
             if refusal is not None:
-                reason = next((info.reason for info in map(error_info, refusal.details) if info is not None), "")
-                raise Relayed(refusal, reason or grpc.StatusCode.UNKNOWN.name)
+                raise Relayed.of(refusal, grpc.StatusCode.UNKNOWN.name)
             call.send_initial_metadata(_answered(answer.initial_metadata))
             call.set_trailing_metadata(_answered(answer.trailing_metadata))
             return answer.response if call.answers_bytes else self._responses[method].FromString(answer.response)
