@@ -31,7 +31,8 @@ from mnemosyne.cli.server_process import LocalMembers, _free_port
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.client.types import ThreadRef
-from mnemosyne.store.membership import owner_of
+from mnemosyne.store.membership import Membership, owner_of
+from mnemosyne.transport.cluster.forwarding import member_key
 from tests.support import SERVE, ServerProcess, gauge, serve_args, tokens_json
 
 NAME_OVERRIDE = [("grpc.ssl_target_name_override", "localhost")]
@@ -49,8 +50,11 @@ def _issue(
     *,
     issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
     server: bool = False,
+    client: bool = False,
     ca: bool = False,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, Pem]:
+    """A certificate for ``localhost`` with ``server`` (and for client authentication too with
+    ``client``), else a client's, or a CA's with ``ca``."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
@@ -68,7 +72,12 @@ def _issue(
         builder = builder.add_extension(
             x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
-        ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        ).add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
+            ),
+            critical=False,
+        )
     elif not ca:
         builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
@@ -87,6 +96,7 @@ class Pki:
     client: Pem
     rogue_ca: Pem
     rogue_client: Pem
+    member: Pem  # a server's certificate valid for client authentication too (members under mutual TLS)
 
     def credentials(self, client: Pem | None = None, ca: Pem | None = None) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -104,7 +114,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _c, _k, client = _issue(directory, "client", issuer=(ca_cert, ca_key))
     rogue_cert, rogue_key, rogue_ca = _issue(directory, "rogue-ca", issuer=None, ca=True)
     _c, _k, rogue_client = _issue(directory, "rogue-client", issuer=(rogue_cert, rogue_key))
-    return Pki(ca, server, client, rogue_ca, rogue_client)
+    _c, _k, member = _issue(directory, "member", issuer=(ca_cert, ca_key), server=True, client=True)
+    return Pki(ca, server, client, rogue_ca, rogue_client, member)
 
 
 def _serving(cert: Path, key: Path, client_ca: Path | None = None) -> list[str]:
@@ -436,5 +447,75 @@ def test_members_forward_over_tls_and_their_link_is_tls_too(tmp_path: Path, pki:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
             plain.sendall(struct.pack("!IIB", 4, 0, 1) + b"key?")
             assert plain.recv(64) == b""  # a TLS server closes a connection that is not a handshake
+    finally:
+        members.stop()
+
+
+def _link_hello(port: int, pki: Pki, key: bytes, client: Pem | None = None) -> bytes:
+    """What a member link port answers first to a hello carrying the member ``key``, over TLS
+    trusting the test CA (presenting ``client``): b"" when the connection closes unanswered."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(struct.pack("!IIB", len(key), 0, 1) + key)
+                return tls.recv(64)
+    except (ssl.SSLError, ConnectionError):
+        return b""
+
+
+def test_members_forward_over_mutual_tls_on_the_hop_and_the_link(tmp_path: Path, pki: Pki) -> None:
+    """Two members serving mutual TLS (--tls-client-ca) with a certificate valid for server and
+    client authentication both: a call forwarded as a gRPC call and calls over the member link
+    work, each member presenting its certificate as the client's; the link refuses a TLS client
+    without a certificate."""
+    members = LocalMembers(tmp_path, 2, args=_serving(pki.member.cert, pki.member.key, pki.ca.cert), metrics=True)
+    credentials = pki.credentials(client=pki.client)
+    for process in members.processes:
+        process.health_credentials = credentials
+    members.start()
+    try:
+        m0, m1 = members.processes
+        tenant = next(f"tenant-{i}" for i in range(50) if owner_of(f"tenant-{i}", members.ids) == "m1")
+        with MemoryClient(m0.target, credentials=credentials, options=NAME_OVERRIDE, retries=0) as client:
+            client.retain(tenant, "the vault code is kept by the night manager")
+            # The first forwarded call is a gRPC call (the owner tells its link port in the answer).
+            assert gauge(m0, "mnemosyne_forwarded_calls") == 1 and gauge(m0, "mnemosyne_forwarded_calls_linked") == 0
+            assert gauge(m1, "mnemosyne_forwarded_calls_received") == 1
+            deadline = time.monotonic() + 15
+            while gauge(m0, "mnemosyne_forwarded_calls_linked") == 0:
+                assert time.monotonic() < deadline, "no call went over the member link"
+                assert client.recall(tenant, "vault code", k=1)[0].memory.text.startswith("the vault code")
+                time.sleep(0.05)
+            assert client.recall(tenant, "vault code", k=1)[0].memory.text.startswith("the vault code")
+        # The member key admits a member's certificate to the link, never a TLS client without one.
+        port = int(re.findall(r"member link port (\d+)", m1.stderr_path.read_text())[-1])
+        key = bytes.fromhex(member_key(Membership.parse("m1", members.members), []))
+        hello = struct.pack("!IIB", 0, 0, 1)
+        assert _link_hello(port, pki, key, client=pki.member)[: len(hello)] == hello
+        assert _link_hello(port, pki, key) == b""
+    finally:
+        members.stop()
+
+
+def test_members_under_mutual_tls_need_a_certificate_for_client_authentication(tmp_path: Path, pki: Pki) -> None:
+    """Members whose certificate is for server authentication only cannot forward under mutual
+    TLS: the owner refuses the hop's handshake, and the call fails naming the owner."""
+    members = LocalMembers(tmp_path, 2, args=_serving(pki.server.cert, pki.server.key, pki.ca.cert))
+    credentials = pki.credentials(client=pki.client)
+    for process in members.processes:
+        process.health_credentials = credentials
+    members.start()
+    try:
+        m0, _m1 = members.processes
+        tenant = next(f"tenant-{i}" for i in range(50) if owner_of(f"tenant-{i}", members.ids) == "m1")
+        with MemoryClient(m0.target, credentials=credentials, options=NAME_OVERRIDE, retries=0, timeout=20) as client:
+            with pytest.raises(MnemosyneClientError) as refused:
+                client.retain(tenant, "the vault code is kept by the night manager")
+        error = refused.value
+        assert error.code == grpc.StatusCode.UNAVAILABLE and error.reason == "OWNER_UNAVAILABLE", error
+        assert error.metadata["owner"] == "m1" and "cannot be reached" in error.message, error
     finally:
         members.stop()
