@@ -44,7 +44,7 @@ from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer, Se
 from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.transport.telemetry import Recorder
-from mnemosyne.transport.tls import server_credentials
+from mnemosyne.transport.tls import check_member_certificate, server_credentials
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, webhooks_pb2, workspace_pb2
 
 if TYPE_CHECKING:
@@ -189,6 +189,8 @@ def _forwarder(
     credentials = None
     if config.tls_cert is not None and config.tls_key is not None:
         # The members present the same certificate to each other as to clients.
+        if config.tls_client_ca is not None and len(membership.ids) > 1:  # a lone member hops to none
+            check_member_certificate(config.tls_cert, config.tls_key, config.tls_client_ca)
         chain, key = config.tls_cert.read_bytes(), config.tls_key.read_bytes()
         ca = config.tls_client_ca.read_bytes() if config.tls_client_ca is not None else chain
         credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=chain)
