@@ -191,11 +191,11 @@ class TenantPool:
 
     def _acquire(self, tenant: str) -> OpenStore | None:
         """The tenant's open store in use by the caller (opened if need be); None: no file."""
-        path = self.path_for(tenant)
         while True:
             entry = self._stores.use(tenant)
             if entry is not None:
                 return entry
+            path = self.path_for(tenant)  # only now: an open tenant's id was validated when it opened
             if not path.exists():
                 return None  # without waiting: a tenant being created does not exist until it is
             # Open outside the pool guard (opening a file may migrate it), one opener per tenant.
