@@ -76,9 +76,10 @@ def _assert_same_as_fts5(engine: Engine, queries: list[str]) -> PostingsCache:
         assert view is not None
         for query in queries:
             terms = query_terms(query)
-            phrases = postings.phrases(view, terms)
+            phrases = postings.phrases(terms)
             assert phrases is not None, query
-            found = postings.search(view, phrases, limit=20)
+            found = postings.search(view, phrases, limit=20, texts=txn.indexed_texts)
+            assert found is not None, query
             for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
                 match = match_expression(terms, operator=operator)
                 assert match is not None
@@ -123,23 +124,60 @@ def test_the_cache_answers_as_fts5_through_retains_forgets_merges_and_updates(en
     assert same is cache and cache.reloads == 1
 
 
-def test_a_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -> None:
+def test_identifiers_are_phrases_the_cache_matches_as_fts5_does(engine: Engine) -> None:
+    """An identifier (RF-1007, v2.v2, a@b.c) is a phrase of several tokens: the cache matches it
+    from the rows holding every token, their texts tokenized (each instance counted, overlapping
+    ones too), with the same rows and bm25() as FTS5's, alone and beside words, through forgets
+    and updates."""
+    rng = random.Random(11)
+    texts = [
+        f"{_text(rng, rng.randint(2, 12))} RF-{rng.randint(1000, 1030)} {_text(rng, rng.randint(0, 6))}"
+        for _ in range(300)
+    ]
+    texts += [
+        "RF 1007 is not RF-1008 but 1007 RF",  # the tokens apart and reversed: no instance of RF-1007
+        "v2 v2 v2 shipped, then v2.v2 again",  # the phrase "v2 v2" three times, overlapping
+        "mail ops@example.com or ops at example.com",
+        "the 1007th ticket and RF-10070",  # tokens that only contain the phrase's
+    ]
+    ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(t) for t in texts])]
+    queries = [
+        "RF-1007",
+        "RF-1007 refund",
+        "ticket RF-1012 RF-1013",
+        "v2.v2",
+        "v2.v2 shipped",
+        "ops@example.com",
+        "RF-9999",  # its number in no row
+        "RF-1007 RF-1007 lighthouse",
+    ]
+    _assert_same_as_fts5(engine, queries)
+    forgotten = set(rng.sample(ids, 40))
+    for memory_id in forgotten:
+        engine.memories.forget(TENANT, memory_id)
+    for memory_id in rng.sample(sorted(set(ids[:300]) - forgotten), 5):
+        engine.updates.update(TENANT, memory_id, text=f"RF-1007 again, {_text(rng, 4)}")
+    _assert_same_as_fts5(engine, queries)
+
+
+def test_a_common_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -> None:
     engine.retain_batch(
-        TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(50)]
+        TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(80)]
     )
     with _snapshot(engine) as (store, cache, older):
         view = cache.sync(older)
         assert view is not None
-        # An identifier is a phrase of two tokens: positions are FTS5's.
-        assert postings.phrases(view, query_terms("RF-1007")) is None
-        assert postings.phrases(view, query_terms("ticket order")) is not None
+        # A phrase whose tokens are all in more than PHRASE_ROWS rows needs FTS5's positions.
+        assert postings.search(view, [("rf", "1007")], limit=5, texts=older.indexed_texts) is not None
+        assert postings.search(view, [("ticket", "rf")], limit=5, texts=older.indexed_texts) is None
         engine.retain(TENANT, RetainItem("a later ticket"))
         with store.read() as newer:
             assert cache.sync(newer) is not None
         # The cache is ahead of the older snapshot now: it does not answer for it.
         assert cache.sync(older) is None
-    # Recall still finds the identifier (FTS5's phrase) and filtered recalls (FTS5 with the filter).
+    # Recall still finds the identifier, the common phrase (FTS5's) and filtered recalls (FTS5 with the filter).
     assert engine.recall(TENANT, "RF-1007", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
+    assert engine.recall(TENANT, "ticket-rf order-7", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
     filtered = engine.recall(TENANT, "later ticket", k=5, scopes=["workspace/a"]).hits
     assert len(filtered) == 5 and {h.memory.scope for h in filtered} == {"workspace/a"}
     assert engine.recall(TENANT, "later ticket", k=1).hits[0].memory.text == "a later ticket"

@@ -108,6 +108,18 @@ class RecallReads(BookkeepingReads):
             )
         ]
 
+    def indexed_texts(self, memory_ids: Sequence[int]) -> dict[int, str]:
+        """The indexed text of each of ``memory_ids`` that is live and unmerged, by id."""
+        marks = ",".join("?" * len(memory_ids))
+        return {
+            memory_id: indexed_text(body, index_words)
+            for memory_id, body, index_words in self.connection.execute(
+                f"SELECT id, body, index_words FROM memories WHERE id IN ({marks}) AND forgotten_at IS NULL "
+                "AND merged_into IS NULL",
+                tuple(memory_ids),
+            )
+        }
+
     def thread_places_after(self, after_id: int, up_to_id: int) -> list[tuple[int, str | None, int, str | None]]:
         """(id, thread id, thread position, speaker) of the rows ``embeddings_after`` returns, alike."""
         return list(

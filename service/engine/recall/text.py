@@ -114,9 +114,9 @@ def text_hits(
     cached = None
     if from_postings and not query.scopes and not query.filters:
         view = postings_cache(snapshot.store).sync(snapshot.txn, snapshot.state)
-        phrases = postings.phrases(view, terms) if view is not None else None
+        phrases = postings.phrases(terms) if view is not None else None
         if view is not None and phrases is not None:
-            cached = postings.search(view, phrases, limit=depth)
+            cached = postings.search(view, phrases, limit=depth, texts=snapshot.txn.indexed_texts)
     any_terms = cached.any_terms if cached else _fts(query, snapshot.txn, "OR")
     hits = soften_length_normalisation(any_terms, b=b)
     # Coordination matters only when more memories match than BM25's cut keeps (then its
