@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import numpy as np
 import pytest
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.engine import postings
+from mnemosyne.engine import phrase_postings, postings
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.postings import PostingsCache, postings_cache
@@ -76,7 +77,7 @@ def _assert_same_as_fts5(engine: Engine, queries: list[str]) -> PostingsCache:
         assert view is not None
         for query in queries:
             terms = query_terms(query)
-            phrases = postings.phrases(terms)
+            phrases = phrase_postings.phrases(terms)
             assert phrases is not None, query
             found = postings.search(view, phrases, limit=20, texts=txn.indexed_texts)
             assert found is not None, query
@@ -160,7 +161,48 @@ def test_identifiers_are_phrases_the_cache_matches_as_fts5_does(engine: Engine) 
     _assert_same_as_fts5(engine, queries)
 
 
-def test_a_common_phrase_a_filter_or_another_snapshot_is_left_to_fts5(engine: Engine) -> None:
+def test_a_filtered_recall_s_text_leg_is_fts5_s_too(engine: Engine) -> None:
+    """Scopes and metadata: the cache scores every row, as FTS5's ``bm25()`` does whatever the
+    WHERE (the index's IDF and mean length), and keeps the allowed memories only: the same rows
+    and scores as FTS5's filtered statement, for words and identifiers, OR and AND."""
+    rng = random.Random(5)
+    items = [
+        RetainItem(
+            f"{_text(rng, rng.randint(2, 14))} RF-{rng.randint(1000, 1020)}",
+            scope=rng.choice(["global", "workspace/a", "workspace/b"]),
+            metadata={"user_id": rng.choice(["ann", "bob", "cy"])} if rng.random() < 0.8 else {},
+        )
+        for _ in range(500)
+    ]
+    engine.retain_batch(TENANT, items)
+    filters: list[tuple[list[str], dict[str, str]]] = [
+        (["workspace/a"], {}),
+        ([], {"user_id": "bob"}),
+        (["workspace/a", "workspace/b"], {"user_id": "ann"}),
+        (["workspace/zzz"], {}),  # no memory at all
+    ]
+    compared = 0
+    with _snapshot(engine) as (_, cache, txn):
+        view = cache.sync(txn)
+        assert view is not None
+        for query in [*_queries(rng)[:20], "RF-1007", "refund RF-1011", "the of"]:
+            terms = query_terms(query)
+            phrases = phrase_postings.phrases(terms)
+            assert phrases is not None
+            for scopes, metadata in filters:
+                allowed = np.array(sorted(txn.filtered_ids(scopes, metadata)), dtype=np.int64)
+                found = postings.search(view, phrases, limit=20, texts=txn.indexed_texts, allowed=allowed)
+                assert found is not None, query
+                for operator, cached in (("OR", found.any_terms), ("AND", found.all_terms)):
+                    match = match_expression(terms, operator=operator)
+                    assert match is not None
+                    expected = txn.fts_search(match, limit=20, scopes=scopes, metadata_equals=metadata)
+                    assert cached == expected, (query, operator, scopes, metadata)
+                    compared += len(expected.ids)
+    assert compared > 500
+
+
+def test_a_common_phrase_or_another_snapshot_is_left_to_fts5(engine: Engine) -> None:
     engine.retain_batch(
         TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(80)]
     )

@@ -19,13 +19,14 @@ that bound against the best it found (MaxScore's idea; ``_search_pruned``), else
 The answer is the same either way (search p50 at 1M 1.95 -> 1.01 ms).
 
 A term that is a phrase of several tokens (an identifier such as RF-12345) needs positions, which
-the postings do not keep: its rows are those holding every token whose indexed text, read in the
-recall's snapshot and tokenized, holds the tokens in a row (each start counted, as FTS5 counts a
-phrase's instances), when at most PHRASE_ROWS rows hold every token (an identifier's number is
-rare); with more, ``search`` gives None. It answers only what it can answer exactly, and the
-caller asks FTS5 for the rest: such a phrase, a recall filtered by scopes or metadata (the
-caller's choice), and a snapshot other than the cache's own (``sync`` gives None: a transaction
-older than the cache, which another recall brought further, or one the cache cannot reach yet).
+the postings do not keep: engine/phrase_postings.py finds its rows from its tokens' and their
+texts when few rows hold every token, else ``search`` gives None. A filtered recall (scopes,
+metadata) is scored over the whole index, as FTS5's ``bm25()`` is whatever the statement's WHERE
+(its IDF and mean length are the index's), and only the allowed memories kept (not pruned: the
+bound is checked against the best of every row). It answers only what it can answer exactly, and
+the caller asks FTS5 for the rest: a phrase in many rows, and a snapshot other than the cache's
+own (``sync`` gives None: a transaction older than the cache, which another recall brought
+further, or one the cache cannot reach yet).
 
 Kept in step like the vector cache (engine/index.py), inside each recall's read transaction: the
 rows above its high-water mark are tokenized and appended; a forget or a Dedup merge (``drop_texts``)
@@ -57,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mnemosyne.engine.phrase_postings import Phrase, Texts, phrase_posting
 from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
@@ -88,13 +90,6 @@ _MERGE_FRACTION = 4
 # Dead rows tolerated before the postings are rewritten without them.
 _DEAD_FRACTION = 4
 _ROW_BITS = 32
-# A phrase whose tokens are all in more rows than this is left to FTS5 (reading and tokenizing
-# each row's text costs more than FTS5's positions then).
-PHRASE_ROWS = 64
-
-Phrase = tuple[str, ...]  # a query term's tokens: one for a word, several for an identifier
-# The indexed texts of live memories by id, read in the recall's snapshot (``ReadTxn.indexed_texts``).
-Texts = Callable[[list[int]], dict[int, str]]
 
 
 def postings_cache(store: TenantStore) -> PostingsCache:
@@ -393,26 +388,23 @@ class PostingsCache:
         self._blocks = tuple(b for b in blocks if len(b.keys))
 
 
-def phrases(terms: Sequence[str]) -> list[Phrase] | None:
-    """The tokens of each of recall's query terms (FTS5's query tokenizer); None: a term has none."""
-    found = [tuple(fts5_tokens(term, query=True)) for term in terms]
-    return None if any(not tokens for tokens in found) else found
-
-
-def search(view: PostingsView, phrases: Sequence[Phrase], *, limit: int, texts: Texts) -> TextSearch | None:
+def search(
+    view: PostingsView, phrases: Sequence[Phrase], *, limit: int, texts: Texts, allowed: np.ndarray | None = None
+) -> TextSearch | None:
     """FTS5's ``bm25()`` of the rows of ``view`` matching any of ``phrases`` (in the query's
     order, a phrase repeated as often as the query repeats it), the best ``limit`` of those
-    matching any and of those matching all; None when a phrase of several tokens is in too many
-    rows to be matched here (then FTS5 answers)."""
+    matching any and of those matching all, of the memories ``allowed`` (sorted ids; None: all);
+    None when a phrase of several tokens is in too many rows to be matched here (FTS5 answers)."""
     found = []
     for phrase in phrases:
-        posting = _phrase_postings(view, phrase, texts)
+        tokens = [_postings(view, view.terms.get(token, -1)) for token in phrase]
+        posting = tokens[0] if len(tokens) == 1 else phrase_posting(phrase, tokens, view.ids, texts)
         if posting is None:
             return None
         found.append(posting)
     average = view.tokens / view.rows if view.rows else 0.0  # no live row: nothing matches
     idfs = [_idf(view, len(rows)) for rows, _ in found]
-    common = _prunable(phrases, found)
+    common = _prunable(phrases, found) if allowed is None else None
     if common is not None:
         pruned = _search_pruned(view, phrases, found, idfs, average, common, limit)
         if pruned is not None:
@@ -420,32 +412,15 @@ def search(view: PostingsView, phrases: Sequence[Phrase], *, limit: int, texts: 
     matched, place, present = _union(found)
     scores = _scores(view, found, idfs, average, place, len(matched))
     every = present == len(found)
+    if allowed is not None:
+        ids = view.ids[matched]
+        keep = (
+            allowed[np.minimum(np.searchsorted(allowed, ids), len(allowed) - 1)] == ids
+            if len(allowed)
+            else np.zeros(len(ids), dtype=bool)
+        )
+        matched, scores, every = matched[keep], scores[keep], every[keep]
     return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
-
-
-def _phrase_postings(view: PostingsView, phrase: Phrase, texts: Texts) -> tuple[np.ndarray, np.ndarray] | None:
-    """The live rows holding ``phrase`` and its instances in each (rows ascending); None for a
-    phrase of several tokens in more than PHRASE_ROWS rows, or a row the snapshot does not hold."""
-    postings = [_postings(view, view.terms.get(token, -1)) for token in phrase]
-    if len(postings) == 1:
-        return postings[0]
-    rows, *others = sorted((rows for rows, _ in postings), key=len)
-    for other in others:  # the rows holding every token: each a binary search in the longer runs
-        rows = rows[other[np.minimum(np.searchsorted(other, rows), len(other) - 1)] == rows] if len(rows) else rows
-    if len(rows) > PHRASE_ROWS:
-        return None
-    ids = view.ids[rows].tolist()
-    held = texts(ids) if ids else {}
-    if len(held) != len(ids):
-        return None
-    counts = np.array([_instances(fts5_tokens(held[i]), phrase) for i in ids], dtype=np.int64)
-    return rows[counts > 0], counts[counts > 0].astype(np.uint16)
-
-
-def _instances(tokens: list[str], phrase: Phrase) -> int:
-    """How many times ``phrase`` starts in ``tokens`` (overlapping instances each counted)."""
-    first, size = phrase[0], len(phrase)
-    return sum(1 for at, token in enumerate(tokens) if token == first and tuple(tokens[at : at + size]) == phrase)
 
 
 def _idf(view: PostingsView, df: int) -> float:

@@ -72,16 +72,19 @@ class VectorPath(NamedTuple):
 
 
 def vector_candidates(
-    query: Query, query_vector: np.ndarray, snapshot: Snapshot, ann_threshold: int, graph_share: float = 0.0
+    query: Query,
+    query_vector: np.ndarray,
+    snapshot: Snapshot,
+    allowed_ids: np.ndarray | None,
+    ann_threshold: int,
+    graph_share: float = 0.0,
 ) -> VectorPath:
     """The vector path: every row's cosine (or, for a large tenant, its approximate index's
     candidates, re-scored exactly: engine/ann.py; a hybrid recall asks it for ``graph_share`` of
-    its depth, 0: all) and the best ``depth`` rows."""
+    its depth, 0: all) and the best ``depth`` rows (of ``allowed_ids``, a filtered recall's)."""
     view = snapshot.index.sync_view(snapshot.txn, snapshot.state)
     ids, matrix, vectors = view
-    allowed = None
-    if query.scopes or query.filters:
-        allowed = np.isin(ids, np.array(snapshot.txn.filtered_ids(query.scopes, query.filters), dtype=np.int64))
+    allowed = None if allowed_ids is None else np.isin(ids, allowed_ids, assume_unique=True)
     # A large tenant's candidates come from its approximate index (a filtered recall, or one
     # while the index is made, scans exactly).
     found = None
@@ -121,16 +124,22 @@ class FindCandidates:
 
     def __call__(self, recalling: Recalling) -> None:
         query, snapshot = recalling.query, recalling.snapshot
+        allowed = None  # a filtered recall's memories, sorted ids: both legs keep only these
+        if query.scopes or query.filters:
+            allowed = np.array(sorted(snapshot.txn.filtered_ids(query.scopes, query.filters)), dtype=np.int64)
         vectors: VectorPath | None = None
         if query.vector is not None:
             with tracing.span("recall.leg.vector"):
-                vectors = vector_candidates(query, query.vector, snapshot, self.ann_threshold, self.graph_share)
+                vectors = vector_candidates(
+                    query, query.vector, snapshot, allowed, self.ann_threshold, self.graph_share
+                )
         hits = NO_HITS
         if query.mode is not RecallMode.VECTOR and query.terms:
             with tracing.span("recall.leg.text"):
                 hits = text_hits(
                     query,
                     snapshot,
+                    allowed,
                     b=self.bm25_b,
                     max_coordinated_terms=self.max_coordinated_terms,
                     from_postings=self.from_postings,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mnemosyne.engine import postings
+from mnemosyne.engine import phrase_postings, postings
 from mnemosyne.engine.postings import postings_cache
 from mnemosyne.engine.recall.ranking import TextRanking, in_sorted
 from mnemosyne.engine.recall.state import Query, Snapshot
@@ -104,19 +104,26 @@ def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
 
 
 def text_hits(
-    query: Query, snapshot: Snapshot, *, b: float, max_coordinated_terms: int, from_postings: bool
+    query: Query,
+    snapshot: Snapshot,
+    allowed: np.ndarray | None,
+    *,
+    b: float,
+    max_coordinated_terms: int,
+    from_postings: bool,
 ) -> TextRanking:
     """The full-text path: BM25 from the tenant's postings cache when it can answer exactly
-    (engine/postings.py; unfiltered, ``from_postings``), else FTS5's, re-weighed to ``b``; the
-    hits holding every term lifted (``coordinate``)."""
+    (engine/postings.py; ``from_postings``), else FTS5's, re-weighed to ``b``; the hits holding
+    every term lifted (``coordinate``). ``allowed``: a filtered recall's memory ids, sorted."""
     terms, depth = query.terms, query.depth
     coordinated = 2 <= len(terms) <= max_coordinated_terms
     cached = None
-    if from_postings and not query.scopes and not query.filters:
+    if from_postings:
         view = postings_cache(snapshot.store).sync(snapshot.txn, snapshot.state)
-        phrases = postings.phrases(terms) if view is not None else None
+        phrases = phrase_postings.phrases(terms) if view is not None else None
         if view is not None and phrases is not None:
-            cached = postings.search(view, phrases, limit=depth, texts=snapshot.txn.indexed_texts)
+            texts = snapshot.txn.indexed_texts
+            cached = postings.search(view, phrases, limit=depth, texts=texts, allowed=allowed)
     any_terms = cached.any_terms if cached else _fts(query, snapshot.txn, "OR")
     hits = soften_length_normalisation(any_terms, b=b)
     # Coordination matters only when more memories match than BM25's cut keeps (then its
