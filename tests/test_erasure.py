@@ -44,7 +44,15 @@ from mnemosyne.client import (
 from mnemosyne.engine.ann import read_index_file
 from mnemosyne.engine.types import WEBHOOK_KINDS
 from mnemosyne.store import ledger
-from mnemosyne.store.schema import ERASURE, FORGET_KEEPS, SCHEMA_VERSION, forgotten_columns
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS
+from mnemosyne.store.schema import (
+    _V_FORGOTTEN_CLEARED,
+    ERASURE,
+    FORGET_KEEPS,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    forgotten_columns,
+)
 from mnemosyne.store.tenant_store import TenantStore
 from mnemosyne.transport.http.mem0_endpoints import ENTITY_FIELDS
 from mnemosyne.transport.server import SERVICES
@@ -68,6 +76,9 @@ UNDO_WEBHOOKS = (
 )
 # What _V_EXPIRY_AND_REVISIONS added (issue 43), undone to make a file of an earlier version.
 UNDO_REEMBED = "DROP TABLE reembed_vectors; "
+UNDO_METADATA_INDEXES = "".join(
+    f"DROP INDEX memories_metadata_{key.replace('.', '_')}; " for key in INDEXED_METADATA_KEYS
+)
 UNDO_EXPIRY_AND_REVISIONS = (
     "DROP INDEX memories_expires; ALTER TABLE memories DROP COLUMN expires_at; "
     "DROP TABLE memory_revisions; DROP TABLE record_revisions; "
@@ -370,6 +381,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
+        + UNDO_METADATA_INDEXES  # and the metadata indexes
         + UNDO_REEMBED  # and a re-embedding's table
         + UNDO_EXPIRY_CHANGES_DELIVERED  # and the expiry changes' deliveries
         + UNDO_EXPIRY_AND_REVISIONS  # and expiry's and revisions'
@@ -1077,12 +1089,13 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
+        + UNDO_METADATA_INDEXES
         + UNDO_REEMBED
         + UNDO_EXPIRY_CHANGES_DELIVERED
         + UNDO_EXPIRY_AND_REVISIONS
         + UNDO_WEBHOOKS
         + UNDO_ACCEPTANCE  # the version before _V_FORGOTTEN_CLEARED (then the later ones run again)
-        + f"PRAGMA user_version = {SCHEMA_VERSION - 6}",
+        + f"PRAGMA user_version = {MIGRATIONS.index(_V_FORGOTTEN_CLEARED)}",
         (json.dumps({"k": kept["meta"]}), kept["who"], kept["thread"], old, kept["thread"], old, later, live),
     )
     connection.close()

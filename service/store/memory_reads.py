@@ -8,12 +8,22 @@ from typing import Any
 
 from mnemosyne.store.bookkeeping import BookkeepingReads
 from mnemosyne.store.memory_rows import MemoryRow, MemoryVersion, metadata_of
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_path
 
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
-# One metadata pair of a filter: json_each with bound parameters, so keys from clients never
-# become JSON path syntax.
-_METADATA_PAIR = "EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
+
+
+def metadata_clause(alias: str, key: str, value: str, params: list[Any]) -> str:
+    """The clause of memories ``alias`` whose metadata holds ``key`` = ``value`` (appended to
+    ``params``): by its expression index for an indexed key (schema.INDEXED_METADATA_KEYS: our
+    own constants in the path), else by json_each with bound parameters, so keys from clients
+    never become JSON path syntax."""
+    if key in INDEXED_METADATA_KEYS:
+        params.append(value)
+        return f"json_extract({alias}.metadata, {metadata_path(key)}) = ?"
+    params.extend((key, value))
+    return f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
 
 
 def listing_filters(
@@ -35,8 +45,7 @@ def listing_filters(
         sql += " AND (m.expires_at IS NULL OR m.expires_at > ?)"
         params.append(unexpired_at)
     for key, value in sorted((metadata_equals or {}).items()):
-        sql += f" AND {_METADATA_PAIR.format(alias='m')}"
-        params.extend((key, value))
+        sql += f" AND {metadata_clause('m', key, value, params)}"
     return sql
 
 
@@ -54,8 +63,7 @@ def live_filter(
         clauses.append(f"{alias}.scope IN ({','.join('?' * len(scopes))})")
         params.extend(scopes)
     for key, value in sorted(metadata_equals.items()):
-        clauses.append(_METADATA_PAIR.format(alias=alias))
-        params.extend((key, value))
+        clauses.append(metadata_clause(alias, key, value, params))
     return " AND ".join(clauses), params
 
 

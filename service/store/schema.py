@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from mnemosyne.store.metadata_index import METADATA_INDEXES as _V_METADATA_INDEXES
 from mnemosyne.store.webhook_schema import WEBHOOKS as _V_WEBHOOKS
 
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
@@ -428,6 +429,7 @@ MIGRATIONS: list[str] = [
     _V_EXPIRY_AND_REVISIONS,
     _V_EXPIRY_CHANGES_DELIVERED,
     _V_REEMBED,
+    _V_METADATA_INDEXES,
 ]
 # The tables each migration adds: a file at version v holds those of the first v migrations, and
 # one lacking any of them is damaged (and is not migrated further).
@@ -450,6 +452,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"memory_revisions", "record_revisions"}),  # _V_EXPIRY_AND_REVISIONS
     frozenset(),  # _V_EXPIRY_CHANGES_DELIVERED
     frozenset({"reembed_vectors"}),  # _V_REEMBED
+    frozenset(),  # _V_METADATA_INDEXES
 ]
 
 

@@ -1,0 +1,23 @@
+"""The metadata keys with an index of their own: a tenant file's partial expression indexes
+(schema.py's migration) and the filter clause that uses them (store/memory_reads.py
+``metadata_clause``)."""
+
+from __future__ import annotations
+
+# The metadata keys under which the mem0 surface keeps a memory's user, agent, app and run
+# (transport/http/mem0_endpoints.py), one of which every mem0 search and listing filters by: each
+# has a partial expression index, so such a filter (store/memory_reads.py ``metadata_clause``)
+# finds its memories by the index instead of reading every memory's metadata.
+INDEXED_METADATA_KEYS = ("mem0.user_id", "mem0.agent_id", "mem0.app_id", "mem0.run_id")
+
+
+def metadata_path(key: str) -> str:
+    """The JSON path of an indexed metadata key, as its index and its filter both spell it."""
+    return f"'$.\"{key}\"'"
+
+
+METADATA_INDEXES = "".join(
+    f"CREATE INDEX memories_metadata_{key.replace('.', '_')} ON memories(json_extract(metadata, {metadata_path(key)})) "
+    f"WHERE json_extract(metadata, {metadata_path(key)}) IS NOT NULL;\n"
+    for key in INDEXED_METADATA_KEYS
+)

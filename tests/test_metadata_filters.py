@@ -1,0 +1,134 @@
+"""A metadata filter by one of the keys the mem0 surface keeps its entities under (its user,
+agent, app and run: store/schema.py ``INDEXED_METADATA_KEYS``) is answered by that key's
+expression index, with the same memories as reading every memory's metadata: through updates,
+forgets and beside other keys; a file of the schema before the indexes gets them when it opens.
+A real engine on real files, in this process, so the plans and the file can be looked at."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainItem
+from mnemosyne.store.memory_reads import live_filter
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS
+from mnemosyne.store.schema import SCHEMA_VERSION
+from mnemosyne.store.tenant_store import ReadTxn
+from mnemosyne.transport.http.mem0_endpoints import ENTITY_FIELDS, ENTITY_PREFIX
+
+TENANT = "filters"
+USERS = [f"user-{n}" for n in range(8)]
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _scanned(txn: ReadTxn, metadata: dict[str, str]) -> set[int]:
+    """The live memories holding every pair, each memory's metadata read (no index)."""
+    return {
+        memory_id
+        for memory_id, held in txn.connection.execute(
+            "SELECT id, metadata FROM memories WHERE forgotten_at IS NULL", ()
+        )
+        if all(json.loads(held).get(k) == v for k, v in metadata.items())
+    }
+
+
+def _plan(txn: ReadTxn, metadata: dict[str, str]) -> str:
+    where, params = live_filter("m", [], metadata)
+    return " ".join(
+        row[3]
+        for row in txn.connection.execute(f"EXPLAIN QUERY PLAN SELECT m.id FROM memories m WHERE {where}", params)
+    )
+
+
+def test_the_indexed_keys_are_the_mem0_surface_s() -> None:
+    assert set(INDEXED_METADATA_KEYS) == {ENTITY_PREFIX + field for field in ENTITY_FIELDS}
+
+
+def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Engine) -> None:
+    rng = random.Random(3)
+    ids = []
+    for batch in range(3):
+        items = [
+            RetainItem(
+                f"note {batch}-{n} about the garden",
+                metadata={
+                    **({"mem0.user_id": rng.choice(USERS)} if rng.random() < 0.9 else {}),
+                    **({"mem0.agent_id": rng.choice(["planner", "coder"])} if rng.random() < 0.5 else {}),
+                    **({"topic": rng.choice(["a", "b"])} if rng.random() < 0.5 else {}),
+                    # A key that only looks like an indexed one, and a quote in a value.
+                    **({"mem0.user_id2": "user-1", "quote": 'say "hi"'} if rng.random() < 0.1 else {}),
+                },
+            )
+            for n in range(300)
+        ]
+        ids += [outcome.memory_id for outcome in engine.retain_batch(TENANT, items)]
+    forgotten = set(rng.sample(ids, 60))
+    for memory_id in forgotten:
+        engine.memories.forget(TENANT, memory_id)
+    for memory_id in rng.sample(sorted(set(ids) - forgotten), 30):
+        engine.updates.update(TENANT, memory_id, metadata={"mem0.user_id": "user-moved"})
+    filters = [
+        {"mem0.user_id": "user-1"},
+        {"mem0.user_id": "user-moved"},
+        {"mem0.user_id": "user-1", "mem0.agent_id": "coder"},
+        {"mem0.user_id": "user-2", "topic": "a"},
+        {"mem0.run_id": "never"},
+        {"mem0.user_id2": "user-1"},
+        {"quote": 'say "hi"'},
+    ]
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        with store.read() as txn:
+            for metadata in filters:
+                expected = _scanned(txn, metadata)
+                assert set(txn.filtered_ids([], metadata)) == expected, metadata
+                plan = _plan(txn, metadata)
+                indexed = [key for key in metadata if key in INDEXED_METADATA_KEYS]
+                if indexed:
+                    assert "USING INDEX memories_metadata_" in plan, (metadata, plan)
+                else:
+                    assert "memories_metadata_" not in plan, (metadata, plan)
+            assert len(txn.filtered_ids([], {"mem0.user_id": "user-moved"})) == 30
+    # Recall and listing answer by the same filter.
+    hits = engine.recall(TENANT, "garden note", k=50, metadata_equals={"mem0.user_id": "user-moved"}).hits
+    assert hits and {h.memory.metadata["mem0.user_id"] for h in hits} == {"user-moved"}
+    page = engine.memories.page(TENANT, metadata_equals={"mem0.user_id": "user-3"}, page_size=1000)
+    assert page.memories and {m.metadata["mem0.user_id"] for m in page.memories} == {"user-3"}
+
+
+def test_a_file_from_before_the_indexes_gets_them_when_it_opens(tmp_path: Path) -> None:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    engine.retain_batch(TENANT, [RetainItem(f"note {n}", metadata={"mem0.user_id": USERS[n % 3]}) for n in range(50)])
+    path = engine.pool.path_for(TENANT)
+    engine.close()
+    connection = apsw.Connection(str(path))
+    for key in INDEXED_METADATA_KEYS:
+        connection.execute(f"DROP INDEX memories_metadata_{key.replace('.', '_')}")
+    connection.pragma("user_version", SCHEMA_VERSION - 1)
+    connection.close()
+    reopened = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    try:
+        assert len(reopened.memories.page(TENANT, metadata_equals={"mem0.user_id": USERS[1]}).memories) == 17
+        with reopened.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            with store.read() as txn:
+                names = {row[1] for row in txn.connection.execute("PRAGMA index_list(memories)")}
+                assert {f"memories_metadata_{key.replace('.', '_')}" for key in INDEXED_METADATA_KEYS} <= names
+                assert txn.connection.pragma("user_version") == SCHEMA_VERSION
+    finally:
+        reopened.close()
