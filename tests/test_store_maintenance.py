@@ -5,14 +5,17 @@ durability setting as it was."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES, Maintainer
 from mnemosyne.store.pool import SEGMENTS_ON_OPEN, TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 from tests.support import sql_row
@@ -231,3 +234,27 @@ def test_a_merge_stopped_at_its_bound_goes_on_in_later_passes(tmp_path: Path, mo
     finally:
         pool.close()
     assert _segments(path) == 1
+
+
+def test_a_pass_the_shutdown_cuts_short_is_not_logged_as_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    """A pass still running when the store closes (a large tenant's merge outlasts stop's wait)
+    fails on its closed connection: the shutdown's doing, logged as such, not as an error."""
+    caplog.set_level(logging.INFO, logger="mnemosyne.store.maintenance")
+    started, closed = threading.Event(), threading.Event()
+
+    def maintain(tenant: str) -> None:
+        started.set()
+        closed.wait(10)
+        raise apsw.ConnectionClosedError("The connection has been closed")
+
+    maintainer = Maintainer(maintain)
+    maintainer.request("big")
+    assert started.wait(10)
+    stopping = threading.Thread(target=maintainer.stop)
+    stopping.start()
+    while not maintainer._stopping:
+        time.sleep(0.01)
+    closed.set()  # the files close under the pass
+    stopping.join(15)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert "ended by the shutdown" in caplog.text

@@ -96,4 +96,7 @@ class Maintainer:
                 self._maintain(tenant)
                 self.completed += 1
             except Exception:  # a failed pass loses nothing: the next one does the work
+                if self._stopping:  # a long pass whose files the shutdown closed (after stop's wait)
+                    log.info("background maintenance of tenant %s ended by the shutdown", tenant)
+                    return
                 log.exception("background maintenance failed for tenant %s", tenant)
