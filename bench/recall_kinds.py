@@ -1,0 +1,82 @@
+"""Recall of three kinds of query in process: plain, filtered by a mem0 user, holding an identifier.
+
+    python -m bench.recall_kinds [--memories 10000] [--rounds 3]
+    <another version's venv>/bin/python bench/recall_kinds.py   # the same, that version's engine
+
+One engine in this process (the server's interpreter settings), one tenant of ``--memories``
+memories of bench/corpus.py, each kept with a ``mem0.user_id`` of one of 20 users (as the mem0
+surface keeps it), the hashing embedder, k = 10. Each round recalls 200 plain queries, the same
+filtered by one user (``metadata_equals``), and the corpus's queries holding an identifier such as
+``rf-12345`` (about 3% of them); prints each kind's p50 and mean over the rounds. Run by another
+version's interpreter (its checkout's ``mnemosyne``), it measures that version: the kinds' costs
+before and after a change, alternated (docs/performance.md#identifiers-and-filtered-recalls-from-the-postings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ when run as a file
+
+from bench.corpus import Corpus  # noqa: E402
+from mnemosyne.runtime.interpreter import tune_interpreter  # noqa: E402
+
+USERS = [f"user-{n}" for n in range(20)]
+IDENTIFIER = re.compile(r"\w+-\d+")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    tune_interpreter()  # the server's interpreter settings, before numpy loads
+    from mnemosyne.engine.config import EngineConfig
+    from mnemosyne.engine.engine import Engine
+    from mnemosyne.engine.types import RetainItem
+
+    corpus, rng = Corpus(), random.Random(3)
+    with tempfile.TemporaryDirectory(prefix="recall-kinds-") as tmp:
+        engine = Engine(EngineConfig(data_dir=Path(tmp), embedder="hashing"))
+        try:
+            for start in range(0, args.memories, 1000):
+                texts = corpus.memories(start, min(1000, args.memories - start))
+                engine.retain_batch(
+                    "t", [RetainItem(text, metadata={"mem0.user_id": rng.choice(USERS)}) for text in texts]
+                )
+            queries = corpus.queries(args.memories, 600)
+            identifiers = [q for q in queries if IDENTIFIER.search(q)]
+            plain = [q for q in queries if not IDENTIFIER.search(q)][:200]
+            for query in queries[:20]:  # warm-up: the first recall loads the caches
+                engine.recall("t", query, k=10)
+            took: dict[str, list[float]] = {"plain": [], "filtered by a user": [], "holding an identifier": []}
+            for _ in range(args.rounds):
+                for kind, group in (
+                    ("plain", plain),
+                    ("filtered by a user", plain),
+                    ("holding an identifier", identifiers),
+                ):
+                    for query in group:
+                        only = {"mem0.user_id": rng.choice(USERS)} if kind == "filtered by a user" else None
+                        started = time.perf_counter()
+                        engine.recall("t", query, k=10, metadata_equals=only)
+                        took[kind].append(time.perf_counter() - started)
+        finally:
+            engine.close()
+    for kind, seconds in took.items():
+        print(
+            f"{kind}: {len(seconds)} recalls, p50 {statistics.median(seconds) * 1e3:.3f} ms, "
+            f"mean {statistics.mean(seconds) * 1e3:.3f} ms"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
