@@ -1,5 +1,5 @@
 """A metadata filter by one of the keys the mem0 surface keeps its entities under (its user,
-agent, app and run: store/schema.py ``INDEXED_METADATA_KEYS``) is answered by that key's
+agent, app and run: store/metadata_index.py) is answered by that key's
 expression index, with the same memories as reading every memory's metadata: through updates,
 forgets and beside other keys; a file of the schema before the indexes gets them when it opens.
 A real engine on real files, in this process, so the plans and the file can be looked at."""

@@ -16,7 +16,7 @@ _IN_CHUNK = 500
 
 def metadata_clause(alias: str, key: str, value: str, params: list[Any]) -> str:
     """The clause of memories ``alias`` whose metadata holds ``key`` = ``value`` (appended to
-    ``params``): by its expression index for an indexed key (schema.INDEXED_METADATA_KEYS: our
+    ``params``): by its expression index for an indexed key (``INDEXED_METADATA_KEYS``: our
     own constants in the path), else by json_each with bound parameters, so keys from clients
     never become JSON path syntax."""
     if key in INDEXED_METADATA_KEYS:
