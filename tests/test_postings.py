@@ -24,6 +24,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.engine import phrase_postings, postings
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.phrase_postings import PHRASE_TOKENS
 from mnemosyne.engine.postings import PostingsCache, postings_cache
 from mnemosyne.engine.recall.text import match_expression, query_terms
 from mnemosyne.engine.types import RecallMode, RetainItem
@@ -206,12 +207,19 @@ def test_a_common_phrase_or_another_snapshot_is_left_to_fts5(engine: Engine) -> 
     engine.retain_batch(
         TENANT, [RetainItem(f"ticket RF-{1000 + i} about order {i}", scope="workspace/a") for i in range(80)]
     )
+    # Long memories holding one identifier: few rows, but more tokens than PHRASE_TOKENS to read.
+    long_tail = " ".join(["lorem"] * (PHRASE_TOKENS // 8))
+    engine.retain_batch(TENANT, [RetainItem(f"RF-5555 long report {i}: {long_tail}") for i in range(9)])
     with _snapshot(engine) as (store, cache, older):
         view = cache.sync(older)
         assert view is not None
-        # A phrase whose tokens are all in more than PHRASE_ROWS rows needs FTS5's positions.
+        # A phrase whose tokens are all in more than PHRASE_ROWS rows needs FTS5's positions,
+        # and so does one whose rows hold more than PHRASE_TOKENS tokens together.
         assert postings.search(view, [("rf", "1007")], limit=5, texts=older.indexed_texts) is not None
         assert postings.search(view, [("ticket", "rf")], limit=5, texts=older.indexed_texts) is None
+        assert postings.search(view, [("rf", "5555")], limit=5, texts=older.indexed_texts) is None
+        two = [("rf", "1007"), ("rf", "1008")]  # the budget is the query's, not each phrase's
+        assert postings.search(view, two, limit=5, texts=older.indexed_texts) is not None
         engine.retain(TENANT, RetainItem("a later ticket"))
         with store.read() as newer:
             assert cache.sync(newer) is not None
@@ -219,6 +227,8 @@ def test_a_common_phrase_or_another_snapshot_is_left_to_fts5(engine: Engine) -> 
         assert cache.sync(older) is None
     # Recall still finds the identifier, the common phrase (FTS5's) and filtered recalls (FTS5 with the filter).
     assert engine.recall(TENANT, "RF-1007", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
+    found = engine.recall(TENANT, "RF-5555", k=20, mode=RecallMode.TEXT).hits  # FTS5's phrase
+    assert len(found) == 9 and all(h.memory.text.startswith("RF-5555 long report") for h in found)
     assert engine.recall(TENANT, "ticket-rf order-7", k=1).hits[0].memory.text == "ticket RF-1007 about order 7"
     filtered = engine.recall(TENANT, "later ticket", k=5, scopes=["workspace/a"]).hits
     assert len(filtered) == 5 and {h.memory.scope for h in filtered} == {"workspace/a"}

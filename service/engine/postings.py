@@ -58,7 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.phrase_postings import Phrase, Texts, phrase_posting
+from mnemosyne.engine.phrase_postings import PHRASE_TOKENS, Phrase, Texts, phrase_posting
 from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
@@ -395,13 +395,17 @@ def search(
     order, a phrase repeated as often as the query repeats it), the best ``limit`` of those
     matching any and of those matching all, of the memories ``allowed`` (sorted ids; None: all);
     None when a phrase of several tokens is in too many rows to be matched here (FTS5 answers)."""
-    found = []
+    found, budget = [], PHRASE_TOKENS
     for phrase in phrases:
         tokens = [_postings(view, view.terms.get(token, -1)) for token in phrase]
-        posting = tokens[0] if len(tokens) == 1 else phrase_posting(phrase, tokens, view.ids, texts)
-        if posting is None:
+        if len(tokens) == 1:
+            found.append(tokens[0])
+            continue
+        in_rows = phrase_posting(phrase, tokens, view.ids, view.lengths, texts, budget)
+        if in_rows is None:
             return None
-        found.append(posting)
+        found.append(in_rows[0])
+        budget -= in_rows[1]
     average = view.tokens / view.rows if view.rows else 0.0  # no live row: nothing matches
     idfs = [_idf(view, len(rows)) for rows, _ in found]
     common = _prunable(phrases, found) if allowed is None else None
