@@ -109,8 +109,9 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
 
 @pytest.mark.parametrize("batch", [False, True])
 def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:
-    # SQLite's own SQLITE_FULL, raised when the file would grow past 60 pages (test seam).
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=60"}).start()
+    # SQLite's own SQLITE_FULL, raised when the file would grow past 64 pages (test seam): a new
+    # tenant's file takes ~45 (its tables and indexes, one page each at least).
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=64"}).start()
     committed: dict[int, str] = {}
     with MemoryClient(server.target, retries=0) as c:
         for n in range(200):

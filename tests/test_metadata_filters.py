@@ -132,3 +132,30 @@ def test_a_file_from_before_the_indexes_gets_them_when_it_opens(tmp_path: Path) 
                 assert txn.connection.pragma("user_version") == SCHEMA_VERSION
     finally:
         reopened.close()
+
+
+def test_metadata_that_is_not_json_is_no_value_of_the_index_never_an_error(tmp_path: Path) -> None:
+    """A damaged row (metadata that is not JSON) is a finding of verify: the index takes it as
+    holding no entity, so writing it, filtering by an entity and rewriting it all still work."""
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    try:
+        ids = [
+            o.memory_id
+            for o in engine.retain_batch(
+                TENANT, [RetainItem(f"note {n}", metadata={"mem0.user_id": "user-1"}) for n in range(3)]
+            )
+        ]
+        with engine.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.connection.execute("UPDATE memories SET metadata = '[1' WHERE id = ?", (ids[0],))
+            with store.read() as txn:
+                assert sorted(txn.filtered_ids([], {"mem0.user_id": "user-1"})) == ids[1:]
+            with store.write() as txn:  # rewritten (a repair): the index takes the new value
+                txn.connection.execute(
+                    "UPDATE memories SET metadata = ? WHERE id = ?", ('{"mem0.user_id": "user-2"}', ids[0])
+                )
+        repaired = engine.memories.page(TENANT, metadata_equals={"mem0.user_id": "user-2"}).memories
+        assert [m.id for m in repaired] == ids[:1]
+    finally:
+        engine.close()

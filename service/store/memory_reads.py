@@ -8,7 +8,7 @@ from typing import Any
 
 from mnemosyne.store.bookkeeping import BookkeepingReads
 from mnemosyne.store.memory_rows import MemoryRow, MemoryVersion, metadata_of
-from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_path
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_value
 
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
@@ -21,7 +21,7 @@ def metadata_clause(alias: str, key: str, value: str, params: list[Any]) -> str:
     never become JSON path syntax."""
     if key in INDEXED_METADATA_KEYS:
         params.append(value)
-        return f"json_extract({alias}.metadata, {metadata_path(key)}) = ?"
+        return f"{metadata_value(f'{alias}.metadata', key)} = ?"
     params.extend((key, value))
     return f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
 

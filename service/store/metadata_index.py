@@ -11,13 +11,15 @@ from __future__ import annotations
 INDEXED_METADATA_KEYS = ("mem0.user_id", "mem0.agent_id", "mem0.app_id", "mem0.run_id")
 
 
-def metadata_path(key: str) -> str:
-    """The JSON path of an indexed metadata key, as its index and its filter both spell it."""
-    return f"'$.\"{key}\"'"
+def metadata_value(column: str, key: str) -> str:
+    """The SQL of an indexed key's value in a metadata ``column``, as its index and its filter both
+    spell it: NULL for metadata that is not JSON (a damaged row is a finding of verify, never an
+    error of the write, forget or filter that meets it)."""
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$.\"{key}\"') END"
 
 
 METADATA_INDEXES = "".join(
-    f"CREATE INDEX memories_metadata_{key.replace('.', '_')} ON memories(json_extract(metadata, {metadata_path(key)})) "
-    f"WHERE json_extract(metadata, {metadata_path(key)}) IS NOT NULL;\n"
+    f"CREATE INDEX memories_metadata_{key.replace('.', '_')} ON memories({metadata_value('metadata', key)}) "
+    f"WHERE {metadata_value('metadata', key)} IS NOT NULL;\n"
     for key in INDEXED_METADATA_KEYS
 )
