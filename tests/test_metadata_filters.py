@@ -134,9 +134,10 @@ def test_a_file_from_before_the_indexes_gets_them_when_it_opens(tmp_path: Path) 
         reopened.close()
 
 
-def test_metadata_that_is_not_json_is_no_value_of_the_index_never_an_error(tmp_path: Path) -> None:
-    """A damaged row (metadata that is not JSON) is a finding of verify: the index takes it as
-    holding no entity, so writing it, filtering by an entity and rewriting it all still work."""
+def test_metadata_that_is_not_json_is_never_an_error(tmp_path: Path) -> None:
+    """A damaged row (metadata that is not a JSON object) is a finding of verify: the index takes
+    it as holding no entity, so writing it, filtering by an entity and rewriting it still work;
+    reads show it without metadata, and it can be forgotten."""
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
     try:
         ids = [
@@ -157,5 +158,15 @@ def test_metadata_that_is_not_json_is_no_value_of_the_index_never_an_error(tmp_p
                 )
         repaired = engine.memories.page(TENANT, metadata_equals={"mem0.user_id": "user-2"}).memories
         assert [m.id for m in repaired] == ids[:1]
+        with engine.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            with store.write() as txn:
+                txn.connection.execute("UPDATE memories SET metadata = '[1' WHERE id = ?", (ids[1],))
+                txn.connection.execute("UPDATE memories SET metadata = '[1]' WHERE id = ?", (ids[2],))
+        # Reads show such a memory without metadata, and its forget erases it.
+        assert {h.memory.id: h.memory.metadata for h in engine.recall(TENANT, "note", k=5).hits}[ids[1]] == {}
+        assert engine.memories.get(TENANT, ids[2]).metadata == {}
+        engine.memories.forget(TENANT, ids[1])
+        assert engine.memories.get(TENANT, ids[1]).forgotten
     finally:
         engine.close()

@@ -55,8 +55,16 @@ def indexed_text(body: str, index_words: str | None) -> str:
 
 
 def metadata_of(text: str) -> dict[str, str]:
-    """A stored metadata column as a mapping."""
-    return json.loads(text) if text and text != "{}" else {}  # most memories have none
+    """A stored metadata column as a mapping: none for a value that is not a JSON object (a row
+    damaged by editing the file, which the audit ledger's verify reports), so a recall, a read
+    or the forget that meets it goes on."""
+    if not text or text == "{}":
+        return {}  # most memories have none
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass
