@@ -149,19 +149,24 @@ def _health(target: str, *flags: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _https_ping(port: int, pki: Pki, client: Pem | None = None) -> int:
-    """The HTTP status of GET /v1/ping over TLS, verifying the server against the test CA (and
-    presenting ``client``); 0 when the handshake fails."""
+def _tls_exchange(port: int, pki: Pki, request: bytes, client: Pem | None = None, size: int = 4096) -> bytes:
+    """What the TLS server on ``port`` answers first to ``request``, verified against the test CA
+    (presenting ``client``); b"" when the handshake fails or the connection closes unanswered."""
     context = ssl.create_default_context(cafile=str(pki.ca.cert))
     if client is not None:
         context.load_cert_chain(str(client.cert), str(client.key))
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
             with context.wrap_socket(raw, server_hostname="localhost") as tls:
-                tls.sendall(b"GET /v1/ping HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                answer = tls.recv(4096)
+                tls.sendall(request)
+                return tls.recv(size)
     except (ssl.SSLError, ConnectionError):
-        return 0
+        return b""
+
+
+def _https_ping(port: int, pki: Pki, client: Pem | None = None) -> int:
+    """The HTTP status of GET /v1/ping over TLS (presenting ``client``); 0 when the handshake fails."""
+    answer = _tls_exchange(port, pki, b"GET /v1/ping HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", client)
     return int(answer.split(b" ", 2)[1]) if answer else 0
 
 
@@ -452,18 +457,9 @@ def test_members_forward_over_tls_and_their_link_is_tls_too(tmp_path: Path, pki:
 
 
 def _link_hello(port: int, pki: Pki, key: bytes, client: Pem | None = None) -> bytes:
-    """What a member link port answers first to a hello carrying the member ``key``, over TLS
-    trusting the test CA (presenting ``client``): b"" when the connection closes unanswered."""
-    context = ssl.create_default_context(cafile=str(pki.ca.cert))
-    if client is not None:
-        context.load_cert_chain(str(client.cert), str(client.key))
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname="localhost") as tls:
-                tls.sendall(struct.pack("!IIB", len(key), 0, 1) + key)
-                return tls.recv(64)
-    except (ssl.SSLError, ConnectionError):
-        return b""
+    """What a member link port answers first to a hello carrying the member ``key`` (presenting
+    ``client``): b"" when the connection closes unanswered."""
+    return _tls_exchange(port, pki, struct.pack("!IIB", len(key), 0, 1) + key, client, size=64)
 
 
 def test_members_forward_over_mutual_tls_on_the_hop_and_the_link(tmp_path: Path, pki: Pki) -> None:
