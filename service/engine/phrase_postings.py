@@ -44,8 +44,10 @@ def phrase_posting(
     rows, *others = sorted((rows for rows, _ in tokens), key=len)
     for other in others:
         rows = rows[other[np.minimum(np.searchsorted(other, rows), len(other) - 1)] == rows] if len(rows) else rows
+    if len(rows) > PHRASE_ROWS:
+        return None
     spent = int(lengths[rows].sum())
-    if len(rows) > PHRASE_ROWS or spent > budget:
+    if spent > budget:
         return None
     memory_ids = ids[rows].tolist()
     held = texts(memory_ids) if memory_ids else {}
