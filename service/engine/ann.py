@@ -84,6 +84,10 @@ EXPANSION_SEARCH = 32
 # memories whose words the query holds, and 66 serve it (the fused top 10 0.996 against 0.9985;
 # 32 with the hashing embedder at 1M: the same fused top 10, recall/settings.py ``graph_share``).
 VECTOR_ONLY_BREADTH = 256
+# The most neighbours a filtered recall asks of the graph (it asks as many more as its filter
+# keeps fewer rows); one whose filter keeps too few rows for them to hold its depth scans those
+# rows exactly (recall/candidates.py).
+FILTERED_BREADTH = 1024
 # Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in
 # the cache until the rebuild) without losing live candidates.
 ANN_SLACK = 16
@@ -106,15 +110,27 @@ class AnnFigures:
     """What this process's approximate indexes did, for the operator's metrics (read on every
     scrape: cheap, no file opened): graphs made by kind (``build`` from every row, ``catch_up`` of a
     copy taking in new rows, ``load`` of an index file), the seconds they took, and the rows the
-    graphs of the open tenants hold now."""
+    graphs of the open tenants hold now; and recalls' vector legs by where their candidates came
+    from (``SOURCES``: the graph, every row scored, only the rows a filter keeps)."""
 
     KINDS = ("build", "catch_up", "load")
+    SOURCES = ("graph", "every_row", "filtered_rows")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(self.KINDS, 0)
         self._seconds = dict.fromkeys(self.KINDS, 0.0)
+        self._sources = dict.fromkeys(self.SOURCES, 0)
         self._indexes: weakref.WeakSet[AnnIndex] = weakref.WeakSet()
+
+    def searched(self, source: str) -> None:
+        with self._lock:
+            self._sources[source] += 1
+
+    def sources(self) -> dict[str, int]:
+        """source -> recalls' vector legs whose candidates came from it."""
+        with self._lock:
+            return dict(self._sources)
 
     def made(self, kind: str, seconds: float) -> None:
         with self._lock:
@@ -142,14 +158,18 @@ FIGURES = AnnFigures()
 
 class RowScores:
     """The exact cosine of the rows asked for (``scores[rows]``), from the cache's row-major
-    vectors: a recall with the graph scores its candidates only, never every row."""
+    vectors: a recall with the graph scores its candidates only, never every row. A filtered
+    recall's rows outside ``allowed`` (a mask of every row) score -inf, as in the full product."""
 
-    def __init__(self, vectors: np.ndarray, query_vector: np.ndarray) -> None:
+    def __init__(self, vectors: np.ndarray, query_vector: np.ndarray, allowed: np.ndarray | None = None) -> None:
         self._vectors = vectors
         self._query = query_vector
+        self._allowed = allowed
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         scores: np.ndarray = self._vectors[rows] @ self._query
+        if self._allowed is not None:
+            scores = np.where(self._allowed[rows], scores, np.float32(-np.inf))
         return scores
 
     def __len__(self) -> int:
@@ -208,26 +228,37 @@ class AnnIndex:
         depth: int,
         breadth: int,
         source: Callable[[], Source],
+        allowed: np.ndarray | None = None,
     ) -> tuple[RowScores, np.ndarray] | None:
         """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
         lower row), or None when the recall must scan exactly: no graph of the cache's epoch is
-        published yet (then one is being made). The graph is asked for ``breadth`` neighbours."""
+        published yet (then one is being made), or, for a filtered recall (``allowed``: a mask of
+        the rows it may return), fewer than ``depth`` of the graph's neighbours pass the filter.
+        The graph is asked for ``breadth`` neighbours."""
         graph = self.graph
         if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
             self._start(source)
             if graph is None or graph.epoch != epoch:
                 return None
-        scores = RowScores(vectors, query_vector)
+        scores = RowScores(vectors, query_vector, allowed)
         found = graph.index.search(query_vector, breadth).keys.astype(np.int64)
-        rows = _present(ids, found)
+        rows = present_rows(ids, found)
         # The rows the graph lacks: ids above its high-water mark, a contiguous tail (ids ascend).
         tail = int(np.searchsorted(ids, graph.high_water, side="right"))
         extra = [rows]
         if tail < len(ids):
-            extra.append(tail + _top_tail(matrix[tail:], query_vector, depth))
+            if allowed is None:
+                extra.append(tail + _top_tail(matrix[tail:], query_vector, depth))
+            else:
+                tail_rows = tail + np.flatnonzero(allowed[tail:])
+                extra.append(tail_rows[_top_tail(matrix[tail_rows], query_vector, depth)])
         if graph.changed:
-            extra.append(_present(ids, np.fromiter(graph.changed, dtype=np.int64)))
+            extra.append(present_rows(ids, np.fromiter(graph.changed, dtype=np.int64)))
         candidates = np.unique(np.concatenate(extra)) if len(extra) > 1 else np.sort(rows)
+        if allowed is not None:
+            candidates = candidates[allowed[candidates]]
+            if len(candidates) < depth:
+                return None
         exact = scores[candidates]
         order = np.argsort(-exact, kind="stable")[:depth]
         best = candidates[order]
@@ -471,7 +502,7 @@ def on_vectors_changed(store: TenantStore, replaced: Sequence[int], *, from_epoc
         store.ann_path.unlink(missing_ok=True)
 
 
-def _present(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def present_rows(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Rows of those ``wanted`` ids that ``ids`` (ascending) holds."""
     if not len(ids) or not len(wanted):
         return np.zeros(0, dtype=np.int64)

@@ -53,7 +53,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.ann import ANN_SLACK, VECTOR_ONLY_BREADTH, RowScores, Source, ann_index, on_vectors_changed
+from mnemosyne.engine.ann import (
+    ANN_SLACK,
+    FILTERED_BREADTH,
+    VECTOR_ONLY_BREADTH,
+    RowScores,
+    Source,
+    ann_index,
+    on_vectors_changed,
+)
 from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
@@ -112,18 +120,26 @@ def approximate_candidates(
     *,
     alone: bool = False,
     share: float = 0.0,
+    allowed: np.ndarray | None = None,
 ) -> tuple[RowScores, np.ndarray] | None:
     """The vector candidates of a recall from the tenant's approximate index (engine/ann.py):
     (exact scores of rows, the best ``depth`` rows), or None below ``threshold`` memories or
     while the index is being made (the caller scans exactly). ``alone``: the vector path is the
     recall's only source of candidates (vector-only), so the graph is searched deeper; else
-    ``share`` of ``depth`` neighbours are asked (0: ``depth + ANN_SLACK``)."""
+    ``share`` of ``depth`` neighbours are asked (0: ``depth + ANN_SLACK``). ``allowed``: a
+    filtered recall's mask of rows; the graph is asked for as many more neighbours as the filter
+    keeps fewer rows (up to ``FILTERED_BREADTH``), so about as many pass it."""
     if len(view.ids) < threshold:
         return None
     if alone:
         breadth = max(depth + ANN_SLACK, VECTOR_ONLY_BREADTH)
     else:
         breadth = math.ceil(depth * share) if share > 0 else depth + ANN_SLACK
+    if allowed is not None:
+        kept = int(np.count_nonzero(allowed))
+        if not kept:
+            return None
+        breadth = min(math.ceil(breadth * len(view.ids) / kept), max(breadth, FILTERED_BREADTH))
     return ann_index(store, index.dim).candidates(
         view.ids,
         view.matrix,
@@ -134,6 +150,7 @@ def approximate_candidates(
         depth=depth,
         breadth=breadth,
         source=index.snapshot,
+        allowed=allowed,
     )
 
 

@@ -290,3 +290,12 @@ class _AnnIndexes(Collector):
             seconds.add_metric([kind], spent)
         yield made
         yield seconds
+        legs = CounterMetricFamily(
+            "mnemosyne_recall_vector_legs",
+            "Recalls' vector legs by where their candidates came from: graph (the approximate index), "
+            "every_row (every memory scored), filtered_rows (only the memories a filter keeps).",
+            labels=["source"],
+        )
+        for source, count in self.figures.sources().items():
+            legs.add_metric([source], count)
+        yield legs

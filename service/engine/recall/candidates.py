@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mnemosyne.engine.ann import MATCH_FLOOR, RowScores
-from mnemosyne.engine.index import approximate_candidates
+from mnemosyne.engine.ann import FIGURES, MATCH_FLOOR, RowScores, present_rows
+from mnemosyne.engine.index import VectorView, approximate_candidates
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import NO_HITS, NO_ROWS, NO_VECTORS, Candidates, Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import RecallStep
@@ -18,9 +18,22 @@ from mnemosyne.runtime import tracing
 
 # The sparse product (vector_scores) when at most 1/4 of the query's dimensions are non-zero.
 SPARSE_QUERY_FRACTION = 4
+# A filtered recall scores only its rows when they are at most 1/GATHER_SHARE of the tenant's:
+# gathered, a row costs several times its share of the product over every row
+# (docs/performance.md, filtered recalls).
+GATHER_SHARE = 16
 # Memories per block of the sparse product: the gathered block (used dimensions x block) stays in
 # cache for the product that reads it.
 SPARSE_BLOCK = 16384
+
+
+def sparse_dimensions(query_vector: np.ndarray, columns: np.ndarray) -> np.ndarray | None:
+    """The query's non-zero dimensions when they are few enough for the sparse product over the
+    dimension-major buffer ``columns`` (index.py), else None (the dense product)."""
+    nonzero = np.flatnonzero(query_vector)
+    if len(nonzero) <= len(query_vector) // SPARSE_QUERY_FRACTION and columns.strides[1] == columns.itemsize:
+        return nonzero
+    return None
 
 
 def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
@@ -31,9 +44,9 @@ def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndar
     multiplied by the used weights in one BLAS call (docs/decisions.md, recall speed). The loop is
     over blocks, never over memories.
     """
-    nonzero = np.flatnonzero(query_vector)
     columns = matrix.T
-    if len(nonzero) <= len(query_vector) // SPARSE_QUERY_FRACTION and columns.strides[1] == columns.itemsize:
+    nonzero = sparse_dimensions(query_vector, columns)
+    if nonzero is not None:
         weights = query_vector[nonzero]
         scores = np.empty(len(matrix), dtype=np.float32)
         for start in range(0, len(matrix), SPARSE_BLOCK):
@@ -43,6 +56,19 @@ def vector_scores(query_vector: np.ndarray, matrix: np.ndarray, allowed: np.ndar
         scores = matrix @ query_vector
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)
+    return scores
+
+
+def gathered_scores(query_vector: np.ndarray, view: VectorView, rows: np.ndarray) -> np.ndarray:
+    """The cosine of ``rows`` only: a sparse query reads its dimensions of those rows from the
+    dimension-major buffer, a dense one their whole row-major vectors."""
+    columns = view.matrix.T
+    nonzero = sparse_dimensions(query_vector, columns)
+    scores: np.ndarray
+    if nonzero is not None:
+        scores = query_vector[nonzero] @ columns[np.ix_(nonzero, rows)]
+    else:
+        scores = view.rows[rows] @ query_vector
     return scores
 
 
@@ -79,34 +105,40 @@ def vector_candidates(
     ann_threshold: int,
     graph_share: float = 0.0,
 ) -> VectorPath:
-    """The vector path: every row's cosine (or, for a large tenant, its approximate index's
-    candidates, re-scored exactly: engine/ann.py; a hybrid recall asks it for ``graph_share`` of
-    its depth, 0: all) and the best ``depth`` rows (of ``allowed_ids``, a filtered recall's)."""
+    """The vector path: the best ``depth`` rows (of ``allowed_ids``, a filtered recall's; the
+    rows outside it score -inf) by exact cosine, their candidates from one of three sources
+    (counted for the operator: ``FIGURES.searched``). A filter keeping few rows: only those rows
+    are scored. A large tenant: its approximate index's neighbours (engine/ann.py; a hybrid
+    recall asks for ``graph_share`` of its depth, 0: all; a filtered one for as many more as the
+    filter keeps fewer rows), re-scored exactly. Else, or while the graph is made, every row."""
     view = snapshot.index.sync_view(snapshot.txn, snapshot.state)
     ids, matrix, vectors = view
-    allowed = None if allowed_ids is None else np.isin(ids, allowed_ids, assume_unique=True)
-    # A large tenant's candidates come from its approximate index (a filtered recall, or one
-    # while the index is made, scans exactly).
-    found = None
-    if allowed is None:
-        alone = query.mode is RecallMode.VECTOR or not query.terms
-        found = approximate_candidates(
-            snapshot.store,
-            snapshot.index,
-            view,
-            query_vector,
-            query.depth,
-            ann_threshold,
-            alone=alone,
-            share=graph_share,
-        )
-    scores: np.ndarray | RowScores
+    allowed = None
+    if allowed_ids is not None:
+        rows = present_rows(ids, allowed_ids)
+        allowed = np.zeros(len(ids), dtype=bool)
+        allowed[rows] = True
+        if len(rows) * GATHER_SHARE <= len(ids):
+            FIGURES.searched("filtered_rows")
+            best = rows[top_rows(gathered_scores(query_vector, view, rows), query.depth)]
+            return VectorPath(ids, vectors, RowScores(vectors, query_vector, allowed), best)
+    found = approximate_candidates(
+        snapshot.store,
+        snapshot.index,
+        view,
+        query_vector,
+        query.depth,
+        ann_threshold,
+        alone=query.mode is RecallMode.VECTOR or not query.terms,
+        share=graph_share,
+        allowed=allowed,
+    )
     if found is None:
+        FIGURES.searched("every_row")
         scores = vector_scores(query_vector, matrix, allowed)
-        rows = top_rows(scores, query.depth)
-    else:
-        scores, rows = found
-    return VectorPath(ids, vectors, scores, rows)
+        return VectorPath(ids, vectors, scores, top_rows(scores, query.depth))
+    FIGURES.searched("graph")
+    return VectorPath(ids, vectors, *found)
 
 
 class FindCandidates:
@@ -126,7 +158,7 @@ class FindCandidates:
         query, snapshot = recalling.query, recalling.snapshot
         allowed = None  # a filtered recall's memories, sorted ids: both legs keep only these
         if query.scopes or query.filters:
-            allowed = np.array(sorted(snapshot.txn.filtered_ids(query.scopes, query.filters)), dtype=np.int64)
+            allowed = snapshot.txn.filter_ids(query.scopes, query.filters)
         vectors: VectorPath | None = None
         if query.vector is not None:
             with tracing.span("recall.leg.vector"):
