@@ -359,6 +359,30 @@ def test_a_forget_erases_its_terms_from_a_large_index_at_once(server_factory, te
         assert client.verify_integrity(tenant).valid
 
 
+def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_factory, tenant: str) -> None:
+    """3,000 memories, each with an id of its own under a mem0 entity key, whose expression index
+    (store/metadata_index.py) spans many pages: a forgotten memory's id leaves every file, whichever
+    page held it (the forget clears the metadata, and the index's entry goes under secure_delete)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        ids: list[int] = []
+        for start in range(0, 3000, 500):
+            items = [
+                RetainItem(text=f"entry {i}", metadata={"mem0.user_id": _token(i)}) for i in range(start, start + 500)
+            ]
+            ids.extend(r.memory_id for r in client.retain_batch(tenant, items))
+        victims = list(range(5, 3000, 59))  # 51 memories spread over every page
+        needles = {w for i in victims for w in _windows(_token(i).encode())}
+        assert _traces(server.data_dir, needles), "the search must find the ids before the forgets"
+        for i in victims:
+            client.forget(tenant, ids[i])
+        assert _traces(server.data_dir, needles) == []
+        # The others are still found by their ids.
+        hits = client.recall(tenant, "entry", k=5, filters={"mem0.user_id": _token(6)})
+        assert [h.memory.id for h in hits] == [ids[6]]
+        assert client.verify_integrity(tenant).valid
+
+
 def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, tenant: str) -> None:
     """A file whose full-text index is the schema-6 one (contentless_delete: a forget left the
     terms behind until a rewrite of the index) is rebuilt as it opens: same answers, and a

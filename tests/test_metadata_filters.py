@@ -2,6 +2,7 @@
 agent, app and run: store/metadata_index.py) is answered by that key's
 expression index, with the same memories as reading every memory's metadata: through updates,
 forgets and beside other keys; a file of the schema before the indexes gets them when it opens.
+Recall's own read of a filter (``filter_ids``) finds the same memories from index entries only.
 A real engine on real files, in this process, so the plans and the file can be looked at."""
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
         engine.memories.forget(TENANT, memory_id)
     for memory_id in rng.sample(sorted(set(ids) - forgotten), 30):
         engine.updates.update(TENANT, memory_id, metadata={"mem0.user_id": "user-moved"})
+    for memory_id in rng.sample(sorted(set(ids) - forgotten), 30):
+        engine.updates.update(TENANT, memory_id, metadata={"topic": "c", "quote": 'say "hi"'})
     filters = [
         {"mem0.user_id": "user-1"},
         {"mem0.user_id": "user-moved"},
@@ -90,6 +93,9 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
         {"mem0.run_id": "never"},
         {"mem0.user_id2": "user-1"},
         {"quote": 'say "hi"'},
+        {"topic": "c"},
+        {"topic": "c", "quote": 'say "hi"'},
+        {"topic": "never"},
     ]
     with engine.pool.tenant(TENANT, create=False) as store:
         assert store is not None
@@ -97,6 +103,7 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
             for metadata in filters:
                 expected = _scanned(txn, metadata)
                 assert set(txn.filtered_ids([], metadata)) == expected, metadata
+                assert txn.filter_ids([], metadata).tolist() == sorted(expected), metadata  # recall's
                 plan = _plan(txn, metadata)
                 indexed = [key for key in metadata if key in INDEXED_METADATA_KEYS]
                 if indexed:
@@ -104,6 +111,7 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
                 else:
                     assert "memories_metadata_" not in plan, (metadata, plan)
             assert len(txn.filtered_ids([], {"mem0.user_id": "user-moved"})) == 30
+            assert len(txn.filtered_ids([], {"topic": "c"})) == 30
     # Recall and listing answer by the same filter.
     hits = engine.recall(TENANT, "garden note", k=50, metadata_equals={"mem0.user_id": "user-moved"}).hits
     assert hits and {h.memory.metadata["mem0.user_id"] for h in hits} == {"user-moved"}
@@ -170,3 +178,38 @@ def test_metadata_that_is_not_json_is_never_an_error(tmp_path: Path) -> None:
         assert engine.memories.get(TENANT, ids[1]).forgotten
     finally:
         engine.close()
+
+
+def test_a_filtered_recall_s_ids_are_the_filter_s_live_memories_and_forgotten_ones_of_its_scopes(
+    engine: Engine,
+) -> None:
+    """Recall's read of a filter (``filter_ids``) reads index entries only: by metadata it finds
+    exactly the live memories holding every pair (a forget clears them); by scope it may also
+    find forgotten memories of those scopes, which recall never returns (neither the vector cache
+    nor the postings hold them)."""
+    scopes = ["global", "workspace/a", "workspace/b"]
+    items = [
+        RetainItem(f"note {n} about the garden", scope=scopes[n % 3], metadata={"topic": "xy"[n % 2]})
+        for n in range(120)
+    ]
+    ids = [outcome.memory_id for outcome in engine.retain_batch(TENANT, items)]
+    forgotten = set(ids[::7])
+    for memory_id in forgotten:
+        engine.memories.forget(TENANT, memory_id)
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        with store.read() as txn:
+            for wanted, metadata in (
+                (["workspace/a"], {}),
+                (["workspace/a", "workspace/b"], {"topic": "x"}),
+                ([], {"topic": "y"}),
+                (["workspace/c"], {}),
+            ):
+                live = sorted(txn.filtered_ids(wanted, metadata))
+                found = txn.filter_ids(wanted, metadata).tolist()
+                assert found == sorted(found) and set(live) <= set(found), (wanted, metadata)
+                assert set(found) - set(live) <= forgotten, (wanted, metadata)
+                if metadata:
+                    assert found == live
+    hits = engine.recall(TENANT, "garden note", k=100, scopes=["workspace/a"]).hits
+    assert {h.memory.id for h in hits} == {i for n, i in enumerate(ids) if n % 3 == 1} - forgotten

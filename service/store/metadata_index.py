@@ -1,6 +1,6 @@
 """The metadata keys with an index of their own: a tenant file's partial expression indexes
-(schema.py's migration) and the filter clause that uses them (store/memory_reads.py
-``metadata_clause``)."""
+(schema.py's migration) and the filter clauses that use them (store/memory_reads.py
+``metadata_clause``, ``holding`` below)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,19 @@ METADATA_INDEXES = "".join(
     f"WHERE {metadata_value('metadata', key)} IS NOT NULL;\n"
     for key in INDEXED_METADATA_KEYS
 )
+
+
+def holding(key: str, value: str) -> tuple[str, tuple[str, ...]]:
+    """A SELECT of the ids of the memories whose metadata holds ``key`` = ``value``, and its
+    parameters: an indexed key's reads its index's entries only; any other key's reads every
+    memory's metadata (json_each, with bound parameters, so keys from clients never become JSON
+    path syntax). A forgotten memory holds no metadata, so none is among them."""
+    if key in INDEXED_METADATA_KEYS:
+        return f"SELECT id FROM memories WHERE {metadata_value('metadata', key)} = ?", (value,)
+    return (
+        "SELECT id FROM memories WHERE EXISTS (SELECT 1 FROM json_each(metadata) j WHERE j.key = ? AND j.value = ?)",
+        (
+            key,
+            value,
+        ),
+    )

@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from mnemosyne.store.bookkeeping import FORGET_EPOCH_META, BookkeepingReads
 from mnemosyne.store.fts_stats import TextHits, fts5_average_length, fts5_row_lengths
 from mnemosyne.store.memory_reads import live_filter
 from mnemosyne.store.memory_rows import indexed_text
+from mnemosyne.store.metadata_index import holding
 
 
 class RecallReads(BookkeepingReads):
@@ -53,6 +56,23 @@ class RecallReads(BookkeepingReads):
             tuple(ids),
         )
         return [(memory_id, n) for memory_id, before, after in rows for n in (before, after) if n is not None]
+
+    def filter_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> np.ndarray:
+        """The ids (ascending) a filtered recall may return: memories in any of ``scopes`` (all
+        when empty) whose metadata holds every pair. Each part reads one index's entries
+        (memories_scope, a key's expression index or the pairs) and no memory's row, so a
+        forgotten memory may be among them by its scope (a forget keeps it): recall's candidates
+        come from the vector cache and the postings, which hold no forgotten memory."""
+        parts = [holding(key, value) for key, value in sorted(metadata_equals.items())]
+        if scopes:
+            parts.append((f"SELECT id FROM memories WHERE scope IN ({', '.join('?' * len(scopes))})", tuple(scopes)))
+        ids: np.ndarray | None = None
+        for select, params in parts:
+            # One string of ids, parsed by numpy: a row per id costs several times as much.
+            joined = self._one(f"SELECT group_concat(id) FROM ({select})", params)
+            found = np.sort(np.fromstring(joined or "", dtype=np.int64, sep=","))
+            ids = found if ids is None else np.intersect1d(ids, found, assume_unique=True)
+        return np.zeros(0, dtype=np.int64) if ids is None else ids
 
     def fts_search(self, match: str, *, limit: int, scopes: Sequence[str], metadata_equals: dict[str, str]) -> TextHits:
         """The best ``limit`` rows by FTS5's bm25 for an already-safe FTS5 expression, with each
