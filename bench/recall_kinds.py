@@ -1,13 +1,17 @@
-"""Recall of three kinds of query in process: plain, filtered by a mem0 user, holding an identifier.
+"""Recall of five kinds of query in process: plain, filtered by a mem0 user or app or by a key of
+the caller's own, holding an identifier.
 
-    python -m bench.recall_kinds [--memories 10000] [--rounds 3]
+    python -m bench.recall_kinds [--memories 10000] [--rounds 3] [--embedder hashing|minilm]
     <another version's venv>/bin/python bench/recall_kinds.py   # the same, that version's engine
 
 One engine in this process (the server's interpreter settings), one tenant of ``--memories``
-memories of bench/corpus.py, each kept with a ``mem0.user_id`` of one of 20 users (as the mem0
-surface keeps it), the hashing embedder, k = 10. Each round recalls 200 plain queries, the same
-filtered by one user (``metadata_equals``), and the corpus's queries holding an identifier such as
-``rf-12345`` (about 3% of them); prints each kind's p50 and mean over the rounds. Run by another
+memories of bench/corpus.py, each kept with a ``mem0.user_id`` of one of 20 users and a
+``mem0.app_id`` of one of 2 apps (as the mem0 surface keeps them) and a ``topic`` of one of 20,
+the hashing embedder (or ``--embedder``), k = 10. Each round recalls 200 plain queries, the same
+filtered by one user (``metadata_equals``: a twentieth of the memories), by one app (half of
+them) and by one topic (a twentieth, by a key of no index of its own), and the corpus's
+queries holding an identifier such as ``rf-12345`` (about 3% of them); prints each kind's p50 and
+mean over the rounds. Run by another
 version's interpreter (its checkout's ``mnemosyne``), it measures that version: the kinds' costs
 before and after a change, alternated (docs/performance.md#identifiers-and-filtered-recalls-from-the-postings).
 """
@@ -29,6 +33,8 @@ from bench.corpus import Corpus  # noqa: E402
 from mnemosyne.runtime.interpreter import tune_interpreter  # noqa: E402
 
 USERS = [f"user-{n}" for n in range(20)]
+APPS = ["app-0", "app-1"]
+TOPICS = [f"topic-{n}" for n in range(20)]
 IDENTIFIER = re.compile(r"\w+-\d+")
 
 
@@ -36,35 +42,59 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--embedder", default="hashing")
     args = parser.parse_args(argv)
     tune_interpreter()  # the server's interpreter settings, before numpy loads
+    from mnemosyne.engine.ann import DEFAULT_THRESHOLD as SPARSE_ANN_THRESHOLD
+    from mnemosyne.engine.ann import FIGURES
     from mnemosyne.engine.config import EngineConfig
     from mnemosyne.engine.engine import Engine
+    from mnemosyne.engine.recall.settings import DENSE_ANN_THRESHOLD
     from mnemosyne.engine.types import RetainItem
+
+    threshold = SPARSE_ANN_THRESHOLD if args.embedder == "hashing" else DENSE_ANN_THRESHOLD
 
     corpus, rng = Corpus(), random.Random(3)
     with tempfile.TemporaryDirectory(prefix="recall-kinds-") as tmp:
-        engine = Engine(EngineConfig(data_dir=Path(tmp), embedder="hashing"))
+        engine = Engine(EngineConfig(data_dir=Path(tmp), embedder=args.embedder))
         try:
             for start in range(0, args.memories, 1000):
                 texts = corpus.memories(start, min(1000, args.memories - start))
                 engine.retain_batch(
-                    "t", [RetainItem(text, metadata={"mem0.user_id": rng.choice(USERS)}) for text in texts]
+                    "t",
+                    [
+                        RetainItem(
+                            text,
+                            metadata={
+                                "mem0.user_id": rng.choice(USERS),
+                                "mem0.app_id": rng.choice(APPS),
+                                "topic": rng.choice(TOPICS),
+                            },
+                        )
+                        for text in texts
+                    ],
                 )
             queries = corpus.queries(args.memories, 600)
             identifiers = [q for q in queries if IDENTIFIER.search(q)]
             plain = [q for q in queries if not IDENTIFIER.search(q)][:200]
             for query in queries[:20]:  # warm-up: the first recall loads the caches
                 engine.recall("t", query, k=10)
-            took: dict[str, list[float]] = {"plain": [], "filtered by a user": [], "holding an identifier": []}
+            if args.memories >= threshold:  # a large tenant: its graph is made in the background
+                deadline = time.monotonic() + 1800
+                while FIGURES.rows() < args.memories and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    engine.recall("t", queries[0], k=10)
+            filters = {
+                "filtered by a user": ("mem0.user_id", USERS),
+                "filtered by an app": ("mem0.app_id", APPS),
+                "filtered by a topic": ("topic", TOPICS),
+            }
+            took: dict[str, list[float]] = {kind: [] for kind in ("plain", *filters, "holding an identifier")}
             for _ in range(args.rounds):
-                for kind, group in (
-                    ("plain", plain),
-                    ("filtered by a user", plain),
-                    ("holding an identifier", identifiers),
-                ):
-                    for query in group:
-                        only = {"mem0.user_id": rng.choice(USERS)} if kind == "filtered by a user" else None
+                for kind in took:
+                    for query in identifiers if kind == "holding an identifier" else plain:
+                        key, values = filters.get(kind, ("", []))
+                        only = {key: rng.choice(values)} if values else None
                         started = time.perf_counter()
                         engine.recall("t", query, k=10, metadata_equals=only)
                         took[kind].append(time.perf_counter() - started)
