@@ -2,6 +2,7 @@
 the caller's own, holding an identifier.
 
     python -m bench.recall_kinds [--memories 10000] [--rounds 3] [--embedder hashing|minilm]
+    python -m bench.recall_kinds --memories 100000 --exact   # and each kind's top 10 vs an exact scan
     <another version's venv>/bin/python bench/recall_kinds.py   # the same, that version's engine
 
 One engine in this process (the server's interpreter settings), one tenant of ``--memories``
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--embedder", default="hashing")
+    parser.add_argument(
+        "--exact", action="store_true", help="then each kind's top 10 against an exact scan's (the index off)"
+    )
     args = parser.parse_args(argv)
     tune_interpreter()  # the server's interpreter settings, before numpy loads
     from mnemosyne.engine.ann import DEFAULT_THRESHOLD as SPARSE_ANN_THRESHOLD
@@ -90,16 +94,31 @@ def main(argv: list[str] | None = None) -> int:
                 "filtered by a topic": ("topic", TOPICS),
             }
             took: dict[str, list[float]] = {kind: [] for kind in ("plain", *filters, "holding an identifier")}
+            found: dict[str, list[tuple[str, dict[str, str] | None, set[int]]]] = {kind: [] for kind in took}
             for _ in range(args.rounds):
                 for kind in took:
                     for query in identifiers if kind == "holding an identifier" else plain:
                         key, values = filters.get(kind, ("", []))
                         only = {key: rng.choice(values)} if values else None
                         started = time.perf_counter()
-                        engine.recall("t", query, k=10, metadata_equals=only)
+                        hits = engine.recall("t", query, k=10, metadata_equals=only).hits
                         took[kind].append(time.perf_counter() - started)
+                        found[kind].append((query, only, {h.memory.id for h in hits}))
         finally:
             engine.close()
+        legs: dict[str, int] = getattr(FIGURES, "sources", dict)()  # (a version before this count has none)
+        if args.exact:  # the same recalls with the approximate index off: every row scored
+            exact = Engine(EngineConfig(data_dir=Path(tmp), embedder=args.embedder, ann_threshold=1 << 62))
+            try:
+                for kind, recalls in found.items():
+                    shared = wanted = 0
+                    for query, only, ids in recalls:
+                        best = {h.memory.id for h in exact.recall("t", query, k=10, metadata_equals=only).hits}
+                        shared, wanted = shared + len(ids & best), wanted + len(best)
+                    print(f"{kind}: top 10 {shared / max(wanted, 1):.4f} of the exact scan's")
+            finally:
+                exact.close()
+    print("vector legs by source (the warm-up's too):", legs)
     for kind, seconds in took.items():
         print(
             f"{kind}: {len(seconds)} recalls, p50 {statistics.median(seconds) * 1e3:.3f} ms, "

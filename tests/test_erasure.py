@@ -383,6 +383,31 @@ def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_facto
         assert client.verify_integrity(tenant).valid
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: SQLite leaves the old bytes of an index entry a page split moved in the page's free gap "
+    "(docs/operations.md#erasure-of-a-memory)",
+)
+def test_a_forget_erases_its_thread_id_from_a_large_tenant_s_thread_index(server_factory, tenant: str) -> None:
+    """3,000 memories, each in a thread of its own id, inserted out of the thread index's order:
+    the index's pages split as it grows, and SQLite copies the entries that move to the new page
+    without zeroing the room they leave, outside the cells secure_delete overwrites. A forgotten
+    memory's thread id was found there (one of these 51): this test fails until a forget
+    also clears that room."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        ids: list[int] = []
+        for start in range(0, 3000, 500):
+            items = [RetainItem(text=f"entry {i}", thread=ThreadRef(_token(i), 0)) for i in range(start, start + 500)]
+            ids.extend(r.memory_id for r in client.retain_batch(tenant, items))
+        victims = list(range(5, 3000, 59))
+        needles = {w for i in victims for w in _windows(_token(i).encode())}
+        assert _traces(server.data_dir, needles), "the search must find the thread ids before the forgets"
+        for i in victims:
+            client.forget(tenant, ids[i])
+        assert _traces(server.data_dir, needles) == []
+
+
 def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, tenant: str) -> None:
     """A file whose full-text index is the schema-6 one (contentless_delete: a forget left the
     terms behind until a rewrite of the index) is rebuilt as it opens: same answers, and a

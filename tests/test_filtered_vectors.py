@@ -74,11 +74,13 @@ def test_a_filtered_recall_scores_the_filter_s_rows_or_asks_the_graph_for_more(s
             after = _legs(server)
             assert after[source] - before[source] == len(_queries()), (group, before, after)
 
-        # Hybrid, and a filter no memory passes.
-        for group in ("rare", "odd", "even"):
+        # Hybrid (its graph asked for fewer neighbours than vector-only's), and a filter no memory passes.
+        for group, source in (("rare", "filtered_rows"), ("odd", "graph"), ("even", "graph")):
+            before = _legs(server)
             for query in _queries():
                 hits = client.recall(tenant, query, k=K, filters={"group": group})
                 assert hits and {groups[row_of[h.memory.id]] for h in hits} == {group}
+            assert _legs(server)[source] - before[source] == len(_queries()), group
         assert client.recall(tenant, _queries()[0], k=K, filters={"group": "none"}, mode="vector") == []
 
 

@@ -85,8 +85,7 @@ EXPANSION_SEARCH = 32
 # 32 with the hashing embedder at 1M: the same fused top 10, recall/settings.py ``graph_share``).
 VECTOR_ONLY_BREADTH = 256
 # The most neighbours a filtered recall asks of the graph (it asks as many more as its filter
-# keeps fewer rows); one whose filter keeps too few rows for them to hold its depth scans those
-# rows exactly (recall/candidates.py).
+# keeps fewer rows: engine/index.py ``approximate_candidates``).
 FILTERED_BREADTH = 1024
 # Neighbours asked of the graph beyond the recall's depth: room for forgotten rows (zeroed in
 # the cache until the rebuild) without losing live candidates.
@@ -229,12 +228,13 @@ class AnnIndex:
         breadth: int,
         source: Callable[[], Source],
         allowed: np.ndarray | None = None,
+        enough: int = 0,
     ) -> tuple[RowScores, np.ndarray] | None:
         """(exact scores, the best ``depth`` candidate rows scoring above 0, best first, ties by
         lower row), or None when the recall must scan exactly: no graph of the cache's epoch is
         published yet (then one is being made), or, for a filtered recall (``allowed``: a mask of
-        the rows it may return), fewer than ``depth`` of the graph's neighbours pass the filter.
-        The graph is asked for ``breadth`` neighbours."""
+        the rows it may return), fewer than ``enough`` candidates pass the filter. The graph is
+        asked for ``breadth`` neighbours."""
         graph = self.graph
         if graph is None or graph.epoch != epoch or graph.rebuild or high_water - graph.high_water > CATCH_UP_ROWS:
             self._start(source)
@@ -257,7 +257,7 @@ class AnnIndex:
         candidates = np.unique(np.concatenate(extra)) if len(extra) > 1 else np.sort(rows)
         if allowed is not None:
             candidates = candidates[allowed[candidates]]
-            if len(candidates) < depth:
+            if len(candidates) < enough:
                 return None
         exact = scores[candidates]
         order = np.argsort(-exact, kind="stable")[:depth]

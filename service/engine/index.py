@@ -128,17 +128,20 @@ def approximate_candidates(
     recall's only source of candidates (vector-only), so the graph is searched deeper; else
     ``share`` of ``depth`` neighbours are asked (0: ``depth + ANN_SLACK``). ``allowed``: a
     filtered recall's mask of rows; the graph is asked for as many more neighbours as the filter
-    keeps fewer rows (up to ``FILTERED_BREADTH``), so about as many pass it."""
+    keeps fewer rows (up to ``FILTERED_BREADTH``), so about as many pass it, and the recall scans
+    exactly when fewer than half of those it would have asked for pass."""
     if len(view.ids) < threshold:
         return None
     if alone:
         breadth = max(depth + ANN_SLACK, VECTOR_ONLY_BREADTH)
     else:
         breadth = math.ceil(depth * share) if share > 0 else depth + ANN_SLACK
+    enough = 0
     if allowed is not None:
         kept = int(np.count_nonzero(allowed))
         if not kept:
             return None
+        enough = max(1, min(depth, breadth) // 2)
         breadth = min(math.ceil(breadth * len(view.ids) / kept), max(breadth, FILTERED_BREADTH))
     return ann_index(store, index.dim).candidates(
         view.ids,
@@ -151,6 +154,7 @@ def approximate_candidates(
         breadth=breadth,
         source=index.snapshot,
         allowed=allowed,
+        enough=enough,
     )
 
 

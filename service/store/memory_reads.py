@@ -8,7 +8,7 @@ from typing import Any
 
 from mnemosyne.store.bookkeeping import BookkeepingReads
 from mnemosyne.store.memory_rows import MemoryRow, MemoryVersion, metadata_of
-from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_value
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_value, pair_scan
 
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
@@ -23,7 +23,7 @@ def metadata_clause(alias: str, key: str, value: str, params: list[Any]) -> str:
         params.append(value)
         return f"{metadata_value(f'{alias}.metadata', key)} = ?"
     params.extend((key, value))
-    return f"EXISTS (SELECT 1 FROM json_each({alias}.metadata) j WHERE j.key = ? AND j.value = ?)"
+    return pair_scan(f"{alias}.metadata")
 
 
 def listing_filters(

@@ -25,17 +25,17 @@ METADATA_INDEXES = "".join(
 )
 
 
+def pair_scan(column: str) -> str:
+    """The SQL of a metadata ``column`` holding the pair bound after it (key, then value), for a
+    key of no index: every memory's metadata read with json_each (bound parameters, so keys from
+    clients never become JSON path syntax)."""
+    return f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.key = ? AND j.value = ?)"
+
+
 def holding(key: str, value: str) -> tuple[str, tuple[str, ...]]:
     """A SELECT of the ids of the memories whose metadata holds ``key`` = ``value``, and its
-    parameters: an indexed key's reads its index's entries only; any other key's reads every
-    memory's metadata (json_each, with bound parameters, so keys from clients never become JSON
-    path syntax). A forgotten memory holds no metadata, so none is among them."""
+    parameters: an indexed key's reads its index's entries only, any other key's every memory's
+    metadata. A forgotten memory holds no metadata, so none is among them."""
     if key in INDEXED_METADATA_KEYS:
         return f"SELECT id FROM memories WHERE {metadata_value('metadata', key)} = ?", (value,)
-    return (
-        "SELECT id FROM memories WHERE EXISTS (SELECT 1 FROM json_each(metadata) j WHERE j.key = ? AND j.value = ?)",
-        (
-            key,
-            value,
-        ),
-    )
+    return f"SELECT id FROM memories WHERE {pair_scan('metadata')}", (key, value)

@@ -59,10 +59,10 @@ class RecallReads(BookkeepingReads):
 
     def filter_ids(self, scopes: Sequence[str], metadata_equals: dict[str, str]) -> np.ndarray:
         """The ids (ascending) a filtered recall may return: memories in any of ``scopes`` (all
-        when empty) whose metadata holds every pair. Each part reads one index's entries
-        (memories_scope, a key's expression index or the pairs) and no memory's row, so a
-        forgotten memory may be among them by its scope (a forget keeps it): recall's candidates
-        come from the vector cache and the postings, which hold no forgotten memory."""
+        when empty) whose metadata holds every pair, one statement each: a scope's and an
+        indexed key's read that index's entries only (memories_scope, the key's expression index),
+        no memory's row, so a forgotten memory may be among them by its scope (a forget keeps it):
+        recall's candidates come from the vector cache and the postings, which hold none."""
         parts = [holding(key, value) for key, value in sorted(metadata_equals.items())]
         if scopes:
             parts.append((f"SELECT id FROM memories WHERE scope IN ({', '.join('?' * len(scopes))})", tuple(scopes)))
