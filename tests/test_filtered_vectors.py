@@ -49,8 +49,8 @@ def test_a_filtered_recall_scores_the_filter_s_rows_or_asks_the_graph_for_more(s
         ids: list[int] = []
         for start in range(0, MEMORIES, 400):
             items = [
-                RetainItem(text=t, metadata={"group": _group(start + i)})
-                for i, t in enumerate(texts[start : start + 400])
+                RetainItem(text=t, metadata={"group": str(groups[n])})
+                for n, t in enumerate(texts[start : start + 400], start)
             ]
             ids += [r.memory_id for r in client.retain_batch(tenant, items)]
         client.recall(tenant, "kabar lodol", k=5)  # the first need: the graph is built
