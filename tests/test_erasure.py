@@ -383,17 +383,12 @@ def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_facto
         assert client.verify_integrity(tenant).valid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: SQLite leaves the old bytes of an index entry a page split moved in the page's free gap "
-    "(docs/operations.md#erasure-of-a-memory)",
-)
 def test_a_forget_erases_its_thread_id_from_a_large_tenant_s_thread_index(server_factory, tenant: str) -> None:
     """3,000 memories, each in a thread of its own id, inserted out of the thread index's order:
     the index's pages split as it grows, and SQLite copies the entries that move to the new page
     without zeroing the room they leave, outside the cells secure_delete overwrites. A forgotten
-    memory's thread id was found there (one of these 51): this test fails until a forget
-    also clears that room."""
+    memory's thread id was found there (one of these 51) before every page written had that room
+    cleared (store/page_scrub.py; tests/test_page_rooms.py)."""
     server = server_factory().start()
     with MemoryClient(server.target) as client:
         ids: list[int] = []

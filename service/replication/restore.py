@@ -22,6 +22,7 @@ from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.litestream import litestream_binary, litestream_environment
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, generation_name
 from mnemosyne.store.data_dir import INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX
+from mnemosyne.store.page_scrub import scrub_file
 from mnemosyne.store.tenant_store import TenantStore
 
 log = logging.getLogger("mnemosyne.replication")
@@ -130,6 +131,7 @@ def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Pa
             reason="REPLICA_UNREACHABLE",
         ) from None
     if done.returncode == 0:
+        scrub_file(output)  # Litestream wrote its pages: what splits left in them goes (store/page_scrub.py)
         return True
     said = (done.stderr or done.stdout).strip()
     if timestamp is not None and any(words in said.lower() for words in _NOTHING_THEN):

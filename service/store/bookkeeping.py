@@ -24,6 +24,9 @@ CHANGE_COUNTER = "changes"
 # Set in a forget's transaction, cleared once the WAL no longer holds what it erased: a crash in
 # between is finished at the next open (``TenantStore.erase_traces``).
 ERASURE_META = "erasure_pending"
+# Set once every page of the file has had the room a split leaves cleared (store/page_scrub.py):
+# a file of an older version gets it at its first open.
+PAGES_SCRUBBED_META = "pages_scrubbed"
 # The ``meta`` key a change that removed or replaced memories advances, so the engine's caches
 # (engine/index.py, engine/postings.py) see it (``RecallReads.index_state``).
 FORGET_EPOCH_META = "forget_epoch"

@@ -13,6 +13,7 @@ import apsw
 import apsw.bestpractice
 
 from mnemosyne.errors import Unavailable
+from mnemosyne.store import page_scrub
 
 BUSY_TIMEOUT_MS = 10_000
 # The pages a tenant's reader connection may keep (SQLite's default: 2 MiB). A large tenant's recall
@@ -22,6 +23,9 @@ BUSY_TIMEOUT_MS = 10_000
 READER_PAGE_CACHE_KIB = 64 * 1024
 _CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")]
 T = TypeVar("T")
+
+# Every database file this process writes: its pages without what a split left (store/page_scrub.py).
+page_scrub.install()
 
 
 def configure(connection: apsw.Connection) -> None:

@@ -180,6 +180,10 @@ class StoreReplication:
     def replicated_since(self) -> float:
         return self._replicas.replicated_since(self.tenant)
 
+    def checkpointed_elsewhere(self) -> bool:
+        """Whether another process (Litestream) may checkpoint the tenant's files."""
+        return self._replicas is not NO_REPLICAS
+
     def checkpoints_are_ours(self) -> bool:
         """False while the replication checkpoints the tenant's files (``Replicas.replicating``)."""
         return not self._replicas.replicating(self.tenant)

@@ -32,10 +32,10 @@ from typing import Any
 import apsw
 
 from mnemosyne.errors import Unavailable
-from mnemosyne.store import connections
+from mnemosyne.store import connections, page_scrub
 from mnemosyne.store.acceptance import Acceptances
 from mnemosyne.store.audit_reads import AuditReads
-from mnemosyne.store.bookkeeping import ERASURE_META
+from mnemosyne.store.bookkeeping import ERASURE_META, PAGES_SCRUBBED_META, BookkeepingWrites
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, READER_PAGE_CACHE_KIB, open_connection, open_with_room
 from mnemosyne.store.file_faults import limit_pages
 from mnemosyne.store.fts_stats import fts5_segments
@@ -209,6 +209,9 @@ class TenantStore:
             # The size seam first: a new file's schema must fit as well (a full disk at creation).
             limit_pages(writer, self._faults)
             check_and_migrate(writer, path)
+            self._scrub_once(writer)
+            if self._replication.checkpointed_elsewhere():  # Litestream copies its pages as they are
+                page_scrub.watch(path)
         except apsw.Error as exc:
             writer.close()
             raise translate_sqlite_error(exc, path.name) from exc
@@ -216,6 +219,18 @@ class TenantStore:
             writer.close()
             raise
         return writer
+
+    def _scrub_once(self, writer: apsw.Connection) -> None:
+        """A file written before store/page_scrub.py (or by another program) may hold what its
+        splits left in its pages' unused room: cleared once, every page, as it first opens."""
+        if writer.execute("SELECT 1 FROM meta WHERE key = ?", (PAGES_SCRUBBED_META,)).fetchone():
+            return
+        truncate_wal(writer, self.path.name)  # every page in the file, where the pass reaches it
+        self._scrub_file(writer, None)
+        with writer:
+            bookkeeping = BookkeepingWrites(writer, self._faults)
+            bookkeeping.set_meta(PAGES_SCRUBBED_META, "1")
+            bookkeeping.count_change()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -232,6 +247,7 @@ class TenantStore:
             self._inbox.close()
         with self._write_lock:
             self._writer.close()
+        page_scrub.unwatch(self.path)
         for hook in self.on_close:
             hook()
         self.cache.clear()
@@ -364,12 +380,21 @@ class TenantStore:
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
                 truncate_wal(self._writer, self.path.name)
+                # The pages Litestream's checkpoints copied into the file as they were (watched).
+                self._scrub_file(self._writer, page_scrub.written_pages(self.path))
                 try:
                     with self._writer:  # one transaction, counted as every write is
                         self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
                         WriteTxn(self._writer, self._faults).count_change()
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
+
+    def _scrub_file(self, writer: apsw.Connection, pages: set[int] | None) -> None:
+        """Clear the rooms of ``pages`` (None: every page) in the file, whose WAL the caller
+        emptied, and drop the writer's page cache: its copies of pages as a split left them (or as
+        they were before this pass) would come back with its next write of them."""
+        page_scrub.scrub_file(self.path, pages)
+        writer.release_memory()
 
     def _forgotten_memories(self) -> list[tuple[int, float]]:
         with self.read() as txn:
