@@ -58,7 +58,8 @@ def open_connection(
     """A connection with our settings; ``page_cache_kib``: its page cache's bound, if not SQLite's
     default."""
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-    connection = apsw.Connection(str(path), flags=flags)
+    # A read-only connection writes no page: it reads through SQLite's own VFS, not our layer over it.
+    connection = apsw.Connection(str(path), flags=flags, vfs=page_scrub.BASE_VFS if readonly else None)
     try:
         configure(connection)
         if page_cache_kib is not None:

@@ -44,6 +44,7 @@ from typing import Any
 
 import apsw
 
+from mnemosyne.store.page_scrub import BASE_VFS
 from mnemosyne.store.queries import Queries
 from mnemosyne.store.transactions import translate_sqlite_error, truncate_wal, write_transaction
 
@@ -197,7 +198,9 @@ class Inbox:
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
         with self.lock:
-            self._connection = apsw.Connection(str(path))
+            # Its erasure rewrites it whole (``erase_traces``: VACUUM), which leaves in its pages no
+            # byte but of live rows: it needs no layer over SQLite's own VFS (store/page_scrub.py).
+            self._connection = apsw.Connection(str(path), vfs=BASE_VFS)
             try:
                 configure(self._connection)
                 self._connection.pragma("journal_mode", "wal")
@@ -260,7 +263,7 @@ class Inbox:
         not retried on every round, each one's syncs would slow the enqueues' own.)"""
         if self._wal_pages < self._wal_pages_checkpointed + CHECKPOINT_PAGES or not self._may_checkpoint():
             return
-        connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE)
+        connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE, vfs=BASE_VFS)
         try:
             connection.pragma("synchronous", self._synchronous)
             self._wal_pages_checkpointed = self._wal_pages
@@ -275,7 +278,7 @@ class Inbox:
         step: the inbox holds a few rows); the caller holds the inbox lock. Returns the inbox's
         event-id sequence, which every enqueue advances."""
         with self.lock:
-            target = apsw.Connection(str(destination))
+            target = apsw.Connection(str(destination), vfs=BASE_VFS)
             try:
                 with target.backup("main", self._connection, "main") as backup:
                     backup.step(-1)
@@ -364,7 +367,7 @@ def open_readonly(path: Path) -> apsw.Connection | None:
     """The inbox file read-only, or None when the tenant never had one (offline inspection)."""
     if not path.exists():
         return None
-    return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY, vfs=BASE_VFS)
 
 
 def read_ops(connection: apsw.Connection) -> Sequence[InboxOp]:

@@ -30,6 +30,9 @@ from pathlib import Path
 import apsw
 
 VFS_NAME = "mnemosyne-scrub"
+# SQLite's own VFS for this operating system, which ours wraps: a read-only connection writes no
+# page, and opened on it directly it reads without our Python layer (store/connections.py).
+BASE_VFS = apsw.vfs_names()[0]
 # A page whose first byte is one of these is a B-tree page: interior index, interior table, leaf
 # index, leaf table (SQLite's file format, section 1.6).
 _BTREE_KINDS = {2: 12, 5: 12, 10: 8, 13: 8}  # the kind: its header's size
@@ -164,7 +167,7 @@ def install() -> None:
     """Make ``ScrubbingVFS`` SQLite's default in this process (once)."""
     global _vfs
     if _vfs is None:
-        _vfs = ScrubbingVFS(apsw.vfs_names()[0])
+        _vfs = ScrubbingVFS(BASE_VFS)
 
 
 def watch(database: Path) -> None:

@@ -393,7 +393,8 @@ class TenantStore:
         """Clear the rooms of ``pages`` (None: every page) in the file, whose WAL the caller
         emptied, and drop the writer's page cache: its copies of pages as a split left them (or as
         they were before this pass) would come back with its next write of them."""
-        page_scrub.scrub_file(self.path, pages)
+        if pages is None or pages:
+            page_scrub.scrub_file(self.path, pages)
         writer.release_memory()
 
     def _forgotten_memories(self) -> list[tuple[int, float]]:
