@@ -275,3 +275,18 @@ def test_a_watched_file_s_wal_pages_are_noted_until_taken(tmp_path: Path) -> Non
         unwatch(database)
         connection.close()
     assert written_pages(database) == set()
+
+
+def test_a_read_only_connection_through_the_default_vfs_closes_quietly(tmp_path: Path) -> None:
+    """The last connection's close asks for a write lock (to checkpoint), which a read-only handle
+    cannot take: SQLite goes on without it, and so does the close through our VFS."""
+    database = tmp_path / "read.sqlite"
+    connection = apsw.Connection(str(database))
+    connection.pragma("journal_mode", "wal")
+    connection.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    connection.close()
+    reader = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY)
+    assert apsw.vfs_names()[0] == VFS_NAME  # the default, as every connection of the server gets it
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT x FROM t").get == 1
+    reader.close()

@@ -86,7 +86,7 @@ class _ScrubbingFile(apsw.VFSFile):
             # A read-only handle cannot take a write lock (the last connection's close asks for one
             # to checkpoint): SQLite goes on without it, but APSW would raise the I/O error from
             # that close. It is a lock held elsewhere as far as SQLite is concerned.
-            if not self._readonly:
+            if not self._readonly or level != apsw.SQLITE_LOCK_EXCLUSIVE:
                 raise
             raise apsw.BusyError("a read-only handle takes no write lock") from None
 
