@@ -290,3 +290,12 @@ def test_a_read_only_connection_through_the_default_vfs_closes_quietly(tmp_path:
     reader.execute("BEGIN")
     assert reader.execute("SELECT x FROM t").get == 1
     reader.close()
+
+
+def test_a_file_that_is_no_database_is_left_as_it_is(tmp_path: Path) -> None:
+    """A header with no page size SQLite writes (a damaged file), an empty file: untouched."""
+    for content in (b"", b"SQLite format 3\x00" + bytes(84) + os.urandom(8192), os.urandom(9000)):
+        path = tmp_path / "odd.sqlite"
+        path.write_bytes(content)
+        assert scrub_file(path) == 0
+        assert path.read_bytes() == content

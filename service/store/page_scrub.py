@@ -197,6 +197,8 @@ def scrub_file(path: Path, pages: set[int] | None = None) -> int:
             return 0
         page_size = int.from_bytes(header[16:18], "big")
         page_size = 65_536 if page_size == 1 else page_size
+        if page_size < 512 or page_size & (page_size - 1):
+            return 0  # not a header SQLite wrote: nothing here is touched
         count = os.fstat(fd).st_size // page_size
         if count >= _MAX_PAGES:
             return 0
