@@ -76,6 +76,10 @@ UNDO_WEBHOOKS = (
 )
 # What _V_EXPIRY_AND_REVISIONS added (issue 43), undone to make a file of an earlier version.
 UNDO_REEMBED = "DROP TABLE reembed_vectors; "
+UNDO_METADATA_PAIRS = (
+    "DROP TRIGGER metadata_pairs_added; DROP TRIGGER metadata_pairs_changed; DROP TRIGGER metadata_pairs_removed; "
+    "DROP TABLE metadata_pairs; "
+)
 UNDO_METADATA_INDEXES = "".join(
     f"DROP INDEX memories_metadata_{key.replace('.', '_')}; " for key in INDEXED_METADATA_KEYS
 )
@@ -359,17 +363,17 @@ def test_a_forget_erases_its_terms_from_a_large_index_at_once(server_factory, te
         assert client.verify_integrity(tenant).valid
 
 
-def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_factory, tenant: str) -> None:
-    """3,000 memories, each with an id of its own under a mem0 entity key, whose expression index
-    (store/metadata_index.py) spans many pages: a forgotten memory's id leaves every file, whichever
-    page held it (the forget clears the metadata, and the index's entry goes under secure_delete)."""
+@pytest.mark.parametrize("key", ["mem0.user_id", "topic"])
+def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_factory, tenant: str, key: str) -> None:
+    """3,000 memories, each with an id of its own under a mem0 entity key (its expression index)
+    or a key of the caller's own (the pairs table, store/metadata_index.py), over many pages: a
+    forgotten memory's id leaves every file, whichever page held it (the forget clears the
+    metadata, and the index's entry goes under secure_delete)."""
     server = server_factory().start()
     with MemoryClient(server.target) as client:
         ids: list[int] = []
         for start in range(0, 3000, 500):
-            items = [
-                RetainItem(text=f"entry {i}", metadata={"mem0.user_id": _token(i)}) for i in range(start, start + 500)
-            ]
+            items = [RetainItem(text=f"entry {i}", metadata={key: _token(i)}) for i in range(start, start + 500)]
             ids.extend(r.memory_id for r in client.retain_batch(tenant, items))
         victims = list(range(5, 3000, 59))  # 51 memories spread over every page
         needles = {w for i in victims for w in _windows(_token(i).encode())}
@@ -378,7 +382,7 @@ def test_a_forget_erases_its_entity_ids_from_a_large_tenant_s_index(server_facto
             client.forget(tenant, ids[i])
         assert _traces(server.data_dir, needles) == []
         # The others are still found by their ids.
-        hits = client.recall(tenant, "entry", k=5, filters={"mem0.user_id": _token(6)})
+        hits = client.recall(tenant, "entry", k=5, filters={key: _token(6)})
         assert [h.memory.id for h in hits] == [ids[6]]
         assert client.verify_integrity(tenant).valid
 
@@ -425,6 +429,7 @@ def test_a_tenant_file_of_schema_6_gets_the_index_that_erases(server_factory, te
         "ALTER TABLE memories DROP COLUMN index_words; "
         "DROP TABLE consolidation_journal; DROP TABLE consolidated_threads; "  # and consolidation's
         "ALTER TABLE memories DROP COLUMN speaker; "  # and the speaker's
+        + UNDO_METADATA_PAIRS  # and the metadata pairs
         + UNDO_METADATA_INDEXES  # and the metadata indexes
         + UNDO_REEMBED  # and a re-embedding's table
         + UNDO_EXPIRY_CHANGES_DELIVERED  # and the expiry changes' deliveries
@@ -1133,6 +1138,7 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         "UPDATE memories SET metadata = ?, speaker = ?, thread_id = ?, thread_position = 3, occurred_at = 1 "
         "WHERE id = ?; INSERT INTO consolidated_threads(thread_id, newest_id) VALUES(?, ?); "
         "ALTER TABLE memories ADD COLUMN later_field TEXT; UPDATE memories SET later_field = ? WHERE id = ?; "
+        + UNDO_METADATA_PAIRS
         + UNDO_METADATA_INDEXES
         + UNDO_REEMBED
         + UNDO_EXPIRY_CHANGES_DELIVERED

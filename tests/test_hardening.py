@@ -135,8 +135,8 @@ def test_a_new_tenant_on_a_full_disk_is_disk_full_and_leaves_no_file(server_fact
 
 
 def test_a_first_write_that_does_not_fit_leaves_no_file_and_a_later_one_that_fits_works(server_factory) -> None:
-    # The schema and a small memory fit (58 pages) but not a first memory of 128 KB of text.
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=64"}).start()
+    # The schema and a small memory fit (63 pages) but not a first memory of 128 KB of text.
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=72"}).start()
     with MemoryClient(server.target, retries=0) as client:
         with pytest.raises(ResourceExhaustedError) as info:
             client.retain("fresh", FOUR_BYTES * 32_768)

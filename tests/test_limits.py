@@ -88,7 +88,7 @@ def test_memory_quota(server_factory, tenant: str) -> None:
 
 
 def test_bytes_quota(server_factory, tenant: str) -> None:
-    server = server_factory(args=["--max-tenant-bytes", "300000"]).start()
+    server = server_factory(args=["--max-tenant-bytes", "340000"]).start()
     stored = []
     with MemoryClient(server.target, retries=0) as c:
         for n in range(40):
@@ -101,7 +101,7 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
                 break
         else:
             pytest.fail("the byte quota never refused a write")
-        assert stored, "the first write should fit in 300 kB"
+        assert stored, "the first write should fit in 340 kB"
         assert c.stats(tenant).memories == len(stored)
         assert all(c.get_memory(tenant, i).text.startswith("document") for i in stored)
         assert c.verify_integrity(tenant).valid
@@ -109,9 +109,9 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
 
 @pytest.mark.parametrize("batch", [False, True])
 def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:
-    # SQLite's own SQLITE_FULL, raised when the file would grow past 64 pages (test seam): a new
-    # tenant's file takes ~45 (its tables and indexes, one page each at least).
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=64"}).start()
+    # SQLite's own SQLITE_FULL, raised when the file would grow past 72 pages (test seam): a new
+    # tenant's file takes 63 (its tables and indexes, one page each at least).
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=72"}).start()
     committed: dict[int, str] = {}
     with MemoryClient(server.target, retries=0) as c:
         for n in range(200):

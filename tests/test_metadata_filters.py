@@ -19,10 +19,11 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 from mnemosyne.store.memory_reads import live_filter
-from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS
-from mnemosyne.store.schema import SCHEMA_VERSION
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, METADATA_INDEXES
+from mnemosyne.store.schema import MIGRATIONS, SCHEMA_VERSION
 from mnemosyne.store.tenant_store import ReadTxn
 from mnemosyne.transport.http.mem0_endpoints import ENTITY_FIELDS, ENTITY_PREFIX
+from tests.test_erasure import UNDO_METADATA_PAIRS
 
 TENANT = "filters"
 USERS = [f"user-{n}" for n in range(8)]
@@ -108,8 +109,8 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
                 indexed = [key for key in metadata if key in INDEXED_METADATA_KEYS]
                 if indexed:
                     assert "USING INDEX memories_metadata_" in plan, (metadata, plan)
-                else:
-                    assert "memories_metadata_" not in plan, (metadata, plan)
+                else:  # a key of the caller's own: its pairs' entries
+                    assert "memories_metadata_" not in plan and "metadata_pairs" in plan, (metadata, plan)
             assert len(txn.filtered_ids([], {"mem0.user_id": "user-moved"})) == 30
             assert len(txn.filtered_ids([], {"topic": "c"})) == 30
     # Recall and listing answer by the same filter.
@@ -119,25 +120,31 @@ def test_an_entity_filter_uses_its_index_and_finds_what_a_scan_finds(engine: Eng
     assert page.memories and {m.metadata["mem0.user_id"] for m in page.memories} == {"user-3"}
 
 
-def test_a_file_from_before_the_indexes_gets_them_when_it_opens(tmp_path: Path) -> None:
+def test_a_file_from_before_the_indexes_gets_them_and_its_pairs_when_it_opens(tmp_path: Path) -> None:
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
-    engine.retain_batch(TENANT, [RetainItem(f"note {n}", metadata={"mem0.user_id": USERS[n % 3]}) for n in range(50)])
+    items = [RetainItem(f"note {n}", metadata={"mem0.user_id": USERS[n % 3], "topic": "xyz"[n % 3]}) for n in range(50)]
+    engine.retain_batch(TENANT, items)
     path = engine.pool.path_for(TENANT)
     engine.close()
     connection = apsw.Connection(str(path))
     for key in INDEXED_METADATA_KEYS:
         connection.execute(f"DROP INDEX memories_metadata_{key.replace('.', '_')}")
-    connection.pragma("user_version", SCHEMA_VERSION - 1)
+    connection.execute(UNDO_METADATA_PAIRS)
+    connection.pragma("user_version", MIGRATIONS.index(METADATA_INDEXES))
     connection.close()
     reopened = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
     try:
         assert len(reopened.memories.page(TENANT, metadata_equals={"mem0.user_id": USERS[1]}).memories) == 17
+        by_topic = reopened.memories.page(TENANT, metadata_equals={"topic": "y"}).memories
+        assert sorted(m.text for m in by_topic) == sorted(f"note {n}" for n in range(1, 50, 3))
         with reopened.pool.tenant(TENANT, create=False) as store:
             assert store is not None
             with store.read() as txn:
                 names = {row[1] for row in txn.connection.execute("PRAGMA index_list(memories)")}
                 assert {f"memories_metadata_{key.replace('.', '_')}" for key in INDEXED_METADATA_KEYS} <= names
                 assert txn.connection.pragma("user_version") == SCHEMA_VERSION
+                # Only the caller's own keys are pairs (the indexed ones have their indexes).
+                assert txn.connection.execute("SELECT DISTINCT key FROM metadata_pairs").fetchall() == [("topic",)]
     finally:
         reopened.close()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from mnemosyne.store.bookkeeping import BookkeepingReads
 from mnemosyne.store.memory_rows import MemoryRow, MemoryVersion, metadata_of
-from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_value, pair_scan
+from mnemosyne.store.metadata_index import INDEXED_METADATA_KEYS, metadata_value, pair_clause
 
 # Parameters per ``IN (...)`` list: far below SQLite's limit on bound variables.
 _IN_CHUNK = 500
@@ -17,13 +17,13 @@ _IN_CHUNK = 500
 def metadata_clause(alias: str, key: str, value: str, params: list[Any]) -> str:
     """The clause of memories ``alias`` whose metadata holds ``key`` = ``value`` (appended to
     ``params``): by its expression index for an indexed key (``INDEXED_METADATA_KEYS``: our
-    own constants in the path), else by json_each with bound parameters, so keys from clients
-    never become JSON path syntax."""
+    own constants in the path), else by the pairs table (``metadata_pairs``), both with bound
+    parameters, so keys from clients never become JSON path syntax."""
     if key in INDEXED_METADATA_KEYS:
         params.append(value)
         return f"{metadata_value(f'{alias}.metadata', key)} = ?"
     params.extend((key, value))
-    return pair_scan(f"{alias}.metadata")
+    return pair_clause(f"{alias}.id")
 
 
 def listing_filters(

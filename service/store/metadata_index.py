@@ -1,6 +1,7 @@
-"""The metadata keys with an index of their own: a tenant file's partial expression indexes
-(schema.py's migration) and the filter clauses that use them (store/memory_reads.py
-``metadata_clause``, ``holding`` below)."""
+"""How a filter by metadata finds its memories without reading every memory's metadata: the keys
+with an expression index of their own (the mem0 surface's entities), a table of every other pair
+(``metadata_pairs``, kept by triggers), both made by schema.py's migrations, and the filter
+clauses that read them (store/memory_reads.py ``metadata_clause``, ``holding`` below)."""
 
 from __future__ import annotations
 
@@ -25,17 +26,59 @@ METADATA_INDEXES = "".join(
 )
 
 
-def pair_scan(column: str) -> str:
-    """The SQL of a metadata ``column`` holding the pair bound after it (key, then value), for a
-    key of no index: every memory's metadata read with json_each (bound parameters, so keys from
-    clients never become JSON path syntax)."""
-    return f"EXISTS (SELECT 1 FROM json_each({column}) j WHERE j.key = ? AND j.value = ?)"
+def _object(column: str) -> str:
+    """A metadata ``column`` as json_each may read it: '{}' for metadata that is not a JSON object
+    (a damaged row is a finding of verify, never an error of a write or a filter)."""
+    return f"CASE WHEN json_valid({column}) AND json_type({column}) = 'object' THEN {column} ELSE '{{}}' END"
+
+
+def _pairs_of(column: str, memory_id: str, rows: str = "") -> str:
+    """The SELECT of (key, value, memory id) for each pair under a key of no index of its own, of
+    the memory whose metadata is ``column`` (of each of ``rows``, when given)."""
+    indexed = ", ".join(f"'{key}'" for key in INDEXED_METADATA_KEYS)
+    return (
+        f"SELECT j.key, j.value, {memory_id} FROM {rows}json_each({_object(column)}) j WHERE j.key NOT IN ({indexed})"
+    )
+
+
+# Every pair of a memory's metadata under a key of the caller's own, one row each (its value as
+# json_each gives it, so a filter compares as reading the metadata would), kept by triggers on
+# every write of a memory's metadata: a filter by such a key reads the pair's entries only. A
+# forget clears the metadata, and so the memory's rows. The last statement fills it for a file
+# of the version before.
+METADATA_PAIRS = f"""
+CREATE TABLE metadata_pairs(
+  key TEXT NOT NULL,
+  value,
+  memory_id INTEGER NOT NULL,
+  PRIMARY KEY(key, value, memory_id)
+) WITHOUT ROWID;
+CREATE TRIGGER metadata_pairs_added AFTER INSERT ON memories BEGIN
+  INSERT OR IGNORE INTO metadata_pairs(key, value, memory_id) {_pairs_of("NEW.metadata", "NEW.id")};
+END;
+CREATE TRIGGER metadata_pairs_changed AFTER UPDATE OF metadata ON memories
+  WHEN NEW.metadata IS NOT OLD.metadata BEGIN
+  DELETE FROM metadata_pairs WHERE (key, value, memory_id) IN ({_pairs_of("OLD.metadata", "OLD.id")});
+  INSERT OR IGNORE INTO metadata_pairs(key, value, memory_id) {_pairs_of("NEW.metadata", "NEW.id")};
+END;
+CREATE TRIGGER metadata_pairs_removed AFTER DELETE ON memories BEGIN
+  DELETE FROM metadata_pairs WHERE (key, value, memory_id) IN ({_pairs_of("OLD.metadata", "OLD.id")});
+END;
+INSERT OR IGNORE INTO metadata_pairs(key, value, memory_id) {_pairs_of("m.metadata", "m.id", "memories m, ")};
+"""
+
+
+def pair_clause(column: str) -> str:
+    """The SQL of a memory id ``column`` whose metadata holds the pair bound after it (key, then
+    value), for a key of no index of its own: by ``metadata_pairs``' entries (bound parameters,
+    so keys from clients never become JSON path syntax)."""
+    return f"{column} IN (SELECT memory_id FROM metadata_pairs WHERE key = ? AND value = ?)"
 
 
 def holding(key: str, value: str) -> tuple[str, tuple[str, ...]]:
     """A SELECT of the ids of the memories whose metadata holds ``key`` = ``value``, and its
-    parameters: an indexed key's reads its index's entries only, any other key's every memory's
-    metadata. A forgotten memory holds no metadata, so none is among them."""
+    parameters, from index entries only: an indexed key's expression index, any other key's
+    ``metadata_pairs``. A forgotten memory holds no metadata, so none is among them."""
     if key in INDEXED_METADATA_KEYS:
         return f"SELECT id FROM memories WHERE {metadata_value('metadata', key)} = ?", (value,)
-    return f"SELECT id FROM memories WHERE {pair_scan('metadata')}", (key, value)
+    return "SELECT memory_id AS id FROM metadata_pairs WHERE key = ? AND value = ?", (key, value)

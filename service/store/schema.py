@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import apsw
 
 from mnemosyne.store.metadata_index import METADATA_INDEXES as _V_METADATA_INDEXES
+from mnemosyne.store.metadata_index import METADATA_PAIRS as _V_METADATA_PAIRS
 from mnemosyne.store.webhook_schema import WEBHOOKS as _V_WEBHOOKS
 
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
@@ -232,8 +233,7 @@ CREATE INDEX oplog_result_memory ON oplog(json_extract(result, '$.memory_id'))
 # Time and order (recall quality, issue 25): when a memory's content was said or happened
 # (unix microseconds, as the writer gave it) and its place in a thread (an id and a position).
 # All NULL for a memory retained without them, and for every memory of an older file (nothing is
-# backfilled). The index lists a thread in order (ListMemories(thread)) and finds a memory's
-# neighbours.
+# backfilled). The index lists a thread in order (ListMemories(thread)) and finds neighbours.
 _V_TIME_AND_THREAD = """
 ALTER TABLE memories ADD COLUMN occurred_at INTEGER;
 ALTER TABLE memories ADD COLUMN thread_id TEXT;
@@ -430,9 +430,9 @@ MIGRATIONS: list[str] = [
     _V_EXPIRY_CHANGES_DELIVERED,
     _V_REEMBED,
     _V_METADATA_INDEXES,
+    _V_METADATA_PAIRS,
 ]
-# The tables each migration adds: a file at version v holds those of the first v migrations, and
-# one lacking any of them is damaged (and is not migrated further).
+# The tables each migration adds: a file at version v holds those of the first v (lacking any: damaged, not migrated).
 TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"meta", "counters", "memories", "facts", "triples", "embeddings", "memories_fts", "ledger", "requests"}),
     frozenset({"supersessions"}),
@@ -453,6 +453,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset(),  # _V_EXPIRY_CHANGES_DELIVERED
     frozenset({"reembed_vectors"}),  # _V_REEMBED
     frozenset(),  # _V_METADATA_INDEXES
+    frozenset({"metadata_pairs"}),  # _V_METADATA_PAIRS
 ]
 
 
@@ -526,6 +527,7 @@ ERASURE: dict[str, Erasure] = {
     "embeddings": Erasure("memory_id vector", "the memory's row deleted"),
     "reembed_vectors": Erasure("memory_id vector body_crc", "the memory's row deleted (a re-embedding's vector)"),
     "memory_keys": Erasure("memory_id key", "the memory's key deleted: its ledger hashes confirm no guess after"),
+    "metadata_pairs": Erasure("key value memory_id", "the memory's pairs deleted with its metadata (triggers)"),
     "memory_versions": Erasure("memory_id version body metadata at", "the memory's earlier versions deleted"),
     "memory_revisions": Erasure(
         "memory_id revision kind at surface token_name changed version expires_at ledger_seq related_memory_id "
