@@ -12,6 +12,8 @@ Two ways keep that room empty in a tenant file:
   store/connections.py): every page this process writes to a database file — a checkpoint copying
   the WAL into the file, a rollback-mode commit, a backup's destination — has its room zeroed on
   the way. The WAL itself is left as it is (its frames are checksummed); a forget empties it.
+  Connections that write no page of a tenant file (read-only ones) or whose file a forget rewrites
+  whole (the hot-path inbox: VACUUM) open ``BASE_VFS`` instead, without the Python layer.
 * ``scrub_file``: the same for a file written by someone else — a file of an older version (once,
   as it opens), the pages Litestream's checkpoints copied (``watch``/``written_pages``: the pages
   this process wrote to a watched file's WAL, cleared at the forget), a restored replica.
