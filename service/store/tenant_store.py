@@ -223,12 +223,12 @@ class TenantStore:
     def _scrub_once(self, writer: apsw.Connection) -> None:
         """A file written before store/page_scrub.py (or by another program) may hold what its
         splits left in its pages' unused room: cleared once, every page, as it first opens."""
-        if writer.execute("SELECT 1 FROM meta WHERE key = ?", (PAGES_SCRUBBED_META,)).fetchone():
+        bookkeeping = BookkeepingWrites(writer, self._faults)
+        if bookkeeping.meta(PAGES_SCRUBBED_META) is not None:
             return
         truncate_wal(writer, self.path.name)  # every page in the file, where the pass reaches it
         self._scrub_file(writer, None)
         with writer:
-            bookkeeping = BookkeepingWrites(writer, self._faults)
             bookkeeping.set_meta(PAGES_SCRUBBED_META, "1")
             bookkeeping.count_change()
 
