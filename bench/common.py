@@ -16,7 +16,11 @@ import numpy as np
 
 # The benchmarks drive the same real server process as the tests and the drills.
 from mnemosyne.cli.server_process import ServerProcess
+from mnemosyne.transport.grpc.servicers import ASK_SERVER_TIME_KEY
 from tests.replica_support import ObjectStorage, replica_env
+
+# The metadata asking a call for its server-side time (the trailer ``mnemosyne-server-time-us``).
+ASK_SERVER_TIME = ((ASK_SERVER_TIME_KEY, "1"),)
 
 
 @contextmanager

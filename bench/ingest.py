@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
-from bench.common import percentiles, print_table, running_server, write_json
+from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, write_json
 from bench.corpus import Corpus
 
 if TYPE_CHECKING:
@@ -153,7 +153,9 @@ def _hot_path(client: MemoryClient, texts: list[str]) -> Row:
     for text in texts:
         t0 = time.perf_counter()
         _, rpc = client.memory.Retain.with_call(
-            memory_pb2.RetainRequest(tenant=tenant, text=text, fast=True), metadata=client.call_metadata, timeout=60
+            memory_pb2.RetainRequest(tenant=tenant, text=text, fast=True),
+            metadata=(*client.call_metadata, *ASK_SERVER_TIME),
+            timeout=60,
         )
         enqueue.append(time.perf_counter() - t0)
         trailing = dict(rpc.trailing_metadata() or ())

@@ -35,7 +35,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
-from bench.common import percentiles, print_table, running_server, write_json
+from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, write_json
 from bench.corpus import Corpus
 
 TENANT = "bench-latency"
@@ -60,7 +60,7 @@ def timed_server_calls(
     server, wall = [], []
     for request in requests:
         t0 = time.perf_counter()
-        _, rpc = call.with_call(request, metadata=metadata, timeout=60)
+        _, rpc = call.with_call(request, metadata=(*metadata, *ASK_SERVER_TIME), timeout=60)
         wall.append(time.perf_counter() - t0)
         trailing = dict(rpc.trailing_metadata() or ())
         server.append(float(trailing["mnemosyne-server-time-us"]) / 1e6)

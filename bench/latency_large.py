@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.common import percentiles, print_table, running_server, wait_for_postings, write_json
+from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, wait_for_postings, write_json
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
@@ -82,7 +82,9 @@ def timed_hits(
     seconds: list[float] = []
     hits: list[set[int]] = []
     for request in requests:
-        response, rpc = client.memory.Recall.with_call(request, metadata=client.call_metadata, timeout=60)
+        response, rpc = client.memory.Recall.with_call(
+            request, metadata=(*client.call_metadata, *ASK_SERVER_TIME), timeout=60
+        )
         seconds.append(float(dict(rpc.trailing_metadata() or ())["mnemosyne-server-time-us"]) / 1e6)
         hits.append({h.memory.id for h in response.hits})
     return seconds, hits

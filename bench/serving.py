@@ -68,8 +68,9 @@ QUERIES = 300
 # -- the bare grpc.aio server ----------------------------------------------------------------------
 
 
-def bare_server_main() -> None:
-    """A grpc.aio server with our options and interpreter settings, one method: AdminService/Ping."""
+def bare_server_main(trailer: bool = False) -> None:
+    """A grpc.aio server with our options and interpreter settings, one method: AdminService/Ping
+    (answered with one trailing metadata pair of its own when ``trailer``: bench/ping_floor.py)."""
     from mnemosyne.runtime.interpreter import tune_interpreter
 
     tune_interpreter()
@@ -81,6 +82,8 @@ def bare_server_main() -> None:
     from mnemosyne.v1 import admin_pb2
 
     async def ping(request: admin_pb2.PingRequest, context: Any) -> admin_pb2.PingResponse:
+        if trailer:
+            context.set_trailing_metadata((("mnemosyne-server-time-us", f"{time.perf_counter() % 1000:.1f}"),))
         return admin_pb2.PingResponse()
 
     async def serve() -> None:

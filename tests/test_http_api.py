@@ -464,3 +464,17 @@ def test_speaker_in_json(api: ServerProcess) -> None:
     ):
         reply = request(api.http_port, "POST", base, json_body=body)
         assert (reply.status, reply.reason) == (400, "SPEAKER_INVALID"), body
+
+
+def test_server_time_is_a_header_when_asked(api: ServerProcess) -> None:
+    """A request with the ``mnemosyne-ask-server-time`` header gets the handler's own time as
+    the ``mnemosyne-server-time-us`` header (as gRPC's trailer); one without gets none."""
+    tenant = _new_tenant()
+    base = f"/v1/tenants/{tenant}/memories"
+    ask = {"mnemosyne-ask-server-time": "1"}
+    wrote = request(api.http_port, "POST", base, json_body={"text": "the crate is in bay 4"}, headers=ask)
+    assert wrote.status == 200 and 0 < float(wrote.headers["mnemosyne-server-time-us"]) < 30e6
+    recalled = request(api.http_port, "POST", f"{base}:recall", json_body={"query": "crate"}, headers=ask)
+    assert recalled.status == 200 and 0 < float(recalled.headers["mnemosyne-server-time-us"]) < 30e6
+    unasked = request(api.http_port, "POST", f"{base}:recall", json_body={"query": "crate"})
+    assert unasked.status == 200 and "mnemosyne-server-time-us" not in unasked.headers

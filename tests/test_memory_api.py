@@ -309,8 +309,9 @@ def test_raw_grpc_errors_carry_error_info_reason(target: str) -> None:
         admin_pb2_grpc.AdminServiceStub(channel).Ping(admin_pb2.PingRequest())
 
 
-def test_recall_retain_and_ping_report_their_server_side_time(client: MemoryClient, tenant: str) -> None:
-    """The benchmarks separate the server's own time from the gRPC floor with this header."""
+def test_recall_retain_and_ping_report_their_server_side_time_when_asked(client: MemoryClient, tenant: str) -> None:
+    """The benchmarks separate the server's own time from the gRPC floor with this trailer; a
+    caller that does not ask for it gets none (it would cost every call)."""
     calls = [
         (
             client.memory.Retain,
@@ -319,7 +320,10 @@ def test_recall_retain_and_ping_report_their_server_side_time(client: MemoryClie
         (client.memory.Recall, memory_pb2.RecallRequest(tenant=tenant, query="crate CR-1", k=3)),
         (client.admin.Ping, admin_pb2.PingRequest()),
     ]
+    ask = (("mnemosyne-ask-server-time", "1"),)
     for method, request in calls:
-        _, call = method.with_call(request, metadata=client.call_metadata, timeout=30)
+        _, call = method.with_call(request, metadata=(*client.call_metadata, *ask), timeout=30)
         micros = float(dict(call.trailing_metadata())["mnemosyne-server-time-us"])
         assert 0 < micros < 30e6
+        _, call = method.with_call(request, metadata=client.call_metadata, timeout=30)
+        assert "mnemosyne-server-time-us" not in dict(call.trailing_metadata())

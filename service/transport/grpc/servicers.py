@@ -24,17 +24,19 @@ from mnemosyne.transport.grpc.workspace import WorkspaceServicer
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, expiry_pb2, memory_pb2, memory_pb2_grpc, revisions_pb2
 
 SERVER_TIME_KEY = "mnemosyne-server-time-us"
+# The request metadata (an HTTP header) asking for SERVER_TIME_KEY; any value.
+ASK_SERVER_TIME_KEY = "mnemosyne-ask-server-time"
 
 
 def _report_server_time(call: Call, started: float) -> None:
-    """Time spent in the handler (engine and response building), as trailing metadata.
-
-    Cheap (one clock read and one header), so it is always on (Recall, Retain, Ping);
-    bench/latency.py and bench/ingest.py read it to separate the server's own time from the gRPC
-    and network floor.
+    """Time spent in the handler (engine and response building), as trailing metadata, to a
+    caller that asks for it (Recall, Retain, Ping): the benchmarks separate the server's own
+    time from the gRPC and network floor with it. Only when asked, because a trailer of its own
+    costs every call more than the clock read (docs/performance.md, "per-call overhead").
     """
-    elapsed_us = (time.perf_counter() - started) * 1e6
-    call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
+    if any(key == ASK_SERVER_TIME_KEY for key, _ in call.metadata):
+        elapsed_us = (time.perf_counter() - started) * 1e6
+        call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
 
 
 def _queued(outcomes: list[RetainOutcome]) -> list[int]:

@@ -35,7 +35,7 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # What a browser page allowed by CORS may send and read.
 _CORS_REQUEST_HEADERS = (
     "authorization, content-type, x-request-id, last-event-id, "
-    "mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-tenant"
+    "mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-tenant, mnemosyne-ask-server-time"
 )
 _CORS_EXPOSED_HEADERS = (
     "x-request-id, retry-after, mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-server-time-us"

@@ -3,11 +3,12 @@ answered by the same servicers through the same edge as gRPC (transport/edge.py:
 authentication, authorisation, the error table), so a rule is never written twice.
 
 * Requests: ``Authorization: Bearer <token>`` as over gRPC; the other headers are the call's
-  metadata (``x-request-id``, the observed generations of UpdateGlobal and UpdateWorkspace). A
+  metadata (``x-request-id``, the observed generations of UpdateGlobal and UpdateWorkspace,
+  ``mnemosyne-ask-server-time``). A
   body above twice ``max_request_bytes`` is refused unread (413 REQUEST_TOO_LARGE); the decoded
   request is held to the gRPC limit.
 * Responses: 200 with the response's proto3 JSON; the call's response and trailing metadata
-  (AssembleContext's generations, ``mnemosyne-server-time-us``) as headers.
+  (AssembleContext's generations, ``mnemosyne-server-time-us`` when asked) as headers.
 * Errors: ``google.rpc.Status`` JSON (code, message, ``ErrorInfo`` with the reason, ``RetryInfo``)
   with the HTTP status of the standard table (transport/errors.py); a retryable refusal also
   carries ``Retry-After`` (whole seconds, rounded up).
