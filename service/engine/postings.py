@@ -59,6 +59,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mnemosyne.engine.phrase_postings import PHRASE_TOKENS, Phrase, Texts, phrase_posting
+from mnemosyne.engine.sorted_ids import in_sorted
 from mnemosyne.runtime.background import become_background_thread, keep_up
 from mnemosyne.runtime.interpreter import release_free_memory
 from mnemosyne.store.fts_stats import TextHits
@@ -418,11 +419,7 @@ def search(
     every = present == len(found)
     if allowed is not None:
         ids = view.ids[matched]
-        keep = (
-            allowed[np.minimum(np.searchsorted(allowed, ids), len(allowed) - 1)] == ids
-            if len(allowed)
-            else np.zeros(len(ids), dtype=bool)
-        )
+        keep = in_sorted(allowed, ids)
         matched, scores, every = matched[keep], scores[keep], every[keep]
     return TextSearch(_best(view, matched, scores, limit), _best(view, matched[every], scores[every], limit))
 

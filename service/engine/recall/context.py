@@ -12,10 +12,11 @@ from collections.abc import Callable
 import numpy as np
 
 from mnemosyne.engine.ann import RowScores
-from mnemosyne.engine.recall.ranking import in_sorted, sorted_unique
+from mnemosyne.engine.recall.ranking import sorted_unique
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import Candidates, Pool, Recalling
 from mnemosyne.engine.recall.steps import RecallStep
+from mnemosyne.engine.sorted_ids import in_sorted
 
 
 def join_neighbours(

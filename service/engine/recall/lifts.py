@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from mnemosyne.engine import relative_time
-from mnemosyne.engine.recall.ranking import Ranking, in_sorted, lift, reordered, sorted_unique
+from mnemosyne.engine.recall.ranking import Ranking, lift, reordered, sorted_unique
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import Recalling
 from mnemosyne.engine.recall.steps import RecallStep
+from mnemosyne.engine.sorted_ids import in_sorted
 
 
 def dated(

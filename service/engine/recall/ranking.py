@@ -10,15 +10,6 @@ from typing import NamedTuple, overload
 import numpy as np
 
 
-def in_sorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
-    """Which of ``needles`` the sorted ``haystack`` holds: one binary search each (np.isin sorts
-    both, which costs more over a hundred candidates)."""
-    if not len(haystack):
-        return np.zeros(len(needles), dtype=bool)
-    found: np.ndarray = haystack[np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)] == needles
-    return found
-
-
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique`` of a hundred ints, cheaper: a sort and a mask."""
     values = np.sort(values)

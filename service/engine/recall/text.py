@@ -18,8 +18,9 @@ import numpy as np
 
 from mnemosyne.engine import phrase_postings, postings
 from mnemosyne.engine.postings import postings_cache
-from mnemosyne.engine.recall.ranking import TextRanking, in_sorted
+from mnemosyne.engine.recall.ranking import TextRanking
 from mnemosyne.engine.recall.state import Query, Snapshot
+from mnemosyne.engine.sorted_ids import in_sorted
 from mnemosyne.engine.terms import STOP_WORDS, words
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.tenant_store import ReadTxn
