@@ -25,6 +25,8 @@ them alike:
   on two cores, apart from the cost of sharding);
 * ``direct`` / ``forwarded``: Recall of tenants owned by m1, sent to m1 (its owner) or to m0
   (which forwards them): the hop's added p50 latency and CPU per call (both members);
+* ``direct watch`` / ``forwarded watch``: a server stream's hop: WatchEvents of a tenant owned by
+  m1 opened, its first event read and the stream closed, sent to m1 or through m0;
 * ``ping``: Ping of m0, the RPC floor of the same run (its p50 and CPU per call);
 * ``bare ping`` / ``bare relayed ping``: Ping of the bare server, directly and through the bare
   relay (both processes): the floor of any grpc.aio hop in the same run;
@@ -114,6 +116,10 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
     for tenant in tenants:  # a few memories each, so that Recall has something to rank
         for writer in (alone, routed, one, pair_clients[owner_of(tenant, IDS)]):
             writer.retain_batch(tenant, texts[:20])
+    for tenant in theirs:  # events to watch: a fast write's
+        owner.hot_path(tenant, "enable")
+        owner.retain(tenant, texts[0], fast=True)
+        owner.hot_path(tenant, "flush")
     written = iter(range(10**9))
 
     def retain(c: MemoryClient) -> Callable[[int], object]:
@@ -121,6 +127,16 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
 
     def recall(c: MemoryClient, among: list[str]) -> Callable[[int], object]:
         return lambda i: c.recall(among[i % len(among)], texts[(i * 7) % len(texts)][:60])
+
+    def watch(c: MemoryClient) -> Callable[[int], object]:
+        def first_event(i: int) -> object:
+            events = c.watch_events(theirs[i % len(theirs)])
+            try:
+                return next(events)
+            finally:
+                events.close()  # cancels the stream (at the owner too)
+
+        return first_event
 
     def pair_recall(i: int) -> object:
         tenant = tenants[i % len(tenants)]
@@ -138,6 +154,8 @@ def _phases(stack: ExitStack, tmp: Path, tenants: list[str], server_args: list[s
         "members grouped recall": (two, recall(routed, grouped)),
         "direct recall": (two, recall(owner, theirs)),
         "forwarded recall": (two, recall(entry, theirs)),
+        "direct watch": (two, watch(owner)),
+        "forwarded watch": (two, watch(entry)),
         "ping": (two, lambda i: entry.ping()),
         "bare ping": ([bare_pid, relay_pid], lambda i: bare.ping()),
         "bare relayed ping": ([bare_pid, relay_pid], lambda i: relay.ping()),
@@ -165,6 +183,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
     hop = {
         "added_p50_ms": p50["forwarded recall"] - p50["direct recall"],
         "added_cpu_s_per_1000": cpu["forwarded recall"] - cpu["direct recall"],
+        "stream_added_p50_ms": p50["forwarded watch"] - p50["direct watch"],
+        "stream_added_cpu_s_per_1000": cpu["forwarded watch"] - cpu["direct watch"],
         "ping_p50_ms": p50["ping"],
         "ping_cpu_s_per_1000": cpu["ping"],
         "bare_added_p50_ms": p50["bare relayed ping"] - p50["bare ping"],
@@ -188,6 +208,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
     ratios |= {
         "hop added p50 / Ping floor": hop["added_p50_ms"] / hop["ping_p50_ms"],
         "hop added CPU / Ping floor": hop["added_cpu_s_per_1000"] / hop["ping_cpu_s_per_1000"],
+        "stream hop added p50 / Ping floor": hop["stream_added_p50_ms"] / hop["ping_p50_ms"],
+        "stream hop added CPU / Ping floor": hop["stream_added_cpu_s_per_1000"] / hop["ping_cpu_s_per_1000"],
         "bare hop added p50 / bare Ping": hop["bare_added_p50_ms"] / hop["bare_ping_p50_ms"],
         "bare hop added CPU / bare Ping": hop["bare_added_cpu_s_per_1000"] / hop["bare_ping_cpu_s_per_1000"],
         "linked hop added p50 / bare Ping": hop["linked_added_p50_ms"] / hop["bare_ping_p50_ms"],

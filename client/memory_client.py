@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import grpc
@@ -1138,7 +1138,7 @@ class MemoryClient:
 
     def watch_events(
         self, tenant: str, after_event_id: int = 0, after_sequence: int = 0, timeout: float | None = None
-    ) -> Iterator[types.Event]:
+    ) -> Generator[types.Event, None, None]:
         """Every status transition of ``tenant``'s hot-path operations (those after
         ``after_event_id``), replayed from the durable log then live, as ``Event``s. To resume a
         dropped stream without missing a transition, pass the last received ``Event.sequence`` as

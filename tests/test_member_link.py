@@ -8,6 +8,7 @@ broken frames) is sent by the module's own entry side and by raw sockets.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import socket
 import struct
@@ -30,14 +31,16 @@ from mnemosyne.client.errors import (
 from mnemosyne.store.membership import Membership, owner_of
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.cluster.forwarding import member_key
-from mnemosyne.transport.cluster.link import LinkLost, MemberLink
-from mnemosyne.v1 import memory_pb2
+from mnemosyne.transport.cluster.link import MESSAGE, STREAM_WINDOW, LinkLost, MemberLink
+from mnemosyne.v1 import events_pb2, memory_pb2
 from tests.support import gauge, tokens_json
 
 ADMIN, TOKEN_A = "admin-token", "token-a"
 TENANTS = [f"tenant-{i:02d}" for i in range(40)]
 LINKED, FORWARDED = "mnemosyne_forwarded_calls_linked", "mnemosyne_forwarded_calls"
 RETAIN = "/mnemosyne.v1.MemoryService/Retain"
+WATCH = "/mnemosyne.v1.EventsService/WatchEvents"
+OPEN_STREAMS = "mnemosyne_open_streams"
 
 
 def _theirs(members: LocalMembers, owner: str = "m1") -> list[str]:
@@ -161,8 +164,16 @@ def test_a_deadline_a_lost_owner_and_its_return(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the owner did not cancel the call its entry gave up"
                 time.sleep(0.1)
             park.unlink()
-            # The owner killed: UNAVAILABLE naming it, never a hang.
+            # The owner killed: UNAVAILABLE naming it, never a hang, for a stream on the link too.
+            _with_events(client, tenant, 1)
+            linked = gauge(m0, LINKED)
+            watching = client.watch_events(tenant, timeout=20)
+            next(watching)
+            assert gauge(m0, LINKED) == linked + 1
             m1.kill()
+            with pytest.raises(UnavailableError) as lost:
+                list(watching)
+            assert lost.value.reason == "OWNER_UNAVAILABLE" and lost.value.metadata["owner"] == "m1"
             with pytest.raises(UnavailableError) as down:
                 client.retain(tenant, "nobody home")
             assert down.value.reason == "OWNER_UNAVAILABLE" and down.value.metadata["owner"] == "m1"
@@ -245,3 +256,100 @@ async def _linked_call(
         return await link.call(method, request, [("authorization", f"Bearer {token}")] if token else [], 5.0)
     finally:
         await link.close()
+
+
+def _with_events(client: MemoryClient, tenant: str, writes: int) -> None:
+    """``writes`` fast writes to ``tenant``, applied: at least two events each (pending, then done)."""
+    client.hot_path(tenant, "enable")
+    for n in range(writes):
+        client.retain(tenant, f"fast note {n} about the harbour", fast=True)
+    client.hot_path(tenant, "flush")
+
+
+def _events(client: MemoryClient, tenant: str, count: int) -> list[tuple[int, str, int]]:
+    return [(e.event_id, e.status, e.sequence) for e in itertools.islice(client.watch_events(tenant), count)]
+
+
+def test_server_streams_take_the_link_and_answer_as_the_owner_does(pair: LocalMembers) -> None:
+    m0, m1 = pair.processes
+    tenant, missing = _theirs(pair)[3], _theirs(pair)[4]
+    with MemoryClient(m0.target, ADMIN) as via, MemoryClient(m1.target, ADMIN) as direct:
+        _with_events(via, tenant, 12)
+        _until_linked(m0, lambda: via.recall(tenant, "harbour"))
+        linked, forwarded = gauge(m0, LINKED), gauge(m0, FORWARDED)
+        # Every event, replayed from the log: more than the owner may send ahead (its window).
+        wanted = _events(direct, tenant, 24)
+        assert len(wanted) == 24 > 2 * STREAM_WINDOW
+        assert _events(via, tenant, 24) == wanted
+        # An export, message by message as from the owner (its files' bytes and names).
+        exported = list(via.export_tenant(tenant))
+        assert [type(part).__name__ for part in exported] == [
+            type(part).__name__ for part in direct.export_tenant(tenant)
+        ]
+        assert len(exported) >= 2 and sum(len(getattr(part, "data", b"")) for part in exported) > 0
+        # The owner's refusal as it gave it: a tenant it does not have.
+        assert _outcome(lambda: list(via.export_tenant(missing))) == _outcome(
+            lambda: list(direct.export_tenant(missing))
+        )
+        assert gauge(m0, LINKED) - linked == gauge(m0, FORWARDED) - forwarded == 3
+
+
+def test_a_stream_left_by_its_reader_is_cancelled_at_the_owner(pair: LocalMembers) -> None:
+    m0, m1 = pair.processes
+    tenant = _theirs(pair)[5]
+    with MemoryClient(m0.target, ADMIN) as via:
+        _with_events(via, tenant, 2)
+        _until_linked(m0, lambda: via.recall(tenant, "harbour"))
+        linked, before = gauge(m0, LINKED), gauge(m1, OPEN_STREAMS)
+        watching = via.watch_events(tenant)
+        next(watching)
+        assert gauge(m0, LINKED) == linked + 1
+        _until(lambda: gauge(m1, OPEN_STREAMS) == before + 1, "the owner did not open the stream")
+        watching.close()  # the client cancels its call: the entry tells the owner
+        _until(lambda: gauge(m1, OPEN_STREAMS) == before, "the owner kept the stream its entry left")
+
+
+def _until(condition: Callable[[], bool], failure: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.05)
+
+
+def test_a_slow_reader_holds_back_only_its_own_stream(pair: LocalMembers) -> None:
+    """The owner sends a stream's messages only as far as its entry granted (a window ahead of
+    its reading), and the connection's other calls pass meanwhile."""
+    m0, m1 = pair.processes
+    tenant = _theirs(pair)[6]
+    with MemoryClient(m1.target, ADMIN) as direct:
+        _with_events(direct, tenant, 12)
+        total = len(_events(direct, tenant, 24))
+
+    async def read_slowly() -> tuple[int, int, list[bytes]]:
+        link = await MemberLink.connect("127.0.0.1", _link_port(m1), _member_key(m0), None)
+        try:
+            request = events_pb2.WatchEventsRequest(tenant=tenant).SerializeToString()
+            stream = await link.stream(WATCH, request, [("authorization", f"Bearer {ADMIN}")], None)
+            await asyncio.sleep(1.0)  # not reading: the owner stops at the window
+            ahead = sum(kind == MESSAGE for kind, _ in stream._frames)
+            # Another call on the same connection is answered meanwhile.
+            asked = memory_pb2.RecallRequest(tenant=tenant, query="harbour", k=3).SerializeToString()
+            answer = await asyncio.wait_for(
+                link.call("/mnemosyne.v1.MemoryService/Recall", asked, [("authorization", f"Bearer {ADMIN}")], 5.0), 5
+            )
+            assert answer.refusal() is None
+            received = []
+            async for message in stream.messages():
+                received.append(message)
+                if len(received) == total:
+                    break
+            link.end_stream(stream)
+            return ahead, len(received), received
+        finally:
+            await link.close()
+
+    ahead, read, messages = asyncio.run(read_slowly())
+    assert ahead == STREAM_WINDOW and read == total == 24
+    assert [events_pb2.Event.FromString(m).sequence for m in messages] == sorted(
+        events_pb2.Event.FromString(m).sequence for m in messages
+    )

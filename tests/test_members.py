@@ -277,12 +277,16 @@ def test_http_sse_and_mcp_are_forwarded_too(written: LocalMembers) -> None:
             assert reply.status == 200, reply.body
             assert tenant in reply.json()["hits"][0]["memory"]["text"]
     tenant = next(t for t in TENANTS if owner_of(t, written.ids) != "m0")
+    # The recalls above connected m0's member links: the event stream takes one (its messages
+    # decoded for JSON at the entry).
+    linked = gauge(written.processes[0], "mnemosyne_forwarded_calls_linked")
     events = http_support.server_sent_events(
         written.processes[0].http_port, f"/v1/tenants/{tenant}/events:watch", auth, timeout=10
     )
     first = next(events)
     events.close()
     assert json.loads(first["data"])["sequence"]
+    assert gauge(written.processes[0], "mnemosyne_forwarded_calls_linked") == linked + 1
 
     async def mcp() -> str:
         transport = streamable_http_client(

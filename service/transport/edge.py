@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from mnemosyne.engine import changers
@@ -269,7 +269,7 @@ class Edge:
 
     async def answer_stream(
         self, implementation: Callable[..., AsyncIterator[Any]], request: Any, call: Call
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """Step 4 for a server stream: its messages, counted as an open stream while it lasts."""
         try:
             with self._admission.stream(call.tenant):

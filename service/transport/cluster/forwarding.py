@@ -4,8 +4,8 @@ Any member is an entry point (docs/scale-out.md). The edge (transport/edge.py) a
 authenticates every call as usual; a call for a tenant the hash gives to another member is then
 forwarded in one hop as the same gRPC method with the same request message, whether it came over
 gRPC, HTTP/JSON, SSE or MCP (which calls the gRPC API): unary, server-streaming and
-client-streaming alike; a unary call goes over the member link once it is connected
-(transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner
+client-streaming alike; a unary call or a server stream goes over the member link once it is
+connected (transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner
 authenticates and authorises it again), its request id and the ``mnemosyne-*`` metadata, the
 deadline, and cancellation (the hop is cancelled with the call). The owner's response metadata
 and status, with its details, come back as they were.
@@ -29,7 +29,7 @@ import contextlib
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -337,9 +337,54 @@ class Forwarder:
             call.set_trailing_metadata(_answered(answer.trailing_metadata))
             return answer.response if call.answers_bytes else self._responses[method].FromString(answer.response)
 
-    async def stream(
+    def stream(
         self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
+        """A server stream's hop: over the member link when it is connected, else a gRPC call."""
+        link = self._links.ready(owner) if self._links is not None and not asked else None
+        if link is not None:
+            return self._linked_stream(link, owner, method, request, call)
+        return self._grpc_stream(owner, method, request, call, asked=asked)
+
+    async def _linked_stream(
+        self, link: MemberLink, owner: str, method: str, request: Any, call: Call
+    ) -> AsyncGenerator[Any, None]:
+        """A server stream over the member link: the same metadata, acceptance and answer as a
+        gRPC hop's; the entry's reading paces the owner (link.py's CREDIT)."""
+        with self._traced(owner, method) as traced:
+            hop = self._hop(owner, call, traced)
+            if self._metrics is not None:
+                self._metrics.forwarded_linked.inc()
+            try:
+                stream = await link.stream(method, _serialize(request), hop["metadata"], hop["timeout"])
+            except LinkLost as exc:
+                raise self._unreachable(owner, grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            try:
+                await stream.first_word(_STREAM_ACCEPTED_SECONDS)
+                if stream.refusal is not None:
+                    raise Relayed.of(stream.refusal, grpc.StatusCode.UNKNOWN.name)
+                if call.stepped is not None:  # an HTTP client gets its event stream now
+                    call.stepped.set()
+                decode = None if call.answers_bytes else self._responses[method].FromString
+                headed = False
+                async for data in stream.messages():
+                    if not headed and stream.initial_metadata is not None:
+                        headed = True
+                        call.send_initial_metadata(_answered(stream.initial_metadata))
+                    yield data if decode is None else decode(data)
+                if stream.refusal is not None:
+                    raise Relayed.of(stream.refusal, grpc.StatusCode.UNKNOWN.name)
+                if not headed and stream.initial_metadata is not None:
+                    call.send_initial_metadata(_answered(stream.initial_metadata))
+                call.set_trailing_metadata(_answered(stream.trailing_metadata))
+            except LinkLost as exc:
+                raise self._unreachable(owner, grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            finally:
+                link.end_stream(stream)
+
+    async def _grpc_stream(
+        self, owner: str, method: str, request: Any, call: Call, *, asked: bool = False
+    ) -> AsyncGenerator[Any, None]:
         multi = self._channel_for(owner, method, "unary_stream", raw=call.answers_bytes and not asked)
         with self._traced(owner, method) as traced:
             hop = multi(request, **self._hop(owner, call, traced, asked=asked))

@@ -17,8 +17,13 @@ record), so the hop's contract (transport/cluster/forwarding.py) is the same:
 * members only: a connection's first frame is the member key, or the owner closes it; with TLS
   on the gRPC port, the link uses the same certificates, verified both ways as on that port.
 
-Only unary calls take the link (Recall, Retain...: most hops). Server and client streams, and a
-move's member-to-member steps, stay gRPC calls. An owner tells the entry its link port in the
+Unary calls and server streams take the link (Recall, Retain... and WatchEvents, ExportTenant).
+A server stream is opened by a STREAM frame (a CALL's body) and answered by HEAD (its initial
+metadata, with the first message or at the end), MESSAGE frames (one response each) and END (its
+status and trailing metadata); the owner sends no more messages than the entry granted with CREDIT
+frames (``STREAM_WINDOW`` ahead of its reading), so a slow reader holds back only its own stream,
+never the connection's other calls. Client streams (ImportTenant) and a move's member-to-member
+steps stay gRPC calls. An owner tells the entry its link port in the
 trailing metadata of a gRPC hop (``x-mnemosyne-member-link``, only to a caller with the member
 key), so the first hop to a member is a gRPC call and the next ones take the link once it is
 connected; a member that cannot be connected to is reached by gRPC meanwhile.
@@ -27,13 +32,14 @@ connected; a member that cannot be connected to is reached by gRPC meanwhile.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
 import ssl
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +51,11 @@ LINK_PORT_KEY = "x-mnemosyne-member-link"
 # A frame: its body's length, the call's number, its kind; then the body.
 _HEADER = struct.Struct("!IIB")
 HELLO, CALL, CANCEL, ANSWER = 1, 2, 3, 4
+STREAM, HEAD, MESSAGE, END, CREDIT = 5, 6, 7, 8, 9
+_LOST = 0  # not a frame: the connection closed under a stream
+# Messages of a server stream the owner may send before the entry has read them (a message is at
+# most an export's 1 MiB chunk). The entry grants half a window again once it read that many.
+STREAM_WINDOW = 8
 _LENGTH = struct.Struct("!I")
 # Above the largest request a member accepts (max_request_bytes is at most 64 MiB, as the gRPC
 # hop's channel) with room for the metadata; a connection sending more is closed.
@@ -113,6 +124,64 @@ class LinkAnswer:
         return status_pb2.Status.FromString(self.status) if self.status else None
 
 
+class LinkStream:
+    """A server stream's answer as the entry reads it: its frames in order, as the link's reader
+    delivers them (never more messages than the entry granted, so the list stays short)."""
+
+    def __init__(self, link: MemberLink, number: int) -> None:
+        self._link = link
+        self.number = number
+        self._frames: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._arrived = asyncio.Event()
+        self.initial_metadata: list[tuple[str, str]] | None = None  # once the owner's HEAD came
+        self.trailing_metadata: list[tuple[str, str]] = []
+        self.refusal: status_pb2.Status | None = None  # the owner's END with an error
+        self.ended = False  # the owner's END came
+        self._read = 0  # messages read since the last grant
+
+    def deliver(self, kind: int, body: bytes) -> None:
+        self._frames.append((kind, body))
+        self._arrived.set()
+
+    async def first_word(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the owner's first frame, and take it when it is HEAD or END
+        (then ``initial_metadata`` or ``refusal`` is known before any message is read)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while not self._frames:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+        if self._frames and self._frames[0][0] in (HEAD, END):
+            self._take_word(*self._frames.popleft())
+
+    async def messages(self) -> AsyncIterator[bytes]:
+        """The owner's messages until its END (a refusal is then in ``refusal``); raises LinkLost."""
+        while not self.ended:
+            while not self._frames:
+                self._arrived.clear()
+                await self._arrived.wait()
+            kind, body = self._frames.popleft()
+            if kind == MESSAGE:
+                self._read += 1
+                if self._read >= STREAM_WINDOW // 2:
+                    self._link.grant(self.number, self._read)
+                    self._read = 0
+                yield body
+            elif kind == _LOST:
+                raise LinkLost("the member link closed while the stream was on it")
+            else:
+                self._take_word(kind, body)
+
+    def _take_word(self, kind: int, body: bytes) -> None:
+        if kind == HEAD:
+            self.initial_metadata = unpack_metadata(body)
+            return
+        status, trailing = unpack(body)
+        self.trailing_metadata = unpack_metadata(trailing)
+        self.refusal = status_pb2.Status.FromString(status) if status else None
+        self.ended = True
+
+
 # -- TLS ----------------------------------------------------------------------------------------
 
 
@@ -153,6 +222,7 @@ class MemberLink:
         self._reader, self._writer = reader, writer
         self._numbers = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[LinkAnswer]] = {}
+        self._streams: dict[int, LinkStream] = {}
         self.closed = False
         self._reading = asyncio.ensure_future(self._read())
 
@@ -201,10 +271,45 @@ class MemberLink:
         finally:
             self._waiting.pop(number, None)
 
+    async def stream(
+        self, method: str, request: bytes, metadata: Sequence[tuple[str, str]], timeout: float | None
+    ) -> LinkStream:
+        """Open a server stream on the owner; close it with ``end_stream``."""
+        if self.closed:
+            raise LinkLost("the member link is closed")
+        number = next(self._numbers)
+        stream = self._streams[number] = LinkStream(self, number)
+        body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), request])
+        try:
+            opened = frame(number, STREAM, pack([body, pack_metadata(metadata)]))
+            self._writer.write(opened + frame(number, CREDIT, _LENGTH.pack(STREAM_WINDOW)))
+            await self._writer.drain()
+        except (OSError, RuntimeError) as exc:
+            self._streams.pop(number, None)
+            raise LinkLost(str(exc)) from None
+        except asyncio.CancelledError:
+            self.end_stream(stream)
+            raise
+        return stream
+
+    def grant(self, number: int, messages: int) -> None:
+        if not self.closed:
+            self._writer.write(frame(number, CREDIT, _LENGTH.pack(messages)))
+
+    def end_stream(self, stream: LinkStream) -> None:
+        """The entry is done with ``stream``: the owner is told to cancel it unless it ended."""
+        self._streams.pop(stream.number, None)
+        if not stream.ended and not self.closed:
+            self._writer.write(frame(stream.number, CANCEL))
+
     async def _read(self) -> None:
         try:
             while True:
                 number, kind, body = await read_frame(self._reader, MAX_FRAME_BYTES)
+                stream = self._streams.get(number)
+                if stream is not None and kind in (HEAD, MESSAGE, END):
+                    stream.deliver(kind, body)
+                    continue
                 answered = self._waiting.get(number)
                 if kind == ANSWER and answered is not None and not answered.done():
                     status, response, initial, trailing = unpack(body)
@@ -221,6 +326,8 @@ class MemberLink:
         for answered in self._waiting.values():
             if not answered.done():
                 answered.set_exception(LinkLost("the member link closed while the call was on it"))
+        for stream in self._streams.values():
+            stream.deliver(_LOST, b"")
         self._writer.close()
 
     async def close(self) -> None:

@@ -1,28 +1,36 @@
-"""The owner's end of the member link (transport/cluster/link.py): the unary calls other members
-forward here, each answered through the edge as any call (transport/edge.py) and its answer framed
-back on the connection it came by."""
+"""The owner's end of the member link (transport/cluster/link.py): the unary calls and server
+streams other members forward here, each answered through the edge as any call
+(transport/edge.py) and its answer framed back on the connection it came by; a stream's messages
+no faster than its entry grants them."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 
+from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.link import (
     ANSWER,
     CALL,
     CANCEL,
     CONNECT_SECONDS,
+    CREDIT,
+    END,
+    HEAD,
     HELLO,
     MAX_FRAME_BYTES,
     MAX_HELLO_BYTES,
+    MESSAGE,
+    STREAM,
     LinkTls,
     frame,
     pack,
@@ -32,7 +40,7 @@ from mnemosyne.transport.cluster.link import (
     unpack_metadata,
 )
 from mnemosyne.transport.edge import Edge, Kind, decoder, kind_of
-from mnemosyne.transport.envelope import CallEnvelope
+from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
 
 log = logging.getLogger("mnemosyne.cluster")
 
@@ -49,10 +57,11 @@ class LinkServer:
     ) -> None:
         self._edge = edge
         self._key = key
+        # The unary methods and the server streams (Kind.STREAM), each with its request decoder.
         self._methods: dict[str, tuple[Callable[..., Any], Kind, Callable[[bytes], Any]]] = {}
         for service in services:
             for method in service.methods:
-                if not (method.client_streaming or method.server_streaming):
+                if not method.client_streaming:
                     path = f"/{service.full_name}/{method.name}"
                     implementation = getattr(servicers[service.name], method.name)
                     request_type = message_factory.GetMessageClass(method.input_type)
@@ -82,6 +91,7 @@ class LinkServer:
         assert connection is not None
         self._connections.add(connection)
         calls: dict[int, asyncio.Task[None]] = {}
+        credits: dict[int, _Credit] = {}  # of the open streams
         try:
             _, kind, key = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), CONNECT_SECONDS)
             if kind != HELLO or not hmac.compare_digest(key, self._key):
@@ -90,12 +100,18 @@ class LinkServer:
             writer.write(frame(0, HELLO))
             while True:
                 number, kind, body = await read_frame(reader, MAX_FRAME_BYTES)
-                if kind == CALL and number not in calls:
-                    task = asyncio.ensure_future(self._answer(number, body, writer))
+                if kind in (CALL, STREAM) and number not in calls:
+                    if kind == CALL:
+                        task = asyncio.ensure_future(self._answer(number, body, writer))
+                    else:
+                        credit = credits[number] = _Credit()
+                        task = asyncio.ensure_future(self._stream(number, body, writer, credit))
                     calls[number] = task
-                    task.add_done_callback(functools.partial(_forget, calls, number))
+                    task.add_done_callback(functools.partial(_forget, calls, credits, number))
                 elif kind == CANCEL and number in calls:
                     calls[number].cancel()
+                elif kind == CREDIT and number in credits:
+                    credits[number].grant(int.from_bytes(body[:4], "big"))
         except (OSError, EOFError, ValueError, TimeoutError):
             pass  # the entry went away or broke the protocol: its calls are cancelled below
         finally:
@@ -104,7 +120,10 @@ class LinkServer:
                 task.cancel()
             writer.close()
 
-    async def _answer(self, number: int, body: bytes, writer: asyncio.StreamWriter) -> None:
+    def _known(self, number: int, body: bytes, writer: asyncio.StreamWriter, *, stream: bool) -> _Asked | None:
+        """What a CALL or STREAM frame asks, or None when it was answered here: a body that does
+        not parse closes the connection (not a member speaking this protocol); a method this
+        member does not serve so is refused UNIMPLEMENTED (a member of another version)."""
         try:
             head, packed_metadata = unpack(body)
             method_bytes, timeout_text, request_bytes = unpack(head)
@@ -112,18 +131,28 @@ class LinkServer:
             method = method_bytes.decode()
             timeout = float(timeout_text) if timeout_text else None
         except (ValueError, UnicodeDecodeError):
-            writer.close()  # not a member speaking this protocol
-            return
+            writer.close()
+            return None
         known = self._methods.get(method)
-        if known is None:  # a member of another version: the entry relays the refusal
-            _answer_with(writer, number, _unimplemented(method), b"", [], [])
+        if known is None or (known[1] is Kind.STREAM) != stream:
+            refusal = _unimplemented(method)
+            if stream:
+                _send(writer, frame(number, END, pack([refusal, pack_metadata([])])))
+            else:
+                _answer_with(writer, number, refusal, b"", [], [])
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return _Asked(method, metadata, deadline, request_bytes, *known)
+
+    async def _answer(self, number: int, body: bytes, writer: asyncio.StreamWriter) -> None:
+        asked = self._known(number, body, writer, stream=False)
+        if asked is None:
             return
-        implementation, kind, decode = known
+        method, metadata, deadline, request_bytes, implementation, kind, decode = asked
         edge = self._edge
         sent_request_id = next((v for k, v in metadata if k == "x-request-id"), None)
         async with edge.envelope(method, sent_request_id, _refusal, metadata) as envelope:
             request = decode(request_bytes)
-            deadline = None if timeout is None else time.monotonic() + timeout
             call = edge.begin(method, request, metadata, deadline)
             call.answers_bytes = True  # a call forwarded on (a moved tenant) passes its bytes through
             response = await edge.answer(kind, implementation, request, call)
@@ -134,14 +163,95 @@ class LinkServer:
         if refusal is not None:  # None: the call ended with nobody to answer
             _answer_with(writer, number, refusal.SerializeToString(), b"", [], [])
 
+    async def _stream(self, number: int, body: bytes, writer: asyncio.StreamWriter, credit: _Credit) -> None:
+        """A server stream: HEAD with its first message, each message as its entry's credit
+        allows, then END; a refusal is an END with its status. An entry gone is a client gone."""
+        asked = self._known(number, body, writer, stream=True)
+        if asked is None:
+            return
+        method, metadata, deadline, request_bytes, implementation, _, decode = asked
+        edge = self._edge
+        sent_request_id = next((v for k, v in metadata if k == "x-request-id"), None)
+        async with edge.envelope(method, sent_request_id, _refusal, metadata) as envelope:
+            request = decode(request_bytes)
+            call = edge.begin(method, request, metadata, deadline)
+            call.answers_bytes = True  # a stream forwarded on (a moved tenant) passes its bytes through
+            head = True  # the initial metadata is still to send (with the first message, in one write)
+            async with contextlib.aclosing(edge.answer_stream(implementation, request, call)) as messages:
+                async for message in messages:
+                    await credit.take()
+                    data = message if isinstance(message, bytes) else message.SerializeToString()
+                    await _sent(writer, _head(number, call) * head + frame(number, MESSAGE, data))
+                    head = False
+            _send(
+                writer,
+                _head(number, call) * head + frame(number, END, pack([b"", pack_metadata(call.trailing_metadata)])),
+            )
+            return
+        refusal: status_pb2.Status | None = envelope.refusal
+        if refusal is not None:
+            _send(writer, frame(number, END, pack([refusal.SerializeToString(), pack_metadata([])])))
+
+
+def _head(number: int, call: Call) -> bytes:
+    return frame(number, HEAD, pack_metadata(call.initial_metadata))
+
+
+class _Asked(NamedTuple):
+    method: str
+    metadata: list[tuple[str, str]]
+    deadline: float | None
+    request_bytes: bytes
+    implementation: Callable[..., Any]
+    kind: Kind
+    decode: Callable[[bytes], Any]
+
+
+class _Credit:
+    """The messages a stream's entry will take (it grants them with CREDIT frames)."""
+
+    def __init__(self) -> None:
+        self._left = 0
+        self._granted = asyncio.Event()
+
+    def grant(self, messages: int) -> None:
+        self._left += messages
+        self._granted.set()
+
+    async def take(self) -> None:
+        while self._left <= 0:
+            self._granted.clear()
+            await self._granted.wait()
+        self._left -= 1
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes) -> bool:
+    """Write ``data`` unless the connection is closing; whether it was written."""
+    if writer.is_closing():
+        return False
+    writer.write(data)
+    return True
+
+
+async def _sent(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Write a stream's message and wait for the connection to take it; the entry gone ends the
+    stream as a client gone."""
+    if not _send(writer, data):
+        raise ClientLeft()
+    try:
+        await writer.drain()
+    except (OSError, RuntimeError):
+        raise ClientLeft() from None
+
 
 async def _refusal(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> status_pb2.Status:
     """A refusal on the link: its status, sent back as the answer."""
     return status
 
 
-def _forget(calls: dict[int, asyncio.Task[None]], number: int, _: object) -> None:
+def _forget(calls: dict[int, asyncio.Task[None]], credits: dict[int, _Credit], number: int, _: object) -> None:
     calls.pop(number, None)
+    credits.pop(number, None)
 
 
 def _unimplemented(method: str) -> bytes:
@@ -158,5 +268,4 @@ def _answer_with(
     initial: Sequence[tuple[str, str]],
     trailing: Sequence[tuple[str, str]],
 ) -> None:
-    if not writer.is_closing():
-        writer.write(frame(number, ANSWER, pack([status, response, pack_metadata(initial), pack_metadata(trailing)])))
+    _send(writer, frame(number, ANSWER, pack([status, response, pack_metadata(initial), pack_metadata(trailing)])))
