@@ -11,7 +11,7 @@ import functools
 import hmac
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from google.protobuf import descriptor, message_factory
@@ -101,11 +101,10 @@ class LinkServer:
             while True:
                 number, kind, body = await read_frame(reader, MAX_FRAME_BYTES)
                 if kind in (CALL, STREAM) and number not in calls:
-                    if kind == CALL:
-                        task = asyncio.ensure_future(self._answer(number, body, writer))
-                    else:
-                        credit = credits[number] = _Credit()
-                        task = asyncio.ensure_future(self._stream(number, body, writer, credit))
+                    credit = _Credit() if kind == STREAM else None
+                    if credit is not None:
+                        credits[number] = credit
+                    task = asyncio.ensure_future(self._answer(number, body, writer, credit))
                     calls[number] = task
                     task.add_done_callback(functools.partial(_forget, calls, credits, number))
                 elif kind == CANCEL and number in calls:
@@ -135,62 +134,54 @@ class LinkServer:
             return None
         known = self._methods.get(method)
         if known is None or (known[1] is Kind.STREAM) != stream:
-            refusal = _unimplemented(method)
-            if stream:
-                _send(writer, frame(number, END, pack([refusal, pack_metadata([])])))
-            else:
-                _answer_with(writer, number, refusal, b"", [], [])
+            _refuse(writer, number, _unimplemented(method), stream=stream)
             return None
         deadline = None if timeout is None else time.monotonic() + timeout
         return _Asked(method, metadata, deadline, request_bytes, *known)
 
-    async def _answer(self, number: int, body: bytes, writer: asyncio.StreamWriter) -> None:
-        asked = self._known(number, body, writer, stream=False)
+    async def _answer(self, number: int, body: bytes, writer: asyncio.StreamWriter, credit: _Credit | None) -> None:
+        """A CALL (``credit`` None: one ANSWER) or a STREAM (HEAD with its first message, each
+        message as its entry's ``credit`` allows, then END), run through the edge as any call; a
+        refusal is an ANSWER or END with its status, and an entry gone is a client gone."""
+        asked = self._known(number, body, writer, stream=credit is not None)
         if asked is None:
             return
-        method, metadata, deadline, request_bytes, implementation, kind, decode = asked
         edge = self._edge
-        sent_request_id = next((v for k, v in metadata if k == "x-request-id"), None)
-        async with edge.envelope(method, sent_request_id, _refusal, metadata) as envelope:
-            request = decode(request_bytes)
-            call = edge.begin(method, request, metadata, deadline)
+        sent_request_id = next((v for k, v in asked.metadata if k == "x-request-id"), None)
+        async with edge.envelope(asked.method, sent_request_id, _refusal, asked.metadata) as envelope:
+            request = asked.decode(asked.request_bytes)
+            call = edge.begin(asked.method, request, asked.metadata, asked.deadline)
             call.answers_bytes = True  # a call forwarded on (a moved tenant) passes its bytes through
-            response = await edge.answer(kind, implementation, request, call)
-            data = response if isinstance(response, bytes) else response.SerializeToString()
-            _answer_with(writer, number, b"", data, call.initial_metadata, call.trailing_metadata)
+            if credit is None:
+                response = await edge.answer(asked.kind, asked.implementation, request, call)
+                data = response if isinstance(response, bytes) else response.SerializeToString()
+                _answer_with(writer, number, b"", data, call.initial_metadata, call.trailing_metadata)
+            else:
+                await _streamed(writer, number, edge.answer_stream(asked.implementation, request, call), call, credit)
             return
         refusal: status_pb2.Status | None = envelope.refusal
         if refusal is not None:  # None: the call ended with nobody to answer
-            _answer_with(writer, number, refusal.SerializeToString(), b"", [], [])
+            _refuse(writer, number, refusal.SerializeToString(), stream=credit is not None)
 
-    async def _stream(self, number: int, body: bytes, writer: asyncio.StreamWriter, credit: _Credit) -> None:
-        """A server stream: HEAD with its first message, each message as its entry's credit
-        allows, then END; a refusal is an END with its status. An entry gone is a client gone."""
-        asked = self._known(number, body, writer, stream=True)
-        if asked is None:
-            return
-        method, metadata, deadline, request_bytes, implementation, _, decode = asked
-        edge = self._edge
-        sent_request_id = next((v for k, v in metadata if k == "x-request-id"), None)
-        async with edge.envelope(method, sent_request_id, _refusal, metadata) as envelope:
-            request = decode(request_bytes)
-            call = edge.begin(method, request, metadata, deadline)
-            call.answers_bytes = True  # a stream forwarded on (a moved tenant) passes its bytes through
-            head = True  # the initial metadata is still to send (with the first message, in one write)
-            async with contextlib.aclosing(edge.answer_stream(implementation, request, call)) as messages:
-                async for message in messages:
-                    await credit.take()
-                    data = message if isinstance(message, bytes) else message.SerializeToString()
-                    await _sent(writer, _head(number, call) * head + frame(number, MESSAGE, data))
-                    head = False
-            _send(
-                writer,
-                _head(number, call) * head + frame(number, END, pack([b"", pack_metadata(call.trailing_metadata)])),
-            )
-            return
-        refusal: status_pb2.Status | None = envelope.refusal
-        if refusal is not None:
-            _send(writer, frame(number, END, pack([refusal.SerializeToString(), pack_metadata([])])))
+
+async def _streamed(
+    writer: asyncio.StreamWriter, number: int, messages: AsyncGenerator[Any, None], call: Call, credit: _Credit
+) -> None:
+    head = True  # the initial metadata is still to send (with the first message, in one write)
+    async with contextlib.aclosing(messages):
+        async for message in messages:
+            await credit.take()
+            data = message if isinstance(message, bytes) else message.SerializeToString()
+            await _sent(writer, _head(number, call) * head + frame(number, MESSAGE, data))
+            head = False
+    _send(writer, _head(number, call) * head + frame(number, END, pack([b"", pack_metadata(call.trailing_metadata)])))
+
+
+def _refuse(writer: asyncio.StreamWriter, number: int, status: bytes, *, stream: bool) -> None:
+    if stream:
+        _send(writer, frame(number, END, pack([status, pack_metadata([])])))
+    else:
+        _answer_with(writer, number, status, b"", [], [])
 
 
 def _head(number: int, call: Call) -> bytes:
