@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 log = logging.getLogger("mnemosyne.cluster")
@@ -173,12 +174,15 @@ class LinkStream:
                 self._take_word(kind, body)
 
     def _take_word(self, kind: int, body: bytes) -> None:
-        if kind == HEAD:
-            self.initial_metadata = unpack_metadata(body)
-            return
-        status, trailing = unpack(body)
-        self.trailing_metadata = unpack_metadata(trailing)
-        self.refusal = status_pb2.Status.FromString(status) if status else None
+        try:
+            if kind == HEAD:
+                self.initial_metadata = unpack_metadata(body)
+                return
+            status, trailing = unpack(body)
+            self.trailing_metadata = unpack_metadata(trailing)
+            self.refusal = status_pb2.Status.FromString(status) if status else None
+        except (ValueError, DecodeError) as exc:  # not a member speaking this protocol
+            raise LinkLost(f"the owner's {'head' if kind == HEAD else 'end'} of a stream does not parse") from exc
         self.ended = True
 
 

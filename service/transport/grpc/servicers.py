@@ -32,7 +32,7 @@ def _report_server_time(call: Call, started: float) -> None:
     """Time spent in the handler (engine and response building), as trailing metadata, to a
     caller that asks for it (Recall, Retain, Ping): the benchmarks separate the server's own
     time from the gRPC and network floor with it. Only when asked, because a trailer of its own
-    costs every call more than the clock read (docs/performance.md, "per-call overhead").
+    costs every call more than the clock read (docs/performance.md, "the server-time trailer").
     """
     if any(key == ASK_SERVER_TIME_KEY for key, _ in call.metadata):
         elapsed_us = (time.perf_counter() - started) * 1e6

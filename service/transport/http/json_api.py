@@ -4,9 +4,8 @@ authentication, authorisation, the error table), so a rule is never written twic
 
 * Requests: ``Authorization: Bearer <token>`` as over gRPC; the other headers are the call's
   metadata (``x-request-id``, the observed generations of UpdateGlobal and UpdateWorkspace,
-  ``mnemosyne-ask-server-time``). A
-  body above twice ``max_request_bytes`` is refused unread (413 REQUEST_TOO_LARGE); the decoded
-  request is held to the gRPC limit.
+  ``mnemosyne-ask-server-time``). A body above twice ``max_request_bytes`` is refused unread (413
+  REQUEST_TOO_LARGE); the decoded request is held to the gRPC limit.
 * Responses: 200 with the response's proto3 JSON; the call's response and trailing metadata
   (AssembleContext's generations, ``mnemosyne-server-time-us`` when asked) as headers.
 * Errors: ``google.rpc.Status`` JSON (code, message, ``ErrorInfo`` with the reason, ``RetryInfo``)
