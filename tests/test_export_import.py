@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypedDict
 
 import apsw
+import grpc
 import pytest
 
 from mnemosyne.cli.archive import MEMBER_OF_FILE, import_archive, read_manifest
@@ -29,6 +30,8 @@ from mnemosyne.client import (
     UnavailableError,
     convert,
 )
+from mnemosyne.client.convert import tenant_backup_to_proto
+from mnemosyne.client.errors import error_info
 from mnemosyne.client.types import BackupChunk, RetainItem, RetainResult, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2
@@ -240,6 +243,20 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
         with pytest.raises(InvalidArgumentError) as short:
             b.import_tenant(manifest, [BackupChunk("database", data[: len(data) // 3])])
         assert short.value.reason == "ARCHIVE_TRUNCATED"
+        # A stream with no message, and one whose second message does not decode.
+        first = admin_pb2.ImportTenantRequest(manifest=tenant_backup_to_proto(manifest)).SerializeToString()
+        with grpc.insecure_channel(target.target) as channel:
+            send = channel.stream_unary(
+                "/mnemosyne.v1.AdminService/ImportTenant",
+                request_serializer=lambda data: data,
+                response_deserializer=lambda data: data,
+            )
+            for messages, reason in (([], "STREAM_EMPTY"), ([first, b"\xff\xff\xff"], "REQUEST_UNDECODABLE")):
+                with pytest.raises(grpc.RpcError) as raw:
+                    send(iter(messages), metadata=(("authorization", f"Bearer {ADMIN}"),), timeout=30)
+                assert raw.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                info = error_info(raw.value)
+                assert info is not None and info.reason == reason
         assert tenant not in b.list_tenants().tenants
         # Nothing half-written: the scratch space holds nothing and no file has the tenant's name.
         assert [p for p in target.data_dir.rglob("*") if tenant in p.name] == []

@@ -28,6 +28,7 @@ from mnemosyne.client.errors import (
     PermissionDeniedError,
     UnavailableError,
 )
+from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.membership import Membership, owner_of
 from mnemosyne.transport.auth import TokenAuthenticator
 from mnemosyne.transport.cluster.forwarding import member_key
@@ -353,3 +354,34 @@ def test_a_slow_reader_holds_back_only_its_own_stream(pair: LocalMembers) -> Non
     assert [events_pb2.Event.FromString(m).sequence for m in messages] == sorted(
         events_pb2.Event.FromString(m).sequence for m in messages
     )
+
+
+def test_a_client_stream_takes_the_link_and_answers_as_the_owner_does(pair: LocalMembers) -> None:
+    """An import through the entry: its chunks sent as the owner grants them (cut small here, so
+    that they are many windows), the owner's answer and refusals as it gives them."""
+    m0, m1 = pair.processes
+    tenant, copy = _theirs(pair)[7:9]
+    with MemoryClient(m0.target, ADMIN) as via, MemoryClient(m1.target, ADMIN) as direct:
+        direct.retain_batch(tenant, [f"Crate {n} went to bay {n % 5}" for n in range(40)])
+        _until_linked(m0, lambda: via.recall(tenant, "crate"))
+        manifest, *parts = direct.export_tenant(tenant)
+        assert isinstance(manifest, TenantBackup) and parts
+        chunks = [
+            BackupChunk(part.file, part.data[at : at + 4096])
+            for part in parts
+            if isinstance(part, BackupChunk)
+            for at in range(0, len(part.data), 4096)
+        ]
+        assert len(chunks) > 4 * STREAM_WINDOW
+        linked = gauge(m0, LINKED)
+        installed = via.import_tenant(manifest, chunks, tenant=copy, timeout=60)  # a stall fails, not hangs
+        assert (installed.tenant, installed.memories) == (copy, 40)
+        assert [h.memory.text for h in direct.recall(copy, "crate 7", k=1)] == ["Crate 7 went to bay 2"]
+        # Refused by the owner as it refuses it: the name is taken; the copy is cut short.
+        for sent in (chunks, chunks[: len(chunks) // 2]):
+            again = copy if sent is chunks else _theirs(pair)[9]
+            assert _outcome(lambda: via.import_tenant(manifest, sent, tenant=again, timeout=60)) == _outcome(
+                lambda: direct.import_tenant(manifest, sent, tenant=again)
+            )
+        assert gauge(m0, LINKED) - linked == 3
+        assert not m1.tenant_file(_theirs(pair)[9]).exists()

@@ -132,6 +132,19 @@ def decoder(deserializer: Callable[[bytes], Any], method: str, max_request_bytes
     return decode
 
 
+async def client_stream_requests(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A client stream's requests for its servicer, ``first`` (already read: it was authorised as
+    a unary call's request is) and then ``rest``; a stream that ended before its first is
+    STREAM_EMPTY, a request that could not be decoded its decoder's refusal."""
+    if first is None:
+        raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
+    yield first
+    async for request in rest:
+        if isinstance(request, Undecodable):
+            raise request.error
+        yield request
+
+
 class Edge:
     def __init__(
         self,

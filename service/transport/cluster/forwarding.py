@@ -4,8 +4,8 @@ Any member is an entry point (docs/scale-out.md). The edge (transport/edge.py) a
 authenticates every call as usual; a call for a tenant the hash gives to another member is then
 forwarded in one hop as the same gRPC method with the same request message, whether it came over
 gRPC, HTTP/JSON, SSE or MCP (which calls the gRPC API): unary, server-streaming and
-client-streaming alike; a unary call or a server stream goes over the member link once it is
-connected (transport/cluster/link.py), which carries the same. Carried: the caller's token (the owner
+client-streaming alike, over the member link once it is connected (transport/cluster/link.py),
+which carries the same. Carried: the caller's token (the owner
 authenticates and authorises it again), its request id and the ``mnemosyne-*`` metadata, the
 deadline, and cancellation (the hop is cancelled with the call). The owner's response metadata
 and status, with its details, come back as they were.
@@ -297,11 +297,11 @@ class Forwarder:
         """A hop answered by one response (a unary call, a client stream): over the member link
         when it is connected, else a gRPC call (whose answer may tell the owner's link port)."""
         # The link serves our services' methods (not the mem0 relay: transport/http/mem0.py).
-        linked = kind == "unary_unary" and not asked and method in self._responses
+        linked = not asked and method in self._responses
         links = self._links if linked else None
         link = links.ready(owner) if links is not None else None
         if link is not None:
-            return await self._linked(link, owner, method, sent, call)
+            return await self._linked(link, owner, method, sent, call, client_stream=kind == "stream_unary")
         multi = self._channel_for(owner, method, kind, raw=call.answers_bytes and not asked)
         with self._traced(owner, method) as traced:
             hop = multi(sent, **self._hop(owner, call, traced, asked=asked))
@@ -316,8 +316,11 @@ class Forwarder:
                         links.told(owner, port)
                 return response
 
-    async def _linked(self, link: MemberLink, owner: str, method: str, sent: Any, call: Call) -> Any:
-        """A unary hop over the member link: the same metadata, deadline and answer as a gRPC hop."""
+    async def _linked(
+        self, link: MemberLink, owner: str, method: str, sent: Any, call: Call, *, client_stream: bool
+    ) -> Any:
+        """A unary hop or a client stream's (``sent``: its messages) over the member link: the same
+        metadata, deadline and answer as a gRPC hop."""
         with self._traced(owner, method) as traced:
             hop = self._hop(owner, call, traced)
             timeout = hop["timeout"]
@@ -325,7 +328,11 @@ class Forwarder:
                 self._metrics.forwarded_linked.inc()
             try:
                 async with asyncio.timeout(timeout):
-                    answer = await link.call(method, _serialize(sent), hop["metadata"], timeout)
+                    answer = await (
+                        link.client_stream(method, _each_serialized(sent), hop["metadata"], timeout)
+                        if client_stream
+                        else link.call(method, _serialize(sent), hop["metadata"], timeout)
+                    )
             except TimeoutError:
                 raise self._unreachable(owner, grpc.StatusCode.DEADLINE_EXCEEDED, "") from None
             except LinkLost as exc:
@@ -418,6 +425,11 @@ class Forwarder:
         await asyncio.gather(*(channel.close() for channel in channels))
         if self._links is not None:
             await self._links.close()
+
+
+async def _each_serialized(messages: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    async for message in messages:
+        yield _serialize(message)
 
 
 def _unchanged(data: bytes) -> bytes:

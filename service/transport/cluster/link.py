@@ -1,5 +1,5 @@
-"""The member link: a forwarded unary call carried to its owner over one plain TCP connection per
-member pair, not as a gRPC call of its own (docs/scale-out.md#the-member-link).
+"""The member link: a forwarded call carried to its owner over one plain TCP connection per member
+pair, not as a gRPC call of its own (docs/scale-out.md#the-member-link).
 
 A gRPC hop makes the entry run a whole grpc.aio client call besides the server call it answers,
 which costs more than two Ping floors of CPU (docs/performance.md, "where the hop's time goes").
@@ -17,14 +17,16 @@ record), so the hop's contract (transport/cluster/forwarding.py) is the same:
 * members only: a connection's first frame is the member key, or the owner closes it; with TLS
   on the gRPC port, the link uses the same certificates, verified both ways as on that port.
 
-Unary calls and server streams take the link (Recall, Retain... and WatchEvents, ExportTenant).
+Unary calls and streams take the link (Recall, Retain..., WatchEvents, ExportTenant, ImportTenant).
 A server stream is opened by a STREAM frame (a CALL's body) and answered by HEAD (its initial
 metadata, with the first message or at the end), MESSAGE frames (one response each) and END (its
 status and trailing metadata); the owner sends no more messages than the entry granted with CREDIT
 frames (``STREAM_WINDOW`` ahead of its reading), so a slow reader holds back only its own stream,
-never the connection's other calls. Client streams (ImportTenant) and a move's member-to-member
-steps stay gRPC calls. An owner tells the entry its link port in the
-trailing metadata of a gRPC hop (``x-mnemosyne-member-link``, only to a caller with the member
+never the connection's other calls. A client stream (ImportTenant) is opened by INPUT (a CALL's
+body without a request), its messages follow as MESSAGE frames no further ahead than the owner
+granted (CREDIT the other way), then an empty END; the owner answers with ANSWER as for a unary
+call. A move's member-to-member steps stay gRPC calls. An owner tells the entry its link port in
+the trailing metadata of a gRPC hop (``x-mnemosyne-member-link``, only to a caller with the member
 key), so the first hop to a member is a gRPC call and the next ones take the link once it is
 connected; a member that cannot be connected to is reached by gRPC meanwhile.
 """
@@ -42,6 +44,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
@@ -52,10 +55,10 @@ LINK_PORT_KEY = "x-mnemosyne-member-link"
 # A frame: its body's length, the call's number, its kind; then the body.
 _HEADER = struct.Struct("!IIB")
 HELLO, CALL, CANCEL, ANSWER = 1, 2, 3, 4
-STREAM, HEAD, MESSAGE, END, CREDIT = 5, 6, 7, 8, 9
+STREAM, HEAD, MESSAGE, END, CREDIT, INPUT = 5, 6, 7, 8, 9, 10
 _LOST = 0  # not a frame: the connection closed under a stream
-# Messages of a server stream the owner may send before the entry has read them (a message is at
-# most an export's 1 MiB chunk). The entry grants half a window again once it read that many.
+# Messages of a stream one end may send before the other has read them (a message is at most an
+# export's or an import's 1 MiB chunk). The reader grants half a window again once it read that many.
 STREAM_WINDOW = 8
 _LENGTH = struct.Struct("!I")
 # Above the largest request a member accepts (max_request_bytes is at most 64 MiB, as the gRPC
@@ -125,6 +128,33 @@ class LinkAnswer:
         return status_pb2.Status.FromString(self.status) if self.status else None
 
 
+class Credit:
+    """The messages a stream's reader will take: granted by its CREDIT frames, taken by its sender."""
+
+    def __init__(self) -> None:
+        self._left = 0
+        self._granted = asyncio.Event()
+
+    def grant(self, messages: int) -> None:
+        self._left += messages
+        self._granted.set()
+
+    async def take(self) -> None:
+        while self._left <= 0:
+            self._granted.clear()
+            await self._granted.wait()
+        self._left -= 1
+
+
+def granted(body: bytes) -> int:
+    """The messages a CREDIT frame grants."""
+    return int.from_bytes(body[:4], "big")
+
+
+def credit_frame(number: int, messages: int) -> bytes:
+    return frame(number, CREDIT, _LENGTH.pack(messages))
+
+
 class LinkStream:
     """A server stream's answer as the entry reads it: its frames in order, as the link's reader
     delivers them (never more messages than the entry granted, so the list stays short)."""
@@ -165,7 +195,7 @@ class LinkStream:
             if kind == MESSAGE:
                 self._read += 1
                 if self._read >= STREAM_WINDOW // 2:
-                    self._link.grant(self.number, self._read)
+                    self._link.send(credit_frame(self.number, self._read))
                     self._read = 0
                 yield body
             elif kind == _LOST:
@@ -227,6 +257,7 @@ class MemberLink:
         self._numbers = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[LinkAnswer]] = {}
         self._streams: dict[int, LinkStream] = {}
+        self._sending: dict[int, Credit] = {}  # the client streams' messages the owners granted
         self.closed = False
         self._reading = asyncio.ensure_future(self._read())
 
@@ -286,7 +317,7 @@ class MemberLink:
         body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), request])
         try:
             opened = frame(number, STREAM, pack([body, pack_metadata(metadata)]))
-            self._writer.write(opened + frame(number, CREDIT, _LENGTH.pack(STREAM_WINDOW)))
+            self._writer.write(opened + credit_frame(number, STREAM_WINDOW))
             await self._writer.drain()
         except (OSError, RuntimeError) as exc:
             self._streams.pop(number, None)
@@ -296,9 +327,50 @@ class MemberLink:
             raise
         return stream
 
-    def grant(self, number: int, messages: int) -> None:
+    def send(self, data: bytes) -> None:
         if not self.closed:
-            self._writer.write(frame(number, CREDIT, _LENGTH.pack(messages)))
+            self._writer.write(data)
+
+    async def client_stream(
+        self, method: str, messages: AsyncIterator[bytes], metadata: Sequence[tuple[str, str]], timeout: float | None
+    ) -> LinkAnswer:
+        """The owner's answer to a client stream of ``messages``, sent as the owner grants them
+        (an answer before the last, such as a refusal of the first, ends the sending); cancelled,
+        the owner is told to cancel it too. An error of ``messages`` is raised as it came."""
+        if self.closed:
+            raise LinkLost("the member link is closed")
+        number = next(self._numbers)
+        answered: asyncio.Future[LinkAnswer] = asyncio.get_running_loop().create_future()
+        self._waiting[number] = answered
+        credit = self._sending[number] = Credit()
+        body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), b""])
+        sending: asyncio.Future[None] | None = None
+        try:
+            self._writer.write(frame(number, INPUT, pack([body, pack_metadata(metadata)])))
+            sending = asyncio.ensure_future(self._send_messages(number, messages, credit))
+            either: set[asyncio.Future[Any]] = {answered, sending}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not answered.done():
+                sending.result()  # the caller's messages failed: their error, the owner cancelled
+            return await answered
+        except BaseException as exc:
+            if not self.closed:
+                self._writer.write(frame(number, CANCEL))
+            if isinstance(exc, (OSError, RuntimeError)):  # the connection failed as it was written
+                raise LinkLost(str(exc)) from None
+            raise
+        finally:
+            self._waiting.pop(number, None)
+            self._sending.pop(number, None)
+            if sending is not None:
+                sending.cancel()
+
+    async def _send_messages(self, number: int, messages: AsyncIterator[bytes], credit: Credit) -> None:
+        async for message in messages:
+            await credit.take()
+            self._writer.write(frame(number, MESSAGE, message))
+            await self._writer.drain()
+        self._writer.write(frame(number, END))
 
     def end_stream(self, stream: LinkStream) -> None:
         """The entry is done with ``stream``: the owner is told to cancel it unless it ended."""
@@ -313,6 +385,10 @@ class MemberLink:
                 stream = self._streams.get(number)
                 if stream is not None and kind in (HEAD, MESSAGE, END):
                     stream.deliver(kind, body)
+                    continue
+                credit = self._sending.get(number)
+                if credit is not None and kind == CREDIT:
+                    credit.grant(granted(body))
                     continue
                 answered = self._waiting.get(number)
                 if kind == ANSWER and answered is not None and not answered.done():

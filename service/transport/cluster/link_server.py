@@ -1,17 +1,18 @@
-"""The owner's end of the member link (transport/cluster/link.py): the unary calls and server
-streams other members forward here, each answered through the edge as any call
-(transport/edge.py) and its answer framed back on the connection it came by; a stream's messages
-no faster than its entry grants them."""
+"""The owner's end of the member link (transport/cluster/link.py): the calls other members
+forward here (unary, server and client streams), each answered through the edge as any call
+(transport/edge.py) and its answer framed back on the connection it came by; a server stream's
+messages no faster than its entry grants them, a client stream's granted as they are read."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hmac
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from google.protobuf import descriptor, message_factory
@@ -27,19 +28,24 @@ from mnemosyne.transport.cluster.link import (
     END,
     HEAD,
     HELLO,
+    INPUT,
     MAX_FRAME_BYTES,
     MAX_HELLO_BYTES,
     MESSAGE,
     STREAM,
+    STREAM_WINDOW,
+    Credit,
     LinkTls,
+    credit_frame,
     frame,
+    granted,
     pack,
     pack_metadata,
     read_frame,
     unpack,
     unpack_metadata,
 )
-from mnemosyne.transport.edge import Edge, Kind, decoder, kind_of
+from mnemosyne.transport.edge import Edge, Kind, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
 
 log = logging.getLogger("mnemosyne.cluster")
@@ -57,16 +63,17 @@ class LinkServer:
     ) -> None:
         self._edge = edge
         self._key = key
-        # The unary methods and the server streams (Kind.STREAM), each with its request decoder.
-        self._methods: dict[str, tuple[Callable[..., Any], Kind, Callable[[bytes], Any]]] = {}
+        # Every method: the frame that opens it (CALL, STREAM: a server stream, INPUT: a client
+        # stream), its servicer method and kind, its request decoder.
+        self._methods: dict[str, _Method] = {}
         for service in services:
             for method in service.methods:
-                if not method.client_streaming:
-                    path = f"/{service.full_name}/{method.name}"
-                    implementation = getattr(servicers[service.name], method.name)
-                    request_type = message_factory.GetMessageClass(method.input_type)
-                    decode = decoder(request_type.FromString, path, edge.max_request_bytes)
-                    self._methods[path] = (implementation, kind_of(implementation), decode)
+                path = f"/{service.full_name}/{method.name}"
+                implementation = getattr(servicers[service.name], method.name)
+                request_type = message_factory.GetMessageClass(method.input_type)
+                decode = decoder(request_type.FromString, path, edge.max_request_bytes)
+                opened_by = INPUT if method.client_streaming else STREAM if method.server_streaming else CALL
+                self._methods[path] = _Method(opened_by, implementation, kind_of(implementation), decode)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -91,7 +98,8 @@ class LinkServer:
         assert connection is not None
         self._connections.add(connection)
         calls: dict[int, asyncio.Task[None]] = {}
-        credits: dict[int, _Credit] = {}  # of the open streams
+        credits: dict[int, Credit] = {}  # of the open server streams
+        inputs: dict[int, _Inbox] = {}  # of the open client streams
         try:
             _, kind, key = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), CONNECT_SECONDS)
             if kind != HELLO or not hmac.compare_digest(key, self._key):
@@ -100,17 +108,21 @@ class LinkServer:
             writer.write(frame(0, HELLO))
             while True:
                 number, kind, body = await read_frame(reader, MAX_FRAME_BYTES)
-                if kind in (CALL, STREAM) and number not in calls:
-                    credit = _Credit() if kind == STREAM else None
-                    if credit is not None:
-                        credits[number] = credit
-                    task = asyncio.ensure_future(self._answer(number, body, writer, credit))
+                if kind in (CALL, STREAM, INPUT) and number not in calls:
+                    exchange = _Exchange(kind, number, writer)
+                    if exchange.credit is not None:
+                        credits[number] = exchange.credit
+                    if exchange.inbox is not None:
+                        inputs[number] = exchange.inbox
+                    task = asyncio.ensure_future(self._answer(exchange, body))
                     calls[number] = task
-                    task.add_done_callback(functools.partial(_forget, calls, credits, number))
+                    task.add_done_callback(functools.partial(_forget, (calls, credits, inputs), number))
                 elif kind == CANCEL and number in calls:
                     calls[number].cancel()
                 elif kind == CREDIT and number in credits:
-                    credits[number].grant(int.from_bytes(body[:4], "big"))
+                    credits[number].grant(granted(body))
+                elif kind in (MESSAGE, END) and number in inputs:
+                    inputs[number].deliver(kind, body)
         except (OSError, EOFError, ValueError, TimeoutError):
             pass  # the entry went away or broke the protocol: its calls are cancelled below
         finally:
@@ -119,10 +131,10 @@ class LinkServer:
                 task.cancel()
             writer.close()
 
-    def _known(self, number: int, body: bytes, writer: asyncio.StreamWriter, *, stream: bool) -> _Asked | None:
-        """What a CALL or STREAM frame asks, or None when it was answered here: a body that does
-        not parse closes the connection (not a member speaking this protocol); a method this
-        member does not serve so is refused UNIMPLEMENTED (a member of another version)."""
+    def _known(self, exchange: _Exchange, body: bytes) -> _Asked | None:
+        """What an opening frame asks, or None when it was answered here: a body that does not
+        parse closes the connection (not a member speaking this protocol); a method this member
+        does not serve so is refused UNIMPLEMENTED (a member of another version)."""
         try:
             head, packed_metadata = unpack(body)
             method_bytes, timeout_text, request_bytes = unpack(head)
@@ -130,42 +142,53 @@ class LinkServer:
             method = method_bytes.decode()
             timeout = float(timeout_text) if timeout_text else None
         except (ValueError, UnicodeDecodeError):
-            writer.close()
+            exchange.writer.close()
             return None
         known = self._methods.get(method)
-        if known is None or (known[1] is Kind.STREAM) != stream:
-            _refuse(writer, number, _unimplemented(method), stream=stream)
+        if known is None or known.opened_by != exchange.opened_by:
+            exchange.refuse(_unimplemented(method))
             return None
         deadline = None if timeout is None else time.monotonic() + timeout
-        return _Asked(method, metadata, deadline, request_bytes, *known)
+        return _Asked(method, metadata, deadline, request_bytes, known)
 
-    async def _answer(self, number: int, body: bytes, writer: asyncio.StreamWriter, credit: _Credit | None) -> None:
-        """A CALL (``credit`` None: one ANSWER) or a STREAM (HEAD with its first message, each
-        message as its entry's ``credit`` allows, then END), run through the edge as any call; a
-        refusal is an ANSWER or END with its status, and an entry gone is a client gone."""
-        asked = self._known(number, body, writer, stream=credit is not None)
+    async def _answer(self, exchange: _Exchange, body: bytes) -> None:
+        """A call, as its opening frame asks: CALL, one ANSWER; STREAM, HEAD with its first
+        message, each message as its entry's credit allows, then END; INPUT, the messages as they
+        come (the first authorised as a unary call's request), then one ANSWER. Run through the
+        edge as any call; a refusal is an ANSWER or END with its status, and an entry gone is a
+        client gone."""
+        asked = self._known(exchange, body)
         if asked is None:
             return
-        edge = self._edge
+        edge, method = self._edge, asked.method
         sent_request_id = next((v for k, v in asked.metadata if k == "x-request-id"), None)
-        async with edge.envelope(asked.method, sent_request_id, _refusal, asked.metadata) as envelope:
-            request = asked.decode(asked.request_bytes)
-            call = edge.begin(asked.method, request, asked.metadata, asked.deadline)
-            call.answers_bytes = True  # a call forwarded on (a moved tenant) passes its bytes through
-            if credit is None:
-                response = await edge.answer(asked.kind, asked.implementation, request, call)
-                data = response if isinstance(response, bytes) else response.SerializeToString()
-                _answer_with(writer, number, b"", data, call.initial_metadata, call.trailing_metadata)
+        async with edge.envelope(asked.path, sent_request_id, _refusal, asked.metadata) as envelope:
+            if exchange.inbox is not None:
+                first, rest = await exchange.inbox.first_and_rest(method.decode)
+                request = first if first is not None else method.decode(b"")
             else:
-                await _streamed(writer, number, edge.answer_stream(asked.implementation, request, call), call, credit)
+                request = method.decode(asked.request_bytes)
+            call = edge.begin(asked.path, request, asked.metadata, asked.deadline)
+            call.answers_bytes = True  # a call forwarded on (a moved tenant) passes its bytes through
+            if exchange.credit is not None:
+                messages = edge.answer_stream(method.implementation, request, call)
+                await _streamed(exchange.writer, exchange.number, messages, call, exchange.credit)
+                return
+            if exchange.inbox is not None:
+                requests = client_stream_requests(first, rest)
+                response = await edge.answer_client_stream(method.implementation, requests, call)
+            else:
+                response = await edge.answer(method.kind, method.implementation, request, call)
+            data = response if isinstance(response, bytes) else response.SerializeToString()
+            _answer_with(exchange.writer, exchange.number, b"", data, call.initial_metadata, call.trailing_metadata)
             return
         refusal: status_pb2.Status | None = envelope.refusal
         if refusal is not None:  # None: the call ended with nobody to answer
-            _refuse(writer, number, refusal.SerializeToString(), stream=credit is not None)
+            exchange.refuse(refusal.SerializeToString())
 
 
 async def _streamed(
-    writer: asyncio.StreamWriter, number: int, messages: AsyncGenerator[Any, None], call: Call, credit: _Credit
+    writer: asyncio.StreamWriter, number: int, messages: AsyncGenerator[Any, None], call: Call, credit: Credit
 ) -> None:
     head = True  # the initial metadata is still to send (with the first message, in one write)
     async with contextlib.aclosing(messages):
@@ -177,43 +200,75 @@ async def _streamed(
     _send(writer, _head(number, call) * head + frame(number, END, pack([b"", pack_metadata(call.trailing_metadata)])))
 
 
-def _refuse(writer: asyncio.StreamWriter, number: int, status: bytes, *, stream: bool) -> None:
-    if stream:
-        _send(writer, frame(number, END, pack([status, pack_metadata([])])))
-    else:
-        _answer_with(writer, number, status, b"", [], [])
-
-
 def _head(number: int, call: Call) -> bytes:
     return frame(number, HEAD, pack_metadata(call.initial_metadata))
 
 
-class _Asked(NamedTuple):
-    method: str
-    metadata: list[tuple[str, str]]
-    deadline: float | None
-    request_bytes: bytes
+class _Method(NamedTuple):
+    opened_by: int  # CALL, STREAM or INPUT
     implementation: Callable[..., Any]
     kind: Kind
     decode: Callable[[bytes], Any]
 
 
-class _Credit:
-    """The messages a stream's entry will take (it grants them with CREDIT frames)."""
+class _Asked(NamedTuple):
+    path: str
+    metadata: list[tuple[str, str]]
+    deadline: float | None
+    request_bytes: bytes  # a client stream's come as its MESSAGE frames
+    method: _Method
 
-    def __init__(self) -> None:
-        self._left = 0
-        self._granted = asyncio.Event()
 
-    def grant(self, messages: int) -> None:
-        self._left += messages
-        self._granted.set()
+class _Inbox:
+    """A client stream's messages as its entry sends them, granted ``STREAM_WINDOW`` ahead of
+    their reading (so at most that many wait here)."""
 
-    async def take(self) -> None:
-        while self._left <= 0:
-            self._granted.clear()
-            await self._granted.wait()
-        self._left -= 1
+    def __init__(self, writer: asyncio.StreamWriter, number: int) -> None:
+        self._writer, self._number = writer, number
+        self._frames: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._read = 0
+        _send(writer, credit_frame(number, STREAM_WINDOW))
+
+    def deliver(self, kind: int, body: bytes) -> None:
+        self._frames.append((kind, body))
+        self._arrived.set()
+
+    async def first_and_rest(self, decode: Callable[[bytes], Any]) -> tuple[Any, AsyncIterator[Any]]:
+        """The first request (None: the stream ended before it) and the rest, decoded (what
+        cannot be decoded as the decoder's refusal, ``Undecodable``)."""
+        rest = self._requests(decode)
+        return await anext(rest, None), rest
+
+    async def _requests(self, decode: Callable[[bytes], Any]) -> AsyncIterator[Any]:
+        while True:
+            while not self._frames:
+                self._arrived.clear()
+                await self._arrived.wait()
+            kind, body = self._frames.popleft()
+            if kind == END:
+                return
+            self._read += 1
+            if self._read >= STREAM_WINDOW // 2:
+                _send(self._writer, credit_frame(self._number, self._read))
+                self._read = 0
+            yield decode(body)
+
+
+class _Exchange:
+    """One call on a connection: its number, the frame that opened it, and what it needs."""
+
+    def __init__(self, opened_by: int, number: int, writer: asyncio.StreamWriter) -> None:
+        self.opened_by, self.number, self.writer = opened_by, number, writer
+        self.credit = Credit() if opened_by == STREAM else None  # the messages its entry will take
+        self.inbox = _Inbox(writer, number) if opened_by == INPUT else None
+
+    def refuse(self, status: bytes) -> None:
+        """The call's refusal, as its kind answers (a stream's END, else an ANSWER)."""
+        if self.opened_by == STREAM:
+            _send(self.writer, frame(self.number, END, pack([status, pack_metadata([])])))
+        else:
+            _answer_with(self.writer, self.number, status, b"", [], [])
 
 
 def _send(writer: asyncio.StreamWriter, data: bytes) -> bool:
@@ -240,9 +295,9 @@ async def _refusal(envelope: CallEnvelope, error: BaseException, status: status_
     return status
 
 
-def _forget(calls: dict[int, asyncio.Task[None]], credits: dict[int, _Credit], number: int, _: object) -> None:
-    calls.pop(number, None)
-    credits.pop(number, None)
+def _forget(registries: tuple[dict[int, Any], ...], number: int, _: object) -> None:
+    for registry in registries:
+        registry.pop(number, None)
 
 
 def _unimplemented(method: str) -> bytes:

@@ -19,9 +19,8 @@ import grpc
 from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 
-from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.edge import Edge, Undecodable, decoder, kind_of
+from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope
 from mnemosyne.transport.errors import rich_status
 
@@ -81,17 +80,8 @@ def _client_stream(
             stream = requests.__aiter__()
             first = await anext(stream, None)
             call = _begin(edge, method, first if first is not None else request_type(), context, metadata)
-
-            async def messages() -> AsyncIterator[Any]:
-                if first is None:
-                    raise InvalidArgument("the stream ended before its first message", reason="STREAM_EMPTY")
-                yield first
-                async for message in stream:
-                    if isinstance(message, Undecodable):
-                        raise message.error
-                    yield message
-
-            response = await edge.answer_client_stream(implementation, messages(), call)
+            messages = client_stream_requests(first, stream)
+            response = await edge.answer_client_stream(implementation, messages, call)
             await _send_metadata(context, call, envelope)
             return response
 
