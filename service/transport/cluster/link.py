@@ -364,6 +364,8 @@ class MemberLink:
             self._sending.pop(number, None)
             if sending is not None:
                 sending.cancel()
+                if sending.done() and not sending.cancelled():
+                    sending.exception()  # retrieved: an answer that came first made it moot
 
     async def _send_messages(self, number: int, messages: AsyncIterator[bytes], credit: Credit) -> None:
         async for message in messages:
