@@ -1,8 +1,10 @@
-"""The member link (transport/cluster/link.py): unary calls forwarded between members over one
-plain TCP connection, carrying what a gRPC hop carries (docs/scale-out.md#the-member-link).
+"""The member link (transport/cluster/link.py): calls forwarded between members (unary, server and
+client streams) over one plain TCP connection, carrying what a gRPC hop carries
+(docs/scale-out.md#the-member-link).
 
 Real member processes on loopback and the real client; what a member never sends (a wrong key,
-broken frames) is sent by the module's own entry side and by raw sockets.
+broken frames, a reader that does not read) is sent by the module's own entry side and by raw
+sockets.
 """
 
 from __future__ import annotations
