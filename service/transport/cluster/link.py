@@ -151,6 +151,14 @@ def granted(body: bytes) -> int:
     return int.from_bytes(body[:4], "big")
 
 
+def _opening(
+    number: int, kind: int, method: str, timeout: float | None, request: bytes, metadata: Sequence[tuple[str, str]]
+) -> bytes:
+    """The frame opening a call (CALL, STREAM or INPUT: a client stream's requests follow it)."""
+    head = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), request])
+    return frame(number, kind, pack([head, pack_metadata(metadata)]))
+
+
 def credit_frame(number: int, messages: int) -> bytes:
     return frame(number, CREDIT, _LENGTH.pack(messages))
 
@@ -292,9 +300,8 @@ class MemberLink:
         number = next(self._numbers)
         answered: asyncio.Future[LinkAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answered
-        body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), request])
         try:
-            self._writer.write(frame(number, CALL, pack([body, pack_metadata(metadata)])))
+            self._writer.write(_opening(number, CALL, method, timeout, request, metadata))
             await self._writer.drain()
             return await answered
         except asyncio.CancelledError:
@@ -314,9 +321,8 @@ class MemberLink:
             raise LinkLost("the member link is closed")
         number = next(self._numbers)
         stream = self._streams[number] = LinkStream(self, number)
-        body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), request])
         try:
-            opened = frame(number, STREAM, pack([body, pack_metadata(metadata)]))
+            opened = _opening(number, STREAM, method, timeout, request, metadata)
             self._writer.write(opened + credit_frame(number, STREAM_WINDOW))
             await self._writer.drain()
         except (OSError, RuntimeError) as exc:
@@ -343,10 +349,9 @@ class MemberLink:
         answered: asyncio.Future[LinkAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answered
         credit = self._sending[number] = Credit()
-        body = pack([method.encode(), b"" if timeout is None else repr(timeout).encode(), b""])
         sending: asyncio.Future[None] | None = None
         try:
-            self._writer.write(frame(number, INPUT, pack([body, pack_metadata(metadata)])))
+            self._writer.write(_opening(number, INPUT, method, timeout, b"", metadata))
             sending = asyncio.ensure_future(self._send_messages(number, messages, credit))
             either: set[asyncio.Future[Any]] = {answered, sending}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)

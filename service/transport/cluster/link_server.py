@@ -97,9 +97,7 @@ class LinkServer:
         connection = asyncio.current_task()
         assert connection is not None
         self._connections.add(connection)
-        calls: dict[int, asyncio.Task[None]] = {}
-        credits: dict[int, Credit] = {}  # of the open server streams
-        inputs: dict[int, _Inbox] = {}  # of the open client streams
+        calls: dict[int, tuple[asyncio.Task[None], _Exchange]] = {}
         try:
             _, kind, key = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), CONNECT_SECONDS)
             if kind != HELLO or not hmac.compare_digest(key, self._key):
@@ -110,24 +108,22 @@ class LinkServer:
                 number, kind, body = await read_frame(reader, MAX_FRAME_BYTES)
                 if kind in (CALL, STREAM, INPUT) and number not in calls:
                     exchange = _Exchange(kind, number, writer)
-                    if exchange.credit is not None:
-                        credits[number] = exchange.credit
-                    if exchange.inbox is not None:
-                        inputs[number] = exchange.inbox
                     task = asyncio.ensure_future(self._answer(exchange, body))
-                    calls[number] = task
-                    task.add_done_callback(functools.partial(_forget, (calls, credits, inputs), number))
-                elif kind == CANCEL and number in calls:
-                    calls[number].cancel()
-                elif kind == CREDIT and number in credits:
-                    credits[number].grant(granted(body))
-                elif kind in (MESSAGE, END) and number in inputs:
-                    inputs[number].deliver(kind, body)
+                    calls[number] = task, exchange
+                    task.add_done_callback(functools.partial(_forget, calls, number))
+                elif number in calls:  # what the entry sends on a call it opened
+                    task, exchange = calls[number]
+                    if kind == CANCEL:
+                        task.cancel()
+                    elif kind == CREDIT and exchange.credit is not None:
+                        exchange.credit.grant(granted(body))
+                    elif kind in (MESSAGE, END) and exchange.inbox is not None:
+                        exchange.inbox.deliver(kind, body)
         except (OSError, EOFError, ValueError, TimeoutError):
             pass  # the entry went away or broke the protocol: its calls are cancelled below
         finally:
             self._connections.discard(connection)
-            for task in list(calls.values()):
+            for task, _ in list(calls.values()):
                 task.cancel()
             writer.close()
 
@@ -295,9 +291,8 @@ async def _refusal(envelope: CallEnvelope, error: BaseException, status: status_
     return status
 
 
-def _forget(registries: tuple[dict[int, Any], ...], number: int, _: object) -> None:
-    for registry in registries:
-        registry.pop(number, None)
+def _forget(calls: dict[int, Any], number: int, _: object) -> None:
+    calls.pop(number, None)
 
 
 def _unimplemented(method: str) -> bytes:
