@@ -165,3 +165,33 @@ def test_cas_rejections_are_counted_by_reason(metered: ServerProcess, tenant: st
         _value(families, "mnemosyne_cas_rejections", "mnemosyne_cas_rejections_total", reason="OBSERVATION_MISSING")
         == 1
     )
+
+
+def test_call_latency_scrapes_as_prometheus_clients_histogram() -> None:
+    """The call histogram's own collector (observability/call_latency.py) gives the exposition a
+    prometheus_client Histogram gives for the same observations: an observation equal to a bound
+    in that bucket, cumulative buckets, +Inf, count and sum, each (method, code) its own series."""
+    from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
+    from prometheus_client.exposition import generate_latest
+
+    from mnemosyne.observability.call_latency import CallLatency
+    from mnemosyne.observability.metrics import RPC_BUCKETS
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # as the server does
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    latency = CallLatency("calls_seconds", "Calls.", RPC_BUCKETS, ours)
+    histogram = Histogram("calls_seconds", "Calls.", ["method", "code"], buckets=RPC_BUCKETS, registry=theirs)
+    observed = [
+        ("/a.S/Ping", "OK", 0.0001),
+        ("/a.S/Ping", "OK", 0.0005),  # on a bound
+        ("/a.S/Ping", "OK", 0.00051),
+        ("/a.S/Ping", "CANCELLED", 2.5),
+        ("/a.S/Recall", "OK", 31.0),  # beyond the last bound
+        ("/a.S/Recall", "OK", 0.0),
+    ]
+    for method, code, seconds in observed:
+        latency.observe(method, code, seconds)
+        histogram.labels(method=method, code=code).observe(seconds)
+    scraped = _families(generate_latest(ours).decode())
+    assert scraped == _families(generate_latest(theirs).decode())
+    assert _value(scraped, "calls_seconds", "calls_seconds_count", method="/a.S/Ping", code="OK") == 3

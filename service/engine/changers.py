@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 
 from mnemosyne.store.revisions import CHANGER, Changer
 
@@ -18,7 +19,14 @@ __all__ = ["CONSOLIDATOR", "EXPIRY_SWEEP", "Changer", "changes_by", "current", "
 
 def set_changer(surface: str, token_name: str) -> None:
     """The calls of this task (or thread) from here on are by ``token_name`` through ``surface``."""
-    CHANGER.set(Changer(surface, token_name))
+    CHANGER.set(_changer(surface, token_name))
+
+
+# Every call sets its changer, and a Changer made anew runs a NamedTuple's Python ``__new__``;
+# surfaces are a handful and token names the operator's.
+@lru_cache(maxsize=1024)
+def _changer(surface: str, token_name: str) -> Changer:
+    return Changer(surface, token_name)
 
 
 def current() -> Changer:

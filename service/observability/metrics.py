@@ -21,7 +21,6 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     disable_created_metrics,
     gc_collector,
     platform_collector,
@@ -34,6 +33,7 @@ from prometheus_client.registry import Collector
 from mnemosyne.engine.ann import FIGURES as ANN_FIGURES
 from mnemosyne.engine.ann import AnnFigures
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.observability.call_latency import CallLatency
 from mnemosyne.runtime import read_priority
 
 # gRPC latency buckets: from sub-millisecond reads to multi-second batches with a real model.
@@ -73,13 +73,14 @@ class ServerMetrics(EngineObserver):
         process_collector.ProcessCollector(registry=self.registry)
         platform_collector.PlatformCollector(registry=self.registry)
         gc_collector.GCCollector(registry=self.registry)
-        self.rpc_duration = Histogram(
+        self.rpc_duration = CallLatency(
             "mnemosyne_rpc_duration_seconds",
             "Time to answer a gRPC call, by method and final status code.",
-            ["method", "code"],
-            buckets=RPC_BUCKETS,
-            registry=self.registry,
+            RPC_BUCKETS,
+            self.registry,
         )
+        # Every call's one observation (the method of our services, gRPC's code name, seconds).
+        self.observe_rpc = self.rpc_duration.observe
         self._count_engine_work()
         # A deployment of many members (transport/cluster/forwarding.py): the clients that route by the
         # member list never make a member forward (the tests read these).
@@ -103,7 +104,6 @@ class ServerMetrics(EngineObserver):
             registry=self.registry,
         )
         self._read_on_scrape()
-        self._rpc_children: dict[tuple[str, str], Histogram] = {}
 
     def _count_engine_work(self) -> None:
         """The counters the engine observer feeds (``EngineObserver``'s methods below)."""
@@ -209,14 +209,6 @@ class ServerMetrics(EngineObserver):
         self.integrity_checks.labels(verdict="valid" if valid else "broken").inc()
 
     # -- transport ------------------------------------------------------------------------------
-
-    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
-        # The labelled child, looked up once per (method, code): ``labels()`` checks and joins its
-        # arguments under a lock on every call. Methods are ours and codes gRPC's: a bounded set.
-        child = self._rpc_children.get((method, code))
-        if child is None:
-            child = self._rpc_children[(method, code)] = self.rpc_duration.labels(method=method, code=code)
-        child.observe(seconds)
 
     def members_asked(self, members: Iterable[str]) -> None:
         """The members an admin fan-out asks, each counted from 0 (an alert's increase() then sees

@@ -59,11 +59,16 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/ActivateTenant",
     }
 )
+IMPORT_TENANT = "/mnemosyne.v1.AdminService/ImportTenant"
 # Requests that may leave ``tenant`` empty: an import then installs the manifest's tenant.
-TENANT_OPTIONAL_METHODS = frozenset({"/mnemosyne.v1.AdminService/ImportTenant"})
+TENANT_OPTIONAL_METHODS = frozenset({IMPORT_TENANT})
 # Asked of one member about its own file (a move's steps): answered there, never forwarded.
 MEMBER_LOCAL_METHODS = frozenset({"/mnemosyne.v1.AdminService/MoveTenant", "/mnemosyne.v1.AdminService/ActivateTenant"})
 SERVER = ""  # the admission key of calls that name no tenant (Ping, the admin fan-outs)
+EVERY_TENANT = frozenset({"*"})  # what a call reaches when the server checks no tokens
+# Whether a request's type has a tenant field, by type: ``begin`` asks it of every call, and
+# ``hasattr`` answers no by raising and catching an AttributeError each time.
+_NAMES_TENANT: dict[type, bool] = {}
 
 
 class Kind(enum.Enum):
@@ -79,6 +84,18 @@ class Kind(enum.Enum):
 
 # The kinds run on a thread (or, for a lone quick snapshot read, the loop), and their lane.
 _ON_THREADS = {Kind.BLOCKING: Lane.WORKERS, Kind.READING: Lane.READERS, Kind.SNAPSHOT_READ: Lane.LOOP}
+
+
+def _value_of(metadata: Sequence[tuple[str, str]], key: str) -> str | None:
+    for name, value in metadata:
+        if name == key:
+            return value
+    return None
+
+
+def _is_move_step(method: str, request: Any) -> bool:
+    """An ImportTenant of a move (its ``move_epoch`` set): answered by the member it is sent to."""
+    return method == IMPORT_TENANT and bool(request.move_epoch)
 
 
 def kind_of(implementation: Callable[..., Any]) -> Kind:
@@ -193,25 +210,30 @@ class Edge:
         token's name is who the revisions of its changes are by (engine/changers.py)."""
         self._admission.enter()
         try:
-            if hasattr(request, "tenant") and (request.tenant or method not in TENANT_OPTIONAL_METHODS):
+            names_tenant = _NAMES_TENANT.get(type(request))
+            if names_tenant is None:
+                names_tenant = _NAMES_TENANT[type(request)] = hasattr(request, "tenant")
+            tenant = request.tenant if names_tenant else SERVER
+            if names_tenant and (tenant or method not in TENANT_OPTIONAL_METHODS):
                 # The form of the id first: a property of the request alone, so its refusal tells
                 # nothing of the server's tenants or tokens; a malformed id is TENANT_INVALID
                 # whoever asks, never TOKEN_MISSING or TENANT_FORBIDDEN.
-                validate_tenant(request.tenant)
-            principal = self.authenticate(next((v for k, v in metadata if k == "authorization"), None))
+                validate_tenant(tenant)
+            principal = None
+            if self._authenticator is not None:
+                principal = self._authenticator.authenticate(_value_of(metadata, "authorization"))
             if isinstance(request, Undecodable):
                 raise request.error
             if principal is not None:
                 if method in ADMIN_METHODS:
                     principal.check_admin()
-                if hasattr(request, "tenant"):
-                    principal.check_tenant(request.tenant)
-            tenant = getattr(request, "tenant", SERVER)
+                if names_tenant:
+                    principal.check_tenant(tenant)
             tracing.tenant(tenant)  # on the call's span when the operator allows it
             forward_to, pending, entry = None, False, ""
             if self.forwarder is not None:
                 entry = self.forwarder.arrived_by_hop(metadata)
-                if tenant != SERVER and method not in MEMBER_LOCAL_METHODS and not getattr(request, "move_epoch", 0):
+                if tenant != SERVER and method not in MEMBER_LOCAL_METHODS and not _is_move_step(method, request):
                     forward_to = self.forwarder.owner_elsewhere(tenant, metadata)
                     pending = forward_to is None and bool(self.forwarder.placement(tenant).pending_from)
         except BaseException:
@@ -223,7 +245,7 @@ class Edge:
             admission=self._admission,
             deadline=deadline,
             principal=principal.name if principal is not None else "",
-            reaches=principal.tenants if principal is not None else frozenset({"*"}),
+            reaches=principal.tenants if principal is not None else EVERY_TENANT,
         )
         call.method, call.forward_to, call.move_pending = method, forward_to, pending
         if entry and self.forwarder is not None and self.forwarder.link_port:
@@ -239,7 +261,7 @@ class Edge:
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         """The caller of an ``authorization`` value (None when the server checks no tokens);
-        raises UNAUTHENTICATED. ``begin`` runs it for every call."""
+        raises UNAUTHENTICATED. ``begin`` asks the same of every call's metadata."""
         return None if self._authenticator is None else self._authenticator.authenticate(authorization)
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:

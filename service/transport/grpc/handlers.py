@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import grpc
@@ -56,8 +57,8 @@ def _unary(edge: Edge, method: str, implementation: Callable[..., Any]) -> Calla
     kind = kind_of(implementation)
 
     async def handle(request: Any, context: Context) -> Any:
-        metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
+        metadata, request_id = _metadata(context)
+        async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
             response = await edge.answer(kind, implementation, request, call)
             await _send_metadata(context, call, envelope)
@@ -75,8 +76,8 @@ def _client_stream(
     bounded as an open stream. gRPC only (there is no JSON form of a client stream)."""
 
     async def handle(requests: AsyncIterator[Any], context: Context) -> Any:
-        metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
+        metadata, request_id = _metadata(context)
+        async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             stream = requests.__aiter__()
             first = await anext(stream, None)
             call = _begin(edge, method, first if first is not None else request_type(), context, metadata)
@@ -90,8 +91,8 @@ def _client_stream(
 
 def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
     async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
-        metadata = _metadata(context)
-        async with edge.envelope(method, _sent_request_id(metadata), _aborter(context), metadata) as envelope:
+        metadata, request_id = _metadata(context)
+        async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
             async for message in edge.answer_stream(implementation, request, call):
                 if not envelope.answered:
@@ -110,15 +111,12 @@ def _begin(edge: Edge, method: str, request: Any, context: Context, metadata: li
     return call
 
 
-def _aborter(context: Context) -> Callable[[CallEnvelope, BaseException, status_pb2.Status], Awaitable[None]]:
-    async def abort(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> None:
-        """Answer with the error's status (abort raises, ending the call)."""
-        if not envelope.answered:
-            await _send_initial(context, (), envelope)
-        rich = rich_status(status)
-        await context.abort(rich.code, rich.details, rich.trailing_metadata)
-
-    return abort
+async def _abort(context: Context, envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> None:
+    """Answer with the error's status (abort raises, ending the call)."""
+    if not envelope.answered:
+        await _send_initial(context, (), envelope)
+    rich = rich_status(status)
+    await context.abort(rich.code, rich.details, rich.trailing_metadata)
 
 
 async def _send_initial(context: Context, metadata: Sequence[tuple[str, str]], envelope: CallEnvelope) -> None:
@@ -146,12 +144,13 @@ def _serializer(response_type: Any) -> Callable[[Any], bytes]:
     return serialized
 
 
-def _metadata(context: Context) -> list[tuple[str, str]]:
-    """The call's metadata as text, read once per call (the request id and ``begin`` use it)."""
-    return [
+def _metadata(context: Context) -> tuple[list[tuple[str, str]], str | None]:
+    """The call's metadata as text, read once per call (``begin`` uses it), and the request id
+    the client sent in it."""
+    metadata = [
         (k, v if isinstance(v, str) else v.decode("ascii", "replace")) for k, v in context.invocation_metadata() or ()
     ]
-
-
-def _sent_request_id(metadata: list[tuple[str, str]]) -> str | None:
-    return next((v for k, v in metadata if k == "x-request-id"), None)
+    for key, value in metadata:
+        if key == "x-request-id":
+            return metadata, value
+    return metadata, None

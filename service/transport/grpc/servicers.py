@@ -34,9 +34,11 @@ def _report_server_time(call: Call, started: float) -> None:
     time from the gRPC and network floor with it. Only when asked, because a trailer of its own
     costs every call more than the clock read (docs/performance.md, "the server-time trailer").
     """
-    if any(key == ASK_SERVER_TIME_KEY for key, _ in call.metadata):
-        elapsed_us = (time.perf_counter() - started) * 1e6
-        call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
+    for key, _ in call.metadata:
+        if key == ASK_SERVER_TIME_KEY:
+            elapsed_us = (time.perf_counter() - started) * 1e6
+            call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
+            return
 
 
 def _queued(outcomes: list[RetainOutcome]) -> list[int]:
