@@ -36,13 +36,15 @@ class Control:
         head = f"{method} {path} HTTP/1.0\r\nHost: litestream\r\nContent-Type: application/json\r\n"
         request = f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(self.socket)), timeout)
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(str(self.socket))
         except (OSError, TimeoutError) as exc:
             raise ControlError(0, f"Litestream's control socket does not answer: {exc}") from None
         try:
             writer.write(request)
             await writer.drain()
-            answer = await asyncio.wait_for(reader.read(), timeout)
+            async with asyncio.timeout(timeout):
+                answer = await reader.read()
         except (OSError, TimeoutError) as exc:
             raise ControlError(0, f"Litestream did not answer {method} {path}: {exc or 'timed out'}") from None
         finally:

@@ -186,7 +186,8 @@ class Litestream:
         if process is not None and process.returncode is None:
             process.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(process.wait(), STOP_SECONDS)
+                async with asyncio.timeout(STOP_SECONDS):
+                    await process.wait()
             except TimeoutError:
                 process.kill()
                 await process.wait()

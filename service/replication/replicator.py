@@ -14,6 +14,7 @@ without one takes the bucket's highest + 1, one behind it is a stale copy, never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -161,7 +162,8 @@ class Replicator:
         self.litestream = Litestream(on_start=self._litestream_started, retention_seconds=self._retention_seconds)
         self._tasks = [asyncio.create_task(self.litestream.run()), asyncio.create_task(self._tick())]
         try:
-            await asyncio.wait_for(self.litestream.ready.wait(), 15)
+            async with asyncio.timeout(15):
+                await self.litestream.ready.wait()
         except TimeoutError:
             log.error("Litestream is not ready; replication waits for it (its log says why)")
 
@@ -424,10 +426,9 @@ class Replicator:
         """About every ``TICK_SECONDS``, or when a tenant enters the set: sync the tenants with
         unreplicated commits, and let go of those idle since their last one was confirmed."""
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), TICK_SECONDS)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TICK_SECONDS):
+                    await self._wake.wait()
             self._wake.clear()
             if not self.litestream.ready.is_set():
                 continue

@@ -44,8 +44,12 @@ def _changes(hot_path: HotPath, tenant: str) -> Iterator[asyncio.Event]:
 
 
 async def _until(changed: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(changed.wait(), seconds)
+    # asyncio.timeout, never asyncio.wait_for: Python 3.11's wait_for returns as if not cancelled
+    # when the cancellation (a client that went away) comes as the event is set, and the call then
+    # waited on, counted as waiting, for a client that had gone.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await changed.wait()
     changed.clear()
 
 
@@ -124,7 +128,8 @@ async def replicated(tokens: Consistency, call: Call, deadline: float) -> None:
     ``deadline`` (time.monotonic())."""
     started = time.monotonic()
     try:
-        await asyncio.wait_for(tokens.replicated(call.tenant), max(0.0, deadline - started))
+        async with asyncio.timeout(max(0.0, deadline - started)):
+            await tokens.replicated(call.tenant)
     except TimeoutError:
         raise DeadlineExceeded(
             f"the call waited {time.monotonic() - started:.1f}s, to its deadline, for tenant {call.tenant}'s writes to "

@@ -274,14 +274,15 @@ class MemberLink:
         """A link to the member at ``host``:``port``, its key accepted (raises OSError, or
         asyncio's errors, when it cannot be made)."""
         context = tls.client_context() if tls is not None else None
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context, server_hostname=host if context else None),
-            CONNECT_SECONDS,
-        )
+        async with asyncio.timeout(CONNECT_SECONDS):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=context, server_hostname=host if context else None
+            )
         try:
             writer.write(frame(0, HELLO, key))
             try:
-                _, kind, _ = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), CONNECT_SECONDS)
+                async with asyncio.timeout(CONNECT_SECONDS):
+                    _, kind, _ = await read_frame(reader, MAX_HELLO_BYTES)
             except EOFError:
                 kind = 0
             if kind != HELLO:

@@ -99,7 +99,8 @@ class LinkServer:
         self._connections.add(connection)
         calls: dict[int, tuple[asyncio.Task[None], _Exchange]] = {}
         try:
-            _, kind, key = await asyncio.wait_for(read_frame(reader, MAX_HELLO_BYTES), CONNECT_SECONDS)
+            async with asyncio.timeout(CONNECT_SECONDS):
+                _, kind, key = await read_frame(reader, MAX_HELLO_BYTES)
             if kind != HELLO or not hmac.compare_digest(key, self._key):
                 log.warning("a member link connection without this deployment's member key: closed")
                 return
