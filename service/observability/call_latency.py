@@ -2,8 +2,7 @@
 method and final status code.
 
 Every call observes it once, so ``observe`` is one lookup, one bisect and two additions under one
-lock. prometheus_client's ``Histogram`` child took six Python calls and two locks for each
-observation, which on a busy event loop cost about as much as a third of the edge's own work
+lock, where prometheus_client's ``Histogram`` child takes six Python calls and two locks
 (docs/performance.md, "the edge's cost per call"). The scrape shows the same family a ``Histogram``
 gives: cumulative ``_bucket`` samples with ``le`` (an observation equal to a bound counts in that
 bucket), ``_count`` and ``_sum``; no ``_created`` series (the server switches those off).

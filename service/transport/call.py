@@ -32,6 +32,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ANSWER_MARGIN_SECONDS = 0.25
 
 
+def metadata_value(metadata: Sequence[tuple[str, str]], key: str) -> str | None:
+    """The first value of ``key`` in a call's metadata (None without one)."""
+    for name, value in metadata:
+        if name == key:
+            return value
+    return None
+
+
 def reading(method: F) -> F:
     """Mark a plain servicer method as a short read: it runs on admission's reader threads. Only
     for reads bounded by their request (a page, a top k), never for a write, a batch, an export

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.link import (
     ANSWER,
     CALL,
@@ -158,7 +158,7 @@ class LinkServer:
         if asked is None:
             return
         edge, method = self._edge, asked.method
-        sent_request_id = next((v for k, v in asked.metadata if k == "x-request-id"), None)
+        sent_request_id = metadata_value(asked.metadata, "x-request-id")
         async with edge.envelope(asked.path, sent_request_id, _refusal, asked.metadata) as envelope:
             if exchange.inbox is not None:
                 first, rest = await exchange.inbox.first_and_rest(method.decode)

@@ -20,7 +20,7 @@ import grpc
 from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope
 from mnemosyne.transport.errors import rich_status
@@ -150,7 +150,4 @@ def _metadata(context: Context) -> tuple[list[tuple[str, str]], str | None]:
     metadata = [
         (k, v if isinstance(v, str) else v.decode("ascii", "replace")) for k, v in context.invocation_metadata() or ()
     ]
-    for key, value in metadata:
-        if key == "x-request-id":
-            return metadata, value
-    return metadata, None
+    return metadata, metadata_value(metadata, "x-request-id")

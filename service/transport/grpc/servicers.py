@@ -14,7 +14,7 @@ from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call, reading, snapshot_read, waiting
+from mnemosyne.transport.call import Call, metadata_value, reading, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.consistency import for_read, for_write
@@ -34,11 +34,9 @@ def _report_server_time(call: Call, started: float) -> None:
     time from the gRPC and network floor with it. Only when asked, because a trailer of its own
     costs every call more than the clock read (docs/performance.md, "the server-time trailer").
     """
-    for key, _ in call.metadata:
-        if key == ASK_SERVER_TIME_KEY:
-            elapsed_us = (time.perf_counter() - started) * 1e6
-            call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
-            return
+    if metadata_value(call.metadata, ASK_SERVER_TIME_KEY) is not None:
+        elapsed_us = (time.perf_counter() - started) * 1e6
+        call.set_trailing_metadata(((SERVER_TIME_KEY, f"{elapsed_us:.1f}"),))
 
 
 def _queued(outcomes: list[RetainOutcome]) -> list[int]:

@@ -48,7 +48,7 @@ from mnemosyne.engine.memories import MAX_PAGE_NUMBER, Memories
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.transport import consistency
 from mnemosyne.transport.auth import ADMIN
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.edge import Edge, Kind, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, Outcome
@@ -178,7 +178,7 @@ class HttpCall:
     base_url: str  # scheme://host as the client called it, for the links of a page
 
     def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k == name), None)
+        return metadata_value(self.headers, name)
 
     def envelope(self) -> bytes:
         """What the hop to the tenant's owner carries (the headers travel as its metadata)."""
