@@ -297,6 +297,25 @@ def test_server_streams_take_the_link_and_answer_as_the_owner_does(pair: LocalMe
         assert gauge(m0, LINKED) - linked == gauge(m0, FORWARDED) - forwarded == 3
 
 
+def test_an_entry_that_forwards_only_streams_links_too(tmp_path: Path) -> None:
+    """The owner tells its link's port in an answer's initial metadata, which a stream its reader
+    leaves after the first event still has (it has no trailers): an entry whose hops are all such
+    streams connects the link and takes it, as one forwarding unary calls does."""
+    members = LocalMembers(tmp_path, 2, metrics=True).start()
+    try:
+        m0, m1 = members.processes
+        tenant = _theirs(members)[0]
+        with MemoryClient(m1.target) as owner, MemoryClient(m0.target) as via:
+            _with_events(owner, tenant, 2)
+            wanted = _events(owner, tenant, 1)
+            _until_linked(m0, lambda: _events(via, tenant, 1))
+            linked = gauge(m0, LINKED)
+            assert _events(via, tenant, 1) == wanted
+            assert gauge(m0, LINKED) == linked + 1
+    finally:
+        members.stop()
+
+
 def test_a_stream_left_by_its_reader_is_cancelled_at_the_owner(pair: LocalMembers) -> None:
     m0, m1 = pair.processes
     tenant = _theirs(pair)[5]

@@ -40,7 +40,7 @@ from mnemosyne.runtime import tracing
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
 from mnemosyne.transport.auth import Principal, TokenAuthenticator
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY
 from mnemosyne.transport.consistency import carries
@@ -84,13 +84,6 @@ class Kind(enum.Enum):
 
 # The kinds run on a thread (or, for a lone quick snapshot read, the loop), and their lane.
 _ON_THREADS = {Kind.BLOCKING: Lane.WORKERS, Kind.READING: Lane.READERS, Kind.SNAPSHOT_READ: Lane.LOOP}
-
-
-def _value_of(metadata: Sequence[tuple[str, str]], key: str) -> str | None:
-    for name, value in metadata:
-        if name == key:
-            return value
-    return None
 
 
 def _is_move_step(method: str, request: Any) -> bool:
@@ -221,7 +214,7 @@ class Edge:
                 validate_tenant(tenant)
             principal = None
             if self._authenticator is not None:
-                principal = self._authenticator.authenticate(_value_of(metadata, "authorization"))
+                principal = self._authenticator.authenticate(metadata_value(metadata, "authorization"))
             if isinstance(request, Undecodable):
                 raise request.error
             if principal is not None:
@@ -249,8 +242,9 @@ class Edge:
         )
         call.method, call.forward_to, call.move_pending = method, forward_to, pending
         if entry and self.forwarder is not None and self.forwarder.link_port:
-            # The entry member learns where this member's link listens (transport/cluster/link.py).
-            call.trailing_metadata.append((LINK_PORT_KEY, str(self.forwarder.link_port)))
+            # The entry member learns where this member's link listens (transport/cluster/link.py),
+            # from the answer's initial metadata: a stream its reader leaves has no trailers.
+            call.initial_metadata.append((LINK_PORT_KEY, str(self.forwarder.link_port)))
         # The call's own context (its task's), copied to the thread that runs it (admission.py).
         changers.set_changer(surface, call.principal)
         return call

@@ -40,7 +40,7 @@ from mnemosyne.engine.moves import Membership, Placement
 from mnemosyne.errors import DeadlineExceeded, Unavailable
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import tracing
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY, LinkLost, LinkTls, MemberLink, MemberLinks
 from mnemosyne.transport.errors import Relayed
 
@@ -85,6 +85,13 @@ def _answered(metadata: Any) -> list[tuple[str, str]]:
         for k, v in metadata or ()
         if isinstance(v, str) and k not in _TRANSPORT_KEYS and not k.startswith("x-mnemosyne-")
     ]
+
+
+def _learn_link(links: MemberLinks, owner: str, initial_metadata: Any) -> None:
+    """The owner tells its member link's port in a gRPC hop's initial metadata: connect to it."""
+    port = next((v for k, v in initial_metadata or () if k == LINK_PORT_KEY), None)
+    if isinstance(port, str):
+        links.told(owner, port)
 
 
 class Forwarder:
@@ -170,7 +177,7 @@ class Forwarder:
         return self._hopped(metadata) and any(k == FORWARDED_BY_KEY and v == member for k, v in metadata)
 
     def _hopped(self, metadata: Sequence[tuple[str, str]]) -> bool:
-        sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")
+        sent = metadata_value(metadata, MEMBER_KEY_KEY) or ""
         return bool(sent) and hmac.compare_digest(sent, self._key)
 
     def from_member(self, metadata: Sequence[tuple[str, str]]) -> bool:
@@ -180,10 +187,9 @@ class Forwarder:
     def arrived_by_hop(self, metadata: Sequence[tuple[str, str]]) -> str:
         """The entry member of a call forwarded here, proven by the member key; "" otherwise
         (member-internal metadata from a client is ignored)."""
-        sent = next((v for k, v in metadata if k == MEMBER_KEY_KEY), "")
-        if not sent or not hmac.compare_digest(sent, self._key):
+        if not self._hopped(metadata):
             return ""
-        entry = next((v for k, v in metadata if k == FORWARDED_BY_KEY), "")
+        entry = metadata_value(metadata, FORWARDED_BY_KEY) or ""
         if entry and self._metrics is not None:
             self._metrics.forwarded_in.inc()
         return entry
@@ -307,13 +313,11 @@ class Forwarder:
             hop = multi(sent, **self._hop(owner, call, traced, asked=asked))
             with self._answered_by(owner, hop):
                 response = await hop
-                trailing = await hop.trailing_metadata()
-                call.send_initial_metadata(_answered(await hop.initial_metadata()))
-                call.set_trailing_metadata(_answered(trailing))
+                initial = await hop.initial_metadata()
+                call.send_initial_metadata(_answered(initial))
+                call.set_trailing_metadata(_answered(await hop.trailing_metadata()))
                 if links is not None:
-                    port = next((v for k, v in trailing or () if k == LINK_PORT_KEY), None)
-                    if isinstance(port, str):
-                        links.told(owner, port)
+                    _learn_link(links, owner, initial)
                 return response
 
     async def _linked(
@@ -400,6 +404,8 @@ class Forwarder:
                 await asyncio.wait({started}, timeout=_STREAM_ACCEPTED_SECONDS)
                 if started.done():
                     call.send_initial_metadata(_answered(started.result()))
+                    if self._links is not None and not asked:
+                        _learn_link(self._links, owner, started.result())
                     code = await hop.code() if hop.done() else grpc.StatusCode.OK
                     if code != grpc.StatusCode.OK:
                         raise self._relayed(owner, code, await hop.details() or "", await hop.trailing_metadata())
