@@ -81,7 +81,7 @@ class _Tenant:
     fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
     refused: str = ""  # why it is not replicated (a stale copy)
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
-    syncing: bool = False
+    syncing: asyncio.Task[float] | None = None  # its sync running (the loop holds tasks only weakly)
 
 
 @dataclass(frozen=True)
@@ -372,13 +372,13 @@ class Replicator:
     def _launch(self, tenant: str, state: _Tenant) -> None:
         """Start the sync the tenant's callers joined (``next_sync``); the callers that join from
         now on wait for the one after it."""
-        joined, state.next_sync, state.syncing = state.next_sync, None, True
+        joined, state.next_sync = state.next_sync, None
         assert joined is not None
-        task = self._loop.create_task(self._sync(tenant, state))
+        task = state.syncing = self._loop.create_task(self._sync(tenant, state))
 
         def finished(done: asyncio.Task[float]) -> None:
             with self._guard:
-                state.syncing = False
+                state.syncing = None
                 if state.next_sync is not None:
                     self._launch(tenant, state)
             failure = done.exception()
