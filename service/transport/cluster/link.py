@@ -292,13 +292,17 @@ class MemberLink:
             raise
         return cls(reader, writer)
 
+    def _new_number(self) -> int:
+        """The number of a call opened on this link now (LinkLost once the link is closed)."""
+        if self.closed:
+            raise LinkLost("the member link is closed")
+        return next(self._numbers)
+
     async def call(
         self, method: str, request: bytes, metadata: Sequence[tuple[str, str]], timeout: float | None
     ) -> LinkAnswer:
         """The owner's answer to one call; cancelled, the owner is told to cancel it too."""
-        if self.closed:
-            raise LinkLost("the member link is closed")
-        number = next(self._numbers)
+        number = self._new_number()
         answered: asyncio.Future[LinkAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answered
         try:
@@ -318,9 +322,7 @@ class MemberLink:
         self, method: str, request: bytes, metadata: Sequence[tuple[str, str]], timeout: float | None
     ) -> LinkStream:
         """Open a server stream on the owner; close it with ``end_stream``."""
-        if self.closed:
-            raise LinkLost("the member link is closed")
-        number = next(self._numbers)
+        number = self._new_number()
         stream = self._streams[number] = LinkStream(self, number)
         try:
             opened = _opening(number, STREAM, method, timeout, request, metadata)
@@ -344,9 +346,7 @@ class MemberLink:
         """The owner's answer to a client stream of ``messages``, sent as the owner grants them
         (an answer before the last, such as a refusal of the first, ends the sending); cancelled,
         the owner is told to cancel it too. An error of ``messages`` is raised as it came."""
-        if self.closed:
-            raise LinkLost("the member link is closed")
-        number = next(self._numbers)
+        number = self._new_number()
         answered: asyncio.Future[LinkAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answered
         credit = self._sending[number] = Credit()
