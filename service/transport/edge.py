@@ -250,7 +250,9 @@ class Edge:
         return call
 
     async def _settle(self, call: Call) -> None:
-        if call.move_pending and self._finish_move is not None:
+        """A call for a tenant a move brought here first lets the move finish (checked by the
+        caller: ``call.move_pending``, so that every other call skips a coroutine)."""
+        if self._finish_move is not None:
             await self._finish_move(call)
 
     def authenticate(self, authorization: str | None) -> Principal | None:
@@ -263,7 +265,8 @@ class Edge:
         member owns is forwarded there (on the event loop: the owner's admission counts its work)."""
         admission = self._admission
         try:
-            await self._settle(call)
+            if call.move_pending:
+                await self._settle(call)
             if call.forward_to is not None and self.forwarder is not None:
                 return await self.forwarder.unary(call.forward_to, call.method, request, call)
             if kind in _ON_THREADS:
@@ -303,7 +306,8 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
-                await self._settle(call)
+                if call.move_pending:
+                    await self._settle(call)
                 messages = (
                     self.forwarder.stream(call.forward_to, call.method, request, call)
                     if call.forward_to is not None and self.forwarder is not None
@@ -321,7 +325,8 @@ class Edge:
         try:
             with self._admission.stream(call.tenant):
                 call.holds_place = True
-                await self._settle(call)
+                if call.move_pending:
+                    await self._settle(call)
                 if call.forward_to is not None and self.forwarder is not None:
                     return await self.forwarder.client_stream(call.forward_to, call.method, messages, call)
                 return await implementation(messages, call)

@@ -61,7 +61,8 @@ def _unary(edge: Edge, method: str, implementation: Callable[..., Any]) -> Calla
         async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
             response = await edge.answer(kind, implementation, request, call)
-            await _send_metadata(context, call, envelope)
+            if (sending := _set_metadata(context, call, envelope)) is not None:
+                await sending
             return response
 
     return handle
@@ -83,7 +84,8 @@ def _client_stream(
             call = _begin(edge, method, first if first is not None else request_type(), context, metadata)
             messages = client_stream_requests(first, stream)
             response = await edge.answer_client_stream(implementation, messages, call)
-            await _send_metadata(context, call, envelope)
+            if (sending := _set_metadata(context, call, envelope)) is not None:
+                await sending
             return response
 
     return handle
@@ -127,11 +129,16 @@ async def _send_initial(context: Context, metadata: Sequence[tuple[str, str]], e
         await context.send_initial_metadata(sent)
 
 
-async def _send_metadata(context: Context, call: Call, envelope: CallEnvelope) -> None:
-    """A unary answer's initial and trailing metadata."""
-    await _send_initial(context, call.initial_metadata, envelope)
+def _set_metadata(context: Context, call: Call, envelope: CallEnvelope) -> Awaitable[None] | None:
+    """A unary answer's trailing metadata set, and the sending of its initial metadata to await
+    when it has any (None without: most calls, which then skip a coroutine; gRPC sends empty
+    initial metadata with the response)."""
     if call.trailing_metadata:
         context.set_trailing_metadata(tuple(call.trailing_metadata))
+    if call.initial_metadata or envelope.echo:
+        return _send_initial(context, call.initial_metadata, envelope)
+    envelope.answered = True
+    return None
 
 
 def _serializer(response_type: Any) -> Callable[[Any], bytes]:
