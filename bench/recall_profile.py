@@ -20,6 +20,11 @@ the production threshold of the approximate index: the graph is built first (or 
 ``--index-file``, a ``tenants/bench-large.ann`` of the same file), and the full-text postings
 loaded, before anything is timed. ``--seconds`` then recalls in a loop for that long first (for a
 sampling profiler attached to this process's id, which it prints).
+
+``--gap-us`` sleeps that long before each recall (``--gap-busy``: spins that long instead): a
+served recall follows the client's and gRPC's work, not another recall, and this shows what that
+costs each step (a recall right after another finds the processor's caches holding its code and
+data).
 """
 
 from __future__ import annotations
@@ -95,10 +100,11 @@ def wait_for_caches(engine: Any, tenant: str, query: str) -> None:
 
 
 def measure(
-    engine: Any, tenant: str, queries: list[str], rounds: int, mode: Any
+    engine: Any, tenant: str, queries: list[str], rounds: int, mode: Any, gap: float = 0.0, busy: bool = False
 ) -> tuple[list[float], list[float], dict[str, list[float]]]:
-    """Each query recalled twice a round, its spans timed and not (in turns): (seconds of each
-    timed recall, of each untimed one, each span's seconds per timed recall)."""
+    """Each query recalled twice a round, its spans timed and not (in turns), each after ``gap``
+    seconds asleep (``busy``: spinning): (seconds of each timed recall, of each untimed one, each
+    span's seconds per timed recall)."""
     timer = StepTimer()
     per_span: dict[str, list[float]] = defaultdict(list)
     totals: list[float] = []
@@ -108,6 +114,12 @@ def measure(
             for timed in (True, False) if n % 2 else (False, True):
                 tracing.install(timer if timed else None)
                 timer.take()
+                if gap and busy:
+                    until = time.perf_counter() + gap
+                    while time.perf_counter() < until:
+                        pass
+                elif gap:
+                    time.sleep(gap)
                 started = time.perf_counter()
                 engine.recall(tenant, query, k=K, mode=mode)
                 (totals if timed else untimed).append(time.perf_counter() - started)
@@ -128,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenant-file", type=Path, default=None, help="recall from a copy of this tenant file")
     parser.add_argument("--index-file", type=Path, default=None, help="its approximate index (else built first)")
     parser.add_argument("--seconds", type=float, default=0.0, help="recall in a loop this long first")
+    parser.add_argument("--gap-us", type=float, default=0.0, help="sleep this long before each recall")
+    parser.add_argument("--gap-busy", action="store_true", help="spin through the gap instead of sleeping")
     args = parser.parse_args(argv)
 
     tune_interpreter()  # the server's interpreter settings, before numpy loads
@@ -163,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                 while time.monotonic() < until:
                     for q in queries:
                         engine.recall(tenant, q, k=K, mode=mode)
-            totals, untimed, per_span = measure(engine, tenant, queries, args.rounds, mode)
+            totals, untimed, per_span = measure(
+                engine, tenant, queries, args.rounds, mode, args.gap_us / 1e6, args.gap_busy
+            )
         finally:
             engine.close()
     summed = sum(totals)
@@ -183,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = sum(sum(spent) for name, spent in per_span.items() if not name.startswith("recall.leg."))
     rows.append(["(outside the steps)", float("nan"), (summed - steps) / len(totals) * 1e6, 100 * (1 - steps / summed)])
     print_table(
-        f"Recall steps in process, {args.mode}, {args.embedder}, k={K}, {args.memories} memories, {len(totals)} recalls",
+        f"Recall steps in process, {args.mode}, {args.embedder}, k={K}, {args.memories} memories, "
+        f"{len(totals)} recalls"
+        + (f", each after {args.gap_us:g} us {'spinning' if args.gap_busy else 'asleep'}" if args.gap_us else ""),
         ["span", "median us", "mean us", "share %"],
         rows,
     )
