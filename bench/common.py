@@ -72,6 +72,9 @@ def replicating_server(
 
 
 _POSTINGS_LOADED = re.compile(r"full-text postings of \S+: (\d+) rows loaded")
+# The approximate index's log lines (engine/ann.py): a graph built from every row, or loaded from its file.
+GRAPH_BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
+GRAPH_LOADED = re.compile(r"approximate index of \S+: loaded, (\d+) rows")
 
 
 def wait_for_postings(server: ServerProcess, deadline: float) -> None:
@@ -80,6 +83,15 @@ def wait_for_postings(server: ServerProcess, deadline: float) -> None:
     while not _POSTINGS_LOADED.search(server.stderr_path.read_text()):
         assert time.monotonic() < deadline, "the postings were not loaded in time"
         time.sleep(0.5)
+
+
+def wait_for_graph(server: ServerProcess, deadline: float) -> re.Match[str]:
+    """Until the server logged that a tenant's approximate index is built or loaded (engine/ann.py
+    builds it in the background, started by a recall; ``deadline`` is a time.monotonic() value)."""
+    while not (found := GRAPH_BUILT.search(log := server.stderr_path.read_text()) or GRAPH_LOADED.search(log)):
+        assert time.monotonic() < deadline, "the approximate index was not built in time"
+        time.sleep(0.5)
+    return found
 
 
 def timed(fn: Callable[[int], object], n: int) -> list[float]:

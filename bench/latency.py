@@ -1,6 +1,7 @@
 """Recall latency at 1k / 10k / 100k memories in one tenant, beside Chroma on the same vectors.
 
     python -m bench.latency --out results/latency.json [--sizes 1000,10000,100000] [--queries 300]
+    python -m bench.latency --out results/latency-minilm.json --sizes 10000 --embedder minilm
 
 One tenant grows through the sizes (RetainBatch through the real client). At each size:
 
@@ -12,7 +13,17 @@ One tenant grows through the sizes (RetainBatch through the real client). At eac
 * ``chroma``: ``collection.query`` of an embedded ``chromadb.PersistentClient`` (cosine HNSW,
   ``ef_search`` from ``--chroma-ef``) holding the same documents with the same vectors, passed
   explicitly (made by the server's embedder, a deterministic function); ``chroma_recall`` is its
-  top-10 overlap with exact (numpy) search on those vectors.
+  top-10 overlap with exact (numpy) search on those vectors;
+* ``embed``: the query's embedding alone, by the server's embedder in this process (the same
+  model, one thread, as the server runs it), timed query by query in the same rounds: the part of
+  the server's time that Chroma, given the vectors, does not spend. ``server less embed`` is the
+  server p50 minus the embed p50.
+
+``--embedder`` is the server's (and the vectors'): ``hashing`` (the default here, a deterministic
+function of the text: both sides hold the same vectors) or ``minilm`` (the server's default; its
+memories' vectors are made by the server and, for Chroma, by the same model here, equal to float
+rounding). A tenant past the embedder's approximate-index threshold (MiniLM's 5,000) is timed once
+its graph is built.
 
 The phases (each mode's server time, end to end, Ping, Chroma) take turns in ``ROUNDS`` rounds,
 each over its share of the queries, so a drift of the machine's speed reaches every column alike.
@@ -35,7 +46,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
-from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, write_json
+from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, wait_for_graph, write_json
 from bench.corpus import Corpus
 
 TENANT = "bench-latency"
@@ -73,20 +84,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--chroma-ef", type=int, default=1000, help="Chroma hnsw ef_search")
     parser.add_argument("--no-chroma", action="store_true")
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
     from mnemosyne.client import MemoryClient
-    from mnemosyne.engine.embedder import HashingEmbedder
+    from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+    from mnemosyne.engine.recall.settings import settings_for
     from mnemosyne.v1 import admin_pb2, memory_pb2
 
     corpus = Corpus()
-    embedder = HashingEmbedder()
+    embedder: Embedder
+    if args.embedder == "minilm":
+        from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+
+        embedder = MiniLMEmbedder()
+    else:
+        embedder = HashingEmbedder()
     results = []
     with (
         tempfile.TemporaryDirectory(prefix="chroma-bench-") as chroma_dir,
-        running_server() as server,
+        running_server(embedder=args.embedder) as server,
         MemoryClient(server.target, timeout=600) as client,
     ):
         collection = None
@@ -114,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size} memories loaded in {time.perf_counter() - t0:.1f} s", flush=True)
 
             queries = corpus.queries(size, args.queries)
-            for q in queries[:20]:  # warm-up: the first recall loads the vector cache
+            client.recall(TENANT, queries[0], k=K)  # loads the vector cache; starts a graph's build
+            if size >= settings_for(embedder).ann_threshold:
+                wait_for_graph(server, time.monotonic() + 1800)
+            for q in queries[:20]:  # warm-up
                 client.recall(TENANT, q, k=K)
             row: dict[str, Any] = {"memories": size}
             modes = (
@@ -144,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     client.ping()
                     samples["ping_e2e"].append(time.perf_counter() - t0)
+                for q in share:
+                    t0 = time.perf_counter()
+                    embedder.embed([q])
+                    samples["query_embed"].append(time.perf_counter() - t0)
                 if collection is not None:
                     for qv, truth in zip(query_vectors[turn::ROUNDS], exact[turn::ROUNDS]):
                         t0 = time.perf_counter()
@@ -185,10 +211,15 @@ def main(argv: list[str] | None = None) -> int:
                 r.get("chroma_recall_vs_exact", float("nan")),
                 r["server_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
                 r["e2e_hybrid"]["p50_ms"] / chroma["p50_ms"] if chroma else float("nan"),
+                r["query_embed"]["p50_ms"],
+                (r["server_hybrid"]["p50_ms"] - r["query_embed"]["p50_ms"]) / chroma["p50_ms"]
+                if chroma
+                else float("nan"),
             ]
         )
     print_table(
-        "Recall latency, k=10, ms (server = in the Recall handler; e2e = through MemoryClient; ping = no-op RPC)",
+        f"Recall latency, k=10, {embedder.name}, ms (server = in the Recall handler; e2e = through "
+        "MemoryClient; ping = no-op RPC; embed = the query's embedding alone)",
         [
             "memories",
             "server p50",
@@ -204,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "chroma recall",
             "server/chroma",
             "e2e/chroma",
+            "embed p50",
+            "server less embed/chroma",
         ],
         table,
     )

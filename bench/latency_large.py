@@ -24,7 +24,6 @@ top 10, what a caller gets).
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import tempfile
 import time
@@ -35,7 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.common import ASK_SERVER_TIME, percentiles, print_table, running_server, wait_for_postings, write_json
+from bench.common import (
+    ASK_SERVER_TIME,
+    GRAPH_BUILT,
+    percentiles,
+    print_table,
+    running_server,
+    wait_for_graph,
+    wait_for_postings,
+    write_json,
+)
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
@@ -48,8 +56,6 @@ TENANT = "bench-large"
 K = 10
 ROUNDS = 6
 BATCH = 1000
-_BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
-_LOADED = re.compile(r"approximate index of \S+: loaded, (\d+) rows")
 
 
 def load(data_dir: Path, memories: int) -> float:
@@ -155,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 client.recall(TENANT, queries[0], k=K)
             rss_before = server_rss_bytes(indexed.pid)
             deadline = time.monotonic() + args.build_timeout
-            while not (built := _BUILT.search(log := indexed.stderr_path.read_text()) or _LOADED.search(log)):
-                assert time.monotonic() < deadline, "the index was not built in time"
-                time.sleep(1)
+            built = wait_for_graph(indexed, deadline)
             # Both servers' full-text postings (engine/postings.py), loaded in the background too.
             for server in (exact, indexed):
                 wait_for_postings(server, deadline)
@@ -169,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             row: dict[str, Any] = {
                 "memories": args.memories,
                 "load_seconds": seconds,
-                "build_seconds": float(built.group(2)) if built.re is _BUILT else float("nan"),  # nan: loaded
+                "build_seconds": float(built.group(2)) if built.re is GRAPH_BUILT else float("nan"),  # nan: loaded
                 "indexed_rows": int(built.group(1)),
                 "rss_before_index_bytes": rss_before,
                 "rss_after_index_bytes": server_rss_bytes(indexed.pid),
