@@ -47,6 +47,7 @@ from bench.common import (
 from bench.corpus import Corpus
 from bench.latency import server_rss_bytes
 from mnemosyne.engine.ann import DEFAULT_THRESHOLD
+from mnemosyne.engine.postings import INLINE_ROWS
 
 if TYPE_CHECKING:
     from mnemosyne.client import MemoryClient
@@ -162,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             rss_before = server_rss_bytes(indexed.pid)
             deadline = time.monotonic() + args.build_timeout
             built = wait_for_graph(indexed, deadline)
-            # Both servers' full-text postings (engine/postings.py), loaded in the background too.
-            for server in (exact, indexed):
+            # Both servers' full-text postings (engine/postings.py), loaded in the background too
+            # past INLINE_ROWS (fewer: the first recall's sync took them inline).
+            for server in (exact, indexed) if args.memories > INLINE_ROWS else ():
                 wait_for_postings(server, deadline)
             ann_file = ann_dir / "tenants" / f"{TENANT}.ann"
             while not ann_file.exists():
