@@ -72,9 +72,10 @@ def replicating_server(
 
 
 _POSTINGS_LOADED = re.compile(r"full-text postings of \S+: (\d+) rows loaded")
-# The approximate index's log lines (engine/ann.py): a graph built from every row, or loaded from its file.
-GRAPH_BUILT = re.compile(r"approximate index of \S+: built, (\d+) rows in ([0-9.]+) s")
-GRAPH_LOADED = re.compile(r"approximate index of \S+: loaded, (\d+) rows")
+# The approximate index's log lines (engine/ann.py): a graph built from every row, loaded from its
+# file, or caught up with the rows written since it was made.
+# Groups: how it was made, its rows, the seconds it took (not for a load).
+GRAPH_MADE = re.compile(r"approximate index of \S+: (built|loaded|caught up), (\d+) rows(?: in ([0-9.]+) s)?")
 
 
 def wait_for_postings(server: ServerProcess, deadline: float) -> None:
@@ -85,13 +86,16 @@ def wait_for_postings(server: ServerProcess, deadline: float) -> None:
         time.sleep(0.5)
 
 
-def wait_for_graph(server: ServerProcess, deadline: float) -> re.Match[str]:
-    """Until the server logged that a tenant's approximate index is built or loaded (engine/ann.py
-    builds it in the background, started by a recall; ``deadline`` is a time.monotonic() value)."""
-    while not (found := GRAPH_BUILT.search(log := server.stderr_path.read_text()) or GRAPH_LOADED.search(log)):
-        assert time.monotonic() < deadline, "the approximate index was not built in time"
+def wait_for_graph(server: ServerProcess, deadline: float, rows: int = 0) -> re.Match[str]:
+    """Until the server logged that a tenant's approximate index is built, loaded or caught up
+    with at least ``rows`` rows (engine/ann.py makes it in the background, started by a recall;
+    ``deadline`` is a time.monotonic() value); the last such line."""
+    while True:
+        made = [m for m in GRAPH_MADE.finditer(server.stderr_path.read_text()) if int(m.group(2)) >= rows]
+        if made:
+            return made[-1]
+        assert time.monotonic() < deadline, "the approximate index was not made in time"
         time.sleep(0.5)
-    return found
 
 
 def timed(fn: Callable[[int], object], n: int) -> list[float]:

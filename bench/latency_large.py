@@ -36,7 +36,6 @@ import numpy as np
 
 from bench.common import (
     ASK_SERVER_TIME,
-    GRAPH_BUILT,
     percentiles,
     print_table,
     running_server,
@@ -175,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             row: dict[str, Any] = {
                 "memories": args.memories,
                 "load_seconds": seconds,
-                "build_seconds": float(built.group(2)) if built.re is GRAPH_BUILT else float("nan"),  # nan: loaded
-                "indexed_rows": int(built.group(1)),
+                "build_seconds": float(built.group(3)) if built.group(1) == "built" else float("nan"),  # nan: loaded
+                "indexed_rows": int(built.group(2)),
                 "rss_before_index_bytes": rss_before,
                 "rss_after_index_bytes": server_rss_bytes(indexed.pid),
                 "index_file_bytes": ann_file.stat().st_size,

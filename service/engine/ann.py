@@ -349,6 +349,12 @@ class AnnIndex:
             if built is None:
                 return False
             FIGURES.made("catch_up", time.monotonic() - started)
+            log.info(
+                "approximate index of %s: caught up, %d rows in %.1f s",
+                self.path.stem,
+                len(built.index),
+                time.monotonic() - started,
+            )
         else:
             return False
         self._publish(built)
