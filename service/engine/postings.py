@@ -520,14 +520,16 @@ def _union(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.n
         rows = found[0][0] if found else np.zeros(0, dtype=np.int64)
         return rows, np.arange(len(rows)), np.ones(len(rows), dtype=np.int64)
     postings = np.concatenate([rows for rows, _ in found])
-    order = np.argsort(postings, kind="stable")
+    order = postings.argsort(kind="stable")
     ordered = postings[order]
-    first = np.ones(len(ordered), dtype=bool)
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    rank = first.cumsum()
+    rank -= 1
     place = np.empty(len(postings), dtype=np.int64)
-    place[order] = np.cumsum(first) - 1
-    return ordered[starts], place, np.diff(starts, append=len(ordered))
+    place[order] = rank
+    return ordered[first], place, np.bincount(rank)
 
 
 def _postings(view: PostingsView, term: int) -> tuple[np.ndarray, np.ndarray]:

@@ -78,10 +78,13 @@ def soften_length_normalisation(text: TextHits, *, b: float) -> TextRanking:
     if average <= 0 or b == FTS5_B or not len(ids):
         return TextRanking(ids, relevance)
     lengths = np.array(text.lengths, dtype=np.float64)
-    ratio = lengths / average
-    factor = (1.0 + BM25_K1 * (1.0 - FTS5_B + FTS5_B * ratio)) / (1.0 + BM25_K1 * (1.0 - b + b * ratio))
-    relevance = np.where(lengths > 0, relevance * factor, relevance)
-    order = np.argsort(-relevance, kind="stable")
+    # The two denominators at tf = 1, each ``constant + slope * length``.
+    fts5 = (1.0 + BM25_K1 * (1.0 - FTS5_B)) + (BM25_K1 * FTS5_B / average) * lengths
+    ours = (1.0 + BM25_K1 * (1.0 - b)) + (BM25_K1 * b / average) * lengths
+    fts5 /= ours
+    fts5[lengths <= 0] = 1.0
+    relevance *= fts5
+    order = (-relevance).argsort(kind="stable")
     return TextRanking(ids[order], relevance[order])
 
 
