@@ -23,24 +23,27 @@ from mnemosyne.store.pool import TenantPool
 
 def memory_from_row(row: MemoryRow) -> Memory:
     """A stored memory as the engine's value."""
+    thread = None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0)
+    # In Memory's field order, by position: a recall makes one per hit, and keywords cost more
+    # than the rest of making one.
     return Memory(
-        id=row.id,
-        scope=row.scope,
-        text=row.body,
-        metadata=row.metadata,
-        created_at=row.created_at,
-        facts=row.facts,
-        triples=row.triples,
-        forgotten=row.forgotten,
-        superseded_by=row.superseded_by,
-        superseded_at=row.superseded_at,
-        merged_into=row.merged_into,
-        occurred_at=row.occurred_at,
-        thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
-        updated_at=row.updated_at,
-        speaker=row.speaker,
-        forgotten_at=row.forgotten_at,
-        expires_at=row.expires_at,
+        row.id,
+        row.scope,
+        row.body,  # text
+        row.metadata,
+        row.created_at,
+        row.facts,
+        row.triples,
+        row.forgotten,
+        row.superseded_by,
+        row.superseded_at,
+        row.merged_into,
+        row.occurred_at,
+        thread,
+        row.updated_at,
+        row.speaker,
+        row.forgotten_at,
+        row.expires_at,
     )
 
 

@@ -75,7 +75,7 @@ class RetainOutcome:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Memory:
     id: int
     scope: str

@@ -118,33 +118,20 @@ class MemoryReads(BookkeepingReads):
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = {
-            r[0]: MemoryRow(
-                id=r[0],
-                scope=r[1],
-                body=r[2],
-                metadata=metadata_of(r[3]),
-                created_at=r[4],
-                forgotten=r[5] is not None,
-                forgotten_at=r[5] or 0.0,
-                merged_into=r[6] or 0,
-                superseded_by=r[7] or 0,
-                superseded_at=r[8] or 0.0,
-                occurred_at=r[9],
-                thread_id=r[10],
-                thread_position=r[11],
-                updated_at=r[12] or 0.0,
-                speaker=r[13],
-                acceptance=r[14] or 0,
-                expires_at=r[15],
+        rows = {}
+        # The columns after forgotten_at come in MemoryRow's field order, passed by position: a
+        # recall reads twenty rows, and keywords cost more than the rest of making one.
+        for memory_id, scope, body, metadata, created_at, forgotten_at, *in_order in self.connection.execute(
+            "SELECT id, scope, body, metadata, created_at, forgotten_at, coalesce(merged_into, 0), "
+            "coalesce(superseded_by, 0), coalesce(superseded_at, 0.0), occurred_at, thread_id, thread_position, "
+            "coalesce(updated_at, 0.0), speaker, coalesce(forgotten_at, 0.0), coalesce(acceptance, 0), expires_at "
+            f"FROM memories WHERE id IN ({marks})",
+            tuple(ids),
+        ):
+            forgotten = forgotten_at is not None
+            rows[memory_id] = MemoryRow(
+                memory_id, scope, body, metadata_of(metadata), created_at, forgotten, [], [], *in_order
             )
-            for r in self.connection.execute(
-                "SELECT id, scope, body, metadata, created_at, forgotten_at, merged_into, superseded_by, superseded_at, "
-                "occurred_at, thread_id, thread_position, updated_at, speaker, acceptance, expires_at "
-                f"FROM memories WHERE id IN ({marks})",
-                tuple(ids),
-            )
-        }
         if with_details:
             self.fill_details(list(rows.values()))
         return rows
