@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from mnemosyne.client import MemoryClient
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
 from tests.replica_support import ObjectStorage
 from tests.support import ServerFactory, ServerProcess, stop_all
 
@@ -78,6 +80,17 @@ _counter = itertools.count()
 def tenant() -> str:
     """A tenant id no other test uses."""
     return f"t{next(_counter)}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """An engine in this process on files under ``tmp_path / "data"``, with the hashing embedder
+    (the environment's MNEMOSYNE_EMBEDDER is read by servers and MemoryBrain, not by the engine)."""
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 @pytest.fixture

@@ -5,13 +5,10 @@ out of place would hand one field another's value. Every field is given a value 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
-import pytest
 
-from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.types import Memory, RetainItem, ThreadRef
@@ -28,15 +25,6 @@ SET_AFTER = {
     "acceptance": 7006,
     "expires_at": 7007.125,
 }
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
-    try:
-        yield engine
-    finally:
-        engine.close()
 
 
 def _rows(engine: Engine, ids: list[int]) -> dict[int, MemoryRow]:

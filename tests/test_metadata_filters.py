@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
-import pytest
 
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
@@ -27,15 +25,6 @@ from tests.test_erasure import UNDO_METADATA_PAIRS
 
 TENANT = "filters"
 USERS = [f"user-{n}" for n in range(8)]
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
-    try:
-        yield engine
-    finally:
-        engine.close()
 
 
 def _scanned(txn: ReadTxn, metadata: dict[str, str]) -> set[int]:

@@ -13,7 +13,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import apsw
@@ -22,7 +21,6 @@ import pytest
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.engine import phrase_postings, postings
-from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.phrase_postings import PHRASE_TOKENS
 from mnemosyne.engine.postings import PostingsCache, postings_cache
@@ -50,15 +48,6 @@ def _text(rng: random.Random, n: int) -> str:
 def _queries(rng: random.Random) -> list[str]:
     fixed = ["run", "shipping orders", "café naïve", "ZURICH lighthouse keeper", "refund ticket city", "the of"]
     return fixed + [" ".join(rng.sample(WORDS, rng.randint(1, 5))) for _ in range(40)]
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
-    try:
-        yield engine
-    finally:
-        engine.close()
 
 
 @contextmanager

@@ -118,7 +118,7 @@ class MemoryReads(BookkeepingReads):
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = {}
+        rows: dict[int, MemoryRow] = {}
         # The columns after forgotten_at come in MemoryRow's field order, passed by position: a
         # recall reads twenty rows, and keywords cost more than the rest of making one.
         for memory_id, scope, body, metadata, created_at, forgotten_at, *in_order in self.connection.execute(
