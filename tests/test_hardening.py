@@ -95,7 +95,7 @@ def test_near_duplicate_atoms_are_read_once_per_item_however_many_look_alike(tmp
         return real(text)
 
     monkeypatch.setattr(dedup, "atoms", counted)
-    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
     try:
         body = "The refund for ticket RF-88213 was approved on 8 May 2023 by the finance team. " * 40
         for n in (25, 50, 100):
