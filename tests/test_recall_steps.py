@@ -31,6 +31,7 @@ from mnemosyne.engine.recall.priors import (
     LengthPrior,
     ListLengthPrior,
     asking,
+    asks,
     with_length_prior,
     with_names_prior,
 )
@@ -439,6 +440,27 @@ def test_questions_lowers_a_memory_that_ends_by_asking() -> None:
     ranked = [Candidate(1, 1.0), Candidate(2, 0.8)]
     rows = {1: _row(1, "Did you go? I did."), 2: _row(2, "I went. Did you?")}
     assert asking(ranked, rows, {2: 0.9}, 0.2) == pytest.approx({2: 0.72})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Did you go? I did.", False),
+        ("I went. Did you?", True),
+        ("Really?! Wow!", False),
+        ("Is it? Yes! Or is it?", True),
+        ("no marks at all", False),
+        ("", False),
+        ("?", True),
+        ("v1.2 is out, is it not?\n\n", True),
+        ("¿Vienes mañana?", True),  # not ASCII: the general rule
+        ("你去了吗？我去了。", False),
+        ("我去了。你去了吗？", True),
+        ("Café? Non.", False),
+    ],
+)
+def test_a_memory_asks_when_its_last_sentence_mark_is_a_question_mark(text: str, expected: bool) -> None:
+    assert asks(text) is expected
 
 
 def test_select_keeps_the_best_k_current_first_ties_by_the_lower_id() -> None:

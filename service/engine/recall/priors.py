@@ -80,6 +80,9 @@ def with_names_prior(
 
 def asks(text: str) -> bool:
     """Whether ``text`` ends by asking: its last sentence-ending mark is a question mark."""
+    if text.isascii():  # its marks are . ! ?: three searches from the end, not a list of every mark
+        question = text.rfind("?")
+        return question > text.rfind(".") and question > text.rfind("!")
     ends = _SENTENCE_END.findall(text)
     return bool(ends) and ends[-1] in QUESTION_MARKS
 
