@@ -90,18 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
 
     from mnemosyne.client import MemoryClient
-    from mnemosyne.engine.embedder import Embedder, HashingEmbedder
+    from mnemosyne.engine.embedders import make_embedder
     from mnemosyne.engine.recall.settings import settings_for
     from mnemosyne.v1 import admin_pb2, memory_pb2
 
     corpus = Corpus()
-    embedder: Embedder
-    if args.embedder == "minilm":
-        from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
-
-        embedder = MiniLMEmbedder()
-    else:
-        embedder = HashingEmbedder()
+    embedder = make_embedder(args.embedder)
     results = []
     with (
         tempfile.TemporaryDirectory(prefix="chroma-bench-") as chroma_dir,

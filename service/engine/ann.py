@@ -334,29 +334,16 @@ class AnnIndex:
             return False  # the cache is behind the graph: the next recall's sync starts this again
         started = time.monotonic()
         if graph is None or graph.epoch != want.epoch or graph.rebuild:
-            built = self._build(None, want)
-            if built is None:
-                return False
-            FIGURES.made("build", time.monotonic() - started)
-            log.info(
-                "approximate index of %s: built, %d rows in %.1f s",
-                self.path.stem,
-                len(built.index),
-                time.monotonic() - started,
-            )
+            kind, made, built = "build", "built", self._build(None, want)
         elif want.high_water - graph.high_water > CATCH_UP_ROWS:
-            built = self._build(graph, want)
-            if built is None:
-                return False
-            FIGURES.made("catch_up", time.monotonic() - started)
-            log.info(
-                "approximate index of %s: caught up, %d rows in %.1f s",
-                self.path.stem,
-                len(built.index),
-                time.monotonic() - started,
-            )
+            kind, made, built = "catch_up", "caught up", self._build(graph, want)
         else:
             return False
+        if built is None:
+            return False
+        seconds = time.monotonic() - started
+        FIGURES.made(kind, seconds)
+        log.info("approximate index of %s: %s, %d rows in %.1f s", self.path.stem, made, len(built.index), seconds)
         self._publish(built)
         if built.saved_rows == 0 or len(built.index) > built.saved_rows * (1 + 1 / RESAVE_FRACTION):
             self._save(built)
