@@ -34,6 +34,11 @@ class Pipeline:
         """Whether a step weighs list and count questions apart (``Query.asks_for_many``)."""
         return RecallStep.LISTS in self.names
 
+    @cached_property
+    def spans(self) -> tuple[str, ...]:
+        """Each step's trace span, in ``steps``' order."""
+        return tuple(f"recall.{step.name.value}" for step in self.steps)
+
     @property
     def names(self) -> tuple[RecallStep, ...]:
         return (*((self.embed.name,) if self.embed else ()), *(step.name for step in self.steps))

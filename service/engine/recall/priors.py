@@ -40,17 +40,22 @@ def with_length_prior(
     """Each read candidate's score (from ``scores``, else its own) plus ``weight`` x the best
     score x ln(its length / the mean length of the read ones, forgotten and merged ones aside),
     kept above 0."""
-    live = {i: r for i, r in rows.items() if not r.forgotten and not r.merged_into}
-    lengths = {c.memory_id: len(live[c.memory_id].body) for c in ranked if c.memory_id in live}
+    lengths: dict[int, int] = {}
+    for c in ranked:
+        row = rows.get(c.memory_id)
+        if row is not None and not row.forgotten and not row.merged_into:
+            lengths[c.memory_id] = len(row.body)
     out = dict(scores)
     if not lengths:
         return out
     mean = sum(lengths.values()) / len(lengths)
-    top = max(c.score for c in ranked)
+    scale = weight * max(c.score for c in ranked)
     for c in ranked:
-        if c.memory_id in lengths:
-            gain = weight * top * math.log(max(lengths[c.memory_id], 1) / mean)
-            out[c.memory_id] = max(scores.get(c.memory_id, c.score) + gain, MIN_SCORE)
+        length = lengths.get(c.memory_id)
+        if length is not None:
+            out[c.memory_id] = max(
+                scores.get(c.memory_id, c.score) + scale * math.log(max(length, 1) / mean), MIN_SCORE
+            )
     return out
 
 
@@ -67,14 +72,14 @@ def with_names_prior(
     out = dict(scores)
     if not ranked:
         return out
-    top = max(c.score for c in ranked)
+    scale = weight * max(c.score for c in ranked)
     for c in ranked:
         row = rows.get(c.memory_id)
         if row is None or row.forgotten or row.merged_into:
             continue
         names = len(capitalised_words(row.body) - known)
         if names:
-            out[c.memory_id] = scores.get(c.memory_id, c.score) + weight * top * math.log1p(names)
+            out[c.memory_id] = scores.get(c.memory_id, c.score) + scale * math.log1p(names)
     return out
 
 

@@ -116,8 +116,13 @@ class Recall:
                     if not still_current(embedded, index, checked.query):
                         continue
                 recalling = Recalling(asked, snapshot)
-                for step in ranking.pipelines[mode].steps:
-                    with tracing.span(f"recall.{step.name.value}"):
+                pipeline = ranking.pipelines[mode]
+                if tracing.enabled():
+                    for step, span in zip(pipeline.steps, pipeline.spans):
+                        with tracing.span(span):
+                            step(recalling)
+                else:  # no span recorded: no with-statement per step either
+                    for step in pipeline.steps:
                         step(recalling)
                 return recalling
         raise AssertionError("the second vector is always taken")
