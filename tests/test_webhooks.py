@@ -437,6 +437,9 @@ def test_rotated_secrets_all_sign_and_retired_ones_stop(server_factory, tenant: 
         wait_until(lambda: len(receiver.delivered) == 2)
         with pytest.raises(InvalidArgumentError):
             client.rotate_webhook_secret(tenant, made.webhook.id, secret="whsec_short")
+        for undecodable in ("whsec_" + "A" * 33, "whsec_" + "A" * 45 + "="):  # base64 of 4n + 1 characters
+            with pytest.raises(InvalidArgumentError, match="base64"):
+                client.rotate_webhook_secret(tenant, made.webhook.id, secret=undecodable)
         with pytest.raises(NotFoundError):
             client.resume_webhook(tenant, 999)
         with pytest.raises(ValueError):
