@@ -4,7 +4,7 @@ and str.isdigit() passes superscripts that int() refuses), no float where an int
 (1e11, 1.5), no NaN or Infinity, within the field's range. A value outside the rule is refused
 400 NUMBER_INVALID naming the field; no value gets a 5xx.
 
-The batteries are generated from the field types: every numeric (and time) field of every HTTP/JSON
+The batteries are generated from the field types: every numeric (enum and time) field of every HTTP/JSON
 route's request, from the proto descriptors, in the body (as a JSON string and as a JSON literal),
 the query string and the path; every number of every mem0 route (transport/http/mem0.py ROUTES) in
 each place it is read, and every mem0 path id; every typed flag of the command line. The MCP
@@ -179,10 +179,15 @@ class NumericField:
     def is_time(self) -> bool:
         return self.field.message_type is not None
 
+    @property
+    def is_integer(self) -> bool:
+        """An integer field, or an enum (its number follows the integer rule)."""
+        return self.field.cpp_type in INTEGER_RANGES or self.field.cpp_type == FD.CPPTYPE_ENUM
+
     def range(self) -> tuple[float, float]:
         if self.field.cpp_type in FLOATING:
             return (-1.7976931348623157e308, 1.7976931348623157e308)
-        return INTEGER_RANGES[self.field.cpp_type]
+        return INTEGER_RANGES.get(self.field.cpp_type, INTEGER_RANGES[FD.CPPTYPE_INT32])
 
 
 def numeric_fields(message: Descriptor, path: tuple[str | int, ...] = ()) -> Iterator[NumericField]:
@@ -194,7 +199,7 @@ def numeric_fields(message: Descriptor, path: tuple[str | int, ...] = ()) -> Ite
             elif not field.message_type.GetOptions().map_entry and len(path) < 6:
                 inner = (*path, field.name, 0) if field.is_repeated else (*path, field.name)
                 yield from numeric_fields(field.message_type, inner)
-        elif field.cpp_type in INTEGER_RANGES or field.cpp_type in FLOATING:
+        elif field.cpp_type in INTEGER_RANGES or field.cpp_type in FLOATING or field.cpp_type == FD.CPPTYPE_ENUM:
             yield NumericField((*path, field.name), field)
 
 
@@ -214,7 +219,7 @@ def http_cases(route: Route) -> Iterator[tuple[str, str, bytes | None, bool, Num
     for numeric in numeric_fields(route.rpc.input_type):
         top = numeric.path[0]
         low, high = numeric.range() if not numeric.is_time else (0, 0)
-        integer = numeric.field.cpp_type in INTEGER_RANGES
+        integer = numeric.is_integer
         values = TIMES if numeric.is_time else TEXTS
 
         def ok(text: str, integer: bool = integer, low: float = low, high: float = high) -> bool:
@@ -251,6 +256,10 @@ def test_the_http_battery_reaches_every_kind_of_place() -> None:
     places = {case[0] for name in ROUTES_WITH_NUMBERS for case in http_cases(ROUTES[name])}
     assert places == {"path", "body string", "body literal", "query"}
     assert {"Recall", "GetMemory", "ListEvents", "Flush", "RetainBatch", "Dedup"} <= set(ROUTES_WITH_NUMBERS)
+    enums = {
+        case[4].name for name in ROUTES_WITH_NUMBERS for case in http_cases(ROUTES[name]) if case[4].field.enum_type
+    }
+    assert {"mode", "op", "kinds", "status"} <= enums  # an enum's number follows the integer rule
 
 
 @pytest.mark.parametrize("rpc", ROUTES_WITH_NUMBERS)

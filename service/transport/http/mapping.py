@@ -16,9 +16,10 @@ Envoy's gRPC-JSON transcoder and grpc-gateway, reading the same options, serve t
   keys and malformed JSON are refused with REQUEST_UNDECODABLE, naming the field;
 * every number, wherever it is written (body, query, path), passes the one rule for numbers given
   as text (engine/limits.py ``parse_integer``, ``parse_number``): a JSON integer or ASCII digits
-  for an integer field, within its type's range; a finite number for a floating-point one.
-  Refused with NUMBER_INVALID, naming the field and its range. (proto3 JSON would also take "1e2"
-  for an integer and "NaN" for a double, and Python's int() other scripts' digits.)
+  for an integer field, within its type's range; a finite number for a floating-point one; an
+  enum's value name, or its number by the integer rule. Refused with NUMBER_INVALID, naming the
+  field and its range. (proto3 JSON would also take "1e2" for an integer, "NaN" for a double,
+  2.9 or true for an enum, and Python's int() other scripts' digits.)
 
 An RPC without a route must be in GRPC_ONLY with its reason; the server refuses to start
 otherwise, and tests/test_http_api.py walks every route.
@@ -219,10 +220,28 @@ def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
     if field.cpp_type in _INTEGER_RANGES:
         low, high = _INTEGER_RANGES[field.cpp_type]
         return parse_integer(value, field=name, minimum=low, maximum=high)
+    if field.cpp_type == _FD.CPPTYPE_ENUM:
+        return _enum(field.enum_type, value, name)
     if field.cpp_type in _FLOAT_RANGES:
         largest = _FLOAT_RANGES[field.cpp_type]
         return parse_number(value, field=name, minimum=-largest, maximum=largest)
     return value
+
+
+def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
+    """An enum field's value: one of its names, or a number by the integer rule (json_format would
+    take 2.9, true and other scripts' digits, and fail on Infinity). An unknown number passes, as
+    over gRPC, for the RPC to refuse in its own words."""
+    if isinstance(value, str) and value in enum.values_by_name:
+        return value
+    try:
+        return parse_integer(value, field=name, minimum=-(2**31), maximum=2**31 - 1)
+    except InvalidArgument:
+        names = ", ".join(v.name for v in enum.values)
+        raise InvalidArgument(
+            f"{name} must be one of {names}, or its number written with the digits 0-9; {str(value)[:40]!r} is not",
+            reason="NUMBER_INVALID",
+        ) from None
 
 
 def _from_path(route: Route, path: dict[str, str]) -> message.Message:
@@ -276,7 +295,7 @@ def decode(
             setattr(request, name, value)
     except InvalidArgument as exc:
         return Undecodable(exc)
-    except (ValueError, TypeError, UnicodeDecodeError, RecursionError, json_format.ParseError) as exc:
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError, json_format.ParseError) as exc:
         return _undecodable(route, str(exc)[:300] or type(exc).__name__)
     size = request.ByteSize()
     if size > max_request_bytes:
