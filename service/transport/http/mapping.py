@@ -232,8 +232,8 @@ def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
     """An enum field's value: one of its names, or a number by the integer rule (json_format would
     take 2.9, true and other scripts' digits, and fail on Infinity). An unknown number passes, as
     over gRPC, for the RPC to refuse in its own words."""
-    if isinstance(value, str) and value in enum.values_by_name:
-        return value
+    if isinstance(value, str) and (value in enum.values_by_name or not _reads_as_integer(value)):
+        return value  # a name, or no number: json_format refuses an unknown name (REQUEST_UNDECODABLE)
     try:
         return parse_integer(value, field=name, minimum=-(2**31), maximum=2**31 - 1)
     except InvalidArgument:
@@ -242,6 +242,16 @@ def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
             f"{name} must be one of {names}, or its number written with the digits 0-9; {str(value)[:40]!r} is not",
             reason="NUMBER_INVALID",
         ) from None
+
+
+def _reads_as_integer(text: str) -> bool:
+    """Whether Python's int() (json_format's, for an enum) reads ``text``: other scripts' digits
+    and spaces too."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _from_path(route: Route, path: dict[str, str]) -> message.Message:
