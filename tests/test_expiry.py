@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import apsw
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -186,6 +187,47 @@ def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, ten
         mem0.call("update", memory_id=heron, expiration_date=None)
         assert [m["id"] for m in mem0.call("get_all", filters={"user_id": "u2"})["results"]] == [heron]
         assert mem0.call("get", memory_id=heron)["expiration_date"] is None
+
+
+def test_an_expiry_at_the_end_of_9999_is_refused_or_read_back(server_factory: Any, tenant: str, tmp_path: Path) -> None:
+    """An expiry is held as float seconds, where the last microsecond of 9999 rounds to the year
+    10000, which no Timestamp holds: both are refused on every way in (a retain, a fast one, an
+    update, mem0's last day); 9999's last whole second is kept; and a file holding the year 10000's
+    float (written before the bound) still answers every read of that memory."""
+    server, _ = _server(server_factory, tmp_path)
+    last_second = 253_402_300_799  # 9999-12-31T23:59:59Z
+    past_the_end = (Timestamp(seconds=last_second + 1), Timestamp(seconds=last_second, nanos=999_999_999))
+    with MemoryClient(server.target) as client:
+        for stamp in (*past_the_end, Timestamp(seconds=last_second, nanos=999_999_000)):
+            for fast in (False, True):
+                request = memory_pb2.RetainRequest(tenant=tenant, text="never stored", expires_at=stamp, fast=fast)
+                with pytest.raises(InvalidArgumentError) as refused:
+                    client.call(client.memory.Retain, request, retry=False)
+                assert refused.value.reason == "EXPIRES_AT_INVALID"
+        kept = client.retain(tenant, "Osprey2210 is kept to the end of 9999", expires_at=float(last_second)).memory_id
+        for stamp in past_the_end:
+            update = memory_pb2.UpdateMemoryRequest(tenant=tenant, memory_id=kept, expires_at=stamp)
+            with pytest.raises(InvalidArgumentError) as refused:
+                client.call(client.memory.UpdateMemory, update, retry=False)
+            assert refused.value.reason == "EXPIRES_AT_INVALID"
+        assert client.get_memory(tenant, kept).expires_at == last_second
+    with Mem0Client(server.http_url, "any", tmp_path, {"Mnemosyne-Tenant": tenant}) as mem0:
+        answer = mem0.attempt("add", messages="Osprey2210 never stored", user_id="u3", expiration_date="9999-12-31")
+        assert answer.get("status") == 400 and "9999-12-30" in str(answer), answer
+        mem0.call("update", memory_id=str(kept), expiration_date="9999-12-30")
+        assert mem0.call("get", memory_id=str(kept))["expiration_date"] == "9999-12-30"
+
+    server.stop()
+    with apsw.Connection(str(server.tenant_file(tenant))) as connection:
+        connection.execute("UPDATE memories SET expires_at = ? WHERE id = ?", ((last_second + 1) * 1.0, kept))
+    server.start()
+    with MemoryClient(server.target) as client:
+        assert client.get_memory(tenant, kept).expires_at == pytest.approx(last_second + 1, abs=1e-3)
+        assert [m.id for m in client.list_memories(tenant).memories] == [kept]
+        assert [h.memory.id for h in client.recall(tenant, "Osprey2210", k=3)] == [kept]
+        assert client.list_memory_revisions(tenant, kept)
+    with Mem0Client(server.http_url, "any", tmp_path, {"Mnemosyne-Tenant": tenant}) as mem0:
+        assert mem0.call("get", memory_id=str(kept))["expiration_date"] == "9999-12-31"
 
 
 def test_the_sweep_erases_within_its_turns_while_a_fast_write_backlog_waits(

@@ -133,8 +133,10 @@ def validate_occurred_at(occurred_at: int | None, *, field: str = "occurred_at")
 
 
 def validate_expires_at(expires_at: float | None, *, field: str = "expires_at") -> float | None:
-    """None (not given) or a time between the years 1 and 9999, in unix seconds."""
-    if expires_at is not None and not MIN_OCCURRED_AT_US / 1e6 <= expires_at <= MAX_OCCURRED_AT_US / 1e6:
+    """None (not given) or a time between the years 1 and 9999, in unix seconds. The end is open:
+    as a float, the last microsecond of 9999 is 10000-01-01 (the seconds' 18 digits round), which
+    no Timestamp holds."""
+    if expires_at is not None and not MIN_OCCURRED_AT_US / 1e6 <= expires_at < (MAX_OCCURRED_AT_US + 1) / 1e6:
         raise InvalidArgument(
             f"{field} is outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z; give when the memory expires "
             "within those years, or leave it unset",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import TypeVar
@@ -31,10 +32,35 @@ _RECALL_MODE: dict[int, types.RecallMode] = {
 }
 
 
+# google.protobuf.Timestamp's range: from 0001-01-01T00:00:00Z, to before 10000-01-01T00:00:00Z.
+_FIRST_SECOND = -62_135_596_800
+_END_SECOND = 253_402_300_800
+
+
 def to_timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
+    set_time(stamp, seconds)
     return stamp
+
+
+def set_time(target: timestamp_pb2.Timestamp, seconds: float) -> None:
+    """A stored time (unix seconds, a float) into a Timestamp: its whole seconds exact, its fraction
+    to the float's precision (``FromNanoseconds(int(seconds * 1e9))`` is off by up to 0.1 µs today
+    and 16 µs near the year 9999, where a mem0 expiry at midnight then reads as the next day's),
+    held to the Timestamp's range (a float near the end of 9999 rounds past it: a file written
+    before expiries were held below it has such)."""
+    if _FIRST_SECOND <= seconds < _END_SECOND:  # NaN is not
+        whole = math.floor(seconds)
+        nanos = round((seconds - whole) * 1e9)
+        if nanos == 1_000_000_000:  # the fraction rounds up to the next second
+            whole, nanos = whole + 1, 0
+        if whole < _END_SECOND:
+            target.seconds, target.nanos = whole, nanos
+            return
+    if seconds >= _END_SECOND:
+        target.seconds, target.nanos = _END_SECOND - 1, 999_999_999
+    else:
+        target.seconds, target.nanos = _FIRST_SECOND, 0
 
 
 def from_retain_item(item: memory_pb2.RetainRequest | memory_pb2.RetainItem) -> types.RetainItem:
@@ -147,18 +173,18 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
     target.text = memory.text
     if memory.metadata:
         target.metadata.update(memory.metadata)
-    target.created_at.FromNanoseconds(int(memory.created_at * 1e9))
+    set_time(target.created_at, memory.created_at)
     for k, v, n in memory.facts:
         target.facts.add(kind=k, value=v, normalized=n)
     for s, p, o in memory.triples:
         target.triples.add(subject=s, predicate=p, object=o)
     if memory.forgotten:
         target.forgotten = True
-        target.forgotten_at.FromNanoseconds(int(memory.forgotten_at * 1e9))
+        set_time(target.forgotten_at, memory.forgotten_at)
     if memory.superseded_by:
         target.superseded_by = memory.superseded_by
     if memory.superseded_at:
-        target.superseded_at.FromNanoseconds(int(memory.superseded_at * 1e9))
+        set_time(target.superseded_at, memory.superseded_at)
     if memory.merged_into:
         target.merged_into = memory.merged_into
     if memory.occurred_at is not None:
@@ -167,11 +193,11 @@ def fill_memory(target: types_pb2.Memory, memory: types.Memory) -> None:
         target.thread.id = memory.thread.id
         target.thread.position = memory.thread.position
     if memory.updated_at:
-        target.updated_at.FromNanoseconds(int(memory.updated_at * 1e9))
+        set_time(target.updated_at, memory.updated_at)
     if memory.speaker:
         target.speaker = memory.speaker
     if memory.expires_at is not None:
-        target.expires_at.FromNanoseconds(int(memory.expires_at * 1e9))
+        set_time(target.expires_at, memory.expires_at)
 
 
 def add_memories(target: RepeatedCompositeFieldContainer[types_pb2.Memory], memories: Iterable[types.Memory]) -> None:

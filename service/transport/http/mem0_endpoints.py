@@ -203,6 +203,10 @@ def _expiration(value: Any) -> timestamp_pb2.Timestamp:
         day = date.fromisoformat(value)
     except ValueError:
         raise bad(f"expiration_date {value!r} is not a date of the calendar", "EXPIRATION_DATE_INVALID") from None
+    if day >= date.max:  # it would expire at the start of the year 10000, which no time holds
+        raise bad(
+            f"expiration_date {value!r} is past the last one an expiry holds, 9999-12-30", "EXPIRATION_DATE_INVALID"
+        )
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1))
     return stamp
@@ -212,8 +216,8 @@ def _expiration_date(memory: types_pb2.Memory) -> str | None:
     """The last day (UTC) on which the memory is visible, as mem0 writes its expiration_date."""
     if not memory.HasField("expires_at"):
         return None
-    last = memory.expires_at.ToNanoseconds() / 1e9 - 1e-6
-    return datetime.fromtimestamp(last, UTC).date().isoformat()
+    last = memory.expires_at.ToNanoseconds() - 1  # in integers: a float's microsecond is lost past the year 2242
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=last // 1000)).date().isoformat()
 
 
 def _memory_id(raw: str) -> int:
