@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from mnemosyne.cli.server_process import LocalMembers
 from mnemosyne.client import (
@@ -30,6 +31,7 @@ from mnemosyne.client import (
     ThreadRef,
 )
 from mnemosyne.engine import consolidator
+from mnemosyne.v1 import memory_pb2, types_pb2
 from tests.chat_server import Behaviour, ChatServer
 from tests.docs_support import DOCS
 from tests.support import ServerFactory, ServerProcess, tokens_json, wait_until
@@ -141,6 +143,25 @@ def test_a_session_consolidated_once_changes_each_scope_once(server_factory: Any
         )
         assert len(content.splitlines()) == len(set(line for line in content.splitlines() if line)) + 1
         assert client.verify_integrity(tenant).valid
+
+
+def test_a_session_at_the_ends_of_time_is_consolidated(server_factory: Any, tenant: str) -> None:
+    """occurred_at holds 0001-01-01 to 9999-12-31's last microsecond, which as a float is the year
+    10000: the heading once made a datetime of that float, and the consolidation failed."""
+    server = server_factory().start()
+    ends = (Timestamp(seconds=-62_135_596_800), Timestamp(seconds=253_402_300_799, nanos=999_999_000))
+    with MemoryClient(server.target) as client:
+        for position, occurred_at in enumerate(ends):
+            request = memory_pb2.RetainRequest(
+                tenant=tenant,
+                text=f"We decided on the plan at the end number {position}",
+                occurred_at=occurred_at,
+                thread=types_pb2.ThreadRef(id=THREAD, position=position),
+            )
+            client.call(client.memory.Retain, request, retry=False)
+        assert [o.outcome for o in client.consolidate_session(tenant, THREAD)] == ["applied"]
+        content, _ = _record(client, tenant, "global")
+        assert content.startswith(f"## Session {THREAD} — 0001-01-01 to 9999-12-31 (2 memories, positions 0-1)\n")
 
 
 def test_the_rules_output_is_byte_identical_on_a_re_run(server_factory: Any, tmp_path: Path) -> None:

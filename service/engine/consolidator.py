@@ -48,9 +48,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from mnemosyne.engine import changers
+from mnemosyne.engine import changers, relative_time
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
 from mnemosyne.engine.config import EngineConfig
@@ -244,7 +243,7 @@ class ModelProposer(Proposer):
 
 
 def _date(microseconds: int) -> str:
-    return datetime.fromtimestamp(microseconds / 1e6, UTC).strftime("%Y-%m-%d")
+    return relative_time.day_of(microseconds).isoformat()  # in integers: 9999's last µs is no float
 
 
 def heading(thread_id: str, memories: Sequence[SessionMemory]) -> str:

@@ -84,10 +84,13 @@ def unsupported(message: str) -> Unimplemented:
     return Unimplemented(f"{message} (docs/mem0.md)", reason="MEM0_UNSUPPORTED")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _iso(stamp: timestamp_pb2.Timestamp) -> str | None:
     """A time as mem0 writes it (None when unset), read as every client reads it."""
-    seconds = stamp.ToNanoseconds() / 1e9
-    return datetime.fromtimestamp(seconds, UTC).isoformat() if seconds else None
+    nanoseconds = stamp.ToNanoseconds()  # in integers: 9999's last µs is no float
+    return (_EPOCH + timedelta(microseconds=nanoseconds // 1000)).isoformat() if nanoseconds else None
 
 
 def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -217,7 +220,7 @@ def _expiration_date(memory: types_pb2.Memory) -> str | None:
     if not memory.HasField("expires_at"):
         return None
     last = memory.expires_at.ToNanoseconds() - 1  # in integers: a float's microsecond is lost past the year 2242
-    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=last // 1000)).date().isoformat()
+    return (_EPOCH + timedelta(microseconds=last // 1000)).date().isoformat()
 
 
 def _memory_id(raw: str) -> int:
