@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 import urllib.request
 
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
+from mnemosyne.observability.http import SideServer
 from tests.support import ServerFactory, ServerProcess, health_check, tokens_json
 
 TOKEN = "metrics-test-token-5b1f"
@@ -123,6 +125,24 @@ def test_http_probes(metered: ServerProcess) -> None:
     assert _get(metered.metrics_url + "/healthz") == (200, "ok\n")
     assert _get(metered.metrics_url + "/readyz") == (200, "ready\n")
     assert _get(metered.metrics_url + "/nothing-here")[0] == 404
+
+
+def test_a_side_port_connection_that_sends_nothing_is_closed_and_others_are_served(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Each side-port connection holds a thread: one that sends no request is let go after the
+    idle time (here 0.3 s), quietly, and probes are answered meanwhile."""
+    side = SideServer("127.0.0.1", 0, metrics=lambda: b"# nothing\n", ready=lambda: True, idle_seconds=0.3)
+    try:
+        silent = [socket.create_connection(("127.0.0.1", side.port), timeout=5) for _ in range(3)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{side.port}/healthz", timeout=5) as answer:
+            assert answer.status == 200
+        for connection in silent:
+            assert connection.recv(1) == b""  # closed by the server, not by the 5 s timeout
+            connection.close()
+    finally:
+        side.stop()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_metrics_port_off_by_zero(server_factory) -> None:

@@ -30,21 +30,44 @@ class _IPv6ThreadingServer(_ThreadingServer):
     address_family = socket.AF_INET6
 
 
+# How long a connection may wait before its request is read: each connection holds a thread,
+# and a client that connects and sends nothing would hold it for good. A scrape or a probe sends
+# its request as it connects.
+IDLE_SECONDS = 10.0
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = IDLE_SECONDS
+
     # Scrapes and probes every few seconds would flood stderr with access lines.
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except TimeoutError:
+            pass  # no request in time: the connection is closed, and its thread ends
 
 
 class SideServer:
     """Serves the side port in a daemon thread until ``stop()``."""
 
-    def __init__(self, host: str, port: int, *, metrics: Callable[[], bytes], ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        metrics: Callable[[], bytes],
+        ready: Callable[[], bool],
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self._metrics = metrics
         self._ready = ready
         bind = host.strip("[]")
         server_class = _IPv6ThreadingServer if ":" in bind else _ThreadingServer
-        self._httpd = make_server(bind, port, self._app, server_class=server_class, handler_class=_QuietHandler)
+        handler = type("_Handler", (_QuietHandler,), {"timeout": idle_seconds})
+        self._httpd = make_server(bind, port, self._app, server_class=server_class, handler_class=handler)
         self.port: int = self._httpd.server_port
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
