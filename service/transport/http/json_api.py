@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from google.rpc import status_pb2
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -74,17 +74,23 @@ def error_response(envelope: CallEnvelope, error: BaseException, status: status_
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
-    """The body, or None once it passes ``limit`` bytes (the rest is never read)."""
+    """The body, or None once it passes ``limit`` bytes (the rest is never read). A body that
+    ends before it is whole raises ``ClientLeft``: the client closed the connection, or sent what
+    uvicorn could not parse (a malformed chunk), which uvicorn answers with its own 400 and closes,
+    so that the app sees the same early end."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientLeft from None
     return b"".join(chunks)
 
 

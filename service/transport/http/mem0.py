@@ -27,6 +27,7 @@ none of our own routes does either (``GET /v1/ping`` is ours, ``GET /v1/ping/`` 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -51,7 +52,7 @@ from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.edge import Edge, Kind, kind_of
-from mnemosyne.transport.envelope import CallEnvelope, Outcome
+from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Outcome
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.grpc.servicers import Servicers
 from mnemosyne.transport.http import client_json
@@ -75,6 +76,7 @@ MEM0_PREFIXES = (
     "/api",
 )
 TENANT_HEADER = "mnemosyne-tenant"
+_UNROUTED = "mem0 (no route)"  # the metric label of requests that matched no route
 DEFAULT_TENANT = "default"  # a server without a tokens file, when the header names none
 
 
@@ -176,6 +178,7 @@ class HttpCall:
     headers: list[tuple[str, str]]
     body: bytes | None  # None: larger than the limit, left unread
     base_url: str  # scheme://host as the client called it, for the links of a page
+    left: bool = False  # the client went away before its body was whole (never relayed)
 
     def header(self, name: str) -> str | None:
         return metadata_value(self.headers, name)
@@ -221,6 +224,12 @@ class Mem0Api:
     def forwarder(self) -> Forwarder | None:
         return self._edge.forwarder
 
+    def _method_of(self, http: HttpCall) -> str:
+        """The method a request is recorded under: its route's, if it has one."""
+        with contextlib.suppress(MnemosyneError):
+            return f"mem0 {self._match(http.verb, http.path)[0].name}"
+        return _UNROUTED
+
     def _match(self, verb: str, path: str) -> tuple[Mem0Route, tuple[str, ...]]:
         allowed = []
         for route, pattern in self._routes:
@@ -242,7 +251,13 @@ class Mem0Api:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        body = await read_body(request, 2 * self._edge.max_request_bytes) if request.method in ("POST", "PUT") else b""
+        body: bytes | None = b""
+        left = False
+        if request.method in ("POST", "PUT"):
+            try:
+                body = await read_body(request, 2 * self._edge.max_request_bytes)
+            except ClientLeft:
+                left = True  # recorded by serve's envelope, under the request's route
         call = HttpCall(
             verb=request.method,
             path=scope["path"],
@@ -250,15 +265,19 @@ class Mem0Api:
             headers=list(request.headers.items()),
             body=body,
             base_url=f"{request.url.scheme}://{request.headers.get('host', 'localhost')}",
+            left=left,
         )
         response, _ = await self.serve(call)
-        await response(scope, receive, send)
+        if response is not None:
+            await response(scope, receive, send)
 
-    async def serve(self, http: HttpCall) -> tuple[Response, Outcome]:
-        """The answer to one request, and how it ended (for a relay's entry member)."""
-        async with self._edge.envelope(
-            "mem0 (no route)", http.header("x-request-id"), _refusal, http.headers
-        ) as envelope:
+    async def serve(self, http: HttpCall) -> tuple[Response | None, Outcome]:
+        """The answer to one request (None when its client left: nobody is answered), and how it
+        ended (for a relay's entry member)."""
+        async with self._edge.envelope(_UNROUTED, http.header("x-request-id"), _refusal, http.headers) as envelope:
+            if http.left:
+                envelope.method = self._method_of(http)
+                raise ClientLeft
             route, groups = self._match(http.verb, http.path)
             envelope.method = f"mem0 {route.name}"
             if route.unsupported:
@@ -409,6 +428,7 @@ def relay_handler(mem0: Callable[[], Mem0Api | None]) -> grpc.GenericRpcHandler:
         if forwarder is None or not forwarder.from_member(metadata):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "only the members of this deployment relay")
         response, outcome = await api.serve(HttpCall.from_envelope(request, metadata))
+        assert response is not None  # a relayed request came whole: its client cannot have left
         answer = {
             "status": response.status_code,
             "headers": [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers],

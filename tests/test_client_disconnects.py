@@ -1,0 +1,95 @@
+"""A client that goes away before its request's body is whole is the client's cancellation, not a
+server error on the HTTP surfaces that read a body: the native JSON API and the mem0 paths
+record CANCELLED (as gRPC records a client that left), and log no ERROR and no traceback. A
+chunked body uvicorn cannot parse gets uvicorn's own 400; the app sees it end the same way (the
+connection closed under it), so it is recorded the same way.
+
+Each request is written over a raw socket and cut short; the record is read from /metrics."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import ServerProcess, wait_until
+
+RETAIN = "/mnemosyne.v1.MemoryService/Retain"
+# (path, the method it is recorded under)
+SURFACES = [("/v1/tenants/cut/memories", RETAIN), ("/v3/memories/add/", "mem0 add")]
+PARTIAL = b'{"text":"x"}'  # what is sent of a body said to be 100 bytes long
+MALFORMED_CHUNKS = b'5\r\n{"que\r\nZZ\r\n'  # "ZZ" is not a chunk size
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("disconnects") / "data", http=True, metrics=True)
+    process.start()
+    yield process
+    process.stop()
+
+
+def _count(server: ServerProcess, method: str, code: str) -> float:
+    """How many calls of ``method`` ended with ``code``, from the server's /metrics."""
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "mnemosyne_rpc_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count") and sample.labels == {"method": method, "code": code}
+    )
+
+
+def _head(server: ServerProcess, path: str, framing: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.http_port}\r\nContent-Type: application/json\r\n"
+        "Accept: application/json, text/event-stream\r\n"
+    ).encode() + framing
+
+
+def _cut_short(server: ServerProcess, path: str) -> None:
+    """A body that says it has 100 bytes, of which a few are sent before the connection closes."""
+    with socket.create_connection(("127.0.0.1", server.http_port)) as connection:
+        connection.sendall(_head(server, path, b"Content-Length: 100\r\n\r\n") + PARTIAL)
+
+
+def _malformed_chunks(server: ServerProcess, path: str) -> bytes:
+    """uvicorn's answer to a chunked body it cannot parse."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as connection:
+        connection.sendall(_head(server, path, b"Transfer-Encoding: chunked\r\n\r\n") + MALFORMED_CHUNKS)
+        answer = b""
+        while chunk := connection.recv(4096):  # uvicorn closes after its answer
+            answer += chunk
+    return answer
+
+
+def _no_server_error(server: ServerProcess) -> None:
+    log = server.stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+@pytest.mark.parametrize(("path", "method"), SURFACES)
+def test_a_body_cut_short_is_recorded_as_the_clients_cancellation(
+    http_server: ServerProcess, path: str, method: str
+) -> None:
+    before = _count(http_server, method, "CANCELLED")
+    _cut_short(http_server, path)
+    wait_until(lambda: _count(http_server, method, "CANCELLED") == before + 1)
+    assert _count(http_server, method, "INTERNAL") == 0
+    _no_server_error(http_server)
+
+
+@pytest.mark.parametrize(("path", "method"), SURFACES)
+def test_a_malformed_chunked_body_gets_uvicorns_400_and_is_not_a_server_error(
+    http_server: ServerProcess, path: str, method: str
+) -> None:
+    before = _count(http_server, method, "CANCELLED")
+    assert _malformed_chunks(http_server, path).startswith(b"HTTP/1.1 400 ")
+    wait_until(lambda: _count(http_server, method, "CANCELLED") == before + 1)
+    assert _count(http_server, method, "INTERNAL") == 0
+    _no_server_error(http_server)
