@@ -1,6 +1,7 @@
 """A client that goes away before its request's body is whole is the client's cancellation, not a
-server error on the HTTP surfaces that read a body: the native JSON API and the mem0 paths
-record CANCELLED (as gRPC records a client that left), and log no ERROR and no traceback. A
+server error, on every HTTP surface that reads a body: the native JSON API and the mem0 paths
+record CANCELLED (as gRPC records a client that left), and no surface logs an ERROR or a
+traceback (``/mcp`` reads the body before the MCP SDK, which would log it as its own error). A
 chunked body uvicorn cannot parse gets uvicorn's own 400; the app sees it end the same way (the
 connection closed under it), so it is recorded the same way.
 
@@ -12,7 +13,11 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 
+import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ServerProcess, wait_until
@@ -92,4 +97,18 @@ def test_a_malformed_chunked_body_gets_uvicorns_400_and_is_not_a_server_error(
     assert _malformed_chunks(http_server, path).startswith(b"HTTP/1.1 400 ")
     wait_until(lambda: _count(http_server, method, "CANCELLED") == before + 1)
     assert _count(http_server, method, "INTERNAL") == 0
+    _no_server_error(http_server)
+
+
+def test_a_body_cut_short_on_the_mcp_endpoint_is_not_a_server_error(http_server: ServerProcess) -> None:
+    _cut_short(http_server, "/mcp?tenant=cut")
+    assert _malformed_chunks(http_server, "/mcp?tenant=cut").startswith(b"HTTP/1.1 400 ")
+
+    async def session() -> list[str]:
+        url = f"{http_server.http_url}/mcp?tenant=cut"
+        async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30))) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    # A whole request still reaches the SDK as it was sent (the endpoint read its body first).
+    assert "recall" in anyio.run(session)
     _no_server_error(http_server)

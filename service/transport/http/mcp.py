@@ -6,7 +6,8 @@ tenant. The MCP session is bound to that token, tenant and workspace: the SDK's 
 refuses a session id presented with another (404, as for a session it does not know), and a
 session it no longer knows starts without an observation, so its model must read memory before
 it writes. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
-the check the MCP specification requires.
+the check the MCP specification requires. A POST whose client leaves before its body is whole
+ends here, unanswered, as a client's cancellation (not the SDK's error).
 
 The tools reach the servicers in process (transport/in_process.py), with the caller's
 token: the same edge, envelope, admission, limits and error table as a gRPC call, with no socket.
@@ -27,7 +28,8 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
@@ -82,6 +84,11 @@ class McpEndpoint:
         except MnemosyneError as error:
             await send_error(send, error)
             return
+        if scope["method"] == "POST":
+            body = await _whole_body(scope, receive)
+            if body is None:
+                return  # the client left: nobody to answer, nothing to tell the SDK
+            receive = _replay(body, receive)
         await self._app({**scope, "user": user}, receive, send)
 
     def _authenticate(self, scope: Scope) -> AuthenticatedUser:
@@ -138,3 +145,28 @@ class McpEndpoint:
         while len(self._agents) > _AGENTS_KEPT:
             self._agents.popitem(last=False)
         return session
+
+
+async def _whole_body(scope: Scope, receive: Receive) -> bytes | None:
+    """A POST's body read before the SDK reads it, or None when it ended before it was whole (the
+    client closed, or sent a chunk uvicorn could not parse and answered with its own 400): the SDK
+    would log that as its own error, with a traceback, and answer a client that is not there."""
+    try:
+        return await Request(scope, receive).body()
+    except ClientDisconnect:
+        return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the SDK: the body already read, then the connection's own messages (its
+    disconnect)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
