@@ -1,7 +1,9 @@
 """Every MCP tool error tells the model what was wrong (host/mcp_tools.py): the tool table's
 schemas carry their limits (minimum, maximum, maxLength), and an argument outside them, or of
 another type, is an ``isError`` result naming the argument and the limit it broke; no value gets a
-bare "Error executing tool <name>" (the SDK's answer to a crash).
+bare "Error executing tool <name>" (the SDK's answer to a crash). A prompt asked for by a name the
+server does not have, with an argument it does not take or one the service refuses is a JSON-RPC
+invalid-params error naming it, never the SDK's code 0 with a traceback in the server's log.
 
 Generated from the tools' own input schemas, as the official MCP SDK client lists them, over
 stdio (``mnemosyne mcp``) and streamable HTTP (``/mcp`` on the HTTP port)."""
@@ -22,6 +24,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError
@@ -168,3 +172,33 @@ def test_a_client_flush_past_the_longest_wait_is_refused_as_invalid_not_a_missed
             with pytest.raises(InvalidArgumentError) as caught:
                 client.hot_path(f"flush-{uuid.uuid4().hex[:8]}", "flush", timeout_seconds=timeout)
             assert caught.value.reason == "TIMEOUT_INVALID" and "3600" in caught.value.message
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_a_prompt_asked_for_by_a_wrong_name_or_with_a_wrong_argument_is_refused_as_invalid_params(
+    mcp_server: ServerProcess, transport: str
+) -> None:
+    tenant = f"mcp-{uuid.uuid4().hex[:10]}"
+    cases: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
+        ("nope", {}, ("'nope'", "memory_context")),
+        ("memory_context", {"x": "1"}, ("only query", "not x")),
+        ("memory_context", {"query": "q", "x": "1", "y": "2"}, ("only query", "not x, y")),
+        ("memory_context", {"query": "q" * (host_protocol.MAX_QUERY_CHARS + 1)}, ("query", "QUERY_TOO_LONG")),
+    ]
+
+    async def run() -> list[tuple[int, str]]:
+        refusals = []
+        async with _client(mcp_server, transport, tenant) as client:
+            for name, arguments, _ in cases:
+                with pytest.raises(MCPError) as refused:
+                    await client.get_prompt(name, arguments)
+                refusals.append((refused.value.code, refused.value.message))
+            # The prompt itself still renders, with or without its argument.
+            assert (await client.get_prompt("memory_context", {"query": "q"})).messages
+            assert (await client.get_prompt("memory_context")).messages
+        return refusals
+
+    for (code, message), (_, _, named) in zip(anyio.run(run), cases, strict=True):
+        assert code == INVALID_PARAMS and all(part in message for part in named), (code, message)
+    log = mcp_server.stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]

@@ -21,15 +21,16 @@ import dataclasses
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
-from mcp.server import MCPServer
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import METHOD_NOT_FOUND
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
@@ -256,12 +257,41 @@ async def _sessions_only(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -
     return await call_next(ctx)
 
 
+def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
+    """Refuse a ``prompts/get`` the SDK would fail inside, as invalid params naming what is wrong:
+    a prompt it does not have, an argument the prompt does not take, a required one missing. The
+    SDK answers those with JSON-RPC code 0 and logs them as its own error, with a traceback."""
+
+    async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if ctx.method != "prompts/get" or not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
+            return await call_next(ctx)  # not a prompt, or params the SDK's own validation refuses
+        name, given = params["name"], params.get("arguments") or {}
+        prompts = {prompt.name: prompt for prompt in await server.list_prompts()}
+        prompt = prompts.get(name)
+        if prompt is None:
+            raise MCPError(INVALID_PARAMS, f"no prompt {name[:80]!r}: the prompts are {', '.join(sorted(prompts))}")
+        takes = [argument.name for argument in prompt.arguments or []]
+        if isinstance(given, Mapping):
+            unknown = [str(key)[:40] for key in given if key not in takes]
+            missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in given]
+            if unknown:
+                only = f"only {', '.join(takes)}" if takes else "no arguments"
+                raise MCPError(INVALID_PARAMS, f"prompt {name} takes {only}, not {', '.join(unknown[:5])}")
+            if missing:
+                raise MCPError(INVALID_PARAMS, f"prompt {name} needs the argument(s) {', '.join(missing)}")
+        return await call_next(ctx)
+
+    return check
+
+
 def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sessions_only: bool = False) -> MCPServer:
     """The memory tools, resource and prompt; ``session_of`` gives a call's session.
     ``sessions_only`` (HTTP): refuse the stateless protocol, whose requests belong to no session."""
     server = MCPServer(
         "mnemosyne-memory", instructions=INSTRUCTIONS, middleware=[_sessions_only] if sessions_only else []
     )
+    server.middleware.append(_prompt_checked(server))
 
     async def read(ctx: Context[Any, Any], query: str, k: int, token: str = "") -> str:
         s = session_of(ctx).carrying(token, [])
@@ -291,7 +321,15 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
     @server.prompt(name="memory_context")
     async def context_prompt(ctx: Context[Any, Any], query: str = "") -> str:
         """Your memory context as a prompt, with memories recalled for an optional query."""
-        return await read(ctx, query, 5)
+        s = session_of(ctx)
+        try:
+            return await run_async(
+                host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, 5), s.calls
+            )
+        except ServiceError as error:
+            # A prompt has no error result: a refusal is a JSON-RPC error, not the SDK's crash (code 0).
+            code = INVALID_PARAMS if error.code_name == "INVALID_ARGUMENT" else INTERNAL_ERROR
+            raise MCPError(code, f"{error.message} ({error.reason})") from None
 
     return server
 
