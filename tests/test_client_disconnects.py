@@ -112,3 +112,13 @@ def test_a_body_cut_short_on_the_mcp_endpoint_is_not_a_server_error(http_server:
     # A whole request still reaches the SDK as it was sent (the endpoint read its body first).
     assert "recall" in anyio.run(session)
     _no_server_error(http_server)
+
+
+def test_an_mcp_body_above_the_request_limit_is_refused_unread(http_server: ServerProcess) -> None:
+    """The SDK holds a body of any size in memory: the endpoint refuses one above twice the request
+    limit (``max_request_bytes``) by its length, before a byte of it is read."""
+    with socket.create_connection(("127.0.0.1", http_server.http_port), timeout=30) as connection:
+        connection.sendall(_head(http_server, "/mcp?tenant=cut", b"Content-Length: 1000000000\r\n\r\n"))
+        answer = connection.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"REQUEST_TOO_LARGE" in answer, answer[:300]
+    _no_server_error(http_server)

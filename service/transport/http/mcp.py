@@ -6,8 +6,9 @@ tenant. The MCP session is bound to that token, tenant and workspace: the SDK's 
 refuses a session id presented with another (404, as for a session it does not know), and a
 session it no longer knows starts without an observation, so its model must read memory before
 it writes. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
-the check the MCP specification requires. A POST whose client leaves before its body is whole
-ends here, unanswered, as a client's cancellation (not the SDK's error).
+the check the MCP specification requires. A POST's body is read here, before the SDK: one above
+the request limit is refused (413), one whose client left before it was whole ends unanswered, as
+a client's cancellation (not the SDK's error).
 
 The tools reach the servicers in process (transport/in_process.py), with the caller's
 token: the same edge, envelope, admission, limits and error table as a gRPC call, with no socket.
@@ -28,7 +29,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
@@ -36,8 +37,10 @@ from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
-from mnemosyne.transport.edge import Edge
+from mnemosyne.transport.edge import Edge, too_large
+from mnemosyne.transport.envelope import ClientLeft
 from mnemosyne.transport.http.guard import send_error
+from mnemosyne.transport.http.json_api import read_body
 from mnemosyne.transport.http.paths import MCP_PATH
 from mnemosyne.transport.in_process import InProcess
 
@@ -85,9 +88,14 @@ class McpEndpoint:
             await send_error(send, error)
             return
         if scope["method"] == "POST":
-            body = await _whole_body(scope, receive)
-            if body is None:
-                return  # the client left: nobody to answer, nothing to tell the SDK
+            limit = 2 * self._edge.max_request_bytes
+            try:
+                body = await read_body(Request(scope, receive), limit)
+            except ClientLeft:
+                return  # nobody to answer, nothing to tell the SDK (it would log its own error)
+            if body is None:  # the SDK would hold a body of any size in memory
+                await send_error(send, too_large(limit + 1, self._edge.max_request_bytes).error)
+                return
             receive = _replay(body, receive)
         await self._app({**scope, "user": user}, receive, send)
 
@@ -145,16 +153,6 @@ class McpEndpoint:
         while len(self._agents) > _AGENTS_KEPT:
             self._agents.popitem(last=False)
         return session
-
-
-async def _whole_body(scope: Scope, receive: Receive) -> bytes | None:
-    """A POST's body read before the SDK reads it, or None when it ended before it was whole (the
-    client closed, or sent a chunk uvicorn could not parse and answered with its own 400): the SDK
-    would log that as its own error, with a traceback, and answer a client that is not there."""
-    try:
-        return await Request(scope, receive).body()
-    except ClientDisconnect:
-        return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
