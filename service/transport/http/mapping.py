@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from google.api import annotations_pb2
-from google.protobuf import descriptor, json_format, message, message_factory
+from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
 
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
@@ -63,6 +63,10 @@ _INTEGER_RANGES = {
 }
 _FLOAT_RANGES = {_FD.CPPTYPE_DOUBLE: 1.7976931348623157e308, _FD.CPPTYPE_FLOAT: 3.4028234663852886e38}
 _TIMESTAMP = "google.protobuf.Timestamp"
+# RFC 3339's date-time as proto3 JSON takes it: "T" and "Z" upper-case, 1-9 fractional digits.
+_RFC_3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
 
 
 @dataclass(frozen=True)
@@ -208,10 +212,10 @@ def _numbers(message_type: descriptor.Descriptor, document: dict[str, Any], wher
 
 def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
     if field.message_type is not None:
-        if field.message_type.full_name == _TIMESTAMP and isinstance(value, str) and not value.isascii():
-            # RFC 3339 is ASCII; json_format's parser (strptime) would read other scripts' digits.
+        if field.message_type.full_name == _TIMESTAMP and isinstance(value, str) and _loosely_a_time(value):
             raise InvalidArgument(
-                f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z), not {value[:40]!r}",
+                f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z or "
+                f"2024-05-08T15:56:00.5+02:00), not {value[:40]!r}",
                 reason="NUMBER_INVALID",
             )
         if isinstance(value, dict):
@@ -242,6 +246,21 @@ def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
             f"{name} must be one of {names}, or its number written with the digits 0-9; {str(value)[:40]!r} is not",
             reason="NUMBER_INVALID",
         ) from None
+
+
+def _loosely_a_time(text: str) -> bool:
+    """Whether json_format's parser (strptime) reads ``text`` as a time that RFC 3339 does not
+    write: other scripts' digits, single-digit fields, an empty fraction, an offset of +99:99
+    (shifting the time by four days). What it cannot read at all it refuses itself."""
+    if _RFC_3339.fullmatch(text):
+        return False
+    if not text.isascii():
+        return True
+    try:
+        timestamp_pb2.Timestamp().FromJsonString(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _reads_as_integer(text: str) -> bool:
