@@ -224,7 +224,7 @@ def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
     if field.cpp_type in _INTEGER_RANGES:
         low, high = _INTEGER_RANGES[field.cpp_type]
         return parse_integer(value, field=name, minimum=low, maximum=high)
-    if field.cpp_type == _FD.CPPTYPE_ENUM:
+    if field.cpp_type == _FD.CPPTYPE_ENUM and field.enum_type is not None:
         return _enum(field.enum_type, value, name)
     if field.cpp_type in _FLOAT_RANGES:
         largest = _FLOAT_RANGES[field.cpp_type]
