@@ -45,6 +45,14 @@ PORT_FLAGS = ("--port", "--metrics-port", "--http-port")
 ServerFactory = Callable[..., ServerProcess]
 
 
+def module_server(factory: pytest.TempPathFactory, name: str, **options: Any) -> Iterator[ServerProcess]:
+    """A module's own server (``yield from`` it in a module-scoped fixture), in a folder ``name``."""
+    process = ServerProcess(factory.mktemp(name) / "data", **options)
+    process.start()
+    yield process
+    process.stop()
+
+
 def serve_args(data_dir: Path, *flags: str) -> list[str]:
     """The arguments of ``mnemosyne serve`` on ``data_dir`` with ``flags``, each port the flags
     leave out 0 (gRPC on a free port, the metrics and HTTP ports off): a test never binds a default

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.http_support import request
-from tests.support import ServerProcess
+from tests.support import ServerProcess, module_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -28,10 +28,7 @@ CONSOLE_POLICY = "default-src 'self'; base-uri 'none'; form-action 'none'; frame
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("docs") / "data", http=True, metrics=True)
-    process.start()
-    yield process
-    process.stop()
+    yield from module_server(tmp_path_factory, "docs", http=True, metrics=True)
 
 
 def test_the_reference_is_served_with_a_policy_of_its_own_and_the_console_keeps_its_own(

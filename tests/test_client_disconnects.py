@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import ServerProcess, wait_until
+from tests.support import ServerProcess, module_server, wait_until
 
 RETAIN = "/mnemosyne.v1.MemoryService/Retain"
 # (path, the method it is recorded under)
@@ -31,10 +31,7 @@ MALFORMED_CHUNKS = b'5\r\n{"que\r\nZZ\r\n'  # "ZZ" is not a chunk size
 
 @pytest.fixture(scope="module")
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("disconnects") / "data", http=True, metrics=True)
-    process.start()
-    yield process
-    process.stop()
+    yield from module_server(tmp_path_factory, "disconnects", http=True, metrics=True)
 
 
 def _count(server: ServerProcess, method: str, code: str) -> float:
