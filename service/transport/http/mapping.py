@@ -249,9 +249,10 @@ def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
 
 
 def _loosely_a_time(text: str) -> bool:
-    """Whether json_format's parser (strptime) reads ``text`` as a time that RFC 3339 does not
-    write: other scripts' digits, single-digit fields, an empty fraction, an offset of +99:99
-    (shifting the time by four days). What it cannot read at all it refuses itself."""
+    """Whether ``text`` is not RFC 3339 but json_format's parser (strptime) might read it as a
+    time: any text beyond ASCII (other scripts' digits), single-digit fields, an empty fraction,
+    an offset of +99:99 (shifting the time by four days). ASCII text it cannot read at all it
+    refuses itself (REQUEST_UNDECODABLE)."""
     if _RFC_3339.fullmatch(text):
         return False
     if not text.isascii():
