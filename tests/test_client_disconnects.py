@@ -9,6 +9,7 @@ Each request is written over a raw socket and cut short; the record is read from
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +20,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.types import Receive, Scope, Send
 
+from mnemosyne.transport.http.server import HttpServer, bind
 from tests.support import ServerProcess, module_server, wait_until
 
 RETAIN = "/mnemosyne.v1.MemoryService/Retain"
@@ -119,3 +122,38 @@ def test_an_mcp_body_above_the_request_limit_is_refused_unread(http_server: Serv
         answer = connection.recv(65536)
     assert answer.startswith(b"HTTP/1.1 413 ") and b"REQUEST_TOO_LARGE" in answer, answer[:300]
     _no_server_error(http_server)
+
+
+def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_served() -> None:
+    """uvicorn times a connection out only while it idles after a response: the HTTP port closes
+    one that sends no whole request head within its head time (here 0.5 s; HEAD_SECONDS), from
+    when it connects or its last response ends, whatever it trickles meanwhile."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+        return await asyncio.wait_for(reader.read(), seconds) == b""
+
+    async def run() -> None:
+        sock = bind("127.0.0.1", 0)
+        server = await HttpServer.start(app, sock, tls=None, grace_seconds=1, head_seconds=0.5)
+        try:
+            silent = await asyncio.open_connection("127.0.0.1", server.port)
+            trickling = await asyncio.open_connection("127.0.0.1", server.port)
+            served = await asyncio.open_connection("127.0.0.1", server.port)
+            trickling[1].write(b"GET /x HTTP/1.1\r\n")
+            await asyncio.sleep(0.3)
+            trickling[1].write(b"X-Slow: 1\r\n")  # a line in time does not restart the wait
+            for _ in range(3):  # requests 0.3 s apart on one connection, 0.9 s in all: kept open
+                served[1].write(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert (await served[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200 ")
+                await asyncio.sleep(0.3)
+            assert await closed_within(silent[0], 3) and await closed_within(trickling[0], 3)
+            served[1].write(b"GET /x HTTP/1.1\r\n")  # after a response, the head is timed again
+            assert await closed_within(served[0], 3)
+        finally:
+            await server.stop()
+
+    asyncio.run(run())

@@ -21,6 +21,13 @@ from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+# How long a connection may take to send a request's whole head, from when it connects or its
+# last response ends: uvicorn times a connection out only while it idles after a response (its
+# keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
+# would hold its socket for good. A client sends its head at once.
+HEAD_SECONDS = 30.0
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -71,6 +78,40 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _HeadTimedProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
+    request head within ``head_seconds`` (``HEAD_SECONDS``)."""
+
+    head_seconds = HEAD_SECONDS
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_headers_complete(self) -> None:
+        self._stop_waiting()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None:  # idle now (no pipelined request is waiting)
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._stop_waiting()
+        self._head_timer = self.loop.call_later(self.head_seconds, self.transport.close)
+
+    def _stop_waiting(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+
 class _EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -84,9 +125,18 @@ class HttpServer:
         self.port = port
 
     @classmethod
-    async def start(cls, app: ASGIApp, sock: socket.socket, *, tls: HttpTls | None, grace_seconds: float) -> HttpServer:
+    async def start(
+        cls,
+        app: ASGIApp,
+        sock: socket.socket,
+        *,
+        tls: HttpTls | None,
+        grace_seconds: float,
+        head_seconds: float = HEAD_SECONDS,
+    ) -> HttpServer:
         config = uvicorn.Config(
             app,
+            http=type("_Protocol", (_HeadTimedProtocol,), {"head_seconds": head_seconds}),
             lifespan="off",
             log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
             access_log=False,  # the edge writes the access records
