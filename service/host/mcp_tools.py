@@ -293,9 +293,12 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
     )
     server.middleware.append(_prompt_checked(server))
 
+    def reading(s: ToolSession, query: str, k: int) -> Flow[str]:
+        return host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k)
+
     async def read(ctx: Context[Any, Any], query: str, k: int, token: str = "") -> str:
         s = session_of(ctx).carrying(token, [])
-        return await s.run(host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k))
+        return await s.run(reading(s, query, k))
 
     @server.tool()
     async def read_memory(
@@ -323,9 +326,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         """Your memory context as a prompt, with memories recalled for an optional query."""
         s = session_of(ctx)
         try:
-            return await run_async(
-                host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, 5), s.calls
-            )
+            return await run_async(reading(s, query, 5), s.calls)
         except ServiceError as error:
             # A prompt has no error result: a refusal is a JSON-RPC error, not the SDK's crash (code 0).
             code = INVALID_PARAMS if error.code_name == "INVALID_ARGUMENT" else INTERNAL_ERROR
