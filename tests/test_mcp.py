@@ -26,7 +26,7 @@ from mcp.types import TextResourceContents
 
 from mnemosyne.client import MemoryClient
 from tests.http_support import request
-from tests.support import ServerProcess, tokens_json
+from tests.support import ServerProcess, gauge, tokens_json
 
 GENERATION_BASE = 9_000_000
 TOOLS = {
@@ -305,5 +305,119 @@ def test_the_http_tools_reach_the_servicers_in_process(tmp_path: Path) -> None:
             sample = f'mnemosyne_rpc_duration_seconds_count{{code="OK",method="/mnemosyne.v1.{method}"}} 1.0'
             assert sample in exposed, method
         assert _unix_socket_paths(server.pid) == []
+    finally:
+        server.stop()
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
+}
+
+
+def test_a_tenant_holds_at_most_its_share_of_sessions_and_the_others_are_not_locked_out(tmp_path: Path) -> None:
+    """Past ``--mcp-sessions-per-tenant`` a tenant's new session is refused (429, with the limit in
+    ErrorInfo) while another tenant's opens and the tenant's open sessions work; a session ended by
+    its client (DELETE), or idle past ``--mcp-session-idle-seconds``, gives its place back; a
+    session id shown with another workspace (a 404) ends nothing."""
+    server = ServerProcess(
+        tmp_path / "data",
+        http=True,
+        metrics=True,
+        args=["--mcp-sessions-per-tenant", "2", "--mcp-session-idle-seconds", "3"],
+        env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: ["acme", "beta"], OTHER: ["other"]})},
+    ).start()
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+    def url(tenant: str, workspace: str = "main") -> str:
+        return f"{server.http_url}/mcp?tenant={tenant}&workspace={workspace}"
+
+    def of(session_id: str) -> dict[str, str]:
+        return {"mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+
+    async def run() -> None:
+        # The SDK's client ends its session when it closes: three in turn fit in two places.
+        for _ in range(3):
+            async with _http(server, "acme") as client:
+                assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+        async with httpx2.AsyncClient(timeout=30) as http:
+
+            async def opening(tenant: str, token: str = TOKEN, workspace: str = "main") -> httpx2.Response:
+                headers = {**accept, "authorization": f"Bearer {token}"}
+                return await http.post(url(tenant, workspace), headers=headers, json=INITIALIZE)
+
+            first, second = await opening("acme"), await opening("acme", workspace="notes")
+            assert (first.status_code, second.status_code) == (200, 200)
+            refused = await opening("acme")
+            assert refused.status_code == 429, refused.text
+            details = refused.json()["details"][0]
+            assert details["reason"] == "MCP_SESSIONS_PER_TENANT_REACHED"
+            assert details["metadata"] == {"limit": "mcp-sessions-per-tenant", "value": "2"}
+            assert "--mcp-sessions-per-tenant" in refused.json()["message"]
+            assert refused.headers["retry-after"] == "1"
+            # Another tenant, of the same token or another, is not locked out.
+            assert (await opening("beta")).status_code == 200
+            assert (await opening("other", OTHER)).status_code == 200
+            # The tenant's open sessions go on working.
+            listed = await http.post(
+                url("acme"),
+                headers={**accept, "authorization": f"Bearer {TOKEN}", **of(first.headers["mcp-session-id"])},
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            )
+            assert listed.status_code == 200, listed.text
+            # Its id shown with another workspace is unknown there, and ends nothing.
+            elsewhere = await http.post(
+                url("acme", "notes"),
+                headers={**accept, "authorization": f"Bearer {TOKEN}", **of(first.headers["mcp-session-id"])},
+                json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+            )
+            assert elsewhere.status_code == 404
+            assert (await opening("acme")).status_code == 429
+            assert gauge(server, "mnemosyne_mcp_sessions") == 4
+            # A DELETE by its owner ends one.
+            ended = await http.delete(
+                url("acme", "notes"),
+                headers={**accept, "authorization": f"Bearer {TOKEN}", **of(second.headers["mcp-session-id"])},
+            )
+            assert ended.status_code == 200, ended.text
+            assert (await opening("acme")).status_code == 200
+            assert (await opening("acme")).status_code == 429
+            # With no request for longer than the idle time every session has ended, and so has its place.
+            await anyio.sleep(4.5)
+            assert [(await opening("acme")).status_code for _ in range(3)] == [200, 200, 429]
+            assert gauge(server, "mnemosyne_mcp_sessions") == 2
+
+    try:
+        anyio.run(run)
+        assert gauge(server, "mnemosyne_admission_refusals", reason="MCP_SESSIONS_PER_TENANT_REACHED") == 4
+    finally:
+        server.stop()
+
+
+def test_sessions_opened_and_ended_by_one_tenant_leave_another_tenants_reading_in_place(tmp_path: Path) -> None:
+    """A session's reading (what its writes send) is kept until the session ends, not in a shared
+    list one tenant's sessions could push another's out of: here the server keeps at most three
+    sessions, and four of one tenant come and go while another tenant's session, which read memory
+    before them, then writes."""
+    server = ServerProcess(
+        tmp_path / "data",
+        http=True,
+        args=["--mcp-sessions", "3"],
+        env={"MNEMOSYNE_TOKENS": tokens_json({TOKEN: ["acme", "beta"]})},
+    ).start()
+
+    async def run() -> None:
+        async with _http(server, "beta") as beta:
+            assert not (await beta.call_tool("read_memory", {})).is_error
+            for _ in range(4):
+                async with _http(server, "acme") as acme:
+                    assert not (await acme.call_tool("read_memory", {})).is_error
+            written = await beta.call_tool("memory_update", {"content": "beta's own memory"})
+            assert not written.is_error, _text(written)
+
+    try:
+        anyio.run(run)
     finally:
         server.stop()

@@ -49,6 +49,7 @@ GAUGES = {
     "mnemosyne_queued_calls": "Calls waiting for a thread (their tenant at its share, or every thread busy).",
     "mnemosyne_open_streams": "Server streams open now (WatchEvents, AggregateStats).",
     "mnemosyne_waiting_calls": "Flush and Disable calls waiting for their tenant's queue now.",
+    "mnemosyne_mcp_sessions": "MCP sessions open now over HTTP (counted until they end or idle out).",
     # Replication to object storage (docs/replication.md): aggregates only, no tenant label.
     "mnemosyne_replication_lag_seconds": "Age of the oldest commit not yet confirmed in object storage (0 when none).",
     "mnemosyne_replication_lag_bytes": "WAL bytes written since the last confirmed sync, summed over tenants.",

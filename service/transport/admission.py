@@ -32,8 +32,9 @@ share while another tenant's call goes in at the next free thread. Beyond that:
   sets together); past either, the call is refused at once with RESOURCE_EXHAUSTED, a reason
   naming the limit, and a retry delay (``google.rpc.RetryInfo``) that the Python and Node clients
   honour;
-* open server streams (``stream``) and calls waiting for the hot path (``waiting``: Flush,
-  Disable) are counted per tenant and in total, with the same kind of refusal.
+* open server streams (``stream``), calls waiting for the hot path (``waiting``: Flush,
+  Disable) and open MCP sessions (``hold_session``) are counted per tenant and in total, with the
+  same kind of refusal.
 
 Shutdown closes admission first: new calls get UNAVAILABLE with reason SHUTTING_DOWN (safe to
 retry elsewhere or after the restart, and the call certainly did nothing), in-flight ones finish,
@@ -54,10 +55,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from mnemosyne.engine.options import option
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
@@ -90,6 +91,9 @@ class AdmissionLimits:
     streams: int = option(10_000, "open server streams of every tenant")
     waiting_calls_per_tenant: int = option(16, "Flush and Disable calls of one tenant waiting for its queue")
     waiting_calls: int = option(4_096, "Flush and Disable calls of every tenant waiting")
+    mcp_sessions_per_tenant: int = option(100, "open MCP sessions (over HTTP, at /mcp) of one tenant")
+    mcp_sessions: int = option(10_000, "open MCP sessions of every tenant")
+    mcp_session_idle_seconds: int = option(1_800, "an MCP session with no request in flight for this long ends")
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -171,18 +175,19 @@ class _Places:
 
 
 class _Tenant:
-    __slots__ = ("lanes", "queued", "streams", "waiting")
+    __slots__ = ("lanes", "queued", "streams", "waiting", "sessions")
 
     def __init__(self) -> None:
         self.lanes = (_Places(), _Places())  # indexed by Lane.value
         self.queued = 0  # on both lanes
         self.streams = 0
         self.waiting = 0
+        self.sessions = 0
 
     @property
     def idle(self) -> bool:
         busy = any(places.running or places.queue for places in self.lanes)
-        return not (busy or self.streams or self.waiting)
+        return not (busy or self.streams or self.waiting or self.sessions)
 
 
 class _LaneThreads:
@@ -197,6 +202,23 @@ class _LaneThreads:
         self.turns: collections.deque[str] = collections.deque()  # tenants with queued calls, in turn
 
 
+class _Held(NamedTuple):
+    """What a tenant holds while it lasts (not a thread): its counters (the tenant's, the
+    server's), its limits' flags (per tenant, in total) and what it is called in a refusal."""
+
+    counters: tuple[str, str]
+    per_tenant: str
+    total: str
+    what: str
+
+
+_STREAMS = _Held(("streams", "open_streams"), "streams-per-tenant", "streams", "open streams")
+_WAITING = _Held(
+    ("waiting", "waiting_calls"), "waiting-calls-per-tenant", "waiting-calls", "calls waiting for the hot path"
+)
+_SESSIONS = _Held(("sessions", "mcp_sessions"), "mcp-sessions-per-tenant", "mcp-sessions", "open MCP sessions")
+
+
 class Admission:
     def __init__(
         self, limits: AdmissionLimits | None = None, *, park_tenant: str = "", park_file: Path | None = None
@@ -209,7 +231,7 @@ class Admission:
             _LaneThreads(Lane.READERS, limits.reader_threads, limits.reader_share),
         )
         self._tenants: dict[str, _Tenant] = {}
-        self.queued = self.open_streams = self.waiting_calls = 0  # read by the gauges
+        self.queued = self.open_streams = self.waiting_calls = self.mcp_sessions = 0  # read by the gauges
         self.refusals: collections.Counter[str] = collections.Counter()
         self._open = True
         self._active = 0
@@ -451,65 +473,49 @@ class Admission:
 
     # -- calls that hold a place while they wait ------------------------------------------------
 
-    @contextmanager
-    def stream(self, tenant: str) -> Iterator[None]:
+    def stream(self, tenant: str) -> AbstractContextManager[None]:
         """An open server stream of the tenant, for as long as the block lasts."""
-        with self._hold(
-            tenant,
-            ("streams", "open_streams"),
-            self.limits.streams_per_tenant,
-            self.limits.streams,
-            "open streams",
-            "streams-per-tenant",
-            "streams",
-        ):
-            yield
+        return self._hold(tenant, _STREAMS)
 
-    @contextmanager
-    def waiting(self, tenant: str) -> Iterator[None]:
+    def waiting(self, tenant: str) -> AbstractContextManager[None]:
         """A call of the tenant waiting for its hot path (Flush, Disable), while the block lasts."""
-        with self._hold(
-            tenant,
-            ("waiting", "waiting_calls"),
-            self.limits.waiting_calls_per_tenant,
-            self.limits.waiting_calls,
-            "calls waiting for the hot path",
-            "waiting-calls-per-tenant",
-            "waiting-calls",
-        ):
-            yield
+        return self._hold(tenant, _WAITING)
+
+    def hold_session(self, tenant: str) -> None:
+        """Count one more open MCP session of the tenant (pair with ``release_session`` when it
+        ends), or refuse it: a session outlives any one call (transport/http/mcp.py)."""
+        self._take(tenant, _SESSIONS)
+
+    def release_session(self, tenant: str) -> None:
+        self._give(tenant, _SESSIONS)
 
     @contextmanager
-    def _hold(
-        self,
-        tenant: str,
-        counters: tuple[str, str],
-        per_tenant: int,
-        total: int,
-        what: str,
-        tenant_flag: str,
-        total_flag: str,
-    ) -> Iterator[None]:
-        """Count one more of ``counters`` (the tenant's, the server's) while the block lasts."""
-        mine, everyone = counters
-        state = self._tenant(tenant)
-        if getattr(state, mine) >= per_tenant:
-            self._refuse(
-                tenant,
-                state,
-                _refusal(f"this tenant has as many {what} as it may", tenant_flag, per_tenant, HOLD_RETRY_SECONDS),
-            )
-        if getattr(self, everyone) >= total:
-            self._refuse(
-                tenant,
-                state,
-                _refusal(f"the server has as many {what} as it may", total_flag, total, HOLD_RETRY_SECONDS),
-            )
-        setattr(state, mine, getattr(state, mine) + 1)
-        setattr(self, everyone, getattr(self, everyone) + 1)
+    def _hold(self, tenant: str, held: _Held) -> Iterator[None]:
+        """Count one more of ``held`` while the block lasts."""
+        self._take(tenant, held)
         try:
             yield
         finally:
-            setattr(state, mine, getattr(state, mine) - 1)
-            setattr(self, everyone, getattr(self, everyone) - 1)
-            self._forget_if_idle(tenant, state)
+            self._give(tenant, held)
+
+    def _take(self, tenant: str, held: _Held) -> None:
+        """Count one more of ``held`` (the tenant's and the server's), or refuse at either limit."""
+        mine, everyone = held.counters
+        state = self._tenant(tenant)
+        for whose, count, flag in (
+            ("this tenant", getattr(state, mine), held.per_tenant),
+            ("the server", getattr(self, everyone), held.total),
+        ):
+            limit = getattr(self.limits, flag.replace("-", "_"))
+            if count >= limit:
+                refusal = _refusal(f"{whose} has as many {held.what} as it may", flag, limit, HOLD_RETRY_SECONDS)
+                self._refuse(tenant, state, refusal)
+        setattr(state, mine, getattr(state, mine) + 1)
+        setattr(self, everyone, getattr(self, everyone) + 1)
+
+    def _give(self, tenant: str, held: _Held) -> None:
+        mine, everyone = held.counters
+        state = self._tenant(tenant)
+        setattr(state, mine, getattr(state, mine) - 1)
+        setattr(self, everyone, getattr(self, everyone) - 1)
+        self._forget_if_idle(tenant, state)

@@ -179,6 +179,12 @@ class Edge:
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
 
+    @property
+    def admission(self) -> Admission:
+        """What counts and shares the server's work (transport/admission.py): the MCP endpoint
+        counts its sessions there."""
+        return self._admission
+
     def envelope(
         self, method: str, sent_request_id: str | None, refuse: Refuse, carrier: tracing.Headers = ()
     ) -> CallEnvelope:

@@ -361,6 +361,7 @@ def _admission(config: ServerConfig, metrics: ServerMetrics, engine: Engine, sea
             "mnemosyne_queued_calls": lambda: admission.queued,
             "mnemosyne_open_streams": lambda: admission.open_streams,
             "mnemosyne_waiting_calls": lambda: admission.waiting_calls,
+            "mnemosyne_mcp_sessions": lambda: admission.mcp_sessions,
             **engine.replication_gauges(),
             "mnemosyne_sqlite_memory_bytes": engine.sqlite_memory,
             "mnemosyne_data_volume_size_bytes": engine.data_volume_size,

@@ -5,7 +5,9 @@ names its tenant (``/mcp?tenant=T``, optionally ``&workspace=W``); the token mus
 tenant. The MCP session is bound to that token, tenant and workspace: the SDK's session manager
 refuses a session id presented with another (404, as for a session it does not know), and a
 session it no longer knows starts without an observation, so its model must read memory before
-it writes. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
+it writes. A tenant's open sessions are counted (transport/http/mcp_sessions.py): past
+``--mcp-sessions-per-tenant`` (or ``--mcp-sessions`` for every tenant) a new one is refused with
+429, as admission refuses a stream, and one left idle ends after ``--mcp-session-idle-seconds``. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
 the check the MCP specification requires. A POST's body is read here, before the SDK: one above
 the request limit is refused (413), one whose client left before it was whole ends unanswered, as
 a client's cancellation (not the SDK's error).
@@ -40,11 +42,10 @@ from mnemosyne.host.protocol import Answer, Ask, HostObservations
 from mnemosyne.transport.edge import Edge, too_large
 from mnemosyne.transport.envelope import ClientLeft
 from mnemosyne.transport.http.guard import send_error
-from mnemosyne.transport.http.json_api import read_body
+from mnemosyne.transport.http.json_api import error_headers, read_body
+from mnemosyne.transport.http.mcp_sessions import TenantSessions
 from mnemosyne.transport.http.paths import MCP_PATH
 from mnemosyne.transport.in_process import InProcess
-
-_AGENTS_KEPT = 10_000  # sessions remembered (the SDK forgets idle ones; their clients start again)
 
 
 class McpEndpoint:
@@ -52,13 +53,19 @@ class McpEndpoint:
         self._edge = edge
         self._in_process = in_process
         self._observations = HostObservations()  # shared by every session, keyed by its agent
-        # MCP session id -> its agent and the consistency tokens of its writes (of its one tenant)
+        # MCP session id -> its agent and the consistency tokens of its writes (of its one tenant),
+        # forgotten when the session ends: one tenant's sessions never push out another's.
         self._agents: OrderedDict[str, tuple[Agent, SessionTokens]] = OrderedDict()
         self._server = build_server(self._session_of, sessions_only=True)
+        limits = edge.admission.limits
+        self._agents_kept = limits.mcp_sessions
+        self._sessions = TenantSessions(edge.admission, limits.mcp_session_idle_seconds, on_end=self._forget)
         # The guard before this app checks Host and Origin; the SDK's own copy of that check is off.
         self._app: ASGIApp = self._server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=limits.mcp_session_idle_seconds,
+            max_sessions=limits.mcp_sessions,  # counted here first: the SDK's own refusal is never reached
         )
         self._running: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -97,7 +104,34 @@ class McpEndpoint:
                 await send_error(send, too_large(limit + 1, self._edge.max_request_bytes).error)
                 return
             receive = _replay(body, receive)
-        await self._app({**scope, "user": user}, receive, send)
+        await self._in_session(user, {**scope, "user": user}, receive, send)
+
+    async def _in_session(self, user: AuthenticatedUser, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request served by the SDK, its session counted: opened by a request without a
+        session id, ended by a DELETE or a 404 (``TenantSessions``)."""
+        owner = user.access_token.client_id
+        session_id = _header(scope, MCP_SESSION_ID_HEADER)
+        answer = _Answer(send)
+        if session_id is None:
+            tenant = (user.access_token.claims or {})["tenant"]
+            try:
+                self._sessions.reserve(tenant)
+            except MnemosyneError as error:
+                await send_error(send, error, error_headers(error, ()).items())
+                return
+            opened = None
+            try:
+                await self._app(scope, receive, answer.send)
+                opened = answer.session_id if answer.status < 400 else None
+            finally:
+                self._sessions.settle(tenant, owner, opened)
+            return
+        self._sessions.began(session_id)
+        try:
+            await self._app(scope, receive, answer.send)
+        finally:
+            ended = answer.status == 404 or (scope["method"] == "DELETE" and answer.status < 400)
+            self._sessions.ended(session_id, owner, gone=ended)
 
     def _authenticate(self, scope: Scope) -> AuthenticatedUser:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -141,6 +175,10 @@ class McpEndpoint:
 
         return call
 
+    def _forget(self, session_id: str) -> None:
+        """The session ended: its agent and tokens go."""
+        self._agents.pop(session_id, None)
+
     def _agent(self, session_id: str) -> tuple[Agent, SessionTokens]:
         """The agent of an MCP session and its consistency tokens: the same for every request of
         the session, so the observation its read_memory recorded is the one its writes send, and
@@ -150,9 +188,34 @@ class McpEndpoint:
             return Agent(), SessionTokens(1)
         session = self._agents.pop(session_id, None) or (Agent(), SessionTokens(1))
         self._agents[session_id] = session
-        while len(self._agents) > _AGENTS_KEPT:
+        while len(self._agents) > self._agents_kept:  # only if a session's end went unseen
             self._agents.popitem(last=False)
         return session
+
+
+class _Answer:
+    """``send``, noting the answer's status and the session id it names."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 0  # 0: no answer began (the client left)
+        self.session_id: str | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.session_id = _header(message, MCP_SESSION_ID_HEADER)
+        await self._send(message)
+
+
+def _header(holder: Scope | Message, name: str) -> str | None:
+    """The first value of header ``name`` (lower case) of a request's scope or a response's start."""
+    wanted = name.lower().encode("latin-1")
+    for key, value in holder.get("headers", ()):
+        if key.lower() == wanted:
+            decoded: str = value.decode("latin-1")
+            return decoded
+    return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
