@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 
 import apsw
+import grpc
 import pytest
 
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.store.snapshot import sha256_file
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
 from tests.support import ServerFactory, ServerProcess, on_a_terminal, sql_row, tokens_json
 
 ADMIN = "admin-token-backup"
@@ -397,3 +399,54 @@ def test_backup_and_restore_show_their_progress_on_a_terminal_and_a_line_a_step_
     piped = _cli("backup", "--target", server.target, "--to", str(directory))
     assert piped.returncode == 0 and "\r" not in piped.stderr and "[" not in piped.stderr, piped.stderr
     assert sorted(piped.stderr.splitlines()) == [f"backup: {name}: unchanged since the last backup" for name in tenants]
+
+
+_READ_ONE_AND_DIE = """
+import os, sys, grpc
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
+target, token, tenant, stream = sys.argv[1:]
+stub = admin_pb2_grpc.AdminServiceStub(grpc.insecure_channel(target))
+metadata = (("authorization", "Bearer " + token),)
+if stream == "export":
+    responses = stub.ExportTenant(admin_pb2.ExportTenantRequest(tenant=tenant), metadata=metadata)
+else:
+    responses = stub.Backup(admin_pb2.BackupRequest(tenants=[tenant]), metadata=metadata)
+next(responses)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("stream", ["export", "backup"])
+def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(
+    server_factory, tenant: str, tmp_path: Path, stream: str
+) -> None:
+    """An export or backup whose client leaves mid-stream (cancelled, or its process killed) ends
+    at once: its scratch copy of the tenant leaves the data directory within seconds, with no
+    other call to the server (a forgotten memory's text must not stay in a copy), and the server
+    logs no error."""
+    server = _admin_server(server_factory, [tenant])
+    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+        # More than the stream's flow-control windows hold: the server is mid-stream when the
+        # client leaves, its scratch copy in place.
+        for start in range(0, 12_000, 1000):
+            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+    scratch = server.data_dir / ".backup-scratch"
+    metadata = (("authorization", f"Bearer {ADMIN}"),)
+    for _ in range(3):
+        with grpc.insecure_channel(server.target) as channel:
+            stub = admin_pb2_grpc.AdminServiceStub(channel)
+            responses = (
+                stub.ExportTenant(admin_pb2.ExportTenantRequest(tenant=tenant), metadata=metadata)
+                if stream == "export"
+                else stub.Backup(admin_pb2.BackupRequest(tenants=[tenant]), metadata=metadata)
+            )
+            next(responses)
+            assert any(scratch.glob("*/database")), "the stream holds its scratch copy"
+            responses.cancel()
+        _wait_for(lambda: not any(scratch.glob("*")))
+    # A client process that dies mid-stream: its connection closes with no cancellation sent.
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", _READ_ONE_AND_DIE, server.target, ADMIN, tenant, stream], check=True)
+        _wait_for(lambda: not any(scratch.glob("*")))
+    log = server.stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]

@@ -18,9 +18,10 @@ blocks (Ping).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 from mnemosyne.transport.admission import Admission
 
@@ -119,6 +120,11 @@ class Call:
             self.stepped.set()
         return result
 
+    def steps(self, parts: Iterator[T]) -> Steps[T]:
+        """The items of ``parts``, each made on a worker thread (as ``run``); use it in
+        ``contextlib.aclosing``, which closes ``parts`` however the stream ends."""
+        return Steps(self, parts)
+
     @property
     def deadline(self) -> float | None:
         """The client's deadline (a time.monotonic() value), None without one."""
@@ -131,3 +137,40 @@ class Call:
             return wanted
         left = self._deadline - time.monotonic()
         return max(0.0, min(wanted, left - min(_ANSWER_MARGIN_SECONDS, left / 4)))
+
+
+class Steps(Generic[T]):
+    """A blocking iterator's items for a call, each made on a worker thread. Closed before the
+    iterator ended (its client left), a generator is closed at once, not when garbage is collected,
+    so its ``finally`` (a scratch copy removed, readers stopped) runs now: on a thread of its own,
+    once a step still running on a worker thread is done."""
+
+    def __init__(self, call: Call, parts: Iterator[T]) -> None:
+        self._call = call
+        self._parts = parts
+        self._lock = threading.Lock()  # a step and the close never run at once
+        self._ended = False
+
+    def __aiter__(self) -> Steps[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        part = await self._call.run(self._step)
+        if part is None:
+            self._ended = True
+            raise StopAsyncIteration
+        return part
+
+    def _step(self) -> T | None:
+        with self._lock:
+            return next(self._parts, None)
+
+    async def aclose(self) -> None:
+        close = getattr(self._parts, "close", None)
+        if not self._ended and close is not None:
+            self._ended = True
+            threading.Thread(target=self._close, args=(close,), name="close-stream", daemon=True).start()
+
+    def _close(self, close: Callable[[], None]) -> None:
+        with self._lock:
+            close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from mnemosyne.engine import changers
@@ -306,7 +307,7 @@ class Edge:
                         call.holds_place = False
 
     async def answer_stream(
-        self, implementation: Callable[..., AsyncIterator[Any]], request: Any, call: Call
+        self, implementation: Callable[..., AsyncGenerator[Any, None]], request: Any, call: Call
     ) -> AsyncGenerator[Any, None]:
         """Step 4 for a server stream: its messages, counted as an open stream while it lasts."""
         try:
@@ -319,8 +320,9 @@ class Edge:
                     if call.forward_to is not None and self.forwarder is not None
                     else implementation(request, call)
                 )
-                async for message in messages:
-                    yield message
+                async with aclosing(messages):  # closed as this one is (a client that left)
+                    async for message in messages:
+                        yield message
         finally:
             self._admission.leave()
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from mnemosyne.engine.limits import validate_figures_rows
 from mnemosyne.engine.types import TenantStats
@@ -94,8 +95,11 @@ class FanOut:
         return mine
 
     async def aggregate(
-        self, request: admin_pb2.AggregateStatsRequest, call: Call, local: AsyncIterator[admin_pb2.AggregateStatsChunk]
-    ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
+        self,
+        request: admin_pb2.AggregateStatsRequest,
+        call: Call,
+        local: AsyncGenerator[admin_pb2.AggregateStatsChunk, None],
+    ) -> AsyncGenerator[admin_pb2.AggregateStatsChunk, None]:
         """This member's chunks, then each other member's, with one total across them all."""
         total = TenantStats()
         files_read = 0
@@ -107,12 +111,15 @@ class FanOut:
         for member, chunks in sources:
             read_before = files_read
             try:
-                async for chunk in chunks:
-                    files_read = read_before + chunk.files_read
-                    if chunk.HasField("total"):
-                        total = total.plus(TenantStats(**{name: getattr(chunk.total, name) for name in _TOTAL_FIELDS}))
-                    if chunk.tenants:
-                        yield convert.to_members_aggregate_rows(chunk.tenants, files_read)
+                async with aclosing(chunks):  # closed with this one (a client that left)
+                    async for chunk in chunks:
+                        files_read = read_before + chunk.files_read
+                        if chunk.HasField("total"):
+                            total = total.plus(
+                                TenantStats(**{name: getattr(chunk.total, name) for name in _TOTAL_FIELDS})
+                            )
+                        if chunk.tenants:
+                            yield convert.to_members_aggregate_rows(chunk.tenants, files_read)
             except Exception as exc:
                 if not member:
                     raise

@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
+from mnemosyne.engine.backup import FileChunk, TenantCopy
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.moves import MOVED_AT_EPOCH, NOT_OWNER, STEPS, MovePlan
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
 from mnemosyne.transport import convert, waits
-from mnemosyne.transport.call import Call
+from mnemosyne.transport.call import Call, Steps
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.consistency import deadline
 from mnemosyne.transport.errors import Relayed
@@ -116,24 +118,22 @@ class MoveDriver:
         await self._step_done(plan, "exported", steps)
         sent = [0]
 
-        async def messages() -> AsyncIterator[admin_pb2.ImportTenantRequest]:
+        async def messages(chunks: Steps[TenantCopy | FileChunk]) -> AsyncIterator[admin_pb2.ImportTenantRequest]:
             yield admin_pb2.ImportTenantRequest(
                 tenant=plan.tenant,
                 manifest=convert.to_tenant_backup(copy),
                 move_epoch=plan.epoch,
                 move_source=forwarder.membership.me,
             )
-            while (part := await call.run(next, parts, None)) is not None:
+            async for part in chunks:
                 chunk = convert.to_export_response(part).chunk
                 sent[0] += len(chunk.data)
                 yield admin_pb2.ImportTenantRequest(chunk=chunk)
 
-        try:
+        async with aclosing(call.steps(parts)) as chunks:  # the export's scratch copy goes with it
             imported = await forwarder.ask_member(
-                plan.destination, IMPORT_METHOD, "stream_unary", messages(), call, IMPORT_SECONDS
+                plan.destination, IMPORT_METHOD, "stream_unary", messages(chunks), call, IMPORT_SECONDS
             )
-        finally:
-            parts.close()  # type: ignore[attr-defined]  # the export's generator: its scratch copy goes
         await call.run(moves.imported, plan, imported.head_hash)
         await self._step_done(plan, "imported", steps)
         return plan, sent[0], copy.facts.memories

@@ -12,17 +12,19 @@ the ``google.rpc.Status`` of the one table, its details in ``grpc-status-details
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from functools import partial
 from typing import Any
 
 import grpc
 from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
+from grpc._cython.cygrpc import ExecuteBatchError  # a message's send failed: grpc.aio raises it as is
 
 from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
-from mnemosyne.transport.envelope import CallEnvelope
+from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
 from mnemosyne.transport.errors import rich_status
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -91,15 +93,23 @@ def _client_stream(
     return handle
 
 
-def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
-    async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
+def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., Any]:
+    """A server stream, written by the handler itself (not yielded to gRPC, which leaves a stream
+    whose send failed suspended until garbage collection): however it ends, the stream's
+    generators are closed at once, so what they hold (a place, a scratch copy) goes with them."""
+
+    async def handle(request: Any, context: Context) -> None:
         metadata, request_id = _metadata(context)
         async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
-            async for message in edge.answer_stream(implementation, request, call):
-                if not envelope.answered:
-                    await _send_initial(context, call.initial_metadata, envelope)
-                yield message
+            async with aclosing(edge.answer_stream(implementation, request, call)) as messages:
+                async for message in messages:
+                    if not envelope.answered:
+                        await _send_initial(context, call.initial_metadata, envelope)
+                    try:
+                        await context.write(message)
+                    except ExecuteBatchError as error:  # the client left as it was sent (else: cancelled)
+                        raise ClientLeft from error
             if not envelope.answered:
                 await _send_initial(context, call.initial_metadata, envelope)
 

@@ -4,7 +4,8 @@ No domain logic lives here; how each method runs is its kind (transport/call.py)
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -271,35 +272,38 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         chunks = self._aggregate_here(request, call)
         if self._fanout is not None and self._fanout.wanted(call):
             chunks = self._fanout.aggregate(request, call, chunks)
-        async for chunk in chunks:
-            yield chunk
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
 
     async def _aggregate_here(
         self, request: admin_pb2.AggregateStatsRequest, call: Call
-    ) -> AsyncIterator[admin_pb2.AggregateStatsChunk]:
+    ) -> AsyncGenerator[admin_pb2.AggregateStatsChunk, None]:
         # A chunk at a time on a worker thread (each reads up to 1,000 tenant files). A stream its
-        # client left is dropped with the generator, whose readers then stop.
+        # client left is closed at once, and its readers stop.
         chunks = self._engine.tenants.aggregate_stats(chunk_size=request.chunk_size)
-        while (chunk := await call.run(next, chunks, None)) is not None:
-            yield convert.to_aggregate_chunk(chunk)
+        async with aclosing(call.steps(chunks)) as steps:
+            async for chunk in steps:
+                yield convert.to_aggregate_chunk(chunk)
 
     def EraseTenant(self, request: admin_pb2.EraseTenantRequest, call: Call) -> admin_pb2.EraseTenantResponse:
         return convert.to_erase_tenant_response(self._engine.erasure.erase(request.tenant, token_name=call.principal))
 
     async def Backup(self, request: admin_pb2.BackupRequest, call: Call) -> AsyncIterator[admin_pb2.BackupResponse]:
         # A part at a time on a worker thread (a copy step, a chunk read); a stream the client left
-        # is dropped with the generator, whose scratch copy is then removed.
+        # is closed at once, and its scratch copy removed.
         known = {k.tenant: (k.change_counter, k.inbox_sequence) for k in request.known}
         parts = self._engine.backups.backup(list(request.tenants), known)
-        while (part := await call.run(next, parts, None)) is not None:
-            yield convert.to_backup_response(part)
+        async with aclosing(call.steps(parts)) as steps:
+            async for part in steps:
+                yield convert.to_backup_response(part)
 
     async def ExportTenant(
         self, request: admin_pb2.ExportTenantRequest, call: Call
     ) -> AsyncIterator[admin_pb2.ExportTenantResponse]:
-        parts = self._engine.backups.export(request.tenant)
-        while (part := await call.run(next, parts, None)) is not None:
-            yield convert.to_export_response(part)
+        async with aclosing(call.steps(self._engine.backups.export(request.tenant))) as parts:
+            async for part in parts:
+                yield convert.to_export_response(part)
 
     async def ImportTenant(
         self, requests: AsyncIterator[admin_pb2.ImportTenantRequest], call: Call

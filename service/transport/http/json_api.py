@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from google.rpc import status_pb2
@@ -216,7 +216,7 @@ class _EventStream:
     async def open(
         cls,
         edge: Edge,
-        implementation: Callable[..., AsyncIterator[Any]],
+        implementation: Callable[..., AsyncGenerator[Any, None]],
         request: Any,
         call: Call,
         envelope: CallEnvelope,
@@ -243,10 +243,11 @@ class _EventStream:
         return cls(pump, queue, first, envelope, call)
 
     @staticmethod
-    async def _run(messages: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
+    async def _run(messages: AsyncGenerator[Any, None], queue: asyncio.Queue[Any]) -> None:
         try:
-            async for item in messages:
-                await queue.put(item)
+            async with contextlib.aclosing(messages):  # cancelled (the client left): the stream ends at once
+                async for item in messages:
+                    await queue.put(item)
             await queue.put(_END)
         except Exception as exc:
             await queue.put(exc)
