@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,3 +234,26 @@ def test_a_snapshot_read_beside_another_call_runs_on_a_reader_thread() -> None:
             admission.stop()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "most"),
+    [
+        ("--worker-threads", "50000000", "1,024"),
+        ("--reader-threads", "1025", "1,024"),
+        ("--queued-calls", "1000000000", "1,000,000"),
+        ("--mcp-session-idle-seconds", "0", "1,000,000"),
+        ("--streams-per-tenant", "2000000", "1,000,000"),
+    ],
+)
+def test_a_limit_out_of_its_range_is_refused_at_start_in_one_line(
+    tmp_path: Path, flag: str, value: str, most: str
+) -> None:
+    """Threads are made up front: a number past any machine's must be refused, not stall the start."""
+    data = tmp_path / "data"
+    ports = ["--port", "0", "--http-port", "0", "--metrics-port", "0"]
+    command = [sys.executable, "-m", "mnemosyne.cli", "serve", "--data-dir", str(data), *ports, flag, value]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == f"mnemosyne: {flag} must be from 1 to {most} [CONFIG_INVALID]"
+    assert "Traceback" not in refused.stderr and not data.exists()

@@ -68,6 +68,14 @@ T = TypeVar("T")
 log = logging.getLogger("mnemosyne.admission")
 
 
+# The largest value of a limit: threads are made up front (each with its stack), so a number far
+# past any machine's would only stall the start; a count (calls, streams, sessions, seconds) past
+# a million is a typo, not a setting.
+MOST_THREADS = 1_024
+MOST_COUNTED = 1_000_000
+_THREADS = frozenset({"worker_threads", "reader_threads"})
+
+
 @dataclass(frozen=True)
 class AdmissionLimits:
     """What a tenant, and the server, may hold at once. Each is a ``serve`` flag (the field name
@@ -97,8 +105,9 @@ class AdmissionLimits:
 
     def __post_init__(self) -> None:
         for spec in fields(self):
-            if getattr(self, spec.name) < 1:
-                raise InvalidArgument(f"--{spec.name.replace('_', '-')} must be at least 1", reason="CONFIG_INVALID")
+            flag, most = f"--{spec.name.replace('_', '-')}", MOST_THREADS if spec.name in _THREADS else MOST_COUNTED
+            if not 1 <= getattr(self, spec.name) <= most:
+                raise InvalidArgument(f"{flag} must be from 1 to {most:,}", reason="CONFIG_INVALID")
         if self.reader_share > self.reader_threads:
             raise InvalidArgument("--reader-share must be at most --reader-threads", reason="CONFIG_INVALID")
 
