@@ -17,6 +17,7 @@ from mnemosyne.client import (
     UnavailableError,
 )
 from mnemosyne.engine.updates import MAX_FORGET_MEMORIES
+from mnemosyne.v1 import memory_pb2
 from tests.test_erasure import _traces
 
 
@@ -131,6 +132,39 @@ def test_update_refusals(client: MemoryClient, tenant: str) -> None:
     client.forget(tenant, memory_id)
     with pytest.raises(NotFoundError):
         client.update_memory(tenant, memory_id, "Di collects coins")
+
+
+@pytest.mark.parametrize("missing", ["memory", "tenant"])
+def test_an_update_over_a_limit_is_refused_before_the_memory_is_looked_up(
+    client: MemoryClient, tenant: str, missing: str
+) -> None:
+    """What the request alone shows is refused as INVALID_ARGUMENT whether or not the memory
+    exists: a retain's limits, checked first (docs/operations.md: nothing is looked up)."""
+    memory_id = client.retain(tenant, "Ed repairs clocks").memory_id
+    target = (tenant, 999_999) if missing == "memory" else (f"{tenant}-none", memory_id)
+    too_many = {f"key{i}": "v" for i in range(100)}
+    for text, metadata, reason in [
+        ("x" * 100_000, None, "TEXT_TOO_LONG"),
+        ("", too_many, "METADATA_TOO_LARGE"),
+        ("", {"k": "v" * 5_000}, "METADATA_INVALID"),
+    ]:
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.update_memory(*target, text, metadata=metadata)
+        assert refused.value.reason == reason, refused.value
+
+
+def test_metadata_without_replace_metadata_is_refused_not_dropped(client: MemoryClient, tenant: str) -> None:
+    """An update replaces the whole metadata only when replace_metadata is set; metadata sent
+    without it would be dropped without a word (it is never merged), so it is refused."""
+    memory_id = client.retain(tenant, "Fay bakes rye bread", metadata={"topic": "baking"}).memory_id
+    request = memory_pb2.UpdateMemoryRequest(tenant=tenant, memory_id=memory_id, metadata={"topic": "bread"})
+    with pytest.raises(InvalidArgumentError) as refused:
+        client.call(client.memory.UpdateMemory, request, retry=False)
+    assert refused.value.reason == "METADATA_WITHOUT_REPLACE" and "replace_metadata" in refused.value.message
+    assert client.get_memory(tenant, memory_id).metadata == {"topic": "baking"}
+    request.replace_metadata = True
+    client.call(client.memory.UpdateMemory, request, retry=False)
+    assert client.get_memory(tenant, memory_id).metadata == {"topic": "bread"}
 
 
 def test_list_filters_by_metadata_with_pages_bound_to_the_filter(client: MemoryClient, tenant: str) -> None:

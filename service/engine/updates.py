@@ -149,6 +149,11 @@ class Updates:
                 "give the new text, the new metadata (replace_metadata) or a new expiry (expires_at, clear_expires_at)",
                 reason="UPDATE_EMPTY",
             )
+        # What the request alone shows is refused before the memory is looked up, as for a retain.
+        if text:
+            check.validate_text(text, self._write_path.limits)
+        if metadata is not None:
+            check.validate_metadata(metadata, self._write_path.limits)
         return self._rewrite(
             tenant,
             memory_id,

@@ -545,13 +545,19 @@ class MemoryClient {
 
   /**
    * Change a memory's text and/or metadata in place (its earlier versions are kept:
-   * listMemoryVersions); `replaceMetadata` replaces the metadata instead of merging it.
+   * listMemoryVersions). `metadata` replaces the memory's whole metadata (`{}` clears it; an
+   * update never merges); without it the metadata is kept.
    */
   async updateMemory(tenant, memoryId, {
-    text = '', metadata = {}, replaceMetadata = false, requestId = newRequestId(),
+    text = '', metadata, replaceMetadata = metadata !== undefined, requestId = newRequestId(),
   } = {}) {
     const { response } = await this._call(this.memory, 'UpdateMemory', {
-      tenant, memory_id: String(memoryId), text, metadata, replace_metadata: replaceMetadata, request_id: requestId ?? '',
+      tenant,
+      memory_id: String(memoryId),
+      text,
+      metadata: metadata ?? {},
+      replace_metadata: replaceMetadata,
+      request_id: requestId ?? '',
     }, { retry: Boolean(requestId) });
     return {
       memory: memory(response.memory),

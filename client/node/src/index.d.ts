@@ -262,6 +262,7 @@ export declare class MemoryClient {
   ): Promise<{ memories: Memory[]; nextPageToken: string }>;
   /** False if it was forgotten already. */
   forget(tenant: string, memoryId: Id | number | bigint, options?: { requestId?: string }): Promise<boolean>;
+  /** `metadata` replaces the memory's whole metadata (`{}` clears it); without it the metadata is kept. */
   updateMemory(
     tenant: string,
     memoryId: Id | number | bigint,

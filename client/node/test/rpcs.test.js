@@ -38,6 +38,11 @@ test('memories: batch, get, list, update and its versions, forget by id and by f
   assert.deepEqual(versions.map((v) => [v.text, v.current]),
     [['Invoice INV-1 was paid by wire', false], ['Invoice INV-1 was paid by card', true]]);
   assert.ok(versions[0].at instanceof Date);
+  // Metadata given replaces the memory's (it used to be sent without replace_metadata: dropped).
+  const tagged = await client.updateMemory(tenant, results[0].memoryId, { metadata: { kind: 'receipt' } });
+  assert.deepEqual(tagged.memory.metadata, { kind: 'receipt' });
+  const retexted = await client.updateMemory(tenant, results[0].memoryId, { text: 'Invoice INV-1 was paid in cash' });
+  assert.deepEqual(retexted.memory.metadata, { kind: 'receipt' });
   assert.equal(await client.forgetMemories(tenant, { kind: 'invoice' }), 2);
   assert.equal(await client.forget(tenant, results[0].memoryId), true);
   assert.equal(await client.forget(tenant, results[0].memoryId), false);
