@@ -10,6 +10,7 @@ Each request is written over a raw socket and cut short; the record is read from
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -155,6 +156,55 @@ def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_
             assert await closed_within(silent[0], 3) and await closed_within(trickling[0], 3)
             served[1].write(b"GET /x HTTP/1.1\r\n")  # after a response, the head is timed again
             assert await closed_within(served[0], 3)
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("sent", "status", "reason"),
+    [
+        (b"GET /x?q=" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: h\r\n\r\n", 431, "REQUEST_HEAD_TOO_LARGE"),
+        (b"GET /x HTTP/1.1\r\nHost: h\r\nX-Big: " + b"b" * 200_000 + b"\r\n\r\n", 431, "REQUEST_HEAD_TOO_LARGE"),
+        (b"GET /x HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 20_000 + b"\r\n", 431, "REQUEST_HEAD_TOO_LARGE"),
+        (b"GARBAGE\x00\x01 / HTTP/1.1\r\n\r\n", 400, "REQUEST_UNREADABLE"),
+        (b"GET /x HTTP/1.1\r\nContent-Length: twelve\r\n\r\n", 400, "REQUEST_UNREADABLE"),
+    ],
+)
+def test_a_request_head_that_cannot_be_read_or_is_too_large_is_answered_as_json(
+    sent: bytes, status: int, reason: str
+) -> None:
+    """uvicorn's parser keeps a head of any size and answers what it cannot parse with a line of
+    text: the HTTP port refuses a head over HEAD_BYTES (431) and an unreadable one (400) with the
+    google.rpc.Status JSON of every other error, then closes; a long head within the bound, and a
+    large body after a short head, are served."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def answer(port: int, request: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        answered = await asyncio.wait_for(reader.read(), 10)  # the server closes after its answer
+        writer.close()
+        return answered
+
+    async def run() -> None:
+        sock = bind("127.0.0.1", 0)
+        server = await HttpServer.start(app, sock, tls=None, grace_seconds=1)
+        try:
+            refused = await answer(server.port, sent)
+            head, _, body = refused.partition(b"\r\n\r\n")
+            assert head.startswith(f"HTTP/1.1 {status} ".encode()) and b"application/json" in head, refused[:300]
+            assert json.loads(body)["details"][0]["reason"] == reason
+            within = b"GET /x?q=" + b"a" * 60_000 + b" HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+            assert (await answer(server.port, within)).startswith(b"HTTP/1.1 200 ")
+            large_body = b"POST /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 1000000\r\n\r\n"
+            assert (await answer(server.port, large_body + b"c" * 1_000_000)).startswith(b"HTTP/1.1 200 ")
         finally:
             await server.stop()
 

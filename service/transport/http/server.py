@@ -17,17 +17,27 @@ import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.transport.errors import to_status_proto
+from mnemosyne.transport.http.mapping import encode
+
 # How long a connection may take to send a request's whole head, from when it connects or its
 # last response ends: uvicorn times a connection out only while it idles after a response (its
 # keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
 # would hold its socket for good. A client sends its head at once.
 HEAD_SECONDS = 30.0
+# The most a request's head (its line and headers) may hold: uvicorn's parser (httptools) keeps
+# any length in memory. Browsers send a few KiB; 64 KiB is what common proxies accept at most.
+HEAD_BYTES = 64 * 1024
+# How long a refused connection is still read (and dropped) before it is closed.
+REFUSED_READ_SECONDS = 5.0
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -80,14 +90,57 @@ def bind(host: str, port: int) -> socket.socket:
 
 class _HeadTimedProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
-    request head within ``head_seconds`` (``HEAD_SECONDS``)."""
+    request head within ``head_seconds`` (``HEAD_SECONDS``) or within ``HEAD_BYTES``, and
+    answering a request it cannot read as every error is answered (google.rpc.Status JSON), not
+    with uvicorn's line of text."""
 
     head_seconds = HEAD_SECONDS
     _head_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0  # received while the head is awaited
+    _refused = False  # answered with an error: nothing more is read as a request
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
         self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # what the client still sends after the refusal is read and dropped
+        super().data_received(data)
+        if self._head_timer is None:  # the head is whole (or the connection refused or closed)
+            return
+        self._head_bytes += len(data)
+        if self._head_bytes > HEAD_BYTES:
+            self._refuse(
+                431,
+                InvalidArgument(
+                    f"the request's line and headers are over {HEAD_BYTES:,} bytes; send a shorter URL "
+                    "(a long filter goes in a POST body) and fewer or shorter headers",
+                    reason="REQUEST_HEAD_TOO_LARGE",
+                ),
+            )
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(
+            400,
+            InvalidArgument(f"the request is not HTTP/1.1 this server can read ({msg})", reason="REQUEST_UNREADABLE"),
+        )
+
+    def _refuse(self, status: int, error: InvalidArgument) -> None:
+        """Answer ``error``: the connection's bytes can no longer be read as requests. Its sending
+        side is closed at once, but it is read (and dropped) a while longer: closed with unread
+        bytes, it would be reset, and a client still sending would lose the answer."""
+        self._stop_waiting()
+        self._refused = True
+        body = encode(to_status_proto(error))
+        head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        self.transport.write(head.encode("ascii") + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(REFUSED_READ_SECONDS, self.transport.close)
+        else:  # TLS: no half-close
+            self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
@@ -104,6 +157,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def _await_head(self) -> None:
         self._stop_waiting()
+        self._head_bytes = 0
         self._head_timer = self.loop.call_later(self.head_seconds, self.transport.close)
 
     def _stop_waiting(self) -> None:
