@@ -155,7 +155,32 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         [f"cannot read --members @{d / 'members.txt'}: No such file or directory", "[CONFIG_INVALID]"],
         d / "data",
     ),
+    "a member list without this member's id": lambda d: (
+        ["--data-dir", str(d / "data"), "--members", "m0=127.0.0.1:1"],
+        ["--members needs --member", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
+    "this member's id without the member list": lambda d: (
+        ["--data-dir", str(d / "data"), "--member", "m0"],
+        ["--member needs --members", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
 }
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (["members", "--count", "100000"], "--count: give 1 to 64 members"),
+        (["members", "--count", "65"], "--count: give 1 to 64 members"),
+        (["restore", "--from", "somewhere"], "restore --from DIR: give --data-dir"),
+        (["restore", "--from-replica", "s3://b/p"], "restore --from-replica without --data-dir restores one --tenant"),
+    ],
+)
+def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, command: list[str], words: str) -> None:
+    result = _run(sys.executable, "-m", "mnemosyne", *command, timeout=30)
+    line = _last_line_only_error(result)
+    assert line.startswith("mnemosyne: ") and words in line and line.endswith("[CONFIG_INVALID]"), line
 
 
 @pytest.mark.parametrize("mistake", START_UP_MISTAKES)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mnemosyne.cli.client_commands import add_connection_flags
 from mnemosyne.cli.flags import PORT, POSITIVE
+from mnemosyne.errors import InvalidArgument
 
 
 def _hash_token(args: argparse.Namespace) -> int:
@@ -48,7 +49,10 @@ def _restore(args: argparse.Namespace) -> int:
     if args.from_replica:
         return _restore_from_replica(args)
     if args.timestamp or not args.data_dir:
-        raise SystemExit("restore --from DIR: give --data-dir (and no --timestamp: a backup holds one state)")
+        raise InvalidArgument(
+            "restore --from DIR: give --data-dir (and no --timestamp: a backup holds one state)",
+            reason="CONFIG_INVALID",
+        )
     with Progress("restore") as progress:
         restored = restore(
             Path(args.from_dir), Path(args.data_dir), tenants=args.tenant, replace=args.replace, progress=progress
@@ -75,7 +79,10 @@ def _restore_from_replica(args: argparse.Namespace) -> int:
         print(f"restored {len(restored)} tenants from {args.from_replica} into {args.data_dir}")
         return 0
     if len(args.tenant) != 1:
-        raise SystemExit("restore --from-replica without --data-dir restores one --tenant on the server at --target")
+        raise InvalidArgument(
+            "restore --from-replica without --data-dir restores one --tenant on the server at --target",
+            reason="CONFIG_INVALID",
+        )
     with client_of(args) as client:
         result = restore_online(client, args.from_replica, args.tenant[0], timestamp=args.timestamp)
     when = f" as of {args.timestamp}" if args.timestamp else ""
@@ -88,7 +95,7 @@ def _members(args: argparse.Namespace) -> int:
     from mnemosyne.cli.server_process import LocalMembers
 
     if not 1 <= args.count <= 64:
-        raise SystemExit("--count: give 1 to 64 members")
+        raise InvalidArgument("--count: give 1 to 64 members", reason="CONFIG_INVALID")
     flags = [flag for flag in args.serve_flags if flag != "--"]
     deployment = LocalMembers(
         Path(args.data_dir),

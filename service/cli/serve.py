@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mnemosyne.cli.flags import add_flags, configured, variables_only
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
-from mnemosyne.errors import FailedPrecondition
+from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.runtime import tracing
 from mnemosyne.runtime.interpreter import raise_open_file_limit
 from mnemosyne.runtime.seams import Seams
@@ -194,10 +194,12 @@ def _membership(settings: ServeSettings) -> Membership | None:
     listed = member_list_text(settings.members or "", "--members")
     if not listed.strip():
         if settings.member:
-            raise SystemExit("--member needs --members (the whole member list, this member included)")
+            raise InvalidArgument(
+                "--member needs --members (the whole member list, this member included)", reason="CONFIG_INVALID"
+            )
         return None
     if not settings.member:
-        raise SystemExit("--members needs --member (the id of this member in the list)")
+        raise InvalidArgument("--members needs --member (the id of this member in the list)", reason="CONFIG_INVALID")
     previous = member_list_text(settings.previous_members or "", "--previous-members")
     return Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
 
