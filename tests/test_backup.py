@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import apsw
 import grpc
@@ -450,3 +453,163 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(
         _wait_for(lambda: not any(scratch.glob("*")))
     log = server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+# -- crafted backup directories: refused in one line, nothing left behind ------------------------
+
+# JSON that json.dumps writes for no Python value, put where an edit placed its marker.
+_RAW = {'"@1e400"': "1e400", '"@surrogate"': '"\\ud800"', '"@deep"': "[" * 100_000 + "]" * 100_000}
+
+
+def _manifest_edited(edit: Callable[[dict[str, Any]], object]) -> Callable[[Path], None]:
+    """What rewrites a backup directory's manifest once ``edit`` changed it (markers as ``_RAW`` says)."""
+
+    def rewrite(directory: Path) -> None:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        edit(manifest)
+        text = json.dumps(manifest)
+        for marker, raw in _RAW.items():
+            text = text.replace(marker, raw)
+        (directory / "manifest.json").write_text(text)
+
+    return rewrite
+
+
+def _replaced(name: str, make: Callable[[Path], object]) -> Callable[[Path], None]:
+    """What puts ``make(path)`` (a directory, a FIFO) in place of the file ``name`` of the directory."""
+
+    def replace(directory: Path) -> None:
+        path = directory / name
+        path.unlink()
+        make(path)
+
+    return replace
+
+
+def _entry(m: dict[str, Any]) -> dict[str, Any]:
+    return next(iter(m["tenants"].values()))
+
+
+def _database_file(m: dict[str, Any]) -> dict[str, Any]:
+    return _entry(m)["files"]["database"]  # type: ignore[no-any-return]  # JSON
+
+
+# Each fault a restore (and a backup into the directory) must refuse, and what its line says.
+BACKUP_FAULTS: dict[str, tuple[Callable[[Path], object], str, str]] = {
+    "nested 200,000 deep": (
+        lambda d: (d / "manifest.json").write_bytes(b"[" * 200_000 + b"]" * 200_000),
+        "MANIFEST_INVALID",
+        "nested too deep",
+    ),
+    "a field nested 100,000 deep": (
+        _manifest_edited(lambda m: _entry(m).update(generations="@deep")),
+        "MANIFEST_INVALID",
+        "nested too deep",
+    ),
+    "a size of 1e400": (
+        _manifest_edited(lambda m: _database_file(m).update(size="@1e400")),
+        "MANIFEST_INVALID",
+        "size is Infinity",
+    ),
+    "a generation of 1e400": (
+        _manifest_edited(lambda m: _entry(m).update(generations={"g": "@1e400"})),
+        "MANIFEST_INVALID",
+        "Infinity",
+    ),
+    "a size of 2**70": (
+        _manifest_edited(lambda m: _database_file(m).update(size=2**70)),
+        "MANIFEST_INVALID",
+        "size is 1180591620717411303424",
+    ),
+    "a change counter of 2**63": (
+        _manifest_edited(lambda m: _entry(m).update(change_counter=2**63)),
+        "MANIFEST_INVALID",
+        "change_counter",
+    ),
+    "negative ledger entries": (
+        _manifest_edited(lambda m: _entry(m).update(ledger_entries=-5)),
+        "MANIFEST_INVALID",
+        "ledger_entries is -5",
+    ),
+    "a counter that is text": (
+        _manifest_edited(lambda m: _entry(m).update(inbox_sequence="12")),
+        "MANIFEST_INVALID",
+        'inbox_sequence is "12"',
+    ),
+    "no head hash": (_manifest_edited(lambda m: _entry(m).pop("head_hash")), "MANIFEST_INVALID", "'head_hash'"),
+    "a lone surrogate in a path": (
+        _manifest_edited(lambda m: _database_file(m).update(path="@surrogate")),
+        "MANIFEST_INVALID",
+        "not UTF-8 text",
+    ),
+    "a path that is a number": (
+        _manifest_edited(lambda m: _database_file(m).update(path=7)),
+        "MANIFEST_INVALID",
+        "path is 7",
+    ),
+    "no files": (_manifest_edited(lambda m: _entry(m).pop("files")), "MANIFEST_INVALID", "'files'"),
+    "a tenant entry that is a list": (
+        _manifest_edited(lambda m: m["tenants"].update({k: [] for k in m["tenants"]})),
+        "MANIFEST_INVALID",
+        "a list, not an object",
+    ),
+    'format_version "1"': (
+        _manifest_edited(lambda m: m.update(format_version="1")),
+        "MANIFEST_INVALID",
+        'format_version is "1"',
+    ),
+    "Latin-1 text": (
+        lambda d: (d / "manifest.json").write_bytes(
+            (d / "manifest.json").read_text().replace('"server": "', '"server": "caf\u00e9 ').encode("latin-1")
+        ),
+        "MANIFEST_INVALID",
+        "not UTF-8",
+    ),
+    "manifest a directory": (_replaced("manifest.json", Path.mkdir), "MANIFEST_INVALID", "not a regular file"),
+    "manifest a FIFO": (_replaced("manifest.json", os.mkfifo), "MANIFEST_INVALID", "not a regular file"),
+}
+
+
+def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """Each crafted backup directory (a manifest nested too deep, of the wrong types or out of
+    int64's range, not UTF-8, not a regular file; a copy that is a directory or FIFO; a copy that
+    does not match) is refused by ``restore`` with exit 2 and one line naming what is wrong and its
+    reason, without a traceback, and leaves nothing: no data directory, no lock, not even in an
+    empty one that was there. A ``backup`` into a directory with such a manifest is refused alike."""
+    server = _admin_server(server_factory, [tenant])
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.retain(tenant, "a note for crafted backups")
+    backup = tmp_path / "backup"
+    assert _cli("backup", "--target", server.target, "--to", str(backup)).returncode == 0
+    copy = _database_file(json.loads((backup / "manifest.json").read_text()))["path"]
+    faults = {
+        **BACKUP_FAULTS,
+        "the copy a directory": (_replaced(copy, Path.mkdir), "BACKUP_FILE_MISSING", "not a regular file"),
+        "the copy a FIFO": (_replaced(copy, os.mkfifo), "BACKUP_FILE_MISSING", "not a regular file"),
+        "the copy cut short": (
+            lambda d: (d / copy).write_bytes((d / copy).read_bytes()[:-4096]),
+            "BACKUP_FILE_MISMATCH",
+            "does not match",
+        ),
+    }
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for number, (label, (fault, reason, says)) in enumerate(faults.items()):
+        crafted = tmp_path / f"crafted-{number}"
+        shutil.copytree(backup, crafted)
+        fault(crafted)
+        for data_dir in (tmp_path / f"restored-{number}", empty):
+            result = _cli("restore", "--from", str(crafted), "--data-dir", str(data_dir))
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, (label, result.stderr[-2000:])
+            assert f"[{reason}]" in lines[0] and says in lines[0], (label, lines[0])
+        assert not (tmp_path / f"restored-{number}").exists(), label
+        assert list(empty.iterdir()) == [], label
+        if reason == "MANIFEST_INVALID":
+            result = _cli("backup", "--target", server.target, "--to", str(crafted))
+            assert result.returncode == 2 and f"[{reason}]" in result.stderr, (label, result.stderr[-2000:])
+            assert "Traceback" not in result.stderr, label
+    # The backup the faults were made in restores: the refusals were the faults'.
+    assert _cli("restore", "--from", str(backup), "--data-dir", str(empty)).returncode == 0

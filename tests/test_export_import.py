@@ -4,6 +4,7 @@ truncated or broken archive, an existing tenant, a user's token and a kill midwa
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -11,9 +12,9 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import apsw
 import grpc
@@ -556,3 +557,160 @@ def test_a_server_killed_during_an_import_replace_starts_with_one_whole_tenant(r
         # Killed before the commit, the old tenant is as it was; after it, the new one, its
         # inbox put in place at the start (the operation it held applied once).
         assert _contents(client, tenant) == (replacing.new if seam == "install_committed" else replacing.old)
+
+
+# -- crafted archives: refused in one line, before the call ------------------------------------
+
+# A member of a crafted archive: its name, its kind ("file", "dir", "fifo", "symlink", "hardlink")
+# and its bytes (a file) or what it links to.
+Member = tuple[str, str, bytes | str]
+# JSON that json.dumps writes for no Python value, put where the edit placed its marker.
+_RAW = {'"@1e400"': "1e400", '"@surrogate"': '"\\ud800"', '"@deep"': "[" * 100_000 + "]" * 100_000}
+
+
+def _crafted(path: Path, members: list[Member]) -> Path:
+    """A tar at ``path`` holding ``members`` in that order, as given."""
+    kinds = {"dir": tarfile.DIRTYPE, "fifo": tarfile.FIFOTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE}
+    with tarfile.open(path, "w") as tar:
+        for name, kind, content in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(content, bytes):
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+            else:
+                info.type, info.linkname = kinds[kind], content
+                tar.addfile(info)
+    return path
+
+
+def _edited(edit: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], bytes]:
+    """The manifest's bytes once ``edit`` changed a copy of it (its markers written as ``_RAW`` says)."""
+
+    def write(manifest: dict[str, Any]) -> bytes:
+        copied = json.loads(json.dumps(manifest))
+        edit(copied)
+        text = json.dumps(copied)
+        for marker, raw in _RAW.items():
+            text = text.replace(marker, raw)
+        return text.encode()
+
+    return write
+
+
+def _latin1(manifest: dict[str, Any]) -> bytes:
+    return json.dumps({**manifest, "server": "caf\u00e9 du nord"}, ensure_ascii=False).encode("latin-1")
+
+
+def _database(m: dict[str, Any]) -> dict[str, Any]:
+    return next(f for f in m["tenant"]["files"] if f["name"] == "database")
+
+
+# Each manifest an import must refuse ARCHIVE_INVALID, and what its line says.
+ARCHIVE_MANIFESTS: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
+    "nested 200,000 deep": (lambda _m: b"[" * 200_000 + b"]" * 200_000, "nested too deep"),
+    "a field nested 100,000 deep": (_edited(lambda m: m["tenant"].update(generations="@deep")), "nested too deep"),
+    "a size of 1e400": (_edited(lambda m: _database(m).update(size="@1e400")), "size is Infinity"),
+    "a generation of 1e400": (_edited(lambda m: m["tenant"].update(generations={"g": "@1e400"})), "Infinity"),
+    "a change counter of 2**70": (_edited(lambda m: m["tenant"].update(change_counter=2**70)), "change_counter"),
+    "ledger entries of 2**63": (_edited(lambda m: m["tenant"].update(ledger_entries=2**63)), "ledger_entries"),
+    "a negative memory count": (_edited(lambda m: m["tenant"].update(memories=-1)), "memories is -1"),
+    "a size that is a float": (_edited(lambda m: _database(m).update(size=4096.0)), "size is 4096.0"),
+    "an event id that is true": (_edited(lambda m: m["tenant"].update(last_event_id=True)), "last_event_id is true"),
+    "no change counter": (_edited(lambda m: m["tenant"].pop("change_counter")), "has no 'change_counter'"),
+    'format_version "1"': (_edited(lambda m: m.update(format_version="1")), 'format_version is "1"'),
+    "Latin-1 text": (_latin1, "not UTF-8"),
+    "a lone surrogate": (_edited(lambda m: m["tenant"].update(head_hash="@surrogate")), "not UTF-8 text"),
+    "a SHA-256 that is not hex": (_edited(lambda m: _database(m).update(sha256="zz" * 32)), "SHA-256"),
+    "files as an object": (_edited(lambda m: m["tenant"].update(files={"database": 1})), "not a list"),
+    "no database file": (_edited(lambda m: m["tenant"].update(files=[])), "the database once"),
+    "a file named ../x": (_edited(lambda m: _database(m).update(name="../x")), "name is"),
+    "a tenant that is a number": (_edited(lambda m: m["tenant"].update(tenant=12345)), "not text"),
+}
+
+
+def _refused_in_one_line(result: subprocess.CompletedProcess[str], reason: str, says: str, case: str) -> None:
+    """Exit 2 and one line (no traceback) with ``reason`` that says ``says``."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, (case, result.returncode, result.stderr[-2000:])
+    assert f"[{reason}]" in lines[0] and says in lines[0], (case, lines[0])
+
+
+def test_import_refuses_a_malformed_archive_in_one_line_before_the_call(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """Each crafted archive (a manifest nested too deep, of the wrong types or out of int64's
+    range, not UTF-8; a manifest or file member that is no regular file, or missing) is refused
+    with exit 2 and one line naming what is wrong and its reason, before anything is sent: no
+    traceback, no UNKNOWN from inside gRPC's request stream, nothing on the server."""
+    server = server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}).start()
+    with MemoryClient(server.target, ADMIN) as client:
+        client.retain_batch(tenant, [f"note {i} about crafted archives" for i in range(5)])
+    with tarfile.open(_archive(tmp_path, server, tenant)) as tar:
+        read = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]  # files
+    manifest, database = json.loads(read["manifest.json"]), read["database.sqlite"]
+    cases: dict[str, tuple[list[Member], str, str]] = {
+        label: (
+            [("manifest.json", "file", write(manifest)), ("database.sqlite", "file", database)],
+            "ARCHIVE_INVALID",
+            says,
+        )
+        for label, (write, says) in ARCHIVE_MANIFESTS.items()
+    }
+    good = ("manifest.json", "file", read["manifest.json"])
+    for kind, to in (("dir", ""), ("fifo", ""), ("symlink", "nothere"), ("symlink", "database.sqlite")):
+        cases[f"manifest a {kind} {to}"] = (
+            [("manifest.json", kind, to), ("database.sqlite", "file", database)],
+            "ARCHIVE_INVALID",
+            "not a regular file",
+        )
+    cases["manifest a hard link"] = (
+        [("manifest.json", "hardlink", "database.sqlite"), ("database.sqlite", "file", database)],
+        "ARCHIVE_INVALID",
+        "not a regular file",
+    )
+    for kind, to in (
+        ("dir", ""),
+        ("fifo", ""),
+        ("symlink", "/etc/passwd"),
+        ("symlink", "missing"),
+        ("hardlink", "manifest.json"),
+    ):
+        cases[f"database a {kind} {to}"] = (
+            [good, ("database.sqlite", kind, to)],
+            "ARCHIVE_INVALID",
+            "not a regular file",
+        )
+    cases["no database member"] = (
+        [good, ("inbox.sqlite", "file", b"x")],
+        "ARCHIVE_TRUNCATED",
+        "database.sqlite member",
+    )
+
+    copy = f"{tenant}-copy"
+    for number, (label, (members, reason, says)) in enumerate(cases.items()):
+        archive = _crafted(tmp_path / f"crafted-{number}.tar", members)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mnemosyne.cli",
+                "import",
+                "--target",
+                server.target,
+                "--from",
+                str(archive),
+                "--tenant",
+                copy,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
+        )
+        _refused_in_one_line(result, reason, says, label)
+    with MemoryClient(server.target, ADMIN) as client:
+        assert copy not in client.list_tenants().tenants
+        assert not any((server.data_dir / ".backup-scratch").glob("*"))
+        # The same members, none crafted, import: the refusals were the faults'.
+        archive = _crafted(tmp_path / "uncrafted.tar", [good, ("database.sqlite", "file", database)])
+        assert import_archive(client, archive, tenant=copy).tenant == copy

@@ -18,6 +18,12 @@ the size and SHA-256 the server announced, and renamed once complete. An import 
 members to the server, which checks them against the manifest and the chain against its head hash
 before the tenant is put in place (engine/tenant_import.py). The tenant an archive or a server's
 export names is held to the rule a client's is (store/paths.py).
+
+An archive is read as outside data: before anything is sent, its manifest must be UTF-8 JSON of
+the shape above (every count a whole number from 0 to 2^63-1, what the protocol's int64 carries;
+every text UTF-8) and each member read a regular file, or the import is refused in one line
+(ARCHIVE_INVALID; ARCHIVE_TRUNCATED when a member is missing or cannot be read). The checks of a
+manifest's values are shared with the backup manifest's (cli/manifests.py).
 """
 
 from __future__ import annotations
@@ -33,6 +39,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mnemosyne.cli.manifests import (
+    copy_figures,
+    field,
+    json_object,
+    parse_manifest,
+    sha256_hex,
+    shown,
+    text,
+    whole_number,
+)
 from mnemosyne.cli.progress import Progress
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
@@ -45,6 +61,17 @@ FORMAT_VERSION = 1
 MANIFEST_MEMBER = "manifest.json"
 MEMBER_OF_FILE = {"database": "database.sqlite", "inbox": "inbox.sqlite"}
 CHUNK_BYTES = 1 << 20
+_MEMBER_KIND = {
+    tarfile.DIRTYPE: "a directory",
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.FIFOTYPE: "a FIFO",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+}
+
+
+# -- export ---------------------------------------------------------------------------------
 
 
 def _manifest_json(copy: TenantBackup, server: str) -> bytes:
@@ -131,59 +158,108 @@ def _refuse(path: Path, why: str, reason: str) -> InvalidArgument:
     return InvalidArgument(f"{path} is not a usable tenant archive: {why}", reason=reason)
 
 
+def _regular(member: tarfile.TarInfo, path: Path) -> tarfile.TarInfo:
+    """``member`` when it is a regular file: a directory, link, FIFO or device member has no bytes
+    of its own, and reading one fails (or follows the link) far from here."""
+    if not member.isfile():
+        kind = _MEMBER_KIND.get(member.type, f"of tar type {member.type!r}")
+        raise _refuse(path, f"its {member.name} member is {kind}, not a regular file", "ARCHIVE_INVALID")
+    return member
+
+
 def read_manifest(archive: tarfile.TarFile, path: Path) -> TenantBackup:
+    """The archive's manifest (its first member), its whole shape checked: what an import sends is
+    then known good before the call begins."""
     try:
         first = archive.next()
         if first is None or first.name != MANIFEST_MEMBER:
             raise _refuse(path, f"its first member is not {MANIFEST_MEMBER}", "ARCHIVE_INVALID")
-        extracted = archive.extractfile(first)
-        assert extracted is not None
-        manifest = json.loads(extracted.read())
-    except (tarfile.TarError, EOFError, ValueError) as exc:
+        extracted = archive.extractfile(_regular(first, path))
+        assert extracted is not None  # a regular member's
+        data = extracted.read()
+    except (tarfile.TarError, EOFError, OSError) as exc:
         raise _refuse(path, f"its manifest cannot be read ({exc})", "ARCHIVE_TRUNCATED") from None
+    try:
+        manifest = parse_manifest(data)
+    except ValueError as exc:
+        raise _refuse(path, f"its manifest is {exc}", "ARCHIVE_INVALID") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _refuse(path, "its manifest is not a Mnemosyne tenant archive's", "ARCHIVE_INVALID")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise _refuse(
-            path,
-            f"it has format version {manifest.get('format_version')}; this program reads version {FORMAT_VERSION}",
-            "ARCHIVE_VERSION",
-        )
-    t = manifest.get("tenant") or {}
     try:
-        return TenantBackup(
-            tenant=tenant_named_by(str(t["tenant"]), f"the archive {path}"),
-            change_counter=int(t["change_counter"]),
-            inbox_sequence=int(t["inbox_sequence"]),
-            head_hash=str(t["head_hash"]),
-            ledger_entries=int(t["ledger_entries"]),
-            memories=int(t["memories"]),
-            last_event_id=int(t["last_event_id"]),
-            generations={str(k): int(v) for k, v in dict(t["generations"]).items()},
-            files=[BackupFile(name=str(f["name"]), size=int(f["size"]), sha256=str(f["sha256"])) for f in t["files"]],
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _refuse(path, f"its manifest lacks or garbles {exc}", "ARCHIVE_INVALID") from None
+        version = whole_number(field(manifest, "format_version", "the manifest"), "format_version")
+        if version != FORMAT_VERSION:  # another version's shape is not this one's: said first
+            raise _refuse(
+                path, f"it has format version {version}; this program reads version {FORMAT_VERSION}", "ARCHIVE_VERSION"
+            )
+        return _copy(json_object(field(manifest, "tenant", "the manifest"), "tenant"), path)
+    except ValueError as exc:
+        raise _refuse(path, f"its manifest is malformed: {exc}", "ARCHIVE_INVALID") from None
+
+
+def _copy(t: dict[str, Any], path: Path) -> TenantBackup:
+    """The manifest's ``tenant`` object as the copy it describes; ValueError naming its first
+    field of the wrong type or range."""
+    files = field(t, "files", "tenant")
+    if not isinstance(files, list):
+        raise ValueError(f"tenant.files is {shown(files)}, not a list")
+    copy = TenantBackup(
+        tenant=tenant_named_by(text(field(t, "tenant", "tenant"), "tenant.tenant"), f"the archive {path}"),
+        **copy_figures(t, "tenant"),
+        files=[_file(json_object(f, f"tenant.files[{i}]"), f"tenant.files[{i}]") for i, f in enumerate(files)],
+    )
+    names = [f.name for f in copy.files]
+    if "database" not in names or len(set(names)) != len(names):
+        raise ValueError(f"tenant.files names {names[:4]}: the database once, and the inbox at most once")
+    return copy
+
+
+def _file(f: dict[str, Any], where: str) -> BackupFile:
+    name = field(f, "name", where)
+    if name not in MEMBER_OF_FILE:
+        raise ValueError(f"{where}.name is {shown(name)}, not one of {sorted(MEMBER_OF_FILE)}")
+    return BackupFile(
+        name=name,
+        size=whole_number(field(f, "size", where), f"{where}.size"),
+        sha256=sha256_hex(field(f, "sha256", where), f"{where}.sha256"),
+    )
+
+
+def _members(archive: tarfile.TarFile, copy: TenantBackup, path: Path) -> dict[str, tarfile.TarInfo]:
+    """The member of each of the copy's files (name -> member), each a regular file. The members
+    follow the manifest, so the scan stops once they are found: bytes cut short within them are
+    left to ``_chunks`` and the server (ARCHIVE_TRUNCATED, with the server's word on it)."""
+    wanted = {MEMBER_OF_FILE[f.name]: f.name for f in copy.files}
+    found: dict[str, tarfile.TarInfo] = {}
+    try:
+        while len(found) < len(wanted) and (member := archive.next()) is not None:
+            if member.name in wanted and wanted[member.name] not in found:
+                found[wanted[member.name]] = _regular(member, path)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise _refuse(path, f"it ends before its members ({exc})", "ARCHIVE_TRUNCATED") from None
+    missing = [MEMBER_OF_FILE[f.name] for f in copy.files if f.name not in found]
+    if missing:
+        raise _refuse(path, f"it ends without its {', '.join(missing)} member", "ARCHIVE_TRUNCATED")
+    return found
 
 
 def _chunks(
-    archive: tarfile.TarFile, copy: TenantBackup, problems: list[str], progress: Progress
+    archive: tarfile.TarFile,
+    copy: TenantBackup,
+    members: dict[str, tarfile.TarInfo],
+    problems: list[str],
+    progress: Progress,
 ) -> Iterator[BackupChunk]:
     """The members' bytes in chunks. What cannot be read (a truncated archive) ends the stream
     early, noted in ``problems``: the server then refuses the import as truncated (an exception
     raised here would reach it only as gRPC's UNKNOWN)."""
     for file in copy.files:
         try:
-            member = archive.getmember(MEMBER_OF_FILE.get(file.name, file.name))
-            extracted = archive.extractfile(member)
-            assert extracted is not None
+            extracted = archive.extractfile(members[file.name])
+            assert extracted is not None  # a regular member's (``_members``)
             while data := extracted.read(CHUNK_BYTES):
                 yield BackupChunk(file=file.name, data=data)
                 progress.advance(len(data))
             progress(f"{copy.tenant}: {file.name} sent ({file.size} bytes)")
-        except KeyError:
-            problems.append(f"it has no member for its {file.name} file")
-            return
         except (tarfile.TarError, EOFError, OSError) as exc:
             problems.append(f"its {file.name} member cannot be read ({exc})")
             return
@@ -205,12 +281,13 @@ def import_archive(
     problems: list[str] = []
     with archive:
         copy = read_manifest(archive, path)
+        members = _members(archive, copy, path)
         size = sum(f.size for f in copy.files)
         progress.set_total(size)
         progress(f"{copy.tenant}: {copy.memories} memories, {size} bytes in {len(copy.files)} files")
         try:
             result = client.import_tenant(
-                copy, _chunks(archive, copy, problems, progress), tenant=tenant, replace=replace
+                copy, _chunks(archive, copy, members, problems, progress), tenant=tenant, replace=replace
             )
             progress(f"{result.tenant}: installed")
             return result

@@ -26,7 +26,11 @@ left by a kill: store/pool.py), the inbox before the tenant file.
 
 Neither trusts what it reads: a tenant name from the server's stream or from a manifest is held to
 the rule a client's is, and every path joined from one (a copy's name, a manifest's file path)
-must stay under its directory (store/paths.py), or nothing is written.
+must stay under its directory (store/paths.py), or nothing is written. A manifest's whole shape
+is checked as it is read, before anything is used (MANIFEST_INVALID: a regular file of UTF-8
+JSON, every count a whole number an int64 holds, every text UTF-8: cli/manifests.py), and
+a restore checks every selected tenant before it creates or locks the data directory: a refused
+restore leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from mnemosyne.cli.manifests import copy_figures, field, json_object, parse_manifest, sha256_hex, text, whole_number
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -100,29 +105,50 @@ def _disk_full(where: Path) -> ResourceExhausted:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    """The manifest of a backup directory; FAILED_PRECONDITION when there is none or it is not
-    one this code reads."""
+    """The manifest of a backup directory, its whole shape checked; FAILED_PRECONDITION when there
+    is none or it is not one this code reads."""
     path = directory / MANIFEST_NAME
+    if path.exists() and not path.is_file():  # a directory fails to read; a FIFO would block the read
+        raise FailedPrecondition(f"{path} is not a regular file", reason="MANIFEST_INVALID")
     try:
-        manifest = json.loads(path.read_text())
+        manifest = parse_manifest(path.read_bytes())
     except FileNotFoundError:
         raise FailedPrecondition(
             f"{directory} has no {MANIFEST_NAME}: it is not a backup directory", reason="NOT_A_BACKUP"
         ) from None
     except ValueError as exc:
-        raise FailedPrecondition(f"{path} is not readable JSON ({exc})", reason="MANIFEST_INVALID") from None
+        raise FailedPrecondition(f"{path} is {exc}", reason="MANIFEST_INVALID") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FailedPrecondition(f"{path} is not a Mnemosyne backup manifest", reason="NOT_A_BACKUP")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise FailedPrecondition(
-            f"{path} has format version {manifest.get('format_version')}; this program reads version {FORMAT_VERSION}",
-            reason="MANIFEST_VERSION",
-        )
-    if not isinstance(manifest.get("tenants"), dict):
-        raise FailedPrecondition(f"{path} names no tenants object", reason="MANIFEST_INVALID")
-    for tenant in manifest["tenants"]:
-        tenant_named_by(tenant, f"the backup manifest {path}")
+    try:
+        version = whole_number(field(manifest, "format_version", "the manifest"), "format_version")
+        if version != FORMAT_VERSION:  # another version's shape is not this one's: said first
+            raise FailedPrecondition(
+                f"{path} has format version {version}; this program reads version {FORMAT_VERSION}",
+                reason="MANIFEST_VERSION",
+            )
+        tenants = json_object(field(manifest, "tenants", "the manifest"), "tenants")
+        for tenant, entry in tenants.items():
+            tenant_named_by(tenant, f"the backup manifest {path}")
+            _check_entry(json_object(entry, f"tenants[{tenant!r}]"), f"tenants[{tenant!r}]")
+    except ValueError as exc:
+        raise FailedPrecondition(f"{path} is malformed: {exc}", reason="MANIFEST_INVALID") from None
     return manifest
+
+
+def _check_entry(entry: dict[str, Any], where: str) -> None:
+    """A tenant's entry in the manifest: its copy's figures, and its files (a database, an inbox
+    at most), each with its path, size and SHA-256; ValueError naming the first that is wrong."""
+    copy_figures(entry, where)
+    files = json_object(field(entry, "files", where), f"{where}.files")
+    if "database" not in files or not set(files) <= {"database", "inbox"}:
+        raise ValueError(f"{where}.files names {sorted(files)[:4]}: a database, and an inbox at most")
+    for name, file in files.items():
+        at = f"{where}.files.{name}"
+        file = json_object(file, at)
+        text(field(file, "path", at), f"{at}.path")
+        whole_number(field(file, "size", at), f"{at}.size")
+        sha256_hex(field(file, "sha256", at), f"{at}.sha256")
 
 
 @contextmanager
@@ -374,21 +400,18 @@ def _remove_unnamed(directory: Path, manifest: dict[str, Any]) -> None:
 
 def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[str, Path]:
     """The tenant's files (name -> path, each under ``directory``), once they match the manifest
-    and the chain verifies with the manifest's head."""
-    files = entry.get("files") or {}
-    if "database" not in files or not set(files) <= {"database", "inbox"}:
-        raise DataLoss(
-            f"the manifest names the files {sorted(files)[:4]} for {tenant}: a database, and an inbox at most",
-            reason="MANIFEST_INVALID",
-        )
+    and the chain verifies with the manifest's head (its shape checked by ``read_manifest``)."""
+    files = entry["files"]
     paths = {
-        name: within(directory, str(file["path"]), what=f"the manifest's {name} file of {tenant}")
+        name: within(directory, file["path"], what=f"the manifest's {name} file of {tenant}")
         for name, file in files.items()
     }
     for name, file in files.items():
         path = paths[name]
-        if not path.is_file():
-            raise DataLoss(f"{path} (the {name} file of {tenant}) is missing", reason="BACKUP_FILE_MISSING")
+        if not path.is_file():  # a directory or FIFO in its place is no copy either
+            raise DataLoss(
+                f"{path} (the {name} file of {tenant}) is missing or not a regular file", reason="BACKUP_FILE_MISSING"
+            )
         size, digest = path.stat().st_size, sha256_file(path)
         if size != file["size"] or digest != file["sha256"]:
             raise DataLoss(
@@ -400,7 +423,7 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
         paths["database"],
         tenant=tenant,
         head_hash=str(entry.get("head_hash")),
-        entries=int(entry.get("ledger_entries") or 0),
+        entries=entry["ledger_entries"],
         error=DataLoss,
     )
     return paths
@@ -458,6 +481,12 @@ def restore(
     absent = [t for t in chosen if t not in available]
     if absent:
         raise InvalidArgument(f"the backup holds no tenant {', '.join(absent)}", reason="TENANT_NOT_IN_BACKUP")
+    # The backup is checked before the data directory is created or locked: a refused restore
+    # leaves nothing behind (what can refuse it past here needs a directory that was there).
+    checked = {}
+    for tenant in chosen:
+        checked[tenant] = _check_tenant(directory, tenant, available[tenant])
+        progress(f"{tenant}: checked (chain valid, head {available[tenant]['head_hash'][:12]}…)")
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
     try:
@@ -468,10 +497,6 @@ def restore(
                 f"{data_dir} already has the tenants {', '.join(present)}; give --replace to overwrite them",
                 reason="TENANT_EXISTS",
             )
-        checked = {}
-        for tenant in chosen:
-            checked[tenant] = _check_tenant(directory, tenant, available[tenant])
-            progress(f"{tenant}: checked (chain valid, head {available[tenant]['head_hash'][:12]}…)")
         index = PendingIndex(data_dir)
         try:
             for tenant in chosen:
