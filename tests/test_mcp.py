@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
+import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -421,3 +424,86 @@ def test_sessions_opened_and_ended_by_one_tenant_leave_another_tenants_reading_i
         anyio.run(run)
     finally:
         server.stop()
+
+
+def _stdio_answers(server: ServerProcess, lines: list[bytes], ids: set[Any]) -> list[dict[str, Any]]:
+    """What ``mnemosyne mcp`` writes after the initialize handshake for raw stdin ``lines``, up to
+    the answers to every request of ``ids`` (stdin stays open until then: its end would end the
+    session, and in-flight calls with it). An answer that does not come fails the test in half a
+    minute instead of waiting for ever, as the SDK's own client would."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": "init",
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mnemosyne.cli", "mcp", "--target", server.target, "--tenant", "beta"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MNEMOSYNE_TOKEN": TOKEN},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdout, answers = process.stdout, queue.Queue[bytes]()
+
+    def read() -> None:
+        for line in stdout:
+            answers.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (initialize, initialized)))
+        process.stdin.write(b"".join(line + b"\n" for line in lines))
+        process.stdin.flush()
+        received: list[dict[str, Any]] = []
+        while not ids <= {answer.get("id") for answer in received}:
+            try:
+                received.append(json.loads(answers.get(timeout=30)))
+            except queue.Empty:
+                raise AssertionError(f"no answer to every line: {received}") from None
+        return [answer for answer in received if answer.get("id") != "init"]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_every_line_on_stdio_is_answered_even_one_that_is_no_message(mcp_server: ServerProcess) -> None:
+    """The SDK's stdio transport drops a line it cannot read without a word; ``mnemosyne mcp``
+    answers each: a parse error (id null) for a line that is not JSON, invalid params for one
+    whose text is not Unicode, invalid request for JSON that is no JSON-RPC message (the id when
+    it can be read), and goes on serving the calls around them."""
+
+    def call(request_id: Any, name: str, arguments: str) -> bytes:
+        return (
+            f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":"tools/call",'
+            f'"params":{{"name":"{name}","arguments":{arguments}}}}}'
+        ).encode()
+
+    lines = [
+        call(1, "recall", '{"query":"courier"}'),
+        call(2, "retain", '{"text":"abc \\ud800 def"}'),  # half a surrogate pair
+        call("low", "retain", '{"text":"\\udc00"}'),
+        call(3, "retain", '{"text":"cafe"}').replace(b"cafe", b"caf\xe9"),  # a byte that is not UTF-8
+        call(4, "recall", '{"query":"abc"}')[:-1],  # truncated
+        b"not json at all",
+        b"",  # a blank line is no message: skipped, unanswered
+        b"[]",
+        b"42",
+        b'{"jsonrpc":"2.0","id":5,"method":7}',
+        b'{"jsonrpc":"1.0","id":"six","method":"ping"}',
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',  # an id that cannot be read
+        call(7, "retain", '{"text":"a paired escape \\ud83d\\ude00 is Unicode"}'),
+        b'{"jsonrpc":"2.0","id":8,"method":"ping"}',
+    ]
+    answers = _stdio_answers(mcp_server, lines, {1, 2, "low", 3, 5, "six", 7, 8})
+    by_id = {answer["id"]: answer for answer in answers if answer["id"] is not None}
+    codes = {request_id: answer.get("error", {}).get("code") for request_id, answer in by_id.items()}
+    assert codes == {1: None, 2: -32602, "low": -32602, 3: -32602, 5: -32600, "six": -32600, 7: None, 8: None}
+    assert "Unicode" in by_id[2]["error"]["message"]
+    assert not by_id[1]["result"]["isError"] and not by_id[7]["result"]["isError"], by_id
+    assert by_id[8]["result"] == {}
+    unnamed = sorted(answer["error"]["code"] for answer in answers if answer["id"] is None)
+    # the truncated line and the text, then [] and 42, then the unreadable id
+    assert unnamed == [-32700, -32700, -32602, -32600, -32600], answers

@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,16 @@ from typing import Any
 from mnemosyne.cli.flags import NUMBER, POSITIVE
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.membership import member_list_text
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+TARGET_FORMS = (
+    "HOST:PORT (a host name, an IPv4 address or an [IPv6] address in brackets, and a port 1-65535), "
+    "or a gRPC target: dns:///HOST:PORT, ipv4:ADDRESS:PORT, ipv6:[ADDRESS]:PORT, unix:PATH"
+)
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -89,9 +97,68 @@ def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"token": _token(args), "credentials": credentials, "options": options}
 
 
-def client_of(args: argparse.Namespace) -> MemoryClient:
-    """The client of a command's connection flags, to its --target."""
-    return MemoryClient(args.target, **_client_settings(args))
+def client_of(args: argparse.Namespace, **options: Any) -> MemoryClient:
+    """The client of a command's connection flags, to its --target (``options``: MemoryClient's
+    other keywords), made once the command line is checked (``check_named``)."""
+    check_named(args)
+    return MemoryClient(args.target, **_client_settings(args), **options)
+
+
+def check_named(args: argparse.Namespace) -> None:
+    """The --target and every --tenant of a client command, checked before any channel is made:
+    a wrong one is refused in one line (InvalidArgument, exit 2), not by gRPC's resolver (its C++
+    log lines first, then UNKNOWN) nor by the server on each call (``mcp`` would start and then
+    fail every tool call)."""
+    check_target(args.target)
+    named = getattr(args, "tenant", None)  # a name, a list (backup, restore), or None (import's default)
+    for tenant in named if isinstance(named, list) else [named]:
+        if tenant is not None:
+            validate_tenant(tenant)
+
+
+def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)") -> None:
+    """Refuses (CONFIG_INVALID, naming ``flag``) a target that is none of ``TARGET_FORMS``."""
+    if not _is_target(target):
+        raise InvalidArgument(
+            f"{flag} {target[:200]!r} is not a server address: give {TARGET_FORMS}", reason="CONFIG_INVALID"
+        )
+
+
+def _is_target(target: str) -> bool:
+    """``target`` is a form gRPC makes a channel to (the schemes of its own resolvers)."""
+    scheme, _, rest = target.partition(":")
+    if scheme == "dns":  # dns:HOST:PORT, dns:///HOST:PORT, dns://RESOLVER:PORT/HOST:PORT
+        resolver, _, address = rest[2:].partition("/") if rest.startswith("//") else ("", "", rest)
+        return (not resolver or _address_kind(resolver) is not None) and _address_kind(address) is not None
+    if scheme in ("ipv4", "ipv6"):  # literal addresses of that family, each with its port
+        return all(_address_kind(address) == scheme for address in rest.split(","))
+    if scheme == "unix":  # unix:PATH or unix:///PATH: gRPC refuses an authority (unix://HOST/PATH)
+        path = rest.removeprefix("//")
+        return _is_path(path) and (path == rest or path.startswith("/"))
+    if scheme == "unix-abstract":
+        return _is_path(rest)
+    return _address_kind(target) is not None
+
+
+def _is_path(path: str) -> bool:
+    return path.isprintable() and path.strip() != ""
+
+
+def _address_kind(address: str) -> str | None:
+    """What HOST:PORT names: "ipv4", "ipv6" (in brackets) or "name"; None if it is no such address."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65_536):
+        return None
+    try:
+        if host.startswith("[") and host.endswith("]"):
+            ipaddress.IPv6Address(host[1:-1])
+            return "ipv6"
+        if host.replace(".", "").isdigit():  # digits and dots are an IPv4 address, never a name
+            ipaddress.IPv4Address(host)
+            return "ipv4"
+    except ValueError:
+        return None
+    return "name" if len(host) <= 253 and _HOST_NAME.fullmatch(host) else None
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -116,13 +183,13 @@ def _mcp(args: argparse.Namespace) -> int:
     import anyio
 
     from mnemosyne.client.host import MemoryHost
-    from mnemosyne.client.mcp_host import Agent, Session, build_server
+    from mnemosyne.client.mcp_host import Agent, Session, build_server, run_stdio
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    with MemoryClient(args.target, **_client_settings(args), session_consistency=args.session_consistency) as client:
+    with client_of(args, session_consistency=args.session_consistency) as client:
         # One process is one session: its agent is this process's.
         session = Session(MemoryHost(client, args.tenant), args.workspace, Agent())
-        anyio.run(build_server(lambda _ctx: session).run_stdio_async)
+        anyio.run(run_stdio, build_server(lambda _ctx: session))
     return 0
 
 
@@ -172,9 +239,11 @@ def _rebalance(args: argparse.Namespace) -> int:
     }
     for flag, listed in lists.items():
         try:
-            parse_members(listed)
+            members = parse_members(listed)
         except ValueError as exc:
             raise InvalidArgument(f"{flag}: {exc}", reason="CONFIG_INVALID") from None
+        for member, address in members.items():  # each is a --target of its own
+            check_target(address, f"{flag}: member {member}'s address")
     settings = _client_settings(args)
     return rebalance(
         lists["--from"],
@@ -274,7 +343,7 @@ def _add_moving_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     """The commands that install tenants or turn sessions into records on a server."""
     import_ = commands.add_parser("import", help="install a tenant archive on a running server (admin token)")
     import_.add_argument("--from", dest="from_file", required=True, help="the archive")
-    import_.add_argument("--tenant", default="", help="install it under this name (default: the archive's)")
+    import_.add_argument("--tenant", help="install it under this name (default: the archive's)")
     import_.add_argument("--replace", action="store_true", help="replace a tenant of that name")
     add_connection_flags(import_, "an admin token")
     import_.set_defaults(run=_import)

@@ -1,0 +1,138 @@
+"""The client commands' connection flags and tenants, checked before any channel is made: a
+malformed ``--target`` (or ``MNEMOSYNE_TARGET``, or a member's address for ``rebalance``) and a
+malformed ``--tenant`` are refused in one line with their reason and exit 2, as the command's
+first act (docs/operations.md#connection-flags), never with gRPC's C++ log lines, UNKNOWN, or
+(``mcp``) a server that starts and then fails every tool call. Each case runs the command as a
+subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ServerFactory
+
+NOBODY = "127.0.0.1:1"  # a well-formed target nothing listens at: a check that reached it would say so
+
+
+def _mnemosyne(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,  # ``mcp`` serves stdin: without a refusal it would end at EOF, exit 0
+        env={**os.environ, "MNEMOSYNE_TOKEN": "unused", **(env or {})},
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str], reason: str, *words: str) -> None:
+    """One line on stderr with ``reason`` and ``words``, exit 2, nothing of gRPC's."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert f"[{reason}]" in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert "Traceback" not in result.stderr and "UNKNOWN" not in result.stderr, result.stderr
+
+
+def _command(name: str, tmp_path: Path, target: str, tenant: str = "acme") -> list[str]:
+    """``name``'s arguments, otherwise well formed."""
+    archive, directory = str(tmp_path / "acme.tar"), str(tmp_path / "backup")
+    return {
+        "health": ["health", "--target", target],
+        "mcp": ["mcp", "--target", target, "--tenant", tenant],
+        "backup": ["backup", "--target", target, "--to", directory, "--tenant", tenant],
+        "export": ["export", "--target", target, "--tenant", tenant, "--to", archive],
+        "import": ["import", "--target", target, "--from", archive, "--tenant", tenant],
+        "consolidate": ["consolidate", "--target", target, "--tenant", tenant],
+        "reembed": ["reembed", "--target", target, "--tenant", tenant],
+        "restore": ["restore", "--from-replica", "s3://bucket/prefix", "--target", target, "--tenant", tenant],
+    }[name]
+
+
+MALFORMED_TARGETS = [
+    ("health", ""),
+    ("export", ""),
+    ("mcp", "dns:///"),
+    ("health", "dns:"),
+    ("backup", "ipv4:999.1.1.1:1"),
+    ("import", "ipv4:127.0.0.1"),
+    ("consolidate", "ipv6:[::1]"),
+    ("reembed", "localhost"),
+    ("health", "localhost:0"),
+    ("health", "localhost:65536"),
+    ("restore", "dns://localhost:50051"),
+    ("health", "unix://host/tmp/socket"),
+    ("health", "http://localhost:50051"),
+    ("mcp", "a b:50051"),
+    ("health", "[::1:50051"),
+]
+
+
+@pytest.mark.parametrize(("command", "target"), MALFORMED_TARGETS)
+def test_a_malformed_target_is_refused_in_one_line_before_any_channel(
+    tmp_path: Path, command: str, target: str
+) -> None:
+    result = _mnemosyne(*_command(command, tmp_path, target))
+    _refused(result, "CONFIG_INVALID", "--target", repr(target), "HOST:PORT")
+    assert not (tmp_path / "acme.tar").exists() and not (tmp_path / "backup").exists()
+
+
+@pytest.mark.parametrize("target", ["", "dns:///", "ipv4:999.1.1.1:1"])
+def test_a_malformed_target_in_the_environment_is_refused_the_same_way(tmp_path: Path, target: str) -> None:
+    result = _mnemosyne("consolidate", "--tenant", "acme", env={"MNEMOSYNE_TARGET": target})
+    _refused(result, "CONFIG_INVALID", "MNEMOSYNE_TARGET", repr(target))
+
+
+@pytest.mark.parametrize(
+    ("flag", "address"), [("--from", "dns:///"), ("--to", "unix://host/socket"), ("--to", "ipv4:1.2.3.400:1")]
+)
+def test_a_rebalance_member_whose_address_is_no_target_is_refused(flag: str, address: str) -> None:
+    lists = {"--from": f"a={NOBODY}", "--to": f"a={NOBODY}"}
+    lists[flag] += f",b={address}"
+    result = _mnemosyne("rebalance", "--from", lists["--from"], "--to", lists["--to"])
+    _refused(result, "CONFIG_INVALID", f"{flag}: member b's address", repr(address))
+
+
+def test_well_formed_targets_of_every_form_reach_the_server(server_factory: ServerFactory) -> None:
+    port = server_factory().start().port
+    forms = [
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        f"dns:///localhost:{port}",
+        f"dns:localhost:{port}",
+        f"ipv4:127.0.0.1:{port}",
+        f"ipv4:127.0.0.1:{port},127.0.0.1:{port}",
+    ]
+    for target in forms:
+        result = _mnemosyne("health", "--target", target)
+        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "SERVING", ""), target
+
+
+MALFORMED_TENANTS = [
+    ("mcp", "../x"),
+    ("mcp", ""),
+    ("mcp", "Acme"),
+    ("mcp", "x" * 64),
+    ("export", "../x"),
+    ("consolidate", "a/b"),
+    ("reembed", "_acme"),
+    ("import", ""),
+    ("backup", "../x"),
+    ("restore", "../x"),
+]
+
+
+@pytest.mark.parametrize(("command", "tenant"), MALFORMED_TENANTS)
+def test_a_malformed_tenant_is_refused_at_start(tmp_path: Path, command: str, tenant: str) -> None:
+    # NOBODY: the refusal comes before any connection (one that tried would find no server).
+    result = _mnemosyne(*_command(command, tmp_path, NOBODY, tenant=tenant))
+    _refused(result, "TENANT_INVALID", repr(tenant[:80]))
+    assert "listening" not in result.stderr
+    assert not (tmp_path / "acme.tar").exists() and not (tmp_path / "backup").exists()
