@@ -714,3 +714,40 @@ def test_import_refuses_a_malformed_archive_in_one_line_before_the_call(
         # The same members, none crafted, import: the refusals were the faults'.
         archive = _crafted(tmp_path / "uncrafted.tar", [good, ("database.sqlite", "file", database)])
         assert import_archive(client, archive, tenant=copy).tenant == copy
+
+
+def test_an_export_killed_midway_leaves_what_the_next_export_to_its_path_removes(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
+    """SIGKILL of `mnemosyne export` while it receives: its scratch directory (and a partial
+    archive, if it got that far) stays beside the target, and the next export to the same path
+    removes them and writes the archive; another path's leftovers are not touched."""
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
+    server = server_factory(env=env).start()
+    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+        for start in range(0, 12_000, 1000):  # several MB: the export is still receiving when killed
+            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    other = folder / f".partial-{'0' * 32}-other.tar"
+    other.write_bytes(b"another export's")
+    command = [sys.executable, "-m", "mnemosyne.cli", "export", "--target", server.target, "--tenant", tenant]
+    killed = subprocess.Popen(
+        [*command, "--to", str(folder / "t.tar")],
+        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_until(lambda: any(p.name.startswith(".export-t.tar-") for p in folder.iterdir()), seconds=60)
+    killed.kill()
+    killed.wait(timeout=10)
+    assert any(p.name.startswith(".export-t.tar-") for p in folder.iterdir()), "the kill leaves its scratch"
+    again = subprocess.run(
+        [*command, "--to", str(folder / "t.tar")],
+        env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [other.name, "t.tar"]

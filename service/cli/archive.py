@@ -31,6 +31,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import shutil
 import tarfile
 import tempfile
 import time
@@ -99,7 +101,8 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
     progress = progress or Progress.silent("export")
     if path.exists():
         raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=path.parent) as scratch:
+    _remove_leftovers(path)
+    with tempfile.TemporaryDirectory(prefix=f".export-{path.name}-", dir=path.parent) as scratch:
         copy: TenantBackup | None = None
         handles: dict[str, Any] = {}
         try:
@@ -152,6 +155,18 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
             raise
     progress(f"{copy.tenant}: written to {path}")
     return copy
+
+
+def _remove_leftovers(path: Path) -> None:
+    """What an export to ``path`` killed before its end left beside it (its scratch directory of
+    received files, its partial archive): the next export to the same path removes it."""
+    scratch = re.compile(rf"\.export-{re.escape(path.name)}-[a-z0-9_]{{8}}")  # tempfile's random part
+    partial = re.compile(rf"\.partial-[0-9a-f]{{32}}-{re.escape(path.name)}")
+    for leftover in path.parent.iterdir():
+        if scratch.fullmatch(leftover.name) and leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        elif partial.fullmatch(leftover.name):
+            leftover.unlink(missing_ok=True)
 
 
 def _refuse(path: Path, why: str, reason: str) -> InvalidArgument:
