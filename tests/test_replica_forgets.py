@@ -111,6 +111,12 @@ def test_an_erased_tenant_is_never_restored_nor_replicated_again_from_a_stale_co
         "--from-replica", object_storage.url(bucket), "--tenant", "gone", "--data-dir", str(tmp_path / "one")
     )
     assert named.returncode != 0 and "TENANT_ERASED" in named.stderr + named.stdout
+    assert not (tmp_path / "one").exists(), "a refused restore leaves no data directory it made"
+    absent = _restore_command(
+        "--from-replica", object_storage.url(bucket), "--tenant", "never", "--data-dir", str(tmp_path / "none")
+    )
+    assert absent.returncode == 2 and "TENANT_NOT_IN_REPLICA" in absent.stderr, absent.stderr
+    assert not (tmp_path / "none").exists()
     whole = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "all"))
     assert whole.returncode == 0, whole.stderr
     assert sorted(p.name for p in (tmp_path / "all" / "tenants").glob("*.sqlite")) == ["stays.sqlite"]

@@ -74,9 +74,11 @@ def restore_member(
     """Restore ``tenants`` (default: every tenant the bucket holds) into ``data_dir``, no server
     running on it; returns the tenants restored."""
     bucket = Bucket(ReplicaUrl.parse(url))
+    existed = data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
-    staging = data_dir / f".restore-{uuid.uuid4().hex[:12]}"
+    staging = data_dir / f".restore-{uuid.uuid4().hex[:12]}"  # on its filesystem: placed by renames
+    restored = False
     try:
         # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
         chosen = [validate_tenant(t) for t in tenants] or [t for t in bucket.tenants() if not bucket.erased(t)]
@@ -100,9 +102,12 @@ def restore_member(
         for tenant, files in fetched.items():
             place_tenant(data_dir / TENANTS_DIR_NAME, data_dir / INBOX_DIR_NAME, tenant, files.database, files.inbox)
             progress(f"{tenant}: restored")
+        restored = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         lock.release()
+        if not restored and not existed:  # a refused restore leaves no data directory it made
+            shutil.rmtree(data_dir, ignore_errors=True)
     return chosen
 
 
