@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ import grpc
 import pytest
 
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
+from mnemosyne.client.errors import error_info
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
 from tests.support import ServerFactory, ServerProcess, on_a_terminal, sql_row, tokens_json
+from tests.test_erasure import texts_left
 
 ADMIN = "admin-token-backup"
 USER = "user-token-backup"
@@ -404,6 +407,15 @@ def test_backup_and_restore_show_their_progress_on_a_terminal_and_a_line_a_step_
     assert sorted(piped.stderr.splitlines()) == [f"backup: {name}: unchanged since the last backup" for name in tenants]
 
 
+def _streamed(channel: grpc.Channel, stream: str, tenant: str) -> Any:
+    """The responses of an ExportTenant ("export") or Backup ("backup") stream of ``tenant``."""
+    stub = admin_pb2_grpc.AdminServiceStub(channel)
+    metadata = (("authorization", f"Bearer {ADMIN}"),)
+    if stream == "export":
+        return stub.ExportTenant(admin_pb2.ExportTenantRequest(tenant=tenant), metadata=metadata)
+    return stub.Backup(admin_pb2.BackupRequest(tenants=[tenant]), metadata=metadata)
+
+
 _READ_ONE_AND_DIE = """
 import os, sys, grpc
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
@@ -434,15 +446,9 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(
         for start in range(0, 12_000, 1000):
             admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
     scratch = server.data_dir / ".backup-scratch"
-    metadata = (("authorization", f"Bearer {ADMIN}"),)
     for _ in range(3):
         with grpc.insecure_channel(server.target) as channel:
-            stub = admin_pb2_grpc.AdminServiceStub(channel)
-            responses = (
-                stub.ExportTenant(admin_pb2.ExportTenantRequest(tenant=tenant), metadata=metadata)
-                if stream == "export"
-                else stub.Backup(admin_pb2.BackupRequest(tenants=[tenant]), metadata=metadata)
-            )
+            responses = _streamed(channel, stream, tenant)
             next(responses)
             assert any(scratch.glob("*/database")), "the stream holds its scratch copy"
             responses.cancel()
@@ -613,3 +619,36 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
             assert "Traceback" not in result.stderr, label
     # The backup the faults were made in restores: the refusals were the faults'.
     assert _cli("restore", "--from", str(backup), "--data-dir", str(empty)).returncode == 0
+
+
+@pytest.mark.parametrize(("stream", "erasure"), [("export", "forget"), ("backup", "forget"), ("export", "erase")])
+def test_an_erasure_revokes_the_copies_being_sent(
+    server_factory, tenant: str, tmp_path: Path, stream: str, erasure: str
+) -> None:
+    """A memory forgotten (or its tenant erased) while an export or backup of its tenant is being
+    sent is in no file under the data directory once the call returns: the stream's scratch copy
+    is revoked (deleted at once), and the stream ends ABORTED COPY_REVOKED, so its client copies
+    again instead of keeping what was erased."""
+    server = _admin_server(server_factory, [tenant])
+    secret = f"the vault code is {uuid.uuid4().hex}"
+    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+        for start in range(0, 12_000, 1000):  # more than the stream's flow-control windows hold
+            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+        secret_id = admin.retain(tenant, secret).memory_id
+    scratch = server.data_dir / ".backup-scratch"
+    with grpc.insecure_channel(server.target) as channel:
+        responses = _streamed(channel, stream, tenant)
+        next(responses)  # the manifest: the copy is made, and sent as fast as it is read
+        assert texts_left(scratch, [secret]), "the copy being sent holds the memory"
+        with MemoryClient(server.target, ADMIN) as admin:
+            if erasure == "forget":
+                assert admin.forget(tenant, secret_id)
+            else:
+                admin.erase_tenant(tenant)
+        assert texts_left(server.data_dir, [secret]) == {}
+        with pytest.raises(grpc.RpcError) as revoked:
+            for _ in responses:
+                pass
+        info = error_info(revoked.value)
+        assert revoked.value.code() == grpc.StatusCode.ABORTED and info is not None and info.reason == "COPY_REVOKED"
+    _wait_for(lambda: not any(scratch.glob("*")))

@@ -2,7 +2,8 @@
 consistent snapshot of its file and its hot-path inbox (store/snapshot.py), and streamed to the
 caller in chunks, which writes them on its own machine. The server writes only into its own
 scratch directory (``DATA_DIR/.backup-scratch``, emptied at start-up and after each tenant),
-never to a path a client names.
+never to a path a client names. A copy being sent is revoked by an erasure of its tenant's
+content (store/copies.py): the stream ends with COPY_REVOKED, and nothing erased stays in it.
 
 A tenant the caller already holds with the same change counter and inbox sequence is answered
 ``unchanged`` (an incremental backup): the store counts every write transaction, so a change of
@@ -17,7 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import apsw
+
 from mnemosyne.errors import DataLoss, NotFound
+from mnemosyne.store.copies import StreamedCopy
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import SnapshotFacts as SnapshotFacts  # a copy's facts, part of a TenantCopy
 from mnemosyne.store.snapshot import change_marks, copy_tenant, sha256_file
@@ -102,10 +106,9 @@ class Backups:
         yield BackupSummary(copied=copied, unchanged=unchanged, skipped=skipped, bytes=sent)
 
     def _tenant(self, tenant: str, known: tuple[int, int] | None) -> Iterator[BackupPart]:
-        scratch = self._scratch / uuid.uuid4().hex
-        try:
+        with self._pool.copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
             try:
-                copy = self.copy(tenant, scratch, known=known)
+                copy = self._copy(held, known)
             except DataLoss as exc:  # a damaged tenant file: the others are still backed up
                 yield TenantSkipped(tenant, exc.reason, str(exc))
                 return
@@ -113,24 +116,26 @@ class Backups:
                 yield TenantUnchanged(tenant)
                 return
             yield copy
-            for file in copy.files:
-                yield from read_chunks(scratch / file.name, file.name)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            yield from _chunks(held, copy)
 
     def export(self, tenant: str) -> Iterator[TenantCopy | FileChunk]:
         """One tenant's copy, as Backup takes it: its manifest, then its files' chunks. NOT_FOUND
         when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT)."""
         validate_tenant(tenant)
-        scratch = self._scratch / uuid.uuid4().hex
-        try:
-            copy = self.copy(tenant, scratch)
+        with self._pool.copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
+            copy = self._copy(held)
             assert copy is not None  # nothing is known: always copied
             yield copy
-            for file in copy.files:
-                yield from read_chunks(scratch / file.name, file.name)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            yield from _chunks(held, copy)
+
+    def _copy(self, held: StreamedCopy, known: tuple[int, int] | None = None) -> TenantCopy | None:
+        """``copy`` into the held copy's directory; COPY_REVOKED when an erasure of the tenant
+        revoked it meanwhile (its files deleted under the copy)."""
+        try:
+            return self.copy(held.tenant, held.directory, known=known)
+        except (OSError, apsw.Error):
+            held.check()
+            raise
 
     def scratch_directory(self) -> Path:
         """A new directory of the server's own scratch space (on the data directory's filesystem,
@@ -154,7 +159,8 @@ class Backups:
         return TenantCopy(tenant, facts, files)
 
 
-def read_chunks(path: Path, name: str) -> Iterator[FileChunk]:
-    with open(path, "rb") as file:
-        while data := file.read(CHUNK_BYTES):
-            yield FileChunk(name, data)
+def _chunks(held: StreamedCopy, copy: TenantCopy) -> Iterator[FileChunk]:
+    """The copy's files in chunks, each read as long as the copy is not revoked."""
+    for file in copy.files:
+        for data in held.chunks(file.name, CHUNK_BYTES):
+            yield FileChunk(file.name, data)

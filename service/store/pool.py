@@ -38,6 +38,7 @@ from typing import Literal
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import install as installs
 from mnemosyne.store.connections import open_with_room
+from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.data_dir import (
     INBOX_DIR_NAME,
     INBOX_FILE_SUFFIX,
@@ -117,6 +118,7 @@ class TenantPool:
         remove_leftovers(self.tenants_dir)
         remove_orphan_inboxes(self.data_dir)
         self.locks = LockManager()
+        self.copies = StreamedCopies()  # tenants' copies being sent, which an erasure revokes
         self._stores = OpenStores(max_open)
         self._synchronous = synchronous
         self._max_readers = max_readers
@@ -293,6 +295,7 @@ class TenantPool:
                     # A new tenant's file under its temporary name is no tenant's yet.
                     replication=StoreReplication(tenant, self.replicas) if path == self.path_for(tenant) else None,
                     on_commit=lambda: self._tell("committed", tenant),
+                    on_erasure=lambda: self.copies.revoke(tenant),
                 ),
                 self.make_room,
             )
@@ -511,6 +514,7 @@ class TenantPool:
                     self.ownership.after_erasure(tenant)
                 remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
                 reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
+                self.copies.revoke(tenant)
                 self._fsync_directories()
         self._tell("erased", tenant)
 

@@ -139,6 +139,7 @@ class TenantStore:
         wal_limit_pages: int = WAL_LIMIT_PAGES,
         replication: StoreReplication | None = None,
         on_commit: Callable[[], None] | None = None,
+        on_erasure: Callable[[], None] | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
@@ -150,8 +151,10 @@ class TenantStore:
         checkpoints itself (``write``). ``replication``: the tenant's hooks of store/replicas.py
         (the pool's), told of each commit of the file and its inbox. ``on_commit`` is called after
         each write transaction commits, under the write lock: it must only take note (the webhook
-        worker's wake-up)."""
+        worker's wake-up). ``on_erasure`` is called as an erasure is finished (``erase_traces``):
+        the copies of the tenant being sent are revoked (store/copies.py)."""
         self.path = path
+        self._on_erasure = on_erasure or (lambda: None)
         self._replication = replication or StoreReplication()
         self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
@@ -356,7 +359,9 @@ class TenantStore:
         Waits for readers of an older snapshot (short by design) up to
         WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
-        may hold the forgotten vectors, and the engine rebuilds it without them."""
+        may hold the forgotten vectors, and the engine rebuilds it without them; and the copies of
+        the tenant being sent (a backup's, an export's) are revoked."""
+        self._on_erasure()
         self.ann_path.unlink(missing_ok=True)
         self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
         # Litestream holds a read transaction on a file it replicates, which the truncations below
