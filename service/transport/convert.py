@@ -85,6 +85,20 @@ def from_expires_at(
     return None if at is None else at / 1e6
 
 
+def from_update_metadata(request: memory_pb2.UpdateMemoryRequest) -> dict[str, str] | None:
+    """The metadata an update replaces the memory's with, None to keep it. Metadata given without
+    ``replace_metadata`` would be dropped (an update never merges): it is refused instead."""
+    if request.replace_metadata:
+        return dict(request.metadata)
+    if request.metadata:
+        raise InvalidArgument(
+            "metadata is given without replace_metadata: set replace_metadata to replace the memory's "
+            "metadata with it (an update replaces the whole metadata; it never merges)",
+            reason="METADATA_WITHOUT_REPLACE",
+        )
+    return None
+
+
 def from_occurred_at(item: Message, *, field: str = "occurred_at", reason: str = "OCCURRED_AT_INVALID") -> int | None:
     """``occurred_at`` (or another Timestamp ``field``) in unix microseconds, None when unset. A
     Timestamp whose nanos are outside 0..999,999,999 is no time at all (``reason``); the engine

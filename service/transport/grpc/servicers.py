@@ -131,17 +131,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return convert.with_token(convert.to_forget_response(request.memory_id, forgotten), token)
 
     def UpdateMemory(self, request: memory_pb2.UpdateMemoryRequest, call: Call) -> memory_pb2.UpdateMemoryResponse:
-        if request.metadata and not request.replace_metadata:  # it would be dropped: an update never merges
-            raise InvalidArgument(
-                "metadata is given without replace_metadata: set replace_metadata to replace the memory's "
-                "metadata with it (an update replaces the whole metadata; it never merges)",
-                reason="METADATA_WITHOUT_REPLACE",
-            )
         outcome = self._engine.updates.update(
             request.tenant,
             request.memory_id,
             text=request.text,
-            metadata=dict(request.metadata) if request.replace_metadata else None,
+            metadata=convert.from_update_metadata(request),
             request_id=request.request_id or None,
             expires_at=convert.from_expires_at(request),
             clear_expires_at=request.clear_expires_at,
