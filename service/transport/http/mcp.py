@@ -7,8 +7,9 @@ refuses a session id presented with another (404, as for a session it does not k
 session it no longer knows starts without an observation, so its model must read memory before
 it writes. A tenant's open sessions are counted (transport/http/mcp_sessions.py): past
 ``--mcp-sessions-per-tenant`` (or ``--mcp-sessions`` for every tenant) a new one is refused with
-429, as admission refuses a stream, and one left idle ends after ``--mcp-session-idle-seconds``. The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``,
-the check the MCP specification requires. A POST's body is read here, before the SDK: one above
+429, as admission refuses a stream, and one left idle ends after ``--mcp-session-idle-seconds``.
+The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``, the check
+the MCP specification requires. A POST's body is read here, before the SDK: one above
 the request limit is refused (413), one whose client left before it was whole ends unanswered, as
 a client's cancellation (not the SDK's error).
 
