@@ -11,7 +11,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ import pytest
 
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info
+from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
-from tests.support import ServerFactory, ServerProcess, on_a_terminal, sql_row, tokens_json
+from tests.support import ServerFactory, ServerProcess, module_server, on_a_terminal, sql_row, tokens_json
 from tests.test_erasure import texts_left
 
 ADMIN = "admin-token-backup"
@@ -407,6 +409,36 @@ def test_backup_and_restore_show_their_progress_on_a_terminal_and_a_line_a_step_
     assert sorted(piped.stderr.splitlines()) == [f"backup: {name}: unchanged since the last backup" for name in tenants]
 
 
+@dataclass
+class _Streaming:
+    """A server of this module with a tenant of several MB, and that tenant's export to copy it."""
+
+    server: ServerProcess
+    export: list[TenantBackup | BackupChunk]
+
+    def copy(self, tenant: str) -> str:
+        """A new tenant holding the large one's memories (imported: faster than writing them)."""
+        with MemoryClient(self.server.target, ADMIN, timeout=120) as admin:
+            manifest, *chunks = self.export
+            assert isinstance(manifest, TenantBackup)
+            admin.import_tenant(manifest, [c for c in chunks if isinstance(c, BackupChunk)], tenant=tenant)
+        return tenant
+
+
+@pytest.fixture(scope="module")
+def streaming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Streaming]:
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]})}
+    for server in module_server(tmp_path_factory, "streaming", env=env):
+        with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+            # More than a stream's flow-control windows hold: a server is still sending when its
+            # client stops reading, the scratch copy in place.
+            for start in range(0, 12_000, 1000):
+                admin.retain_batch(
+                    "large", [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)]
+                )
+            yield _Streaming(server, list(admin.export_tenant("large")))
+
+
 def _streamed(channel: grpc.Channel, stream: str, tenant: str) -> Any:
     """The responses of an ExportTenant ("export") or Backup ("backup") stream of ``tenant``."""
     stub = admin_pb2_grpc.AdminServiceStub(channel)
@@ -432,33 +464,58 @@ os._exit(0)
 
 
 @pytest.mark.parametrize("stream", ["export", "backup"])
-def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(
-    server_factory, tenant: str, tmp_path: Path, stream: str
-) -> None:
+def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(streaming: _Streaming, stream: str) -> None:
     """An export or backup whose client leaves mid-stream (cancelled, or its process killed) ends
     at once: its scratch copy of the tenant leaves the data directory within seconds, with no
     other call to the server (a forgotten memory's text must not stay in a copy), and the server
     logs no error."""
-    server = _admin_server(server_factory, [tenant])
-    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
-        # More than the stream's flow-control windows hold: the server is mid-stream when the
-        # client leaves, its scratch copy in place.
-        for start in range(0, 12_000, 1000):
-            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+    server = streaming.server
     scratch = server.data_dir / ".backup-scratch"
     for _ in range(3):
         with grpc.insecure_channel(server.target) as channel:
-            responses = _streamed(channel, stream, tenant)
+            responses = _streamed(channel, stream, "large")
             next(responses)
             assert any(scratch.glob("*/database")), "the stream holds its scratch copy"
             responses.cancel()
         _wait_for(lambda: not any(scratch.glob("*")))
     # A client process that dies mid-stream: its connection closes with no cancellation sent.
     for _ in range(3):
-        subprocess.run([sys.executable, "-c", _READ_ONE_AND_DIE, server.target, ADMIN, tenant, stream], check=True)
+        subprocess.run([sys.executable, "-c", _READ_ONE_AND_DIE, server.target, ADMIN, "large", stream], check=True)
         _wait_for(lambda: not any(scratch.glob("*")))
     log = server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+@pytest.mark.parametrize(("stream", "erasure"), [("export", "forget"), ("backup", "forget"), ("export", "erase")])
+def test_an_erasure_revokes_the_copies_being_sent(
+    streaming: _Streaming, tenant: str, stream: str, erasure: str
+) -> None:
+    """A memory forgotten (or its tenant erased) while an export or backup of its tenant is being
+    sent is in no file under the data directory once the call returns: the stream's scratch copy
+    is revoked (deleted at once), and the stream ends ABORTED COPY_REVOKED, so its client copies
+    again instead of keeping what was erased."""
+    server = streaming.server
+    streaming.copy(tenant)
+    secret = f"the vault code is {uuid.uuid4().hex}"
+    with MemoryClient(server.target, ADMIN) as admin:
+        secret_id = admin.retain(tenant, secret).memory_id
+    scratch = server.data_dir / ".backup-scratch"
+    with grpc.insecure_channel(server.target) as channel:
+        responses = _streamed(channel, stream, tenant)
+        next(responses)  # the manifest: the copy is made, and sent as fast as it is read
+        assert texts_left(scratch, [secret]), "the copy being sent holds the memory"
+        with MemoryClient(server.target, ADMIN) as admin:
+            if erasure == "forget":
+                assert admin.forget(tenant, secret_id)
+            else:
+                admin.erase_tenant(tenant)
+        assert texts_left(server.data_dir, [secret]) == {}
+        with pytest.raises(grpc.RpcError) as revoked:
+            for _ in responses:
+                pass
+        info = error_info(revoked.value)
+        assert revoked.value.code() == grpc.StatusCode.ABORTED and info is not None and info.reason == "COPY_REVOKED"
+    _wait_for(lambda: not any(scratch.glob("*")))
 
 
 # -- crafted backup directories: refused in one line, nothing left behind ------------------------
@@ -619,36 +676,3 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
             assert "Traceback" not in result.stderr, label
     # The backup the faults were made in restores: the refusals were the faults'.
     assert _cli("restore", "--from", str(backup), "--data-dir", str(empty)).returncode == 0
-
-
-@pytest.mark.parametrize(("stream", "erasure"), [("export", "forget"), ("backup", "forget"), ("export", "erase")])
-def test_an_erasure_revokes_the_copies_being_sent(
-    server_factory, tenant: str, tmp_path: Path, stream: str, erasure: str
-) -> None:
-    """A memory forgotten (or its tenant erased) while an export or backup of its tenant is being
-    sent is in no file under the data directory once the call returns: the stream's scratch copy
-    is revoked (deleted at once), and the stream ends ABORTED COPY_REVOKED, so its client copies
-    again instead of keeping what was erased."""
-    server = _admin_server(server_factory, [tenant])
-    secret = f"the vault code is {uuid.uuid4().hex}"
-    with MemoryClient(server.target, ADMIN, timeout=120) as admin:
-        for start in range(0, 12_000, 1000):  # more than the stream's flow-control windows hold
-            admin.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
-        secret_id = admin.retain(tenant, secret).memory_id
-    scratch = server.data_dir / ".backup-scratch"
-    with grpc.insecure_channel(server.target) as channel:
-        responses = _streamed(channel, stream, tenant)
-        next(responses)  # the manifest: the copy is made, and sent as fast as it is read
-        assert texts_left(scratch, [secret]), "the copy being sent holds the memory"
-        with MemoryClient(server.target, ADMIN) as admin:
-            if erasure == "forget":
-                assert admin.forget(tenant, secret_id)
-            else:
-                admin.erase_tenant(tenant)
-        assert texts_left(server.data_dir, [secret]) == {}
-        with pytest.raises(grpc.RpcError) as revoked:
-            for _ in responses:
-                pass
-        info = error_info(revoked.value)
-        assert revoked.value.code() == grpc.StatusCode.ABORTED and info is not None and info.reason == "COPY_REVOKED"
-    _wait_for(lambda: not any(scratch.glob("*")))
