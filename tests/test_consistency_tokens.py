@@ -20,6 +20,9 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import error_info
 from mnemosyne.client.types import BackupChunk, TenantBackup
+from mnemosyne.transport.admission import Admission
+from mnemosyne.transport.call import Call
+from mnemosyne.transport.consistency import deadline as consistency_deadline
 from mnemosyne.v1 import (
     events_pb2,
     events_pb2_grpc,
@@ -184,12 +187,70 @@ def test_tokens_of_another_tenant_or_forged_are_refused(held: tuple[ServerProces
         with pytest.raises(grpc.RpcError) as caught:
             stubs.recall("alpha", "note", token)
         assert _reason(caught.value) == "TOKEN_INVALID"
-    # A write carrying a foreign token is refused too, and writes nothing.
-    with pytest.raises(grpc.RpcError) as caught:
-        stubs.memory.Retain(
-            memory_pb2.RetainRequest(tenant="beta", text="never written"), metadata=((TOKEN_KEY, mine),)
-        )
-    assert _reason(caught.value) == "TOKEN_FOREIGN"
+
+
+def test_a_write_carrying_a_bad_token_or_level_is_refused_and_writes_nothing(
+    held: tuple[ServerProcess, Stubs, Path],
+) -> None:
+    """The carried token and the asked level are checked before the write, on every write and
+    surface: refused (TOKEN_FOREIGN, TOKEN_INVALID, REPLICATION_OFF on a server without
+    replication), nothing of it is written, and the same write without them then succeeds."""
+    server, stubs, _hold = held
+    mine = stubs.fast("alpha", "Alpha's note").consistency_token
+    kept = stubs.memory.Retain(memory_pb2.RetainRequest(tenant="beta", text="Beta keeps this note")).result.memory_id
+    bad = {
+        "TOKEN_FOREIGN": ((TOKEN_KEY, mine),),
+        "TOKEN_INVALID": ((TOKEN_KEY, "not-a-token"),),
+        "REPLICATION_OFF": (("mnemosyne-consistency-level", "replicated"),),
+    }
+
+    def memories() -> list[str]:
+        listed = stubs.memory.ListMemories(memory_pb2.ListMemoriesRequest(tenant="beta", page_size=100))
+        return sorted(m.text for m in listed.memories)
+
+    def global_content() -> str:
+        context = stubs.workspace.AssembleContext(workspace_pb2.AssembleContextRequest(tenant="beta", workspace="main"))
+        return repr([(r.key, r.content) for r in context.global_records])
+
+    writes = {
+        "sync retain": lambda md: stubs.memory.Retain(
+            memory_pb2.RetainRequest(tenant="beta", text="never written, sync"), metadata=md
+        ),
+        "fast retain": lambda md: stubs.memory.Retain(
+            memory_pb2.RetainRequest(tenant="beta", text="never written, fast", fast=True), metadata=md
+        ),
+        "batch": lambda md: stubs.memory.RetainBatch(
+            memory_pb2.RetainBatchRequest(tenant="beta", items=[memory_pb2.RetainItem(text="never written, batch")]),
+            metadata=md,
+        ),
+        "forget": lambda md: stubs.memory.ForgetMemory(
+            memory_pb2.ForgetMemoryRequest(tenant="beta", memory_id=kept), metadata=md
+        ),
+        "update": lambda md: stubs.memory.UpdateMemory(
+            memory_pb2.UpdateMemoryRequest(tenant="beta", memory_id=kept, text="never written, update"), metadata=md
+        ),
+        "global": lambda md: stubs.workspace.UpdateGlobal(
+            workspace_pb2.UpdateGlobalRequest(tenant="beta", content="never written, global"), metadata=md
+        ),
+    }
+    before, global_before = memories(), global_content()
+    for name, write in writes.items():
+        for reason, metadata in bad.items():
+            with pytest.raises(grpc.RpcError) as caught:
+                write(metadata)
+            assert _reason(caught.value) == reason, (name, reason)
+            assert (memories(), global_content()) == (before, global_before), (name, reason)
+            assert stubs.depth("beta") == 0, (name, reason)  # nor queued (the backlog is held)
+    reply = http_call(
+        server.http_port,
+        "Retain",
+        memory_pb2.RetainRequest(tenant="beta", text="never written, over HTTP"),
+        headers={TOKEN_KEY: mine},
+    )
+    assert (reply.status, reply.reason) == (400, "TOKEN_FOREIGN")
+    assert [t for t in memories() if "never written" in t] == []
+    stubs.memory.Retain(memory_pb2.RetainRequest(tenant="beta", text="written without the token"))
+    assert "written without the token" in memories()
 
 
 def test_a_token_is_honoured_across_a_restart_in_the_middle_of_the_backlog(
@@ -237,8 +298,10 @@ def test_a_token_of_an_earlier_timeline_is_answered_at_once_after_a_restore(
 
 def test_a_token_read_ends_at_its_deadline_holding_no_thread(server_factory, tmp_path: Path) -> None:
     """A write that cannot be applied (the workers hold before every commit): reads given its
-    token end with DEADLINE_EXCEEDED never before their deadline and within a second after; while
-    twelve of them wait (more than the server has threads for reads), another read is answered."""
+    token end with DEADLINE_EXCEEDED / CONSISTENCY_DEADLINE_EXCEEDED naming the open write, answered
+    just before their deadline (so the answer, not the client's own deadline, ends the call: at
+    most a quarter of a second early); while twelve of them wait (more than the server has threads
+    for reads), another read is answered."""
     hold = tmp_path / "hold-workers"
     hold.touch()
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, http=True).start()
@@ -247,16 +310,16 @@ def test_a_token_read_ends_at_its_deadline_holding_no_thread(server_factory, tmp
         stubs.hot.Enable(hot_path_pb2.HotPathRequest(tenant="stuck"))
         token = stubs.fast("stuck", "Never applied while held").consistency_token
         stubs.memory.Retain(memory_pb2.RetainRequest(tenant="other", text="Another tenant's note"))
-        outcomes: list[tuple[float, grpc.StatusCode]] = []
+        outcomes: list[tuple[float, grpc.StatusCode, str]] = []
         order: list[str] = []
 
         def wait(deadline: float) -> None:
             started = time.monotonic()
             try:
                 stubs.recall("stuck", "never applied", token, timeout=deadline)
-                outcomes.append((time.monotonic() - started - deadline, grpc.StatusCode.OK))
+                outcomes.append((time.monotonic() - started - deadline, grpc.StatusCode.OK, ""))
             except grpc.RpcError as exc:
-                outcomes.append((time.monotonic() - started - deadline, exc.code()))
+                outcomes.append((time.monotonic() - started - deadline, exc.code(), _reason(exc)))
             order.append("token read")
 
         waiters = [threading.Thread(target=wait, args=(3.0,)) for _ in range(12)]
@@ -269,8 +332,11 @@ def test_a_token_read_ends_at_its_deadline_holding_no_thread(server_factory, tmp
         for thread in waiters:
             thread.join()
         assert order[0] == "plain reads" and len(order) == 13
-        assert all(code == grpc.StatusCode.DEADLINE_EXCEEDED for _, code in outcomes), outcomes
-        assert all(-0.05 <= late <= 1.0 for late, _ in outcomes), outcomes
+        assert all(
+            (code, reason) == (grpc.StatusCode.DEADLINE_EXCEEDED, "CONSISTENCY_DEADLINE_EXCEEDED")
+            for _, code, reason in outcomes
+        ), outcomes
+        assert all(-0.3 <= late <= 1.0 for late, _, _ in outcomes), outcomes
         # Over HTTP (no gRPC deadline) the timeout header bounds the wait; the answer names why.
         started = time.monotonic()
         reply = http_call(
@@ -392,3 +458,30 @@ def test_token_reads_count_as_waiting_calls_only_while_they_wait(server_factory,
         assert all(f.result().hits[0].memory.text == "Held by the workers" for f in futures)
     finally:
         stubs.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "deadline", "waits"),
+    [
+        (None, None, 30.0),  # no deadline, no header: 30 s
+        ("2", None, 2.0),  # the header gives fewer
+        ("45", None, 30.0),  # and never more
+        ("1e308", None, 30.0),
+        ("45", 10.0, 9.75),  # a deadline bounds it, with time left to answer before it
+        (None, 1.0, 0.75),
+    ],
+)
+def test_a_token_read_waits_at_most_30_s_or_less_as_the_call_says(
+    header: str | None, deadline: float | None, waits: float
+) -> None:
+    """docs/hot-path.md: a read given a token waits for its writes at most 30 s, or the
+    `Mnemosyne-Timeout-Seconds` header's seconds when it gives fewer; with a gRPC deadline, until
+    just before it (its answer, CONSISTENCY_DEADLINE_EXCEEDED, must reach the client first)."""
+    admission = Admission()
+    try:
+        now = time.monotonic()
+        metadata = [("mnemosyne-timeout-seconds", header)] if header is not None else []
+        call = Call(metadata, tenant="t", admission=admission, deadline=None if deadline is None else now + deadline)
+        assert consistency_deadline(call) - now == pytest.approx(waits, abs=0.05)
+    finally:
+        admission.stop()

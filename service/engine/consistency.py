@@ -191,6 +191,22 @@ class Consistency:
             raise _replication_off()
         await self._replicated(tenant)
 
+    def check_write(self, tenant: str, *, carried: str = "", level: str = VISIBLE) -> None:
+        """Before a write: what ``issue`` would refuse after it (a ``carried`` token forged or of
+        another tenant, REPLICATED without replication), refused first, so a refused write writes
+        nothing. A tenant with no file yet has no key to verify a token with: its form and tenant
+        are checked."""
+        if level == REPLICATED and self._replicated is None:
+            raise _replication_off()
+        if not carried:
+            return
+        with self._pool.tenant(tenant, create=False) as store:
+            if store is None:
+                _claimed(tenant, carried)
+                return
+            secret, _timeline = _keys(store)
+        _verified(tenant, carried, secret)
+
     def issue(self, tenant: str, event_ids: Sequence[int] = (), *, carried: str = "", level: str = VISIBLE) -> str:
         """The token of a write of ``tenant``: its queued operations (``event_ids``; none for a
         synchronous write, visible at once), with the still-open writes of the ``carried`` token

@@ -15,18 +15,19 @@
 * A write whose request metadata ``mnemosyne-consistency-level`` says ``replicated`` answers a
   token at REPLICATED: a read (or Flush) given it waits for its writes to be visible, then for a
   sync of the tenant to object storage (``wait``; engine/consistency.py).
-* The wait ends at the call's deadline, never before it: DEADLINE_EXCEEDED with reason
-  CONSISTENCY_DEADLINE_EXCEEDED and the writes still open (``open_event_ids``). A call without a
-  deadline (HTTP, mem0, MCP) waits at most ``WAIT_SECONDS``, or the ``Mnemosyne-Timeout-Seconds``
-  header's seconds when it gives fewer.
+* The wait ends just before the call's deadline (so that its answer arrives in time):
+  DEADLINE_EXCEEDED with reason CONSISTENCY_DEADLINE_EXCEEDED and the writes still open
+  (``open_event_ids``). A call without a deadline (HTTP, mem0, MCP) waits at most
+  ``WAIT_SECONDS``, or the ``Mnemosyne-Timeout-Seconds`` header's seconds when it gives fewer.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from mnemosyne.engine.consistency import REPLICATED, Consistency, WritesOpen, level_of
 from mnemosyne.engine.engine import Engine
@@ -64,6 +65,29 @@ def asks_replicated(call: Call) -> bool:
     return level_of(call.metadata_values(LEVEL_KEY)) == REPLICATED
 
 
+class _Writer(Protocol):
+    _tokens: Consistency
+
+
+W = TypeVar("W", bound=_Writer)
+R = TypeVar("R")
+
+
+def writing(method: Callable[[W, Any, Call], R]) -> Callable[[W, Any, Call], R]:
+    """A servicer's write that answers a token (``for_write``): the token it carries and the level
+    it asks are checked before it writes (``Consistency.check_write``), so one refused writes
+    nothing."""
+
+    @functools.wraps(method)
+    def checked(servicer: W, request: Any, call: Call) -> R:
+        servicer._tokens.check_write(
+            request.tenant, carried=carried(call), level=level_of(call.metadata_values(LEVEL_KEY))
+        )
+        return method(servicer, request, call)
+
+    return checked
+
+
 def for_write(tokens: Consistency, call: Call, tenant: str, event_ids: Sequence[int] = ()) -> str:
     """The token of a write that was just made (its queued operations' ``event_ids``, none when
     it is synchronous), also as trailing metadata."""
@@ -92,8 +116,10 @@ def headers(call: Call) -> dict[str, str]:
 
 
 def deadline(call: Call) -> float:
-    """When a wait for a token's writes ends (time.monotonic()): the call's deadline; without
-    one, WAIT_SECONDS from now; sooner when the timeout header says so."""
+    """When a wait for a token's writes ends (time.monotonic()): just before the call's deadline,
+    so that its answer (CONSISTENCY_DEADLINE_EXCEEDED, naming the writes still open) reaches the
+    client before the client's own deadline does (``Call.seconds_to_answer``); without one,
+    WAIT_SECONDS from now; sooner when the timeout header says so (never later)."""
     header = None
     for value in call.metadata_values(TIMEOUT_KEY):
         try:
@@ -105,10 +131,8 @@ def deadline(call: Call) -> float:
                 f"{TIMEOUT_KEY} must be a positive number of seconds, not {value[:32]!r}", reason="TIMEOUT_INVALID"
             )
         header = seconds if header is None else min(header, seconds)
-    now = time.monotonic()
-    if call.deadline is None:
-        return now + (WAIT_SECONDS if header is None else header)
-    return call.deadline if header is None else min(call.deadline, now + header)
+    wanted = WAIT_SECONDS if call.deadline is None else math.inf
+    return time.monotonic() + call.seconds_to_answer(wanted if header is None else min(wanted, header))
 
 
 async def wait(engine: Engine, call: Call, pending: WritesOpen) -> None:

@@ -18,7 +18,7 @@ from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, metadata_value, reading, snapshot_read, waiting
 from mnemosyne.transport.cluster.fanout import FanOut
 from mnemosyne.transport.cluster.moves import MoveDriver
-from mnemosyne.transport.consistency import for_read, for_write
+from mnemosyne.transport.consistency import for_read, for_write, writing
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
@@ -50,6 +50,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self._engine = engine
         self._tokens = engine.consistency
 
+    @writing
     def Retain(self, request: memory_pb2.RetainRequest, call: Call) -> memory_pb2.RetainResponse:
         started = time.perf_counter()
         if request.messages:
@@ -78,6 +79,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         _report_server_time(call, started)
         return response
 
+    @writing
     def RetainBatch(self, request: memory_pb2.RetainBatchRequest, call: Call) -> memory_pb2.RetainBatchResponse:
         items = [convert.from_retain_item(i) for i in request.items]
         outcomes = self._engine.retain_batch(
@@ -123,6 +125,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return convert.with_report(convert.to_list_memories_response(page), report)
 
+    @writing
     def ForgetMemory(self, request: memory_pb2.ForgetMemoryRequest, call: Call) -> memory_pb2.ForgetMemoryResponse:
         forgotten = self._engine.memories.forget(
             request.tenant, request.memory_id, request_id=request.request_id or None
@@ -130,6 +133,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_forget_response(request.memory_id, forgotten), token)
 
+    @writing
     def UpdateMemory(self, request: memory_pb2.UpdateMemoryRequest, call: Call) -> memory_pb2.UpdateMemoryResponse:
         outcome = self._engine.updates.update(
             request.tenant,
@@ -143,6 +147,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_update_memory_response(outcome), token)
 
+    @writing
     def ForgetMemories(
         self, request: memory_pb2.ForgetMemoriesRequest, call: Call
     ) -> memory_pb2.ForgetMemoriesResponse:
@@ -168,6 +173,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         revisions = self._engine.updates.revisions(request.tenant, request.memory_id)
         return convert_history.to_memory_revisions_response(revisions)
 
+    @writing
     def RevertMemory(
         self, request: revisions_pb2.RevertMemoryRequest, call: Call
     ) -> revisions_pb2.RevertMemoryResponse:
@@ -183,6 +189,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> expiry_pb2.GetExpiryPolicyResponse:
         return convert_history.to_get_expiry_policy_response(self._engine.expiry.policy(request.tenant))
 
+    @writing
     def SetExpiryPolicy(
         self, request: expiry_pb2.SetExpiryPolicyRequest, call: Call
     ) -> expiry_pb2.SetExpiryPolicyResponse:
@@ -194,6 +201,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, engine: Engine, fanout: FanOut | None = None, moves: MoveDriver | None = None) -> None:
         self._engine = engine
+        self._tokens = engine.consistency
         self._fanout = fanout
         self._moves = moves or MoveDriver(engine, None)
         if fanout is not None:  # ListTenants waits for the other members (a single server's does not)
@@ -233,11 +241,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return mine
         return await self._fanout.tenant_figures(request, call, mine)
 
+    @writing
     def Dedup(self, request: admin_pb2.DedupRequest, call: Call) -> admin_pb2.DedupResponse:
         report = self._engine.dedup(
             request.tenant, merge=request.merge, threshold=request.threshold, request_id=request.request_id or None
         )
-        token = for_write(self._engine.consistency, call, request.tenant) if request.merge else ""
+        token = for_write(self._tokens, call, request.tenant) if request.merge else ""
         return convert.with_token(convert.to_dedup_response(report), token)
 
     def ReembedTenant(self, request: admin_pb2.ReembedTenantRequest, call: Call) -> admin_pb2.ReembedTenantResponse:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert, convert_webhooks
 from mnemosyne.transport.call import Call, reading
-from mnemosyne.transport.consistency import for_write
+from mnemosyne.transport.consistency import for_write, writing
 from mnemosyne.v1 import webhooks_pb2, webhooks_pb2_grpc
 
 
@@ -16,6 +16,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self._clock = engine.deliveries.now
         self._tokens = engine.consistency
 
+    @writing
     def CreateWebhook(
         self, request: webhooks_pb2.CreateWebhookRequest, call: Call
     ) -> webhooks_pb2.CreateWebhookResponse:
@@ -33,6 +34,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
     def ListWebhooks(self, request: webhooks_pb2.ListWebhooksRequest, call: Call) -> webhooks_pb2.ListWebhooksResponse:
         return convert_webhooks.to_list_response(self._webhooks.list(request.tenant))
 
+    @writing
     def DeleteWebhook(
         self, request: webhooks_pb2.DeleteWebhookRequest, call: Call
     ) -> webhooks_pb2.DeleteWebhookResponse:
@@ -40,6 +42,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert_webhooks.to_delete_response(deleted), token)
 
+    @writing
     def RotateWebhookSecret(
         self, request: webhooks_pb2.RotateWebhookSecretRequest, call: Call
     ) -> webhooks_pb2.RotateWebhookSecretResponse:
@@ -49,6 +52,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert_webhooks.to_rotate_response(made), token)
 
+    @writing
     def ResumeWebhook(
         self, request: webhooks_pb2.ResumeWebhookRequest, call: Call
     ) -> webhooks_pb2.ResumeWebhookResponse:

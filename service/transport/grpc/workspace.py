@@ -19,7 +19,7 @@ from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.call import Call, snapshot_read
-from mnemosyne.transport.consistency import for_read, for_write
+from mnemosyne.transport.consistency import for_read, for_write, writing
 from mnemosyne.v1 import revisions_pb2, workspace_pb2, workspace_pb2_grpc
 
 GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
@@ -66,6 +66,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
         return convert.with_report(convert.to_assemble_context(assembled), report)
 
+    @writing
     def UpdateGlobal(
         self, request: workspace_pb2.UpdateGlobalRequest, call: Call
     ) -> workspace_pb2.UpdateGlobalResponse:
@@ -78,6 +79,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         call.set_trailing_metadata(((GLOBAL_GENERATION_KEY, str(result.generation)),))
         return convert.with_token(convert.to_update_global_response(), for_write(self._tokens, call, request.tenant))
 
+    @writing
     def UpdateWorkspace(
         self, request: workspace_pb2.UpdateWorkspaceRequest, call: Call
     ) -> workspace_pb2.UpdateWorkspaceResponse:
@@ -108,6 +110,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
         return convert.to_list_records_response(listed)
 
+    @writing
     def EditRecords(self, request: workspace_pb2.EditRecordsRequest, call: Call) -> workspace_pb2.EditRecordsResponse:
         result = self._workspaces.edit_records(
             request.tenant,
@@ -119,6 +122,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_edit_records_response(result), token)
 
+    @writing
     def Consolidate(self, request: workspace_pb2.ConsolidateRequest, call: Call) -> workspace_pb2.ConsolidateResponse:
         result = self._workspaces.consolidate(
             request.tenant,
@@ -130,6 +134,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         token = for_write(self._tokens, call, request.tenant)
         return convert.with_token(convert.to_consolidate_response(result), token)
 
+    @writing
     def ConsolidateSession(
         self, request: workspace_pb2.ConsolidateSessionRequest, call: Call
     ) -> workspace_pb2.ConsolidateSessionResponse:
@@ -144,6 +149,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         revisions, generation = self._workspaces.record_revisions(request.tenant, request.scope, request.key)
         return convert_history.to_record_revisions_response(revisions, generation)
 
+    @writing
     def RevertRecord(
         self, request: revisions_pb2.RevertRecordRequest, call: Call
     ) -> revisions_pb2.RevertRecordResponse:
