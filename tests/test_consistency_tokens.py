@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -212,7 +212,7 @@ def test_a_write_carrying_a_bad_token_or_level_is_refused_and_writes_nothing(
         context = stubs.workspace.AssembleContext(workspace_pb2.AssembleContextRequest(tenant="beta", workspace="main"))
         return repr([(r.key, r.content) for r in context.global_records])
 
-    writes = {
+    writes: dict[str, Callable[[tuple[tuple[str, str], ...]], object]] = {
         "sync retain": lambda md: stubs.memory.Retain(
             memory_pb2.RetainRequest(tenant="beta", text="never written, sync"), metadata=md
         ),

@@ -99,9 +99,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
     the manifest, the bytes as they arrive, the check and the archive written)."""
     path = Path(path)
     progress = progress or Progress.silent("export")
-    if path.exists():
-        raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
-    _remove_leftovers(path)
+    _make_way(path)
     with tempfile.TemporaryDirectory(prefix=f".export-{path.name}-", dir=path.parent) as scratch:
         copy: TenantBackup | None = None
         handles: dict[str, Any] = {}
@@ -157,9 +155,12 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
     return copy
 
 
-def _remove_leftovers(path: Path) -> None:
-    """What an export to ``path`` killed before its end left beside it (its scratch directory of
-    received files, its partial archive): the next export to the same path removes it."""
+def _make_way(path: Path) -> None:
+    """Refuse an archive's ``path`` that exists (ARCHIVE_EXISTS), and remove what an export to it
+    killed before its end left beside it (its scratch directory of received files, its partial
+    archive)."""
+    if path.exists():
+        raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
     scratch = re.compile(rf"\.export-{re.escape(path.name)}-[a-z0-9_]{{8}}")  # tempfile's random part
     partial = re.compile(rf"\.partial-[0-9a-f]{{32}}-{re.escape(path.name)}")
     for leftover in path.parent.iterdir():

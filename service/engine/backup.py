@@ -18,10 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import apsw
-
 from mnemosyne.errors import DataLoss, NotFound
-from mnemosyne.store.copies import StreamedCopy
+from mnemosyne.store.copies import StreamedCopies, StreamedCopy
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import SnapshotFacts as SnapshotFacts  # a copy's facts, part of a TenantCopy
 from mnemosyne.store.snapshot import change_marks, copy_tenant, sha256_file
@@ -81,6 +79,22 @@ class Backups:
         self._pool = pool
         self._scratch = pool.data_dir / SCRATCH_DIR_NAME
         shutil.rmtree(self._scratch, ignore_errors=True)  # what a backup killed midway left
+        self._copies = StreamedCopies()  # those being sent, which an erasure revokes
+        pool.watchers.append(self)
+
+    # -- told by the pool of its files' changes (store/file_watchers.py) ------------------------
+
+    def committed(self, tenant: str) -> None:
+        pass
+
+    def installed(self, tenant: str) -> None:
+        pass
+
+    def content_erased(self, tenant: str) -> None:
+        self._copies.revoke(tenant)
+
+    def erased(self, tenant: str) -> None:
+        self._copies.revoke(tenant)
 
     def backup(self, tenants: Sequence[str], known: Mapping[str, tuple[int, int]]) -> Iterator[BackupPart]:
         """Every part of a backup of ``tenants`` (all when empty), ending with its summary.
@@ -106,7 +120,7 @@ class Backups:
         yield BackupSummary(copied=copied, unchanged=unchanged, skipped=skipped, bytes=sent)
 
     def _tenant(self, tenant: str, known: tuple[int, int] | None) -> Iterator[BackupPart]:
-        with self._pool.copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
+        with self._copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
             try:
                 copy = self._copy(held, known)
             except DataLoss as exc:  # a damaged tenant file: the others are still backed up
@@ -122,7 +136,7 @@ class Backups:
         """One tenant's copy, as Backup takes it: its manifest, then its files' chunks. NOT_FOUND
         when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT)."""
         validate_tenant(tenant)
-        with self._pool.copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
+        with self._copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
             copy = self._copy(held)
             assert copy is not None  # nothing is known: always copied
             yield copy
@@ -133,7 +147,7 @@ class Backups:
         revoked it meanwhile (its files deleted under the copy)."""
         try:
             return self.copy(held.tenant, held.directory, known=known)
-        except (OSError, apsw.Error):
+        except Exception:  # a copy whose files were deleted under it fails as it may: said as such
             held.check()
             raise
 

@@ -3,12 +3,18 @@ file (engine/webhooks/ is one: it learns which tenants have deliveries to make).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
+
+# What an open tenant file tells (``TenantStore``'s ``told``): a write committed, an erasure of
+# content in it finished (``TenantStore.erase_traces``).
+FileChange = Literal["committed", "content_erased"]
 
 
 class FileWatcher(Protocol):
-    """Told of tenant files' commits, installs, erasures: only takes note (under the tenant's locks)."""
+    """Told of tenant files' commits, installs, erasures of content in them and of whole tenants:
+    only takes note (under the tenant's locks)."""
 
     def committed(self, tenant: str) -> None: ...
     def installed(self, tenant: str) -> None: ...
+    def content_erased(self, tenant: str) -> None: ...
     def erased(self, tenant: str) -> None: ...

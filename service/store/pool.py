@@ -38,7 +38,6 @@ from typing import Literal
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store import install as installs
 from mnemosyne.store.connections import open_with_room
-from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.data_dir import (
     INBOX_DIR_NAME,
     INBOX_FILE_SUFFIX,
@@ -51,7 +50,7 @@ from mnemosyne.store.data_dir import (
     remove_tenant_files,
     server_secret,
 )
-from mnemosyne.store.file_watchers import FileWatcher
+from mnemosyne.store.file_watchers import FileChange, FileWatcher
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, modified, remove_database
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
@@ -118,7 +117,6 @@ class TenantPool:
         remove_leftovers(self.tenants_dir)
         remove_orphan_inboxes(self.data_dir)
         self.locks = LockManager()
-        self.copies = StreamedCopies()  # tenants' copies being sent, which an erasure revokes
         self._stores = OpenStores(max_open)
         self._synchronous = synchronous
         self._max_readers = max_readers
@@ -294,8 +292,7 @@ class TenantPool:
                     make_room=self.make_room,
                     # A new tenant's file under its temporary name is no tenant's yet.
                     replication=StoreReplication(tenant, self.replicas) if path == self.path_for(tenant) else None,
-                    on_commit=lambda: self._tell("committed", tenant),
-                    on_erasure=lambda: self.copies.revoke(tenant),
+                    told=lambda change: self._tell(change, tenant),
                 ),
                 self.make_room,
             )
@@ -315,7 +312,7 @@ class TenantPool:
 
     # -- ownership and moves (store/ownership.py, engine/moves.py) ------------------------------------
 
-    def _tell(self, what: Literal["committed", "installed", "erased"], tenant: str) -> None:
+    def _tell(self, what: FileChange | Literal["installed", "erased"], tenant: str) -> None:
         for watcher in self.watchers:
             getattr(watcher, what)(tenant)
 
@@ -514,7 +511,6 @@ class TenantPool:
                     self.ownership.after_erasure(tenant)
                 remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
                 reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
-                self.copies.revoke(tenant)
                 self._fsync_directories()
         self._tell("erased", tenant)
 

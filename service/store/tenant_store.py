@@ -38,6 +38,7 @@ from mnemosyne.store.audit_reads import AuditReads
 from mnemosyne.store.bookkeeping import ERASURE_META, PAGES_SCRUBBED_META, BookkeepingWrites
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, READER_PAGE_CACHE_KIB, open_connection, open_with_room
 from mnemosyne.store.file_faults import limit_pages
+from mnemosyne.store.file_watchers import FileChange
 from mnemosyne.store.fts_stats import fts5_segments
 from mnemosyne.store.inbox import Inbox, stored_sequence
 from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
@@ -138,8 +139,7 @@ class TenantStore:
         make_room: Callable[[], bool] | None = None,
         wal_limit_pages: int = WAL_LIMIT_PAGES,
         replication: StoreReplication | None = None,
-        on_commit: Callable[[], None] | None = None,
-        on_erasure: Callable[[], None] | None = None,
+        told: Callable[[FileChange], None] | None = None,
     ) -> None:
         """``inbox_path``/``inbox_lock`` place the tenant's hot-path inbox (store/inbox.py).
         ``on_wal_growth``, when given, replaces SQLite's checkpoint-inside-COMMIT: it is
@@ -149,12 +149,10 @@ class TenantStore:
         process is out of file descriptors): it closes idle tenants and says whether any was.
         Past ``wal_limit_pages`` pages of WAL (the background checkpoint fell behind), the writer
         checkpoints itself (``write``). ``replication``: the tenant's hooks of store/replicas.py
-        (the pool's), told of each commit of the file and its inbox. ``on_commit`` is called after
-        each write transaction commits, under the write lock: it must only take note (the webhook
-        worker's wake-up). ``on_erasure`` is called as an erasure is finished (``erase_traces``):
-        the copies of the tenant being sent are revoked (store/copies.py)."""
+        (the pool's), told of each commit of the file and its inbox. ``told`` is told of each write
+        transaction committed, under the write lock, and of each erasure finished
+        (``erase_traces``): it must only take note (the pool's file watchers: store/file_watchers.py)."""
         self.path = path
-        self._on_erasure = on_erasure or (lambda: None)
         self._replication = replication or StoreReplication()
         self._make_room = make_room or (lambda: False)
         self._synchronous = synchronous
@@ -163,7 +161,7 @@ class TenantStore:
         self._faults = faults
         self._writer = self._open_writer()
         self._on_wal_growth = on_wal_growth
-        self._on_commit = on_commit
+        self._told = told or (lambda _change: None)
         self._wal_pages_announced = 0
         self._wal_pages = 0
         self._wal_limit_pages = wal_limit_pages
@@ -359,9 +357,10 @@ class TenantStore:
         Waits for readers of an older snapshot (short by design) up to
         WAL_TRUNCATE_TIMEOUT_SECONDS (transactions.py), then fails with UNAVAILABLE; the next forget or open
         finishes the work. The approximate vector index file (a cache, ``ann_path``) goes too: it
-        may hold the forgotten vectors, and the engine rebuilds it without them; and the copies of
-        the tenant being sent (a backup's, an export's) are revoked."""
-        self._on_erasure()
+        may hold the forgotten vectors, and the engine rebuilds it without them. First, the pool's
+        file watchers are told (``told``): the tenant's copies being sent are revoked
+        (engine/backup.py)."""
+        self._told("content_erased")
         self.ann_path.unlink(missing_ok=True)
         self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
         # Litestream holds a read transaction on a file it replicates, which the truncations below
@@ -463,8 +462,7 @@ class TenantStore:
                 sync=sync,
                 path=self.path.name,
             )
-            if self._on_commit is not None:
-                self._on_commit()
+            self._told("committed")
             if self._wal_pages >= self._wal_limit_pages:
                 self._catch_up_checkpoint()
 

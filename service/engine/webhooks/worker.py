@@ -107,6 +107,9 @@ class DeliveryWorker:
         self.index.add(tenant)  # a file that arrived may hold subscriptions: looked at once
         self._schedule(tenant, 0.0, woken=True)
 
+    def content_erased(self, tenant: str) -> None:
+        pass  # a forget's deliveries are made by its commit (``committed``)
+
     def erased(self, tenant: str) -> None:
         self.index.remove(tenant, erase=True)
         with self._cond:
