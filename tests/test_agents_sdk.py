@@ -22,6 +22,7 @@ from agents import Agent, OpenAIChatCompletionsModel, RunConfig, RunContextWrapp
 from agents.memory import Session, SessionSettings
 from openai import AsyncOpenAI
 
+from mnemosyne.client import RecordChange
 from mnemosyne.integrations.agents import MemoryTools, MnemosyneSession, session_workspace
 from tests.chat_server import ChatServer
 
@@ -93,6 +94,16 @@ async def settings_limit(s: Session) -> Any:
     return [await read(s), await read(s, 4)]
 
 
+# Every line break str.splitlines knows (JSON escapes those below U+0020; the others it writes raw).
+LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+async def line_breaks_inside_items(s: Session) -> Any:
+    await s.add_items([message("user", f"first line{b}second line") for b in LINE_BREAKS])
+    await s.add_items([message("assistant", "ok")])
+    return [await read(s), await s.pop_item(), await s.pop_item(), await s.pop_item(), await read(s)]
+
+
 CASES: list[Callable[[Session], Awaitable[Any]]] = [
     order_and_duplicates,
     limits,
@@ -100,6 +111,7 @@ CASES: list[Callable[[Session], Awaitable[Any]]] = [
     clear,
     large_items_in_order,
     settings_limit,
+    line_breaks_inside_items,
 ]
 
 
@@ -229,3 +241,17 @@ def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
     agent = Agent(name="notes", instructions=memory.instructions("You keep notes."))
     with pytest.raises(TypeError, match="context=session"):
         asyncio.run(agent.get_system_prompt(RunContextWrapper(context=None)))
+
+
+def test_an_item_that_cannot_be_read_is_never_popped(client, tenant):
+    """pop_item reads the latest item before it removes it: one that is not JSON (a record edited
+    by hand) raises, and the session is left as it was."""
+    session = MnemosyneSession("s1", client, tenant)
+    asyncio.run(session.add_items([message("user", "a")]))
+    listed = client.list_records(tenant, session.scope)
+    [record] = listed.records
+    broken = record.content + '{"role": "user", "content": "cut\n'
+    client.edit_records(tenant, session.scope, [RecordChange("put", record.key, broken)], listed.generation)
+    with pytest.raises(json.JSONDecodeError):
+        asyncio.run(session.pop_item())
+    assert [r.content for r in client.list_records(tenant, session.scope).records] == [broken]

@@ -15,8 +15,10 @@ import hashlib
 import math
 import operator
 import re
+import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -37,6 +39,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
+from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, MemoryClient
 from mnemosyne.integrations.langgraph import MnemosyneStore
 
 # -- the reference's embedding: words hashed into 256 dimensions --------------------------------
@@ -368,3 +371,62 @@ def test_a_fact_stored_in_one_thread_is_recalled_in_another(client, tenant):
     # The other thread's state never held the fact: it came through the store.
     assert "pizza" not in str(graph.get_state({"configurable": {"thread_id": "thread-2"}}).values.get("said"))
     assert turn("thread-3", "bob", "what is my favourite food?") == "I don't know"  # another user's namespace
+
+
+# -- a tenant's expiry policy, and the size of a value ----------------------------------------------
+
+DAY = 86_400
+
+
+def test_a_put_after_its_item_expired_is_readable(server_factory, tenant, tmp_path: Path):
+    """Under a tenant's default TTL (docs/expiry.md) an expired item's memory still holds its text,
+    hidden, through the grace: a put of that text again would be its duplicate, unreadable. The
+    put makes the item anew instead, with the tenant's TTL from then (the server's expiry clock is
+    moved by the test seam MNEMOSYNE_TEST_CLOCK_FILE)."""
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    server = server_factory(env={"MNEMOSYNE_TEST_CLOCK_FILE": str(clock)}).start()
+    with MemoryClient(server.target) as client:
+        client.set_expiry_policy(tenant, ExpiryPolicy(default_ttl_seconds=DAY))
+        store = MnemosyneStore(client, tenant)
+
+        def expire() -> None:
+            clock.write_text(str(float(clock.read_text()) + DAY + 60))
+            assert store.get(("prefs",), "food") is None
+
+        def live() -> list[str]:
+            return [m.text.partition("\n")[0] for m in client.list_memories(tenant).memories]
+
+        store.put(("prefs",), "food", {"likes": "pizza"})
+        expire()
+        store.put(("prefs",), "food", {"likes": "pizza"})  # a retain of the hidden memory's text
+        assert store.get(("prefs",), "food").value == {"likes": "pizza"}  # type: ignore[union-attr]  # found: asserted by its value
+        assert [i.value for i in store.search(("prefs",))] == [{"likes": "pizza"}]
+        [memory] = client.list_memories(tenant).memories
+        expires_at = client.get_memory(tenant, memory.id).expires_at
+        assert expires_at == pytest.approx(time.time() + float(clock.read_text()) + DAY, abs=30)
+
+        expire()
+        store.put(("prefs",), "food", {"likes": "sushi"})  # a new memory beside the hidden one
+        store.put(("prefs",), "food", {"likes": "pizza"})  # an update to the hidden memory's text
+        assert store.get(("prefs",), "food").value == {"likes": "pizza"}  # type: ignore[union-attr]  # found: asserted by its value
+        assert live() == ['{"likes": "pizza"}']
+
+
+def test_a_value_has_the_servers_text_limit_less_its_address_line(client, tenant):
+    """A memory's text is the value's JSON and a 31-character address line, so a value's JSON has
+    the server's --max-text-chars less 31 (32,737 by default); a longer one is refused with its
+    own length and that limit."""
+    store = MnemosyneStore(client, tenant)
+
+    def value(chars: int) -> dict[str, str]:
+        return {"s": "x" * (chars - len('{"s": ""}'))}
+
+    store.put(("ns",), "largest", value(32_737))
+    assert store.get(("ns",), "largest").value == value(32_737)  # type: ignore[union-attr]  # found: asserted by its value
+    with pytest.raises(InvalidArgumentError) as refused:
+        store.put(("ns",), "too-long", value(32_738))
+    assert refused.value.reason == "TEXT_TOO_LONG"
+    assert "the value's JSON has 32738 characters; the limit is 32737" in refused.value.message
+    assert refused.value.metadata["limit"] == "32737"
+    assert store.get(("ns",), "too-long") is None

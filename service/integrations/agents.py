@@ -93,18 +93,19 @@ class MnemosyneSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item and return it (None when the session is empty)."""
-        popped: list[str] = []
+        popped: list[TResponseInputItem] = []
 
         def without_last(records: Records) -> list[RecordChange]:
             popped.clear()
             if not records:
                 return []
             key, held = records[-1]
-            popped.append(held[-1])
+            # Parsed before the edit is made: an item that cannot be read back is never removed.
+            popped.append(json.loads(held[-1]))
             return [RecordChange("put", key, _content(held[:-1])) if held[1:] else RecordChange("delete", key)]
 
         await asyncio.to_thread(self._edit, without_last)
-        return json.loads(popped[0]) if popped else None
+        return popped[0] if popped else None
 
     async def clear_session(self) -> None:
         """Remove every item of the session (``MAX_CHANGES`` records an edit)."""
@@ -117,7 +118,7 @@ class MnemosyneSession:
 
     def _read(self) -> tuple[int, Records]:
         listed = self.client.list_records(self.tenant, self.scope)
-        return listed.generation, [(r.key, r.content.splitlines()) for r in listed.records]
+        return listed.generation, [(r.key, _lines(r.content)) for r in listed.records]
 
     def _edit(self, changes_of: Callable[[Records], list[RecordChange]]) -> int:
         """Apply ``changes_of(records)`` in one edit at the generation the records were read at;
@@ -147,6 +148,13 @@ class MnemosyneSession:
 
 # A session's records in order: each record's key and its items, one JSON text a line.
 Records = list[tuple[str, list[str]]]
+
+
+def _lines(content: str) -> list[str]:
+    """A record's items, one a line. A line ends at LF alone: JSON escapes LF inside strings, but
+    an item holds the other line breaks ``str.splitlines`` knows (U+2028, U+0085...) raw, as
+    ``json.dumps(..., ensure_ascii=False)`` writes them."""
+    return [line for line in content.split("\n") if line]
 
 
 def _content(lines: Sequence[str]) -> str:

@@ -19,7 +19,8 @@ The store's contract is LangGraph's, not the memory contract, so this module hon
 * ``search`` with a query goes through Recall (its best ``max_k`` = 100 hits of the prefix), its
   ``filter`` then applied to the values; without a query, the prefix's items in the order they were
   first put. ``list_namespaces`` reads the items under the longest literal prefix of its conditions.
-* ``supports_ttl`` is False: Mnemosyne keeps no expiry, so a put with a TTL is refused.
+* ``supports_ttl`` is False: a put with a TTL is refused. The tenant's expiry policy applies to
+  items as to any memory (docs/expiry.md); a put after an item expired makes it anew (``_put``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -48,6 +50,7 @@ from langgraph.store.base import (
 )
 
 from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError
 from mnemosyne.client.types import Memory
 from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE
 
@@ -69,7 +72,8 @@ class MnemosyneStore(BaseStore):
     Puts made through one store are applied one at a time; two processes putting the same new
     address at the same instant may both create it: reads then see the newest, and the next put
     of that address forgets the other. Errors are the client's (``mnemosyne.client.errors``):
-    ``InvalidArgumentError`` for a value whose JSON is too long (TEXT_TOO_LONG) or a namespace too
+    ``InvalidArgumentError`` for a value whose JSON is too long (TEXT_TOO_LONG: the server's
+    --max-text-chars less the 31 characters of the address line) or a namespace too
     deep or too long for the metadata (METADATA_INVALID), ``PermissionDeniedError`` for a token
     that does not name the tenant; a namespace LangGraph forbids raises ``InvalidNamespaceError``,
     a TTL ``NotImplementedError``."""
@@ -167,10 +171,34 @@ class MnemosyneStore(BaseStore):
                 self.client.forget(self.tenant, memory.id)
         if text is None:
             return
+        try:
+            hidden = self._write(namespace, key, keep, text)
+            if hidden is not None:
+                # A memory expired in its grace still holds this text, hidden (docs/expiry.md): the
+                # write was its duplicate and would leave the item unreadable. That item expired,
+                # so its memory goes and the write is made anew, under the tenant's expiry policy.
+                self.client.forget(self.tenant, hidden)
+                self._write(namespace, key, keep, text)
+        except InvalidArgumentError as error:
+            if error.reason == "TEXT_TOO_LONG":
+                raise _value_too_long(error, text) from None
+            raise
+
+    def _write(self, namespace: tuple[str, ...], key: str, keep: Memory | None, text: str) -> int | None:
+        """Retain ``text`` as the item's memory, or update ``keep`` to it. Returns the memory that
+        already held the text when the write was its duplicate (then nothing changed), else None."""
         if keep is None:
-            self.client.retain(self.tenant, text, metadata=_metadata(namespace, key))
-        elif keep.text != text:
+            result = self.client.retain(self.tenant, text, metadata=_metadata(namespace, key))
+            return result.memory_id if result.status == "duplicate" else None
+        if keep.text == text:
+            return None
+        try:
             self.client.update_memory(self.tenant, keep.id, text=text)
+        except FailedPreconditionError as error:
+            if error.reason != "MEMORY_DUPLICATE":
+                raise
+            return int(error.metadata["memory_id"])
+        return None
 
 
 # -- items as memories --------------------------------------------------------------------------
@@ -187,7 +215,10 @@ def _check(op: Op) -> None:
         if op.namespace[0] == "langgraph":
             raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
         if op.ttl is not None:
-            raise NotImplementedError("MnemosyneStore keeps no expiry (supports_ttl is False): put with ttl=None")
+            raise NotImplementedError(
+                "MnemosyneStore takes no TTL of a put (supports_ttl is False; the tenant's expiry policy applies): "
+                "put with ttl=None"
+            )
         if op.value is not None and not isinstance(op.value, Mapping):
             raise TypeError(f"a value is a mapping with string keys or None, not {type(op.value).__name__}")
 
@@ -207,6 +238,23 @@ def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str
     address = json.dumps([list(namespace), key], ensure_ascii=False)
     digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
     return json.dumps(dict(value), ensure_ascii=False) + "\n" + ADDRESS_LINE.format(digest)
+
+
+def _value_too_long(error: InvalidArgumentError, text: str) -> InvalidArgumentError:
+    """The server's TEXT_TOO_LONG said of the value: the server counts the item's whole text, so a
+    value's JSON has the server's limit less the address line. The limit is read from the server's
+    message (its ErrorInfo carries none); a message without it is passed on as it is."""
+    value = text.partition("\n")[0]
+    line = len(text) - len(value)
+    server = re.search(r"the limit is (\d+)", error.message)
+    if server is None:
+        return error
+    limit = int(server[1])
+    message = (
+        f"the value's JSON has {len(value)} characters; the limit is {limit - line} "
+        f"(the server's max_text_chars, {limit}, less the {line} characters of the item's address line)"
+    )
+    return InvalidArgumentError(error.code, error.reason, message, {**error.metadata, "limit": str(limit - line)})
 
 
 def _value(memory: Memory) -> dict[str, Any]:
