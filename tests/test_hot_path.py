@@ -18,6 +18,11 @@ from mnemosyne.client import (
     NotFoundError,
     RetainItem,
 )
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainItem as EngineRetainItem
+from mnemosyne.errors import DeadlineExceeded
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pending_index import INDEX_FILE_NAME
 
 
@@ -299,3 +304,54 @@ def test_a_backed_off_tenant_is_taken_when_its_retry_time_comes() -> None:
     scheduler.notify("fresh")
     assert {scheduler.take(), scheduler.take()} == {"retrying", "fresh"}
     scheduler.stop()
+
+
+def _says_disabled_with(message: str, queued: int) -> None:
+    """A Disable past its deadline says the state it leaves, not only that it gave up."""
+    assert "the hot path is disabled (new fast writes are written synchronously)" in message, message
+    assert f"{queued} operations queued before it are still pending or running" in message, message
+    assert "call Disable again to wait for them" in message, message
+
+
+def test_a_disable_past_its_deadline_leaves_the_hot_path_disabled_and_says_so(server_factory, tmp_path: Path) -> None:
+    """Not undone at its deadline: disabled (Status, a synchronous fast write), the queue still
+    applied; a second Disable past its deadline says the same; once the queue drains one returns.
+    Over gRPC (the server waits on its event loop) and in process (the blocking barrier)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as c:
+        c.hot_path("held", "enable")
+        c.retain_batch("held", [f"queued before the disable {i}" for i in range(3)], fast=True)
+        for timeout in (0.3, 1.0):  # the first Disable, then a second one with the queue still held
+            with pytest.raises(DeadlineExceededError) as caught:
+                c.hot_path("held", "disable", timeout_seconds=timeout)
+            assert (caught.value.reason, caught.value.metadata["remaining_depth"]) == (
+                "HOT_PATH_DEADLINE_EXCEEDED",
+                "3",
+            )
+            _says_disabled_with(caught.value.message, 3)
+            assert not c.hot_path("held", "status").enabled
+            assert c.retain("held", f"written after a disable of {timeout}s", fast=True).status == "created"
+        hold.unlink()
+        status = c.hot_path("held", "disable", timeout_seconds=60)
+        assert not status.enabled and status.queue_depth == 0 and status.succeeded == 3
+
+    held = tmp_path / "held-in-process"
+    held.touch()
+    engine = Engine(EngineConfig(data_dir=tmp_path / "in-process"), seams=Seams(hold_workers_file=held))
+    try:
+        engine.hot_path.set_enabled("held", True)
+        engine.retain_batch("held", [EngineRetainItem(text=f"queued in process {i}") for i in range(2)], fast=True)
+        with pytest.raises(DeadlineExceeded) as refused:
+            engine.hot_path.disable("held", 0.3)
+        assert refused.value.reason == "HOT_PATH_DEADLINE_EXCEEDED"
+        _says_disabled_with(refused.value.message, 2)
+        assert not engine.hot_path.status("held").enabled
+        assert (
+            engine.retain("held", EngineRetainItem(text="written in process after it"), fast=True).status == "created"
+        )
+        held.unlink()
+        assert engine.hot_path.disable("held", 60).queue_depth == 0
+    finally:
+        engine.close()

@@ -33,6 +33,7 @@ from mnemosyne.engine.config import EngineConfig, WebhookConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem as EngineRetainItem
 from mnemosyne.engine.webhooks.addresses import refusal
+from mnemosyne.engine.webhooks.sender import post
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.webhook_index import INDEX_FILE_NAME
 from tests.http_support import request as http_request
@@ -572,3 +573,108 @@ def test_every_revision_reaches_subscribers_reverts_and_expiry_changes_included(
     assert all(updated[seq]["memory_id"] == memory_id for seq in wanted)
     (reverted,) = [d for d in delivered("record.changed") if d["generation"] == g3]
     assert reverted["scope"] == scope and reverted["changes"] == [{"op": "put", "key": "plan.md"}]
+
+
+# URLs no delivery could ever reach, and what the refusal names (docs/webhooks.md "Subscriptions").
+UNDELIVERABLE = [
+    ("http://hooks.example/ok\x7f", "the control character U+007F at character 24"),
+    ("http://hooks.example/a\x00b", "the control character U+0000"),
+    ("http://hooks.example/a\tb", "the control character U+0009"),
+    ("http://hooks.example/a\x85b", "the control character U+0085"),  # C1
+    ("http://hooks.example/a b", "a space at character 23"),
+    ("http://hooks.example/caf\u00e9", "not ASCII: percent-encode it (%C3%A9)"),
+    ("http://b\u00fccher.example/", "give it in its IDNA form, xn--bcher-kva.example"),
+    ("http://" + "\u00fc" * 64 + ".example/", "it has no IDNA form"),
+    ("http://a..b/", "an empty label"),
+    ("http://.hooks.example/", "an empty label"),
+    ("http://" + "a" * 64 + ".com/", "a label of 64 characters"),
+    ("http://" + ("a" * 63 + ".") * 4 + "com/", "has at most 253"),
+    ("http://a!b.example/", "holds '!'"),
+    ("http://a%62.example/", "holds '%'"),
+    ("http://hooks.example:0/", "port '0'"),
+    ("http://hooks.example:65536/", "port '65536'"),
+    ("http://hooks.example:+80/", "port '+80'"),
+    ("http://hooks.example:8o/", "port '8o'"),
+    ("http://[2001:db8::1]x/", "after its closing bracket"),
+    ("http://[fe80::1%25eth0]/", "names a zone"),
+    ("http://user@hooks.example/", "a user or password"),
+    ("http://@hooks.example/", "a user or password"),
+    ("http://hooks.example/#", "a #fragment"),
+    ("http:///hook", "no host"),
+    ("ftp://hooks.example/", "scheme is 'ftp'"),
+]
+
+
+def test_urls_no_delivery_could_reach_are_refused_naming_what_is_wrong(server_factory, tenant: str) -> None:
+    server = server_factory(http=True, env=FAST_RETRIES).start()
+    with MemoryClient(server.target, retries=0) as client:
+        for url, named in UNDELIVERABLE:
+            with pytest.raises(InvalidArgumentError) as refused:
+                client.create_webhook(tenant, url, ["memory.created"])
+            assert refused.value.reason == "WEBHOOK_URL_INVALID" and named in refused.value.message, (
+                url,
+                refused.value,
+            )
+        assert client.list_webhooks(tenant) == []
+    for url, named in UNDELIVERABLE[:: len(UNDELIVERABLE) // 5]:  # the same over HTTP/JSON
+        reply = http_request(
+            server.http_port,
+            "POST",
+            f"/v1/tenants/{tenant}/webhooks",
+            json_body={"url": url, "kinds": ["WEBHOOK_KIND_MEMORY_CREATED"]},
+        )
+        assert (reply.status, reply.reason) == (400, "WEBHOOK_URL_INVALID") and named in reply.json()["message"], url
+
+
+@pytest.mark.parametrize(("url", "named"), UNDELIVERABLE)
+def test_the_sender_reads_a_url_as_its_refusal_does_and_never_guesses_a_port(url: str, named: str) -> None:
+    """A subscription stored before a refusal existed fails each attempt saying why, without a
+    connection: port 0 never becomes 80, a host the resolver cannot take is never looked up."""
+    attempt = post(url, b"{}", {}, timeout=2, allow_private=True)
+    assert attempt.status_code == 0 and attempt.error.startswith("the url cannot be delivered to: "), attempt
+    assert named in attempt.error
+
+
+def test_urls_at_the_limits_are_accepted_and_delivered(server_factory, tenant: str, receiver: Receiver) -> None:
+    """What the refusals leave is deliverable: an escaped path and query, no path, an upper-case
+    scheme, a port with a leading zero; a 63-character label and a 253-character name are taken."""
+    server = server_factory(args=ALLOW, env=FAST_RETRIES).start()
+    port = receiver.server.server_address[1]
+    deliverable = {
+        f"http://127.0.0.1:{port}/p%7Fq?x=%C3%A9&y=%20": "/p%7Fq?x=%C3%A9&y=%20",
+        f"http://127.0.0.1:{port}": "/",
+        f"HTTP://127.0.0.1:0{port}/upper": "/upper",
+        f"http://localhost:{port}/by-name": "/by-name",
+    }
+    with MemoryClient(server.target, retries=0) as client:
+        for url in deliverable:
+            client.create_webhook(tenant, url, ["memory.created"])
+        for url in (
+            "http://" + "a" * 63 + ".example/",
+            "https://" + ("a" * 62 + ".") * 4 + "a./",
+            "http://a_b.example:65535/",
+        ):
+            assert client.create_webhook(tenant, url, ["memory.created"]).webhook.url == url
+        client.retain(tenant, "a change for every deliverable url")
+        wait_until(lambda: {r.path for r in receiver.delivered} == set(deliverable.values()), 30)
+
+
+def test_an_empty_kinds_list_names_the_kinds_as_a_request_gives_them(server_factory, tenant: str) -> None:
+    server = server_factory(http=True).start()
+    with MemoryClient(server.target, retries=0) as client:
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.create_webhook(tenant, "https://hooks.example/in", [])
+    message = refused.value.message
+    assert refused.value.reason == "WEBHOOK_KINDS_INVALID"
+    assert "memory.created (WEBHOOK_KIND_MEMORY_CREATED)" in message, message
+    assert "consolidation.applied (WEBHOOK_KIND_CONSOLIDATION_APPLIED)" in message, message
+    path = f"/v1/tenants/{tenant}/webhooks"
+    empty = http_request(server.http_port, "POST", path, json_body={"url": "https://hooks.example/in", "kinds": []})
+    assert (empty.status, empty.reason) == (400, "WEBHOOK_KINDS_INVALID")
+    named = [w.strip("(),;") for w in empty.json()["message"].split() if w.strip("(),;").startswith("WEBHOOK_KIND_")]
+    assert len(named) == 8
+    for kind in named:  # each name the message gives is one the request takes
+        made = http_request(
+            server.http_port, "POST", path, json_body={"url": "https://hooks.example/in", "kinds": [kind]}
+        )
+        assert made.status == 200 and made.json()["webhook"]["kinds"] == [kind], made.body

@@ -68,6 +68,8 @@ class Barriers:
 
     @staticmethod
     def gave_up(what: str, seconds: float, remaining: int) -> DeadlineExceeded:
+        if what == "disable":
+            return _disable_gave_up(seconds, remaining)
         return DeadlineExceeded(
             f"{what} gave up after {seconds:g}s with {remaining} operations still pending or running; "
             "call it again (nothing was lost) or give a longer timeout_seconds",
@@ -102,6 +104,18 @@ class Barriers:
                     raise self.gave_up(what, timeout, left)
                 changed.wait(min(1.0, wait))
                 changed.clear()
+
+
+def _disable_gave_up(seconds: float, remaining: int) -> DeadlineExceeded:
+    """A Disable past its deadline is not undone (the flag was set before the wait; undoing it
+    would race a second Disable): the refusal says the state it leaves."""
+    return DeadlineExceeded(
+        f"disable took effect but gave up waiting after {seconds:g}s: the hot path is disabled (new fast writes are "
+        f"written synchronously) and {remaining} operations queued before it are still pending or running; they "
+        "will be applied (nothing was lost): call Disable again to wait for them, or give a longer timeout_seconds",
+        reason="HOT_PATH_DEADLINE_EXCEEDED",
+        metadata={"remaining_depth": str(remaining)},
+    )
 
 
 def _barrier(store: TenantStore) -> Barrier:

@@ -1,5 +1,7 @@
 """One delivery attempt: a signed POST to a subscription's URL, within a deadline.
 
+* The URL is read by urls.py ``parse``, as CreateWebhook read it when it accepted it: one that
+  cannot be sent fails the attempt saying why, and no part of it (a port) is guessed.
 * The host is resolved here and every address it resolves to is judged (addresses.py) before
   any connection; the connection goes to a judged address, so a name cannot be re-resolved
   elsewhere in between (DNS rebinding). A name with any refused address is refused whole.
@@ -26,9 +28,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from mnemosyne.engine.webhooks.addresses import IPAddress, literal, refusal
+from mnemosyne.engine.webhooks.urls import UnusableURL, parse
 from mnemosyne.version import VERSION
 
 SECRET_PREFIX = "whsec_"
@@ -112,15 +114,18 @@ def post(
     """POST ``body`` to ``url`` within ``timeout`` seconds; never raises for what the network or
     the receiver did."""
     deadline = time.monotonic() + timeout
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        # The same reading CreateWebhook refused by; a subscription made before it learnt a
+        # refusal fails here, saying why, and never goes to a port or host it did not name.
+        target = parse(url)
+    except UnusableURL as exc:
+        return Attempt(0, f"the url cannot be delivered to: {exc}")
+    host, port, path = target.host, target.port, target.path
     sock: socket.socket | None = None
     watchdog: threading.Timer | None = None
     try:
         sock = _connect(host, port, deadline, allow_private=allow_private)
-        if parts.scheme == "https":
+        if target.scheme == "https":
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (sock,))
         watchdog.daemon = True
