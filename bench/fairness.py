@@ -17,8 +17,8 @@ the switch). Prepare it once, from this checkout::
 (a regular, not editable, install: the server it runs stays the baseline whatever the worktree
 does later). Without ``--old-python`` only the new server is measured. ``--old-args`` and
 ``--new-args`` add serve flags (one shell-quoted string each), e.g. the new server's raised
-stream limits. The servers run with the defaults otherwise: loopback, no tokens, the hashing
-embedder. Both servers run for the whole run (about 3 minutes); ``--quick`` shortens every phase
+stream limits. The servers run with the defaults otherwise: loopback, no tokens, the default
+embedder (MiniLM; ``--new-args "--embedder hashing"`` for the other). Both servers run for the whole run (about 3 minutes); ``--quick`` shortens every phase
 and cell (a smoke run of about a minute).
 
 Serving floor. ``AdminService.Ping`` and ``Recall`` (k=10, hybrid) against a tenant of 10,000
