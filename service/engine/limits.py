@@ -82,6 +82,7 @@ def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
         raise InvalidArgument(
             f"{field} has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)",
             reason="TEXT_TOO_LONG",
+            metadata={"limit": str(limits.max_text_chars)},
         )
     if "\x00" in text:
         raise InvalidArgument(f"{field} contains a NUL character", reason="TEXT_INVALID")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -242,14 +241,12 @@ def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str
 
 def _value_too_long(error: InvalidArgumentError, text: str) -> InvalidArgumentError:
     """The server's TEXT_TOO_LONG said of the value: the server counts the item's whole text, so a
-    value's JSON has the server's limit less the address line. The limit is read from the server's
-    message (its ErrorInfo carries none); a message without it is passed on as it is."""
+    value's JSON has the server's limit (its ErrorInfo's ``limit``) less the address line."""
     value = text.partition("\n")[0]
     line = len(text) - len(value)
-    server = re.search(r"the limit is (\d+)", error.message)
-    if server is None:
+    if not error.metadata.get("limit", "").isdigit():
         return error
-    limit = int(server[1])
+    limit = int(error.metadata["limit"])
     message = (
         f"the value's JSON has {len(value)} characters; the limit is {limit - line} "
         f"(the server's max_text_chars, {limit}, less the {line} characters of the item's address line)"
