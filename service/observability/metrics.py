@@ -34,7 +34,7 @@ from mnemosyne.engine.ann import FIGURES as ANN_FIGURES
 from mnemosyne.engine.ann import AnnFigures
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.observability.call_latency import CallLatency
-from mnemosyne.runtime import read_priority
+from mnemosyne.runtime import model_passes, read_priority
 
 # gRPC latency buckets: from sub-millisecond reads to multi-second batches with a real model.
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -241,7 +241,8 @@ class _LabelledCounts(Collector):
 
 
 class _GivenWay(Collector):
-    """How often long writes gave way to the reads running beside them (read_priority)."""
+    """How often long writes gave way to the reads running beside them (read_priority), and a
+    model's passes over them waited for a core (model_passes)."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         steps, seconds = read_priority.given_way()
@@ -254,6 +255,17 @@ class _GivenWay(Collector):
             "mnemosyne_write_seconds_given_way",
             "Seconds long writes waited for running reads, in all.",
             value=seconds,
+        )
+        passes, pass_seconds = model_passes.waited()
+        yield CounterMetricFamily(
+            "mnemosyne_model_passes_given_way",
+            "A model's passes over a write's texts that waited for a core the reads kept.",
+            value=passes,
+        )
+        yield CounterMetricFamily(
+            "mnemosyne_model_seconds_given_way",
+            "Seconds a model's passes over writes' texts waited for a core the reads kept, in all.",
+            value=pass_seconds,
         )
 
 

@@ -51,6 +51,7 @@ TURN_SECONDS = 0.001
 
 _change = threading.Condition()
 _reads_running = 0
+_last_read_ended = float("-inf")  # time.monotonic() of the last read's answer
 _turns_taken = 0  # tickets handed out to stretches (one per thread entering or re-entering)
 _turn_now = 0  # the ticket whose stretch runs now
 _steps_given_way = 0
@@ -61,7 +62,7 @@ _this_thread = threading.local()
 @contextmanager
 def read_running() -> Iterator[None]:
     """Around a read call, from its admission to its answer: stretches of bulk work give way to it."""
-    global _reads_running
+    global _reads_running, _last_read_ended
     with _change:
         _reads_running += 1
     try:
@@ -69,13 +70,24 @@ def read_running() -> Iterator[None]:
     finally:
         with _change:
             _reads_running -= 1
+            _last_read_ended = time.monotonic()
             if _reads_running == 0:
                 _change.notify_all()
+
+
+def reads_recent(seconds: float) -> bool:
+    """Whether a read is running or one was answered within the last ``seconds``."""
+    return _reads_running > 0 or time.monotonic() - _last_read_ended < seconds
 
 
 def never_give_way() -> None:
     """The calling thread runs reads (a reader thread, the event loop): it never waits for them."""
     _this_thread.exempt = True
+
+
+def runs_reads() -> bool:
+    """Whether the calling thread runs reads (``never_give_way``)."""
+    return getattr(_this_thread, "exempt", False)
 
 
 @contextmanager
@@ -104,7 +116,7 @@ def give_way() -> None:
     reads itself; then, inside a stretch that has had its turn TURN_SECONDS, let the stretches
     waiting for theirs run first."""
     global _steps_given_way, _seconds_given_way
-    if getattr(_this_thread, "exempt", False):
+    if runs_reads():
         return
     if _reads_running:
         now = time.monotonic()

@@ -1,0 +1,101 @@
+"""A core for the reads: a model's passes over a write's texts leave one core free while reads run.
+
+A sentence model's forward pass (the default embedder, MiniLM) is native code that lets go of the
+interpreter and takes a whole core until it ends: a pass over 32 long texts took 3.7 s on a 2-core
+machine. So ``read_priority``'s turns, which hold back in-process Python, do not hold it back, and
+two write threads embedding batches took both cores: another tenant's recalls at 50 a second, each
+embedding its query with the same model, queued behind one another (p50 109-166 ms against 11-16
+quiet; docs/fairness.md#a-core-for-the-reads).
+
+So a model runs a write's texts in passes of at most ``PASS_WORD_PIECES`` word pieces (a few
+hundred milliseconds at most), and each pass larger than ``SMALL_PASS_WORD_PIECES`` enters
+``bulk_pass``: while reads are being served (one running, or one ended within
+``READS_RECENT_SECONDS``), at most all cores but one run such passes at once, in arrival order;
+with no reads they are not held. A query's embedding, a small write's, and any pass on a thread
+that runs reads never wait. On a 2-core machine that serves reads, a model's bulk writes run one
+pass at a time; on 16 cores, 15.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mnemosyne.runtime import read_priority
+
+# The word pieces one pass of a write's texts holds at most (its texts' padded lengths summed):
+# 2,048 took ~0.6 s on the 2-core machine of the measurements, 0.1-0.2 s on a current server core.
+PASS_WORD_PIECES = 2048
+# A pass of at most this many word pieces never waits (a query's, a single memory's): a small
+# write of another tenant is not queued behind a batch's passes.
+SMALL_PASS_WORD_PIECES = 512
+# Reads ended this recently still count as being served: a read arriving in the gap between two
+# reads finds its core free, not taken by a pass that began in the gap.
+READS_RECENT_SECONDS = 1.0
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity, and a cgroup's CPU quota (a
+    Kubernetes CPU limit), whichever is fewer; at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota to read: the affinity stands
+    return max(1, cores)
+
+
+_change = threading.Condition()
+_running = 0  # bulk passes running now
+_tickets = 0  # bulk passes that asked to run (one ticket each)
+_next = 0  # the ticket whose pass runs next
+_passes_waited = 0
+_seconds_waited = 0.0
+
+
+def _limit() -> int:
+    """How many bulk passes may run now: all cores but one while reads are served, else any.
+    The cores are read each time (a few microseconds a pass of 0.1 s or more): a pod's CPU limit
+    can change while it runs."""
+    return max(1, available_cores() - 1) if read_priority.reads_recent(READS_RECENT_SECONDS) else 1 << 30
+
+
+@contextmanager
+def bulk_pass(word_pieces: int) -> Iterator[None]:
+    """Around one pass of a model over a write's texts (``word_pieces``: the pass's padded size)."""
+    global _running, _tickets, _next, _passes_waited, _seconds_waited
+    if word_pieces <= SMALL_PASS_WORD_PIECES or read_priority.runs_reads():
+        yield
+        return
+    asked = time.monotonic()
+    with _change:
+        ticket = _tickets
+        _tickets += 1
+        # Re-read every READS_RECENT_SECONDS: the reads may have gone quiet meanwhile.
+        while not (ticket == _next and _running < _limit()):
+            _change.wait(READS_RECENT_SECONDS)
+        _next += 1
+        _running += 1
+        _change.notify_all()  # the next ticket may run too
+        waited = time.monotonic() - asked
+        if waited > 0.001:
+            _passes_waited += 1
+            _seconds_waited += waited
+    try:
+        yield
+    finally:
+        with _change:
+            _running -= 1
+            _change.notify_all()
+
+
+def waited() -> tuple[int, float]:
+    """How many bulk passes waited for a core the reads kept, and the seconds they waited in all
+    (a metric, read on each scrape)."""
+    return _passes_waited, _seconds_waited
