@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from mnemosyne.engine import wordpiece
 from mnemosyne.engine.sentence_embedder import MAX_WORD_PIECES, MiniLMEmbedder
 
 DATA = Path(__file__).parent / "data"
@@ -54,6 +57,27 @@ def test_word_pieces_equal_the_reference_tokenizers(minilm, texts, reference) ->
         (t, minilm.word_pieces(t), e.tolist()) for t, e in zip(texts, expected) if minilm.word_pieces(t) != e.tolist()
     ]
     assert not wrong, wrong[:3]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(
+        st.text(
+            st.sampled_from(["a", "B", "é", "中", "-", "\u00a0", "\t", "\x00", "\u0301", "\U0001f600"]), max_size=9
+        ),
+        max_size=60,
+    ),
+    separators=st.lists(st.sampled_from([" ", "  ", "\n", " \n", "\u3000"]), min_size=1),
+    window=st.integers(1, 12),
+)
+def test_the_word_pieces_of_a_long_text_read_window_by_window_equal_those_of_the_whole(
+    minilm, monkeypatch, words: list[str], separators: list[str], window: int
+) -> None:
+    text = "".join(word + separators[i % len(separators)] for i, word in enumerate(words))
+    whole = minilm.word_pieces(text)
+    with monkeypatch.context() as patch:
+        patch.setattr(wordpiece, "WINDOW_CHARACTERS", window)
+        assert minilm.word_pieces(text) == whole
 
 
 def test_vectors_equal_sentence_transformers(minilm, texts, reference) -> None:
