@@ -149,6 +149,7 @@ class Steps(Generic[T]):
         self._call = call
         self._parts = parts
         self._lock = threading.Lock()  # a step and the close never run at once
+        self._started = False
         self._ended = False
 
     def __aiter__(self) -> Steps[T]:
@@ -163,13 +164,18 @@ class Steps(Generic[T]):
 
     def _step(self) -> T | None:
         with self._lock:
+            self._started = True
             return next(self._parts, None)
 
     async def aclose(self) -> None:
         close = getattr(self._parts, "close", None)
-        if not self._ended and close is not None:
-            self._ended = True
-            threading.Thread(target=self._close, args=(close,), name="close-stream", daemon=True).start()
+        if self._ended or close is None:
+            return
+        self._ended = True
+        if not self._started:
+            close()  # a generator that never ran has no finally to run: closing it does nothing else
+            return
+        threading.Thread(target=self._close, args=(close,), name="close-stream", daemon=True).start()
 
     def _close(self, close: Callable[[], None]) -> None:
         with self._lock:
