@@ -22,7 +22,7 @@ MAX_WORD_CHARACTERS = 100
 # The categories the normalizer drops as control characters (it keeps unassigned code points).
 _CONTROL = frozenset(("Cc", "Cf", "Co", "Cs"))
 # Characters normalised and split at a time: 254 word pieces take ~1,000 characters of English,
-# so a 32 KB text stops after its first window or two (0.7 ms a text, all of it, before).
+# so a 32 KB text stops after its first window or two instead of normalising all of it.
 WINDOW_CHARACTERS = 2048
 # Distinct words whose pieces are kept: a memory's words repeat across a tenant.
 _WORD_CACHE = 1 << 16

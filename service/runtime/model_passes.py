@@ -1,19 +1,18 @@
 """A core for the reads: a model's passes over a write's texts leave one core free while reads run.
 
 A sentence model's forward pass (the default embedder, MiniLM) is native code that lets go of the
-interpreter and takes a whole core until it ends: a pass over 32 long texts took 3.7 s on a 2-core
+interpreter and takes a whole core until it ends, seconds for a pass over long texts on a small
 machine. So ``read_priority``'s turns, which hold back in-process Python, do not hold it back, and
-two write threads embedding batches took both cores: another tenant's recalls at 50 a second, each
-embedding its query with the same model, queued behind one another (p50 109-166 ms against 11-16
-quiet; docs/fairness.md#a-core-for-the-reads).
+two write threads embedding batches took every core of a 2-core machine: another tenant's recalls,
+each embedding its query with the same model, queued behind one another (measured in
+docs/fairness.md#a-core-for-the-reads).
 
-So a model runs a write's texts in passes of at most ``PASS_WORD_PIECES`` word pieces (a few
-hundred milliseconds at most), and each pass larger than ``SMALL_PASS_WORD_PIECES`` enters
-``bulk_pass``: while reads are being served (one running, or one ended within
-``READS_RECENT_SECONDS``), at most all cores but one run such passes at once, in arrival order;
-with no reads they are not held. A query's embedding, a small write's, and any pass on a thread
-that runs reads never wait. On a 2-core machine that serves reads, a model's bulk writes run one
-pass at a time; on 16 cores, 15.
+So a model runs a write's texts in passes of at most ``PASS_WORD_PIECES`` word pieces, and each
+pass larger than ``SMALL_PASS_WORD_PIECES`` enters ``bulk_pass``: while reads are being served
+(one running, or one ended within ``READS_RECENT_SECONDS``), at most all cores but one run such
+passes at once, in arrival order; with no reads they are not held. A query's embedding, a small
+write's, and any pass on a thread that runs reads never wait. On a 2-core machine that serves
+reads, a model's bulk writes run one pass at a time; on 16 cores, 15.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from pathlib import Path
 
 from mnemosyne.runtime import read_priority
 
-# The word pieces one pass of a write's texts holds at most (its texts' padded lengths summed):
-# 2,048 took ~0.6 s on the 2-core machine of the measurements, 0.1-0.2 s on a current server core.
+# The word pieces one pass of a write's texts holds at most (its texts' padded lengths summed): a
+# pass short enough that a read arriving while all cores run passes waits a fraction of a second.
 PASS_WORD_PIECES = 2048
 # A pass of at most this many word pieces never waits (a query's, a single memory's): a small
 # write of another tenant is not queued behind a batch's passes.
