@@ -146,6 +146,29 @@ def test_with_nothing_read_recently_passes_are_not_held_and_waiting_ones_go_when
         held.end()
 
 
+@pytest.mark.parametrize(
+    ("files", "cores"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "150000 100000\n"}, 1),
+        ({"cpu.max": "50000 100000\n"}, 1),
+        ({"cpu.max": "200000 100000\n"}, 2),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),
+        ({"cpu.max": "garbage\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_cores_are_the_affinity_or_a_cgroup_s_quota_whichever_is_fewer(
+    tmp_path: Path, files: dict[str, str], cores: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    mine = len(os.sched_getaffinity(0))
+    assert model_passes.available_cores(tmp_path) == (mine if cores is None else min(mine, cores))
+
+
 def _on_two_cores(server: ServerProcess) -> ServerProcess:
     """Start ``server`` on two of this machine's cores (one where it has one): the process and
     its threads inherit the affinity of the thread that starts it."""

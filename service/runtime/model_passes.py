@@ -37,17 +37,28 @@ SMALL_PASS_WORD_PIECES = 512
 READS_RECENT_SECONDS = 1.0
 
 
-def available_cores() -> int:
+def available_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """The cores this process may run on: its CPU affinity, and a cgroup's CPU quota (a
-    Kubernetes CPU limit), whichever is fewer; at least 1."""
+    Kubernetes CPU limit; cgroup v2's ``cpu.max``, or v1's ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us``), whichever is fewer, rounded down; at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cores = min(cores, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 quota to read: the affinity stands
+    quota = _quota(cgroup)
+    if quota is not None:
+        cores = min(cores, int(quota))
     return max(1, cores)
+
+
+def _quota(cgroup: Path) -> float | None:
+    """The cgroup's CPU quota in cores; None without one (or none readable)."""
+    try:
+        if (cgroup / "cpu.max").exists():
+            quota, period = (cgroup / "cpu.max").read_text().split()
+            return None if quota == "max" else int(quota) / int(period)
+        v1 = cgroup / "cpu"
+        quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+        return None if quota_us < 0 else quota_us / int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None  # no quota to read: the affinity stands
 
 
 _change = threading.Condition()
