@@ -57,8 +57,8 @@ def one_round(python: str | None, memories: int, seconds: float) -> dict[str, An
     with running_server(embedder="minilm", python=python) as server, MemoryClient(server.target, timeout=120) as b:
         for start in range(0, len(texts), 500):
             b.retain_batch("b", texts[start : start + 500])
-        # A exists before its batches: a tenant's first write holds its opening lock (it makes
-        # the file), so A's two threads' first batches would not reach the model at once.
+        # A exists before its batches, as in the runs of docs/fairness.md (the version before
+        # did a tenant's first write under its opening lock: its first batches took turns).
         b.retain("a", "a first memory of tenant A")
         queries = [text[:60] for text in texts[:200]]
         quiet = recalls(b, queries, QUIET_SECONDS)

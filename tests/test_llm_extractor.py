@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from mnemosyne.engine.extractor import Extraction, RulesExtractor
 from mnemosyne.engine.llm_extractor import LLMSettings, OpenAIExtractor, extractor_from_settings
 from mnemosyne.errors import FailedPrecondition, Unavailable
 from tests.chat_server import Behaviour, ChatServer
-from tests.support import SERVE, ServerFactory, ServerProcess, serve_args
+from tests.support import SERVE, ServerFactory, ServerProcess, serve_args, wait_until
 
 TEXT = "Ticket RF-88213 was opened by ana@example.com on 2024-03-05. The refund status: approved."
 
@@ -201,6 +202,26 @@ def test_server_counts_model_calls_exactly(server_factory, chat: ChatServer, ten
     assert [(t.subject, t.predicate, t.object) for t in memory.triples] == [
         (t["subject"], t["predicate"], t["object"]) for t in answer["triples"]
     ]
+
+
+def test_a_new_tenant_s_writes_do_not_wait_for_the_model_working_on_its_first(
+    server_factory, chat: ChatServer, tenant: str
+) -> None:
+    # A tenant's first write makes its file under the tenant's opening lock: the model's work on
+    # it is done before, so a second write of the new tenant commits while the first still waits
+    # for the model.
+    process = serve_with(server_factory, chat)
+    chat.script = [Behaviour("hang")]
+    with MemoryClient(process.target) as client, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.retain, tenant, TEXT)
+        wait_until(lambda: chat.calls == 1)  # the first write's extraction is waiting for the model
+        with MemoryClient(process.target, timeout=8, retries=0) as other:
+            second = other.retain(tenant, "Order ORD-5521 ships on 2024-04-01.")
+        assert second.status == "created" and not first.done()
+        chat.release.set()  # the hung request ends: the extractor asks again and is answered
+        assert first.result(timeout=60).status == "created"
+        assert client.stats(tenant).memories == 2 and client.stats(tenant).model_calls == 2
+    assert chat.calls == 3
 
 
 def test_server_retries_429_and_counts_one_model_call(server_factory, chat: ChatServer, tenant: str) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 
 from mnemosyne.engine import ann
 from mnemosyne.engine import limits as check
@@ -339,23 +340,22 @@ class Engine:
         if not prepared:  # every item is invalid: nothing to write, and no file to make for it
             return [o for o in outcomes if o is not None]
         request = RequestKey(request_id, method, payload_hash(method, items, prepared)) if request_id else None
-        with self.pool.tenant(tenant, create=True) as store:
-            assert store is not None
-            self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
-            enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
-            if enqueued is not None:  # the enqueue answers a known request id itself
-                self.figures.accepted(tenant, len(prepared))
-                return enqueued
-            # Queued writes of the same content were accepted first: this one is their duplicate.
-            self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
-            result = self.write_path.write(
-                tenant,
-                store,
-                prepared,
-                outcomes,
-                request=request,
-                per_item_errors=per_item_errors,
-            )
+        # A tenant's first write makes its file under the tenant's opening lock, which the tenant's
+        # other writes wait for: the model's work on it is done before, not under it.
+        first = not fast and not self.pool.exists(tenant)
+        with self.write_path.extracted_for_new_tenant(tenant, prepared, self.pool.exists) if first else nullcontext():
+            with self.pool.tenant(tenant, create=True) as store:
+                assert store is not None
+                self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
+                enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
+                if enqueued is not None:  # the enqueue answers a known request id itself
+                    self.figures.accepted(tenant, len(prepared))
+                    return enqueued
+                # Queued writes of the same content were accepted first: this one is their duplicate.
+                self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
+                result = self.write_path.write(
+                    tenant, store, prepared, outcomes, request=request, per_item_errors=per_item_errors, claimed=first
+                )
         self.seams.committed(method)
         self.figures.accepted(tenant, len(prepared))
         return result

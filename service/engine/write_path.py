@@ -22,9 +22,9 @@ import contextvars
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -200,14 +200,17 @@ class WritePath:
         *,
         request: RequestKey | None,
         per_item_errors: bool,
+        claimed: bool = False,
     ) -> list[RetainOutcome]:
         """Extract, then commit, the prepared items in one transaction; a known request id
-        answers its first result without that work."""
+        answers its first result without that work. ``claimed``: the caller holds the items'
+        in-flight claim (``extracted_for_new_tenant``)."""
         if request:
             prior = prior_outcomes_anywhere(store, request)
             if prior is not None:
                 return prior
-        with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+        fingerprints = [p.fingerprint for p in prepared]
+        with nullcontext() if claimed else self.in_flight.claim(tenant, fingerprints):
             for _attempt in range(3):
                 self.extract_missing(store, prepared)
                 try:
@@ -288,6 +291,23 @@ class WritePath:
         check_tenant_embedder(txn, self.embedders.of(store), write=True)
 
     # -- outside the transaction: extraction, embedding, near duplicates ---------------------------
+
+    @contextmanager
+    def extracted_for_new_tenant(
+        self, tenant: str, prepared: list[PreparedItem], exists: Callable[[str], bool]
+    ) -> Iterator[None]:
+        """Around a tenant's first write, before it makes the tenant's file: extract and embed each
+        distinct item with the embedder new tenants get (the first failure raises), so the write
+        finds them done. The items' contents stay claimed until the block ends (the write then
+        runs ``write(claimed=True)``): racing writes of the same text still make one extraction,
+        the racer finding the tenant made and its text a duplicate. If another write made the
+        tenant with another embedder, ``check_vectors`` has the items embedded again."""
+        with self.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
+            if not exists(tenant):
+                new = list({p.fingerprint: p for p in reversed(prepared)}.values())  # one of each text
+                self._extract([p for p in new if p.extraction is None], None)
+                self._embed(self.embedders.default, new)
+            yield
 
     def extract_missing(
         self,
