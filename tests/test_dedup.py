@@ -191,3 +191,35 @@ def test_verify_catches_a_merge_the_ledger_never_recorded(server_factory) -> Non
     assert not report.valid
     assert [(p.memory_id, p.kind) for p in report.problems] == [(dup, "MERGE_NOT_APPLIED")]
     assert keep != dup
+
+
+# Texts the default embedder (MiniLM) cannot read: their word pieces are all [UNK] (emoji, scripts
+# its vocabulary lacks) or none at all (control characters, combining marks alone), so the model
+# gives them one and the same vector (cosine 1.0) whatever they say.
+UNREADABLE = [
+    "🎂🎉",
+    "🍕🍕🍕",
+    "ሰላም ነው",  # Amharic
+    "ᏣᎳᎩ ᎦᏬᏂᎯᏍᏗ",  # Cherokee
+    "\x01\x02\x03",
+    "\u0301\u0302\u0303",
+]
+# Sentences that differ only in a word the model reads as [UNK].
+ONLY_AN_EMOJI_APART = ["We ate 🍰 at the party", "We ate 🍮 at the party"]
+
+
+def test_texts_the_model_cannot_read_are_never_near_duplicates(server_factory) -> None:
+    server = server_factory(args=["--embedder", "minilm"]).start(timeout=120)
+    with MemoryClient(server.target) as client:
+        ids = []
+        for text in [*UNREADABLE, *ONLY_AN_EMOJI_APART]:
+            result = client.retain("t1", text)
+            assert result.status == "created" and result.near_duplicate_of == (), (text, result)
+            ids.append(result.memory_id)
+        assert client.dedup("t1").groups == []
+        merged = client.dedup("t1", merge=True)
+        assert merged.groups == [] and client.stats("t1").memories == len(ids)
+        assert all(client.get_memory("t1", m).merged_into == 0 for m in ids)
+        # Readable near duplicates are still found on the same server.
+        keep = client.retain("t1", REFUND).memory_id
+        assert client.retain("t1", REFUND_YESTERDAY).near_duplicate_of == (keep,)

@@ -6,7 +6,10 @@ a threshold and whose **atoms** are identical. Atoms are what two texts must agr
 same thing however they are worded: numbers, dates, identifiers and e-mail addresses. They are read
 from the text itself by regular expressions (never by the extractor, so finding them costs no model
 call and works on stored bodies): "refund in 5 days" and "refund in 15 days" are close in vector
-space but their atoms ({5} vs {15}) differ, so they are never near duplicates.
+space but their atoms ({5} vs {15}) differ, so they are never near duplicates. The words the
+tenant's embedder cannot read (``Embedder.unread``: for MiniLM an emoji, a script its vocabulary
+lacks, or a whole text of control characters) are atoms too: the model gives "🍰" and "🍮", or two
+sentences in Amharic, the same vector, so only their letters can tell them apart.
 
 At write time near duplicates are only named (``RetainOutcome.near_duplicate_of``); the Dedup admin
 call reports groups and merges them only when asked. Similarity is computed with the tenant's
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mnemosyne.engine import limits as check
-from mnemosyne.engine.embedder import check_tenant_embedder
+from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.extractor import (
     _ANY_DIGIT,
@@ -185,12 +188,17 @@ class Candidate:
 
     scope: str
     body: str
+    # The tenant's embedder: the words its vector cannot read are atoms too ("unread:" + word).
+    embedder: Embedder | None = field(default=None, repr=False, compare=False)
     _atoms: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def atoms(self) -> frozenset[str]:
         if self._atoms is None:
-            self._atoms = atoms(self.body)
+            found = atoms(self.body)
+            if self.embedder is not None:
+                found |= {"unread:" + word for word in self.embedder.unread(self.body)}
+            self._atoms = found
         return self._atoms
 
 
@@ -319,7 +327,7 @@ class Deduplicator:
             rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
         # Superseded memories are history, never a merge target nor merged into a current one.
         known = {
-            i: Candidate(r.scope, r.body)
+            i: Candidate(r.scope, r.body, embedder)
             for i, r in rows.items()
             if not r.forgotten and not r.merged_into and not r.superseded_by
         }

@@ -43,6 +43,12 @@ class Embedder(abc.ABC):
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
+    def unread(self, text: str) -> frozenset[str]:
+        """The words of ``text`` its vector cannot tell from other words (lower-cased): two texts
+        that differ only there get the same vector, so near duplicates must agree on them literally
+        (engine/dedup.py). Empty for an embedder whose features are the text's own characters."""
+        return frozenset()
+
 
 _CACHE_SIZE = 1 << 16
 # From this many new ASCII words in one call, their tokens are built by array operations

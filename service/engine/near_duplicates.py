@@ -53,11 +53,13 @@ def find_near_duplicates(
         similar = dedup.similar_rows(vectors, ids, matrix, threshold, limit=limit)
         wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
         rows = txn.memories_by_ids(wanted, with_details=False) if wanted else {}
-    known = {i: dedup.Candidate(r.scope, r.body) for i, r in rows.items() if not r.forgotten and not r.merged_into}
+    known = {
+        i: dedup.Candidate(r.scope, r.body, embedder) for i, r in rows.items() if not r.forgotten and not r.merged_into
+    }
     accepted = {i: r.acceptance for i, r in rows.items()}
     # One Candidate per item, compared with the stored memories and with the items before it:
     # its atoms are read once however many it is compared with.
-    items = [dedup.Candidate(p.item.scope, p.item.text) for p in todo]
+    items = [dedup.Candidate(p.item.scope, p.item.text, embedder) for p in todo]
     earlier_alike = dedup.similar_earlier(vectors, threshold) if len(todo) > 1 else []
     with read_priority.bulk_work():  # the atoms: regular expressions over every text compared
         for p, item, hits in zip(todo, items, similar):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemosyne.engine.embedder import Embedder
-from mnemosyne.engine.wordpiece import WordPiece
+from mnemosyne.engine.wordpiece import MAX_WORD_CHARACTERS, WordPiece
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.runtime import model_passes
 
@@ -94,6 +94,21 @@ class MiniLMEmbedder(Embedder):
     def word_pieces(self, text: str) -> list[int]:
         """The ids the model reads for ``text``: ``[CLS]``, its first 254 word pieces, ``[SEP]``."""
         return self._tokenizer.ids(text)
+
+    def unread(self, text: str) -> frozenset[str]:
+        """Each white-space-separated word holding a piece the vocabulary lacks (``[UNK]``: an
+        emoji, a script it has no pieces for, a word of over 100 characters), or, when the model
+        reads nothing of the text (only control, format or private-use characters, combining
+        marks), the whole text: the model gives all of these one vector, whatever they say."""
+        tokenizer = self._tokenizer
+        words = text.split()
+        if text.isascii() and all(len(word) <= MAX_WORD_CHARACTERS for word in words):  # no [UNK] possible
+            unknown: set[str] = set()
+        else:
+            unknown = {w.lower() for w in dict.fromkeys(words) if tokenizer.unknown in tokenizer.ids(w)}
+        if not unknown and len(tokenizer.ids(text)) == 2:  # [CLS] [SEP]: nothing read
+            unknown.add(" ".join(words).lower())
+        return frozenset(unknown)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
