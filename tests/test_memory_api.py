@@ -68,6 +68,9 @@ def test_retain_extracts_statements_as_triples(client: MemoryClient, tenant: str
     [
         ({"text": ""}, "TEXT_EMPTY"),
         ({"text": "   "}, "TEXT_EMPTY"),
+        ({"text": "\x01\x02\x1f"}, "TEXT_EMPTY"),  # control characters alone
+        ({"text": "\u200b\ufeff \u2060\u00ad"}, "TEXT_EMPTY"),  # format characters and a space
+        ({"text": "\u2028\u3000\t\x7f"}, "TEXT_EMPTY"),
         ({"text": "x" * 40_000}, "TEXT_TOO_LONG"),
         ({"text": "ok", "scope": "../etc"}, "SCOPE_INVALID"),
         ({"text": "ok", "scope": "workspace/"}, "SCOPE_INVALID"),
@@ -83,6 +86,13 @@ def test_retain_bad_input_is_invalid_argument(
         client.retain(tenant, **kwargs)
     assert info.value.reason == reason
     assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_text_of_one_visible_character_of_any_kind_is_kept(client: MemoryClient, tenant: str) -> None:
+    # Only white space, control and format characters are nothing: a mark, an emoji, an ideograph,
+    # a private-use or unassigned character is something.
+    for text in ["\u0301", "🎂", "中", "\ue000", "\U000e0001x", "\u200bx", "\U0010fffd"]:
+        assert client.retain(tenant, text).status == "created", repr(text)
 
 
 def test_retain_same_text_same_scope_is_a_duplicate_of_the_first(client: MemoryClient, tenant: str) -> None:

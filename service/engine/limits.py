@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,8 +77,11 @@ class Limits:
 
 
 def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
-    if not text or not text.strip():
-        raise InvalidArgument(f"{field} is empty; give the text to remember", reason="TEXT_EMPTY")
+    if not _visible(text):
+        raise InvalidArgument(
+            f"{field} is empty or holds only white space, control or format characters; give the text to remember",
+            reason="TEXT_EMPTY",
+        )
     if len(text) > limits.max_text_chars:
         raise InvalidArgument(
             f"{field} has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)",
@@ -87,6 +91,13 @@ def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
     if "\x00" in text:
         raise InvalidArgument(f"{field} contains a NUL character", reason="TEXT_INVALID")
     return text
+
+
+def _visible(text: str) -> bool:
+    """Whether a character of ``text`` is neither white space nor a control or format character
+    (a zero-width space, a byte-order mark): a text of only those says nothing to remember, and
+    the default embedder's model reads nothing of it."""
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
 
 
 def validate_scope(scope: str) -> str:
