@@ -22,6 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.cli.server_process import ServerProcess, _free_port, stop_all
+from mnemosyne.client import MemoryClient
+from mnemosyne.v1 import memory_pb2
 
 __all__ = [
     "SERVE",
@@ -117,6 +119,27 @@ def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+@contextmanager
+def parked_recall(
+    server: ServerProcess, park: Path, tenant: str, timeout: float = 60.0
+) -> Iterator[grpc.Future[memory_pb2.RecallResponse]]:
+    """A recall of ``tenant`` held on a reader thread for the block (the server started with
+    MNEMOSYNE_TEST_PARK_TENANT=tenant and MNEMOSYNE_TEST_PARK_FILE=park): the file is made, the
+    recall sent and seen busy; when the block ends the file is removed and the recall has been
+    answered (its future is yielded, for the test to read)."""
+    park.touch()
+    try:
+        with MemoryClient(server.target, timeout=timeout, retries=0) as reader:
+            request = memory_pb2.RecallRequest(tenant=tenant, query="memory", k=1)
+            parked = reader.memory.Recall.future(request, timeout=timeout)
+            wait_until(lambda: gauge(server, "mnemosyne_reader_threads_busy") == 1)
+            yield parked
+            park.unlink()
+            parked.exception(timeout=timeout)  # answered (or failed) before its channel closes
+    finally:
+        park.unlink(missing_ok=True)
 
 
 @contextmanager

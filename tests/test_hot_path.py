@@ -7,6 +7,7 @@ import re
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +25,23 @@ from mnemosyne.engine.types import RetainItem as EngineRetainItem
 from mnemosyne.errors import DeadlineExceeded
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pending_index import INDEX_FILE_NAME
+from tests.support import ServerFactory, ServerProcess
 
 
 def _indexed_tenants(data_dir: Path) -> set[str]:
     with sqlite3.connect(f"file:{data_dir / INDEX_FILE_NAME}?mode=ro", uri=True) as db:
         return {row[0] for row in db.execute("SELECT tenant FROM pending")}
+
+
+def _held_workers(
+    server_factory: ServerFactory, tmp_path: Path, env: dict[str, str] | None = None, **options: Any
+) -> tuple[ServerProcess, Path]:
+    """A started server whose hot-path workers hold before committing while the returned file
+    exists (it does until the test removes it)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold), **(env or {})}, **options).start()
+    return server, hold
 
 
 def test_unmarked_retain_on_an_enabled_tenant_is_readable_on_return(client: MemoryClient, tenant: str) -> None:
@@ -99,9 +112,7 @@ def test_get_event_of_unknown_id_is_not_found(client: MemoryClient, tenant: str)
 def test_a_fast_write_is_not_readable_before_it_is_processed(server_factory, tmp_path: Path) -> None:
     """The promise the hot path does NOT make (seed §9.2) without a consistency token: a read that
     carries none (here opted out of the client's session) does not see a fast write still queued."""
-    hold = tmp_path / "hold"
-    hold.touch()
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    server, hold = _held_workers(server_factory, tmp_path)
     with MemoryClient(server.target) as c:
         c.hot_path("stale", "enable")
         event_id = c.retain("stale", "Refund ticket RF-88213 awaits finance review", fast=True).event_id
@@ -129,9 +140,7 @@ def test_enabled_flag_survives_a_restart(server_factory) -> None:
 
 
 def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(server_factory, tmp_path: Path) -> None:
-    hold = tmp_path / "hold"
-    hold.touch()
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--synchronous", "normal"]).start()
+    server, hold = _held_workers(server_factory, tmp_path, args=["--synchronous", "normal"])
     texts = [f"Backlog entry {i}: shelf SH-{i:05d} holds {i % 97} boxes" for i in range(5000)]
     with MemoryClient(server.target, timeout=120) as c:
         c.hot_path("backlog", "enable")
@@ -169,13 +178,9 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
 
 
 def test_a_store_fault_in_the_workers_backs_off_and_loses_nothing(server_factory, tmp_path: Path) -> None:
-    hold = tmp_path / "hold"
-    hold.touch()
     # The tenant file may not grow past 80 pages (SQLite's own SQLITE_FULL): fill it with queued
     # writes while the workers are held, so applying them cannot fit.
-    server = server_factory(
-        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold), "MNEMOSYNE_TEST_FAULTS": "max_page_count=80"}
-    ).start()
+    server, hold = _held_workers(server_factory, tmp_path, env={"MNEMOSYNE_TEST_FAULTS": "max_page_count=80"})
     accepted = 0
     with MemoryClient(server.target, retries=0) as c:
         c.hot_path("cramped", "enable")
@@ -236,9 +241,7 @@ def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory
 
 
 def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> None:
-    hold = tmp_path / "hold"
-    hold.touch()
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    server, hold = _held_workers(server_factory, tmp_path)
     with MemoryClient(server.target) as c:
         c.hot_path("draining", "enable")
         c.retain_batch("draining", [f"queued before disable {i}" for i in range(10)], fast=True)
@@ -253,9 +256,7 @@ def test_disable_stops_queueing_and_drains(server_factory, tmp_path: Path) -> No
 
 
 def test_recovery_index_names_exactly_the_tenants_with_open_operations(server_factory, tmp_path: Path) -> None:
-    hold = tmp_path / "hold"
-    hold.touch()
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    server, hold = _held_workers(server_factory, tmp_path)
     with MemoryClient(server.target) as c:
         c.hot_path("busy", "enable")
         c.hot_path("idle", "enable")
@@ -317,9 +318,7 @@ def test_a_disable_past_its_deadline_leaves_the_hot_path_disabled_and_says_so(se
     """Not undone at its deadline: disabled (Status, a synchronous fast write), the queue still
     applied; a second Disable past its deadline says the same; once the queue drains one returns.
     Over gRPC (the server waits on its event loop) and in process (the blocking barrier)."""
-    hold = tmp_path / "hold"
-    hold.touch()
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    server, hold = _held_workers(server_factory, tmp_path)
     with MemoryClient(server.target) as c:
         c.hot_path("held", "enable")
         c.retain_batch("held", [f"queued before the disable {i}" for i in range(3)], fast=True)

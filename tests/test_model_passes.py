@@ -22,8 +22,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.engine.sentence_embedder import BATCH, _passes
 from mnemosyne.runtime import model_passes, read_priority
-from mnemosyne.v1 import memory_pb2
-from tests.support import ServerProcess, gauge, wait_until
+from tests.support import ServerProcess, gauge, parked_recall, wait_until
 
 BIG = model_passes.SMALL_PASS_WORD_PIECES + 1
 
@@ -207,16 +206,9 @@ def test_a_tenant_s_batches_of_long_texts_leave_a_core_to_another_tenant_s_read_
         time.sleep(model_passes.READS_RECENT_SECONDS)
         two_batches(client, (0, 100))  # nothing read: the passes are not held
         assert gauge(server, "mnemosyne_model_passes_given_way") == 0
-        park.touch()
-        try:
-            request = memory_pb2.RecallRequest(tenant="reader", query="memory", k=1)
-            parked = client.memory.Recall.future(request, timeout=300)
-            wait_until(lambda: gauge(server, "mnemosyne_reader_threads_busy") == 1)
+        with parked_recall(server, park, "reader", timeout=300) as parked:
             two_batches(client, (200, 300))  # a read runs throughout: one pass at a time
             assert gauge(server, "mnemosyne_model_passes_given_way") > 0
             assert gauge(server, "mnemosyne_model_seconds_given_way") > 0
-            park.unlink()
-            assert parked.result(timeout=60).hits[0].memory.text == "a memory of the reading tenant"
-        finally:
-            park.unlink(missing_ok=True)
+        assert parked.result(timeout=60).hits[0].memory.text == "a memory of the reading tenant"
         assert client.stats("writer").memories == 40

@@ -22,8 +22,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.runtime import read_priority
 from mnemosyne.transport.admission import Admission, AdmissionLimits, Lane
-from mnemosyne.v1 import memory_pb2
-from tests.support import ServerProcess, gauge, wait_until
+from tests.support import ServerProcess, gauge, parked_recall
 
 
 def _steps() -> int:
@@ -188,24 +187,16 @@ def test_two_batches_of_long_look_alike_texts_take_turns_give_way_to_another_ten
         client.retain("reader", "a memory of the reading tenant")
         client.retain_batch("writer", batch(0))
         assert gauge(server, "mnemosyne_write_steps_given_way") == 0  # nothing was being read
-        park.touch()
-        try:
-            with MemoryClient(server.target, timeout=60, retries=0) as reader:
-                request = memory_pb2.RecallRequest(tenant="reader", query="memory", k=1)
-                parked = reader.memory.Recall.future(request, timeout=60)
-                wait_until(lambda: gauge(server, "mnemosyne_reader_threads_busy") == 1)
-                # The read never ends while the batches run: they take turns (their near-duplicate
-                # checks on helper threads too), give way at their steps for a bounded time each,
-                # and end.
-                with MemoryClient(server.target, timeout=60, retries=0) as writer, ThreadPoolExecutor(2) as pool:
-                    batches = [pool.submit(writer.retain_batch, "writer", batch(first)) for first in (100, 200)]
-                    for done in batches:
-                        assert [o.status for o in done.result(timeout=90)] == ["created"] * 20
-                assert gauge(server, "mnemosyne_write_steps_given_way") > 0
-                assert gauge(server, "mnemosyne_write_seconds_given_way") > 0
-                park.unlink()
-                assert parked.result(timeout=30).hits[0].memory.text == "a memory of the reading tenant"
-        finally:
-            park.unlink(missing_ok=True)
+        with parked_recall(server, park, "reader") as parked:
+            # The read never ends while the batches run: they take turns (their near-duplicate
+            # checks on helper threads too), give way at their steps for a bounded time each,
+            # and end.
+            with MemoryClient(server.target, timeout=60, retries=0) as writer, ThreadPoolExecutor(2) as pool:
+                batches = [pool.submit(writer.retain_batch, "writer", batch(first)) for first in (100, 200)]
+                for done in batches:
+                    assert [o.status for o in done.result(timeout=90)] == ["created"] * 20
+            assert gauge(server, "mnemosyne_write_steps_given_way") > 0
+            assert gauge(server, "mnemosyne_write_seconds_given_way") > 0
+        assert parked.result(timeout=30).hits[0].memory.text == "a memory of the reading tenant"
         near = client.retain_batch("writer", [note(300)])[0]
         assert near.status == "created" and near.near_duplicate_of  # the atoms were read: same ticket, same date

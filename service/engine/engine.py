@@ -343,19 +343,21 @@ class Engine:
         # A tenant's first write makes its file under the tenant's opening lock, which the tenant's
         # other writes wait for: the model's work on it is done before, not under it.
         first = not fast and not self.pool.exists(tenant)
-        with self.write_path.extracted_for_new_tenant(tenant, prepared, self.pool.exists) if first else nullcontext():
-            with self.pool.tenant(tenant, create=True) as store:
-                assert store is not None
-                self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
-                enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
-                if enqueued is not None:  # the enqueue answers a known request id itself
-                    self.figures.accepted(tenant, len(prepared))
-                    return enqueued
-                # Queued writes of the same content were accepted first: this one is their duplicate.
-                self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
-                result = self.write_path.write(
-                    tenant, store, prepared, outcomes, request=request, per_item_errors=per_item_errors, claimed=first
-                )
+        with (
+            self.write_path.extracted_for_new_tenant(tenant, prepared, self.pool.exists) if first else nullcontext(),
+            self.pool.tenant(tenant, create=True) as store,
+        ):
+            assert store is not None
+            self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
+            enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
+            if enqueued is not None:  # the enqueue answers a known request id itself
+                self.figures.accepted(tenant, len(prepared))
+                return enqueued
+            # Queued writes of the same content were accepted first: this one is their duplicate.
+            self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
+            result = self.write_path.write(
+                tenant, store, prepared, outcomes, request=request, per_item_errors=per_item_errors, claimed=first
+            )
         self.seams.committed(method)
         self.figures.accepted(tenant, len(prepared))
         return result

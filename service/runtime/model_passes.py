@@ -69,13 +69,6 @@ _passes_waited = 0
 _seconds_waited = 0.0
 
 
-def _limit() -> int:
-    """How many bulk passes may run now: all cores but one while reads are served, else any.
-    The cores are read each time (a few microseconds a pass of 0.1 s or more): a pod's CPU limit
-    can change while it runs."""
-    return max(1, available_cores() - 1) if read_priority.reads_recent(READS_RECENT_SECONDS) else 1 << 30
-
-
 @contextmanager
 def bulk_pass(word_pieces: int) -> Iterator[None]:
     """Around one pass of a model over a write's texts (``word_pieces``: the pass's padded size)."""
@@ -83,20 +76,25 @@ def bulk_pass(word_pieces: int) -> Iterator[None]:
     if word_pieces <= SMALL_PASS_WORD_PIECES or read_priority.runs_reads():
         yield
         return
-    asked = time.monotonic()
+    # Read once a pass (a pod's CPU limit can change while it runs), not at every wake-up.
+    beside_reads = max(1, available_cores() - 1)
+    asked = 0.0  # when this pass first had to wait (0: it never did)
     with _change:
         ticket = _tickets
         _tickets += 1
-        # Re-read every READS_RECENT_SECONDS: the reads may have gone quiet meanwhile.
-        while not (ticket == _next and _running < _limit()):
+        # While reads are served all cores but one, else any; re-checked every
+        # READS_RECENT_SECONDS, as the reads may have gone quiet meanwhile.
+        while not (
+            ticket == _next and (_running < beside_reads or not read_priority.reads_recent(READS_RECENT_SECONDS))
+        ):
+            asked = asked or time.monotonic()
             _change.wait(READS_RECENT_SECONDS)
         _next += 1
         _running += 1
         _change.notify_all()  # the next ticket may run too
-        waited = time.monotonic() - asked
-        if waited > 0.001:
+        if asked:
             _passes_waited += 1
-            _seconds_waited += waited
+            _seconds_waited += time.monotonic() - asked
     try:
         yield
     finally:
