@@ -57,3 +57,25 @@ def test_a_non_english_tenant_recalls_no_worse_than_with_hashing(
     hashing = recalled_first(tmp_path / "hashing", monkeypatch, "hashing")
     minilm = recalled_first(tmp_path / "minilm", monkeypatch, "minilm")
     assert minilm >= hashing and minilm == len(FOREIGN), (minilm, hashing)
+
+
+# Memories the model reads nothing of (every word piece [UNK]: emoji, scripts its vocabulary
+# lacks) all get one vector; a query of that kind would get it too, cosine 1.0 with each of them.
+UNREADABLE = ["🎂🎉", "ሰላም ነው", "ᏣᎳᎩ ᎦᏬᏂᎯᏍᏗ"]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+def test_a_query_the_model_cannot_read_matches_nothing_by_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv("MNEMOSYNE_EMBEDDER", "minilm")
+    minilm = make_embedder("minilm")
+    assert not any(minilm.reads(text) for text in [*UNREADABLE, "🍔🍟", "ሰላም"]) and minilm.reads("🎂 party")
+    with MemoryBrain(tmp_path / "mem", "emoji") as brain:
+        ids = {text: brain.retain(text).memory_id for text in [*UNREADABLE, "Carol prefers tea over coffee"]}
+        assert brain.recall("🍔🍟", mode=mode) == []
+        # Its own words are still found, through the full-text leg (hybrid).
+        found = [hit.memory.id for hit in brain.recall("ሰላም", mode=mode)]
+        assert found == ([ids["ሰላም ነው"]] if mode == "hybrid" else [])
+        # A query the model reads some of is embedded as before.
+        assert brain.recall("Carol tea 🍵", mode=mode, k=1)[0].memory.id == ids["Carol prefers tea over coffee"]

@@ -43,6 +43,12 @@ class Embedder(abc.ABC):
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
+    def reads(self, text: str) -> bool:
+        """Whether ``text``'s vector says anything of it: False when the model reads none of its
+        words (each unknown to it, or none at all), as every such text gets the one same vector.
+        A recall's query of that kind then finds nothing by vector (engine/recall/query.py)."""
+        return True
+
     def unread(self, text: str) -> frozenset[str]:
         """The words of ``text`` its vector cannot tell from other words (lower-cased): two texts
         that differ only there get the same vector, so near duplicates must agree on them literally

@@ -95,6 +95,10 @@ class MiniLMEmbedder(Embedder):
         """The ids the model reads for ``text``: ``[CLS]``, its first 254 word pieces, ``[SEP]``."""
         return self._tokenizer.ids(text)
 
+    def reads(self, text: str) -> bool:
+        unknown = self._tokenizer.unknown
+        return any(piece != unknown for piece in self._tokenizer.ids(text)[1:-1])
+
     def unread(self, text: str) -> frozenset[str]:
         """Each white-space-separated word holding a piece the vocabulary lacks (``[UNK]``: an
         emoji, a script it has no pieces for, a word of over 100 characters), or, when the model

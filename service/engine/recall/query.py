@@ -2,7 +2,10 @@
 be slow. With ``speaker_query`` (MiniLM), a query naming one of the tenant's speakers is embedded
 together with itself without the name, in one model call, and its vector is the normalised mean
 of the two (``blend``): the name's words otherwise pull toward every memory that calls the
-person by name, and the speaker step already carries who."""
+person by name, and the speaker step already carries who. A query the embedder reads nothing of
+(``Embedder.reads``: emoji, a script the model has no pieces for) gets the zero vector, which
+matches no memory: its vector would be the one every unreadable memory has, whatever they say,
+and the full-text leg still finds its exact words."""
 
 from __future__ import annotations
 
@@ -45,6 +48,11 @@ def still_current(embedded: Embedded, index: VectorIndex, query: str) -> bool:
     return index.without_named_speakers(query) == embedded.without
 
 
+def unread(embedder: Embedder) -> Embedded:
+    """The vector of a query the embedder reads nothing of: zero, no memory's match."""
+    return Embedded(np.zeros(embedder.dim, dtype=np.float32))
+
+
 class QueryStep(Protocol):
     """The step that makes the query's vector, before the recall's read snapshot."""
 
@@ -63,6 +71,8 @@ class Embed:
         self.embedder = embedder
 
     def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
+        if not self.embedder.reads(query):
+            return unread(self.embedder)
         return Embedded(self.embedder.embed([query])[0])
 
 
@@ -83,6 +93,8 @@ class EmbedWithoutSpeakers:
         self.share = settings.speaker_query_mix
 
     def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
+        if not self.embedder.reads(query):
+            return unread(self.embedder)
         if not index.synced:
             with store.read() as txn:
                 check_tenant_embedder(txn, self.embedder, write=False)
