@@ -398,8 +398,8 @@ class MemoryClient:
         consistency), ``""`` for none, a token for the writes it names (as does every read
         below). Returns ``Hit``s: the memory and its fused, vector and text scores (comparable
         within one answer). Raises ``ValueError`` for another ``mode``; ``InvalidArgumentError``
-        (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default;
-        SCOPE_INVALID, METADATA_INVALID)."""
+        (QUERY_EMPTY, QUERY_INVALID: a NUL, QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's
+        --max-k, 100 by default; SCOPE_INVALID, METADATA_INVALID)."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
         request = memory_pb2.RecallRequest(

@@ -239,7 +239,7 @@ class MemoryBrain:
         "vector" or "text". ``consistency_token``: None waits for this brain's own writes
         (session consistency), ``""`` for none, a token for the writes it names (as for
         ``get_memory``). Raises ``ValueError`` for another mode; ``InvalidArgumentError``
-        (QUERY_EMPTY, QUERY_TOO_LONG, K_OUT_OF_RANGE, SCOPE_INVALID)."""
+        (QUERY_EMPTY, QUERY_INVALID, QUERY_TOO_LONG, K_OUT_OF_RANGE, SCOPE_INVALID)."""
         if self._client is not None:
             return self._client.recall(
                 self.tenant, query, k, scopes, filters, mode=mode, consistency_token=consistency_token

@@ -93,6 +93,7 @@ def test_a_text_of_one_visible_character_of_any_kind_is_kept(client: MemoryClien
     # a private-use or unassigned character is something.
     for text in ["\u0301", "🎂", "中", "\ue000", "\U000e0001x", "\u200bx", "\U0010fffd"]:
         assert client.retain(tenant, text).status == "created", repr(text)
+        client.recall(tenant, text)  # and what a memory may say, a query may ask
 
 
 def test_retain_same_text_same_scope_is_a_duplicate_of_the_first(client: MemoryClient, tenant: str) -> None:
@@ -135,6 +136,9 @@ def test_retain_batch_limits(client: MemoryClient, tenant: str) -> None:
     ("kwargs", "reason"),
     [
         ({"query": ""}, "QUERY_EMPTY"),
+        ({"query": " \t\n"}, "QUERY_EMPTY"),
+        ({"query": "\u200b\ufeff\x01"}, "QUERY_EMPTY"),
+        ({"query": "tea\x00coffee"}, "QUERY_INVALID"),
         ({"query": "x" * 5000}, "QUERY_TOO_LONG"),
         ({"query": "x", "k": 101}, "K_OUT_OF_RANGE"),
         ({"query": "x", "k": -1}, "K_OUT_OF_RANGE"),

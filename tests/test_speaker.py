@@ -66,7 +66,20 @@ def test_fast_writes_keep_the_speaker(client: MemoryClient, tenant: str) -> None
     ]
 
 
-@pytest.mark.parametrize("speaker", ["x" * 201, "Caro\nline", "nul\x00", "tab\tinside", "del\x7f", "sep\u2028arated"])
+@pytest.mark.parametrize(
+    "speaker",
+    [
+        "x" * 201,
+        "Caro\nline",
+        "nul\x00",
+        "tab\tinside",
+        "del\x7f",
+        "sep\u2028arated",
+        "\u200b",
+        "Caro\u202eline",
+        "\ufeffJon",
+    ],
+)
 def test_a_bad_speaker_is_refused_with_its_reason(client: MemoryClient, tenant: str, speaker: str) -> None:
     reason = "SPEAKER_INVALID"
     with pytest.raises(InvalidArgumentError) as info:
@@ -81,6 +94,23 @@ def test_a_bad_speaker_is_refused_with_its_reason(client: MemoryClient, tenant: 
     )
     assert [r.status for r in results] == ["created", "invalid"] and results[1].error_reason == reason
     assert client.retain(tenant, "the longest name is fine", speaker=" " + "x" * 200 + " ").status == "created"
+
+
+def test_a_name_may_hold_the_joiners_its_script_needs(client: MemoryClient, tenant: str) -> None:
+    # Persian needs ZWNJ, Devanagari and emoji ZWJ; a flag of Scotland is tag characters.
+    for name in [
+        "می\u200cخواهم",
+        "क्\u200dष",
+        "👩\u200d🚀",
+        "🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f",
+    ]:
+        assert client.retain(tenant, f"a turn by {name}", speaker=name).status == "created", repr(name)
+    assert {m.speaker for m in client.list_memories(tenant).memories} == {
+        "می\u200cخواهم",
+        "क्\u200dष",
+        "👩\u200d🚀",
+        "🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f",
+    }
 
 
 def _pottery(client: MemoryClient, tenant: str) -> dict[str, int]:

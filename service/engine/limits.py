@@ -181,13 +181,24 @@ def validate_speaker(speaker: str | None, *, field: str = "speaker") -> str | No
     name = (speaker or "").strip()
     if not name:
         return None
-    if len(name) > MAX_SPEAKER_CHARS or _CONTROL.search(name):
+    if len(name) > MAX_SPEAKER_CHARS or _CONTROL.search(name) or any(map(_hides, name)):
         raise InvalidArgument(
             f"{field} {name[:40]!r} is not valid: a name of at most {MAX_SPEAKER_CHARS} characters on one line, "
-            "without control characters (e.g. 'Caroline')",
+            "without control or invisible format characters (e.g. 'Caroline')",
             reason="SPEAKER_INVALID",
         )
     return name
+
+
+def _hides(character: str) -> bool:
+    """A format character that hides or reorders a name's text (a zero-width space, a byte-order
+    mark, a right-to-left override): two names that look alike would be different speakers. The
+    joiners some scripts and emoji need (ZWNJ, ZWJ, an emoji flag's tag characters) are kept."""
+    return (
+        unicodedata.category(character) == "Cf"
+        and character not in "\u200c\u200d"
+        and not "\U000e0020" <= character <= "\U000e007f"
+    )
 
 
 def validate_request_id(request_id: str | None) -> str | None:
@@ -210,13 +221,21 @@ def validate_k(k: int, limits: Limits) -> int:
 
 
 def validate_query(query: str, limits: Limits) -> str:
-    if not query or not query.strip():
-        raise InvalidArgument("query is empty; give the text to search for", reason="QUERY_EMPTY")
+    """A recall's query: the same characters a memory's text may hold, so every query can be
+    matched by some memory (a text of only white space, control or format characters is empty;
+    NUL is refused)."""
     if len(query) > limits.max_query_chars:
         raise InvalidArgument(
             f"query has {len(query)} characters; the limit is {limits.max_query_chars} (max_query_chars)",
             reason="QUERY_TOO_LONG",
         )
+    if not _visible(query):
+        raise InvalidArgument(
+            "query is empty or holds only white space, control or format characters; give the text to search for",
+            reason="QUERY_EMPTY",
+        )
+    if "\x00" in query:
+        raise InvalidArgument("query contains a NUL character", reason="QUERY_INVALID")
     return query
 
 
