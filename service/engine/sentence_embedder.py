@@ -110,7 +110,7 @@ class MiniLMEmbedder(Embedder):
             unknown: set[str] = set()
         else:
             unknown = {w.lower() for w in dict.fromkeys(words) if tokenizer.unknown in tokenizer.ids(w)}
-        if not unknown and len(tokenizer.ids(text)) == 2:  # [CLS] [SEP]: nothing read
+        if not unknown and not self.reads(text):
             unknown.add(" ".join(words).lower())
         return frozenset(unknown)
 
