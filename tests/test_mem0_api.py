@@ -142,7 +142,8 @@ def test_a_message_s_name_is_the_memory_s_speaker(served: tuple[ServerProcess, P
         ]
         two = mem0.call("add", messages=talk, user_id="ben")
         bad = mem0.attempt("add", messages=[{"role": "user", "content": "x", "name": "a\nb"}], user_id="ana")
-    assert (bad["status"], bad["error"]) == (400, "ValidationError") and "without control characters" in bad["message"]
+    assert (bad["status"], bad["error"]) == (400, "ValidationError")
+    assert "without control or invisible format characters" in bad["message"]
     ids = [int(_poll_event(server, "key-sync", r["event_id"])["results"][0]["id"]) for r in (one, two)]
     with MemoryClient(server.target, "key-admin") as admin:
         memories = [admin.get_memory(SYNC, i) for i in ids]
