@@ -210,7 +210,16 @@ class Ownership:
         """The ownership check of an open of ``tenant``'s file (``store``): it must name this
         member, and what a move recorded in it decides (the module's docstring). A file naming no
         holder is adopted by its home (stamped), as is one this member held at an older epoch; a
-        fenced source's store refuses writes."""
+        fenced source's store refuses writes. A file that appeared here after a restore found
+        the tenant held by another member (``restored_judge``), not through this pool (whose
+        installs ``forget`` that), is a stale copy put back on the volume: refused whether or not
+        object storage answers the open's own question (store/replicas.py ``refuse_stale``)."""
+        with self._guard:
+            elsewhere = self._held_elsewhere.get(tenant)
+        if elsewhere is not None:
+            raise self.membership.not_owner(
+                tenant, elsewhere, "the file here is a stale copy (object storage's newest copy of it is held there)"
+            )
         with store.read() as txn:
             record = OwnershipRecord.read(txn)
         if self._adopts(tenant, record):
