@@ -3,9 +3,9 @@ be slow. With ``speaker_query`` (MiniLM), a query naming one of the tenant's spe
 together with itself without the name, in one model call, and its vector is the normalised mean
 of the two (``blend``): the name's words otherwise pull toward every memory that calls the
 person by name, and the speaker step already carries who. A query the embedder reads nothing of
-(``Embedder.reads``: emoji, a script the model has no pieces for) gets the zero vector, which
-matches no memory: its vector would be the one every unreadable memory has, whatever they say,
-and the full-text leg still finds its exact words."""
+(``Embedder.reads``: emoji, a script the model has no pieces for) gets the zero vector instead of
+either step's (``unread``; recall.py asks), which matches no memory: its vector would be the one
+every unreadable memory has, whatever they say, and the full-text leg still finds its exact words."""
 
 from __future__ import annotations
 
@@ -71,8 +71,6 @@ class Embed:
         self.embedder = embedder
 
     def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
-        if not self.embedder.reads(query):
-            return unread(self.embedder)
         return Embedded(self.embedder.embed([query])[0])
 
 
@@ -93,8 +91,6 @@ class EmbedWithoutSpeakers:
         self.share = settings.speaker_query_mix
 
     def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
-        if not self.embedder.reads(query):
-            return unread(self.embedder)
         if not index.synced:
             with store.read() as txn:
                 check_tenant_embedder(txn, self.embedder, write=False)

@@ -15,7 +15,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.question_form import asks_for_many
 from mnemosyne.engine.recall.pipeline import Pipeline, build_pipeline
-from mnemosyne.engine.recall.query import Embedded, still_current
+from mnemosyne.engine.recall.query import Embedded, still_current, unread
 from mnemosyne.engine.recall.settings import RecallSettings, settings_for
 from mnemosyne.engine.recall.state import Query, Recalling, Snapshot
 from mnemosyne.engine.recall.steps import switched_off
@@ -150,7 +150,8 @@ class Recall:
         embedded = None  # text only: none
         if pipeline.embed is not None:
             with tracing.span(f"recall.{pipeline.embed.name.value}"):
-                embedded = pipeline.embed(store, index, query)
+                reads = ranking.embedder.reads(query)
+                embedded = pipeline.embed(store, index, query) if reads else unread(ranking.embedder)
         depth = max(ranking.settings.candidates_per_k * k, ranking.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
         vector = None if embedded is None else embedded.vector
