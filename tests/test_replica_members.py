@@ -61,6 +61,7 @@ def test_a_member_that_lost_its_volume_restores_what_it_owns_and_never_a_stale_c
             for tenant in (own, came, went):
                 client.retain(tenant, f"{tenant}: before the moves")
             doomed = client.retain(went, f"{went}: forgotten by its stale copy").memory_id
+            replicated()  # the copy below records the generation it replicated to
         lost.stop()  # a snapshot of the volume: the stale copy of ``went`` (its owner then)
         snapshot = tmp_path / "snapshot.sqlite"
         shutil.copy(lost.tenant_file(went), snapshot)
