@@ -15,7 +15,7 @@ import apsw
 import pytest
 
 from mnemosyne.cli.server_process import _free_port
-from mnemosyne.client import MemoryClient, ResourceExhaustedError, UnavailableError
+from mnemosyne.client import FailedPreconditionError, MemoryClient, ResourceExhaustedError, UnavailableError
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
@@ -153,6 +153,64 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
         for tenant in ("m1", "m2", "m3"):
             assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
             assert client.verify_integrity(tenant).valid
+
+
+@pytest.mark.parametrize("taken", ["before its first replication", "after it, before a forget"])
+def test_a_stale_copy_put_back_is_refused_neither_served_nor_replicated(
+    server_factory, object_storage, tmp_path, taken
+):
+    """A snapshot of a tenant's file put back on the volume after object storage got a newer
+    generation of it: REPLICA_STALE (this member started the newer one), nothing replicated from
+    it; once removed, the next call restores the newer one. A copy taken before the tenant's first
+    replication records no generation: its floor (the newest generation when the file was made)
+    judges it."""
+    bucket, hold = object_storage.new_bucket(), tmp_path / "hold-database"
+    env = {**replica_env(), "MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE": str(hold)}
+    server = server_factory(tmp_path / "member", env=env, args=["--replica-url", object_storage.url(bucket)])
+    server.metrics = True
+    before = taken == "before its first replication"
+    if before:
+        hold.touch()  # the tenant file is not replicated yet when the copy below is taken
+    server.start()
+    snapshot = tmp_path / "snapshot"
+    with MemoryClient(server.target) as client:
+        doomed = client.retain("snap", "kept only by the stale copy").memory_id
+        if not before:
+            wait_replicated(server)
+        server.kill()  # the snapshot of the volume: the file and its WAL as a crash left them
+        snapshot.mkdir()
+        for side in ("", "-wal"):
+            if Path(f"{server.tenant_file('snap')}{side}").exists():
+                shutil.copy(f"{server.tenant_file('snap')}{side}", snapshot / f"snap{side}")
+        hold.unlink(missing_ok=True)
+        server.start()
+        client.forget("snap", doomed)  # a new generation for the live file
+        client.retain("snap", "written after the copy")
+        wait_replicated(server)
+        live = sorted(m.text for m in client.list_memories("snap").memories)
+    generations = {key.split("/")[2] for key in object_storage.keys(bucket, "member/snap/") if key.count("/") >= 3}
+    server.stop()
+    for side in ("", "-wal", "-shm"):
+        Path(f"{server.tenant_file('snap')}{side}").unlink(missing_ok=True)
+    for copied in snapshot.iterdir():
+        shutil.copy(copied, f"{server.tenant_file('snap')}{copied.name.removeprefix('snap')}")
+    server.start()
+    with MemoryClient(server.target) as client:
+        for call in (lambda: client.list_memories("snap"), lambda: client.retain("snap", "on the stale copy")):
+            with pytest.raises(FailedPreconditionError) as refused:
+                call()
+            assert refused.value.reason == "REPLICA_STALE"
+            assert "stale copy" in refused.value.message
+        time.sleep(2.0)  # two replication ticks: a stale file is never registered
+    assert {
+        key.split("/")[2] for key in object_storage.keys(bucket, "member/snap/") if key.count("/") >= 3
+    } == generations
+    server.stop()
+    for side in ("", "-wal", "-shm"):
+        Path(f"{server.tenant_file('snap')}{side}").unlink(missing_ok=True)
+    server.start()
+    with MemoryClient(server.target) as client:  # the newer copy, restored from object storage
+        assert sorted(m.text for m in client.list_memories("snap").memories) == live
 
 
 def test_a_replica_edited_behind_the_servers_back_is_refused_whole(server_factory, object_storage, tmp_path):

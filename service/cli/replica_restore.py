@@ -91,7 +91,7 @@ def restore_member(
         fetched = {}
         for tenant in chosen:  # every chain checked before any file is placed
             fetched[tenant] = _fetched(bucket, tenant, staging / tenant, timestamp)
-            forget_generation(fetched[tenant].database)
+            forget_generation(fetched[tenant].database, bucket.newest_held(tenant))
             progress(f"{tenant}: fetched from generation {fetched[tenant].generation}, chain valid")
         index = PendingIndex(data_dir)
         try:

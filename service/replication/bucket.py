@@ -77,6 +77,12 @@ class Bucket:
                 return True
         return False
 
+    def newest_held(self, tenant: str) -> int:
+        """The highest generation the bucket holds of ``tenant`` (0: none): the floor of a copy of
+        it installed now (store/replicas.py ``FLOOR_KEY``)."""
+        held = self.generations(tenant)
+        return held[-1] if held else 0
+
     def highest_generation(self, tenant: str) -> int:
         """The generation a new one of ``tenant`` must be above: the highest the bucket holds, or
         the one its erasure recorded (0: none)."""

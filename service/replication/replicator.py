@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -32,10 +31,11 @@ from mnemosyne.replication import restore
 from mnemosyne.replication.bucket import Bucket, ForgottenMemory
 from mnemosyne.replication.control import ControlError
 from mnemosyne.replication.litestream import Litestream
+from mnemosyne.replication.sweeps import Sweeps, read_json, write_json
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
 from mnemosyne.store.ownership import TOMBSTONED, OwnershipRecord
-from mnemosyne.store.replicas import GENERATION_KEY, record_generation
+from mnemosyne.store.replicas import record_generation, recorded_replica, stale_because
 from mnemosyne.store.tenant_store import read_file
 
 log = logging.getLogger("mnemosyne.replication")
@@ -44,28 +44,12 @@ T = TypeVar("T")
 TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
-SWEEPS_FILE_NAME = ".replica-sweeps.json"
 FORGOTTEN_FILE_NAME = ".replica-forgotten.json"  # forgets not yet kept in the bucket (``forgotten``)
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
 def local_state(database: Path) -> Path:
     return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        found: dict[str, Any] = json.loads(path.read_text())
-        return found
-    except FileNotFoundError:
-        return {}
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    """Through a temporary name: a kill leaves the old file or the new one."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)
 
 
 @dataclass
@@ -121,16 +105,12 @@ class Replicator:
         self._states: dict[str, _Tenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
         self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
-        # Tenant -> (generation, when): its generations below are deleted from then (``_sweep``).
-        self._sweeps_path = data_dir / SWEEPS_FILE_NAME
-        self._sweeps: dict[str, tuple[int, float]] = {
-            tenant: (int(below), float(when)) for tenant, (below, when) in _read_json(self._sweeps_path).items()
-        }
+        self._sweeps = Sweeps(data_dir, self.bucket, retention_seconds)
         # Tenant -> its forgotten memories the bucket could not be told of yet (``forgotten``).
         self._forgotten_path = data_dir / FORGOTTEN_FILE_NAME
         self._unsent: dict[str, list[ForgottenMemory]] = {
             tenant: [(int(i), float(c)) for i, c in memories]
-            for tenant, memories in _read_json(self._forgotten_path).items()
+            for tenant, memories in read_json(self._forgotten_path).items()
         }
         self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
         self._sync_failures = 0
@@ -247,6 +227,20 @@ class Replicator:
     def holder(self, tenant: str) -> str | None:
         return self.bucket.holder(tenant) if self.holds(tenant) else None
 
+    def floor(self, tenant: str, *, new: bool) -> int | None:
+        if new:  # the pool found none held: this process's new file is the newest copy
+            with self._guard:
+                if len(self._current) < 65_536:
+                    self._current.add(tenant)
+            return 0
+        try:
+            return self.bucket.newest_held(tenant)
+        except Unavailable as exc:
+            log.warning(
+                "tenant %s: installed without a floor (a copy of it is not judged stale): %s", tenant, exc.message
+            )
+            return None
+
     def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
         if tenant in self._current:  # asked at every cold open: no lock (only ever added to, under it)
             return None
@@ -281,12 +275,12 @@ class Replicator:
             with self._guard:
                 self._unsent[tenant] = sorted({*self._unsent.get(tenant, []), *unsent, *found})
                 unsent_now = dict(self._unsent)
-            _write_json(self._forgotten_path, unsent_now)
+            write_json(self._forgotten_path, unsent_now)
             return
         if unsent:
             with self._guard:
                 unsent_now = dict(self._unsent)
-            _write_json(self._forgotten_path, unsent_now)
+            write_json(self._forgotten_path, unsent_now)
 
     async def _send_forgotten(self) -> None:
         """The forgotten memories the bucket could not be told of before (``forgotten``)."""
@@ -444,7 +438,7 @@ class Replicator:
             for tenant in idle:
                 await self._retire(tenant)
             if self._sweeps:
-                await self._sweep()
+                await self._loop.run_in_executor(None, self._sweeps.run, self._confirmed)
             if self._unsent:
                 await self._send_forgotten()
 
@@ -484,61 +478,37 @@ class Replicator:
         (``fresh``) takes a new one, recorded in it first; those below go after the retention."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
-            recorded, ownership = txn.meta(GENERATION_KEY), OwnershipRecord.read(txn)
+            (recorded, floor), ownership = recorded_replica(txn), OwnershipRecord.read(txn)
         latest = self.bucket.highest_generation(tenant)
-        behind = recorded is None or not recorded.isdigit() or int(recorded) < latest
+        behind = recorded is None or recorded < latest
         if ownership.step == TOMBSTONED or (
             ownership.fenced and behind and self.bucket.holder(tenant) == ownership.peer
         ):
             return None  # a move's source, once its copy replicates at the destination: never above it
-        if recorded is not None and recorded.isdigit() and int(recorded) < latest:
+        # A floor is compared with the generations held, not an erasure's (a tenant made after it).
+        if (recorded is not None and recorded < latest) or (
+            recorded is None and floor is not None and self.bucket.newer_than(tenant, floor) is not None
+        ):
             state.refused = (
-                f"tenant {tenant}'s file replicated to generation {recorded}, and object storage holds generation "
-                f"{latest}: this is a stale copy (a newer one was written elsewhere); it is not replicated"
+                f"tenant {tenant}'s file is a stale copy ({stale_because(recorded, floor)}; object storage holds "
+                f"generation {latest}: a newer one was written elsewhere); it is not replicated"
             )
             log.error("%s", state.refused)  # a stale copy never starts a generation, even after a forget
             return None
-        if recorded is None or not recorded.isdigit() or state.fresh:
+        if recorded is None or state.fresh:
             record_generation(database, latest + 1)
             self.bucket.record_holder(tenant, latest + 1, ownership.holder or "")
             state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
             if latest:
-                self._plan_sweep(tenant, latest + 1)
+                self._sweeps.plan(tenant, latest + 1)
             return latest + 1
-        return int(recorded)
+        return recorded
 
-    # -- old generations ------------------------------------------------------------------------------
-
-    def _plan_sweep(self, tenant: str, below: int) -> None:
-        """Delete ``tenant``'s generations below ``below`` once ``--replica-retention`` has passed
-        (and its new generation is confirmed): remembered in the data directory across restarts."""
+    def _confirmed(self, tenant: str) -> bool:
+        """Whether every commit of the tenant's files is confirmed in object storage."""
         with self._guard:
-            self._sweeps[tenant] = (below, time.time() + self._retention_seconds)
-            planned = dict(self._sweeps)
-        _write_json(self._sweeps_path, planned)
-
-    async def _sweep(self) -> None:
-        """The planned deletions that are due, through our own S3 client (replication/bucket.py)."""
-        now = time.time()
-        with self._guard:
-            due = [
-                (tenant, below)
-                for tenant, (below, when) in self._sweeps.items()
-                if when <= now and (tenant not in self._states or self._states[tenant].dirty_since is None)
-            ]
-        for tenant, below in due:
-            try:
-                deleted = await self._loop.run_in_executor(None, self.bucket.delete_generations, tenant, below)
-            except Unavailable as exc:
-                log.warning("tenant %s: its old generations were not deleted yet: %s", tenant, exc.message)
-                continue
-            log.info("tenant %s: %d objects of generations below %d deleted (retention passed)", tenant, deleted, below)
-            with self._guard:
-                if self._sweeps.get(tenant, (0, 0.0))[0] == below:
-                    del self._sweeps[tenant]
-                planned = dict(self._sweeps)
-            await self._loop.run_in_executor(None, _write_json, self._sweeps_path, planned)
+            return tenant not in self._states or self._states[tenant].dirty_since is None
 
     async def _unregister(self, tenant: str, state: _Tenant) -> None:
         for path in list(state.registered):

@@ -8,8 +8,8 @@ from their configuration.
 The variables (each optional; a ``MNEMOSYNE_TEST_`` variable not listed here is refused, so a
 misspelt seam fails the test that set it instead of silently doing nothing):
 
-* ``MNEMOSYNE_TEST_FAULTS``: the store's fault points, comma-separated (store/pool.py
-  ``_fault_point``, store/bookkeeping.py: ``kill@NAME``, ``hold@NAME=PATH``; ``max_page_count=N``,
+* ``MNEMOSYNE_TEST_FAULTS``: the store's fault points, comma-separated (store/file_faults.py
+  ``stop_at``, store/bookkeeping.py: ``kill@NAME``, ``hold@NAME=PATH``; ``max_page_count=N``,
   ``file_bytes=N``: store/file_faults.py);
 * ``MNEMOSYNE_TEST_CRASH_AFTER_COMMIT``: methods after whose commit the process kills itself
   (a reply lost after a commit);

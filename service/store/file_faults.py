@@ -1,5 +1,6 @@
-"""Test seams of a full disk (in MNEMOSYNE_TEST_FAULTS, ``Seams.store_faults``: runtime/seams.py).
-Never set in production.
+"""Test seams of the store (in MNEMOSYNE_TEST_FAULTS, ``Seams.store_faults``: runtime/seams.py):
+a full disk, and a point where a file swap kills or holds its process (``stop_at``). Never set in
+production.
 
 * ``file_bytes=N``: a disk that fills while a file outside SQLite is written. The files one backup
   receives (cli/backup.py) or one import writes into the server's scratch space
@@ -11,8 +12,12 @@ Never set in production.
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import signal
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import apsw
 
@@ -45,3 +50,18 @@ def limit_pages(connection: apsw.Connection, faults: Iterable[str]) -> None:
         name, _, value = fault.partition("=")
         if name == "max_page_count":
             connection.pragma("max_page_count", int(value))
+
+
+def stop_at(faults: Iterable[str], name: str) -> None:
+    """The seam at the point ``name`` of a file swap (store/pool.py ``TenantPool.seam``):
+    ``kill@NAME`` kills the process there; ``hold@NAME=PATH`` holds it there while the file PATH
+    exists (logged once when it holds), so a test can cancel a call or kill the process exactly
+    there."""
+    if f"kill@{name}" in faults:
+        os.kill(os.getpid(), signal.SIGKILL)
+    prefix = f"hold@{name}="
+    for fault in faults:
+        if fault.startswith(prefix) and Path(fault[len(prefix) :]).exists():
+            logging.getLogger("mnemosyne.store").warning("held at %s (test seam)", name)
+            while Path(fault[len(prefix) :]).exists():
+                time.sleep(0.02)

@@ -4,6 +4,7 @@ remove a database with its WAL and shared memory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -64,6 +65,16 @@ def checkpoint_away(path: Path, busy: str) -> None:
         pass  # damaged: nothing of it can be moved
     finally:
         connection.close()
+
+
+def bytes_on_disk(*databases: Path) -> int:
+    """Bytes of SQLite ``databases`` on disk, with their WAL and shared memory (0 for a missing one)."""
+    total = 0
+    for base in databases:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(f"{base}{suffix}").st_size
+    return total
 
 
 def modified(path: Path) -> float:

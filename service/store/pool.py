@@ -26,9 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,8 +48,9 @@ from mnemosyne.store.data_dir import (
     remove_tenant_files,
     server_secret,
 )
+from mnemosyne.store.file_faults import stop_at
 from mnemosyne.store.file_watchers import FileChange, FileWatcher
-from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, modified, remove_database
+from mnemosyne.store.files import SIDE_SUFFIXES, bytes_on_disk, checkpoint_away, fsync, modified, remove_database
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.membership import TENANT_MOVING, Membership
@@ -71,7 +70,14 @@ from mnemosyne.store.ownership import (
     reclaim_tombstone,
     reclaimed_mark,
 )
-from mnemosyne.store.replicas import NO_REPLICAS, Replicas, StoreReplication, forget_generation, refuse_stale
+from mnemosyne.store.replicas import (
+    NO_REPLICAS,
+    Replicas,
+    StoreReplication,
+    forget_generation,
+    record_floor,
+    refuse_stale,
+)
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN, validate_tenant
 from mnemosyne.store.tenant_store import (
@@ -238,6 +244,7 @@ class TenantPool:
                 store = self._open_store(tenant, temporary)
                 if self.ownership is not None:
                     self.ownership.stamp(store)
+                record_floor(store, self.replicas.floor(tenant, new=True))
             except BaseException:
                 remove_database(temporary)
                 raise
@@ -436,14 +443,7 @@ class TenantPool:
     def file_bytes(self, tenant: str) -> int:
         """Bytes on disk of the tenant's files: its database, WAL and shared memory, and its
         hot-path inbox's."""
-        total = 0
-        for base in (self.path_for(tenant), self.inbox_path_for(tenant)):
-            for suffix in ("", "-wal", "-shm"):
-                try:
-                    total += os.stat(f"{base}{suffix}").st_size
-                except FileNotFoundError:
-                    pass
-        return total
+        return bytes_on_disk(self.path_for(tenant), self.inbox_path_for(tenant))
 
     def damaged(self, tenants: list[str]) -> list[str]:
         """Those of ``tenants`` whose file is not a usable tenant file: its header says so
@@ -473,17 +473,8 @@ class TenantPool:
                     self.ownership.forget(tenant)
 
     def seam(self, name: str) -> None:
-        """Test seams (MNEMOSYNE_TEST_FAULTS): ``kill@NAME`` kills the process there;
-        ``hold@NAME=PATH`` holds it there while the file PATH exists (logged once when it holds),
-        so a test can cancel a call or kill the process exactly there."""
-        if f"kill@{name}" in self._faults:
-            os.kill(os.getpid(), signal.SIGKILL)
-        prefix = f"hold@{name}="
-        for fault in self._faults:
-            if fault.startswith(prefix) and Path(fault[len(prefix) :]).exists():
-                log.warning("held at %s (test seam)", name)
-                while Path(fault[len(prefix) :]).exists():
-                    time.sleep(0.02)
+        """A test seam of a file swap (store/file_faults.py ``stop_at``)."""
+        stop_at(self._faults, name)
 
     def _fsync_directories(self) -> None:
         for directory in (self.tenants_dir, self.data_dir / INBOX_DIR_NAME):
@@ -545,7 +536,8 @@ class TenantPool:
             installs.stamp_new_timeline(database)
         if self.ownership is not None and not restored:  # an import through the owner: this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
-        forget_generation(database)  # before the commit: the copy never continues its source's replica
+        # Before the commit: the copy never continues its source's replica.
+        forget_generation(database, self.replicas.floor(tenant, new=False))
         with (
             self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
             self.replicas.swapping(tenant, fresh=True),

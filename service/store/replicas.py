@@ -23,6 +23,10 @@ The contract, for an implementation:
   ``judge`` (with members: store/ownership.py ``Ownership.restored_judge``) is asked of each
   generation's restored database, highest first: True takes it, False passes to the one below,
   an exception refuses the restore.
+* ``floor(tenant, new=...)``: for a file made here now — a tenant created (``new``: the bucket
+  holds none of it) or installed — the highest generation object storage holds of the tenant (0:
+  none), which the file records until its first replication (``FLOOR_KEY``); None without
+  replication, or when object storage cannot be asked (that file is then not judged by it).
 * ``holds(tenant)``: whether object storage (probably) holds a replica of a tenant that has no
   file here: cheap (known from a listing at start), asked before every open of a missing tenant,
   reads too; True sends the open through ``fetch``.
@@ -70,6 +74,7 @@ from mnemosyne.store.connections import BUSY_TIMEOUT_MS
 from mnemosyne.store.membership import Membership
 
 if TYPE_CHECKING:  # the store imports this module (StoreReplication)
+    from mnemosyne.store.bookkeeping import BookkeepingReads
     from mnemosyne.store.tenant_store import TenantStore
 
 # The tenant file's meta row naming the generation its replica is written under
@@ -77,6 +82,11 @@ if TYPE_CHECKING:  # the store imports this module (StoreReplication)
 # removed from every file an install brings in (``forget_generation``), so a copy never continues
 # the generation of the file it was copied from.
 GENERATION_KEY = "replica_generation"
+# The meta row of a file that has not replicated yet: the highest generation object storage held
+# when the file was made here (created, installed). A copy of it taken before its first
+# replication records no generation; once object storage holds a generation above its floor,
+# another file replicated since and this one is a stale copy.
+FLOOR_KEY = "replica_floor"
 
 
 class Replicas(Protocol):
@@ -85,6 +95,8 @@ class Replicas(Protocol):
     def fetch(
         self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
     ) -> tuple[Path, Path | None] | None: ...
+
+    def floor(self, tenant: str, *, new: bool) -> int | None: ...
 
     def holds(self, tenant: str) -> bool: ...
 
@@ -115,6 +127,9 @@ class NoReplicas:
     def fetch(
         self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None
     ) -> tuple[Path, Path | None] | None:
+        return None
+
+    def floor(self, tenant: str, *, new: bool) -> int | None:
         return None
 
     def holds(self, tenant: str) -> bool:
@@ -148,15 +163,36 @@ class NoReplicas:
 NO_REPLICAS = NoReplicas()
 
 
-def forget_generation(database: Path) -> None:
+def forget_generation(database: Path, floor: int | None) -> None:
     """Remove the replica generation from a tenant file about to be installed (not open
-    elsewhere): it replicates to a generation of its own once installed."""
+    elsewhere), and record its ``floor`` (``Replicas.floor``): it replicates to a generation of
+    its own once installed, above the floor."""
     connection = _connect(database)
     try:
         with connection:
-            connection.execute("DELETE FROM meta WHERE key = ?", (GENERATION_KEY,))
+            connection.execute("DELETE FROM meta WHERE key IN (?, ?)", (GENERATION_KEY, FLOOR_KEY))
+            if floor is not None:
+                connection.execute("INSERT INTO meta(key, value) VALUES(?, ?)", (FLOOR_KEY, str(floor)))
     finally:
         connection.close()
+
+
+def record_floor(store: TenantStore, floor: int | None) -> None:
+    """Record in a new tenant's file, before it is the tenant's, its ``floor``."""
+    if floor is not None:
+        with store.write(internal=True) as txn:
+            txn.set_meta(FLOOR_KEY, str(floor))
+
+
+def recorded_replica(txn: BookkeepingReads) -> tuple[int | None, int | None]:
+    """(the generation a tenant file replicates to, the floor it records until then): None for
+    what it does not record (neither: a file of a server without replication, or of an earlier
+    version)."""
+    generation, floor = txn.meta(GENERATION_KEY), txn.meta(FLOOR_KEY)
+    return (
+        int(generation) if generation is not None and generation.isdigit() else None,
+        int(floor) if floor is not None and floor.isdigit() else None,
+    )
 
 
 class StoreReplication:
@@ -214,6 +250,13 @@ def record_generation(database: Path, generation: int) -> None:
         connection.close()
 
 
+def stale_because(generation: int | None, floor: int | None) -> str:
+    """What a stale file records (``recorded_replica``), in a refusal."""
+    if generation is not None:
+        return f"replica generation {generation}"
+    return f"never replicated, made when object storage held {f'generation {floor}' if floor else 'none of it'}"
+
+
 def refuse_stale(tenant: str, store: TenantStore, replicas: Replicas, membership: Membership | None) -> None:
     """At an open of ``store``: refuse a file that replicated to a generation below one object
     storage holds — a copy left on a volume (a former owner's, a snapshot put back) is never
@@ -223,12 +266,13 @@ def refuse_stale(tenant: str, store: TenantStore, replicas: Replicas, membership
     if store.fenced:
         return
     with store.read() as txn:
-        recorded = txn.meta(GENERATION_KEY)
-    newer = replicas.newer_than(tenant, int(recorded)) if recorded and recorded.isdigit() else None
+        recorded, floor = recorded_replica(txn)
+    below = recorded if recorded is not None else floor
+    newer = replicas.newer_than(tenant, below) if below is not None else None
     if newer is None:
         return
     generation, holder = newer
-    why = f"the file here is a stale copy (replica generation {recorded}; object storage holds {generation})"
+    why = f"the file here is a stale copy ({stale_because(recorded, floor)}; object storage holds {generation})"
     if membership is not None and holder and holder != membership.me:
         raise membership.not_owner(tenant, holder, f"{why}, started there")
     raise FailedPrecondition(
