@@ -62,6 +62,7 @@ class _Tenant:
     last_write: float = 0.0
     confirmed_bytes: int = 0  # its WAL bytes when the last confirmed sync began
     paused: int = 0  # swaps under way: not registered meanwhile
+    in_flight: int = 0  # syncs begun before a swap paused it (a swap waits for them: ``_leave``)
     fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
     refused: str = ""  # why it is not replicated (a stale copy)
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
@@ -310,6 +311,10 @@ class Replicator:
             state = self._states.setdefault(tenant, _Tenant())
             state.paused += 1
         try:
+            # A sync begun before: its registration (a generation chosen, the old file registered)
+            # ends before the files change, never during or after the swap.
+            while state.in_flight:
+                await asyncio.sleep(0.02)
             if state.registered:
                 try:
                     await self._sync_files(state)
@@ -389,14 +394,17 @@ class Replicator:
         while state.paused:  # a swap: the files come back (or go) after it
             await asyncio.sleep(0.02)
         began = time.time()
-        async with self._calls:
-            try:
+        state.in_flight += 1
+        try:
+            async with self._calls:
                 await self._register(tenant, state)
                 held = self._wal_bytes(tenant)
                 await self._sync_files(state)
-            except Exception:
-                self._sync_failures += 1
-                raise
+        except Exception:
+            self._sync_failures += 1
+            raise
+        finally:
+            state.in_flight -= 1
         with self._guard:
             if state.refused:
                 raise FailedPrecondition(state.refused, reason="REPLICA_STALE")

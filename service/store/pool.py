@@ -536,8 +536,6 @@ class TenantPool:
             installs.stamp_new_timeline(database)
         if self.ownership is not None and not restored:  # an import through the owner: this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
-        # Before the commit: the copy never continues its source's replica.
-        forget_generation(database, self.replicas.floor(tenant, new=False))
         with (
             self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
             self.replicas.swapping(tenant, fresh=True),
@@ -551,6 +549,9 @@ class TenantPool:
                 )
             if existed:
                 checkpoint_away(path, f"tenant {tenant} is being read; it was not replaced, retry")
+            # The copy never continues its source's replica; its floor is asked while nothing of
+            # the tenant replicates (the swap paused it), so no older file's generation passes it.
+            forget_generation(database, self.replicas.floor(tenant, new=False))
             # What belongs to the old file only: its approximate index (a cache), the mark of a
             # reclaimed tombstone, its WAL (emptied above) and shared memory.
             old_only = [path.with_suffix(ANN_FILE_SUFFIX), reclaimed_mark(self.tenants_dir, tenant)]
