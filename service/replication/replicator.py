@@ -391,20 +391,25 @@ class Replicator:
 
     async def _sync(self, tenant: str, state: _Tenant) -> float:
         """One sync of the tenant's files; their commits before it began are then replicated."""
-        while state.paused:  # a swap: the files come back (or go) after it
-            await asyncio.sleep(0.02)
+        while True:  # a swap pauses it: the files come back (or go) after it
+            while state.paused:
+                await asyncio.sleep(0.02)
+            await self._calls.acquire()
+            if not state.paused:  # from here a swap waits for this sync (``_leave``), not for a slot
+                break
+            self._calls.release()
         began = time.time()
         state.in_flight += 1
         try:
-            async with self._calls:
-                await self._register(tenant, state)
-                held = self._wal_bytes(tenant)
-                await self._sync_files(state)
+            await self._register(tenant, state)
+            held = self._wal_bytes(tenant)
+            await self._sync_files(state)
         except Exception:
             self._sync_failures += 1
             raise
         finally:
             state.in_flight -= 1
+            self._calls.release()
         with self._guard:
             if state.refused:
                 raise FailedPrecondition(state.refused, reason="REPLICA_STALE")
