@@ -60,3 +60,22 @@ def test_a_forget_right_after_a_write_to_an_idle_tenant_still_leaves_object_stor
             client.forget("idle", memory)
             wait_until(lambda: not object_storage.objects_holding(bucket, [secret]), 30)  # noqa: B023
         assert len(client.list_memories("idle").memories) == 12
+
+
+def test_a_forget_while_object_storage_hangs_still_leaves_it_once_it_answers(server_factory, object_storage, tmp_path):
+    """The same with object storage not answering (its process stopped) when the write brings the
+    tenant back: the forget ends (after object storage's timeouts: its forgotten memory is kept in
+    the data directory), the registration object storage held up does not replicate the old
+    generation after it, and the forgotten text leaves object storage once it answers again."""
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0", "--replica-idle-seconds", "1"]
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    with MemoryClient(server.target, timeout=60) as client:
+        memory = client.retain("hung", SECRET).memory_id
+        wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
+        wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0, 30)
+        with object_storage.paused():
+            client.retain("hung", "the plants need water on fridays")
+            assert client.forget("hung", memory)  # its forgotten memory kept here, sent later
+        wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 60)
+        assert [m.text for m in client.list_memories("hung").memories] == ["the plants need water on fridays"]

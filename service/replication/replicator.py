@@ -44,6 +44,7 @@ T = TypeVar("T")
 TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
+SYNC_BEFORE_SWAP_SECONDS = 5.0  # the longest a swap waits for a sync under way (object storage slow)
 FORGOTTEN_FILE_NAME = ".replica-forgotten.json"  # forgets not yet kept in the bucket (``forgotten``)
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
@@ -63,6 +64,7 @@ class _Tenant:
     confirmed_bytes: int = 0  # its WAL bytes when the last confirmed sync began
     paused: int = 0  # swaps under way: not registered meanwhile
     in_flight: int = 0  # syncs begun before a swap paused it (a swap waits for them: ``_leave``)
+    swaps: int = 0  # swaps begun: a registration begun before one is dropped (``_register``)
     fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
     refused: str = ""  # why it is not replicated (a stale copy)
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
@@ -310,10 +312,13 @@ class Replicator:
         with self._guard:
             state = self._states.setdefault(tenant, _Tenant())
             state.paused += 1
+            state.swaps += 1
         try:
             # A sync begun before: its registration (a generation chosen, the old file registered)
-            # ends before the files change, never during or after the swap.
-            while state.in_flight:
+            # ends before the files change; one object storage holds up longer is dropped when it
+            # answers (``_register``).
+            waited_until = time.monotonic() + SYNC_BEFORE_SWAP_SECONDS
+            while state.in_flight and time.monotonic() < waited_until:
                 await asyncio.sleep(0.02)
             if state.registered:
                 try:
@@ -477,18 +482,28 @@ class Replicator:
             files = [(path, name) for path, name in files if name != DATABASE_REPLICA]
         if not files or state.refused:
             return
+        swaps = state.swaps
         if state.generation is None:
-            state.generation = await self._loop.run_in_executor(None, self._generation_of, tenant, state)
-            if state.generation is None:
+            generation = await self._loop.run_in_executor(None, self._generation_of, tenant, state.fresh)
+            if state.swaps != swaps:
+                return  # a swap began meanwhile: the file it leaves chooses again, at the next sync
+            if isinstance(generation, str):
+                state.refused = generation
+                log.error("%s", generation)  # a stale copy never starts a generation, even after a forget
+            if not isinstance(generation, int):
                 return
+            state.generation, state.fresh = generation, False
         for path, name in files:
             await self.litestream.control.register(path, self.url.of(tenant, state.generation, name))
             state.registered.append(path)
+            if state.swaps != swaps:  # the swap did not wait for this registration: undone now
+                await self._unregister(tenant, state)
+                return
 
-    def _generation_of(self, tenant: str, state: _Tenant) -> int | None:
+    def _generation_of(self, tenant: str, fresh: bool) -> int | str | None:
         """The generation the tenant's file replicates under (the module's docstring); None for a
-        move's source, or a stale copy (``state.refused`` says why). A file changed as a file
-        (``fresh``) takes a new one, recorded in it first; those below go after the retention."""
+        move's source; for a stale copy, why it is refused. A file changed as a file (``fresh``)
+        takes a new one, recorded in it first; those below go after the retention."""
         database = self._files(tenant)[0][0]
         with read_file(database) as txn:
             (recorded, floor), ownership = recorded_replica(txn), OwnershipRecord.read(txn)
@@ -502,16 +517,13 @@ class Replicator:
         if (recorded is not None and recorded < latest) or (
             recorded is None and floor is not None and self.bucket.newer_than(tenant, floor) is not None
         ):
-            state.refused = (
+            return (
                 f"tenant {tenant}'s file is a stale copy ({stale_because(recorded, floor)}; object storage holds "
                 f"generation {latest}: a newer one was written elsewhere); it is not replicated"
             )
-            log.error("%s", state.refused)  # a stale copy never starts a generation, even after a forget
-            return None
-        if recorded is None or state.fresh:
+        if recorded is None or fresh:
             record_generation(database, latest + 1)
             self.bucket.record_holder(tenant, latest + 1, ownership.holder or "")
-            state.fresh = False
             log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
             if latest:
                 self._sweeps.plan(tenant, latest + 1)
