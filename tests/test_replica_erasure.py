@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import shutil
 
-from mnemosyne.client import MemoryClient
+import pytest
+
+from mnemosyne.client import MemoryClient, UnavailableError
 from tests.replica_support import replica_env
 from tests.support import gauge, wait_until
 from tests.test_erasure import texts_left
@@ -79,3 +81,28 @@ def test_a_forget_while_object_storage_hangs_still_leaves_it_once_it_answers(ser
             assert client.forget("hung", memory)  # its forgotten memory kept here, sent later
         wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 60)
         assert [m.text for m in client.list_memories("hung").memories] == ["the plants need water on fridays"]
+
+
+def test_an_erasure_killed_before_its_new_generation_still_leaves_object_storage(
+    server_factory, object_storage, tmp_path
+):
+    """SIGKILL the moment a forget's erasure ended (its WAL emptied), before its file registered its
+    new generation: the restarted member's next replication of it still starts a new generation,
+    and the forgotten text leaves object storage after the retention."""
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
+    env = {**replica_env(), "MNEMOSYNE_TEST_FAULTS": "kill@erasure_finished"}
+    server = server_factory(tmp_path / "member", env=env, args=args).start()
+    with MemoryClient(server.target, retries=0) as client:
+        client.retain("killed", "the plants need water on fridays")
+        memory = client.retain("killed", SECRET).memory_id
+        wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
+        with pytest.raises(UnavailableError):
+            client.forget("killed", memory)
+    server.process.wait(timeout=10)
+    server.env.pop("MNEMOSYNE_TEST_FAULTS")
+    server.start()
+    with MemoryClient(server.target) as client:
+        assert client.get_memory("killed", memory).forgotten
+        client.retain("killed", "written after the restart")
+        wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 30)

@@ -224,6 +224,18 @@ class StoreReplication:
         """False while the replication checkpoints the tenant's files (``Replicas.replicating``)."""
         return not self._replicas.replicating(self.tenant)
 
+    def erased(self, connection: apsw.Connection) -> None:
+        """In the write transaction that ends an erasure of the tenant's file (its WAL emptied):
+        the generation it recorded becomes its floor, so its next replication starts a new one
+        above it, and the old one, holding what was erased, goes after the retention, whatever
+        stops the process before that replication (the in-memory ``fresh`` of ``paused`` is lost
+        with it)."""
+        connection.execute(
+            "INSERT OR REPLACE INTO meta(key, value) SELECT ?, value FROM meta WHERE key = ?",
+            (FLOOR_KEY, GENERATION_KEY),
+        )
+        connection.execute("DELETE FROM meta WHERE key = ?", (GENERATION_KEY,))
+
     def paused(self) -> AbstractContextManager[None]:
         """Around the truncations that finish a forget: out of replication meanwhile, then on to a
         new generation (the old one holds the forgotten text until the retention deletes it)."""

@@ -37,7 +37,7 @@ from mnemosyne.store.acceptance import Acceptances
 from mnemosyne.store.audit_reads import AuditReads
 from mnemosyne.store.bookkeeping import ERASURE_META, PAGES_SCRUBBED_META, BookkeepingWrites
 from mnemosyne.store.connections import BUSY_TIMEOUT_MS, READER_PAGE_CACHE_KIB, open_connection, open_with_room
-from mnemosyne.store.file_faults import limit_pages
+from mnemosyne.store.file_faults import limit_pages, stop_at
 from mnemosyne.store.file_watchers import FileChange
 from mnemosyne.store.fts_stats import fts5_segments
 from mnemosyne.store.inbox import Inbox, stored_sequence
@@ -389,9 +389,11 @@ class TenantStore:
                 try:
                     with self._writer:  # one transaction, counted as every write is
                         self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                        self._replication.erased(self._writer)
                         WriteTxn(self._writer, self._faults).count_change()
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
+                stop_at(self._faults, "erasure_finished")
 
     def _scrub_file(self, writer: apsw.Connection, pages: set[int] | None) -> None:
         """Clear the rooms of ``pages`` (None: every page) in the file, whose WAL the caller
