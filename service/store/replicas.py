@@ -82,10 +82,11 @@ if TYPE_CHECKING:  # the store imports this module (StoreReplication)
 # removed from every file an install brings in (``forget_generation``), so a copy never continues
 # the generation of the file it was copied from.
 GENERATION_KEY = "replica_generation"
-# The meta row of a file that has not replicated yet: the highest generation object storage held
-# when the file was made here (created, installed). A copy of it taken before its first
-# replication records no generation; once object storage holds a generation above its floor,
-# another file replicated since and this one is a stale copy.
+# The meta row of a file due to start a generation: the highest generation object storage held
+# when the file was made here (created, installed), or the one it replicated to before an erasure
+# (``StoreReplication.erased``). Its next replication starts one above; until then a copy of it
+# records no generation, and once object storage holds one above its floor, another file
+# replicated since and this one is a stale copy.
 FLOOR_KEY = "replica_floor"
 
 
