@@ -106,3 +106,23 @@ def test_an_erasure_killed_before_its_new_generation_still_leaves_object_storage
         assert client.get_memory("killed", memory).forgotten
         client.retain("killed", "written after the restart")
         wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 30)
+
+
+def test_a_forget_on_a_replicating_tenant_while_object_storage_hangs_ends_within_a_minute(
+    server_factory, object_storage, tmp_path
+):
+    """A tenant Litestream replicates when object storage stops answering: its forget keeps its
+    forgotten memories in the data directory after a few seconds and waits for its last sync only
+    a few more (before, 30 s each: 96 s in all, near the store's 120 s limit); the text leaves
+    object storage once it answers again."""
+    bucket = object_storage.new_bucket()
+    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
+    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    with MemoryClient(server.target, timeout=60, retries=0) as client:
+        memory = client.retain("busy", SECRET).memory_id
+        wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
+        with object_storage.paused():
+            client.retain("busy", "the plants need water on fridays")  # a commit not yet replicated
+            assert client.forget("busy", memory)  # within the deadline
+        wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 60)
+        assert [m.text for m in client.list_memories("busy").memories] == ["the plants need water on fridays"]

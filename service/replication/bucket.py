@@ -24,6 +24,11 @@ from mnemosyne.replication.url import GENERATION_DIGITS, ReplicaUrl, generation_
 UNREACHABLE = "REPLICA_UNREACHABLE"
 # Short: a member that cannot reach its store answers UNAVAILABLE within seconds, not minutes.
 _CLIENT = botocore.config.Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
+# Shorter, for a call a client's write waits for and can do without (a forget's forgotten memories,
+# kept in the data directory and sent later when object storage does not answer at once).
+_QUICK_CLIENT = botocore.config.Config(
+    connect_timeout=2, read_timeout=3, retries={"max_attempts": 1, "mode": "standard"}
+)
 FORGOTTEN_OBJECT = "forgotten.json"
 ERASED_OBJECT = "erased.json"
 UNANSWERED_SECONDS = 10.0  # after the store did not answer an open's question, the opens go on without it
@@ -40,8 +45,10 @@ class Bucket:
     def __init__(self, url: ReplicaUrl) -> None:
         self.url = url
         self._unanswered_until = 0.0  # ``newer_than`` is not asked before then (the store did not answer)
-        self._s3: Any = boto3.session.Session().client(
-            "s3", endpoint_url=url.endpoint, region_name=url.region, config=_CLIENT
+        session = boto3.session.Session()
+        self._s3: Any = session.client("s3", endpoint_url=url.endpoint, region_name=url.region, config=_CLIENT)
+        self._quick_s3: Any = session.client(
+            "s3", endpoint_url=url.endpoint, region_name=url.region, config=_QUICK_CLIENT
         )
 
     def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
@@ -125,22 +132,24 @@ class Bucket:
             self._unanswered_until = time.monotonic() + UNANSWERED_SECONDS
             raise
 
-    def forgotten(self, tenant: str) -> set[ForgottenMemory]:
+    def forgotten(self, tenant: str, *, quick: bool = False) -> set[ForgottenMemory]:
         """The memories of ``tenant`` forgotten so far (``add_forgotten``)."""
-        kept = self._read_json(self.url.key(tenant, FORGOTTEN_OBJECT), f"for {tenant}'s forgotten memories")
+        kept = self._read_json(self.url.key(tenant, FORGOTTEN_OBJECT), f"for {tenant}'s forgotten memories", quick)
         return {(int(memory_id), float(created_at)) for memory_id, created_at in kept or []}
 
-    def add_forgotten(self, tenant: str, memories: Iterable[ForgottenMemory]) -> None:
+    def add_forgotten(self, tenant: str, memories: Iterable[ForgottenMemory], *, quick: bool = False) -> None:
         """Keep these forgotten memories of ``tenant`` with those kept before (a union: a
-        restored file may lack forgets the bucket has, and re-applies them first)."""
-        kept = self.forgotten(tenant)
+        restored file may lack forgets the bucket has, and re-applies them first). ``quick``:
+        with the short timeouts of a call a client waits for."""
+        kept = self.forgotten(tenant, quick=quick)
         wanted = kept.union(memories)
         if wanted != kept:
-            self._write_json(self.url.key(tenant, FORGOTTEN_OBJECT), sorted(wanted), f"{tenant}'s forgotten memories")
+            key = self.url.key(tenant, FORGOTTEN_OBJECT)
+            self._write_json(key, sorted(wanted), f"{tenant}'s forgotten memories", quick)
 
-    def _read_json(self, key: str, doing: str) -> Any:
+    def _read_json(self, key: str, doing: str, quick: bool = False) -> Any:
         try:
-            body = self._s3.get_object(Bucket=self.url.bucket, Key=key)["Body"].read()
+            body = (self._quick_s3 if quick else self._s3).get_object(Bucket=self.url.bucket, Key=key)["Body"].read()
         except botocore.exceptions.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
@@ -149,9 +158,11 @@ class Bucket:
             raise self._unreachable(doing, exc) from None
         return json.loads(body)
 
-    def _write_json(self, key: str, value: Any, what: str) -> None:
+    def _write_json(self, key: str, value: Any, what: str, quick: bool = False) -> None:
         try:
-            self._s3.put_object(Bucket=self.url.bucket, Key=key, Body=json.dumps(value).encode())
+            (self._quick_s3 if quick else self._s3).put_object(
+                Bucket=self.url.bucket, Key=key, Body=json.dumps(value).encode()
+            )
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._unreachable(f"to keep {what}", exc) from None
 

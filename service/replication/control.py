@@ -66,22 +66,23 @@ class Control:
             "POST", "/register", {"path": str(database), "replica_url": replica_url}, timeout=CALL_SLACK_SECONDS
         )
 
-    async def unregister(self, database: Path) -> None:
+    async def unregister(self, database: Path, timeout: int = SYNC_TIMEOUT_SECONDS) -> None:
+        """Stop replicating the database, after a last sync of at most ``timeout`` whole seconds."""
         await self.call(
             "POST",
             "/unregister",
-            {"path": str(database), "timeout": SYNC_TIMEOUT_SECONDS},
-            timeout=SYNC_TIMEOUT_SECONDS + CALL_SLACK_SECONDS,
+            {"path": str(database), "timeout": timeout},
+            timeout=timeout + CALL_SLACK_SECONDS,
         )
 
-    async def sync(self, database: Path) -> dict[str, Any]:
-        """Replicate what the database committed so far and wait for object storage to have it:
-        its answer's ``txid`` and ``replicated_txid``."""
+    async def sync(self, database: Path, timeout: int = SYNC_TIMEOUT_SECONDS) -> dict[str, Any]:
+        """Replicate what the database committed so far and wait (at most ``timeout`` whole seconds)
+        for object storage to have it: its answer's ``txid`` and ``replicated_txid``."""
         answer: dict[str, Any] = await self.call(
             "POST",
             "/sync",
-            {"path": str(database), "wait": True, "timeout": SYNC_TIMEOUT_SECONDS},
-            timeout=SYNC_TIMEOUT_SECONDS + CALL_SLACK_SECONDS,
+            {"path": str(database), "wait": True, "timeout": timeout},
+            timeout=timeout + CALL_SLACK_SECONDS,
         )
         return answer
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from mnemosyne.replication import restore
 from mnemosyne.replication.bucket import Bucket, ForgottenMemory
-from mnemosyne.replication.control import ControlError
+from mnemosyne.replication.control import SYNC_TIMEOUT_SECONDS, ControlError
 from mnemosyne.replication.litestream import Litestream
 from mnemosyne.replication.sweeps import Sweeps, read_json, write_json
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
@@ -44,7 +45,7 @@ T = TypeVar("T")
 TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
-SYNC_BEFORE_SWAP_SECONDS = 5.0  # the longest a swap waits for a sync under way (object storage slow)
+SWAP_WAIT_SECONDS = 5  # the longest a swap waits for a sync under way, and for its own last sync
 FORGOTTEN_FILE_NAME = ".replica-forgotten.json"  # forgets not yet kept in the bucket (``forgotten``)
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
@@ -264,15 +265,16 @@ class Replicator:
         fetched = restore.fetch(self.bucket, tenant, into, judge=judge)
         return None if fetched is None else (fetched.database, fetched.inbox)
 
-    def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]]) -> None:
+    def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]], *, quick: bool = True) -> None:
         """Keep the tenant's forgotten memories in the bucket (replication/bucket.py
         ``add_forgotten``), so that no restore brings one back; when object storage cannot be
-        reached, kept in the data directory and sent by the tick once it can."""
+        reached — for the forget that waits (``quick``), within a few seconds — kept in the data
+        directory and sent by the tick once it can."""
         found = memories()
         with self._guard:
             unsent = self._unsent.pop(tenant, [])
         try:
-            self.bucket.add_forgotten(tenant, [*unsent, *found])
+            self.bucket.add_forgotten(tenant, [*unsent, *found], quick=quick)
         except Unavailable as exc:
             log.warning("tenant %s: its forgotten memories are not in object storage yet: %s", tenant, exc.message)
             with self._guard:
@@ -290,7 +292,7 @@ class Replicator:
         with self._guard:
             tenants = list(self._unsent)
         for tenant in tenants:
-            await self._loop.run_in_executor(None, self.forgotten, tenant, list)
+            await self._loop.run_in_executor(None, functools.partial(self.forgotten, tenant, list, quick=False))
 
     def replicated_since(self, tenant: str) -> float:
         with self._guard:
@@ -317,12 +319,12 @@ class Replicator:
             # A sync begun before: its registration (a generation chosen, the old file registered)
             # ends before the files change; one object storage holds up longer is dropped when it
             # answers (``_register``).
-            waited_until = time.monotonic() + SYNC_BEFORE_SWAP_SECONDS
+            waited_until = time.monotonic() + SWAP_WAIT_SECONDS
             while state.in_flight and time.monotonic() < waited_until:
                 await asyncio.sleep(0.02)
             if state.registered:
                 try:
-                    await self._sync_files(state)
+                    await self._sync_files(state, SWAP_WAIT_SECONDS)
                 except Exception as exc:  # the swap goes on: it must not wait for object storage
                     log.warning(
                         "tenant %s: its last commits were not confirmed replicated before a swap: %s", tenant, exc
@@ -426,11 +428,11 @@ class Replicator:
     def _database_held(self) -> bool:
         return self._hold_database_file is not None and self._hold_database_file.exists()
 
-    async def _sync_files(self, state: _Tenant) -> None:
+    async def _sync_files(self, state: _Tenant, timeout: int = SYNC_TIMEOUT_SECONDS) -> None:
         if self._database_held():
             raise ControlError(0, "the tenant databases' replication is held (a test seam)")
         for path in list(state.registered):
-            await self.litestream.control.sync(path)
+            await self.litestream.control.sync(path, timeout)
 
     # -- the active set -------------------------------------------------------------------------------
 
@@ -538,7 +540,8 @@ class Replicator:
     async def _unregister(self, tenant: str, state: _Tenant) -> None:
         for path in list(state.registered):
             try:
-                await self.litestream.control.unregister(path)
+                # Its last sync short: a swap synced first, an idle tenant has nothing left.
+                await self.litestream.control.unregister(path, SWAP_WAIT_SECONDS)
             except ControlError as exc:  # a Litestream down has nothing registered
                 log.warning("tenant %s: Litestream did not unregister %s: %s", tenant, path.name, exc)
             state.registered.remove(path)
