@@ -31,11 +31,20 @@ def wait_replicated(server: ServerProcess, seconds: float = 20.0) -> None:
 
 
 def litestream_pid(server: ServerProcess) -> int | None:
-    """The server's Litestream child, if one runs."""
+    """The server's Litestream child, if one runs (a child exiting meanwhile, as the one a test
+    killed, has no executable left to name, and a thread ending has no children file: passed
+    over)."""
     for task in Path(f"/proc/{server.pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            if Path(f"/proc/{child}/exe").resolve().name == "litestream":
-                return int(child)
+        try:
+            children = (task / "children").read_text().split()  # a thread may end meanwhile
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if Path(f"/proc/{child}/exe").resolve(strict=True).name == "litestream":
+                    return int(child)
+            except OSError:
+                continue
     return None
 
 
