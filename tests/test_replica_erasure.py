@@ -10,17 +10,18 @@ import shutil
 import pytest
 
 from mnemosyne.client import MemoryClient, UnavailableError
-from tests.replica_support import replica_env
 from tests.support import gauge, wait_until
 from tests.test_erasure import texts_left
+from tests.test_replication import replicating
 
 SECRET = "Zyxwv the vault code is 4471-quokka-9320"
 
 
 def test_a_forgotten_memory_leaves_object_storage_after_the_retention(server_factory, object_storage, tmp_path):
     bucket = object_storage.new_bucket()
-    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
-    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    server = replicating(
+        server_factory, object_storage, bucket, tmp_path / "member", "--replica-retention", "0"
+    ).start()
     with MemoryClient(server.target) as client:
         kept = client.retain("vault", "the plants need water on fridays")
         secret = client.retain("vault", SECRET)
@@ -36,7 +37,9 @@ def test_a_forgotten_memory_leaves_object_storage_after_the_retention(server_fac
     # What was kept is still replicated: a member on an empty volume restores it from the new generation.
     server.kill()
     shutil.rmtree(server.data_dir)
-    server = server_factory(tmp_path / "member", env=replica_env(), args=args).start()
+    server = replicating(
+        server_factory, object_storage, bucket, tmp_path / "member", "--replica-retention", "0"
+    ).start()
     with MemoryClient(server.target) as client:
         assert [m.text for m in client.list_memories("vault").memories] == ["the plants need water on fridays"]
         assert client.verify_integrity("vault").valid
@@ -50,8 +53,16 @@ def test_a_forget_right_after_a_write_to_an_idle_tenant_still_leaves_object_stor
     old one, holding the forgotten text, is deleted after the retention. Before the fix, about one
     such forget in four left the file replicating to the old generation, the text kept there."""
     bucket = object_storage.new_bucket()
-    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0", "--replica-idle-seconds", "1"]
-    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    server = replicating(
+        server_factory,
+        object_storage,
+        bucket,
+        tmp_path / "member",
+        "--replica-retention",
+        "0",
+        "--replica-idle-seconds",
+        "1",
+    ).start()
     with MemoryClient(server.target) as client:
         for n in range(12):
             secret = f"{SECRET} round {n}"
@@ -70,8 +81,16 @@ def test_a_forget_while_object_storage_hangs_still_leaves_it_once_it_answers(ser
     the data directory), the registration object storage held up does not replicate the old
     generation after it, and the forgotten text leaves object storage once it answers again."""
     bucket = object_storage.new_bucket()
-    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0", "--replica-idle-seconds", "1"]
-    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    server = replicating(
+        server_factory,
+        object_storage,
+        bucket,
+        tmp_path / "member",
+        "--replica-retention",
+        "0",
+        "--replica-idle-seconds",
+        "1",
+    ).start()
     with MemoryClient(server.target, timeout=60) as client:
         memory = client.retain("hung", SECRET).memory_id
         wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
@@ -90,16 +109,18 @@ def test_an_erasure_killed_before_its_new_generation_still_leaves_object_storage
     new generation: the restarted member's next replication of it still starts a new generation,
     and the forgotten text leaves object storage after the retention."""
     bucket = object_storage.new_bucket()
-    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
-    env = {**replica_env(), "MNEMOSYNE_TEST_FAULTS": "kill@erasure_finished"}
-    server = server_factory(tmp_path / "member", env=env, args=args).start()
+    seams = {"MNEMOSYNE_TEST_FAULTS": "kill@erasure_finished"}
+    server = replicating(
+        server_factory, object_storage, bucket, tmp_path / "member", "--replica-retention", "0", seams=seams
+    )
+    server.start()
     with MemoryClient(server.target, retries=0) as client:
         client.retain("killed", "the plants need water on fridays")
         memory = client.retain("killed", SECRET).memory_id
         wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
         with pytest.raises(UnavailableError):
             client.forget("killed", memory)
-    server.process.wait(timeout=10)
+    server.wait_exit(timeout=10)
     server.env.pop("MNEMOSYNE_TEST_FAULTS")
     server.start()
     with MemoryClient(server.target) as client:
@@ -116,8 +137,9 @@ def test_a_forget_on_a_replicating_tenant_while_object_storage_hangs_ends_within
     a few more (before, 30 s each: 96 s in all, near the store's 120 s limit); the text leaves
     object storage once it answers again."""
     bucket = object_storage.new_bucket()
-    args = ["--replica-url", object_storage.url(bucket), "--replica-retention", "0"]
-    server = server_factory(tmp_path / "member", env=replica_env(), args=args, metrics=True).start()
+    server = replicating(
+        server_factory, object_storage, bucket, tmp_path / "member", "--replica-retention", "0"
+    ).start()
     with MemoryClient(server.target, timeout=60, retries=0) as client:
         memory = client.retain("busy", SECRET).memory_id
         wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)

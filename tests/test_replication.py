@@ -20,8 +20,17 @@ from tests.replica_support import ObjectStorage, replica_env
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
 
-def replicating(server_factory: ServerFactory, storage: ObjectStorage, bucket: str, data_dir: Path) -> ServerProcess:
-    return server_factory(data_dir, env=replica_env(), args=["--replica-url", storage.url(bucket)], metrics=True)
+def replicating(
+    server_factory: ServerFactory,
+    storage: ObjectStorage,
+    bucket: str,
+    data_dir: Path,
+    *flags: str,
+    seams: dict[str, str] | None = None,
+) -> ServerProcess:
+    """A server replicating to ``bucket``, with more ``flags`` and test ``seams`` (variables)."""
+    env = {**replica_env(), **(seams or {})}
+    return server_factory(data_dir, env=env, args=["--replica-url", storage.url(bucket), *flags], metrics=True)
 
 
 def wait_replicated(server: ServerProcess, seconds: float = 20.0) -> None:
@@ -174,9 +183,8 @@ def test_a_stale_copy_put_back_is_refused_neither_served_nor_replicated(
     replication records no generation: its floor (the newest generation when the file was made)
     judges it."""
     bucket, hold = object_storage.new_bucket(), tmp_path / "hold-database"
-    env = {**replica_env(), "MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE": str(hold)}
-    server = server_factory(tmp_path / "member", env=env, args=["--replica-url", object_storage.url(bucket)])
-    server.metrics = True
+    seams = {"MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE": str(hold)}
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member", seams=seams)
     before = taken == "before its first replication"
     if before:
         hold.touch()  # the tenant file is not replicated yet when the copy below is taken

@@ -51,6 +51,9 @@ class Bucket:
             "s3", endpoint_url=url.endpoint, region_name=url.region, config=_QUICK_CLIENT
         )
 
+    def _client(self, quick: bool) -> Any:
+        return self._quick_s3 if quick else self._s3
+
     def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
         return Unavailable(
             f"object storage (bucket {self.url.bucket} at {self.url.endpoint or 'AWS'}) could not be asked {doing}: "
@@ -149,7 +152,7 @@ class Bucket:
 
     def _read_json(self, key: str, doing: str, quick: bool = False) -> Any:
         try:
-            body = (self._quick_s3 if quick else self._s3).get_object(Bucket=self.url.bucket, Key=key)["Body"].read()
+            body = self._client(quick).get_object(Bucket=self.url.bucket, Key=key)["Body"].read()
         except botocore.exceptions.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
@@ -160,9 +163,7 @@ class Bucket:
 
     def _write_json(self, key: str, value: Any, what: str, quick: bool = False) -> None:
         try:
-            (self._quick_s3 if quick else self._s3).put_object(
-                Bucket=self.url.bucket, Key=key, Body=json.dumps(value).encode()
-            )
+            self._client(quick).put_object(Bucket=self.url.bucket, Key=key, Body=json.dumps(value).encode())
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._unreachable(f"to keep {what}", exc) from None
 

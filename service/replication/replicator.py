@@ -32,7 +32,8 @@ from mnemosyne.replication import restore
 from mnemosyne.replication.bucket import Bucket, ForgottenMemory
 from mnemosyne.replication.control import SYNC_TIMEOUT_SECONDS, ControlError
 from mnemosyne.replication.litestream import Litestream
-from mnemosyne.replication.sweeps import Sweeps, read_json, write_json
+from mnemosyne.replication.state_files import read_json, write_json
+from mnemosyne.replication.sweeps import Sweeps
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
 from mnemosyne.store.ownership import TOMBSTONED, OwnershipRecord
@@ -233,16 +234,12 @@ class Replicator:
 
     def floor(self, tenant: str, *, new: bool) -> int | None:
         if new:  # the pool found none held: this process's new file is the newest copy
-            with self._guard:
-                if len(self._current) < 65_536:
-                    self._current.add(tenant)
+            self._mark_current(tenant)
             return 0
         try:
             return self.bucket.newest_held(tenant)
         except Unavailable as exc:
-            log.warning(
-                "tenant %s: installed without a floor (a copy of it is not judged stale): %s", tenant, exc.message
-            )
+            log.warning("tenant %s: installed without a floor (its copies not judged): %s", tenant, exc.message)
             return None
 
     def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
@@ -253,10 +250,15 @@ class Replicator:
         except Unavailable as exc:
             log.warning("tenant %s: whether its file is the newest copy is not known: %s", tenant, exc.message)
             return None
-        with self._guard:
-            if newer is None and len(self._current) < 65_536:  # remembered (a bound) while this process runs
-                self._current.add(tenant)
+        if newer is None:
+            self._mark_current(tenant)
         return newer
+
+    def _mark_current(self, tenant: str) -> None:
+        """Remember (a bound) while this process runs that the tenant's file here is the newest."""
+        with self._guard:
+            if len(self._current) < 65_536:
+                self._current.add(tenant)
 
     def fetch(
         self, tenant: str, into: Path, judge: Callable[[Path], bool] | None = None

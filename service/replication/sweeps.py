@@ -1,40 +1,23 @@
 """The deletion of a tenant's replaced generations once ``--replica-retention`` has passed
 (docs/replication.md): planned when a file starts a new generation, remembered in the data
 directory across restarts (``.replica-sweeps.json``), carried out through our own S3 client
-(replication/bucket.py) once the tenant's new generation is confirmed. Also the replicator's
-small JSON files, written through a temporary name (a kill leaves the old file or the new one)."""
+(replication/bucket.py) once the tenant's new generation is confirmed."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mnemosyne.errors import Unavailable
 from mnemosyne.replication.bucket import Bucket
+from mnemosyne.replication.state_files import read_json, write_json
 
 log = logging.getLogger("mnemosyne.replication")
 
 SWEEPS_FILE_NAME = ".replica-sweeps.json"
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        found: dict[str, Any] = json.loads(path.read_text())
-        return found
-    except FileNotFoundError:
-        return {}
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)
 
 
 class Sweeps:
