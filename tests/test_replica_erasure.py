@@ -6,6 +6,7 @@ version (LTX pages decoded) nor in Litestream's local files."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -148,3 +149,39 @@ def test_a_forget_on_a_replicating_tenant_while_object_storage_hangs_ends_within
             assert client.forget("busy", memory)  # within the deadline
         wait_until(lambda: not object_storage.objects_holding(bucket, [SECRET]), 60)
         assert [m.text for m in client.list_memories("busy").memories] == ["the plants need water on fridays"]
+
+
+@pytest.mark.parametrize("tenant_was", ["replicating", "idle"])
+def test_an_erasure_object_storage_holds_up_past_the_stores_limit_leaves_the_tenant_replicating(
+    server_factory, object_storage, tmp_path, tenant_was
+):
+    """An erasure whose wait for object storage passes the limit a thread of the store waits (the
+    seam's 3 s for 120) — in its last sync of a replicating tenant, or in the deletion of an idle
+    one's replicas — fails UNAVAILABLE, retryable, and what it began is undone on the
+    replication's side too: the deletion stops and records no erasure, and the tenant, kept whole,
+    goes on replicating once object storage answers (before, it stayed paused, never replicated
+    again, its replicas deleted and its erasure recorded all the same); the erasure asked again
+    ends with nothing of it in object storage."""
+    bucket = object_storage.new_bucket()
+    seams = {"MNEMOSYNE_TEST_REPLICA_CALL_SECONDS": "3"}
+    member = tmp_path / "member"
+    server = replicating(server_factory, object_storage, bucket, member, "--replica-idle-seconds", "1", seams=seams)
+    later = "written after object storage answers again"
+    with MemoryClient(server.start().target, timeout=60, retries=0) as client:
+        client.retain("held", SECRET)
+        wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
+        if tenant_was == "idle":
+            wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0, 30)
+        with object_storage.paused():
+            if tenant_was == "replicating":
+                client.retain("held", "a commit the erasure's last sync waits for")
+            with pytest.raises(UnavailableError) as refused:
+                client.erase_tenant("held")
+        assert refused.value.reason == "REPLICA_UNREACHABLE", refused.value
+        time.sleep(6)  # the deletion given up: its pending call answered once object storage is back, it stops
+        assert not [key for key in object_storage.keys(bucket) if key.endswith("erased.json")]
+        client.retain("held", later)
+        wait_until(lambda: object_storage.objects_holding(bucket, [later]), 30)
+        assert SECRET in [m.text for m in client.list_memories("held").memories]
+        client.erase_tenant("held")
+        assert not object_storage.objects_holding(bucket, [SECRET, later])

@@ -102,7 +102,7 @@ def _replicator(config: EngineConfig, seams: Seams) -> Replicator | None:
         idle_seconds=settings.idle_seconds,
         active_limit=settings.active_limit,
         retention_seconds=settings.retention_seconds,
-        hold_database_file=seams.hold_replica_database_file,
+        seams=seams,
     )
     replicator.start()
     return replicator

@@ -10,6 +10,7 @@ never taken for an empty one."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -176,14 +177,16 @@ class Bucket:
                 names.append(common["Prefix"][len(prefix) :].rstrip("/"))
         return sorted(names)
 
-    def delete_tenant(self, tenant: str) -> int:
+    def delete_tenant(self, tenant: str, given_up: threading.Event | None = None) -> int:
         """Delete every object of ``tenant`` (every generation, every version, its forgotten
         memories), then record its erasure: a copy of it left anywhere (a member's stale volume)
         is below the generation recorded, so it is never replicated again, and a tenant of that
-        name created later starts above it. How many objects went."""
+        name created later starts above it. How many objects went. Once ``given_up`` is set (the
+        erasure was given up) it stops at its next call to object storage and records none."""
         above = self.highest_generation(tenant) + 1
-        deleted = self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}")
-        self._write_json(self.url.key(tenant, ERASED_OBJECT), {"above": above}, f"the erasure of {tenant}")
+        deleted = self._delete_under(self.url.key(tenant) + "/", f"the replicas of {tenant}", given_up)
+        if given_up is None or not given_up.is_set():
+            self._write_json(self.url.key(tenant, ERASED_OBJECT), {"above": above}, f"the erasure of {tenant}")
         return deleted
 
     def delete_generations(self, tenant: str, below: int) -> int:
@@ -195,7 +198,7 @@ class Bucket:
             if generation < below
         )
 
-    def _delete_under(self, prefix: str, what: str) -> int:
+    def _delete_under(self, prefix: str, what: str, given_up: threading.Event | None = None) -> int:
         """Every version and delete marker under ``prefix`` (a versioned bucket keeps an object's
         bytes in its old versions after a plain delete; an unversioned one lists each object once,
         version "null")."""
@@ -205,6 +208,8 @@ class Bucket:
                 for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
                     doomed.append({"Key": entry["Key"], "VersionId": entry.get("VersionId") or "null"})
             for start in range(0, len(doomed), 1000):  # DeleteObjects takes 1,000 keys a call
+                if given_up is not None and given_up.is_set():
+                    return start
                 chunk = doomed[start : start + 1000]
                 self._s3.delete_objects(Bucket=self.url.bucket, Delete={"Objects": chunk, "Quiet": True})
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:

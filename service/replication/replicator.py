@@ -29,12 +29,13 @@ from typing import Any, TypeVar
 
 from mnemosyne.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from mnemosyne.replication import restore
-from mnemosyne.replication.bucket import Bucket, ForgottenMemory
+from mnemosyne.replication.bucket import UNREACHABLE, Bucket, ForgottenMemory
 from mnemosyne.replication.control import SYNC_TIMEOUT_SECONDS, ControlError
+from mnemosyne.replication.forgotten_outbox import ForgottenOutbox
 from mnemosyne.replication.litestream import Litestream
-from mnemosyne.replication.state_files import read_json, write_json
 from mnemosyne.replication.sweeps import Sweeps
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
 from mnemosyne.store.ownership import TOMBSTONED, OwnershipRecord
 from mnemosyne.store.replicas import record_generation, recorded_replica, stale_because
@@ -45,9 +46,8 @@ log = logging.getLogger("mnemosyne.replication")
 T = TypeVar("T")
 TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
-CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap's sync)
+CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap: an erasure's deletions)
 SWAP_WAIT_SECONDS = 5  # the longest a swap waits for a sync under way, and for its own last sync
-FORGOTTEN_FILE_NAME = ".replica-forgotten.json"  # forgets not yet kept in the bucket (``forgotten``)
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
@@ -96,11 +96,12 @@ class Replicator:
         idle_seconds: float,
         active_limit: int,
         retention_seconds: float,
-        hold_database_file: Path | None = None,
+        seams: Seams,
     ) -> None:
-        """``hold_database_file``: a test seam (runtime/seams.py), None in production."""
+        """``seams``: a test's (runtime/seams.py); production's hold none."""
         self.url = ReplicaUrl.parse(url)
-        self._hold_database_file = hold_database_file
+        self._hold_database_file = seams.hold_replica_database_file
+        self._call_seconds = seams.replica_call_seconds or CALL_SECONDS
         self.bucket = Bucket(self.url)
         self._tenants_dir = data_dir / TENANTS_DIR_NAME
         self._inbox_dir = data_dir / INBOX_DIR_NAME
@@ -111,12 +112,7 @@ class Replicator:
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
         self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         self._sweeps = Sweeps(data_dir, self.bucket, retention_seconds)
-        # Tenant -> its forgotten memories the bucket could not be told of yet (``forgotten``).
-        self._forgotten_path = data_dir / FORGOTTEN_FILE_NAME
-        self._unsent: dict[str, list[ForgottenMemory]] = {
-            tenant: [(int(i), float(c)) for i, c in memories]
-            for tenant, memories in read_json(self._forgotten_path).items()
-        }
+        self.outbox = ForgottenOutbox(data_dir, self.bucket)
         self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
         self._sync_failures = 0
         self._loop = asyncio.new_event_loop()
@@ -176,8 +172,23 @@ class Replicator:
                 state.dirty_since = state.dirty_since or now
         self._wake.set()
 
-    def _call(self, work: Coroutine[Any, Any, T], timeout: float = CALL_SECONDS) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` run on the loop for a thread of the store: cancelled on the loop if it takes
+        longer than ``CALL_SECONDS``, so its own cleanup runs (a swap's ``_leave`` undoes its
+        pause: a swap given up never leaves its tenant unreplicated) and the caller gets
+        UNAVAILABLE; never left running unseen."""
+        return asyncio.run_coroutine_threadsafe(self._within(work), self._loop).result()
+
+    async def _within(self, work: Coroutine[Any, Any, T]) -> T:
+        try:
+            async with asyncio.timeout(self._call_seconds):
+                return await work
+        except TimeoutError:
+            raise Unavailable(
+                f"object storage did not answer within {self._call_seconds:.0f} s; retry once it answers",
+                reason=UNREACHABLE,
+                retry_after_seconds=1.0,
+            ) from None
 
     # -- the store's hooks (store/replicas.py) -------------------------------------------------------
 
@@ -268,33 +279,7 @@ class Replicator:
         return None if fetched is None else (fetched.database, fetched.inbox)
 
     def forgotten(self, tenant: str, memories: Callable[[], list[ForgottenMemory]], *, quick: bool = True) -> None:
-        """Keep the tenant's forgotten memories in the bucket (replication/bucket.py
-        ``add_forgotten``), so that no restore brings one back; when object storage cannot be
-        reached — for the forget that waits (``quick``), within a few seconds — kept in the data
-        directory and sent by the tick once it can."""
-        found = memories()
-        with self._guard:
-            unsent = self._unsent.pop(tenant, [])
-        try:
-            self.bucket.add_forgotten(tenant, [*unsent, *found], quick=quick)
-        except Unavailable as exc:
-            log.warning("tenant %s: its forgotten memories are not in object storage yet: %s", tenant, exc.message)
-            with self._guard:
-                self._unsent[tenant] = sorted({*self._unsent.get(tenant, []), *unsent, *found})
-                unsent_now = dict(self._unsent)
-            write_json(self._forgotten_path, unsent_now)
-            return
-        if unsent:
-            with self._guard:
-                unsent_now = dict(self._unsent)
-            write_json(self._forgotten_path, unsent_now)
-
-    async def _send_forgotten(self) -> None:
-        """The forgotten memories the bucket could not be told of before (``forgotten``)."""
-        with self._guard:
-            tenants = list(self._unsent)
-        for tenant in tenants:
-            await self._loop.run_in_executor(None, functools.partial(self.forgotten, tenant, list, quick=False))
+        self.outbox.send(tenant, memories(), quick=quick)
 
     def replicated_since(self, tenant: str) -> float:
         with self._guard:
@@ -317,6 +302,7 @@ class Replicator:
             state = self._states.setdefault(tenant, _Tenant())
             state.paused += 1
             state.swaps += 1
+        deleting = False
         try:
             # A sync begun before: its registration (a generation chosen, the old file registered)
             # ends before the files change; one object storage holds up longer is dropped when it
@@ -333,11 +319,17 @@ class Replicator:
                     )
                 await self._unregister(tenant, state)
             if gone:
-                await self._loop.run_in_executor(None, self.bucket.delete_tenant, tenant)
-                with self._guard:
-                    self._unsent.pop(tenant, None)  # its forgotten memories went with it
+                deleting = True
+                given_up = threading.Event()
+                try:
+                    await self._loop.run_in_executor(None, self.bucket.delete_tenant, tenant, given_up)
+                except asyncio.CancelledError:  # past the store's limit: it stops, recording no erasure
+                    given_up.set()
+                    raise
+                self.outbox.drop(tenant)
         except BaseException:
-            await self._come_back(tenant, fresh=False, gone=False)
+            # A deletion begun may have taken some of the generation's objects: a whole new one next.
+            await self._come_back(tenant, fresh=deleting, gone=False)
             raise
 
     async def _come_back(self, tenant: str, *, fresh: bool, gone: bool) -> None:
@@ -461,8 +453,8 @@ class Replicator:
                 await self._retire(tenant)
             if self._sweeps:
                 await self._loop.run_in_executor(None, self._sweeps.run, self._confirmed)
-            if self._unsent:
-                await self._send_forgotten()
+            for tenant in self.outbox.waiting():
+                await self._loop.run_in_executor(None, functools.partial(self.outbox.send, tenant, [], quick=False))
 
     async def _retire(self, tenant: str) -> None:
         """An idle tenant whose commits are all replicated leaves the set (and Litestream)."""

@@ -40,6 +40,9 @@ misspelt seam fails the test that set it instead of silently doing nothing):
   tenant database in Litestream and every sync fails (the inboxes go on replicating on
   Litestream's own schedule): the inbox's replica runs ahead of the tenant file's
   (replication/replicator.py).
+* ``MNEMOSYNE_TEST_REPLICA_CALL_SECONDS``: the longest a thread of the store waits for the
+  replication's loop (a swap's waits for object storage), in place of 120 s
+  (replication/replicator.py ``CALL_SECONDS``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Seams:
     webhook_backoff: float = 0.0
     clock_file: Path | None = None
     hold_replica_database_file: Path | None = None
+    replica_call_seconds: float = 0.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -124,6 +128,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WEBHOOK_BACKOFF": ("webhook_backoff", float),
     "CLOCK_FILE": ("clock_file", Path),
     "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
+    "REPLICA_CALL_SECONDS": ("replica_call_seconds", float),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).
