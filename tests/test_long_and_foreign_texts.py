@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import pytest
 
 from mnemosyne import MemoryBrain
+from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.embedders import make_embedder
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.recall.text import fts_match_expression
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+from mnemosyne.engine.types import RetainItem
+from mnemosyne.store.memory_rows import indexed_text
+from mnemosyne.store.schema import MIGRATIONS, SCHEMA_VERSION
+from mnemosyne.store.unspaced_scripts import REINDEX, letter_pairs
 
 FILLER = "The quarterly planning notes cover staffing, travel, hardware and the office move. "
 
@@ -79,3 +87,93 @@ def test_a_query_the_model_cannot_read_matches_nothing_by_vector(
         assert found == ([ids["ሰላም ነው"]] if mode == "hybrid" else [])
         # A query the model reads some of is embedded as before.
         assert brain.recall("Carol tea 🍵", mode=mode, k=1)[0].memory.id == ids["Carol prefers tea over coffee"]
+
+
+# Tenants writing scripts without spaces between words: each question shares a word or two with
+# its memory, never the whole sentence (FTS5's tokenizer made the sentence one token).
+UNSPACED = {
+    "zh": [
+        ("下周二我们要去北京开会", "什么时候去北京"),
+        ("我儿子最喜欢吃草莓蛋糕", "儿子喜欢吃什么"),
+        ("公司的新办公室在火车站旁边", "新办公室在哪里"),
+        ("奶奶的生日是十月三号", "奶奶生日是哪天"),
+        ("冰箱里的牛奶已经过期了", "牛奶还能喝吗"),
+        ("钥匙放在门口的鞋柜上面", "钥匙在哪儿"),
+    ],
+    "zh-hant": [
+        ("我們的航班延誤了兩個小時", "航班延誤多久"),
+        ("圖書館星期日不開門", "圖書館什麼時候開門"),
+        ("醫生說每天要喝八杯水", "醫生說要喝多少水"),
+    ],
+    "ja": [
+        ("来週の月曜日に歯医者の予約があります", "歯医者の予約はいつ"),
+        ("娘はピアノを習っています", "娘は何を習っていますか"),
+        ("駅前のパン屋は火曜日が休みです", "パン屋の休みは"),
+    ],
+    "th": [
+        ("ลูกชายชอบกินข้าวผัดกุ้ง", "ลูกชายชอบกินอะไร"),
+        ("ประชุมพรุ่งนี้เลื่อนไปบ่ายสามโมง", "ประชุมพรุ่งนี้กี่โมง"),
+        ("กุญแจบ้านอยู่ในลิ้นชัก", "กุญแจบ้านอยู่ไหน"),
+    ],
+}
+
+
+@pytest.mark.parametrize("language", sorted(UNSPACED))
+def test_a_tenant_in_a_script_without_spaces_finds_each_memory_by_the_words_its_question_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, language: str
+) -> None:
+    """Through the full-text leg, which indexes such a run as its letter pairs
+    (store/unspaced_scripts.py), with either embedder; with MiniLM no worse than with hashing
+    (its vocabulary lacks most simplified Chinese letters: a question of mostly ``[UNK]`` is ranked
+    by its words, not by the one vector such texts share)."""
+    pairs = UNSPACED[language]
+    found = {}
+    for embedder in ("hashing", "minilm"):
+        monkeypatch.setenv("MNEMOSYNE_EMBEDDER", embedder)
+        with MemoryBrain(tmp_path / embedder, "unspaced") as brain:
+            ids = [brain.retain(text).memory_id for text, _ in pairs]
+            found[embedder] = [brain.recall(question, k=1)[0].memory.id for _, question in pairs]
+            assert [brain.recall(question, k=1, mode="text")[0].memory.id for _, question in pairs] == ids
+        assert found[embedder] == ids, (embedder, [q for (_, q), i, f in zip(pairs, ids, found[embedder]) if i != f])
+
+
+def test_a_file_indexed_before_the_letter_pairs_is_respelt_as_it_opens(tmp_path: Path) -> None:
+    """A tenant file of the version before (its rows indexed with their text as it was) is
+    migrated as it opens: its memories in these scripts are found by a shared word, the others as
+    before, and a forget afterwards leaves the index whole (a 'delete' told another text than the
+    one indexed would corrupt its counts: FTS5's integrity check)."""
+    texts = [text for text, _ in UNSPACED["zh"]] + ["an English note about the garden"]
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    ids = [done.memory_id for done in engine.retain_batch("old", [RetainItem(text) for text in texts])]
+    path = engine.pool.path_for("old")
+    engine.close()
+    connection = apsw.Connection(str(path))
+    with connection:
+        for memory_id, body, words in connection.execute("SELECT id, body, index_words FROM memories").fetchall():
+            assert isinstance(body, str) and isinstance(words, str | None)
+            connection.execute(
+                "INSERT INTO memories_fts(memories_fts, rowid, body) VALUES('delete', ?, ?)",
+                (memory_id, indexed_text(body, words)),
+            )
+            connection.execute(
+                "INSERT INTO memories_fts(rowid, body) VALUES(?, ?)", (memory_id, f"{body}\n{words}" if words else body)
+            )
+        connection.pragma("user_version", MIGRATIONS.index(REINDEX))
+    connection.close()
+    reopened = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing"))
+    try:
+        reopened.memories.forget("old", ids[0])
+        with reopened.pool.tenant("old", create=False) as store:
+            assert store is not None
+            with store.write() as txn:
+                assert txn.connection.pragma("user_version") == SCHEMA_VERSION
+                txn.connection.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES('integrity-check', 0)")
+                fts5 = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT 1"
+                for (_, question), memory_id in list(zip(UNSPACED["zh"], ids))[1:] + [(("", "garden"), ids[-1])]:
+                    assert txn.connection.execute(fts5, (fts_match_expression(question),)).fetchall() == [(memory_id,)]
+                txn.connection.execute("CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, memories_fts, row)")
+                terms = {term for (term,) in txn.connection.execute("SELECT term FROM temp.terms")}
+                forgotten = set(letter_pairs(texts[0]).split()) - set(letter_pairs(" ".join(texts[1:])).split())
+                assert terms and not terms & (forgotten | {texts[0]}), terms & (forgotten | {texts[0]})
+    finally:
+        reopened.close()

@@ -44,9 +44,10 @@ class Embedder(abc.ABC):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
     def reads(self, text: str) -> bool:
-        """Whether ``text``'s vector says anything of it: False when the model reads none of its
-        words (each unknown to it, or none at all), as every such text gets the one same vector.
-        A recall's query of that kind then finds nothing by vector (engine/recall/query.py)."""
+        """Whether ``text``'s vector says anything of it: False when the model reads at most a
+        few of its words (most unknown to it, or none at all), as every such text gets nearly the
+        one same vector. A recall's query of that kind then finds nothing by vector, its words
+        only through the full-text leg (engine/recall/recall.py)."""
         return True
 
     def unread(self, text: str) -> frozenset[str]:

@@ -96,8 +96,11 @@ class MiniLMEmbedder(Embedder):
         return self._tokenizer.ids(text)
 
     def reads(self, text: str) -> bool:
-        unknown = self._tokenizer.unknown
-        return any(piece != unknown for piece in self._tokenizer.ids(text)[1:-1])
+        """At least half of its word pieces in the vocabulary: a text of mostly ``[UNK]`` (a
+        script the vocabulary lacks most letters of, as simplified Chinese) gets nearly the
+        ``[UNK]`` vector, nearest the memories with the most ``[UNK]`` whatever they say."""
+        pieces = self._tokenizer.ids(text)[1:-1]
+        return bool(pieces) and 2 * pieces.count(self._tokenizer.unknown) <= len(pieces)
 
     def unread(self, text: str) -> frozenset[str]:
         """Each white-space-separated word holding a piece the vocabulary lacks (``[UNK]``: an

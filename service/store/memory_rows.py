@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from mnemosyne.store import ledger
 from mnemosyne.store.revisions import Changer
+from mnemosyne.store.unspaced_scripts import letter_pairs
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ class NewMemory:
 
 
 def indexed_text(body: str, index_words: str | None) -> str:
-    """What a memory's full-text row indexes: its body, and its index words on a line of their own."""
-    return f"{body}\n{index_words}" if index_words else body
+    """What a memory's full-text row indexes: its body, and its index words on a line of their
+    own, the runs of scripts without spaces spelt as letter pairs (store/unspaced_scripts.py)."""
+    return letter_pairs(f"{body}\n{index_words}" if index_words else body)
 
 
 def metadata_of(text: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import apsw
 
 from mnemosyne.store.metadata_index import METADATA_INDEXES as _V_METADATA_INDEXES
 from mnemosyne.store.metadata_index import METADATA_PAIRS as _V_METADATA_PAIRS
+from mnemosyne.store.unspaced_scripts import REINDEX as _V_UNSPACED_SCRIPTS
 from mnemosyne.store.webhook_schema import WEBHOOKS as _V_WEBHOOKS
 
 APPLICATION_ID = 0x4D4E454D  # "MNEM"
@@ -301,10 +302,9 @@ _V_SPEAKER = """
 ALTER TABLE memories ADD COLUMN speaker TEXT;
 """
 
-# Forgotten memories of older files lose what a forget of this version clears (their metadata, time,
-# thread, speaker, update time; ``ERASURE`` below): a forget of an earlier version kept them, and
-# GetMemory served them. Their thread's marks go once no memory names the thread. The erasure is
-# finished as the file opens (``erasure_pending``: the WAL emptied, tenant_store.py).
+# Forgotten memories of older files lose what a forget of this version clears (metadata, time, thread,
+# speaker, update time; ``ERASURE``): an earlier forget kept them, and GetMemory served them. Their
+# thread's marks go once no memory names it. Finished as the file opens (``erasure_pending``).
 _V_FORGOTTEN_CLEARED = """
 UPDATE memories SET metadata = '{}', occurred_at = NULL, thread_id = NULL, thread_position = NULL,
   updated_at = NULL, index_words = NULL, speaker = NULL, fingerprint = NULL
@@ -391,17 +391,15 @@ INSERT INTO record_revisions(scope, key, generation, op, content, at, surface, t
   FROM records r LEFT JOIN ledger l ON l.seq = r.ledger_seq;
 """
 
-# A change of a memory's expiry alone (UpdateMemory's expires_at, mem0's expiration_date) is a
-# revision of it like any update: its ``expiry`` ledger entry is a ``memory.updated`` delivery too.
-# (A revert writes an ``update`` entry: delivered as memory.updated since _V_WEBHOOKS.)
+# A change of a memory's expiry alone (UpdateMemory's expires_at, mem0's expiration_date) is a revision
+# like any update: its ``expiry`` entry is a ``memory.updated`` delivery too (a revert's ``update`` was).
 _V_EXPIRY_CHANGES_DELIVERED = """
 INSERT INTO webhook_kind_of_op(op, source, kind) VALUES ('expiry', NULL, 'memory.updated');
 """
 
-# A re-embedding in progress (engine/reembed.py): each memory's vector by the tenant's next
-# embedder, written beside its current one (so recall reads the current ones until the switch),
-# with a CRC-32 of the text it was made from (an update since makes it stale). The switch copies
-# them over ``embeddings`` and empties this table in one transaction.
+# A re-embedding in progress (engine/reembed.py): each memory's vector by the tenant's next embedder,
+# beside its current one (recall reads those until the switch), with a CRC-32 of the text it was made
+# from (an update since makes it stale). The switch copies them over ``embeddings``, emptying this.
 _V_REEMBED = """
 CREATE TABLE reembed_vectors(
   memory_id INTEGER PRIMARY KEY REFERENCES memories(id),
@@ -431,6 +429,7 @@ MIGRATIONS: list[str] = [
     _V_REEMBED,
     _V_METADATA_INDEXES,
     _V_METADATA_PAIRS,
+    _V_UNSPACED_SCRIPTS,
 ]
 # The tables each migration adds: a file at version v holds those of the first v (lacking any: damaged, not migrated).
 TABLES_ADDED: list[frozenset[str]] = [
@@ -454,6 +453,7 @@ TABLES_ADDED: list[frozenset[str]] = [
     frozenset({"reembed_vectors"}),  # _V_REEMBED
     frozenset(),  # _V_METADATA_INDEXES
     frozenset({"metadata_pairs"}),  # _V_METADATA_PAIRS
+    frozenset(),  # _V_UNSPACED_SCRIPTS
 ]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import FailedPrecondition
+from mnemosyne.store import unspaced_scripts
 from mnemosyne.store.bookkeeping import BookkeepingWrites
 from mnemosyne.store.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES, SCHEMA_VERSION, tables_at
 from mnemosyne.store.transactions import damaged
@@ -37,6 +38,7 @@ def check_and_migrate(connection: apsw.Connection, path: Path) -> None:
         connection.execute("BEGIN IMMEDIATE")
         try:
             version = connection.pragma("user_version")  # re-read under the write lock
+            unspaced_scripts.register(connection)
             for step in range(version, SCHEMA_VERSION):
                 connection.execute(MIGRATIONS[step])
             connection.pragma("user_version", SCHEMA_VERSION)

@@ -24,6 +24,7 @@ from mnemosyne.engine.sorted_ids import in_sorted
 from mnemosyne.engine.terms import STOP_WORDS, words
 from mnemosyne.store.fts_stats import TextHits
 from mnemosyne.store.tenant_store import ReadTxn
+from mnemosyne.store.unspaced_scripts import letter_pairs
 
 MAX_QUERY_TERMS = 64
 # BM25's k1 and b as FTS5 computes them (fts5_aux.c): what soften_length_normalisation converts from.
@@ -36,9 +37,10 @@ _EDGE_PUNCTUATION = "\"'()[]{}<>,;:!?*^~`"
 
 def query_terms(query: str) -> list[str]:
     """The full-text terms of free text: identifier-like chunks (RF-88213, alice@example.com,
-    v1.2) as one phrase, every other word alone; stop words dropped when anything else is left."""
+    v1.2) as one phrase, every other word alone (a script without spaces as its letter pairs, as
+    the index spells it); stop words dropped when anything else is left."""
     terms: list[str] = []
-    for chunk in query.split():
+    for chunk in letter_pairs(query).split():
         chunk = chunk.strip(_EDGE_PUNCTUATION)
         parts = [" ".join(words(chunk))] if _IDENTIFIER_CHUNK.fullmatch(chunk) else words(chunk)
         terms.extend(t for t in parts if t)
