@@ -40,6 +40,52 @@ def test_a_fact_past_256_word_pieces_is_still_found(tmp_path: Path, monkeypatch:
             assert brain.recall(question, k=1)[0].memory.id == memory
 
 
+# Long memories (minutes of a meeting, a trip's notes) with one fact far past the model's window,
+# beside short memories sharing a word of the question and on its topic.
+LONG_CASES = [
+    (
+        "The spare key to the boathouse hangs on the hook behind the bait fridge.",
+        "Where is the spare key to the boathouse?",
+        ["The boathouse roof was repaired last summer", "A spare paddle is in the car"],
+    ),
+    (
+        "Priya's visa appointment at the consulate is on the ninth of March at 10:15.",
+        "When is Priya's visa appointment?",
+        ["Priya renewed her passport in January", "The consulate is closed on public holidays"],
+    ),
+    (
+        "The wifi in the cabin only works when the blue extender is plugged in upstairs.",
+        "How do I get the cabin wifi working?",
+        ["The cabin has a wood stove", "The wifi at the office is slow"],
+    ),
+]
+MINUTES = [
+    "Attendance was good and the agenda was accepted without changes.",
+    "The treasurer went through the spending of the last quarter line by line.",
+    "Several members asked for the newsletter to come out more often.",
+    "The summer party will again be held at the lake if the weather allows.",
+    "A volunteer offered to update the membership list before the next meeting.",
+]
+
+
+@pytest.mark.parametrize("words_before", [300, 2000])
+def test_a_fact_far_into_a_long_memory_beats_short_memories_sharing_a_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words_before: int
+) -> None:
+    """The full-text leg finds the long memory, and the passages step gives it the cosine of its
+    sentence holding the question's words: first, with either embedder (before, MiniLM ranked
+    the long memory below both short ones: its vector is its first 254 word pieces')."""
+    minutes = " ".join(MINUTES * (1 + words_before // sum(len(m.split()) for m in MINUTES)))
+    for embedder in ("hashing", "minilm"):
+        monkeypatch.setenv("MNEMOSYNE_EMBEDDER", embedder)
+        for n, (fact, question, others) in enumerate(LONG_CASES):
+            with MemoryBrain(tmp_path / f"{embedder}-{words_before}-{n}", "minutes") as brain:
+                memory = brain.retain(f"{minutes} {fact} {' '.join(MINUTES[:2])}").memory_id
+                for other in [*others, *MINUTES[2:]]:
+                    brain.retain(other)
+                assert brain.recall(question, k=1)[0].memory.id == memory, (embedder, question)
+
+
 # A tenant writing German and Japanese: each question names the memory's own words.
 FOREIGN = [
     ("Die Rechnung für den Kühlschrank wurde am Montag bezahlt", "Wann wurde die Kühlschrank Rechnung bezahlt"),

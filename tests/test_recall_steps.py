@@ -26,6 +26,7 @@ from mnemosyne.engine.recall.candidates import FindCandidates, top_rows, vector_
 from mnemosyne.engine.recall.context import join_neighbours, with_neighbours
 from mnemosyne.engine.recall.fusion import fuse, text_ranking
 from mnemosyne.engine.recall.lifts import dated, spoken_by, thread_support
+from mnemosyne.engine.recall.passages import best_passage
 from mnemosyne.engine.recall.pipeline import build_pipeline
 from mnemosyne.engine.recall.priors import (
     LengthPrior,
@@ -43,17 +44,22 @@ from mnemosyne.engine.recall.steps import SWITCHABLE, switched_off
 from mnemosyne.engine.recall.text import coordinate
 from mnemosyne.engine.relative_time import QuerySpan
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
+from mnemosyne.engine.terms import stem
 from mnemosyne.engine.types import RecallMode
 from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
 from tests.docs_support import DOCS, ROOT, section, table_rows
 
 OLD_NAMES: tuple[str, ...] = ("neighbours", "window", "dates", "length", "lists", "speaker", "threads", "questions")
-OLD_NAMES += ("speaker_query", "names", "postings", "relative_time")
+OLD_NAMES += ("speaker_query", "names", "postings", "relative_time", "passages")
 
 
 def _ranking(ids: list[int], scores: list[float]) -> Ranking:
     return Ranking(np.array(ids, dtype=np.int64), np.array(scores), np.zeros(len(ids)), np.zeros(len(ids)))
+
+
+def _text_hits(ids: list[int], relevance: list[float]) -> TextRanking:
+    return TextRanking(np.array(ids, dtype=np.int64), np.array(relevance), np.zeros(len(ids)))
 
 
 def _row(
@@ -136,11 +142,11 @@ def test_each_embedder_runs_the_steps_its_settings_weigh() -> None:
         *["length", "lists", "names", "questions", "select"],
     ]
     assert _names(MINILM_SETTINGS, hybrid) == [
-        *["speaker_query", "candidates", "fuse", "context", "neighbours", "window", *lifts],
+        *["speaker_query", "candidates", "fuse", "passages", "context", "neighbours", "window", *lifts],
         *["lists", "names", "questions", "select"],
     ]
     assert _names(MINILM_SETTINGS, vector) == [
-        *["speaker_query", "candidates", "fuse", "context", "neighbours", "window", *lifts, "select"]
+        *["speaker_query", "candidates", "fuse", "passages", "context", "neighbours", "window", *lifts, "select"]
     ]
     assert _names(HASHING_SETTINGS, text) == ["candidates", "rank", "read", "select"]
 
@@ -148,13 +154,20 @@ def test_each_embedder_runs_the_steps_its_settings_weigh() -> None:
 def test_a_step_switched_off_leaves_the_list() -> None:
     off = switched_off(["neighbours", "speaker_query", "names", "dates"])
     assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
-        *["embed", "candidates", "fuse", "context", "window", "rank", "speaker", "threads", "read"],
+        *["embed", "candidates", "fuse", "passages", "context", "window", "rank", "speaker", "threads", "read"],
         *["lists", "questions", "select"],
     ]
     off = switched_off(["neighbours", "window", "threads", "length", "lists", "questions", "names"])
     assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
-        *["speaker_query", "candidates", "fuse", "rank", "dates", "speaker", "read", "select"]
+        *["speaker_query", "candidates", "fuse", "passages", "rank", "dates", "speaker", "read", "select"]
     ]
+
+
+def test_a_long_memorys_passage_is_its_sentence_holding_most_of_the_questions_words() -> None:
+    text = "The budget was agreed. Lunch is at noon!\nThe generator fuel is stored in shed four. The generator hums."
+    stems = frozenset(stem(word) for word in ("generator", "fuel", "stored"))
+    assert best_passage(text, stems) == "The generator fuel is stored in shed four."
+    assert best_passage(text, frozenset({"boat"})) is None
 
 
 def test_a_recall_refuses_a_step_it_does_not_know(tmp_path: Path) -> None:
@@ -239,8 +252,8 @@ def test_candidates_scores_are_the_same_sparse_or_dense_and_minus_inf_outside_th
 
 
 def test_candidates_holding_every_term_come_first_within_bm25() -> None:
-    any_hits = TextRanking(np.array([5, 6, 7]), np.array([3.0, 2.0, 1.0]))
-    all_hits = TextRanking(np.array([7]), np.array([0.5]))
+    any_hits = _text_hits([5, 6, 7], [3.0, 2.0, 1.0])
+    all_hits = _text_hits([7], [0.5])
     coordinated = coordinate(any_hits, all_hits)
     assert coordinated.ids.tolist() == [7, 5, 6] and coordinated.relevance.tolist() == [3.5, 3.0, 2.0]
 
@@ -279,7 +292,7 @@ def _fused(
 
 def test_fuse_weighs_bm25_by_its_best_hit_and_the_cosine_by_the_rest() -> None:
     # Memory 30 is a text hit; 99 is not in the cache (dropped, and not the best relevance).
-    pool = _fused([0, 1], TextRanking(np.array([30, 99]), np.array([2.0, 4.0])))
+    pool = _fused([0, 1], _text_hits([30, 99], [2.0, 4.0]))
     assert pool.rows.tolist() == [0, 1, 2]
     assert pool.scores.tolist() == pytest.approx([0.5, 0.3, 0.5])
     assert pool.refined is None
@@ -291,18 +304,18 @@ def test_fuse_weighs_bm25_by_its_best_hit_and_the_cosine_by_the_rest() -> None:
 def test_fuse_divides_bm25_by_at_least_the_floor_so_a_word_found_everywhere_weighs_nothing() -> None:
     # FTS5 clamps the IDF of a word in most memories (a name in every one) to about 1e-6: divided
     # by its best alone, that hit took BM25's whole share and outranked the best cosine.
-    everywhere = TextRanking(np.array([20]), np.array([1e-6]))
+    everywhere = _text_hits([20], [1e-6])
     assert _fused([0, 1], everywhere).ranking(IDS, 10).memory_ids.tolist() == [20, 10]
     floored = _fused([0, 1], everywhere, text_floor=2.0)
     assert floored.scores.tolist() == pytest.approx([0.5, 0.3 + 0.25e-6])
     assert floored.ranking(IDS, 10).memory_ids.tolist() == [10, 20]
     # A best hit above the floor is divided by itself, as without one.
-    strong = _fused([0, 1], TextRanking(np.array([20]), np.array([4.0])), text_floor=2.0)
+    strong = _fused([0, 1], _text_hits([20], [4.0]), text_floor=2.0)
     assert strong.scores.tolist() == pytest.approx([0.5, 0.8])
 
 
 def test_fuse_feedback_moves_the_query_toward_the_best_candidate() -> None:
-    text = TextRanking(np.array([30]), np.array([1.0]))
+    text = _text_hits([30], [1.0])
     plain = _fused([0, 1], text, text_weight=0.9)
     assert plain.ranking(IDS, 10).memory_ids.tolist() == [30, 10, 20]
     moved = _fused([0, 1], text, text_weight=0.9, feedback=1.0)
@@ -311,7 +324,7 @@ def test_fuse_feedback_moves_the_query_toward_the_best_candidate() -> None:
 
 
 def test_rank_of_text_only_is_bm25_s_order_ties_by_the_lower_id() -> None:
-    ranking = text_ranking(TextRanking(np.array([9, 4, 7]), np.array([1.0, 2.0, 2.0])), 2)
+    ranking = text_ranking(_text_hits([9, 4, 7], [1.0, 2.0, 2.0]), 2)
     assert ranking.memory_ids.tolist() == [4, 7] and ranking.columns[2].tolist() == [0.0, 0.0]
 
 

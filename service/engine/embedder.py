@@ -50,6 +50,10 @@ class Embedder(abc.ABC):
         only through the full-text leg (engine/recall/recall.py)."""
         return True
 
+    def reads_in_part(self, text: str) -> bool:
+        """Whether the model reads only the beginning of ``text`` (its window is full)."""
+        return False
+
     def unread(self, text: str) -> frozenset[str]:
         """The words of ``text`` its vector cannot tell from other words (lower-cased): two texts
         that differ only there get the same vector, so near duplicates must agree on them literally

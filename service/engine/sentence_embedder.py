@@ -95,6 +95,9 @@ class MiniLMEmbedder(Embedder):
         """The ids the model reads for ``text``: ``[CLS]``, its first 254 word pieces, ``[SEP]``."""
         return self._tokenizer.ids(text)
 
+    def reads_in_part(self, text: str) -> bool:
+        return len(self._tokenizer.ids(text)) >= self._tokenizer.max_length
+
     def reads(self, text: str) -> bool:
         """At least half of its word pieces in the vocabulary: a text of mostly ``[UNK]`` (a
         script the vocabulary lacks most letters of, as simplified Chinese) gets nearly the

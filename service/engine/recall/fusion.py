@@ -37,7 +37,7 @@ def fuse(
     reads whole candidate vectors); ``ids`` is sorted ascending, so a BM25 hit's row is found by
     binary search (a hit the cache does not hold is dropped). The pool holds each candidate once.
     """
-    text_ids, relevance = text_hits
+    text_ids, relevance = text_hits.ids, text_hits.relevance
     text_rows = np.minimum(np.searchsorted(ids, text_ids), max(len(ids) - 1, 0))
     found = ids[text_rows] == text_ids if len(ids) else np.zeros(len(text_ids), dtype=bool)
     text_rows, relevance = text_rows[found], relevance[found]
@@ -103,7 +103,7 @@ class Rank:
 
 def text_ranking(hits: TextRanking, limit: int) -> Ranking:
     """Text only: BM25's best ``limit`` hits, best first, ties by the lower id."""
-    text_ids, relevance = hits
+    text_ids, relevance = hits.ids, hits.relevance
     order = np.lexsort((text_ids, -relevance))[:limit]
     return Ranking(text_ids[order], relevance[order], np.zeros(len(order)), relevance[order])
 

@@ -12,6 +12,7 @@ from mnemosyne.engine.recall.candidates import FindCandidates
 from mnemosyne.engine.recall.context import JoinContext, LendNeighbours, ScoreWindows
 from mnemosyne.engine.recall.fusion import Fuse, Rank, RankText
 from mnemosyne.engine.recall.lifts import LiftDated, LiftSpoken, SupportThreads
+from mnemosyne.engine.recall.passages import ScorePassages
 from mnemosyne.engine.recall.priors import LengthPrior, ListLengthPrior, NamesPrior, Prior, QuestionPenalty
 from mnemosyne.engine.recall.query import Embed, EmbedWithoutSpeakers, QueryStep
 from mnemosyne.engine.recall.select import Read, Select
@@ -66,6 +67,8 @@ def build_pipeline(
     if on(RecallStep.SPEAKER_QUERY, s.speaker_query_mix):
         embed = EmbedWithoutSpeakers(embedder, s)
     steps: list[Step] = [candidates, Fuse(s)]
+    if on(RecallStep.PASSAGES, s.passages):
+        steps.append(ScorePassages(s, embedder))
     neighbours, window = on(RecallStep.NEIGHBOURS, s.neighbour_weight), on(RecallStep.WINDOW, s.window_weight)
     if neighbours or window:
         steps.append(JoinContext(s))

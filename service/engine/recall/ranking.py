@@ -18,14 +18,16 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 class TextRanking(NamedTuple):
-    """Full-text hits, best first: memory ids (int64) and their BM25 relevance (float64)."""
+    """Full-text hits, best first: memory ids (int64), their BM25 relevance (float64) and their
+    token counts (float64; 0 when unknown)."""
 
     ids: np.ndarray
     relevance: np.ndarray
+    lengths: np.ndarray
 
     @classmethod
     def empty(cls) -> TextRanking:
-        return cls(np.zeros(0, dtype=np.int64), np.zeros(0))
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
 
 
 @dataclass

@@ -58,6 +58,9 @@ class RecallSettings:
     # The cosine of a candidate's context window is added with this weight: a sentence vector
     # gains by its neighbours' meaning, a bag of features loses; 0 leaves it out.
     window_weight: float = 0.0
+    # The best full-text hits the model read only in part whose sentence holding the question's
+    # words is embedded (recall/passages.py: a model call); 0 leaves the step out.
+    passages: int = 0
     # A context window's vector: the candidate's own plus this share of each neighbour's.
     window_neighbours: float = 0.5
     # -- lifts
@@ -117,6 +120,7 @@ MINILM_SETTINGS = RecallSettings(
     text_floor=2.0,  # a paraphrase shares only the name found in every memory
     feedback=0.0,  # a sentence model does not gain by it
     window_weight=0.3,  # its vectors carry the neighbours' meaning
+    passages=3,  # it reads a text's first 254 word pieces
     length_prior=0.0,  # it lowered recall (list questions keep theirs)
     list_length_prior=0.2,
     speaker_boost=0.3,

@@ -20,6 +20,7 @@ class RecallStep(StrEnum):
     CANDIDATES = "candidates"  # the vector path's best rows and BM25's best hits
     POSTINGS = "postings"  # the candidates' BM25 from the postings cache (off: FTS5's own, the same hits)
     FUSE = "fuse"  # one score from BM25 and the cosine, pseudo-relevance feedback
+    PASSAGES = "passages"  # a long text hit's cosine also from its sentence holding the question's words
     CONTEXT = "context"  # the best candidates' thread neighbours join (for neighbours and window)
     NEIGHBOURS = "neighbours"  # each candidate gains part of its best thread neighbour's score
     WINDOW = "window"  # the cosine of each candidate's context window is added

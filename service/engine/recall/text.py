@@ -76,10 +76,10 @@ def soften_length_normalisation(text: TextHits, *, b: float) -> TextRanking:
     """
     ids = np.array(text.ids, dtype=np.int64)
     relevance = np.array(text.relevance, dtype=np.float64)
+    lengths = np.array(text.lengths, dtype=np.float64)
     average = text.average_length
     if average <= 0 or b == FTS5_B or not len(ids):
-        return TextRanking(ids, relevance)
-    lengths = np.array(text.lengths, dtype=np.float64)
+        return TextRanking(ids, relevance, lengths)
     # The two denominators at tf = 1, each ``constant + slope * length``.
     fts5 = (1.0 + BM25_K1 * (1.0 - FTS5_B)) + (BM25_K1 * FTS5_B / average) * lengths
     ours = (1.0 + BM25_K1 * (1.0 - b)) + (BM25_K1 * b / average) * lengths
@@ -87,7 +87,7 @@ def soften_length_normalisation(text: TextHits, *, b: float) -> TextRanking:
     fts5[lengths <= 0] = 1.0
     relevance *= fts5
     order = (-relevance).argsort(kind="stable")
-    return TextRanking(ids[order], relevance[order])
+    return TextRanking(ids[order], relevance[order], lengths[order])
 
 
 def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
@@ -106,6 +106,7 @@ def coordinate(any_hits: TextRanking, all_hits: TextRanking) -> TextRanking:
     return TextRanking(
         np.concatenate([all_hits.ids, any_hits.ids[rest]]),
         np.concatenate([all_hits.relevance + lift, any_hits.relevance[rest]]),
+        np.concatenate([all_hits.lengths, any_hits.lengths[rest]]),
     )
 
 
