@@ -15,6 +15,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from mnemosyne.engine.embedders import make_embedder
+from tests.chat_server import Behaviour, ChatServer
 from tests.http_support import request
 from tests.support import ServerProcess, tokens_json
 
@@ -186,3 +187,52 @@ def test_reembed_refuses_what_it_cannot_do_and_is_served_over_http(server_factor
         headers={"authorization": "Bearer root"},
     )
     assert bad.status == 400 and bad.reason == "EMBEDDER_UNKNOWN", bad.body
+
+
+def test_a_vector_embedded_before_the_switch_and_kept_after_it_is_not_replayed_after_a_sigkill(
+    server_factory, tmp_path
+) -> None:
+    """A round of 32 or more fast writes is embedded before its extraction (engine/write_path.py):
+    a switch while the model extracts, then the round keeps its vectors in the log (the old
+    embedder's) and the server is SIGKILLed before its commit. The replay must embed them again
+    with the new embedder, never commit the kept ones as the new embedder's."""
+    hold = tmp_path / "hold"
+    with ChatServer() as chat:
+        server = server_factory(
+            env={
+                "MNEMOSYNE_TEST_HOLD_WORKERS": str(hold),
+                "MNEMOSYNE_LLM_API_KEY": "sk-server",
+                "MNEMOSYNE_LLM_BACKOFF": "0.01",
+            },
+            args=["--extractor", "openai", "--llm-base-url", chat.base_url, "--llm-model", "test-model"]
+            + ["--llm-timeout", "30", "--hot-path-batch", "64"],
+        ).start()
+        queued = [f"Queued note {i}: the courier brings parcel QX-{i:03d} on Tuesday" for i in range(40)]
+        with MemoryClient(server.target, timeout=30) as client:
+            client.retain("racing", TEA)
+            client.hot_path("racing", "enable")
+            hold.touch()  # the round waits before its commit, once its vectors are kept
+            chat.script = [Behaviour("hang")]  # ... and its extraction waits for the model
+            assert {r.status for r in client.retain_batch("racing", queued, fast=True)} == {"enqueued"}
+            deadline = time.monotonic() + 30
+            while chat.calls < len(queued):  # the round was embedded (by hashing) and is extracting
+                assert time.monotonic() < deadline, "the round never asked the model"
+                time.sleep(0.02)
+            run = _reembed(server, "racing", "--embedder", "minilm")
+            stdout, stderr = run.communicate(timeout=300)
+            assert run.returncode == 0, stderr
+            chat.release.set()  # the extraction ends: the round keeps its vectors, then holds
+            while not _file(
+                server, "racing", "SELECT 1 FROM oplog WHERE status = 'running' AND extraction IS NOT NULL"
+            ):
+                assert time.monotonic() < deadline + 60, "the round never kept its extraction"
+                time.sleep(0.02)
+        server.kill()
+        hold.unlink()
+        server.start()
+        with MemoryClient(server.target, timeout=30) as client:
+            flushed = client.hot_path("racing", "flush", timeout_seconds=60)
+            assert flushed.failed == 0, flushed
+            assert set(queued) <= {m.text for m in client.list_memories("racing", page_size=1000).memories}
+            assert _all_vectors_are_minilm(server, "racing") == 41
+            assert client.recall("racing", "What does Carol drink?", k=1)[0].memory.text == TEA

@@ -300,9 +300,10 @@ class OplogWrites(OplogReads, BookkeepingWrites):
             )
             self._transition(event_id, "running", now)
 
-    def oplog_store_extraction(self, event_id: int, extraction_json: str, embedding: bytes) -> None:
+    def oplog_store_extraction(self, event_id: int, extraction_json: str, embedding: bytes | None) -> None:
         """Keep what extraction produced for a running operation (never for one a forget
-        finished meanwhile: its content is erased)."""
+        finished meanwhile: its content is erased); ``embedding`` None: none kept (a replay
+        embeds the text again)."""
         self.connection.execute(
             "UPDATE oplog SET extraction = ?, embedding = ? WHERE event_id = ? AND status = 'running'",
             (extraction_json, embedding, event_id),

@@ -75,12 +75,17 @@ class RoundCommit:
             return
         # Not synced: lost only to a power cut, and then the replay extracts (and counts) again.
         with store.write(sync=False, internal=True) as txn:
+            # A replay takes a kept vector as the tenant's embedder's (``_prepared``): one made
+            # before a re-embedding's switch that committed since is not kept (the replay embeds
+            # the text again), as the switch itself drops the ones kept before it.
+            recorded = txn.meta("embedder")
             for p in fresh:
                 assert p.extraction is not None and p.vector is not None  # as chosen above
                 extraction = ledger.canonical_json(
                     {"facts": [list(f) for f in p.extraction.facts], "triples": [list(t) for t in p.extraction.triples]}
                 )
-                txn.oplog_store_extraction(ops[p.position].event_id, extraction, p.vector)
+                vector = p.vector if recorded is None or p.vector_by == recorded else None
+                txn.oplog_store_extraction(ops[p.position].event_id, extraction, vector)
             # Counted with the stored result: a replay finds it and calls the model no more.
             txn.add_counters({"model_calls": len(fresh), "embed_calls": 1})
         self._observer.retained(created=0, duplicates=0, model_calls=len(fresh), embed_calls=1)
