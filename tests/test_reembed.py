@@ -125,6 +125,29 @@ def _all_vectors_are_minilm(server: ServerProcess, tenant: str) -> int:
     return len(stored)
 
 
+def _wait_for_rows(server: ServerProcess, tenant: str, sql: str, count: int, what: str) -> None:
+    """Wait until ``sql`` on the tenant's file returns ``count`` rows or more."""
+    deadline = time.monotonic() + 60
+    while len(_file(server, tenant, sql)) < count:
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _reembedded_to_minilm(server: ServerProcess, tenant: str) -> None:
+    run = _reembed(server, tenant, "--embedder", "minilm")
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr
+
+
+def _flushed_on_minilm(client: MemoryClient, server: ServerProcess, tenant: str, queued: list[str], count: int) -> None:
+    """The queued writes flushed, none failed, each a memory; every vector is MiniLM's."""
+    flushed = client.hot_path(tenant, "flush", timeout_seconds=60)
+    assert flushed.failed == 0, flushed
+    assert set(queued) <= {m.text for m in client.list_memories(tenant, page_size=1000).memories}
+    assert _all_vectors_are_minilm(server, tenant) == count
+    assert client.verify_integrity(tenant).valid
+
+
 def test_fast_writes_embedded_before_the_switch_are_committed_by_the_new_embedder(server_factory, tmp_path) -> None:
     hold = tmp_path / "hold"
     server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
@@ -134,20 +157,11 @@ def test_fast_writes_embedded_before_the_switch_are_committed_by_the_new_embedde
         client.hot_path("busy", "enable")
         hold.touch()  # the workers extract and embed (by hashing), then wait before their commit
         assert {r.status for r in client.retain_batch("busy", queued, fast=True)} == {"enqueued"}
-        deadline = time.monotonic() + 30
-        while not _file(server, "busy", "SELECT 1 FROM oplog WHERE status = 'running' AND embedding IS NOT NULL"):
-            assert time.monotonic() < deadline, "no worker held its round"
-            time.sleep(0.02)
-        run = _reembed(server, "busy", "--embedder", "minilm")
-        stdout, stderr = run.communicate(timeout=300)
-        assert run.returncode == 0, stderr
+        running = "SELECT 1 FROM oplog WHERE status = 'running' AND embedding IS NOT NULL"
+        _wait_for_rows(server, "busy", running, 1, "no worker held its round")
+        _reembedded_to_minilm(server, "busy")
         hold.unlink()
-        flushed = client.hot_path("busy", "flush", timeout_seconds=60)
-        assert flushed.failed == 0, flushed
-        texts = {m.text for m in client.list_memories("busy", page_size=1000).memories}
-        assert set(queued) <= texts
-        assert _all_vectors_are_minilm(server, "busy") == 65
-        assert client.verify_integrity("busy").valid
+        _flushed_on_minilm(client, server, "busy", queued, 65)
 
 
 def test_reembed_refuses_what_it_cannot_do_and_is_served_over_http(server_factory, tmp_path: Path) -> None:
@@ -218,21 +232,40 @@ def test_a_vector_embedded_before_the_switch_and_kept_after_it_is_not_replayed_a
             while chat.calls < len(queued):  # the round was embedded (by hashing) and is extracting
                 assert time.monotonic() < deadline, "the round never asked the model"
                 time.sleep(0.02)
-            run = _reembed(server, "racing", "--embedder", "minilm")
-            stdout, stderr = run.communicate(timeout=300)
-            assert run.returncode == 0, stderr
-            chat.release.set()  # the extraction ends: the round keeps its vectors, then holds
-            while not _file(
-                server, "racing", "SELECT 1 FROM oplog WHERE status = 'running' AND extraction IS NOT NULL"
-            ):
-                assert time.monotonic() < deadline + 60, "the round never kept its extraction"
-                time.sleep(0.02)
+            _reembedded_to_minilm(server, "racing")
+            chat.release.set()  # the extraction ends: the round keeps what it may, then holds
+            kept = "SELECT 1 FROM oplog WHERE status = 'running' AND extraction IS NOT NULL"
+            _wait_for_rows(server, "racing", kept, len(queued), "the round never kept its extraction")
         server.kill()
         hold.unlink()
         server.start()
         with MemoryClient(server.target, timeout=30) as client:
-            flushed = client.hot_path("racing", "flush", timeout_seconds=60)
-            assert flushed.failed == 0, flushed
-            assert set(queued) <= {m.text for m in client.list_memories("racing", page_size=1000).memories}
-            assert _all_vectors_are_minilm(server, "racing") == 41
+            _flushed_on_minilm(client, server, "racing", queued, 41)
             assert client.recall("racing", "What does Carol drink?", k=1)[0].memory.text == TEA
+
+
+def test_a_vector_kept_before_a_sigkill_is_not_taken_as_the_new_embedder_s_by_a_round_that_claimed_it_before_the_switch(
+    server_factory, tmp_path
+) -> None:
+    """A round's kept vectors (an attempt SIGKILLed before its commit) are replayed after the
+    restart: when a switch commits between the replay's claim and its commit, the rows the claim
+    read hold the old embedder's vectors; they must not be taken as the new embedder's."""
+    hold = tmp_path / "hold"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    queued = [f"Queued note {i}: the courier brings parcel QX-{i:03d} on Tuesday" for i in range(5)]
+    with MemoryClient(server.target, timeout=30) as client:
+        client.retain("replayed", TEA)
+        client.hot_path("replayed", "enable")
+        hold.touch()  # the round keeps its extraction and vectors (by hashing), then holds
+        assert {r.status for r in client.retain_batch("replayed", queued, fast=True)} == {"enqueued"}
+        kept = "SELECT 1 FROM oplog WHERE embedding IS NOT NULL"
+        _wait_for_rows(server, "replayed", kept, len(queued), "the round never kept its vectors")
+    server.kill()
+    hold.write_text("claimed")  # the replay holds once it claimed them (the kept vectors read)
+    server.start()
+    claimed = "SELECT 1 FROM oplog WHERE status = 'running'"
+    _wait_for_rows(server, "replayed", claimed, len(queued), "the replay never claimed the operations")
+    _reembedded_to_minilm(server, "replayed")
+    hold.unlink()
+    with MemoryClient(server.target, timeout=30) as client:
+        _flushed_on_minilm(client, server, "replayed", queued, 6)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from mnemosyne.engine.config import HotPathConfig
@@ -50,10 +51,11 @@ class RoundCommit:
     def apply(self, tenant: str, store: TenantStore, ops: Sequence[OpRow], hold: Callable[[], None]) -> bool:
         """Extract, persist, then commit the claimed operations (``hold``: the test seam, just
         before the commit). True when every operation ended (none went back to pending)."""
-        # A stored vector is by the tenant's embedder when it was stored: a re-embedding's switch
-        # drops the stored ones (store/reembed_rows.py), so one read here is of the current one.
-        embedder = self._write_path.embedders.of(store)
-        prepared = [_prepared(position, op, f"{embedder.name}/{embedder.dim}") for position, op in enumerate(ops)]
+        vectors_by, kept = _kept_vectors(store, ops)
+        prepared = [
+            _prepared(position, replace(op, embedding=kept.get(op.event_id)), vectors_by)
+            for position, op in enumerate(ops)
+        ]
         errors: dict[int, Exception] = {}
         force = False
         # Single flight with synchronous writers of the same content (engine/dedup.py): one
@@ -159,6 +161,19 @@ class RoundCommit:
             return "failed"
         txn.oplog_retry_later(op.event_id, reason, message, now, now + self._retry_seconds * (2**op.failures))
         return "retry"
+
+
+def _kept_vectors(store: TenantStore, ops: Sequence[OpRow]) -> tuple[str, dict[int, bytes | None]]:
+    """(the embedder the tenant file records, the vector an earlier attempt kept of each claimed
+    operation), read in one snapshot. A kept vector is by the embedder recorded when it is read:
+    a re-embedding's switch drops the kept ones in its transaction (store/reembed_rows.py), and
+    a round keeps none made before a switch (``_persist_extractions``). Read again, not taken
+    from the claim's rows: a switch may have committed since the claim read them."""
+    if all(op.embedding is None for op in ops):  # the usual round: none was attempted before
+        return "", {}
+    with store.read() as txn:
+        recorded = txn.meta("embedder") or ""
+        return recorded, {op.event_id: op.embedding for op in txn.oplog_by_ids([op.event_id for op in ops])}
 
 
 def _prepared(position: int, op: OpRow, vector_by: str) -> PreparedItem:

@@ -158,11 +158,12 @@ class Workers:
 
     def _hold(self, stage: str = "commit") -> None:
         """Test seam: hold here while the hold file exists (work is then provably in flight):
-        before the round's commit, or before it takes the inbox when the file says "inbox"."""
+        before the round's commit, or at another stage when the file says its name: "inbox"
+        (before it takes the inbox), "claimed" (once it claimed its operations)."""
         while self._hold_file is not None and self._hold_file.exists() and not self._scheduler.stopping:
-            if stage == "inbox":
+            if stage != "commit":
                 try:
-                    if self._hold_file.read_text().strip() != "inbox":
+                    if self._hold_file.read_text().strip() != stage:
                         return
                 except FileNotFoundError:
                     return  # removed since exists(): released
@@ -194,6 +195,7 @@ class Workers:
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False
+            self._hold("claimed")
             self._changes.notify(tenant)
             started = time.monotonic()
             finished = self._commit.apply(tenant, store, ops, self._hold)
