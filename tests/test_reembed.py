@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -269,3 +270,35 @@ def test_a_vector_kept_before_a_sigkill_is_not_taken_as_the_new_embedder_s_by_a_
     hold.unlink()
     with MemoryClient(server.target, timeout=30) as client:
         _flushed_on_minilm(client, server, "replayed", queued, 6)
+
+
+def test_a_reembed_finishes_while_a_writer_keeps_writing(server_factory) -> None:
+    """A writer retaining one memory after another throughout: the switch waited for a moment
+    with nothing written since the last chunk, which never came (none in 120 s; 69 s at 25 writes
+    a second in a probe); now the switch embeds the last chunk itself and the move ends, every
+    memory on MiniLM's vector, those written during it too."""
+    server = server_factory().start()
+    with MemoryClient(server.target, timeout=30) as client:
+        client.retain_batch("busy", FILLERS[:200])
+        stop, written = threading.Event(), list[str]()
+
+        def write() -> None:
+            with MemoryClient(server.target, timeout=30) as writer:
+                while not stop.is_set():
+                    text = f"Note {len(written)}: the courier left a parcel at the door"
+                    writer.retain("busy", text)
+                    written.append(text)
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        try:
+            run = _reembed(server, "busy", "--embedder", "minilm", "--chunk-size", "64")
+            _, stderr = run.communicate(timeout=120)
+            assert run.returncode == 0, stderr
+            assert len(written) > 50  # it kept writing while the move ran
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+        minilm = make_embedder("minilm")
+        assert _embedder_of(server, "busy") == f"{minilm.name}/{minilm.dim}"
+        assert _all_vectors_are_minilm(server, "busy") == 200 + len(written)

@@ -1,19 +1,23 @@
 """Moving a tenant to another embedder online (``mnemosyne reembed``, the ReembedTenant RPC).
 
-Each call does one step, so no transaction is long and the tenant serves throughout:
+Each call does one step, so no transaction holds more than one chunk's embedding and the tenant
+serves throughout:
 
 * a chunk: the next memories without a next vector are read, embedded by the new embedder outside
   any transaction, and written to ``reembed_vectors`` (beside their current vectors, which recall
   goes on reading) with ONE ledger entry naming their digests, in ONE write transaction;
-* the switch, once every memory has one: in ONE transaction the next vectors whose text an update
-  changed since are dropped (made again by the next steps), or else every current vector is
-  replaced by its next one, the tenant's embedder becomes the new one and the ledger says so.
+* the switch, once at most a chunk is left: in ONE transaction those (and the memories whose text
+  an update changed since their next vector was made) are embedded, holding the write lock, every
+  current vector is replaced by its next one, the tenant's embedder becomes the new one and the
+  ledger says so; when more than a chunk is left by then (written meanwhile), a chunk first.
 
 The progress is the tenant file itself (the next vectors committed so far, and which embedder
 they are for in ``meta``), so a step killed at any point loses at most its own chunk, and a rerun
 goes on from there. Writes meanwhile are embedded by the tenant's current embedder: a memory
-written after its turn is simply one more to do, and after the switch the hot path's queued
-writes are embedded again (store/reembed_rows.py).
+written after its turn is simply one more to do (the switch embeds the last chunk itself, so
+steady writes never put it off for ever: it needs a moment when fewer than a chunk were written
+during a chunk), and after the switch the hot path's queued writes are embedded again
+(store/reembed_rows.py).
 """
 
 from __future__ import annotations
@@ -58,30 +62,34 @@ class Reembedding:
             if moving_to != to:
                 with store.write() as txn:
                     txn.reset_reembedding(to)
+            chunk = chunk_size or DEFAULT_CHUNK
             with store.read() as txn:
-                todo = txn.reembed_todo(chunk_size or DEFAULT_CHUNK)
-            if todo:
-                return self._chunk(store, embedder, to, todo)
-            return self._switch(store, embedder, current, to)
+                todo = txn.reembed_todo(chunk + 1)
+            if len(todo) > chunk:
+                return self._chunk(store, embedder, to, todo[:chunk])
+            return self._switch(store, embedder, current, to, chunk)
 
     def _chunk(self, store: TenantStore, embedder: str, to: str, todo: list[tuple[int, str]]) -> ReembedProgress:
-        vectors = make_embedder(embedder).embed([text for _, text in todo])
-        rows = [
-            (memory_id, np.ascontiguousarray(vector, dtype="<f4").tobytes(), text_crc(text))
-            for (memory_id, text), vector in zip(todo, vectors)
-        ]
+        rows = _next_vectors(embedder, todo)
         with store.write() as txn:
             self._still_moving(txn.meta(REEMBED_META), to)
             txn.put_reembedded(to, rows)
             done, total = txn.reembed_counts()
         return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
 
-    def _switch(self, store: TenantStore, embedder: str, current: str, to: str) -> ReembedProgress:
+    def _switch(self, store: TenantStore, embedder: str, current: str, to: str, chunk: int) -> ReembedProgress:
         with store.write() as txn:
             self._still_moving(txn.meta(REEMBED_META), to)
-            if txn.drop_stale_reembedded() or txn.reembed_todo(1):  # written meanwhile: more to do first
+            # The last chunk, with what was written or updated since the chunk before, is embedded
+            # here, holding the write lock, when it is at most a chunk: steady writes would
+            # otherwise always leave some, and the switch never come. More: another chunk first.
+            txn.drop_stale_reembedded()
+            left = txn.reembed_todo(chunk + 1)
+            if len(left) > chunk:
                 done, total = txn.reembed_counts()
                 return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
+            if left:
+                txn.put_reembedded(to, _next_vectors(embedder, left))
             _high, from_epoch = txn.index_state()
             switched = txn.switch_reembedded(from_=current, to=to)
             txn.set_meta("embedder", to)
@@ -100,3 +108,12 @@ class Reembedding:
                 "run one at a time",
                 reason="REEMBED_CONFLICT",
             )
+
+
+def _next_vectors(embedder: str, todo: list[tuple[int, str]]) -> list[tuple[int, bytes, int]]:
+    """(memory id, its vector by ``embedder``, the CRC of the text it was made from) of ``todo``."""
+    vectors = make_embedder(embedder).embed([text for _, text in todo])
+    return [
+        (memory_id, np.ascontiguousarray(vector, dtype="<f4").tobytes(), text_crc(text))
+        for (memory_id, text), vector in zip(todo, vectors)
+    ]
