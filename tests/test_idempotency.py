@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from mnemosyne.client import MemoryClient, RetainItem, UnavailableError
+from mnemosyne.client import AbortedError, MemoryClient, RecordChange, RetainItem, RetainResult, UnavailableError
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem as EngineItem
@@ -87,3 +89,58 @@ def test_a_retry_naming_the_default_scope_is_the_same_request(client: MemoryClie
     )
     assert raw.result.memory_id == first.memory_id
     assert client.stats(tenant).writes == 1
+
+
+def _queued_fast_write(client: MemoryClient, tenant: str, request_id: str) -> RetainResult:
+    """A tenant with a memory and a workspace record, and a fast write of ``request_id`` queued
+    (the backlog held: it stays in the tenant's inbox)."""
+    client.retain(tenant, "one memory to merge")
+    client.update_workspace(tenant, "w1", [RecordChange("put", "notes.md", "plan")], 0)
+    client.hot_path(tenant, "enable")
+    queued = client.retain(tenant, "queued while workers hold", request_id=request_id, fast=True)
+    assert queued.status == "enqueued"
+    return queued
+
+
+KEYED_WRITES: dict[str, Callable[[MemoryClient, str], object]] = {
+    "dedup": lambda client, t: client.dedup(t, merge=True, request_id="shared"),
+    "update_global": lambda client, t: client.update_global(t, "# Global\n", 0, request_id="shared"),
+    "update_workspace": lambda client, t: client.update_workspace(
+        t, "w1", [RecordChange("put", "b.md", "x")], 1, request_id="shared"
+    ),
+    "edit_records": lambda client, t: client.edit_records(
+        t, "workspace/w1", [RecordChange("put", "c.md", "y")], 1, request_id="shared"
+    ),
+    "revert_record": lambda client, t: client.revert_record(t, "workspace/w1", "notes.md", 1, 1, request_id="shared"),
+    "expiry": lambda client, t: client.update_memory(t, 1, expires_at=time.time() + 86_400, request_id="shared"),
+}
+
+
+def test_a_request_id_held_by_a_queued_fast_write_is_refused_to_every_other_write(
+    server_factory, tmp_path: Path
+) -> None:
+    """A fast write's request id waits in the tenant's inbox until a worker applies it: a write of
+    another method with that id is refused then too (IDEMPOTENCY_KEY_REUSED, as once it was
+    applied), and the fast write's own retry answers its first result once it was applied."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_BACKLOG": str(hold)}).start()
+    with MemoryClient(server.target, retries=0) as client:
+        queued = {
+            name: _queued_fast_write(client, f"queued-{name}".replace("_", "-"), "shared") for name in KEYED_WRITES
+        }
+        accepted = []
+        for name, write in KEYED_WRITES.items():
+            try:
+                write(client, f"queued-{name}".replace("_", "-"))
+                accepted.append(name)
+            except AbortedError as error:
+                assert error.reason == "IDEMPOTENCY_KEY_REUSED", (name, error)
+        assert accepted == [], f"a request id held by a queued fast write was taken by {accepted}"
+        hold.unlink()
+        for name, first in queued.items():
+            tenant = f"queued-{name}".replace("_", "-")
+            client.hot_path(tenant, "flush", timeout_seconds=20)
+            retry = client.retain(tenant, "queued while workers hold", request_id="shared", fast=True)
+            assert retry.event_id == first.event_id
+            assert client.list_records(tenant, "workspace/w1").generation == 1

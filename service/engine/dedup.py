@@ -43,7 +43,7 @@ from mnemosyne.engine.extractor import (
 )
 from mnemosyne.engine.index import drop_vectors, vector_index
 from mnemosyne.engine.postings import drop_texts
-from mnemosyne.engine.requests import replayed_result
+from mnemosyne.engine.requests import keyed_write, replayed_anywhere, replayed_result
 from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime import read_priority
@@ -339,9 +339,9 @@ def _merge(
 ) -> DedupReport:
     """Merge the groups whose members are all still live, in one write transaction (a request id
     seen before answers its first result instead); the caches then drop the merged rows."""
-    with store.write() as txn:
+    with keyed_write(store, request_id) as txn:
         if request_id:
-            prior = _prior_dedup(txn, request_id, payload_hash, threshold)
+            prior = _prior_dedup(txn, request_id, payload_hash, threshold, store)
             if prior is not None:
                 return prior
         applied: list[DedupGroup] = []
@@ -367,8 +367,15 @@ def _merge(
     return report
 
 
-def _prior_dedup(txn: ReadTxn, request_id: str, payload_hash: str, threshold: float) -> DedupReport | None:
-    prior = replayed_result(txn, request_id, "dedup", payload_hash)
+def _prior_dedup(
+    txn: ReadTxn, request_id: str, payload_hash: str, threshold: float, store: TenantStore | None = None
+) -> DedupReport | None:
+    """A merge's first result for ``request_id``: in the tenant file, and with ``store`` (in a
+    ``keyed_write``) in its inbox too."""
+    if store is None:
+        prior = replayed_result(txn, request_id, "dedup", payload_hash)
+    else:
+        prior = replayed_anywhere(store, txn, request_id, "dedup", payload_hash)
     if prior is None:
         return None
     groups = [DedupGroup(int(keep), tuple(int(d) for d in dups)) for keep, dups in json.loads(prior)]

@@ -3,18 +3,23 @@
 A write that carries a ``request_id`` stores its result with it, in the same transaction as the
 write: in the tenant file (``requests``) or, for a fast write not yet taken by a worker, in the
 tenant's inbox. A retry with the same id gets that first result, whatever happened to the reply;
-the same id with another method or payload is a client bug, not a retry, and is refused.
+the same id with another method or payload is a client bug, not a retry, and is refused, wherever
+the first one is kept: a write of its own transaction (``keyed_write``) looks in the inbox too
+(``replayed_anywhere``), under the inbox lock, so a fast write's id still queued there is never
+taken by another write (whose record would then refuse the fast write's own retry).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
 from mnemosyne.engine.types import RetainOutcome
 from mnemosyne.errors import Conflict
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.store.tenant_store import TenantStore, WriteTxn
 
 # How long a request id is remembered (a retry after this is a new request).
 REQUEST_TTL_SECONDS = 24 * 3600
@@ -49,6 +54,28 @@ def replayed_result(txn: RequestReader, request_id: str, method: str, payload_ha
             reason="IDEMPOTENCY_KEY_REUSED",
         )
     return result_json
+
+
+@contextmanager
+def keyed_write(store: TenantStore, request_id: str | None) -> Iterator[WriteTxn]:
+    """The tenant's write transaction of a write that may carry a request id: with one, under the
+    inbox lock too (taken first: store/inbox.py's order), so no fast write of the same id is
+    accepted between its check (``replayed_anywhere``) and its commit."""
+    with store.inbox_lock if request_id else nullcontext(), store.write() as txn:
+        yield txn
+
+
+def replayed_anywhere(
+    store: TenantStore, txn: RequestReader, request_id: str, method: str, payload_hash: str
+) -> str | None:
+    """``replayed_result`` in the tenant file (``txn``), then in its inbox, where a fast write not
+    yet taken by a worker keeps its id (call it in a ``keyed_write``)."""
+    prior = replayed_result(txn, request_id, method, payload_hash)
+    inbox = store.inbox(create=False) if prior is None else None
+    if inbox is not None:
+        with inbox.read() as inbox_txn:
+            prior = replayed_result(inbox_txn, request_id, method, payload_hash)
+    return prior
 
 
 def prior_outcomes(txn: RequestReader, key: RequestKey) -> list[RetainOutcome] | None:

@@ -30,7 +30,7 @@ from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
-from mnemosyne.engine.requests import replayed_result
+from mnemosyne.engine.requests import keyed_write, replayed_anywhere, replayed_result
 from mnemosyne.engine.types import Memory, MemoryRevision, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
 from mnemosyne.engine.write_path import ExtractionMissing, WritePath
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
@@ -257,8 +257,8 @@ class Updates:
         request: tuple[str, str],
     ) -> UpdateOutcome:
         """An update of the expiry alone: one small transaction, one ``expiry`` ledger entry."""
-        with store.write() as txn:
-            prior = replayed_result(txn, request_id, *request) if request_id else None
+        with keyed_write(store, request_id) as txn:
+            prior = replayed_anywhere(store, txn, request_id, *request) if request_id else None
             if prior is not None:
                 return self._replayed(txn, memory_id, prior)
             _live_row(txn, memory_id)  # a forget or merge may have raced us

@@ -31,7 +31,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.recall import Recall
-from mnemosyne.engine.requests import replayed_result
+from mnemosyne.engine.requests import keyed_write, replayed_anywhere
 from mnemosyne.engine.types import (
     GLOBAL_SCOPE,
     AssembledContext,
@@ -451,7 +451,7 @@ class Workspaces:
         changes = validate_changes(changes, self._limits)
         payload = _payload_hash("consolidate", scope, expected_generation, changes)
 
-        def known(txn: ReadTxn) -> WriteResult | None:
+        def known(store: TenantStore, txn: ReadTxn) -> WriteResult | None:
             prior = txn.find_receipt(receipt_id)
             if prior is None:
                 return None
@@ -491,8 +491,8 @@ class Workspaces:
             )
         payload = _payload_hash(method, scope, expected, changes)
 
-        def known(txn: ReadTxn) -> WriteResult | None:
-            prior = replayed_result(txn, request_id, method, payload) if request_id else None
+        def known(store: TenantStore, txn: ReadTxn) -> WriteResult | None:
+            prior = replayed_anywhere(store, txn, request_id, method, payload) if request_id else None
             return None if prior is None else WriteResult.from_json(prior, already_applied=True)
 
         def remember(txn: WriteTxn, result: WriteResult) -> None:
@@ -500,7 +500,7 @@ class Workspaces:
                 txn.save_request(request_id, method, payload, result.to_json())
                 txn.prune_requests(time.time() - self.config.request_ttl_seconds)
 
-        return self._commit(tenant, scope, changes, expected, method, known, remember, verify)
+        return self._commit(tenant, scope, changes, expected, method, known, remember, verify, request_id)
 
     def _commit(
         self,
@@ -509,14 +509,15 @@ class Workspaces:
         changes: list[RecordChange],
         expected: int,
         method: str,
-        known: Callable[[ReadTxn], WriteResult | None],
+        known: Callable[[TenantStore, ReadTxn], WriteResult | None],
         remember: Callable[[WriteTxn, WriteResult], None],
         verify: Callable[[ReadTxn], None] | None = None,
+        request_id: str | None = None,
     ) -> WriteResult:
         with self._pool.tenant(tenant, create=True) as store:
             assert store is not None
-            with store.write() as txn:
-                result = known(txn)  # a retry after a lost reply: the first result, nothing written
+            with keyed_write(store, request_id) as txn:
+                result = known(store, txn)  # a retry after a lost reply: the first result, nothing written
                 if result is not None:
                     erase = txn.erasure_pending()  # and the erasure its first call could not finish
                 else:
