@@ -4,6 +4,8 @@ truncated or broken archive, an existing tenant, a user's token and a kill midwa
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -33,7 +35,7 @@ from mnemosyne.client import (
 )
 from mnemosyne.client.convert import tenant_backup_to_proto
 from mnemosyne.client.errors import error_info
-from mnemosyne.client.types import BackupChunk, RetainItem, RetainResult, ThreadRef
+from mnemosyne.client.types import BackupChunk, BackupFile, RetainItem, RetainResult, TenantBackup, ThreadRef
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2
 from tests.support import ServerFactory, ServerProcess, on_a_terminal, tokens_json, wait_until
@@ -264,6 +266,39 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
         assert not any((target.data_dir / ".backup-scratch").glob("*"))
         # The export was good all along.
         assert import_archive(b, archive).tenant == tenant
+
+
+@pytest.mark.parametrize(
+    "inbox",
+    [b"\x00" * 4096, b"SQLite format 3\x00" + b"\xff" * 4080, b"random bytes that are no database"],
+    ids=["zeros", "damaged-header", "text"],
+)
+def test_an_import_whose_inbox_is_no_inbox_is_refused_and_the_tenant_it_would_replace_stays(
+    server_factory, tenant: str, inbox: bytes
+) -> None:
+    """An archive whose manifest lists an inbox that matches its size and SHA-256 but is not an
+    inbox the tenant could open is refused (CHAIN_INVALID) before anything is installed: installed,
+    every hot-path call of the tenant would fail with TENANT_CORRUPT."""
+    source, target = _servers(server_factory, tenant)
+    with MemoryClient(source.target, ADMIN) as a:
+        a.retain(tenant, "a note the archive holds")
+        parts = list(a.export_tenant(tenant))
+    manifest = parts[0]
+    assert isinstance(manifest, TenantBackup)
+    chunks = [p for p in parts[1:] if isinstance(p, BackupChunk) and p.file == "database"]
+    digest = hashlib.sha256(inbox).hexdigest()
+    files = [f for f in manifest.files if f.name == "database"] + [BackupFile("inbox", len(inbox), digest)]
+    forged = dataclasses.replace(manifest, files=files)
+    with MemoryClient(target.target, ADMIN, retries=0) as b:
+        b.retain(tenant, "the tenant the import would replace")
+        with pytest.raises(InvalidArgumentError) as refused:
+            b.import_tenant(forged, [*chunks, BackupChunk("inbox", inbox)], replace=True)
+        assert refused.value.reason == "CHAIN_INVALID", refused.value
+        b.hot_path(tenant, "enable")
+        assert b.retain(tenant, "a fast note", fast=True).status == "enqueued"
+        texts = {m.text for m in b.list_memories(tenant).memories}
+        assert "the tenant the import would replace" in texts and "a note the archive holds" not in texts
+        assert not any((target.data_dir / ".backup-scratch").glob("*"))
 
 
 def test_a_server_killed_during_an_import_keeps_nothing_of_it(server_factory, tenant: str, tmp_path: Path) -> None:

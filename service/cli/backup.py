@@ -66,7 +66,7 @@ from mnemosyne.store.files import fsync
 from mnemosyne.store.install import stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.snapshot import check_chain, sha256_file
+from mnemosyne.store.snapshot import check_chain, check_inbox, sha256_file
 from mnemosyne.store.tenant_ids import validate_tenant
 
 MANIFEST_NAME = "manifest.json"
@@ -426,6 +426,8 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
         entries=entry["ledger_entries"],
         error=DataLoss,
     )
+    if "inbox" in paths:
+        check_inbox(paths["inbox"], tenant=tenant, error=DataLoss)
     return paths
 
 

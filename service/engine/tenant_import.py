@@ -7,8 +7,9 @@ its page-token secret. Its open hot-path operations, if any, resume at once.
 
 A client's mistake is INVALID_ARGUMENT with its reason, never INTERNAL: a stream that ends early
 (ARCHIVE_TRUNCATED), bytes that differ from the manifest (ARCHIVE_MISMATCH), a chain that does not
-verify (CHAIN_INVALID) or ends elsewhere (MANIFEST_MISMATCH), a file of a newer schema
-(SCHEMA_TOO_NEW). Nothing is left where the service reads it until every check passed.
+verify or an inbox that could not be opened (CHAIN_INVALID), a chain that ends elsewhere
+(MANIFEST_MISMATCH), a file of a newer schema (SCHEMA_TOO_NEW). Nothing is left where the service
+reads it until every check passed.
 
 A client that leaves (its call cancelled, its connection lost) ends the import: before the install
 began nothing changes and the scratch files go; once it began (every check passed: the point of
@@ -33,7 +34,7 @@ from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.snapshot import check_chain, check_schema
+from mnemosyne.store.snapshot import check_chain, check_inbox, check_schema
 from mnemosyne.store.tenant_ids import validate_tenant
 
 # How long an import waits for the calls in flight on the tenant it replaces.
@@ -181,6 +182,8 @@ class TenantImport:
             database, tenant=self.tenant, head_hash=facts.head_hash, entries=facts.ledger_entries, error=InvalidArgument
         )
         inbox = self._directory / INBOX_FILE
+        if inbox.exists():
+            check_inbox(inbox, tenant=self.tenant, error=InvalidArgument)
         with self._state:  # the point of no return: from here the install runs to its end
             if self._abandoned:
                 raise Unavailable(

@@ -22,7 +22,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, MnemosyneError
-from mnemosyne.store.inbox import open_readonly
+from mnemosyne.store.inbox import open_readonly, read_ops
 from mnemosyne.store.schema import SCHEMA_VERSION
 from mnemosyne.store.tenant_store import TenantStore, read_file
 from mnemosyne.store.transactions import translate_sqlite_error
@@ -164,3 +164,26 @@ def check_schema(path: Path, *, tenant: str, error: type[MnemosyneError] = DataL
             "upgrade this server first",
             reason="SCHEMA_TOO_NEW",
         )
+
+
+def check_inbox(path: Path, *, tenant: str, error: type[MnemosyneError] = DataLoss) -> None:
+    """Refuse (``error``, CHAIN_INVALID) a hot-path inbox copy that the tenant could not open: not
+    an SQLite database, damaged, or whose operations cannot be read. Installed, it would fail
+    every call of the tenant that touches its hot path (TENANT_CORRUPT)."""
+    try:
+        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error as exc:
+        raise error(f"the inbox of the copy of {tenant} cannot be opened ({exc})", reason="CHAIN_INVALID") from None
+    try:
+        verdict = [str(row[0]) for row in connection.execute("PRAGMA quick_check")]
+        tables = {str(row[0]) for row in connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if tables:  # an inbox that never held a table is opened as a new one
+            read_ops(connection)
+    except apsw.Error as exc:
+        raise error(
+            f"the inbox of the copy of {tenant} is not a usable inbox ({exc})", reason="CHAIN_INVALID"
+        ) from None
+    finally:
+        connection.close()
+    if verdict != ["ok"]:
+        raise error(f"the inbox of the copy of {tenant} is damaged: {verdict[0][:200]}", reason="CHAIN_INVALID")
