@@ -8,6 +8,7 @@ import pytest
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
+from mnemosyne.engine.limits import MAX_RECALL_SCOPES
 from tests.support import ServerFactory, ServerProcess
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -151,3 +152,19 @@ def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str,
         assert {i: c.get_memory(tenant, i).text for i in committed} == committed
         assert c.verify_integrity(tenant).valid
         assert c.retain(tenant, "space again").status == "created"
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "text", "vector"])
+def test_a_recall_naming_more_scopes_than_its_limit_is_refused_not_an_internal_error(
+    client: MemoryClient, tenant: str, mode: str
+) -> None:
+    """Each scope a recall names is one value of its statements, and SQLite takes at most 32,766:
+    a recall naming 40,000 failed with INTERNAL. More than MAX_RECALL_SCOPES distinct scopes are
+    refused (SCOPES_TOO_MANY, naming the limit); the same scope named again is one scope."""
+    client.retain(tenant, "the ticket is in workspace w7", scope="workspace/w7")
+    many = [f"workspace/w{i}" for i in range(40_000)]
+    _refused(lambda: client.recall(tenant, "ticket", scopes=many, mode=mode), INVALID, "SCOPES_TOO_MANY", "1000")
+    within = many[:MAX_RECALL_SCOPES] * 3
+    assert [h.memory.text for h in client.recall(tenant, "ticket", scopes=within, mode=mode)] == [
+        "the ticket is in workspace w7"
+    ]

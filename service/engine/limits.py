@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mnemosyne.engine.options import option
@@ -26,6 +26,9 @@ from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN as TENANT_ID_PATTERN
 from mnemosyne.store.tenant_ids import validate_tenant as validate_tenant
 
 SCOPE_PATTERN = re.compile(r"global|workspace/[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Distinct scopes one recall may name: each is one value of the statements that filter by them, and
+# SQLite takes at most 32,766 values in a statement.
+MAX_RECALL_SCOPES = 1_000
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,128}")
 THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}")
 # Thread positions stay exact in every JSON reader (a JavaScript number) and in SQLite.
@@ -110,6 +113,18 @@ def validate_scope(scope: str) -> str:
             reason="SCOPE_INVALID",
         )
     return scope
+
+
+def validate_scopes(scopes: Iterable[str]) -> list[str]:
+    """The distinct valid scopes of a recall, sorted: at most MAX_RECALL_SCOPES (SCOPES_TOO_MANY)."""
+    distinct = set(scopes)
+    if len(distinct) > MAX_RECALL_SCOPES:
+        raise InvalidArgument(
+            f"scopes names {len(distinct)} distinct scopes; the limit is {MAX_RECALL_SCOPES}",
+            reason="SCOPES_TOO_MANY",
+            metadata={"limit": str(MAX_RECALL_SCOPES)},
+        )
+    return sorted({validate_scope(s) for s in distinct})
 
 
 def validate_metadata(metadata: Mapping[str, str], limits: Limits, *, field: str = "metadata") -> dict[str, str]:

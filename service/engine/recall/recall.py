@@ -136,7 +136,7 @@ class Recall:
         return _Checked(
             query,
             check.validate_k(k, self.limits),
-            sorted({check.validate_scope(s) for s in scopes}),
+            check.validate_scopes(scopes),
             check.validate_metadata(metadata_equals or {}, self.limits, field="metadata_equals"),
         )
 
