@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
+from mnemosyne.engine.workspace import workspace_scope
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
@@ -143,6 +144,7 @@ class McpEndpoint:
                 "name the tenant in the URL: /mcp?tenant=<tenant id>[&workspace=<name>]", reason="TENANT_INVALID"
             )
         validate_tenant(tenant)  # before the token, as on every surface (transport/edge.py)
+        workspace_scope(workspace)  # so is the workspace: a session never opens on one its tools refuse
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         authorization = headers.get("authorization")
         name = ""
