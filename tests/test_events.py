@@ -64,6 +64,26 @@ def test_a_resumed_watch_misses_no_transition(client: MemoryClient, tenant: str)
     assert len(resumed) == 3 * 20
 
 
+def test_a_watch_resuming_after_a_sequence_never_given_is_refused_not_left_waiting(
+    client: MemoryClient, tenant: str
+) -> None:
+    """A resumption point past the last transition the tenant ever recorded (forged, from another
+    tenant or server, or from before a restore or an erasure) is refused (SEQUENCE_AHEAD, metadata
+    ``last_sequence``): the watch would otherwise wait, silently skipping every transition up to
+    it. The last sequence itself resumes."""
+    client.hot_path(tenant, "enable")
+    ids = {r.event_id for r in client.retain_batch(tenant, ["ahead one", "ahead two"], fast=True)}
+    last = _watch_until(client, tenant, _finished(ids))[-1].sequence
+    for ahead, on in ((last + 1, tenant), (2**63 - 1, tenant), (1, tenant + "-nothing")):
+        with pytest.raises(FailedPreconditionError) as refused:
+            next(iter(client.watch_events(on, after_sequence=ahead, timeout=10)))
+        assert refused.value.reason == "SEQUENCE_AHEAD", refused.value
+        assert int(refused.value.metadata["last_sequence"]) == (last if on == tenant else 0)
+    more = {r.event_id for r in client.retain_batch(tenant, ["ahead three"], fast=True)}
+    resumed = _watch_until(client, tenant, _finished(more), after_sequence=last)
+    assert resumed[0].sequence == last + 1
+
+
 def test_list_events_pagination_is_stable_while_new_events_arrive(client: MemoryClient, tenant: str) -> None:
     client.hot_path(tenant, "enable")
     client.retain_batch(tenant, [f"paged event {i}" for i in range(25)], fast=True)

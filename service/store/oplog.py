@@ -258,6 +258,11 @@ class OplogReads(BookkeepingReads):
             (after_seq, after_event_id, limit),
         )
 
+    def oplog_last_seq(self) -> int:
+        """The highest transition sequence ever given (0: none; AUTOINCREMENT never gives one
+        again): no watcher can have seen a larger one."""
+        return int(self._one("SELECT seq FROM sqlite_sequence WHERE name = 'oplog_transitions'") or 0)
+
     def oplog_pruned_through_seq(self) -> int:
         """The highest transition sequence the retention limit deleted (0: none): a watcher
         resuming below it would miss transitions."""

@@ -115,8 +115,10 @@ class Events:
         sequence = max(0, after_sequence)
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
+                _refuse_ahead(sequence, 0)
                 return Transitions([], sequence, more=False)
             with store.read() as txn:
+                _refuse_ahead(sequence, txn.oplog_last_seq())
                 pruned = txn.oplog_pruned_through_seq()
                 if sequence and sequence < pruned:
                     raise FailedPrecondition(
@@ -139,3 +141,16 @@ class Events:
             event_from_row(rows[t.event_id], status=t.status, sequence=t.seq) for t in found if t.event_id in rows
         ]
         return Transitions(events, found[-1].seq if found else sequence, more=len(found) == STREAM_CHUNK)
+
+
+def _refuse_ahead(sequence: int, last: int) -> None:
+    """Refuse a resumption point past the tenant's last transition (forged, another tenant's or
+    server's, from before a restore or an erasure): the watch would wait, skipping every transition
+    up to it."""
+    if sequence > last:
+        raise FailedPrecondition(
+            f"after_sequence {sequence} is past the last transition of this tenant ({last}): it was not given "
+            f"by this tenant's watch; resume with after_sequence <= {last}, or 0 for everything kept",
+            reason="SEQUENCE_AHEAD",
+            metadata={"last_sequence": str(last)},
+        )
