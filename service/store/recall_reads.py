@@ -128,6 +128,12 @@ class RecallReads(BookkeepingReads):
             )
         ]
 
+    def bodies(self, memory_ids: Sequence[int]) -> dict[int, str]:
+        """The text of each of ``memory_ids`` that is live and unmerged, by id."""
+        marks = ",".join("?" * len(memory_ids))
+        query = f"SELECT id, body FROM memories WHERE id IN ({marks}) AND forgotten_at IS NULL AND merged_into IS NULL"
+        return {memory_id: body for memory_id, body in self.connection.execute(query, tuple(memory_ids))}
+
     def indexed_texts(self, memory_ids: Sequence[int]) -> dict[int, str]:
         """The indexed text of each of ``memory_ids`` that is live and unmerged, by id."""
         marks = ",".join("?" * len(memory_ids))

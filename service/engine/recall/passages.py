@@ -54,12 +54,15 @@ class ScorePassages:
         if not long.any() or query.vector is None:
             return
         memory_ids = hits.ids[: self.limit][long]
-        # Each hit's place in the pool (``rows`` sorted, as ``ids``): a hit outside the filters is none.
-        rows = np.searchsorted(found.ids, memory_ids)
+        if not len(pool.rows):
+            return
+        # Each hit's row, then its place in the pool (both sorted): none for a hit the vector cache
+        # does not hold, or one outside the filters.
+        rows = np.minimum(np.searchsorted(found.ids, memory_ids), len(found.ids) - 1)
         at = np.minimum(np.searchsorted(pool.rows, rows), len(pool.rows) - 1)
-        kept = (pool.rows[at] == rows) & pool.finite[at]
+        kept = (found.ids[rows] == memory_ids) & (pool.rows[at] == rows) & pool.finite[at]
         memory_ids, at = memory_ids[kept], at[kept]
-        texts = recalling.snapshot.txn.indexed_texts([int(i) for i in memory_ids])
+        texts = recalling.snapshot.txn.bodies([int(i) for i in memory_ids])
         stems = frozenset(stem(word) for term in query.terms for word in term.split())
         embedded, passages = [], []
         for memory_id, position in zip(memory_ids.tolist(), at.tolist()):
