@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from mnemosyne.client import MemoryClient, UnavailableError
-from tests.support import gauge, wait_until
+from tests.support import ServerProcess, gauge, wait_until
 from tests.test_erasure import texts_left
 from tests.test_replication import replicating
 
 SECRET = "Zyxwv the vault code is 4471-quokka-9320"
+
+
+def _quick_member(server_factory, object_storage, bucket: str, tmp_path: Path) -> ServerProcess:
+    """A member replicating to ``bucket`` that deletes a forget's old generation at once
+    (retention 0) and takes an idle tenant out of Litestream after a second."""
+    flags = ("--replica-retention", "0", "--replica-idle-seconds", "1")
+    return replicating(server_factory, object_storage, bucket, tmp_path / "member", *flags)
 
 
 def test_a_forgotten_memory_leaves_object_storage_after_the_retention(server_factory, object_storage, tmp_path):
@@ -54,16 +62,7 @@ def test_a_forget_right_after_a_write_to_an_idle_tenant_still_leaves_object_stor
     old one, holding the forgotten text, is deleted after the retention. Before the fix, about one
     such forget in four left the file replicating to the old generation, the text kept there."""
     bucket = object_storage.new_bucket()
-    server = replicating(
-        server_factory,
-        object_storage,
-        bucket,
-        tmp_path / "member",
-        "--replica-retention",
-        "0",
-        "--replica-idle-seconds",
-        "1",
-    ).start()
+    server = _quick_member(server_factory, object_storage, bucket, tmp_path).start()
     with MemoryClient(server.target) as client:
         for n in range(12):
             secret = f"{SECRET} round {n}"
@@ -82,16 +81,7 @@ def test_a_forget_while_object_storage_hangs_still_leaves_it_once_it_answers(ser
     the data directory), the registration object storage held up does not replicate the old
     generation after it, and the forgotten text leaves object storage once it answers again."""
     bucket = object_storage.new_bucket()
-    server = replicating(
-        server_factory,
-        object_storage,
-        bucket,
-        tmp_path / "member",
-        "--replica-retention",
-        "0",
-        "--replica-idle-seconds",
-        "1",
-    ).start()
+    server = _quick_member(server_factory, object_storage, bucket, tmp_path).start()
     with MemoryClient(server.target, timeout=60) as client:
         memory = client.retain("hung", SECRET).memory_id
         wait_until(lambda: object_storage.objects_holding(bucket, [SECRET]), 30)
