@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -213,3 +214,20 @@ def on_a_terminal(args: Sequence[str], env: dict[str, str] | None = None) -> tup
         output += chunk
     os.close(controller)
     return process.wait(timeout=120), output.decode(errors="replace")
+
+
+def altered_mac(token: str) -> str:
+    """A token this server issued (``<text>.<mac>``, URL-safe base64) with the first letter of its
+    MAC changed: other bytes (the last letters carry bits a decoder may ignore)."""
+    at = token.index(".") + 1
+    return token[:at] + ("B" if token[at] != "B" else "C") + token[at + 1 :]
+
+
+def respelt_end(token: str) -> str:
+    """``token`` with its last letter changed only in the bits base64 leaves unused: the same
+    bytes, spelt otherwise than issued."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    respelt = token[:-1] + alphabet[alphabet.index(token[-1]) ^ 1]
+    mac, respelt_mac = token.split(".")[1], respelt.split(".")[1]
+    assert base64.urlsafe_b64decode(mac + "==") == base64.urlsafe_b64decode(respelt_mac + "==")
+    return respelt

@@ -34,7 +34,7 @@ from mnemosyne.v1 import (
     workspace_pb2_grpc,
 )
 from tests.http_support import call as http_call
-from tests.support import ServerProcess
+from tests.support import ServerProcess, altered_mac, respelt_end
 
 TOKEN_KEY = "mnemosyne-consistency-token"
 
@@ -175,13 +175,14 @@ def test_tokens_of_another_tenant_or_forged_are_refused(held: tuple[ServerProces
         f"{as_beta}.{mac}": "TOKEN_INVALID",  # rewritten to name beta: its MAC is alpha's body's
         f"{base64.urlsafe_b64encode(moved).decode().rstrip('=')}.{mac}": "TOKEN_FOREIGN",  # another position
         "not-a-token": "TOKEN_INVALID",
-        mine[:-2] + ("AA" if not mine.endswith("AA") else "BB"): "TOKEN_FOREIGN",
+        altered_mac(mine): "TOKEN_FOREIGN",
+        respelt_end(mine): "TOKEN_INVALID",  # the same bytes, spelt otherwise than issued
     }
     for token, reason in cases.items():
         with pytest.raises(grpc.RpcError) as caught:
             stubs.recall("beta", "note", token)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and _reason(caught.value) == reason, token
-    forged_mac = mine[:-2] + ("AA" if not mine.endswith("AA") else "BB")
+    forged_mac = altered_mac(mine)
     position_moved = f"{base64.urlsafe_b64encode(moved).decode().rstrip('=')}.{mac}"
     for token in (forged_mac, position_moved):
         with pytest.raises(grpc.RpcError) as caught:

@@ -32,13 +32,12 @@ REPLICATION_OFF, never answered as if it held.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from mnemosyne.engine import base64url
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.hot_path.awaited import Span
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
@@ -128,14 +127,6 @@ def capped(spans: Sequence[Span], limit: int = MAX_SPANS) -> list[Span]:
     return out
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _mac(secret: bytes, body: str) -> bytes:
     return hmac.new(secret, _DOMAIN + body.encode("utf-8"), hashlib.sha256).digest()[:_MAC_BYTES]
 
@@ -143,7 +134,7 @@ def _mac(secret: bytes, body: str) -> bytes:
 def encode(secret: bytes, token: Token) -> str:
     spans = ",".join(f"{low}" if low == high else f"{low}-{high}" for low, high in token.spans)
     body = "|".join((VERSION, token.tenant, token.timeline, token.level, spans))
-    return f"{_b64(body.encode('utf-8'))}.{_b64(_mac(secret, body))}"
+    return f"{base64url.encode(body.encode('utf-8'))}.{base64url.encode(_mac(secret, body))}"
 
 
 def parse(text: str) -> tuple[Token, str, bytes]:
@@ -153,11 +144,11 @@ def parse(text: str) -> tuple[Token, str, bytes]:
         raise invalid()
     encoded, _, mac = text.partition(".")
     try:
-        body = _unb64(encoded).decode("utf-8")
-        given = _unb64(mac)
+        body = base64url.decode(encoded).decode("utf-8")
+        given = base64url.decode(mac)
         version, tenant, timeline, level, listed = body.split("|")
         spans = tuple(_span(part) for part in listed.split(",")) if listed else ()
-    except (ValueError, UnicodeDecodeError, binascii.Error):
+    except ValueError:  # UnicodeDecodeError is one
         raise invalid() from None
     if version != VERSION or level not in (VISIBLE, REPLICATED):
         raise invalid()

@@ -10,21 +10,13 @@ ever used — a position is only ever one this server wrote.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 
+from mnemosyne.engine import base64url
 from mnemosyne.errors import InvalidArgument
 
 _MAC_BYTES = 16
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def _mac(secret: bytes, scope: str, query: str, position: str) -> bytes:
@@ -35,7 +27,7 @@ def _mac(secret: bytes, scope: str, query: str, position: str) -> bytes:
 def encode(secret: bytes, scope: str, query: str, position: str) -> str:
     """The token for ``position`` of the list ``query`` in ``scope`` (a tenant id, or "" for
     lists across tenants)."""
-    return f"{_b64(position.encode('utf-8'))}.{_b64(_mac(secret, scope, query, position))}"
+    return f"{base64url.encode(position.encode('utf-8'))}.{base64url.encode(_mac(secret, scope, query, position))}"
 
 
 def invalid() -> InvalidArgument:
@@ -55,8 +47,8 @@ def decode(secret: bytes | None, scope: str, query: str, token: str) -> str | No
         raise invalid()
     encoded, _, mac = token.partition(".")
     try:
-        position = _unb64(encoded).decode("utf-8")
-        given = _unb64(mac)
+        position = base64url.decode(encoded).decode("utf-8")
+        given = base64url.decode(mac)
     except (ValueError, UnicodeDecodeError):
         raise invalid() from None
     if not hmac.compare_digest(given, _mac(secret, scope, query, position)):
