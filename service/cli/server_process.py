@@ -3,6 +3,7 @@ and the benchmarks all start, kill with SIGKILL and restart."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -86,16 +87,21 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout: float = 30.0, port: int = 0) -> ServerProcess:
-        # The side ports are picked here (0 turns them off), so another process may take one
-        # between the pick and the server's bind: then the server is started again on new picks.
+        self.spawn(port)
+        return self.wait_ready_or_spawn_again(port, timeout)
+
+    def wait_ready_or_spawn_again(self, port: int, timeout: float) -> ServerProcess:
+        """``wait_ready`` for the process just spawned on ``port``. The side ports are picked by
+        ``spawn`` (0 turns them off), so another process may take one between the pick and the
+        server's bind: then the server is spawned again on new picks."""
+        picked = (self.metrics and not self.metrics_port) or (self.http and not self.http_port)
         for attempt in range(1, PICK_ATTEMPTS + 1):
-            picked = (self.metrics and not self.metrics_port) or (self.http and not self.http_port)
-            self.spawn(port)
             try:
                 return self.wait_ready(timeout)
             except SidePortTaken:
                 if not picked or attempt == PICK_ATTEMPTS:
                     raise
+                self.spawn(port)
         raise AssertionError("unreachable")
 
     def spawn(self, port: int = 0) -> None:
@@ -208,10 +214,19 @@ def stop_all(servers: Sequence[ServerProcess], timeout: float = 15.0) -> None:
             process.wait(timeout=10)
 
 
+_RECENT_PICKS: collections.deque[int] = collections.deque(maxlen=256)
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, and not one of the last picks here: a picked port stays free until its
+    server binds it, and members are all picked before the first one starts."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _RECENT_PICKS:
+            _RECENT_PICKS.append(port)
+            return port
 
 
 class LocalMembers:
@@ -257,8 +272,8 @@ class LocalMembers:
         try:
             for process, port in zip(self.processes, self.ports):
                 process.spawn(port)
-            for process in self.processes:
-                process.wait_ready(timeout)
+            for process, port in zip(self.processes, self.ports):
+                process.wait_ready_or_spawn_again(port, timeout)
         except BaseException:
             self.stop()
             raise
