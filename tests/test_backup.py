@@ -656,6 +656,11 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
             "BACKUP_FILE_MISMATCH",
             "does not match",
         ),
+        "a miscounted copy": (
+            _manifest_edited(lambda m: _entry(m).update(memories=_entry(m)["memories"] + 3)),
+            "MANIFEST_MISMATCH",
+            "holds 1 live memories; its manifest says 4",
+        ),
     }
     empty = tmp_path / "empty"
     empty.mkdir()

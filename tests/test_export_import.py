@@ -246,6 +246,11 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
         with pytest.raises(InvalidArgumentError) as short:
             b.import_tenant(manifest, [BackupChunk("database", data[: len(data) // 3])])
         assert short.value.reason == "ARCHIVE_TRUNCATED"
+        # Whole files whose manifest miscounts the live memories (the call would echo the count).
+        for claimed in (manifest.memories + 1, manifest.memories - 1, 2**62):
+            with pytest.raises(InvalidArgumentError) as miscounted:
+                b.import_tenant(dataclasses.replace(manifest, memories=claimed), [BackupChunk("database", data)])
+            assert miscounted.value.reason == "MANIFEST_MISMATCH", claimed
         # A stream with no message, and one whose second message does not decode.
         first = admin_pb2.ImportTenantRequest(manifest=tenant_backup_to_proto(manifest)).SerializeToString()
         with grpc.insecure_channel(target.target) as channel:

@@ -424,6 +424,7 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
         tenant=tenant,
         head_hash=str(entry.get("head_hash")),
         entries=entry["ledger_entries"],
+        memories=entry["memories"],
         error=DataLoss,
     )
     if "inbox" in paths:

@@ -179,7 +179,12 @@ class TenantImport:
         facts = self._copy.facts
         check_schema(database, tenant=self.tenant, error=InvalidArgument)
         check_chain(
-            database, tenant=self.tenant, head_hash=facts.head_hash, entries=facts.ledger_entries, error=InvalidArgument
+            database,
+            tenant=self.tenant,
+            head_hash=facts.head_hash,
+            entries=facts.ledger_entries,
+            memories=facts.memories,
+            error=InvalidArgument,
         )
         inbox = self._directory / INBOX_FILE
         if inbox.exists():

@@ -124,13 +124,15 @@ def sha256_file(path: Path) -> str:
 
 
 def check_chain(
-    path: Path, *, tenant: str, head_hash: str, entries: int, error: type[MnemosyneError] = DataLoss
+    path: Path, *, tenant: str, head_hash: str, entries: int, memories: int, error: type[MnemosyneError] = DataLoss
 ) -> None:
     """Refuse (``error``, reason CHAIN_INVALID or MANIFEST_MISMATCH) a tenant file copy whose audit
-    chain does not verify, or ends elsewhere than its manifest says."""
+    chain does not verify, or ends elsewhere or holds another number of live memories than its
+    manifest says."""
     try:
         with read_file(path) as txn:
             verdict = txn.audit()
+            live, _forgotten, _entries = txn.counts()
     except DataLoss as exc:
         raise error(
             f"the copy of {tenant} is not a usable tenant file: {exc.message}", reason="CHAIN_INVALID"
@@ -145,6 +147,11 @@ def check_chain(
         raise error(
             f"the audit chain of {tenant} ends at {verdict.head_hash[:12]}… after {verdict.checked} entries; its "
             f"manifest says {head_hash[:12]}… after {entries}",
+            reason="MANIFEST_MISMATCH",
+        )
+    if live != memories:
+        raise error(
+            f"the copy of {tenant} holds {live} live memories; its manifest says {memories}",
             reason="MANIFEST_MISMATCH",
         )
 
