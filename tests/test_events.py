@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from mnemosyne.client import Event, MemoryClient
-from mnemosyne.client.errors import FailedPreconditionError, NotFoundError
+from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from tests.support import serve_args
 
 ORDER = ["pending", "running", "succeeded"]
@@ -82,6 +82,19 @@ def test_a_watch_resuming_after_a_sequence_never_given_is_refused_not_left_waiti
     more = {r.event_id for r in client.retain_batch(tenant, ["ahead three"], fast=True)}
     resumed = _watch_until(client, tenant, _finished(more), after_sequence=last)
     assert resumed[0].sequence == last + 1
+
+
+def test_a_watch_from_a_negative_point_is_refused_not_taken_from_the_start(client: MemoryClient, tenant: str) -> None:
+    """A negative ``after_event_id`` or ``after_sequence`` is no point any watch gave: refused
+    (RESUME_POINT_INVALID) naming the field, on a tenant with events and one without a file."""
+    client.hot_path(tenant, "enable")
+    client.retain(tenant, "a note before the negative watch", fast=True)
+    for on in (tenant, tenant + "-nothing"):
+        for field, value in (("after_event_id", -1), ("after_sequence", -5), ("after_sequence", -(2**63))):
+            with pytest.raises(InvalidArgumentError) as refused:
+                next(iter(client.watch_events(on, timeout=10, **{field: value})))
+            assert refused.value.reason == "RESUME_POINT_INVALID", refused.value
+            assert f"{field} is {value}" in str(refused.value), refused.value
 
 
 def test_list_events_pagination_is_stable_while_new_events_arrive(client: MemoryClient, tenant: str) -> None:

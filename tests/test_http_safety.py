@@ -293,6 +293,8 @@ def test_watch_events_over_sse_resumes_after_a_dropped_connection(api: ServerPro
         resumed.close()
     assert [json.loads(event["data"]) for event in seen] == expected
     assert [int(event["id"]) for event in seen] == [int(e["sequence"]) for e in expected]
+    with pytest.raises(AssertionError, match="^400: .*RESUME_POINT_INVALID"):  # no point any watch gave
+        next(server_sent_events(api.http_port, path, {"last-event-id": "-3"}))
 
 
 def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, Any]]:

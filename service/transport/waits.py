@@ -152,7 +152,7 @@ def _gave_up(open_ids: list[int], waited: float) -> DeadlineExceeded:
 async def watch(hot_path: HotPath, call: Call, *, after_event_id: int, after_sequence: int) -> AsyncIterator[Event]:
     """Every status transition after ``after_sequence`` of events after ``after_event_id``,
     replayed from the durable log, then live, until the client goes or the server stops."""
-    sequence = max(0, after_sequence)
+    sequence = after_sequence
     with _changes(hot_path, call.tenant) as changed:
         while not hot_path.streams_ended:
             changed.clear()  # a change from here on is seen by the next read or wakes the wait

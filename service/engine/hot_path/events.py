@@ -112,7 +112,15 @@ class Events:
         """The next status transitions (up to a chunk) after ``after_sequence`` of events after
         ``after_event_id``, from the durable log; the caller waits for ``changes`` when there were
         no more (WatchEvents: transport/waits.py)."""
-        sequence = max(0, after_sequence)
+        for field, value in (("after_event_id", after_event_id), ("after_sequence", after_sequence)):
+            if value < 0:
+                given = field.removeprefix("after_")
+                raise InvalidArgument(
+                    f"{field} is {value}; it must be 0 (from the start of what is kept) or a {given} this "
+                    "tenant's events gave",
+                    reason="RESUME_POINT_INVALID",
+                )
+        sequence = after_sequence
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 _refuse_ahead(sequence, 0)
@@ -128,9 +136,7 @@ class Events:
                         reason="EVENTS_PRUNED",
                         metadata={"pruned_through_sequence": str(pruned)},
                     )
-                found = txn.oplog_transitions(
-                    after_seq=sequence, after_event_id=max(0, after_event_id), limit=STREAM_CHUNK
-                )
+                found = txn.oplog_transitions(after_seq=sequence, after_event_id=after_event_id, limit=STREAM_CHUNK)
                 rows: dict[int, OpRow] = {}
                 for t in found:
                     if t.event_id not in rows:
