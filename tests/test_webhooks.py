@@ -261,24 +261,34 @@ def test_a_hanging_receiver_delays_no_other_tenant(server_factory, tenant: str, 
     assert order.index("A answered") > max(i for i, e in enumerate(order) if e == "B")
 
 
-def test_a_host_name_that_resolves_to_loopback_is_refused_without_the_flag(
+def test_a_host_that_is_or_resolves_to_loopback_is_refused_without_the_flag(
     server_factory, tenant: str, receiver: Receiver
 ) -> None:
-    server = server_factory(env=FAST_RETRIES).start()
+    """Refused when the subscription is made: address literals, a name that resolves to a refused
+    address, and ``localhost``'s names (RFC 6761, resolvable or not). Judged again at every
+    delivery: a name accepted then (here: under the operator's flag, since removed) is refused
+    when the delivery connects, and the receiver hears nothing."""
+    server = server_factory(args=ALLOW, env=FAST_RETRIES).start()
     port = receiver.server.server_address[1]
     with MemoryClient(server.target, retries=0) as client:
-        for literal in (
-            f"http://127.0.0.1:{port}/",
-            "http://[::ffff:127.0.0.1]/",
-            "http://169.254.169.254/",
-            "http://10.1.2.3/",
+        made = client.create_webhook(tenant, f"http://localhost:{port}/hook", ["memory.created"])
+    server.stop()
+    server.args = [a for a in server.args if a not in ALLOW]
+    server.restart()
+    with MemoryClient(server.target, retries=0) as client:
+        for url, says in (
+            (f"http://127.0.0.1:{port}/", "127.0.0.1 is a loopback address"),
+            ("http://[::ffff:127.0.0.1]/", "is a loopback address"),
+            ("http://169.254.169.254/", "a cloud metadata address"),
+            ("http://10.1.2.3/", "10.1.2.3 is a private address"),
+            (f"http://localhost:{port}/hook", "localhost is a loopback name"),
+            ("http://LocalHost./", "localhost. is a loopback name"),
+            ("https://api.localhost:8443/in", "api.localhost is a loopback name"),
         ):
             with pytest.raises(FailedPreconditionError) as refused:
-                client.create_webhook(tenant, literal, ["memory.created"])
-            assert refused.value.reason == "WEBHOOK_ADDRESS_REFUSED"
-        made = client.create_webhook(
-            tenant, f"http://localhost:{port}/hook", ["memory.created"]
-        )  # a name: judged at connect time
+                client.create_webhook(tenant, url, ["memory.created"])
+            assert refused.value.reason == "WEBHOOK_ADDRESS_REFUSED", url
+            assert says in refused.value.message, refused.value.message
         client.retain(tenant, "a change the receiver must never hear of")
 
         def refused_attempts() -> list[str]:

@@ -15,6 +15,7 @@ operator who opens the member's network to tenants opens all of it (docs/webhook
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -24,6 +25,7 @@ METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
 )
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
+ALLOW_FLAG = "--webhook-allow-private-addresses"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -65,3 +67,36 @@ def literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
     except ValueError:
         return None
+
+
+def loopback_name(host: str) -> bool:
+    """``localhost`` and the names under it: loopback whatever a resolver says (RFC 6761 6.3),
+    though one may not resolve them at all."""
+    host = host.rstrip(".")
+    return host == "localhost" or host.endswith(".localhost")
+
+
+class RefusedAddress(Exception):
+    """A host with an address a delivery may not connect to; its text says which and why."""
+
+
+def resolve(host: str, port: int, *, allow_private: bool) -> list[tuple[int, IPAddress]]:
+    """(address family, address) of every address ``host`` resolves to, each judged; raises
+    ``RefusedAddress`` naming the first refused one (``OSError`` when the name does not resolve)."""
+    address = literal(host)
+    if address is not None:
+        found = [address]
+    else:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        found = []
+        for *_, sockaddr in infos:
+            ip = literal(str(sockaddr[0]))
+            if ip is not None and ip not in found:
+                found.append(ip)
+    for ip in found:
+        why = refusal(ip, allow_private=allow_private)
+        if why:
+            named = f"{host} is" if address is not None else f"{host} resolves to {ip},"
+            allowed = "" if "metadata" in why else f" (an operator may allow it: {ALLOW_FLAG})"
+            raise RefusedAddress(f"{named} {why}: refused{allowed}")
+    return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip) for ip in found]

@@ -29,14 +29,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mnemosyne.engine.webhooks.addresses import IPAddress, literal, refusal
+from mnemosyne.engine.webhooks.addresses import RefusedAddress, resolve
 from mnemosyne.engine.webhooks.urls import UnusableURL, parse
 from mnemosyne.version import VERSION
 
 SECRET_PREFIX = "whsec_"
 # Of the answer, only the status matters; a body is read up to this much so the connection closes cleanly.
 _ANSWER_BYTES = 4096
-_ALLOW_FLAG = "--webhook-allow-private-addresses"
 
 
 @dataclass(frozen=True)
@@ -62,31 +61,6 @@ def signature(secrets: Sequence[str], delivery_id: str, timestamp: int, body: by
     return " ".join(
         "v1," + base64.b64encode(hmac.new(secret_key(s), signed, hashlib.sha256).digest()).decode() for s in secrets
     )
-
-
-def resolve(host: str, port: int, *, allow_private: bool) -> list[tuple[int, IPAddress]]:
-    """(address family, address) of every address ``host`` resolves to, each judged; raises
-    ``RefusedAddress`` naming the first refused one."""
-    address = literal(host)
-    if address is not None:
-        found = [address]
-    else:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-        found = []
-        for *_, sockaddr in infos:
-            ip = literal(str(sockaddr[0]))
-            if ip is not None and ip not in found:
-                found.append(ip)
-    for ip in found:
-        why = refusal(ip, allow_private=allow_private)
-        if why:
-            allowed = "" if "metadata" in why else f" (an operator may allow it: {_ALLOW_FLAG})"
-            raise RefusedAddress(f"{host} resolves to {ip}, {why}: refused{allowed}")
-    return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, ip) for ip in found]
-
-
-class RefusedAddress(Exception):
-    pass
 
 
 def _connect(host: str, port: int, deadline: float, *, allow_private: bool) -> socket.socket:

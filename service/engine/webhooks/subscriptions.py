@@ -23,7 +23,7 @@ from mnemosyne.engine.types import (
     WebhookDeliveryPage,
     WebhookSecret,
 )
-from mnemosyne.engine.webhooks.addresses import literal, refusal
+from mnemosyne.engine.webhooks.addresses import ALLOW_FLAG, RefusedAddress, loopback_name, resolve
 from mnemosyne.engine.webhooks.sender import SECRET_PREFIX, secret_key
 from mnemosyne.engine.webhooks.urls import UnusableURL, parse
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -47,19 +47,24 @@ def new_secret() -> str:
 
 
 def validate_url(url: str, *, allow_private: bool) -> str:
-    """A URL a delivery can reach (urls.py, read as the sender reads it); an address literal is
-    judged now (a name is judged at every delivery, addresses.py)."""
+    """A URL a delivery can reach (urls.py, read as the sender reads it), its host judged now as
+    every delivery judges it again (addresses.py): a name that does not resolve yet is taken."""
     try:
         target = parse(url)
     except UnusableURL as exc:
         raise _refuse(str(exc), "WEBHOOK_URL_INVALID") from None
-    address = literal(target.host)
-    if address is not None:
-        why = refusal(address, allow_private=allow_private)
-        if why:
-            raise FailedPrecondition(
-                f"url's host {address} is {why}: this server does not deliver there", reason="WEBHOOK_ADDRESS_REFUSED"
+    try:
+        if loopback_name(target.host) and not allow_private:
+            raise RefusedAddress(
+                f"{target.host} is a loopback name (RFC 6761): refused (an operator may allow it: {ALLOW_FLAG})"
             )
+        resolve(target.host, target.port, allow_private=allow_private)
+    except RefusedAddress as exc:
+        raise FailedPrecondition(
+            f"url's host: {exc}; this server does not deliver there", reason="WEBHOOK_ADDRESS_REFUSED"
+        ) from None
+    except (OSError, UnicodeError):
+        pass  # not resolvable now: it may be by the first delivery, which judges it then
     return url
 
 
