@@ -905,7 +905,14 @@ class MemoryClient:
         after a lost reply is NOT_FOUND. Raises ``NotFoundError`` (TENANT_NOT_FOUND: no data) and
         ``UnavailableError`` (TENANT_BUSY: its calls did not end within 10 s; nothing was erased)."""
         r = self.call(self.admin.EraseTenant, admin_pb2.EraseTenantRequest(tenant=tenant), retry=False)
+        self._timeline_ended(tenant)
         return convert.erasure_receipt_from_proto(r.receipt)
+
+    def _timeline_ended(self, tenant: str) -> None:
+        """This client erased ``tenant`` or installed another copy of it: the session's tokens of
+        it name writes that are gone (the server would answer them TIMELINE_CHANGED), so they go."""
+        if self._session is not None:
+            self._session.forget(tenant)
 
     def move_tenant(
         self, tenant: str, destination: str, *, member: str = "", timeout: float = 3600.0
@@ -1012,7 +1019,9 @@ class MemoryClient:
             response = self.admin.ImportTenant(requests(), timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise self._failed(exc, tenant) from exc
-        return convert.import_result_from_proto(response)
+        result = convert.import_result_from_proto(response)
+        self._timeline_ended(result.tenant)
+        return result
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Every tenant's stats and their total (admin token), read from the whole stream of

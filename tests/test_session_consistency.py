@@ -315,21 +315,41 @@ def test_the_mem0_helper_drops_a_token_the_server_refuses_for_good(server: Serve
 
 
 def test_a_restored_tenant_refuses_the_session_token_once_then_reads_answer(server: ServerProcess) -> None:
-    """TIMELINE_CHANGED: the tenant was replaced since the write; the client drops its token,
-    raises the reason, and its next read answers at once."""
+    """TIMELINE_CHANGED: the tenant was replaced (by another client) since the write; the client
+    drops its token, raises the reason, and its next read answers at once."""
     tenant = "py-restored"
-    with MemoryClient(server.target) as client:
+    with MemoryClient(server.target) as client, MemoryClient(server.target, session_consistency=False) as other:
         client.retain(tenant, "Written before the export")
         parts = list(client.export_tenant(tenant))
         with_backlog(server, tenant, 30)
         client.retain(tenant, "Queued after the export, lost by the replacement", fast=True)
         assert client.consistency_token(tenant)
-        client.import_tenant(*_backup(parts), tenant=tenant, replace=True)
+        other.import_tenant(*_backup(parts), tenant=tenant, replace=True)
         with pytest.raises(TimelineChangedError) as refused:
             client.recall(tenant, "queued after the export")
         assert isinstance(refused.value, FailedPreconditionError) and refused.value.reason == "TIMELINE_CHANGED"
         assert client.consistency_token(tenant) is None  # dropped
         assert texts(client.recall(tenant, "written before the export", k=1)) == ["Written before the export"]
+
+
+def test_a_client_that_erased_or_replaced_a_tenant_reads_it_at_once(server: ServerProcess) -> None:
+    """The client's own erasure or import over a tenant ends the writes its session's tokens name:
+    it drops them, so its next read of the tenant answers instead of TIMELINE_CHANGED."""
+    tenant = "py-self-replaced"
+    with MemoryClient(server.target) as client:
+        client.retain(tenant, "Written before the export")
+        parts = list(client.export_tenant(tenant))
+        for step in ("replace", "erase"):
+            with_backlog(server, tenant, 30)
+            client.retain(tenant, f"Queued before the {step}", fast=True)
+            assert client.consistency_token(tenant)
+            if step == "replace":
+                client.import_tenant(*_backup(parts), tenant=tenant, replace=True)
+            else:
+                client.erase_tenant(tenant)
+            assert client.consistency_token(tenant) is None
+            expected = ["Written before the export"] if step == "replace" else []
+            assert texts(client.recall(tenant, "written before the export", k=1)) == expected
 
 
 def test_a_forged_or_foreign_token_is_its_typed_error(server: ServerProcess) -> None:

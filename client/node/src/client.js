@@ -683,6 +683,7 @@ class MemoryClient {
   /** Erase a whole tenant (admin token): its files gone, a receipt kept. Not repeated. */
   async eraseTenant(tenant) {
     const { response } = await this._call(this.admin, 'EraseTenant', { tenant });
+    this._session?.forget(tenant); // its writes are gone: the server would answer TIMELINE_CHANGED
     const r = response.receipt;
     return { tenant: r.tenant, erasedAt: dateFrom(r.erased_at), tokenName: r.token_name, headHash: r.head_hash };
   }
@@ -713,6 +714,7 @@ class MemoryClient {
       const call = stub.ImportTenant(this._metadata(), { deadline: Date.now() + timeoutMs }, (err, r) => {
         if (err) reject(fromServiceError(err, this._addressOf.get(stub)));
         else {
+          this._session?.forget(r.tenant); // another copy: the tokens of the one replaced name nothing
           resolve({
             tenant: r.tenant, headHash: r.head_hash, ledgerEntries: Number(r.ledger_entries), memories: Number(r.memories), replaced: r.replaced,
           });

@@ -109,6 +109,11 @@ class SessionTokens {
     } else if (role === 'read' && sent.length) this._replace(tenant, sent, null);
   }
 
+  /** Drop every token of `tenant` (it was erased or imported over: its writes are gone). */
+  forget(tenant) {
+    this._tokens.delete(tenant);
+  }
+
   /** A call refused: tokens refused for good are dropped. */
   refused(tenant, sent, reason) {
     if (sent.length && DROPPED_REASONS.has(reason)) this._replace(tenant, sent, null);

@@ -75,6 +75,31 @@ test('the host assembles a context with its own fast write', async () => {
   assert.match(await host.assembleContext(agent, 'main', { query: 'escalation contact', k: 3 }), /Priya Raman/);
 });
 
+test('a client that erased or imported over a tenant reads it at once, its tokens dropped', async () => {
+  const tenant = await tenantWithBacklog();
+  await client.retain(tenant, 'Written before the export');
+  let manifest = null;
+  const chunks = [];
+  for await (const part of client.exportTenant(tenant)) {
+    if (part.manifest) manifest = part.manifest;
+    else chunks.push(part.chunk);
+  }
+  await client.retain(tenant, 'Queued before the import', { fast: true });
+  assert.ok(client.consistencyToken(tenant));
+  await client.importTenant(manifest, chunks, { replace: true });
+  assert.equal(client.consistencyToken(tenant), null);
+  const hits = await client.recall(tenant, 'written before the export', { k: 1 });
+  assert.deepEqual(hits.map((h) => h.memory.text), ['Written before the export']);
+
+  await plain.hotPath(tenant, 'enable');
+  await plain.retain(tenant, 'A backlog write', { fast: true });
+  await client.retain(tenant, 'Queued before the erasure', { fast: true });
+  assert.ok(client.consistencyToken(tenant));
+  await client.eraseTenant(tenant);
+  assert.equal(client.consistencyToken(tenant), null);
+  assert.deepEqual(await client.recall(tenant, 'queued before the erasure'), []);
+});
+
 test('a foreign or forged token is its typed error', async () => {
   const mine = uniqueTenant();
   await client.hotPath(mine, 'enable');
