@@ -23,7 +23,7 @@ from typing import Any
 import boto3
 import lz4.block
 
-from mnemosyne.cli.server_process import _free_port
+from mnemosyne.cli.server_process import PICK_ATTEMPTS, _free_port
 
 WEED = str(Path(sys.executable).parent / "weed")
 READY_SECONDS = 60.0
@@ -43,17 +43,39 @@ _PORTS = (
 )
 
 
+class ExitedEarly(RuntimeError):
+    """weed exited while starting (a port it was given was taken, most likely)."""
+
+
 class ObjectStorage:
     """One ``weed server -s3`` on loopback with its data under ``directory``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.ports = {name: _free_port() for name in _PORTS}
-        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self._pick_ports()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = directory / "weed.log"
+        self._started = False  # once started, its ports are its endpoint: kept
+
+    def _pick_ports(self) -> None:
+        self.ports = {name: _free_port() for name in _PORTS}
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
 
     def start(self) -> ObjectStorage:
+        # Its ports are picked before it binds them: another process may take one meanwhile, and
+        # weed then exits. It is started again on new picks (a restart keeps its ports).
+        for attempt in range(1, PICK_ATTEMPTS + 1):
+            try:
+                self._start()
+                self._started = True
+                return self
+            except ExitedEarly:
+                if self._started or attempt == PICK_ATTEMPTS:
+                    raise
+                self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> None:
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
         args = [
@@ -74,7 +96,7 @@ class ObjectStorage:
         deadline = time.monotonic() + READY_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed exited ({self.process.returncode}); see {self.log_path}")
+                raise ExitedEarly(f"weed exited ({self.process.returncode}); see {self.log_path}")
             try:
                 urllib.request.urlopen(self.endpoint, timeout=1).close()
                 break
@@ -85,7 +107,6 @@ class ObjectStorage:
         else:
             raise RuntimeError(f"weed's S3 port did not answer within {READY_SECONDS}s; see {self.log_path}")
         self.client().list_buckets()
-        return self
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period."""
