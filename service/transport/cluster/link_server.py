@@ -122,6 +122,11 @@ class LinkServer:
                         exchange.inbox.deliver(kind, body)
         except (OSError, EOFError, ValueError, TimeoutError):
             pass  # the entry went away or broke the protocol: its calls are cancelled below
+        except asyncio.CancelledError:
+            # ``close``: the connection ends here. Ended by cancellation, Python 3.11's
+            # start_server would log it as an unhandled exception (its callback asks a cancelled
+            # task for its exception; fixed in 3.12).
+            pass
         finally:
             self._connections.discard(connection)
             for task, _ in list(calls.values()):
