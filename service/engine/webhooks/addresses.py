@@ -3,9 +3,9 @@
 A subscription's URL is chosen by a tenant, and the server sends to it from inside its own
 network: it must not become a way to reach this host, the network around it, or the cloud's
 metadata service. So every address a host name resolves to is checked when the delivery
-connects (not only when the subscription is made: a name may resolve elsewhere by then, DNS
-rebinding), and the connection goes to the address that was checked. Refused unless the operator
-allows them (``--webhook-allow-private-addresses``): loopback, private (RFC 1918, unique local),
+connects (not only when the subscription is made, as it is too: a name may resolve elsewhere by
+then, DNS rebinding), and the connection goes to the address that was checked. Refused unless
+the operator allows them (``--webhook-allow-private-addresses``): loopback, private (RFC 1918, unique local),
 link-local, shared (100.64.0.0/10), unspecified (0.0.0.0, ::), multicast and reserved addresses,
 and IPv6 addresses that carry an IPv4 one (IPv4-mapped, NAT64) are judged by the IPv4 address they
 carry. The cloud metadata addresses are named as such in the refusal; the flag allows them too: an
@@ -18,6 +18,7 @@ import ipaddress
 import socket
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+ALLOW_FLAG = "--webhook-allow-private-addresses"  # named in a refusal the operator may lift
 
 # The instance metadata services of the clouds (AWS, GCP, Azure, OpenStack: 169.254.169.254; AWS
 # over IPv6; Alibaba): named apart in a refusal, so an operator sees what a tenant reached for.
@@ -25,7 +26,6 @@ METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
 )
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
-ALLOW_FLAG = "--webhook-allow-private-addresses"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
