@@ -174,7 +174,9 @@ backend members_http
         config += "".join(f"  server {m} 127.0.0.1:{port}\n" for m, port in http.items())
     (directory / "haproxy.cfg").write_text(config)
     command = [binary, "-f", str(directory / "haproxy.cfg"), "-db"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # What it says goes to a file: a pipe nobody reads would stop it once full.
+    with (directory / "haproxy.log").open("ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 10
         while True:
