@@ -154,6 +154,33 @@ def test_point_in_time_restore_of_one_tenant_is_online_and_gives_exactly_the_fir
         wait_until(lambda: object_storage.keys(bucket, "member/pit/00000002/db/"))
 
 
+def test_a_point_in_time_after_a_generations_last_write_is_its_state_then_and_a_bad_time_is_refused(
+    server_factory, object_storage, tmp_path
+):
+    """Litestream refuses a time after its replica's last upload: the state then is the latest."""
+    bucket = object_storage.new_bucket()
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    url = object_storage.url(bucket)
+    with MemoryClient(server.target) as client:
+        client.retain("quiet", "written before the bad run")
+        wait_replicated(server)
+        time.sleep(1.5)
+        quiet_since = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        for bad in ("yesterday", "2026-12-06T07:00:00", "2999-01-01T00:00:00Z"):
+            refused = _restore_command(
+                "--from-replica", url, "--tenant", "quiet", "--timestamp", bad, "--target", server.target
+            )
+            assert refused.returncode == 2 and "TIMESTAMP_INVALID" in refused.stderr, (bad, refused.stderr)
+        for n in range(2):  # the state then: generation 1's latest, then also once generation 2 began after it
+            done = _restore_command(
+                "--from-replica", url, "--tenant", "quiet", "--timestamp", quiet_since, "--target", server.target
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert [m.text for m in client.list_memories("quiet").memories] == ["written before the bad run"]
+            client.retain("quiet", f"the bad run {n}")
+            wait_replicated(server)
+
+
 def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(server_factory, object_storage, tmp_path):
     bucket = object_storage.new_bucket()
     server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()

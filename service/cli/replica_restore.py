@@ -25,7 +25,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, NotFound
 from mnemosyne.replication.bucket import Bucket
-from mnemosyne.replication.restore import Fetched, fetch
+from mnemosyne.replication.restore import Fetched, fetch, point_in_time
 from mnemosyne.replication.url import ReplicaUrl
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME, DataDirLock
 from mnemosyne.store.pending_index import PendingIndex
@@ -73,6 +73,7 @@ def restore_member(
 ) -> list[str]:
     """Restore ``tenants`` (default: every tenant the bucket holds) into ``data_dir``, no server
     running on it; returns the tenants restored."""
+    point_in_time(timestamp)  # a time that is not one is refused before anything is made
     bucket = Bucket(ReplicaUrl.parse(url))
     existed = data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -115,6 +116,7 @@ def restore_online(client: MemoryClient, url: str, tenant: str, *, timestamp: st
     """Restore one tenant on the running server of ``client`` (admin token) through an import
     that replaces it."""
     tenant = validate_tenant(tenant)
+    point_in_time(timestamp)
     bucket = Bucket(ReplicaUrl.parse(url))
     with tempfile.TemporaryDirectory(prefix="mnemosyne-restore-") as directory:
         fetched = _fetched(bucket, tenant, Path(directory), timestamp)

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -87,6 +88,18 @@ class Bucket:
             if page.get("KeyCount", 0):
                 return True
         return False
+
+    def uploaded(self, tenant: str, under: str) -> tuple[datetime, datetime] | None:
+        """When the first and the last of ``tenant``'s LTX files under its key ``under`` (one
+        generation's file) reached the bucket (their LastModified, the times Litestream's restore
+        bounds a point in time by); None when it holds none."""
+        times = [
+            item["LastModified"]
+            for page in self._pages(f"for the files of {tenant}", Prefix=self.url.key(tenant) + "/" + under)
+            for item in page.get("Contents", [])
+            if item["Key"].endswith(".ltx")
+        ]
+        return (min(times), max(times)) if times else None
 
     def newest_held(self, tenant: str) -> int:
         """The highest generation the bucket holds of ``tenant`` (0: none): the floor of a copy of

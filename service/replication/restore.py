@@ -15,9 +15,10 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, Unavailable
 from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.litestream import litestream_binary, litestream_environment
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, generation_name
@@ -29,7 +30,33 @@ log = logging.getLogger("mnemosyne.replication")
 
 RESTORE_SECONDS = 600.0
 # What Litestream says when a replica holds nothing at or before the time asked for.
-_NOTHING_THEN = ("no matching backup", "no snapshots available", "timestamp", "not found")
+_NOTHING_THEN = ("no matching backup", "no snapshots available", "timestamp does not exist", "not found")
+
+
+def point_in_time(timestamp: str | None) -> datetime | None:
+    """A restore's ``--timestamp``: an RFC 3339 time with its offset (``Z`` for UTC), not after
+    this machine's clock; INVALID_ARGUMENT TIMESTAMP_INVALID otherwise, saying what to give."""
+    if timestamp is None:
+        return None
+    example = "give an RFC 3339 time with its offset, e.g. 2026-12-06T07:45:00Z"
+    try:
+        when = datetime.fromisoformat(timestamp.strip())
+    except ValueError:
+        raise InvalidArgument(
+            f"--timestamp {timestamp!r} is not a time: {example}", reason="TIMESTAMP_INVALID"
+        ) from None
+    if when.tzinfo is None:
+        raise InvalidArgument(
+            f"--timestamp {timestamp!r} has no offset, so names no one moment: {example}", reason="TIMESTAMP_INVALID"
+        )
+    now = datetime.now(UTC)
+    if when > now:
+        raise InvalidArgument(
+            f"--timestamp {timestamp!r} is after this machine's clock ({now.isoformat(timespec='seconds')}): "
+            "no state of then is known yet; leave --timestamp out for the latest",
+            reason="TIMESTAMP_INVALID",
+        )
+    return when.astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -54,7 +81,9 @@ def fetch(
     RFC 3339 time). UNAVAILABLE REPLICA_UNREACHABLE when the store cannot be asked. ``judge``:
     asked of each generation's restored database, highest first, whether to take it (False:
     the generation below; store/replicas.py ``Replicas.fetch``); FAILED_PRECONDITION
-    REPLICA_NOT_TAKEN when it took none."""
+    REPLICA_NOT_TAKEN when it took none; INVALID_ARGUMENT TIMESTAMP_INVALID for a time that is
+    not one (``point_in_time``)."""
+    when = point_in_time(timestamp)
     generations = bucket.generations(tenant)
     into.mkdir(parents=True, exist_ok=True)
     passed = []
@@ -62,7 +91,7 @@ def fetch(
         database = into / f"{tenant}{TENANT_FILE_SUFFIX}"
         if not bucket.holds(tenant, f"{generation_name(generation)}/{DATABASE_REPLICA}/"):
             continue  # started (its holder recorded), nothing replicated yet
-        if not _restore(bucket, tenant, generation, DATABASE_REPLICA, database, timestamp):
+        if not _restore(bucket, tenant, generation, DATABASE_REPLICA, database, when):
             continue
         if judge is not None and not judge(database):
             log.info(
@@ -73,7 +102,7 @@ def fetch(
         inbox: Path | None = into / f"{tenant}{INBOX_FILE_SUFFIX}"
         assert inbox is not None
         if not bucket.holds(tenant, f"{generation_name(generation)}/{INBOX_REPLICA}/") or not _restore(
-            bucket, tenant, generation, INBOX_REPLICA, inbox, timestamp
+            bucket, tenant, generation, INBOX_REPLICA, inbox, when
         ):
             inbox = None
         forget_again(bucket, tenant, database, inbox)
@@ -107,14 +136,22 @@ def forget_again(bucket: Bucket, tenant: str, database: Path, inbox: Path | None
     return again
 
 
-def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Path, timestamp: str | None) -> bool:
+def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Path, when: datetime | None) -> bool:
     """``litestream restore`` of one file's replica to ``output``; False when it holds no state
-    at or before ``timestamp``."""
+    at or before ``when``. Litestream refuses a time outside the span its files were uploaded in,
+    after the last as well as before the first: a time after the last (a tenant not written
+    since, a generation replaced since) is its latest state, restored without a time."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{output}{suffix}").unlink(missing_ok=True)
+    if when is not None:
+        span = bucket.uploaded(tenant, f"{generation_name(generation)}/{file}/")
+        if span is None or when < span[0]:
+            return False
+        if when >= span[1]:
+            when = None
     command = [litestream_binary(), "restore", "-o", str(output)]
-    if timestamp is not None:
-        command += ["-timestamp", timestamp]
+    if when is not None:
+        command += ["-timestamp", when.isoformat(timespec="microseconds").replace("+00:00", "Z")]
     command.append(bucket.url.of(tenant, generation, file))
     try:
         done = subprocess.run(
@@ -134,7 +171,7 @@ def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Pa
         scrub_file(output)  # Litestream wrote its pages: what splits left in them goes (store/page_scrub.py)
         return True
     said = (done.stderr or done.stdout).strip()
-    if timestamp is not None and any(words in said.lower() for words in _NOTHING_THEN):
+    if when is not None and any(words in said.lower() for words in _NOTHING_THEN):
         return False
     raise DataLoss(
         f"Litestream could not restore tenant {tenant}'s {file} from generation {generation}: {said[-500:]}",
