@@ -32,9 +32,8 @@ from pathlib import Path
 
 from bench.common import percentiles, print_table, replica_bucket, replicating_server, write_json
 from mnemosyne.client import MemoryClient, ResourceExhaustedError, RetainItem
-from tests.replica_support import replica_env
+from tests.replica_support import litestream_pid, replica_env
 from tests.support import ServerProcess, gauge
-from tests.test_replication import litestream_pid
 
 BATCH = 1000
 Figures = dict[str, float | str]

@@ -23,7 +23,9 @@ from typing import Any
 import boto3
 import lz4.block
 
-from mnemosyne.cli.server_process import PICK_ATTEMPTS, _free_port
+from mnemosyne.cli.server_process import PICK_ATTEMPTS, ServerProcess, _free_port
+from mnemosyne.client import MemoryClient
+from mnemosyne.v1 import hot_path_pb2
 
 WEED = str(Path(sys.executable).parent / "weed")
 READY_SECONDS = 60.0
@@ -191,3 +193,35 @@ def ltx_pages(ltx: bytes) -> list[bytes]:
 def replica_env() -> dict[str, str]:
     """The variables a replicating server needs besides its flags: the test store's keys."""
     return dict(CREDENTIALS)
+
+
+def litestream_pid(server: ServerProcess) -> int | None:
+    """The server's Litestream child, if one runs (a child exiting meanwhile, as the one a test
+    killed, has no executable left to name, and a thread ending has no children file: passed
+    over)."""
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()  # a thread may end meanwhile
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if Path(f"/proc/{child}/exe").resolve(strict=True).name == "litestream":
+                    return int(child)
+            except OSError:
+                continue
+    return None
+
+
+REPLICATED = ("mnemosyne-consistency-level", "replicated")  # a call's metadata: its writes acknowledged once replicated
+
+
+def flush_replicated(client: MemoryClient, tenant: str, token: str = "", timeout_seconds: int = 20) -> None:
+    """A Flush at REPLICATED: ``token``'s writes (without one, the tenant's queue) in object storage."""
+    client.call(
+        client.hot_path_stub.Flush,
+        hot_path_pb2.FlushRequest(tenant=tenant, consistency_token=token, timeout_seconds=timeout_seconds),
+        retry=False,
+        metadata=[REPLICATED],
+        session=False,
+    )

@@ -17,10 +17,10 @@ import grpc
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import RecordChange
-from mnemosyne.v1 import hot_path_pb2, memory_pb2
-from tests.replica_support import replica_env
+from mnemosyne.v1 import memory_pb2
+from tests.replica_support import REPLICATED, flush_replicated, replica_env
 
-LEVEL = ("mnemosyne-consistency-level", "replicated")
+LEVEL = REPLICATED
 TENANTS = 20
 RUN_SECONDS = 4.0  # at least this long, and until ENOUGH writes were acknowledged
 ENOUGH = 40
@@ -42,16 +42,6 @@ class Acknowledged:
             return sum(len(t) for t in self.texts.values())
 
 
-def _flush_replicated(client: MemoryClient, tenant: str, token: str = "") -> None:
-    client.call(
-        client.hot_path_stub.Flush,
-        hot_path_pb2.FlushRequest(tenant=tenant, consistency_token=token, timeout_seconds=20),
-        retry=False,
-        metadata=[LEVEL],
-        session=False,
-    )
-
-
 def _writer(
     target: str, tenants: list[str], fast: set[str], acked: Acknowledged, stop: threading.Event, killed: threading.Event
 ) -> None:
@@ -68,7 +58,7 @@ def _writer(
                 if n % 5 == 0:
                     generation = acked.generation.get(tenant, 0)
                     new = client.update_workspace(tenant, "plan", [RecordChange("put", "step", text)], generation)
-                    _flush_replicated(client, tenant)
+                    flush_replicated(client, tenant)
                     with acked.lock:
                         acked.generation[tenant] = new
                     continue
@@ -79,7 +69,7 @@ def _writer(
                     metadata=[LEVEL],
                     session=False,
                 )
-                _flush_replicated(client, tenant, response.consistency_token)
+                flush_replicated(client, tenant, response.consistency_token)
                 with acked.lock:
                     acked.texts.setdefault(tenant, []).append(text)
             except (MnemosyneClientError, grpc.RpcError) as error:

@@ -16,7 +16,7 @@ import pytest
 
 from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import FailedPreconditionError, MemoryClient, ResourceExhaustedError, UnavailableError
-from tests.replica_support import ObjectStorage, replica_env
+from tests.replica_support import ObjectStorage, litestream_pid, replica_env
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
 
@@ -37,24 +37,6 @@ def wait_replicated(server: ServerProcess, seconds: float = 20.0) -> None:
     """Until every commit the server made so far is confirmed in object storage (a commit marks
     its tenant behind before its call returns: the lag is 0 only once a sync confirmed it)."""
     wait_until(lambda: gauge(server, "mnemosyne_replication_lag_seconds") == 0.0, seconds)
-
-
-def litestream_pid(server: ServerProcess) -> int | None:
-    """The server's Litestream child, if one runs (a child exiting meanwhile, as the one a test
-    killed, has no executable left to name, and a thread ending has no children file: passed
-    over)."""
-    for task in Path(f"/proc/{server.pid}/task").iterdir():
-        try:
-            children = (task / "children").read_text().split()  # a thread may end meanwhile
-        except OSError:
-            continue
-        for child in children:
-            try:
-                if Path(f"/proc/{child}/exe").resolve(strict=True).name == "litestream":
-                    return int(child)
-            except OSError:
-                continue
-    return None
 
 
 def test_writes_reach_object_storage_and_a_lost_volume_comes_back(server_factory, object_storage, tmp_path):

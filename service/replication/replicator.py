@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +33,7 @@ from mnemosyne.replication.control import SYNC_TIMEOUT_SECONDS, ControlError
 from mnemosyne.replication.forgotten_outbox import ForgottenOutbox
 from mnemosyne.replication.litestream import Litestream
 from mnemosyne.replication.sweeps import Sweeps
+from mnemosyne.replication.tenant_state import ActiveTenant, Figures
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
@@ -48,41 +48,12 @@ TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap: an erasure's deletions)
 SWAP_WAIT_SECONDS = 5  # the longest a swap waits for a sync under way, and for its own last sync
+RETRY_SECONDS = 0.2  # a caller's wait tries a failed sync again after this
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
 def local_state(database: Path) -> Path:
     return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
-
-
-@dataclass
-class _Tenant:
-    """What the replicator knows of one tenant of the active set."""
-
-    registered: list[Path] = field(default_factory=list)  # its files Litestream replicates now
-    generation: int | None = None
-    dirty_since: float | None = None  # its oldest commit not confirmed in object storage
-    last_write: float = 0.0
-    confirmed_bytes: int = 0  # its WAL bytes when the last confirmed sync began
-    paused: int = 0  # swaps under way: not registered meanwhile
-    in_flight: int = 0  # syncs begun before a swap paused it (a swap waits for them: ``_leave``)
-    swaps: int = 0  # swaps begun: a registration begun before one is dropped (``_register``)
-    fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
-    refused: str = ""  # why it is not replicated (a stale copy)
-    next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
-    syncing: asyncio.Task[float] | None = None  # its sync running (the loop holds tasks only weakly)
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The replication's aggregates, for the metrics (no tenant in them)."""
-
-    lag_seconds: float
-    lag_bytes: int
-    active_tenants: int
-    registered_databases: int
-    litestream_restarts: int
-    sync_failures: int
 
 
 class Replicator:
@@ -108,7 +79,7 @@ class Replicator:
         self._idle_seconds = idle_seconds
         self._limit = max(1, active_limit)
         self._retention_seconds = retention_seconds
-        self._states: dict[str, _Tenant] = {}
+        self._states: dict[str, ActiveTenant] = {}
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
         self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         self._sweeps = Sweeps(data_dir, self.bucket, retention_seconds)
@@ -201,7 +172,7 @@ class Replicator:
         with self._guard:
             state = self._states.get(tenant)
             if state is None:
-                state = self._states[tenant] = _Tenant()
+                state = self._states[tenant] = ActiveTenant()
             state.last_write = now
             if state.dirty_since is None:
                 state.dirty_since = now
@@ -299,7 +270,7 @@ class Replicator:
         Litestream, their local state gone; ``gone``: its replicas deleted (UNAVAILABLE, the
         tenant left as it was, when object storage cannot be reached)."""
         with self._guard:
-            state = self._states.setdefault(tenant, _Tenant())
+            state = self._states.setdefault(tenant, ActiveTenant())
             state.paused += 1
             state.swaps += 1
         deleting = False
@@ -335,7 +306,7 @@ class Replicator:
     async def _come_back(self, tenant: str, *, fresh: bool, gone: bool) -> None:
         now = time.time()
         with self._guard:
-            state = self._states.setdefault(tenant, _Tenant())
+            state = self._states.setdefault(tenant, ActiveTenant())
             state.paused -= 1
             if fresh:
                 state.generation, state.refused, state.fresh = None, "", True
@@ -354,8 +325,18 @@ class Replicator:
     async def replicated(self, tenant: str) -> float:
         """Wait until every commit of ``tenant`` made before this call is in object storage, on
         the caller's event loop and holding no thread; the time before which its commits are
-        all replicated. Concurrent callers share one sync (the module's docstring)."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._join(tenant), self._loop))
+        all replicated. Concurrent callers share one sync (the module's docstring). A sync that
+        Litestream failed (killed and restarting, object storage slow past its wait) is tried
+        again until the caller's deadline cancels the wait: never an error of the caller's."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._settled(tenant), self._loop))
+
+    async def _settled(self, tenant: str) -> float:
+        while True:
+            try:
+                return await self._join(tenant)
+            except ControlError as exc:
+                log.info("tenant %s: a sync a caller waits for failed, tried again: %s", tenant, exc)
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def _join(self, tenant: str) -> float:
         with self._guard:
@@ -369,7 +350,7 @@ class Replicator:
                 self._launch(tenant, state)
         return await asyncio.shield(joined)
 
-    def _launch(self, tenant: str, state: _Tenant) -> None:
+    def _launch(self, tenant: str, state: ActiveTenant) -> None:
         """Start the sync the tenant's callers joined (``next_sync``); the callers that join from
         now on wait for the one after it."""
         joined, state.next_sync = state.next_sync, None
@@ -390,7 +371,7 @@ class Replicator:
 
         task.add_done_callback(finished)
 
-    async def _sync(self, tenant: str, state: _Tenant) -> float:
+    async def _sync(self, tenant: str, state: ActiveTenant) -> float:
         """One sync of the tenant's files; their commits before it began are then replicated."""
         while True:  # a swap pauses it: the files come back (or go) after it
             while state.paused:
@@ -422,11 +403,16 @@ class Replicator:
     def _database_held(self) -> bool:
         return self._hold_database_file is not None and self._hold_database_file.exists()
 
-    async def _sync_files(self, state: _Tenant, timeout: int = SYNC_TIMEOUT_SECONDS) -> None:
+    async def _sync_files(self, state: ActiveTenant, timeout: int = SYNC_TIMEOUT_SECONDS) -> None:
         if self._database_held():
             raise ControlError(0, "the tenant databases' replication is held (a test seam)")
         for path in list(state.registered):
-            await self.litestream.control.sync(path, timeout)
+            try:
+                await self.litestream.control.sync(path, timeout)
+            except ControlError as exc:
+                if exc.status == 404 and path in state.registered:  # a restarted Litestream: registered again next
+                    state.registered.remove(path)
+                raise
 
     # -- the active set -------------------------------------------------------------------------------
 
@@ -471,7 +457,7 @@ class Replicator:
                 if state.dirty_since is None and not state.paused and not state.syncing:
                     del self._states[tenant]
 
-    async def _register(self, tenant: str, state: _Tenant) -> None:
+    async def _register(self, tenant: str, state: ActiveTenant) -> None:
         """Register those of the tenant's files Litestream does not replicate yet."""
         files = [(path, name) for path, name in self._files(tenant) if path.exists() and path not in state.registered]
         if self._database_held():
@@ -531,14 +517,15 @@ class Replicator:
         with self._guard:
             return tenant not in self._states or self._states[tenant].dirty_since is None
 
-    async def _unregister(self, tenant: str, state: _Tenant) -> None:
+    async def _unregister(self, tenant: str, state: ActiveTenant) -> None:
         for path in list(state.registered):
             try:
                 # Its last sync short: a swap synced first, an idle tenant has nothing left.
                 await self.litestream.control.unregister(path, SWAP_WAIT_SECONDS)
             except ControlError as exc:  # a Litestream down has nothing registered
                 log.warning("tenant %s: Litestream did not unregister %s: %s", tenant, path.name, exc)
-            state.registered.remove(path)
+            if path in state.registered:  # a restart of Litestream meanwhile cleared them all
+                state.registered.remove(path)
         for path, _name in self._files(tenant):
             shutil.rmtree(local_state(path), ignore_errors=True)
 

@@ -1,0 +1,58 @@
+"""Litestream SIGKILLed under writes acknowledged at REPLICATED (docs/replication.md#the-barrier-writes-at-replicated):
+a wait whose sync Litestream failed (killed mid-sync, or not back yet) waits for the restarted one
+until its deadline — never INTERNAL — and what it acknowledged, and every forget, holds after the
+volume is lost."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.v1 import memory_pb2
+from tests.replica_support import REPLICATED, flush_replicated, litestream_pid, replica_env
+from tests.support import wait_until
+
+KILLS = 3  # Litestream comes back after 0.5 s, then 1 s, then 2 s
+
+
+def _retain_replicated(client: MemoryClient, tenant: str, text: str) -> None:
+    written = client.call(
+        client.memory.Retain,
+        memory_pb2.RetainRequest(tenant=tenant, text=text),
+        retry=False,
+        metadata=[REPLICATED],
+        session=False,
+    )
+    flush_replicated(client, tenant, written.consistency_token, timeout_seconds=30)
+
+
+def test_writes_and_forgets_acknowledged_at_replicated_while_litestream_is_killed_hold(
+    server_factory, object_storage, tmp_path
+):
+    bucket, data_dir = object_storage.new_bucket(), tmp_path / "member"
+    flags = ["--replica-url", object_storage.url(bucket)]
+    server = server_factory(data_dir, env=replica_env(), args=flags).start()
+    acknowledged, forgotten = [], []
+    with MemoryClient(server.target, retries=0) as client:
+        _retain_replicated(client, "k", "before the kills")
+        acknowledged.append("before the kills")
+        for n in range(KILLS):
+            wait_until(lambda: litestream_pid(server) is not None)
+            os.kill(litestream_pid(server) or 0, signal.SIGKILL)
+            # Right away, while it is down: each call waits for the restarted one.
+            _retain_replicated(client, "k", f"written while Litestream restarts {n}")
+            acknowledged.append(f"written while Litestream restarts {n}")
+            secret = client.retain("k", f"the vault code is {n}{n}{n}").memory_id
+            client.forget("k", secret)
+            flush_replicated(client, "k", timeout_seconds=30)
+            forgotten.append(f"the vault code is {n}{n}{n}")
+    server.kill()
+    shutil.rmtree(data_dir)  # the volume is lost
+    server = server_factory(data_dir, env=replica_env(), args=flags).start()
+    with MemoryClient(server.target) as client:
+        texts = [m.text for m in client.list_memories("k").memories]
+        assert sorted(texts) == sorted(acknowledged)
+        assert not set(texts) & set(forgotten)
+        assert client.verify_integrity("k").valid
