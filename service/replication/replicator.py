@@ -48,7 +48,11 @@ TICK_SECONDS = 1.0  # how often the tenants with unreplicated commits are synced
 SYNCS_AT_ONCE = 16  # control calls in flight at once (each mostly waits for object storage)
 CALL_SECONDS = 120.0  # the longest a thread of the store waits for the loop (a swap: an erasure's deletions)
 SWAP_WAIT_SECONDS = 5  # the longest a swap waits for a sync under way, and for its own last sync
-RETRY_SECONDS = 0.2  # a caller's wait tries a failed sync again after this
+# Litestream's /sync failing at its local stage (the WAL into its local LTX files, no object storage
+# involved: its db.go ``SyncAndWait``): its local state no longer matches the file (a file of it
+# gone), and every later sync fails the same until it starts over.
+LOCAL_SYNC_FAILED = "db sync:"
+RETRY_SECONDS, RETRY_MAX_SECONDS = 0.2, 2.0  # a caller's wait tries a failed sync again after these, doubling
 LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
 
 
@@ -331,12 +335,20 @@ class Replicator:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._settled(tenant), self._loop))
 
     async def _settled(self, tenant: str) -> float:
+        delay = RETRY_SECONDS
         while True:
             try:
                 return await self._join(tenant)
             except ControlError as exc:
-                log.info("tenant %s: a sync a caller waits for failed, tried again: %s", tenant, exc)
-                await asyncio.sleep(RETRY_SECONDS)
+                level = logging.INFO if delay == RETRY_SECONDS else logging.DEBUG  # once a wait
+                log.log(
+                    level,
+                    "tenant %s: a sync a caller waits for failed; tried again until its deadline: %s",
+                    tenant,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_SECONDS, delay * 2)
 
     async def _join(self, tenant: str) -> float:
         with self._guard:
@@ -386,8 +398,16 @@ class Replicator:
             await self._register(tenant, state)
             held = self._wal_bytes(tenant)
             await self._sync_files(state)
-        except Exception:
+        except Exception as exc:
             self._sync_failures += 1
+            if isinstance(exc, ControlError) and exc.status == 500 and LOCAL_SYNC_FAILED in str(exc):
+                log.warning(
+                    "tenant %s: Litestream cannot turn its file's commits into its local state (%s); taken out of "
+                    "Litestream, its local state removed: registered again, it goes on from object storage",
+                    tenant,
+                    exc,
+                )
+                await self._unregister(tenant, state)
             raise
         finally:
             state.in_flight -= 1
