@@ -242,7 +242,11 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
     backup.wait()
     assert (directory / "manifest.json").read_text() == first
     restored = tmp_path / "restored"
-    assert _cli("restore", "--from", str(directory), "--data-dir", str(restored)).returncode == 0
+    named_twice = _cli(
+        "restore", "--from", str(directory), "--data-dir", str(restored), "--tenant", tenant, "--tenant", tenant
+    )
+    assert named_twice.returncode == 0 and "restored 1 tenants" in named_twice.stdout, named_twice.stdout
+    assert _cli("restore", "--from", str(directory), "--data-dir", str(restored), "--replace").returncode == 0
     # The next backup finishes the work and removes what the killed one left.
     assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     assert not any(p.name.startswith(".partial-") for p in directory.iterdir())

@@ -173,7 +173,14 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
     refused = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(server.data_dir))
     assert refused.returncode != 0 and "DATA_DIR_LOCKED" in refused.stderr + refused.stdout
     server.kill()
-    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"))
+    done = _restore_command(
+        "--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"), "--tenant", "m1",
+        "--tenant", "m1",
+    )  # fmt: skip
+    assert done.returncode == 0 and "restored 1 tenants" in done.stdout, done.stdout + done.stderr
+    done = _restore_command(
+        "--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"), "--replace"
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     plain = server_factory(tmp_path / "restored").start()  # no replication: the files are there themselves
     with MemoryClient(plain.target) as client:

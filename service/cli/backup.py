@@ -480,7 +480,7 @@ def restore(
     directory, data_dir = Path(directory), Path(data_dir)
     manifest = read_manifest(directory)
     available: dict[str, dict[str, Any]] = manifest["tenants"]
-    chosen = [validate_tenant(t) for t in tenants] or sorted(available)
+    chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or sorted(available)  # named twice: once
     absent = [t for t in chosen if t not in available]
     if absent:
         raise InvalidArgument(f"the backup holds no tenant {', '.join(absent)}", reason="TENANT_NOT_IN_BACKUP")

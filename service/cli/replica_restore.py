@@ -82,7 +82,9 @@ def restore_member(
     restored = False
     try:
         # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
-        chosen = [validate_tenant(t) for t in tenants] or [t for t in bucket.tenants() if not bucket.erased(t)]
+        chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or [  # a tenant named twice, once
+            t for t in bucket.tenants() if not bucket.erased(t)
+        ]
         present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
             raise FailedPrecondition(
