@@ -172,6 +172,11 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
     wait_replicated(server)
     refused = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(server.data_dir))
     assert refused.returncode != 0 and "DATA_DIR_LOCKED" in refused.stderr + refused.stdout
+    missing = _restore_command(
+        "--from-replica", object_storage.url("no-such-bucket"), "--data-dir", str(tmp_path / "x")
+    )
+    assert missing.returncode == 2 and "NoSuchBucket" in missing.stderr, missing.stderr
+    assert "the replica URL's bucket or the AWS_* keys are wrong" in missing.stderr and not (tmp_path / "x").exists()
     server.kill()
     done = _restore_command(
         "--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"), "--tenant", "m1",

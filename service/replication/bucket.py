@@ -34,6 +34,10 @@ _QUICK_CLIENT = botocore.config.Config(
 FORGOTTEN_OBJECT = "forgotten.json"
 ERASED_OBJECT = "erased.json"
 UNANSWERED_SECONDS = 10.0  # after the store did not answer an open's question, the opens go on without it
+# What object storage answers a replica URL or keys that are wrong (not a store that is down).
+_MISCONFIGURED = frozenset(
+    {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
+)
 HOLDER_OBJECT = "holder.json"  # beside a generation's files: the member that started it
 # A forgotten memory as the bucket keeps it: its id and its creation time (``memories.created_at``,
 # which a forget keeps). The pair names one memory of one tenant's history: an imported tenant's
@@ -57,9 +61,15 @@ class Bucket:
         return self._quick_s3 if quick else self._s3
 
     def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
+        code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, botocore.exceptions.ClientError) else ""
+        remedy = (
+            "the replica URL's bucket or the AWS_* keys are wrong: correct them"
+            if code in _MISCONFIGURED
+            else "retry once it answers"
+        )
         return Unavailable(
             f"object storage (bucket {self.url.bucket} at {self.url.endpoint or 'AWS'}) could not be asked {doing}: "
-            f"{exc}; retry once it answers",
+            f"{exc}; {remedy}",
             reason=UNREACHABLE,
             retry_after_seconds=1.0,
         )
