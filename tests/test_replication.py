@@ -136,6 +136,30 @@ def test_point_in_time_restore_of_one_tenant_is_online_and_gives_exactly_the_fir
         wait_until(lambda: object_storage.keys(bucket, "member/pit/00000002/db/"))
 
 
+def test_an_offline_restore_killed_midway_leaves_no_stray_files_after_the_next_one(
+    server_factory, object_storage, tmp_path
+):
+    bucket, restored = object_storage.new_bucket(), tmp_path / "restored"
+    server = replicating(server_factory, object_storage, bucket, tmp_path / "member").start()
+    with MemoryClient(server.target) as client:
+        client.retain("kept", "a note the restore brings back")
+    wait_replicated(server)
+    command = [*SERVE, "restore", "--from-replica", object_storage.url(bucket), "--data-dir", str(restored)]
+    killed = subprocess.Popen(command, env={**os.environ, **replica_env()})
+
+    def staging() -> list[Path]:
+        return [p for p in restored.rglob("*") if p.is_dir() and "restore" in p.name]
+
+    wait_until(lambda: bool(staging()) or killed.poll() is not None, 30)
+    killed.kill()  # mid-fetch: its staging directory is left behind
+    killed.wait()
+    assert staging(), "the restore ended before it could be killed midway"
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(restored), "--replace")
+    assert done.returncode == 0, done.stderr
+    assert not staging()
+    assert sorted(p.name for p in (restored / "tenants").iterdir()) == ["kept.sqlite"]
+
+
 def test_a_point_in_time_after_a_generations_last_write_is_its_state_then_and_a_bad_time_is_refused(
     server_factory, object_storage, tmp_path
 ):

@@ -27,7 +27,14 @@ from mnemosyne.errors import DataLoss, FailedPrecondition, NotFound
 from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.restore import Fetched, fetch, point_in_time
 from mnemosyne.replication.url import ReplicaUrl
-from mnemosyne.store.data_dir import INBOX_DIR_NAME, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME, DataDirLock
+from mnemosyne.store.data_dir import (
+    INBOX_DIR_NAME,
+    NEW_FILE_PREFIX,
+    TENANT_FILE_SUFFIX,
+    TENANTS_DIR_NAME,
+    DataDirLock,
+    remove_leftovers,
+)
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.replicas import forget_generation
 from mnemosyne.store.snapshot import file_facts, sha256_file
@@ -78,9 +85,17 @@ def restore_member(
     existed = data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
-    staging = data_dir / f".restore-{uuid.uuid4().hex[:12]}"  # on its filesystem: placed by renames
+    tenants_dir = data_dir / TENANTS_DIR_NAME
+    tenants_made = not tenants_dir.exists()
+    # Among the tenant files under a temporary name: on their filesystem (placed by renames), and
+    # what a restore killed midway left is removed by the next one, or by the server's start.
+    staging = tenants_dir / f"{NEW_FILE_PREFIX}restore-{uuid.uuid4().hex[:12]}"
     restored = False
     try:
+        tenants_dir.mkdir(exist_ok=True)
+        remove_leftovers(tenants_dir)  # nothing else holds the directory: as at a server's start
+        for earlier in data_dir.glob(".restore-*"):  # an earlier version's staging, killed midway
+            shutil.rmtree(earlier, ignore_errors=True)
         # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
         chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or [  # a tenant named twice, once
             t for t in bucket.tenants() if not bucket.erased(t)
@@ -111,6 +126,8 @@ def restore_member(
         lock.release()
         if not restored and not existed:  # a refused restore leaves no data directory it made
             shutil.rmtree(data_dir, ignore_errors=True)
+        elif not restored and tenants_made and not any(tenants_dir.iterdir()):
+            tenants_dir.rmdir()
     return chosen
 
 
