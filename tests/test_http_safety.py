@@ -146,6 +146,29 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
     assert not api.tenant_file(tenant).exists()
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tenants/{t}/expiryPolicy", b'{"policy": []}', "policy"),
+        ("/v1/tenants/{t}/expiryPolicy", b'{"policy": ["graceSeconds"]}', "policy"),
+        ("/v1/tenants/{t}/expiryPolicy", b'{"policy": 5}', "policy"),
+        ("/v1/tenants/{t}/expiryPolicy", b'{"policy": "defaults"}', "policy"),
+        ("/v1/tenants/{t}/memories:batchRetain", b'{"items": [[]]}', "items[0]"),
+        ("/v1/tenants/{t}/memories:batchRetain", b'{"items": [{"text": "a"}, null]}', "items[1]"),
+    ],
+)
+def test_a_message_field_given_no_object_is_refused_naming_it_and_writes_nothing(
+    api: ServerProcess, tenant: str, path: str, body: bytes, field: str
+) -> None:
+    """proto3 JSON's parser reads a list as an object of its items' names: ``"policy": []`` was the
+    empty policy, which reset a tenant's expiry policy; a number or a string was "'int' object is
+    not iterable". Every message field takes a JSON object, or null where null means unset."""
+    reply = request(api.http_port, "POST", path.replace("{t}", tenant), body)
+    assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), reply.body[:300]
+    assert f"{field} must be a JSON object" in reply.json()["message"]
+    assert not api.tenant_file(tenant).exists()
+
+
 def test_a_refused_call_carries_retry_after(server_factory, tmp_path: Path) -> None:
     parked = tmp_path / "park"
     parked.touch()

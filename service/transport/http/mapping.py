@@ -220,6 +220,11 @@ def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
             )
         if isinstance(value, dict):
             _numbers(field.message_type, value, name + ".")
+        elif field.message_type.full_name != _TIMESTAMP:
+            # json_format reads a list as an object of its items' names ([] is the empty message).
+            raise ValueError(
+                f"{name} must be a JSON object (the message {field.message_type.name}), not {_json_type(value)}"
+            )
         return value
     if field.cpp_type in _INTEGER_RANGES:
         low, high = _INTEGER_RANGES[field.cpp_type]
@@ -230,6 +235,15 @@ def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
         largest = _FLOAT_RANGES[field.cpp_type]
         return parse_number(value, field=name, minimum=-largest, maximum=largest)
     return value
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for a refusal's message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "an array", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
