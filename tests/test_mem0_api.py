@@ -335,6 +335,36 @@ def test_a_lone_surrogate_escape_in_the_metadata_of_a_delete_is_refused(server: 
     assert "surrogate" in reply.json()["detail"]
 
 
+@pytest.mark.parametrize("route", MEM0_BODY_ROUTES, ids=lambda route: route.name)
+def test_a_key_given_twice_in_a_mem0_body_is_refused_as_on_the_json_api(server: ServerProcess, route: Any) -> None:
+    """Python's json kept the last of two values: a PUT of {"text": A, "text": B} stored B, an add
+    of two user_ids filed the memory under the second. The JSON API refuses both; so does mem0."""
+    path = route.path.replace("([^/]+)", "1")
+    for body in (
+        '{"text": "A", "text": "B"}',
+        '{"messages": "hi", "user_id": "u1", "user_id": "u2"}',
+        '{"query": "q", "filters": {"user_id": "u1", "user_id": "u2"}}',
+    ):
+        reply = _send(server, route.verb, path, body.encode())
+        assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), (body, reply.body[:300])
+        assert "appears twice" in reply.json()["detail"]
+
+
+def test_a_mem0_write_with_a_key_or_a_query_parameter_twice_changes_nothing(server: ServerProcess) -> None:
+    with MemoryClient(server.target, "key-admin") as admin:
+        memory_id = admin.retain(SYNC, "The twice-probe locker holds the spare badge").memory_id
+        before = len(admin.list_memories(SYNC, page_size=1000).memories)
+        put = _send(server, "PUT", f"/v1/memories/{memory_id}/", b'{"text": "A first", "text": "B second"}')
+        add = _send(server, "POST", "/v3/memories/add/", b'{"messages": "twice added", "user_id": "a", "user_id": "b"}')
+        listed = _send(server, "POST", "/v3/memories/?page=1&page=2", {"filters": {}})
+        deleted = _send(server, "DELETE", "/v1/memories/?user_id=a&user_id=b")
+        for reply in (put, add, listed, deleted):
+            assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), reply.body[:300]
+            assert "appears twice" in reply.json()["detail"]
+        assert admin.get_memory(SYNC, memory_id).text == "The twice-probe locker holds the spare badge"
+        assert len(admin.list_memories(SYNC, page_size=1000).memories) == before
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "names"),
     [

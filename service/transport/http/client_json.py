@@ -1,6 +1,9 @@
 """JSON text from a client (a body, a JSON value in a query parameter), read by one rule on every
 HTTP surface (the JSON API, the mem0 paths).
 
+An object that names a key twice is refused: which of its values was meant is the writer's to say
+(Python's ``json`` keeps the last without a word).
+
 JSON's ``\\uXXXX`` escapes can spell half of a UTF-16 surrogate pair on its own (``"\\ud800"``);
 Python's ``json`` reads it into a ``str`` that is not Unicode, which no protobuf field, SQLite
 text or UTF-8 response can hold. Such a document is refused here, as invalid UTF-8 is, before any
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 # A backslash-u escape of a surrogate code unit (D800-DFFF), paired or not: only a document that
@@ -23,10 +25,19 @@ class NotUnicode(ValueError):
     """A client's JSON whose strings are not Unicode."""
 
 
-def parse(text: str, *, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
-    """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``) or
-    RecursionError."""
-    document = json.loads(text, object_pairs_hook=object_pairs_hook)
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"the key {key[:80]!r} appears twice")
+        document[key] = value
+    return document
+
+
+def parse(text: str) -> Any:
+    """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``, a key
+    given twice in one object) or RecursionError."""
+    document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     if _SURROGATE_ESCAPE.search(text):
         try:
             json.dumps(document, ensure_ascii=False).encode("utf-8")

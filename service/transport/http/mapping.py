@@ -155,15 +155,6 @@ def _undecodable(route: Route, problem: str) -> Undecodable:
     )
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise ValueError(f"the key {key[:80]!r} appears twice")
-        document[key] = value
-    return document
-
-
 def _field(route: Route, name: str) -> descriptor.FieldDescriptor | None:
     fields = route.rpc.input_type
     return fields.fields_by_name.get(name) or fields.fields_by_camelcase_name.get(name)
@@ -318,7 +309,7 @@ def decode(
         query = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
         document = _query_fields(route, query)
         if route.body and body.strip():
-            parsed = client_json.parse(body.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+            parsed = client_json.parse(body.decode("utf-8"))
             if not isinstance(parsed, dict):
                 raise ValueError(f"the body must be a JSON object, not {type(parsed).__name__}")
             document = parsed

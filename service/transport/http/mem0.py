@@ -335,9 +335,15 @@ class Mem0Api:
                     )
                 body = _json_object(http.body)
             try:
-                query = dict(parse_qsl(http.query_string.decode("utf-8"), keep_blank_values=True, errors="strict"))
+                pairs = parse_qsl(http.query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
             except (UnicodeDecodeError, ValueError):
                 raise bad("the query string is not valid UTF-8 URL encoding") from None
+            for key, value in pairs:  # as on the JSON API: which of two was meant is the caller's to say
+                if key in query:
+                    raise InvalidArgument(
+                        f"the query parameter {key[:80]!r} appears twice: give it once", reason="REQUEST_UNDECODABLE"
+                    )
+                query[key] = value
             numbers = {number.name: number.read(body, query, self._limits) for number in route.numbers}
         except MnemosyneError as exc:
             return Mem0Request(tenant, body, query, groups, http.base_url, problem=exc)
