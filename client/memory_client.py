@@ -14,6 +14,7 @@ one read; ``consistency_token=TOKEN`` makes a read wait for that token (from ano
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -86,10 +87,29 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+# What an ``authorization`` header (gRPC metadata, HTTP) can carry of a token: printable ASCII.
+_TOKEN_TEXT = re.compile(r"[ -~]+")
+
+
+def token_problem(token: str) -> str:
+    """Why ``token`` cannot be sent as a bearer token (a character no request header carries), or
+    "" when it can."""
+    if _TOKEN_TEXT.fullmatch(token):
+        return ""
+    bad = next((c for c in token if not _TOKEN_TEXT.fullmatch(c)), "")
+    return (
+        f"the token holds {bad!r} (U+{ord(bad):04X}), which no request header carries: a token is printable ASCII "
+        "(TOKEN_MALFORMED)"
+        if bad
+        else "the token is empty (TOKEN_MALFORMED)"
+    )
+
+
 class MemoryClient:
     """A connection to one Mnemosyne server (or to every member of a deployment).
 
-    ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata);
+    ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata:
+    printable ASCII, else ValueError naming the character, TOKEN_MALFORMED);
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
     server; ``timeout`` the per-call deadline in seconds; ``retries`` how many times a call that
     is safe to repeat is tried again after UNAVAILABLE, or after a refusal for a server limit that
@@ -135,6 +155,8 @@ class MemoryClient:
         session_consistency: bool = True,
         session_tenants: int = MAX_TENANTS,
     ) -> None:
+        if token and token_problem(token):
+            raise ValueError(token_problem(token))  # else every call fails INTERNAL ("Invalid metadata")
         self.target = target
         self._session = SessionTokens(session_tenants) if session_consistency else None
         self._token_metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()

@@ -136,3 +136,35 @@ def test_a_malformed_tenant_is_refused_at_start(tmp_path: Path, command: str, te
     _refused(result, "TENANT_INVALID", repr(tenant[:80]))
     assert "listening" not in result.stderr
     assert not (tmp_path / "acme.tar").exists() and not (tmp_path / "backup").exists()
+
+
+@pytest.mark.parametrize("command", ["health", "export", "backup", "consolidate", "mcp"])
+@pytest.mark.parametrize(("given", "shown"), [("café-7", "'é' (U+00E9)"), ("tab\there", "'\\t' (U+0009)")])
+def test_a_token_no_header_can_carry_is_refused_at_start(tmp_path: Path, command: str, given: str, shown: str) -> None:
+    """gRPC refuses such a token as metadata in the client itself: every call failed INTERNAL
+    ("Invalid metadata"), which names neither the token nor what is wrong with it."""
+    token_file = tmp_path / "token"
+    token_file.write_text(given, encoding="utf-8")
+    from_file = _mnemosyne(*_command(command, tmp_path, NOBODY), "--token-file", str(token_file))
+    _refused(from_file, "TOKEN_MALFORMED", f"--token-file {token_file}", shown)
+    from_variable = _mnemosyne(*_command(command, tmp_path, NOBODY), env={"MNEMOSYNE_TOKEN": given})
+    _refused(from_variable, "TOKEN_MALFORMED", "MNEMOSYNE_TOKEN", shown)
+    assert "INTERNAL" not in from_file.stderr + from_variable.stderr
+    assert not (tmp_path / "acme.tar").exists() and not (tmp_path / "backup").exists()
+
+
+@pytest.mark.parametrize(("given", "words"), [(b"\xff\xfe-token", "not UTF-8"), (b"caf\xc3\xa9", "'\xe9' (U+00E9)")])
+def test_hash_token_refuses_a_token_no_header_can_carry_in_one_line(given: bytes, words: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", "hash-token"], input=given, capture_output=True, timeout=60
+    )
+    said = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in said, said
+    assert said.splitlines() == [said.strip()] and words in said and not result.stdout, said
+
+
+def test_a_memory_client_refuses_a_token_no_header_can_carry() -> None:
+    from mnemosyne.client import MemoryClient
+
+    with pytest.raises(ValueError, match=r"'\\n' \(U\+000A\).*TOKEN_MALFORMED"):
+        MemoryClient(NOBODY, "two\nlines")

@@ -72,14 +72,20 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
 def _token(args: argparse.Namespace) -> str | None:
     """A client command's token: from --token-file, else MNEMOSYNE_TOKEN — never an argument,
     which every user of the machine can read in the process list."""
+    from mnemosyne.client.memory_client import token_problem
+
     if not args.token_file:
-        return _env("TOKEN") or None
-    try:
-        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(
-            f"cannot read --token-file {args.token_file}: {exc}", reason="TOKEN_FILE_UNREADABLE"
-        ) from None
+        token, source = _env("TOKEN") or None, "MNEMOSYNE_TOKEN"
+    else:
+        source = f"--token-file {args.token_file}"
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(f"cannot read {source}: {exc}", reason="TOKEN_FILE_UNREADABLE") from None
+    problem = token_problem(token) if token else ""
+    if problem:
+        raise InvalidArgument(f"{source}: {problem.removesuffix(' (TOKEN_MALFORMED)')}", reason="TOKEN_MALFORMED")
+    return token
 
 
 def _path(value: str | None) -> Path | None:

@@ -16,11 +16,20 @@ from mnemosyne.errors import InvalidArgument
 
 
 def _hash_token(args: argparse.Namespace) -> int:
+    from mnemosyne.client.memory_client import token_problem
     from mnemosyne.transport.auth import hash_token
 
-    token = sys.stdin.readline().strip()
+    try:
+        token = sys.stdin.buffer.readline().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        print("mnemosyne hash-token: standard input is not UTF-8 text: a token is printable ASCII", file=sys.stderr)
+        return 2
     if not token:
         print("give the token on standard input", file=sys.stderr)
+        return 2
+    problem = token_problem(token)
+    if problem:  # a token no client can send: its hash would name a token nobody can use
+        print(f"mnemosyne hash-token: {problem.removesuffix(' (TOKEN_MALFORMED)')}", file=sys.stderr)
         return 2
     print(hash_token(token))
     return 0
