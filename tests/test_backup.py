@@ -176,6 +176,17 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
 
     result = _cli("backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody")
     assert result.returncode == 2 and "TENANT_NOT_FOUND" in result.stderr
+    # A first backup refused (or with no server to answer) leaves no directory: it had left one
+    # holding only its .lock.
+    result = _cli("backup", "--target", server.target, "--to", str(tmp_path / "u"), env={"MNEMOSYNE_TOKEN": USER})
+    assert result.returncode == 2 and "ADMIN_REQUIRED" in result.stderr
+    result = _cli("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "n" / "new"))
+    assert result.returncode == 2 and "UNAVAILABLE" in result.stderr
+    assert not (tmp_path / "b").exists() and not (tmp_path / "u").exists() and not (tmp_path / "n" / "new").exists()
+    # ... and a directory that was there is left as it was, its lock aside.
+    (tmp_path / "empty").mkdir()
+    assert _cli("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "empty")).returncode == 2
+    assert [p.name for p in (tmp_path / "empty").iterdir()] in ([], [".lock"])
 
     directory = tmp_path / "backup"
     assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
@@ -357,7 +368,7 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
 ) -> None:
     """The disk under the backup directory fills while `mnemosyne backup` writes (the file_bytes
     seam: a write fails with ENOSPC, as on a full filesystem): exit 2 with DISK_FULL, the previous
-    manifest and its files as they were, no partial file; a first backup leaves no manifest."""
+    manifest and its files as they were, no partial file; a first backup leaves no directory."""
     server = _admin_server(server_factory, [tenant])
     with MemoryClient(server.target, ADMIN) as admin:
         admin.retain_batch(tenant, [f"note {i} with {'padding ' * 20}" for i in range(300)])
@@ -371,12 +382,10 @@ def test_a_disk_that_fills_during_a_backup_leaves_the_previous_backup(
     for target, before in ((directory, first), (tmp_path / "fresh", None)):
         result = _cli("backup", "--target", server.target, "--to", str(target), env=full)
         assert result.returncode == 2 and "[DISK_FULL]" in result.stderr, result.stderr
-        assert not any(p.name.startswith(".partial-") for p in target.iterdir())
-        if before is None:
-            assert not (target / "manifest.json").exists()
-            result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "nowhere"))
-            assert result.returncode == 2 and "NOT_A_BACKUP" in result.stderr
+        if before is None:  # a first backup: the directory it made is gone, with what it held
+            assert not target.exists()
         else:
+            assert not any(p.name.startswith(".partial-") for p in target.iterdir())
             assert (target / "manifest.json").read_text() == before
             assert sorted(p.name for p in (target / "tenants").iterdir()) == named
             result = _cli("restore", "--from", str(target), "--data-dir", str(tmp_path / "restored"))

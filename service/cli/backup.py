@@ -14,9 +14,9 @@ entries, live memories, scope generations, last hot-path event id, change counte
 sequence. Every file is received under a temporary name (``.partial-…``), checked against the
 size and SHA-256 the server announced, synced, and only then renamed; the manifest is written
 last, the same way, so an interrupted backup leaves the previous manifest and every file it names
-as they were. A tenant's file names carry its change counter, so a changed tenant never
-overwrites the copy the previous manifest names. Files no manifest names are removed after the
-new manifest is in place.
+as they were (a first backup that fails removes the directory it made). A tenant's file names
+carry its change counter, so a changed tenant never overwrites the copy the previous manifest
+names. Files no manifest names are removed after the new manifest is in place.
 
 A restore checks every selected tenant before it puts any file in place: the files' sizes and
 SHA-256 against the manifest, and each tenant file's audit chain (valid, with the head hash and
@@ -35,6 +35,7 @@ restore leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -303,6 +304,34 @@ def write_backup(
     for tenant in tenants:
         validate_tenant(tenant)
     directory = Path(directory)
+    created = not directory.exists()
+    try:
+        return _write_backup(client, directory, tenants, progress)
+    except BaseException:
+        if created:  # a first backup refused or failed before its manifest: no directory left behind
+            _remove_unfinished(directory)
+        raise
+
+
+def _remove_unfinished(directory: Path) -> None:
+    """Remove what a failed first backup left in the directory it made, when that is all the
+    directory holds: its lock, copies no manifest names, empty folders."""
+    if (directory / MANIFEST_NAME).exists():
+        return
+    for sub in ("tenants", INBOX_DIR_NAME):
+        folder = directory / sub
+        if folder.is_dir() and not folder.is_symlink():
+            for copy in folder.iterdir():
+                if _COPY_NAME.fullmatch(copy.name) and copy.is_file():
+                    copy.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    (directory / LOCK_NAME).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # anything else in it: kept, and the directory with it
+        directory.rmdir()
+
+
+def _write_backup(client: MemoryClient, directory: Path, tenants: Sequence[str], progress: StepDone) -> BackupSummary:
     previous = _prepare(directory)
     with _locked(directory):
         previous = _prepare(directory)  # again under the lock: another backup may have written it
