@@ -168,3 +168,19 @@ def test_a_memory_client_refuses_a_token_no_header_can_carry() -> None:
 
     with pytest.raises(ValueError, match=r"'\\n' \(U\+000A\).*TOKEN_MALFORMED"):
         MemoryClient(NOBODY, "two\nlines")
+
+
+@pytest.mark.parametrize("timestamp", ["yesterday", "2026-02-30T00:00:00Z", "2026-01-01 00:00:00Z", "2026-1-1T0:0:0Z"])
+@pytest.mark.parametrize("into", ["server", "data-dir"])
+def test_a_restore_timestamp_that_is_no_rfc_3339_time_is_refused_before_object_storage(
+    tmp_path: Path, timestamp: str, into: str
+) -> None:
+    """Litestream refuses it as "invalid -timestamp", which the restore took for no state at that
+    time: it said the bucket held no replica of the tenant (and, with no bucket to ask, that
+    object storage was unreachable), never that the time was malformed."""
+    place = ["--target", NOBODY] if into == "server" else ["--data-dir", str(tmp_path / "data")]
+    result = _mnemosyne(
+        "restore", "--from-replica", "s3://bucket/prefix", "--tenant", "acme", *place, "--timestamp", timestamp
+    )
+    _refused(result, "CONFIG_INVALID", f"--timestamp {timestamp!r}", "RFC 3339")
+    assert not (tmp_path / "data").exists()
