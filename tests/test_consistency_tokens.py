@@ -34,6 +34,7 @@ from mnemosyne.v1 import (
     workspace_pb2_grpc,
 )
 from tests.http_support import call as http_call
+from tests.http_support import request
 from tests.support import ServerProcess, altered_mac, respelt_end
 
 TOKEN_KEY = "mnemosyne-consistency-token"
@@ -351,6 +352,39 @@ def test_a_token_read_ends_at_its_deadline_holding_no_thread(server_factory, tmp
         assert 2.0 <= took <= 3.0
         hold.unlink()
         assert stubs.recall("stuck", "never applied", token).hits[0].memory.text == "Never applied while held"
+    finally:
+        stubs.close()
+
+
+def test_a_malformed_timeout_header_is_refused_whether_or_not_the_read_waits(server_factory) -> None:
+    """A read with a token whose writes were all applied never waited, so its timeout header was
+    never read: "abc" was refused only when the tenant's queue was behind (under load)."""
+    server = server_factory(http=True).start()
+    stubs = Stubs(server.target)
+    try:
+        token = stubs.memory.Retain(
+            memory_pb2.RetainRequest(tenant="timed", text="Bay 4 holds the ladder")
+        ).consistency_token
+        read = memory_pb2.RecallRequest(tenant="timed", query="ladder", consistency_token=token)
+        assert http_call(server.http_port, "Recall", read, headers={"Mnemosyne-Timeout-Seconds": "5"}).status == 200
+        for header in ("abc", "0", "-1", "NaN", "inf", ""):
+            reply = http_call(server.http_port, "Recall", read, headers={"Mnemosyne-Timeout-Seconds": header})
+            assert (reply.status, reply.reason) == (400, "TIMEOUT_INVALID"), (header, reply.body[:300])
+            mem0 = request(
+                server.http_port,
+                "POST",
+                "/v3/memories/search/",
+                json_body={"query": "ladder"},
+                headers={
+                    "Mnemosyne-Tenant": "timed",
+                    "Mnemosyne-Consistency-Token": token,
+                    "Mnemosyne-Timeout-Seconds": header,
+                },
+            )
+            assert (mem0.status, mem0.reason) == (400, "TIMEOUT_INVALID"), (header, mem0.body[:300])
+        # Without a token nothing waits, and the header is not read.
+        plain = memory_pb2.RecallRequest(tenant="timed", query="ladder")
+        assert http_call(server.http_port, "Recall", plain, headers={"Mnemosyne-Timeout-Seconds": "abc"}).status == 200
     finally:
         stubs.close()
 

@@ -103,6 +103,7 @@ def for_read(tokens: Consistency, call: Call, tenant: str, field: str) -> types_
     token = carried(call, field)
     if not token:
         return None
+    timeout_header(call)  # refused whether or not the read waits: a mistake that shows only under load hides
     failed = tokens.check(tenant, token, replicated=call.replicated)
     if failed:
         call.set_trailing_metadata(((FAILED_KEY, ",".join(str(i) for i in failed)),))
@@ -115,11 +116,9 @@ def headers(call: Call) -> dict[str, str]:
     return {k: v for k, v in call.trailing_metadata if k in (TOKEN_KEY, FAILED_KEY)}
 
 
-def deadline(call: Call) -> float:
-    """When a wait for a token's writes ends (time.monotonic()): just before the call's deadline,
-    so that its answer (CONSISTENCY_DEADLINE_EXCEEDED, naming the writes still open) reaches the
-    client before the client's own deadline does (``Call.seconds_to_answer``); without one,
-    WAIT_SECONDS from now; sooner when the timeout header says so (never later)."""
+def timeout_header(call: Call) -> float | None:
+    """The seconds the ``Mnemosyne-Timeout-Seconds`` header gives (the least, when given twice;
+    None: not given); INVALID_ARGUMENT / TIMEOUT_INVALID for anything but a positive number."""
     header = None
     for value in call.metadata_values(TIMEOUT_KEY):
         try:
@@ -131,6 +130,15 @@ def deadline(call: Call) -> float:
                 f"{TIMEOUT_KEY} must be a positive number of seconds, not {value[:32]!r}", reason="TIMEOUT_INVALID"
             )
         header = seconds if header is None else min(header, seconds)
+    return header
+
+
+def deadline(call: Call) -> float:
+    """When a wait for a token's writes ends (time.monotonic()): just before the call's deadline,
+    so that its answer (CONSISTENCY_DEADLINE_EXCEEDED, naming the writes still open) reaches the
+    client before the client's own deadline does (``Call.seconds_to_answer``); without one,
+    WAIT_SECONDS from now; sooner when the timeout header says so (never later)."""
+    header = timeout_header(call)
     wanted = WAIT_SECONDS if call.deadline is None else math.inf
     return time.monotonic() + call.seconds_to_answer(wanted if header is None else min(wanted, header))
 
