@@ -312,6 +312,17 @@ def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
     store = MnemosyneStore(client, tenant)
     with pytest.raises(TypeError):
         store.batch([PutOp(("ns",), "a", {"v": 1}), PutOp(("ns",), "b", {"v": object()})])
+    # What JSON text cannot hold (docs/integrations.md: "a value that is not JSON"): NaN and
+    # Infinity were stored as Python's non-JSON NaN; a lone surrogate failed in gRPC's encoder,
+    # after the puts before it were made.
+    for bad in (
+        PutOp(("ns",), "b", {"v": math.nan}),
+        PutOp(("ns",), "b", {"v": [-math.inf]}),
+        PutOp(("ns",), "b", {"v": "\ud800"}),
+        PutOp(("ns",), "\udc00", {"v": 1}),
+    ):
+        with pytest.raises(ValueError, match="NaN or Infinity|surrogate"):
+            store.batch([PutOp(("ns",), "a", {"v": 1}), bad])
     assert store.search(()) == []
     assert client.list_memories(tenant).memories == []
 

@@ -233,10 +233,23 @@ def _metadata(namespace: tuple[str, ...], key: str) -> dict[str, str]:
 
 
 def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str:
-    """The value's JSON on one line (compact JSON has no raw newline), then the address line."""
-    address = json.dumps([list(namespace), key], ensure_ascii=False)
-    digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
-    return json.dumps(dict(value), ensure_ascii=False) + "\n" + ADDRESS_LINE.format(digest)
+    """The value's JSON on one line (compact JSON has no raw newline), then the address line.
+    Raises ValueError for what JSON text cannot hold (NaN, Infinity, a lone surrogate), before
+    any put of the batch is made."""
+    try:
+        address = json.dumps([list(namespace), key], ensure_ascii=False)
+        digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
+        document = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+        document.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = "namespace or key" if exc.object == address else "value"
+        raise ValueError(
+            f"the item's {where} holds {exc.object[exc.start : exc.end]!r}, half of a surrogate pair, which is not "
+            "Unicode text: no JSON document (nor the server) can hold it"
+        ) from None
+    except ValueError:
+        raise ValueError(f"the value of key {key!r} holds NaN or Infinity, which have no JSON form") from None
+    return document + "\n" + ADDRESS_LINE.format(digest)
 
 
 def _value_too_long(error: InvalidArgumentError, text: str) -> InvalidArgumentError:
