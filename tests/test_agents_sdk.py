@@ -104,6 +104,14 @@ async def line_breaks_inside_items(s: Session) -> Any:
     return [await read(s), await s.pop_item(), await s.pop_item(), await s.pop_item(), await read(s)]
 
 
+async def halves_of_surrogate_pairs(s: Session) -> Any:
+    # Text a model or a tool can hand over that is not Unicode: SQLiteSession keeps it (its JSON
+    # escapes); a record cannot hold it raw (gRPC's encoder raised UnicodeEncodeError).
+    await s.add_items([message("user", "half \ud800 a pair"), message("assistant", "ok")])
+    await s.add_items([message("user", "\udfff and ✓")])
+    return [await read(s), await s.pop_item(), await read(s)]
+
+
 CASES: list[Callable[[Session], Awaitable[Any]]] = [
     order_and_duplicates,
     limits,
@@ -112,6 +120,7 @@ CASES: list[Callable[[Session], Awaitable[Any]]] = [
     large_items_in_order,
     settings_limit,
     line_breaks_inside_items,
+    halves_of_surrogate_pairs,
 ]
 
 

@@ -88,7 +88,7 @@ class MnemosyneSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` (verbatim: each must be JSON-serialisable, as the SDK's items are)."""
         if items:
-            lines = [json.dumps(item, ensure_ascii=False) for item in items]
+            lines = [_line(item) for item in items]
             await asyncio.to_thread(self._edit, lambda records: _appended(records, lines))
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -148,6 +148,18 @@ class MnemosyneSession:
 
 # A session's records in order: each record's key and its items, one JSON text a line.
 Records = list[tuple[str, list[str]]]
+
+
+def _line(item: object) -> str:
+    """An item's JSON line: its text as written, unless it holds half of a surrogate pair, which
+    no record (UTF-8) can hold: then its JSON escapes, as the SDK's SQLiteSession writes every
+    item, so it comes back verbatim."""
+    line = json.dumps(item, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(item)
+    return line
 
 
 def _lines(content: str) -> list[str]:
