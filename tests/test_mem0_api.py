@@ -271,6 +271,10 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
             400,
             "MEM0_REQUEST_INVALID",
         ),
+        # Not JSON numbers, though Python's json reads them: stored as the text "NaN" before.
+        ("POST", "/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": NaN}}', 400, "NUMBER_INVALID"),
+        ("POST", "/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": -Infinity}}', 400, "NUMBER_INVALID"),
+        ("POST", "/v3/memories/search/", b'{"query": "q", "filters": {"metadata": {"k": NaN}}}', 400, "NUMBER_INVALID"),
         ("POST", "/v3/memories/search/", {"filters": {}}, 400, "MEM0_REQUEST_INVALID"),
         ("POST", "/v3/memories/search/", {"query": "q", "top_k": "ten"}, 400, "NUMBER_INVALID"),
         ("POST", "/v3/memories/search/", {"query": "q", "top_k": 100_000}, 400, "NUMBER_INVALID"),

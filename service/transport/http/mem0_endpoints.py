@@ -18,6 +18,7 @@ that a synchronous add answers as its event id (signed with the tenant's secret)
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -113,6 +114,11 @@ def _required(document: Mapping[str, Any], key: str) -> str:
 def _metadata_value(key: str, value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):  # Python's json reads NaN, Infinity
+        raise bad(
+            f"metadata value of {key[:80]!r} is {value}, which is no JSON number: give a finite number, or a string",
+            reason="NUMBER_INVALID",
+        )
     if isinstance(value, (bool, int, float)):
         return json.dumps(value)
     raise bad(f"metadata value of {key[:80]!r} must be a string, number or boolean, not {type(value).__name__}")
