@@ -329,3 +329,39 @@ def test_text_that_is_not_utf8_is_refused_in_one_line(
     assert ended.value.code == 2
     said = capsys.readouterr().err
     assert f"mnemosyne {command}: error: {option} is not UTF-8 text" in said, said
+
+
+def _damaged_tenant_files(data_dir: Path) -> list[str]:
+    """Tenant files inspect and oplog cannot read: text, a FIFO, a directory, a file of ours (its
+    application id) cut short."""
+    import apsw
+
+    from mnemosyne.store.schema import APPLICATION_ID
+
+    tenants = data_dir / "tenants"
+    tenants.mkdir(parents=True)
+    (tenants / "text.sqlite").write_text("not a database")
+    os.mkfifo(tenants / "fifo.sqlite")
+    (tenants / "folder.sqlite").mkdir()
+    connection = apsw.Connection(str(tenants / "cut.sqlite"))
+    connection.pragma("application_id", APPLICATION_ID)
+    connection.execute("CREATE TABLE memories (body TEXT); CREATE TABLE ledger (entry TEXT)")
+    connection.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) "
+        "INSERT INTO memories SELECT printf('%.200c', 'x') FROM n"
+    )
+    connection.close()
+    os.truncate(tenants / "cut.sqlite", 3 * 4096)
+    return ["text", "fifo", "folder", "cut"]
+
+
+@pytest.mark.parametrize("command", ["inspect", "oplog"])
+def test_inspect_and_oplog_name_a_tenant_file_they_cannot_read_in_one_line(tmp_path: Path, command: str) -> None:
+    """They were a traceback of SQLite's error (NotADBError, CorruptError, IOError) and, for a
+    FIFO, a wait for ever."""
+    for tenant in _damaged_tenant_files(tmp_path / "data"):
+        result = _run(
+            sys.executable, "-m", "mnemosyne", command, "--data-dir", str(tmp_path / "data"), "--tenant", tenant
+        )
+        line = _last_line_only_error(result)
+        assert f"{tenant}.sqlite is damaged" in line and line.endswith("[TENANT_CORRUPT]"), line
