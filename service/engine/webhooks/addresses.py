@@ -57,7 +57,7 @@ def refusal(address: IPAddress, *, allow_private: bool) -> str:
         ("reserved", judged.is_reserved or not judged.is_global),
     ):
         if test:
-            return f"a {what} address"
+            return f"{'an' if what[0] in 'aeiou' else 'a'} {what} address"
     return ""
 
 
