@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mnemosyne.client import AbortedError, MemoryClient, RecordChange, RetainItem, RetainResult, UnavailableError
+from mnemosyne.client import (
+    AbortedError,
+    MemoryClient,
+    RecordChange,
+    RetainItem,
+    RetainResult,
+    UnavailableError,
+    UpdateResult,
+)
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem as EngineItem
@@ -144,3 +152,29 @@ def test_a_request_id_held_by_a_queued_fast_write_is_refused_to_every_other_writ
             retry = client.retain(tenant, "queued while workers hold", request_id="shared", fast=True)
             assert retry.event_id == first.event_id
             assert client.list_records(tenant, "workspace/w1").generation == 1
+
+
+def test_a_retried_update_revert_or_expiry_change_answers_its_first_result(client: MemoryClient, tenant: str) -> None:
+    """The retry of an update whose reply was lost finds the memory already changed: it answered
+    "nothing changed" (updated False, over HTTP revision 0), not the first result, and an id used for
+    another request was refused only when that request changed something."""
+    memory_id = client.retain(tenant, "The violet box holds 8 keys").memory_id
+    calls: list[Callable[[], UpdateResult]] = [
+        lambda: client.update_memory(tenant, memory_id, text="The violet box holds 9 keys", request_id="retried-1"),
+        lambda: client.revert_memory(tenant, memory_id, 1, request_id="retried-2"),
+        lambda: client.update_memory(tenant, memory_id, expires_at=4_000_000_000.0, request_id="retried-3"),
+    ]
+    for call in calls:
+        first, retry = call(), call()
+        assert first.updated, first
+        assert (retry.updated, retry.memory.text) == (first.updated, first.memory.text), retry
+    # The same id for another request that would change nothing: refused, as one that changes something is.
+    reused_ids: list[Callable[[], UpdateResult]] = [
+        lambda: client.update_memory(tenant, memory_id, text="The violet box holds 8 keys", request_id="retried-1"),
+        lambda: client.revert_memory(tenant, memory_id, 4, request_id="retried-1"),
+    ]
+    for reused in reused_ids:
+        with pytest.raises(AbortedError) as refused:
+            reused()
+        assert refused.value.reason == "IDEMPOTENCY_KEY_REUSED"
+    assert [r.revision for r in client.list_memory_revisions(tenant, memory_id)] == [1, 2, 3, 4]

@@ -231,7 +231,7 @@ class Updates:
                 changed.append("expires_at")
                 self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
             if not changed:
-                return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
+                return self._unchanged(store, memory_id, request_id, (method, payload_hash))
             if changed == ["expires_at"]:
                 return self._set_expiry(store, memory_id, expires_at, request_id, (method, payload_hash))
             prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
@@ -247,6 +247,19 @@ class Updates:
                 except ExtractionMissing:  # a re-embedding switched the tenant meanwhile: embed it again
                     continue
             raise Conflict("the tenant changed embedder repeatedly during the update; retry", reason="WRITE_CONTENDED")
+
+    def _unchanged(
+        self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]
+    ) -> UpdateOutcome:
+        """An update that changes nothing writes nothing, but its request id is honoured as a
+        write's: a retry of one that did change the memory (its reply lost) answers that first
+        result, not "unchanged"; an id used for another request is refused."""
+        if request_id:
+            with store.read() as txn:
+                prior = replayed_anywhere(store, txn, request_id, *request)
+                if prior is not None:
+                    return self._replayed(txn, memory_id, prior)
+        return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
 
     def _set_expiry(
         self,
