@@ -184,3 +184,12 @@ def test_a_restore_timestamp_that_is_no_rfc_3339_time_is_refused_before_object_s
     )
     _refused(result, "CONFIG_INVALID", f"--timestamp {timestamp!r}", "RFC 3339")
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("workspace", ["", "a b", "../x", "a/b", "w" * 65])
+def test_mcp_refuses_a_malformed_workspace_at_start(tmp_path: Path, workspace: str) -> None:
+    """As /mcp over HTTP refuses one before its session opens: the stdio adapter started, and then
+    every tool call of the session was refused by the server."""
+    result = _mnemosyne(*_command("mcp", tmp_path, NOBODY), "--workspace", workspace)
+    _refused(result, "WORKSPACE_INVALID", repr(workspace[:80]))
+    assert "listening" not in result.stderr

@@ -111,15 +111,20 @@ def client_of(args: argparse.Namespace, **options: Any) -> MemoryClient:
 
 
 def check_named(args: argparse.Namespace) -> None:
-    """The --target and every --tenant of a client command, checked before any channel is made:
-    a wrong one is refused in one line (InvalidArgument, exit 2), not by gRPC's resolver (its C++
-    log lines first, then UNKNOWN) nor by the server on each call (``mcp`` would start and then
-    fail every tool call)."""
+    """The --target, every --tenant and a --workspace of a client command, checked before any
+    channel is made: a wrong one is refused in one line (InvalidArgument, exit 2), not by gRPC's
+    resolver (its C++ log lines first, then UNKNOWN) nor by the server on each call (``mcp`` would
+    start and then fail every tool call)."""
     check_target(args.target)
     named = getattr(args, "tenant", None)  # a name, a list (backup, restore), or None (import's default)
     for tenant in named if isinstance(named, list) else [named]:
         if tenant is not None:
             validate_tenant(tenant)
+    workspace = getattr(args, "workspace", None)  # mcp's: every tool of a session reads or edits it
+    if workspace is not None:
+        from mnemosyne.engine.workspace import workspace_scope
+
+        workspace_scope(workspace)
 
 
 def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)") -> None:
