@@ -251,6 +251,19 @@ def test_an_http_session_naming_an_invalid_workspace_is_refused_before_it_opens(
     assert "mcp-session-id" not in refused.headers
 
 
+@pytest.mark.parametrize(
+    "query", ["tenant=acme&tenant=beta", "tenant=beta&tenant=acme", "tenant=acme&workspace=a&workspace=b"]
+)
+def test_an_http_session_naming_its_tenant_or_workspace_twice_is_refused(mcp_server: ServerProcess, query: str) -> None:
+    """The first of two was taken silently (a session on acme for ?tenant=acme&tenant=beta); the
+    JSON API and mem0's paths refuse a query parameter given twice, and so does /mcp."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
+    refused = request(mcp_server.http_port, "POST", f"/mcp?{query}", json_body=initialize, headers=headers)
+    assert (refused.status, refused.reason) == (400, "REQUEST_UNDECODABLE"), refused.body[:300]
+    assert "appears twice" in refused.json()["message"] and "mcp-session-id" not in refused.headers
+
+
 def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:
     """The session is bound to its token and tenant: its id with another tenant is a session the
     server does not know (404), so nothing read in one tenant's session can write another."""

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -137,6 +137,12 @@ class McpEndpoint:
 
     def _authenticate(self, scope: Scope) -> AuthenticatedUser:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        named = [key for key, _ in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
+        for key in ("tenant", "workspace"):
+            if named.count(key) > 1:  # as on the JSON API and mem0's: which one was meant is the caller's to say
+                raise InvalidArgument(
+                    f"the query parameter {key!r} appears twice: give it once", reason="REQUEST_UNDECODABLE"
+                )
         tenant = (query.get("tenant") or [""])[0]
         workspace = (query.get("workspace") or [DEFAULT_WORKSPACE])[0]
         if not tenant:
