@@ -182,7 +182,7 @@ def test_a_restore_timestamp_that_is_no_rfc_3339_time_is_refused_before_object_s
     result = _mnemosyne(
         "restore", "--from-replica", "s3://bucket/prefix", "--tenant", "acme", *place, "--timestamp", timestamp
     )
-    _refused(result, "CONFIG_INVALID", f"--timestamp {timestamp!r}", "RFC 3339")
+    _refused(result, "TIMESTAMP_INVALID", f"--timestamp {timestamp!r}", "RFC 3339")
     assert not (tmp_path / "data").exists()
 
 

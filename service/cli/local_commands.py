@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import threading
-from datetime import datetime
 from pathlib import Path
 
 from mnemosyne.cli.client_commands import add_connection_flags
@@ -72,37 +70,11 @@ def _restore(args: argparse.Namespace) -> int:
     return 0
 
 
-# RFC 3339's date-time, as Litestream's -timestamp reads it (Go's time.RFC3339).
-_RFC_3339 = re.compile(
-    r"([0-9]{4}-[0-9]{2}-[0-9]{2})T([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})"
-)
-
-
-def _check_timestamp(text: str) -> None:
-    """--timestamp as RFC 3339, checked before object storage is asked anything: Litestream refuses
-    text it cannot read "invalid -timestamp", which read as no state at that time, so the restore
-    said the bucket held no replica of the tenant (TENANT_NOT_IN_REPLICA)."""
-    found = _RFC_3339.fullmatch(text)
-    try:
-        if found is None:
-            raise ValueError("not RFC 3339")
-        date, time_of_day, _, zone = found.groups()
-        datetime.fromisoformat(f"{date}T{time_of_day}{'+00:00' if zone == 'Z' else zone}")
-    except ValueError:
-        raise InvalidArgument(
-            f"--timestamp {text[:64]!r} is not an RFC 3339 time: give e.g. 2026-05-08T13:56:00Z or "
-            "2026-05-08T15:56:00.5+02:00",
-            reason="CONFIG_INVALID",
-        ) from None
-
-
 def _restore_from_replica(args: argparse.Namespace) -> int:
     from mnemosyne.cli.client_commands import client_of
     from mnemosyne.cli.progress import Progress
     from mnemosyne.cli.replica_restore import restore_member, restore_online
 
-    if args.timestamp is not None:
-        _check_timestamp(args.timestamp)
     if args.data_dir:
         with Progress("restore") as progress:
             restored = restore_member(

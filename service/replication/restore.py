@@ -11,6 +11,7 @@ has one. The memories the bucket keeps forgotten are forgotten again in what is 
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import threading
 from collections.abc import Callable
@@ -33,22 +34,33 @@ RESTORE_SECONDS = 600.0
 _NOTHING_THEN = ("no matching backup", "no snapshots available", "timestamp does not exist", "not found")
 
 
+# RFC 3339's date-time, as Litestream's -timestamp reads it (Go's time.RFC3339); the offset is
+# matched apart, so a time without one is told so.
+_RFC_3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})?"
+)
+
+
 def point_in_time(timestamp: str | None) -> datetime | None:
     """A restore's ``--timestamp``: an RFC 3339 time with its offset (``Z`` for UTC), not after
     this machine's clock; INVALID_ARGUMENT TIMESTAMP_INVALID otherwise, saying what to give."""
     if timestamp is None:
         return None
     example = "give an RFC 3339 time with its offset, e.g. 2026-12-06T07:45:00Z"
+    shown = timestamp[:64]
+    found = _RFC_3339.fullmatch(timestamp)
+    if found is not None and found.group(2) is None:
+        raise InvalidArgument(
+            f"--timestamp {shown!r} has no offset, so names no one moment: {example}", reason="TIMESTAMP_INVALID"
+        )
     try:
-        when = datetime.fromisoformat(timestamp.strip())
+        if found is None:
+            raise ValueError("not RFC 3339")
+        when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     except ValueError:
         raise InvalidArgument(
-            f"--timestamp {timestamp!r} is not a time: {example}", reason="TIMESTAMP_INVALID"
+            f"--timestamp {shown!r} is not an RFC 3339 time: {example}", reason="TIMESTAMP_INVALID"
         ) from None
-    if when.tzinfo is None:
-        raise InvalidArgument(
-            f"--timestamp {timestamp!r} has no offset, so names no one moment: {example}", reason="TIMESTAMP_INVALID"
-        )
     now = datetime.now(UTC)
     if when > now:
         raise InvalidArgument(
