@@ -5,6 +5,7 @@ repeated after a crash applies nothing twice; event ids never go back."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +126,45 @@ def test_a_move_repeated_after_a_crash_applies_nothing_twice(tmp_path: Path) -> 
         assert _inbox_ids(data, "moved") == []
     finally:
         engine.close()
+
+
+def test_an_inbox_first_opened_while_a_write_holds_its_lock_opens_for_both(tmp_path: Path) -> None:
+    """A tenant whose inbox file exists but is not open in this process (after a restart, or a
+    move's install): a write with a request id holds the inbox lock and then asks for the inbox
+    (engine/requests.py ``keyed_write``) while a hot-path worker opens it. Each waits its turn; the
+    opening took a lock of its own first, then the inbox lock, and the two deadlocked for good."""
+    data = tmp_path / "data"
+    pool = TenantPool(data, max_open=8, synchronous="FULL")
+    try:
+        with pool.tenant("opened", create=True) as store:
+            assert store is not None and store.inbox(create=True) is not None
+    finally:
+        pool.close()
+    pool = TenantPool(data, max_open=8, synchronous="FULL")
+    try:
+        with pool.tenant("opened", create=False) as store:
+            assert store is not None
+            holding, opened = threading.Event(), []
+
+            def writer() -> None:  # as keyed_write: the inbox lock first, the inbox asked for inside it
+                with store.inbox_lock:
+                    holding.set()
+                    time.sleep(0.3)  # the worker's opening begins meanwhile
+                    opened.append(store.inbox(create=False))
+
+            def worker() -> None:
+                holding.wait(5)
+                opened.append(store.inbox(create=False))
+
+            threads = [threading.Thread(target=writer, daemon=True), threading.Thread(target=worker, daemon=True)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            assert not any(thread.is_alive() for thread in threads), "the inbox's opening deadlocked"
+            assert len(opened) == 2 and opened[0] is opened[1] is not None
+    finally:
+        pool.close()
 
 
 def test_event_ids_never_go_back_even_if_the_inbox_file_is_lost(server_factory) -> None:

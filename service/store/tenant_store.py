@@ -178,7 +178,6 @@ class TenantStore:
         self._inbox_lock = inbox_lock if inbox_lock is not None else threading.RLock()
         self.fenced = False  # a move's step 1 (``fence``)
         self._inbox: Inbox | None = None
-        self._inbox_opening = threading.Lock()
         try:
             self._resume()
         except BaseException:
@@ -258,7 +257,10 @@ class TenantStore:
         ``create`` is false (a tenant that never queued a fast write has no inbox file)."""
         if self._inbox is not None or (not create and not self._inbox_path.exists()):
             return self._inbox
-        with self._inbox_opening:
+        # Opened under the inbox lock, which the opening takes anyway (store/inbox.py): a second
+        # lock for the opening, taken before it, deadlocked against a write holding the inbox lock
+        # that asked for the inbox (engine/requests.py ``keyed_write``).
+        with self._inbox_lock:
             if self._inbox is None:
                 floor = self.acceptances.highest()
 
