@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -215,15 +216,36 @@ def stop_all(servers: Sequence[ServerProcess], timeout: float = 15.0) -> None:
 
 
 _RECENT_PICKS: collections.deque[int] = collections.deque(maxlen=256)
+_LOWEST_PICK = 10_000  # below it: well-known and registered services
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel gives a bind to port 0 from (Linux's default when unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999
 
 
 def _free_port() -> int:
-    """A port free now, and not one of the last picks here: a picked port stays free until its
-    server binds it, and members are all picked before the first one starts."""
+    """A port free now, not one of the last picks here, and outside the kernel's ephemeral range
+    when there is room below it: a picked port stays free until its server binds it (members are
+    all picked before the first one starts), and meanwhile any other process binding port 0 (a
+    server of another test, a client's socket) is given a port of that range, never this one."""
+    low, _high = _ephemeral_ports()
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        if low - _LOWEST_PICK >= 1_000:
+            port = random.randrange(_LOWEST_PICK, low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # taken: another
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
         if port not in _RECENT_PICKS:
             _RECENT_PICKS.append(port)
             return port
