@@ -380,17 +380,23 @@ def test_http_calls_are_recorded_under_their_rpc_like_grpc_calls(server_factory)
     assert request(server.http_port, "GET", "/v1/ping").status == 200
     assert request(server.http_port, "GET", "/v1/tenants/Bad!/stats").status == 400
     assert request(server.http_port, "GET", "/v1/nowhere").status == 404
-    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    counts = {
-        (sample.labels["method"], sample.labels["code"])
-        for family in text_string_to_metric_families(text)
-        if family.name == "mnemosyne_rpc_duration_seconds"
-        for sample in family.samples
-        if sample.name.endswith("_count")
-    }
-    assert {
+
+    def counts() -> set[tuple[str, str]]:
+        with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return {
+            (sample.labels["method"], sample.labels["code"])
+            for family in text_string_to_metric_families(text)
+            if family.name == "mnemosyne_rpc_duration_seconds"
+            for sample in family.samples
+            if sample.name.endswith("_count")
+        }
+
+    # A call over HTTP is recorded once its answer is sent (its latency includes the sending), so
+    # a client may read /metrics a moment before its last call is there.
+    wanted = {
         ("/mnemosyne.v1.AdminService/Ping", "OK"),
         ("/mnemosyne.v1.AdminService/Stats", "INVALID_ARGUMENT"),
         ("(no route)", "NOT_FOUND"),
-    } <= counts
+    }
+    wait_until(lambda: wanted <= counts(), seconds=10)
