@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 import pytest
@@ -431,7 +432,8 @@ def test_time_and_thread_in_json(api: ServerProcess) -> None:
         ({"text": "x", "thread": {"id": "a" * 129}}, "THREAD_INVALID"),
         ({"text": "x", "thread": {"id": "ok", "position": -1}}, "THREAD_INVALID"),
         ({"text": "x", "thread": {"id": "ok", "position": str(2**53)}}, "THREAD_INVALID"),
-        ({"text": "x", "occurredAt": "0000-12-31T00:00:00Z"}, "REQUEST_UNDECODABLE"),
+        ({"text": "x", "occurredAt": "0000-12-31T00:00:00Z"}, "OCCURRED_AT_INVALID"),
+        ({"text": "x", "occurredAt": "2023-02-29T00:00:00Z"}, "REQUEST_UNDECODABLE"),
         ({"text": "x", "occurredAt": "yesterday"}, "REQUEST_UNDECODABLE"),
     ]
     for body, reason in refused:
@@ -439,6 +441,98 @@ def test_time_and_thread_in_json(api: ServerProcess) -> None:
         assert (reply.status, reply.reason) == (400, reason), body
     reply = request(api.http_port, "GET", f"{base}?thread=no%20spaces")
     assert (reply.status, reply.reason) == (400, "THREAD_INVALID")
+
+
+# RFC 3339 times outside google.protobuf.Timestamp's range (years 1 to 9999), and the moment each
+# names, as gRPC carries it: json_format cannot decode them, yet the same moment over gRPC is refused
+# by the RPC in its own words.
+_BEYOND_RANGE = {
+    "0000-01-01T00:00:00Z": (-62_167_219_200, 0),
+    "0001-01-01T00:30:00.25+01:00": (-62_135_598_600, 250_000_000),
+    "9999-12-31T23:59:59-01:00": (253_402_304_399, 0),
+    "10000-01-01T00:00:00Z": (253_402_300_800, 0),
+}
+
+
+def _timestamp_fields(descriptor: Any, request: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of each Timestamp field ``request`` can be given, into the first item of a list."""
+    for field in descriptor.fields:
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if field.message_type.full_name == "google.protobuf.Timestamp":
+            yield (*at, field.name)
+        elif field.is_repeated:
+            if len(getattr(request, field.name)):
+                yield from _timestamp_fields(field.message_type, getattr(request, field.name)[0], (*at, field.name, 0))
+        elif len(at) < 4:
+            yield from _timestamp_fields(field.message_type, getattr(request, field.name), (*at, field.name))
+
+
+def _outcome_over_grpc(channel: grpc.Channel, rpc: str, sent: message.Message, tenant: str) -> Any:
+    try:
+        response, _ = _grpc(channel, rpc, sent, CASES[rpc].metadata)
+    except grpc.RpcError as error:
+        status = rpc_status.from_call(failed_call(error))
+        assert status is not None
+        info = error_details_pb2.ErrorInfo()
+        next(d for d in status.details if d.Is(info.DESCRIPTOR)).Unpack(info)
+        return (HTTP_STATUS_BY_CODE[error.code().value[0]], info.reason)
+    return _normalized(json_format.MessageToDict(response), tenant)
+
+
+_TIMED = sorted(
+    rpc
+    for rpc in CASES
+    if not ROUTES[rpc].streams and any(_timestamp_fields(ROUTES[rpc].rpc.input_type, CASES[rpc].request("t")))
+)
+
+
+def test_the_rpcs_that_take_a_time_over_json() -> None:
+    assert _TIMED == ["ListEvents", "Retain", "RetainBatch", "UpdateMemory"]
+
+
+@pytest.mark.parametrize("rpc", _TIMED)
+def test_a_time_beyond_timestamps_range_is_refused_over_json_as_over_grpc(
+    api: ServerProcess, channel: grpc.Channel, rpc: str
+) -> None:
+    """A time before year 1 or after 9999 (a time zone's offset may take it there) is refused
+    with the reason the RPC gives the same moment over gRPC, not as an undecodable request."""
+    case = CASES[rpc]
+    reasons: set[str] = set()
+    grpc_tenant, http_tenant = _filled(channel), _filled(channel)  # each call below is refused
+    for path in _timestamp_fields(ROUTES[rpc].rpc.input_type, case.request("t")):
+        for text, (seconds, nanos) in _BEYOND_RANGE.items():
+            sent = case.request(grpc_tenant)
+            holder: Any = sent
+            for step in path:
+                holder = holder[step] if isinstance(step, int) else getattr(holder, step)
+            holder.seconds, holder.nanos = seconds, nanos
+            expected = _outcome_over_grpc(channel, rpc, sent, grpc_tenant)
+            # The same request in JSON, the time as its RFC 3339 text.
+            verb, route_path, body = rpc_request(ROUTES[rpc], _without(case.request(http_tenant), path))
+            if body is None:
+                route_path += ("&" if "?" in route_path else "?") + f"{path[-1]}={quote(text)}"
+            else:
+                document = json.loads(body)
+                holder = document
+                for step in path[:-1]:
+                    holder = holder[step]
+                holder[path[-1]] = text
+                body = json.dumps(document).encode()
+            reply = request(api.http_port, verb, route_path, body, dict(case.metadata))
+            got = (reply.status, reply.reason) if reply.status != 200 else _normalized(reply.json(), http_tenant)
+            assert got == expected, (path, text)
+            reasons.update(str(expected).split("'"))
+    assert reasons & {"OCCURRED_AT_INVALID", "EXPIRES_AT_INVALID", "TIMESTAMP_INVALID"}, reasons
+
+
+def _without(request: message.Message, path: tuple[Any, ...]) -> message.Message:
+    """``request`` with the Timestamp at ``path`` cleared (so its JSON leaves room for the text)."""
+    holder: Any = request
+    for step in path[:-1]:
+        holder = holder[step] if isinstance(step, int) else getattr(holder, step)
+    holder.ClearField(path[-1])
+    return request
 
 
 def test_speaker_in_json(api: ServerProcess) -> None:

@@ -35,12 +35,13 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from google.api import annotations_pb2
-from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
+from google.protobuf import descriptor, json_format, message, message_factory
 
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 from mnemosyne.transport.http import client_json
+from mnemosyne.transport.http.json_times import beyond_range, loosely_a_time
 
 # "/package.Service/Method" -> why it has no JSON form.
 GRPC_ONLY: dict[str, str] = {
@@ -63,12 +64,9 @@ _INTEGER_RANGES = {
 }
 _FLOAT_RANGES = {_FD.CPPTYPE_DOUBLE: 1.7976931348623157e308, _FD.CPPTYPE_FLOAT: 3.4028234663852886e38}
 _TIMESTAMP = "google.protobuf.Timestamp"
+
+
 # RFC 3339's date-time as proto3 JSON takes it: "T" and "Z" upper-case, 1-9 fractional digits.
-_RFC_3339 = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-)
-
-
 @dataclass(frozen=True)
 class Route:
     method: str  # "/mnemosyne.v1.MemoryService/Recall": the RPC, as gRPC names it
@@ -181,10 +179,23 @@ def _query_fields(route: Route, query: Sequence[tuple[str, str]]) -> dict[str, A
     return document
 
 
-def _numbers(message_type: descriptor.Descriptor, document: dict[str, Any], where: str = "") -> None:
+# Where in a request a time beyond Timestamp's range goes, and its (seconds, nanos): json_format
+# cannot hold it, so it is set after (json_times.py).
+_Beyond = list[tuple[tuple[str | int, ...], tuple[int, int]]]
+_IN_RANGE = "1970-01-01T00:00:00Z"  # what json_format decodes in its place
+
+
+def _numbers(
+    message_type: descriptor.Descriptor,
+    document: dict[str, Any],
+    where: str = "",
+    at: tuple[str | int, ...] = (),
+    beyond: _Beyond | None = None,
+) -> None:
     """Every number of a JSON request checked by the one rule for numbers given as text, and
-    replaced by its value, in place (nested messages, lists and map values too). Other values
-    are left to json_format, which names what is wrong with them."""
+    replaced by its value, in place (nested messages, lists and map values too); a time beyond
+    Timestamp's range is noted in ``beyond``. Other values are left to json_format, which names
+    what is wrong with them."""
     for key, value in document.items():
         field = message_type.fields_by_name.get(key) or message_type.fields_by_camelcase_name.get(key)
         if field is None or value is None:
@@ -194,23 +205,37 @@ def _numbers(message_type: descriptor.Descriptor, document: dict[str, Any], wher
             entry = field.message_type.fields_by_name["value"]
             if isinstance(value, dict):
                 for map_key, item in value.items():
-                    value[map_key] = _number(entry, item, f"{name}[{str(map_key)[:40]!r}]")
+                    value[map_key] = _number(entry, item, f"{name}[{str(map_key)[:40]!r}]", (), None)
         elif field.is_repeated and isinstance(value, list):
-            value[:] = [_number(field, item, f"{name}[{index}]") for index, item in enumerate(value)]
+            value[:] = [
+                _number(field, item, f"{name}[{index}]", (*at, field.name, index), beyond)
+                for index, item in enumerate(value)
+            ]
         else:
-            document[key] = _number(field, value, name)
+            document[key] = _number(field, value, name, (*at, field.name), beyond)
 
 
-def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
+def _number(
+    field: descriptor.FieldDescriptor,
+    value: Any,
+    name: str,
+    at: tuple[str | int, ...],
+    beyond: _Beyond | None,
+) -> Any:
     if field.message_type is not None:
-        if field.message_type.full_name == _TIMESTAMP and isinstance(value, str) and _loosely_a_time(value):
-            raise InvalidArgument(
-                f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z or "
-                f"2024-05-08T15:56:00.5+02:00), not {value[:40]!r}",
-                reason="NUMBER_INVALID",
-            )
+        if field.message_type.full_name == _TIMESTAMP and isinstance(value, str):
+            moment = beyond_range(value)
+            if moment is not None and beyond is not None:
+                beyond.append((at, moment))
+                return _IN_RANGE
+            if loosely_a_time(value):
+                raise InvalidArgument(
+                    f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z or "
+                    f"2024-05-08T15:56:00.5+02:00), not {value[:40]!r}",
+                    reason="NUMBER_INVALID",
+                )
         if isinstance(value, dict):
-            _numbers(field.message_type, value, name + ".")
+            _numbers(field.message_type, value, name + ".", at, beyond)
         elif field.message_type.full_name != _TIMESTAMP:
             # json_format reads a list as an object of its items' names ([] is the empty message).
             raise ValueError(
@@ -226,6 +251,15 @@ def _number(field: descriptor.FieldDescriptor, value: Any, name: str) -> Any:
         largest = _FLOAT_RANGES[field.cpp_type]
         return parse_number(value, field=name, minimum=-largest, maximum=largest)
     return value
+
+
+def _set_beyond(request: message.Message, beyond: _Beyond) -> None:
+    """Each time beyond Timestamp's range set where it was given, as gRPC would carry it."""
+    for at, (seconds, nanos) in beyond:
+        holder: Any = request
+        for step in at:
+            holder = holder[step] if isinstance(step, int) else getattr(holder, step)
+        holder.seconds, holder.nanos = seconds, nanos
 
 
 def _json_type(value: Any) -> str:
@@ -251,22 +285,6 @@ def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
             f"{name} must be one of {names}, or its number written with the digits 0-9; {str(value)[:40]!r} is not",
             reason="NUMBER_INVALID",
         ) from None
-
-
-def _loosely_a_time(text: str) -> bool:
-    """Whether ``text`` is not RFC 3339 but json_format's parser (strptime) might read it as a
-    time: any text beyond ASCII (other scripts' digits), single-digit fields, an empty fraction,
-    an offset of +99:99 (shifting the time by four days). ASCII text it cannot read at all it
-    refuses itself (REQUEST_UNDECODABLE)."""
-    if _RFC_3339.fullmatch(text):
-        return False
-    if not text.isascii():
-        return True
-    try:
-        timestamp_pb2.Timestamp().FromJsonString(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _reads_as_integer(text: str) -> bool:
@@ -316,8 +334,10 @@ def decode(
         for name, value in overrides.items():
             document.pop(route.rpc.input_type.fields_by_name[name].camelcase_name, None)
             document[name] = value
-        _numbers(route.rpc.input_type, document)
+        beyond: _Beyond = []
+        _numbers(route.rpc.input_type, document, beyond=beyond)
         request = json_format.ParseDict(document, route.request_type(), ignore_unknown_fields=False)
+        _set_beyond(request, beyond)
         from_path = _from_path(route, path)
         for name in route.path_fields:
             value = getattr(from_path, name)
