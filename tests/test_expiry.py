@@ -93,15 +93,20 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
     with MemoryClient(server.target) as client, Mem0Client(server.http_url, "any", tmp_path, headers) as mem0:
         client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=GRACE))
         now = clock.now()
+        # mem0's expiration_date is a day: its memory expires at the start of the day after it.
+        # The near one expires a moment before, so that both are past their expiry and within
+        # their grace at once, whatever the time of day.
+        tomorrow_utc = (datetime.fromtimestamp(now, UTC) + timedelta(days=1)).date()
+        mem0_expires = datetime.combine(tomorrow_utc + timedelta(days=1), datetime.min.time(), UTC).timestamp()
         past_id = client.retain(tenant, f"the code word {past} is kept", expires_at=now - 10).memory_id
-        near_id = client.retain(tenant, f"the code word {near} is kept", expires_at=now + 60).memory_id
+        near_id = client.retain(tenant, f"the code word {near} is kept", expires_at=mem0_expires - 30).memory_id
         # Over HTTP/JSON: expiresAt as proto3 JSON writes a Timestamp.
         far_at = datetime.fromtimestamp(now + 3650 * DAY, UTC).isoformat().replace("+00:00", "Z")
         status, answer = _post(
             server, f"/v1/tenants/{tenant}/memories", {"text": f"the code word {far} is kept", "expiresAt": far_at}
         )
         assert status == 200, answer
-        tomorrow = (datetime.fromtimestamp(clock.now(), UTC) + timedelta(days=1)).date().isoformat()
+        tomorrow = tomorrow_utc.isoformat()
         added = mem0.call("add", messages=f"the code word {by_mem0} is kept", user_id="u1", expiration_date=tomorrow)
         assert added["status"] == "SUCCEEDED"
         mem0_id = mem0.call("get_all", filters={"user_id": "u1"})["results"][0]["id"]
@@ -118,7 +123,7 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
         assert near in answered and far in answered and past not in answered
         assert client.get_memory(tenant, past_id).expires_at == pytest.approx(now - 10, abs=1e-3)
 
-        clock.advance(2 * DAY)  # near and the mem0 memory expire
+        clock.advance(mem0_expires + 60 - clock.now())  # near and the mem0 memory expire
         assert _recalled(client, tenant, "code word kept") == {f"the code word {far} is kept"}
         assert _listed(client, tenant) == {f"the code word {far} is kept"}
         assert mem0.call("search", query="code word kept", filters={"user_id": "u1"})["results"] == []
