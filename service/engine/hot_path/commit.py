@@ -120,9 +120,11 @@ class RoundCommit:
             ]
             succeeded, failed = endings.count("succeeded"), endings.count("failed")
             txn.add_counters({"writes": created, "duplicates": duplicates, "succeeded": succeeded, "failed": failed})
+        # Counted before anyone waiting is woken: a Flush that returns has its failures in the
+        # tenant's figures.
+        self._depths.count(tenant, store, failed=failed)
         # Visible now: a read waiting for one of them goes on (a Flush waits for the sync below).
         self._changes.notify(tenant)
-        self._depths.count(tenant, store, failed=failed)
         store.sync_log()  # these operations and every one adopted before them: power-safe now
         self._observer.retained(created=created, duplicates=duplicates, model_calls=0, embed_calls=0)
         for reason in failures:
