@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 
 from mnemosyne.client import types
+from mnemosyne.client.unsendable import refused
 from mnemosyne.v1 import (
     admin_pb2,
     events_pb2,
@@ -20,6 +21,10 @@ from mnemosyne.v1 import (
     webhooks_pb2,
     workspace_pb2,
 )
+
+# google.protobuf.Timestamp's range in unix seconds: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_FIRST_SECOND = -62_135_596_800
+_AFTER_LAST_SECOND = 253_402_300_800
 
 _STATUS = {
     types_pb2.RetainResult.CREATED: "created",
@@ -70,6 +75,7 @@ def place(
     given."""
     target.speaker = speaker
     if occurred_at is not None:
+        within_timestamps(occurred_at, field="occurred_at", reason="OCCURRED_AT_INVALID")
         target.occurred_at.FromMicroseconds(round(occurred_at * 1e6))
     if thread is not None:
         target.thread.id = thread.id
@@ -451,7 +457,20 @@ def expiry_policy_to_proto(policy: types.ExpiryPolicy) -> expiry_pb2.ExpiryPolic
     )
 
 
-def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+def timestamp(seconds: float, *, field: str, reason: str) -> timestamp_pb2.Timestamp:
+    """``seconds`` (unix) as a Timestamp; InvalidArgumentError(``reason``) as ``within_timestamps``."""
+    within_timestamps(seconds, field=field, reason=reason)
     stamp = timestamp_pb2.Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
     return stamp
+
+
+def within_timestamps(seconds: float, *, field: str, reason: str) -> None:
+    """Refuse, as the server refuses the same time (``reason``), unix ``seconds`` that no
+    Timestamp holds: NaN, an infinity, a time before the year 1 or after 9999."""
+    if not _FIRST_SECOND <= seconds < _AFTER_LAST_SECOND:  # False for NaN too
+        raise refused(
+            reason,
+            f"{field} is {seconds!r} unix seconds; a time is between {_FIRST_SECOND} (0001-01-01T00:00:00Z) and "
+            f"{_AFTER_LAST_SECOND} (10000-01-01T00:00:00Z, excluded)",
+        )

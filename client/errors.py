@@ -8,6 +8,7 @@ shared host flows (``mnemosyne.host.protocol``), which read ``code_name``, ``rea
 
     MnemosyneClientError
     ├── InvalidArgumentError      INVALID_ARGUMENT
+    │   ├── RequestInvalidError   refused before sending: the arguments make no request (a ValueError too)
     │   ├── TokenInvalidError     TOKEN_INVALID: a consistency token this tenant's server did not issue
     │   └── TokenForeignError     TOKEN_FOREIGN: another tenant's consistency token
     ├── NotFoundError             NOT_FOUND
@@ -69,6 +70,14 @@ class InvalidArgumentError(MnemosyneClientError):
     """INVALID_ARGUMENT: the request itself is wrong (TEXT_EMPTY, TEXT_TOO_LONG, TENANT_INVALID,
     K_OUT_OF_RANGE, ...); the message says which field and what is allowed. Fix the request;
     sending it again fails again."""
+
+
+class RequestInvalidError(InvalidArgumentError, ValueError):
+    """INVALID_ARGUMENT raised by the client before anything is sent: its arguments make no
+    request (REQUEST_UNDECODABLE: a text holding a lone surrogate, which UTF-8 cannot encode, as
+    the server refuses invalid UTF-8; NUMBER_INVALID: a number past its field's range;
+    RECALL_MODE_INVALID, HOT_PATH_ACTION_INVALID, WEBHOOK_KINDS_INVALID: a name the method does
+    not know). Also a ``ValueError``, as Python's own refusal of such a value is."""
 
 
 class NotFoundError(MnemosyneClientError):

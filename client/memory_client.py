@@ -24,8 +24,9 @@ import grpc
 
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
-from mnemosyne.client.routing import ROUTE_KEY, RoutingChannel
+from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel
 from mnemosyne.client.tracing import trace_metadata
+from mnemosyne.client.unsendable import checked_timeout, refused, refusing_unsendable, sending, unknown_name
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.consistency import (
     FLUSH_WAIT_SECONDS,
@@ -105,6 +106,7 @@ def token_problem(token: str) -> str:
     )
 
 
+@refusing_unsendable
 class MemoryClient:
     """A connection to one Mnemosyne server (or to every member of a deployment).
 
@@ -131,7 +133,10 @@ class MemoryClient:
     token does not name the tenant; ADMIN_REQUIRED: the call needs an admin token),
     ``InvalidArgumentError`` (TENANT_INVALID: a tenant id is 1-63 of ``a-z0-9_-``, starting with a
     letter or digit; REQUEST_TOO_LARGE: the request is over 16 MiB, refused here before it is
-    sent), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
+    sent), ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``, raised here
+    before anything is sent: REQUEST_UNDECODABLE, a text holding a lone surrogate; NUMBER_INVALID,
+    a number past its field's range; OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID, a
+    time that is NaN, infinite, or outside the years 1 to 9999), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
     and retried when the call is safe to repeat; DISK_FULL), ``UnavailableError`` (the server is
     unreachable, SHUTTING_DOWN, TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE: retried, then
     raised), ``DeadlineExceededError`` (the call outlived ``timeout``), ``DataLossError``
@@ -171,6 +176,7 @@ class MemoryClient:
             )
 
         self._channel = RoutingChannel(members, channel_to) if members is not None else channel_to(target)
+        checked_timeout(timeout)
         self._timeout = timeout
         self._retries = retries
         self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
@@ -235,6 +241,7 @@ class MemoryClient:
         (host/consistency.py says which calls do). Returns the response. Raises
         ``InvalidArgumentError`` (REQUEST_TOO_LARGE) before sending a request over 16 MiB, and the
         call's typed error."""
+        sending()
         metadata = tuple(metadata)
         size = request.ByteSize()
         if size > MAX_REQUEST_BYTES:
@@ -253,7 +260,7 @@ class MemoryClient:
             for older in sent[:-1]:  # writes that overlapped: their tokens are waited for first
                 self._call_waiting(self.hot_path_stub.Flush, flush_request(tenant, older), FLUSH_WAIT_SECONDS)
             result = self._retrying(
-                lambda: method(request, timeout=timeout or self._timeout, metadata=metadata),
+                lambda: method(request, timeout=checked_timeout(timeout) or self._timeout, metadata=metadata),
                 retry=retry,
                 tenant=tenant,
             )
@@ -312,6 +319,16 @@ class MemoryClient:
         timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
         metadata = ask.metadata
         if consistency_token is not None and role_of(ask.request) == "read":
+            if consistency_token and not _TOKEN_TEXT.fullmatch(consistency_token):
+                # A header cannot carry it; no server issued it.
+                raise typed(
+                    ServiceError(
+                        "INVALID_ARGUMENT",
+                        "TOKEN_INVALID",
+                        f"the consistency token {consistency_token[:40]!r} is not one this server issued (a token is "
+                        "printable ASCII): drop it and read without it",
+                    )
+                )
             metadata = (*metadata, *token_metadata([consistency_token] if consistency_token else []))
         session = consistency_token is None or role_of(ask.request) != "read"
         response, call = self.call(stub, ask.request, retry=True, metadata=metadata, timeout=timeout, session=session)
@@ -371,7 +388,7 @@ class MemoryClient:
         )
         convert.place(request, occurred_at, thread, speaker)
         if expires_at is not None:
-            request.expires_at.CopyFrom(convert.timestamp(expires_at))
+            request.expires_at.CopyFrom(convert.timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
@@ -419,11 +436,12 @@ class MemoryClient:
         ``consistency_token``: None waits for this client's own writes of the tenant (session
         consistency), ``""`` for none, a token for the writes it names (as does every read
         below). Returns ``Hit``s: the memory and its fused, vector and text scores (comparable
-        within one answer). Raises ``ValueError`` for another ``mode``; ``InvalidArgumentError``
-        (QUERY_EMPTY, QUERY_INVALID: a NUL, QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's
-        --max-k, 100 by default; SCOPE_INVALID, METADATA_INVALID)."""
+        within one answer). Raises ``RequestInvalidError`` (RECALL_MODE_INVALID; a ``ValueError``)
+        for another ``mode``; ``InvalidArgumentError`` (QUERY_EMPTY, QUERY_INVALID: a NUL,
+        QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default; SCOPE_INVALID,
+        METADATA_INVALID)."""
         if mode not in _MODES:
-            raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
+            raise unknown_name("RECALL_MODE_INVALID", "mode", _MODES, mode)
         request = memory_pb2.RecallRequest(
             tenant=tenant,
             query=query,
@@ -527,7 +545,7 @@ class MemoryClient:
             clear_expires_at=clear_expires_at,
         )
         if expires_at is not None:
-            request.expires_at.CopyFrom(convert.timestamp(expires_at))
+            request.expires_at.CopyFrom(convert.timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
         return convert.update_result_from_proto(self.call(self.memory.UpdateMemory, request, retry=True))
 
     def forget_memories(
@@ -667,7 +685,7 @@ class MemoryClient:
         )
         convert.place(request, occurred_at, thread, speaker)
         if expires_at is not None:
-            request.expires_at.CopyFrom(convert.timestamp(expires_at))
+            request.expires_at.CopyFrom(convert.timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(
@@ -951,11 +969,12 @@ class MemoryClient:
         finish that move first; MOVE_NOT_ACTIVE: it was moved to ``member`` and is not active
         yet; TENANT_HELD_ELSEWHERE) and ``DataLossError`` (MOVE_HEAD_MISMATCH: the destination's
         copy differs; the tenant stays fenced on the source, run the move again)."""
-        metadata = ((ROUTE_KEY, member),) if member else ()
+        metadata = ((ROUTE_KEY, _member_id(member)),) if member else ()
+        deadline = checked_timeout(timeout)
         r = self._retrying(
             lambda: self.admin.MoveTenant(
                 admin_pb2.MoveTenantRequest(tenant=tenant, destination=destination),
-                timeout=timeout,
+                timeout=deadline,
                 metadata=(*self._metadata, *metadata),
             ),
             retry=True,
@@ -973,7 +992,7 @@ class MemoryClient:
         Returns whether it was activated now (False: it was already). Raises
         ``FailedPreconditionError`` (MOVE_NOT_IMPORTED: no import waits here at ``epoch``) and
         ``DataLossError`` (MOVE_HEAD_MISMATCH: the imported chain ends elsewhere)."""
-        metadata = ((ROUTE_KEY, member),) if member else ()
+        metadata = ((ROUTE_KEY, _member_id(member)),) if member else ()
         request = admin_pb2.ActivateTenantRequest(tenant=tenant, epoch=epoch, head_hash=head_hash)
         return bool(self.call(self.admin.ActivateTenant, request, retry=True, metadata=metadata).activated)
 
@@ -995,7 +1014,7 @@ class MemoryClient:
             ],
         )
         try:
-            for response in self.admin.Backup(request, timeout=timeout, metadata=self._metadata):
+            for response in self.admin.Backup(request, timeout=checked_timeout(timeout), metadata=self._metadata):
                 yield convert.backup_part_from_proto(response)
         except grpc.RpcError as exc:
             raise self._failed(exc) from exc
@@ -1007,7 +1026,7 @@ class MemoryClient:
         (TENANT_NOT_FOUND)."""
         request = admin_pb2.ExportTenantRequest(tenant=tenant)
         try:
-            for response in self.admin.ExportTenant(request, timeout=timeout, metadata=self._metadata):
+            for response in self.admin.ExportTenant(request, timeout=checked_timeout(timeout), metadata=self._metadata):
                 yield convert.export_part_from_proto(response)
         except grpc.RpcError as exc:
             raise self._failed(exc, tenant) from exc
@@ -1038,7 +1057,7 @@ class MemoryClient:
                 yield admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=chunk.file, data=chunk.data))
 
         try:
-            response = self.admin.ImportTenant(requests(), timeout=timeout, metadata=self._metadata)
+            response = self.admin.ImportTenant(requests(), timeout=checked_timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as exc:
             raise self._failed(exc, tenant) from exc
         result = convert.import_result_from_proto(response)
@@ -1102,8 +1121,8 @@ class MemoryClient:
         (its succeeded ones are then readable); "disable" stops queueing and waits for the queue
         to drain. Both wait at most ``timeout_seconds`` (0: the server's 30) and then raise
         ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED) whose metadata names the remaining
-        depth. The others return the ``HotPathStatus``. Raises ``ValueError`` for another
-        ``action`` and ``InvalidArgumentError`` (TIMEOUT_INVALID, TOKEN_INVALID, TOKEN_FOREIGN)."""
+        depth. The others return the ``HotPathStatus``. Raises ``RequestInvalidError``
+        (HOT_PATH_ACTION_INVALID; a ``ValueError``) for another ``action`` and ``InvalidArgumentError`` (TIMEOUT_INVALID, TOKEN_INVALID, TOKEN_FOREIGN)."""
         wait = server_wait(timeout_seconds)  # the call's own deadline must outlast it
         if action == "flush":
             request = hot_path_pb2.FlushRequest(
@@ -1117,7 +1136,7 @@ class MemoryClient:
             "status": self.hot_path_stub.Status,
         }
         if action not in methods:
-            raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
+            raise unknown_name("HOT_PATH_ACTION_INVALID", "action", ("enable", "disable", "status", "flush"), action)
         state = hot_path_pb2.HotPathRequest(tenant=tenant, timeout_seconds=timeout_seconds)
         return convert.hot_path_status_from_proto(self._call_waiting(methods[action], state, wait))
 
@@ -1163,7 +1182,9 @@ class MemoryClient:
             page_token=page_token,
         )
         if accepted_after is not None:
-            request.accepted_after.FromNanoseconds(int(accepted_after * 1e9))
+            request.accepted_after.CopyFrom(
+                convert.timestamp(accepted_after, field="accepted_after", reason="TIMESTAMP_INVALID")
+            )
         response = self.call(self.events.ListEvents, request, retry=True)
         return convert.event_page_from_proto(response)
 
@@ -1184,7 +1205,7 @@ class MemoryClient:
             tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence
         )
         for tried in range(self._retries + 1):
-            call = self.events.WatchEvents(request, timeout=timeout, metadata=self._metadata)
+            call = self.events.WatchEvents(request, timeout=checked_timeout(timeout), metadata=self._metadata)
             received = False
             try:
                 for message in call:
@@ -1224,9 +1245,7 @@ class MemoryClient:
         address this server does not deliver to; WEBHOOK_LIMIT)."""
         unknown = [k for k in kinds if k not in convert.WEBHOOK_KIND_BY_NAME]
         if unknown:
-            raise ValueError(
-                f"unknown webhook kind {unknown[0]!r}; choose from {', '.join(convert.WEBHOOK_KIND_BY_NAME)}"
-            )
+            raise unknown_name("WEBHOOK_KINDS_INVALID", "a webhook kind", convert.WEBHOOK_KIND_BY_NAME, unknown[0])
         request = webhooks_pb2.CreateWebhookRequest(
             tenant=tenant,
             url=url,
@@ -1279,6 +1298,17 @@ class MemoryClient:
         return convert.webhook_deliveries_from_proto(
             self.call(self.webhooks.ListWebhookDeliveries, request, retry=True)
         )
+
+
+def _member_id(member: str) -> str:
+    """``member`` when it can be a member's id (the call is routed to it), else refused."""
+    if not MEMBER_ID_PATTERN.fullmatch(member):
+        raise refused(
+            "MEMBER_ID_INVALID",
+            f"member {member[:80]!r} is no member's id: 1-63 lowercase letters, digits and '-', starting with a "
+            "letter or digit",
+        )
+    return member
 
 
 def _changes_to_proto(changes: Sequence[types.RecordChange]) -> list[workspace_pb2.RecordChange]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar, overload
 from mnemosyne.client import MemoryClient, types
 from mnemosyne.client import convert as client_convert
 from mnemosyne.client.errors import MnemosyneClientError, error_class
+from mnemosyne.client.unsendable import unknown_name
 from mnemosyne.engine.consistency import WritesOpen
 from mnemosyne.engine.types import RecallMode, RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import DeadlineExceeded, MnemosyneError
@@ -238,14 +239,14 @@ class MemoryBrain:
         scores); ``scopes`` and ``filters`` (metadata pairs) narrow them, ``mode`` is "hybrid",
         "vector" or "text". ``consistency_token``: None waits for this brain's own writes
         (session consistency), ``""`` for none, a token for the writes it names (as for
-        ``get_memory``). Raises ``ValueError`` for another mode; ``InvalidArgumentError``
+        ``get_memory``). Raises ``RequestInvalidError`` (RECALL_MODE_INVALID; a ``ValueError``) for another mode; ``InvalidArgumentError``
         (QUERY_EMPTY, QUERY_INVALID, QUERY_TOO_LONG, K_OUT_OF_RANGE, SCOPE_INVALID)."""
         if self._client is not None:
             return self._client.recall(
                 self.tenant, query, k, scopes, filters, mode=mode, consistency_token=consistency_token
             )
         if mode not in RecallMode._value2member_map_:
-            raise ValueError(f"mode must be one of hybrid, vector, text; got {mode!r}")
+            raise unknown_name("RECALL_MODE_INVALID", "mode", RecallMode._value2member_map_, mode)
         recalled = self._read(
             lambda e: e.recall(
                 self.tenant,
@@ -336,11 +337,11 @@ class MemoryBrain:
         "status" (a ``HotPathStatus``) or "flush" (wait until every fast write accepted before has
         finished: a ``FlushResult``). "flush" and "disable" wait at most ``timeout_seconds`` (0:
         30), then raise ``DeadlineExceededError`` (HOT_PATH_DEADLINE_EXCEEDED). Raises
-        ``ValueError`` for another action and ``InvalidArgumentError`` (TIMEOUT_INVALID)."""
+        ``RequestInvalidError`` (HOT_PATH_ACTION_INVALID; a ``ValueError``) for another action and ``InvalidArgumentError`` (TIMEOUT_INVALID)."""
         if self._client is not None:
             return self._client.hot_path(self.tenant, action, timeout_seconds)
         if action not in _HOT_PATH_ACTIONS:
-            raise ValueError(f"action must be one of enable, disable, status, flush; got {action!r}")
+            raise unknown_name("HOT_PATH_ACTION_INVALID", "action", _HOT_PATH_ACTIONS, action)
         if action == "flush":
             outcome = self._local(lambda e: e.hot_path.flush(self.tenant, timeout_seconds))
             return client_convert.flush_from_proto(convert_hot_path.to_flush_response(outcome))

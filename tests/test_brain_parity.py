@@ -181,7 +181,9 @@ def test_a_mode_that_does_not_exist_is_refused_the_same_in_process_and_against_a
         with brain, pytest.raises(ValueError) as refused:
             brain.recall("anything", mode="fuzzy")
         refusals.append(str(refused.value))
-    assert refusals == ["mode must be one of hybrid, vector, text; got 'fuzzy'"] * 2
+    assert (
+        refusals == ["INVALID_ARGUMENT RECALL_MODE_INVALID: mode must be one of hybrid, vector, text; got 'fuzzy'"] * 2
+    )
 
 
 def test_errors_are_the_same_in_process_and_against_a_server(tmp_path: Path, target: str, tenant: str) -> None:

@@ -1,0 +1,131 @@
+"""Arguments that make no request, refused before anything is sent.
+
+Protobuf refuses some values as it builds a request (a text holding a lone surrogate, which UTF-8
+cannot encode; a number past its field's range) with Python's UnicodeEncodeError, ValueError or
+OverflowError, which name neither the reason nor the fix. Every public method of the client is
+wrapped (``refusing_unsendable``): such an error raised before the method's first call is sent
+becomes a ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``) with the reason
+the server gives the same fault: REQUEST_UNDECODABLE (text that is not valid UTF-8) or
+NUMBER_INVALID. One raised after a call was sent is the client's own fault, and left as it is.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from mnemosyne.client.errors import MnemosyneClientError, RequestInvalidError
+
+C = TypeVar("C", bound=type)
+
+# None outside a public method; in one, whether a call was sent yet.
+_SENT: contextvars.ContextVar[bool | None] = contextvars.ContextVar("mnemosyne_client_sent", default=None)
+
+
+def sending() -> None:
+    """Mark that the running public method sent a call (``MemoryClient.call``)."""
+    if _SENT.get() is not None:
+        _SENT.set(True)
+
+
+def refusing_unsendable(cls: C) -> C:
+    """``cls`` with each public method wrapped (see the module)."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _wrapped(member))
+    return cls
+
+
+def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def streaming(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            # Each step in a block of its own: a generator runs in its caller's context, so a
+            # block left open while it waits would take in the caller's other calls.
+            inner = method(*args, **kwargs)
+            sent = False
+            while True:
+                with _Refusal(sent) as step:
+                    try:
+                        item = next(inner)
+                    except StopIteration:
+                        return
+                sent = step.sent
+                yield item
+
+        return streaming
+
+    @functools.wraps(method)
+    def calling(*args: Any, **kwargs: Any) -> Any:
+        with _Refusal():
+            return method(*args, **kwargs)
+
+    return calling
+
+
+class _Refusal:
+    """The block of one public method (nested ones are part of the outermost); ``sent``: whether
+    a call was sent in it (or, for a stream's step, before it)."""
+
+    def __init__(self, sent: bool = False) -> None:
+        self.sent = sent
+        self._token: contextvars.Token[bool | None] | None = None
+
+    def __enter__(self) -> _Refusal:
+        if _SENT.get() is None:
+            self._token = _SENT.set(self.sent)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        if self._token is None:
+            return
+        self.sent = bool(_SENT.get())
+        _SENT.reset(self._token)
+        if self.sent or error is None or isinstance(error, MnemosyneClientError):
+            return
+        if isinstance(error, UnicodeEncodeError):
+            raise refused(
+                "REQUEST_UNDECODABLE",
+                f"a text holds {error.object[error.start : error.end]!r} (a lone surrogate) at {error.start}, which "
+                "UTF-8 cannot encode: send valid Unicode (a surrogate pair joined into one character)",
+            ) from error
+        if isinstance(error, OverflowError) or (isinstance(error, ValueError) and "out of range" in str(error)):
+            raise refused(
+                "NUMBER_INVALID",
+                f"{str(error)[:200]}: a number is past its field's range (ids and sizes are 64-bit, k and limits "
+                "32-bit integers)",
+            ) from error
+        return
+
+
+def refused(reason: str, message: str) -> RequestInvalidError:
+    """The client's refusal of arguments that make no request."""
+    return RequestInvalidError(grpc.StatusCode.INVALID_ARGUMENT, reason, message, {})
+
+
+# The longest deadline a call takes (a year): gRPC's deadline arithmetic overflows far beyond it,
+# and a call then ends at once with DEADLINE_EXCEEDED.
+MAX_TIMEOUT_SECONDS = 365 * 24 * 3600.0
+
+
+def checked_timeout(timeout: float | None, *, field: str = "timeout") -> float | None:
+    """``timeout`` (seconds) when it can be a call's deadline (None: none or the client's), else
+    refused: TIMEOUT_INVALID for NaN, an infinity, zero or less, or over a year."""
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_SECONDS:  # False for NaN too
+        raise refused(
+            "TIMEOUT_INVALID",
+            f"{field} is {timeout!r} seconds; a call's deadline is more than 0 and at most {MAX_TIMEOUT_SECONDS:.0f} "
+            "(a year)",
+        )
+    return timeout
+
+
+def unknown_name(reason: str, what: str, names: Iterable[str], given: object) -> RequestInvalidError:
+    """The refusal of ``given`` as ``what`` (a mode, an action, a kind), which is one of ``names``."""
+    return refused(reason, f"{what} must be one of {', '.join(names)}; got {str(given)[:40]!r}")

@@ -1,0 +1,131 @@
+"""The Python client refuses arguments that make no request with a typed error, before sending.
+
+Every public method of ``MemoryClient`` is called, against a real server, with each of its text,
+integer and float arguments in turn set to a value no request can carry or no server takes: a lone
+surrogate (UTF-8 cannot encode it), an integer past 64 bits, NaN, an infinity, 1e300. Each ends in
+an ``InvalidArgumentError`` naming its reason (or, for a float the method hands to the server as
+it is, the server's own answer), never in Python's UnicodeEncodeError, ValueError or
+OverflowError, never in a local INTERNAL, never in a call that ends at once with
+DEADLINE_EXCEEDED. The methods are found from the class, so a new one is covered."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError
+from tests.support import ServerProcess, module_server
+
+# Methods that take no plain arguments of their own to spoil (a stub's method and its request, a
+# host flow, a backup's chunks) or only close the client.
+_NOT_CALLED = {"close", "call", "ask", "run", "consistency_token", "import_tenant"}
+_SURROGATE = "x\ud800"
+_HOSTILE: dict[str, list[Any]] = {
+    "str": [_SURROGATE],
+    "int": [2**64, -(2**64)],
+    "float": [math.nan, math.inf, -math.inf, 1e300],
+}
+_PLAIN: dict[str, Any] = {"str": "acme", "int": 1, "float": 1.0}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from module_server(tmp_path_factory, "client-refusals")
+
+
+def _kind(parameter: inspect.Parameter) -> str | None:
+    annotation = str(parameter.annotation).removesuffix(" | None")
+    return annotation if annotation in _HOSTILE else None
+
+
+def _cases() -> Iterator[tuple[str, dict[str, Any], str, Any]]:
+    """(method, its plain arguments, the argument spoilt, its value)."""
+    for name, method in vars(MemoryClient).items():
+        if name.startswith("_") or not inspect.isfunction(method) or name in _NOT_CALLED:
+            continue
+        parameters = list(inspect.signature(inspect.unwrap(method)).parameters.values())[1:]
+        plain: dict[str, Any] = {}
+        for parameter in parameters:
+            if parameter.default is not inspect.Parameter.empty:
+                continue
+            kind = _kind(parameter)
+            annotation = str(parameter.annotation)
+            if kind is not None:
+                plain[parameter.name] = _PLAIN[kind]
+            elif annotation.startswith(("Sequence", "Mapping")):
+                plain[parameter.name] = [] if annotation.startswith("Sequence") else {}
+            else:
+                plain = {}
+                break
+        else:
+            if name == "hot_path":
+                plain["action"] = "status"
+            for parameter in parameters:
+                kind = _kind(parameter)
+                for value in _HOSTILE.get(kind or "", []):
+                    yield name, plain, parameter.name, value
+
+
+CASES = list(_cases())
+
+
+def test_the_cases_reach_every_method_that_takes_plain_arguments() -> None:
+    methods = {name for name, *_ in CASES}
+    assert {"retain", "recall", "get_memory", "list_events", "watch_events", "move_tenant", "backup"} <= methods
+    assert len(methods) >= 45 and len(CASES) >= 150, (len(methods), len(CASES))
+
+
+def test_every_spoilt_argument_ends_in_a_typed_error(server: ServerProcess) -> None:
+    outcomes: dict[tuple[str, str, str], str] = {}
+    with MemoryClient(server.target, timeout=10) as client:
+        for name, plain, spoilt, value in CASES:
+            try:
+                answer = getattr(client, name)(**{**plain, spoilt: value})
+                if inspect.isgenerator(answer):
+                    next(answer, None)
+                outcome = "answered"
+            except MnemosyneClientError as error:
+                outcome = f"{type(error).__name__} {error.reason}"
+                if isinstance(error, InvalidArgumentError):
+                    outcome = "refused " + error.reason
+            outcomes[name, spoilt, repr(value)] = outcome
+    wrong = {
+        case: outcome
+        for case, outcome in outcomes.items()
+        if not outcome.startswith("refused")
+        # A float the method sends as it is (a flush's wait, a dedup's threshold): the server's
+        # own answer to it; a consistency token a status call does not use.
+        and not (case[2] in {"nan", "inf", "-inf", "1e+300"} and "DEADLINE_EXCEEDED" not in outcome)
+        and not (case[0] == "hot_path" and case[1] == "consistency_token" and outcome == "answered")
+    }
+    assert not wrong, wrong
+
+
+def test_the_refusals_name_their_reason_and_are_value_errors(server: ServerProcess) -> None:
+    tenant = "never-made"
+    with MemoryClient(server.target, timeout=10) as client:
+        refusals: dict[str, Callable[[], object]] = {
+            "REQUEST_UNDECODABLE": lambda: client.retain(tenant, _SURROGATE),
+            "NUMBER_INVALID": lambda: client.recall(tenant, "tea", k=2**40),
+            "OCCURRED_AT_INVALID": lambda: client.retain(tenant, "tea", occurred_at=math.nan),
+            "EXPIRES_AT_INVALID": lambda: client.update_memory(tenant, 1, expires_at=-1e20),
+            "TIMESTAMP_INVALID": lambda: client.list_events(tenant, accepted_after=math.inf),
+            "TIMEOUT_INVALID": lambda: next(iter(client.watch_events(tenant, timeout=math.inf))),
+            "MEMBER_ID_INVALID": lambda: client.move_tenant(tenant, "m2", member="Not A Member"),
+            "RECALL_MODE_INVALID": lambda: client.recall(tenant, "tea", mode="fuzzy"),
+            "HOT_PATH_ACTION_INVALID": lambda: client.hot_path(tenant, "pause"),
+            "WEBHOOK_KINDS_INVALID": lambda: client.create_webhook(tenant, "https://example.com/x", ["everything"]),
+        }
+        for reason, attempt in refusals.items():
+            with pytest.raises(RequestInvalidError) as refused:
+                attempt()
+            assert refused.value.reason == reason
+            assert isinstance(refused.value, ValueError)
+            assert "\\ud800" in refused.value.message or reason != "REQUEST_UNDECODABLE"
+        # Nothing was sent: the tenant was never made.
+        assert tenant not in client.list_tenants().tenants
