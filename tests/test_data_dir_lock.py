@@ -45,6 +45,33 @@ def test_inspect_reads_a_locked_directory_without_the_lock(server_factory) -> No
     assert summary["memories"] == 3 and summary["integrity"]["valid"] is True
 
 
+@pytest.mark.parametrize("command", ["inspect", "oplog"])
+def test_inspect_of_a_stopped_servers_file_leaves_no_file_behind(server_factory, command: str) -> None:
+    """A file closed cleanly has no -wal or -shm; reading it makes none (made by an operator's
+    user, a server running as another could not write them)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        client.retain_batch("acme", ["one", "two", "three"])
+        client.hot_path("acme", "enable")
+        client.retain("acme", "four, queued first", fast=True)
+        client.hot_path("acme", "flush")
+    server.stop()
+    before = sorted(str(path.relative_to(server.data_dir)) for path in server.data_dir.rglob("*"))
+    assert any("inbox" in name for name in before), before  # the oplog reads the inbox too
+    assert not any(name.endswith(("-wal", "-shm")) for name in before), before
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", command, "--data-dir", str(server.data_dir), "--tenant", "acme"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(result.stdout)
+    assert sorted(str(path.relative_to(server.data_dir)) for path in server.data_dir.rglob("*")) == before
+    if command == "inspect":
+        assert json.loads(result.stdout)["memories"] == 4
+
+
 def test_directory_is_released_after_a_kill(server_factory) -> None:
     server = server_factory().start()
     server.kill()

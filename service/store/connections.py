@@ -75,6 +75,18 @@ def open_connection(
     return connection
 
 
+def open_offline(path: Path) -> apsw.Connection:
+    """A read-only connection to a file no store of this process holds (an operator's look at
+    it): through its -wal when it has one (a server has it open, or crashed); as it is when it was
+    closed cleanly, making no -wal or -shm beside it (they would be owned by whoever looks, and a
+    server running as another user could then not write them)."""
+    flags = apsw.SQLITE_OPEN_READONLY
+    if Path(f"{path}-wal").exists():
+        return apsw.Connection(str(path), flags=flags, vfs=page_scrub.BASE_VFS)
+    uri = f"{path.resolve().as_uri()}?immutable=1"
+    return apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI, vfs=page_scrub.BASE_VFS)
+
+
 def open_with_room(open_files: Callable[[], T], make_room: Callable[[], bool]) -> T:
     """``open_files()`` (a store, a connection, a descriptor), tried again each time
     ``make_room()`` closed idle tenant files, while the process has no descriptor left for it

@@ -14,6 +14,7 @@ from typing import Any
 import apsw
 
 from mnemosyne.errors import NotFound
+from mnemosyne.store.connections import open_offline
 from mnemosyne.store.data_dir import TENANT_FILE_SUFFIX
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_ids import validate_tenant
@@ -31,7 +32,7 @@ def open_readonly(data_dir: Path, tenant: str) -> apsw.Connection:
     if problem is not None:
         raise damaged(str(path), problem)
     with unreadable_as_damaged(path):
-        return apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        return open_offline(path)
 
 
 @contextmanager

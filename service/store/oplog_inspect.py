@@ -14,6 +14,7 @@ from typing import Any
 import apsw
 
 from mnemosyne.store import inbox
+from mnemosyne.store.connections import open_offline
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX
 from mnemosyne.store.inspect import open_readonly, unreadable_as_damaged
 from mnemosyne.store.oplog import OpRow
@@ -37,10 +38,10 @@ def _waiting(data_dir: Path, tenant: str) -> list[OpRow]:
     path = data_dir / INBOX_DIR_NAME / f"{tenant}{INBOX_FILE_SUFFIX}"
     if path.exists() and not path.is_file():  # a FIFO would block the open
         raise damaged(str(path), "it is not a regular file")
+    if not path.exists():
+        return []
     with unreadable_as_damaged(path):
-        inbox_connection = inbox.open_readonly(path)
-        if inbox_connection is None:
-            return []
+        inbox_connection = open_offline(path)
         try:
             return [OpRow.pending(op) for op in inbox.read_ops(inbox_connection)]
         finally:
