@@ -252,6 +252,7 @@ class MemoryClient:
                 "e.g. a large batch into several",
                 {},
             )
+        deadline = checked_timeout(timeout or None) or self._timeout
         tenant = getattr(request, "tenant", "")
         tracked = self._session if session else None
         sent = tracked.outgoing(request, metadata) if tracked is not None else ()
@@ -260,7 +261,7 @@ class MemoryClient:
             for older in sent[:-1]:  # writes that overlapped: their tokens are waited for first
                 self._call_waiting(self.hot_path_stub.Flush, flush_request(tenant, older), FLUSH_WAIT_SECONDS)
             result = self._retrying(
-                lambda: method(request, timeout=checked_timeout(timeout) or self._timeout, metadata=metadata),
+                lambda: method(request, timeout=deadline, metadata=metadata),
                 retry=retry,
                 tenant=tenant,
             )

@@ -101,7 +101,6 @@ class _Refusal:
                 f"{str(error)[:200]}: a number is past its field's range (ids and sizes are 64-bit, k and limits "
                 "32-bit integers)",
             ) from error
-        return
 
 
 def refused(reason: str, message: str) -> RequestInvalidError:
