@@ -168,6 +168,8 @@ def _filters(value: Any) -> dict[str, str]:
         if key == "metadata":
             pairs.update(_user_metadata(term))
         elif key in ENTITY_FIELDS:
+            if isinstance(term, dict) and not term:
+                raise bad(f"filters: {key} is an empty object; give the id as a string")
             if isinstance(term, dict):
                 raise unsupported(f"filters: operators on {key} ({', '.join(map(str, term))[:80]}) are not supported")
             pairs.update(_entities({key: term}))
