@@ -178,3 +178,42 @@ def test_a_retried_update_revert_or_expiry_change_answers_its_first_result(clien
             reused()
         assert refused.value.reason == "IDEMPOTENCY_KEY_REUSED"
     assert [r.revision for r in client.list_memory_revisions(tenant, memory_id)] == [1, 2, 3, 4]
+
+
+def test_a_retried_update_or_revert_answers_its_first_result_whatever_changed_since(
+    client: MemoryClient, tenant: str
+) -> None:
+    """A retry carries what the first request asked; the memory may have changed since. Its
+    payload was hashed with the memory's content (a metadata-only update's with the text it then
+    had), so a retry after another writer's change was refused as IDEMPOTENCY_KEY_REUSED, and one
+    after the memory's forget answered NOT_FOUND: each now answers the first result."""
+    memory_id = client.retain(tenant, "The amber crate holds 3 lamps", metadata={"shelf": "1"}).memory_id
+    retried: list[tuple[Callable[[], UpdateResult], Callable[[], object]]] = [
+        (  # metadata alone, then the text changes
+            lambda: client.update_memory(tenant, memory_id, metadata={"shelf": "2"}, request_id="since-1"),
+            lambda: client.update_memory(tenant, memory_id, text="The amber crate holds 4 lamps"),
+        ),
+        (  # text alone, then the metadata changes
+            lambda: client.update_memory(tenant, memory_id, text="The amber crate holds 5 lamps", request_id="since-2"),
+            lambda: client.update_memory(tenant, memory_id, metadata={"shelf": "3"}),
+        ),
+        (  # the expiry alone, then the text changes
+            lambda: client.update_memory(tenant, memory_id, expires_at=4_000_000_000.0, request_id="since-3"),
+            lambda: client.update_memory(tenant, memory_id, text="The amber crate holds 6 lamps"),
+        ),
+        (  # a revert, then the metadata changes
+            lambda: client.revert_memory(tenant, memory_id, 1, request_id="since-4"),
+            lambda: client.update_memory(tenant, memory_id, metadata={"shelf": "4"}),
+        ),
+    ]
+    for call, change in retried:
+        first = call()
+        change()
+        retry = call()
+        assert first.updated and retry.updated and retry.memory.id == memory_id, retry
+    revisions = len(client.list_memory_revisions(tenant, memory_id))
+    client.forget(tenant, memory_id)
+    for call, _ in retried:
+        retry = call()  # the first result stands; nothing is written again
+        assert retry.updated and retry.memory.forgotten, retry
+    assert revisions == 9 and client.list_memory_revisions(tenant, memory_id) == []

@@ -87,12 +87,17 @@ class _Change:
     kind: str = UPDATED
     reverted_to: int = 0
 
-    def hashed_expiry(self) -> list[object]:
-        """The expiry it asks, in its request id's payload hash (nothing when it asks none, so
-        request ids stored before expiry existed still match)."""
-        if self.clear_expires_at:
-            return ["never"]
-        return [] if self.expires_at is None else [self.expires_at]
+    def payload_hash(self, method: str, memory_id: int) -> str:
+        """Its request id's payload hash: what the request itself asks, never what the memory
+        holds (a retry after another change to the memory, or after its forget or merge, is
+        still the same request). A revert asks for a revision, whatever content it restores."""
+        if self.kind == REVERTED:
+            return ledger.sha256_hex(ledger.canonical_json([method, memory_id, "revision", self.reverted_to]))
+        expiry: list[object] = (
+            ["never"] if self.clear_expires_at else [] if self.expires_at is None else [self.expires_at]
+        )
+        metadata = None if self.metadata is None else dict(self.metadata)
+        return ledger.sha256_hex(ledger.canonical_json([method, memory_id, "asked", self.text, metadata, *expiry]))
 
 
 def _remember(
@@ -166,9 +171,15 @@ class Updates:
         """Restore the text and metadata a memory had after ``revision``, as a new revision
         (docs/revisions.md): an update of it, with every rule of one."""
         request_id = check.validate_request_id(request_id)
+        asked = _Change("", None, None, False, kind=REVERTED, reverted_to=revision)
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise _not_found(memory_id)
+            replayed = self._replayed_first(
+                store, memory_id, request_id, ("revert", asked.payload_hash("revert", memory_id))
+            )
+            if replayed is not None:
+                return replayed
             with store.read() as txn:
                 row = _live_row(txn, memory_id)
                 target = next((r for r in txn.memory_revisions(memory_id) if r.revision == revision), None)
@@ -192,9 +203,13 @@ class Updates:
     ) -> UpdateOutcome:
         """An update or a revert: prepared as a new write would be, then written in one
         transaction (or, when only the expiry changes, a smaller one)."""
+        payload_hash = change.payload_hash(method, memory_id)
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise _not_found(memory_id)
+            replayed = self._replayed_first(store, memory_id, request_id, (method, payload_hash))
+            if replayed is not None:
+                return replayed
             with store.read() as txn:
                 row = _live_row(txn, memory_id)
                 policy = read_policy(txn)
@@ -207,11 +222,6 @@ class Updates:
                 speaker=row.speaker,
             )
             _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
-            payload_hash = ledger.sha256_hex(
-                ledger.canonical_json(
-                    [method, memory_id, prepared.item.text, prepared.metadata_json, *change.hashed_expiry()]
-                )
-            )
             changed = [
                 name
                 for name, differs in (
@@ -248,18 +258,27 @@ class Updates:
                     continue
             raise Conflict("the tenant changed embedder repeatedly during the update; retry", reason="WRITE_CONTENDED")
 
+    def _replayed_first(
+        self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]
+    ) -> UpdateOutcome | None:
+        """A retry answers its first result before the memory is looked at: the memory may have
+        been changed, forgotten or merged since (that first result stands); an id used for another
+        request is refused. None: the id is new (the write transaction looks again)."""
+        if not request_id:
+            return None
+        with store.read() as txn:
+            prior = replayed_anywhere(store, txn, request_id, *request)
+            return None if prior is None else self._replayed(txn, memory_id, prior)
+
     def _unchanged(
         self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]
     ) -> UpdateOutcome:
         """An update that changes nothing writes nothing, but its request id is honoured as a
         write's: a retry of one that did change the memory (its reply lost) answers that first
         result, not "unchanged"; an id used for another request is refused."""
-        if request_id:
-            with store.read() as txn:
-                prior = replayed_anywhere(store, txn, request_id, *request)
-                if prior is not None:
-                    return self._replayed(txn, memory_id, prior)
-        return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
+        return self._replayed_first(store, memory_id, request_id, request) or UpdateOutcome(
+            memory=self._get(store, memory_id), updated=False
+        )
 
     def _set_expiry(
         self,
