@@ -331,6 +331,39 @@ def test_erase_tenant_removes_every_file_and_leaves_a_receipt(server_factory, te
         assert [m.text for m in admin.list_memories(tenant).memories] == ["a first memory of the new tenant"]
 
 
+def test_an_erasure_killed_after_its_receipt_is_finished_at_the_next_start(server_factory, tenant: str) -> None:
+    """The receipt is the erasure's commit. A process killed between the receipt and the removal
+    of the files left the whole tenant, served again after the restart (listed, its memories, its
+    queued fast writes) under a receipt saying it was erased; now the start finishes the erasure."""
+    other = f"{tenant}-kept"
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "kill@erase_receipted"}).start()
+    with MemoryClient(server.target, retries=0) as client:
+        client.retain(tenant, f"Tenant secret {SECRET}")
+        client.hot_path(tenant, "enable")
+        client.retain(tenant, f"a queued note of the tenant {SECRET}", fast=True)
+        client.retain(other, "a memory of another tenant")
+        head = client.verify_integrity(tenant).head_hash
+        with pytest.raises(UnavailableError):
+            client.erase_tenant(tenant)  # the process dies right after the receipt is synced
+    assert server.wait_exit() != 0
+    log = [json.loads(line) for line in (server.data_dir / "erasures.jsonl").read_text().splitlines()]
+    assert [(r["tenant"], r["head_hash"]) for r in log] == [(tenant, head)]
+    server.env.pop("MNEMOSYNE_TEST_FAULTS")
+    server.start()
+    assert [p.name for p in server.data_dir.rglob("*") if tenant in p.name and other not in p.name] == []
+    assert _traces(server.data_dir, _needles([])) == []
+    with MemoryClient(server.target) as client:
+        assert tenant not in client.list_tenants().tenants and other in client.list_tenants().tenants
+        assert client.list_memories(tenant).memories == []
+        assert client.retain(tenant, "a first memory of the new tenant").memory_id == 1
+        assert client.hot_path(tenant, "status").enabled is False
+    server.stop()
+    server.start()  # the new tenant of that name is not the receipted one: it stays
+    with MemoryClient(server.target) as client:
+        assert [m.text for m in client.list_memories(tenant).memories] == ["a first memory of the new tenant"]
+        assert len((server.data_dir / "erasures.jsonl").read_text().splitlines()) == 1
+
+
 def _token(i: int) -> str:
     """A long token of letters the tokenizer keeps whole and the stemmer leaves alone, unique per i."""
     letters = "bcdfghjkmnpqrstvwxz"

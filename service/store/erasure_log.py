@@ -2,17 +2,29 @@
 written and synced before the tenant's first file is removed, so every erasure that removed
 anything has its receipt. A receipt names the tenant, when, the token that asked, and the head
 hash of the tenant's audit chain as it was, so an operator can match it with a hash recorded
-elsewhere. The log holds nothing of the tenant's content; it is never pruned by the server."""
+elsewhere. The log holds nothing of the tenant's content; it is never pruned by the server.
+
+The receipt is an erasure's commit: a process killed after it, before the files went, finishes the
+erasure at its next start (``finish_erasures``), so a receipted tenant is never served again. The
+mark ``DATA_DIR/tenants/<tenant>.erasing`` (its head hash), synced before the receipt and removed
+after the files, tells that start which erasures were under way."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mnemosyne.errors import DataLoss
+from mnemosyne.store.files import fsync
+from mnemosyne.store.tenant_store import read_file
+
 ERASURE_LOG_NAME = "erasures.jsonl"
+ERASING_SUFFIX = ".erasing"  # the mark of an erasure under way, beside the tenant's file
 
 
 @dataclass(frozen=True)
@@ -51,3 +63,62 @@ class ErasureLog:
             except (ValueError, TypeError):
                 continue
         return found
+
+
+def head_of(path: Path) -> str | None:
+    """The head hash of a tenant file's audit chain ("" for a damaged file, whose chain cannot be
+    read; None: no file)."""
+    if not path.exists():
+        return None
+    try:
+        with read_file(path) as txn:
+            return txn.ledger_head()[1]
+    except DataLoss:
+        return ""
+
+
+@contextmanager
+def erasing(tenants_dir: Path, tenant: str, head_hash: str) -> Iterator[None]:
+    """The block that writes an erasure's receipt and removes the tenant's files: its mark
+    (naming ``head_hash``) is synced before and removed after, when every file went."""
+    mark = tenants_dir / f"{tenant}{ERASING_SUFFIX}"
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps({"head_hash": head_hash}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync(tenants_dir)
+    yield
+    mark.unlink(missing_ok=True)
+    fsync(tenants_dir)
+
+
+def finish_erasures(
+    data_dir: Path,
+    tenants_dir: Path,
+    valid: Callable[[str], object],
+    head_of: Callable[[str], str | None],
+    remove: Callable[[str], None],
+) -> list[str]:
+    """At a start: each erasure a process killed after its receipt is finished (``remove``), when
+    the tenant's file is still the one receipted (``head_of``: its head hash, None without a file);
+    one killed before its receipt removed nothing and leaves the tenant as it is. Returns the
+    tenants finished."""
+    marks = sorted(tenants_dir.glob(f"*{ERASING_SUFFIX}"))
+    receipts = ErasureLog(data_dir).receipts() if marks else []
+    finished = []
+    for mark in marks:
+        tenant = mark.name[: -len(ERASING_SUFFIX)]
+        try:
+            head_hash = str(json.loads(mark.read_text())["head_hash"])
+        except (OSError, ValueError, KeyError, TypeError):  # torn: the process died before its receipt
+            head_hash = None
+        last = next((r for r in reversed(receipts) if r.tenant == tenant), None)
+        if valid(tenant) and last is not None and last.head_hash == head_hash and head_of(tenant) in (None, head_hash):
+            remove(tenant)
+            finished.append(tenant)
+        mark.unlink(missing_ok=True)
+    if marks:
+        fsync(tenants_dir)
+    return finished

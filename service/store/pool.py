@@ -48,6 +48,7 @@ from mnemosyne.store.data_dir import (
     remove_tenant_files,
     server_secret,
 )
+from mnemosyne.store.erasure_log import erasing, finish_erasures, head_of
 from mnemosyne.store.file_faults import stop_at
 from mnemosyne.store.file_watchers import FileChange, FileWatcher
 from mnemosyne.store.files import SIDE_SUFFIXES, bytes_on_disk, checkpoint_away, fsync, modified, remove_database
@@ -140,6 +141,8 @@ class TenantPool:
         self._guard = threading.Lock()  # of ``_damaged``
         self.maintainer = Maintainer(self._maintain)
         self.secret = server_secret(self.data_dir)
+        valid, head_of_tenant = TENANT_ID_PATTERN.fullmatch, lambda tenant: head_of(self.path_for(tenant))
+        finish_erasures(self.data_dir, self.tenants_dir, valid, head_of_tenant, self._remove_erased)  # after a receipt
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -490,20 +493,22 @@ class TenantPool:
         with self._closed_for(tenant, doing="erased", reason="TENANT_ERASING", timeout=timeout):
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
-            try:
-                with read_file(path) as txn:
-                    _seq, head_hash = txn.ledger_head()
-            except DataLoss:
-                head_hash = ""  # a damaged file is erased all the same; its chain cannot be read
-            with self.replicas.swapping(tenant, fresh=False, gone=True):  # its replicas go first
+            head_hash = head_of(path) or ""  # a damaged file is erased all the same: ""
+            # Its replicas go first; from the receipt on, the erasure is finished even by the next start.
+            with self.replicas.swapping(tenant, fresh=False, gone=True), erasing(self.tenants_dir, tenant, head_hash):
                 before_removal(head_hash)
-                self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
-                if self.ownership is not None:
-                    self.ownership.after_erasure(tenant)
-                remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
-                reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
-                self._fsync_directories()
+                self.seam("erase_receipted")
+                self._remove_erased(tenant)
         self._tell("erased", tenant)
+
+    def _remove_erased(self, tenant: str) -> None:
+        """Every file of a tenant whose erasure is receipted: its cache, inbox and database."""
+        self.path_for(tenant).with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # a cache of the file
+        if self.ownership is not None:
+            self.ownership.after_erasure(tenant)
+        remove_tenant_files(self.path_for(tenant), self.inbox_path_for(tenant))
+        reclaimed_mark(self.tenants_dir, tenant).unlink(missing_ok=True)
+        self._fsync_directories()
 
     def install(
         self,
