@@ -44,6 +44,9 @@ from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
 # for minutes; narrow the filter, or erase the tenant.
 MAX_FORGET_MEMORIES = 10_000
+# Preparations of an update whose memory (or tenant embedder) another write changed meanwhile,
+# before it answers WRITE_CONTENDED.
+REWRITE_ATTEMPTS = 5
 
 
 def _not_found(memory_id: int) -> NotFound:
@@ -62,6 +65,22 @@ def _live_row(txn: ReadTxn, memory_id: int) -> MemoryRow:
             metadata={"memory_id": str(row.merged_into)},
         )
     return row
+
+
+class _Changed(Exception):
+    """Another write changed the memory between an update's read and its transaction."""
+
+
+def _content(row: MemoryRow) -> tuple[object, ...]:
+    """What an update keeps of the memory unless it gives its own: text, metadata, expiry."""
+    return (row.body, dict(row.metadata), row.expires_at)
+
+
+def _still_as_read(txn: ReadTxn, memory_id: int, seen: tuple[object, ...]) -> None:
+    """In the update's transaction: the memory is live (NOT_FOUND, MEMORY_MERGED) and holds what
+    the update was prepared from (else ``_Changed``: prepare it again, never write over it)."""
+    if _content(_live_row(txn, memory_id)) != seen:
+        raise _Changed
 
 
 def _refuse_duplicate(txn: ReadTxn, memory_id: int, fingerprint: str) -> None:
@@ -201,62 +220,76 @@ class Updates:
     def _rewrite(
         self, tenant: str, memory_id: int, change: _Change, *, request_id: str | None, method: str
     ) -> UpdateOutcome:
-        """An update or a revert: prepared as a new write would be, then written in one
-        transaction (or, when only the expiry changes, a smaller one)."""
-        payload_hash = change.payload_hash(method, memory_id)
+        """An update or a revert: prepared as a new write would be from a read of the memory, then
+        written in one transaction (or, when only the expiry changes, a smaller one) if the memory
+        is still as read; else prepared again, so a concurrent change is never written over."""
+        request = (method, change.payload_hash(method, memory_id))
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise _not_found(memory_id)
-            replayed = self._replayed_first(store, memory_id, request_id, (method, payload_hash))
+            replayed = self._replayed_first(store, memory_id, request_id, request)
             if replayed is not None:
                 return replayed
-            with store.read() as txn:
-                row = _live_row(txn, memory_id)
-                policy = read_policy(txn)
-            item = RetainItem(  # its time and thread stay: relative times in a new text read against them
-                text=change.text or row.body,
-                scope=row.scope,
-                metadata=dict(row.metadata if change.metadata is None else change.metadata),
-                occurred_at=row.occurred_at,
-                thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
-                speaker=row.speaker,
-            )
-            _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
-            changed = [
-                name
-                for name, differs in (
-                    ("text", prepared.item.text != row.body),
-                    ("metadata", prepared.item.metadata != row.metadata),
-                )
-                if differs
-            ]
-            expires_at = self._expiry.updated_expiry(
-                policy,
-                row.expires_at,
-                expires_at=change.expires_at,
-                clear=change.clear_expires_at,
-                content_changed=bool(changed),
-            )
-            if expires_at != row.expires_at:
-                changed.append("expires_at")
-                self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
-            if not changed:
-                return self._unchanged(store, memory_id, request_id, (method, payload_hash))
-            if changed == ["expires_at"]:
-                return self._set_expiry(store, memory_id, expires_at, request_id, (method, payload_hash))
-            prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
-            # Queued writes of the new text were accepted first: they are applied before it.
-            self._settle(tenant, [prepared.fingerprint])
-            # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
-            for _attempt in range(3):
-                self._write_path.extract_missing(store, [prepared], force=True)
+            for _attempt in range(REWRITE_ATTEMPTS):
                 try:
-                    return self._replace(
-                        tenant, store, memory_id, prepared, request_id, (method, payload_hash), change, changed
-                    )
-                except ExtractionMissing:  # a re-embedding switched the tenant meanwhile: embed it again
+                    return self._rewrite_once(tenant, store, memory_id, change, request_id, request)
+                except (ExtractionMissing, _Changed):  # a re-embedding switched the tenant, or a write the memory
                     continue
-            raise Conflict("the tenant changed embedder repeatedly during the update; retry", reason="WRITE_CONTENDED")
+        raise Conflict(
+            "the memory (or the tenant's embedder) changed repeatedly during the update; retry",
+            reason="WRITE_CONTENDED",
+        )
+
+    def _rewrite_once(
+        self,
+        tenant: str,
+        store: TenantStore,
+        memory_id: int,
+        change: _Change,
+        request_id: str | None,
+        request: tuple[str, str],
+    ) -> UpdateOutcome:
+        with store.read() as txn:
+            row = _live_row(txn, memory_id)
+            policy = read_policy(txn)
+        item = RetainItem(  # its time and thread stay: relative times in a new text read against them
+            text=change.text or row.body,
+            scope=row.scope,
+            metadata=dict(row.metadata if change.metadata is None else change.metadata),
+            occurred_at=row.occurred_at,
+            thread=None if row.thread_id is None else ThreadRef(row.thread_id, row.thread_position or 0),
+            speaker=row.speaker,
+        )
+        _, (prepared,) = self._write_path.prepare([item], per_item_errors=False)
+        changed = [
+            name
+            for name, differs in (
+                ("text", prepared.item.text != row.body),
+                ("metadata", prepared.item.metadata != row.metadata),
+            )
+            if differs
+        ]
+        expires_at = self._expiry.updated_expiry(
+            policy,
+            row.expires_at,
+            expires_at=change.expires_at,
+            clear=change.clear_expires_at,
+            content_changed=bool(changed),
+        )
+        if expires_at != row.expires_at:
+            changed.append("expires_at")
+            self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
+        if not changed:
+            return self._unchanged(store, memory_id, request_id, request)
+        seen = _content(row)
+        if changed == ["expires_at"]:
+            return self._set_expiry(store, memory_id, expires_at, request_id, request, seen)
+        prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
+        # Queued writes of the new text were accepted first: they are applied before it.
+        self._settle(tenant, [prepared.fingerprint])
+        # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
+        self._write_path.extract_missing(store, [prepared], force=True)
+        return self._replace(tenant, store, memory_id, prepared, request_id, request, change, changed, seen)
 
     def _replayed_first(
         self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]
@@ -287,13 +320,14 @@ class Updates:
         expires_at: float | None,
         request_id: str | None,
         request: tuple[str, str],
+        seen: tuple[object, ...],
     ) -> UpdateOutcome:
         """An update of the expiry alone: one small transaction, one ``expiry`` ledger entry."""
         with keyed_write(store, request_id) as txn:
             prior = replayed_anywhere(store, txn, request_id, *request) if request_id else None
             if prior is not None:
                 return self._replayed(txn, memory_id, prior)
-            _live_row(txn, memory_id)  # a forget or merge may have raced us
+            _still_as_read(txn, memory_id, seen)  # a forget, a merge or another change may have raced us
             txn.set_expiry(memory_id, expires_at)
             revision = txn.newest_revision(memory_id)
             _remember(txn, request_id, request, [], [], revision)
@@ -310,6 +344,7 @@ class Updates:
         request: tuple[str, str],
         change: _Change,
         changed: list[str],
+        seen: tuple[object, ...],
     ) -> UpdateOutcome:
         """The update's ONE write transaction (a request id seen before answers its first result
         instead), then the caches take the new vector and text in place."""
@@ -320,7 +355,7 @@ class Updates:
             prior = replayed_result(txn, request_id, method, payload_hash) if request_id else None
             if prior is not None:
                 return self._replayed(txn, memory_id, prior)
-            _live_row(txn, memory_id)  # a forget or merge may have raced us
+            _still_as_read(txn, memory_id, seen)  # a forget, a merge or another change may have raced us
             _refuse_duplicate(txn, memory_id, prepared.fingerprint)
             # Queued writes of the text it replaces would have been its duplicates: they are.
             fence.duplicates_of(txn.fingerprints_of([memory_id]))
