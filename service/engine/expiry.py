@@ -157,12 +157,12 @@ class Expiry:
         memories merged into one go with it); returns when its next erasure is due (engine clock;
         now when this turn left some; None: nothing expires). The erased text leaves the WAL too."""
         now = self.clock.now()
-        with store.read() as txn:
-            grace = read_policy(txn).grace_seconds
         erased_any = False
         with changers.changes_by(changers.EXPIRY_SWEEP):
             for _ in range(SWEEP_MAX_BATCHES):
                 with store.write() as txn:
+                    # The grace as of this transaction: a policy acknowledged meanwhile holds for every later batch.
+                    grace = read_policy(txn).grace_seconds
                     _, epoch_before = txn.index_state()
                     due = txn.expiring(before=now - grace, limit=SWEEP_BATCH)
                     erased = [
@@ -181,5 +181,5 @@ class Expiry:
         if erased_any or store.erasure_pending():
             store.erase_traces()
         with store.read() as txn:
-            soonest = txn.next_expiry()
+            soonest, grace = txn.next_expiry(), read_policy(txn).grace_seconds
         return None if soonest is None else soonest + grace
