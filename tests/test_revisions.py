@@ -5,15 +5,27 @@ them. A real server, the real client, HTTP/JSON and the official mem0 client."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import random
+import threading
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mnemosyne.client import MemoryClient, RecordChange
-from mnemosyne.client.errors import AbortedError, FailedPreconditionError, NotFoundError
+from mnemosyne.client.errors import (
+    AbortedError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    NotFoundError,
+    UnavailableError,
+)
 from mnemosyne.v1 import revisions_pb2
 from tests.mem0_support import Mem0Client
 from tests.support import tokens_json
@@ -165,3 +177,75 @@ def test_revisions_are_kept_to_a_bound(client: MemoryClient, tenant: str) -> Non
     versions = client.list_memory_versions(tenant, memory_id)
     assert [v.text for v in versions][0] == "counter value 2" and len(versions) == 100
     assert client.verify_integrity(tenant).valid
+
+
+def test_updates_reverts_and_forgets_racing_through_sigkills_keep_every_first_result(
+    server_factory, tenant: str
+) -> None:
+    """Three writers update, revert and now and then forget the same few memories while the server
+    is killed (SIGKILL) at random moments and restarted. Afterwards every acknowledged write sent
+    again with its request id answers its first result (a retry after the memory's forget or
+    another change answered NOT_FOUND or IDEMPOTENCY_KEY_REUSED), the chain verifies, and a
+    forgotten memory has no revision left."""
+    rng = random.Random(20261206)
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        ids = [client.retain(tenant, f"Locker {i} holds the spare badge {i}").memory_id for i in range(4)]
+    acknowledged: list[tuple[Callable[[MemoryClient], bool], bool]] = []
+    stop = threading.Event()
+
+    def writer(seed: int) -> None:
+        draw = random.Random(seed)
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            memory_id, request_id, roll = draw.choice(ids), f"w{seed}-{n}", draw.random()
+            if roll < 0.03:
+                call = functools.partial(_forget, memory_id=memory_id, tenant=tenant, request_id=request_id)
+            elif roll < 0.35:
+                call = functools.partial(_revert, memory_id=memory_id, tenant=tenant, request_id=request_id, revision=1)
+            else:
+                text = f"Locker {memory_id} holds badge {draw.randrange(10**6)}"
+                call = functools.partial(_update, memory_id=memory_id, tenant=tenant, request_id=request_id, text=text)
+            try:
+                with MemoryClient(server.target, retries=0, timeout=10) as client:
+                    acknowledged.append((call, call(client)))
+            except (UnavailableError, DeadlineExceededError):  # the server is down: unknown, not retried here
+                time.sleep(0.05)
+            except (NotFoundError, FailedPreconditionError):  # forgotten, or the text another memory's
+                pass
+
+    writers = [threading.Thread(target=writer, args=(seed,)) for seed in range(3)]
+    for thread in writers:
+        thread.start()
+    try:
+        for _ in range(3):
+            time.sleep(rng.uniform(0.3, 1.0))
+            server.kill()
+            server.restart()
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join()
+    assert len(acknowledged) > 20
+    with MemoryClient(server.target) as client:
+        for call, first in acknowledged:
+            if first:  # a write that changed nothing kept no result (docs/revisions.md)
+                assert call(client) is True, call
+        assert client.verify_integrity(tenant).valid
+        for memory_id in ids:
+            if client.get_memory(tenant, memory_id).forgotten:
+                assert client.list_memory_revisions(tenant, memory_id) == []
+
+
+def _forget(client: MemoryClient, *, tenant: str, memory_id: int, request_id: str) -> bool:
+    return client.forget(tenant, memory_id, request_id=request_id)
+
+
+def _revert(client: MemoryClient, *, tenant: str, memory_id: int, request_id: str, revision: int) -> bool:
+    return client.revert_memory(tenant, memory_id, revision, request_id=request_id).updated
+
+
+def _update(client: MemoryClient, *, tenant: str, memory_id: int, request_id: str, text: str) -> bool:
+    return client.update_memory(tenant, memory_id, text, request_id=request_id).updated
