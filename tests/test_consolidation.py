@@ -29,6 +29,7 @@ from mnemosyne.client import (
     RetainItem,
     SessionOutcome,
     ThreadRef,
+    UnavailableError,
 )
 from mnemosyne.engine import consolidator
 from mnemosyne.v1 import memory_pb2, types_pb2
@@ -385,6 +386,72 @@ def test_an_agent_s_memory_update_during_consolidation_is_kept_and_the_section_l
         assert generation == 3
         assert content.startswith("# Memory\n- agent note one\n- agent note two\n\n## Session chat-42")
         assert "- open: Who owns the rollback plan?" in content
+
+
+@pytest.mark.parametrize("change", ["forget", "update"])
+def test_a_memory_forgotten_or_updated_before_its_proposal_is_applied_is_not_quoted(
+    server_factory: Any, tenant: str, tmp_path: Path, change: str
+) -> None:
+    """A consolidation held before its commit, its proposal journaled: a forget (or an update) of
+    a memory it quotes, acknowledged meanwhile, deleted the thread's journal rows, yet the held run
+    applied the proposal it had read, so the forgotten text (or the text replaced) landed in
+    MEMORY.md after the forget answered. The commit now requires the journaled proposal, and the
+    run proposes again from the session as it is."""
+    server, hold = _held_server(server_factory, tmp_path)
+    with MemoryClient(server.target) as client:
+        _retain_session(client, tenant, turns=[*TURNS[:2], ("global", "The deploy password is hunter2")])
+        secret = client.list_memories(tenant, page_size=10).memories[-1].id
+        hold.touch()
+        outcomes: list[list[SessionOutcome]] = []
+        running = threading.Thread(target=lambda: outcomes.append(client.consolidate_session(tenant, THREAD)))
+        running.start()
+        wait_until((tmp_path / "hold.held1").exists)  # journaled, waiting before its commit
+        if change == "forget":
+            assert client.forget(tenant, secret)
+        else:
+            assert client.update_memory(tenant, secret, "The deploy password was rotated").updated
+        hold.unlink()
+        running.join(timeout=60)
+        ((outcome,),) = outcomes
+        assert outcome.outcome == "applied"
+        content, _ = _record(client, tenant, "global")
+        assert "hunter2" not in content and "db-stage-2" in content
+        assert ("The deploy password was rotated" in content) == (change == "update")
+        assert client.consolidate_session(tenant, THREAD)[0].outcome == "already_applied"
+
+
+def test_a_proposal_journaled_before_a_kill_is_not_applied_over_a_later_update(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    """A run killed after journaling its proposal; the memory it quotes updated after the restart;
+    a consolidation asked after the update applied the journaled proposal, with the text the
+    update had replaced. The update now withdraws its thread's proposals, as a forget does."""
+    server, hold = _held_server(server_factory, tmp_path)
+    with MemoryClient(server.target, retries=0) as client:
+        _retain_session(client, tenant, turns=[*TURNS[:2], ("global", "The deploy password is hunter2")])
+        secret = client.list_memories(tenant, page_size=10).memories[-1].id
+        hold.touch()
+        ended: list[str] = []
+
+        def consolidate() -> None:
+            try:
+                client.consolidate_session(tenant, THREAD)
+            except UnavailableError as exc:
+                ended.append(exc.reason or "UNAVAILABLE")
+
+        running = threading.Thread(target=consolidate)
+        running.start()
+        wait_until((tmp_path / "hold.held1").exists)  # journaled, waiting before its commit
+        server.kill()
+        running.join(timeout=60)
+        assert ended, "the run died with the server"
+    server.env.pop("MNEMOSYNE_TEST_HOLD_CONSOLIDATION")
+    server.start()
+    with MemoryClient(server.target) as client:
+        assert client.update_memory(tenant, secret, "The deploy password was rotated").updated
+        assert client.consolidate_session(tenant, THREAD)[0].outcome == "applied"
+        content, _ = _record(client, tenant, "global")
+        assert "hunter2" not in content and "The deploy password was rotated" in content
 
 
 def test_a_session_whose_lines_the_record_holds_already_is_nothing_new(server_factory: Any, tenant: str) -> None:

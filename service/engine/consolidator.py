@@ -90,6 +90,10 @@ MAX_THREADS_PER_CALL = 100
 HOLD_SECONDS = 30.0
 
 
+class _Withdrawn(Exception):
+    """A session's proposal quotes a memory updated or forgotten before it was applied."""
+
+
 @dataclass(frozen=True)
 class SessionMemory:
     id: int
@@ -354,13 +358,7 @@ class SessionConsolidator:
             threads = self._idle_threads(tenant)
         outcomes: list[ScopeOutcome] = []
         for thread in threads:
-            sessions, newest = self._sessions(tenant, thread)
-            if not sessions and thread_id:
-                raise NotFound(
-                    f"thread {thread_id[:80]!r} has no memories in this tenant to consolidate",
-                    reason="THREAD_NOT_FOUND",
-                )
-            done = [self._scope(tenant, thread, scope, memories) for scope, memories in sessions]
+            done, newest = self._session_of(tenant, thread, named=bool(thread_id))
             outcomes.extend(done)
             if all(o.outcome != GAVE_UP for o in done):
                 with self._pool.tenant(tenant, create=False) as store:
@@ -368,6 +366,24 @@ class SessionConsolidator:
                     with store.write() as txn:
                         txn.mark_thread_consolidated(thread, newest)
         return outcomes
+
+    def _session_of(self, tenant: str, thread: str, *, named: bool) -> tuple[list[ScopeOutcome], int]:
+        """The thread's scopes consolidated, from one read of its session; read again when a
+        memory of it was updated or forgotten before its proposal was applied (never applied
+        then: the proposal may quote what the memory no longer holds)."""
+        for _attempt in range(MAX_CONFLICTS):
+            sessions, newest = self._sessions(tenant, thread)
+            if not sessions and named:
+                raise NotFound(
+                    f"thread {thread[:80]!r} has no memories in this tenant to consolidate", reason="THREAD_NOT_FOUND"
+                )
+            try:
+                return [self._scope(tenant, thread, scope, memories) for scope, memories in sessions], newest
+            except _Withdrawn:
+                continue
+        raise Conflict(
+            "the session's memories changed repeatedly during its consolidation; retry", reason="WRITE_CONTENDED"
+        )
 
     def _idle_threads(self, tenant: str) -> list[str]:
         with self._pool.tenant(tenant, create=False) as store:
@@ -428,8 +444,11 @@ class SessionConsolidator:
                     [RecordChange("put", MAIN_RECORD, content)],
                     expected_generation=generation,
                     receipt_id=receipt,
+                    journaled=True,
                 )
             except Conflict as exc:
+                if exc.reason == "PROPOSAL_WITHDRAWN":
+                    raise _Withdrawn from exc
                 if exc.reason != "GENERATION_MISMATCH":
                     raise
                 conflicts += 1
@@ -472,16 +491,30 @@ class SessionConsolidator:
         section = render(thread, memories, items)
         with self._pool.tenant(tenant, create=False) as store:
             assert store is not None
-            section = self._journal(store, thread, scope, receipt, section, model_calls)
+            section = self._journal(store, thread, scope, receipt, section, model_calls, memories)
         self._observer.consolidation_proposed(model_calls=model_calls)
         self._seams.committed("consolidation_proposal")  # the kill-after-the-model-answered seam
         return section, model_calls
 
-    def _journal(self, store: TenantStore, thread: str, scope: str, receipt: str, section: str, calls: int) -> str:
+    def _journal(
+        self,
+        store: TenantStore,
+        thread: str,
+        scope: str,
+        receipt: str,
+        section: str,
+        calls: int,
+        memories: Sequence[SessionMemory],
+    ) -> str:
         with store.write() as txn:
             already = txn.journaled_proposal(receipt)  # a concurrent run journaled first: use its
             if already is not None:
                 return already[0]
+            rows = txn.memories_by_ids([m.id for m in memories], with_details=False)
+            for m in memories:  # proposed from memories a forget or an update changed meanwhile: withdrawn
+                row = rows.get(m.id)
+                if row is None or row.forgotten or row.merged_into or row.body != m.text:
+                    raise _Withdrawn
             txn.journal_proposal(
                 receipt,
                 thread_id=thread,

@@ -443,9 +443,13 @@ class Workspaces:
         *,
         expected_generation: int,
         receipt_id: str,
+        journaled: bool = False,
     ) -> WriteResult:
         """Apply a session consolidation exactly once per ``receipt_id``; a receipt already
-        applied returns its original result (``already_applied``) and changes nothing."""
+        applied returns its original result (``already_applied``) and changes nothing.
+        ``journaled``: the consolidator's proposal for the receipt must still be in its journal
+        (a forget or an update of a memory it quotes withdrew it: PROPOSAL_WITHDRAWN, nothing
+        written)."""
         scope = check.validate_scope(scope)
         receipt_id = validate_receipt_id(receipt_id)
         changes = validate_changes(changes, self._limits)
@@ -467,7 +471,17 @@ class Workspaces:
             txn.save_receipt(receipt_id, scope, payload, result.to_json())
             txn.drop_proposal(receipt_id)  # the consolidator's journal row, if any (engine/consolidator.py)
 
-        return self._commit(tenant, scope, changes, expected_generation, "consolidate", known, remember)
+        def still_proposed(txn: ReadTxn) -> None:
+            if journaled and txn.journaled_proposal(receipt_id) is None:
+                raise Conflict(
+                    "the session's proposal was withdrawn: a memory it quotes was updated or forgotten; consolidate "
+                    "the session again",
+                    reason="PROPOSAL_WITHDRAWN",
+                )
+
+        return self._commit(
+            tenant, scope, changes, expected_generation, "consolidate", known, remember, verify=still_proposed
+        )
 
     def _write(
         self,

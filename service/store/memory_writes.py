@@ -14,6 +14,11 @@ from mnemosyne.store import ledger
 from mnemosyne.store.memory_rows import NewMemory, indexed_text
 from mnemosyne.store.revisions import MERGED, RETAINED, SUPERSEDED, UPDATED, RevisionWrites
 
+# What an update replaces of a memory (its thread too: the consolidation proposals that go with it).
+_REPLACED_SQL = (
+    "SELECT body, metadata, coalesce(updated_at, created_at), index_words, thread_id FROM memories WHERE id = ?"
+)
+
 
 class Rival(NamedTuple):
     """A triple conflicting with a new one (``MemoryWrites.rival_triples``)."""
@@ -149,12 +154,13 @@ class MemoryWrites(RevisionWrites):
         memories superseded went with the old content (its ``supersessions`` rows and mark); what
         its old content superseded in others stays recorded. The forget epoch advances (the
         vector cache takes the new vector in place, engine/index.py ``replace_vector``, or
-        reloads); its expires_at becomes ``new.expires_at``; one revision of ``kind`` is added.
-        All or nothing. ``apsw.ConstraintError``: another memory holds the new fingerprint."""
+        reloads); its expires_at becomes ``new.expires_at``; one revision of ``kind`` is added; its
+        thread's consolidation proposals, which may quote the old content, go. All or nothing.
+        ``apsw.ConstraintError``: another memory holds the new fingerprint."""
         c = self.connection
-        sql = "SELECT body, metadata, coalesce(updated_at, created_at), index_words FROM memories WHERE id = ?"
-        row = c.execute(sql, (memory_id,)).fetchone()
+        row = c.execute(_REPLACED_SQL, (memory_id,)).fetchone()
         assert row is not None
+        c.execute("DELETE FROM consolidation_journal WHERE thread_id = ?", (row[4],))  # none when NULL
         version = self.current_version(memory_id)  # the content it replaces becomes that version
         c.execute(
             "INSERT INTO memory_versions(memory_id, version, body, metadata, at) VALUES(?, ?, ?, ?, ?)",
