@@ -84,6 +84,25 @@ def test_a_watch_resuming_after_a_sequence_never_given_is_refused_not_left_waiti
     assert resumed[0].sequence == last + 1
 
 
+def test_a_watch_of_a_tenant_erased_meanwhile_ends_saying_so(client: MemoryClient, tenant: str) -> None:
+    """A watch open while its tenant is erased ends at once with TIMELINE_CHANGED naming the
+    erasure, not later with SEQUENCE_AHEAD blaming the caller's resumption point. (Its deadline is
+    shorter than the stream's idle re-read: only the erasure's wake-up ends it before.)"""
+    client.hot_path(tenant, "enable")
+    ids = {r.event_id for r in client.retain_batch(tenant, ["erased soon one", "erased soon two"], fast=True)}
+    stream = iter(client.watch_events(tenant, timeout=15))
+    seen: list[Event] = []
+    for event in stream:
+        seen.append(event)
+        if _finished(ids)(seen):
+            break
+    client.erase_tenant(tenant)
+    with pytest.raises(FailedPreconditionError) as ended:
+        next(stream)
+    assert ended.value.reason == "TIMELINE_CHANGED", ended.value
+    assert "erased, restored or replaced while this watch ran" in ended.value.message
+
+
 def test_a_watch_from_a_negative_point_is_refused_not_taken_from_the_start(client: MemoryClient, tenant: str) -> None:
     """A negative ``after_event_id`` or ``after_sequence`` is no point any watch gave: refused
     (RESUME_POINT_INVALID) naming the field, on a tenant with events and one without a file."""

@@ -20,7 +20,7 @@ from mnemosyne.engine.consistency import Consistency, WritesOpen
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.hot_path.awaited import Span
 from mnemosyne.engine.types import Barrier, Event, FlushOutcome, HotPathState
-from mnemosyne.errors import DeadlineExceeded
+from mnemosyne.errors import DeadlineExceeded, FailedPrecondition, Unavailable
 from mnemosyne.transport.call import Call
 
 # A stream with nothing new re-reads the log this often anyway (a change is normally announced).
@@ -139,6 +139,17 @@ async def replicated(tokens: Consistency, call: Call, deadline: float) -> None:
         ) from None
 
 
+def _watched_timeline_ended(tenant: str, sequence: int) -> FailedPrecondition:
+    """A watch whose tenant's transitions now end before its own position: the tenant was erased,
+    restored or replaced (or moved away) while it ran."""
+    return FailedPrecondition(
+        f"tenant {tenant} was erased, restored or replaced while this watch ran (its transitions now end before "
+        f"sequence {sequence}): the events streamed so far are of its earlier timeline; watch it again with "
+        "after_sequence 0",
+        reason="TIMELINE_CHANGED",
+    )
+
+
 def _gave_up(open_ids: list[int], waited: float) -> DeadlineExceeded:
     shown = ",".join(str(i) for i in open_ids[:100])
     return DeadlineExceeded(
@@ -153,12 +164,23 @@ async def watch(hot_path: HotPath, call: Call, *, after_event_id: int, after_seq
     """Every status transition after ``after_sequence`` of events after ``after_event_id``,
     replayed from the durable log, then live, until the client goes or the server stops."""
     sequence = after_sequence
+    read_before = False
     with _changes(hot_path, call.tenant) as changed:
         while not hot_path.streams_ended:
             changed.clear()  # a change from here on is seen by the next read or wakes the wait
-            chunk = await call.run(
-                lambda s=sequence: hot_path.transitions(call.tenant, after_event_id=after_event_id, after_sequence=s)
-            )
+            try:
+                chunk = await call.run(
+                    lambda s=sequence: hot_path.transitions(
+                        call.tenant, after_event_id=after_event_id, after_sequence=s
+                    )
+                )
+            except (FailedPrecondition, Unavailable) as refused:
+                # After a first read, a point past the tenant's transitions is not the caller's
+                # but the tenant's doing: erased (or being erased), restored or replaced.
+                if read_before and refused.reason in ("SEQUENCE_AHEAD", "TENANT_ERASING"):
+                    raise _watched_timeline_ended(call.tenant, sequence) from None
+                raise
+            read_before = True
             for event in chunk.events:
                 yield event
             sequence = chunk.through_sequence

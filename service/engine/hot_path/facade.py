@@ -123,6 +123,7 @@ class HotPath:
         self._recovery.remove(tenant)
         self._scheduler.forget(tenant)
         self.forget_figures(tenant)
+        self.changes.notify(tenant)  # a watch of it reads again now, and ends (transport/waits.py)
 
     def forget_figures(self, tenant: str) -> None:
         """Drop the figures kept here of a tenant whose files were replaced (they are the old
