@@ -20,11 +20,14 @@ const crypto = require('node:crypto');
 const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
-const { fromServiceError, MnemosyneError } = require('./errors');
+const { fromServiceError, MnemosyneError, TokenInvalidError } = require('./errors');
 const { SessionTokens, roleOf, TOKEN_KEY, MAX_TENANTS } = require('./consistency');
 const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
+const {
+  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName,
+} = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
 // optional peer dependency @opentelemetry/api) and a span is active where a call is made, its W3C
@@ -39,6 +42,8 @@ try {
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
+const TOKEN_TEXT = /^[ -~]+$/; // a consistency token is printable ASCII
+const MEMBER_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const MAX_GENERATION = (1n << 63n) - 1n;
 const RETRY_BACKOFF_MS = 100;
 const DEFAULT_RETRIES = 3;
@@ -60,10 +65,11 @@ function generationFrom(metadata, key) {
   return BigInt(value);
 }
 
-function generationString(generation) {
-  const value = typeof generation === 'bigint' ? generation : BigInt(generation);
-  if (value < 0n || value > MAX_GENERATION) throw new RangeError(`generation out of range: ${value}`);
-  return value.toString(10);
+/** A generation (a BigInt, a whole number or a decimal string) as its decimal string; NUMBER_INVALID otherwise. */
+function generationString(generation, field = 'generation') {
+  const value = integer(generation, 'int64', field);
+  if (value.startsWith('-')) throw refused('NUMBER_INVALID', `${field} is ${value}; a generation is 0 or more`);
+  return value;
 }
 
 const STATUS_NAMES = { CREATED: 'created', DUPLICATE: 'duplicate', ENQUEUED: 'enqueued', INVALID: 'invalid' };
@@ -109,8 +115,8 @@ function memory(m) {
 function retainItem(item) {
   const given = typeof item === 'string' ? { text: item } : item;
   const out = { text: given.text, scope: given.scope ?? '', metadata: given.metadata ?? {}, speaker: given.speaker ?? '' };
-  if (given.occurredAt != null) out.occurred_at = timestampFrom(given.occurredAt, 'occurredAt');
-  if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: String(given.thread.position ?? 0) };
+  if (given.occurredAt != null) out.occurred_at = timestampFrom(given.occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+  if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: given.thread.position ?? 0 };
   return out;
 }
 
@@ -135,8 +141,8 @@ const WEBHOOK_KIND_PROTO = Object.fromEntries(WEBHOOK_KINDS.map((k) => [k, `WEBH
 const WEBHOOK_KIND_NAME = Object.fromEntries(Object.entries(WEBHOOK_KIND_PROTO).map(([name, proto]) => [proto, name]));
 
 function webhookKind(kind) {
-  const proto = WEBHOOK_KIND_PROTO[kind];
-  if (!proto) throw new RangeError(`unknown webhook kind ${JSON.stringify(kind)}; choose from ${WEBHOOK_KINDS.join(', ')}`);
+  const proto = typeof kind === 'string' && Object.hasOwn(WEBHOOK_KIND_PROTO, kind) ? WEBHOOK_KIND_PROTO[kind] : null;
+  if (!proto) throw unknownName('WEBHOOK_KINDS_INVALID', 'a webhook kind', WEBHOOK_KINDS, kind);
   return proto;
 }
 
@@ -231,13 +237,6 @@ function optionalNumber(message, field) {
   return message[field] === undefined || message[field] === null ? null : Number(message[field]);
 }
 
-function timestampFrom(date, field) {
-  const ms = date instanceof Date ? date.getTime() : NaN;
-  if (Number.isNaN(ms)) throw new RangeError(`${field} is not a valid Date`);
-  const seconds = Math.floor(ms / 1000);
-  return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1e6 };
-}
-
 function event(e) {
   return {
     eventId: e.event_id,
@@ -280,6 +279,7 @@ function flushResult(r) {
   };
 }
 
+const MAX_WAIT_SECONDS = 3600; // the longest a Flush or Disable waits on the server
 const HOT_PATH_METHODS = { enable: 'Enable', disable: 'Disable', status: 'Status', flush: 'Flush' };
 
 class MemoryClient {
@@ -303,7 +303,7 @@ class MemoryClient {
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)
     Object.assign(this, this._stubs(target || (this.members && this.members.get(firstMember(this.members.keys())))));
     this.token = options.token;
-    this.timeoutMs = options.timeoutMs ?? 30000;
+    this.timeoutMs = checkedTimeoutMs(options.timeoutMs ?? 30000);
     this.retries = options.retries ?? DEFAULT_RETRIES;
     this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
     this._session = (options.sessionConsistency ?? true) ? new SessionTokens(options.sessionTenants ?? MAX_TENANTS) : null;
@@ -393,6 +393,14 @@ class MemoryClient {
   async _call(stub, method, request, {
     metadata = {}, retry = false, timeoutMs = this.timeoutMs, consistencyToken,
   } = {}) {
+    request = checkedRequest(stub, method, request); // nothing is sent for a request that cannot be one
+    checkedTimeoutMs(timeoutMs);
+    if (consistencyToken && !(typeof consistencyToken === 'string' && TOKEN_TEXT.test(consistencyToken))) {
+      // No server issued it: refused as the server refuses it, before anything is sent.
+      throw new TokenInvalidError(grpc.status.INVALID_ARGUMENT, 'TOKEN_INVALID', `the consistency token `
+        + `${JSON.stringify(String(consistencyToken).slice(0, 40))} is not one this server issued (a token is printable `
+        + 'ASCII): drop it and read without it', {}, 'mnemosyne.v1');
+    }
     const role = roleOf(stub, method);
     const session = role && consistencyToken === undefined ? this._session : null;
     const sent = session ? session.outgoing(role, request.tenant) : [];
@@ -414,6 +422,12 @@ class MemoryClient {
   async _routedCall(stub, method, request, {
     metadata, retry, timeoutMs, tokens, member = '',
   }) {
+    request = checkedRequest(stub, method, request);
+    checkedTimeoutMs(timeoutMs);
+    if (member && !(typeof member === 'string' && MEMBER_ID.test(member))) {
+      throw refused('MEMBER_ID_INVALID', `member ${JSON.stringify(String(member).slice(0, 80))} is no member's id: 1-63 `
+        + "lowercase letters, digits and '-', starting with a letter or digit");
+    }
     let backoffMs = RETRY_BACKOFF_MS;
     let corrected = false;
     let sendTo = member; // '': the tenant's owner by the member list
@@ -478,8 +492,8 @@ class MemoryClient {
     scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
   } = {}) {
     const request = { tenant, text, scope, metadata, request_id: requestId ?? '', fast, speaker };
-    if (occurredAt != null) request.occurred_at = timestampFrom(occurredAt, 'occurredAt');
-    if (thread != null) request.thread = { id: thread.id ?? '', position: String(thread.position ?? 0) };
+    if (occurredAt != null) request.occurred_at = timestampFrom(occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+    if (thread != null) request.thread = { id: thread.id ?? '', position: thread.position ?? 0 };
     const { response } = await this._call(this.memory, 'Retain', request, { retry: Boolean(requestId) });
     return retainResult(response.result);
   }
@@ -513,7 +527,7 @@ class MemoryClient {
 
   /** One memory by id; `consistencyToken` as for recall. */
   async getMemory(tenant, memoryId, { consistencyToken } = {}) {
-    const { response } = await this._call(this.memory, 'GetMemory', { tenant, memory_id: String(memoryId) },
+    const { response } = await this._call(this.memory, 'GetMemory', { tenant, memory_id: memoryId },
       { retry: true, consistencyToken });
     return memory(response.memory);
   }
@@ -539,7 +553,7 @@ class MemoryClient {
   /** Erase one memory (no byte of it left in any file); false if it was forgotten already. */
   async forget(tenant, memoryId, { requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.memory, 'ForgetMemory',
-      { tenant, memory_id: String(memoryId), request_id: requestId ?? '' }, { retry: Boolean(requestId) });
+      { tenant, memory_id: memoryId, request_id: requestId ?? '' }, { retry: Boolean(requestId) });
     return response.forgotten;
   }
 
@@ -553,7 +567,7 @@ class MemoryClient {
   } = {}) {
     const { response } = await this._call(this.memory, 'UpdateMemory', {
       tenant,
-      memory_id: String(memoryId),
+      memory_id: memoryId,
       text,
       metadata: metadata ?? {},
       replace_metadata: replaceMetadata,
@@ -576,7 +590,7 @@ class MemoryClient {
 
   /** Every version of a memory, oldest first, each with the time it became current. */
   async listMemoryVersions(tenant, memoryId) {
-    const { response } = await this._call(this.memory, 'ListMemoryVersions', { tenant, memory_id: String(memoryId) },
+    const { response } = await this._call(this.memory, 'ListMemoryVersions', { tenant, memory_id: memoryId },
       { retry: true });
     return response.versions.map((v) => ({
       version: Number(v.version), text: v.text, metadata: { ...v.metadata }, at: dateFrom(v.at), current: v.current,
@@ -710,6 +724,8 @@ class MemoryClient {
    */
   async importTenant(manifest, chunks, { tenant = '', replace = false, timeoutMs = 3600000 } = {}) {
     const stub = this.admin;
+    const first = checkedRequest(stub, 'ImportTenant', { tenant, manifest, replace });
+    checkedTimeoutMs(timeoutMs);
     return new Promise((resolve, reject) => {
       const call = stub.ImportTenant(this._metadata(), { deadline: Date.now() + timeoutMs }, (err, r) => {
         if (err) reject(fromServiceError(err, this._addressOf.get(stub)));
@@ -721,7 +737,7 @@ class MemoryClient {
         }
       });
       (async () => {
-        call.write({ tenant, manifest, replace });
+        call.write(first);
         for await (const chunk of chunks) {
           if (!call.write({ chunk })) await new Promise((drained) => call.once('drain', drained));
         }
@@ -752,14 +768,16 @@ class MemoryClient {
   /** A move's last step, asked of the destination `member`: the tenant imported at `epoch` goes live. */
   async activateTenant(tenant, epoch, headHash, { member = '' } = {}) {
     const { response } = await this._routedCall(this.admin, 'ActivateTenant',
-      { tenant, epoch: String(epoch), head_hash: headHash }, { metadata: {}, retry: true, timeoutMs: this.timeoutMs, tokens: [], member });
+      { tenant, epoch: epoch, head_hash: headHash }, { metadata: {}, retry: true, timeoutMs: this.timeoutMs, tokens: [], member });
     return response.activated;
   }
 
   /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */
   async* _stream(stub, method, request, tenant, timeoutMs) {
+    const sent = checkedRequest(stub, method, request);
+    checkedTimeoutMs(timeoutMs);
     const routed = this._routed(stub, tenant);
-    const call = routed.stub[method](request, this._metadata(routed.route),
+    const call = routed.stub[method](sent, this._metadata(routed.route),
       timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs });
     call.on('error', () => {}); // the status after our own cancel() is no unhandled 'error'
     try {
@@ -785,10 +803,12 @@ class MemoryClient {
    */
   async hotPath(tenant, action, { timeoutSeconds = 0, consistencyToken = '' } = {}) {
     if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
-      throw new RangeError(`action must be one of enable, disable, status, flush; got ${JSON.stringify(action)}`);
+      throw unknownName('HOT_PATH_ACTION_INVALID', 'action', Object.keys(HOT_PATH_METHODS), action);
     }
-    // The call's own deadline must outlast the server-side wait.
-    const timeoutMs = Math.max(this.timeoutMs, ((timeoutSeconds || 30) + 10) * 1000);
+    // The call's own deadline must outlast the server-side wait (0, and what the server refuses,
+    // TIMEOUT_INVALID: 30 s).
+    const wait = timeoutSeconds > 0 && timeoutSeconds <= MAX_WAIT_SECONDS ? timeoutSeconds : 30;
+    const timeoutMs = Math.max(this.timeoutMs, (wait + 10) * 1000);
     const { response } = await this._call(this.hotPathStub, HOT_PATH_METHODS[action],
       { tenant, timeout_seconds: timeoutSeconds, ...(action === 'flush' ? { consistency_token: consistencyToken } : {}) },
       { retry: action === 'status' || action === 'flush', timeoutMs });
@@ -796,14 +816,14 @@ class MemoryClient {
   }
 
   async getEvent(tenant, eventId) {
-    const { response } = await this._call(this.events, 'GetEvent', { tenant, event_id: String(eventId) }, { retry: true });
+    const { response } = await this._call(this.events, 'GetEvent', { tenant, event_id: eventId }, { retry: true });
     return event(response);
   }
 
   /** One page of events in id order; `status` one of 'pending', 'running', 'succeeded', 'failed'. */
   async listEvents(tenant, { status, acceptedAfter, pageSize = 100, pageToken = '' } = {}) {
     if (status != null && !Object.hasOwn(EVENT_STATUS_BY_NAME, status)) {
-      throw new RangeError(`status must be one of ${Object.keys(EVENT_STATUS_BY_NAME).join(', ')}; got ${JSON.stringify(status)}`);
+      throw unknownName('EVENT_STATUS_INVALID', 'status', Object.keys(EVENT_STATUS_BY_NAME), status);
     }
     const request = {
       tenant,
@@ -811,7 +831,7 @@ class MemoryClient {
       page_size: pageSize,
       page_token: pageToken,
     };
-    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter, 'acceptedAfter');
+    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter, 'acceptedAfter', 'TIMESTAMP_INVALID');
     const { response } = await this._call(this.events, 'ListEvents', request, { retry: true });
     return { events: response.events.map(event), nextPageToken: response.next_page_token };
   }
@@ -824,9 +844,11 @@ class MemoryClient {
    * A stream is not repeated by itself: resume it with `afterSequence`.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
+    const request = checkedRequest(this.events, 'WatchEvents', { tenant, after_event_id: afterEventId, after_sequence: afterSequence });
+    checkedTimeoutMs(timeoutMs);
     const routed = this._routed(this.events, tenant);
     const call = routed.stub.WatchEvents(
-      { tenant, after_event_id: String(afterEventId), after_sequence: String(afterSequence) },
+      request,
       this._metadata(routed.route), timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs },
     );
     // The status that follows our own cancel() must not become an unhandled 'error' event.
@@ -907,7 +929,7 @@ class MemoryClient {
    * server then fails with OBSERVATION_MISSING): there is no "latest" default.
    */
   async updateGlobal(tenant, content, { observedGeneration, requestId = newRequestId() } = {}) {
-    const extra = observedGeneration == null ? {} : { [GLOBAL_GENERATION_KEY]: generationString(observedGeneration) };
+    const extra = observedGeneration == null ? {} : { [GLOBAL_GENERATION_KEY]: generationString(observedGeneration, 'observedGeneration') };
     const { trailingMetadata } = await this._call(this.workspace, 'UpdateGlobal',
       { tenant, content, request_id: requestId ?? '' }, { metadata: extra, retry: Boolean(requestId) });
     return generationFrom(trailingMetadata, GLOBAL_GENERATION_KEY);
@@ -915,7 +937,7 @@ class MemoryClient {
 
   /** Apply [{op: 'put'|'delete', key, content}] to a workspace as one generation. */
   async updateWorkspace(tenant, workspace, changes, { observedGeneration, requestId = newRequestId() } = {}) {
-    const extra = observedGeneration == null ? {} : { [WORKSPACE_GENERATION_KEY]: generationString(observedGeneration) };
+    const extra = observedGeneration == null ? {} : { [WORKSPACE_GENERATION_KEY]: generationString(observedGeneration, 'observedGeneration') };
     const { response, trailingMetadata } = await this._call(this.workspace, 'UpdateWorkspace', {
       tenant,
       workspace,
@@ -952,7 +974,7 @@ class MemoryClient {
    */
   async editRecords(tenant, scope, changes, expectedGeneration, { requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.workspace, 'EditRecords', {
-      tenant, scope, expected_generation: generationString(expectedGeneration), changes: changes.map(recordChange), request_id: requestId ?? '',
+      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: changes.map(recordChange), request_id: requestId ?? '',
     }, { retry: Boolean(requestId) });
     return BigInt(response.generation);
   }
@@ -960,7 +982,7 @@ class MemoryClient {
   /** A consolidation's changes under `receiptId` (applied once, however often it is sent). */
   async consolidate(tenant, scope, changes, expectedGeneration, receiptId) {
     const { response } = await this._call(this.workspace, 'Consolidate', {
-      tenant, scope, expected_generation: generationString(expectedGeneration), changes: changes.map(recordChange), receipt_id: receiptId,
+      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: changes.map(recordChange), receipt_id: receiptId,
     }, { retry: true });
     return { generation: BigInt(response.generation), alreadyApplied: response.already_applied };
   }
@@ -1016,7 +1038,7 @@ class MemoryClient {
 
   /** Every revision of a memory, oldest first: who, which surface, when, what changed, its ledger entry. */
   async listMemoryRevisions(tenant, memoryId) {
-    const { response } = await this._call(this.memory, 'ListMemoryRevisions', { tenant, memory_id: String(memoryId) },
+    const { response } = await this._call(this.memory, 'ListMemoryRevisions', { tenant, memory_id: memoryId },
       { retry: true });
     return response.revisions.map(memoryRevision);
   }
@@ -1024,7 +1046,7 @@ class MemoryClient {
   /** Restore a memory's text and metadata of `revision`, as a new revision (history is never rewritten). */
   async revertMemory(tenant, memoryId, revision, { requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.memory, 'RevertMemory', {
-      tenant, memory_id: String(memoryId), revision, request_id: requestId ?? '',
+      tenant, memory_id: memoryId, revision, request_id: requestId ?? '',
     }, { retry: Boolean(requestId) });
     return { memory: memory(response.memory), revision: response.revision };
   }
@@ -1037,8 +1059,8 @@ class MemoryClient {
 
   /** Set the tenant's expiry policy; `graceSeconds` left out keeps the current grace. */
   async setExpiryPolicy(tenant, { defaultTtlSeconds = 0, updateExtends = false, graceSeconds } = {}) {
-    const policy = { default_ttl_seconds: String(defaultTtlSeconds), update_extends: updateExtends };
-    if (graceSeconds !== undefined) policy.grace_seconds = String(graceSeconds);
+    const policy = { default_ttl_seconds: defaultTtlSeconds, update_extends: updateExtends };
+    if (graceSeconds !== undefined) policy.grace_seconds = graceSeconds;
     const { response } = await this._call(this.memory, 'SetExpiryPolicy', { tenant, policy }, { retry: true });
     return expiryPolicy(response.policy);
   }
@@ -1052,7 +1074,7 @@ class MemoryClient {
   /** Put back a record's content as of `generation`, at `expectedGeneration` (the scope's new generation). */
   async revertRecord(tenant, scope, key, generation, expectedGeneration, { requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.workspace, 'RevertRecord', {
-      tenant, scope, key, generation: generationString(generation), expected_generation: generationString(expectedGeneration),
+      tenant, scope, key, generation: generationString(generation), expected_generation: generationString(expectedGeneration, 'expectedGeneration'),
       request_id: requestId ?? '',
     }, { retry: Boolean(requestId) });
     return BigInt(response.generation);
@@ -1080,7 +1102,7 @@ class MemoryClient {
 
   /** Delete a subscription and its pending deliveries; false when there was none of that id. */
   async deleteWebhook(tenant, webhookId) {
-    const { response } = await this._call(this.webhooks, 'DeleteWebhook', { tenant, webhook_id: String(webhookId) },
+    const { response } = await this._call(this.webhooks, 'DeleteWebhook', { tenant, webhook_id: webhookId },
       { retry: true });
     return response.deleted;
   }
@@ -1088,14 +1110,14 @@ class MemoryClient {
   /** Add a signing secret (`secret`, or one made) and retire `retireSecretIds`; {webhook, secrets}. */
   async rotateWebhookSecret(tenant, webhookId, { secret = '', retireSecretIds = [] } = {}) {
     const { response } = await this._call(this.webhooks, 'RotateWebhookSecret', {
-      tenant, webhook_id: String(webhookId), secret, retire_secret_ids: retireSecretIds.map(String),
+      tenant, webhook_id: webhookId, secret, retire_secret_ids: retireSecretIds,
     });
     return { webhook: webhook(response.webhook), secrets: response.secret ? [response.secret] : [] };
   }
 
   /** Deliver again after a pause: its pending deliveries are due at once. */
   async resumeWebhook(tenant, webhookId) {
-    const { response } = await this._call(this.webhooks, 'ResumeWebhook', { tenant, webhook_id: String(webhookId) },
+    const { response } = await this._call(this.webhooks, 'ResumeWebhook', { tenant, webhook_id: webhookId },
       { retry: true });
     return webhook(response.webhook);
   }
@@ -1103,7 +1125,7 @@ class MemoryClient {
   /** A subscription's delivery log, newest first, a page at a time. */
   async listWebhookDeliveries(tenant, webhookId, { pageSize = 0, pageToken = '' } = {}) {
     const { response } = await this._call(this.webhooks, 'ListWebhookDeliveries', {
-      tenant, webhook_id: String(webhookId), page_size: pageSize, page_token: pageToken,
+      tenant, webhook_id: webhookId, page_size: pageSize, page_token: pageToken,
     }, { retry: true });
     return { deliveries: response.deliveries.map(webhookDelivery), nextPageToken: response.next_page_token };
   }

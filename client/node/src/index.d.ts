@@ -492,6 +492,18 @@ export declare class MnemosyneError extends Error {
 }
 
 /**
+ * INVALID_ARGUMENT: arguments that make no request, refused before anything is sent, with the
+ * reason the server gives the same fault: REQUEST_UNDECODABLE (a text holding a lone surrogate),
+ * NUMBER_INVALID (an integer field given 1.5, NaN, 1e300 or a value past its range),
+ * OCCURRED_AT_INVALID / EXPIRES_AT_INVALID / TIMESTAMP_INVALID (no valid Date, or outside the years
+ * 1 to 9999), TIMEOUT_INVALID (a deadline not more than 0 and at most a year), MEMBER_ID_INVALID,
+ * HOT_PATH_ACTION_INVALID, EVENT_STATUS_INVALID, WEBHOOK_KINDS_INVALID.
+ */
+export declare class RequestInvalidError extends MnemosyneError {
+  constructor(reason: string, message: string);
+}
+
+/**
  * The consistency-token refusals, each a MnemosyneError (docs/polyglot.md). After the first three
  * the client has dropped its token for the tenant (its writes are gone: read again, write again
  * what you still need); after ConsistencyDeadlineExceededError it keeps it (the writes are still

@@ -7,10 +7,11 @@ const {
   MnemosyneError, TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, fromServiceError,
 } = require('./errors');
 const { MemoryHost, renderContext } = require('./host');
+const { RequestInvalidError } = require('./unsendable');
 const { ownerOf } = require('./routing');
 
 module.exports = {
   MemoryClient, MemoryHost, MnemosyneError, fromServiceError,
-  TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, renderContext, newRequestId,
+  RequestInvalidError, TokenInvalidError, TokenForeignError, TimelineChangedError, ConsistencyDeadlineExceededError, renderContext, newRequestId,
   GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, WEBHOOK_KINDS, ownerOf,
 };

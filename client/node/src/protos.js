@@ -28,15 +28,15 @@ const LOADER_OPTIONS = {
   includeDirs: [PROTO_ROOT, GOOGLE_PROTO_ROOT],
 };
 
+// The files of the services, under PROTO_ROOT.
+const SERVICE_FILES = ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto',
+  'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto', 'mnemosyne/v1/webhooks.proto'];
+
 let services;
 /** The grpc-js service constructors of every service: Memory, Workspace, Admin, Events, HotPath, Webhook. */
 function loadServices() {
   if (!services) {
-    const definition = protoLoader.loadSync(
-      ['mnemosyne/v1/memory.proto', 'mnemosyne/v1/workspace.proto', 'mnemosyne/v1/admin.proto',
-        'mnemosyne/v1/events.proto', 'mnemosyne/v1/hot_path.proto', 'mnemosyne/v1/webhooks.proto'],
-      LOADER_OPTIONS,
-    );
+    const definition = protoLoader.loadSync(SERVICE_FILES, LOADER_OPTIONS);
     const v1 = grpc.loadPackageDefinition(definition).mnemosyne.v1;
     services = {
       MemoryService: v1.MemoryService,
@@ -48,6 +48,23 @@ function loadServices() {
     };
   }
   return services;
+}
+
+let serviceRoot;
+/** The services' protos as one resolved protobufjs Root (their message types, field by field). */
+function loadServiceRoot() {
+  if (!serviceRoot) {
+    const root = new protobuf.Root();
+    root.resolvePath = (_origin, target) => {
+      if (path.isAbsolute(target)) return target;
+      if (target.startsWith('google/protobuf/')) return target; // protobufjs built-ins
+      const own = path.join(PROTO_ROOT, target);
+      return fs.existsSync(own) ? own : path.join(GOOGLE_PROTO_ROOT, target);
+    };
+    root.loadSync(SERVICE_FILES, { keepCase: true });
+    serviceRoot = root.resolveAll();
+  }
+  return serviceRoot;
 }
 
 let statusTypes;
@@ -71,5 +88,5 @@ function loadStatusTypes() {
 }
 
 module.exports = {
-  PROTO_ROOT, BUNDLED_PROTO_ROOT, REPOSITORY_PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, loadServices, loadStatusTypes,
+  PROTO_ROOT, BUNDLED_PROTO_ROOT, REPOSITORY_PROTO_ROOT, GOOGLE_PROTO_ROOT, LOADER_OPTIONS, SERVICE_FILES, loadServices, loadServiceRoot, loadStatusTypes,
 };

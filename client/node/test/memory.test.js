@@ -115,7 +115,8 @@ test('when, where in a thread and who: retained and recalled', async () => {
 });
 
 test('a bad time or speaker is refused with its reason', async () => {
-  await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: new Date('not a date') }), RangeError);
+  await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: new Date('not a date') }),
+    { name: 'RequestInvalidError', reason: 'OCCURRED_AT_INVALID' });
   await assert.rejects(client.retain(uniqueTenant(), 'x', { speaker: 'Ca\u0000roline' }), (err) => {
     assert.ok(err instanceof MnemosyneError);
     assert.equal(err.code, grpc.status.INVALID_ARGUMENT);

@@ -1,0 +1,177 @@
+'use strict';
+// Arguments that make no request, refused before anything is sent (the Python client's
+// client/unsendable.py is the same rule), with a RequestInvalidError (a MnemosyneError,
+// INVALID_ARGUMENT) carrying the reason the server gives the same fault:
+//   REQUEST_UNDECODABLE  a text holding a lone surrogate (UTF-8 cannot encode it; protobufjs would
+//                        send bytes no server decodes)
+//   NUMBER_INVALID       an integer field given a value that is no whole number of its range
+//                        (1.5, NaN, 1e300, 2**64, a BigInt past 64 bits): protobufjs would truncate
+//                        or wrap it (2**64 became 384, 1.5 became 1) or fail as INTERNAL
+//   OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID
+//                        a time that is no valid Date, or outside the years 1 to 9999
+//   TIMEOUT_INVALID      a deadline that is not more than 0 and at most a year (grpc-js throws,
+//                        outside the call's promise, for one past its range)
+// Every request is checked against its message type in the protos (`checkedRequest`), so a new
+// field or method is covered.
+const grpc = require('@grpc/grpc-js');
+const { MnemosyneError } = require('./errors');
+const { loadServiceRoot } = require('./protos');
+
+class RequestInvalidError extends MnemosyneError {
+  constructor(reason, message) {
+    super(grpc.status.INVALID_ARGUMENT, reason, message, {}, 'mnemosyne.v1');
+  }
+}
+
+function refused(reason, message) {
+  return new RequestInvalidError(reason, message);
+}
+
+/** A value as the caller gave it, short, for a message. */
+function shown(value) {
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'string') return JSON.stringify(value.slice(0, 40));
+  if (value instanceof Date) return `Date(${value.getTime()})`;
+  return String(value).slice(0, 40);
+}
+
+const INTEGERS = {
+  int32: [-(2n ** 31n), 2n ** 31n - 1n],
+  sint32: [-(2n ** 31n), 2n ** 31n - 1n],
+  sfixed32: [-(2n ** 31n), 2n ** 31n - 1n],
+  uint32: [0n, 2n ** 32n - 1n],
+  fixed32: [0n, 2n ** 32n - 1n],
+  int64: [-(2n ** 63n), 2n ** 63n - 1n],
+  sint64: [-(2n ** 63n), 2n ** 63n - 1n],
+  sfixed64: [-(2n ** 63n), 2n ** 63n - 1n],
+  uint64: [0n, 2n ** 64n - 1n],
+  fixed64: [0n, 2n ** 64n - 1n],
+};
+const WIDE = new Set(['int64', 'sint64', 'sfixed64', 'uint64', 'fixed64']);
+
+/**
+ * `value` as the integer field `field` (of protobuf type `type`) sends it exactly: a decimal
+ * string for a 64-bit field, a number for a 32-bit one; refused NUMBER_INVALID when it is no
+ * whole number of the field's range. A number, a BigInt or a decimal string are taken.
+ */
+function integer(value, type, field) {
+  let whole = null;
+  if (typeof value === 'bigint') whole = value;
+  else if (typeof value === 'number' && Number.isInteger(value)) whole = BigInt(value);
+  else if (typeof value === 'string' && /^-?[0-9]{1,40}$/.test(value)) whole = BigInt(value);
+  const [low, high] = INTEGERS[type];
+  if (whole === null || whole < low || whole > high) {
+    throw refused('NUMBER_INVALID', `${field} is ${shown(value)}; it must be a whole number from ${low} to ${high} `
+      + `(ids and sizes are 64-bit, k and limits 32-bit integers)`);
+  }
+  return WIDE.has(type) ? whole.toString(10) : Number(whole);
+}
+
+/** `value` when it is well-formed Unicode; refused REQUEST_UNDECODABLE when it holds a lone surrogate. */
+function text(value, field) {
+  if (typeof value !== 'string' || value.isWellFormed()) return value;
+  let at = 0;
+  for (; at < value.length; at += 1) {
+    const code = value.charCodeAt(at);
+    if (code >= 0xd800 && code <= 0xdbff && at + 1 < value.length && (value.charCodeAt(at + 1) & 0xfc00) === 0xdc00) at += 1;
+    else if (code >= 0xd800 && code <= 0xdfff) break;
+  }
+  throw refused('REQUEST_UNDECODABLE', `${field} holds "\\u${value.charCodeAt(at).toString(16)}" (a lone surrogate) `
+    + `at ${at}, which UTF-8 cannot encode: send valid Unicode (a surrogate pair joined into one character)`);
+}
+
+// The first and last second a google.protobuf.Timestamp holds: 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z.
+const FIRST_SECOND = -62135596800;
+const LAST_SECOND = 253402300799;
+const TIME_REASONS = { occurred_at: 'OCCURRED_AT_INVALID', expires_at: 'EXPIRES_AT_INVALID' };
+
+/** The reason a time in the field `name` is refused with, as the server names it. */
+function timeReason(name) {
+  return TIME_REASONS[name] ?? 'TIMESTAMP_INVALID';
+}
+
+/**
+ * `date` (a Date) as a google.protobuf.Timestamp; refused with `reason` when it is no valid Date
+ * or outside the years 1 to 9999.
+ */
+function timestampFrom(date, field, reason) {
+  const ms = date instanceof Date ? date.getTime() : NaN;
+  const seconds = Math.floor(ms / 1000);
+  if (!(seconds >= FIRST_SECOND && seconds <= LAST_SECOND)) { // false for NaN too
+    throw refused(reason, `${field} is ${shown(date)}; give a valid Date between 0001-01-01T00:00:00Z and `
+      + '9999-12-31T23:59:59Z');
+  }
+  return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1e6 };
+}
+
+function checkedTimestamp(value, field, name) {
+  const seconds = value.seconds == null ? 0n : BigInt(integer(value.seconds, 'int64', `${field}.seconds`));
+  if (seconds < BigInt(FIRST_SECOND) || seconds > BigInt(LAST_SECOND)) {
+    throw refused(timeReason(name), `${field} is ${seconds} unix seconds; a time is between ${FIRST_SECOND} `
+      + `(0001-01-01T00:00:00Z) and ${LAST_SECOND} (9999-12-31T23:59:59Z)`);
+  }
+  return { ...value, seconds: seconds.toString(10), nanos: value.nanos == null ? 0 : integer(value.nanos, 'int32', `${field}.nanos`) };
+}
+
+/** One field's value (not repeated) of `field` (a protobufjs Field) as sent. */
+function fieldValue(field, value, where) {
+  if (value === undefined || value === null) return value;
+  if (field.type === 'string') return text(value, where);
+  if (Object.hasOwn(INTEGERS, field.type)) return integer(value, field.type, where);
+  if (field.resolvedType && field.resolvedType.fields && typeof value === 'object' && !Buffer.isBuffer(value)) {
+    if (field.resolvedType.fullName === '.google.protobuf.Timestamp') return checkedTimestamp(value, where, field.name);
+    return message(field.resolvedType, value, where);
+  }
+  return value;
+}
+
+/** `value` (a plain object of `type`, a protobufjs Type) with every field checked and made exact. */
+function message(type, value, where = '') {
+  const out = { ...value };
+  for (const field of type.fieldsArray) {
+    const given = value[field.name];
+    if (given === undefined || given === null) continue;
+    const name = where ? `${where}.${field.name}` : field.name;
+    if (field.map && typeof given === 'object') {
+      const entries = given instanceof Map ? [...given] : Object.entries(given);
+      out[field.name] = Object.fromEntries(entries.map(([k, v]) => [text(k, `${name} key`), fieldValue(field, v, `${name}[${JSON.stringify(k)}]`)]));
+    } else if (field.repeated && Array.isArray(given)) {
+      out[field.name] = given.map((v, i) => fieldValue(field, v, `${name}[${i}]`));
+    } else {
+      out[field.name] = fieldValue(field, given, name);
+    }
+  }
+  return out;
+}
+
+/** The request of `method` of `stub` (a grpc-js client) as it is sent, or a RequestInvalidError. */
+function checkedRequest(stub, method, request) {
+  const definition = stub.constructor.service[method];
+  const [, service, name] = definition.path.split('/');
+  const type = loadServiceRoot().lookupService(service).methods[name].resolvedRequestType;
+  return message(type, request);
+}
+
+// The longest deadline a call takes (a year): grpc-js cannot send one past ~11,000 years, and
+// throws outside the call's promise, ending the process.
+const MAX_TIMEOUT_MS = 365 * 24 * 3600 * 1000;
+
+/** `timeoutMs` when it can be a call's deadline (null/undefined: none), else TIMEOUT_INVALID. */
+function checkedTimeoutMs(timeoutMs, field = 'timeoutMs') {
+  if (timeoutMs == null) return timeoutMs;
+  if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) { // false for NaN too
+    throw refused('TIMEOUT_INVALID', `${field} is ${shown(timeoutMs)} milliseconds; a call's deadline is more than 0 `
+      + `and at most ${MAX_TIMEOUT_MS} (a year)`);
+  }
+  return timeoutMs;
+}
+
+/** The refusal of `given` as `what` (an action, a status, a kind), which is one of `names`. */
+function unknownName(reason, what, names, given) {
+  return refused(reason, `${what} must be one of ${[...names].join(', ')}; got ${shown(String(given))}`);
+}
+
+module.exports = {
+  RequestInvalidError, refused, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
+  MAX_TIMEOUT_MS,
+};

@@ -1,0 +1,182 @@
+'use strict';
+// Arguments that make no request are refused before anything is sent, with a RequestInvalidError
+// carrying the reason the server gives the same fault (the Python client's
+// tests/test_client_refusals.py is the same promise): every slot of each kind below (a text, an
+// integer, a time, a deadline, a name, a member id, a consistency token) is given each hostile
+// value of its kind. Before, protobufjs sent a lone surrogate as bytes no server decodes, wrapped
+// or truncated numbers (a memory id of 2**64 read memory 384, 1.5 read memory 1, k 2**40 recalled),
+// failed a BigInt k as INTERNAL, a bad Date was a RangeError, and a deadline past grpc-js's range
+// threw outside the call's promise, ending the process.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const grpc = require('@grpc/grpc-js');
+const { MemoryClient, RequestInvalidError, TokenInvalidError } = require('../src');
+const { startServer, uniqueTenant } = require('../test-support/support');
+
+let server;
+let client;
+test.before(async () => {
+  server = await startServer();
+  client = new MemoryClient(server.target, { timeoutMs: 20000 });
+});
+test.after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+const TENANT = uniqueTenant(); // never made: nothing is sent for it
+const MANIFEST = { tenant: TENANT, files: [] };
+
+async function drained(stream) {
+  for await (const part of stream) { void part; break; }
+}
+
+const HOSTILE = {
+  text: ['x\ud800', '\udfffy', 'a\ud83d\ude00b\udc00'],
+  integer: [2 ** 64, -(2 ** 64), 2n ** 64n, -(2n ** 64n), 1.5, NaN, Infinity, -Infinity, 1e300, 'abc', '1.5', true],
+  date: [new Date(NaN), new Date(8.64e15), new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), 'yesterday', 5],
+  timeoutMs: [NaN, Infinity, -Infinity, -1, 0, 1e300, 2 ** 40, '1000'],
+  name: ['pause', '', 'STATUS', 'constructor', 'toString'],
+  member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64)],
+  token: ['a\nb', 'é', 'x\ud800', '\u0000'],
+};
+
+// [kind, slot, call(value), reason (default: the kind's)]
+const REASONS = {
+  text: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
+};
+const SLOTS = [
+  ['text', 'retain tenant', (v) => client.retain(v, 'tea')],
+  ['text', 'retain text', (v) => client.retain(TENANT, v)],
+  ['text', 'retain scope', (v) => client.retain(TENANT, 'tea', { scope: v })],
+  ['text', 'retain metadata key', (v) => client.retain(TENANT, 'tea', { metadata: { [v]: 'x' } })],
+  ['text', 'retain metadata value', (v) => client.retain(TENANT, 'tea', { metadata: { k: v } })],
+  ['text', 'retain speaker', (v) => client.retain(TENANT, 'tea', { speaker: v })],
+  ['text', 'retain requestId', (v) => client.retain(TENANT, 'tea', { requestId: v })],
+  ['text', 'retain thread id', (v) => client.retain(TENANT, 'tea', { thread: { id: v, position: 1 } })],
+  ['text', 'retainBatch item', (v) => client.retainBatch(TENANT, ['tea', v])],
+  ['text', 'recall query', (v) => client.recall(TENANT, v)],
+  ['text', 'recall scopes', (v) => client.recall(TENANT, 'tea', { scopes: [v] })],
+  ['text', 'listMemories pageToken', (v) => client.listMemories(TENANT, { pageToken: v })],
+  ['text', 'updateMemory text', (v) => client.updateMemory(TENANT, 1, { text: v })],
+  ['text', 'getRecord key', (v) => client.getRecord(TENANT, 'global', v)],
+  ['text', 'updateGlobal content', (v) => client.updateGlobal(TENANT, v, { observedGeneration: 0 })],
+  ['text', 'updateWorkspace key', (v) => client.updateWorkspace(TENANT, 'w', [{ op: 'put', key: v, content: 'x' }], { observedGeneration: 0 })],
+  ['text', 'assembleContext workspace', (v) => client.assembleContext(TENANT, v)],
+  ['text', 'consolidate receiptId', (v) => client.consolidate(TENANT, 'global', [], 0, v)],
+  ['text', 'createWebhook url', (v) => client.createWebhook(TENANT, v, ['memory.created'])],
+  ['text', 'hotPath flush consistencyToken', (v) => client.hotPath(TENANT, 'flush', { consistencyToken: v })],
+  ['text', 'eraseTenant tenant', (v) => client.eraseTenant(v)],
+  ['text', 'backup tenants', (v) => drained(client.backup({ tenants: [v] }))],
+  ['text', 'exportTenant tenant', (v) => drained(client.exportTenant(v))],
+  ['text', 'watchEvents tenant', (v) => drained(client.watchEvents(v, { timeoutMs: 5000 }))],
+  ['text', 'importTenant tenant', (v) => client.importTenant(MANIFEST, [], { tenant: v })],
+  ['text', 'moveTenant destination', (v) => client.moveTenant(TENANT, v)],
+  ['integer', 'recall k', (v) => client.recall(TENANT, 'tea', { k: v })],
+  ['integer', 'retain thread position', (v) => client.retain(TENANT, 'tea', { thread: { id: 's', position: v } })],
+  ['integer', 'retainBatch thread position', (v) => client.retainBatch(TENANT, [{ text: 'tea', thread: { id: 's', position: v } }])],
+  ['integer', 'getMemory id', (v) => client.getMemory(TENANT, v)],
+  ['integer', 'forget id', (v) => client.forget(TENANT, v)],
+  ['integer', 'updateMemory id', (v) => client.updateMemory(TENANT, v, { text: 'x' })],
+  ['integer', 'listMemoryVersions id', (v) => client.listMemoryVersions(TENANT, v)],
+  ['integer', 'revertMemory revision', (v) => client.revertMemory(TENANT, 1, v)],
+  ['integer', 'listMemories pageSize', (v) => client.listMemories(TENANT, { pageSize: v })],
+  ['integer', 'getEvent id', (v) => client.getEvent(TENANT, v)],
+  ['integer', 'listEvents pageSize', (v) => client.listEvents(TENANT, { pageSize: v })],
+  ['integer', 'watchEvents afterSequence', (v) => drained(client.watchEvents(TENANT, { afterSequence: v, timeoutMs: 5000 }))],
+  ['integer', 'watchEvents afterEventId', (v) => drained(client.watchEvents(TENANT, { afterEventId: v, timeoutMs: 5000 }))],
+  ['integer', 'updateGlobal observedGeneration', (v) => client.updateGlobal(TENANT, 'x', { observedGeneration: v })],
+  ['integer', 'editRecords expectedGeneration', (v) => client.editRecords(TENANT, 'global', [], v)],
+  ['integer', 'revertRecord generation', (v) => client.revertRecord(TENANT, 'global', 'k', v, 0)],
+  ['integer', 'setExpiryPolicy defaultTtlSeconds', (v) => client.setExpiryPolicy(TENANT, { defaultTtlSeconds: v })],
+  ['integer', 'setExpiryPolicy graceSeconds', (v) => client.setExpiryPolicy(TENANT, { graceSeconds: v })],
+  ['integer', 'listTenants pageSize', (v) => client.listTenants({ pageSize: v })],
+  ['integer', 'listTenantFigures limit', (v) => client.listTenantFigures({ limit: v })],
+  ['integer', 'reembedTenant chunkSize', (v) => client.reembedTenant(TENANT, 'hashing', { chunkSize: v })],
+  ['integer', 'aggregateStats chunkSize', (v) => client.aggregateStats({ chunkSize: v })],
+  ['integer', 'activateTenant epoch', (v) => client.activateTenant(TENANT, v, 'h')],
+  ['integer', 'deleteWebhook id', (v) => client.deleteWebhook(TENANT, v)],
+  ['integer', 'rotateWebhookSecret retireSecretIds', (v) => client.rotateWebhookSecret(TENANT, 1, { retireSecretIds: [v] })],
+  ['integer', 'listWebhookDeliveries pageSize', (v) => client.listWebhookDeliveries(TENANT, 1, { pageSize: v })],
+  ['date', 'retain occurredAt', (v) => client.retain(TENANT, 'tea', { occurredAt: v }), 'OCCURRED_AT_INVALID'],
+  ['date', 'retainBatch occurredAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', occurredAt: v }]), 'OCCURRED_AT_INVALID'],
+  ['date', 'listEvents acceptedAfter', (v) => client.listEvents(TENANT, { acceptedAfter: v }), 'TIMESTAMP_INVALID'],
+  ['timeoutMs', 'the client timeoutMs', async (v) => new MemoryClient(server.target, { timeoutMs: v }).ping()],
+  ['timeoutMs', 'watchEvents timeoutMs', (v) => drained(client.watchEvents(TENANT, { timeoutMs: v }))],
+  ['timeoutMs', 'backup timeoutMs', (v) => drained(client.backup({ tenants: [TENANT], timeoutMs: v }))],
+  ['timeoutMs', 'exportTenant timeoutMs', (v) => drained(client.exportTenant(TENANT, { timeoutMs: v }))],
+  ['timeoutMs', 'aggregateStats timeoutMs', (v) => client.aggregateStats({ timeoutMs: v })],
+  ['timeoutMs', 'importTenant timeoutMs', (v) => client.importTenant(MANIFEST, [], { timeoutMs: v })],
+  ['timeoutMs', 'moveTenant timeoutMs', (v) => client.moveTenant(TENANT, 'm2', { timeoutMs: v })],
+  ['name', 'hotPath action', (v) => client.hotPath(TENANT, v), 'HOT_PATH_ACTION_INVALID'],
+  ['name', 'listEvents status', (v) => client.listEvents(TENANT, { status: v }), 'EVENT_STATUS_INVALID'],
+  ['name', 'createWebhook kinds', (v) => client.createWebhook(TENANT, 'https://hooks.example.com/in', [v]), 'WEBHOOK_KINDS_INVALID'],
+  ['member', 'moveTenant member', (v) => client.moveTenant(TENANT, 'm2', { member: v })],
+  ['member', 'activateTenant member', (v) => client.activateTenant(TENANT, 1, 'h', { member: v })],
+  ['token', 'recall consistencyToken', (v) => client.recall(TENANT, 'tea', { consistencyToken: v })],
+  ['token', 'getMemory consistencyToken', (v) => client.getMemory(TENANT, 1, { consistencyToken: v })],
+  ['token', 'listMemories consistencyToken', (v) => client.listMemories(TENANT, { consistencyToken: v })],
+  ['token', 'assembleContext consistencyToken', (v) => client.assembleContext(TENANT, 'w', { consistencyToken: v })],
+];
+
+function shown(value) {
+  return typeof value === 'bigint' ? `${value}n` : JSON.stringify(value) ?? String(value);
+}
+
+test('every hostile argument is refused before sending, with the reason the server gives it', async () => {
+  const wrong = [];
+  for (const [kind, slot, call, reason = REASONS[kind]] of SLOTS) {
+    for (const value of HOSTILE[kind]) {
+      let outcome;
+      try {
+        await call(value);
+        outcome = 'answered';
+      } catch (err) {
+        const expected = kind === 'token' ? TokenInvalidError : RequestInvalidError;
+        outcome = err instanceof expected && err.code === grpc.status.INVALID_ARGUMENT && err.reason === reason
+          ? 'refused' : `${err.name} ${err.reason ?? ''}: ${String(err.message).slice(0, 120)}`;
+      }
+      if (outcome !== 'refused') wrong.push(`${slot} = ${shown(value)}: ${outcome}`);
+    }
+  }
+  assert.deepEqual(wrong, []);
+  // Nothing was sent: the tenant was never made.
+  assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
+});
+
+test('a lone surrogate is named where it is; a well-formed pair goes as it is', async () => {
+  await assert.rejects(client.retain(TENANT, 'tea \ud83d\ude00 and \ud800'), (err) => {
+    assert.ok(err instanceof RequestInvalidError);
+    assert.match(err.details, /^text holds "\\ud800" \(a lone surrogate\) at 11/);
+    return true;
+  });
+  const tenant = uniqueTenant();
+  const stored = await client.retain(tenant, 'tea \ud83d\ude00');
+  assert.equal((await client.getMemory(tenant, stored.memoryId)).text, 'tea \ud83d\ude00');
+});
+
+test('a whole number goes exactly, as a number, a BigInt or a decimal string', async () => {
+  const tenant = uniqueTenant();
+  await client.retain(tenant, 'tea');
+  // 2**62 as a number is exact; String() would have sent 4611686018427388000.
+  for (const id of [2 ** 62, 2n ** 62n, '4611686018427387904']) {
+    await assert.rejects(client.getMemory(tenant, id), (err) => {
+      assert.equal(err.reason, 'MEMORY_NOT_FOUND');
+      assert.match(err.details, /memory 4611686018427387904 does not exist/);
+      return true;
+    });
+  }
+  assert.ok(Array.isArray(await client.recall(tenant, 'tea', { k: 3n })));
+  const stored = await client.retain(tenant, 'coffee', { thread: { id: 's', position: 2n ** 53n - 1n } });
+  assert.equal((await client.getMemory(tenant, stored.memoryId)).thread.position, String(2 ** 53 - 1));
+});
+
+test('a hot-path wait the server refuses is its answer, never a deadline grpc-js cannot send', async () => {
+  for (const timeoutSeconds of [1e300, 2 ** 40, Infinity, NaN, -5]) {
+    await assert.rejects(client.hotPath(TENANT, 'flush', { timeoutSeconds }), (err) => {
+      assert.equal(err.code, grpc.status.INVALID_ARGUMENT, String(err));
+      assert.equal(err.reason, 'TIMEOUT_INVALID');
+      return true;
+    });
+  }
+});
