@@ -365,3 +365,37 @@ def test_inspect_and_oplog_name_a_tenant_file_they_cannot_read_in_one_line(tmp_p
         )
         line = _last_line_only_error(result)
         assert f"{tenant}.sqlite is damaged" in line and line.endswith("[TENANT_CORRUPT]"), line
+
+
+def _unreadable_kinds(tmp_path: Path) -> dict[str, Path]:
+    os.mkfifo(tmp_path / "fifo")
+    return {"a FIFO": tmp_path / "fifo", "a device": Path("/dev/zero")}
+
+
+# A flag naming a file to read: (the command with FILE for it, the reason of its one line).
+FILES_READ = {
+    "--token-file": (["health", "--target", "127.0.0.1:1", "--token-file", "FILE"], "TOKEN_FILE_UNREADABLE"),
+    "--tls-ca": (["health", "--target", "127.0.0.1:1", "--tls-ca", "FILE"], "CONFIG_INVALID"),
+    "--tls-cert": (["export", "--target", "127.0.0.1:1", "--tenant", "t", "--to", "a.tar"], "CONFIG_INVALID"),
+    "import --from": (["import", "--target", "127.0.0.1:1", "--from", "FILE"], "ARCHIVE_INVALID"),
+    "rebalance --from @": (["rebalance", "--from", "@FILE", "--to", "m1=127.0.0.1:1"], "CONFIG_INVALID"),
+    "serve --tokens-file": (["serve", "--tokens-file", "FILE"], "TOKENS_FILE_INVALID"),
+    "serve --members @": (["serve", "--member", "m0", "--members", "@FILE"], "CONFIG_INVALID"),
+    "serve --tls-cert": (["serve", "--tls-cert", "FILE", "--tls-key", "FILE"], "CONFIG_INVALID"),
+}
+
+
+@pytest.mark.parametrize("flag", FILES_READ)
+def test_a_file_that_is_no_regular_file_is_refused_at_once(tmp_path: Path, flag: str) -> None:
+    """A FIFO (no writer) made the command wait for ever before saying a word; /dev/zero read until
+    memory ran out."""
+    command, reason = FILES_READ[flag]
+    if flag == "--tls-cert":
+        command = [*command, "--tls-cert", "FILE", "--tls-key", "FILE"]
+    if command[0] == "serve":
+        command = [*command, "--data-dir", str(tmp_path / "data"), *(part for f in PORT_FLAGS for part in (f, "0"))]
+    for kind, file in _unreadable_kinds(tmp_path).items():
+        args = [part.replace("FILE", str(file)) for part in command]
+        line = _last_line_only_error(_run(sys.executable, "-m", "mnemosyne", *args, timeout=60))
+        assert str(file) in line and line.endswith(f"[{reason}]"), (kind, line)
+        assert "not a regular file" in line or "not a usable tenant archive" in line, (kind, line)

@@ -288,6 +288,8 @@ def import_archive(
     the manifest read, the bytes as they go, each file sent and the install)."""
     path = Path(path)
     progress = progress or Progress.silent("import")
+    if path.exists() and not path.is_file():  # a directory fails to open; a FIFO would block the read
+        raise _refuse(path, "it is not a regular file", "ARCHIVE_INVALID")
     try:
         archive = tarfile.open(path, "r:")
     except FileNotFoundError:

@@ -18,6 +18,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.runtime.files import read_named_file
 from mnemosyne.store.membership import member_list_text
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -79,7 +80,7 @@ def _token(args: argparse.Namespace) -> str | None:
     else:
         source = f"--token-file {args.token_file}"
         try:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip() or None
+            token = read_named_file(args.token_file).decode("utf-8").strip() or None
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidArgument(f"cannot read {source}: {exc}", reason="TOKEN_FILE_UNREADABLE") from None
     problem = token_problem(token) if token else ""

@@ -29,9 +29,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, Unavailable
+from mnemosyne.runtime.files import read_named_file
 
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
@@ -75,7 +75,7 @@ def member_list_text(value: str, source: str) -> str:
     if not value.startswith("@"):
         return value
     try:
-        return Path(value[1:]).read_text(encoding="utf-8-sig")
+        return read_named_file(value[1:]).decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise _refused(f"cannot read {source} {value}: {cause}", "MEMBER_LIST_UNREADABLE") from None

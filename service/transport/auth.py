@@ -34,6 +34,7 @@ from typing import Any
 
 from mnemosyne.engine.limits import TENANT_ID_PATTERN
 from mnemosyne.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from mnemosyne.runtime.files import read_named_file
 
 ADMIN = "*"
 _ENTRY_KEYS = frozenset({"name", "sha256", "tenants"})
@@ -159,7 +160,7 @@ class TokenAuthenticator:
     @classmethod
     def from_file(cls, path: Path) -> TokenAuthenticator:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_named_file(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise TokensFileError(str(path), "the file", f"cannot be read ({exc})") from None
         return cls.from_json(text, source=str(path))

@@ -8,11 +8,12 @@ from pathlib import Path
 import grpc
 
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.runtime.files import read_named_file
 
 
 def _read(path: Path, what: str) -> bytes:
     try:
-        return path.read_bytes()
+        return read_named_file(path)
     except OSError as exc:
         raise InvalidArgument(f"cannot read the {what} {path}: {exc.strerror}", reason="CONFIG_INVALID") from None
 
