@@ -367,6 +367,49 @@ def test_inspect_and_oplog_name_a_tenant_file_they_cannot_read_in_one_line(tmp_p
         assert f"{tenant}.sqlite is damaged" in line and line.endswith("[TENANT_CORRUPT]"), line
 
 
+def _path_options() -> Iterator[tuple[str, str, list[str]]]:
+    """(command, option, the command's other flags) for every option naming a file or directory
+    (commands.PATH_FLAGS), from the parser: a client command aims at a port nothing listens on, a
+    server at ports of its own."""
+    import argparse
+
+    from mnemosyne.cli.commands import PATH_FLAGS, build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in commands.choices.items():
+        flags = {flag for action in parser._actions for flag in action.option_strings}
+        for option in (a for a in parser._actions if a.dest in PATH_FLAGS):
+            others = ["--target", "127.0.0.1:1"] if "--target" in flags else []
+            others += [part for flag in PORT_FLAGS if flag in flags for part in (flag, "0")]
+            for action in parser._actions:
+                if action.required and action.option_strings and action is not option:
+                    others += [action.option_strings[0], "x"]
+            for group in parser._mutually_exclusive_groups:
+                if group.required and option not in group._group_actions:
+                    others += [group._group_actions[0].option_strings[0], "x"]
+            yield command, option.option_strings[0], others
+
+
+@pytest.mark.parametrize(("command", "option", "others"), list(_path_options()), ids=lambda v: str(v))
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(
+    tmp_path: Path, command: str, option: str, others: list[str]
+) -> None:
+    """An empty --to, --from or --data-dir was the directory the command ran in: a backup or a
+    drill's servers written there, a server serving it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne", command, *others, option, ""],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"mnemosyne {command}: error: {option} is empty: give a path (not the current directory by default)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def _unreadable_kinds(tmp_path: Path) -> dict[str, Path]:
     os.mkfifo(tmp_path / "fifo")
     return {"a FIFO": tmp_path / "fifo", "a device": Path("/dev/zero")}

@@ -45,11 +45,28 @@ def refuse_text_that_is_not_utf8(parser: argparse.ArgumentParser, args: argparse
                 command.error(f"{flags.get(name, name)} is not UTF-8 text: give it in UTF-8 (file names too)")
 
 
+# The flags that name a file or directory to read or write: an empty one would be the current
+# directory (a backup, a server's data, a drill's servers written where the command was run).
+PATH_FLAGS = ("data_dir", "from_dir", "from_file", "to")
+
+
+def refuse_empty_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every file or directory the command names is a path: an empty one is said in one line
+    (the command's usage error, exit 2), never taken for the current directory."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = commands.choices[args.command]
+    flags = {action.dest: (action.option_strings or [action.dest])[0] for action in command._actions}
+    for name in PATH_FLAGS:
+        if getattr(args, name, None) == "":
+            command.error(f"{flags.get(name, name)} is empty: give a path (not the current directory by default)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     tune_interpreter()  # before numpy loads (runtime/interpreter.py): the serve flags' defaults load the engine
     parser = build_parser()
     args = parser.parse_args(argv)
     refuse_text_that_is_not_utf8(parser, args)
+    refuse_empty_paths(parser, args)
     try:
         return int(args.run(args))
     except MnemosyneError as exc:
