@@ -302,6 +302,11 @@ class MemoryClient {
     this._byAddress = new Map();
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)
     Object.assign(this, this._stubs(target || (this.members && this.members.get(firstMember(this.members.keys())))));
+    if (options.token && !(typeof options.token === 'string' && TOKEN_TEXT.test(options.token))) {
+      // Else every call fails with grpc-js's own Error ('Metadata string value ... contains illegal characters').
+      throw refused('TOKEN_MALFORMED', `the token holds ${JSON.stringify(String(options.token).replace(/[ -~]/g, '').slice(0, 1))}, `
+        + 'which no request header carries: a token is printable ASCII');
+    }
     this.token = options.token;
     this.timeoutMs = checkedTimeoutMs(options.timeoutMs ?? 30000);
     this.retries = options.retries ?? DEFAULT_RETRIES;

@@ -497,7 +497,8 @@ export declare class MnemosyneError extends Error {
  * NUMBER_INVALID (an integer field given 1.5, NaN, 1e300 or a value past its range),
  * OCCURRED_AT_INVALID / EXPIRES_AT_INVALID / TIMESTAMP_INVALID (no valid Date, or outside the years
  * 1 to 9999), TIMEOUT_INVALID (a deadline not more than 0 and at most a year), MEMBER_ID_INVALID,
- * HOT_PATH_ACTION_INVALID, EVENT_STATUS_INVALID, WEBHOOK_KINDS_INVALID.
+ * HOT_PATH_ACTION_INVALID, EVENT_STATUS_INVALID, WEBHOOK_KINDS_INVALID; the constructor's, for a token
+ * that is not printable ASCII, TOKEN_MALFORMED.
  */
 export declare class RequestInvalidError extends MnemosyneError {
   constructor(reason: string, message: string);

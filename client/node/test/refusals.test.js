@@ -113,6 +113,7 @@ const SLOTS = [
   ['name', 'createWebhook kinds', (v) => client.createWebhook(TENANT, 'https://hooks.example.com/in', [v]), 'WEBHOOK_KINDS_INVALID'],
   ['member', 'moveTenant member', (v) => client.moveTenant(TENANT, 'm2', { member: v })],
   ['member', 'activateTenant member', (v) => client.activateTenant(TENANT, 1, 'h', { member: v })],
+  ['token', 'the client token', async (v) => new MemoryClient(server.target, { token: v }).ping(), 'TOKEN_MALFORMED'],
   ['token', 'recall consistencyToken', (v) => client.recall(TENANT, 'tea', { consistencyToken: v })],
   ['token', 'getMemory consistencyToken', (v) => client.getMemory(TENANT, 1, { consistencyToken: v })],
   ['token', 'listMemories consistencyToken', (v) => client.listMemories(TENANT, { consistencyToken: v })],
@@ -132,7 +133,7 @@ test('every hostile argument is refused before sending, with the reason the serv
         await call(value);
         outcome = 'answered';
       } catch (err) {
-        const expected = kind === 'token' ? TokenInvalidError : RequestInvalidError;
+        const expected = reason === 'TOKEN_INVALID' ? TokenInvalidError : RequestInvalidError;
         outcome = err instanceof expected && err.code === grpc.status.INVALID_ARGUMENT && err.reason === reason
           ? 'refused' : `${err.name} ${err.reason ?? ''}: ${String(err.message).slice(0, 120)}`;
       }
