@@ -20,6 +20,7 @@ takes that list and sends the call once more, to the owner.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
 import threading
@@ -67,8 +68,11 @@ def member_list_text(value: str, source: str = "members") -> str:
     byte-order mark ignored). ``source`` names where the value came from, for the refusal."""
     if not value.startswith("@"):
         return value
+    path = Path(value[1:])
     try:
-        return Path(value[1:]).read_text(encoding="utf-8-sig")
+        if path.exists() and not path.is_file():  # a FIFO would block the read, a device never end it
+            raise OSError(errno.EINVAL, "it is not a regular file")
+        return path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise MemberListError(f"cannot read {source} {value}: {cause}", "MEMBER_LIST_UNREADABLE") from None

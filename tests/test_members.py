@@ -95,10 +95,12 @@ def test_the_hash_test_vectors_hold_on_the_server_and_in_the_python_client() -> 
 
 def _as_file(vector: dict[str, Any], directory: Path) -> str:
     """``@PATH`` of a file holding a ``member_files`` vector's ``file`` (UTF-8 text) or
-    ``file_hex`` (bytes); no file at PATH for ``"file": null``."""
+    ``file_hex`` (bytes); no file at PATH for ``"file": null``, a FIFO for ``"fifo": true``."""
     path = directory / "members.txt"
     if "file_hex" in vector:
         path.write_bytes(bytes.fromhex(vector["file_hex"]))
+    elif vector.get("fifo"):
+        os.mkfifo(path)
     elif vector["file"] is not None:
         path.write_bytes(vector["file"].encode())
     return f"@{path}"

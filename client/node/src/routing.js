@@ -55,6 +55,8 @@ function refused(message, problem) {
 function memberListText(value, source = 'members') {
   if (!value.startsWith('@')) return value;
   try {
+    // A FIFO would block the read (and the whole process with it), a device never end it.
+    if (!fs.statSync(value.slice(1)).isFile()) throw Object.assign(new Error('not a regular file'), { code: 'not a regular file' });
     return new TextDecoder('utf-8', { fatal: true }).decode(fs.readFileSync(value.slice(1)));
   } catch (err) {
     throw refused(`cannot read ${source} ${value}: ${err.code || err.message}`, 'MEMBER_LIST_UNREADABLE');

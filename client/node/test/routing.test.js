@@ -3,6 +3,7 @@
 // in Python (tests/test_members.py) and on the server.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -69,6 +70,7 @@ test('a member list given as @FILE is its file\'s text', () => {
     vectors.member_files.forEach((v, number) => {
       const file = path.join(directory, `members-${number}.txt`);
       if (v.file_hex !== undefined) fs.writeFileSync(file, Buffer.from(v.file_hex, 'hex'));
+      else if (v.fifo) execFileSync('mkfifo', [file]);
       else if (v.file !== null) fs.writeFileSync(file, v.file, 'utf8');
       if (v.members) {
         assert.deepEqual([...parseMembers(memberListText(`@${file}`))], v.members);
