@@ -442,3 +442,30 @@ def test_a_file_that_is_no_regular_file_is_refused_at_once(tmp_path: Path, flag:
         line = _last_line_only_error(_run(sys.executable, "-m", "mnemosyne", *args, timeout=60))
         assert str(file) in line and line.endswith(f"[{reason}]"), (kind, line)
         assert "not a regular file" in line or "not a usable tenant archive" in line, (kind, line)
+
+
+def _thread_flags() -> list[str]:
+    """Every serve flag that is a number of threads (--*-threads, --*-workers), from the parser."""
+    import argparse
+
+    from mnemosyne.cli.commands import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [
+        flag
+        for action in commands.choices["serve"]._actions
+        for flag in action.option_strings[:1]
+        if flag.endswith(("-threads", "-workers"))
+    ]
+
+
+@pytest.mark.parametrize("flag", _thread_flags())
+def test_a_number_of_threads_no_process_can_start_is_refused_in_one_line(tmp_path: Path, flag: str) -> None:
+    """--hot-path-workers 2147483647 started threads until the process could start no more, then
+    ended in a traceback (RuntimeError: can't start new thread)."""
+    ports = [part for port_flag in PORT_FLAGS for part in (port_flag, "0")]
+    result = _run(
+        sys.executable, "-m", "mnemosyne", "serve", "--data-dir", str(tmp_path / "data"), *ports, flag, "2147483647"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert flag in result.stderr.strip().splitlines()[-1], result.stderr

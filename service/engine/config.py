@@ -21,8 +21,12 @@ HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 class HotPathConfig:
     """The hot path (asynchronous writes, engine/hot_path/)."""
 
+    # Each a thread: past a few thousand the process cannot start them (a traceback at start).
     workers: int = option(
-        2, "background workers shared by all tenants for asynchronous (fast) writes", name="hot-path-workers"
+        2,
+        "background workers shared by all tenants for asynchronous (fast) writes",
+        name="hot-path-workers",
+        maximum=1024,
     )
     batch: int = option(16, "queued operations a worker applies per transaction", name="hot-path-batch")
     # Failed attempts before an operation is failed for good, and the backoff after the first
