@@ -193,3 +193,14 @@ def test_mcp_refuses_a_malformed_workspace_at_start(tmp_path: Path, workspace: s
     result = _mnemosyne(*_command("mcp", tmp_path, NOBODY), "--workspace", workspace)
     _refused(result, "WORKSPACE_INVALID", repr(workspace[:80]))
     assert "listening" not in result.stderr
+
+
+def test_health_of_a_service_the_server_does_not_check_names_it(server_factory: ServerFactory) -> None:
+    """The health service's NOT_FOUND carries no message: the line was "unhealthy: NOT_FOUND: "."""
+    target = f"127.0.0.1:{server_factory().start().port}"
+    for service in ["x y", "mnemosyne.v1.NoSuchService", "s" * 10_000]:
+        result = _mnemosyne("health", "--target", target, "--service", service)
+        lines = result.stderr.splitlines()
+        assert result.returncode == 1 and len(lines) == 1, result.stderr[:500]
+        assert lines[0].startswith(f"unhealthy: NOT_FOUND: the server checks no service {service[:80]!r}"), lines
+    assert _mnemosyne("health", "--target", target, "--service", "mnemosyne.v1.MemoryService").stdout == "SERVING\n"

@@ -183,6 +183,13 @@ def _health(args: argparse.Namespace) -> int:
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND and not exc.details():  # the health service's own answer
+                print(
+                    f"unhealthy: NOT_FOUND: the server checks no service {args.service[:80]!r}: give --service '' "
+                    "(the server as a whole) or one it serves, e.g. mnemosyne.v1.MemoryService",
+                    file=sys.stderr,
+                )
+                return 1
             print(f"unhealthy: {from_rpc_error(exc, args.target)}", file=sys.stderr)
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
