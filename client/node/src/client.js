@@ -120,8 +120,12 @@ function retainItem(item) {
   return out;
 }
 
+// Any other op (a typo, none at all) goes unspecified, which the server refuses CHANGE_OP_INVALID:
+// never a DELETE the caller did not ask for.
+const CHANGE_OPS = { put: 'PUT', delete: 'DELETE' };
+
 function recordChange(c) {
-  return { op: c.op === 'put' ? 'PUT' : 'DELETE', key: c.key, content: c.content ?? '' };
+  return { op: Object.hasOwn(CHANGE_OPS, c.op) ? CHANGE_OPS[c.op] : 'OP_UNSPECIFIED', key: c.key, content: c.content ?? '' };
 }
 
 const EVENT_STATUS_NAMES = { PENDING: 'pending', RUNNING: 'running', SUCCEEDED: 'succeeded', FAILED: 'failed' };
@@ -946,7 +950,7 @@ class MemoryClient {
     const { response, trailingMetadata } = await this._call(this.workspace, 'UpdateWorkspace', {
       tenant,
       workspace,
-      changes: changes.map((c) => ({ op: c.op === 'put' ? 'PUT' : 'DELETE', key: c.key, content: c.content ?? '' })),
+      changes: changes.map(recordChange),
       request_id: requestId ?? '',
     }, { metadata: extra, retry: Boolean(requestId) });
     return { applied: response.applied, generation: generationFrom(trailingMetadata, WORKSPACE_GENERATION_KEY) };

@@ -181,3 +181,22 @@ test('a hot-path wait the server refuses is its answer, never a deadline grpc-js
     });
   }
 });
+
+test('a change whose op is not put or delete is refused, never sent as a delete', async () => {
+  const tenant = uniqueTenant();
+  const { generation } = await client.updateWorkspace(tenant, 'w', [{ op: 'put', key: 'plan.md', content: 'the plan' }],
+    { observedGeneration: 0 });
+  for (const op of [undefined, 'remove', 'PUT', 'Delete', 'constructor']) {
+    for (const write of [
+      () => client.updateWorkspace(tenant, 'w', [{ op, key: 'plan.md' }], { observedGeneration: generation }),
+      () => client.editRecords(tenant, 'workspace/w', [{ op, key: 'plan.md' }], generation),
+    ]) {
+      await assert.rejects(write(), (err) => {
+        assert.equal(err.reason, 'CHANGE_OP_INVALID', `${op}: ${err}`);
+        return true;
+      });
+    }
+  }
+  const { records } = await client.listRecords(tenant, 'workspace/w');
+  assert.deepEqual(records, [{ key: 'plan.md', content: 'the plan' }]);
+});
