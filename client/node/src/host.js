@@ -81,7 +81,7 @@ function errorResult(message, reason) {
 }
 
 function parseArguments(name, args) {
-  if (!(name in PARAMETERS)) {
+  if (typeof name !== 'string' || !Object.hasOwn(PARAMETERS, name)) { // 'constructor', 'toString': no tool of ours
     // Names the model invented are never echoed back (they may be revision-like).
     throw new ModelArgumentError(`unknown tool; the memory tools are ${MEMORY_UPDATE} and ${UPDATE_WORKSPACE}`);
   }

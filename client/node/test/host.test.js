@@ -82,11 +82,16 @@ test('bad arguments from the model are error results, not exceptions', async () 
   await host.assembleContext(agent, 'main');
   for (const [name, args] of [['memory_update', '{not json'], ['memory_update', { content: 1 }],
     ['memory_update', { content: 'x', revision_etag: 3 }], ['update_workspace', { changes: [] }],
-    ['update_workspace', { changes: [{ op: 'move', key: 'a' }] }], ['drop_tables', {}]]) {
+    ['update_workspace', { changes: [{ op: 'move', key: 'a' }] }], ['drop_tables', {}],
+    // Names every object inherits: they were taken for tools, and the call threw a TypeError.
+    ['constructor', {}], ['toString', '{}'], ['__proto__', {}], ['hasOwnProperty', {}]]) {
     const result = await host.callTool(agent, name, args);
     assert.deepEqual([result.ok, result.reason], [false, 'ARGUMENTS_INVALID'], `${name} ${JSON.stringify(args)}`);
-    assert.doesNotMatch(result.error, /revision_etag|drop_tables/); // invented names are not echoed
+    assert.doesNotMatch(result.error, /revision_etag|drop_tables|constructor/); // invented names are not echoed
   }
+  // Text no request can carry (JSON's "\ud800" parses to a lone surrogate): refused before sending.
+  const lone = await host.callTool(agent, 'memory_update', '{"content": "tea \\ud800"}');
+  assert.deepEqual([lone.ok, lone.reason], [false, 'REQUEST_UNDECODABLE'], JSON.stringify(lone));
 });
 
 test('a put and a delete in one tool call publish exactly one generation', async () => {
