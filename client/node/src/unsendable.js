@@ -69,7 +69,9 @@ function integer(value, type, field) {
 
 /** `value` when it is well-formed Unicode; refused REQUEST_UNDECODABLE when it holds a lone surrogate. */
 function text(value, field) {
-  if (typeof value !== 'string' || value.isWellFormed()) return value;
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value); // exact for a whole number
+  if (typeof value !== 'string') throw shapeless(field, value, 'a text');
+  if (value.isWellFormed()) return value;
   let at = 0;
   for (; at < value.length; at += 1) {
     const code = value.charCodeAt(at);
@@ -113,12 +115,20 @@ function checkedTimestamp(value, field, name) {
   return { ...value, seconds: seconds.toString(10), nanos: value.nanos == null ? 0 : integer(value.nanos, 'int32', `${field}.nanos`) };
 }
 
+/** The refusal of `value` given for `field`, which takes `what`: protobufjs would send "[object Object]" or fail as INTERNAL. */
+function shapeless(field, value, what) {
+  const names = { object: 'an object', boolean: 'a boolean', undefined: 'undefined' };
+  const kind = value === null ? 'null' : Array.isArray(value) ? 'a list' : names[typeof value] ?? `a ${typeof value}`;
+  return refused('REQUEST_UNDECODABLE', `${field} is ${kind}; it takes ${what}`);
+}
+
 /** One field's value (not repeated) of `field` (a protobufjs Field) as sent. */
 function fieldValue(field, value, where) {
   if (value === undefined || value === null) return value;
   if (field.type === 'string') return text(value, where);
   if (Object.hasOwn(INTEGERS, field.type)) return integer(value, field.type, where);
-  if (field.resolvedType && field.resolvedType.fields && typeof value === 'object' && !Buffer.isBuffer(value)) {
+  if (field.resolvedType && field.resolvedType.fields) {
+    if (typeof value !== 'object' || Array.isArray(value)) throw shapeless(where, value, `a ${field.resolvedType.name} object`);
     if (field.resolvedType.fullName === '.google.protobuf.Timestamp') return checkedTimestamp(value, where, field.name);
     return message(field.resolvedType, value, where);
   }
@@ -132,10 +142,12 @@ function message(type, value, where = '') {
     const given = value[field.name];
     if (given === undefined || given === null) continue;
     const name = where ? `${where}.${field.name}` : field.name;
-    if (field.map && typeof given === 'object') {
+    if (field.map) {
+      if (typeof given !== 'object' || Array.isArray(given)) throw shapeless(name, given, 'an object of texts');
       const entries = given instanceof Map ? [...given] : Object.entries(given);
       out[field.name] = Object.fromEntries(entries.map(([k, v]) => [text(k, `${name} key`), fieldValue(field, v, `${name}[${JSON.stringify(k)}]`)]));
-    } else if (field.repeated && Array.isArray(given)) {
+    } else if (field.repeated) {
+      if (!Array.isArray(given)) throw shapeless(name, given, 'a list');
       out[field.name] = given.map((v, i) => fieldValue(field, v, `${name}[${i}]`));
     } else {
       out[field.name] = fieldValue(field, given, name);

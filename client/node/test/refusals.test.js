@@ -39,11 +39,16 @@ const HOSTILE = {
   name: ['pause', '', 'STATUS', 'constructor', 'toString'],
   member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64)],
   token: ['a\nb', 'é', 'x\ud800', '\u0000'],
+  // A value of another shape than its field's (a text, a list, an object of texts): protobufjs sent
+  // "[object Object]" as a text, or failed as a local INTERNAL.
+  shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x'],
+  list: ['global', { 0: 'global' }, 5],
+  map: ['a=b', ['a'], 5],
 };
 
 // [kind, slot, call(value), reason (default: the kind's)]
 const REASONS = {
-  text: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
+  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
 };
 const SLOTS = [
   ['text', 'retain tenant', (v) => client.retain(v, 'tea')],
@@ -72,6 +77,18 @@ const SLOTS = [
   ['text', 'watchEvents tenant', (v) => drained(client.watchEvents(v, { timeoutMs: 5000 }))],
   ['text', 'importTenant tenant', (v) => client.importTenant(MANIFEST, [], { tenant: v })],
   ['text', 'moveTenant destination', (v) => client.moveTenant(TENANT, v)],
+  ['shape', 'retain tenant', (v) => client.retain(v, 'tea')],
+  ['shape', 'retain text', (v) => client.retain(TENANT, v)],
+  ['shape', 'retain metadata value', (v) => client.retain(TENANT, 'tea', { metadata: { k: v } })],
+  ['shape', 'retainBatch item text', (v) => client.retainBatch(TENANT, [{ text: v }])],
+  ['shape', 'updateGlobal content', (v) => client.updateGlobal(TENANT, v, { observedGeneration: 0 })],
+  ['shape', 'getRecord key', (v) => client.getRecord(TENANT, 'global', v)],
+  ['list', 'recall scopes', (v) => client.recall(TENANT, 'tea', { scopes: v })],
+  ['list', 'backup tenants', (v) => drained(client.backup({ tenants: v }))],
+  ['list', 'rotateWebhookSecret retireSecretIds', (v) => client.rotateWebhookSecret(TENANT, 1, { retireSecretIds: v })],
+  ['map', 'recall metadataEquals', (v) => client.recall(TENANT, 'tea', { metadataEquals: v })],
+  ['map', 'retain metadata', (v) => client.retain(TENANT, 'tea', { metadata: v })],
+  ['map', 'forgetMemories metadataEquals', (v) => client.forgetMemories(TENANT, v)],
   ['integer', 'recall k', (v) => client.recall(TENANT, 'tea', { k: v })],
   ['integer', 'retain thread position', (v) => client.retain(TENANT, 'tea', { thread: { id: 's', position: v } })],
   ['integer', 'retainBatch thread position', (v) => client.retainBatch(TENANT, [{ text: 'tea', thread: { id: 's', position: v } }])],
