@@ -26,7 +26,7 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
 const {
-  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName,
+  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -529,7 +529,7 @@ class MemoryClient {
    * speaker}; one result per item, in order (an item that fails never loses the others).
    */
   async retainBatch(tenant, items, { requestId = newRequestId(), fast = false } = {}) {
-    const request = { tenant, items: items.map(retainItem), request_id: requestId ?? '', fast };
+    const request = { tenant, items: listOf(items, 'items').map(retainItem), request_id: requestId ?? '', fast };
     const { response } = await this._call(this.memory, 'RetainBatch', request, { retry: Boolean(requestId) });
     return response.results.map(retainResult);
   }
@@ -950,7 +950,7 @@ class MemoryClient {
     const { response, trailingMetadata } = await this._call(this.workspace, 'UpdateWorkspace', {
       tenant,
       workspace,
-      changes: changes.map(recordChange),
+      changes: listOf(changes, 'changes').map(recordChange),
       request_id: requestId ?? '',
     }, { metadata: extra, retry: Boolean(requestId) });
     return { applied: response.applied, generation: generationFrom(trailingMetadata, WORKSPACE_GENERATION_KEY) };
@@ -983,7 +983,7 @@ class MemoryClient {
    */
   async editRecords(tenant, scope, changes, expectedGeneration, { requestId = newRequestId() } = {}) {
     const { response } = await this._call(this.workspace, 'EditRecords', {
-      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: changes.map(recordChange), request_id: requestId ?? '',
+      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: listOf(changes, 'changes').map(recordChange), request_id: requestId ?? '',
     }, { retry: Boolean(requestId) });
     return BigInt(response.generation);
   }
@@ -991,7 +991,7 @@ class MemoryClient {
   /** A consolidation's changes under `receiptId` (applied once, however often it is sent). */
   async consolidate(tenant, scope, changes, expectedGeneration, receiptId) {
     const { response } = await this._call(this.workspace, 'Consolidate', {
-      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: changes.map(recordChange), receipt_id: receiptId,
+      tenant, scope, expected_generation: generationString(expectedGeneration, 'expectedGeneration'), changes: listOf(changes, 'changes').map(recordChange), receipt_id: receiptId,
     }, { retry: true });
     return { generation: BigInt(response.generation), alreadyApplied: response.already_applied };
   }
@@ -1098,7 +1098,7 @@ class MemoryClient {
    */
   async createWebhook(tenant, url, kinds, { includeText = false, secrets = [] } = {}) {
     const { response } = await this._call(this.webhooks, 'CreateWebhook', {
-      tenant, url, kinds: kinds.map(webhookKind), include_text: includeText, secrets,
+      tenant, url, kinds: listOf(kinds, 'kinds').map(webhookKind), include_text: includeText, secrets,
     });
     return { webhook: webhook(response.webhook), secrets: [...response.secrets] };
   }

@@ -122,6 +122,12 @@ function shapeless(field, value, what) {
   return refused('REQUEST_UNDECODABLE', `${field} is ${kind}; it takes ${what}`);
 }
 
+/** `value` when it is a list (a client's argument mapped before the request is built), else REQUEST_UNDECODABLE. */
+function listOf(value, field) {
+  if (!Array.isArray(value)) throw shapeless(field, value, 'a list');
+  return value;
+}
+
 /** One field's value (not repeated) of `field` (a protobufjs Field) as sent. */
 function fieldValue(field, value, where) {
   if (value === undefined || value === null) return value;
@@ -185,5 +191,5 @@ function unknownName(reason, what, names, given) {
 
 module.exports = {
   RequestInvalidError, refused, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
-  MAX_TIMEOUT_MS,
+  listOf, MAX_TIMEOUT_MS,
 };

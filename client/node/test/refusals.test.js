@@ -86,6 +86,12 @@ const SLOTS = [
   ['list', 'recall scopes', (v) => client.recall(TENANT, 'tea', { scopes: v })],
   ['list', 'backup tenants', (v) => drained(client.backup({ tenants: v }))],
   ['list', 'rotateWebhookSecret retireSecretIds', (v) => client.rotateWebhookSecret(TENANT, 1, { retireSecretIds: v })],
+  // Lists the client maps before the request is built: JS's own TypeError from .map before.
+  ['list', 'retainBatch items', (v) => client.retainBatch(TENANT, v)],
+  ['list', 'updateWorkspace changes', (v) => client.updateWorkspace(TENANT, 'w', v, { observedGeneration: 0 })],
+  ['list', 'editRecords changes', (v) => client.editRecords(TENANT, 'global', v, 0)],
+  ['list', 'consolidate changes', (v) => client.consolidate(TENANT, 'global', v, 0, 'r1')],
+  ['list', 'createWebhook kinds', (v) => client.createWebhook(TENANT, 'https://hooks.example.com/in', v)],
   ['map', 'recall metadataEquals', (v) => client.recall(TENANT, 'tea', { metadataEquals: v })],
   ['map', 'retain metadata', (v) => client.retain(TENANT, 'tea', { metadata: v })],
   ['map', 'forgetMemories metadataEquals', (v) => client.forgetMemories(TENANT, v)],
