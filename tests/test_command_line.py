@@ -469,3 +469,28 @@ def test_a_number_of_threads_no_process_can_start_is_refused_in_one_line(tmp_pat
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert flag in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says", "reason"),
+    [
+        (("drill", "--data-dir", "{file}"), "it is a file, where a directory goes: {file}", "PATH_WRONG_KIND"),
+        (("drill", "--data-dir", "{file}/data"), "Not a directory", "PATH_WRONG_KIND"),
+        (("restore", "--from", "{file}", "--data-dir", "{dir}/restored"), "Not a directory", "PATH_WRONG_KIND"),
+    ],
+)
+def test_a_path_a_command_cannot_use_is_one_line_naming_it_and_its_reason(
+    tmp_path: Path, args: tuple[str, ...], says: str, reason: str
+) -> None:
+    """What the system said of the path, the path, and a reason, as every other refusal ends: not
+    "File exists" for a file given where a directory goes, and never a line without a reason."""
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    filled = [arg.format(file=file, dir=tmp_path) for arg in args]
+    result = _run(sys.executable, "-m", "mnemosyne", *filled)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"mnemosyne {args[0]}: ") and says.format(file=file) in lines[0], lines[0]
+    assert lines[0].endswith(f"[{reason}]"), lines[0]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]  # nothing made beside it

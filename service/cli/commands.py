@@ -5,6 +5,8 @@ their own: cli/local_commands.py) and ``main``, which says a command's failure i
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -76,9 +78,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mnemosyne {args.command}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file or directory of this machine the command cannot use: said, not traced
-        where = "".join(f": {name}" for name in (exc.filename, exc.filename2) if name is not None)
-        print(f"mnemosyne {args.command}: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"mnemosyne {args.command}: {unusable_path(exc)}", file=sys.stderr)
         return 2
+
+
+# The reason of a path a command cannot use, by what the system said of it.
+_PATH_REASONS = {
+    errno.ENOENT: "PATH_NOT_FOUND",
+    errno.EACCES: "PATH_NOT_PERMITTED",
+    errno.EPERM: "PATH_NOT_PERMITTED",
+    errno.EROFS: "PATH_NOT_PERMITTED",
+    errno.EEXIST: "PATH_WRONG_KIND",
+    errno.ENOTDIR: "PATH_WRONG_KIND",
+    errno.EISDIR: "PATH_WRONG_KIND",
+    errno.ENOSPC: "DISK_FULL",
+}
+
+
+def unusable_path(error: OSError) -> str:
+    """One line of what the system said of a path a command cannot use, naming the path and the
+    reason; a file where a directory goes says so, not "File exists"."""
+    said = error.strerror or str(error)
+    if error.errno == errno.EEXIST and error.filename is not None and not os.path.isdir(error.filename):
+        said = "it is a file, where a directory goes"
+    where = "".join(f": {name}" for name in (error.filename, error.filename2) if name is not None)
+    return f"{said}{where} [{_PATH_REASONS.get(error.errno or 0, 'PATH_UNUSABLE')}]"
 
 
 if __name__ == "__main__":
