@@ -494,3 +494,18 @@ def test_a_path_a_command_cannot_use_is_one_line_naming_it_and_its_reason(
     assert lines[0].startswith(f"mnemosyne {args[0]}: ") and says.format(file=file) in lines[0], lines[0]
     assert lines[0].endswith(f"[{reason}]"), lines[0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]  # nothing made beside it
+
+
+def test_a_rebalance_that_cannot_ask_a_member_says_so_on_stderr_and_exits_1() -> None:
+    """Nothing listens at the members' addresses: the command's report stays on stdout, and what
+    stopped it (each member it could not ask, and that it must run again) is on stderr."""
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    old, new = f"m1=127.0.0.1:{port}", f"m1=127.0.0.1:{port},m2=127.0.0.1:{port}"
+    result = _run(sys.executable, "-m", "mnemosyne", "rebalance", "--from", old, "--to", new)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    problems = result.stderr.splitlines()
+    assert any("member m1" in line and "could not be asked" in line for line in problems), problems
+    assert problems[-1].endswith("run it again to finish"), problems
+    assert "could not be asked" not in result.stdout

@@ -7,7 +7,7 @@ owner by NEW is moved there by MoveTenant, asked of that member (the source driv
 steps and calls the destination). At most ``parallel`` moves run at once. A move that was done
 already finishes at once (its source's tombstone names the destination), and one interrupted
 earlier is finished, so the command can be run again at any time; it exits 1 when a tenant could
-not be moved (run it again) or a member could not be asked.
+not be moved (run it again) or a member could not be asked, saying which on stderr.
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ def rebalance(
     token: str | None,
     parallel: int = 4,
     out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
     client_options: dict[str, object] | None = None,
 ) -> int:
     before, after = parse_members(old), parse_members(new)
@@ -157,12 +158,13 @@ def rebalance(
             moves = _Moves(clients, plan, problems, out, total_bytes, progress)
             with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
                 list(pool.map(moves.move, plan))
+    # What went wrong, and that it is not finished, where a failing command says it: on ``err``.
     for problem in problems:
-        print(f"rebalance: {problem}", file=out, flush=True)
+        print(f"rebalance: {problem}", file=err, flush=True)
     print(
         f"rebalance: {moves.tenants} of {len(plan)} tenants moved or found moved ({_human(moves.bytes)})"
         + ("; run it again to finish" if problems else ""),
-        file=out,
+        file=err if problems else out,
         flush=True,
     )
     return 1 if problems else 0
