@@ -13,6 +13,8 @@ import re
 
 from google.protobuf import timestamp_pb2
 
+from mnemosyne.engine.limits import MAX_OCCURRED_AT_US, MIN_OCCURRED_AT_US
+
 _RFC_3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 )
@@ -22,8 +24,8 @@ _ANY_YEAR = re.compile(
     r"T(?P<hour>[01][0-9]|2[0-3]):(?P<minute>[0-5][0-9]):(?P<second>[0-5][0-9])(?:\.(?P<fraction>[0-9]{1,9}))?"
     r"(?:Z|(?P<sign>[+-])(?P<offset_hours>[01][0-9]|2[0-3]):(?P<offset_minutes>[0-5][0-9]))"
 )
-_FIRST_SECOND = -62_135_596_800  # 0001-01-01T00:00:00Z
-_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+_FIRST_SECOND = MIN_OCCURRED_AT_US // 1_000_000  # 0001-01-01T00:00:00Z, Timestamp's first second
+_LAST_SECOND = MAX_OCCURRED_AT_US // 1_000_000  # 9999-12-31T23:59:59Z, its last
 
 
 def loosely_a_time(text: str) -> bool:
