@@ -217,3 +217,42 @@ def test_a_retried_update_or_revert_answers_its_first_result_whatever_changed_si
         retry = call()  # the first result stands; nothing is written again
         assert retry.updated and retry.memory.forgotten, retry
     assert revisions == 9 and client.list_memory_revisions(tenant, memory_id) == []
+
+
+def test_a_retried_update_that_changed_nothing_answers_unchanged_after_another_writers_change(
+    client: MemoryClient, tenant: str
+) -> None:
+    """An update asking for what the memory already holds changes nothing; its retry, after
+    another writer changed the memory, answers that first result. It kept no result, so the retry
+    applied itself then and wrote over the other writer's text, metadata or expiry."""
+    memory_id = client.retain(
+        tenant, "The teal kettle is on shelf 2", metadata={"room": "attic"}, expires_at=4_000_000_000.0
+    ).memory_id
+    asked: list[tuple[Callable[[str], UpdateResult], Callable[[], object]]] = [
+        (  # the text it holds, then the text changes
+            lambda key: client.update_memory(tenant, memory_id, text="The teal kettle is on shelf 2", request_id=key),
+            lambda: client.update_memory(tenant, memory_id, text="The teal kettle is on shelf 7"),
+        ),
+        (  # the metadata it holds, then the metadata changes
+            lambda key: client.update_memory(tenant, memory_id, metadata={"room": "attic"}, request_id=key),
+            lambda: client.update_memory(tenant, memory_id, metadata={"room": "cellar"}),
+        ),
+        (  # the expiry it holds, then the expiry is cleared
+            lambda key: client.update_memory(tenant, memory_id, expires_at=4_000_000_000.0, request_id=key),
+            lambda: client.update_memory(tenant, memory_id, clear_expires_at=True),
+        ),
+    ]
+    for number, (call, change) in enumerate(asked):
+        before = client.get_memory(tenant, memory_id)
+        first = call(f"unchanged-{number}")
+        assert not first.updated and first.memory.text == before.text, first
+        change()
+        changed = client.get_memory(tenant, memory_id)
+        retry = call(f"unchanged-{number}")
+        assert not retry.updated, (number, retry)
+        now = client.get_memory(tenant, memory_id)
+        assert (now.text, dict(now.metadata), now.expires_at) == (
+            changed.text,
+            dict(changed.metadata),
+            changed.expires_at,
+        ), number

@@ -126,10 +126,12 @@ def _remember(
     near_duplicate_of: list[int],
     supersedes: list[int],
     revision: int,
+    *,
+    updated: bool = True,
 ) -> None:
     """An update's result, kept with its request id (if it has one) for a retry to answer."""
     if request_id:
-        result = {"updated": True, "near_duplicate_of": near_duplicate_of, "supersedes": supersedes}
+        result = {"updated": updated, "near_duplicate_of": near_duplicate_of, "supersedes": supersedes}
         txn.save_request(request_id, request[0], request[1], json.dumps({**result, "revision": revision}))
 
 
@@ -280,7 +282,7 @@ class Updates:
             changed.append("expires_at")
             self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
         if not changed:
-            return self._unchanged(store, memory_id, request_id, request)
+            return self._unchanged(store, memory_id, request_id, request, _content(row))
         seen = _content(row)
         if changed == ["expires_at"]:
             return self._set_expiry(store, memory_id, expires_at, request_id, request, seen)
@@ -304,14 +306,25 @@ class Updates:
             return None if prior is None else self._replayed(txn, memory_id, prior)
 
     def _unchanged(
-        self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]
+        self,
+        store: TenantStore,
+        memory_id: int,
+        request_id: str | None,
+        request: tuple[str, str],
+        seen: tuple[object, ...],
     ) -> UpdateOutcome:
-        """An update that changes nothing writes nothing, but its request id is honoured as a
-        write's: a retry of one that did change the memory (its reply lost) answers that first
-        result, not "unchanged"; an id used for another request is refused."""
-        return self._replayed_first(store, memory_id, request_id, request) or UpdateOutcome(
-            memory=self._get(store, memory_id), updated=False
-        )
+        """An update that changes nothing writes nothing but, with a request id, its result: a
+        retry answers "unchanged" even after another writer changed the memory (applying it then
+        would write over that change); a retry of one that did change the memory (its reply lost)
+        answers that first result; an id used for another request is refused."""
+        if request_id:
+            with keyed_write(store, request_id) as txn:
+                prior = replayed_anywhere(store, txn, request_id, *request)
+                if prior is not None:
+                    return self._replayed(txn, memory_id, prior)
+                _still_as_read(txn, memory_id, seen)  # else it would not be unchanged: prepare it again
+                _remember(txn, request_id, request, [], [], 0, updated=False)
+        return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
 
     def _set_expiry(
         self,
