@@ -7,12 +7,13 @@ only when asked, with one ledger entry per merge and a chain that still verifies
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 
 import pytest
 
-from mnemosyne.client import AbortedError, InvalidArgumentError, MemoryClient, RetainItem
+from mnemosyne.client import AbortedError, FailedPreconditionError, InvalidArgumentError, MemoryClient, RetainItem
 
 REFUND = "The customer requested a refund for ticket RF-88213"
 REFUND_YESTERDAY = "The customer requested a refund for ticket RF-88213 yesterday"
@@ -223,3 +224,38 @@ def test_texts_the_model_cannot_read_are_never_near_duplicates(server_factory) -
         # Readable near duplicates are still found on the same server.
         keep = client.retain("t1", REFUND).memory_id
         assert client.retain("t1", REFUND_YESTERDAY).near_duplicate_of == (keep,)
+
+
+def test_a_merge_leaves_out_a_memory_updated_since_it_was_found_similar(client: MemoryClient, tenant: str) -> None:
+    """Merges run while each pair's second memory is updated to an unrelated text. A merge
+    re-checked only that a group's members were live, so one updated between the similarity pass
+    and the merge's transaction was merged away with its new text (retired from recall: the
+    update lost). Each member must still hold the text it was found similar by."""
+    client.retain_batch(tenant, [RetainItem(f"Filler note {i} on topic {i * 7} and {i * 13}") for i in range(600)])
+    pairs = [
+        (
+            client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door").memory_id,
+            client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door!").memory_id,
+        )
+        for i in range(40)
+    ]
+    updated = threading.Event()
+
+    def update() -> None:
+        try:
+            for _, second in pairs:
+                with contextlib.suppress(FailedPreconditionError):  # MEMORY_MERGED: the merge came first
+                    client.update_memory(tenant, second, text=f"Unrelated {second}: the tomato seedlings need water")
+        finally:
+            updated.set()
+
+    updater = threading.Thread(target=update)
+    updater.start()
+    merged: dict[int, int] = {}
+    while not updated.is_set():
+        merged.update({d: g.keep for g in client.dedup(tenant, merge=True).groups for d in g.duplicates})
+    updater.join()
+    for _, second in pairs:
+        memory = client.get_memory(tenant, second)
+        assert "Unrelated" not in memory.text or memory.merged_into == 0, (second, memory.merged_into, memory.text)
+    assert merged, "no merge ran while the updates did: the race was not reached"

@@ -312,13 +312,14 @@ class Deduplicator:
                     prior = _prior_dedup(txn, request_id, payload_hash, threshold)
                 if prior is not None:
                     return prior
-            groups = self._groups(store, threshold)
+            groups, texts = self._groups(store, threshold)
             if not merge:
                 return DedupReport(groups, False, threshold)
-            return _merge(store, groups, threshold, request_id, payload_hash)
+            return _merge(store, groups, texts, threshold, request_id, payload_hash)
 
-    def _groups(self, store: TenantStore, threshold: float) -> list[DedupGroup]:
-        """The tenant's near-duplicate groups, from one read snapshot of its vectors."""
+    def _groups(self, store: TenantStore, threshold: float) -> tuple[list[DedupGroup], dict[int, str]]:
+        """The tenant's near-duplicate groups, from one read snapshot of its vectors, and the text
+        each member of a group had in it."""
         embedder = self._embedders.of(store)
         index = vector_index(store, embedder.dim)
         with store.read() as txn:
@@ -333,14 +334,21 @@ class Deduplicator:
             for i, r in rows.items()
             if not r.forgotten and not r.merged_into and not r.superseded_by
         }
-        return group_pairs(pairs, known)
+        return group_pairs(pairs, known), {i: c.body for i, c in known.items()}
 
 
 def _merge(
-    store: TenantStore, groups: list[DedupGroup], threshold: float, request_id: str | None, payload_hash: str
+    store: TenantStore,
+    groups: list[DedupGroup],
+    texts: Mapping[int, str],
+    threshold: float,
+    request_id: str | None,
+    payload_hash: str,
 ) -> DedupReport:
-    """Merge the groups whose members are all still live, in one write transaction (a request id
-    seen before answers its first result instead); the caches then drop the merged rows."""
+    """Merge each group's members that are still live and hold the text they were found similar
+    by (``texts``: an update since may have made one unlike the others), in one write transaction
+    (a request id seen before answers its first result instead); the caches then drop the merged
+    rows."""
     with keyed_write(store, request_id) as txn:
         if request_id:
             prior = _prior_dedup(txn, request_id, payload_hash, threshold, store)
@@ -350,10 +358,15 @@ def _merge(
         now = time.time()
         _, epoch_before = txn.index_state()
         for group in groups:
-            live = txn.live_ids([group.keep, *group.duplicates])
-            members = tuple(d for d in group.duplicates if d in live)
-            if group.keep not in live or not members:
-                continue  # a forget or another merge got there first
+            rows = txn.memories_by_ids([group.keep, *group.duplicates], with_details=False)
+            as_found = {
+                i
+                for i, r in rows.items()
+                if not (r.forgotten or r.merged_into or r.superseded_by) and r.body == texts[i]
+            }
+            members = tuple(d for d in group.duplicates if d in as_found)
+            if group.keep not in as_found or not members:
+                continue  # a forget, an update or another merge got there first
             txn.merge_memories(group.keep, members, at=now)
             applied.append(DedupGroup(group.keep, members))
         txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
