@@ -183,6 +183,32 @@ def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, c
     assert line.startswith("mnemosyne: ") and words in line and line.endswith("[CONFIG_INVALID]"), line
 
 
+def test_a_members_mistake_is_one_line_before_any_member_starts_or_names_the_member(
+    tmp_path: Path, taken_port: int
+) -> None:
+    """``mnemosyne members``: a serve flag after -- that it sets per member (every member would
+    have had the same data directory, and all but one failed on its lock), port ranges past 65535
+    or overlapping, are refused before anything starts; a member that cannot start is named with
+    what it said. Each was a RuntimeError traceback holding the member's log."""
+    data_dir = tmp_path / "members"
+    off = ["--http-port", "0", "--metrics-port", "0", "--data-dir", str(data_dir)]
+    refused = {
+        ("--port", "0", *off, "--", "--data-dir", str(tmp_path / "other")): "--data-dir after --",
+        ("--port", "0", *off, "--", "--members=m0=127.0.0.1:1"): "--members after --",
+        ("--port", "65535", *off): "--port 65535 with --count 2 gives member m1 port 65536",
+        ("--port", "30000", "--metrics-port", "30001", "--http-port", "0", "--data-dir", str(data_dir)): (
+            "port 30001 would be both the --port of m1 and the --metrics-port of m0"
+        ),
+    }
+    for flags, words in refused.items():
+        line = _last_line_only_error(_run(sys.executable, "-m", "mnemosyne", "members", "--count", "2", *flags))
+        assert words in line and line.endswith("[CONFIG_INVALID]"), line
+        assert not data_dir.exists(), flags
+    result = _run(sys.executable, "-m", "mnemosyne", "members", "--count", "2", "--port", str(taken_port), *off)
+    line = _last_line_only_error(result)
+    assert line.startswith("mnemosyne: member m0 did not start: ") and line.endswith("[LISTEN_FAILED]"), line
+
+
 @pytest.mark.parametrize("mistake", START_UP_MISTAKES)
 def test_a_start_up_mistake_is_one_line_without_a_traceback(tmp_path: Path, mistake: str) -> None:
     flags, words, absent = START_UP_MISTAKES[mistake](tmp_path)

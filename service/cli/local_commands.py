@@ -99,13 +99,70 @@ def _restore_from_replica(args: argparse.Namespace) -> int:
     return 0
 
 
+# The serve flags ``members`` gives each member itself: given after --, one would be every member's.
+_PER_MEMBER = {
+    "data_dir": "--data-dir",
+    "port": "--port",
+    "http_port": "--http-port",
+    "metrics_port": "--metrics-port",
+    "member": "--member",
+    "members": "--members",
+}
+_LAST_PORT = 65535
+
+
+def _checked_serve_flags(serve_flags: list[str]) -> list[str]:
+    """The flags after --, read by serve's own parser before any member starts (a flag serve does
+    not take is its usage error, once, not every member's); one that ``members`` sets per member
+    is refused, naming the flag of ``members`` that sets it."""
+    from mnemosyne.cli.commands import build_parser
+
+    flags = [flag for flag in serve_flags if flag != "--"]
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    serve = commands.choices["serve"]
+    unset = object()
+    serve.set_defaults(**dict.fromkeys(_PER_MEMBER, unset))
+    given = serve.parse_args(flags)
+    for dest, flag in _PER_MEMBER.items():
+        if getattr(given, dest) is not unset:
+            how = "--count and --data-dir" if dest in ("member", "members") else flag
+            raise InvalidArgument(
+                f"{flag} after --: members sets each member's own; give {how} before -- instead",
+                reason="CONFIG_INVALID",
+            )
+    return flags
+
+
+def _check_port_ranges(args: argparse.Namespace) -> None:
+    """Member i takes each base port + i: every one a port, and no two members' ports the same."""
+    taken: dict[int, str] = {}
+    for flag, base in (("--port", args.port), ("--http-port", args.http_port), ("--metrics-port", args.metrics_port)):
+        if not base:
+            continue
+        if base + args.count - 1 > _LAST_PORT:
+            raise InvalidArgument(
+                f"{flag} {base} with --count {args.count} gives member m{args.count - 1} port "
+                f"{base + args.count - 1}; give {flag} {_LAST_PORT + 1 - args.count} at most",
+                reason="CONFIG_INVALID",
+            )
+        for i in range(args.count):
+            clash = taken.setdefault(base + i, f"{flag} of m{i}")
+            if clash != f"{flag} of m{i}":
+                raise InvalidArgument(
+                    f"port {base + i} would be both the {clash} and the {flag} of m{i}; "
+                    f"give port ranges {args.count} apart",
+                    reason="CONFIG_INVALID",
+                )
+
+
 def _members(args: argparse.Namespace) -> int:
     """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
-    from mnemosyne.cli.server_process import LocalMembers
+    from mnemosyne.cli.server_process import LocalMembers, ServerExited
 
     if not 1 <= args.count <= 64:
         raise InvalidArgument("--count: give 1 to 64 members", reason="CONFIG_INVALID")
-    flags = [flag for flag in args.serve_flags if flag != "--"]
+    _check_port_ranges(args)
+    flags = _checked_serve_flags(args.serve_flags)
     deployment = LocalMembers(
         Path(args.data_dir),
         args.count,
@@ -117,7 +174,11 @@ def _members(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    deployment.start()
+    try:
+        deployment.start()
+    except ServerExited as exited:  # the others were stopped; what stopped this one is its last line
+        print(f"mnemosyne: member {exited.data_dir.name} did not start: {exited.last_line}", file=sys.stderr)
+        return exited.returncode if exited.returncode in (1, 2) else 1
     try:
         print(json.dumps({"members": deployment.members}), flush=True)
         for member, process in zip(deployment.ids, deployment.processes):

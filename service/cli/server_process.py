@@ -24,7 +24,19 @@ from mnemosyne.store.membership import owner_of
 PICK_ATTEMPTS = 3
 
 
-class SidePortTaken(RuntimeError):
+class ServerExited(RuntimeError):
+    """The server exited before it served: its exit code and what it said on stderr."""
+
+    def __init__(self, data_dir: Path, returncode: int, said: str) -> None:
+        super().__init__(f"server exited with {returncode}: {said[-2000:]}")
+        self.data_dir = data_dir
+        self.returncode = returncode
+        lines = [line.strip() for line in said.splitlines() if line.strip()]
+        # serve's own error line ("mnemosyne: ... [REASON]", or its usage error) ends what it said.
+        self.last_line = lines[-1].removeprefix("mnemosyne: ") if lines else f"it exited with {returncode}"
+
+
+class SidePortTaken(ServerExited):
     """The server could not listen on a metrics or HTTP port picked for it: taken meanwhile."""
 
 
@@ -144,9 +156,7 @@ class ServerProcess:
                 log.seek(self._log_start)
                 said = log.read()
             taken = "[LISTEN_FAILED]" in said and ("for metrics" in said or "for HTTP" in said)
-            raise (SidePortTaken if taken else RuntimeError)(
-                f"server exited with {self.process.returncode}: {said[-2000:]}"
-            )
+            raise (SidePortTaken if taken else ServerExited)(self.data_dir, self.process.returncode, said)
         serving = json.loads(line)
         self.port = serving["port"]
         self.metrics_port = serving.get("metrics_port", 0)
