@@ -60,7 +60,8 @@ async def order_and_duplicates(s: Session) -> Any:
 
 async def limits(s: Session) -> Any:
     await s.add_items([message("user", str(n)) for n in range(7)])
-    return [await read(s, limit) for limit in (None, 3, 1, 7, 50, 0, -1)]
+    # 8 and 12: more than the session holds, but fewer than twice as many (all 7, not the last 1 or 2)
+    return [await read(s, limit) for limit in (None, 3, 1, 7, 8, 12, 50, 0, -1)]
 
 
 async def pop(s: Session) -> Any:

@@ -82,7 +82,7 @@ class MnemosyneSession:
         _, records = await asyncio.to_thread(self._read)
         lines = [line for _, held in records for line in held]
         if limit is not None and limit >= 0:
-            lines = lines[len(lines) - limit :] if limit else []
+            lines = lines[max(0, len(lines) - limit) :] if limit else []
         return [json.loads(line) for line in lines]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
