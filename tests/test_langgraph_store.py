@@ -211,6 +211,24 @@ def invalid_namespaces_are_refused(s: BaseStore) -> Any:
     ]
 
 
+def addresses_no_item_can_have_are_empty(s: BaseStore) -> Any:
+    """A key or namespace past the server's metadata limits (1,024 characters, no NUL) holds no
+    item: reads find nothing and a delete does nothing (they raised METADATA_INVALID here)."""
+    s.put(U, "k", {"v": 1})
+    long_key, long_namespace = "k" * 1_025, ("a" * 600, "b" * 600)
+    return [
+        s.list_namespaces(prefix=long_namespace),  # first: the reference's get makes it a namespace
+        s.get(U, long_key),
+        s.get(U, "k\x00"),
+        s.get(long_namespace, "k"),
+        s.search(long_namespace),
+        s.search(long_namespace, query="v"),
+        raised(lambda: s.delete(U, long_key)),
+        raised(lambda: s.delete(long_namespace, "k")),
+        seen(s.search(())),
+    ]
+
+
 def batch_reads_before_its_writes(s: BaseStore) -> Any:
     s.put(U, "k", {"v": "old"})
     results = s.batch(
@@ -251,6 +269,7 @@ CASES: list[Callable[[BaseStore], Any]] = [
     query_finds_the_item_that_answers,
     list_namespaces,
     invalid_namespaces_are_refused,
+    addresses_no_item_can_have_are_empty,
     batch_reads_before_its_writes,
     async_methods,
 ]
@@ -441,3 +460,29 @@ def test_a_value_has_the_servers_text_limit_less_its_address_line(client, tenant
     assert "the value's JSON has 32738 characters; the limit is 32737" in refused.value.message
     assert refused.value.metadata["limit"] == "32737"
     assert store.get(("ns",), "too-long") is None
+
+
+def test_an_address_past_the_metadata_limits_is_refused_in_the_store_s_terms(client, tenant):
+    """A put's namespace and key are kept in the memory's metadata (29 labels, 1,024 characters
+    joined, a key of 1,024 without NUL): past those the put is refused naming the namespace or the
+    key, not the server's metadata pairs and filters that the store's user never wrote."""
+    store = MnemosyneStore(client, tenant)
+    refusals = {
+        "namespace has 30 labels; the limit is 29": (tuple(f"l{n}" for n in range(30)), "k", "METADATA_TOO_LARGE"),
+        "namespace has 1201 characters joined by '.'; the limit is 1024": (
+            ("a" * 600, "b" * 600),
+            "k",
+            "METADATA_INVALID",
+        ),
+        "key has 1025 characters; the limit is 1024": (("ns",), "k" * 1_025, "METADATA_INVALID"),
+        "key holds NUL": (("ns",), "k\x00", "METADATA_INVALID"),
+    }
+    for words, (namespace, key, reason) in refusals.items():
+        with pytest.raises(InvalidArgumentError) as refused:
+            store.put(namespace, key, {"v": 1})
+        assert refused.value.reason == reason
+        assert refused.value.message.startswith(f"the item's {words}")
+    assert refused.value.metadata["limit"] == "1024"  # the last: the key's
+    store.put(tuple(f"l{n}" for n in range(29)), "k" * 1_024, {"v": 1})  # the limits themselves
+    assert [i.key for i in store.search(("l0",))] == ["k" * 1_024]
+    assert len(client.list_memories(tenant).memories) == 1

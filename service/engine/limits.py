@@ -132,18 +132,21 @@ def validate_metadata(metadata: Mapping[str, str], limits: Limits, *, field: str
         raise InvalidArgument(
             f"{field} has {len(metadata)} pairs; the limit is {limits.max_metadata_pairs} (max_metadata_pairs)",
             reason="METADATA_TOO_LARGE",
+            metadata={"limit": str(limits.max_metadata_pairs)},
         )
     for key, value in metadata.items():
         if not key or len(key) > limits.max_metadata_key_chars or "\x00" in key:
             raise InvalidArgument(
                 f"{field} key {key[:80]!r} must be 1-{limits.max_metadata_key_chars} characters without NUL",
                 reason="METADATA_INVALID",
+                metadata={"limit": str(limits.max_metadata_key_chars)},
             )
         if len(value) > limits.max_metadata_value_chars or "\x00" in value:
             raise InvalidArgument(
                 f"{field} value of {key[:80]!r} must be at most {limits.max_metadata_value_chars} characters "
                 "without NUL (max_metadata_value_chars)",
                 reason="METADATA_INVALID",
+                metadata={"limit": str(limits.max_metadata_value_chars)},
             )
     return dict(metadata)
 

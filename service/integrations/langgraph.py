@@ -125,7 +125,13 @@ class MnemosyneStore(BaseStore):
         if op.query:
             # Filters apply to values the server does not index: ask for the most it gives then.
             k = MAX_K if op.filter else max(1, min(MAX_K, wanted))
-            found = [(h.memory, h.score) for h in self.client.recall(self.tenant, op.query, k=k, filters=within)]
+            try:
+                hits = self.client.recall(self.tenant, op.query, k=k, filters=within)
+            except InvalidArgumentError as error:
+                if error.reason == "METADATA_INVALID":
+                    return []  # a prefix past the metadata limits: no item is under it
+                raise
+            found = [(h.memory, h.score) for h in hits]
         items = [(memory, score) for memory, score in _current(found) if _matches(_value(memory), op.filter)]
         if len(items) < wanted:
             # A query orders the prefix's items, it does not drop them (as LangGraph's stores):
@@ -148,12 +154,18 @@ class MnemosyneStore(BaseStore):
         return sorted(kept)[op.offset : op.offset + op.limit]
 
     def _each(self, filters: Mapping[str, str]) -> Iterator[Memory]:
-        """Every live memory whose metadata has ``filters``, in the order they were created."""
+        """Every live memory whose metadata has ``filters``, in the order they were created; none
+        when a filter's value (a key, a namespace) is one no memory's metadata can hold."""
         token = ""
         while True:
-            page = self.client.list_memories(
-                self.tenant, page_size=MAX_PAGE_SIZE, page_token=token, metadata_equals=filters
-            )
+            try:
+                page = self.client.list_memories(
+                    self.tenant, page_size=MAX_PAGE_SIZE, page_token=token, metadata_equals=filters
+                )
+            except InvalidArgumentError as error:
+                if error.reason == "METADATA_INVALID":
+                    return  # a key or namespace past the metadata limits: no item can be there
+                raise
             yield from page.memories
             token = page.next_page_token
             if not token:
@@ -181,6 +193,8 @@ class MnemosyneStore(BaseStore):
         except InvalidArgumentError as error:
             if error.reason == "TEXT_TOO_LONG":
                 raise _value_too_long(error, text) from None
+            if error.reason in ("METADATA_TOO_LARGE", "METADATA_INVALID"):
+                raise _address_refused(error, namespace, key) from None
             raise
 
     def _write(self, namespace: tuple[str, ...], key: str, keep: Memory | None, text: str) -> int | None:
@@ -265,6 +279,34 @@ def _value_too_long(error: InvalidArgumentError, text: str) -> InvalidArgumentEr
         f"(the server's max_text_chars, {limit}, less the {line} characters of the item's address line)"
     )
     return InvalidArgumentError(error.code, error.reason, message, {**error.metadata, "limit": str(limit - line)})
+
+
+def _address_refused(error: InvalidArgumentError, namespace: tuple[str, ...], key: str) -> InvalidArgumentError:
+    """The server's refusal of the item's metadata said of its namespace or key: a namespace of n
+    labels takes n + 3 pairs (``_metadata``); its labels joined and the key are metadata values."""
+    if not error.metadata.get("limit", "").isdigit():
+        return error
+    limit = int(error.metadata["limit"])
+    joined = _joined(namespace)
+    if error.reason == "METADATA_TOO_LARGE":
+        limit, message = (
+            limit - 3,
+            (
+                f"the item's namespace has {len(namespace)} labels; the limit is {limit - 3} (the server's "
+                f"max_metadata_pairs, {limit}, less the 3 pairs its key and namespace take besides one a label)"
+            ),
+        )
+    elif len(joined) > limit:
+        message = f"the item's namespace has {len(joined)} characters joined by '.'; the limit is {limit}"
+    elif len(key) > limit:
+        message = f"the item's key has {len(key)} characters; the limit is {limit}"
+    elif "\x00" in key:
+        message = "the item's key holds NUL, which the server's metadata cannot hold"
+    else:
+        return error
+    if error.reason == "METADATA_INVALID":
+        message += " (max_metadata_value_chars: an item's namespace and key are kept in its memory's metadata)"
+    return InvalidArgumentError(error.code, error.reason, message, {**error.metadata, "limit": str(limit)})
 
 
 def _value(memory: Memory) -> dict[str, Any]:
