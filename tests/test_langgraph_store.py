@@ -342,6 +342,9 @@ def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
     ):
         with pytest.raises(ValueError, match="NaN or Infinity|surrogate"):
             store.batch([PutOp(("ns",), "a", {"v": 1}), bad])
+    # An integer longer than Python writes (4,300 digits): it was blamed on NaN or Infinity.
+    with pytest.raises(ValueError, match="an integer too long for JSON text"):
+        store.batch([PutOp(("ns",), "a", {"v": 1}), PutOp(("ns",), "b", {"v": 10**5000})])
     assert store.search(()) == []
     assert client.list_memories(tenant).memories == []
 

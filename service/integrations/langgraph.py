@@ -261,7 +261,9 @@ def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str
             f"the item's {where} holds {exc.object[exc.start : exc.end]!r}, half of a surrogate pair, which is not "
             "Unicode text: no JSON document (nor the server) can hold it"
         ) from None
-    except ValueError:
+    except ValueError as exc:
+        if "Out of range float" not in str(exc):  # an integer of more digits than Python writes
+            raise ValueError(f"the value of key {key!r} holds an integer too long for JSON text: {exc}") from None
         raise ValueError(f"the value of key {key!r} holds NaN or Infinity, which have no JSON form") from None
     return document + "\n" + ADDRESS_LINE.format(digest)
 
