@@ -25,7 +25,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextResourceContents
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, TextResourceContents
 
 from mnemosyne.client import MemoryClient
 from tests.http_support import request
@@ -201,6 +202,31 @@ def test_a_new_session_must_read_before_it_writes(mcp_server: ServerProcess) -> 
             assert result.is_error and "CONTEXT_NOT_ASSEMBLED" in _text(result)
 
     anyio.run(run)
+
+
+def test_a_resource_the_session_cannot_read_is_refused_saying_why(mcp_server: ServerProcess) -> None:
+    """Another workspace's context is invalid params naming the session's (it was the SDK's
+    internal error, -32603); a refusal of the read itself (here the stdio token does not reach the
+    tenant) carries the service's message and reason, not "Error reading resource" and a traceback
+    in the log."""
+
+    async def run() -> list[tuple[int, str]]:
+        refusals = []
+        for client, uri in [
+            (_http(mcp_server, "acme"), "memory://context/elsewhere"),
+            (_stdio(mcp_server, "other"), "memory://context/main"),
+        ]:
+            async with client as c:
+                with pytest.raises(MCPError) as refused:
+                    await c.read_resource(uri)
+                refusals.append((refused.value.code, refused.value.message))
+        return refusals
+
+    [(code, message), (_, forbidden)] = anyio.run(run)
+    assert code == INVALID_PARAMS and "works on workspace 'main', not 'elsewhere'" in message, (code, message)
+    assert "TENANT_FORBIDDEN" in forbidden and "other" in forbidden, forbidden
+    log = mcp_server.stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_http_sessions_without_a_token_for_another_tenant_or_from_a_foreign_origin_are_refused(

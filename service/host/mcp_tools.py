@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import BaseModel, BeforeValidator, Field
@@ -312,14 +312,22 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
     _memory_tools(server, session_of)
     _queue_tools(server, session_of)
 
+    # A resource or a prompt has no error result: a refusal is a JSON-RPC error (_refusal), not the
+    # SDK's crash (code 0 for a prompt; for a resource -32603, "Error reading resource" and a traceback).
     @server.resource(CONTEXT_URI, name="memory-context", mime_type="text/markdown")
     async def context_resource(workspace: str, ctx: Context[Any, Any]) -> str:
         """Your memory context: MEMORY.md and the workspace's records, as read_memory shows them."""
-        if workspace != session_of(ctx).workspace:
-            raise ResourceError(
-                f"this session works on workspace {session_of(ctx).workspace!r}, not {workspace[:80]!r}"
+        s = session_of(ctx)
+        if workspace != s.workspace:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"this session works on workspace {s.workspace!r}, not {workspace[:80]!r}: "
+                f"read memory://context/{s.workspace}",
             )
-        return await read(ctx, "", 5)
+        try:
+            return await run_async(reading(s, "", 5), s.calls)
+        except ServiceError as error:
+            raise _refusal(error) from None
 
     @server.prompt(name="memory_context")
     async def context_prompt(ctx: Context[Any, Any], query: str = "") -> str:
@@ -328,11 +336,16 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         try:
             return await run_async(reading(s, query, 5), s.calls)
         except ServiceError as error:
-            # A prompt has no error result: a refusal is a JSON-RPC error, not the SDK's crash (code 0).
-            code = INVALID_PARAMS if error.code_name == "INVALID_ARGUMENT" else INTERNAL_ERROR
-            raise MCPError(code, f"{error.message} ({error.reason})") from None
+            raise _refusal(error) from None
 
     return server
+
+
+def _refusal(error: ServiceError) -> MCPError:
+    """A service's refusal as a JSON-RPC error: invalid params for INVALID_ARGUMENT, else an
+    internal error, each with the service's message and reason."""
+    code = INVALID_PARAMS if error.code_name == "INVALID_ARGUMENT" else INTERNAL_ERROR
+    return MCPError(code, f"{error.message} ({error.reason})")
 
 
 def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:
