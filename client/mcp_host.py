@@ -32,13 +32,14 @@ from mcp.types import (
     PARSE_ERROR,
     ErrorData,
     JSONRPCError,
+    JSONRPCNotification,
     RequestId,
     jsonrpc_message_adapter,
 )
 
 from mnemosyne.client.host import MemoryHost
 from mnemosyne.client.memory_client import MemoryClient
-from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession
+from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, unanswerable_id
 from mnemosyne.host.mcp_tools import build_server as build_tools
 from mnemosyne.host.protocol import Answer, Ask
 
@@ -110,15 +111,18 @@ class _Lines:
             try:
                 # The SDK's own reading of a line, so that a line passed on is one it reads.
                 text = line.decode("utf-8")
-                jsonrpc_message_adapter.validate_json(text, by_name=False)
-            except ValueError:  # UnicodeDecodeError, pydantic's ValidationError
+                message = jsonrpc_message_adapter.validate_json(text, by_name=False)
+                misread = unanswerable_id(json.loads(text)) if isinstance(message, JSONRPCNotification) else None
+                error = None if misread is None else _error(None, INVALID_REQUEST, misread)
+            except (ValueError, RecursionError):  # UnicodeDecodeError, pydantic's ValidationError
                 error = refusal(line)
-                logger.warning("answered a line of stdin that is no MCP message: %s", error.error.message)
-                await self._ready.wait()
-                assert self._send is not None  # set with _ready
-                await self._send(SessionMessage(error))
+            if error is None:
+                yield text
                 continue
-            yield text
+            logger.warning("answered a line of stdin that is no MCP message: %s", error.error.message)
+            await self._ready.wait()
+            assert self._send is not None  # set with _ready
+            await self._send(SessionMessage(error))
 
 
 def refusal(line: bytes) -> JSONRPCError:

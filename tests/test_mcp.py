@@ -290,6 +290,30 @@ def test_an_http_session_naming_its_tenant_or_workspace_twice_is_refused(mcp_ser
     assert "appears twice" in refused.json()["message"] and "mcp-session-id" not in refused.headers
 
 
+def test_an_http_request_whose_id_no_answer_can_carry_is_refused(mcp_server: ServerProcess) -> None:
+    """A request with an id that is no string or whole number was taken by the SDK for a
+    notification: 202 and no answer, ever. It is an invalid request (-32600), as over stdio."""
+    headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    opened = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=initialize, headers=headers)
+    headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (
+        request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=initialized, headers=headers).status == 202
+    )
+    for request_id in (1.5, True, None, {"a": 1}, [1]):
+        ping = {"jsonrpc": "2.0", "id": request_id, "method": "ping"}
+        refused = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=ping, headers=headers)
+        assert refused.status == 400, (request_id, refused.status, refused.body[:300])
+        error = refused.json()["error"]
+        assert error["code"] == -32600 and "a request's id is a string or a whole number" in error["message"], error
+
+
 def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:
     """The session is bound to its token and tenant: its id with another tenant is a session the
     server does not know (404), so nothing read in one tenant's session can write another."""
@@ -549,6 +573,8 @@ def test_every_line_on_stdio_is_answered_even_one_that_is_no_message(mcp_server:
         b'{"jsonrpc":"1.0","id":"six","method":"ping"}',
         b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',  # an id that cannot be read
         call(7, "retain", '{"text":"a paired escape \\ud83d\\ude00 is Unicode"}'),
+        # ids no answer can carry (the SDK read each as a notification and answered nothing)
+        *(b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % i for i in (b"1.5", b"true", b"null", b'{"a":1}', b"[1]")),
         b'{"jsonrpc":"2.0","id":8,"method":"ping"}',
     ]
     answers = _stdio_answers(mcp_server, lines, {1, 2, "low", 3, 5, "six", 7, 8})
@@ -559,5 +585,7 @@ def test_every_line_on_stdio_is_answered_even_one_that_is_no_message(mcp_server:
     assert not by_id[1]["result"]["isError"] and not by_id[7]["result"]["isError"], by_id
     assert by_id[8]["result"] == {}
     unnamed = sorted(answer["error"]["code"] for answer in answers if answer["id"] is None)
-    # the truncated line and the text, then [] and 42, then the unreadable id
-    assert unnamed == [-32700, -32700, -32602, -32600, -32600], answers
+    # the truncated line and the text, then [] and 42, then the unreadable id, then the five ids
+    assert unnamed == [-32700, -32700, -32602, -32600, -32600] + [-32600] * 5, answers
+    refusals = [a["error"]["message"] for a in answers if "error" in a]
+    assert sum("a request's id is a string or a whole number" in m for m in refusals) == 5, refusals
