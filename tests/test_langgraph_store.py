@@ -370,6 +370,39 @@ def test_racing_creations_of_one_address_read_as_one_item(client, tenant):
     assert [m.text.partition("\n")[0] for m in client.list_memories(tenant).memories] == ['{"v": "third"}']
 
 
+class _DeletedMeanwhile(MemoryClient):
+    """A client whose next listing is followed by ``then`` (another process's delete): the
+    interleaving of a put or delete that looked its address up just before the other's delete."""
+
+    then: Callable[[], None] | None = None
+
+    def list_memories(self, *args: Any, **kwargs: Any) -> Any:
+        page = super().list_memories(*args, **kwargs)
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return page
+
+
+def test_a_put_or_delete_racing_another_process_s_delete_succeeds(target, client, tenant):
+    """A put or delete that found the address's memories, forgotten by another process before it
+    wrote, raised MEMORY_NOT_FOUND; a put now makes the item anew, a delete finds it gone."""
+    other = MnemosyneStore(client, tenant)
+    racing = _DeletedMeanwhile(target)
+    store = MnemosyneStore(racing, tenant)
+    other.put(("ns",), "k", {"v": "first"})
+    [first] = client.list_memories(tenant).memories
+    client.retain(tenant, '{"v": "second"}\nlanggraph:0', metadata=dict(first.metadata))  # two at the address
+    racing.then = lambda: other.delete(("ns",), "k")
+    store.put(("ns",), "k", {"v": "third"})
+    assert store.get(("ns",), "k").value == {"v": "third"}  # type: ignore[union-attr]  # found: asserted by its value
+    assert [m.text.partition("\n")[0] for m in client.list_memories(tenant).memories] == ['{"v": "third"}']
+    racing.then = lambda: other.delete(("ns",), "k")
+    store.delete(("ns",), "k")
+    assert store.get(("ns",), "k") is None and client.list_memories(tenant).memories == []
+    racing.close()
+
+
 # -- a real graph --------------------------------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ from langgraph.store.base import (
 )
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError
+from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from mnemosyne.client.types import Memory
 from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE
 
@@ -179,7 +179,7 @@ class MnemosyneStore(BaseStore):
         keep = None if text is None or not found else _newest(found)
         for memory in found:
             if memory is not keep:
-                self.client.forget(self.tenant, memory.id)
+                self._forget(memory.id)
         if text is None:
             return
         try:
@@ -188,7 +188,7 @@ class MnemosyneStore(BaseStore):
                 # A memory expired in its grace still holds this text, hidden (docs/expiry.md): the
                 # write was its duplicate and would leave the item unreadable. That item expired,
                 # so its memory goes and the write is made anew, under the tenant's expiry policy.
-                self.client.forget(self.tenant, hidden)
+                self._forget(hidden)
                 self._write(namespace, key, keep, text)
         except InvalidArgumentError as error:
             if error.reason == "TEXT_TOO_LONG":
@@ -211,7 +211,19 @@ class MnemosyneStore(BaseStore):
             if error.reason != "MEMORY_DUPLICATE":
                 raise
             return int(error.metadata["memory_id"])
+        except NotFoundError as error:
+            if error.reason != "MEMORY_NOT_FOUND":
+                raise
+            return self._write(namespace, key, None, text)  # another process deleted the item meanwhile
         return None
+
+    def _forget(self, memory_id: int) -> None:
+        """Forget ``memory_id``; one another process forgot since it was listed is gone already."""
+        try:
+            self.client.forget(self.tenant, memory_id)
+        except NotFoundError as error:
+            if error.reason != "MEMORY_NOT_FOUND":
+                raise
 
 
 # -- items as memories --------------------------------------------------------------------------
