@@ -274,6 +274,13 @@ def test_malformed_model_arguments_become_error_results(client: MemoryClient, te
         ("update_workspace", {"changes": [{"op": "delete", "key": "missing.md"}]}),
         ("update_workspace", {"changes": [{"op": "put", "key": "k" * 300, "content": "x"}]}),
         ("delete_everything", {}),
+        # What a model may send that no request can carry: they raised (the client's
+        # RequestInvalidError, a RecursionError) instead of answering the model.
+        ("memory_update", {"content": "half a pair \ud800"}),
+        ("memory_update", '{"content": "escaped half \\udc00"}'),
+        ("update_workspace", {"changes": [{"op": "put", "key": "a\ud800.md", "content": "x"}]}),
+        ("update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "\udfff"}]}),
+        ("memory_update", "[" * 100_000 + "]" * 100_000),
     ]
     for name, arguments in bad_calls:
         result = host.call_tool(agent, name, arguments)

@@ -518,7 +518,7 @@ def parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> str
     if isinstance(arguments, (str, bytes)):
         try:
             arguments = json.loads(arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
             raise ArgumentsInvalid(f"the arguments of {name} are not valid JSON") from None
     if arguments is None:
         arguments = {}
@@ -531,7 +531,7 @@ def parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> str
         content = arguments.get("content")
         if not isinstance(content, str):
             raise ArgumentsInvalid("memory_update needs content: the complete new text of MEMORY.md, as a string")
-        return content
+        return _unicode(content, "content")
     changes = arguments.get("changes")
     if not isinstance(changes, list) or not changes:
         raise ArgumentsInvalid(
@@ -554,4 +554,18 @@ def _change(position: int, change: object) -> workspace_pb2.RecordChange:
         raise ArgumentsInvalid(f"change {position}: a put needs content, the complete text of the record, as a string")
     if op == "delete" and content:
         raise ArgumentsInvalid(f"change {position}: a delete takes no content")
+    key, content = _unicode(key, f"change {position}: key"), _unicode(content, f"change {position}: content")
     return workspace_pb2.RecordChange(op=_CHANGE_OPS[op], key=key, content=content if op == "put" else "")
+
+
+def _unicode(text: str, what: str) -> str:
+    """``text``, refused when it holds half of a surrogate pair (which UTF-8, so no request, can carry)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        half = exc.object[exc.start : exc.end]
+        raise ArgumentsInvalid(
+            f"{what} holds {half!r} at {exc.start}, half of a surrogate pair, which is not Unicode text: send the "
+            "character whole (both halves of the pair) or leave it out"
+        ) from None
+    return text
