@@ -8,12 +8,11 @@ thread so that the event loop keeps serving.
 
 Every line on stdin is answered: the SDK's stdio transport drops a line it cannot read as a
 message without a word (it logs it at DEBUG), and its client would wait for ever, so ``run_stdio``
-reads stdin itself and answers such a line with a JSON-RPC error (``refusal``).
+reads stdin itself and answers such a line with a JSON-RPC error (``host/mcp_messages.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,24 +25,16 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp.types import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    ErrorData,
-    JSONRPCError,
-    JSONRPCNotification,
-    RequestId,
-    jsonrpc_message_adapter,
-)
 
 from mnemosyne.client.host import MemoryHost
 from mnemosyne.client.memory_client import MemoryClient
-from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, unanswerable_id
+from mnemosyne.host.mcp_messages import refusal, unreadable
+from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession
 from mnemosyne.host.mcp_tools import build_server as build_tools
 from mnemosyne.host.protocol import Answer, Ask
 
 logger = logging.getLogger(__name__)
+NOT_JSON = "a message is one JSON object on one line"
 
 
 @dataclass(frozen=True)
@@ -108,62 +99,17 @@ class _Lines:
         async for line in self._stdin:
             if not line.strip():
                 continue
-            try:
-                # The SDK's own reading of a line, so that a line passed on is one it reads.
-                text = line.decode("utf-8")
-                message = jsonrpc_message_adapter.validate_json(text, by_name=False)
-                misread = unanswerable_id(json.loads(text)) if isinstance(message, JSONRPCNotification) else None
-                error = None if misread is None else _error(None, INVALID_REQUEST, misread)
-            except (ValueError, RecursionError):  # UnicodeDecodeError, pydantic's ValidationError
-                error = refusal(line)
+            error = unreadable(line, not_json=NOT_JSON)
             if error is None:
-                yield text
-                continue
+                try:
+                    yield line.decode("utf-8")
+                    continue
+                except UnicodeDecodeError:
+                    error = refusal(line, not_json=NOT_JSON)
             logger.warning("answered a line of stdin that is no MCP message: %s", error.error.message)
             await self._ready.wait()
             assert self._send is not None  # set with _ready
             await self._send(SessionMessage(error))
 
 
-def refusal(line: bytes) -> JSONRPCError:
-    r"""The JSON-RPC error answering ``line``, which is not a JSON-RPC message: a parse error
-    (id null) if it is not JSON; invalid params if its text is not Unicode (bytes that are not
-    UTF-8, a string escape of half a surrogate pair such as ``\ud800``, which no protobuf field
-    can hold); else invalid request. The last two carry the request's id when it can be read."""
-    try:
-        # Bytes that are not UTF-8 become lone surrogates here, found as the escapes are.
-        document = json.loads(line.decode("utf-8", errors="surrogateescape"))
-    except (ValueError, RecursionError):
-        return _error(None, PARSE_ERROR, "Parse error: a message is one JSON object on one line")
-    request_id = _id_of(document)
-    if not _is_unicode(document):
-        return _error(
-            request_id,
-            INVALID_PARAMS,
-            "Invalid params: the message's text is not Unicode (bytes that are not UTF-8, or a string escape of "
-            "half a surrogate pair, such as \\ud800, without its other half)",
-        )
-    return _error(request_id, INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 request, notification or response")
-
-
-def _id_of(document: Any) -> RequestId | None:
-    """The id of a request (a whole number or a Unicode string), None if it has none that can be read."""
-    request_id = document.get("id") if isinstance(document, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, int | str) or not _is_unicode(request_id):
-        return None
-    return request_id
-
-
-def _is_unicode(document: Any) -> bool:
-    try:
-        json.dumps(document, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCError:
-    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
-
-
-__all__ = ["DEFAULT_WORKSPACE", "Agent", "Session", "build_server", "refusal", "run_stdio"]
+__all__ = ["DEFAULT_WORKSPACE", "Agent", "Session", "build_server", "run_stdio"]

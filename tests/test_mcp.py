@@ -45,6 +45,7 @@ TOOLS = {
 }
 REVISION_WORDS = re.compile(r"generation|revision|etag|\bhash\b|version_id", re.IGNORECASE)
 TOKEN, OTHER = "mcp-token-acme", "mcp-token-other"
+ID_NO_ANSWER_CAN_CARRY = (b"1.5", b"true", b"null", b'{"a":1}', b"[1]")  # the SDK took each for a notification
 
 
 @pytest.fixture(scope="module")
@@ -290,9 +291,11 @@ def test_an_http_session_naming_its_tenant_or_workspace_twice_is_refused(mcp_ser
     assert "appears twice" in refused.json()["message"] and "mcp-session-id" not in refused.headers
 
 
-def test_an_http_request_whose_id_no_answer_can_carry_is_refused(mcp_server: ServerProcess) -> None:
+def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: ServerProcess) -> None:
     """A request with an id that is no string or whole number was taken by the SDK for a
-    notification: 202 and no answer, ever. It is an invalid request (-32600), as over stdio."""
+    notification: 202 and no answer, ever. Text that is not Unicode got the SDK's parser's words
+    ("unexpected end of hex escape") and a list pydantic's validation errors. Each is answered as
+    over stdio (host/mcp_messages.py), 400."""
     headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
     initialize = {
         "jsonrpc": "2.0",
@@ -306,12 +309,20 @@ def test_an_http_request_whose_id_no_answer_can_carry_is_refused(mcp_server: Ser
     assert (
         request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=initialized, headers=headers).status == 202
     )
-    for request_id in (1.5, True, None, {"a": 1}, [1]):
-        ping = {"jsonrpc": "2.0", "id": request_id, "method": "ping"}
-        refused = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=ping, headers=headers)
-        assert refused.status == 400, (request_id, refused.status, refused.body[:300])
-        error = refused.json()["error"]
-        assert error["code"] == -32600 and "a request's id is a string or a whole number" in error["message"], error
+    misread = "a request's id is a string or a whole number"
+    bodies: list[tuple[bytes, int, Any, str]] = [
+        *((b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % i, -32600, None, misread) for i in ID_NO_ANSWER_CAN_CARRY),
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"\\ud800"}}', -32602, 9, "not Unicode"),
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"caf\xe9"}}', -32602, 9, "not Unicode"),
+        (b"[]", -32600, None, "not a JSON-RPC 2.0 request"),
+        (b'{"jsonrpc":"2.0","id":', -32700, None, "the body is not one JSON object"),
+    ]
+    for body, code, request_id, words in bodies:
+        refused = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", body, headers=headers)
+        assert refused.status == 400, (body, refused.status, refused.body[:300])
+        answer = refused.json()
+        assert (answer["error"]["code"], answer["id"]) == (code, request_id), (body, answer)
+        assert words in answer["error"]["message"], (body, answer)
 
 
 def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:
@@ -574,7 +585,7 @@ def test_every_line_on_stdio_is_answered_even_one_that_is_no_message(mcp_server:
         b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',  # an id that cannot be read
         call(7, "retain", '{"text":"a paired escape \\ud83d\\ude00 is Unicode"}'),
         # ids no answer can carry (the SDK read each as a notification and answered nothing)
-        *(b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % i for i in (b"1.5", b"true", b"null", b'{"a":1}', b"[1]")),
+        *(b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % i for i in ID_NO_ANSWER_CAN_CARRY),
         b'{"jsonrpc":"2.0","id":8,"method":"ping"}',
     ]
     answers = _stdio_answers(mcp_server, lines, {1, 2, "low", 3, 5, "six", 7, 8})

@@ -341,20 +341,6 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
     return server
 
 
-def unanswerable_id(document: object) -> str | None:
-    """Why ``document`` is a request no answer can name (the message of an invalid request,
-    -32600), or None: its ``id`` is neither a string nor a whole number (1.5, true, null, a list,
-    an object; MCP allows no null). The SDK reads such a request as a notification, which is never
-    answered, so its sender would wait for ever; both transports refuse it first."""
-    if not isinstance(document, dict) or "id" not in document or "method" not in document:
-        return None
-    request_id = document["id"]
-    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
-        return None
-    shown = json.dumps(request_id)
-    return f"Invalid request: a request's id is a string or a whole number, not {shown[:40]}"
-
-
 def _refusal(error: ServiceError) -> MCPError:
     """A service's refusal as a JSON-RPC error: invalid params for INVALID_ARGUMENT, else an
     internal error, each with the service's message and reason."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl
@@ -33,7 +32,6 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import INVALID_REQUEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,7 +40,8 @@ from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.engine.workspace import workspace_scope
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.host.consistency import SessionTokens, in_session
-from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server, unanswerable_id
+from mnemosyne.host.mcp_messages import unreadable
+from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
 from mnemosyne.transport.edge import Edge, too_large
 from mnemosyne.transport.envelope import ClientLeft
@@ -108,10 +107,10 @@ class McpEndpoint:
             if body is None:  # the SDK would hold a body of any size in memory
                 await send_error(send, too_large(limit + 1, self._edge.max_request_bytes).error)
                 return
-            misread = _unanswerable(body)
-            if misread is not None:
-                refusal = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": misread}}
-                await JSONResponse(refusal, status_code=400)(scope, receive, send)
+            refusal = unreadable(body, not_json="the body is not one JSON object")
+            if refusal is not None:  # as over stdio, not the SDK's parser's or pydantic's words
+                answer = refusal.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                await JSONResponse(answer, status_code=400)(scope, receive, send)
                 return
             receive = _replay(body, receive)
         await self._in_session(user, {**scope, "user": user}, receive, send)
@@ -233,17 +232,6 @@ def _header(holder: Scope | Message, name: str) -> str | None:
             decoded: str = value.decode("latin-1")
             return decoded
     return None
-
-
-def _unanswerable(body: bytes) -> str | None:
-    """Why ``body`` is a request the SDK would take for a notification and never answer
-    (``unanswerable_id``), or None (for a body it reads otherwise, the SDK answers)."""
-    if b'"id"' not in body:
-        return None
-    try:
-        return unanswerable_id(json.loads(body))
-    except (ValueError, RecursionError):
-        return None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -1,0 +1,102 @@
+"""JSON-RPC messages the MCP SDK cannot answer, and the errors that answer them, the same over
+stdio (``client/mcp_host.py``) and streamable HTTP (``transport/http/mcp.py``).
+
+The SDK's stdio transport drops a line it cannot read as a message without a word; its HTTP
+transport answers one with its parser's words ("unexpected end of hex escape" for half a surrogate
+pair) or pydantic's list of validation errors; both take a request whose id is neither a string
+nor a whole number for a notification, which is never answered, so its sender waits for ever.
+``refusal`` answers each alike: a parse error for what is not JSON, invalid params for text that
+is not Unicode, invalid request for JSON that is no JSON-RPC message or whose id no answer can
+carry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic_core
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    RequestId,
+    jsonrpc_message_adapter,
+)
+
+
+def unreadable(data: bytes, *, not_json: str) -> JSONRPCError | None:
+    """The error answering ``data`` (a line of stdin, an HTTP request's body), or None when the
+    SDK reads it as a message it answers (or a notification, which needs none). ``not_json``: the
+    parse error's message, naming the transport's framing."""
+    try:
+        message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(data), by_name=False)
+    except ValueError:  # pydantic's ValidationError, from_json's own
+        return refusal(data, not_json=not_json)
+    if isinstance(message, JSONRPCNotification) and b'"id"' in data:
+        misread = unanswerable_id(json.loads(data))
+        return None if misread is None else _error(None, INVALID_REQUEST, misread)
+    return None
+
+
+def refusal(data: bytes, *, not_json: str) -> JSONRPCError:
+    r"""The JSON-RPC error answering ``data``, which is not a JSON-RPC message: a parse error
+    (id null) if it is not JSON; invalid params if its text is not Unicode (bytes that are not
+    UTF-8, a string escape of half a surrogate pair such as ``\ud800``, which no protobuf field
+    can hold); else invalid request. The last two carry the request's id when it can be read."""
+    try:
+        # Bytes that are not UTF-8 become lone surrogates here, found as the escapes are.
+        document = json.loads(data.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError):
+        return _error(None, PARSE_ERROR, f"Parse error: {not_json}")
+    request_id = _id_of(document)
+    if not _is_unicode(document):
+        return _error(
+            request_id,
+            INVALID_PARAMS,
+            "Invalid params: the message's text is not Unicode (bytes that are not UTF-8, or a string escape of "
+            "half a surrogate pair, such as \\ud800, without its other half)",
+        )
+    misread = unanswerable_id(document)
+    if misread is not None:
+        return _error(None, INVALID_REQUEST, misread)
+    return _error(request_id, INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 request, notification or response")
+
+
+def unanswerable_id(document: object) -> str | None:
+    """Why ``document`` is a request no answer can name (the message of an invalid request), or
+    None: its ``id`` is neither a string nor a whole number (1.5, true, null, a list, an object;
+    MCP allows no null)."""
+    if not isinstance(document, dict) or "id" not in document or "method" not in document:
+        return None
+    request_id = document["id"]
+    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        return None
+    shown = json.dumps(request_id)
+    return f"Invalid request: a request's id is a string or a whole number, not {shown[:40]}"
+
+
+def _id_of(document: Any) -> RequestId | None:
+    """The id of a request (a whole number or a Unicode string), None if it has none that can be read."""
+    request_id = document.get("id") if isinstance(document, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str) or not _is_unicode(request_id):
+        return None
+    return request_id
+
+
+def _is_unicode(document: Any) -> bool:
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCError:
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+__all__ = ["refusal", "unanswerable_id", "unreadable"]
