@@ -310,10 +310,10 @@ def test_items_are_memories_of_the_tenant_with_their_namespace_in_metadata(clien
 
 
 def test_where_it_differs_from_the_in_memory_store(client, tenant):
-    """Stricter than InMemoryStore in two places (docs/integrations.md): an op handed to ``batch``
+    """Stricter than InMemoryStore in three places (docs/integrations.md): an op handed to ``batch``
     directly has its labels checked (the reference checks only in its methods: a label "a.b" would
-    address the namespace ("a", "b") here), and a namespace whose items are all deleted is no longer
-    listed (the reference keeps listing it)."""
+    address the namespace ("a", "b") here), a negative limit, offset or depth is refused, and a
+    namespace whose items are all deleted is no longer listed (the reference keeps listing it)."""
     store = MnemosyneStore(client, tenant)
     refused: list[Op] = [GetOp(("a.b",), "k"), SearchOp(("a", "")), PutOp(("a.b",), "k", {"v": 1})]
     for op in refused:
@@ -322,6 +322,18 @@ def test_where_it_differs_from_the_in_memory_store(client, tenant):
     with pytest.raises(NotImplementedError):
         store.batch([PutOp(("a",), "k", {"v": 1}, ttl=1.0)])
     store.put(("a",), "k", {"v": 1})
+    # A negative limit, offset or depth is refused (the reference slices by it: search(offset=-1)
+    # answered the last item, limit=-1 all but the last; here they answered [] or the last item).
+    for call in (
+        lambda: store.search(("a",), limit=-1),
+        lambda: store.search(("a",), offset=-1),
+        lambda: store.search(("a",), query="v", limit=True),
+        lambda: store.list_namespaces(limit=-1),
+        lambda: store.list_namespaces(offset=-2),
+        lambda: store.list_namespaces(max_depth=-1),
+    ):
+        with pytest.raises(ValueError, match="a whole number from 0"):
+            call()
     store.delete(("a",), "k")
     assert store.list_namespaces() == []
     assert store.search(()) == []

@@ -246,6 +246,11 @@ def _check(op: Op) -> None:
             )
         if op.value is not None and not isinstance(op.value, Mapping):
             raise TypeError(f"a value is a mapping with string keys or None, not {type(op.value).__name__}")
+    if isinstance(op, SearchOp | ListNamespacesOp):
+        depth = {"max_depth": op.max_depth} if isinstance(op, ListNamespacesOp) and op.max_depth is not None else {}
+        for name, number in {"limit": op.limit, "offset": op.offset, **depth}.items():
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError(f"{name} must be a whole number from 0, not {number!r}")
 
 
 def _joined(labels: Sequence[str]) -> str:
