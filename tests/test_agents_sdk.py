@@ -253,6 +253,22 @@ def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
         asyncio.run(agent.get_system_prompt(RunContextWrapper(context=None)))
 
 
+def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, tenant):
+    """The latest user message is the query memories are recalled for; one the service cannot take
+    as a query (longer than 4,096 characters, a NUL, half a surrogate pair, only white space) raised
+    from the instructions and ended the run. A long one is recalled for by its end, the others
+    assemble memory without recalled memories."""
+    client.retain(tenant, "The courier comes on Tuesdays")
+    memory = MemoryTools(client, tenant, "notes")
+    agent = Agent(name="notes", instructions=memory.instructions("You keep notes."))
+    for said in ("x " * 5_000 + "when does the courier come?", "a NUL \x00 inside", "half \ud800 a pair", " \u200b "):
+        run = RunContextWrapper(context=MnemosyneSession("s", client, tenant), turn_input=[message("user", said)])
+        system = asyncio.run(agent.get_system_prompt(run))
+        assert system is not None and system.startswith("You keep notes.") and "# Global memory" in system, said[-40:]
+        if said.endswith("courier come?"):
+            assert "The courier comes on Tuesdays" in system
+
+
 def test_an_item_that_cannot_be_read_is_never_popped(client, tenant):
     """pop_item reads the latest item before it removes it: one that is not JSON (a record edited
     by hand) raises, and the session is left as it was."""

@@ -35,7 +35,8 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 from agents.tool_context import ToolContext
 
-from mnemosyne.client import AbortedError, MemoryClient, MemoryHost, RecordChange
+from mnemosyne.client import AbortedError, InvalidArgumentError, MemoryClient, MemoryHost, RecordChange
+from mnemosyne.host.protocol import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -259,11 +260,22 @@ class MemoryTools:
 
         async def instructions(run: RunContextWrapper[Any], agent: Agent[Any]) -> str:
             conversation = self.conversations.of(agent, run.context)
-            query = _latest_user_text(run.turn_input)
-            memory = await asyncio.to_thread(self.host.assemble_context, conversation, self.workspace, query, self.k)
+            query = _query(_latest_user_text(run.turn_input))
+            memory = await asyncio.to_thread(self._assemble, conversation, query)
             return f"{base}\n\n{memory}"
 
         return instructions
+
+    def _assemble(self, conversation: Conversation, query: str | None) -> str:
+        """The memory context, with memories recalled for ``query``; without them when the service
+        takes no query of that text (only white space, a server's shorter limit): a user's message
+        never ends the run."""
+        try:
+            return self.host.assemble_context(conversation, self.workspace, query, self.k)
+        except InvalidArgumentError as error:
+            if query is None or not error.reason.startswith("QUERY_"):
+                raise
+        return self.host.assemble_context(conversation, self.workspace, None, self.k)
 
     def tools(self) -> list[Tool]:
         """The model's tools ``memory_update`` and ``update_workspace`` (no generation in their
@@ -289,6 +301,16 @@ class MemoryTools:
             return json.dumps(result, ensure_ascii=False)
 
         return invoke
+
+
+def _query(text: str | None) -> str | None:
+    """A user's message as a query the service takes: without NUL and half surrogate pairs (no
+    request carries them), its last MAX_QUERY_CHARS characters (the question often ends a long
+    message)."""
+    if text is None:
+        return None
+    text = text.replace("\x00", " ").encode("utf-8", errors="ignore").decode("utf-8")
+    return text[-MAX_QUERY_CHARS:] or None
 
 
 def _latest_user_text(items: Sequence[Any]) -> str | None:
