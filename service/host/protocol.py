@@ -42,6 +42,17 @@ MAX_KEY_CHARS = 256  # engine/workspace.py MAX_KEY_CHARS
 MAX_WAIT_SECONDS = 3600.0  # engine/limits.py MAX_WAIT_SECONDS: the longest a flush waits
 
 
+def usable_query(text: str | None) -> str | None:
+    """A person's words (a user's message, a store's search) as a query every surface sends: no
+    NUL and no half surrogate pairs (no request carries them), its last MAX_QUERY_CHARS characters
+    (a question often ends a long message); None for no text. The server may still refuse it
+    (QUERY_EMPTY for only white space, a shorter --max-query-chars): the caller then does without."""
+    if text is None:
+        return None
+    text = text.replace("\x00", " ").encode("utf-8", errors="ignore").decode("utf-8")
+    return text[-MAX_QUERY_CHARS:] or None
+
+
 def server_wait(timeout_seconds: float) -> float:
     """How long a waiting call (Flush, Disable) asked to wait ``timeout_seconds`` may wait on the
     server, which a call's own deadline must outlast: 0 (and NaN, which compares false) is 30."""

@@ -36,7 +36,7 @@ from agents.memory.session_settings import resolve_session_limit
 from agents.tool_context import ToolContext
 
 from mnemosyne.client import AbortedError, InvalidArgumentError, MemoryClient, MemoryHost, RecordChange
-from mnemosyne.host.protocol import MAX_QUERY_CHARS
+from mnemosyne.host.protocol import usable_query
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -260,7 +260,7 @@ class MemoryTools:
 
         async def instructions(run: RunContextWrapper[Any], agent: Agent[Any]) -> str:
             conversation = self.conversations.of(agent, run.context)
-            query = _query(_latest_user_text(run.turn_input))
+            query = usable_query(_latest_user_text(run.turn_input))
             memory = await asyncio.to_thread(self._assemble, conversation, query)
             return f"{base}\n\n{memory}"
 
@@ -301,16 +301,6 @@ class MemoryTools:
             return json.dumps(result, ensure_ascii=False)
 
         return invoke
-
-
-def _query(text: str | None) -> str | None:
-    """A user's message as a query the service takes: without NUL and half surrogate pairs (no
-    request carries them), its last MAX_QUERY_CHARS characters (the question often ends a long
-    message)."""
-    if text is None:
-        return None
-    text = text.replace("\x00", " ").encode("utf-8", errors="ignore").decode("utf-8")
-    return text[-MAX_QUERY_CHARS:] or None
 
 
 def _latest_user_text(items: Sequence[Any]) -> str | None:

@@ -51,7 +51,7 @@ from langgraph.store.base import (
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from mnemosyne.client.types import Memory
-from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE
+from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE, usable_query
 
 NAMESPACE_KEY = "langgraph.namespace"
 KEY_KEY = "langgraph.key"
@@ -122,15 +122,18 @@ class MnemosyneStore(BaseStore):
         within = {PREFIX_KEY.format(len(op.namespace_prefix)): _joined(op.namespace_prefix)}
         wanted = op.offset + op.limit
         found: list[tuple[Memory, float | None]] = []
-        if op.query:
+        query = usable_query(op.query)
+        if query:
             # Filters apply to values the server does not index: ask for the most it gives then.
             k = MAX_K if op.filter else max(1, min(MAX_K, wanted))
             try:
-                hits = self.client.recall(self.tenant, op.query, k=k, filters=within)
+                hits = self.client.recall(self.tenant, query, k=k, filters=within)
             except InvalidArgumentError as error:
                 if error.reason == "METADATA_INVALID":
                     return []  # a prefix past the metadata limits: no item is under it
-                raise
+                if not error.reason.startswith("QUERY_"):
+                    raise
+                hits = []  # a query the server takes nothing of (only white space): the items in order
             found = [(h.memory, h.score) for h in hits]
         items = [(memory, score) for memory, score in _current(found) if _matches(_value(memory), op.filter)]
         if len(items) < wanted:
