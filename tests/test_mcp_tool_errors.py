@@ -97,6 +97,7 @@ def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
         yield [{"op": "put", "key": "", "content": "x"}], "1"
         yield [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}], str(MAX_KEY_CHARS)
         yield [{"op": "put", "key": "plan.md", "content": "x" * (host_protocol.MAX_RECORD_CHARS + 1)}], "262144"
+        yield [{"op": "put", "key": "plan.md", "content": "x", "mode": "append"}], "mode"
         yield None, ""
 
 
@@ -141,6 +142,12 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
             await client.call_tool("read_memory", {})  # so a write is judged on its argument alone
             for tool in tools:
                 properties = tool.input_schema["properties"]
+                # An argument the tool does not take (a misspelt k or fast) was ignored without a word.
+                base = {a: _valid(properties[a]) for a in tool.input_schema.get("required", [])}
+                result = await client.call_tool(tool.name, {**base, "top_k": 3})
+                text = _text(result)
+                if not result.is_error or "top_k" not in text or not all(a in text for a in properties):
+                    failures.append(f"{tool.name}(top_k=3): not refused naming it and the arguments: {text[:300]}")
                 for argument, schema in properties.items():
                     kind = schema.get("type")
                     if kind in ("integer", "number"):

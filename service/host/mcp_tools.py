@@ -30,8 +30,8 @@ from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
-from pydantic import BaseModel, BeforeValidator, Field
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, TextContent
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from mnemosyne.host import protocol as host_protocol
@@ -151,6 +151,8 @@ Content = Annotated[
 
 
 class RecordChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a field it does not have is refused, never ignored
+
     op: Literal["put", "delete"] = Field(description="put: create or replace the record; delete: remove it.")
     key: str = Field(
         min_length=1,
@@ -285,13 +287,38 @@ def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
     return check
 
 
+def _tool_arguments_checked(server: MCPServer) -> ServerMiddleware[Any]:
+    """Refuse a ``tools/call`` with an argument its tool does not take, as a tool error naming it
+    and the tool's arguments: the SDK ignores it without a word, so a misspelt ``k`` or ``fast``
+    would be a call other than the model meant (MemoryHost refuses them too)."""
+
+    arguments: dict[str, list[str]] = {}  # each tool's, read once (the tools never change)
+
+    async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
+            return await call_next(ctx)
+        if not arguments:
+            arguments.update({t.name: list(t.input_schema.get("properties", {})) for t in await server.list_tools()})
+        name, given, takes = params["name"], params.get("arguments"), arguments.get(params["name"])
+        if takes is None or not isinstance(given, Mapping):
+            return await call_next(ctx)  # the SDK's own refusals: an unknown tool, arguments of no object
+        unknown = [str(key)[:40] for key in given if key not in takes]
+        if not unknown:
+            return await call_next(ctx)
+        message = f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])}"
+        return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+    return check
+
+
 def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sessions_only: bool = False) -> MCPServer:
     """The memory tools, resource and prompt; ``session_of`` gives a call's session.
     ``sessions_only`` (HTTP): refuse the stateless protocol, whose requests belong to no session."""
     server = MCPServer(
         "mnemosyne-memory", instructions=INSTRUCTIONS, middleware=[_sessions_only] if sessions_only else []
     )
-    server.middleware.append(_prompt_checked(server))
+    server.middleware.extend([_prompt_checked(server), _tool_arguments_checked(server)])
 
     def reading(s: ToolSession, query: str, k: int) -> Flow[str]:
         return host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k)
