@@ -389,6 +389,22 @@ def test_racing_creations_of_one_address_read_as_one_item(client, tenant):
     assert [m.text.partition("\n")[0] for m in client.list_memories(tenant).memories] == ['{"v": "third"}']
 
 
+def test_an_item_whose_memory_was_changed_outside_the_store_is_named(client, tenant):
+    """An item is a memory any client may update; one whose text is no longer a JSON value made
+    every search of its namespace raise JSONDecodeError "Expecting value", naming nothing."""
+    store = MnemosyneStore(client, tenant)
+    store.put(("ns",), "a", {"v": 1})
+    [memory] = client.list_memories(tenant).memories
+    client.update_memory(tenant, memory.id, text="edited by a person in the console")
+    for read in (lambda: store.search(("ns",)), lambda: store.get(("ns",), "a")):
+        with pytest.raises(
+            ValueError, match=f"item \\('ns',\\) 'a' is memory {memory.id}, .* changed outside the store"
+        ):
+            read()
+    store.put(("ns",), "a", {"v": 2})  # the way out the message names
+    assert store.get(("ns",), "a").value == {"v": 2}  # type: ignore[union-attr]  # found: asserted by its value
+
+
 class _DeletedMeanwhile(MemoryClient):
     """A client whose next listing is followed by ``then`` (another process's delete): the
     interleaving of a put or delete that looked its address up just before the other's delete."""

@@ -332,7 +332,18 @@ def _address_refused(error: InvalidArgumentError, namespace: tuple[str, ...], ke
 
 
 def _value(memory: Memory) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(memory.text.partition("\n")[0])
+    """The item's value; raises ValueError naming the item and its memory when the memory's text is
+    no longer an item's (changed outside the store: UpdateMemory, mem0's update)."""
+    try:
+        value = json.loads(memory.text.partition("\n")[0])
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        namespace, key = _address(memory)
+        raise ValueError(
+            f"the item {namespace} {key!r} is memory {memory.id}, whose text is no longer a JSON object on its first "
+            f"line: it was changed outside the store; put the item again, or forget memory {memory.id}"
+        )
     return value
 
 
