@@ -271,13 +271,15 @@ def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, t
 
 def test_an_item_that_cannot_be_read_is_never_popped(client, tenant):
     """pop_item reads the latest item before it removes it: one that is not JSON (a record edited
-    by hand) raises, and the session is left as it was."""
+    by hand) raises naming its record, as get_items does, and the session is left as it was."""
     session = MnemosyneSession("s1", client, tenant)
     asyncio.run(session.add_items([message("user", "a")]))
     listed = client.list_records(tenant, session.scope)
     [record] = listed.records
     broken = record.content + '{"role": "user", "content": "cut\n'
     client.edit_records(tenant, session.scope, [RecordChange("put", record.key, broken)], listed.generation)
-    with pytest.raises(json.JSONDecodeError):
-        asyncio.run(session.pop_item())
+    # Named, with its record (they raised JSONDecodeError "Unterminated string", naming nothing).
+    for read in (session.pop_item, session.get_items):
+        with pytest.raises(ValueError, match=f"record '{record.key}' of {session.scope} holds a line that is no JSON"):
+            asyncio.run(read())
     assert [r.content for r in client.list_records(tenant, session.scope).records] == [broken]

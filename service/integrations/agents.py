@@ -81,10 +81,10 @@ class MnemosyneSession:
         (0: none; None or negative: all), as the SDK's own sessions answer."""
         limit = resolve_session_limit(limit, self.session_settings)
         _, records = await asyncio.to_thread(self._read)
-        lines = [line for _, held in records for line in held]
+        lines = [(key, line) for key, held in records for line in held]
         if limit is not None and limit >= 0:
             lines = lines[max(0, len(lines) - limit) :] if limit else []
-        return [json.loads(line) for line in lines]
+        return [self._item(key, line) for key, line in lines]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` (verbatim: each must be JSON-serialisable, as the SDK's items are)."""
@@ -102,7 +102,7 @@ class MnemosyneSession:
                 return []
             key, held = records[-1]
             # Parsed before the edit is made: an item that cannot be read back is never removed.
-            popped.append(json.loads(held[-1]))
+            popped.append(self._item(key, held[-1]))
             return [RecordChange("put", key, _content(held[:-1])) if held[1:] else RecordChange("delete", key)]
 
         await asyncio.to_thread(self._edit, without_last)
@@ -116,6 +116,18 @@ class MnemosyneSession:
             pass
 
     # -- the records ------------------------------------------------------------------------------
+
+    def _item(self, key: str, line: str) -> TResponseInputItem:
+        """The item of ``line`` (of record ``key``); raises ValueError naming the record when the
+        line is no JSON (the record was changed outside the session)."""
+        try:
+            item: TResponseInputItem = json.loads(line)
+        except ValueError:
+            raise ValueError(
+                f"session {self.session_id!r}: record {key!r} of {self.scope} holds a line that is no JSON item "
+                f"({line[:40]!r}...): it was changed outside the session; fix or delete that record"
+            ) from None
+        return item
 
     def _read(self) -> tuple[int, Records]:
         listed = self.client.list_records(self.tenant, self.scope)
