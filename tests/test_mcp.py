@@ -283,12 +283,17 @@ def test_an_http_session_naming_an_invalid_workspace_is_refused_before_it_opens(
 )
 def test_an_http_session_naming_its_tenant_or_workspace_twice_is_refused(mcp_server: ServerProcess, query: str) -> None:
     """The first of two was taken silently (a session on acme for ?tenant=acme&tenant=beta); the
-    JSON API and mem0's paths refuse a query parameter given twice, and so does /mcp."""
+    JSON API and mem0's paths refuse a query parameter given twice, and so does /mcp; and, as they
+    do, one it does not take (?worksapce=notes opened a session on main without a word)."""
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
     refused = request(mcp_server.http_port, "POST", f"/mcp?{query}", json_body=initialize, headers=headers)
     assert (refused.status, refused.reason) == (400, "REQUEST_UNDECODABLE"), refused.body[:300]
     assert "appears twice" in refused.json()["message"] and "mcp-session-id" not in refused.headers
+    misspelt = query.replace("tenant=beta", "worksapce=notes").replace("workspace=b", "token=x")
+    refused = request(mcp_server.http_port, "POST", f"/mcp?{misspelt}", json_body=initialize, headers=headers)
+    assert (refused.status, refused.reason) == (400, "REQUEST_UNDECODABLE"), (misspelt, refused.body[:300])
+    assert "is not a query parameter of /mcp" in refused.json()["message"] and "mcp-session-id" not in refused.headers
 
 
 def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: ServerProcess) -> None:

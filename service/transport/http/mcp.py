@@ -145,8 +145,13 @@ class McpEndpoint:
     def _authenticate(self, scope: Scope) -> AuthenticatedUser:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         named = [key for key, _ in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
-        for key in ("tenant", "workspace"):
-            if named.count(key) > 1:  # as on the JSON API and mem0's: which one was meant is the caller's to say
+        for key in named:  # as on the JSON API and mem0's: which one was meant is the caller's to say
+            if key not in ("tenant", "workspace"):  # a misspelt workspace would open a session on main
+                raise InvalidArgument(
+                    f"{key[:40]!r} is not a query parameter of /mcp: give tenant and, if not main, workspace",
+                    reason="REQUEST_UNDECODABLE",
+                )
+            if named.count(key) > 1:
                 raise InvalidArgument(
                     f"the query parameter {key!r} appears twice: give it once", reason="REQUEST_UNDECODABLE"
                 )
