@@ -296,11 +296,8 @@ def test_an_http_session_naming_its_tenant_or_workspace_twice_is_refused(mcp_ser
     assert "is not a query parameter of /mcp" in refused.json()["message"] and "mcp-session-id" not in refused.headers
 
 
-def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: ServerProcess) -> None:
-    """A request with an id that is no string or whole number was taken by the SDK for a
-    notification: 202 and no answer, ever. Text that is not Unicode got the SDK's parser's words
-    ("unexpected end of hex escape") and a list pydantic's validation errors. Each is answered as
-    over stdio (host/mcp_messages.py), 400."""
+def _raw_session(server: ServerProcess) -> dict[str, str]:
+    """The headers of requests in an MCP session on acme, opened with the handshake by hand."""
     headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
     initialize = {
         "jsonrpc": "2.0",
@@ -308,12 +305,19 @@ def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: S
         "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
     }
-    opened = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=initialize, headers=headers)
+    opened = request(server.http_port, "POST", "/mcp?tenant=acme", json_body=initialize, headers=headers)
     headers["mcp-session-id"] = opened.headers["mcp-session-id"]
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (
-        request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=initialized, headers=headers).status == 202
-    )
+    assert request(server.http_port, "POST", "/mcp?tenant=acme", json_body=initialized, headers=headers).status == 202
+    return headers
+
+
+def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: ServerProcess) -> None:
+    """A request with an id that is no string or whole number was taken by the SDK for a
+    notification: 202 and no answer, ever. Text that is not Unicode got the SDK's parser's words
+    ("unexpected end of hex escape") and a list pydantic's validation errors. Each is answered as
+    over stdio (host/mcp_messages.py), 400."""
+    headers = _raw_session(mcp_server)
     misread = "a request's id is a string or a whole number"
     bodies: list[tuple[bytes, int, Any, str]] = [
         *((b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % i, -32600, None, misread) for i in ID_NO_ANSWER_CAN_CARRY),
@@ -328,6 +332,19 @@ def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: S
         answer = refused.json()
         assert (answer["error"]["code"], answer["id"]) == (code, request_id), (body, answer)
         assert words in answer["error"]["message"], (body, answer)
+
+
+def test_an_http_body_past_the_sdks_own_limit_is_the_servers_to_judge(mcp_server: ServerProcess) -> None:
+    """The SDK refuses a body over 4 MiB itself, in plain text ("Request body too large", no
+    reason); the endpoint reads bodies up to twice --max-request-bytes and refuses past that with
+    REQUEST_TOO_LARGE. A 5 MB tool call is the tool's to refuse, naming its argument's limit."""
+    headers = _raw_session(mcp_server)
+    call = {"name": "retain", "arguments": {"text": "x" * 5_000_000}}
+    retain = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+    answered = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", json_body=retain, headers=headers)
+    assert answered.status == 200, (answered.status, answered.body[:300])
+    result = json.loads(answered.body.decode().partition("data: ")[2])["result"]
+    assert result["isError"] and "32768" in result["content"][0]["text"], result
 
 
 def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:

@@ -70,9 +70,15 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             session_idle_timeout=limits.mcp_session_idle_seconds,
             max_sessions=limits.mcp_sessions,  # counted here first: the SDK's own refusal is never reached
+            # Judged here first too (``__call__``, REQUEST_TOO_LARGE): the SDK's 4 MiB, in plain text, is never reached.
+            max_request_body_size=self._body_limit(),
         )
         self._running: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+
+    def _body_limit(self) -> int:
+        """The largest body read: a JSON call may be twice its protobuf encoding's limit."""
+        return 2 * self._edge.max_request_bytes
 
     async def start(self) -> None:
         """Run the SDK's session manager (its task group) until ``stop``."""
@@ -99,7 +105,7 @@ class McpEndpoint:
             await send_error(send, error)
             return
         if scope["method"] == "POST":
-            limit = 2 * self._edge.max_request_bytes
+            limit = self._body_limit()
             try:
                 body = await read_body(Request(scope, receive), limit)
             except ClientLeft:
