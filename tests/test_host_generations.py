@@ -285,6 +285,8 @@ def test_malformed_model_arguments_become_error_results(client: MemoryClient, te
     for name, arguments in bad_calls:
         result = host.call_tool(agent, name, arguments)
         assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (name, arguments)
+        if "\ud800" in str(arguments) or "surrogate" in result["error"]:  # the client's and Node host's reason
+            assert result["reason"] == "REQUEST_UNDECODABLE", result
     assert _global(client, tenant) == (None, 0)
     assert client.list_records(tenant, "workspace/w").generation == 0
     # The observation is still good: nothing was written and nothing advanced.

@@ -407,7 +407,7 @@ def write_memory(
     try:
         parsed = parse_arguments(name, arguments)
     except ArgumentsInvalid as exc:
-        return _error(str(exc), "ARGUMENTS_INVALID")
+        return _error(str(exc), exc.reason)
     if observation is None:
         return _error(MISSING_MESSAGE, MISSING_REASON)
     request_id = uuid.uuid4().hex  # fresh per tool call: a transport retry replays, never re-applies
@@ -516,7 +516,13 @@ def tool_schemas(format: str = "openai") -> list[dict[str, Any]]:
 
 
 class ArgumentsInvalid(Exception):
-    """Arguments from the model that cannot be sent: becomes an ``error`` result, not an exception."""
+    """Arguments from the model that cannot be sent: becomes an ``error`` result with ``reason``,
+    not an exception (REQUEST_UNDECODABLE for text no request carries, the client's and the Node
+    host's reason for it)."""
+
+    def __init__(self, message: str, reason: str = "ARGUMENTS_INVALID") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> str | list[workspace_pb2.RecordChange]:
@@ -577,6 +583,7 @@ def _unicode(text: str, what: str) -> str:
         half = exc.object[exc.start : exc.end]
         raise ArgumentsInvalid(
             f"{what} holds {half!r} at {exc.start}, half of a surrogate pair, which is not Unicode text: send the "
-            "character whole (both halves of the pair) or leave it out"
+            "character whole (both halves of the pair) or leave it out",
+            "REQUEST_UNDECODABLE",
         ) from None
     return text
