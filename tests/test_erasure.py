@@ -331,12 +331,17 @@ def test_erase_tenant_removes_every_file_and_leaves_a_receipt(server_factory, te
         assert [m.text for m in admin.list_memories(tenant).memories] == ["a first memory of the new tenant"]
 
 
-def test_an_erasure_killed_after_its_receipt_is_finished_at_the_next_start(server_factory, tenant: str) -> None:
+def test_an_erasure_killed_after_its_receipt_is_finished_at_the_next_start(
+    server_factory, tenant: str, tmp_path: Path
+) -> None:
     """The receipt is the erasure's commit. A process killed between the receipt and the removal
     of the files left the whole tenant, served again after the restart (listed, its memories, its
     queued fast writes) under a receipt saying it was erased; now the start finishes the erasure."""
     other = f"{tenant}-kept"
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": "kill@erase_receipted"}).start()
+    held = tmp_path / "hold-backlog"  # the fast write stays queued: the head hash read below stays the file's
+    held.touch()
+    faults = {"MNEMOSYNE_TEST_FAULTS": "kill@erase_receipted", "MNEMOSYNE_TEST_HOLD_BACKLOG": str(held)}
+    server = server_factory(env=faults).start()
     with MemoryClient(server.target, retries=0) as client:
         client.retain(tenant, f"Tenant secret {SECRET}")
         client.hot_path(tenant, "enable")
@@ -348,7 +353,8 @@ def test_an_erasure_killed_after_its_receipt_is_finished_at_the_next_start(serve
     assert server.wait_exit() != 0
     log = [json.loads(line) for line in (server.data_dir / "erasures.jsonl").read_text().splitlines()]
     assert [(r["tenant"], r["head_hash"]) for r in log] == [(tenant, head)]
-    server.env.pop("MNEMOSYNE_TEST_FAULTS")
+    for name in faults:
+        server.env.pop(name)
     server.start()
     assert [p.name for p in server.data_dir.rglob("*") if tenant in p.name and other not in p.name] == []
     assert _traces(server.data_dir, _needles([])) == []
