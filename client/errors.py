@@ -147,7 +147,7 @@ class TokenForeignError(InvalidArgumentError):
 
 
 class TimelineChangedError(FailedPreconditionError):
-    """TIMELINE_CHANGED: the tenant was restored or replaced (import, restore) since the token's
+    """TIMELINE_CHANGED: the tenant was restored, replaced (import, restore) or erased since the token's
     writes: they may not exist any more. The session drops the token; read again without it."""
 
 

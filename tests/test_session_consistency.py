@@ -352,6 +352,36 @@ def test_a_client_that_erased_or_replaced_a_tenant_reads_it_at_once(server: Serv
             assert texts(client.recall(tenant, "written before the export", k=1)) == expected
 
 
+def test_another_client_s_token_from_before_an_erasure_is_of_an_earlier_timeline(server: ServerProcess) -> None:
+    """A client's tokens name writes that another client's erasure ended. Once the tenant was made
+    again (a write after the erasure: a new file, a new secret), they were refused as forged,
+    TOKEN_INVALID "not one this server issued", and so was the client's next write, which carries
+    its session's token. Now they are of an earlier timeline, as before the tenant was made again:
+    the write is made, a read given one says TIMELINE_CHANGED."""
+    tenant = "py-erased-by-another"
+    with MemoryClient(server.target) as writer, MemoryClient(server.target) as admin:
+        with_backlog(server, tenant, 30)
+        writer.retain(tenant, "Queued before the erasure", fast=True)
+        before = writer.consistency_token(tenant)
+        assert before
+        admin.erase_tenant(tenant)
+        admin.retain(tenant, "Written after the erasure")
+        made = writer.retain(tenant, "Written again by the first client")  # carrying ``before``
+        assert made.status == "created", made
+        assert texts(writer.recall(tenant, "written again by the first client", k=1)) == [
+            "Written again by the first client"
+        ]
+        with pytest.raises(TimelineChangedError):
+            writer.recall(tenant, "written", consistency_token=before)
+        writer.hot_path(tenant, "enable")
+        writer.retain(tenant, "Queued after the erasure", fast=True)
+        now = writer.consistency_token(tenant)
+        assert now and now != before
+        forged = now[:-4] + ("AAAA" if not now.endswith("AAAA") else "BBBB")
+        with pytest.raises(TokenInvalidError):  # one forged on this timeline is still refused as such
+            writer.recall(tenant, "written", consistency_token=forged)
+
+
 def test_a_forged_or_foreign_token_is_its_typed_error(server: ServerProcess) -> None:
     with MemoryClient(server.target) as client:
         client.hot_path("py-mine", "enable")

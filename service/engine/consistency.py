@@ -41,6 +41,7 @@ from mnemosyne.engine import base64url
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.hot_path.awaited import Span
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.store.erasure_log import ErasureLog
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import TenantStore
@@ -174,6 +175,7 @@ class Consistency:
         self._pool = pool
         self._hot_path = hot_path
         self._replicated = replicated
+        self._erasures = ErasureLog(pool.data_dir)
 
     async def replicated(self, tenant: str) -> None:
         """Wait, holding no thread, until every commit of ``tenant`` made before the call is in
@@ -195,8 +197,8 @@ class Consistency:
             if store is None:
                 _claimed(tenant, carried)
                 return
-            secret, _timeline = _keys(store)
-        _verified(tenant, carried, secret)
+            secret, timeline = _keys(store)
+        self._current(tenant, carried, secret, timeline)
 
     def issue(self, tenant: str, event_ids: Sequence[int] = (), *, carried: str = "", level: str = VISIBLE) -> str:
         """The token of a write of ``tenant``: its queued operations (``event_ids``; none for a
@@ -210,11 +212,10 @@ class Consistency:
             spans = spans_of(event_ids)
             if level == REPLICATED and self._replicated is None:
                 raise _replication_off()
-            if carried:
-                token = _verified(tenant, carried, secret)
-                if token.timeline == timeline:
-                    spans = merged([*token.spans, *spans])
-                    level = max(level, token.level, key=(VISIBLE, REPLICATED).index)
+            token = self._current(tenant, carried, secret, timeline) if carried else None
+            if token is not None:
+                spans = merged([*token.spans, *spans])
+                level = max(level, token.level, key=(VISIBLE, REPLICATED).index)
             if len(spans) > MAX_SPANS:
                 still_open = self._hot_path.awaited.states(tenant, spans)[0]
                 spans = merged([*spans_of(still_open), *spans_of(event_ids)])
@@ -231,8 +232,8 @@ class Consistency:
                 _claimed(tenant, text)
                 raise timeline_changed(tenant)  # a token of this tenant, whose content is gone
             secret, timeline = _keys(store)
-            token = _verified(tenant, text, secret)
-        if token.timeline != timeline:
+            token = self._current(tenant, text, secret, timeline)
+        if token is None:
             raise timeline_changed(tenant)
         replicate = token.level == REPLICATED and not replicated
         if replicate and self._replicated is None:
@@ -241,6 +242,18 @@ class Consistency:
         if open_ids or replicate:
             raise WritesOpen(tenant, token.spans, open_ids, replicate=replicate)
         return failed
+
+    def _current(self, tenant: str, text: str, secret: bytes, timeline: str) -> Token | None:
+        """The token ``text`` is, checked against the tenant's secret; None when it is one of an
+        earlier timeline of the tenant: its content was replaced since, or its file erased (the
+        file made again has a new secret, so only the erasure's receipt tells such a token from a
+        forged one). TOKEN_INVALID for a forged one; TOKEN_FOREIGN as ``_claimed``."""
+        token, body, given = _claimed(tenant, text)
+        if hmac.compare_digest(given, _mac(secret, body)):
+            return token if token.timeline == timeline else None
+        if token.timeline != timeline and token.timeline in self._erasures.timelines(tenant):
+            return None
+        raise invalid()
 
 
 def level_of(words: Sequence[str]) -> str:
@@ -277,14 +290,6 @@ def _claimed(tenant: str, text: str) -> tuple[Token, str, bytes]:
             reason="TOKEN_FOREIGN",
         )
     return token, body, given
-
-
-def _verified(tenant: str, text: str, secret: bytes) -> Token:
-    """The token ``text`` is, checked against the tenant's secret."""
-    token, body, given = _claimed(tenant, text)
-    if not hmac.compare_digest(given, _mac(secret, body)):
-        raise invalid()
-    return token
 
 
 def _keys(store: TenantStore) -> tuple[bytes, str]:

@@ -25,8 +25,10 @@ class TenantErasure:
         """Remove the tenant; NOT_FOUND when it has no file (an earlier erasure finished)."""
         receipts: list[ErasureReceipt] = []
 
-        def write_receipt(head_hash: str) -> None:
-            receipt = ErasureReceipt(tenant=tenant, erased_at=time.time(), token_name=token_name, head_hash=head_hash)
+        def write_receipt(head_hash: str, timeline: str) -> None:
+            receipt = ErasureReceipt(
+                tenant=tenant, erased_at=time.time(), token_name=token_name, head_hash=head_hash, timeline=timeline
+            )
             self.log.append(receipt)
             receipts.append(receipt)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from mnemosyne.errors import DataLoss
 from mnemosyne.store.files import fsync
@@ -33,6 +34,9 @@ class ErasureReceipt:
     erased_at: float  # seconds since the epoch
     token_name: str  # the name of the token that asked ("" when the server runs without tokens)
     head_hash: str  # the tenant's last ledger hash ("" when its file was damaged)
+    # The timeline its consistency tokens named (engine/consistency.py): one signed with its erased
+    # secret is then told "timeline changed", not "forged", by the tenant made again after it.
+    timeline: str = ""
 
 
 class ErasureLog:
@@ -64,15 +68,28 @@ class ErasureLog:
                 continue
         return found
 
+    def timelines(self, tenant: str) -> set[str]:
+        """The timelines of ``tenant``'s erased files."""
+        return {r.timeline for r in self.receipts() if r.tenant == tenant and r.timeline}
+
 
 def head_of(path: Path) -> str | None:
     """The head hash of a tenant file's audit chain ("" for a damaged file, whose chain cannot be
     read; None: no file)."""
+    return _read_of(path, lambda txn: txn.ledger_head()[1])
+
+
+def timeline_of(path: Path) -> str:
+    """A tenant file's timeline ("" for a damaged file, or none)."""
+    return _read_of(path, lambda txn: txn.timeline()) or ""
+
+
+def _read_of(path: Path, read: Callable[[Any], str]) -> str | None:
     if not path.exists():
         return None
     try:
         with read_file(path) as txn:
-            return txn.ledger_head()[1]
+            return read(txn)
     except DataLoss:
         return ""
 

@@ -48,7 +48,7 @@ from mnemosyne.store.data_dir import (
     remove_tenant_files,
     server_secret,
 )
-from mnemosyne.store.erasure_log import erasing, finish_erasures, head_of
+from mnemosyne.store.erasure_log import erasing, finish_erasures, head_of, timeline_of
 from mnemosyne.store.file_faults import stop_at
 from mnemosyne.store.file_watchers import FileChange, FileWatcher
 from mnemosyne.store.files import SIDE_SUFFIXES, bytes_on_disk, checkpoint_away, fsync, modified, remove_database
@@ -484,11 +484,11 @@ class TenantPool:
             if directory.exists():
                 fsync(directory)
 
-    def erase(self, tenant: str, *, before_removal: Callable[[str], None], timeout: float) -> None:
+    def erase(self, tenant: str, *, before_removal: Callable[[str, str], None], timeout: float) -> None:
         """Remove every file of a tenant: its database (with its WAL and shared memory) and its
         hot-path inbox, once it is closed and unused (``_closed_for``: TENANT_ERASING meanwhile).
-        ``before_removal(head_hash)`` runs before any file goes: the caller's receipt ("" for a
-        damaged file, whose chain cannot be read). NOT_FOUND when the tenant has no file."""
+        ``before_removal(head_hash, timeline)`` runs before any file goes: the caller's receipt
+        ("" for a damaged file, whose chain cannot be read). NOT_FOUND when the tenant has no file."""
         path = self.path_for(tenant)
         with self._closed_for(tenant, doing="erased", reason="TENANT_ERASING", timeout=timeout):
             if not path.exists():
@@ -496,7 +496,7 @@ class TenantPool:
             head_hash = head_of(path) or ""  # a damaged file is erased all the same: ""
             # Its replicas go first; from the receipt on, the erasure is finished even by the next start.
             with self.replicas.swapping(tenant, fresh=False, gone=True), erasing(self.tenants_dir, tenant, head_hash):
-                before_removal(head_hash)
+                before_removal(head_hash, timeline_of(path))
                 self.seam("erase_receipted")
                 self._remove_erased(tenant)
         self._tell("erased", tenant)
