@@ -26,8 +26,8 @@ The tenant of a call is its credential's (the ``Authorization`` header) or the o
 covers the writes of the token it carried), for at most ``MAX_TENANTS`` pairs, the least recently
 used forgotten first; thread-safe. Only the memory paths (``/v1/memories...``, ``/v3/memories...``)
 carry a token: the event calls (``get_event``) answer at once, as before. A token the server
-refuses for good (the tenant was restored or replaced since, or erased and made again) is
-dropped, and the refusal reaches the caller as mem0's own exception: call again, and write again
+refuses for good (the tenant was restored, replaced or erased since, or the token is not one
+of this tenant's) is dropped, and the refusal reaches the caller as mem0's own exception: call again, and write again
 what you still need.
 """
 

@@ -25,8 +25,8 @@ same token and each return one that does not cover the other's write: both are k
 write carries the newest, and a read waits for the others first with a Flush of each (``FLUSH``:
 it waits for a token's writes only), then reads with the newest. At most
 ``MAX_TOKENS_PER_TENANT`` are kept (past it the oldest is dropped, and a read may miss its write).
-A token the server refuses for good (``DROPPED_REASONS``: the tenant was restored or replaced
-since, or erased and made again, or the token is not this tenant's) is dropped, so the session's
+A token the server refuses for good (``DROPPED_REASONS``: the tenant was restored, replaced or
+erased since, or the token is not one of this tenant's) is dropped, so the session's
 next call of the tenant carries none; the refusal itself is raised to the caller.
 
 This module imports only the generated protos (like every shared host module).

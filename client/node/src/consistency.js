@@ -24,8 +24,7 @@ const { loadServices } = require('./protos');
 const TOKEN_KEY = 'mnemosyne-consistency-token';
 const TOKEN_FIELD = 'consistency_token';
 // Refused for good: TIMELINE_CHANGED (the tenant was restored, imported over or erased since),
-// TOKEN_INVALID (not issued for the tenant's current file, as after an erasure and a new tenant of
-// that name), TOKEN_FOREIGN (another tenant's).
+// TOKEN_INVALID (altered or made up), TOKEN_FOREIGN (another tenant's).
 const DROPPED_REASONS = new Set(['TIMELINE_CHANGED', 'TOKEN_INVALID', 'TOKEN_FOREIGN']);
 const MAX_TENANTS = 10000;
 const MAX_TOKENS_PER_TENANT = 8;
