@@ -281,9 +281,9 @@ class Updates:
         if expires_at != row.expires_at:
             changed.append("expires_at")
             self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
-        if not changed:
-            return self._unchanged(store, memory_id, request_id, request, _content(row))
         seen = _content(row)
+        if not changed:
+            return self._unchanged(store, memory_id, request_id, request, seen)
         if changed == ["expires_at"]:
             return self._set_expiry(store, memory_id, expires_at, request_id, request, seen)
         prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
