@@ -20,6 +20,7 @@ import apsw
 import grpc
 import pytest
 
+from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info
 from mnemosyne.client.types import BackupChunk, TenantBackup
@@ -640,6 +641,12 @@ BACKUP_FAULTS: dict[str, tuple[Callable[[Path], object], str, str]] = {
         ),
         "MANIFEST_INVALID",
         "not UTF-8",
+    ),
+    # A sparse file: refused by its size, before a byte is read into memory.
+    "a manifest larger than any": (
+        lambda d: os.truncate(d / "manifest.json", BACKUP_MANIFEST_MAX_BYTES + 1),
+        "MANIFEST_INVALID",
+        "more than the",
     ),
     "manifest a directory": (_replaced("manifest.json", Path.mkdir), "MANIFEST_INVALID", "not a regular file"),
     "manifest a FIFO": (_replaced("manifest.json", os.mkfifo), "MANIFEST_INVALID", "not a regular file"),

@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from mnemosyne.cli.archive import MEMBER_OF_FILE, import_archive, read_manifest
+from mnemosyne.cli.manifests import ARCHIVE_MANIFEST_MAX_BYTES
 from mnemosyne.client import (
     AbortedError,
     FailedPreconditionError,
@@ -726,9 +727,22 @@ def test_import_refuses_a_malformed_archive_in_one_line_before_the_call(
         "database.sqlite member",
     )
 
+    # A manifest member whose header claims more bytes than any manifest has (the file sparse: none
+    # written) is refused by that size, before a byte of it is read into memory.
+    huge = tmp_path / "huge-manifest.tar"
+    with huge.open("wb") as file:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = ARCHIVE_MANIFEST_MAX_BYTES + 1
+        file.write(info.tobuf())
+        file.truncate(file.tell() + info.size + (-info.size % 512) + 1024)
+
     copy = f"{tenant}-copy"
-    for number, (label, (members, reason, says)) in enumerate(cases.items()):
-        archive = _crafted(tmp_path / f"crafted-{number}.tar", members)
+    every: list[tuple[str, tuple[list[Member] | Path, str, str]]] = [
+        *cases.items(),
+        ("a manifest larger than any", (huge, "ARCHIVE_INVALID", "more than the")),
+    ]
+    for number, (label, (members, reason, says)) in enumerate(every):
+        archive = members if isinstance(members, Path) else _crafted(tmp_path / f"crafted-{number}.tar", members)
         result = subprocess.run(
             [
                 sys.executable,

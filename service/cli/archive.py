@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemosyne.cli.manifests import (
+    ARCHIVE_MANIFEST_MAX_BYTES,
     copy_figures,
     field,
     json_object,
@@ -50,6 +51,7 @@ from mnemosyne.cli.manifests import (
     shown,
     text,
     whole_number,
+    within_size,
 )
 from mnemosyne.cli.progress import Progress
 from mnemosyne.client import MemoryClient, MnemosyneClientError
@@ -192,9 +194,12 @@ def read_manifest(archive: tarfile.TarFile, path: Path) -> TenantBackup:
             raise _refuse(path, f"its first member is not {MANIFEST_MEMBER}", "ARCHIVE_INVALID")
         extracted = archive.extractfile(_regular(first, path))
         assert extracted is not None  # a regular member's
+        within_size(first.size, ARCHIVE_MANIFEST_MAX_BYTES)
         data = extracted.read()
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise _refuse(path, f"its manifest cannot be read ({exc})", "ARCHIVE_TRUNCATED") from None
+    except ValueError as exc:  # its size, from the member's header: nothing read yet
+        raise _refuse(path, f"its manifest is {exc}", "ARCHIVE_INVALID") from None
     try:
         manifest = parse_manifest(data)
     except ValueError as exc:

@@ -50,7 +50,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from mnemosyne.cli.manifests import copy_figures, field, json_object, parse_manifest, sha256_hex, text, whole_number
+from mnemosyne.cli.manifests import (
+    BACKUP_MANIFEST_MAX_BYTES,
+    copy_figures,
+    field,
+    json_object,
+    parse_manifest,
+    sha256_hex,
+    text,
+    whole_number,
+    within_size,
+)
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -112,7 +122,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if path.exists() and not path.is_file():  # a directory fails to read; a FIFO would block the read
         raise FailedPrecondition(f"{path} is not a regular file", reason="MANIFEST_INVALID")
     try:
-        manifest = parse_manifest(path.read_bytes())
+        with path.open("rb") as file:
+            within_size(os.fstat(file.fileno()).st_size, BACKUP_MANIFEST_MAX_BYTES)  # before any is read
+            manifest = parse_manifest(file.read(BACKUP_MANIFEST_MAX_BYTES + 1))  # one that grew: cut, and refused
     except FileNotFoundError:
         raise FailedPrecondition(
             f"{directory} has no {MANIFEST_NAME}: it is not a backup directory", reason="NOT_A_BACKUP"

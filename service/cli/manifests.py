@@ -12,6 +12,16 @@ from typing import Any
 # The largest count or size a manifest may give: the protocol carries them as int64 (admin.proto).
 INT64_MAX = (1 << 63) - 1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# The most bytes a manifest may have, checked before any is read: a hostile archive's header (or a
+# sparse manifest.json) can claim gigabytes, which a read would take into memory at once.
+ARCHIVE_MANIFEST_MAX_BYTES = 16 << 20  # one tenant's: its figures and a generation per scope
+BACKUP_MANIFEST_MAX_BYTES = 256 << 20  # every tenant's, some 700 bytes each: 350,000 tenants
+
+
+def within_size(size: int, limit: int) -> None:
+    """ValueError, to follow "is", when a manifest of ``size`` bytes is more than ``limit``."""
+    if size > limit:
+        raise ValueError(f"{size} bytes, more than the {limit} bytes a manifest may have")
 
 
 def parse_manifest(data: bytes) -> Any:
