@@ -216,6 +216,20 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
         for tenant in ("m1", "m2", "m3"):
             assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant} keeps its keys under the mat"]
             assert client.verify_integrity(tenant).valid
+    # A tenant's objects under a name no client could give (put there by hand, by another tool): a
+    # whole restore is refused TENANT_INVALID and makes nothing (a file of that name is never
+    # served); a tenant named with --tenant restores.
+    s3, foreign = object_storage.client(), "member/Not A Tenant/"
+    for key in object_storage.keys(bucket, "member/m2/"):
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        s3.put_object(Bucket=bucket, Key=key.replace("member/m2/", foreign, 1), Body=body)
+    refused = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "y"))
+    assert refused.returncode == 2 and "[TENANT_INVALID]" in refused.stderr, refused.stdout + refused.stderr
+    assert "'Not A Tenant'" in refused.stderr and "--tenant" in refused.stderr and not (tmp_path / "y").exists()
+    named = _restore_command(
+        "--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "z"), "--tenant", "m3"
+    )  # fmt: skip
+    assert named.returncode == 0 and [p.name for p in (tmp_path / "z" / "tenants").iterdir()] == ["m3.sqlite"]
 
 
 @pytest.mark.parametrize("taken", ["before its first replication", "after it, before a forget"])

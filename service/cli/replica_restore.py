@@ -23,7 +23,7 @@ from pathlib import Path
 from mnemosyne.cli.backup import StepDone, place_tenant
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
-from mnemosyne.errors import DataLoss, FailedPrecondition, NotFound
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 from mnemosyne.replication.bucket import Bucket
 from mnemosyne.replication.restore import Fetched, fetch, point_in_time
 from mnemosyne.replication.url import ReplicaUrl
@@ -35,6 +35,7 @@ from mnemosyne.store.data_dir import (
     DataDirLock,
     remove_leftovers,
 )
+from mnemosyne.store.paths import tenant_named_by
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.replicas import forget_generation
 from mnemosyne.store.snapshot import file_facts, sha256_file
@@ -69,6 +70,17 @@ def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> 
     return fetched
 
 
+def _listed(bucket: Bucket) -> list[str]:
+    """The tenants the bucket holds, each held to a client's rule: a name no client could give
+    (an object put there by hand, another tool's) is refused, TENANT_INVALID, before anything is
+    fetched; a tenant file of that name would never be served, and its open operations never end."""
+    where = f"object storage ({bucket.url.bucket}/{bucket.url.prefix})"
+    try:
+        return [tenant_named_by(tenant, where) for tenant in bucket.tenants()]
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc.message}; name the tenants to restore with --tenant", reason=exc.reason) from None
+
+
 def restore_member(
     url: str,
     data_dir: Path,
@@ -98,7 +110,7 @@ def restore_member(
             shutil.rmtree(earlier, ignore_errors=True)
         # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
         chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or [  # a tenant named twice, once
-            t for t in bucket.tenants() if not bucket.erased(t)
+            t for t in _listed(bucket) if not bucket.erased(t)
         ]
         present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
