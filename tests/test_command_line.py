@@ -160,6 +160,11 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         ["--members needs --member", "[CONFIG_INVALID]"],
         d / "data",
     ),
+    "a replica URL whose endpoint cannot be read": lambda d: (
+        ["--data-dir", str(d / "data"), "--replica-url", "s3://b/p?endpoint=http://[::1"],
+        ["its endpoint 'http://[::1' cannot be read", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
     "this member's id without the member list": lambda d: (
         ["--data-dir", str(d / "data"), "--member", "m0"],
         ["--member needs --members", "[CONFIG_INVALID]"],
@@ -175,6 +180,23 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         (["members", "--count", "65"], "--count: give 1 to 64 members"),
         (["restore", "--from", "somewhere"], "restore --from DIR: give --data-dir"),
         (["restore", "--from-replica", "s3://b/p"], "restore --from-replica without --data-dir restores one --tenant"),
+        # A replica URL is refused by its parts before object storage is asked (each was a
+        # traceback, a REPLICA_UNREACHABLE that no retry ends, or a prefix climbing out of its own).
+        *(
+            (["restore", "--from-replica", url, "--tenant", "t", "--target", "127.0.0.1:1"], words)
+            for url, words in (
+                ("", "replicas go to S3-compatible object storage"),
+                ("s3://b/p?endpoint=http://[::1", "its endpoint 'http://[::1' cannot be read"),
+                ("s3://b/p?endpoint=http://h:99999", "cannot be read (Port out of range"),
+                ("s3://b/p?endpoint=ftp://h", "is not http(s)://HOST[:PORT]"),
+                ("s3://b/p?region=../x", "region '../x' (its region= or AWS_REGION) is not a region name"),
+                ("s3://no!such/p", "bucket 'no!such' is not a bucket name"),
+                ("s3://b/../../other", "none of them '.' or '..'"),
+                ("s3://b/a//b", "none of them '.' or '..'"),
+                ("s3://b/mem\nber", "holds a control character"),
+                (f"s3://b/{'p' * 600}", "its prefix is more than 512 bytes"),
+            )
+        ),
     ],
 )
 def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, command: list[str], words: str) -> None:

@@ -55,7 +55,7 @@ def _restore(args: argparse.Namespace) -> int:
     from mnemosyne.cli.backup import restore
     from mnemosyne.cli.progress import Progress
 
-    if args.from_replica:
+    if args.from_replica is not None:  # an empty one is refused by its parse, not taken for --from
         return _restore_from_replica(args)
     if args.timestamp or not args.data_dir:
         raise InvalidArgument(
