@@ -563,6 +563,15 @@ def _replaced(name: str, make: Callable[[Path], object]) -> Callable[[Path], Non
     return replace
 
 
+def _with_trigger(directory: Path, copy: str) -> None:
+    """A trigger no server makes added to the copy ``copy``, the manifest made to match it."""
+    connection = apsw.Connection(str(directory / copy))
+    connection.execute("CREATE TRIGGER not_ours AFTER INSERT ON memories BEGIN DELETE FROM memories; END")
+    connection.close()
+    size, digest = (directory / copy).stat().st_size, sha256_file(directory / copy)
+    _manifest_edited(lambda m: _database_file(m).update(size=size, sha256=digest))(directory)
+
+
 def _entry(m: dict[str, Any]) -> dict[str, Any]:
     return next(iter(m["tenants"].values()))
 
@@ -675,6 +684,11 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
             lambda d: (d / copy).write_bytes((d / copy).read_bytes()[:-4096]),
             "BACKUP_FILE_MISMATCH",
             "does not match",
+        ),
+        "a copy whose schema is not the server's (its manifest made to match)": (
+            lambda d: _with_trigger(d, copy),
+            "CHAIN_INVALID",
+            "its schema has trigger not_ours",
         ),
         "a miscounted copy": (
             _manifest_edited(lambda m: _entry(m).update(memories=_entry(m)["memories"] + 3)),

@@ -222,22 +222,41 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
         connection.execute("UPDATE memories SET body = 'a forged note' WHERE id = 3")
         connection.close()
 
+    def foreign_trigger(path: Path) -> None:  # the chain stays valid: only the schema says it
+        connection = apsw.Connection(str(path))
+        connection.execute(
+            "CREATE TRIGGER not_ours AFTER INSERT ON memories BEGIN DELETE FROM memories WHERE id = 1; END"
+        )
+        connection.close()
+
+    def index_gone(path: Path) -> None:
+        connection = apsw.Connection(str(path))
+        index = connection.execute("SELECT name FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL").fetchall()
+        connection.execute(f"DROP INDEX {index[0][0]}")
+        connection.close()
+
     tampered = _rewrite(archive, tmp_path / "tampered.tar", flip)
     forged = _rewrite(archive, tmp_path / "forged.tar", forge, manifest_sha=True)
+    # Whose manifest was made to match, chain valid, schema not the server's: installed, the
+    # trigger ran in every write (INTERNAL), a missing index slowed every read.
+    triggered = _rewrite(archive, tmp_path / "triggered.tar", foreign_trigger, manifest_sha=True)
+    unindexed = _rewrite(archive, tmp_path / "unindexed.tar", index_gone, manifest_sha=True)
     truncated = tmp_path / "truncated.tar"
     truncated.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
 
     with MemoryClient(target.target, ADMIN, retries=0) as b, MemoryClient(target.target, USER, retries=0) as user:
         with pytest.raises(PermissionDeniedError):
             import_archive(user, archive)
-        for path, reason in (
-            (tampered, "ARCHIVE_MISMATCH"),
-            (forged, "CHAIN_INVALID"),
-            (truncated, "ARCHIVE_TRUNCATED"),
+        for path, reason, says in (
+            (tampered, "ARCHIVE_MISMATCH", ""),
+            (forged, "CHAIN_INVALID", ""),
+            (triggered, "CHAIN_INVALID", "its schema has trigger not_ours"),
+            (unindexed, "CHAIN_INVALID", "its schema has index"),
+            (truncated, "ARCHIVE_TRUNCATED", ""),
         ):
             with pytest.raises(InvalidArgumentError) as refused:
                 import_archive(b, path)
-            assert refused.value.reason == reason, (path.name, refused.value)
+            assert refused.value.reason == reason and says in str(refused.value), (path.name, refused.value)
         # A stream that ends early, past the client's own checks: the server refuses it.
         with tarfile.open(archive) as tar:
             manifest = read_manifest(tar, archive)

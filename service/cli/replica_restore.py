@@ -39,6 +39,7 @@ from mnemosyne.store.paths import tenant_named_by
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.replicas import forget_generation
 from mnemosyne.store.snapshot import file_facts, sha256_file
+from mnemosyne.store.tenant_file import unmade_objects
 from mnemosyne.store.tenant_ids import validate_tenant
 from mnemosyne.store.tenant_store import read_file
 
@@ -60,7 +61,14 @@ def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> 
             reason="TENANT_NOT_IN_REPLICA",
         )
     with read_file(fetched.database) as txn:
+        unmade = unmade_objects(txn.connection)
         verdict = txn.audit()
+    if unmade:
+        raise DataLoss(
+            f"the replica of tenant {tenant} (generation {fetched.generation}) is not a tenant file as this program "
+            f"makes it: its schema has {', '.join(unmade[:5])}: nothing was restored",
+            reason="CHAIN_INVALID",
+        )
     if not verdict.valid:
         raise DataLoss(
             f"the replica of tenant {tenant} (generation {fetched.generation}) fails its audit chain at entry "

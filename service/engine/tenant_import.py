@@ -7,7 +7,7 @@ its page-token secret. Its open hot-path operations, if any, resume at once.
 
 A client's mistake is INVALID_ARGUMENT with its reason, never INTERNAL: a stream that ends early
 (ARCHIVE_TRUNCATED), bytes that differ from the manifest (ARCHIVE_MISMATCH), a chain that does not
-verify or an inbox that could not be opened (CHAIN_INVALID), a chain that ends elsewhere
+verify, a schema not as this server makes it, or an inbox that could not be opened (CHAIN_INVALID), a chain that ends elsewhere
 (MANIFEST_MISMATCH), a file of a newer schema (SCHEMA_TOO_NEW). Nothing is left where the service
 reads it until every check passed.
 

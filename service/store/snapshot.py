@@ -24,6 +24,7 @@ import apsw
 from mnemosyne.errors import DataLoss, MnemosyneError
 from mnemosyne.store.inbox import open_readonly, read_ops
 from mnemosyne.store.schema import SCHEMA_VERSION
+from mnemosyne.store.tenant_file import unmade_objects
 from mnemosyne.store.tenant_store import TenantStore, read_file
 from mnemosyne.store.transactions import translate_sqlite_error
 
@@ -131,12 +132,19 @@ def check_chain(
     manifest says."""
     try:
         with read_file(path) as txn:
+            unmade = unmade_objects(txn.connection)
             verdict = txn.audit()
             live, _forgotten, _entries = txn.counts()
     except DataLoss as exc:
         raise error(
             f"the copy of {tenant} is not a usable tenant file: {exc.message}", reason="CHAIN_INVALID"
         ) from None
+    if unmade:  # installed, another's trigger would run in every write, an index of ours missing slow it
+        shown = ", ".join(unmade[:5]) + (f" and {len(unmade) - 5} more" if len(unmade) > 5 else "")
+        raise error(
+            f"the copy of {tenant} is not a tenant file as this server makes it: its schema has {shown}",
+            reason="CHAIN_INVALID",
+        )
     if not verdict.valid:
         raise error(
             f"the audit chain of {tenant} in the copy is broken at entry {verdict.first_broken_at}: "

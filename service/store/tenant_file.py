@@ -5,6 +5,7 @@ transaction."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import apsw
@@ -94,3 +95,47 @@ def damage_of(path: Path) -> str | None:
     if application_id != APPLICATION_ID and (version or tables):
         return f"it is another program's SQLite database (application id {application_id:#x})"
     return None
+
+
+# A schema object: (type, name), e.g. ("trigger", "metadata_pairs_added"); SQLite's own (sqlite_*:
+# statistics, the sequence, automatic indexes) and Litestream's two tables in a file it replicated
+# (docs/replication.md) are not the code's and are left out.
+_OBJECTS = (
+    "SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+    "AND NOT (type = 'table' AND name IN ('_litestream_seq', '_litestream_lock'))"
+)
+
+
+def _objects(connection: apsw.Connection) -> dict[tuple[str, str], str | None]:
+    return {(str(kind), str(name)): sql for kind, name, sql in connection.execute(_OBJECTS)}
+
+
+@functools.cache
+def _made_at(version: int) -> dict[tuple[str, str], str | None]:
+    """The schema objects, with their SQL, that this code makes in a tenant file at ``version``:
+    its migrations up to it, applied to an empty database."""
+    connection = apsw.Connection(":memory:")
+    try:
+        unspaced_scripts.register(connection)
+        for step in MIGRATIONS[:version]:
+            connection.execute(step)
+        return _objects(connection)
+    finally:
+        connection.close()
+
+
+def unmade_objects(connection: apsw.Connection) -> list[str]:
+    """The schema objects of the file (a tenant file's copy) that are not as this code makes them
+    at its schema version: another's table, index, view or trigger (a trigger runs inside every
+    write of the tenant), one of ours changed, or missing. Empty for a file newer than the code
+    (SCHEMA_TOO_NEW says that)."""
+    version = int(connection.pragma("user_version"))
+    if version > SCHEMA_VERSION:
+        return []
+    found, made = _objects(connection), _made_at(version)
+    return sorted(
+        f"{kind} {name}" + (" (not as this code makes it)" if (kind, name) in found and (kind, name) in made else "")
+        for kind, name in {*found, *made}
+        if found.get((kind, name), "") != made.get((kind, name), "")
+        or ((kind, name) in found) != ((kind, name) in made)
+    )
