@@ -201,6 +201,12 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
     )
     assert missing.returncode == 2 and "NoSuchBucket" in missing.stderr, missing.stderr
     assert "the replica URL's bucket or the AWS_* keys are wrong" in missing.stderr and not (tmp_path / "x").exists()
+    # A prefix that holds no tenant (mistyped): said, and no empty data directory made.
+    empty = _restore_command(
+        "--from-replica", object_storage.url(bucket, "no-such-prefix"), "--data-dir", str(tmp_path / "x")
+    )  # fmt: skip
+    assert empty.returncode == 2 and "[TENANT_NOT_IN_REPLICA]" in empty.stderr, empty.stdout + empty.stderr
+    assert "holds no tenant's replica" in empty.stderr and not (tmp_path / "x").exists()
     server.kill()
     done = _restore_command(
         "--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"), "--tenant", "m1",

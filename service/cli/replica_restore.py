@@ -89,6 +89,21 @@ def _listed(bucket: Bucket) -> list[str]:
         raise InvalidArgument(f"{exc.message}; name the tenants to restore with --tenant", reason=exc.reason) from None
 
 
+def _chosen(bucket: Bucket, tenants: Sequence[str]) -> list[str]:
+    """The tenants named (each once), or every tenant the bucket holds but those erased (named
+    ones are refused: ``_fetched``); NOT_FOUND when that is none."""
+    chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or [
+        t for t in _listed(bucket) if not bucket.erased(t)
+    ]
+    if not chosen:  # a prefix mistyped most likely: said, not "restored 0 tenants" and a new empty directory
+        raise NotFound(
+            f"object storage ({bucket.url.bucket}/{bucket.url.prefix}) holds no tenant's replica (an erased "
+            "tenant's is never restored): nothing was restored; check the URL's bucket and prefix",
+            reason="TENANT_NOT_IN_REPLICA",
+        )
+    return chosen
+
+
 def restore_member(
     url: str,
     data_dir: Path,
@@ -116,10 +131,7 @@ def restore_member(
         remove_leftovers(tenants_dir)  # nothing else holds the directory: as at a server's start
         for earlier in data_dir.glob(".restore-*"):  # an earlier version's staging, killed midway
             shutil.rmtree(earlier, ignore_errors=True)
-        # Every tenant the bucket holds but those erased (named ones are refused: ``_fetched``).
-        chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or [  # a tenant named twice, once
-            t for t in _listed(bucket) if not bucket.erased(t)
-        ]
+        chosen = _chosen(bucket, tenants)
         present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
             raise FailedPrecondition(
