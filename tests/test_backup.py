@@ -192,6 +192,12 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     directory = tmp_path / "backup"
     assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
 
+    # Thousands of tenants the backup does not hold: one line a person reads, not each of them.
+    absent = [arg for i in range(3000) for arg in ("--tenant", f"absent-{i}")]
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(tmp_path / "none"), *absent)
+    assert result.returncode == 2 and "TENANT_NOT_IN_BACKUP" in result.stderr and len(result.stderr) < 1000
+    assert "absent-0, absent-1," in result.stderr and "and 2990 more" in result.stderr
+
     # A restore onto the data directory of a running server is refused.
     result = _cli("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
     assert result.returncode == 2 and "DATA_DIR_LOCKED" in result.stderr

@@ -93,6 +93,13 @@ StepDone = Callable[[str], None]
 _COPY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\.c\d+\.i\d+(\.inbox)?\.sqlite")
 
 
+def listed(names: Sequence[str], most: int = 10) -> str:
+    """``names`` as a message lists them: the first ``most``, and how many more (a command given
+    thousands of --tenant flags is told in one line a person reads)."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
 def _hold(stage: str) -> None:
     """The test seam MNEMOSYNE_TEST_LIFECYCLE_HOLD (runtime/seams.py): while its file holds this
     stage's name, the stage waits (work is then provably half done when a test kills the process)."""
@@ -524,7 +531,7 @@ def restore(
     chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or sorted(available)  # named twice: once
     absent = [t for t in chosen if t not in available]
     if absent:
-        raise InvalidArgument(f"the backup holds no tenant {', '.join(absent)}", reason="TENANT_NOT_IN_BACKUP")
+        raise InvalidArgument(f"the backup holds no tenant {listed(absent)}", reason="TENANT_NOT_IN_BACKUP")
     # The backup is checked before the data directory is created or locked: a refused restore
     # leaves nothing behind (what can refuse it past here needs a directory that was there).
     checked = {}
@@ -538,7 +545,7 @@ def restore(
         present = [t for t in chosen if (tenants_dir / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
             raise FailedPrecondition(
-                f"{data_dir} already has the tenants {', '.join(present)}; give --replace to overwrite them",
+                f"{data_dir} already has the tenants {listed(present)}; give --replace to overwrite them",
                 reason="TENANT_EXISTS",
             )
         index = PendingIndex(data_dir)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from mnemosyne.cli.backup import StepDone, place_tenant
+from mnemosyne.cli.backup import StepDone, listed, place_tenant
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
@@ -135,7 +135,7 @@ def restore_member(
         present = [t for t in chosen if (data_dir / TENANTS_DIR_NAME / f"{t}{TENANT_FILE_SUFFIX}").exists()]
         if present and not replace:
             raise FailedPrecondition(
-                f"{data_dir} already has the tenants {', '.join(present[:10])}; give --replace to overwrite them",
+                f"{data_dir} already has the tenants {listed(present)}; give --replace to overwrite them",
                 reason="TENANT_EXISTS",
             )
         fetched = {}
