@@ -6,6 +6,7 @@ tables of its own beside the set (``_due_times``: a time per tenant)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -15,7 +16,10 @@ from typing import Any
 import apsw
 
 from mnemosyne.store.connections import open_connection
+from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN
 from mnemosyne.store.transactions import translate_sqlite_error
+
+log = logging.getLogger("mnemosyne.store")
 
 
 class MemberIndex:
@@ -25,7 +29,14 @@ class MemberIndex:
         self._connection = open_connection(data_dir / file_name, readonly=False, synchronous="FULL")
         self._write(f"CREATE TABLE IF NOT EXISTS {table}(tenant TEXT PRIMARY KEY, since REAL NOT NULL)")
         self._lock = threading.Lock()
-        self._known = {row[0] for row in self._connection.execute(f"SELECT tenant FROM {table}")}
+        named = {row[0] for row in self._connection.execute(f"SELECT tenant FROM {table}")}
+        # A name no client could give (an older whole-member restore took one from a bucket's
+        # listing): no tenant file of it is ever served, so a worker would fail on it for ever.
+        for tenant in sorted(named - {t for t in named if isinstance(t, str) and TENANT_ID_PATTERN.fullmatch(t)}):
+            log.warning("%s names %r, which no tenant is called: removed", file_name, tenant)
+            self._write(f"DELETE FROM {table} WHERE tenant = ?", (tenant,))
+            named.discard(tenant)
+        self._known = named
 
     def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
         try:
