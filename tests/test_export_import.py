@@ -413,6 +413,14 @@ def test_a_disk_that_fills_during_an_import_keeps_nothing_of_it(server_factory, 
         with pytest.raises(ResourceExhaustedError) as full:
             import_archive(b, archive)
         assert full.value.reason == "DISK_FULL", full.value
+        # One that announces more than the disk has free is refused before a byte is written (it
+        # had filled the disk every tenant writes to, then said DISK_FULL).
+        with tarfile.open(archive) as tar:
+            manifest = read_manifest(tar, archive)
+        huge = dataclasses.replace(manifest, files=[BackupFile("database", 2**62, manifest.files[0].sha256)])
+        with pytest.raises(ResourceExhaustedError) as announced:
+            b.import_tenant(huge, [BackupChunk("database", b"x" * 4096)])
+        assert announced.value.reason == "DISK_FULL" and "announces 4611686018427387904 bytes" in str(announced.value)
         assert tenant not in b.list_tenants().tenants
         assert b.list_memories(tenant).memories == []
     assert [p for p in target.data_dir.rglob("*") if tenant in p.name] == []

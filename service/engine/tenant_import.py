@@ -260,6 +260,14 @@ class TenantImports:
             )
         if any(f.size < 0 or len(f.sha256) != 64 for f in copy.files):
             raise _refuse("the import's manifest gives a negative size or a malformed SHA-256", "MANIFEST_INVALID")
+        # Refused before a byte is received: streamed, it would fill the disk every tenant writes to.
+        announced, free = sum(f.size for f in copy.files), shutil.disk_usage(self._pool.data_dir).free
+        if announced > free:
+            raise ResourceExhausted(
+                f"the import announces {announced} bytes; the disk holding the data directory has {free} free: "
+                "nothing was received",
+                reason="DISK_FULL",
+            )
         return TenantImport(
             tenant=tenant,
             copy=copy,
