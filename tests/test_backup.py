@@ -223,6 +223,16 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     assert result.returncode == 2 and "CHAIN_INVALID" in result.stderr
     assert not (target / "tenants" / f"{tenant}.sqlite").exists()
 
+    # A copy the previous manifest names, gone or cut short: the next backup copies the tenant
+    # again (it had called it unchanged, and the backup could not be restored).
+    database.unlink()
+    result = _cli("backup", "--target", server.target, "--to", str(directory))
+    assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
+    database.write_bytes(database.read_bytes()[:4096])
+    result = _cli("backup", "--target", server.target, "--to", str(directory))
+    assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
+    assert _cli("restore", "--from", str(directory), "--data-dir", str(target)).returncode == 0
+
 
 def _wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout

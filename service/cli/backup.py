@@ -356,10 +356,10 @@ def _write_backup(client: MemoryClient, directory: Path, tenants: Sequence[str],
         previous = _prepare(directory)  # again under the lock: another backup may have written it
         for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):  # what a killed backup was receiving
             leftover.unlink()
-        known = {
+        known = {  # a tenant whose copy is gone or cut short is not unchanged: copied again
             t: (int(entry["change_counter"]), int(entry["inbox_sequence"]))
             for t, entry in previous["tenants"].items()
-            if not tenants or t in tenants
+            if (not tenants or t in tenants) and _copy_whole(directory, t, entry)
         }
         writer = _Writer(directory, progress)
         try:
@@ -389,6 +389,16 @@ def _write_backup(client: MemoryClient, directory: Path, tenants: Sequence[str],
             raise
         _remove_unnamed(directory, manifest)
         return summary
+
+
+def _copy_whole(directory: Path, tenant: str, entry: dict[str, Any]) -> bool:
+    """Whether each file of a tenant's copy the manifest names is there, a regular file of the
+    size it gives (its SHA-256 is read by a restore, not here: a backup would read every copy)."""
+    for name, file in entry["files"].items():
+        path = within(directory, file["path"], what=f"the manifest's {name} file of {tenant}")
+        if not path.is_file() or path.stat().st_size != file["size"]:
+            return False
+    return True
 
 
 def _receive(
