@@ -1,7 +1,9 @@
 """Every MCP tool error tells the model what was wrong (host/mcp_tools.py): the tool table's
-schemas carry their limits (minimum, maximum, maxLength), and an argument outside them, or of
-another type, is an ``isError`` result naming the argument and the limit it broke; no value gets a
-bare "Error executing tool <name>" (the SDK's answer to a crash). A prompt asked for by a name the
+schemas carry their limits (minimum, maximum, maxLength) and refuse other arguments
+(additionalProperties: false), and an argument outside them, or of another type, is an ``isError``
+result of one sentence naming the argument, what was given (a string's length) and the limit it
+broke, ending with the reason the gRPC surface gives for that limit (QUERY_TOO_LONG, ...), never
+pydantic's text; no value gets a bare "Error executing tool <name>" (the SDK's answer to a crash). A prompt asked for by a name the
 server does not have, with an argument it does not take or one the service refuses is a JSON-RPC
 invalid-params error naming it, never the SDK's code 0 with a traceback in the server's log.
 
@@ -38,6 +40,18 @@ _ASCII_INTEGER = re.compile(r"-?[0-9]+")
 _ASCII_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 TEXT_NUMBERS = ["٣", "３", "²", "1e11", "NaN", "Infinity", "1.5", " 1", "", "0x10", "1_000", "-1", "7"]
 NUMBERS = [1e11, 1.5, 7.0, -1, 0, 2**70, True, None, [1], {"n": 1}]
+# The gRPC surface's reason for each limit (engine/limits.py, workspace.py, consistency.py): the
+# tool error for the same limit ends with it.
+TOO_LONG = {
+    "query": "QUERY_TOO_LONG",
+    "text": "TEXT_TOO_LONG",
+    "content": "RECORD_TOO_LARGE",
+    "consistency_token": "TOKEN_INVALID",
+}
+EMPTY = {"query": "QUERY_EMPTY", "text": "TEXT_EMPTY"}
+OUT_OF_RANGE = {"k": "K_OUT_OF_RANGE", "page_size": "PAGE_SIZE_OUT_OF_RANGE", "timeout_seconds": "TIMEOUT_INVALID"}
+# One sentence ending with an ErrorInfo-style reason: "query has 4097 characters; ... (QUERY_TOO_LONG)".
+_SENTENCE = re.compile(r"[^\n]+ \(([A-Z][A-Z_]+)\)")
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +74,10 @@ def _text(result: Any) -> str:
     return "\n".join(getattr(part, "text", "") for part in result.content)
 
 
-def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
-    """(value, what it breaks) for one argument of a tool: None when the value is within the
-    schema (read by the rule for numbers given as text), else the limit to name ("" for a type)."""
+def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | None, str | None]]:
+    """(value, what it breaks, reason) for the argument ``name`` of a tool: None when the value is
+    within the schema (read by the rule for numbers given as text), else the limit to name ("" for a
+    type) and the reason its error ends with (None: any)."""
     kind = schema.get("type")
     if kind in ("integer", "number"):
         low, high = schema["minimum"], schema["maximum"]
@@ -75,30 +90,39 @@ def _hostile(schema: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
             else:
                 ok = (kind == "number" or isinstance(value, int)) and low <= value <= high
             shown = str(int(low if value == low - 1 else high)) if kind == "integer" else f"{high:g}"
-            yield value, None if ok else shown
+            reason = OUT_OF_RANGE.get(name) if value in (low - 1, high + 1) else None
+            yield value, None if ok else shown, reason
     elif kind == "string" and "enum" in schema:
-        yield "bogus", "'pending'"
-        yield 5, ""
+        yield "bogus", "'pending'", "EVENT_STATUS_INVALID"
+        yield 5, "", None
     elif kind == "string":
         if "maxLength" in schema:
-            yield "x" * (schema["maxLength"] + 1), str(schema["maxLength"])
+            yield "x" * (schema["maxLength"] + 1), str(schema["maxLength"]), TOO_LONG[name]
         if schema.get("minLength", 0) >= 1:
-            yield "", str(schema["minLength"])
-        yield "a NUL \x00 inside", None
+            yield "", str(schema["minLength"]), EMPTY[name]
+        yield "a NUL \x00 inside", None, None
         for wrong in (5, 1.5, True, None, ["x"], {"x": 1}):
-            yield wrong, ""
+            yield wrong, "", None
     elif kind == "boolean":
         for not_boolean in ("maybe", 2, None, [True]):
-            yield not_boolean, ""
+            yield not_boolean, "", None
     elif kind == "array":
-        yield "everything", ""
-        yield [{"op": "put"}], "key"
-        yield [{"op": "erase", "key": "plan.md"}], "op"
-        yield [{"op": "put", "key": "", "content": "x"}], "1"
-        yield [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}], str(MAX_KEY_CHARS)
-        yield [{"op": "put", "key": "plan.md", "content": "x" * (host_protocol.MAX_RECORD_CHARS + 1)}], "262144"
-        yield [{"op": "put", "key": "plan.md", "content": "x", "mode": "append"}], "mode"
-        yield None, ""
+        yield "everything", "", None
+        yield [{"op": "put"}], "key", None
+        yield [{"op": "erase", "key": "plan.md"}], "op", None
+        yield [{"op": "put", "key": "", "content": "x"}], "1", "RECORD_KEY_INVALID"
+        yield (
+            [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}],
+            str(MAX_KEY_CHARS),
+            "RECORD_KEY_INVALID",
+        )
+        yield (
+            [{"op": "put", "key": "p.md", "content": "x" * (host_protocol.MAX_RECORD_CHARS + 1)}],
+            "262144",
+            "RECORD_TOO_LARGE",
+        )
+        yield [{"op": "put", "key": "plan.md", "content": "x", "mode": "append"}], "mode", None
+        yield None, "", None
 
 
 def _valid(schema: dict[str, Any]) -> Any:
@@ -148,6 +172,8 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
                 text = _text(result)
                 if not result.is_error or "top_k" not in text or not all(a in text for a in properties):
                     failures.append(f"{tool.name}(top_k=3): not refused naming it and the arguments: {text[:300]}")
+                if tool.input_schema.get("additionalProperties") is not False:
+                    failures.append(f"{tool.name}: its input schema does not say additionalProperties: false")
                 for argument, schema in properties.items():
                     kind = schema.get("type")
                     if kind in ("integer", "number"):
@@ -155,16 +181,24 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
                     if kind == "string" and "enum" not in schema:
                         assert "maxLength" in schema, (tool.name, argument, schema)
                     base = {a: _valid(properties[a]) for a in tool.input_schema.get("required", []) if a != argument}
-                    for value, broken in _hostile(schema):
+                    for value, broken, reason in _hostile(argument, schema):
                         result = await client.call_tool(tool.name, {**base, argument: value})
                         text = _text(result)
                         shown = f"{tool.name}({argument}={str(value)[:30]!r})"
+                        sentence = _SENTENCE.fullmatch(text)
                         if result.is_error and text.strip() == f"Error executing tool {tool.name}":
                             failures.append(f"{shown}: a bare error")
                         elif broken is not None and not result.is_error:
                             failures.append(f"{shown}: accepted")
                         elif broken is not None and (argument not in text or broken not in text):
                             failures.append(f"{shown}: does not name {argument} and {broken!r}: {text[:300]}")
+                        elif broken is not None and (sentence is None or reason not in (None, sentence[1])):
+                            failures.append(
+                                f"{shown}: not one sentence ending with ({reason or 'a reason'}): {text[:300]}"
+                            )
+                        elif broken is not None and isinstance(value, str) and len(value) > 1000:
+                            if str(len(value)) not in text:  # what was given: its length
+                                failures.append(f"{shown}: does not say it has {len(value)} characters: {text[:300]}")
         return failures
 
     failures = anyio.run(run)

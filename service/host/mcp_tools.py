@@ -29,12 +29,15 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, TextContent
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
+from mnemosyne.host import mcp_arguments
 from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.mcp_arguments import ARGUMENTS_INVALID
 from mnemosyne.host.numbers import decimal_number, whole_number
 from mnemosyne.host.protocol import (
     CONSISTENCY_TOKEN_KEY,
@@ -78,8 +81,11 @@ FLUSH = "/mnemosyne.v1.HotPathService/Flush"
 _EVENT_STATUS = {number: name.lower() for name, number in events_pb2.EventStatus.items() if number}
 
 
-def _refused(name: str, limit: str, value: object) -> PydanticCustomError:
-    return PydanticCustomError("number_invalid", f"{name} must be {limit}, not {repr(value)[:40]}")
+def _refused(name: str, limit: str, value: object, number: float | None) -> PydanticCustomError:
+    """number_invalid for a value no surface reads as a number, number_out_of_range for one outside
+    the limit (host/mcp_arguments.py gives each its reason)."""
+    kind = "number_invalid" if number is None else "number_out_of_range"
+    return PydanticCustomError(kind, f"{name} must be {limit}, not {repr(value)[:40]}")
 
 
 def _whole(name: str, minimum: int, maximum: int) -> Callable[[object], int]:
@@ -90,7 +96,7 @@ def _whole(name: str, minimum: int, maximum: int) -> Callable[[object], int]:
     def check(value: object) -> int:
         number = whole_number(value)
         if number is None or not minimum <= number <= maximum:
-            raise _refused(name, limit, value)
+            raise _refused(name, limit, value, number)
         return number
 
     return check
@@ -104,7 +110,7 @@ def _decimal(name: str, minimum: float, maximum: float) -> Callable[[object], fl
     def check(value: object) -> float:
         number = decimal_number(value)
         if number is None or not (math.isfinite(number) and minimum <= number <= maximum):
-            raise _refused(name, limit, value)
+            raise _refused(name, limit, value, number)
         return number
 
     return check
@@ -287,38 +293,49 @@ def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
     return check
 
 
-def _tool_arguments_checked(server: MCPServer) -> ServerMiddleware[Any]:
-    """Refuse a ``tools/call`` with an argument its tool does not take, as a tool error naming it
-    and the tool's arguments: the SDK ignores it without a word, so a misspelt ``k`` or ``fast``
-    would be a call other than the model meant (MemoryHost refuses them too)."""
-
-    arguments: dict[str, list[str]] = {}  # each tool's, read once (the tools never change)
+def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
+    """Refuse a ``tools/call`` whose arguments its tool's input schema refuses, as a tool error of
+    one sentence naming the argument, what was given and the limit, with the gRPC surface's reason
+    for it (host/mcp_arguments.py), where the SDK would answer pydantic's text. An argument the tool
+    does not take is refused too, naming it and the tool's arguments: the SDK ignores it without a
+    word, so a misspelt ``k`` or ``fast`` would be a call other than the model meant (MemoryHost
+    refuses them too)."""
 
     async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
             return await call_next(ctx)
-        if not arguments:
-            arguments.update({t.name: list(t.input_schema.get("properties", {})) for t in await server.list_tools()})
-        name, given, takes = params["name"], params.get("arguments"), arguments.get(params["name"])
-        if takes is None or not isinstance(given, Mapping):
+        name, given, tool = params["name"], params.get("arguments"), tools.get(params["name"])
+        if tool is None or not isinstance(given, Mapping):
             return await call_next(ctx)  # the SDK's own refusals: an unknown tool, arguments of no object
+        takes = list(tool.parameters.get("properties", {}))
         unknown = [str(key)[:40] for key in given if key not in takes]
-        if not unknown:
-            return await call_next(ctx)
-        message = f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])}"
-        return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        if unknown:
+            message = (
+                f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])} ({ARGUMENTS_INVALID})"
+            )
+            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        try:
+            tool.fn_metadata.validate_arguments(dict(given))
+        except ValidationError as error:
+            message = mcp_arguments.refusal(name, tool.parameters, error)
+            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+        return await call_next(ctx)
 
     return check
+
+
+def _tool(fn: Callable[..., Awaitable[str]]) -> Tool:
+    """A tool of ``fn``, its input schema declaring that it takes no other argument
+    (``additionalProperties: false``), as _tool_arguments_checked holds it to."""
+    tool = Tool.from_function(fn)
+    tool.parameters["additionalProperties"] = False
+    return tool
 
 
 def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sessions_only: bool = False) -> MCPServer:
     """The memory tools, resource and prompt; ``session_of`` gives a call's session.
     ``sessions_only`` (HTTP): refuse the stateless protocol, whose requests belong to no session."""
-    server = MCPServer(
-        "mnemosyne-memory", instructions=INSTRUCTIONS, middleware=[_sessions_only] if sessions_only else []
-    )
-    server.middleware.extend([_prompt_checked(server), _tool_arguments_checked(server)])
 
     def reading(s: ToolSession, query: str, k: int) -> Flow[str]:
         return host_protocol.read_memory(s.observations, s.agent, s.tenant, s.workspace, query or None, k)
@@ -327,7 +344,6 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         s = session_of(ctx).carrying(token, [])
         return await s.run(reading(s, query, k))
 
-    @server.tool()
     async def read_memory(
         ctx: Context[Any, Any], query: Query = "", k: ReadK = 5, consistency_token: ConsistencyToken = ""
     ) -> str:
@@ -336,8 +352,14 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         workspace records, and again whenever a write tells you memory changed since you read it."""
         return await read(ctx, query, k, consistency_token)
 
-    _memory_tools(server, session_of)
-    _queue_tools(server, session_of)
+    tools = [_tool(fn) for fn in (read_memory, *_memory_tools(session_of), *_queue_tools(session_of))]
+    server = MCPServer(
+        "mnemosyne-memory",
+        instructions=INSTRUCTIONS,
+        tools=tools,
+        middleware=[_sessions_only] if sessions_only else [],
+    )
+    server.middleware.extend([_prompt_checked(server), _tool_arguments_checked({tool.name: tool for tool in tools})])
 
     # A resource or a prompt has no error result: a refusal is a JSON-RPC error (_refusal), not the
     # SDK's crash (code 0 for a prompt; for a resource -32603, "Error reading resource" and a traceback).
@@ -375,10 +397,9 @@ def _refusal(error: ServiceError) -> MCPError:
     return MCPError(code, f"{error.message} ({error.reason})")
 
 
-def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:
+def _memory_tools(session_of: Callable[[Context[Any, Any]], ToolSession]) -> list[Callable[..., Awaitable[str]]]:
     """retain, recall, memory_update, update_workspace."""
 
-    @server.tool()
     async def retain(
         ctx: Context[Any, Any], text: Text, fast: bool = False, consistency_token: ConsistencyToken = ""
     ) -> str:
@@ -393,7 +414,6 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
         response: memory_pb2.RetainResponse = await s.ask(RETAIN, request)
         return _with_token(_retained(response.result), answered)
 
-    @server.tool()
     async def recall(
         ctx: Context[Any, Any], query: Question, k: RecallK = 5, consistency_token: ConsistencyToken = ""
     ) -> str:
@@ -407,7 +427,6 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
             return "No memories found."
         return "\n".join(f"- [memory {hit.memory.id}] {hit.memory.text}" for hit in response.hits)
 
-    @server.tool()
     async def memory_update(ctx: Context[Any, Any], content: Content) -> str:
         """Replace the global memory document MEMORY.md that read_memory showed you with new complete
         content. It replaces the whole document, so include everything that should remain."""
@@ -416,7 +435,6 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
         flow = write_memory(s.observations, s.agent, s.tenant, MEMORY_UPDATE, {"content": content})
         return _written(await s.run(flow), answered)
 
-    @server.tool()
     async def update_workspace(ctx: Context[Any, Any], changes: list[RecordChange]) -> str:
         """Create, replace or delete records of the current workspace that read_memory showed you. All
         changes of one call are applied together, or none is."""
@@ -427,18 +445,18 @@ def _memory_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], T
             await s.run(write_memory(s.observations, s.agent, s.tenant, UPDATE_WORKSPACE, arguments)), answered
         )
 
+    return [retain, recall, memory_update, update_workspace]
 
-def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], ToolSession]) -> None:
+
+def _queue_tools(session_of: Callable[[Context[Any, Any]], ToolSession]) -> list[Callable[..., Awaitable[str]]]:
     """get_event_status, list_events, flush: the queued writes of the tenant's hot path."""
 
-    @server.tool()
     async def get_event_status(ctx: Context[Any, Any], event_id: EventId) -> str:
         """The state of a queued write (pending, running, succeeded or failed) and what it created."""
         s = session_of(ctx)
         event: events_pb2.Event = await s.ask(GET_EVENT, events_pb2.GetEventRequest(tenant=s.tenant, event_id=event_id))
         return json.dumps(_event(event))
 
-    @server.tool()
     async def list_events(
         ctx: Context[Any, Any],
         status: Literal["", "pending", "running", "succeeded", "failed"] = "",
@@ -450,7 +468,6 @@ def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], To
         page: events_pb2.ListEventsResponse = await s.ask(LIST_EVENTS, request)
         return json.dumps([_event(event) for event in page.events])
 
-    @server.tool()
     async def flush(ctx: Context[Any, Any], timeout_seconds: WaitSeconds = 30.0) -> str:
         """Wait until every queued write so far is saved (at most timeout_seconds), then say how it went."""
         s = session_of(ctx)
@@ -458,3 +475,5 @@ def _queue_tools(server: MCPServer, session_of: Callable[[Context[Any, Any]], To
         result: hot_path_pb2.FlushResponse = await s.ask(FLUSH, request, wait_seconds=server_wait(timeout_seconds))
         failed = f"; failed events: {list(result.failed_event_ids)}" if result.failed_event_ids else ""
         return f"{result.flushed} queued write(s) finished: {result.succeeded} saved, {result.failed} failed{failed}."
+
+    return [get_event_status, list_events, flush]
