@@ -7,6 +7,7 @@ Server-Sent Events resumes after a dropped connection without missing a transiti
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -143,6 +144,30 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
     reply = request(api.http_port, method, path.replace("{t}", tenant), body, {"content-type": "application/json"})
     assert (reply.status, reply.reason) == (status, reason), reply.body[:300]
     assert reply.json()["message"]
+    assert not api.tenant_file(tenant).exists()
+
+
+def test_a_body_over_its_limit_is_refused_naming_the_limit_that_applies_and_how_to_raise_it(
+    api: ServerProcess, tenant: str
+) -> None:
+    """With --max-request-bytes 65536, an HTTP body may have 131,072 bytes (JSON takes more than
+    protobuf) and the request it decodes to 65,536. A refusal names the limit it applied and how
+    to raise it, on the JSON API, /mcp and the mem0 routes alike (each said "the request has 131073
+    bytes; the limit is 65536" of a body of any size, and the mem0 routes nothing of a flag)."""
+    for path in (f"/v1/tenants/{tenant}/memories", f"/mcp?tenant={tenant}", "/v3/memories/add/"):
+        body = b'{"text": "' + b"x" * 140_000 + b'"}'
+        reply = request(api.http_port, "POST", path, body, {"accept": "application/json, text/event-stream"})
+        assert (reply.status, reply.reason) == (413, "REQUEST_TOO_LARGE"), (path, reply.body[:300])
+        message, info = reply.json()["message"], reply.json()["details"][0]
+        assert "larger than 131072 bytes" in message and "--max-request-bytes" in message, (path, message)
+        assert "131073" not in message and info["metadata"]["limit"] == "131072", (path, reply.body[:500])
+    # Within the body's limit, but what it decodes to is over the request's: that limit, by name.
+    body = b'{"text": "' + b"x" * 70_000 + b'"}'
+    reply = request(api.http_port, "POST", f"/v1/tenants/{tenant}/memories", body)
+    assert (reply.status, reply.reason) == (413, "REQUEST_TOO_LARGE"), reply.body[:300]
+    message = reply.json()["message"]
+    assert re.search(r"decodes to has 700[0-9]{2} bytes", message) and "65536 (--max-request-bytes" in message, message
+    assert "raise --max-request-bytes" in message, message
     assert not api.tenant_file(tenant).exists()
 
 

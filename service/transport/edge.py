@@ -111,13 +111,36 @@ class Undecodable:
         self.error = error
 
 
-def too_large(size: int, max_request_bytes: int) -> Undecodable:
+_RAISE_IT = "or raise --max-request-bytes (MNEMOSYNE_MAX_REQUEST_BYTES) on the server"
+
+
+def too_large(size: int, max_request_bytes: int, *, from_json: bool = False) -> Undecodable:
+    """A request whose protobuf encoding is over ``max_request_bytes``: a gRPC request, or
+    (``from_json``) the one an HTTP JSON body decodes to, the body itself within its own limit."""
+    what = f"the request has {size} bytes; the limit is {max_request_bytes} (--max-request-bytes)"
+    if from_json:
+        what = (
+            f"the request this JSON body decodes to has {size} bytes as protobuf, over its limit of "
+            f"{max_request_bytes} (--max-request-bytes; the body itself may have twice that)"
+        )
     return Undecodable(
         InvalidArgument(
-            f"the request has {size} bytes; the limit is {max_request_bytes} (max_request_bytes): "
-            "split it, e.g. a large RetainBatch into several",
+            f"{what}: split it, e.g. a large RetainBatch into several, {_RAISE_IT}",
             reason="REQUEST_TOO_LARGE",
+            metadata={"limit": str(max_request_bytes)},
         )
+    )
+
+
+def body_too_large(max_request_bytes: int) -> InvalidArgument:
+    """An HTTP body over its limit, twice ``max_request_bytes`` (JSON takes more bytes than
+    protobuf), refused unread: its size is not known, only that it is larger."""
+    limit = 2 * max_request_bytes
+    return InvalidArgument(
+        f"the body is larger than {limit} bytes, the limit of an HTTP body (twice --max-request-bytes, "
+        f"{max_request_bytes}): split it, e.g. a large batch into several, {_RAISE_IT}",
+        reason="REQUEST_TOO_LARGE",
+        metadata={"limit": str(limit)},
     )
 
 

@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport.call import Call
-from mnemosyne.transport.edge import Edge, Kind, kind_of, too_large
+from mnemosyne.transport.edge import Edge, Kind, Undecodable, body_too_large, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Refuse
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.http.mapping import Route, Router, decode, encode
@@ -156,7 +156,7 @@ class HttpApi:
         if route.streams and resume is not None and _RESUME_FIELD in route.rpc.input_type.fields_by_name:
             overrides[_RESUME_FIELD] = resume
         decoded = (
-            too_large(limit + 1, edge.max_request_bytes)
+            Undecodable(body_too_large(edge.max_request_bytes))
             if body is None
             else decode(
                 route,

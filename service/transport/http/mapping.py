@@ -354,7 +354,7 @@ def decode(
         return _undecodable(route, str(exc)[:300] or type(exc).__name__)
     size = request.ByteSize()
     if size > max_request_bytes:
-        return too_large(size, max_request_bytes)
+        return too_large(size, max_request_bytes, from_json=True)
     return request
 
 

@@ -10,7 +10,7 @@ it writes. A tenant's open sessions are counted (transport/http/mcp_sessions.py)
 429, as admission refuses a stream, and one left idle ends after ``--mcp-session-idle-seconds``.
 The HTTP guard (transport/http/guard.py) has already checked ``Host`` and ``Origin``, the check
 the MCP specification requires. A POST's body is read here, before the SDK: one above
-the request limit is refused (413), one whose client left before it was whole ends unanswered, as
+twice --max-request-bytes is refused (413 REQUEST_TOO_LARGE, naming that limit), one whose client left before it was whole ends unanswered, as
 a client's cancellation (not the SDK's error).
 
 The tools reach the servicers in process (transport/in_process.py), with the caller's
@@ -43,7 +43,7 @@ from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_messages import unreadable
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
-from mnemosyne.transport.edge import Edge, too_large
+from mnemosyne.transport.edge import Edge, body_too_large
 from mnemosyne.transport.envelope import ClientLeft
 from mnemosyne.transport.http.guard import send_error
 from mnemosyne.transport.http.json_api import error_headers, read_body
@@ -111,7 +111,7 @@ class McpEndpoint:
             except ClientLeft:
                 return  # nobody to answer, nothing to tell the SDK (it would log its own error)
             if body is None:  # the SDK would hold a body of any size in memory
-                await send_error(send, too_large(limit + 1, self._edge.max_request_bytes).error)
+                await send_error(send, body_too_large(self._edge.max_request_bytes))
                 return
             refusal = unreadable(body, not_json="the body is not one JSON object")
             if refusal is not None:  # as over stdio, not the SDK's parser's or pydantic's words

@@ -51,7 +51,7 @@ from mnemosyne.transport import consistency
 from mnemosyne.transport.auth import ADMIN
 from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.cluster.forwarding import Forwarder
-from mnemosyne.transport.edge import Edge, Kind, kind_of
+from mnemosyne.transport.edge import Edge, Kind, body_too_large, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Outcome
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.grpc.servicers import Servicers
@@ -330,9 +330,7 @@ class Mem0Api:
         try:
             if http.verb in ("POST", "PUT"):
                 if http.body is None:
-                    raise InvalidArgument(
-                        f"the body is larger than {2 * self._edge.max_request_bytes} bytes", reason="REQUEST_TOO_LARGE"
-                    )
+                    raise body_too_large(self._edge.max_request_bytes)
                 body = _json_object(http.body)
             try:
                 pairs = parse_qsl(http.query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
