@@ -53,16 +53,29 @@ _READABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,56}")
 def session_workspace(session_id: str) -> str:
     """The workspace holding ``session_id``'s items: ``session-<id>`` for an id of up to 56
     letters, digits, "_" and "-"; else ``session.<digest>`` (a workspace name has no other
-    characters; the "." keeps the two forms apart)."""
+    characters; the "." keeps the two forms apart). Raises TypeError for an id that is no string
+    and ValueError for one holding half of a surrogate pair (no digest, nor request, can be made of
+    it)."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
     if _READABLE_ID.fullmatch(session_id):
         return f"session-{session_id}"
-    return "session." + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:40]
+    try:
+        encoded = session_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"session id {session_id[:80]!r} holds {exc.object[exc.start : exc.end]!r} at {exc.start}, half of a "
+            "surrogate pair, which is not Unicode text: no workspace can be named after it; give the id's "
+            "character whole (both halves of the pair) or leave it out"
+        ) from None
+    return "session." + hashlib.sha256(encoded).hexdigest()[:40]
 
 
 class MnemosyneSession:
     """The SDK's ``Session`` for conversation ``session_id``, kept in ``tenant`` through
     ``client`` (a ``MemoryClient``). ``session_settings``: the SDK's (its ``limit`` is the
-    default of ``get_items``). Raises the client's errors: ``InvalidArgumentError``
+    default of ``get_items``). Raises TypeError or ValueError for an id no workspace can be named
+    after (``session_workspace``), and the client's errors: ``InvalidArgumentError``
     RECORD_TOO_LARGE for one item over the server's --max-record-bytes, ResourceExhaustedError
     RECORDS_LIMIT for a session past its workspace's records, ``AbortedError`` GENERATION_MISMATCH
     after ``ATTEMPTS`` edits that another writer always came before."""
