@@ -12,6 +12,7 @@ stdio (``mnemosyne mcp``) and streamable HTTP (``/mcp`` on the HTTP port)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -34,6 +35,7 @@ from mnemosyne.client.errors import InvalidArgumentError
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
 from mnemosyne.host import protocol as host_protocol
+from tests.http_support import request
 from tests.support import ServerProcess
 
 _ASCII_INTEGER = re.compile(r"-?[0-9]+")
@@ -153,7 +155,7 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
             tools = (await client.list_tools()).tools
             assert len(tools) == 8
             # The three the issue found: a bare error, a bare error, and a deadline for a bad argument.
-            cases: list[tuple[str, dict[str, Any], tuple[str, str]]] = [
+            cases: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
                 ("recall", {"query": "x", "k": 1e11}, ("k", "100")),
                 ("get_event_status", {"event_id": 1e11}, ("event_id", str(2**63 - 1))),
                 ("flush", {"timeout_seconds": 1e11}, ("timeout_seconds", "3600")),
@@ -162,6 +164,7 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
                 result = await client.call_tool(name, arguments)
                 text = _text(result)
                 assert result.is_error and all(part in text for part in named), text
+                assert _SENTENCE.fullmatch(text), text
                 assert "DEADLINE" not in text.upper(), text
             await client.call_tool("read_memory", {})  # so a write is judged on its argument alone
             for tool in tools:
@@ -203,6 +206,36 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
 
     failures = anyio.run(run)
     assert not failures, "\n".join(failures)
+
+
+def test_a_tools_call_without_arguments_is_refused_in_one_sentence_too(mcp_server: ServerProcess) -> None:
+    """A ``tools/call`` with no ``arguments`` (the SDK's client always sends an object; another
+    client may not) is read as {}: its refusal is the same one sentence naming the argument it
+    needs (was pydantic's "1 validation error for recallArguments ... Field required")."""
+    path, headers = f"/mcp?tenant=mcp-{uuid.uuid4().hex[:10]}", {"accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    opened = request(
+        mcp_server.http_port,
+        "POST",
+        path,
+        json_body={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        headers=headers,
+    )
+    headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+    request(
+        mcp_server.http_port,
+        "POST",
+        path,
+        json_body={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers=headers,
+    )
+    for name, needs in (("recall", "query"), ("get_event_status", "event_id")):
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name}}
+        answered = request(mcp_server.http_port, "POST", path, json_body=call, headers=headers)
+        result = json.loads(answered.body.decode().partition("data: ")[2])["result"]
+        text = result["content"][0]["text"]
+        assert result["isError"] and f"{name} needs the argument {needs}" in text, text
+        assert _SENTENCE.fullmatch(text) and text.endswith("(ARGUMENTS_INVALID)"), text
 
 
 def test_a_client_flush_past_the_longest_wait_is_refused_as_invalid_not_a_missed_deadline(

@@ -27,7 +27,8 @@ _REASONS: dict[str, dict[str, str]] = {
     "status": {"literal_error": "EVENT_STATUS_INVALID"},
 }
 # Reasons of any argument: a number no surface reads (mapping.py, the JSON API's reason).
-_ANY_ARGUMENT = {"number_invalid": "NUMBER_INVALID"}
+# Text holding half of a surrogate pair: what the clients and the Node host say of it.
+_ANY_ARGUMENT = {"number_invalid": "NUMBER_INVALID", "string_unicode": "REQUEST_UNDECODABLE"}
 # What to do about an argument that is too long ("shorten it" unless said here).
 _TOO_LONG = {"consistency_token": "pass the consistency_token of a write's result unchanged"}
 _TYPES = {
@@ -75,6 +76,8 @@ def _sentence(tool: str, schema: Mapping[str, Any], loc: tuple[Any, ...], error:
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         fields = ", ".join(node.get("properties", {}))
         return f"{name} must be an object with {fields}, not {_given(given)}"
+    if kind == "string_unicode":
+        return f"{name} holds half of a surrogate pair, which is not Unicode text: send the character whole or leave it out"
     if kind in _TYPES:
         return f"{name} must be {_TYPES[kind]}, not {_given(given)}"
     return f"{name} is refused: {error['msg']}, not {_given(given)}"

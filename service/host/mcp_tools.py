@@ -305,7 +305,8 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
             return await call_next(ctx)
-        name, given, tool = params["name"], params.get("arguments"), tools.get(params["name"])
+        name, tool = params["name"], tools.get(params["name"])
+        given = {} if params.get("arguments") is None else params["arguments"]  # as the SDK reads none
         if tool is None or not isinstance(given, Mapping):
             return await call_next(ctx)  # the SDK's own refusals: an unknown tool, arguments of no object
         takes = list(tool.parameters.get("properties", {}))
