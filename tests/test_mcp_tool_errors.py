@@ -208,11 +208,19 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
     assert not failures, "\n".join(failures)
 
 
-def test_a_tools_call_without_arguments_is_refused_in_one_sentence_too(mcp_server: ServerProcess) -> None:
+def test_arguments_missing_or_of_no_object_are_refused_naming_what_is_wanted(mcp_server: ServerProcess) -> None:
     """A ``tools/call`` with no ``arguments`` (the SDK's client always sends an object; another
     client may not) is read as {}: its refusal is the same one sentence naming the argument it
-    needs (was pydantic's "1 validation error for recallArguments ... Field required")."""
+    needs (was pydantic's "1 validation error for recallArguments ... Field required"). Arguments
+    that are no object, for a tool or a prompt, or a prompt's that are not strings, are invalid
+    params naming what is wanted (the SDK's "Invalid request parameters" named nothing)."""
     path, headers = f"/mcp?tenant=mcp-{uuid.uuid4().hex[:10]}", {"accept": "application/json, text/event-stream"}
+
+    def post(method: str, params: dict[str, Any] | None = None) -> Any:
+        message = {"jsonrpc": "2.0", "method": method, **({"id": 1, "params": params} if params is not None else {})}
+        answered = request(mcp_server.http_port, "POST", path, json_body=message, headers=headers)
+        return json.loads(answered.body.decode().partition("data: ")[2] or "{}")
+
     hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
     opened = request(
         mcp_server.http_port,
@@ -222,20 +230,29 @@ def test_a_tools_call_without_arguments_is_refused_in_one_sentence_too(mcp_serve
         headers=headers,
     )
     headers["mcp-session-id"] = opened.headers["mcp-session-id"]
-    request(
-        mcp_server.http_port,
-        "POST",
-        path,
-        json_body={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        headers=headers,
-    )
+    post("notifications/initialized")
     for name, needs in (("recall", "query"), ("get_event_status", "event_id")):
-        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name}}
-        answered = request(mcp_server.http_port, "POST", path, json_body=call, headers=headers)
-        result = json.loads(answered.body.decode().partition("data: ")[2])["result"]
+        result = post("tools/call", {"name": name})["result"]
         text = result["content"][0]["text"]
         assert result["isError"] and f"{name} needs the argument {needs}" in text, text
         assert _SENTENCE.fullmatch(text) and text.endswith("(ARGUMENTS_INVALID)"), text
+    refused = [
+        (
+            post("tools/call", {"name": "recall", "arguments": ["x"]}),
+            "recall are one JSON object (query, k, consistency_token), not a list",
+        ),
+        (
+            post("tools/call", {"name": "flush", "arguments": "x"}),
+            "flush are one JSON object (timeout_seconds), not the string 'x'",
+        ),
+        (
+            post("prompts/get", {"name": "memory_context", "arguments": ["q"]}),
+            "prompt memory_context are one JSON object (query)",
+        ),
+        (post("prompts/get", {"name": "memory_context", "arguments": {"query": 5}}), "are strings, and query is not"),
+    ]
+    for answer, words in refused:
+        assert answer["error"]["code"] == INVALID_PARAMS and words in answer["error"]["message"], answer
 
 
 def test_a_client_flush_past_the_longest_wait_is_refused_as_invalid_not_a_missed_deadline(

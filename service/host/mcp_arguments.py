@@ -67,20 +67,20 @@ def _sentence(tool: str, schema: Mapping[str, Any], loc: tuple[Any, ...], error:
         return str(error["msg"])  # the number checks' own sentence names the argument and its limit
     if kind == "missing":
         where = f"{_name(loc[:-1])} needs" if len(loc) > 1 else f"{tool} needs the argument"
-        return f"{where} {loc[-1]}{_described(node)}"
+        return f"{where} {loc[-1]}{_description(node)}"
     if kind == "extra_forbidden":
         fields = ", ".join(_node(schema, loc[:-1]).get("properties", {}))
         return f"{_name(loc[:-1])} has no field {str(loc[-1])[:40]}: it takes only {fields}"
     if kind == "literal_error":
-        return f"{name} must be one of {ctx.get('expected', '')}, not {_given(given)}"
+        return f"{name} must be one of {ctx.get('expected', '')}, not {described(given)}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         fields = ", ".join(node.get("properties", {}))
-        return f"{name} must be an object with {fields}, not {_given(given)}"
+        return f"{name} must be an object with {fields}, not {described(given)}"
     if kind == "string_unicode":
         return f"{name} holds half of a surrogate pair, which is not Unicode text: send the character whole or leave it out"
     if kind in _TYPES:
-        return f"{name} must be {_TYPES[kind]}, not {_given(given)}"
-    return f"{name} is refused: {error['msg']}, not {_given(given)}"
+        return f"{name} must be {_TYPES[kind]}, not {described(given)}"
+    return f"{name} is refused: {error['msg']}, not {described(given)}"
 
 
 def _name(loc: Sequence[Any]) -> str:
@@ -112,12 +112,12 @@ def _resolved(schema: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str
     return node
 
 
-def _described(node: Mapping[str, Any]) -> str:
+def _description(node: Mapping[str, Any]) -> str:
     description = str(node.get("description", "")).rstrip(".")
     return f": {description[:200]}" if description else ""
 
 
-def _given(value: object) -> str:
+def described(value: object) -> str:
     """What a model sent, shortly: its JSON type and, for a short value, the value."""
     if value is None:
         return "null"

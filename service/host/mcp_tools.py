@@ -268,7 +268,8 @@ async def _sessions_only(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -
 def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
     """Refuse a ``prompts/get`` the SDK would fail inside, as invalid params naming what is wrong:
     a prompt it does not have, an argument the prompt does not take, a required one missing. The
-    SDK answers those with JSON-RPC code 0 and logs them as its own error, with a traceback."""
+    SDK answers those with JSON-RPC code 0 and logs them as its own error, with a traceback; and
+    arguments that are no object, or not strings, with "Invalid request parameters", naming nothing."""
 
     async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -280,14 +281,20 @@ def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
         if prompt is None:
             raise MCPError(INVALID_PARAMS, f"no prompt {name[:80]!r}: the prompts are {', '.join(sorted(prompts))}")
         takes = [argument.name for argument in prompt.arguments or []]
-        if isinstance(given, Mapping):
-            unknown = [str(key)[:40] for key in given if key not in takes]
-            missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in given]
-            if unknown:
-                only = f"only {', '.join(takes)}" if takes else "no arguments"
-                raise MCPError(INVALID_PARAMS, f"prompt {name} takes {only}, not {', '.join(unknown[:5])}")
-            if missing:
-                raise MCPError(INVALID_PARAMS, f"prompt {name} needs the argument(s) {', '.join(missing)}")
+        if not isinstance(given, Mapping):  # the SDK: "Invalid request parameters", naming nothing
+            raise _not_an_object(f"prompt {name}", given, takes)
+        strings = [str(key)[:40] for key, value in given.items() if not isinstance(value, str)]
+        if strings:
+            raise MCPError(
+                INVALID_PARAMS, f"the arguments of prompt {name} are strings, and {', '.join(strings[:5])} is not"
+            )
+        unknown = [str(key)[:40] for key in given if key not in takes]
+        missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in given]
+        if unknown:
+            only = f"only {', '.join(takes)}" if takes else "no arguments"
+            raise MCPError(INVALID_PARAMS, f"prompt {name} takes {only}, not {', '.join(unknown[:5])}")
+        if missing:
+            raise MCPError(INVALID_PARAMS, f"prompt {name} needs the argument(s) {', '.join(missing)}")
         return await call_next(ctx)
 
     return check
@@ -299,7 +306,8 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
     for it (host/mcp_arguments.py), where the SDK would answer pydantic's text. An argument the tool
     does not take is refused too, naming it and the tool's arguments: the SDK ignores it without a
     word, so a misspelt ``k`` or ``fast`` would be a call other than the model meant (MemoryHost
-    refuses them too)."""
+    refuses them too). No ``arguments`` are {}, as the SDK reads them; arguments that are no object
+    are invalid params naming the tool's (the SDK's said "Invalid request parameters")."""
 
     async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -307,9 +315,11 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
             return await call_next(ctx)
         name, tool = params["name"], tools.get(params["name"])
         given = {} if params.get("arguments") is None else params["arguments"]  # as the SDK reads none
-        if tool is None or not isinstance(given, Mapping):
-            return await call_next(ctx)  # the SDK's own refusals: an unknown tool, arguments of no object
+        if tool is None:
+            return await call_next(ctx)  # the SDK's own refusal of an unknown tool
         takes = list(tool.parameters.get("properties", {}))
+        if not isinstance(given, Mapping):  # the SDK: "Invalid request parameters", naming nothing
+            raise _not_an_object(name, given, takes)
         unknown = [str(key)[:40] for key in given if key not in takes]
         if unknown:
             message = (
@@ -324,6 +334,14 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
         return await call_next(ctx)
 
     return check
+
+
+def _not_an_object(what: str, given: object, takes: list[str]) -> MCPError:
+    return MCPError(
+        INVALID_PARAMS,
+        f"the arguments of {what} are one JSON object ({', '.join(takes) or 'no arguments'}), "
+        f"not {mcp_arguments.described(given)}",
+    )
 
 
 def _tool(fn: Callable[..., Awaitable[str]]) -> Tool:
