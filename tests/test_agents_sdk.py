@@ -259,6 +259,10 @@ def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
     agent = Agent(name="notes", instructions=memory.instructions("You keep notes."))
     with pytest.raises(TypeError, match="context=session"):
         asyncio.run(agent.get_system_prompt(RunContextWrapper(context=None)))
+    # A k no recall takes: refused when the tools are made, not by a TypeError of protobuf's in a run.
+    for k, error in (("5", TypeError), (2.5, TypeError), (True, TypeError), (-1, ValueError)):
+        with pytest.raises(error, match=f"k .*not {k!r}"):
+            MemoryTools(client, tenant, "notes", k=k)  # type: ignore[arg-type]  # what the check refuses
 
 
 def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, tenant):
