@@ -123,7 +123,8 @@ class MemoryClient:
     ``session_consistency``: keep the newest consistency token of each tenant this client wrote
     and send it with the client's next reads and writes of that tenant (the default; at most
     ``session_tenants`` tenants, the least recently used forgotten first), so the client reads its
-    own writes, fast ones included. The client may be shared by threads. Use it as a context
+    own writes, fast ones included. ``max_request_bytes``: the largest request sent (16 MiB, the
+    server's default --max-request-bytes); raise it with the server's. The client may be shared by threads. Use it as a context
     manager, or ``close()`` it.
 
     Every failed call raises a ``MnemosyneClientError`` (``mnemosyne.client.errors``) whose class
@@ -132,8 +133,8 @@ class MemoryClient:
     TOKEN_MALFORMED: pass the right ``token``), ``PermissionDeniedError`` (TENANT_FORBIDDEN: the
     token does not name the tenant; ADMIN_REQUIRED: the call needs an admin token),
     ``InvalidArgumentError`` (TENANT_INVALID: a tenant id is 1-63 of ``a-z0-9_-``, starting with a
-    letter or digit; REQUEST_TOO_LARGE: the request is over 16 MiB, refused here before it is
-    sent), ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``, raised here
+    letter or digit; REQUEST_TOO_LARGE: the request is over ``max_request_bytes``, 16 MiB as the
+    server's default --max-request-bytes, refused here before it is sent; raise both to send more), ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``, raised here
     before anything is sent: REQUEST_UNDECODABLE, a text holding a lone surrogate; NUMBER_INVALID,
     a number past its field's range; OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID, a
     time that is NaN, infinite, or outside the years 1 to 9999), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
@@ -159,7 +160,11 @@ class MemoryClient:
         members: str | Mapping[str, str] | None = None,
         session_consistency: bool = True,
         session_tenants: int = MAX_TENANTS,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> None:
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes is a whole number of bytes from 1, not {max_request_bytes!r}")
+        self.max_request_bytes = max_request_bytes
         if token and token_problem(token):
             raise ValueError(token_problem(token))  # else every call fails INTERNAL ("Invalid metadata")
         self.target = target
@@ -244,13 +249,14 @@ class MemoryClient:
         sending()
         metadata = tuple(metadata)
         size = request.ByteSize()
-        if size > MAX_REQUEST_BYTES:
+        if size > self.max_request_bytes:
             raise InvalidArgumentError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "REQUEST_TOO_LARGE",
-                f"the request has {size} bytes; the limit is {MAX_REQUEST_BYTES} (max_request_bytes): split it, "
-                "e.g. a large batch into several",
-                {},
+                f"the request has {size} bytes; this client's limit is {self.max_request_bytes} "
+                "(MemoryClient(max_request_bytes=...), by default the server's default --max-request-bytes): "
+                "split it, e.g. a large batch into several, or raise both, the server's first",
+                {"limit": str(self.max_request_bytes)},
             )
         deadline = checked_timeout(timeout or None) or self._timeout
         tenant = getattr(request, "tenant", "")

@@ -374,6 +374,14 @@ def test_a_request_above_the_limit_is_refused_with_its_reason(client: MemoryClie
     with pytest.raises(InvalidArgumentError) as info:
         client.retain_batch(tenant, huge)  # refused by the client before sending
     assert info.value.reason == "REQUEST_TOO_LARGE"
+    # The limit it applied is the client's own, and it says how to raise it (it named the server's flag).
+    assert "MemoryClient(max_request_bytes=" in info.value.message and info.value.metadata["limit"] == "16777216"
+    with pytest.raises(ValueError, match="max_request_bytes"):
+        MemoryClient(client.target, max_request_bytes=0)
+    with MemoryClient(client.target, max_request_bytes=64 * 1024 * 1024) as raised:  # the server's is not
+        with pytest.raises(InvalidArgumentError) as refused:
+            raised.retain_batch(tenant, ["x" * 32_768] * 600)  # sent: the server refuses it, saying how to raise
+    assert refused.value.reason == "REQUEST_TOO_LARGE" and "raise --max-request-bytes" in refused.value.message
     # Sent anyway (raw gRPC): the server refuses what is above its limit and within the transport's.
     request = memory_pb2.RetainBatchRequest(tenant=tenant, items=[memory_pb2.RetainItem(text="x" * 32_768)] * 600)
     assert 16 * 1024 * 1024 < request.ByteSize() < 32 * 1024 * 1024
