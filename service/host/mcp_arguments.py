@@ -26,8 +26,8 @@ _REASONS: dict[str, dict[str, str]] = {
     "timeout_seconds": {"number_out_of_range": "TIMEOUT_INVALID"},
     "status": {"literal_error": "EVENT_STATUS_INVALID"},
 }
-# Reasons of any argument: a number no surface reads (mapping.py, the JSON API's reason).
-# Text holding half of a surrogate pair: what the clients and the Node host say of it.
+# Reasons of any argument: a number no surface reads (the JSON API's, transport/http/mapping.py),
+# and text holding half of a surrogate pair (the clients' and the Node host's).
 _ANY_ARGUMENT = {"number_invalid": "NUMBER_INVALID", "string_unicode": "REQUEST_UNDECODABLE"}
 # What to do about an argument that is too long ("shorten it" unless said here).
 _TOO_LONG = {"consistency_token": "pass the consistency_token of a write's result unchanged"}
