@@ -228,7 +228,8 @@ def test_both_apis_share_the_port_unambiguously(server: ServerProcess) -> None:
         f"/v1/tenants/{SYNC}/memories?page_size=1",
         headers={"authorization": "Bearer key-sync"},
     )
-    assert listed.status == 200 and "memories" in listed.json()
+    # Ours (an object; proto3 JSON leaves an empty list out), not mem0's list: whatever ran before.
+    assert listed.status == 200 and set(listed.json()) <= {"memories", "nextPageToken"}, listed.json()
     assert request(server.http_port, "GET", "/openapi.json").status == 200
 
 
