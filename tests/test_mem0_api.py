@@ -229,7 +229,8 @@ def test_both_apis_share_the_port_unambiguously(server: ServerProcess) -> None:
         headers={"authorization": "Bearer key-sync"},
     )
     # Ours (an object; proto3 JSON leaves an empty list out), not mem0's list: whatever ran before.
-    assert listed.status == 200 and set(listed.json()) <= {"memories", "nextPageToken"}, listed.json()
+    body = listed.json()
+    assert listed.status == 200 and isinstance(body, dict) and set(body) <= {"memories", "nextPageToken"}, body
     assert request(server.http_port, "GET", "/openapi.json").status == 200
 
 
