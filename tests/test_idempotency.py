@@ -256,25 +256,3 @@ def test_a_retried_update_that_changed_nothing_answers_unchanged_after_another_w
             dict(changed.metadata),
             changed.expires_at,
         ), number
-
-
-def test_a_keyed_forget_or_merge_of_a_tenant_without_a_file_keeps_its_result_for_a_retry(
-    client: MemoryClient, tenant: str
-) -> None:
-    """A keyed forget by filter (or dedup merge) of a tenant that has no file yet finds nothing;
-    its retry, after the tenant's first writes, answers that first result. With no file, nothing
-    kept the result, so the retry forgot (or merged) the memories written after the first call."""
-    merging, forgetting = f"{tenant}-merge", f"{tenant}-forget"  # each call on a tenant without a file
-    assert client.dedup(merging, merge=True, request_id="nothing-yet").groups == []
-    assert client.forget_memories(forgetting, {"batch": "7"}, request_id="nothing-yet") == 0
-    written = {
-        (name, client.retain(name, "The copper valve was replaced on Tuesday", metadata={"batch": "7"}).memory_id)
-        for name in (merging, forgetting)
-    }
-    twin = client.retain(merging, "The copper valve was replaced on Tuesday.", metadata={"batch": "8"}).memory_id
-    assert [g.duplicates for g in client.dedup(merging).groups] == [(twin,)]  # a merge now would take it
-    assert client.dedup(merging, merge=True, request_id="nothing-yet").groups == []
-    assert client.forget_memories(forgetting, {"batch": "7"}, request_id="nothing-yet") == 0
-    for name, memory_id in [*written, (merging, twin)]:
-        memory = client.get_memory(name, memory_id)
-        assert not memory.forgotten and memory.merged_into == 0, (name, memory)

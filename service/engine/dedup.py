@@ -302,11 +302,9 @@ class Deduplicator:
                 reason="THRESHOLD_INVALID",
             )
         payload_hash = ledger.sha256_hex(ledger.canonical_json(["dedup", merge, threshold]))
-        # A keyed merge of a tenant without a file creates it to keep its result (as a keyed
-        # forget does): else a retry after the tenant's first writes would merge them.
-        with self._pool.tenant(tenant, create=bool(merge and request_id)) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
-                return DedupReport([], merge, threshold)
+                return DedupReport([], False, threshold)
             if merge and request_id:
                 with store.read() as txn:
                     prior = _prior_dedup(txn, request_id, payload_hash, threshold)

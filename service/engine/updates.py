@@ -485,9 +485,7 @@ class Updates:
             )
         scopes = [check.validate_scope(scope)] if scope else []
         payload_hash = ledger.sha256_hex(ledger.canonical_json(["forget_matching", scopes, wanted]))
-        # A keyed forget of a tenant without a file creates it to keep its result: else a retry
-        # after a first write there would forget what came after it.
-        with self._pool.tenant(tenant, create=request_id is not None) as store:
+        with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 return 0
             count, erased, epochs = self._forget_matching(tenant, store, scopes, wanted, request_id, payload_hash)
