@@ -35,11 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
 _NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
+def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the command ``name`` (serve, backup, ...) within ``build_parser``'s."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command: argparse.ArgumentParser = commands.choices[name]
+    return command
+
+
 def refuse_text_that_is_not_utf8(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Every text the command was given, flags and the variables behind them, must be UTF-8:
     said in one line (the command's usage error, exit 2) instead of a traceback where it is used."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    command = commands.choices[args.command]
+    command = command_parser(parser, args.command)
     flags = {action.dest: (action.option_strings or [action.dest])[0] for action in command._actions}
     for name, value in vars(args).items():
         for text in value if isinstance(value, list) else [value]:
@@ -55,8 +61,7 @@ PATH_FLAGS = ("data_dir", "from_dir", "from_file", "to")
 def refuse_empty_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Every file or directory the command names is a path: an empty one is said in one line
     (the command's usage error, exit 2), never taken for the current directory."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    command = commands.choices[args.command]
+    command = command_parser(parser, args.command)
     flags = {action.dest: (action.option_strings or [action.dest])[0] for action in command._actions}
     for name in PATH_FLAGS:
         if getattr(args, name, None) == "":

@@ -115,11 +115,10 @@ def _checked_serve_flags(serve_flags: list[str]) -> list[str]:
     """The flags after --, read by serve's own parser before any member starts (a flag serve does
     not take is its usage error, once, not every member's); one that ``members`` sets per member
     is refused, naming the flag of ``members`` that sets it."""
-    from mnemosyne.cli.commands import build_parser
+    from mnemosyne.cli.commands import build_parser, command_parser
 
     flags = [flag for flag in serve_flags if flag != "--"]
-    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    serve = commands.choices["serve"]
+    serve = command_parser(build_parser(), "serve")
     unset = object()
     serve.set_defaults(**dict.fromkeys(_PER_MEMBER, unset))
     given = serve.parse_args(flags)
