@@ -1064,6 +1064,7 @@ def summarize_traceback(text: str) -> str:
 SQLITE_SUFFIX = r"(?:-wal|-shm|-journal)?"
 TOP_LEVEL_FILES = re.compile(
     rf"\.mnemosyne\.lock|\.mnemosyne\.secret|hot_path_pending\.sqlite{SQLITE_SUFFIX}|webhooks\.sqlite{SQLITE_SUFFIX}|erasures\.jsonl"
+    rf"|requests_without_file\.sqlite{SQLITE_SUFFIX}"
 )
 TENANT_FILE = re.compile(rf"tenants/([a-z0-9][a-z0-9_-]{{0,62}})\.sqlite{SQLITE_SUFFIX}")
 INBOX_FILE = re.compile(rf"inbox/([a-z0-9][a-z0-9_-]{{0,62}})\.inbox\.sqlite{SQLITE_SUFFIX}")

@@ -256,3 +256,34 @@ def test_a_retried_update_that_changed_nothing_answers_unchanged_after_another_w
             dict(changed.metadata),
             changed.expires_at,
         ), number
+
+
+def test_a_retried_forget_by_filter_or_merge_of_a_tenant_without_a_file_answers_its_first_result(
+    server_factory,
+) -> None:
+    """A forget by filter or a Dedup merge of a tenant that has no file changes nothing and makes
+    no file; its result is kept all the same, durably (the server is killed before the retries), so
+    a retry after another client wrote the tenant's first memories answers that result instead of
+    forgetting or merging them."""
+    server = server_factory().start()
+    tenant = "newcomer"
+    with MemoryClient(server.target, retries=0) as client:
+        assert client.forget_memories(tenant, {"user": "carol"}, request_id="forget-1") == 0
+        assert client.dedup(tenant, merge=True, request_id="merge-1").groups == []
+        assert not server.tenant_file(tenant).exists()
+    server.kill()
+    server.restart()
+    with MemoryClient(server.target) as client:
+        kept = [
+            client.retain(tenant, text, metadata={"user": "carol"}).memory_id
+            for text in ("Carol prefers tea over coffee", "Carol prefers tea over coffee!")
+        ]
+        assert client.dedup(tenant).groups, "the two memories are near duplicates"
+        assert client.forget_memories(tenant, {"user": "carol"}, request_id="forget-1") == 0
+        assert client.dedup(tenant, merge=True, request_id="merge-1").groups == []
+        listed = client.list_memories(tenant).memories
+        assert [m.id for m in listed] == kept and not any(m.forgotten for m in listed)
+        with pytest.raises(AbortedError) as reused:  # the same id with another filter is not a retry
+            client.forget_memories(tenant, {"user": "dave"}, request_id="forget-1")
+        assert reused.value.reason == "IDEMPOTENCY_KEY_REUSED"
+        assert client.forget_memories(tenant, {"user": "carol"}, request_id="forget-2") == 2

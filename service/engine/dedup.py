@@ -23,9 +23,10 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -43,15 +44,26 @@ from mnemosyne.engine.extractor import (
 )
 from mnemosyne.engine.index import drop_vectors, vector_index
 from mnemosyne.engine.postings import drop_texts
-from mnemosyne.engine.requests import keyed_write, replayed_anywhere, replayed_result
+from mnemosyne.engine.requests import (
+    RequestKey,
+    keyed_write,
+    replayed_anywhere,
+    replayed_result,
+    replayed_without_file,
+    result_without_file,
+)
 from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime import read_priority
 from mnemosyne.store import ledger
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
+from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 DEFAULT_THRESHOLD = 0.85
+# A merge's result kept among the calls that found its tenant without a file: (request id, method,
+# payload hash) -> its JSON, or None (engine/requests.py ``replayed_without_file``).
+WithoutFile = Callable[[str, str, str], str | None]
 # Candidates kept per new memory at write time; more would only lengthen the result.
 MAX_NAMED = 8
 # The all-pairs product in Dedup runs in blocks of rows holding at most this many scores (64 MB of
@@ -280,8 +292,11 @@ class InFlight:
 class Deduplicator:
     """The Dedup operation over a tenant's stored memories (AdminService.Dedup)."""
 
-    def __init__(self, *, pool: TenantPool, embedders: TenantEmbedders, default_threshold: float) -> None:
+    def __init__(
+        self, *, pool: TenantPool, embedders: TenantEmbedders, default_threshold: float, tenantless: TenantlessRequests
+    ) -> None:
         self._pool = pool
+        self._tenantless = tenantless  # the results of keyed calls that found no tenant file
         self._embedders = embedders
         self._default_threshold = default_threshold
 
@@ -303,17 +318,21 @@ class Deduplicator:
             )
         payload_hash = ledger.sha256_hex(ledger.canonical_json(["dedup", merge, threshold]))
         with self._pool.tenant(tenant, create=False) as store:
-            if store is None:
-                return DedupReport([], False, threshold)
+            if store is None:  # nothing to merge: a retry after the tenant's first write merges nothing too
+                if not (merge and request_id):
+                    return DedupReport([], merge, threshold)
+                key = RequestKey(request_id, "dedup", payload_hash)
+                return _report(result_without_file(self._tenantless, tenant, key, "[]"), threshold)
+            without_file = partial(replayed_without_file, self._tenantless, tenant)
             if merge and request_id:
                 with store.read() as txn:
-                    prior = _prior_dedup(txn, request_id, payload_hash, threshold)
+                    prior = _prior_dedup(txn, request_id, payload_hash, threshold, without_file)
                 if prior is not None:
                     return prior
             groups, texts = self._groups(store, threshold)
             if not merge:
                 return DedupReport(groups, False, threshold)
-            return _merge(store, groups, texts, threshold, request_id, payload_hash)
+            return _merge(store, groups, texts, threshold, request_id, payload_hash, without_file)
 
     def _groups(self, store: TenantStore, threshold: float) -> tuple[list[DedupGroup], dict[int, str]]:
         """The tenant's near-duplicate groups, from one read snapshot of its vectors, and the text
@@ -342,6 +361,7 @@ def _merge(
     threshold: float,
     request_id: str | None,
     payload_hash: str,
+    without_file: WithoutFile,
 ) -> DedupReport:
     """Merge each group's members that are still live and hold the text they were found similar
     by (``texts``: an update since may have made one unlike the others), in one write transaction
@@ -349,7 +369,7 @@ def _merge(
     rows."""
     with keyed_write(store, request_id) as txn:
         if request_id:
-            prior = _prior_dedup(txn, request_id, payload_hash, threshold, store)
+            prior = _prior_dedup(txn, request_id, payload_hash, threshold, without_file, store)
             if prior is not None:
                 return prior
         applied: list[DedupGroup] = []
@@ -381,15 +401,24 @@ def _merge(
 
 
 def _prior_dedup(
-    txn: ReadTxn, request_id: str, payload_hash: str, threshold: float, store: TenantStore | None = None
+    txn: ReadTxn,
+    request_id: str,
+    payload_hash: str,
+    threshold: float,
+    without_file: WithoutFile,
+    store: TenantStore | None = None,
 ) -> DedupReport | None:
-    """A merge's first result for ``request_id``: in the tenant file, and with ``store`` (in a
-    ``keyed_write``) in its inbox too."""
+    """A merge's first result for ``request_id``: in the tenant file, with ``store`` (in a
+    ``keyed_write``) in its inbox too, then among the calls that found the tenant without a file."""
     if store is None:
         prior = replayed_result(txn, request_id, "dedup", payload_hash)
     else:
         prior = replayed_anywhere(store, txn, request_id, "dedup", payload_hash)
-    if prior is None:
-        return None
-    groups = [DedupGroup(int(keep), tuple(int(d) for d in dups)) for keep, dups in json.loads(prior)]
+    prior = prior or without_file(request_id, "dedup", payload_hash)
+    return None if prior is None else _report(prior, threshold)
+
+
+def _report(result_json: str, threshold: float) -> DedupReport:
+    """The report of a merge kept with its request id."""
+    groups = [DedupGroup(int(keep), tuple(int(d) for d in dups)) for keep, dups in json.loads(result_json)]
     return DedupReport(groups, True, threshold)

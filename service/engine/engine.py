@@ -82,6 +82,7 @@ from mnemosyne.store.connections import limit_page_caches, sqlite_memory
 from mnemosyne.store.data_dir import volume_bytes
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
+from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 log = logging.getLogger("mnemosyne.engine")
 
@@ -186,6 +187,7 @@ class Engine:
             clock=self.clock,
             figures=self.figures,
         )
+        self.tenantless_requests = TenantlessRequests(config.data_dir, ttl_seconds=config.request_ttl_seconds)
         # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
         self.changes = Changes()
         fences = Fences(self.changes)
@@ -204,9 +206,13 @@ class Engine:
             fences=fences,
             settle=lambda tenant, fingerprints: self.hot_path.settle(tenant, fingerprints),
             expiry=self.expiry,
+            tenantless=self.tenantless_requests,
         )
         self.dedup = Deduplicator(
-            pool=self.pool, embedders=embedders, default_threshold=config.near_duplicate_threshold
+            pool=self.pool,
+            embedders=embedders,
+            default_threshold=config.near_duplicate_threshold,
+            tenantless=self.tenantless_requests,
         )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool)
@@ -268,6 +274,7 @@ class Engine:
         self.deliveries.stop()
         self.hot_path.stop()
         self.write_path.close()
+        self.tenantless_requests.close()
         self.pool.close()
         if self.replicator is not None:
             self.replicator.stop()  # after the pool: Litestream's last syncs see every commit

@@ -20,6 +20,7 @@ from typing import Protocol
 from mnemosyne.engine.types import RetainOutcome
 from mnemosyne.errors import Conflict
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn
+from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 # How long a request id is remembered (a retry after this is a new request).
 REQUEST_TTL_SECONDS = 24 * 3600
@@ -44,7 +45,27 @@ def replayed_result(txn: RequestReader, request_id: str, method: str, payload_ha
     """The stored result JSON of an earlier call with this request id, or None if there was none.
 
     The same id with another method or payload is a client bug, not a retry: refuse it."""
-    prior = txn.find_request(request_id)
+    return _same_request(txn.find_request(request_id), request_id, method, payload_hash)
+
+
+def replayed_without_file(
+    requests: TenantlessRequests, tenant: str, request_id: str, method: str, payload_hash: str
+) -> str | None:
+    """``replayed_result`` among the results of calls that found ``tenant`` without a file
+    (store/tenantless_requests.py): a retry of one, after the tenant's first write, answers it."""
+    return _same_request(requests.find(tenant, request_id), request_id, method, payload_hash)
+
+
+def result_without_file(requests: TenantlessRequests, tenant: str, key: RequestKey, result_json: str) -> str:
+    """The result a keyed call that found ``tenant`` without a file answers: ``result_json``, kept
+    for its retries, or what the first call with this request id answered."""
+    kept = requests.first(tenant, key.request_id, key.method, key.payload_hash, result_json)
+    prior = _same_request(kept, key.request_id, key.method, key.payload_hash)
+    assert prior is not None  # kept is never None
+    return prior
+
+
+def _same_request(prior: tuple[str, str, str] | None, request_id: str, method: str, payload_hash: str) -> str | None:
     if prior is None:
         return None
     prior_method, prior_hash, result_json = prior

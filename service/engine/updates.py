@@ -30,7 +30,14 @@ from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
-from mnemosyne.engine.requests import keyed_write, replayed_anywhere, replayed_result
+from mnemosyne.engine.requests import (
+    RequestKey,
+    keyed_write,
+    replayed_anywhere,
+    replayed_result,
+    replayed_without_file,
+    result_without_file,
+)
 from mnemosyne.engine.types import Memory, MemoryRevision, MemoryVersion, RetainItem, ThreadRef, UpdateOutcome
 from mnemosyne.engine.write_path import ExtractionMissing, WritePath
 from mnemosyne.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
@@ -39,6 +46,7 @@ from mnemosyne.store.memory_rows import MemoryRow, metadata_of
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.revisions import REVERTED, UPDATED
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, WriteTxn
+from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 # Most memories one ForgetMemories may forget in its one transaction: beyond it the call is
 # refused before anything changes (FORGET_TOO_MANY), so one call never holds the tenant's writer
@@ -144,9 +152,11 @@ class Updates:
         fences: Fences,
         settle: Callable[[str, Sequence[str]], None],
         expiry: Expiry,
+        tenantless: TenantlessRequests,
         committed: Callable[[str], None] = lambda _method: None,
     ) -> None:
         self._pool = pool
+        self._tenantless = tenantless  # the results of keyed calls that found no tenant file
         self._expiry = expiry  # what an update does to a memory's expiry (engine/expiry.py)
         self._write_path = write_path
         self._fences = fences  # forgets and updates fence the queued writes (engine/hot_path/fences.py)
@@ -486,8 +496,11 @@ class Updates:
         scopes = [check.validate_scope(scope)] if scope else []
         payload_hash = ledger.sha256_hex(ledger.canonical_json(["forget_matching", scopes, wanted]))
         with self._pool.tenant(tenant, create=False) as store:
-            if store is None:
-                return 0
+            if store is None:  # nothing to forget; a retry after the tenant's first write answers 0 too
+                if not request_id:
+                    return 0
+                key = RequestKey(request_id, "forget_matching", payload_hash)
+                return int(result_without_file(self._tenantless, tenant, key, "0"))
             count, erased, epochs = self._forget_matching(tenant, store, scopes, wanted, request_id, payload_hash)
             if erased:  # the caches drop those rows rather than reloading the tenant's vectors and postings
                 drop_vectors(store, erased, from_epoch=epochs[0], to_epoch=epochs[1])
@@ -507,7 +520,11 @@ class Updates:
         payload_hash: str,
     ) -> tuple[int, list[int], tuple[int, int]]:
         with self._fences.fenced(tenant, store) as (txn, fence):
-            prior = replayed_result(txn, request_id, "forget_matching", payload_hash) if request_id else None
+            prior = None
+            if request_id:
+                prior = replayed_result(txn, request_id, "forget_matching", payload_hash) or replayed_without_file(
+                    self._tenantless, tenant, request_id, "forget_matching", payload_hash
+                )
             if prior is not None:
                 return int(json.loads(prior)), [], (0, 0)
             ids = txn.filtered_ids(scopes, wanted)

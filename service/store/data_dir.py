@@ -9,6 +9,7 @@ Layout::
     DATA_DIR/tenants/<tenant>.ann     its approximate vector index, a cache (engine/ann.py)
     DATA_DIR/inbox/<tenant>.inbox.sqlite  fast writes not yet taken by a worker (store/inbox.py)
     DATA_DIR/erasures.jsonl          one receipt per erased tenant (store/erasure_log.py)
+    DATA_DIR/requests_without_file.sqlite  results of keyed calls that found no tenant file (store/tenantless_requests.py)
     DATA_DIR/tenants/<tenant>.incoming  a move is bringing the tenant here (store/ownership.py)
     DATA_DIR/tenants/<tenant>.moved     beside a reclaimed tombstone (store/ownership.py)
     DATA_DIR/tenants/<tenant>.owned     a tenant moved here, then erased: created here again (store/ownership.py)

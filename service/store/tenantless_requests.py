@@ -1,0 +1,98 @@
+"""Results of keyed calls that found their tenant without a file (``requests_without_file.sqlite``
+in the data directory).
+
+A forget by filter or a Dedup merge of a tenant that has no file changes nothing, and makes no
+file: calls that change nothing never litter the directory with tenants (tests/test_hardening.py).
+Its result must still be kept with its request id, as a tenant file keeps a write's: if the reply
+is lost and another client then writes the tenant's first memory, the retry must answer the first
+call's result, not act on that memory. Those results live here, one row per (tenant, request id),
+for as long as a tenant file keeps its own (``request_ttl_seconds``); the file is made by the first
+such call and written durably (``synchronous=FULL``) before the call answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import apsw
+
+from mnemosyne.store.connections import open_connection
+from mnemosyne.store.transactions import translate_sqlite_error
+
+FILE_NAME = "requests_without_file.sqlite"
+PRUNE_EVERY_SECONDS = 3600.0  # how often a save also drops the rows older than the TTL
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS requests(tenant TEXT NOT NULL, request_id TEXT NOT NULL, method TEXT NOT NULL, "
+    "payload_hash TEXT NOT NULL, result TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY(tenant, request_id)) "
+    "WITHOUT ROWID"
+)
+
+
+class TenantlessRequests:
+    def __init__(self, data_dir: Path, *, ttl_seconds: float) -> None:
+        self.path = Path(data_dir) / FILE_NAME
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._connection: apsw.Connection | None = None
+        self._pruned_at = 0.0
+
+    def find(self, tenant: str, request_id: str) -> tuple[str, str, str] | None:
+        """The (method, payload hash, result) kept for ``request_id`` of ``tenant``, or None."""
+        with self._lock:
+            try:
+                return self._find(self._open(create=False), tenant, request_id)
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, FILE_NAME) from exc
+
+    def first(self, tenant: str, request_id: str, method: str, payload_hash: str, result: str) -> tuple[str, str, str]:
+        """What is kept for ``request_id`` of ``tenant``: the first call's, or, for the first
+        call, this one's (kept durably before this returns)."""
+        with self._lock:
+            try:
+                connection = self._open(create=True)
+                assert connection is not None  # made when missing
+                with connection:
+                    kept = self._find(connection, tenant, request_id)
+                    if kept is not None:
+                        return kept
+                    now = time.time()
+                    if now - self._pruned_at >= PRUNE_EVERY_SECONDS:
+                        connection.execute("DELETE FROM requests WHERE created_at < ?", (now - self._ttl,))
+                        self._pruned_at = now
+                    connection.execute(
+                        "INSERT INTO requests(tenant, request_id, method, payload_hash, result, created_at) "
+                        "VALUES(?, ?, ?, ?, ?, ?)",
+                        (tenant, request_id, method, payload_hash, result, now),
+                    )
+            except apsw.Error as exc:  # a full disk is DISK_FULL, as for every write of the store
+                raise translate_sqlite_error(exc, FILE_NAME) from exc
+        return method, payload_hash, result
+
+    def _find(self, connection: apsw.Connection | None, tenant: str, request_id: str) -> tuple[str, str, str] | None:
+        if connection is None:
+            return None
+        row = connection.execute(
+            "SELECT method, payload_hash, result FROM requests WHERE tenant = ? AND request_id = ? AND created_at >= ?",
+            (tenant, request_id, time.time() - self._ttl),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]), str(row[2]))
+
+    def _open(self, *, create: bool) -> apsw.Connection | None:
+        """The file's connection; None while there is no file and ``create`` is off."""
+        if self._connection is None and (create or self.path.exists()):
+            connection = open_connection(self.path, readonly=False, synchronous="FULL")
+            try:
+                connection.execute(_SCHEMA)
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return self._connection
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
