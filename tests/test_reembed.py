@@ -7,20 +7,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 import numpy as np
 import pytest
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from mnemosyne.client.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UnavailableError
 from mnemosyne.engine.embedders import make_embedder
 from tests.chat_server import Behaviour, ChatServer
 from tests.http_support import request
 from tests.support import ServerProcess, tokens_json
 
 TEA, DOG = "Carol prefers tea over coffee", "Carol's dog is called Rex"
+T = TypeVar("T")
 FILLERS = [f"Shipment {i} of part PN-{i:04d} left warehouse {chr(65 + i % 26)} on dock {i % 17}" for i in range(300)]
 
 
@@ -272,33 +275,92 @@ def test_a_vector_kept_before_a_sigkill_is_not_taken_as_the_new_embedder_s_by_a_
         _flushed_on_minilm(client, server, "replayed", queued, 6)
 
 
-def test_a_reembed_finishes_while_a_writer_keeps_writing(server_factory) -> None:
-    """A writer retaining one memory after another throughout: the switch waited for a moment
-    with nothing written since the last chunk, which never came (none in 120 s; 69 s at 25 writes
-    a second in a probe); now the switch embeds the last chunk itself and the move ends, every
-    memory on MiniLM's vector, those written during it too."""
+class _Writer(threading.Thread):
+    """Writes a tenant without pause: a batch of new memories, then an update of one written
+    before, each call retried until acknowledged (waiting while ``up`` is clear: the server is
+    being killed and started again), so the test knows every memory and its text."""
+
+    def __init__(self, server: ServerProcess, tenant: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.tenant = server, tenant
+        self.up, self.stop = threading.Event(), threading.Event()
+        self.up.set()
+        self.texts: dict[int, str] = {}  # memory id -> its text as last acknowledged
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as exc:  # the test asserts there was none
+            self.failure = exc
+
+    def _write(self) -> None:
+        batches = 0
+        while not self.stop.is_set():
+            texts = [f"Writer note {batches}-{i}: parcel QX-{batches:04d}{i} went to dock {i}" for i in range(8)]
+            outcomes = self._acknowledged(lambda client: client.retain_batch(self.tenant, texts))
+            self.texts.update({o.memory_id: text for o, text in zip(outcomes, texts)})
+            updated = list(self.texts)[batches * 7 % len(self.texts)]
+            text = f"Writer note {batches} updated: crate ZU-{batches:04d} held at the gate"
+            self._acknowledged(lambda client: client.update_memory(self.tenant, updated, text))
+            self.texts[updated] = text
+            batches += 1
+
+    def _acknowledged(self, call: Callable[[MemoryClient], T]) -> T:
+        while True:
+            self.up.wait()
+            try:
+                with MemoryClient(self.server.target, timeout=10) as client:
+                    return call(client)
+            except UnavailableError:
+                time.sleep(0.02)  # killed meanwhile: the call again, once the server is up
+
+
+def test_a_reembed_finishes_while_writes_outpace_it_and_after_a_sigkill_under_them(server_factory) -> None:
+    """Writes faster than the move embeds (a batch of 8 and an update per round, chunks of 1-2): the
+    move used to wait for fewer than a chunk written during a chunk, which never came. Now each
+    write during the move brings its memory's new vector, so the move does only the memories there
+    when it began: killed mid-move under the load, then run again under it, it ends, and no
+    write is lost, every memory on MiniLM's vector of its text."""
     server = server_factory().start()
     with MemoryClient(server.target, timeout=30) as client:
-        client.retain_batch("busy", FILLERS[:200])
-        stop, written = threading.Event(), list[str]()
-
-        def write() -> None:
-            with MemoryClient(server.target, timeout=30) as writer:
-                while not stop.is_set():
-                    text = f"Note {len(written)}: the courier left a parcel at the door"
-                    writer.retain("busy", text)
-                    written.append(text)
-
-        thread = threading.Thread(target=write, daemon=True)
-        thread.start()
-        try:
-            run = _reembed(server, "busy", "--embedder", "minilm", "--chunk-size", "64")
-            _, stderr = run.communicate(timeout=120)
-            assert run.returncode == 0, stderr
-            assert len(written) > 50  # it kept writing while the move ran
-        finally:
-            stop.set()
-            thread.join(timeout=60)
-        minilm = make_embedder("minilm")
-        assert _embedder_of(server, "busy") == f"{minilm.name}/{minilm.dim}"
-        assert _all_vectors_are_minilm(server, "busy") == 200 + len(written)
+        before = [r.memory_id for r in client.retain_batch("loaded", FILLERS[:60])]
+    writer = _Writer(server, "loaded")
+    try:
+        run = _reembed(server, "loaded", "--embedder", "minilm", "--chunk-size", "1")
+        chunks_done = f"SELECT 1 FROM reembed_vectors WHERE memory_id <= {max(before)}"
+        _wait_for_rows(server, "loaded", chunks_done, 1, "no chunk committed in 60 s")
+        writer.start()  # the move has begun
+        _wait_for_rows(server, "loaded", f"SELECT 1 FROM memories WHERE id > {max(before)}", 16, "no writes")
+        writer.up.clear()
+        server.kill()
+        _, stderr = run.communicate(timeout=60)
+        assert run.returncode != 0, stderr
+        assert len(_file(server, "loaded", chunks_done)) < len(before)  # killed mid-move
+        server.start()  # a new port: the killed one may be taken meanwhile
+        with MemoryClient(server.target, timeout=30) as client:  # half-way, recall finds the new ones
+            memory_id, text = next(iter(writer.texts.items()))
+            assert client.recall("loaded", text, k=1)[0].memory.id == memory_id
+        written = len(writer.texts)
+        writer.up.set()
+        rerun = _reembed(server, "loaded", "--embedder", "minilm", "--chunk-size", "2")
+        stdout, stderr = rerun.communicate(timeout=30)
+        assert rerun.returncode == 0, stderr
+        assert "runs on the minilm embedder" in stdout, stdout
+        assert len(writer.texts) > written + 16  # the writer went on throughout
+    finally:
+        writer.stop.set()
+        if writer.is_alive():
+            writer.join(timeout=60)
+    assert writer.failure is None, writer.failure
+    minilm = make_embedder("minilm")
+    assert _embedder_of(server, "loaded") == f"{minilm.name}/{minilm.dim}"
+    rows = _file(server, "loaded", "SELECT m.id, m.body FROM embeddings e JOIN memories m ON m.id = e.memory_id")
+    stored = {int(str(memory_id)): str(text) for memory_id, text in rows}
+    assert stored == {**dict(zip(before, FILLERS)), **writer.texts}  # nothing written was lost
+    assert _all_vectors_are_minilm(server, "loaded") == len(stored)
+    with MemoryClient(server.target, timeout=30) as client:
+        for memory_id in list(writer.texts)[:: max(1, len(writer.texts) // 4)]:
+            hits = client.recall("loaded", writer.texts[memory_id], k=1)
+            assert hits and hits[0].memory.id == memory_id, (writer.texts[memory_id], hits)
+        assert client.verify_integrity("loaded").valid

@@ -15,6 +15,7 @@ import threading
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.store.reembed_rows import REEMBED_META
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import TenantStore
 
@@ -26,6 +27,8 @@ _KINDS: dict[str, type[Embedder]] = {"minilm": MiniLMEmbedder, "hashing": Hashin
 _LOADED: dict[str, Embedder] = {}
 _LOADING = threading.Lock()
 _CACHE_KEY: CacheKey[Embedder] = CacheKey("embedder")
+# The embedder a re-embedding in progress moves the tenant to, in a tuple: (None,) when none runs.
+_TARGET_KEY: CacheKey[tuple[Embedder | None]] = CacheKey("reembed-target")
 
 
 def make_embedder(name: str) -> Embedder:
@@ -69,17 +72,46 @@ class TenantEmbedders:
         known = store.cache.get(_CACHE_KEY)
         if known is not None:
             return known
+        return self._load(store)[0]
+
+    def moving_to(self, store: TenantStore) -> Embedder | None:
+        """The embedder a re-embedding of the tenant moves it to (engine/reembed.py), None when
+        none runs: a write embeds with it too. Read with the tenant's own embedder, once per open
+        store (``moving`` changes it), so a write costs nothing more while no move runs."""
+        known = store.cache.get(_TARGET_KEY)
+        if known is not None:
+            return known[0]
+        return self._load(store)[1]
+
+    def _load(self, store: TenantStore) -> tuple[Embedder, Embedder | None]:
+        """Both cached values of the tenant, read from its file in one read."""
         with store.read() as txn:
-            recorded = txn.meta("embedder")
+            recorded, moving_to = txn.meta("embedder"), txn.meta(REEMBED_META)
         embedder = self.default if recorded is None else make_embedder(configuration_name(recorded))
-        return store.cache.setdefault(_CACHE_KEY, embedder)
+        target = store.cache.setdefault(_TARGET_KEY, (_runnable(moving_to),))[0]
+        return store.cache.setdefault(_CACHE_KEY, embedder), target
 
     def follow(self, store: TenantStore, recorded: str) -> None:
         """The tenant's embedder is the one its file records now (``recorded``, read in a write's
         transaction): a re-embedding's switch committed since this store cached another."""
-        self.moved(store, make_embedder(configuration_name(recorded)))
+        store.cache[_CACHE_KEY] = make_embedder(configuration_name(recorded))
+
+    @staticmethod
+    def moving(store: TenantStore, target: Embedder) -> None:
+        """After the commit that began a re-embedding of the tenant to ``target``."""
+        store.cache[_TARGET_KEY] = (target,)
 
     @staticmethod
     def moved(store: TenantStore, embedder: Embedder) -> None:
         """After the commit that recorded ``embedder`` as the tenant's (a re-embedding's last)."""
         store.cache[_CACHE_KEY] = embedder
+        store.cache[_TARGET_KEY] = (None,)
+
+
+def _runnable(recorded: str | None) -> Embedder | None:
+    """The embedder of a recorded "<name>/<dim>", None for none or one this version does not run
+    (a move to it cannot go on here: its step refuses it)."""
+    try:
+        return None if recorded is None else make_embedder(configuration_name(recorded))
+    except FailedPrecondition:
+        return None

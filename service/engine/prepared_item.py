@@ -70,6 +70,10 @@ class PreparedItem:
     # The embedder that made ``vector`` ("<name>/<dim>"): a re-embedding may switch the tenant to
     # another before the commit (engine/write_path.py ``check_vectors``).
     vector_by: str = ""
+    # Its vector by the embedder a re-embedding moves the tenant to, made with ``vector`` while one
+    # runs, and that embedder: the move's vector of the memory, written with it (engine/reembed.py).
+    next_vector: bytes | None = None
+    next_vector_by: str = ""
     counted: bool = False  # its model call is already in the persisted counters
     near_duplicate_of: list[int] = field(default_factory=list)  # found outside the transaction
     near_batch: list[PreparedItem] = field(default_factory=list)  # earlier items of the same commit

@@ -9,15 +9,19 @@ serves throughout:
 * the switch, once at most a chunk is left: in ONE transaction those (and the memories whose text
   an update changed since their next vector was made) are embedded, holding the write lock, every
   current vector is replaced by its next one, the tenant's embedder becomes the new one and the
-  ledger says so; when more than a chunk is left by then (written meanwhile), a chunk first.
+  ledger says so; when more than a chunk is left by then, a chunk first.
+
+From the step that begins a move to its switch, every write of the tenant (a retain, a fast write's
+commit, an update) embeds its text by the new embedder too, outside its transaction, and writes that
+next vector with its memory, with its own ledger entry (``write_next_vectors``). So what a move has
+to do is the memories that were there when it began (and the writes already embedding then), never
+what is written during it: it ends after a bounded number of steps whatever the write rate. A write
+costs nothing more while no move runs (``TenantEmbedders.moving_to`` is cached on the open store).
 
 The progress is the tenant file itself (the next vectors committed so far, and which embedder
 they are for in ``meta``), so a step killed at any point loses at most its own chunk, and a rerun
-goes on from there. Writes meanwhile are embedded by the tenant's current embedder: a memory
-written after its turn is simply one more to do (the switch embeds the last chunk itself, so
-steady writes never put it off for ever: it needs a moment when fewer than a chunk were written
-during a chunk), and after the switch the hot path's queued writes are embedded again
-(store/reembed_rows.py).
+goes on from there (a restarted server reads the move from ``meta``: its writes embed for it again).
+After the switch the hot path's queued writes are embedded again (store/reembed_rows.py).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import numpy as np
 
 from mnemosyne.engine.ann import on_vectors_changed
 from mnemosyne.engine.embedders import TenantEmbedders, make_embedder
+from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import ReembedProgress
 from mnemosyne.errors import Conflict, InvalidArgument, NotFound
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.reembed_rows import REEMBED_META, text_crc
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.store.tenant_store import TenantStore, WriteTxn
 
 DEFAULT_CHUNK = 256
 MAX_CHUNK = 10_000
@@ -62,6 +67,7 @@ class Reembedding:
             if moving_to != to:
                 with store.write() as txn:
                     txn.reset_reembedding(to)
+                TenantEmbedders.moving(store, target)  # committed: writes embed for the move too
             chunk = chunk_size or DEFAULT_CHUNK
             with store.read() as txn:
                 todo = txn.reembed_todo(chunk + 1)
@@ -73,23 +79,23 @@ class Reembedding:
         rows = _next_vectors(embedder, todo)
         with store.write() as txn:
             self._still_moving(txn.meta(REEMBED_META), to)
-            txn.put_reembedded(to, rows)
+            txn.put_reembedded(to, rows, newer=False)
             done, total = txn.reembed_counts()
         return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
 
     def _switch(self, store: TenantStore, embedder: str, current: str, to: str, chunk: int) -> ReembedProgress:
         with store.write() as txn:
             self._still_moving(txn.meta(REEMBED_META), to)
-            # The last chunk, with what was written or updated since the chunk before, is embedded
-            # here, holding the write lock, when it is at most a chunk: steady writes would
-            # otherwise always leave some, and the switch never come. More: another chunk first.
+            # The last chunk, with what was updated since its next vector was made (by a write that
+            # began before the move did), is embedded here, holding the write lock, when it is at
+            # most a chunk. More: another chunk first (writes made since bring their own).
             txn.drop_stale_reembedded()
             left = txn.reembed_todo(chunk + 1)
             if len(left) > chunk:
                 done, total = txn.reembed_counts()
                 return ReembedProgress(embedder, done=done, total=total, finished=False, switched=0)
             if left:
-                txn.put_reembedded(to, _next_vectors(embedder, left))
+                txn.put_reembedded(to, _next_vectors(embedder, left), newer=True)
             _high, from_epoch = txn.index_state()
             switched = txn.switch_reembedded(from_=current, to=to)
             txn.set_meta("embedder", to)
@@ -117,3 +123,16 @@ def _next_vectors(embedder: str, todo: list[tuple[int, str]]) -> list[tuple[int,
         (memory_id, np.ascontiguousarray(vector, dtype="<f4").tobytes(), text_crc(text))
         for (memory_id, text), vector in zip(todo, vectors)
     ]
+
+
+def write_next_vectors(txn: WriteTxn, written: list[tuple[int, PreparedItem]]) -> None:
+    """Inside a write's transaction, once its memories are written (memory id, item): each one's
+    vector by the embedder a re-embedding moves the tenant to, made with its current one
+    (engine/write_path.py ``_embed``), written as that move's, so the move never has it to do.
+    None is written when that move ended or went to another embedder since they were made."""
+    if all(p.next_vector is None for _, p in written):
+        return
+    to = txn.meta(REEMBED_META)
+    rows = [(i, p.next_vector, text_crc(p.item.text)) for i, p in written if p.next_vector and p.next_vector_by == to]
+    if to is not None and rows:
+        txn.put_reembedded(to, rows, newer=True)

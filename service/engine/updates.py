@@ -30,6 +30,7 @@ from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
+from mnemosyne.engine.reembed import write_next_vectors
 from mnemosyne.engine.requests import (
     RequestKey,
     keyed_write,
@@ -401,6 +402,7 @@ class Updates:
             )
             near_live = sorted(txn.live_ids(near))
             check_bytes_quota(txn, self._write_path.limits)
+            write_next_vectors(txn, [(memory_id, prepared)])  # a re-embedding's (engine/reembed.py)
             _, epoch_after = txn.index_state()
             txn.add_counters({"updates": 1, "model_calls": 1, "embed_calls": 1})
             _remember(txn, request_id, request, near_live, supersedes, revision)

@@ -38,6 +38,7 @@ from mnemosyne.engine.near_duplicates import find_near_duplicates
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.prepared_item import PreparedItem, fingerprint, placement
 from mnemosyne.engine.quotas import check_bytes_quota, check_memory_quota
+from mnemosyne.engine.reembed import write_next_vectors
 from mnemosyne.engine.requests import RequestKey, prior_outcomes, prior_outcomes_anywhere
 from mnemosyne.engine.types import RetainItem, RetainOutcome, RetainStatus
 from mnemosyne.errors import Conflict, InvalidArgument
@@ -338,12 +339,12 @@ class WritePath:
             new.append(p)
             if p.extraction is None:
                 todo.append(p)
-        embedder = self.embedders.of(store)
+        embedder, target = self.embedders.of(store), self.embedders.moving_to(store)
         if len(todo) < _OVERLAP_MIN_ITEMS:
             self._extract(todo, errors)
             # Every new item without a vector: one extracted now, or one whose vector a
             # re-embedding's switch dropped (check_vectors; the operation log's too).
-            self._embed(embedder, [p for p in new if p.extraction is not None])
+            self._embed(embedder, [p for p in new if p.extraction is not None], target)
             if errors:
                 new = [p for p in new if p.position not in errors]
             # DEDUP: near duplicates of every new item (also one whose extraction and vector were
@@ -354,7 +355,7 @@ class WritePath:
         # products run without the GIL, on another core) while this thread extracts. Outcomes are
         # the sequential ones: an item whose extraction fails (hot path) is never written, and
         # apply names only items of the batch that were created.
-        self._embed(embedder, new)
+        self._embed(embedder, new, target)
         # In this call's context (its trace span: the lookup is its step too).
         lookup = self._helper.submit(contextvars.copy_context().run, self._find_near_duplicates, store, new)
         try:
@@ -406,19 +407,31 @@ class WritePath:
                 continue
             p.extraction = answer
 
-    def _embed(self, embedder: Embedder, items: Sequence[PreparedItem]) -> None:
-        """Embed the items that have no vector yet (a failed extraction's item too: harmless)."""
-        todo = [p for p in items if p.vector is None]
+    def _embed(self, embedder: Embedder, items: Sequence[PreparedItem], target: Embedder | None = None) -> None:
+        """Embed the items that have no vector yet (a failed extraction's item too: harmless) and,
+        while a re-embedding moves the tenant to ``target``, those without a vector by that one
+        (the move's, written with the memory: engine/reembed.py ``write_next_vectors``)."""
+        self._embed_by(embedder, [p for p in items if p.vector is None], next_vector=False)
+        if target is not None:
+            made = f"{target.name}/{target.dim}"
+            self._embed_by(target, [p for p in items if p.next_vector_by != made], next_vector=True)
+
+    def _embed_by(self, embedder: Embedder, todo: Sequence[PreparedItem], *, next_vector: bool) -> None:
+        """Each item's vector by ``embedder``: its vector, or its ``next_vector``."""
         if not todo:
             return
+        made = f"{embedder.name}/{embedder.dim}"
         in_turns = embedder.holds_interpreter  # else a model's embedding: one call for the batch
         with tracing.span("write.embed", items=len(todo)), read_priority.bulk_work(in_turns):
             for part in _slices_of_text(todo) if in_turns else [todo]:
                 read_priority.give_way()
                 vectors = embedder.embed([p.item.text for p in part])
                 for p, vector in zip(part, vectors):
-                    p.vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
-                    p.vector_by = f"{embedder.name}/{embedder.dim}"
+                    made_vector = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+                    if next_vector:
+                        p.next_vector, p.next_vector_by = made_vector, made
+                    else:
+                        p.vector, p.vector_by = made_vector, made
 
     def _find_near_duplicates(self, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
         """The near duplicates of each item, in acceptance order (engine/near_duplicates.py)."""
@@ -473,6 +486,11 @@ class WritePath:
                     raise
                 counts = attempt(one_by_one=True)
         check_bytes_quota(txn, self.limits)
+        if any(p.next_vector is not None for p in prepared):  # a re-embedding runs (engine/reembed.py)
+            created = [
+                (r.memory_id, p) for p in prepared if (r := results[p.position]) and r.status is RetainStatus.CREATED
+            ]
+            write_next_vectors(txn, created)
         return counts
 
 

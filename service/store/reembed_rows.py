@@ -43,12 +43,20 @@ class ReembedReads(BookkeepingReads):
 
 
 class ReembedWrites(ReembedReads, BookkeepingWrites):
-    def put_reembedded(self, to: str, rows: Sequence[tuple[int, bytes, int]]) -> int:
+    def put_reembedded(self, to: str, rows: Sequence[tuple[int, bytes, int]], *, newer: bool) -> int:
         """(memory id, next vector, CRC of its text) of one chunk, and ONE ledger entry naming each
         one's digest (keyed as its retain's were), which counts from the switch on. A memory
-        forgotten or merged since its text was read is left out. Returns how many were stored."""
+        forgotten or merged since its text was read is left out; so is, unless ``newer`` (made
+        from the memory's text as this transaction sees it: a write's own, or the switch's), one
+        that has a next vector: a write made it since its text was read (engine/reembed.py), from
+        the text as it is now. Returns how many were stored."""
         c = self.connection
-        live = [row for row in rows if self._one("SELECT 1 FROM embeddings WHERE memory_id = ?", (row[0],))]
+        live = [
+            row
+            for row in rows
+            if self._one("SELECT 1 FROM embeddings WHERE memory_id = ?", (row[0],))
+            and (newer or not self._one("SELECT 1 FROM reembed_vectors WHERE memory_id = ?", (row[0],)))
+        ]
         c.executemany("INSERT OR REPLACE INTO reembed_vectors(memory_id, vector, body_crc) VALUES(?, ?, ?)", live)
         digests = {}
         for memory_id, vector, _crc in live:
