@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -557,3 +558,46 @@ def test_a_rebalance_that_cannot_ask_a_member_says_so_on_stderr_and_exits_1() ->
     assert any("member m1" in line and "could not be asked" in line for line in problems), problems
     assert problems[-1].endswith("run it again to finish"), problems
     assert "could not be asked" not in result.stdout
+
+
+def _serve_numbers() -> list[tuple[str, int | float, int | float, str]]:
+    """Each number flag of serve: its flag, smallest, largest and help."""
+    from mnemosyne.cli.flags import settings
+    from mnemosyne.cli.serve import ServeSettings
+    from mnemosyne.transport.config import ServerConfig
+
+    return [
+        (s.flag, *s.option.bounds(s.kind), s.option.help)
+        for cls in (ServerConfig, ServeSettings)
+        for s in settings(cls)
+        if s.kind in (int, float) and not s.option.variable_only
+    ]
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "99999999999"])
+def test_a_serve_number_out_of_its_flag_s_range_is_refused_naming_the_flag_and_the_range(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    """--replica-active-limit 0 was taken as 1 (as were --hot-path-workers and --hot-path-batch
+    0), and --webhook-workers 0 started no worker: every number flag took 0. A flag 0 makes
+    meaningless starts at 1; one that takes 0 says in its help what 0 means."""
+    from mnemosyne.cli.commands import build_parser, command_parser
+
+    for name in [name for name in os.environ if name.startswith("MNEMOSYNE_")]:
+        monkeypatch.delenv(name)
+    serve = command_parser(build_parser(), "serve")
+    numbers = _serve_numbers()
+    assert {"--replica-active-limit", "--hot-path-batch", "--max-text-chars"} <= {flag for flag, *_ in numbers}
+    for flag, smallest, largest, help in numbers:
+        if flag == "--near-duplicate-threshold" and given == "0":  # a cosine: 0 is one value of many
+            continue
+        if smallest <= float(given) <= largest:
+            assert given == "0" and re.search(r"\b0(:| =)", help), f"{flag} takes 0; its help must say what 0 means"
+            continue
+        with pytest.raises(SystemExit) as exited:
+            serve.parse_args([flag, given])
+        assert exited.value.code == 2
+        said = capsys.readouterr().err.splitlines()[-1]
+        assert said.startswith(f"mnemosyne serve: error: argument {flag}: the value is '{given}'; "), said
+        written = [f"{n:g}" if isinstance(n, float) else str(n) for n in (smallest, largest)]
+        assert said.endswith(" from {} to {}".format(*written)), said

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mnemosyne.engine.limits import parse_integer, parse_number
-from mnemosyne.engine.options import Option, option_of
+from mnemosyne.engine.options import LARGEST_COUNT, LARGEST_NUMBER, Option, option_of
 from mnemosyne.errors import InvalidArgument
 
 T = TypeVar("T")
-
-LARGEST_COUNT = 2**31 - 1
-LARGEST_NUMBER = 1e9
 
 
 def number_flag(parse: Callable[..., T], minimum: float, maximum: float) -> Callable[[str], T]:
@@ -132,9 +129,8 @@ def _argument(setting: Setting) -> dict[str, Any]:
         return {"action": "append", "default": None, "help": _help(setting)}
     argument: dict[str, Any] = {"default": _flag_default(setting), "help": _help(setting)}
     if setting.kind in (int, float):
-        integer = setting.kind is int
-        largest = described.maximum if described.maximum is not None else LARGEST_COUNT if integer else LARGEST_NUMBER
-        argument["type"] = number_flag(parse_integer if integer else parse_number, 0, largest)
+        smallest, largest = described.bounds(setting.kind)
+        argument["type"] = number_flag(parse_integer if setting.kind is int else parse_number, smallest, largest)
     if described.choices:
         argument["choices"] = _Words(described.choices)
         # argparse checks choices only on the command line: its variable's word (the default) is

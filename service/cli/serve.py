@@ -57,10 +57,10 @@ class ServeSettings:
     # The model's key is read from MNEMOSYNE_LLM_API_KEY only, never a flag: the process list shows flags.
     llm_base_url: str | None = _model_setting("chat API base incl. version, e.g. https://api.openai.com/v1")
     llm_model: str | None = _model_setting("model name")
-    llm_timeout: float | None = _model_setting("seconds per model call attempt", "timeout")
-    llm_retries: int | None = _model_setting("retries on timeout/429/5xx", "retries")
+    llm_timeout: float | None = _model_setting("seconds per model call attempt", "timeout", minimum=0.001)
+    llm_retries: int | None = _model_setting("retries on timeout/429/5xx (0: none)", "retries")
     llm_concurrency: int | None = _model_setting(
-        "threads extracting the items of multi-item writes, shared by the server", "concurrency"
+        "threads extracting the items of multi-item writes, shared by the server", "concurrency", minimum=1, maximum=256
     )
     llm_fallback: str | None = _model_setting(
         "on a failed model call use the rules extractor instead of failing the write", choices=("rules", "none")
@@ -77,7 +77,7 @@ class ServeSettings:
         "is where that list's owner is until it is moved (docs/scale-out.md#moving-tenants)",
     )
     ownership_epoch: int = option(
-        1, "the ownership epoch new and adopted tenant files are held at (a move raises a tenant's own)"
+        1, "the ownership epoch new and adopted tenant files are held at (a move raises a tenant's own)", minimum=1
     )
     trace_tenant_ids: bool = option(
         False,

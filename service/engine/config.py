@@ -26,9 +26,10 @@ class HotPathConfig:
         2,
         "background workers shared by all tenants for asynchronous (fast) writes",
         name="hot-path-workers",
+        minimum=1,
         maximum=1024,
     )
-    batch: int = option(16, "queued operations a worker applies per transaction", name="hot-path-batch")
+    batch: int = option(16, "queued operations a worker applies per transaction", name="hot-path-batch", minimum=1)
     # Failed attempts before an operation is failed for good, and the backoff after the first
     # (doubling each time).
     max_failures: int = 3
@@ -51,7 +52,9 @@ class ConsolidationConfig:
     """Background consolidation (opt-in per tenant) and its idle time."""
 
     idle_seconds: float = option(
-        900.0, "a session (thread) is finished once its newest memory is this old", name="consolidate-idle-seconds"
+        900.0,
+        "a session (thread) is finished once its newest memory is this old (0: at once)",
+        name="consolidate-idle-seconds",
     )
     # Consolidated in the background, every ``interval_seconds``.
     tenants: tuple[str, ...] = option(
@@ -78,7 +81,7 @@ class ReplicationConfig:
     idle_seconds: float = option(
         30.0,
         "a replicating tenant whose writes are all in object storage and that was not written for this long "
-        "leaves Litestream (it comes back at its next write)",
+        "leaves Litestream (it comes back at its next write; 0: as soon as its writes are)",
         name="replica-idle-seconds",
     )
     active_limit: int = option(
@@ -86,12 +89,13 @@ class ReplicationConfig:
         "tenants replicating at once (each with unreplicated writes or written in the idle time); past it a write "
         "to another tenant is refused RESOURCE_EXHAUSTED REPLICATION_FULL",
         name="replica-active-limit",
+        minimum=1,
         maximum=4000,
     )
     retention_seconds: float = option(
         24 * 3600.0,
         "how long object storage keeps a tenant's replaced generation (after an erasure, an import, a move) for "
-        "point-in-time restore; then its objects are deleted (docs/replication.md#erasure)",
+        "point-in-time restore; then its objects are deleted (0: at once; docs/replication.md#erasure)",
         name="replica-retention",
     )
 
@@ -104,6 +108,7 @@ class WebhookConfig:
         4,
         "delivery workers shared by all tenants for webhooks (one tenant holds at most one at a time)",
         name="webhook-workers",
+        minimum=1,
         maximum=64,
     )
     allow_private_addresses: bool = option(
@@ -137,7 +142,7 @@ class EngineConfig:
         choices=EMBEDDERS,
     )
     max_open_tenants: int = option(
-        1024, "tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)"
+        1024, "tenant files kept open at most (LRU; fewer when the open-file limit cannot hold them)", minimum=1
     )
     # Idle read connections kept per open tenant. The server raises it to --calls-per-tenant
     # (transport/server.py): a tenant's concurrent reads past it each opened and closed a

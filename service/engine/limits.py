@@ -53,21 +53,23 @@ MAX_WAIT_SECONDS = 3600.0
 RESPONSE_BUDGET_BYTES = 3 * 1024 * 1024
 # Per field or map entry: tag, length prefix and nesting, generously.
 _FIELD_OVERHEAD = 12
+# The largest --max-request-bytes: twice it must fit gRPC's message length, a 32-bit integer.
+MAX_REQUEST_BYTES = 1_000_000_000
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_text_chars: int = option(32_768, "characters of one memory's text")
-    max_query_chars: int = option(4_096, "characters of a recall query")
-    max_batch_items: int = option(1_000, "items of one RetainBatch")
-    max_k: int = option(100, "largest k of a recall")
-    max_metadata_pairs: int = option(32, "metadata pairs of one memory")
-    max_metadata_key_chars: int = option(128, "characters of a metadata key")
-    max_metadata_value_chars: int = option(1_024, "characters of a metadata value")
-    max_page_size: int = option(1_000, "largest page of a list call")
+    max_text_chars: int = option(32_768, "characters of one memory's text", minimum=1)
+    max_query_chars: int = option(4_096, "characters of a recall query", minimum=1)
+    max_batch_items: int = option(1_000, "items of one RetainBatch", minimum=1)
+    max_k: int = option(100, "largest k of a recall", minimum=1)
+    max_metadata_pairs: int = option(32, "metadata pairs of one memory (0 = memories take no metadata)")
+    max_metadata_key_chars: int = option(128, "characters of a metadata key", minimum=1)
+    max_metadata_value_chars: int = option(1_024, "characters of a metadata value", minimum=1)
+    max_page_size: int = option(1_000, "largest page of a list call", minimum=1)
     # Workspace records (enforced by the workspace service).
-    max_records_per_workspace: int = option(1_000, "records one workspace may hold")
-    max_record_bytes: int = option(262_144, "bytes of one workspace record")
+    max_records_per_workspace: int = option(1_000, "records one workspace may hold", minimum=1)
+    max_record_bytes: int = option(262_144, "bytes of one workspace record", minimum=1)
     # Per-tenant quotas, checked inside the write transaction (engine/quotas.py); 0 = unlimited.
     max_tenant_memories: int = option(0, "quota: live memories per tenant (0 = unlimited)")
     max_tenant_bytes: int = option(0, "quota: database bytes per tenant (0 = unlimited)")
@@ -75,7 +77,10 @@ class Limits:
     # of 32,768 four-byte characters are 131 MB): split such a batch. Refused with
     # REQUEST_TOO_LARGE; the gRPC transport accepts twice this, so the refusal carries its reason.
     max_request_bytes: int = option(
-        16 * 1024 * 1024, "bytes of one encoded request (the gRPC transport accepts twice this)"
+        16 * 1024 * 1024,
+        "bytes of one encoded request (the gRPC transport accepts twice this)",
+        minimum=1,
+        maximum=MAX_REQUEST_BYTES,
     )
 
 

@@ -11,12 +11,18 @@ the field from its default), ``tuple[str, ...]`` a repeatable flag (the variable
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar
+
+from mnemosyne.errors import InvalidArgument
 
 T = TypeVar("T")
 
 _KEY = "mnemosyne.option"
+# The largest number a setting takes unless it says less: a count past 2**31 - 1 or a number of
+# seconds past 1e9 (31 years) is a typo, not a setting.
+LARGEST_COUNT = 2**31 - 1
+LARGEST_NUMBER = 1e9
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,10 @@ class Option:
     name: str = ""
     # A variable and no flag: a document or a switch a deployment sets, not a person at a prompt.
     variable_only: bool = False
-    # The largest number the flag takes (the smallest is 0); None = 2**31 - 1, or 1e9 for a float.
+    # The smallest number the flag takes: 1 where 0 would mean nothing (a limit no call passes, a
+    # pool of no threads); a field that takes 0 says in its help what 0 means.
+    minimum: float = 0
+    # The largest number the flag takes; None = LARGEST_COUNT, or LARGEST_NUMBER for a float.
     maximum: float | None = None
     # The words the flag takes, in any case; the field keeps them in its default's case.
     choices: tuple[str, ...] = ()
@@ -39,6 +48,12 @@ class Option:
     # False: the parser leaves the variable to the component that reads it, so that a mistake in it
     # is reported where it matters (MNEMOSYNE_LLM_*: only when the openai extractor is chosen).
     parser_reads_variable: bool = True
+
+    def bounds(self, kind: type) -> tuple[float, float]:
+        """The smallest and the largest number the setting takes, for a field of type ``kind``."""
+        if kind is int:
+            return int(self.minimum), LARGEST_COUNT if self.maximum is None else int(self.maximum)
+        return self.minimum, LARGEST_NUMBER if self.maximum is None else self.maximum
 
     def named(self, field_name: str) -> str:
         """The setting's name: ``--NAME`` without the dashes."""
@@ -65,3 +80,18 @@ def option_of(spec: Field[Any]) -> Option | None:
     """The field's setting, or None for a field set otherwise (or not at all) by ``serve``."""
     found: Option | None = spec.metadata.get(_KEY)
     return found
+
+
+def check_bounds(config: Any) -> None:
+    """Refuse (CONFIG_INVALID) a number of ``config`` outside its setting's bounds, naming the
+    flag: the command line refuses it before (cli/flags.py); this holds for a configuration
+    made in code."""
+    for spec in fields(config):
+        described, value = option_of(spec), getattr(config, spec.name)
+        if described is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        smallest, largest = described.bounds(type(value))
+        if not smallest <= value <= largest:
+            raise InvalidArgument(
+                f"--{described.named(spec.name)} must be from {smallest:,} to {largest:,}", reason="CONFIG_INVALID"
+            )

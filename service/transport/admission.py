@@ -60,7 +60,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
-from mnemosyne.engine.options import option
+from mnemosyne.engine.options import check_bounds, option
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.runtime import background, read_priority
 
@@ -73,7 +73,14 @@ log = logging.getLogger("mnemosyne.admission")
 # a million is a typo, not a setting.
 MOST_THREADS = 1_024
 MOST_COUNTED = 1_000_000
-_THREADS = frozenset({"worker_threads", "reader_threads"})
+
+
+def _threads(default: int, help: str) -> int:
+    return option(default, help, minimum=1, maximum=MOST_THREADS)
+
+
+def _counted(default: int, help: str) -> int:
+    return option(default, help, minimum=1, maximum=MOST_COUNTED)
 
 
 @dataclass(frozen=True)
@@ -81,33 +88,30 @@ class AdmissionLimits:
     """What a tenant, and the server, may hold at once. Each is a ``serve`` flag (the field name
     with dashes) and ``MNEMOSYNE_`` variable; all are logged at start."""
 
-    worker_threads: int = option(16, "threads running the engine's blocking work, shared by every tenant")
-    calls_per_tenant: int = option(
+    worker_threads: int = _threads(16, "threads running the engine's blocking work, shared by every tenant")
+    calls_per_tenant: int = _counted(
         8, "of the worker threads, how many one tenant's calls may occupy at once (its fair share)"
     )
-    reader_threads: int = option(
+    reader_threads: int = _threads(
         2, "threads running the short reads (Recall, GetMemory, ListMemories...), shared by every tenant"
     )
-    reader_share: int = option(
+    reader_share: int = _counted(
         1, "of the reader threads, how many one tenant's reads may occupy at once (at most --reader-threads)"
     )
-    queued_calls_per_tenant: int = option(
+    queued_calls_per_tenant: int = _counted(
         64, "calls of one tenant waiting for a thread (of either set); past it RESOURCE_EXHAUSTED"
     )
-    queued_calls: int = option(1024, "calls of every tenant waiting for a thread; past it RESOURCE_EXHAUSTED")
-    streams_per_tenant: int = option(100, "open server streams (WatchEvents, AggregateStats) of one tenant")
-    streams: int = option(10_000, "open server streams of every tenant")
-    waiting_calls_per_tenant: int = option(16, "Flush and Disable calls of one tenant waiting for its queue")
-    waiting_calls: int = option(4_096, "Flush and Disable calls of every tenant waiting")
-    mcp_sessions_per_tenant: int = option(100, "open MCP sessions (over HTTP, at /mcp) of one tenant")
-    mcp_sessions: int = option(10_000, "open MCP sessions of every tenant")
-    mcp_session_idle_seconds: int = option(1_800, "an MCP session with no request in flight for this long ends")
+    queued_calls: int = _counted(1024, "calls of every tenant waiting for a thread; past it RESOURCE_EXHAUSTED")
+    streams_per_tenant: int = _counted(100, "open server streams (WatchEvents, AggregateStats) of one tenant")
+    streams: int = _counted(10_000, "open server streams of every tenant")
+    waiting_calls_per_tenant: int = _counted(16, "Flush and Disable calls of one tenant waiting for its queue")
+    waiting_calls: int = _counted(4_096, "Flush and Disable calls of every tenant waiting")
+    mcp_sessions_per_tenant: int = _counted(100, "open MCP sessions (over HTTP, at /mcp) of one tenant")
+    mcp_sessions: int = _counted(10_000, "open MCP sessions of every tenant")
+    mcp_session_idle_seconds: int = _counted(1_800, "an MCP session with no request in flight for this long ends")
 
     def __post_init__(self) -> None:
-        for spec in fields(self):
-            flag, most = f"--{spec.name.replace('_', '-')}", MOST_THREADS if spec.name in _THREADS else MOST_COUNTED
-            if not 1 <= getattr(self, spec.name) <= most:
-                raise InvalidArgument(f"{flag} must be from 1 to {most:,}", reason="CONFIG_INVALID")
+        check_bounds(self)
         if self.reader_share > self.reader_threads:
             raise InvalidArgument("--reader-share must be at most --reader-threads", reason="CONFIG_INVALID")
 

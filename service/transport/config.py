@@ -28,7 +28,7 @@ class ServerConfig:
     allow_unauthenticated: bool = option(
         False, "1 = serve a non-loopback address without tokens (insecure)", variable_only=True, unset="unset"
     )
-    grace_seconds: float = option(20.0, "after the drain delay, how long SIGTERM waits for in-flight calls")
+    grace_seconds: float = option(20.0, "after the drain delay, how long SIGTERM waits for in-flight calls (0: none)")
     # Worker threads, per-tenant shares and the stream, queue and waiting limits (admission.py).
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     # The extractor of new memories; None = the rules extractor (see --extractor).
@@ -53,7 +53,9 @@ class ServerConfig:
     tls_client_ca: Path | None = option(None, "PEM CA bundle: require client certificates signed by it (mutual TLS)")
     # So that load balancers and readiness probes take the server out of rotation before the grace
     # period starts.
-    drain_delay_seconds: float = option(0.0, "after SIGTERM, keep serving this long while health reports NOT_SERVING")
+    drain_delay_seconds: float = option(
+        0.0, "after SIGTERM, keep serving this long while health reports NOT_SERVING (0: none)"
+    )
     # With members (engine.membership).
     forwarding: bool = option(
         True,
