@@ -254,3 +254,45 @@ def test_import_refuses_an_archive_naming_a_tenant_no_client_could(
     assert not [p for p in server.data_dir.parent.rglob("*pwned*")]
     with MemoryClient(server.target, ADMIN) as client:
         assert sorted(client.list_tenants().tenants) == ["alpha", "beta"]
+
+
+def _announcing(size: int) -> admin_pb2.TenantBackup:
+    copy = _copy("gamma")
+    copy.files[0].size = size
+    return copy
+
+
+@pytest.mark.parametrize("stream", ["backup", "export"])
+@pytest.mark.parametrize(
+    ("announced", "reason", "says"),
+    [
+        (len(DATA), "BACKUP_FILE_MISMATCH", f"sent more than the {len(DATA)} bytes it announced for the database"),
+        (-1, "STREAM_INVALID", "announces -1 bytes for the database file of tenant gamma"),
+        (2**62, "DISK_FULL", "needs"),
+    ],
+)
+def test_a_stream_that_is_not_as_announced_is_refused_before_its_bytes_are_written(
+    hostile: HostileServer, tmp_path: Path, stream: str, announced: int, reason: str, says: str
+) -> None:
+    """A hostile or broken server's file longer than it announced was written whole (the disk
+    filled, then DISK_FULL), and a size no disk holds, or a negative one, was taken: refused at the
+    first chunk past the size, or before any byte, with nothing of the copy left."""
+    from mnemosyne.cli.archive import write_archive
+    from mnemosyne.cli.backup import write_backup
+    from mnemosyne.errors import MnemosyneError
+
+    chunk = admin_pb2.BackupChunk(file="database", data=DATA)
+    hostile.backup = [admin_pb2.BackupResponse(tenant=_announcing(announced))]
+    hostile.backup += [admin_pb2.BackupResponse(chunk=chunk)] * 2
+    hostile.backup.append(admin_pb2.BackupResponse(summary=admin_pb2.BackupSummary(copied=1, bytes=2 * len(DATA))))
+    hostile.export = [admin_pb2.ExportTenantResponse(manifest=_announcing(announced))]
+    hostile.export += [admin_pb2.ExportTenantResponse(chunk=chunk)] * 2
+    written = tmp_path / "out"
+    written.mkdir()
+    with MemoryClient(hostile.target) as client, pytest.raises(MnemosyneError) as refused:
+        if stream == "backup":
+            write_backup(client, written / "backup")
+        else:
+            write_archive(client, "gamma", written / "gamma.tar")
+    assert refused.value.reason == reason and says in refused.value.message, refused.value
+    assert list(written.iterdir()) == []

@@ -14,7 +14,8 @@ in this order,
 * ``inbox.sqlite``: its hot-path inbox, when it had one.
 
 An archive is written under a temporary name beside its destination, each file checked against
-the size and SHA-256 the server announced, and renamed once complete. An import streams the
+the size and SHA-256 the server announced (its bytes past that size refused as they arrive, and the
+sizes held to the free space first: cli/received.py), and renamed once complete. An import streams the
 members to the server, which checks them against the manifest and the chain against its head hash
 before the tenant is put in place (engine/tenant_import.py). The tenant an archive or a server's
 export names is held to the rule a client's is (store/paths.py).
@@ -54,6 +55,7 @@ from mnemosyne.cli.manifests import (
     within_size,
 )
 from mnemosyne.cli.progress import Progress
+from mnemosyne.cli.received import check_announced, check_within
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument
@@ -103,29 +105,7 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
     progress = progress or Progress.silent("export")
     _make_way(path)
     with tempfile.TemporaryDirectory(prefix=f".export-{path.name}-", dir=path.parent) as scratch:
-        copy: TenantBackup | None = None
-        handles: dict[str, Any] = {}
-        try:
-            for part in client.export_tenant(tenant):
-                if isinstance(part, TenantBackup):
-                    tenant_named_by(part.tenant, f"the export stream of {client.target}")
-                    copy = part
-                    size = sum(f.size for f in part.files)
-                    progress.set_total(size)
-                    progress(f"{part.tenant}: {part.memories} memories, {size} bytes in {len(part.files)} files")
-                    continue
-                if copy is None or part.file not in MEMBER_OF_FILE:
-                    raise DataLoss("the export stream sent file bytes before its manifest", reason="STREAM_INVALID")
-                handle = handles.get(part.file)
-                if handle is None:
-                    handle = handles[part.file] = open(Path(scratch) / part.file, "wb")
-                handle.write(part.data)
-                progress.advance(len(part.data))
-        finally:
-            for handle in handles.values():
-                handle.close()
-        if copy is None:
-            raise DataLoss("the export stream ended before its manifest", reason="STREAM_INVALID")
+        copy = _receive_export(client, tenant, path.parent, Path(scratch), progress)
         for file in copy.files:
             received = Path(scratch) / file.name
             if not received.exists() and file.size == 0:
@@ -154,6 +134,42 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
             temporary.unlink(missing_ok=True)
             raise
     progress(f"{copy.tenant}: written to {path}")
+    return copy
+
+
+def _receive_export(
+    client: MemoryClient, tenant: str, destination: Path, scratch: Path, progress: Progress
+) -> TenantBackup:
+    """The export stream's manifest, its files written into ``scratch``, each refused at once when
+    it is not as announced (cli/received.py)."""
+    copy: TenantBackup | None = None
+    handles: dict[str, Any] = {}
+    try:
+        for part in client.export_tenant(tenant):
+            if isinstance(part, TenantBackup):
+                tenant_named_by(part.tenant, f"the export stream of {client.target}")
+                check_announced(part, destination, "export", copies=2)  # its files, then the archive
+                copy = part
+                size = sum(f.size for f in part.files)
+                progress.set_total(size)
+                progress(f"{part.tenant}: {part.memories} memories, {size} bytes in {len(part.files)} files")
+                continue
+            if copy is None or part.file not in MEMBER_OF_FILE:
+                raise DataLoss("the export stream sent file bytes before its manifest", reason="STREAM_INVALID")
+            announced = next((f for f in copy.files if f.name == part.file), None)
+            if announced is None:
+                raise DataLoss(f"the export stream sent an unannounced file {part.file!r}", reason="STREAM_INVALID")
+            handle = handles.get(part.file)
+            if handle is None:
+                handle = handles[part.file] = open(scratch / part.file, "wb")
+            check_within(announced, handle.tell() + len(part.data), copy.tenant, "export")
+            handle.write(part.data)
+            progress.advance(len(part.data))
+    finally:
+        for handle in handles.values():
+            handle.close()
+    if copy is None:
+        raise DataLoss("the export stream ended before its manifest", reason="STREAM_INVALID")
     return copy
 
 

@@ -61,6 +61,7 @@ from mnemosyne.cli.manifests import (
     whole_number,
     within_size,
 )
+from mnemosyne.cli.received import check_announced, check_within
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -241,6 +242,7 @@ class _Writer:
 
     def tenant(self, copy: TenantBackup) -> None:
         self.finish_tenant()
+        check_announced(copy, self.directory, "backup")
         self.current = _Receiving(copy, {})
 
     def chunk(self, chunk: BackupChunk) -> None:
@@ -257,6 +259,8 @@ class _Writer:
             current.handle = open(current.partial, "wb")
             current.received = 0
         assert current.handle is not None
+        file = next(f for f in current.copy.files if f.name == current.name)
+        check_within(file, current.received + len(chunk.data), current.copy.tenant, "backup")
         self.budget.take(len(chunk.data))
         current.handle.write(chunk.data)
         current.received += len(chunk.data)
