@@ -7,6 +7,8 @@ subprocess."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -161,6 +163,37 @@ def test_hash_token_refuses_a_token_no_header_can_carry_in_one_line(given: bytes
     said = result.stderr.decode()
     assert result.returncode == 2 and "Traceback" not in said, said
     assert said.splitlines() == [said.strip()] and words in said and not result.stdout, said
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (b"first-line\nsecond-line\n", "more than one line"),
+        (b"a-token\n\n", "more than one line"),
+        (b"x" * 4097 + b"\n", "longer than 4096 characters"),
+        (b"x" * 100_000, "longer than 4096 characters"),
+        (b"two words\n", "white space"),
+        (b" leading\n", "white space"),
+        (b"\n", "give the token"),
+        (b"bell\x07\n", "U+0007"),
+    ],
+)
+def test_hash_token_refuses_what_is_not_one_token_a_client_can_send(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], given: bytes, words: str
+) -> None:
+    """Only the first line was hashed (a second was dropped unsaid), and a token of any length or
+    with spaces got a hash: one no request can carry, or not the token the server is sent."""
+    from mnemosyne.cli.commands import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given)))
+    assert main(["hash-token"]) == 2
+    said = capsys.readouterr()
+    assert not said.out and said.err.startswith("mnemosyne hash-token: ") and words in said.err, said
+    assert said.err.count("\n") == 1
+    for whole in (b"x" * 4096 + b"\n", b"a-token\r\n", b"a-token"):  # a trailing newline is fine
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(whole)))
+        assert main(["hash-token"]) == 0
+        assert capsys.readouterr().out.strip() == hashlib.sha256(whole.rstrip(b"\r\n")).hexdigest()
 
 
 def test_a_memory_client_refuses_a_token_no_header_can_carry() -> None:

@@ -16,23 +16,37 @@ from mnemosyne.errors import InvalidArgument
 
 
 def _hash_token(args: argparse.Namespace) -> int:
-    from mnemosyne.client.memory_client import token_problem
-    from mnemosyne.transport.auth import hash_token
+    from mnemosyne.transport.auth import MAX_TOKEN_CHARS, hash_token
 
+    given = sys.stdin.buffer.read(MAX_TOKEN_CHARS + 3)  # a token, its line's end, and one more: too long
     try:
-        token = sys.stdin.buffer.readline().decode("utf-8").strip()
+        token = given.decode("utf-8").removesuffix("\n").removesuffix("\r")
     except UnicodeDecodeError:
-        print("mnemosyne hash-token: standard input is not UTF-8 text: a token is printable ASCII", file=sys.stderr)
-        return 2
-    if not token:
-        print("give the token on standard input", file=sys.stderr)
-        return 2
-    problem = token_problem(token)
+        token = None
+    problem = _token_input_problem(token, MAX_TOKEN_CHARS)
     if problem:  # a token no client can send: its hash would name a token nobody can use
-        print(f"mnemosyne hash-token: {problem.removesuffix(' (TOKEN_MALFORMED)')}", file=sys.stderr)
+        print(f"mnemosyne hash-token: {problem}", file=sys.stderr)
         return 2
-    print(hash_token(token))
+    print(hash_token(str(token)))
     return 0
+
+
+def _token_input_problem(token: str | None, most: int) -> str:
+    """Why the text read for hash-token is not one token a client can send, or "": the server
+    hashes the whole of what follows "Bearer ", so every character counts."""
+    from mnemosyne.client.memory_client import token_problem
+
+    if token is None:
+        return "standard input is not UTF-8 text: a token is printable ASCII"
+    if not token:
+        return "give the token on standard input"
+    if "\n" in token or "\r" in token:
+        return "standard input holds more than one line: give the token alone (a trailing newline is fine)"
+    if len(token) > most:
+        return f"the token is longer than {most} characters, more than a request header carries (gRPC metadata)"
+    if any(c.isspace() for c in token):
+        return "the token holds white space, which a header would cut or trim: a token is one word of printable ASCII"
+    return token_problem(token).removesuffix(" (TOKEN_MALFORMED)")
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -209,7 +223,15 @@ def _drill(args: argparse.Namespace) -> int:
 
 
 def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hash_token = commands.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
+    from mnemosyne.transport.auth import MAX_TOKEN_CHARS  # with the engine: once main has tuned the interpreter
+
+    hash_token = commands.add_parser(
+        "hash-token",
+        help="print the SHA-256 of a token read from stdin",
+        description="Print the SHA-256 of the token on standard input, for the tokens file: one line of "
+        f"1-{MAX_TOKEN_CHARS} printable ASCII characters without white space (a trailing newline is fine); "
+        f"{MAX_TOKEN_CHARS} is half of gRPC's 8 KiB for a request's metadata, all its headers together.",
+    )
     hash_token.set_defaults(run=_hash_token)
 
     inspect = commands.add_parser("inspect", help="read-only summary of a tenant file (no lock taken)")

@@ -37,6 +37,10 @@ from mnemosyne.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from mnemosyne.runtime.files import read_named_file
 
 ADMIN = "*"
+# The longest token ``mnemosyne hash-token`` takes. The server sets no limit of its own; gRPC
+# refuses a request whose metadata, every header together, passes 8 KiB (at random between 8 and
+# 16 KiB): half of it leaves room for the others.
+MAX_TOKEN_CHARS = 4096
 _ENTRY_KEYS = frozenset({"name", "sha256", "tenants"})
 _NAME = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
