@@ -706,6 +706,11 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
             "CHAIN_INVALID",
             "its schema has trigger not_ours",
         ),
+        "a copy whose generations are not its manifest's": (
+            _manifest_edited(lambda m: _entry(m).update(generations={"global": 7})),
+            "MANIFEST_MISMATCH",
+            "its manifest's generations say 7",
+        ),
         "a miscounted copy": (
             _manifest_edited(lambda m: _entry(m).update(memories=_entry(m)["memories"] + 3)),
             "MANIFEST_MISMATCH",

@@ -271,6 +271,19 @@ def test_import_refuses_what_is_not_the_exported_tenant(server_factory, tenant: 
             with pytest.raises(InvalidArgumentError) as miscounted:
                 b.import_tenant(dataclasses.replace(manifest, memories=claimed), [BackupChunk("database", data)])
             assert miscounted.value.reason == "MANIFEST_MISMATCH", claimed
+        # ... or gives another change counter, event id or generations than the file holds: they
+        # were taken on trust (a host compares its writes with a scope's generation).
+        for claims in (
+            {"change_counter": manifest.change_counter + 1},
+            {"last_event_id": manifest.last_event_id + 5},
+            {"last_event_id": -1},
+            {"inbox_sequence": 2**62},
+            {"generations": {**manifest.generations, "global": 9}},
+        ):
+            with pytest.raises(InvalidArgumentError) as misdescribed:
+                b.import_tenant(dataclasses.replace(manifest, **claims), [BackupChunk("database", data)])
+            assert misdescribed.value.reason == "MANIFEST_MISMATCH", claims
+            assert next(iter(claims)) in str(misdescribed.value), misdescribed.value
         # A stream with no message, and one whose second message does not decode.
         first = admin_pb2.ImportTenantRequest(manifest=tenant_backup_to_proto(manifest)).SerializeToString()
         with grpc.insecure_channel(target.target) as channel:

@@ -19,8 +19,8 @@ carry its change counter, so a changed tenant never overwrites the copy the prev
 names. Files no manifest names are removed after the new manifest is in place.
 
 A restore checks every selected tenant before it puts any file in place: the files' sizes and
-SHA-256 against the manifest, and each tenant file's audit chain (valid, with the head hash and
-entry count of the manifest). It takes the data directory's lock, so it refuses a directory a
+SHA-256 against the manifest, each tenant file's audit chain (valid, with the head hash and
+entry count of the manifest), and the copy's other figures (store/snapshot.py ``check_copy``). It takes the data directory's lock, so it refuses a directory a
 running server owns, and places each file under a temporary name first (the pool removes those
 left by a kill: store/pool.py), the inbox before the tenant file.
 
@@ -78,7 +78,7 @@ from mnemosyne.store.files import fsync
 from mnemosyne.store.install import stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
-from mnemosyne.store.snapshot import check_chain, check_inbox, sha256_file
+from mnemosyne.store.snapshot import SnapshotFacts, check_copy, sha256_file
 from mnemosyne.store.tenant_ids import validate_tenant
 
 MANIFEST_NAME = "manifest.json"
@@ -481,16 +481,8 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
                 f"{file['size']} bytes, {str(file['sha256'])[:12]}…)",
                 reason="BACKUP_FILE_MISMATCH",
             )
-    check_chain(
-        paths["database"],
-        tenant=tenant,
-        head_hash=str(entry.get("head_hash")),
-        entries=entry["ledger_entries"],
-        memories=entry["memories"],
-        error=DataLoss,
-    )
-    if "inbox" in paths:
-        check_inbox(paths["inbox"], tenant=tenant, error=DataLoss)
+    figures = SnapshotFacts(**copy_figures(entry, tenant))
+    check_copy(paths["database"], paths.get("inbox"), tenant=tenant, manifest=figures, error=DataLoss)
     return paths
 
 

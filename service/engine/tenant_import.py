@@ -8,7 +8,8 @@ its page-token secret. Its open hot-path operations, if any, resume at once.
 A client's mistake is INVALID_ARGUMENT with its reason, never INTERNAL: a stream that ends early
 (ARCHIVE_TRUNCATED), bytes that differ from the manifest (ARCHIVE_MISMATCH), a chain that does not
 verify, a schema not as this server makes it, or an inbox that could not be opened (CHAIN_INVALID), a chain that ends elsewhere
-(MANIFEST_MISMATCH), a file of a newer schema (SCHEMA_TOO_NEW). Nothing is left where the service
+or a figure of the manifest the files do not hold: memories, change counter, inbox sequence, last
+event id, a scope's generation (MANIFEST_MISMATCH), a file of a newer schema (SCHEMA_TOO_NEW). Nothing is left where the service
 reads it until every check passed.
 
 A client that leaves (its call cancelled, its connection lost) ends the import: before the install
@@ -34,7 +35,7 @@ from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.errors import InvalidArgument, ResourceExhausted, Unavailable
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.pool import TenantPool
-from mnemosyne.store.snapshot import check_chain, check_inbox, check_schema
+from mnemosyne.store.snapshot import check_copy, check_schema
 from mnemosyne.store.tenant_ids import validate_tenant
 
 # How long an import waits for the calls in flight on the tenant it replaces.
@@ -178,17 +179,10 @@ class TenantImport:
         database = self._directory / DATABASE_FILE
         facts = self._copy.facts
         check_schema(database, tenant=self.tenant, error=InvalidArgument)
-        check_chain(
-            database,
-            tenant=self.tenant,
-            head_hash=facts.head_hash,
-            entries=facts.ledger_entries,
-            memories=facts.memories,
-            error=InvalidArgument,
-        )
         inbox = self._directory / INBOX_FILE
-        if inbox.exists():
-            check_inbox(inbox, tenant=self.tenant, error=InvalidArgument)
+        check_copy(
+            database, inbox if inbox.exists() else None, tenant=self.tenant, manifest=facts, error=InvalidArgument
+        )
         with self._state:  # the point of no return: from here the install runs to its end
             if self._abandoned:
                 raise Unavailable(

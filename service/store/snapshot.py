@@ -124,12 +124,43 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_chain(
-    path: Path, *, tenant: str, head_hash: str, entries: int, memories: int, error: type[MnemosyneError] = DataLoss
+def check_copy(
+    path: Path,
+    inbox: Path | None,
+    *,
+    tenant: str,
+    manifest: SnapshotFacts,
+    error: type[MnemosyneError] = DataLoss,
 ) -> None:
+    """Refuse (``error``) a tenant's copy, its file at ``path`` and its hot-path inbox (if any),
+    that is damaged (CHAIN_INVALID: ``check_chain``, ``check_inbox``) or holds other figures than
+    its manifest says (MANIFEST_MISMATCH): a manifest is outside data, each of its figures a
+    claim about the file that a server would otherwise take on trust (a generation of a scope a
+    host compares its writes with, the event id the next fast write follows)."""
+    check_chain(path, tenant=tenant, manifest=manifest, error=error)
+    if inbox is not None:
+        check_inbox(inbox, tenant=tenant, error=error)
+    held = file_facts(path, inbox)
+    for name in ("change_counter", "inbox_sequence", "last_event_id"):
+        if getattr(held, name) != getattr(manifest, name):
+            raise error(
+                f"the copy of {tenant} holds {name} {getattr(held, name)}; its manifest says {getattr(manifest, name)}",
+                reason="MANIFEST_MISMATCH",
+            )
+    for scope in sorted(held.generations.keys() | manifest.generations.keys()):
+        if held.generations.get(scope) != manifest.generations.get(scope):
+            raise error(
+                f"the copy of {tenant} holds generation {held.generations.get(scope, 'none')} of scope "
+                f"{scope[:80]!r}; its manifest's generations say {manifest.generations.get(scope, 'none')}",
+                reason="MANIFEST_MISMATCH",
+            )
+
+
+def check_chain(path: Path, *, tenant: str, manifest: SnapshotFacts, error: type[MnemosyneError] = DataLoss) -> None:
     """Refuse (``error``, reason CHAIN_INVALID or MANIFEST_MISMATCH) a tenant file copy whose audit
     chain does not verify, or ends elsewhere or holds another number of live memories than its
     manifest says."""
+    head_hash, entries, memories = manifest.head_hash, manifest.ledger_entries, manifest.memories
     try:
         with read_file(path) as txn:
             unmade = unmade_objects(txn.connection)
