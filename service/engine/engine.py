@@ -299,7 +299,8 @@ class Engine:
             raise InvalidArgument("items is empty; send at least one item", reason="BATCH_EMPTY")
         if len(items) > self.limits.max_batch_items:
             raise InvalidArgument(
-                f"batch has {len(items)} items; the limit is {self.limits.max_batch_items} (max_batch_items)",
+                f"batch has {len(items)} items; the limit is {self.limits.max_batch_items} items "
+                f"({check.set_by('max_batch_items')})",
                 reason="BATCH_TOO_LARGE",
             )
         return self._retain(

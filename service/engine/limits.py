@@ -11,9 +11,9 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from mnemosyne.engine.options import option
+from mnemosyne.engine.options import option, option_of
 from mnemosyne.engine.types import GLOBAL_SCOPE, Memory, ThreadRef
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.host.numbers import decimal_number, whole_number
@@ -84,6 +84,21 @@ class Limits:
     )
 
 
+# Each limit's serve flag, by its field's name (engine/options.py names the flag).
+LIMIT_FLAGS = {
+    spec.name: f"--{described.named(spec.name)}"
+    for spec in fields(Limits)
+    if (described := option_of(spec)) is not None
+}
+
+
+def set_by(name: str) -> str:
+    """How a refusal names the limit ``name`` (a field of ``Limits``): by the ``serve`` flag an
+    operator changes to raise it. Its field's name means nothing to a caller over gRPC or HTTP,
+    nor to an operator reading the refusal in a log."""
+    return f"the server's {LIMIT_FLAGS[name]}"
+
+
 def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
     if not _visible(text):
         raise InvalidArgument(
@@ -92,7 +107,8 @@ def validate_text(text: str, limits: Limits, *, field: str = "text") -> str:
         )
     if len(text) > limits.max_text_chars:
         raise InvalidArgument(
-            f"{field} has {len(text)} characters; the limit is {limits.max_text_chars} (max_text_chars)",
+            f"{field} has {len(text)} characters; the limit is {limits.max_text_chars} characters "
+            f"({set_by('max_text_chars')})",
             reason="TEXT_TOO_LONG",
             metadata={"limit": str(limits.max_text_chars)},
         )
@@ -135,21 +151,23 @@ def validate_scopes(scopes: Iterable[str]) -> list[str]:
 def validate_metadata(metadata: Mapping[str, str], limits: Limits, *, field: str = "metadata") -> dict[str, str]:
     if len(metadata) > limits.max_metadata_pairs:
         raise InvalidArgument(
-            f"{field} has {len(metadata)} pairs; the limit is {limits.max_metadata_pairs} (max_metadata_pairs)",
+            f"{field} has {len(metadata)} pairs; the limit is {limits.max_metadata_pairs} pairs "
+            f"({set_by('max_metadata_pairs')})",
             reason="METADATA_TOO_LARGE",
             metadata={"limit": str(limits.max_metadata_pairs)},
         )
     for key, value in metadata.items():
         if not key or len(key) > limits.max_metadata_key_chars or "\x00" in key:
             raise InvalidArgument(
-                f"{field} key {key[:80]!r} must be 1-{limits.max_metadata_key_chars} characters without NUL",
+                f"{field} key {key[:80]!r} must be 1-{limits.max_metadata_key_chars} characters without NUL "
+                f"({set_by('max_metadata_key_chars')})",
                 reason="METADATA_INVALID",
                 metadata={"limit": str(limits.max_metadata_key_chars)},
             )
         if len(value) > limits.max_metadata_value_chars or "\x00" in value:
             raise InvalidArgument(
                 f"{field} value of {key[:80]!r} must be at most {limits.max_metadata_value_chars} characters "
-                "without NUL (max_metadata_value_chars)",
+                f"without NUL ({set_by('max_metadata_value_chars')})",
                 reason="METADATA_INVALID",
                 metadata={"limit": str(limits.max_metadata_value_chars)},
             )
@@ -239,7 +257,9 @@ def validate_k(k: int, limits: Limits) -> int:
     if k == 0:
         return 5
     if k < 0 or k > limits.max_k:
-        raise InvalidArgument(f"k is {k}; it must be between 1 and {limits.max_k} (max_k)", reason="K_OUT_OF_RANGE")
+        raise InvalidArgument(
+            f"k is {k}; it must be between 1 and {limits.max_k} ({set_by('max_k')})", reason="K_OUT_OF_RANGE"
+        )
     return k
 
 
@@ -249,7 +269,8 @@ def validate_query(query: str, limits: Limits) -> str:
     NUL is refused)."""
     if len(query) > limits.max_query_chars:
         raise InvalidArgument(
-            f"query has {len(query)} characters; the limit is {limits.max_query_chars} (max_query_chars)",
+            f"query has {len(query)} characters; the limit is {limits.max_query_chars} characters "
+            f"({set_by('max_query_chars')})",
             reason="QUERY_TOO_LONG",
         )
     if not _visible(query):
@@ -267,7 +288,7 @@ def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> in
         return default
     if page_size < 0 or page_size > limits.max_page_size:
         raise InvalidArgument(
-            f"page_size is {page_size}; it must be between 1 and {limits.max_page_size}",
+            f"page_size is {page_size}; it must be between 1 and {limits.max_page_size} ({set_by('max_page_size')})",
             reason="PAGE_SIZE_OUT_OF_RANGE",
         )
     return page_size

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.limits import Limits, set_by
 from mnemosyne.errors import ResourceExhausted
 from mnemosyne.store.tenant_store import ReadTxn
 
@@ -32,8 +32,8 @@ def check_memory_quota(
     live = txn.live_memory_count()
     if live + adding > limits.max_tenant_memories:
         raise ResourceExhausted(
-            f"tenant quota max_tenant_memories is {limits.max_tenant_memories}; the tenant holds {live} "
-            f"and this write adds {adding}: forget memories or ask the operator to raise the quota",
+            f"the tenant's quota is {limits.max_tenant_memories} live memories ({set_by('max_tenant_memories')}); "
+            f"it holds {live} and this write adds {adding}: forget memories or ask the operator to raise the quota",
             reason="QUOTA_MEMORIES",
             metadata={"quota": "max_tenant_memories", "limit": str(limits.max_tenant_memories)},
         )
@@ -46,8 +46,8 @@ def check_bytes_quota(txn: ReadTxn, limits: Limits) -> None:
     used = txn.used_bytes()
     if used > limits.max_tenant_bytes:
         raise ResourceExhausted(
-            f"tenant quota max_tenant_bytes is {limits.max_tenant_bytes}; this write would bring the "
-            f"tenant's database to {used} bytes: forget memories or ask the operator to raise the quota",
+            f"the tenant's quota is {limits.max_tenant_bytes} bytes of database ({set_by('max_tenant_bytes')}); "
+            f"this write would bring it to {used} bytes: forget memories or ask the operator to raise the quota",
             reason="QUOTA_BYTES",
             metadata={"quota": "max_tenant_bytes", "limit": str(limits.max_tenant_bytes)},
         )

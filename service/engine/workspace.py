@@ -90,7 +90,8 @@ def validate_content(content: str, key: str, limits: Limits) -> str:
     size = len(content.encode("utf-8"))
     if size > limits.max_record_bytes:
         raise InvalidArgument(
-            f"record {key[:80]!r} has {size} bytes; the limit is {limits.max_record_bytes} (max_record_bytes)",
+            f"record {key[:80]!r} has {size} bytes; the limit is {limits.max_record_bytes} bytes "
+            f"({check.set_by('max_record_bytes')})",
             reason="RECORD_TOO_LARGE",
         )
     if "\x00" in content:
@@ -566,6 +567,7 @@ class Workspaces:
         after -= {c.key for c in changes if c.op == "delete"}
         if len(after) > max_records:
             raise ResourceExhausted(
-                f"{scope} would hold {len(after)} records; the limit is {max_records} (max_records_per_workspace)",
+                f"{scope} would hold {len(after)} records; the limit is {max_records} records "
+                f"({check.set_by('max_records_per_workspace')})",
                 reason="RECORDS_LIMIT",
             )

@@ -298,7 +298,7 @@ def _value_too_long(error: InvalidArgumentError, text: str) -> InvalidArgumentEr
     limit = int(error.metadata["limit"])
     message = (
         f"the value's JSON has {len(value)} characters; the limit is {limit - line} "
-        f"(the server's max_text_chars, {limit}, less the {line} characters of the item's address line)"
+        f"(the server's --max-text-chars, {limit}, less the {line} characters of the item's address line)"
     )
     return InvalidArgumentError(error.code, error.reason, message, {**error.metadata, "limit": str(limit - line)})
 
@@ -315,7 +315,7 @@ def _address_refused(error: InvalidArgumentError, namespace: tuple[str, ...], ke
             limit - 3,
             (
                 f"the item's namespace has {len(namespace)} labels; the limit is {limit - 3} (the server's "
-                f"max_metadata_pairs, {limit}, less the 3 pairs its key and namespace take besides one a label)"
+                f"--max-metadata-pairs, {limit}, less the 3 pairs its key and namespace take besides one a label)"
             ),
         )
     elif len(joined) > limit:
@@ -327,7 +327,9 @@ def _address_refused(error: InvalidArgumentError, namespace: tuple[str, ...], ke
     else:
         return error
     if error.reason == "METADATA_INVALID":
-        message += " (max_metadata_value_chars: an item's namespace and key are kept in its memory's metadata)"
+        message += (
+            " (the server's --max-metadata-value-chars: an item's namespace and key are kept in its memory's metadata)"
+        )
     return InvalidArgumentError(error.code, error.reason, message, {**error.metadata, "limit": str(limit)})
 
 
