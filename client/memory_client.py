@@ -476,7 +476,7 @@ class MemoryClient:
         self,
         tenant: str,
         scope: str = "",
-        page_size: int = 100,
+        page_size: int = 0,
         page_token: str = "",
         include_forgotten: bool = False,
         *,
@@ -489,7 +489,8 @@ class MemoryClient:
         ``thread``, only that thread's, in thread order.
 
         ``scope`` keeps one scope (all when empty); ``page_size`` is 1 to the server's
-        --max-page-size (1,000 by default); ``page_token`` the previous page's
+        --max-page-size (1,000 by default), 0 the server's default (100, or its --max-page-size
+        when lower); ``page_token`` the previous page's
         ``next_page_token`` ("" for the first); ``include_forgotten`` lists forgotten memories too
         (without their text); ``metadata_equals`` keeps memories whose metadata has each pair.
         Returns a ``MemoryPage``, whose ``next_page_token`` is "" on the last page. Raises
@@ -1167,7 +1168,7 @@ class MemoryClient:
         tenant: str,
         status: str | None = None,
         accepted_after: float | None = None,
-        page_size: int = 100,
+        page_size: int = 0,
         page_token: str = "",
     ) -> types.EventPage:
         """A page of ``tenant``'s hot-path operations in id order: only those of ``status``

@@ -7,6 +7,7 @@ import re
 
 import grpc
 import pytest
+import requests
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
@@ -46,6 +47,7 @@ def limited(server_factory: ServerFactory) -> ServerProcess:
             "5",
         ],
         env={"MNEMOSYNE_MAX_K": "4"},  # the environment configures limits too
+        http=True,
     ).start()
 
 
@@ -91,6 +93,24 @@ def test_each_request_limit_names_itself(limited: ServerProcess, tenant: str) ->
             "created"
         ] * 3
         assert len(c.recall(tenant, "thing", k=4)) >= 3  # k=4 accepted (the xxx memory may not match)
+        # A call that names no k or page size gets the default within the operator's lower limit,
+        # on every surface, never a refusal of a number it did not give.
+        c.retain_batch(tenant, ["fourth thing", "fifth thing", "sixth thing"])
+        assert len(c.recall(tenant, "thing", k=0)) == 4
+        first = c.list_memories(tenant, page_size=0)
+        assert len(first.memories) == 5 and first.next_page_token
+        assert len(c.list_memories(tenant).memories) == 5
+    searched = requests.post(
+        f"{limited.http_url}/v3/memories/search/",
+        json={"query": "thing"},
+        headers={"Mnemosyne-Tenant": tenant},
+        timeout=10,
+    )
+    assert searched.status_code == 200 and len(searched.json()["results"]) == 4, searched.text
+    listed = requests.post(
+        f"{limited.http_url}/v3/memories/", json={}, headers={"Mnemosyne-Tenant": tenant}, timeout=10
+    )
+    assert listed.status_code == 200 and len(listed.json()["results"]) == 5, listed.text
 
 
 def test_memory_quota(server_factory, tenant: str) -> None:

@@ -254,8 +254,9 @@ def validate_request_id(request_id: str | None) -> str | None:
 
 
 def validate_k(k: int, limits: Limits) -> int:
+    """A recall's k: 1 to --max-k; 0 asks for the default, 5 (or --max-k when it is lower)."""
     if k == 0:
-        return 5
+        return min(5, limits.max_k)
     if k < 0 or k > limits.max_k:
         raise InvalidArgument(
             f"k is {k}; it must be between 1 and {limits.max_k} ({set_by('max_k')})", reason="K_OUT_OF_RANGE"
@@ -284,8 +285,10 @@ def validate_query(query: str, limits: Limits) -> str:
 
 
 def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> int:
+    """A page's size: 1 to --max-page-size; 0 asks for ``default`` (or --max-page-size when it is
+    lower: an operator's lower limit never refuses a call that named no size)."""
     if page_size == 0:
-        return default
+        return min(default, limits.max_page_size)
     if page_size < 0 or page_size > limits.max_page_size:
         raise InvalidArgument(
             f"page_size is {page_size}; it must be between 1 and {limits.max_page_size} ({set_by('max_page_size')})",

@@ -96,8 +96,8 @@ class Mem0Number:
     def read(self, body: Mapping[str, Any], query: Mapping[str, str], limits: Limits) -> Any:
         sources = {"query": query, "body": body}
         value = next((sources[place][self.name] for place in self.places if self.name in sources[place]), None)
-        if value is None:
-            return self.default
+        if value is None:  # the default, within the operator's limit (a lower --max-k, --max-page-size)
+            return None if self.default is None else min(self.default, int(self.maximum(limits)))
         if self.whole:
             return parse_integer(value, field=self.name, minimum=self.minimum, maximum=int(self.maximum(limits)))
         return parse_number(value, field=self.name, minimum=self.minimum, maximum=self.maximum(limits))
