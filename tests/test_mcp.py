@@ -209,9 +209,10 @@ def test_a_resource_the_session_cannot_read_is_refused_saying_why(mcp_server: Se
     """Another workspace's context is invalid params naming the session's (it was the SDK's
     internal error, -32603); a refusal of the read itself (here the stdio token does not reach the
     tenant) carries the service's message and reason, not "Error reading resource" and a traceback
-    in the log."""
+    in the log. A tool the tenant's refusal fails is an error result of its sentence and reason alone
+    (it began "Error executing tool recall: ")."""
 
-    async def run() -> list[tuple[int, str]]:
+    async def run() -> tuple[list[tuple[int, str]], Any]:
         refusals = []
         for client, uri in [
             (_http(mcp_server, "acme"), "memory://context/elsewhere"),
@@ -221,11 +222,14 @@ def test_a_resource_the_session_cannot_read_is_refused_saying_why(mcp_server: Se
                 with pytest.raises(MCPError) as refused:
                     await c.read_resource(uri)
                 refusals.append((refused.value.code, refused.value.message))
-        return refusals
+                tool = await c.call_tool("recall", {"query": "x"})
+        return refusals, tool
 
-    [(code, message), (_, forbidden)] = anyio.run(run)
+    [(code, message), (_, forbidden)], tool = anyio.run(run)
     assert code == INVALID_PARAMS and "works on workspace 'main', not 'elsewhere'" in message, (code, message)
     assert "TENANT_FORBIDDEN" in forbidden and "other" in forbidden, forbidden
+    refused = re.fullmatch(r"token '\w+' may not access tenant 'other' \(TENANT_FORBIDDEN\)", _text(tool))
+    assert tool.is_error and refused, _text(tool)
     log = mcp_server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
 

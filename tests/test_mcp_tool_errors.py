@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import InvalidArgumentError
+from mnemosyne.client.errors import InvalidArgumentError, NotFoundError
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
 from mnemosyne.host import protocol as host_protocol
@@ -54,11 +54,15 @@ EMPTY = {"query": "QUERY_EMPTY", "text": "TEXT_EMPTY"}
 OUT_OF_RANGE = {"k": "K_OUT_OF_RANGE", "page_size": "PAGE_SIZE_OUT_OF_RANGE", "timeout_seconds": "TIMEOUT_INVALID"}
 # One sentence ending with an ErrorInfo-style reason: "query has 4097 characters; ... (QUERY_TOO_LONG)".
 _SENTENCE = re.compile(r"[^\n]+ \(([A-Z][A-Z_]+)\)")
+QUOTA = 2
 
 
 @pytest.fixture(scope="module")
 def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("mcp-errors") / "data", http=True)
+    # A quota of two memories a tenant: a refusal for a limit, RESOURCE_EXHAUSTED (each test's tenant is new).
+    process = ServerProcess(
+        tmp_path_factory.mktemp("mcp-errors") / "data", http=True, args=["--max-tenant-memories", str(QUOTA)]
+    )
     process.start()
     yield process
     process.stop()
@@ -206,6 +210,45 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
 
     failures = anyio.run(run)
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_a_refusal_of_the_service_is_one_sentence_with_its_reason_as_an_arguments_is(
+    mcp_server: ServerProcess, transport: str
+) -> None:
+    """What the service refuses (a memory or record not found, a quota reached, a write without a
+    reading, text or a token it does not take) is an ``isError`` result of the service's sentence
+    ending with the reason the gRPC surface gives: it began "Error executing tool NAME: ", unlike
+    the refusal of an argument."""
+    tenant = f"mcp-{uuid.uuid4().hex[:10]}"
+    calls: list[tuple[str, dict[str, Any], str | None]] = [
+        ("get_event_status", {"event_id": 999_999}, "EVENT_NOT_FOUND"),
+        ("memory_update", {"content": "never read"}, "CONTEXT_NOT_ASSEMBLED"),
+        ("retain", {"text": "a NUL \x00 inside"}, "TEXT_INVALID"),
+        ("recall", {"query": "x", "consistency_token": "not-a-token"}, "TOKEN_INVALID"),
+        ("read_memory", {}, None),
+        ("update_workspace", {"changes": [{"op": "delete", "key": "never-written.md"}]}, "RECORD_NOT_FOUND"),
+        *[("retain", {"text": f"memory {n} of the quota"}, None) for n in range(QUOTA)],
+        ("retain", {"text": "one memory past the quota"}, "QUOTA_MEMORIES"),
+    ]
+
+    async def run() -> list[tuple[bool, str]]:
+        async with _client(mcp_server, transport, tenant) as client:
+            return [
+                (result.is_error, _text(result))
+                for result in [await client.call_tool(name, arguments) for name, arguments, _ in calls]
+            ]
+
+    for (name, _, reason), (is_error, text) in zip(calls, anyio.run(run), strict=True):
+        if reason is None:
+            assert not is_error, (name, text)
+            continue
+        sentence = _SENTENCE.fullmatch(text)
+        assert is_error and sentence is not None and sentence[1] == reason, (name, text)
+        assert "Error executing tool" not in text and "Traceback" not in text, (name, text)
+    with MemoryClient(mcp_server.target) as client, pytest.raises(NotFoundError) as missing:
+        client.get_event(tenant, 999_999)
+    assert missing.value.reason == "EVENT_NOT_FOUND"  # the gRPC surface's reason, as the tool's
 
 
 def test_arguments_missing_or_of_no_object_are_refused_naming_what_is_wanted(mcp_server: ServerProcess) -> None:

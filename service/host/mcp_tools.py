@@ -18,6 +18,7 @@ given as text (host/numbers.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import uuid
@@ -322,15 +323,13 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
             raise _not_an_object(name, given, takes)
         unknown = [str(key)[:40] for key in given if key not in takes]
         if unknown:
-            message = (
+            return _tool_error(
                 f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])} ({ARGUMENTS_INVALID})"
             )
-            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
         try:
             tool.fn_metadata.validate_arguments(dict(given))
         except ValidationError as error:
-            message = mcp_arguments.refusal(name, tool.parameters, error)
-            return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+            return _tool_error(mcp_arguments.refusal(name, tool.parameters, error))
         return await call_next(ctx)
 
     return check
@@ -344,10 +343,26 @@ def _not_an_object(what: str, given: object, takes: list[str]) -> MCPError:
     )
 
 
+def _tool_error(sentence: str) -> CallToolResult:
+    """The result of a refused tool call: ``isError`` and the one sentence saying why, ending with
+    its reason, as the model reads it."""
+    return CallToolResult(content=[TextContent(type="text", text=sentence)], is_error=True)
+
+
 def _tool(fn: Callable[..., Awaitable[str]]) -> Tool:
     """A tool of ``fn``, its input schema declaring that it takes no other argument
-    (``additionalProperties: false``), as _tool_arguments_checked holds it to."""
-    tool = Tool.from_function(fn)
+    (``additionalProperties: false``), as _tool_arguments_checked holds it to. A refusal (a
+    ``ToolError``: the service's, or a write's) is its sentence alone: the SDK would answer it as
+    "Error executing tool NAME: ...", unlike the refusal of an argument, and of no other surface."""
+
+    @functools.wraps(fn)
+    async def refusing(*args: Any, **kwargs: Any) -> str | CallToolResult:
+        try:
+            return await fn(*args, **kwargs)
+        except ToolError as refused:
+            return _tool_error(str(refused))
+
+    tool = Tool.from_function(refusing)
     tool.parameters["additionalProperties"] = False
     return tool
 
