@@ -20,7 +20,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -265,6 +265,24 @@ def async_methods(s: BaseStore) -> Any:
     return asyncio.run(run())
 
 
+def methods_make_a_key_a_string(s: BaseStore) -> Any:
+    """BaseStore's put, get and delete (and their async forms) make a key a string (``str(key)``)
+    before any store sees it: LangGraph's contract for every store, which this one keeps."""
+    five, seven, none = cast(str, 5), cast(str, 7), cast(str, None)  # keys of other types, as a caller's
+
+    async def run() -> Any:
+        await s.aput(U, seven, {"v": 7})
+        got = [seen(await s.aget(U, "7")), seen(await s.aget(U, seven))]
+        await s.adelete(U, seven)
+        return [*got, seen(await s.aget(U, "7"))]
+
+    s.put(U, five, {"v": 5})
+    s.put(U, none, {"v": None})
+    found = [seen(s.get(U, "5")), seen(s.get(U, five)), seen(s.get(U, "None"))]
+    s.delete(U, five)
+    return [found, seen(s.get(U, "5")), asyncio.run(run()), sorted(keys(s.search(U)))]
+
+
 CASES: list[Callable[[BaseStore], Any]] = [
     put_then_get,
     put_upserts_by_key,
@@ -279,6 +297,7 @@ CASES: list[Callable[[BaseStore], Any]] = [
     addresses_no_item_can_have_are_empty,
     batch_reads_before_its_writes,
     async_methods,
+    methods_make_a_key_a_string,
 ]
 
 
@@ -361,6 +380,30 @@ def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
     ):
         with pytest.raises(ValueError, match="NaN or Infinity|surrogate"):
             store.batch([PutOp(("ns",), "a", {"v": 1}), bad])
+    # A key that is no string, a namespace that is no tuple, in an op given to batch or abatch (the
+    # methods make a key a string first): protobuf's "bad argument type for built-in operation" or
+    # "unhashable type", after the puts before it were made, or a string's characters as labels.
+    key: Any = 5
+    namespace: Any = "ns"  # read as the labels ("n", "s")
+    listed: Any = ["ns"]
+    others: list[Any] = [key, None, ["k"], 1.5, b"k"]
+    wrong: list[Op] = [
+        *[PutOp(("ns",), other, {"v": 1}) for other in others],
+        PutOp(("ns",), key, None),
+        GetOp(("ns",), key),
+        PutOp(namespace, "b", {"v": 1}),
+        PutOp(listed, "b", {"v": 1}),
+        GetOp(namespace, "a"),
+        SearchOp(namespace),
+        ListNamespacesOp(match_conditions=(MatchCondition("prefix", listed),)),
+    ]
+    for wrong_op in wrong:
+        for run in (store.batch, lambda ops: asyncio.run(store.abatch(ops))):
+            with pytest.raises(TypeError, match=r"^a (key is a string|namespace is a tuple of strings), not \w+ \("):
+                run([PutOp(("ns",), "a", {"v": 1}), wrong_op])
+    for call in (lambda: store.put(namespace, "k", {"v": 1}), lambda: store.search(namespace)):
+        with pytest.raises(TypeError, match="a namespace is a tuple of strings, not str"):
+            call()
     # An integer longer than Python writes (4,300 digits): it was blamed on NaN or Infinity.
     with pytest.raises(ValueError, match="an integer too long for JSON text"):
         store.batch([PutOp(("ns",), "a", {"v": 1}), PutOp(("ns",), "b", {"v": 10**5000})])

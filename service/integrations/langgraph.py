@@ -75,7 +75,7 @@ class MnemosyneStore(BaseStore):
     --max-text-chars less the 31 characters of the address line) or a namespace too
     deep or too long for the metadata (METADATA_INVALID), ``PermissionDeniedError`` for a token
     that does not name the tenant; a namespace LangGraph forbids raises ``InvalidNamespaceError``,
-    a TTL ``NotImplementedError``."""
+    a TTL ``NotImplementedError``, a key that is no string or a namespace no tuple ``TypeError``."""
 
     supports_ttl = False
 
@@ -236,6 +236,7 @@ def _check(op: Op) -> None:
     """Refuse what LangGraph's own methods refuse before batching, for ops given to ``batch``."""
     if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
         raise ValueError(f"unknown operation {type(op).__name__}")
+    _check_types(op)
     validate_op_namespace(op)
     if isinstance(op, PutOp):
         if not op.namespace:
@@ -254,6 +255,25 @@ def _check(op: Op) -> None:
         for name, number in {"limit": op.limit, "offset": op.offset, **depth}.items():
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ValueError(f"{name} must be a whole number from 0, not {number!r}")
+
+
+def _check_types(op: Op) -> None:
+    """Refuse an op's key that is not a string and a namespace (or prefix, or condition's path)
+    that is not a tuple, as a value that is not a mapping: BaseStore's methods make a key a string
+    (``str(key)``) before the op is made, but an op given to ``batch`` carries what it was given, and
+    the metadata would hold ``5`` as "5" (an item read back under another key) and a namespace
+    "abc" as the labels ("a", "b", "c")."""
+    key = op.key if isinstance(op, GetOp | PutOp) else ""
+    if not isinstance(key, str):
+        raise TypeError(f"a key is a string, not {type(key).__name__} ({key!r:.40})")
+    paths = [c.path for c in op.match_conditions or ()] if isinstance(op, ListNamespacesOp) else []
+    if isinstance(op, GetOp | PutOp):
+        paths.append(op.namespace)
+    elif isinstance(op, SearchOp):
+        paths.append(op.namespace_prefix)
+    for path in paths:
+        if not isinstance(path, tuple):
+            raise TypeError(f"a namespace is a tuple of strings, not {type(path).__name__} ({path!r:.40})")
 
 
 def _joined(labels: Sequence[str]) -> str:
