@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import grpc
 
 from mnemosyne.client.errors import MnemosyneClientError, RequestInvalidError
+from mnemosyne.host.unicode import not_unicode
 
 C = TypeVar("C", bound=type)
 
@@ -90,11 +91,7 @@ class _Refusal:
         if self.sent or error is None or isinstance(error, MnemosyneClientError):
             return
         if isinstance(error, UnicodeEncodeError):
-            raise refused(
-                "REQUEST_UNDECODABLE",
-                f"a text holds {error.object[error.start : error.end]!r} (a lone surrogate) at {error.start}, which "
-                "UTF-8 cannot encode: send valid Unicode (a surrogate pair joined into one character)",
-            ) from error
+            raise refused("REQUEST_UNDECODABLE", not_unicode("a text of the request", error)) from error
         if isinstance(error, OverflowError) or (isinstance(error, ValueError) and "out of range" in str(error)):
             raise refused(
                 "NUMBER_INVALID",

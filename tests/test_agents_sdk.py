@@ -149,7 +149,9 @@ def test_a_session_is_a_log_in_records_not_memories(client, tenant):
     # An id no workspace name can be made of: refused by the constructor, naming it and why (it
     # raised UnicodeEncodeError from hashlib, or TypeError from re for an id that is no string).
     for half in ("\ud800", "chat \udfff 42"):
-        with pytest.raises(ValueError, match=r"session id .* half of a surrogate pair") as refused:
+        with pytest.raises(
+            ValueError, match=r"session id .* half of a surrogate pair, .* send the character whole"
+        ) as refused:
             MnemosyneSession(half, client, tenant)
         assert repr(half)[:40] in str(refused.value) and not isinstance(refused.value, UnicodeError)
     with pytest.raises(TypeError, match="a session id is a string, not int"):

@@ -642,7 +642,7 @@ BACKUP_FAULTS: dict[str, tuple[Callable[[Path], object], str, str]] = {
     "a lone surrogate in a path": (
         _manifest_edited(lambda m: _database_file(m).update(path="@surrogate")),
         "MANIFEST_INVALID",
-        "not UTF-8 text",
+        "half of a surrogate pair",
     ),
     "a path that is a number": (
         _manifest_edited(lambda m: _database_file(m).update(path=7)),

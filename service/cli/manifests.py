@@ -9,6 +9,8 @@ import json
 import re
 from typing import Any
 
+from mnemosyne.host.unicode import lone_surrogate
+
 # The largest count or size a manifest may give: the protocol carries them as int64 (admin.proto).
 INT64_MAX = (1 << 63) - 1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -70,10 +72,9 @@ def text(value: Any, what: str) -> str:
     """``value`` if it is text UTF-8 can carry (JSON's lone surrogates, "\\ud800", cannot)."""
     if not isinstance(value, str):
         raise ValueError(f"{what} is {shown(value)}, not text")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not UTF-8 text") from None
+    refusal = lone_surrogate(value, what)
+    if refusal is not None:
+        raise ValueError(refusal)
     return value
 
 

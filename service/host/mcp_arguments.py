@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mnemosyne.host.unicode import lone_surrogate
+
 ARGUMENTS_INVALID = "ARGUMENTS_INVALID"
 # The gRPC surface's reason for each argument's limit (engine/limits.py, engine/workspace.py,
 # engine/consistency.py, engine/hot_path/events.py), by the pydantic error that broke it.
@@ -76,8 +78,8 @@ def _sentence(tool: str, schema: Mapping[str, Any], loc: tuple[Any, ...], error:
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         fields = ", ".join(node.get("properties", {}))
         return f"{name} must be an object with {fields}, not {described(given)}"
-    if kind == "string_unicode":
-        return f"{name} holds half of a surrogate pair, which is not Unicode text: send the character whole or leave it out"
+    if kind == "string_unicode" and isinstance(given, str):
+        return lone_surrogate(given, name) or f"{name} is refused: {error['msg']}"
     if kind in _TYPES:
         return f"{name} must be {_TYPES[kind]}, not {described(given)}"
     return f"{name} is refused: {error['msg']}, not {described(given)}"

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
+from mnemosyne.host.unicode import lone_surrogate
 from mnemosyne.v1 import memory_pb2, workspace_pb2
 
 T = TypeVar("T")
@@ -577,13 +578,7 @@ def _change(position: int, change: object) -> workspace_pb2.RecordChange:
 
 def _unicode(text: str, what: str) -> str:
     """``text``, refused when it holds half of a surrogate pair (which UTF-8, so no request, can carry)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        half = exc.object[exc.start : exc.end]
-        raise ArgumentsInvalid(
-            f"{what} holds {half!r} at {exc.start}, half of a surrogate pair, which is not Unicode text: send the "
-            "character whole (both halves of the pair) or leave it out",
-            "REQUEST_UNDECODABLE",
-        ) from None
+    refusal = lone_surrogate(text, what)
+    if refusal is not None:
+        raise ArgumentsInvalid(refusal, "REQUEST_UNDECODABLE")
     return text

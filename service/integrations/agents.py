@@ -37,6 +37,7 @@ from agents.tool_context import ToolContext
 
 from mnemosyne.client import AbortedError, InvalidArgumentError, MemoryClient, MemoryHost, RecordChange
 from mnemosyne.host.protocol import usable_query
+from mnemosyne.host.unicode import lone_surrogate
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -60,15 +61,10 @@ def session_workspace(session_id: str) -> str:
         raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
     if _READABLE_ID.fullmatch(session_id):
         return f"session-{session_id}"
-    try:
-        encoded = session_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"session id {session_id[:80]!r} holds {exc.object[exc.start : exc.end]!r} at {exc.start}, half of a "
-            "surrogate pair, which is not Unicode text: no workspace can be named after it; give the id's "
-            "character whole (both halves of the pair) or leave it out"
-        ) from None
-    return "session." + hashlib.sha256(encoded).hexdigest()[:40]
+    refusal = lone_surrogate(session_id, f"session id {session_id[:80]!r}")
+    if refusal is not None:
+        raise ValueError(refusal)  # no workspace can be named after it
+    return "session." + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:40]
 
 
 class MnemosyneSession:
@@ -181,11 +177,7 @@ def _line(item: object) -> str:
     no record (UTF-8) can hold: then its JSON escapes, as the SDK's SQLiteSession writes every
     item, so it comes back verbatim."""
     line = json.dumps(item, ensure_ascii=False)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(item)
-    return line
+    return line if lone_surrogate(line, "an item") is None else json.dumps(item)
 
 
 def _lines(content: str) -> list[str]:

@@ -52,6 +52,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from mnemosyne.client.types import Memory
 from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE, usable_query
+from mnemosyne.host.unicode import lone_surrogate
 
 NAMESPACE_KEY = "langgraph.namespace"
 KEY_KEY = "langgraph.key"
@@ -291,20 +292,18 @@ def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str
     Raises ValueError for what JSON text cannot hold (NaN, Infinity, a lone surrogate), before
     any put of the batch is made."""
     try:
-        address = json.dumps([list(namespace), key], ensure_ascii=False)
-        digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
         document = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
-        document.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        where = "namespace or key" if exc.object == address else "value"
-        raise ValueError(
-            f"the item's {where} holds {exc.object[exc.start : exc.end]!r}, half of a surrogate pair, which is not "
-            "Unicode text: no JSON document (nor the server) can hold it"
-        ) from None
     except ValueError as exc:
         if "Out of range float" not in str(exc):  # an integer of more digits than Python writes
             raise ValueError(f"the value of key {key!r} holds an integer too long for JSON text: {exc}") from None
         raise ValueError(f"the value of key {key!r} holds NaN or Infinity, which have no JSON form") from None
+    labels = [(f"the item's namespace label {label[:40]!r}", label) for label in namespace]
+    for what, text in [*labels, ("the item's key", key), ("the item's value (its JSON)", document)]:
+        refusal = lone_surrogate(text, what)
+        if refusal is not None:
+            raise ValueError(refusal)
+    address = json.dumps([list(namespace), key], ensure_ascii=False)
+    digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
     return document + "\n" + ADDRESS_LINE.format(digest)
 
 
