@@ -101,6 +101,46 @@ def test_a_malformed_chunked_body_gets_uvicorns_400_and_is_not_a_server_error(
     _no_server_error(http_server)
 
 
+def _answers(server: ServerProcess, sent: bytes) -> list[tuple[bytes, bytes]]:
+    """The (status line, body) of each answer on one connection that sends ``sent``, until the
+    server closes it."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as connection:
+        connection.sendall(sent)
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+        answers.append((head.split(b"\r\n")[0], rest[:length]))
+        received = rest[length:]
+    return answers
+
+
+def test_bytes_that_are_no_request_after_a_request_answered_early_or_whole_are_not_a_server_error(
+    http_server: ServerProcess,
+) -> None:
+    """The refusal of bytes that are no HTTP request (REQUEST_UNREADABLE) closes the connection's
+    sending side: an answer the app wrote after it raised "Cannot call write() after write_eof()",
+    logged as an ERROR with a traceback. A request answered before its body is read (no route
+    here), whose chunked body cannot be parsed, ends as if its client left; a whole request before
+    such bytes (a body shorter than the rest sent, a pipelined line of noise) is answered first, then the
+    refusal, in order."""
+    no_route = f"POST /v1/tenants/cut/memories:nope HTTP/1.1\r\nHost: 127.0.0.1:{http_server.http_port}\r\n"
+    answers = _answers(http_server, no_route.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + PARTIAL)
+    assert [(status, json.loads(body)["details"][0]["reason"]) for status, body in answers] == [
+        (b"HTTP/1.1 400 Bad Request", "REQUEST_UNREADABLE")
+    ]
+    ping = f"GET /v1/ping HTTP/1.1\r\nHost: 127.0.0.1:{http_server.http_port}\r\n\r\n".encode()
+    short = _head(http_server, "/v1/tenants/cut/memories", b"Content-Length: 5\r\n\r\n") + PARTIAL
+    for sent, first in ((ping + b"NOT HTTP\r\n\r\n", b"HTTP/1.1 200 OK"), (short, b"HTTP/1.1 400 Bad Request")):
+        answers = _answers(http_server, sent)
+        assert [status for status, _ in answers] == [first, b"HTTP/1.1 400 Bad Request"], answers
+        assert json.loads(answers[1][1])["details"][0]["reason"] == "REQUEST_UNREADABLE", answers
+    _no_server_error(http_server)
+
+
 def test_a_body_cut_short_on_the_mcp_endpoint_is_not_a_server_error(http_server: ServerProcess) -> None:
     _cut_short(http_server, "/mcp?tenant=cut")
     assert _malformed_chunks(http_server, "/mcp?tenant=cut").startswith(b"HTTP/1.1 400 ")

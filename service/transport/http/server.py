@@ -98,6 +98,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
+    _deferred: tuple[int, InvalidArgument] | None = None  # a refusal that waits for the answer in flight
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
@@ -127,11 +128,32 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         )
 
     def _refuse(self, status: int, error: InvalidArgument) -> None:
-        """Answer ``error``: the connection's bytes can no longer be read as requests. Its sending
-        side is closed at once, but it is read (and dropped) a while longer: closed with unread
-        bytes, it would be reset, and a client still sending would lose the answer."""
+        """Answer ``error``: the connection's bytes can no longer be read as requests. A whole
+        request before them whose answer is not written yet is answered first (``_deferred``), in
+        order; a request whose body is what cannot be read, or one queued behind others, ends as
+        if its client left, so that no answer is written after this one (the app's write after
+        the sending side closed raised, logged as an ERROR with a traceback)."""
         self._stop_waiting()
         self._refused = True
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if not cycle.more_body and not self.pipeline:
+                self._deferred = (status, error)  # answered when its response is complete
+                return
+            for ended in (cycle, *(queued for queued, _ in self.pipeline)):
+                ended.disconnected = True
+                ended.message_event.set()
+            if cycle.response_started:  # half an answer is out: no other can follow it
+                self.transport.close()
+                return
+        self._answer(status, error)
+
+    def _answer(self, status: int, error: InvalidArgument) -> None:
+        """Write the refusal. The sending side is closed at once, but the connection is read (and
+        dropped) a while longer: closed with unread bytes, it would be reset, and a client still
+        sending would lose the answer."""
+        if self.transport.is_closing():
+            return
         body = encode(to_status_proto(error))
         head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
@@ -148,7 +170,10 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:  # idle now (no pipelined request is waiting)
+        if self._deferred is not None:  # the request before unreadable bytes is answered: now the refusal
+            deferred, self._deferred = self._deferred, None
+            self._answer(*deferred)
+        elif self.timeout_keep_alive_task is not None:  # idle now (no pipelined request is waiting)
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
