@@ -176,7 +176,8 @@ def test_of_two_sessions_that_read_the_same_memory_exactly_one_update_wins(
             one = await first.call_tool("memory_update", {"content": "first session's memory"})
             two = await second.call_tool("memory_update", {"content": "second session's memory"})
             assert not one.is_error
-            assert two.is_error and "STALE_CONTEXT" in _text(two), _text(two)
+            # The model is told what to do in its own tools' words: read again.
+            assert two.is_error and "call read_memory" in _text(two) and "STALE_CONTEXT" in _text(two), _text(two)
             _no_generation(_text(two))
             assert _global_record(mcp_server, tenant) == "first session's memory"
             # A third writer (gRPC) between a reading and a write: the write fails closed ...
@@ -201,6 +202,7 @@ def test_a_new_session_must_read_before_it_writes(mcp_server: ServerProcess) -> 
         async with _http(mcp_server, "acme") as c:
             result = await c.call_tool("memory_update", {"content": "never read"})
             assert result.is_error and "CONTEXT_NOT_ASSEMBLED" in _text(result)
+            assert "call read_memory" in _text(result) and "assemble" not in _text(result), _text(result)
 
     anyio.run(run)
 

@@ -224,9 +224,19 @@ def _one(ask: Ask) -> Flow[Answer]:
     return (yield ask)
 
 
+# The host protocol's refusals tell a host to assemble the context again; over MCP the model does
+# that itself, with read_memory: the same refusals, naming the tool.
+_READ_AGAIN = {
+    host_protocol.STALE_REASON: "memory changed since you last read it; call read_memory, then make the change again",
+    host_protocol.MISSING_REASON: "memory has not been read in this session yet; call read_memory before writing memory",
+    host_protocol.UNAVAILABLE_REASON: "the memory service did not answer, so this change may not have been saved; "
+    "call read_memory and check before repeating it",
+}
+
+
 def _written(result: dict[str, Any], answered: list[str]) -> str:
     if not result["ok"]:
-        raise ToolError(f"{result['error']} ({result['reason']})")
+        raise ToolError(f"{_READ_AGAIN.get(result['reason'], result['error'])} ({result['reason']})")
     return _with_token(str(result["result"]), answered)
 
 

@@ -384,6 +384,7 @@ UPDATE_WORKSPACE = "update_workspace"
 # situation, not the mechanism (no "generation" word that would send a model hunting for one).
 STALE_REASON = "STALE_CONTEXT"
 MISSING_REASON = "CONTEXT_NOT_ASSEMBLED"
+UNAVAILABLE_REASON = "MEMORY_UNAVAILABLE"
 STALE_MESSAGE = "memory changed since your context was assembled; assemble context again"
 MISSING_MESSAGE = (
     "no memory context has been assembled for this agent yet; assemble context again before writing memory"
@@ -441,7 +442,7 @@ def _refusal(exc: ServiceError) -> dict[str, Any]:
     if exc.code_name in _ABOUT_THE_ARGUMENTS:
         return _error(exc.message, exc.reason)
     if exc.code_name in _UNANSWERED:
-        return _error(UNAVAILABLE_MESSAGE, "MEMORY_UNAVAILABLE")
+        return _error(UNAVAILABLE_MESSAGE, UNAVAILABLE_REASON)
     raise exc
 
 
