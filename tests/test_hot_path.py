@@ -25,7 +25,7 @@ from mnemosyne.engine.types import RetainItem as EngineRetainItem
 from mnemosyne.errors import DeadlineExceeded
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.pending_index import INDEX_FILE_NAME
-from tests.support import ServerFactory, ServerProcess
+from tests.support import ServerFactory, ServerProcess, wait_until
 
 
 def _indexed_tenants(data_dir: Path) -> set[str]:
@@ -222,7 +222,12 @@ def test_poison_operation_ends_failed_and_never_blocks_the_others(server_factory
         c.hot_path("poisoned", "enable")
         before = c.retain("poisoned", "good write before the poison", fast=True).event_id
         poison = c.retain("poisoned", "this one is POISON for the model", fast=True).event_id
+        wait_until(lambda: c.get_event("poisoned", poison).attempts >= 1)  # failed once: in its backoff
         after = c.retain("poisoned", "good write after the poison", fast=True).event_id
+        # Accepted behind the poison while it waits out its first backoff (0.5 s): applied within it,
+        # not in the poison's next round nor after its end.
+        wait_until(lambda: c.get_event("poisoned", after).status == "succeeded")
+        assert c.get_event("poisoned", poison).attempts == 1, "the write behind the poison waited for it"
         # Failed attempts back off (0.5 s, then 1 s) before the third and last, so the poison is
         # still open when the barrier is called; the barrier covers it and names it.
         flushed = c.hot_path("poisoned", "flush", timeout_seconds=60)
