@@ -465,3 +465,35 @@ def test_the_docs_page_example_runs_as_printed(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert lines == ["SUCCEEDED", "['Alice moved to Austin last month', 'Alice moved to Denver']"]
+
+
+def test_a_delete_all_takes_the_queued_adds_it_matches(served: tuple[ServerProcess, Path]) -> None:
+    """A mem0 delete by user on a hot-path tenant is a forget by filter (README, "Nothing queued
+    before a delete outlives it"): an add of that user still queued is never applied (its event
+    fails FORGOTTEN_BEFORE_APPLIED), another user's is."""
+    server, root = served
+    hold = root / "hold"
+    hold.touch()  # the workers hold before committing: every add below is still open
+    auth = {"authorization": "Token key-fast"}
+    try:
+        queued = [
+            request(
+                server.http_port,
+                "POST",
+                "/v3/memories/add/",
+                headers=auth,
+                json_body={"messages": [{"role": "user", "content": f"{user} parks in bay {bay}"}], "user_id": user},
+            ).json()["event_id"]
+            for user, bay in (("dora", 11), ("dora", 12), ("eve", 13))
+        ]
+        deleted = request(server.http_port, "DELETE", "/v1/memories/?user_id=dora", headers=auth)
+        assert deleted.status == 200, deleted.body
+    finally:
+        hold.unlink()
+    for event_id in queued[:2]:
+        assert _poll_event(server, "key-fast", event_id, want="FAILED")["error"].startswith("FORGOTTEN_BEFORE_APPLIED")
+    assert _poll_event(server, "key-fast", queued[2])["results"][0]["memory"] == "eve parks in bay 13"
+    listed = request(
+        server.http_port, "POST", "/v3/memories/", headers=auth, json_body={"filters": {"user_id": "dora"}}
+    )
+    assert listed.json()["results"] == []
