@@ -1,5 +1,6 @@
 """Readers never wait for the writer (WAL): a recall completes while another connection holds a
-write transaction open on the same tenant file."""
+write transaction open on the same tenant file; and the writer never waits for a reader: a retain
+commits while another connection holds a read transaction open on it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ def test_recall_completes_while_a_write_transaction_is_open(server_factory) -> N
         finally:
             writer.execute("ROLLBACK")
             writer.close()
+        reader = apsw.Connection(str(server.tenant_file("acme")))
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM memories").fetchall() == [(1,)]  # a read snapshot, held
+        try:
+            # Were writers blocked by readers, this would fail with DEADLINE_EXCEEDED (or BUSY).
+            written = client.retain("acme", "A second note, written while a reader holds its snapshot")
+            assert written.status == "created"
+            assert client.get_memory("acme", written.memory_id).id == written.memory_id
+            assert reader.execute("SELECT count(*) FROM memories").fetchall() == [(1,)]  # its snapshot unchanged
+        finally:
+            reader.execute("ROLLBACK")
+            reader.close()
 
 
 def test_concurrent_writers_and_readers_of_one_tenant(client: MemoryClient, tenant: str) -> None:
