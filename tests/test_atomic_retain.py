@@ -23,7 +23,8 @@ def _count(path: Path, sql: str) -> int:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_retain_failing_half_way_leaves_nothing(server_factory, step: str) -> None:
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": f"{step}:Alice"}).start()
+    # Bob's write fails after its last rows, the counters and the request id (marked in the id).
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": f"{step}:Alice,after_request:Bob"}).start()
     text = "Alice's ticket RF-1 is open. Alice's email is a@b.io"  # facts and triples at every step
     with MemoryClient(server.target, retries=0) as client:
         assert client.retain("acme", "an earlier memory").status == "created"  # the tenant exists
@@ -33,8 +34,10 @@ def test_retain_failing_half_way_leaves_nothing(server_factory, step: str) -> No
         with pytest.raises(ServerError) as info:
             client.retain("acme", text)
         assert info.value.reason == "INTERNAL"
+        with pytest.raises(ServerError):
+            client.retain("acme", "Bob's ticket RF-2 is open", request_id="Bob-1")
         assert {table: _count(path, f"SELECT count(*) FROM {table}") for table in tables} == before
-        assert _count(path, "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'alice'") == 0
+        assert _count(path, "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'alice OR bob'") == 0
         assert _count(path, "SELECT coalesce(sum(value), 0) FROM counters WHERE name = 'writes'") == 1
         assert client.recall("acme", "alice ticket") == []
         assert client.verify_integrity("acme").valid

@@ -200,6 +200,7 @@ class BookkeepingWrites(BookkeepingReads):
             "INSERT INTO requests(request_id, method, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
             (request_id, method, payload_hash, result_json, time.time()),
         )
+        self._fault_point("after_request", request_id)
 
     def prune_requests(self, older_than: float) -> int:
         self.connection.execute("DELETE FROM requests WHERE created_at < ?", (older_than,))
