@@ -159,7 +159,10 @@ def test_flush_under_a_5000_write_backlog_returns_only_when_all_are_readable(ser
         # Flush counts what was still open when it was called; released workers may already have
         # finished some of the 5000 by then, so the count is at most the backlog, and none failed.
         assert 0 < flushed.flushed <= 5000 and (flushed.succeeded, flushed.failed) == (flushed.flushed, 0)
-        # Readable the moment flush returned: every memory is stored, and a sample is recalled.
+    # Readable the moment flush returned: every memory is stored, and a sample is recalled. Read by
+    # a client without the writer's consistency token, whose reads would wait for the writes.
+    with MemoryClient(server.target, timeout=120, session_consistency=False) as c:
+        assert c.hot_path("backlog", "status").queue_depth == 0
         token, stored = "", 0
         while True:
             page = c.list_memories("backlog", page_size=1000, page_token=token)
