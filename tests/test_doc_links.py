@@ -13,6 +13,8 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 OUTSIDE = re.compile(r"\.\./shared|shared/seeds|seeds/|\bseed 00\d|\bseeds? §", re.I)
 # `tests/x.py::test_name`, then `::other_name` in the same line for the same file.
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)((?:::[\w\[\].-]+)?)`|`::([\w\[\].-]+)`")
+# `test_name` alone, its file named elsewhere in the sentence (or not at all): some test file has it.
+BARE_TEST = re.compile(r"`(test_\w+)`")
 # "07:31Z", "2026-11-30T07:32:00Z", "(on|measured) 30 Nov 2026": when a number was measured is not
 # what a reader needs; the command that produced it is.
 TIME_OF_DAY = re.compile(
@@ -64,6 +66,11 @@ def test_no_text_points_outside_the_repository() -> None:
 
 def test_every_test_named_in_the_docs_exists() -> None:
     missing = []
+    defined = {
+        name
+        for test_file in (ROOT / "tests").rglob("*.py")
+        for name in re.findall(r"def (test_\w+)\(", test_file.read_text(encoding="utf-8"))
+    }
     for path in markdown_files():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             current: Path | None = None
@@ -79,12 +86,19 @@ def test_every_test_named_in_the_docs_exists() -> None:
                         names.append(test[2:])
                 elif current is not None:
                     names.append(follow_on)
-                if current is None:  # no file named yet on this line: no test to look for
+                if current is None:  # no file named yet on this line (a row under one naming it): some file has it
+                    if follow_on and follow_on.split("[")[0] not in defined:
+                        missing.append(f"{path.relative_to(ROOT)}:{number}: no test file has {follow_on}")
                     continue
                 for name in names:
                     name = name.split("[")[0]
                     if not re.search(rf"def {re.escape(name)}\(", current.read_text(encoding="utf-8")):
                         missing.append(f"{path.relative_to(ROOT)}:{number}: {current.relative_to(ROOT)} has no {name}")
+            missing += [
+                f"{path.relative_to(ROOT)}:{number}: no test file has {name}"
+                for name in BARE_TEST.findall(line)
+                if name not in defined
+            ]
     assert not missing, "\n".join(missing)
 
 
