@@ -141,6 +141,15 @@ def test_past_near_and_far_expiries_hidden_everywhere_then_erased_without_a_trac
     server.stop()
     left = texts_left(server.data_dir, [past, near, by_mem0, far])
     assert {text.lower() for texts in left.values() for text in texts} == {far.lower()}, left
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:  # each erasure is its ledger entry, an expire (not a forget)
+        erasures = connection.execute(
+            "SELECT json_extract(entry, '$.memory_id'), json_extract(entry, '$.op') FROM ledger "
+            "WHERE json_extract(entry, '$.op') IN ('forget', 'expire')"
+        ).fetchall()
+    finally:
+        connection.close()
+    assert sorted(erasures) == sorted([(past_id, "expire"), (near_id, "expire"), (int(mem0_id), "expire")])
 
 
 def test_un_expiring_in_the_grace_defaults_and_refusals(server_factory: Any, tenant: str, tmp_path: Path) -> None:
