@@ -192,7 +192,15 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     events = {}
     with deployment.client(old) as client:
         for tenant in tenants:
-            client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
+            # A forget by filter before the tenant's first write: nothing to forget, no file made;
+            # its retry after the move must answer that, never forget what was written since.
+            assert client.forget_memories(tenant, {"topic": "notes"}, request_id=f"{tenant}-forget") == 0
+            client.retain(
+                tenant,
+                f"{tenant} keeps its notes in Lisbon {SECRET}",
+                metadata={"topic": "notes"},
+                request_id=f"{tenant}-first",
+            )
             client.hot_path(tenant, "enable")
             events[tenant] = client.retain(tenant, f"{tenant} ships on Tuesdays", fast=True).event_id
             generation = client.update_workspace(tenant, "w", [RecordChange("put", "k", "v1")], 0)
@@ -230,8 +238,15 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
             # The generation observed before the move lets the agent write after it.
             assert client.update_workspace(tenant, "w", [RecordChange("put", "k", "v2")], 1) == 2
             # The request id still answers: the same result, not a second memory.
-            again = client.retain(tenant, f"{tenant} keeps its notes in Lisbon {SECRET}", request_id=f"{tenant}-first")
+            again = client.retain(
+                tenant,
+                f"{tenant} keeps its notes in Lisbon {SECRET}",
+                metadata={"topic": "notes"},
+                request_id=f"{tenant}-first",
+            )
             assert again.memory_id and len(client.recall(tenant, "Lisbon Tuesdays")) == 2
+            assert client.forget_memories(tenant, {"topic": "notes"}, request_id=f"{tenant}-forget") == 0
+            assert len(client.recall(tenant, "Lisbon Tuesdays")) == 2
     # A stale proxy (no list, sending to the old owner, or to any member: one whose home for the
     # tenant is still the old owner during the rebalance) is served through the hops to the new
     # owner; a call routed to the old owner is refused NOT_OWNER naming it, never served there.

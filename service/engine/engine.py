@@ -132,6 +132,7 @@ class Engine:
         embedders = TenantEmbedders(embedder or config.embedder)
         self.replicator = _replicator(config, seams)
         limit_page_caches(config.page_cache_mib)
+        self.tenantless_requests = TenantlessRequests(config.data_dir, ttl_seconds=config.request_ttl_seconds)
         try:
             self.pool = TenantPool(
                 config.data_dir,
@@ -141,6 +142,7 @@ class Engine:
                 faults=seams.store_faults,
                 membership=config.membership,
                 replicas=self.replicator or NO_REPLICAS,
+                tenantless=self.tenantless_requests,
             )
         except BaseException:
             if self.replicator is not None:
@@ -187,7 +189,6 @@ class Engine:
             clock=self.clock,
             figures=self.figures,
         )
-        self.tenantless_requests = TenantlessRequests(config.data_dir, ttl_seconds=config.request_ttl_seconds)
         # Forgets and updates fence the queued writes; the hot path's waiters hear of it.
         self.changes = Changes()
         fences = Fences(self.changes)

@@ -195,10 +195,12 @@ class BookkeepingWrites(BookkeepingReads):
             [(name, delta) for name, delta in deltas.items() if delta],
         )
 
-    def save_request(self, request_id: str, method: str, payload_hash: str, result_json: str) -> None:
+    def save_request(
+        self, request_id: str, method: str, payload_hash: str, result_json: str, created_at: float | None = None
+    ) -> None:
         self.connection.execute(
             "INSERT INTO requests(request_id, method, payload_hash, result, created_at) VALUES(?, ?, ?, ?, ?)",
-            (request_id, method, payload_hash, result_json, time.time()),
+            (request_id, method, payload_hash, result_json, time.time() if created_at is None else created_at),
         )
         self._fault_point("after_request", request_id)
 

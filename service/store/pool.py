@@ -88,6 +88,7 @@ from mnemosyne.store.tenant_store import (
     TenantStore,
     read_file,
 )
+from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 # Full-text segments past which opening a tenant asks for a maintenance pass. A tenant the passes
 # keep up with has a few (FTS5's automerge levels); one loaded in 1,000-memory batches, 863 at 1M
@@ -110,12 +111,14 @@ class TenantPool:
         membership: Membership | None = None,
         placements_remembered: int = PLACEMENTS_REMEMBERED,
         replicas: Replicas = NO_REPLICAS,
+        tenantless: TenantlessRequests | None = None,
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
         self.data_dir = Path(data_dir)
         self.tenants_dir = self.data_dir / TENANTS_DIR_NAME
         self.replicas = replicas  # told of every swap of a tenant's files (store/replicas.py)
+        self.tenantless = tenantless  # results kept for tenants without a file: a new file takes its own
         self._dir_lock = claim_data_dir(self.data_dir)
         # engine/webhooks/ watches files (no poll of every one); ``recovered``: installs finished unwatched,
         # those a kill interrupted after their commit (first: an install finished here may bring its inbox).
@@ -248,6 +251,8 @@ class TenantPool:
                 if self.ownership is not None:
                     self.ownership.stamp(store)
                 record_floor(store, self.replicas.floor(tenant, new=True))
+                if self.tenantless is not None:
+                    self.tenantless.carry_into(tenant, store)
             except BaseException:
                 remove_database(temporary)
                 raise
@@ -413,12 +418,8 @@ class TenantPool:
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no file on this member", reason="TENANT_NOT_FOUND")
             with self.replicas.swapping(tenant, fresh=True):
-                reclaimed = reclaim_tombstone(
-                    path,
-                    self.inbox_path_for(tenant),
-                    synchronous=self._synchronous,
-                    seam=self.seam,
-                )
+                inbox = self.inbox_path_for(tenant)
+                reclaimed = reclaim_tombstone(path, inbox, synchronous=self._synchronous, seam=self.seam)
                 reclaimed_mark(self.tenants_dir, tenant).touch()
             if reclaimed:
                 self._fsync_directories()

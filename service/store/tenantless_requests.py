@@ -7,7 +7,11 @@ Its result must still be kept with its request id, as a tenant file keeps a writ
 is lost and another client then writes the tenant's first memory, the retry must answer the first
 call's result, not act on that memory. Those results live here, one row per (tenant, request id),
 for as long as a tenant file keeps its own (``request_ttl_seconds``); the file is made by the first
-such call and written durably (``synchronous=FULL``) before the call answers."""
+such call and written durably (``synchronous=FULL``) before the call answers.
+
+When the tenant's file is made (its first write, store/pool.py), the results kept here for it are
+written into it (``carry_into``): from then on its file holds them, so they go where it goes — a
+move to another member, an export, a backup — and a retry there answers them too."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.store.connections import open_connection
+from mnemosyne.store.tenant_store import TenantStore
 from mnemosyne.store.transactions import translate_sqlite_error
 
 FILE_NAME = "requests_without_file.sqlite"
@@ -69,6 +74,29 @@ class TenantlessRequests:
             except apsw.Error as exc:  # a full disk is DISK_FULL, as for every write of the store
                 raise translate_sqlite_error(exc, FILE_NAME) from exc
         return method, payload_hash, result
+
+    def carry_into(self, tenant: str, store: TenantStore) -> None:
+        """Write the results kept here for ``tenant`` (within their TTL, with the time each was
+        kept) into ``store``, its new file, not yet in place."""
+        with self._lock:
+            try:
+                connection = self._open(create=False)
+                rows = (
+                    []
+                    if connection is None
+                    else connection.execute(
+                        "SELECT request_id, method, payload_hash, result, created_at FROM requests "
+                        "WHERE tenant = ? AND created_at >= ?",
+                        (tenant, time.time() - self._ttl),
+                    ).fetchall()
+                )
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, FILE_NAME) from exc
+        if rows:
+            with store.write(internal=True) as txn:
+                for request_id, method, payload_hash, result, created_at in rows:
+                    kept_at = created_at if isinstance(created_at, float) else None  # a REAL column
+                    txn.save_request(str(request_id), str(method), str(payload_hash), str(result), kept_at)
 
     def _find(self, connection: apsw.Connection | None, tenant: str, request_id: str) -> tuple[str, str, str] | None:
         if connection is None:
