@@ -276,6 +276,17 @@ def test_a_move_by_rebalance_keeps_everything_and_redirects(deployment: Deployme
     with open(out, "w") as written:
         assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=written) == 0
     assert "0 tenants held elsewhere" in out.read_text()
+    # A source restarted with an out-of-date list (the old one, without the destination) is asked
+    # for a tenant it moved away: its tombstone names a member it does not know, so the call is not
+    # forwarded (it failed INTERNAL) but refused UNAVAILABLE naming the destination.
+    source, destination = owner_of(tenants[0], old), owner_of(tenants[0], new)
+    deployment.processes[source].stop()
+    deployment.start(source, old, env={}, extra=[])
+    with deployment.at(source) as proxy, pytest.raises(UnavailableError) as stale:
+        proxy.recall(tenants[0], "Lisbon")
+    assert stale.value.reason == "OWNER_UNAVAILABLE" and stale.value.metadata["owner"] == destination
+    assert "out of date" in str(stale.value)
+    assert "Traceback" not in deployment.processes[source].stderr_path.read_text(errors="replace")
 
 
 def texts_of(client: MemoryClient, tenant: str) -> list[str]:

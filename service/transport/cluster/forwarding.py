@@ -199,7 +199,16 @@ class Forwarder:
     def _channel(self, member: str) -> grpc.aio.Channel:
         channel = self._channels.get(member)
         if channel is None:
-            address = self.membership.addresses[member]
+            address = self.membership.addresses.get(member)
+            if address is None:  # named by a tenant's file here (a move's), not by this member's list
+                raise Unavailable(
+                    f"the tenant is served by member {member}, which is not in this member's list "
+                    f"({self.membership.describe()}): this member's --members is out of date; restart it "
+                    "with the current list, or call the owner",
+                    reason="OWNER_UNAVAILABLE",
+                    metadata={"owner": member, "owner_address": ""},
+                    retry_after_seconds=1.0,
+                )
             channel = (
                 grpc.aio.secure_channel(address, self._credentials, options=_CHANNEL_OPTIONS)
                 if self._credentials is not None
