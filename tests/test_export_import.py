@@ -584,7 +584,10 @@ def _leave_an_import(replacing: Replacing, tenant: str, moment: str, *, kill: bo
                 replacing.target.kill()
             else:
                 call.cancel()
-                if not moment.startswith("ended"):  # the server saw its client leave while the import is held there
+                # The server saw its client leave while the import is held there. A call cancelled
+                # as its requests were sent, nothing holding it, may be gone before the server
+                # began it (then nothing logs it): settled below is what such a moment promises.
+                if hold is not None or moment == REPLACING:
                     wait_until(lambda: replacing.left() > left, 30)
         finally:
             release.set()
@@ -700,7 +703,7 @@ ARCHIVE_MANIFESTS: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
     "no change counter": (_edited(lambda m: m["tenant"].pop("change_counter")), "has no 'change_counter'"),
     'format_version "1"': (_edited(lambda m: m.update(format_version="1")), 'format_version is "1"'),
     "Latin-1 text": (_latin1, "not UTF-8"),
-    "a lone surrogate": (_edited(lambda m: m["tenant"].update(head_hash="@surrogate")), "not UTF-8 text"),
+    "a lone surrogate": (_edited(lambda m: m["tenant"].update(head_hash="@surrogate")), "half of a surrogate pair"),
     "a SHA-256 that is not hex": (_edited(lambda m: _database(m).update(sha256="zz" * 32)), "SHA-256"),
     "files as an object": (_edited(lambda m: m["tenant"].update(files={"database": 1})), "not a list"),
     "no database file": (_edited(lambda m: m["tenant"].update(files=[])), "the database once"),
