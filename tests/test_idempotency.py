@@ -287,3 +287,16 @@ def test_a_retried_forget_by_filter_or_merge_of_a_tenant_without_a_file_answers_
             client.forget_memories(tenant, {"user": "dave"}, request_id="forget-1")
         assert reused.value.reason == "IDEMPOTENCY_KEY_REUSED"
         assert client.forget_memories(tenant, {"user": "carol"}, request_id="forget-2") == 2
+
+
+def test_a_request_id_past_its_time_on_a_tenant_without_a_file_is_a_new_request(tmp_path: Path) -> None:
+    """A request id kept for a tenant without a file is forgotten after the request ids' time: the
+    same id again is a new call (its row replaced), not an error of the store."""
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", embedder="hashing", request_ttl_seconds=0.05))
+    try:
+        filters = {"user": "carol"}
+        assert engine.updates.forget_matching("nobody", metadata_equals=filters, request_id="kept-1") == 0
+        time.sleep(0.1)
+        assert engine.updates.forget_matching("nobody", metadata_equals={"user": "dave"}, request_id="kept-1") == 0
+    finally:
+        engine.close()

@@ -67,7 +67,7 @@ class TenantlessRequests:
                         connection.execute("DELETE FROM requests WHERE created_at < ?", (now - self._ttl,))
                         self._pruned_at = now
                     connection.execute(
-                        "INSERT INTO requests(tenant, request_id, method, payload_hash, result, created_at) "
+                        "INSERT OR REPLACE INTO requests(tenant, request_id, method, payload_hash, result, created_at) "
                         "VALUES(?, ?, ?, ?, ?, ?)",
                         (tenant, request_id, method, payload_hash, result, now),
                     )
