@@ -341,8 +341,8 @@ def test_each_kind_is_delivered_with_ids_only_unless_text_is_asked_for(
     ]
     with MemoryClient(server.target, retries=0) as client:
         client.create_webhook(tenant, receiver.url(), kinds)
-        first = client.retain(tenant, "Dana's locker code is 4417").memory_id
-        client.update_memory(tenant, first, text="Dana's locker code is 9902")
+        first = client.retain(tenant, "Dana's locker code is kestrel").memory_id
+        client.update_memory(tenant, first, text="Dana's locker code is marmoset")
         client.forget(tenant, first)
         client.hot_path(tenant, "enable")
         fast = client.retain(tenant, "a fast note about the harbour", fast=True).event_id
@@ -360,7 +360,7 @@ def test_each_kind_is_delivered_with_ids_only_unless_text_is_asked_for(
     assert any(c == [{"op": "put", "key": "MEMORY.md"}] for c in (d["changes"] for d in data["record.changed"]))
     assert data["consolidation.applied"][0]["changes"] == [{"op": "put", "key": "MEMORY.md"}]
     body = b"".join(r.body for r in receiver.requests)
-    assert b"4417" not in body and b"9902" not in body and b"harbour" not in body  # ids and kinds only
+    assert b"kestrel" not in body and b"marmoset" not in body and b"harbour" not in body  # ids and kinds only
 
 
 def test_subscriptions_over_http_for_the_admin_or_the_tenant_s_own_token(server_factory, tenant: str) -> None:
