@@ -123,7 +123,7 @@ class DeadlineExceededError(MnemosyneClientError):
 
 class UnavailableError(MnemosyneClientError):
     """UNAVAILABLE: nothing answered, or the server cannot serve now (SHUTTING_DOWN,
-    TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE). Raised after the client's own retries; safe
+    TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE, MEMBERS_CHANGING). Raised after the client's own retries; safe
     to repeat a read, or a write with the same request id."""
 
 

@@ -293,8 +293,8 @@ class MemoryClient:
 
     def _retrying(self, attempt: Callable[[], T], *, retry: bool, tenant: str = "") -> T:
         """``attempt()`` until it succeeds; when ``retry`` (the call is safe to repeat: a read, or
-        a write carrying a request id), repeated after UNAVAILABLE (backoff from 0.1 s, doubling)
-        and after RESOURCE_EXHAUSTED that names a retry delay (google.rpc.RetryInfo: the server's
+        a write carrying a request id), repeated after UNAVAILABLE (after the delay it names, else
+        a backoff from 0.1 s, doubling, at most ``MAX_RETRY_DELAY_SECONDS``) and after RESOURCE_EXHAUSTED that names a retry delay (google.rpc.RetryInfo: the server's
         admission limits), at most ``retries`` times."""
         backoff = 0.1
         for tried in range(self._retries + 1):
@@ -304,8 +304,8 @@ class MemoryClient:
                 error = self._failed(exc, tenant)
                 if not retry or tried == self._retries:
                     raise error from exc
-                if error.code == grpc.StatusCode.UNAVAILABLE:
-                    time.sleep(backoff)
+                if error.code == grpc.StatusCode.UNAVAILABLE:  # the server's delay when it names one
+                    time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds or backoff))
                     backoff *= 2
                 elif error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after_seconds is not None:
                     time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
@@ -1003,6 +1003,19 @@ class MemoryClient:
         metadata = ((ROUTE_KEY, _member_id(member)),) if member else ()
         request = admin_pb2.ActivateTenantRequest(tenant=tenant, epoch=epoch, head_hash=head_hash)
         return bool(self.call(self.admin.ActivateTenant, request, retry=True, metadata=metadata).activated)
+
+    def change_members(self, to: str, *, complete: bool = False) -> types.MemberChange:
+        """Begin (or, ``complete``, complete) a change to the member list ``to`` on the member this
+        client calls (admin token; ``mnemosyne rebalance`` asks each member; docs/scale-out.md,
+        "Changing the member list"). Begun, the member creates no tenant another member owns by
+        ``to`` (UNAVAILABLE MEMBERS_CHANGING) and answers once the creations under way ended.
+        Raises ``InvalidArgumentError`` (CONFIG_INVALID: ``to`` is no member list),
+        ``FailedPreconditionError`` (NO_MEMBERS; MEMBER_CHANGE_NOT_BEGUN: completing a change
+        this member was not told of) and ``UnavailableError`` (MEMBERS_CHANGING: creations under
+        way did not end in time; retry)."""
+        request = admin_pb2.ChangeMembersRequest(to=to, complete=complete)
+        r = self.call(self.admin.ChangeMembers, request, retry=True)
+        return types.MemberChange(r.member, r.creations_waited, r.previous_done)
 
     def backup(
         self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0

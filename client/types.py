@@ -452,6 +452,15 @@ class MoveResult:
 
 
 @dataclass(frozen=True)
+class MemberChange:
+    """What a member did of a change of the member list (``MemoryClient.change_members``)."""
+
+    member: str  # the member that answered
+    creations_waited: int  # begun: the creations of tenants under way it waited for
+    previous_done: bool  # completed: it runs the new list, its previous list is done with
+
+
+@dataclass(frozen=True)
 class Caller:
     """Who the server takes the caller for (``MemoryClient.whoami``)."""
 

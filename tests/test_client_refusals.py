@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from mnemosyne.cli.server_process import _free_port as free_port
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError
+from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError, UnavailableError
 from tests.support import ServerProcess, module_server
 
 # Methods that take no plain arguments of their own to spoil (a stub's method and its request, a
@@ -133,3 +134,16 @@ def test_the_refusals_name_their_reason_and_are_value_errors(server: ServerProce
                 ), refused.value.message
         # Nothing was sent: the tenant was never made.
         assert tenant not in client.list_tenants().tenants
+
+
+def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_five_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing answers (UNAVAILABLE without a delay of the server's): each retry waits twice the
+    last, from 0.1 s, at most 5 s, so a client given many retries never waits for hours. The
+    waits are recorded, not slept."""
+    waits: list[float] = []
+    monkeypatch.setattr("mnemosyne.client.memory_client.time.sleep", waits.append)
+    with MemoryClient(f"127.0.0.1:{free_port()}", retries=8) as client, pytest.raises(UnavailableError):
+        client.ping()
+    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])

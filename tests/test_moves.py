@@ -29,6 +29,7 @@ from mnemosyne.cli.server_process import ServerProcess, _free_port
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.errors import FailedPreconditionError, UnavailableError
 from mnemosyne.client.types import RecordChange, TenantBackup
+from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
 from mnemosyne.store.membership import Membership, owner_of
 from mnemosyne.store.ownership import (
     EPOCH_KEY,
@@ -450,6 +451,156 @@ def test_the_placements_a_member_remembers_are_bounded(tmp_path: Path) -> None:
         assert pool.placements_remembered == 3
     finally:
         pool.close()
+
+
+def _creating(deployment: Deployment, ids: list[str], stop: threading.Event, acked: list[str]) -> None:
+    """New tenants, one retain each, through a client with the list ``ids``, each repeated with its
+    request id while refused UNAVAILABLE (as a client's retries would), until ``stop``."""
+    with deployment.client(ids, retries=0) as client:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            tenant = f"fresh-{n}"
+            while not stop.is_set():
+                try:
+                    client.retain(tenant, f"{tenant} keeps its boat at pier {n}", request_id=f"{tenant}-r")
+                except UnavailableError:
+                    time.sleep(0.05)
+                    continue
+                acked.append(tenant)
+                break
+
+
+def test_a_tenant_created_while_a_member_is_drained_is_kept(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scaling down: from the rebalance's first step, no member creates a tenant another member owns
+    by the new list (the leaving member refuses them MEMBERS_CHANGING, durably), so a tenant created
+    while it runs or after it, until the members restart, is created at its new owner then; every
+    acknowledged one is served once the members run the new list."""
+    four, three = ["m0", "m1", "m2", "m3"], ["m0", "m1", "m2"]
+    deployment.run(four)
+    leaving = [t for t in (f"l-{i}" for i in range(200)) if owner_of(t, four) == "m3"]
+    with deployment.client(four) as client:
+        client.retain(leaving[0], "an old tenant of the leaving member: it moves")
+    stop, acked = threading.Event(), list[str]()
+    creator = threading.Thread(target=_creating, args=(deployment, four, stop, acked), daemon=True)
+    creator.start()
+    time.sleep(0.5)
+    with open(deployment.processes["m0"].data_dir.parent / "rebalance.out", "w") as out:
+        assert rebalance(deployment.members(four), deployment.members(three), token=ADMIN, out=out) == 0
+    time.sleep(0.5)  # creations after the drain, while the members still run the list of four
+    stop.set()
+    creator.join(30)
+    assert acked and any(owner_of(t, four) == "m3" for t in acked)
+    waits: list[float] = []  # the client's waits between its retries: the server's delay (1 s)
+    monkeypatch.setattr("mnemosyne.client.memory_client.time.sleep", waits.append)
+    with deployment.client(four, retries=2) as client:
+        with pytest.raises(UnavailableError) as refused:
+            client.retain(leaving[1], "a new tenant the leaving member would own")
+    monkeypatch.undo()
+    assert waits == [1.0, 1.0]
+    assert refused.value.reason == "MEMBERS_CHANGING" and refused.value.metadata["owner"] == owner_of(leaving[1], three)
+    assert not deployment.processes["m3"].tenant_file(leaving[1]).exists()
+    # Durable: the leaving member restarted with the old list still refuses.
+    deployment.processes["m3"].stop()
+    deployment.start("m3", four, env={}, extra=[])
+    with deployment.client(four, retries=0) as client, pytest.raises(UnavailableError):
+        client.retain(leaving[2], "another new tenant the leaving member would own")
+    deployment.run(three)
+    with deployment.client(three) as client:
+        for tenant in [*acked, leaving[0]]:
+            assert len(client.list_memories(tenant).memories) == 1, tenant
+        client.retain(leaving[1], "created at its new owner")
+    assert deployment.processes[owner_of(leaving[1], three)].tenant_file(leaving[1]).exists()
+
+
+def test_a_completed_scale_up_creates_new_tenants_at_their_new_owners_for_good(deployment: Deployment) -> None:
+    """Scaling up: members restarted with the new list and the previous one create a tenant with no
+    file at its owner by the previous list; the rebalance that moved everything completes the
+    change, so that a tenant created after it is created at its owner by the new list, also after
+    a restart that still gives the previous list — never left at a member that is not its owner."""
+    three, four = ["m0", "m1", "m2"], ["m0", "m1", "m2", "m3"]
+    deployment.run(three)
+    early, late, later = tenants_moving(three, four, 3, prefix="up")
+    deployment.run(four, previous=three)
+    with deployment.client(four) as client:
+        client.retain(early, "created before the rebalance: at its previous owner, then moved")
+    assert deployment.processes[owner_of(early, three)].tenant_file(early).exists()
+    out = deployment.processes["m0"].data_dir.parent / "rebalance.out"
+    with open(out, "w") as written:
+        assert rebalance(deployment.members(three), deployment.members(four), token=ADMIN, out=written) == 0
+    for tenant, restart in ((late, False), (later, True)):
+        if restart:
+            deployment.run(four, previous=three)  # the chart keeps the previous list until its next upgrade
+        with deployment.client(three) as stale:  # a client with the old list: routed to the previous owner
+            stale.retain(tenant, "created after the rebalance")
+        assert deployment.processes[owner_of(tenant, four)].tenant_file(tenant).exists()
+        assert not deployment.processes[owner_of(tenant, three)].tenant_file(tenant).exists()
+    assert "previous member list done with on m0, m1, m2, m3" in out.read_text()
+    deployment.run(four)  # the previous list dropped: nothing was left behind
+    with deployment.client(four) as client:
+        for tenant in (early, late, later):
+            assert len(client.list_memories(tenant).memories) == 1, tenant
+
+
+def test_a_change_of_the_member_list_waits_for_the_creations_under_way(tmp_path: Path) -> None:
+    """The begin of a change answers only once the creations of tenants under way have ended (so
+    the listing after it sees them); from it, a tenant another member owns by the new list is
+    refused and no file made; the mark survives a restart; completing a change not begun is
+    refused, and a damaged mark stops the start with a line that says what to do."""
+    membership = Membership.parse("m0", "m0=127.0.0.1:1,m1=127.0.0.1:2,m2=127.0.0.1:3")
+    two = ("m0", "m1", "m3")  # m2 leaves, m3 comes: some of m0's tenants go to m3
+    mine = [t for t in (f"c-{i}" for i in range(400)) if membership.owner(t) == "m0"]
+    kept = next(t for t in mine if owner_of(t, two) == "m0")
+    going, refused = [t for t in mine if owner_of(t, two) != "m0"][:2]
+
+    def opened() -> TenantPool:
+        return TenantPool(tmp_path, max_open=4, synchronous="NORMAL", membership=membership)
+
+    pool, inside, release, begun = opened(), threading.Event(), threading.Event(), []
+    ownership = pool.ownership
+    assert ownership is not None
+
+    def create() -> None:
+        with pool.tenant(going, create=True):
+            inside.set()
+            release.wait(10)
+
+    try:
+        creation = threading.Thread(target=create)
+        creation.start()
+        assert inside.wait(10)
+        beginning = threading.Thread(target=lambda: begun.append(ownership.begin_change(two)))
+        beginning.start()
+        time.sleep(0.3)
+        assert not begun  # it waits for the creation under way
+        release.set()
+        creation.join(10)
+        beginning.join(10)
+        assert begun == [1] and going in pool.tenant_ids()  # in place before the begin answered
+        with pytest.raises(Unavailable) as refusal, pool.tenant(refused, create=True):
+            pass
+        assert refusal.value.reason == "MEMBERS_CHANGING" and refusal.value.metadata == {"owner": "m3"}
+        with pool.tenant(kept, create=True) as store:
+            assert store is not None  # its owner stays this member
+        with pytest.raises(FailedPrecondition) as not_begun:
+            ownership.complete_change(("m0", "m2"))
+        assert not_begun.value.reason == "MEMBER_CHANGE_NOT_BEGUN"
+        assert ownership.complete_change(two) is False  # this member runs another list: it keeps refusing
+    finally:
+        pool.close()
+    pool = opened()
+    try:
+        with pytest.raises(Unavailable), pool.tenant(refused, create=True):
+            pass
+        assert sorted(pool.tenant_ids()) == sorted([going, kept])
+    finally:
+        pool.close()
+    (tmp_path / "tenants" / "member-change.json").write_text('{"to": "m0"}')
+    with pytest.raises(DataLoss) as damaged:
+        opened()
+    assert damaged.value.reason == "MEMBER_CHANGE_DAMAGED" and "rebalance again" in str(damaged.value)
 
 
 class Writers:

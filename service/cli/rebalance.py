@@ -1,13 +1,17 @@
 """``mnemosyne rebalance --from OLD --to NEW``: move every tenant whose owner changes when the
 member list changes from OLD to NEW (docs/scale-out.md, "Moving tenants").
 
-Every member of either list is asked for the tenants whose files it holds (ListTenants routed to
+First every member of either list is told the change begins (ChangeMembers): from then on it
+creates no tenant another member owns by NEW, so the listing that follows sees every tenant it
+will ever hold (docs/scale-out.md, "Changing the member list"). Then every member is asked for the tenants whose files it holds (ListTenants routed to
 it: its own part, tombstones of earlier moves included); a tenant held by a member that is not its
 owner by NEW is moved there by MoveTenant, asked of that member (the source drives the move's
 steps and calls the destination). At most ``parallel`` moves run at once. A move that was done
 already finishes at once (its source's tombstone names the destination), and one interrupted
 earlier is finished, so the command can be run again at any time; it exits 1 when a tenant could
-not be moved (run it again) or a member could not be asked, saying which on stderr.
+not be moved (run it again) or a member could not be asked, saying which on stderr. A run that
+moved everything completes the change on every member: those running NEW no longer look for
+tenants at their owners by their previous list.
 """
 
 from __future__ import annotations
@@ -71,6 +75,23 @@ def _human(count: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     raise AssertionError("unreachable")
+
+
+def _change(clients: dict[str, MemoryClient], new: str, problems: list[str], *, complete: bool) -> list[str]:
+    """Begin (or complete) the change to ``new`` on every member; the members whose previous list
+    is done with (completed). A member that cannot be told, or answers as another, is a problem."""
+    done = []
+    for member, client in sorted(clients.items()):
+        try:
+            answer = client.change_members(new, complete=complete)
+        except MnemosyneClientError as exc:
+            problems.append(f"member {member} ({client.target}) could not be told of the change: {exc}")
+            continue
+        if answer.member != member:
+            problems.append(f"{client.target} answered as member {answer.member or '(none)'}, not {member}")
+        elif answer.previous_done:
+            done.append(member)
+    return done
 
 
 def _plan(clients: dict[str, MemoryClient], owners: list[str], problems: list[str]) -> list[Planned]:
@@ -145,6 +166,7 @@ def rebalance(
             member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]  # MemoryClient's keyword arguments (credentials, options), typed there
             for member, address in addresses.items()
         }
+        _change(clients, new, problems, complete=False)
         plan = _plan(clients, sorted(after), problems)
         total_bytes = sum(p.bytes for p in plan)
         print(
@@ -158,6 +180,10 @@ def rebalance(
             moves = _Moves(clients, plan, problems, out, total_bytes, progress)
             with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
                 list(pool.map(moves.move, plan))
+        if not problems:
+            done = _change(clients, new, problems, complete=True)
+            if done:
+                print(f"rebalance: previous member list done with on {', '.join(done)}", file=out, flush=True)
     # What went wrong, and that it is not finished, where a failing command says it: on ``err``.
     for problem in problems:
         print(f"rebalance: {problem}", file=err, flush=True)

@@ -38,6 +38,7 @@ from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotF
 from mnemosyne.store.membership import MOVED_AT_EPOCH as MOVED_AT_EPOCH
 from mnemosyne.store.membership import NOT_OWNER as NOT_OWNER
 from mnemosyne.store.membership import Membership as Membership
+from mnemosyne.store.membership import parse_members
 from mnemosyne.store.ownership import (
     ACTIVE,
     EPOCH_KEY,
@@ -70,6 +71,13 @@ class MovePlan:
 
     def needs(self, step: str) -> bool:
         return STEPS.index(step) > (STEPS.index(self.done) if self.done else -1)
+
+
+@dataclass(frozen=True)
+class MemberChangeAnswer:
+    member: str  # the member that answered
+    creations_waited: int  # begin: the creations of tenants under way it waited for
+    previous_done: bool  # complete: this member runs the new list and its previous list is done with
 
 
 class Moves:
@@ -210,3 +218,14 @@ class Moves:
         self._pool.record_move(tenant, timeout=STEP_WAIT_SECONDS, **{MOVE_STEP_KEY: ACTIVE})
         self._hot_path.resume(tenant)
         return True
+
+    # -- a change of the member list (store/member_change.py) -----------------------------------------
+
+    def change_members(self, to: str, *, complete: bool) -> MemberChangeAnswer:
+        """Begin (``complete`` false) or complete the change to the member list ``to`` on this member."""
+        ids = tuple(parse_members(to))
+        ownership, me = self._pool.ownership, self.membership.me  # ``membership``: NO_MEMBERS without one
+        assert ownership is not None  # a member has its ownership
+        if complete:
+            return MemberChangeAnswer(me, 0, ownership.complete_change(ids))
+        return MemberChangeAnswer(me, ownership.begin_change(ids), False)

@@ -13,6 +13,7 @@ Layout::
     DATA_DIR/tenants/<tenant>.incoming  a move is bringing the tenant here (store/ownership.py)
     DATA_DIR/tenants/<tenant>.moved     beside a reclaimed tombstone (store/ownership.py)
     DATA_DIR/tenants/<tenant>.owned     a tenant moved here, then erased: created here again (store/ownership.py)
+    DATA_DIR/tenants/member-change.json  a change of the member list begun or completed here (store/member_change.py)
     DATA_DIR/tenants/<tenant>.erasing   an erasure under way, finished at the next start once receipted (store/erasure_log.py)
     DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (store/install.py)
     DATA_DIR/tenants/.new-...         a file being made (a first write, a mark, a reclaim)
@@ -26,10 +27,11 @@ import fcntl
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
-from mnemosyne.store.files import SIDE_SUFFIXES, remove_database, shred
+from mnemosyne.store.files import SIDE_SUFFIXES, fsync, remove_database, shred
 
 LOCK_FILE_NAME = ".mnemosyne.lock"
 SECRET_FILE_NAME = ".mnemosyne.secret"  # the key of page tokens that span tenants
@@ -41,6 +43,29 @@ NEW_FILE_PREFIX = ".new-"
 # The name the data of a tombstone being reclaimed keeps until it is overwritten and removed
 # (store/ownership.py ``reclaim_tombstone``): ``.new-<tenant>.reclaiming.<random>.sqlite``.
 RECLAIMING_MARK = ".reclaiming."
+RECLAIMED_SUFFIX = ".moved"  # beside a reclaimed tombstone (store/ownership.py): listings leave it out
+
+
+def write_durably(path: Path, text: str) -> None:
+    """``path`` holds ``text``, whatever stops it: written under a temporary name (removed at the
+    next start when a kill leaves it), synced, renamed over the old one, its directory synced."""
+    temporary = path.with_name(f"{NEW_FILE_PREFIX}{path.name}.{uuid.uuid4().hex[:12]}")
+    try:
+        temporary.write_text(text)
+        fsync(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    fsync(path.parent)
+
+
+def listed_tenants(tenants_dir: Path, valid: Callable[[str], object]) -> list[str]:
+    """The ids (``valid`` ones) of the tenant files in ``tenants_dir``, in lexical order, but
+    reclaimed tombstones'."""
+    reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
+    names = (path.name[: -len(TENANT_FILE_SUFFIX)] for path in tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"))
+    return sorted(name for name in names if valid(name) and name not in reclaimed)
 
 
 class DataDirLock:

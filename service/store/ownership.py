@@ -27,14 +27,22 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import apsw
 
 from mnemosyne.errors import DataLoss, FailedPrecondition, Unavailable
-from mnemosyne.store.data_dir import NEW_FILE_PREFIX, RECLAIMING_MARK
+from mnemosyne.store.data_dir import (
+    NEW_FILE_PREFIX,
+    RECLAIMED_SUFFIX,
+    RECLAIMING_MARK,
+    TENANTS_DIR_NAME,
+    write_durably,
+)
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, remove_database, shred
+from mnemosyne.store.member_change import MARK_FILE_NAME, MemberChange
 from mnemosyne.store.membership import EPOCH_NEWER, HELD_ELSEWHERE, Membership, moving
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, read_file
 
@@ -54,7 +62,6 @@ TOMBSTONED = "tombstoned"  # the source serves nothing and redirects to the dest
 INACTIVE = "inactive"  # the destination, imported, serves nothing until activated
 ACTIVE = "active"
 INCOMING_SUFFIX = ".incoming"  # beside the tenant files: a move is bringing it here ("SOURCE EPOCH")
-RECLAIMED_SUFFIX = ".moved"  # beside a reclaimed tombstone: listings leave it out
 OWNED_SUFFIX = ".owned"  # beside the tenant files: a tenant moved here, then erased (``after_erasure``)
 # How many tenants' placements (``Ownership.placement``) are remembered; the least recently asked
 # are forgotten beyond it (and read from their file again when asked).
@@ -160,6 +167,13 @@ def check_install_over(tenants_dir: Path, tenant: str, path: Path, *, move: tupl
         )
 
 
+def _without_previous(membership: Membership) -> Membership:
+    """``membership`` once a change to its list completed: every tenant is at its owner by it."""
+    if membership.previous:
+        log.info("member %s: the previous member list is done with (a rebalance to this list completed)", membership.me)
+    return replace(membership, previous=())
+
+
 class Ownership:
     """This member's side of its tenants' ownership (the module's docstring): the check of an
     open, the stamp, where a tenant is served, and the marks of the moves coming here. Made by the
@@ -168,13 +182,15 @@ class Ownership:
     def __init__(
         self,
         membership: Membership,
-        tenants_dir: Path,
+        data_dir: Path,
         read: Callable[[str], OwnershipRecord | None],
         replica_holder: Callable[[str], str | None] = lambda tenant: None,
         remembered: int = PLACEMENTS_REMEMBERED,
     ) -> None:
-        self.membership = membership
-        self._tenants_dir = tenants_dir
+        # a change of the member list begun or completed here (store/member_change.py)
+        self._change = MemberChange(data_dir / TENANTS_DIR_NAME / MARK_FILE_NAME, membership.me, membership.ids)
+        self.membership = _without_previous(membership) if self._change.previous_done else membership
+        self._tenants_dir = data_dir / TENANTS_DIR_NAME
         self._read = read  # a tenant's record from its file here; None without one (store/pool.py)
         # who started a tenant's newest generation in object storage (store/replicas.py ``holder``)
         self._replica_holder = replica_holder
@@ -414,6 +430,28 @@ class Ownership:
         with self._guard:
             return len(self._placements)
 
+    # -- a change of the member list ------------------------------------------------------------------
+
+    def creating(self, tenant: str) -> AbstractContextManager[None]:
+        """The block of a tenant's creation here, up to its file in place (a first write, an
+        import): refused while a change of the member list gives the tenant to another member."""
+        return self._change.creating(tenant)
+
+    def begin_change(self, to: tuple[str, ...]) -> int:
+        """``MemberChange.begin``: from now on no tenant another member owns by ``to`` is created here."""
+        return self._change.begin(to)
+
+    def complete_change(self, to: tuple[str, ...]) -> bool:
+        """``MemberChange.complete``; when this member runs ``to``, its previous list is done with now:
+        a tenant without a file here is at its owner by ``to``."""
+        if not self._change.complete(to):
+            return False
+        if self.membership.previous:
+            self.membership = _without_previous(self.membership)
+            with self._guard:
+                self._placements.clear()
+        return True
+
     # -- a move bringing a tenant here --------------------------------------------------------------
 
     def refuse_incoming(self, tenant: str) -> None:
@@ -426,16 +464,7 @@ class Ownership:
         """Record, durably, that a move is bringing ``tenant`` here from ``source`` at ``epoch``
         (a file beside the tenant files, written under a temporary name first and synced); the
         install of its copy removes it (store/pool.py ``install``)."""
-        mark = incoming_mark(self._tenants_dir, tenant)
-        temporary = mark.with_name(f"{NEW_FILE_PREFIX}{mark.name}.{uuid.uuid4().hex[:12]}")
-        try:
-            temporary.write_text(f"{source} {epoch}")
-            fsync(temporary)
-            os.replace(temporary, mark)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        fsync(self._tenants_dir)
+        write_durably(incoming_mark(self._tenants_dir, tenant), f"{source} {epoch}")
         self.forget(tenant)
 
 

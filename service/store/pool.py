@@ -29,7 +29,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ from mnemosyne.store.data_dir import (
     TENANT_FILE_SUFFIX,
     TENANTS_DIR_NAME,
     claim_data_dir,
+    listed_tenants,
     remove_leftovers,
     remove_orphan_inboxes,
     remove_tenant_files,
@@ -60,7 +61,6 @@ from mnemosyne.store.ownership import (
     INACTIVE,
     MOVE_STEP_KEY,
     PLACEMENTS_REMEMBERED,
-    RECLAIMED_SUFFIX,
     TOMBSTONED,
     Ownership,
     OwnershipRecord,
@@ -134,11 +134,10 @@ class TenantPool:
         # With members (store/membership.py), a tenant is opened only by its owner, and only from
         # a file naming this member at the current epoch (store/ownership.py); None: one server
         # holds every tenant.
-        self.membership = membership
         self.ownership = (
             None
             if membership is None
-            else Ownership(membership, self.tenants_dir, self.move_record, self.replicas.holder, placements_remembered)
+            else Ownership(membership, self.data_dir, self.move_record, self.replicas.holder, placements_remembered)
         )
         self._damaged: dict[str, float] = {}  # tenant -> modification time of its file when an open found it damaged
         self._guard = threading.Lock()  # of ``_damaged``
@@ -146,6 +145,10 @@ class TenantPool:
         self.secret = server_secret(self.data_dir)
         valid, head_of_tenant = TENANT_ID_PATTERN.fullmatch, lambda tenant: head_of(self.path_for(tenant))
         finish_erasures(self.data_dir, self.tenants_dir, valid, head_of_tenant, self._remove_erased)  # after a receipt
+
+    @property
+    def membership(self) -> Membership | None:  # as its ownership has it (a change of the list drops its previous)
+        return None if self.ownership is None else self.ownership.membership
 
     def path_for(self, tenant: str) -> Path:
         return self.tenants_dir / f"{validate_tenant(tenant)}{TENANT_FILE_SUFFIX}"
@@ -158,13 +161,7 @@ class TenantPool:
 
     def tenant_ids(self) -> list[str]:
         """Tenant ids that have a file, in lexical order (not reclaimed tombstones: ``reclaim``)."""
-        reclaimed = {path.name[: -len(RECLAIMED_SUFFIX)] for path in self.tenants_dir.glob(f"*{RECLAIMED_SUFFIX}")}
-        names = []
-        for path in self.tenants_dir.glob(f"*{TENANT_FILE_SUFFIX}"):
-            name = path.name[: -len(TENANT_FILE_SUFFIX)]
-            if TENANT_ID_PATTERN.fullmatch(name) and name not in reclaimed:
-                names.append(name)
-        return sorted(names)
+        return listed_tenants(self.tenants_dir, TENANT_ID_PATTERN.fullmatch)
 
     @property
     def open_count(self) -> int:
@@ -245,34 +242,36 @@ class TenantPool:
                 with self.tenant(tenant, create=False) as restored:
                     yield restored  # type: ignore[misc]  # a store: it was just installed, under the lock
                 return
-            temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
-            try:
-                store = self._open_store(tenant, temporary)
-                if self.ownership is not None:
-                    self.ownership.stamp(store)
-                record_floor(store, self.replicas.floor(tenant, new=True))
-                if self.tenantless is not None:
-                    self.tenantless.carry_into(tenant, store)
-            except BaseException:
-                remove_database(temporary)
-                raise
-            try:
-                yield store
-                store.close()
-                if Path(f"{temporary}-wal").exists():  # the close could not checkpoint: a full disk
-                    raise ResourceExhausted(
-                        "the disk holding the tenant files is full; nothing of this write was kept", reason="DISK_FULL"
-                    )
-                open_with_room(lambda: fsync(temporary), self.make_room)
-                with self.replicas.swapping(tenant, fresh=True):
-                    os.rename(temporary, path)
-                    open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
-            except BaseException:
-                store.close()
-                remove_database(temporary)
-                raise
-            # Kept open, as any tenant just used (its next call need not open it).
-            self._stores.release(self._admit(tenant, self._open_store(tenant, path)))
+            with nullcontext() if self.ownership is None else self.ownership.creating(tenant):
+                temporary = path.with_name(f"{NEW_FILE_PREFIX}{tenant}.{uuid.uuid4().hex[:12]}{TENANT_FILE_SUFFIX}")
+                try:
+                    store = self._open_store(tenant, temporary)
+                    if self.ownership is not None:
+                        self.ownership.stamp(store)
+                    record_floor(store, self.replicas.floor(tenant, new=True))
+                    if self.tenantless is not None:
+                        self.tenantless.carry_into(tenant, store)
+                except BaseException:
+                    remove_database(temporary)
+                    raise
+                try:
+                    yield store
+                    store.close()
+                    if Path(f"{temporary}-wal").exists():  # the close could not checkpoint: a full disk
+                        raise ResourceExhausted(
+                            "the disk holding the tenant files is full; nothing of this write was kept",
+                            reason="DISK_FULL",
+                        )
+                    open_with_room(lambda: fsync(temporary), self.make_room)
+                    with self.replicas.swapping(tenant, fresh=True):
+                        os.rename(temporary, path)
+                        open_with_room(lambda: fsync(self.tenants_dir), self.make_room)
+                except BaseException:
+                    store.close()
+                    remove_database(temporary)
+                    raise
+                # Kept open, as any tenant just used (its next call need not open it).
+                self._stores.release(self._admit(tenant, self._open_store(tenant, path)))
 
     def _restore_from_replica(self, tenant: str) -> bool:
         """When object storage holds a replica of a tenant with no file here (a lost volume), its files
@@ -542,7 +541,9 @@ class TenantPool:
             installs.stamp_new_timeline(database)
         if self.ownership is not None and not restored:  # an import through the owner: this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
+        maker = self.ownership if move is None and not restored else None  # an import making the tenant here
         with (
+            nullcontext() if maker is None else maker.creating(tenant),
             self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
             self.replicas.swapping(tenant, fresh=True),
         ):

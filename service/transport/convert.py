@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 
 from mnemosyne.engine import backup, types
 from mnemosyne.engine.erasure import ErasureReceipt
-from mnemosyne.engine.moves import MovePlan
+from mnemosyne.engine.moves import MemberChangeAnswer, MovePlan
 from mnemosyne.engine.tenant_import import Imported
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.v1 import admin_pb2, memory_pb2, types_pb2, workspace_pb2
@@ -302,6 +302,12 @@ def to_move_tenant_response(
         bytes=sent,
         steps=steps,
         memories=memories,
+    )
+
+
+def to_change_members_response(answer: MemberChangeAnswer) -> admin_pb2.ChangeMembersResponse:
+    return admin_pb2.ChangeMembersResponse(
+        member=answer.member, creations_waited=answer.creations_waited, previous_done=answer.previous_done
     )
 
 

@@ -58,6 +58,7 @@ ADMIN_METHODS = frozenset(
         "/mnemosyne.v1.AdminService/ImportTenant",
         "/mnemosyne.v1.AdminService/MoveTenant",
         "/mnemosyne.v1.AdminService/ActivateTenant",
+        "/mnemosyne.v1.AdminService/ChangeMembers",
     }
 )
 IMPORT_TENANT = "/mnemosyne.v1.AdminService/ImportTenant"

@@ -86,12 +86,12 @@ function retainResult(r) {
 
 /**
  * How long to wait before repeating a call that failed with `err`, or null when that failure is
- * final: UNAVAILABLE waits `backoffMs`, RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (at
- * most `maxRetryDelayMs`).
+ * final: UNAVAILABLE waits the RetryInfo's retry_delay when it has one, else `backoffMs`;
+ * RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (each at most `maxRetryDelayMs`).
  */
 function retryDelay(err, backoffMs, maxRetryDelayMs) {
   if (!(err instanceof MnemosyneError)) return null;
-  if (err.code === grpc.status.UNAVAILABLE) return backoffMs;
+  if (err.code === grpc.status.UNAVAILABLE) return Math.min(err.retryDelayMs ?? backoffMs, maxRetryDelayMs);
   if (err.code === grpc.status.RESOURCE_EXHAUSTED && err.retryDelayMs !== null) return Math.min(err.retryDelayMs, maxRetryDelayMs);
   return null;
 }
@@ -779,6 +779,15 @@ class MemoryClient {
     const { response } = await this._routedCall(this.admin, 'ActivateTenant',
       { tenant, epoch: epoch, head_hash: headHash }, { metadata: {}, retry: true, timeoutMs: this.timeoutMs, tokens: [], member });
     return response.activated;
+  }
+
+  /**
+   * Begin (or, `complete: true`, complete) a change to the member list `to` on the member this client
+   * calls (admin token; `mnemosyne rebalance` asks each member).
+   */
+  async changeMembers(to, { complete = false } = {}) {
+    const { response } = await this._call(this.admin, 'ChangeMembers', { to, complete }, { retry: true });
+    return { member: response.member, creationsWaited: response.creations_waited, previousDone: response.previous_done };
   }
 
   /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */

@@ -301,6 +301,7 @@ export declare class MemoryClient {
   moveTenant(tenant: string, destination: string, options?: { member?: string; timeoutMs?: number }): Promise<MoveResult>;
   /** Whether it was activated now (false: it was already). */
   activateTenant(tenant: string, epoch: number | bigint | string, headHash: string, options?: { member?: string }): Promise<boolean>;
+  changeMembers(to: string, options?: { complete?: boolean }): Promise<{ member: string; creationsWaited: number; previousDone: boolean }>;
   listRecords(tenant: string, scope: string): Promise<{ records: WorkspaceRecord[]; generation: bigint }>;
   /** Resolves the new generation. */
   editRecords(

@@ -469,6 +469,24 @@ class MoveTenantResponse(_message.Message):
     memories: int
     def __init__(self, tenant: _Optional[str] = ..., source: _Optional[str] = ..., destination: _Optional[str] = ..., epoch: _Optional[int] = ..., head_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., steps: _Optional[_Iterable[str]] = ..., memories: _Optional[int] = ...) -> None: ...
 
+class ChangeMembersRequest(_message.Message):
+    __slots__ = ("to", "complete")
+    TO_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    complete: bool
+    def __init__(self, to: _Optional[str] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class ChangeMembersResponse(_message.Message):
+    __slots__ = ("member", "creations_waited", "previous_done")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    CREATIONS_WAITED_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_DONE_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    creations_waited: int
+    previous_done: bool
+    def __init__(self, member: _Optional[str] = ..., creations_waited: _Optional[int] = ..., previous_done: _Optional[bool] = ...) -> None: ...
+
 class ActivateTenantRequest(_message.Message):
     __slots__ = ("tenant", "epoch", "head_hash")
     TENANT_FIELD_NUMBER: _ClassVar[int]

@@ -100,6 +100,11 @@ class AdminServiceStub:
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.SerializeToString,
                 response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.FromString,
                 _registered_method=True)
+        self.ChangeMembers = channel.unary_unary(
+                '/mnemosyne.v1.AdminService/ChangeMembers',
+                request_serializer=mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersRequest.SerializeToString,
+                response_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/mnemosyne.v1.AdminService/WhoAmI',
                 request_serializer=mnemosyne_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
@@ -255,6 +260,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChangeMembers(self, request, context):
+        """A change of the member list, asked of each member by `mnemosyne rebalance` (admin token;
+        answered by the member called, never forwarded; docs/scale-out.md, "Changing the member
+        list"). Begun (`complete` false) before the rebalance lists the member's tenants: the member
+        records the new list durably, from then on creates no tenant that another member owns by it
+        (UNAVAILABLE MEMBERS_CHANGING with a RetryInfo, until the members run the new list), and
+        answers once the creations under way have ended. Completed once every tenant was moved: a
+        member running the new list no longer looks for tenants at their owners by its previous list
+        (--previous-members), for good; a member running another list keeps refusing. Completing a
+        change not begun on that member is FAILED_PRECONDITION MEMBER_CHANGE_NOT_BEGUN.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller is: its token's name and the tenants it may reach (every tenant for an admin
         token). On a server without tokens (loopback only) the name is empty and the caller is an
@@ -351,6 +371,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ActivateTenant,
                     request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.FromString,
                     response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.SerializeToString,
+            ),
+            'ChangeMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeMembers,
+                    request_deserializer=mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersRequest.FromString,
+                    response_serializer=mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -720,6 +745,33 @@ class AdminService:
             '/mnemosyne.v1.AdminService/ActivateTenant',
             mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantRequest.SerializeToString,
             mnemosyne_dot_v1_dot_admin__pb2.ActivateTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mnemosyne.v1.AdminService/ChangeMembers',
+            mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersRequest.SerializeToString,
+            mnemosyne_dot_v1_dot_admin__pb2.ChangeMembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

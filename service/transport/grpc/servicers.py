@@ -354,6 +354,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ActivateTenantResponse:
         return await self._moves.activate(request, call)
 
+    async def ChangeMembers(
+        self, request: admin_pb2.ChangeMembersRequest, call: Call
+    ) -> admin_pb2.ChangeMembersResponse:
+        answer = await call.run(partial(self._engine.moves.change_members, request.to, complete=request.complete))
+        return convert.to_change_members_response(answer)
+
     async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, call: Call) -> admin_pb2.WhoAmIResponse:
         # Answered on the event loop: the edge authenticated the caller; nothing to look up.
         return convert.to_whoami_response(call.principal, call.reaches, admin=call.reaches == frozenset({ADMIN}))

@@ -52,6 +52,7 @@ GRPC_ONLY: dict[str, str] = {
     "mnemosyne rebalance, which speaks gRPC; it streams the tenant to the destination member over gRPC",
     "/mnemosyne.v1.AdminService/ActivateTenant": "a move's last step, asked by the source member of the destination "
     "over gRPC (member-to-member)",
+    "/mnemosyne.v1.AdminService/ChangeMembers": "asked of each member by mnemosyne rebalance, which speaks gRPC",
 }
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
