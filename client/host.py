@@ -49,12 +49,12 @@ class MemoryHost:
         agent: object,
         workspace: str,
         query: str | None = None,
-        k: int = 5,
+        k: int = 0,
         *,
         consistency_token: str | None = None,
     ) -> str:
         """The memory part of ``agent``'s prompt: the Global records, ``workspace``'s records and,
-        for ``query``, the ``k`` most relevant memories, as text for the model (no generation in
+        for ``query``, the ``k`` most relevant memories (0: the server's default), as text for the model (no generation in
         it). Records the generations it was read at as ``agent``'s observation (``agent`` is the
         live object of one agent: its tool calls write against what it last read). It waits for
         the client's own writes of the tenant still queued (the client's session consistency;

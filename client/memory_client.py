@@ -428,7 +428,7 @@ class MemoryClient:
         self,
         tenant: str,
         query: str,
-        k: int = 5,
+        k: int = 0,
         scopes: Sequence[str] | None = None,
         filters: Mapping[str, str] | None = None,
         *,
@@ -445,8 +445,8 @@ class MemoryClient:
         below). Returns ``Hit``s: the memory and its fused, vector and text scores (comparable
         within one answer). Raises ``RequestInvalidError`` (RECALL_MODE_INVALID; a ``ValueError``)
         for another ``mode``; ``InvalidArgumentError`` (QUERY_EMPTY, QUERY_INVALID: a NUL,
-        QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default; SCOPE_INVALID,
-        METADATA_INVALID)."""
+        QUERY_TOO_LONG, K_OUT_OF_RANGE: 1 to the server's --max-k, 100 by default; 0 is the server's
+        default, 5 or its --max-k when lower; SCOPE_INVALID, METADATA_INVALID)."""
         if mode not in _MODES:
             raise unknown_name("RECALL_MODE_INVALID", "mode", _MODES, mode)
         request = memory_pb2.RecallRequest(
@@ -725,9 +725,10 @@ class MemoryClient:
     # from ``MemoryHost``, which keeps generations out of everything the model sees.
 
     def assemble_context(
-        self, tenant: str, workspace: str, query: str | None = None, k: int = 5, *, consistency_token: str | None = None
+        self, tenant: str, workspace: str, query: str | None = None, k: int = 0, *, consistency_token: str | None = None
     ) -> types.AssembledContext:
-        """Records of Global and ``workspace`` (+ the ``k`` memories recalled for ``query``), with
+        """Records of Global and ``workspace`` (+ the ``k`` memories recalled for ``query``: 0 the
+        server's default, as for ``recall``), with
         the exact generations read in the same snapshot (from the response metadata): host code
         keeps them and sends them back with ``update_global`` and ``update_workspace``.
 

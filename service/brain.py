@@ -228,7 +228,7 @@ class MemoryBrain:
     def recall(
         self,
         query: str,
-        k: int = 5,
+        k: int = 0,
         *,
         scopes: Sequence[str] | None = None,
         filters: Mapping[str, str] | None = None,
@@ -236,7 +236,7 @@ class MemoryBrain:
         consistency_token: str | None = None,
     ) -> list[types.Hit]:
         """The ``k`` memories most relevant to ``query``, best first, as ``Hit``s (memory and
-        scores); ``scopes`` and ``filters`` (metadata pairs) narrow them, ``mode`` is "hybrid",
+        scores; ``k`` 0: the server's default, 5 or its --max-k when lower); ``scopes`` and ``filters`` (metadata pairs) narrow them, ``mode`` is "hybrid",
         "vector" or "text". ``consistency_token``: None waits for this brain's own writes
         (session consistency), ``""`` for none, a token for the writes it names (as for
         ``get_memory``). Raises ``RequestInvalidError`` (RECALL_MODE_INVALID; a ``ValueError``) for another mode; ``InvalidArgumentError``
@@ -362,9 +362,10 @@ class MemoryBrain:
         event = self._local(lambda e: e.hot_path.get_event(self.tenant, event_id))
         return client_convert.event_from_proto(convert_hot_path.to_event(event))
 
-    def list_events(self, *, status: str | None = None, page_size: int = 100, page_token: str = "") -> types.EventPage:
+    def list_events(self, *, status: str | None = None, page_size: int = 0, page_token: str = "") -> types.EventPage:
         """A page of hot-path operations in id order, only those of ``status`` ("pending",
-        "running", "succeeded", "failed"; any when None); ``page_token`` the previous page's
+        "running", "succeeded", "failed"; any when None); ``page_size`` 0 the server's default (100,
+        or its --max-page-size when lower); ``page_token`` the previous page's
         ``next_page_token``. Raises ``InvalidArgumentError`` (EVENT_STATUS_INVALID,
         PAGE_SIZE_OUT_OF_RANGE, PAGE_TOKEN_INVALID)."""
         if self._client is not None:

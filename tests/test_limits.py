@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import grpc
+import httpx2
 import pytest
 import requests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-from mnemosyne.client import MemoryClient
+from mnemosyne.brain import MemoryBrain
+from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.engine.limits import MAX_RECALL_SCOPES
 from tests.support import ServerFactory, ServerProcess
@@ -27,6 +32,25 @@ def _refused(call, code: grpc.StatusCode, reason: str, names: str) -> MnemosyneC
     # the serve flag an operator raises.
     assert not re.search(r"\bmax_[a-z_]+", exc.value.message), exc.value.message
     return exc.value
+
+
+class _Agent:
+    """An agent of MemoryHost (a live object it can observe)."""
+
+
+async def _mcp_defaults(http_url: str, tenant: str) -> list[int]:
+    """The memories recalled by the MCP tools, prompt and events listing that name no k or page size."""
+    client = Client(
+        streamable_http_client(f"{http_url}/mcp?tenant={tenant}", http_client=httpx2.AsyncClient(timeout=30))
+    )
+    async with client:
+        recalled = await client.call_tool("recall", {"query": "thing"})
+        read = await client.call_tool("read_memory", {"query": "thing"})
+        prompt = await client.get_prompt("memory_context", {"query": "thing"})
+        events = await client.call_tool("list_events", {})
+    texts = [recalled.content[0].text, read.content[0].text, prompt.messages[0].content.text]  # type: ignore[union-attr]  # each is text
+    assert not recalled.is_error and not read.is_error and not events.is_error, (texts, events)
+    return [("\n" + text).count("\n- ") for text in texts]
 
 
 @pytest.fixture
@@ -100,6 +124,14 @@ def test_each_request_limit_names_itself(limited: ServerProcess, tenant: str) ->
         first = c.list_memories(tenant, page_size=0)
         assert len(first.memories) == 5 and first.next_page_token
         assert len(c.list_memories(tenant).memories) == 5
+        # The defaults of each client surface are the server's (0), not numbers of their own.
+        assert len(c.recall(tenant, "thing")) == 4
+        assert len(c.assemble_context(tenant, "main", "thing").memories) == 4
+        assert MemoryHost(c, tenant).assemble_context(_Agent(), "main", "thing").count("\n- ") == 4
+    with MemoryBrain(limited.target, tenant=tenant) as brain:
+        assert len(brain.recall("thing")) == 4
+        assert brain.list_events().events == []
+    assert anyio.run(_mcp_defaults, limited.http_url, tenant) == [4, 4, 4]
     searched = requests.post(
         f"{limited.http_url}/v3/memories/search/",
         json={"query": "thing"},

@@ -181,7 +181,7 @@ class Workspaces:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def assemble_context(self, tenant: str, workspace: str, *, query: str = "", k: int = 5) -> AssembledContext:
+    def assemble_context(self, tenant: str, workspace: str, *, query: str = "", k: int = 0) -> AssembledContext:
         scope = workspace_scope(workspace)
         if query:
             check.validate_query(query, self._limits)

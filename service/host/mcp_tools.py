@@ -117,12 +117,14 @@ def _decimal(name: str, minimum: float, maximum: float) -> Callable[[object], fl
     return check
 
 
+# A number the model does not give is 0, the server's default within its own limit (a lower
+# --max-k or --max-page-size): a default of the tools' own would be refused by such a server.
 def _k(what: str) -> Any:
-    return Field(ge=1, le=MAX_K, description=f"How many memories {what}: 1 to {MAX_K}.")
+    return Field(ge=0, le=MAX_K, description=f"How many memories {what}: 1 to {MAX_K}; 0: the server's default (5).")
 
 
-RecallK = Annotated[int, _k("to recall"), BeforeValidator(_whole("k", 1, MAX_K))]
-ReadK = Annotated[int, _k("to recall for the query"), BeforeValidator(_whole("k", 1, MAX_K))]
+RecallK = Annotated[int, _k("to recall"), BeforeValidator(_whole("k", 0, MAX_K))]
+ReadK = Annotated[int, _k("to recall for the query"), BeforeValidator(_whole("k", 0, MAX_K))]
 EventId = Annotated[
     int,
     Field(ge=1, le=MAX_EVENT_ID, description="The event id a queued retain answered."),
@@ -130,8 +132,12 @@ EventId = Annotated[
 ]
 PageSize = Annotated[
     int,
-    Field(ge=1, le=MAX_PAGE_SIZE, description=f"How many events at most: 1 to {MAX_PAGE_SIZE}."),
-    BeforeValidator(_whole("page_size", 1, MAX_PAGE_SIZE)),
+    Field(
+        ge=0,
+        le=MAX_PAGE_SIZE,
+        description=f"How many events at most: 1 to {MAX_PAGE_SIZE}; 0: the server's default (100).",
+    ),
+    BeforeValidator(_whole("page_size", 0, MAX_PAGE_SIZE)),
 ]
 WaitSeconds = Annotated[
     float,
@@ -389,7 +395,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         return await s.run(reading(s, query, k))
 
     async def read_memory(
-        ctx: Context[Any, Any], query: Query = "", k: ReadK = 5, consistency_token: ConsistencyToken = ""
+        ctx: Context[Any, Any], query: Query = "", k: ReadK = 0, consistency_token: ConsistencyToken = ""
     ) -> str:
         """Read your memory: the global memory document MEMORY.md, the current workspace's records and,
         when you give a query, up to k memories recalled for it. Call it before you change MEMORY.md or
@@ -418,7 +424,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
                 f"read memory://context/{s.workspace}",
             )
         try:
-            return await run_async(reading(s, "", 5), s.calls)
+            return await run_async(reading(s, "", 0), s.calls)
         except ServiceError as error:
             raise _refusal(error) from None
 
@@ -427,7 +433,7 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         """Your memory context as a prompt, with memories recalled for an optional query."""
         s = session_of(ctx)
         try:
-            return await run_async(reading(s, query, 5), s.calls)
+            return await run_async(reading(s, query, 0), s.calls)
         except ServiceError as error:
             raise _refusal(error) from None
 
@@ -459,7 +465,7 @@ def _memory_tools(session_of: Callable[[Context[Any, Any]], ToolSession]) -> lis
         return _with_token(_retained(response.result), answered)
 
     async def recall(
-        ctx: Context[Any, Any], query: Question, k: RecallK = 5, consistency_token: ConsistencyToken = ""
+        ctx: Context[Any, Any], query: Question, k: RecallK = 0, consistency_token: ConsistencyToken = ""
     ) -> str:
         """Find up to k memories relevant to a question or topic, best first."""
         s = session_of(ctx)
@@ -504,7 +510,7 @@ def _queue_tools(session_of: Callable[[Context[Any, Any]], ToolSession]) -> list
     async def list_events(
         ctx: Context[Any, Any],
         status: Literal["", "pending", "running", "succeeded", "failed"] = "",
-        page_size: PageSize = 20,
+        page_size: PageSize = 0,
     ) -> str:
         """Recent queued writes, oldest first, optionally only those with one status."""
         s = session_of(ctx)

@@ -264,9 +264,11 @@ class Assembly:
     omitted_memory_ids: tuple[int, ...] = ()
 
 
-def assemble(tenant: str, workspace: str, query: str | None = None, k: int = 5) -> Flow[Assembly]:
+def assemble(tenant: str, workspace: str, query: str | None = None, k: int = 0) -> Flow[Assembly]:
     """Records of Global and ``workspace`` (and memories recalled for ``query``), with the exact
-    generations read in the same snapshot (from the response metadata).
+    generations read in the same snapshot (from the response metadata). ``k`` 0 is the server's
+    default (5, or its --max-k when lower): a host never sends a number of its own the server's
+    lower limit would refuse.
 
     Records the server left out to keep its response small (``omitted_records``) are fetched one
     by one and must carry the same generation; if one changed meanwhile, the context is assembled
@@ -318,7 +320,7 @@ def _complete_records(
 
 
 def read_memory(
-    observations: HostObservations, agent: object, tenant: str, workspace: str, query: str | None = None, k: int = 5
+    observations: HostObservations, agent: object, tenant: str, workspace: str, query: str | None = None, k: int = 0
 ) -> Flow[str]:
     """The memory part of the agent's prompt; records the generations it was read at."""
     assembled = yield from assemble(tenant, workspace, query, k)

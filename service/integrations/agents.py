@@ -262,12 +262,12 @@ class Conversations:
 class MemoryTools:
     """Memory for the agents of ``tenant`` (through ``client``), in the Global scope and
     ``workspace``: ``instructions(base)`` for an ``Agent``'s instructions, ``tools()`` for its
-    tools. ``k``: memories recalled for the latest user message into each context (0: the
-    server's default, 5; TypeError or ValueError for one no recall takes, the server's max_k
-    refusing a larger one in the run). Runs must
-    carry a context object proper to their conversation (the module's docstring says why)."""
+    tools. ``k``: memories recalled for the latest user message into each context (0, the
+    default: the server's, 5 or its --max-k when lower; TypeError or ValueError for one no recall
+    takes, the server's max_k refusing a larger one in the run). Runs must carry a context object
+    proper to their conversation (the module's docstring says why)."""
 
-    def __init__(self, client: MemoryClient, tenant: str, workspace: str, *, k: int = 5) -> None:
+    def __init__(self, client: MemoryClient, tenant: str, workspace: str, *, k: int = 0) -> None:
         if isinstance(k, bool) or not isinstance(k, int):
             raise TypeError(f"k is a whole number of memories to recall (0: the server's default), not {k!r}")
         if k < 0:

@@ -508,11 +508,13 @@ class MemoryClient {
   }
 
   /**
-   * The `k` memories best matching `query`. `consistencyToken`: undefined waits for this client's
-   * own writes of the tenant (session consistency), '' for none, a token for the writes it names.
+   * The `k` memories best matching `query` (0 or none: the server's default, 5 or its --max-k when
+   * lower; a number of the client's own would be refused by a server with a lower --max-k).
+   * `consistencyToken`: undefined waits for this client's own writes of the tenant (session
+   * consistency), '' for none, a token for the writes it names.
    */
   async recall(tenant, query, {
-    k = 5, scopes = [], metadataEquals = {}, consistencyToken,
+    k = 0, scopes = [], metadataEquals = {}, consistencyToken,
   } = {}) {
     const { response } = await this._call(this.memory, 'Recall',
       { tenant, query, k, scopes, metadata_equals: metadataEquals }, { retry: true, consistencyToken });
@@ -541,9 +543,12 @@ class MemoryClient {
     return memory(response.memory);
   }
 
-  /** One page of a tenant's memories, oldest first (`newestFirst`), or one thread's in order. */
+  /**
+   * One page of a tenant's memories, oldest first (`newestFirst`), or one thread's in order;
+   * `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower).
+   */
   async listMemories(tenant, {
-    scope = '', pageSize = 100, pageToken = '', includeForgotten = false, newestFirst = false, thread = '',
+    scope = '', pageSize = 0, pageToken = '', includeForgotten = false, newestFirst = false, thread = '',
     metadataEquals = {}, consistencyToken,
   } = {}) {
     const { response } = await this._call(this.memory, 'ListMemories', {
@@ -838,8 +843,11 @@ class MemoryClient {
     return event(response);
   }
 
-  /** One page of events in id order; `status` one of 'pending', 'running', 'succeeded', 'failed'. */
-  async listEvents(tenant, { status, acceptedAfter, pageSize = 100, pageToken = '' } = {}) {
+  /**
+   * One page of events in id order; `status` one of 'pending', 'running', 'succeeded', 'failed';
+   * `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower).
+   */
+  async listEvents(tenant, { status, acceptedAfter, pageSize = 0, pageToken = '' } = {}) {
     if (status != null && !Object.hasOwn(EVENT_STATUS_BY_NAME, status)) {
       throw unknownName('EVENT_STATUS_INVALID', 'status', Object.keys(EVENT_STATUS_BY_NAME), status);
     }
@@ -884,10 +892,10 @@ class MemoryClient {
   // -- workspace (host-owned generations) ---------------------------------------------------------
 
   /**
-   * Records and recalled memories, with both generations from the response metadata;
+   * Records and recalled memories, with both generations from the response metadata; `k` and
    * `consistencyToken` as for recall.
    */
-  async assembleContext(tenant, workspace, { query = '', k = 5, consistencyToken } = {}) {
+  async assembleContext(tenant, workspace, { query = '', k = 0, consistencyToken } = {}) {
     // Records the server left out to keep its response under ~3 MiB (omitted_records) are read
     // one by one and must carry the assembly's generation; if one changed meanwhile, the context
     // is assembled again (at most three times), so records and generations always belong together.

@@ -147,9 +147,9 @@ class MemoryHost {
 
   /**
    * The memory part of the agent's prompt; records the generations it was read at. It waits for
-   * the client's own writes of the tenant still queued (`consistencyToken`: as for recall).
+   * the client's own writes of the tenant still queued (`k` and `consistencyToken`: as for recall).
    */
-  async assembleContext(agent, workspace, { query = '', k = 5, consistencyToken } = {}) {
+  async assembleContext(agent, workspace, { query = '', k = 0, consistencyToken } = {}) {
     if (agent === null || (typeof agent !== 'object' && typeof agent !== 'function')) {
       throw new TypeError('an agent must be an object (observations are held per live agent object)');
     }

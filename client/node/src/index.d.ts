@@ -206,6 +206,7 @@ export declare class MemoryClient {
     tenant: string,
     query: string,
     options?: {
+      /** 1 to the server's --max-k; 0 or none: the server's default (5, or its --max-k when lower). */
       k?: number;
       scopes?: string[];
       metadataEquals?: Record<string, string>;
@@ -221,6 +222,7 @@ export declare class MemoryClient {
   getEvent(tenant: string, eventId: Id | number | bigint): Promise<MemoryEvent>;
   listEvents(
     tenant: string,
+    /** `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower). */
     options?: { status?: EventStatus; acceptedAfter?: Date; pageSize?: number; pageToken?: string },
   ): Promise<EventPage>;
   /** Status transitions, replayed then live; leaving the `for await` loop cancels the stream. */
@@ -251,6 +253,7 @@ export declare class MemoryClient {
     tenant: string,
     options?: {
       scope?: string;
+      /** 0 or none: the server's default (100, or its --max-page-size when lower). */
       pageSize?: number;
       pageToken?: string;
       includeForgotten?: boolean;

@@ -5,13 +5,15 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const grpc = require('@grpc/grpc-js');
-const { MemoryClient, MnemosyneError } = require('../src');
+const { MemoryClient, MemoryHost, MnemosyneError } = require('../src');
 const { startServer, uniqueTenant } = require('../test-support/support');
 
 let server;
 let client;
 test.before(async () => {
-  server = await startServer();
+  // Limits lower than the defaults of any client: a call that names no k or page size must get
+  // the server's default within them (the last test), never a refusal of a number it did not give.
+  server = await startServer({ args: ['--max-k', '3', '--max-page-size', '3'] });
   client = new MemoryClient(server.target);
 });
 test.after(async () => {
@@ -115,4 +117,18 @@ test('events and hot path failures carry their reasons', async () => {
   await assert.rejects(client.hotPath(tenant, 'drain'), { name: 'RequestInvalidError', reason: 'HOT_PATH_ACTION_INVALID' });
   await assert.rejects(client.listEvents(tenant, { status: 'done' }), { name: 'RequestInvalidError', reason: 'EVENT_STATUS_INVALID' });
   await assert.rejects(client.hotPath('../etc', 'status'), (err) => err.code === grpc.status.INVALID_ARGUMENT && err.reason !== '');
+});
+
+test('a call naming no k or page size gets the server default within its lower --max-k and --max-page-size', async () => {
+  const tenant = uniqueTenant();
+  await client.hotPath(tenant, 'enable');
+  await client.retainBatch(tenant, ['Parcel PX-11 left', 'Parcel PX-12 left', 'Parcel PX-13 left', 'Parcel PX-14 left'], { fast: true });
+  await client.hotPath(tenant, 'flush', { timeoutSeconds: 20 });
+  assert.equal((await client.recall(tenant, 'parcel left')).length, 3);
+  assert.equal((await client.listMemories(tenant)).memories.length, 3);
+  const events = await client.listEvents(tenant);
+  assert.ok(events.events.length === 3 && events.nextPageToken !== '', JSON.stringify(events));
+  assert.equal((await client.assembleContext(tenant, 'main', { query: 'parcel left' })).memories.length, 3);
+  assert.match(await new MemoryHost(client, tenant).assembleContext({}, 'main', { query: 'parcel left' }), /PX-1/);
+  await assert.rejects(client.recall(tenant, 'parcel', { k: 4 }), { reason: 'K_OUT_OF_RANGE' });
 });

@@ -78,7 +78,7 @@ class Recall:
         tenant: str,
         query: str,
         *,
-        k: int = 5,
+        k: int = 0,
         scopes: Sequence[str] = (),
         metadata_equals: Mapping[str, str] | None = None,
         mode: RecallMode = RecallMode.HYBRID,
