@@ -34,6 +34,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import InvalidArgumentError, NotFoundError
 from mnemosyne.engine import limits
 from mnemosyne.engine.workspace import MAX_KEY_CHARS
+from mnemosyne.host import mcp_tools
 from mnemosyne.host import protocol as host_protocol
 from tests.http_support import request
 from tests.support import ServerProcess
@@ -336,3 +337,39 @@ def test_a_prompt_asked_for_by_a_wrong_name_or_with_a_wrong_argument_is_refused_
         assert code == INVALID_PARAMS and all(part in message for part in named), (code, message)
     log = mcp_server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+def test_a_tool_that_crashes_is_one_sentence_with_its_reason_not_the_sdks_prefix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tool whose call fails with what is no refusal (a bug, a reply it cannot read) answers the
+    gRPC surface's INTERNAL sentence, as a refusal does: not the SDK's bare "Error executing tool
+    NAME", and nothing of the exception, whose traceback goes to the log. The official SDK's
+    client, in process, on the tools every host builds (their service replaced by one that fails)."""
+
+    async def crashing(ask: host_protocol.Ask) -> host_protocol.Answer:
+        raise RuntimeError("secret detail of /var/lib/mnemosyne")
+
+    observations = host_protocol.HostObservations()
+    agent = mcp_tools.Agent()
+    observations.record(agent, host_protocol.Observation(1, "main", 1))  # the writes get as far as their call
+    server = mcp_tools.build_server(lambda ctx: mcp_tools.ToolSession(crashing, "acme", "main", agent, observations))
+
+    async def run() -> list[tuple[str, bool, str]]:
+        async with Client(server) as client:
+            tools = (await client.list_tools()).tools
+            needed = [(t.name, t.input_schema["properties"], t.input_schema.get("required", [])) for t in tools]
+            calls = [(name, {n: _valid(schema[n]) for n in required}) for name, schema, required in needed]
+            calls = [
+                (n, {"changes": [{"op": "delete", "key": "a.md"}]} if n == "update_workspace" else a) for n, a in calls
+            ]
+            return [
+                (name, (r := await client.call_tool(name, arguments)).is_error, _text(r)) for name, arguments in calls
+            ]
+
+    answers = anyio.run(run)
+    assert len(answers) == 8
+    for name, is_error, text in answers:
+        expected = f"{name} failed with an internal error; the memory server's log has the details (INTERNAL)"
+        assert is_error and text == expected, (name, text)
+    assert "secret detail" in caplog.text  # the log has what the model is not shown

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -64,6 +65,7 @@ from mnemosyne.host.protocol import (
 from mnemosyne.v1 import events_pb2, hot_path_pb2, memory_pb2, types_pb2
 
 T = TypeVar("T")
+log = logging.getLogger("mnemosyne.mcp")
 DEFAULT_WORKSPACE = "main"
 CONTEXT_URI = "memory://context/{workspace}"  # the session's workspace
 INSTRUCTIONS = (
@@ -369,7 +371,9 @@ def _tool(fn: Callable[..., Awaitable[str]]) -> Tool:
     """A tool of ``fn``, its input schema declaring that it takes no other argument
     (``additionalProperties: false``), as _tool_arguments_checked holds it to. A refusal (a
     ``ToolError``: the service's, or a write's) is its sentence alone: the SDK would answer it as
-    "Error executing tool NAME: ...", unlike the refusal of an argument, and of no other surface."""
+    "Error executing tool NAME: ...", unlike the refusal of an argument, and of no other surface.
+    So is a crash, the gRPC surface's INTERNAL sentence (its traceback in this process's log): the
+    SDK's answer to one is a bare "Error executing tool NAME"."""
 
     @functools.wraps(fn)
     async def refusing(*args: Any, **kwargs: Any) -> str | CallToolResult:
@@ -377,6 +381,13 @@ def _tool(fn: Callable[..., Awaitable[str]]) -> Tool:
             return await fn(*args, **kwargs)
         except ToolError as refused:
             return _tool_error(str(refused))
+        except MCPError:
+            raise  # a protocol error, as the SDK answers it
+        except Exception:  # noqa: BLE001 - a crash is answered, its details stay in the log
+            log.exception("the MCP tool %s failed", fn.__name__)
+            return _tool_error(
+                f"{fn.__name__} failed with an internal error; the memory server's log has the details (INTERNAL)"
+            )
 
     tool = Tool.from_function(refusing)
     tool.parameters["additionalProperties"] = False
