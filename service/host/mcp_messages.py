@@ -27,6 +27,8 @@ from mcp.types import (
     jsonrpc_message_adapter,
 )
 
+from mnemosyne.host.unicode import unicode_json
+
 
 def unreadable(data: bytes, *, not_json: str) -> JSONRPCError | None:
     """The error answering ``data`` (a line of stdin, an HTTP request's body), or None when the
@@ -53,7 +55,7 @@ def refusal(data: bytes, *, not_json: str) -> JSONRPCError:
     except (ValueError, RecursionError):
         return _error(None, PARSE_ERROR, f"Parse error: {not_json}")
     request_id = _id_of(document)
-    if not _is_unicode(document):
+    if not unicode_json(document):
         return _error(
             request_id,
             INVALID_PARAMS,
@@ -82,17 +84,9 @@ def unanswerable_id(document: object) -> str | None:
 def _id_of(document: Any) -> RequestId | None:
     """The id of a request (a whole number or a Unicode string), None if it has none that can be read."""
     request_id = document.get("id") if isinstance(document, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, int | str) or not _is_unicode(request_id):
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str) or not unicode_json(request_id):
         return None
     return request_id
-
-
-def _is_unicode(document: Any) -> bool:
-    try:
-        json.dumps(document, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCError:

@@ -2,20 +2,36 @@
 which a Python string can hold (JSON's "\\ud800", a file name's undecodable bytes) and no request,
 record or memory can. One check and one sentence for every place that refuses it: the host's
 arguments (host/protocol.py), the MCP tools' (host/mcp_arguments.py), the client before it sends
-(client/unsendable.py) and the framework integrations (integrations/). It imports nothing, so
-that each of them may import it (pyproject.toml [tool.importlinter])."""
+(client/unsendable.py) and the framework integrations (integrations/); the same check, on a whole
+JSON document, for the MCP messages (host/mcp_messages.py) and the HTTP surfaces' JSON
+(transport/http/client_json.py). It imports nothing of Mnemosyne, so that each of them may import
+it (pyproject.toml [tool.importlinter])."""
 
 from __future__ import annotations
+
+import json
+
+
+def _unencodable(text: str) -> UnicodeEncodeError | None:
+    """The error encoding ``text`` as UTF-8 raises: the one check."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error
+    return None
 
 
 def lone_surrogate(text: str, what: str) -> str | None:
     """The sentence refusing ``text`` (``what`` names it: "content", "the session id") when it
     holds half of a surrogate pair; None when UTF-8 can carry it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return not_unicode(what, error)
-    return None
+    error = _unencodable(text)
+    return None if error is None else not_unicode(what, error)
+
+
+def unicode_json(document: object) -> bool:
+    """Whether every string of ``document`` (a value Python's ``json`` read; its keys too) is text
+    UTF-8 can carry: JSON's escapes can spell half of a surrogate pair alone (``"\\ud800"``)."""
+    return _unencodable(json.dumps(document, ensure_ascii=False)) is None
 
 
 def not_unicode(what: str, error: UnicodeEncodeError) -> str:
@@ -28,4 +44,4 @@ def not_unicode(what: str, error: UnicodeEncodeError) -> str:
     )
 
 
-__all__ = ["lone_surrogate", "not_unicode"]
+__all__ = ["lone_surrogate", "not_unicode", "unicode_json"]

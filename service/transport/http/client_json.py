@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from mnemosyne.host.unicode import unicode_json
+
 # A backslash-u escape of a surrogate code unit (D800-DFFF), paired or not: only a document that
 # holds one is checked whole.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -38,12 +40,9 @@ def parse(text: str) -> Any:
     """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``, a key
     given twice in one object) or RecursionError."""
     document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    if _SURROGATE_ESCAPE.search(text):
-        try:
-            json.dumps(document, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise NotUnicode(
-                "a string holds an unpaired surrogate escape (such as \\ud800): JSON strings must be "
-                "Unicode text, a surrogate escape only as the first half of a pair followed by its second"
-            ) from None
+    if _SURROGATE_ESCAPE.search(text) and not unicode_json(document):
+        raise NotUnicode(
+            "a string holds an unpaired surrogate escape (such as \\ud800): JSON strings must be "
+            "Unicode text, a surrogate escape only as the first half of a pair followed by its second"
+        )
     return document
