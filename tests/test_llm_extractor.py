@@ -161,6 +161,31 @@ def test_incomplete_configuration_is_refused(env: dict[str, str]) -> None:
     assert caught.value.reason == "LLM_CONFIG_INVALID"
 
 
+@pytest.mark.parametrize("value", ["0", "0.0005", "nan", "inf", "1e300", "5000", "soon", "0x10"])
+def test_the_model_timeout_variable_is_refused_outside_its_range_in_one_line_naming_it(value: str) -> None:
+    """MNEMOSYNE_LLM_TIMEOUT is held to --llm-timeout's range, 0.001 to 3600 seconds, and refused
+    in one line naming it and that range (0 was refused with a line about four variables)."""
+    env = {"MNEMOSYNE_LLM_BASE_URL": "http://x/v1", "MNEMOSYNE_LLM_MODEL": "m", "MNEMOSYNE_LLM_TIMEOUT": value}
+    with pytest.raises(FailedPrecondition) as caught:
+        extractor_from_settings("openai", env)
+    assert caught.value.reason == "LLM_CONFIG_INVALID"
+    message = caught.value.message
+    assert message.startswith("MNEMOSYNE_LLM_TIMEOUT ") and "from 0.001 to 3600" in message, message
+    assert "\n" not in message and "RETRIES" not in message, message
+    with pytest.raises(FailedPrecondition, match=r"^MNEMOSYNE_LLM_TIMEOUT is nan; it must be from 0.001 to 3600$"):
+        LLMSettings(base_url="http://x/v1", model="m", timeout=float("nan"))  # made in code
+
+
+def test_a_model_flag_is_held_to_its_variables_range_and_refused_naming_the_flag(tmp_path: Path) -> None:
+    """--llm-timeout 5000 was taken by the flag (to 1e9) and then refused naming
+    MNEMOSYNE_LLM_TIMEOUT, a variable the operator never set; --llm-retries 1000 likewise."""
+    for flag, value, limit in [("--llm-timeout", "5000", "from 0.001 to 3600"), ("--llm-retries", "1000", "0 to 100")]:
+        argv = [*SERVE, *serve_args(tmp_path, "--extractor", "openai", flag, value)]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and f"argument {flag}: " in result.stderr, result.stderr
+        assert limit in result.stderr and "MNEMOSYNE_LLM" not in result.stderr, result.stderr
+
+
 # -- through a real server process ------------------------------------------------------------
 
 

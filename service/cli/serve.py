@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemosyne.cli.flags import add_flags, configured, variables_only
+from mnemosyne.engine.chat_api import RANGES as LLM_RANGES
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
@@ -35,6 +36,8 @@ def _model_setting(help: str, default_of: str = "", **how: Any) -> Any:
     extractor (engine/llm_extractor.py), so a mistake in it matters only when that is chosen."""
     field = LLMSettings.__dataclass_fields__.get(default_of)
     unset = "none" if field is None else f"{field.default:g}"
+    if default_of in LLM_RANGES:  # the variable's range, so a flag is never refused by its variable's name
+        how["minimum"], how["maximum"] = LLM_RANGES[default_of]
     return option(None, help, parser_reads_variable=False, unset=unset, **how)
 
 
@@ -57,10 +60,10 @@ class ServeSettings:
     # The model's key is read from MNEMOSYNE_LLM_API_KEY only, never a flag: the process list shows flags.
     llm_base_url: str | None = _model_setting("chat API base incl. version, e.g. https://api.openai.com/v1")
     llm_model: str | None = _model_setting("model name")
-    llm_timeout: float | None = _model_setting("seconds per model call attempt", "timeout", minimum=0.001)
+    llm_timeout: float | None = _model_setting("seconds per model call attempt", "timeout")
     llm_retries: int | None = _model_setting("retries on timeout/429/5xx (0: none)", "retries")
     llm_concurrency: int | None = _model_setting(
-        "threads extracting the items of multi-item writes, shared by the server", "concurrency", minimum=1, maximum=256
+        "threads extracting the items of multi-item writes, shared by the server", "concurrency"
     )
     llm_fallback: str | None = _model_setting(
         "on a failed model call use the rules extractor instead of failing the write", choices=("rules", "none")

@@ -34,6 +34,20 @@ log = logging.getLogger("mnemosyne.chat_api")
 
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
+# The range of each number of LLMSettings, by the variable that sets it: the same for the variable
+# (engine/llm_extractor.py), for serve's flag (cli/serve.py) and for settings made in code.
+RANGES: dict[str, tuple[float, float]] = {
+    "timeout": (0.001, 3600.0),  # seconds per attempt: a slow model, not a hung one
+    "retries": (0, 100),
+    "backoff": (0.0, 3600.0),
+    "concurrency": (1, 256),
+}
+
+
+def variable(name: str) -> str:
+    """The variable that sets the field ``name`` of LLMSettings."""
+    return f"MNEMOSYNE_LLM_{name.upper()}"
+
 
 @dataclass(frozen=True)
 class LLMSettings:
@@ -59,12 +73,13 @@ class LLMSettings:
             raise FailedPrecondition(
                 "MNEMOSYNE_LLM_MODEL is empty; name the model to call", reason="LLM_CONFIG_INVALID"
             )
-        if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or not 1 <= self.concurrency <= 256:
-            raise FailedPrecondition(
-                "MNEMOSYNE_LLM_TIMEOUT must be > 0, MNEMOSYNE_LLM_RETRIES and MNEMOSYNE_LLM_BACKOFF >= 0, "
-                "MNEMOSYNE_LLM_CONCURRENCY from 1 to 256",
-                reason="LLM_CONFIG_INVALID",
-            )
+        for name, (smallest, largest) in RANGES.items():
+            value = getattr(self, name)
+            if not smallest <= value <= largest:  # NaN compares false: refused too
+                raise FailedPrecondition(
+                    f"{variable(name)} is {value!r}; it must be from {smallest:g} to {largest:g}",
+                    reason="LLM_CONFIG_INVALID",
+                )
 
     @property
     def endpoint(self) -> str:

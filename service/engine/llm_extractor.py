@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mnemosyne.engine.chat_api import ChatClient, LLMSettings, Purpose, rejected
+from mnemosyne.engine.chat_api import RANGES, ChatClient, LLMSettings, Purpose, rejected, variable
 from mnemosyne.engine.extractor import Extraction, Extractor, Fact, RulesExtractor, Triple
 from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import FailedPrecondition, InvalidArgument, MnemosyneError
@@ -156,17 +156,22 @@ def extractor_from_settings(kind: str, env: Mapping[str, str] | None = None, **o
             "--extractor openai needs MNEMOSYNE_LLM_BASE_URL (e.g. https://api.openai.com/v1) and MNEMOSYNE_LLM_MODEL",
             reason="LLM_CONFIG_INVALID",
         )
-    try:  # numbers by the one rule for numbers given as text (engine/limits.py)
+
+    def number(name: str, parse: Callable[..., Any]) -> Any:
+        """A number by the one rule for numbers given as text (engine/limits.py), in its range."""
+        smallest, largest = RANGES[name]
+        text = setting(name.upper()) or str(LLMSettings.__dataclass_fields__[name].default)
+        return parse(text, field=variable(name), minimum=smallest, maximum=largest)
+
+    try:
         settings = LLMSettings(
             base_url=base_url,
             model=model,
             api_key=env.get("MNEMOSYNE_LLM_API_KEY") or None,
-            timeout=parse_number(setting("TIMEOUT") or "30", field="MNEMOSYNE_LLM_TIMEOUT", minimum=0, maximum=3600),
-            retries=parse_integer(setting("RETRIES") or "2", field="MNEMOSYNE_LLM_RETRIES", minimum=0, maximum=100),
-            backoff=parse_number(setting("BACKOFF") or "0.5", field="MNEMOSYNE_LLM_BACKOFF", minimum=0, maximum=3600),
-            concurrency=parse_integer(
-                setting("CONCURRENCY") or "8", field="MNEMOSYNE_LLM_CONCURRENCY", minimum=1, maximum=256
-            ),
+            timeout=number("timeout", parse_number),
+            retries=number("retries", parse_integer),
+            backoff=number("backoff", parse_number),
+            concurrency=number("concurrency", parse_integer),
         )
     except InvalidArgument as exc:
         raise FailedPrecondition(exc.message, reason="LLM_CONFIG_INVALID") from None
