@@ -133,7 +133,7 @@ class MemberChange:
         with self._changed:
             if self._mark is None or self._mark.to != to:
                 raise FailedPrecondition(
-                    f"member {self._me} was not told of a change to this member list ({', '.join(to)}): "
+                    f"member {self._me} was not told of a change to this member list (of {len(to)} members): "
                     "run mnemosyne rebalance, which begins it before it moves anything",
                     reason="MEMBER_CHANGE_NOT_BEGUN",
                 )

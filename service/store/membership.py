@@ -85,10 +85,11 @@ def parse_members(text: str) -> dict[str, str]:
     """``ID=HOST:PORT,...`` as a dict id -> address, in the list's order; refused as the module
     says (the first item at fault decides the ``problem``)."""
     addresses: dict[str, str] = {}
-    for item in _SEPARATORS.split(text):
-        if not item:
+    for whole in _SEPARATORS.split(text):
+        if not whole:
             continue
-        member, _, address = item.partition("=")
+        member, _, address = whole.partition("=")
+        item = whole if len(whole) <= 80 else f"{whole[:80]}..."  # as a refusal shows it
         if not address:
             raise _refused(f"member {item!r}: give ID=HOST:PORT", "MEMBER_ADDRESS_MISSING")
         if not MEMBER_ID_PATTERN.fullmatch(member):
