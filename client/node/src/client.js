@@ -6,9 +6,10 @@
 //
 // Retries, as in the Python client: a call is repeated only when repeating it is safe (reads,
 // and writes that carry a request id, which every write gets unless the caller passes ''), at
-// most `retries` times, when it failed with UNAVAILABLE (after 100 ms, then twice as long each
-// time) or with RESOURCE_EXHAUSTED whose status details carry a google.rpc.RetryInfo (after its
-// retry_delay, capped at `maxRetryDelayMs`). RESOURCE_EXHAUSTED without RetryInfo (a quota) is
+// most `retries` times, when it failed with UNAVAILABLE (after its RetryInfo's retry_delay when
+// it carries one, else after 100 ms, then twice as long each time) or with RESOURCE_EXHAUSTED
+// whose status details carry a google.rpc.RetryInfo (after its retry_delay); each wait at most
+// `maxRetryDelayMs`. RESOURCE_EXHAUSTED without RetryInfo (a quota) is
 // final.
 //
 // Session consistency, by default (src/consistency.js): the client keeps the newest consistency

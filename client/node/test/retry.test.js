@@ -151,3 +151,16 @@ test('UNAVAILABLE: a read and a write with a request id are repeated, a write wi
     assert.equal(calls.length, 1);
   });
 });
+
+test('UNAVAILABLE with RetryInfo (a member list changing): repeated after its retry_delay, not the backoff', async () => {
+  const changing = {
+    code: grpc.status.UNAVAILABLE,
+    details: 'the member list is changing',
+    metadata: statusMetadata(grpc.status.UNAVAILABLE, 'the member list is changing', 'MEMBERS_CHANGING', 400),
+  };
+  await withServer([changing], {}, async (client, calls) => {
+    await client.retain('acme', 'Order ORD-2 shipped', { requestId: 'req-2' });
+    assert.equal(calls.length, 2);
+    assert.ok(calls[1].at - calls[0].at >= 390, `repeated after ${calls[1].at - calls[0].at} ms`);
+  });
+});
