@@ -502,6 +502,13 @@ def test_a_tenant_created_while_a_member_is_drained_is_kept(
     assert waits == [1.0, 1.0]
     assert refused.value.reason == "MEMBERS_CHANGING" and refused.value.metadata["owner"] == owner_of(leaving[1], three)
     assert not deployment.processes["m3"].tenant_file(leaving[1]).exists()
+    with deployment.client(four, retries=0) as client:  # an import makes no tenant there either
+        manifest, *chunks = client.export_tenant(acked[0])
+        assert isinstance(manifest, TenantBackup)
+        with pytest.raises(UnavailableError) as refused:
+            client.import_tenant(manifest, chunks, tenant=leaving[3])  # type: ignore[arg-type]  # the chunks follow the manifest
+    assert refused.value.reason == "MEMBERS_CHANGING"
+    assert not deployment.processes["m3"].tenant_file(leaving[3]).exists()
     # Durable: the leaving member restarted with the old list still refuses.
     deployment.processes["m3"].stop()
     deployment.start("m3", four, env={}, extra=[])
