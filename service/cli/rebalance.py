@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from mnemosyne.cli.progress import Progress
-from mnemosyne.client import MemoryClient, MnemosyneClientError
+from mnemosyne.client import MemberChange, MemoryClient, MnemosyneClientError
 from mnemosyne.client.routing import ROUTE_KEY, owner_of, parse_members
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.store.paths import tenant_named_by
@@ -78,20 +78,27 @@ def _human(count: int) -> str:
 
 
 def _change(clients: dict[str, MemoryClient], new: str, problems: list[str], *, complete: bool) -> list[str]:
-    """Begin (or complete) the change to ``new`` on every member; the members whose previous list
-    is done with (completed). A member that cannot be told, or answers as another, is a problem."""
-    done = []
-    for member, client in sorted(clients.items()):
+    """Begin (or complete) the change to ``new`` on every member, all at once (a completion's
+    members drop their previous list within one round trip of each other); the members whose
+    previous list is done with. A member that cannot be told, or answers as another, is a problem."""
+
+    def tell(member: str) -> MemberChange | str:
+        client = clients[member]
         try:
             answer = client.change_members(new, complete=complete)
         except MnemosyneClientError as exc:
-            problems.append(f"member {member} ({client.target}) could not be told of the change: {exc}")
-            continue
+            return f"member {member} ({client.target}) could not be told of the change: {exc}"
         if answer.member != member:
-            problems.append(f"{client.target} answered as member {answer.member or '(none)'}, not {member}")
-        elif answer.previous_done:
-            done.append(member)
-    return done
+            return f"{client.target} answered as member {answer.member or '(none)'}, not {member}"
+        return answer
+
+    members = sorted(clients)
+    with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        answers = list(pool.map(tell, members))
+    problems += [answer for answer in answers if isinstance(answer, str)]
+    return [
+        m for m, answer in zip(members, answers, strict=True) if not isinstance(answer, str) and answer.previous_done
+    ]
 
 
 def _plan(clients: dict[str, MemoryClient], owners: list[str], problems: list[str]) -> list[Planned]:
