@@ -176,8 +176,9 @@ def _without_previous(membership: Membership) -> Membership:
 
 class Ownership:
     """This member's side of its tenants' ownership (the module's docstring): the check of an
-    open, the stamp, where a tenant is served, and the marks of the moves coming here. Made by the
-    pool of a member of a deployment (store/pool.py); thread-safe."""
+    open, the stamp, where a tenant is served, the marks of the moves coming here, and a change of
+    the member list (store/member_change.py). Made by the pool of a member of a deployment
+    (store/pool.py); thread-safe."""
 
     def __init__(
         self,
