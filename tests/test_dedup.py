@@ -8,6 +8,7 @@ only when asked, with one ledger entry per merge and a chain that still verifies
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 
@@ -226,36 +227,62 @@ def test_texts_the_model_cannot_read_are_never_near_duplicates(server_factory) -
         assert client.retain("t1", REFUND_YESTERDAY).near_duplicate_of == (keep,)
 
 
-def test_a_merge_leaves_out_a_memory_updated_since_it_was_found_similar(client: MemoryClient, tenant: str) -> None:
-    """Merges run while each pair's second memory is updated to an unrelated text. A merge
-    re-checked only that a group's members were live, so one updated between the similarity pass
-    and the merge's transaction was merged away with its new text (retired from recall: the
-    update lost). Each member must still hold the text it was found similar by."""
-    client.retain_batch(tenant, [RetainItem(f"Filler note {i} on topic {i * 7} and {i * 13}") for i in range(600)])
-    pairs = [
-        (
-            client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door").memory_id,
-            client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door!").memory_id,
-        )
-        for i in range(40)
-    ]
-    updated = threading.Event()
+def test_a_merge_leaves_out_a_memory_updated_forgotten_or_merged_since_it_was_found_similar(server_factory) -> None:
+    """Merges run from two clients while each pair's second memory is updated to an unrelated
+    text (even pairs) or forgotten (odd pairs). A merge re-checked only that a group's members were
+    live, so one updated between the similarity pass and the merge's transaction was merged away
+    with its new text (retired from recall: the update lost). Each member must still hold the text
+    it was found similar by; in the audit ledger's order no merge takes in a memory forgotten or
+    merged before it (the calls race, so the ledger, not the calls' answers, gives the order)."""
+    server = server_factory().start()
+    tenant = "dedup-race"
+    with MemoryClient(server.target) as client:
+        client.retain_batch(tenant, [RetainItem(f"Filler note {i} on topic {i * 7} and {i * 13}") for i in range(600)])
+        pairs = [
+            (
+                client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door").memory_id,
+                client.retain(tenant, f"Pair {i}: the blue shed key hangs by the back door!").memory_id,
+            )
+            for i in range(40)
+        ]
+        changed = threading.Event()
 
-    def update() -> None:
-        try:
-            for _, second in pairs:
-                with contextlib.suppress(FailedPreconditionError):  # MEMORY_MERGED: the merge came first
-                    client.update_memory(tenant, second, text=f"Unrelated {second}: the tomato seedlings need water")
-        finally:
-            updated.set()
+        def change() -> None:
+            try:
+                for i, (_, second) in enumerate(pairs):
+                    with contextlib.suppress(FailedPreconditionError):  # MEMORY_MERGED: the merge came first
+                        if i % 2:
+                            client.forget(tenant, second)
+                        else:
+                            client.update_memory(
+                                tenant, second, text=f"Unrelated {second}: tomato seedlings need water"
+                            )
+            finally:
+                changed.set()
 
-    updater = threading.Thread(target=update)
-    updater.start()
-    merged: dict[int, int] = {}
-    while not updated.is_set():
-        merged.update({d: g.keep for g in client.dedup(tenant, merge=True).groups for d in g.duplicates})
-    updater.join()
-    for _, second in pairs:
-        memory = client.get_memory(tenant, second)
-        assert "Unrelated" not in memory.text or memory.merged_into == 0, (second, memory.merged_into, memory.text)
-    assert merged, "no merge ran while the updates did: the race was not reached"
+        def merge() -> None:
+            while not changed.is_set():
+                client.dedup(tenant, merge=True)
+
+        threads = [threading.Thread(target=change), threading.Thread(target=merge)]
+        for thread in threads:
+            thread.start()
+        merge()
+        for thread in threads:
+            thread.join()
+        for _, second in pairs[::2]:
+            memory = client.get_memory(tenant, second)
+            assert "Unrelated" not in memory.text or memory.merged_into == 0, (second, memory.merged_into, memory.text)
+    with sqlite3.connect(f"file:{server.tenant_file(tenant)}?mode=ro", uri=True) as ledger:
+        entries = [json.loads(entry) for (entry,) in ledger.execute("SELECT entry FROM ledger ORDER BY seq")]
+    gone: set[int] = set()  # forgotten or merged away, in the ledger's order
+    merges = 0
+    for entry in entries:
+        if entry["op"] == "merge":
+            merges += 1
+            taken = {entry["memory_id"], *entry["merged"]}
+            assert not taken & gone, (entry, sorted(taken & gone))
+            gone |= set(entry["merged"])
+        elif entry["op"] == "forget":
+            gone.add(entry["memory_id"])
+    assert merges, "no merge ran while the changes did: the race was not reached"
