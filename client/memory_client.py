@@ -32,6 +32,7 @@ from mnemosyne.host.consistency import (
     FLUSH_WAIT_SECONDS,
     MAX_TENANTS,
     SessionTokens,
+    caller_token_metadata,
     flush_request,
     role_of,
     token_metadata,
@@ -326,17 +327,10 @@ class MemoryClient:
         timeout = max(self._timeout, ask.wait_seconds + 10.0) if ask.wait_seconds else None
         metadata = ask.metadata
         if consistency_token is not None and role_of(ask.request) == "read":
-            if consistency_token and not _TOKEN_TEXT.fullmatch(consistency_token):
-                # A header cannot carry it; no server issued it.
-                raise typed(
-                    ServiceError(
-                        "INVALID_ARGUMENT",
-                        "TOKEN_INVALID",
-                        f"the consistency token {consistency_token[:40]!r} is not one this server issued (a token is "
-                        "printable ASCII): drop it and read without it",
-                    )
-                )
-            metadata = (*metadata, *token_metadata([consistency_token] if consistency_token else []))
+            try:
+                metadata = (*metadata, *caller_token_metadata(consistency_token))
+            except ServiceError as error:
+                raise typed(error) from None
         session = consistency_token is None or role_of(ask.request) != "read"
         response, call = self.call(stub, ask.request, retry=True, metadata=metadata, timeout=timeout, session=session)
         return Answer(response, call.initial_metadata() or (), call.trailing_metadata() or ())

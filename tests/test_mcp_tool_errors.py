@@ -227,6 +227,12 @@ def test_a_refusal_of_the_service_is_one_sentence_with_its_reason_as_an_argument
         ("memory_update", {"content": "never read"}, "CONTEXT_NOT_ASSEMBLED"),
         ("retain", {"text": "a NUL \x00 inside"}, "TEXT_INVALID"),
         ("recall", {"query": "x", "consistency_token": "not-a-token"}, "TOKEN_INVALID"),
+        # No token, and none gRPC metadata can carry (stdio): refused as the server refuses it.
+        *[
+            (tool, {**arguments, "consistency_token": token}, "TOKEN_INVALID")
+            for token in ("é", "a\x01b", "\u2028")
+            for tool, arguments in (("read_memory", {}), ("retain", {"text": "x"}), ("recall", {"query": "x"}))
+        ],
         ("read_memory", {}, None),
         ("update_workspace", {"changes": [{"op": "delete", "key": "never-written.md"}]}, "RECORD_NOT_FOUND"),
         *[("retain", {"text": f"memory {n} of the quota"}, None) for n in range(QUOTA)],
@@ -240,13 +246,16 @@ def test_a_refusal_of_the_service_is_one_sentence_with_its_reason_as_an_argument
                 for result in [await client.call_tool(name, arguments) for name, arguments, _ in calls]
             ]
 
-    for (name, _, reason), (is_error, text) in zip(calls, anyio.run(run), strict=True):
+    answers = anyio.run(run)
+    for (name, _, reason), (is_error, text) in zip(calls, answers, strict=True):
         if reason is None:
             assert not is_error, (name, text)
             continue
         sentence = _SENTENCE.fullmatch(text)
         assert is_error and sentence is not None and sentence[1] == reason, (name, text)
         assert "Error executing tool" not in text and "Traceback" not in text, (name, text)
+    # Every token refused, by the host or the server, in the server's one sentence.
+    assert len({text for (*_, reason), (_, text) in zip(calls, answers, strict=True) if reason == "TOKEN_INVALID"}) == 1
     with MemoryClient(mcp_server.target) as client, pytest.raises(NotFoundError) as missing:
         client.get_event(tenant, 999_999)
     assert missing.value.reason == "EVENT_NOT_FOUND"  # the gRPC surface's reason, as the tool's

@@ -41,6 +41,7 @@ from mnemosyne.engine import base64url
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.hot_path.awaited import Span
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.host.token_form import NOT_ISSUED, TOKEN_INVALID, well_formed
 from mnemosyne.store.erasure_log import ErasureLog
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_cache import CacheKey
@@ -52,7 +53,6 @@ REPLICATED = "r"
 # The words of the ``mnemosyne-consistency-level`` metadata, and the token's level of each.
 LEVELS = {"visible": VISIBLE, "replicated": REPLICATED}
 MAX_SPANS = 16
-MAX_TOKEN_CHARACTERS = 1024
 _MAC_BYTES = 16
 _DOMAIN = b"consistency\x1f"  # the page tokens share the secret: a MAC of one is never one of the other
 _KEYS: CacheKey[tuple[bytes, str]] = CacheKey("consistency_keys")
@@ -81,11 +81,7 @@ class WritesOpen(Exception):  # noqa: N818 - a signal to the transport, not an e
 
 
 def invalid() -> InvalidArgument:
-    return InvalidArgument(
-        "consistency_token is not one this server issued for this tenant; pass the consistency_token of a "
-        "write's response unchanged (or none)",
-        reason="TOKEN_INVALID",
-    )
+    return InvalidArgument(NOT_ISSUED, reason=TOKEN_INVALID)
 
 
 def timeline_changed(tenant: str) -> FailedPrecondition:
@@ -141,7 +137,7 @@ def encode(secret: bytes, token: Token) -> str:
 def parse(text: str) -> tuple[Token, str, bytes]:
     """The token a text claims to be (not yet verified), its body and its MAC; TOKEN_INVALID for
     anything that is not one."""
-    if len(text) > MAX_TOKEN_CHARACTERS or text.count(".") != 1:
+    if not well_formed(text):  # the hosts' check too (host/token_form.py): one refusal on every surface
         raise invalid()
     encoded, _, mac = text.partition(".")
     try:

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY, Answer, Ask, ServiceError, server_wait
+from mnemosyne.host.token_form import NOT_ISSUED, TOKEN_INVALID, well_formed
 from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, types_pb2, webhooks_pb2, workspace_pb2
 
 TOKEN_FIELD = "consistency_token"
@@ -90,6 +91,16 @@ def token_metadata(tokens: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The request metadata carrying the newest of ``tokens`` (none when empty): the one a call
     carries (a read waits for the older ones first: ``flush_request``)."""
     return ((CONSISTENCY_TOKEN_KEY, tokens[-1]),) if tokens else ()
+
+
+def caller_token_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The request metadata carrying a token a caller gave (none for ""). A text that is no
+    token is refused as the server refuses it (TOKEN_INVALID, host/token_form.py), before it is
+    sent: gRPC metadata cannot carry every text, and would fail the call with its own INTERNAL
+    "Invalid metadata" instead."""
+    if token and not well_formed(token):
+        raise ServiceError("INVALID_ARGUMENT", TOKEN_INVALID, NOT_ISSUED)
+    return token_metadata([token] if token else [])
 
 
 def flush_request(tenant: str, token: str) -> hot_path_pb2.FlushRequest:

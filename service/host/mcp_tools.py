@@ -39,6 +39,7 @@ from pydantic_core import PydanticCustomError
 
 from mnemosyne.host import mcp_arguments
 from mnemosyne.host import protocol as host_protocol
+from mnemosyne.host.consistency import caller_token_metadata
 from mnemosyne.host.mcp_arguments import ARGUMENTS_INVALID
 from mnemosyne.host.numbers import decimal_number, whole_number
 from mnemosyne.host.protocol import (
@@ -62,6 +63,7 @@ from mnemosyne.host.protocol import (
     server_wait,
     write_memory,
 )
+from mnemosyne.host.token_form import MAX_TOKEN_CHARACTERS
 from mnemosyne.v1 import events_pb2, hot_path_pb2, memory_pb2, types_pb2
 
 T = TypeVar("T")
@@ -155,7 +157,7 @@ Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, description
 ConsistencyToken = Annotated[
     str,
     Field(
-        max_length=1024,
+        max_length=MAX_TOKEN_CHARACTERS,
         description="The consistency_token a write answered (the newest): the call sees every write it covers. "
         "Empty: none.",
     ),
@@ -217,10 +219,13 @@ class ToolSession:
         the model gave, in the request metadata), and the tokens the calls answer are appended to
         ``answered`` (the tool shows the last)."""
         calls = self.calls
+        try:
+            metadata = caller_token_metadata(token)
+        except ServiceError as error:  # as the server refuses it (a stdio host could not even send it)
+            raise ToolError(f"{error.message} ({error.reason})") from None
 
         async def carried(ask: Ask) -> Answer:
-            if token:
-                ask = dataclasses.replace(ask, metadata=(*ask.metadata, (CONSISTENCY_TOKEN_KEY, token)))
+            ask = dataclasses.replace(ask, metadata=(*ask.metadata, *metadata))
             answer = await calls(ask)
             answered.extend(v for k, v in answer.trailing_metadata if k == CONSISTENCY_TOKEN_KEY)
             return answer

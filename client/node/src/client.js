@@ -43,7 +43,8 @@ try {
 const GLOBAL_GENERATION_KEY = 'mnemosyne-global-generation';
 const WORKSPACE_GENERATION_KEY = 'mnemosyne-workspace-generation';
 const DECIMAL = /^[0-9]{1,19}$/;
-const TOKEN_TEXT = /^[ -~]+$/; // a consistency token is printable ASCII
+const TOKEN_TEXT = /^[ -~]+$/; // a bearer token is printable ASCII (what a request header carries)
+const CONSISTENCY_TOKEN_FORM = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/; // base64url.base64url, as the server issues
 const MEMBER_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const MAX_GENERATION = (1n << 63n) - 1n;
 const RETRY_BACKOFF_MS = 100;
@@ -405,11 +406,13 @@ class MemoryClient {
   } = {}) {
     request = checkedRequest(stub, method, request); // nothing is sent for a request that cannot be one
     checkedTimeoutMs(timeoutMs);
-    if (consistencyToken && !(typeof consistencyToken === 'string' && TOKEN_TEXT.test(consistencyToken))) {
-      // No server issued it: refused as the server refuses it, before anything is sent.
-      throw new TokenInvalidError(grpc.status.INVALID_ARGUMENT, 'TOKEN_INVALID', `the consistency token `
-        + `${JSON.stringify(String(consistencyToken).slice(0, 40))} is not one this server issued (a token is printable `
-        + 'ASCII): drop it and read without it', {}, 'mnemosyne.v1');
+    if (consistencyToken && !(typeof consistencyToken === 'string' && consistencyToken.length <= 1024
+      && CONSISTENCY_TOKEN_FORM.test(consistencyToken))) {
+      // No server issued it: refused as the server refuses it (service/host/token_form.py: the same
+      // form and sentence), before anything is sent.
+      throw new TokenInvalidError(grpc.status.INVALID_ARGUMENT, 'TOKEN_INVALID', "consistency_token is not one this "
+        + "server issued for this tenant; pass the consistency_token of a write's response unchanged (or none)",
+        {}, 'mnemosyne.v1');
     }
     const role = roleOf(stub, method);
     const session = role && consistencyToken === undefined ? this._session : null;
