@@ -13,13 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import grpc
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mnemosyne.client import MemoryClient
+from mnemosyne.client.errors import error_info
+from mnemosyne.v1 import hot_path_pb2, memory_pb2, workspace_pb2
 from tests.http_support import Reply, request
+from tests.http_support import call as http_call
 from tests.support import ServerProcess, tokens_json
 
 HEADER = "mnemosyne-consistency-token"
@@ -128,3 +132,61 @@ def test_the_mcp_tools_say_what_the_token_is(held: ServerProcess) -> None:
     schemas = anyio.run(tools)
     for name in ("retain", "recall", "read_memory"):
         assert "consistency_token" in json.dumps(schemas[name]["properties"]), name
+
+
+def test_every_method_refuses_a_token_of_white_space_or_padded_the_same_way(held: ServerProcess) -> None:
+    """A token is the server's text, passed back unchanged: one padded with white space or made of
+    it (U+2028, a no-break space, NEL) is refused TOKEN_INVALID by every method that takes one,
+    whether given in the request field or in the metadata (an HTTP header). The metadata's was
+    stripped first (a U+2028 token read as none, a padded one as the token), the field's not."""
+    tenant, auth = "mem0t", (("authorization", f"Bearer {KEY}"),)
+    client = MemoryClient(held.target, KEY)
+    written = memory_pb2.RetainRequest(tenant=tenant, text="a note written for its token")
+    good = client.memory.Retain(written, metadata=auth).consistency_token
+    assert good
+    stubs = {"memory": client.memory, "workspace": client.workspace, "hot": client.hot_path_stub}
+    reads: dict[str, Any] = {
+        "Recall": memory_pb2.RecallRequest(tenant=tenant, query="note"),
+        "GetMemory": memory_pb2.GetMemoryRequest(tenant=tenant, memory_id=1),
+        "ListMemories": memory_pb2.ListMemoriesRequest(tenant=tenant),
+        "AssembleContext": workspace_pb2.AssembleContextRequest(tenant=tenant, workspace="w"),
+        "Flush": hot_path_pb2.FlushRequest(tenant=tenant),
+    }
+    retain = memory_pb2.RetainRequest(tenant=tenant, text="never written with a padded token")
+    grpc_methods = {"Recall": "memory", "GetMemory": "memory", "ListMemories": "memory"}
+    grpc_methods |= {"AssembleContext": "workspace", "Flush": "hot"}
+    outcomes: dict[tuple[str, str, str], str] = {}
+
+    def grpc_reason(rpc: str, message: Any, metadata: tuple[tuple[str, str], ...] = ()) -> str:
+        try:
+            getattr(stubs[grpc_methods.get(rpc, "memory")], rpc)(message, metadata=(*auth, *metadata), timeout=10)
+        except grpc.RpcError as error:
+            info = error_info(error)
+            return info.reason if info is not None else str(error.code())
+        return "answered"
+
+    for token in (" ", f" {good} ", f"{good} "):  # what gRPC metadata can carry of white space
+        for rpc, asked in reads.items():
+            given = type(asked)()
+            given.CopyFrom(asked)
+            given.consistency_token = token
+            outcomes[rpc, "grpc field", repr(token)] = grpc_reason(rpc, given)
+            if rpc != "Flush":  # Flush takes its token in the field only
+                outcomes[rpc, "grpc metadata", repr(token)] = grpc_reason(rpc, asked, ((HEADER, token),))
+        outcomes["Retain", "grpc metadata", repr(token)] = grpc_reason("Retain", retain, ((HEADER, token),))
+    headers = {"authorization": f"Bearer {KEY}"}
+    for token in ("\u2028", "\u00a0", "\u3000", f"{good}\u2028", f"{good}\u00a0"):
+        for rpc, asked in reads.items():
+            given = type(asked)()
+            given.CopyFrom(asked)
+            given.consistency_token = token
+            outcomes[rpc, "http field", repr(token)] = http_call(held.http_port, rpc, given, headers).reason
+    for token in ("\xa0", "\x85", f"{good}\xa0"):  # a header's bytes are latin-1
+        for rpc, asked in [*reads.items(), ("Retain", retain)]:
+            if rpc != "Flush":
+                reply = http_call(held.http_port, rpc, asked, {**headers, HEADER: token})
+                outcomes[rpc, "http header", repr(token)] = reply.reason if reply.status == 400 else str(reply.status)
+    client.close()
+    wrong = {case: reason for case, reason in outcomes.items() if reason != "TOKEN_INVALID"}
+    assert not wrong, wrong
+    assert len(outcomes) == 70

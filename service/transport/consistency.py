@@ -46,11 +46,13 @@ WAIT_SECONDS = 30.0
 
 
 def carried(call: Call, field: str = "") -> str:
-    """The call's token: the request field's, else its metadata's (empty: none)."""
+    """The call's token: the request field's, else its metadata's (empty: none). Taken as given,
+    like the field's: a token padded or made of white space (U+2028, a no-break space) is refused
+    (engine/consistency.py), never read as none."""
     if field:
         return field
     values = call.metadata_values(TOKEN_KEY)
-    return values[0].strip() if values else ""
+    return values[0] if values else ""
 
 
 def carries(request: Any, call: Call) -> bool:
