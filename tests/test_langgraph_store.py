@@ -600,3 +600,27 @@ def test_an_address_past_the_metadata_limits_is_refused_in_the_store_s_terms(cli
     store.put(tuple(f"l{n}" for n in range(29)), "k" * 1_024, {"v": 1})  # the limits themselves
     assert [i.key for i in store.search(("l0",))] == ["k" * 1_024]
     assert len(client.list_memories(tenant).memories) == 1
+
+
+def test_a_server_with_lower_caps_answers_every_search_and_listing(server_factory, tenant):
+    """The store asks for the protocol's most (k 100, pages of 1,000); a server started with
+    lower caps refused that (K_OUT_OF_RANGE, PAGE_SIZE_OUT_OF_RANGE), failing every search and
+    listing. It names its cap in the refusal's ErrorInfo (``limit``); the store then asks for that
+    and pages through: every item promised is returned, the recalled ones first."""
+    server = server_factory(args=["--max-k", "3", "--max-page-size", "4"]).start()
+    with MemoryClient(server.target) as client:
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.recall(tenant, "anything", k=4)
+        assert (refused.value.reason, refused.value.metadata["limit"]) == ("K_OUT_OF_RANGE", "3")
+        with pytest.raises(InvalidArgumentError) as refused:
+            client.list_memories(tenant, page_size=5)
+        assert (refused.value.reason, refused.value.metadata["limit"]) == ("PAGE_SIZE_OUT_OF_RANGE", "4")
+        store = MnemosyneStore(client, tenant)
+        store.batch([PutOp(("docs", f"n{n % 2}"), f"k{n}", {"n": n, "topic": f"topic {n}"}) for n in range(9)])
+        listed = store.search(("docs",), limit=20)
+        assert sorted(item.value["n"] for item in listed) == list(range(9))
+        found = store.search(("docs",), query="topic 7", limit=6)
+        assert len(found) == 6 and found[0].value["n"] == 7
+        assert len(store.search(("docs",), query="topic", filter={"n": {"$gte": 2}}, limit=20)) == 7
+        assert store.list_namespaces(prefix=("docs",)) == [("docs", "n0"), ("docs", "n1")]
+        assert store.get(("docs", "n1"), "k7").value == {"n": 7, "topic": "topic 7"}  # type: ignore[union-attr]  # found: asserted by its value

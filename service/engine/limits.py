@@ -258,8 +258,10 @@ def validate_k(k: int, limits: Limits) -> int:
     if k == 0:
         return min(5, limits.max_k)
     if k < 0 or k > limits.max_k:
-        raise InvalidArgument(
-            f"k is {k}; it must be between 1 and {limits.max_k} ({set_by('max_k')})", reason="K_OUT_OF_RANGE"
+        raise InvalidArgument(  # the cap in the ErrorInfo: a caller asking for the most asks again with it
+            f"k is {k}; it must be between 1 and {limits.max_k} ({set_by('max_k')})",
+            reason="K_OUT_OF_RANGE",
+            metadata={"limit": str(limits.max_k)},
         )
     return k
 
@@ -293,6 +295,7 @@ def validate_page_size(page_size: int, limits: Limits, default: int = 100) -> in
         raise InvalidArgument(
             f"page_size is {page_size}; it must be between 1 and {limits.max_page_size} ({set_by('max_page_size')})",
             reason="PAGE_SIZE_OUT_OF_RANGE",
+            metadata={"limit": str(limits.max_page_size)},
         )
     return page_size
 

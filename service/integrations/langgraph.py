@@ -16,9 +16,13 @@ The store's contract is LangGraph's, not the memory contract, so this module hon
   metadata, never as a tenant: ``langgraph.namespace`` (the labels joined by "."), ``langgraph.key``
   and an index of its prefixes, ``langgraph.prefix.<n>`` holding the first n labels (n from 0), so
   a search of a prefix is one metadata filter the server applies.
-* ``search`` with a query goes through Recall (its best ``max_k`` = 100 hits of the prefix), its
-  ``filter`` then applied to the values; without a query, the prefix's items in the order they were
-  first put. ``list_namespaces`` reads the items under the longest literal prefix of its conditions.
+* ``search`` with a query goes through Recall (its best hits of the prefix, as many as the
+  server's ``max_k`` gives: 100 unless its operator set fewer), its ``filter`` then applied to the
+  values; without a query, the prefix's items in the order they were first put. ``list_namespaces``
+  reads the items under the longest literal prefix of its conditions. Listings page through at
+  the server's ``max_page_size``. The store asks for the protocol's most (``MAX_K``,
+  ``MAX_PAGE_SIZE``) until a server with a lower cap refuses it naming its cap (the ErrorInfo's
+  ``limit``), then asks for that (``_ServerCap``): a lower cap never fails a search or a listing.
 * ``supports_ttl`` is False: a put with a TTL is refused. The tenant's expiry policy applies to
   items as to any memory (docs/expiry.md); a put after an item expired makes it anew (``_put``).
 """
@@ -29,9 +33,10 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from langgraph.store.base import (
     BaseStore,
@@ -50,7 +55,7 @@ from langgraph.store.base import (
 
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from mnemosyne.client.types import Memory
+from mnemosyne.client.types import Memory, MemoryPage
 from mnemosyne.host.protocol import MAX_K, MAX_PAGE_SIZE, usable_query
 from mnemosyne.host.unicode import lone_surrogate
 
@@ -62,6 +67,30 @@ PREFIX_KEY = "langgraph.prefix.{}"
 ADDRESS_LINE = "langgraph:{}"
 
 Address = tuple[tuple[str, ...], str]
+T = TypeVar("T")
+
+
+class _ServerCap:
+    """The most one server gives of a size the store asks for at its most (a recall's k, a
+    page's size): the protocol's maximum until the server refuses a size with ``reason`` naming
+    its lower cap (ErrorInfo metadata ``limit``, engine/limits.py); from then on, that cap."""
+
+    def __init__(self, reason: str, most: int) -> None:
+        self.reason = reason
+        self.most = most
+
+    def ask(self, call: Callable[[int], T], wanted: int) -> T:
+        """``call``'s answer for ``wanted`` (at most the cap known), asked again at the server's
+        cap when it refuses ``wanted`` as over it."""
+        while True:
+            size = max(1, min(wanted, self.most))
+            try:
+                return call(size)
+            except InvalidArgumentError as error:
+                limit = error.metadata.get("limit", "")
+                if error.reason != self.reason or not limit.isdigit() or not 0 < int(limit) < size:
+                    raise
+                self.most = int(limit)
 
 
 class MnemosyneStore(BaseStore):
@@ -84,6 +113,8 @@ class MnemosyneStore(BaseStore):
         self.client = client
         self.tenant = tenant
         self._puts = threading.Lock()
+        self._k = _ServerCap("K_OUT_OF_RANGE", MAX_K)
+        self._page_size = _ServerCap("PAGE_SIZE_OUT_OF_RANGE", MAX_PAGE_SIZE)
 
     # -- the primitives ---------------------------------------------------------------------------
 
@@ -126,9 +157,9 @@ class MnemosyneStore(BaseStore):
         query = usable_query(op.query)
         if query:
             # Filters apply to values the server does not index: ask for the most it gives then.
-            k = MAX_K if op.filter else max(1, min(MAX_K, wanted))
+            k = MAX_K if op.filter else wanted
             try:
-                hits = self.client.recall(self.tenant, query, k=k, filters=within)
+                hits = self._k.ask(lambda k: self.client.recall(self.tenant, query, k=k, filters=within), k)
             except InvalidArgumentError as error:
                 if error.reason == "METADATA_INVALID":
                     return []  # a prefix past the metadata limits: no item is under it
@@ -163,9 +194,7 @@ class MnemosyneStore(BaseStore):
         token = ""
         while True:
             try:
-                page = self.client.list_memories(
-                    self.tenant, page_size=MAX_PAGE_SIZE, page_token=token, metadata_equals=filters
-                )
+                page = self._page_size.ask(partial(self._page, filters, token), MAX_PAGE_SIZE)
             except InvalidArgumentError as error:
                 if error.reason == "METADATA_INVALID":
                     return  # a key or namespace past the metadata limits: no item can be there
@@ -174,6 +203,9 @@ class MnemosyneStore(BaseStore):
             token = page.next_page_token
             if not token:
                 return
+
+    def _page(self, filters: Mapping[str, str], token: str, page_size: int) -> MemoryPage:
+        return self.client.list_memories(self.tenant, page_size=page_size, page_token=token, metadata_equals=filters)
 
     # -- writes -------------------------------------------------------------------------------------
 
