@@ -877,7 +877,7 @@ def test_the_overview_charts_a_tenant_with_traffic_and_an_admin_sees_across_tena
 
 def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) -> None:
     """On loopback without a tokens file the caller is an admin with no name: the console opens
-    the tenants without asking for a token (the only test here with a second server)."""
+    the tenants without asking for a token (one of two tests here with a second server)."""
     open_server = ServerProcess(tmp_path / "data", http=True).start()
     context = browser.new_context()
     try:
@@ -904,6 +904,38 @@ def test_a_server_without_tokens_needs_no_sign_in(tmp_path: Path, browser: Any) 
     finally:
         context.close()
         open_server.stop()
+
+
+def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, browser: Any) -> None:
+    """The console asks for its own sizes (pages of 20 memories, of 1,000 events, 50 search hits);
+    a server started with lower caps refused them (PAGE_SIZE_OUT_OF_RANGE, K_OUT_OF_RANGE) and the
+    views showed the refusal. It names its cap in the ErrorInfo (``limit``): the console asks
+    again at that cap and pages at it (one small server: the module's has the default caps)."""
+    capped = ServerProcess(tmp_path / "data", http=True, args=["--max-k", "3", "--max-page-size", "4"]).start()
+    context = browser.new_context()
+    try:
+        with MemoryClient(capped.target) as client:
+            client.hot_path("capped", "enable")
+            written = [client.retain("capped", f"capped note {n}", fast=True) for n in range(6)]
+            client.hot_path("capped", "flush")
+            newest = client.get_event("capped", written[-1].event_id).created_memory_ids[0]
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"{capped.http_url}/console/?tenant=capped")
+        page.locator("#older-memories").wait_for()
+        assert _texts(page, "#memory-list .memory .text") == [f"capped note {n}" for n in range(5, 1, -1)]
+        page.fill("#search-query", "capped note")
+        page.press("#search-query", "Enter")
+        page.locator("#search-results .memory").first.wait_for()
+        assert 1 <= page.locator("#search-results .memory").count() <= 3
+        page.locator(f'[aria-label="Open memory {newest}"]').first.click()
+        page.click("#memory-history")
+        page.locator("#memory-events h2").wait_for()  # found on the second page of 4 events
+        assert page.locator("#memory-events h2").text_content() == f"Its fast write: event {written[-1].event_id}"
+        assert page.locator(".error").count() == 0
+    finally:
+        context.close()
+        capped.stop()
 
 
 # -- every view: axe, the keyboard, its accessibility tree ---------------------------------------------

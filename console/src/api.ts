@@ -46,22 +46,61 @@ export async function failure(response: Response): Promise<ApiError> {
   return new ApiError(response.status, body.code ?? 0, info?.reason ?? "", body.message ?? "", info?.metadata ?? {});
 }
 
-export async function get(path: string, query: Query = {}): Promise<Json> {
-  const response = await fetch(url(path, query), { headers: headers(), cache: "no-store", credentials: "omit" });
+// The sizes the console asks for (a search's k, a page's size) and the refusal of one over the
+// server's cap (--max-k, --max-page-size), whose ErrorInfo names the cap ("limit"). The console
+// asks for its own size until a server refuses it, then for at most the cap it named.
+const SIZES: Record<string, string> = { K_OUT_OF_RANGE: "k", PAGE_SIZE_OUT_OF_RANGE: "page_size" };
+const caps: Record<string, number> = {};
+
+function withinCaps<T extends Json>(fields: T): T {
+  const asked: Json = { ...fields };
+  for (const name of Object.values(SIZES)) {
+    if (typeof asked[name] === "number" && caps[name] !== undefined) asked[name] = Math.min(asked[name], caps[name]);
+  }
+  return asked as T;
+}
+
+// Whether ``error`` refused a size of ``fields`` over a cap it names (then kept: ask again).
+function learntCap(error: unknown, fields: Json): boolean {
+  if (!(error instanceof ApiError)) return false;
+  const name = SIZES[error.reason];
+  const limit = Number(error.metadata.limit);
+  if (!name || !Number.isInteger(limit) || limit < 1 || !(limit < fields[name])) return false;
+  caps[name] = Math.min(caps[name] ?? limit, limit);
+  return true;
+}
+
+async function answer(response: Response): Promise<Json> {
   if (!response.ok) throw await failure(response);
   return response.json();
 }
 
+export async function get(path: string, query: Query = {}): Promise<Json> {
+  const asked = withinCaps(query);
+  try {
+    return await answer(await fetch(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" }));
+  } catch (error) {
+    if (learntCap(error, asked)) return get(path, query);
+    throw error;
+  }
+}
+
 export async function post(path: string, body: Json = {}): Promise<Json> {
-  const response = await fetch(path, {
-    method: "POST",
-    headers: headers({ "Content-Type": "application/json" }),
-    body: JSON.stringify(body),
-    cache: "no-store",
-    credentials: "omit",
-  });
-  if (!response.ok) throw await failure(response);
-  return response.json();
+  const asked = withinCaps(body);
+  try {
+    return await answer(
+      await fetch(path, {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify(asked),
+        cache: "no-store",
+        credentials: "omit",
+      }),
+    );
+  } catch (error) {
+    if (learntCap(error, asked)) return post(path, body);
+    throw error;
+  }
 }
 
 export function tenantPath(tenant: string, rest: string): string {

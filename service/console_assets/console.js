@@ -39,21 +39,52 @@ async function failure(response) {
   const info = (body.details ?? []).find((d) => String(d["@type"] ?? "").endsWith("google.rpc.ErrorInfo"));
   return new ApiError(response.status, body.code ?? 0, info?.reason ?? "", body.message ?? "", info?.metadata ?? {});
 }
-async function get(path, query2 = {}) {
-  const response = await fetch(url(path, query2), { headers: headers(), cache: "no-store", credentials: "omit" });
+var SIZES = { K_OUT_OF_RANGE: "k", PAGE_SIZE_OUT_OF_RANGE: "page_size" };
+var caps = {};
+function withinCaps(fields) {
+  const asked = { ...fields };
+  for (const name of Object.values(SIZES)) {
+    if (typeof asked[name] === "number" && caps[name] !== void 0) asked[name] = Math.min(asked[name], caps[name]);
+  }
+  return asked;
+}
+function learntCap(error, fields) {
+  if (!(error instanceof ApiError)) return false;
+  const name = SIZES[error.reason];
+  const limit = Number(error.metadata.limit);
+  if (!name || !Number.isInteger(limit) || limit < 1 || !(limit < fields[name])) return false;
+  caps[name] = Math.min(caps[name] ?? limit, limit);
+  return true;
+}
+async function answer(response) {
   if (!response.ok) throw await failure(response);
   return response.json();
 }
+async function get(path, query2 = {}) {
+  const asked = withinCaps(query2);
+  try {
+    return await answer(await fetch(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" }));
+  } catch (error) {
+    if (learntCap(error, asked)) return get(path, query2);
+    throw error;
+  }
+}
 async function post(path, body = {}) {
-  const response = await fetch(path, {
-    method: "POST",
-    headers: headers({ "Content-Type": "application/json" }),
-    body: JSON.stringify(body),
-    cache: "no-store",
-    credentials: "omit"
-  });
-  if (!response.ok) throw await failure(response);
-  return response.json();
+  const asked = withinCaps(body);
+  try {
+    return await answer(
+      await fetch(path, {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify(asked),
+        cache: "no-store",
+        credentials: "omit"
+      })
+    );
+  } catch (error) {
+    if (learntCap(error, asked)) return post(path, body);
+    throw error;
+  }
 }
 function tenantPath(tenant, rest) {
   return `/v1/tenants/${encodeURIComponent(tenant)}${rest}`;
@@ -801,7 +832,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
           `Restore the text and metadata of revision ${r.revision} as a new revision of memory #${id}?`,
           async () => {
             try {
-              const answer = await post(tenantPath(tenant, `/memories/${encodeURIComponent(id)}:revert`), {
+              const answer2 = await post(tenantPath(tenant, `/memories/${encodeURIComponent(id)}:revert`), {
                 revision: r.revision,
                 requestId: requestId()
               });
@@ -812,7 +843,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
                 el(
                   "p",
                   { class: "notice", role: "status", id: "reverted" },
-                  answer.revision ? `Reverted: revision ${r.revision} is restored as revision ${answer.revision}.` : `Memory #${id} has the content of revision ${r.revision} already: nothing was written.`
+                  answer2.revision ? `Reverted: revision ${r.revision} is restored as revision ${answer2.revision}.` : `Memory #${id} has the content of revision ${r.revision} already: nothing was written.`
                 )
               );
             } catch (error) {
@@ -862,16 +893,16 @@ async function memoryEvent(tenant, id, createdAt, target) {
   let pageToken = "";
   try {
     do {
-      const answer = await get(tenantPath(tenant, "/events"), { accepted_after: after, page_size: EVENT_PAGE, page_token: pageToken });
+      const answer2 = await get(tenantPath(tenant, "/events"), { accepted_after: after, page_size: EVENT_PAGE, page_token: pageToken });
       let past = false;
-      for (const event of answer.events ?? []) {
+      for (const event of answer2.events ?? []) {
         if ((event.createdMemoryIds ?? []).map(String).includes(id)) {
           drawEvent(event, target);
           return;
         }
         past ||= Date.parse(event.acceptedAt ?? "") > created;
       }
-      pageToken = past ? "" : answer.nextPageToken ?? "";
+      pageToken = past ? "" : answer2.nextPageToken ?? "";
     } while (pageToken);
     replace(target, el("p", { class: "meta", id: "no-event" }, "Written directly (not a fast write): no event."));
   } catch (error) {
@@ -908,9 +939,9 @@ async function recordHistory(tenant, scope, key, main2, notice = null) {
   );
   const again = (said) => recordHistory(tenant, scope, key, main2, said);
   try {
-    const answer = await get(tenantPath(tenant, "/records:revisions"), { scope, key });
-    const revisions = answer.revisions ?? [];
-    const generation = String(answer.generation ?? "0");
+    const answer2 = await get(tenantPath(tenant, "/records:revisions"), { scope, key });
+    const revisions = answer2.revisions ?? [];
+    const generation = String(answer2.generation ?? "0");
     const newest = revisions[revisions.length - 1];
     const items = revisions.map((r, n) => {
       const before = n > 0 ? revisions[n - 1] : null;
@@ -1092,11 +1123,11 @@ async function openMemory(c, target, id, changed) {
     );
     const showThread = async () => {
       try {
-        const answer = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: 50 });
+        const answer2 = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: 50 });
         replace(
           thread,
           el("h3", {}, `Thread ${memory.thread.id}, in order`),
-          el("ol", { class: "thread" }, ...(answer.memories ?? []).map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? "")))
+          el("ol", { class: "thread" }, ...(answer2.memories ?? []).map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? "")))
         );
       } catch (error) {
         replace(thread, errorBox(error));
@@ -1193,14 +1224,14 @@ async function memoriesView(tenant, main2) {
       return;
     }
     try {
-      const answer = await post(tenantPath(tenant, "/memories:recall"), {
+      const answer2 = await post(tenantPath(tenant, "/memories:recall"), {
         query: lastQuery,
         k: SEARCH_K,
         scopes: filters.scope ? [filters.scope] : [],
         metadataEquals: filters.metadata
       });
       if (mine !== searches) return;
-      const hits = (answer.hits ?? []).filter((hit) => passes(hit.memory, filters));
+      const hits = (answer2.hits ?? []).filter((hit) => passes(hit.memory, filters));
       const best = Number(hits[0]?.score ?? 0);
       const strong = hits.filter((hit) => Number(hit.score ?? 0) >= best * RELEVANCE_FLOOR);
       const weak = hits.slice(strong.length);
@@ -1248,13 +1279,13 @@ async function memoriesView(tenant, main2) {
   const tokens = [""];
   const list = async (index = 0) => {
     try {
-      const answer = await get(tenantPath(tenant, "/memories"), {
+      const answer2 = await get(tenantPath(tenant, "/memories"), {
         page_size: MEMORY_PAGE,
         page_token: tokens[index],
         newest_first: true
       });
-      const memories = answer.memories ?? [];
-      if (answer.nextPageToken) tokens[index + 1] = answer.nextPageToken;
+      const memories = answer2.memories ?? [];
+      if (answer2.nextPageToken) tokens[index + 1] = answer2.nextPageToken;
       replace(
         listing,
         el("h2", {}, `Memories, newest first (page ${index + 1})`),
@@ -1264,7 +1295,7 @@ async function memoriesView(tenant, main2) {
           "div",
           { class: "row" },
           index > 0 ? button("Newer", () => void list(index - 1), { id: "newer-memories" }) : null,
-          answer.nextPageToken ? button("Older", () => void list(index + 1), { id: "older-memories" }) : null
+          answer2.nextPageToken ? button("Older", () => void list(index + 1), { id: "older-memories" }) : null
         )
       );
     } catch (error) {
@@ -5762,8 +5793,8 @@ async function recordsView(tenant, main2) {
   });
   replace(main2, el("h1", {}, "Records"), scopes, otherForm, editor2);
   try {
-    const answer = await get(tenantPath(tenant, "/scopes"));
-    const list = answer.scopes ?? [];
+    const answer2 = await get(tenantPath(tenant, "/scopes"));
+    const list = answer2.scopes ?? [];
     replace(
       scopes,
       el(
@@ -5788,10 +5819,10 @@ async function openScope(tenant, scope, target) {
     let generation = "0";
     let pageToken = "";
     do {
-      const answer = await get(tenantPath(tenant, "/records"), { scope, page_token: pageToken });
-      records.push(...answer.records ?? []);
-      generation = String(answer.generation ?? "0");
-      pageToken = answer.nextPageToken ?? "";
+      const answer2 = await get(tenantPath(tenant, "/records"), { scope, page_token: pageToken });
+      records.push(...answer2.records ?? []);
+      generation = String(answer2.generation ?? "0");
+      pageToken = answer2.nextPageToken ?? "";
     } while (pageToken);
     const key = el("input", { id: "new-record-key", placeholder: "notes.md", "aria-label": "New record key" });
     const newForm = el("form", { class: "row" }, key, el("button", { type: "submit" }, "New record"));
@@ -5830,13 +5861,13 @@ function open(p, fresh) {
   else editor(p, fresh, false);
 }
 async function save(p, expected, mine) {
-  const answer = await post(tenantPath(p.tenant, "/records:edit"), {
+  const answer2 = await post(tenantPath(p.tenant, "/records:edit"), {
     scope: p.scope,
     expectedGeneration: expected,
     changes: [mine === null ? { op: "DELETE", key: p.key } : { op: "PUT", key: p.key, content: mine }],
     requestId: requestId()
   });
-  return String(answer.generation);
+  return String(answer2.generation);
 }
 async function saved(p, mine, generation) {
   if (mine === null) {
@@ -5917,8 +5948,8 @@ async function discard(p) {
 }
 async function theirs(p) {
   try {
-    const answer = await get(tenantPath(p.tenant, "/records:get"), { scope: p.scope, key: p.key });
-    return { generation: String(answer.generation ?? "0"), text: answer.record?.content ?? "" };
+    const answer2 = await get(tenantPath(p.tenant, "/records:get"), { scope: p.scope, key: p.key });
+    return { generation: String(answer2.generation ?? "0"), text: answer2.record?.content ?? "" };
   } catch (error) {
     if (!(error instanceof ApiError && error.reason === "RECORD_NOT_FOUND")) throw error;
     const listed = await get(tenantPath(p.tenant, "/records"), { scope: p.scope, page_size: 1 });
@@ -5926,14 +5957,14 @@ async function theirs(p) {
   }
 }
 async function baseFromRevisions(p, generation) {
-  let answer;
+  let answer2;
   try {
-    answer = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
+    answer2 = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
   } catch (error) {
     if (error instanceof ApiError && error.reason === "RECORD_NOT_FOUND") return null;
     throw error;
   }
-  const atOrBefore = (answer.revisions ?? []).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
+  const atOrBefore = (answer2.revisions ?? []).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
   const last = atOrBefore[atOrBefore.length - 1];
   if (!last) return null;
   return { text: last.op === "delete" ? null : String(last.content ?? "") };
@@ -6222,16 +6253,16 @@ async function tenantsView() {
   const tokens = [""];
   const page = async (index) => {
     try {
-      const answer = await get("/v1/tenants", { page_size: TENANT_PAGE, page_token: tokens[index] });
-      if (answer.nextPageToken) tokens[index + 1] = answer.nextPageToken;
+      const answer2 = await get("/v1/tenants", { page_size: TENANT_PAGE, page_token: tokens[index] });
+      if (answer2.nextPageToken) tokens[index + 1] = answer2.nextPageToken;
       const pager = el(
         "div",
         { class: "row" },
         index > 0 ? button("Previous page", () => void page(index - 1), { id: "previous-tenants" }) : null,
         el("span", { class: "meta" }, `page ${index + 1}`),
-        answer.nextPageToken ? button("Next page", () => void page(index + 1), { id: "next-tenants" }) : null
+        answer2.nextPageToken ? button("Next page", () => void page(index + 1), { id: "next-tenants" }) : null
       );
-      drawTenants(table, answer.tenants ?? [], answer.damaged ?? [], pager);
+      drawTenants(table, answer2.tenants ?? [], answer2.damaged ?? [], pager);
     } catch (error) {
       replace(table, errorBox(error));
     }
@@ -6389,8 +6420,8 @@ async function hotPathView(tenant, main2) {
     () => void (async () => {
       replace(result, `${label}…`);
       try {
-        const answer = await post(tenantPath(tenant, rest), body);
-        replace(result, el("p", { class: "notice", role: "status" }, describe(answer)));
+        const answer2 = await post(tenantPath(tenant, rest), body);
+        replace(result, el("p", { class: "notice", role: "status" }, describe(answer2)));
       } catch (error) {
         replace(result, errorBox(error));
       }
