@@ -13,7 +13,9 @@ const PYTHON = process.env.MNEMOSYNE_PYTHON || 'python3';
 function startServer({ env = {}, args = [] } = {}) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-'));
   const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', '0', '--metrics-port', '0', '--http-port', '0', ...args], {
-    env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
+    // The word-hashing embedder, as the Python tests use (a test's expected hits are written for
+    // it), unless the environment or the test names another.
+    env: { MNEMOSYNE_EMBEDDER: 'hashing', ...process.env, PYTHONUNBUFFERED: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
