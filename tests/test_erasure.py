@@ -590,6 +590,7 @@ STORE_NO_CONTENT = {
     "AdminService.ImportTenant": "a whole tenant from its archive: the content is the exported tenant's",
     "AdminService.MoveTenant": "a tenant's file moved as it is",
     "AdminService.ActivateTenant": "a moved tenant's last step",
+    "AdminService.ChangeMembers": "a change of the member list: member ids in a mark beside the tenant files",
     **dict.fromkeys(["WebhookService.ListWebhooks", "WebhookService.ListWebhookDeliveries"], _READ),
     **dict.fromkeys(["WebhookService.DeleteWebhook", "WebhookService.ResumeWebhook"], _CONTROL),
     **dict.fromkeys(
