@@ -174,9 +174,7 @@ class TenantPool:
         A tenant that has no file yields None with ``create=False``, and no file is created, so
         reads of unknown tenants never litter the directory. With ``create=True`` it yields a
         new, complete tenant file under a temporary name, which becomes the tenant's only if the
-        block ends without an exception (the block is the tenant's first write).
-
-        With members, a tenant without a file here whose home is another member (its owner by the
+        block ends without an exception (the block is the tenant's first write). With members, a tenant without a file here whose home is another member (its owner by the
         hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
         none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
         (``expect_move``); a file is served by what it records (``Ownership.check_open``)."""
@@ -274,13 +272,15 @@ class TenantPool:
                 self._stores.release(self._admit(tenant, self._open_store(tenant, path)))
 
     def _restore_from_replica(self, tenant: str) -> bool:
-        """When object storage holds a replica of a tenant with no file here (a lost volume), its files
-        restored and installed, and True (store/replicas.py ``Replicas.fetch``)."""
+        """True when the tenant's file is here now: object storage held a replica of it (a lost volume),
+        restored and installed here (store/replicas.py ``Replicas.fetch``), or by a call meanwhile."""
         staging = self.tenants_dir / f"{NEW_FILE_PREFIX}restore-{tenant}.{uuid.uuid4().hex[:12]}"
         try:
             with self.locks.for_opening(tenant):  # one restore: the others find its file
+                if self.path_for(tenant).exists():
+                    return True
                 judge = None if self.ownership is None else self.ownership.restored_judge(tenant)
-                fetched = None if self.path_for(tenant).exists() else self.replicas.fetch(tenant, staging, judge)
+                fetched = self.replicas.fetch(tenant, staging, judge)
                 if fetched is None:
                     return False
                 log.info("tenant %s: no file here and a replica in object storage: restored from it", tenant)
