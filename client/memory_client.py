@@ -1003,11 +1003,12 @@ class MemoryClient:
         """Begin (or, ``complete``, complete) a change to the member list ``to`` on the member this
         client calls (admin token; ``mnemosyne rebalance`` asks each member; docs/scale-out.md,
         "Changing the member list"). Begun, the member creates no tenant another member owns by
-        ``to`` (UNAVAILABLE MEMBERS_CHANGING) and answers once the creations under way ended.
+        ``to`` (UNAVAILABLE MEMBERS_CHANGING) and answers once the creations under way ended (and,
+        on a member back on a new volume with replication, once it restored its tenants).
         Raises ``InvalidArgumentError`` (CONFIG_INVALID: ``to`` is no member list),
         ``FailedPreconditionError`` (NO_MEMBERS; MEMBER_CHANGE_NOT_BEGUN: completing a change
         this member was not told of) and ``UnavailableError`` (MEMBERS_CHANGING: creations under
-        way did not end in time; retry)."""
+        way did not end in time; RESTORING_FROM_REPLICA: its restore did not; retry)."""
         request = admin_pb2.ChangeMembersRequest(to=to, complete=complete)
         r = self.call(self.admin.ChangeMembers, request, retry=True)
         return types.MemberChange(r.member, r.creations_waited, r.previous_done)

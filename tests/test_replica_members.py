@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from mnemosyne.cli.rebalance import rebalance
 from mnemosyne.client import FailedPreconditionError, MemoryClient, UnavailableError
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.membership import owner_of
 from mnemosyne.store.ownership import MOVE_STEP_KEY
 from tests.replica_support import ObjectStorage, replica_env
 from tests.support import gauge, wait_until
-from tests.test_moves import Deployment, record
+from tests.test_moves import ADMIN, Deployment, record
 
 IDS = ["m0", "m1"]
 LOST = "m1"  # the member whose volume is lost
@@ -232,5 +233,47 @@ def test_a_destination_that_loses_its_volume_right_after_a_move_comes_back_with_
                 assert client.verify_integrity(tenant).valid
                 client.retain(tenant, "after the loss")
         assert all(lost.tenant_file(tenant).exists() for tenant in tenants)
+    finally:
+        deployment.stop()
+
+
+def test_a_member_that_lost_its_volume_hands_over_even_the_tenants_no_call_restored_yet(
+    object_storage: ObjectStorage, tmp_path: Path
+) -> None:
+    """A member back on an empty volume restores the tenants object storage holds as its own (its
+    own and one moved to it; not one moved away) in the background, and a change of the member
+    list begins there only once it has, so a scale-down right after the loss, before any call
+    reached those tenants, moves them to their new owner with everything they held."""
+    bucket = object_storage.new_bucket()
+    deployment = Deployment(tmp_path, 2)
+    extra = ["--replica-url", object_storage.url(bucket), "--no-forwarding"]
+    env = {m: replica_env() for m in IDS}
+    own, came, went = _home(LOST, "own"), _home(OTHER, "came"), _home(LOST, "went")
+    lost = deployment.processes[LOST]
+    for member in IDS:
+        deployment.processes[member].metrics = True
+    deployment.run(IDS, env=env, extra=extra)
+    try:
+        with deployment.client(IDS) as client:
+            for tenant in (own, came, went):
+                for n in range(2):
+                    client.retain(tenant, f"{tenant}: note {n}")
+            client.move_tenant(came, LOST, member=OTHER)
+            client.move_tenant(went, OTHER, member=LOST)
+            client.retain(came, f"{came}: moved here")
+            live = {tenant: _texts(client, tenant) for tenant in (own, came, went)}
+        for member in IDS:
+            wait_until(lambda: gauge(deployment.processes[member], "mnemosyne_replication_lag_seconds") == 0.0)
+        lost.kill()
+        shutil.rmtree(lost.data_dir)
+        deployment.start(LOST, IDS, env=env[LOST], extra=extra)
+        with open(tmp_path / "rebalance.out", "w") as out:
+            assert rebalance(deployment.members(IDS), deployment.members([OTHER]), token=ADMIN, out=out) == 0
+        assert not lost.tenant_file(went).exists()  # moved away before the loss: never restored there
+        deployment.run([OTHER], env=env, extra=extra)
+        with deployment.client([OTHER]) as client:
+            for tenant in (own, came, went):
+                assert _texts(client, tenant) == live[tenant], tenant
+                assert client.verify_integrity(tenant).valid
     finally:
         deployment.stop()

@@ -53,6 +53,7 @@ from mnemosyne.engine.figures import Figures
 from mnemosyne.engine.hot_path import HotPath, PoisonedExtractor
 from mnemosyne.engine.hot_path.changes import Changes
 from mnemosyne.engine.hot_path.fences import Fences
+from mnemosyne.engine.lost_tenants import LostTenants
 from mnemosyne.engine.memories import Memories
 from mnemosyne.engine.moves import Moves
 from mnemosyne.engine.observer import EngineObserver, SafeObserver
@@ -247,7 +248,16 @@ class Engine:
         self.imports = TenantImports(
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )
-        self.moves = Moves(pool=self.pool, hot_path=self.hot_path, backups=self.backups, imports=self.imports)
+        self.lost_tenants = LostTenants(self.pool, self.replicator) if self.replicator is not None else None
+        self.moves = Moves(
+            pool=self.pool,
+            hot_path=self.hot_path,
+            backups=self.backups,
+            imports=self.imports,
+            lost_tenants=self.lost_tenants,
+        )
+        if self.lost_tenants is not None:
+            self.lost_tenants.start()
         self.deliveries = DeliveryWorker(pool=self.pool, config=config.webhooks, seams=seams, clock=self.clock)
         self.webhooks = Subscriptions(
             pool=self.pool,
@@ -276,6 +286,8 @@ class Engine:
         self.hot_path.stop()
         self.write_path.close()
         self.tenantless_requests.close()
+        if self.lost_tenants is not None:
+            self.lost_tenants.stop()
         self.pool.close()
         if self.replicator is not None:
             self.replicator.stop()  # after the pool: Litestream's last syncs see every commit

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.lost_tenants import LostTenants
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 
@@ -59,6 +60,8 @@ STEPS = (*SOURCE_STEPS, "activated")
 # How long a step waits for the calls in flight on the tenant (a tombstone, an activation) and
 # for the hot path to take what it accepted.
 STEP_WAIT_SECONDS = 30.0
+# How long a change of the member list waits for this member's restore of a lost volume's tenants.
+LOST_TENANTS_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,17 @@ class MemberChangeAnswer:
 
 
 class Moves:
-    def __init__(self, *, pool: TenantPool, hot_path: HotPath, backups: Backups, imports: TenantImports) -> None:
+    def __init__(
+        self,
+        *,
+        pool: TenantPool,
+        hot_path: HotPath,
+        backups: Backups,
+        imports: TenantImports,
+        lost_tenants: LostTenants | None,
+    ) -> None:
         self._pool = pool
+        self._lost_tenants = lost_tenants
         self._hot_path = hot_path
         self._backups = backups
         self._imports = imports
@@ -228,4 +240,6 @@ class Moves:
         assert ownership is not None  # a member has its ownership
         if complete:
             return MemberChangeAnswer(me, 0, ownership.complete_change(ids))
+        if self._lost_tenants is not None:  # the listing that follows must see the tenants a lost volume held
+            self._lost_tenants.wait(LOST_TENANTS_WAIT_SECONDS)
         return MemberChangeAnswer(me, ownership.begin_change(ids), False)

@@ -14,6 +14,7 @@ Layout::
     DATA_DIR/tenants/<tenant>.moved     beside a reclaimed tombstone (store/ownership.py)
     DATA_DIR/tenants/<tenant>.owned     a tenant moved here, then erased: created here again (store/ownership.py)
     DATA_DIR/tenants/member-change.json  a change of the member list begun or completed here (store/member_change.py)
+    DATA_DIR/tenants/replica-restored.json  the tenants object storage holds as this server's are here (engine/lost_tenants.py)
     DATA_DIR/tenants/<tenant>.erasing   an erasure under way, finished at the next start once receipted (store/erasure_log.py)
     DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (store/install.py)
     DATA_DIR/tenants/.new-...         a file being made (a first write, a mark, a reclaim)
