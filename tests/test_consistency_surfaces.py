@@ -171,8 +171,7 @@ def test_every_method_refuses_a_token_of_white_space_or_padded_the_same_way(held
             given.CopyFrom(asked)
             given.consistency_token = token
             outcomes[rpc, "grpc field", repr(token)] = grpc_reason(rpc, given)
-            if rpc != "Flush":  # Flush takes its token in the field only
-                outcomes[rpc, "grpc metadata", repr(token)] = grpc_reason(rpc, asked, ((HEADER, token),))
+            outcomes[rpc, "grpc metadata", repr(token)] = grpc_reason(rpc, asked, ((HEADER, token),))
         outcomes["Retain", "grpc metadata", repr(token)] = grpc_reason("Retain", retain, ((HEADER, token),))
     headers = {"authorization": f"Bearer {KEY}"}
     for token in ("\u2028", "\u00a0", "\u3000", f"{good}\u2028", f"{good}\u00a0"):
@@ -183,10 +182,9 @@ def test_every_method_refuses_a_token_of_white_space_or_padded_the_same_way(held
             outcomes[rpc, "http field", repr(token)] = http_call(held.http_port, rpc, given, headers).reason
     for token in ("\xa0", "\x85", f"{good}\xa0"):  # a header's bytes are latin-1
         for rpc, asked in [*reads.items(), ("Retain", retain)]:
-            if rpc != "Flush":
-                reply = http_call(held.http_port, rpc, asked, {**headers, HEADER: token})
-                outcomes[rpc, "http header", repr(token)] = reply.reason if reply.status == 400 else str(reply.status)
+            reply = http_call(held.http_port, rpc, asked, {**headers, HEADER: token})
+            outcomes[rpc, "http header", repr(token)] = reply.reason if reply.status == 400 else str(reply.status)
     client.close()
     wrong = {case: reason for case, reason in outcomes.items() if reason != "TOKEN_INVALID"}
     assert not wrong, wrong
-    assert len(outcomes) == 70
+    assert len(outcomes) == 76

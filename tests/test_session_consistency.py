@@ -44,7 +44,9 @@ from mnemosyne.client import (
     TokenInvalidError,
 )
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
-from mnemosyne.v1 import memory_pb2, types_pb2
+from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
+from mnemosyne.v1 import hot_path_pb2, memory_pb2, types_pb2
+from tests.http_support import call as http_call
 from tests.mem0_support import Mem0Client
 
 BACKLOG = 300  # fast writes queued before the one a read waits for
@@ -395,6 +397,54 @@ def test_a_forged_or_foreign_token_is_its_typed_error(server: ServerProcess) -> 
         for error in (foreign.value, forged.value):
             assert isinstance(error, InvalidArgumentError)
         assert client.consistency_token("py-mine") == mine  # the caller's own token: the session keeps its
+
+
+def test_flush_takes_its_token_in_the_metadata_or_header_as_every_read_does(server: ServerProcess) -> None:
+    """A Flush given a token in the request metadata (an HTTP header) waits for that token's
+    writes only, refuses a malformed one TOKEN_INVALID, and prefers the request field's when both
+    are given, as Recall does. It read the field only: the metadata's token was ignored, so the
+    Flush waited for the whole held backlog and ran out of time."""
+    tenant = "py-flush-metadata"
+    with_backlog(server, tenant, 30)
+    with MemoryClient(server.target) as client:
+        client.retain(tenant, "The night shift log sits in drawer D-5173", fast=True)
+        token = client.consistency_token(tenant)
+        assert token
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+
+        def flush(field: str, given: str) -> hot_path_pb2.FlushResponse:
+            request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=1, consistency_token=field)
+            metadata = ((CONSISTENCY_TOKEN_KEY, given),) if given else ()
+            flushed: hot_path_pb2.FlushResponse = client.call(
+                client.hot_path_stub.Flush, request, retry=False, metadata=metadata
+            )
+            return flushed
+
+        def recall(field: str, given: str) -> memory_pb2.RecallResponse:
+            request = memory_pb2.RecallRequest(tenant=tenant, query="night shift log", consistency_token=field)
+            metadata = ((CONSISTENCY_TOKEN_KEY, given),) if given else ()
+            found: memory_pb2.RecallResponse = client.call(
+                client.memory.Recall, request, retry=False, metadata=metadata, session=False
+            )
+            return found
+
+        assert flush("", token).flushed == 1  # its write only (the backlog stays queued)
+        assert texts(recall("", "").hits) == ["The night shift log sits in drawer D-5173"]
+        for forged_field, forged_metadata in ((forged, ""), ("", forged), (forged, token)):
+            for rpc in (flush, recall):
+                with pytest.raises(TokenInvalidError):
+                    rpc(forged_field, forged_metadata)
+        assert flush(token, forged).failed == 0 and recall(token, forged).hits  # the field's token first
+
+        client.retain(tenant, "The day shift log sits in drawer D-5174", fast=True)
+        asked = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=1)
+        refused = http_call(server.http_port, "Flush", asked, {CONSISTENCY_TOKEN_KEY: forged})
+        assert (refused.status, refused.reason) == (400, "TOKEN_INVALID")
+        newest = client.consistency_token(tenant)
+        assert newest
+        flushed = http_call(server.http_port, "Flush", asked, {CONSISTENCY_TOKEN_KEY: newest})
+        assert (flushed.status, int(flushed.json()["flushed"])) == (200, 1), flushed.body
+        assert client.hot_path(tenant, "status").queue_depth >= 30  # the backlog stays queued
 
 
 def test_session_tokens_keep_the_newest_per_tenant_within_their_bounds() -> None:

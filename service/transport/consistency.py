@@ -5,8 +5,8 @@
   ``mnemosyne-consistency-token`` (over HTTP, mem0 and MCP: the response header of that name; the
   MCP tools put it in their result). A write may carry the session's newest token in the request
   metadata of that name (an HTTP header): the token it answers covers that one's open writes too.
-* A read takes a token from its request's ``consistency_token`` or the same request metadata (for
-  fixed schemas: mem0, and any client that cannot set the field). Before it reads it asks where
+* A read (and Flush) takes a token from its request's ``consistency_token`` or, without one, the
+  same request metadata (for fixed schemas: mem0, and any client that cannot set the field). Before it reads it asks where
   the token's writes stand: all applied, it reads at once, counting nothing; some open, the engine
   raises ``WritesOpen`` and the edge waits for them here (``wait``) on the event loop, holding no
   thread, counted as a waiting call (transport/admission.py), the workers taking them first, then

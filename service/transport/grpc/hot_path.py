@@ -10,7 +10,7 @@ from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
 from mnemosyne.transport import convert_hot_path, waits
 from mnemosyne.transport.call import Call, reading, waiting
-from mnemosyne.transport.consistency import asks_replicated
+from mnemosyne.transport.consistency import asks_replicated, carried
 from mnemosyne.v1 import events_pb2, events_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc
 
 
@@ -35,10 +35,10 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
 
     @waiting
     async def Flush(self, request: hot_path_pb2.FlushRequest, call: Call) -> hot_path_pb2.FlushResponse:
-        if request.consistency_token:  # only the writes it names, taken ahead of the backlog
-            flushed = await waits.flush_token(
-                self._hot_path, self._tokens, call, request.consistency_token, request.timeout_seconds
-            )
+        # The token as every read takes it: the field's, else the metadata's (an HTTP header).
+        token = carried(call, request.consistency_token)
+        if token:  # only the writes it names, taken ahead of the backlog
+            flushed = await waits.flush_token(self._hot_path, self._tokens, call, token, request.timeout_seconds)
         else:
             flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
             if asks_replicated(call):  # the whole queue applied, then in object storage
