@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mnemosyne.client import MemoryClient, RecordChange
+from mnemosyne.client import MemoryClient, RecordChange, ThreadRef
 from tests import console_views
 from tests.http_support import request
 from tests.support import ServerProcess, tokens_json
@@ -910,7 +910,8 @@ def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, 
     """The console asks for its own sizes (pages of 20 memories, of 1,000 events, 50 search hits);
     a server started with lower caps refused them (PAGE_SIZE_OUT_OF_RANGE, K_OUT_OF_RANGE) and the
     views showed the refusal. It names its cap in the ErrorInfo (``limit``): the console asks
-    again at that cap and pages at it (one small server: the module's has the default caps)."""
+    again at that cap and pages at it, a thread to its end (one small server: the module's has the
+    default caps)."""
     capped = ServerProcess(tmp_path / "data", http=True, args=["--max-k", "3", "--max-page-size", "4"]).start()
     context = browser.new_context()
     try:
@@ -919,6 +920,8 @@ def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, 
             written = [client.retain("capped", f"capped note {n}", fast=True) for n in range(6)]
             client.hot_path("capped", "flush")
             newest = client.get_event("capped", written[-1].event_id).created_memory_ids[0]
+            turns = [f"turn {n} of the long thread" for n in range(1, 10)]  # three pages of 4
+            last_turn = [client.retain("capped-thread", t, thread=ThreadRef("long", n)) for n, t in enumerate(turns, 1)]
         page = context.new_page()
         page.set_default_timeout(WAIT_MS)
         page.goto(f"{capped.http_url}/console/?tenant=capped")
@@ -932,6 +935,13 @@ def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, 
         page.click("#memory-history")
         page.locator("#memory-events h2").wait_for()  # found on the second page of 4 events
         assert page.locator("#memory-events h2").text_content() == f"Its fast write: event {written[-1].event_id}"
+        assert page.locator(".error").count() == 0
+        # "Show the thread" pages on to the thread's end (it showed the first page of 4 only).
+        page.goto(f"{capped.http_url}/console/?tenant=capped-thread")
+        page.locator(f'[aria-label="Open memory {last_turn[-1].memory_id}"]').first.click()
+        page.click("#show-thread")
+        page.locator("#memory-thread h3").wait_for()
+        assert _texts(page, "#memory-thread li") == turns
         assert page.locator(".error").count() == 0
     finally:
         context.close()

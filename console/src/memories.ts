@@ -9,6 +9,7 @@ import { type Child, button, el, errorBox, replace, timeEl } from "./dom.js";
 import { historyHref } from "./history.js";
 
 const MEMORY_PAGE = 20;
+const THREAD_PAGE = 50; // a page of a thread's turns; the view pages on to the thread's end
 const SEARCH_K = 50;
 // A hit scoring under this share of the best hit's score is a weaker match, folded away.
 const RELEVANCE_FLOOR = 0.5;
@@ -157,11 +158,17 @@ async function openMemory(c: Card, target: HTMLElement, id: string, changed: () 
     );
     const showThread = async (): Promise<void> => {
       try {
-        const answer = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: 50 });
+        const turns: Json[] = [];
+        let pageToken = "";
+        do {
+          const answer = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: THREAD_PAGE, page_token: pageToken });
+          turns.push(...((answer.memories ?? []) as Json[]));
+          pageToken = answer.nextPageToken ?? "";
+        } while (pageToken);
         replace(
           thread,
           el("h3", {}, `Thread ${memory.thread.id}, in order`),
-          el("ol", { class: "thread" }, ...((answer.memories ?? []) as Json[]).map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? ""))),
+          el("ol", { class: "thread" }, ...turns.map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? ""))),
         );
       } catch (error) {
         replace(thread, errorBox(error));

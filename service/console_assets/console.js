@@ -1011,6 +1011,7 @@ async function recordHistory(tenant, scope, key, main2, notice = null) {
 
 // src/memories.ts
 var MEMORY_PAGE = 20;
+var THREAD_PAGE = 50;
 var SEARCH_K = 50;
 var RELEVANCE_FLOOR = 0.5;
 var UNMARKED = /* @__PURE__ */ new Set(["a", "an", "and", "are", "at", "do", "does", "for", "in", "is", "it", "of", "on", "or", "the", "to", "was", "what", "when", "where", "who", "with"]);
@@ -1123,11 +1124,17 @@ async function openMemory(c, target, id, changed) {
     );
     const showThread = async () => {
       try {
-        const answer2 = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: 50 });
+        const turns = [];
+        let pageToken = "";
+        do {
+          const answer2 = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: THREAD_PAGE, page_token: pageToken });
+          turns.push(...answer2.memories ?? []);
+          pageToken = answer2.nextPageToken ?? "";
+        } while (pageToken);
         replace(
           thread,
           el("h3", {}, `Thread ${memory.thread.id}, in order`),
-          el("ol", { class: "thread" }, ...(answer2.memories ?? []).map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? "")))
+          el("ol", { class: "thread" }, ...turns.map((m) => el("li", { "data-memory-id": String(m.id), class: String(m.id) === id ? "current" : "" }, m.speaker ? `${m.speaker}: ` : "", m.text ?? "")))
         );
       } catch (error) {
         replace(thread, errorBox(error));
