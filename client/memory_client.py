@@ -929,8 +929,9 @@ class MemoryClient:
         return convert.caller_from_proto(self.call(self.admin.WhoAmI, admin_pb2.WhoAmIRequest(), retry=True))
 
     def list_tenants(self, page_size: int = 0, page_token: str = "") -> types.TenantPage:
-        """A page of the server's tenants in lexical order (admin token): ``page_size`` up to
-        10,000 (0: 1,000), ``page_token`` the previous page's ``next_page_token``.
+        """A page of the server's tenants in lexical order (admin token): ``page_size`` up to the
+        server's --max-page-size (0: 1,000, or that cap when lower), ``page_token`` the previous
+        page's ``next_page_token``.
 
         Returns a ``TenantPage``, naming the tenants whose file is damaged and, on a deployment,
         the members that did not answer. Raises ``InvalidArgumentError``

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from mnemosyne.cli.rebalance import _held
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.v1 import admin_pb2
@@ -13,11 +14,14 @@ from tests.support import ServerFactory, ServerProcess, tokens_json
 
 ADMIN = "admin-token-4c0ffee"
 USER = "user-token-b3e77"
+CAP = 3  # the server's --max-page-size
 
 
 @pytest.fixture
 def admin_server(server_factory: ServerFactory, tenant: str) -> ServerProcess:
-    return server_factory(env={"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], USER: [tenant]})}).start()
+    """A server whose pages hold at most 3 (--max-page-size): fewer than the tenants listed."""
+    tokens = tokens_json({ADMIN: ["*"], USER: [tenant]})
+    return server_factory(env={"MNEMOSYNE_TOKENS": tokens}, args=["--max-page-size", str(CAP)]).start()
 
 
 def test_admin_calls_need_an_admin_token(admin_server: ServerProcess, tenant: str) -> None:
@@ -55,6 +59,14 @@ def test_list_tenants_pages_and_aggregate_streams(admin_server: ServerProcess, t
             with pytest.raises(MnemosyneClientError) as exc:
                 admin.list_tenants(**bad)
             assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        # ListTenants keeps to --max-page-size as every list does (it had a cap of 10,000 of its
+        # own): a larger page is refused naming the cap, none asked is a page at the cap, and
+        # `mnemosyne rebalance` (which asked 10,000) lists a member's every tenant at its pages.
+        with pytest.raises(MnemosyneClientError) as exc:
+            admin.list_tenants(page_size=CAP + 1)
+        assert (exc.value.reason, exc.value.metadata["limit"]) == ("PAGE_SIZE_OUT_OF_RANGE", str(CAP))
+        assert admin.list_tenants().tenants == tenants[:CAP]
+        assert list(_held(admin, "m0")) == tenants
 
         # The stream: several chunks, each flagged as not a snapshot; the total in the last one.
         chunks = list(

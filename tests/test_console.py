@@ -922,6 +922,8 @@ def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, 
             newest = client.get_event("capped", written[-1].event_id).created_memory_ids[0]
             turns = [f"turn {n} of the long thread" for n in range(1, 10)]  # three pages of 4
             last_turn = [client.retain("capped-thread", t, thread=ThreadRef("long", n)) for n, t in enumerate(turns, 1)]
+            for more in ("capped-x", "capped-y", "capped-z"):  # five tenants: two pages of 4
+                client.retain(more, "a tenant for the tenants' pages")
         page = context.new_page()
         page.set_default_timeout(WAIT_MS)
         page.goto(f"{capped.http_url}/console/?tenant=capped")
@@ -942,6 +944,19 @@ def test_a_server_with_lower_caps_serves_every_view_at_its_caps(tmp_path: Path, 
         page.click("#show-thread")
         page.locator("#memory-thread h3").wait_for()
         assert _texts(page, "#memory-thread li") == turns
+        assert page.locator(".error").count() == 0
+        # The tenants (ListTenants keeps to --max-page-size as every list does): pages of 4.
+        page.goto(f"{capped.http_url}/console/")
+        page.locator("#next-tenants").wait_for()
+        rows = page.locator("#tenants tr[data-tenant]")
+        assert [rows.nth(i).get_attribute("data-tenant") for i in range(rows.count())] == [
+            "capped",
+            "capped-thread",
+            "capped-x",
+            "capped-y",
+        ]
+        page.click("#next-tenants")
+        page.locator('#tenants tr[data-tenant="capped-z"]').wait_for()
         assert page.locator(".error").count() == 0
     finally:
         context.close()

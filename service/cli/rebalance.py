@@ -48,7 +48,8 @@ def _held(client: MemoryClient, member: str) -> Iterator[str]:
     while True:
         page = client.call(
             client.admin.ListTenants,
-            admin_pb2.ListTenantsRequest(page_size=10000, page_token=token),
+            # The member's own page size (0): never over the --max-page-size it was started with.
+            admin_pb2.ListTenantsRequest(page_size=0, page_token=token),
             retry=True,
             metadata=((ROUTE_KEY, member),),
         )

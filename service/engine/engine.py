@@ -217,7 +217,7 @@ class Engine:
             tenantless=self.tenantless_requests,
         )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
-        self.tenants = Tenants(pool=self.pool)
+        self.tenants = Tenants(pool=self.pool, limits=config.limits)
         self.reembedding = Reembedding(pool=self.pool, embedders=embedders)
 
     def _start_background(self, observer: EngineObserver) -> None:

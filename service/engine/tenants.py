@@ -19,8 +19,9 @@ log = logging.getLogger("mnemosyne.engine")
 
 
 class Tenants:
-    def __init__(self, *, pool: TenantPool) -> None:
+    def __init__(self, *, pool: TenantPool, limits: check.Limits) -> None:
         self.pool = pool
+        self._limits = limits
 
     def stats(self, tenant: str) -> TenantStats:
         with self.pool.tenant(tenant, create=False) as store:
@@ -57,9 +58,11 @@ class Tenants:
         """Tenant ids with a file, in lexical order, one page at a time. ``elsewhere``: the
         tenants of the other members of a deployment (tenant -> whether its file is damaged),
         listed with this member's (the admin fan-out, transport/cluster/fanout.py), its page tokens
-        signed with ``secret``, one every member has (its next page may be asked of any member)."""
+        signed with ``secret``, one every member has (its next page may be asked of any member).
+        A page holds at most --max-page-size tenants, as every list's (0: 1,000, or that cap when
+        lower)."""
         secret = secret or self.pool.secret
-        page_size = check.validate_page_size(page_size, check.Limits(max_page_size=10_000), default=1_000)
+        page_size = check.validate_page_size(page_size, self._limits, default=1_000)
         after = page_tokens.decode(secret, "", "tenants", page_token) or ""
         # Listing the directory is cheap next to opening files; 10,000 names are a few hundred KB.
         local = self.pool.tenant_ids()

@@ -61,7 +61,8 @@ class FanOut:
             try:
                 token = ""
                 while True:
-                    request = admin_pb2.ListTenantsRequest(page_size=10_000, page_token=token)
+                    # The member's own page size (0): never over the --max-page-size it was started with.
+                    request = admin_pb2.ListTenantsRequest(page_size=0, page_token=token)
                     page = await self._forwarder.unary(member, LIST_TENANTS, request, call, asked=True)
                     damaged = set(page.damaged)
                     elsewhere.update((tenant, tenant in damaged) for tenant in page.tenants)
