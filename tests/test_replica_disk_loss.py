@@ -6,6 +6,7 @@ on an empty one with the same bucket."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import threading
@@ -136,3 +137,34 @@ def test_a_deleted_data_directory_loses_no_replicated_write(server_factory, obje
             assert client.verify_integrity(tenant).valid
             if tenant in acked.generation:
                 assert client.list_records(tenant, "workspace/plan").generation >= acked.generation[tenant]
+
+
+def test_a_new_volume_gets_back_every_tenant_at_once_none_refused_as_a_stale_copy(
+    server_factory, object_storage, tmp_path
+):
+    """A server started on an empty volume restores every tenant the bucket holds in the
+    background, several at once, and marks its data directory done; a tenant whose restored file
+    began its own generation while it was being opened is not taken for a stale copy of it."""
+    bucket = object_storage.new_bucket()
+    data_dir = tmp_path / "member"
+    flags = ["--replica-url", object_storage.url(bucket)]
+    server = server_factory(data_dir, env=replica_env(), args=flags).start()
+    tenants = [f"b{i:02d}" for i in range(48)]
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            client.retain(tenant, f"{tenant}: the only memory")
+        for tenant in tenants:
+            flush_replicated(client, tenant)
+    server.kill()
+    shutil.rmtree(data_dir)
+    server = server_factory(data_dir, env=replica_env(), args=flags).start()
+    mark = data_dir / "tenants" / "replica-restored.json"
+    deadline = time.monotonic() + 120
+    while not mark.exists():
+        assert time.monotonic() < deadline, "the background restore did not end"
+        time.sleep(0.1)
+    assert json.loads(mark.read_text()) == {"restored": len(tenants)}
+    assert sorted(p.stem for p in (data_dir / "tenants").glob("*.sqlite")) == tenants
+    with MemoryClient(server.target) as client:
+        for tenant in tenants:
+            assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant}: the only memory"]

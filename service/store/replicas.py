@@ -285,6 +285,9 @@ def refuse_stale(tenant: str, store: TenantStore, replicas: Replicas, membership
     if newer is None:
         return
     generation, holder = newer
+    with store.read() as txn:  # that generation may be this file's own, started since the read above
+        if (recorded_replica(txn)[0] or 0) >= generation:
+            return
     why = f"the file here is a stale copy ({stale_because(recorded, floor)}; object storage holds {generation})"
     if membership is not None and holder and holder != membership.me:
         raise membership.not_owner(tenant, holder, f"{why}, started there")
