@@ -30,9 +30,10 @@ log = logging.getLogger("mnemosyne.engine")
 
 MARK_FILE_NAME = "replica-restored.json"
 RESTORING_FROM_REPLICA = "RESTORING_FROM_REPLICA"
-# The bucket's holders asked at once (each a LIST and a GET): a new member of a large deployment
-# asks one per tenant the bucket holds.
-HOLDERS_AT_ONCE = 8
+# The tenants looked at (a holder asked: a LIST and a GET; a restore) at once: a new member of a
+# large deployment asks one holder per tenant the bucket holds, and each restore mostly waits for
+# object storage and Litestream's restore.
+AT_ONCE = 4
 RETRY_FIRST_SECONDS, RETRY_MOST_SECONDS = 1.0, 60.0
 
 
@@ -92,30 +93,43 @@ class LostTenants:
             return
 
     def _restore_all(self) -> None:
-        """One pass over the bucket's tenants not looked at yet; the first UNAVAILABLE met (object
-        storage, or a tenant a move is bringing here) raised at its end, the others restored."""
+        """One pass over the bucket's tenants not looked at yet, several at once; the first
+        UNAVAILABLE met (object storage, or a tenant a move is bringing here) raised at its end."""
         missing = [
             tenant
             for tenant in self._replicator.bucket.tenants()
             if TENANT_ID_PATTERN.fullmatch(tenant) and tenant not in self._checked and not self._pool.exists(tenant)
         ]
         waits: list[Unavailable] = []
-        holders = ThreadPoolExecutor(HOLDERS_AT_ONCE, thread_name_prefix="lost-tenants")
+        workers = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="lost-tenants")
         try:
-            for tenant, holder in zip(missing, holders.map(self._replicator.holder, missing), strict=True):
-                if self._stopping.is_set():
-                    return
-                try:
-                    if self._own(tenant, holder):
-                        self._restore(tenant)
-                except Unavailable as exc:
-                    waits.append(exc)
+            for tenant, outcome in zip(missing, workers.map(self._look_at, missing), strict=True):
+                if isinstance(outcome, Unavailable):
+                    waits.append(outcome)
                     continue
+                self.restored += outcome
                 self._checked.add(tenant)
         finally:
-            holders.shutdown(cancel_futures=True)
+            workers.shutdown(cancel_futures=True)
         if waits:
             raise waits[0]
+
+    def _look_at(self, tenant: str) -> bool | Unavailable:
+        """Whether ``tenant`` was restored here (False: not this member's, or not restorable), or
+        the UNAVAILABLE that stopped it (it is looked at again at the next pass)."""
+        if self._stopping.is_set():
+            return Unavailable("the server is stopping", reason=RESTORING_FROM_REPLICA)
+        try:
+            if not self._own(tenant, self._replicator.holder(tenant)):
+                return False
+            with self._pool.tenant(tenant, create=False):
+                pass  # the open restores it (or finds the file a call restored meanwhile)
+        except Unavailable as exc:
+            return exc
+        except MnemosyneError as exc:  # held elsewhere after all, damaged: a call there says so too
+            log.warning("tenant %s: not restored from object storage: %s", tenant, exc.message)
+            return False
+        return self._pool.exists(tenant)
 
     def _own(self, tenant: str, holder: str | None) -> bool:
         """Whether a tenant whose newest generation ``holder`` started is this member's to restore:
@@ -127,15 +141,3 @@ class LostTenants:
         if membership is None:
             return True
         return holder == membership.me or (holder == "" and membership.home(tenant) == membership.me)
-
-    def _restore(self, tenant: str) -> None:
-        try:
-            with self._pool.tenant(tenant, create=False):
-                pass  # the open restores it (or finds the file a call restored meanwhile)
-        except Unavailable:
-            raise  # asked again at the next pass
-        except MnemosyneError as exc:  # held elsewhere after all, damaged: a call there says so too
-            log.warning("tenant %s: not restored from object storage: %s", tenant, exc.message)
-            return
-        if self._pool.exists(tenant):
-            self.restored += 1
