@@ -37,6 +37,7 @@ from mnemosyne.client import (
     InvalidArgumentError,
     MemoryClient,
     MemoryHost,
+    MnemosyneClientError,
     RetainItem,
     TenantBackup,
     TimelineChangedError,
@@ -45,6 +46,7 @@ from mnemosyne.client import (
 )
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
+from mnemosyne.transport.consistency import LEVEL_KEY
 from mnemosyne.v1 import hot_path_pb2, memory_pb2, types_pb2
 from tests.http_support import call as http_call
 from tests.mem0_support import Mem0Client
@@ -83,6 +85,15 @@ def with_backlog(server: ServerProcess, tenant: str, count: int = BACKLOG) -> No
             results = other.retain_batch(tenant, items[start : start + 100], fast=True)
             assert {r.status for r in results} == {"enqueued"}
         assert other.hot_path(tenant, "status").queue_depth >= count
+
+
+def fast_write_behind_a_backlog(server: ServerProcess, client: MemoryClient, tenant: str, text: str) -> str:
+    """The token of ``client``'s fast write of ``text`` behind a held backlog of 30 in ``tenant``."""
+    with_backlog(server, tenant, 30)
+    client.retain(tenant, text, fast=True)
+    token = client.consistency_token(tenant)
+    assert token
+    return token
 
 
 def texts(hits: Any) -> list[str]:
@@ -405,11 +416,8 @@ def test_flush_takes_its_token_in_the_metadata_or_header_as_every_read_does(serv
     are given, as Recall does. It read the field only: the metadata's token was ignored, so the
     Flush waited for the whole held backlog and ran out of time."""
     tenant = "py-flush-metadata"
-    with_backlog(server, tenant, 30)
     with MemoryClient(server.target) as client:
-        client.retain(tenant, "The night shift log sits in drawer D-5173", fast=True)
-        token = client.consistency_token(tenant)
-        assert token
+        token = fast_write_behind_a_backlog(server, client, tenant, "The night shift log sits in drawer D-5173")
         forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
 
         def flush(field: str, given: str) -> hot_path_pb2.FlushResponse:
@@ -445,6 +453,30 @@ def test_flush_takes_its_token_in_the_metadata_or_header_as_every_read_does(serv
         flushed = http_call(server.http_port, "Flush", asked, {CONSISTENCY_TOKEN_KEY: newest})
         assert (flushed.status, int(flushed.json()["flushed"])) == (200, 1), flushed.body
         assert client.hot_path(tenant, "status").queue_depth >= 30  # the backlog stays queued
+
+
+def test_flush_refuses_its_consistency_level_before_it_waits_with_a_token_or_without(server: ServerProcess) -> None:
+    """A Flush's mnemosyne-consistency-level that is no level (CONSISTENCY_LEVEL_INVALID), or
+    replicated on a server that does not replicate (REPLICATION_OFF), is refused at once, given
+    a token (field, metadata, HTTP header) or not. Given a token it ignored the level (answered
+    as if the sync held); without one it refused only after waiting for the whole queue (the held
+    backlog: its deadline)."""
+    tenant = "py-flush-level"
+    with MemoryClient(server.target) as client:
+        token = fast_write_behind_a_backlog(server, client, tenant, "The spare fuse sits in box F-88")
+        for level, reason in (("someday", "CONSISTENCY_LEVEL_INVALID"), ("replicated", "REPLICATION_OFF")):
+            for field, given in (("", ""), (token, ""), ("", token)):
+                request = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=1, consistency_token=field)
+                metadata = ((LEVEL_KEY, level), *(((CONSISTENCY_TOKEN_KEY, given),) if given else ()))
+                started = time.monotonic()
+                with pytest.raises(MnemosyneClientError) as caught:
+                    client.call(client.hot_path_stub.Flush, request, retry=False, metadata=metadata)
+                assert (caught.value.reason, field or given or "no token") == (reason, field or given or "no token")
+                assert time.monotonic() - started < 0.9  # before any wait
+            asked = hot_path_pb2.FlushRequest(tenant=tenant, timeout_seconds=1)
+            reply = http_call(server.http_port, "Flush", asked, {LEVEL_KEY: level, CONSISTENCY_TOKEN_KEY: token})
+            assert reply.reason == reason, reply.body
+        assert client.hot_path(tenant, "status").queue_depth >= 30  # nothing was flushed
 
 
 def test_session_tokens_keep_the_newest_per_tenant_within_their_bounds() -> None:

@@ -180,13 +180,18 @@ class Consistency:
             raise _replication_off()
         await self._replicated(tenant)
 
+    def check_level(self, level: str) -> None:
+        """REPLICATION_OFF for ``level`` REPLICATED on a server that does not replicate: refused
+        before the call writes or waits for anything."""
+        if level == REPLICATED and self._replicated is None:
+            raise _replication_off()
+
     def check_write(self, tenant: str, *, carried: str = "", level: str = VISIBLE) -> None:
         """Before a write: what ``issue`` would refuse after it (a ``carried`` token forged or of
         another tenant, REPLICATED without replication), refused first, so a refused write writes
         nothing. A tenant with no file yet has no key to verify a token with: its form and tenant
         are checked."""
-        if level == REPLICATED and self._replicated is None:
-            raise _replication_off()
+        self.check_level(level)
         if not carried:
             return
         with self._pool.tenant(tenant, create=False) as store:
@@ -206,8 +211,7 @@ class Consistency:
                 return ""
             secret, timeline = _keys(store)
             spans = spans_of(event_ids)
-            if level == REPLICATED and self._replicated is None:
-                raise _replication_off()
+            self.check_level(level)
             token = self._current(tenant, carried, secret, timeline) if carried else None
             if token is not None:
                 spans = merged([*token.spans, *spans])

@@ -61,10 +61,14 @@ def carries(request: Any, call: Call) -> bool:
     return bool(getattr(request, "consistency_token", "") or call.metadata_values(TOKEN_KEY))
 
 
-def asks_replicated(call: Call) -> bool:
-    """Whether the call's metadata asks for REPLICATED (a Flush without a token: its whole queue
-    applied, then in object storage)."""
-    return level_of(call.metadata_values(LEVEL_KEY)) == REPLICATED
+def asks_replicated(call: Call, tokens: Consistency) -> bool:
+    """Whether the call's metadata asks for REPLICATED (a Flush: once its token's writes, or its
+    whole queue, are applied, a sync of the tenant in object storage); a level that is no level
+    (CONSISTENCY_LEVEL_INVALID), or REPLICATED on a server that does not replicate
+    (REPLICATION_OFF), is refused here, before the call waits for anything."""
+    level = level_of(call.metadata_values(LEVEL_KEY))
+    tokens.check_level(level)
+    return level == REPLICATED
 
 
 class _Writer(Protocol):

@@ -37,13 +37,15 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
     async def Flush(self, request: hot_path_pb2.FlushRequest, call: Call) -> hot_path_pb2.FlushResponse:
         # The token as every read takes it: the field's, else the metadata's (an HTTP header).
         token = carried(call, request.consistency_token)
+        # The level asked, with a token or without, checked before any wait: never refused after one.
+        replicate = asks_replicated(call, self._tokens)
         if token:  # only the writes it names, taken ahead of the backlog
             flushed = await waits.flush_token(self._hot_path, self._tokens, call, token, request.timeout_seconds)
         else:
             flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
-            if asks_replicated(call):  # the whole queue applied, then in object storage
-                ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
-                await waits.replicated(self._tokens, call, ends)
+        if replicate:  # those writes (or the whole queue) applied, then in object storage
+            ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
+            await waits.replicated(self._tokens, call, ends)
         return convert_hot_path.to_flush_response(flushed)
 
 
