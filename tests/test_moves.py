@@ -9,6 +9,7 @@ killed, and SIGKILL of the source, the destination and the rebalancer at each st
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -534,6 +535,14 @@ def test_a_completed_scale_up_creates_new_tenants_at_their_new_owners_for_good(d
     with deployment.client(four) as client:
         client.retain(early, "created before the rebalance: at its previous owner, then moved")
     assert deployment.processes[owner_of(early, three)].tenant_file(early).exists()
+    # A run to a list with a member that does not answer (a slip of the hand) begins the change on
+    # the others and cannot complete it: it says what that holds back and how to give it up.
+    slip, said = f"{deployment.members(four)},m9=127.0.0.1:{_free_port()}", io.StringIO()
+    assert rebalance(deployment.members(three), slip, token=ADMIN, out=io.StringIO(), err=said) == 1
+    lines = said.getvalue().splitlines()
+    assert lines[-1].endswith("run it again to finish"), lines
+    assert lines[-2].startswith("rebalance: m0, m1, m2, m3 began the change: until a run completes it"), lines
+    assert "run mnemosyne rebalance with the list the members run as both --from and --to" in lines[-2], lines
     out = deployment.processes["m0"].data_dir.parent / "rebalance.out"
     with open(out, "w") as written:
         assert rebalance(deployment.members(three), deployment.members(four), token=ADMIN, out=written) == 0

@@ -78,10 +78,12 @@ def _human(count: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _change(clients: dict[str, MemoryClient], new: str, problems: list[str], *, complete: bool) -> list[str]:
+def _change(
+    clients: dict[str, MemoryClient], new: str, problems: list[str], *, complete: bool
+) -> dict[str, MemberChange]:
     """Begin (or complete) the change to ``new`` on every member, all at once (a completion's
-    members drop their previous list within one round trip of each other); the members whose
-    previous list is done with. A member that cannot be told, or answers as another, is a problem."""
+    members drop their previous list within one round trip of each other); the answer of each
+    member told. A member that cannot be told, or answers as another, is a problem."""
 
     def tell(member: str) -> MemberChange | str:
         client = clients[member]
@@ -97,9 +99,7 @@ def _change(clients: dict[str, MemoryClient], new: str, problems: list[str], *, 
     with ThreadPoolExecutor(max_workers=len(members)) as pool:
         answers = list(pool.map(tell, members))
     problems += [answer for answer in answers if isinstance(answer, str)]
-    return [
-        m for m, answer in zip(members, answers, strict=True) if not isinstance(answer, str) and answer.previous_done
-    ]
+    return {m: answer for m, answer in zip(members, answers, strict=True) if not isinstance(answer, str)}
 
 
 def _plan(clients: dict[str, MemoryClient], owners: list[str], problems: list[str]) -> list[Planned]:
@@ -174,7 +174,7 @@ def rebalance(
             member: stack.enter_context(MemoryClient(address, token=token, **(client_options or {})))  # type: ignore[arg-type]  # MemoryClient's keyword arguments (credentials, options), typed there
             for member, address in addresses.items()
         }
-        _change(clients, new, problems, complete=False)
+        told = _change(clients, new, problems, complete=False)
         plan = _plan(clients, sorted(after), problems)
         total_bytes = sum(p.bytes for p in plan)
         print(
@@ -189,12 +189,21 @@ def rebalance(
             with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
                 list(pool.map(moves.move, plan))
         if not problems:
-            done = _change(clients, new, problems, complete=True)
+            completed = _change(clients, new, problems, complete=True)
+            done = [member for member, answer in completed.items() if answer.previous_done]
             if done:
                 print(f"rebalance: previous member list done with on {', '.join(done)}", file=out, flush=True)
     # What went wrong, and that it is not finished, where a failing command says it: on ``err``.
     for problem in problems:
         print(f"rebalance: {problem}", file=err, flush=True)
+    if problems and told:  # a change begun and not completed holds back those members' new tenants
+        print(
+            f"rebalance: {', '.join(sorted(told))} began the change: until a run completes it, they create no "
+            "tenant the new list gives another member (UNAVAILABLE MEMBERS_CHANGING); to give it up instead, run "
+            "mnemosyne rebalance with the list the members run as both --from and --to",
+            file=err,
+            flush=True,
+        )
     print(
         f"rebalance: {moves.tenants} of {len(plan)} tenants moved or found moved ({_human(moves.bytes)})"
         + ("; run it again to finish" if problems else ""),
