@@ -51,7 +51,9 @@ def read_mark(path: Path) -> ChangeMark | None:
     to, complete = (data.get("to"), data.get("complete")) if isinstance(data, dict) else (None, None)
     if not (isinstance(to, list) and all(isinstance(m, str) for m in to) and isinstance(complete, bool)):
         raise DataLoss(
-            f"{path} is damaged: run mnemosyne rebalance again (it writes it anew), or remove it",
+            f"{path} is damaged and this member cannot start with it: remove it, start the member and run "
+            "mnemosyne rebalance again at once (its first step writes the file anew; until then the member creates "
+            "tenants as if no change of the member list had begun)",
             reason="MEMBER_CHANGE_DAMAGED",
         )
     return ChangeMark(tuple(sorted(to)), complete)
