@@ -3,7 +3,8 @@ member list changes from OLD to NEW (docs/scale-out.md, "Moving tenants").
 
 First every member of either list is told the change begins (ChangeMembers): from then on it
 creates no tenant another member owns by NEW, so the listing that follows sees every tenant it
-will ever hold (docs/scale-out.md, "Changing the member list"). Then every member is asked for the tenants whose files it holds (ListTenants routed to
+will ever hold (docs/scale-out.md, "Changing the member list"); when a member cannot be told,
+nothing is listed or moved. Then every member is asked for the tenants whose files it holds (ListTenants routed to
 it: its own part, tombstones of earlier moves included); a tenant held by a member that is not its
 owner by NEW is moved there by MoveTenant, asked of that member (the source drives the move's
 steps and calls the destination). At most ``parallel`` moves run at once. A move that was done
@@ -175,14 +176,17 @@ def rebalance(
             for member, address in addresses.items()
         }
         told = _change(clients, new, problems, complete=False)
-        plan = _plan(clients, sorted(after), problems)
+        if problems:  # a member not told may create a tenant its listing misses: nothing moves
+            problems.append("nothing was moved: every member of either list must begin the change first")
+        plan = [] if problems else _plan(clients, sorted(after), problems)
         total_bytes = sum(p.bytes for p in plan)
-        print(
-            f"rebalance: {len(plan)} tenants held elsewhere than their owner by the new list "
-            f"({_human(total_bytes)}), {parallel} at a time",
-            file=out,
-            flush=True,
-        )
+        if not problems:
+            print(
+                f"rebalance: {len(plan)} tenants held elsewhere than their owner by the new list "
+                f"({_human(total_bytes)}), {parallel} at a time",
+                file=out,
+                flush=True,
+            )
         # Each move is its line on ``out``; a terminal also gets a bar of the moves (cli/progress.py).
         with Progress("rebalance", total=len(plan), unit="tenant", echo=False) as progress:
             moves = _Moves(clients, plan, problems, out, total_bytes, progress)
