@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
-from mnemosyne.client.types import RecordChange
+from mnemosyne.client.types import RecordChange, TenantBackup
 from mnemosyne.v1 import memory_pb2
 from tests.replica_support import REPLICATED, flush_replicated, replica_env
+from tests.support import wait_until
 
 LEVEL = REPLICATED
 TENANTS = 20
@@ -168,3 +169,32 @@ def test_a_new_volume_gets_back_every_tenant_at_once_none_refused_as_a_stale_cop
     with MemoryClient(server.target) as client:
         for tenant in tenants:
             assert [m.text for m in client.list_memories(tenant).memories] == [f"{tenant}: the only memory"]
+
+
+def test_a_tenant_whose_file_was_lost_is_backed_up_and_erased_from_object_storage_not_said_absent(
+    server_factory, object_storage, tmp_path
+):
+    """A tenant object storage holds and this server has no file of (lost, and no call has
+    restored it yet) is restored by a backup naming it and by its erasure, as by a call: before,
+    both answered TENANT_NOT_FOUND, and the erased tenant's replicas stayed, to come back at its
+    next call."""
+    bucket = object_storage.new_bucket()
+    data_dir = tmp_path / "member"
+    flags = ["--replica-url", object_storage.url(bucket)]
+    server = server_factory(data_dir, env=replica_env(), args=flags).start()
+    with MemoryClient(server.target) as client:
+        for tenant in ("kept", "erased"):
+            client.retain(tenant, f"{tenant}: a memory that must not be said absent")
+            flush_replicated(client, tenant)
+    wait_until(lambda: (data_dir / "tenants" / "replica-restored.json").exists())  # the empty bucket: done
+    server.stop()
+    for tenant in ("kept", "erased"):  # these files lost; the volume's mark says it was matched before
+        for path in (data_dir / "tenants").glob(f"{tenant}.*"):
+            path.unlink()
+    server.start()
+    with MemoryClient(server.target) as client:
+        parts = list(client.backup(["kept"]))
+        assert [p.tenant for p in parts if isinstance(p, TenantBackup)] == ["kept"]
+        assert client.erase_tenant("erased").tenant == "erased"
+        assert client.list_memories("erased").memories == []
+    assert not [k for k in object_storage.keys(bucket, "member/erased/") if k.endswith(".ltx")]

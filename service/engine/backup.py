@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemosyne.engine.lost_tenants import restore_if_lost
 from mnemosyne.errors import DataLoss, NotFound
 from mnemosyne.store.copies import StreamedCopies, StreamedCopy
 from mnemosyne.store.pool import TenantPool
@@ -101,6 +102,7 @@ class Backups:
         ``known``: tenant -> (change counter, inbox sequence) the caller already holds."""
         names = [validate_tenant(t) for t in dict.fromkeys(tenants)]
         for name in names:
+            restore_if_lost(self._pool, name)
             if not self._pool.exists(name):
                 raise NotFound(f"tenant {name} has no data on this server", reason="TENANT_NOT_FOUND")
         copied = unchanged = skipped = sent = 0

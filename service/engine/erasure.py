@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from mnemosyne.engine.hot_path import HotPath
+from mnemosyne.engine.lost_tenants import restore_if_lost
 from mnemosyne.store.erasure_log import ErasureLog
 from mnemosyne.store.erasure_log import ErasureReceipt as ErasureReceipt  # what an erasure answers
 from mnemosyne.store.pool import TenantPool
@@ -32,6 +33,7 @@ class TenantErasure:
             self.log.append(receipt)
             receipts.append(receipt)
 
+        restore_if_lost(self._pool, tenant)  # else its replicas stayed, to come back at its next call
         self._pool.erase(tenant, before_removal=write_receipt, timeout=ERASE_WAIT_SECONDS)
         self._hot_path.forget_tenant(tenant)
         return receipts[0]

@@ -141,3 +141,12 @@ class LostTenants:
         if membership is None:
             return True
         return holder == membership.me or (holder == "" and membership.home(tenant) == membership.me)
+
+
+def restore_if_lost(pool: TenantPool, tenant: str) -> None:
+    """A tenant with no file here that object storage holds (a lost volume's, not restored yet)
+    restored now, as a call's open restores it: so that what works on its file (an erasure, a
+    backup, a move) finds it rather than answering that it does not exist here."""
+    if not pool.exists(tenant) and pool.replicas.holds(tenant):
+        with pool.tenant(tenant, create=False):
+            pass

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
-from mnemosyne.engine.lost_tenants import LostTenants
+from mnemosyne.engine.lost_tenants import LostTenants, restore_if_lost
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 
@@ -119,6 +119,7 @@ class Moves:
                 f"({membership.describe()})",
                 reason="DESTINATION_INVALID",
             )
+        restore_if_lost(self._pool, tenant)
         record = self._pool.move_record(tenant)
         if record is None:
             raise NotFound(f"tenant {tenant} has no file on member {membership.me}", reason="TENANT_NOT_FOUND")
