@@ -4,9 +4,9 @@ member list changes from OLD to NEW (docs/scale-out.md, "Moving tenants").
 First every member of either list is told the change begins (ChangeMembers): from then on it
 creates no tenant another member owns by NEW, so the listing that follows sees every tenant it
 will ever hold (docs/scale-out.md, "Changing the member list"); when a member cannot be told,
-nothing is listed or moved. Then every member is asked for the tenants whose files it holds (ListTenants routed to
-it: its own part, tombstones of earlier moves included); a tenant held by a member that is not its
-owner by NEW is moved there by MoveTenant, asked of that member (the source drives the move's
+nothing is listed or moved. Then every member is asked for the tenants whose files it holds
+(ListTenants routed to it: its own part, tombstones of earlier moves included); a tenant held by a
+member that is not its owner by NEW is moved there by MoveTenant, asked of that member (the source drives the move's
 steps and calls the destination). At most ``parallel`` moves run at once. A move that was done
 already finishes at once (its source's tombstone names the destination), and one interrupted
 earlier is finished, so the command can be run again at any time; it exits 1 when a tenant could

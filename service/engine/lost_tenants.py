@@ -30,9 +30,9 @@ log = logging.getLogger("mnemosyne.engine")
 
 MARK_FILE_NAME = "replica-restored.json"
 RESTORING_FROM_REPLICA = "RESTORING_FROM_REPLICA"
-# The tenants looked at (a holder asked: a LIST and a GET; a restore) at once: a new member of a
-# large deployment asks one holder per tenant the bucket holds, and each restore mostly waits for
-# object storage and Litestream's restore.
+# The tenants looked at at once (a holder asked: a LIST and a GET; a restore): a new member of a
+# large deployment asks one holder per tenant the bucket holds, each call waiting on the network
+# to object storage (docs/replication.md, "Restore").
 AT_ONCE = 4
 RETRY_FIRST_SECONDS, RETRY_MOST_SECONDS = 1.0, 60.0
 

@@ -174,9 +174,9 @@ class TenantPool:
         A tenant that has no file yields None with ``create=False``, and no file is created, so
         reads of unknown tenants never litter the directory. With ``create=True`` it yields a
         new, complete tenant file under a temporary name, which becomes the tenant's only if the
-        block ends without an exception (the block is the tenant's first write). With members, a tenant without a file here whose home is another member (its owner by the
-        hash, or by the previous list during a rebalance) is refused NOT_OWNER, naming it, and
-        none is created; one a move is bringing here is refused UNAVAILABLE TENANT_MOVING
+        block ends without an exception (the block is the tenant's first write). With members, a
+        tenant without a file whose home is another member (by the hash, or the previous list in a
+        rebalance) is refused NOT_OWNER, naming it; one a move is bringing here TENANT_MOVING
         (``expect_move``); a file is served by what it records (``Ownership.check_open``)."""
         if tenant not in self._stores and not self.path_for(tenant).exists():
             lost = self.replicas.holds(tenant)  # a tenant this member lost: restored first, for reads too

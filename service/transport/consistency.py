@@ -6,12 +6,13 @@
   MCP tools put it in their result). A write may carry the session's newest token in the request
   metadata of that name (an HTTP header): the token it answers covers that one's open writes too.
 * A read (and Flush) takes a token from its request's ``consistency_token`` or, without one, the
-  same request metadata (for fixed schemas: mem0, and any client that cannot set the field). Before it reads it asks where
-  the token's writes stand: all applied, it reads at once, counting nothing; some open, the engine
-  raises ``WritesOpen`` and the edge waits for them here (``wait``) on the event loop, holding no
-  thread, counted as a waiting call (transport/admission.py), the workers taking them first, then
-  runs the read again. The answer names the failed writes (``ConsistencyReport``, and the trailing
-  metadata ``mnemosyne-consistency-failed``: their event ids, comma-separated).
+  same request metadata (for fixed schemas: mem0, and any client that cannot set the field).
+  Before it reads it asks where the token's writes stand: all applied, it reads at once, counting
+  nothing; some open, the engine raises ``WritesOpen`` and the edge waits for them here
+  (``wait``) on the event loop, holding no thread, counted as a waiting call
+  (transport/admission.py), the workers taking them first, then runs the read again. The answer
+  names the failed writes (``ConsistencyReport``, and the trailing metadata
+  ``mnemosyne-consistency-failed``: their event ids, comma-separated).
 * A write whose request metadata ``mnemosyne-consistency-level`` says ``replicated`` answers a
   token at REPLICATED: a read (or Flush) given it waits for its writes to be visible, then for a
   sync of the tenant to object storage (``wait``; engine/consistency.py).
