@@ -393,7 +393,10 @@ def _unix_socket_paths(pid: int) -> list[str]:
     """The paths of the Unix sockets process ``pid`` holds (bound to a name)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd) if fd.is_symlink() else ""
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing (the server's other threads open and close files)
+            continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     paths = []
