@@ -1022,8 +1022,9 @@ class MemoryClient:
         ``known`` already holds (tenant -> (change counter, inbox sequence)), ``SkippedTenant``
         for one that could not be copied, and a final ``BackupSummary``. ``mnemosyne backup``
         writes a backup directory from it; ``timeout`` bounds the whole stream, in seconds.
-        Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data) before the first
-        part."""
+        Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data) and
+        ``UnavailableError`` (RESTORING_FROM_REPLICA: a server on a new volume still restores its
+        tenants from object storage after a minute; retry) before the first part."""
         request = admin_pb2.BackupRequest(
             tenants=list(tenants),
             known=[

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mnemosyne.engine.lost_tenants import restore_if_lost
+from mnemosyne.engine.lost_tenants import LOST_TENANTS_WAIT_SECONDS, LostTenants, restore_if_lost
 from mnemosyne.errors import DataLoss, NotFound
 from mnemosyne.store.copies import StreamedCopies, StreamedCopy
 from mnemosyne.store.pool import TenantPool
@@ -76,8 +76,9 @@ BackupPart = TenantCopy | FileChunk | TenantUnchanged | TenantSkipped | BackupSu
 
 
 class Backups:
-    def __init__(self, *, pool: TenantPool) -> None:
+    def __init__(self, *, pool: TenantPool, lost_tenants: LostTenants | None = None) -> None:
         self._pool = pool
+        self._lost_tenants = lost_tenants
         self._scratch = pool.data_dir / SCRATCH_DIR_NAME
         shutil.rmtree(self._scratch, ignore_errors=True)  # what a backup killed midway left
         self._copies = StreamedCopies()  # those being sent, which an erasure revokes
@@ -101,6 +102,8 @@ class Backups:
         """Every part of a backup of ``tenants`` (all when empty), ending with its summary.
         ``known``: tenant -> (change counter, inbox sequence) the caller already holds."""
         names = [validate_tenant(t) for t in dict.fromkeys(tenants)]
+        if not names and self._lost_tenants is not None:  # every tenant: those a lost volume held too
+            self._lost_tenants.wait(LOST_TENANTS_WAIT_SECONDS)
         for name in names:
             restore_if_lost(self._pool, name)
             if not self._pool.exists(name):

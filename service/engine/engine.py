@@ -244,11 +244,11 @@ class Engine:
         )
         self.consolidator.start()
         self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
-        self.backups = Backups(pool=self.pool)
+        self.lost_tenants = LostTenants(self.pool, self.replicator) if self.replicator is not None else None
+        self.backups = Backups(pool=self.pool, lost_tenants=self.lost_tenants)
         self.imports = TenantImports(
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )
-        self.lost_tenants = LostTenants(self.pool, self.replicator) if self.replicator is not None else None
         self.moves = Moves(
             pool=self.pool,
             hot_path=self.hot_path,

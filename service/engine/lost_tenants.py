@@ -35,6 +35,9 @@ RESTORING_FROM_REPLICA = "RESTORING_FROM_REPLICA"
 # to object storage (docs/replication.md, "Restore").
 AT_ONCE = 4
 RETRY_FIRST_SECONDS, RETRY_MOST_SECONDS = 1.0, 60.0
+# How long a call that needs every tenant here (a change of the member list, a backup of all) waits
+# for the restore before it is refused (RESTORING_FROM_REPLICA: retry).
+LOST_TENANTS_WAIT_SECONDS = 60.0
 
 
 class LostTenants:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
-from mnemosyne.engine.lost_tenants import LostTenants, restore_if_lost
+from mnemosyne.engine.lost_tenants import LOST_TENANTS_WAIT_SECONDS, LostTenants, restore_if_lost
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 
@@ -60,8 +60,6 @@ STEPS = (*SOURCE_STEPS, "activated")
 # How long a step waits for the calls in flight on the tenant (a tombstone, an activation) and
 # for the hot path to take what it accepted.
 STEP_WAIT_SECONDS = 30.0
-# How long a change of the member list waits for this member's restore of a lost volume's tenants.
-LOST_TENANTS_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
