@@ -289,6 +289,11 @@ class WritePath:
                 p.vector = None
             self.embedders.follow(store, recorded)
             raise ExtractionMissing()
+        mine = self.embedders.of(store)
+        if recorded is not None and recorded != f"{mine.name}/{mine.dim}":
+            # Switched since this store cached its embedder, and no vector here is the old one's
+            # (a re-embedding's write brought the new one's): the file's record is the truth.
+            self.embedders.follow(store, recorded)
         check_tenant_embedder(txn, self.embedders.of(store), write=True)
 
     # -- outside the transaction: extraction, embedding, near duplicates ---------------------------
