@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mnemosyne.engine import dedup
-from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.index import vector_index
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.runtime import read_priority
@@ -48,7 +48,11 @@ def find_near_duplicates(
     limit = _CANDIDATES_OUT_OF_ORDER if ordered else dedup.MAX_NAMED
     index = vector_index(store, embedder.dim)
     with store.read() as txn:
-        check_tenant_embedder(txn, embedder, write=False)  # another embedder's vectors are not comparable
+        if txn.meta("embedder") not in (None, f"{embedder.name}/{embedder.dim}"):
+            # A re-embedding switched the tenant since its store cached ``embedder``: these vectors
+            # are not comparable with its rows; the commit finds them stale and the write is
+            # embedded again (engine/write_path.py ``check_vectors``), its near duplicates with it.
+            return
         ids, matrix = index.sync(txn)
         similar = dedup.similar_rows(vectors, ids, matrix, threshold, limit=limit)
         wanted = sorted({memory_id for hits in similar for memory_id, _ in hits})
