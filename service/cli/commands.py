@@ -20,13 +20,15 @@ from mnemosyne.runtime.interpreter import tune_interpreter
 from mnemosyne.version import VERSION
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; given the ``command`` a command line runs, ``serve``'s and ``members``'
+    flags only for themselves: their defaults load the engine."""
     parser = argparse.ArgumentParser(prog="mnemosyne", description="Mnemosyne: a memory service for AI agents")
     parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
-    add_serve_command(commands)
+    add_serve_command(commands, flags=command in (None, "serve"))
     add_client_commands(commands)
-    add_local_commands(commands)
+    add_local_commands(commands, flags=command in (None, "members"))
     return parser
 
 
@@ -70,8 +72,10 @@ def refuse_empty_paths(parser: argparse.ArgumentParser, args: argparse.Namespace
 
 def main(argv: Sequence[str] | None = None) -> int:
     tune_interpreter()  # before numpy loads (runtime/interpreter.py): the serve flags' defaults load the engine
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    # The command is the first word that is no option: the top level has no option with a value.
+    parser = build_parser(next((word for word in words if not word.startswith("-")), ""))
+    args = parser.parse_args(words)
     refuse_text_that_is_not_utf8(parser, args)
     refuse_empty_paths(parser, args)
     try:

@@ -222,7 +222,9 @@ def _drill(args: argparse.Namespace) -> int:
     return 0 if results and all(r.passed for r in results) else 1
 
 
-def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser], flags: bool = True) -> None:
+    """This machine's commands; ``members``' flags only with ``flags`` (their defaults are the
+    server's, which load the engine: add_serve_command)."""
     from mnemosyne.transport.auth import MAX_TOKEN_CHARS  # with the engine: once main has tuned the interpreter
 
     hash_token = commands.add_parser(
@@ -265,16 +267,22 @@ def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     restore.add_argument("--timestamp", help="with --from-replica: the state at this RFC 3339 time (default: latest)")
     add_connection_flags(restore, "an admin token (the online restore of one tenant)")
     restore.set_defaults(run=_restore)
-    _add_deployment_commands(commands)
+    _add_deployment_commands(commands, flags)
 
 
-def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser], flags: bool) -> None:
     """The commands that start servers of their own."""
-    from mnemosyne.transport.config import ServerConfig  # loaded with serve's flags (cli/serve.py)
+    drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
+    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.set_defaults(run=_drill)
 
     members = commands.add_parser(
         "members", help="run a deployment of several members on this machine (docs/scale-out.md)"
     )
+    if not flags:
+        return
+    from mnemosyne.transport.config import ServerConfig  # loaded with serve's flags (cli/serve.py)
+
     members.add_argument("--count", type=POSITIVE, default=3, help="how many members (m0, m1, ...)")
     members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
     members.add_argument(
@@ -291,7 +299,3 @@ def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.Argum
     )
     members.add_argument("serve_flags", nargs=argparse.REMAINDER, help="after --: flags every member's serve takes")
     members.set_defaults(run=_members)
-
-    drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
-    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
-    drill.set_defaults(run=_drill)

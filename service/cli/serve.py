@@ -94,7 +94,17 @@ _MORE_VARIABLES = f"""\
   MNEMOSYNE_LLM_BACKOFF: its first backoff in seconds (default: {LLMSettings.backoff:g})"""
 
 
-def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], flags: bool = True) -> None:
+    """The ``serve`` command; its flags only with ``flags``: their defaults load the engine (numpy,
+    APSW, the index), which a client command's run need not wait for."""
+    serve = commands.add_parser(
+        "serve",
+        help="run the gRPC server",
+        description="Every flag can also be set by its environment variable MNEMOSYNE_<FLAG> (the flag wins).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if not flags:
+        return
     # The configuration loads the engine (numpy): imported once main has tuned the interpreter.
     from mnemosyne.engine.config import (
         ConsolidationConfig,
@@ -107,14 +117,8 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     from mnemosyne.transport.admission import AdmissionLimits
     from mnemosyne.transport.config import ServerConfig
 
-    serve = commands.add_parser(
-        "serve",
-        help="run the gRPC server",
-        description="Every flag can also be set by its environment variable MNEMOSYNE_<FLAG> (the flag wins).",
-        epilog="\n".join(["variables without a flag:", *variables_only(ServerConfig), *variables_only(ServeSettings)])
-        + "\n"
-        + _MORE_VARIABLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    serve.epilog = "\n".join(
+        ["variables without a flag:", *variables_only(ServerConfig), *variables_only(ServeSettings), _MORE_VARIABLES]
     )
     titles: dict[type, str] = {
         ServerConfig: "serving",
