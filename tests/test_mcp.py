@@ -353,38 +353,61 @@ def test_an_http_body_past_the_sdks_own_limit_is_the_servers_to_judge(mcp_server
     assert result["isError"] and "32768" in result["content"][0]["text"], result
 
 
+async def _acme_session(http: httpx2.AsyncClient, server: ServerProcess) -> dict[str, str]:
+    """The headers of a request of a new MCP session on tenant acme, opened over plain HTTP."""
+    base = {
+        "authorization": f"Bearer {TOKEN}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    opened = await http.post(f"{server.http_url}/mcp?tenant=acme", headers=base, json=INITIALIZE)
+    return {**base, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+
+
 def test_a_session_id_presented_for_another_tenant_is_unknown(mcp_server: ServerProcess) -> None:
     """The session is bound to its token and tenant: its id with another tenant is a session the
     server does not know (404), so nothing read in one tenant's session can write another."""
 
     async def run() -> None:
         async with httpx2.AsyncClient(timeout=30) as http:
-            base = {
-                "authorization": f"Bearer {TOKEN}",
-                "accept": "application/json, text/event-stream",
-                "content-type": "application/json",
-            }
-            opened = await http.post(
-                f"{mcp_server.http_url}/mcp?tenant=acme",
-                headers=base,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "test", "version": "1"},
-                    },
-                },
-            )
-            session_id = opened.headers["mcp-session-id"]
+            session = await _acme_session(http, mcp_server)
             moved = await http.post(
                 f"{mcp_server.http_url}/mcp?tenant=beta",
-                headers={**base, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"},
+                headers=session,
                 json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
             )
             assert moved.status_code == 404
+
+    anyio.run(run)
+
+
+def test_a_path_below_mcp_is_no_route_and_leaves_the_session_it_names_as_it_was(mcp_server: ServerProcess) -> None:
+    """Only ``/mcp`` is the endpoint: ``/mcp/x`` was the SDK's plain-text 404, which the session
+    count took for the end of the session named (so a tenant could open sessions past its share,
+    and the session's reading was forgotten: its next write failed CONTEXT_NOT_ASSEMBLED), and
+    ``/mcp/`` a redirect. Both are our 404 ROUTE_NOT_FOUND now, naming the endpoint."""
+
+    async def run() -> None:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            session = await _acme_session(http, mcp_server)
+
+            async def tool(name: str, arguments: dict[str, Any], path: str = "/mcp") -> httpx2.Response:
+                message = {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": name, "arguments": arguments},
+                }
+                return await http.post(f"{mcp_server.http_url}{path}?tenant=acme", headers=session, json=message)
+
+            assert '"isError":false' in (await tool("read_memory", {})).text
+            below = [await tool("read_memory", {}, path) for path in ("/mcp/x", "/mcp/")]
+            written = await tool("memory_update", {"content": "kept across a stray path"})
+            assert '"isError":false' in written.text, written.text
+            for answer in below:
+                assert answer.status_code == 404, answer.text
+                assert answer.json()["details"][0]["reason"] == "ROUTE_NOT_FOUND"
+                assert "/mcp?tenant=" in answer.json()["message"]
 
     anyio.run(run)
 

@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.engine.workspace import workspace_scope
-from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_messages import unreadable
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
@@ -99,6 +99,12 @@ class McpEndpoint:
                 await self._running
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != MCP_PATH:
+            # The SDK serves /mcp alone: below it, its router answered a plain-text 404, which
+            # the session count took for the end of the session named (its place and its
+            # reading were given up while the SDK kept it open), or redirected /mcp/ to /mcp.
+            await send_error(send, _no_route(scope["path"]))
+            return
         try:
             user = self._authenticate(scope)
         except MnemosyneError as error:
@@ -218,6 +224,13 @@ class McpEndpoint:
         while len(self._agents) > self._agents_kept:  # only if a session's end went unseen
             self._agents.popitem(last=False)
         return session
+
+
+def _no_route(path: str) -> NotFound:
+    return NotFound(
+        f"no route {path[:200]!r}: the MCP endpoint is {MCP_PATH}?tenant=<tenant id>[&workspace=<name>]",
+        reason="ROUTE_NOT_FOUND",
+    )
 
 
 class _Answer:
