@@ -208,6 +208,13 @@ def test_a_token_of_several_tenants_names_one_with_a_header(served: tuple[Server
         assert other.call("get_all", filters={"user_id": "eli"})["count"] == 1
     forbidden = _get(server, "/v1/events/", "key-two", {"mnemosyne-tenant": FAST})
     assert (forbidden.status, forbidden.reason) == (403, "TENANT_FORBIDDEN") and forbidden.json()["detail"]
+    # The client's construction pings: a tenant the key cannot use is refused there too, as by
+    # every other call (ping answered it as the key's project, and each call after failed).
+    pinged = _get(server, "/v1/ping/", "key-two", {"mnemosyne-tenant": OTHER})
+    assert (pinged.status, pinged.json()["project_id"]) == (200, OTHER)
+    for named, status, reason in ((FAST, 403, "TENANT_FORBIDDEN"), ("../x", 400, "TENANT_INVALID")):
+        refused = _get(server, "/v1/ping/", "key-two", {"mnemosyne-tenant": named})
+        assert refused.status == status and refused.reason == reason, refused.body[:300]
 
 
 def test_both_apis_share_the_port_unambiguously(server: ServerProcess) -> None:

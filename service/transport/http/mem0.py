@@ -57,7 +57,15 @@ from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.grpc.servicers import Servicers
 from mnemosyne.transport.http import client_json
 from mnemosyne.transport.http.json_api import error_headers, read_body
-from mnemosyne.transport.http.mem0_endpoints import Handler, Mem0Endpoints, Mem0Request, Tenantless, bad, unsupported
+from mnemosyne.transport.http.mem0_endpoints import (
+    Handler,
+    Mem0Endpoints,
+    Mem0Request,
+    NamedPing,
+    Tenantless,
+    bad,
+    unsupported,
+)
 
 # The path prefixes this app answers (transport/http/server.py ``compose`` mounts each).
 MEM0_PREFIXES = (
@@ -297,12 +305,9 @@ class Mem0Api:
             # mem0 sends "Token <key>"; the edge reads "Bearer <key>".
             authorization = f"Bearer {key}" if scheme.lower() in ("token", "bearer") else authorization
             headers.append(("authorization", authorization))
-        decoded: Mem0Request | Tenantless
+        decoded: Mem0Request | Tenantless | NamedPing
         if route.name == "ping":
-            try:
-                decoded = Tenantless(self._tenant(http, authorization))
-            except InvalidArgument:  # a key of several tenants: any of them may be named later
-                decoded = Tenantless()
+            decoded = self._ping_request(http, authorization)
         else:
             decoded = self._decode(http, route, groups, self._tenant(http, authorization))
         handler = self._endpoints.handler(route.name)
@@ -347,6 +352,15 @@ class Mem0Api:
             return Mem0Request(tenant, body, query, groups, http.base_url, problem=exc)
         return Mem0Request(tenant, body, query, groups, http.base_url, numbers=numbers)
 
+    def _ping_request(self, http: HttpCall, authorization: str | None) -> Tenantless | NamedPing:
+        named = http.header(TENANT_HEADER)
+        if named:
+            return NamedPing(named)
+        try:
+            return Tenantless(self._tenant(http, authorization))
+        except InvalidArgument:  # a key of several tenants: any of them may be named later
+            return Tenantless()
+
     def _tenant(self, http: HttpCall, authorization: str | None) -> str:
         named = http.header(TENANT_HEADER)
         if named:
@@ -374,7 +388,7 @@ async def _refusal(envelope: CallEnvelope, error: BaseException, status: status_
     )
 
 
-def _checked(handler: Handler, request: Mem0Request | Tenantless, call: Call) -> Any:
+def _checked(handler: Handler, request: Mem0Request | Tenantless | NamedPing, call: Call) -> Any:
     """The handler's answer, or the refusal of what could not be decoded."""
     if isinstance(request, Mem0Request) and request.problem is not None:
         raise request.problem

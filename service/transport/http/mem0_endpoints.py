@@ -74,7 +74,16 @@ class Tenantless:
     project: str = "*"
 
 
-Handler = Callable[[Any, Call], Any]  # (Mem0Request, or Tenantless for ping; Call) -> JSON value
+@dataclass(frozen=True)
+class NamedPing:
+    """Ping's request when the header ``Mnemosyne-Tenant`` names the tenant: the edge checks it
+    as every call's (its form, then the token's reach), so that a key is not taken for ready with
+    a tenant all its other calls are refused."""
+
+    tenant: str
+
+
+Handler = Callable[[Any, Call], Any]  # (Mem0Request, or Tenantless or NamedPing for ping; Call) -> JSON value
 
 
 def bad(message: str, reason: str = "MEM0_REQUEST_INVALID") -> InvalidArgument:
@@ -268,9 +277,10 @@ class Mem0Endpoints:
         handler: Handler = getattr(self, f"_{name}")
         return handler
 
-    def _ping(self, request: Tenantless, call: Call) -> dict[str, Any]:
+    def _ping(self, request: Tenantless | NamedPing, call: Call) -> dict[str, Any]:
         # The mem0 client requires an org and a project; ours are the server and the tenant.
-        return {"status": "ok", "org_id": "mnemosyne", "project_id": request.project, "user_email": None}
+        project = request.tenant if isinstance(request, NamedPing) else request.project
+        return {"status": "ok", "org_id": "mnemosyne", "project_id": project, "user_email": None}
 
     def _add(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
