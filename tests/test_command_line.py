@@ -161,6 +161,11 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         ["--members needs --member", "[CONFIG_INVALID]"],
         d / "data",
     ),
+    "a member address no member can dial": lambda d: (
+        ["--data-dir", str(d / "data"), "--member", "m0", "--members", "m0=127.0.0.1:99999,m1=127.0.0.1:1"],
+        ["--members: member m0's address '127.0.0.1:99999' is not a server address", "[CONFIG_INVALID]"],
+        d / "data",
+    ),
     "a replica URL whose endpoint cannot be read": lambda d: (
         ["--data-dir", str(d / "data"), "--replica-url", "s3://b/p?endpoint=http://[::1"],
         ["its endpoint 'http://[::1' cannot be read", "[CONFIG_INVALID]"],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemosyne.cli.flags import add_flags, configured, variables_only
+from mnemosyne.cli.targets import check_target
 from mnemosyne.engine.chat_api import RANGES as LLM_RANGES
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
@@ -208,7 +209,10 @@ def _membership(settings: ServeSettings) -> Membership | None:
     if not settings.member:
         raise InvalidArgument("--members needs --member (the id of this member in the list)", reason="CONFIG_INVALID")
     previous = member_list_text(settings.previous_members or "", "--previous-members")
-    return Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
+    membership = Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
+    for member, address in membership.addresses.items():  # what every member dials, as rebalance checks it
+        check_target(address, f"--members: member {member}'s address")
+    return membership
 
 
 async def _run_server(config: ServerConfig, settings: ServeSettings, seams: Seams | None) -> int:

@@ -1,0 +1,62 @@
+"""The server addresses a command connects to (``--target``, a member's address in a member
+list): the forms gRPC makes a channel to, checked before any channel is made, so that a wrong one
+is refused in one line naming its flag (CONFIG_INVALID, exit 2), not by gRPC's resolver (its C++
+log lines, then UNKNOWN) or, for a member, by every member that tries to reach it later."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from mnemosyne.errors import InvalidArgument
+
+TARGET_FORMS = (
+    "HOST:PORT (a host name, an IPv4 address or an [IPv6] address in brackets, and a port 1-65535), "
+    "or a gRPC target: dns:///HOST:PORT, ipv4:ADDRESS:PORT, ipv6:[ADDRESS]:PORT, unix:PATH"
+)
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
+
+
+def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)") -> None:
+    """Refuses (CONFIG_INVALID, naming ``flag``) a target that is none of ``TARGET_FORMS``."""
+    if not _is_target(target):
+        raise InvalidArgument(
+            f"{flag} {target[:200]!r} is not a server address: give {TARGET_FORMS}", reason="CONFIG_INVALID"
+        )
+
+
+def _is_target(target: str) -> bool:
+    """``target`` is a form gRPC makes a channel to (the schemes of its own resolvers)."""
+    scheme, _, rest = target.partition(":")
+    if scheme == "dns":  # dns:HOST:PORT, dns:///HOST:PORT, dns://RESOLVER:PORT/HOST:PORT
+        resolver, _, address = rest[2:].partition("/") if rest.startswith("//") else ("", "", rest)
+        return (not resolver or _address_kind(resolver) is not None) and _address_kind(address) is not None
+    if scheme in ("ipv4", "ipv6"):  # literal addresses of that family, each with its port
+        return all(_address_kind(address) == scheme for address in rest.split(","))
+    if scheme == "unix":  # unix:PATH or unix:///PATH: gRPC refuses an authority (unix://HOST/PATH)
+        path = rest.removeprefix("//")
+        return _is_path(path) and (path == rest or path.startswith("/"))
+    if scheme == "unix-abstract":
+        return _is_path(rest)
+    return _address_kind(target) is not None
+
+
+def _is_path(path: str) -> bool:
+    return path.isprintable() and path.strip() != ""
+
+
+def _address_kind(address: str) -> str | None:
+    """What HOST:PORT names: "ipv4", "ipv6" (in brackets) or "name"; None if it is no such address."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65_536):
+        return None
+    try:
+        if host.startswith("[") and host.endswith("]"):
+            ipaddress.IPv6Address(host[1:-1])
+            return "ipv6"
+        if host.replace(".", "").isdigit():  # digits and dots are an IPv4 address, never a name
+            ipaddress.IPv4Address(host)
+            return "ipv4"
+    except ValueError:
+        return None
+    return "name" if len(host) <= 253 and _HOST_NAME.fullmatch(host) else None
