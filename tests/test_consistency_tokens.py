@@ -166,7 +166,7 @@ def test_a_write_carrying_the_session_token_returns_one_covering_both(held: tupl
 def test_tokens_of_another_tenant_or_forged_are_refused(held: tuple[ServerProcess, Stubs, Path]) -> None:
     _server, stubs, _hold = held
     mine = stubs.fast("alpha", "Alpha's note").consistency_token
-    stubs.fast("beta", "Beta's note")
+    theirs = stubs.fast("beta", "Beta's note").consistency_token
     body, mac = mine.split(".")
     decoded = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     as_beta = base64.urlsafe_b64encode(decoded.replace(b"|alpha|", b"|beta|")).decode().rstrip("=")
@@ -189,6 +189,12 @@ def test_tokens_of_another_tenant_or_forged_are_refused(held: tuple[ServerProces
         with pytest.raises(grpc.RpcError) as caught:
             stubs.recall("alpha", "note", token)
         assert _reason(caught.value) == "TOKEN_INVALID"
+    # Two tokens in the metadata: the second, here another tenant's, was ignored without a word.
+    with pytest.raises(grpc.RpcError) as caught:
+        stubs.memory.Recall(
+            memory_pb2.RecallRequest(tenant="beta", query="note"), metadata=((TOKEN_KEY, theirs), (TOKEN_KEY, mine))
+        )
+    assert _reason(caught.value) == "TOKEN_INVALID" and "given 2 times" in (caught.value.details() or "")
 
 
 def test_a_write_carrying_a_bad_token_or_level_is_refused_and_writes_nothing(
@@ -200,11 +206,13 @@ def test_a_write_carrying_a_bad_token_or_level_is_refused_and_writes_nothing(
     server, stubs, _hold = held
     mine = stubs.fast("alpha", "Alpha's note").consistency_token
     kept = stubs.memory.Retain(memory_pb2.RetainRequest(tenant="beta", text="Beta keeps this note")).result.memory_id
-    bad = {
-        "TOKEN_FOREIGN": ((TOKEN_KEY, mine),),
-        "TOKEN_INVALID": ((TOKEN_KEY, "not-a-token"),),
-        "REPLICATION_OFF": (("mnemosyne-consistency-level", "replicated"),),
-    }
+    theirs = stubs.fast("beta", "Beta's first note").consistency_token
+    bad = [
+        ("TOKEN_FOREIGN", ((TOKEN_KEY, mine),)),
+        ("TOKEN_INVALID", ((TOKEN_KEY, "not-a-token"),)),
+        ("TOKEN_INVALID", ((TOKEN_KEY, theirs), (TOKEN_KEY, mine))),  # two: the second was ignored
+        ("REPLICATION_OFF", (("mnemosyne-consistency-level", "replicated"),)),
+    ]
 
     def memories() -> list[str]:
         listed = stubs.memory.ListMemories(memory_pb2.ListMemoriesRequest(tenant="beta", page_size=100))
@@ -237,7 +245,7 @@ def test_a_write_carrying_a_bad_token_or_level_is_refused_and_writes_nothing(
     }
     before, global_before = memories(), global_content()
     for name, write in writes.items():
-        for reason, metadata in bad.items():
+        for reason, metadata in bad:
             with pytest.raises(grpc.RpcError) as caught:
                 write(metadata)
             assert _reason(caught.value) == reason, (name, reason)

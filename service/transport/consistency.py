@@ -49,10 +49,18 @@ WAIT_SECONDS = 30.0
 def carried(call: Call, field: str = "") -> str:
     """The call's token: the request field's, else its metadata's (empty: none). Taken as given,
     like the field's: a token padded or made of white space (U+2028, a no-break space) is refused
-    (engine/consistency.py), never read as none."""
+    (engine/consistency.py), never read as none. The metadata holds one token at most: of two,
+    which the caller meant is its to say (the second, perhaps another tenant's, was ignored
+    without a word), so two are refused, TOKEN_INVALID, whether or not the field is given."""
+    values = call.metadata_values(TOKEN_KEY)
+    if len(values) > 1:
+        raise InvalidArgument(
+            f"{TOKEN_KEY} is given {len(values)} times: give one token (the newest a session's writes "
+            "returned covers its earlier ones)",
+            reason="TOKEN_INVALID",
+        )
     if field:
         return field
-    values = call.metadata_values(TOKEN_KEY)
     return values[0] if values else ""
 
 
