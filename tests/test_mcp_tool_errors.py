@@ -303,6 +303,12 @@ def test_arguments_missing_or_of_no_object_are_refused_naming_what_is_wanted(mcp
             "prompt memory_context are one JSON object (query)",
         ),
         (post("prompts/get", {"name": "memory_context", "arguments": {"query": 5}}), "are strings, and query is not"),
+        # Params the SDK's own validation refuses: its "Invalid request parameters" named nothing.
+        (post("tools/call", {}), "tools/call needs params.name"),
+        (post("tools/call", {"name": 5}), "params.name of tools/call must be a string, not the number 5"),
+        (post("prompts/get", {"name": None}), "params.name of prompts/get must be a string, not null"),
+        (post("resources/read", {}), "resources/read needs params.uri"),
+        (post("tools/list", {"cursor": 7}), "params.cursor of tools/list must be a string, not the number 7"),
     ]
     for answer, words in refused:
         assert answer["error"]["code"] == INVALID_PARAMS and words in answer["error"]["message"], answer

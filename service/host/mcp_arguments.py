@@ -85,6 +85,21 @@ def _sentence(tool: str, schema: Mapping[str, Any], loc: tuple[Any, ...], error:
     return f"{name} is refused: {error['msg']}, not {described(given)}"
 
 
+def params_refusal(method: str, error: ValidationError) -> str:
+    """The message of the invalid-params error answering a request whose params the SDK's own
+    validation refuses (``tools/call`` without a name, ``resources/read`` with a number for its
+    uri), where the SDK said "Invalid request parameters", naming nothing: the first field at
+    fault, what it must be and what was given."""
+    first = error.errors()[0]
+    name, kind, given = _name(tuple(first["loc"])), first["type"], first["input"]
+    if kind == "missing":
+        return f"Invalid params: {method} needs {name}"
+    wanted = _TYPES.get(kind) or ("an object" if kind in ("model_type", "dict_type") else "")
+    if wanted:
+        return f"Invalid params: {name} of {method} must be {wanted}, not {described(given)}"
+    return f"Invalid params: {name} of {method} is refused ({kind}), not {described(given)}"
+
+
 def _name(loc: Sequence[Any]) -> str:
     """``changes[0].key`` for the location (changes, 0, key)."""
     name = ""

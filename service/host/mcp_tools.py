@@ -289,6 +289,15 @@ async def _sessions_only(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -
     return await call_next(ctx)
 
 
+async def _params_checked(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Refuse params the SDK's own validation refuses as invalid params naming the field at
+    fault (``mcp_arguments.params_refusal``), not the SDK's bare "Invalid request parameters"."""
+    try:
+        return await call_next(ctx)
+    except ValidationError as error:
+        raise MCPError(INVALID_PARAMS, mcp_arguments.params_refusal(ctx.method, error)) from None
+
+
 def _prompt_checked(server: MCPServer) -> ServerMiddleware[Any]:
     """Refuse a ``prompts/get`` the SDK would fail inside, as invalid params naming what is wrong:
     a prompt it does not have, an argument the prompt does not take, a required one missing. The
@@ -425,7 +434,9 @@ def build_server(session_of: Callable[[Context[Any, Any]], ToolSession], *, sess
         tools=tools,
         middleware=[_sessions_only] if sessions_only else [],
     )
-    server.middleware.extend([_prompt_checked(server), _tool_arguments_checked({tool.name: tool for tool in tools})])
+    server.middleware.extend(
+        [_params_checked, _prompt_checked(server), _tool_arguments_checked({tool.name: tool for tool in tools})]
+    )
 
     # A resource or a prompt has no error result: a refusal is a JSON-RPC error (_refusal), not the
     # SDK's crash (code 0 for a prompt; for a resource -32603, "Error reading resource" and a traceback).
