@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UnavailableError
+from mnemosyne.client.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from mnemosyne.engine.embedders import make_embedder
 from tests.chat_server import Behaviour, ChatServer
 from tests.http_support import request
@@ -364,3 +370,39 @@ def test_a_reembed_finishes_while_writes_outpace_it_and_after_a_sigkill_under_th
             hits = client.recall("loaded", writer.texts[memory_id], k=1)
             assert hits and hits[0].memory.id == memory_id, (writer.texts[memory_id], hits)
         assert client.verify_integrity("loaded").valid
+
+
+def test_recalls_and_dedups_racing_a_reembed_s_switch_are_answered_by_the_new_embedder(server_factory) -> None:
+    """A recall or a Dedup takes the tenant's embedder before its read transaction: a switch
+    committed in between (its store learns it only after the commit) made the read refuse the
+    tenant's own new embedder, EMBEDDER_MISMATCH. Now the read follows the file and asks again."""
+    server = server_factory().start()
+    refused: list[str] = []
+    stop = threading.Event()
+    with MemoryClient(server.target, timeout=30) as client:
+        client.retain_batch("switching", [DOG, TEA, *FILLERS[:6]])
+
+        def read(call: Callable[[], object]) -> None:
+            while not stop.is_set():
+                try:
+                    call()
+                except FailedPreconditionError as error:
+                    refused.append(error.reason)
+
+        readers = [
+            threading.Thread(target=read, args=(lambda: client.recall("switching", "What does Carol drink?"),)),
+            threading.Thread(target=read, args=(lambda: client.dedup("switching"),)),
+        ]
+        for reader in readers:
+            reader.start()
+        try:
+            for embedder in ["minilm", "hashing"] * 3:
+                while not client.reembed_tenant("switching", embedder).finished:
+                    pass
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+        assert refused == []
+        assert client.recall("switching", TEA, k=1)[0].memory.text == TEA
+        assert client.verify_integrity("switching").valid

@@ -69,6 +69,9 @@ MAX_NAMED = 8
 # The all-pairs product in Dedup runs in blocks of rows holding at most this many scores (64 MB of
 # float32), so its memory stays bounded however large the tenant.
 _BLOCK_SCORES = 1 << 24
+# Dedup's reads of the vectors: one, and another should a re-embedding's switch come between the
+# embedder taken and the read (the last is refused EMBEDDER_MISMATCH if one came again).
+_ATTEMPTS = 2
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
 
@@ -337,14 +340,19 @@ class Deduplicator:
     def _groups(self, store: TenantStore, threshold: float) -> tuple[list[DedupGroup], dict[int, str]]:
         """The tenant's near-duplicate groups, from one read snapshot of its vectors, and the text
         each member of a group had in it."""
-        embedder = self._embedders.of(store)
-        index = vector_index(store, embedder.dim)
-        with store.read() as txn:
-            check_tenant_embedder(txn, embedder, write=False)
-            ids, matrix = index.sync(txn)
-            pairs = similar_pairs(ids, matrix, threshold)
-            involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
-            rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
+        for attempt in range(_ATTEMPTS):
+            embedder = self._embedders.of(store)
+            index = vector_index(store, embedder.dim)
+            with store.read() as txn:
+                # A re-embedding's switch since the embedder was taken: again, by the new one.
+                if attempt < _ATTEMPTS - 1 and self._embedders.switched(store, txn, embedder):
+                    continue
+                check_tenant_embedder(txn, embedder, write=False)
+                ids, matrix = index.sync(txn)
+                pairs = similar_pairs(ids, matrix, threshold)
+                involved = sorted({a for a, _, _ in pairs} | {b for _, b, _ in pairs})
+                rows = txn.memories_by_ids(involved, with_details=False) if involved else {}
+                break
         # Superseded memories are history, never a merge target nor merged into a current one.
         known = {
             i: Candidate(r.scope, r.body, embedder)

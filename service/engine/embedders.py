@@ -17,7 +17,7 @@ from mnemosyne.engine.sentence_embedder import MiniLMEmbedder
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.store.reembed_rows import REEMBED_META
 from mnemosyne.store.tenant_cache import CacheKey
-from mnemosyne.store.tenant_store import TenantStore
+from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
 EMBEDDERS = ("minilm", "hashing")
 DEFAULT_EMBEDDER = "minilm"
@@ -95,6 +95,18 @@ class TenantEmbedders:
         """The tenant's embedder is the one its file records now (``recorded``, read in a write's
         transaction): a re-embedding's switch committed since this store cached another."""
         store.cache[_CACHE_KEY] = make_embedder(configuration_name(recorded))
+
+    def switched(self, store: TenantStore, txn: ReadTxn, embedder: Embedder) -> bool:
+        """Inside a read of the tenant that took ``embedder`` from the store before it began:
+        whether a re-embedding's switch committed in between (the file records another, one this
+        version runs). The store then follows the file, and the read is made again by ``of``:
+        its vectors by ``embedder`` are not comparable with the tenant's. False for one this
+        version does not run: ``check_tenant_embedder`` refuses it."""
+        recorded = txn.meta("embedder")
+        if recorded is None or recorded == f"{embedder.name}/{embedder.dim}" or _runnable(recorded) is None:
+            return False
+        self.follow(store, recorded)
+        return True
 
     @staticmethod
     def moving(store: TenantStore, target: Embedder) -> None:

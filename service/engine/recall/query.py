@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
+from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.steps import RecallStep
@@ -93,8 +93,10 @@ class EmbedWithoutSpeakers:
     def __call__(self, store: TenantStore, index: VectorIndex, query: str) -> Embedded:
         if not index.synced:
             with store.read() as txn:
-                check_tenant_embedder(txn, self.embedder, write=False)
-                index.sync_view(txn)
+                # Another embedder's vectors since this one was taken (a re-embedding's switch):
+                # unsynced, the recall's own transaction finds the switch and asks again.
+                if txn.meta("embedder") in (None, f"{self.embedder.name}/{self.embedder.dim}"):
+                    index.sync_view(txn)
         speakers = index.speaker_count
         without = index.without_named_speakers(query)
         if without is None:

@@ -26,6 +26,10 @@ from mnemosyne.runtime.clock import Clock
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 
+# A recall's reads: one, another after a speaker's name or a re-embedding's switch changed its
+# vector, and at most one more, should a switch come in between.
+_ATTEMPTS = 3
+
 
 class Recall:
     """The whole recall, start to end: validation, the steps of the mode's pipeline (the query's
@@ -100,32 +104,31 @@ class Recall:
 
     def _recalled(self, store: TenantStore, checked: _Checked, mode: RecallMode) -> Recalling:
         """The query's vector, then the steps in one read transaction. The vector is made before
-        it, from the speakers' names the cache knows (``EmbedWithoutSpeakers``); should the
-        transaction's sync bring a name that changes it (first written meanwhile), the
-        transaction is left and the vector made again, once: the second is made after a sync
-        that holds every memory committed before the call began."""
-        ranking = self.ranking(self.embedders.of(store))
-        index = vector_index(store, ranking.embedder.dim)
-        for last in (False, True):
+        it, by the tenant's embedder and from the speakers' names the cache knows
+        (``EmbedWithoutSpeakers``); should the transaction find that a re-embedding's switch
+        committed since (another embedder, engine/reembed.py), or its sync bring a name that
+        changes the vector (first written meanwhile), the transaction is left and the vector
+        made again: by the new embedder, or after a sync that holds every memory committed before
+        the call began. The last attempt takes what it finds (a switch again is refused)."""
+        speakers_checked = False
+        for attempt in range(_ATTEMPTS):
+            ranking = self.ranking(self.embedders.of(store))
+            index = vector_index(store, ranking.embedder.dim)
             asked, embedded = self._query(ranking, store, index, checked, mode)
             with store.read() as txn:
+                if attempt < _ATTEMPTS - 1 and self.embedders.switched(store, txn, ranking.embedder):
+                    continue
                 check_tenant_embedder(txn, ranking.embedder, write=False)
                 snapshot = Snapshot(store, txn, index, txn.index_state())
-                if not last and embedded is not None and embedded.speakers >= 0:
+                if not speakers_checked and attempt < _ATTEMPTS - 1 and embedded is not None and embedded.speakers >= 0:
+                    speakers_checked = True
                     index.sync_view(txn, snapshot.state)
                     if not still_current(embedded, index, checked.query):
                         continue
                 recalling = Recalling(asked, snapshot)
-                pipeline = ranking.pipelines[mode]
-                if tracing.enabled():
-                    for step, span in zip(pipeline.steps, pipeline.spans):
-                        with tracing.span(span):
-                            step(recalling)
-                else:  # no span recorded: no with-statement per step either
-                    for step in pipeline.steps:
-                        step(recalling)
+                _run(ranking.pipelines[mode], recalling)
                 return recalling
-        raise AssertionError("the second vector is always taken")
+        raise AssertionError("the last attempt always reads")
 
     def _checked(
         self, query: str, k: int, scopes: Sequence[str], metadata_equals: Mapping[str, str] | None
@@ -176,3 +179,14 @@ class _Ranking(NamedTuple):
     embedder: Embedder
     settings: RecallSettings
     pipelines: dict[RecallMode, Pipeline]
+
+
+def _run(pipeline: Pipeline, recalling: Recalling) -> None:
+    """The pipeline's steps over ``recalling``, each in a span of its own while tracing."""
+    if tracing.enabled():
+        for step, span in zip(pipeline.steps, pipeline.spans):
+            with tracing.span(span):
+                step(recalling)
+    else:  # no span recorded: no with-statement per step either
+        for step in pipeline.steps:
+            step(recalling)
