@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from mnemosyne.client import MemoryClient
+import time
+
+import pytest
+
+from mnemosyne.client import MemoryClient, UnavailableError
 
 
 def test_100_sync_retains_survive_sigkill_and_the_chain_is_valid(server_factory) -> None:
@@ -29,3 +33,22 @@ def test_100_sync_retains_survive_sigkill_and_the_chain_is_valid(server_factory)
         report = client.verify_integrity("acme")
         assert report.valid and report.first_broken_at == 0 and report.checked == 100
         assert client.stats("acme").writes == 100
+
+
+def test_a_client_is_answered_by_a_restarted_server_at_once_after_a_long_outage(server_factory) -> None:
+    """gRPC waits longer and longer between attempts to connect to a server that is down (1 s,
+    then 1.6 times more each time, up to 2 minutes by default), and every client of the process
+    shares that wait. The client keeps it short (README.md's promises): a client kept through the
+    outage, and one made after it, are answered as soon as the server serves again."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as kept:
+        kept.ping()
+        server.kill()
+        outage_ends = time.monotonic() + 5.0  # long enough for gRPC's default wait to pass 4 s
+        while time.monotonic() < outage_ends:
+            with pytest.raises(UnavailableError):
+                kept.ping()
+        server.restart()
+        kept.ping()
+        with MemoryClient(server.target) as fresh:
+            fresh.ping()

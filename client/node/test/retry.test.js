@@ -39,7 +39,7 @@ const ADMISSION = (retryDelayMs) => ({
  * A MemoryService whose Retain and Recall answer `failures` (a list of grpc errors) first, one
  * per call, then succeed. Resolves {target, calls, stop()}; `calls` records each request.
  */
-async function fakeServer(failures) {
+async function fakeServer(failures, port = 0) {
   const { MemoryService } = loadServices();
   const calls = [];
   const answer = (success) => (call, callback) => {
@@ -53,10 +53,10 @@ async function fakeServer(failures) {
     Retain: answer(() => ({ result: { status: 'CREATED', memory_id: '7' } })),
     Recall: answer(() => ({ hits: [] })),
   });
-  const port = await new Promise((resolve, reject) => {
-    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
+  const bound = await new Promise((resolve, reject) => {
+    server.bindAsync(`127.0.0.1:${port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
   });
-  return { target: `127.0.0.1:${port}`, calls, stop: () => server.forceShutdown() };
+  return { target: `127.0.0.1:${bound}`, port: bound, calls, stop: () => server.forceShutdown() };
 }
 
 async function withServer(failures, options, body) {
@@ -163,4 +163,31 @@ test('UNAVAILABLE with RetryInfo (a member list changing): repeated after its re
     assert.equal(calls.length, 2);
     assert.ok(calls[1].at - calls[0].at >= 390, `repeated after ${calls[1].at - calls[0].at} ms`);
   });
+});
+
+// gRPC waits longer and longer between attempts to connect to a server that is down (1 s, then
+// 1.6 times more each time, up to 2 minutes by default), shared by a process's clients of one
+// address: the client keeps it short, so a server back after an outage is used at once.
+test('a server back after a long outage answers a kept client and a new one at once', async () => {
+  const first = await fakeServer([]);
+  const kept = new MemoryClient(first.target);
+  try {
+    assert.deepEqual(await kept.recall('acme', 'order'), []);
+    first.stop();
+    const outageEnds = Date.now() + 5000; // long enough for gRPC's default wait to pass 4 s
+    while (Date.now() < outageEnds) {
+      await assert.rejects(kept.recall('acme', 'order'), (err) => err.code === grpc.status.UNAVAILABLE);
+    }
+    const again = await fakeServer([], first.port);
+    const fresh = new MemoryClient(again.target);
+    try {
+      assert.deepEqual(await kept.recall('acme', 'order'), []);
+      assert.deepEqual(await fresh.recall('acme', 'order'), []);
+    } finally {
+      fresh.close();
+      again.stop();
+    }
+  } finally {
+    kept.close();
+  }
 });
