@@ -147,6 +147,33 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
     assert not api.tenant_file(tenant).exists()
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "says"),
+    [
+        ("/v1/tenants/{t}/memories", b"[" * 100_000, "nested too deep"),
+        ("/v1/tenants/{t}/memories", b'{"text": 5}', "text field: must be a string, not a number"),
+        ("/v1/tenants/{t}/memories", b'{"text": "a", "metadata": {"k": null}}', "must be a string, not null"),
+        ("/v1/tenants/{t}/memories", b'{"text": "a", "metadata": [1]}', "metadata field: must be an object"),
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "scopes": "s"}', "scopes field: must be an array"),
+        ("/v1/tenants/{t}/memories", b'{"text": "a", "metadata": {"k": [1]}}', "must be a string, not an array"),
+        ("/v3/memories/add/", b"[" * 100_000, "nested too deep"),
+    ],
+)
+def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(
+    api: ServerProcess, tenant: str, path: str, body: bytes, says: str
+) -> None:
+    """What is wrong with a body is said in JSON's words (a string, a number, an array, null, nested
+    too deep), never in the words of the server's language ("expected string or bytes-like object,
+    got 'int'", "maximum recursion depth exceeded")."""
+    headers = {"content-type": "application/json", "mnemosyne-tenant": tenant}
+    reply = request(api.http_port, "POST", path.replace("{t}", tenant), body, headers)
+    message = reply.json()["message"]
+    assert reply.status == 400 and says in message, (reply.status, message)
+    for python in ("bytes-like", "recursion", "NoneType", "'int'", "dict", "[]"):
+        assert python not in message, message
+    assert not api.tenant_file(tenant).exists()
+
+
 def test_a_body_over_its_limit_is_refused_naming_the_limit_that_applies_and_how_to_raise_it(
     api: ServerProcess, tenant: str
 ) -> None:

@@ -27,6 +27,15 @@ class NotUnicode(ValueError):
     """A client's JSON whose strings are not Unicode."""
 
 
+NESTED_TOO_DEEP = (
+    "arrays or objects are nested too deep (hundreds of levels within each other): send a flatter document"
+)
+
+
+class NestedTooDeep(ValueError):
+    """A client's JSON of arrays or objects within each other deeper than Python's reader goes."""
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key, value in pairs:
@@ -37,12 +46,49 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse(text: str) -> Any:
-    """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``, a key
-    given twice in one object) or RecursionError."""
-    document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    if _SURROGATE_ESCAPE.search(text) and not unicode_json(document):
+    """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``,
+    ``NestedTooDeep``, a key given twice in one object)."""
+    try:
+        document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        unicode = not _SURROGATE_ESCAPE.search(text) or unicode_json(document)
+    except RecursionError:  # json's reader, or the walk over the document: one limit for both
+        raise NestedTooDeep(NESTED_TOO_DEEP) from None
+    if not unicode:
         raise NotUnicode(
             "a string holds an unpaired surrogate escape (such as \\ud800): JSON strings must be "
             "Unicode text, a surrogate escape only as the first half of a pair followed by its second"
         )
     return document
+
+
+# What a JSON value is, by the Python type its reader made of it.
+_JSON_KINDS = {
+    "int": "a number",
+    "float": "a number",
+    "str": "a string",
+    "list": "an array",
+    "dict": "an object",
+    "NoneType": "null",
+    "bool": "true or false",
+}
+# protobuf's JSON reader (json_format) says a value of the wrong kind in Python's words.
+_PYTHON_WORDS = (
+    (re.compile(r"expected string or bytes-like object, got '(\w+)'"), "must be a string, not {kind}"),
+    (
+        re.compile(r"int\(\) argument must be a string, a bytes-like object or a real number, not '(\w+)'"),
+        "must be a number, not {kind}",
+    ),
+    (re.compile(r"repeated field \w+ must be in \[\] which is .* at \S+"), "must be an array"),
+    (re.compile(r"Map field \w+ must be in a dict which is .* at \S+"), "must be an object"),
+)
+
+
+def in_json_terms(problem: str) -> str:
+    """protobuf's complaint of a request's JSON, ``problem``, in JSON's words: a value "must be a
+    string, not a number", never "expected string or bytes-like object, got 'int'"."""
+    for pattern, words in _PYTHON_WORDS:
+        found = pattern.search(problem)
+        if found:
+            kind = _JSON_KINDS.get(found.group(1), "another kind") if pattern.groups else ""
+            problem = problem[: found.start()] + words.format(kind=kind) + problem[found.end() :]
+    return problem

@@ -351,8 +351,10 @@ def decode(
             setattr(request, name, value)
     except InvalidArgument as exc:
         return Undecodable(exc)
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError, json_format.ParseError) as exc:
-        return _undecodable(route, str(exc)[:300] or type(exc).__name__)
+    except RecursionError:  # a document json's reader took, too deep for the steps after it
+        return _undecodable(route, client_json.NESTED_TOO_DEEP)
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, json_format.ParseError) as exc:
+        return _undecodable(route, client_json.in_json_terms(str(exc))[:300] or type(exc).__name__)
     size = request.ByteSize()
     if size > max_request_bytes:
         return too_large(size, max_request_bytes, from_json=True)

@@ -400,7 +400,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         return {}
     try:
         document = client_json.parse(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"the body is not JSON ({str(exc)[:200]})", reason="REQUEST_UNDECODABLE") from None
     if not isinstance(document, dict):
         raise InvalidArgument(
