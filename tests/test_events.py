@@ -114,6 +114,8 @@ def test_a_watch_from_a_negative_point_is_refused_not_taken_from_the_start(clien
                 next(iter(client.watch_events(on, timeout=10, **{field: value})))
             assert refused.value.reason == "RESUME_POINT_INVALID", refused.value
             assert f"{field} is {value}" in str(refused.value), refused.value
+            given = {"after_event_id": "or an event_id", "after_sequence": "or a sequence"}[field]
+            assert given in str(refused.value), refused.value
 
 
 def test_list_events_pagination_is_stable_while_new_events_arrive(client: MemoryClient, tenant: str) -> None:

@@ -269,13 +269,14 @@ def test_http_sessions_without_a_token_for_another_tenant_or_from_a_foreign_orig
     anyio.run(sdk_client_is_refused)
 
 
-@pytest.mark.parametrize("workspace", ["..%2F..", "a" * 65, "%E2%80%AE", "w%2Fx", "%00"])
+@pytest.mark.parametrize("workspace", ["..%2F..", "a" * 65, "%E2%80%AE", "w%2Fx", "%00", ""])
 def test_an_http_session_naming_an_invalid_workspace_is_refused_before_it_opens(
     mcp_server: ServerProcess, workspace: str
 ) -> None:
     """The workspace of ``/mcp?tenant=T&workspace=W`` is checked with the tenant, before a session
     is opened (and counted against the tenant's share): not accepted, then failing each of its
-    workspace tools with WORKSPACE_INVALID."""
+    workspace tools with WORKSPACE_INVALID; an empty one (``&workspace=``) is no workspace, as on
+    the JSON API, never taken for main."""
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {TOKEN}"}
     path = f"/mcp?tenant=acme&workspace={workspace}"

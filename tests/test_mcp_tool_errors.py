@@ -289,6 +289,11 @@ def test_arguments_missing_or_of_no_object_are_refused_naming_what_is_wanted(mcp
         text = result["content"][0]["text"]
         assert result["isError"] and f"{name} needs the argument {needs}" in text, text
         assert _SENTENCE.fullmatch(text) and text.endswith("(ARGUMENTS_INVALID)"), text
+    # A tool it does not have: the SDK said "Unknown tool: nope", naming neither the tools nor a reason.
+    result = post("tools/call", {"name": "nope", "arguments": {}})["result"]
+    text = result["content"][0]["text"]
+    assert result["isError"] and text.startswith("no tool 'nope': the tools are ") and "recall" in text, text
+    assert _SENTENCE.fullmatch(text) and text.endswith("(ARGUMENTS_INVALID)"), text
     refused = [
         (
             post("tools/call", {"name": "recall", "arguments": ["x"]}),

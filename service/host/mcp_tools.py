@@ -339,7 +339,7 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
     for it (host/mcp_arguments.py), where the SDK would answer pydantic's text. An argument the tool
     does not take is refused too, naming it and the tool's arguments: the SDK ignores it without a
     word, so a misspelt ``k`` or ``fast`` would be a call other than the model meant (MemoryHost
-    refuses them too). No ``arguments`` are {}, as the SDK reads them; arguments that are no object
+    refuses them too), and so is a tool it does not have. No ``arguments`` are {}, as the SDK reads them; arguments that are no object
     are invalid params naming the tool's (the SDK's said "Invalid request parameters")."""
 
     async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -348,8 +348,8 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
             return await call_next(ctx)
         name, tool = params["name"], tools.get(params["name"])
         given = {} if params.get("arguments") is None else params["arguments"]  # as the SDK reads none
-        if tool is None:
-            return await call_next(ctx)  # the SDK's own refusal of an unknown tool
+        if tool is None:  # the SDK's "Unknown tool: x" named neither the tools nor a reason
+            return _tool_error(f"no tool {name[:80]!r}: the tools are {', '.join(sorted(tools))} ({ARGUMENTS_INVALID})")
         takes = list(tool.parameters.get("properties", {}))
         if not isinstance(given, Mapping):  # the SDK: "Invalid request parameters", naming nothing
             raise _not_an_object(name, given, takes)

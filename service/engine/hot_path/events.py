@@ -116,8 +116,8 @@ class Events:
             if value < 0:
                 given = field.removeprefix("after_")
                 raise InvalidArgument(
-                    f"{field} is {value}; it must be 0 (from the start of what is kept) or a {given} this "
-                    "tenant's events gave",
+                    f"{field} is {value}; it must be 0 (from the start of what is kept) or "
+                    f"{'an' if given[0] in 'aeiou' else 'a'} {given} this tenant's events gave",
                     reason="RESUME_POINT_INVALID",
                 )
         sequence = after_sequence

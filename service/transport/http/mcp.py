@@ -155,7 +155,7 @@ class McpEndpoint:
             self._sessions.ended(session_id, owner, gone=ended)
 
     def _authenticate(self, scope: Scope) -> AuthenticatedUser:
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         named = [key for key, _ in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
         for key in named:  # as on the JSON API and mem0's: which one was meant is the caller's to say
             if key not in ("tenant", "workspace"):  # a misspelt workspace would open a session on main
