@@ -210,7 +210,7 @@ def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> 
     def work(start: int) -> None:
         try:
             with MemoryClient(server.target, retries=0) as client:
-                for i in range(start, 300, 4):
+                for i in range(start, 200, 4):
                     tenant = f"tenant-{i}"
                     client.retain(tenant, f"memory of tenant {i}")
                     assert [h.memory.text for h in client.recall(tenant, "memory", k=1)] == [f"memory of tenant {i}"]
@@ -226,7 +226,7 @@ def test_with_a_low_open_file_limit_hundreds_of_tenants_work(server_factory) -> 
         thread.join()
     assert errors == []
     with MemoryClient(server.target) as client:
-        for i in range(0, 300, 37):
+        for i in range(0, 200, 37):
             client.hot_path(f"tenant-{i}", "flush")
             assert client.stats(f"tenant-{i}").memories == 2
     log = server.stderr_path.read_text()
