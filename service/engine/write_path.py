@@ -219,7 +219,7 @@ class WritePath:
                 except ExtractionMissing:
                     continue
         raise Conflict(
-            "the memory changed repeatedly during the write; retry", reason="WRITE_CONTENDED"
+            "the memory (or the tenant's embedder) changed repeatedly during the write; retry", reason="WRITE_CONTENDED"
         )  # pragma: no cover
 
     def _commit(
