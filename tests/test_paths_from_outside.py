@@ -131,6 +131,24 @@ def test_restore_refuses_a_manifest_file_path_that_leads_outside(
         assert not (data / "tenants" / "beta.sqlite").exists(), label
 
 
+def test_restore_says_a_manifest_file_path_through_a_loop_of_links_is_unusable(
+    backed_up: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    """A manifest's file that is a loop of symbolic links leads nowhere: the command says so with
+    the path and PATH_UNUSABLE (it was a RuntimeError traceback), and restores nothing."""
+
+    def loop(directory: Path, manifest: dict[str, Any]) -> None:
+        path = manifest["tenants"]["beta"]["files"]["database"]["path"]
+        (directory / path).unlink()
+        (directory / path).symlink_to(directory / path)
+
+    backup = _edited_backup(backed_up[1], tmp_path / "backup", loop)
+    result = _cli("restore", "--from", str(backup), "--data-dir", str(tmp_path / "data"), "--tenant", "beta")
+    assert result.returncode == 2 and "[PATH_UNUSABLE]" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "symbolic links" in result.stderr
+    assert not (tmp_path / "data" / "tenants" / "beta.sqlite").exists()
+
+
 # -- a hostile (or broken) server ----------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ the directory it names one in.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -26,12 +27,22 @@ def tenant_named_by(tenant: str, source: str) -> str:
 
 def within(root: Path, relative: str | Path, *, what: str) -> Path:
     """``root / relative`` when it stays under ``root``; INVALID_ARGUMENT PATH_ESCAPES when it is
-    absolute, climbs out (``..``) or leads out through a symbolic link (``what``: what names it)."""
+    absolute, climbs out (``..``) or leads out through a symbolic link (``what``: what names it); the
+    OSError ELOOP of a loop of symbolic links, which leads nowhere."""
     path = Path(root) / relative
     inside = not os.path.isabs(relative) and ".." not in Path(relative).parts
-    if not inside or not path.resolve().is_relative_to(Path(root).resolve()):
+    if not inside or not _resolved(path).is_relative_to(_resolved(Path(root))):
         raise InvalidArgument(
             f"{what} {str(relative)[:120]!r} leads outside {root}: refused, nothing was read or written there",
             reason="PATH_ESCAPES",
         )
     return path
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` with its symbolic links resolved; a loop of them is the OSError the system gives
+    on opening it (Python before 3.13 raises a RuntimeError, which a command would trace)."""
+    try:
+        return path.resolve()
+    except RuntimeError as exc:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from exc
