@@ -75,7 +75,8 @@ class InvalidArgumentError(MnemosyneClientError):
 class RequestInvalidError(InvalidArgumentError, ValueError):
     """INVALID_ARGUMENT raised by the client before anything is sent: its arguments make no
     request (REQUEST_UNDECODABLE: a text holding a lone surrogate, which UTF-8 cannot encode, as
-    the server refuses invalid UTF-8; NUMBER_INVALID: a number past its field's range;
+    the server refuses invalid UTF-8, or an argument of the wrong type, named; NUMBER_INVALID: a
+    number past its field's range, or an integer argument that is no whole number;
     RECALL_MODE_INVALID, HOT_PATH_ACTION_INVALID, WEBHOOK_KINDS_INVALID: a name the method does
     not know). Also a ``ValueError``, as Python's own refusal of such a value is."""
 

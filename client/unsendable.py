@@ -7,6 +7,13 @@ wrapped (``refusing_unsendable``): such an error raised before the method's firs
 becomes a ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``) with the reason
 the server gives the same fault: REQUEST_UNDECODABLE (text that is not valid UTF-8) or
 NUMBER_INVALID. One raised after a call was sent is the client's own fault, and left as it is.
+
+An argument of the wrong type (a number for a text, a text or 1.5 for an integer, a text for a
+mapping of texts) fails as protobuf builds the request with a TypeError, ValueError or
+AttributeError that names no argument ("bad argument type for built-in operation"); it becomes a
+``RequestInvalidError`` naming the argument, what it is and what it takes, with the Node client's
+reason for it: NUMBER_INVALID for an integer's (1.5, NaN, "1"), REQUEST_UNDECODABLE for another's. The argument is found from the method's annotations, only
+once such an error was raised.
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
+from mnemosyne.client import types
 from mnemosyne.client.errors import MnemosyneClientError, RequestInvalidError
 from mnemosyne.host.unicode import not_unicode
 
@@ -52,7 +60,7 @@ def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
             inner = method(*args, **kwargs)
             sent = False
             while True:
-                with _Refusal(sent) as step:
+                with _Refusal(method, args, kwargs, sent) as step:
                     try:
                         item = next(inner)
                     except StopIteration:
@@ -64,7 +72,7 @@ def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def calling(*args: Any, **kwargs: Any) -> Any:
-        with _Refusal():
+        with _Refusal(method, args, kwargs):
             return method(*args, **kwargs)
 
     return calling
@@ -74,7 +82,10 @@ class _Refusal:
     """The block of one public method (nested ones are part of the outermost); ``sent``: whether
     a call was sent in it (or, for a stream's step, before it)."""
 
-    def __init__(self, sent: bool = False) -> None:
+    def __init__(
+        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], sent: bool = False
+    ) -> None:
+        self._call = (method, args, kwargs)
         self.sent = sent
         self._token: contextvars.Token[bool | None] | None = None
 
@@ -98,6 +109,56 @@ class _Refusal:
                 f"{str(error)[:200]}: a number is past its field's range (ids and sizes are 64-bit, k and limits "
                 "32-bit integers)",
             ) from error
+        if isinstance(error, TypeError | ValueError | AttributeError):
+            mistyped = wrong_argument(*self._call)
+            if mistyped is not None:
+                raise refused(*mistyped) from error
+
+
+# What an argument annotated so takes: a test of its value, and its name for a message.
+_TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a text (str)"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number (int)"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number (float)"),
+    "bool": (lambda v: isinstance(v, bool), "True or False"),
+    "Mapping[str, str]": (
+        lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+        "a mapping of texts to texts (dict[str, str])",
+    ),
+    "Sequence[str]": (
+        lambda v: isinstance(v, Sequence) and not isinstance(v, str) and all(isinstance(x, str) for x in v),
+        "a list of texts",
+    ),
+    "Sequence[int]": (
+        lambda v: isinstance(v, Sequence) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+        "a list of whole numbers",
+    ),
+    "Sequence[types.RecordChange]": (
+        lambda v: isinstance(v, Sequence) and all(isinstance(x, types.RecordChange) for x in v),
+        "a list of RecordChange",
+    ),
+}
+
+
+def wrong_argument(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """The reason and message of the first argument of a call of ``method`` whose value its
+    annotation does not take (None: none such, or no annotation ``_TAKES`` knows): NUMBER_INVALID
+    for an integer's, REQUEST_UNDECODABLE for any other, as the Node client says."""
+    signature = inspect.signature(method)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    for name, value in bound.arguments.items():
+        annotation = str(signature.parameters[name].annotation)
+        optional = annotation.endswith(" | None")
+        test, takes = _TAKES.get(annotation.removesuffix(" | None"), (None, ""))
+        if test is None or (optional and value is None) or test(value):
+            continue
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        reason = "NUMBER_INVALID" if annotation.startswith("int") else "REQUEST_UNDECODABLE"
+        return reason, f"{method.__name__}: {name} is {type(value).__name__} {shown}; it takes {takes}"
+    return None
 
 
 def refused(reason: str, message: str) -> RequestInvalidError:
