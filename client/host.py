@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from mnemosyne.client.memory_client import MemoryClient
+from mnemosyne.client.unsendable import refusing_unsendable
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.protocol import HostObservations, Observation, render_context
 
 
+@refusing_unsendable  # an argument no request can carry is the client's refusal, as MemoryClient's
 class MemoryHost:
     """Memory tools for the agents of one tenant: ``client`` makes the calls, ``tenant`` is whose
     memory they read and write.
@@ -38,6 +40,8 @@ class MemoryHost:
     """
 
     def __init__(self, client: MemoryClient, tenant: str, *, observations: HostObservations | None = None) -> None:
+        if not isinstance(tenant, str):  # else each call would fail in protobuf's words, naming nothing
+            raise TypeError(f"MemoryHost: tenant is a text (str), not {type(tenant).__name__}")
         self.client = client
         self.tenant = tenant
         self.observations = observations if observations is not None else HostObservations()

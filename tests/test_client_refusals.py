@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from mnemosyne.cli.server_process import _free_port as free_port
-from mnemosyne.client import MemoryClient
+from mnemosyne.client import MemoryClient, MemoryHost
 from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError, UnavailableError
 from tests.support import ServerProcess, module_server
 
@@ -141,6 +141,11 @@ def test_the_refusals_name_their_reason_and_are_value_errors(server: ServerProce
         with pytest.raises(RequestInvalidError, match=r"recall: k is float nan; it takes a whole number") as wrong:
             client.recall(tenant, "tea", k=math.nan)  # type: ignore[arg-type]  # the wrong type is the case
         assert wrong.value.reason == "NUMBER_INVALID"
+        # MemoryHost's too, and a tenant that is no text when it is made.
+        with pytest.raises(RequestInvalidError, match=r"assemble_context: workspace is int 5; it takes a text"):
+            MemoryHost(client, tenant).assemble_context(object, 5)  # type: ignore[arg-type]  # the wrong type is the case
+        with pytest.raises(TypeError, match=r"MemoryHost: tenant is a text \(str\), not int"):
+            MemoryHost(client, 5)  # type: ignore[arg-type]  # the wrong type is the case
         # Nothing was sent: the tenant was never made.
         assert tenant not in client.list_tenants().tenants
 
