@@ -283,6 +283,20 @@ def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, t
             assert "The courier comes on Tuesdays" in system
 
 
+def test_a_record_added_outside_the_session_is_named_by_an_add_after_it(client, tenant):
+    """A record put in the session's workspace by hand, under a key the session does not make and
+    sorting last, has no number to append after: add_items raises naming it (it was int()'s
+    "invalid literal"), and adds nothing; the items stay readable."""
+    session = MnemosyneSession("s-foreign", client, tenant)
+    asyncio.run(session.add_items([message("user", "a")]))
+    listed = client.list_records(tenant, session.scope)
+    outside = json.dumps(message("user", "by hand")) + "\n"
+    client.edit_records(tenant, session.scope, [RecordChange("put", "zz-notes.md", outside)], listed.generation)
+    with pytest.raises(ValueError, match=f"record 'zz-notes.md' of {session.scope} is not one of the session's"):
+        asyncio.run(session.add_items([message("user", "b")]))
+    assert asyncio.run(session.get_items()) == [message("user", "a"), message("user", "by hand")]
+
+
 def test_an_item_that_cannot_be_read_is_never_popped(client, tenant):
     """pop_item reads the latest item before it removes it: one that is not JSON (a record edited
     by hand) raises naming its record, as get_items does, and the session is left as it was."""

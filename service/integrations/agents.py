@@ -99,7 +99,7 @@ class MnemosyneSession:
         """Append ``items`` (verbatim: each must be JSON-serialisable, as the SDK's items are)."""
         if items:
             lines = [_line(item) for item in items]
-            await asyncio.to_thread(self._edit, lambda records: _appended(records, lines))
+            await asyncio.to_thread(self._edit, lambda records: self._appended(records, lines))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item and return it (None when the session is empty)."""
@@ -137,6 +137,17 @@ class MnemosyneSession:
                 f"({line[:40]!r}...): it was changed outside the session; fix or delete that record"
             ) from None
         return item
+
+    def _appended(self, records: Records, lines: Sequence[str]) -> list[RecordChange]:
+        """``_appended``, after the last record: raises ValueError naming it when its key is not
+        one the session makes (a record added outside it), which no item can be numbered after."""
+        if records and not _RECORD_KEY.fullmatch(records[-1][0]):
+            raise ValueError(
+                f"session {self.session_id!r}: record {records[-1][0]!r} of {self.scope} is not one of the "
+                f"session's (they are numbered: {_record_key(0)}, ...): it was added outside the session, and "
+                "no item can be appended after it; delete it, or move its items into the session"
+            )
+        return _appended(records, lines)
 
     def _read(self) -> tuple[int, Records]:
         listed = self.client.list_records(self.tenant, self.scope)
@@ -214,6 +225,9 @@ def _appended(records: Records, lines: Sequence[str]) -> list[RecordChange]:
 
 def _record_key(number: int) -> str:
     return f"{number:012d}.jsonl"
+
+
+_RECORD_KEY = re.compile(r"[0-9]{12,}\.jsonl")  # the keys _record_key makes
 
 
 # -- memory tools --------------------------------------------------------------------------------
