@@ -448,6 +448,19 @@ def test_an_item_whose_memory_was_changed_outside_the_store_is_named(client, ten
     assert store.get(("ns",), "a").value == {"v": 2}  # type: ignore[union-attr]  # found: asserted by its value
 
 
+def test_a_memory_under_the_prefix_index_with_no_address_is_named(client, tenant):
+    """A memory retained outside the store under its prefix index, without the namespace and key
+    of an item, made every search and listing of that prefix raise KeyError 'langgraph.namespace'."""
+    store = MnemosyneStore(client, tenant)
+    store.put(("ns",), "a", {"v": 1})
+    stray = client.retain(tenant, '{"v": 2}', metadata={"langgraph.prefix.0": "", "langgraph.prefix.1": "ns"})
+    for read in (lambda: store.search(("ns",)), lambda: store.list_namespaces()):
+        with pytest.raises(ValueError, match=f"memory {stray.memory_id} is under the store's prefix index but"):
+            read()
+    client.forget(tenant, stray.memory_id)  # the way out the message names
+    assert [item.key for item in store.search(("ns",))] == ["a"]
+
+
 class _DeletedMeanwhile(MemoryClient):
     """A client whose next listing is followed by ``then`` (another process's delete): the
     interleaving of a put or delete that looked its address up just before the other's delete."""

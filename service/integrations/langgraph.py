@@ -182,7 +182,7 @@ class MnemosyneStore(BaseStore):
             if condition.match_type == "prefix":
                 head = tuple(condition.path[: next((i for i, p in enumerate(condition.path) if p == "*"), None)])
                 literal = head if len(head) > len(literal) else literal
-        namespaces = {_namespace(m) for m in self._each({PREFIX_KEY.format(len(literal)): _joined(literal)})}
+        namespaces = {_address(m)[0] for m in self._each({PREFIX_KEY.format(len(literal)): _joined(literal)})}
         kept = [ns for ns in namespaces if all(_namespace_matches(c, ns) for c in op.match_conditions or ())]
         if op.max_depth is not None:
             kept = list({ns[: op.max_depth] for ns in kept})
@@ -400,13 +400,16 @@ def _value(memory: Memory) -> dict[str, Any]:
     return value
 
 
-def _namespace(memory: Memory) -> tuple[str, ...]:
-    joined = memory.metadata[NAMESPACE_KEY]
-    return tuple(joined.split(".")) if joined else ()
-
-
 def _address(memory: Memory) -> Address:
-    return _namespace(memory), memory.metadata[KEY_KEY]
+    """The item's (namespace, key); raises ValueError naming the memory when its metadata holds
+    no address (a memory retained or changed outside the store, under the store's prefix index)."""
+    joined, key = memory.metadata.get(NAMESPACE_KEY), memory.metadata.get(KEY_KEY)
+    if joined is None or key is None:
+        raise ValueError(
+            f"memory {memory.id} is under the store's prefix index but its metadata has no {NAMESPACE_KEY} and "
+            f"{KEY_KEY}: it was retained or changed outside the store; forget memory {memory.id}, or give it both"
+        )
+    return (tuple(joined.split(".")) if joined else ()), key
 
 
 def _written_at(memory: Memory) -> float:
