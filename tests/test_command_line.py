@@ -529,6 +529,8 @@ def test_a_number_of_threads_no_process_can_start_is_refused_in_one_line(tmp_pat
     ("args", "says", "reason"),
     [
         (("drill", "--data-dir", "{file}"), "it is a file, where a directory goes: {file}", "PATH_WRONG_KIND"),
+        # A loop of symbolic links is no file (it was said to be one).
+        (("drill", "--data-dir", "{loop}"), "it is a symbolic link that leads to no directory", "PATH_WRONG_KIND"),
         (("drill", "--data-dir", "{file}/data"), "Not a directory", "PATH_WRONG_KIND"),
         (("restore", "--from", "{file}", "--data-dir", "{dir}/restored"), "Not a directory", "PATH_WRONG_KIND"),
     ],
@@ -540,14 +542,15 @@ def test_a_path_a_command_cannot_use_is_one_line_naming_it_and_its_reason(
     "File exists" for a file given where a directory goes, and never a line without a reason."""
     file = tmp_path / "a-file"
     file.write_text("not a directory")
-    filled = [arg.format(file=file, dir=tmp_path) for arg in args]
+    (tmp_path / "a-loop").symlink_to(tmp_path / "a-loop")
+    filled = [arg.format(file=file, dir=tmp_path, loop=tmp_path / "a-loop") for arg in args]
     result = _run(sys.executable, "-m", "mnemosyne", *filled)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"mnemosyne {args[0]}: ") and says.format(file=file) in lines[0], lines[0]
     assert lines[0].endswith(f"[{reason}]"), lines[0]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file"]  # nothing made beside it
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file", "a-loop"]  # nothing made beside them
 
 
 def test_a_rebalance_that_cannot_ask_a_member_says_so_on_stderr_and_exits_1() -> None:

@@ -106,10 +106,12 @@ _PATH_REASONS = {
 
 def unusable_path(error: OSError) -> str:
     """One line of what the system said of a path a command cannot use, naming the path and the
-    reason; a file where a directory goes says so, not "File exists"."""
+    reason; a file (or a link to nothing) where a directory goes says so, not "File exists"."""
     said = error.strerror or str(error)
     if error.errno == errno.EEXIST and error.filename is not None and not os.path.isdir(error.filename):
         said = "it is a file, where a directory goes"
+        if not os.path.exists(error.filename):  # a symbolic link that resolves to nothing
+            said = "it is a symbolic link that leads to no directory (a loop, or a link to nothing)"
     where = "".join(f": {name}" for name in (error.filename, error.filename2) if name is not None)
     return f"{said}{where} [{_PATH_REASONS.get(error.errno or 0, 'PATH_UNUSABLE')}]"
 
