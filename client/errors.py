@@ -81,6 +81,11 @@ class RequestInvalidError(InvalidArgumentError, ValueError):
     not know). Also a ``ValueError``, as Python's own refusal of such a value is."""
 
 
+class ArgumentTypeError(RequestInvalidError, TypeError):
+    """A ``RequestInvalidError`` for an argument of the wrong type (a number for a text, 1.5 for an
+    integer), named with what it takes; also a ``TypeError``, as Python's own refusal of one is."""
+
+
 class NotFoundError(MnemosyneClientError):
     """NOT_FOUND: what the call names does not exist (MEMORY_NOT_FOUND, EVENT_NOT_FOUND,
     RECORD_NOT_FOUND, TENANT_NOT_FOUND, THREAD_NOT_FOUND)."""

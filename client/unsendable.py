@@ -11,9 +11,10 @@ NUMBER_INVALID. One raised after a call was sent is the client's own fault, and 
 An argument of the wrong type (a number for a text, a text or 1.5 for an integer, a text for a
 mapping of texts) fails as protobuf builds the request with a TypeError, ValueError or
 AttributeError that names no argument ("bad argument type for built-in operation"); it becomes a
-``RequestInvalidError`` naming the argument, what it is and what it takes, with the Node client's
-reason for it: NUMBER_INVALID for an integer's (1.5, NaN, "1"), REQUEST_UNDECODABLE for another's. The argument is found from the method's annotations, only
-once such an error was raised.
+``RequestInvalidError`` (an ``ArgumentTypeError``, a ``TypeError`` too) naming the argument, what it
+is and what it takes, with the Node client's reason for it: NUMBER_INVALID for an integer's (1.5,
+NaN, "1"), REQUEST_UNDECODABLE for another's. The argument is found from the method's
+annotations, only once such an error was raised.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 import grpc
 
 from mnemosyne.client import types
-from mnemosyne.client.errors import MnemosyneClientError, RequestInvalidError
+from mnemosyne.client.errors import ArgumentTypeError, MnemosyneClientError, RequestInvalidError
 from mnemosyne.host.unicode import not_unicode
 
 C = TypeVar("C", bound=type)
@@ -112,7 +113,7 @@ class _Refusal:
         if isinstance(error, TypeError | ValueError | AttributeError):
             mistyped = wrong_argument(*self._call)
             if mistyped is not None:
-                raise refused(*mistyped) from error
+                raise ArgumentTypeError(grpc.StatusCode.INVALID_ARGUMENT, *mistyped, {}) from error
 
 
 # What an argument annotated so takes: a test of its value, and its name for a message.

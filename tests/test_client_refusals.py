@@ -141,6 +141,7 @@ def test_the_refusals_name_their_reason_and_are_value_errors(server: ServerProce
         with pytest.raises(RequestInvalidError, match=r"recall: k is float nan; it takes a whole number") as wrong:
             client.recall(tenant, "tea", k=math.nan)  # type: ignore[arg-type]  # the wrong type is the case
         assert wrong.value.reason == "NUMBER_INVALID"
+        assert isinstance(wrong.value, TypeError) and isinstance(wrong.value, ValueError)  # what Python raises, either
         # MemoryHost's too, and a tenant that is no text when it is made.
         with pytest.raises(RequestInvalidError, match=r"assemble_context: workspace is int 5; it takes a text"):
             MemoryHost(client, tenant).assemble_context(object, 5)  # type: ignore[arg-type]  # the wrong type is the case
