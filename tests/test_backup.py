@@ -22,7 +22,7 @@ import pytest
 
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
 from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
-from mnemosyne.client.errors import error_info
+from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
@@ -514,6 +514,36 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(streaming: _S
         _wait_for(lambda: not any(scratch.glob("*")))
     log = server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+def test_a_tenant_s_exports_hold_at_most_two_scratch_copies(streaming: _Streaming) -> None:
+    """Each export under way holds a copy of its tenant on the server's disk until its client has
+    read it: a third export of the same tenant, its first two unread, is refused before a copy is
+    made (RESOURCE_EXHAUSTED EXPORTS_PER_TENANT_REACHED, with a retry delay), not a hundredth
+    copy of the tenant on the disk every tenant writes to; an operator's backup of that tenant is
+    still sent, and an export again once one of the two ended."""
+    scratch = streaming.server.data_dir / ".backup-scratch"
+    with grpc.insecure_channel(streaming.server.target) as channel:
+        held = [_streamed(channel, "export", "large") for _ in range(2)]
+        for responses in held:
+            next(responses)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(_streamed(channel, "export", "large"))
+        info = error_info(refused.value)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+        assert info is not None and info.reason == "EXPORTS_PER_TENANT_REACHED" and info.metadata["limit"] == "2"
+        assert retry_delay(refused.value) == 1.0 and "finish or cancel one" in (refused.value.details() or "")
+        assert len(list(scratch.glob("*/database"))) == 2
+        backup = _streamed(channel, "backup", "large")
+        next(backup)
+        backup.cancel()
+        held.pop().cancel()
+        _wait_for(lambda: len(list(scratch.glob("*/database"))) == 1)
+        again = _streamed(channel, "export", "large")
+        next(again)
+        for responses in (again, *held):
+            responses.cancel()
+    _wait_for(lambda: not any(scratch.glob("*")))
 
 
 @pytest.mark.parametrize(("stream", "erasure"), [("export", "forget"), ("backup", "forget"), ("export", "erase")])

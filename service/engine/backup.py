@@ -13,13 +13,16 @@ any kind (a memory, the operation log, a counter, a flag) is a new counter, and 
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from mnemosyne.engine.lost_tenants import LOST_TENANTS_WAIT_SECONDS, LostTenants, restore_if_lost
-from mnemosyne.errors import DataLoss, NotFound
+from mnemosyne.errors import DataLoss, NotFound, ResourceExhausted
 from mnemosyne.store.copies import StreamedCopies, StreamedCopy
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import SnapshotFacts as SnapshotFacts  # a copy's facts, part of a TenantCopy
@@ -30,6 +33,12 @@ SCRATCH_DIR_NAME = ".backup-scratch"
 CHUNK_BYTES = 1 << 20  # a quarter of gRPC's default message limit
 DATABASE_FILE = "database"
 INBOX_FILE = "inbox"
+# The exports of one tenant that may hold their scratch copies at once. Each copy is the whole
+# tenant file, on the disk every tenant writes to, kept for as long as its client takes to read
+# it: unbounded, a tenant's token holding a hundred unread exports (its stream limit) took a
+# hundred times its size of that disk. A backup or a move (an operator's) is not counted.
+EXPORTS_PER_TENANT = 2
+EXPORT_RETRY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class Backups:
         self._scratch = pool.data_dir / SCRATCH_DIR_NAME
         shutil.rmtree(self._scratch, ignore_errors=True)  # what a backup killed midway left
         self._copies = StreamedCopies()  # those being sent, which an erasure revokes
+        self._exports: Counter[str] = Counter()  # the exports under way, by tenant (moves' aside)
+        self._exports_lock = threading.Lock()
         pool.watchers.append(self)
 
     # -- told by the pool of its files' changes (store/file_watchers.py) ------------------------
@@ -137,15 +148,38 @@ class Backups:
             yield copy
             yield from _chunks(held, copy)
 
-    def export(self, tenant: str) -> Iterator[TenantCopy | FileChunk]:
+    def export(self, tenant: str, *, move: bool = False) -> Iterator[TenantCopy | FileChunk]:
         """One tenant's copy, as Backup takes it: its manifest, then its files' chunks. NOT_FOUND
-        when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT)."""
+        when it has no data; a damaged file is DATA_LOSS (TENANT_CORRUPT); past
+        EXPORTS_PER_TENANT under way, RESOURCE_EXHAUSTED before any copy (a move's: never)."""
         validate_tenant(tenant)
-        with self._copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
+        place = nullcontext() if move else self._export_place(tenant)
+        # The place is given back before the copy is deleted: once its copy is gone, it is free.
+        with self._copies.held(tenant, self._scratch / uuid.uuid4().hex) as held, place:
             copy = self._copy(held)
             assert copy is not None  # nothing is known: always copied
             yield copy
             yield from _chunks(held, copy)
+
+    @contextmanager
+    def _export_place(self, tenant: str) -> Iterator[None]:
+        with self._exports_lock:
+            if self._exports[tenant] >= EXPORTS_PER_TENANT:
+                raise ResourceExhausted(
+                    f"tenant {tenant} has {EXPORTS_PER_TENANT} exports under way, as many as it may: each holds a "
+                    "copy of the tenant on the server's disk until its client has read it; finish or cancel one",
+                    reason="EXPORTS_PER_TENANT_REACHED",
+                    metadata={"limit": str(EXPORTS_PER_TENANT)},
+                    retry_after_seconds=EXPORT_RETRY_SECONDS,
+                )
+            self._exports[tenant] += 1
+        try:
+            yield
+        finally:
+            with self._exports_lock:
+                self._exports[tenant] -= 1
+                if not self._exports[tenant]:
+                    del self._exports[tenant]
 
     def _copy(self, held: StreamedCopy, known: tuple[int, int] | None = None) -> TenantCopy | None:
         """``copy`` into the held copy's directory; COPY_REVOKED when an erasure of the tenant

@@ -156,7 +156,7 @@ class Moves:
 
     def export(self, plan: MovePlan) -> tuple[TenantCopy, Iterator[TenantCopy | FileChunk]]:
         """Step 3: a snapshot of the fenced tenant (its manifest and its chunks, read lazily)."""
-        parts = self._backups.export(plan.tenant)
+        parts = self._backups.export(plan.tenant, move=True)
         copy = next(parts)
         assert isinstance(copy, TenantCopy)
         self._pool.fence(plan.tenant, **{MOVE_STEP_KEY: "exported", MOVE_HEAD_KEY: copy.facts.head_hash})
