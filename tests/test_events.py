@@ -64,6 +64,18 @@ def test_a_resumed_watch_misses_no_transition(client: MemoryClient, tenant: str)
     assert len(resumed) == 3 * 20
 
 
+def _assert_points_ahead_refused(
+    client: MemoryClient, tenant: str, last: int, field: str, reason: str, last_key: str
+) -> None:
+    """A watch from ``field`` past ``last`` (the tenant's), or past 0 of a tenant with nothing, is
+    refused at once with ``reason`` and the last point in ``last_key``."""
+    for ahead, on in ((last + 1, tenant), (2**63 - 1, tenant), (1, tenant + "-nothing")):
+        with pytest.raises(FailedPreconditionError) as refused:
+            next(iter(client.watch_events(on, timeout=10, **{field: ahead})))
+        assert refused.value.reason == reason, refused.value
+        assert int(refused.value.metadata[last_key]) == (last if on == tenant else 0)
+
+
 def test_a_watch_resuming_after_a_sequence_never_given_is_refused_not_left_waiting(
     client: MemoryClient, tenant: str
 ) -> None:
@@ -74,14 +86,23 @@ def test_a_watch_resuming_after_a_sequence_never_given_is_refused_not_left_waiti
     client.hot_path(tenant, "enable")
     ids = {r.event_id for r in client.retain_batch(tenant, ["ahead one", "ahead two"], fast=True)}
     last = _watch_until(client, tenant, _finished(ids))[-1].sequence
-    for ahead, on in ((last + 1, tenant), (2**63 - 1, tenant), (1, tenant + "-nothing")):
-        with pytest.raises(FailedPreconditionError) as refused:
-            next(iter(client.watch_events(on, after_sequence=ahead, timeout=10)))
-        assert refused.value.reason == "SEQUENCE_AHEAD", refused.value
-        assert int(refused.value.metadata["last_sequence"]) == (last if on == tenant else 0)
+    _assert_points_ahead_refused(client, tenant, last, "after_sequence", "SEQUENCE_AHEAD", "last_sequence")
     more = {r.event_id for r in client.retain_batch(tenant, ["ahead three"], fast=True)}
     resumed = _watch_until(client, tenant, _finished(more), after_sequence=last)
     assert resumed[0].sequence == last + 1
+
+
+def test_a_watch_after_an_event_id_never_given_is_refused_not_left_waiting(client: MemoryClient, tenant: str) -> None:
+    """An ``after_event_id`` past the last event id the tenant gave (another tenant's, forged,
+    from before a restore or an erasure) is refused (EVENT_AHEAD, metadata ``last_event_id``), as
+    a sequence ahead is: the watch would otherwise wait, silently skipping every event up to it.
+    The last event id itself, still in the inbox or applied, is watched after."""
+    client.hot_path(tenant, "enable")
+    last = max(r.event_id for r in client.retain_batch(tenant, ["event ahead one", "event ahead two"], fast=True))
+    _assert_points_ahead_refused(client, tenant, last, "after_event_id", "EVENT_AHEAD", "last_event_id")
+    more = {r.event_id for r in client.retain_batch(tenant, ["event ahead three"], fast=True)}
+    events = client.watch_events(tenant, after_event_id=last, timeout=30)
+    assert next(iter(events)).event_id in more
 
 
 def test_a_watch_of_a_tenant_erased_meanwhile_ends_saying_so(client: MemoryClient, tenant: str) -> None:

@@ -177,7 +177,7 @@ async def watch(hot_path: HotPath, call: Call, *, after_event_id: int, after_seq
             except (FailedPrecondition, Unavailable) as refused:
                 # After a first read, a point past the tenant's transitions is not the caller's
                 # but the tenant's doing: erased (or being erased), restored or replaced.
-                if read_before and refused.reason in ("SEQUENCE_AHEAD", "TENANT_ERASING"):
+                if read_before and refused.reason in ("SEQUENCE_AHEAD", "EVENT_AHEAD", "TENANT_ERASING"):
                     raise _watched_timeline_ended(call.tenant, sequence) from None
                 raise
             read_before = True

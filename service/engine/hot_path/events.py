@@ -124,7 +124,10 @@ class Events:
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 _refuse_ahead(sequence, 0)
+                _refuse_ahead(after_event_id, 0, "after_event_id")
                 return Transitions([], sequence, more=False)
+            # Every event id the tenant gave is an acceptance position it took (store/acceptance.py).
+            _refuse_ahead(after_event_id, store.acceptances.highest(), "after_event_id")
             with store.read() as txn:
                 _refuse_ahead(sequence, txn.oplog_last_seq())
                 pruned = txn.oplog_pruned_through_seq()
@@ -149,14 +152,21 @@ class Events:
         return Transitions(events, found[-1].seq if found else sequence, more=len(found) == STREAM_CHUNK)
 
 
-def _refuse_ahead(sequence: int, last: int) -> None:
-    """Refuse a resumption point past the tenant's last transition (forged, another tenant's or
-    server's, from before a restore or an erasure): the watch would wait, skipping every transition
-    up to it."""
-    if sequence > last:
+# A resumption point of each kind: what it counts, who gave it, the refusal's reason and metadata key.
+_POINTS = {
+    "after_sequence": ("transition", "watch", "SEQUENCE_AHEAD", "last_sequence"),
+    "after_event_id": ("event id", "writes", "EVENT_AHEAD", "last_event_id"),
+}
+
+
+def _refuse_ahead(point: int, last: int, field: str = "after_sequence") -> None:
+    """Refuse a resumption point past the tenant's last (forged, another tenant's or server's,
+    from before a restore or an erasure): the watch would wait, skipping everything up to it."""
+    if point > last:
+        counted, giver, reason, key = _POINTS[field]
         raise FailedPrecondition(
-            f"after_sequence {sequence} is past the last transition of this tenant ({last}): it was not given "
-            f"by this tenant's watch; resume with after_sequence <= {last}, or 0 for everything kept",
-            reason="SEQUENCE_AHEAD",
-            metadata={"last_sequence": str(last)},
+            f"{field} {point} is past the last {counted} of this tenant ({last}): it was not given by this "
+            f"tenant's {giver}; resume with {field} <= {last}, or 0 for everything kept",
+            reason=reason,
+            metadata={key: str(last)},
         )
