@@ -3,6 +3,7 @@ looked at, on every surface), and health checks that need no token."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 from typing import Any
@@ -18,7 +19,8 @@ from mnemosyne.client.errors import error_info
 from mnemosyne.transport.auth import hash_token
 from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
 from mnemosyne.transport.server import SERVICES
-from tests.http_support import ROUTES, request
+from mnemosyne.v1 import memory_pb2, memory_pb2_grpc
+from tests.http_support import ROUTES, Reply, request, rpc_request
 from tests.http_support import call as call_route
 from tests.support import health_check
 
@@ -174,6 +176,60 @@ def test_a_malformed_tenant_is_invalid_on_every_surface_whoever_asks(secured, as
         expected[f"mcp {tenant!r}"] = (400, "TENANT_INVALID")
     wrong = {key: answer for key, answer in answered.items() if answer != expected[key]}
     assert not wrong, f"{len(wrong)} of {len(answered)} answers are not TENANT_INVALID: {wrong}"
+
+
+def _sent_twice(port: int, verb: str, path: str, body: bytes, authorizations: list[str]) -> tuple[int, str]:
+    """The status and reason of an HTTP request sending ``authorizations`` as headers of one name."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest(verb, path)
+        for value in authorizations:
+            connection.putheader("Authorization", value)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        reply = Reply(response.status, dict(response.getheaders()), response.read())
+        return reply.status, reply.reason if reply.status >= 400 else ""
+    finally:
+        connection.close()
+
+
+def test_an_authorization_sent_twice_is_refused_on_every_surface(secured) -> None:
+    """Two authorization values, a valid token among them, are UNAUTHENTICATED TOKEN_MALFORMED on
+    gRPC, the HTTP/JSON routes, the mem0 paths and MCP, in either order: neither the first nor the
+    last is taken silently (a proxy before the server may have checked the other)."""
+    valid, other = f"Bearer {TOKENS['svc-acme']}", f"Bearer {TOKENS['admin']}"
+    answered: dict[str, Any] = {}
+    with grpc.insecure_channel(secured.target) as channel:
+        recall = memory_pb2_grpc.MemoryServiceStub(channel).Recall
+        for pair in ([valid, "Bearer wrong"], ["Bearer wrong", valid], [valid, other]):
+            with pytest.raises(grpc.RpcError) as refused:
+                recall(
+                    memory_pb2.RecallRequest(tenant="acme", query="x"),
+                    metadata=tuple(("authorization", v) for v in pair),
+                )
+            info = error_info(refused.value)
+            answered[f"grpc {pair}"] = (refused.value.code(), info.reason if info else "", refused.value.details())
+    http_verb, http_path, http_body = rpc_request(ROUTES["Recall"], memory_pb2.RecallRequest(tenant="acme", query="x"))
+    for name, (verb, path, body) in {
+        "http": (http_verb, http_path, http_body or b""),
+        "mem0": ("POST", "/v3/memories/search/", b'{"query": "x"}'),
+        "mcp": ("POST", "/mcp?tenant=acme", b"{}"),
+    }.items():
+        for pair in ([valid, "Bearer wrong"], ["Bearer wrong", valid]):
+            answered[f"{name} {pair}"] = _sent_twice(secured.http_port, verb, path, body, pair)
+    expected = (
+        grpc.StatusCode.UNAUTHENTICATED,
+        "TOKEN_MALFORMED",
+        "authorization is sent 2 times: send it once, as 'Bearer <token>'",
+    )
+    wrong = {
+        key: answer
+        for key, answer in answered.items()
+        if answer != (expected if key.startswith("grpc") else (401, "TOKEN_MALFORMED"))
+    }
+    assert not wrong, wrong
 
 
 def test_admin_token_reaches_every_tenant(secured) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,18 @@ MAX_TOKEN_CHARS = 4096
 _ENTRY_KEYS = frozenset({"name", "sha256", "tenants"})
 _NAME = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def sent_authorization(metadata: Iterable[tuple[str, str]]) -> str | None:
+    """A call's one ``authorization`` value (None without one). Sent twice it is refused, whatever
+    the values (the first was taken, silently): which credential the caller meant is its to say,
+    and a proxy before the server may have checked another than the server would."""
+    values = [value for key, value in metadata if key == "authorization"]
+    if len(values) > 1:
+        raise Unauthenticated(
+            f"authorization is sent {len(values)} times: send it once, as 'Bearer <token>'", reason="TOKEN_MALFORMED"
+        )
+    return values[0] if values else None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -40,8 +40,8 @@ from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import tracing
 from mnemosyne.transport import telemetry
 from mnemosyne.transport.admission import Admission, Lane
-from mnemosyne.transport.auth import Principal, TokenAuthenticator
-from mnemosyne.transport.call import Call, metadata_value
+from mnemosyne.transport.auth import Principal, TokenAuthenticator, sent_authorization
+from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY
 from mnemosyne.transport.consistency import carries
@@ -243,9 +243,7 @@ class Edge:
                 # nothing of the server's tenants or tokens; a malformed id is TENANT_INVALID
                 # whoever asks, never TOKEN_MISSING or TENANT_FORBIDDEN.
                 validate_tenant(tenant)
-            principal = None
-            if self._authenticator is not None:
-                principal = self._authenticator.authenticate(metadata_value(metadata, "authorization"))
+            principal = self.authenticate(metadata)
             if isinstance(request, Undecodable):
                 raise request.error
             if principal is not None:
@@ -286,10 +284,12 @@ class Edge:
         if self._finish_move is not None:
             await self._finish_move(call)
 
-    def authenticate(self, authorization: str | None) -> Principal | None:
-        """The caller of an ``authorization`` value (None when the server checks no tokens);
-        raises UNAUTHENTICATED. ``begin`` asks the same of every call's metadata."""
-        return None if self._authenticator is None else self._authenticator.authenticate(authorization)
+    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Principal | None:
+        """The caller of a call's metadata or headers, by its one ``authorization`` (None when the
+        server checks no tokens); raises UNAUTHENTICATED. ``begin`` asks it of every call."""
+        if self._authenticator is None:
+            return None
+        return self._authenticator.authenticate(sent_authorization(metadata))
 
     async def answer(self, kind: Kind, implementation: Callable[..., Any], request: Any, call: Call) -> Any:
         """Step 4 for a unary method: its response, or its exception. A call for a tenant another

@@ -43,6 +43,7 @@ from mnemosyne.host.consistency import SessionTokens, in_session
 from mnemosyne.host.mcp_messages import unreadable
 from mnemosyne.host.mcp_tools import DEFAULT_WORKSPACE, Agent, Calls, ToolSession, build_server
 from mnemosyne.host.protocol import Answer, Ask, HostObservations
+from mnemosyne.transport.call import metadata_value
 from mnemosyne.transport.edge import Edge, body_too_large
 from mnemosyne.transport.envelope import ClientLeft
 from mnemosyne.transport.http.guard import send_error
@@ -175,14 +176,13 @@ class McpEndpoint:
             )
         validate_tenant(tenant)  # before the token, as on every surface (transport/edge.py)
         workspace_scope(workspace)  # so is the workspace: a session never opens on one its tools refuse
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        authorization = headers.get("authorization")
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
         name = ""
         token = ""
-        principal = self._edge.authenticate(authorization)
+        principal = self._edge.authenticate(headers)  # one authorization: two are refused
         if principal is not None:
             principal.check_tenant(tenant)
-            name, token = principal.name, (authorization or "").partition(" ")[2].strip()
+            name, token = principal.name, (metadata_value(headers, "authorization") or "").partition(" ")[2].strip()
         # The session's owner, compared by the SDK on every request of the session.
         owner = f"{name}\x1f{tenant}\x1f{workspace}"
         return AuthenticatedUser(

@@ -298,18 +298,14 @@ class Mem0Api:
     async def _answer(
         self, http: HttpCall, route: Mem0Route, groups: tuple[str, ...], envelope: CallEnvelope
     ) -> Response:
-        headers = [(k, v) for k, v in http.headers if k != "authorization"]
-        authorization = http.header("authorization")
-        if authorization is not None:
-            scheme, _, key = authorization.partition(" ")
-            # mem0 sends "Token <key>"; the edge reads "Bearer <key>".
-            authorization = f"Bearer {key}" if scheme.lower() in ("token", "bearer") else authorization
-            headers.append(("authorization", authorization))
+        # mem0 sends "Token <key>"; the edge reads "Bearer <key>". Every one sent is kept: the edge
+        # refuses two (transport/auth.py).
+        headers = [(k, _as_bearer(v) if k == "authorization" else v) for k, v in http.headers]
         decoded: Mem0Request | Tenantless | NamedPing
         if route.name == "ping":
-            decoded = self._ping_request(http, authorization)
+            decoded = self._ping_request(http, headers)
         else:
-            decoded = self._decode(http, route, groups, self._tenant(http, authorization))
+            decoded = self._decode(http, route, groups, self._tenant(http, headers))
         handler = self._endpoints.handler(route.name)
         call = self._edge.begin(envelope.method, decoded, headers, None, surface="mem0")
         if call.forward_to is not None and isinstance(decoded, Mem0Request) and decoded.problem is None:
@@ -352,20 +348,20 @@ class Mem0Api:
             return Mem0Request(tenant, body, query, groups, http.base_url, problem=exc)
         return Mem0Request(tenant, body, query, groups, http.base_url, numbers=numbers)
 
-    def _ping_request(self, http: HttpCall, authorization: str | None) -> Tenantless | NamedPing:
+    def _ping_request(self, http: HttpCall, headers: list[tuple[str, str]]) -> Tenantless | NamedPing:
         named = http.header(TENANT_HEADER)
         if named:
             return NamedPing(named)
         try:
-            return Tenantless(self._tenant(http, authorization))
+            return Tenantless(self._tenant(http, headers))
         except InvalidArgument:  # a key of several tenants: any of them may be named later
             return Tenantless()
 
-    def _tenant(self, http: HttpCall, authorization: str | None) -> str:
+    def _tenant(self, http: HttpCall, headers: list[tuple[str, str]]) -> str:
         named = http.header(TENANT_HEADER)
         if named:
             return named  # the edge checks that the token reaches it
-        principal = self._edge.authenticate(authorization)
+        principal = self._edge.authenticate(headers)
         if principal is None:
             return DEFAULT_TENANT
         if principal.tenants == frozenset({ADMIN}) or len(principal.tenants) != 1:
@@ -375,6 +371,12 @@ class Mem0Api:
                 reason="TENANT_REQUIRED",
             )
         return next(iter(principal.tenants))
+
+
+def _as_bearer(authorization: str) -> str:
+    """mem0's ``Token <key>`` as the edge reads it, ``Bearer <key>``."""
+    scheme, _, key = authorization.partition(" ")
+    return f"Bearer {key}" if scheme.lower() in ("token", "bearer") else authorization
 
 
 async def _refusal(envelope: CallEnvelope, error: BaseException, status: status_pb2.Status) -> Response:
