@@ -7,6 +7,7 @@ it shares with the server's MCP endpoint (``mnemosyne.host.protocol``,
 
 from mnemosyne.client.errors import (
     AbortedError,
+    ArgumentTypeError,
     ConsistencyDeadlineExceededError,
     DataLossError,
     DeadlineExceededError,
@@ -127,6 +128,7 @@ __all__ = [
     "MoveResult",
     "NotFoundError",
     "RequestInvalidError",
+    "ArgumentTypeError",
     "Observation",
     "PermissionDeniedError",
     "ReembedProgress",
