@@ -40,6 +40,11 @@ class Embedder(abc.ABC):
     # of its texts at a time (mnemosyne/read_priority.py).
     holds_interpreter: bool = False
 
+    @property
+    def recorded(self) -> str:
+        """What a tenant file records of the embedder its vectors were made by ("name/dim")."""
+        return f"{self.name}/{self.dim}"
+
     @abc.abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
@@ -249,7 +254,7 @@ def check_tenant_embedder(txn: ReadTxn, embedder: Embedder, *, write: bool) -> N
     """A tenant's vectors are made by one embedder; mixing two would corrupt similarity. The
     first write records this one; any other later is EMBEDDER_MISMATCH."""
     recorded = txn.meta("embedder")
-    mine = f"{embedder.name}/{embedder.dim}"
+    mine = embedder.recorded
     if recorded is None:
         if write:
             assert isinstance(txn, WriteTxn)

@@ -52,7 +52,7 @@ def configuration_name(recorded: str) -> str:
     """The configuration name of the embedder a tenant's file records (``hashing-v2/384`` ->
     ``hashing``); FailedPrecondition for one this version does not run."""
     name = _RECORDED.get(recorded.rsplit("/", 1)[0])
-    if name is None or f"{make_embedder(name).name}/{make_embedder(name).dim}" != recorded:
+    if name is None or make_embedder(name).recorded != recorded:
         raise FailedPrecondition(
             f"this tenant's vectors were made by embedder {recorded}, which this server does not run "
             f"(it runs {', '.join(EMBEDDERS)}); re-embed it with a version that does",
@@ -103,7 +103,7 @@ class TenantEmbedders:
         its vectors by ``embedder`` are not comparable with the tenant's. False for one this
         version does not run: ``check_tenant_embedder`` refuses it."""
         recorded = txn.meta("embedder")
-        if recorded is None or recorded == f"{embedder.name}/{embedder.dim}" or _runnable(recorded) is None:
+        if recorded is None or recorded == embedder.recorded or _runnable(recorded) is None:
             return False
         self.follow(store, recorded)
         return True

@@ -48,7 +48,7 @@ def find_near_duplicates(
     limit = _CANDIDATES_OUT_OF_ORDER if ordered else dedup.MAX_NAMED
     index = vector_index(store, embedder.dim)
     with store.read() as txn:
-        if txn.meta("embedder") not in (None, f"{embedder.name}/{embedder.dim}"):
+        if txn.meta("embedder") not in (None, embedder.recorded):
             # A re-embedding switched the tenant since its store cached ``embedder``: these vectors
             # are not comparable with its rows; the commit finds them stale and the write is
             # embedded again (engine/write_path.py ``check_vectors``), its near duplicates with it.

@@ -54,11 +54,11 @@ class Reembedding:
                 f"chunk_size is {chunk_size}; give 1-{MAX_CHUNK}, or 0 for {DEFAULT_CHUNK}", reason="CHUNK_SIZE_INVALID"
             )
         target = make_embedder(embedder or "")
-        to = f"{target.name}/{target.dim}"
+        to = target.recorded
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise NotFound(f"tenant {tenant!r} has no data to re-embed", reason="TENANT_NOT_FOUND")
-            current = f"{self._embedders.of(store).name}/{self._embedders.of(store).dim}"
+            current = self._embedders.of(store).recorded
             with store.read() as txn:
                 moving_to = txn.meta(REEMBED_META)
                 done, total = txn.reembed_counts()

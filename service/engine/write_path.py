@@ -290,7 +290,7 @@ class WritePath:
             self.embedders.follow(store, recorded)
             raise ExtractionMissing()
         mine = self.embedders.of(store)
-        if recorded is not None and recorded != f"{mine.name}/{mine.dim}":
+        if recorded is not None and recorded != mine.recorded:
             # Switched since this store cached its embedder, and no vector here is the old one's
             # (a re-embedding's write brought the new one's): the file's record is the truth.
             self.embedders.follow(store, recorded)
@@ -418,14 +418,14 @@ class WritePath:
         (the move's, written with the memory: engine/reembed.py ``write_next_vectors``)."""
         self._embed_by(embedder, [p for p in items if p.vector is None], next_vector=False)
         if target is not None:
-            made = f"{target.name}/{target.dim}"
+            made = target.recorded
             self._embed_by(target, [p for p in items if p.next_vector_by != made], next_vector=True)
 
     def _embed_by(self, embedder: Embedder, todo: Sequence[PreparedItem], *, next_vector: bool) -> None:
         """Each item's vector by ``embedder``: its vector, or its ``next_vector``."""
         if not todo:
             return
-        made = f"{embedder.name}/{embedder.dim}"
+        made = embedder.recorded
         in_turns = embedder.holds_interpreter  # else a model's embedding: one call for the batch
         with tracing.span("write.embed", items=len(todo)), read_priority.bulk_work(in_turns):
             for part in _slices_of_text(todo) if in_turns else [todo]:

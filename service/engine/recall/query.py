@@ -95,7 +95,7 @@ class EmbedWithoutSpeakers:
             with store.read() as txn:
                 # Another embedder's vectors since this one was taken (a re-embedding's switch):
                 # unsynced, the recall's own transaction finds the switch and asks again.
-                if txn.meta("embedder") in (None, f"{self.embedder.name}/{self.embedder.dim}"):
+                if txn.meta("embedder") in (None, self.embedder.recorded):
                     index.sync_view(txn)
         speakers = index.speaker_count
         without = index.without_named_speakers(query)
