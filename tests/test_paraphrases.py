@@ -1,7 +1,7 @@
 """Paraphrase cases: a question worded unlike the memory it means (the Carol case of issue 42 and
 32 more, three phrasings each; tests/data/paraphrase_cases.json, written before any tuning). The
-target is the meant memory first in every case; this version puts it first for 94 of the 99
-questions with the default embedder (41 with hashing, which matches words: docs/recall-quality.md),
+target is the meant memory first in every case; this version puts it first for 95 of the 99
+questions with the default embedder (45 with hashing, which matches words: docs/recall-quality.md),
 so the test holds the Carol case in every phrasing and that count as a floor. A second set of 20
 cases (60 questions, paraphrase_cases_heldout.json) was written after the settings were tuned and
 never used to choose one: an estimate of how cases we do not have fare, held to its own floor.
@@ -47,8 +47,8 @@ def test_the_cases_are_many_and_worded_several_ways() -> None:
 
 
 # Measured on this version (bench/paraphrases.py); the target is all 99.
-FIRST_AT_LEAST = 94
-HELD_OUT_FIRST_AT_LEAST = 52  # of 60
+FIRST_AT_LEAST = 95
+HELD_OUT_FIRST_AT_LEAST = 54  # of 60
 
 
 def test_the_default_embedder_finds_the_meant_memory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mnemosyne.engine.answer_kinds import AnswerKind, asked_kind
 from mnemosyne.engine.embedder import Embedder, HashingEmbedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.limits import Limits
@@ -29,10 +30,12 @@ from mnemosyne.engine.recall.lifts import dated, spoken_by, thread_support
 from mnemosyne.engine.recall.passages import best_passage
 from mnemosyne.engine.recall.pipeline import build_pipeline
 from mnemosyne.engine.recall.priors import (
+    AnswerPrior,
     LengthPrior,
     ListLengthPrior,
     asking,
     asks,
+    with_answer_prior,
     with_length_prior,
     with_names_prior,
 )
@@ -51,7 +54,7 @@ from mnemosyne.store.pool import TenantPool
 from tests.docs_support import DOCS, ROOT, section, table_rows
 
 OLD_NAMES: tuple[str, ...] = ("neighbours", "window", "dates", "length", "lists", "speaker", "threads", "questions")
-OLD_NAMES += ("speaker_query", "names", "postings", "relative_time", "passages")
+OLD_NAMES += ("speaker_query", "names", "postings", "relative_time", "passages", "answers")
 
 
 def _ranking(ids: list[int], scores: list[float]) -> Ranking:
@@ -71,7 +74,7 @@ def _row(
 
 
 def _query(text: str) -> Query:
-    return Query(text, [], 5, 50, [], {}, RecallMode.HYBRID, None, asks_for_many(text))
+    return Query(text, [], 5, 50, [], {}, RecallMode.HYBRID, None, asks_for_many(text), asked_kind(text))
 
 
 # -- the names ------------------------------------------------------------------------------------
@@ -139,11 +142,11 @@ def test_each_embedder_runs_the_steps_its_settings_weigh() -> None:
     lifts = ["rank", "dates", "speaker", "threads", "read"]
     assert _names(HASHING_SETTINGS, hybrid) == [
         *["embed", "candidates", "fuse", "context", "neighbours", *lifts],
-        *["length", "lists", "names", "questions", "select"],
+        *["length", "lists", "names", "answers", "questions", "select"],
     ]
     assert _names(MINILM_SETTINGS, hybrid) == [
         *["speaker_query", "candidates", "fuse", "passages", "context", "neighbours", "window", *lifts],
-        *["lists", "names", "questions", "select"],
+        *["lists", "names", "answers", "questions", "select"],
     ]
     assert _names(MINILM_SETTINGS, vector) == [
         *["speaker_query", "candidates", "fuse", "passages", "context", "neighbours", "window", *lifts, "select"]
@@ -155,9 +158,9 @@ def test_a_step_switched_off_leaves_the_list() -> None:
     off = switched_off(["neighbours", "speaker_query", "names", "dates"])
     assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
         *["embed", "candidates", "fuse", "passages", "context", "window", "rank", "speaker", "threads", "read"],
-        *["lists", "questions", "select"],
+        *["lists", "answers", "questions", "select"],
     ]
-    off = switched_off(["neighbours", "window", "threads", "length", "lists", "questions", "names"])
+    off = switched_off(["neighbours", "window", "threads", "length", "lists", "questions", "names", "answers"])
     assert _names(MINILM_SETTINGS, RecallMode.HYBRID, off) == [
         *["speaker_query", "candidates", "fuse", "passages", "rank", "dates", "speaker", "read", "select"]
     ]
@@ -447,6 +450,19 @@ def test_names_lifts_the_memories_naming_more_places_people_and_works() -> None:
     }
     scores = with_names_prior(ranked, rows, {2: 0.5}, 0.2, frozenset({"nicole", "may"}))
     assert scores == pytest.approx({1: 1.0 + 0.2 * math.log1p(1), 2: 0.5})  # Seattle only
+
+
+def test_answers_lifts_the_memories_holding_the_kind_of_answer_asked() -> None:
+    ranked = [Candidate(1, 1.0), Candidate(2, 0.9), Candidate(3, 0.8)]
+    rows = {
+        1: _row(1, "Backups are kept for thirty days"),
+        2: _row(2, "The backup runs every night at 2 am"),
+        3: _row(3, "The backup ran on Monday", forgotten=True),
+    }
+    scores = with_answer_prior(ranked, rows, {2: 0.85}, 0.1, AnswerKind.TIME)
+    assert scores == pytest.approx({2: 0.85 + 0.1})  # the given score, plus 0.1 x the best (1.0)
+    prior = AnswerPrior(MINILM_SETTINGS)
+    assert prior.applies(_query("When does the backup run?")) and not prior.applies(_query("Where is the backup?"))
 
 
 def test_questions_lowers_a_memory_that_ends_by_asking() -> None:

@@ -13,7 +13,14 @@ from mnemosyne.engine.recall.context import JoinContext, LendNeighbours, ScoreWi
 from mnemosyne.engine.recall.fusion import Fuse, Rank, RankText
 from mnemosyne.engine.recall.lifts import LiftDated, LiftSpoken, SupportThreads
 from mnemosyne.engine.recall.passages import ScorePassages
-from mnemosyne.engine.recall.priors import LengthPrior, ListLengthPrior, NamesPrior, Prior, QuestionPenalty
+from mnemosyne.engine.recall.priors import (
+    AnswerPrior,
+    LengthPrior,
+    ListLengthPrior,
+    NamesPrior,
+    Prior,
+    QuestionPenalty,
+)
 from mnemosyne.engine.recall.query import Embed, EmbedWithoutSpeakers, QueryStep
 from mnemosyne.engine.recall.select import Read, Select
 from mnemosyne.engine.recall.settings import RecallSettings
@@ -34,6 +41,11 @@ class Pipeline:
     def reads_question_form(self) -> bool:
         """Whether a step weighs list and count questions apart (``Query.asks_for_many``)."""
         return RecallStep.LISTS in self.names
+
+    @cached_property
+    def reads_answer_kind(self) -> bool:
+        """Whether a step weighs the memories holding the kind of answer asked (``Query.asks_for``)."""
+        return RecallStep.ANSWERS in self.names
 
     @cached_property
     def spans(self) -> tuple[str, ...]:
@@ -99,6 +111,8 @@ def hybrid_priors(settings: RecallSettings, off: Set[RecallStep]) -> list[Prior]
         priors.append(ListLengthPrior(s))
     if RecallStep.NAMES not in off and s.names_prior > 0:
         priors.append(NamesPrior(s))
+    if RecallStep.ANSWERS not in off and s.answer_prior > 0:
+        priors.append(AnswerPrior(s))
     if RecallStep.QUESTIONS not in off and s.question_penalty > 0:
         priors.append(QuestionPenalty(s))
     return priors

@@ -7,6 +7,8 @@ candidates' scores (memory id -> score, for the changed ones and those changed b
 * ``lists``: the same for a list or count question (question_form.asks_for_many), with its own
   share: its answers are spread over several memories;
 * ``names``: the memory naming more places, people and works gains: questions ask for particulars;
+* ``answers``: for a question asking for a time, a cause or a number (answer_kinds.asked_kind),
+  the memory holding one gains: among memories about the same thing, the one that says *when*;
 * ``questions``: a memory that ends by asking a question loses: it seldom holds an answer (it
   still lent its score to its thread neighbours, which ran before).
 """
@@ -18,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from mnemosyne.engine import relative_time
+from mnemosyne.engine import answer_kinds, relative_time
 from mnemosyne.engine.recall.ranking import Candidate
 from mnemosyne.engine.recall.settings import RecallSettings
 from mnemosyne.engine.recall.state import Query, Recalling, Step
@@ -80,6 +82,26 @@ def with_names_prior(
         names = len(capitalised_words(row.body) - known)
         if names:
             out[c.memory_id] = scores.get(c.memory_id, c.score) + scale * math.log1p(names)
+    return out
+
+
+def with_answer_prior(
+    ranked: Sequence[Candidate],
+    rows: Mapping[int, MemoryRow],
+    scores: Mapping[int, float],
+    weight: float,
+    kind: answer_kinds.AnswerKind,
+) -> dict[int, float]:
+    """Each read candidate's score (from ``scores``, else its own) plus ``weight`` x the best
+    score when its memory holds an answer of ``kind`` (``answer_kinds.holds``)."""
+    out = dict(scores)
+    if not ranked:
+        return out
+    lift = weight * max(c.score for c in ranked)
+    for c in ranked:
+        row = rows.get(c.memory_id)
+        if row is not None and not row.forgotten and not row.merged_into and answer_kinds.holds(kind, row.body):
+            out[c.memory_id] = scores.get(c.memory_id, c.score) + lift
     return out
 
 
@@ -161,6 +183,24 @@ class NamesPrior:
     def __call__(self, recalling: Recalling) -> None:
         known = recalling.snapshot.index.speaker_words() | relative_time.CALENDAR_WORDS
         recalling.scores = with_names_prior(recalling.read, recalling.rows, recalling.scores, self.weight, known)
+
+
+class AnswerPrior:
+    """A question asking for a time, a cause or a number: the memories holding one first."""
+
+    name = RecallStep.ANSWERS
+    every_question = False
+
+    def __init__(self, settings: RecallSettings) -> None:
+        self.weight = settings.answer_prior
+
+    def applies(self, query: Query) -> bool:
+        return query.asks_for is not None
+
+    def __call__(self, recalling: Recalling) -> None:
+        kind = recalling.query.asks_for
+        if kind is not None:
+            recalling.scores = with_answer_prior(recalling.read, recalling.rows, recalling.scores, self.weight, kind)
 
 
 class QuestionPenalty:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from mnemosyne.engine import limits as check
+from mnemosyne.engine.answer_kinds import asked_kind
 from mnemosyne.engine.embedder import Embedder, check_tenant_embedder
 from mnemosyne.engine.embedders import TenantEmbedders
 from mnemosyne.engine.figures import Figures
@@ -157,9 +158,20 @@ class Recall:
                 embedded = pipeline.embed(store, index, query) if reads else unread(ranking.embedder)
         depth = max(ranking.settings.candidates_per_k * k, ranking.settings.min_candidates)
         many = pipeline.reads_question_form and asks_for_many(query)
+        kind = asked_kind(query) if pipeline.reads_answer_kind else None
         vector = None if embedded is None else embedded.vector
         asked = Query(
-            query, query_terms(query), k, depth, checked.scopes, checked.filters, mode, vector, many, self.clock.now()
+            query,
+            query_terms(query),
+            k,
+            depth,
+            checked.scopes,
+            checked.filters,
+            mode,
+            vector,
+            many,
+            kind,
+            self.clock.now(),
         )
         return asked, embedded
 

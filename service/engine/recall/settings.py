@@ -89,6 +89,9 @@ class RecallSettings:
     # A read memory gains this share of the best score times ln(1 + the names it holds):
     # questions ask for particulars; 0 leaves it out.
     names_prior: float = 0.0
+    # For a question asking for a time, a cause or a number, a read memory holding one gains this
+    # share of the best score (engine/answer_kinds.py); 0 leaves it out.
+    answer_prior: float = 0.0
     # A read memory that ends by asking a question scores times (1 - this): it seldom holds an
     # answer; 0 leaves it out.
     question_penalty: float = 0.0
@@ -107,6 +110,7 @@ HASHING_SETTINGS = RecallSettings(
     speaker_boost=0.5,  # its vector carries less of who is asked about than a sentence model's
     question_penalty=0.2,
     names_prior=0.2,
+    answer_prior=0.1,  # its bag of words sees the topic, not whether a memory says when or why
 )
 
 # A dense vector's exact scan reads all its dimensions of every row (a hashed query's reads a few):
@@ -127,6 +131,7 @@ MINILM_SETTINGS = RecallSettings(
     speaker_query_mix=0.5,
     question_penalty=0.05,  # more lowered temporal recall
     names_prior=0.2,
+    answer_prior=0.1,  # it matches the topic, not whether a memory says when or why
 )
 
 _BY_EMBEDDER = {HashingEmbedder.name: HASHING_SETTINGS, MiniLMEmbedder.name: MINILM_SETTINGS}

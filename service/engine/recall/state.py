@@ -9,6 +9,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from mnemosyne.engine.ann import RowScores
+from mnemosyne.engine.answer_kinds import AnswerKind
 from mnemosyne.engine.index import VectorIndex
 from mnemosyne.engine.recall.ranking import Candidate, Ranking, TextRanking
 from mnemosyne.engine.recall.steps import RecallStep
@@ -30,6 +31,8 @@ class Query(NamedTuple):
     vector: np.ndarray | None  # its vector (None: text only, no vector path)
     # A list or count question (question_form.asks_for_many); read only when the lists step runs.
     asks_for_many: bool = False
+    # The kind of answer it asks for (answer_kinds.asked_kind); read only when the answers step runs.
+    asks_for: AnswerKind | None = None
     # The engine's time of the recall: a memory expired by then is never read (engine/expiry.py).
     now: float = float("inf")
 

@@ -34,6 +34,7 @@ class RecallStep(StrEnum):
     LENGTH = "length"  # the longer of two close matches first
     LISTS = "lists"  # the length prior of a list or count question, in place of length's
     NAMES = "names"  # the memories naming more places, people and works first
+    ANSWERS = "answers"  # for a when, why or how-much question, the memories holding a time, cause or number first
     QUESTIONS = "questions"  # a memory that ends by asking a question lower
     SELECT = "select"  # the best k, superseded ones after current ones
     # At write time (engine/write_path.py), not at recall: "yesterday" resolved against occurred_at.
