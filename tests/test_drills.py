@@ -32,3 +32,23 @@ def test_the_five_drills_pass(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     assert view["open"] == [] and len(view["committed"]) == len(view["accepted"]) == 50
+
+
+def test_a_directory_no_drill_made_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A careless ``drill --data-dir`` pointed at a server's data directory (or any directory with
+    files of its own) is refused in one line before a server starts: the drills would add their
+    tenants to it and SIGKILL the server they start on it."""
+    data = tmp_path / "data"
+    (data / "tenants").mkdir(parents=True)
+    (data / "tenants" / "acme.sqlite").write_bytes(b"a tenant")
+    before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemosyne.cli", "drill", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("[DRILL_DIR_NOT_OURS]"), done.stderr
+    assert sorted(str(p.relative_to(data)) for p in data.rglob("*")) == before

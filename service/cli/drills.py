@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import FlushResult, MemoryClient
+from mnemosyne.errors import FailedPrecondition
 from mnemosyne.store.oplog_inspect import inspect_oplog
 
 CONVERSATION = [
@@ -211,9 +212,29 @@ DRILLS = (
 )
 
 
+# Written into a drill's directory before anything else: a rerun may use it again, and nothing else
+# that is not empty may be used (a server's data directory is not: the drills would add tenants to
+# it and SIGKILL the servers they start on it).
+DRILL_MARK = ".mnemosyne-drills"
+
+
+def _claim(data_dir: Path) -> None:
+    """Make ``data_dir`` a drill directory: a new one, an empty one, or an earlier drill's."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if (data_dir / DRILL_MARK).is_file():
+        return
+    if any(data_dir.iterdir()):
+        raise FailedPrecondition(
+            f"{data_dir} is not empty and no drill made it (a server's data directory, or other files): "
+            "the drills start servers in it and SIGKILL them; give a new or empty directory",
+            reason="DRILL_DIR_NOT_OURS",
+        )
+    (data_dir / DRILL_MARK).write_text("made by mnemosyne drill\n")
+
+
 def run_drills(data_dir: Path, out: Callable[[str], object] = print) -> list[DrillResult]:
     data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _claim(data_dir)
     drills = _Drills(data_dir, out)
     try:
         drills.start()

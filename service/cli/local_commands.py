@@ -273,7 +273,9 @@ def add_local_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
 def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser], flags: bool) -> None:
     """The commands that start servers of their own."""
     drill = commands.add_parser("drill", help="run the five recovery drills (docs/operations.md) against fresh servers")
-    drill.add_argument("--data-dir", required=True, help="an empty directory the drills may fill")
+    drill.add_argument(
+        "--data-dir", required=True, help="a new or empty directory the drills may fill (or an earlier drill's)"
+    )
     drill.set_defaults(run=_drill)
 
     members = commands.add_parser(
