@@ -848,3 +848,11 @@ def test_an_export_killed_midway_leaves_what_the_next_export_to_its_path_removes
     )
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in folder.iterdir()) == [other.name, "t.tar"]
+    # A path that is a link to nothing exists too: the archive would take the link's place.
+    link = folder / "latest.tar"
+    link.symlink_to(tmp_path / "not-yet" / "latest.tar")
+    refused = subprocess.run(
+        [*command, "--to", str(link)], env={**os.environ, "MNEMOSYNE_TOKEN": ADMIN}, capture_output=True, text=True
+    )
+    _refused_in_one_line(refused, "ARCHIVE_EXISTS", "symbolic link", "a link to nothing")
+    assert link.is_symlink() and sorted(p.name for p in folder.iterdir()) == [other.name, "latest.tar", "t.tar"]

@@ -177,6 +177,10 @@ def _make_way(path: Path) -> None:
     """Refuse an archive's ``path`` that exists (ARCHIVE_EXISTS), and remove what an export to it
     killed before its end left beside it (its scratch directory of received files, its partial
     archive)."""
+    if path.is_symlink() and not path.exists():  # the archive would take the link's place, not its target's
+        raise FailedPrecondition(
+            f"{path} is a symbolic link (to nothing); give the archive a new name", reason="ARCHIVE_EXISTS"
+        )
     if path.exists():
         raise FailedPrecondition(f"{path} exists; give the archive a new name", reason="ARCHIVE_EXISTS")
     scratch = re.compile(rf"\.export-{re.escape(path.name)}-[a-z0-9_]{{8}}")  # tempfile's random part
