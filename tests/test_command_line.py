@@ -211,6 +211,24 @@ def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, c
     assert line.startswith("mnemosyne: ") and words in line and line.endswith("[CONFIG_INVALID]"), line
 
 
+def test_a_restore_from_object_storage_without_keys_says_to_set_them_not_to_retry(tmp_path: Path) -> None:
+    """No AWS keys in the environment: the bucket is never asked, so no retry ends it; the line
+    names the variables to set (it said "retry once it answers")."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}  # no ~/.aws, no instance keys
+    command = ["restore", "--from-replica", "s3://b/p?endpoint=http://127.0.0.1:1", "--tenant", "t"]
+    result = subprocess.run(
+        [sys.executable, "-m", "mnemosyne", *command, "--target", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    line = _last_line_only_error(result)
+    assert "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line and "retry" not in line, line
+    assert line.endswith("[REPLICA_UNREACHABLE]"), line
+
+
 def test_a_members_mistake_is_one_line_before_any_member_starts_or_names_the_member(
     tmp_path: Path, taken_port: int
 ) -> None:

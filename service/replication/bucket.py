@@ -38,6 +38,8 @@ UNANSWERED_SECONDS = 10.0  # after the store did not answer an open's question, 
 _MISCONFIGURED = frozenset(
     {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
 )
+# Keys missing (or half given) where the AWS SDK looks for them: the call is never sent.
+_NO_KEYS = (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)
 HOLDER_OBJECT = "holder.json"  # beside a generation's files: the member that started it
 # A forgotten memory as the bucket keeps it: its id and its creation time (``memories.created_at``,
 # which a forget keeps). The pair names one memory of one tenant's history: an imported tenant's
@@ -62,11 +64,12 @@ class Bucket:
 
     def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
         code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, botocore.exceptions.ClientError) else ""
-        remedy = (
-            "the replica URL's bucket or the AWS_* keys are wrong: correct them"
-            if code in _MISCONFIGURED
-            else "retry once it answers"
-        )
+        if isinstance(exc, _NO_KEYS):  # no answer will come: nothing was sent
+            remedy = "no keys for object storage were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        elif code in _MISCONFIGURED:
+            remedy = "the replica URL's bucket or the AWS_* keys are wrong: correct them"
+        else:
+            remedy = "retry once it answers"
         return Unavailable(
             f"object storage (bucket {self.url.bucket} at {self.url.endpoint or 'AWS'}) could not be asked {doing}: "
             f"{exc}; {remedy}",
