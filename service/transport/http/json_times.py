@@ -24,6 +24,8 @@ _ANY_YEAR = re.compile(
     r"T(?P<hour>[01][0-9]|2[0-3]):(?P<minute>[0-5][0-9]):(?P<second>[0-5][0-9])(?:\.(?P<fraction>[0-9]{1,9}))?"
     r"(?:Z|(?P<sign>[+-])(?P<offset_hours>[01][0-9]|2[0-3]):(?P<offset_minutes>[0-5][0-9]))"
 )
+# A date, or a date and time, with no offset: a local time of nowhere in particular.
+_NO_OFFSET = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{0,9})?)?)?")
 _FIRST_SECOND = MIN_OCCURRED_AT_US // 1_000_000  # 0001-01-01T00:00:00Z, Timestamp's first second
 _LAST_SECOND = MAX_OCCURRED_AT_US // 1_000_000  # 9999-12-31T23:59:59Z, its last
 
@@ -41,6 +43,12 @@ def loosely_a_time(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def without_offset(text: str) -> bool:
+    """Whether ``text`` is a date, or a date and time, that gives no offset (json_format's refusal
+    of it reads "time data '2030-01' does not match format", taking a hyphen of the date for one)."""
+    return _NO_OFFSET.fullmatch(text) is not None
 
 
 def beyond_range(text: str) -> tuple[int, int] | None:

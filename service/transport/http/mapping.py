@@ -41,7 +41,7 @@ from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 from mnemosyne.transport.http import client_json
-from mnemosyne.transport.http.json_times import beyond_range, loosely_a_time
+from mnemosyne.transport.http.json_times import beyond_range, loosely_a_time, without_offset
 
 # "/package.Service/Method" -> why it has no JSON form.
 GRPC_ONLY: dict[str, str] = {
@@ -229,6 +229,12 @@ def _number(
             if moment is not None and beyond is not None:
                 beyond.append((at, moment))
                 return _IN_RANGE
+            if without_offset(value):
+                raise InvalidArgument(
+                    f"{name} {value[:40]!r} gives no offset, so it names no one moment: give an RFC 3339 time "
+                    "with its offset, e.g. 2024-05-08T13:56:00Z (UTC) or 2024-05-08T15:56:00+02:00",
+                    reason="NUMBER_INVALID",
+                )
             if loosely_a_time(value):
                 raise InvalidArgument(
                     f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z or "
