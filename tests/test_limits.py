@@ -184,6 +184,16 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
         assert c.verify_integrity(tenant).valid
 
 
+def test_a_bytes_quota_of_many_gib_is_a_setting() -> None:
+    """--max-tenant-bytes is bytes: 10 GiB was refused ("a whole number from 0 to 2147483647", the
+    bound of a count), so no quota above 2 GiB could be set; past SQLite's largest database it is."""
+    from mnemosyne.cli.commands import build_parser
+
+    assert build_parser().parse_args(["serve", "--max-tenant-bytes", str(10 * 2**30)]).max_tenant_bytes == 10 * 2**30
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--max-tenant-bytes", str(2**48 + 1)])
+
+
 @pytest.mark.parametrize("batch", [False, True])
 def test_disk_full_keeps_committed_and_serves_reads(server_factory, tenant: str, batch: bool) -> None:
     # SQLite's own SQLITE_FULL, raised when the file would grow past 72 pages (test seam): a new

@@ -57,6 +57,9 @@ _FIELD_OVERHEAD = 12
 MAX_REQUEST_BYTES = 1_000_000_000
 
 
+MAX_TENANT_BYTES_QUOTA = 2**48  # SQLite's largest database: 2**32 - 2 pages of 64 KiB
+
+
 @dataclass(frozen=True)
 class Limits:
     max_text_chars: int = option(32_768, "characters of one memory's text", minimum=1)
@@ -72,7 +75,10 @@ class Limits:
     max_record_bytes: int = option(262_144, "bytes of one workspace record", minimum=1)
     # Per-tenant quotas, checked inside the write transaction (engine/quotas.py); 0 = unlimited.
     max_tenant_memories: int = option(0, "quota: live memories per tenant (0 = unlimited)")
-    max_tenant_bytes: int = option(0, "quota: database bytes per tenant (0 = unlimited)")
+    # Bytes, not a count: a quota of many GiB is a setting (SQLite's largest database is ~2**48 bytes).
+    max_tenant_bytes: int = option(
+        0, "quota: database bytes per tenant (0 = unlimited)", maximum=MAX_TENANT_BYTES_QUOTA
+    )
     # Bytes of one encoded request. A request within every other limit can pass it (1,000 items
     # of 32,768 four-byte characters are 131 MB): split such a batch. Refused with
     # REQUEST_TOO_LARGE; the gRPC transport accepts twice this, so the refusal carries its reason.
