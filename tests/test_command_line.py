@@ -109,6 +109,12 @@ def _directory(path: Path) -> Path:
 
 # Mistakes a person makes starting a server: (flags, words the one line must hold, a path that
 # must not exist afterwards). Every one is refused in one line, exit 2, before anything is served.
+def _link(path: Path, to: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(to)
+    return path
+
+
 START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path | None]]] = {
     "a data directory that is a file": lambda d: (
         ["--data-dir", str(_file(d / "data"))],
@@ -122,8 +128,16 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
     ),
     "a data directory whose tenants directory is a file": lambda d: (
         ["--data-dir", str(_file(d / "data" / "tenants").parent)],
-        [f"cannot be used: File exists: {d / 'data' / 'tenants'}", "[DATA_DIR_UNUSABLE]"],
+        [
+            f"cannot be used: {d / 'data' / 'tenants'} is a file or a broken link, where a directory goes",
+            "[DATA_DIR_UNUSABLE]",
+        ],
         None,
+    ),
+    "a data directory that is a link to nothing": lambda d: (
+        ["--data-dir", str(_link(d / "data", d / "gone"))],
+        [f"the data directory {d / 'data'} is a symbolic link that leads to no directory", "[DATA_DIR_UNUSABLE]"],
+        d / "gone",
     ),
     "a data directory whose lock cannot be opened": lambda d: (
         ["--data-dir", str(_directory(d / "data" / ".mnemosyne.lock").parent)],

@@ -104,12 +104,19 @@ def claim_data_dir(data_dir: Path) -> DataDirLock:
     def unusable(why: str) -> InvalidArgument:
         return InvalidArgument(f"the data directory {data_dir} {why}", reason="DATA_DIR_UNUSABLE")
 
+    if data_dir.is_symlink() and not data_dir.exists():  # mkdir would say "File exists"
+        raise unusable(
+            "is a symbolic link that leads to no directory (a loop, or a link to nothing): "
+            "give a directory (it is created when missing)"
+        )
     if data_dir.exists() and not data_dir.is_dir():
         raise unusable("is a file, not a directory: give a directory (it is created when missing)")
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / TENANTS_DIR_NAME).mkdir(exist_ok=True)
         return DataDirLock(data_dir)
+    except FileExistsError as exc:  # its tenants folder: a file, or a link to nothing
+        raise unusable(f"cannot be used: {exc.filename} is a file or a broken link, where a directory goes") from None
     except OSError as exc:
         raise unusable(f"cannot be used: {exc.strerror or exc}: {exc.filename or data_dir}") from None
 
