@@ -1024,11 +1024,15 @@ class MemoryClient:
         return types.MemberChange(r.member, r.creations_waited, r.previous_done)
 
     def backup(
-        self, tenants: Sequence[str] = (), known: Mapping[str, tuple[int, int]] | None = None, timeout: float = 3600.0
+        self,
+        tenants: Sequence[str] = (),
+        known: Mapping[str, tuple[int, int] | tuple[int, int, str]] | None = None,
+        timeout: float = 3600.0,
     ) -> Iterator[types.BackupPart]:
         """The parts of a backup stream of ``tenants`` (all when empty; admin token): per tenant its
         ``TenantBackup`` then its files' ``BackupChunk``s, ``BackupUnchanged`` for a tenant
-        ``known`` already holds (tenant -> (change counter, inbox sequence)), ``SkippedTenant``
+        ``known`` already holds (tenant -> (change counter, inbox sequence), and its audit chain's
+        head hash: with it, a tenant erased and made again since is copied), ``SkippedTenant``
         for one that could not be copied, and a final ``BackupSummary``. ``mnemosyne backup``
         writes a backup directory from it; ``timeout`` bounds the whole stream, in seconds.
         Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data) and
@@ -1037,8 +1041,10 @@ class MemoryClient:
         request = admin_pb2.BackupRequest(
             tenants=list(tenants),
             known=[
-                admin_pb2.BackedUpTenant(tenant=t, change_counter=c, inbox_sequence=i)
-                for t, (c, i) in (known or {}).items()
+                admin_pb2.BackedUpTenant(
+                    tenant=t, change_counter=c, inbox_sequence=i, head_hash=head[0] if head else ""
+                )
+                for t, (c, i, *head) in (known or {}).items()
             ],
         )
         try:

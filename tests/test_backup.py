@@ -147,6 +147,21 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     assert sorted(third["tenants"]) == tenants[1:]
     assert not [p for p in directory.rglob("*") if p.name.startswith(tenants[0] + ".")]
 
+    # A tenant erased and made again with as many writes has the same counts as the copy held:
+    # it is copied (it was "unchanged", the backup keeping the erased tenant and not the new one).
+    again = tenants[1]
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.erase_tenant(again)
+        admin.retain(again, "the only note")  # counts from 0 again
+    assert _cli("backup", "--target", server.target, "--to", str(directory), "--tenant", again).returncode == 0
+    with MemoryClient(server.target, ADMIN) as admin:
+        admin.erase_tenant(again)
+        admin.retain(again, "another only note")  # the same counts as the copy just made
+        head = admin.verify_integrity(again).head_hash
+    result = _cli("backup", "--target", server.target, "--to", str(directory), "--tenant", again)
+    assert result.returncode == 0 and "1 tenants copied, 0 unchanged" in result.stdout, result.stdout
+    assert json.loads((directory / "manifest.json").read_text())["tenants"][again]["head_hash"] == head
+
 
 def _all_memories(client: MemoryClient, tenant: str) -> list[Memory]:
     memories: list[Memory] = []

@@ -361,7 +361,7 @@ def _write_backup(client: MemoryClient, directory: Path, tenants: Sequence[str],
         for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):  # what a killed backup was receiving
             leftover.unlink()
         known = {  # a tenant whose copy is gone or cut short is not unchanged: copied again
-            t: (int(entry["change_counter"]), int(entry["inbox_sequence"]))
+            t: (int(entry["change_counter"]), int(entry["inbox_sequence"]), str(entry["head_hash"]))
             for t, entry in previous["tenants"].items()
             if (not tenants or t in tenants) and _copy_whole(directory, t, entry)
         }
@@ -408,7 +408,7 @@ def _copy_whole(directory: Path, tenant: str, entry: dict[str, Any]) -> bool:
 def _receive(
     client: MemoryClient,
     tenants: Sequence[str],
-    known: dict[str, tuple[int, int]],
+    known: dict[str, tuple[int, int, str]],
     writer: _Writer,
     progress: StepDone,
 ) -> tuple[BackupSummary, set[str], set[str]]:

@@ -5,9 +5,11 @@ scratch directory (``DATA_DIR/.backup-scratch``, emptied at start-up and after e
 never to a path a client names. A copy being sent is revoked by an erasure of its tenant's
 content (store/copies.py): the stream ends with COPY_REVOKED, and nothing erased stays in it.
 
-A tenant the caller already holds with the same change counter and inbox sequence is answered
-``unchanged`` (an incremental backup): the store counts every write transaction, so a change of
-any kind (a memory, the operation log, a counter, a flag) is a new counter, and time plays no part.
+A tenant the caller already holds with the same change counter, inbox sequence and audit chain's
+head hash is answered ``unchanged`` (an incremental backup): the store counts every write
+transaction, so a change of any kind (a memory, the operation log, a counter, a flag) is a new
+counter, and time plays no part; the head hash tells a tenant erased and made again (whose counts
+start over) from the one the caller holds.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ INBOX_FILE = "inbox"
 # hundred times its size of that disk. A backup or a move (an operator's) is not counted.
 EXPORTS_PER_TENANT = 2
 EXPORT_RETRY_SECONDS = 1.0
+
+# What a caller holds of a tenant: (change counter, inbox sequence, head hash; "" = not said, as
+# by a client from before it was asked).
+KnownCopy = tuple[int, int, str]
+
+
+def _held_already(marks: KnownCopy, known: KnownCopy) -> bool:
+    return marks[:2] == known[:2] and (not known[2] or marks[2] == known[2])
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,7 @@ class Backups:
     def erased(self, tenant: str) -> None:
         self._copies.revoke(tenant)
 
-    def backup(self, tenants: Sequence[str], known: Mapping[str, tuple[int, int]]) -> Iterator[BackupPart]:
+    def backup(self, tenants: Sequence[str], known: Mapping[str, KnownCopy]) -> Iterator[BackupPart]:
         """Every part of a backup of ``tenants`` (all when empty), ending with its summary.
         ``known``: tenant -> (change counter, inbox sequence) the caller already holds."""
         names = [validate_tenant(t) for t in dict.fromkeys(tenants)]
@@ -135,7 +145,7 @@ class Backups:
                 yield part
         yield BackupSummary(copied=copied, unchanged=unchanged, skipped=skipped, bytes=sent)
 
-    def _tenant(self, tenant: str, known: tuple[int, int] | None) -> Iterator[BackupPart]:
+    def _tenant(self, tenant: str, known: KnownCopy | None) -> Iterator[BackupPart]:
         with self._copies.held(tenant, self._scratch / uuid.uuid4().hex) as held:
             try:
                 copy = self._copy(held, known)
@@ -181,7 +191,7 @@ class Backups:
                 if not self._exports[tenant]:
                     del self._exports[tenant]
 
-    def _copy(self, held: StreamedCopy, known: tuple[int, int] | None = None) -> TenantCopy | None:
+    def _copy(self, held: StreamedCopy, known: KnownCopy | None = None) -> TenantCopy | None:
         """``copy`` into the held copy's directory; COPY_REVOKED when an erasure of the tenant
         revoked it meanwhile (its files deleted under the copy)."""
         try:
@@ -196,14 +206,14 @@ class Backups:
         its first file (an import its client left before its first chunk leaves nothing)."""
         return self._scratch / uuid.uuid4().hex
 
-    def copy(self, tenant: str, directory: Path, *, known: tuple[int, int] | None = None) -> TenantCopy | None:
+    def copy(self, tenant: str, directory: Path, *, known: KnownCopy | None = None) -> TenantCopy | None:
         """A consistent copy of the tenant into ``directory`` (a scratch directory of the
         server's): None when ``known`` says the caller has it already. NOT_FOUND when the tenant
         has no data (erased meanwhile)."""
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
-            if known is not None and change_marks(store) == known:
+            if known is not None and _held_already(change_marks(store), known):
                 return None
             directory.mkdir(parents=True, exist_ok=True)
             facts, has_inbox = copy_tenant(store, directory / DATABASE_FILE, directory / INBOX_FILE)

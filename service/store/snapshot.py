@@ -42,12 +42,14 @@ class SnapshotFacts:
     generations: dict[str, int] = field(default_factory=dict)
 
 
-def change_marks(store: TenantStore) -> tuple[int, int]:
-    """(change counter, inbox sequence): what an incremental backup compares, read cheaply."""
+def change_marks(store: TenantStore) -> tuple[int, int, str]:
+    """(change counter, inbox sequence, audit chain's head hash): what an incremental backup
+    compares, read cheaply."""
     with store.read() as txn:
         counter = txn.change_counter()
+        _seq, head_hash = txn.ledger_head()
     inbox = store.inbox(create=False)
-    return counter, inbox.sequence() if inbox is not None else 0
+    return counter, inbox.sequence() if inbox is not None else 0, head_hash
 
 
 def file_facts(database: Path, inbox: Path | None) -> SnapshotFacts:

@@ -319,14 +319,16 @@ class BackupRequest(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[str]] = ..., known: _Optional[_Iterable[_Union[BackedUpTenant, _Mapping]]] = ...) -> None: ...
 
 class BackedUpTenant(_message.Message):
-    __slots__ = ("tenant", "change_counter", "inbox_sequence")
+    __slots__ = ("tenant", "change_counter", "inbox_sequence", "head_hash")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     CHANGE_COUNTER_FIELD_NUMBER: _ClassVar[int]
     INBOX_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     change_counter: int
     inbox_sequence: int
-    def __init__(self, tenant: _Optional[str] = ..., change_counter: _Optional[int] = ..., inbox_sequence: _Optional[int] = ...) -> None: ...
+    head_hash: str
+    def __init__(self, tenant: _Optional[str] = ..., change_counter: _Optional[int] = ..., inbox_sequence: _Optional[int] = ..., head_hash: _Optional[str] = ...) -> None: ...
 
 class BackupFile(_message.Message):
     __slots__ = ("name", "size", "sha256")
