@@ -216,6 +216,13 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     # A restore onto the data directory of a running server is refused.
     result = _cli("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
     assert result.returncode == 2 and "DATA_DIR_LOCKED" in result.stderr
+    # So is one inside it: its tenants folder took the restore's lock, index and folders, and the
+    # server served the index as a damaged tenant "hot_path_pending".
+    before = sorted(p.name for p in (server.data_dir / "tenants").iterdir())
+    for inside in (server.data_dir / "tenants", server.data_dir / "tenants" / "restored"):
+        result = _cli("restore", "--from", str(directory), "--data-dir", str(inside))
+        assert result.returncode == 2 and "[DATA_DIR_INSIDE_ANOTHER]" in result.stderr, result.stderr
+    assert sorted(p.name for p in (server.data_dir / "tenants").iterdir()) == before
 
     # A file that does not match the manifest: refused, nothing placed.
     manifest = json.loads((directory / "manifest.json").read_text())

@@ -134,6 +134,11 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         ],
         None,
     ),
+    "a data directory inside another's": lambda d: (
+        ["--data-dir", str(_file(d / "data" / ".mnemosyne.lock").parent / "tenants")],
+        [f"{d / 'data' / 'tenants'} is inside the data directory {d / 'data'}", "[DATA_DIR_INSIDE_ANOTHER]"],
+        d / "data" / "tenants",
+    ),
     "a data directory that is a link to nothing": lambda d: (
         ["--data-dir", str(_link(d / "data", d / "gone"))],
         [f"the data directory {d / 'data'} is a symbolic link that leads to no directory", "[DATA_DIR_UNUSABLE]"],

@@ -72,6 +72,7 @@ from mnemosyne.store.data_dir import (
     NEW_FILE_PREFIX,
     TENANT_FILE_SUFFIX,
     DataDirLock,
+    refuse_inside_another,
 )
 from mnemosyne.store.file_faults import FileBudget
 from mnemosyne.store.files import fsync
@@ -544,6 +545,7 @@ def restore(
     for tenant in chosen:
         checked[tenant] = _check_tenant(directory, tenant, available[tenant])
         progress(f"{tenant}: checked (chain valid, head {available[tenant]['head_hash'][:12]}…)")
+    refuse_inside_another(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds
     try:

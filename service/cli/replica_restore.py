@@ -33,6 +33,7 @@ from mnemosyne.store.data_dir import (
     TENANT_FILE_SUFFIX,
     TENANTS_DIR_NAME,
     DataDirLock,
+    refuse_inside_another,
     remove_leftovers,
 )
 from mnemosyne.store.paths import tenant_named_by
@@ -117,6 +118,7 @@ def restore_member(
     running on it; returns the tenants restored."""
     point_in_time(timestamp)  # a time that is not one is refused before anything is made
     bucket = Bucket(ReplicaUrl.parse(url))
+    refuse_inside_another(data_dir)
     existed = data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)  # refuses a data directory a server (or another restore) holds

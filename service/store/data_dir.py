@@ -69,6 +69,19 @@ def listed_tenants(tenants_dir: Path, valid: Callable[[str], object]) -> list[st
     return sorted(name for name in names if valid(name) and name not in reclaimed)
 
 
+def refuse_inside_another(data_dir: Path) -> None:
+    """A data directory inside another one (its ``tenants`` folder, say) is refused: its own files
+    would be the other's tenants, damaged ones ("hot_path_pending"), and its lock would not keep
+    the other's server out. Called before a directory is made, so a refusal makes none."""
+    for outer in data_dir.resolve().parents:
+        if (outer / LOCK_FILE_NAME).is_file():
+            raise FailedPrecondition(
+                f"{data_dir} is inside the data directory {outer}: its files would be that directory's "
+                "tenants; give a directory of its own",
+                reason="DATA_DIR_INSIDE_ANOTHER",
+            )
+
+
 class DataDirLock:
     """An exclusive, process-wide claim on a data directory (released by the OS if we die)."""
 
@@ -111,6 +124,7 @@ def claim_data_dir(data_dir: Path) -> DataDirLock:
         )
     if data_dir.exists() and not data_dir.is_dir():
         raise unusable("is a file, not a directory: give a directory (it is created when missing)")
+    refuse_inside_another(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / TENANTS_DIR_NAME).mkdir(exist_ok=True)
