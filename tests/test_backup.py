@@ -104,8 +104,12 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
     assert "inbox" in manifest["tenants"][tenants[1]]["files"]  # the fast writes' tenant has an inbox
 
     restored = tmp_path / "restored"
+    backed_up = sorted(p.relative_to(directory) for p in directory.rglob("*"))
     result = _cli("restore", "--from", str(directory), "--data-dir", str(restored))
     assert result.returncode == 0, result.stderr
+    # Its checks read the copies as they are: no -wal or -shm made beside them (on a read-only
+    # mount, making them failed the restore with a traceback).
+    assert sorted(p.relative_to(directory) for p in directory.rglob("*")) == backed_up
     for t in tenants:
         entry = manifest["tenants"][t]
         assert _head(restored / "tenants" / f"{t}.sqlite") == (entry["head_hash"], entry["ledger_entries"])
@@ -372,8 +376,12 @@ def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup
     server.start()
     assert not any(scratch.glob("*")), "the restarted server empties its scratch space"
     restored = tmp_path / "restored"
+    backed_up = sorted(p.relative_to(directory) for p in directory.rglob("*"))
     result = _cli("restore", "--from", str(directory), "--data-dir", str(restored))
     assert result.returncode == 0, result.stderr
+    # Its checks read the copies as they are: no -wal or -shm made beside them (on a read-only
+    # mount, making them failed the restore with a traceback).
+    assert sorted(p.relative_to(directory) for p in directory.rglob("*")) == backed_up
     copy = ServerProcess(restored).start()
     try:
         with MemoryClient(copy.target) as client:

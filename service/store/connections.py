@@ -87,6 +87,14 @@ def open_offline(path: Path) -> apsw.Connection:
     return apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI, vfs=page_scrub.BASE_VFS)
 
 
+def open_copy(path: Path) -> apsw.Connection:
+    """A read-only connection to a copy being checked (a backup's, an import's, a replica's): its
+    file exactly as it is, the bytes its SHA-256 was taken of, never a -wal found beside it, and
+    nothing made beside it (a backup on a read-only mount can be read)."""
+    uri = f"{path.resolve().as_uri()}?immutable=1"
+    return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI, vfs=page_scrub.BASE_VFS)
+
+
 def open_with_room(open_files: Callable[[], T], make_room: Callable[[], bool]) -> T:
     """``open_files()`` (a store, a connection, a descriptor), tried again each time
     ``make_room()`` closed idle tenant files, while the process has no descriptor left for it

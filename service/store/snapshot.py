@@ -22,7 +22,8 @@ from pathlib import Path
 import apsw
 
 from mnemosyne.errors import DataLoss, MnemosyneError
-from mnemosyne.store.inbox import open_readonly, read_ops
+from mnemosyne.store.connections import open_copy
+from mnemosyne.store.inbox import read_ops
 from mnemosyne.store.schema import SCHEMA_VERSION
 from mnemosyne.store.tenant_file import unmade_objects
 from mnemosyne.store.tenant_store import TenantStore, read_file
@@ -56,7 +57,7 @@ def file_facts(database: Path, inbox: Path | None) -> SnapshotFacts:
     """The facts of a tenant file (and its inbox) no store has open: a copy brought back from
     elsewhere (a replica restored, service/replication/restore.py), to be imported."""
     inbox_sequence = 0
-    connection = open_readonly(inbox) if inbox is not None else None
+    connection = open_copy(inbox) if inbox is not None and inbox.exists() else None
     if connection is not None:
         try:
             if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
@@ -64,7 +65,7 @@ def file_facts(database: Path, inbox: Path | None) -> SnapshotFacts:
                 inbox_sequence = int(row[0]) if row else 0
         finally:
             connection.close()
-    with read_file(database) as txn:
+    with read_file(database, copy=True) as txn:
         live, _forgotten, entries = txn.counts()
         _seq, head_hash = txn.ledger_head()
         return SnapshotFacts(
@@ -164,7 +165,7 @@ def check_chain(path: Path, *, tenant: str, manifest: SnapshotFacts, error: type
     manifest says."""
     head_hash, entries, memories = manifest.head_hash, manifest.ledger_entries, manifest.memories
     try:
-        with read_file(path) as txn:
+        with read_file(path, copy=True) as txn:
             unmade = unmade_objects(txn.connection)
             verdict = txn.audit()
             live, _forgotten, _entries = txn.counts()
@@ -219,7 +220,7 @@ def check_inbox(path: Path, *, tenant: str, error: type[MnemosyneError] = DataLo
     an SQLite database, damaged, or whose operations cannot be read. Installed, it would fail
     every call of the tenant that touches its hot path (TENANT_CORRUPT)."""
     try:
-        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        connection = open_copy(path)
     except apsw.Error as exc:
         raise error(f"the inbox of the copy of {tenant} cannot be opened ({exc})", reason="CHAIN_INVALID") from None
     try:

@@ -74,14 +74,15 @@ class WriteTxn(ReadTxn, MemoryErasure, RecordWrites, OplogWrites, WebhookWrites,
 
 
 @contextmanager
-def read_file(path: Path, make_room: Callable[[], bool] | None = None) -> Iterator[ReadTxn]:
+def read_file(path: Path, make_room: Callable[[], bool] | None = None, *, copy: bool = False) -> Iterator[ReadTxn]:
     """One read transaction on a tenant file through a connection of its own, closed after it:
     for a glance at a tenant that is not open (an aggregate over every tenant), without taking a
     place in the pool of open files. Refuses a file that is not a tenant file (TENANT_CORRUPT).
-    ``make_room``: as for a ``TenantStore``, when the process is out of file descriptors."""
+    ``make_room``: as for a ``TenantStore``, when the process is out of file descriptors.
+    ``copy``: the file is a copy being checked, read as it is (``connections.open_copy``)."""
     try:
         if make_room is None:
-            connection = _open_for_reading(path)
+            connection = _open_for_reading(path, copy)
         else:
             connection = open_with_room(lambda: _open_for_reading(path), make_room)
         try:
@@ -97,13 +98,16 @@ def read_file(path: Path, make_room: Callable[[], bool] | None = None) -> Iterat
         ) from None
 
 
-def _open_for_reading(path: Path) -> apsw.Connection:
+def _open_for_reading(path: Path, copy: bool = False) -> apsw.Connection:
     """A read-only connection to a tenant file whose schema was checked (``read_file``)."""
     problem = damage_of(path)
     if problem is not None:
         raise damaged(path.name, problem)
     try:
-        connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        if copy:
+            connection = connections.open_copy(path)
+        else:
+            connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     except apsw.CantOpenError:
         if not path.exists():
             raise FileNotFoundError(path) from None
