@@ -223,6 +223,9 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
     # So is one inside it: its tenants folder took the restore's lock, index and folders, and the
     # server served the index as a damaged tenant "hot_path_pending".
     before = sorted(p.name for p in (server.data_dir / "tenants").iterdir())
+    for into_backup in (directory, directory / "tenants"):  # the backup itself is no data directory
+        result = _cli("restore", "--from", str(directory), "--data-dir", str(into_backup))
+        assert result.returncode == 2 and "[DATA_DIR_IN_BACKUP]" in result.stderr, result.stderr
     for inside in (server.data_dir / "tenants", server.data_dir / "tenants" / "restored"):
         result = _cli("restore", "--from", str(directory), "--data-dir", str(inside))
         assert result.returncode == 2 and "[DATA_DIR_INSIDE_ANOTHER]" in result.stderr, result.stderr

@@ -534,6 +534,11 @@ def restore(
     tenants restored. Every selected tenant is checked before any file is placed."""
     directory, data_dir = Path(directory), Path(data_dir)
     manifest = read_manifest(directory)
+    if data_dir.resolve().is_relative_to(directory.resolve()):  # the backup would become a server's files
+        raise FailedPrecondition(
+            f"{data_dir} is in the backup directory {directory}: give a data directory outside the backup",
+            reason="DATA_DIR_IN_BACKUP",
+        )
     available: dict[str, dict[str, Any]] = manifest["tenants"]
     chosen = list(dict.fromkeys(validate_tenant(t) for t in tenants)) or sorted(available)  # named twice: once
     absent = [t for t in chosen if t not in available]
