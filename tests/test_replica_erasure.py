@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mnemosyne.client import MemoryClient, UnavailableError
+from tests.replica_support import ObjectStorage
 from tests.support import ServerProcess, gauge, wait_until
 from tests.test_erasure import texts_left
 from tests.test_replication import replicating
@@ -60,19 +61,27 @@ def test_a_forget_right_after_a_write_to_an_idle_tenant_still_leaves_object_stor
     """A write brings the idle tenant back into replication (its registration asks object storage)
     while a forget right after it swaps the file: the forget still starts a new generation, so the
     old one, holding the forgotten text, is deleted after the retention. Before the fix, about one
-    such forget in four left the file replicating to the old generation, the text kept there."""
+    such forget in four left the file replicating to the old generation, the text kept there: twelve
+    tenants, each written, left idle, then written and its secret forgotten at once (twelve tries
+    of the race, their waits for object storage and for idleness shared)."""
     bucket = object_storage.new_bucket()
     server = _quick_member(server_factory, object_storage, bucket, tmp_path).start()
+    secrets = {f"idle-{n}": f"{SECRET} tenant {n:02d}" for n in range(12)}  # none in another
     with MemoryClient(server.target) as client:
-        for n in range(12):
-            secret = f"{SECRET} round {n}"
-            memory = client.retain("idle", secret).memory_id
-            wait_until(lambda: object_storage.objects_holding(bucket, [secret]), 30)  # noqa: B023
-            wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0, 30)  # idle: out
-            client.retain("idle", f"the plants need water, round {n}")
-            client.forget("idle", memory)
-            wait_until(lambda: not object_storage.objects_holding(bucket, [secret]), 30)  # noqa: B023
-        assert len(client.list_memories("idle").memories) == 12
+        memories = {tenant: client.retain(tenant, secret).memory_id for tenant, secret in secrets.items()}
+        wait_until(lambda: set(secrets.values()) <= _texts_in(object_storage, bucket, list(secrets.values())), 30)
+        wait_until(lambda: gauge(server, "mnemosyne_replication_active_tenants") == 0.0, 30)  # idle: out
+        for tenant, memory in memories.items():
+            client.retain(tenant, f"the plants need water, {tenant}")
+            client.forget(tenant, memory)
+        wait_until(lambda: not object_storage.objects_holding(bucket, list(secrets.values())), 30)
+        for tenant in secrets:
+            assert [m.text for m in client.list_memories(tenant).memories] == [f"the plants need water, {tenant}"]
+
+
+def _texts_in(object_storage: ObjectStorage, bucket: str, texts: list[str]) -> set[str]:
+    """Which of ``texts`` some object version in ``bucket`` holds."""
+    return {hit for hits in object_storage.objects_holding(bucket, texts).values() for hit in hits}
 
 
 def test_a_forget_while_object_storage_hangs_still_leaves_it_once_it_answers(server_factory, object_storage, tmp_path):
