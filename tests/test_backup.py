@@ -26,6 +26,7 @@ from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
+from tests.cli_session import cli_session
 from tests.support import ServerFactory, ServerProcess, module_server, on_a_terminal, sql_row, tokens_json
 from tests.test_erasure import texts_left
 
@@ -187,80 +188,84 @@ def test_backup_and_restore_refusals(server_factory, tenant: str, tmp_path: Path
         with pytest.raises(PermissionDeniedError):
             list(user.backup())
 
-    strange = tmp_path / "strange"
-    strange.mkdir()
-    (strange / "notes.txt").write_text("not a backup")
-    result = _cli("backup", "--target", server.target, "--to", str(strange))
-    assert result.returncode == 2 and "BACKUP_DIR_NOT_OURS" in result.stderr
-    assert sorted(p.name for p in strange.iterdir()) == ["notes.txt"]
+    # One CLI process for the commands: each refusal is the command's, not its process start's.
+    with cli_session({"MNEMOSYNE_TOKEN": ADMIN}) as cli:
+        strange = tmp_path / "strange"
+        strange.mkdir()
+        (strange / "notes.txt").write_text("not a backup")
+        result = cli.run("backup", "--target", server.target, "--to", str(strange))
+        assert result.returncode == 2 and "BACKUP_DIR_NOT_OURS" in result.stderr
+        assert sorted(p.name for p in strange.iterdir()) == ["notes.txt"]
 
-    result = _cli("backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody")
-    assert result.returncode == 2 and "TENANT_NOT_FOUND" in result.stderr
-    # A first backup refused (or with no server to answer) leaves no directory: it had left one
-    # holding only its .lock.
-    result = _cli("backup", "--target", server.target, "--to", str(tmp_path / "u"), env={"MNEMOSYNE_TOKEN": USER})
-    assert result.returncode == 2 and "ADMIN_REQUIRED" in result.stderr
-    result = _cli("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "n" / "new"))
-    assert result.returncode == 2 and "UNAVAILABLE" in result.stderr
-    assert not (tmp_path / "b").exists() and not (tmp_path / "u").exists() and not (tmp_path / "n" / "new").exists()
-    # ... and a directory that was there is left as it was, its lock aside.
-    (tmp_path / "empty").mkdir()
-    assert _cli("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "empty")).returncode == 2
-    assert [p.name for p in (tmp_path / "empty").iterdir()] in ([], [".lock"])
+        result = cli.run("backup", "--target", server.target, "--to", str(tmp_path / "b"), "--tenant", "nobody")
+        assert result.returncode == 2 and "TENANT_NOT_FOUND" in result.stderr
+        # A first backup refused (or with no server to answer) leaves no directory: it had left one
+        # holding only its .lock.
+        as_user = _cli("backup", "--target", server.target, "--to", str(tmp_path / "u"), env={"MNEMOSYNE_TOKEN": USER})
+        assert as_user.returncode == 2 and "ADMIN_REQUIRED" in as_user.stderr
+        result = cli.run("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "n" / "new"))
+        assert result.returncode == 2 and "UNAVAILABLE" in result.stderr
+        assert not (tmp_path / "b").exists() and not (tmp_path / "u").exists() and not (tmp_path / "n" / "new").exists()
+        # ... and a directory that was there is left as it was, its lock aside.
+        (tmp_path / "empty").mkdir()
+        assert cli.run("backup", "--target", "127.0.0.1:1", "--to", str(tmp_path / "empty")).returncode == 2
+        assert [p.name for p in (tmp_path / "empty").iterdir()] in ([], [".lock"])
 
-    directory = tmp_path / "backup"
-    assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
+        directory = tmp_path / "backup"
+        assert cli.run("backup", "--target", server.target, "--to", str(directory)).returncode == 0
 
-    # Thousands of tenants the backup does not hold: one line a person reads, not each of them.
-    absent = [arg for i in range(3000) for arg in ("--tenant", f"absent-{i}")]
-    result = _cli("restore", "--from", str(directory), "--data-dir", str(tmp_path / "none"), *absent)
-    assert result.returncode == 2 and "TENANT_NOT_IN_BACKUP" in result.stderr and len(result.stderr) < 1000
-    assert "absent-0, absent-1," in result.stderr and "and 2990 more" in result.stderr
+        # Thousands of tenants the backup does not hold: one line a person reads, not each of them.
+        absent = [arg for i in range(3000) for arg in ("--tenant", f"absent-{i}")]
+        result = cli.run("restore", "--from", str(directory), "--data-dir", str(tmp_path / "none"), *absent)
+        assert result.returncode == 2 and "TENANT_NOT_IN_BACKUP" in result.stderr and len(result.stderr) < 1000
+        assert "absent-0, absent-1," in result.stderr and "and 2990 more" in result.stderr
 
-    # A restore onto the data directory of a running server is refused.
-    result = _cli("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
-    assert result.returncode == 2 and "DATA_DIR_LOCKED" in result.stderr
-    # So is one inside it: its tenants folder took the restore's lock, index and folders, and the
-    # server served the index as a damaged tenant "hot_path_pending".
-    before = sorted(p.name for p in (server.data_dir / "tenants").iterdir())
-    for into_backup in (directory, directory / "tenants"):  # the backup itself is no data directory
-        result = _cli("restore", "--from", str(directory), "--data-dir", str(into_backup))
-        assert result.returncode == 2 and "[DATA_DIR_IN_BACKUP]" in result.stderr, result.stderr
-    for inside in (server.data_dir / "tenants", server.data_dir / "tenants" / "restored"):
-        result = _cli("restore", "--from", str(directory), "--data-dir", str(inside))
-        assert result.returncode == 2 and "[DATA_DIR_INSIDE_ANOTHER]" in result.stderr, result.stderr
-    assert sorted(p.name for p in (server.data_dir / "tenants").iterdir()) == before
+        # A restore onto the data directory of a running server is refused.
+        result = cli.run("restore", "--from", str(directory), "--data-dir", str(server.data_dir))
+        assert result.returncode == 2 and "DATA_DIR_LOCKED" in result.stderr
+        # So is one inside it: its tenants folder took the restore's lock, index and folders, and the
+        # server served the index as a damaged tenant "hot_path_pending".
+        before = sorted(p.name for p in (server.data_dir / "tenants").iterdir())
+        for into_backup in (directory, directory / "tenants"):  # the backup itself is no data directory
+            result = cli.run("restore", "--from", str(directory), "--data-dir", str(into_backup))
+            assert result.returncode == 2 and "[DATA_DIR_IN_BACKUP]" in result.stderr, result.stderr
+        for inside in (server.data_dir / "tenants", server.data_dir / "tenants" / "restored"):
+            result = cli.run("restore", "--from", str(directory), "--data-dir", str(inside))
+            assert result.returncode == 2 and "[DATA_DIR_INSIDE_ANOTHER]" in result.stderr, result.stderr
+        assert sorted(p.name for p in (server.data_dir / "tenants").iterdir()) == before
 
-    # A file that does not match the manifest: refused, nothing placed.
-    manifest = json.loads((directory / "manifest.json").read_text())
-    database = directory / manifest["tenants"][tenant]["files"]["database"]["path"]
-    original = database.read_bytes()
-    database.write_bytes(original[:-4096])
-    target = tmp_path / "target"
-    result = _cli("restore", "--from", str(directory), "--data-dir", str(target))
-    assert result.returncode == 2 and "BACKUP_FILE_MISMATCH" in result.stderr
-    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+        # A file that does not match the manifest: refused, nothing placed.
+        manifest = json.loads((directory / "manifest.json").read_text())
+        database = directory / manifest["tenants"][tenant]["files"]["database"]["path"]
+        original = database.read_bytes()
+        database.write_bytes(original[:-4096])
+        target = tmp_path / "target"
+        result = cli.run("restore", "--from", str(directory), "--data-dir", str(target))
+        assert result.returncode == 2 and "BACKUP_FILE_MISMATCH" in result.stderr
+        assert not (target / "tenants" / f"{tenant}.sqlite").exists()
 
-    # A broken chain, with a manifest made to match the edited file: refused.
-    database.write_bytes(original)
-    connection = apsw.Connection(str(database))
-    connection.execute("UPDATE memories SET body = 'a note worth forging'")
-    connection.close()
-    manifest["tenants"][tenant]["files"]["database"].update(size=database.stat().st_size, sha256=sha256_file(database))
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    result = _cli("restore", "--from", str(directory), "--data-dir", str(target))
-    assert result.returncode == 2 and "CHAIN_INVALID" in result.stderr
-    assert not (target / "tenants" / f"{tenant}.sqlite").exists()
+        # A broken chain, with a manifest made to match the edited file: refused.
+        database.write_bytes(original)
+        connection = apsw.Connection(str(database))
+        connection.execute("UPDATE memories SET body = 'a note worth forging'")
+        connection.close()
+        manifest["tenants"][tenant]["files"]["database"].update(
+            size=database.stat().st_size, sha256=sha256_file(database)
+        )
+        (directory / "manifest.json").write_text(json.dumps(manifest))
+        result = cli.run("restore", "--from", str(directory), "--data-dir", str(target))
+        assert result.returncode == 2 and "CHAIN_INVALID" in result.stderr
+        assert not (target / "tenants" / f"{tenant}.sqlite").exists()
 
-    # A copy the previous manifest names, gone or cut short: the next backup copies the tenant
-    # again (it had called it unchanged, and the backup could not be restored).
-    database.unlink()
-    result = _cli("backup", "--target", server.target, "--to", str(directory))
-    assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
-    database.write_bytes(database.read_bytes()[:4096])
-    result = _cli("backup", "--target", server.target, "--to", str(directory))
-    assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
-    assert _cli("restore", "--from", str(directory), "--data-dir", str(target)).returncode == 0
+        # A copy the previous manifest names, gone or cut short: the next backup copies the tenant
+        # again (it had called it unchanged, and the backup could not be restored).
+        database.unlink()
+        result = cli.run("backup", "--target", server.target, "--to", str(directory))
+        assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
+        database.write_bytes(database.read_bytes()[:4096])
+        result = cli.run("backup", "--target", server.target, "--to", str(directory))
+        assert result.returncode == 0 and f"{tenant}: copied" in result.stderr, result.stderr
+        assert _cli("restore", "--from", str(directory), "--data-dir", str(target)).returncode == 0
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> None:
@@ -783,24 +788,25 @@ def test_restore_refuses_a_malformed_backup_in_one_line_and_leaves_nothing(
     empty = tmp_path / "empty"
     empty.mkdir()
     into_empty: set[str] = set()  # the reasons refused into an empty directory that was there
-    for number, (label, (fault, reason, says)) in enumerate(faults.items()):
-        crafted = tmp_path / f"crafted-{number}"
-        shutil.copytree(backup, crafted)
-        fault(crafted)
-        # Into a new directory every time; into the existing empty one once per reason (the
-        # refusal is the same check whatever the directory, and each is a CLI process of its own).
-        data_dirs = [tmp_path / f"restored-{number}"] + ([empty] if reason not in into_empty else [])
-        into_empty.add(reason)
-        for data_dir in data_dirs:
-            result = _cli("restore", "--from", str(crafted), "--data-dir", str(data_dir))
-            lines = result.stderr.strip().splitlines()
-            assert result.returncode == 2 and len(lines) == 1, (label, result.stderr[-2000:])
-            assert f"[{reason}]" in lines[0] and says in lines[0], (label, lines[0])
-        assert not (tmp_path / f"restored-{number}").exists(), label
-        assert list(empty.iterdir()) == [], label
-        if reason == "MANIFEST_INVALID":
-            result = _cli("backup", "--target", server.target, "--to", str(crafted))
-            assert result.returncode == 2 and f"[{reason}]" in result.stderr, (label, result.stderr[-2000:])
-            assert "Traceback" not in result.stderr, label
+    with cli_session({"MNEMOSYNE_TOKEN": ADMIN}) as cli:  # one process: each refusal is main's, not its start's
+        for number, (label, (fault, reason, says)) in enumerate(faults.items()):
+            crafted = tmp_path / f"crafted-{number}"
+            shutil.copytree(backup, crafted)
+            fault(crafted)
+            # Into a new directory every time; into the existing empty one once per reason (the
+            # refusal is the same check whatever the directory).
+            data_dirs = [tmp_path / f"restored-{number}"] + ([empty] if reason not in into_empty else [])
+            into_empty.add(reason)
+            for data_dir in data_dirs:
+                result = cli.run("restore", "--from", str(crafted), "--data-dir", str(data_dir))
+                lines = result.stderr.strip().splitlines()
+                assert result.returncode == 2 and len(lines) == 1, (label, result.stderr[-2000:])
+                assert f"[{reason}]" in lines[0] and says in lines[0], (label, lines[0])
+            assert not (tmp_path / f"restored-{number}").exists(), label
+            assert list(empty.iterdir()) == [], label
+            if reason == "MANIFEST_INVALID":
+                result = cli.run("backup", "--target", server.target, "--to", str(crafted))
+                assert result.returncode == 2 and f"[{reason}]" in result.stderr, (label, result.stderr[-2000:])
+                assert "Traceback" not in result.stderr, label
     # The backup the faults were made in restores: the refusals were the faults'.
     assert _cli("restore", "--from", str(backup), "--data-dir", str(empty)).returncode == 0
