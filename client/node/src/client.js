@@ -27,7 +27,7 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
 } = require('./routing');
 const {
-  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf,
+  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments, optionsObject,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -304,6 +304,7 @@ class MemoryClient {
    *   maxRetryDelayMs?: number, sessionConsistency?: boolean, sessionTenants?: number}} [options]
    */
   constructor(target, options = {}) {
+    optionsObject(options, 'MemoryClient');
     this._services = loadServices();
     this._credentials = options.credentials ?? grpc.credentials.createInsecure();
     // On a deployment of many members (`members`: 'ID=HOST:PORT,...', '@FILE' or {id: address}),
@@ -1169,6 +1170,8 @@ class MemoryClient {
     return { deliveries: response.deliveries.map(webhookDelivery), nextPageToken: response.next_page_token };
   }
 }
+
+checkingArguments(MemoryClient);
 
 module.exports = {
   MemoryClient, newRequestId, generationFrom, GLOBAL_GENERATION_KEY, WORKSPACE_GENERATION_KEY, WEBHOOK_KINDS,

@@ -18,6 +18,7 @@
 const grpc = require('@grpc/grpc-js');
 const { newRequestId } = require('./client');
 const { MnemosyneError } = require('./errors');
+const { checkingArguments, optionsObject } = require('./unsendable');
 
 const MEMORY_UPDATE = 'memory_update';
 const UPDATE_WORKSPACE = 'update_workspace';
@@ -140,6 +141,7 @@ class MemoryHost {
    *   of one process if they serve the same agents; by default each host has its own.
    */
   constructor(client, tenant, options = {}) {
+    optionsObject(options, 'MemoryHost');
     this.client = client;
     this.tenant = tenant;
     this.observations = options.observations ?? new WeakMap();
@@ -230,6 +232,9 @@ class MemoryHost {
     }
   }
 }
+
+// callTool answers whatever a model sent it with {ok: false, ...}, never a refusal.
+checkingArguments(MemoryHost, ['callTool']);
 
 module.exports = {
   MemoryHost, renderContext, MEMORY_UPDATE, UPDATE_WORKSPACE, STALE_MESSAGE, MISSING_MESSAGE, STALE_REASON, MISSING_REASON,

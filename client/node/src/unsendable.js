@@ -133,6 +133,9 @@ function fieldValue(field, value, where) {
   if (value === undefined || value === null) return value;
   if (field.type === 'string') return text(value, where);
   if (Object.hasOwn(INTEGERS, field.type)) return integer(value, field.type, where);
+  // protobufjs sent 'no' as true and '0.5' as a number: what the caller did not give.
+  if (field.type === 'bool' && typeof value !== 'boolean') throw shapeless(where, value, 'true or false');
+  if ((field.type === 'double' || field.type === 'float') && typeof value !== 'number') throw shapeless(where, value, 'a number');
   if (field.resolvedType && field.resolvedType.fields) {
     if (typeof value !== 'object' || Array.isArray(value)) throw shapeless(where, value, `a ${field.resolvedType.name} object`);
     if (field.resolvedType.fullName === '.google.protobuf.Timestamp') return checkedTimestamp(value, where, field.name);
@@ -189,7 +192,105 @@ function unknownName(reason, what, names, given) {
   return refused(reason, `${what} must be one of ${[...names].join(', ')}; got ${shown(String(given))}`);
 }
 
+/** The parameter names of `fn` as its source spells them (a destructured one: 'options'). */
+function parameterNames(fn) {
+  const source = fn.toString();
+  const names = [];
+  let depth = 0;
+  let current = '';
+  for (let at = source.indexOf('(') + 1; at < source.length; at += 1) {
+    const c = source[at];
+    if (depth === 0 && (c === ',' || c === ')')) {
+      const name = current.trim().split('=')[0].trim();
+      if (name) names.push(/^[A-Za-z_$][\w$]*$/.test(name) ? name : 'options');
+      current = '';
+      if (c === ')') break;
+      continue;
+    }
+    if ('([{'.includes(c)) depth += 1;
+    else if (')]}'.includes(c)) depth -= 1;
+    current += c;
+  }
+  return names;
+}
+
+/** What a value is, for a message: 'null', 'a list', 'a string', ... */
+function kindOf(value) {
+  const names = { object: 'an object', boolean: 'a boolean', undefined: 'undefined' };
+  return value === null ? 'null' : Array.isArray(value) ? 'a list' : names[typeof value] ?? `a ${typeof value}`;
+}
+
+/**
+ * `options` when it can be a method's options object (undefined: none), else REQUEST_UNDECODABLE
+ * naming `where`: destructuring null threw JS's own TypeError ("Cannot read properties of null"),
+ * and a string or a number silently gave every option its default.
+ */
+function optionsObject(options, where) {
+  if (options === undefined || (typeof options === 'object' && options !== null && !Array.isArray(options))) return options;
+  throw refused('REQUEST_UNDECODABLE', `${where}: options is ${kindOf(options)}; it takes an object of options, or nothing`);
+}
+
+/** The refusal of a call of `name` whose arguments no request can carry, or null. */
+function argumentsProblem(name, names, required, args) {
+  for (let i = 0; i < required; i += 1) {
+    if (args[i] == null) {
+      return refused('REQUEST_UNDECODABLE', `${name}: ${names[i] ?? `argument ${i + 1}`} is ${kindOf(args[i])}; it is required`);
+    }
+  }
+  if (names.length > required && names[required] === 'options') {
+    try {
+      optionsObject(args[required], name);
+    } catch (err) {
+      return err;
+    }
+  }
+  return null;
+}
+
+/**
+ * `cls` with each public method (own, not starting with '_') checking its arguments before it
+ * runs, in one place for every method: a required argument (one before the first with a default)
+ * that is null or undefined, and an options object that is not one, are refused
+ * REQUEST_UNDECODABLE naming the method and the argument. An async method rejects, an async
+ * generator throws at its first step, a plain one throws. `except`: methods left as they are.
+ */
+function checkingArguments(cls, except = []) {
+  for (const name of Object.getOwnPropertyNames(cls.prototype)) {
+    const method = cls.prototype[name];
+    if (name === 'constructor' || name.startsWith('_') || except.includes(name) || typeof method !== 'function') continue;
+    const names = parameterNames(method);
+    const required = method.length;
+    const kind = method.constructor.name; // AsyncFunction, AsyncGeneratorFunction, Function
+    let checked;
+    if (kind === 'AsyncGeneratorFunction') {
+      checked = async function* checkedSteps(...args) {
+        const problem = argumentsProblem(name, names, required, args);
+        if (problem) throw problem;
+        yield* method.apply(this, args);
+      };
+    } else if (kind === 'AsyncFunction') {
+      checked = async function checkedCall(...args) {
+        const problem = argumentsProblem(name, names, required, args);
+        if (problem) throw problem;
+        return method.apply(this, args);
+      };
+    } else {
+      checked = function checkedCall(...args) {
+        const problem = argumentsProblem(name, names, required, args);
+        if (problem) throw problem;
+        return method.apply(this, args);
+      };
+    }
+    Object.defineProperty(checked, 'name', { value: name });
+    Object.defineProperty(checked, 'length', { value: required });
+    Object.defineProperty(checked, 'toString', { value: () => method.toString() }); // its parameters, as written
+    Object.defineProperty(cls.prototype, name, { value: checked, writable: true, configurable: true });
+  }
+  return cls;
+}
+
 module.exports = {
+  checkingArguments, optionsObject,
   RequestInvalidError, refused, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
   listOf, MAX_TIMEOUT_MS,
 };

@@ -223,3 +223,66 @@ test('a change whose op is not put or delete is refused, never sent as a delete'
   const { records } = await client.listRecords(tenant, 'workspace/w');
   assert.deepEqual(records, [{ key: 'plan.md', content: 'the plan' }]);
 });
+
+// Every method at once, from the class: an options object that is none (null threw JS's own
+// "Cannot read properties of null"; a string or a number silently gave every option its default),
+// and a required argument left null or undefined (a memory id of null read memory 0).
+const { MemoryHost } = require('../src');
+
+function publicMethods(cls) {
+  return Object.getOwnPropertyNames(cls.prototype)
+    .filter((name) => name !== 'constructor' && !name.startsWith('_') && typeof cls.prototype[name] === 'function');
+}
+
+async function outcomeOf(call) {
+  try {
+    const answer = call();
+    if (answer && typeof answer[Symbol.asyncIterator] === 'function') await drained(answer);
+    else await answer;
+    return 'answered';
+  } catch (err) {
+    return err instanceof RequestInvalidError && err.reason === 'REQUEST_UNDECODABLE' ? err.details : `${err.name}: ${err.message}`;
+  }
+}
+
+test('an options object that is none, or a required argument left out, is refused naming the method and argument', async () => {
+  const host = new MemoryHost(client, TENANT);
+  const wrong = [];
+  let checked = 0;
+  for (const [target, cls, except] of [[client, MemoryClient, ['close']], [host, MemoryHost, ['callTool']]]) {
+    for (const name of publicMethods(cls).filter((n) => !except.includes(n))) {
+      const method = target[name];
+      const filled = Array.from({ length: method.length }, () => 'x');
+      if (method.toString().match(/\{[^)]*\}\s*=\s*\{\}\s*\)/)) {
+        for (const options of [null, 'k=3', 5, ['x']]) {
+          checked += 1;
+          const outcome = await outcomeOf(() => method.call(target, ...filled, options));
+          if (!outcome.startsWith(`${name}: options is `)) wrong.push(`${name}(..., ${shown(options)}): ${outcome}`);
+        }
+      }
+      for (let at = 0; at < method.length; at += 1) {
+        for (const missing of [null, undefined]) {
+          checked += 1;
+          const args = filled.map((v, i) => (i === at ? missing : v));
+          const outcome = await outcomeOf(() => method.call(target, ...args));
+          if (!/^\w+: \w+ is (null|undefined); it is required$/.test(outcome)) wrong.push(`${name} argument ${at} ${missing}: ${outcome}`);
+        }
+      }
+    }
+  }
+  assert.deepEqual(wrong, []);
+  assert.ok(checked > 250, checked);
+  await assert.rejects(client.getMemory(TENANT, null), { reason: 'REQUEST_UNDECODABLE', details: 'getMemory: memoryId is null; it is required' });
+  await assert.rejects(client.recall(TENANT, 'tea', null), { details: 'recall: options is null; it takes an object of options, or nothing' });
+  assert.throws(() => new MemoryClient(server.target, null), { details: 'MemoryClient: options is null; it takes an object of options, or nothing' });
+  assert.throws(() => new MemoryHost(client, TENANT, 'x'), RequestInvalidError);
+  // A flag that is no boolean, a number that is none: protobufjs sent 'no' as true.
+  for (const [call, details] of [
+    [() => client.retain(TENANT, 'tea', { fast: 'no' }), 'fast is a string; it takes true or false'],
+    [() => client.dedup(TENANT, { threshold: '0.5' }), 'threshold is a string; it takes a number'],
+    [() => client.listMemories(TENANT, { includeForgotten: 1 }), 'include_forgotten is a number; it takes true or false'],
+  ]) {
+    await assert.rejects(call(), { reason: 'REQUEST_UNDECODABLE', details });
+  }
+  assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
+});
