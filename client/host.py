@@ -40,8 +40,6 @@ class MemoryHost:
     """
 
     def __init__(self, client: MemoryClient, tenant: str, *, observations: HostObservations | None = None) -> None:
-        if not isinstance(tenant, str):  # else each call would fail in protobuf's words, naming nothing
-            raise TypeError(f"MemoryHost: tenant is a text (str), not {type(tenant).__name__}")
         self.client = client
         self.tenant = tenant
         self.observations = observations if observations is not None else HostObservations()

@@ -8,13 +8,14 @@ becomes a ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueErro
 the server gives the same fault: REQUEST_UNDECODABLE (text that is not valid UTF-8) or
 NUMBER_INVALID. One raised after a call was sent is the client's own fault, and left as it is.
 
-An argument of the wrong type (a number for a text, a text or 1.5 for an integer, a text for a
-mapping of texts) fails as protobuf builds the request with a TypeError, ValueError or
-AttributeError that names no argument ("bad argument type for built-in operation"); it becomes a
-``RequestInvalidError`` (an ``ArgumentTypeError``, a ``TypeError`` too) naming the argument, what it
-is and what it takes, with the Node client's reason for it: NUMBER_INVALID for an integer's (1.5,
-NaN, "1"), REQUEST_UNDECODABLE for another's. The argument is found from the method's
-annotations, only once such an error was raised.
+An argument of the wrong type (a number for a text, a text, 1.5, True or None for an integer,
+None for a text, a text for a list or a mapping of texts) is refused before the method runs: an
+``ArgumentTypeError`` (a ``RequestInvalidError`` and a ``TypeError`` too) naming the method, the
+argument, what it is and what it takes, with the Node client's reason for it: NUMBER_INVALID for an
+integer's, REQUEST_UNDECODABLE for another's. What each argument takes is read from the method's
+annotations, once, when the class is wrapped; ``__init__`` is checked too. Protobuf failed on some
+such values naming no argument, and took others as something the caller did not give (None as the
+field's default, True as 1, a text for a list as its characters).
 """
 
 from __future__ import annotations
@@ -44,18 +45,20 @@ def sending() -> None:
 
 
 def refusing_unsendable(cls: C) -> C:
-    """``cls`` with each public method wrapped (see the module)."""
+    """``cls`` with each public method, and ``__init__``, wrapped (see the module)."""
     for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.isfunction(member):
+        if (not name.startswith("_") or name == "__init__") and inspect.isfunction(member):
             setattr(cls, name, _wrapped(member))
     return cls
 
 
 def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    check = _argument_check(method)
     if inspect.isgeneratorfunction(method):
 
         @functools.wraps(method)
         def streaming(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            check(args, kwargs)
             # Each step in a block of its own: a generator runs in its caller's context, so a
             # block left open while it waits would take in the caller's other calls.
             inner = method(*args, **kwargs)
@@ -73,6 +76,7 @@ def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def calling(*args: Any, **kwargs: Any) -> Any:
+        check(args, kwargs)
         with _Refusal(method, args, kwargs):
             return method(*args, **kwargs)
 
@@ -110,56 +114,121 @@ class _Refusal:
                 f"{str(error)[:200]}: a number is past its field's range (ids and sizes are 64-bit, k and limits "
                 "32-bit integers)",
             ) from error
-        if isinstance(error, TypeError | ValueError | AttributeError):
-            mistyped = wrong_argument(*self._call)
-            if mistyped is not None:
-                raise ArgumentTypeError(grpc.StatusCode.INVALID_ARGUMENT, *mistyped, {}) from error
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_list(value: object) -> bool:
+    # A list or tuple first: isinstance of an ABC takes microseconds, and every call checks.
+    return type(value) in (list, tuple) or (isinstance(value, Sequence) and not isinstance(value, str | bytes))
+
+
+def _is_mapping(value: object) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _list_of(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A test of a list (not a text, a mapping or a set) whose every item passes ``test``."""
+    return lambda v: _is_list(v) and all(test(x) for x in v)
 
 
 # What an argument annotated so takes: a test of its value, and its name for a message.
 _TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str": (lambda v: isinstance(v, str), "a text (str)"),
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number (int)"),
+    "int": (_is_int, "a whole number (int)"),
     "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number (float)"),
     "bool": (lambda v: isinstance(v, bool), "True or False"),
     "Mapping[str, str]": (
-        lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+        lambda v: _is_mapping(v) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
         "a mapping of texts to texts (dict[str, str])",
     ),
-    "Sequence[str]": (
-        lambda v: isinstance(v, Sequence) and not isinstance(v, str) and all(isinstance(x, str) for x in v),
-        "a list of texts",
-    ),
-    "Sequence[int]": (
-        lambda v: isinstance(v, Sequence) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
-        "a list of whole numbers",
-    ),
+    "Sequence[str]": (_list_of(lambda x: isinstance(x, str)), "a list of texts"),
+    "Sequence[int]": (_list_of(_is_int), "a list of whole numbers"),
     "Sequence[types.RecordChange]": (
-        lambda v: isinstance(v, Sequence) and all(isinstance(x, types.RecordChange) for x in v),
+        _list_of(lambda x: isinstance(x, types.RecordChange)),
         "a list of RecordChange",
+    ),
+    "Sequence[types.RetainItem | str]": (
+        _list_of(lambda x: isinstance(x, types.RetainItem | str)),
+        "a list of texts or RetainItem",
+    ),
+    "Sequence[types.Message | Mapping[str, str] | tuple[str, str]]": (
+        _list_of(lambda x: isinstance(x, types.Message | tuple) or _is_mapping(x)),
+        "a list of Message, {role, content} mappings or (role, content) pairs",
+    ),
+    "Mapping[str, tuple[int, int]]": (
+        lambda v: (
+            _is_mapping(v)
+            and all(
+                isinstance(k, str) and isinstance(x, tuple) and len(x) == 2 and all(map(_is_int, x))
+                for k, x in v.items()
+            )
+        ),
+        "a mapping of tenants to (change counter, inbox sequence) pairs",
+    ),
+    "types.ThreadRef": (lambda v: isinstance(v, types.ThreadRef), "a ThreadRef"),
+    "types.ExpiryPolicy": (lambda v: isinstance(v, types.ExpiryPolicy), "an ExpiryPolicy"),
+    "types.TenantBackup": (lambda v: isinstance(v, types.TenantBackup), "a TenantBackup (export_tenant's manifest)"),
+    "Iterable[types.BackupChunk]": (
+        lambda v: isinstance(v, Iterable) and not isinstance(v, str | bytes | Mapping),
+        "an iterable of BackupChunk",
+    ),
+    "str | Mapping[str, str]": (
+        lambda v: isinstance(v, str | Mapping),
+        "a member list (ID=HOST:PORT,... or @FILE) or a mapping of member ids to addresses",
+    ),
+    "Sequence[tuple[str, Any]]": (
+        _list_of(lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)),
+        "a list of (name, value) gRPC channel options",
     ),
 }
 
 
-def wrong_argument(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str] | None:
-    """The reason and message of the first argument of a call of ``method`` whose value its
-    annotation does not take (None: none such, or no annotation ``_TAKES`` knows): NUMBER_INVALID
-    for an integer's, REQUEST_UNDECODABLE for any other, as the Node client says."""
-    signature = inspect.signature(method)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError:
-        return None
-    for name, value in bound.arguments.items():
-        annotation = str(signature.parameters[name].annotation)
+def _check_of(method: Callable[..., Any]) -> list[tuple[str, Callable[[Any], bool], str, bool, str]]:
+    """(name, test, what it takes, None allowed, reason) of each parameter of ``method`` whose
+    annotation ``_TAKES`` knows, in order, ``self`` left out."""
+    checks = []
+    for parameter in list(inspect.signature(method).parameters.values())[1:]:
+        annotation = str(parameter.annotation)
         optional = annotation.endswith(" | None")
         test, takes = _TAKES.get(annotation.removesuffix(" | None"), (None, ""))
-        if test is None or (optional and value is None) or test(value):
-            continue
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        reason = "NUMBER_INVALID" if annotation.startswith("int") else "REQUEST_UNDECODABLE"
-        return reason, f"{method.__name__}: {name} is {type(value).__name__} {shown}; it takes {takes}"
-    return None
+        if test is not None:
+            reason = "NUMBER_INVALID" if annotation.startswith("int") else "REQUEST_UNDECODABLE"
+            checks.append((parameter.name, test, takes, optional, reason))
+        else:
+            checks.append((parameter.name, lambda _: True, "", True, ""))
+    return checks
+
+
+def _argument_check(method: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:
+    """The check, before ``method`` runs, of each argument of a call whose annotation ``_TAKES``
+    knows: one of another type (None where None is not taken, a bool for an int, a text for a
+    list) is an ``ArgumentTypeError`` naming the method, the argument, what it is and what it
+    takes, with the Node client's reason: NUMBER_INVALID for an integer's, REQUEST_UNDECODABLE
+    for any other. Protobuf took None as the field's default (a memory id of None read memory 0)
+    and True as 1, and a text for a list of texts as its characters."""
+    checks = _check_of(method)
+    by_name = {check[0]: check for check in checks}
+    shown_name = method.__qualname__.split(".")[0] if method.__name__ == "__init__" else method.__name__
+
+    def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        for (name, test, takes, optional, reason), value in zip(checks, args[1:], strict=False):
+            if not ((optional and value is None) or test(value)):
+                _refuse(shown_name, name, value, takes, reason)
+        for name, value in kwargs.items():
+            found = by_name.get(name)
+            if found is not None and not ((found[3] and value is None) or found[1](value)):
+                _refuse(shown_name, name, value, found[2], found[4])
+
+    return check
+
+
+def _refuse(method: str, name: str, value: object, takes: str, reason: str) -> None:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    message = f"{method}: {name} is {type(value).__name__} {shown}; it takes {takes}"
+    raise ArgumentTypeError(grpc.StatusCode.INVALID_ARGUMENT, reason, message, {})
 
 
 def refused(reason: str, message: str) -> RequestInvalidError:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from mnemosyne.cli.server_process import _free_port as free_port
-from mnemosyne.client import MemoryClient, MemoryHost
+from mnemosyne.client import ArgumentTypeError, MemoryClient, MemoryHost
 from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError, UnavailableError
 from tests.support import ServerProcess, module_server
 
@@ -28,9 +28,9 @@ _NOT_CALLED = {"close", "call", "ask", "run", "consistency_token", "import_tenan
 _SURROGATE = "x\ud800"
 # ... and a value of the wrong type, which protobuf refuses naming no argument.
 _HOSTILE: dict[str, list[Any]] = {
-    "str": [_SURROGATE, 5],
-    "int": [2**64, -(2**64), "1", 1.5],
-    "float": [math.nan, math.inf, -math.inf, 1e300, "soon"],
+    "str": [_SURROGATE, 5, None, b"acme"],
+    "int": [2**64, -(2**64), "1", 1.5, None, True],
+    "float": [math.nan, math.inf, -math.inf, 1e300, "soon", True],
 }
 _PLAIN: dict[str, Any] = {"str": "acme", "int": 1, "float": 1.0}
 
@@ -70,6 +70,8 @@ def _cases() -> Iterator[tuple[str, dict[str, Any], str, Any]]:
             for parameter in parameters:
                 kind = _kind(parameter)
                 for value in _HOSTILE.get(kind or "", []):
+                    if value is None and str(parameter.annotation).endswith(" | None"):
+                        continue  # None is that argument's "not given"
                     yield name, plain, parameter.name, value
 
 
@@ -104,8 +106,6 @@ def test_every_spoilt_argument_ends_in_a_typed_error(server: ServerProcess) -> N
         # own answer to it; a consistency token a status call does not use.
         and not (case[2] in {"nan", "inf", "-inf", "1e+300"} and "DEADLINE_EXCEEDED" not in outcome)
         and not (case[0] == "hot_path" and case[1] == "consistency_token" and outcome == "answered")
-        # A generation sent as a header's text: "1" is the server's to judge (and it does).
-        and not (case[1] == "observed_generation" and case[2] == "'1'")
     }
     assert not wrong, wrong
 
@@ -145,10 +145,75 @@ def test_the_refusals_name_their_reason_and_are_value_errors(server: ServerProce
         # MemoryHost's too, and a tenant that is no text when it is made.
         with pytest.raises(RequestInvalidError, match=r"assemble_context: workspace is int 5; it takes a text"):
             MemoryHost(client, tenant).assemble_context(object, 5)  # type: ignore[arg-type]  # the wrong type is the case
-        with pytest.raises(TypeError, match=r"MemoryHost: tenant is a text \(str\), not int"):
+        with pytest.raises(TypeError, match=r"MemoryHost: tenant is int 5; it takes a text \(str\)$"):
             MemoryHost(client, 5)  # type: ignore[arg-type]  # the wrong type is the case
         # Nothing was sent: the tenant was never made.
         assert tenant not in client.list_tenants().tenants
+
+
+# (call, the refusal's message): checked before the method runs, so no server is needed. Before,
+# None went as the field's default (memory 0), a text generation as the header's text, True as 1,
+# a text for a list as its characters, and a text for the session's tenants failed deep inside.
+def _wrong(value: object) -> Any:
+    """``value`` as the type checker lets through: the wrong type is the case."""
+    return value
+
+
+_MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
+    (
+        lambda c: c.get_memory("acme", _wrong(None)),
+        "get_memory: memory_id is NoneType None; it takes a whole number (int)",
+    ),
+    (
+        lambda c: c.update_global("acme", "x", _wrong("1")),
+        "update_global: observed_generation is str '1'; it takes a whole number (int)",
+    ),
+    (lambda c: c.recall("acme", "tea", k=_wrong(True)), "recall: k is bool True; it takes a whole number (int)"),
+    (lambda c: c.recall("acme", "tea", scopes="global"), "recall: scopes is str 'global'; it takes a list of texts"),
+    (lambda c: c.retain("acme", _wrong(None)), "retain: text is NoneType None; it takes a text (str)"),
+    (lambda c: c.retain("acme", "tea", fast=_wrong(1)), "retain: fast is int 1; it takes True or False"),
+    (
+        lambda c: c.retain("acme", "tea", thread=_wrong(("s", 1))),
+        "retain: thread is tuple ('s', 1); it takes a ThreadRef",
+    ),
+    (
+        lambda c: c.retain_batch("acme", "tea"),
+        "retain_batch: items is str 'tea'; it takes a list of texts or RetainItem",
+    ),
+    (
+        lambda c: c.create_webhook("acme", "https://x", "memory.created"),
+        "create_webhook: kinds is str 'memory.created'; it takes a list of texts",
+    ),
+    (
+        lambda c: c.set_expiry_policy("acme", _wrong({})),
+        "set_expiry_policy: policy is dict {}; it takes an ExpiryPolicy",
+    ),
+    (
+        lambda c: next(iter(c.watch_events("acme", _wrong(None)))),
+        "watch_events: after_event_id is NoneType None; it takes a whole number (int)",
+    ),
+    (
+        lambda c: MemoryClient("x", session_tenants=_wrong("x")),
+        "MemoryClient: session_tenants is str 'x'; it takes a whole number (int)",
+    ),
+    (
+        lambda c: MemoryClient("x", retries=_wrong(True)),
+        "MemoryClient: retries is bool True; it takes a whole number (int)",
+    ),
+    (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("attempt", "message"), _MISTYPED, ids=[m.split(":")[0] + m.split(" is ")[0][-12:] for _, m in _MISTYPED]
+)
+def test_an_argument_of_another_type_is_refused_before_the_method_runs(
+    attempt: Callable[[MemoryClient], object], message: str
+) -> None:
+    with MemoryClient(f"127.0.0.1:{free_port()}", retries=0, timeout=1) as client:
+        with pytest.raises(ArgumentTypeError) as refused:
+            attempt(client)
+    assert refused.value.message == message
 
 
 def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_five_seconds(
