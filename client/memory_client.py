@@ -175,6 +175,10 @@ class MemoryClient:
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1:
             raise ValueError(f"max_request_bytes is a whole number of bytes from 1, not {max_request_bytes!r}")
         self.max_request_bytes = max_request_bytes
+        if retries < 0:  # else no call was ever tried
+            raise refused("NUMBER_INVALID", f"MemoryClient: retries is {retries}; it takes 0 or more")
+        if session_tenants < 1:
+            raise refused("NUMBER_INVALID", f"MemoryClient: session_tenants is {session_tenants}; it takes 1 or more")
         if token and token_problem(token):
             raise ValueError(token_problem(token))  # else every call fails INTERNAL ("Invalid metadata")
         self.target = target

@@ -202,6 +202,11 @@ _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
     ),
     (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
 ]
+# Whole numbers out of a client-side argument's range (retries -1 tried no call: AssertionError).
+_OUT_OF_RANGE: list[tuple[Callable[[], object], str]] = [
+    (lambda: MemoryClient("x", retries=-1), "MemoryClient: retries is -1; it takes 0 or more"),
+    (lambda: MemoryClient("x", session_tenants=0), "MemoryClient: session_tenants is 0; it takes 1 or more"),
+]
 
 
 @pytest.mark.parametrize(
@@ -214,6 +219,13 @@ def test_an_argument_of_another_type_is_refused_before_the_method_runs(
         with pytest.raises(ArgumentTypeError) as refused:
             attempt(client)
     assert refused.value.message == message
+
+
+def test_a_client_argument_out_of_its_range_is_refused() -> None:
+    for attempt, message in _OUT_OF_RANGE:
+        with pytest.raises(RequestInvalidError) as refused:
+            attempt()
+        assert (refused.value.reason, refused.value.message) == ("NUMBER_INVALID", message)
 
 
 def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_five_seconds(
