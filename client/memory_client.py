@@ -72,6 +72,8 @@ T = TypeVar("T")
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # The longest wait a server's RetryInfo may impose before a call is repeated.
 MAX_RETRY_DELAY_SECONDS = 5.0
+# The most retries a client takes (its ``retries``): more only keeps a caller waiting on a server that is gone.
+MAX_RETRIES = 100
 # Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
 # server whose limits were raised.
 # gRPC waits between attempts to connect to a server that is down, 1 s at first, 1.6 times longer
@@ -125,7 +127,8 @@ class MemoryClient:
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
     server; ``timeout`` the per-call deadline in seconds; ``retries`` how many times a call that
     is safe to repeat is tried again after UNAVAILABLE, or after a refusal for a server limit that
-    names a retry delay; ``options`` gRPC channel options, added to the client's own. ``members``:
+    names a retry delay (0 to ``MAX_RETRIES``, 100: a call to a server that is gone then gives up
+    after at most 100 waits of at most 5 s, not days later); ``options`` gRPC channel options, added to the client's own. ``members``:
     on a deployment of many members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the
     servers take ``--members``, or a mapping; a list that cannot be used raises
     ``MemberListError``, a ValueError): each call then goes straight to the member owning its
@@ -175,8 +178,8 @@ class MemoryClient:
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1:
             raise ValueError(f"max_request_bytes is a whole number of bytes from 1, not {max_request_bytes!r}")
         self.max_request_bytes = max_request_bytes
-        if retries < 0:  # else no call was ever tried
-            raise refused("NUMBER_INVALID", f"MemoryClient: retries is {retries}; it takes 0 or more")
+        if not 0 <= retries <= MAX_RETRIES:  # below, no call was ever tried; above, one tried for days
+            raise refused("NUMBER_INVALID", f"MemoryClient: retries is {retries}; it takes 0 to {MAX_RETRIES}")
         if session_tenants < 1:
             raise refused("NUMBER_INVALID", f"MemoryClient: session_tenants is {session_tenants}; it takes 1 or more")
         if token and token_problem(token):

@@ -202,9 +202,12 @@ _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
     ),
     (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
 ]
-# Whole numbers out of a client-side argument's range (retries -1 tried no call: AssertionError).
+# Whole numbers out of a client-side argument's range (retries -1 tried no call: AssertionError;
+# retries 10**9 tried a server that is gone for years).
 _OUT_OF_RANGE: list[tuple[Callable[[], object], str]] = [
-    (lambda: MemoryClient("x", retries=-1), "MemoryClient: retries is -1; it takes 0 or more"),
+    (lambda: MemoryClient("x", retries=-1), "MemoryClient: retries is -1; it takes 0 to 100"),
+    (lambda: MemoryClient("x", retries=101), "MemoryClient: retries is 101; it takes 0 to 100"),
+    (lambda: MemoryClient("x", retries=10**9), "MemoryClient: retries is 1000000000; it takes 0 to 100"),
     (lambda: MemoryClient("x", session_tenants=0), "MemoryClient: session_tenants is 0; it takes 1 or more"),
 ]
 
