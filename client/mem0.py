@@ -129,7 +129,15 @@ def session_consistency(client: C, *, tenants: int = MAX_TENANTS) -> C:
 
     ``client``: mem0's ``MemoryClient`` or ``AsyncMemoryClient``, or the ``httpx.Client`` /
     ``httpx.AsyncClient`` given to one (``MemoryClient(..., client=session_consistency(http))``).
+    ``tenants``: how many tenants' tokens are kept (a whole number from 1; else TypeError or
+    ValueError here, not a TypeError inside the client's first write, or no token ever kept).
     """
+    if isinstance(tenants, bool) or not isinstance(tenants, int):
+        raise TypeError(
+            f"session_consistency: tenants is {type(tenants).__name__} {tenants!r:.40}; it takes a whole number (int)"
+        )
+    if tenants < 1:
+        raise ValueError(f"session_consistency: tenants is {tenants}; it takes 1 or more")
     http = client if hasattr(client, "event_hooks") else getattr(client, "async_client", None) or client.client  # type: ignore[attr-defined]  # mem0's MemoryClient keeps its httpx client as .client
     tokens = SessionTokens(tenants)
     hooks: dict[str, list[Callable[..., Any]]] = http.event_hooks

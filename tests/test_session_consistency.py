@@ -44,6 +44,7 @@ from mnemosyne.client import (
     TokenForeignError,
     TokenInvalidError,
 )
+from mnemosyne.client import mem0 as mem0_helper
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
 from mnemosyne.transport.consistency import LEVEL_KEY
@@ -520,3 +521,23 @@ def test_session_tokens_keep_the_newest_per_tenant_within_their_bounds() -> None
     assert tokens.newest("c") == "c1"
     tokens.refused("c", ("c1",), "TIMELINE_CHANGED")
     assert tokens.newest("c") is None
+
+
+@pytest.mark.parametrize(
+    ("tenants", "error", "message"),
+    [
+        ("x", TypeError, "session_consistency: tenants is str 'x'; it takes a whole number (int)"),
+        (["acme"], TypeError, "session_consistency: tenants is list ['acme']; it takes a whole number (int)"),
+        (True, TypeError, "session_consistency: tenants is bool True; it takes a whole number (int)"),
+        (0, ValueError, "session_consistency: tenants is 0; it takes 1 or more"),
+    ],
+)
+def test_the_mem0_helper_refuses_a_tenant_count_that_is_none(
+    tenants: Any, error: type[Exception], message: str
+) -> None:
+    """Before, a text failed in the client's first write (a TypeError inside httpx's hook) and 0
+    kept no token at all, without a word."""
+    with httpx2.Client() as http, pytest.raises(error) as refused:
+        mem0_helper.session_consistency(http, tenants=tenants)
+    assert str(refused.value) == message
+    assert http.event_hooks == {"request": [], "response": []}  # nothing was plugged in
