@@ -67,9 +67,11 @@ function integer(value, type, field) {
   return WIDE.has(type) ? whole.toString(10) : Number(whole);
 }
 
-/** `value` when it is well-formed Unicode; refused REQUEST_UNDECODABLE when it holds a lone surrogate. */
+/**
+ * `value` when it is well-formed Unicode; refused REQUEST_UNDECODABLE when it holds a lone
+ * surrogate, or is no string (a number too: tenant 5 went as "5", what the caller may not have meant).
+ */
 function text(value, field) {
-  if (typeof value === 'number' || typeof value === 'bigint') return String(value); // exact for a whole number
   if (typeof value !== 'string') throw shapeless(field, value, 'a text');
   if (value.isWellFormed()) return value;
   let at = 0;

@@ -40,8 +40,8 @@ const HOSTILE = {
   member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64)],
   token: ['a\nb', 'é', 'x\ud800', '\u0000'],
   // A value of another shape than its field's (a text, a list, an object of texts): protobufjs sent
-  // "[object Object]" as a text, or failed as a local INTERNAL.
-  shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x'],
+  // "[object Object]" as a text, or failed as a local INTERNAL; a number went as its text (5 as "5").
+  shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x', 5, 5n, 1.5],
   list: ['global', { 0: 'global' }, 5],
   map: ['a=b', ['a'], 5],
 };
