@@ -13,7 +13,10 @@ None for a text, a text for a list or a mapping of texts) is refused before the 
 ``ArgumentTypeError`` (a ``RequestInvalidError`` and a ``TypeError`` too) naming the method, the
 argument, what it is and what it takes, with the Node client's reason for it: NUMBER_INVALID for an
 integer's, REQUEST_UNDECODABLE for another's. What each argument takes is read from the method's
-annotations, once, when the class is wrapped; ``__init__`` is checked too. Protobuf failed on some
+annotations, once, when the class is wrapped; ``__init__`` is checked too. So are the fields of
+the value types a caller builds and passes in (``RetainItem``, ``ThreadRef``, ``RecordChange``,
+``Message``, ``ExpiryPolicy``, ``TenantBackup``), read from their annotations in types.py: a field
+of another type is an ``ArgumentTypeError`` naming the type and the field. Protobuf failed on some
 such values naming no argument, and took others as something the caller did not give (None as the
 field's default, True as 1, a text for a list as its characters).
 """
@@ -21,10 +24,11 @@ field's default, True as 1, a text for a list as its characters).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -129,6 +133,13 @@ def _is_mapping(value: object) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
+def _is_texts(value: object) -> bool:
+    """Whether ``value`` is a mapping of texts to texts."""
+    return _is_mapping(value) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in cast(Mapping[Any, Any], value).items()
+    )
+
+
 def _list_of(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
     """A test of a list (not a text, a mapping or a set) whose every item passes ``test``."""
     return lambda v: _is_list(v) and all(test(x) for x in v)
@@ -140,23 +151,24 @@ _TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "int": (_is_int, "a whole number (int)"),
     "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number (float)"),
     "bool": (lambda v: isinstance(v, bool), "True or False"),
-    "Mapping[str, str]": (
-        lambda v: _is_mapping(v) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
-        "a mapping of texts to texts (dict[str, str])",
-    ),
+    "Mapping[str, str]": (_is_texts, "a mapping of texts to texts (dict[str, str])"),
     "Sequence[str]": (_list_of(lambda x: isinstance(x, str)), "a list of texts"),
     "Sequence[int]": (_list_of(_is_int), "a list of whole numbers"),
-    "Sequence[types.RecordChange]": (
-        _list_of(lambda x: isinstance(x, types.RecordChange)),
-        "a list of RecordChange",
-    ),
+    "Sequence[types.RecordChange]": (_list_of(lambda x: _value(types.RecordChange, x)), "a list of RecordChange"),
     "Sequence[types.RetainItem | str]": (
-        _list_of(lambda x: isinstance(x, types.RetainItem | str)),
+        _list_of(lambda x: isinstance(x, str) or _value(types.RetainItem, x)),
         "a list of texts or RetainItem",
     ),
     "Sequence[types.Message | Mapping[str, str] | tuple[str, str]]": (
-        _list_of(lambda x: isinstance(x, types.Message | tuple) or _is_mapping(x)),
-        "a list of Message, {role, content} mappings or (role, content) pairs",
+        _list_of(
+            lambda x: (
+                _is_texts(x)
+                if _is_mapping(x)
+                else (isinstance(x, tuple) and len(x) == 2 and all(isinstance(t, str) for t in x))
+                or _value(types.Message, x)
+            )
+        ),
+        "a list of Message, {role, content} mappings of texts or (role, content) pairs of texts",
     ),
     "Mapping[str, tuple[int, int]]": (
         lambda v: (
@@ -168,9 +180,12 @@ _TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
         ),
         "a mapping of tenants to (change counter, inbox sequence) pairs",
     ),
-    "types.ThreadRef": (lambda v: isinstance(v, types.ThreadRef), "a ThreadRef"),
-    "types.ExpiryPolicy": (lambda v: isinstance(v, types.ExpiryPolicy), "an ExpiryPolicy"),
-    "types.TenantBackup": (lambda v: isinstance(v, types.TenantBackup), "a TenantBackup (export_tenant's manifest)"),
+    "types.ThreadRef": (lambda v: _value(types.ThreadRef, v), "a ThreadRef"),
+    "types.ExpiryPolicy": (lambda v: _value(types.ExpiryPolicy, v), "an ExpiryPolicy"),
+    "types.TenantBackup": (
+        lambda v: _value(types.TenantBackup, v),
+        "a TenantBackup (export_tenant's manifest)",
+    ),
     "Iterable[types.BackupChunk]": (
         lambda v: isinstance(v, Iterable) and not isinstance(v, str | bytes | Mapping),
         "an iterable of BackupChunk",
@@ -186,20 +201,54 @@ _TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _check_of(method: Callable[..., Any]) -> list[tuple[str, Callable[[Any], bool], str, bool, str]]:
-    """(name, test, what it takes, None allowed, reason) of each parameter of ``method`` whose
-    annotation ``_TAKES`` knows, in order, ``self`` left out."""
-    checks = []
-    for parameter in list(inspect.signature(method).parameters.values())[1:]:
-        annotation = str(parameter.annotation)
-        optional = annotation.endswith(" | None")
-        test, takes = _TAKES.get(annotation.removesuffix(" | None"), (None, ""))
-        if test is not None:
-            reason = "NUMBER_INVALID" if annotation.startswith("int") else "REQUEST_UNDECODABLE"
-            checks.append((parameter.name, test, takes, optional, reason))
-        else:
-            checks.append((parameter.name, lambda _: True, "", True, ""))
-    return checks
+# The fields of the value types a caller builds and passes in (types.py), as annotated there.
+_TAKES.update(
+    {
+        "dict[str, str]": _TAKES["Mapping[str, str]"],
+        "dict[str, int]": (
+            lambda v: _is_mapping(v) and all(isinstance(k, str) and _is_int(x) for k, x in v.items()),
+            "a mapping of texts to whole numbers (dict[str, int])",
+        ),
+        "ThreadRef": _TAKES["types.ThreadRef"],
+        "list[BackupFile]": (_list_of(lambda x: _value(types.BackupFile, x)), "a list of BackupFile"),
+    }
+)
+
+_Check = tuple[str, Callable[[Any], bool], str, bool, str]
+
+
+def _check_for(name: str, annotation: str) -> _Check:
+    """(name, test, what it takes, None allowed, reason) of a parameter or field so annotated."""
+    optional = annotation.endswith(" | None")
+    test, takes = _TAKES.get(annotation.removesuffix(" | None"), (None, ""))
+    if test is None:
+        return (name, lambda _: True, "", True, "")
+    return (name, test, takes, optional, "NUMBER_INVALID" if annotation.startswith("int") else "REQUEST_UNDECODABLE")
+
+
+def _check_of(method: Callable[..., Any]) -> list[_Check]:
+    """The check of each parameter of ``method``, in order, ``self`` left out."""
+    parameters = list(inspect.signature(method).parameters.values())[1:]
+    return [_check_for(parameter.name, str(parameter.annotation)) for parameter in parameters]
+
+
+@functools.cache
+def _field_checks(cls: type) -> list[_Check]:
+    """The check of each field of ``cls`` (a dataclass), read once."""
+    return [_check_for(f.name, str(f.type)) for f in dataclasses.fields(cls)]
+
+
+def _value(cls: type, value: object) -> bool:
+    """Whether ``value`` is a ``cls`` (a value type of types.py); one whose field holds another type
+    (``ThreadRef(id=5)``, ``RecordChange(key=None)``) is an ``ArgumentTypeError`` naming the type
+    and the field: protobuf took None as the field's default, True as 1, or failed naming no field."""
+    if not isinstance(value, cls):
+        return False
+    for name, test, takes, optional, reason in _field_checks(cls):
+        held = getattr(value, name)
+        if not ((optional and held is None) or test(held)):
+            _refuse(cls.__name__, name, held, takes, reason)
+    return True
 
 
 def _argument_check(method: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:

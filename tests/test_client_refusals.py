@@ -13,12 +13,24 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from mnemosyne.cli.server_process import _free_port as free_port
-from mnemosyne.client import ArgumentTypeError, MemoryClient, MemoryHost
+from mnemosyne.client import (
+    ArgumentTypeError,
+    BackupFile,
+    ExpiryPolicy,
+    MemoryClient,
+    MemoryHost,
+    Message,
+    RecordChange,
+    RetainItem,
+    TenantBackup,
+    ThreadRef,
+)
 from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError, UnavailableError
 from tests.support import ServerProcess, module_server
 
@@ -159,6 +171,7 @@ def _wrong(value: object) -> Any:
     return value
 
 
+_MANIFEST = TenantBackup("acme", 1, 0, "", 0, 0, 0, {}, [])
 _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
     (
         lambda c: c.get_memory("acme", _wrong(None)),
@@ -201,6 +214,47 @@ _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
         "MemoryClient: retries is bool True; it takes a whole number (int)",
     ),
     (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
+    # A field of a value type the caller built: protobuf took None as "" and failed on 5 naming no field.
+    (
+        lambda c: c.retain("acme", "tea", thread=ThreadRef(id=_wrong(5))),
+        "ThreadRef: id is int 5; it takes a text (str)",
+    ),
+    (
+        lambda c: c.retain_batch("acme", ["tea", RetainItem(text=_wrong(None))]),
+        "RetainItem: text is NoneType None; it takes a text (str)",
+    ),
+    (
+        lambda c: c.retain_batch("acme", [RetainItem("tea", thread=ThreadRef("s", _wrong(1.5)))]),
+        "ThreadRef: position is float 1.5; it takes a whole number (int)",
+    ),
+    (
+        lambda c: c.retain_batch("acme", [RetainItem("tea", metadata={"n": _wrong(5)})]),
+        "RetainItem: metadata is dict {'n': 5}; it takes a mapping of texts to texts (dict[str, str])",
+    ),
+    (
+        lambda c: c.edit_records("acme", "global", [RecordChange("put", key=_wrong(None))], 0),
+        "RecordChange: key is NoneType None; it takes a text (str)",
+    ),
+    (
+        lambda c: c.retain_conversation("acme", [Message("user", _wrong(b"hi"))]),
+        "Message: content is bytes b'hi'; it takes a text (str)",
+    ),
+    (
+        lambda c: c.set_expiry_policy("acme", ExpiryPolicy(update_extends=_wrong("yes"))),
+        "ExpiryPolicy: update_extends is str 'yes'; it takes True or False",
+    ),
+    (
+        lambda c: c.set_expiry_policy("acme", ExpiryPolicy(grace_seconds=_wrong(None))),
+        "ExpiryPolicy: grace_seconds is NoneType None; it takes a whole number (int)",
+    ),
+    (
+        lambda c: c.import_tenant(replace(_MANIFEST, head_hash=_wrong(None)), []),
+        "TenantBackup: head_hash is NoneType None; it takes a text (str)",
+    ),
+    (
+        lambda c: c.import_tenant(replace(_MANIFEST, files=[BackupFile("database", _wrong("1"), "00")]), []),
+        "BackupFile: size is str '1'; it takes a whole number (int)",
+    ),
 ]
 # Whole numbers out of a client-side argument's range (retries -1 tried no call: AssertionError;
 # retries 10**9 tried a server that is gone for years).
