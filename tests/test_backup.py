@@ -106,7 +106,8 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
 
     restored = tmp_path / "restored"
     backed_up = sorted(p.relative_to(directory) for p in directory.rglob("*"))
-    result = _cli("restore", "--from", str(directory), "--data-dir", str(restored))
+    # MNEMOSYNE_TARGET in the environment is harmless to it (an explicit --target is refused).
+    result = _cli("restore", "--from", str(directory), "--data-dir", str(restored), env={"MNEMOSYNE_TARGET": "h:1"})
     assert result.returncode == 0, result.stderr
     # Its checks read the copies as they are: no -wal or -shm made beside them (on a read-only
     # mount, making them failed the restore with a traceback).

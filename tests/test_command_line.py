@@ -204,7 +204,14 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         (["members", "--count", "100000"], "--count: give 1 to 64 members"),
         (["members", "--count", "65"], "--count: give 1 to 64 members"),
         (["restore", "--from", "somewhere"], "restore --from DIR: give --data-dir"),
-        (["restore", "--from-replica", "s3://b/p"], "restore --from-replica without --data-dir restores one --tenant"),
+        (
+            ["restore", "--from-replica", "s3://b/p"],
+            "restore --from-replica without --data-dir restores one --tenant",
+        ),
+        # An explicit --target that a restore into a data directory would ignore (it talked to no server).
+        (["restore", "--from", "b", "--data-dir", "d", "--target", "h:1"], "restore --from DIR writes a backup's"),
+        (["restore", "--from", "b", "--target", "h:1"], "and talks to no server: drop --target"),
+        (["restore", "--from-replica", "s3://b/p", "--data-dir", "d", "--target", "h:1"], "drop --target"),
         # A replica URL is refused by its parts before object storage is asked (each was a
         # traceback, a REPLICA_UNREACHABLE that no retry ends, or a prefix climbing out of its own).
         *(

@@ -37,7 +37,6 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
     if target:
         group.add_argument(
             "--target",
-            default=_env("TARGET", DEFAULT_TARGET),
             help=f"HOST:PORT of the server (MNEMOSYNE_TARGET; default {DEFAULT_TARGET})",
         )
     group.add_argument("--token-file", help=f"a file holding {token} (default: MNEMOSYNE_TOKEN)")
@@ -62,6 +61,14 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
         help="name to check the server certificate against (default: the target's host; "
         "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",
     )
+
+
+def target_of(args: argparse.Namespace) -> str:
+    """The server a client command connects to: --target, else MNEMOSYNE_TARGET, else the
+    default. Read here, not as the flag's default, so that a command can tell a --target given
+    on its command line (``args.target`` not None) from the environment's."""
+    given: str | None = args.target
+    return given if given is not None else os.environ.get("MNEMOSYNE_TARGET", DEFAULT_TARGET)
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -102,7 +109,7 @@ def client_of(args: argparse.Namespace, **options: Any) -> MemoryClient:
     """The client of a command's connection flags, to its --target (``options``: MemoryClient's
     other keywords), made once the command line is checked (``check_named``)."""
     check_named(args)
-    return MemoryClient(args.target, **_client_settings(args), **options)
+    return MemoryClient(target_of(args), **_client_settings(args), **options)
 
 
 def check_named(args: argparse.Namespace) -> None:
@@ -110,7 +117,7 @@ def check_named(args: argparse.Namespace) -> None:
     channel is made: a wrong one is refused in one line (InvalidArgument, exit 2), not by gRPC's
     resolver (its C++ log lines first, then UNKNOWN) nor by the server on each call (``mcp`` would
     start and then fail every tool call)."""
-    check_target(args.target)
+    check_target(target_of(args))
     named = getattr(args, "tenant", None)  # a name, a list (backup, restore), or None (import's default)
     for tenant in named if isinstance(named, list) else [named]:
         if tenant is not None:
@@ -139,7 +146,7 @@ def _health(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            print(f"unhealthy: {from_rpc_error(exc, args.target)}", file=sys.stderr)
+            print(f"unhealthy: {from_rpc_error(exc, client.target)}", file=sys.stderr)
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     print(status)
@@ -168,7 +175,7 @@ def _backup(args: argparse.Namespace) -> int:
     with client_of(args) as client, Progress("backup", unit="tenant") as progress:
         summary = write_backup(client, Path(args.to), tenants=args.tenant, progress=progress)
     print(
-        f"backup of {args.target} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
+        f"backup of {target_of(args)} in {args.to}: {summary.copied} tenants copied, {summary.unchanged} unchanged, "
         f"{summary.skipped} skipped, {summary.bytes} bytes received"
     )
     return 1 if summary.skipped else 0
@@ -193,7 +200,7 @@ def _import(args: argparse.Namespace) -> int:
             client, Path(args.from_file), tenant=args.tenant or "", replace=args.replace, progress=progress
         )
     done = "replaced" if result.replaced else "imported"
-    print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {args.target}")
+    print(f"{done} {result.tenant} ({result.memories} memories, head {result.head_hash[:12]}…) on {target_of(args)}")
     return 0
 
 

@@ -65,10 +65,29 @@ def _oplog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_target_of_an_offline_restore(args: argparse.Namespace) -> None:
+    """A restore into --data-dir talks to no server: a --target given with it would be ignored,
+    so it is refused (MNEMOSYNE_TARGET in the environment stays harmless)."""
+    if args.target is None:
+        return
+    if args.from_replica is None:
+        does = "restore --from DIR writes a backup's tenants into --data-dir (its server stopped)"
+    elif args.data_dir:
+        does = "restore --from-replica URL --data-dir DIR writes the tenants into that directory"
+    else:
+        return  # the online restore of one tenant, on the server at --target
+    raise InvalidArgument(
+        f"{does} and talks to no server: drop --target (only --from-replica without --data-dir restores "
+        "one --tenant on the server at --target)",
+        reason="CONFIG_INVALID",
+    )
+
+
 def _restore(args: argparse.Namespace) -> int:
     from mnemosyne.cli.backup import restore
     from mnemosyne.cli.progress import Progress
 
+    _refuse_target_of_an_offline_restore(args)
     if args.from_replica is not None:  # an empty one is refused by its parse, not taken for --from
         return _restore_from_replica(args)
     if args.timestamp or not args.data_dir:
@@ -109,7 +128,7 @@ def _restore_from_replica(args: argparse.Namespace) -> int:
     with client_of(args) as client:
         result = restore_online(client, args.from_replica, args.tenant[0], timestamp=args.timestamp)
     when = f" as of {args.timestamp}" if args.timestamp else ""
-    print(f"restored {result.tenant}{when} ({result.memories} memories) on {args.target}")
+    print(f"restored {result.tenant}{when} ({result.memories} memories) on {client.target}")
     return 0
 
 
