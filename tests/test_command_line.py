@@ -22,6 +22,8 @@ import pytest
 
 from mnemosyne import MemoryClient, __version__
 from mnemosyne.client.errors import MnemosyneClientError, UnavailableError
+from mnemosyne.errors import InvalidArgument
+from mnemosyne.replication.url import ReplicaUrl
 from tests.support import SERVE, serve_args
 
 DISTRIBUTION = "mnemosyne-memory-service"
@@ -186,7 +188,7 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         d / "data",
     ),
     "a replica URL whose endpoint cannot be read": lambda d: (
-        ["--data-dir", str(d / "data"), "--replica-url", "s3://b/p?endpoint=http://[::1"],
+        ["--data-dir", str(d / "data"), "--replica-url", "s3://bkt/p?endpoint=http://[::1"],
         ["its endpoint 'http://[::1' cannot be read", "[CONFIG_INVALID]"],
         d / "data",
     ),
@@ -205,32 +207,33 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         (["members", "--count", "65"], "--count: give 1 to 64 members"),
         (["restore", "--from", "somewhere"], "restore --from DIR: give --data-dir"),
         (
-            ["restore", "--from-replica", "s3://b/p"],
+            ["restore", "--from-replica", "s3://bkt/p"],
             "restore --from-replica without --data-dir restores one --tenant",
         ),
         # An explicit --target that a restore into a data directory would ignore (it talked to no server).
         (["restore", "--from", "b", "--data-dir", "d", "--target", "h:1"], "restore --from DIR writes a backup's"),
         (["restore", "--from", "b", "--target", "h:1"], "and talks to no server: drop --target"),
-        (["restore", "--from-replica", "s3://b/p", "--data-dir", "d", "--target", "h:1"], "drop --target"),
+        (["restore", "--from-replica", "s3://bkt/p", "--data-dir", "d", "--target", "h:1"], "drop --target"),
         # A replica URL is refused by its parts before object storage is asked (each was a
         # traceback, a REPLICA_UNREACHABLE that no retry ends, or a prefix climbing out of its own).
         *(
             (["restore", "--from-replica", url, "--tenant", "t", "--target", "127.0.0.1:1"], words)
             for url, words in (
                 ("", "replicas go to S3-compatible object storage"),
-                ("s3://b/p?endpoint=http://[::1", "its endpoint 'http://[::1' cannot be read"),
-                ("s3://b/p?endpoint=http://h:99999", "cannot be read (Port out of range"),
-                ("s3://b/p?endpoint=ftp://h", "is not http(s)://HOST[:PORT]"),
-                ("s3://b/p?region=../x", "region '../x' (its region= or AWS_REGION) is not a region name"),
+                ("s3://bkt/p?endpoint=http://[::1", "its endpoint 'http://[::1' cannot be read"),
+                ("s3://bkt/p?endpoint=http://h:99999", "cannot be read (Port out of range"),
+                ("s3://bkt/p?endpoint=ftp://h", "is not http(s)://HOST[:PORT]"),
+                ("s3://bkt/p?region=../x", "region '../x' (its region= or AWS_REGION) is not a region name"),
                 (
-                    "s3://b/p?endpont=http://h:9000",
+                    "s3://bkt/p?endpont=http://h:9000",
                     "Litestream reads no query key 'endpont'; the keys it reads: endpoint,",
                 ),
                 ("s3://no!such/p", "bucket 'no!such' is not a bucket name"),
-                ("s3://b/../../other", "none of them '.' or '..'"),
-                ("s3://b/a//b", "none of them '.' or '..'"),
-                ("s3://b/mem\nber", "holds a control character"),
-                (f"s3://b/{'p' * 600}", "its prefix is more than 512 bytes"),
+                ("s3://../p", "bucket '..' is not a bucket name (3-63 of a-z, 0-9"),  # S3's naming rules
+                ("s3://bkt/../../other", "none of them '.' or '..'"),
+                ("s3://bkt/a//b", "none of them '.' or '..'"),
+                ("s3://bkt/mem\nber", "holds a control character"),
+                (f"s3://bkt/{'p' * 600}", "its prefix is more than 512 bytes"),
             )
         ),
     ],
@@ -241,12 +244,22 @@ def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, c
     assert line.startswith("mnemosyne: ") and words in line and line.endswith("[CONFIG_INVALID]"), line
 
 
+def test_a_replica_url_s_bucket_is_named_by_s3_s_rules() -> None:
+    """S3's general purpose bucket naming rules (the Helm chart's schema holds them too): each
+    refused name was taken (boto3's 1-255 of a-zA-Z0-9.-_), to fail at the server or name a path."""
+    for bucket in ("..", "b", "ab", "a..b", "-ab", "ab-", ".ab", "Upper", "un_der", "192.168.5.4", "b" * 64):
+        with pytest.raises(InvalidArgument, match=r"is not a bucket name \(3-63 of a-z, 0-9"):
+            ReplicaUrl.parse(f"s3://{bucket}/p")
+    for bucket in ("abc", "my-bucket", "mnemosyne-replicas", "a.b.c", "t-0123456789abcdef", "b" * 63, "1.2.3"):
+        assert ReplicaUrl.parse(f"s3://{bucket}/p").bucket == bucket
+
+
 def test_a_restore_from_object_storage_without_keys_says_to_set_them_not_to_retry(tmp_path: Path) -> None:
     """No AWS keys in the environment: the bucket is never asked, so no retry ends it; the line
     names the variables to set (it said "retry once it answers")."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env |= {"HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}  # no ~/.aws, no instance keys
-    command = ["restore", "--from-replica", "s3://b/p?endpoint=http://127.0.0.1:1", "--tenant", "t"]
+    command = ["restore", "--from-replica", "s3://bkt/p?endpoint=http://127.0.0.1:1", "--tenant", "t"]
     result = subprocess.run(
         [sys.executable, "-m", "mnemosyne", *command, "--target", "127.0.0.1:1"],
         capture_output=True,

@@ -15,9 +15,15 @@ from mnemosyne.errors import InvalidArgument
 DATABASE_REPLICA = "db"
 INBOX_REPLICA = "inbox"
 GENERATION_DIGITS = 8
-# What S3 clients take (boto3's own rules, which Litestream's client shares): a bucket, a region,
-# a prefix's names; a prefix leaves room in an object key (1024 bytes) for a tenant's keys.
-_BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
+# A bucket name as S3 names one (its general purpose bucket naming rules, which the Helm chart's
+# schema holds too): boto3 took 1-255 of a-zA-Z0-9.-_, so ``..`` or ``Upper`` was taken, to fail at the server.
+_BUCKET = re.compile(r"(?!.*\.\.)[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_IPV4_LIKE = re.compile(r"\d+\.\d+\.\d+\.\d+")
+_BUCKET_NAME_RULE = (
+    "3-63 of a-z, 0-9, '.' and '-', beginning and ending with a letter or digit, no two '.' together, not an IP address"
+)
+# What S3 clients take (boto3's own rules, which Litestream's client shares): a region, a prefix's
+# names; a prefix leaves room in an object key (1024 bytes) for a tenant's keys.
 _REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SEGMENT = re.compile(r"(?!\.\.?\Z)[^/]+")
@@ -66,10 +72,8 @@ class ReplicaUrl:
             raise _invalid(url, f"it cannot be read ({exc})") from None
         if parts.scheme != "s3" or not parts.netloc:
             raise _invalid(url, "replicas go to S3-compatible object storage")
-        if not _BUCKET.fullmatch(parts.netloc):
-            raise _invalid(
-                url, f"bucket {parts.netloc[:80]!r} is not a bucket name (1-255 of a-z, A-Z, 0-9, '.', '-', '_')"
-            )
+        if not _BUCKET.fullmatch(parts.netloc) or _IPV4_LIKE.fullmatch(parts.netloc):
+            raise _invalid(url, f"bucket {parts.netloc[:80]!r} is not a bucket name ({_BUCKET_NAME_RULE})")
         prefix = parts.path.strip("/")
         if prefix and not all(_SEGMENT.fullmatch(segment) for segment in prefix.split("/")):
             raise _invalid(
