@@ -293,6 +293,13 @@ def test_a_members_mistake_is_one_line_before_any_member_starts_or_names_the_mem
         line = _last_line_only_error(_run(sys.executable, "-m", "mnemosyne", "members", "--count", "2", *flags))
         assert words in line and line.endswith("[CONFIG_INVALID]"), line
         assert not data_dir.exists(), flags
+    # A server's data directory (its lock file there) gets no member's directory or log file.
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / ".mnemosyne.lock").touch()
+    ports = ["--port", "0", "--http-port", "0", "--metrics-port", "0"]
+    line = _last_line_only_error(_run(sys.executable, "-m", "mnemosyne", "members", *ports, "--data-dir", str(served)))
+    assert line.endswith("[DATA_DIR_INSIDE_ANOTHER]") and sorted(served.iterdir()) == [served / ".mnemosyne.lock"]
     result = _run(sys.executable, "-m", "mnemosyne", "members", "--count", "2", "--port", str(taken_port), *off)
     line = _last_line_only_error(result)
     assert line.startswith("mnemosyne: member m0 did not start: ") and line.endswith("[LISTEN_FAILED]"), line

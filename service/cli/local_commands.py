@@ -190,10 +190,13 @@ def _check_port_ranges(args: argparse.Namespace) -> None:
 def _members(args: argparse.Namespace) -> int:
     """``mnemosyne serve`` for each of ``--count`` members on loopback, until SIGINT or SIGTERM."""
     from mnemosyne.cli.server_process import LocalMembers, ServerExited
+    from mnemosyne.store.data_dir import refuse_inside_another
 
     if not 1 <= args.count <= 64:
         raise InvalidArgument("--count: give 1 to 64 members", reason="CONFIG_INVALID")
     _check_port_ranges(args)
+    # Before any member's directory or log is made: a running server's data directory would get them.
+    refuse_inside_another(Path(args.data_dir) / "m0")
     flags = _checked_serve_flags(args.serve_flags)
     deployment = LocalMembers(
         Path(args.data_dir),
