@@ -213,6 +213,20 @@ def test_reembed_refuses_what_it_cannot_do_and_is_served_over_http(server_factor
     assert bad.status == 400 and bad.reason == "EMBEDDER_UNKNOWN", bad.body
 
 
+@pytest.mark.parametrize("given", ["0", "10001"])
+def test_reembed_s_chunk_size_is_held_to_the_server_s_range_as_it_is_parsed(
+    capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    """--chunk-size took 1 to 2**31-1, so 10001 reached the server and was refused there, which
+    said "give 1-10000, or 0 for 256" (0 being what the flag refuses): the flag names the range."""
+    from mnemosyne.cli.commands import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser("reembed").parse_args(["reembed", "--tenant", "acme", "--chunk-size", given])
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert exited.value.code == 2 and said.endswith(" from 1 to 10000"), said
+
+
 def test_a_vector_embedded_before_the_switch_and_kept_after_it_is_not_replayed_after_a_sigkill(
     server_factory, tmp_path
 ) -> None:

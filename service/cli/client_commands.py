@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemosyne.cli.flags import NUMBER, POSITIVE
+from mnemosyne.cli.flags import NUMBER, POSITIVE, number_flag
 from mnemosyne.cli.targets import check_target
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
-from mnemosyne.engine.limits import validate_tenant
+from mnemosyne.engine.limits import MAX_REEMBED_CHUNK, parse_integer, validate_tenant
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime.files import read_named_file
 from mnemosyne.store.membership import member_list_text
@@ -306,9 +306,9 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     reembed.add_argument(
         "--chunk-size",
-        type=POSITIVE,
+        type=number_flag(parse_integer, 1, MAX_REEMBED_CHUNK),
         default=256,
-        help="memories embedded per step, each one transaction (default 256)",
+        help=f"memories embedded per step, each one transaction (1-{MAX_REEMBED_CHUNK}; default 256)",
     )
     add_connection_flags(reembed, "an admin token")
     reembed.set_defaults(run=_reembed)

@@ -409,3 +409,8 @@ def within_budget(sizes: list[int], budget: int = RESPONSE_BUDGET_BYTES) -> int:
         if used > budget and count:
             return count
     return len(sizes)
+
+
+# Memories a re-embedding step embeds at most (each step one transaction): ``mnemosyne reembed``'s
+# --chunk-size is held to it as it is parsed, before any call.
+MAX_REEMBED_CHUNK = 10_000

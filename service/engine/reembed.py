@@ -30,6 +30,7 @@ import numpy as np
 
 from mnemosyne.engine.ann import on_vectors_changed
 from mnemosyne.engine.embedders import TenantEmbedders, make_embedder
+from mnemosyne.engine.limits import MAX_REEMBED_CHUNK
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import ReembedProgress
 from mnemosyne.errors import Conflict, InvalidArgument, NotFound
@@ -38,7 +39,6 @@ from mnemosyne.store.reembed_rows import REEMBED_META, text_crc
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn
 
 DEFAULT_CHUNK = 256
-MAX_CHUNK = 10_000
 
 
 class Reembedding:
@@ -49,9 +49,10 @@ class Reembedding:
     def step(self, tenant: str, embedder: str, *, chunk_size: int = 0) -> ReembedProgress:
         """One step of moving ``tenant`` to ``embedder`` (a configuration name): a chunk of
         ``chunk_size`` memories (0: DEFAULT_CHUNK), or the switch. Call again until ``finished``."""
-        if chunk_size < 0 or chunk_size > MAX_CHUNK:
+        if chunk_size < 0 or chunk_size > MAX_REEMBED_CHUNK:
             raise InvalidArgument(
-                f"chunk_size is {chunk_size}; give 1-{MAX_CHUNK}, or 0 for {DEFAULT_CHUNK}", reason="CHUNK_SIZE_INVALID"
+                f"chunk_size is {chunk_size}; give 1-{MAX_REEMBED_CHUNK}, or 0 for {DEFAULT_CHUNK}",
+                reason="CHUNK_SIZE_INVALID",
             )
         target = make_embedder(embedder or "")
         to = target.recorded
