@@ -205,6 +205,7 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
     [
         (["members", "--count", "100000"], "--count: give 1 to 64 members"),
         (["members", "--count", "65"], "--count: give 1 to 64 members"),
+        (["members", "--count", "0"], "--count: give 1 to 64 members"),  # it said "from 1 to 2147483647"
         (["restore", "--from", "somewhere"], "restore --from DIR: give --data-dir"),
         (
             ["restore", "--from-replica", "s3://bkt/p"],

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from mnemosyne.cli.client_commands import add_connection_flags
-from mnemosyne.cli.flags import PORT, POSITIVE
+from mnemosyne.cli.flags import COUNT, PORT
 from mnemosyne.errors import InvalidArgument
 
 
@@ -307,7 +307,8 @@ def _add_deployment_commands(commands: argparse._SubParsersAction[argparse.Argum
         return
     from mnemosyne.transport.config import ServerConfig  # loaded with serve's flags (cli/serve.py)
 
-    members.add_argument("--count", type=POSITIVE, default=3, help="how many members (m0, m1, ...)")
+    # COUNT, not POSITIVE: 0 is refused with the range _members holds it to (1-64), not 1 to 2**31-1.
+    members.add_argument("--count", type=COUNT, default=3, help="how many members (m0, m1, ...; 1-64)")
     members.add_argument("--data-dir", default="./mnemosyne-members", help="member mN keeps its tenants in DIR/mN")
     members.add_argument(
         "--port", type=PORT, default=ServerConfig.port, help="gRPC port of m0; each next member the next port"
