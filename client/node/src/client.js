@@ -28,6 +28,7 @@ const {
 } = require('./routing');
 const {
   refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments, optionsObject,
+  wholeOption, flagOption,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -50,6 +51,10 @@ const MAX_GENERATION = (1n << 63n) - 1n;
 const RETRY_BACKOFF_MS = 100;
 const DEFAULT_RETRIES = 3;
 const DEFAULT_MAX_RETRY_DELAY_MS = 5000;
+// The most retries a client takes, as the Python client's MAX_RETRIES: more only keeps a caller
+// waiting on a server that is gone.
+const MAX_RETRIES = 100;
+const MAX_RETRY_DELAY_MS = 3600 * 1000; // a server's retry delay is capped to this at most
 // gRPC waits between attempts to connect to a server that is down, 1 s at first, 1.6 times longer
 // each time, up to 2 minutes, and a process's clients of one address share that wait: a server
 // back after a minute's restart would be left alone for minutes. The client tries every 0.1 s at
@@ -305,6 +310,13 @@ class MemoryClient {
    */
   constructor(target, options = {}) {
     optionsObject(options, 'MemoryClient');
+    // The numbers and flags first: a refusal leaves no channel behind.
+    this.retries = wholeOption(options.retries, DEFAULT_RETRIES, 0, MAX_RETRIES, 'MemoryClient: retries');
+    this.maxRetryDelayMs = wholeOption(
+      options.maxRetryDelayMs, DEFAULT_MAX_RETRY_DELAY_MS, 0, MAX_RETRY_DELAY_MS, 'MemoryClient: maxRetryDelayMs',
+    );
+    const sessionTenants = wholeOption(options.sessionTenants, MAX_TENANTS, 1, Number.MAX_SAFE_INTEGER, 'MemoryClient: sessionTenants');
+    const sessionConsistency = flagOption(options.sessionConsistency, true, 'MemoryClient: sessionConsistency');
     this._services = loadServices();
     this._credentials = options.credentials ?? grpc.credentials.createInsecure();
     // On a deployment of many members (`members`: 'ID=HOST:PORT,...', '@FILE' or {id: address}),
@@ -325,9 +337,7 @@ class MemoryClient {
     }
     this.token = options.token;
     this.timeoutMs = checkedTimeoutMs(options.timeoutMs ?? 30000);
-    this.retries = options.retries ?? DEFAULT_RETRIES;
-    this.maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
-    this._session = (options.sessionConsistency ?? true) ? new SessionTokens(options.sessionTenants ?? MAX_TENANTS) : null;
+    this._session = sessionConsistency ? new SessionTokens(sessionTenants) : null;
   }
 
   /**

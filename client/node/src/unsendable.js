@@ -232,6 +232,26 @@ function optionsObject(options, where) {
   throw refused('REQUEST_UNDECODABLE', `${where}: options is ${kindOf(options)}; it takes an object of options, or nothing`);
 }
 
+/**
+ * A constructor's whole-number option: `fallback` when not given, else `value` when it is a whole
+ * number from `low` to `high`; refused NUMBER_INVALID naming `where` otherwise (retries: -1 tried
+ * no call, 1e9 kept a caller waiting for days on a server that is gone, 'x' and 1.5 were taken).
+ */
+function wholeOption(value, fallback, low, high, where) {
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < low || value > high) {
+    throw refused('NUMBER_INVALID', `${where} is ${shown(value)}; it takes a whole number from ${low} to ${high}`);
+  }
+  return value;
+}
+
+/** A constructor's flag option: `fallback` when not given, else `value` when it is a boolean. */
+function flagOption(value, fallback, where) {
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== 'boolean') throw refused('REQUEST_UNDECODABLE', `${where} is ${kindOf(value)}; it takes true or false`);
+  return value;
+}
+
 /** The refusal of a call of `name` whose arguments no request can carry, or null. */
 function argumentsProblem(name, names, required, args) {
   for (let i = 0; i < required; i += 1) {
@@ -292,7 +312,7 @@ function checkingArguments(cls, except = []) {
 }
 
 module.exports = {
-  checkingArguments, optionsObject,
+  checkingArguments, optionsObject, wholeOption, flagOption,
   RequestInvalidError, refused, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
   listOf, MAX_TIMEOUT_MS,
 };

@@ -276,6 +276,21 @@ test('an options object that is none, or a required argument left out, is refuse
   await assert.rejects(client.recall(TENANT, 'tea', null), { details: 'recall: options is null; it takes an object of options, or nothing' });
   assert.throws(() => new MemoryClient(server.target, null), { details: 'MemoryClient: options is null; it takes an object of options, or nothing' });
   assert.throws(() => new MemoryHost(client, TENANT, 'x'), RequestInvalidError);
+  // The client's own options: retries -1 tried no call, 1e9 retried for days, 'x' and 1.5 were taken.
+  for (const [options, details] of [
+    [{ retries: -1 }, 'MemoryClient: retries is -1; it takes a whole number from 0 to 100'],
+    [{ retries: 1e9 }, 'MemoryClient: retries is 1000000000; it takes a whole number from 0 to 100'],
+    [{ retries: 'x' }, 'MemoryClient: retries is "x"; it takes a whole number from 0 to 100'],
+    [{ retries: 1.5 }, 'MemoryClient: retries is 1.5; it takes a whole number from 0 to 100'],
+    [{ maxRetryDelayMs: -5 }, 'MemoryClient: maxRetryDelayMs is -5; it takes a whole number from 0 to 3600000'],
+    [{ sessionTenants: 0 }, 'MemoryClient: sessionTenants is 0; it takes a whole number from 1 to 9007199254740991'],
+    [{ sessionConsistency: 'no' }, 'MemoryClient: sessionConsistency is a string; it takes true or false'],
+  ]) {
+    assert.throws(() => new MemoryClient(server.target, options), { details }, JSON.stringify(options));
+  }
+  const bounded = new MemoryClient(server.target, { retries: 100, maxRetryDelayMs: 0, sessionTenants: 1, sessionConsistency: false });
+  assert.equal(bounded.retries, 100);
+  bounded.close();
   // A flag that is no boolean, a number that is none: protobufjs sent 'no' as true.
   for (const [call, details] of [
     [() => client.retain(TENANT, 'tea', { fast: 'no' }), 'fast is a string; it takes true or false'],
