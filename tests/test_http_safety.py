@@ -119,6 +119,21 @@ def test_cors_headers_only_for_the_named_origin(api: ServerProcess, tenant: str)
         ("POST", "/v1/tenants/{t}/memories", b'{"text": "' + b"x" * 140_000 + b'"}', 413, "REQUEST_TOO_LARGE"),
         ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": 1e400}', 400, "NUMBER_INVALID"),
         ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": "many"}', 400, "NUMBER_INVALID"),
+        # Past the 4,300 digits Python's int() reads: was REQUEST_UNDECODABLE, "sys.set_int_max_str_digits()".
+        (
+            "POST",
+            "/v1/tenants/{t}/memories:recall",
+            b'{"query": "q", "k": ' + b"9" * 5000 + b"}",
+            400,
+            "NUMBER_INVALID",
+        ),
+        (
+            "POST",
+            "/v1/tenants/{t}/expiryPolicy",
+            b'{"policy": {"graceSeconds": -' + b"9" * 5000 + b"}}",
+            400,
+            "NUMBER_INVALID",
+        ),
         ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "mode": "PSYCHIC"}', 400, "REQUEST_UNDECODABLE"),
         ("POST", "/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": 100000}', 400, "K_OUT_OF_RANGE"),
         ("GET", "/v1/tenants/{t}/memories/abc", None, 400, "NUMBER_INVALID"),

@@ -45,11 +45,21 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+def _integer(text: str) -> int | float:
+    """A JSON integer; past the digits Python's int() reads (4,300), the float it is (infinite),
+    which every number field refuses as NUMBER_INVALID as it does 1e400 (int() said "use
+    sys.set_int_max_str_digits() to increase the limit", REQUEST_UNDECODABLE)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def parse(text: str) -> Any:
     """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``,
     ``NestedTooDeep``, a key given twice in one object)."""
     try:
-        document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        document = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_int=_integer)
         unicode = not _SURROGATE_ESCAPE.search(text) or unicode_json(document)
     except RecursionError:  # json's reader, or the walk over the document: one limit for both
         raise NestedTooDeep(NESTED_TOO_DEEP) from None
