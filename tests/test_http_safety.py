@@ -172,6 +172,15 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
         ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "scopes": "s"}', "scopes field: must be an array"),
         ("/v1/tenants/{t}/memories", b'{"text": "a", "metadata": {"k": [1]}}', "must be a string, not an array"),
         ("/v3/memories/add/", b"[" * 100_000, "nested too deep"),
+        # Each said Python's name of the type: "not NoneType", "not int", "True is not", "not dict".
+        ("/v1/tenants/{t}/memories:recall", b"null", "must be a JSON object, not null"),
+        ("/v1/tenants/{t}/memories:recall", b"7", "must be a JSON object, not a number"),
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": true}', "true is not"),
+        ("/v1/tenants/{t}/expiryPolicy", b'{"policy": false}', "not true or false"),
+        ("/v3/memories/add/", b'"hi"', "must be a JSON object, not a string"),
+        ("/v3/memories/add/", b'{"messages": [{"role": 5, "content": "hi"}]}', "role must be a string, not a number"),
+        ("/v3/memories/add/", b'{"messages": "hi", "metadata": [1]}', "metadata must be an object, not an array"),
+        ("/v3/memories/search/", b'{"query": "q", "filters": {"metadata": {"k": {}}}}', "boolean, not an object"),
     ],
 )
 def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(
@@ -184,7 +193,18 @@ def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(
     reply = request(api.http_port, "POST", path.replace("{t}", tenant), body, headers)
     message = reply.json()["message"]
     assert reply.status == 400 and says in message, (reply.status, message)
-    for python in ("bytes-like", "recursion", "NoneType", "'int'", "dict", "[]"):
+    for python in (
+        "bytes-like",
+        "recursion",
+        "NoneType",
+        "'int'",
+        "dict",
+        "[]",
+        "not int",
+        "not str",
+        "True is",
+        "None is",
+    ):
         assert python not in message, message
     assert not api.tenant_file(tenant).exists()
 

@@ -7,6 +7,7 @@ the limit and the value allowed. The surfaces (transport/) validate through this
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -333,7 +334,8 @@ def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> 
 
 
 def _shown(value: object) -> str:
-    shown = repr(value)
+    # true, false and null as JSON writes them (the surfaces' values come from JSON), not True, None
+    shown = json.dumps(value) if value is None or isinstance(value, bool) else repr(value)
     return shown if len(shown) <= 40 else shown[:36] + "..."
 
 

@@ -81,6 +81,14 @@ _JSON_KINDS = {
     "NoneType": "null",
     "bool": "true or false",
 }
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words ("a number", "null"), never Python's
+    ("int", "NoneType"), for a refusal's message."""
+    return _JSON_KINDS.get(type(value).__name__, "another kind")
+
+
 # protobuf's JSON reader (json_format) says a value of the wrong kind in Python's words.
 _PYTHON_WORDS = (
     (re.compile(r"expected string or bytes-like object, got '(\w+)'"), "must be a string, not {kind}"),

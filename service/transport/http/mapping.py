@@ -246,7 +246,7 @@ def _number(
         elif field.message_type.full_name != _TIMESTAMP:
             # json_format reads a list as an object of its items' names ([] is the empty message).
             raise ValueError(
-                f"{name} must be a JSON object (the message {field.message_type.name}), not {_json_type(value)}"
+                f"{name} must be a JSON object (the message {field.message_type.name}), not {client_json.json_kind(value)}"
             )
         return value
     if field.cpp_type in _INTEGER_RANGES:
@@ -267,15 +267,6 @@ def _set_beyond(request: message.Message, beyond: _Beyond) -> None:
         for step in at:
             holder = holder[step] if isinstance(step, int) else getattr(holder, step)
         holder.seconds, holder.nanos = seconds, nanos
-
-
-def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type, for a refusal's message."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "a string", list: "an array", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _enum(enum: descriptor.EnumDescriptor, value: Any, name: str) -> Any:
@@ -336,7 +327,7 @@ def decode(
         if route.body and body.strip():
             parsed = client_json.parse(body.decode("utf-8"))
             if not isinstance(parsed, dict):
-                raise ValueError(f"the body must be a JSON object, not {type(parsed).__name__}")
+                raise ValueError(f"the body must be a JSON object, not {client_json.json_kind(parsed)}")
             document = parsed
         for name, value in overrides.items():
             document.pop(route.rpc.input_type.fields_by_name[name].camelcase_name, None)

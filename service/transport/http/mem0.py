@@ -406,7 +406,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidArgument(f"the body is not JSON ({str(exc)[:200]})", reason="REQUEST_UNDECODABLE") from None
     if not isinstance(document, dict):
         raise InvalidArgument(
-            f"the body must be a JSON object, not {type(document).__name__}", reason="REQUEST_UNDECODABLE"
+            f"the body must be a JSON object, not {client_json.json_kind(document)}", reason="REQUEST_UNDECODABLE"
         )
     return document
 

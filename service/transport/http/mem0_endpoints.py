@@ -110,7 +110,7 @@ def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> s
             raise bad(f"{key} is required")
         return None
     if not isinstance(value, str):
-        raise bad(f"{key} must be a string, not {type(value).__name__}")
+        raise bad(f"{key} must be a string, not {client_json.json_kind(value)}")
     return value
 
 
@@ -130,14 +130,14 @@ def _metadata_value(key: str, value: Any) -> str:
         )
     if isinstance(value, (bool, int, float)):
         return json.dumps(value)
-    raise bad(f"metadata value of {key[:80]!r} must be a string, number or boolean, not {type(value).__name__}")
+    raise bad(f"metadata value of {key[:80]!r} must be a string, number or boolean, not {client_json.json_kind(value)}")
 
 
 def _user_metadata(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise bad(f"metadata must be an object, not {type(value).__name__}")
+        raise bad(f"metadata must be an object, not {client_json.json_kind(value)}")
     for key in value:
         if key.startswith(ENTITY_PREFIX):
             raise bad(f"metadata key {key[:80]!r}: keys starting with {ENTITY_PREFIX!r} are reserved for entity ids")
@@ -161,7 +161,7 @@ def _filters(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise bad(f"filters must be an object, not {type(value).__name__}")
+        raise bad(f"filters must be an object, not {client_json.json_kind(value)}")
     terms: list[tuple[str, Any]] = []
     for key, term in value.items():
         if key == "AND":
