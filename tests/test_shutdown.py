@@ -25,7 +25,9 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.client.errors import MnemosyneClientError
+from mnemosyne.client.errors import MnemosyneClientError, error_info
+from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
+from tests.http_support import request
 from tests.support import ServerProcess, health_check
 
 THREADS = 20
@@ -175,3 +177,54 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:
         assert set(stored) <= load.attempted
     # No call was cut off (CANCELLED): refused calls got UNAVAILABLE, safe to retry.
     assert all(code == grpc.StatusCode.UNAVAILABLE for _t, code in load.refusals), load.messages
+
+
+def test_calls_waiting_for_the_hot_path_at_the_end_of_the_grace_answer_shutting_down(server_factory, tmp_path) -> None:
+    """A read given a token (HTTP) and a Flush (gRPC) still waiting for writes that are not
+    applied (the workers hold) when the grace period ends answer UNAVAILABLE / SHUTTING_DOWN
+    before the server stops; they were cut before, the HTTP read with a bare 500."""
+    hold = tmp_path / "hold-workers"
+    hold.touch()
+    server: ServerProcess = server_factory(
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--grace-seconds", "1"], http=True
+    ).start()
+    with grpc.insecure_channel(server.target) as channel:
+        hot_path_pb2_grpc.HotPathServiceStub(channel).Enable(hot_path_pb2.HotPathRequest(tenant="held"))
+        written = memory_pb2_grpc.MemoryServiceStub(channel).Retain(
+            memory_pb2.RetainRequest(tenant="held", text="Never applied while held", fast=True)
+        )
+    token = written.consistency_token
+    answers: dict[str, tuple[object, str]] = {}
+
+    def read() -> None:
+        reply = request(
+            server.http_port,
+            "POST",
+            "/v1/tenants/held/memories:recall",
+            json_body={"query": "never applied", "consistencyToken": token},
+        )
+        answers["read"] = (reply.status, reply.reason)
+
+    def flush() -> None:
+        channel = grpc.insecure_channel(server.target)
+        try:
+            hot_path_pb2_grpc.HotPathServiceStub(channel).Flush(hot_path_pb2.FlushRequest(tenant="held"), timeout=30)
+        except grpc.RpcError as error:
+            info = error_info(error)
+            answers["flush"] = (error.code(), info.reason if info is not None else "")
+        finally:
+            channel.close()
+
+    waiting = [threading.Thread(target=flush), threading.Thread(target=read)]
+    for thread in waiting:
+        thread.start()
+    with MemoryClient(server.target) as client:
+        while client.hot_path("held", "status").awaited == 0:  # the read (started last) waits
+            time.sleep(0.02)
+    assert server.process is not None
+    server.process.send_signal(signal.SIGTERM)
+    for thread in waiting:
+        thread.join(timeout=30)
+    hold.unlink()  # the held worker may end now
+    assert server.wait_exit(timeout=30) == 0
+    assert answers == {"read": (503, "SHUTTING_DOWN"), "flush": (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN")}

@@ -64,6 +64,7 @@ async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float,
             if wait <= 0:
                 raise hot_path.gave_up(what, allowed, left)
             await _until(changed, min(1.0, wait))
+            _unless_stopped(hot_path, f"{left} operations of the queue")
 
 
 async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushOutcome:
@@ -118,6 +119,7 @@ async def token_writes(
             if left <= 0:
                 raise _gave_up(still, time.monotonic() - started)
             await _until(changed, min(1.0, left))
+            _unless_stopped(hot_path, f"{len(still)} writes of its consistency token")
             still, failed = await call.run(awaited.states, call.tenant, spans)
     return failed
 
@@ -148,6 +150,17 @@ def _watched_timeline_ended(tenant: str, sequence: int) -> FailedPrecondition:
         "after_sequence 0",
         reason="TIMELINE_CHANGED",
     )
+
+
+def _unless_stopped(hot_path: HotPath, awaited: str) -> None:
+    """UNAVAILABLE / SHUTTING_DOWN once a shutdown's grace period is over (``HotPath.end_waits``):
+    the call answers, rather than being cut without a status when the server stops."""
+    if hot_path.waits_ended:
+        raise Unavailable(
+            f"the server is shutting down: it stopped waiting for {awaited}, which were not applied yet (they are "
+            "kept and applied after the restart); call again once it is back",
+            reason="SHUTTING_DOWN",
+        )
 
 
 def _gave_up(open_ids: list[int], waited: float) -> DeadlineExceeded:

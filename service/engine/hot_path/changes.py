@@ -16,6 +16,7 @@ class Changes:
         self._lock = threading.Lock()
         self._waiting: dict[str, set[Callable[[], None]]] = {}
         self._ended = False
+        self._waits_ended = False
 
     def subscribe(self, tenant: str, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` on each change of ``tenant`` until the returned function is called."""
@@ -62,4 +63,15 @@ class Changes:
     def end(self) -> None:
         """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
         self._ended = True
+        self.notify_all()
+
+    @property
+    def waits_ended(self) -> bool:
+        """True once a Flush, a Disable or a read waiting for its token's writes must answer now
+        (a shutdown's grace period is over)."""
+        return self._waits_ended
+
+    def end_waits(self) -> None:
+        """Make every Flush, Disable and token read still waiting answer SHUTTING_DOWN."""
+        self._waits_ended = True
         self.notify_all()

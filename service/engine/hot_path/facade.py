@@ -117,6 +117,16 @@ class HotPath:
         """Make every WatchEvents stream return (a graceful shutdown must not wait for them)."""
         self.changes.end()
 
+    @property
+    def waits_ended(self) -> bool:
+        return self.changes.waits_ended
+
+    def end_waits(self) -> None:
+        """Make the calls still waiting for the hot path (Flush, Disable, a read given a token)
+        answer UNAVAILABLE / SHUTTING_DOWN: a shutdown's grace period is over, and a call the
+        server stops is cut without a status (HTTP: a 500)."""
+        self.changes.end_waits()
+
     def forget_tenant(self, tenant: str) -> None:
         """Drop what the hot path knows of a tenant whose files were erased or moved away (a
         move's tombstone): its recovery-index entries, its pending wake-ups, its figures."""
