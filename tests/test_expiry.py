@@ -244,6 +244,22 @@ def test_an_expiry_at_the_end_of_9999_is_refused_or_read_back(server_factory: An
         assert mem0.call("get", memory_id=str(kept))["expiration_date"] == "9999-12-31"
 
 
+def test_erasures_due_after_the_year_2319_leave_the_hot_path_workers_running(server_factory: Any, tenant: str) -> None:
+    """An erasure due past threading.TIMEOUT_MAX from now (an expiry after the year 2319) was a
+    wake-up the worker waiting for it could not wait for: its OverflowError ended the worker, so two
+    such retains (one per worker, on the wall clock: the test clock's rechecks hid it) stopped every
+    tenant's fast writes. The workers wait in steps and apply them."""
+    server: ServerProcess = server_factory().start()
+    end_of_9999 = 253_402_300_799.0
+    with MemoryClient(server.target) as client:
+        for far in ("a", "b"):
+            client.retain(f"{tenant}-{far}", "Osprey2210 is kept to the end of 9999", expires_at=end_of_9999)
+        client.hot_path(tenant, "enable")
+        client.retain(tenant, "Heron17 lands at dawn", fast=True)
+        client.hot_path(tenant, "flush", timeout_seconds=10)  # DEADLINE_EXCEEDED with no worker left
+        assert [m.text for m in client.list_memories(tenant).memories] == ["Heron17 lands at dawn"]
+
+
 def test_the_sweep_erases_within_its_turns_while_a_fast_write_backlog_waits(
     server_factory: Any, tenant: str, tmp_path: Path
 ) -> None:

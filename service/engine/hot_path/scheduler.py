@@ -10,6 +10,11 @@ import threading
 import time
 from typing import Protocol
 
+# The longest a worker waits for a wake-up before it looks again: one far off (an expiry's erasure
+# in the 24th century or later) is past threading.TIMEOUT_MAX, where Condition.wait raises
+# OverflowError, which ended the worker (and with it every tenant's fast writes).
+MAX_WAIT_SECONDS = 3600.0
+
 
 class Wake(Protocol):
     """What the parts that only announce work need of the scheduler."""
@@ -68,7 +73,7 @@ class Scheduler:
                     self._notify_locked(heapq.heappop(self._delayed)[1])
                 if self._ready:
                     break
-                self._cond.wait(self._delayed[0][0] - now if self._delayed else None)
+                self._cond.wait(min(self._delayed[0][0] - now, MAX_WAIT_SECONDS) if self._delayed else None)
             if self.stopping:
                 return None
             tenant = self._ready.popleft()
