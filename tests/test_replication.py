@@ -12,10 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
+import grpc
 import pytest
 
 from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import FailedPreconditionError, MemoryClient, ResourceExhaustedError, UnavailableError
+from mnemosyne.client.errors import error_info
+from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
 from tests.replica_support import ObjectStorage, litestream_pid, replica_env
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
@@ -388,3 +391,43 @@ def test_only_the_active_set_is_in_litestream_and_past_its_limit_a_write_is_refu
         client.retain("a1", "one again: it comes back")
         wait_replicated(server)
     assert object_storage.keys(bucket, "member/a3/00000001/db/")
+
+
+def test_a_replicated_wait_at_the_end_of_a_shutdown_s_grace_answers_shutting_down(
+    server_factory, object_storage, tmp_path
+):
+    """A Flush at REPLICATED still waiting for object storage (every sync fails while held) when
+    the grace period of a SIGTERM ends answers UNAVAILABLE / SHUTTING_DOWN before the server
+    stops; it was cut without a reason before (over HTTP, a bare 500)."""
+    hold = tmp_path / "hold-database"
+    hold.touch()
+    server = replicating(
+        server_factory,
+        object_storage,
+        object_storage.new_bucket(),
+        tmp_path / "member",
+        "--grace-seconds",
+        "1",
+        seams={"MNEMOSYNE_TEST_HOLD_REPLICA_DATABASE": str(hold)},
+    ).start()
+    with grpc.insecure_channel(server.target) as channel:
+        grpc_hot_path = hot_path_pb2_grpc.HotPathServiceStub(channel)
+        memory_pb2_grpc.MemoryServiceStub(channel).Retain(
+            memory_pb2.RetainRequest(tenant="held", text="Not in storage")
+        )
+        waiting = grpc_hot_path.Flush.future(
+            hot_path_pb2.FlushRequest(tenant="held", timeout_seconds=30),
+            metadata=[("mnemosyne-consistency-level", "replicated")],
+        )
+        time.sleep(0.5)  # it waits for a sync that fails while held
+        assert not waiting.done() and server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as ended:
+            waiting.result(timeout=30)
+    info = error_info(ended.value)
+    assert (ended.value.code(), info.reason if info is not None else "") == (
+        grpc.StatusCode.UNAVAILABLE,
+        "SHUTTING_DOWN",
+    )
+    hold.unlink()
+    assert server.wait_exit(timeout=60) == 0

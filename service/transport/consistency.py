@@ -166,7 +166,7 @@ async def wait(engine: Engine, call: Call, pending: WritesOpen) -> None:
     try:
         await waits.token_writes(engine.hot_path, call, pending.spans, pending.open_ids, ends)
         if pending.replicate:
-            await waits.replicated(engine.consistency, call, ends)
+            await waits.replicated(engine.hot_path, engine.consistency, call, ends)
             call.replicated = True
     finally:
         call.consistency_waited += time.monotonic() - started

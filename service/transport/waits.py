@@ -25,6 +25,7 @@ from mnemosyne.transport.call import Call
 
 # A stream with nothing new re-reads the log this often anyway (a change is normally announced).
 WATCH_REREAD_SECONDS = 30.0
+APPLIED_LATER = "they stay queued and are applied after the restart"
 
 
 @contextlib.contextmanager
@@ -64,7 +65,7 @@ async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float,
             if wait <= 0:
                 raise hot_path.gave_up(what, allowed, left)
             await _until(changed, min(1.0, wait))
-            _unless_stopped(hot_path, f"{left} operations of the queue")
+            _unless_stopped(hot_path, f"{left} operations of the queue, not applied yet ({APPLIED_LATER})")
 
 
 async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushOutcome:
@@ -90,7 +91,7 @@ async def flush_token(
         covered = set(pending.open_ids)
         failed = await token_writes(hot_path, call, pending.spans, pending.open_ids, deadline)
         if pending.replicate:
-            await replicated(tokens, call, deadline)
+            await replicated(hot_path, tokens, call, deadline)
     failed = [i for i in failed if i in covered]
     return FlushOutcome(len(covered), len(covered) - len(failed), len(failed), failed)
 
@@ -119,26 +120,43 @@ async def token_writes(
             if left <= 0:
                 raise _gave_up(still, time.monotonic() - started)
             await _until(changed, min(1.0, left))
-            _unless_stopped(hot_path, f"{len(still)} writes of its consistency token")
+            _unless_stopped(
+                hot_path, f"{len(still)} writes of its consistency token, not applied yet ({APPLIED_LATER})"
+            )
             still, failed = await call.run(awaited.states, call.tenant, spans)
     return failed
 
 
-async def replicated(tokens: Consistency, call: Call, deadline: float) -> None:
+async def replicated(hot_path: HotPath, tokens: Consistency, call: Call, deadline: float) -> None:
     """Wait until the tenant's commits so far are in object storage (a sync that begins now,
     shared with the tenant's other waiters); DEADLINE_EXCEEDED / REPLICATION_DEADLINE_EXCEEDED at
-    ``deadline`` (time.monotonic())."""
+    ``deadline`` (time.monotonic()), SHUTTING_DOWN once a shutdown's grace period is over."""
     started = time.monotonic()
+    synced = asyncio.ensure_future(tokens.replicated(call.tenant))
     try:
-        async with asyncio.timeout(max(0.0, deadline - started)):
-            await tokens.replicated(call.tenant)
-    except TimeoutError:
-        raise DeadlineExceeded(
-            f"the call waited {time.monotonic() - started:.1f}s, to its deadline, for tenant {call.tenant}'s writes to "
-            "reach object storage (mnemosyne_replication_lag_seconds says how far behind it is); call again later, "
-            "or with a longer deadline",
-            reason="REPLICATION_DEADLINE_EXCEEDED",
-        ) from None
+        with _changes(hot_path, call.tenant) as changed:
+            while not synced.done():
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise _not_replicated(call.tenant, time.monotonic() - started)
+                woken = asyncio.ensure_future(changed.wait())
+                await asyncio.wait((synced, woken), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                changed.clear()
+                _unless_stopped(
+                    hot_path,
+                    f"tenant {call.tenant}'s writes to reach object storage (they replicate after the restart)",
+                )
+        synced.result()
+    finally:
+        synced.cancel()
+
+
+def _not_replicated(tenant: str, waited: float) -> DeadlineExceeded:
+    return DeadlineExceeded(
+        f"the call waited {waited:.1f}s, to its deadline, for tenant {tenant}'s writes to reach object storage "
+        "(mnemosyne_replication_lag_seconds says how far behind it is); call again later, or with a longer deadline",
+        reason="REPLICATION_DEADLINE_EXCEEDED",
+    )
 
 
 def _watched_timeline_ended(tenant: str, sequence: int) -> FailedPrecondition:
@@ -157,8 +175,7 @@ def _unless_stopped(hot_path: HotPath, awaited: str) -> None:
     the call answers, rather than being cut without a status when the server stops."""
     if hot_path.waits_ended:
         raise Unavailable(
-            f"the server is shutting down: it stopped waiting for {awaited}, which were not applied yet (they are "
-            "kept and applied after the restart); call again once it is back",
+            f"the server is shutting down: it stopped waiting for {awaited}; call again once it is back",
             reason="SHUTTING_DOWN",
         )
 

@@ -152,7 +152,7 @@ class MoveDriver:
         not only the copy before its activation (which a restore passes over, while the source's
         tombstone sends callers back)."""
         if self._engine.replicator is not None:
-            await waits.replicated(self._engine.consistency, call, deadline(call))
+            await waits.replicated(self._engine.hot_path, self._engine.consistency, call, deadline(call))
 
     async def finish(self, call: Call) -> None:
         """A call reached the copy of a tenant a move brought here, not active yet: activate it

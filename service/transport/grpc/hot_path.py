@@ -45,7 +45,7 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
             flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
         if replicate:  # those writes (or the whole queue) applied, then in object storage
             ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
-            await waits.replicated(self._tokens, call, ends)
+            await waits.replicated(self._hot_path, self._tokens, call, ends)
         return convert_hot_path.to_flush_response(flushed)
 
 
