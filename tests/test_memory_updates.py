@@ -170,8 +170,19 @@ def test_update_refusals(client: MemoryClient, tenant: str) -> None:
     with pytest.raises(InvalidArgumentError):
         client.update_memory(tenant, memory_id, metadata={"": "empty key"})
     client.forget(tenant, memory_id)
-    with pytest.raises(NotFoundError):
-        client.update_memory(tenant, memory_id, "Di collects coins")
+    with pytest.raises(NotFoundError) as unknown:
+        client.update_memory(tenant, 999_999, "x")
+    assert "does not exist" in str(unknown.value)
+    # A forgotten memory is still listed (GetMemory shows it forgotten): the refusal says which.
+    for change in (
+        lambda: client.update_memory(tenant, memory_id, "Di collects coins"),
+        lambda: client.revert_memory(tenant, memory_id, 1),
+        lambda: client.list_memory_versions(tenant, memory_id),
+    ):
+        with pytest.raises(NotFoundError) as forgotten:
+            change()
+        assert forgotten.value.reason == "MEMORY_NOT_FOUND"
+        assert f"memory {memory_id} was forgotten" in str(forgotten.value), forgotten.value
 
 
 @pytest.mark.parametrize("missing", ["memory", "tenant"])

@@ -58,7 +58,14 @@ MAX_FORGET_MEMORIES = 10_000
 REWRITE_ATTEMPTS = 5
 
 
-def _not_found(memory_id: int) -> NotFound:
+def _not_found(memory_id: int, *, forgotten: bool = False) -> NotFound:
+    """MEMORY_NOT_FOUND for a memory that never was and for a forgotten one alike (its text and
+    versions are erased), the message telling which, as GetMemory shows a forgotten one."""
+    if forgotten:
+        return NotFound(
+            f"memory {memory_id} was forgotten: its text and its versions are erased",
+            reason="MEMORY_NOT_FOUND",
+        )
     return NotFound(f"memory {memory_id} does not exist", reason="MEMORY_NOT_FOUND")
 
 
@@ -66,7 +73,7 @@ def _live_row(txn: ReadTxn, memory_id: int) -> MemoryRow:
     """The memory's row, if it can be updated: it exists, is not forgotten, not merged away."""
     row = txn.memories_by_ids([memory_id], with_details=False).get(memory_id)
     if row is None or row.forgotten:
-        raise _not_found(memory_id)
+        raise _not_found(memory_id, forgotten=row is not None)
     if row.merged_into:
         raise FailedPrecondition(
             f"memory {memory_id} was merged into memory {row.merged_into}; update that one",
@@ -473,7 +480,7 @@ class Updates:
             with store.read() as txn:
                 row = txn.memories_by_ids([memory_id], with_details=False).get(memory_id)
                 if row is None or row.forgotten:
-                    raise _not_found(memory_id)
+                    raise _not_found(memory_id, forgotten=row is not None)
                 earlier = txn.memory_versions(memory_id)
                 current = txn.current_version(memory_id)
         versions = [MemoryVersion(v.version, v.body, v.metadata, v.at) for v in earlier]
