@@ -124,6 +124,21 @@ def _reason(response: _Response) -> str:
     return ""
 
 
+def _http_of(client: object) -> Any:
+    """The httpx client of ``client`` (itself, or a mem0 client's): one with a dict of event hooks,
+    else a TypeError here, not an AttributeError naming ``.client``."""
+    http = client
+    if not hasattr(http, "event_hooks"):
+        # mem0's MemoryClient keeps its httpx client as .client, AsyncMemoryClient as .async_client.
+        http = getattr(client, "async_client", None) or getattr(client, "client", None)
+    if not isinstance(getattr(http, "event_hooks", None), dict):
+        raise TypeError(
+            f"session_consistency: client is {type(client).__name__} {client!r:.40}; it takes mem0's MemoryClient or "
+            "AsyncMemoryClient, or the httpx.Client or httpx.AsyncClient given to one"
+        )
+    return http
+
+
 def session_consistency(client: C, *, tenants: int = MAX_TENANTS) -> C:
     """Make ``client`` carry the newest consistency token of each tenant it wrote; returns it.
 
@@ -131,6 +146,7 @@ def session_consistency(client: C, *, tenants: int = MAX_TENANTS) -> C:
     ``httpx.AsyncClient`` given to one (``MemoryClient(..., client=session_consistency(http))``).
     ``tenants``: how many tenants' tokens are kept (a whole number from 1; else TypeError or
     ValueError here, not a TypeError inside the client's first write, or no token ever kept).
+    Another ``client`` is a TypeError naming it, before anything is plugged in.
     """
     if isinstance(tenants, bool) or not isinstance(tenants, int):
         raise TypeError(
@@ -138,7 +154,7 @@ def session_consistency(client: C, *, tenants: int = MAX_TENANTS) -> C:
         )
     if tenants < 1:
         raise ValueError(f"session_consistency: tenants is {tenants}; it takes 1 or more")
-    http = client if hasattr(client, "event_hooks") else getattr(client, "async_client", None) or client.client  # type: ignore[attr-defined]  # mem0's MemoryClient keeps its httpx client as .client
+    http = _http_of(client)
     tokens = SessionTokens(tenants)
     hooks: dict[str, list[Callable[..., Any]]] = http.event_hooks
     if hasattr(http, "aclose"):  # an httpx.AsyncClient: its hooks are awaited

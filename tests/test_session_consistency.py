@@ -541,3 +541,15 @@ def test_the_mem0_helper_refuses_a_tenant_count_that_is_none(
         mem0_helper.session_consistency(http, tenants=tenants)
     assert str(refused.value) == message
     assert http.event_hooks == {"request": [], "response": []}  # nothing was plugged in
+
+
+@pytest.mark.parametrize("client", ["x", None, 5, httpx2.Client])
+def test_the_mem0_helper_refuses_what_is_no_client(client: Any) -> None:
+    """Before, anything but a client failed with an AttributeError naming ``.client``, an attribute
+    the caller never wrote; now the same TypeError as a wrong ``tenants``, naming what it takes."""
+    with pytest.raises(TypeError) as refused:
+        mem0_helper.session_consistency(client)
+    assert str(refused.value).startswith(f"session_consistency: client is {type(client).__name__} ")
+    assert str(refused.value).endswith(
+        "; it takes mem0's MemoryClient or AsyncMemoryClient, or the httpx.Client or httpx.AsyncClient given to one"
+    )
