@@ -215,6 +215,14 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         (["restore", "--from", "b", "--data-dir", "d", "--target", "h:1"], "restore --from DIR writes a backup's"),
         (["restore", "--from", "b", "--target", "h:1"], "and talks to no server: drop --target"),
         (["restore", "--from-replica", "s3://bkt/p", "--data-dir", "d", "--target", "h:1"], "drop --target"),
+        # So were the other connection flags (they were ignored too), each named.
+        (["restore", "--from", "b", "--data-dir", "d", "--token-file", "t"], "talks to no server: drop --token-file ("),
+        (["restore", "--from", "b", "--data-dir", "d", "--tls-ca", "c", "--tls"], "drop --tls-ca, --tls ("),
+        (
+            ["restore", "--from-replica", "s3://bkt/p", "--data-dir", "d", "--tls-cert", "c", "--tls-key", "k"],
+            "drop --tls-cert, --tls-key (",
+        ),
+        (["restore", "--from", "b", "--data-dir", "d", "--tls-server-name", "n"], "drop --tls-server-name ("),
         # A replica URL is refused by its parts before object storage is asked (each was a
         # traceback, a REPLICA_UNREACHABLE that no retry ends, or a prefix climbing out of its own).
         *(
@@ -243,6 +251,16 @@ def test_a_local_command_s_mistake_is_one_line_with_its_reason(tmp_path: Path, c
     result = _run(sys.executable, "-m", "mnemosyne", *command, timeout=30)
     line = _last_line_only_error(result)
     assert line.startswith("mnemosyne: ") and words in line and line.endswith("[CONFIG_INVALID]"), line
+
+
+def test_an_offline_restore_takes_the_connection_variables_of_the_environment(tmp_path: Path) -> None:
+    """Unlike the flags (refused above), MNEMOSYNE_TARGET, MNEMOSYNE_TOKEN and MNEMOSYNE_CLIENT_TLS...
+    are the environment's, set for other commands: the restore goes on, to the backup it is given."""
+    variables = {"MNEMOSYNE_TARGET": "h:1", "MNEMOSYNE_TOKEN": "t", "MNEMOSYNE_CLIENT_TLS": "1"}
+    variables |= {f"MNEMOSYNE_CLIENT_TLS_{name}": "x" for name in ("CA", "CERT", "KEY", "SERVER_NAME")}
+    command = [sys.executable, "-m", "mnemosyne", "restore", "--from", str(tmp_path / "b"), "--data-dir", "d"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=os.environ | variables)
+    assert _last_line_only_error(result).endswith("it is not a backup directory [NOT_A_BACKUP]")
 
 
 def test_a_replica_url_s_bucket_is_named_by_s3_s_rules() -> None:

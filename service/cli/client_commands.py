@@ -27,6 +27,35 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"MNEMOSYNE_{name}", default)
 
 
+class _Given(argparse._StoreAction):
+    """A connection flag's value, noted as given on the command line (``given_connection_flags``):
+    its default may come from the environment, which a command must be able to tell apart."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *rest: Any) -> None:
+        super().__call__(parser, namespace, *rest)
+        _note_given(namespace, self)
+
+
+class _GivenTrue(argparse._StoreTrueAction):
+    """``--tls``, noted as given on the command line (``_Given``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *rest: Any) -> None:
+        super().__call__(parser, namespace, *rest)
+        _note_given(namespace, self)
+
+
+def _note_given(namespace: argparse.Namespace, action: argparse.Action) -> None:
+    given: tuple[str, ...] = getattr(namespace, "connection_given", ())
+    if action.option_strings[0] not in given:
+        namespace.connection_given = (*given, action.option_strings[0])
+
+
+def given_connection_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The connection flags given on the command line, in their order (not the environment's)."""
+    given: tuple[str, ...] = getattr(args, "connection_given", ())
+    return given
+
+
 def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target: bool = True) -> None:
     """How a client command reaches its server: --target (MNEMOSYNE_TARGET), --token-file
     (MNEMOSYNE_TOKEN), --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name
@@ -37,26 +66,34 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
     if target:
         group.add_argument(
             "--target",
+            action=_Given,
             help=f"HOST:PORT of the server (MNEMOSYNE_TARGET; default {DEFAULT_TARGET})",
         )
-    group.add_argument("--token-file", help=f"a file holding {token} (default: MNEMOSYNE_TOKEN)")
+    group.add_argument("--token-file", action=_Given, help=f"a file holding {token} (default: MNEMOSYNE_TOKEN)")
     group.add_argument(
         "--tls",
-        action="store_true",
+        action=_GivenTrue,
         default=_env("CLIENT_TLS") == "1",
         help="connect with TLS, trusting the system's roots (implied by the other --tls-* flags; MNEMOSYNE_CLIENT_TLS=1)",
     )
     group.add_argument(
-        "--tls-ca", default=_env("CLIENT_TLS_CA"), help="PEM CA bundle to trust instead (MNEMOSYNE_CLIENT_TLS_CA)"
+        "--tls-ca",
+        action=_Given,
+        default=_env("CLIENT_TLS_CA"),
+        help="PEM CA bundle to trust instead (MNEMOSYNE_CLIENT_TLS_CA)",
     )
     group.add_argument(
         "--tls-cert",
+        action=_Given,
         default=_env("CLIENT_TLS_CERT"),
         help="client certificate (PEM), for mutual TLS (MNEMOSYNE_CLIENT_TLS_CERT)",
     )
-    group.add_argument("--tls-key", default=_env("CLIENT_TLS_KEY"), help="key of --tls-cert (MNEMOSYNE_CLIENT_TLS_KEY)")
+    group.add_argument(
+        "--tls-key", action=_Given, default=_env("CLIENT_TLS_KEY"), help="key of --tls-cert (MNEMOSYNE_CLIENT_TLS_KEY)"
+    )
     group.add_argument(
         "--tls-server-name",
+        action=_Given,
         default=_env("CLIENT_TLS_SERVER_NAME"),
         help="name to check the server certificate against (default: the target's host; "
         "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",

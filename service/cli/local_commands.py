@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from mnemosyne.cli.client_commands import add_connection_flags
+from mnemosyne.cli.client_commands import add_connection_flags, given_connection_flags
 from mnemosyne.cli.flags import COUNT, PORT
 from mnemosyne.errors import InvalidArgument
 
@@ -65,10 +65,12 @@ def _oplog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_target_of_an_offline_restore(args: argparse.Namespace) -> None:
-    """A restore into --data-dir talks to no server: a --target given with it would be ignored,
-    so it is refused (MNEMOSYNE_TARGET in the environment stays harmless)."""
-    if args.target is None:
+def _refuse_connection_of_an_offline_restore(args: argparse.Namespace) -> None:
+    """A restore into --data-dir talks to no server: a connection flag (--target, --token-file,
+    --tls...) given with it would be ignored, so it is refused (MNEMOSYNE_TARGET, MNEMOSYNE_TOKEN
+    and MNEMOSYNE_CLIENT_TLS... in the environment stay harmless)."""
+    given = given_connection_flags(args)
+    if not given:
         return
     if args.from_replica is None:
         does = "restore --from DIR writes a backup's tenants into --data-dir (its server stopped)"
@@ -77,8 +79,8 @@ def _refuse_target_of_an_offline_restore(args: argparse.Namespace) -> None:
     else:
         return  # the online restore of one tenant, on the server at --target
     raise InvalidArgument(
-        f"{does} and talks to no server: drop --target (only --from-replica without --data-dir restores "
-        "one --tenant on the server at --target)",
+        f"{does} and talks to no server: drop {', '.join(given)} (only --from-replica without --data-dir "
+        "restores one --tenant on the server at --target)",
         reason="CONFIG_INVALID",
     )
 
@@ -87,7 +89,7 @@ def _restore(args: argparse.Namespace) -> int:
     from mnemosyne.cli.backup import restore
     from mnemosyne.cli.progress import Progress
 
-    _refuse_target_of_an_offline_restore(args)
+    _refuse_connection_of_an_offline_restore(args)
     if args.from_replica is not None:  # an empty one is refused by its parse, not taken for --from
         return _restore_from_replica(args)
     if args.timestamp or not args.data_dir:
