@@ -27,7 +27,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mnemosyne.cli.server_process import LocalMembers, ServerProcess
 from mnemosyne.client import MemoryClient, MemoryHost
-from mnemosyne.client.errors import FailedPreconditionError, PermissionDeniedError, UnavailableError
+from mnemosyne.client.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from mnemosyne.client.routing import MemberListError, RoutingChannel, first_member
 from mnemosyne.client.routing import member_list_text as client_member_list_text
 from mnemosyne.client.routing import owner_of as client_owner_of
@@ -433,6 +438,28 @@ def test_the_admin_fan_outs_cover_every_member(written: LocalMembers) -> None:
     # A tenant's own token is no admin: refused before any member is asked.
     with MemoryClient(written.processes[0].target, TOKEN_A) as client, pytest.raises(PermissionDeniedError):
         client.list_tenants()
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_a_change_to_a_member_list_with_an_address_that_is_none_is_refused(
+    cluster: LocalMembers, complete: bool
+) -> None:
+    """ChangeMembers took any printable address (no port, port 0 or 65536, a URL, a socket path
+    no socket takes): every member would have dialled it for good. It is refused as serve's and
+    rebalance's member lists are, naming the member, and no change is begun."""
+    listed = ",".join(f"{m}={p.target}" for m, p in zip(cluster.ids[:-1], cluster.processes, strict=False))
+    last = cluster.ids[-1]
+    with MemoryClient(cluster.processes[0].target, ADMIN) as client:
+        for address in ("host", "host:0", "host:65536", "http://host:1", "h" * 254 + ":1", "unix:/" + "s" * 107):
+            with pytest.raises(InvalidArgumentError) as refused:
+                client.change_members(f"{listed},{last}={address}", complete=complete)
+            assert (refused.value.reason, refused.value.metadata) == (
+                "CONFIG_INVALID",
+                {"problem": "MEMBER_ADDRESS_INVALID"},
+            )
+            assert refused.value.message.startswith(
+                f"the member list to change to: member {last}'s address {address[:200]!r} is not a server address"
+            )
 
 
 # -- a real L7 proxy in front -----------------------------------------------------------------------

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from mnemosyne.cli.flags import NUMBER, POSITIVE, number_flag
-from mnemosyne.cli.targets import check_target
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
 from mnemosyne.engine.limits import MAX_REEMBED_CHUNK, parse_integer, validate_tenant
+from mnemosyne.engine.targets import check_member_addresses, check_target
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime.files import read_named_file
 from mnemosyne.store.membership import member_list_text
@@ -254,8 +254,7 @@ def _rebalance(args: argparse.Namespace) -> int:
             members = parse_members(listed)
         except ValueError as exc:
             raise InvalidArgument(f"{flag}: {exc}", reason="CONFIG_INVALID") from None
-        for member, address in members.items():  # each is a --target of its own
-            check_target(address, f"{flag}: member {member}'s address")
+        check_member_addresses(members, flag)  # each is a --target of its own
     settings = _client_settings(args)
     return rebalance(
         lists["--from"],

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemosyne.cli.flags import add_flags, configured, variables_only
-from mnemosyne.cli.targets import check_target
 from mnemosyne.engine.chat_api import RANGES as LLM_RANGES
 from mnemosyne.engine.chat_api import LLMSettings
 from mnemosyne.engine.options import option
+from mnemosyne.engine.targets import check_member_addresses
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.runtime import tracing
 from mnemosyne.runtime.interpreter import raise_open_file_limit
@@ -210,8 +210,7 @@ def _membership(settings: ServeSettings) -> Membership | None:
         raise InvalidArgument("--members needs --member (the id of this member in the list)", reason="CONFIG_INVALID")
     previous = member_list_text(settings.previous_members or "", "--previous-members")
     membership = Membership.parse(settings.member, listed, epoch=settings.ownership_epoch, previous=previous)
-    for member, address in membership.addresses.items():  # what every member dials, as rebalance checks it
-        check_target(address, f"--members: member {member}'s address")
+    check_member_addresses(membership.addresses, "--members")  # what every member dials
     return membership
 
 

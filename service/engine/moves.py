@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from mnemosyne.engine.backup import Backups, FileChunk, TenantCopy
 from mnemosyne.engine.hot_path import HotPath
 from mnemosyne.engine.lost_tenants import LOST_TENANTS_WAIT_SECONDS, LostTenants, restore_if_lost
+from mnemosyne.engine.targets import check_member_addresses
 from mnemosyne.engine.tenant_import import TenantImport, TenantImports
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 
@@ -234,7 +235,9 @@ class Moves:
 
     def change_members(self, to: str, *, complete: bool) -> MemberChangeAnswer:
         """Begin (``complete`` false) or complete the change to the member list ``to`` on this member."""
-        ids = tuple(parse_members(to))
+        members = parse_members(to)
+        check_member_addresses(members, "the member list to change to")  # what every member will dial
+        ids = tuple(members)
         ownership, me = self._pool.ownership, self.membership.me  # ``membership``: NO_MEMBERS without one
         assert ownership is not None  # a member has its ownership
         if complete:

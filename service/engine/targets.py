@@ -1,12 +1,14 @@
-"""The server addresses a command connects to (``--target``, a member's address in a member
-list): the forms gRPC makes a channel to, checked before any channel is made, so that a wrong one
-is refused in one line naming its flag (CONFIG_INVALID, exit 2), not by gRPC's resolver (its C++
-log lines, then UNKNOWN) or, for a member, by every member that tries to reach it later."""
+"""The server addresses a caller gives (a command's ``--target``, a member's address in a member
+list: ``serve --members``, ``rebalance``, ChangeMembers): the forms gRPC makes a channel to, checked
+before any channel is made or any member takes the list, so that a wrong one is refused in one line
+naming where it came from (CONFIG_INVALID), not by gRPC's resolver (its C++ log lines, then UNKNOWN)
+or, for a member, by every member that tries to reach it later."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 
 from mnemosyne.errors import InvalidArgument
 
@@ -17,12 +19,23 @@ TARGET_FORMS = (
 _HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
 
 
-def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)") -> None:
-    """Refuses (CONFIG_INVALID, naming ``flag``) a target that is none of ``TARGET_FORMS``."""
+def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)", *, problem: str = "") -> None:
+    """Refuses (CONFIG_INVALID, naming ``flag``; ``problem``: the refusal's metadata ``problem``, as
+    a member list's) a target that is none of ``TARGET_FORMS``."""
     if not _is_target(target):
         raise InvalidArgument(
-            f"{flag} {target[:200]!r} is not a server address: give {TARGET_FORMS}", reason="CONFIG_INVALID"
+            f"{flag} {target[:200]!r} is not a server address: give {TARGET_FORMS}",
+            reason="CONFIG_INVALID",
+            metadata={"problem": problem} if problem else None,
         )
+
+
+def check_member_addresses(addresses: Mapping[str, str], source: str) -> None:
+    """Every member's address of a member list (id -> address) is a target (``check_target``): the
+    first that is not is refused naming ``source`` and the member (problem MEMBER_ADDRESS_INVALID,
+    as the list's own refusal of an address that is not printable ASCII)."""
+    for member, address in addresses.items():
+        check_target(address, f"{source}: member {member}'s address", problem="MEMBER_ADDRESS_INVALID")
 
 
 def _is_target(target: str) -> bool:
@@ -41,8 +54,13 @@ def _is_target(target: str) -> bool:
     return _address_kind(target) is not None
 
 
+# A socket's path holds at most 107 bytes (Linux's sun_path, its NUL left out): a longer one is
+# refused by gRPC at every connect.
+_MAX_SOCKET_PATH_BYTES = 107
+
+
 def _is_path(path: str) -> bool:
-    return path.isprintable() and path.strip() != ""
+    return path.isprintable() and path.strip() != "" and len(path.encode()) <= _MAX_SOCKET_PATH_BYTES
 
 
 def _address_kind(address: str) -> str | None:
