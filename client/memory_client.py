@@ -1042,8 +1042,9 @@ class MemoryClient:
         head hash: with it, a tenant erased and made again since is copied), ``SkippedTenant``
         for one that could not be copied, and a final ``BackupSummary``. ``mnemosyne backup``
         writes a backup directory from it; ``timeout`` bounds the whole stream, in seconds.
-        Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data) and
-        ``UnavailableError`` (RESTORING_FROM_REPLICA: a server on a new volume still restores its
+        Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data),
+        ``InvalidArgumentError`` (TENANT_INVALID: a tenant of ``tenants`` or ``known`` is no tenant
+        id) and ``UnavailableError`` (RESTORING_FROM_REPLICA: a server on a new volume still restores its
         tenants from object storage after a minute; retry) before the first part."""
         request = admin_pb2.BackupRequest(
             tenants=list(tenants),

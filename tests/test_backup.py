@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
-from mnemosyne.client import Memory, MemoryClient, PermissionDeniedError
+from mnemosyne.client import InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
@@ -553,6 +553,27 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(streaming: _S
         _wait_for(lambda: not any(scratch.glob("*")))
     log = server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+def test_a_backup_refuses_a_tenant_it_is_told_is_held_that_is_no_tenant_or_named_twice(streaming: _Streaming) -> None:
+    """``known`` (what the caller holds): a tenant that is no tenant id was passed over, and one
+    named twice was held as its last copy; each is refused before anything is copied."""
+    with MemoryClient(streaming.server.target, ADMIN, retries=0) as admin:
+        with pytest.raises(InvalidArgumentError) as invalid:
+            next(iter(admin.backup(["large"], {"../large": (1, 1)})))
+        assert invalid.value.reason == "TENANT_INVALID" and "tenant '../large' is not a valid tenant id" in str(
+            invalid.value
+        )
+    twice = [admin_pb2.BackedUpTenant(tenant="large", change_counter=n) for n in (1, 2)]
+    with grpc.insecure_channel(streaming.server.target) as channel:
+        responses = admin_pb2_grpc.AdminServiceStub(channel).Backup(
+            admin_pb2.BackupRequest(tenants=["large"], known=twice), metadata=(("authorization", f"Bearer {ADMIN}"),)
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            next(responses)
+    info = error_info(refused.value)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info is not None
+    assert info.reason == "TENANT_LISTED_TWICE" and "tenant large is named twice" in str(refused.value.details())
 
 
 def test_a_tenant_s_exports_hold_at_most_two_scratch_copies(streaming: _Streaming) -> None:

@@ -18,13 +18,13 @@ import shutil
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from mnemosyne.engine.lost_tenants import LOST_TENANTS_WAIT_SECONDS, LostTenants, restore_if_lost
-from mnemosyne.errors import DataLoss, NotFound, ResourceExhausted
+from mnemosyne.errors import DataLoss, InvalidArgument, NotFound, ResourceExhausted
 from mnemosyne.store.copies import StreamedCopies, StreamedCopy
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.snapshot import SnapshotFacts as SnapshotFacts  # a copy's facts, part of a TenantCopy
@@ -45,6 +45,21 @@ EXPORT_RETRY_SECONDS = 1.0
 # What a caller holds of a tenant: (change counter, inbox sequence, head hash; "" = not said, as
 # by a client from before it was asked).
 KnownCopy = tuple[int, int, str]
+
+
+def known_by_tenant(known: Iterable[tuple[str, KnownCopy]]) -> dict[str, KnownCopy]:
+    """What a caller holds (tenant, copy) by tenant: a tenant that is no tenant id is refused
+    TENANT_INVALID and one named twice TENANT_LISTED_TWICE (which of its copies it holds is not
+    said), before anything is copied; each was passed over, the second copy taken."""
+    held: dict[str, KnownCopy] = {}
+    for tenant, copy in known:
+        if validate_tenant(tenant) in held:
+            raise InvalidArgument(
+                f"tenant {tenant} is named twice in what the caller holds (known): name each tenant once",
+                reason="TENANT_LISTED_TWICE",
+            )
+        held[tenant] = copy
+    return held
 
 
 def _held_already(marks: KnownCopy, known: KnownCopy) -> bool:
@@ -119,10 +134,12 @@ class Backups:
     def erased(self, tenant: str) -> None:
         self._copies.revoke(tenant)
 
-    def backup(self, tenants: Sequence[str], known: Mapping[str, KnownCopy]) -> Iterator[BackupPart]:
+    def backup(self, tenants: Sequence[str], known: Iterable[tuple[str, KnownCopy]]) -> Iterator[BackupPart]:
         """Every part of a backup of ``tenants`` (all when empty), ending with its summary.
-        ``known``: tenant -> (change counter, inbox sequence) the caller already holds."""
+        ``known``: (tenant, (change counter, inbox sequence, head hash)) the caller already holds,
+        each tenant once (``known_by_tenant``)."""
         names = [validate_tenant(t) for t in dict.fromkeys(tenants)]
+        held = known_by_tenant(known)
         if not names and self._lost_tenants is not None:  # every tenant: those a lost volume held too
             self._lost_tenants.wait(LOST_TENANTS_WAIT_SECONDS)
         for name in names:
@@ -133,7 +150,7 @@ class Backups:
         # Every tenant this member serves (not the tombstones of tenants moved away: their data is
         # the destination's), or those named.
         for tenant in names or [t for t in self._pool.tenant_ids() if self._pool.served_here(t)]:
-            for part in self._tenant(tenant, known.get(tenant)):
+            for part in self._tenant(tenant, held.get(tenant)):
                 if isinstance(part, TenantCopy):
                     copied += 1
                 elif isinstance(part, TenantUnchanged):

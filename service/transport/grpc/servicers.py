@@ -301,7 +301,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def Backup(self, request: admin_pb2.BackupRequest, call: Call) -> AsyncIterator[admin_pb2.BackupResponse]:
         # A part at a time on a worker thread (a copy step, a chunk read); a stream the client left
         # is closed at once, and its scratch copy removed.
-        known = {k.tenant: (k.change_counter, k.inbox_sequence, k.head_hash) for k in request.known}
+        known = [(k.tenant, (k.change_counter, k.inbox_sequence, k.head_hash)) for k in request.known]
         parts = self._engine.backups.backup(list(request.tenants), known)
         async with aclosing(call.steps(parts)) as steps:
             async for part in steps:
