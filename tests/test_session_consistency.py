@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import grpc
 import httpx2
 import pytest
 from mcp import Client
@@ -48,7 +49,7 @@ from mnemosyne.client import mem0 as mem0_helper
 from mnemosyne.host.consistency import MAX_TOKENS_PER_TENANT, SessionTokens
 from mnemosyne.host.protocol import CONSISTENCY_TOKEN_KEY
 from mnemosyne.transport.consistency import LEVEL_KEY
-from mnemosyne.v1 import hot_path_pb2, memory_pb2, types_pb2
+from mnemosyne.v1 import admin_pb2, hot_path_pb2, memory_pb2, types_pb2
 from tests.http_support import call as http_call
 from tests.mem0_support import Mem0Client
 
@@ -478,6 +479,38 @@ def test_flush_refuses_its_consistency_level_before_it_waits_with_a_token_or_wit
             reply = http_call(server.http_port, "Flush", asked, {LEVEL_KEY: level, CONSISTENCY_TOKEN_KEY: token})
             assert reply.reason == reason, reply.body
         assert client.hot_path(tenant, "status").queue_depth >= 30  # nothing was flushed
+
+
+def test_every_call_refuses_a_consistency_level_that_is_none_and_two_request_ids(server: ServerProcess) -> None:
+    """A read (Recall, ListMemories, a Ping naming no tenant) ignored a mnemosyne-consistency-level
+    that is no level, which a write refuses; and of two x-request-id the first was taken, without
+    a word. Each is refused on every call, over gRPC and HTTP; a level that is one stays harmless
+    on a read."""
+    tenant = "py-level-everywhere"
+    recall = memory_pb2.RecallRequest(tenant=tenant, query="fuse")
+    with MemoryClient(server.target, session_consistency=False) as client:
+        client.retain(tenant, "The spare fuse sits in box F-89")
+        calls = (
+            (client.memory.Recall, recall),
+            (client.memory.ListMemories, memory_pb2.ListMemoriesRequest(tenant=tenant)),
+            (client.admin.Ping, admin_pb2.PingRequest()),
+        )
+        for metadata, reason in (
+            (((LEVEL_KEY, "someday"),), "CONSISTENCY_LEVEL_INVALID"),
+            ((("x-request-id", "r-1"), ("x-request-id", "r-2")), "REQUEST_ID_INVALID"),
+        ):
+            for rpc, request in calls:
+                with pytest.raises(MnemosyneClientError) as caught:
+                    client.call(rpc, request, retry=False, metadata=metadata)
+                assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, reason)
+        assert client.call(client.memory.Recall, recall, retry=False, metadata=((LEVEL_KEY, "replicated"),)).hits
+    assert http_call(server.http_port, "Recall", recall, {LEVEL_KEY: "someday"}).reason == "CONSISTENCY_LEVEL_INVALID"
+    twice = httpx2.post(
+        f"http://127.0.0.1:{server.http_port}/v1/tenants/{tenant}/memories:recall",
+        json={"query": "fuse"},
+        headers=[("x-request-id", "r-1"), ("x-request-id", "r-2")],
+    )
+    assert twice.status_code == 400 and twice.json()["details"][0]["reason"] == "REQUEST_ID_INVALID", twice.text
 
 
 def test_session_tokens_keep_the_newest_per_tenant_within_their_bounds() -> None:

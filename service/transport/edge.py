@@ -4,9 +4,9 @@
    ``x-request-id`` when sane, else a fresh one) is set for every log record of the call and
    echoed in its initial metadata when the client sent one;
 2. the shutdown gate (admission): UNAVAILABLE / SHUTTING_DOWN once shutdown began;
-3. the form of the request's ``tenant`` (TENANT_INVALID, whoever asks: it reveals nothing), then
-   authentication, then a request that could not be decoded is refused (REQUEST_UNDECODABLE,
-   REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
+3. the form of the request's ``tenant`` (TENANT_INVALID, whoever asks: it reveals nothing) and
+   of the metadata any call may carry (``check_call_metadata``), then authentication, then a
+   request that could not be decoded is refused (REQUEST_UNDECODABLE, REQUEST_TOO_LARGE), then authorisation of the admin methods and of the request's ``tenant``
    — before any handler runs, so nothing about a forbidden tenant is ever looked up; a call for
    a tenant another member owns is then forwarded to it (transport/cluster/forwarding.py);
 4. the servicer method, run by its kind (transport/call.py): on a worker thread in the tenant's
@@ -34,7 +34,7 @@ from contextlib import aclosing
 from typing import Any
 
 from mnemosyne.engine import changers
-from mnemosyne.engine.consistency import WritesOpen
+from mnemosyne.engine.consistency import WritesOpen, level_of
 from mnemosyne.engine.limits import validate_tenant
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.runtime import tracing
@@ -44,7 +44,7 @@ from mnemosyne.transport.auth import Principal, TokenAuthenticator, sent_authori
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY
-from mnemosyne.transport.consistency import carries
+from mnemosyne.transport.consistency import LEVEL_KEY, carries
 from mnemosyne.transport.envelope import CallEnvelope, Refuse
 
 ADMIN_METHODS = frozenset(
@@ -91,6 +91,27 @@ _ON_THREADS = {Kind.BLOCKING: Lane.WORKERS, Kind.READING: Lane.READERS, Kind.SNA
 def _is_move_step(method: str, request: Any) -> bool:
     """An ImportTenant of a move (its ``move_epoch`` set): answered by the member it is sent to."""
     return method == IMPORT_TENANT and bool(request.move_epoch)
+
+
+def check_call_metadata(metadata: Sequence[tuple[str, str]]) -> None:
+    """The metadata any call may carry, in a form no call takes, refused before it runs whatever
+    the method: ``x-request-id`` sent twice (REQUEST_ID_INVALID: which one the caller meant is its
+    to say; the first was taken), a ``mnemosyne-consistency-level`` that is no level
+    (CONSISTENCY_LEVEL_INVALID, as a write refused it: a read ignored it). A level a read is given
+    is otherwise harmless: only a write's token and a Flush read it."""
+    request_ids = 0
+    levels: list[str] = []
+    for key, value in metadata:
+        if key == "x-request-id":
+            request_ids += 1
+        elif key == LEVEL_KEY:
+            levels.append(value)
+    if request_ids > 1:
+        raise InvalidArgument(
+            f"x-request-id is sent {request_ids} times: send one request id a call", reason="REQUEST_ID_INVALID"
+        )
+    if levels:
+        level_of(levels)
 
 
 def kind_of(implementation: Callable[..., Any]) -> Kind:
@@ -243,6 +264,7 @@ class Edge:
                 # nothing of the server's tenants or tokens; a malformed id is TENANT_INVALID
                 # whoever asks, never TOKEN_MISSING or TENANT_FORBIDDEN.
                 validate_tenant(tenant)
+            check_call_metadata(metadata)
             principal = self.authenticate(metadata)
             if isinstance(request, Undecodable):
                 raise request.error
