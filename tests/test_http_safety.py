@@ -181,6 +181,22 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
         ("/v3/memories/add/", b'{"messages": [{"role": 5, "content": "hi"}]}', "role must be a string, not a number"),
         ("/v3/memories/add/", b'{"messages": "hi", "metadata": [1]}', "metadata must be an object, not an array"),
         ("/v3/memories/search/", b'{"query": "q", "filters": {"metadata": {"k": {}}}}', "boolean, not an object"),
+        # A field under its proto name and its JSON name: the last was taken without a word.
+        (
+            "/v1/tenants/{t}/memories",
+            b'{"text": "a", "occurredAt": "2024-01-01T00:00:00Z", "occurred_at": "2025-01-01T00:00:00Z"}',
+            "occurred_at is given twice, as 'occurred_at' and 'occurredAt'",
+        ),
+        (
+            "/v1/tenants/{t}/memories:batchRetain",
+            b'{"items": [{"text": "a"}, {"text": "b", "occurred_at": null, "occurredAt": "2024-01-01T00:00:00Z"}]}',
+            "items[1].occurred_at is given twice",
+        ),
+        (
+            "/v1/tenants/{t}/expiryPolicy",
+            b'{"policy": {"graceSeconds": 1, "grace_seconds": 2}}',
+            "policy.grace_seconds is given twice, as 'grace_seconds' and 'graceSeconds'",
+        ),
     ],
 )
 def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(

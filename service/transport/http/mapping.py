@@ -199,9 +199,14 @@ def _numbers(
     what is wrong with them."""
     for key, value in document.items():
         field = message_type.fields_by_name.get(key) or message_type.fields_by_camelcase_name.get(key)
-        if field is None or value is None:
+        if field is None:
             continue
         name = where + field.name
+        if key != field.camelcase_name and field.camelcase_name in document:
+            # json_format checks each key alone, so the last of the two names would win.
+            raise ValueError(f"{name} is given twice, as {key!r} and {field.camelcase_name!r}: give it once")
+        if value is None:
+            continue
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             entry = field.message_type.fields_by_name["value"]
             if isinstance(value, dict):
