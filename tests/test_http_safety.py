@@ -88,6 +88,34 @@ def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_noth
     assert _memories(api, tenant) == 1
 
 
+def _raw_exchange(port: int, head: str, body: bytes = b"") -> tuple[int, str]:
+    """The status and ErrorInfo reason ("" if none) of a request sent as written."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(head.encode() + body)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status = int(answer.split(b" ", 2)[1])
+    reason = re.search(rb'"reason":"(\w+)"', answer)
+    return status, reason.group(1).decode() if reason else ""
+
+
+@pytest.mark.parametrize("target", ["/v1/ping", "/v3/memories/?user_id=u", "/mcp?tenant=t", "/console/", "/docs/"])
+def test_two_hosts_or_a_foreign_host_in_an_absolute_target_are_refused_on_every_route(
+    api: ServerProcess, target: str
+) -> None:
+    """Two Host headers were taken (the guard read the first), and a target given as an absolute
+    URL was answered by its Host header, though its own host stands for Host (RFC 9112 §3.2)."""
+    port = api.http_port
+    end = "Connection: close\r\n\r\n"
+    two = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n{end}"
+    assert _raw_exchange(port, two) == (400, "HOST_INVALID")
+    foreign = f"GET http://evil.example{target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{end}"
+    assert _raw_exchange(port, foreign) == (403, "HOST_FORBIDDEN")
+    own = f"GET http://127.0.0.1:{port}{target} HTTP/1.1\r\nHost: evil.example\r\n{end}"
+    assert _raw_exchange(port, own)[1] != "HOST_FORBIDDEN"
+
+
 def test_cors_headers_only_for_the_named_origin(api: ServerProcess, tenant: str) -> None:
     origin = "https://console.example"
     preflight = request(

@@ -3,9 +3,12 @@ must not be able to call the API on their machine (DNS rebinding, cross-site req
 
 Every request, on every route, before anything else runs:
 
-1. ``Host`` must be in the allow-list (loopback names by default, plus the bound address and what
+1. ``Host`` must be given once (RFC 9112 §3.2: more than one is 400 HOST_INVALID) and be in the
+   allow-list (loopback names by default, plus the bound address and what
    ``--http-allowed-host`` adds; the chart adds the Service's names), else 403 HOST_FORBIDDEN —
-   a rebound DNS name carries the attacker's host name;
+   a rebound DNS name carries the attacker's host name. A request whose target is an absolute URL
+   (``GET http://name/v1/ping``) is checked by that URL's host, which stands for its Host (RFC 9112
+   §3.2.2);
 2. an ``Origin`` header must be this server's own origin or one that ``--http-cors-origin`` names,
    else 403 ORIGIN_FORBIDDEN (a tool without a browser sends none);
 3. a request with a body that may change state (POST, PUT, PATCH) must say
@@ -19,6 +22,7 @@ CORS headers are sent only for an origin ``--http-cors-origin`` names, and its p
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,6 +44,31 @@ _CORS_REQUEST_HEADERS = (
 _CORS_EXPOSED_HEADERS = (
     "x-request-id, retry-after, mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-server-time-us"
 )
+
+
+# The scope key under which the HTTP server (server.py) gives the host of a request target that is
+# an absolute URL: the ASGI scope holds only its path.
+TARGET_HOST = "mnemosyne.target_host"
+
+
+def target_authority(target: bytes) -> str | None:
+    """The host (and port) of a request target in absolute form (``http://name:80/path``), which
+    stands for the request's Host (RFC 9112 §3.2.2); None for a target that is a path."""
+    if target.startswith(b"/") or b"://" not in target:
+        return None
+    netloc = urlsplit(target.decode("latin-1")).netloc
+    return netloc.rsplit("@", 1)[-1]
+
+
+def _host(scope: Scope) -> str | InvalidArgument:
+    """The host a request is for: its target's if the target is an absolute URL, else its one Host
+    header ("" without one); more than one Host header is an error (RFC 9112 §3.2)."""
+    given = [value for name, value in scope["headers"] if name == b"host"]
+    if len(given) > 1:
+        shown = ", ".join(repr(value.decode("latin-1")[:60]) for value in given[:4])
+        return InvalidArgument(f"the request has {len(given)} Host headers ({shown}): send one", reason="HOST_INVALID")
+    target: str | None = scope.get(TARGET_HOST)
+    return target if target is not None else given[0].decode("latin-1") if given else ""
 
 
 def host_name(host: str) -> str:
@@ -72,12 +101,16 @@ class Guard:
             await self._app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        host = headers.get("host", "")
+        host = _host(scope)
+        if isinstance(host, InvalidArgument):
+            await send_error(send, host)
+            return
         if not self._any_host and host_name(host) not in self._hosts:
+            named_by = "the request's target URL names host" if TARGET_HOST in scope else "Host"
             await send_error(
                 send,
                 PermissionDenied(
-                    f"Host {host[:100]!r} is not one this server answers to: add it with --http-allowed-host",
+                    f"{named_by} {host[:100]!r} is not one this server answers to: add it with --http-allowed-host",
                     reason="HOST_FORBIDDEN",
                 ),
             )

@@ -26,6 +26,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport.errors import to_status_proto
+from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
 
 # How long a connection may take to send a request's whole head, from when it connects or its
@@ -166,6 +167,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
+        authority = target_authority(self.url)
+        if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
+            self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
