@@ -320,6 +320,11 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
         ("GET", "/v1/event/../", None, 404, "EVENT_NOT_FOUND"),
         ("GET", "/v1/events/?page_size=0", None, 400, "NUMBER_INVALID"),
         ("GET", "/v1/events/?page_token=forged", None, 400, "PAGE_TOKEN_INVALID"),
+        # A string for a boolean: "false" was read as true (enable_graph's 501), or taken unread.
+        ("POST", "/v3/memories/add/", {"messages": "hi", "infer": "false"}, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "async_mode": "no"}, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "enable_graph": "false"}, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "infer": 0}, 400, "REQUEST_UNDECODABLE"),
         ("PATCH", "/v3/memories/add/", {}, 405, "METHOD_NOT_ALLOWED"),
         ("GET", "/v3/no/such/", None, 404, "ROUTE_NOT_FOUND"),
     ],
@@ -331,6 +336,14 @@ def test_hostile_requests_get_a_clear_4xx_with_detail(
     assert (reply.status, reply.reason) == (status, reason), reply.body[:400]
     document = reply.json()
     assert document["detail"] == document["message"] and len(document["detail"]) > 10
+
+
+def test_an_add_s_flags_are_named_when_wrong_and_its_timestamp_is_ignored(server: ServerProcess) -> None:
+    reply = _send(server, "POST", "/v3/memories/add/", {"messages": "hi", "async_mode": "no"})
+    assert reply.json()["detail"] == "async_mode must be true or false, not a string"
+    for value in (b'"x"', b"true", b"1e400", b"1700000000"):  # docs/mem0.md: accepted and ignored
+        body = b'{"messages": "a timestamp", "timestamp": ' + value + b', "infer": false}'
+        assert _send(server, "POST", "/v3/memories/add/", body).status == 200
 
 
 MEM0_BODY_ROUTES = [route for route in MEM0_ROUTES if route.verb in ("POST", "PUT") and not route.unsupported]

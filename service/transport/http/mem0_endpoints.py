@@ -114,6 +114,15 @@ def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> s
     return value
 
 
+def _flag(document: Mapping[str, Any], key: str) -> bool:
+    """A boolean of the body (false when absent or null): a string ("false", "no") is refused,
+    not read as the true every non-empty string is in Python."""
+    value = document.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise bad(f"{key} must be true or false, not {client_json.json_kind(value)}", "REQUEST_UNDECODABLE")
+    return bool(value)
+
+
 def _required(document: Mapping[str, Any], key: str) -> str:
     value = _text(document, key, required=True)
     assert value is not None  # required
@@ -284,7 +293,8 @@ class Mem0Endpoints:
 
     def _add(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        if body.get("enable_graph"):
+        _flag(body, "infer"), _flag(body, "async_mode")  # read to refuse a wrong type; docs/mem0.md: ignored
+        if _flag(body, "enable_graph"):
             raise unsupported("add: graph memory (enable_graph) is not supported")
         turns = _turns(body)
         metadata = {**_user_metadata(body.get("metadata")), **_entities(body)}
