@@ -209,6 +209,14 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
         ("/v3/memories/add/", b'{"messages": [{"role": 5, "content": "hi"}]}', "role must be a string, not a number"),
         ("/v3/memories/add/", b'{"messages": "hi", "metadata": [1]}', "metadata must be an object, not an array"),
         ("/v3/memories/search/", b'{"query": "q", "filters": {"metadata": {"k": {}}}}', "boolean, not an object"),
+        # Said in Python's codec's words: "'utf-8' codec can't decode byte", "decode using utf-8-sig".
+        ("/v1/tenants/{t}/memories", b'\xef\xbb\xbf{"text": "a"}', "starts with a byte order mark"),
+        ("/v3/memories/add/", b'\xef\xbb\xbf{"messages": "a"}', "starts with a byte order mark"),
+        ("/v1/tenants/{t}/memories", b'{"text": "\xff"}', "0xff at offset 10 is not part of a UTF-8 character"),
+        ("/v3/memories/add/", b'{"messages": "\xc3"}', "not UTF-8 text"),
+        ("/v1/tenants/%ff/memories", b'{"text": "a"}', "the path's tenant '%ff' is not UTF-8 once percent-decoded"),
+        ("/v1/tenants/{t}/memories:recall?x=%ff", b"{}", "the query parameter 'x' is not UTF-8"),
+        ("/v3/memories/?page=%ff", b"{}", "the query parameter 'page' is not UTF-8 once percent-decoded"),
         # A field under its proto name and its JSON name: the last was taken without a word.
         (
             "/v1/tenants/{t}/memories",
@@ -248,6 +256,8 @@ def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(
         "not str",
         "True is",
         "None is",
+        "codec",
+        "utf-8-sig",
     ):
         assert python not in message, message
     assert not api.tenant_file(tenant).exists()

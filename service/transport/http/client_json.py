@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import parse_qsl, quote, unquote
 
 from mnemosyne.host.unicode import unicode_json
 
@@ -69,6 +70,54 @@ def parse(text: str) -> Any:
             "Unicode text, a surrogate escape only as the first half of a pair followed by its second"
         )
     return document
+
+
+class NotText(ValueError):
+    """A client's bytes that are not the UTF-8 text they must be, said in our words, not Python's
+    codec's ("'utf-8' codec can't decode byte 0xff", "decode using utf-8-sig")."""
+
+
+_SEND_UTF8 = "percent-encode the UTF-8 bytes of the text (é is %C3%A9)"
+
+
+def parse_body(body: bytes) -> Any:
+    """The value of a request's JSON body: ``parse`` of its UTF-8 text; NotText for bytes that
+    are not UTF-8 or a leading byte order mark (JSON over HTTP has none, RFC 8259 §8.1)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotText(
+            f"the body is not UTF-8 text (its byte 0x{body[exc.start]:02x} at offset {exc.start} is not part of a "
+            "UTF-8 character): send JSON encoded as UTF-8"
+        ) from None
+    if text.startswith("\ufeff"):
+        raise NotText("the body starts with a byte order mark (EF BB BF): send the JSON without it")
+    return parse(text)
+
+
+def percent_decoded(raw: str, what: str) -> str:
+    """``raw`` (a path segment) percent-decoded as UTF-8; NotText naming ``what`` when its bytes
+    are not UTF-8."""
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        raise NotText(f"{what} {raw[:60]!r} is not UTF-8 once percent-decoded: {_SEND_UTF8}") from None
+
+
+def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
+    """A query string's parameters, percent-decoded as UTF-8; NotText naming the parameter whose
+    name or value is not UTF-8."""
+    pairs = parse_qsl(query_string.decode("utf-8", "surrogateescape"), keep_blank_values=True, errors="surrogateescape")
+    for key, value in pairs:
+        for part in (key, value):
+            try:
+                part.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = quote(key.encode("utf-8", "surrogateescape"))[:60]
+                raise NotText(
+                    f"the query parameter {shown!r} is not UTF-8 once percent-decoded: {_SEND_UTF8}"
+                ) from None
+    return pairs
 
 
 # What a JSON value is, by the Python type its reader made of it.

@@ -32,7 +32,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote
 
 from google.api import annotations_pb2
 from google.protobuf import descriptor, json_format, message, message_factory
@@ -302,7 +301,9 @@ def _reads_as_integer(text: str) -> bool:
 
 def _from_path(route: Route, path: dict[str, str]) -> message.Message:
     """A request holding only the path's fields, decoded by the same rules as a body."""
-    document: dict[str, Any] = {name: unquote(raw, errors="strict") for name, raw in path.items()}
+    document: dict[str, Any] = {
+        name: client_json.percent_decoded(raw, f"the path's {name}") for name, raw in path.items()
+    }
     _numbers(route.rpc.input_type, document)
     return json_format.ParseDict(document, route.request_type(), ignore_unknown_fields=False)
 
@@ -327,10 +328,9 @@ def decode(
     the query gave (``after_sequence`` from Last-Event-ID). The decoded message is held to
     gRPC's request size limit."""
     try:
-        query = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
-        document = _query_fields(route, query)
+        document = _query_fields(route, client_json.query_pairs(query_string))
         if route.body and body.strip():
-            parsed = client_json.parse(body.decode("utf-8"))
+            parsed = client_json.parse_body(body)
             if not isinstance(parsed, dict):
                 raise ValueError(f"the body must be a JSON object, not {client_json.json_kind(parsed)}")
             document = parsed
@@ -355,7 +355,7 @@ def decode(
         return Undecodable(exc)
     except RecursionError:  # a document json's reader took, too deep for the steps after it
         return _undecodable(route, client_json.NESTED_TOO_DEEP)
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, json_format.ParseError) as exc:
+    except (ValueError, TypeError, OverflowError, json_format.ParseError) as exc:
         return _undecodable(route, client_json.in_json_terms(str(exc))[:300] or type(exc).__name__)
     size = request.ByteSize()
     if size > max_request_bytes:

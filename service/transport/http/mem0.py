@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 import grpc
 from google.protobuf import json_format
@@ -334,9 +334,9 @@ class Mem0Api:
                     raise body_too_large(self._edge.max_request_bytes)
                 body = _json_object(http.body)
             try:
-                pairs = parse_qsl(http.query_string.decode("utf-8"), keep_blank_values=True, errors="strict")
-            except (UnicodeDecodeError, ValueError):
-                raise bad("the query string is not valid UTF-8 URL encoding") from None
+                pairs = client_json.query_pairs(http.query_string)
+            except client_json.NotText as exc:
+                raise bad(str(exc)) from None
             for key, value in pairs:  # as on the JSON API: which of two was meant is the caller's to say
                 if key in query:
                     raise InvalidArgument(
@@ -401,8 +401,10 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        document = client_json.parse(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        document = client_json.parse_body(raw)
+    except client_json.NotText as exc:
+        raise InvalidArgument(str(exc), reason="REQUEST_UNDECODABLE") from None
+    except ValueError as exc:
         raise InvalidArgument(f"the body is not JSON ({str(exc)[:200]})", reason="REQUEST_UNDECODABLE") from None
     if not isinstance(document, dict):
         raise InvalidArgument(
