@@ -332,6 +332,24 @@ def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: S
         (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"caf\xe9"}}', -32602, 9, "not Unicode"),
         (b"[]", -32600, None, "not a JSON-RPC 2.0 request"),
         (b'{"jsonrpc":"2.0","id":', -32700, None, "the body is not one JSON object"),
+        # Each was "the body is not one JSON object" (the SDK's reader refused it), or, a key
+        # given twice, taken: the last value won, where the JSON API refuses it.
+        (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}', -32600, None, "of 5,000 digits"),
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"n":-' + b"9" * 5000 + b"}}", -32600, None, "4,300"),
+        (b'{"jsonrpc":"2.0","id":9,"id":10,"method":"ping"}', -32600, None, "the key 'id' appears twice"),
+        (
+            b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}}",
+            -32700,
+            None,
+            "nested too deep",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":' + b"[" * 250 + b"]" * 250 + b"}}",
+            -32700,
+            None,
+            "nested too deep",
+        ),
+        (b'\xef\xbb\xbf{"jsonrpc":"2.0","id":9,"method":"ping"}', -32700, None, "byte order mark"),
     ]
     for body, code, request_id, words in bodies:
         refused = request(mcp_server.http_port, "POST", "/mcp?tenant=acme", body, headers=headers)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pydantic_core
 from mcp.types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -27,19 +26,44 @@ from mcp.types import (
     jsonrpc_message_adapter,
 )
 
+from mnemosyne.host import json_text
 from mnemosyne.host.unicode import unicode_json
+
+# The deepest nesting the SDK's reader (pydantic_core.from_json) takes, arrays and objects alike.
+SDK_DEPTH = 200
 
 
 def unreadable(data: bytes, *, not_json: str) -> JSONRPCError | None:
     """The error answering ``data`` (a line of stdin, an HTTP request's body), or None when the
     SDK reads it as a message it answers (or a notification, which needs none). ``not_json``: the
-    parse error's message, naming the transport's framing."""
+    parse error's message, naming the transport's framing.
+
+    ``data`` is read once by the JSON API's reader (host/json_text.py), within the limits of the
+    SDK's own (pydantic's: 200 levels, integers of 4,300 digits), so that what the SDK would refuse
+    in its words ("number out of range", "recursion limit exceeded") or take silently (a key given
+    twice: the last) is refused here in ours."""
     try:
-        message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(data), by_name=False)
-    except ValueError:  # pydantic's ValidationError, from_json's own
+        document = json_text.parse(data.decode("utf-8"), max_depth=SDK_DEPTH, huge_integers=False)
+    except (UnicodeDecodeError, json_text.NotUnicode):
         return refusal(data, not_json=not_json)
-    if isinstance(message, JSONRPCNotification) and b'"id"' in data:
-        misread = unanswerable_id(json.loads(data))
+    except json_text.NestedTooDeep:
+        return _error(None, PARSE_ERROR, f"Parse error: {json_text.NESTED_TOO_DEEP} (at most {SDK_DEPTH} levels)")
+    except (json_text.KeyTwice, json_text.HugeInteger) as exc:
+        return _error(None, INVALID_REQUEST, f"Invalid request: {exc}")
+    except ValueError:
+        if data.startswith(b"\xef\xbb\xbf"):
+            return _error(
+                None,
+                PARSE_ERROR,
+                "Parse error: a byte order mark (EF BB BF) comes before the JSON: send it without one",
+            )
+        return refusal(data, not_json=not_json)
+    try:
+        message = jsonrpc_message_adapter.validate_python(document, by_name=False)
+    except ValueError:  # pydantic's ValidationError
+        return refusal(data, not_json=not_json)
+    if isinstance(message, JSONRPCNotification):
+        misread = unanswerable_id(document)
         return None if misread is None else _error(None, INVALID_REQUEST, misread)
     return None
 

@@ -1,75 +1,19 @@
 """JSON text from a client (a body, a JSON value in a query parameter), read by one rule on every
-HTTP surface (the JSON API, the mem0 paths).
-
-An object that names a key twice is refused: which of its values was meant is the writer's to say
-(Python's ``json`` keeps the last without a word).
-
-JSON's ``\\uXXXX`` escapes can spell half of a UTF-16 surrogate pair on its own (``"\\ud800"``);
-Python's ``json`` reads it into a ``str`` that is not Unicode, which no protobuf field, SQLite
-text or UTF-8 response can hold. Such a document is refused here, as invalid UTF-8 is, before any
-of its strings reaches a field, a metadata key or an error message.
+HTTP surface (the JSON API, the mem0 paths): host/json_text.py's, which the MCP messages share,
+from the client's bytes (``parse_body``, ``percent_decoded``, ``query_pairs``); and what is wrong
+with a value said in JSON's words (``json_kind``, ``in_json_terms``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
-from mnemosyne.host.unicode import unicode_json
-
-# A backslash-u escape of a surrogate code unit (D800-DFFF), paired or not: only a document that
-# holds one is checked whole.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-class NotUnicode(ValueError):
-    """A client's JSON whose strings are not Unicode."""
-
-
-NESTED_TOO_DEEP = (
-    "arrays or objects are nested too deep (hundreds of levels within each other): send a flatter document"
-)
-
-
-class NestedTooDeep(ValueError):
-    """A client's JSON of arrays or objects within each other deeper than Python's reader goes."""
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise ValueError(f"the key {key[:80]!r} appears twice")
-        document[key] = value
-    return document
-
-
-def _integer(text: str) -> int | float:
-    """A JSON integer; past the digits Python's int() reads (4,300), the float it is (infinite),
-    which every number field refuses as NUMBER_INVALID as it does 1e400 (int() said "use
-    sys.set_int_max_str_digits() to increase the limit", REQUEST_UNDECODABLE)."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def parse(text: str) -> Any:
-    """The value of ``text``; raises ValueError (``json.JSONDecodeError``, ``NotUnicode``,
-    ``NestedTooDeep``, a key given twice in one object)."""
-    try:
-        document = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_int=_integer)
-        unicode = not _SURROGATE_ESCAPE.search(text) or unicode_json(document)
-    except RecursionError:  # json's reader, or the walk over the document: one limit for both
-        raise NestedTooDeep(NESTED_TOO_DEEP) from None
-    if not unicode:
-        raise NotUnicode(
-            "a string holds an unpaired surrogate escape (such as \\ud800): JSON strings must be "
-            "Unicode text, a surrogate escape only as the first half of a pair followed by its second"
-        )
-    return document
+from mnemosyne.host.json_text import NESTED_TOO_DEEP as NESTED_TOO_DEEP
+from mnemosyne.host.json_text import NestedTooDeep as NestedTooDeep
+from mnemosyne.host.json_text import NotUnicode as NotUnicode
+from mnemosyne.host.json_text import parse as parse
 
 
 class NotText(ValueError):
