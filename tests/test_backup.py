@@ -316,19 +316,19 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest != json.loads(first)
 
-    # SIGKILL while a restore places the tenant that has an inbox (after its inbox, before its file).
+    # SIGKILL while a restore places the tenant that has an inbox (staged, before its file's rename).
     target = tmp_path / "target"
     hold.write_text("restore-placing")
     restore = subprocess.Popen([*command, "restore", "--from", str(directory), "--data-dir", str(target)], env=env)
-    _wait_for(lambda: (target / "inbox" / f"{tenant}.inbox.sqlite").exists())
+    _wait_for(lambda: _staged(target) or (target / "inbox" / f"{tenant}.inbox.sqlite").exists())
     restore.kill()
     restore.wait()
     assert not (target / "tenants" / f"{tenant}.sqlite").exists()
-    copy = ServerProcess(target).start()  # the inbox without its tenant file is no tenant's
+    copy = ServerProcess(target).start()  # the staged install is undone
     try:
         with MemoryClient(copy.target) as client:
             assert client.list_memories(tenant).memories == []
-        assert not (target / "inbox" / f"{tenant}.inbox.sqlite").exists()
+        assert not (target / "inbox" / f"{tenant}.inbox.sqlite").exists() and not _staged(target)
     finally:
         copy.stop()
     hold.unlink()
@@ -340,8 +340,31 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
             for t in tenants:
                 texts = {m.text for m in client.list_memories(t, page_size=100).memories}
                 assert f"a later note of {t}" in texts and client.verify_integrity(t).valid
+            client.retain(tenant, "a note only the tenant in place has")
     finally:
         copy.stop()
+
+    # SIGKILL while a restore --replace places it: the tenant in place stays whole (it lost its
+    # file before the copy had taken its name).
+    hold.write_text("restore-placing")
+    restore = subprocess.Popen(
+        [*command, "restore", "--from", str(directory), "--data-dir", str(target), "--replace"], env=env
+    )
+    _wait_for(lambda: _staged(target) or not (target / "tenants" / f"{tenant}.sqlite").exists())
+    restore.kill()
+    restore.wait()
+    copy = ServerProcess(target).start()
+    try:
+        with MemoryClient(copy.target) as client:
+            texts = {m.text for m in client.list_memories(tenant, page_size=100).memories}
+            assert "a note only the tenant in place has" in texts and client.verify_integrity(tenant).valid
+    finally:
+        copy.stop()
+
+
+def _staged(data_dir: Path) -> bool:
+    tenants = data_dir / "tenants"
+    return tenants.is_dir() and any(p.name.startswith(".install-") for p in tenants.iterdir())
 
 
 def test_a_server_killed_while_it_streams_a_backup_leaves_no_half_written_backup(

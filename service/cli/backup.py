@@ -21,8 +21,9 @@ names. Files no manifest names are removed after the new manifest is in place.
 A restore checks every selected tenant before it puts any file in place: the files' sizes and
 SHA-256 against the manifest, each tenant file's audit chain (valid, with the head hash and
 entry count of the manifest), and the copy's other figures (store/snapshot.py ``check_copy``). It takes the data directory's lock, so it refuses a directory a
-running server owns, and places each file under a temporary name first (the pool removes those
-left by a kill: store/pool.py), the inbox before the tenant file.
+running server owns, and installs each tenant as an import does (store/install.py): its copies
+staged under temporary names, the tenant file replaced in one rename, the inbox after it (the pool
+removes what a kill left before that rename, and finishes an install killed after it: store/pool.py).
 
 Neither trusts what it reads: a tenant name from the server's stream or from a manifest is held to
 the rule a client's is, and every path joined from one (a copy's name, a manifest's file path)
@@ -75,8 +76,8 @@ from mnemosyne.store.data_dir import (
     refuse_inside_another,
 )
 from mnemosyne.store.file_faults import FileBudget
-from mnemosyne.store.files import fsync
-from mnemosyne.store.install import stamp_new_timeline
+from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync
+from mnemosyne.store.install import finish, stage_and_commit, stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.snapshot import SnapshotFacts, check_copy, sha256_file
@@ -487,39 +488,48 @@ def _check_tenant(directory: Path, tenant: str, entry: dict[str, Any]) -> dict[s
     return paths
 
 
-def _place(source: Path, target: Path, *, stamp: Callable[[Path], None] | None = None) -> None:
-    """Copy ``source`` to ``target`` through a temporary name in the target's directory
-    (``stamp``: what is done to the copy before it takes the target's name)."""
+def place_tenant(tenants_dir: Path, inbox_dir: Path, tenant: str, database: Path, inbox: Path | None) -> None:
+    """Copy a tenant's files (checked by the caller) in place of its own, in a data directory no
+    server is using, on a new timeline (its consistency tokens see TIMELINE_CHANGED). Atomic as an
+    import's install (store/install.py): the copies are staged beside the tenant files, the new
+    tenant file takes the old one's name in one rename, and its inbox follows. A kill before that
+    rename leaves the old tenant whole (a ``--replace`` killed midway never leaves it with no
+    tenant file); after it, the server finishes the install (the inbox) at its next start."""
+    tenant_file = within(tenants_dir, f"{tenant}{TENANT_FILE_SUFFIX}", what="the tenant file")
+    inbox_file = within(inbox_dir, f"{tenant}{INBOX_FILE_SUFFIX}", what="the inbox file")
+    new_database = _copy_beside(database, tenant_file, stamp=stamp_new_timeline)
+    new_inbox = _copy_beside(inbox, tenant_file) if inbox is not None else None  # staged on the same filesystem
+    checkpoint_away(tenant_file, f"{tenant_file} is being read; it was not replaced, retry the restore")
+    old_only = [Path(f"{tenant_file}{suffix}") for suffix in SIDE_SUFFIXES]  # its WAL emptied above
+    staging = stage_and_commit(tenant_file, new_database, new_inbox, old_only=old_only, seam=_held_before_commit)
+    inbox_dir.mkdir(parents=True, exist_ok=True)
+    finish(staging, inbox_file, done=(), sync=lambda: _fsync_all(inbox_dir, tenants_dir))
+
+
+def _fsync_all(*directories: Path) -> None:
+    for directory in directories:
+        fsync(directory)
+
+
+def _held_before_commit(stage: str) -> None:
+    if stage == "install_staged":  # the tests' kill point: staged, the tenant in place untouched
+        _hold("restore-placing")
+
+
+def _copy_beside(source: Path, target: Path, *, stamp: Callable[[Path], None] | None = None) -> Path:
+    """A synced copy of ``source`` under a temporary name in ``target``'s directory (removed at
+    the server's start if a kill leaves it); ``stamp``: what is done to the copy first."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{target.name}")
+    temporary = target.with_name(f"{NEW_FILE_PREFIX}{uuid.uuid4().hex[:12]}.{source.name}")
     try:
         shutil.copyfile(source, temporary)
         if stamp is not None:
-            stamp(temporary)  # a restored tenant's content is replaced: a timeline of its own
+            stamp(temporary)
         fsync(temporary)
-        for suffix in ("-wal", "-shm", "-journal"):
-            Path(f"{target}{suffix}").unlink(missing_ok=True)
-        os.replace(temporary, target)
-        fsync(target.parent)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-
-
-def place_tenant(tenants_dir: Path, inbox_dir: Path, tenant: str, database: Path, inbox: Path | None) -> None:
-    """Copy a tenant's files (checked by the caller) in place of its own, in a data directory no
-    server is using, on a new timeline (its consistency tokens see TIMELINE_CHANGED). The old
-    tenant file goes first, its inbox next, then the new inbox and tenant file: a kill midway
-    leaves no tenant file with an inbox that is not its own."""
-    tenant_file = within(tenants_dir, f"{tenant}{TENANT_FILE_SUFFIX}", what="the tenant file")
-    inbox_file = within(inbox_dir, f"{tenant}{INBOX_FILE_SUFFIX}", what="the inbox file")
-    for base in (tenant_file, inbox_file):
-        for suffix in ("-wal", "-shm", "-journal", ""):
-            Path(f"{base}{suffix}").unlink(missing_ok=True)
-    if inbox is not None:
-        _place(inbox, inbox_file)
-        _hold("restore-placing")
-    _place(database, tenant_file, stamp=stamp_new_timeline)
+    return temporary
 
 
 def restore(
