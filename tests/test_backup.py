@@ -309,7 +309,10 @@ def test_a_backup_or_restore_killed_midway_leaves_nothing_half_written_in_use(
         "restore", "--from", str(directory), "--data-dir", str(restored), "--tenant", tenant, "--tenant", tenant
     )
     assert named_twice.returncode == 0 and "restored 1 tenants" in named_twice.stdout, named_twice.stdout
+    stale_index = restored / "tenants" / f"{tenant}.ann"  # the replaced file's approximate index
+    stale_index.write_bytes(b"a graph of the replaced file's vectors")
     assert _cli("restore", "--from", str(directory), "--data-dir", str(restored), "--replace").returncode == 0
+    assert not stale_index.exists()  # a cache of the old file, whose counters the new one may match
     # The next backup finishes the work and removes what the killed one left.
     assert _cli("backup", "--target", server.target, "--to", str(directory)).returncode == 0
     assert not any(p.name.startswith(".partial-") for p in directory.iterdir())

@@ -76,8 +76,8 @@ from mnemosyne.store.data_dir import (
     refuse_inside_another,
 )
 from mnemosyne.store.file_faults import FileBudget
-from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync
-from mnemosyne.store.install import finish, stage_and_commit, stamp_new_timeline
+from mnemosyne.store.files import checkpoint_away, fsync
+from mnemosyne.store.install import finish, old_file_only, stage_and_commit, stamp_new_timeline
 from mnemosyne.store.paths import tenant_named_by, within
 from mnemosyne.store.pending_index import PendingIndex
 from mnemosyne.store.snapshot import SnapshotFacts, check_copy, sha256_file
@@ -500,7 +500,7 @@ def place_tenant(tenants_dir: Path, inbox_dir: Path, tenant: str, database: Path
     new_database = _copy_beside(database, tenant_file, stamp=stamp_new_timeline)
     new_inbox = _copy_beside(inbox, tenant_file) if inbox is not None else None  # staged on the same filesystem
     checkpoint_away(tenant_file, f"{tenant_file} is being read; it was not replaced, retry the restore")
-    old_only = [Path(f"{tenant_file}{suffix}") for suffix in SIDE_SUFFIXES]  # its WAL emptied above
+    old_only = old_file_only(tenant_file)  # its WAL emptied above
     staging = stage_and_commit(tenant_file, new_database, new_inbox, old_only=old_only, seam=_held_before_commit)
     inbox_dir.mkdir(parents=True, exist_ok=True)
     finish(staging, inbox_file, done=(), sync=lambda: _fsync_all(inbox_dir, tenants_dir))

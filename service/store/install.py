@@ -17,6 +17,7 @@ import apsw
 
 from mnemosyne.store.bookkeeping import TIMELINE_META
 from mnemosyne.store.files import SIDE_SUFFIXES, fsync
+from mnemosyne.store.tenant_store import ANN_FILE_SUFFIX
 from mnemosyne.store.transactions import translate_sqlite_error
 
 log = logging.getLogger("mnemosyne.store")
@@ -45,6 +46,13 @@ def stamp_new_timeline(database: Path) -> None:
     except apsw.Error as exc:
         raise translate_sqlite_error(exc, database.name) from exc
     fsync(database)
+
+
+def old_file_only(path: Path) -> list[Path]:
+    """What belongs to the tenant file at ``path`` only, and goes when another file takes its
+    place: its approximate index (a cache of its vectors: kept, it could pass for the new file's
+    when their counters match), its WAL, shared memory and journal (emptied by the caller)."""
+    return [path.with_suffix(ANN_FILE_SUFFIX), *(Path(f"{path}{suffix}") for suffix in SIDE_SUFFIXES)]
 
 
 def staged_installs(tenants_dir: Path) -> Iterator[tuple[str, Path, bool]]:

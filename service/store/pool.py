@@ -52,7 +52,7 @@ from mnemosyne.store.data_dir import (
 from mnemosyne.store.erasure_log import erasing, finish_erasures, head_of, timeline_of
 from mnemosyne.store.file_faults import stop_at
 from mnemosyne.store.file_watchers import FileChange, FileWatcher
-from mnemosyne.store.files import SIDE_SUFFIXES, bytes_on_disk, checkpoint_away, fsync, modified, remove_database
+from mnemosyne.store.files import bytes_on_disk, checkpoint_away, fsync, modified, remove_database
 from mnemosyne.store.locks import LockManager
 from mnemosyne.store.maintenance import Maintainer
 from mnemosyne.store.membership import TENANT_MOVING, Membership
@@ -561,8 +561,7 @@ class TenantPool:
             forget_generation(database, self.replicas.floor(tenant, new=False))
             # What belongs to the old file only: its approximate index (a cache), the mark of a
             # reclaimed tombstone, its WAL (emptied above) and shared memory.
-            old_only = [path.with_suffix(ANN_FILE_SUFFIX), reclaimed_mark(self.tenants_dir, tenant)]
-            old_only += [Path(f"{path}{suffix}") for suffix in SIDE_SUFFIXES]
+            old_only = [*installs.old_file_only(path), reclaimed_mark(self.tenants_dir, tenant)]
             staging = installs.stage_and_commit(path, database, inbox, old_only=old_only, seam=self.seam)
             self._finish_install(tenant, staging)
         return existed
