@@ -25,7 +25,7 @@ import lz4.block
 
 from mnemosyne.cli.server_process import PICK_ATTEMPTS, ServerProcess, _free_port
 from mnemosyne.client import MemoryClient
-from mnemosyne.v1 import hot_path_pb2
+from mnemosyne.v1 import hot_path_pb2, memory_pb2
 
 WEED = str(Path(sys.executable).parent / "weed")
 READY_SECONDS = 60.0
@@ -225,3 +225,15 @@ def flush_replicated(client: MemoryClient, tenant: str, token: str = "", timeout
         metadata=[REPLICATED],
         session=False,
     )
+
+
+def retain_replicated(client: MemoryClient, tenant: str, text: str, timeout_seconds: int = 30) -> None:
+    """A write at REPLICATED, then the Flush of its token: acknowledged once in object storage."""
+    written = client.call(
+        client.memory.Retain,
+        memory_pb2.RetainRequest(tenant=tenant, text=text),
+        retry=False,
+        metadata=[REPLICATED],
+        session=False,
+    )
+    flush_replicated(client, tenant, written.consistency_token, timeout_seconds=timeout_seconds)

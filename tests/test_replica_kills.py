@@ -11,22 +11,10 @@ import shutil
 import signal
 
 from mnemosyne.client import MemoryClient
-from mnemosyne.v1 import memory_pb2
-from tests.replica_support import REPLICATED, flush_replicated, litestream_pid, replica_env
+from tests.replica_support import flush_replicated, litestream_pid, replica_env, retain_replicated
 from tests.support import wait_until
 
 KILLS = 3  # Litestream comes back after 0.5 s, then 1 s, then 2 s
-
-
-def _retain_replicated(client: MemoryClient, tenant: str, text: str) -> None:
-    written = client.call(
-        client.memory.Retain,
-        memory_pb2.RetainRequest(tenant=tenant, text=text),
-        retry=False,
-        metadata=[REPLICATED],
-        session=False,
-    )
-    flush_replicated(client, tenant, written.consistency_token, timeout_seconds=30)
 
 
 def test_writes_and_forgets_acknowledged_at_replicated_while_litestream_is_killed_hold(
@@ -37,13 +25,13 @@ def test_writes_and_forgets_acknowledged_at_replicated_while_litestream_is_kille
     server = server_factory(data_dir, env=replica_env(), args=flags).start()
     acknowledged, forgotten = [], []
     with MemoryClient(server.target, retries=0) as client:
-        _retain_replicated(client, "k", "before the kills")
+        retain_replicated(client, "k", "before the kills")
         acknowledged.append("before the kills")
         for n in range(KILLS):
             wait_until(lambda: litestream_pid(server) is not None)
             os.kill(litestream_pid(server) or 0, signal.SIGKILL)
             # Right away, while it is down: each call waits for the restarted one.
-            _retain_replicated(client, "k", f"written while Litestream restarts {n}")
+            retain_replicated(client, "k", f"written while Litestream restarts {n}")
             acknowledged.append(f"written while Litestream restarts {n}")
             secret = client.retain("k", f"the vault code is {n}{n}{n}").memory_id
             client.forget("k", secret)
@@ -66,10 +54,10 @@ def test_a_tenant_whose_litestream_local_state_broke_starts_over_and_replicates(
     flags = ["--replica-url", object_storage.url(bucket)]
     server = server_factory(data_dir, env=replica_env(), args=flags).start()
     with MemoryClient(server.target, retries=0) as client:
-        _retain_replicated(client, "b", "before its local state broke")
+        retain_replicated(client, "b", "before its local state broke")
         for ltx in (data_dir / "tenants" / ".b.sqlite-litestream").rglob("*.ltx"):
             ltx.unlink()  # every later sync of the file fails at Litestream's local stage
-        _retain_replicated(client, "b", "after its local state broke")
+        retain_replicated(client, "b", "after its local state broke")
     server.kill()
     shutil.rmtree(data_dir)  # the volume is lost
     server = server_factory(data_dir, env=replica_env(), args=flags).start()

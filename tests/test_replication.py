@@ -19,7 +19,7 @@ from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import FailedPreconditionError, MemoryClient, ResourceExhaustedError, UnavailableError
 from mnemosyne.client.errors import error_info
 from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
-from tests.replica_support import ObjectStorage, litestream_pid, replica_env
+from tests.replica_support import ObjectStorage, litestream_pid, replica_env, retain_replicated
 from tests.support import SERVE, ServerFactory, ServerProcess, gauge, wait_until
 
 
@@ -303,6 +303,37 @@ def test_a_stale_copy_put_back_is_refused_neither_served_nor_replicated(
     server.start()
     with MemoryClient(server.target) as client:  # the newer copy, restored from object storage
         assert sorted(m.text for m in client.list_memories("snap").memories) == live
+
+
+def test_two_servers_on_one_prefix_a_replicated_write_into_a_passed_over_generation_is_refused(
+    server_factory, object_storage, tmp_path
+):
+    """Two servers of no one deployment on one bucket prefix: A replicates tenant x to generation
+    1; B's first call restores x and starts generation 2. A's next write at REPLICATED, confirmed
+    in generation 1, which a restore passes over, is refused REPLICA_STALE naming generation 2
+    (and A replicates x no more): every write acknowledged at REPLICATED is in what a restore
+    brings back."""
+    bucket = object_storage.new_bucket()
+    a = replicating(server_factory, object_storage, bucket, tmp_path / "a").start()
+    b = replicating(server_factory, object_storage, bucket, tmp_path / "b").start()
+    with MemoryClient(a.target) as on_a, MemoryClient(b.target) as on_b:
+        retain_replicated(on_a, "x", "A wrote this first")
+        retain_replicated(on_b, "x", "B wrote this after restoring x")
+        for attempt in ("A wrote this after B started", "A wrote this once refused"):
+            with pytest.raises(FailedPreconditionError) as refused:
+                retain_replicated(on_a, "x", attempt)
+            assert refused.value.reason == "REPLICA_STALE", refused.value.message
+            assert "stale copy" in refused.value.message
+            if attempt == "A wrote this after B started":
+                assert refused.value.metadata["generation"] == "2", refused.value.message
+    assert "generation 2" in a.stderr_path.read_text()
+    assert not object_storage.keys(bucket, "member/x/00000003/")
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(tmp_path / "restored"))
+    assert done.returncode == 0, done.stderr
+    plain = server_factory(tmp_path / "restored").start()
+    with MemoryClient(plain.target) as client:
+        texts = {m.text for m in client.list_memories("x").memories}
+    assert texts == {"A wrote this first", "B wrote this after restoring x"}
 
 
 def test_a_replica_edited_behind_the_servers_back_is_refused_whole(server_factory, object_storage, tmp_path):

@@ -6,9 +6,8 @@ object storage, synced about every ``TICK_SECONDS`` while it has such commits, a
 once a sync confirmed them all and it was idle for ``idle_seconds`` (bounded: ``active_limit``).
 A sync is **shared**: every caller that joined before it started is answered by it; it runs on
 this module's own event loop and thread, awaited holding no thread (``replicated``) or blocked on
-by a store thread (``swapping``). Files replicate under ``PREFIX/<tenant>/<generation>/``; the
-generation is recorded in the tenant file first (store/replicas.py ``GENERATION_KEY``): a file
-without one takes the bucket's highest + 1, one behind it is a stale copy, never replicated.
+by a store thread (``swapping``). Files replicate under ``PREFIX/<tenant>/<generation>/``
+(replication/generations.py: a file behind the bucket's highest is a stale copy, never replicated).
 """
 
 from __future__ import annotations
@@ -31,15 +30,13 @@ from mnemosyne.replication import restore
 from mnemosyne.replication.bucket import UNREACHABLE, Bucket, ForgottenMemory
 from mnemosyne.replication.control import SYNC_TIMEOUT_SECONDS, ControlError
 from mnemosyne.replication.forgotten_outbox import ForgottenOutbox
+from mnemosyne.replication.generations import STALE, Generations
 from mnemosyne.replication.litestream import Litestream
 from mnemosyne.replication.sweeps import Sweeps
 from mnemosyne.replication.tenant_state import ActiveTenant, Figures
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
-from mnemosyne.store.ownership import TOMBSTONED, OwnershipRecord
-from mnemosyne.store.replicas import record_generation, recorded_replica, stale_because
-from mnemosyne.store.tenant_store import read_file
 
 log = logging.getLogger("mnemosyne.replication")
 
@@ -87,6 +84,7 @@ class Replicator:
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
         self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         self._sweeps = Sweeps(data_dir, self.bucket, retention_seconds)
+        self._generations = Generations(self.bucket, self._sweeps)
         self.outbox = ForgottenOutbox(data_dir, self.bucket)
         self._guard = threading.Lock()  # of ``_states`` and what each holds, for the store's threads
         self._sync_failures = 0
@@ -229,7 +227,7 @@ class Replicator:
             return None
 
     def newer_than(self, tenant: str, generation: int) -> tuple[int, str] | None:
-        if tenant in self._current:  # asked at every cold open: no lock (only ever added to, under it)
+        if tenant in self._current:  # asked at every cold open: no lock (changed only under it)
             return None
         try:
             newer = self.bucket.newer_than(tenant, generation)
@@ -338,17 +336,42 @@ class Replicator:
         delay = RETRY_SECONDS
         while True:
             try:
-                return await self._join(tenant)
-            except ControlError as exc:
+                began = await self._join(tenant)
+                await self._still_newest(tenant)
+                return began
+            except (ControlError, Unavailable) as exc:
                 level = logging.INFO if delay == RETRY_SECONDS else logging.DEBUG  # once a wait
                 log.log(
                     level,
-                    "tenant %s: a sync a caller waits for failed; tried again until its deadline: %s",
+                    "tenant %s: a sync a caller waits for (or the look at its generation after it) failed; tried again until "
+                    "its deadline: %s",
                     tenant,
                     exc,
                 )
                 await asyncio.sleep(delay)
                 delay = min(RETRY_MAX_SECONDS, delay * 2)
+
+    async def _still_newest(self, tenant: str) -> None:
+        """At the barrier, its sync confirmed: the tenant's generation must still be the highest,
+        or what it confirmed is in one a restore passes over (another server on the prefix started
+        one above it). Then the caller is refused, and the file is the stale copy it now is: out
+        of Litestream, never registered again, judged again at its next open (``newer_than``)."""
+        database = self._files(tenant)[0][0]
+        refusal = await self._loop.run_in_executor(None, self._generations.overtaken, tenant, database)
+        if refusal is None:
+            return
+        log.error("tenant %s: a REPLICATED wait was refused: %s", tenant, refusal.message)
+        with self._guard:
+            state = self._states.setdefault(tenant, ActiveTenant())
+            state.refused = refusal.message
+            state.paused += 1  # no sync registers or syncs it meanwhile
+            self._current.discard(tenant)
+        try:
+            await self._unregister(tenant, state)
+        finally:
+            with self._guard:
+                state.paused -= 1
+        raise refusal
 
     async def _join(self, tenant: str) -> float:
         with self._guard:
@@ -414,7 +437,7 @@ class Replicator:
             self._calls.release()
         with self._guard:
             if state.refused:
-                raise FailedPrecondition(state.refused, reason="REPLICA_STALE")
+                raise FailedPrecondition(state.refused, reason=STALE)
             state.confirmed_bytes = held
             # Every commit before ``began`` is in object storage now; a later one may not be.
             state.dirty_since = None if state.last_write < began else max(began, state.dirty_since or began)
@@ -486,7 +509,8 @@ class Replicator:
             return
         swaps = state.swaps
         if state.generation is None:
-            generation = await self._loop.run_in_executor(None, self._generation_of, tenant, state.fresh)
+            database = self._files(tenant)[0][0]
+            generation = await self._loop.run_in_executor(None, self._generations.choose, tenant, database, state.fresh)
             if state.swaps != swaps:
                 return  # a swap began meanwhile: the file it leaves chooses again, at the next sync
             if isinstance(generation, str):
@@ -501,36 +525,6 @@ class Replicator:
             if state.swaps != swaps:  # the swap did not wait for this registration: undone now
                 await self._unregister(tenant, state)
                 return
-
-    def _generation_of(self, tenant: str, fresh: bool) -> int | str | None:
-        """The generation the tenant's file replicates under (the module's docstring); None for a
-        move's source; for a stale copy, why it is refused. A file changed as a file (``fresh``)
-        takes a new one, recorded in it first; those below go after the retention."""
-        database = self._files(tenant)[0][0]
-        with read_file(database) as txn:
-            (recorded, floor), ownership = recorded_replica(txn), OwnershipRecord.read(txn)
-        latest = self.bucket.highest_generation(tenant)
-        behind = recorded is None or recorded < latest
-        if ownership.step == TOMBSTONED or (
-            ownership.fenced and behind and self.bucket.holder(tenant) == ownership.peer
-        ):
-            return None  # a move's source, once its copy replicates at the destination: never above it
-        # A floor is compared with the generations held, not an erasure's (a tenant made after it).
-        if (recorded is not None and recorded < latest) or (
-            recorded is None and floor is not None and self.bucket.newer_than(tenant, floor) is not None
-        ):
-            return (
-                f"tenant {tenant}'s file is a stale copy ({stale_because(recorded, floor)}; object storage holds "
-                f"generation {latest}: a newer one was written elsewhere); it is not replicated"
-            )
-        if recorded is None or fresh:
-            record_generation(database, latest + 1)
-            self.bucket.record_holder(tenant, latest + 1, ownership.holder or "")
-            log.info("tenant %s: replicates to generation %d", tenant, latest + 1)
-            if latest:
-                self._sweeps.plan(tenant, latest + 1)
-            return latest + 1
-        return recorded
 
     def _confirmed(self, tenant: str) -> bool:
         """Whether every commit of the tenant's files is confirmed in object storage."""
