@@ -293,7 +293,8 @@ class Mem0Endpoints:
 
     def _add(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        _flag(body, "infer"), _flag(body, "async_mode")  # read to refuse a wrong type; docs/mem0.md: ignored
+        for ignored in ("infer", "async_mode"):  # docs/mem0.md: ignored, but a wrong type is refused
+            _flag(body, ignored)
         if _flag(body, "enable_graph"):
             raise unsupported("add: graph memory (enable_graph) is not supported")
         turns = _turns(body)
