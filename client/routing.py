@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, member_address_refusal
 
 ROUTE_KEY = "x-mnemosyne-route"
 NOT_OWNER = "NOT_OWNER"
@@ -123,13 +124,18 @@ class RoutingChannel(grpc.Channel):
     first use): each call goes to the owner of its request's tenant, and a NOT_OWNER refusal
     carrying the current member list corrects ``members`` and sends the call once more.
     ``members`` is a member list (text or ``@FILE``) or a mapping of member id to address;
-    ``MemberListError`` when it cannot be used."""
+    ``MemberListError`` when it cannot be used: by the list's rule, or as the server refuses a
+    member list to dial (an address that is no server address: MEMBER_ADDRESS_INVALID, the
+    server's reason, here rather than UNAVAILABLE at the first call sent there)."""
 
     def __init__(self, members: str | Mapping[str, str], make_channel: Callable[[str], grpc.Channel]) -> None:
         self._make_channel = make_channel
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # address -> channel
         self.members = parse_members(member_list_text(members) if isinstance(members, str) else members)
+        refusal = member_address_refusal(self.members, "members")
+        if refusal is not None:
+            raise MemberListError(refusal, MEMBER_ADDRESS_INVALID)
 
     def owner(self, tenant: str) -> str:
         """The member owning ``tenant`` by the current list."""

@@ -38,6 +38,7 @@ from mnemosyne.client.routing import member_list_text as client_member_list_text
 from mnemosyne.client.routing import owner_of as client_owner_of
 from mnemosyne.client.routing import parse_members as client_parse_members
 from mnemosyne.client.routing import weight as client_weight
+from mnemosyne.engine.targets import check_member_addresses
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.store.membership import Membership, member_list_text, owner_of, parse_members, weight
 from mnemosyne.store.ownership import EPOCH_KEY, HOLDER_KEY
@@ -122,6 +123,11 @@ def test_the_member_list_vectors_hold_on_the_server_and_in_the_python_client(tmp
         assert client_parse_members(members) == members  # the same members given as a mapping
         assert Membership.parse(vector["first"], listed, previous=listed).addresses == members
         assert first_member(client_parse_members(listed)) == vector["first"]
+        if "address_problem" in vector:  # the list's rule takes it; no member list to dial does
+            with pytest.raises(MemberListError) as in_client:
+                RoutingChannel(listed, grpc.insecure_channel)
+            assert in_client.value.problem == vector["address_problem"], listed
+            continue
         with RoutingChannel(listed, grpc.insecure_channel) as routing:  # a call naming no tenant goes there
             assert routing.address_of("") == members[vector["first"]]
     for vector in VECTORS["refused_member_lists"]:
@@ -152,6 +158,24 @@ def test_the_member_list_vectors_hold_on_the_server_and_in_the_python_client(tmp
         with pytest.raises(MemberListError) as in_client:
             RoutingChannel(value, grpc.insecure_channel)
         assert in_client.value.problem == vector["problem"], vector
+
+
+def test_a_client_refuses_a_member_address_the_server_would_refuse() -> None:
+    """MemoryClient(members=...) took any printable address (``m0=host``, ``m0=h:0``, a URL, a
+    socket path no socket takes): each call sent there failed UNAVAILABLE with the resolver's text.
+    The client is refused when it is made, by the server's own check and reason (the vectors'
+    member_addresses; the Node client: routing.test.js)."""
+    for address in VECTORS["member_addresses"]["accepted"]:
+        check_member_addresses({"m0": address}, "--members")
+        with MemoryClient("", members={"m0": address}) as client:
+            assert client.channel.members == {"m0": address}  # type: ignore[attr-defined]  # a RoutingChannel
+    for address in VECTORS["member_addresses"]["refused"]:
+        with pytest.raises(InvalidArgument) as on_server:
+            check_member_addresses({"m0": address}, "members")
+        assert on_server.value.metadata == {"problem": "MEMBER_ADDRESS_INVALID"}, address
+        with pytest.raises(MemberListError) as in_client:
+            MemoryClient("127.0.0.1:1", members={"m1": "127.0.0.1:2", "m0": address})  # a list: no commas
+        assert (in_client.value.problem, str(in_client.value)) == ("MEMBER_ADDRESS_INVALID", on_server.value.message)
 
 
 def test_the_hash_test_vectors_hold_in_the_node_client() -> None:

@@ -1,80 +1,25 @@
-"""The server addresses a caller gives (a command's ``--target``, a member's address in a member
-list: ``serve --members``, ``rebalance``, ChangeMembers): the forms gRPC makes a channel to, checked
-before any channel is made or any member takes the list, so that a wrong one is refused in one line
-naming where it came from (CONFIG_INVALID), not by gRPC's resolver (its C++ log lines, then UNKNOWN)
-or, for a member, by every member that tries to reach it later."""
+"""The server's refusals of a server address a caller gives (a command's ``--target``, a member's
+address in a member list: ``serve --members``, ``rebalance``, ChangeMembers): CONFIG_INVALID, by
+the check the Python client shares (host/targets.py)."""
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Mapping
 
 from mnemosyne.errors import InvalidArgument
-
-TARGET_FORMS = (
-    "HOST:PORT (a host name, an IPv4 address or an [IPv6] address in brackets, and a port 1-65535), "
-    "or a gRPC target: dns:///HOST:PORT, ipv4:ADDRESS:PORT, ipv6:[ADDRESS]:PORT, unix:PATH"
-)
-_HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
+from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, is_target, member_address_refusal, not_a_target
 
 
-def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)", *, problem: str = "") -> None:
-    """Refuses (CONFIG_INVALID, naming ``flag``; ``problem``: the refusal's metadata ``problem``, as
-    a member list's) a target that is none of ``TARGET_FORMS``."""
-    if not _is_target(target):
-        raise InvalidArgument(
-            f"{flag} {target[:200]!r} is not a server address: give {TARGET_FORMS}",
-            reason="CONFIG_INVALID",
-            metadata={"problem": problem} if problem else None,
-        )
+def check_target(target: str, flag: str = "--target (MNEMOSYNE_TARGET)") -> None:
+    """Refuses (CONFIG_INVALID, naming ``flag``) a target that is none of ``TARGET_FORMS``."""
+    if not is_target(target):
+        raise InvalidArgument(not_a_target(target, flag), reason="CONFIG_INVALID")
 
 
 def check_member_addresses(addresses: Mapping[str, str], source: str) -> None:
-    """Every member's address of a member list (id -> address) is a target (``check_target``): the
-    first that is not is refused naming ``source`` and the member (problem MEMBER_ADDRESS_INVALID,
-    as the list's own refusal of an address that is not printable ASCII)."""
-    for member, address in addresses.items():
-        check_target(address, f"{source}: member {member}'s address", problem="MEMBER_ADDRESS_INVALID")
-
-
-def _is_target(target: str) -> bool:
-    """``target`` is a form gRPC makes a channel to (the schemes of its own resolvers)."""
-    scheme, _, rest = target.partition(":")
-    if scheme == "dns":  # dns:HOST:PORT, dns:///HOST:PORT, dns://RESOLVER:PORT/HOST:PORT
-        resolver, _, address = rest[2:].partition("/") if rest.startswith("//") else ("", "", rest)
-        return (not resolver or _address_kind(resolver) is not None) and _address_kind(address) is not None
-    if scheme in ("ipv4", "ipv6"):  # literal addresses of that family, each with its port
-        return all(_address_kind(address) == scheme for address in rest.split(","))
-    if scheme == "unix":  # unix:PATH or unix:///PATH: gRPC refuses an authority (unix://HOST/PATH)
-        path = rest.removeprefix("//")
-        return _is_path(path) and (path == rest or path.startswith("/"))
-    if scheme == "unix-abstract":
-        return _is_path(rest)
-    return _address_kind(target) is not None
-
-
-# A socket's path holds at most 107 bytes (Linux's sun_path, its NUL left out): a longer one is
-# refused by gRPC at every connect.
-_MAX_SOCKET_PATH_BYTES = 107
-
-
-def _is_path(path: str) -> bool:
-    return path.isprintable() and path.strip() != "" and len(path.encode()) <= _MAX_SOCKET_PATH_BYTES
-
-
-def _address_kind(address: str) -> str | None:
-    """What HOST:PORT names: "ipv4", "ipv6" (in brackets) or "name"; None if it is no such address."""
-    host, colon, port = address.rpartition(":")
-    if not colon or not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65_536):
-        return None
-    try:
-        if host.startswith("[") and host.endswith("]"):
-            ipaddress.IPv6Address(host[1:-1])
-            return "ipv6"
-        if host.replace(".", "").isdigit():  # digits and dots are an IPv4 address, never a name
-            ipaddress.IPv4Address(host)
-            return "ipv4"
-    except ValueError:
-        return None
-    return "name" if len(host) <= 253 and _HOST_NAME.fullmatch(host) else None
+    """Every member's address of a member list (id -> address) is a target: the first that is not
+    is refused naming ``source`` and the member (problem MEMBER_ADDRESS_INVALID, as the list's own
+    refusal of an address that is not printable ASCII)."""
+    refusal = member_address_refusal(addresses, source)
+    if refusal is not None:
+        raise InvalidArgument(refusal, reason="CONFIG_INVALID", metadata={"problem": MEMBER_ADDRESS_INVALID})

@@ -24,7 +24,7 @@ const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError, TokenInvalidError } = require('./errors');
 const { SessionTokens, roleOf, TOKEN_KEY, MAX_TENANTS } = require('./consistency');
 const {
-  ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
+  ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
 const {
   refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments, optionsObject,
@@ -325,7 +325,9 @@ class MemoryClient {
     // is sent once more (docs/scale-out.md). `target` then serves the calls that name no tenant
     // ('': the first member, the smallest id).
     const { members } = options;
-    this.members = members == null ? null : parseMembers(typeof members === 'string' ? memberListText(members) : members);
+    this.members = members == null
+      ? null
+      : checkMemberAddresses(parseMembers(typeof members === 'string' ? memberListText(members) : members));
     this._target = target;
     this._byAddress = new Map();
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)

@@ -10,6 +10,7 @@
 //   owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes)
 const crypto = require('node:crypto');
 const fs = require('node:fs');
+const net = require('node:net');
 
 const ROUTE_KEY = 'x-mnemosyne-route';
 const NOT_OWNER = 'NOT_OWNER';
@@ -99,11 +100,69 @@ function parseMembers(members) {
   return parsed;
 }
 
+// A member's address to dial is held to the forms gRPC makes a channel to, as the server holds
+// those of `serve --members`, `rebalance` and ChangeMembers (service/host/targets.py, one rule; the
+// vectors' member_addresses): else the first call sent there fails UNAVAILABLE with the resolver's text.
+const TARGET_FORMS = 'HOST:PORT (a host name, an IPv4 address or an [IPv6] address in brackets, and a port 1-65535), '
+  + 'or a gRPC target: dns:///HOST:PORT, ipv4:ADDRESS:PORT, ipv6:[ADDRESS]:PORT, unix:PATH';
+const HOST_NAME = /^[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?$/;
+const MAX_SOCKET_PATH_BYTES = 107; // Linux's sun_path, its NUL left out: gRPC refuses a longer one at every connect
+
+/** What HOST:PORT names: 'ipv4', 'ipv6' (in brackets) or 'name'; null if it is no such address. */
+function addressKind(address) {
+  const colon = address.lastIndexOf(':');
+  const host = address.slice(0, Math.max(colon, 0));
+  const port = address.slice(colon + 1);
+  if (colon < 0 || !/^[0-9]{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) return null;
+  if (host.startsWith('[') && host.endsWith(']')) return net.isIPv6(host.slice(1, -1)) ? 'ipv6' : null;
+  if (/^[0-9]+$/.test(host.replace(/\./g, ''))) return net.isIPv4(host) ? 'ipv4' : null; // never a name
+  return host.length <= 253 && HOST_NAME.test(host) ? 'name' : null;
+}
+
+function isPath(path) {
+  return path.trim() !== '' && Buffer.byteLength(path, 'utf8') <= MAX_SOCKET_PATH_BYTES;
+}
+
+/** Whether `target` is a form gRPC makes a channel to (the schemes of its own resolvers). */
+function isTarget(target) {
+  const colon = target.indexOf(':');
+  const scheme = colon < 0 ? target : target.slice(0, colon);
+  const rest = colon < 0 ? '' : target.slice(colon + 1);
+  if (scheme === 'dns') { // dns:HOST:PORT, dns:///HOST:PORT, dns://RESOLVER:PORT/HOST:PORT
+    let [resolver, address] = ['', rest];
+    if (rest.startsWith('//')) {
+      const slash = rest.indexOf('/', 2);
+      [resolver, address] = slash < 0 ? [rest.slice(2), ''] : [rest.slice(2, slash), rest.slice(slash + 1)];
+    }
+    return (!resolver || addressKind(resolver) !== null) && addressKind(address) !== null;
+  }
+  if (scheme === 'ipv4' || scheme === 'ipv6') return rest.split(',').every((address) => addressKind(address) === scheme);
+  if (scheme === 'unix') { // unix:PATH or unix:///PATH: gRPC refuses an authority (unix://HOST/PATH)
+    const path = rest.startsWith('//') ? rest.slice(2) : rest;
+    return isPath(path) && (path === rest || path.startsWith('/'));
+  }
+  if (scheme === 'unix-abstract') return isPath(rest);
+  return addressKind(target) !== null;
+}
+
+/** Refuses (a RangeError, problem MEMBER_ADDRESS_INVALID, the server's) a parsed member list to dial with an address that is no target. */
+function checkMemberAddresses(members, source = 'members') {
+  for (const [member, address] of members) {
+    if (!isTarget(address)) {
+      throw refused(
+        `${source}: member ${member}'s address ${JSON.stringify(address.slice(0, 200))} is not a server address: give ${TARGET_FORMS}`,
+        'MEMBER_ADDRESS_INVALID',
+      );
+    }
+  }
+  return members;
+}
+
 /** Whether two parsed member lists name the same members at the same addresses (in any order). */
 function sameMembers(a, b) {
   return a.size === b.size && [...a].every(([member, address]) => b.get(member) === address);
 }
 
 module.exports = {
-  ROUTE_KEY, NOT_OWNER, weight, ownerOf, firstMember, memberListText, parseMembers, sameMembers,
+  ROUTE_KEY, NOT_OWNER, weight, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 };

@@ -47,6 +47,10 @@ test('member lists parse to the vectors, in order, and the first member is the s
     assert.deepEqual([...parseMembers(new Map(v.members))], v.members); // the same members as a Map ...
     assert.deepEqual(parseMembers(Object.fromEntries(v.members)), new Map(v.members)); // ... or an object
     assert.equal(firstMember(parsed.keys()), v.first);
+    if (v.address_problem) { // the list's rule takes it; no member list to dial does
+      assert.equal(problemOf(() => new MemoryClient('', { members: v.list })), v.address_problem, JSON.stringify(v.list));
+      continue;
+    }
     const client = new MemoryClient('', { members: v.list });
     try {
       // A call naming no tenant goes to the first member.
@@ -61,6 +65,21 @@ test('member lists are refused for the reason of the vectors', () => {
   for (const v of vectors.refused_member_lists) {
     assert.equal(problemOf(() => parseMembers(v.list)), v.problem, JSON.stringify(v.list));
   }
+});
+
+test('a member address the server would refuse is refused when the client is made, for its reason', () => {
+  // It was taken, and each call sent there failed UNAVAILABLE with the resolver's text.
+  const { MemoryClient } = require('../src/client');
+  for (const address of vectors.member_addresses.accepted) {
+    new MemoryClient('', { members: { m0: address } }).close();
+  }
+  for (const address of vectors.member_addresses.refused) {
+    const members = new Map([['m1', '127.0.0.1:2'], ['m0', address]]); // a list: no commas
+    assert.equal(problemOf(() => new MemoryClient('127.0.0.1:1', { members })), 'MEMBER_ADDRESS_INVALID', address);
+  }
+  assert.throws(() => new MemoryClient('', { members: { m0: 'host' } }), {
+    message: /^members: member m0's address "host" is not a server address: give HOST:PORT/,
+  });
 });
 
 test('a member list given as @FILE is its file\'s text', () => {
