@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import pytest
@@ -28,7 +29,7 @@ from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError, error_info
 from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
 from tests.http_support import request
-from tests.support import ServerProcess, health_check
+from tests.support import ServerProcess, gauge, health_check, wait_until
 
 THREADS = 20
 TENANTS = 4
@@ -179,6 +180,22 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:
     assert all(code == grpc.StatusCode.UNAVAILABLE for _t, code in load.refusals), load.messages
 
 
+def _stop_while_held(server: ServerProcess, calls: list[threading.Thread], held: Path) -> None:
+    """SIGTERM; once the calls answered, ``held`` (a seam's file) goes so the held work may end and
+    the server exit, which it does with 0."""
+    assert server.process is not None
+    server.process.send_signal(signal.SIGTERM)
+    for thread in calls:
+        thread.join(timeout=30)
+    held.unlink()
+    assert server.wait_exit(timeout=30) == 0
+
+
+def _code_and_reason(error: grpc.RpcError) -> tuple[object, str]:
+    info = error_info(error)
+    return error.code(), info.reason if info is not None else ""
+
+
 def test_calls_waiting_for_the_hot_path_at_the_end_of_the_grace_answer_shutting_down(server_factory, tmp_path) -> None:
     """A read given a token (HTTP) and a Flush (gRPC) still waiting for writes that are not
     applied (the workers hold) when the grace period ends answer UNAVAILABLE / SHUTTING_DOWN
@@ -210,8 +227,7 @@ def test_calls_waiting_for_the_hot_path_at_the_end_of_the_grace_answer_shutting_
         try:
             hot_path_pb2_grpc.HotPathServiceStub(channel).Flush(hot_path_pb2.FlushRequest(tenant="held"), timeout=30)
         except grpc.RpcError as error:
-            info = error_info(error)
-            answers["flush"] = (error.code(), info.reason if info is not None else "")
+            answers["flush"] = _code_and_reason(error)
         finally:
             channel.close()
 
@@ -221,10 +237,54 @@ def test_calls_waiting_for_the_hot_path_at_the_end_of_the_grace_answer_shutting_
     with MemoryClient(server.target) as client:
         while client.hot_path("held", "status").awaited == 0:  # the read (started last) waits
             time.sleep(0.02)
-    assert server.process is not None
-    server.process.send_signal(signal.SIGTERM)
-    for thread in waiting:
-        thread.join(timeout=30)
-    hold.unlink()  # the held worker may end now
-    assert server.wait_exit(timeout=30) == 0
+    _stop_while_held(server, waiting, hold)
     assert answers == {"read": (503, "SHUTTING_DOWN"), "flush": (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN")}
+
+
+def test_calls_still_running_at_the_end_of_the_grace_answer_shutting_down(server_factory, tmp_path) -> None:
+    """Calls still on a thread (an HTTP recall and write, held there by the park seam) or waiting
+    for one (a gRPC recall queued behind the first: --reader-share 1) when the grace period ends
+    answer UNAVAILABLE / SHUTTING_DOWN before the server stops; they were cut before, the HTTP
+    calls with a bare plain-text 500, the gRPC one UNAVAILABLE without a reason."""
+    park = tmp_path / "park"
+    park.touch()
+    server: ServerProcess = server_factory(
+        env={"MNEMOSYNE_TEST_PARK_TENANT": "parked", "MNEMOSYNE_TEST_PARK_FILE": str(park)},
+        args=["--grace-seconds", "1", "--drain-delay-seconds", "0"],
+        http=True,
+        metrics=True,
+    ).start()
+    answers: dict[str, tuple[object, str]] = {}
+
+    def http(name: str, path: str, body: dict[str, str]) -> None:
+        reply = request(server.http_port, "POST", f"/v1/tenants/parked/{path}", json_body=body)
+        answers[name] = (reply.status, reply.reason if reply.body.startswith(b"{") else reply.body.decode())
+
+    def queued_recall() -> None:
+        with grpc.insecure_channel(server.target) as channel:
+            try:
+                memory_pb2_grpc.MemoryServiceStub(channel).Recall(
+                    memory_pb2.RecallRequest(tenant="parked", query="held"), timeout=30
+                )
+            except grpc.RpcError as error:
+                answers["queued"] = _code_and_reason(error)
+
+    calls = [
+        threading.Thread(target=http, args=("recall", "memories:recall", {"query": "held"})),
+        threading.Thread(target=http, args=("write", "memories", {"text": "held write"})),
+    ]
+    for thread in calls:
+        thread.start()
+    wait_until(
+        lambda: gauge(server, "mnemosyne_reader_threads_busy") == gauge(server, "mnemosyne_worker_threads_busy") == 1
+    )
+    calls.append(threading.Thread(target=queued_recall))
+    calls[-1].start()
+    wait_until(lambda: gauge(server, "mnemosyne_queued_calls") == 1)
+    _stop_while_held(server, calls, park)
+    shutting_down = (503, "SHUTTING_DOWN")
+    assert answers == {
+        "recall": shutting_down,
+        "write": shutting_down,
+        "queued": (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN"),
+    }

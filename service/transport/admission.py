@@ -250,6 +250,9 @@ class Admission:
         self._active = 0
         self._last_arrival = 0.0
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
+        # What calls await here (a turn at a thread, a job's answer): ``end_calls`` answers them.
+        self._awaited: set[asyncio.Future[Any]] = set()
+        self._calls_ended = False
         # Snapshot reads answered, by where they ran ("event_loop", "reader_thread"): a metric.
         self.reads: collections.Counter[str] = collections.Counter()
         # (tenant, read) -> the CPU such reads take lately (seconds; rises at once, falls slowly),
@@ -296,6 +299,17 @@ class Admission:
                 return False
             await asyncio.sleep(min(0.02, deadline - now))
 
+    def end_calls(self) -> None:
+        """A shutdown's grace period is over: every call still waiting for a thread or for its
+        job's answer, and any that asks for one from now on, answers UNAVAILABLE / SHUTTING_DOWN
+        at once (a job already running finishes on its thread unseen). Else the server's stop
+        would cut it without a status (HTTP: a bare 500, gRPC: UNAVAILABLE with no reason)."""
+        self._calls_ended = True
+        for future in self._awaited:
+            if not future.done():
+                future.set_exception(_cut())
+        self._awaited.clear()
+
     def stop(self) -> None:
         """Stop the threads (after the server stopped)."""
         for lane in self._lanes:
@@ -341,6 +355,8 @@ class Admission:
                 finally:
                     self._note_read_cost(read, time.thread_time() - started)
             lane = Lane.READERS
+        if self._calls_ended:
+            raise _cut()
         loop = asyncio.get_running_loop()
         state = self._tenant(tenant)
         threads = self._lanes[lane.value]
@@ -355,7 +371,7 @@ class Admission:
             if read is not None:
                 self.reads["reader_thread"] += 1
                 self._note_read_cost(read, took)
-            if not answer.cancelled():
+            if not answer.done():  # neither cancelled (its caller left) nor cut (end_calls)
                 if ok:
                     answer.set_result(value)
                 else:
@@ -375,7 +391,15 @@ class Admission:
             loop.call_soon_threadsafe(finish, ok, value)
 
         threads.pool.submit(job)
-        return await answer
+        return await self._awaiting(answer)
+
+    async def _awaiting(self, future: asyncio.Future[T]) -> T:
+        """``future``'s result, or SHUTTING_DOWN should ``end_calls`` come first."""
+        self._awaited.add(future)
+        try:
+            return await future
+        finally:
+            self._awaited.discard(future)
 
     def _alone(self, tenant: str, read: tuple[str, str]) -> bool:
         """Whether a snapshot read may run on the event loop now: no other call is admitted (but
@@ -435,9 +459,9 @@ class Admission:
         if tenant not in threads.turns:  # a few tenants at most wait at a time: a short scan
             threads.turns.append(tenant)
         try:
-            await turn  # _dispatch counted the place for us when it set the result
-        except asyncio.CancelledError:
-            if not turn.cancelled():
+            await self._awaiting(turn)  # _dispatch counted the place for us when it set the result
+        except BaseException:  # cancelled (the caller left) or cut (end_calls)
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
                 self._give_back(tenant, state, threads)  # the place was given just as we were cancelled
             elif turn in places.queue:  # (else _dispatch already dropped it)
                 places.queue.remove(turn)
@@ -470,7 +494,7 @@ class Admission:
             turn = places.queue.popleft()
             state.queued -= 1
             self.queued -= 1
-            if turn.cancelled():  # its caller was cancelled and has not run yet: no place for it
+            if turn.done():  # its caller was cancelled or cut and has not run yet: no place for it
                 turns.appendleft(tenant)
                 continue
             places.running += 1
@@ -532,3 +556,11 @@ class Admission:
         setattr(state, mine, getattr(state, mine) - 1)
         setattr(self, everyone, getattr(self, everyone) - 1)
         self._forget_if_idle(tenant, state)
+
+
+def _cut() -> Unavailable:
+    return Unavailable(
+        "the server is shutting down and its grace period ended before this call finished (it may still "
+        "take effect); call again once it is back",
+        reason="SHUTTING_DOWN",
+    )

@@ -63,7 +63,8 @@ SERVICES = [
 SERVICE_NAMES = [service.full_name for service in SERVICES]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # The end of a shutdown's grace period left to the calls still waiting for the hot path (Flush,
-# Disable, a read given a token) to answer SHUTTING_DOWN before the server stops.
+# Disable, a read given a token) or for a thread (their turn, their job's answer: a long recall or
+# export, a held write) to answer SHUTTING_DOWN before the server stops.
 ANSWER_SECONDS = 0.5
 
 
@@ -134,8 +135,9 @@ class RunningServer:
         started = time.monotonic()
         self.engine.hot_path.end_streams()
         drained = await self.admission.close_and_wait(max(0.0, self.grace_seconds - ANSWER_SECONDS))
-        if not drained:  # the calls still waiting for the hot path answer SHUTTING_DOWN in the time left
+        if not drained:  # the calls still waiting (the hot path, a thread) answer SHUTTING_DOWN in the time left
             self.engine.hot_path.end_waits()
+            self.admission.end_calls()
             drained = await self.admission.close_and_wait(min(ANSWER_SECONDS, self.grace_seconds))
         log.info(
             "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
