@@ -670,6 +670,28 @@ def test_a_workspace_record_is_deleted_after_confirmation(tabs: Callable[..., Ta
     assert [(r.key, r.content) for r in admin.list_records(tenant, "workspace/w1").records] == [("x", "y")]
 
 
+def test_a_double_click_saves_and_forgets_once(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    """A second click while the save is out sent a second save at the same generation: it met the
+    first's and showed a conflict with "someone else". The button sends its request once."""
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    gone = admin.retain(tenant, "a note to forget with a double click")
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    page.fill("#record-content", BASE_RECORD + "\n- six")
+    page.dblclick("#save")
+    page.locator("#saved").wait_for()
+    assert page.locator("#conflict").count() == 0
+    assert _stored(admin, tenant) == (BASE_RECORD + "\n- six", 2)
+    page = tab.open(f"?tenant={tenant}")
+    page.click(f'[aria-label="Open memory {gone.memory_id}"]')
+    page.click("#forget")
+    page.dblclick("#confirm-forget")
+    page.locator("#forgotten").wait_for()
+    assert sum(url.endswith(f"/memories/{gone.memory_id}:forget") for url in tab.requests) == 1
+
+
 def test_hostile_memory_text_shows_literally_and_runs_nothing(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     hostile = [

@@ -4,7 +4,7 @@
 // kept in this tab's sessionStorage only, never in a URL (api.ts).
 
 import { ApiError, type Json, failure, get, headers, post, setToken, tenantPath, token } from "./api.js";
-import { button, el, errorBox, replace, timeEl } from "./dom.js";
+import { button, el, errorBox, replace, sendButton, timeEl } from "./dom.js";
 import { historyView } from "./history.js";
 import { memoriesView } from "./memories.js";
 import { acrossTenants, overviewView } from "./overview.js";
@@ -349,18 +349,16 @@ async function hotPathView(tenant: string, main: HTMLElement): Promise<void> {
   const status = el("div", { id: "hot-path-status" });
   const result = el("div", { id: "hot-path-result", "aria-live": "polite" });
   const act = (label: string, rest: string, body: Json, describe: (answer: Json) => string) =>
-    button(label, () =>
-      void (async () => {
-        replace(result, `${label}…`);
-        try {
-          const answer = await post(tenantPath(tenant, rest), body);
-          replace(result, el("p", { class: "notice", role: "status" }, describe(answer)));
-        } catch (error) {
-          replace(result, errorBox(error));
-        }
-        await load();
-      })(),
-    );
+    sendButton(label, async () => {
+      replace(result, `${label}…`);
+      try {
+        const answer = await post(tenantPath(tenant, rest), body);
+        replace(result, el("p", { class: "notice", role: "status" }, describe(answer)));
+      } catch (error) {
+        replace(result, errorBox(error));
+      }
+      await load();
+    });
   const load = async (): Promise<void> => {
     try {
       const s = await get(tenantPath(tenant, "/hotPath"));

@@ -24,6 +24,24 @@ export function button(label: string, onClick: () => void, attrs: Attrs = {}): H
   return el("button", { type: "button", ...attrs, onclick: () => onClick() }, label);
 }
 
+/** A button that sends a request: a click while its request is still out does nothing, so a
+ * double click saves, forgets or reverts once (a second save would meet the first's generation
+ * and show it as someone else's). */
+export function sendButton(label: string, send: () => Promise<void>, attrs: Attrs = {}): HTMLElement {
+  let sending = false;
+  return button(
+    label,
+    () => {
+      if (sending) return;
+      sending = true;
+      void send().finally(() => {
+        sending = false;
+      });
+    },
+    attrs,
+  );
+}
+
 export function errorBox(error: unknown, id = ""): HTMLElement {
   return el("p", { class: "error", role: "alert", ...(id ? { id } : {}) }, explain(error));
 }

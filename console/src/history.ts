@@ -6,7 +6,7 @@
 
 import { ApiError, type Json, get, post, requestId, tenantPath } from "./api.js";
 import { linesMarked, wordsMarked } from "./diffs.js";
-import { button, el, errorBox, replace, timeEl } from "./dom.js";
+import { button, el, errorBox, replace, sendButton, timeEl } from "./dom.js";
 
 // How far before a memory's creation its fast write may have been accepted: the events of that
 // window are read until one accepted after the memory was created.
@@ -46,7 +46,7 @@ function confirmRevert(box: HTMLElement, question: string, run: () => Promise<vo
       "div",
       { class: "confirm", role: "alertdialog", "aria-label": "Confirm reverting" },
       el("p", {}, question),
-      el("div", { class: "row" }, button("Revert", () => void run(), { class: "danger", id: "confirm-revert" }), keep),
+      el("div", { class: "row" }, sendButton("Revert", run, { class: "danger", id: "confirm-revert" }), keep),
     ),
   );
   keep.focus();

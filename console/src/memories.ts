@@ -5,7 +5,7 @@
 // thread and metadata are buttons that narrow the search to them.
 
 import { type Json, get, post, requestId, tenantPath } from "./api.js";
-import { type Child, button, el, errorBox, replace, timeEl } from "./dom.js";
+import { type Child, button, el, errorBox, replace, sendButton, timeEl } from "./dom.js";
 import { historyHref } from "./history.js";
 
 const MEMORY_PAGE = 20;
@@ -134,18 +134,17 @@ async function openMemory(c: Card, target: HTMLElement, id: string, changed: () 
             el(
               "div",
               { class: "row" },
-              button(
+              sendButton(
                 "Forget it",
-                () =>
-                  void (async () => {
-                    try {
-                      await post(tenantPath(c.tenant, `/memories/${encodeURIComponent(id)}:forget`), { requestId: requestId() });
-                      replace(target, el("p", { class: "notice", role: "status", id: "forgotten" }, `Memory #${id} is forgotten.`));
-                      changed();
-                    } catch (error) {
-                      replace(confirm, errorBox(error));
-                    }
-                  })(),
+                async () => {
+                  try {
+                    await post(tenantPath(c.tenant, `/memories/${encodeURIComponent(id)}:forget`), { requestId: requestId() });
+                    replace(target, el("p", { class: "notice", role: "status", id: "forgotten" }, `Memory #${id} is forgotten.`));
+                    changed();
+                  } catch (error) {
+                    replace(confirm, errorBox(error));
+                  }
+                },
                 { class: "danger", id: "confirm-forget" },
               ),
               keep,

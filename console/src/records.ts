@@ -10,7 +10,7 @@
 
 import { ApiError, type Json, get, post, requestId, tenantPath } from "./api.js";
 import { linesMarked } from "./diffs.js";
-import { button, el, errorBox, replace } from "./dom.js";
+import { button, el, errorBox, replace, sendButton } from "./dom.js";
 import { historyHref } from "./history.js";
 import { type Block, type Choice, merge3, mergedText } from "./merge.js";
 
@@ -192,7 +192,7 @@ function editor(p: Place, edit: Edit, restored: boolean): void {
     el(
       "div",
       { class: "row" },
-      button("Save", () => void attempt(p, current(), outcome), { class: "primary", id: "save" }),
+      sendButton("Save", () => attempt(p, current(), outcome), { class: "primary", id: "save" }),
       edit.base === null
         ? null
         : button(
@@ -208,7 +208,7 @@ function editor(p: Place, edit: Edit, restored: boolean): void {
                   el(
                     "div",
                     { class: "row" },
-                    button("Delete it", () => void attempt(p, { ...edit, mine: null }, outcome), { class: "danger", id: "confirm-delete" }),
+                    sendButton("Delete it", () => attempt(p, { ...edit, mine: null }, outcome), { class: "danger", id: "confirm-delete" }),
                     keep,
                   ),
                 ),
@@ -325,7 +325,7 @@ function drawMerge(p: Place, edit: Edit, now: { generation: string; text: string
   const overlaps = blocks.filter((b) => b.kind === "overlap");
   const picked: (Choice | undefined)[] = overlaps.map(() => undefined);
   const result = el("pre", { id: "merged", class: "diff", tabindex: "0", "aria-label": "The merge" });
-  const saveMerge = button("Save the merge", () => void saveIt(), { class: "primary", id: "save-merge" }) as HTMLButtonElement;
+  const saveMerge = sendButton("Save the merge", () => saveIt(), { class: "primary", id: "save-merge" }) as HTMLButtonElement;
   const editMerge = button("Edit the merge first", () => {
     const text = mergedText(blocks, picked);
     if (text !== null) editor(p, { generation: now.generation, base: now.text, mine: text }, false);
@@ -404,7 +404,7 @@ function confirmOverwrite(p: Place, edit: Edit, now: { generation: string; text:
       el(
         "div",
         { class: "row" },
-        button("Overwrite theirs", () => void attempt(p, edit, outcome, now.generation), { class: "danger", id: "confirm-overwrite" }),
+        sendButton("Overwrite theirs", () => attempt(p, edit, outcome, now.generation), { class: "danger", id: "confirm-overwrite" }),
         cancel,
       ),
     ),

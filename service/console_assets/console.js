@@ -152,6 +152,20 @@ function el(tag, attrs = {}, ...children) {
 function button(label, onClick, attrs = {}) {
   return el("button", { type: "button", ...attrs, onclick: () => onClick() }, label);
 }
+function sendButton(label, send, attrs = {}) {
+  let sending = false;
+  return button(
+    label,
+    () => {
+      if (sending) return;
+      sending = true;
+      void send().finally(() => {
+        sending = false;
+      });
+    },
+    attrs
+  );
+}
 function errorBox(error, id = "") {
   return el("p", { class: "error", role: "alert", ...id ? { id } : {} }, explain(error));
 }
@@ -791,7 +805,7 @@ function confirmRevert(box, question, run, back) {
       "div",
       { class: "confirm", role: "alertdialog", "aria-label": "Confirm reverting" },
       el("p", {}, question),
-      el("div", { class: "row" }, button("Revert", () => void run(), { class: "danger", id: "confirm-revert" }), keep)
+      el("div", { class: "row" }, sendButton("Revert", run, { class: "danger", id: "confirm-revert" }), keep)
     )
   );
   keep.focus();
@@ -1101,9 +1115,9 @@ async function openMemory(c, target, id, changed) {
             el(
               "div",
               { class: "row" },
-              button(
+              sendButton(
                 "Forget it",
-                () => void (async () => {
+                async () => {
                   try {
                     await post(tenantPath(c.tenant, `/memories/${encodeURIComponent(id)}:forget`), { requestId: requestId() });
                     replace(target, el("p", { class: "notice", role: "status", id: "forgotten" }, `Memory #${id} is forgotten.`));
@@ -1111,7 +1125,7 @@ async function openMemory(c, target, id, changed) {
                   } catch (error) {
                     replace(confirm, errorBox(error));
                   }
-                })(),
+                },
                 { class: "danger", id: "confirm-forget" }
               ),
               keep
@@ -5919,7 +5933,7 @@ function editor(p, edit, restored) {
     el(
       "div",
       { class: "row" },
-      button("Save", () => void attempt(p, current(), outcome), { class: "primary", id: "save" }),
+      sendButton("Save", () => attempt(p, current(), outcome), { class: "primary", id: "save" }),
       edit.base === null ? null : button(
         "Delete…",
         () => {
@@ -5933,7 +5947,7 @@ function editor(p, edit, restored) {
               el(
                 "div",
                 { class: "row" },
-                button("Delete it", () => void attempt(p, { ...edit, mine: null }, outcome), { class: "danger", id: "confirm-delete" }),
+                sendButton("Delete it", () => attempt(p, { ...edit, mine: null }, outcome), { class: "danger", id: "confirm-delete" }),
                 keep
               )
             )
@@ -6038,7 +6052,7 @@ function drawMerge(p, edit, now, target, outcome) {
   const overlaps = blocks.filter((b) => b.kind === "overlap");
   const picked = overlaps.map(() => void 0);
   const result = el("pre", { id: "merged", class: "diff", tabindex: "0", "aria-label": "The merge" });
-  const saveMerge = button("Save the merge", () => void saveIt(), { class: "primary", id: "save-merge" });
+  const saveMerge = sendButton("Save the merge", () => saveIt(), { class: "primary", id: "save-merge" });
   const editMerge = button("Edit the merge first", () => {
     const text = mergedText(blocks, picked);
     if (text !== null) editor(p, { generation: now.generation, base: now.text, mine: text }, false);
@@ -6110,7 +6124,7 @@ function confirmOverwrite(p, edit, now, outcome) {
       el(
         "div",
         { class: "row" },
-        button("Overwrite theirs", () => void attempt(p, edit, outcome, now.generation), { class: "danger", id: "confirm-overwrite" }),
+        sendButton("Overwrite theirs", () => attempt(p, edit, outcome, now.generation), { class: "danger", id: "confirm-overwrite" }),
         cancel
       )
     )
@@ -6422,19 +6436,16 @@ function eventsView(tenant, main2) {
 async function hotPathView(tenant, main2) {
   const status = el("div", { id: "hot-path-status" });
   const result = el("div", { id: "hot-path-result", "aria-live": "polite" });
-  const act = (label, rest, body, describe) => button(
-    label,
-    () => void (async () => {
-      replace(result, `${label}…`);
-      try {
-        const answer2 = await post(tenantPath(tenant, rest), body);
-        replace(result, el("p", { class: "notice", role: "status" }, describe(answer2)));
-      } catch (error) {
-        replace(result, errorBox(error));
-      }
-      await load();
-    })()
-  );
+  const act = (label, rest, body, describe) => sendButton(label, async () => {
+    replace(result, `${label}…`);
+    try {
+      const answer2 = await post(tenantPath(tenant, rest), body);
+      replace(result, el("p", { class: "notice", role: "status" }, describe(answer2)));
+    } catch (error) {
+      replace(result, errorBox(error));
+    }
+    await load();
+  });
   const load = async () => {
     try {
       const s = await get(tenantPath(tenant, "/hotPath"));
