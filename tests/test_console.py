@@ -715,6 +715,19 @@ def test_hostile_memory_text_shows_literally_and_runs_nothing(tabs: Callable[...
     assert page.locator("body").is_visible()
 
 
+def test_a_view_named_after_an_object_property_shows_the_tenants(tabs: Callable[..., Tab]) -> None:
+    """?view=constructor (or __proto__), edited by hand, was looked up among the object's inherited
+    properties: the page stayed at "Loading…" (or threw). An unknown view shows the tenants."""
+    tab = tabs()
+    errors: list[str] = []
+    tab.page.on("pageerror", lambda error: errors.append(str(error)))
+    for view in ("constructor", "__proto__", "toString"):
+        page = tab.open(f"?tenant={USER_TENANT}&view={view}")
+        page.locator("#tenants > *").first.wait_for()
+        assert page.locator("main h1").text_content() == "Tenants", view
+    assert errors == []
+
+
 def _tab_to(page: Any, matches: Callable[[dict[str, str]], bool], key: str = "Tab", limit: int = 40) -> None:
     for _ in range(limit):
         page.keyboard.press(key)

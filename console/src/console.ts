@@ -107,7 +107,8 @@ async function render(): Promise<void> {
     integrity: integrityView,
     history: historyView, // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
-  const draw = tenant ? views[view] : undefined;
+  // Only a view's own name: ?view=constructor or __proto__ (a URL edited by hand) is no view.
+  const draw = tenant && Object.hasOwn(views, view) ? views[view] : undefined;
   await (draw ? draw(tenant, main) : tenantsView());
 }
 

@@ -6212,7 +6212,7 @@ async function render() {
     history: historyView
     // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
-  const draw = tenant ? views[view] : void 0;
+  const draw = tenant && Object.hasOwn(views, view) ? views[view] : void 0;
   await (draw ? draw(tenant, main) : tenantsView());
 }
 function signIn(error) {
