@@ -830,6 +830,19 @@ def test_a_bad_token_shows_the_sign_in_error(tabs: Callable[..., Tab]) -> None:
     assert "Your token may not open this tenant" in (page.locator("#memory-list .error").text_content() or "")
 
 
+def test_a_token_with_a_character_no_header_carries_is_refused_as_malformed(tabs: Callable[..., Tab]) -> None:
+    """A pasted token with a character outside printable ASCII made fetch throw before sending:
+    the page said the server could not be reached. It names the character, as TOKEN_MALFORMED."""
+    page = tabs(signed_in=None).open()
+    page.fill("#token", f"{ADMIN}\u20ac")
+    page.press("#token", "Enter")
+    error = page.locator("#sign-in-error")
+    error.wait_for()
+    said = error.text_content() or ""
+    assert "TOKEN_MALFORMED" in said and "'\u20ac' (U+20AC)" in said and "could not be reached" not in said
+    assert page.evaluate("sessionStorage.getItem('mnemosyne-console-token')") is None
+
+
 def test_forget_removes_a_memory_from_search(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     kept = admin.retain(tenant, "The zebra crossing by the office is repainted")

@@ -132,6 +132,14 @@ function signIn(error: unknown): void {
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    // A character no request header carries makes fetch throw before anything is sent: say so,
+    // not "the server could not be reached" (the Python client's token_problem).
+    const bad = [...input.value.trim()].find((c) => c < " " || c > "~");
+    if (bad) {
+      const code = `U+${bad.codePointAt(0)?.toString(16).toUpperCase().padStart(4, "0")}`;
+      signIn(new ApiError(0, 0, "TOKEN_MALFORMED", `the token holds '${bad}' (${code}), which no request header carries: a token is printable ASCII`, {}));
+      return;
+    }
     setToken(input.value.trim(), false);
     caller = null;
     void (async () => {

@@ -6233,6 +6233,12 @@ function signIn(error) {
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    const bad = [...input.value.trim()].find((c) => c < " " || c > "~");
+    if (bad) {
+      const code = `U+${bad.codePointAt(0)?.toString(16).toUpperCase().padStart(4, "0")}`;
+      signIn(new ApiError(0, 0, "TOKEN_MALFORMED", `the token holds '${bad}' (${code}), which no request header carries: a token is printable ASCII`, {}));
+      return;
+    }
     setToken(input.value.trim(), false);
     caller = null;
     void (async () => {
