@@ -716,17 +716,18 @@ def test_hostile_memory_text_shows_literally_and_runs_nothing(tabs: Callable[...
 
 
 def test_a_word_of_thousands_of_letters_wraps_within_the_window(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
-    """A 10,000-letter word in a memory's speaker or metadata, or a long tenant name in the URL,
-    widened the page to thousands of pixels (a scroll bar under everything): it wraps."""
+    """A word of a thousand letters in a memory's speaker or metadata, or a long tenant name in the
+    URL, widened the page to thousands of pixels (a scroll bar under everything): it wraps."""
     tenant = _tenant()
-    memory = admin.retain(tenant, "W" * 10_000, metadata={"k": "V" * 1000}, speaker="S" * 200)
-    page = tabs().open(f"?tenant={tenant}")
+    memory = admin.retain(tenant, "a memory with a long speaker", metadata={"k": "V" * 1000}, speaker="S" * 200)
+    tab = tabs()
+    page = tab.open(f"?tenant={tenant}")
     page.click(f'[aria-label="Open memory {memory.memory_id}"]')
     page.locator("#memory-heading").wait_for()
     wide = "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     width, window = page.evaluate(wide)
     assert width <= window
-    page = tabs().open(f"?tenant={'a' * 3000}")
+    page = tab.open(f"?tenant={'a' * 3000}")
     page.locator("#memory-list .error").wait_for()
     width, window = page.evaluate(wide)
     assert width <= window
