@@ -844,6 +844,24 @@ def test_a_token_with_a_character_no_header_carries_is_refused_as_malformed(tabs
     assert page.evaluate("sessionStorage.getItem('mnemosyne-console-token')") is None
 
 
+def test_a_server_that_never_answers_is_said_so_not_loading_for_ever(tabs: Callable[..., Tab]) -> None:
+    """A request the server never answered (a frozen server, a proxy holding the connection) left
+    the view at "Loading…" for ever: the page gives up after ANSWER_SECONDS (30) and says so. The
+    page's clock is Playwright's, run ahead; the tenant's requests are held, never answered."""
+    tab = tabs()
+    page = tab.page
+    page.clock.install()
+    page.route("**/v1/tenants/**", lambda route: None)  # neither answered nor let through
+    with page.expect_request("**/v1/tenants/**"):
+        tab.open(f"?tenant={_tenant()}")
+    page.clock.run_for(29_000)
+    assert page.locator("#memory-list .error").count() == 0
+    page.clock.run_for(2_000)
+    page.locator("#memory-list .error").wait_for()
+    said = page.locator("#memory-list .error").text_content() or ""
+    assert "did not answer within 30 seconds" in said and "could not be reached" not in said, said
+
+
 def test_forget_removes_a_memory_from_search(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     tenant = _tenant()
     kept = admin.retain(tenant, "The zebra crossing by the office is repainted")

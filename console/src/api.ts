@@ -70,15 +70,33 @@ function learntCap(error: unknown, fields: Json): boolean {
   return true;
 }
 
-async function answer(response: Response): Promise<Json> {
-  if (!response.ok) throw await failure(response);
-  return response.json();
+// How long the page waits for an answer (its head and its body) before it says that none came: a
+// server that stopped answering (frozen, overloaded, a proxy holding the connection) would
+// otherwise leave a view at "Loading…" or a search empty for ever.
+export const ANSWER_SECONDS = 30;
+
+/** No answer came within ANSWER_SECONDS; the request was abandoned (a change may still be made). */
+export class NoAnswer extends Error {}
+
+async function answered(input: string, init: RequestInit): Promise<Json> {
+  const gaveUp = new AbortController();
+  const timer = setTimeout(() => gaveUp.abort(), ANSWER_SECONDS * 1000);
+  try {
+    const response = await fetch(input, { ...init, signal: gaveUp.signal });
+    if (!response.ok) throw await failure(response);
+    return await response.json();
+  } catch (error) {
+    if (gaveUp.signal.aborted) throw new NoAnswer(input);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export async function get(path: string, query: Query = {}): Promise<Json> {
   const asked = withinCaps(query);
   try {
-    return await answer(await fetch(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" }));
+    return await answered(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" });
   } catch (error) {
     if (learntCap(error, asked)) return get(path, query);
     throw error;
@@ -88,15 +106,13 @@ export async function get(path: string, query: Query = {}): Promise<Json> {
 export async function post(path: string, body: Json = {}): Promise<Json> {
   const asked = withinCaps(body);
   try {
-    return await answer(
-      await fetch(path, {
-        method: "POST",
-        headers: headers({ "Content-Type": "application/json" }),
-        body: JSON.stringify(asked),
-        cache: "no-store",
-        credentials: "omit",
-      }),
-    );
+    return await answered(path, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify(asked),
+      cache: "no-store",
+      credentials: "omit",
+    });
   } catch (error) {
     if (learntCap(error, asked)) return post(path, body);
     throw error;
@@ -148,6 +164,8 @@ export function explain(error: unknown): string {
     if (error.reason) return `${error.detail || "The server refused."} [${error.reason}]`;
     return error.detail || `The server answered ${error.httpStatus}.`;
   }
+  if (error instanceof NoAnswer)
+    return `The server did not answer within ${ANSWER_SECONDS} seconds: it may be overloaded or stopped. Try again; a change you sent may have been made meanwhile (reload to see).`;
   if (error instanceof TypeError) return "The server could not be reached. Is it running, and is this its address?";
   return String(error);
 }

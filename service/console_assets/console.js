@@ -56,14 +56,27 @@ function learntCap(error, fields) {
   caps[name] = Math.min(caps[name] ?? limit, limit);
   return true;
 }
-async function answer(response) {
-  if (!response.ok) throw await failure(response);
-  return response.json();
+var ANSWER_SECONDS = 30;
+var NoAnswer = class extends Error {
+};
+async function answered(input, init) {
+  const gaveUp = new AbortController();
+  const timer = setTimeout(() => gaveUp.abort(), ANSWER_SECONDS * 1e3);
+  try {
+    const response = await fetch(input, { ...init, signal: gaveUp.signal });
+    if (!response.ok) throw await failure(response);
+    return await response.json();
+  } catch (error) {
+    if (gaveUp.signal.aborted) throw new NoAnswer(input);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 async function get(path, query2 = {}) {
   const asked = withinCaps(query2);
   try {
-    return await answer(await fetch(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" }));
+    return await answered(url(path, asked), { headers: headers(), cache: "no-store", credentials: "omit" });
   } catch (error) {
     if (learntCap(error, asked)) return get(path, query2);
     throw error;
@@ -72,15 +85,13 @@ async function get(path, query2 = {}) {
 async function post(path, body = {}) {
   const asked = withinCaps(body);
   try {
-    return await answer(
-      await fetch(path, {
-        method: "POST",
-        headers: headers({ "Content-Type": "application/json" }),
-        body: JSON.stringify(asked),
-        cache: "no-store",
-        credentials: "omit"
-      })
-    );
+    return await answered(path, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify(asked),
+      cache: "no-store",
+      credentials: "omit"
+    });
   } catch (error) {
     if (learntCap(error, asked)) return post(path, body);
     throw error;
@@ -126,6 +137,8 @@ function explain(error) {
     if (error.reason) return `${error.detail || "The server refused."} [${error.reason}]`;
     return error.detail || `The server answered ${error.httpStatus}.`;
   }
+  if (error instanceof NoAnswer)
+    return `The server did not answer within ${ANSWER_SECONDS} seconds: it may be overloaded or stopped. Try again; a change you sent may have been made meanwhile (reload to see).`;
   if (error instanceof TypeError) return "The server could not be reached. Is it running, and is this its address?";
   return String(error);
 }
@@ -846,7 +859,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
           `Restore the text and metadata of revision ${r.revision} as a new revision of memory #${id}?`,
           async () => {
             try {
-              const answer2 = await post(tenantPath(tenant, `/memories/${encodeURIComponent(id)}:revert`), {
+              const answer = await post(tenantPath(tenant, `/memories/${encodeURIComponent(id)}:revert`), {
                 revision: r.revision,
                 requestId: requestId()
               });
@@ -857,7 +870,7 @@ async function memoryHistory(tenant, id, main2, notice = null) {
                 el(
                   "p",
                   { class: "notice", role: "status", id: "reverted" },
-                  answer2.revision ? `Reverted: revision ${r.revision} is restored as revision ${answer2.revision}.` : `Memory #${id} has the content of revision ${r.revision} already: nothing was written.`
+                  answer.revision ? `Reverted: revision ${r.revision} is restored as revision ${answer.revision}.` : `Memory #${id} has the content of revision ${r.revision} already: nothing was written.`
                 )
               );
             } catch (error) {
@@ -907,16 +920,16 @@ async function memoryEvent(tenant, id, createdAt, target) {
   let pageToken = "";
   try {
     do {
-      const answer2 = await get(tenantPath(tenant, "/events"), { accepted_after: after, page_size: EVENT_PAGE, page_token: pageToken });
+      const answer = await get(tenantPath(tenant, "/events"), { accepted_after: after, page_size: EVENT_PAGE, page_token: pageToken });
       let past = false;
-      for (const event of answer2.events ?? []) {
+      for (const event of answer.events ?? []) {
         if ((event.createdMemoryIds ?? []).map(String).includes(id)) {
           drawEvent(event, target);
           return;
         }
         past ||= Date.parse(event.acceptedAt ?? "") > created;
       }
-      pageToken = past ? "" : answer2.nextPageToken ?? "";
+      pageToken = past ? "" : answer.nextPageToken ?? "";
     } while (pageToken);
     replace(target, el("p", { class: "meta", id: "no-event" }, "Written directly (not a fast write): no event."));
   } catch (error) {
@@ -953,9 +966,9 @@ async function recordHistory(tenant, scope, key, main2, notice = null) {
   );
   const again = (said) => recordHistory(tenant, scope, key, main2, said);
   try {
-    const answer2 = await get(tenantPath(tenant, "/records:revisions"), { scope, key });
-    const revisions = answer2.revisions ?? [];
-    const generation = String(answer2.generation ?? "0");
+    const answer = await get(tenantPath(tenant, "/records:revisions"), { scope, key });
+    const revisions = answer.revisions ?? [];
+    const generation = String(answer.generation ?? "0");
     const newest = revisions[revisions.length - 1];
     const items = revisions.map((r, n) => {
       const before = n > 0 ? revisions[n - 1] : null;
@@ -1141,9 +1154,9 @@ async function openMemory(c, target, id, changed) {
         const turns = [];
         let pageToken = "";
         do {
-          const answer2 = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: THREAD_PAGE, page_token: pageToken });
-          turns.push(...answer2.memories ?? []);
-          pageToken = answer2.nextPageToken ?? "";
+          const answer = await get(tenantPath(c.tenant, "/memories"), { thread: memory.thread.id, page_size: THREAD_PAGE, page_token: pageToken });
+          turns.push(...answer.memories ?? []);
+          pageToken = answer.nextPageToken ?? "";
         } while (pageToken);
         replace(
           thread,
@@ -1245,14 +1258,14 @@ async function memoriesView(tenant, main2) {
       return;
     }
     try {
-      const answer2 = await post(tenantPath(tenant, "/memories:recall"), {
+      const answer = await post(tenantPath(tenant, "/memories:recall"), {
         query: lastQuery,
         k: SEARCH_K,
         scopes: filters.scope ? [filters.scope] : [],
         metadataEquals: filters.metadata
       });
       if (mine !== searches) return;
-      const hits = (answer2.hits ?? []).filter((hit) => passes(hit.memory, filters));
+      const hits = (answer.hits ?? []).filter((hit) => passes(hit.memory, filters));
       const best = Number(hits[0]?.score ?? 0);
       const strong = hits.filter((hit) => Number(hit.score ?? 0) >= best * RELEVANCE_FLOOR);
       const weak = hits.slice(strong.length);
@@ -1300,13 +1313,13 @@ async function memoriesView(tenant, main2) {
   const tokens = [""];
   const list = async (index = 0) => {
     try {
-      const answer2 = await get(tenantPath(tenant, "/memories"), {
+      const answer = await get(tenantPath(tenant, "/memories"), {
         page_size: MEMORY_PAGE,
         page_token: tokens[index],
         newest_first: true
       });
-      const memories = answer2.memories ?? [];
-      if (answer2.nextPageToken) tokens[index + 1] = answer2.nextPageToken;
+      const memories = answer.memories ?? [];
+      if (answer.nextPageToken) tokens[index + 1] = answer.nextPageToken;
       replace(
         listing,
         el("h2", {}, `Memories, newest first (page ${index + 1})`),
@@ -1316,7 +1329,7 @@ async function memoriesView(tenant, main2) {
           "div",
           { class: "row" },
           index > 0 ? button("Newer", () => void list(index - 1), { id: "newer-memories" }) : null,
-          answer2.nextPageToken ? button("Older", () => void list(index + 1), { id: "older-memories" }) : null
+          answer.nextPageToken ? button("Older", () => void list(index + 1), { id: "older-memories" }) : null
         )
       );
     } catch (error) {
@@ -5814,8 +5827,8 @@ async function recordsView(tenant, main2) {
   });
   replace(main2, el("h1", {}, "Records"), scopes, otherForm, editor2);
   try {
-    const answer2 = await get(tenantPath(tenant, "/scopes"));
-    const list = answer2.scopes ?? [];
+    const answer = await get(tenantPath(tenant, "/scopes"));
+    const list = answer.scopes ?? [];
     replace(
       scopes,
       el(
@@ -5840,10 +5853,10 @@ async function openScope(tenant, scope, target) {
     let generation = "0";
     let pageToken = "";
     do {
-      const answer2 = await get(tenantPath(tenant, "/records"), { scope, page_token: pageToken });
-      records.push(...answer2.records ?? []);
-      generation = String(answer2.generation ?? "0");
-      pageToken = answer2.nextPageToken ?? "";
+      const answer = await get(tenantPath(tenant, "/records"), { scope, page_token: pageToken });
+      records.push(...answer.records ?? []);
+      generation = String(answer.generation ?? "0");
+      pageToken = answer.nextPageToken ?? "";
     } while (pageToken);
     const key = el("input", { id: "new-record-key", placeholder: "notes.md", "aria-label": "New record key" });
     const newForm = el("form", { class: "row" }, key, el("button", { type: "submit" }, "New record"));
@@ -5882,13 +5895,13 @@ function open(p, fresh) {
   else editor(p, fresh, false);
 }
 async function save(p, expected, mine) {
-  const answer2 = await post(tenantPath(p.tenant, "/records:edit"), {
+  const answer = await post(tenantPath(p.tenant, "/records:edit"), {
     scope: p.scope,
     expectedGeneration: expected,
     changes: [mine === null ? { op: "DELETE", key: p.key } : { op: "PUT", key: p.key, content: mine }],
     requestId: requestId()
   });
-  return String(answer2.generation);
+  return String(answer.generation);
 }
 async function saved(p, mine, generation) {
   if (mine === null) {
@@ -5969,8 +5982,8 @@ async function discard(p) {
 }
 async function theirs(p) {
   try {
-    const answer2 = await get(tenantPath(p.tenant, "/records:get"), { scope: p.scope, key: p.key });
-    return { generation: String(answer2.generation ?? "0"), text: answer2.record?.content ?? "" };
+    const answer = await get(tenantPath(p.tenant, "/records:get"), { scope: p.scope, key: p.key });
+    return { generation: String(answer.generation ?? "0"), text: answer.record?.content ?? "" };
   } catch (error) {
     if (!(error instanceof ApiError && error.reason === "RECORD_NOT_FOUND")) throw error;
     const listed = await get(tenantPath(p.tenant, "/records"), { scope: p.scope, page_size: 1 });
@@ -5978,14 +5991,14 @@ async function theirs(p) {
   }
 }
 async function baseFromRevisions(p, generation) {
-  let answer2;
+  let answer;
   try {
-    answer2 = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
+    answer = await get(tenantPath(p.tenant, "/records:revisions"), { scope: p.scope, key: p.key });
   } catch (error) {
     if (error instanceof ApiError && error.reason === "RECORD_NOT_FOUND") return null;
     throw error;
   }
-  const atOrBefore = (answer2.revisions ?? []).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
+  const atOrBefore = (answer.revisions ?? []).filter((r) => BigInt(r.generation ?? 0) <= BigInt(generation));
   const last = atOrBefore[atOrBefore.length - 1];
   if (!last) return null;
   return { text: last.op === "delete" ? null : String(last.content ?? "") };
@@ -6280,16 +6293,16 @@ async function tenantsView() {
   const tokens = [""];
   const page = async (index) => {
     try {
-      const answer2 = await get("/v1/tenants", { page_size: TENANT_PAGE, page_token: tokens[index] });
-      if (answer2.nextPageToken) tokens[index + 1] = answer2.nextPageToken;
+      const answer = await get("/v1/tenants", { page_size: TENANT_PAGE, page_token: tokens[index] });
+      if (answer.nextPageToken) tokens[index + 1] = answer.nextPageToken;
       const pager = el(
         "div",
         { class: "row" },
         index > 0 ? button("Previous page", () => void page(index - 1), { id: "previous-tenants" }) : null,
         el("span", { class: "meta" }, `page ${index + 1}`),
-        answer2.nextPageToken ? button("Next page", () => void page(index + 1), { id: "next-tenants" }) : null
+        answer.nextPageToken ? button("Next page", () => void page(index + 1), { id: "next-tenants" }) : null
       );
-      drawTenants(table, answer2.tenants ?? [], answer2.damaged ?? [], pager);
+      drawTenants(table, answer.tenants ?? [], answer.damaged ?? [], pager);
     } catch (error) {
       replace(table, errorBox(error));
     }
@@ -6445,8 +6458,8 @@ async function hotPathView(tenant, main2) {
   const act = (label, rest, body, describe) => sendButton(label, async () => {
     replace(result, `${label}…`);
     try {
-      const answer2 = await post(tenantPath(tenant, rest), body);
-      replace(result, el("p", { class: "notice", role: "status" }, describe(answer2)));
+      const answer = await post(tenantPath(tenant, rest), body);
+      replace(result, el("p", { class: "notice", role: "status" }, describe(answer)));
     } catch (error) {
       replace(result, errorBox(error));
     }
