@@ -49,7 +49,7 @@ CHUNK_BYTES = 1 << 20
 
 def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> Fetched:
     """The tenant's files from object storage, their chain checked."""
-    fetched = fetch(bucket, tenant, into, timestamp=timestamp)
+    fetched = _fetched_if_held(bucket, tenant, into, timestamp)
     if fetched is None and bucket.erased(tenant):
         raise NotFound(
             f"tenant {tenant} was erased: object storage keeps none of it, and a restore never brings it back",
@@ -61,6 +61,15 @@ def _fetched(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> 
             f"object storage ({bucket.url.bucket}/{bucket.url.prefix}) holds no replica of tenant {tenant}{when}",
             reason="TENANT_NOT_IN_REPLICA",
         )
+    return fetched
+
+
+def _fetched_if_held(bucket: Bucket, tenant: str, into: Path, timestamp: str | None) -> Fetched | None:
+    """The tenant's files from object storage, their chain checked; None when it holds none of
+    them (or none at or before ``timestamp``)."""
+    fetched = fetch(bucket, tenant, into, timestamp=timestamp)
+    if fetched is None:
+        return None
     with read_file(fetched.database) as txn:
         unmade = unmade_objects(txn.connection)
         verdict = txn.audit()
@@ -97,12 +106,16 @@ def _chosen(bucket: Bucket, tenants: Sequence[str]) -> list[str]:
         t for t in _listed(bucket) if not bucket.erased(t)
     ]
     if not chosen:  # a prefix mistyped most likely: said, not "restored 0 tenants" and a new empty directory
-        raise NotFound(
-            f"object storage ({bucket.url.bucket}/{bucket.url.prefix}) holds no tenant's replica (an erased "
-            "tenant's is never restored): nothing was restored; check the URL's bucket and prefix",
-            reason="TENANT_NOT_IN_REPLICA",
-        )
+        raise _none_held(bucket)
     return chosen
+
+
+def _none_held(bucket: Bucket) -> NotFound:
+    return NotFound(
+        f"object storage ({bucket.url.bucket}/{bucket.url.prefix}) holds no tenant's replica (an erased "
+        "tenant's is never restored): nothing was restored; check the URL's bucket and prefix",
+        reason="TENANT_NOT_IN_REPLICA",
+    )
 
 
 def restore_member(
@@ -140,14 +153,10 @@ def restore_member(
                 f"{data_dir} already has the tenants {listed(present)}; give --replace to overwrite them",
                 reason="TENANT_EXISTS",
             )
-        fetched = {}
-        for tenant in chosen:  # every chain checked before any file is placed
-            fetched[tenant] = _fetched(bucket, tenant, staging / tenant, timestamp)
-            forget_generation(fetched[tenant].database, bucket.newest_held(tenant))
-            progress(f"{tenant}: fetched from generation {fetched[tenant].generation}, chain valid")
+        fetched = _fetched_all(bucket, chosen, bool(tenants), staging, timestamp, progress)
         index = PendingIndex(data_dir)
         try:
-            for tenant in chosen:
+            for tenant in fetched:
                 index.add(tenant)  # its open operations, if any, resume at start-up
         finally:
             index.close()
@@ -162,7 +171,29 @@ def restore_member(
             shutil.rmtree(data_dir, ignore_errors=True)
         elif not restored and tenants_made and not any(tenants_dir.iterdir()):
             tenants_dir.rmdir()
-    return chosen
+    return list(fetched)
+
+
+def _fetched_all(
+    bucket: Bucket, chosen: list[str], named: bool, staging: Path, timestamp: str | None, progress: StepDone
+) -> dict[str, Fetched]:
+    """Every chosen tenant's files, each chain checked before any file is placed. A tenant only
+    listed (not ``named``) whose generations hold no file is passed over: a member killed after it
+    started the tenant's generation (its holder recorded) and before Litestream's first upload
+    leaves just that, and no write of it was acknowledged at REPLICATED; refusing it refused every
+    other tenant's restore. A named one is refused, TENANT_NOT_IN_REPLICA, as is a listing of none."""
+    fetched = {}
+    for tenant in chosen:
+        got = (_fetched if named else _fetched_if_held)(bucket, tenant, staging / tenant, timestamp)
+        if got is None:
+            progress(f"{tenant}: nothing of it was replicated (its member stopped before a first upload): passed over")
+            continue
+        forget_generation(got.database, bucket.newest_held(tenant))
+        progress(f"{tenant}: fetched from generation {got.generation}, chain valid")
+        fetched[tenant] = got
+    if not fetched:
+        raise _none_held(bucket)
+    return fetched
 
 
 def restore_online(client: MemoryClient, url: str, tenant: str, *, timestamp: str | None = None) -> ImportResult:
