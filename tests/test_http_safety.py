@@ -116,6 +116,17 @@ def test_two_hosts_or_a_foreign_host_in_an_absolute_target_are_refused_on_every_
     assert _raw_exchange(port, own)[1] != "HOST_FORBIDDEN"
 
 
+@pytest.mark.parametrize("target", ["/v1/ping", "/v3/memories/?user_id=u", "/mcp?tenant=t", "/console/", "/docs/"])
+def test_an_http_1_1_request_without_a_host_is_400_on_every_route(api: ServerProcess, target: str) -> None:
+    """It was 403 HOST_FORBIDDEN for "Host ''"; RFC 9112 §3.2 asks 400 of an HTTP/1.1 request
+    without Host. HTTP/1.0 may lack Host: it is checked as Host "", not in the allow-list."""
+    port = api.http_port
+    assert _raw_exchange(port, f"GET {target} HTTP/1.1\r\nConnection: close\r\n\r\n") == (400, "HOST_INVALID")
+    absolute = f"GET http://127.0.0.1:{port}{target} HTTP/1.1\r\nConnection: close\r\n\r\n"
+    assert _raw_exchange(port, absolute) == (400, "HOST_INVALID")
+    assert _raw_exchange(port, f"GET {target} HTTP/1.0\r\n\r\n") == (403, "HOST_FORBIDDEN")
+
+
 def test_cors_headers_only_for_the_named_origin(api: ServerProcess, tenant: str) -> None:
     origin = "https://console.example"
     preflight = request(

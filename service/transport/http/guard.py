@@ -3,7 +3,8 @@ must not be able to call the API on their machine (DNS rebinding, cross-site req
 
 Every request, on every route, before anything else runs:
 
-1. ``Host`` must be given once (RFC 9112 §3.2: more than one is 400 HOST_INVALID) and be in the
+1. ``Host`` must be given once (RFC 9112 §3.2: more than one, or none in an HTTP/1.1 request, is
+   400 HOST_INVALID; an HTTP/1.0 request without one is taken as Host "") and be in the
    allow-list (loopback names by default, plus the bound address and what
    ``--http-allowed-host`` adds; the chart adds the Service's names), else 403 HOST_FORBIDDEN —
    a rebound DNS name carries the attacker's host name. A request whose target is an absolute URL
@@ -62,11 +63,17 @@ def target_authority(target: bytes) -> str | None:
 
 def _host(scope: Scope) -> str | InvalidArgument:
     """The host a request is for: its target's if the target is an absolute URL, else its one Host
-    header ("" without one); more than one Host header is an error (RFC 9112 §3.2)."""
+    header ("" without one, which only HTTP/1.0 may lack); more than one Host header, or none in an
+    HTTP/1.1 request, is an error (RFC 9112 §3.2)."""
     given = [value for name, value in scope["headers"] if name == b"host"]
     if len(given) > 1:
         shown = ", ".join(repr(value.decode("latin-1")[:60]) for value in given[:4])
         return InvalidArgument(f"the request has {len(given)} Host headers ({shown}): send one", reason="HOST_INVALID")
+    if not given and scope.get("http_version") != "1.0":
+        return InvalidArgument(
+            f"an HTTP/{scope.get('http_version', '1.1')[:8]} request must have a Host header: send a Host header",
+            reason="HOST_INVALID",
+        )
     target: str | None = scope.get(TARGET_HOST)
     return target if target is not None else given[0].decode("latin-1") if given else ""
 
