@@ -186,7 +186,7 @@ class Replicator:
         the store asks for a checkpoint) until it is retired; a refused stale copy never is."""
         with self._guard:
             state = self._states.get(tenant)
-            return state is not None and not state.refused
+            return state is not None and state.refused is None
 
     def admit_write(self, tenant: str) -> None:
         with self._guard:
@@ -311,7 +311,7 @@ class Replicator:
             state = self._states.setdefault(tenant, ActiveTenant())
             state.paused -= 1
             if fresh:
-                state.generation, state.refused, state.fresh = None, "", True
+                state.generation, state.refused, state.fresh = None, None, True
             if gone:
                 state.dirty_since = None
                 if self._listed is not None:
@@ -363,7 +363,7 @@ class Replicator:
         log.error("tenant %s: a REPLICATED wait was refused: %s", tenant, refusal.message)
         with self._guard:
             state = self._states.setdefault(tenant, ActiveTenant())
-            state.refused = refusal.message
+            state.refused = refusal
             state.paused += 1  # no sync registers or syncs it meanwhile
             self._current.discard(tenant)
         try:
@@ -436,8 +436,11 @@ class Replicator:
             state.in_flight -= 1
             self._calls.release()
         with self._guard:
-            if state.refused:
-                raise FailedPrecondition(state.refused, reason=STALE)
+            if state.refused is not None:
+                # A new error each time, with the first one's message and metadata (an error raised
+                # again would carry every earlier raise's traceback).
+                refused = state.refused
+                raise FailedPrecondition(refused.message, reason=refused.reason, metadata=refused.metadata)
             state.confirmed_bytes = held
             # Every commit before ``began`` is in object storage now; a later one may not be.
             state.dirty_since = None if state.last_write < began else max(began, state.dirty_since or began)
@@ -505,7 +508,7 @@ class Replicator:
         files = [(path, name) for path, name in self._files(tenant) if path.exists() and path not in state.registered]
         if self._database_held():
             files = [(path, name) for path, name in files if name != DATABASE_REPLICA]
-        if not files or state.refused:
+        if not files or state.refused is not None:
             return
         swaps = state.swaps
         if state.generation is None:
@@ -514,7 +517,7 @@ class Replicator:
             if state.swaps != swaps:
                 return  # a swap began meanwhile: the file it leaves chooses again, at the next sync
             if isinstance(generation, str):
-                state.refused = generation
+                state.refused = FailedPrecondition(generation, reason=STALE)
                 log.error("%s", generation)  # a stale copy never starts a generation, even after a forget
             if not isinstance(generation, int):
                 return

@@ -7,6 +7,8 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mnemosyne.errors import FailedPrecondition
+
 
 @dataclass
 class ActiveTenant:
@@ -21,7 +23,7 @@ class ActiveTenant:
     in_flight: int = 0  # syncs begun before a swap paused it (a swap waits for them: ``_leave``)
     swaps: int = 0  # swaps begun: a registration begun before one is dropped (``_register``)
     fresh: bool = False  # its file changed as a file (a swap, an erasure): a new generation next
-    refused: str = ""  # why it is not replicated (a stale copy)
+    refused: FailedPrecondition | None = None  # why it is not replicated (a stale copy): each call's refusal
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
     syncing: asyncio.Task[float] | None = None  # its sync running (the loop holds tasks only weakly)
 
