@@ -335,8 +335,14 @@ def test_an_http_body_that_is_no_message_is_answered_as_over_stdio(mcp_server: S
         # Each was "the body is not one JSON object" (the SDK's reader refused it), or, a key
         # given twice, taken: the last value won, where the JSON API refuses it.
         (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}', -32600, None, "of 5,000 digits"),
-        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"n":-' + b"9" * 5000 + b"}}", -32600, None, "4,300"),
+        # The id was null though it could be read: it is the answer's (JSON-RPC 2.0), unless the
+        # id is the key given twice or itself too long.
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"n":-' + b"9" * 5000 + b"}}", -32600, 9, "4,300"),
         (b'{"jsonrpc":"2.0","id":9,"id":10,"method":"ping"}', -32600, None, "the key 'id' appears twice"),
+        (b'{"jsonrpc":"2.0","id":"r","method":"ping","method":"x"}', -32600, "r", "'method' appears twice"),
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"id":1,"id":2}}', -32600, 9, "'id' appears twice"),
+        (b'{"jsonrpc":"2.0","id":true,"method":"ping","x":{"a":1,"a":2}}', -32600, None, "'a' appears twice"),
+        (b'{"jsonrpc":"2.0","id":9,"method":"ping","x":{"a":1,"a":2},', -32600, None, "'a' appears twice"),
         (
             b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}}",
             -32700,

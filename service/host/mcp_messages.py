@@ -49,7 +49,7 @@ def unreadable(data: bytes, *, not_json: str) -> JSONRPCError | None:
     except json_text.NestedTooDeep:
         return _error(None, PARSE_ERROR, f"Parse error: {json_text.NESTED_TOO_DEEP} (at most {SDK_DEPTH} levels)")
     except (json_text.KeyTwice, json_text.HugeInteger) as exc:
-        return _error(None, INVALID_REQUEST, f"Invalid request: {exc}")
+        return _error(_id_despite(data), INVALID_REQUEST, f"Invalid request: {exc}")
     except ValueError:
         if data.startswith(b"\xef\xbb\xbf"):
             return _error(
@@ -111,6 +111,25 @@ def _id_of(document: Any) -> RequestId | None:
     if isinstance(request_id, bool) or not isinstance(request_id, int | str) or not unicode_json(request_id):
         return None
     return request_id
+
+
+def _id_despite(data: bytes) -> RequestId | None:
+    """The id of a message refused for a key given twice or an integer too long to read, when it
+    can still be read (JSON-RPC 2.0 answers with it): given once, at the top, a valid id (a whole
+    number of digits the SDK reads, a Unicode string); else None."""
+    try:  # read on past the refused key or integer: the text after it may be no JSON
+        top = json.loads(data, object_pairs_hook=lambda pairs: pairs, parse_int=_integer_or_none)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(top, list) or not all(isinstance(pair, tuple) for pair in top):
+        return None  # an array (a list of pairs is what an object became)
+    ids = [value for key, value in top if key == "id"]
+    return _id_of({"id": ids[0]}) if len(ids) == 1 else None
+
+
+def _integer_or_none(text: str) -> int | None:
+    """A JSON integer of the digits the SDK reads, else None (no id)."""
+    return int(text) if len(text.lstrip("-")) <= json_text.INTEGER_DIGITS else None
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCError:
