@@ -338,12 +338,27 @@ def test_hostile_requests_get_a_clear_4xx_with_detail(
     assert document["detail"] == document["message"] and len(document["detail"]) > 10
 
 
-def test_an_add_s_flags_are_named_when_wrong_and_its_timestamp_is_ignored(server: ServerProcess) -> None:
+def test_an_add_s_flags_are_named_when_wrong_and_its_timestamp_is_the_memory_s_time(
+    served: tuple[ServerProcess, Path],
+) -> None:
+    """mem0's ``timestamp`` (the memory's creation time, unix seconds) was accepted and ignored
+    whatever its value: it is the memory's occurred_at, by the rule for numbers."""
+    server = served[0]
     reply = _send(server, "POST", "/v3/memories/add/", {"messages": "hi", "async_mode": "no"})
     assert reply.json()["detail"] == "async_mode must be true or false, not a string"
-    for value in (b'"x"', b"true", b"1e400", b"1700000000"):  # docs/mem0.md: accepted and ignored
-        body = b'{"messages": "a timestamp", "timestamp": ' + value + b', "infer": false}'
-        assert _send(server, "POST", "/v3/memories/add/", body).status == 200
+    for value in (b'"x"', b"true", b"1.5", b"1e400", b"253402300800", b"-62135596801"):
+        body = b'{"messages": "a wrong timestamp", "timestamp": ' + value + b', "infer": false}'
+        refused = _send(server, "POST", "/v3/memories/add/", body)
+        assert (refused.status, refused.reason) == (400, "NUMBER_INVALID"), (value, refused.body[:300])
+        assert "timestamp" in refused.json()["detail"]
+    with _client(served, "key-sync") as mem0:
+        added = [
+            mem0.call("add", messages=f"a note from then ({stamp})", user_id="then", timestamp=stamp)
+            for stamp in (1_500_000_000, 0)
+        ]
+    ids = [int(_poll_event(server, "key-sync", a["event_id"])["results"][0]["id"]) for a in added]
+    with MemoryClient(server.target, "key-admin") as admin:
+        assert [admin.get_memory(SYNC, i).occurred_at for i in ids] == [1_500_000_000, 0]  # seconds
 
 
 MEM0_BODY_ROUTES = [route for route in MEM0_ROUTES if route.verb in ("POST", "PUT") and not route.unsupported]

@@ -312,7 +312,8 @@ MEM0_WITH_IDS = [route for route in MEM0_ROUTES if "(" in route.path and not rou
 def test_the_mem0_table_declares_the_numbers_its_endpoints_read() -> None:
     declared = {(route.name, number.name) for route in MEM0_NUMBERED for number in route.numbers}
     assert declared == {("search", "top_k"), ("search", "threshold"), ("list", "page"), ("list", "page_size")} | {
-        ("events", "page_size")
+        ("events", "page_size"),
+        ("add", "timestamp"),
     }
     assert {route.name for route in MEM0_WITH_IDS} == {"get", "update", "delete", "history", "event"}
 
@@ -320,7 +321,7 @@ def test_the_mem0_table_declares_the_numbers_its_endpoints_read() -> None:
 @pytest.mark.parametrize("route", MEM0_NUMBERED, ids=lambda route: route.name)
 def test_every_number_of_every_mem0_route_follows_the_rule(api: ServerProcess, route: Any) -> None:
     headers = {"authorization": f"Token {ADMIN}", "mnemosyne-tenant": f"m-{uuid.uuid4().hex[:10]}"}
-    base = {"query": "where is it"} if route.name == "search" else {}
+    base = {"search": {"query": "where is it"}, "add": {"messages": "a note with a time"}}.get(route.name, {})
     failures = []
     for number in route.numbers:
         for place, query, given, valid in mem0_cases(number):

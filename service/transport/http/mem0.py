@@ -44,7 +44,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mnemosyne.engine.consistency import Consistency
-from mnemosyne.engine.limits import Limits, parse_integer, parse_number
+from mnemosyne.engine.limits import MAX_OCCURRED_AT_US, MIN_OCCURRED_AT_US, Limits, parse_integer, parse_number
 from mnemosyne.engine.memories import MAX_PAGE_NUMBER, Memories
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound
 from mnemosyne.transport import consistency
@@ -127,7 +127,13 @@ class Mem0Route:
 _PAGE_SIZE = partial(Mem0Number, "page_size", minimum=1, maximum=lambda limits: limits.max_page_size)
 ROUTES: tuple[Mem0Route, ...] = (
     Mem0Route("GET", r"/v1/ping/", "ping"),
-    Mem0Route("POST", r"/v3/memories/add/", "add"),
+    Mem0Route(
+        "POST",
+        r"/v3/memories/add/",
+        "add",
+        # mem0's creation time, in unix seconds: the memory's occurred_at, within Timestamp's range.
+        (Mem0Number("timestamp", ("body",), None, MIN_OCCURRED_AT_US // 10**6, lambda _: MAX_OCCURRED_AT_US // 10**6),),
+    ),
     Mem0Route(
         "POST",
         r"/v3/memories/search/",

@@ -302,6 +302,8 @@ class Mem0Endpoints:
         retain = memory_pb2.RetainRequest(tenant=request.tenant, scope="global", metadata=metadata, fast=True)
         if body.get("expiration_date") is not None:
             retain.expires_at.CopyFrom(_expiration(body["expiration_date"]))
+        if request.numbers["timestamp"] is not None:  # when it was said: mem0's creation time
+            retain.occurred_at.FromSeconds(request.numbers["timestamp"])
         if len(turns) == 1:
             retain.text, retain.speaker = turns[0].content, turns[0].name
         else:
