@@ -181,7 +181,7 @@ def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_
 
     async def run() -> None:
         sock = bind("127.0.0.1", 0)
-        server = await HttpServer.start(app, sock, tls=None, grace_seconds=1, head_seconds=0.5)
+        server = await HttpServer.start(app, sock, tls=None, head_seconds=0.5)
         try:
             silent = await asyncio.open_connection("127.0.0.1", server.port)
             trickling = await asyncio.open_connection("127.0.0.1", server.port)
@@ -235,7 +235,7 @@ def test_a_request_head_that_cannot_be_read_or_is_too_large_is_answered_as_json(
 
     async def run() -> None:
         sock = bind("127.0.0.1", 0)
-        server = await HttpServer.start(app, sock, tls=None, grace_seconds=1)
+        server = await HttpServer.start(app, sock, tls=None)
         try:
             refused = await answer(server.port, sent)
             head, _, body = refused.partition(b"\r\n\r\n")

@@ -13,6 +13,7 @@ workers before or after the restart).
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -288,3 +289,46 @@ def test_calls_still_running_at_the_end_of_the_grace_answer_shutting_down(server
         "write": shutting_down,
         "queued": (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN"),
     }
+
+
+def test_a_stop_with_an_http_call_held_ends_within_the_grace_period(server_factory, tmp_path) -> None:
+    """An HTTP request still reading its body when the grace period ended (its client sends no
+    more) was waited for by uvicorn for ceil(grace) more, counted only after admission's drain
+    (here a parked recall's whole grace): up to about twice --grace-seconds. Its connection now
+    closes as the grace ends (no 500), and the process exits soon after."""
+    park = tmp_path / "park"
+    park.touch()
+    grace = 1.0
+    server: ServerProcess = server_factory(
+        env={"MNEMOSYNE_TEST_PARK_TENANT": "parked", "MNEMOSYNE_TEST_PARK_FILE": str(park)},
+        args=["--grace-seconds", str(grace), "--drain-delay-seconds", "0"],
+        http=True,
+        metrics=True,
+    ).start()
+    answers: list[int] = []
+
+    def parked_recall() -> None:
+        reply = request(server.http_port, "POST", "/v1/tenants/parked/memories:recall", json_body={"query": "held"})
+        park.unlink()  # answered SHUTTING_DOWN: its thread may end, and the server with it
+        answers.append(reply.status)
+
+    recall = threading.Thread(target=parked_recall)
+    recall.start()
+    held = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+    head = "POST /v1/tenants/t/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    held.sendall(f"{head}Content-Length: 100\r\n\r\n{{".encode())  # the body never comes
+    wait_until(lambda: gauge(server, "mnemosyne_reader_threads_busy") == 1)
+    assert server.process is not None
+    began = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    with held:
+        answer = held.recv(65536)
+    closed = time.monotonic() - began
+    assert (answer[:12], closed < grace + 0.4) == (b"", True), (answer, closed)  # closed, not answered 500
+    assert server.wait_exit(timeout=30) == 0
+    exited = time.monotonic() - began
+    recall.join(timeout=30)
+    assert answers == [503]
+    # The ports within the grace (and uvicorn's 0.1s ticks); the process after Python's own
+    # teardown of the modules it loaded, about a second, more on a busy machine.
+    assert exited < grace + 4.0, exited

@@ -142,14 +142,15 @@ class RunningServer:
         log.info(
             "refusing new calls; in-flight calls %s", "finished" if drained else "still running after the grace period"
         )
-        left = max(0.0, self.grace_seconds - (time.monotonic() - started))
         if self.http is not None:
             await self.http.stop_sessions()
         if self.forwarder is not None:
             await self.forwarder.close()
         if self.link is not None:
             await self.link.close()
-        await asyncio.gather(self.server.stop(left), *([self.http.stop()] if self.http is not None else []))
+        # Both ports get what is left of the grace period, no more: then what still runs is cut.
+        left = max(0.0, self.grace_seconds - (time.monotonic() - started))
+        await asyncio.gather(self.server.stop(left), *([self.http.stop(left)] if self.http is not None else []))
         await asyncio.get_running_loop().run_in_executor(None, self.engine.close)
         self.admission.stop()
         log.info("stopped: in-flight calls drained, tenant files closed")

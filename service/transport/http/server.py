@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
@@ -214,7 +213,6 @@ class HttpServer:
         sock: socket.socket,
         *,
         tls: HttpTls | None,
-        grace_seconds: float,
         head_seconds: float = HEAD_SECONDS,
     ) -> HttpServer:
         config = uvicorn.Config(
@@ -226,7 +224,7 @@ class HttpServer:
             proxy_headers=False,
             server_header=False,
             ws="none",
-            timeout_graceful_shutdown=max(1, math.ceil(grace_seconds)),
+            timeout_graceful_shutdown=None,  # ``stop`` bounds the wait, from the grace period left
             ssl_certfile=tls.cert if tls else None,
             ssl_keyfile=tls.key if tls else None,
             ssl_ca_certs=tls.client_ca if tls and tls.client_ca else None,
@@ -242,7 +240,17 @@ class HttpServer:
             await asyncio.sleep(0.005)
         return cls(server, serving, port)
 
-    async def stop(self) -> None:
-        """Stop accepting, let open requests finish (up to the grace period), close."""
+    async def stop(self, seconds: float = 0.0) -> None:
+        """Stop accepting, let open requests finish for up to ``seconds`` (what is left of the
+        grace period: uvicorn's own wait would start only now, and last the whole of it again),
+        then close the connections still open (a request still reading its body sees its client
+        gone) and end."""
         self._server.should_exit = True
-        await self._serving
+        try:
+            async with asyncio.timeout(max(0.0, seconds)):
+                await asyncio.shield(self._serving)
+        except TimeoutError:
+            for connection in list(self._server.server_state.connections):
+                connection.transport.close()  # its unsent answer first (asyncio writes what is buffered)
+            self._server.force_exit = True  # uvicorn waits for those connections no more
+            await self._serving

@@ -90,7 +90,7 @@ class HttpSurface:
             else None
         )
         try:
-            self.http = await HttpServer.start(app, sock, tls=https, grace_seconds=config.grace_seconds)
+            self.http = await HttpServer.start(app, sock, tls=https)
         except BaseException:
             sock.close()
             raise
@@ -101,10 +101,10 @@ class HttpSurface:
         if self.mcp is not None:
             await self.mcp.stop()
 
-    async def stop(self) -> None:
-        """Stop serving HTTP (in-flight requests get the grace period)."""
+    async def stop(self, seconds: float = 0.0) -> None:
+        """Stop serving HTTP; in-flight requests get ``seconds`` (what is left of the grace period)."""
         if self.http is not None:
-            await self.http.stop()
+            await self.http.stop(seconds)
 
 
 def _bind(host: str, port: int) -> socket.socket:
