@@ -83,15 +83,17 @@ class Bucket:
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._unreachable(doing, exc) from None
 
-    def generations(self, tenant: str) -> list[int]:
-        """The generations the bucket holds of ``tenant``, lowest first: those with an object (a
-        store with directories, as SeaweedFS's, may list a deleted one's empty directory)."""
+    def generations(self, tenant: str, *, above: int = 0) -> list[int]:
+        """The generations the bucket holds of ``tenant`` (those ``above`` only), lowest first:
+        those with an object (a store with directories, as SeaweedFS's, may list a deleted one's
+        empty directory). One LIST, and one per generation listed above ``above``."""
         found = []
         for page in self._pages(f"for the generations of {tenant}", Prefix=self.url.key(tenant) + "/", Delimiter="/"):
             for common in page.get("CommonPrefixes", []):
                 name = common["Prefix"].rstrip("/").rpartition("/")[2]
-                if len(name) == GENERATION_DIGITS and name.isdigit() and self.holds(tenant, f"{name}/"):
-                    found.append(int(name))
+                if len(name) == GENERATION_DIGITS and name.isdigit() and int(name) > above:
+                    if self.holds(tenant, f"{name}/"):
+                        found.append(int(name))
         return sorted(found)
 
     def holds(self, tenant: str, under: str = "") -> bool:
@@ -156,8 +158,8 @@ class Bucket:
                 f"whether {tenant}'s file is its newest copy", RuntimeError("it did not answer lately")
             )
         try:
-            held = self.generations(tenant)
-            return (held[-1], self.holder(tenant) or "") if held and held[-1] > generation else None
+            held = self.generations(tenant, above=generation)
+            return (held[-1], self.holder(tenant) or "") if held else None
         except Unavailable:
             self._unanswered_until = time.monotonic() + UNANSWERED_SECONDS
             raise

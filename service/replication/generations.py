@@ -68,27 +68,23 @@ class Generations:
             return latest + 1
         return recorded
 
-    def overtaken(self, tenant: str, database: Path) -> FailedPrecondition | None:
-        """After a sync confirmed the tenant's commits at a REPLICATED barrier: the refusal when
-        the bucket holds a generation above the file's, started elsewhere since (a restore takes
-        that one, without what this file confirmed); None while the file's is the highest, or the
-        file is a move's source, or it has none (nothing of it replicated under its own). One
-        LIST per generation, and a GET when a newer one is found (``Bucket.newer_than``)."""
-        if not database.exists():
+    def overtaken(self, tenant: str, database: Path, registered: int) -> FailedPrecondition | None:
+        """After a sync confirmed the tenant's commits at a REPLICATED barrier, under generation
+        ``registered``: the refusal when the bucket holds a generation above it, started elsewhere
+        since (a restore takes that one, without what this file confirmed); None while it is the
+        highest, or the file is a move's source. One LIST; the file is read, and the newer
+        generation's holder fetched, only when one is found (``Bucket.newer_than``)."""
+        newer = self._bucket.newer_than(tenant, registered)
+        if newer is None or not database.exists():
             return None
         recorded, _floor, ownership = _recorded(database)
-        if recorded is None:
-            return None
-        newer = self._bucket.newer_than(tenant, recorded)
-        if newer is None or _moved_away(ownership, True, lambda: newer[1]):
-            return None
         generation, holder = newer
-        if (_recorded(database)[0] or 0) >= generation:
-            return None  # its own, started since the read above (a forget's new generation)
+        if (recorded or 0) >= generation or _moved_away(ownership, True, lambda: holder):
+            return None  # its own, started since it registered (a forget's new generation); a move's source
         started = f"started by member {holder}" if holder else "started by a server without members"
         return FailedPrecondition(
             f"tenant {tenant}: object storage holds generation {generation} ({started}), above this file's "
-            f"generation {recorded}: another server replicates to the same bucket prefix, and a restore takes "
+            f"generation {registered}: another server replicates to the same bucket prefix, and a restore takes "
             "that one — these writes are not in it. This file is a stale copy from now on, not replicated; "
             "run one server (or one deployment of members) per prefix, and remove this file (the next call "
             "restores the newer one)",

@@ -356,8 +356,12 @@ class Replicator:
         or what it confirmed is in one a restore passes over (another server on the prefix started
         one above it). Then the caller is refused, and the file is the stale copy it now is: out
         of Litestream, never registered again, judged again at its next open (``newer_than``)."""
+        with self._guard:
+            registered = state.generation if (state := self._states.get(tenant)) else None
+        if registered is None:  # not replicating under a generation of its own (a move's source)
+            return
         database = self._files(tenant)[0][0]
-        refusal = await self._loop.run_in_executor(None, self._generations.overtaken, tenant, database)
+        refusal = await self._loop.run_in_executor(None, self._generations.overtaken, tenant, database, registered)
         if refusal is None:
             return
         log.error("tenant %s: a REPLICATED wait was refused: %s", tenant, refusal.message)
