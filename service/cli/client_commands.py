@@ -27,27 +27,23 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"MNEMOSYNE_{name}", default)
 
 
-class _Given(argparse._StoreAction):
-    """A connection flag's value, noted as given on the command line (``given_connection_flags``):
-    its default may come from the environment, which a command must be able to tell apart."""
+class _NotedAsGiven(argparse.Action):
+    """A connection flag, noted as given on the command line (``given_connection_flags``): its
+    default may come from the environment, which a command must be able to tell apart."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *rest: Any) -> None:
         super().__call__(parser, namespace, *rest)
-        _note_given(namespace, self)
+        given: tuple[str, ...] = getattr(namespace, "connection_given", ())
+        if self.option_strings[0] not in given:
+            namespace.connection_given = (*given, self.option_strings[0])
 
 
-class _GivenTrue(argparse._StoreTrueAction):
-    """``--tls``, noted as given on the command line (``_Given``)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *rest: Any) -> None:
-        super().__call__(parser, namespace, *rest)
-        _note_given(namespace, self)
+class _Given(_NotedAsGiven, argparse._StoreAction):
+    """A connection flag's value (``_NotedAsGiven``)."""
 
 
-def _note_given(namespace: argparse.Namespace, action: argparse.Action) -> None:
-    given: tuple[str, ...] = getattr(namespace, "connection_given", ())
-    if action.option_strings[0] not in given:
-        namespace.connection_given = (*given, action.option_strings[0])
+class _GivenTrue(_NotedAsGiven, argparse._StoreTrueAction):
+    """``--tls`` (``_NotedAsGiven``)."""
 
 
 def given_connection_flags(args: argparse.Namespace) -> tuple[str, ...]:
