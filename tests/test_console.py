@@ -735,14 +735,17 @@ def test_a_word_of_thousands_of_letters_wraps_within_the_window(tabs: Callable[.
 
 def test_a_view_named_after_an_object_property_shows_the_tenants(tabs: Callable[..., Tab]) -> None:
     """?view=constructor (or __proto__), edited by hand, was looked up among the object's inherited
-    properties: the page stayed at "Loading…" (or threw). An unknown view shows the tenants."""
+    properties: the page stayed at "Loading…" (or threw). An unknown view shows the tenants, under
+    their own header: the tenant's tabs, none of them current, stood above the list."""
     tab = tabs()
     errors: list[str] = []
     tab.page.on("pageerror", lambda error: errors.append(str(error)))
-    for view in ("constructor", "__proto__", "toString"):
+    for view in ("constructor", "__proto__", "toString", "bogus"):
         page = tab.open(f"?tenant={USER_TENANT}&view={view}")
         page.locator("#tenants > *").first.wait_for()
         assert page.locator("main h1").text_content() == "Tenants", view
+        assert _texts(page, "nav button") == ["Tenants"], view
+        assert page.locator('nav [aria-current="page"]').text_content() == "Tenants", view
     assert errors == []
 
 

@@ -97,7 +97,6 @@ async function render(): Promise<void> {
       return;
     }
   }
-  drawHeader(tenant, view);
   const views: Record<string, (tenant: string, main: HTMLElement) => void | Promise<void>> = {
     memories: memoriesView,
     overview: overviewView,
@@ -107,8 +106,10 @@ async function render(): Promise<void> {
     integrity: integrityView,
     history: historyView, // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
-  // Only a view's own name: ?view=constructor or __proto__ (a URL edited by hand) is no view.
+  // Only a view's own name: ?view=constructor or __proto__ (a URL edited by hand) is no view, and
+  // the tenants are shown under their own header (not the tenant's tabs, none of them current).
   const draw = tenant && Object.hasOwn(views, view) ? views[view] : undefined;
+  drawHeader(draw ? tenant : "", draw ? view : "tenants");
   await (draw ? draw(tenant, main) : tenantsView());
 }
 

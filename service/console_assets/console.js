@@ -6214,7 +6214,6 @@ async function render() {
       return;
     }
   }
-  drawHeader(tenant, view);
   const views = {
     memories: memoriesView,
     overview: overviewView,
@@ -6226,6 +6225,7 @@ async function render() {
     // of one memory or record (?memory= or ?scope=&key=), opened from it
   };
   const draw = tenant && Object.hasOwn(views, view) ? views[view] : void 0;
+  drawHeader(draw ? tenant : "", draw ? view : "tenants");
   await (draw ? draw(tenant, main) : tenantsView());
 }
 function signIn(error) {
