@@ -255,6 +255,29 @@ def test_a_whole_member_is_restored_offline_and_a_held_directory_is_refused(serv
     assert named.returncode == 0 and [p.name for p in (tmp_path / "z" / "tenants").iterdir()] == ["m3.sqlite"]
 
 
+def test_an_offline_restore_over_a_tenant_back_in_litestream_after_idle_replicates_again(
+    server_factory, object_storage, tmp_path
+):
+    """A tenant back in Litestream after it was idle has local state that starts at its replica's
+    last LTX file, not at the first: the replaced file's, continued into the restored file's new
+    (empty) generation, failed every sync for ever (its local state stayed in the data directory)."""
+    bucket, data_dir = object_storage.new_bucket(), tmp_path / "member"
+    server = replicating(server_factory, object_storage, bucket, data_dir, "--replica-idle-seconds", "1").start()
+    state = data_dir / "tenants" / ".back.sqlite-litestream"
+    with MemoryClient(server.target, retries=0) as client:
+        for n in range(2):  # past its replica's first LTX file
+            retain_replicated(client, "back", f"before it was idle {n}")
+        wait_until(lambda: not state.exists())  # idle: out of Litestream, its local state removed
+        retain_replicated(client, "back", "after it was idle")
+    server.kill()
+    done = _restore_command("--from-replica", object_storage.url(bucket), "--data-dir", str(data_dir), "--replace")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not state.exists()
+    server = replicating(server_factory, object_storage, bucket, data_dir, "--replica-idle-seconds", "1").start()
+    with MemoryClient(server.target, retries=0) as client:
+        retain_replicated(client, "back", "after the restore", timeout_seconds=10)
+
+
 @pytest.mark.parametrize("taken", ["before its first replication", "after it, before a forget"])
 def test_a_stale_copy_put_back_is_refused_neither_served_nor_replicated(
     server_factory, object_storage, tmp_path, taken

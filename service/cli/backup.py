@@ -73,6 +73,7 @@ from mnemosyne.store.data_dir import (
     NEW_FILE_PREFIX,
     TENANT_FILE_SUFFIX,
     DataDirLock,
+    local_state,
     refuse_inside_another,
 )
 from mnemosyne.store.file_faults import FileBudget
@@ -501,6 +502,10 @@ def place_tenant(tenants_dir: Path, inbox_dir: Path, tenant: str, database: Path
     new_inbox = _copy_beside(inbox, tenant_file) if inbox is not None else None  # staged on the same filesystem
     checkpoint_away(tenant_file, f"{tenant_file} is being read; it was not replaced, retry the restore")
     old_only = old_file_only(tenant_file)  # its WAL emptied above
+    # The old file's Litestream state, continued into the new file's generation, would lack its
+    # first LTX files there: gone before the new file takes the name (a kill leaves none of it).
+    for replicated in (tenant_file, inbox_file):
+        shutil.rmtree(local_state(replicated), ignore_errors=True)
     staging = stage_and_commit(tenant_file, new_database, new_inbox, old_only=old_only, seam=_held_before_commit)
     inbox_dir.mkdir(parents=True, exist_ok=True)
     finish(staging, inbox_file, done=(), sync=lambda: _fsync_all(inbox_dir, tenants_dir))

@@ -36,7 +36,14 @@ from mnemosyne.replication.sweeps import Sweeps
 from mnemosyne.replication.tenant_state import ActiveTenant, Figures
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.runtime.seams import Seams
-from mnemosyne.store.data_dir import INBOX_DIR_NAME, INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX, TENANTS_DIR_NAME
+from mnemosyne.store.data_dir import (
+    INBOX_DIR_NAME,
+    INBOX_FILE_SUFFIX,
+    LOCAL_STATE_SUFFIX,
+    TENANT_FILE_SUFFIX,
+    TENANTS_DIR_NAME,
+    local_state,
+)
 
 log = logging.getLogger("mnemosyne.replication")
 
@@ -50,11 +57,6 @@ SWAP_WAIT_SECONDS = 5  # the longest a swap waits for a sync under way, and for 
 # gone), and every later sync fails the same until it starts over.
 LOCAL_SYNC_FAILED = "db sync:"
 RETRY_SECONDS, RETRY_MAX_SECONDS = 0.2, 2.0  # a caller's wait tries a failed sync again after these, doubling
-LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
-
-
-def local_state(database: Path) -> Path:
-    return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
 
 
 class Replicator:

@@ -18,6 +18,7 @@ Layout::
     DATA_DIR/tenants/<tenant>.erasing   an erasure under way, finished at the next start once receipted (store/erasure_log.py)
     DATA_DIR/tenants/.install-<tenant>.<random>/  an install under way (store/install.py)
     DATA_DIR/tenants/.new-...         a file being made (a first write, a mark, a reclaim)
+    DATA_DIR/tenants/.<tenant>.sqlite-litestream/  Litestream's local state of a replicated file (replication/)
 
 The tenants' files are opened, created and replaced by the pool (store/pool.py).
 """
@@ -45,6 +46,12 @@ NEW_FILE_PREFIX = ".new-"
 # (store/ownership.py ``reclaim_tombstone``): ``.new-<tenant>.reclaiming.<random>.sqlite``.
 RECLAIMING_MARK = ".reclaiming."
 RECLAIMED_SUFFIX = ".moved"  # beside a reclaimed tombstone (store/ownership.py): listings leave it out
+LOCAL_STATE_SUFFIX = "-litestream"  # Litestream's directory beside a database: ".<name>-litestream"
+
+
+def local_state(database: Path) -> Path:
+    """Litestream's local state of ``database`` (its LTX files), beside it."""
+    return database.with_name(f".{database.name}{LOCAL_STATE_SUFFIX}")
 
 
 def write_durably(path: Path, text: str) -> None:
