@@ -36,14 +36,7 @@ from mnemosyne.replication.sweeps import Sweeps
 from mnemosyne.replication.tenant_state import ActiveTenant, Figures
 from mnemosyne.replication.url import DATABASE_REPLICA, INBOX_REPLICA, ReplicaUrl
 from mnemosyne.runtime.seams import Seams
-from mnemosyne.store.data_dir import (
-    INBOX_DIR_NAME,
-    INBOX_FILE_SUFFIX,
-    LOCAL_STATE_SUFFIX,
-    TENANT_FILE_SUFFIX,
-    TENANTS_DIR_NAME,
-    local_state,
-)
+from mnemosyne.store import data_dir as layout  # its file names and suffixes
 
 log = logging.getLogger("mnemosyne.replication")
 
@@ -77,8 +70,8 @@ class Replicator:
         self._hold_database_file = seams.hold_replica_database_file
         self._call_seconds = seams.replica_call_seconds or CALL_SECONDS
         self.bucket = Bucket(self.url)
-        self._tenants_dir = data_dir / TENANTS_DIR_NAME
-        self._inbox_dir = data_dir / INBOX_DIR_NAME
+        self._tenants_dir = data_dir / layout.TENANTS_DIR_NAME
+        self._inbox_dir = data_dir / layout.INBOX_DIR_NAME
         self._idle_seconds = idle_seconds
         self._limit = max(1, active_limit)
         self._retention_seconds = retention_seconds
@@ -107,8 +100,8 @@ class Replicator:
             log.warning("the tenants object storage holds are not known yet: %s", exc.message)
         now = time.time()
         for directory in (self._tenants_dir, self._inbox_dir):
-            for state_dir in directory.glob(f".*{LOCAL_STATE_SUFFIX}"):
-                tenant = self._tenant_of(state_dir.name[1 : -len(LOCAL_STATE_SUFFIX)])
+            for state_dir in directory.glob(f".*{layout.LOCAL_STATE_SUFFIX}"):
+                tenant = self._tenant_of(state_dir.name[1 : -len(layout.LOCAL_STATE_SUFFIX)])
                 if tenant is not None:
                     self._mark_written(tenant, now)
 
@@ -550,18 +543,18 @@ class Replicator:
             if path in state.registered:  # a restart of Litestream meanwhile cleared them all
                 state.registered.remove(path)
         for path, _name in self._files(tenant):
-            shutil.rmtree(local_state(path), ignore_errors=True)
+            shutil.rmtree(layout.local_state(path), ignore_errors=True)
 
     # -- paths and figures ----------------------------------------------------------------------------
 
     def _files(self, tenant: str) -> list[tuple[Path, str]]:
         return [
-            (self._tenants_dir / f"{tenant}{TENANT_FILE_SUFFIX}", DATABASE_REPLICA),
-            (self._inbox_dir / f"{tenant}{INBOX_FILE_SUFFIX}", INBOX_REPLICA),
+            (self._tenants_dir / f"{tenant}{layout.TENANT_FILE_SUFFIX}", DATABASE_REPLICA),
+            (self._inbox_dir / f"{tenant}{layout.INBOX_FILE_SUFFIX}", INBOX_REPLICA),
         ]
 
     def _tenant_of(self, file_name: str) -> str | None:
-        for suffix in (INBOX_FILE_SUFFIX, TENANT_FILE_SUFFIX):
+        for suffix in (layout.INBOX_FILE_SUFFIX, layout.TENANT_FILE_SUFFIX):
             if file_name.endswith(suffix):
                 return file_name[: -len(suffix)]
         return None
