@@ -6,17 +6,21 @@ cases are driven by the routes in the protos, so a new RPC cannot be left out.""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import grpc
 import pytest
 from google.protobuf import json_format, message, message_factory, timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from mnemosyne.transport.errors import HTTP_STATUS_BY_CODE
 from mnemosyne.transport.http.mapping import GRPC_ONLY, routes
@@ -357,8 +361,12 @@ def _grpc_error(
         outcome = _grpc(channel, rpc, request, metadata)
         if ROUTES[rpc].streams:
             list(outcome)
-    status = rpc_status.from_call(failed_call(raised.value))
-    assert status is not None
+    return _code_and_reason(raised.value)
+
+
+def _code_and_reason(error: grpc.RpcError) -> tuple[int, str]:
+    status = rpc_status.from_call(failed_call(error))
+    assert status is not None, error
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
@@ -572,3 +580,195 @@ def test_server_time_is_a_header_when_asked(api: ServerProcess) -> None:
     assert recalled.status == 200 and 0 < float(recalled.headers["mnemosyne-server-time-us"]) < 30e6
     unasked = request(api.http_port, "POST", f"{base}:recall", json_body={"query": "crate"})
     assert unasked.status == 200 and "mnemosyne-server-time-us" not in unasked.headers
+
+
+# -- one mistake, one reason, on every surface ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One client mistake as each surface that can express it makes it, and the one ErrorInfo
+    reason every one of them refuses it with (docs/http-api.md#errors): gRPC ``(rpc, request)``,
+    the JSON API ``(verb, path under /v1/tenants/{tenant}, body)``, the mem0 paths ``(verb, path,
+    body)`` and an MCP tool ``(tool, arguments)``; a body of bytes is sent as it is."""
+
+    reason: str
+    grpc: tuple[str, message.Message] | None = None
+    json: tuple[str, str, Any] | None = None
+    mem0: tuple[str, str, Any] | None = None
+    mcp: tuple[str, dict[str, Any]] | None = None
+    tenant: str = ""  # the tenant it names ("": a good one)
+
+
+_LONG_TEXT, _LONG_QUERY = "a" * 32_769, "a" * 4_097
+_PAST_9999 = 253_402_300_800  # 10000-01-01T00:00:00Z, in unix seconds
+MISTAKES = {
+    "text of another JSON type": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", {"text": 5}),
+        mem0=("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": 5}]}),
+    ),
+    "a boolean given as text": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", {"text": "a", "fast": "false"}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a", "infer": "false"}),
+    ),
+    "metadata that is no object": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", {"text": "a", "metadata": []}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a", "metadata": []}),
+    ),
+    "a key given twice": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", b'{"text": "a", "text": "b"}'),
+        mem0=("POST", "/v3/memories/add/", b'{"messages": "a", "messages": "b"}'),
+    ),
+    "an unknown field": Mistake("REQUEST_UNDECODABLE", json=("POST", "/memories", {"text": "a", "bogus": 1})),
+    "k that is no whole number": Mistake(
+        "NUMBER_INVALID",
+        json=("POST", "/memories:recall", {"query": "a", "k": 1.5}),
+        mem0=("POST", "/v3/memories/search/", {"query": "a", "top_k": 1.5}),
+        mcp=("recall", {"query": "a", "k": 1.5}),
+    ),
+    "k out of range": Mistake(
+        "K_OUT_OF_RANGE",
+        grpc=("Recall", memory_pb2.RecallRequest(query="a", k=101)),
+        json=("POST", "/memories:recall", {"query": "a", "k": 101}),
+        mem0=("POST", "/v3/memories/search/", {"query": "a", "top_k": 101}),
+        mcp=("recall", {"query": "a", "k": 101}),
+    ),
+    "page_size out of range": Mistake(
+        "PAGE_SIZE_OUT_OF_RANGE",
+        grpc=("ListEvents", events_pb2.ListEventsRequest(page_size=1001)),
+        json=("GET", "/events?page_size=1001", None),
+        mem0=("GET", "/v1/events/?page_size=1001", None),
+        mcp=("list_events", {"page_size": 1001}),
+    ),
+    "a time past the year 9999": Mistake(
+        "OCCURRED_AT_INVALID",
+        grpc=("Retain", memory_pb2.RetainRequest(text="a", occurred_at=timestamp_pb2.Timestamp(seconds=_PAST_9999))),
+        json=("POST", "/memories", {"text": "a", "occurredAt": "10000-01-01T00:00:00Z"}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a", "timestamp": _PAST_9999}),
+    ),
+    "a time that is no time": Mistake(
+        "NUMBER_INVALID",
+        json=("POST", "/memories", {"text": "a", "occurredAt": "2020-01-01"}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a", "timestamp": "2020-01-01"}),
+    ),
+    "text of white space only": Mistake(
+        "TEXT_EMPTY",
+        grpc=("Retain", memory_pb2.RetainRequest(text=" \t")),
+        json=("POST", "/memories", {"text": " \t"}),
+        mem0=("POST", "/v3/memories/add/", {"messages": " \t"}),
+        mcp=("retain", {"text": " \t"}),
+    ),
+    "no text": Mistake(
+        "TEXT_EMPTY",
+        grpc=("Retain", memory_pb2.RetainRequest()),
+        json=("POST", "/memories", {}),
+        mem0=("POST", "/v3/memories/add/", {}),
+    ),
+    "text too long": Mistake(
+        "TEXT_TOO_LONG",
+        grpc=("Retain", memory_pb2.RetainRequest(text=_LONG_TEXT)),
+        json=("POST", "/memories", {"text": _LONG_TEXT}),
+        mem0=("POST", "/v3/memories/add/", {"messages": _LONG_TEXT}),
+        mcp=("retain", {"text": _LONG_TEXT}),
+    ),
+    "query of white space only": Mistake(
+        "QUERY_EMPTY",
+        grpc=("Recall", memory_pb2.RecallRequest(query=" ")),
+        json=("POST", "/memories:recall", {"query": " "}),
+        mem0=("POST", "/v3/memories/search/", {"query": " "}),
+        mcp=("recall", {"query": " "}),
+    ),
+    "no query": Mistake(
+        "QUERY_EMPTY",
+        grpc=("Recall", memory_pb2.RecallRequest()),
+        json=("POST", "/memories:recall", {}),
+        mem0=("POST", "/v3/memories/search/", {}),
+    ),
+    "query too long": Mistake(
+        "QUERY_TOO_LONG",
+        grpc=("Recall", memory_pb2.RecallRequest(query=_LONG_QUERY)),
+        json=("POST", "/memories:recall", {"query": _LONG_QUERY}),
+        mem0=("POST", "/v3/memories/search/", {"query": _LONG_QUERY}),
+        mcp=("recall", {"query": _LONG_QUERY}),
+    ),
+    "a bad tenant id": Mistake(
+        "TENANT_INVALID",
+        grpc=("Retain", memory_pb2.RetainRequest(text="a")),
+        json=("POST", "/memories", {"text": "a"}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a"}),
+        mcp=("retain", {"text": "a"}),
+        tenant="Bad Tenant",
+    ),
+    "too many items in a batch": Mistake(
+        "BATCH_TOO_LARGE",
+        grpc=("RetainBatch", memory_pb2.RetainBatchRequest(items=[memory_pb2.RetainItem(text="a")] * 1001)),
+        json=("POST", "/memories:batchRetain", {"items": [{"text": "a"}] * 1001}),
+    ),
+}
+_MCP_HELLO = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+
+
+def _http_reason(port: int, verb: str, path: str, body: Any, headers: dict[str, str]) -> str:
+    raw = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    reply = request(port, verb, path, raw, headers)
+    return reply.reason if reply.status >= 400 else f"answered {reply.status}"
+
+
+async def _mcp_reasons(port: int, tenant: str, calls: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """The reason each tool call's error ends with, by mistake, in one session."""
+    reasons = {}
+    session = Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp?tenant={tenant}"))
+    async with session:
+        for name, (tool, arguments) in calls.items():
+            result = await session.call_tool(tool, arguments)
+            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]  # a tool error is text
+            ending = re.search(r"\(([A-Z_]+)\)$", text)
+            reasons[name] = ending[1] if result.is_error and ending else f"answered {text[:120]!r}"
+    return reasons
+
+
+def _mistake_reasons(api: ServerProcess, channel: grpc.Channel, mistake: Mistake) -> dict[str, str]:
+    """The reason each surface but MCP's tools refused ``mistake`` with (MCP: only a bad tenant)."""
+    tenant = mistake.tenant or _new_tenant()
+    got = {}
+    if mistake.grpc is not None:
+        rpc, sent = mistake.grpc
+        named = type(sent)()
+        named.CopyFrom(sent)
+        named.tenant = tenant  # type: ignore[attr-defined]  # every request of the table names a tenant
+        try:
+            _grpc(channel, rpc, named)
+            got["gRPC"] = "answered OK"
+        except grpc.RpcError as error:
+            got["gRPC"] = _code_and_reason(error)[1]
+    if mistake.json is not None:
+        verb, path, body = mistake.json
+        got["JSON"] = _http_reason(api.http_port, verb, f"/v1/tenants/{quote(tenant)}{path}", body, {})
+    if mistake.mem0 is not None:
+        headers = {"authorization": "Token any", "mnemosyne-tenant": tenant}
+        got["mem0"] = _http_reason(api.http_port, *mistake.mem0, headers)
+    if mistake.mcp is not None and mistake.tenant:
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": _MCP_HELLO}
+        accept = {"accept": "application/json, text/event-stream"}
+        got["MCP"] = _http_reason(api.http_port, "POST", f"/mcp?tenant={quote(tenant)}", hello, accept)
+    return got
+
+
+def test_the_same_mistake_gets_the_same_reason_on_every_surface(api: ServerProcess, channel: grpc.Channel) -> None:
+    """Each mistake of ``MISTAKES`` through every surface that can make it: gRPC, the JSON API,
+    the mem0 paths and the MCP tools all refuse it with its one reason."""
+    found = {name: _mistake_reasons(api, channel, mistake) for name, mistake in MISTAKES.items()}
+    tool_calls = {name: m.mcp for name, m in MISTAKES.items() if m.mcp is not None and not m.tenant}
+    for name, reason in anyio.run(_mcp_reasons, api.http_port, _new_tenant(), tool_calls).items():
+        found[name]["MCP"] = reason
+    wrong = [
+        f"{name} over {surface}: {reason}, not {MISTAKES[name].reason}"
+        for name, reasons in found.items()
+        for surface, reason in reasons.items()
+        if reason != MISTAKES[name].reason
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -269,10 +269,10 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
         ("POST", "/v3/memories/add/", b"{not json", 400, "REQUEST_UNDECODABLE"),
         ("POST", "/v3/memories/add/", b"[1, 2]", 400, "REQUEST_UNDECODABLE"),
         ("POST", "/v3/memories/add/", {"messages": "x" * 40_000}, 400, "TEXT_TOO_LONG"),
-        ("POST", "/v3/memories/add/", {"messages": []}, 400, "MEM0_REQUEST_INVALID"),
-        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": 7}]}, 400, "MEM0_REQUEST_INVALID"),
-        ("POST", "/v3/memories/add/", {"messages": "hi", "user_id": ["a"]}, 400, "MEM0_REQUEST_INVALID"),
-        ("POST", "/v3/memories/add/", {"messages": "hi", "metadata": {"k": {"deep": 1}}}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/add/", {"messages": []}, 400, "TEXT_EMPTY"),
+        ("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": 7}]}, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "user_id": ["a"]}, 400, "REQUEST_UNDECODABLE"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "metadata": {"k": {"deep": 1}}}, 400, "REQUEST_UNDECODABLE"),
         (
             "POST",
             "/v3/memories/add/",
@@ -284,9 +284,9 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
         ("POST", "/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": NaN}}', 400, "NUMBER_INVALID"),
         ("POST", "/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": -Infinity}}', 400, "NUMBER_INVALID"),
         ("POST", "/v3/memories/search/", b'{"query": "q", "filters": {"metadata": {"k": NaN}}}', 400, "NUMBER_INVALID"),
-        ("POST", "/v3/memories/search/", {"filters": {}}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/search/", {"filters": {}}, 400, "QUERY_EMPTY"),
         ("POST", "/v3/memories/search/", {"query": "q", "top_k": "ten"}, 400, "NUMBER_INVALID"),
-        ("POST", "/v3/memories/search/", {"query": "q", "top_k": 100_000}, 400, "NUMBER_INVALID"),
+        ("POST", "/v3/memories/search/", {"query": "q", "top_k": 100_000}, 400, "K_OUT_OF_RANGE"),
         ("POST", "/v3/memories/search/", b'{"query": "q", "top_k": ' + b"9" * 5000 + b"}", 400, "NUMBER_INVALID"),
         (
             "POST",
@@ -295,10 +295,10 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
             400,
             "NUMBER_INVALID",
         ),
-        ("POST", "/v3/memories/?page_size=100000000", {"filters": {}}, 400, "NUMBER_INVALID"),
-        ("POST", "/v3/memories/?page=0", {"filters": {}}, 400, "NUMBER_INVALID"),
-        ("POST", "/v3/memories/?page=-1", {}, 400, "NUMBER_INVALID"),
-        ("POST", "/v3/memories/", {"filters": "alice"}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/?page_size=100000000", {"filters": {}}, 400, "PAGE_SIZE_OUT_OF_RANGE"),
+        ("POST", "/v3/memories/?page=0", {"filters": {}}, 400, "PAGE_INVALID"),
+        ("POST", "/v3/memories/?page=-1", {}, 400, "PAGE_INVALID"),
+        ("POST", "/v3/memories/", {"filters": "alice"}, 400, "REQUEST_UNDECODABLE"),
         ("POST", "/v3/memories/", {"filters": {"user_id": {}}}, 400, "MEM0_REQUEST_INVALID"),
         (
             "POST",
@@ -318,7 +318,7 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
         ("GET", "/v1/event/123456/", None, 404, "EVENT_NOT_FOUND"),
         ("GET", "/v1/event/s.forged.receipt/", None, 404, "EVENT_NOT_FOUND"),
         ("GET", "/v1/event/../", None, 404, "EVENT_NOT_FOUND"),
-        ("GET", "/v1/events/?page_size=0", None, 400, "NUMBER_INVALID"),
+        ("GET", "/v1/events/?page_size=0", None, 400, "PAGE_SIZE_OUT_OF_RANGE"),
         ("GET", "/v1/events/?page_token=forged", None, 400, "PAGE_TOKEN_INVALID"),
         # A string for a boolean: "false" was read as true (enable_graph's 501), or taken unread.
         ("POST", "/v3/memories/add/", {"messages": "hi", "infer": "false"}, 400, "REQUEST_UNDECODABLE"),
@@ -346,10 +346,12 @@ def test_an_add_s_flags_are_named_when_wrong_and_its_timestamp_is_the_memory_s_t
     server = served[0]
     reply = _send(server, "POST", "/v3/memories/add/", {"messages": "hi", "async_mode": "no"})
     assert reply.json()["detail"] == "async_mode must be true or false, not a string"
-    for value in (b'"x"', b"true", b"1.5", b"1e400", b"253402300800", b"-62135596801"):
+    wrong = {value: "NUMBER_INVALID" for value in (b'"x"', b"true", b"1.5", b"1e400")}
+    wrong |= {value: "OCCURRED_AT_INVALID" for value in (b"253402300800", b"-62135596801")}  # as occurredAt's
+    for value, reason in wrong.items():
         body = b'{"messages": "a wrong timestamp", "timestamp": ' + value + b', "infer": false}'
         refused = _send(server, "POST", "/v3/memories/add/", body)
-        assert (refused.status, refused.reason) == (400, "NUMBER_INVALID"), (value, refused.body[:300])
+        assert (refused.status, refused.reason) == (400, reason), (value, refused.body[:300])
         assert "timestamp" in refused.json()["detail"]
     with _client(served, "key-sync") as mem0:
         added = [
@@ -388,7 +390,7 @@ def test_a_lone_surrogate_escape_in_a_mem0_body_is_refused_as_undecodable(server
 
 def test_a_lone_surrogate_escape_in_the_metadata_of_a_delete_is_refused(server: ServerProcess) -> None:
     reply = _send(server, "DELETE", "/v1/memories/?user_id=u&metadata=" + quote(f'{{"a": "{LONE}"}}'))
-    assert (reply.status, reply.reason) == (400, "MEM0_REQUEST_INVALID"), reply.body[:300]
+    assert (reply.status, reply.reason) == (400, "REQUEST_UNDECODABLE"), reply.body[:300]
     assert "surrogate" in reply.json()["detail"]
 
 

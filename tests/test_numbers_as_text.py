@@ -2,7 +2,8 @@
 ``parse_number``): ASCII digits only (Python's int() and float() also read other scripts' digits,
 and str.isdigit() passes superscripts that int() refuses), no float where an integer is meant
 (1e11, 1.5), no NaN or Infinity, within the field's range. A value outside the rule is refused
-400 NUMBER_INVALID naming the field; no value gets a 5xx.
+400 NUMBER_INVALID naming the field (a mem0 number of the right form out of its range: the reason
+of the RPC field it becomes, K_OUT_OF_RANGE); no value gets a 5xx.
 
 The batteries are generated from the field types: every numeric (enum and time) field of every HTTP/JSON
 route's request, from the proto descriptors, in the body (as a JSON string and as a JSON literal),
@@ -330,7 +331,7 @@ def test_every_number_of_every_mem0_route_follows_the_rule(api: ServerProcess, r
             else:
                 body = json.dumps({**base, **given}).encode()
             reply = send(api.http_port, route.verb, route.path + query, body if route.verb != "GET" else None, headers)
-            problem = judge(reply, valid, (number.name,))
+            problem = judge(reply, valid, (number.name,), ("NUMBER_INVALID", number.out_of_range))
             if problem:
                 failures.append(f"{number.name} in the {place} ({query} {body!r}): {problem}")
     assert not failures, f"{len(failures)} answers:\n" + "\n".join(failures[:40])

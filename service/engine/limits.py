@@ -339,12 +339,16 @@ def _shown(value: object) -> str:
     return shown if len(shown) <= 40 else shown[:36] + "..."
 
 
-def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> int:
+def parse_integer(
+    value: object, *, field: str, minimum: int, maximum: int, out_of_range: str = "NUMBER_INVALID"
+) -> int:
     """An integer from a JSON integer or from text of ASCII digits with an optional leading '-',
     between ``minimum`` and ``maximum``. Refused, naming the field and its range: a float (even
     1.0 or 1e11), a bool, NaN or Infinity, other scripts' digits, spaces, signs but one '-', hex,
-    underscores, the empty string. The one rule for every surface where numbers arrive as text
-    (host/numbers.py, which the MCP tools apply too)."""
+    underscores, the empty string (NUMBER_INVALID); a whole number outside the range with
+    ``out_of_range``, the reason of the field's own limit where it has one (K_OUT_OF_RANGE: the
+    same mistake is refused alike on every surface). The one rule for every surface where numbers
+    arrive as text (host/numbers.py, which the MCP tools apply too)."""
     number = whole_number(value)
     if number is None:
         raise InvalidArgument(
@@ -355,16 +359,19 @@ def parse_integer(value: object, *, field: str, minimum: int, maximum: int) -> i
     if not minimum <= number <= maximum:
         raise InvalidArgument(
             f"{field} is {_shown(value)}; it must be a whole number from {minimum} to {maximum}",
-            reason="NUMBER_INVALID",
+            reason=out_of_range,
         )
     return number
 
 
-def parse_number(value: object, *, field: str, minimum: float, maximum: float) -> float:
+def parse_number(
+    value: object, *, field: str, minimum: float, maximum: float, out_of_range: str = "NUMBER_INVALID"
+) -> float:
     """A finite number from a JSON number or from text of ASCII digits (a decimal point and an
     exponent allowed: "1.5", "2e3"), between ``minimum`` and ``maximum``. Refused, naming the
     field and its range: NaN, Infinity, a bool, other scripts' digits, spaces, hex, the empty
-    string. The same rule as ``parse_integer``, for a field that takes fractions."""
+    string (NUMBER_INVALID); a finite number outside the range with ``out_of_range``. The same
+    rule as ``parse_integer``, for a field that takes fractions."""
     number = decimal_number(value)
     if number is None:
         raise InvalidArgument(
@@ -375,7 +382,7 @@ def parse_number(value: object, *, field: str, minimum: float, maximum: float) -
     if not (math.isfinite(number) and minimum <= number <= maximum):
         raise InvalidArgument(
             f"{field} is {_shown(value)}; it must be a number from {minimum:g} to {maximum:g}",
-            reason="NUMBER_INVALID",
+            reason=out_of_range if math.isfinite(number) else "NUMBER_INVALID",
         )
     return number
 

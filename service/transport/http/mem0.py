@@ -63,7 +63,6 @@ from mnemosyne.transport.http.mem0_endpoints import (
     Mem0Request,
     NamedPing,
     Tenantless,
-    bad,
     unsupported,
 )
 
@@ -92,13 +91,16 @@ DEFAULT_TENANT = "default"  # a server without a tokens file, when the header na
 class Mem0Number:
     """A number an endpoint reads, by the one rule for numbers given as text (engine/limits.py):
     from the first of ``places`` ("query", "body") that gives it, from ``minimum`` to
-    ``maximum(limits)``; ``default`` when none does (or the body's value is null)."""
+    ``maximum(limits)``; ``default`` when none does (or the body's value is null). A number that
+    is not one is NUMBER_INVALID; one outside the range is ``out_of_range``, the reason the RPC's
+    field it becomes gives for the same value (top_k is Recall's k: K_OUT_OF_RANGE)."""
 
     name: str
     places: tuple[str, ...]
     default: int | None
     minimum: int
     maximum: Callable[[Limits], float]
+    out_of_range: str
     whole: bool = True
 
     def read(self, body: Mapping[str, Any], query: Mapping[str, str], limits: Limits) -> Any:
@@ -107,8 +109,14 @@ class Mem0Number:
         if value is None:  # the default, within the operator's limit (a lower --max-k, --max-page-size)
             return None if self.default is None else min(self.default, int(self.maximum(limits)))
         if self.whole:
-            return parse_integer(value, field=self.name, minimum=self.minimum, maximum=int(self.maximum(limits)))
-        return parse_number(value, field=self.name, minimum=self.minimum, maximum=self.maximum(limits))
+            maximum = int(self.maximum(limits))
+            return parse_integer(
+                value, field=self.name, minimum=self.minimum, maximum=maximum, out_of_range=self.out_of_range
+            )
+        maximum_number = self.maximum(limits)
+        return parse_number(
+            value, field=self.name, minimum=self.minimum, maximum=maximum_number, out_of_range=self.out_of_range
+        )
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,13 @@ class Mem0Route:
     unsupported: str = ""
 
 
-_PAGE_SIZE = partial(Mem0Number, "page_size", minimum=1, maximum=lambda limits: limits.max_page_size)
+_PAGE_SIZE = partial(
+    Mem0Number,
+    "page_size",
+    minimum=1,
+    maximum=lambda limits: limits.max_page_size,
+    out_of_range="PAGE_SIZE_OUT_OF_RANGE",
+)
 ROUTES: tuple[Mem0Route, ...] = (
     Mem0Route("GET", r"/v1/ping/", "ping"),
     Mem0Route(
@@ -132,15 +146,25 @@ ROUTES: tuple[Mem0Route, ...] = (
         r"/v3/memories/add/",
         "add",
         # mem0's creation time, in unix seconds: the memory's occurred_at, within Timestamp's range.
-        (Mem0Number("timestamp", ("body",), None, MIN_OCCURRED_AT_US // 10**6, lambda _: MAX_OCCURRED_AT_US // 10**6),),
+        (
+            Mem0Number(
+                "timestamp",
+                ("body",),
+                None,
+                MIN_OCCURRED_AT_US // 10**6,
+                lambda _: MAX_OCCURRED_AT_US // 10**6,
+                "OCCURRED_AT_INVALID",
+            ),
+        ),
     ),
     Mem0Route(
         "POST",
         r"/v3/memories/search/",
         "search",
         (
-            Mem0Number("top_k", ("body",), 10, 1, lambda limits: limits.max_k),
-            Mem0Number("threshold", ("body",), None, 0, lambda _: 1.0, whole=False),
+            Mem0Number("top_k", ("body",), 10, 1, lambda limits: limits.max_k, "K_OUT_OF_RANGE"),
+            # A cosine similarity, as Dedup's threshold is.
+            Mem0Number("threshold", ("body",), None, 0, lambda _: 1.0, "THRESHOLD_INVALID", whole=False),
         ),
     ),
     Mem0Route(
@@ -148,7 +172,7 @@ ROUTES: tuple[Mem0Route, ...] = (
         r"/v3/memories/",
         "list",
         (
-            Mem0Number("page", ("query", "body"), 1, 1, lambda _: MAX_PAGE_NUMBER),
+            Mem0Number("page", ("query", "body"), 1, 1, lambda _: MAX_PAGE_NUMBER, "PAGE_INVALID"),
             _PAGE_SIZE(("query", "body"), 100),
         ),
     ),
@@ -342,7 +366,7 @@ class Mem0Api:
             try:
                 pairs = client_json.query_pairs(http.query_string)
             except client_json.NotText as exc:
-                raise bad(str(exc)) from None
+                raise InvalidArgument(str(exc), reason="REQUEST_UNDECODABLE") from None
             for key, value in pairs:  # as on the JSON API: which of two was meant is the caller's to say
                 if key in query:
                     raise InvalidArgument(

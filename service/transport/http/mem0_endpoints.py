@@ -90,6 +90,12 @@ def bad(message: str, reason: str = "MEM0_REQUEST_INVALID") -> InvalidArgument:
     return InvalidArgument(message, reason=reason)
 
 
+def wrong_type(message: str) -> InvalidArgument:
+    """A value of another JSON type than its field's: REQUEST_UNDECODABLE, as the JSON API refuses
+    the same mistake (docs/http-api.md#one-mistake-one-reason)."""
+    return InvalidArgument(message, reason="REQUEST_UNDECODABLE")
+
+
 def unsupported(message: str) -> Unimplemented:
     return Unimplemented(f"{message} (docs/mem0.md)", reason="MEM0_UNSUPPORTED")
 
@@ -110,7 +116,7 @@ def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> s
             raise bad(f"{key} is required")
         return None
     if not isinstance(value, str):
-        raise bad(f"{key} must be a string, not {client_json.json_kind(value)}")
+        raise wrong_type(f"{key} must be a string, not {client_json.json_kind(value)}")
     return value
 
 
@@ -119,7 +125,7 @@ def _flag(document: Mapping[str, Any], key: str) -> bool:
     not read as the true every non-empty string is in Python."""
     value = document.get(key)
     if value is not None and not isinstance(value, bool):
-        raise bad(f"{key} must be true or false, not {client_json.json_kind(value)}", "REQUEST_UNDECODABLE")
+        raise wrong_type(f"{key} must be true or false, not {client_json.json_kind(value)}")
     return bool(value)
 
 
@@ -139,14 +145,16 @@ def _metadata_value(key: str, value: Any) -> str:
         )
     if isinstance(value, (bool, int, float)):
         return json.dumps(value)
-    raise bad(f"metadata value of {key[:80]!r} must be a string, number or boolean, not {client_json.json_kind(value)}")
+    raise wrong_type(
+        f"metadata value of {key[:80]!r} must be a string, number or boolean, not {client_json.json_kind(value)}"
+    )
 
 
 def _user_metadata(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise bad(f"metadata must be an object, not {client_json.json_kind(value)}")
+        raise wrong_type(f"metadata must be an object, not {client_json.json_kind(value)}")
     for key in value:
         if key.startswith(ENTITY_PREFIX):
             raise bad(f"metadata key {key[:80]!r}: keys starting with {ENTITY_PREFIX!r} are reserved for entity ids")
@@ -170,12 +178,12 @@ def _filters(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise bad(f"filters must be an object, not {client_json.json_kind(value)}")
+        raise wrong_type(f"filters must be an object, not {client_json.json_kind(value)}")
     terms: list[tuple[str, Any]] = []
     for key, term in value.items():
         if key == "AND":
             if not isinstance(term, list) or not all(isinstance(t, dict) for t in term):
-                raise bad("filters.AND must be a list of objects")
+                raise wrong_type("filters.AND must be a list of objects")
             terms += [item for t in term for item in t.items()]
         else:
             terms.append((key, term))
@@ -256,17 +264,20 @@ def _memory_id(raw: str) -> int:
 
 
 def _turns(body: Mapping[str, Any]) -> list[types_pb2.ConversationMessage]:
-    """The messages of an add: a string is one user message."""
+    """The messages of an add: a string is one user message. None (or no content) is sent as
+    empty, which the RPC refuses as it refuses a Retain without text (TEXT_EMPTY, MESSAGE_EMPTY)."""
     messages = body.get("messages")
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages must be a non-empty list of {role, content} objects")
+    if messages is None:
+        messages = []
+    if not isinstance(messages, list):
+        raise wrong_type(f"messages must be a list of {{role, content}} objects, not {client_json.json_kind(messages)}")
     turns = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise bad(f"messages[{index}] must be an object with role and content")
-        role, content = _required(message, "role"), _required(message, "content")
+            raise wrong_type(f"messages[{index}] must be an object with role and content")
+        role, content = _required(message, "role"), _text(message, "content") or ""
         # Who spoke, beside the role (an OpenAI chat message's ``name``): the memory's speaker.
         turns.append(types_pb2.ConversationMessage(role=role, content=content, name=_text(message, "name") or ""))
     return turns
@@ -318,7 +329,7 @@ class Mem0Endpoints:
     @snapshot_read
     def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
-        query = _required(body, "query")
+        query = _text(body, "query") or ""  # none is empty, as over gRPC: QUERY_EMPTY
         filters = {**_filters(body.get("filters")), **_user_metadata(body.get("metadata"))}
         top_k, threshold = request.numbers["top_k"], request.numbers["threshold"]
         recall = memory_pb2.RecallRequest(tenant=request.tenant, query=query, k=top_k, metadata_equals=filters)
@@ -393,7 +404,7 @@ class Mem0Endpoints:
             try:
                 metadata = _user_metadata(client_json.parse(query["metadata"]))
             except (ValueError, RecursionError) as exc:
-                raise bad(f"metadata must be a JSON object ({str(exc)[:200] or type(exc).__name__})") from None
+                raise wrong_type(f"metadata must be a JSON object ({str(exc)[:200] or type(exc).__name__})") from None
         wanted = {**metadata, **_entities(query)}
         if not wanted:
             raise bad(
