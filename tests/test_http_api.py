@@ -607,11 +607,18 @@ MISTAKES = {
         "REQUEST_UNDECODABLE",
         json=("POST", "/memories", {"text": 5}),
         mem0=("POST", "/v3/memories/add/", {"messages": [{"role": "user", "content": 5}]}),
+        mcp=("retain", {"text": 5}),
     ),
     "a boolean given as text": Mistake(
         "REQUEST_UNDECODABLE",
         json=("POST", "/memories", {"text": "a", "fast": "false"}),
         mem0=("POST", "/v3/memories/add/", {"messages": "a", "infer": "false"}),
+        mcp=("retain", {"text": "a", "fast": "false"}),
+    ),
+    "a list given as text": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/workspace:update", {"workspace": "w", "changes": "put a.md"}),
+        mcp=("update_workspace", {"changes": "put a.md"}),
     ),
     "metadata that is no object": Mistake(
         "REQUEST_UNDECODABLE",
@@ -623,7 +630,11 @@ MISTAKES = {
         json=("POST", "/memories", b'{"text": "a", "text": "b"}'),
         mem0=("POST", "/v3/memories/add/", b'{"messages": "a", "messages": "b"}'),
     ),
-    "an unknown field": Mistake("REQUEST_UNDECODABLE", json=("POST", "/memories", {"text": "a", "bogus": 1})),
+    "an unknown field": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", {"text": "a", "bogus": 1}),
+        mcp=("recall", {"query": "a", "top_k": 3}),
+    ),
     "k that is no whole number": Mistake(
         "NUMBER_INVALID",
         json=("POST", "/memories:recall", {"query": "a", "k": 1.5}),
@@ -667,6 +678,7 @@ MISTAKES = {
         grpc=("Retain", memory_pb2.RetainRequest()),
         json=("POST", "/memories", {}),
         mem0=("POST", "/v3/memories/add/", {}),
+        mcp=("retain", {}),
     ),
     "text too long": Mistake(
         "TEXT_TOO_LONG",
@@ -687,6 +699,7 @@ MISTAKES = {
         grpc=("Recall", memory_pb2.RecallRequest()),
         json=("POST", "/memories:recall", {}),
         mem0=("POST", "/v3/memories/search/", {}),
+        mcp=("recall", {}),
     ),
     "query too long": Mistake(
         "QUERY_TOO_LONG",

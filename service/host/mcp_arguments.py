@@ -1,7 +1,9 @@
 """The one sentence an MCP tool error says for arguments its input schema refuses (host/mcp_tools.py):
 the argument, what was given (its length or type) and the limit, then the ErrorInfo reason the
-gRPC surface gives for that limit (TEXT_TOO_LONG, QUERY_TOO_LONG, K_OUT_OF_RANGE, ...), or
-ARGUMENTS_INVALID where it has none (MemoryHost's reason for arguments it cannot send). Never
+gRPC surface gives for that limit (TEXT_TOO_LONG, QUERY_TOO_LONG, K_OUT_OF_RANGE, ...; a text
+left out is empty, TEXT_EMPTY), the JSON API's for a value of another type (REQUEST_UNDECODABLE:
+docs/http-api.md, "One mistake, one reason"), or ARGUMENTS_INVALID where neither has one
+(MemoryHost's reason for arguments it cannot send). Never
 pydantic's text: a model reads "query has 5000 characters; the limit is 4096", not "1 validation
 error for recallArguments" and a link to pydantic's documentation."""
 
@@ -15,13 +17,19 @@ from pydantic import ValidationError
 from mnemosyne.host.unicode import lone_surrogate
 
 ARGUMENTS_INVALID = "ARGUMENTS_INVALID"
+# An argument a tool does not take, as the JSON API refuses a field a request does not have.
+UNKNOWN_ARGUMENT = "REQUEST_UNDECODABLE"
 # The gRPC surface's reason for each argument's limit (engine/limits.py, engine/workspace.py,
 # engine/consistency.py, engine/hot_path/events.py), by the pydantic error that broke it.
 _REASONS: dict[str, dict[str, str]] = {
-    "text": {"string_too_long": "TEXT_TOO_LONG", "string_too_short": "TEXT_EMPTY"},
-    "query": {"string_too_long": "QUERY_TOO_LONG", "string_too_short": "QUERY_EMPTY"},
+    "text": {"string_too_long": "TEXT_TOO_LONG", "string_too_short": "TEXT_EMPTY", "missing": "TEXT_EMPTY"},
+    "query": {"string_too_long": "QUERY_TOO_LONG", "string_too_short": "QUERY_EMPTY", "missing": "QUERY_EMPTY"},
     "content": {"string_too_long": "RECORD_TOO_LARGE"},
-    "key": {"string_too_long": "RECORD_KEY_INVALID", "string_too_short": "RECORD_KEY_INVALID"},
+    "key": {
+        "string_too_long": "RECORD_KEY_INVALID",
+        "string_too_short": "RECORD_KEY_INVALID",
+        "missing": "RECORD_KEY_INVALID",
+    },
     "consistency_token": {"string_too_long": "TOKEN_INVALID"},
     "k": {"number_out_of_range": "K_OUT_OF_RANGE"},
     "page_size": {"number_out_of_range": "PAGE_SIZE_OUT_OF_RANGE"},
@@ -29,8 +37,14 @@ _REASONS: dict[str, dict[str, str]] = {
     "status": {"literal_error": "EVENT_STATUS_INVALID"},
 }
 # Reasons of any argument: a number no surface reads (the JSON API's, transport/http/mapping.py),
-# and text holding half of a surrogate pair (the clients' and the Node host's).
+# text holding half of a surrogate pair (the clients' and the Node host's), and a value of another
+# JSON type or a field an object does not have (the JSON API's).
 _ANY_ARGUMENT = {"number_invalid": "NUMBER_INVALID", "string_unicode": "REQUEST_UNDECODABLE"}
+_ANY_ARGUMENT |= dict.fromkeys(
+    ("string_type", "list_type", "bool_type", "bool_parsing", "model_type", "model_attributes_type", "dict_type"),
+    "REQUEST_UNDECODABLE",
+)
+_ANY_ARGUMENT["extra_forbidden"] = UNKNOWN_ARGUMENT
 # What to do about an argument that is too long ("shorten it" unless said here).
 _TOO_LONG = {"consistency_token": "pass the consistency_token of a write's result unchanged"}
 _TYPES = {

@@ -34,13 +34,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, TextContent
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 from pydantic_core import PydanticCustomError
 
 from mnemosyne.host import mcp_arguments
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.consistency import caller_token_metadata
-from mnemosyne.host.mcp_arguments import ARGUMENTS_INVALID
+from mnemosyne.host.mcp_arguments import ARGUMENTS_INVALID, UNKNOWN_ARGUMENT
 from mnemosyne.host.numbers import decimal_number, whole_number
 from mnemosyne.host.protocol import (
     CONSISTENCY_TOKEN_KEY,
@@ -356,7 +356,7 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
         unknown = [str(key)[:40] for key in given if key not in takes]
         if unknown:
             return _tool_error(
-                f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])} ({ARGUMENTS_INVALID})"
+                f"{name} takes {', '.join(takes) or 'no arguments'}, not {', '.join(unknown[:5])} ({UNKNOWN_ARGUMENT})"
             )
         try:
             tool.fn_metadata.validate_arguments(dict(given))
@@ -478,7 +478,7 @@ def _memory_tools(session_of: Callable[[Context[Any, Any]], ToolSession]) -> lis
     """retain, recall, memory_update, update_workspace."""
 
     async def retain(
-        ctx: Context[Any, Any], text: Text, fast: bool = False, consistency_token: ConsistencyToken = ""
+        ctx: Context[Any, Any], text: Text, fast: StrictBool = False, consistency_token: ConsistencyToken = ""
     ) -> str:
         """Remember a fact, decision or event for later: one self-contained statement. With fast, it is
         queued and saved shortly after (use get_event_status or flush to see it done, or pass the
