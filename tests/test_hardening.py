@@ -387,6 +387,20 @@ def test_a_request_above_the_limit_is_refused_with_its_reason(client: MemoryClie
     assert 16 * 1024 * 1024 < request.ByteSize() < 32 * 1024 * 1024
     error = _refusal(lambda: client.memory.RetainBatch(request, timeout=30))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_TOO_LARGE")
+    # Over twice the limit, gRPC core refuses it before any code of ours runs: core's status, no
+    # ErrorInfo (docs/operations.md, "What gRPC refuses itself, without ErrorInfo").
+    beyond = memory_pb2.RetainBatchRequest(tenant=tenant, items=[memory_pb2.RetainItem(text="x" * 32_768)] * 1_100)
+    assert beyond.ByteSize() > 32 * 1024 * 1024
+    with grpc.insecure_channel(client.target, options=[("grpc.max_send_message_length", -1)]) as channel:
+        retain_batch = channel.unary_unary(
+            "/mnemosyne.v1.MemoryService/RetainBatch",
+            request_serializer=memory_pb2.RetainBatchRequest.SerializeToString,
+            response_deserializer=memory_pb2.RetainBatchResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as core:
+            retain_batch(beyond, timeout=30)
+    assert core.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_info(core.value) is None
+    assert "larger than max" in (core.value.details() or "")
     assert client.stats(tenant).memories == 0
 
 
