@@ -270,11 +270,25 @@ function argumentsProblem(name, names, required, args) {
 }
 
 /**
+ * `args` with the options object's null values left out, so that each such option takes its
+ * default as an undefined one does (and as the Python client's None does): destructuring
+ * defaults only undefined, so `{requestId: null}` sent no request id (and was never retried) and
+ * `{metadata: null}` cleared a memory's metadata, where the same None keeps it.
+ */
+function nullsAsNotGiven(names, required, args) {
+  const options = args[required];
+  if (names[required] !== 'options' || options == null || !Object.values(options).includes(null)) return args;
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== null));
+  return [...args.slice(0, required), given, ...args.slice(required + 1)];
+}
+
+/**
  * `cls` with each public method (own, not starting with '_') checking its arguments before it
  * runs, in one place for every method: a required argument (one before the first with a default)
  * that is null or undefined, and an options object that is not one, are refused
- * REQUEST_UNDECODABLE naming the method and the argument. An async method rejects, an async
- * generator throws at its first step, a plain one throws. `except`: methods left as they are.
+ * REQUEST_UNDECODABLE naming the method and the argument; an option given null is not given
+ * (`nullsAsNotGiven`). An async method rejects, an async generator throws at its first step, a
+ * plain one throws. `except`: methods left as they are.
  */
 function checkingArguments(cls, except = []) {
   for (const name of Object.getOwnPropertyNames(cls.prototype)) {
@@ -288,19 +302,19 @@ function checkingArguments(cls, except = []) {
       checked = async function* checkedSteps(...args) {
         const problem = argumentsProblem(name, names, required, args);
         if (problem) throw problem;
-        yield* method.apply(this, args);
+        yield* method.apply(this, nullsAsNotGiven(names, required, args));
       };
     } else if (kind === 'AsyncFunction') {
       checked = async function checkedCall(...args) {
         const problem = argumentsProblem(name, names, required, args);
         if (problem) throw problem;
-        return method.apply(this, args);
+        return method.apply(this, nullsAsNotGiven(names, required, args));
       };
     } else {
       checked = function checkedCall(...args) {
         const problem = argumentsProblem(name, names, required, args);
         if (problem) throw problem;
-        return method.apply(this, args);
+        return method.apply(this, nullsAsNotGiven(names, required, args));
       };
     }
     Object.defineProperty(checked, 'name', { value: name });

@@ -124,3 +124,29 @@ test('a bad time or speaker is refused with its reason', async () => {
     return true;
   });
 });
+
+test('an option given null takes its default, as an undefined one does and as the Python client\'s None', async () => {
+  // Destructuring defaults only undefined: {requestId: null} sent no request id (the write was then
+  // never retried) and {metadata: null} cleared the memory's metadata, where None keeps it.
+  const tenant = uniqueTenant();
+  const requestIds = [];
+  const call = client._call;
+  client._call = function recording(stub, method, request, ...rest) {
+    requestIds.push(request.request_id);
+    return call.call(this, stub, method, request, ...rest);
+  };
+  try {
+    const retained = await client.retain(tenant, 'Ada takes the night train', {
+      metadata: { topic: 'travel' }, requestId: null, scope: null, fast: null, occurredAt: null, speaker: null,
+    });
+    assert.equal(retained.status, 'created');
+    const updated = await client.updateMemory(tenant, retained.memoryId, { text: 'Ada takes the morning train', metadata: null, requestId: null });
+    assert.deepEqual(updated.memory.metadata, { topic: 'travel' });
+    const hits = await client.recall(tenant, 'train', { k: null, consistencyToken: null });
+    assert.equal(hits[0].memory.text, 'Ada takes the morning train');
+  } finally {
+    client._call = call;
+  }
+  assert.equal(requestIds.length, 3);
+  assert.ok(requestIds.slice(0, 2).every((id) => typeof id === 'string' && id.length > 0), JSON.stringify(requestIds));
+});
