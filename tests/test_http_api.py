@@ -615,6 +615,16 @@ MISTAKES = {
         mem0=("POST", "/v3/memories/add/", {"messages": "a", "infer": "false"}),
         mcp=("retain", {"text": "a", "fast": "false"}),
     ),
+    "a time of another JSON type": Mistake(
+        "REQUEST_UNDECODABLE",
+        json=("POST", "/memories", {"text": "a", "expiresAt": 5}),
+        mem0=("POST", "/v3/memories/add/", {"messages": "a", "expiration_date": 5}),
+    ),
+    "a message without its role": Mistake(
+        "MESSAGE_ROLE_INVALID",
+        json=("POST", "/memories", {"messages": [{"content": "a"}, {"role": "user", "content": "b"}]}),
+        mem0=("POST", "/v3/memories/add/", {"messages": [{"content": "a"}]}),
+    ),
     "a list given as text": Mistake(
         "REQUEST_UNDECODABLE",
         json=("POST", "/workspace:update", {"workspace": "w", "changes": "put a.md"}),

@@ -109,11 +109,9 @@ def _iso(stamp: timestamp_pb2.Timestamp) -> str | None:
     return (_EPOCH + timedelta(microseconds=nanoseconds // 1000)).isoformat() if nanoseconds else None
 
 
-def _text(document: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+def _text(document: Mapping[str, Any], key: str) -> str | None:
     value = document.get(key)
     if value is None:
-        if required:
-            raise bad(f"{key} is required")
         return None
     if not isinstance(value, str):
         raise wrong_type(f"{key} must be a string, not {client_json.json_kind(value)}")
@@ -127,12 +125,6 @@ def _flag(document: Mapping[str, Any], key: str) -> bool:
     if value is not None and not isinstance(value, bool):
         raise wrong_type(f"{key} must be true or false, not {client_json.json_kind(value)}")
     return bool(value)
-
-
-def _required(document: Mapping[str, Any], key: str) -> str:
-    value = _text(document, key, required=True)
-    assert value is not None  # required
-    return value
 
 
 def _metadata_value(key: str, value: Any) -> str:
@@ -232,7 +224,9 @@ def _expiration(value: Any) -> timestamp_pb2.Timestamp:
     """mem0's ``expiration_date``, a plain YYYY-MM-DD date in UTC, inclusive: the memory is
     visible through that whole day and expires at the start of the next. Anything else is 400
     (mem0 stores it and fails open; docs/mem0.md says why we refuse)."""
-    if not isinstance(value, str) or not _DATE.fullmatch(value):
+    if not isinstance(value, str):
+        raise wrong_type(f"expiration_date must be a date as YYYY-MM-DD (UTC), not {client_json.json_kind(value)}")
+    if not _DATE.fullmatch(value):
         raise bad(
             f"expiration_date must be a date as YYYY-MM-DD (UTC), not {str(value)[:40]!r}", "EXPIRATION_DATE_INVALID"
         )
@@ -277,7 +271,9 @@ def _turns(body: Mapping[str, Any]) -> list[types_pb2.ConversationMessage]:
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise wrong_type(f"messages[{index}] must be an object with role and content")
-        role, content = _required(message, "role"), _text(message, "content") or ""
+        role, content = _text(message, "role") or "", _text(message, "content") or ""
+        if not role:  # as the RPC refuses a message without one (a single message is sent as text)
+            raise bad(f"messages[{index}].role is empty: give who spoke, e.g. 'user'", "MESSAGE_ROLE_INVALID")
         # Who spoke, beside the role (an OpenAI chat message's ``name``): the memory's speaker.
         turns.append(types_pb2.ConversationMessage(role=role, content=content, name=_text(message, "name") or ""))
     return turns
