@@ -711,6 +711,12 @@ MISTAKES = {
         mem0=("POST", "/v3/memories/search/", {}),
         mcp=("recall", {}),
     ),
+    "a null query (null is not given) and k": Mistake(
+        "QUERY_EMPTY",
+        json=("POST", "/memories:recall", {"query": None, "k": None}),
+        mem0=("POST", "/v3/memories/search/", {"query": None, "top_k": None}),
+        mcp=("recall", {"query": None, "k": None}),
+    ),
     "query too long": Mistake(
         "QUERY_TOO_LONG",
         grpc=("Recall", memory_pb2.RecallRequest(query=_LONG_QUERY)),

@@ -42,7 +42,7 @@ from tests.support import ServerProcess
 _ASCII_INTEGER = re.compile(r"-?[0-9]+")
 _ASCII_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 TEXT_NUMBERS = ["٣", "３", "²", "1e11", "NaN", "Infinity", "1.5", " 1", "", "0x10", "1_000", "-1", "7"]
-NUMBERS = [1e11, 1.5, 7.0, -1, 0, 2**70, True, None, [1], {"n": 1}]
+NUMBERS = [1e11, 1.5, 7.0, -1, 0, 2**70, True, [1], {"n": 1}]  # None: not given (_null_is_not_given)
 # The gRPC surface's reason for each limit (engine/limits.py, workspace.py, consistency.py): the
 # tool error for the same limit ends with it.
 TOO_LONG = {
@@ -81,6 +81,19 @@ def _text(result: Any) -> str:
     return "\n".join(getattr(part, "text", "") for part in result.content)
 
 
+async def _null_is_not_given(
+    client: Client, tool: str, argument: str, base: dict[str, Any], schema: dict[str, Any]
+) -> list[str]:
+    """An argument given null is not given, as a null field on the JSON API: a required one is
+    refused as left out ("needs the argument"), an optional one takes its default."""
+    result = await client.call_tool(tool, {**base, argument: None})
+    text = _text(result)
+    if argument in schema.get("required", []):
+        refused = result.is_error and f"needs the argument {argument}" in text
+        return [] if refused else [f"{tool}({argument}=None): not refused as left out: {text[:300]}"]
+    return [f"{tool}({argument}=None): refused: {text[:300]}"] if result.is_error and argument in text else []
+
+
 def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | None, str | None]]:
     """(value, what it breaks, reason) for the argument ``name`` of a tool: None when the value is
     within the schema (read by the rule for numbers given as text), else the limit to name ("" for a
@@ -108,10 +121,10 @@ def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | Non
         if schema.get("minLength", 0) >= 1:
             yield "", str(schema["minLength"]), EMPTY[name]
         yield "a NUL \x00 inside", None, None
-        for wrong in (5, 1.5, True, None, ["x"], {"x": 1}):
+        for wrong in (5, 1.5, True, ["x"], {"x": 1}):
             yield wrong, "", None
     elif kind == "boolean":
-        for not_boolean in ("maybe", 2, None, [True]):
+        for not_boolean in ("maybe", 2, "false", [True]):
             yield not_boolean, "", None
     elif kind == "array":
         yield "everything", "", None
@@ -189,6 +202,7 @@ def test_every_tool_argument_outside_its_limits_is_an_error_naming_them(
                     if kind == "string" and "enum" not in schema:
                         assert "maxLength" in schema, (tool.name, argument, schema)
                     base = {a: _valid(properties[a]) for a in tool.input_schema.get("required", []) if a != argument}
+                    failures += await _null_is_not_given(client, tool.name, argument, base, tool.input_schema)
                     for value, broken, reason in _hostile(argument, schema):
                         result = await client.call_tool(tool.name, {**base, argument: value})
                         text = _text(result)

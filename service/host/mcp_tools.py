@@ -340,7 +340,9 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
     does not take is refused too, naming it and the tool's arguments: the SDK ignores it without a
     word, so a misspelt ``k`` or ``fast`` would be a call other than the model meant (MemoryHost
     refuses them too), and so is a tool it does not have. No ``arguments`` are {}, as the SDK reads them; arguments that are no object
-    are invalid params naming the tool's (the SDK's said "Invalid request parameters")."""
+    are invalid params naming the tool's (the SDK's said "Invalid request parameters"). An argument
+    given null is not given, as a null field is on the JSON API and the mem0 paths (``k: null`` is
+    the default k, not NUMBER_INVALID)."""
 
     async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
@@ -353,6 +355,8 @@ def _tool_arguments_checked(tools: Mapping[str, Tool]) -> ServerMiddleware[Any]:
         takes = list(tool.parameters.get("properties", {}))
         if not isinstance(given, Mapping):  # the SDK: "Invalid request parameters", naming nothing
             raise _not_an_object(name, given, takes)
+        if isinstance(params, dict) and None in given.values():  # the SDK reads what the call carries
+            given = params["arguments"] = {key: value for key, value in given.items() if value is not None}
         unknown = [str(key)[:40] for key in given if key not in takes]
         if unknown:
             return _tool_error(
