@@ -8,7 +8,9 @@ import urllib.request
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
+from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.client import MemoryClient
@@ -102,7 +104,14 @@ def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, te
         unknown: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/mnemosyne.v1.{tenant}/Steal")
         with pytest.raises(grpc.RpcError) as exc:
             unknown(b"", timeout=10)
-        assert exc.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        _assert_method_not_found(exc.value, f"/mnemosyne.v1.{tenant}/Steal")
+        # A method our service lacks, called as a stream: the same refusal, whatever the call's kind.
+        streamed: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            "/mnemosyne.v1.MemoryService/Steal"
+        )
+        with pytest.raises(grpc.RpcError) as exc:
+            list(streamed(iter([b"", b""]), timeout=10))
+        _assert_method_not_found(exc.value, "/mnemosyne.v1.MemoryService/Steal")
     _status, text = _get(metered.metrics_url + "/metrics")
     families = _families(text)
     histogram = "mnemosyne_rpc_duration_seconds"
@@ -113,6 +122,18 @@ def test_refused_and_unknown_calls_do_not_grow_labels(metered: ServerProcess, te
         == 1
     )
     assert tenant not in text
+
+
+def _assert_method_not_found(error: grpc.RpcError, method: str) -> None:
+    """UNIMPLEMENTED with our ErrorInfo reason and a message naming the method (not gRPC's bare
+    "Method not found!")."""
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a failed call is its grpc.Call too
+    assert status is not None
+    info = error_details_pb2.ErrorInfo()
+    next(d for d in status.details if d.Is(info.DESCRIPTOR)).Unpack(info)
+    assert info.reason == "METHOD_NOT_FOUND"
+    assert method in status.message and "mnemosyne.v1.MemoryService" in status.message
 
 
 def test_health_without_token_on_authenticated_server(metered: ServerProcess) -> None:

@@ -38,7 +38,7 @@ from mnemosyne.transport.cluster.link_server import LinkServer
 from mnemosyne.transport.cluster.moves import MoveDriver
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
-from mnemosyne.transport.grpc.handlers import service_handlers
+from mnemosyne.transport.grpc.handlers import UnknownMethods, service_handlers
 from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer, Servicers
 from mnemosyne.transport.grpc.webhooks import WebhookServicer
@@ -417,7 +417,9 @@ async def _register(running: RunningServer, edge: Edge, servicers: Servicers) ->
     health_pb2_grpc.add_HealthServicer_to_server(running.health, server)
     for name in ["", *SERVICE_NAMES]:
         await running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection([*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    served = [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME]
+    reflection.enable_server_reflection(served, server)
+    server.add_generic_rpc_handlers([UnknownMethods(served)])  # the last: only methods none of the above has
 
 
 def _listen(server: grpc.aio.Server, config: ServerConfig, credentials: grpc.ServerCredentials | None) -> int:

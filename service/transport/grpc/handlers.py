@@ -22,10 +22,11 @@ from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 from grpc._cython.cygrpc import ExecuteBatchError  # a message's send failed: grpc.aio raises it as is
 
+from mnemosyne.errors import Unimplemented
 from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
-from mnemosyne.transport.errors import rich_status
+from mnemosyne.transport.errors import rich_status, to_status_proto
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -53,6 +54,30 @@ def service_handlers(edge: Edge, service: descriptor.ServiceDescriptor, servicer
                 _unary(edge, path, implementation), request_deserializer=decode, response_serializer=serialize
             )
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+class UnknownMethods(grpc.GenericRpcHandler):
+    """The last handler: a method no service of this server has (a typo, a client of another
+    version, a scanner) is refused UNIMPLEMENTED / METHOD_NOT_FOUND naming it, where gRPC's own
+    answer is a bare "Method not found!" with no reason to branch on. Outside the edge: nothing is
+    read, authorised or recorded (the metrics' method label only takes our methods' names)."""
+
+    def __init__(self, served: Sequence[str]) -> None:
+        self._served = ", ".join(served)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[bytes, bytes]:
+        method = handler_call_details.method[:200]
+        error = Unimplemented(
+            f"no method {method!r} on this server: its services are {self._served} (server reflection lists them)",
+            reason="METHOD_NOT_FOUND",
+        )
+        refusal = rich_status(to_status_proto(error))
+
+        async def refuse(requests: AsyncIterator[bytes], context: Context) -> None:
+            await context.abort(refusal.code, refusal.details, refusal.trailing_metadata)
+
+        # A stream both ways answers a call of any kind; the request's bytes are never read.
+        return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 def _unary(edge: Edge, method: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
