@@ -27,8 +27,8 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
 const {
-  refused, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments, optionsObject,
-  wholeOption, flagOption,
+  refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments,
+  optionsObject, wholeOption, flagOption,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -334,7 +334,8 @@ class MemoryClient {
     Object.assign(this, this._stubs(target || (this.members && this.members.get(firstMember(this.members.keys())))));
     if (options.token && !(typeof options.token === 'string' && TOKEN_TEXT.test(options.token))) {
       // Else every call fails with grpc-js's own Error ('Metadata string value ... contains illegal characters').
-      throw refused('TOKEN_MALFORMED', `the token holds ${JSON.stringify(String(options.token).replace(/[ -~]/g, '').slice(0, 1))}, `
+      const held = typeof options.token === 'string' ? JSON.stringify(options.token.replace(/[ -~]/g, '').slice(0, 1)) : shown(options.token);
+      throw refused('TOKEN_MALFORMED', `the token holds ${held}, `
         + 'which no request header carries: a token is printable ASCII');
     }
     this.token = options.token;
@@ -460,7 +461,7 @@ class MemoryClient {
     request = checkedRequest(stub, method, request);
     checkedTimeoutMs(timeoutMs);
     if (member && !(typeof member === 'string' && MEMBER_ID.test(member))) {
-      throw refused('MEMBER_ID_INVALID', `member ${JSON.stringify(String(member).slice(0, 80))} is no member's id: 1-63 `
+      throw refused('MEMBER_ID_INVALID', `member ${shown(member, 80)} is no member's id: 1-63 `
         + "lowercase letters, digits and '-', starting with a letter or digit");
     }
     let backoffMs = RETRY_BACKOFF_MS;
@@ -851,7 +852,7 @@ class MemoryClient {
    * request id and are not.
    */
   async hotPath(tenant, action, { timeoutSeconds = 0, consistencyToken = '' } = {}) {
-    if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
+    if (typeof action !== 'string' || !Object.hasOwn(HOT_PATH_METHODS, action)) {
       throw unknownName('HOT_PATH_ACTION_INVALID', 'action', Object.keys(HOT_PATH_METHODS), action);
     }
     // The call's own deadline must outlast the server-side wait (0, and what the server refuses,
@@ -874,7 +875,7 @@ class MemoryClient {
    * `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower).
    */
   async listEvents(tenant, { status, acceptedAfter, pageSize = 0, pageToken = '' } = {}) {
-    if (status != null && !Object.hasOwn(EVENT_STATUS_BY_NAME, status)) {
+    if (status != null && (typeof status !== 'string' || !Object.hasOwn(EVENT_STATUS_BY_NAME, status))) {
       throw unknownName('EVENT_STATUS_INVALID', 'status', Object.keys(EVENT_STATUS_BY_NAME), status);
     }
     const request = {

@@ -28,11 +28,16 @@ function refused(reason, message) {
 }
 
 /** A value as the caller gave it, short, for a message. */
-function shown(value) {
+function shown(value, most = 40) {
   if (typeof value === 'bigint') return `${value}n`;
-  if (typeof value === 'string') return JSON.stringify(value.slice(0, 40));
+  if (typeof value === 'string') return JSON.stringify(value.slice(0, most));
   if (value instanceof Date) return `Date(${value.getTime()})`;
-  return String(value).slice(0, 40);
+  try {
+    return String(value).slice(0, most);
+  } catch {
+    // No text form: an object of no prototype (Object.create(null)), or whose toString throws.
+    return `an ${typeof value} with no text form`;
+  }
 }
 
 const INTEGERS = {
@@ -191,7 +196,7 @@ function checkedTimeoutMs(timeoutMs, field = 'timeoutMs') {
 
 /** The refusal of `given` as `what` (an action, a status, a kind), which is one of `names`. */
 function unknownName(reason, what, names, given) {
-  return refused(reason, `${what} must be one of ${[...names].join(', ')}; got ${shown(String(given))}`);
+  return refused(reason, `${what} must be one of ${[...names].join(', ')}; got ${shown(given)}`);
 }
 
 /** The parameter names of `fn` as its source spells them (a destructured one: 'options'). */
@@ -327,6 +332,6 @@ function checkingArguments(cls, except = []) {
 
 module.exports = {
   checkingArguments, optionsObject, wholeOption, flagOption,
-  RequestInvalidError, refused, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
+  RequestInvalidError, refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
   listOf, MAX_TIMEOUT_MS,
 };

@@ -31,18 +31,21 @@ async function drained(stream) {
   for await (const part of stream) { void part; break; }
 }
 
+// An object of no prototype (a JSON-like map: Object.create(null)) has no toString: naming it in a
+// refusal threw JS's own TypeError ('Cannot convert object to primitive value') instead.
+const BARE = Object.create(null);
 const HOSTILE = {
   text: ['x\ud800', '\udfffy', 'a\ud83d\ude00b\udc00'],
-  integer: [2 ** 64, -(2 ** 64), 2n ** 64n, -(2n ** 64n), 1.5, NaN, Infinity, -Infinity, 1e300, 'abc', '1.5', true],
-  date: [new Date(NaN), new Date(8.64e15), new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), 'yesterday', 5],
-  timeoutMs: [NaN, Infinity, -Infinity, -1, 0, 1e300, 2 ** 40, '1000'],
-  name: ['pause', '', 'STATUS', 'constructor', 'toString'],
-  member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64)],
-  token: ['a\nb', 'é', 'x\ud800', '\u0000'],
+  integer: [2 ** 64, -(2 ** 64), 2n ** 64n, -(2n ** 64n), 1.5, NaN, Infinity, -Infinity, 1e300, 'abc', '1.5', true, BARE],
+  date: [new Date(NaN), new Date(8.64e15), new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), 'yesterday', 5, BARE],
+  timeoutMs: [NaN, Infinity, -Infinity, -1, 0, 1e300, 2 ** 40, '1000', BARE],
+  name: ['pause', '', 'STATUS', 'constructor', 'toString', BARE],
+  member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64), BARE],
+  token: ['a\nb', 'é', 'x\ud800', '\u0000', BARE],
   // A value of another shape than its field's (a text, a list, an object of texts): protobufjs sent
   // "[object Object]" as a text, or failed as a local INTERNAL; a number went as its text (5 as "5").
-  shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x', 5, 5n, 1.5],
-  list: ['global', { 0: 'global' }, 5],
+  shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x', 5, 5n, 1.5, BARE],
+  list: ['global', { 0: 'global' }, 5, BARE],
   map: ['a=b', ['a'], 5],
 };
 
