@@ -404,6 +404,13 @@ def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
     for call in (lambda: store.put(namespace, "k", {"v": 1}), lambda: store.search(namespace)):
         with pytest.raises(TypeError, match="a namespace is a tuple of strings, not str"):
             call()
+    # A query that is no string, a filter no mapping: AttributeError from deep in the store.
+    odd_query: Any = 5
+    odd_filter: Any = [("v", 1)]
+    with pytest.raises(TypeError, match=r"^a query is a string or None, not int \(5\)"):
+        store.batch([PutOp(("ns",), "a", {"v": 1}), SearchOp(("ns",), query=odd_query)])
+    with pytest.raises(TypeError, match=r"^a filter is a mapping \(field -> condition\) or None, not list"):
+        store.search(("ns",), filter=odd_filter)
     # An integer longer than Python writes (4,300 digits): it was blamed on NaN or Infinity.
     with pytest.raises(ValueError, match="an integer too long for JSON text"):
         store.batch([PutOp(("ns",), "a", {"v": 1}), PutOp(("ns",), "b", {"v": 10**5000})])

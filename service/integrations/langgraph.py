@@ -291,8 +291,9 @@ def _check(op: Op) -> None:
 
 
 def _check_types(op: Op) -> None:
-    """Refuse an op's key that is not a string and a namespace (or prefix, or condition's path)
-    that is not a tuple, as a value that is not a mapping: BaseStore's methods make a key a string
+    """Refuse an op's key that is not a string, a namespace (or prefix, or condition's path)
+    that is not a tuple and a search's query that is no string or filter no mapping, as a value
+    that is not a mapping: BaseStore's methods make a key a string
     (``str(key)``) before the op is made, but an op given to ``batch`` carries what it was given, and
     the metadata would hold ``5`` as "5" (an item read back under another key) and a namespace
     "abc" as the labels ("a", "b", "c")."""
@@ -307,6 +308,12 @@ def _check_types(op: Op) -> None:
     for path in paths:
         if not isinstance(path, tuple):
             raise TypeError(f"a namespace is a tuple of strings, not {type(path).__name__} ({path!r:.40})")
+    # A search's query and filter, which would fail deep in the store as AttributeError ('int' object
+    # has no attribute 'replace', 'list' object has no attribute 'items').
+    if isinstance(op, SearchOp) and not isinstance(op.query, str | None):
+        raise TypeError(f"a query is a string or None, not {type(op.query).__name__} ({op.query!r:.40})")
+    if isinstance(op, SearchOp) and not isinstance(op.filter, Mapping | None):
+        raise TypeError(f"a filter is a mapping (field -> condition) or None, not {type(op.filter).__name__}")
 
 
 def _joined(labels: Sequence[str]) -> str:
