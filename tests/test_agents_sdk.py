@@ -281,6 +281,13 @@ def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, t
         assert system is not None and system.startswith("You keep notes.") and "# Global memory" in system, said[-40:]
         if said.endswith("courier come?"):
             assert "The courier comes on Tuesdays" in system
+    # A user message not of the SDK's shape (a number for content, a part whose text is no string):
+    # a TypeError from the instructions ended the run.
+    for content in (5, [{"type": "input_text", "text": 7}], [{"type": "input_text", "text": None}, "part"]):
+        odd: Any = [{"role": "user", "content": content}]
+        run = RunContextWrapper(context=MnemosyneSession("s", client, tenant), turn_input=odd)
+        system = asyncio.run(agent.get_system_prompt(run))
+        assert system is not None and "# Global memory" in system, content
 
 
 def test_a_record_added_outside_the_session_is_named_by_an_add_after_it(client, tenant):

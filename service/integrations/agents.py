@@ -347,8 +347,11 @@ def _latest_user_text(items: Sequence[Any]) -> str | None:
             content = item.get("content")
             if isinstance(content, str):
                 return content or None
-            texts = [part.get("text", "") for part in content or () if isinstance(part, dict)]
-            return " ".join(t for t in texts if t) or None
+            # Parts of other kinds (an image), or a message not of the SDK's shape (a number for
+            # content, a text that is no string), give no text: they never end the run.
+            parts = content if isinstance(content, list | tuple) else ()
+            texts = [part.get("text") for part in parts if isinstance(part, dict)]
+            return " ".join(t for t in texts if isinstance(t, str) and t) or None
     return None
 
 
