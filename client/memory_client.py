@@ -132,7 +132,8 @@ class MemoryClient:
     on a deployment of many members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the
     servers take ``--members``, or a mapping; a list that cannot be used raises
     ``MemberListError``, a ValueError): each call then goes straight to the member owning its
-    tenant (client/routing.py), and ``target`` is not used (``""`` will do).
+    tenant (client/routing.py), and ``target`` is not used (``""`` will do; without ``members``, an empty
+    one raises ``RequestInvalidError`` TARGET_EMPTY).
     ``session_consistency``: keep the newest consistency token of each tenant this client wrote
     and send it with the client's next reads and writes of that tenant (the default; at most
     ``session_tenants`` tenants, the least recently used forgotten first), so the client reads its
@@ -184,6 +185,8 @@ class MemoryClient:
             raise refused("NUMBER_INVALID", f"MemoryClient: session_tenants is {session_tenants}; it takes 1 or more")
         if token and token_problem(token):
             raise ValueError(token_problem(token))  # else every call fails INTERNAL ("Invalid metadata")
+        if members is None and not target.strip():  # gRPC's own words: UNKNOWN "the target uri is not valid"
+            raise refused("TARGET_EMPTY", "MemoryClient: target is empty; give the server's HOST:PORT, or members")
         self.target = target
         self._session = SessionTokens(session_tenants) if session_consistency else None
         self._token_metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()

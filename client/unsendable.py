@@ -194,6 +194,10 @@ _TAKES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: isinstance(v, str | Mapping),
         "a member list (ID=HOST:PORT,... or @FILE) or a mapping of member ids to addresses",
     ),
+    "grpc.ChannelCredentials": (
+        lambda v: isinstance(v, grpc.ChannelCredentials),
+        "gRPC channel credentials (grpc.ssl_channel_credentials(...))",
+    ),
     "Sequence[tuple[str, Any]]": (
         _list_of(lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)),
         "a list of (name, value) gRPC channel options",

@@ -214,6 +214,11 @@ _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
         "MemoryClient: retries is bool True; it takes a whole number (int)",
     ),
     (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
+    # grpc's AttributeError ("'str' object has no attribute '_credentials'") before.
+    (
+        lambda c: MemoryClient("x", credentials=_wrong("ca.pem")),
+        "MemoryClient: credentials is str 'ca.pem'; it takes gRPC channel credentials (grpc.ssl_channel_credentials(...))",
+    ),
     # A field of a value type the caller built: protobuf took None as "" and failed on 5 naming no field.
     (
         lambda c: c.retain("acme", "tea", thread=ThreadRef(id=_wrong(5))),
@@ -264,6 +269,16 @@ _OUT_OF_RANGE: list[tuple[Callable[[], object], str]] = [
     (lambda: MemoryClient("x", retries=10**9), "MemoryClient: retries is 1000000000; it takes 0 to 100"),
     (lambda: MemoryClient("x", session_tenants=0), "MemoryClient: session_tenants is 0; it takes 1 or more"),
 ]
+
+
+def test_an_empty_target_is_refused_unless_members_are_given() -> None:
+    """Each call failed UNKNOWN ("the target uri is not valid: dns:///"), a ServerError, and gRPC's
+    core wrote its errors to stderr."""
+    for target in ("", "  "):
+        with pytest.raises(RequestInvalidError) as refused:
+            MemoryClient(target)
+        assert refused.value.reason == "TARGET_EMPTY" and "give the server's HOST:PORT" in refused.value.message
+    MemoryClient("", members={"m1": "127.0.0.1:1"}).close()
 
 
 @pytest.mark.parametrize(

@@ -328,6 +328,10 @@ class MemoryClient {
     this.members = members == null
       ? null
       : checkMemberAddresses(parseMembers(typeof members === 'string' ? memberListText(members) : members));
+    if (this.members == null && typeof target === 'string' && target.trim() === '') {
+      // Else grpc-js's TypeError 'Channel target must be a string' (it is one).
+      throw refused('TARGET_EMPTY', "MemoryClient: target is empty; give the server's HOST:PORT, or members");
+    }
     this._target = target;
     this._byAddress = new Map();
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)

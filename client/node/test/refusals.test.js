@@ -171,6 +171,15 @@ test('every hostile argument is refused before sending, with the reason the serv
   assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
 });
 
+test('an empty target is refused unless members are given', () => {
+  // grpc-js's TypeError 'Channel target must be a string' before (it is one).
+  for (const target of ['', '  ']) {
+    assert.throws(() => new MemoryClient(target), (err) => err instanceof RequestInvalidError && err.reason === 'TARGET_EMPTY'
+      && /give the server's HOST:PORT/.test(err.details));
+  }
+  new MemoryClient('', { members: { m1: '127.0.0.1:1' } }).close();
+});
+
 test('a lone surrogate is named where it is; a well-formed pair goes as it is', async () => {
   await assert.rejects(client.retain(TENANT, 'tea \ud83d\ude00 and \ud800'), (err) => {
     assert.ok(err instanceof RequestInvalidError);
