@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -88,6 +88,24 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _HeadTooLarge(Exception):
+    """Raised in the parser's callback for a whole head over HEAD_BYTES: the parser stops there
+    (nothing of the request runs) and uvicorn answers through ``send_400_response``."""
+
+
+def _head_size(url: bytes, headers: Sequence[tuple[bytes, bytes]]) -> int:
+    """The bytes of a parsed head, at least: its line without the method, each header line, the end."""
+    return len(url) + len(" HTTP/1.1\r\n") + sum(len(name) + len(value) + 4 for name, value in headers) + 2
+
+
+def _head_too_large() -> InvalidArgument:
+    return InvalidArgument(
+        f"the request's line and headers are over {HEAD_BYTES:,} bytes; send a shorter URL "
+        "(a long filter goes in a POST body) and fewer or shorter headers",
+        reason="REQUEST_HEAD_TOO_LARGE",
+    )
+
+
 class _HeadTimedProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
     request head within ``head_seconds`` (``HEAD_SECONDS``) or within ``HEAD_BYTES``, and
@@ -98,6 +116,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
+    _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
     _deferred: tuple[int, InvalidArgument] | None = None  # a refusal that waits for the answer in flight
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
@@ -112,16 +131,12 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             return
         self._head_bytes += len(data)
         if self._head_bytes > HEAD_BYTES:
-            self._refuse(
-                431,
-                InvalidArgument(
-                    f"the request's line and headers are over {HEAD_BYTES:,} bytes; send a shorter URL "
-                    "(a long filter goes in a POST body) and fewer or shorter headers",
-                    reason="REQUEST_HEAD_TOO_LARGE",
-                ),
-            )
+            self._refuse(431, _head_too_large())
 
     def send_400_response(self, msg: str) -> None:
+        if self._head_over:
+            self._refuse(431, _head_too_large())
+            return
         self._refuse(
             400,
             InvalidArgument(f"the request is not HTTP/1.1 this server can read ({msg})", reason="REQUEST_UNREADABLE"),
@@ -166,6 +181,11 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
+        # A head that came whole in the read crossing HEAD_BYTES is not counted in data_received
+        # (it was served, and a URL over 65,535 bytes failed uvicorn's parse: 400): it is here.
+        if _head_size(self.url, self.headers) > HEAD_BYTES:
+            self._head_over = True
+            raise _HeadTooLarge
         authority = target_authority(self.url)
         if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
             self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
