@@ -23,7 +23,14 @@ from typing import Any, Literal, TypeVar, overload
 import grpc
 
 from mnemosyne.client import convert, types
-from mnemosyne.client.errors import AbortedError, InvalidArgumentError, MnemosyneClientError, from_rpc_error, typed
+from mnemosyne.client.errors import (
+    AbortedError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    MnemosyneClientError,
+    from_rpc_error,
+    typed,
+)
 from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel
 from mnemosyne.client.tracing import trace_metadata
 from mnemosyne.client.unsendable import checked_timeout, refused, refusing_unsendable, sending, unknown_name
@@ -188,6 +195,7 @@ class MemoryClient:
         if members is None and not target.strip():  # gRPC's own words: UNKNOWN "the target uri is not valid"
             raise refused("TARGET_EMPTY", "MemoryClient: target is empty; give the server's HOST:PORT, or members")
         self.target = target
+        self._closed = False
         self._session = SessionTokens(session_tenants) if session_consistency else None
         self._token_metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         given = {name for name, _ in options}
@@ -234,10 +242,20 @@ class MemoryClient:
     @property
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         # Read at each call: the trace context is the caller's current span (client/tracing.py).
+        # So every call of a closed client is refused here, not with grpc's ValueError.
+        if self._closed:
+            raise FailedPreconditionError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "CLIENT_CLOSED",
+                "this MemoryClient is closed (close(), or the end of its with block): make a new one",
+                {},
+            )
         return (*self._token_metadata, *trace_metadata())
 
     def close(self) -> None:
-        """Close the channel (and every member's); the client cannot be used after."""
+        """Close the channel (and every member's); the client cannot be used after: a call then
+        raises ``FailedPreconditionError`` CLIENT_CLOSED."""
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> MemoryClient:

@@ -31,7 +31,13 @@ from mnemosyne.client import (
     TenantBackup,
     ThreadRef,
 )
-from mnemosyne.client.errors import InvalidArgumentError, MnemosyneClientError, RequestInvalidError, UnavailableError
+from mnemosyne.client.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    MnemosyneClientError,
+    RequestInvalidError,
+    UnavailableError,
+)
 from tests.support import ServerProcess, module_server
 
 # Methods that take no plain arguments of their own to spoil (a stub's method and its request, a
@@ -269,6 +275,25 @@ _OUT_OF_RANGE: list[tuple[Callable[[], object], str]] = [
     (lambda: MemoryClient("x", retries=10**9), "MemoryClient: retries is 1000000000; it takes 0 to 100"),
     (lambda: MemoryClient("x", session_tenants=0), "MemoryClient: session_tenants is 0; it takes 1 or more"),
 ]
+
+
+def test_a_closed_client_refuses_every_call(server: ServerProcess) -> None:
+    """grpc's ValueError ("Cannot invoke RPC on closed channel!") before, not a client error."""
+    client = MemoryClient(server.target, timeout=10)
+    client.ping()
+    client.close()
+    calls: list[Callable[[], object]] = [
+        client.ping,
+        lambda: client.recall("acme", "tea"),
+        lambda: client.hot_path("acme", "flush"),
+        lambda: list(client.watch_events("acme", timeout=5)),
+        lambda: list(client.export_tenant("acme")),
+    ]
+    for call in calls:
+        with pytest.raises(FailedPreconditionError) as refused:
+            call()
+        assert refused.value.reason == "CLIENT_CLOSED" and "make a new one" in refused.value.message
+    client.close()  # again: nothing to do
 
 
 def test_an_empty_target_is_refused_unless_members_are_given() -> None:

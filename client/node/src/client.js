@@ -404,11 +404,19 @@ class MemoryClient {
     return named && this.members.has(named) && named !== sentTo ? named : null;
   }
 
+  /** Closes the channels; a call after rejects with a MnemosyneError FAILED_PRECONDITION CLIENT_CLOSED. */
   close() {
+    this._closed = true;
     for (const stubs of this._byAddress.values()) stubs.memory.close();
   }
 
   _metadata(extraMetadata = {}, tokens = []) {
+    // Made for every call: so each call of a closed client is refused here (grpc-js threw its own
+    // Error, 'Channel has been shut down').
+    if (this._closed) {
+      throw new MnemosyneError(grpc.status.FAILED_PRECONDITION, 'CLIENT_CLOSED',
+        'this MemoryClient is closed (close() was called): make a new one', {}, 'mnemosyne.v1');
+    }
     const metadata = new grpc.Metadata();
     if (this.token) metadata.set('authorization', `Bearer ${this.token}`);
     if (otel) {

@@ -10,7 +10,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const grpc = require('@grpc/grpc-js');
-const { MemoryClient, RequestInvalidError, TokenInvalidError } = require('../src');
+const { MemoryClient, MnemosyneError, RequestInvalidError, TokenInvalidError } = require('../src');
 const { startServer, uniqueTenant } = require('../test-support/support');
 
 let server;
@@ -169,6 +169,20 @@ test('every hostile argument is refused before sending, with the reason the serv
   assert.deepEqual(wrong, []);
   // Nothing was sent: the tenant was never made.
   assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
+});
+
+test('a closed client refuses every call', async () => {
+  // grpc-js's own Error ('Channel has been shut down') before, no MnemosyneError.
+  const closed = new MemoryClient(server.target, { timeoutMs: 10000 });
+  await closed.ping();
+  closed.close();
+  const calls = [() => closed.ping(), () => closed.recall(TENANT, 'tea'), () => closed.hotPath(TENANT, 'flush'),
+    () => drained(closed.watchEvents(TENANT, { timeoutMs: 5000 })), () => closed.importTenant(MANIFEST, [])];
+  for (const call of calls) {
+    await assert.rejects(call(), (err) => err instanceof MnemosyneError && err.code === grpc.status.FAILED_PRECONDITION
+      && err.reason === 'CLIENT_CLOSED' && /make a new one/.test(err.details));
+  }
+  closed.close(); // again: nothing to do
 });
 
 test('an empty target is refused unless members are given', () => {
