@@ -290,6 +290,16 @@ def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, t
         assert system is not None and "# Global memory" in system, content
 
 
+def test_a_limit_that_is_no_whole_number_is_refused(client, tenant):
+    """1.5 failed in a slice ("slice indices must be integers"), NaN and "2" otherwise; NaN answered every item."""
+    session = MnemosyneSession("limits", client, tenant)
+    asyncio.run(session.add_items([message("user", "hi")]))
+    for limit in (1.5, float("nan"), float("inf"), "2"):
+        with pytest.raises(TypeError, match="limit is a whole number of items or None"):
+            asyncio.run(session.get_items(limit=limit))  # type: ignore[arg-type]  # what the check refuses
+    assert asyncio.run(session.get_items(limit=1)) == [message("user", "hi")]
+
+
 def test_a_record_added_outside_the_session_is_named_by_an_add_after_it(client, tenant):
     """A record put in the session's workspace by hand, under a key the session does not make and
     sorting last, has no number to append after: add_items raises naming it (it was int()'s

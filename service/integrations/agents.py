@@ -89,6 +89,8 @@ class MnemosyneSession:
         """The session's items in the order they were added; with ``limit`` N > 0 the latest N
         (0: none; None or negative: all), as the SDK's own sessions answer."""
         limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and not isinstance(limit, int):  # 1.5 failed in a slice; NaN answered all
+            raise TypeError(f"limit is a whole number of items or None, not {limit!r}")
         _, records = await asyncio.to_thread(self._read)
         lines = [(key, line) for key, held in records for line in held]
         if limit is not None and limit >= 0:
