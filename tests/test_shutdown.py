@@ -26,9 +26,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from mnemosyne.cli.server_process import LocalMembers
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError, error_info
-from mnemosyne.v1 import hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
+from mnemosyne.store.membership import owner_of
+from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
 from tests.http_support import request
 from tests.support import ServerProcess, gauge, health_check, wait_until
 
@@ -332,3 +334,65 @@ def test_a_stop_with_an_http_call_held_ends_within_the_grace_period(server_facto
     # The ports within the grace (and uvicorn's 0.1s ticks); the process after Python's own
     # teardown of the modules it loaded, about a second, more on a busy machine.
     assert exited < grace + 4.0, exited
+
+
+def test_forwarded_calls_and_a_started_export_at_the_end_of_the_grace_answer_shutting_down(tmp_path) -> None:
+    """At an entry member (docs/scale-out.md) whose grace period ends, a Recall forwarded to its
+    owner (held there by the park seam) and an export already under way through it (its client
+    slow to read, its owner held) answer UNAVAILABLE / SHUTTING_DOWN; they were cut with a bare
+    UNAVAILABLE ("Cancelling all calls"), the export as if its stream had merely broken off."""
+    park = tmp_path / "park"
+    ids = ["m0", "m1"]
+    tenant = next(f"far-{i}" for i in range(100) if owner_of(f"far-{i}", ids) == "m1")
+    members = LocalMembers(
+        tmp_path / "pair",
+        2,
+        args_of=lambda i: ["--grace-seconds", "1", "--drain-delay-seconds", "0"] if i == 0 else [],
+        env_of=lambda i: {"MNEMOSYNE_TEST_PARK_TENANT": tenant, "MNEMOSYNE_TEST_PARK_FILE": str(park)} if i else {},
+        metrics=True,
+    ).start()
+    try:
+        entry, owner = members.processes
+        with MemoryClient(owner.target) as client:
+            for batch in range(3):  # several 1 MiB export chunks
+                client.retain_batch(
+                    tenant, [f"note {batch}-{i} " + "lorem ipsum dolor sit amet " * 40 for i in range(100)]
+                )
+        answers: dict[str, tuple[object, str]] = {}
+        # A window of 64 KiB (no BDP probing): the entry's write of a chunk waits for this client.
+        channel = grpc.insecure_channel(entry.target, options=[("grpc.http2.bdp_probe", 0)])
+        export = admin_pb2_grpc.AdminServiceStub(channel).ExportTenant(
+            admin_pb2.ExportTenantRequest(tenant=tenant), timeout=30
+        )
+        assert next(export).HasField("manifest")
+        park.touch()
+        stopped = threading.Event()
+
+        def read_export() -> None:
+            stopped.wait()
+            time.sleep(0.7)  # reading again after the calls were ended (0.5 s before the grace ends)
+            try:
+                for _chunk in export:
+                    pass
+                answers["export"] = (grpc.StatusCode.OK, "complete")
+            except grpc.RpcError as error:
+                answers["export"] = _code_and_reason(error)
+
+        def recall() -> None:
+            with grpc.insecure_channel(entry.target) as hop:
+                try:
+                    memory_pb2_grpc.MemoryServiceStub(hop).Recall(memory_pb2.RecallRequest(tenant=tenant, query="note"))
+                except grpc.RpcError as error:
+                    answers["recall"] = _code_and_reason(error)
+
+        calls = [threading.Thread(target=read_export), threading.Thread(target=recall)]
+        for thread in calls:
+            thread.start()
+        wait_until(lambda: gauge(owner, "mnemosyne_reader_threads_busy") == 1)  # the recall is parked
+        stopped.set()
+        _stop_while_held(entry, calls, park)
+        channel.close()
+        shutting_down = (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN")
+        assert answers == {"recall": shutting_down, "export": shutting_down}
+    finally:
+        members.stop()

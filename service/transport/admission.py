@@ -252,6 +252,10 @@ class Admission:
         self._park = (park_tenant, park_file) if park_tenant and park_file else None
         # What calls await here (a turn at a thread, a job's answer): ``end_calls`` answers them.
         self._awaited: set[asyncio.Future[Any]] = set()
+        # Calls' tasks in a block that waits on neither (a forwarded hop, a stream's write): ``end_calls``
+        # cancels them, and the block answers SHUTTING_DOWN; ``_cut_tasks``: those it cancelled.
+        self._cuttable: set[asyncio.Task[Any]] = set()
+        self._cut_tasks: set[asyncio.Task[Any]] = set()
         self._calls_ended = False
         # Snapshot reads answered, by where they ran ("event_loop", "reader_thread"): a metric.
         self.reads: collections.Counter[str] = collections.Counter()
@@ -309,6 +313,32 @@ class Admission:
             if not future.done():
                 future.set_exception(_cut())
         self._awaited.clear()
+        for task in self._cuttable:
+            self._cut_tasks.add(task)
+            task.cancel()
+
+    @contextmanager
+    def cut_when_calls_end(self) -> Iterator[None]:
+        """The block (a forwarded hop, a server stream: what waits on another member or on its
+        client, not here) raises UNAVAILABLE / SHUTTING_DOWN when ``end_calls`` comes first: the
+        client of a stream learns it is incomplete, rather than seeing it cut with no reason."""
+        task = asyncio.current_task()
+        if task is None or task in self._cuttable:  # an outer block of the call's task answers
+            yield
+            return
+        if self._calls_ended:
+            raise _cut()
+        self._cuttable.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if task not in self._cut_tasks:
+                raise
+            task.uncancel()
+            raise _cut() from None
+        finally:
+            self._cuttable.discard(task)
+            self._cut_tasks.discard(task)
 
     def stop(self) -> None:
         """Stop the threads (after the server stopped)."""

@@ -321,7 +321,8 @@ class Edge:
             if call.move_pending:
                 await self._settle(call)
             if call.forward_to is not None and self.forwarder is not None:
-                return await self.forwarder.unary(call.forward_to, call.method, request, call)
+                with admission.cut_when_calls_end():  # waits on the owner, not here
+                    return await self.forwarder.unary(call.forward_to, call.method, request, call)
             if kind in _ON_THREADS:
                 return await self._run(kind, implementation, request, call)
             if kind is Kind.WAITING:
@@ -355,9 +356,11 @@ class Edge:
     async def answer_stream(
         self, implementation: Callable[..., AsyncGenerator[Any, None]], request: Any, call: Call
     ) -> AsyncGenerator[Any, None]:
-        """Step 4 for a server stream: its messages, counted as an open stream while it lasts."""
+        """Step 4 for a server stream: its messages, counted as an open stream while it lasts;
+        one still open when a shutdown's grace period ends answers SHUTTING_DOWN (the surface's
+        loop, which also waits for its client, holds ``cut_when_calls_end`` too)."""
         try:
-            with self._admission.stream(call.tenant):
+            with self._admission.stream(call.tenant), self._admission.cut_when_calls_end():
                 call.holds_place = True
                 if call.move_pending:
                     await self._settle(call)
@@ -375,9 +378,10 @@ class Edge:
     async def answer_client_stream(
         self, implementation: Callable[..., Awaitable[Any]], messages: AsyncIterator[Any], call: Call
     ) -> Any:
-        """Step 4 for a client stream: its response, counted as an open stream while it lasts."""
+        """Step 4 for a client stream: its response, counted as an open stream while it lasts
+        (SHUTTING_DOWN should a shutdown's grace period end first)."""
         try:
-            with self._admission.stream(call.tenant):
+            with self._admission.stream(call.tenant), self._admission.cut_when_calls_end():
                 call.holds_place = True
                 if call.move_pending:
                     await self._settle(call)

@@ -127,14 +127,16 @@ def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncGenerato
         metadata, request_id = _metadata(context)
         async with edge.envelope(method, request_id, partial(_abort, context), metadata) as envelope:
             call = _begin(edge, method, request, context, metadata)
-            async with aclosing(edge.answer_stream(implementation, request, call)) as messages:
-                async for message in messages:
-                    if not envelope.answered:
-                        await _send_initial(context, call.initial_metadata, envelope)
-                    try:
-                        await context.write(message)
-                    except ExecuteBatchError as error:  # the client left as it was sent (else: cancelled)
-                        raise ClientLeft from error
+            # A write its client does not take yet is cut too when a shutdown's grace period ends.
+            with edge.admission.cut_when_calls_end():
+                async with aclosing(edge.answer_stream(implementation, request, call)) as messages:
+                    async for message in messages:
+                        if not envelope.answered:
+                            await _send_initial(context, call.initial_metadata, envelope)
+                        try:
+                            await context.write(message)
+                        except ExecuteBatchError as error:  # the client left as it was sent (else: cancelled)
+                            raise ClientLeft from error
             if not envelope.answered:
                 await _send_initial(context, call.initial_metadata, envelope)
 

@@ -225,7 +225,7 @@ class _EventStream:
         request, a refused stream) the error response with its HTTP status."""
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=16)
         call.stepped = asyncio.Event()
-        pump = asyncio.ensure_future(cls._run(edge.answer_stream(implementation, request, call), queue))
+        pump = asyncio.ensure_future(cls._run(edge, edge.answer_stream(implementation, request, call), queue))
         first_message = asyncio.ensure_future(queue.get())
         stepped = asyncio.ensure_future(call.stepped.wait())
         try:
@@ -243,11 +243,13 @@ class _EventStream:
         return cls(pump, queue, first, envelope, call)
 
     @staticmethod
-    async def _run(messages: AsyncGenerator[Any, None], queue: asyncio.Queue[Any]) -> None:
+    async def _run(edge: Edge, messages: AsyncGenerator[Any, None], queue: asyncio.Queue[Any]) -> None:
         try:
-            async with contextlib.aclosing(messages):  # cancelled (the client left): the stream ends at once
-                async for item in messages:
-                    await queue.put(item)
+            # Its client not taking the messages when a shutdown's grace period ends: SHUTTING_DOWN.
+            with edge.admission.cut_when_calls_end():
+                async with contextlib.aclosing(messages):  # cancelled (the client left): the stream ends at once
+                    async for item in messages:
+                        await queue.put(item)
             await queue.put(_END)
         except Exception as exc:
             await queue.put(exc)
