@@ -366,6 +366,29 @@ def test_two_servers_on_one_prefix_a_replicated_write_into_a_passed_over_generat
     assert texts == {"A wrote this first", "B wrote this after restoring x"}
 
 
+def test_a_stale_copy_taken_up_again_at_start_leaves_litestream_and_its_local_state_goes(
+    server_factory, object_storage, tmp_path
+):
+    """A's tenant x, in Litestream when A was killed (its local state left), became a stale copy
+    meanwhile (B started generation 2). Taken up again at A's start, x is refused REPLICA_STALE;
+    its local state stayed, and x in the active set (a slot of --replica-active-limit), while A
+    ran: its sync raised before it could ever be idle."""
+    bucket = object_storage.new_bucket()
+    a = replicating(server_factory, object_storage, bucket, tmp_path / "a", "--replica-idle-seconds", "1").start()
+    b = replicating(server_factory, object_storage, bucket, tmp_path / "b").start()
+    state = tmp_path / "a" / "tenants" / ".x.sqlite-litestream"
+    with MemoryClient(a.target) as on_a:
+        retain_replicated(on_a, "x", "A wrote this first")
+    assert state.exists()
+    a.kill()
+    with MemoryClient(b.target) as on_b:
+        retain_replicated(on_b, "x", "B wrote this after restoring x")
+    a.start()
+    wait_until(lambda: "stale copy" in a.stderr_path.read_text())
+    wait_until(lambda: not state.exists() and gauge(a, "mnemosyne_replication_active_tenants") == 0.0, 5)
+    assert not object_storage.keys(bucket, "member/x/00000003/")
+
+
 def test_a_replica_edited_behind_the_servers_back_is_refused_whole(server_factory, object_storage, tmp_path):
     """A stray writer put a blob where a ledger entry's text belongs; Litestream replicated it. The
     restore checks the chain first: CHAIN_INVALID, no crash, and no tenant file restored."""

@@ -76,6 +76,7 @@ class Replicator:
         self._limit = max(1, active_limit)
         self._retention_seconds = retention_seconds
         self._states: dict[str, ActiveTenant] = {}
+        self._refused: dict[str, FailedPrecondition] = {}  # the stale copies' refusals, once out of the set
         self._listed: set[str] | None = None  # the bucket's tenants at start (``holds``)
         self._current: set[str] = set()  # tenants whose file here is the newest copy (``newer_than``)
         self._sweeps = Sweeps(data_dir, self.bucket, retention_seconds)
@@ -168,8 +169,8 @@ class Replicator:
         """Note a commit; True when the tenant is to be registered (it was not in the set)."""
         with self._guard:
             state = self._states.get(tenant)
-            if state is None:
-                state = self._states[tenant] = ActiveTenant()
+            if state is None:  # a stale copy that left the set comes back refused the same way
+                state = self._states[tenant] = ActiveTenant(refused=self._refused.pop(tenant, None))
             state.last_write = now
             if state.dirty_since is None:
                 state.dirty_since = now
@@ -307,6 +308,8 @@ class Replicator:
             state.paused -= 1
             if fresh:
                 state.generation, state.refused, state.fresh = None, None, True
+            if fresh or gone:  # a new file, or none: judged again
+                self._refused.pop(tenant, None)
             if gone:
                 state.dirty_since = None
                 if self._listed is not None:
@@ -473,11 +476,11 @@ class Replicator:
                 continue
             now = time.time()
             with self._guard:
-                dirty = [t for t, s in self._states.items() if s.dirty_since is not None and not s.paused]
+                dirty = [t for t, s in self._states.items() if not s.settled and not s.paused]
                 idle = [
                     t
                     for t, s in self._states.items()
-                    if s.dirty_since is None and not s.paused and now - s.last_write >= self._idle_seconds
+                    if s.settled and not s.paused and now - s.last_write >= self._idle_seconds
                 ]
             await asyncio.gather(*(self._join(t) for t in dirty), return_exceptions=True)
             for tenant in idle:
@@ -491,7 +494,7 @@ class Replicator:
         """An idle tenant whose commits are all replicated leaves the set (and Litestream)."""
         with self._guard:
             state = self._states.get(tenant)
-            if state is None or state.dirty_since is not None or state.paused or state.syncing:
+            if state is None or not state.settled or state.paused or state.syncing:
                 return
             state.paused += 1
         try:
@@ -499,8 +502,9 @@ class Replicator:
         finally:
             with self._guard:
                 state.paused -= 1
-                if state.dirty_since is None and not state.paused and not state.syncing:
-                    del self._states[tenant]
+                if state.settled and not state.paused and not state.syncing:
+                    if (refused := self._states.pop(tenant).refused) is not None:
+                        self._refused[tenant] = refused  # taken up again by its next write
 
     async def _register(self, tenant: str, state: ActiveTenant) -> None:
         """Register those of the tenant's files Litestream does not replicate yet."""
@@ -518,6 +522,7 @@ class Replicator:
             if isinstance(generation, str):
                 state.refused = FailedPrecondition(generation, reason=STALE)
                 log.error("%s", generation)  # a stale copy never starts a generation, even after a forget
+                await self._unregister(tenant, state)  # its local state (of a run before) goes now
             if not isinstance(generation, int):
                 return
             state.generation, state.fresh = generation, False

@@ -27,6 +27,12 @@ class ActiveTenant:
     next_sync: asyncio.Future[float] | None = None  # the sync to start next, joined by its callers
     syncing: asyncio.Task[float] | None = None  # its sync running (the loop holds tasks only weakly)
 
+    @property
+    def settled(self) -> bool:
+        """No sync is due: its commits are confirmed, or never will be (a refused stale copy, whose
+        every sync raises: it leaves the set once idle like any other, judged again if it comes back)."""
+        return self.dirty_since is None or self.refused is not None
+
 
 @dataclass(frozen=True)
 class Figures:
