@@ -21,7 +21,7 @@ from mnemosyne.engine.options import option
 from mnemosyne.engine.targets import check_member_addresses
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
 from mnemosyne.runtime import tracing
-from mnemosyne.runtime.interpreter import raise_open_file_limit
+from mnemosyne.runtime.interpreter import exit_without_teardown, raise_open_file_limit
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.membership import member_list_text
 
@@ -149,10 +149,13 @@ def serve_command(args: argparse.Namespace) -> int:
     config = server_config(args, settings)
     tracer = _tracer(settings)
     try:
-        return asyncio.run(_run_server(config, settings, seams))
+        stopped = asyncio.run(_run_server(config, settings, seams))
     finally:
         if tracer is not None:
             tracer.shutdown()  # the spans still batched are exported
+    if stopped == 0:  # everything it opened is closed: the process ends without unloading its modules
+        exit_without_teardown()
+    return stopped
 
 
 def _tracer(settings: ServeSettings) -> OtelTracer | None:

@@ -34,6 +34,9 @@ class _IPv6ThreadingServer(_ThreadingServer):
 # and a client that connects and sends nothing would hold it for good. A scrape or a probe sends
 # its request as it connects.
 IDLE_SECONDS = 10.0
+# How often the serving loop looks whether it is to stop: a stop waits up to this (the default 0.5 s
+# was most of a stopped server's exit once its modules' teardown was skipped).
+POLL_SECONDS = 0.05
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -69,7 +72,9 @@ class SideServer:
         handler = type("_Handler", (_QuietHandler,), {"timeout": idle_seconds})
         self._httpd = make_server(bind, port, self._app, server_class=server_class, handler_class=handler)
         self.port: int = self._httpd.server_port
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, name="metrics-http", daemon=True
+        )
         self._thread.start()
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
