@@ -61,6 +61,8 @@ SERVICES = [
     webhooks_pb2.DESCRIPTOR.services_by_name["WebhookService"],
 ]
 SERVICE_NAMES = [service.full_name for service in SERVICES]
+# What reflection lists and an unknown method's refusal names (the members' own link is not public).
+PUBLIC_SERVICE_NAMES = [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # The end of a shutdown's grace period left to the calls still waiting for the hot path (Flush,
 # Disable, a read given a token) or for a thread (their turn, their job's answer: a long recall or
@@ -299,7 +301,9 @@ async def start_server(
             forwarder.link_port = await running.link.start(config.host, config.member_link_port, _link_tls(config))
         running.side = _side_server(config, running)
         if config.http_port and http_surface is not None:
-            running.http = http_surface(server)
+            running.http = http_surface(server)  # adds the mem0 relay's method
+        # The last handler, after every method is added (the mem0 relay's too): only what none has.
+        server.add_generic_rpc_handlers([UnknownMethods(PUBLIC_SERVICE_NAMES)])
         await server.start()
         if running.http is not None:
             http_host = config.http_host or config.host
@@ -417,9 +421,7 @@ async def _register(running: RunningServer, edge: Edge, servicers: Servicers) ->
     health_pb2_grpc.add_HealthServicer_to_server(running.health, server)
     for name in ["", *SERVICE_NAMES]:
         await running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    served = [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME]
-    reflection.enable_server_reflection(served, server)
-    server.add_generic_rpc_handlers([UnknownMethods(served)])  # the last: only methods none of the above has
+    reflection.enable_server_reflection(PUBLIC_SERVICE_NAMES, server)
 
 
 def _listen(server: grpc.aio.Server, config: ServerConfig, credentials: grpc.ServerCredentials | None) -> int:
