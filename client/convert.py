@@ -70,10 +70,13 @@ def place(
     occurred_at: float | None,
     thread: types.ThreadRef | None,
     speaker: str = "",
+    expires_at: float | None = None,
 ) -> None:
-    """Set a request's (or item's) ``occurred_at`` (unix seconds), ``thread`` and ``speaker`` when
-    given."""
+    """Set a request's (or item's) ``occurred_at`` and ``expires_at`` (unix seconds), ``thread``
+    and ``speaker`` when given."""
     target.speaker = speaker
+    if expires_at is not None:
+        target.expires_at.CopyFrom(timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
     if occurred_at is not None:
         within_timestamps(occurred_at, field="occurred_at", reason="OCCURRED_AT_INVALID")
         target.occurred_at.FromMicroseconds(round(occurred_at * 1e6))
@@ -86,7 +89,7 @@ def retain_item_to_proto(item: types.RetainItem | str) -> memory_pb2.RetainItem:
     if isinstance(item, str):
         return memory_pb2.RetainItem(text=item)
     message = memory_pb2.RetainItem(text=item.text, scope=item.scope, metadata=dict(item.metadata))
-    place(message, item.occurred_at, item.thread, item.speaker)
+    place(message, item.occurred_at, item.thread, item.speaker, item.expires_at)
     return message
 
 

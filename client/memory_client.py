@@ -424,9 +424,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
-        convert.place(request, occurred_at, thread, speaker)
-        if expires_at is not None:
-            request.expires_at.CopyFrom(convert.timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
+        convert.place(request, occurred_at, thread, speaker, expires_at)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def retain_batch(
@@ -722,9 +720,7 @@ class MemoryClient:
             request_id=request_id or new_request_id(),
             fast=fast,
         )
-        convert.place(request, occurred_at, thread, speaker)
-        if expires_at is not None:
-            request.expires_at.CopyFrom(convert.timestamp(expires_at, field="expires_at", reason="EXPIRES_AT_INVALID"))
+        convert.place(request, occurred_at, thread, speaker, expires_at)
         return convert.retain_result_from_proto(self.call(self.memory.Retain, request, retry=True).result)
 
     def dedup(

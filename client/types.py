@@ -226,8 +226,8 @@ class Stats:
 @dataclass(frozen=True)
 class RetainItem:
     """One item of ``retain_batch``: its text, scope ("global" or "workspace/<name>"), metadata,
-    and optionally when it was said or happened, its place in a thread and who said it (as for
-    ``MemoryClient.retain``)."""
+    and optionally when it was said or happened, its place in a thread, who said it and when it
+    expires (as for ``MemoryClient.retain``)."""
 
     text: str
     scope: str = DEFAULT_SCOPE
@@ -235,6 +235,7 @@ class RetainItem:
     occurred_at: float | None = None  # when it was said or happened, unix seconds (microsecond precision)
     thread: ThreadRef | None = None
     speaker: str = ""  # who said or wrote it (optional)
+    expires_at: float | None = None  # when it expires, unix seconds (None: the tenant's default), docs/expiry.md
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from mnemosyne.cli.server_process import ServerProcess
-from mnemosyne.client import ExpiryPolicy, MemoryClient
+from mnemosyne.client import ExpiryPolicy, MemoryClient, RetainItem
 from mnemosyne.client.errors import InvalidArgumentError
 from mnemosyne.engine.expiry import SWEEP_BATCH, SWEEP_MAX_BATCHES
 from mnemosyne.v1 import memory_pb2
@@ -334,3 +334,25 @@ def test_a_longer_grace_holds_for_the_rest_of_a_sweep_under_way(
             time.sleep(1.0)  # room for the sweep's turn to go on
             assert client.stats(name).forgotten == erased, "erased after a longer grace was acknowledged"
             assert client.verify_integrity(name).valid
+
+
+def test_the_python_client_s_batch_items_carry_their_own_expiry(client: MemoryClient, tenant: str) -> None:
+    """RetainBatch items take expires_at (docs/expiry.md), and the Python client's RetainItem had no
+    such field: a batch could not expire but through the tenant's default. Each item's is sent,
+    checked as ``retain`` checks it before anything is sent."""
+    now = time.time()
+    past, later = now - 60, now + 30 * DAY
+    results = client.retain_batch(
+        tenant,
+        [
+            RetainItem("Bittern4410 was past its time", expires_at=past),
+            RetainItem("Bittern4410 expires next month", expires_at=later),
+            RetainItem("Bittern4410 never expires"),
+        ],
+    )
+    expiries = [client.get_memory(tenant, r.memory_id).expires_at for r in results]
+    assert expiries == [pytest.approx(past, abs=1e-3), pytest.approx(later, abs=1e-3), None]
+    assert _recalled(client, tenant, "Bittern4410") == {"Bittern4410 expires next month", "Bittern4410 never expires"}
+    with pytest.raises(InvalidArgumentError) as refused:
+        client.retain_batch(tenant, [RetainItem("never sent", expires_at=float("nan"))])
+    assert refused.value.reason == "EXPIRES_AT_INVALID"
