@@ -454,6 +454,23 @@ def test_a_proposal_journaled_before_a_kill_is_not_applied_over_a_later_update(
         assert "hunter2" not in content and "The deploy password was rotated" in content
 
 
+def test_a_session_with_a_memory_updated_since_its_consolidation_is_consolidated_again(
+    client: MemoryClient, tenant: str
+) -> None:
+    """A receipt named the session's memory ids only, and an update keeps its memory's id: a session
+    consolidated, then a memory of it updated, was answered already_applied, and the update's text
+    never reached MEMORY.md. An updated memory's text is part of the receipt now."""
+    _retain_session(client, tenant, turns=TURNS[:2])
+    (first,) = client.consolidate_session(tenant, THREAD)
+    staging = client.list_memories(tenant, page_size=10).memories[0]
+    assert staging.text == "The staging database is db-stage-2"
+    assert client.update_memory(tenant, staging.id, "The staging database is db-stage-3").updated
+    (second,) = client.consolidate_session(tenant, THREAD)
+    assert (first.outcome, second.outcome) == ("applied", "applied") and second.receipt_id != first.receipt_id
+    assert "- learned: The staging database is db-stage-3" in _record(client, tenant, "global")[0]
+    assert client.consolidate_session(tenant, THREAD)[0].outcome == "already_applied"
+
+
 def test_a_session_whose_lines_the_record_holds_already_is_nothing_new(server_factory: Any, tenant: str) -> None:
     server = server_factory().start()
     agent = _Agent()

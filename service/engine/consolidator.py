@@ -5,9 +5,10 @@ A **session** is the memories of a tenant sharing a thread id (``thread`` on Ret
 finished when its newest memory is older than the idle time, or when a caller names it. Each scope
 its memories are in (``global``, ``workspace/<name>``) is consolidated on its own, into that
 scope's ``MEMORY.md``, under its own **receipt**: ``session-`` and 40 hex digits of the SHA-256 of
-(thread id, scope, the ids of the session's live memories in that scope). A memory's id is never
-reused and its text never changes, so the same session content always gives the same receipt, and
-a session that grows (or loses a forgotten memory) gets a new one.
+(thread id, scope, the ids of the session's live memories in that scope, and the SHA-256 of each
+updated one's text). A memory's id is never reused, and an update's text is named, so the same
+session content always gives the same receipt, and a session that grows, loses a forgotten memory
+or has one updated gets a new one.
 
 Per scope, in this order (``SessionConsolidator._scope``):
 
@@ -101,6 +102,7 @@ class SessionMemory:
     text: str
     position: int
     occurred_at: int | None  # unix microseconds
+    updated: bool = False  # its text may no longer be the one its id was retained with
 
 
 @dataclass(frozen=True)
@@ -300,8 +302,11 @@ def merged(record: str, section: str, receipt_id: str) -> str | None:
 # -- the consolidator ---------------------------------------------------------------------------
 
 
-def receipt_id(thread_id: str, scope: str, memory_ids: Sequence[int]) -> str:
-    digest = hashlib.sha256(json.dumps([thread_id, scope, sorted(memory_ids)]).encode()).hexdigest()
+def receipt_id(thread_id: str, scope: str, memories: Sequence[SessionMemory]) -> str:
+    """An update keeps the id, so its text is named too; none updated: the receipt of before."""
+    updated = sorted([m.id, hashlib.sha256(m.text.encode()).hexdigest()] for m in memories if m.updated)
+    named = [thread_id, scope, sorted(m.id for m in memories), *([updated] if updated else [])]
+    digest = hashlib.sha256(json.dumps(named).encode()).hexdigest()
     return f"session-{digest[:40]}"
 
 
@@ -407,7 +412,8 @@ class SessionConsolidator:
                 )
                 for row in txn.memories_by_ids(ids, with_details=False).values():
                     if not row.forgotten and not row.merged_into:
-                        memory = SessionMemory(row.id, row.scope, row.body, row.thread_position or 0, row.occurred_at)
+                        place, updated = row.thread_position or 0, row.updated_at > 0
+                        memory = SessionMemory(row.id, row.scope, row.body, place, row.occurred_at, updated)
                         by_scope.setdefault(row.scope, []).append(memory)
                 newest = txn.thread_newest_id(thread)
         sessions = [(scope, sorted(ms, key=lambda m: (m.position, m.id))) for scope, ms in by_scope.items()]
@@ -424,7 +430,7 @@ class SessionConsolidator:
         return ScopeOutcome(thread, scope, receipt, ALREADY_APPLIED, generation, 0, 0)
 
     def _scope(self, tenant: str, thread: str, scope: str, memories: list[SessionMemory]) -> ScopeOutcome:
-        receipt = receipt_id(thread, scope, [m.id for m in memories])
+        receipt = receipt_id(thread, scope, memories)
         with self._proposing(receipt):  # one proposal per receipt in this process at a time
             applied = self._applied(tenant, thread, scope, receipt)
             if applied is not None:
