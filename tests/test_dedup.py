@@ -11,6 +11,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -140,6 +141,26 @@ def test_forgetting_the_kept_memory_forgets_what_was_merged_into_it(client: Memo
     assert client.verify_integrity(tenant).valid
     # The content is gone everywhere, so it can be retained anew.
     assert client.retain(tenant, REFUND_YESTERDAY).status == "created"
+
+
+def test_a_merge_never_retires_a_memory_into_one_that_expires_before_it(client: MemoryClient, tenant: str) -> None:
+    """The kept memory's expiry erases what was merged into it (docs/expiry.md): a memory that never
+    expires, merged into an expired near duplicate in its grace, vanished from recall at once and was
+    erased with it. A memory that would outlive the kept one is left out of its group."""
+    now = time.time()
+    expired = client.retain(tenant, REFUND, expires_at=now - 1).memory_id
+    never = client.retain(tenant, REFUND_YESTERDAY).memory_id
+    assert client.dedup(tenant).groups == [] and client.dedup(tenant, merge=True).groups == []
+    assert [h.memory.id for h in client.recall(tenant, "refund ticket RF-88213", k=5)] == [never]
+    assert client.get_memory(tenant, expired).expires_at == pytest.approx(now - 1, abs=1e-3)
+    other = f"{tenant}-b"
+    keep = client.retain(other, REFUND, expires_at=now + 3600).memory_id
+    later = client.retain(other, REFUND_YESTERDAY, expires_at=now + 7200).memory_id
+    sooner = client.retain(other, REFUND_TODAY, expires_at=now + 60).memory_id
+    (group,) = client.dedup(other, merge=True).groups
+    assert (group.keep, group.duplicates) == (keep, (sooner,))
+    assert client.get_memory(other, later).merged_into == 0
+    assert client.verify_integrity(other).valid
 
 
 def test_dedup_rejects_a_bad_threshold(client: MemoryClient, tenant: str) -> None:

@@ -56,6 +56,7 @@ from mnemosyne.engine.types import DedupGroup, DedupReport
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime import read_priority
 from mnemosyne.store import ledger
+from mnemosyne.store.memory_rows import MemoryRow
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 from mnemosyne.store.tenantless_requests import TenantlessRequests
@@ -359,7 +360,8 @@ class Deduplicator:
             for i, r in rows.items()
             if not r.forgotten and not r.merged_into and not r.superseded_by
         }
-        return group_pairs(pairs, known), {i: c.body for i, c in known.items()}
+        groups = [_lasting(g, rows) for g in group_pairs(pairs, known)]
+        return [g for g in groups if g.duplicates], {i: c.body for i, c in known.items()}
 
 
 def _merge(
@@ -390,9 +392,11 @@ def _merge(
                 for i, r in rows.items()
                 if not (r.forgotten or r.merged_into or r.superseded_by) and r.body == texts[i]
             }
-            members = tuple(d for d in group.duplicates if d in as_found)
-            if group.keep not in as_found or not members:
+            if group.keep not in as_found:
                 continue  # a forget, an update or another merge got there first
+            members = tuple(d for d in _lasting(group, rows).duplicates if d in as_found)
+            if not members:
+                continue
             txn.merge_memories(group.keep, members, at=now)
             applied.append(DedupGroup(group.keep, members))
         txn.add_counters({"merged": sum(len(g.duplicates) for g in applied)})
@@ -406,6 +410,16 @@ def _merge(
         drop_vectors(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
         drop_texts(store, merged, from_epoch=epoch_before, to_epoch=epoch_after)
     return report
+
+
+def _lasting(group: DedupGroup, rows: Mapping[int, MemoryRow]) -> DedupGroup:
+    """The group without the duplicates that would outlive its kept memory: the kept one's expiry
+    erases what was merged into it (docs/expiry.md), so one expiring later, or never, stays."""
+    ends = rows[group.keep].expires_at
+    if ends is None:
+        return group
+    lasting = {i for i, r in rows.items() if r.expires_at is not None and r.expires_at <= ends}
+    return DedupGroup(group.keep, tuple(d for d in group.duplicates if d in lasting))
 
 
 def _prior_dedup(
