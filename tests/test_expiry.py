@@ -356,3 +356,18 @@ def test_the_python_client_s_batch_items_carry_their_own_expiry(client: MemoryCl
     with pytest.raises(InvalidArgumentError) as refused:
         client.retain_batch(tenant, [RetainItem("never sent", expires_at=float("nan"))])
     assert refused.value.reason == "EXPIRES_AT_INVALID"
+
+
+def test_fast_writes_due_for_erasure_when_applied_are_erased(client: MemoryClient, tenant: str) -> None:
+    """A fast write names its tenant's erasure in the index at acceptance; the worker's round that
+    claimed it swept first (the erasure was due), found nothing expiring in the file yet and cleared
+    the index, then applied it: such a memory (and one due later, whose time the earlier one had
+    covered) was never erased. The round names the erasures of what it applies, before its commit."""
+    client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=0))
+    client.hot_path(tenant, "enable")
+    now = time.time()
+    items = [RetainItem("Wombat3318 was due", expires_at=now - 10), RetainItem("Wombat3318 is due", expires_at=now + 1)]
+    events = [r.event_id for r in client.retain_batch(tenant, items, fast=True)]
+    assert client.hot_path(tenant, "flush", timeout_seconds=10).succeeded == 2
+    ids = [client.get_event(tenant, e).created_memory_ids[0] for e in events]
+    wait_until(lambda: all(client.get_memory(tenant, i).forgotten for i in ids), seconds=10)

@@ -236,6 +236,7 @@ class Engine:
             sweep=self.expiry.sweep,
             figures=self.figures,
         )
+        self.hot_path.commit.note_expiries = self.expiry.note_applied  # the erasures a round's writes bring
         self.hot_path.start()
         self.consistency = Consistency(
             pool=self.pool,

@@ -130,6 +130,15 @@ class Expiry:
         if soonest is not None:
             self._note_due(tenant, soonest + policy.grace_seconds)
 
+    def note_applied(self, tenant: str, store: TenantStore, expiries: Sequence[float | None]) -> None:
+        """Before a round of fast writes commits memories with ``expiries``: the index names the
+        tenant again. Their acceptance named it, but a sweep while they were queued found nothing
+        expiring in the file and cleared the name, and their erasures would never come due."""
+        if any(e is not None for e in expiries):
+            with store.read() as txn:
+                policy = read_policy(txn)
+            self.note(tenant, expiries, policy)
+
     def updated_expiry(
         self,
         policy: ExpiryPolicy,

@@ -42,6 +42,8 @@ class RoundCommit:
         config: HotPathConfig,
     ) -> None:
         self._write_path = write_path
+        # Told the expiries a round applies, before its commit: engine/expiry.py's ``note_applied``.
+        self.note_expiries: Callable[[str, TenantStore, Sequence[float | None]], None] | None = None
         self._changes = changes
         self._observer = observer
         self._depths = depths
@@ -58,6 +60,8 @@ class RoundCommit:
         ]
         errors: dict[int, Exception] = {}
         force = False
+        if self.note_expiries is not None:  # before the commit, as a synchronous write's are
+            self.note_expiries(tenant, store, [p.item.expires_at for p in prepared])
         # Single flight with synchronous writers of the same content (engine/dedup.py): one
         # extraction, the later writer finds an exact duplicate.
         with self._write_path.in_flight.claim(tenant, [p.fingerprint for p in prepared]):
