@@ -19,7 +19,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from mnemosyne.cli.server_process import ServerProcess
-from mnemosyne.client import ExpiryPolicy, MemoryClient, RetainItem
+from mnemosyne.client import BackupChunk, ExpiryPolicy, MemoryClient, RetainItem, TenantBackup
 from mnemosyne.client.errors import InvalidArgumentError
 from mnemosyne.engine.expiry import SWEEP_BATCH, SWEEP_MAX_BATCHES
 from mnemosyne.v1 import memory_pb2
@@ -371,3 +371,17 @@ def test_fast_writes_due_for_erasure_when_applied_are_erased(client: MemoryClien
     assert client.hot_path(tenant, "flush", timeout_seconds=10).succeeded == 2
     ids = [client.get_event(tenant, e).created_memory_ids[0] for e in events]
     wait_until(lambda: all(client.get_memory(tenant, i).forgotten for i in ids), seconds=10)
+
+
+def test_an_imported_tenant_s_expired_memories_are_erased(client: MemoryClient, tenant: str) -> None:
+    """The index names a tenant with erasures due when a write gives a memory an expiry; a tenant
+    file that arrived whole (ImportTenant, an online restore, a move) was named by no write, so its
+    expired memories stayed hidden for ever, never erased. An installed file is swept at once."""
+    client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=2))
+    client.retain(tenant, "Godwit5120 is in its grace", expires_at=time.time() - 1)
+    manifest, *chunks = client.export_tenant(tenant)
+    assert isinstance(manifest, TenantBackup)
+    imported = f"{tenant}-imported"
+    client.import_tenant(manifest, [c for c in chunks if isinstance(c, BackupChunk)], tenant=imported)
+    assert not client.get_memory(imported, 1).forgotten  # its grace has not passed yet
+    wait_until(lambda: client.get_memory(imported, 1).forgotten, seconds=10)

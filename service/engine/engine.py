@@ -238,6 +238,8 @@ class Engine:
         )
         self.hot_path.commit.note_expiries = self.expiry.note_applied  # the erasures a round's writes bring
         self.hot_path.start()
+        for tenant in self.pool.recovered:  # installs a kill interrupted, finished before anyone watched
+            self.expiry.installed(tenant)
         self.consistency = Consistency(
             pool=self.pool,
             hot_path=self.hot_path,

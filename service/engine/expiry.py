@@ -71,6 +71,12 @@ def validate_policy(policy: ExpiryPolicy) -> ExpiryPolicy:
     return policy
 
 
+def next_erasure(txn: ReadTxn) -> float | None:
+    """When the tenant's next erasure is due (engine clock; None: nothing expires)."""
+    soonest = txn.next_expiry()
+    return None if soonest is None else soonest + read_policy(txn).grace_seconds
+
+
 def is_expired(expires_at: float | None, now: float) -> bool:
     return expires_at is not None and expires_at <= now
 
@@ -84,6 +90,26 @@ class Expiry:
         self._pool = pool
         self.clock = clock
         self._note_due = note_due
+        pool.watchers.append(self)
+
+    # -- told by the pool of its files' changes (store/file_watchers.py) ----------------------------
+
+    def installed(self, tenant: str) -> None:
+        """A file that arrived whole (an import, an online restore, a move) was named by none of
+        its writes here: its next erasure, read from the file, is named now."""
+        with self._pool.glance(tenant) as txn:
+            due = next_erasure(txn)
+        if due is not None:
+            self._note_due(tenant, due)
+
+    def committed(self, tenant: str) -> None:
+        pass  # a write that gives an expiry names its tenant itself (``stamp``, ``note``)
+
+    def content_erased(self, tenant: str) -> None:
+        pass
+
+    def erased(self, tenant: str) -> None:
+        pass  # the hot path forgets an erased tenant, its sweep with it
 
     # -- the policy -------------------------------------------------------------------------------
 
@@ -190,5 +216,4 @@ class Expiry:
         if erased_any or store.erasure_pending():
             store.erase_traces()
         with store.read() as txn:
-            soonest, grace = txn.next_expiry(), read_policy(txn).grace_seconds
-        return None if soonest is None else soonest + grace
+            return next_erasure(txn)
