@@ -21,13 +21,21 @@ import grpc
 import pytest
 
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
-from mnemosyne.client import InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
+from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
 from tests.cli_session import cli_session
-from tests.support import ServerFactory, ServerProcess, module_server, on_a_terminal, sql_row, tokens_json
+from tests.support import (
+    ServerFactory,
+    ServerProcess,
+    module_server,
+    on_a_terminal,
+    sql_row,
+    tokens_json,
+    wait_until,
+)
 from tests.test_erasure import texts_left
 
 ADMIN = "admin-token-backup"
@@ -71,6 +79,10 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
             admin.retain_batch(t, [f"seed note {i} of {t}" for i in range(50)])
             with lock:
                 acknowledged[t].extend(f"seed note {i} of {t}" for i in range(50))
+        # Expired, in a grace that outlasts the test here; the copy's clock runs past it. A restored
+        # file was named in the sweep index by none of its writes: its expired memories stayed.
+        admin.set_expiry_policy(tenants[2], ExpiryPolicy(grace_seconds=3600))
+        expired = admin.retain(tenants[2], "Plover7781 expired", expires_at=time.time() - 1).memory_id
 
     def write(number: int) -> None:
         fast = number % 2 == 1  # two writers synchronous, two through the hot path
@@ -116,9 +128,11 @@ def test_backup_while_four_clients_write_then_restore(server_factory, tenant: st
         entry = manifest["tenants"][t]
         assert _head(restored / "tenants" / f"{t}.sqlite") == (entry["head_hash"], entry["ledger_entries"])
 
-    copy = ServerProcess(restored).start()
+    (tmp_path / "clock").write_text("7200")
+    copy = ServerProcess(restored, env={"MNEMOSYNE_TEST_CLOCK_FILE": str(tmp_path / "clock")}).start()
     try:
         with MemoryClient(copy.target) as client:
+            wait_until(lambda: client.get_memory(tenants[2], expired).forgotten, seconds=10)
             for t in tenants:
                 client.hot_path(t, "flush")
                 texts = {m.text for m in _all_memories(client, t)}

@@ -579,7 +579,7 @@ def restore(
         index = PendingIndex(data_dir)
         try:
             for tenant in chosen:
-                index.add(tenant)  # its open operations, if any, resume at start-up (a spare name is harmless)
+                index.add_placed(tenant)
         finally:
             index.close()
         for tenant in chosen:

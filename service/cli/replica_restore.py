@@ -157,7 +157,7 @@ def restore_member(
         index = PendingIndex(data_dir)
         try:
             for tenant in fetched:
-                index.add(tenant)  # its open operations, if any, resume at start-up
+                index.add_placed(tenant)
         finally:
             index.close()
         for tenant, files in fetched.items():

@@ -41,6 +41,13 @@ class PendingIndex(MemberIndex):
             self._set_due("expiring", self._due, tenant, due)
             return True
 
+    def add_placed(self, tenant: str) -> None:
+        """A tenant file an offline restore places: its open operations, if any, resume at
+        start-up, and its sweep runs then, which finds its next erasure (none of its writes named
+        it here). A spare name is harmless: a sweep with nothing to erase clears it."""
+        self.add(tenant)
+        self.set_sweep(tenant, 0.0, only_sooner=True)
+
     def sweeps(self) -> list[tuple[str, float]]:
         with self._lock:
             return sorted(self._sweeps.items())
