@@ -27,7 +27,7 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
 const {
-  refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, integer, unknownName, listOf, checkingArguments,
+  refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
   optionsObject, wholeOption, flagOption,
 } = require('./unsendable');
 
@@ -124,14 +124,21 @@ function memory(m) {
     occurredAt: dateFrom(m.occurred_at),
     thread: m.thread ? { id: m.thread.id, position: m.thread.position } : null,
     speaker: m.speaker,
+    expiresAt: dateFrom(m.expires_at),
   };
 }
 
-/** A RetainBatch item from a text or {text, scope, metadata, occurredAt, thread, speaker}. */
+/** `expiresAt` (a Date or unix seconds) as the request's expires_at, refused as the Python client refuses it. */
+function expiresAtFrom(expiresAt) {
+  return timestampFromDateOrSeconds(expiresAt, 'expiresAt', 'EXPIRES_AT_INVALID');
+}
+
+/** A RetainBatch item from a text or {text, scope, metadata, occurredAt, thread, speaker, expiresAt}. */
 function retainItem(item) {
   const given = typeof item === 'string' ? { text: item } : item;
   const out = { text: given.text, scope: given.scope ?? '', metadata: given.metadata ?? {}, speaker: given.speaker ?? '' };
   if (given.occurredAt != null) out.occurred_at = timestampFrom(given.occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+  if (given.expiresAt != null) out.expires_at = expiresAtFrom(given.expiresAt);
   if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: given.thread.position ?? 0 };
   return out;
 }
@@ -147,9 +154,13 @@ function recordChange(c) {
 const EVENT_STATUS_NAMES = { PENDING: 'pending', RUNNING: 'running', SUCCEEDED: 'succeeded', FAILED: 'failed' };
 const EVENT_STATUS_BY_NAME = Object.fromEntries(Object.entries(EVENT_STATUS_NAMES).map(([proto, name]) => [name, proto]));
 
-/** A google.protobuf.Timestamp (seconds as a string) as a Date; null when absent. */
+/**
+ * A google.protobuf.Timestamp (seconds as a string) as a Date, to the nearest millisecond; null
+ * when absent. The server holds times as float seconds: a time given to the millisecond comes
+ * back a few nanoseconds early or late, and cut down it read one millisecond early.
+ */
 function dateFrom(t) {
-  return t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)) : null;
+  return t ? new Date(Number(t.seconds) * 1000 + Math.round(t.nanos / 1e6)) : null;
 }
 
 // The kinds of change a webhook subscription asks for, as docs/webhooks.md names them.
@@ -534,13 +545,17 @@ class MemoryClient {
    * `fast` takes the hot path when the tenant's is enabled (status 'enqueued', an eventId).
    * `requestId: ''` sends none: the write is then never repeated. `occurredAt` (a Date: when it
    * was said or happened), `thread` ({ id, position }: its place in a conversation) and `speaker`
-   * (who said or wrote it) are optional; recall uses them (docs/recall-quality.md).
+   * (who said or wrote it) are optional; recall uses them (docs/recall-quality.md). `expiresAt` (a
+   * Date or unix seconds) is when it expires: hidden from then on, erased after the tenant's grace
+   * (unset: the tenant's default time to live, docs/expiry.md).
    */
   async retain(tenant, text, {
     scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
+    expiresAt = null,
   } = {}) {
     const request = { tenant, text, scope, metadata, request_id: requestId ?? '', fast, speaker };
     if (occurredAt != null) request.occurred_at = timestampFrom(occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+    if (expiresAt != null) request.expires_at = expiresAtFrom(expiresAt);
     if (thread != null) request.thread = { id: thread.id ?? '', position: thread.position ?? 0 };
     const { response } = await this._call(this.memory, 'Retain', request, { retry: Boolean(requestId) });
     return retainResult(response.result);
@@ -567,7 +582,7 @@ class MemoryClient {
 
   /**
    * Several memories in one call, each item a text or {text, scope, metadata, occurredAt, thread,
-   * speaker}; one result per item, in order (an item that fails never loses the others).
+   * speaker, expiresAt}; one result per item, in order (an item that fails never loses the others).
    */
   async retainBatch(tenant, items, { requestId = newRequestId(), fast = false } = {}) {
     const request = { tenant, items: listOf(items, 'items').map(retainItem), request_id: requestId ?? '', fast };
@@ -613,19 +628,26 @@ class MemoryClient {
   /**
    * Change a memory's text and/or metadata in place (its earlier versions are kept:
    * listMemoryVersions). `metadata` replaces the memory's whole metadata (`{}` clears it; an
-   * update never merges); without it the metadata is kept.
+   * update never merges); without it the metadata is kept. `expiresAt` (a Date or unix seconds)
+   * gives it a new expiry, `clearExpiresAt: true` makes it never expire (both: the server's
+   * EXPIRES_AT_CONFLICT); without either the expiry is kept, or extended by the tenant's policy
+   * (docs/expiry.md). Either may be given alone.
    */
   async updateMemory(tenant, memoryId, {
-    text = '', metadata, replaceMetadata = metadata !== undefined, requestId = newRequestId(),
+    text = '', metadata, replaceMetadata = metadata !== undefined, requestId = newRequestId(), expiresAt = null,
+    clearExpiresAt = false,
   } = {}) {
-    const { response } = await this._call(this.memory, 'UpdateMemory', {
+    const request = {
       tenant,
       memory_id: memoryId,
       text,
       metadata: metadata ?? {},
       replace_metadata: replaceMetadata,
       request_id: requestId ?? '',
-    }, { retry: Boolean(requestId) });
+      clear_expires_at: clearExpiresAt,
+    };
+    if (expiresAt != null) request.expires_at = expiresAtFrom(expiresAt);
+    const { response } = await this._call(this.memory, 'UpdateMemory', request, { retry: Boolean(requestId) });
     return {
       memory: memory(response.memory),
       updated: response.updated,

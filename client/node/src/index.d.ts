@@ -86,7 +86,15 @@ export interface Memory {
   thread: ThreadRef | null;
   /** Who said or wrote it ('' when not given). */
   speaker: string;
+  /** When it expires (docs/expiry.md); null: never. */
+  expiresAt: Date | null;
 }
+
+/**
+ * A time as unix seconds or a Date, from 0001-01-01 to 9999-12-31 UTC (a RequestInvalidError
+ * EXPIRES_AT_INVALID otherwise, before anything is sent; REQUEST_UNDECODABLE for another type).
+ */
+export type ExpiresAt = Date | number;
 
 /** A memory's place in a conversation: the thread's id and a position in it (ints as strings). */
 export interface ThreadRef {
@@ -188,6 +196,7 @@ export declare class MemoryClient {
   /**
    * `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated).
    * `occurredAt`, `thread` and `speaker`: when it was said, its place in a conversation, who said it.
+   * `expiresAt`: when it expires (unset: the tenant's default time to live; docs/expiry.md).
    */
   retain(
     tenant: string,
@@ -200,6 +209,7 @@ export declare class MemoryClient {
       occurredAt?: Date | null;
       thread?: ThreadRef | null;
       speaker?: string;
+      expiresAt?: ExpiresAt | null;
     },
   ): Promise<RetainResult>;
   recall(
@@ -269,7 +279,16 @@ export declare class MemoryClient {
   updateMemory(
     tenant: string,
     memoryId: Id | number | bigint,
-    options?: { text?: string; metadata?: Record<string, string>; replaceMetadata?: boolean; requestId?: string },
+    options?: {
+      text?: string;
+      metadata?: Record<string, string>;
+      replaceMetadata?: boolean;
+      requestId?: string;
+      /** A new expiry; unset (or null) keeps the current one, or the tenant's policy extends it. */
+      expiresAt?: ExpiresAt | null;
+      /** The memory never expires from now on (with `expiresAt` too: EXPIRES_AT_CONFLICT). */
+      clearExpiresAt?: boolean;
+    },
   ): Promise<{ memory: Memory; updated: boolean; nearDuplicateOf: Id[]; supersedes: Id[] }>;
   /** How many were forgotten. */
   forgetMemories(tenant: string, metadataEquals: Record<string, string>, options?: { scope?: string; requestId?: string }): Promise<number>;
@@ -420,6 +439,7 @@ export interface RetainItem {
   occurredAt?: Date | null;
   thread?: ThreadRef | null;
   speaker?: string;
+  expiresAt?: ExpiresAt | null;
 }
 
 export interface MemoryVersion {

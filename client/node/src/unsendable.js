@@ -8,7 +8,8 @@
 //                        (1.5, NaN, 1e300, 2**64, a BigInt past 64 bits): protobufjs would truncate
 //                        or wrap it (2**64 became 384, 1.5 became 1) or fail as INTERNAL
 //   OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID
-//                        a time that is no valid Date, or outside the years 1 to 9999
+//                        a time that is no valid Date (expiresAt: nor a finite number of unix
+//                        seconds), or outside the years 1 to 9999
 //   TIMEOUT_INVALID      a deadline that is not more than 0 and at most a year (grpc-js throws,
 //                        outside the call's promise, for one past its range)
 // Every request is checked against its message type in the protos (`checkedRequest`), so a new
@@ -111,6 +112,27 @@ function timestampFrom(date, field, reason) {
       + '9999-12-31T23:59:59Z');
   }
   return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1e6 };
+}
+
+/**
+ * `value` (a Date, or a number of unix seconds as the Python client takes a time) as a
+ * google.protobuf.Timestamp. Refused as the Python client refuses it: REQUEST_UNDECODABLE when
+ * it is neither (a text, a BigInt, a boolean), `reason` when it is no time (an invalid Date, NaN,
+ * an infinity) or outside the years 1 to 9999, in the Python client's words for a number.
+ */
+function timestampFromDateOrSeconds(value, field, reason) {
+  if (typeof value !== 'number') {
+    if (value instanceof Date) return timestampFrom(value, field, reason);
+    throw shapeless(field, value, 'a Date or a number of unix seconds');
+  }
+  if (!(value >= FIRST_SECOND && value < LAST_SECOND + 1)) { // false for NaN too
+    throw refused(reason, `${field} is ${value} unix seconds; a time is between ${FIRST_SECOND} `
+      + `(0001-01-01T00:00:00Z) and ${LAST_SECOND + 1} (10000-01-01T00:00:00Z, excluded)`);
+  }
+  const seconds = Math.floor(value);
+  // Kept to the microsecond, as the server keeps it: the float's last digits are noise.
+  const nanos = Math.min(Math.round((value - seconds) * 1e6), 999999) * 1000;
+  return { seconds: String(seconds), nanos };
 }
 
 function checkedTimestamp(value, field, name) {
@@ -332,6 +354,6 @@ function checkingArguments(cls, except = []) {
 
 module.exports = {
   checkingArguments, optionsObject, wholeOption, flagOption,
-  RequestInvalidError, refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timeReason, integer, unknownName,
+  RequestInvalidError, refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, timeReason, integer, unknownName,
   listOf, MAX_TIMEOUT_MS,
 };

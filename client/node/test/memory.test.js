@@ -114,9 +114,55 @@ test('when, where in a thread and who: retained and recalled', async () => {
   assert.equal(other.memory.speaker, '');
 });
 
+test('expiresAt on retain, retainBatch items and updateMemory: a past one hides the memory, a future one is read back', async () => {
+  // Before, the client sent no expiry (the option was dropped): each memory took the tenant's
+  // default, never, and none could be made to expire, or to stop expiring, from Node.
+  const tenant = uniqueTenant();
+  const past = new Date(Date.now() - 3600 * 1000);
+  const future = new Date(Date.UTC(2100, 0, 1, 12, 30, 15, 250));
+  const futureSeconds = Date.UTC(2101, 5, 1) / 1000 + 0.5; // unix seconds, as the Python client's expires_at
+  const gone = await client.retain(tenant, 'In the village Ada keeps bees', { expiresAt: past });
+  const kept = await client.retain(tenant, 'In the village Ben repairs bicycles', { expiresAt: future });
+  const [goneItem, keptItem] = await client.retainBatch(tenant, [
+    { text: 'In the village Cleo sings in the choir', expiresAt: Math.floor(past.getTime() / 1000) },
+    { text: 'In the village Dan bakes rye bread', expiresAt: futureSeconds },
+  ]);
+  const updated = await client.retain(tenant, 'In the village Eve paints lighthouses');
+  assert.equal(updated.status, 'created');
+  const hidden = await client.updateMemory(tenant, updated.memoryId, { expiresAt: past });
+  assert.equal(hidden.memory.expiresAt.getTime(), past.getTime());
+  const recalled = async () => new Map((await client.recall(tenant, 'village', { k: 10 })).map((h) => [h.memory.id, h.memory]));
+  let hits = await recalled();
+  assert.deepEqual([...hits.keys()].sort(), [kept.memoryId, keptItem.memoryId].sort());
+  assert.equal(hits.get(kept.memoryId).expiresAt.getTime(), future.getTime());
+  assert.equal(hits.get(keptItem.memoryId).expiresAt.getTime(), futureSeconds * 1000);
+  // An expired memory in its grace is still read by id, with its expiry.
+  assert.equal((await client.getMemory(tenant, gone.memoryId)).expiresAt.getTime(), past.getTime());
+  assert.equal((await client.getMemory(tenant, goneItem.memoryId)).expiresAt.getTime(), Math.floor(past.getTime() / 1000) * 1000);
+  // As in the Python client: clearExpiresAt makes it never expire, a later expiresAt moves it;
+  // either shows it again. Both at once is the server's EXPIRES_AT_CONFLICT.
+  const cleared = await client.updateMemory(tenant, updated.memoryId, { clearExpiresAt: true });
+  assert.equal(cleared.memory.expiresAt, null);
+  const moved = await client.updateMemory(tenant, gone.memoryId, { expiresAt: futureSeconds });
+  assert.equal(moved.memory.expiresAt.getTime(), futureSeconds * 1000);
+  hits = await recalled();
+  assert.deepEqual([...hits.keys()].sort(), [gone.memoryId, kept.memoryId, keptItem.memoryId, updated.memoryId].sort());
+  assert.equal(hits.get(updated.memoryId).expiresAt, null);
+  await assert.rejects(client.updateMemory(tenant, kept.memoryId, { expiresAt: future, clearExpiresAt: true }),
+    (err) => err instanceof MnemosyneError && err.code === grpc.status.INVALID_ARGUMENT && err.reason === 'EXPIRES_AT_CONFLICT');
+});
+
 test('a bad time or speaker is refused with its reason', async () => {
   await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: new Date('not a date') }),
     { name: 'RequestInvalidError', reason: 'OCCURRED_AT_INVALID' });
+  // expiresAt takes unix seconds too, refused in the Python client's words; the range's edges go.
+  await assert.rejects(client.retain(uniqueTenant(), 'x', { expiresAt: 253402300800 }), (err) => err.reason === 'EXPIRES_AT_INVALID'
+    && err.details === 'expiresAt is 253402300800 unix seconds; a time is between -62135596800 (0001-01-01T00:00:00Z) '
+      + 'and 253402300800 (10000-01-01T00:00:00Z, excluded)');
+  const edges = await client.retainBatch(uniqueTenant(), [
+    { text: 'first', expiresAt: -62135596800 }, { text: 'last', expiresAt: 253402300799.9999 },
+  ]);
+  assert.deepEqual(edges.map((r) => r.status), ['created', 'created']);
   await assert.rejects(client.retain(uniqueTenant(), 'x', { speaker: 'Ca\u0000roline' }), (err) => {
     assert.ok(err instanceof MnemosyneError);
     assert.equal(err.code, grpc.status.INVALID_ARGUMENT);

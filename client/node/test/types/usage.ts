@@ -16,6 +16,10 @@ export async function host(target: string): Promise<string> {
     occurredAt: new Date(0), thread: { id: 'session-1', position: 2 }, speaker: 'Caroline',
   });
   const when: Date | null = hits[0].memory.occurredAt;
+  const expiring: RetainResult = await client.retain('acme', 'The door code is 4711', { expiresAt: new Date(0) });
+  await client.retainBatch('acme', [{ text: 'Lunch at noon', expiresAt: 2_000_000_000 }]);
+  const kept = await client.updateMemory('acme', expiring.memoryId, { clearExpiresAt: true, expiresAt: null });
+  const expires: Date | null = kept.memory.expiresAt;
   const who: string = hits[0].memory.speaker + (hits[0].memory.thread?.id ?? '') + said.status;
   const enabled: HotPathStatus = await client.hotPath('acme', 'enable');
   const fast: RetainResult = await client.retain('acme', 'queued', { fast: enabled.enabled, requestId: '' });
@@ -56,6 +60,6 @@ export async function host(target: string): Promise<string> {
     if (err instanceof MnemosyneError && err.retryDelayMs !== null) return `retry after ${err.retryDelayMs} ms`;
   }
   client.close();
-  return [status, texts.join(), String(depth), String(finished?.getTime()), String(when?.getTime()), who, created.join(), lastSequence, String(next + generation), String(applied), prompt, summary,
+  return [status, texts.join(), String(depth), String(finished?.getTime()), String(when?.getTime()), String(expires?.getTime()), who, created.join(), lastSequence, String(next + generation), String(applied), prompt, summary,
     renderContext(assembled, 'ws'), GLOBAL_GENERATION_KEY, JSON.stringify(MemoryHost.toolSchemas('anthropic'))].join('\n');
 }
