@@ -373,6 +373,26 @@ def test_fast_writes_due_for_erasure_when_applied_are_erased(client: MemoryClien
     wait_until(lambda: all(client.get_memory(tenant, i).forgotten for i in ids), seconds=10)
 
 
+def test_a_write_committed_while_a_sweep_records_its_next_erasure_is_erased(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    """A synchronous write names its erasure in the index before it commits; a sweep that read the
+    tenant's next erasure before that commit (none) then recorded it, clearing the write's name:
+    that memory was never erased. The worker is held (MNEMOSYNE_TEST_HOLD_WORKERS "swept") between
+    the sweep's read and its record while the write commits; a name given meanwhile is kept."""
+    hold = tmp_path / "hold-workers"
+    hold.write_text("swept")
+    server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    with MemoryClient(server.target) as client:
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=0))
+        due = client.retain(tenant, "Curlew801 was due", expires_at=time.time() - 10)
+        wait_until(lambda: "held at swept " in server.stderr_path.read_text(errors="replace"))
+        later = client.retain(tenant, "Curlew801 is due in a second", expires_at=time.time() + 1)
+        hold.unlink()
+        ids = [due.memory_id, later.memory_id]
+        wait_until(lambda: all(client.get_memory(tenant, i).forgotten for i in ids), seconds=10)
+
+
 def test_an_imported_tenant_s_expired_memories_are_erased(client: MemoryClient, tenant: str) -> None:
     """The index names a tenant with erasures due when a write gives a memory an expiry; a tenant
     file that arrived whole (ImportTenant, an online restore, a move) was named by no write, so its

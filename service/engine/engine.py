@@ -170,7 +170,7 @@ class Engine:
         # Expiry's clock (a test's may run ahead); its erasures are due in the hot path's index.
         self.clock = Clock(seams.clock_file)
         self.expiry = Expiry(
-            pool=self.pool, clock=self.clock, note_due=lambda tenant, due: self.hot_path.note_sweep(tenant, due)
+            pool=self.pool, clock=self.clock, naming=lambda tenant, due: self.hot_path.naming_sweep(tenant, due)
         )
         self.write_path = WritePath(
             extractor=extractor,
@@ -372,16 +372,16 @@ class Engine:
             self.pool.tenant(tenant, create=True) as store,
         ):
             assert store is not None
-            self.expiry.stamp(tenant, store, prepared)  # the tenant's default expiry, named before the write
-            enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
-            if enqueued is not None:  # the enqueue answers a known request id itself
-                self.figures.accepted(tenant, len(prepared))
-                return enqueued
-            # Queued writes of the same content were accepted first: this one is their duplicate.
-            self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
-            result = self.write_path.write(
-                tenant, store, prepared, outcomes, request=request, per_item_errors=per_item_errors, claimed=first
-            )
+            with self.expiry.stamped(tenant, store, prepared):  # the default expiry, named until the write commits
+                enqueued = self.hot_path.enqueue(tenant, store, prepared, outcomes, request) if fast else None
+                if enqueued is not None:  # the enqueue answers a known request id itself
+                    self.figures.accepted(tenant, len(prepared))
+                    return enqueued
+                # Queued writes of the same content were accepted first: this one is their duplicate.
+                self.hot_path.settle(tenant, [p.fingerprint for p in prepared])
+                result = self.write_path.write(
+                    tenant, store, prepared, outcomes, request=request, per_item_errors=per_item_errors, claimed=first
+                )
         self.seams.committed(method)
         self.figures.accepted(tenant, len(prepared))
         return result

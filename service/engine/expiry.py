@@ -15,14 +15,17 @@ taking its turn beside the fast writes of every tenant, and a sweep behind by mo
 runtime/background.py's URGENT_AFTER_SECONDS runs at normal priority, so erasure stays bounded
 under load, not only when the server is idle. The tenants with erasures due are named in the
 member-level recovery index (store/pending_index.py ``sweeps``) BEFORE the write that gives a
-memory its expiry commits, so no restart and no idle tenant misses one, and no file is polled.
+memory its expiry commits, so no restart and no idle tenant misses one, and no file is polled;
+the write holds the name until it committed (``naming``), so a sweep that read the file before
+that commit keeps it named (engine/hot_path/recovery.py ``sweep_if_due``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 from mnemosyne.engine import changers
 from mnemosyne.engine.index import drop_vectors
@@ -82,14 +85,17 @@ def is_expired(expires_at: float | None, now: float) -> bool:
 
 
 class Expiry:
-    """The policy, the stamping of expiries and the sweep, on ``clock``. ``note_due(tenant, at)``
-    names the tenant in the member-level index with an erasure due at ``at`` (engine clock) and
-    wakes a worker then (the hot path's recovery index)."""
+    """The policy, the stamping of expiries and the sweep, on ``clock``. ``with naming(tenant,
+    at)`` names the tenant in the member-level index with an erasure due at ``at`` (engine clock)
+    and wakes a worker then (the hot path's recovery index), held named while the write it
+    encloses commits."""
 
-    def __init__(self, *, pool: TenantPool, clock: Clock, note_due: Callable[[str, float], None]) -> None:
+    def __init__(
+        self, *, pool: TenantPool, clock: Clock, naming: Callable[[str, float], AbstractContextManager[None]]
+    ) -> None:
         self._pool = pool
         self.clock = clock
-        self._note_due = note_due
+        self._naming = naming
         pool.watchers.append(self)
 
     # -- told by the pool of its files' changes (store/file_watchers.py) ----------------------------
@@ -100,10 +106,10 @@ class Expiry:
         with self._pool.glance(tenant) as txn:
             due = next_erasure(txn)
         if due is not None:
-            self._note_due(tenant, due)
+            self._name_committed(tenant, due)
 
     def committed(self, tenant: str) -> None:
-        pass  # a write that gives an expiry names its tenant itself (``stamp``, ``note``)
+        pass  # a write that gives an expiry names its tenant itself (``stamped``, ``naming``)
 
     def content_erased(self, tenant: str) -> None:
         pass
@@ -132,15 +138,22 @@ class Expiry:
                 txn.append_ledger({"op": "expiry_policy", **dataclasses.asdict(policy)})
                 soonest = txn.next_expiry()
         if soonest is not None:
-            self._note_due(tenant, soonest + policy.grace_seconds)
+            self._name_committed(tenant, soonest + policy.grace_seconds)
         return policy
+
+    def _name_committed(self, tenant: str, due: float) -> None:
+        """Names an erasure read from the file after its commit: a sweep that read the file before
+        that commit still runs, and keeps what is named meanwhile."""
+        with self._naming(tenant, due):
+            pass
 
     # -- what a write gives a memory ----------------------------------------------------------------
 
-    def stamp(self, tenant: str, store: TenantStore, prepared: Sequence[PreparedItem]) -> None:
-        """Before the write: each item without an expiry of its own gets the tenant's default
+    @contextmanager
+    def stamped(self, tenant: str, store: TenantStore, prepared: Sequence[PreparedItem]) -> Iterator[None]:
+        """Around the write: each item without an expiry of its own gets the tenant's default
         time to live from now (its acceptance); the index names the tenant with the soonest
-        erasure these items bring, before they can commit."""
+        erasure these items bring, before they can commit and until they did."""
         with store.read() as txn:
             policy = read_policy(txn)
         if policy.default_ttl_seconds:
@@ -148,22 +161,30 @@ class Expiry:
             for p in prepared:
                 if p.item.expires_at is None:
                     p.item = dataclasses.replace(p.item, expires_at=expires_at)
-        self.note(tenant, [p.item.expires_at for p in prepared], policy)
+        with self.naming(tenant, [p.item.expires_at for p in prepared], policy):
+            yield
 
-    def note(self, tenant: str, expiries: Sequence[float | None], policy: ExpiryPolicy) -> None:
-        """The index names the tenant with the soonest erasure of ``expiries``, if any."""
+    @contextmanager
+    def naming(self, tenant: str, expiries: Sequence[float | None], policy: ExpiryPolicy) -> Iterator[None]:
+        """The index names the tenant with the soonest erasure of ``expiries``, if any, before
+        the write this encloses commits and until it did."""
         soonest = min((e for e in expiries if e is not None), default=None)
-        if soonest is not None:
-            self._note_due(tenant, soonest + policy.grace_seconds)
+        if soonest is None:
+            yield
+            return
+        with self._naming(tenant, soonest + policy.grace_seconds):
+            yield
 
     def note_applied(self, tenant: str, store: TenantStore, expiries: Sequence[float | None]) -> None:
         """Before a round of fast writes commits memories with ``expiries``: the index names the
         tenant again. Their acceptance named it, but a sweep while they were queued found nothing
-        expiring in the file and cleared the name, and their erasures would never come due."""
+        expiring in the file and cleared the name, and their erasures would never come due. (No
+        sweep of the tenant overlaps the round: the tenant's worker runs both, one after the other.)"""
         if any(e is not None for e in expiries):
             with store.read() as txn:
                 policy = read_policy(txn)
-            self.note(tenant, expiries, policy)
+            with self.naming(tenant, expiries, policy):
+                pass
 
     def updated_expiry(
         self,

@@ -298,18 +298,19 @@ class Updates:
         )
         if expires_at != row.expires_at:
             changed.append("expires_at")
-            self._expiry.note(tenant, [expires_at], policy)  # before the commit: the index names it
         seen = _content(row)
         if not changed:
             return self._unchanged(store, memory_id, request_id, request, seen)
-        if changed == ["expires_at"]:
-            return self._set_expiry(store, memory_id, expires_at, request_id, request, seen)
-        prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
-        # Queued writes of the new text were accepted first: they are applied before it.
-        self._settle(tenant, [prepared.fingerprint])
-        # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
-        self._write_path.extract_missing(store, [prepared], force=True)
-        return self._replace(tenant, store, memory_id, prepared, request_id, request, change, changed, seen)
+        # A new expiry is named in the index before the commit, and held named until it.
+        with self._expiry.naming(tenant, [expires_at] if "expires_at" in changed else [], policy):
+            if changed == ["expires_at"]:
+                return self._set_expiry(store, memory_id, expires_at, request_id, request, seen)
+            prepared.item = dataclasses.replace(prepared.item, expires_at=expires_at)
+            # Queued writes of the new text were accepted first: they are applied before it.
+            self._settle(tenant, [prepared.fingerprint])
+            # Outside the transaction: extraction, embedding, near duplicates (as for a retain).
+            self._write_path.extract_missing(store, [prepared], force=True)
+            return self._replace(tenant, store, memory_id, prepared, request_id, request, change, changed, seen)
 
     def _replayed_first(
         self, store: TenantStore, memory_id: int, request_id: str | None, request: tuple[str, str]

@@ -14,7 +14,8 @@ misspelt seam fails the test that set it instead of silently doing nothing):
 * ``MNEMOSYNE_TEST_CRASH_AFTER_COMMIT``: methods after whose commit the process kills itself
   (a reply lost after a commit);
 * ``MNEMOSYNE_TEST_HOLD_WORKERS``: hot-path workers hold before committing while this file exists
-  (or, when it says "inbox" or "claimed", before taking the inbox or once a round claimed);
+  (or, when it says "inbox", "claimed" or "swept", before taking the inbox, once a round claimed,
+  or once a sweep read its tenant's next erasure, before recording it);
 * ``MNEMOSYNE_TEST_HOLD_BACKLOG``: while this file exists, hot-path workers take only the writes
   someone waits for (a read's consistency token): the backlog stays put (engine/hot_path/rounds.py);
 * ``MNEMOSYNE_TEST_WORKER_ORDER=random:SEED``: each hot-path round takes a random set of the open

@@ -10,7 +10,7 @@ The same file keeps, per idle tenant with finished events, when the oldest of th
 (``expiring``), so a restart still deletes them on time; and per tenant with memories that
 expire, when its next erasure is due (``sweeps``, engine/expiry.py), written before the write
 that makes it due commits (an entry due earlier than the file says is harmless: the sweep looks
-and writes the true time).
+and writes the true time, keeping what writes still committing named: engine/hot_path/recovery.py).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class HotPath:
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome
         self.get_event, self.list_events, self.transitions = events.get_event, events.list_events, events.transitions
-        self.settle, self.note_sweep, self.commit = awaited.settle, recovery.note_sweep, commit
+        self.settle, self.naming_sweep, self.commit = awaited.settle, recovery.naming_sweep, commit
 
     def status(self, tenant: str) -> HotPathState:
         """The tenant's Status: its flag and figures, and the open writes reads wait for."""

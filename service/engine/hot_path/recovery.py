@@ -5,8 +5,10 @@ next expired memory is due for erasure (engine/expiry.py), so the workers sweep 
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mnemosyne.engine.hot_path.retention import Retention
 from mnemosyne.engine.hot_path.scheduler import Wake
@@ -34,6 +36,12 @@ class Recovery:
         # tenant -> monotonic time its queue was last seen drained; changed only under the
         # tenant's inbox lock, so "still here" means "nothing was enqueued since".
         self._idle_since: dict[str, float] = {}
+        # The sweeps' side of the writes that name an erasure before they commit: per tenant, the
+        # erasures of writes named and not yet committed, and for each sweep under way those named
+        # since it began (and before it, not yet committed); changed under ``_sweep_names``.
+        self._sweep_names = threading.Lock()
+        self._naming: dict[str, list[float]] = {}
+        self._sweeping: dict[str, list[list[float]]] = {}
 
     def resume_all(self) -> None:
         """At start-up: queue the tenants the index names, and the idle ones whose events expire.
@@ -45,11 +53,25 @@ class Recovery:
         for tenant, due in self.index.sweeps():
             self._wake.notify_at(tenant, self._clock.wall_time_of(due))
 
-    def note_sweep(self, tenant: str, due: float) -> None:
-        """An erasure of the tenant's will be due at ``due`` (engine clock): named in the index
-        (durably) before the write that makes it due commits, and a worker woken then."""
-        if self.index.set_sweep(tenant, due, only_sooner=True):
-            self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+    @contextmanager
+    def naming_sweep(self, tenant: str, due: float) -> Iterator[None]:
+        """An erasure of the tenant's will be due at ``due`` (engine clock) once the write held
+        inside commits: named in the index (durably) before it, and a worker woken then. A sweep
+        of the tenant that overlaps the write (it read the file before the commit) keeps it named."""
+        with self._sweep_names:
+            self._naming.setdefault(tenant, []).append(due)
+            for named_meanwhile in self._sweeping.get(tenant, ()):
+                named_meanwhile.append(due)
+            if self.index.set_sweep(tenant, due, only_sooner=True):
+                self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+        try:
+            yield
+        finally:
+            with self._sweep_names:
+                naming = self._naming[tenant]
+                naming.remove(due)
+                if not naming:
+                    del self._naming[tenant]
 
     def sweep_if_due(self, tenant: str, sweep: Callable[[], float | None]) -> None:
         """Run the tenant's ``sweep`` if an erasure of its is due now, and record when the next
@@ -61,13 +83,30 @@ class Recovery:
             if self._clock.jumps:
                 self._wake.notify_at(tenant, self._clock.wall_time_of(due))
             return
-        self.swept(tenant, sweep())
-
-    def swept(self, tenant: str, due: float | None) -> None:
-        """A sweep of the tenant left its next erasure due at ``due`` (None: none)."""
-        self.index.set_sweep(tenant, due)
+        # What the sweep reads of the file misses the writes that commit after its read: those
+        # named before it began and not yet committed, and those named while it runs.
+        with self._sweep_names:
+            named_meanwhile = list(self._naming.get(tenant, ()))
+            self._sweeping.setdefault(tenant, []).append(named_meanwhile)
+        try:
+            found = sweep()
+        except BaseException:
+            with self._sweep_names:
+                self._stop_sweeping(tenant, named_meanwhile)
+            raise
+        with self._sweep_names:  # recorded before a write named after this can name it
+            self._stop_sweeping(tenant, named_meanwhile)
+            due = min((d for d in (found, *named_meanwhile) if d is not None), default=None)
+            self.index.set_sweep(tenant, due)
         if due is not None:
             self._wake.notify_at(tenant, self._clock.wall_time_of(due))
+
+    def _stop_sweeping(self, tenant: str, named_meanwhile: list[float]) -> None:
+        sweeps = [s for s in self._sweeping[tenant] if s is not named_meanwhile]  # lists compare by value
+        if sweeps:
+            self._sweeping[tenant] = sweeps
+        else:
+            del self._sweeping[tenant]
 
     def accepting(self, tenant: str) -> None:
         """An enqueue is about to commit (under the tenant's inbox lock): the index names the

@@ -159,7 +159,9 @@ class Workers:
     def _hold(self, stage: str = "commit") -> None:
         """Test seam: hold here while the hold file exists (work is then provably in flight):
         before the round's commit, or at another stage when the file says its name: "inbox"
-        (before it takes the inbox), "claimed" (once it claimed its operations)."""
+        (before it takes the inbox), "claimed" (once it claimed its operations), "swept" (a sweep's
+        next erasure read, not yet recorded); logged once ("held at STAGE") when it holds."""
+        held = False
         while self._hold_file is not None and self._hold_file.exists() and not self._scheduler.stopping:
             if stage != "commit":
                 try:
@@ -167,7 +169,17 @@ class Workers:
                         return
                 except FileNotFoundError:
                     return  # removed since exists(): released
+            if not held:
+                held = True
+                log.warning("held at %s (test seam)", stage)
             time.sleep(0.05)
+
+    def _swept(self, tenant: str, store: TenantStore) -> float | None:
+        """The tenant's sweep; the test seam holds its answer before it is recorded ("swept")."""
+        assert self._sweep is not None
+        due = self._sweep(tenant, store)
+        self._hold("swept")
+        return due
 
     def _round(self, tenant: str) -> bool:
         """Process up to ``batch`` open operations of one tenant; True if more may remain. A
@@ -190,8 +202,7 @@ class Workers:
             ops, full = self._rounds.claim(tenant, store, awaited)
             self._retention.prune(tenant, store)
             if self._sweep is not None:
-                sweep = self._sweep
-                self._recovery.sweep_if_due(tenant, lambda: sweep(tenant, store))
+                self._recovery.sweep_if_due(tenant, lambda: self._swept(tenant, store))
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False
