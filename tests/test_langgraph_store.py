@@ -418,6 +418,29 @@ def test_a_batch_checks_every_value_before_it_writes_any(client, tenant):
     assert client.list_memories(tenant).memories == []
 
 
+def test_a_lone_surrogate_in_an_address_is_refused_by_every_method_as_by_put(client, tenant):
+    # get, delete, search and list_namespaces raised the client's RequestInvalidError (from its
+    # encoder), put the store's ValueError: every one is the store's refusal, before any call.
+    store = MnemosyneStore(client, tenant)
+    calls: list[Callable[[], object]] = [
+        lambda: store.put(("ns",), "\udc00", {"v": 1}),
+        lambda: store.put(("n\ud800",), "k", {"v": 1}),
+        lambda: store.get(("ns",), "\udc00"),
+        lambda: store.get(("n\ud800",), "k"),
+        lambda: store.delete(("ns",), "\udc00"),
+        lambda: store.delete(("n\ud800",), "k"),
+        lambda: store.search(("n\ud800",)),
+        lambda: store.search(("n\ud800",), query="q"),
+        lambda: store.list_namespaces(prefix=("n\ud800",)),
+        lambda: store.list_namespaces(suffix=("*", "n\ud800")),
+    ]
+    for call in calls:
+        with pytest.raises(
+            ValueError, match=r"^the item's (key|namespace label .*) holds .*, half of a surrogate pair"
+        ):
+            call()
+
+
 def test_a_store_is_bound_to_its_tenant(client, tenant):
     MnemosyneStore(client, tenant).put(("memories",), "k", {"v": 1})
     other = MnemosyneStore(client, tenant + "-other")

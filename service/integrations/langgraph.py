@@ -271,6 +271,7 @@ def _check(op: Op) -> None:
         raise ValueError(f"unknown operation {type(op).__name__}")
     _check_types(op)
     validate_op_namespace(op)
+    _check_text(op)
     if isinstance(op, PutOp):
         if not op.namespace:
             raise InvalidNamespaceError("Namespace cannot be empty.")
@@ -300,12 +301,7 @@ def _check_types(op: Op) -> None:
     key = op.key if isinstance(op, GetOp | PutOp) else ""
     if not isinstance(key, str):
         raise TypeError(f"a key is a string, not {type(key).__name__} ({key!r:.40})")
-    paths = [c.path for c in op.match_conditions or ()] if isinstance(op, ListNamespacesOp) else []
-    if isinstance(op, GetOp | PutOp):
-        paths.append(op.namespace)
-    elif isinstance(op, SearchOp):
-        paths.append(op.namespace_prefix)
-    for path in paths:
+    for path in _paths(op):
         if not isinstance(path, tuple):
             raise TypeError(f"a namespace is a tuple of strings, not {type(path).__name__} ({path!r:.40})")
     # A search's query and filter, which would fail deep in the store as AttributeError ('int' object
@@ -314,6 +310,27 @@ def _check_types(op: Op) -> None:
         raise TypeError(f"a query is a string or None, not {type(op.query).__name__} ({op.query!r:.40})")
     if isinstance(op, SearchOp) and not isinstance(op.filter, Mapping | None):
         raise TypeError(f"a filter is a mapping (field -> condition) or None, not {type(op.filter).__name__}")
+
+
+def _paths(op: Op) -> list[tuple[str, ...]]:
+    """The namespaces an op names: its namespace, its search's prefix or its conditions' paths."""
+    if isinstance(op, GetOp | PutOp):
+        return [op.namespace]
+    if isinstance(op, SearchOp):
+        return [op.namespace_prefix]
+    return [c.path for c in op.match_conditions or ()] if isinstance(op, ListNamespacesOp) else []
+
+
+def _check_text(op: Op) -> None:
+    """Refuse an op's key or namespace label (of a prefix, of a condition's path) holding half of
+    a surrogate pair, which no metadata (UTF-8) can hold: every op, not the puts alone, so that a
+    get, delete, search or listing of one fails as a put does, not in the client's encoder."""
+    labels = [(f"the item's namespace label {label[:40]!r}", label) for path in _paths(op) for label in path]
+    key = [("the item's key", op.key)] if isinstance(op, GetOp | PutOp) else []
+    for what, text in [*labels, *key]:
+        refusal = lone_surrogate(text, what)
+        if refusal is not None:
+            raise ValueError(refusal)
 
 
 def _joined(labels: Sequence[str]) -> str:
@@ -336,11 +353,9 @@ def _text(namespace: tuple[str, ...], key: str, value: Mapping[str, Any]) -> str
         if "Out of range float" not in str(exc):  # an integer of more digits than Python writes
             raise ValueError(f"the value of key {key!r} holds an integer too long for JSON text: {exc}") from None
         raise ValueError(f"the value of key {key!r} holds NaN or Infinity, which have no JSON form") from None
-    labels = [(f"the item's namespace label {label[:40]!r}", label) for label in namespace]
-    for what, text in [*labels, ("the item's key", key), ("the item's value (its JSON)", document)]:
-        refusal = lone_surrogate(text, what)
-        if refusal is not None:
-            raise ValueError(refusal)
+    refusal = lone_surrogate(document, "the item's value (its JSON)")  # its address: _check_text
+    if refusal is not None:
+        raise ValueError(refusal)
     address = json.dumps([list(namespace), key], ensure_ascii=False)
     digest = hashlib.sha256(address.encode("utf-8")).hexdigest()[:20]
     return document + "\n" + ADDRESS_LINE.format(digest)
