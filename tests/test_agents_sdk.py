@@ -265,6 +265,13 @@ def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
     for k, error in (("5", TypeError), (2.5, TypeError), (True, TypeError), (-1, ValueError)):
         with pytest.raises(error, match=f"k .*not {k!r}"):
             MemoryTools(client, tenant, "notes", k=k)  # type: ignore[arg-type]  # what the check refuses
+    # A workspace no scope can be named after: refused WORKSPACE_INVALID only in the first run.
+    for workspace in ("", "a/b", "-notes", "x" * 65, "notes\n", "n\ud800", "café"):
+        with pytest.raises(ValueError, match=r"^workspace .* is not valid: use 1-64 characters"):
+            MemoryTools(client, tenant, workspace)
+    with pytest.raises(TypeError, match="a workspace name is a string, not int"):
+        MemoryTools(client, tenant, 5)  # type: ignore[arg-type]  # what the check refuses
+    MemoryTools(client, tenant, "N0tes.v2_x-" + "y" * 53)  # the longest name a scope takes
 
 
 def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, tenant):

@@ -49,6 +49,7 @@ RECORD_BYTES = 65_536
 MAX_CHANGES = 100  # changes of one EditRecords (engine/workspace.py MAX_CHANGES)
 ATTEMPTS = 20  # edits of one change tried before giving up to writers that always come first
 _READABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,56}")
+_WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # engine/limits.py SCOPE_PATTERN's
 
 
 def session_workspace(session_id: str) -> str:
@@ -280,7 +281,8 @@ class MemoryTools:
     ``workspace``: ``instructions(base)`` for an ``Agent``'s instructions, ``tools()`` for its
     tools. ``k``: memories recalled for the latest user message into each context (0, the
     default: the server's, 5 or its --max-k when lower; TypeError or ValueError for one no recall
-    takes, the server's max_k refusing a larger one in the run). Runs must carry a context object
+    takes, the server's max_k refusing a larger one in the run). A ``workspace`` no scope can be
+    named after is a TypeError or ValueError. Runs must carry a context object
     proper to their conversation (the module's docstring says why)."""
 
     def __init__(self, client: MemoryClient, tenant: str, workspace: str, *, k: int = 0) -> None:
@@ -288,6 +290,7 @@ class MemoryTools:
             raise TypeError(f"k is a whole number of memories to recall (0: the server's default), not {k!r}")
         if k < 0:
             raise ValueError(f"k is a whole number of memories to recall, 0 (the server's default) or more, not {k!r}")
+        _check_workspace(workspace)
         self.host = MemoryHost(client, tenant)
         self.workspace = workspace
         self.k = k
@@ -340,6 +343,18 @@ class MemoryTools:
             return json.dumps(result, ensure_ascii=False)
 
         return invoke
+
+
+def _check_workspace(workspace: str) -> None:
+    """Refuse, when the tools are made, a workspace name every run's assembly would refuse
+    (WORKSPACE_INVALID), as the session refuses its id when it is made."""
+    if not isinstance(workspace, str):
+        raise TypeError(f"a workspace name is a string, not {type(workspace).__name__}")
+    if not _WORKSPACE_NAME.fullmatch(workspace):
+        raise ValueError(
+            f"workspace {workspace[:80]!r} is not valid: use 1-64 characters of letters, digits, '.', '_' and '-', "
+            "the first a letter or digit"
+        )
 
 
 def _latest_user_text(items: Sequence[Any]) -> str | None:
