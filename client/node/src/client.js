@@ -27,7 +27,7 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
 const {
-  refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
+  refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
   optionsObject, wholeOption, flagOption,
 } = require('./unsendable');
 
@@ -55,6 +55,9 @@ const DEFAULT_MAX_RETRY_DELAY_MS = 5000;
 // waiting on a server that is gone.
 const MAX_RETRIES = 100;
 const MAX_RETRY_DELAY_MS = 3600 * 1000; // a server's retry delay is capped to this at most
+// The server's default --max-request-bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
+// before it is sent, with the reason the server would give (the Python client's MAX_REQUEST_BYTES).
+const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 // gRPC waits between attempts to connect to a server that is down, 1 s at first, 1.6 times longer
 // each time, up to 2 minutes, and a process's clients of one address share that wait: a server
 // back after a minute's restart would be left alone for minutes. The client tries every 0.1 s at
@@ -317,7 +320,10 @@ class MemoryClient {
   /**
    * @param {string} target host:port
    * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number, retries?: number,
-   *   maxRetryDelayMs?: number, sessionConsistency?: boolean, sessionTenants?: number}} [options]
+   *   maxRetryDelayMs?: number, sessionConsistency?: boolean, sessionTenants?: number,
+   *   maxRequestBytes?: number}} [options] `maxRequestBytes`: the largest request sent (16 MiB, the
+   *   server's default --max-request-bytes; raise it with the server's), a larger one refused
+   *   REQUEST_TOO_LARGE before it is sent
    */
   constructor(target, options = {}) {
     optionsObject(options, 'MemoryClient');
@@ -328,6 +334,9 @@ class MemoryClient {
     );
     const sessionTenants = wholeOption(options.sessionTenants, MAX_TENANTS, 1, Number.MAX_SAFE_INTEGER, 'MemoryClient: sessionTenants');
     const sessionConsistency = flagOption(options.sessionConsistency, true, 'MemoryClient: sessionConsistency');
+    this.maxRequestBytes = wholeOption(
+      options.maxRequestBytes, MAX_REQUEST_BYTES, 1, Number.MAX_SAFE_INTEGER, 'MemoryClient: maxRequestBytes',
+    );
     this._services = loadServices();
     this._credentials = options.credentials ?? grpc.credentials.createInsecure();
     // On a deployment of many members (`members`: 'ID=HOST:PORT,...', '@FILE' or {id: address}),
@@ -451,6 +460,7 @@ class MemoryClient {
     metadata = {}, retry = false, timeoutMs = this.timeoutMs, consistencyToken,
   } = {}) {
     request = checkedRequest(stub, method, request); // nothing is sent for a request that cannot be one
+    checkedSize(stub, method, request, this.maxRequestBytes);
     checkedTimeoutMs(timeoutMs);
     if (consistencyToken && !(typeof consistencyToken === 'string' && consistencyToken.length <= 1024
       && CONSISTENCY_TOKEN_FORM.test(consistencyToken))) {

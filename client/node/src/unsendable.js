@@ -12,6 +12,8 @@
 //                        seconds), or outside the years 1 to 9999
 //   TIMEOUT_INVALID      a deadline that is not more than 0 and at most a year (grpc-js throws,
 //                        outside the call's promise, for one past its range)
+//   REQUEST_TOO_LARGE    a request over the client's maxRequestBytes (the server's default
+//                        --max-request-bytes): grpc-js sends any size (`checkedSize`)
 // Every request is checked against its message type in the protos (`checkedRequest`), so a new
 // field or method is covered.
 const grpc = require('@grpc/grpc-js');
@@ -19,8 +21,8 @@ const { MnemosyneError } = require('./errors');
 const { loadServiceRoot } = require('./protos');
 
 class RequestInvalidError extends MnemosyneError {
-  constructor(reason, message) {
-    super(grpc.status.INVALID_ARGUMENT, reason, message, {}, 'mnemosyne.v1');
+  constructor(reason, message, metadata = {}) {
+    super(grpc.status.INVALID_ARGUMENT, reason, message, metadata, 'mnemosyne.v1');
   }
 }
 
@@ -194,12 +196,51 @@ function message(type, value, where = '') {
   return out;
 }
 
+/** The protobufjs Type of the request of `method` of `stub` (a grpc-js client). */
+function requestType(stub, method) {
+  const [, service, name] = stub.constructor.service[method].path.split('/');
+  return loadServiceRoot().lookupService(service).methods[name].resolvedRequestType;
+}
+
 /** The request of `method` of `stub` (a grpc-js client) as it is sent, or a RequestInvalidError. */
 function checkedRequest(stub, method, request) {
-  const definition = stub.constructor.service[method];
-  const [, service, name] = definition.path.split('/');
-  const type = loadServiceRoot().lookupService(service).methods[name].resolvedRequestType;
-  return message(type, request);
+  return message(requestType(stub, method), request);
+}
+
+// The most bytes protobuf spends on one value besides its content: a tag (field numbers here take
+// at most 2 bytes of the 5 one may) and a length, or a varint number (at most 10 bytes).
+const VALUE_BYTES = 16;
+
+/**
+ * At least the bytes `value` (a checked request, or a part of one) takes encoded: every text's
+ * UTF-8 and every value's tag and length, the names of a message's fields counted too (never
+ * sent). Cheap, so that only a request near the limit is encoded to be measured.
+ */
+function sizeBound(value) {
+  if (typeof value === 'string') return VALUE_BYTES + Buffer.byteLength(value, 'utf8');
+  if (value instanceof Uint8Array) return VALUE_BYTES + value.length;
+  if (value === null || typeof value !== 'object') return VALUE_BYTES;
+  let total = VALUE_BYTES;
+  for (const [key, part] of Object.entries(value)) total += sizeBound(key) + sizeBound(part);
+  return total;
+}
+
+/**
+ * `request` (checked) of `method` of `stub` when it takes at most `maxBytes` encoded, else a
+ * RequestInvalidError REQUEST_TOO_LARGE naming the limit, before it is sent: gRPC core refuses a
+ * message over twice the server's --max-request-bytes with its own status and no ErrorInfo
+ * (docs/operations.md "What gRPC refuses itself"). The Python client's MemoryClient.call is the
+ * same rule.
+ */
+function checkedSize(stub, method, request, maxBytes) {
+  if (sizeBound(request) <= maxBytes) return request;
+  const type = requestType(stub, method);
+  const size = type.encode(type.fromObject(request)).finish().length;
+  if (size <= maxBytes) return request;
+  throw new RequestInvalidError('REQUEST_TOO_LARGE', `the request has ${size} bytes; this client's limit is `
+    + `${maxBytes} (new MemoryClient(target, {maxRequestBytes}), by default the server's default `
+    + '--max-request-bytes): split it, e.g. a large batch into several, or raise both, the server\'s first',
+  { limit: String(maxBytes) });
 }
 
 // The longest deadline a call takes (a year): grpc-js cannot send one past ~11,000 years, and
@@ -354,6 +395,6 @@ function checkingArguments(cls, except = []) {
 
 module.exports = {
   checkingArguments, optionsObject, wholeOption, flagOption,
-  RequestInvalidError, refused, shown, checkedRequest, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, timeReason, integer, unknownName,
+  RequestInvalidError, refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, timeReason, integer, unknownName,
   listOf, MAX_TIMEOUT_MS,
 };

@@ -196,6 +196,28 @@ test('a closed client refuses every call', async () => {
   closed.close(); // again: nothing to do
 });
 
+test('a request over the client\'s maxRequestBytes is refused REQUEST_TOO_LARGE before it is sent', async () => {
+  // grpc-js sent any size: one over twice the server's --max-request-bytes got gRPC core's
+  // RESOURCE_EXHAUSTED without ErrorInfo, where the Python client refuses it first, with the reason.
+  const huge = Array(1100).fill('x'.repeat(32768)); // 36 MB, within max_batch_items and max_text_chars
+  await assert.rejects(client.retainBatch(TENANT, huge), (err) => err instanceof RequestInvalidError
+    && err.reason === 'REQUEST_TOO_LARGE' && err.metadata.limit === '16777216'
+    && /^the request has 360\d{5} bytes; this client's limit is 16777216 \(new MemoryClient\(target, \{maxRequestBytes\}\)/.test(err.details));
+  // Measured exactly: a request of the limit's size goes, one byte more does not.
+  const retain = (maxRequestBytes) => {
+    const limited = new MemoryClient(server.target, { maxRequestBytes });
+    return limited.retain(TENANT, 'tea', { scope: 'nowhere' }).finally(() => limited.close());
+  };
+  const size = await retain(1).then(() => null, (err) => Number(err.metadata.limit === '1'
+    && /^the request has (\d+) bytes/.exec(err.details)[1]));
+  assert.ok(size > 40, `${size}`);
+  await assert.rejects(retain(size - 1), { reason: 'REQUEST_TOO_LARGE', metadata: { limit: String(size - 1) } });
+  await assert.rejects(retain(size), { reason: 'SCOPE_INVALID' }); // sent: the server's refusal
+  assert.throws(() => new MemoryClient(server.target, { maxRequestBytes: 0 }),
+    { details: 'MemoryClient: maxRequestBytes is 0; it takes a whole number from 1 to 9007199254740991' });
+  assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
+});
+
 test('an empty target is refused unless members are given', () => {
   // grpc-js's TypeError 'Channel target must be a string' before (it is one).
   for (const target of ['', '  ']) {
