@@ -253,3 +253,55 @@ def test_a_request_head_that_cannot_be_read_or_is_too_large_is_answered_as_json(
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_requests_refused_unread_write_no_log_line_each(http_server: ServerProcess) -> None:
+    """Each request refused unread (400 REQUEST_UNREADABLE, 431 REQUEST_HEAD_TOO_LARGE) wrote
+    uvicorn's WARNING "Invalid HTTP request received.", and each request asking for an upgrade
+    (curl --http2's h2c, a WebSocket's) two: a client could write the server's log at will. The
+    refusals are logged at most once a minute (REFUSALS_LOG_SECONDS), counted; an upgrade not at all."""
+    before = http_server.stderr_path.read_text(errors="replace").count("\n")
+    noise = [b"GARBAGE\x00\x01 / HTTP/1.1\r\n\r\n", b"GET /x HTTP/1.1\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n"]
+    for sent in noise * 10:
+        with socket.create_connection(("127.0.0.1", http_server.http_port), timeout=10) as connection:
+            connection.sendall(sent)
+            assert connection.recv(64).startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 431 "))
+    for upgrade in (b"h2c", b"websocket"):
+        ping = f"GET /v1/ping HTTP/1.1\r\nHost: 127.0.0.1:{http_server.http_port}\r\nConnection: Upgrade\r\n".encode()
+        with socket.create_connection(("127.0.0.1", http_server.http_port), timeout=10) as connection:
+            connection.sendall(ping + b"Upgrade: " + upgrade + b"\r\n\r\n")
+            assert connection.recv(64).startswith(b"HTTP/1.1 200 ")
+    added = http_server.stderr_path.read_text(errors="replace").splitlines()[before:]
+    assert len(added) <= 1 and all("HTTP requests refused unread: " in line for line in added), added
+
+
+def test_a_count_of_requests_refused_unread_is_logged_when_its_interval_ends(caplog: pytest.LogCaptureFixture) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("no request is whole")
+
+    async def refused(port: int, sent: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(sent)
+        assert (await asyncio.wait_for(reader.read(), 10)).startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 431 "))
+        writer.close()
+
+    async def run() -> list[str]:
+        server = await HttpServer.start(app, bind("127.0.0.1", 0), tls=None, refusals_log_seconds=0.3)
+        try:
+            for _ in range(3):
+                await refused(server.port, b"GARBAGE\x00\x01 / HTTP/1.1\r\n\r\n")
+            await refused(server.port, b"GET /x HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 20_000 + b"\r\n")
+            await asyncio.sleep(0.5)  # the interval ends: the count waiting is written
+            await refused(server.port, b"GARBAGE\x00\x01 / HTTP/1.1\r\n\r\n")
+        finally:
+            await server.stop()  # the count still waiting is written
+        return [r.getMessage() for r in caplog.records if r.name in ("mnemosyne.http", "uvicorn.error")]
+
+    with caplog.at_level("WARNING"):
+        lines = asyncio.run(run())
+    prefix, suffix = "HTTP requests refused unread: ", " (logged at most every 0.3 s)"
+    assert lines == [
+        f"{prefix}1 REQUEST_UNREADABLE{suffix}",
+        f"{prefix}1 REQUEST_HEAD_TOO_LARGE, 2 REQUEST_UNREADABLE{suffix}",
+        f"{prefix}1 REQUEST_UNREADABLE{suffix}",
+    ], lines

@@ -11,7 +11,9 @@ certificate, key and client CA.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import logging
 import socket
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
+import httptools
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -38,6 +41,44 @@ HEAD_SECONDS = 30.0
 HEAD_BYTES = 64 * 1024
 # How long a refused connection is still read (and dropped) before it is closed.
 REFUSED_READ_SECONDS = 5.0
+# The most often requests refused unread (400 REQUEST_UNREADABLE, 431 REQUEST_HEAD_TOO_LARGE) are
+# logged: a line each (uvicorn's "Invalid HTTP request received.") let any client write the log at
+# will, so one line tells how many were refused since the last.
+REFUSALS_LOG_SECONDS = 60.0
+
+log = logging.getLogger("mnemosyne.http")
+
+
+class _RefusalLog:
+    """The log of requests refused unread: a WARNING for the first, then at most one every
+    ``seconds``, counting by reason those refused since the last (none lost: the count waits on a
+    timer when the next refusal does not come). Used on the server's event loop only."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._unlogged: collections.Counter[str] = collections.Counter()
+        self._next = 0.0  # the event loop's time before which no line is written
+        self._timer: asyncio.TimerHandle | None = None
+
+    def refused(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._unlogged[reason] += 1
+        if loop.time() >= self._next:
+            self._write(loop.time())
+        elif self._timer is None:
+            self._timer = loop.call_at(self._next, lambda: self._write(loop.time()))
+
+    def _write(self, now: float) -> None:
+        self._timer = None
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(self._unlogged.items()))
+        self._unlogged.clear()
+        self._next = now + self.seconds
+        log.warning("HTTP requests refused unread: %s (logged at most every %g s)", counts, self.seconds)
+
+    def close(self) -> None:
+        """Write the count still waiting for its timer (the server stops)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._write(0.0)
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -113,6 +154,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     with uvicorn's line of text."""
 
     head_seconds = HEAD_SECONDS
+    refusals: _RefusalLog  # the server's (HttpServer.start)
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
@@ -126,7 +168,14 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # what the client still sends after the refusal is read and dropped
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        # uvicorn's data_received but for its WARNING line each (``_refuse`` counts them instead).
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no protocol to switch to (ws="none"): the request is served as HTTP/1.1
+        except httptools.HttpParserError:
+            self.send_400_response("Invalid HTTP request received.")
         if self._head_timer is None:  # the head is whole (or the connection refused or closed)
             return
         self._head_bytes += len(data)
@@ -150,6 +199,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         the sending side closed raised, logged as an ERROR with a traceback)."""
         self._stop_waiting()
         self._refused = True
+        self.refusals.refused(error.reason, self.loop)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             if not cycle.more_body and not self.pipeline:
@@ -222,9 +272,10 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, server: uvicorn.Server, serving: asyncio.Task[None], port: int) -> None:
+    def __init__(self, server: uvicorn.Server, serving: asyncio.Task[None], port: int, refusals: _RefusalLog) -> None:
         self._server, self._serving = server, serving
         self.port = port
+        self._refusals = refusals
 
     @classmethod
     async def start(
@@ -234,10 +285,12 @@ class HttpServer:
         *,
         tls: HttpTls | None,
         head_seconds: float = HEAD_SECONDS,
+        refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
+        refusals = _RefusalLog(refusals_log_seconds)
         config = uvicorn.Config(
             app,
-            http=type("_Protocol", (_HeadTimedProtocol,), {"head_seconds": head_seconds}),
+            http=type("_Protocol", (_HeadTimedProtocol,), {"head_seconds": head_seconds, "refusals": refusals}),
             lifespan="off",
             log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
             access_log=False,  # the edge writes the access records
@@ -258,7 +311,7 @@ class HttpServer:
                 serving.result()  # raises what stopped it
                 raise RuntimeError("the HTTP server stopped while starting")
             await asyncio.sleep(0.005)
-        return cls(server, serving, port)
+        return cls(server, serving, port, refusals)
 
     async def stop(self, seconds: float = 0.0) -> None:
         """Stop accepting, let open requests finish for up to ``seconds`` (what is left of the
@@ -274,3 +327,5 @@ class HttpServer:
                 connection.transport.close()  # its unsent answer first (asyncio writes what is buffered)
             self._server.force_exit = True  # uvicorn waits for those connections no more
             await self._serving
+        finally:
+            self._refusals.close()
