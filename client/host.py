@@ -24,6 +24,7 @@ from typing import Any
 
 from mnemosyne.client.memory_client import MemoryClient
 from mnemosyne.client.unsendable import refusing_unsendable
+from mnemosyne.host import model_tools
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.protocol import HostObservations, Observation, render_context
 
@@ -71,7 +72,7 @@ class MemoryHost:
     def tool_schemas(format: str = "openai") -> list[dict[str, Any]]:
         """Function-calling schemas of the memory tools: ``openai`` (Chat Completions ``tools``)
         or ``anthropic`` (Messages API ``tools``). No revision, generation, hash or etag field."""
-        return host_protocol.tool_schemas(format)
+        return model_tools.tool_schemas(format)
 
     def call_tool(self, agent: object, name: str, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
         """Run one model tool call for ``agent``: ``name`` "memory_update" or "update_workspace"

@@ -248,45 +248,61 @@ def test_assembled_recall_covers_global_and_this_workspace_only(client: MemoryCl
 
 
 def test_malformed_model_arguments_become_error_results(client: MemoryClient, tenant: str) -> None:
+    """Each mistake has the reason every surface gives it (docs/http-api.md, "One mistake, one
+    reason"; the MCP tools' and the Node host's the same): a value of another JSON type or an
+    argument a tool does not take was ARGUMENTS_INVALID (a missing and a wrong-typed argument
+    were one check), where the MCP update_workspace tool said REQUEST_UNDECODABLE."""
     host = MemoryHost(client, tenant)
     agent = Agent()
     host.assemble_context(agent, "w")
-    bad_calls: list[tuple[str, Any]] = [
-        ("memory_update", None),
-        ("memory_update", "not json"),
-        ("memory_update", "[1, 2]"),
-        ("memory_update", {"content": 42}),
-        ("memory_update", {"text": "wrong name"}),
-        ("memory_update", {"content": "x", "generation": 3}),
-        ("memory_update", {"content": "nul \x00 inside"}),
-        ("update_workspace", {"changes": "put plan.md"}),
-        ("update_workspace", {"changes": []}),
-        ("update_workspace", {"changes": [{"op": "rename", "key": "a.md"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "a.md"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": 7, "content": "x"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "/etc/passwd", "content": "x"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "a/../../b", "content": "x"}]}),
-        (
-            "update_workspace",
-            {"changes": [{"op": "put", "key": "a.md", "content": "x"}, {"op": "put", "key": "a.md", "content": "y"}]},
-        ),
-        ("update_workspace", {"changes": [{"op": "put", "key": "big.md", "content": "x" * 300_000}]}),
-        ("update_workspace", {"changes": [{"op": "delete", "key": "missing.md"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "k" * 300, "content": "x"}]}),
-        ("delete_everything", {}),
+    undecodable, put = "REQUEST_UNDECODABLE", {"op": "put", "key": "a.md", "content": "x"}
+    bad_calls: list[tuple[str, Any, str]] = [
+        ("memory_update", None, "ARGUMENTS_INVALID"),  # content left out: gRPC reads it as empty
+        ("memory_update", {"content": None}, "ARGUMENTS_INVALID"),  # null is not given
+        ("memory_update", "not json", undecodable),
+        ("memory_update", "[1, 2]", undecodable),
+        ("memory_update", {"content": 42}, undecodable),
+        ("memory_update", {"text": "wrong name"}, undecodable),
+        ("memory_update", {"content": "x", "generation": 3}, undecodable),
+        ("memory_update", {"content": "nul \x00 inside"}, "RECORD_CONTENT_INVALID"),
+        ("update_workspace", {}, "CHANGES_EMPTY"),
+        ("update_workspace", {"changes": None}, "CHANGES_EMPTY"),
+        ("update_workspace", {"changes": []}, "CHANGES_EMPTY"),
+        ("update_workspace", {"changes": "put plan.md"}, undecodable),
+        ("update_workspace", {"changes": [5]}, undecodable),
+        ("update_workspace", {"changes": [{**put, "mode": "append"}]}, undecodable),
+        ("update_workspace", {"changes": [{"op": "rename", "key": "a.md"}]}, "CHANGE_OP_INVALID"),
+        ("update_workspace", {"changes": [{"key": "a.md", "content": "x"}]}, "CHANGE_OP_INVALID"),
+        ("update_workspace", {"changes": [{**put, "op": 1}]}, undecodable),
+        ("update_workspace", {"changes": [{"op": "delete", "key": "a.md", "content": "x"}]}, "CHANGE_OP_INVALID"),
+        ("update_workspace", {"changes": [{"op": "put", "key": "a.md"}]}, "ARGUMENTS_INVALID"),
+        ("update_workspace", {"changes": [{**put, "content": None}]}, "ARGUMENTS_INVALID"),
+        ("update_workspace", {"changes": [{**put, "content": 5}]}, undecodable),
+        ("update_workspace", {"changes": [{"op": "put", "content": "x"}]}, "RECORD_KEY_INVALID"),
+        ("update_workspace", {"changes": [{**put, "key": ""}]}, "RECORD_KEY_INVALID"),
+        ("update_workspace", {"changes": [{**put, "key": 7}]}, undecodable),
+        ("update_workspace", {"changes": [{**put, "key": "/etc/passwd"}]}, "RECORD_KEY_INVALID"),
+        ("update_workspace", {"changes": [{**put, "key": "a/../../b"}]}, "RECORD_KEY_INVALID"),
+        ("update_workspace", {"changes": [put, {**put, "content": "y"}]}, "RECORD_KEY_DUPLICATE"),
+        ("update_workspace", {"changes": [{**put, "key": "big.md", "content": "x" * 300_000}]}, "RECORD_TOO_LARGE"),
+        ("update_workspace", {"changes": [{"op": "delete", "key": "missing.md"}]}, "RECORD_NOT_FOUND"),
+        ("update_workspace", {"changes": [{**put, "key": "k" * 300}]}, "RECORD_KEY_INVALID"),
+        ("delete_everything", {}, "ARGUMENTS_INVALID"),
         # What a model may send that no request can carry: they raised (the client's
         # RequestInvalidError, a RecursionError) instead of answering the model.
-        ("memory_update", {"content": "half a pair \ud800"}),
-        ("memory_update", '{"content": "escaped half \\udc00"}'),
-        ("update_workspace", {"changes": [{"op": "put", "key": "a\ud800.md", "content": "x"}]}),
-        ("update_workspace", {"changes": [{"op": "put", "key": "a.md", "content": "\udfff"}]}),
-        ("memory_update", "[" * 100_000 + "]" * 100_000),
+        ("memory_update", {"content": "half a pair \ud800"}, undecodable),
+        ("memory_update", '{"content": "escaped half \\udc00"}', undecodable),
+        ("update_workspace", {"changes": [{**put, "key": "a\ud800.md"}]}, undecodable),
+        ("update_workspace", {"changes": [{**put, "content": "\udfff"}]}, undecodable),
+        ("memory_update", "[" * 100_000 + "]" * 100_000, undecodable),
     ]
-    for name, arguments in bad_calls:
+    wrong = []
+    for name, arguments, reason in bad_calls:
         result = host.call_tool(agent, name, arguments)
         assert result["ok"] is False and isinstance(result["error"], str) and result["error"], (name, arguments)
-        if "\ud800" in str(arguments) or "surrogate" in result["error"]:  # the client's and Node host's reason
-            assert result["reason"] == "REQUEST_UNDECODABLE", result
+        if result["reason"] != reason:
+            wrong.append(f"{name} {str(arguments)[:80]}: {result['reason']} ({result['error'][:80]})")
+    assert not wrong, "\n".join(wrong)
     assert _global(client, tenant) == (None, 0)
     assert client.list_records(tenant, "workspace/w").generation == 0
     # The observation is still good: nothing was written and nothing advanced.
@@ -579,6 +595,7 @@ def test_host_flow_example_runs(target: str, tenant: str, capsys: pytest.Capture
 
 
 def test_protocol_page_matches_the_reference_stub() -> None:
+    from mnemosyne.host import model_tools
     from mnemosyne.host import protocol as reference
 
     page = DOCS / "host-protocol.md"
@@ -598,7 +615,7 @@ def test_protocol_page_matches_the_reference_stub() -> None:
         "GENERATION_MISMATCH",
         "IDEMPOTENCY_KEY_REUSED",
         "RECEIPT_REUSED",
-        *reference._DESCRIPTIONS.values(),
+        *model_tools._DESCRIPTIONS.values(),
     ):
         assert phrase in text, phrase
     for method in workspace_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].methods:

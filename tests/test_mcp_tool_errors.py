@@ -114,7 +114,7 @@ def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | Non
             yield value, None if ok else shown, reason
     elif kind == "string" and "enum" in schema:
         yield "bogus", "'pending'", "EVENT_STATUS_INVALID"
-        yield 5, "", None
+        yield 5, "", "REQUEST_UNDECODABLE"
     elif kind == "string":
         if "maxLength" in schema:
             yield "x" * (schema["maxLength"] + 1), str(schema["maxLength"]), TOO_LONG[name]
@@ -127,9 +127,13 @@ def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | Non
         for not_boolean in ("maybe", 2, "false", [True]):
             yield not_boolean, "", None
     elif kind == "array":
-        yield "everything", "", None
-        yield [{"op": "put"}], "key", None
-        yield [{"op": "erase", "key": "plan.md"}], "op", None
+        # As MemoryHost refuses them (tests/test_host_generations.py), by the reasons of every surface.
+        yield "everything", "", "REQUEST_UNDECODABLE"
+        yield [], "", "CHANGES_EMPTY"
+        yield [{"op": "put"}], "key", "RECORD_KEY_INVALID"
+        yield [{"op": "erase", "key": "plan.md"}], "op", "CHANGE_OP_INVALID"
+        yield [{"key": "plan.md", "content": "x"}], "op", "CHANGE_OP_INVALID"
+        yield [{"op": 1, "key": "plan.md"}], "op", "REQUEST_UNDECODABLE"
         yield [{"op": "put", "key": "", "content": "x"}], "1", "RECORD_KEY_INVALID"
         yield (
             [{"op": "put", "key": "k" * (MAX_KEY_CHARS + 1), "content": "x"}],
@@ -141,8 +145,8 @@ def _hostile(name: str, schema: dict[str, Any]) -> Iterator[tuple[Any, str | Non
             "262144",
             "RECORD_TOO_LARGE",
         )
-        yield [{"op": "put", "key": "plan.md", "content": "x", "mode": "append"}], "mode", None
-        yield None, "", None
+        yield [{"op": "put", "key": "plan.md", "content": "x", "mode": "append"}], "mode", "REQUEST_UNDECODABLE"
+        yield None, "", "CHANGES_EMPTY"
 
 
 def _valid(schema: dict[str, Any]) -> Any:

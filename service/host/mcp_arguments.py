@@ -30,6 +30,8 @@ _REASONS: dict[str, dict[str, str]] = {
         "string_too_short": "RECORD_KEY_INVALID",
         "missing": "RECORD_KEY_INVALID",
     },
+    "changes": {"missing": "CHANGES_EMPTY"},
+    "op": {"literal_error": "CHANGE_OP_INVALID", "missing": "CHANGE_OP_INVALID"},
     "consistency_token": {"string_too_long": "TOKEN_INVALID"},
     "k": {"number_out_of_range": "K_OUT_OF_RANGE"},
     "page_size": {"number_out_of_range": "PAGE_SIZE_OUT_OF_RANGE"},
@@ -64,6 +66,8 @@ def refusal(tool: str, schema: Mapping[str, Any], error: ValidationError) -> str
     leaf = next((str(part) for part in reversed(loc) if isinstance(part, str)), "")
     kind = first["type"]
     reason = _REASONS.get(leaf, {}).get(kind) or _ANY_ARGUMENT.get(kind, ARGUMENTS_INVALID)
+    if kind == "literal_error" and not isinstance(first["input"], str):
+        reason = "REQUEST_UNDECODABLE"  # no other value's name: a value of another JSON type
     others = sorted({_name(e["loc"]) for e in errors[1:]} - {_name(loc)})
     also = f"; {', '.join(others[:5])} refused too" if others else ""
     return f"{_sentence(tool, schema, loc, first)}{also} ({reason})"

@@ -41,6 +41,7 @@ from mnemosyne.host import mcp_arguments
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.consistency import caller_token_metadata
 from mnemosyne.host.mcp_arguments import ARGUMENTS_INVALID, UNKNOWN_ARGUMENT
+from mnemosyne.host.model_tools import MEMORY_UPDATE, UPDATE_WORKSPACE
 from mnemosyne.host.numbers import decimal_number, whole_number
 from mnemosyne.host.protocol import (
     CONSISTENCY_TOKEN_KEY,
@@ -52,8 +53,6 @@ from mnemosyne.host.protocol import (
     MAX_RECORD_CHARS,
     MAX_TEXT_CHARS,
     MAX_WAIT_SECONDS,
-    MEMORY_UPDATE,
-    UPDATE_WORKSPACE,
     Answer,
     Ask,
     Flow,

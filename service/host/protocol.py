@@ -9,12 +9,12 @@ contracts in pyproject.toml: the client never imports the server, nor the server
   answered by an ``Answer`` or a ``ServiceError``), so that the logic is written once whatever
   carries the calls: the client's blocking gRPC (``run``) or the server's event loop, in process
   (``run_async``);
-* the model's tool table for function calling (``tool_schemas``) and the checks of its arguments.
+* the model's writes (``write_memory``): its arguments read by host/model_tools.py, which has its
+  tool table for function calling too.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 import weakref
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from mnemosyne.host.unicode import lone_surrogate
+from mnemosyne.host.model_tools import ArgumentsInvalid, parse_arguments
 from mnemosyne.v1 import memory_pb2, workspace_pb2
 
 T = TypeVar("T")
@@ -379,9 +379,6 @@ def _render_records(records: Sequence[_Record]) -> list[str]:
 
 # -- the model's writes: memory_update and update_workspace -------------------------------------
 
-MEMORY_UPDATE = "memory_update"
-UPDATE_WORKSPACE = "update_workspace"
-
 # Reasons in tool results are for the host's code and visible to the model, so they name the
 # situation, not the mechanism (no "generation" word that would send a model hunting for one).
 STALE_REASON = "STALE_CONTEXT"
@@ -398,7 +395,6 @@ UNAVAILABLE_MESSAGE = (
 # Refusals whose message is about the model's arguments (a key, a size); it names no generation.
 _ABOUT_THE_ARGUMENTS = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"})
 _UNANSWERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
-_CHANGE_OPS = {"put": workspace_pb2.RecordChange.PUT, "delete": workspace_pb2.RecordChange.DELETE}
 
 
 def write_memory(
@@ -450,138 +446,3 @@ def _refusal(exc: ServiceError) -> dict[str, Any]:
 
 def _error(message: str, reason: str) -> dict[str, Any]:
     return {"ok": False, "error": message, "reason": reason}
-
-
-# -- the model's tool table for function calling ------------------------------------------------
-
-_PARAMETERS: dict[str, dict[str, Any]] = {
-    MEMORY_UPDATE: {
-        "type": "object",
-        "properties": {
-            "content": {
-                "type": "string",
-                "description": "The complete new text of the global memory document MEMORY.md. It replaces the "
-                "whole document, so include everything that should remain.",
-            }
-        },
-        "required": ["content"],
-        "additionalProperties": False,
-    },
-    UPDATE_WORKSPACE: {
-        "type": "object",
-        "properties": {
-            "changes": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 100,
-                "description": "Changes applied together, all or nothing.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "op": {
-                            "type": "string",
-                            "enum": ["put", "delete"],
-                            "description": "put: create or replace the record; delete: remove it.",
-                        },
-                        "key": {
-                            "type": "string",
-                            "description": "Record name, a relative path such as plan.md or notes/plan.md.",
-                        },
-                        "content": {"type": "string", "description": "The complete new text of the record (put only)."},
-                    },
-                    "required": ["op", "key"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["changes"],
-        "additionalProperties": False,
-    },
-}
-_DESCRIPTIONS = {
-    MEMORY_UPDATE: "Replace the global memory document (MEMORY.md) shown in your context with new complete content.",
-    UPDATE_WORKSPACE: "Create, replace or delete records of the current workspace shown in your context. "
-    "All changes of one call are applied together.",
-}
-
-
-def tool_schemas(format: str = "openai") -> list[dict[str, Any]]:
-    """Function-calling schemas of the memory tools: ``openai`` (Chat Completions ``tools``) or
-    ``anthropic`` (Messages API ``tools``). No revision, generation, hash or etag field."""
-    names = (MEMORY_UPDATE, UPDATE_WORKSPACE)
-    if format == "openai":
-        return [
-            {"type": "function", "function": {"name": n, "description": _DESCRIPTIONS[n], "parameters": _PARAMETERS[n]}}
-            for n in names
-        ]
-    if format == "anthropic":
-        return [{"name": n, "description": _DESCRIPTIONS[n], "input_schema": _PARAMETERS[n]} for n in names]
-    raise ValueError(f"format must be 'openai' or 'anthropic', not {format!r}")
-
-
-class ArgumentsInvalid(Exception):
-    """Arguments from the model that cannot be sent: becomes an ``error`` result with ``reason``,
-    not an exception (REQUEST_UNDECODABLE for text no request carries, the client's and the Node
-    host's reason for it)."""
-
-    def __init__(self, message: str, reason: str = "ARGUMENTS_INVALID") -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def parse_arguments(name: str, arguments: Mapping[str, Any] | str | None) -> str | list[workspace_pb2.RecordChange]:
-    """The content of a ``memory_update``, or the changes of an ``update_workspace``; raises
-    ArgumentsInvalid, naming what the tool takes (never echoing an unknown name back)."""
-    if name not in _PARAMETERS:
-        raise ArgumentsInvalid(
-            f"unknown tool {str(name)[:80]!r}; the memory tools are {MEMORY_UPDATE} and {UPDATE_WORKSPACE}"
-        )
-    if isinstance(arguments, (str, bytes)):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
-            raise ArgumentsInvalid(f"the arguments of {name} are not valid JSON") from None
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, Mapping):
-        raise ArgumentsInvalid(f"the arguments of {name} must be a JSON object")
-    allowed = set(_PARAMETERS[name]["properties"])
-    if any(k not in allowed for k in arguments):
-        raise ArgumentsInvalid(f"{name} takes exactly one argument, {', '.join(sorted(allowed))}, and nothing else")
-    if name == MEMORY_UPDATE:
-        content = arguments.get("content")
-        if not isinstance(content, str):
-            raise ArgumentsInvalid("memory_update needs content: the complete new text of MEMORY.md, as a string")
-        return _unicode(content, "content")
-    changes = arguments.get("changes")
-    if not isinstance(changes, list) or not changes:
-        raise ArgumentsInvalid(
-            'update_workspace needs changes: a non-empty list like [{"op": "put", "key": "plan.md", "content": "..."}]'
-        )
-    return [_change(position, change) for position, change in enumerate(changes)]
-
-
-def _change(position: int, change: object) -> workspace_pb2.RecordChange:
-    if not isinstance(change, Mapping):
-        raise ArgumentsInvalid(f"change {position} must be an object with op, key and (for put) content")
-    op, key, content = change.get("op"), change.get("key"), change.get("content", "")
-    if any(k not in ("op", "key", "content") for k in change):
-        raise ArgumentsInvalid(f"change {position} may only have op, key and content")
-    if op not in ("put", "delete"):
-        raise ArgumentsInvalid(f'change {position}: op must be "put" or "delete"')
-    if not isinstance(key, str) or not key:
-        raise ArgumentsInvalid(f"change {position}: key must be a record name such as plan.md")
-    if not isinstance(content, str) or (op == "put" and "content" not in change):
-        raise ArgumentsInvalid(f"change {position}: a put needs content, the complete text of the record, as a string")
-    if op == "delete" and content:
-        raise ArgumentsInvalid(f"change {position}: a delete takes no content")
-    key, content = _unicode(key, f"change {position}: key"), _unicode(content, f"change {position}: content")
-    return workspace_pb2.RecordChange(op=_CHANGE_OPS[op], key=key, content=content if op == "put" else "")
-
-
-def _unicode(text: str, what: str) -> str:
-    """``text``, refused when it holds half of a surrogate pair (which UTF-8, so no request, can carry)."""
-    refusal = lone_surrogate(text, what)
-    if refusal is not None:
-        raise ArgumentsInvalid(refusal, "REQUEST_UNDECODABLE")
-    return text

@@ -75,10 +75,42 @@ const DESCRIPTIONS = {
     + 'All changes of one call are applied together.',
 };
 
-class ModelArgumentError extends Error {}
+// A mistake in the model's arguments has the reason every surface gives it (docs/http-api.md, "One
+// mistake, one reason"; the Python host's service/host/model_tools.py is the same rule): what cannot
+// be read as the argument (not JSON, no object, a value of another JSON type, an argument or field
+// a tool does not take) REQUEST_UNDECODABLE; a field read but outside its own limits the reason gRPC
+// gives it (CHANGES_EMPTY, CHANGE_OP_INVALID, RECORD_KEY_INVALID); ARGUMENTS_INVALID where no
+// surface has one (an unknown tool; a content left out). null is a field not given.
+const UNDECODABLE = 'REQUEST_UNDECODABLE';
+const EXAMPLE = '[{"op": "put", "key": "plan.md", "content": "..."}]';
+// What each field of a change takes, for the refusal of a value of another JSON type.
+const CHANGE_TAKES = { op: '"put" or "delete"', key: 'a record name such as plan.md', content: "the record's text" };
+
+class ModelArgumentError extends Error {
+  constructor(message, reason = 'ARGUMENTS_INVALID') {
+    super(message);
+    this.reason = reason;
+  }
+}
 
 function errorResult(message, reason) {
   return { ok: false, error: message, reason };
+}
+
+/** The JSON type of `value` as a refusal names it. */
+function kindOf(value) {
+  if (value == null) return 'null';
+  if (typeof value === 'boolean') return 'true or false';
+  if (typeof value === 'number') return 'a number';
+  if (typeof value === 'string') return 'a string';
+  return Array.isArray(value) ? 'a list' : 'an object';
+}
+
+/** `value` when it is a string or not given (null, undefined: null), else refused REQUEST_UNDECODABLE. */
+function textOrNone(value, what, takes) {
+  if (value == null) return null;
+  if (typeof value !== 'string') throw new ModelArgumentError(`${what} is ${kindOf(value)}; it takes ${takes}, as a string`, UNDECODABLE);
+  return value;
 }
 
 function parseArguments(name, args) {
@@ -90,34 +122,45 @@ function parseArguments(name, args) {
     try {
       args = JSON.parse(args || '{}');
     } catch {
-      throw new ModelArgumentError(`the arguments of ${name} are not valid JSON`);
+      throw new ModelArgumentError(`the arguments of ${name} are not valid JSON`, UNDECODABLE);
     }
   }
   if (args == null) args = {};
-  if (typeof args !== 'object' || Array.isArray(args)) throw new ModelArgumentError(`the arguments of ${name} must be a JSON object`);
+  if (typeof args !== 'object' || Array.isArray(args)) {
+    throw new ModelArgumentError(`the arguments of ${name} must be a JSON object, not ${kindOf(args)}`, UNDECODABLE);
+  }
   const allowed = Object.keys(PARAMETERS[name].properties);
   if (Object.keys(args).some((k) => !allowed.includes(k))) {
-    throw new ModelArgumentError(`${name} takes exactly one argument, ${allowed.join(', ')}, and nothing else`);
+    throw new ModelArgumentError(`${name} takes exactly one argument, ${allowed.join(', ')}, and nothing else`, UNDECODABLE);
   }
   if (name === MEMORY_UPDATE) {
-    if (typeof args.content !== 'string') throw new ModelArgumentError('memory_update needs content: the complete new text of MEMORY.md, as a string');
-    return args.content;
+    const content = textOrNone(args.content, 'memory_update: content', 'the complete new text of MEMORY.md');
+    if (content === null) throw new ModelArgumentError('memory_update needs content: the complete new text of MEMORY.md, as a string');
+    return content;
   }
   const { changes } = args;
-  if (!Array.isArray(changes) || changes.length === 0) {
-    throw new ModelArgumentError('update_workspace needs changes: a non-empty list like [{"op": "put", "key": "plan.md", "content": "..."}]');
+  if (changes == null || (Array.isArray(changes) && changes.length === 0)) {
+    throw new ModelArgumentError(`update_workspace needs changes: a non-empty list like ${EXAMPLE}`, 'CHANGES_EMPTY');
   }
-  return changes.map((change, i) => {
-    if (change == null || typeof change !== 'object' || Array.isArray(change)) throw new ModelArgumentError(`change ${i} must be an object with op, key and (for put) content`);
-    if (Object.keys(change).some((k) => !['op', 'key', 'content'].includes(k))) throw new ModelArgumentError(`change ${i} may only have op, key and content`);
-    const { op, key } = change;
-    const content = change.content ?? '';
-    if (op !== 'put' && op !== 'delete') throw new ModelArgumentError(`change ${i}: op must be "put" or "delete"`);
-    if (typeof key !== 'string' || !key) throw new ModelArgumentError(`change ${i}: key must be a record name such as plan.md`);
-    if (typeof content !== 'string' || (op === 'put' && !('content' in change))) throw new ModelArgumentError(`change ${i}: a put needs content, the complete text of the record, as a string`);
-    if (op === 'delete' && content) throw new ModelArgumentError(`change ${i}: a delete takes no content`);
-    return { op, key, content: op === 'put' ? content : '' };
-  });
+  if (!Array.isArray(changes)) {
+    throw new ModelArgumentError(`update_workspace: changes is ${kindOf(changes)}; it takes a non-empty list like ${EXAMPLE}`, UNDECODABLE);
+  }
+  return changes.map((change, i) => parseChange(i, change));
+}
+
+function parseChange(i, change) {
+  if (change == null || typeof change !== 'object' || Array.isArray(change)) {
+    throw new ModelArgumentError(`change ${i} is ${kindOf(change)}; it takes an object with op, key and (for put) content`, UNDECODABLE);
+  }
+  if (Object.keys(change).some((k) => !Object.hasOwn(CHANGE_TAKES, k))) {
+    throw new ModelArgumentError(`change ${i} may only have op, key and content`, UNDECODABLE);
+  }
+  const [op, key, content] = Object.entries(CHANGE_TAKES).map(([field, takes]) => textOrNone(change[field], `change ${i}: ${field}`, takes));
+  if (op !== 'put' && op !== 'delete') throw new ModelArgumentError(`change ${i}: op must be "put" or "delete"`, 'CHANGE_OP_INVALID');
+  if (!key) throw new ModelArgumentError(`change ${i}: key must be a record name such as plan.md`, 'RECORD_KEY_INVALID');
+  if (op === 'put' && content === null) throw new ModelArgumentError(`change ${i}: a put needs content, the complete text of the record, as a string`);
+  if (op === 'delete' && content) throw new ModelArgumentError(`change ${i}: a delete takes no content`, 'CHANGE_OP_INVALID');
+  return { op, key, content: op === 'put' ? content : '' };
 }
 
 function renderRecords(records) {
@@ -184,7 +227,7 @@ class MemoryHost {
     try {
       parsed = parseArguments(name, args);
     } catch (err) {
-      if (err instanceof ModelArgumentError) return errorResult(err.message, 'ARGUMENTS_INVALID');
+      if (err instanceof ModelArgumentError) return errorResult(err.message, err.reason);
       throw err;
     }
     if (observation === undefined) return errorResult(MISSING_MESSAGE, MISSING_REASON);
