@@ -28,7 +28,7 @@ const {
 } = require('./routing');
 const {
   refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
-  optionsObject, wholeOption, flagOption,
+  optionsObject, wholeOption, flagOption, shapeless,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -144,6 +144,21 @@ function retainItem(item) {
   if (given.expiresAt != null) out.expires_at = expiresAtFrom(given.expiresAt);
   if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: given.thread.position ?? 0 };
   return out;
+}
+
+/**
+ * A ConversationMessage from {role, content, name?} or a [role, content] pair; REQUEST_UNDECODABLE
+ * for any other shape, as the Python client's ArgumentTypeError (the texts themselves are checked
+ * with the request). A role or content left out is empty, as in proto3: the server's
+ * MESSAGE_ROLE_INVALID or MESSAGE_EMPTY, as over the JSON API (docs/http-api.md "One mistake, one reason").
+ */
+function conversationMessage(m, at) {
+  const pair = Array.isArray(m) && m.length === 2;
+  if (!pair && (m === null || typeof m !== 'object' || Array.isArray(m))) {
+    throw shapeless(`messages[${at}]`, m, 'a {role, content, name?} object or a [role, content] pair');
+  }
+  const [role, content, name] = pair ? [m[0], m[1], ''] : [m.role, m.content, m.name];
+  return { role: role ?? '', content: content ?? '', name: name ?? '' };
 }
 
 // Any other op (a typo, none at all) goes unspecified, which the server refuses CHANGE_OP_INVALID:
@@ -563,10 +578,33 @@ class MemoryClient {
     scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
     expiresAt = null,
   } = {}) {
-    const request = { tenant, text, scope, metadata, request_id: requestId ?? '', fast, speaker };
-    if (occurredAt != null) request.occurred_at = timestampFrom(occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
-    if (expiresAt != null) request.expires_at = expiresAtFrom(expiresAt);
-    if (thread != null) request.thread = { id: thread.id ?? '', position: thread.position ?? 0 };
+    const request = {
+      tenant, ...retainItem({ text, scope, metadata, occurredAt, thread, speaker, expiresAt }), request_id: requestId ?? '', fast,
+    };
+    const { response } = await this._call(this.memory, 'Retain', request, { retry: Boolean(requestId) });
+    return retainResult(response.result);
+  }
+
+  /**
+   * A multi-turn conversation as one memory (one fingerprint): its text is the transcript, a
+   * "role: content" line each ("role (name): content" with a name); the same conversation again is
+   * a duplicate of the first. `messages` are {role, content, name?} objects or [role, content]
+   * pairs; the options are retain's, the whole conversation's (without `speaker`, the one name
+   * its messages share, if any). The server refuses MESSAGES_TOO_MANY (over 1,000), MESSAGE_EMPTY,
+   * MESSAGE_ROLE_INVALID (a role is 1-64 letters, digits, spaces, '.', '_' or '-'), and no
+   * messages as an empty text (TEXT_EMPTY), as the Python client's retain_conversation.
+   */
+  async retainConversation(tenant, messages, {
+    scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
+    expiresAt = null,
+  } = {}) {
+    const request = {
+      tenant,
+      ...retainItem({ text: '', scope, metadata, occurredAt, thread, speaker, expiresAt }),
+      messages: listOf(messages, 'messages').map(conversationMessage),
+      request_id: requestId ?? '',
+      fast,
+    };
     const { response } = await this._call(this.memory, 'Retain', request, { retry: Boolean(requestId) });
     return retainResult(response.result);
   }

@@ -203,19 +203,15 @@ export declare class MemoryClient {
    * `occurredAt`, `thread` and `speaker`: when it was said, its place in a conversation, who said it.
    * `expiresAt`: when it expires (unset: the tenant's default time to live; docs/expiry.md).
    */
-  retain(
+  retain(tenant: string, text: string, options?: RetainOptions): Promise<RetainResult>;
+  /**
+   * A multi-turn conversation as one memory whose text is the transcript ("role: content" lines);
+   * the same conversation again is a duplicate. The options are the whole conversation's.
+   */
+  retainConversation(
     tenant: string,
-    text: string,
-    options?: {
-      scope?: string;
-      metadata?: Record<string, string>;
-      requestId?: string;
-      fast?: boolean;
-      occurredAt?: Date | null;
-      thread?: ThreadRef | null;
-      speaker?: string;
-      expiresAt?: ExpiresAt | null;
-    },
+    messages: Array<ConversationMessage | [role: string, content: string]>,
+    options?: RetainOptions,
   ): Promise<RetainResult>;
   recall(
     tenant: string,
@@ -435,6 +431,25 @@ export interface WebhookDelivery {
   deliveredAt: Date | null;
   memoryId: bigint;
   eventId: bigint;
+}
+
+/** The options of `retain` and `retainConversation`. */
+export interface RetainOptions {
+  scope?: string;
+  metadata?: Record<string, string>;
+  requestId?: string;
+  fast?: boolean;
+  occurredAt?: Date | null;
+  thread?: ThreadRef | null;
+  speaker?: string;
+  expiresAt?: ExpiresAt | null;
+}
+
+/** One turn of a conversation for `retainConversation`; `name` is who spoke, beside the role. */
+export interface ConversationMessage {
+  role: string;
+  content: string;
+  name?: string;
 }
 
 export interface RetainItem {

@@ -396,5 +396,5 @@ function checkingArguments(cls, except = []) {
 module.exports = {
   checkingArguments, optionsObject, wholeOption, flagOption,
   RequestInvalidError, refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, timeReason, integer, unknownName,
-  listOf, MAX_TIMEOUT_MS,
+  listOf, shapeless, MAX_TIMEOUT_MS,
 };

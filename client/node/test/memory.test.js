@@ -36,6 +36,34 @@ test('retain then recall round trip', async () => {
   assert.equal(again.memoryId, retained.memoryId);
 });
 
+test('a conversation retained once is one memory whose text is the transcript; again, a duplicate', async () => {
+  // The Node client had no retainConversation (nor retain a `messages` field): the Python client's
+  // retain_conversation, with retain's options.
+  const tenant = uniqueTenant();
+  const messages = [{ role: 'User', content: 'I moved to Lisbon last week', name: 'Caroline' }, ['assistant', 'Welcome to Lisbon!']];
+  const expiresAt = new Date(Date.UTC(2999, 0, 1));
+  const retained = await client.retainConversation(tenant, messages, {
+    scope: 'workspace/chats', metadata: { channel: 'web' }, occurredAt: new Date(Date.UTC(2026, 0, 2)), speaker: 'Caroline', expiresAt,
+  });
+  assert.equal(retained.status, 'created');
+  const stored = await client.getMemory(tenant, retained.memoryId);
+  assert.equal(stored.text, 'user (Caroline): I moved to Lisbon last week\nassistant: Welcome to Lisbon!');
+  assert.deepEqual([stored.scope, stored.metadata, stored.speaker], ['workspace/chats', { channel: 'web' }, 'Caroline']);
+  assert.deepEqual([stored.occurredAt, stored.expiresAt], [new Date(Date.UTC(2026, 0, 2)), expiresAt]);
+  const again = await client.retainConversation(tenant, messages, { scope: 'workspace/chats' });
+  assert.deepEqual([again.status, again.memoryId], ['duplicate', retained.memoryId]);
+  assert.equal((await client.listMemories(tenant, { scope: 'workspace/chats' })).memories.length, 1);
+  // The server's refusals, as the Python client gets them.
+  for (const [bad, reason] of [
+    [[], 'TEXT_EMPTY'], [[['us:er', 'hi']], 'MESSAGE_ROLE_INVALID'], [[['user', '']], 'MESSAGE_EMPTY'],
+    [Array.from({ length: 1001 }, () => ['user', 'hi']), 'MESSAGES_TOO_MANY'],
+    // Left out is empty, as in proto3 and over the JSON API.
+    [[{ content: 'hi' }], 'MESSAGE_ROLE_INVALID'], [[{ role: 'user', content: null }], 'MESSAGE_EMPTY'],
+  ]) {
+    await assert.rejects(client.retainConversation(tenant, bad), { code: grpc.status.INVALID_ARGUMENT, reason });
+  }
+});
+
 test('an invalid request fails with its reason from the status details', async () => {
   await assert.rejects(client.retain(uniqueTenant(), '   '), (err) => {
     assert.ok(err instanceof MnemosyneError);

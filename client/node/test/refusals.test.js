@@ -52,11 +52,17 @@ const HOSTILE = {
   shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x', 5, 5n, 1.5, BARE],
   list: ['global', { 0: 'global' }, 5, BARE],
   map: ['a=b', ['a'], 5],
+  // retainConversation's messages: {role, content, name?} objects or [role, content] pairs
+  // (refused REQUEST_UNDECODABLE by the Python client too, for its mappings and pairs).
+  messages: ['user: hi', { role: 'user', content: 'hi' }, 5, BARE, ['hi'], [5], [null], [['user', 'hi', 'x']], [['user']],
+    [{ role: 5, content: 'hi' }], [{ role: ['user'], content: 'hi' }],
+    [['user', 5]], [{ role: 'user', content: 'hi', name: 5 }], [['u\ud800', 'hi']], [['user', 'x\ud800']],
+    [{ role: 'user', content: 'hi', name: '\udc00' }]],
 };
 
 // [kind, slot, call(value), reason (default: the kind's)]
 const REASONS = {
-  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
+  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', messages: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
 };
 const SLOTS = [
   ['text', 'retain tenant', (v) => client.retain(v, 'tea')],
@@ -100,6 +106,8 @@ const SLOTS = [
   ['list', 'editRecords changes', (v) => client.editRecords(TENANT, 'global', v, 0)],
   ['list', 'consolidate changes', (v) => client.consolidate(TENANT, 'global', v, 0, 'r1')],
   ['list', 'createWebhook kinds', (v) => client.createWebhook(TENANT, 'https://hooks.example.com/in', v)],
+  ['messages', 'retainConversation messages', (v) => client.retainConversation(TENANT, v)],
+  ['text', 'retainConversation scope', (v) => client.retainConversation(TENANT, [['user', 'hi']], { scope: v })],
   ['map', 'recall metadataEquals', (v) => client.recall(TENANT, 'tea', { metadataEquals: v })],
   ['map', 'retain metadata', (v) => client.retain(TENANT, 'tea', { metadata: v })],
   ['map', 'forgetMemories metadataEquals', (v) => client.forgetMemories(TENANT, v)],
@@ -130,12 +138,15 @@ const SLOTS = [
   ['integer', 'rotateWebhookSecret retireSecretIds', (v) => client.rotateWebhookSecret(TENANT, 1, { retireSecretIds: [v] })],
   ['integer', 'listWebhookDeliveries pageSize', (v) => client.listWebhookDeliveries(TENANT, 1, { pageSize: v })],
   ['date', 'retain occurredAt', (v) => client.retain(TENANT, 'tea', { occurredAt: v }), 'OCCURRED_AT_INVALID'],
+  ['date', 'retainConversation occurredAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { occurredAt: v }), 'OCCURRED_AT_INVALID'],
   ['date', 'retainBatch occurredAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', occurredAt: v }]), 'OCCURRED_AT_INVALID'],
   ['dateOrSeconds', 'retain expiresAt', (v) => client.retain(TENANT, 'tea', { expiresAt: v }), 'EXPIRES_AT_INVALID'],
   ['dateOrSeconds', 'retainBatch expiresAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', expiresAt: v }]), 'EXPIRES_AT_INVALID'],
+  ['dateOrSeconds', 'retainConversation expiresAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { expiresAt: v }), 'EXPIRES_AT_INVALID'],
   ['dateOrSeconds', 'updateMemory expiresAt', (v) => client.updateMemory(TENANT, 1, { expiresAt: v }), 'EXPIRES_AT_INVALID'],
   ['notDateOrSeconds', 'retain expiresAt', (v) => client.retain(TENANT, 'tea', { expiresAt: v }), 'REQUEST_UNDECODABLE'],
   ['notDateOrSeconds', 'retainBatch expiresAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', expiresAt: v }]), 'REQUEST_UNDECODABLE'],
+  ['notDateOrSeconds', 'retainConversation expiresAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { expiresAt: v }), 'REQUEST_UNDECODABLE'],
   ['notDateOrSeconds', 'updateMemory expiresAt', (v) => client.updateMemory(TENANT, 1, { expiresAt: v }), 'REQUEST_UNDECODABLE'],
   ['date', 'listEvents acceptedAfter', (v) => client.listEvents(TENANT, { acceptedAfter: v }), 'TIMESTAMP_INVALID'],
   ['timeoutMs', 'the client timeoutMs', async (v) => new MemoryClient(server.target, { timeoutMs: v }).ping()],

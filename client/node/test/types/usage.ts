@@ -16,11 +16,14 @@ export async function host(target: string): Promise<string> {
     occurredAt: new Date(0), thread: { id: 'session-1', position: 2 }, speaker: 'Caroline',
   });
   const when: Date | null = hits[0].memory.occurredAt;
+  const talked: RetainResult = await client.retainConversation('acme', [
+    { role: 'user', content: 'I moved to Lisbon', name: 'Caroline' }, ['assistant', 'Welcome to Lisbon'],
+  ], { scope: 'chats', occurredAt: new Date(0), expiresAt: 2_000_000_000 });
   const expiring: RetainResult = await client.retain('acme', 'The door code is 4711', { expiresAt: new Date(0) });
   await client.retainBatch('acme', [{ text: 'Lunch at noon', expiresAt: 2_000_000_000 }]);
   const kept = await client.updateMemory('acme', expiring.memoryId, { clearExpiresAt: true, expiresAt: null });
   const expires: Date | null = kept.memory.expiresAt;
-  const who: string = hits[0].memory.speaker + (hits[0].memory.thread?.id ?? '') + said.status;
+  const who: string = hits[0].memory.speaker + (hits[0].memory.thread?.id ?? '') + said.status + talked.status;
   const enabled: HotPathStatus = await client.hotPath('acme', 'enable');
   const fast: RetainResult = await client.retain('acme', 'queued', { fast: enabled.enabled, requestId: '' });
   const token: string | null = client.consistencyToken('acme');
