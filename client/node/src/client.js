@@ -27,7 +27,7 @@ const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
 const {
-  refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFrom, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
+  refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
   optionsObject, wholeOption, flagOption, shapeless,
 } = require('./unsendable');
 
@@ -136,11 +136,20 @@ function expiresAtFrom(expiresAt) {
   return timestampFromDateOrSeconds(expiresAt, 'expiresAt', 'EXPIRES_AT_INVALID');
 }
 
+/**
+ * `occurredAt` (a Date or unix seconds, as the Python client's occurred_at) as the request's
+ * occurred_at: REQUEST_UNDECODABLE when of another type ('yesterday', an object), OCCURRED_AT_INVALID
+ * when no time or outside the years 1 to 9999, as that client refuses it.
+ */
+function occurredAtFrom(occurredAt) {
+  return timestampFromDateOrSeconds(occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+}
+
 /** A RetainBatch item from a text or {text, scope, metadata, occurredAt, thread, speaker, expiresAt}. */
 function retainItem(item) {
   const given = typeof item === 'string' ? { text: item } : item;
   const out = { text: given.text, scope: given.scope ?? '', metadata: given.metadata ?? {}, speaker: given.speaker ?? '' };
-  if (given.occurredAt != null) out.occurred_at = timestampFrom(given.occurredAt, 'occurredAt', 'OCCURRED_AT_INVALID');
+  if (given.occurredAt != null) out.occurred_at = occurredAtFrom(given.occurredAt);
   if (given.expiresAt != null) out.expires_at = expiresAtFrom(given.expiresAt);
   if (given.thread != null) out.thread = { id: given.thread.id ?? '', position: given.thread.position ?? 0 };
   return out;
@@ -190,7 +199,8 @@ const WEBHOOK_KIND_PROTO = Object.fromEntries(WEBHOOK_KINDS.map((k) => [k, `WEBH
 const WEBHOOK_KIND_NAME = Object.fromEntries(Object.entries(WEBHOOK_KIND_PROTO).map(([name, proto]) => [proto, name]));
 
 function webhookKind(kind) {
-  const proto = typeof kind === 'string' && Object.hasOwn(WEBHOOK_KIND_PROTO, kind) ? WEBHOOK_KIND_PROTO[kind] : null;
+  if (typeof kind !== 'string') throw shapeless('kinds item', kind, 'a text');
+  const proto = Object.hasOwn(WEBHOOK_KIND_PROTO, kind) ? WEBHOOK_KIND_PROTO[kind] : null;
   if (!proto) throw unknownName('WEBHOOK_KINDS_INVALID', 'a webhook kind', WEBHOOK_KINDS, kind);
   return proto;
 }
@@ -352,6 +362,16 @@ class MemoryClient {
     this.maxRequestBytes = wholeOption(
       options.maxRequestBytes, MAX_REQUEST_BYTES, 1, Number.MAX_SAFE_INTEGER, 'MemoryClient: maxRequestBytes',
     );
+    if (options.token != null && typeof options.token !== 'string') {
+      throw shapeless('MemoryClient: token', options.token, 'a bearer token (a text)');
+    }
+    if (typeof target !== 'string' && !(target == null && options.members != null)) {
+      throw shapeless('MemoryClient: target', target, 'HOST:PORT (a text)');
+    }
+    if (options.members != null && (typeof options.members !== 'object' || Array.isArray(options.members))
+      && typeof options.members !== 'string') {
+      throw shapeless('MemoryClient: members', options.members, 'a member list (ID=HOST:PORT,... or @FILE) or an object of member ids to addresses');
+    }
     this._services = loadServices();
     this._credentials = options.credentials ?? grpc.credentials.createInsecure();
     // On a deployment of many members (`members`: 'ID=HOST:PORT,...', '@FILE' or {id: address}),
@@ -371,9 +391,9 @@ class MemoryClient {
     this._byAddress = new Map();
     this._addressOf = new WeakMap(); // stub -> the address its channel goes to (for errors)
     Object.assign(this, this._stubs(target || (this.members && this.members.get(firstMember(this.members.keys())))));
-    if (options.token && !(typeof options.token === 'string' && TOKEN_TEXT.test(options.token))) {
+    if (options.token && !TOKEN_TEXT.test(options.token)) {
       // Else every call fails with grpc-js's own Error ('Metadata string value ... contains illegal characters').
-      const held = typeof options.token === 'string' ? JSON.stringify(options.token.replace(/[ -~]/g, '').slice(0, 1)) : shown(options.token);
+      const held = JSON.stringify(options.token.replace(/[ -~]/g, '').slice(0, 1));
       throw refused('TOKEN_MALFORMED', `the token holds ${held}, `
         + 'which no request header carries: a token is printable ASCII');
     }
@@ -477,7 +497,10 @@ class MemoryClient {
     request = checkedRequest(stub, method, request); // nothing is sent for a request that cannot be one
     checkedSize(stub, method, request, this.maxRequestBytes);
     checkedTimeoutMs(timeoutMs);
-    if (consistencyToken && !(typeof consistencyToken === 'string' && consistencyToken.length <= 1024
+    if (consistencyToken !== undefined && typeof consistencyToken !== 'string') {
+      throw shapeless('consistencyToken', consistencyToken, "a write's consistency token, or '' for none");
+    }
+    if (consistencyToken && !(consistencyToken.length <= 1024
       && CONSISTENCY_TOKEN_FORM.test(consistencyToken))) {
       // No server issued it: refused as the server refuses it (service/host/token_form.py: the same
       // form and sentence), before anything is sent.
@@ -508,7 +531,8 @@ class MemoryClient {
   }) {
     request = checkedRequest(stub, method, request);
     checkedTimeoutMs(timeoutMs);
-    if (member && !(typeof member === 'string' && MEMBER_ID.test(member))) {
+    if (typeof member !== 'string') throw shapeless('member', member, "a member's id");
+    if (member && !MEMBER_ID.test(member)) {
       throw refused('MEMBER_ID_INVALID', `member ${shown(member, 80)} is no member's id: 1-63 `
         + "lowercase letters, digits and '-', starting with a letter or digit");
     }
@@ -568,8 +592,8 @@ class MemoryClient {
 
   /**
    * `fast` takes the hot path when the tenant's is enabled (status 'enqueued', an eventId).
-   * `requestId: ''` sends none: the write is then never repeated. `occurredAt` (a Date: when it
-   * was said or happened), `thread` ({ id, position }: its place in a conversation) and `speaker`
+   * `requestId: ''` sends none: the write is then never repeated. `occurredAt` (a Date or unix
+   * seconds: when it was said or happened), `thread` ({ id, position }: its place in a conversation) and `speaker`
    * (who said or wrote it) are optional; recall uses them (docs/recall-quality.md). `expiresAt` (a
    * Date or unix seconds) is when it expires: hidden from then on, erased after the tenant's grace
    * (unset: the tenant's default time to live, docs/expiry.md).
@@ -934,7 +958,9 @@ class MemoryClient {
    * request id and are not.
    */
   async hotPath(tenant, action, { timeoutSeconds = 0, consistencyToken = '' } = {}) {
-    if (typeof action !== 'string' || !Object.hasOwn(HOT_PATH_METHODS, action)) {
+    if (typeof action !== 'string') throw shapeless('action', action, 'a text');
+    if (typeof timeoutSeconds !== 'number') throw shapeless('timeoutSeconds', timeoutSeconds, 'a number of seconds');
+    if (!Object.hasOwn(HOT_PATH_METHODS, action)) {
       throw unknownName('HOT_PATH_ACTION_INVALID', 'action', Object.keys(HOT_PATH_METHODS), action);
     }
     // The call's own deadline must outlast the server-side wait (0, and what the server refuses,
@@ -957,7 +983,8 @@ class MemoryClient {
    * `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower).
    */
   async listEvents(tenant, { status, acceptedAfter, pageSize = 0, pageToken = '' } = {}) {
-    if (status != null && (typeof status !== 'string' || !Object.hasOwn(EVENT_STATUS_BY_NAME, status))) {
+    if (status != null && typeof status !== 'string') throw shapeless('status', status, 'a text');
+    if (status != null && !Object.hasOwn(EVENT_STATUS_BY_NAME, status)) {
       throw unknownName('EVENT_STATUS_INVALID', 'status', Object.keys(EVENT_STATUS_BY_NAME), status);
     }
     const request = {
@@ -966,7 +993,7 @@ class MemoryClient {
       page_size: pageSize,
       page_token: pageToken,
     };
-    if (acceptedAfter != null) request.accepted_after = timestampFrom(acceptedAfter, 'acceptedAfter', 'TIMESTAMP_INVALID');
+    if (acceptedAfter != null) request.accepted_after = timestampFromDateOrSeconds(acceptedAfter, 'acceptedAfter', 'TIMESTAMP_INVALID');
     const { response } = await this._call(this.events, 'ListEvents', request, { retry: true });
     return { events: response.events.map(event), nextPageToken: response.next_page_token };
   }

@@ -200,7 +200,7 @@ export declare class MemoryClient {
   consistencyToken(tenant: string): string | null;
   /**
    * `fast`: the hot path when enabled for the tenant. `requestId: ''` sends none (never repeated).
-   * `occurredAt`, `thread` and `speaker`: when it was said, its place in a conversation, who said it.
+   * `occurredAt` (a Date or unix seconds), `thread` and `speaker`: when it was said, its place in a conversation, who said it.
    * `expiresAt`: when it expires (unset: the tenant's default time to live; docs/expiry.md).
    */
   retain(tenant: string, text: string, options?: RetainOptions): Promise<RetainResult>;
@@ -234,7 +234,7 @@ export declare class MemoryClient {
   listEvents(
     tenant: string,
     /** `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower). */
-    options?: { status?: EventStatus; acceptedAfter?: Date; pageSize?: number; pageToken?: string },
+    options?: { status?: EventStatus; acceptedAfter?: Date | number; pageSize?: number; pageToken?: string },
   ): Promise<EventPage>;
   /** Status transitions, replayed then live; leaving the `for await` loop cancels the stream. */
   watchEvents(
@@ -439,7 +439,7 @@ export interface RetainOptions {
   metadata?: Record<string, string>;
   requestId?: string;
   fast?: boolean;
-  occurredAt?: Date | null;
+  occurredAt?: Date | number | null;
   thread?: ThreadRef | null;
   speaker?: string;
   expiresAt?: ExpiresAt | null;
@@ -456,7 +456,7 @@ export interface RetainItem {
   text: string;
   scope?: string;
   metadata?: Record<string, string>;
-  occurredAt?: Date | null;
+  occurredAt?: Date | number | null;
   thread?: ThreadRef | null;
   speaker?: string;
   expiresAt?: ExpiresAt | null;

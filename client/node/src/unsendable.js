@@ -8,12 +8,16 @@
 //                        (1.5, NaN, 1e300, 2**64, a BigInt past 64 bits): protobufjs would truncate
 //                        or wrap it (2**64 became 384, 1.5 became 1) or fail as INTERNAL
 //   OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID
-//                        a time that is no valid Date (expiresAt: nor a finite number of unix
-//                        seconds), or outside the years 1 to 9999
-//   TIMEOUT_INVALID      a deadline that is not more than 0 and at most a year (grpc-js throws,
-//                        outside the call's promise, for one past its range)
+//                        a time (a Date or unix seconds) that is no valid Date nor a finite number,
+//                        or outside the years 1 to 9999
+//   TIMEOUT_INVALID      a deadline (a number) that is not more than 0 and at most a year (grpc-js
+//                        throws, outside the call's promise, for one past its range)
 //   REQUEST_TOO_LARGE    a request over the client's maxRequestBytes (the server's default
 //                        --max-request-bytes): grpc-js sends any size (`checkedSize`)
+// A value of another type than its field's (a text for a time or a deadline, a number for a
+// name) is REQUEST_UNDECODABLE, as the Python client's ArgumentTypeError: a wrong type is a
+// decoding refusal, the field's own reason is for a value of its type (docs/http-api.md "One
+// mistake, one reason").
 // Every request is checked against its message type in the protos (`checkedRequest`), so a new
 // field or method is covered.
 const grpc = require('@grpc/grpc-js');
@@ -250,6 +254,7 @@ const MAX_TIMEOUT_MS = 365 * 24 * 3600 * 1000;
 /** `timeoutMs` when it can be a call's deadline (null/undefined: none), else TIMEOUT_INVALID. */
 function checkedTimeoutMs(timeoutMs, field = 'timeoutMs') {
   if (timeoutMs == null) return timeoutMs;
+  if (typeof timeoutMs !== 'number') throw shapeless(field, timeoutMs, 'a number of milliseconds');
   if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) { // false for NaN too
     throw refused('TIMEOUT_INVALID', `${field} is ${shown(timeoutMs)} milliseconds; a call's deadline is more than 0 `
       + `and at most ${MAX_TIMEOUT_MS} (a year)`);

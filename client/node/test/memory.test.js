@@ -183,6 +183,13 @@ test('expiresAt on retain, retainBatch items and updateMemory: a past one hides 
 test('a bad time or speaker is refused with its reason', async () => {
   await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: new Date('not a date') }),
     { name: 'RequestInvalidError', reason: 'OCCURRED_AT_INVALID' });
+  // A wrong type is REQUEST_UNDECODABLE, as the Python client's (it was OCCURRED_AT_INVALID);
+  // unix seconds are a time, as the Python client's occurred_at.
+  await assert.rejects(client.retain(uniqueTenant(), 'x', { occurredAt: 'yesterday' }),
+    { name: 'RequestInvalidError', reason: 'REQUEST_UNDECODABLE', details: 'occurredAt is a string; it takes a Date or a number of unix seconds' });
+  const tenant = uniqueTenant();
+  const said = await client.retain(tenant, 'I moved to Lisbon', { occurredAt: 1767312000.25 });
+  assert.deepEqual((await client.getMemory(tenant, said.memoryId)).occurredAt, new Date(1767312000250));
   // expiresAt takes unix seconds too, refused in the Python client's words; the range's edges go.
   await assert.rejects(client.retain(uniqueTenant(), 'x', { expiresAt: 253402300800 }), (err) => err.reason === 'EXPIRES_AT_INVALID'
     && err.details === 'expiresAt is 253402300800 unix seconds; a time is between -62135596800 (0001-01-01T00:00:00Z) '

@@ -37,16 +37,25 @@ const BARE = Object.create(null);
 const HOSTILE = {
   text: ['x\ud800', '\udfffy', 'a\ud83d\ude00b\udc00'],
   integer: [2 ** 64, -(2 ** 64), 2n ** 64n, -(2n ** 64n), 1.5, NaN, Infinity, -Infinity, 1e300, 'abc', '1.5', true, BARE],
-  date: [new Date(NaN), new Date(8.64e15), new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), 'yesterday', 5, BARE],
-  // A time taken as a Date or unix seconds (expiresAt, as the Python client's expires_at); a value
-  // of another type is REQUEST_UNDECODABLE, as the Python client's ArgumentTypeError.
-  dateOrSeconds: [new Date(NaN), new Date(8.64e15), new Date(Date.UTC(10000, 0, 1)), NaN, Infinity, -Infinity, 1e300, -1e300,
-    253402300800, -62135596801],
+  // A time taken as a Date or unix seconds (occurredAt, expiresAt, acceptedAfter, as the Python
+  // client's occurred_at, expires_at, accepted_after): no time, or one outside the years 1 to 9999,
+  // is the field's reason; a value of another type REQUEST_UNDECODABLE, as the Python client's
+  // ArgumentTypeError (docs/http-api.md "One mistake, one reason"). occurredAt 'yesterday' was
+  // OCCURRED_AT_INVALID, acceptedAfter's TIMESTAMP_INVALID.
+  dateOrSeconds: [new Date(NaN), new Date(8.64e15), new Date(-8.64e15), new Date(Date.UTC(10000, 0, 1)), NaN, Infinity, -Infinity,
+    1e300, -1e300, 253402300800, -62135596801],
   notDateOrSeconds: ['yesterday', '1700000000', 1700000000n, true, {}, ['x'], Symbol('x'), () => 1, BARE],
-  timeoutMs: [NaN, Infinity, -Infinity, -1, 0, 1e300, 2 ** 40, '1000', BARE],
-  name: ['pause', '', 'STATUS', 'constructor', 'toString', BARE],
-  member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64), BARE],
-  token: ['a\nb', 'é', 'x\ud800', '\u0000', BARE],
+  timeoutMs: [NaN, Infinity, -Infinity, -1, 0, 1e300, 2 ** 40],
+  name: ['pause', '', 'STATUS', 'constructor', 'toString'],
+  member: ['Not A Member', 'm\ud800', 'm\n1', '-m1', 'm'.repeat(64)],
+  token: ['a\nb', 'é', 'x\ud800', '\u0000'],
+  // A value of another type than a name's, a member id's, a token's or a target's (a text), or a
+  // deadline's (a number): REQUEST_UNDECODABLE, as the Python client's ArgumentTypeError; each was
+  // the field's own reason (HOT_PATH_ACTION_INVALID, MEMBER_ID_INVALID, TOKEN_MALFORMED,
+  // TOKEN_INVALID, TIMEOUT_INVALID), a false consistency token read none, a BigInt or an object
+  // of no prototype as a hot-path wait JS's own TypeError, a target grpc-js's.
+  notText: [5, 1.5, true, false, 5n, {}, ['x'], BARE],
+  notNumber: ['1000', true, 5n, {}, ['x'], BARE],
   // A value of another shape than its field's (a text, a list, an object of texts): protobufjs sent
   // "[object Object]" as a text, or failed as a local INTERNAL; a number went as its text (5 as "5").
   shape: [{ text: 'x' }, ['x'], true, Symbol('x'), () => 'x', 5, 5n, 1.5, BARE],
@@ -62,7 +71,7 @@ const HOSTILE = {
 
 // [kind, slot, call(value), reason (default: the kind's)]
 const REASONS = {
-  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', messages: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
+  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', notText: 'REQUEST_UNDECODABLE', notNumber: 'REQUEST_UNDECODABLE', messages: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
 };
 const SLOTS = [
   ['text', 'retain tenant', (v) => client.retain(v, 'tea')],
@@ -137,9 +146,12 @@ const SLOTS = [
   ['integer', 'deleteWebhook id', (v) => client.deleteWebhook(TENANT, v)],
   ['integer', 'rotateWebhookSecret retireSecretIds', (v) => client.rotateWebhookSecret(TENANT, 1, { retireSecretIds: [v] })],
   ['integer', 'listWebhookDeliveries pageSize', (v) => client.listWebhookDeliveries(TENANT, 1, { pageSize: v })],
-  ['date', 'retain occurredAt', (v) => client.retain(TENANT, 'tea', { occurredAt: v }), 'OCCURRED_AT_INVALID'],
-  ['date', 'retainConversation occurredAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { occurredAt: v }), 'OCCURRED_AT_INVALID'],
-  ['date', 'retainBatch occurredAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', occurredAt: v }]), 'OCCURRED_AT_INVALID'],
+  ['dateOrSeconds', 'retain occurredAt', (v) => client.retain(TENANT, 'tea', { occurredAt: v }), 'OCCURRED_AT_INVALID'],
+  ['notDateOrSeconds', 'retain occurredAt', (v) => client.retain(TENANT, 'tea', { occurredAt: v }), 'REQUEST_UNDECODABLE'],
+  ['dateOrSeconds', 'retainConversation occurredAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { occurredAt: v }), 'OCCURRED_AT_INVALID'],
+  ['notDateOrSeconds', 'retainConversation occurredAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { occurredAt: v }), 'REQUEST_UNDECODABLE'],
+  ['dateOrSeconds', 'retainBatch occurredAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', occurredAt: v }]), 'OCCURRED_AT_INVALID'],
+  ['notDateOrSeconds', 'retainBatch occurredAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', occurredAt: v }]), 'REQUEST_UNDECODABLE'],
   ['dateOrSeconds', 'retain expiresAt', (v) => client.retain(TENANT, 'tea', { expiresAt: v }), 'EXPIRES_AT_INVALID'],
   ['dateOrSeconds', 'retainBatch expiresAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', expiresAt: v }]), 'EXPIRES_AT_INVALID'],
   ['dateOrSeconds', 'retainConversation expiresAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { expiresAt: v }), 'EXPIRES_AT_INVALID'],
@@ -148,7 +160,8 @@ const SLOTS = [
   ['notDateOrSeconds', 'retainBatch expiresAt', (v) => client.retainBatch(TENANT, [{ text: 'tea', expiresAt: v }]), 'REQUEST_UNDECODABLE'],
   ['notDateOrSeconds', 'retainConversation expiresAt', (v) => client.retainConversation(TENANT, [['user', 'hi']], { expiresAt: v }), 'REQUEST_UNDECODABLE'],
   ['notDateOrSeconds', 'updateMemory expiresAt', (v) => client.updateMemory(TENANT, 1, { expiresAt: v }), 'REQUEST_UNDECODABLE'],
-  ['date', 'listEvents acceptedAfter', (v) => client.listEvents(TENANT, { acceptedAfter: v }), 'TIMESTAMP_INVALID'],
+  ['dateOrSeconds', 'listEvents acceptedAfter', (v) => client.listEvents(TENANT, { acceptedAfter: v }), 'TIMESTAMP_INVALID'],
+  ['notDateOrSeconds', 'listEvents acceptedAfter', (v) => client.listEvents(TENANT, { acceptedAfter: v }), 'REQUEST_UNDECODABLE'],
   ['timeoutMs', 'the client timeoutMs', async (v) => new MemoryClient(server.target, { timeoutMs: v }).ping()],
   ['timeoutMs', 'watchEvents timeoutMs', (v) => drained(client.watchEvents(TENANT, { timeoutMs: v }))],
   ['timeoutMs', 'backup timeoutMs', (v) => drained(client.backup({ tenants: [TENANT], timeoutMs: v }))],
@@ -166,6 +179,21 @@ const SLOTS = [
   ['token', 'getMemory consistencyToken', (v) => client.getMemory(TENANT, 1, { consistencyToken: v })],
   ['token', 'listMemories consistencyToken', (v) => client.listMemories(TENANT, { consistencyToken: v })],
   ['token', 'assembleContext consistencyToken', (v) => client.assembleContext(TENANT, 'w', { consistencyToken: v })],
+  ['notText', 'hotPath action', (v) => client.hotPath(TENANT, v)],
+  ['notText', 'listEvents status', (v) => client.listEvents(TENANT, { status: v })],
+  ['notText', 'createWebhook kinds', (v) => client.createWebhook(TENANT, 'https://hooks.example.com/in', [v])],
+  ['notText', 'moveTenant member', (v) => client.moveTenant(TENANT, 'm2', { member: v })],
+  ['notText', 'activateTenant member', (v) => client.activateTenant(TENANT, 1, 'h', { member: v })],
+  ['notText', 'the client token', async (v) => new MemoryClient(server.target, { token: v }).ping()],
+  ['notText', 'the client target', async (v) => new MemoryClient(v).ping()],
+  ['notText', 'recall consistencyToken', (v) => client.recall(TENANT, 'tea', { consistencyToken: v })],
+  ['notText', 'assembleContext consistencyToken', (v) => client.assembleContext(TENANT, 'w', { consistencyToken: v })],
+  ['notText', 'hotPath flush consistencyToken', (v) => client.hotPath(TENANT, 'flush', { consistencyToken: v })],
+  ['notNumber', 'the client timeoutMs', async (v) => new MemoryClient(server.target, { timeoutMs: v }).ping()],
+  ['notNumber', 'watchEvents timeoutMs', (v) => drained(client.watchEvents(TENANT, { timeoutMs: v }))],
+  ['notNumber', 'exportTenant timeoutMs', (v) => drained(client.exportTenant(TENANT, { timeoutMs: v }))],
+  ['notNumber', 'moveTenant timeoutMs', (v) => client.moveTenant(TENANT, 'm2', { timeoutMs: v })],
+  ['notNumber', 'hotPath timeoutSeconds', (v) => client.hotPath(TENANT, 'flush', { timeoutSeconds: v })],
 ];
 
 function shown(value) {
