@@ -4,11 +4,14 @@ MemoryBrain, which converts the engine's values to these same messages first: on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
+import grpc
 from google.protobuf import timestamp_pb2
 
 from mnemosyne.client import types
+from mnemosyne.client.errors import ArgumentTypeError
 from mnemosyne.client.unsendable import refused
 from mnemosyne.v1 import (
     admin_pb2,
@@ -477,3 +480,37 @@ def within_timestamps(seconds: float, *, field: str, reason: str) -> None:
             f"{field} is {seconds!r} unix seconds; a time is between {_FIRST_SECOND} (0001-01-01T00:00:00Z) and "
             f"{_AFTER_LAST_SECOND} (10000-01-01T00:00:00Z, excluded)",
         )
+
+
+def conversation_messages(
+    messages: Sequence[types.Message | Mapping[str, str] | tuple[str, str]],
+) -> list[types_pb2.ConversationMessage]:
+    """``retain_conversation``'s messages as the request carries them. An empty list is refused
+    here (MESSAGES_EMPTY): on the wire it is no messages at all, which the server reads as a text
+    left out. A role or content left out of a mapping goes empty, for the server's reason
+    (MESSAGE_ROLE_INVALID, MESSAGE_EMPTY); a message of another shape, or a part that is no text,
+    is REQUEST_UNDECODABLE, as on every surface (docs/http-api.md, "One mistake, one reason")."""
+    if not messages:
+        raise refused("MESSAGES_EMPTY", "retain_conversation: messages is empty; send at least one {role, content}")
+    proto = []
+    for position, m in enumerate(messages):
+        if isinstance(m, types.Message):
+            parts: tuple[object, ...] = (m.role, m.content, m.name)
+        elif isinstance(m, Mapping):
+            parts = (m.get("role", ""), m.get("content", ""), m.get("name", ""))
+        elif isinstance(m, tuple | list) and len(m) == 2:
+            parts = (m[0], m[1], "")
+        else:
+            parts = ()
+        if len(parts) != 3 or not all(isinstance(part, str) for part in parts):
+            shown = repr(m) if len(repr(m)) <= 40 else repr(m)[:40] + "..."
+            raise ArgumentTypeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "REQUEST_UNDECODABLE",
+                f"retain_conversation: messages[{position}] is {shown}; it takes a Message, a "
+                "{role, content, name?} mapping of texts or a (role, content) pair of texts",
+                {},
+            )
+        role, content, name = cast(tuple[str, str, str], parts)
+        proto.append(types_pb2.ConversationMessage(role=role, content=content, name=name))
+    return proto

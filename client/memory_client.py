@@ -65,7 +65,6 @@ from mnemosyne.v1 import (
     memory_pb2,
     memory_pb2_grpc,
     revisions_pb2,
-    types_pb2,
     webhooks_pb2,
     webhooks_pb2_grpc,
     workspace_pb2,
@@ -702,19 +701,9 @@ class MemoryClient:
         Raises ``InvalidArgumentError`` (MESSAGES_EMPTY, MESSAGES_TOO_MANY: over 1,000;
         MESSAGE_EMPTY, MESSAGE_ROLE_INVALID: a role is 1-64 letters, digits, spaces, ".", "_"
         or "-"; TEXT_TOO_LONG and the other reasons of ``retain``)."""
-        proto = []
-        for m in messages:
-            name = ""
-            if isinstance(m, types.Message):
-                role, content, name = m.role, m.content, m.name
-            elif isinstance(m, Mapping):
-                role, content, name = m["role"], m["content"], m.get("name", "")
-            else:
-                role, content = m
-            proto.append(types_pb2.ConversationMessage(role=role, content=content, name=name))
         request = memory_pb2.RetainRequest(
             tenant=tenant,
-            messages=proto,
+            messages=convert.conversation_messages(messages),
             scope=scope,
             metadata=dict(metadata or {}),
             request_id=request_id or new_request_id(),

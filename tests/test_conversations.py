@@ -69,11 +69,19 @@ def test_bad_conversations_are_rejected_with_a_reason(client: MemoryClient, tena
         ([Message("user", "   ")], "MESSAGE_EMPTY"),
         ([Message("us:er", "hello")], "MESSAGE_ROLE_INVALID"),
         ([Message("", "hello")], "MESSAGE_ROLE_INVALID"),
+        ([], "MESSAGES_EMPTY"),  # on the wire no messages at all: the client tells it apart
+        ([{"role": "user"}], "MESSAGE_EMPTY"),  # a part left out of a mapping goes empty
+        ([{"content": "hello"}], "MESSAGE_ROLE_INVALID"),
+        ([("user", "hello", "x")], "REQUEST_UNDECODABLE"),  # no shape a message takes
+        (["user: hello"], "REQUEST_UNDECODABLE"),
+        ([{"role": "user", "content": 5}], "REQUEST_UNDECODABLE"),
+        ([("user", None)], "REQUEST_UNDECODABLE"),
     ]
     for messages, reason in cases:
         with pytest.raises(InvalidArgumentError) as info:
-            client.retain_conversation(tenant, messages)
-        assert info.value.reason == reason
+            client.retain_conversation(tenant, messages)  # type: ignore[arg-type]  # wrong shapes on purpose
+        assert info.value.reason == reason, (messages, info.value)
+    assert client.list_memories(tenant).memories == []
     request = memory_pb2.RetainRequest(
         tenant=tenant, text="both", messages=[types_pb2.ConversationMessage(role="user", content="hi")]
     )

@@ -615,17 +615,22 @@ class MemoryClient {
    * a duplicate of the first. `messages` are {role, content, name?} objects or [role, content]
    * pairs; the options are retain's, the whole conversation's (without `speaker`, the one name
    * its messages share, if any). The server refuses MESSAGES_TOO_MANY (over 1,000), MESSAGE_EMPTY,
-   * MESSAGE_ROLE_INVALID (a role is 1-64 letters, digits, spaces, '.', '_' or '-'), and no
-   * messages as an empty text (TEXT_EMPTY), as the Python client's retain_conversation.
+   * MESSAGE_ROLE_INVALID (a role is 1-64 letters, digits, spaces, '.', '_' or '-'); the client
+   * refuses no messages at all (MESSAGES_EMPTY), as the Python client's retain_conversation.
    */
   async retainConversation(tenant, messages, {
     scope = '', metadata = {}, requestId = newRequestId(), fast = false, occurredAt = null, thread = null, speaker = '',
     expiresAt = null,
   } = {}) {
+    const sent = listOf(messages, 'messages').map(conversationMessage);
+    if (sent.length === 0) {
+      // On the wire, no messages at all: the server would read a text left out.
+      throw refused('MESSAGES_EMPTY', 'retainConversation: messages is empty; send at least one {role, content}');
+    }
     const request = {
       tenant,
       ...retainItem({ text: '', scope, metadata, occurredAt, thread, speaker, expiresAt }),
-      messages: listOf(messages, 'messages').map(conversationMessage),
+      messages: sent,
       request_id: requestId ?? '',
       fast,
     };

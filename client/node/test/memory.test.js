@@ -53,9 +53,9 @@ test('a conversation retained once is one memory whose text is the transcript; a
   const again = await client.retainConversation(tenant, messages, { scope: 'workspace/chats' });
   assert.deepEqual([again.status, again.memoryId], ['duplicate', retained.memoryId]);
   assert.equal((await client.listMemories(tenant, { scope: 'workspace/chats' })).memories.length, 1);
-  // The server's refusals, as the Python client gets them.
+  // The server's refusals, as the Python client gets them (no messages: the client's own).
   for (const [bad, reason] of [
-    [[], 'TEXT_EMPTY'], [[['us:er', 'hi']], 'MESSAGE_ROLE_INVALID'], [[['user', '']], 'MESSAGE_EMPTY'],
+    [[], 'MESSAGES_EMPTY'], [[['us:er', 'hi']], 'MESSAGE_ROLE_INVALID'], [[['user', '']], 'MESSAGE_EMPTY'],
     [Array.from({ length: 1001 }, () => ['user', 'hi']), 'MESSAGES_TOO_MANY'],
     // Left out is empty, as in proto3 and over the JSON API.
     [[{ content: 'hi' }], 'MESSAGE_ROLE_INVALID'], [[{ role: 'user', content: null }], 'MESSAGE_EMPTY'],
