@@ -304,13 +304,9 @@ class TenantStore:
         while writers go on."""
         connection = open_connection(self.path, readonly=True, synchronous=self._synchronous)
         try:
-            connection.execute("BEGIN")
-            yield ReadTxn(connection)
-        except (apsw.CorruptError, apsw.NotADBError) as exc:
-            raise translate_sqlite_error(exc, self.path.name) from exc
+            with self._read_transaction(connection) as txn:
+                yield txn
         finally:
-            if connection.in_transaction:
-                connection.execute("COMMIT")
             connection.close()
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
@@ -520,6 +516,14 @@ class TenantStore:
         """One read transaction on a pooled reader connection: a single consistent snapshot."""
         connection = self._take_reader()
         try:
+            with self._read_transaction(connection) as txn:
+                yield txn
+        finally:
+            self._return_reader(connection)
+
+    @contextmanager
+    def _read_transaction(self, connection: apsw.Connection) -> Iterator[ReadTxn]:
+        try:
             connection.execute("BEGIN")
             yield ReadTxn(connection)
         except (apsw.CorruptError, apsw.NotADBError) as exc:
@@ -527,7 +531,6 @@ class TenantStore:
         finally:
             if connection.in_transaction:
                 connection.execute("COMMIT")
-            self._return_reader(connection)
 
     def _take_reader(self) -> apsw.Connection:
         with self._readers_lock:
