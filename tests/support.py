@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.cli.server_process import ServerProcess, _free_port, stop_all
 from mnemosyne.client import MemoryClient
+from mnemosyne.store.membership import Membership
+from mnemosyne.transport.auth import TokenAuthenticator
+from mnemosyne.transport.cluster.forwarding import member_key
 from mnemosyne.v1 import memory_pb2
 
 __all__ = [
@@ -33,6 +37,8 @@ __all__ = [
     "failed_call",
     "gauge",
     "health_check",
+    "link_key",
+    "link_port",
     "serve_args",
     "sql_row",
     "stop_all",
@@ -120,6 +126,23 @@ def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def link_port(process: ServerProcess) -> int:
+    """A member's link port (transport/cluster/link.py), from the start-up line of its latest start."""
+    ports = re.findall(r"member link port (\d+)", process.stderr_path.read_text())
+    assert ports, "the start-up line names no member link port"
+    return int(ports[-1])
+
+
+def link_key(process: ServerProcess) -> bytes:
+    """The member key of a member's deployment, derived as the members derive it (from their list
+    and tokens): a test that holds it speaks the member link as an entry member does."""
+    args = process.args
+    membership = Membership.parse(args[args.index("--member") + 1], args[args.index("--members") + 1])
+    tokens = process.env.get("MNEMOSYNE_TOKENS")
+    hashes = TokenAuthenticator.from_json(tokens, source="MNEMOSYNE_TOKENS").token_hashes if tokens else []
+    return bytes.fromhex(member_key(membership, hashes))
 
 
 @contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import socket
 import struct
 import time
@@ -31,12 +30,10 @@ from mnemosyne.client.errors import (
     UnavailableError,
 )
 from mnemosyne.client.types import BackupChunk, TenantBackup
-from mnemosyne.store.membership import Membership, owner_of
-from mnemosyne.transport.auth import TokenAuthenticator
-from mnemosyne.transport.cluster.forwarding import member_key
+from mnemosyne.store.membership import owner_of
 from mnemosyne.transport.cluster.link import MESSAGE, STREAM_WINDOW, LinkLost, MemberLink
 from mnemosyne.v1 import events_pb2, memory_pb2
-from tests.support import gauge, tokens_json
+from tests.support import gauge, link_key, link_port, tokens_json
 
 ADMIN, TOKEN_A = "admin-token", "token-a"
 TENANTS = [f"tenant-{i:02d}" for i in range(40)]
@@ -48,13 +45,6 @@ OPEN_STREAMS = "mnemosyne_open_streams"
 
 def _theirs(members: LocalMembers, owner: str = "m1") -> list[str]:
     return [t for t in TENANTS if owner_of(t, members.ids) == owner]
-
-
-def _link_port(process: ServerProcess) -> int:
-    """The member link's port, from the start-up line of the process's latest start."""
-    ports = re.findall(r"member link port (\d+)", process.stderr_path.read_text())
-    assert ports, "the start-up line names no member link port"
-    return int(ports[-1])
 
 
 def _until_linked(entry: ServerProcess, call: Callable[[], object]) -> None:
@@ -231,7 +221,7 @@ def _closed(sock: socket.socket) -> bool:
 
 def test_the_link_admits_only_members_and_survives_broken_frames(pair: LocalMembers) -> None:
     m0, m1 = pair.processes
-    port = _link_port(m1)
+    port = link_port(m1)
     # A wrong key, and a frame far larger than a first frame may be: closed, not read.
     for first in (struct.pack("!IIB", 5, 0, 1) + b"guess", struct.pack("!IIB", 2**31, 0, 1)):
         with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -241,7 +231,7 @@ def test_the_link_admits_only_members_and_survives_broken_frames(pair: LocalMemb
         asyncio.run(_linked_call(port, b"\x00" * 32, "/mnemosyne.v1.AdminService/Ping", b""))
     # A member's key with calls a member never sends: an unknown method is refused UNIMPLEMENTED;
     # fields that do not parse close the connection.
-    key = _member_key(m0)
+    key = link_key(m0)
     answer = asyncio.run(_linked_call(port, key, "/mnemosyne.v1.Nothing/Here", b""))
     refusal = answer.refusal()
     assert refusal is not None and refusal.code == 12
@@ -257,14 +247,6 @@ def test_the_link_admits_only_members_and_survives_broken_frames(pair: LocalMemb
         tenant = _theirs(pair)[2]
         client.retain(tenant, "still serving")
         _until_linked(m0, lambda: client.recall(tenant, "serving"))
-
-
-def _member_key(entry: ServerProcess) -> bytes:
-    """The deployment's member key, derived as the members derive it (from their list and tokens)."""
-    args = entry.args
-    membership = Membership.parse(args[args.index("--member") + 1], args[args.index("--members") + 1])
-    tokens = TokenAuthenticator.from_json(entry.env["MNEMOSYNE_TOKENS"], source="MNEMOSYNE_TOKENS")
-    return bytes.fromhex(member_key(membership, tokens.token_hashes))
 
 
 async def _linked_call(
@@ -366,7 +348,7 @@ def test_a_slow_reader_holds_back_only_its_own_stream(pair: LocalMembers) -> Non
         total = len(_events(direct, tenant, 24))
 
     async def read_slowly() -> tuple[int, int, list[bytes]]:
-        link = await MemberLink.connect("127.0.0.1", _link_port(m1), _member_key(m0), None)
+        link = await MemberLink.connect("127.0.0.1", link_port(m1), link_key(m0), None)
         try:
             request = events_pb2.WatchEventsRequest(tenant=tenant).SerializeToString()
             stream = await link.stream(WATCH, request, [("authorization", f"Bearer {ADMIN}")], None)

@@ -12,6 +12,7 @@ workers before or after the restart).
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import threading
@@ -25,15 +26,19 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 
 from mnemosyne.cli.server_process import LocalMembers
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import MnemosyneClientError, error_info
 from mnemosyne.store.membership import owner_of
+from mnemosyne.transport.cluster.fanout import AGGREGATE_STATS
+from mnemosyne.transport.cluster.forwarding import ROUTE_KEY
+from mnemosyne.transport.cluster.link import MESSAGE, STREAM_WINDOW, LinkLost, LinkStream, MemberLink
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc, hot_path_pb2, hot_path_pb2_grpc, memory_pb2, memory_pb2_grpc
 from tests.http_support import request
-from tests.support import ServerProcess, gauge, health_check, wait_until
+from tests.support import ServerProcess, gauge, health_check, link_key, link_port, wait_until
 
 THREADS = 20
 TENANTS = 4
@@ -401,3 +406,55 @@ def test_forwarded_calls_and_a_started_export_at_the_end_of_the_grace_answer_shu
         assert answers == {"recall": shutting_down, "export": shutting_down}
     finally:
         members.stop()
+
+
+def test_a_stream_waiting_for_its_entry_at_the_end_of_the_owners_grace_answers_shutting_down(tmp_path) -> None:
+    """At an owner whose grace period ends, a stream forwarded to it over the member link that
+    waits for its entry to grant more messages (an AggregateStats of a chunk per tenant, opened by
+    the link's own entry side, which reads nothing: the owner sent its window) ends with
+    UNAVAILABLE / SHUTTING_DOWN in its END; it was cut bare (the link closed under it)."""
+    members = LocalMembers(
+        tmp_path / "pair", 2, args_of=lambda i: ["--grace-seconds", "1", "--drain-delay-seconds", "0"] if i else []
+    ).start()
+    try:
+        owner = members.processes[1]
+        theirs = [t for t in (f"t-{i}" for i in range(100)) if owner_of(t, members.ids) == "m1"]
+        with MemoryClient(owner.target) as client:
+            for tenant in theirs[: STREAM_WINDOW + 2]:  # more chunks than the window
+                client.retain(tenant, "a note")
+        ended = asyncio.run(_aggregate_while_the_owner_stops(owner))
+        assert owner.wait_exit(timeout=30) == 0
+    finally:
+        members.stop()
+    assert ended == (grpc.StatusCode.UNAVAILABLE.value[0], "SHUTTING_DOWN")
+
+
+async def _aggregate_while_the_owner_stops(owner: ServerProcess) -> tuple[int, str]:
+    """The END of an AggregateStats over the link, the owner stopped once it waits for credit:
+    its status's code and reason (-1 and "link lost" when the link closed instead)."""
+    link = await MemberLink.connect("127.0.0.1", link_port(owner), link_key(owner), None)
+    try:
+        request = admin_pb2.AggregateStatsRequest(chunk_size=1).SerializeToString()
+        stream = await link.stream(AGGREGATE_STATS, request, [(ROUTE_KEY, "m1")], None)  # its part alone
+        await _until_frames(stream, lambda kinds: kinds.count(MESSAGE) == STREAM_WINDOW)
+        assert owner.process is not None
+        owner.process.send_signal(signal.SIGTERM)
+        await _until_frames(stream, lambda kinds: MESSAGE not in kinds[-1:])  # END, or the link closed
+        try:
+            async for _message in stream.messages():
+                pass
+        except LinkLost:
+            return -1, "link lost"
+        assert stream.refusal is not None
+        info = error_details_pb2.ErrorInfo()
+        details = [d for d in stream.refusal.details if d.Unpack(info)]
+        return stream.refusal.code, info.reason if details else ""
+    finally:
+        await link.close()
+
+
+async def _until_frames(stream: LinkStream, arrived: Callable[[list[int]], bool]) -> None:
+    """Wait until the kinds of the frames the stream holds unread satisfy ``arrived``."""
+    async with asyncio.timeout(20):
+        while not arrived([kind for kind, _ in stream._frames]):
+            await asyncio.sleep(0.02)

@@ -174,7 +174,9 @@ class LinkServer:
             call.answers_bytes = True  # a call forwarded on (a moved tenant) passes its bytes through
             if exchange.credit is not None:
                 messages = edge.answer_stream(method.implementation, request, call)
-                await _streamed(exchange.writer, exchange.number, messages, call, exchange.credit)
+                # Waiting for its entry's credit is cut too when a shutdown's grace period ends.
+                with edge.admission.cut_when_calls_end():
+                    await _streamed(exchange.writer, exchange.number, messages, call, exchange.credit)
                 return
             if exchange.inbox is not None:
                 requests = client_stream_requests(first, rest)
