@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -346,21 +346,31 @@ def test_a_stop_with_an_http_call_held_ends_within_the_grace_period(server_facto
     assert ended - logged < 0.3, ended - logged
 
 
+def _owned_by(member: str, prefix: str) -> str:
+    """A tenant the ownership hash gives to ``member`` of m0 and m1."""
+    return next(f"{prefix}-{i}" for i in range(100) if owner_of(f"{prefix}-{i}", ["m0", "m1"]) == member)
+
+
+def _members_parking_at_m1(tmp_path: Path, park: Path, tenant: str, m1_args: Sequence[str] = ()) -> LocalMembers:
+    """Members m0 and m1 started (/metrics on), m0 with a grace period of 1 s and no drain delay,
+    m1 parking ``tenant``'s jobs on their thread while ``park`` exists (and ``m1_args``)."""
+    return LocalMembers(
+        tmp_path / "pair",
+        2,
+        args_of=lambda i: list(m1_args) if i else ["--grace-seconds", "1", "--drain-delay-seconds", "0"],
+        env_of=lambda i: {"MNEMOSYNE_TEST_PARK_TENANT": tenant, "MNEMOSYNE_TEST_PARK_FILE": str(park)} if i else {},
+        metrics=True,
+    ).start()
+
+
 def test_forwarded_calls_and_a_started_export_at_the_end_of_the_grace_answer_shutting_down(tmp_path) -> None:
     """At an entry member (docs/scale-out.md) whose grace period ends, a Recall forwarded to its
     owner (held there by the park seam) and an export already under way through it (its client
     slow to read, its owner held) answer UNAVAILABLE / SHUTTING_DOWN; they were cut with a bare
     UNAVAILABLE ("Cancelling all calls"), the export as if its stream had merely broken off."""
     park = tmp_path / "park"
-    ids = ["m0", "m1"]
-    tenant = next(f"far-{i}" for i in range(100) if owner_of(f"far-{i}", ids) == "m1")
-    members = LocalMembers(
-        tmp_path / "pair",
-        2,
-        args_of=lambda i: ["--grace-seconds", "1", "--drain-delay-seconds", "0"] if i == 0 else [],
-        env_of=lambda i: {"MNEMOSYNE_TEST_PARK_TENANT": tenant, "MNEMOSYNE_TEST_PARK_FILE": str(park)} if i else {},
-        metrics=True,
-    ).start()
+    tenant = _owned_by("m1", "far")
+    members = _members_parking_at_m1(tmp_path, park, tenant)
     try:
         entry, owner = members.processes
         with MemoryClient(owner.target) as client:
@@ -458,3 +468,51 @@ async def _until_frames(stream: LinkStream, arrived: Callable[[list[int]], bool]
     async with asyncio.timeout(20):
         while not arrived([kind for kind, _ in stream._frames]):
             await asyncio.sleep(0.02)
+
+
+def test_calls_waiting_on_another_member_at_the_end_of_the_grace_answer_shutting_down(tmp_path) -> None:
+    """At a member whose grace period ends, the calls waiting on another member without being
+    forwarded there — the admin fan-outs (ListTenants, ListTenantFigures) and a MoveTenant's
+    import — answer UNAVAILABLE / SHUTTING_DOWN. The other member is slow to answer: its one
+    worker thread is held by a parked write (the park seam), so their parts queue behind it.
+    They were cut bare, or answered as if that member were lost."""
+    park = tmp_path / "park"
+    parked, moved = _owned_by("m1", "far"), _owned_by("m0", "near")
+    members = _members_parking_at_m1(tmp_path, park, parked, ["--worker-threads", "1"])
+    try:
+        entry, other = members.processes
+        with MemoryClient(entry.target) as client:
+            client.retain(moved, "a note to move")
+        answers: dict[str, tuple[object, str]] = {}
+        admin = grpc.insecure_channel(entry.target)
+        stub = admin_pb2_grpc.AdminServiceStub(admin)
+        asked = {
+            "tenants": lambda: stub.ListTenants(admin_pb2.ListTenantsRequest(), timeout=30),
+            "figures": lambda: stub.ListTenantFigures(admin_pb2.ListTenantFiguresRequest(), timeout=30),
+            "move": lambda: stub.MoveTenant(admin_pb2.MoveTenantRequest(tenant=moved, destination="m1"), timeout=30),
+        }
+
+        def ask(name: str) -> None:
+            try:
+                asked[name]()
+                answers[name] = (grpc.StatusCode.OK, "answered")
+            except grpc.RpcError as error:
+                answers[name] = _code_and_reason(error)
+
+        with grpc.insecure_channel(other.target) as channel:
+            park.touch()
+            held = memory_pb2_grpc.MemoryServiceStub(channel).Retain.future(
+                memory_pb2.RetainRequest(tenant=parked, text="held"), timeout=30
+            )
+            wait_until(lambda: gauge(other, "mnemosyne_worker_threads_busy") == 1)
+            calls = [threading.Thread(target=ask, args=(name,)) for name in asked]
+            for thread in calls:
+                thread.start()
+            wait_until(lambda: gauge(other, "mnemosyne_queued_calls") == len(asked))  # each waits on m1
+            _stop_while_held(entry, calls, park)
+            held.result(timeout=30)
+        admin.close()
+        shutting_down = (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN")
+        assert answers == dict.fromkeys(asked, shutting_down)
+    finally:
+        members.stop()

@@ -21,6 +21,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from mnemosyne.transport.admission import Admission
@@ -119,6 +120,12 @@ class Call:
         if self.stepped is not None:
             self.stepped.set()
         return result
+
+    def waiting_on_members(self) -> AbstractContextManager[None]:
+        """For a block that waits on other members without forwarding the call (an admin fan-out,
+        a move's steps): UNAVAILABLE / SHUTTING_DOWN should a shutdown's grace period end first
+        (admission's ``cut_when_calls_end``), where the server's stop would cut it bare."""
+        return self._admission.cut_when_calls_end()
 
     def steps(self, parts: Iterator[T]) -> Steps[T]:
         """The items of ``parts``, each made on a worker thread (as ``run``); use it in

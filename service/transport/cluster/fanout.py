@@ -57,21 +57,22 @@ class FanOut:
         that did not answer."""
         elsewhere: dict[str, bool] = {}
         unanswered = []
-        for member in self._others:
-            try:
-                token = ""
-                while True:
-                    # The member's own page size (0): never over the --max-page-size it was started with.
-                    request = admin_pb2.ListTenantsRequest(page_size=0, page_token=token)
-                    page = await self._forwarder.unary(member, LIST_TENANTS, request, call, asked=True)
-                    damaged = set(page.damaged)
-                    elsewhere.update((tenant, tenant in damaged) for tenant in page.tenants)
-                    if not (token := page.next_page_token):
-                        break
-            except Exception as exc:
-                log.warning("ListTenants: member %s did not answer: %s", member, exc)
-                self._unanswered(member)
-                unanswered.append(member)
+        with call.waiting_on_members():
+            for member in self._others:
+                try:
+                    token = ""
+                    while True:
+                        # The member's own page size (0): never over the --max-page-size it was started with.
+                        request = admin_pb2.ListTenantsRequest(page_size=0, page_token=token)
+                        page = await self._forwarder.unary(member, LIST_TENANTS, request, call, asked=True)
+                        damaged = set(page.damaged)
+                        elsewhere.update((tenant, tenant in damaged) for tenant in page.tenants)
+                        if not (token := page.next_page_token):
+                            break
+                except Exception as exc:
+                    log.warning("ListTenants: member %s did not answer: %s", member, exc)
+                    self._unanswered(member)
+                    unanswered.append(member)
         return elsewhere, unanswered
 
     async def tenant_figures(
@@ -79,20 +80,15 @@ class FanOut:
     ) -> admin_pb2.ListTenantFiguresResponse:
         """This member's answer merged with every other member's: each list the best of all,
         cut to the limit the members applied (the best of each member's best is the best)."""
-        for member in self._others:
-            try:
-                theirs = await self._forwarder.unary(member, LIST_TENANT_FIGURES, request, call, asked=True)
-            except Exception as exc:
-                log.warning("ListTenantFigures: member %s did not answer: %s", member, exc)
-                mine.unanswered_members.append(member)
-                continue
-            mine.tenants += theirs.tenants
-            if theirs.counting_since.ToNanoseconds() > mine.counting_since.ToNanoseconds():
-                mine.counting_since.CopyFrom(theirs.counting_since)
-            for name, order in _FIGURES_ORDER.items():
-                rows = sorted([*getattr(mine, name), *getattr(theirs, name)], key=order)
-                del getattr(mine, name)[:]
-                getattr(mine, name).extend(rows[: validate_figures_rows(request.limit)])
+        with call.waiting_on_members():
+            for member in self._others:
+                try:
+                    theirs = await self._forwarder.unary(member, LIST_TENANT_FIGURES, request, call, asked=True)
+                except Exception as exc:
+                    log.warning("ListTenantFigures: member %s did not answer: %s", member, exc)
+                    mine.unanswered_members.append(member)
+                    continue
+                _merge_figures(mine, theirs, validate_figures_rows(request.limit))
         return mine
 
     async def aggregate(
@@ -129,3 +125,16 @@ class FanOut:
                 unanswered.append(member)
         answered = 1 + len(self._others) - len(unanswered)
         yield convert.to_members_aggregate_total(total, files_read, answered, unanswered)
+
+
+def _merge_figures(
+    mine: admin_pb2.ListTenantFiguresResponse, theirs: admin_pb2.ListTenantFiguresResponse, rows: int
+) -> None:
+    """Another member's figures into ``mine``: each list the best ``rows`` of both."""
+    mine.tenants += theirs.tenants
+    if theirs.counting_since.ToNanoseconds() > mine.counting_since.ToNanoseconds():
+        mine.counting_since.CopyFrom(theirs.counting_since)
+    for name, order in _FIGURES_ORDER.items():
+        merged = sorted([*getattr(mine, name), *getattr(theirs, name)], key=order)
+        del getattr(mine, name)[:]
+        getattr(mine, name).extend(merged[:rows])

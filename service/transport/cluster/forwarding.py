@@ -429,7 +429,7 @@ class Forwarder:
         """A member-to-member call on the caller's behalf (a move's import and activation): its
         token, routed to ``member``, within ``timeout``; the member's refusal as it came."""
         multi = self._channel_for(member, method, kind, raw=False)
-        with self._traced(member, method) as traced:
+        with call.waiting_on_members(), self._traced(member, method) as traced:
             metadata = self._hop(member, call, traced, asked=True)["metadata"]
             hop = multi(sent, metadata=metadata, timeout=timeout)
             with self._answered_by(member, hop):
