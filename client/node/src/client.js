@@ -346,9 +346,9 @@ class MemoryClient {
    * @param {string} target host:port
    * @param {{token?: string, credentials?: grpc.ChannelCredentials, timeoutMs?: number, retries?: number,
    *   maxRetryDelayMs?: number, sessionConsistency?: boolean, sessionTenants?: number,
-   *   maxRequestBytes?: number}} [options] `maxRequestBytes`: the largest request sent (16 MiB, the
+   *   maxRequestBytes?: number}} [options] `maxRequestBytes`: the largest message sent (16 MiB, the
    *   server's default --max-request-bytes; raise it with the server's), a larger one refused
-   *   REQUEST_TOO_LARGE before it is sent
+   *   REQUEST_TOO_LARGE before it is sent (a request, a stream's, each of an import's messages)
    */
   constructor(target, options = {}) {
     optionsObject(options, 'MemoryClient');
@@ -494,8 +494,7 @@ class MemoryClient {
   async _call(stub, method, request, {
     metadata = {}, retry = false, timeoutMs = this.timeoutMs, consistencyToken,
   } = {}) {
-    request = checkedRequest(stub, method, request); // nothing is sent for a request that cannot be one
-    checkedSize(stub, method, request, this.maxRequestBytes);
+    request = this._sendable(stub, method, request); // nothing is sent for a request that cannot be one
     checkedTimeoutMs(timeoutMs);
     if (consistencyToken !== undefined && typeof consistencyToken !== 'string') {
       throw shapeless('consistencyToken', consistencyToken, "a write's consistency token, or '' for none");
@@ -524,6 +523,18 @@ class MemoryClient {
       if (session && err instanceof MnemosyneError) session.refused(request.tenant, sent, err.reason);
       throw err;
     }
+  }
+
+  /**
+   * A message of `method` of `stub` as it is sent: checked against its type (`checkedRequest`)
+   * and at most `maxRequestBytes` encoded (`checkedSize`), else a RequestInvalidError. Every
+   * message sent goes through it: a unary call's request, a server stream's, each of a client
+   * stream's (an import's chunks).
+   */
+  _sendable(stub, method, message) {
+    const sent = checkedRequest(stub, method, message);
+    checkedSize(stub, method, sent, this.maxRequestBytes);
+    return sent;
   }
 
   async _routedCall(stub, method, request, {
@@ -876,7 +887,7 @@ class MemoryClient {
    */
   async importTenant(manifest, chunks, { tenant = '', replace = false, timeoutMs = 3600000 } = {}) {
     const stub = this.admin;
-    const first = checkedRequest(stub, 'ImportTenant', { tenant, manifest, replace });
+    const first = this._sendable(stub, 'ImportTenant', { tenant, manifest, replace });
     checkedTimeoutMs(timeoutMs);
     return new Promise((resolve, reject) => {
       const call = stub.ImportTenant(this._metadata(), { deadline: Date.now() + timeoutMs }, (err, r) => {
@@ -891,7 +902,8 @@ class MemoryClient {
       (async () => {
         call.write(first);
         for await (const chunk of chunks) {
-          if (!call.write({ chunk })) await new Promise((drained) => call.once('drain', drained));
+          const message = this._sendable(stub, 'ImportTenant', { chunk }); // a refusal cancels the import
+          if (!call.write(message)) await new Promise((drained) => call.once('drain', drained));
         }
         call.end();
       })().catch((err) => { call.cancel(); reject(err); });
@@ -935,7 +947,7 @@ class MemoryClient {
 
   /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */
   async* _stream(stub, method, request, tenant, timeoutMs) {
-    const sent = checkedRequest(stub, method, request);
+    const sent = this._sendable(stub, method, request);
     checkedTimeoutMs(timeoutMs);
     const routed = this._routed(stub, tenant);
     const call = routed.stub[method](sent, this._metadata(routed.route),
@@ -1011,7 +1023,7 @@ class MemoryClient {
    * A stream is not repeated by itself: resume it with `afterSequence`.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
-    const request = checkedRequest(this.events, 'WatchEvents', { tenant, after_event_id: afterEventId, after_sequence: afterSequence });
+    const request = this._sendable(this.events, 'WatchEvents', { tenant, after_event_id: afterEventId, after_sequence: afterSequence });
     checkedTimeoutMs(timeoutMs);
     const routed = this._routed(this.events, tenant);
     const call = routed.stub.WatchEvents(

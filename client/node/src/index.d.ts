@@ -40,8 +40,9 @@ export interface ClientOptions {
   /** How many tenants' tokens are kept (default 10000); the least recently used is forgotten first. */
   sessionTenants?: number;
   /**
-   * The largest request sent, in bytes (default 16 MiB, the server's default --max-request-bytes;
-   * raise it with the server's): a larger one is refused REQUEST_TOO_LARGE before it is sent.
+   * The largest message sent, in bytes (default 16 MiB, the server's default --max-request-bytes;
+   * raise it with the server's): a larger one is refused REQUEST_TOO_LARGE before it is sent (a
+   * request, a stream's, each of an import's messages: a chunk's refusal cancels the import).
    */
   maxRequestBytes?: number;
 }

@@ -12,8 +12,9 @@
 //                        or outside the years 1 to 9999
 //   TIMEOUT_INVALID      a deadline (a number) that is not more than 0 and at most a year (grpc-js
 //                        throws, outside the call's promise, for one past its range)
-//   REQUEST_TOO_LARGE    a request over the client's maxRequestBytes (the server's default
-//                        --max-request-bytes): grpc-js sends any size (`checkedSize`)
+//   REQUEST_TOO_LARGE    a message over the client's maxRequestBytes (the server's default
+//                        --max-request-bytes), each one a call sends, an import's chunks too:
+//                        grpc-js sends any size (`checkedSize`)
 // A value of another type than its field's (a text for a time or a deadline, a number for a
 // name) is REQUEST_UNDECODABLE, as the Python client's ArgumentTypeError: a wrong type is a
 // decoding refusal, the field's own reason is for a value of its type (docs/http-api.md "One

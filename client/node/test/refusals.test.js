@@ -257,6 +257,28 @@ test('a request over the client\'s maxRequestBytes is refused REQUEST_TOO_LARGE 
   assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
 });
 
+test('each message a stream sends is refused REQUEST_TOO_LARGE over the client\'s maxRequestBytes', async () => {
+  // Only a unary call's request was measured: an import's messages (its manifest, each chunk) and a
+  // server stream's request went at any size, one over twice the server's --max-request-bytes
+  // getting gRPC core's RESOURCE_EXHAUSTED without ErrorInfo. A client of a 4 KiB limit stands in
+  // for one of 16 MiB.
+  const limited = new MemoryClient(server.target, { maxRequestBytes: 4096 });
+  const tooLarge = (err) => err instanceof RequestInvalidError && err.reason === 'REQUEST_TOO_LARGE'
+    && err.metadata.limit === '4096' && /^the request has \d{4,5} bytes; this client's limit is 4096 /.test(err.details);
+  try {
+    // A manifest the server takes (it then waits for the chunks): the chunk is refused here, and the import cancelled.
+    const manifest = { ...MANIFEST, files: [{ name: 'database', size: 8192, sha256: '0'.repeat(64) }] };
+    await assert.rejects(limited.importTenant(manifest, [{ file: 'database', data: Buffer.alloc(8192) }]), tooLarge);
+    await assert.rejects(limited.importTenant({ ...MANIFEST, head_hash: 'a'.repeat(8192) }, []), tooLarge);
+    await assert.rejects(drained(limited.backup({ tenants: Array(500).fill(TENANT) })), tooLarge);
+    await assert.rejects(drained(limited.exportTenant('t'.repeat(8192))), tooLarge);
+    await assert.rejects(drained(limited.watchEvents('t'.repeat(8192), { timeoutMs: 5000 })), tooLarge);
+  } finally {
+    limited.close();
+  }
+  assert.ok(!(await client.listTenants()).tenants.includes(TENANT));
+});
+
 test('an empty target is refused unless members are given', () => {
   // grpc-js's TypeError 'Channel target must be a string' before (it is one).
   for (const target of ['', '  ']) {
