@@ -178,13 +178,18 @@ def test_a_malformed_tenant_is_invalid_on_every_surface_whoever_asks(secured, as
     assert not wrong, f"{len(wrong)} of {len(answered)} answers are not TENANT_INVALID: {wrong}"
 
 
-def _sent_twice(port: int, verb: str, path: str, body: bytes, authorizations: list[str]) -> tuple[int, str]:
-    """The status and reason of an HTTP request sending ``authorizations`` as headers of one name."""
+def _sent_twice(
+    port: int, verb: str, path: str, body: bytes, values: list[str], header: str = "Authorization", *also: str
+) -> tuple[int, str]:
+    """The status and reason of an HTTP request sending ``values`` as headers named ``header``
+    (and ``also``: more headers, as ``name: value``)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         connection.putrequest(verb, path)
-        for value in authorizations:
-            connection.putheader("Authorization", value)
+        for value in values:
+            connection.putheader(header, value)
+        for line in also:
+            connection.putheader(*line.split(": ", 1))
         connection.putheader("Content-Type", "application/json")
         connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(body)
@@ -229,6 +234,23 @@ def test_an_authorization_sent_twice_is_refused_on_every_surface(secured) -> Non
         for key, answer in answered.items()
         if answer != (expected if key.startswith("grpc") else (401, "TOKEN_MALFORMED"))
     }
+    assert not wrong, wrong
+
+
+def test_a_tenant_header_sent_twice_is_refused_on_the_mem0_paths(secured) -> None:
+    """``Mnemosyne-Tenant`` sent twice chose the tenant by its first value without a word (with
+    the admin token, ``beta, acme`` searched beta; with acme's, ``acme, beta`` was served): a
+    proxy that let the request through for the other value would have been bypassed. It is
+    refused, 400 REQUEST_UNDECODABLE, whoever asks and in either order, before the token is
+    looked at (as a tenant id of the wrong form, or ``/mcp?tenant=a&tenant=b``)."""
+    answered: dict[str, Any] = {}
+    for name, key in (("acme's", TOKENS["svc-acme"]), ("admin", TOKENS["admin"]), ("no", None)):
+        credential = (f"Authorization: Token {key}",) if key else ()
+        for verb, path, body in (("POST", "/v3/memories/search/", b'{"query": "x"}'), ("GET", "/v1/ping/", b"")):
+            for pair in (["acme", "beta"], ["beta", "acme"]):
+                reply = _sent_twice(secured.http_port, verb, path, body, pair, "Mnemosyne-Tenant", *credential)
+                answered[f"{name} token {verb} {path} {pair}"] = reply
+    wrong = {key: answer for key, answer in answered.items() if answer != (400, "REQUEST_UNDECODABLE")}
     assert not wrong, wrong
 
 

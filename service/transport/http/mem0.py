@@ -379,7 +379,7 @@ class Mem0Api:
         return Mem0Request(tenant, body, query, groups, http.base_url, numbers=numbers)
 
     def _ping_request(self, http: HttpCall, headers: list[tuple[str, str]]) -> Tenantless | NamedPing:
-        named = http.header(TENANT_HEADER)
+        named = _named_tenant(http)
         if named:
             return NamedPing(named)
         try:
@@ -388,7 +388,7 @@ class Mem0Api:
             return Tenantless()
 
     def _tenant(self, http: HttpCall, headers: list[tuple[str, str]]) -> str:
-        named = http.header(TENANT_HEADER)
+        named = _named_tenant(http)
         if named:
             return named  # the edge checks that the token reaches it
         principal = self._edge.authenticate(headers)
@@ -401,6 +401,21 @@ class Mem0Api:
                 reason="TENANT_REQUIRED",
             )
         return next(iter(principal.tenants))
+
+
+def _named_tenant(http: HttpCall) -> str | None:
+    """The tenant the header ``Mnemosyne-Tenant`` names (None without one). Sent twice it is
+    refused, whatever the two say (the first was taken, silently): which tenant the caller meant
+    is its to say, and a proxy before the server may have let the request through for the other.
+    Refused before the token is looked at, as a tenant id of the wrong form is: it is the
+    request's own mistake and tells nothing of the server's tenants."""
+    named = [value for key, value in http.headers if key == TENANT_HEADER]
+    if len(named) > 1:
+        raise InvalidArgument(
+            f"the header 'Mnemosyne-Tenant' is sent {len(named)} times: name one tenant, once",
+            reason="REQUEST_UNDECODABLE",
+        )
+    return named[0] if named else None
 
 
 def _as_bearer(authorization: str) -> str:
