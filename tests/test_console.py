@@ -518,6 +518,23 @@ def test_an_unsaved_edit_and_its_base_survive_a_reload(tabs: Callable[..., Tab],
     )
 
 
+def test_sign_out_drops_the_records_kept_in_the_tab(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
+    """Sign out dropped the token but kept every record opened in the tab (its text and its base,
+    the unsaved edit's too) in its session storage: the next to sign in there, with a token of
+    another tenant, could read them with the browser's tools. Sign out drops them as well."""
+    tenant = _tenant()
+    admin.update_global(tenant, BASE_RECORD, 0)
+    page = tabs().open(f"?tenant={tenant}&view=records")
+    _open_global_record(page)
+    page.fill("#record-content", BASE_RECORD + "\n- unsaved")
+    kept = "Object.values(sessionStorage).filter((value) => value.includes('- unsaved')).length"
+    assert page.evaluate(kept) == 1
+    page.get_by_role("button", name="Sign out").click()
+    page.locator("#token").wait_for()
+    assert page.evaluate(kept) == 0
+    assert page.evaluate("Object.keys(sessionStorage).filter((key) => key.includes('draft'))") == []
+
+
 def test_the_merge_base_comes_from_the_revisions_after_a_reload(tabs: Callable[..., Tab], admin: MemoryClient) -> None:
     """After a reload the base is read from the record's revisions by the generation the edit
     started from, not from the tab: a tab whose kept base is wrong still merges against the true

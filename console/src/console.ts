@@ -8,7 +8,7 @@ import { button, el, errorBox, replace, sendButton, timeEl } from "./dom.js";
 import { historyView } from "./history.js";
 import { memoriesView } from "./memories.js";
 import { acrossTenants, overviewView } from "./overview.js";
-import { recordsView } from "./records.js";
+import { forgetDrafts, recordsView } from "./records.js";
 
 const TENANT_PAGE = 10;
 
@@ -79,6 +79,7 @@ function drawHeader(tenant: string, view: string): void {
 
 function signOut(): void {
   setToken("", false);
+  forgetDrafts(); // they hold records' text, which the next to sign in here may not be allowed to read
   caller = null;
   void render();
 }

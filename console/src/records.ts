@@ -35,6 +35,12 @@ function draftKey(p: Place): string {
   return JSON.stringify([DRAFT_PREFIX, p.tenant, p.scope, p.key]);
 }
 
+/** Every draft this tab keeps, of any tenant, dropped: a signed-out tab holds no record's text. */
+export function forgetDrafts(): void {
+  const prefix = JSON.stringify([DRAFT_PREFIX]).slice(0, -1);
+  for (const key of Object.keys(sessionStorage)) if (key.startsWith(`${prefix},`)) sessionStorage.removeItem(key);
+}
+
 function keepDraft(p: Place, edit: Edit): void {
   sessionStorage.setItem(draftKey(p), JSON.stringify(edit));
 }

@@ -5804,6 +5804,10 @@ var DRAFT_PREFIX = "mnemosyne-console-draft";
 function draftKey(p) {
   return JSON.stringify([DRAFT_PREFIX, p.tenant, p.scope, p.key]);
 }
+function forgetDrafts() {
+  const prefix = JSON.stringify([DRAFT_PREFIX]).slice(0, -1);
+  for (const key of Object.keys(sessionStorage)) if (key.startsWith(`${prefix},`)) sessionStorage.removeItem(key);
+}
 function keepDraft(p, edit) {
   sessionStorage.setItem(draftKey(p), JSON.stringify(edit));
 }
@@ -6197,6 +6201,7 @@ function drawHeader(tenant, view) {
 }
 function signOut() {
   setToken("", false);
+  forgetDrafts();
   caller = null;
   void render();
 }
