@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mnemosyne.brain import MemoryBrain
-from mnemosyne.client import MemoryClient, MemoryHost
+from mnemosyne.client import MemoryClient, MemoryHost, RecordChange
 from mnemosyne.client.errors import MnemosyneClientError
 from mnemosyne.engine.limits import MAX_RECALL_SCOPES
 from tests.support import ServerFactory, ServerProcess
@@ -168,6 +168,7 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
     server = server_factory(args=["--max-tenant-bytes", "340000"]).start()
     stored = []
     with MemoryClient(server.target, retries=0) as c:
+        generation = c.edit_records(tenant, "global", [RecordChange("put", "small", "kept")], 0)
         for n in range(40):
             text = f"document {n} " + " ".join(f"word{n}x{i}" for i in range(3000))
             try:
@@ -182,6 +183,16 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
         assert c.stats(tenant).memories == len(stored)
         assert all(c.get_memory(tenant, i).text.startswith("document") for i in stored)
         assert c.verify_integrity(tenant).valid
+        # Records are held to the same quota: they took any room (3.5 MB of records passed a quota
+        # of 400 kB), so one tenant could fill the volume every tenant writes to. A put that grows
+        # the tenant is refused whole; a delete, which frees room, passes.
+        big = [RecordChange("put", f"big{n}", f"record {n} " * 20_000) for n in range(2)]
+        error = _refused(
+            lambda: c.edit_records(tenant, "global", big, generation), EXHAUSTED, "QUOTA_BYTES", "--max-tenant-bytes"
+        )
+        assert "delete records" in error.message
+        assert [r.key for r in c.list_records(tenant, "global").records] == ["small"]
+        assert c.edit_records(tenant, "global", [RecordChange("delete", "small")], generation) == generation + 1
 
 
 def test_a_bytes_quota_of_many_gib_is_a_setting() -> None:

@@ -3,7 +3,8 @@
 Checked inside the write transaction (so two concurrent writers cannot both slip under the
 limit) against what the transaction itself sees: live memories, and database pages in use.
 Exceeding a quota fails the whole write with RESOURCE_EXHAUSTED naming the quota; nothing of it
-is kept. A quota of 0 means unlimited.
+is kept. A quota of 0 means unlimited. The byte quota holds memories and records alike: the tenant
+file is one, and the volume it fills is every tenant's.
 """
 
 from __future__ import annotations
@@ -47,7 +48,21 @@ def check_bytes_quota(txn: ReadTxn, limits: Limits) -> None:
     if used > limits.max_tenant_bytes:
         raise ResourceExhausted(
             f"the tenant's quota is {limits.max_tenant_bytes} bytes of database ({set_by('max_tenant_bytes')}); "
-            f"this write would bring it to {used} bytes: forget memories or ask the operator to raise the quota",
+            f"this write would bring it to {used} bytes: forget memories or delete records, or ask the operator to "
+            "raise the quota",
             reason="QUOTA_BYTES",
             metadata={"quota": "max_tenant_bytes", "limit": str(limits.max_tenant_bytes)},
         )
+
+
+def used_before(txn: ReadTxn, limits: Limits) -> int:
+    """Bytes in use before a write that may as well shrink the tenant (a records edit), for
+    ``check_bytes_growth`` (0 without a byte quota: nothing is measured)."""
+    return txn.used_bytes() if limits.max_tenant_bytes > 0 else 0
+
+
+def check_bytes_growth(txn: ReadTxn, limits: Limits, before: int) -> None:
+    """After such a write, before its commit: past the byte quota, refused if it grew the tenant,
+    so that a tenant over its quota can still delete and shrink what it keeps."""
+    if limits.max_tenant_bytes > 0 and txn.used_bytes() > before:
+        check_bytes_quota(txn, limits)

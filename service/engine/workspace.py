@@ -30,6 +30,7 @@ from mnemosyne.engine import page_tokens
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
+from mnemosyne.engine.quotas import check_bytes_growth, used_before
 from mnemosyne.engine.recall import Recall
 from mnemosyne.engine.requests import keyed_write, replayed_anywhere
 from mnemosyne.engine.types import (
@@ -544,10 +545,12 @@ class Workspaces:
                         verify(txn)
                     self._check_changes(txn, scope, changes, self._limits.max_records_per_workspace)
                     result = WriteResult(current + 1, len(changes))
+                    before = used_before(txn, self._limits)
                     erase = txn.apply_record_changes(
                         scope, [(c.op, c.key, c.content) for c in changes], result.generation, {"source": method}
                     )
                     remember(txn, result)
+                    check_bytes_growth(txn, self._limits, before)
             if erase:  # the content a change removed leaves the WAL too (docs/operations.md)
                 store.erase_traces()
         if not result.already_applied:
