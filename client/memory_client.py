@@ -15,12 +15,14 @@ one read; ``consistency_token=TOKEN`` makes a read wait for that token (from ano
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import grpc
+from google.protobuf.message import Message
 
 from mnemosyne.client import convert, types
 from mnemosyne.client.errors import (
@@ -72,6 +74,7 @@ from mnemosyne.v1 import (
 )
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 # The server's default max_request_bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
 # before it is sent, with the reason the server would give.
@@ -143,7 +146,7 @@ class MemoryClient:
     ``session_consistency``: keep the newest consistency token of each tenant this client wrote
     and send it with the client's next reads and writes of that tenant (the default; at most
     ``session_tenants`` tenants, the least recently used forgotten first), so the client reads its
-    own writes, fast ones included. ``max_request_bytes``: the largest request sent (16 MiB, the
+    own writes, fast ones included. ``max_request_bytes``: the largest message sent (a request, each of a stream's; 16 MiB, the
     server's default --max-request-bytes); raise it with the server's. The client may be shared by threads. Use it as a context
     manager, or ``close()`` it.
 
@@ -153,8 +156,9 @@ class MemoryClient:
     TOKEN_MALFORMED: pass the right ``token``), ``PermissionDeniedError`` (TENANT_FORBIDDEN: the
     token does not name the tenant; ADMIN_REQUIRED: the call needs an admin token),
     ``InvalidArgumentError`` (TENANT_INVALID: a tenant id is 1-63 of ``a-z0-9_-``, starting with a
-    letter or digit; REQUEST_TOO_LARGE: the request is over ``max_request_bytes``, 16 MiB as the
-    server's default --max-request-bytes, refused here before it is sent; raise both to send more), ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``, raised here
+    letter or digit; REQUEST_TOO_LARGE: the request, or any message a stream sends, is over
+    ``max_request_bytes``, 16 MiB as the server's default --max-request-bytes, refused here before
+    it is sent; raise both to send more), ``RequestInvalidError`` (an ``InvalidArgumentError`` and a ``ValueError``, raised here
     before anything is sent: REQUEST_UNDECODABLE, a text holding a lone surrogate; NUMBER_INVALID,
     a number past its field's range; OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID, a
     time that is NaN, infinite, or outside the years 1 to 9999), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
@@ -281,20 +285,11 @@ class MemoryClient:
         is tried again after UNAVAILABLE and after a refusal naming a retry delay. ``metadata`` is
         sent beside the token. ``session``: the call carries the session's consistency tokens
         (host/consistency.py says which calls do). Returns the response. Raises
-        ``InvalidArgumentError`` (REQUEST_TOO_LARGE) before sending a request over 16 MiB, and the
+        ``InvalidArgumentError`` (REQUEST_TOO_LARGE) before sending a request over ``max_request_bytes``, and the
         call's typed error."""
         sending()
         metadata = tuple(metadata)
-        size = request.ByteSize()
-        if size > self.max_request_bytes:
-            raise InvalidArgumentError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "REQUEST_TOO_LARGE",
-                f"the request has {size} bytes; this client's limit is {self.max_request_bytes} "
-                "(MemoryClient(max_request_bytes=...), by default the server's default --max-request-bytes): "
-                "split it, e.g. a large batch into several, or raise both, the server's first",
-                {"limit": str(self.max_request_bytes)},
-            )
+        self._sendable(request)
         deadline = checked_timeout(timeout or None) or self._timeout
         tenant = getattr(request, "tenant", "")
         tracked = self._session if session else None
@@ -316,6 +311,23 @@ class MemoryClient:
             # A stub's with_call answers (response, call).
             tracked.answered(request, sent, result[0] if isinstance(result, tuple) else result)
         return result
+
+    def _sendable(self, message: M) -> M:
+        """``message`` if it is at most ``max_request_bytes`` encoded, else ``InvalidArgumentError``
+        REQUEST_TOO_LARGE. Every message this client sends goes through it: a unary call's request,
+        a server stream's, each of an import's (gRPC core refuses one over twice the server's
+        --max-request-bytes itself, without ErrorInfo)."""
+        size = message.ByteSize()
+        if size > self.max_request_bytes:
+            raise InvalidArgumentError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "REQUEST_TOO_LARGE",
+                f"the request has {size} bytes; this client's limit is {self.max_request_bytes} "
+                "(MemoryClient(max_request_bytes=...), by default the server's default --max-request-bytes): "
+                "split it, e.g. a large batch into several, or raise both, the server's first",
+                {"limit": str(self.max_request_bytes)},
+            )
+        return message
 
     def consistency_token(self, tenant: str) -> str | None:
         """The consistency token of this client's latest write of ``tenant`` (None: none kept, or
@@ -1061,6 +1073,7 @@ class MemoryClient:
                 for t, (c, i, *head) in (known or {}).items()
             ],
         )
+        self._sendable(request)
         try:
             for response in self.admin.Backup(request, timeout=checked_timeout(timeout), metadata=self._metadata):
                 yield convert.backup_part_from_proto(response)
@@ -1072,7 +1085,7 @@ class MemoryClient:
         (``TenantBackup``), then its files' ``BackupChunk``s. ``mnemosyne export`` writes them
         as a tenant archive; ``timeout`` bounds the stream, in seconds. Raises ``NotFoundError``
         (TENANT_NOT_FOUND)."""
-        request = admin_pb2.ExportTenantRequest(tenant=tenant)
+        request = self._sendable(admin_pb2.ExportTenantRequest(tenant=tenant))
         try:
             for response in self.admin.ExportTenant(request, timeout=checked_timeout(timeout), metadata=self._metadata):
                 yield convert.export_part_from_proto(response)
@@ -1094,23 +1107,53 @@ class MemoryClient:
 
         Returns an ``ImportResult``. Raises ``InvalidArgumentError`` (ARCHIVE_TRUNCATED,
         ARCHIVE_MISMATCH, CHAIN_INVALID, MANIFEST_MISMATCH: the files are not what the manifest
-        says; nothing was installed) and ``FailedPreconditionError`` (TENANT_EXISTS: pass
-        ``replace``)."""
-
-        def requests() -> Iterator[admin_pb2.ImportTenantRequest]:
-            yield admin_pb2.ImportTenantRequest(
-                tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
-            )
-            for chunk in chunks:
-                yield admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=chunk.file, data=chunk.data))
-
-        try:
-            response = self.admin.ImportTenant(requests(), timeout=checked_timeout(timeout), metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise self._failed(exc, tenant) from exc
+        says; nothing was installed; REQUEST_TOO_LARGE, before it is sent: the manifest or a chunk
+        is over ``max_request_bytes``, a chunk's refusal cancelling the import, nothing installed)
+        and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``)."""
+        first = admin_pb2.ImportTenantRequest(
+            tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
+        )
+        rest = (admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=c.file, data=c.data)) for c in chunks)
+        response = self._client_stream(self.admin.ImportTenant, first, rest, timeout=timeout, tenant=tenant)
         result = convert.import_result_from_proto(response)
         self._timeline_ended(result.tenant)
         return result
+
+    def _client_stream(self, method: Any, first: M, rest: Iterable[M], *, timeout: float, tenant: str) -> Any:
+        """The response of ``method``'s client stream of ``first`` then ``rest`` (made as they are
+        sent: an archive's chunks as they are read), each message through ``_sendable``: ``first``
+        refused before the call; a later one cancels it, its refusal raised when the call has
+        ended (raised in gRPC's request iterator, it would be logged and answered UNKNOWN; ending
+        the stream early could complete what was sent)."""
+        self._sendable(first)
+        refused: list[InvalidArgumentError] = []
+        calls: list[grpc.Future[Any]] = []
+        started = threading.Event()
+
+        def messages() -> Iterator[M]:
+            yield first
+            for message in rest:
+                try:
+                    yield self._sendable(message)
+                except InvalidArgumentError as error:
+                    refused.append(error)
+                    started.wait()  # the call, to cancel (gRPC may ask for messages before it is returned)
+                    for call in calls:
+                        call.cancel()
+                    return
+
+        try:
+            try:
+                calls.append(method.future(messages(), timeout=checked_timeout(timeout), metadata=self._metadata))
+            finally:
+                started.set()
+            return calls[0].result()
+        except grpc.FutureCancelledError:
+            raise refused[0] from None  # only a message refused cancels it
+        except grpc.RpcError as exc:
+            if refused:  # the server answered first: the caller's own fault comes first
+                raise refused[0] from None
+            raise self._failed(exc, tenant) from exc
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Every tenant's stats and their total (admin token), read from the whole stream of
@@ -1124,7 +1167,9 @@ class MemoryClient:
         files_read, consistency, unanswered = 0, "", []
         try:
             for chunk in self.admin.AggregateStats(
-                admin_pb2.AggregateStatsRequest(chunk_size=chunk_size), timeout=self._timeout, metadata=self._metadata
+                self._sendable(admin_pb2.AggregateStatsRequest(chunk_size=chunk_size)),
+                timeout=self._timeout,
+                metadata=self._metadata,
             ):
                 for row in chunk.tenants:
                     if row.error_reason:
@@ -1190,6 +1235,7 @@ class MemoryClient:
 
     def _call_waiting(self, method: Callable[..., T], request: Any, wait: float) -> T:
         # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
+        self._sendable(request)
         return self._retrying(
             lambda: method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata),
             retry=True,
@@ -1249,8 +1295,8 @@ class MemoryClient:
         ``FailedPreconditionError`` (EVENTS_PRUNED: the event retention limit deleted transitions
         after ``after_sequence``; resume from the error's ``pruned_through_sequence`` metadata, or
         0 for everything kept)."""
-        request = events_pb2.WatchEventsRequest(
-            tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence
+        request = self._sendable(
+            events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence)
         )
         for tried in range(self._retries + 1):
             call = self.events.WatchEvents(request, timeout=checked_timeout(timeout), metadata=self._metadata)

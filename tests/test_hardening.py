@@ -9,6 +9,7 @@ tests/test_hostile_inputs.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from mnemosyne.client import (
     MnemosyneClientError,
     RecordChange,
     ResourceExhaustedError,
+    TenantBackup,
 )
 from mnemosyne.client.errors import error_info, from_rpc_error
 from mnemosyne.engine import dedup
@@ -402,6 +404,36 @@ def test_a_request_above_the_limit_is_refused_with_its_reason(client: MemoryClie
     assert core.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_info(core.value) is None
     assert "larger than max" in (core.value.details() or "")
     assert client.stats(tenant).memories == 0
+
+
+def test_each_message_a_stream_sends_is_refused_over_the_clients_limit(
+    client: MemoryClient, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only a unary call's request was measured: an import's manifest and chunks and a server
+    # stream's request went at any size, one over twice the server's --max-request-bytes getting
+    # gRPC core's RESOURCE_EXHAUSTED without ErrorInfo. A client of a 4 KiB limit stands in for one of 16 MiB.
+    client.retain(tenant, "exported")
+    manifest, *chunks = client.export_tenant(tenant)
+    assert isinstance(manifest, TenantBackup) and max(len(c.data) for c in chunks) > 4096  # type: ignore[union-attr]  # the chunks follow the manifest
+    copy = f"{tenant}-copy"
+    with MemoryClient(client.target, max_request_bytes=4096) as limited:
+        refusals: list[Callable[[], object]] = [
+            # The manifest is taken; the first chunk is refused here and the import cancelled.
+            lambda: limited.import_tenant(manifest, chunks, tenant=copy),  # type: ignore[arg-type]  # as above
+            lambda: limited.import_tenant(dataclasses.replace(manifest, head_hash="a" * 8192), [], tenant=copy),
+            lambda: list(limited.backup([tenant] * 500)),
+            lambda: list(limited.export_tenant("t" * 8192)),
+            lambda: list(limited.watch_events("t" * 8192, timeout=5)),
+        ]
+        for refusal in refusals:
+            with pytest.raises(InvalidArgumentError) as info:
+                refusal()
+            assert info.value.reason == "REQUEST_TOO_LARGE" and info.value.metadata["limit"] == "4096"
+            assert info.value.message.startswith("the request has ") and "limit is 4096" in info.value.message
+    with pytest.raises(MnemosyneClientError) as absent:  # nothing installed
+        list(client.export_tenant(copy))
+    assert absent.value.reason == "TENANT_NOT_FOUND"
+    assert "Exception iterating requests" not in caplog.text  # the refusal was not raised inside gRPC
 
 
 # -- 8. damaged tenants stay contained ---------------------------------------------------------------
