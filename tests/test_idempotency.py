@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import apsw
 import pytest
 
 from mnemosyne.client import (
@@ -21,6 +22,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem as EngineItem
 from mnemosyne.engine.write_path import payload_hash
+from mnemosyne.errors import Conflict
 from mnemosyne.store import ledger
 from mnemosyne.v1 import memory_pb2
 
@@ -298,5 +300,32 @@ def test_a_request_id_past_its_time_on_a_tenant_without_a_file_is_a_new_request(
         assert engine.updates.forget_matching("nobody", metadata_equals=filters, request_id="kept-1") == 0
         time.sleep(0.1)
         assert engine.updates.forget_matching("nobody", metadata_equals={"user": "dave"}, request_id="kept-1") == 0
+    finally:
+        engine.close()
+
+
+def test_a_tenant_without_a_file_keeps_a_bounded_number_of_request_ids_and_never_drops_another_tenants(
+    tmp_path: Path,
+) -> None:
+    """The shared file of request ids of tenants without a file is in no quota: one tenant sending
+    no-op forgets with new ids without end keeps only its latest ones there (its oldest dropped in
+    the same transaction), and another tenant's kept id is not dropped by them."""
+    data_dir = tmp_path / "data"
+    engine = Engine(EngineConfig(data_dir=data_dir, embedder="hashing", tenantless_requests_per_tenant=3))
+    forget = engine.updates.forget_matching
+    try:
+        assert forget("bystander", metadata_equals={"user": "carol"}, request_id="mine-1") == 0
+        for number in range(10):
+            assert forget("hostile", metadata_equals={"user": "carol"}, request_id=f"new-{number}") == 0
+        with apsw.Connection(str(data_dir / "requests_without_file.sqlite")) as kept:
+            rows = [
+                (str(tenant), str(request_id))
+                for tenant, request_id in kept.execute("SELECT tenant, request_id FROM requests ORDER BY 1, 2")
+            ]
+        assert rows == [("bystander", "mine-1"), ("hostile", "new-7"), ("hostile", "new-8"), ("hostile", "new-9")]
+        for tenant, request_id in rows:  # still retries: the same id with another filter is refused
+            with pytest.raises(Conflict):
+                forget(tenant, metadata_equals={"user": "dave"}, request_id=request_id)
+        assert forget("hostile", metadata_equals={"user": "dave"}, request_id="new-0") == 0  # dropped: a new call
     finally:
         engine.close()

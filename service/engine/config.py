@@ -13,6 +13,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.options import option, required_option
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
 from mnemosyne.store.membership import Membership
+from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT as TENANTLESS_KEPT_PER_TENANT
 
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
 
@@ -166,6 +167,8 @@ class EngineConfig:
         "a near duplicate (and Dedup's default); above 1 = off",
     )
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
+    # The most request ids one tenant without a file keeps (store/tenantless_requests.py).
+    tenantless_requests_per_tenant: int = TENANTLESS_KEPT_PER_TENANT
     ann_threshold: int = option(
         0,
         "memories in a tenant from which recall uses an approximate vector index (exact scan below; "

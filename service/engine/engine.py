@@ -133,7 +133,11 @@ class Engine:
         embedders = TenantEmbedders(embedder or config.embedder)
         self.replicator = _replicator(config, seams)
         limit_page_caches(config.page_cache_mib)
-        self.tenantless_requests = TenantlessRequests(config.data_dir, ttl_seconds=config.request_ttl_seconds)
+        self.tenantless_requests = TenantlessRequests(
+            config.data_dir,
+            ttl_seconds=config.request_ttl_seconds,
+            kept_per_tenant=config.tenantless_requests_per_tenant,
+        )
         try:
             self.pool = TenantPool(
                 config.data_dir,

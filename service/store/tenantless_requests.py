@@ -9,6 +9,12 @@ call's result, not act on that memory. Those results live here, one row per (ten
 for as long as a tenant file keeps its own (``request_ttl_seconds``); the file is made by the first
 such call and written durably (``synchronous=FULL``) before the call answers.
 
+The file is every tenant's and no quota covers it, so each tenant keeps at most ``kept_per_tenant``
+rows here (``KEPT_PER_TENANT``): a tenant's new row drops its oldest past that, in the same
+transaction, and never another tenant's. Its retries that matter (a client's, seconds after a lost
+reply) stay answered; a caller sending new ids without end grows the file by no more than that
+many rows of its own tenant.
+
 When the tenant's file is made (its first write, store/pool.py), the results kept here for it are
 written into it (``carry_into``): from then on its file holds them, so they go where it goes — a
 move to another member, an export, a backup — and a retry there answers them too."""
@@ -27,18 +33,21 @@ from mnemosyne.store.transactions import translate_sqlite_error
 
 FILE_NAME = "requests_without_file.sqlite"
 PRUNE_EVERY_SECONDS = 3600.0  # how often a save also drops the rows older than the TTL
+KEPT_PER_TENANT = 1000  # the most rows one tenant keeps here (~300 bytes each at most)
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS requests(tenant TEXT NOT NULL, request_id TEXT NOT NULL, method TEXT NOT NULL, "
     "payload_hash TEXT NOT NULL, result TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY(tenant, request_id)) "
-    "WITHOUT ROWID"
+    "WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS requests_by_age ON requests(tenant, created_at)",
 )
 
 
 class TenantlessRequests:
-    def __init__(self, data_dir: Path, *, ttl_seconds: float) -> None:
+    def __init__(self, data_dir: Path, *, ttl_seconds: float, kept_per_tenant: int = KEPT_PER_TENANT) -> None:
         self.path = Path(data_dir) / FILE_NAME
         self._ttl = ttl_seconds
+        self._kept_per_tenant = kept_per_tenant
         self._lock = threading.Lock()
         self._connection: apsw.Connection | None = None
         self._pruned_at = 0.0
@@ -70,6 +79,11 @@ class TenantlessRequests:
                         "INSERT OR REPLACE INTO requests(tenant, request_id, method, payload_hash, result, created_at) "
                         "VALUES(?, ?, ?, ?, ?, ?)",
                         (tenant, request_id, method, payload_hash, result, now),
+                    )
+                    connection.execute(  # the tenant's oldest past its bound: the file stays bounded per tenant
+                        "DELETE FROM requests WHERE tenant = ? AND request_id IN (SELECT request_id FROM requests "
+                        "WHERE tenant = ? AND request_id <> ? ORDER BY created_at DESC LIMIT -1 OFFSET ?)",
+                        (tenant, tenant, request_id, max(self._kept_per_tenant - 1, 0)),
                     )
             except apsw.Error as exc:  # a full disk is DISK_FULL, as for every write of the store
                 raise translate_sqlite_error(exc, FILE_NAME) from exc
@@ -112,7 +126,8 @@ class TenantlessRequests:
         if self._connection is None and (create or self.path.exists()):
             connection = open_connection(self.path, readonly=False, synchronous="FULL")
             try:
-                connection.execute(_SCHEMA)
+                for statement in _SCHEMA:
+                    connection.execute(statement)
             except BaseException:
                 connection.close()
                 raise
