@@ -4,8 +4,10 @@ gives RESOURCE_EXHAUSTED, keeps what was committed, and reads go on."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import anyio
+import apsw
 import grpc
 import httpx2
 import pytest
@@ -16,7 +18,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mnemosyne.brain import MemoryBrain
 from mnemosyne.client import MemoryClient, MemoryHost, RecordChange
 from mnemosyne.client.errors import MnemosyneClientError
-from mnemosyne.engine.limits import MAX_RECALL_SCOPES
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.limits import MAX_RECALL_SCOPES, Limits
+from mnemosyne.engine.types import RetainItem as EngineItem
+from mnemosyne.errors import Conflict
+from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT
 from tests.support import ServerFactory, ServerProcess
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -265,3 +272,32 @@ def test_a_recall_naming_more_scopes_than_its_limit_is_refused_not_an_internal_e
     assert [h.memory.text for h in client.recall(tenant, "ticket", scopes=within, mode=mode)] == [
         "the ticket is in workspace w7"
     ]
+
+
+def test_request_ids_of_calls_no_quota_refuses_are_bounded_past_the_bytes_quota(tmp_path: Path) -> None:
+    """A forget is never refused by the byte quota (forgetting frees room), nor a call that changes
+    nothing, but each kept its request id's row: 3,000 no-op ForgetMemories grew a tenant at its
+    400 kB quota to 1.46 MB. Past its quota a tenant keeps only its latest request ids; a forget
+    still passes and the latest ids are still retries."""
+    data_dir = tmp_path / "data"
+    engine = Engine(EngineConfig(data_dir=data_dir, embedder="hashing", synchronous="NORMAL"))
+    try:  # the tenant's file made without a quota, then held to one it is past already
+        engine.retain("over", EngineItem(text="Carol prefers tea", metadata={"user": "carol"}))
+    finally:
+        engine.close()
+    over_quota = Limits(max_tenant_bytes=1)
+    engine = Engine(EngineConfig(data_dir=data_dir, embedder="hashing", synchronous="NORMAL", limits=over_quota))
+    try:
+        for number in range(KEPT_PER_TENANT + 20):
+            assert (
+                engine.updates.forget_matching("over", metadata_equals={"user": "dave"}, request_id=f"n{number}") == 0
+            )
+        with apsw.Connection(str(data_dir / "tenants" / "over.sqlite")) as kept:
+            assert kept.execute("SELECT count(*) FROM requests").fetchall() == [(KEPT_PER_TENANT,)]
+        with pytest.raises(Conflict):  # the latest id is still a retry: another filter with it is refused
+            engine.updates.forget_matching(
+                "over", metadata_equals={"user": "erin"}, request_id=f"n{KEPT_PER_TENANT + 19}"
+            )
+        assert engine.updates.forget_matching("over", metadata_equals={"user": "carol"}, request_id="last") == 1
+    finally:
+        engine.close()

@@ -43,7 +43,9 @@ from mnemosyne.engine.extractor import (
     _MONTHS,
 )
 from mnemosyne.engine.index import drop_vectors, vector_index
+from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.postings import drop_texts
+from mnemosyne.engine.quotas import keep_requests_within_quota
 from mnemosyne.engine.requests import (
     RequestKey,
     keyed_write,
@@ -297,9 +299,16 @@ class Deduplicator:
     """The Dedup operation over a tenant's stored memories (AdminService.Dedup)."""
 
     def __init__(
-        self, *, pool: TenantPool, embedders: TenantEmbedders, default_threshold: float, tenantless: TenantlessRequests
+        self,
+        *,
+        pool: TenantPool,
+        embedders: TenantEmbedders,
+        default_threshold: float,
+        tenantless: TenantlessRequests,
+        limits: Limits,
     ) -> None:
         self._pool = pool
+        self._limits = limits  # a merge's request ids past the byte quota are bounded (engine/quotas.py)
         self._tenantless = tenantless  # the results of keyed calls that found no tenant file
         self._embedders = embedders
         self._default_threshold = default_threshold
@@ -336,7 +345,7 @@ class Deduplicator:
             groups, texts = self._groups(store, threshold)
             if not merge:
                 return DedupReport(groups, False, threshold)
-            return _merge(store, groups, texts, threshold, request_id, payload_hash, without_file)
+            return _merge(store, groups, texts, threshold, request_id, payload_hash, without_file, self._limits)
 
     def _groups(self, store: TenantStore, threshold: float) -> tuple[list[DedupGroup], dict[int, str]]:
         """The tenant's near-duplicate groups, from one read snapshot of its vectors, and the text
@@ -372,6 +381,7 @@ def _merge(
     request_id: str | None,
     payload_hash: str,
     without_file: WithoutFile,
+    limits: Limits,
 ) -> DedupReport:
     """Merge each group's members that are still live and hold the text they were found similar
     by (``texts``: an update since may have made one unlike the others), in one write transaction
@@ -404,6 +414,7 @@ def _merge(
         if request_id:
             result = [[g.keep, list(g.duplicates)] for g in applied]
             txn.save_request(request_id, "dedup", payload_hash, json.dumps(result))
+            keep_requests_within_quota(txn, limits)
         _, epoch_after = txn.index_state()
     if applied:  # the caches drop the merged rows rather than reloading the tenant's vectors and postings
         merged = [d for g in applied for d in g.duplicates]

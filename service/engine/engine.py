@@ -219,6 +219,7 @@ class Engine:
             embedders=embedders,
             default_threshold=config.near_duplicate_threshold,
             tenantless=self.tenantless_requests,
+            limits=config.limits,
         )
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool, limits=config.limits)

@@ -12,6 +12,7 @@ from mnemosyne.engine.index import drop_vectors
 from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.postings import drop_texts
+from mnemosyne.engine.quotas import keep_requests_within_quota
 from mnemosyne.engine.requests import replayed_result
 from mnemosyne.engine.types import IntegrityReport, Memory, MemoryPage, ThreadRef
 from mnemosyne.errors import InvalidArgument, NotFound
@@ -266,6 +267,7 @@ class Memories:
                     _, epoch_after = txn.index_state()
                     if request_id:
                         txn.save_request(request_id, "forget", payload_hash, json.dumps(forgotten))
+                        keep_requests_within_quota(txn, self.limits)
             if erased:  # the caches drop those rows rather than reloading the tenant's vectors and postings
                 drop_vectors(store, erased, from_epoch=epoch_before, to_epoch=epoch_after)
                 drop_texts(store, erased, from_epoch=epoch_before, to_epoch=epoch_after)

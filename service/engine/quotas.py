@@ -4,7 +4,9 @@ Checked inside the write transaction (so two concurrent writers cannot both slip
 limit) against what the transaction itself sees: live memories, and database pages in use.
 Exceeding a quota fails the whole write with RESOURCE_EXHAUSTED naming the quota; nothing of it
 is kept. A quota of 0 means unlimited. The byte quota holds memories and records alike: the tenant
-file is one, and the volume it fills is every tenant's.
+file is one, and the volume it fills is every tenant's. A forget is never refused by it (forgetting
+frees room), nor a call that changes nothing; the request ids those keep past the quota are
+bounded instead (``keep_requests_within_quota``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from mnemosyne.engine.limits import Limits, set_by
 from mnemosyne.errors import ResourceExhausted
-from mnemosyne.store.tenant_store import ReadTxn
+from mnemosyne.store.tenant_store import ReadTxn, WriteTxn
+from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT
 
 
 def check_memory_quota(
@@ -66,3 +69,12 @@ def check_bytes_growth(txn: ReadTxn, limits: Limits, before: int) -> None:
     so that a tenant over its quota can still delete and shrink what it keeps."""
     if limits.max_tenant_bytes > 0 and txn.used_bytes() > before:
         check_bytes_quota(txn, limits)
+
+
+def keep_requests_within_quota(txn: WriteTxn, limits: Limits) -> None:
+    """After a write no quota refuses (a forget, a merge, an update that changed nothing) saved its
+    request id: past the byte quota, the tenant keeps only its latest ``KEPT_PER_TENANT`` request
+    ids, as a tenant without a file does, so new ids without end cannot grow it past its quota by
+    more than that."""
+    if limits.max_tenant_bytes > 0 and txn.used_bytes() > limits.max_tenant_bytes:
+        txn.keep_latest_requests(KEPT_PER_TENANT)

@@ -29,7 +29,7 @@ from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
-from mnemosyne.engine.quotas import check_bytes_quota
+from mnemosyne.engine.quotas import check_bytes_quota, keep_requests_within_quota
 from mnemosyne.engine.reembed import write_next_vectors
 from mnemosyne.engine.requests import (
     RequestKey,
@@ -343,6 +343,7 @@ class Updates:
                     return self._replayed(txn, memory_id, prior)
                 _still_as_read(txn, memory_id, seen)  # else it would not be unchanged: prepare it again
                 _remember(txn, request_id, request, [], [], 0, updated=False)
+                keep_requests_within_quota(txn, self._write_path.limits)
         return UpdateOutcome(memory=self._get(store, memory_id), updated=False)
 
     def _set_expiry(
@@ -363,6 +364,7 @@ class Updates:
             txn.set_expiry(memory_id, expires_at)
             revision = txn.newest_revision(memory_id)
             _remember(txn, request_id, request, [], [], revision)
+            keep_requests_within_quota(txn, self._write_path.limits)
         self._committed(request[0])
         return UpdateOutcome(memory=self._get(store, memory_id), updated=True, revision=revision)
 
@@ -560,6 +562,7 @@ class Updates:
             _, epoch_after = txn.index_state()
             if request_id:
                 txn.save_request(request_id, "forget_matching", payload_hash, json.dumps(count))
+                keep_requests_within_quota(txn, self._write_path.limits)
         return count, erased, (epoch_before, epoch_after)
 
     @staticmethod

@@ -204,6 +204,14 @@ class BookkeepingWrites(BookkeepingReads):
         )
         self._fault_point("after_request", request_id)
 
+    def keep_latest_requests(self, kept: int) -> None:
+        """Drop the request ids past the ``kept`` latest (the oldest first)."""
+        self.connection.execute(
+            "DELETE FROM requests WHERE request_id IN "
+            "(SELECT request_id FROM requests ORDER BY created_at DESC LIMIT -1 OFFSET ?)",
+            (kept,),
+        )
+
     def prune_requests(self, older_than: float) -> int:
         self.connection.execute("DELETE FROM requests WHERE created_at < ?", (older_than,))
         return self.connection.changes()
