@@ -4,6 +4,7 @@ gives RESOURCE_EXHAUSTED, keeps what was committed, and reads go on."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import anyio
@@ -200,6 +201,27 @@ def test_bytes_quota(server_factory, tenant: str) -> None:
         assert "delete records" in error.message
         assert [r.key for r in c.list_records(tenant, "global").records] == ["small"]
         assert c.edit_records(tenant, "global", [RecordChange("delete", "small")], generation) == generation + 1
+        _expiry_updates_are_held_to_the_bytes_quota(c, tenant, stored[0])
+
+
+def _expiry_updates_are_held_to_the_bytes_quota(c: MemoryClient, tenant: str, memory_id: int) -> None:
+    """An update of a memory's expiry alone was never checked against the byte quota, yet each adds
+    a ledger entry: 3,000 of them (two expiries in turn) grew a tenant at its 400 kB quota to
+    1.16 MB, without bound. One that grows the tenant past its quota is refused, whichever way the
+    expiry moves (earlier too: it could move earlier without end); the memory keeps its expiry."""
+    soon = time.time() + 86_400
+    for n in range(2_000):
+        try:
+            c.update_memory(tenant, memory_id, expires_at=soon + n)
+        except MnemosyneClientError as exc:
+            assert (exc.code, exc.reason) == (EXHAUSTED, "QUOTA_BYTES"), exc
+            break
+    else:
+        pytest.fail("2,000 expiry updates of a tenant at its byte quota were never refused")
+    assert c.get_memory(tenant, memory_id).expires_at == pytest.approx(soon + n - 1)
+    _refused(
+        lambda: c.update_memory(tenant, memory_id, expires_at=soon), EXHAUSTED, "QUOTA_BYTES", "--max-tenant-bytes"
+    )
 
 
 def test_a_bytes_quota_of_many_gib_is_a_setting() -> None:

@@ -5,8 +5,10 @@ limit) against what the transaction itself sees: live memories, and database pag
 Exceeding a quota fails the whole write with RESOURCE_EXHAUSTED naming the quota; nothing of it
 is kept. A quota of 0 means unlimited. The byte quota holds memories and records alike: the tenant
 file is one, and the volume it fills is every tenant's. A forget is never refused by it (forgetting
-frees room), nor a call that changes nothing; the request ids those keep past the quota are
-bounded instead (``keep_requests_within_quota``).
+frees room), nor a call that changes nothing: the request ids those keep past the quota are
+bounded instead (``keep_requests_within_quota``). An update of an expiry alone is refused when it
+grows the tenant (``check_bytes_growth``), even moving it earlier: each adds a ledger entry, and
+an expiry can be moved without end.
 """
 
 from __future__ import annotations

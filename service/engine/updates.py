@@ -29,7 +29,7 @@ from mnemosyne.engine.index import drop_vectors, replace_vector
 from mnemosyne.engine.memories import memory_from_row
 from mnemosyne.engine.postings import drop_texts, replace_text
 from mnemosyne.engine.prepared_item import PreparedItem
-from mnemosyne.engine.quotas import check_bytes_quota, keep_requests_within_quota
+from mnemosyne.engine.quotas import check_bytes_growth, check_bytes_quota, keep_requests_within_quota, used_before
 from mnemosyne.engine.reembed import write_next_vectors
 from mnemosyne.engine.requests import (
     RequestKey,
@@ -355,16 +355,21 @@ class Updates:
         request: tuple[str, str],
         seen: tuple[object, ...],
     ) -> UpdateOutcome:
-        """An update of the expiry alone: one small transaction, one ``expiry`` ledger entry."""
+        """An update of the expiry alone: one small transaction, one ``expiry`` ledger entry. Past
+        the byte quota it is refused if it grows the tenant, whichever way the expiry moves: each
+        adds a ledger entry, and an expiry can be moved (even earlier) without end."""
+        limits = self._write_path.limits
         with keyed_write(store, request_id) as txn:
             prior = replayed_anywhere(store, txn, request_id, *request) if request_id else None
             if prior is not None:
                 return self._replayed(txn, memory_id, prior)
             _still_as_read(txn, memory_id, seen)  # a forget, a merge or another change may have raced us
+            before = used_before(txn, limits)
             txn.set_expiry(memory_id, expires_at)
             revision = txn.newest_revision(memory_id)
             _remember(txn, request_id, request, [], [], revision)
-            keep_requests_within_quota(txn, self._write_path.limits)
+            keep_requests_within_quota(txn, limits)
+            check_bytes_growth(txn, limits, before)
         self._committed(request[0])
         return UpdateOutcome(memory=self._get(store, memory_id), updated=True, revision=revision)
 
