@@ -20,8 +20,8 @@ export interface ClientOptions {
    * Every member of a deployment of many ('ID=HOST:PORT,...' or '@FILE', as `mnemosyne serve
    * --members` takes it, or {id: address}): each call then goes straight to the member owning its
    * tenant (docs/scale-out.md); `target` serves the calls that name no tenant ('' = the first
-   * member, the smallest id). A list that cannot be used throws a RangeError whose `problem` says
-   * why (MEMBER_ID_INVALID, MEMBER_LISTED_TWICE, ...).
+   * member, the smallest id). A list that cannot be used throws a RequestInvalidError whose `reason`
+   * (and `problem`) says why (MEMBER_ID_INVALID, MEMBER_LISTED_TWICE, ...).
    */
   members?: string | Record<string, string> | Map<string, string>;
   /**

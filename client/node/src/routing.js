@@ -4,13 +4,14 @@
 // all three load the same test vectors (docs/scale-out-vectors.json):
 //   the member list: ID=HOST:PORT items separated by commas and ASCII whitespace; an id is 1-63 of
 //     a-z 0-9 - starting with a letter or digit, an address one or more printable ASCII
-//     characters; an id listed twice, or an empty list, is refused (a RangeError whose `problem`
-//     is the vectors' reason). '@FILE' gives the list as a file's text (UTF-8).
+//     characters; an id listed twice, or an empty list, is refused (a RequestInvalidError whose
+//     `reason`, and `problem`, is the vectors' reason). '@FILE' gives the list as a file's text (UTF-8).
 //   weight(tenant, member) = first 8 bytes, big-endian unsigned, of SHA-256(UTF-8(tenant) 0x00 UTF-8(member))
 //   owner = the member of highest weight; on a tie the smallest member id (as UTF-8 bytes)
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const net = require('node:net');
+const { RequestInvalidError } = require('./unsendable');
 
 const ROUTE_KEY = 'x-mnemosyne-route';
 const NOT_OWNER = 'NOT_OWNER';
@@ -48,8 +49,10 @@ function firstMember(members) {
   return [...members].sort(byBytes)[0];
 }
 
+// A client error carrying the reason, as the client's other refusals (the Python client's
+// MemberListError.problem); `problem` is kept, the name the docs and the vectors give it.
 function refused(message, problem) {
-  return Object.assign(new RangeError(message), { problem });
+  return Object.assign(new RequestInvalidError(problem, message), { problem });
 }
 
 /** The member list `value` gives: itself, or for '@FILE' the file's text (a leading BOM ignored). */
@@ -145,7 +148,7 @@ function isTarget(target) {
   return addressKind(target) !== null;
 }
 
-/** Refuses (a RangeError, problem MEMBER_ADDRESS_INVALID, the server's) a parsed member list to dial with an address that is no target. */
+/** Refuses (a RequestInvalidError, reason MEMBER_ADDRESS_INVALID, the server's) a parsed member list to dial with an address that is no target. */
 function checkMemberAddresses(members, source = 'members') {
   for (const [member, address] of members) {
     if (!isTarget(address)) {

@@ -8,6 +8,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { weight, ownerOf, firstMember, memberListText, parseMembers } = require('../src/routing');
+const { RequestInvalidError } = require('../src/unsendable');
 
 const vectors = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', '..', 'docs', 'scale-out-vectors.json'), 'utf8'));
 
@@ -24,17 +25,20 @@ test('owners match the vectors, whatever the order of the list', () => {
 
 test('member lists parse as the server takes them', () => {
   assert.deepEqual([...parseMembers('m0=127.0.0.1:1, m1=127.0.0.1:2')], [['m0', '127.0.0.1:1'], ['m1', '127.0.0.1:2']]);
-  assert.throws(() => parseMembers('m0'), RangeError);
-  assert.throws(() => parseMembers(''), RangeError);
+  // A client error carrying the reason, as the client's other refusals (it was a bare RangeError).
+  assert.throws(() => parseMembers('m0'), { name: 'RequestInvalidError', reason: 'MEMBER_ADDRESS_MISSING', problem: 'MEMBER_ADDRESS_MISSING' });
+  assert.throws(() => parseMembers(''), (err) => err instanceof RequestInvalidError && err.reason === 'MEMBER_LIST_EMPTY'
+    && err.details === 'the member list is empty: give ID=HOST:PORT,...');
 });
 
-/** The `problem` of what `parse` throws (a RangeError), or a failure when it does not throw. */
+/** The reason of what `parse` throws (a RequestInvalidError), or a failure when it does not throw. */
 function problemOf(parse) {
   try {
     parse();
   } catch (err) {
-    assert.ok(err instanceof RangeError, String(err));
-    return err.problem;
+    assert.ok(err instanceof RequestInvalidError, String(err));
+    assert.equal(err.problem, err.reason);
+    return err.reason;
   }
   return assert.fail('not refused');
 }
@@ -78,7 +82,9 @@ test('a member address the server would refuse is refused when the client is mad
     assert.equal(problemOf(() => new MemoryClient('127.0.0.1:1', { members })), 'MEMBER_ADDRESS_INVALID', address);
   }
   assert.throws(() => new MemoryClient('', { members: { m0: 'host' } }), {
-    message: /^members: member m0's address "host" is not a server address: give HOST:PORT/,
+    code: 3, // INVALID_ARGUMENT, as the client's other refusals
+    message: /^INVALID_ARGUMENT MEMBER_ADDRESS_INVALID: members: member m0's address "host" is not/,
+    details: /^members: member m0's address "host" is not a server address: give HOST:PORT/,
   });
 });
 
