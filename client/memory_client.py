@@ -35,7 +35,14 @@ from mnemosyne.client.errors import (
 )
 from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel
 from mnemosyne.client.tracing import trace_metadata
-from mnemosyne.client.unsendable import checked_timeout, refused, refusing_unsendable, sending, unknown_name
+from mnemosyne.client.unsendable import (
+    checked_chunk,
+    checked_timeout,
+    refused,
+    refusing_unsendable,
+    sending,
+    unknown_name,
+)
 from mnemosyne.host import protocol as host_protocol
 from mnemosyne.host.consistency import (
     FLUSH_WAIT_SECONDS,
@@ -1108,12 +1115,16 @@ class MemoryClient:
         Returns an ``ImportResult``. Raises ``InvalidArgumentError`` (ARCHIVE_TRUNCATED,
         ARCHIVE_MISMATCH, CHAIN_INVALID, MANIFEST_MISMATCH: the files are not what the manifest
         says; nothing was installed; REQUEST_TOO_LARGE, before it is sent: the manifest or a chunk
-        is over ``max_request_bytes``, a chunk's refusal cancelling the import, nothing installed)
-        and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``)."""
+        is over ``max_request_bytes``, a chunk's refusal cancelling the import, nothing installed;
+        ``ArgumentTypeError`` REQUEST_UNDECODABLE, so too: a chunk that is no ``BackupChunk`` of
+        a text ``file`` and bytes ``data``, named by its position from 1) and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``)."""
         first = admin_pb2.ImportTenantRequest(
             tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
         )
-        rest = (admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=c.file, data=c.data)) for c in chunks)
+        rest = (
+            admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=c.file, data=c.data))
+            for c in (checked_chunk(chunk, position) for position, chunk in enumerate(chunks, 1))
+        )
         response = self._client_stream(self.admin.ImportTenant, first, rest, timeout=timeout, tenant=tenant)
         result = convert.import_result_from_proto(response)
         self._timeline_ended(result.tenant)
@@ -1132,15 +1143,14 @@ class MemoryClient:
 
         def messages() -> Iterator[M]:
             yield first
-            for message in rest:
-                try:
+            try:  # making a message too (a chunk of the wrong type is refused as it is made)
+                for message in rest:
                     yield self._sendable(message)
-                except InvalidArgumentError as error:
-                    refused.append(error)
-                    started.wait()  # the call, to cancel (gRPC may ask for messages before it is returned)
-                    for call in calls:
-                        call.cancel()
-                    return
+            except InvalidArgumentError as error:
+                refused.append(error)
+                started.wait()  # the call, to cancel (gRPC may ask for messages before it is returned)
+                for call in calls:
+                    call.cancel()
 
         try:
             try:

@@ -215,6 +215,7 @@ _TAKES.update(
         ),
         "ThreadRef": _TAKES["types.ThreadRef"],
         "list[BackupFile]": (_list_of(lambda x: _value(types.BackupFile, x)), "a list of BackupFile"),
+        "bytes": (lambda v: isinstance(v, bytes), "bytes"),
     }
 )
 
@@ -282,6 +283,20 @@ def _refuse(method: str, name: str, value: object, takes: str, reason: str) -> N
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
     message = f"{method}: {name} is {type(value).__name__} {shown}; it takes {takes}"
     raise ArgumentTypeError(grpc.StatusCode.INVALID_ARGUMENT, reason, message, {})
+
+
+def checked_chunk(chunk: object, position: int) -> types.BackupChunk:
+    """``chunk``, the ``position``-th (from 1) of an import's, if it is a ``BackupChunk`` whose
+    fields hold their types, else an ``ArgumentTypeError`` REQUEST_UNDECODABLE naming its position
+    and what it takes. The chunks come from the caller's iterable as they are sent: protobuf's
+    TypeError there was raised in gRPC's request iterator, logged and answered UNKNOWN."""
+    if not isinstance(chunk, types.BackupChunk):
+        _refuse("import_tenant", f"chunk {position}", chunk, "a BackupChunk", "REQUEST_UNDECODABLE")
+    for name, test, takes, _, reason in _field_checks(types.BackupChunk):
+        held = getattr(chunk, name)
+        if not test(held):
+            _refuse("import_tenant", f"chunk {position}'s {name}", held, takes, reason)
+    return cast(types.BackupChunk, chunk)
 
 
 def refused(reason: str, message: str) -> RequestInvalidError:

@@ -25,6 +25,8 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from mnemosyne.client import (
+    ArgumentTypeError,
+    BackupChunk,
     DataLossError,
     InvalidArgumentError,
     MemoryClient,
@@ -430,6 +432,30 @@ def test_each_message_a_stream_sends_is_refused_over_the_clients_limit(
                 refusal()
             assert info.value.reason == "REQUEST_TOO_LARGE" and info.value.metadata["limit"] == "4096"
             assert info.value.message.startswith("the request has ") and "limit is 4096" in info.value.message
+    with pytest.raises(MnemosyneClientError) as absent:  # nothing installed
+        list(client.export_tenant(copy))
+    assert absent.value.reason == "TENANT_NOT_FOUND"
+    assert "Exception iterating requests" not in caplog.text  # the refusal was not raised inside gRPC
+
+
+def test_an_import_chunk_that_is_no_bytes_is_refused_naming_it(
+    client: MemoryClient, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A chunk's data of another type (a text, None from a caller's generator) failed in gRPC's
+    # request iterator: logged "Exception iterating requests" and answered UNKNOWN.
+    client.retain(tenant, "exported")
+    manifest, *chunks = client.export_tenant(tenant)
+    assert isinstance(manifest, TenantBackup)
+    chunk = cast(BackupChunk, chunks[0])
+    copy = f"{tenant}-typed"
+    for bad, named in [
+        (BackupChunk(chunk.file, "text"), "chunk 2's data is str 'text'; it takes bytes"),  # type: ignore[arg-type]  # the fault
+        (BackupChunk(chunk.file, None), "chunk 2's data is NoneType None; it takes bytes"),  # type: ignore[arg-type]  # the fault
+        ("a text", "chunk 2 is str 'a text'; it takes a BackupChunk"),
+    ]:
+        with pytest.raises(ArgumentTypeError) as info:
+            client.import_tenant(manifest, (c for c in [chunk, bad]), tenant=copy)  # type: ignore[misc]  # a text among the chunks
+        assert info.value.reason == "REQUEST_UNDECODABLE" and named in info.value.message, info.value.message
     with pytest.raises(MnemosyneClientError) as absent:  # nothing installed
         list(client.export_tenant(copy))
     assert absent.value.reason == "TENANT_NOT_FOUND"
