@@ -197,3 +197,45 @@ def test_a_tenant_whose_file_was_lost_is_backed_up_and_erased_from_object_storag
         assert client.erase_tenant("erased").tenant == "erased"
         assert client.list_memories("erased").memories == []
     assert not [k for k in object_storage.keys(bucket, "member/erased/") if k.endswith(".ltx")]
+
+
+def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_refused(
+    server_factory, object_storage, tmp_path
+):
+    """A call for a tenant the background restore of a new volume is installing, from the moment
+    its file has its name until its install ends (the seam ``install_committed``), waits for the
+    install, as a call that found no file does: before, it was refused UNAVAILABLE
+    TENANT_REPLACING at once, and a client's few retries could all fall in that window."""
+    bucket = object_storage.new_bucket()
+    data_dir = tmp_path / "member"
+    flags = ["--replica-url", object_storage.url(bucket)]
+    server = server_factory(data_dir, env=replica_env(), args=flags, metrics=True).start()
+    with MemoryClient(server.target) as client:
+        client.retain("lost", "lost: restored before any call reads it")
+    wait_until(lambda: gauge(server, "mnemosyne_replication_lag_seconds") == 0.0)
+    server.kill()
+    shutil.rmtree(data_dir)
+    hold = tmp_path / "hold-install"
+    hold.write_text("the background restore holds after its rename")
+    env = {**replica_env(), "MNEMOSYNE_TEST_FAULTS": f"hold@install_committed={hold}"}
+    server = server_factory(data_dir, env=env, args=flags).start()
+    wait_until(lambda: "held at install_committed" in server.stderr_path.read_text(errors="replace"))
+    assert (data_dir / "tenants" / "lost.sqlite").exists()
+    answers: list[object] = []
+    with MemoryClient(server.target, retries=0) as client:
+        reader = threading.Thread(
+            target=lambda: answers.append(_texts_or_error(client, "lost")), name="reader", daemon=True
+        )
+        reader.start()
+        reader.join(1.0)
+        assert reader.is_alive(), answers  # waiting for the install, not refused
+        hold.unlink()
+        reader.join(30)
+    assert answers == [["lost: restored before any call reads it"]]
+
+
+def _texts_or_error(client: MemoryClient, tenant: str) -> list[str] | MnemosyneClientError:
+    try:
+        return [m.text for m in client.list_memories(tenant).memories]
+    except MnemosyneClientError as error:
+        return error

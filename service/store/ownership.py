@@ -44,6 +44,7 @@ from mnemosyne.store.data_dir import (
 from mnemosyne.store.files import SIDE_SUFFIXES, checkpoint_away, fsync, remove_database, shred
 from mnemosyne.store.member_change import MARK_FILE_NAME, MemberChange
 from mnemosyne.store.membership import EPOCH_NEWER, HELD_ELSEWHERE, Membership, moving
+from mnemosyne.store.replicas import StoreReplication
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore, read_file
 
 HOLDER_KEY = "holder"  # the tenant file's meta row naming its holder
@@ -467,6 +468,21 @@ class Ownership:
         install of its copy removes it (store/pool.py ``install``)."""
         write_durably(incoming_mark(self._tenants_dir, tenant), f"{source} {epoch}")
         self.forget(tenant)
+
+
+def write_move_step(path: Path, record: dict[str, str], *, synchronous: str, replication: StoreReplication) -> None:
+    """Write a move's step (``record``: meta keys; an empty value removes its key) into the tenant
+    file ``path``, on a connection of its own: the caller has the tenant closed."""
+    store = TenantStore(path, write_lock=threading.Lock(), synchronous=synchronous, replication=replication)
+    try:
+        with store.write(internal=True) as txn:
+            for key, value in record.items():
+                if value:
+                    txn.set_meta(key, value)
+                else:
+                    txn.delete_meta(key)
+    finally:
+        store.close()
 
 
 def reclaim_tombstone(path: Path, inbox: Path, *, synchronous: str, seam: Callable[[str], None]) -> bool:

@@ -33,7 +33,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Literal
 
-from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from mnemosyne.store import install as installs
 from mnemosyne.store.connections import open_with_room
 from mnemosyne.store.data_dir import (
@@ -70,6 +70,7 @@ from mnemosyne.store.ownership import (
     incoming_mark,
     reclaim_tombstone,
     reclaimed_mark,
+    write_move_step,
 )
 from mnemosyne.store.replicas import (
     NO_REPLICAS,
@@ -90,11 +91,12 @@ from mnemosyne.store.tenant_store import (
 )
 from mnemosyne.store.tenantless_requests import TenantlessRequests
 
-# Full-text segments past which opening a tenant asks for a maintenance pass. A tenant the passes
-# keep up with has a few (FTS5's automerge levels); one loaded in 1,000-memory batches, 863 at 1M
-# memories (its text query 88 ms p50; merged, 20 ms).
+# Full-text segments past which opening a tenant asks for a maintenance pass: a tenant the passes
+# keep up with has a few (FTS5's automerge levels); one loaded in bulk, hundreds (docs/performance.md).
 SEGMENTS_ON_OPEN = 32
 
+# Why a tenant a restore from object storage installs is closed off; a call waits for it (``_acquire``).
+RESTORING = "TENANT_RESTORING"
 INSTALL_WAIT_SECONDS = 30.0  # a restore from object storage at a first open waits this long for its install
 log = logging.getLogger("mnemosyne.store")
 
@@ -199,7 +201,13 @@ class TenantPool:
     def _acquire(self, tenant: str) -> OpenStore | None:
         """The tenant's open store in use by the caller (opened if need be); None: no file."""
         while True:
-            entry = self._stores.use(tenant)
+            try:
+                entry = self._stores.use(tenant)
+            except Unavailable as refused:
+                if refused.reason != RESTORING:
+                    raise
+                with self.locks.for_opening(tenant):  # held to the restore's end, as by a call finding no file
+                    continue
             if entry is not None:
                 return entry
             path = self.path_for(tenant)  # only now: an open tenant's id was validated when it opened
@@ -394,17 +402,8 @@ class TenantPool:
         with self._closed_for(tenant, doing="moved", reason=TENANT_MOVING, timeout=timeout):
             if not path.exists():
                 raise NotFound(f"tenant {tenant} has no data on this member", reason="TENANT_NOT_FOUND")
-            lock, replication = threading.Lock(), StoreReplication(tenant, self.replicas)  # replicated as any commit
-            store = TenantStore(path, write_lock=lock, synchronous=self._synchronous, replication=replication)
-            try:
-                with store.write(internal=True) as txn:
-                    for key, value in record.items():
-                        if value:
-                            txn.set_meta(key, value)
-                        else:
-                            txn.delete_meta(key)
-            finally:
-                store.close()
+            replication = StoreReplication(tenant, self.replicas)  # replicated as any commit
+            write_move_step(path, record, synchronous=self._synchronous, replication=replication)
             if record.get(MOVE_STEP_KEY) == TOMBSTONED:
                 path.with_suffix(ANN_FILE_SUFFIX).unlink(missing_ok=True)  # its data is served elsewhere now
 
@@ -542,9 +541,10 @@ class TenantPool:
         if self.ownership is not None and not restored:  # an import through the owner: this member's now
             self.ownership.adopt_import(tenant, database, move=move, synchronous=self._synchronous)
         maker = self.ownership if move is None and not restored else None  # an import making the tenant here
+        doing, reason = ("restored", RESTORING) if restored else ("replaced", "TENANT_REPLACING")
         with (
             nullcontext() if maker is None else maker.creating(tenant),
-            self._closed_for(tenant, doing="replaced", reason="TENANT_REPLACING", timeout=timeout),
+            self._closed_for(tenant, doing=doing, reason=reason, timeout=timeout),
             self.replicas.swapping(tenant, fresh=True),
         ):
             self.seam("install_begun")
