@@ -104,7 +104,7 @@ class LostTenants:
             if TENANT_ID_PATTERN.fullmatch(tenant) and tenant not in self._checked and not self._pool.exists(tenant)
         ]
         waits: list[Unavailable] = []
-        workers = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="lost-tenants")
+        workers = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="lost-tenants", initializer=become_background_thread)
         try:
             for tenant, outcome in zip(missing, workers.map(self._look_at, missing), strict=True):
                 if isinstance(outcome, Unavailable):
