@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -156,8 +157,8 @@ def test_http_probes(metered: ServerProcess) -> None:
 def test_a_side_port_connection_that_sends_nothing_is_closed_and_others_are_served(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Each side-port connection holds a thread: one that sends no request is let go after the
-    idle time (here 0.3 s), quietly, and probes are answered meanwhile."""
+    """A side-port connection that sends no request is let go after the idle time (here 0.3 s),
+    without a traceback, and probes are answered meanwhile."""
     side = SideServer("127.0.0.1", 0, metrics=lambda: b"# nothing\n", ready=lambda: True, idle_seconds=0.3)
     try:
         silent = [socket.create_connection(("127.0.0.1", side.port), timeout=5) for _ in range(3)]
@@ -196,6 +197,60 @@ def test_side_port_connections_that_send_nothing_hold_no_thread_and_a_burst_is_a
             connection.close()
     finally:
         side.stop()
+
+
+def _slow_reader(port: int) -> socket.socket:
+    """A connection that asks for /metrics and reads nothing (its receive buffer a few KiB)."""
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.settimeout(5)
+    reader.connect(("127.0.0.1", port))
+    reader.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return reader
+
+
+def test_side_port_slow_senders_and_slow_readers_hold_no_thread_and_are_dropped_in_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection sending its request a byte at a time kept a thread as long as it went on (10 s
+    a byte), one not reading its answer kept one 10 s a write: 300 slow readers made a scrape take
+    1.7 s. Neither holds a thread now: each is closed when the idle time (here 0.5 s) is over,
+    probes are answered meanwhile, and the drops are logged counted, not a line each."""
+    body = b"# x\n" * (2 * 1024 * 1024)  # 8 MiB: more than the kernel's buffers hold for a reader
+    side = SideServer("127.0.0.1", 0, metrics=lambda: body, ready=lambda: True, idle_seconds=0.5)
+    threads = threading.active_count()
+    senders = [socket.create_connection(("127.0.0.1", side.port), timeout=5) for _ in range(20)]
+    readers = [_slow_reader(side.port) for _ in range(20)]
+    try:
+        with caplog.at_level("WARNING", logger="mnemosyne.http"):
+            started, dropped = time.monotonic(), set[socket.socket]()
+            while len(dropped) < len(senders) and time.monotonic() - started < 3:
+                for sender in set(senders) - dropped:
+                    try:
+                        sender.send(b"G")  # a byte each 50 ms: never a whole request head
+                    except OSError:
+                        dropped.add(sender)
+                assert _get(f"http://127.0.0.1:{side.port}/healthz") == (200, "ok\n")
+                time.sleep(0.05)
+            assert len(dropped) == len(senders) and time.monotonic() - started < 1.5
+            assert threading.active_count() <= threads + 1  # the exposition's
+            for reader in readers:  # cut off: not the whole answer
+                received = 0
+                with contextlib.suppress(ConnectionResetError):
+                    while chunk := reader.recv(1 << 20):
+                        received += len(chunk)
+                assert received < len(body)
+            side.stop()  # writes the count still waiting
+    finally:
+        for connection in senders + readers:
+            connection.close()
+        side.stop()
+    lines = [record.getMessage() for record in caplog.records if record.name == "mnemosyne.http"]
+    suffix = " (logged at most every 60 s)"
+    assert lines == [
+        "metrics port connections dropped: 1 no whole request in 0.5 s" + suffix,
+        "metrics port connections dropped: 20 answer not read in 0.5 s, 19 no whole request in 0.5 s" + suffix,
+    ], lines
 
 
 def test_metrics_port_off_by_zero(server_factory) -> None:

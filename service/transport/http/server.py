@@ -11,7 +11,6 @@ certificate, key and client CA.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import socket
@@ -27,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.observability.counted_log import CountedLog
 from mnemosyne.transport.errors import to_status_proto
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
@@ -50,35 +50,28 @@ log = logging.getLogger("mnemosyne.http")
 
 
 class _RefusalLog:
-    """The log of requests refused unread: a WARNING for the first, then at most one every
-    ``seconds``, counting by reason those refused since the last (none lost: the count waits on a
-    timer when the next refusal does not come). Used on the server's event loop only."""
+    """The log of requests refused unread (``CountedLog``), its counts written on a timer of the
+    server's event loop when no refusal follows. Used on that loop only."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._unlogged: collections.Counter[str] = collections.Counter()
-        self._next = 0.0  # the event loop's time before which no line is written
+        self._counts = CountedLog(log, "HTTP requests refused unread", seconds)
         self._timer: asyncio.TimerHandle | None = None
 
     def refused(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
-        self._unlogged[reason] += 1
-        if loop.time() >= self._next:
-            self._write(loop.time())
-        elif self._timer is None:
-            self._timer = loop.call_at(self._next, lambda: self._write(loop.time()))
+        self._counts.count(reason, loop.time())
+        due = self._counts.due()
+        if due is not None and self._timer is None:
+            self._timer = loop.call_at(due, self._write_due, loop, due)
 
-    def _write(self, now: float) -> None:
+    def _write_due(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
         self._timer = None
-        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(self._unlogged.items()))
-        self._unlogged.clear()
-        self._next = now + self.seconds
-        log.warning("HTTP requests refused unread: %s (logged at most every %g s)", counts, self.seconds)
+        self._counts.write_due(max(loop.time(), due))  # a timer may run a clock tick early
 
     def close(self) -> None:
         """Write the count still waiting for its timer (the server stops)."""
         if self._timer is not None:
             self._timer.cancel()
-            self._write(0.0)
+        self._counts.close()
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
