@@ -1117,7 +1117,9 @@ class MemoryClient:
         says; nothing was installed; REQUEST_TOO_LARGE, before it is sent: the manifest or a chunk
         is over ``max_request_bytes``, a chunk's refusal cancelling the import, nothing installed;
         ``ArgumentTypeError`` REQUEST_UNDECODABLE, so too: a chunk that is no ``BackupChunk`` of
-        a text ``file`` and bytes ``data``, named by its position from 1) and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``)."""
+        a text ``file`` and bytes ``data``, named by its position from 1) and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``).
+        An exception ``chunks`` raises (a file it reads gone) cancels the import, nothing
+        installed, and is raised itself, as it was, when the call has ended."""
         first = admin_pb2.ImportTenantRequest(
             tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
         )
@@ -1133,11 +1135,12 @@ class MemoryClient:
     def _client_stream(self, method: Any, first: M, rest: Iterable[M], *, timeout: float, tenant: str) -> Any:
         """The response of ``method``'s client stream of ``first`` then ``rest`` (made as they are
         sent: an archive's chunks as they are read), each message through ``_sendable``: ``first``
-        refused before the call; a later one cancels it, its refusal raised when the call has
-        ended (raised in gRPC's request iterator, it would be logged and answered UNKNOWN; ending
-        the stream early could complete what was sent)."""
+        refused before the call; a later one, or an exception of the caller's own iterable (a file
+        it reads gone), cancels it, that refusal or the caller's exception itself raised when the
+        call has ended (raised in gRPC's request iterator, it would be logged and answered
+        UNKNOWN; ending the stream early could complete what was sent)."""
         self._sendable(first)
-        refused: list[InvalidArgumentError] = []
+        stopped: list[Exception] = []  # the refusal or the caller's exception that cancelled the call
         calls: list[grpc.Future[Any]] = []
         started = threading.Event()
 
@@ -1146,8 +1149,8 @@ class MemoryClient:
             try:  # making a message too (a chunk of the wrong type is refused as it is made)
                 for message in rest:
                     yield self._sendable(message)
-            except InvalidArgumentError as error:
-                refused.append(error)
+            except Exception as error:  # not GeneratorExit: gRPC closing the stream is no fault
+                stopped.append(error)
                 started.wait()  # the call, to cancel (gRPC may ask for messages before it is returned)
                 for call in calls:
                     call.cancel()
@@ -1159,11 +1162,13 @@ class MemoryClient:
                 started.set()
             return calls[0].result()
         except grpc.FutureCancelledError:
-            raise refused[0] from None  # only a message refused cancels it
+            pass  # only a stopped stream cancels it
         except grpc.RpcError as exc:
-            if refused:  # the server answered first: the caller's own fault comes first
-                raise refused[0] from None
-            raise self._failed(exc, tenant) from exc
+            if not stopped:  # else the server answered first: the caller's own fault comes first
+                raise self._failed(exc, tenant) from exc
+        # Raised here, outside the handlers, it stays as it was raised: its traceback, and its
+        # cause and context those of the caller's code, not gRPC's cancellation.
+        raise stopped[0]
 
     def aggregate_stats(self, chunk_size: int = 0) -> types.AggregateStats:
         """Every tenant's stats and their total (admin token), read from the whole stream of

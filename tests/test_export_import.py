@@ -632,6 +632,34 @@ def test_a_client_that_leaves_an_import_replace_leaves_one_whole_tenant(replacin
         assert tenant in client.list_tenants().tenants
 
 
+def test_an_exception_of_the_callers_chunks_cancels_the_import_and_is_raised_as_it_is(
+    replacing: Replacing, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The caller's generator failing midway (the file it reads gone) failed in gRPC's request
+    # iterator: logged "Exception iterating requests", the caller given an opaque UNKNOWN.
+    tenant = "left-by-its-chunks"
+    _old_tenant(replacing, tenant)
+    raised: list[OSError] = []
+
+    def chunks() -> Iterator[BackupChunk]:
+        yield from replacing.chunks[:3]
+        try:
+            open(tmp_path / "gone", "rb")  # noqa: SIM115  # the file the caller reads, gone
+        except OSError as exc:
+            raised.append(exc)
+            raise
+
+    with MemoryClient(replacing.target.target, ADMIN, retries=0) as client:
+        with pytest.raises(FileNotFoundError) as info:
+            client.import_tenant(replacing.manifest, chunks(), tenant=tenant, replace=True)
+        assert info.value is raised[0]  # the caller's own, its traceback to where it was raised
+        assert info.traceback[-1].name == "chunks" and info.value.__cause__ is None
+    assert "Exception iterating requests" not in caplog.text
+    wait_until(replacing.settled, 30)  # nothing of it in the scratch space, no install staged
+    with MemoryClient(replacing.target.target, ADMIN) as client:
+        assert _contents(client, tenant) == replacing.old
+
+
 @pytest.mark.parametrize("seam", SEAMS)
 def test_a_server_killed_during_an_import_replace_starts_with_one_whole_tenant(replacing: Replacing, seam: str) -> None:
     tenant = f"killed-at-{seam.replace('_', '-')}"
