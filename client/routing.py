@@ -166,13 +166,22 @@ class RoutingChannel(grpc.Channel):
     def corrected(self, error: grpc.RpcError, sent_to: str) -> str | None:
         """Take the member list a NOT_OWNER refusal carries; the member the call should be sent
         to again (None: not again): the owner by the new list, or — the list unchanged, while a
-        tenant moves between members — the member the refusal names."""
+        tenant moves between members — the member the refusal names. A list that cannot be used
+        (not a member list, an address that is no server address) is as none: the server's fault,
+        not the caller's, so the refusal is raised as the server sent it (NOT_OWNER naming the
+        owner), the client's list kept, never a ``MemberListError`` as for the caller's list."""
         refusal = from_rpc_error(error)
         listed = refusal.metadata.get("members", "")
         if refusal.reason != NOT_OWNER or not listed:
             return None
+        try:
+            members = parse_members(listed)
+        except MemberListError:
+            return None
+        if member_address_refusal(members, "members") is not None:
+            return None
         with self._lock:
-            before, self.members = self.members, parse_members(listed)
+            before, self.members = self.members, members
             if self.members != before:
                 return ""
             named = refusal.metadata.get("owner", "")

@@ -28,7 +28,7 @@ const {
 } = require('./routing');
 const {
   refused, shown, checkedRequest, checkedSize, checkedTimeoutMs, timestampFromDateOrSeconds, integer, unknownName, listOf, checkingArguments,
-  optionsObject, wholeOption, flagOption, shapeless,
+  optionsObject, wholeOption, flagOption, shapeless, RequestInvalidError,
 } = require('./unsendable');
 
 // The caller's trace context (docs/operations.md#traces): when the host uses OpenTelemetry (the
@@ -448,12 +448,22 @@ class MemoryClient {
   /**
    * Take the member list of a NOT_OWNER refusal; the member to send the call to again ('' for the
    * owner by the new list), or null: the list unchanged, while a tenant moves between members, the
-   * member the refusal names if the call went elsewhere.
+   * member the refusal names if the call went elsewhere. A list that cannot be used (no member
+   * list, an address that is no server address) is as none, as the Python client takes it: the
+   * server's fault, not the caller's, so the refusal is thrown as the server sent it (NOT_OWNER
+   * naming the owner), the client's list kept, never a RequestInvalidError as for the caller's list.
    */
   _corrected(err, sentTo) {
     if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return null;
+    let listed;
+    try {
+      listed = checkMemberAddresses(parseMembers(err.metadata.members));
+    } catch (problem) {
+      if (problem instanceof RequestInvalidError) return null;
+      throw problem;
+    }
     const before = this.members;
-    this.members = parseMembers(err.metadata.members);
+    this.members = listed;
     if (!sameMembers(this.members, before)) return '';
     const named = err.metadata.owner;
     return named && this.members.has(named) && named !== sentTo ? named : null;

@@ -1,11 +1,15 @@
 'use strict';
 // The real Python server in a child process, for the Node tests. The interpreter is
-// $MNEMOSYNE_PYTHON (tests/test_node_host.py passes its own), else python3 on PATH.
+// $MNEMOSYNE_PYTHON (tests/test_node_host.py passes its own), else python3 on PATH. And the
+// trailing metadata of a refusal, for the tiny grpc-js servers some tests answer with.
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const readline = require('node:readline');
+const grpc = require('@grpc/grpc-js');
+const { STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE } = require('../src/errors');
+const { loadStatusTypes } = require('../src/protos');
 
 const PYTHON = process.env.MNEMOSYNE_PYTHON || 'python3';
 
@@ -44,6 +48,28 @@ function startServer({ env = {}, args = [] } = {}) {
   });
 }
 
+/**
+ * Trailing metadata carrying a google.rpc.Status of an ErrorInfo (`reason`, `metadata`) and, if
+ * `retryDelayMs` is given, a RetryInfo: what the server sends with a refusal.
+ */
+function statusMetadata(code, message, reason, { metadata = {}, retryDelayMs = null } = {}) {
+  const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
+  const details = [{
+    type_url: ERROR_INFO_TYPE,
+    value: ErrorInfo.encode(ErrorInfo.fromObject({ reason, domain: 'mnemosyne.v1', metadata })).finish(),
+  }];
+  if (retryDelayMs != null) {
+    const seconds = Math.floor(retryDelayMs / 1000);
+    details.push({
+      type_url: RETRY_INFO_TYPE,
+      value: RetryInfo.encode(RetryInfo.fromObject({ retry_delay: { seconds, nanos: (retryDelayMs - seconds * 1000) * 1e6 } })).finish(),
+    });
+  }
+  const trailing = new grpc.Metadata();
+  trailing.set(STATUS_DETAILS_KEY, Buffer.from(Status.encode(Status.fromObject({ code, message, details })).finish()));
+  return trailing;
+}
+
 let counter = 0;
 /** A tenant id no other test uses. */
 function uniqueTenant() {
@@ -51,4 +77,4 @@ function uniqueTenant() {
   return `node${counter}-${process.pid}-${Math.random().toString(16).slice(2, 10)}`;
 }
 
-module.exports = { PYTHON, startServer, uniqueTenant };
+module.exports = { PYTHON, startServer, uniqueTenant, statusMetadata };

@@ -7,32 +7,14 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const grpc = require('@grpc/grpc-js');
 const { MemoryClient, MnemosyneError } = require('../src');
-const { STATUS_DETAILS_KEY, ERROR_INFO_TYPE, RETRY_INFO_TYPE } = require('../src/errors');
-const { loadServices, loadStatusTypes } = require('../src/protos');
+const { loadServices } = require('../src/protos');
+const { statusMetadata } = require('../test-support/support');
 
-/** Trailing metadata with a google.rpc.Status of ErrorInfo(reason) and, if given, RetryInfo. */
-function statusMetadata(code, message, reason, retryDelayMs) {
-  const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
-  const details = [{
-    type_url: ERROR_INFO_TYPE,
-    value: ErrorInfo.encode(ErrorInfo.fromObject({ reason, domain: 'mnemosyne.v1', metadata: { limit: 'admission' } })).finish(),
-  }];
-  if (retryDelayMs != null) {
-    const seconds = Math.floor(retryDelayMs / 1000);
-    details.push({
-      type_url: RETRY_INFO_TYPE,
-      value: RetryInfo.encode(RetryInfo.fromObject({ retry_delay: { seconds, nanos: (retryDelayMs - seconds * 1000) * 1e6 } })).finish(),
-    });
-  }
-  const metadata = new grpc.Metadata();
-  metadata.set(STATUS_DETAILS_KEY, Buffer.from(Status.encode(Status.fromObject({ code, message, details })).finish()));
-  return metadata;
-}
-
+const ADMISSION_METADATA = { limit: 'admission' };
 const ADMISSION = (retryDelayMs) => ({
   code: grpc.status.RESOURCE_EXHAUSTED,
   details: 'too many writes in flight for this tenant',
-  metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'too many writes in flight for this tenant', 'ADMISSION_LIMIT', retryDelayMs),
+  metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'too many writes in flight for this tenant', 'ADMISSION_LIMIT', { metadata: ADMISSION_METADATA, retryDelayMs }),
 });
 
 /**
@@ -109,7 +91,7 @@ test('RESOURCE_EXHAUSTED without RetryInfo (a quota) is final, even for a read',
   const quota = {
     code: grpc.status.RESOURCE_EXHAUSTED,
     details: 'tenant quota of memories reached',
-    metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'tenant quota of memories reached', 'QUOTA_MEMORIES', null),
+    metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'tenant quota of memories reached', 'QUOTA_MEMORIES', { metadata: ADMISSION_METADATA }),
   };
   await withServer([quota], {}, async (client, calls) => {
     await assert.rejects(client.recall('acme', 'order'), (err) => err.reason === 'QUOTA_MEMORIES' && err.retryDelayMs === null);
@@ -156,7 +138,7 @@ test('UNAVAILABLE with RetryInfo (a member list changing): repeated after its re
   const changing = {
     code: grpc.status.UNAVAILABLE,
     details: 'the member list is changing',
-    metadata: statusMetadata(grpc.status.UNAVAILABLE, 'the member list is changing', 'MEMBERS_CHANGING', 400),
+    metadata: statusMetadata(grpc.status.UNAVAILABLE, 'the member list is changing', 'MEMBERS_CHANGING', { metadata: ADMISSION_METADATA, retryDelayMs: 400 }),
   };
   await withServer([changing], {}, async (client, calls) => {
     await client.retain('acme', 'Order ORD-2 shipped', { requestId: 'req-2' });

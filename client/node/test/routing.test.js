@@ -140,3 +140,52 @@ test('a NOT_OWNER refusal sends the call to the owner of a new list, or to the m
     client.close();
   }
 });
+
+test('a NOT_OWNER refusal whose member list cannot be used is the refusal itself, the list kept', async () => {
+  // A broken member's redirect (no member list, an id listed twice, an address that is no server
+  // address, a bad id): its list was parsed as the caller's, and a call rejected INVALID_ARGUMENT
+  // (a RequestInvalidError, MEMBER_ADDRESS_MISSING ...) as if the caller's own list were wrong. It
+  // is as a refusal without a list, as the Python client takes it (tests/test_members.py): the
+  // server's FAILED_PRECONDITION NOT_OWNER, not sent again, the client's list kept.
+  const grpc = require('@grpc/grpc-js');
+  const { MemoryClient } = require('../src/client');
+  const { MnemosyneError } = require('../src/errors');
+  const { loadServices } = require('../src/protos');
+  const { statusMetadata } = require('../test-support/support');
+  const server = new grpc.Server();
+  const answered = { members: '', calls: 0 };
+  server.addService(loadServices().MemoryService.service, {
+    Recall: (call, callback) => {
+      answered.calls += 1;
+      const message = `tenant ${call.request.tenant} is owned by member m1, not m0`;
+      callback({
+        code: grpc.status.FAILED_PRECONDITION,
+        details: message,
+        metadata: statusMetadata(grpc.status.FAILED_PRECONDITION, message, 'NOT_OWNER',
+          { metadata: { owner: 'm1', members: answered.members } }),
+      });
+    },
+  });
+  const port = await new Promise((resolve, reject) => {
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
+  });
+  const client = new MemoryClient('', { members: `m0=127.0.0.1:${port},m1=127.0.0.1:${port}`, retries: 0 });
+  try {
+    const kept = [...client.members];
+    for (const members of ['no list', 'm0=127.0.0.1:1,m0=127.0.0.1:2', 'm0=127.0.0.1:0', 'm-=x', '=127.0.0.1:1']) {
+      answered.members = members;
+      const calls = answered.calls;
+      await assert.rejects(client.recall('acme', 'x'), (err) => {
+        assert.ok(err instanceof MnemosyneError && !(err instanceof RequestInvalidError), `${err.name} ${err.message}`);
+        assert.deepEqual([err.code, err.reason, err.metadata.members], [grpc.status.FAILED_PRECONDITION, 'NOT_OWNER', members]);
+        assert.match(err.message, /owned by member m1/);
+        return true;
+      });
+      assert.equal(answered.calls, calls + 1); // not sent again
+      assert.deepEqual([...client.members], kept);
+    }
+  } finally {
+    client.close();
+    server.forceShutdown();
+  }
+});
