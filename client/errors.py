@@ -35,12 +35,17 @@ with a longer deadline, or opt out for that read (``consistency_token=""``).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from mnemosyne.host.protocol import ServiceError
+
+D = TypeVar("D", bound=Message)
 
 
 class MnemosyneClientError(ServiceError):
@@ -191,31 +196,37 @@ def error_class(code: grpc.StatusCode, reason: str) -> type[MnemosyneClientError
 def _details(error: grpc.RpcError) -> list[any_pb2.Any]:
     try:
         status = rpc_status.from_call(error)  # type: ignore[arg-type]  # a failed call's RpcError is also its grpc.Call
-    except ValueError:  # a malformed status from something that is not our server
+    except (ValueError, DecodeError):  # a malformed status from something that is not our server
         return []
     return list(status.details) if status is not None else []
+
+
+def _detail(error: grpc.RpcError, kind: type[D]) -> D | None:
+    """The first detail of type ``kind`` of a failed call, or None. One that cannot be decoded (a
+    broken server's) is as none, as a status that cannot be is: the call's code and the other
+    details stay, never protobuf's DecodeError instead of the failure."""
+    for detail in _details(error):
+        if detail.TypeName() == kind.DESCRIPTOR.full_name:
+            unpacked = kind()
+            try:
+                detail.Unpack(unpacked)
+            except DecodeError:
+                continue
+            return unpacked
+    return None
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ``google.rpc.ErrorInfo`` detail of a failed call (``reason``, ``domain``,
     ``metadata``), or None when the server sent none (it was no Mnemosyne server)."""
-    for detail in _details(error):
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    return None
+    return _detail(error, error_details_pb2.ErrorInfo)
 
 
 def retry_delay(error: grpc.RpcError) -> float | None:
     """The ``google.rpc.RetryInfo`` delay of a failed call in seconds, or None when the server
     sent none."""
-    for detail in _details(error):
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
-            return int(retry.retry_delay.ToNanoseconds()) / 1e9
-    return None
+    retry = _detail(error, error_details_pb2.RetryInfo)
+    return int(retry.retry_delay.ToNanoseconds()) / 1e9 if retry is not None else None
 
 
 # Codes a call ends with, without an ErrorInfo, when what answered at the address is no Mnemosyne

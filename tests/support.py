@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: the real server in a child process, token documents."""
+"""Helpers shared by the tests: the real server in a child process, token documents, a tiny
+real gRPC server answering as a broken server might."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,9 @@ from typing import Any
 import apsw
 import grpc
 import pytest
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+from google.rpc import status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,6 +37,7 @@ from mnemosyne.v1 import memory_pb2
 
 __all__ = [
     "SERVE",
+    "RefusingServer",
     "ServerFactory",
     "ServerProcess",
     "failed_call",
@@ -41,6 +47,7 @@ __all__ = [
     "link_port",
     "serve_args",
     "sql_row",
+    "status_details",
     "stop_all",
     "tokens_json",
     "wait_until",
@@ -256,3 +263,44 @@ def respelt_end(token: str) -> str:
     mac, respelt_mac = token.split(".")[1], respelt.split(".")[1]
     assert base64.urlsafe_b64decode(mac + "==") == base64.urlsafe_b64decode(respelt_mac + "==")
     return respelt
+
+
+def status_details(code: grpc.StatusCode, message: str, *details: Message | any_pb2.Any) -> bytes:
+    """The ``grpc-status-details-bin`` of a failure: a google.rpc.Status of ``details`` (an
+    ``Any`` as it is: one that is no such message)."""
+    packed = []
+    for detail in details:
+        if not isinstance(detail, any_pb2.Any):
+            wrapped = any_pb2.Any()
+            wrapped.Pack(detail)
+            detail = wrapped
+        packed.append(detail)
+    return bytes(status_pb2.Status(code=code.value[0], message=message, details=packed).SerializeToString())
+
+
+class RefusingServer:
+    """A real gRPC server on loopback whose MemoryService.Recall refuses every call with ``code``,
+    ``message`` and the ``grpc-status-details-bin`` ``details`` (``status_details``, or bytes no
+    server of ours sends), counting the ``calls``."""
+
+    def __init__(self) -> None:
+        self.code, self.message, self.details, self.calls = grpc.StatusCode.FAILED_PRECONDITION, "", b"", 0
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        recall = grpc.unary_unary_rpc_method_handler(
+            self._recall,
+            request_deserializer=memory_pb2.RecallRequest.FromString,
+            response_serializer=memory_pb2.RecallResponse.SerializeToString,
+        )
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("mnemosyne.v1.MemoryService", {"Recall": recall}),)
+        )
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def _recall(self, _request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> None:
+        self.calls += 1
+        context.set_trailing_metadata((("grpc-status-details-bin", self.details),))
+        context.abort(self.code, self.message)
+
+    def stop(self) -> None:
+        self._server.stop(None)

@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc.error_details_pb2 import ErrorInfo, RetryInfo
 
 from mnemosyne.cli.server_process import _free_port as free_port
 from mnemosyne.client import (
@@ -38,7 +41,7 @@ from mnemosyne.client.errors import (
     RequestInvalidError,
     UnavailableError,
 )
-from tests.support import ServerProcess, module_server
+from tests.support import RefusingServer, ServerProcess, module_server, status_details
 
 # Methods that take no plain arguments of their own to spoil (a stub's method and its request, a
 # host flow, a backup's chunks) or only close the client.
@@ -336,3 +339,37 @@ def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_five_secon
     with MemoryClient(f"127.0.0.1:{free_port()}", retries=8) as client, pytest.raises(UnavailableError):
         client.ping()
     assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+
+
+# -- what a broken server answers ----------------------------------------------------------------
+
+
+def test_a_status_detail_that_cannot_be_decoded_is_as_none_the_calls_code_kept() -> None:
+    """A server's google.rpc.Status, or an ErrorInfo or RetryInfo in it, that cannot be decoded (a
+    broken server's) raised protobuf's DecodeError from the call, no client error at all. It is as
+    none (as the Node client takes it, test/retry.test.js): the call's code and message, and the
+    details that can be decoded."""
+    garbled = {
+        kind: any_pb2.Any(type_url=f"type.googleapis.com/google.rpc.{kind}", value=b"\xff\xff\xff")
+        for kind in ("ErrorInfo", "RetryInfo")
+    }
+    admission = ErrorInfo(reason="ADMISSION_LIMIT", domain="mnemosyne.v1")
+    waiting = RetryInfo(retry_delay=duration_pb2.Duration(nanos=10_000_000))
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    cases: list[tuple[grpc.StatusCode, bytes, str, float | None, int]] = [  # reason, retry delay, calls
+        (grpc.StatusCode.FAILED_PRECONDITION, b"\xff\xff\xff\xff", "FAILED_PRECONDITION", None, 1),
+        (exhausted, status_details(exhausted, "busy", garbled["ErrorInfo"]), "RESOURCE_EXHAUSTED", None, 1),
+        (exhausted, status_details(exhausted, "busy", admission, garbled["RetryInfo"]), "ADMISSION_LIMIT", None, 1),
+        (exhausted, status_details(exhausted, "busy", garbled["ErrorInfo"], waiting), "RESOURCE_EXHAUSTED", 0.01, 2),
+    ]
+    server = RefusingServer()
+    try:
+        with MemoryClient(server.address, retries=1) as client:
+            for code, details, reason, delay, calls in cases:
+                server.code, server.message, server.details, server.calls = code, "busy", details, 0
+                with pytest.raises(MnemosyneClientError) as failed:
+                    client.recall("acme", "x")
+                assert (failed.value.code, failed.value.reason, failed.value.message) == (code, reason, "busy")
+                assert (failed.value.retry_after_seconds, server.calls) == (delay, calls)
+    finally:
+        server.stop()

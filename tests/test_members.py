@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,7 @@ import anyio
 import grpc
 import httpx2
 import pytest
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
+from google.rpc.error_details_pb2 import ErrorInfo
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -51,7 +48,7 @@ from mnemosyne.v1 import events_pb2, memory_pb2
 from tests import http_support
 from tests.mem0_support import Mem0Client
 from tests.node_support import node_package
-from tests.support import gauge, haproxy, tokens_json
+from tests.support import RefusingServer, gauge, haproxy, status_details, tokens_json
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((ROOT / "docs" / "scale-out-vectors.json").read_text())
@@ -414,54 +411,25 @@ def test_a_client_with_a_stale_member_list_is_corrected_and_never_served_wrong(w
     assert refused.value.metadata["owner_address"] == f"127.0.0.1:{written.ports[2]}"
 
 
-class _Redirecting:
-    """A real gRPC server on loopback whose Recall refuses every call NOT_OWNER, naming member m1
-    and the member list ``members`` in its ErrorInfo (as a broken member might), counting calls."""
-
-    def __init__(self) -> None:
-        self.members, self.calls = "", 0
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        recall = grpc.unary_unary_rpc_method_handler(
-            self._recall,
-            request_deserializer=memory_pb2.RecallRequest.FromString,
-            response_serializer=memory_pb2.RecallResponse.SerializeToString,
-        )
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("mnemosyne.v1.MemoryService", {"Recall": recall}),)
-        )
-        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
-        self._server.start()
-
-    def _recall(self, request: memory_pb2.RecallRequest, context: grpc.ServicerContext) -> None:
-        self.calls += 1
-        info = error_details_pb2.ErrorInfo(
-            reason="NOT_OWNER", domain="mnemosyne.v1", metadata={"owner": "m1", "members": self.members}
-        )
-        detail = any_pb2.Any()
-        detail.Pack(info)
-        message = f"tenant {request.tenant} is owned by member m1, not m0"
-        status = status_pb2.Status(code=code_pb2.FAILED_PRECONDITION, message=message, details=[detail])
-        context.abort_with_status(rpc_status.to_status(status))
-
-    def stop(self) -> None:
-        self._server.stop(None)
-
-
 def test_a_redirect_with_a_member_list_the_client_cannot_use_is_the_servers_refusal() -> None:
     """A NOT_OWNER refusal whose member list cannot be used (a broken member's) raised the
     client's MemberListError, a ValueError, as if the caller's own list were wrong (the Node client
     INVALID_ARGUMENT). It is as a refusal without a list: the refusal itself, the client's list kept
     (the Node client: routing.test.js)."""
-    server = _Redirecting()
+    server = RefusingServer()
     try:
         with MemoryClient("", members=f"m0={server.address},m1={server.address}", retries=0) as client:
             kept = dict(client.channel.members)  # type: ignore[attr-defined]  # a RoutingChannel
             for members in ["no list", "m0=127.0.0.1:1,m0=127.0.0.1:2", "m0=127.0.0.1:0", "m-=x", "=127.0.0.1:1"]:
-                server.members, calls = members, server.calls
+                server.message, calls = "tenant acme is owned by member m1, not m0", server.calls
+                info = ErrorInfo(
+                    reason="NOT_OWNER", domain="mnemosyne.v1", metadata={"owner": "m1", "members": members}
+                )
+                server.details = status_details(server.code, server.message, info)
                 with pytest.raises(FailedPreconditionError) as refused:
                     client.recall("acme", "x")
                 assert (refused.value.reason, refused.value.metadata["members"]) == ("NOT_OWNER", members)
-                assert "owned by member m1" in refused.value.message
+                assert refused.value.message == server.message
                 assert server.calls == calls + 1  # not sent again
                 assert client.channel.members == kept  # type: ignore[attr-defined]  # a RoutingChannel
     finally:

@@ -67,20 +67,30 @@ function durationMs(duration) {
 
 /**
  * The ErrorInfo and RetryInfo in a `grpc-status-details-bin` value: {errorInfo, retryDelayMs},
- * each null when absent.
+ * each null when absent. A status, or a detail, that cannot be decoded (a broken server's) is as
+ * none, the other details kept, as the Python client takes them (client/errors.py `_detail`).
  */
 function statusDetails(bytes) {
   const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
-  const status = Status.decode(bytes);
   let errorInfo = null;
   let retryDelayMs = null;
+  let status;
+  try {
+    status = Status.decode(bytes);
+  } catch {
+    return { errorInfo, retryDelayMs };
+  }
   for (const detail of status.details || []) {
-    if (detail.type_url === ERROR_INFO_TYPE && errorInfo === null) {
-      const info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
-      errorInfo = { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
-    } else if (detail.type_url === RETRY_INFO_TYPE && retryDelayMs === null) {
-      const info = RetryInfo.toObject(RetryInfo.decode(detail.value), { longs: String });
-      retryDelayMs = Math.max(0, durationMs(info.retry_delay));
+    try {
+      if (detail.type_url === ERROR_INFO_TYPE && errorInfo === null) {
+        const info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
+        errorInfo = { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
+      } else if (detail.type_url === RETRY_INFO_TYPE && retryDelayMs === null) {
+        const info = RetryInfo.toObject(RetryInfo.decode(detail.value), { longs: String });
+        retryDelayMs = Math.max(0, durationMs(info.retry_delay));
+      }
+    } catch {
+      // this detail is as none: the next of its type, if any, is taken
     }
   }
   return { errorInfo, retryDelayMs };
@@ -105,14 +115,9 @@ const NOT_MNEMOSYNE = new Set([grpc.status.UNAVAILABLE, grpc.status.UNIMPLEMENTE
 function fromServiceError(err, target = '') {
   if (!err || typeof err.code !== 'number') return err;
   const values = err.metadata ? err.metadata.get(STATUS_DETAILS_KEY) : [];
-  let details = { errorInfo: null, retryDelayMs: null };
-  if (values.length > 0) {
-    try {
-      details = statusDetails(Buffer.isBuffer(values[0]) ? values[0] : Buffer.from(values[0]));
-    } catch {
-      // undecodable details: keep the code, no reason, no retry delay
-    }
-  }
+  const details = values.length > 0
+    ? statusDetails(Buffer.isBuffer(values[0]) ? values[0] : Buffer.from(values[0]))
+    : { errorInfo: null, retryDelayMs: null };
   const info = details.errorInfo;
   let message = err.details ?? err.message;
   if (!info && target && NOT_MNEMOSYNE.has(err.code)) message = `is a Mnemosyne server listening at ${target}? (${message})`;

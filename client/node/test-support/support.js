@@ -49,15 +49,19 @@ function startServer({ env = {}, args = [] } = {}) {
 }
 
 /**
- * Trailing metadata carrying a google.rpc.Status of an ErrorInfo (`reason`, `metadata`) and, if
- * `retryDelayMs` is given, a RetryInfo: what the server sends with a refusal.
+ * Trailing metadata carrying a google.rpc.Status of an ErrorInfo (`reason`, `metadata`; none for a
+ * null `reason`) and, if `retryDelayMs` is given, a RetryInfo: what the server sends with a
+ * refusal. `garbled`: the type URLs of details, first, whose bytes no such message has (a broken server's).
  */
-function statusMetadata(code, message, reason, { metadata = {}, retryDelayMs = null } = {}) {
+function statusMetadata(code, message, reason, { metadata = {}, retryDelayMs = null, garbled = [] } = {}) {
   const { Status, ErrorInfo, RetryInfo } = loadStatusTypes();
-  const details = [{
-    type_url: ERROR_INFO_TYPE,
-    value: ErrorInfo.encode(ErrorInfo.fromObject({ reason, domain: 'mnemosyne.v1', metadata })).finish(),
-  }];
+  const details = garbled.map((typeUrl) => ({ type_url: typeUrl, value: Buffer.from([0xff, 0xff, 0xff]) }));
+  if (reason !== null) {
+    details.push({
+      type_url: ERROR_INFO_TYPE,
+      value: ErrorInfo.encode(ErrorInfo.fromObject({ reason, domain: 'mnemosyne.v1', metadata })).finish(),
+    });
+  }
   if (retryDelayMs != null) {
     const seconds = Math.floor(retryDelayMs / 1000);
     details.push({

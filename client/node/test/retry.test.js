@@ -147,6 +147,35 @@ test('UNAVAILABLE with RetryInfo (a member list changing): repeated after its re
   });
 });
 
+test('a status detail that cannot be decoded is as none, the others kept (as in the Python client)', async () => {
+  // A broken server's garbled RetryInfo lost the ErrorInfo beside it (the whole status was dropped),
+  // a garbled ErrorInfo the RetryInfo beside it (a read then not repeated after its delay).
+  const { ERROR_INFO_TYPE, RETRY_INFO_TYPE } = require('../src/errors');
+  const exhausted = (reason, options) => ({
+    code: grpc.status.RESOURCE_EXHAUSTED,
+    details: 'busy',
+    metadata: statusMetadata(grpc.status.RESOURCE_EXHAUSTED, 'busy', reason, options),
+  });
+  const garbledStatus = new grpc.Metadata();
+  garbledStatus.set('grpc-status-details-bin', Buffer.from([0xff, 0xff, 0xff, 0xff]));
+  const cases = [ // the failures, then the reason, retry delay and calls seen
+    [[{ code: grpc.status.FAILED_PRECONDITION, details: 'busy', metadata: garbledStatus }], '', null, 1],
+    [[exhausted(null, { garbled: [ERROR_INFO_TYPE] })], '', null, 1],
+    [[exhausted('ADMISSION_LIMIT', { garbled: [RETRY_INFO_TYPE] })], 'ADMISSION_LIMIT', null, 1],
+    [Array(2).fill(exhausted(null, { garbled: [ERROR_INFO_TYPE], retryDelayMs: 10 })), '', 10, 2],
+  ];
+  for (const [failures, reason, retryDelayMs, calls] of cases) {
+    await withServer(failures, { retries: 1 }, async (client, seen) => {
+      await assert.rejects(client.recall('acme', 'order'), (err) => {
+        assert.ok(err instanceof MnemosyneError, String(err));
+        assert.deepEqual([err.code, err.reason, err.details, err.retryDelayMs], [failures[0].code, reason, 'busy', retryDelayMs]);
+        return true;
+      });
+      assert.equal(seen.length, calls);
+    });
+  }
+});
+
 // gRPC waits longer and longer between attempts to connect to a server that is down (1 s, then
 // 1.6 times more each time, up to 2 minutes by default), shared by a process's clients of one
 // address: the client keeps it short, so a server back after an outage is used at once.
