@@ -896,6 +896,10 @@ class MemoryClient {
    * `replace` an existing one. Resolves the installed tenant's figures.
    */
   async importTenant(manifest, chunks, { tenant = '', replace = false, timeoutMs = 3600000 } = {}) {
+    if (typeof chunks === 'string' || !(Symbol.iterator in Object(chunks) || Symbol.asyncIterator in Object(chunks))) {
+      // Else JS's own TypeError ('chunks is not async iterable'), or a text's characters as chunks.
+      throw shapeless('importTenant: chunks', chunks, 'an iterable or async iterable of BackupChunk objects');
+    }
     const stub = this.admin;
     const first = this._sendable(stub, 'ImportTenant', { tenant, manifest, replace });
     checkedTimeoutMs(timeoutMs);

@@ -67,11 +67,15 @@ const HOSTILE = {
     [{ role: 5, content: 'hi' }], [{ role: ['user'], content: 'hi' }],
     [['user', 5]], [{ role: 'user', content: 'hi', name: 5 }], [['u\ud800', 'hi']], [['user', 'x\ud800']],
     [{ role: 'user', content: 'hi', name: '\udc00' }]],
+  // importTenant's chunks: an iterable or async iterable of chunks, not a text (the Python client's
+  // ArgumentTypeError too). A number or an object was JS's own TypeError ('chunks is not async
+  // iterable'), a text read as chunks of one character each.
+  chunks: [5, true, {}, 'a text', BARE],
 };
 
 // [kind, slot, call(value), reason (default: the kind's)]
 const REASONS = {
-  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', notText: 'REQUEST_UNDECODABLE', notNumber: 'REQUEST_UNDECODABLE', messages: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
+  text: 'REQUEST_UNDECODABLE', shape: 'REQUEST_UNDECODABLE', notText: 'REQUEST_UNDECODABLE', notNumber: 'REQUEST_UNDECODABLE', messages: 'REQUEST_UNDECODABLE', chunks: 'REQUEST_UNDECODABLE', list: 'REQUEST_UNDECODABLE', map: 'REQUEST_UNDECODABLE', integer: 'NUMBER_INVALID', timeoutMs: 'TIMEOUT_INVALID', member: 'MEMBER_ID_INVALID', token: 'TOKEN_INVALID',
 };
 const SLOTS = [
   ['text', 'retain tenant', (v) => client.retain(v, 'tea')],
@@ -97,6 +101,7 @@ const SLOTS = [
   ['text', 'eraseTenant tenant', (v) => client.eraseTenant(v)],
   ['text', 'backup tenants', (v) => drained(client.backup({ tenants: [v] }))],
   ['text', 'exportTenant tenant', (v) => drained(client.exportTenant(v))],
+  ['chunks', 'importTenant chunks', (v) => client.importTenant(MANIFEST, v)],
   ['text', 'watchEvents tenant', (v) => drained(client.watchEvents(v, { timeoutMs: 5000 }))],
   ['text', 'importTenant tenant', (v) => client.importTenant(MANIFEST, [], { tenant: v })],
   ['text', 'moveTenant destination', (v) => client.moveTenant(TENANT, v)],
