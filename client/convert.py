@@ -9,6 +9,7 @@ from typing import cast
 
 import grpc
 from google.protobuf import timestamp_pb2
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from mnemosyne.client import types
 from mnemosyne.client.errors import ArgumentTypeError
@@ -250,6 +251,16 @@ def record_from_proto(r: workspace_pb2.Record) -> types.Record:
     return types.Record(key=r.key, content=r.content)
 
 
+def _enum_name(enum: EnumTypeWrapper, value: int, prefix: str) -> str:
+    """``value``'s name in ``enum``, without ``prefix``, in lower case; a value this client does
+    not know (one a newer server added: no breaking change) as its number, as a webhook kind's
+    and as the Node client reads it (protobuf's ``Name`` raised a ValueError, as if the caller erred)."""
+    try:
+        return str(enum.Name(value)).removeprefix(prefix).lower()
+    except ValueError:
+        return str(value)
+
+
 def session_outcomes_from_proto(r: workspace_pb2.ConsolidateSessionResponse) -> list[types.SessionOutcome]:
     outcome_names = workspace_pb2.SessionScopeOutcome.Outcome
     return [
@@ -257,7 +268,7 @@ def session_outcomes_from_proto(r: workspace_pb2.ConsolidateSessionResponse) -> 
             thread=o.thread,
             scope=o.scope,
             receipt_id=o.receipt_id,
-            outcome=outcome_names.Name(o.outcome).removeprefix("OUTCOME_").lower(),
+            outcome=_enum_name(outcome_names, o.outcome, "OUTCOME_"),
             generation=o.generation,
             model_calls=o.model_calls,
             conflicts=o.conflicts,
@@ -408,7 +419,7 @@ def memory_revisions_from_proto(response: revisions_pb2.ListMemoryRevisionsRespo
     return [
         types.MemoryRevision(
             revision=r.revision,
-            kind=revisions_pb2.RevisionKind.Name(r.kind).removeprefix("REVISION_KIND_").lower(),
+            kind=_enum_name(revisions_pb2.RevisionKind, r.kind, "REVISION_KIND_"),
             at=r.at.ToNanoseconds() / 1e9,
             surface=r.by.surface,
             token_name=r.by.token_name,

@@ -11,9 +11,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from mnemosyne.client import convert
+from mnemosyne.v1 import revisions_pb2, workspace_pb2
 from tests.node_support import node_package
 from tests.proto_compat import breaking_changes, compile_descriptor_set, load_descriptor_set
 
@@ -195,3 +198,22 @@ def test_additions_are_not_breaking(tmp_path: Path) -> None:
     assert not breaking_changes(load_descriptor_set(RELEASED), current)
     names = {m.name for f in current.file for m in f.message_type}
     assert "AddedLater" in names
+
+
+def test_an_enum_value_a_newer_server_adds_reaches_the_python_client_as_its_number() -> None:
+    """A new enum value is an addition (not breaking), so a newer server may send one: the Python
+    client read a revision kind or a session outcome it did not know with protobuf's ``Name``, a
+    ValueError from the call as if the caller erred. It is the number as text, as a webhook kind
+    it does not know is, and as the Node client reads one."""
+    revisions = revisions_pb2.ListMemoryRevisionsResponse(
+        revisions=[revisions_pb2.MemoryRevision(kind=cast(revisions_pb2.RevisionKind, 99))]
+    )
+    assert [r.kind for r in convert.memory_revisions_from_proto(revisions)] == ["99"]
+    known = revisions_pb2.ListMemoryRevisionsResponse(
+        revisions=[revisions_pb2.MemoryRevision(kind=revisions_pb2.REVISION_KIND_RETAINED)]
+    )
+    assert convert.memory_revisions_from_proto(known)[0].kind == "retained"  # a known one, as before
+    outcomes = workspace_pb2.ConsolidateSessionResponse(
+        scopes=[workspace_pb2.SessionScopeOutcome(outcome=cast(workspace_pb2.SessionScopeOutcome.Outcome, 99))]
+    )
+    assert [o.outcome for o in convert.session_outcomes_from_proto(outcomes)] == ["99"]
