@@ -920,7 +920,10 @@ class MemoryClient {
           if (!call.write(message)) await new Promise((drained) => call.once('drain', drained));
         }
         call.end();
-      })().catch((err) => { call.cancel(); reject(err); });
+      })().catch((err) => {
+        reject(err); // first: the CANCELLED that cancel() brings is not the caller's error
+        call.cancel();
+      });
     });
   }
 

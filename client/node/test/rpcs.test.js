@@ -128,6 +128,14 @@ test('lifecycle: backup and export streams, import under another name, moves ref
   const imported = await client.importTenant(manifest, chunks, { tenant: copy });
   assert.deepEqual([imported.tenant, imported.memories, imported.replaced], [copy, 1, false]);
   assert.equal((await client.listMemories(copy)).memories[0].text, 'A memory that moves');
+  // The caller's own chunks failing midway (the file they are read from gone): the import is
+  // cancelled and rejects with that very error, nothing installed (as the Python client's).
+  const gone = new Error('the archive went');
+  async function* failing() { yield chunks[0]; throw gone; }
+  const never = uniqueTenant();
+  await assert.rejects(client.importTenant(manifest, failing(), { tenant: never }), (err) => err === gone);
+  await assert.rejects((async () => { for await (const part of client.exportTenant(never)) void part; })(),
+    (err) => err instanceof MnemosyneError && err.reason === 'TENANT_NOT_FOUND');
   // One server is no deployment of members: the move RPCs are reached and refuse with a reason.
   await assert.rejects(client.moveTenant(tenant, 'm1'), (err) => err instanceof MnemosyneError && err.reason === 'NO_MEMBERS');
   await assert.rejects(client.activateTenant(tenant, 2, 'x'), (err) => err instanceof MnemosyneError && err.reason !== '');
