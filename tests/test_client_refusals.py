@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import replace
 from typing import Any
 
@@ -39,8 +40,11 @@ from mnemosyne.client.errors import (
     InvalidArgumentError,
     MnemosyneClientError,
     RequestInvalidError,
+    ServerError,
     UnavailableError,
 )
+from mnemosyne.host.protocol import GLOBAL_GENERATION_KEY
+from mnemosyne.v1 import workspace_pb2
 from tests.support import RefusingServer, ServerProcess, module_server, status_details
 
 # Methods that take no plain arguments of their own to spoil (a stub's method and its request, a
@@ -373,3 +377,36 @@ def test_a_status_detail_that_cannot_be_decoded_is_as_none_the_calls_code_kept()
                 assert (failed.value.retry_after_seconds, server.calls) == (delay, calls)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("generation", [None, "", "seven", "-1", "+1", "9223372036854775808"])
+def test_a_write_answered_without_its_generation_is_the_servers_fault_with_the_node_clients_reason(
+    generation: str | None,
+) -> None:
+    """A workspace write a (broken) server answers OK without exactly one decimal generation in its
+    trailing metadata fails closed, ServerError INTERNAL GENERATION_METADATA_INVALID: the reason the
+    Node client gives (client/node/src/client.js ``generationFrom``); before, the Python client
+    gave OBSERVATION_NOT_SENT."""
+
+    def update_global(_request: workspace_pb2.UpdateGlobalRequest, context: grpc.ServicerContext) -> Any:
+        if generation is not None:
+            context.set_trailing_metadata(((GLOBAL_GENERATION_KEY, generation),))
+        return workspace_pb2.UpdateGlobalResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.unary_unary_rpc_method_handler(
+        update_global,
+        request_deserializer=workspace_pb2.UpdateGlobalRequest.FromString,
+        response_serializer=workspace_pb2.UpdateGlobalResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("mnemosyne.v1.WorkspaceService", {"UpdateGlobal": handler}),)
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        with MemoryClient(address) as client, pytest.raises(ServerError) as failed:
+            client.update_global("acme", "# notes", 0)
+        assert (failed.value.code, failed.value.reason) == (grpc.StatusCode.INTERNAL, "GENERATION_METADATA_INVALID")
+    finally:
+        server.stop(None)

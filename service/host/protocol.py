@@ -36,6 +36,7 @@ T = TypeVar("T")
 MAX_K = 100  # Limits.max_k
 MAX_PAGE_SIZE = 1_000  # Limits.max_page_size
 MAX_EVENT_ID = 2**63 - 1  # an event id is an int64
+MAX_GENERATION = 2**63 - 1  # a generation is an int64
 MAX_TEXT_CHARS = 32_768  # Limits.max_text_chars
 MAX_QUERY_CHARS = 4_096  # Limits.max_query_chars
 MAX_RECORD_CHARS = 262_144  # Limits.max_record_bytes: a record has at most that many characters
@@ -236,12 +237,19 @@ def run(flow: Flow[T], call: Callable[[Ask], Answer]) -> T:
 
 
 def generation_from(metadata: Sequence[tuple[str, str | bytes]] | None, key: str) -> int:
-    """The decimal generation under ``key``; a reply without it is a server fault (fail closed)."""
+    """The decimal generation under ``key`` (an int64, as the server keeps it); a reply without it
+    is a server fault (fail closed)."""
     values = [v for k, v in metadata or () if k == key]
-    if len(values) != 1 or not isinstance(values[0], str) or not values[0].isascii() or not values[0].isdigit():
+    if (
+        len(values) != 1
+        or not isinstance(values[0], str)
+        or not values[0].isascii()
+        or not values[0].isdigit()
+        or int(values[0]) > MAX_GENERATION
+    ):
         raise ServiceError(
             "INTERNAL",
-            "OBSERVATION_NOT_SENT",
+            "GENERATION_METADATA_INVALID",
             f"the server's reply did not carry exactly one decimal {key!r} metadata value",
         )
     return int(values[0])
