@@ -27,7 +27,11 @@ function startServer({ env = {}, args = [] } = {}) {
   return new Promise((resolve, reject) => {
     const lines = readline.createInterface({ input: child.stdout });
     const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`server did not start in 60s: ${stderr}`)); }, 60000);
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited with ${code}: ${stderr}`)); });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      fs.rmSync(dataDir, { recursive: true, force: true }); // whether it served or not
+      reject(new Error(`server exited with ${code}: ${stderr}`));
+    });
     lines.once('line', (line) => {
       clearTimeout(timer);
       const { port } = JSON.parse(line);
@@ -41,7 +45,6 @@ function startServer({ env = {}, args = [] } = {}) {
           const killer = setTimeout(() => child.kill('SIGKILL'), 20000);
           await exited;
           clearTimeout(killer);
-          fs.rmSync(dataDir, { recursive: true, force: true });
         },
       });
     });
