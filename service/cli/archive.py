@@ -291,8 +291,8 @@ def _chunks(
     progress: Progress,
 ) -> Iterator[BackupChunk]:
     """The members' bytes in chunks. What cannot be read (a truncated archive) ends the stream
-    early, noted in ``problems``: the server then refuses the import as truncated (an exception
-    raised here would reach it only as gRPC's UNKNOWN)."""
+    early, noted in ``problems``: the server then refuses the import as truncated, and the
+    command says which member could not be read besides the server's refusal."""
     for file in copy.files:
         try:
             extracted = archive.extractfile(members[file.name])
