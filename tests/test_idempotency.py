@@ -329,3 +329,29 @@ def test_a_tenant_without_a_file_keeps_a_bounded_number_of_request_ids_and_never
         assert forget("hostile", metadata_equals={"user": "dave"}, request_id="new-0") == 0  # dropped: a new call
     finally:
         engine.close()
+
+
+def test_tenants_without_a_file_keep_a_bounded_number_of_request_ids_in_all_whatever_their_names(
+    tmp_path: Path,
+) -> None:
+    """A caller allowed on every tenant sent no-op forgets with new ids to 12,000 new tenant names:
+    the shared file grew by a row each (2 MB, without end). It keeps at most its bound in all: the
+    oldest rows go, and the latest calls are still retries."""
+    data_dir = tmp_path / "data"
+    config = EngineConfig(data_dir=data_dir, embedder="hashing", tenantless_requests_in_all=4)
+    engine = Engine(config)
+    forget = engine.updates.forget_matching
+    try:
+        assert forget("bystander", metadata_equals={"user": "carol"}, request_id="mine-1") == 0
+        with pytest.raises(Conflict):  # its retry seconds later: the first call's
+            forget("bystander", metadata_equals={"user": "dave"}, request_id="mine-1")
+        for number in range(10):
+            assert forget(f"ghost-{number}", metadata_equals={"user": "carol"}, request_id="new") == 0
+        with apsw.Connection(str(data_dir / "requests_without_file.sqlite")) as kept:
+            rows = [str(tenant) for (tenant,) in kept.execute("SELECT tenant FROM requests ORDER BY 1")]
+        assert rows == ["ghost-6", "ghost-7", "ghost-8", "ghost-9"]
+        with pytest.raises(Conflict):
+            forget("ghost-9", metadata_equals={"user": "dave"}, request_id="new")
+        assert forget("bystander", metadata_equals={"user": "dave"}, request_id="mine-1") == 0  # dropped: new
+    finally:
+        engine.close()

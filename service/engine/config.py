@@ -13,6 +13,7 @@ from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.options import option, required_option
 from mnemosyne.engine.requests import REQUEST_TTL_SECONDS
 from mnemosyne.store.membership import Membership
+from mnemosyne.store.tenantless_requests import KEPT_IN_ALL as TENANTLESS_KEPT_IN_ALL
 from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT as TENANTLESS_KEPT_PER_TENANT
 
 HOT_PATH_SYNC_CHOICES = ("round", "enqueue")
@@ -169,6 +170,8 @@ class EngineConfig:
     request_ttl_seconds: float = REQUEST_TTL_SECONDS
     # The most request ids one tenant without a file keeps (store/tenantless_requests.py).
     tenantless_requests_per_tenant: int = TENANTLESS_KEPT_PER_TENANT
+    # The most request ids all tenants without a file keep together (the same file).
+    tenantless_requests_in_all: int = TENANTLESS_KEPT_IN_ALL
     ann_threshold: int = option(
         0,
         "memories in a tenant from which recall uses an approximate vector index (exact scan below; "

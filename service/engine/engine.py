@@ -137,6 +137,7 @@ class Engine:
             config.data_dir,
             ttl_seconds=config.request_ttl_seconds,
             kept_per_tenant=config.tenantless_requests_per_tenant,
+            kept_in_all=config.tenantless_requests_in_all,
         )
         try:
             self.pool = TenantPool(
