@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -19,11 +21,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mnemosyne.brain import MemoryBrain
 from mnemosyne.client import MemoryClient, MemoryHost, RecordChange
 from mnemosyne.client.errors import MnemosyneClientError
-from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.config import EngineConfig, HotPathConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.limits import MAX_RECALL_SCOPES, Limits
 from mnemosyne.engine.types import RetainItem as EngineItem
-from mnemosyne.errors import Conflict
+from mnemosyne.engine.types import RetainStatus
+from mnemosyne.errors import Conflict, ResourceExhausted
 from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT
 from tests.support import ServerFactory, ServerProcess
 
@@ -321,5 +324,48 @@ def test_request_ids_of_calls_no_quota_refuses_are_bounded_past_the_bytes_quota(
                 "over", metadata_equals={"user": "erin"}, request_id=f"n{KEPT_PER_TENANT + 19}"
             )
         assert engine.updates.forget_matching("over", metadata_equals={"user": "carol"}, request_id="last") == 1
+    finally:
+        engine.close()
+
+
+def test_fast_writes_are_held_to_the_bytes_quota_and_never_wedge_the_queue(tmp_path: Path) -> None:
+    """Fast writes were never checked against the byte quota when accepted, and one that took the
+    tenant past it when applied failed its worker's whole round, retried without end: 3,000 fast
+    writes to a tenant past its 300 kB quota stayed pending for good while its file grew to 3.3 MB
+    and its WAL and inbox by 110 MB. One applied past the quota now fails with QUOTA_BYTES; past the
+    quota a fast write is refused when sent, and a retry of one accepted before still answered."""
+    data_dir = tmp_path / "data"
+    engine = Engine(EngineConfig(data_dir=data_dir, embedder="hashing", synchronous="NORMAL"))
+    try:
+        engine.retain("over", EngineItem(text="Carol prefers tea", metadata={"user": "carol"}))
+        engine.hot_path.set_enabled("over", True)
+        with engine.pool.tenant("over", create=False) as store:
+            assert store is not None
+            with store.read() as txn:
+                used = txn.used_bytes()
+    finally:
+        engine.close()
+    hot_path = HotPathConfig(max_failures=1, retry_seconds=0.01)
+    text = " ".join(f"word{n}" for n in range(3_000))  # pages more than the room left
+    with _engine(data_dir, hot_path, Limits(max_tenant_bytes=used + 4096)) as engine:
+        accepted = engine.retain("over", EngineItem(text=text), request_id="big", fast=True)
+        assert accepted.status is RetainStatus.ENQUEUED
+        outcome = engine.hot_path.flush("over", timeout=10)
+        assert (outcome.succeeded, outcome.failed) == (0, 1)
+        assert engine.hot_path.get_event("over", accepted.event_id).error_reason == "QUOTA_BYTES"
+    with _engine(data_dir, hot_path, Limits(max_tenant_bytes=1)) as engine:
+        with pytest.raises(ResourceExhausted) as refused:
+            engine.retain("over", EngineItem(text="Dave prefers coffee"), request_id="next", fast=True)
+        assert refused.value.reason == "QUOTA_BYTES"
+        assert engine.retain("over", EngineItem(text=text), request_id="big", fast=True) == accepted
+
+
+@contextmanager
+def _engine(data_dir: Path, hot_path: HotPathConfig, limits: Limits) -> Iterator[Engine]:
+    engine = Engine(
+        EngineConfig(data_dir=data_dir, embedder="hashing", synchronous="NORMAL", hot_path=hot_path, limits=limits)
+    )
+    try:
+        yield engine
     finally:
         engine.close()

@@ -21,6 +21,7 @@ from mnemosyne.engine.observer import EngineObserver
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.engine.write_path import ExtractionMissing, WritePath
+from mnemosyne.errors import ResourceExhausted
 from mnemosyne.store import ledger
 from mnemosyne.store.oplog import OpRow
 from mnemosyne.store.tenant_store import TenantStore, WriteTxn
@@ -115,7 +116,7 @@ class RoundCommit:
             mine = [p for p in prepared if ops[p.position].event_id in running]
             results: list[RetainOutcome | None] = [None] * len(prepared)
             writable = [p for p in mine if p.position not in errors]
-            created, duplicates = self._write_path.apply(txn, writable, results, per_item_errors=True)
+            created, duplicates = _apply_within_quota(self._write_path, txn, writable, results)
             now = time.time()
             failures: list[str] = []  # the reasons of the operations that failed for good
             endings = [
@@ -194,3 +195,21 @@ def _prepared(position: int, op: OpRow, vector_by: str) -> PreparedItem:
     prepared.acceptance = op.event_id  # an operation's event id is its acceptance position
     prepared.vector_by = vector_by if op.embedding is not None else ""
     return prepared
+
+
+def _apply_within_quota(
+    write_path: WritePath, txn: WriteTxn, prepared: Sequence[PreparedItem], results: list[RetainOutcome | None]
+) -> tuple[int, int]:
+    """The round's write, or, when it would take the tenant past a quota, none of it: each of its
+    operations then fails with the quota's reason (and, past its attempts, for good), as a
+    synchronous write is refused. Raised, it failed the whole round, retried without end: the
+    tenant's queue never drained, and each fast write accepted meanwhile grew its files."""
+    try:
+        with txn.savepoint("round"):
+            return write_path.apply(txn, prepared, results, per_item_errors=True)
+    except ResourceExhausted as exc:
+        for p in prepared:
+            results[p.position] = RetainOutcome(
+                status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
+            )
+        return 0, 0

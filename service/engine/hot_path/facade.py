@@ -65,6 +65,7 @@ class HotPath:
             wake=scheduler,
             changes=changes,
             sync_each_enqueue=sync_each_enqueue,
+            limits=limits,
         )
         commit = RoundCommit(write_path=write_path, observer=observer, depths=depths, changes=changes, config=config)
         self.awaited = awaited = Awaited(pool=pool, wake=scheduler, changes=changes)
@@ -88,8 +89,7 @@ class HotPath:
         barriers = Barriers(pool=pool, states=states, wake=scheduler, changes=changes)
         events = Events(pool=pool, limits=limits, retention_seconds=retention.seconds)
         # What the callers call, each the very method of the part whose job it is.
-        self.enqueue = queue.enqueue
-        self.set_enabled, self._states = states.set_enabled, states
+        self.enqueue, self.set_enabled, self._states = queue.enqueue, states.set_enabled, states
         self.flush, self.disable, self.gave_up = barriers.flush, barriers.disable, barriers.gave_up
         self.flush_barrier, self.disable_barrier = barriers.flush_barrier, barriers.disable_barrier
         self.remaining, self.flush_outcome = barriers.remaining, barriers.flush_outcome

@@ -1,6 +1,8 @@
 """The queue: a fast write on an enabled tenant is accepted by appending its items to the tenant's
 inbox (store/inbox.py: a file of its own, so an enqueue never waits for a worker's commit) in one
-short transaction; it answers ENQUEUED with their event ids."""
+short transaction; it answers ENQUEUED with their event ids. A tenant past its byte quota has them
+refused (QUOTA_BYTES) as its synchronous writes are, a retry of one accepted before answered still:
+accepted, each grew its inbox and log past the quota without end."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.scheduler import Wake
 from mnemosyne.engine.hot_path.state import TenantStates
+from mnemosyne.engine.limits import Limits
 from mnemosyne.engine.prepared_item import PreparedItem
+from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
 from mnemosyne.errors import InvalidArgument
@@ -47,8 +51,10 @@ class Queue:
         wake: Wake,
         changes: Changes,
         sync_each_enqueue: bool,
+        limits: Limits,
     ) -> None:
         self._states = states
+        self._limits = limits
         self._recovery = recovery
         self._depths = depths
         self._wake = wake
@@ -79,6 +85,9 @@ class Queue:
                 prior = _prior(txn, store, request) if request else None
                 if prior is not None:
                     return prior
+                if self._limits.max_tenant_bytes > 0:  # past it, refused as a synchronous write is
+                    with store.read() as log_txn:
+                        check_bytes_quota(log_txn, self._limits)
                 now = time.time()
                 # Their acceptance positions, under the inbox lock: ids are appended in order.
                 first = store.acceptances.take(len(prepared))
