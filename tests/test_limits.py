@@ -369,3 +369,16 @@ def _engine(data_dir: Path, hot_path: HotPathConfig, limits: Limits) -> Iterator
         yield engine
     finally:
         engine.close()
+
+
+def test_a_fast_write_past_the_memory_quota_fails_and_never_wedges_the_queue(tmp_path: Path) -> None:
+    """The memory-count quota failed a worker's whole round as the byte quota did, retried without
+    end (a Flush gave up with the write still pending); the write now fails with QUOTA_MEMORIES."""
+    hot_path = HotPathConfig(max_failures=1, retry_seconds=0.01)
+    with _engine(tmp_path / "data", hot_path, Limits(max_tenant_memories=1)) as engine:
+        engine.retain("full", EngineItem(text="Carol prefers tea"))
+        engine.hot_path.set_enabled("full", True)
+        accepted = engine.retain("full", EngineItem(text="Dave prefers coffee"), fast=True)
+        outcome = engine.hot_path.flush("full", timeout=10)
+        assert (outcome.succeeded, outcome.failed) == (0, 1)
+        assert engine.hot_path.get_event("full", accepted.event_id).error_reason == "QUOTA_MEMORIES"
