@@ -27,6 +27,7 @@ from mnemosyne.engine.limits import MAX_RECALL_SCOPES, Limits
 from mnemosyne.engine.types import RetainItem as EngineItem
 from mnemosyne.engine.types import RetainStatus
 from mnemosyne.errors import Conflict, ResourceExhausted
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.tenantless_requests import KEPT_PER_TENANT
 from tests.support import ServerFactory, ServerProcess
 
@@ -382,3 +383,36 @@ def test_a_fast_write_past_the_memory_quota_fails_and_never_wedges_the_queue(tmp
         outcome = engine.hot_path.flush("full", timeout=10)
         assert (outcome.succeeded, outcome.failed) == (0, 1)
         assert engine.hot_path.get_event("full", accepted.event_id).error_reason == "QUOTA_MEMORIES"
+
+
+def test_of_fast_writes_applied_in_one_round_those_within_the_quota_are_kept(tmp_path: Path) -> None:
+    """A worker's round of four fast writes, two of which fit the memory quota: the two first are
+    kept and the two after fail with QUOTA_MEMORIES. Before, the whole round failed together, so
+    writes within the quota were lost with the one past it."""
+    hold = tmp_path / "hold-workers"
+    hold.write_text("the workers hold before their commit")
+    hot_path = HotPathConfig(max_failures=1, retry_seconds=0.01)
+    engine = Engine(
+        EngineConfig(
+            data_dir=tmp_path / "data",
+            embedder="hashing",
+            synchronous="NORMAL",
+            hot_path=hot_path,
+            limits=Limits(max_tenant_memories=3),
+        ),
+        seams=Seams(hold_workers_file=hold),
+    )
+    try:
+        engine.retain("near", EngineItem(text="Carol prefers tea"))
+        engine.hot_path.set_enabled("near", True)
+        texts = ["Dave prefers coffee", "Erin walks to work", "Frank plays the cello", "Gina grows tomatoes"]
+        events = [engine.retain("near", EngineItem(text=t), fast=True).event_id for t in texts]
+        hold.unlink()
+        outcome = engine.hot_path.flush("near", timeout=10)
+        assert (outcome.succeeded, outcome.failed) == (2, 2)
+        reasons = [engine.hot_path.get_event("near", e).error_reason for e in events]
+        assert reasons == ["", "", "QUOTA_MEMORIES", "QUOTA_MEMORIES"]
+        kept = sorted(m.text for m in engine.memories.page("near", page_size=10).memories)
+        assert kept == ["Carol prefers tea", "Dave prefers coffee", "Erin walks to work"]
+    finally:
+        engine.close()

@@ -200,16 +200,25 @@ def _prepared(position: int, op: OpRow, vector_by: str) -> PreparedItem:
 def _apply_within_quota(
     write_path: WritePath, txn: WriteTxn, prepared: Sequence[PreparedItem], results: list[RetainOutcome | None]
 ) -> tuple[int, int]:
-    """The round's write, or, when it would take the tenant past a quota, none of it: each of its
-    operations then fails with the quota's reason (and, past its attempts, for good), as a
-    synchronous write is refused. Raised, it failed the whole round, retried without end: the
-    tenant's queue never drained, and each fast write accepted meanwhile grew its files."""
+    """The round's write; when it would take the tenant past a quota, its operations one by one,
+    in order, each in a savepoint of its own: those that fit are applied, and each that does not
+    fails with the quota's reason (and, past its attempts, for good), as a synchronous write is
+    refused. Each operation is a call of its own: one that does not fit never fails another
+    that does. Raised, it failed the whole round, retried without end."""
     try:
         with txn.savepoint("round"):
             return write_path.apply(txn, prepared, results, per_item_errors=True)
-    except ResourceExhausted as exc:
-        for p in prepared:
+    except ResourceExhausted:
+        pass
+    created = duplicates = 0
+    for p in prepared:
+        try:
+            with txn.savepoint("operation"):
+                one_created, one_duplicate = write_path.apply(txn, [p], results, per_item_errors=True)
+        except ResourceExhausted as exc:
             results[p.position] = RetainOutcome(
                 status=RetainStatus.INVALID, error_reason=exc.reason, error_message=exc.message
             )
-        return 0, 0
+            continue
+        created, duplicates = created + one_created, duplicates + one_duplicate
+    return created, duplicates
