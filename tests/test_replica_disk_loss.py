@@ -7,6 +7,7 @@ on an empty one with the same bucket."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import threading
@@ -205,7 +206,9 @@ def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_ref
     """A call for a tenant the background restore of a new volume is installing, from the moment
     its file has its name until its install ends (the seam ``install_committed``), waits for the
     install, as a call that found no file does: before, it was refused UNAVAILABLE
-    TENANT_REPLACING at once, and a client's few retries could all fall in that window."""
+    TENANT_REPLACING at once, and a client's few retries could all fall in that window. A backup of
+    every tenant waits for the restore too, and meanwhile the restore's threads leave idle
+    priority: before, busy cores starved them past the backup's minute (RESTORING_FROM_REPLICA)."""
     bucket = object_storage.new_bucket()
     data_dir = tmp_path / "member"
     flags = ["--replica-url", object_storage.url(bucket)]
@@ -222,16 +225,25 @@ def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_ref
     wait_until(lambda: "held at install_committed" in server.stderr_path.read_text(errors="replace"))
     assert (data_dir / "tenants" / "lost.sqlite").exists()
     answers: list[object] = []
+    idle = _threads_at(server.pid, os.SCHED_IDLE)  # the restore's among them (not its worker holding the lock)
     with MemoryClient(server.target, retries=0) as client:
         reader = threading.Thread(
             target=lambda: answers.append(_texts_or_error(client, "lost")), name="reader", daemon=True
         )
+        backup = threading.Thread(
+            target=lambda: answers.append([p.tenant for p in client.backup() if isinstance(p, TenantBackup)]),
+            name="backup",
+            daemon=True,
+        )
         reader.start()
+        backup.start()
         reader.join(1.0)
-        assert reader.is_alive(), answers  # waiting for the install, not refused
+        assert reader.is_alive() and backup.is_alive(), answers  # waiting for the install, not refused
+        wait_until(lambda: bool(idle & _threads_at(server.pid, os.SCHED_OTHER)), 5.0)  # the restore competes now
         hold.unlink()
         reader.join(30)
-    assert answers == [["lost: restored before any call reads it"]]
+        backup.join(30)
+    assert sorted(answers, key=str) == [["lost"], ["lost: restored before any call reads it"]]
 
 
 def _texts_or_error(client: MemoryClient, tenant: str) -> list[str] | MnemosyneClientError:
@@ -239,3 +251,15 @@ def _texts_or_error(client: MemoryClient, tenant: str) -> list[str] | MnemosyneC
         return [m.text for m in client.list_memories(tenant).memories]
     except MnemosyneClientError as error:
         return error
+
+
+def _threads_at(pid: int, policy: int) -> set[int]:
+    """The threads of process ``pid`` that run under the scheduling ``policy`` (runtime/background.py)."""
+    threads = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if os.sched_getscheduler(int(tid)) == policy:
+                threads.add(int(tid))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return threads
