@@ -128,6 +128,18 @@ def health_check(channel: grpc.Channel, timeout: float) -> health_pb2.HealthChec
     return response
 
 
+def threads_at(pid: int, policy: int) -> set[int]:
+    """The threads of process ``pid`` that run under the scheduling ``policy`` (runtime/background.py)."""
+    threads = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if os.sched_getscheduler(int(tid)) == policy:
+                threads.add(int(tid))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return threads
+
+
 def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():

@@ -17,6 +17,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.runtime.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up, request_thread
 from mnemosyne.store.locks import LockManager
+from tests.support import threads_at, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 
@@ -113,3 +114,25 @@ def test_a_servers_workers_and_maintenance_idle_while_its_request_threads_do_not
     # Two hot-path workers and the maintenance thread; the main and gRPC threads stay normal.
     assert policies.count(os.SCHED_IDLE) == 3, policies
     assert policies.count(os.SCHED_OTHER) >= 2, policies
+
+
+def test_the_worker_taking_a_write_a_read_waits_for_leaves_idle_priority(server_factory, tmp_path: Path) -> None:
+    """The hot-path round of a write a token read (or Flush) waits for runs at the normal priority:
+    a request waits for it. Before, it ran idle until the write was 2 s old, and busy cores starved
+    it past a Flush's one second (a loaded run: HOT_PATH_DEADLINE_EXCEEDED)."""
+    hold, backlog = tmp_path / "hold", tmp_path / "backlog"  # the round holds before its commit
+    backlog.touch()  # the workers take only a write someone waits for: its round begins once the read waits
+    env = {"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold), "MNEMOSYNE_TEST_HOLD_BACKLOG": str(backlog)}
+    server = server_factory(env=env).start()
+    with MemoryClient(server.target) as client:
+        client.hot_path("t", "enable")
+        hold.touch()
+        client.retain("t", "The spare fuse is in cabinet F-2210", fast=True)
+        idle = threads_at(server.pid, os.SCHED_IDLE)  # the hot path's workers among them
+        with futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.recall, "t", "spare fuse cabinet", 1)  # waits for the write
+            wait_until(lambda: "held at commit" in server.stderr_path.read_text(errors="replace"))
+            running = idle & threads_at(server.pid, os.SCHED_OTHER)
+            hold.unlink()
+            assert [hit.memory.text for hit in waiting.result(timeout=60)] == ["The spare fuse is in cabinet F-2210"]
+    assert running  # the worker holding the awaited round

@@ -21,7 +21,7 @@ from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import RecordChange, TenantBackup
 from mnemosyne.v1 import memory_pb2
 from tests.replica_support import REPLICATED, flush_replicated, replica_env
-from tests.support import gauge, wait_until
+from tests.support import gauge, threads_at, wait_until
 
 LEVEL = REPLICATED
 TENANTS = 20
@@ -225,7 +225,7 @@ def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_ref
     wait_until(lambda: "held at install_committed" in server.stderr_path.read_text(errors="replace"))
     assert (data_dir / "tenants" / "lost.sqlite").exists()
     answers: list[object] = []
-    idle = _threads_at(server.pid, os.SCHED_IDLE)  # the restore's among them (not its worker holding the lock)
+    idle = threads_at(server.pid, os.SCHED_IDLE)  # the restore's among them (not its worker holding the lock)
     with MemoryClient(server.target, retries=0) as client:
         reader = threading.Thread(
             target=lambda: answers.append(_texts_or_error(client, "lost")), name="reader", daemon=True
@@ -239,7 +239,7 @@ def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_ref
         backup.start()
         reader.join(1.0)
         assert reader.is_alive() and backup.is_alive(), answers  # waiting for the install, not refused
-        wait_until(lambda: bool(idle & _threads_at(server.pid, os.SCHED_OTHER)), 5.0)  # the restore competes now
+        wait_until(lambda: bool(idle & threads_at(server.pid, os.SCHED_OTHER)), 5.0)  # the restore competes now
         hold.unlink()
         reader.join(30)
         backup.join(30)
@@ -251,15 +251,3 @@ def _texts_or_error(client: MemoryClient, tenant: str) -> list[str] | MnemosyneC
         return [m.text for m in client.list_memories(tenant).memories]
     except MnemosyneClientError as error:
         return error
-
-
-def _threads_at(pid: int, policy: int) -> set[int]:
-    """The threads of process ``pid`` that run under the scheduling ``policy`` (runtime/background.py)."""
-    threads = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            if os.sched_getscheduler(int(tid)) == policy:
-                threads.add(int(tid))
-        except ProcessLookupError:  # the thread ended meanwhile
-            pass
-    return threads

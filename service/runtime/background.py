@@ -18,7 +18,9 @@ a maintenance request's wait) goes back to the normal policy until it has caught
 Nor may an idle-priority thread be starved while a request waits for it: while it holds a
 tenant's write lock (store/locks.py) it runs under the normal policy (a priority ceiling), so a
 request queued behind one of its transactions waits for that transaction only, not for a time
-slice the busy cores would never give it.
+slice the busy cores would never give it. Nor while a request waits for what it does (a
+hot-path round of a write a read's token names, the restore of a new volume's tenants a backup
+waits for): its owner then calls ``keep_up`` as if far behind.
 """
 
 from __future__ import annotations

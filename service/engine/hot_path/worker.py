@@ -17,6 +17,7 @@ own failure) leaves its operations pending and is retried after a backoff."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -110,7 +111,10 @@ class Workers:
             if tenant is None:
                 return
             more = False
-            keep_up(self._depths.lag(tenant))
+            # A round someone waits for (a read's or a Flush's consistency token) competes as an
+            # equal: a request waits for it, and busy cores starve an idle thread past the
+            # request's deadline (runtime/background.py); any other, once the tenant fell behind.
+            keep_up(math.inf if self._rounds.awaited(tenant) else self._depths.lag(tenant))
             try:
                 more = self._round(tenant)
                 self._round_failures.pop(tenant, None)
