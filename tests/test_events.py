@@ -229,12 +229,13 @@ def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_nev
     ).start()
     with MemoryClient(server.target, timeout=60) as c:
         c.hot_path("kept", "enable")
+        hold.touch()  # the old events stay open (never deleted) until a watcher read the first transition
         old = [
             r.event_id for r in c.retain_batch("kept", [f"old event {i}: crate C-{i}" for i in range(30)], fast=True)
         ]
+        resume_from = _watch_until(c, "kept", lambda seen: True)[0].sequence  # it stopped at its first
+        hold.unlink()
         c.hot_path("kept", "flush", timeout_seconds=30)
-        watched = _watch_until(c, "kept", _finished(set(old)))
-        resume_from = watched[0].sequence  # a watcher that stopped at its first transition
         hold.touch()  # this one stays pending, however old it gets
         (pending,) = [r.event_id for r in c.retain_batch("kept", ["open event: crate C-999"], fast=True)]
         time.sleep(2.5)  # past the 1 s limit for the finished ones
