@@ -239,7 +239,7 @@ def test_a_call_meeting_a_tenant_restored_in_the_background_waits_for_it_not_ref
         backup.start()
         reader.join(1.0)
         assert reader.is_alive() and backup.is_alive(), answers  # waiting for the install, not refused
-        wait_until(lambda: bool(idle & threads_at(server.pid, os.SCHED_OTHER)), 5.0)  # the restore competes now
+        wait_until(lambda: bool(idle & threads_at(server.pid, os.SCHED_OTHER)))  # the restore competes now
         hold.unlink()
         reader.join(30)
         backup.join(30)
