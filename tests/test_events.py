@@ -225,7 +225,7 @@ def test_a_fast_conversation_is_one_operation(client: MemoryClient, tenant: str)
 def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_never(server_factory, tmp_path) -> None:
     hold = tmp_path / "hold"
     server = server_factory(
-        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--event-retention-seconds", "1"]
+        env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, args=["--event-retention-seconds", "3"]
     ).start()
     with MemoryClient(server.target, timeout=60) as c:
         c.hot_path("kept", "enable")
@@ -238,7 +238,7 @@ def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_nev
         c.hot_path("kept", "flush", timeout_seconds=30)
         hold.touch()  # this one stays pending, however old it gets
         (pending,) = [r.event_id for r in c.retain_batch("kept", ["open event: crate C-999"], fast=True)]
-        time.sleep(2.5)  # past the 1 s limit for the finished ones
+        time.sleep(3.5)  # past the 3 s limit for the finished ones
         hold.unlink()
         # The worker deletes expired events as it works on the tenant; new writes bring it back.
         deadline = time.monotonic() + 30
@@ -253,7 +253,7 @@ def test_finished_events_are_deleted_after_the_retention_limit_and_open_ones_nev
         assert pending in listed and c.get_event("kept", pending).status == "succeeded"
         with pytest.raises(NotFoundError) as missing:
             c.get_event("kept", old[0])
-        assert "kept for 1s" in missing.value.message
+        assert "kept for 3s" in missing.value.message
         # Resuming a watch below what was deleted would silently skip transitions: refused.
         with pytest.raises(FailedPreconditionError) as refused:
             next(iter(c.watch_events("kept", after_sequence=resume_from, timeout=10)))
