@@ -44,14 +44,24 @@ def _changes(hot_path: HotPath, tenant: str) -> Iterator[asyncio.Event]:
         unsubscribe()
 
 
-async def _until(changed: asyncio.Event, seconds: float) -> None:
+async def _until(changed: asyncio.Event, seconds: float) -> bool:
+    """Whether ``changed`` was set within ``seconds`` (it is cleared either way)."""
     # asyncio.timeout, never asyncio.wait_for: Python 3.11's wait_for returns as if not cancelled
     # when the cancellation (a client that went away) comes as the event is set, and the call then
     # waited on, counted as waiting, for a client that had gone.
+    woken = False
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
-            await changed.wait()
+            woken = await changed.wait()
     changed.clear()
+    return woken
+
+
+def _unchanged_at(deadline: float, woken: bool) -> bool:
+    """A wait that reached its deadline with no change announced answers with what it read last:
+    reading the log again then (on a worker thread a loaded machine may be slow to give) made
+    the answer late, past the client's own deadline."""
+    return not woken and time.monotonic() >= deadline
 
 
 async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float, what: str) -> None:
@@ -64,8 +74,10 @@ async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float,
             wait = deadline - time.monotonic()
             if wait <= 0:
                 raise hot_path.gave_up(what, allowed, left)
-            await _until(changed, min(1.0, wait))
+            woken = await _until(changed, min(1.0, wait))
             _unless_stopped(hot_path, f"{left} operations of the queue, not applied yet ({APPLIED_LATER})")
+            if _unchanged_at(deadline, woken):
+                raise hot_path.gave_up(what, allowed, left)
 
 
 async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushOutcome:
@@ -119,10 +131,12 @@ async def token_writes(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _gave_up(still, time.monotonic() - started)
-            await _until(changed, min(1.0, left))
+            woken = await _until(changed, min(1.0, left))
             _unless_stopped(
                 hot_path, f"{len(still)} writes of its consistency token, not applied yet ({APPLIED_LATER})"
             )
+            if _unchanged_at(deadline, woken):
+                raise _gave_up(still, time.monotonic() - started)
             still, failed = await call.run(awaited.states, call.tenant, spans)
     return failed
 
