@@ -23,6 +23,8 @@ from agents.memory import Session, SessionSettings
 from openai import AsyncOpenAI
 
 from mnemosyne.client import RecordChange
+from mnemosyne.engine.limits import SCOPE_PATTERN
+from mnemosyne.integrations import agents as agents_integration
 from mnemosyne.integrations.agents import MemoryTools, MnemosyneSession, session_workspace
 from tests.chat_server import ChatServer
 
@@ -272,6 +274,8 @@ def test_a_run_without_a_context_of_its_own_is_refused(client, tenant):
     with pytest.raises(TypeError, match="a workspace name is a string, not int"):
         MemoryTools(client, tenant, 5)  # type: ignore[arg-type]  # what the check refuses
     MemoryTools(client, tenant, "N0tes.v2_x-" + "y" * 53)  # the longest name a scope takes
+    # The integration may not import the engine, so it keeps a copy of the pattern: the same one.
+    assert agents_integration._WORKSPACE_NAME.pattern == SCOPE_PATTERN.pattern.split("|workspace/", 1)[1]
 
 
 def test_a_user_message_no_query_can_be_made_of_still_assembles_memory(client, tenant):
