@@ -416,3 +416,37 @@ def test_of_fast_writes_applied_in_one_round_those_within_the_quota_are_kept(tmp
         assert kept == ["Carol prefers tea", "Dave prefers coffee", "Erin walks to work"]
     finally:
         engine.close()
+
+
+def test_a_tenant_s_backlog_of_fast_writes_is_bounded_and_its_callers_told_when_to_retry(tmp_path: Path) -> None:
+    """Fast writes accepted faster than the workers apply them grew the tenant's inbox without
+    bound (no byte quota counts it). Past ``--max-tenant-backlog`` open operations a fast write is
+    refused RESOURCE_EXHAUSTED BACKLOG_FULL with a retry delay; a retry of one accepted before is
+    still answered its first result, and once the workers caught up writes are accepted again."""
+    hold = tmp_path / "hold-workers"
+    hold.write_text("the workers hold before their commit")
+    engine = Engine(
+        EngineConfig(data_dir=tmp_path / "data", embedder="hashing", limits=Limits(max_tenant_backlog=3)),
+        seams=Seams(hold_workers_file=hold),
+    )
+    try:
+        engine.hot_path.set_enabled("busy", True)
+        first = engine.retain_batch("busy", [EngineItem(text=f"note {i}") for i in range(2)], request_id="a", fast=True)
+        engine.retain("busy", EngineItem(text="note 2"), fast=True)
+        for items in ([EngineItem(text="note 3")], [EngineItem(text="note 3"), EngineItem(text="note 4")]):
+            with pytest.raises(ResourceExhausted) as refused:
+                engine.retain_batch("busy", items, request_id="b", fast=True)
+            assert (refused.value.reason, refused.value.retry_after_seconds) == ("BACKLOG_FULL", 1.0)
+            assert refused.value.metadata == {"limit": "3", "backlog": "3"}
+            assert "--max-tenant-backlog" in refused.value.message
+        assert (
+            engine.retain_batch("busy", [EngineItem(text=f"note {i}") for i in range(2)], request_id="a", fast=True)
+            == first
+        )
+        hold.unlink()
+        assert engine.hot_path.flush("busy", timeout=10).succeeded == 3
+        assert (
+            engine.retain("busy", EngineItem(text="note 3"), request_id="b", fast=True).status is RetainStatus.ENQUEUED
+        )
+    finally:
+        engine.close()

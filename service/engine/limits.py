@@ -80,6 +80,11 @@ class Limits:
     max_tenant_bytes: int = option(
         0, "quota: database bytes per tenant (0 = unlimited)", maximum=MAX_TENANT_BYTES_QUOTA
     )
+    # Fast writes accepted and not applied yet, per tenant: the inbox grows past the workers' pace
+    # only this far (its files are in no byte quota), a caller sending faster is told to retry.
+    max_tenant_backlog: int = option(
+        100_000, "fast writes accepted and not yet applied per tenant (0 = unlimited)", maximum=1_000_000_000
+    )
     # Bytes of one encoded request. A request within every other limit can pass it (1,000 items
     # of 32,768 four-byte characters are 131 MB): split such a batch. Refused with
     # REQUEST_TOO_LARGE; the gRPC transport accepts twice this, so the refusal carries its reason.

@@ -16,14 +16,17 @@ from mnemosyne.engine.hot_path.depths import Depths
 from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.scheduler import Wake
 from mnemosyne.engine.hot_path.state import TenantStates
-from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.limits import Limits, set_by
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.quotas import check_bytes_quota
 from mnemosyne.engine.requests import RequestKey, prior_outcomes
 from mnemosyne.engine.types import RetainOutcome, RetainStatus
-from mnemosyne.errors import InvalidArgument
+from mnemosyne.errors import InvalidArgument, ResourceExhausted
 from mnemosyne.store.inbox import InboxRequest, InboxTxn
 from mnemosyne.store.tenant_store import TenantStore
+
+# How long a fast write refused for a full backlog is told to wait before its retry.
+BACKLOG_RETRY_SECONDS = 1.0
 
 
 def enqueue_syncs(sync: str) -> bool:
@@ -88,6 +91,7 @@ class Queue:
                 if self._limits.max_tenant_bytes > 0:  # past it, refused as a synchronous write is
                     with store.read() as log_txn:
                         check_bytes_quota(log_txn, self._limits)
+                self._check_backlog(tenant, len(prepared))
                 now = time.time()
                 # Their acceptance positions, under the inbox lock: ids are appended in order.
                 first = store.acceptances.take(len(prepared))
@@ -96,6 +100,21 @@ class Queue:
         self._wake.notify(tenant)
         self._changes.notify(tenant)
         return final
+
+    def _check_backlog(self, tenant: str, adding: int) -> None:
+        """RESOURCE_EXHAUSTED BACKLOG_FULL, with a retry delay, when ``adding`` more would pass the
+        tenant's backlog limit (the depth as last counted, kept under this same inbox lock)."""
+        limit = self._limits.max_tenant_backlog
+        open_now = self._depths.of(tenant)[0]
+        if limit > 0 and open_now + adding > limit:
+            raise ResourceExhausted(
+                f"tenant {tenant} has {open_now} fast writes not applied yet, and {adding} more would pass its "
+                f"backlog limit of {limit} ({set_by('max_tenant_backlog')}); retry once the workers have caught up, "
+                "or write synchronously",
+                reason="BACKLOG_FULL",
+                retry_after_seconds=BACKLOG_RETRY_SECONDS,
+                metadata={"limit": str(limit), "backlog": str(open_now)},
+            )
 
 
 def _prior(txn: InboxTxn, store: TenantStore, request: RequestKey) -> list[RetainOutcome] | None:
