@@ -17,14 +17,11 @@ from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.errors import InvalidArgument
+from mnemosyne.host.protocol import GLOBAL_GENERATION_KEY, MAX_GENERATION, WORKSPACE_GENERATION_KEY
 from mnemosyne.transport import convert, convert_history
 from mnemosyne.transport.call import Call, snapshot_read
 from mnemosyne.transport.consistency import for_read, for_write, writing
 from mnemosyne.v1 import revisions_pb2, workspace_pb2, workspace_pb2_grpc
-
-GLOBAL_GENERATION_KEY = "mnemosyne-global-generation"
-WORKSPACE_GENERATION_KEY = "mnemosyne-workspace-generation"
-_MAX_GENERATION = 2**63 - 1
 
 
 def observed_generation(call: Call, key: str) -> int | None:
@@ -35,7 +32,7 @@ def observed_generation(call: Call, key: str) -> int | None:
     try:
         if len(values) > 1:
             raise InvalidArgument(f"metadata {key!r} appears {len(values)} times")
-        return check.parse_integer(values[0], field=f"metadata {key!r}", minimum=0, maximum=_MAX_GENERATION)
+        return check.parse_integer(values[0], field=f"metadata {key!r}", minimum=0, maximum=MAX_GENERATION)
     except InvalidArgument as exc:
         raise InvalidArgument(
             f"{exc.message}: it must appear once, as a decimal integer between 0 and 2^63-1 (ASCII digits only)",
