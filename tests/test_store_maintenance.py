@@ -15,7 +15,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES, Maintainer
+from mnemosyne.engine.config import EngineConfig
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.limits import Limits
+from mnemosyne.engine.types import RetainItem
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES, Maintainer, wal_limit_pages
 from mnemosyne.store.pool import SEGMENTS_ON_OPEN, TenantPool
 from mnemosyne.store.tenant_store import TenantStore
 from tests.support import sql_row
@@ -92,6 +96,47 @@ def test_a_writer_that_outruns_the_background_checkpoint_checkpoints_itself(tmp_
             assert txn.meta(f"blob-{i % 10}") == last
     finally:
         store.close()
+
+
+def _write_blobs(store: TenantStore, transactions: int, wal_bound: int | None = None) -> None:
+    """``transactions`` of ~40 pages each; the WAL no longer than ``wal_bound`` pages after each."""
+    for i in range(transactions):
+        with store.write() as txn:
+            txn.set_meta(f"blob-{i % 10}", _blob())
+        assert wal_bound is None or _wal_pages(store.path) <= wal_bound
+
+
+def test_the_wal_file_is_cut_back_when_it_starts_again(tmp_path: Path) -> None:
+    """The WAL's file kept the length of its longest run after the WAL started again (218 pages of
+    a 200-page limit, 32,000 at the default, on every open tenant): it is cut back to one
+    background pass's worth (SQLite's journal_size_limit) by the first commit after a restart."""
+    store = TenantStore(
+        tmp_path / "t.sqlite", write_lock=threading.RLock(), on_wal_growth=lambda: None, wal_limit_pages=1_200
+    )
+    try:
+        _write_blobs(store, 35)  # past the limit: the writer's own checkpoint starts the WAL again
+        assert _wal_pages(store.path) <= CHECKPOINT_PAGES + 45
+    finally:
+        store.close()
+
+
+def test_a_tenant_held_to_a_byte_quota_keeps_a_wal_of_its_size(tmp_path: Path) -> None:
+    """The byte quota counts the tenant file, not its WAL: a writer outrunning the background
+    checkpoint (here it never runs) grew the WAL of a tenant held to 1 MB up to 32,000 pages
+    (128 MB), on a volume every tenant shares. Past its quota in pages (at least one background
+    pass's worth) its writer checkpoints itself."""
+    assert wal_limit_pages(0) == WAL_LIMIT_PAGES and wal_limit_pages(10**12) == WAL_LIMIT_PAGES
+    assert wal_limit_pages(1) == CHECKPOINT_PAGES and wal_limit_pages(8_000 * PAGE) == 8_000
+    config = EngineConfig(data_dir=tmp_path, embedder="hashing", limits=Limits(max_tenant_bytes=1_000_000))
+    engine = Engine(config)
+    try:
+        engine.pool.maintainer.stop()
+        engine.retain("small", RetainItem(text="Carol prefers tea"))
+        with engine.pool.tenant("small", create=False) as store:
+            assert store is not None
+            _write_blobs(store, 3 * CHECKPOINT_PAGES // 40, wal_bound=CHECKPOINT_PAGES + 45)
+    finally:
+        engine.close()
 
 
 def test_an_unsynced_transaction_restores_the_durability_setting(tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.connections import limit_page_caches, sqlite_memory
 from mnemosyne.store.data_dir import volume_bytes
+from mnemosyne.store.maintenance import wal_limit_pages
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
 from mnemosyne.store.tenantless_requests import TenantlessRequests
@@ -149,6 +150,7 @@ class Engine:
                 membership=config.membership,
                 replicas=self.replicator or NO_REPLICAS,
                 tenantless=self.tenantless_requests,
+                wal_limit_pages=wal_limit_pages(config.limits.max_tenant_bytes),
             )
         except BaseException:
             if self.replicator is not None:

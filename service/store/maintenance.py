@@ -36,8 +36,25 @@ log = logging.getLogger("mnemosyne.store.maintenance")
 # The same threshold as SQLite's default wal_autocheckpoint: one pass per ~4 MB of writes.
 CHECKPOINT_PAGES = 1000
 # A WAL this long means the pass above fell behind the writer: the writer checkpoints itself
-# (TenantStore.write), ~128 MB of 4 KB pages.
+# (TenantStore.write), ~128 MB of 4 KB pages; less for a tenant held to a byte quota
+# (``wal_limit_pages``).
 WAL_LIMIT_PAGES = 32 * CHECKPOINT_PAGES
+PAGE_BYTES = 4096  # SQLite's default page size, the tenant files'
+# When the WAL starts again, its file is cut back to this length (SQLite's journal_size_limit):
+# without it the file kept the length of its longest run, up to the limit above, for as long as
+# the tenant stayed open, on every open tenant at once.
+WAL_KEPT_BYTES = CHECKPOINT_PAGES * PAGE_BYTES
+
+
+def wal_limit_pages(max_tenant_bytes: int) -> int:
+    """The WAL pages past which a tenant's writer checkpoints itself: ``WAL_LIMIT_PAGES``, or for
+    a tenant held to a byte quota (``max_tenant_bytes`` > 0) its quota in pages, at least one
+    background pass's worth: the quota bounds the tenant file, not its WAL, and a writer outrunning
+    the background pass grew the WAL of a 1 MB tenant to 128 MB, room every tenant shares. A
+    checkpoint copies at most the file's pages, few for such a tenant: cheap under the write lock."""
+    if max_tenant_bytes <= 0:
+        return WAL_LIMIT_PAGES
+    return min(WAL_LIMIT_PAGES, max(CHECKPOINT_PAGES, -(-max_tenant_bytes // PAGE_BYTES)))
 
 
 class Maintainer:

@@ -54,7 +54,7 @@ from mnemosyne.store.file_faults import stop_at
 from mnemosyne.store.file_watchers import FileChange, FileWatcher
 from mnemosyne.store.files import bytes_on_disk, checkpoint_away, fsync, modified, remove_database
 from mnemosyne.store.locks import LockManager
-from mnemosyne.store.maintenance import Maintainer
+from mnemosyne.store.maintenance import WAL_LIMIT_PAGES, Maintainer
 from mnemosyne.store.membership import TENANT_MOVING, Membership
 from mnemosyne.store.open_stores import OpenStore, OpenStores
 from mnemosyne.store.ownership import (
@@ -82,13 +82,7 @@ from mnemosyne.store.replicas import (
 )
 from mnemosyne.store.tenant_file import damage_of
 from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN, validate_tenant
-from mnemosyne.store.tenant_store import (
-    ANN_FILE_SUFFIX,
-    FULLTEXT_MERGE_MAX_STEPS,
-    ReadTxn,
-    TenantStore,
-    read_file,
-)
+from mnemosyne.store.tenant_store import ANN_FILE_SUFFIX, FULLTEXT_MERGE_MAX_STEPS, ReadTxn, TenantStore, read_file
 from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 # Full-text segments past which opening a tenant asks for a maintenance pass: a tenant the passes
@@ -114,6 +108,7 @@ class TenantPool:
         placements_remembered: int = PLACEMENTS_REMEMBERED,
         replicas: Replicas = NO_REPLICAS,
         tenantless: TenantlessRequests | None = None,
+        wal_limit_pages: int = WAL_LIMIT_PAGES,  # each store's (TenantStore, store/maintenance.py)
     ) -> None:
         if max_open < 1:
             raise InvalidArgument("max_open must be at least 1", reason="CONFIG_INVALID")
@@ -133,6 +128,7 @@ class TenantPool:
         self._synchronous = synchronous
         self._max_readers = max_readers
         self._faults = faults
+        self._wal_limit_pages = wal_limit_pages
         # With members (store/membership.py), a tenant is opened only by its owner, and only from
         # a file naming this member at the current epoch (store/ownership.py); None: one server
         # holds every tenant.
@@ -312,6 +308,7 @@ class TenantPool:
                     inbox_path=self.inbox_path_for(tenant),
                     inbox_lock=self.locks.for_inbox(tenant),
                     make_room=self.make_room,
+                    wal_limit_pages=self._wal_limit_pages,
                     # A new tenant's file under its temporary name is no tenant's yet.
                     replication=StoreReplication(tenant, self.replicas) if path == self.path_for(tenant) else None,
                     told=lambda change: self._tell(change, tenant),

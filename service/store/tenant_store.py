@@ -41,7 +41,7 @@ from mnemosyne.store.file_faults import limit_pages, stop_at
 from mnemosyne.store.file_watchers import FileChange
 from mnemosyne.store.fts_stats import fts5_segments
 from mnemosyne.store.inbox import Inbox, stored_sequence
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_LIMIT_PAGES
+from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_KEPT_BYTES, WAL_LIMIT_PAGES
 from mnemosyne.store.membership import moving
 from mnemosyne.store.memory_erasure import MemoryErasure
 from mnemosyne.store.memory_reads import MemoryReads
@@ -212,6 +212,7 @@ class TenantStore:
         try:
             # The size seam first: a new file's schema must fit as well (a full disk at creation).
             limit_pages(writer, self._faults)
+            writer.pragma("journal_size_limit", WAL_KEPT_BYTES)  # the WAL's file shrinks when it starts again
             check_and_migrate(writer, path)
             self._scrub_once(writer)
             if self._replication.checkpointed_elsewhere():  # Litestream copies its pages as they are
