@@ -245,12 +245,13 @@ def typed(error: ServiceError) -> MnemosyneClientError:
     return error_class(code, error.reason)(code, error.reason, error.message, dict(error.metadata))
 
 
-def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientError:
+def from_rpc_error(error: grpc.RpcError, target: str = "", note: str = "") -> MnemosyneClientError:
     """The typed error of a failed call (the class of its code, its ErrorInfo reason and
     metadata, its RetryInfo delay), for calls made with a stub of your own. ``target``: the
     address the call went to; a failure that did not come from a Mnemosyne server (no
     ErrorInfo) then asks whether one listens there, with gRPC's own words after it. The code and
-    reason stay those of the failure (the code's name when there is no ErrorInfo)."""
+    reason stay those of the failure (the code's name when there is no ErrorInfo). ``note``: said
+    after the message, in parentheses (the client's own words on the failure)."""
     code = error.code()
     info = error_info(error)
     reason = info.reason if info is not None else code.name
@@ -258,4 +259,6 @@ def from_rpc_error(error: grpc.RpcError, target: str = "") -> MnemosyneClientErr
     message = error.details() or ""
     if info is None and target and code in _NOT_MNEMOSYNE:
         message = f"is a Mnemosyne server listening at {target}? ({message})"
+    if note:
+        message = f"{message} ({note})"
     return error_class(code, reason)(code, reason, message, metadata, retry_delay(error))

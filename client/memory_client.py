@@ -33,7 +33,7 @@ from mnemosyne.client.errors import (
     from_rpc_error,
     typed,
 )
-from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel
+from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel, not_followed
 from mnemosyne.client.tracing import trace_metadata
 from mnemosyne.client.unsendable import (
     checked_chunk,
@@ -344,8 +344,9 @@ class MemoryClient:
 
     def _failed(self, error: grpc.RpcError, tenant: str = "") -> MnemosyneClientError:
         """The typed error of a failed call for ``tenant``, naming the address the call went to."""
+        routed = isinstance(self._channel, RoutingChannel)
         where = self._channel.address_of(tenant) if isinstance(self._channel, RoutingChannel) else self.target
-        return from_rpc_error(error, where)
+        return from_rpc_error(error, where, not_followed(error, routed))
 
     def _retrying(self, attempt: Callable[[], T], *, retry: bool, tenant: str = "") -> T:
         """``attempt()`` until it succeeds; when ``retry`` (the call is safe to repeat: a read, or

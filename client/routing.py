@@ -35,6 +35,7 @@ from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, member_address_refusa
 
 ROUTE_KEY = "x-mnemosyne-route"
 NOT_OWNER = "NOT_OWNER"
+_NOT_FOLLOWED = "mnemosyne_not_followed"  # on a NOT_OWNER refusal raised, why it was not followed
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
 _ADDRESS_PATTERN = re.compile(r"[!-~]+")  # printable ASCII: a host name or address and a port
@@ -163,29 +164,36 @@ class RoutingChannel(grpc.Channel):
                 channel = self._channels[address] = self._make_channel(address)
         return member, channel
 
-    def corrected(self, error: grpc.RpcError, sent_to: str) -> str | None:
+    def corrected(self, error: grpc.RpcError, sent_to: str) -> tuple[str | None, str]:
         """Take the member list a NOT_OWNER refusal carries; the member the call should be sent
-        to again (None: not again): the owner by the new list, or — the list unchanged, while a
-        tenant moves between members — the member the refusal names. A list that cannot be used
-        (not a member list, an address that is no server address) is as none: the server's fault,
-        not the caller's, so the refusal is raised as the server sent it (NOT_OWNER naming the
-        owner), the client's list kept, never a ``MemberListError`` as for the caller's list."""
+        to again (None: not again, and why): the owner by the new list, or — the list unchanged,
+        while a tenant moves between members — the member the refusal names. A list that cannot be
+        used (not a member list, an address that is no server address) is as none: the server's
+        fault, not the caller's, so the refusal is raised as the server sent it (NOT_OWNER naming
+        the owner), the client's list kept, never a ``MemberListError`` as for the caller's list."""
         refusal = from_rpc_error(error)
         listed = refusal.metadata.get("members", "")
-        if refusal.reason != NOT_OWNER or not listed:
-            return None
+        if refusal.reason != NOT_OWNER:
+            return None, ""
+        if not listed:
+            return None, "the refusal carries no member list"
         try:
             members = parse_members(listed)
-        except MemberListError:
-            return None
-        if member_address_refusal(members, "members") is not None:
-            return None
+        except MemberListError as exc:
+            return None, f"the member list the refusal carries cannot be used ({exc})"
+        unusable = member_address_refusal(members, "members")
+        if unusable is not None:
+            return None, f"the member list the refusal carries cannot be used ({unusable})"
         with self._lock:
             before, self.members = self.members, members
             if self.members != before:
-                return ""
-            named = refusal.metadata.get("owner", "")
-            return named if named in self.members and named != sent_to else None
+                return "", ""
+        named = refusal.metadata.get("owner", "")
+        if named == sent_to:
+            return None, f"it names member {sent_to}, which refused it, and the member list is unchanged"
+        if named not in members:
+            return None, f"member {named or '(none)'} is not in the member list the refusal carries"
+        return named, ""
 
     # -- grpc.Channel ---------------------------------------------------------------------------
 
@@ -252,7 +260,7 @@ class _Routed:
             request = _chain(first, messages) if first is not None else iter(())
         else:
             tenant = getattr(request, "tenant", "")
-        send_to = ""
+        send_to, refused_by = "", ""
         for attempt in range(2):
             member, channel = self._routing._channel(tenant, send_to)
             callable_ = self._callables.get(id(channel))
@@ -269,10 +277,22 @@ class _Routed:
             try:
                 return getattr(callable_, how)(request, **sent)
             except grpc.RpcError as exc:
-                again = None if attempt or first is not None else self._routing.corrected(exc, member)
-                if again is None:
+                if attempt:  # a call follows one redirect
+                    _tell_not_followed(
+                        exc,
+                        f"it was sent to member {member} after member {refused_by} refused it, and a call "
+                        "follows one redirect: the members' lists differ (check each member's --members)",
+                    )
                     raise
-                send_to = again
+                again, why = (
+                    self._routing.corrected(exc, member)
+                    if first is None
+                    else (None, "a call streaming its requests is not sent again (they were read)")
+                )
+                if again is None:
+                    _tell_not_followed(exc, why)
+                    raise
+                send_to, refused_by = again, member
         raise AssertionError("unreachable")
 
     def __call__(self, request: Any, **kwargs: Any) -> Any:
@@ -283,6 +303,25 @@ class _Routed:
 
     def future(self, request: Any, **kwargs: Any) -> Any:
         return self._send("future", request, kwargs)
+
+
+def _tell_not_followed(error: grpc.RpcError, why: str) -> None:
+    """Note on a NOT_OWNER refusal raised, not followed, why (``not_followed`` reads it)."""
+    if why:
+        setattr(error, _NOT_FOLLOWED, why)
+
+
+def not_followed(error: grpc.RpcError, routed: bool) -> str:
+    """Why a failed call's NOT_OWNER refusal was not followed, said with the member it names
+    ("" for any other failure); ``routed``: the client has a member list (a ``RoutingChannel``)."""
+    refusal = from_rpc_error(error)
+    if refusal.reason != NOT_OWNER:
+        return ""
+    why = getattr(error, _NOT_FOLLOWED, "") or (
+        "" if routed else "this client has no member list to follow it by (MemoryClient(members=...))"
+    )
+    owner = refusal.metadata.get("owner") or "(none named)"
+    return f"not sent to member {owner}, the owner it names: {why}" if why else ""
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

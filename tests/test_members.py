@@ -409,6 +409,10 @@ def test_a_client_with_a_stale_member_list_is_corrected_and_never_served_wrong(w
             )
     assert refused.value.reason == "NOT_OWNER" and refused.value.metadata["owner"] == "m2"
     assert refused.value.metadata["owner_address"] == f"127.0.0.1:{written.ports[2]}"
+    assert refused.value.message.endswith(
+        "(not sent to member m2, the owner it names: this client has no member list to follow it by "
+        "(MemoryClient(members=...)))"
+    )
 
 
 def test_a_redirect_with_a_member_list_the_client_cannot_use_is_the_servers_refusal() -> None:
@@ -420,7 +424,8 @@ def test_a_redirect_with_a_member_list_the_client_cannot_use_is_the_servers_refu
     try:
         with MemoryClient("", members=f"m0={server.address},m1={server.address}", retries=0) as client:
             kept = dict(client.channel.members)  # type: ignore[attr-defined]  # a RoutingChannel
-            for members in ["no list", "m0=127.0.0.1:1,m0=127.0.0.1:2", "m0=127.0.0.1:0", "m-=x", "=127.0.0.1:1"]:
+            lists = ["", "no list", "m0=127.0.0.1:1,m0=127.0.0.1:2", "m0=127.0.0.1:0", "m-=x", "=127.0.0.1:1"]
+            for members in lists:
                 server.message, calls = "tenant acme is owned by member m1, not m0", server.calls
                 info = ErrorInfo(
                     reason="NOT_OWNER", domain="mnemosyne.v1", metadata={"owner": "m1", "members": members}
@@ -428,8 +433,13 @@ def test_a_redirect_with_a_member_list_the_client_cannot_use_is_the_servers_refu
                 server.details = status_details(server.code, server.message, info)
                 with pytest.raises(FailedPreconditionError) as refused:
                     client.recall("acme", "x")
-                assert (refused.value.reason, refused.value.metadata["members"]) == ("NOT_OWNER", members)
-                assert refused.value.message == server.message
+                assert (refused.value.reason, refused.value.metadata.get("members", "")) == ("NOT_OWNER", members)
+                # Said why it was not followed (before, the server's message alone).
+                why = "carries no member list" if not members else "the member list the refusal carries cannot be used"
+                assert refused.value.message.startswith(
+                    f"{server.message} (not sent to member m1, the owner it names: "
+                )
+                assert why in refused.value.message, refused.value.message
                 assert server.calls == calls + 1  # not sent again
                 assert client.channel.members == kept  # type: ignore[attr-defined]  # a RoutingChannel
     finally:
@@ -597,7 +607,9 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
         env_of=lambda i: {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"], TOKEN_A: ["*"] if i == 0 else ["tenant-a"]})},
         metrics=True,
     ).start()
-    closed = LocalMembers(tmp_path / "closed", 2, args_of=lambda i: ["--no-forwarding"] if i == 0 else []).start()
+    closed = LocalMembers(tmp_path / "closed", 2, args_of=lambda i: ["--no-forwarding"] if i == 0 else [])
+    closed.processes[1].args[closed.processes[1].args.index("--members") + 1] += ",m2=127.0.0.1:1"  # lists differ
+    closed.start()
     try:
         theirs = [t for t in TENANTS if owner_of(t, members.ids) == "m1"]
         m0, m1 = members.processes
@@ -611,6 +623,7 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
             client.retain(theirs[1], "refused")
         assert refused.value.reason == "NOT_OWNER" and refused.value.metadata["owner"] == "m1"
         assert not any(p.tenant_file(theirs[1]).exists() for p in closed.processes)
+        _not_followed_says_why_in_both_clients(closed)
         # The owner down: UNAVAILABLE naming it, no file created, and the fan-outs name it.
         m1.kill()
         with MemoryClient(m0.target, ADMIN, retries=0) as client:
@@ -627,6 +640,45 @@ def test_owner_down_forwarding_off_and_a_token_the_owner_refuses(tmp_path: Path)
     finally:
         members.stop()
         closed.stop()
+
+
+def _not_followed_says_why_in_both_clients(pair: LocalMembers) -> None:
+    """A NOT_OWNER refusal a client does not follow was raised with the server's message alone,
+    saying neither that the client did not follow it nor why. Two real members whose lists differ
+    (m1 also lists an m2): a call follows one redirect (m0 to m1), and m1's, naming m2, is raised
+    saying so; a client without a member list says it has none (m0 does not forward)."""
+    tenant = next(t for t in TENANTS if owner_of(t, ["m0", "m1"]) == "m1" and owner_of(t, ["m0", "m1", "m2"]) == "m2")
+    stale = f"m0=127.0.0.1:{pair.ports[0]}"
+    limit = "it was sent to member m1 after member m0 refused it, and a call follows one redirect"
+    no_list = "(not sent to member m1, the owner it names: this client has no member list to follow it by"
+    with MemoryClient("", members=stale, retries=0) as client, pytest.raises(FailedPreconditionError) as refused:
+        client.recall(tenant, "x")
+    assert refused.value.metadata["owner"] == "m2"
+    assert f"(not sent to member m2, the owner it names: {limit}" in refused.value.message, refused.value.message
+    with (
+        MemoryClient(pair.processes[0].target, retries=0) as plain,
+        pytest.raises(FailedPreconditionError) as refused,
+    ):
+        plain.recall(tenant, "x")
+    assert f"{no_list} (MemoryClient(members=...)))" in refused.value.message, refused.value.message
+    script = """
+const { MemoryClient } = require('./src');
+(async () => {
+  for (const [target, options] of [['', { members: process.env.STALE }], [process.env.M0, {}]]) {
+    const client = new MemoryClient(target, { ...options, retries: 0 });
+    await client.recall(process.env.TENANT, 'x').then(() => { throw new Error('served'); }, (err) => console.log(err.message));
+    client.close();
+  }
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+    env = {**os.environ, "STALE": stale, "M0": pair.processes[0].target, "TENANT": tenant}
+    result = subprocess.run(
+        ["node", "-e", script], cwd=node_package(), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    routed, plain_node = result.stdout.splitlines()
+    assert f"(not sent to member m2, the owner it names: {limit}" in routed, routed
+    assert f"{no_list} (members))" in plain_node, plain_node
 
 
 def test_a_forwarded_call_is_cancelled_with_its_caller(written: LocalMembers) -> None:

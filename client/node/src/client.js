@@ -108,6 +108,12 @@ function retainResult(r) {
  * final: UNAVAILABLE waits the RetryInfo's retry_delay when it has one, else `backoffMs`;
  * RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (each at most `maxRetryDelayMs`).
  */
+/** `err`, a NOT_OWNER refusal thrown rather than followed, its message saying the member it names and why not. */
+function notFollowed(err, why) {
+  err.message = `${err.message} (not sent to member ${err.metadata.owner || '(none named)'}, the owner it names: ${why})`;
+  return err;
+}
+
 function retryDelay(err, backoffMs, maxRetryDelayMs) {
   if (!(err instanceof MnemosyneError)) return null;
   if (err.code === grpc.status.UNAVAILABLE) return Math.min(err.retryDelayMs ?? backoffMs, maxRetryDelayMs);
@@ -446,27 +452,38 @@ class MemoryClient {
   }
 
   /**
-   * Take the member list of a NOT_OWNER refusal; the member to send the call to again ('' for the
-   * owner by the new list), or null: the list unchanged, while a tenant moves between members, the
-   * member the refusal names if the call went elsewhere. A list that cannot be used (no member
-   * list, an address that is no server address) is as none, as the Python client takes it: the
-   * server's fault, not the caller's, so the refusal is thrown as the server sent it (NOT_OWNER
-   * naming the owner), the client's list kept, never a RequestInvalidError as for the caller's list.
+   * Take the member list of a NOT_OWNER refusal; `again`: the member to send the call to again ('' for
+   * the owner by the new list), or null with `why` not: the list unchanged, while a tenant moves
+   * between members, the member the refusal names if the call went elsewhere. A list that cannot be
+   * used (no member list, an address that is no server address) is as none, as the Python client
+   * takes it: the server's fault, not the caller's, so the refusal is thrown as the server sent it
+   * (NOT_OWNER naming the owner), the client's list kept, never a RequestInvalidError as for the
+   * caller's list.
    */
   _corrected(err, sentTo) {
-    if (!this.members || !(err instanceof MnemosyneError) || err.reason !== NOT_OWNER || !err.metadata.members) return null;
+    if (!(err instanceof MnemosyneError) || err.reason !== NOT_OWNER) return { again: null, why: '' };
+    if (!this.members) return { again: null, why: 'this client has no member list to follow it by (members)' };
+    if (!err.metadata.members) return { again: null, why: 'the refusal carries no member list' };
     let listed;
     try {
       listed = checkMemberAddresses(parseMembers(err.metadata.members));
     } catch (problem) {
-      if (problem instanceof RequestInvalidError) return null;
+      if (problem instanceof RequestInvalidError) {
+        return { again: null, why: `the member list the refusal carries cannot be used (${problem.details})` };
+      }
       throw problem;
     }
     const before = this.members;
     this.members = listed;
-    if (!sameMembers(this.members, before)) return '';
+    if (!sameMembers(this.members, before)) return { again: '', why: '' };
     const named = err.metadata.owner;
-    return named && this.members.has(named) && named !== sentTo ? named : null;
+    if (named === sentTo) {
+      return { again: null, why: `it names member ${sentTo}, which refused it, and the member list is unchanged` };
+    }
+    if (!named || !this.members.has(named)) {
+      return { again: null, why: `member ${named || '(none)'} is not in the member list the refusal carries` };
+    }
+    return { again: named, why: '' };
   }
 
   /** Closes the channels; a call after rejects with a MnemosyneError FAILED_PRECONDITION CLIENT_CLOSED. */
@@ -558,20 +575,24 @@ class MemoryClient {
         + "lowercase letters, digits and '-', starting with a letter or digit");
     }
     let backoffMs = RETRY_BACKOFF_MS;
-    let corrected = false;
+    let refusedBy = null; // the member whose NOT_OWNER was followed (a call follows one)
     let sendTo = member; // '': the tenant's owner by the member list
     for (let attempt = 0; ; attempt += 1) {
       const routed = this._routed(stub, request.tenant, sendTo);
       try {
         return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs, tokens);
       } catch (err) {
-        const again = corrected ? null : this._corrected(err, routed.route[ROUTE_KEY]);
+        const sentTo = routed.route[ROUTE_KEY];
+        const { again, why } = refusedBy !== null
+          ? { again: null, why: `it was sent to member ${sentTo} after member ${refusedBy} refused it, and a call follows one redirect: the members' lists differ (check each member's --members)` }
+          : this._corrected(err, sentTo);
         if (again !== null) {
-          corrected = true;
+          refusedBy = sentTo;
           sendTo = again;
           attempt -= 1;
           continue;
         }
+        if (why && err instanceof MnemosyneError && err.reason === NOT_OWNER) throw notFollowed(err, why);
         const delay = retry && attempt < this.retries ? retryDelay(err, backoffMs, this.maxRetryDelayMs) : null;
         if (delay === null) throw err;
         await sleep(delay);

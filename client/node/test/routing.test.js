@@ -122,20 +122,24 @@ test('a NOT_OWNER refusal sends the call to the owner of a new list, or to the m
   const refusal = (metadata) => new MnemosyneError(9, 'NOT_OWNER', 'owned elsewhere', metadata);
   try {
     // The same list, while a tenant moves between members: the member the refusal names, once.
-    assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm0'), 'm1');
-    assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm1'), null);
-    assert.equal(client._corrected(refusal({ members, owner: 'm9' }), 'm0'), null);
+    assert.equal(client._corrected(refusal({ members, owner: 'm1' }), 'm0').again, 'm1');
+    assert.deepEqual(client._corrected(refusal({ members, owner: 'm1' }), 'm1'), {
+      again: null, why: 'it names member m1, which refused it, and the member list is unchanged',
+    });
+    assert.deepEqual(client._corrected(refusal({ members, owner: 'm9' }), 'm0'), {
+      again: null, why: 'member m9 is not in the member list the refusal carries',
+    });
     // The same members in another order (as the server describes its list: by id) are the same list.
     const reordered = new MemoryClient('', { members: 'm1=127.0.0.1:2,m0=127.0.0.1:1' });
     try {
-      assert.equal(reordered._corrected(refusal({ members, owner: 'm1' }), 'm0'), 'm1');
+      assert.equal(reordered._corrected(refusal({ members, owner: 'm1' }), 'm0').again, 'm1');
     } finally {
       reordered.close();
     }
     // A new list: the owner by it.
-    assert.equal(client._corrected(refusal({ members: `${members},m2=127.0.0.1:3`, owner: 'm2' }), 'm0'), '');
+    assert.equal(client._corrected(refusal({ members: `${members},m2=127.0.0.1:3`, owner: 'm2' }), 'm0').again, '');
     assert.equal(client.members.size, 3);
-    assert.equal(client._corrected(new MnemosyneError(9, 'TENANT_EXISTS', 'x', {}), 'm0'), null);
+    assert.deepEqual(client._corrected(new MnemosyneError(9, 'TENANT_EXISTS', 'x', {}), 'm0'), { again: null, why: '' });
   } finally {
     client.close();
   }
@@ -179,6 +183,7 @@ test('a NOT_OWNER refusal whose member list cannot be used is the refusal itself
         assert.ok(err instanceof MnemosyneError && !(err instanceof RequestInvalidError), `${err.name} ${err.message}`);
         assert.deepEqual([err.code, err.reason, err.metadata.members], [grpc.status.FAILED_PRECONDITION, 'NOT_OWNER', members]);
         assert.match(err.message, /owned by member m1/);
+        assert.match(err.message, /\(not sent to member m1, the owner it names: the member list the refusal carries cannot be used \(/);
         return true;
       });
       assert.equal(answered.calls, calls + 1); // not sent again
