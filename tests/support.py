@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -145,6 +146,28 @@ def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def writers_through_kills(
+    server: ServerProcess, writers: Sequence[Callable[[threading.Event], None]], kills: list[float]
+) -> None:
+    """Run each of ``writers`` (told to end by the event) on a thread while ``server`` is SIGKILLed
+    and started again, once after each of ``kills`` seconds (random moments of its writes), then
+    left up a little; returns when every writer has ended."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=writer, args=(stop,)) for writer in writers]
+    for thread in threads:
+        thread.start()
+    try:
+        for seconds in kills:
+            time.sleep(seconds)
+            server.kill()
+            server.restart()
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
 
 
 def link_port(process: ServerProcess) -> int:

@@ -7,6 +7,7 @@ and the ledger's hashes of a memory are keyed with a key that is gone."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import secrets
 import shutil
@@ -32,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import (
+    DeadlineExceededError,
     FlushResult,
     Memory,
     MemoryClient,
@@ -377,6 +379,67 @@ def test_an_erasure_killed_after_its_receipt_is_finished_at_the_next_start(
     with MemoryClient(server.target) as client:
         assert [m.text for m in client.list_memories(tenant).memories] == ["a first memory of the new tenant"]
         assert len((server.data_dir / "erasures.jsonl").read_text().splitlines()) == 1
+
+
+def test_tenant_erasures_through_sigkills_at_random_moments_are_whole_or_absent(server_factory, tenant: str) -> None:
+    """Tenants written then erased one after another while the server is SIGKILLed at random
+    moments and restarted. Afterwards an erasure acknowledged left its tenant nowhere (listed
+    nowhere, no file, no trace of its text in any file) and a receipt; one whose reply the kill
+    took left the tenant whole or erased with a receipt, never part of it; every other tenant is
+    whole, and no file is left under a temporary name."""
+    server = server_factory().start()
+    stop = threading.Event()
+    written: dict[str, list[str]] = {}  # tenant -> its texts, acknowledged
+    erased: set[str] = set()  # erasures acknowledged
+    unknown: set[str] = set()  # erasures sent whose reply the kill took
+
+    def writer() -> None:
+        for n in range(10_000):
+            name, texts = f"{tenant}-{n}", [f"note {k} of {n}: {secrets.token_hex(12)}" for k in range(3)]
+            if stop.is_set():
+                return
+            try:
+                with MemoryClient(server.target, retries=0, timeout=10) as client:
+                    client.retain_batch(name, texts)
+                    written[name] = texts
+                    if n % 3:  # every third tenant is kept
+                        client.erase_tenant(name)
+                        erased.add(name)
+            except (UnavailableError, DeadlineExceededError):
+                if name in written and n % 3:
+                    unknown.add(name)
+                time.sleep(0.05)
+
+    def erasures(count: int) -> Callable[[], bool]:
+        return lambda: len(erased) >= count
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    rng = random.Random(20261207)
+    try:
+        for _ in range(2):  # after a few erasures (whatever the machine's speed), at a random moment
+            wait_until(erasures(len(erased) + rng.randint(1, 3)), 30)
+            time.sleep(rng.uniform(0, 0.1))
+            server.kill()
+            server.restart()
+        wait_until(erasures(len(erased) + 1), 30)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    receipts = {json.loads(line)["tenant"] for line in (server.data_dir / "erasures.jsonl").read_text().splitlines()}
+    with MemoryClient(server.target) as client:
+        listed = set(client.list_tenants().tenants)
+        for name, texts in written.items():
+            if name in erased or (name in unknown and name in receipts):
+                assert name not in listed and name in receipts, name
+                assert not [p for p in server.data_dir.rglob("*") if p.name.split(".")[0] == name], name
+            else:
+                assert sorted(m.text for m in client.list_memories(name).memories) == sorted(texts), name
+                assert client.verify_integrity(name).valid
+    server.stop()
+    assert [p.name for p in (server.data_dir / "tenants").iterdir() if p.name.startswith(".")] == []
+    gone = [t for name in erased | (unknown & receipts) for t in written[name]]
+    assert texts_left(server.data_dir, gone) == {}
 
 
 def _token(i: int) -> str:

@@ -28,7 +28,7 @@ from mnemosyne.client.errors import (
 )
 from mnemosyne.v1 import revisions_pb2
 from tests.mem0_support import Mem0Client
-from tests.support import tokens_json
+from tests.support import tokens_json, writers_through_kills
 from tests.test_erasure import texts_left
 
 
@@ -192,9 +192,8 @@ def test_updates_reverts_and_forgets_racing_through_sigkills_keep_every_first_re
     with MemoryClient(server.target) as client:
         ids = [client.retain(tenant, f"Locker {i} holds the spare badge {i}").memory_id for i in range(4)]
     acknowledged: list[tuple[Callable[[MemoryClient], bool], bool]] = []
-    stop = threading.Event()
 
-    def writer(seed: int) -> None:
+    def writer(seed: int, stop: threading.Event) -> None:
         draw = random.Random(seed)
         for n in itertools.count():
             if stop.is_set():
@@ -215,19 +214,8 @@ def test_updates_reverts_and_forgets_racing_through_sigkills_keep_every_first_re
             except (NotFoundError, FailedPreconditionError):  # forgotten, or the text another memory's
                 pass
 
-    writers = [threading.Thread(target=writer, args=(seed,)) for seed in range(3)]
-    for thread in writers:
-        thread.start()
-    try:
-        for _ in range(3):
-            time.sleep(rng.uniform(0.3, 1.0))
-            server.kill()
-            server.restart()
-        time.sleep(0.3)
-    finally:
-        stop.set()
-        for thread in writers:
-            thread.join()
+    writers = [functools.partial(writer, seed) for seed in range(3)]
+    writers_through_kills(server, writers, [rng.uniform(0.3, 1.0) for _ in range(3)])
     assert len(acknowledged) > 20
     with MemoryClient(server.target) as client:
         for call, first in acknowledged:
