@@ -5,6 +5,7 @@ repeated after a crash applies nothing twice; event ids never go back."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,8 @@ from mnemosyne.client import MemoryClient, RetainItem
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.hot_path.state import HOT_PATH_META
+from mnemosyne.store.connections import configure
+from mnemosyne.store.inbox import CHECKPOINT_PAGES, Inbox
 from mnemosyne.store.oplog_inspect import inspect_oplog
 from mnemosyne.store.pool import TenantPool
 
@@ -249,3 +252,24 @@ def test_an_enqueue_does_not_wait_for_the_tenant_file_s_writer(server_factory) -
         flushed = c.hot_path("busy", "flush", timeout_seconds=60)
         assert (flushed.flushed, flushed.failed) == (5, 0)
         assert len(c.list_memories("busy", page_size=10).memories) == 6
+
+
+def test_the_inbox_wal_file_is_cut_back_when_it_starts_again(tmp_path: Path) -> None:
+    """A burst of fast writes left the inbox's WAL file at its longest (~50 MB after a few seconds
+    of them) for as long as the tenant stayed open: once a checkpoint has copied it and the WAL
+    starts again, the next commit cuts the file back to one checkpoint's worth of pages."""
+    inbox = Inbox(
+        tmp_path / "t.inbox.sqlite", lock=threading.RLock(), synchronous="NORMAL", floor=0, configure=configure
+    )
+    wal = tmp_path / "t.inbox.sqlite-wal"
+    try:
+        for event_id in range(1, 61):  # ~20 pages each
+            with inbox.write(sync=False) as txn:
+                txn.append(event_id, "retain", secrets.token_hex(40_000), None, None, time.time())
+        assert wal.stat().st_size > (CHECKPOINT_PAGES + 100) * 4096
+        inbox.checkpoint_if_grown()
+        with inbox.write(sync=False) as txn:
+            txn.append(61, "retain", "after the checkpoint", None, None, time.time())
+        assert wal.stat().st_size <= (CHECKPOINT_PAGES + 1) * 4096
+    finally:
+        inbox.close()

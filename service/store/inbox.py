@@ -74,6 +74,9 @@ CREATE INDEX IF NOT EXISTS ops_fingerprint ON ops(fingerprint, event_id);
 """
 # WAL pages after which the worker checkpoints the inbox (off every enqueue's commit).
 CHECKPOINT_PAGES = 1000
+# When the WAL starts again its file is cut back to this length (SQLite's journal_size_limit): a
+# burst of fast writes left it at ~50 MB for as long as the tenant stayed open.
+WAL_KEPT_BYTES = CHECKPOINT_PAGES * 4096
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ class Inbox:
                 configure(self._connection)
                 self._connection.pragma("journal_mode", "wal")
                 self._connection.pragma("synchronous", synchronous)
+                self._connection.pragma("journal_size_limit", WAL_KEPT_BYTES)
                 # Checkpoints run in the worker (``checkpoint_if_grown``), never inside an enqueue.
                 self._connection.set_wal_hook(self._wal_hook)
                 self._connection.execute("BEGIN IMMEDIATE")
