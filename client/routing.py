@@ -36,6 +36,12 @@ from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, member_address_refusa
 ROUTE_KEY = "x-mnemosyne-route"
 NOT_OWNER = "NOT_OWNER"
 _NOT_FOLLOWED = "mnemosyne_not_followed"  # on a NOT_OWNER refusal raised, why it was not followed
+# Why a streaming call's refusal is raised (a routed call's own refusal never reaches the caller
+# unmarked but a stream's, met as it is read or as its future ends): its messages are not kept.
+_STREAMED = (
+    "a streaming call is not sent again; the next call for the tenant that is no stream takes the member list "
+    "the refusal carries"
+)
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
 _ADDRESS_PATTERN = re.compile(r"[!-~]+")  # printable ASCII: a host name or address and a port
@@ -284,11 +290,7 @@ class _Routed:
                         "follows one redirect: the members' lists differ (check each member's --members)",
                     )
                     raise
-                again, why = (
-                    self._routing.corrected(exc, member)
-                    if first is None
-                    else (None, "a call streaming its requests is not sent again (they were read)")
-                )
+                again, why = self._routing.corrected(exc, member) if first is None else (None, _STREAMED)
                 if again is None:
                     _tell_not_followed(exc, why)
                     raise
@@ -318,7 +320,7 @@ def not_followed(error: grpc.RpcError, routed: bool) -> str:
     if refusal.reason != NOT_OWNER:
         return ""
     why = getattr(error, _NOT_FOLLOWED, "") or (
-        "" if routed else "this client has no member list to follow it by (MemoryClient(members=...))"
+        _STREAMED if routed else "this client has no member list to follow it by (MemoryClient(members=...))"
     )
     owner = refusal.metadata.get("owner") or "(none named)"
     return f"not sent to member {owner}, the owner it names: {why}" if why else ""

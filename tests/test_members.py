@@ -363,6 +363,14 @@ const { MemoryClient } = require('./src');
   if ((await stale.recall(process.env.MOVED, 'Node')).length === 0) throw new Error('no hit after the correction');
   if (stale.members.size !== 3) throw new Error(`not corrected: ${[...stale.members.keys()]}`);
   stale.close();
+  // A stream's refusal, met as it is read, is not sent again: it says so.
+  const streamed = new MemoryClient('', { token: process.env.TOKEN, members: process.env.STALE });
+  const said = await (async () => {
+    try { for await (const e of streamed.watchEvents(process.env.MOVED, { timeoutMs: 5000 })) return 'served'; } catch (err) { return err.message; }
+    return 'ended';
+  })();
+  if (!said.includes('(not sent to member m2, the owner it names: a streaming call is not sent again')) throw new Error(said);
+  streamed.close();
 })().catch((err) => { console.error(err); process.exit(1); });
 """
     result = subprocess.run(
@@ -397,6 +405,9 @@ def test_a_client_with_a_stale_member_list_is_corrected_and_never_served_wrong(w
         assert client.channel.members == dict(zip(written.ids, (f"127.0.0.1:{p}" for p in written.ports)))
         for tenant in moved[1:]:
             assert client.recall(tenant, "Lisbon")
+    with MemoryClient("", ADMIN, members=stale) as client, pytest.raises(FailedPreconditionError) as refused:
+        next(client.watch_events(moved[0], timeout=5))  # a stream's refusal, met as it is read: not sent again
+    assert "(not sent to member m2, the owner it names: a streaming call is not sent again" in refused.value.message
     assert _forwarded(written) == before
     # Routed by a stale list to the wrong member, a call is refused, never answered there.
     with MemoryClient(written.processes[0].target, ADMIN) as plain:

@@ -108,6 +108,10 @@ function retainResult(r) {
  * final: UNAVAILABLE waits the RetryInfo's retry_delay when it has one, else `backoffMs`;
  * RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (each at most `maxRetryDelayMs`).
  */
+// Why a server stream's NOT_OWNER refusal is thrown, met as it is read: its messages are not kept.
+const NO_MEMBER_LIST = 'this client has no member list to follow it by (members)';
+const STREAMED = 'a streaming call is not sent again; the next call for the tenant that is no stream takes the member list the refusal carries';
+
 /** `err`, a NOT_OWNER refusal thrown rather than followed, its message saying the member it names and why not. */
 function notFollowed(err, why) {
   err.message = `${err.message} (not sent to member ${err.metadata.owner || '(none named)'}, the owner it names: ${why})`;
@@ -462,7 +466,7 @@ class MemoryClient {
    */
   _corrected(err, sentTo) {
     if (!(err instanceof MnemosyneError) || err.reason !== NOT_OWNER) return { again: null, why: '' };
-    if (!this.members) return { again: null, why: 'this client has no member list to follow it by (members)' };
+    if (!this.members) return { again: null, why: NO_MEMBER_LIST };
     if (!err.metadata.members) return { again: null, why: 'the refusal carries no member list' };
     let listed;
     try {
@@ -983,6 +987,13 @@ class MemoryClient {
     return { member: response.member, creationsWaited: response.creations_waited, previousDone: response.previous_done };
   }
 
+  /** The error of a server stream `stub` failed with; a NOT_OWNER refusal says why it is not followed. */
+  _streamFailed(err, stub) {
+    const failed = fromServiceError(err, this._addressOf.get(stub));
+    if (!(failed instanceof MnemosyneError) || failed.reason !== NOT_OWNER) return failed;
+    return notFollowed(failed, this.members ? STREAMED : NO_MEMBER_LIST);
+  }
+
   /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */
   async* _stream(stub, method, request, tenant, timeoutMs) {
     const sent = this._sendable(stub, method, request);
@@ -995,7 +1006,7 @@ class MemoryClient {
       for await (const message of call) yield message;
     } catch (err) {
       if (err && err.code === grpc.status.CANCELLED) return;
-      throw fromServiceError(err, this._addressOf.get(routed.stub));
+      throw this._streamFailed(err, routed.stub);
     } finally {
       call.cancel();
     }
@@ -1074,7 +1085,7 @@ class MemoryClient {
       for await (const message of call) yield event(message);
     } catch (err) {
       if (err && err.code === grpc.status.CANCELLED) return;
-      throw fromServiceError(err, this._addressOf.get(routed.stub));
+      throw this._streamFailed(err, routed.stub);
     } finally {
       call.cancel();
     }
