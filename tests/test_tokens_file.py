@@ -54,6 +54,13 @@ BROKEN = {
     "a list at the top": (json.dumps([_entry(["a"])]), 'exactly one key, "tokens"'),
     "an entry that is a string": (_doc("svc:acme"), "must be an object"),
     "not JSON": ('{"tokens": [', "is not JSON"),
+    # json.loads kept the last of two: an entry for ["acme"] edited to add "*" below became admin.
+    "tenants given twice": (
+        f'{{"tokens": [{{"name": "svc", "sha256": "{DIGEST}", "tenants": ["acme"], "tenants": ["*"]}}]}}',
+        "'tenants' appears twice",
+    ),
+    # Nested past Python's reader: a RecursionError's traceback stopped the start.
+    "nested past the reader": ("[" * 100_000 + "]" * 100_000, "nested too deep"),
 }
 
 

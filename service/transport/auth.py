@@ -12,6 +12,8 @@ The document is checked against this schema when the server starts, and anything
 with the file, the entry and the rule broken — a mistake in it must never widen what a token
 reaches:
 
+* it is JSON by the clients' rule (``host/json_text.py``): no object names a key twice (which of
+  the two was meant is the writer's to say), no nesting past what the reader goes;
 * the top level is an object with exactly one key, ``tokens``, a non-empty list;
 * each entry is an object with exactly the keys ``name`` (1-128 printable ASCII characters,
   unique in the file), ``sha256`` (64 hex digits, unique) and ``tenants``;
@@ -26,7 +28,6 @@ reaches:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from typing import Any
 
 from mnemosyne.engine.limits import TENANT_ID_PATTERN
 from mnemosyne.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from mnemosyne.host import json_text
 from mnemosyne.runtime.files import read_named_file
 
 ADMIN = "*"
@@ -143,7 +145,10 @@ def _principal(source: str, index: int, entry: Any) -> tuple[str, Principal]:
 def parse_tokens(text: str, *, source: str) -> dict[str, Principal]:
     """The principals of a tokens document by token hash; TokensFileError for any schema break."""
     try:
-        document = json.loads(text)
+        # The clients' JSON rule (host/json_text.py): an entry naming "tenants" twice was read as
+        # its last list ("*" after ["acme"]: admin) without a word, and a document nested past
+        # Python's reader stopped the start with a RecursionError's traceback.
+        document = json_text.parse(text)
     except ValueError as exc:
         raise TokensFileError(source, "the document", f"is not JSON ({exc})") from None
     if not isinstance(document, dict) or set(document) != {"tokens"}:
