@@ -202,6 +202,58 @@ def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_
     asyncio.run(run())
 
 
+def test_a_body_that_stops_coming_is_refused_408_and_one_sent_slowly_is_served() -> None:
+    """A client that sent a whole head and then part of its body, or none, held its socket and its
+    request's task for good: a body that pauses past its time (here 0.5 s; BODY_PAUSE_SECONDS)
+    while the server waits for it is 408 REQUEST_BODY_TIMEOUT, the connection closed. A body that
+    keeps coming, however slowly, is served, and so is one whose client waits for its 100 Continue
+    while the app is not yet reading."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/late":
+            await asyncio.sleep(0.8)  # as a call waiting for admission before it reads its body
+        while (message := await receive())["type"] == "http.request" and message.get("more_body"):
+            pass
+        if message["type"] == "http.request":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    head = b"POST /%s HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 8\r\n%s\r\n"
+
+    async def run() -> None:
+        sock = bind("127.0.0.1", 0)
+        server = await HttpServer.start(app, sock, tls=None, body_pause_seconds=0.5)
+        try:
+            stopped = await asyncio.open_connection("127.0.0.1", server.port)
+            stopped[1].write(head % (b"x", b"") + b"abc")
+
+            async def waiting() -> bytes:
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(head % (b"late", b"Expect: 100-continue\r\n"))
+                assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 100 ")
+                writer.write(b"abcdefgh")
+                return await asyncio.wait_for(reader.read(), 5)
+
+            async def slow() -> bytes:
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(head % (b"x", b""))
+                for piece in (b"ab", b"cd", b"ef", b"gh"):  # 1.2 s in all, no pause of 0.5 s
+                    await asyncio.sleep(0.3)
+                    writer.write(piece)
+                return await asyncio.wait_for(reader.read(), 5)
+
+            for answered in await asyncio.gather(waiting(), slow()):
+                assert answered.startswith(b"HTTP/1.1 200 "), answered[:300]
+            refused = await asyncio.wait_for(stopped[0].read(), 5)  # the server closes after its answer
+            answer_head, _, body = refused.partition(b"\r\n\r\n")
+            assert answer_head.startswith(b"HTTP/1.1 408 "), refused[:300]
+            assert json.loads(body)["details"][0]["reason"] == "REQUEST_BODY_TIMEOUT"
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize(
     ("sent", "status", "reason"),
     [

@@ -36,6 +36,11 @@ from mnemosyne.transport.http.mapping import encode
 # keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
 # would hold its socket for good. A client sends its head at once.
 HEAD_SECONDS = 30.0
+# How long a request's body may pause while the server waits for it: a client that sent a whole
+# head, then part of its body or none, held its socket (and its request's task) for good; one
+# sending a large body slowly keeps sending. Not counted while the server reads nothing (the app
+# has not taken what came, or the client waits for its 100 Continue).
+BODY_PAUSE_SECONDS = 30.0
 # The most a request's head (its line and headers) may hold: uvicorn's parser (httptools) keeps
 # any length in memory. Browsers send a few KiB; 64 KiB is what common proxies accept at most.
 HEAD_BYTES = 64 * 1024
@@ -147,8 +152,10 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     with uvicorn's line of text."""
 
     head_seconds = HEAD_SECONDS
+    body_pause_seconds = BODY_PAUSE_SECONDS
     refusals: _RefusalLog  # the server's (HttpServer.start)
     _head_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
     _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
@@ -233,6 +240,36 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
             self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
         super().on_headers_complete()
+        self._await_body()  # stopped at once by on_message_complete when there is none
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        self._await_body()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._stop_waiting_for_body()
+
+    def _await_body(self) -> None:
+        self._stop_waiting_for_body()
+        self._body_timer = self.loop.call_later(self.body_pause_seconds, self._body_paused)
+
+    def _body_paused(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.more_body or self.transport.is_closing():
+            return  # answered early (the head timer waits for the next request) or whole
+        if self.flow.read_paused or cycle.waiting_for_100_continue:
+            self._await_body()  # the server is not reading: no pause of the client's
+            return
+        self._refuse(
+            408,
+            InvalidArgument(
+                f"the request's body stopped coming: nothing of it for {self.body_pause_seconds:g} s; "
+                "send the body whole, at once after the head",
+                reason="REQUEST_BODY_TIMEOUT",
+            ),
+        )
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -244,6 +281,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
+        self._stop_waiting_for_body()
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
@@ -255,6 +293,11 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+
+    def _stop_waiting_for_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -278,12 +321,17 @@ class HttpServer:
         *,
         tls: HttpTls | None,
         head_seconds: float = HEAD_SECONDS,
+        body_pause_seconds: float = BODY_PAUSE_SECONDS,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
         refusals = _RefusalLog(refusals_log_seconds)
         config = uvicorn.Config(
             app,
-            http=type("_Protocol", (_HeadTimedProtocol,), {"head_seconds": head_seconds, "refusals": refusals}),
+            http=type(
+                "_Protocol",
+                (_HeadTimedProtocol,),
+                {"head_seconds": head_seconds, "body_pause_seconds": body_pause_seconds, "refusals": refusals},
+            ),
             lifespan="off",
             log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
             access_log=False,  # the edge writes the access records
