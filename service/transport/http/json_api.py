@@ -150,7 +150,7 @@ class HttpApi:
         edge = self._edge
         implementation, kind = self._implementations[route.method]
         limit = 2 * edge.max_request_bytes
-        body = await read_body(request, limit) if route.body else b""
+        body = await read_body(request, limit)  # a GET's too: one given is refused, never dropped unread
         overrides = {}
         resume = request.headers.get("last-event-id")
         if route.streams and resume is not None and _RESUME_FIELD in route.rpc.input_type.fields_by_name:

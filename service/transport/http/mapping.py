@@ -9,6 +9,7 @@ Envoy's gRPC-JSON transcoder and grpc-gateway, reading the same options, serve t
 * ``body: "*"``: the JSON body is the request message; no query parameters;
 * no body (GET): each query parameter sets the top-level field of its name (proto or JSON name),
   repeated for a repeated field; map and message fields (other than a Timestamp) cannot be set;
+  a body given is refused, as a query parameter of a POST is;
 * a path field may be given again in the body or the query: with the same value (compared once
   both are decoded, so ``"memoryId": "7"`` and ``7`` are the path's 7) it is accepted, with
   another it is refused (PATH_FIELD_MISMATCH);
@@ -329,6 +330,8 @@ def decode(
     gRPC's request size limit."""
     try:
         document = _query_fields(route, client_json.query_pairs(query_string))
+        if not route.body and body.strip():  # as a query parameter on a POST is: never dropped unread
+            raise ValueError("a GET takes its fields in the query string (?name=value), not in a body: send none")
         if route.body and body.strip():
             parsed = client_json.parse_body(body)
             if not isinstance(parsed, dict):
