@@ -6,6 +6,7 @@ Server-Sent Events resumes after a dropped connection without missing a transiti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -26,9 +27,12 @@ from hypothesis import strategies as st
 from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 from schemathesis.core.result import Ok
+from starlette.types import Message, Receive, Scope, Send
 
 from mnemosyne.client import MemoryClient
+from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport.http import openapi
+from mnemosyne.transport.http.guard import Guard
 from mnemosyne.transport.http.mapping import routes
 from mnemosyne.transport.server import SERVICES
 from mnemosyne.v1 import events_pb2, events_pb2_grpc
@@ -487,6 +491,49 @@ def _all_transitions(api: ServerProcess, tenant: str) -> list[dict[str, Any]]:
         except grpc.RpcError as exc:
             assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # caught up: nothing more came
     return found
+
+
+async def _answer_200(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("allowed_hosts", "http://mem.example"),  # was the host "http"
+        ("allowed_hosts", "mem.example/"),
+        ("allowed_hosts", "ops@mem.example"),
+        ("cors_origins", "console.example"),  # no scheme: no browser's Origin
+        ("cors_origins", "https://console.example/app"),
+        ("cors_origins", "null"),
+        ("cors_origins", "ftp://console.example"),
+    ],
+)
+def test_an_allowed_host_or_origin_no_request_could_match_is_refused_at_start(flag: str, value: str) -> None:
+    """Each was taken as written and matched no request, without a word."""
+    hosts, origins = ([value], []) if flag == "allowed_hosts" else ([], [value])
+    with pytest.raises(InvalidArgument) as info:
+        Guard(_answer_200, allowed_hosts=hosts, cors_origins=origins)
+    assert info.value.reason == "CONFIG_INVALID" and repr(value) in info.value.message
+
+
+def test_an_ipv6_address_or_an_origin_is_matched_in_the_form_a_request_carries() -> None:
+    """A bound IPv6 address ("fd00::5", the port's own) never matched its Host "[fd00::5]:8080";
+    an origin with its default port or capitals never matched a browser's Origin."""
+    answered: list[int] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request"}
+
+    async def send(message: Message) -> None:
+        answered.append(message["status"])
+
+    guard = Guard(_answer_200, allowed_hosts=["fd00::5"], cors_origins=["HTTPS://Console.Example:443/"])
+    for host, origin in [(b"[fd00::5]:8080", None), (b"[FD00:0::5]", None), (b"localhost", b"https://console.example")]:
+        headers = [(b"host", host), *([(b"origin", origin)] if origin else [])]
+        scope: Scope = {"type": "http", "method": "GET", "scheme": "http", "http_version": "1.1", "headers": headers}
+        asyncio.run(guard(scope, receive, send))
+    assert answered == [200, 200, 200]
 
 
 def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) -> None:

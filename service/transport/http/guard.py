@@ -22,6 +22,8 @@ CORS headers are sent only for an origin ``--http-cors-origin`` names, and its p
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -45,6 +47,10 @@ _CORS_REQUEST_HEADERS = (
 _CORS_EXPOSED_HEADERS = (
     "x-request-id, retry-after, mnemosyne-global-generation, mnemosyne-workspace-generation, mnemosyne-server-time-us"
 )
+
+
+# A host name as host_name gives it: letters, digits, '-', '_' and '.', or an IPv6 literal in brackets.
+_HOST_NAME = re.compile(r"[a-z0-9_.-]+|\[[0-9a-f:.]+\]")
 
 
 # The scope key under which the HTTP server (server.py) gives the host of a request target that is
@@ -79,11 +85,59 @@ def _host(scope: Scope) -> str | InvalidArgument:
 
 
 def host_name(host: str) -> str:
-    """The name part of a Host header ("[::1]:8080" -> "[::1]", "Example.com:80" -> "example.com")."""
+    """The name part of a Host header ("[::1]:8080" -> "[::1]", "Example.com:80" -> "example.com"),
+    an IPv6 literal in its shortest form ("[FD00:0::5]" -> "[fd00::5]") and in brackets, as a Host
+    header carries it, when given without ("fd00::5", an address bound)."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        host = host[: host.find("]") + 1] if "]" in host else host
+    elif host.count(":") == 1:
+        return host.rsplit(":", 1)[0]
+    try:
+        return f"[{ipaddress.IPv6Address(host.strip('[]')).compressed}]"
+    except ValueError:
+        return host
+
+
+def allowed_host(value: str) -> str:
+    """The host a ``--http-allowed-host`` value names, as ``host_name`` gives a Host header's
+    ("*": any). CONFIG_INVALID for one no Host header carries: it was taken as written and matched
+    nothing, without a word ("http://mem.example" allowed the host "http", "mem.example/" none)."""
+    name = ANY_HOST if value.strip() == ANY_HOST else host_name(value)
+    if name == ANY_HOST or (_HOST_NAME.fullmatch(name) and not any(c in value for c in "/@?#")):
+        return name
+    raise _unusable(
+        "--http-allowed-host",
+        value,
+        "a host name: give the name a Host header carries, e.g. mem.example.com "
+        "(a port may follow; no scheme, path or space)",
+    )
+
+
+def _unusable(flag: str, value: str, wanted: str) -> InvalidArgument:
+    return InvalidArgument(f"{flag} {value[:100]!r} is not {wanted}", reason="CONFIG_INVALID")
+
+
+def cors_origin(value: str) -> str:
+    """The origin a ``--http-cors-origin`` value names, as a browser sends it in ``Origin``
+    (scheme and host in lower case, no path). CONFIG_INVALID for one no browser sends: it matched
+    no request, without a word ("console.example.com" without its scheme, "https://x/app")."""
+    text = value.strip().rstrip("/")
+    try:
+        parts = urlsplit(text)
+        port_valid = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_valid = urlsplit(""), False
+    extra = parts.path or parts.query or parts.fragment or "@" in parts.netloc or "#" in text or "?" in text
+    if parts.scheme not in ("http", "https") or not parts.hostname or extra or not port_valid:
+        raise _unusable(
+            "--http-cors-origin",
+            value,
+            "a web origin: give SCHEME://HOST[:PORT] as a browser sends it in "
+            "Origin, e.g. https://console.example.com (http or https, no path)",
+        )
+    default = {"http": 80, "https": 443}[parts.scheme] == parts.port  # a browser leaves it out
+    return f"{parts.scheme}://{parts.netloc.lower().rsplit(':', 1)[0] if default else parts.netloc.lower()}"
 
 
 async def send_error(send: Send, error: MnemosyneError, headers: Iterable[tuple[str, str]] = ()) -> None:
@@ -98,10 +152,10 @@ async def send_error(send: Send, error: MnemosyneError, headers: Iterable[tuple[
 class Guard:
     def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], cors_origins: Iterable[str]) -> None:
         self._app = app
-        hosts = {host_name(h) for h in allowed_hosts}
+        hosts = {allowed_host(h) for h in allowed_hosts}
         self._any_host = ANY_HOST in hosts
         self._hosts = frozenset(hosts | LOOPBACK_NAMES)
-        self._cors = frozenset(origin.rstrip("/") for origin in cors_origins)
+        self._cors = frozenset(cors_origin(origin) for origin in cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; there are no websockets
