@@ -700,3 +700,31 @@ def test_a_serve_number_out_of_its_flag_s_range_is_refused_naming_the_flag_and_t
         assert said.startswith(f"mnemosyne serve: error: argument {flag}: the value is '{given}'; "), said
         written = [f"{n:g}" if isinstance(n, float) else str(n) for n in (smallest, largest)]
         assert said.endswith(" from {} to {}".format(*written)), said
+
+
+def test_a_serve_variable_s_value_refused_names_the_variable_and_the_flag_wins_over_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MNEMOSYNE_MAX_K=abc was refused as "argument --max-k: ... 'abc' is not": whoever set the
+    variable (a chart, a unit file) looked for a flag never given."""
+    from mnemosyne.cli.commands import build_parser, command_parser
+
+    for name in [name for name in os.environ if name.startswith("MNEMOSYNE_")]:
+        monkeypatch.delenv(name)
+    for variable, value, flag in [
+        ("MNEMOSYNE_MAX_K", "abc", "--max-k"),
+        ("MNEMOSYNE_SYNCHRONOUS", "off", "--synchronous"),
+    ]:
+        monkeypatch.setenv(variable, value)
+        serve = command_parser(build_parser(), "serve")
+        with pytest.raises(SystemExit) as exited:
+            serve.parse_args([])
+        said = capsys.readouterr().err.splitlines()[-1]
+        assert exited.value.code == 2 and said.startswith(f"mnemosyne serve: error: argument {flag}: "), said
+        assert f"'{value}'" in said and f"the variable {variable}" in said, said
+        given = "7" if flag == "--max-k" else "normal"
+        assert str(getattr(serve.parse_args([flag, given]), flag[2:].replace("-", "_"))) == given  # the flag wins
+        with pytest.raises(SystemExit):
+            serve.parse_args([flag, value])  # its own mistake is the flag's: no variable named
+        assert "variable" not in capsys.readouterr().err
+        monkeypatch.delenv(variable)

@@ -136,7 +136,31 @@ def _argument(setting: Setting) -> dict[str, Any]:
         # argparse checks choices only on the command line: its variable's word (the default) is
         # checked by the type, which it applies to both.
         argument["type"] = _one_of(described.choices)
+    if "type" in argument:
+        argument["type"] = _naming_the_variable(argument["type"])
     return argument
+
+
+class _VariableText(str):
+    """A flag's default taken from its variable. argparse hands its type this very object (only
+    when the flag is not given), so a refusal can name the variable: "argument --max-k: ... 'abc'
+    is not" sent whoever set MNEMOSYNE_MAX_K=abc looking for a flag they never gave."""
+
+    variable = ""
+
+
+def _naming_the_variable(typed: Callable[[str], T]) -> Callable[[str], T]:
+    def checked(text: str) -> T:
+        try:
+            return typed(text)
+        except argparse.ArgumentTypeError as exc:
+            if not isinstance(text, _VariableText):
+                raise
+            raise argparse.ArgumentTypeError(
+                f"{exc} (the value of the variable {text.variable}: correct or unset it, or give the flag)"
+            ) from None
+
+    return checked
 
 
 def _one_of(words: tuple[str, ...]) -> Callable[[str], str]:
@@ -157,7 +181,9 @@ def _flag_default(setting: Setting) -> str | None:
     of a chart's), else the field's default; argparse parses a text default as it parses the flag."""
     text = _variable_text(setting)
     if text is not None and (text or setting.kind not in (int, float)):
-        return text
+        given = _VariableText(text)
+        given.variable = setting.variable
+        return given
     return setting.written_default
 
 
