@@ -536,6 +536,18 @@ def test_an_ipv6_address_or_an_origin_is_matched_in_the_form_a_request_carries()
     assert answered == [200, 200, 200]
 
 
+def test_the_openapi_document_answers_head_as_the_other_documents_do(api: ServerProcess) -> None:
+    """HEAD / and HEAD /console/ answered 200, HEAD /openapi.json 405."""
+    whole = request(api.http_port, "GET", "/openapi.json")
+    for path in ("/openapi.json", "/", "/console/"):
+        head = request(api.http_port, "HEAD", path)
+        assert head.status == 200 and head.body == b"", (path, head.status)
+        if path == "/openapi.json":
+            assert int(head.headers["content-length"]) == len(whole.body)
+    refused = request(api.http_port, "PUT", "/openapi.json", b"{}")
+    assert refused.status == 405 and refused.headers["allow"] == "GET, HEAD"
+
+
 def test_the_allowed_hosts_come_from_the_flag_or_the_variable(server_factory) -> None:
     server = server_factory(http=True, env={"MNEMOSYNE_HTTP_ALLOWED_HOST": "mem.example, api.mem.example"}).start()
     for host, status in [

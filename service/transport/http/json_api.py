@@ -138,9 +138,12 @@ class HttpApi:
             await response(scope, receive, send)
 
     def _openapi_document(self, verb: str) -> Response:
-        if verb != "GET":
+        # A document, as / and the console's files are: HEAD too (uvicorn leaves its body out).
+        if verb not in ("GET", "HEAD"):
             raise InvalidArgument(
-                f"{OPENAPI_PATH} takes GET, not {verb[:16]}", reason="METHOD_NOT_ALLOWED", metadata={"allow": "GET"}
+                f"{OPENAPI_PATH} takes GET, not {verb[:16]}",
+                reason="METHOD_NOT_ALLOWED",
+                metadata={"allow": "GET, HEAD"},
             )
         return Response(self._openapi, media_type="application/json")
 
