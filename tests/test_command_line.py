@@ -728,3 +728,13 @@ def test_a_serve_variable_s_value_refused_names_the_variable_and_the_flag_wins_o
             serve.parse_args([flag, value])  # its own mistake is the flag's: no variable named
         assert "variable" not in capsys.readouterr().err
         monkeypatch.delenv(variable)
+
+
+def test_an_empty_thread_is_refused_not_taken_for_every_thread(capsys: pytest.CaptureFixture[str]) -> None:
+    """``consolidate --thread ""`` (``--thread "$THREAD"``, the variable unset) consolidated every
+    idle thread of the tenant, the flag's default, instead of the one meant."""
+    from mnemosyne.cli.commands import main
+
+    assert main(["consolidate", "--target", "127.0.0.1:1", "--tenant", "t", "--thread", ""]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("mnemosyne: --thread is empty: give a thread id") and said.endswith("[THREAD_INVALID]")

@@ -262,6 +262,12 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
+    if args.thread == "":  # ``--thread "$THREAD"`` with the variable unset: not every thread
+        raise InvalidArgument(
+            "--thread is empty: give a thread id (e.g. chat-42/session-3), or leave --thread out to "
+            "consolidate every thread idle long enough",
+            reason="THREAD_INVALID",
+        )
     with client_of(args) as client:
         outcomes = client.consolidate_session(args.tenant, args.thread or "")
     if not outcomes:
@@ -372,7 +378,7 @@ def _add_moving_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     consolidate.add_argument("--tenant", required=True)
     consolidate.add_argument(
-        "--thread", default="", help="this thread, finished now (default: every thread idle long enough)"
+        "--thread", default=None, help="this thread, finished now (default: every thread idle long enough)"
     )
     add_connection_flags(consolidate, "the tenant's token or an admin token")
     consolidate.set_defaults(run=_consolidate)
