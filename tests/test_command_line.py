@@ -123,6 +123,11 @@ START_UP_MISTAKES: dict[str, Callable[[Path], tuple[list[str], list[str], Path |
         [f"the data directory {d / 'data'} is a file, not a directory", "[DATA_DIR_UNUSABLE]"],
         None,
     ),
+    "a data directory that is a device": lambda d: (
+        ["--data-dir", "/dev/null"],
+        ["the data directory /dev/null is a device, not a directory", "[DATA_DIR_UNUSABLE]"],
+        None,
+    ),
     "a data directory inside a file": lambda d: (
         ["--data-dir", str(_file(d / "file") / "data")],
         [f"the data directory {d / 'file' / 'data'} cannot be used: Not a directory", "[DATA_DIR_UNUSABLE]"],
@@ -616,6 +621,8 @@ def test_a_number_of_threads_no_process_can_start_is_refused_in_one_line(tmp_pat
     ("args", "says", "reason"),
     [
         (("drill", "--data-dir", "{file}"), "it is a file, where a directory goes: {file}", "PATH_WRONG_KIND"),
+        # A device is no file (it was said to be one).
+        (("drill", "--data-dir", "/dev/null"), "it is a device, where a directory goes: /dev/null", "PATH_WRONG_KIND"),
         # A loop of symbolic links is no file (it was said to be one).
         (("drill", "--data-dir", "{loop}"), "it is a symbolic link that leads to no directory", "PATH_WRONG_KIND"),
         (("drill", "--data-dir", "{file}/data"), "Not a directory", "PATH_WRONG_KIND"),

@@ -16,6 +16,7 @@ from mnemosyne.cli.local_commands import add_local_commands
 from mnemosyne.cli.serve import add_serve_command
 from mnemosyne.client import MnemosyneClientError
 from mnemosyne.errors import MnemosyneError
+from mnemosyne.runtime.files import kind_of
 from mnemosyne.runtime.interpreter import tune_interpreter
 from mnemosyne.version import VERSION
 
@@ -109,8 +110,9 @@ def unusable_path(error: OSError) -> str:
     reason; a file (or a link to nothing) where a directory goes says so, not "File exists"."""
     said = error.strerror or str(error)
     if error.errno == errno.EEXIST and error.filename is not None and not os.path.isdir(error.filename):
-        said = "it is a file, where a directory goes"
-        if not os.path.exists(error.filename):  # a symbolic link that resolves to nothing
+        if os.path.exists(error.filename):
+            said = f"it is {kind_of(os.stat(error.filename).st_mode)}, where a directory goes"
+        else:  # a symbolic link that resolves to nothing
             said = "it is a symbolic link that leads to no directory (a loop, or a link to nothing)"
     where = "".join(f": {name}" for name in (error.filename, error.filename2) if name is not None)
     return f"{said}{where} [{_PATH_REASONS.get(error.errno or 0, 'PATH_UNUSABLE')}]"

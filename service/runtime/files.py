@@ -22,8 +22,7 @@ def read_named_file(path: str | os.PathLike[str]) -> bytes:
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", os.fspath(path))
+            raise OSError(errno.EINVAL, f"it is {kind_of(mode)}, not a regular file", os.fspath(path))
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as file:
             fd = -1  # the file object closes it
@@ -31,3 +30,15 @@ def read_named_file(path: str | os.PathLike[str]) -> bytes:
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` (its ``st_mode``) is, in a refusal's words: "a FIFO", "a socket",
+    "a device", "a directory", else "a file" (/dev/null given for a directory was "a file")."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a file"

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mnemosyne.errors import FailedPrecondition, InvalidArgument
+from mnemosyne.runtime.files import kind_of
 from mnemosyne.store.files import SIDE_SUFFIXES, fsync, remove_database, shred
 
 LOCK_FILE_NAME = ".mnemosyne.lock"
@@ -130,7 +131,8 @@ def claim_data_dir(data_dir: Path) -> DataDirLock:
             "give a directory (it is created when missing)"
         )
     if data_dir.exists() and not data_dir.is_dir():
-        raise unusable("is a file, not a directory: give a directory (it is created when missing)")
+        kind = kind_of(data_dir.stat().st_mode)
+        raise unusable(f"is {kind}, not a directory: give a directory (it is created when missing)")
     refuse_inside_another(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
