@@ -71,6 +71,9 @@ RETAIN = {"text": "the launch code is 0000"}
         ({"content-type": "text/plain"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
         ({"content-type": "application/x-www-form-urlencoded"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
         ({"content-type": "multipart/form-data; boundary=x"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+        # A coding was never read: a gzip body was "not UTF-8", a plain one labelled br was stored.
+        ({"content-encoding": "br"}, 415, "CONTENT_ENCODING_UNSUPPORTED"),
+        ({"content-encoding": "gzip"}, 415, "CONTENT_ENCODING_UNSUPPORTED"),
     ],
 )
 def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_nothing(

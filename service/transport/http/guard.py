@@ -14,7 +14,9 @@ Every request, on every route, before anything else runs:
    else 403 ORIGIN_FORBIDDEN (a tool without a browser sends none);
 3. a request with a body that may change state (POST, PUT, PATCH) must say
    ``Content-Type: application/json``, else 415 CONTENT_TYPE_UNSUPPORTED — a cross-site form or
-   ``text/plain`` request cannot, without a CORS preflight that step 2 refuses.
+   ``text/plain`` request cannot, without a CORS preflight that step 2 refuses;
+4. a request whose ``Content-Encoding`` is other than ``identity`` is 415
+   CONTENT_ENCODING_UNSUPPORTED: no coding is read (a gzip body was "not UTF-8").
 
 CORS headers are sent only for an origin ``--http-cors-origin`` names, and its preflight
 (``OPTIONS``) is answered here. Refusals are ``google.rpc.Status`` JSON like every other error.
@@ -191,19 +193,10 @@ class Guard:
         if cors and scope["method"] == "OPTIONS":
             await self._preflight(send, origin or "")
             return
-        if scope["method"] in _BODY_METHODS:
-            media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            if media_type != "application/json":
-                await send_error(
-                    send,
-                    InvalidArgument(
-                        f"a {scope['method'][:16]} request must have Content-Type: application/json "
-                        f"(this one has {media_type[:60]!r})",
-                        reason="CONTENT_TYPE_UNSUPPORTED",
-                    ),
-                    _cors_headers(origin or "") if cors else (),
-                )
-                return
+        unreadable = _unreadable_body(scope["method"], headers)
+        if unreadable is not None:
+            await send_error(send, unreadable, _cors_headers(origin or "") if cors else ())
+            return
         if not cors:
             await self._app(scope, receive, send)
             return
@@ -225,6 +218,24 @@ class Guard:
         ]
         await send({"type": "http.response.start", "status": 204, "headers": _raw(headers)})
         await send({"type": "http.response.body", "body": b""})
+
+
+def _unreadable_body(method: str, headers: Headers) -> InvalidArgument | None:
+    """Why a request's body is not one this port reads (step 3 and 4), or None."""
+    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if method in _BODY_METHODS and media_type != "application/json":
+        return InvalidArgument(
+            f"a {method[:16]} request must have Content-Type: application/json (this one has {media_type[:60]!r})",
+            reason="CONTENT_TYPE_UNSUPPORTED",
+        )
+    coding = headers.get("content-encoding", "identity").strip().lower()
+    if coding != "identity":  # read as it came: a gzip body was "not UTF-8", a mislabelled one taken
+        return InvalidArgument(
+            f"the body's Content-Encoding is {coding[:40]!r}: this server reads no content coding; "
+            "send the body uncompressed, without Content-Encoding",
+            reason="CONTENT_ENCODING_UNSUPPORTED",
+        )
+    return None
 
 
 def _cors_headers(origin: str) -> list[tuple[str, str]]:
