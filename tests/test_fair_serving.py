@@ -169,10 +169,14 @@ def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tm
                 client.retain_batch("busy", [f"backlog {i}" for i in range(start, start + 1000)], fast=True)
             method = client.hot_path_stub.Flush if action == "flush" else client.hot_path_stub.Disable
             request_type = hot_path_pb2.FlushRequest if action == "flush" else hot_path_pb2.HotPathRequest
-            for deadline, timeout_seconds in (
-                (1.0, 600.0),
-                (1.5, 0.5),
-            ):  # the client's deadline first, then its timeout
+            # The client's deadline first, then its timeout. What is promised (docs/fairness.md,
+            # docs/hot-path.md): the server's own answer, with the depth, before the client's
+            # deadline (never gRPC's bare one), given up a quarter of a second at most before that
+            # deadline, or at the timeout, never before. How much later than the timeout a loaded
+            # machine delivers it is no promise: the bound only tells it from the deadline's end.
+            # (1.2: the deadline's 1.25 s, less the rounding of the deadline gRPC sends; 1.5 s, so
+            # that the steps before the wait, reading a 3,000 backlog, fit on a loaded machine.)
+            for deadline, timeout_seconds, ends in ((1.5, 600.0, 1.2), (30.0, 0.5, 0.5)):
                 started = time.monotonic()
                 with pytest.raises(grpc.RpcError) as info:
                     method(request_type(tenant="busy", timeout_seconds=timeout_seconds), timeout=deadline)
@@ -180,7 +184,7 @@ def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tm
                 error = from_rpc_error(info.value)
                 assert (error.code, error.reason) == (grpc.StatusCode.DEADLINE_EXCEEDED, "HOT_PATH_DEADLINE_EXCEEDED")
                 assert 2900 <= int(error.metadata["remaining_depth"]) <= 3000
-                assert took <= min(deadline, timeout_seconds) + 0.3, took
+                assert ends <= took < ends + 5.0, took  # the timeout: never held to the 30 s deadline
             with pytest.raises(DeadlineExceededError) as seen:  # the Python client says the same
                 client.hot_path("busy", action, timeout_seconds=0.3)
             assert int(seen.value.metadata["remaining_depth"]) >= 2900
