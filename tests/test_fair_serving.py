@@ -159,9 +159,10 @@ def test_flushes_whose_clients_cancel_are_all_released(server_factory, tmp_path:
 
 @pytest.mark.parametrize("action", ["flush", "disable"])
 def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tmp_path: Path, action: str) -> None:
-    hold = tmp_path / "hold"
+    hold, park = tmp_path / "hold", tmp_path / "park"
     hold.touch()
-    server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}).start()
+    env = {"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold), "MNEMOSYNE_TEST_PARK_TENANT": "busy"}
+    server: ServerProcess = server_factory(env={**env, "MNEMOSYNE_TEST_PARK_FILE": str(park)}).start()
     try:
         with MemoryClient(server.target) as client:
             client.hot_path("busy", "enable")
@@ -188,8 +189,18 @@ def test_a_wait_ends_at_its_deadline_with_the_remaining_depth(server_factory, tm
             with pytest.raises(DeadlineExceededError) as seen:  # the Python client says the same
                 client.hot_path("busy", action, timeout_seconds=0.3)
             assert int(seen.value.metadata["remaining_depth"]) >= 2900
+            # The timeout counts from the call's arrival: a step before the wait (here parked for
+            # a second, as a loaded machine may be slow to run it) counts in it, never added to it.
+            park.touch()
+            threading.Timer(1.0, park.unlink).start()
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as info:
+                method(request_type(tenant="busy", timeout_seconds=1.0), timeout=30)
+            assert from_rpc_error(info.value).reason == "HOT_PATH_DEADLINE_EXCEEDED"
+            assert time.monotonic() - started < 2.0
     finally:
         hold.unlink()
+        park.unlink(missing_ok=True)
 
 
 def test_many_tenants_streaming_never_starve_a_quiet_tenant(server_factory) -> None:

@@ -85,6 +85,8 @@ class Call:
         self.trailing_metadata: list[tuple[str, str]] = []
         self._admission = admission
         self._deadline = deadline  # time.monotonic() value, None without a deadline
+        # When the call arrived: a wait's timeout (a Flush's timeout_seconds) counts from here.
+        self.started = time.monotonic()
         # Set by the edge for a stream or a waiting call, counted (and bounded) as such: its steps
         # are never refused for a full queue (admission.run ``admitted``).
         self.holds_place = False
@@ -144,6 +146,13 @@ class Call:
             return wanted
         left = self._deadline - time.monotonic()
         return max(0.0, min(wanted, left - min(_ANSWER_MARGIN_SECONDS, left / 4)))
+
+    def answer_by(self, timeout: float) -> float:
+        """When a wait its request gives ``timeout`` seconds (a Flush's ``timeout_seconds``) ends,
+        a time.monotonic() value: that long after the call arrived, the steps before the wait
+        (slow on a loaded machine) and any wait before it counted in, or sooner so that its answer
+        arrives before the client's deadline."""
+        return time.monotonic() + self.seconds_to_answer(max(0.0, self.started + timeout - time.monotonic()))
 
 
 class Steps(Generic[T]):

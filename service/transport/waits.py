@@ -65,19 +65,23 @@ def _unchanged_at(deadline: float, woken: bool) -> bool:
 
 
 async def _pass(hot_path: HotPath, call: Call, barrier: Barrier, timeout: float, what: str) -> None:
-    """Wait until ``barrier`` is passed; past ``timeout`` (or just before the client's deadline)
-    raise DEADLINE_EXCEEDED with the remaining depth."""
-    allowed = call.seconds_to_answer(timeout)
-    deadline = time.monotonic() + allowed
+    """Wait until ``barrier`` is passed; ``timeout`` after the call arrived (or just before the
+    client's deadline) raise DEADLINE_EXCEEDED with the remaining depth."""
+    deadline = call.answer_by(timeout)
     with _changes(hot_path, call.tenant) as changed:
         while (left := await call.run(hot_path.remaining, call.tenant, barrier)) > 0:
             wait = deadline - time.monotonic()
             if wait <= 0:
-                raise hot_path.gave_up(what, allowed, left)
+                raise hot_path.gave_up(what, _waited(call), left)
             woken = await _until(changed, min(1.0, wait))
             _unless_stopped(hot_path, f"{left} operations of the queue, not applied yet ({APPLIED_LATER})")
             if _unchanged_at(deadline, woken):
-                raise hot_path.gave_up(what, allowed, left)
+                raise hot_path.gave_up(what, _waited(call), left)
+
+
+def _waited(call: Call) -> float:
+    """Seconds since the call arrived, as its refusal says them."""
+    return round(time.monotonic() - call.started, 1)
 
 
 async def flush(hot_path: HotPath, call: Call, timeout_seconds: float) -> FlushOutcome:
@@ -99,7 +103,7 @@ async def flush_token(
         await call.run(tokens.check, call.tenant, token)
         return FlushOutcome(0, 0, 0, [])
     except WritesOpen as pending:
-        deadline = time.monotonic() + call.seconds_to_answer(timeout)
+        deadline = call.answer_by(timeout)
         covered = set(pending.open_ids)
         failed = await token_writes(hot_path, call, pending.spans, pending.open_ids, deadline)
         if pending.replicate:

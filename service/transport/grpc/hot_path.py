@@ -3,7 +3,6 @@ calls (Flush, Disable, WatchEvents) through transport/waits.py, holding no threa
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from mnemosyne.engine import limits as check
@@ -43,8 +42,8 @@ class HotPathServicer(hot_path_pb2_grpc.HotPathServiceServicer):
             flushed = await waits.flush_token(self._hot_path, self._tokens, call, token, request.timeout_seconds)
         else:
             flushed = await waits.flush(self._hot_path, call, request.timeout_seconds)
-        if replicate:  # those writes (or the whole queue) applied, then in object storage
-            ends = time.monotonic() + call.seconds_to_answer(check.validate_wait_seconds(request.timeout_seconds))
+        if replicate:  # those writes (or the whole queue) applied, then in object storage: one timeout for both
+            ends = call.answer_by(check.validate_wait_seconds(request.timeout_seconds))
             await waits.replicated(self._hot_path, self._tokens, call, ends)
         return convert_hot_path.to_flush_response(flushed)
 
