@@ -774,6 +774,7 @@ def test_a_stale_proxy_during_and_after_a_move_is_forwarded_never_served_by_the_
         with open(tmp_path / "rebalance.out", "w") as out:
             assert rebalance(deployment.members(old), deployment.members(new), token=ADMIN, out=out) == 0
         time.sleep(1.0)
+        wait_until(lambda: len(writers.acked) > 20, 60)  # a loaded machine wrote 12 in those seconds
         writers.stop()
         with MemoryClient(proxied, ADMIN) as client:
             acknowledged_once(client, writers)
