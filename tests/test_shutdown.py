@@ -152,7 +152,10 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:
     assert exit_code == 0, server.stderr_path.read_text()[-3000:]
 
     # Health said NOT_SERVING before any writer was refused, and writes were still served then.
-    not_serving_at = min(t for t, s in load.health if s == "NOT_SERVING")
+    not_serving = [t for t, s in load.health if s == "NOT_SERVING"]
+    # What the poller saw instead (it stops at an answer that is neither), to tell why if not.
+    assert not_serving, [(round(t - sigterm_at, 2), s) for t, s in load.health if s != "SERVING"][-5:]
+    not_serving_at = min(not_serving)
     assert not_serving_at > sigterm_at
     assert load.refusals, "every writer should eventually be refused by the stopped server"
     assert not_serving_at < min(t for t, _code in load.refusals)
