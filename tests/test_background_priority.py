@@ -17,7 +17,7 @@ import pytest
 from mnemosyne.client import MemoryClient
 from mnemosyne.runtime.background import URGENT_AFTER_SECONDS, become_background_thread, keep_up, request_thread
 from mnemosyne.store.locks import LockManager
-from tests.support import threads_at, wait_until
+from tests.support import gauge, threads_at, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 
@@ -131,6 +131,33 @@ def test_the_worker_taking_a_write_a_read_waits_for_leaves_idle_priority(server_
         idle = threads_at(server.pid, os.SCHED_IDLE)  # the hot path's workers among them
         with futures.ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(client.recall, "t", "spare fuse cabinet", 1)  # waits for the write
+            wait_until(lambda: "held at commit" in server.stderr_path.read_text(errors="replace"))
+            running = idle & threads_at(server.pid, os.SCHED_OTHER)
+            hold.unlink()
+            assert [hit.memory.text for hit in waiting.result(timeout=60)] == ["The spare fuse is in cabinet F-2210"]
+    assert running  # the worker holding the awaited round
+
+
+def test_a_round_taken_before_a_read_waits_for_its_write_leaves_idle_priority_once_it_does(
+    server_factory, tmp_path: Path
+) -> None:
+    """A round taken at idle priority (no one waiting yet) whose write a read then waits for goes
+    on at the normal priority. Before, the priority was decided once, when the round was taken: a
+    read waiting from just after that waited for an idle thread's commit (a loaded run: the test
+    above, its read registered between the take and the round's claim)."""
+    hold = tmp_path / "hold"
+    hold.write_text("inbox")  # the round, taken with no one waiting, holds before it takes the inbox
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, metrics=True).start()
+    with MemoryClient(server.target) as client:
+        client.hot_path("t", "enable")
+        client.retain("t", "The spare fuse is in cabinet F-2210", fast=True)
+        wait_until(lambda: "held at inbox" in server.stderr_path.read_text(errors="replace"))
+        idle = threads_at(server.pid, os.SCHED_IDLE)  # the worker holding that round among them
+        with futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.recall, "t", "spare fuse cabinet", 1)  # waits for the write
+            wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 1)
+            time.sleep(0.1)  # its writes named to the workers, a step after it is counted
+            hold.write_text("commit")  # the round goes on, and holds again before its commit
             wait_until(lambda: "held at commit" in server.stderr_path.read_text(errors="replace"))
             running = idle & threads_at(server.pid, os.SCHED_OTHER)
             hold.unlink()

@@ -111,10 +111,7 @@ class Workers:
             if tenant is None:
                 return
             more = False
-            # A round someone waits for (a read's or a Flush's consistency token) competes as an
-            # equal: a request waits for it, and busy cores starve an idle thread past the
-            # request's deadline (runtime/background.py); any other, once the tenant fell behind.
-            keep_up(math.inf if self._rounds.awaited(tenant) else self._depths.lag(tenant))
+            self._keep_up(tenant)
             try:
                 more = self._round(tenant)
                 self._round_failures.pop(tenant, None)
@@ -124,6 +121,12 @@ class Workers:
                 self._round_failed(tenant, exc)
             finally:
                 self._scheduler.done(tenant, more)
+
+    def _keep_up(self, tenant: str) -> None:
+        """A round someone waits for (a read's or a Flush's consistency token) competes as an
+        equal: a request waits for it, and busy cores starve an idle thread past the request's
+        deadline (runtime/background.py); any other, once the tenant fell behind."""
+        keep_up(math.inf if self._rounds.awaited(tenant) else self._depths.lag(tenant))
 
     def _round_failed(self, tenant: str, exc: Exception) -> None:
         """A round that could not open or write the tenant. The states members and moves put a
@@ -210,6 +213,9 @@ class Workers:
             if not ops:
                 self._come_back_for_retries(tenant, store)
                 return False
+            # Again once claimed: a read that began waiting for these writes after the round was
+            # taken (an idle thread's decision) must not wait for an idle thread's commit.
+            self._keep_up(tenant)
             self._hold("claimed")
             self._changes.notify(tenant)
             started = time.monotonic()
