@@ -189,7 +189,8 @@ def test_sigterm_under_load(server_factory, mode: str) -> None:
         assert copies == len(stored), "a write was stored twice"
         assert set(stored) <= load.attempted
     # No call was cut off (CANCELLED): refused calls got UNAVAILABLE, safe to retry.
-    assert all(code == grpc.StatusCode.UNAVAILABLE for _t, code in load.refusals), load.messages
+    cut = [message for (_t, code), message in zip(load.refusals, load.messages) if code != grpc.StatusCode.UNAVAILABLE]
+    assert not cut, cut  # those only: a loaded run's first 3 of its many UNAVAILABLE hid the one that was not
 
 
 def _stop_while_held(server: ServerProcess, calls: list[threading.Thread], held: Path) -> None:
