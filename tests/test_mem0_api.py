@@ -300,6 +300,12 @@ def _send(server: ServerProcess, method: str, path: str, body: Any = None, key: 
         ("POST", "/v3/memories/?page=-1", {}, 400, "PAGE_INVALID"),
         ("POST", "/v3/memories/", {"filters": "alice"}, 400, "REQUEST_UNDECODABLE"),
         ("POST", "/v3/memories/", {"filters": {"user_id": {}}}, 400, "MEM0_REQUEST_INVALID"),
+        # An empty or blank id (an unset variable) was stored and matched as an id of its own.
+        ("POST", "/v3/memories/add/", {"messages": "hi", "user_id": ""}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/add/", {"messages": "hi", "agent_id": " \t"}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/search/", {"query": "q", "filters": {"run_id": ""}}, 400, "MEM0_REQUEST_INVALID"),
+        ("POST", "/v3/memories/", {"filters": {"AND": [{"app_id": " "}]}}, 400, "MEM0_REQUEST_INVALID"),
+        ("DELETE", "/v1/memories/?user_id=", None, 400, "MEM0_REQUEST_INVALID"),
         (
             "POST",
             "/v3/memories/search/",

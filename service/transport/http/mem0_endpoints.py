@@ -154,10 +154,14 @@ def _user_metadata(value: Any) -> dict[str, str]:
 
 
 def _entities(document: Mapping[str, Any]) -> dict[str, str]:
-    """The entity ids of a body or filter as metadata pairs (``*`` means any: no pair)."""
+    """The entity ids of a body or filter as metadata pairs (``*`` means any: no pair). An empty
+    or blank id is refused: it was stored, and matched, as an id of its own (a script's unset
+    variable), where mem0 takes it for no id at all."""
     pairs = {}
     for name in ENTITY_FIELDS:
         value = _text(document, name)
+        if value is not None and not value.strip():
+            raise bad(f"{name} is empty: give the id of the {name.removesuffix('_id')}, or leave {name} out")
         if value is not None and value != "*":
             pairs[ENTITY_PREFIX + name] = value
     return pairs
