@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from mnemosyne.client.errors import from_rpc_error
+from mnemosyne.client.errors import error_info, from_rpc_error
 from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, member_address_refusal
 
 ROUTE_KEY = "x-mnemosyne-route"
@@ -316,14 +316,13 @@ def _tell_not_followed(error: grpc.RpcError, why: str) -> None:
 def not_followed(error: grpc.RpcError, routed: bool) -> str:
     """Why a failed call's NOT_OWNER refusal was not followed, said with the member it names
     ("" for any other failure); ``routed``: the client has a member list (a ``RoutingChannel``)."""
-    refusal = from_rpc_error(error)
-    if refusal.reason != NOT_OWNER:
+    info = error_info(error)
+    if info is None or info.reason != NOT_OWNER:
         return ""
     why = getattr(error, _NOT_FOLLOWED, "") or (
         _STREAMED if routed else "this client has no member list to follow it by (MemoryClient(members=...))"
     )
-    owner = refusal.metadata.get("owner") or "(none named)"
-    return f"not sent to member {owner}, the owner it names: {why}" if why else ""
+    return f"not sent to member {info.metadata.get('owner') or '(none named)'}, the owner it names: {why}"
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

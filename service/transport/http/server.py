@@ -156,6 +156,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     refusals: _RefusalLog  # the server's (HttpServer.start)
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _body_seen = 0.0  # loop time of the head or the body's last part
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
     _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
@@ -240,27 +241,33 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
             self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
         super().on_headers_complete()
-        self._await_body()  # stopped at once by on_message_complete when there is none
+        self._body_seen = self.loop.time()
+        self._await_body(self.body_pause_seconds)  # stopped at once by on_message_complete when there is none
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
-        self._await_body()
+        self._body_seen = self.loop.time()  # the one timer, armed at the head, counts from here
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._stop_waiting_for_body()
 
-    def _await_body(self) -> None:
+    def _await_body(self, seconds: float) -> None:
         self._stop_waiting_for_body()
-        self._body_timer = self.loop.call_later(self.body_pause_seconds, self._body_paused)
+        self._body_timer = self.loop.call_later(seconds, self._body_paused)
 
     def _body_paused(self) -> None:
         self._body_timer = None
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.more_body or self.transport.is_closing():
             return  # answered early (the head timer waits for the next request) or whole
+        paused = self.loop.time() - self._body_seen
+        if paused < self.body_pause_seconds:  # a part came since the timer was armed
+            self._await_body(self.body_pause_seconds - paused)
+            return
         if self.flow.read_paused or cycle.waiting_for_100_continue:
-            self._await_body()  # the server is not reading: no pause of the client's
+            self._body_seen = self.loop.time()  # the server is not reading: no pause of the client's
+            self._await_body(self.body_pause_seconds)
             return
         self._refuse(
             408,
