@@ -5,12 +5,15 @@ caught up."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,6 +141,26 @@ def test_the_worker_taking_a_write_a_read_waits_for_leaves_idle_priority(server_
     assert running  # the worker holding the awaited round
 
 
+@contextlib.contextmanager
+def _a_read_waiting_for_a_held_round(server_factory, hold: Path, stage: str) -> Iterator[tuple[Any, set[int]]]:
+    """A server whose worker took a fast write's round with no one waiting (at idle priority) and
+    holds at ``stage``; a read then waits for that write. Yields (the server, the threads idle
+    before the read: that worker among them); the round is let go and the read's answer checked."""
+    hold.write_text(stage)
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, metrics=True).start()
+    with MemoryClient(server.target) as client:
+        client.hot_path("t", "enable")
+        client.retain("t", "The spare fuse is in cabinet F-2210", fast=True)
+        wait_until(lambda: f"held at {stage}" in server.stderr_path.read_text(errors="replace"))
+        idle = threads_at(server.pid, os.SCHED_IDLE)
+        with futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.recall, "t", "spare fuse cabinet", 1)  # waits for the write
+            wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 1)
+            yield server, idle
+            hold.unlink()
+            assert [hit.memory.text for hit in waiting.result(timeout=60)] == ["The spare fuse is in cabinet F-2210"]
+
+
 def test_a_round_taken_before_a_read_waits_for_its_write_leaves_idle_priority_once_it_does(
     server_factory, tmp_path: Path
 ) -> None:
@@ -146,20 +169,22 @@ def test_a_round_taken_before_a_read_waits_for_its_write_leaves_idle_priority_on
     read waiting from just after that waited for an idle thread's commit (a loaded run: the test
     above, its read registered between the take and the round's claim)."""
     hold = tmp_path / "hold"
-    hold.write_text("inbox")  # the round, taken with no one waiting, holds before it takes the inbox
-    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(hold)}, metrics=True).start()
-    with MemoryClient(server.target) as client:
-        client.hot_path("t", "enable")
-        client.retain("t", "The spare fuse is in cabinet F-2210", fast=True)
-        wait_until(lambda: "held at inbox" in server.stderr_path.read_text(errors="replace"))
-        idle = threads_at(server.pid, os.SCHED_IDLE)  # the worker holding that round among them
-        with futures.ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(client.recall, "t", "spare fuse cabinet", 1)  # waits for the write
-            wait_until(lambda: gauge(server, "mnemosyne_waiting_calls") == 1)
-            time.sleep(0.1)  # its writes named to the workers, a step after it is counted
-            hold.write_text("commit")  # the round goes on, and holds again before its commit
-            wait_until(lambda: "held at commit" in server.stderr_path.read_text(errors="replace"))
-            running = idle & threads_at(server.pid, os.SCHED_OTHER)
-            hold.unlink()
-            assert [hit.memory.text for hit in waiting.result(timeout=60)] == ["The spare fuse is in cabinet F-2210"]
+    with _a_read_waiting_for_a_held_round(server_factory, hold, "inbox") as (server, idle):
+        time.sleep(0.1)  # its writes named to the workers, a step after it is counted
+        hold.write_text("commit")  # the round goes on, and holds again before its commit
+        wait_until(lambda: "held at commit" in server.stderr_path.read_text(errors="replace"))
+        running = idle & threads_at(server.pid, os.SCHED_OTHER)
     assert running  # the worker holding the awaited round
+
+
+def test_a_round_that_claimed_its_writes_before_a_read_waits_for_them_is_hurried_by_the_read(
+    server_factory, tmp_path: Path
+) -> None:
+    """A round that claimed its writes with no one waiting (its priority decided: idle) goes on at
+    the normal priority once a read begins waiting for them. Before, it embedded and committed at
+    idle priority: busy cores starved the read past its deadline until the write was 2 s old."""
+    with _a_read_waiting_for_a_held_round(server_factory, tmp_path / "hold", "claimed") as (server, idle):
+        wait_until(lambda: bool(idle & threads_at(server.pid, os.SCHED_OTHER)), seconds=5)
+        assert "held at commit" not in server.stderr_path.read_text(errors="replace")  # still held
+    # Done with the tenant, the worker idles again.
+    wait_until(lambda: not idle & threads_at(server.pid, os.SCHED_OTHER), seconds=5)

@@ -44,6 +44,7 @@ class Awaited:
         with self._lock:
             self._spans.setdefault(tenant, collections.Counter()).update(spans)
         self._wake.notify(tenant)
+        self._wake.hurry(tenant)
         try:
             yield
         finally:

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Protocol
 
+from mnemosyne.runtime import background
+
 # The longest a worker waits for a wake-up before it looks again: one far off (an expiry's erasure
 # in the 24th century or later) is past threading.TIMEOUT_MAX, where Condition.wait raises
 # OverflowError, which ended the worker (and with it every tenant's fast writes).
@@ -25,6 +27,9 @@ class Wake(Protocol):
     def notify_at(self, tenant: str, when: float) -> None:
         """Take the tenant at wall-clock ``when``."""
 
+    def hurry(self, tenant: str) -> None:
+        """A request waits for the tenant's work: the round on it now runs at the normal priority."""
+
 
 class Scheduler:
     """Round-robin over tenants with work; a tenant is processed by one worker at a time."""
@@ -33,7 +38,8 @@ class Scheduler:
         self._cond = threading.Condition()
         self._ready: collections.deque[str] = collections.deque()
         self._queued: set[str] = set()
-        self._busy: set[str] = set()
+        # tenant -> the worker on it now (None: not a background thread, as in a test)
+        self._busy: dict[str, background.BackgroundThread | None] = {}
         self._again: set[str] = set()
         self._delayed: list[tuple[float, str]] = []  # (wall-clock time, tenant), a heap
         self.stopping = False
@@ -55,6 +61,15 @@ class Scheduler:
         with self._cond:
             heapq.heappush(self._delayed, (when, tenant))
             self._cond.notify()
+
+    def hurry(self, tenant: str) -> None:
+        """A request began waiting for the tenant's writes: a worker's round on it may have decided
+        its priority before (runtime/background.py), and an idle thread's embedding starves on
+        busy cores; it runs at the normal priority until it is done with the tenant."""
+        with self._cond:
+            worker = self._busy.get(tenant)
+            if worker is not None:
+                worker.set_hurried(True)
 
     def forget(self, tenant: str) -> None:
         """Drop the tenant's pending wake-ups (its idle check, its events' expiry, a backoff): its
@@ -78,13 +93,15 @@ class Scheduler:
                 return None
             tenant = self._ready.popleft()
             self._queued.discard(tenant)
-            self._busy.add(tenant)
+            self._busy[tenant] = background.this_thread()
             return tenant
 
     def done(self, tenant: str, more: bool) -> None:
         """A worker is done with the tenant; ``more``: it has work left (to the back of the line)."""
         with self._cond:
-            self._busy.discard(tenant)
+            worker = self._busy.pop(tenant, None)
+            if worker is not None:
+                worker.set_hurried(False)
             if more or tenant in self._again:
                 self._again.discard(tenant)
                 if tenant not in self._queued:
