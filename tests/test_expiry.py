@@ -6,6 +6,7 @@ official mem0 client."""
 from __future__ import annotations
 
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -405,3 +406,53 @@ def test_an_imported_tenant_s_expired_memories_are_erased(client: MemoryClient, 
     client.import_tenant(manifest, [c for c in chunks if isinstance(c, BackupChunk)], tenant=imported)
     assert not client.get_memory(imported, 1).forgotten  # its grace has not passed yet
     wait_until(lambda: client.get_memory(imported, 1).forgotten, seconds=10)
+
+
+def test_a_sweep_killed_at_random_moments_erases_each_expired_memory_once_and_keeps_the_rest(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    """A restart never misses an erasure due, and a killed sweep's batch is all or nothing:
+    SIGKILLs at random moments of a sweep of eight turns leave each expired memory erased exactly
+    once (one expire entry, the chain valid, no byte of it in any file) and every memory without
+    an expiry whole."""
+    clock = Clock(tmp_path / "clock")
+    server: ServerProcess = server_factory(env={"MNEMOSYNE_TEST_CLOCK_FILE": str(clock.path)}).start()
+    expiring = 8 * SWEEP_BATCH * SWEEP_MAX_BATCHES
+    kept = [f"Tapir{i} never expires" for i in range(50)]
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    with MemoryClient(server.target) as client:
+        client.set_expiry_policy(tenant, ExpiryPolicy(default_ttl_seconds=60, grace_seconds=0))
+        ids = [
+            r.memory_id
+            for start in range(0, expiring, 500)
+            for r in client.retain_batch(tenant, [f"Gecko{i} expires soon" for i in range(start, start + 500)])
+        ]
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=0))  # the kept ones never expire
+        client.retain_batch(tenant, kept)
+    clock.advance(120)  # every Gecko is due for erasure: the sweep begins
+    interrupted = []  # erased when each kill came
+    for _ in range(4):
+        with MemoryClient(server.target) as client:
+            before = client.stats(tenant).forgotten
+            wait_until(lambda: before == expiring or client.stats(tenant).forgotten > before)  # it goes on
+        time.sleep(rng.uniform(0.0, 0.1))
+        server.kill()
+        server.restart()
+        with MemoryClient(server.target) as client:
+            interrupted.append(client.stats(tenant).forgotten)
+    with MemoryClient(server.target) as client:
+        wait_until(lambda: client.stats(tenant).forgotten == expiring, seconds=60)
+        assert client.verify_integrity(tenant).valid
+        assert {m.text for m in client.list_memories(tenant, page_size=100).memories} == set(kept)
+    server.stop()
+    assert sum(0 < erased < expiring for erased in interrupted) >= 2, (seed, interrupted)  # kills within the sweep
+    assert texts_left(server.data_dir, [f"Gecko{i} " for i in range(expiring)]) == {}, seed
+    connection = apsw.Connection(str(server.tenant_file(tenant)), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        erasures = connection.execute(
+            "SELECT json_extract(entry, '$.memory_id') FROM ledger WHERE json_extract(entry, '$.op') = 'expire'"
+        ).fetchall()
+    finally:
+        connection.close()
+    assert sorted(erasures) == sorted((memory_id,) for memory_id in ids), seed
