@@ -4,6 +4,7 @@ and erased with the memory, the audit chain after updates, and an update cut by 
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from mnemosyne.client import (
     UpdateResult,
 )
 from mnemosyne.engine.updates import MAX_FORGET_MEMORIES
+from mnemosyne.store.transactions import WAL_TRUNCATE_TIMEOUT_SECONDS
 from mnemosyne.v1 import memory_pb2
 from tests.test_erasure import _traces
 
@@ -283,3 +285,47 @@ def test_an_update_killed_midway_is_all_or_nothing(server_factory, tenant: str, 
         assert report.valid and report.checked == 1, report.problems
         # And the same update, without the fault, succeeds afterwards.
         assert client.update_memory(tenant, memory_id, "Eve keeps goats in the yard").updated
+
+
+def test_updates_racing_forgets_on_a_tenant_with_an_inbox_never_hold_up_their_erasure(server_factory) -> None:
+    """An update carrying a request id (every client's does) read the tenant file, then waited
+    for the inbox lock to look for its id among the queued fast writes. A forget emptying the WAL
+    under the tenant's write lock waited for that reader, and a write holding the inbox lock waited
+    for the forget: the forget took 10 s, was refused ERASURE_BUSY and sent again, and every write
+    of the tenant waited with it (a race probe: 4 forgets in 30 s, each over 10 s). The update now
+    takes the inbox lock before it reads (store/inbox.py's order)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        client.hot_path("t", "enable")
+        client.retain("t", "a fast note, so that the tenant has an inbox", fast=True)
+        ids = [r.memory_id for r in client.retain_batch("t", [f"keeper {i} of the valve" for i in range(150)])]
+    to_forget, took, stop = ids[:100], [], threading.Event()
+
+    def forget() -> None:
+        with MemoryClient(server.target) as forgetter:
+            while to_forget:
+                memory_id = to_forget.pop()
+                started = time.monotonic()
+                forgetter.forget("t", memory_id)
+                took.append(time.monotonic() - started)
+
+    def update(seed: int) -> None:
+        rng = random.Random(seed)
+        with MemoryClient(server.target) as updater:
+            while not stop.is_set():
+                try:
+                    updater.update_memory("t", rng.choice(ids), text=f"keeper {rng.random()} of the valve")
+                except NotFoundError:  # forgotten meanwhile
+                    pass
+
+    updaters = [threading.Thread(target=update, args=(seed,)) for seed in range(3)]
+    forgetters = [threading.Thread(target=forget) for _ in range(2)]
+    for thread in updaters + forgetters:
+        thread.start()
+    for thread in forgetters:
+        thread.join()
+    stop.set()
+    for thread in updaters:
+        thread.join()
+    assert len(took) == 100 and max(took) < WAL_TRUNCATE_TIMEOUT_SECONDS, sorted(took)[-3:]
+    assert "ERASURE_BUSY" not in server.stderr_path.read_text(errors="replace")

@@ -320,7 +320,9 @@ class Updates:
         request is refused. None: the id is new (the write transaction looks again)."""
         if not request_id:
             return None
-        with store.read() as txn:
+        # The inbox lock before the read (store/inbox.py's order): a reader waiting for it would
+        # hold up an erasure's WAL truncation, which waits for readers under the write lock.
+        with store.inbox_lock, store.read() as txn:
             prior = replayed_anywhere(store, txn, request_id, *request)
             return None if prior is None else self._replayed(txn, memory_id, prior)
 

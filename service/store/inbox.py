@@ -29,7 +29,10 @@ after the tenant file durably adopted it.
 Every access runs under the inbox lock on the one connection (a second thread's statement
 must never land inside another's open transaction). Lock order: the inbox lock may be held when
 taking the tenant's write lock (a synchronous write with a request id holds it until its commit
-has ended), never the reverse.
+has ended), never the reverse. Nor is it waited for in a read transaction of the tenant file: an
+erasure empties the tenant's WAL under the write lock and waits for such readers, while a writer
+holding the inbox lock waits for that write lock (take the inbox lock first, as
+``hot_path/snapshot.py`` does).
 """
 
 from __future__ import annotations
