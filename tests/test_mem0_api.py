@@ -197,6 +197,38 @@ def test_two_keys_for_two_tenants_never_see_each_other(served: tuple[ServerProce
         assert mine.call("get", memory_id=memory_id)["memory"] == "Dana's locker code is 5521"
 
 
+def test_a_null_entity_id_in_a_filter_is_refused_not_read_as_every_memory(served: tuple[ServerProcess, Path]) -> None:
+    """A filter's ``"user_id": null`` (a variable that was None) was read as no filter: a search or
+    listing answered every memory of the tenant. The official client sends it as it is (it drops
+    None only at the top level: there a delete_all(user_id=None) names nothing, FILTER_EMPTY);
+    a raw JSON client the same. Each is 400 MEM0_REQUEST_INVALID naming the key, and nothing is read."""
+    server = served[0]
+    with _client(served, "key-sync") as mem0:
+        for who in ("gus", "hal"):
+            mem0.call("add", messages=f"{who.title()} keeps bees on the roof", user_id=who, run_id="roof")
+        for method, kwargs, key in (
+            ("search", {"query": "bees on the roof", "filters": {"user_id": None}}, "user_id"),
+            ("get_all", {"filters": {"user_id": None}}, "user_id"),
+            ("get_all", {"filters": {"AND": [{"run_id": "roof"}, {"agent_id": None}]}}, "agent_id"),
+        ):
+            refused = mem0.attempt(method, **kwargs)
+            assert refused.get("status") == 400, (method, kwargs, refused)
+            assert f"{key} is null" in refused["message"] and f"leave {key} out" in refused["message"], refused
+        refused = mem0.attempt("delete_all", user_id=None)
+        assert refused.get("status") == 400 and "name at least one" in refused["message"], refused
+        auth = {"authorization": "Token key-sync"}
+        for path, body, key in (
+            ("/v3/memories/search/", {"query": "bees", "filters": {"app_id": None}}, "app_id"),
+            ("/v3/memories/", {"filters": {"run_id": None}}, "run_id"),
+            ("/v3/memories/?page=1&page_size=5", {"filters": {"AND": [{"user_id": None}]}}, "user_id"),
+        ):
+            raw = request(server.http_port, "POST", path, headers=auth, json_body=body)
+            assert (raw.status, raw.reason) == (400, "MEM0_REQUEST_INVALID"), (path, body, raw.body[:300])
+            assert f"{key} is null" in raw.json()["detail"], raw.body[:300]
+        for who in ("gus", "hal"):  # nothing was deleted either
+            assert mem0.call("get_all", filters={"user_id": who, "run_id": "roof"})["count"] == 1
+
+
 def test_a_token_of_several_tenants_names_one_with_a_header(served: tuple[ServerProcess, Path]) -> None:
     server = served[0]
     no_header = _get(server, "/v1/events/", "key-two")

@@ -190,6 +190,11 @@ def _filters(value: Any) -> dict[str, str]:
         if key == "metadata":
             pairs.update(_user_metadata(term))
         elif key in ENTITY_FIELDS:
+            if term is None:  # a variable that was None: read as no filter, it matched every memory
+                raise bad(
+                    f"filters: {key} is null: give the id of the {key.removesuffix('_id')}, or leave {key} out "
+                    f'of the filters ("*" matches any)'
+                )
             if isinstance(term, dict) and not term:
                 raise bad(f"filters: {key} is an empty object; give the id as a string")
             if isinstance(term, dict):
