@@ -223,8 +223,17 @@ def test_a_null_entity_id_in_a_filter_is_refused_not_read_as_every_memory(served
             ("/v3/memories/?page=1&page_size=5", {"filters": {"AND": [{"user_id": None}]}}, "user_id"),
         ):
             raw = request(server.http_port, "POST", path, headers=auth, json_body=body)
-            assert (raw.status, raw.reason) == (400, "MEM0_REQUEST_INVALID"), (path, body, raw.body[:300])
+            assert raw.status == 400 and raw.reason == "MEM0_REQUEST_INVALID", (path, body, raw.body[:300])
             assert f"{key} is null" in raw.json()["detail"], raw.body[:300]
+        # An id beside the filters (mem0's v1 search took it there) was not read either.
+        beside: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("/v3/memories/search/", {"query": "bees", "user_id": "gus"}),
+            ("/v3/memories/", {"run_id": "roof", "filters": {"user_id": "gus"}}),
+        )
+        for path, body in beside:
+            raw = request(server.http_port, "POST", path, headers=auth, json_body=body)
+            assert raw.status == 400 and raw.reason == "MEM0_REQUEST_INVALID", (path, body, raw.body[:300])
+            assert "give it in filters" in raw.json()["detail"], raw.body[:300]
         for who in ("gus", "hal"):  # nothing was deleted either
             assert mem0.call("get_all", filters={"user_id": who, "run_id": "roof"})["count"] == 1
 

@@ -207,6 +207,19 @@ def _filters(value: Any) -> dict[str, str]:
     return pairs
 
 
+def _filters_of(body: Mapping[str, Any], route: str) -> dict[str, str]:
+    """The ``filters`` of a search or listing. An entity id beside them, at the top of the body
+    (mem0's v1 search took it there; its client now refuses it), is refused: it was not read,
+    and the call answered every memory of the tenant."""
+    beside = [name for name in ENTITY_FIELDS if name in body]
+    if beside:
+        raise bad(
+            f"{route}: {beside[0]} is not read at the top of the body: give it in filters, "
+            f'e.g. {{"filters": {{"{beside[0]}": "..."}}}}'
+        )
+    return _filters(body.get("filters"))
+
+
 def _entity_ids(metadata: Mapping[str, str]) -> dict[str, Any]:
     """The entity ids a memory carries, each None when absent, and its caller's own metadata."""
     shown: dict[str, Any] = {name: metadata.get(ENTITY_PREFIX + name) for name in ENTITY_FIELDS}
@@ -335,7 +348,7 @@ class Mem0Endpoints:
     def _search(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         body = request.body
         query = _text(body, "query") or ""  # none is empty, as over gRPC: QUERY_EMPTY
-        filters = {**_filters(body.get("filters")), **_user_metadata(body.get("metadata"))}
+        filters = {**_filters_of(body, "search"), **_user_metadata(body.get("metadata"))}
         top_k, threshold = request.numbers["top_k"], request.numbers["threshold"]
         recall = memory_pb2.RecallRequest(tenant=request.tenant, query=query, k=top_k, metadata_equals=filters)
         hits = [
@@ -346,7 +359,7 @@ class Mem0Endpoints:
     @reading
     def _list(self, request: Mem0Request, call: Call) -> dict[str, Any]:
         page, page_size = request.numbers["page"], request.numbers["page_size"]
-        filters = _filters(request.body.get("filters"))
+        filters = _filters_of(request.body, "get_all")
         for_read(self._tokens, call, request.tenant, "")  # the Mnemosyne-Consistency-Token header's writes
         memories, total = self._memories.numbered_page(
             request.tenant, metadata_equals=filters, page=page, page_size=page_size
