@@ -153,6 +153,43 @@ def test_a_message_s_name_is_the_memory_s_speaker(served: tuple[ServerProcess, P
     ]
 
 
+def test_a_message_s_role_is_one_of_mem0_s(served: tuple[ServerProcess, Path]) -> None:
+    """A role was free text: one message's was dropped unread ("tool", "a: b"), several made lines
+    of roles mem0 has not ("customer: ..."). mem0's roles, user, assistant and system (in any
+    case), are taken; any other is 400 MESSAGE_ROLE_INVALID naming the message and the roles, and
+    nothing is stored."""
+    server = served[0]
+    with _client(served, "key-sync") as mem0:
+        talk = [
+            {"role": "system", "content": "Ivo's support chat"},
+            {"role": "User", "content": "Ivo's modem blinks red"},
+            {"role": "assistant", "content": "Reset it"},
+        ]
+        added = mem0.call("add", messages=talk, user_id="ivo")
+        memory_id = int(_poll_event(server, "key-sync", added["event_id"])["results"][0]["id"])
+        for messages, index in (
+            ([{"role": "tool", "content": "Ivo's ticket 7 opened"}], 0),
+            ([{"role": "user", "content": "Ivo's modem"}, {"role": "customer", "content": "still red"}], 1),
+            ([{"role": "user: x", "content": "Ivo's router"}], 0),
+        ):
+            refused = mem0.attempt("add", messages=messages, user_id="ivo")
+            assert refused.get("status") == 400, (messages, refused)
+            assert f"messages[{index}].role" in refused["message"] and "user, assistant, system" in refused["message"]
+        assert mem0.call("get_all", filters={"user_id": "ivo"})["count"] == 1
+    raw = request(
+        server.http_port,
+        "POST",
+        "/v3/memories/add/",
+        headers={"authorization": "Token key-sync"},
+        json_body={"messages": [{"role": "developer", "content": "Ivo's plan"}], "user_id": "ivo"},
+    )
+    assert raw.status == 400 and raw.reason == "MESSAGE_ROLE_INVALID", raw.body[:300]
+    with MemoryClient(server.target, "key-admin") as admin:
+        assert admin.get_memory(SYNC, memory_id).text == (
+            "system: Ivo's support chat\nuser: Ivo's modem blinks red\nassistant: Reset it"
+        )
+
+
 def test_add_on_a_hot_path_tenant_is_asynchronous(served: tuple[ServerProcess, Path]) -> None:
     server, root = served
     hold = root / "hold"

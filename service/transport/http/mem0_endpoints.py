@@ -40,6 +40,9 @@ from mnemosyne.v1 import events_pb2, memory_pb2, revisions_pb2, types_pb2
 
 ENTITY_FIELDS = ("user_id", "agent_id", "app_id", "run_id")
 ENTITY_PREFIX = "mem0."
+# Who may speak in an add's messages: mem0's roles (its API reference; its TypeScript client
+# types only the first two). Anything else was taken as free text and dropped or stored unchecked.
+MESSAGE_ROLES = ("user", "assistant", "system")
 EVENT_STATUS = {"pending": events_pb2.PENDING, "running": events_pb2.RUNNING}
 EVENT_STATUS |= {"succeeded": events_pb2.SUCCEEDED, "failed": events_pb2.FAILED}
 # The event id of a synchronous add: a prefix ("s." stored, "d." a duplicate of a stored memory)
@@ -296,6 +299,12 @@ def _turns(body: Mapping[str, Any]) -> list[types_pb2.ConversationMessage]:
         role, content = _text(message, "role") or "", _text(message, "content") or ""
         if not role:  # as the RPC refuses a message without one (a single message is sent as text)
             raise bad(f"messages[{index}].role is empty: give who spoke, e.g. 'user'", "MESSAGE_ROLE_INVALID")
+        if role.strip().lower() not in MESSAGE_ROLES:  # mem0's roles; a conversation's line starts with it
+            raise bad(
+                f"messages[{index}].role {role[:40]!r} is not one of mem0's roles: use {', '.join(MESSAGE_ROLES)} "
+                "(who spoke by name goes in the message's name)",
+                "MESSAGE_ROLE_INVALID",
+            )
         # Who spoke, beside the role (an OpenAI chat message's ``name``): the memory's speaker.
         turns.append(types_pb2.ConversationMessage(role=role, content=content, name=_text(message, "name") or ""))
     return turns
