@@ -15,7 +15,9 @@ owner of its request's ``tenant`` with ``x-mnemosyne-route: OWNER`` (so that mem
 refuses it, never forwards it), and a call naming no tenant goes to the first member (the
 smallest id, ``first_member``). A member
 that refuses a call NOT_OWNER names the owner and sends the current member list: the channel
-takes that list and sends the call once more, to the owner.
+takes that list and sends the call once more, to the owner. A server stream refused so before its
+first message is sent once more the same way; a call whose messages are not kept (a client stream,
+a server stream that has answered, a call made as a future) is not, but its list is taken.
 """
 
 from __future__ import annotations
@@ -36,11 +38,15 @@ from mnemosyne.host.targets import MEMBER_ADDRESS_INVALID, member_address_refusa
 ROUTE_KEY = "x-mnemosyne-route"
 NOT_OWNER = "NOT_OWNER"
 _NOT_FOLLOWED = "mnemosyne_not_followed"  # on a NOT_OWNER refusal raised, why it was not followed
-# Why a streaming call's refusal is raised (a routed call's own refusal never reaches the caller
-# unmarked but a stream's, met as it is read or as its future ends): its messages are not kept.
+# Why a stream's refusal is raised, not followed: a client stream's messages are not kept, and a
+# server stream had answered. The member list it carries is taken all the same.
 _STREAMED = (
-    "a streaming call is not sent again; the next call for the tenant that is no stream takes the member list "
-    "the refusal carries"
+    "a stream that has sent or answered messages is not sent again; the member list the refusal carries is "
+    "taken, so the next call for the tenant goes to the owner"
+)
+_FUTURE = (
+    "a call made as a future is not sent again; the member list the refusal carries is taken, so the next call "
+    "for the tenant goes to the owner"
 )
 MEMBER_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _SEPARATORS = re.compile(r"[,\t\n\v\f\r ]+")
@@ -257,6 +263,37 @@ class _Routed:
         self._serializer, self._deserializer = serializer, deserializer
         self._callables: dict[int, Any] = {}
 
+    def opened(self, tenant: str, send_to: str, kwargs: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+        """The member a call for ``tenant`` goes to (``send_to``: that one), the multi-callable of
+        its channel and the call's keyword arguments, routed to it."""
+        member, channel = self._routing._channel(tenant, send_to)
+        callable_ = self._callables.get(id(channel))
+        if callable_ is None:  # one per member's channel, made once
+            callable_ = self._callables[id(channel)] = getattr(channel, self._kind)(
+                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
+            )
+        metadata = tuple(kwargs.get("metadata") or ())
+        if member:
+            metadata = (*metadata, (ROUTE_KEY, member))
+        return member, callable_, {**kwargs, "metadata": metadata}
+
+    def followed(self, error: grpc.RpcError, member: str, refused_by: str, *, kept: str = "") -> str | None:
+        """The member to send a call ``member`` refused to (None: not sent again, why noted on
+        ``error``). Any NOT_OWNER refusal's member list is taken, so the next call goes to the
+        owner; ``kept``, when given, says why this call is not sent again all the same."""
+        if refused_by:  # a call follows one redirect
+            _tell_not_followed(
+                error,
+                f"it was sent to member {member} after member {refused_by} refused it, and a call "
+                "follows one redirect: the members' lists differ (check each member's --members)",
+            )
+            return None
+        send_to, why = self._routing.corrected(error, member)
+        if send_to is not None and kept:
+            send_to, why = None, kept
+        _tell_not_followed(error, why)
+        return send_to
+
     def _send(self, how: str, request: Any, kwargs: dict[str, Any]) -> Any:
         first = None
         if self._kind.startswith("stream"):  # a client stream names its tenant in its first message
@@ -266,36 +303,22 @@ class _Routed:
             request = _chain(first, messages) if first is not None else iter(())
         else:
             tenant = getattr(request, "tenant", "")
+        if self._kind == "unary_stream":  # a server stream's refusal surfaces as it is read
+            return _ServerStream(self, request, tenant, kwargs)
+        kept = _STREAMED if first is not None else ""
+        if how == "future":  # its refusal surfaces as it is waited for
+            member, callable_, sent = self.opened(tenant, "", kwargs)
+            return _Future(callable_.future(request, **sent), self, member, kept or _FUTURE)
         send_to, refused_by = "", ""
-        for attempt in range(2):
-            member, channel = self._routing._channel(tenant, send_to)
-            callable_ = self._callables.get(id(channel))
-            if callable_ is None:  # one per member's channel, made once
-                callable_ = self._callables[id(channel)] = getattr(channel, self._kind)(
-                    self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
-                )
-            metadata = tuple(kwargs.get("metadata") or ())
-            if member:
-                metadata = (*metadata, (ROUTE_KEY, member))
-            sent = {**kwargs, "metadata": metadata}
-            if self._kind.endswith("stream") and how == "__call__":
-                return callable_(request, **sent)  # a stream's refusal surfaces as it is read
+        while True:
+            member, callable_, sent = self.opened(tenant, send_to, kwargs)
             try:
                 return getattr(callable_, how)(request, **sent)
             except grpc.RpcError as exc:
-                if attempt:  # a call follows one redirect
-                    _tell_not_followed(
-                        exc,
-                        f"it was sent to member {member} after member {refused_by} refused it, and a call "
-                        "follows one redirect: the members' lists differ (check each member's --members)",
-                    )
-                    raise
-                again, why = self._routing.corrected(exc, member) if first is None else (None, _STREAMED)
+                again = self.followed(exc, member, refused_by, kept=kept)
                 if again is None:
-                    _tell_not_followed(exc, why)
                     raise
                 send_to, refused_by = again, member
-        raise AssertionError("unreachable")
 
     def __call__(self, request: Any, **kwargs: Any) -> Any:
         return self._send("__call__", request, kwargs)
@@ -305,6 +328,68 @@ class _Routed:
 
     def future(self, request: Any, **kwargs: Any) -> Any:
         return self._send("future", request, kwargs)
+
+
+class _ServerStream:
+    """A server stream's call, as gRPC's (iterated; ``cancel``, ``code`` ... of the call under
+    way): refused NOT_OWNER before its first message, as a unary call is, it takes the member list
+    the refusal carries and is sent once more, to the owner (nothing was answered, and the request
+    is kept). A refusal after a message is raised, its list taken."""
+
+    _call: Any = None  # the call under way (None only while the first is being made)
+
+    def __init__(self, routed: _Routed, request: Any, tenant: str, kwargs: dict[str, Any]) -> None:
+        self._routed, self._request, self._tenant, self._kwargs = routed, request, tenant, kwargs
+        self._answered = self._cancelled = False
+        self._refused_by = ""
+        self._open("")
+
+    def _open(self, send_to: str) -> None:
+        self._member, callable_, sent = self._routed.opened(self._tenant, send_to, self._kwargs)
+        self._call = callable_(self._request, **sent)
+
+    def __iter__(self) -> _ServerStream:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            try:
+                message = next(self._call)
+            except grpc.RpcError as exc:
+                kept = _STREAMED if self._answered else ""
+                again = self._routed.followed(exc, self._member, self._refused_by, kept=kept)
+                if again is None or self._cancelled:
+                    raise
+                self._refused_by = self._member
+                self._open(again)
+                continue
+            self._answered = True
+            return message
+
+    def cancel(self) -> bool:
+        self._cancelled = True
+        return bool(self._call.cancel())
+
+    def __getattr__(self, name: str) -> Any:  # code, details, trailing_metadata ... of the call under way
+        return getattr(self._call, name)
+
+
+class _Future:
+    """A call made as a future, as gRPC's (``result``, ``cancel`` ...): its NOT_OWNER refusal,
+    met as it is waited for, is not sent again, but the member list it carries is taken."""
+
+    def __init__(self, future: Any, routed: _Routed, member: str, kept: str) -> None:
+        self._future, self._routed, self._member, self._kept = future, routed, member, kept
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return self._future.result(timeout)
+        except grpc.RpcError as exc:
+            self._routed.followed(exc, self._member, "", kept=self._kept)
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # cancel, done, exception, code ... of the call
+        return getattr(self._future, name)
 
 
 def _tell_not_followed(error: grpc.RpcError, why: str) -> None:

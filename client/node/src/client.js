@@ -108,9 +108,15 @@ function retainResult(r) {
  * final: UNAVAILABLE waits the RetryInfo's retry_delay when it has one, else `backoffMs`;
  * RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (each at most `maxRetryDelayMs`).
  */
-// Why a server stream's NOT_OWNER refusal is thrown, met as it is read: its messages are not kept.
+// Why a NOT_OWNER refusal is thrown, not followed: the client has no list; a server stream had
+// answered (its list is taken all the same).
 const NO_MEMBER_LIST = 'this client has no member list to follow it by (members)';
-const STREAMED = 'a streaming call is not sent again; the next call for the tenant that is no stream takes the member list the refusal carries';
+const STREAMED = 'a stream that has sent or answered messages is not sent again; the member list the refusal carries is taken, so the next call for the tenant goes to the owner';
+
+/** Why a second NOT_OWNER refusal is thrown: a call follows one redirect. */
+function oneRedirect(sentTo, refusedBy) {
+  return `it was sent to member ${sentTo} after member ${refusedBy} refused it, and a call follows one redirect: the members' lists differ (check each member's --members)`;
+}
 
 /** `err`, a NOT_OWNER refusal thrown rather than followed, its message saying the member it names and why not. */
 function notFollowed(err, why) {
@@ -588,7 +594,7 @@ class MemoryClient {
       } catch (err) {
         const sentTo = routed.route[ROUTE_KEY];
         const { again, why } = refusedBy !== null
-          ? { again: null, why: `it was sent to member ${sentTo} after member ${refusedBy} refused it, and a call follows one redirect: the members' lists differ (check each member's --members)` }
+          ? { again: null, why: oneRedirect(sentTo, refusedBy) }
           : this._corrected(err, sentTo);
         if (again !== null) {
           refusedBy = sentTo;
@@ -987,28 +993,56 @@ class MemoryClient {
     return { member: response.member, creationsWaited: response.creations_waited, previousDone: response.previous_done };
   }
 
-  /** The error of a server stream `stub` failed with; a NOT_OWNER refusal says why it is not followed. */
-  _streamFailed(err, stub) {
-    const failed = fromServiceError(err, this._addressOf.get(stub));
-    if (!(failed instanceof MnemosyneError) || failed.reason !== NOT_OWNER) return failed;
-    return notFollowed(failed, this.members ? STREAMED : NO_MEMBER_LIST);
+  /**
+   * The member to open again a server stream that `sentTo` refused with `failed` (null: not again,
+   * its NOT_OWNER refusal saying why). Its member list is taken, as a unary call's is; the stream is
+   * sent again, once, only before its first message: one that has answered is thrown.
+   */
+  _streamRefused(failed, sentTo, refusedBy, answered) {
+    if (!(failed instanceof MnemosyneError) || failed.reason !== NOT_OWNER) return null;
+    if (refusedBy !== null) {
+      notFollowed(failed, oneRedirect(sentTo, refusedBy));
+      return null;
+    }
+    const { again, why } = this._corrected(failed, sentTo);
+    if (again !== null && !answered) return again;
+    if (again !== null || why) notFollowed(failed, again !== null ? STREAMED : why);
+    return null;
   }
 
-  /** A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop cancels it. */
+  /**
+   * A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop
+   * cancels it. Refused NOT_OWNER before its first message, it is sent once more, to the owner the
+   * refusal's member list names, as a unary call is (`_streamRefused`).
+   */
   async* _stream(stub, method, request, tenant, timeoutMs) {
     const sent = this._sendable(stub, method, request);
     checkedTimeoutMs(timeoutMs);
-    const routed = this._routed(stub, tenant);
-    const call = routed.stub[method](sent, this._metadata(routed.route),
-      timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs });
-    call.on('error', () => {}); // the status after our own cancel() is no unhandled 'error'
-    try {
-      for await (const message of call) yield message;
-    } catch (err) {
-      if (err && err.code === grpc.status.CANCELLED) return;
-      throw this._streamFailed(err, routed.stub);
-    } finally {
-      call.cancel();
+    let sendTo = '';
+    let refusedBy = null; // the member whose NOT_OWNER was followed (a stream follows one)
+    for (;;) {
+      const routed = this._routed(stub, tenant, sendTo);
+      const call = routed.stub[method](sent, this._metadata(routed.route),
+        timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs });
+      call.on('error', () => {}); // the status after our own cancel() is no unhandled 'error'
+      let answered = false;
+      try {
+        for await (const message of call) {
+          answered = true;
+          yield message;
+        }
+        return;
+      } catch (err) {
+        if (err && err.code === grpc.status.CANCELLED) return;
+        const failed = fromServiceError(err, this._addressOf.get(routed.stub));
+        const sentTo = routed.route[ROUTE_KEY];
+        const again = this._streamRefused(failed, sentTo, refusedBy, answered);
+        if (again === null) throw failed;
+        refusedBy = sentTo;
+        sendTo = again;
+      } finally {
+        call.cancel();
+      }
     }
   }
 
@@ -1072,23 +1106,8 @@ class MemoryClient {
    * A stream is not repeated by itself: resume it with `afterSequence`.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
-    const request = this._sendable(this.events, 'WatchEvents', { tenant, after_event_id: afterEventId, after_sequence: afterSequence });
-    checkedTimeoutMs(timeoutMs);
-    const routed = this._routed(this.events, tenant);
-    const call = routed.stub.WatchEvents(
-      request,
-      this._metadata(routed.route), timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs },
-    );
-    // The status that follows our own cancel() must not become an unhandled 'error' event.
-    call.on('error', () => {});
-    try {
-      for await (const message of call) yield event(message);
-    } catch (err) {
-      if (err && err.code === grpc.status.CANCELLED) return;
-      throw this._streamFailed(err, routed.stub);
-    } finally {
-      call.cancel();
-    }
+    const request = { tenant, after_event_id: afterEventId, after_sequence: afterSequence };
+    for await (const message of this._stream(this.events, 'WatchEvents', request, tenant, timeoutMs)) yield event(message);
   }
 
   // -- workspace (host-owned generations) ---------------------------------------------------------
