@@ -15,7 +15,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.hot_path.state import HOT_PATH_META
 from mnemosyne.store.connections import configure
-from mnemosyne.store.inbox import CHECKPOINT_PAGES, Inbox
+from mnemosyne.store.inbox import CHECKPOINT_PAGES, WAL_LIMIT_PAGES, Inbox
 from mnemosyne.store.oplog_inspect import inspect_oplog
 from mnemosyne.store.pool import TenantPool
 
@@ -273,3 +273,35 @@ def test_the_inbox_wal_file_is_cut_back_when_it_starts_again(tmp_path: Path) -> 
         assert wal.stat().st_size <= (CHECKPOINT_PAGES + 1) * 4096
     finally:
         inbox.close()
+
+
+def test_the_inbox_wal_stays_bounded_under_steady_fast_writes(server_factory) -> None:
+    """Under fast writes without pause, the worker's checkpoint of the inbox, beside the enqueues,
+    never found a moment without one committing: the WAL never started again and its file grew by
+    every enqueue (119 MB after 20 s of one writer). Past WAL_LIMIT_PAGES the worker checkpoints it
+    under the inbox lock, so the file stays near that many pages; every write is applied."""
+    server = server_factory().start()
+    wal = server.data_dir / "inbox" / "steady.inbox.sqlite-wal"
+    sent: list[str] = []
+    peak = 0
+    with MemoryClient(server.target, timeout=30) as c:
+        c.hot_path("steady", "enable")
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            text = f"steady fast write {len(sent)}: " + secrets.token_hex(100)
+            c.retain("steady", text, fast=True)
+            sent.append(text)
+            peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+        flushed = c.hot_path("steady", "flush", timeout_seconds=60)
+        assert flushed.failed == 0
+        stored: set[str] = set()
+        token = ""
+        while True:
+            page = c.list_memories("steady", page_size=1000, page_token=token)
+            stored |= {m.text for m in page.memories}
+            token = page.next_page_token
+            if not token:
+                break
+    assert len(sent) > 500  # enough writes to have grown the WAL past its limit several times over
+    assert peak <= 3 * WAL_LIMIT_PAGES * 4096, f"the inbox WAL reached {peak / 1e6:.1f} MB after {len(sent)} writes"
+    assert stored == set(sent)

@@ -77,6 +77,10 @@ CREATE INDEX IF NOT EXISTS ops_fingerprint ON ops(fingerprint, event_id);
 """
 # WAL pages after which the worker checkpoints the inbox (off every enqueue's commit).
 CHECKPOINT_PAGES = 1000
+# Past this many the worker checkpoints it under the inbox lock (``checkpoint_if_grown``): under
+# steady fast writes its checkpoint beside them never found a moment without an enqueue's commit,
+# so the WAL never started again and grew by every enqueue (119 MB after 20 s of one writer).
+WAL_LIMIT_PAGES = 2 * CHECKPOINT_PAGES
 # When the WAL starts again its file is cut back to this length (SQLite's journal_size_limit): a
 # burst of fast writes left it at ~50 MB for as long as the tenant stayed open.
 WAL_KEPT_BYTES = CHECKPOINT_PAGES * 4096
@@ -267,8 +271,18 @@ class Inbox:
         """A PASSIVE checkpoint on a connection of its own once the WAL grew by CHECKPOINT_PAGES
         since the last one: the inbox holds a few rows, so it copies a few pages, and enqueues go
         on meanwhile. (A checkpoint that a reader kept from finishing leaves the WAL long; it is
-        not retried on every round, each one's syncs would slow the enqueues' own.)"""
+        not retried on every round, each one's syncs would slow the enqueues' own.) The WAL starts
+        again only when a checkpoint copied every frame before the next enqueue's commit: past
+        WAL_LIMIT_PAGES, the checkpoint runs under the inbox lock, where none commits meanwhile."""
         if self._wal_pages < self._wal_pages_checkpointed + CHECKPOINT_PAGES or not self._may_checkpoint():
+            return
+        if self._wal_pages >= WAL_LIMIT_PAGES:
+            with self.lock:  # the inbox's own connection: no enqueue appends until it is done
+                self._wal_pages_checkpointed = self._wal_pages
+                try:
+                    self._connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+                except apsw.BusyError:
+                    pass  # another checkpoint is running: the next round's comes here again
             return
         connection = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE, vfs=BASE_VFS)
         try:
