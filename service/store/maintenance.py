@@ -19,7 +19,9 @@ names the tenant here, and one thread maintains it:
    complete checkpoint starts the WAL again from its beginning, so the file stays about
    ``CHECKPOINT_PAGES`` pages long. A writer that commits large batches back to back can outrun
    it (the checkpoint never catches up, the WAL never restarts); past ``WAL_LIMIT_PAGES`` the
-   writer checkpoints itself, under its write lock (``TenantStore.write``).
+   writer checkpoints itself, under its write lock (``TenantStore.write``). No checkpoint copies
+   the WAL back while a reader holds an older snapshot (a backup's copy): past
+   ``WAL_PINNED_FACTOR`` times the limit, the tenant's writes are refused until it ends.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from mnemosyne.errors import ResourceExhausted
 from mnemosyne.runtime.background import become_background_thread, keep_up
 
 log = logging.getLogger("mnemosyne.store.maintenance")
@@ -44,6 +47,14 @@ PAGE_BYTES = 4096  # SQLite's default page size, the tenant files'
 # without it the file kept the length of its longest run, up to the limit above, for as long as
 # the tenant stayed open, on every open tenant at once.
 WAL_KEPT_BYTES = CHECKPOINT_PAGES * PAGE_BYTES
+# A WAL this many times its limit that a checkpoint still cannot start again is held by a reader of
+# an older snapshot (a backup's or an export's copy of the tenant, store/snapshot.py; an integrity
+# check): every write meanwhile grew it, at its writers' pace for as long as the read lasted, on the
+# disk every tenant shares. Past it the tenant's writes are refused, with a retry delay, until the
+# read ends (``TenantStore.write``).
+WAL_PINNED_FACTOR = 2
+WAL_FULL_RETRY_SECONDS = 1.0
+WAL_LIMIT_REACHED = "WAL_LIMIT_REACHED"
 
 
 def wal_limit_pages(max_tenant_bytes: int) -> int:
@@ -55,6 +66,19 @@ def wal_limit_pages(max_tenant_bytes: int) -> int:
     if max_tenant_bytes <= 0:
         return WAL_LIMIT_PAGES
     return min(WAL_LIMIT_PAGES, max(CHECKPOINT_PAGES, -(-max_tenant_bytes // PAGE_BYTES)))
+
+
+def wal_full(tenant: str, pages: int, limit_pages: int) -> ResourceExhausted:
+    """The refusal of a write to ``tenant`` whose WAL of ``pages`` is past ``limit_pages`` and held."""
+    return ResourceExhausted(
+        f"tenant {tenant}'s write-ahead log holds {pages * PAGE_BYTES // 2**20} MiB, past its limit of "
+        f"{limit_pages * PAGE_BYTES // 2**20} MiB, and cannot be copied back into its file while a long read holds an "
+        "older snapshot of the tenant (a backup's or an export's copy of it, an integrity check): its writes are "
+        "refused until that read ends; retry shortly",
+        reason=WAL_LIMIT_REACHED,
+        metadata={"limit_bytes": str(limit_pages * PAGE_BYTES)},
+        retry_after_seconds=WAL_FULL_RETRY_SECONDS,
+    )
 
 
 class Maintainer:

@@ -112,6 +112,7 @@ def copy_tenant(
                 while not backup.done:
                     backup.step(pages_per_step)
                     on_step(backup.remaining, backup.page_count)
+                    store.seam("copy_step")  # a test holds a copy midway: its snapshot held
         except apsw.Error as exc:
             raise translate_sqlite_error(exc, database.name) from exc
         finally:

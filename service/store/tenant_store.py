@@ -31,7 +31,7 @@ from typing import Any
 
 import apsw
 
-from mnemosyne.errors import Unavailable
+from mnemosyne.errors import ResourceExhausted, Unavailable
 from mnemosyne.store import connections, page_scrub
 from mnemosyne.store.acceptance import Acceptances
 from mnemosyne.store.audit_reads import AuditReads
@@ -41,7 +41,13 @@ from mnemosyne.store.file_faults import limit_pages, stop_at
 from mnemosyne.store.file_watchers import FileChange
 from mnemosyne.store.fts_stats import fts5_segments
 from mnemosyne.store.inbox import Inbox, stored_sequence
-from mnemosyne.store.maintenance import CHECKPOINT_PAGES, WAL_KEPT_BYTES, WAL_LIMIT_PAGES
+from mnemosyne.store.maintenance import (
+    CHECKPOINT_PAGES,
+    WAL_KEPT_BYTES,
+    WAL_LIMIT_PAGES,
+    WAL_PINNED_FACTOR,
+    wal_full,
+)
 from mnemosyne.store.membership import moving
 from mnemosyne.store.memory_erasure import MemoryErasure
 from mnemosyne.store.memory_reads import MemoryReads
@@ -298,6 +304,10 @@ class TenantStore:
         """The lock of the tenant's inbox: held, no fast write is accepted and none leaves the inbox."""
         return self._inbox_lock
 
+    def seam(self, name: str) -> None:
+        """A test seam of the tenant's files (store/file_faults.py ``stop_at``)."""
+        stop_at(self._faults, name)
+
     @contextmanager
     def snapshot(self) -> Iterator[ReadTxn]:
         """A read transaction on a connection of its own (not a pooled reader), held for as long
@@ -334,13 +344,16 @@ class TenantStore:
         (a merge lost to a power cut is only done again). Returns the steps that did work."""
         steps = 0
         while steps < FULLTEXT_MERGE_MAX_STEPS:  # bounded: writers may keep adding segments
-            with self.write(sync=False, counted=False, internal=True) as txn:  # maintenance, no content
-                before = txn.connection.total_changes()
-                # Negative: merge any segments, not only a level holding ``automerge`` of them.
-                txn.connection.execute(
-                    "INSERT INTO memories_fts(memories_fts, rank) VALUES('merge', ?)", (-FULLTEXT_MERGE_PAGES,)
-                )
-                worked = txn.connection.total_changes() - before >= 2  # FTS5's documented signal
+            try:
+                with self.write(sync=False, counted=False, internal=True) as txn:  # maintenance, no content
+                    before = txn.connection.total_changes()
+                    # Negative: merge any segments, not only a level holding ``automerge`` of them.
+                    txn.connection.execute(
+                        "INSERT INTO memories_fts(memories_fts, rank) VALUES('merge', ?)", (-FULLTEXT_MERGE_PAGES,)
+                    )
+                    worked = txn.connection.total_changes() - before >= 2  # FTS5's documented signal
+            except ResourceExhausted:  # the WAL is held (``_check_wal_room``): the next pass merges
+                break
             if not worked:
                 break
             steps += 1
@@ -460,6 +473,7 @@ class TenantStore:
         with self._write_lock:
             if not internal:
                 self.check_writable()
+            self._check_wal_room()
             yield from write_transaction(
                 self._writer,
                 self._begin_write if counted else lambda: WriteTxn(self._writer, self._faults),
@@ -471,6 +485,17 @@ class TenantStore:
             if self._wal_pages >= self._wal_limit_pages:
                 self._catch_up_checkpoint()
 
+    def _check_wal_room(self) -> None:
+        """Refuse the write (RESOURCE_EXHAUSTED WAL_LIMIT_REACHED) while the WAL is past
+        ``WAL_PINNED_FACTOR`` times its limit and a checkpoint still cannot copy it back: a reader
+        holds an older snapshot (a backup's or an export's copy, store/snapshot.py), and every
+        write meanwhile would grow it. Not while the replication checkpoints the file."""
+        if self._wal_pages < WAL_PINNED_FACTOR * self._wal_limit_pages:
+            return
+        self._catch_up_checkpoint()
+        if self._wal_pages >= WAL_PINNED_FACTOR * self._wal_limit_pages:
+            raise wal_full(self.path.stem, self._wal_pages, WAL_PINNED_FACTOR * self._wal_limit_pages)
+
     def _catch_up_checkpoint(self) -> None:
         """A PASSIVE checkpoint on the writer connection, under the write lock, when the WAL
         passed ``wal_limit_pages``: the background one (store/maintenance.py) starts the WAL again
@@ -481,14 +506,16 @@ class TenantStore:
         file stays near the limit. A checkpoint already running elsewhere does the work; none
         while the replication checkpoints the file (store/replicas.py ``replicating``)."""
         if not self._replication.checkpoints_are_ours():
+            self._wal_pages = 0  # the replication's checkpoints bound it (docs/replication.md)
             return
         try:
-            self._writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            frames, copied = self._writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
         except apsw.BusyError:
+            self._wal_pages = 0  # another checkpoint is running (the background one): it does the work
             return
         except apsw.Error as exc:
             raise translate_sqlite_error(exc, self.path.name) from exc
-        self._wal_pages = 0
+        self._wal_pages = 0 if copied >= frames else frames  # all copied: the next write starts it again
 
     def _begin_write(self) -> WriteTxn:
         txn = WriteTxn(self._writer, self._faults)

@@ -31,9 +31,10 @@ from mnemosyne.engine.hot_path.recovery import Recovery
 from mnemosyne.engine.hot_path.retention import Retention
 from mnemosyne.engine.hot_path.rounds import Rounds
 from mnemosyne.engine.hot_path.scheduler import Scheduler
-from mnemosyne.errors import FailedPrecondition, Unavailable
+from mnemosyne.errors import FailedPrecondition, ResourceExhausted, Unavailable
 from mnemosyne.runtime import tracing
 from mnemosyne.runtime.background import become_background_thread, keep_up
+from mnemosyne.store.maintenance import WAL_LIMIT_REACHED
 from mnemosyne.store.membership import MOVED_AT_EPOCH, NOT_OWNER, NOT_SERVED_HERE
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import TenantStore
@@ -136,7 +137,9 @@ class Workers:
           file this member does not hold): not taken again by this process; a tombstone's tenant
           also leaves the recovery index (its operations moved with its file);
         * it is closed a moment (UNAVAILABLE: a move's copy not active yet, a move's step, a
-          replacement): taken again after a backoff, quietly (an activation takes it at once).
+          replacement): taken again after a backoff, quietly (an activation takes it at once);
+        * its WAL is held by a copy of it being made (RESOURCE_EXHAUSTED WAL_LIMIT_REACHED): taken
+          again after the refusal's retry delay, quietly.
 
         Anything else (a full disk, say) is a fault: logged with its traceback at each attempt,
         the operations staying pending, the tenant taken again after a backoff doubling up to a
@@ -154,7 +157,10 @@ class Workers:
                 )
             return
         delay = min(ROUND_RETRY_MAX_SECONDS, ROUND_RETRY_SECONDS * 2 ** (failures - 1))
-        if isinstance(exc, Unavailable):
+        if isinstance(exc, ResourceExhausted) and exc.reason == WAL_LIMIT_REACHED:
+            # A copy of the tenant being made holds its WAL (store/maintenance.py): seconds.
+            delay = exc.retry_after_seconds or delay
+        if isinstance(exc, Unavailable) or (isinstance(exc, ResourceExhausted) and exc.reason == WAL_LIMIT_REACHED):
             if failures == 1:
                 log.info("tenant %s: its hot path waits (%s: %s)", tenant, exc.reason, exc.message)
         else:
