@@ -180,6 +180,7 @@ class TenantStore:
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self._snapshots_held = 0  # copies' read transactions open now (``snapshot``)
         self.cache = TenantCache()  # the engine's values for this open tenant (store/tenant_cache.py)
         # Called when the store closes, before its files may go (the engine's caches on disk:
         # engine/ann.py stops writing its index file).
@@ -314,11 +315,15 @@ class TenantStore:
         as the block runs: what an online backup copies from (store/snapshot.py), page by page,
         while writers go on."""
         connection = open_connection(self.path, readonly=True, synchronous=self._synchronous)
+        with self._readers_lock:
+            self._snapshots_held += 1
         try:
             with self._read_transaction(connection) as txn:
                 yield txn
         finally:
             connection.close()
+            with self._readers_lock:
+                self._snapshots_held -= 1
 
     def _wal_hook(self, _connection: apsw.Connection, _dbname: str, pages: int) -> int:
         # Runs inside COMMIT under the write lock: only announce, at most once per threshold.
@@ -489,12 +494,18 @@ class TenantStore:
         """Refuse the write (RESOURCE_EXHAUSTED WAL_LIMIT_REACHED) while the WAL is past
         ``WAL_PINNED_FACTOR`` times its limit and a checkpoint still cannot copy it back: a reader
         holds an older snapshot (a backup's or an export's copy, store/snapshot.py), and every
-        write meanwhile would grow it. Not while the replication checkpoints the file."""
-        if self._wal_pages < WAL_PINNED_FACTOR * self._wal_limit_pages:
+        write meanwhile would grow it. While the replication checkpoints the file, its own
+        checkpoints bound the WAL, except while a copy's snapshot (``snapshot``) is held."""
+        bound = WAL_PINNED_FACTOR * self._wal_limit_pages
+        if self._wal_pages < bound:
             return
-        self._catch_up_checkpoint()
-        if self._wal_pages >= WAL_PINNED_FACTOR * self._wal_limit_pages:
-            raise wal_full(self.path.stem, self._wal_pages, WAL_PINNED_FACTOR * self._wal_limit_pages)
+        if self._replication.checkpoints_are_ours():
+            self._catch_up_checkpoint()
+            if self._wal_pages < bound:
+                return
+        elif not self._snapshots_held:
+            return
+        raise wal_full(self.path.stem, self._wal_pages, bound)
 
     def _catch_up_checkpoint(self) -> None:
         """A PASSIVE checkpoint on the writer connection, under the write lock, when the WAL
@@ -506,7 +517,6 @@ class TenantStore:
         file stays near the limit. A checkpoint already running elsewhere does the work; none
         while the replication checkpoints the file (store/replicas.py ``replicating``)."""
         if not self._replication.checkpoints_are_ours():
-            self._wal_pages = 0  # the replication's checkpoints bound it (docs/replication.md)
             return
         try:
             frames, copied = self._writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
