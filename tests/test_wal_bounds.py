@@ -7,6 +7,7 @@ a SIGKILL too, and the WAL's file is cut back once the copy ended. Real server, 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,35 @@ def test_with_replication_writes_are_refused_too_while_an_export_holds_its_snaps
         client.retain("held", "a note after the copy ended")
         acknowledged.append("a note after the copy ended")
         assert _texts(client, "held") == set(acknowledged)
+
+
+def test_fast_writes_wait_quietly_while_a_copy_holds_the_wal_and_are_applied_once_it_ends(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """The hot path's worker is refused as a caller is (its round applies the fast writes through
+    the same write path): it says once that the tenant's hot path waits, takes the tenant again
+    after the refusal's retry delay, and applies every write once the copy ended; not a round
+    failure logged with its traceback at each attempt, taken again after a backoff doubling to 30 s."""
+    hold = tmp_path / "hold-copy"
+    server = server_factory(
+        args=["--max-tenant-bytes", str(QUOTA_BYTES)],
+        env={"MNEMOSYNE_TEST_FAULTS": f"hold@copy_step={hold}"},
+    ).start()
+    with MemoryClient(server.target, retries=0, timeout=30) as client:
+        acknowledged = _seeded(client, "held")
+        client.hot_path("held", "enable")
+        export = _held_export(server, client, hold, "held", [])
+        _write_until_refused(client, server, "held", acknowledged)
+        fast = [f"fast note {i} sent while the copy is held" for i in range(5)]
+        assert [client.retain("held", text, fast=True).status for text in fast] == ["enqueued"] * 5
+        log = server.stderr_path
+        wait_until(lambda: "held: its hot path waits (WAL_LIMIT_REACHED" in log.read_text(errors="replace"))
+        time.sleep(2)  # attempts after the first, each a second apart
+        hold.unlink()
+        export.join(timeout=60)
+        flushed = client.hot_path("held", "flush", timeout_seconds=30)
+        assert flushed.failed == 0
+        assert _texts(client, "held") == set(acknowledged) | set(fast)
+    said = log.read_text(errors="replace")
+    assert "hot-path round failed for tenant held" not in said
+    assert said.count("held: its hot path waits (WAL_LIMIT_REACHED") == 1
