@@ -45,6 +45,7 @@ from mnemosyne.store.maintenance import (
     CHECKPOINT_PAGES,
     WAL_KEPT_BYTES,
     WAL_LIMIT_PAGES,
+    WAL_LIMIT_REACHED,
     WAL_PINNED_FACTOR,
     wal_full,
 )
@@ -357,8 +358,10 @@ class TenantStore:
                         "INSERT INTO memories_fts(memories_fts, rank) VALUES('merge', ?)", (-FULLTEXT_MERGE_PAGES,)
                     )
                     worked = txn.connection.total_changes() - before >= 2  # FTS5's documented signal
-            except ResourceExhausted:  # the WAL is held (``_check_wal_room``): the next pass merges
-                break
+            except ResourceExhausted as exc:
+                if exc.reason != WAL_LIMIT_REACHED:
+                    raise
+                break  # the WAL is held (``_check_wal_room``): the next pass merges
             if not worked:
                 break
             steps += 1
