@@ -38,6 +38,13 @@ class ServerConfig:
     # The HTTP/JSON API (transport/http/json_api.py).
     http_port: int = option(8080, "port of the HTTP/JSON API and /openapi.json (0 = off)", maximum=MAX_PORT)
     http_host: str | None = option(None, "address of the HTTP port", unset="the gRPC --host")
+    # Each holds a file descriptor: idle or trickling clients took them all (transport/http/server.py).
+    http_max_connections: int = option(
+        1024,
+        "connections the HTTP port holds open, at most a quarter of the open-file limit; "
+        "past them a new one is refused 503 HTTP_CONNECTIONS_FULL",
+        minimum=1,
+    )
     http_allowed_hosts: tuple[str, ...] = option(
         (),
         "a Host name the HTTP port answers to besides loopback and its own address ('*' = any)",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import resource
 import socket
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,8 +27,9 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemosyne.errors import InvalidArgument
+from mnemosyne.errors import InvalidArgument, MnemosyneError, Unavailable
 from mnemosyne.observability.counted_log import CountedLog
+from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.errors import to_status_proto
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
@@ -46,6 +49,20 @@ BODY_PAUSE_SECONDS = 30.0
 HEAD_BYTES = 64 * 1024
 # How long a refused connection is still read (and dropped) before it is closed.
 REFUSED_READ_SECONDS = 5.0
+# The HTTP port holds at most this share of the open-file limit in connections, whatever
+# --http-max-connections says: each holds a descriptor, and idle or trickling clients could
+# otherwise take every one the process has, so that no tenant file and no gRPC connection opens.
+OPEN_FILES_SHARE = 4  # a quarter
+# A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
+# at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
+# such connections (or the cap, if less) it is closed at once: a flood of new connections holds
+# no more descriptors.
+REFUSED_FULL_READ_SECONDS = 1.0
+REFUSED_FULL_LINGERING = 64
+# Connections the kernel queues before they are accepted. asyncio accepts as many at once (each
+# takes a descriptor before the cap can refuse it), so the port's is at most its cap: at most
+# twice the cap and REFUSED_FULL_LINGERING descriptors are held, for a moment, in a flood.
+BACKLOG = 2048
 # The most often requests refused unread (400 REQUEST_UNREADABLE, 431 REQUEST_HEAD_TOO_LARGE) are
 # logged: a line each (uvicorn's "Invalid HTTP request received.") let any client write the log at
 # will, so one line tells how many were refused since the last.
@@ -77,6 +94,36 @@ class _RefusalLog:
         if self._timer is not None:
             self._timer.cancel()
         self._counts.close()
+
+
+def connection_budget(requested: int) -> int:
+    """How many connections the HTTP port holds open: ``requested``, or fewer when that is over a
+    quarter of the open-file limit (OPEN_FILES_SHARE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return requested
+    return max(1, min(requested, soft // OPEN_FILES_SHARE))
+
+
+class _ConnectionCap:
+    """The HTTP port's open connections, against its most (used on the server's event loop only).
+
+    Not uvicorn's ``limit_concurrency``: it is checked only once a request's head is whole, so a
+    connection that idles or trickles its head is never refused and keeps its descriptor, and it
+    answers a line of text (and keeps the connection) rather than our JSON error, closed."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.open = 0  # admitted and not yet closed
+        self.lingering = 0  # refused, their answer being read
+
+    def full_error(self) -> Unavailable:
+        return Unavailable(
+            f"the HTTP port holds its most connections open ({self.most:,}, --http-max-connections): "
+            "retry in a second, and reuse a connection for several requests (keep-alive)",
+            reason="HTTP_CONNECTIONS_FULL",
+            retry_after_seconds=1.0,
+        )
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -119,7 +166,7 @@ def bind(host: str, port: int) -> socket.socket:
         # separately, wait out the client's delayed ACK: 44 ms per call instead of 0.1 ms.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(2048)
+        sock.listen(BACKLOG)  # the server's own, at most this, replaces it (HttpServer.start)
         sock.set_inheritable(True)
     except BaseException:
         sock.close()
@@ -154,6 +201,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     head_seconds = HEAD_SECONDS
     body_pause_seconds = BODY_PAUSE_SECONDS
     refusals: _RefusalLog  # the server's (HttpServer.start)
+    cap: _ConnectionCap  # the server's
+    _admitted = False  # counted in ``cap.open``
+    _lingering = False  # counted in ``cap.lingering``
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
     _body_seen = 0.0  # loop time of the head or the body's last part
@@ -164,6 +214,15 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
+        if self.cap.open >= self.cap.most:
+            self._refused = True  # its request, if it sent one, is read and dropped
+            self.refusals.refused("HTTP_CONNECTIONS_FULL", self.loop)
+            self._lingering = self.cap.lingering < min(REFUSED_FULL_LINGERING, self.cap.most)
+            self.cap.lingering += self._lingering
+            self._answer(503, self.cap.full_error(), REFUSED_FULL_READ_SECONDS if self._lingering else 0.0)
+            return
+        self.cap.open += 1
+        self._admitted = True
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
@@ -214,20 +273,22 @@ class _HeadTimedProtocol(HttpToolsProtocol):
                 return
         self._answer(status, error)
 
-    def _answer(self, status: int, error: InvalidArgument) -> None:
+    def _answer(self, status: int, error: MnemosyneError, read_seconds: float = REFUSED_READ_SECONDS) -> None:
         """Write the refusal. The sending side is closed at once, but the connection is read (and
-        dropped) a while longer: closed with unread bytes, it would be reset, and a client still
-        sending would lose the answer."""
+        dropped) for ``read_seconds`` more, or until its client closes: closed with unread bytes,
+        it would be reset, and a client still sending would lose the answer."""
         if self.transport.is_closing():
             return
         body = encode(to_status_proto(error))
         head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        if error.retry_after_seconds is not None:
+            head += f"retry-after: {max(1, math.ceil(error.retry_after_seconds))}\r\n"
         head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
         self.transport.write(head.encode("ascii") + body)
-        if self.transport.can_write_eof():
+        if self.transport.can_write_eof() and read_seconds > 0:
             self.transport.write_eof()
-            self.loop.call_later(REFUSED_READ_SECONDS, self.transport.close)
-        else:  # TLS: no half-close
+            self.loop.call_later(read_seconds, self.transport.close)
+        else:  # TLS (no half-close), or nothing more to read
             self.transport.close()
 
     def on_headers_complete(self) -> None:
@@ -287,6 +348,10 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # However it closed: its client left or reset it, a timer or a refusal closed it, the server stops.
+        self.cap.open -= self._admitted
+        self.cap.lingering -= self._lingering
+        self._admitted = self._lingering = False
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
@@ -329,16 +394,24 @@ class HttpServer:
         tls: HttpTls | None,
         head_seconds: float = HEAD_SECONDS,
         body_pause_seconds: float = BODY_PAUSE_SECONDS,
+        max_connections: int = ServerConfig.http_max_connections,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
+        """Serve ``app`` on ``sock``, holding at most ``max_connections`` open (``connection_budget``
+        is the caller's: a test holds a few)."""
         refusals = _RefusalLog(refusals_log_seconds)
+        timing = {
+            "head_seconds": head_seconds,
+            "body_pause_seconds": body_pause_seconds,
+        }
         config = uvicorn.Config(
             app,
             http=type(
                 "_Protocol",
                 (_HeadTimedProtocol,),
-                {"head_seconds": head_seconds, "body_pause_seconds": body_pause_seconds, "refusals": refusals},
+                {**timing, "refusals": refusals, "cap": _ConnectionCap(max_connections)},
             ),
+            backlog=min(BACKLOG, max_connections),
             lifespan="off",
             log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
             access_log=False,  # the edge writes the access records

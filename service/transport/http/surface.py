@@ -11,6 +11,7 @@ it after.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Sequence
 
@@ -33,9 +34,11 @@ from mnemosyne.transport.http.json_api import HttpApi
 from mnemosyne.transport.http.mcp import McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.transport.http.paths import CONSOLE_PATH, DOCS_PATH, HOME_PATH, MCP_PATH
-from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
+from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose, connection_budget
 from mnemosyne.transport.in_process import InProcess
 from mnemosyne.version import VERSION
+
+log = logging.getLogger("mnemosyne.http")
 
 
 class HttpSurface:
@@ -90,7 +93,7 @@ class HttpSurface:
             else None
         )
         try:
-            self.http = await HttpServer.start(app, sock, tls=https)
+            self.http = await HttpServer.start(app, sock, tls=https, max_connections=_connections(config))
         except BaseException:
             sock.close()
             raise
@@ -105,6 +108,16 @@ class HttpSurface:
         """Stop serving HTTP; in-flight requests get ``seconds`` (what is left of the grace period)."""
         if self.http is not None:
             await self.http.stop(seconds)
+
+
+def _connections(config: ServerConfig) -> int:
+    most = connection_budget(config.http_max_connections)
+    log.info(
+        "HTTP port: at most %d connections open (asked %d; at most a quarter of the open-file limit)",
+        most,
+        config.http_max_connections,
+    )
+    return most
 
 
 def _bind(host: str, port: int) -> socket.socket:
