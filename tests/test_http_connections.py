@@ -10,6 +10,7 @@ Real servers on loopback, raw sockets as the clients."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -102,22 +103,18 @@ def test_idle_http_connections_cannot_take_the_descriptors_tenants_and_grpc_need
     client could not connect and a tenant's files could not open. The port holds a quarter of the
     limit (64); the others are refused and closed, and tenants are written over gRPC meanwhile."""
     server: ServerProcess = server_factory(open_files=(256, 256), http=True).start()
-    held: list[socket.socket] = []
-    try:
+    with contextlib.ExitStack() as held:
         for _ in range(400):
-            held.append(socket.create_connection(("127.0.0.1", server.http_port), timeout=10))
+            last = held.enter_context(socket.create_connection(("127.0.0.1", server.http_port), timeout=10))
         with MemoryClient(server.target, retries=0, timeout=10) as client:
             for i in range(20):
                 assert client.retain(f"capped-{i}", f"memory {i}").status == "created"
         answer = b""  # the last one's: answered as it came, before any request
-        while chunk := held[-1].recv(65536):  # to its end: the server closed it
+        while chunk := last.recv(65536):  # to its end: the server closed it
             answer += chunk
         head, body = _refusal(answer)
         assert head.startswith(b"HTTP/1.1 503 ") and body["details"][0]["reason"] == "HTTP_CONNECTIONS_FULL"
         wait_until(lambda: len(os.listdir(f"/proc/{server.pid}/fd")) < 256 - 64, 5)  # refused ones closed
-    finally:
-        for sock in held:
-            sock.close()
     log = server.stderr_path.read_text()
     assert "HTTP port: at most 64 connections open (asked 1024;" in log
     assert "Traceback" not in log and " ERROR " not in log
