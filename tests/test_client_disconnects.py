@@ -10,6 +10,7 @@ Each request is written over a raw socket and cut short; the record is read from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import urllib.request
@@ -248,6 +249,63 @@ def test_a_body_that_stops_coming_is_refused_408_and_one_sent_slowly_is_served()
             answer_head, _, body = refused.partition(b"\r\n\r\n")
             assert answer_head.startswith(b"HTTP/1.1 408 "), refused[:300]
             assert json.loads(body)["details"][0]["reason"] == "REQUEST_BODY_TIMEOUT"
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_drip_fed_under_its_pause_is_refused_408_and_one_at_its_rate_is_served(chunked: bool) -> None:
+    """A body sent a byte at a time, each just within its pause time, held its request for good:
+    a body must be whole within its time (here 1 s; BODY_SECONDS) and a second more for each
+    BODY_BYTES_PER_SECOND of it that came (here 40), whether its length is given or chunked;
+    past that it is 408 REQUEST_BODY_TIMEOUT saying it came too slowly (its pauses, within 2 s
+    here, do not matter). A body sent as slowly but at its rate is served."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while (message := await receive())["type"] == "http.request" and message.get("more_body"):
+            pass
+        if message["type"] == "http.request":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+    framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: 4000"
+
+    def part(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data) if chunked else data
+
+    async def send_body(port: int, piece: bytes, count: int) -> bytes:
+        """``count`` parts of ``piece`` 0.3 s apart (then the rest at once): the answer."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n%s\r\n\r\n" % framing)
+        sent = 0
+        for _ in range(count):
+            await asyncio.sleep(0.3)
+            if writer.is_closing() or reader.at_eof():
+                break
+            writer.write(part(piece))
+            sent += len(piece)
+        with contextlib.suppress(ConnectionError):
+            writer.write(part(b"x" * (4000 - sent)) + (b"0\r\n\r\n" if chunked else b""))
+        return await asyncio.wait_for(reader.read(), 5)
+
+    async def run() -> None:
+        server = await HttpServer.start(
+            app, bind("127.0.0.1", 0), tls=None, body_pause_seconds=2.0, body_seconds=1.0, body_bytes_per_second=40
+        )
+        try:
+            # 1 byte each 0.3 s: late after ~1.1 s; 200 bytes each 0.3 s (~670 a second, where 40
+            # will do) is in time whatever its length.
+            dripped, steady = await asyncio.gather(
+                send_body(server.port, b"x", 12), send_body(server.port, b"y" * 200, 12)
+            )
+            head, _, body = dripped.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408 "), dripped[:300]
+            refusal = json.loads(body)
+            assert refusal["details"][0]["reason"] == "REQUEST_BODY_TIMEOUT"
+            assert "came too slowly" in refusal["message"], refusal
+            assert steady.startswith(b"HTTP/1.1 200 "), steady[:300]
         finally:
             await server.stop()
 

@@ -44,6 +44,12 @@ HEAD_SECONDS = 30.0
 # sending a large body slowly keeps sending. Not counted while the server reads nothing (the app
 # has not taken what came, or the client waits for its 100 Continue).
 BODY_PAUSE_SECONDS = 30.0
+# The least rate a request's body comes at: it must be whole within BODY_SECONDS of its head, plus a
+# second for each BODY_BYTES_PER_SECOND of it that came (Apache's mod_reqtimeout rule), the time
+# the server reads nothing not counted. Else a body sent a byte at a time, each just within
+# BODY_PAUSE_SECONDS, held its request for good. A body of 16 MiB may take under 5 minutes.
+BODY_SECONDS = 30.0
+BODY_BYTES_PER_SECOND = 64 * 1024
 # The most a request's head (its line and headers) may hold: uvicorn's parser (httptools) keeps
 # any length in memory. Browsers send a few KiB; 64 KiB is what common proxies accept at most.
 HEAD_BYTES = 64 * 1024
@@ -200,6 +206,8 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     head_seconds = HEAD_SECONDS
     body_pause_seconds = BODY_PAUSE_SECONDS
+    body_seconds = BODY_SECONDS
+    body_bytes_per_second = BODY_BYTES_PER_SECOND
     refusals: _RefusalLog  # the server's (HttpServer.start)
     cap: _ConnectionCap  # the server's
     _admitted = False  # counted in ``cap.open``
@@ -207,6 +215,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
     _body_seen = 0.0  # loop time of the head or the body's last part
+    _body_begun = 0.0  # loop time of the head, moved on by the time the server read nothing
+    _body_armed = 0.0  # loop time the body's timer was armed
+    _body_bytes = 0  # of the body, come so far
     _head_bytes = 0  # received while the head is awaited
     _refused = False  # answered with an error: nothing more is read as a request
     _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
@@ -302,12 +313,14 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
             self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
         super().on_headers_complete()
-        self._body_seen = self.loop.time()
+        self._body_seen = self._body_begun = self.loop.time()
+        self._body_bytes = 0
         self._await_body(self.body_pause_seconds)  # stopped at once by on_message_complete when there is none
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
         self._body_seen = self.loop.time()  # the one timer, armed at the head, counts from here
+        self._body_bytes += len(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -315,26 +328,39 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def _await_body(self, seconds: float) -> None:
         self._stop_waiting_for_body()
-        self._body_timer = self.loop.call_later(seconds, self._body_paused)
+        self._body_armed = self.loop.time()
+        self._body_timer = self.loop.call_later(seconds, self._body_late)
 
-    def _body_paused(self) -> None:
+    def _body_due(self) -> float:
+        """When the body is late: paused too long, or not whole at its least rate."""
+        whole_by = self._body_begun + self.body_seconds + self._body_bytes / self.body_bytes_per_second
+        return min(self._body_seen + self.body_pause_seconds, whole_by)
+
+    def _body_late(self) -> None:
         self._body_timer = None
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.more_body or self.transport.is_closing():
             return  # answered early (the head timer waits for the next request) or whole
-        paused = self.loop.time() - self._body_seen
-        if paused < self.body_pause_seconds:  # a part came since the timer was armed
-            self._await_body(self.body_pause_seconds - paused)
+        now = self.loop.time()
+        if now < self._body_due():  # parts came since the timer was armed
+            self._await_body(self._body_due() - now)
             return
-        if self.flow.read_paused or cycle.waiting_for_100_continue:
-            self._body_seen = self.loop.time()  # the server is not reading: no pause of the client's
+        if self.flow.read_paused or cycle.waiting_for_100_continue:  # the server is not reading: not the client's time
+            self._body_begun += now - self._body_armed
+            self._body_seen = now
             self._await_body(self.body_pause_seconds)
             return
+        if now - self._body_seen >= self.body_pause_seconds:
+            why = f"stopped coming: nothing of it for {self.body_pause_seconds:g} s"
+        else:
+            why = (
+                f"came too slowly: {self._body_bytes:,} bytes in {now - self._body_begun:.3g} s (it may take "
+                f"{self.body_seconds:g} s and a second more for each {self.body_bytes_per_second:,} bytes)"
+            )
         self._refuse(
             408,
             InvalidArgument(
-                f"the request's body stopped coming: nothing of it for {self.body_pause_seconds:g} s; "
-                "send the body whole, at once after the head",
+                f"the request's body {why}; send the body whole, at once after the head",
                 reason="REQUEST_BODY_TIMEOUT",
             ),
         )
@@ -394,6 +420,8 @@ class HttpServer:
         tls: HttpTls | None,
         head_seconds: float = HEAD_SECONDS,
         body_pause_seconds: float = BODY_PAUSE_SECONDS,
+        body_seconds: float = BODY_SECONDS,
+        body_bytes_per_second: int = BODY_BYTES_PER_SECOND,
         max_connections: int = ServerConfig.http_max_connections,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
@@ -403,6 +431,8 @@ class HttpServer:
         timing = {
             "head_seconds": head_seconds,
             "body_pause_seconds": body_pause_seconds,
+            "body_seconds": body_seconds,
+            "body_bytes_per_second": body_bytes_per_second,
         }
         config = uvicorn.Config(
             app,
