@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import socket
 import threading
@@ -251,6 +252,44 @@ def test_side_port_slow_senders_and_slow_readers_hold_no_thread_and_are_dropped_
         "metrics port connections dropped: 1 no whole request in 0.5 s" + suffix,
         "metrics port connections dropped: 20 answer not read in 0.5 s, 19 no whole request in 0.5 s" + suffix,
     ], lines
+
+
+def test_side_port_slow_readers_hold_at_most_a_few_copies_of_the_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    """Each slow reader asking for /metrics as the last one's exposition ended held a copy of its
+    own until its idle time was over: up to MAX_WAITING copies (256 of a few MiB). Answers not
+    read hold at most MAX_UNREAD_EXPOSITIONS expositions (4): past that the oldest reader is reset
+    at once, the others are read whole."""
+    size = 8 * 1024 * 1024  # more than the kernel's buffers hold for a reader
+
+    def exposition() -> bytes:
+        return b"# x\n" * (size // 4)  # a new copy each time, as the server's own
+
+    side = SideServer("127.0.0.1", 0, metrics=exposition, ready=lambda: True, idle_seconds=30)
+    readers: list[socket.socket] = []
+    try:
+        with caplog.at_level("WARNING", logger="mnemosyne.http"):
+            for _ in range(2 * http.MAX_UNREAD_EXPOSITIONS):  # each answered before the next asks: its own copy
+                readers.append(_slow_reader(side.port))
+                assert select.select([readers[-1]], [], [], 5)[0], "no answer began"
+            received = []
+            for reader in readers:
+                got = 0
+                with contextlib.suppress(ConnectionResetError):
+                    while chunk := reader.recv(1 << 20):
+                        got += len(chunk)
+                received.append(got)
+            side.stop()  # writes the count still waiting
+        kept = http.MAX_UNREAD_EXPOSITIONS
+        assert all(got < size for got in received[:kept]), received  # reset, not read whole
+        assert all(got > size for got in received[kept:]), received  # the head and the whole text
+    finally:
+        for reader in readers:
+            reader.close()
+        side.stop()
+    lines = [record.getMessage() for record in caplog.records if record.name == "mnemosyne.http"]
+    said = re.compile(rf"metrics port connections dropped: (\d+) answer not read, {kept} newer expositions held \(")
+    counts = [said.match(line) for line in lines]
+    assert sum(int(count[1]) for count in counts if count is not None) == kept and None not in counts, lines
 
 
 def test_metrics_port_off_by_zero(server_factory) -> None:

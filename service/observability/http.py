@@ -43,6 +43,10 @@ IDLE_SECONDS = 10.0
 # The most connections held at once (waiting for their request, or for their answer to be read):
 # past it, the one that came first is closed.
 MAX_WAITING = 256
+# The most /metrics expositions held in answers not yet read (each the whole text, up to a few MiB,
+# answers of one exposition sharing it): past it, the scrapes reading slowest, the oldest, are
+# reset. Else 256 slow readers, each asking as the last one's exposition ended, held 256 copies.
+MAX_UNREAD_EXPOSITIONS = 4
 # The longest request head read (Prometheus and the kubelet send a few hundred bytes).
 HEAD_BYTES = 8 * 1024
 # Connections dropped (too slow, too many) are logged at most this often, counted by reason.
@@ -73,6 +77,7 @@ class _Connection:
     head: bytearray = field(default_factory=bytearray)
     answer: list[memoryview] = field(default_factory=list)  # what is left to send
     method: str = ""  # of its request, once read whole
+    exposition: bytes | None = None  # the /metrics text its answer holds
 
 
 class SideServer:
@@ -101,6 +106,7 @@ class SideServer:
         # In the order they came (the first is closed when too many are held).
         self._connections: dict[socket.socket, _Connection] = {}
         self._scrapes: list[_Connection] = []  # waiting for the next exposition
+        self._unread: dict[_Connection, None] = {}  # scrapes whose answer is not all sent, oldest first
         self._exposing: tuple[Future[bytes], list[_Connection]] | None = None
         self._exposer = ThreadPoolExecutor(1, thread_name_prefix="metrics-exposition")
         self._selector = selectors.DefaultSelector()
@@ -222,7 +228,9 @@ class SideServer:
                 )
             for connection in scrapes:
                 if connection.sock in self._connections:  # not dropped meanwhile
+                    connection.exposition = body
                     self._answer(connection, status, body, content_type)
+            self._drop_unread_past_bound()
         if self._exposing is None and self._scrapes:
             exposition = self._exposer.submit(self._metrics)
             self._exposing = (exposition, self._scrapes)
@@ -243,6 +251,14 @@ class SideServer:
         self._send(connection)
         if connection.answer:  # the rest when the client has read some
             self._selector.register(connection.sock, selectors.EVENT_WRITE, connection)
+            if connection.exposition is not None:
+                self._unread[connection] = None
+
+    def _drop_unread_past_bound(self) -> None:
+        """Reset the oldest scrapes not yet read until their answers hold at most
+        MAX_UNREAD_EXPOSITIONS expositions."""
+        while len({id(c.exposition) for c in self._unread}) > MAX_UNREAD_EXPOSITIONS:
+            self._drop(next(iter(self._unread)), f"answer not read, {MAX_UNREAD_EXPOSITIONS} newer expositions held")
 
     def _send(self, connection: _Connection) -> None:
         try:
@@ -282,6 +298,8 @@ class SideServer:
         if self._connections.pop(connection.sock, None) is None:
             return
         connection.answer = []
+        connection.exposition = None
+        self._unread.pop(connection, None)
         if connection in self._scrapes:
             self._scrapes.remove(connection)
         try:
