@@ -36,34 +36,37 @@ def _refusal(answer: bytes) -> tuple[bytes, Any]:
     return head, json.loads(body)
 
 
+async def served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    writer.write(GET)
+    try:
+        return (await asyncio.wait_for(reader.readuntil(b"ok"), 5)).startswith(b"HTTP/1.1 200 ")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+
+
+async def refused(port: int, source: str = "127.0.0.1") -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    writer.write(GET)
+    answer = await asyncio.wait_for(reader.read(), 5)  # read to its end: the server closed it
+    writer.close()
+    return answer
+
+
+async def new_one_served(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection, served once the server has seen an old one close."""
+    for _ in range(100):
+        connection = await asyncio.open_connection("127.0.0.1", port)
+        if await served(*connection):
+            return connection
+        connection[1].close()
+        await asyncio.sleep(0.02)
+    raise AssertionError("no new connection was served: the cap did not free up")
+
+
 def test_connections_past_the_cap_are_refused_503_and_the_cap_frees_as_they_close() -> None:
     """Three connections held (cap 3): a fourth is answered 503 HTTP_CONNECTIONS_FULL with
     Retry-After and closed, while the three are still served. One closed by its client, one
     reset, one closed by the head timer: each frees its place for a new connection."""
-
-    async def served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(GET)
-        try:
-            return (await asyncio.wait_for(reader.readuntil(b"ok"), 5)).startswith(b"HTTP/1.1 200 ")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return False
-
-    async def refused(port: int) -> bytes:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(GET)
-        answer = await asyncio.wait_for(reader.read(), 5)  # read to its end: the server closed it
-        writer.close()
-        return answer
-
-    async def new_one_served(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A new connection, served once the server has seen an old one close."""
-        for _ in range(100):
-            connection = await asyncio.open_connection("127.0.0.1", port)
-            if await served(*connection):
-                return connection
-            connection[1].close()
-            await asyncio.sleep(0.02)
-        raise AssertionError("no new connection was served: the cap did not free up")
 
     async def run() -> None:
         server = await HttpServer.start(_ok, bind("127.0.0.1", 0), tls=None, max_connections=3, head_seconds=3.0)
@@ -91,6 +94,35 @@ def test_connections_past_the_cap_are_refused_503_and_the_cap_frees_as_they_clos
             assert await asyncio.wait_for(idle[0].read(), 10) == b""  # closed by its head time
             replacements.append(await new_one_served(server.port))
             for _reader, writer in replacements:
+                writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+
+
+def test_one_address_holds_at_most_its_share_of_connections() -> None:
+    """With --http-max-connections-per-address 2, a third connection from one address is refused
+    503 HTTP_ADDRESS_CONNECTIONS_FULL while another address is served, and the address gets its
+    place back when one of its connections closes."""
+
+    async def run() -> None:
+        server = await HttpServer.start(
+            _ok, bind("127.0.0.1", 0), tls=None, max_connections=10, max_connections_per_address=2
+        )
+        try:
+            first = await asyncio.open_connection("127.0.0.1", server.port)
+            second = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await served(*first) and await served(*second)
+            head, body = _refusal(await refused(server.port))
+            assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nretry-after: 1\r\n" in head, head
+            assert body["details"][0]["reason"] == "HTTP_ADDRESS_CONNECTIONS_FULL", body
+            assert "127.0.0.1" in body["message"] and "--http-max-connections-per-address" in body["message"]
+            other = await asyncio.open_connection("127.0.0.1", server.port, local_addr=("127.0.0.2", 0))
+            assert await served(*other)
+            first[1].close()
+            again = await new_one_served(server.port)  # its place back
+            for _reader, writer in (second, other, again):
                 writer.close()
         finally:
             await server.stop()

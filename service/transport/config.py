@@ -45,6 +45,12 @@ class ServerConfig:
         "past them a new one is refused 503 HTTP_CONNECTIONS_FULL",
         minimum=1,
     )
+    # Each client address at most this many of those; off by default: behind a proxy every client has the proxy's.
+    http_max_connections_per_address: int = option(
+        0,
+        "connections one client address may hold open on the HTTP port (0: no share of its own); "
+        "past them a new one is refused 503 HTTP_ADDRESS_CONNECTIONS_FULL",
+    )
     http_allowed_hosts: tuple[str, ...] = option(
         (),
         "a Host name the HTTP port answers to besides loopback and its own address ('*' = any)",

@@ -118,18 +118,41 @@ class _ConnectionCap:
     connection that idles or trickles its head is never refused and keeps its descriptor, and it
     answers a line of text (and keeps the connection) rather than our JSON error, closed."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, per_address: int) -> None:
         self.most = most
+        self.per_address = per_address  # 0: no share of its own
         self.open = 0  # admitted and not yet closed
+        self.by_address: dict[str, int] = {}  # of those, from each client address
         self.lingering = 0  # refused, their answer being read
 
-    def full_error(self) -> Unavailable:
+    def admit(self, address: str) -> Unavailable | None:
+        """Count a connection from ``address`` in, or the refusal when there is no place for it."""
+        held = self.by_address.get(address, 0)
+        if self.open >= self.most:
+            which, most, flag, reason = "", self.most, "", "HTTP_CONNECTIONS_FULL"
+        elif self.per_address and held >= self.per_address:
+            which, most, flag, reason = (
+                f" from {address}",
+                self.per_address,
+                "-per-address",
+                "HTTP_ADDRESS_CONNECTIONS_FULL",
+            )
+        else:
+            self.open += 1
+            self.by_address[address] = held + 1
+            return None
         return Unavailable(
-            f"the HTTP port holds its most connections open ({self.most:,}, --http-max-connections): "
+            f"the HTTP port holds its most connections{which} open ({most:,}, --http-max-connections{flag}): "
             "retry in a second, and reuse a connection for several requests (keep-alive)",
-            reason="HTTP_CONNECTIONS_FULL",
+            reason=reason,
             retry_after_seconds=1.0,
         )
+
+    def release(self, address: str) -> None:
+        self.open -= 1
+        held = self.by_address.pop(address) - 1
+        if held:
+            self.by_address[address] = held
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -210,7 +233,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     body_bytes_per_second = BODY_BYTES_PER_SECOND
     refusals: _RefusalLog  # the server's (HttpServer.start)
     cap: _ConnectionCap  # the server's
-    _admitted = False  # counted in ``cap.open``
+    _admitted: str | None = None  # its client's address, once counted in ``cap.open``
     _lingering = False  # counted in ``cap.lingering``
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
@@ -225,15 +248,16 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
-        if self.cap.open >= self.cap.most:
+        address = self.client[0] if self.client else ""
+        refusal = self.cap.admit(address)
+        if refusal is not None:
             self._refused = True  # its request, if it sent one, is read and dropped
-            self.refusals.refused("HTTP_CONNECTIONS_FULL", self.loop)
+            self.refusals.refused(refusal.reason, self.loop)
             self._lingering = self.cap.lingering < min(REFUSED_FULL_LINGERING, self.cap.most)
             self.cap.lingering += self._lingering
-            self._answer(503, self.cap.full_error(), REFUSED_FULL_READ_SECONDS if self._lingering else 0.0)
+            self._answer(503, refusal, REFUSED_FULL_READ_SECONDS if self._lingering else 0.0)
             return
-        self.cap.open += 1
-        self._admitted = True
+        self._admitted = address
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
@@ -375,9 +399,11 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         # However it closed: its client left or reset it, a timer or a refusal closed it, the server stops.
-        self.cap.open -= self._admitted
+        if self._admitted is not None:
+            self.cap.release(self._admitted)
+            self._admitted = None
         self.cap.lingering -= self._lingering
-        self._admitted = self._lingering = False
+        self._lingering = False
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
@@ -423,6 +449,7 @@ class HttpServer:
         body_seconds: float = BODY_SECONDS,
         body_bytes_per_second: int = BODY_BYTES_PER_SECOND,
         max_connections: int = ServerConfig.http_max_connections,
+        max_connections_per_address: int = ServerConfig.http_max_connections_per_address,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
         """Serve ``app`` on ``sock``, holding at most ``max_connections`` open (``connection_budget``
@@ -439,7 +466,7 @@ class HttpServer:
             http=type(
                 "_Protocol",
                 (_HeadTimedProtocol,),
-                {**timing, "refusals": refusals, "cap": _ConnectionCap(max_connections)},
+                {**timing, "refusals": refusals, "cap": _ConnectionCap(max_connections, max_connections_per_address)},
             ),
             backlog=min(BACKLOG, max_connections),
             lifespan="off",

@@ -93,7 +93,13 @@ class HttpSurface:
             else None
         )
         try:
-            self.http = await HttpServer.start(app, sock, tls=https, max_connections=_connections(config))
+            self.http = await HttpServer.start(
+                app,
+                sock,
+                tls=https,
+                max_connections=_connections(config),
+                max_connections_per_address=config.http_max_connections_per_address,
+            )
         except BaseException:
             sock.close()
             raise
