@@ -61,14 +61,17 @@ REFUSED_READ_SECONDS = 5.0
 OPEN_FILES_SHARE = 4  # a quarter
 # A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
 # at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
-# such connections (or the cap, if less) it is closed at once: a flood of new connections holds
-# no more descriptors.
+# such connections (or a quarter of the cap, if less) it is closed at once: a flood of new
+# connections holds no more descriptors.
 REFUSED_FULL_READ_SECONDS = 1.0
 REFUSED_FULL_LINGERING = 64
-# Connections the kernel queues before they are accepted. asyncio accepts as many at once (each
-# takes a descriptor before the cap can refuse it), so the port's is at most its cap: at most
-# twice the cap and REFUSED_FULL_LINGERING descriptors are held, for a moment, in a flood.
+# Connections the kernel queues before they are accepted.
 BACKLOG = 2048
+# asyncio accepts up to its server's backlog at once, each taking a descriptor, and the cap sees
+# them only a few turns of the loop later: in a flood it held several times that many before
+# refusing one (an open-file limit of 256 ran out with a cap of 64). It accepts an eighth of the
+# cap at once; the kernel still queues BACKLOG (``HttpServer.start``).
+ACCEPTED_AT_ONCE_SHARE = 8
 # The most often requests refused unread (400 REQUEST_UNREADABLE, 431 REQUEST_HEAD_TOO_LARGE) are
 # logged: a line each (uvicorn's "Invalid HTTP request received.") let any client write the log at
 # will, so one line tells how many were refused since the last.
@@ -195,7 +198,7 @@ def bind(host: str, port: int) -> socket.socket:
         # separately, wait out the client's delayed ACK: 44 ms per call instead of 0.1 ms.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(BACKLOG)  # the server's own, at most this, replaces it (HttpServer.start)
+        sock.listen(BACKLOG)
         sock.set_inheritable(True)
     except BaseException:
         sock.close()
@@ -253,7 +256,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if refusal is not None:
             self._refused = True  # its request, if it sent one, is read and dropped
             self.refusals.refused(refusal.reason, self.loop)
-            self._lingering = self.cap.lingering < min(REFUSED_FULL_LINGERING, self.cap.most)
+            self._lingering = self.cap.lingering < min(REFUSED_FULL_LINGERING, self.cap.most // 4)
             self.cap.lingering += self._lingering
             self._answer(503, refusal, REFUSED_FULL_READ_SECONDS if self._lingering else 0.0)
             return
@@ -468,7 +471,7 @@ class HttpServer:
                 (_HeadTimedProtocol,),
                 {**timing, "refusals": refusals, "cap": _ConnectionCap(max_connections, max_connections_per_address)},
             ),
-            backlog=min(BACKLOG, max_connections),
+            backlog=max(1, min(BACKLOG, max_connections // ACCEPTED_AT_ONCE_SHARE)),  # accepted at once
             lifespan="off",
             log_config=None,  # our logging (observability/logs.py) formats uvicorn's records
             access_log=False,  # the edge writes the access records
@@ -489,6 +492,7 @@ class HttpServer:
                 serving.result()  # raises what stopped it
                 raise RuntimeError("the HTTP server stopped while starting")
             await asyncio.sleep(0.005)
+        sock.listen(BACKLOG)  # asyncio's listen took the smaller backlog: the kernel queues as before
         return cls(server, serving, port, refusals)
 
     async def stop(self, seconds: float = 0.0) -> None:
