@@ -117,9 +117,10 @@ def connection_budget(requested: int) -> int:
 class _ConnectionCap:
     """The HTTP port's open connections, against its most (used on the server's event loop only).
 
-    Not uvicorn's ``limit_concurrency``: it is checked only once a request's head is whole, so a
-    connection that idles or trickles its head is never refused and keeps its descriptor, and it
-    answers a line of text (and keeps the connection) rather than our JSON error, closed."""
+    Not uvicorn's ``limit_concurrency``: that is checked only once a request's head is whole, so a
+    connection that idles or trickles its head is never refused and keeps its descriptor, and its
+    refusal is a line of text on a connection kept open, not our JSON error and the connection
+    closed."""
 
     def __init__(self, most: int, per_address: int) -> None:
         self.most = most
@@ -132,30 +133,32 @@ class _ConnectionCap:
         """Count a connection from ``address`` in, or the refusal when there is no place for it."""
         held = self.by_address.get(address, 0)
         if self.open >= self.most:
-            which, most, flag, reason = "", self.most, "", "HTTP_CONNECTIONS_FULL"
-        elif self.per_address and held >= self.per_address:
-            which, most, flag, reason = (
-                f" from {address}",
+            return _full("connections", self.most, "--http-max-connections", "HTTP_CONNECTIONS_FULL")
+        if self.per_address and held >= self.per_address:
+            return _full(
+                f"connections from {address}",
                 self.per_address,
-                "-per-address",
+                "--http-max-connections-per-address",
                 "HTTP_ADDRESS_CONNECTIONS_FULL",
             )
-        else:
-            self.open += 1
-            self.by_address[address] = held + 1
-            return None
-        return Unavailable(
-            f"the HTTP port holds its most connections{which} open ({most:,}, --http-max-connections{flag}): "
-            "retry in a second, and reuse a connection for several requests (keep-alive)",
-            reason=reason,
-            retry_after_seconds=1.0,
-        )
+        self.open += 1
+        self.by_address[address] = held + 1
+        return None
 
     def release(self, address: str) -> None:
         self.open -= 1
         held = self.by_address.pop(address) - 1
         if held:
             self.by_address[address] = held
+
+
+def _full(which: str, most: int, flag: str, reason: str) -> Unavailable:
+    return Unavailable(
+        f"the HTTP port holds its most {which} open ({most:,}, {flag}): retry in a second, and reuse "
+        "a connection for several requests (keep-alive)",
+        reason=reason,
+        retry_after_seconds=1.0,
+    )
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
