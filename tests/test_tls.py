@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import http.client
 import ipaddress
@@ -25,6 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from starlette.types import Receive, Scope, Send
 
 from mnemosyne.cli.commands import build_parser
 from mnemosyne.cli.server_process import LocalMembers, _free_port
@@ -511,3 +513,49 @@ def test_members_under_mutual_tls_need_a_certificate_for_client_authentication(t
     assert result.returncode == 2, result.stderr
     assert "not accepted as a client certificate" in result.stderr and "clientAuth" in result.stderr, result.stderr
     assert "unsuitable certificate purpose" in result.stderr, result.stderr  # OpenSSL's reason, passed on
+
+
+def test_the_http_port_s_connection_cap_refuses_over_tls_as_in_plain_text(pki: Pki) -> None:
+    """Over TLS a connection counts once its handshake is done: past the cap (here 1) the next is
+    answered 503 HTTP_CONNECTIONS_FULL inside TLS (no half-close there: it is closed after its
+    answer), and its place frees when the one held closes."""
+    from mnemosyne.transport.http.server import HttpServer, HttpTls, bind
+
+    async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+    get = b"GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    get_once = b"GET /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+
+    async def run() -> None:
+        tls = HttpTls(pki.server.cert, pki.server.key)
+        server = await HttpServer.start(ok, bind("127.0.0.1", 0), tls=tls, max_connections=1)
+        try:
+            held = await asyncio.open_connection("127.0.0.1", server.port, ssl=trusting, server_hostname="localhost")
+            held[1].write(get)
+            assert (await asyncio.wait_for(held[0].readuntil(b"ok"), 5)).startswith(b"HTTP/1.1 200 ")
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", server.port, ssl=trusting, server_hostname="localhost"
+            )
+            answer = await asyncio.wait_for(reader.read(), 5)  # answered as it came, before any request
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"HTTP_CONNECTIONS_FULL" in answer, answer[:300]
+            writer.close()
+            held[1].close()
+            for _ in range(100):  # once the server has seen the held one close
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", server.port, ssl=trusting, server_hostname="localhost"
+                )
+                writer.write(get_once)
+                if (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 200 "):
+                    break
+                writer.close()
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the cap did not free up")
+            writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
