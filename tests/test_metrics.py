@@ -292,6 +292,41 @@ def test_side_port_slow_readers_hold_at_most_a_few_copies_of_the_metrics(caplog:
     assert sum(int(count[1]) for count in counts if count is not None) == kept and None not in counts, lines
 
 
+def test_side_port_answers_a_slow_reader_cannot_leave_to_the_kernel_are_dropped_in_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An answer the kernel took whole was closed at once and left to the kernel, which kept
+    sending it for minutes to a client that did not read, beyond MAX_WAITING and the idle time
+    (600 slow readers of a 256 KiB exposition: 210 MiB of kernel memory). The connection is kept
+    until its client closes it, and reset when its idle time (here 0.5 s) is over: the kernel
+    drops what it held. A client that read its answer whole is not counted as dropped."""
+    body = b"# x\n" * (32 * 1024)  # 128 KiB: the kernel takes it whole
+    side = SideServer("127.0.0.1", 0, metrics=lambda: body, ready=lambda: True, idle_seconds=0.5)
+    slow = _slow_reader(side.port)
+    whole = socket.create_connection(("127.0.0.1", side.port), timeout=5)
+    try:
+        with caplog.at_level("WARNING", logger="mnemosyne.http"):
+            whole.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while len(answer) < len(body) and (chunk := whole.recv(1 << 20)):
+                answer += chunk
+            assert answer.endswith(body)  # read whole, and kept open
+            time.sleep(1.5)
+            received = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := slow.recv(1 << 20):
+                    received += len(chunk)
+            assert received < len(body), received  # reset: the kernel no longer holds it
+            assert whole.recv(1) == b""  # closed, its answer read
+            side.stop()  # writes the count still waiting
+    finally:
+        slow.close()
+        whole.close()
+        side.stop()
+    lines = [record.getMessage() for record in caplog.records if record.name == "mnemosyne.http"]
+    assert lines == ["metrics port connections dropped: 1 answer not read in 0.5 s (logged at most every 60 s)"], lines
+
+
 def test_metrics_port_off_by_zero(server_factory) -> None:
     process = server_factory().start()  # ServerProcess passes --metrics-port 0
     assert process.metrics_port == 0

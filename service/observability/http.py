@@ -15,10 +15,12 @@ so that a slow figure never delays a probe.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import selectors
 import socket
 import struct
+import termios
 import threading
 import time
 import urllib.parse
@@ -70,6 +72,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _unsent(sock: socket.socket) -> int:
+    """The bytes the kernel still holds for the client (Linux's SIOCOUTQ; elsewhere taken as some)."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0])
+    except (OSError, AttributeError):
+        return 1
+
+
 @dataclass(eq=False)
 class _Connection:
     sock: socket.socket
@@ -78,6 +88,7 @@ class _Connection:
     answer: list[memoryview] = field(default_factory=list)  # what is left to send
     method: str = ""  # of its request, once read whole
     exposition: bytes | None = None  # the /metrics text its answer holds
+    handed: bool = False  # its whole answer is with the kernel: kept until its client closes
 
 
 class SideServer:
@@ -167,14 +178,16 @@ class SideServer:
 
     def _read(self, connection: _Connection) -> None:
         try:
-            data = connection.sock.recv(HEAD_BYTES + 1 - len(connection.head))
+            data = connection.sock.recv(4096 if connection.handed else HEAD_BYTES + 1 - len(connection.head))
         except BlockingIOError:
             return
         except OSError:
             data = b""
         if not data:
-            self._close(connection)  # the client left: nothing to answer
+            self._close(connection)  # the client left (or, answered, has read it and closed)
             return
+        if connection.handed:
+            return  # what a client sends after its answer is dropped
         # Searched from where its end could be: a head sent a byte at a time is not read again each time.
         searched = max(0, len(connection.head) - 3)
         connection.head += data
@@ -275,11 +288,28 @@ class SideServer:
             if not connection.answer[0]:
                 connection.answer.pop(0)
         if not connection.answer:
-            self._close(connection)
+            self._handed_over(connection)
+
+    def _handed_over(self, connection: _Connection) -> None:
+        """The whole answer is with the kernel. Closed now, the socket would be left to the
+        kernel, which keeps sending to a client that does not read for minutes, with no bound
+        here. It is kept, counted in MAX_WAITING, until its client closes it or its time is over
+        (``_drop_late``: reset, the kernel drops what it still holds)."""
+        connection.exposition = None
+        self._unread.pop(connection, None)
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_WR)  # the client reads the answer's end
+        connection.handed = True
+        try:
+            self._selector.modify(connection.sock, selectors.EVENT_READ, connection)
+        except KeyError:  # written at once: not watched
+            self._selector.register(connection.sock, selectors.EVENT_READ, connection)
 
     def _drop_late(self, now: float) -> None:
         for connection in [c for c in self._connections.values() if c.deadline <= now]:
-            if connection.answer:
+            if connection.handed and not _unsent(connection.sock):
+                self._close(connection)  # read whole, not closed by its client: nothing is lost
+            elif connection.answer or connection.handed:
                 self._drop(connection, f"answer not read in {self._idle_seconds:g} s")
             elif connection in self._scrapes or (self._exposing and connection in self._exposing[1]):
                 self._drop(connection, f"metrics not computed in {self._idle_seconds:g} s")

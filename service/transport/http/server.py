@@ -69,8 +69,8 @@ REFUSED_FULL_LINGERING = 64
 BACKLOG = 2048
 # asyncio accepts up to its server's backlog at once, each taking a descriptor, and the cap sees
 # them only a few turns of the loop later: in a flood it held several times that many before
-# refusing one (an open-file limit of 256 ran out with a cap of 64). It accepts an eighth of the
-# cap at once; the kernel still queues BACKLOG (``HttpServer.start``).
+# refusing one, beyond the cap's share of the open-file limit. It accepts an eighth of the cap at
+# once; the kernel still queues BACKLOG (``HttpServer.start``).
 ACCEPTED_AT_ONCE_SHARE = 8
 # The most often requests refused unread (400 REQUEST_UNREADABLE, 431 REQUEST_HEAD_TOO_LARGE) are
 # logged: a line each (uvicorn's "Invalid HTTP request received.") let any client write the log at
