@@ -678,7 +678,6 @@ RECORD_FIELDS = {
 }
 # mem0's add and update bodies (transport/http/mem0.py): its messages, metadata and entity ids.
 MEM0_FIELDS = {
-    "add.messages[].role",
     "add.messages[].content",
     "add.messages[].name",
     "add.metadata{key}",
@@ -928,20 +927,15 @@ def _all_memories(client: MemoryClient, tenant: str, *, include_forgotten: bool 
 
 
 def _write_through_mem0(mem0: Mem0Client, client: MemoryClient, tenant: str, s: FieldSecrets) -> None:
-    """mem0's add (one message: its content and name; a conversation: roles too) with metadata and
-    every entity id, synchronous and fast, and its update of text and metadata."""
+    """mem0's add (one message, and a conversation: their contents and names; a role is one of
+    mem0's three, no content) with metadata and every entity id, synchronous and fast, and its
+    update of text and metadata."""
 
     def add(turns: int) -> dict[str, str]:
         name = s.new("mem0", "add.messages[].name")
         messages = [
-            {
-                # One message is one memory of its content (its role is not kept); a conversation's
-                # transcript holds each role.
-                "role": s.new("mem0", "add.messages[].role") if turns > 1 else "user",
-                "content": s.new("mem0", "add.messages[].content"),
-                "name": name,
-            }
-            for _ in range(turns)
+            {"role": role, "content": s.new("mem0", "add.messages[].content"), "name": name}
+            for role in ("user", "assistant")[:turns]
         ]
         entities = {entity: s.new("mem0", f"add.{entity}") for entity in ENTITY_FIELDS}
         metadata = {s.new("mem0", "add.metadata{key}"): s.new("mem0", "add.metadata{value}")}
